@@ -1,0 +1,297 @@
+//! The hypercall ABI between a shoal image (its kernel) and a tender.
+//!
+//! This crate is the one place where the two sides of the trust boundary
+//! agree on bytes (DESIGN §3), in the spirit of Solo5's `hvt_abi.h`: it holds
+//! only `#[repr(C)]` structures and constants, has no dependencies, and is
+//! `no_std` so the guest kernel and the host tenders both build it.
+//!
+//! # The guest address space
+//!
+//! Guest memory is one region `[0, mem_size)`. On `spt` guest addresses are
+//! host virtual addresses (the region is mapped at its own address in the
+//! tender process); on `hvt` they are guest-physical addresses, identity
+//! mapped. The layout is:
+//!
+//! | range | what |
+//! |---|---|
+//! | `[0, TENDER_PRIVATE_END)` | tender-private (hvt page tables, GDT, IDT, TSS); unmapped on spt |
+//! | `BOOT_INFO_ADDR` | one page: [`BootInfo`], then the program headers of the image |
+//! | `[ARGS_ADDR, IMAGE_BASE)` | argv and environment strings |
+//! | `[IMAGE_BASE, image_end)` | the image, at its link addresses |
+//! | `[fs_archive_addr, +size)` | the read-only root file-system archive, if any |
+//! | `[heap_start, heap_end)` | free memory the kernel manages (brk, mmap, kernel heap) |
+//! | `[stack_base, mem_size)` | the main thread's stack; the tender writes argc/argv/envp/auxv at its top |
+//!
+//! # Entering the guest
+//!
+//! The tender jumps to the image's ELF entry point (the kernel's
+//! `_shoal_start`) with `rdi` = [`BOOT_INFO_ADDR`] and `rsp` pointing at
+//! `argc` of a Linux-style initial process stack, exactly as Linux enters a
+//! static executable; the kernel initialises itself and then enters libc's
+//! `_start` with that stack.
+//!
+//! # Hypercalls
+//!
+//! A hypercall is a number ([`Hypercall`]) and the guest address of its
+//! argument structure. On `spt` the kernel calls the function at
+//! [`BootInfo::hypercall_entry`] as `extern "C" fn(nr: u64, arg: u64)`; on
+//! `hvt` it writes the argument address (32 bits) to port
+//! [`HYPERCALL_PORT_BASE`]` + nr`. Results are written back into the argument
+//! structure. Tenders treat every field as hostile.
+#![no_std]
+#![deny(missing_docs)]
+
+/// The version of this ABI. Bumped on every incompatible change; the tender
+/// refuses an image whose [`AbiNote`] carries another version, and the kernel
+/// halts if [`BootInfo::abi_version`] differs from its own.
+pub const ABI_VERSION: u32 = 1;
+
+/// Size of a page of guest memory.
+pub const PAGE_SIZE: u64 = 4096;
+
+/// End of the tender-private low memory (hvt page tables, descriptor tables).
+pub const TENDER_PRIVATE_END: u64 = 0x10000;
+/// Guest address of the [`BootInfo`] page.
+pub const BOOT_INFO_ADDR: u64 = 0x10000;
+/// Offset, within the boot-info page, of the copy of the image's program
+/// headers (what `AT_PHDR` points at; libc finds `PT_TLS` through it).
+pub const PHDR_OFFSET: u64 = 0x800;
+/// Guest address where the argv and environment strings start.
+pub const ARGS_ADDR: u64 = 0x11000;
+/// Guest address where every image is linked (its lowest loadable address).
+pub const IMAGE_BASE: u64 = 0x100000;
+/// Room for argv and environment strings.
+pub const ARGS_MAX: u64 = IMAGE_BASE - ARGS_ADDR;
+
+/// First I/O port of the hvt hypercall ports (`port = base + nr`).
+pub const HYPERCALL_PORT_BASE: u16 = 0x500;
+
+/// [`BootInfo::magic`]: "SHOALBI1" in little-endian bytes.
+pub const BOOT_INFO_MAGIC: u64 = u64::from_le_bytes(*b"SHOALBI1");
+
+/// Name of the ELF section that carries the image's [`AbiNote`].
+pub const ABI_NOTE_SECTION: &str = ".note.shoal";
+/// [`AbiNote::magic`]: "SHOALABI" in little-endian bytes.
+pub const ABI_NOTE_MAGIC: u64 = u64::from_le_bytes(*b"SHOALABI");
+
+/// Stamped into every image by the kernel so that a tender can check, before
+/// running anything, which ABI the image was built for.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AbiNote {
+    /// Always [`ABI_NOTE_MAGIC`].
+    pub magic: u64,
+    /// The [`ABI_VERSION`] the image's kernel was built with.
+    pub abi_version: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+impl AbiNote {
+    /// The note for the current ABI.
+    pub const CURRENT: AbiNote = AbiNote {
+        magic: ABI_NOTE_MAGIC,
+        abi_version: ABI_VERSION,
+        reserved: 0,
+    };
+
+    /// Parses a note from the raw bytes of its section, if they hold one.
+    pub fn from_bytes(bytes: &[u8]) -> Option<AbiNote> {
+        if bytes.len() < 16 {
+            return None;
+        }
+        let mut magic = [0u8; 8];
+        magic.copy_from_slice(&bytes[0..8]);
+        let mut version = [0u8; 4];
+        version.copy_from_slice(&bytes[8..12]);
+        let mut reserved = [0u8; 4];
+        reserved.copy_from_slice(&bytes[12..16]);
+        Some(AbiNote {
+            magic: u64::from_le_bytes(magic),
+            abi_version: u32::from_le_bytes(version),
+            reserved: u32::from_le_bytes(reserved),
+        })
+    }
+}
+
+/// Which tender runs the guest ([`BootInfo::tender`]).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TenderKind {
+    /// The seccomp-sandboxed process tender.
+    Spt = 1,
+    /// The KVM tender.
+    Hvt = 2,
+}
+
+/// What the tender tells the kernel at boot. Written by the tender at
+/// [`BOOT_INFO_ADDR`] before the first guest instruction; read-only for the
+/// kernel by convention (it copies what it needs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BootInfo {
+    /// Always [`BOOT_INFO_MAGIC`].
+    pub magic: u64,
+    /// The tender's [`ABI_VERSION`].
+    pub abi_version: u32,
+    /// A [`TenderKind`] value.
+    pub tender: u32,
+    /// Size of guest memory: guest addresses are `[0, mem_size)`.
+    pub mem_size: u64,
+    /// First address of the image (page aligned, normally [`IMAGE_BASE`]).
+    pub image_start: u64,
+    /// End of the image's highest segment, rounded up to a page.
+    pub image_end: u64,
+    /// Free memory for the kernel: start (page aligned).
+    pub heap_start: u64,
+    /// Free memory for the kernel: end (page aligned, exclusive).
+    pub heap_end: u64,
+    /// Lowest address of the main thread's stack (page aligned).
+    pub stack_base: u64,
+    /// One past the highest address of the main thread's stack.
+    pub stack_top: u64,
+    /// spt: address of the tender's hypercall function
+    /// (`extern "C" fn(nr: u64, arg: u64)`); hvt: 0, use port I/O.
+    pub hypercall_entry: u64,
+    /// Guest address of the read-only root file-system archive, or 0.
+    pub fs_archive_addr: u64,
+    /// Size in bytes of the root file-system archive.
+    pub fs_archive_size: u64,
+    /// TSC frequency in Hz, measured by the tender.
+    pub tsc_hz: u64,
+    /// TSC value read by the tender at `realtime_ns_at_boot`.
+    pub tsc_at_boot: u64,
+    /// CLOCK_REALTIME in nanoseconds since the epoch, read with `tsc_at_boot`.
+    pub realtime_ns_at_boot: u64,
+    /// Guest address of the program headers copy (what `AT_PHDR` holds).
+    pub phdr_addr: u64,
+    /// Number of program headers.
+    pub phnum: u64,
+    /// Random bytes from the host, to seed the kernel's `getrandom`.
+    pub random_seed: [u8; 32],
+    /// Host name the instance reports from `uname` (NUL padded).
+    pub hostname: [u8; 64],
+}
+
+/// The hypercalls. The value is the hypercall number.
+#[repr(u64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hypercall {
+    /// Write bytes to the console: [`ConsoleWriteArgs`].
+    ConsoleWrite = 1,
+    /// Stop the instance with an exit status: [`HaltArgs`]. Does not return.
+    Halt = 2,
+    /// Block until a deadline passes or a device is ready: [`PollArgs`].
+    Poll = 3,
+    /// Report a fatal CPU exception (hvt): [`FaultArgs`]. Does not return.
+    Fault = 4,
+}
+
+impl Hypercall {
+    /// The hypercall with number `nr`, if there is one.
+    pub fn from_nr(nr: u64) -> Option<Hypercall> {
+        match nr {
+            1 => Some(Hypercall::ConsoleWrite),
+            2 => Some(Hypercall::Halt),
+            3 => Some(Hypercall::Poll),
+            4 => Some(Hypercall::Fault),
+            _ => None,
+        }
+    }
+}
+
+/// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
+pub const HYPERCALL_MAX: u64 = 5;
+
+/// Console streams.
+pub const CONSOLE_STDOUT: u64 = 1;
+/// Console streams.
+pub const CONSOLE_STDERR: u64 = 2;
+
+/// Arguments of [`Hypercall::ConsoleWrite`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConsoleWriteArgs {
+    /// [`CONSOLE_STDOUT`] or [`CONSOLE_STDERR`].
+    pub stream: u64,
+    /// Guest address of the bytes.
+    pub buf: u64,
+    /// Number of bytes.
+    pub len: u64,
+    /// Out: bytes written, or a negative Linux errno.
+    pub ret: i64,
+}
+
+/// Arguments of [`Hypercall::Halt`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HaltArgs {
+    /// Exit status of the instance (the low 8 bits reach the host).
+    pub status: i64,
+}
+
+/// Arguments of [`Hypercall::Poll`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PollArgs {
+    /// How long to block at most, in nanoseconds (`u64::MAX`: no deadline).
+    pub timeout_ns: u64,
+    /// In: bit set of devices to wait for (none exist yet: 0).
+    pub wait_set: u64,
+    /// Out: bit set of devices that are ready.
+    pub ready_set: u64,
+    /// Out: 0, or a negative Linux errno.
+    pub ret: i64,
+}
+
+/// Arguments of [`Hypercall::Fault`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FaultArgs {
+    /// Exception vector.
+    pub vector: u64,
+    /// Error code pushed by the CPU, or 0.
+    pub error_code: u64,
+    /// Faulting instruction pointer.
+    pub rip: u64,
+    /// Stack pointer at the fault.
+    pub rsp: u64,
+    /// Faulting address (CR2) for page faults.
+    pub cr2: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::size_of;
+
+    #[test]
+    fn layout_is_stable() {
+        assert_eq!(size_of::<AbiNote>(), 16);
+        assert_eq!(size_of::<ConsoleWriteArgs>(), 32);
+        assert_eq!(size_of::<PollArgs>(), 32);
+        assert_eq!(size_of::<FaultArgs>(), 40);
+        assert!(size_of::<BootInfo>() as u64 <= PHDR_OFFSET);
+        assert!(ARGS_ADDR >= BOOT_INFO_ADDR + PAGE_SIZE);
+    }
+
+    #[test]
+    fn note_round_trips() {
+        let n = AbiNote::CURRENT;
+        let mut b = [0u8; 16];
+        b[0..8].copy_from_slice(&n.magic.to_le_bytes());
+        b[8..12].copy_from_slice(&n.abi_version.to_le_bytes());
+        assert_eq!(AbiNote::from_bytes(&b), Some(n));
+        assert_eq!(AbiNote::from_bytes(&b[..10]), None);
+    }
+
+    #[test]
+    fn hypercall_numbers() {
+        for nr in 0..HYPERCALL_MAX + 2 {
+            if let Some(h) = Hypercall::from_nr(nr) {
+                assert_eq!(h as u64, nr);
+            }
+        }
+        assert_eq!(Hypercall::from_nr(0), None);
+    }
+}

@@ -1,0 +1,88 @@
+//! The image entry point and the boot information.
+//!
+//! The tender enters `_shoal_start` with `rdi` = the boot-info address and
+//! `rsp` at `argc` of a Linux initial process stack (see `shoal_abi`). The
+//! entry keeps that stack pointer in a callee-saved register, runs
+//! `shoal_kernel_init` (defined by the `shoal-kernel` crate) and then enters
+//! libc's `_start` exactly as Linux would have.
+
+use crate::Global;
+use shoal_abi::{BootInfo, ABI_VERSION, BOOT_INFO_MAGIC};
+
+#[cfg(all(target_arch = "x86_64", not(test)))]
+core::arch::global_asm!(
+    ".section .text._shoal_start,\"ax\",@progbits",
+    ".globl _shoal_start",
+    ".type _shoal_start,@function",
+    "_shoal_start:",
+    "    mov r12, rsp",
+    "    and rsp, -16",
+    "    call shoal_kernel_init",
+    "    mov rsp, r12",
+    "    xor ebp, ebp",
+    "    jmp _start",
+    ".size _shoal_start, . - _shoal_start",
+);
+
+static BOOT: Global<Option<BootInfo>> = Global::new(None);
+
+/// Why the boot information was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BootError {
+    /// The magic number is wrong: not a shoal tender.
+    BadMagic,
+    /// The tender speaks another ABI version.
+    AbiMismatch(u32),
+}
+
+/// Copies and checks the tender's boot information.
+///
+/// # Safety
+/// `bi` must point at readable memory holding a `BootInfo` (the tender's
+/// boot-info page).
+pub unsafe fn init(bi: *const BootInfo) -> Result<(), BootError> {
+    // SAFETY: the caller guarantees `bi` is readable; the page may not be
+    // aligned for all fields from the kernel's point of view, so read it
+    // unaligned.
+    let info = unsafe { core::ptr::read_unaligned(bi) };
+    if info.magic != BOOT_INFO_MAGIC {
+        return Err(BootError::BadMagic);
+    }
+    if info.abi_version != ABI_VERSION {
+        return Err(BootError::AbiMismatch(info.abi_version));
+    }
+    crate::umem::set_bounds(shoal_abi::BOOT_INFO_ADDR, info.mem_size);
+    crate::hypercall::set_entry(info.hypercall_entry);
+    BOOT.with(|b| *b = Some(info));
+    Ok(())
+}
+
+/// The boot information (a copy). Before `init` (only in unit tests) a
+/// zeroed one.
+pub fn info() -> BootInfo {
+    BOOT.with(|b| match b {
+        Some(i) => *i,
+        None => BootInfo {
+            magic: 0,
+            abi_version: 0,
+            tender: 0,
+            mem_size: 0,
+            image_start: 0,
+            image_end: 0,
+            heap_start: 0,
+            heap_end: 0,
+            stack_base: 0,
+            stack_top: 0,
+            hypercall_entry: 0,
+            fs_archive_addr: 0,
+            fs_archive_size: 0,
+            tsc_hz: 0,
+            tsc_at_boot: 0,
+            realtime_ns_at_boot: 0,
+            phdr_addr: 0,
+            phnum: 0,
+            random_seed: [0; 32],
+            hostname: [0; 64],
+        },
+    })
+}

@@ -1,0 +1,72 @@
+//! The binding to the tender: one function, two mechanisms (DESIGN §3).
+//!
+//! On spt the tender's hypercall function is called directly (its address is
+//! in the boot info); on hvt the guest writes the argument address to the
+//! hypercall's I/O port, which exits to the VMM. Arguments live in the
+//! caller's stack frame; results come back in the same structure.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+use shoal_abi::{ConsoleWriteArgs, HaltArgs, Hypercall, PollArgs, HYPERCALL_PORT_BASE};
+
+static ENTRY: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn set_entry(entry: u64) {
+    ENTRY.store(entry, Ordering::Relaxed);
+}
+
+/// Performs hypercall `call` with the argument structure at `arg`.
+#[cfg(not(test))]
+fn raw<T>(call: Hypercall, arg: &mut T) {
+    let entry = ENTRY.load(Ordering::Relaxed);
+    let addr = arg as *mut T as u64;
+    if entry != 0 {
+        // SAFETY: `entry` is the tender's hypercall function, given in the
+        // boot info; it follows the C ABI `fn(u64, u64)` and only touches the
+        // argument structure we pass, which lives for the whole call.
+        unsafe {
+            let f: extern "C" fn(u64, u64) = core::mem::transmute(entry as usize);
+            f(call as u64, addr);
+        }
+    } else {
+        let port = HYPERCALL_PORT_BASE + call as u16;
+        // SAFETY: on hvt the guest runs with IOPL 3 and the TSS allows the
+        // hypercall ports; the `out` exits to the VMM, which reads and writes
+        // only the argument structure at `addr` (below 4 GiB: guest memory
+        // is limited to that on hvt).
+        unsafe {
+            core::arch::asm!("out dx, eax", in("dx") port, in("eax") addr as u32,
+                options(nostack, preserves_flags));
+        }
+    }
+}
+
+#[cfg(test)]
+fn raw<T>(call: Hypercall, _arg: &mut T) {
+    panic!("hypercall {call:?} in a unit test");
+}
+
+/// Writes `bytes` to console stream `stream`; returns bytes written or a
+/// negative errno.
+pub fn console_write(stream: u64, bytes: &[u8]) -> i64 {
+    let mut a = ConsoleWriteArgs { stream, buf: bytes.as_ptr() as u64, len: bytes.len() as u64, ret: 0 };
+    raw(Hypercall::ConsoleWrite, &mut a);
+    a.ret
+}
+
+/// Blocks for at most `timeout_ns` nanoseconds (`u64::MAX`: forever) or
+/// until a device in `wait_set` is ready; returns the ready set.
+pub fn poll(timeout_ns: u64, wait_set: u64) -> u64 {
+    let mut a = PollArgs { timeout_ns, wait_set, ready_set: 0, ret: 0 };
+    raw(Hypercall::Poll, &mut a);
+    a.ready_set
+}
+
+/// Stops the instance.
+pub fn halt(status: i64) -> ! {
+    let mut a = HaltArgs { status };
+    raw(Hypercall::Halt, &mut a);
+    // A tender never returns from Halt; if one did, stop here for good.
+    loop {
+        core::hint::spin_loop();
+    }
+}
