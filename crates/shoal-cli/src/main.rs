@@ -1,1 +1,232 @@
-fn main() {}
+//! `shoal`: the command line of the shoal unikernel platform.
+//!
+//! Subcommands map onto the crates (see docs/architecture.md): `cc` and
+//! `build` onto `shoal-toolchain`, `run` onto the tenders (`shoal-spt`),
+//! `bench` onto the experiments in [`bench`]. Every error is printed as one
+//! line, `shoal: …`, on stderr, and shoal exits with status 125 (as
+//! container runtimes do for their own failures), so that statuses 0–124 and
+//! 128+N belong to the program that ran.
+
+mod bench;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Exit status for shoal's own errors.
+const EXIT_SHOAL_ERROR: u8 = 125;
+
+#[derive(Parser)]
+#[command(name = "shoal", version, about = "Build and run unikernels: C programs linked with a Rust library OS")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Tender {
+    /// A seccomp-sandboxed Linux process.
+    Spt,
+    /// A KVM virtual machine.
+    Hvt,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Compile and link C for shoal; takes gcc's arguments (`shoal cc -O2 -o hello hello.c`).
+    #[command(disable_help_flag = true)]
+    Cc {
+        /// gcc-style arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Link prepared objects and libraries into an image and its manifest.
+    Build {
+        /// The image to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Layout policy.
+        #[arg(long, default_value = "default")]
+        layout: String,
+        /// An application library: NAME@VERSION=ARCHIVE.a (repeatable).
+        #[arg(long = "lib", value_name = "NAME@VERSION=ARCHIVE")]
+        libs: Vec<String>,
+        /// The application's object files.
+        #[arg(required = true)]
+        objects: Vec<PathBuf>,
+    },
+    /// Run an image: `shoal run [OPTIONS] IMAGE [-- ARGS…]`.
+    Run {
+        /// Which tender runs the image.
+        #[arg(long, value_enum, default_value = "spt")]
+        tender: Tender,
+        /// A directory to serve as the root file system (read-only archive; writes stay in memory).
+        #[arg(long)]
+        fs: Option<PathBuf>,
+        /// Guest memory size (bytes, or with K, M, G suffix).
+        #[arg(long, default_value = "256M")]
+        mem: String,
+        /// An environment variable for the program, KEY=VALUE (repeatable).
+        #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        /// The image.
+        image: PathBuf,
+        /// Arguments for the program (after `--`).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Build shoal's libc and kernel now (otherwise done on first use).
+    Setup,
+    /// Print an image's manifest summary: libraries, versions, regions.
+    Inspect {
+        /// The image.
+        image: PathBuf,
+    },
+    /// Benchmarks (never tests): each runs shoal and its comparison side by side.
+    Bench {
+        #[command(subcommand)]
+        which: bench::Bench,
+    },
+}
+
+/// Parses a memory size such as `64M`, `1G`, `4096`.
+fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                _ => bail!("--mem {s}: unknown unit `{c}` (use K, M or G)"),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: u64 = num.parse().with_context(|| format!("--mem {s} is not a size"))?;
+    n.checked_mul(mult).with_context(|| format!("--mem {s} is too large"))
+}
+
+fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, image: PathBuf, args: Vec<String>) -> Result<i32> {
+    let mem_size = parse_size(mem)?;
+    for e in &env {
+        if !e.contains('=') {
+            bail!("--env {e}: expected KEY=VALUE");
+        }
+    }
+    if let Some(dir) = &fs {
+        if !dir.is_dir() {
+            bail!("--fs {}: no such directory", dir.display());
+        }
+    }
+    match tender {
+        Tender::Hvt => bail!("the hvt tender is not built yet; use --tender spt"),
+        Tender::Spt => {
+            let mut argv = vec![image.display().to_string()];
+            argv.extend(args);
+            let cfg = shoal_spt::RunConfig { image, mem_size, fs_dir: fs, argv, env };
+            Ok(shoal_spt::run(&cfg)?)
+        }
+    }
+}
+
+fn inspect(image: PathBuf) -> Result<()> {
+    let m = shoal_manifest::Manifest::read(&shoal_manifest::Manifest::path_for(&image))?;
+    println!("image {} (layout {}, entry {:#x})", image.display(), m.layout, m.entry);
+    println!("{:<10} {:<24} {:<8} {:>12} {:>12} {:>8}", "library", "version", "region", "start", "end", "pages");
+    for l in &m.libraries {
+        for r in &l.regions {
+            let pages = (r.end.div_ceil(4096) * 4096 - r.start) / 4096;
+            println!(
+                "{:<10} {:<24} {:<8} {:>#12x} {:>#12x} {:>8}",
+                l.info.name,
+                l.info.version,
+                format!("{:?}", r.kind).to_lowercase(),
+                r.start,
+                r.end,
+                pages
+            );
+        }
+    }
+    Ok(())
+}
+
+fn real_main() -> Result<i32> {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Cc { args } => {
+            let paths = shoal_toolchain::Paths::discover()?;
+            shoal_toolchain::cc::cc(&paths, &args)?;
+            Ok(0)
+        }
+        Cmd::Build { output, layout, libs, objects } => {
+            let paths = shoal_toolchain::Paths::discover()?;
+            let mut libraries = Vec::new();
+            for l in libs {
+                let (nv, path) = l.split_once('=').with_context(|| format!("--lib {l}: expected NAME@VERSION=ARCHIVE"))?;
+                let (name, version) = nv.split_once('@').unwrap_or((nv, "unversioned"));
+                libraries.push(shoal_toolchain::link::UserLibrary {
+                    name: name.to_string(),
+                    version: version.to_string(),
+                    path: PathBuf::from(path),
+                });
+            }
+            let spec = shoal_toolchain::link::BuildSpec { output, objects, libraries, layout, extra_link_args: vec![] };
+            shoal_toolchain::link::build(&paths, &spec)?;
+            Ok(0)
+        }
+        Cmd::Run { tender, fs, mem, env, image, args } => run_image(tender, fs, &mem, env, image, args),
+        Cmd::Setup => {
+            let paths = shoal_toolchain::Paths::discover()?;
+            shoal_toolchain::setup::ensure_libc(&paths, true)?;
+            shoal_toolchain::setup::ensure_kernel(&paths, true)?;
+            eprintln!("shoal: libc sysroot at {}", paths.sysroot().display());
+            eprintln!("shoal: kernel at {}", paths.kernel_lib().display());
+            Ok(0)
+        }
+        Cmd::Inspect { image } => {
+            inspect(image)?;
+            Ok(0)
+        }
+        Cmd::Bench { which } => {
+            bench::run(which)?;
+            Ok(0)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(status) => ExitCode::from((status & 0xff) as u8),
+        Err(e) => {
+            // One line: the chain of causes joined.
+            let mut msg = e.to_string();
+            for cause in e.chain().skip(1) {
+                let c = cause.to_string();
+                if !msg.contains(&c) {
+                    msg.push_str(": ");
+                    msg.push_str(&c);
+                }
+            }
+            eprintln!("shoal: {}", msg.replace('\n', " "));
+            ExitCode::from(EXIT_SHOAL_ERROR)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("99999999999G").is_err());
+    }
+}

@@ -1,0 +1,166 @@
+//! `shoal bench`: experiments, never tests (DESIGN §8).
+//!
+//! Each benchmark runs shoal and its comparison side by side in one run,
+//! alternating, repeats, and prints mean ± standard deviation and the ratio;
+//! `--json` prints the same numbers as JSON.
+
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+#[derive(Subcommand)]
+pub enum Bench {
+    /// Cost of getpid and of a 1-byte write through shoal (spt) and a native Linux process.
+    Syscall {
+        /// Calls per run.
+        #[arg(long, default_value_t = 200_000)]
+        iterations: u64,
+        /// Runs of each side.
+        #[arg(long, default_value_t = 10)]
+        repeat: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Mean and sample standard deviation.
+pub fn mean_sd(xs: &[f64]) -> (f64, f64) {
+    if xs.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    if xs.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
+    (mean, var.sqrt())
+}
+
+pub fn run(which: Bench) -> Result<()> {
+    match which {
+        Bench::Syscall { iterations, repeat, json } => syscall(iterations, repeat, json),
+    }
+}
+
+/// Builds `apps/SRC` as a shoal image and as a native static musl program
+/// in `dir`; returns (image, native).
+fn build_pair(src: &Path, dir: &Path, cflags: &[&str]) -> Result<(PathBuf, PathBuf)> {
+    let paths = shoal_toolchain::Paths::discover()?;
+    let stem = src.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+    let image = dir.join(format!("{stem}.shoal"));
+    let native = dir.join(format!("{stem}.native"));
+    let mut args: Vec<String> = cflags.iter().map(|s| s.to_string()).collect();
+    args.extend([src.display().to_string(), "-o".into(), image.display().to_string()]);
+    shoal_toolchain::cc::cc(&paths, &args)?;
+    let status = Command::new("musl-gcc")
+        .args(["-static"])
+        .args(cflags)
+        .arg(src)
+        .arg("-o")
+        .arg(&native)
+        .status()
+        .context("cannot run musl-gcc (install Debian's musl-tools)")?;
+    if !status.success() {
+        bail!("musl-gcc failed to build {}", src.display());
+    }
+    Ok((image, native))
+}
+
+fn parse_kv(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .last()
+        .unwrap_or("")
+        .split_whitespace()
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+fn run_measure(cmd: &mut Command) -> Result<Vec<(String, f64)>> {
+    let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output().context("cannot start the benchmark program")?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("the benchmark program failed ({}): {}", out.status, err.trim());
+    }
+    let kv = parse_kv(&err);
+    if kv.is_empty() {
+        bail!("the benchmark program printed no results: {}", err.trim());
+    }
+    Ok(kv)
+}
+
+fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
+    if repeat == 0 || iterations == 0 {
+        bail!("--repeat and --iterations must be at least 1");
+    }
+    let paths = shoal_toolchain::Paths::discover()?;
+    let tmp = tempfile::tempdir()?;
+    let src = paths.home.join("apps/bench/syscall.c");
+    let (image, native) = build_pair(&src, tmp.path(), &["-O2"])?;
+    let shoal = std::env::current_exe()?;
+    let ops = ["getpid", "write", "filewrite"];
+    let mut native_r: Vec<Vec<f64>> = vec![Vec::new(); ops.len()];
+    let mut spt_r: Vec<Vec<f64>> = vec![Vec::new(); ops.len()];
+    for _ in 0..repeat {
+        let n = run_measure(Command::new(&native).arg(iterations.to_string()))?;
+        let s = run_measure(Command::new(&shoal).arg("run").arg(&image).arg("--").arg(iterations.to_string()))?;
+        for (i, op) in ops.iter().enumerate() {
+            if let Some((_, v)) = n.iter().find(|(k, _)| k == op) {
+                native_r[i].push(*v);
+            }
+            if let Some((_, v)) = s.iter().find(|(k, _)| k == op) {
+                spt_r[i].push(*v);
+            }
+        }
+    }
+    let labels = ["getpid()", "write(1 byte, stdout→/dev/null)", "write(1 byte, file)"];
+    let mut results = serde_json::Map::new();
+    let mut rows = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        let (nm, nsd) = mean_sd(&native_r[i]);
+        let (sm, ssd) = mean_sd(&spt_r[i]);
+        let ratio = sm / nm;
+        results.insert(
+            op.to_string(),
+            json!({"native_ns": {"mean": nm, "sd": nsd}, "spt_ns": {"mean": sm, "sd": ssd}, "ratio_spt_over_native": ratio}),
+        );
+        rows.push((labels[i], nm, nsd, sm, ssd, ratio));
+    }
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&json!({"iterations": iterations, "repeat": repeat, "results": results}))?);
+        return Ok(());
+    }
+    println!("shoal bench syscall: {iterations} calls per run, {repeat} runs of each, native and spt alternating");
+    println!("{:<34} {:>20} {:>20} {:>12}", "operation (ns per call)", "native process", "shoal spt", "spt/native");
+    for (l, nm, nsd, sm, ssd, r) in rows {
+        println!("{:<34} {:>20} {:>20} {:>12.3}", l, format!("{nm:.1} ± {nsd:.1}"), format!("{sm:.1} ± {ssd:.1}"), r);
+    }
+    println!("(file writes: shoal's in-memory ramfs vs the host's /tmp; stdout: shoal's console hypercall vs write(2).)");
+    println!("UKL (seed 001) replaces the syscall instruction by a function call; its echo server halves average latency.");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics() {
+        let (m, sd) = mean_sd(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        assert!((m - 5.0).abs() < 1e-9);
+        assert!((sd - 2.138).abs() < 1e-3);
+        assert_eq!(mean_sd(&[3.0]), (3.0, 0.0));
+    }
+
+    #[test]
+    fn parses_results() {
+        let kv = parse_kv("noise\ngetpid=1.5 write=20.0");
+        assert_eq!(kv, vec![("getpid".to_string(), 1.5), ("write".to_string(), 20.0)]);
+    }
+}

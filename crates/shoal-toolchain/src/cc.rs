@@ -1,0 +1,200 @@
+//! `shoal cc`: a drop-in C compiler for shoal.
+//!
+//! "Building a unikernel is choosing another target" (seed 001): `shoal cc`
+//! takes gcc's usual arguments. Compiling (`-c`, `-S`, `-E`) runs gcc
+//! against shoal's libc headers with `-ffunction-sections -fdata-sections`;
+//! linking compiles any sources given, then links an image with
+//! [`crate::link::build`] (which also writes the manifest). `-lm`,
+//! `-lpthread`, `-lc`, `-lrt`, `-ldl`, `-lutil`, `-lcrypt`, `-lxnet`
+//! resolve to shoal's libc; other `-lNAME` are looked up as `libNAME.a` in
+//! the `-L` directories and become application libraries of the image.
+
+use crate::link::{build, BuildSpec, UserLibrary};
+use crate::setup::ensure_libc;
+use crate::{run, Paths, Result, ToolchainError};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Libraries that musl folds into libc.
+const LIBC_PARTS: &[&str] = &["c", "m", "pthread", "rt", "dl", "util", "crypt", "xnet", "resolv"];
+
+/// The compiler flags every shoal compilation gets.
+pub fn cflags(paths: &Paths) -> Result<Vec<String>> {
+    let gcc_include = {
+        let out = Command::new("gcc")
+            .arg("-print-file-name=include")
+            .output()
+            .map_err(|e| ToolchainError::Spawn("gcc".into(), e))?;
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    Ok(vec![
+        "-nostdinc".into(),
+        "-isystem".into(),
+        paths.sysroot().join("include").display().to_string(),
+        "-isystem".into(),
+        gcc_include,
+        "-ffunction-sections".into(),
+        "-fdata-sections".into(),
+        "-fno-pie".into(),
+        "-fno-plt".into(),
+    ])
+}
+
+#[derive(Default, Debug)]
+struct Parsed {
+    compile_only: bool,
+    output: Option<PathBuf>,
+    sources: Vec<PathBuf>,
+    objects: Vec<PathBuf>,
+    archives: Vec<PathBuf>,
+    libs: Vec<String>,
+    lib_dirs: Vec<PathBuf>,
+    compile_args: Vec<String>,
+    link_args: Vec<String>,
+}
+
+fn is_source(p: &str) -> bool {
+    [".c", ".s", ".S", ".i"].iter().any(|e| p.ends_with(e))
+}
+
+fn parse(args: &[String]) -> Result<Parsed> {
+    let mut p = Parsed::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let a = a.as_str();
+        let mut value = |flag: &str| -> Result<String> {
+            it.next().cloned().ok_or_else(|| ToolchainError::Usage(format!("shoal cc: {flag} needs an argument")))
+        };
+        match a {
+            "-c" | "-S" | "-E" | "-M" | "-MM" => {
+                p.compile_only = true;
+                p.compile_args.push(a.into());
+            }
+            "-o" => p.output = Some(PathBuf::from(value("-o")?)),
+            "-l" => p.libs.push(value("-l")?),
+            "-L" => p.lib_dirs.push(PathBuf::from(value("-L")?)),
+            "-shared" | "-rdynamic" => {
+                return Err(ToolchainError::Usage(format!("shoal cc: {a} is not supported: shoal images are static")))
+            }
+            "-static" | "-pie" | "-no-pie" | "-static-pie" | "-pthread" => {
+                if a == "-pthread" {
+                    p.compile_args.push(a.into());
+                }
+            }
+            "-I" | "-D" | "-U" | "-include" | "-isystem" | "-x" | "-MF" | "-MT" | "-MQ" | "-idirafter" | "-iquote" => {
+                let v = value(a)?;
+                p.compile_args.push(a.into());
+                p.compile_args.push(v);
+            }
+            _ if a.starts_with("-l") => p.libs.push(a[2..].to_string()),
+            _ if a.starts_with("-L") => p.lib_dirs.push(PathBuf::from(&a[2..])),
+            _ if a.starts_with("-Wl,") => p.link_args.push(a.into()),
+            _ if a.starts_with('-') => p.compile_args.push(a.into()),
+            _ if is_source(a) => p.sources.push(PathBuf::from(a)),
+            _ if a.ends_with(".a") => p.archives.push(PathBuf::from(a)),
+            _ => p.objects.push(PathBuf::from(a)),
+        }
+    }
+    Ok(p)
+}
+
+fn find_lib(name: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
+    dirs.iter().map(|d| d.join(format!("lib{name}.a"))).find(|p| p.is_file())
+}
+
+fn lib_name_of(archive: &Path) -> String {
+    let stem = archive.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+    let stem = stem.strip_prefix("lib").unwrap_or(&stem).to_string();
+    stem.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
+}
+
+/// Runs `shoal cc ARGS…`.
+pub fn cc(paths: &Paths, args: &[String]) -> Result<()> {
+    if args.is_empty() {
+        return Err(ToolchainError::Usage("shoal cc: no input files".into()));
+    }
+    // Queries (e.g. --version, -print-*, -dumpmachine) go to gcc as they are.
+    if args.iter().any(|a| a == "--version" || a.starts_with("-print-") || a.starts_with("-dump")) {
+        return run("gcc", Command::new("gcc").args(args));
+    }
+    ensure_libc(paths, false)?;
+    let p = parse(args)?;
+    let flags = cflags(paths)?;
+    if p.compile_only {
+        let mut cmd = Command::new("gcc");
+        cmd.args(&flags).args(&p.compile_args).args(&p.sources).args(&p.objects);
+        if let Some(o) = &p.output {
+            cmd.arg("-o").arg(o);
+        }
+        return run("gcc", &mut cmd);
+    }
+    if p.sources.is_empty() && p.objects.is_empty() && p.archives.is_empty() {
+        return Err(ToolchainError::Usage("shoal cc: no input files".into()));
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("shoal-cc-")
+        .tempdir()
+        .map_err(|e| ToolchainError::Io(std::env::temp_dir(), e))?;
+    let mut objects = Vec::new();
+    for (i, src) in p.sources.iter().enumerate() {
+        if !src.is_file() {
+            return Err(ToolchainError::Input(src.clone(), "no such file".into()));
+        }
+        let stem = src.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+        let obj = tmp.path().join(format!("{i}-{stem}.o"));
+        run(
+            "gcc",
+            Command::new("gcc").args(&flags).args(&p.compile_args).arg("-c").arg(src).arg("-o").arg(&obj),
+        )?;
+        objects.push(obj);
+    }
+    objects.extend(p.objects.iter().cloned());
+    let mut libraries = Vec::new();
+    for a in &p.archives {
+        libraries.push(UserLibrary { name: lib_name_of(a), version: "unversioned".into(), path: a.clone() });
+    }
+    for l in &p.libs {
+        if LIBC_PARTS.contains(&l.as_str()) {
+            continue;
+        }
+        match find_lib(l, &p.lib_dirs) {
+            Some(path) => libraries.push(UserLibrary { name: lib_name_of(&path), version: "unversioned".into(), path }),
+            None => return Err(ToolchainError::Usage(format!("shoal cc: cannot find -l{l} (no lib{l}.a in the -L directories)"))),
+        }
+    }
+    let spec = BuildSpec {
+        output: p.output.clone().unwrap_or_else(|| PathBuf::from("a.out")),
+        objects,
+        libraries,
+        layout: "default".into(),
+        extra_link_args: p.link_args.clone(),
+    };
+    build(paths, &spec)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_gcc_style_arguments() {
+        let p = parse(&s(&["-O2", "-g", "-Iinc", "-D", "X=1", "a.c", "b.o", "-o", "out", "-lm", "-L", "d", "-lfoo", "libz.a"])).unwrap();
+        assert!(!p.compile_only);
+        assert_eq!(p.output, Some(PathBuf::from("out")));
+        assert_eq!(p.sources, vec![PathBuf::from("a.c")]);
+        assert_eq!(p.objects, vec![PathBuf::from("b.o")]);
+        assert_eq!(p.archives, vec![PathBuf::from("libz.a")]);
+        assert_eq!(p.libs, vec!["m".to_string(), "foo".to_string()]);
+        assert_eq!(p.lib_dirs, vec![PathBuf::from("d")]);
+        assert_eq!(p.compile_args, s(&["-O2", "-g", "-Iinc", "-D", "X=1"]));
+        assert!(parse(&s(&["-c", "x.c"])).unwrap().compile_only);
+        assert!(parse(&s(&["-shared", "x.c"])).is_err());
+        assert!(parse(&s(&["x.c", "-o"])).is_err());
+        assert_eq!(lib_name_of(Path::new("/x/libsqlite3.a")), "sqlite3");
+    }
+}
