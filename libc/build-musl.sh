@@ -43,15 +43,15 @@ run() {
 trap 'die "unexpected failure at line $LINENO (log: $LOG)"' ERR
 
 mkdir -p "$SHOAL_CACHE" "$LOG_DIR" "$SRC_DIR"
-: >"$LOG"
 
 # One build at a time per cache (CI and developers may share a machine).
 exec 9>"$SHOAL_CACHE/.build-musl.lock"
 flock 9
+: >"$LOG"
 
 # Source tree of the fetched package, if any (musl-1.2.3/ from apt-get source).
 src_tree() { echo "$SRC_DIR/musl-$MUSL_VERSION"; }
-src_dsc() { ls "$SRC_DIR"/musl_"$MUSL_VERSION"-*.dsc 2>/dev/null | sort | tail -n 1; }
+src_dsc() { { ls "$SRC_DIR"/musl_"$MUSL_VERSION"-*.dsc 2>/dev/null || true; } | sort | tail -n 1; }
 
 # Hash of everything the output depends on.
 input_hash() {
@@ -124,14 +124,22 @@ if [[ -z "$(src_dsc)" || ! -d "$(src_tree)" ]]; then
         step "dpkg-dev: installed"
     else
         step "dpkg-dev: installing"
-        run "apt-get install dpkg-dev failed" env DEBIAN_FRONTEND=noninteractive apt-get install -y dpkg-dev
+        if ! (env DEBIAN_FRONTEND=noninteractive apt-get install -y dpkg-dev) >>"$LOG" 2>&1; then
+            # stale or missing package lists: update once and retry
+            run "apt-get update failed" apt-get update
+            run "apt-get install dpkg-dev failed" env DEBIAN_FRONTEND=noninteractive apt-get install -y dpkg-dev
+        fi
     fi
 
     # ------------------------------------------------------------ 3. fetch
     step "fetch: apt-get source musl ($MUSL_VERSION) into $SRC_DIR"
     rm -rf "$(src_tree)"
-    run -C "$SRC_DIR" "apt-get source --download-only musl failed" \
-        apt-get source --download-only musl
+    if ! (cd "$SRC_DIR" && apt-get source --download-only musl) >>"$LOG" 2>&1; then
+        # deb-src configured but its Sources index never fetched: update once
+        run "apt-get update failed" apt-get update
+        run -C "$SRC_DIR" "apt-get source --download-only musl failed" \
+            apt-get source --download-only musl
+    fi
     dsc=$(src_dsc)
     [[ -n "$dsc" ]] || die "apt-get source did not give musl $MUSL_VERSION (is bookworm's musl still $MUSL_VERSION?) in $SRC_DIR"
     run "dpkg-source -x $dsc failed" dpkg-source -x "$dsc" "$(src_tree)"
@@ -180,14 +188,14 @@ step "configure: --target=x86_64 --disable-shared CFLAGS=\"$MUSL_CFLAGS\""
 STAGE="$SHOAL_CACHE/build/sysroot.new"
 rm -rf "$STAGE"
 run -C "$BUILD_DIR" "musl configure failed" \
-    env CC=gcc CFLAGS="$MUSL_CFLAGS" ./configure --target=x86_64 --prefix=/ \
-        --disable-shared --disable-wrapper
+    ./configure --target=x86_64 --prefix=/ --disable-shared --disable-wrapper \
+        CC=gcc AR=ar RANLIB=ranlib CFLAGS="$MUSL_CFLAGS"
 
 # ---------------------------------------------------------------- 6. build
 step "make -j2"
 t0=$SECONDS
 run -C "$BUILD_DIR" "musl build failed" make -j2
-step "make install -> $SYSROOT ($((SECONDS - t0))s)"
+step "make -j2: built in $((SECONDS - t0))s; make install"
 run -C "$BUILD_DIR" "musl install failed" make install DESTDIR="$STAGE"
 for f in libc.a crt1.o crti.o crtn.o libm.a libpthread.a librt.a libdl.a libutil.a libxnet.a libcrypt.a; do
     [[ -f "$STAGE/lib/$f" ]] || die "installed sysroot lacks lib/$f"
@@ -197,14 +205,14 @@ done
 # ---------------------------------------------------------------- 7. check
 step "check: no syscall/sysenter/int \$0x80 in lib/libc.a lib/crt*.o"
 dis="$SHOAL_CACHE/build/libc.objdump"
-objdump -d "$STAGE"/lib/libc.a "$STAGE"/lib/*.o >"$dis" 2>>"$LOG" || die "objdump failed (log: $LOG)"
-bad=$(grep -E $'\t''(syscall|sysenter|int[[:space:]]+\$0x80)[[:space:]]*$' "$dis" | wc -l)
+objdump -dr "$STAGE"/lib/libc.a "$STAGE"/lib/*.o >"$dis" 2>>"$LOG" || die "objdump failed (log: $LOG)"
+bad=$(grep -cE $'\t''(syscall|sysenter|int[[:space:]]+\$0x80)[[:space:]]*$' "$dis" || true)
 if [[ "$bad" != 0 ]]; then
     # name the offending functions
-    fns=$(awk '/^[0-9a-f]+ <.*>:$/ { fn = $2 } /\t(syscall|sysenter|int +\$0x80) *$/ { print fn }' "$dis" | sort -u | tr '\n' ' ')
+    fns=$(awk '/^[0-9a-f]+ <.*>:$/ { fn = substr($2, 2, length($2) - 3) } /\t(syscall|sysenter|int +\$0x80) *$/ { print fn }' "$dis" | sort -u | tr '\n' ' ')
     die "$bad trapping instruction(s) left in libc: $fns(disassembly: $dis)"
 fi
-n=$(grep -c $'\t''call.*<__shoal_syscall>' "$dis" || true)
+n=$(grep -cE 'R_X86_64_PLT32[[:space:]]+__shoal_syscall\b' "$dis" || true)
 step "check: ok ($n call sites of __shoal_syscall)"
 
 rm -rf "$SYSROOT"

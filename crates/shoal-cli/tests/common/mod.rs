@@ -1,0 +1,72 @@
+//! Helpers shared by the integration tests: build C programs with
+//! `shoal cc` and natively with `musl-gcc -static`, run them, compare.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The `shoal` binary under test.
+pub fn shoal() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shoal"))
+}
+
+/// The repository root.
+pub fn home() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// A C source under `apps/`.
+pub fn app(name: &str) -> PathBuf {
+    home().join("apps").join(name)
+}
+
+/// A fresh scratch directory.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("shoal-test-").tempdir().unwrap()
+}
+
+/// Builds `src` as a shoal image `dir/NAME` with `shoal cc`.
+pub fn build_image(src: &Path, dir: &Path, extra: &[&str]) -> PathBuf {
+    let stem = src.file_stem().unwrap().to_string_lossy().to_string();
+    let out = dir.join(&stem);
+    let o = shoal().arg("cc").args(["-O2"]).args(extra).arg(src).arg("-o").arg(&out).output().unwrap();
+    assert!(o.status.success(), "shoal cc {} failed: {}", src.display(), String::from_utf8_lossy(&o.stderr));
+    assert!(out.is_file());
+    out
+}
+
+/// Builds `src` as a native static musl program `dir/NAME.native`.
+pub fn build_native(src: &Path, dir: &Path, extra: &[&str]) -> PathBuf {
+    let stem = src.file_stem().unwrap().to_string_lossy().to_string();
+    let out = dir.join(format!("{stem}.native"));
+    let o = Command::new("musl-gcc").args(["-static", "-O2"]).args(extra).arg(src).arg("-o").arg(&out).output().unwrap();
+    assert!(o.status.success(), "musl-gcc {} failed: {}", src.display(), String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// Runs `cmd` and returns its output.
+pub fn output(cmd: &mut Command) -> Output {
+    cmd.output().unwrap()
+}
+
+/// stdout as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// Asserts that shoal failed the way bad input must fail: a non-zero
+/// status, exactly one line on stderr starting with `shoal:` and
+/// containing `needle`, and no panic.
+pub fn assert_clean_error(o: &Output, needle: &str) {
+    let err = stderr(o);
+    assert!(!o.status.success(), "expected failure, got success; stderr: {err}");
+    assert!(!err.contains("panicked"), "shoal panicked: {err}");
+    assert_eq!(err.lines().count(), 1, "expected one line of error, got: {err}");
+    assert!(err.starts_with("shoal: "), "error not prefixed with `shoal:`: {err}");
+    assert!(err.contains(needle), "error `{err}` does not mention `{needle}`");
+}

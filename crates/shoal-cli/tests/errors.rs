@@ -1,0 +1,99 @@
+//! Bad input and hostile guests: a clear one-line error and a non-zero
+//! status, never a panic or a hang.
+
+mod common;
+use common::*;
+
+#[test]
+fn forbidden_host_syscall_kills_the_guest() {
+    let dir = scratch();
+    let src = dir.path().join("rawsyscall.c");
+    // A raw `syscall` instruction put in by hand: getpid, harmless even if
+    // it got through, so the test only measures the sandbox.
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\nint main(void){ long r; printf(\"before\\n\"); fflush(stdout);\n\
+         __asm__ volatile(\"syscall\" : \"=a\"(r) : \"a\"(39L) : \"rcx\",\"r11\",\"memory\");\n\
+         printf(\"after %ld\\n\", r); return 0; }\n",
+    )
+    .unwrap();
+    let image = build_image(&src, dir.path(), &[]);
+    let o = output(shoal().arg("run").arg(&image));
+    assert_eq!(stdout(&o), "before\n", "the guest went on after the syscall");
+    assert_eq!(o.status.code(), Some(159), "stderr: {}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.starts_with("shoal: ") && err.contains("forbid"), "unclear message: {err}");
+    assert!(!err.contains("panicked"));
+}
+
+#[test]
+fn missing_image() {
+    let o = output(shoal().args(["run", "/nonexistent/image"]));
+    assert_clean_error(&o, "/nonexistent/image");
+    assert_eq!(o.status.code(), Some(125));
+}
+
+#[test]
+fn non_elf_and_truncated_images() {
+    let dir = scratch();
+    let text = dir.path().join("text");
+    std::fs::write(&text, "#!/bin/sh\necho not an image\n").unwrap();
+    assert_clean_error(&output(shoal().arg("run").arg(&text)), &text.display().to_string());
+
+    let image = build_image(&app("hello.c"), dir.path(), &[]);
+    let bytes = std::fs::read(&image).unwrap();
+    for cut in [10, 64, 200, bytes.len() / 2, bytes.len() - 1] {
+        let t = dir.path().join(format!("trunc{cut}"));
+        std::fs::write(&t, &bytes[..cut]).unwrap();
+        let o = output(shoal().arg("run").arg(&t));
+        assert_clean_error(&o, &t.display().to_string());
+    }
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    assert_clean_error(&output(shoal().arg("run").arg(&empty)), "empty");
+}
+
+#[test]
+fn image_for_another_abi_version_is_refused() {
+    let dir = scratch();
+    let image = build_image(&app("hello.c"), dir.path(), &[]);
+    let mut bytes = std::fs::read(&image).unwrap();
+    let magic = b"SHOALABI";
+    let pos = bytes.windows(8).position(|w| w == magic).expect("no ABI note in the image");
+    bytes[pos + 8] = bytes[pos + 8].wrapping_add(1);
+    let other = dir.path().join("other-abi");
+    std::fs::write(&other, &bytes).unwrap();
+    let o = output(shoal().arg("run").arg(&other));
+    assert_clean_error(&o, "ABI");
+}
+
+#[test]
+fn memory_too_small_for_the_image() {
+    let dir = scratch();
+    let image = build_image(&app("hello.c"), dir.path(), &[]);
+    let o = output(shoal().args(["run", "--mem", "1M"]).arg(&image));
+    assert_clean_error(&o, "too small");
+}
+
+#[test]
+fn missing_fs_directory_and_bad_flags() {
+    let dir = scratch();
+    let image = build_image(&app("hello.c"), dir.path(), &[]);
+    let o = output(shoal().args(["run", "--fs", "/nonexistent/dir"]).arg(&image));
+    assert_clean_error(&o, "/nonexistent/dir");
+    let o = output(shoal().args(["run", "--mem", "lots"]).arg(&image));
+    assert_clean_error(&o, "--mem");
+    let o = output(shoal().args(["run", "--tender", "hvt"]).arg(&image));
+    assert_clean_error(&o, "hvt");
+    let o = output(shoal().args(["run", "-e", "NOEQUALS"]).arg(&image));
+    assert_clean_error(&o, "KEY=VALUE");
+}
+
+#[test]
+fn cc_reports_missing_sources_and_libraries() {
+    let dir = scratch();
+    let o = output(shoal().args(["cc", "-o"]).arg(dir.path().join("x")).arg("/nonexistent.c"));
+    assert_clean_error(&o, "/nonexistent.c");
+    let o = output(shoal().arg("cc").arg(app("hello.c")).arg("-o").arg(dir.path().join("y")).arg("-lnosuchlib"));
+    assert_clean_error(&o, "-lnosuchlib");
+}
