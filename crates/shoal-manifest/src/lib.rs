@@ -22,6 +22,8 @@ use std::path::{Path, PathBuf};
 pub const FORMAT: u32 = 1;
 /// Page size the hashes are computed over.
 pub const PAGE: u64 = 4096;
+/// Largest region a manifest describes (guest memory is at most 4 GiB).
+const MAX_REGION: u64 = 4 << 30;
 
 /// Why a manifest could not be made, read or written.
 #[derive(Debug, thiserror::Error)]
@@ -149,13 +151,13 @@ fn page_bytes(elf: &ElfFile64, data: &[u8], addr: u64) -> Vec<u8> {
         }
         let (va, fsz, off) = (ph.p_vaddr(endian), ph.p_filesz(endian), ph.p_offset(endian));
         let lo = addr.max(va);
-        let hi = (addr + PAGE).min(va.saturating_add(fsz));
+        let hi = addr.saturating_add(PAGE).min(va.saturating_add(fsz));
         if lo >= hi {
             continue;
         }
-        let src = (off + (lo - va)) as usize;
+        let Some(src) = off.checked_add(lo - va).and_then(|s| usize::try_from(s).ok()) else { continue };
         let len = (hi - lo) as usize;
-        if let Some(s) = data.get(src..src + len) {
+        if let Some(s) = src.checked_add(len).and_then(|end| data.get(src..end)) {
             let dst = (lo - addr) as usize;
             page[dst..dst + len].copy_from_slice(s);
         }
@@ -179,7 +181,10 @@ impl Manifest {
                     continue;
                 }
                 let start = sec.address();
-                let end = start + sec.size();
+                let end = start
+                    .checked_add(sec.size())
+                    .filter(|_| sec.size() <= MAX_REGION)
+                    .ok_or_else(|| bad(format!("section {name} is implausibly large")))?;
                 let mut page_hashes = Vec::new();
                 if matches!(kind, RegionKind::Text | RegionKind::Rodata) {
                     let mut a = start & !(PAGE - 1);
