@@ -124,9 +124,10 @@ fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, i
     match tender {
         Tender::Hvt => bail!("the hvt tender is not built yet; use --tender spt"),
         Tender::Spt => {
-            let mut argv = vec![image.display().to_string()];
-            argv.extend(args);
-            let cfg = shoal_spt::RunConfig { image, mem_size, fs_dir: fs, argv, env };
+            let mut cfg = shoal_spt::RunConfig::new(image, mem_size.div_ceil(4096) * 4096);
+            cfg.argv.extend(args.into_iter().map(Into::into));
+            cfg.env = env.into_iter().map(Into::into).collect();
+            cfg.fs = fs.map(shoal_spt::FsSource::Dir);
             Ok(shoal_spt::run(&cfg)?)
         }
     }

@@ -13,7 +13,7 @@ fn hello_prints_arguments_environment_and_status_like_native() {
     let native = build_native(&src, dir.path(), &[]);
     for args in [vec![], vec!["one", "two words", ""], vec!["xit"]] {
         let n = output(Command::new(&native).env_clear().env("GREETING", "hi").env("B", "two=2").args(&args));
-        let s = output(shoal().arg("run").args(["-e", "GREETING=hi", "-e", "B=two=2"]).arg(&image).arg("--").args(&args));
+        let s = output(shoal().arg("run").args(["-e", "B=two=2", "-e", "GREETING=hi"]).arg(&image).arg("--").args(&args));
         assert_eq!(stdout(&s), stdout(&n), "stdout differs for {args:?}; shoal stderr: {}", stderr(&s));
         assert_eq!(stderr(&s), stderr(&n), "stderr differs for {args:?}");
         assert_eq!(s.status.code(), n.status.code(), "exit status differs for {args:?}");

@@ -1,1 +1,53 @@
-//! placeholder
+//! The host side of loading a shoal image, shared by the tenders (`spt`
+//! today, `hvt` later).
+//!
+//! A tender uses it in this order:
+//!
+//! 1. [`Image::open`] reads the image and refuses anything it should not run
+//!    (not ELF, not x86-64, not a fixed-address executable, no or another
+//!    ABI note, segments truncated, overlapping, below [`shoal_abi::IMAGE_BASE`],
+//!    with `p_filesz > p_memsz`, or writable and executable).
+//! 2. [`plan`] places image, archive, heap and stack in guest memory of the
+//!    requested size ([`Layout`]).
+//! 3. The tender maps guest memory and makes a [`GuestMemory`] view of it:
+//!    the only way to touch guest bytes, with a bounds check on every access.
+//! 4. [`load_segments`], [`load_archive`] and [`write_boot_state`] fill it;
+//!    the last returns the guest's [`EntryState`] (rip, rsp, rdi).
+//!
+//! The clock calibration lives in [`tsc`]: [`tsc::tsc_hz`] (cached per host
+//! boot) and [`Clock::now`].
+//!
+//! Steps 3 and 4 do not allocate, so spt can run them in a child it forked
+//! from a multi-threaded process.
+//!
+//! # Dependencies
+//!
+//! - `shoal-abi`: the guest memory layout, `BootInfo` and the ABI note.
+//! - `object`: a maintained, fuzzed ELF reader; only its read-only ELF
+//!   parser is enabled (`read_core`, `elf`), no writer, no other formats.
+//! - `thiserror`: one error enum per module with sentence-like messages.
+//! - `getrandom`: the kernel's random seed and `AT_RANDOM` bytes from the
+//!   host's `getrandom(2)` (handles `EINTR` and short reads).
+//! - `libc`: `clock_gettime` (CLOCK_MONOTONIC_RAW, CLOCK_REALTIME) and
+//!   `getuid` for the TSC calibration and its cache.
+#![deny(missing_docs)]
+
+mod boot;
+mod image;
+mod layout;
+mod mem;
+pub mod tsc;
+
+pub use boot::{
+    auxv, hwcap, load_archive, load_segments, write_boot_state, BootError, BootParams, EntryState,
+    HOSTNAME,
+};
+pub use image::{Image, ImageError, Perms, Segment, Tls, IMAGE_ADDR_LIMIT, MAX_PHNUM, PHDR_SIZE};
+pub use layout::{
+    args_len, format_size, plan, stack_size, Layout, LayoutError, MAX_STACK, MIN_HEAP, MIN_STACK,
+};
+pub use mem::{GuestAddr, GuestMemory, MemError, Pod};
+pub use tsc::{Clock, TscError};
+
+#[cfg(test)]
+mod tests;

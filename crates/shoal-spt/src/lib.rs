@@ -1,1 +1,363 @@
-//! placeholder
+//! spt: the seccomp-sandboxed process tender (DESIGN §3).
+//!
+//! [`run`] runs one shoal image in a child process and returns the
+//! instance's exit status:
+//!
+//! 1. In the calling process: read and check the image, pack or check the
+//!    file-system archive, plan the guest layout, calibrate the TSC (cached
+//!    per host boot), draw the random seed, compile the seccomp filter. Any
+//!    failure here is an [`SptError`]; nothing has run yet.
+//! 2. `fork`. The child maps guest memory `[BOOT_INFO_ADDR, mem_size)` at its
+//!    own address (private, anonymous, `MAP_NORESERVE`, `MAP_FIXED_NOREPLACE`),
+//!    copies the segments (memory mode `copy`, or `ksm`: the same plus
+//!    `MADV_MERGEABLE`), writes the boot state, protects code R+X, read-only
+//!    data, the archive and the boot-info page R, installs the SIGSYS/crash
+//!    handlers, sets `no_new_privs`, installs the seccomp filter
+//!    (`crate::filter`: `write` to fd 1/2, `exit_group`, `clock_nanosleep`
+//!    on CLOCK_MONOTONIC, relative — nothing else) and jumps to the entry
+//!    with `rdi` = boot info and `rsp` = the initial process stack. A
+//!    failure in the child prints `shoal: …` and exits with
+//!    [`EXIT_TENDER_FAILED`].
+//! 3. The parent waits and maps the child's end to a status.
+//!
+//! # Exit statuses
+//!
+//! | status | meaning |
+//! |---|---|
+//! | 0–255 | the guest halted with this status (the low 8 bits of `HaltArgs::status`) |
+//! | [`EXIT_TENDER_FAILED`] (125) | the child could not start the guest (message `shoal: …`) |
+//! | [`EXIT_SIGSYS`] (159 = 128 + SIGSYS) | the guest made a forbidden system call: `shoal: the guest made a system call that the spt sandbox forbids and was killed (system call N, name)` |
+//! | 128 + N | the guest died by signal N: `shoal: the guest crashed: SIGSEGV (invalid memory access at 0x…, rip 0x…)`, or `shoal: the guest was killed by SIGKILL` |
+//! | [`EXIT_STOPPED`] (255) | spt stopped the guest: a fault hypercall (`shoal: guest fault: vector …`), an invalid hypercall (argument structure outside guest memory or in read-only memory, unknown number: `shoal: the guest made an invalid hypercall: …`), or a poll with no deadline and nothing to wait for (`shoal: the guest blocked forever with nothing to wake it`) |
+//!
+//! A guest can itself halt with 125, 159 or 255; the message on stderr is
+//! what tells them apart.
+//!
+//! # What the sandbox does and does not protect
+//!
+//! The guest shares the child's address space with spt's own code and data
+//! and can write any writable page of it. spt's protection is the seccomp
+//! filter, which holds whatever the guest does: the worst a guest can do is
+//! use the three allowed system calls (write to its own stdout/stderr,
+//! sleep, exit), and lie about its own death in the report page. The checks
+//! on hypercall arguments make a buggy guest fail with a clear message
+//! instead of crashing spt.
+//!
+//! # Dependencies
+//!
+//! - `shoal-abi`: the hypercall numbers and argument structures.
+//! - `shoal-loader`: image checks, layout, boot state, TSC calibration,
+//!   checked guest-memory access (shared with hvt).
+//! - `shoal-archive` (feature `std`): packs `--fs DIR` and checks archives
+//!   passed in packed.
+//! - `seccompiler` (rust-vmm, Firecracker's): compiles the allow-list to
+//!   BPF and installs it; its arch check kills non-x86-64 system calls.
+//! - `libc`: the system calls (fork, mmap, mprotect, sigaction, …), each
+//!   wrapped once in `sys`.
+//! - `thiserror`: error enums with sentence-like messages.
+#![deny(missing_docs)]
+
+mod child;
+pub mod filter;
+mod hypercall;
+mod signals;
+mod sys;
+
+use shoal_abi::TenderKind;
+use shoal_loader::{plan, BootParams, Clock, Image};
+use signals::Report;
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+/// The child could not start the guest.
+pub const EXIT_TENDER_FAILED: i32 = 125;
+/// The guest made a forbidden system call (128 + SIGSYS).
+pub const EXIT_SIGSYS: i32 = 128 + libc::SIGSYS;
+/// spt stopped the guest (fault, invalid hypercall, blocked forever).
+pub const EXIT_STOPPED: i32 = 255;
+
+/// Largest guest memory spt accepts (1 TiB): well below where Linux puts a
+/// position-independent tender and its libraries.
+pub const MAX_MEM: u64 = 1 << 40;
+
+/// How guest memory is filled (DESIGN §4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MemoryMode {
+    /// Every segment copied into anonymous memory.
+    #[default]
+    Copy,
+    /// Like `Copy`, and the region is offered to KSM (`MADV_MERGEABLE`).
+    Ksm,
+}
+
+/// The root file system.
+#[derive(Debug)]
+pub enum FsSource {
+    /// Pack this host directory.
+    Dir(PathBuf),
+    /// An archive the caller packed already (checked before use).
+    Packed(Vec<u8>),
+}
+
+/// What to run.
+#[derive(Debug)]
+pub struct RunConfig {
+    /// The image file.
+    pub image: PathBuf,
+    /// Guest memory size in bytes (a multiple of 4 KiB).
+    pub mem_size: u64,
+    /// The root file system, if any.
+    pub fs: Option<FsSource>,
+    /// The guest's argv, `argv[0]` included.
+    pub argv: Vec<OsString>,
+    /// The guest's environment, `KEY=VALUE` strings.
+    pub env: Vec<OsString>,
+    /// Memory mode.
+    pub mode: MemoryMode,
+    /// Where the guest's stdout goes (default: this process's stdout).
+    pub stdout: Option<OwnedFd>,
+    /// Where the guest's stderr and spt's messages go (default: this
+    /// process's stderr).
+    pub stderr: Option<OwnedFd>,
+}
+
+impl RunConfig {
+    /// A configuration with `argv = [image path]`, no environment, no file
+    /// system, memory mode `copy`, and the console on this process's
+    /// stdout/stderr.
+    pub fn new(image: impl Into<PathBuf>, mem_size: u64) -> RunConfig {
+        let image = image.into();
+        RunConfig {
+            argv: vec![image.clone().into_os_string()],
+            image,
+            mem_size,
+            fs: None,
+            env: Vec::new(),
+            mode: MemoryMode::Copy,
+            stdout: None,
+            stderr: None,
+        }
+    }
+}
+
+/// Why spt could not run the image. Nothing of the guest ran.
+#[derive(Debug, thiserror::Error)]
+pub enum SptError {
+    /// The image was refused.
+    #[error(transparent)]
+    Image(#[from] shoal_loader::ImageError),
+    /// The layout could not be planned (too little memory, arguments too large).
+    #[error(transparent)]
+    Layout(#[from] shoal_loader::LayoutError),
+    /// The `--fs` directory could not be packed.
+    #[error("cannot pack the file system: {0}")]
+    Pack(#[from] shoal_archive::PackError),
+    /// A packed archive passed in is invalid.
+    #[error("{0}")]
+    Archive(shoal_archive::ArchiveError),
+    /// Boot parameters (random bytes) could not be made.
+    #[error(transparent)]
+    Boot(#[from] shoal_loader::BootError),
+    /// The TSC could not be calibrated.
+    #[error(transparent)]
+    Tsc(#[from] shoal_loader::TscError),
+    /// The seccomp filter could not be compiled (a bug in spt).
+    #[error("cannot compile the seccomp filter: {0}")]
+    Filter(#[from] filter::FilterError),
+    /// The CPU or kernel does not allow `rdfsbase`/`wrfsbase` in user mode.
+    #[error("this host does not allow the FSGSBASE instructions in user mode (Linux 5.9 or later on a CPU with FSGSBASE is needed); spt cannot switch between guest and tender thread pointers without them")]
+    NoFsgsbase,
+    /// Guest memory larger than spt supports.
+    #[error("--mem {0} is larger than spt supports ({max})", max = shoal_loader::format_size(MAX_MEM))]
+    TooMuchMemory(String),
+    /// A system call of the parent failed (fork, waitpid, mmap).
+    #[error("cannot {what}: {source}")]
+    Sys {
+        /// What was being done.
+        what: &'static str,
+        /// What the system said.
+        source: std::io::Error,
+    },
+}
+
+/// The shared page the child reports into (see `signals`).
+struct ReportPage(*mut Report);
+
+impl ReportPage {
+    fn new() -> Result<ReportPage, SptError> {
+        let p = sys::mmap_anon(
+            shoal_abi::PAGE_SIZE as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            true,
+        )
+        .map_err(|source| SptError::Sys {
+            what: "map the report page",
+            source,
+        })?;
+        Ok(ReportPage(p.cast()))
+    }
+    fn get(&self) -> &Report {
+        // SAFETY: a zero-filled page (a valid `Report`: all atomics zero)
+        // that stays mapped until drop.
+        unsafe { &*self.0 }
+    }
+}
+
+impl Drop for ReportPage {
+    fn drop(&mut self) {
+        // SAFETY: nothing refers to the page any more.
+        unsafe { sys::munmap(self.0.cast(), shoal_abi::PAGE_SIZE as usize) };
+    }
+}
+
+/// Runs the image as `cfg` says; returns the instance's exit status (see
+/// the table in the crate docs). Blocks until the instance ends.
+pub fn run(cfg: &RunConfig) -> Result<i32, SptError> {
+    if !sys::has_fsgsbase() {
+        return Err(SptError::NoFsgsbase);
+    }
+    if cfg.mem_size > MAX_MEM {
+        return Err(SptError::TooMuchMemory(shoal_loader::format_size(
+            cfg.mem_size,
+        )));
+    }
+    let image = Image::open(&cfg.image)?;
+    let packed;
+    let archive: &[u8] = match &cfg.fs {
+        None => &[],
+        Some(FsSource::Dir(dir)) => {
+            packed = shoal_archive::pack_dir(dir)?;
+            &packed
+        }
+        Some(FsSource::Packed(bytes)) => {
+            shoal_archive::Archive::parse(bytes).map_err(SptError::Archive)?;
+            bytes
+        }
+    };
+    let layout = plan(
+        &image,
+        cfg.mem_size,
+        archive.len() as u64,
+        &cfg.argv,
+        &cfg.env,
+    )?;
+    let tsc_hz = shoal_loader::tsc::tsc_hz()?;
+    let entry = hypercall::entry as unsafe extern "C" fn(u64, u64) as usize as u64;
+    let params = BootParams::new(
+        TenderKind::Spt,
+        entry,
+        Clock {
+            tsc_hz,
+            ..Clock::default()
+        },
+    )?;
+    let filter = filter::program()?;
+    let report = ReportPage::new()?;
+    let prepared = child::Prepared {
+        image: &image,
+        layout,
+        archive,
+        argv: &cfg.argv,
+        env: &cfg.env,
+        params,
+        filter: &filter,
+        report: report.0,
+        mode: cfg.mode,
+        stdout: cfg.stdout.as_ref().map(AsRawFd::as_raw_fd),
+        stderr: cfg.stderr.as_ref().map(AsRawFd::as_raw_fd),
+        parent: sys::getpid(),
+    };
+    // Buffered output must not be written twice (once by the child).
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: the child runs only `child::start`, which does not allocate
+    // or take locks, and never returns.
+    let pid = match unsafe { sys::fork() }.map_err(|source| SptError::Sys {
+        what: "fork the instance",
+        source,
+    })? {
+        sys::Fork::Child => child::start(&prepared),
+        sys::Fork::Parent(pid) => pid,
+    };
+    let status = sys::waitpid(pid).map_err(|source| SptError::Sys {
+        what: "wait for the instance",
+        source,
+    })?;
+    let err_fd = cfg.stderr.as_ref().map(AsRawFd::as_raw_fd);
+    Ok(outcome(status, report.get(), err_fd))
+}
+
+/// Turns the child's wait status into the instance's exit status, printing
+/// the message for deaths by signal.
+fn outcome(status: libc::c_int, report: &Report, err_fd: Option<RawFd>) -> i32 {
+    if libc::WIFEXITED(status) {
+        return libc::WEXITSTATUS(status);
+    }
+    if !libc::WIFSIGNALED(status) {
+        return EXIT_STOPPED; // not reachable with waitpid(.., 0)
+    }
+    let sig = libc::WTERMSIG(status);
+    let kind = report.kind.load(Ordering::Acquire);
+    let number = report.number.load(Ordering::Relaxed);
+    let msg = if sig == libc::SIGSYS && kind == signals::CRASH && (1..64).contains(&number) {
+        // A crash handler recorded the signal, then died by SIGSYS.
+        return crash_message(number as i32, report, err_fd);
+    } else if sig == libc::SIGSYS {
+        let detail = if kind == signals::SYSCALL {
+            match signals::syscall_name(number) {
+                Some(name) => format!(" (system call {number}, {name})"),
+                None => format!(" (system call {number})"),
+            }
+        } else {
+            " (a system call of another architecture)".to_string()
+        };
+        format!("shoal: the guest made a system call that the spt sandbox forbids and was killed{detail}\n")
+    } else if signals::CRASH_SIGNALS.contains(&sig) || sig == libc::SIGABRT {
+        return crash_message(sig, report, err_fd);
+    } else {
+        format!(
+            "shoal: the guest was killed by {}\n",
+            signals::signal_name(sig)
+        )
+    };
+    print_err(err_fd, &msg);
+    if sig == libc::SIGSYS {
+        EXIT_SIGSYS
+    } else {
+        128 + sig
+    }
+}
+
+fn crash_message(sig: i32, report: &Report, err_fd: Option<RawFd>) -> i32 {
+    let mut detail = signals::signal_meaning(sig).to_string();
+    if report.kind.load(Ordering::Acquire) == signals::CRASH {
+        let addr = report.addr.load(Ordering::Relaxed);
+        let rip = report.rip.load(Ordering::Relaxed);
+        if sig == libc::SIGSEGV || sig == libc::SIGBUS {
+            detail += &format!(" at {addr:#x}");
+        }
+        detail += &format!(", rip {rip:#x}");
+    }
+    print_err(
+        err_fd,
+        &format!(
+            "shoal: the guest crashed: {} ({detail})\n",
+            signals::signal_name(sig)
+        ),
+    );
+    128 + sig
+}
+
+fn print_err(fd: Option<RawFd>, msg: &str) {
+    match fd {
+        Some(fd) => {
+            let _ = sys::write_all(fd, msg.as_bytes());
+        }
+        None => {
+            let _ = std::io::stderr().write_all(msg.as_bytes());
+        }
+    }
+}

@@ -10,7 +10,11 @@ use std::time::SystemTime;
 /// script even when the sysroot exists, so it can check its inputs.
 pub fn ensure_libc(paths: &Paths, force: bool) -> Result<()> {
     let libc = paths.sysroot().join("lib/libc.a");
-    if libc.is_file() && !force && !newer_than(&paths.home.join("libc"), &libc)? {
+    if libc.is_file()
+        && !force
+        && !newer_than(&paths.home.join("libc/overlay"), &libc)?
+        && !newer_than(&paths.home.join("libc/build-musl.sh"), &libc)?
+    {
         return Ok(());
     }
     let script = paths.home.join("libc/build-musl.sh");
@@ -53,6 +57,9 @@ fn mtime(p: &Path) -> Result<SystemTime> {
 /// `output`.
 fn newer_than(dir: &Path, output: &Path) -> Result<bool> {
     let out = mtime(output)?;
+    if dir.is_file() {
+        return Ok(mtime(dir)? > out);
+    }
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         let rd = match std::fs::read_dir(&d) {

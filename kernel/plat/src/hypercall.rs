@@ -6,7 +6,9 @@
 //! caller's stack frame; results come back in the same structure.
 
 use core::sync::atomic::{AtomicU64, Ordering};
-use shoal_abi::{ConsoleWriteArgs, HaltArgs, Hypercall, PollArgs, HYPERCALL_PORT_BASE};
+use shoal_abi::{ConsoleWriteArgs, HaltArgs, Hypercall, PollArgs};
+#[cfg(not(test))]
+use shoal_abi::HYPERCALL_PORT_BASE;
 
 static ENTRY: AtomicU64 = AtomicU64::new(0);
 

@@ -1,0 +1,91 @@
+//! Kernel component `plat` (DESIGN §6): the platform layer every other
+//! component builds on.
+//!
+//! It holds the image entry point (`_shoal_start`, [`boot`]), the binding to
+//! the tender's hypercalls ([`hypercall`]), the console ([`console`]),
+//! checked access to application memory ([`umem`]), the few CPU instructions
+//! the kernel needs ([`cpu`]), and the vocabulary of system calls: [`Errno`],
+//! [`Args`], [`SysResult`] and [`SyscallFn`]. State cells are [`Global`]s.
+#![cfg_attr(not(test), no_std)]
+
+pub mod boot;
+pub mod console;
+pub mod cpu;
+mod errno;
+mod global;
+pub mod hypercall;
+pub mod umem;
+
+pub use errno::Errno;
+pub use global::Global;
+
+/// The six raw argument registers of a system call (`rdi, rsi, rdx, r10,
+/// r8, r9` in the Linux x86-64 convention).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Args(pub [u64; 6]);
+
+impl Args {
+    /// Argument `i` (0..6) as the raw 64-bit register value.
+    #[inline]
+    pub fn u(&self, i: usize) -> u64 {
+        self.0[i]
+    }
+
+    /// Argument `i` as a signed 64-bit value (`long`, `off_t`, `ssize_t`).
+    #[inline]
+    pub fn i(&self, i: usize) -> i64 {
+        self.0[i] as i64
+    }
+
+    /// Argument `i` as a C `int` (the low 32 bits, as Linux reads it).
+    #[inline]
+    pub fn int(&self, i: usize) -> i32 {
+        self.0[i] as u32 as i32
+    }
+
+    /// Argument `i` as a C `unsigned int` (the low 32 bits).
+    #[inline]
+    pub fn uint(&self, i: usize) -> u32 {
+        self.0[i] as u32
+    }
+
+    /// Argument `i` as a `size_t`.
+    #[inline]
+    pub fn usize(&self, i: usize) -> usize {
+        self.0[i] as usize
+    }
+}
+
+/// What a system call returns: a value (returned to libc as is, reinterpreted
+/// as `long`) or an error (returned as `-errno`).
+pub type SysResult = Result<u64, Errno>;
+
+/// The type of every `sys::NAME` function the syscall table dispatches to.
+pub type SyscallFn = fn(&Args) -> SysResult;
+
+/// Stops the instance with exit status `status` (see [`hypercall::halt`]).
+pub fn halt(status: i64) -> ! {
+    hypercall::halt(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_views() {
+        let a = Args([u64::MAX, 0xffff_ffff_0000_0005, 3, 0, 0, 7]);
+        assert_eq!(a.i(0), -1);
+        assert_eq!(a.int(0), -1);
+        assert_eq!(a.int(1), 5);
+        assert_eq!(a.uint(1), 5);
+        assert_eq!(a.u(2), 3);
+        assert_eq!(a.usize(5), 7);
+    }
+
+    #[test]
+    fn errno_ret() {
+        assert_eq!(Errno::ENOSYS.to_ret(), -38);
+        assert_eq!(Errno::EINVAL.to_ret(), -22);
+    }
+}

@@ -108,12 +108,16 @@ fn lookup(n: u64) -> Option<SyscallFn> {
         nr::SET_ROBUST_LIST => process::set_robust_list,
         nr::TGKILL => process::tgkill,
         nr::KILL => process::kill,
+        nr::TKILL => process::tkill,
+        nr::RT_SIGPENDING => process::rt_sigpending,
         // identity
         nr::GETUID => user::getuid,
         nr::GETEUID => user::geteuid,
         nr::GETGID => user::getgid,
         nr::GETEGID => user::getegid,
         nr::GETGROUPS => user::getgroups,
+        nr::GETRESUID => user::getresuid,
+        nr::GETRESGID => user::getresgid,
         // system information
         nr::UNAME => sysinfo::uname,
         nr::SYSINFO => sysinfo::sysinfo,

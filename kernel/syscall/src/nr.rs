@@ -124,6 +124,9 @@ pub const UTIMENSAT: u64 = 280;
 pub const DUP3: u64 = 292;
 pub const PIPE2: u64 = 293;
 pub const PRLIMIT64: u64 = 302;
+pub const TKILL: u64 = 200;
+pub const GETRESUID: u64 = 118;
+pub const GETRESGID: u64 = 120;
 pub const RENAMEAT2: u64 = 316;
 pub const GETRANDOM: u64 = 318;
 pub const MEMBARRIER: u64 = 324;
@@ -135,6 +138,9 @@ pub const FACCESSAT2: u64 = 439;
 pub fn name(n: u64) -> &'static str {
     match n {
         0 => "read",
+        118 => "getresuid",
+        120 => "getresgid",
+        200 => "tkill",
         1 => "write",
         2 => "open",
         3 => "close",

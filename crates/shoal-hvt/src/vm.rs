@@ -1,0 +1,327 @@
+//! Creating the KVM virtual machine: guest memory, one vCPU, its CPUID,
+//! control registers, XCR0, TSC and the CPL-3 entry state.
+
+use crate::x86;
+use kvm_bindings::{kvm_cpuid_entry2, kvm_segment, kvm_userspace_memory_region, kvm_xcrs, CpuId, KVM_MAX_CPUID_ENTRIES};
+use kvm_ioctls::{Kvm, VcpuFd, VmFd};
+use shoal_loader::EntryState;
+use vm_memory::{Bytes, GuestAddress, GuestRegionMmap, MmapRegion};
+use vmm_sys_util::errno;
+
+/// Why the virtual machine could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum KvmError {
+    /// `/dev/kvm` cannot be opened (missing, no permission, no KVM).
+    #[error("/dev/kvm is not usable ({0}), so the hvt tender cannot run here; use --tender spt")]
+    Unavailable(errno::Error),
+    /// The kernel's KVM API is too old or lacks a capability hvt needs.
+    #[error("this host's KVM lacks {0}, which the hvt tender needs")]
+    MissingCapability(&'static str),
+    /// A KVM call failed.
+    #[error("KVM refused to {what}: {source}")]
+    Ioctl {
+        /// What the VMM was doing.
+        what: &'static str,
+        /// What KVM said.
+        source: errno::Error,
+    },
+    /// The guest memory mapping could not be created.
+    #[error("cannot map {size:#x} bytes of guest memory: {reason}")]
+    Memory {
+        /// The requested size.
+        size: u64,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+fn ioctl_err(what: &'static str) -> impl Fn(errno::Error) -> KvmError {
+    move |source| KvmError::Ioctl { what, source }
+}
+
+/// Checks that `/dev/kvm` can be opened and speaks the stable API.
+pub fn check_kvm() -> Result<(), KvmError> {
+    let kvm = Kvm::new().map_err(KvmError::Unavailable)?;
+    if kvm.get_api_version() != 12 {
+        return Err(KvmError::MissingCapability("the stable KVM API (version 12)"));
+    }
+    Ok(())
+}
+
+/// A created VM: its memory and its one vCPU, ready to run.
+pub struct Vm {
+    // Field order matters for drop order: the vCPU and VM file descriptors
+    // are closed before the memory they reference is unmapped.
+    /// The vCPU.
+    pub vcpu: VcpuFd,
+    _vm: VmFd,
+    _kvm: Kvm,
+    /// Guest memory: one anonymous, lazily backed mapping at GPA 0.
+    pub memory: GuestRegionMmap<()>,
+}
+
+impl Vm {
+    /// Opens `/dev/kvm` and creates a VM with `mem_size` bytes of memory at
+    /// guest-physical address 0 and one vCPU (not yet set up).
+    pub fn create(mem_size: u64) -> Result<Vm, KvmError> {
+        let kvm = Kvm::new().map_err(KvmError::Unavailable)?;
+        if kvm.get_api_version() != 12 {
+            return Err(KvmError::MissingCapability("the stable KVM API (version 12)"));
+        }
+        for (cap, name) in [
+            (kvm_ioctls::Cap::UserMemory, "user memory regions"),
+            (kvm_ioctls::Cap::ExtCpuid, "KVM_SET_CPUID2"),
+            (kvm_ioctls::Cap::Xcrs, "KVM_SET_XCRS"),
+        ] {
+            if !kvm.check_extension(cap) {
+                return Err(KvmError::MissingCapability(name));
+            }
+        }
+        let vm = kvm.create_vm().map_err(ioctl_err("create a VM"))?;
+        let size = usize::try_from(mem_size)
+            .map_err(|_| KvmError::Memory { size: mem_size, reason: "too large for this host".into() })?;
+        let mapping = MmapRegion::<()>::new(size)
+            .map_err(|e| KvmError::Memory { size: mem_size, reason: e.to_string() })?;
+        let memory = GuestRegionMmap::new(mapping, GuestAddress(0))
+            .ok_or_else(|| KvmError::Memory { size: mem_size, reason: "the range overflows".into() })?;
+        let region = kvm_userspace_memory_region {
+            slot: 0,
+            flags: 0,
+            guest_phys_addr: 0,
+            memory_size: mem_size,
+            userspace_addr: memory.as_ptr() as u64,
+        };
+        // SAFETY: the region describes `memory`, a mapping of exactly
+        // `mem_size` bytes owned by the returned `Vm`, which keeps it mapped
+        // for as long as the VM (and its vCPU) exist: `memory` is declared
+        // after `_vm` and `vcpu`, so it is dropped after them.
+        unsafe { vm.set_user_memory_region(region) }.map_err(ioctl_err("register guest memory"))?;
+        let vcpu = vm.create_vcpu(0).map_err(ioctl_err("create a vCPU"))?;
+        let mut cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES).map_err(ioctl_err("list the supported CPUID"))?;
+        adjust_cpuid(&mut cpuid);
+        vcpu.set_cpuid2(&cpuid).map_err(ioctl_err("set the guest CPUID"))?;
+        Ok(Vm { vcpu, _vm: vm, _kvm: kvm, memory })
+    }
+
+    /// Copies the tender-private structures to guest address 0.
+    pub fn write_private(&self, bytes: &[u8]) -> Result<(), KvmError> {
+        self.memory
+            .write_slice(bytes, vm_memory::MemoryRegionAddress(0))
+            .map_err(|e| KvmError::Memory { size: bytes.len() as u64, reason: e.to_string() })
+    }
+
+    /// Sets the vCPU's registers so that it starts at CPL 3 at `entry`.
+    pub fn set_entry_state(&self, entry: &EntryState) -> Result<(), KvmError> {
+        let mut sregs = self.vcpu.get_sregs().map_err(ioctl_err("read the special registers"))?;
+        let code = kvm_segment {
+            base: 0,
+            limit: 0xffff_ffff,
+            selector: x86::USER_CS,
+            type_: 0xb, // execute/read, accessed
+            present: 1,
+            dpl: 3,
+            db: 0,
+            s: 1,
+            l: 1,
+            g: 1,
+            avl: 0,
+            unusable: 0,
+            padding: 0,
+        };
+        let data = kvm_segment { selector: x86::USER_DS, type_: 0x3, db: 1, l: 0, ..code };
+        sregs.cs = code;
+        sregs.ds = data;
+        sregs.es = data;
+        sregs.fs = data;
+        sregs.gs = data;
+        sregs.ss = data;
+        sregs.tr = kvm_segment {
+            base: x86::TSS_ADDR,
+            limit: x86::TSS_LIMIT,
+            selector: x86::TSS_SEL,
+            type_: 0xb, // busy 64-bit TSS
+            present: 1,
+            dpl: 0,
+            db: 0,
+            s: 0,
+            l: 0,
+            g: 0,
+            avl: 0,
+            unusable: 0,
+            padding: 0,
+        };
+        sregs.ldt = kvm_segment { selector: 0, type_: 0x2, present: 1, limit: 0xffff, s: 0, dpl: 0, db: 0, l: 0, g: 0, unusable: 1, ..sregs.tr };
+        sregs.ldt.base = 0;
+        sregs.gdt.base = x86::GDT_ADDR;
+        sregs.gdt.limit = x86::GDT_LIMIT;
+        sregs.idt.base = x86::IDT_ADDR;
+        sregs.idt.limit = x86::IDT_LIMIT;
+        sregs.cr0 = x86::CR0;
+        sregs.cr3 = x86::PML4_ADDR;
+        sregs.cr4 = x86::CR4;
+        sregs.efer = x86::EFER;
+        self.vcpu.set_sregs(&sregs).map_err(ioctl_err("set the special registers"))?;
+
+        let mut xcrs = kvm_xcrs { nr_xcrs: 1, ..Default::default() };
+        xcrs.xcrs[0].xcr = 0;
+        xcrs.xcrs[0].value = xcr0();
+        self.vcpu.set_xcrs(&xcrs).map_err(ioctl_err("set XCR0"))?;
+
+        let mut fpu = self.vcpu.get_fpu().map_err(ioctl_err("read the FPU state"))?;
+        fpu.fcw = 0x37f;
+        fpu.mxcsr = 0x1f80;
+        self.vcpu.set_fpu(&fpu).map_err(ioctl_err("set the FPU state"))?;
+
+        let regs = kvm_bindings::kvm_regs {
+            rip: entry.rip,
+            rsp: entry.rsp,
+            rdi: entry.rdi,
+            rflags: x86::RFLAGS,
+            ..Default::default()
+        };
+        self.vcpu.set_regs(&regs).map_err(ioctl_err("set the registers"))?;
+        Ok(())
+    }
+
+    /// Makes the guest's TSC read like the host's, so that the calibration
+    /// pair in the boot info (host TSC, host realtime) holds in the guest.
+    pub fn sync_tsc(&self) -> Result<(), KvmError> {
+        // KVM_VCPU_TSC_CTRL / KVM_VCPU_TSC_OFFSET (Linux 5.16+): offset 0
+        // makes the guest TSC equal to the TSC this process reads.
+        vmm_sys_util::ioctl_iow_nr!(KVM_SET_DEVICE_ATTR, kvm_bindings::KVMIO, 0xe1, kvm_bindings::kvm_device_attr);
+        let offset: u64 = 0;
+        let attr = kvm_bindings::kvm_device_attr {
+            flags: 0,
+            group: kvm_bindings::KVM_VCPU_TSC_CTRL,
+            attr: u64::from(kvm_bindings::KVM_VCPU_TSC_OFFSET),
+            addr: &offset as *const u64 as u64,
+        };
+        // SAFETY: KVM_SET_DEVICE_ATTR on a vCPU fd reads one kvm_device_attr
+        // and, for this group, one u64 at `addr`; both live across the call.
+        let ret = unsafe { vmm_sys_util::ioctl::ioctl_with_ref(&self.vcpu, KVM_SET_DEVICE_ATTR(), &attr) };
+        if ret == 0 {
+            return Ok(());
+        }
+        // Older KVM: write IA32_TSC with the host's value (off by the
+        // ioctl's latency, a few microseconds).
+        let msrs = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry {
+            index: 0x10,
+            data: shoal_loader::tsc::rdtsc(),
+            ..Default::default()
+        }])
+        .map_err(|_| KvmError::MissingCapability("a way to set the guest TSC"))?;
+        match self.vcpu.set_msrs(&msrs) {
+            Ok(1) => Ok(()),
+            Ok(_) => Err(KvmError::MissingCapability("a writable IA32_TSC")),
+            Err(e) => Err(KvmError::Ioctl { what: "set the guest TSC", source: e }),
+        }
+    }
+}
+
+/// XCR0 for the guest: x87 and SSE, plus AVX when the host enables it.
+pub fn xcr0() -> u64 {
+    let leaf1 = core::arch::x86_64::__cpuid(1);
+    let osxsave = leaf1.ecx & (1 << 27) != 0;
+    if !osxsave {
+        return 3;
+    }
+    // SAFETY: the host OS enabled XSAVE (CPUID.1:ECX.OSXSAVE), so xgetbv
+    // with ECX = 0 is defined.
+    let host = unsafe { core::arch::x86_64::_xgetbv(0) };
+    3 | (host & 4)
+}
+
+/// The guest CPUID: what KVM supports, plus the features the host really
+/// has that this nested KVM does not advertise but does run natively at
+/// CPL 3 (DESIGN §1): XSAVE, AVX, FSGSBASE, AVX2, and the XSAVE leaf 0xd.
+/// PKU is left out on purpose: this KVM does not enforce protection keys.
+fn adjust_cpuid(cpuid: &mut CpuId) {
+    let host = |leaf: u32, sub: u32| core::arch::x86_64::__cpuid_count(leaf, sub);
+    let h1 = host(1, 0);
+    let h7 = host(7, 0);
+    let avx_on = xcr0() & 4 != 0;
+    let mut have_d0 = false;
+    let mut have_d1 = false;
+    let mut have_d2 = false;
+    for e in cpuid.as_mut_slice() {
+        match (e.function, e.index) {
+            (1, _) => {
+                // XSAVE (26); AVX (28) only when the host OS enabled it.
+                e.ecx |= h1.ecx & (1 << 26);
+                if avx_on {
+                    e.ecx |= h1.ecx & (1 << 28);
+                }
+            }
+            (7, 0) => {
+                // FSGSBASE (0), AVX2 (5, needs AVX).
+                e.ebx |= h7.ebx & 1;
+                if avx_on {
+                    e.ebx |= h7.ebx & (1 << 5);
+                }
+                // No PKU (ecx bit 3): keys are not enforced here.
+                e.ecx &= !(1 << 3);
+            }
+            (0xd, 0) => have_d0 = true,
+            (0xd, 1) => have_d1 = true,
+            (0xd, 2) => have_d2 = true,
+            _ => {}
+        }
+    }
+    // The XSAVE leaf, from the host, limited to the XCR0 bits the guest gets.
+    let mask = xcr0();
+    let mut extra: Vec<kvm_cpuid_entry2> = Vec::new();
+    let flags = kvm_bindings::KVM_CPUID_FLAG_SIGNIFCANT_INDEX;
+    if h1.ecx & (1 << 26) != 0 {
+        let d0 = host(0xd, 0);
+        let d0 = kvm_cpuid_entry2 {
+            function: 0xd,
+            index: 0,
+            flags,
+            eax: d0.eax & mask as u32,
+            ebx: d0.ebx,
+            ecx: d0.ecx,
+            edx: 0,
+            padding: [0; 3],
+        };
+        let d1 = host(0xd, 1);
+        // Only XSAVEOPT/XSAVEC/XGETBV1 (bits 0-2) of eax; no XSS features.
+        let d1 = kvm_cpuid_entry2 { function: 0xd, index: 1, flags, eax: d1.eax & 0x7, ebx: 0, ecx: 0, edx: 0, padding: [0; 3] };
+        let d2 = host(0xd, 2);
+        let d2 = kvm_cpuid_entry2 { function: 0xd, index: 2, flags, eax: d2.eax, ebx: d2.ebx, ecx: 0, edx: 0, padding: [0; 3] };
+        for e in cpuid.as_mut_slice() {
+            match (e.function, e.index) {
+                (0xd, 0) => *e = d0,
+                (0xd, 1) => *e = d1,
+                (0xd, 2) if mask & 4 != 0 => *e = d2,
+                _ => {}
+            }
+        }
+        if !have_d0 {
+            extra.push(d0);
+        }
+        if !have_d1 {
+            extra.push(d1);
+        }
+        if !have_d2 && mask & 4 != 0 {
+            extra.push(d2);
+        }
+    }
+    for e in extra {
+        // A full list (KVM_MAX_CPUID_ENTRIES) just keeps KVM's leaves.
+        let _ = cpuid.push(e);
+    }
+    // Leaf 0 must announce leaf 0xd if it is to be read.
+    for e in cpuid.as_mut_slice() {
+        if e.function == 0 && e.eax < 0xd {
+            e.eax = 0xd;
+        }
+    }
+}
+
+/// Calls the set-up steps in order on a created VM.
+pub fn prepare(vm: &Vm, private: &[u8], entry: &EntryState) -> Result<(), KvmError> {
+    vm.write_private(private)?;
+    vm.set_entry_state(entry)?;
+    vm.sync_tsc()?;
+    Ok(())
+}

@@ -1,0 +1,86 @@
+# Hypercalls with hostile arguments, chosen with --defsym CASE=n. Cases
+# whose call returns halt with the low byte of its ret.
+.include "common.inc"
+.text
+.globl _start
+_start:
+    mov r12, rdi                        # boot info
+    sub rsp, 64
+.if CASE == 1                           # argument address beyond memory
+    mov eax, 0xfffffff0
+    mov dx, HC_BASE + HC_CONSOLE
+    out dx, eax
+.elseif CASE == 2                       # argument at mem_size - 4
+    mov rax, [r12 + 16]                 # BootInfo.mem_size
+    sub eax, 4
+    mov dx, HC_BASE + HC_CONSOLE
+    out dx, eax
+.elseif CASE == 3                       # buffer + length overflow
+    mov qword ptr [rsp], 1
+    mov rax, 0xfffffffffffffff0
+    mov [rsp + 8], rax
+    mov qword ptr [rsp + 16], 0x20
+    hcall HC_CONSOLE
+    mov rax, [rsp + 24]
+    halt_reg rax
+.elseif CASE == 4                       # stream 99
+    print 99, _start, 4
+    halt_reg rax
+.elseif CASE == 5                       # poll with a device set
+    mov qword ptr [rsp], 0
+    mov qword ptr [rsp + 8], 1
+    mov qword ptr [rsp + 24], 0
+    hcall HC_POLL
+    mov rax, [rsp + 24]
+    halt_reg rax
+.elseif CASE == 6                       # poll: sleep 20 ms
+    mov qword ptr [rsp], 20000000
+    mov qword ptr [rsp + 8], 0
+    mov qword ptr [rsp + 24], -1
+    hcall HC_POLL
+    mov rax, [rsp + 24]
+    add rax, 42
+    halt_reg rax
+.elseif CASE == 7                       # fault report below guest memory
+    xor eax, eax
+    mov dx, HC_BASE + HC_FAULT
+    out dx, eax
+.elseif CASE == 8                       # halt with an argument in tender-private memory
+    mov eax, 0x3000
+    mov dx, HC_BASE + HC_HALT
+    out dx, eax
+.elseif CASE == 9                       # console buffer in tender-private memory
+    mov qword ptr [rsp], 1
+    mov qword ptr [rsp + 8], 0x1000
+    mov qword ptr [rsp + 16], 16
+    hcall HC_CONSOLE
+    mov rax, [rsp + 24]
+    halt_reg rax
+.elseif CASE == 10                      # huge length
+    mov qword ptr [rsp], 1
+    lea rax, [rip + _start]
+    mov [rsp + 8], rax
+    mov rax, 0x10000000000
+    mov [rsp + 16], rax
+    hcall HC_CONSOLE
+    mov rax, [rsp + 24]
+    halt_reg rax
+.elseif CASE == 11                      # read from a hypercall port
+    mov dx, HC_BASE + HC_CONSOLE
+    in eax, dx
+.elseif CASE == 12                      # 16-bit write to a hypercall port
+    mov eax, esp
+    mov dx, HC_BASE + HC_CONSOLE
+    out dx, ax
+.elseif CASE == 13                      # halt status beyond 8 bits
+    mov rax, 0x1234
+    halt_reg rax
+.elseif CASE == 14                      # a fault report of the guest's own
+    mov qword ptr [rsp], 99
+    mov qword ptr [rsp + 8], 1
+    mov qword ptr [rsp + 16], 2
+    mov qword ptr [rsp + 24], 3
+    mov qword ptr [rsp + 32], 4
+    hcall HC_FAULT
+.endif
+    halt_imm 0

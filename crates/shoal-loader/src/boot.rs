@@ -1,0 +1,257 @@
+//! Filling guest memory: the image's segments, the archive, and the boot
+//! state the kernel starts from (boot info, program headers, argv/env
+//! strings, the initial process stack).
+//!
+//! None of these functions allocate, so a tender may call them in a child
+//! forked from a multi-threaded process.
+
+use crate::image::Image;
+use crate::layout::{initial_stack_bytes, Layout};
+use crate::mem::{GuestAddr, GuestMemory, MemError};
+use crate::tsc::Clock;
+use shoal_abi::{
+    BootInfo, TenderKind, ABI_VERSION, ARGS_ADDR, BOOT_INFO_ADDR, BOOT_INFO_MAGIC, PHDR_OFFSET,
+};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+
+/// Auxiliary vector keys (from Linux's `uapi/linux/auxvec.h`).
+pub mod auxv {
+    /// End of the vector.
+    pub const AT_NULL: u64 = 0;
+    /// Address of the program headers.
+    pub const AT_PHDR: u64 = 3;
+    /// Size of one program header.
+    pub const AT_PHENT: u64 = 4;
+    /// Number of program headers.
+    pub const AT_PHNUM: u64 = 5;
+    /// Page size.
+    pub const AT_PAGESZ: u64 = 6;
+    /// Program entry point.
+    pub const AT_ENTRY: u64 = 9;
+    /// Real user id.
+    pub const AT_UID: u64 = 11;
+    /// Effective user id.
+    pub const AT_EUID: u64 = 12;
+    /// Real group id.
+    pub const AT_GID: u64 = 13;
+    /// Effective group id.
+    pub const AT_EGID: u64 = 14;
+    /// CPU capabilities (cpuid leaf 1, edx).
+    pub const AT_HWCAP: u64 = 16;
+    /// Clock ticks per second (`times`).
+    pub const AT_CLKTCK: u64 = 17;
+    /// Secure mode (setuid): never.
+    pub const AT_SECURE: u64 = 23;
+    /// Address of 16 random bytes.
+    pub const AT_RANDOM: u64 = 25;
+}
+
+/// The name every instance reports from `uname` for now.
+pub const HOSTNAME: &str = "shoal";
+
+/// Why guest memory could not be filled.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    /// Something did not fit in guest memory (a layout/memory mismatch).
+    #[error("cannot write the {what} into guest memory: {source}")]
+    Memory {
+        /// What was being written.
+        what: &'static str,
+        /// The failed range.
+        source: MemError,
+    },
+    /// The host could not provide random bytes.
+    #[error("cannot get random bytes from the host: {0}")]
+    Random(getrandom::Error),
+}
+
+fn mem_err(what: &'static str) -> impl Fn(MemError) -> BootError {
+    move |source| BootError::Memory { what, source }
+}
+
+/// What the tender passes to [`write_boot_state`] besides image and layout.
+#[derive(Clone, Copy, Debug)]
+pub struct BootParams {
+    /// Which tender this is.
+    pub tender: TenderKind,
+    /// spt: the hypercall function's address; hvt: 0.
+    pub hypercall_entry: u64,
+    /// TSC calibration and the wall clock at boot.
+    pub clock: Clock,
+    /// Seed for the kernel's random numbers.
+    pub random_seed: [u8; 32],
+    /// The 16 bytes `AT_RANDOM` points at (libc's stack canary).
+    pub at_random: [u8; 16],
+    /// Host name, NUL padded.
+    pub hostname: [u8; 64],
+}
+
+impl BootParams {
+    /// Parameters with fresh random bytes from the host and the default
+    /// host name.
+    pub fn new(
+        tender: TenderKind,
+        hypercall_entry: u64,
+        clock: Clock,
+    ) -> Result<BootParams, BootError> {
+        let mut random_seed = [0u8; 32];
+        let mut at_random = [0u8; 16];
+        getrandom::fill(&mut random_seed).map_err(BootError::Random)?;
+        getrandom::fill(&mut at_random).map_err(BootError::Random)?;
+        let mut hostname = [0u8; 64];
+        hostname[..HOSTNAME.len()].copy_from_slice(HOSTNAME.as_bytes());
+        Ok(BootParams {
+            tender,
+            hypercall_entry,
+            clock,
+            random_seed,
+            at_random,
+            hostname,
+        })
+    }
+}
+
+/// Where the guest starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryState {
+    /// Instruction pointer: the image's entry point.
+    pub rip: u64,
+    /// Stack pointer: `argc` of the initial process stack, 16-byte aligned.
+    pub rsp: u64,
+    /// First argument: the boot-info address.
+    pub rdi: u64,
+}
+
+/// Copies every segment's file bytes to its address and zeroes the rest of
+/// the page the file bytes end in.
+///
+/// Guest memory must start zeroed (fresh anonymous memory): the bss beyond
+/// that page is not touched, so it stays lazily backed.
+pub fn load_segments(mem: &GuestMemory, image: &Image) -> Result<(), BootError> {
+    for s in image.segments() {
+        mem.write(GuestAddr(s.vaddr), &s.data)
+            .map_err(mem_err("image segment"))?;
+        let file_end = s.vaddr + s.data.len() as u64;
+        let mem_end = s.vaddr + s.memsz;
+        let zero_end = mem_end.min(crate::image::page_up(file_end));
+        if zero_end > file_end {
+            mem.zero(GuestAddr(file_end), zero_end - file_end)
+                .map_err(mem_err("image bss"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies the file-system archive to its planned address.
+pub fn load_archive(mem: &GuestMemory, layout: &Layout, archive: &[u8]) -> Result<(), BootError> {
+    if archive.is_empty() {
+        return Ok(());
+    }
+    mem.write(GuestAddr(layout.archive_addr), archive)
+        .map_err(mem_err("file-system archive"))
+}
+
+/// `cpuid` leaf 1, register edx: what Linux passes as `AT_HWCAP` on x86-64.
+pub fn hwcap() -> u64 {
+    // On every x86-64 CPU cpuid leaf 1 exists.
+    let r = core::arch::x86_64::__cpuid(1);
+    u64::from(r.edx)
+}
+
+/// Writes the boot info, the program headers, the argv/env strings and the
+/// initial process stack; returns where the guest starts.
+///
+/// `argv` and `env` must be those `layout` was planned with.
+pub fn write_boot_state(
+    mem: &GuestMemory,
+    image: &Image,
+    layout: &Layout,
+    argv: &[OsString],
+    env: &[OsString],
+    params: &BootParams,
+) -> Result<EntryState, BootError> {
+    let phdr_addr = BOOT_INFO_ADDR + PHDR_OFFSET;
+    let info = BootInfo {
+        magic: BOOT_INFO_MAGIC,
+        abi_version: ABI_VERSION,
+        tender: params.tender as u32,
+        mem_size: layout.mem_size,
+        image_start: layout.image_start,
+        image_end: layout.image_end,
+        heap_start: layout.heap_start,
+        heap_end: layout.heap_end,
+        stack_base: layout.stack_base,
+        stack_top: layout.stack_top,
+        hypercall_entry: params.hypercall_entry,
+        fs_archive_addr: layout.archive_addr,
+        fs_archive_size: layout.archive_size,
+        tsc_hz: params.clock.tsc_hz,
+        tsc_at_boot: params.clock.tsc_at_boot,
+        realtime_ns_at_boot: params.clock.realtime_ns_at_boot,
+        phdr_addr,
+        phnum: image.phnum(),
+        random_seed: params.random_seed,
+        hostname: params.hostname,
+    };
+    mem.write_obj(GuestAddr(BOOT_INFO_ADDR), &info)
+        .map_err(mem_err("boot info"))?;
+    mem.write(GuestAddr(phdr_addr), image.phdrs())
+        .map_err(mem_err("program headers"))?;
+
+    // The stack frame, from its (aligned) bottom upwards.
+    let nargs = argv.len() as u64;
+    let nenv = env.len() as u64;
+    let random_addr = layout.stack_top - 16;
+    let frame = initial_stack_bytes(nargs, nenv) - 16;
+    let rsp = (random_addr - frame) & !15;
+    mem.write(GuestAddr(random_addr), &params.at_random)
+        .map_err(mem_err("AT_RANDOM bytes"))?;
+
+    let mut word = GuestAddr(rsp);
+    let mut push = |v: u64| -> Result<(), BootError> {
+        mem.write_obj(word, &v).map_err(mem_err("initial stack"))?;
+        word = GuestAddr(word.0 + 8);
+        Ok(())
+    };
+    push(nargs)?;
+    let mut string = GuestAddr(ARGS_ADDR);
+    for list in [argv, env] {
+        for s in list {
+            let b = s.as_bytes();
+            mem.write(string, b).map_err(mem_err("argument strings"))?;
+            mem.write(GuestAddr(string.0 + b.len() as u64), &[0])
+                .map_err(mem_err("argument strings"))?;
+            push(string.0)?;
+            string = GuestAddr(string.0 + b.len() as u64 + 1);
+        }
+        push(0)?;
+    }
+    use auxv::*;
+    let aux = [
+        (AT_PHDR, phdr_addr),
+        (AT_PHENT, crate::image::PHDR_SIZE),
+        (AT_PHNUM, image.phnum()),
+        (AT_PAGESZ, shoal_abi::PAGE_SIZE),
+        (AT_ENTRY, image.entry()),
+        (AT_UID, 0),
+        (AT_EUID, 0),
+        (AT_GID, 0),
+        (AT_EGID, 0),
+        (AT_SECURE, 0),
+        (AT_RANDOM, random_addr),
+        (AT_HWCAP, hwcap()),
+        (AT_CLKTCK, 100),
+        (AT_NULL, 0),
+    ];
+    debug_assert!(aux.len() as u64 <= crate::layout::AUXV_ENTRIES);
+    for (k, v) in aux {
+        push(k)?;
+        push(v)?;
+    }
+    Ok(EntryState {
+        rip: image.entry(),
+        rsp,
+        rdi: BOOT_INFO_ADDR,
+    })
+}

@@ -1,0 +1,501 @@
+//! Reading and checking an image file (the static ELF executable `shoal
+//! build` produced).
+//!
+//! Everything in the file is treated as hostile: every offset, size and
+//! address is checked before it is used, and the checks a tender relies on
+//! later (segments inside the guest image area, no writable-and-executable
+//! memory, an entry point in code) are made here once.
+
+use object::elf;
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
+use object::Endianness;
+use shoal_abi::{
+    AbiNote, ABI_NOTE_MAGIC, ABI_NOTE_SECTION, ABI_VERSION, IMAGE_BASE, PAGE_SIZE, PHDR_OFFSET,
+};
+use std::path::{Path, PathBuf};
+
+/// Highest address (exclusive) any segment may reach: the top of the
+/// canonical lower half of the x86-64 address space.
+pub const IMAGE_ADDR_LIMIT: u64 = 1 << 47;
+
+/// Size of one ELF64 program header.
+pub const PHDR_SIZE: u64 = 56;
+
+/// Most program headers an image may have: their copy must fit in the rest
+/// of the boot-info page after [`PHDR_OFFSET`].
+pub const MAX_PHNUM: u64 = (PAGE_SIZE - PHDR_OFFSET) / PHDR_SIZE;
+
+/// Why an image was refused. Every message names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// The file could not be read.
+    #[error("cannot read image {path}: {source}")]
+    Io {
+        /// The image file.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The file does not start with an ELF header.
+    #[error("{path} is not an ELF file, so it is not a shoal image")]
+    NotElf {
+        /// The image file.
+        path: PathBuf,
+    },
+    /// The file ends before a structure its headers announce.
+    #[error("image {path} is truncated or corrupt: {what}")]
+    Truncated {
+        /// The image file.
+        path: PathBuf,
+        /// Which structure could not be read.
+        what: String,
+    },
+    /// A 32-bit, big-endian or non-x86-64 ELF file.
+    #[error("image {path} is {found}; shoal images are 64-bit little-endian x86-64")]
+    WrongArch {
+        /// The image file.
+        path: PathBuf,
+        /// What the file is instead.
+        found: String,
+    },
+    /// Not a static executable (a relocatable object, a shared object or a
+    /// position-independent executable).
+    #[error("image {path} is {found}; shoal images are static executables linked at fixed addresses (ET_EXEC)")]
+    NotExecutable {
+        /// The image file.
+        path: PathBuf,
+        /// What the file is instead.
+        found: &'static str,
+    },
+    /// The image has no `.note.shoal` section.
+    #[error(
+        "{path} is not a shoal image (it has no {section} section; build it with `shoal build`)"
+    )]
+    NotShoal {
+        /// The image file.
+        path: PathBuf,
+        /// The section that is missing.
+        section: &'static str,
+    },
+    /// The image was built for another ABI version.
+    #[error("image {path} was built for shoal ABI version {found}, this tender speaks {expected}; rebuild it with this shoal")]
+    AbiVersion {
+        /// The image file.
+        path: PathBuf,
+        /// The image's version.
+        found: u32,
+        /// This tender's version.
+        expected: u32,
+    },
+    /// A program header that cannot be loaded as it is.
+    #[error("image {path} has an invalid segment {index}: {reason}")]
+    BadSegment {
+        /// The image file.
+        path: PathBuf,
+        /// Index of the program header.
+        index: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A segment that is both writable and executable.
+    #[error("image {path} has a segment that is both writable and executable (W+X, segment {index} at {vaddr:#x}); shoal refuses such images")]
+    WritableAndExecutable {
+        /// The image file.
+        path: PathBuf,
+        /// Index of the program header.
+        index: usize,
+        /// Its address.
+        vaddr: u64,
+    },
+    /// Two loadable segments share memory.
+    #[error(
+        "image {path} has overlapping segments: {first} and {second} share the page at {page:#x}"
+    )]
+    Overlap {
+        /// The image file.
+        path: PathBuf,
+        /// Index of one segment.
+        first: usize,
+        /// Index of the other.
+        second: usize,
+        /// A page both touch.
+        page: u64,
+    },
+    /// No loadable segment.
+    #[error("image {path} has no loadable segment")]
+    Empty {
+        /// The image file.
+        path: PathBuf,
+    },
+    /// The entry point is not in an executable segment.
+    #[error("image {path} has its entry point {entry:#x} outside its code")]
+    BadEntry {
+        /// The image file.
+        path: PathBuf,
+        /// The entry point.
+        entry: u64,
+    },
+    /// Too many program headers to hand to the guest.
+    #[error(
+        "image {path} has {phnum} program headers; at most {MAX_PHNUM} fit in the boot-info page"
+    )]
+    TooManyHeaders {
+        /// The image file.
+        path: PathBuf,
+        /// How many it has.
+        phnum: u64,
+    },
+}
+
+/// Access permissions of a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Perms {
+    /// Readable.
+    pub read: bool,
+    /// Writable.
+    pub write: bool,
+    /// Executable.
+    pub exec: bool,
+}
+
+/// One `PT_LOAD` segment.
+#[derive(Clone, Debug)]
+pub struct Segment {
+    /// Guest address of the first byte.
+    pub vaddr: u64,
+    /// Size in memory (the bytes past `data.len()` are zero: bss).
+    pub memsz: u64,
+    /// The bytes from the file (`p_filesz` of them).
+    pub data: Vec<u8>,
+    /// Access permissions.
+    pub perms: Perms,
+}
+
+impl Segment {
+    /// First page of the segment.
+    pub fn page_start(&self) -> u64 {
+        page_down(self.vaddr)
+    }
+    /// End of the segment's last page (exclusive).
+    pub fn page_end(&self) -> u64 {
+        // Cannot overflow: checked against IMAGE_ADDR_LIMIT at parse time.
+        page_up(self.vaddr + self.memsz)
+    }
+}
+
+/// The `PT_TLS` program header: the initial image of thread-local storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tls {
+    /// Guest address of the initialised TLS data.
+    pub vaddr: u64,
+    /// Bytes of initialised data.
+    pub filesz: u64,
+    /// Total size (initialised data plus zeroed).
+    pub memsz: u64,
+    /// Alignment.
+    pub align: u64,
+}
+
+/// A checked image, ready to load.
+#[derive(Clone, Debug)]
+pub struct Image {
+    path: PathBuf,
+    entry: u64,
+    segments: Vec<Segment>,
+    phdrs: Vec<u8>,
+    phnum: u64,
+    tls: Option<Tls>,
+}
+
+pub(crate) fn page_down(a: u64) -> u64 {
+    a & !(PAGE_SIZE - 1)
+}
+
+pub(crate) fn page_up(a: u64) -> u64 {
+    a.saturating_add(PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
+}
+
+impl Image {
+    /// Reads and checks the image file at `path`.
+    pub fn open(path: &Path) -> Result<Image, ImageError> {
+        let bytes = std::fs::read(path).map_err(|source| ImageError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Image::parse(path, &bytes)
+    }
+
+    /// Checks the image in `bytes`; `path` only names it in messages.
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Image, ImageError> {
+        let p = || path.to_path_buf();
+        let truncated = |what: &str| ImageError::Truncated {
+            path: p(),
+            what: what.to_string(),
+        };
+
+        // The identification bytes first, so that each kind of wrong file
+        // gets its own message (object's parser says only "unsupported").
+        if bytes.len() < 4 || bytes[0..4] != elf::ELFMAG {
+            return Err(ImageError::NotElf { path: p() });
+        }
+        if bytes.len() < 16 {
+            return Err(truncated("the ELF identification"));
+        }
+        match bytes[4] {
+            elf::ELFCLASS64 => {}
+            elf::ELFCLASS32 => {
+                return Err(ImageError::WrongArch {
+                    path: p(),
+                    found: "a 32-bit ELF file".into(),
+                })
+            }
+            c => {
+                return Err(ImageError::WrongArch {
+                    path: p(),
+                    found: format!("an ELF file of unknown class {c}"),
+                })
+            }
+        }
+        if bytes[5] != elf::ELFDATA2LSB {
+            return Err(ImageError::WrongArch {
+                path: p(),
+                found: "a big-endian ELF file".into(),
+            });
+        }
+        let header = elf::FileHeader64::<Endianness>::parse(bytes)
+            .map_err(|_| truncated("the ELF header"))?;
+        let endian = Endianness::Little;
+        let machine = header.e_machine(endian);
+        if machine != elf::EM_X86_64 {
+            return Err(ImageError::WrongArch {
+                path: p(),
+                found: format!("an ELF file for machine {machine}"),
+            });
+        }
+        match header.e_type(endian) {
+            elf::ET_EXEC => {}
+            elf::ET_DYN => {
+                return Err(ImageError::NotExecutable {
+                    path: p(),
+                    found: "position independent (ET_DYN)",
+                })
+            }
+            elf::ET_REL => {
+                return Err(ImageError::NotExecutable {
+                    path: p(),
+                    found: "a relocatable object (ET_REL)",
+                })
+            }
+            _ => {
+                return Err(ImageError::NotExecutable {
+                    path: p(),
+                    found: "not an executable",
+                })
+            }
+        }
+
+        // The ABI note, before anything else about the contents: an image of
+        // another ABI version may legitimately look different.
+        let sections = header
+            .sections(endian, bytes)
+            .map_err(|_| truncated("the section headers"))?;
+        let (_, note) = sections
+            .section_by_name(endian, ABI_NOTE_SECTION.as_bytes())
+            .ok_or(ImageError::NotShoal {
+                path: p(),
+                section: ABI_NOTE_SECTION,
+            })?;
+        let note_bytes = note
+            .data(endian, bytes)
+            .map_err(|_| truncated("the .note.shoal section"))?;
+        let note = AbiNote::from_bytes(note_bytes)
+            .filter(|n| n.magic == ABI_NOTE_MAGIC)
+            .ok_or(ImageError::NotShoal {
+                path: p(),
+                section: ABI_NOTE_SECTION,
+            })?;
+        if note.abi_version != ABI_VERSION {
+            return Err(ImageError::AbiVersion {
+                path: p(),
+                found: note.abi_version,
+                expected: ABI_VERSION,
+            });
+        }
+
+        let phdrs = header
+            .program_headers(endian, bytes)
+            .map_err(|_| truncated("the program headers"))?;
+        let phnum = phdrs.len() as u64;
+        if phnum > MAX_PHNUM {
+            return Err(ImageError::TooManyHeaders { path: p(), phnum });
+        }
+        let mut segments: Vec<(usize, Segment)> = Vec::new();
+        let mut tls = None;
+        for (index, ph) in phdrs.iter().enumerate() {
+            let bad = |reason: String| ImageError::BadSegment {
+                path: p(),
+                index,
+                reason,
+            };
+            let vaddr = ph.p_vaddr(endian);
+            let memsz = ph.p_memsz(endian);
+            let filesz = ph.p_filesz(endian);
+            let flags = ph.p_flags(endian);
+            match ph.p_type(endian) {
+                elf::PT_LOAD => {}
+                elf::PT_TLS => {
+                    if filesz > memsz {
+                        return Err(bad(format!(
+                            "its TLS file size {filesz:#x} exceeds its memory size {memsz:#x}"
+                        )));
+                    }
+                    if vaddr
+                        .checked_add(memsz)
+                        .is_none_or(|e| e > IMAGE_ADDR_LIMIT)
+                    {
+                        return Err(bad(format!("its TLS image at {vaddr:#x} is out of range")));
+                    }
+                    tls = Some(Tls {
+                        vaddr,
+                        filesz,
+                        memsz,
+                        align: ph.p_align(endian),
+                    });
+                    continue;
+                }
+                elf::PT_INTERP | elf::PT_DYNAMIC => {
+                    return Err(bad(
+                        "the image is dynamically linked; shoal images are static".into(),
+                    ))
+                }
+                _ => continue,
+            }
+            if filesz > memsz {
+                return Err(bad(format!(
+                    "its file size {filesz:#x} exceeds its memory size {memsz:#x}"
+                )));
+            }
+            if memsz == 0 {
+                continue;
+            }
+            if vaddr < IMAGE_BASE {
+                return Err(bad(format!(
+                    "it starts at {vaddr:#x}, below the image base {IMAGE_BASE:#x}"
+                )));
+            }
+            if vaddr
+                .checked_add(memsz)
+                .is_none_or(|e| e > IMAGE_ADDR_LIMIT)
+            {
+                return Err(bad(format!(
+                    "it ends beyond {IMAGE_ADDR_LIMIT:#x} (at {vaddr:#x}, {memsz:#x} bytes)"
+                )));
+            }
+            let data = ph.data(endian, bytes).map_err(|_| {
+                truncated(&format!("segment {index} lies beyond the end of the file"))
+            })?;
+            let perms = Perms {
+                read: flags & elf::PF_R != 0,
+                write: flags & elf::PF_W != 0,
+                exec: flags & elf::PF_X != 0,
+            };
+            if perms.write && perms.exec {
+                return Err(ImageError::WritableAndExecutable {
+                    path: p(),
+                    index,
+                    vaddr,
+                });
+            }
+            segments.push((
+                index,
+                Segment {
+                    vaddr,
+                    memsz,
+                    data: data.to_vec(),
+                    perms,
+                },
+            ));
+        }
+        if segments.is_empty() {
+            return Err(ImageError::Empty { path: p() });
+        }
+        // Overlaps are checked page by page: the tender protects whole pages,
+        // so two segments must not even share one.
+        segments.sort_by_key(|(_, s)| s.vaddr);
+        for w in segments.windows(2) {
+            let (i, a) = &w[0];
+            let (j, b) = &w[1];
+            if b.page_start() < a.page_end() {
+                return Err(ImageError::Overlap {
+                    path: p(),
+                    first: *i,
+                    second: *j,
+                    page: b.page_start(),
+                });
+            }
+        }
+        let entry = header.e_entry(endian);
+        let in_code = segments
+            .iter()
+            .any(|(_, s)| s.perms.exec && entry >= s.vaddr && entry - s.vaddr < s.memsz);
+        if !in_code {
+            return Err(ImageError::BadEntry { path: p(), entry });
+        }
+        let phdr_bytes = object::pod::bytes_of_slice(phdrs).to_vec();
+        Ok(Image {
+            path: path.to_path_buf(),
+            entry,
+            segments: segments.into_iter().map(|(_, s)| s).collect(),
+            phdrs: phdr_bytes,
+            phnum,
+            tls,
+        })
+    }
+
+    /// The file the image was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The ELF entry point (the kernel's `_shoal_start`).
+    pub fn entry(&self) -> u64 {
+        self.entry
+    }
+
+    /// The loadable segments, sorted by address, none overlapping another's
+    /// pages, none writable and executable.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// The raw program header table (what `AT_PHDR` points at in the guest).
+    pub fn phdrs(&self) -> &[u8] {
+        &self.phdrs
+    }
+
+    /// Number of program headers.
+    pub fn phnum(&self) -> u64 {
+        self.phnum
+    }
+
+    /// The `PT_TLS` header, if the image has thread-local storage.
+    pub fn tls(&self) -> Option<Tls> {
+        self.tls
+    }
+
+    /// Lowest page of the image.
+    pub fn start(&self) -> u64 {
+        self.segments
+            .first()
+            .map_or(IMAGE_BASE, Segment::page_start)
+    }
+
+    /// End of the image's highest page (exclusive).
+    pub fn end(&self) -> u64 {
+        self.segments
+            .iter()
+            .map(Segment::page_end)
+            .max()
+            .unwrap_or(IMAGE_BASE)
+    }
+}

@@ -1,0 +1,209 @@
+//! Guest addresses and checked access to guest memory.
+//!
+//! In the style of `vm-memory` and Solo5's checked guest-physical addresses:
+//! a [`GuestMemory`] is a view of the host mapping that backs guest memory,
+//! and the only way to reach a guest byte is an accessor that first checks
+//! that the whole range lies in `[BOOT_INFO_ADDR, size)` without overflow.
+//! Guest-controlled numbers (hypercall arguments) go through the same
+//! accessors, so a tender never forms a host pointer from a guest address it
+//! has not checked.
+//!
+//! Nothing here allocates, so a tender may use it in a forked child and in
+//! its hypercall handlers.
+
+use shoal_abi::BOOT_INFO_ADDR;
+
+/// An address in guest memory (guest-physical on hvt, guest-virtual equal
+/// to host-virtual on spt).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GuestAddr(pub u64);
+
+impl GuestAddr {
+    /// `self + off`, if that does not overflow.
+    pub fn checked_add(self, off: u64) -> Option<GuestAddr> {
+        self.0.checked_add(off).map(GuestAddr)
+    }
+}
+
+impl core::fmt::LowerHex for GuestAddr {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::LowerHex::fmt(&self.0, f)
+    }
+}
+
+/// A guest range that does not lie in guest memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the guest range [{addr:#x}, +{len:#x}) is outside guest memory [{low:#x}, {size:#x})")]
+pub struct MemError {
+    /// Start of the range.
+    pub addr: u64,
+    /// Its length.
+    pub len: u64,
+    /// Lowest accessible guest address.
+    pub low: u64,
+    /// Size of guest memory.
+    pub size: u64,
+}
+
+/// Plain data that may be copied to and from guest memory as bytes: every
+/// bit pattern is a valid value and there is no padding.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` types made of integers and integer
+/// arrays, without padding bytes.
+pub unsafe trait Pod: Copy {}
+
+// SAFETY: all of these are #[repr(C)] structures of u64/i64/u32 fields and
+// byte arrays laid out without padding (shoal-abi's layout test checks the
+// sizes), or plain integers.
+unsafe impl Pod for shoal_abi::BootInfo {}
+// SAFETY: as above.
+unsafe impl Pod for shoal_abi::ConsoleWriteArgs {}
+// SAFETY: as above.
+unsafe impl Pod for shoal_abi::HaltArgs {}
+// SAFETY: as above.
+unsafe impl Pod for shoal_abi::PollArgs {}
+// SAFETY: as above.
+unsafe impl Pod for shoal_abi::FaultArgs {}
+// SAFETY: a plain integer.
+unsafe impl Pod for u64 {}
+// SAFETY: a plain integer.
+unsafe impl Pod for i64 {}
+// SAFETY: a byte array.
+unsafe impl<const N: usize> Pod for [u8; N] {}
+
+/// A view of guest memory `[BOOT_INFO_ADDR, size)` backed by a host mapping.
+///
+/// The view is `Copy`: it holds only the host address and the size. Reads
+/// and writes use unaligned raw copies, never references into guest memory,
+/// so a guest writing concurrently (hvt with several vCPUs) cannot break
+/// Rust's aliasing rules — it can only see torn values, which every reader
+/// of guest data must tolerate anyway.
+#[derive(Clone, Copy, Debug)]
+pub struct GuestMemory {
+    /// Host address of guest address `BOOT_INFO_ADDR`.
+    base: *mut u8,
+    size: u64,
+}
+
+impl GuestMemory {
+    /// The lowest guest address the view gives access to.
+    pub const LOW: u64 = BOOT_INFO_ADDR;
+
+    /// A view of guest memory of `size` bytes whose guest address
+    /// [`GuestMemory::LOW`] is at host address `base`.
+    ///
+    /// # Safety
+    /// `[base, base + size - LOW)` must be mapped readable and writable (or
+    /// at least readable where the tender never writes) for as long as the
+    /// view or any copy of it is used, and must not overlap memory Rust code
+    /// holds references to.
+    pub unsafe fn new(base: *mut u8, size: u64) -> GuestMemory {
+        GuestMemory { base, size }
+    }
+
+    /// Size of guest memory (guest addresses are below it).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Checks that `[addr, addr + len)` lies in guest memory; returns the
+    /// host pointer of `addr`.
+    pub fn host_ptr(&self, addr: GuestAddr, len: u64) -> Result<*mut u8, MemError> {
+        let err = MemError {
+            addr: addr.0,
+            len,
+            low: Self::LOW,
+            size: self.size,
+        };
+        let end = addr.0.checked_add(len).ok_or(err)?;
+        if addr.0 < Self::LOW || end > self.size {
+            return Err(err);
+        }
+        let off = usize::try_from(addr.0 - Self::LOW).map_err(|_| err)?;
+        // `wrapping_add` keeps this a safe computation; the range check above
+        // makes the result lie within the mapping the constructor promised.
+        Ok(self.base.wrapping_add(off))
+    }
+
+    /// Whether `[addr, addr + len)` lies in guest memory.
+    pub fn contains(&self, addr: GuestAddr, len: u64) -> bool {
+        self.host_ptr(addr, len).is_ok()
+    }
+
+    /// Copies `bytes` into guest memory at `addr`.
+    pub fn write(&self, addr: GuestAddr, bytes: &[u8]) -> Result<(), MemError> {
+        let dst = self.host_ptr(addr, bytes.len() as u64)?;
+        // SAFETY: `host_ptr` checked that the whole range is inside the
+        // mapping the constructor's caller vouched for; `bytes` is host
+        // memory and cannot overlap guest memory (the constructor's contract).
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
+        Ok(())
+    }
+
+    /// Copies guest memory at `addr` into `buf`.
+    pub fn read(&self, addr: GuestAddr, buf: &mut [u8]) -> Result<(), MemError> {
+        let src = self.host_ptr(addr, buf.len() as u64)?;
+        // SAFETY: as in `write`, with the roles swapped.
+        unsafe { core::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    /// Fills `[addr, addr + len)` with zeros.
+    pub fn zero(&self, addr: GuestAddr, len: u64) -> Result<(), MemError> {
+        let dst = self.host_ptr(addr, len)?;
+        // SAFETY: range checked by `host_ptr`; `len` fits in usize because
+        // the range lies within a host mapping.
+        unsafe { core::ptr::write_bytes(dst, 0, len as usize) };
+        Ok(())
+    }
+
+    /// Writes the plain-data value `v` at `addr` (no alignment needed).
+    pub fn write_obj<T: Pod>(&self, addr: GuestAddr, v: &T) -> Result<(), MemError> {
+        let dst = self.host_ptr(addr, core::mem::size_of::<T>() as u64)?;
+        // SAFETY: range checked; unaligned write of a Pod value.
+        unsafe { core::ptr::write_unaligned(dst.cast::<T>(), *v) };
+        Ok(())
+    }
+
+    /// Reads a plain-data value at `addr` (no alignment needed).
+    pub fn read_obj<T: Pod>(&self, addr: GuestAddr) -> Result<T, MemError> {
+        let src = self.host_ptr(addr, core::mem::size_of::<T>() as u64)?;
+        // SAFETY: range checked; any bit pattern is a valid `T` (Pod).
+        Ok(unsafe { core::ptr::read_unaligned(src.cast::<T>()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accessor_checks_bounds() {
+        let mut backing = vec![0u8; 0x2000];
+        // SAFETY: the vector outlives the view and is not otherwise borrowed
+        // while the view is used.
+        let m = unsafe { GuestMemory::new(backing.as_mut_ptr(), GuestMemory::LOW + 0x2000) };
+        assert!(m.write(GuestAddr(GuestMemory::LOW), b"abc").is_ok());
+        assert!(m.write(GuestAddr(GuestMemory::LOW - 1), b"a").is_err());
+        assert!(m
+            .write(GuestAddr(GuestMemory::LOW + 0x1fff), b"ab")
+            .is_err());
+        assert!(m.write(GuestAddr(GuestMemory::LOW + 0x1fff), b"a").is_ok());
+        assert!(m.host_ptr(GuestAddr(u64::MAX), 2).is_err());
+        assert!(m
+            .host_ptr(GuestAddr(GuestMemory::LOW + 1), u64::MAX)
+            .is_err());
+        assert!(m.host_ptr(GuestAddr(0), 0).is_err());
+        m.write_obj(GuestAddr(GuestMemory::LOW + 3), &0x1122_3344_5566_7788u64)
+            .unwrap();
+        assert_eq!(
+            m.read_obj::<u64>(GuestAddr(GuestMemory::LOW + 3)).unwrap(),
+            0x1122_3344_5566_7788
+        );
+        let mut b = [0u8; 3];
+        m.read(GuestAddr(GuestMemory::LOW), &mut b).unwrap();
+        assert_eq!(&b, b"abc");
+        drop(backing);
+    }
+}

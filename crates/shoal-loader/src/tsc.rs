@@ -1,0 +1,186 @@
+//! TSC calibration: the guest keeps time by reading the TSC (DESIGN §3), so
+//! the tender tells it the TSC frequency and one (TSC, wall clock) pair.
+//!
+//! Measuring the frequency takes about 20 ms, too much for every cold start,
+//! so it is done once per host boot and cached in a small file keyed by
+//! `/proc/sys/kernel/random/boot_id`: `/dev/shm/shoal-tsc-<uid>` (or
+//! `$XDG_RUNTIME_DIR/shoal-tsc` when `/dev/shm` is missing). The cache is
+//! only trusted if it is a regular file owned by the current user and holds
+//! a plausible frequency; otherwise it is measured again and rewritten
+//! atomically.
+
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+/// How long the calibration measures.
+pub const CALIBRATION_NS: u64 = 20_000_000;
+/// Plausible TSC frequencies (100 MHz to 20 GHz): anything else in a cache
+/// file is ignored.
+pub const PLAUSIBLE_HZ: core::ops::RangeInclusive<u64> = 100_000_000..=20_000_000_000;
+
+/// Why the clock could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TscError {
+    /// The measurement gave an impossible frequency.
+    #[error("the TSC calibration measured {0} Hz, which is implausible; is the TSC stable on this host?")]
+    Implausible(u64),
+}
+
+/// Clock information for the boot info.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Clock {
+    /// TSC ticks per second.
+    pub tsc_hz: u64,
+    /// A TSC value ...
+    pub tsc_at_boot: u64,
+    /// ... and CLOCK_REALTIME (ns since the epoch) read right next to it.
+    pub realtime_ns_at_boot: u64,
+}
+
+impl Clock {
+    /// Reads the (TSC, realtime) pair now, for a calibration of `tsc_hz`.
+    /// Does not allocate; uses only `clock_gettime` (normally the vDSO).
+    pub fn now(tsc_hz: u64) -> Clock {
+        let (tsc_at_boot, realtime_ns_at_boot) = tsc_pair(libc::CLOCK_REALTIME);
+        Clock {
+            tsc_hz,
+            tsc_at_boot,
+            realtime_ns_at_boot,
+        }
+    }
+}
+
+/// Reads the TSC.
+pub fn rdtsc() -> u64 {
+    // SAFETY: rdtsc has no memory effects and exists on every x86-64 CPU;
+    // Linux allows it in user mode unless a process disabled it (PR_SET_TSC),
+    // which shoal never does.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// `clock_gettime(clock)` in nanoseconds.
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clocks used here
+    // always exist on Linux, so the call cannot fail.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+/// A TSC value and `clock` read as closely together as possible: the read
+/// with the shortest TSC bracket out of a few tries.
+fn tsc_pair(clock: libc::clockid_t) -> (u64, u64) {
+    let mut best = (u64::MAX, 0, 0);
+    for _ in 0..5 {
+        let t0 = rdtsc();
+        let ns = clock_ns(clock);
+        let t1 = rdtsc();
+        let gap = t1.wrapping_sub(t0);
+        if gap < best.0 {
+            best = (gap, t0 + gap / 2, ns);
+        }
+    }
+    (best.1, best.2)
+}
+
+/// Measures the TSC frequency against CLOCK_MONOTONIC_RAW over
+/// [`CALIBRATION_NS`].
+pub fn measure_tsc_hz() -> Result<u64, TscError> {
+    let (tsc0, ns0) = tsc_pair(libc::CLOCK_MONOTONIC_RAW);
+    std::thread::sleep(std::time::Duration::from_nanos(CALIBRATION_NS));
+    let (tsc1, ns1) = tsc_pair(libc::CLOCK_MONOTONIC_RAW);
+    let dns = ns1.saturating_sub(ns0).max(1);
+    let hz = (u128::from(tsc1.wrapping_sub(tsc0)) * 1_000_000_000 / u128::from(dns)) as u64;
+    if !PLAUSIBLE_HZ.contains(&hz) {
+        return Err(TscError::Implausible(hz));
+    }
+    // Round to 100 kHz: the measurement is not more precise than that, and
+    // identical values across instances are nicer to look at.
+    Ok((hz + 50_000) / 100_000 * 100_000)
+}
+
+fn boot_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = id.trim();
+    (!id.is_empty() && id.len() <= 64).then(|| id.to_string())
+}
+
+/// Where the calibration is cached.
+pub fn cache_path() -> Option<PathBuf> {
+    // SAFETY: getuid cannot fail and has no memory effects.
+    let uid = unsafe { libc::getuid() };
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        return Some(shm.join(format!("shoal-tsc-{uid}")));
+    }
+    std::env::var_os("XDG_RUNTIME_DIR").map(|d| PathBuf::from(d).join("shoal-tsc"))
+}
+
+fn read_cache(path: &std::path::Path, boot_id: &str) -> Option<u64> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    // SAFETY: getuid cannot fail and has no memory effects.
+    let uid = unsafe { libc::getuid() };
+    if !meta.file_type().is_file() || meta.uid() != uid || meta.len() > 256 {
+        return None;
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut words = text.split_whitespace();
+    let (id, hz) = (words.next()?, words.next()?);
+    let hz: u64 = hz.parse().ok()?;
+    (id == boot_id && PLAUSIBLE_HZ.contains(&hz)).then_some(hz)
+}
+
+fn write_cache(path: &std::path::Path, boot_id: &str, hz: u64) {
+    // Best effort: a failure only means measuring again next time.
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let ok = std::fs::File::create(&tmp)
+        .and_then(|mut f| writeln!(f, "{boot_id} {hz}"))
+        .is_ok();
+    if !ok || std::fs::rename(&tmp, path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// The TSC frequency: from the per-boot cache, or measured (about 20 ms)
+/// and cached.
+pub fn tsc_hz() -> Result<u64, TscError> {
+    let id = boot_id();
+    let path = cache_path();
+    if let (Some(id), Some(path)) = (&id, &path) {
+        if let Some(hz) = read_cache(path, id) {
+            return Ok(hz);
+        }
+    }
+    let hz = measure_tsc_hz()?;
+    if let (Some(id), Some(path)) = (&id, &path) {
+        write_cache(path, id, hz);
+    }
+    Ok(hz)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calibration_is_plausible_and_cached() {
+        let hz = tsc_hz().unwrap();
+        assert!(PLAUSIBLE_HZ.contains(&hz));
+        let t = std::time::Instant::now();
+        assert_eq!(tsc_hz().unwrap(), hz);
+        if boot_id().is_some() && cache_path().is_some_and(|p| p.is_file()) {
+            assert!(
+                t.elapsed() < std::time::Duration::from_millis(15),
+                "cached calibration is slow"
+            );
+        }
+        let c = Clock::now(hz);
+        assert!(c.realtime_ns_at_boot > 1_600_000_000_000_000_000);
+    }
+}

@@ -1,0 +1,248 @@
+//! The forked child: maps guest memory, fills it, locks itself down and
+//! jumps into the guest. Nothing here allocates (the parent may have other
+//! threads holding the allocator's lock at fork time); failures are printed
+//! as `shoal: …` on stderr and end the child with
+//! [`crate::EXIT_TENDER_FAILED`].
+
+use crate::hypercall::{self, say, MAX_RO};
+use crate::signals::{self, Report};
+use crate::{sys, MemoryMode, EXIT_TENDER_FAILED};
+use seccompiler::BpfProgram;
+use shoal_abi::{BOOT_INFO_ADDR, PAGE_SIZE};
+use shoal_loader::{
+    load_archive, load_segments, write_boot_state, BootError, BootParams, Clock, EntryState,
+    GuestMemory, Image, Layout,
+};
+use std::ffi::OsString;
+use std::os::fd::RawFd;
+
+/// Size of the hypercall handlers' stack.
+const HANDLER_STACK: usize = 256 << 10;
+/// Size of the alternate signal stack.
+const SIGNAL_STACK: usize = 64 << 10;
+
+/// Everything the child needs, prepared by the parent before forking.
+pub(crate) struct Prepared<'a> {
+    pub image: &'a Image,
+    pub layout: Layout,
+    pub archive: &'a [u8],
+    pub argv: &'a [OsString],
+    pub env: &'a [OsString],
+    pub params: BootParams,
+    pub filter: &'a BpfProgram,
+    pub report: *mut Report,
+    pub mode: MemoryMode,
+    pub stdout: Option<RawFd>,
+    pub stderr: Option<RawFd>,
+    pub parent: libc::pid_t,
+}
+
+/// An errno, printed without allocating (std's `io::Error` display
+/// allocates its description).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Errno(pub i32);
+
+impl Errno {
+    fn last(e: std::io::Error) -> Errno {
+        Errno(e.raw_os_error().unwrap_or(0))
+    }
+}
+
+impl core::fmt::Display for Errno {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let name = match self.0 {
+            libc::EPERM => "operation not permitted",
+            libc::ENOMEM => "out of memory",
+            libc::EEXIST => "address range in use",
+            libc::EINVAL => "invalid argument",
+            libc::EBADF => "bad file descriptor",
+            libc::EACCES => "permission denied",
+            libc::EFAULT => "bad address",
+            _ => "error",
+        };
+        write!(f, "{name} (errno {})", self.0)
+    }
+}
+
+/// Why the child could not start the guest.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ChildError {
+    #[error("cannot redirect the guest's console: {0}")]
+    Redirect(Errno),
+    #[error("guest memory [{start:#x}, {end:#x}) collides with the tender's own mappings; try a smaller --mem")]
+    Collision { start: u64, end: u64 },
+    #[error("cannot map {size} of guest memory at {start:#x}: {err}")]
+    Map {
+        start: u64,
+        size: &'static str,
+        err: Errno,
+    },
+    #[error("{0}")]
+    Boot(BootError),
+    #[error("cannot protect guest memory [{start:#x}, {end:#x}): {err}")]
+    Protect { start: u64, end: u64, err: Errno },
+    #[error("cannot set up the tender's stacks or signal handlers: {0}")]
+    Setup(Errno),
+    #[error("cannot install the seccomp filter: {0}")]
+    Filter(Errno),
+}
+
+/// Runs the child; never returns.
+pub(crate) fn start(p: &Prepared<'_>) -> ! {
+    match setup(p) {
+        Ok(entry) => enter(entry),
+        Err(e) => {
+            say(format_args!("{e}"));
+            sys::exit(EXIT_TENDER_FAILED)
+        }
+    }
+}
+
+fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
+    sys::reset_signals();
+    // If the parent is gone already, PDEATHSIG will never come: leave.
+    if sys::die_with_parent().is_err() || sys::getppid() != p.parent {
+        sys::exit(EXIT_TENDER_FAILED);
+    }
+    if let Some(fd) = p.stdout {
+        sys::dup2(fd, 1).map_err(|e| ChildError::Redirect(Errno::last(e)))?;
+    }
+    if let Some(fd) = p.stderr {
+        sys::dup2(fd, 2).map_err(|e| ChildError::Redirect(Errno::last(e)))?;
+    }
+    sys::no_core_dumps().map_err(|e| ChildError::Setup(Errno::last(e)))?;
+
+    // Guest memory at its own address, lazily backed.
+    let mem_size = p.layout.mem_size;
+    let len = mem_size - BOOT_INFO_ADDR;
+    // SAFETY: MAP_FIXED_NOREPLACE cannot replace anything the tender uses.
+    unsafe { sys::mmap_fixed_noreplace(BOOT_INFO_ADDR, len, libc::PROT_READ | libc::PROT_WRITE) }
+        .map_err(|e| match e.raw_os_error() {
+        Some(libc::EEXIST) => ChildError::Collision {
+            start: BOOT_INFO_ADDR,
+            end: mem_size,
+        },
+        _ => ChildError::Map {
+            start: BOOT_INFO_ADDR,
+            size: "the requested size",
+            err: Errno::last(e),
+        },
+    })?;
+    if p.mode == MemoryMode::Ksm {
+        // Best effort: without KSM the instance still runs, unshared.
+        // SAFETY: advice only; the range is the guest mapping.
+        let _ = unsafe { sys::madvise_mergeable(BOOT_INFO_ADDR, len) };
+    }
+    let base = core::ptr::with_exposed_provenance_mut::<u8>(BOOT_INFO_ADDR as usize);
+    // SAFETY: just mapped read-write; nothing in the tender refers to it.
+    let mem = unsafe { GuestMemory::new(base, mem_size) };
+    load_segments(&mem, p.image).map_err(ChildError::Boot)?;
+    load_archive(&mem, &p.layout, p.archive).map_err(ChildError::Boot)?;
+    let mut params = p.params;
+    params.clock = Clock::now(params.clock.tsc_hz);
+    let entry = write_boot_state(&mem, p.image, &p.layout, p.argv, p.env, &params)
+        .map_err(ChildError::Boot)?;
+
+    // Protections: code R+X, read-only data R, archive R, boot-info page R.
+    let mut ro = [(0u64, 0u64); MAX_RO];
+    let mut n = 0;
+    let mut protect = |start: u64, end: u64, prot: libc::c_int| -> Result<(), ChildError> {
+        if start >= end {
+            return Ok(());
+        }
+        // SAFETY: the range is guest memory, which no Rust code references.
+        unsafe { sys::mprotect(start, end - start, prot) }.map_err(|e| ChildError::Protect {
+            start,
+            end,
+            err: Errno::last(e),
+        })?;
+        if n < MAX_RO {
+            ro[n] = (start, end);
+            n += 1;
+        }
+        Ok(())
+    };
+    for s in p.image.segments() {
+        if s.perms.exec {
+            protect(
+                s.page_start(),
+                s.page_end(),
+                libc::PROT_READ | libc::PROT_EXEC,
+            )?;
+        } else if !s.perms.write {
+            protect(s.page_start(), s.page_end(), libc::PROT_READ)?;
+        }
+    }
+    if !p.archive.is_empty() {
+        let end = (p.layout.archive_addr + p.archive.len() as u64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        protect(p.layout.archive_addr, end, libc::PROT_READ)?;
+    }
+    protect(BOOT_INFO_ADDR, BOOT_INFO_ADDR + PAGE_SIZE, libc::PROT_READ)?;
+
+    // The handlers' stack (with a guard page below) and the signal stack.
+    let setup_err = |e: std::io::Error| ChildError::Setup(Errno::last(e));
+    let stack = sys::mmap_anon(
+        HANDLER_STACK + PAGE_SIZE as usize,
+        libc::PROT_READ | libc::PROT_WRITE,
+        false,
+    )
+    .map_err(setup_err)?;
+    // SAFETY: the guard page is the lowest page of the fresh stack mapping.
+    unsafe { sys::mprotect(stack as u64, PAGE_SIZE, libc::PROT_NONE) }.map_err(setup_err)?;
+    let stack_top = stack as u64 + PAGE_SIZE + HANDLER_STACK as u64;
+    let sigstack = sys::mmap_anon(SIGNAL_STACK, libc::PROT_READ | libc::PROT_WRITE, false)
+        .map_err(setup_err)?;
+    // SAFETY: a fresh mapping used for nothing else.
+    unsafe { sys::sigaltstack(sigstack, SIGNAL_STACK) }.map_err(setup_err)?;
+    signals::set_report(p.report);
+    // SAFETY: the handlers use no thread pointer and do not allocate.
+    unsafe {
+        sys::set_handler(libc::SIGSYS, signals::on_sigsys).map_err(setup_err)?;
+        for sig in signals::CRASH_SIGNALS {
+            sys::set_handler(sig, signals::on_crash).map_err(setup_err)?;
+        }
+    }
+    hypercall::install(sys::rdfsbase(), stack_top, mem_size, &ro[..n]);
+
+    // Last: no_new_privs and the filter. From here on only the allow-list.
+    seccompiler::apply_filter(p.filter).map_err(|e| {
+        ChildError::Filter(match e {
+            seccompiler::Error::Prctl(e) | seccompiler::Error::Seccomp(e) => Errno::last(e),
+            _ => Errno(0),
+        })
+    })?;
+    Ok(entry)
+}
+
+/// Jumps to the guest: `rsp` at argc, `rdi` = boot info, every other
+/// general-purpose register and the FS base zero, direction flag clear.
+fn enter(e: EntryState) -> ! {
+    // SAFETY: the guest image is loaded and protected, its stack and boot
+    // info written; the guest never returns here (it leaves through the
+    // halt hypercall, a fault, or the filter).
+    unsafe {
+        core::arch::asm!(
+            "mov rsp, r13",
+            "xor eax, eax",
+            "wrfsbase rax",
+            "xor ebx, ebx",
+            "xor ecx, ecx",
+            "xor edx, edx",
+            "xor esi, esi",
+            "xor ebp, ebp",
+            "xor r8d, r8d",
+            "xor r9d, r9d",
+            "xor r10d, r10d",
+            "xor r11d, r11d",
+            "xor r13d, r13d",
+            "xor r14d, r14d",
+            "xor r15d, r15d",
+            "cld",
+            "jmp r12",
+            in("r12") e.rip,
+            in("r13") e.rsp,
+            in("rdi") e.rdi,
+            options(noreturn)
+        )
+    }
+}

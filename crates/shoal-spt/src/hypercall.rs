@@ -1,0 +1,276 @@
+//! The hypercall entry the guest calls (`BootInfo::hypercall_entry`) and
+//! the handlers behind it.
+//!
+//! The guest calls [`entry`] as `extern "C" fn(nr: u64, arg: u64)` on its
+//! own stack with its own FS base (its libc's thread pointer). The naked
+//! trampoline saves the guest FS base, loads the tender's (so the Rust and
+//! glibc code of the handler find their thread-local storage: `errno`),
+//! switches to a tender-owned stack, calls [`handle`], and undoes both.
+//!
+//! Every argument is hostile: the argument structure must lie entirely in
+//! guest memory, and for hypercalls that write results back, in memory the
+//! guest can write (not code, read-only data, the archive or the boot-info
+//! page). A violation stops the instance with status
+//! [`crate::EXIT_STOPPED`] and a `shoal: the guest made an invalid hypercall`
+//! message. Buffers named inside an argument structure are checked too, but
+//! a bad one only fails that call (`-EFAULT`).
+//!
+//! The handlers do not allocate (malloc may call `mmap`, which the filter
+//! forbids) and make only the system calls in `crate::filter`.
+
+use crate::EXIT_STOPPED;
+use core::fmt::Write;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use shoal_abi::{
+    ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, PollArgs, BOOT_INFO_ADDR, CONSOLE_STDERR,
+    CONSOLE_STDOUT,
+};
+use shoal_loader::{GuestAddr, GuestMemory, Pod};
+
+static TENDER_FS: AtomicU64 = AtomicU64::new(0);
+static STACK_TOP: AtomicU64 = AtomicU64::new(0);
+static MEM_SIZE: AtomicU64 = AtomicU64::new(0);
+
+/// Most read-only guest ranges the handlers know about.
+pub const MAX_RO: usize = 64;
+static RO: [[AtomicU64; 2]; MAX_RO] = [const { [AtomicU64::new(0), AtomicU64::new(0)] }; MAX_RO];
+static RO_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets up the handlers' state (in the child, before entering the guest):
+/// the tender's FS base, the top of the handler stack (16-byte aligned),
+/// the guest memory size and the guest ranges that are mapped read-only.
+pub fn install(tender_fs: u64, stack_top: u64, mem_size: u64, read_only: &[(u64, u64)]) {
+    TENDER_FS.store(tender_fs, Ordering::Relaxed);
+    STACK_TOP.store(stack_top & !15, Ordering::Relaxed);
+    MEM_SIZE.store(mem_size, Ordering::Relaxed);
+    let n = read_only.len().min(MAX_RO);
+    for (slot, &(start, end)) in RO.iter().zip(read_only) {
+        slot[0].store(start, Ordering::Relaxed);
+        slot[1].store(end, Ordering::Relaxed);
+    }
+    RO_COUNT.store(n, Ordering::Relaxed);
+}
+
+/// The hypercall entry: the address the guest finds in
+/// `BootInfo::hypercall_entry`.
+///
+/// # Safety
+/// Only the guest calls this, from the child after [`install`].
+#[unsafe(naked)]
+pub unsafe extern "C" fn entry(nr: u64, arg: u64) {
+    core::arch::naked_asm!(
+        "push rbx",
+        "push rbp",
+        "mov rbp, rsp",
+        "rdfsbase rbx",
+        "mov rax, qword ptr [rip + {fs}]",
+        "wrfsbase rax",
+        "mov rsp, qword ptr [rip + {stack}]",
+        "call {handle}",
+        "wrfsbase rbx",
+        "mov rsp, rbp",
+        "pop rbp",
+        "pop rbx",
+        "ret",
+        fs = sym TENDER_FS,
+        stack = sym STACK_TOP,
+        handle = sym handle,
+    )
+}
+
+/// A message built on the stack, truncated if too long.
+struct Msg {
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl Msg {
+    fn new() -> Msg {
+        Msg {
+            buf: [0; 512],
+            len: 0,
+        }
+    }
+}
+
+impl Write for Msg {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let room = self.buf.len() - self.len;
+        let n = s.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// Writes `shoal: <message>` and a newline to stderr without allocating.
+pub fn say(args: core::fmt::Arguments<'_>) {
+    let mut m = Msg::new();
+    let _ = m.write_str("shoal: ");
+    let _ = m.write_fmt(args);
+    if m.len == m.buf.len() {
+        m.len -= 1;
+    }
+    m.buf[m.len] = b'\n';
+    let _ = crate::sys::write_all(2, &m.buf[..m.len + 1]);
+}
+
+/// Prints the message and stops the instance with `status`.
+pub fn stop(status: i32, args: core::fmt::Arguments<'_>) -> ! {
+    say(args);
+    crate::sys::exit(status)
+}
+
+fn mem() -> GuestMemory {
+    let base = core::ptr::with_exposed_provenance_mut::<u8>(BOOT_INFO_ADDR as usize);
+    // SAFETY: the child mapped [BOOT_INFO_ADDR, MEM_SIZE) at its own address
+    // before entering the guest and never unmaps it; the tender holds no
+    // references into it.
+    unsafe { GuestMemory::new(base, MEM_SIZE.load(Ordering::Relaxed)) }
+}
+
+fn writable(addr: u64, len: u64) -> bool {
+    if !mem().contains(GuestAddr(addr), len) {
+        return false;
+    }
+    let end = addr + len; // no overflow: checked by `contains`
+    let n = RO_COUNT.load(Ordering::Relaxed);
+    !RO.iter().take(n).any(|r| {
+        let (s, e) = (r[0].load(Ordering::Relaxed), r[1].load(Ordering::Relaxed));
+        addr < e && s < end
+    })
+}
+
+fn name(nr: u64) -> &'static str {
+    match Hypercall::from_nr(nr) {
+        Some(Hypercall::ConsoleWrite) => "console write",
+        Some(Hypercall::Halt) => "halt",
+        Some(Hypercall::Poll) => "poll",
+        Some(Hypercall::Fault) => "fault",
+        None => "unknown",
+    }
+}
+
+/// Reads the argument structure of hypercall `nr` at `arg`, stopping the
+/// instance if it is not (writable, with `write`) guest memory.
+fn args<T: Pod>(nr: u64, arg: u64, write: bool) -> T {
+    let len = core::mem::size_of::<T>() as u64;
+    let ok = if write {
+        writable(arg, len)
+    } else {
+        mem().contains(GuestAddr(arg), len)
+    };
+    match mem().read_obj::<T>(GuestAddr(arg)) {
+        Ok(v) if ok => v,
+        _ => stop(
+            EXIT_STOPPED,
+            format_args!(
+                "the guest made an invalid hypercall: {} ({nr}) with its {len}-byte argument at {arg:#x}, outside {}",
+                name(nr),
+                if write { "writable guest memory" } else { "guest memory" }
+            ),
+        ),
+    }
+}
+
+fn put<T: Pod>(arg: u64, v: &T) {
+    // Cannot fail: `args` checked the same range as writable.
+    let _ = mem().write_obj(GuestAddr(arg), v);
+}
+
+/// The hypercall dispatcher, called by [`entry`] on the tender's stack with
+/// the tender's FS base.
+pub extern "C" fn handle(nr: u64, arg: u64) {
+    match Hypercall::from_nr(nr) {
+        Some(Hypercall::ConsoleWrite) => {
+            let mut a: ConsoleWriteArgs = args(nr, arg, true);
+            a.ret = console_write(&a);
+            put(arg, &a);
+        }
+        Some(Hypercall::Halt) => {
+            let a: HaltArgs = args(nr, arg, false);
+            crate::sys::exit((a.status & 0xff) as i32)
+        }
+        Some(Hypercall::Poll) => {
+            let mut a: PollArgs = args(nr, arg, true);
+            a.ready_set = 0;
+            a.ret = 0;
+            if a.wait_set != 0 {
+                // No devices yet: nothing can be waited for.
+                a.ret = -i64::from(libc::EINVAL);
+            } else if a.timeout_ns == u64::MAX {
+                stop(EXIT_STOPPED, format_args!("the guest blocked forever with nothing to wake it"));
+            } else {
+                crate::sys::sleep_ns(a.timeout_ns);
+            }
+            put(arg, &a);
+        }
+        Some(Hypercall::Fault) => {
+            let a: FaultArgs = args(nr, arg, false);
+            stop(
+                EXIT_STOPPED,
+                format_args!(
+                    "guest fault: vector {} ({}) at rip {:#x}, rsp {:#x}, error code {:#x}, address {:#x}",
+                    a.vector,
+                    vector_name(a.vector),
+                    a.rip,
+                    a.rsp,
+                    a.error_code,
+                    a.cr2
+                ),
+            )
+        }
+        None => stop(
+            EXIT_STOPPED,
+            format_args!("the guest made an invalid hypercall: number {nr} does not exist (argument {arg:#x})"),
+        ),
+    }
+}
+
+fn console_write(a: &ConsoleWriteArgs) -> i64 {
+    let fd = match a.stream {
+        CONSOLE_STDOUT => 1,
+        CONSOLE_STDERR => 2,
+        _ => return -i64::from(libc::EINVAL),
+    };
+    let Ok(ptr) = mem().host_ptr(GuestAddr(a.buf), a.len) else {
+        return -i64::from(libc::EFAULT);
+    };
+    let mut done: u64 = 0;
+    while done < a.len {
+        let chunk = (a.len - done).min(1 << 30) as usize;
+        // SAFETY: [ptr, ptr + len) was checked to lie in guest memory, all of
+        // which is mapped at least readable.
+        match unsafe { crate::sys::write_raw(fd, ptr.wrapping_add(done as usize), chunk) } {
+            Ok(0) => break,
+            Ok(n) => done += n as u64,
+            Err(libc::EINTR) => {}
+            Err(e) if done == 0 => return -i64::from(e),
+            Err(_) => break,
+        }
+    }
+    done as i64
+}
+
+fn vector_name(v: u64) -> &'static str {
+    match v {
+        0 => "#DE divide error",
+        1 => "#DB debug",
+        3 => "#BP breakpoint",
+        4 => "#OF overflow",
+        5 => "#BR bound range",
+        6 => "#UD invalid opcode",
+        7 => "#NM device not available",
+        8 => "#DF double fault",
+        10 => "#TS invalid TSS",
+        11 => "#NP segment not present",
+        12 => "#SS stack fault",
+        13 => "#GP general protection",
+        14 => "#PF page fault",
+        16 => "#MF x87 error",
+        17 => "#AC alignment check",
+        18 => "#MC machine check",
+        19 => "#XM SIMD error",
+        _ => "unknown exception",
+    }
+}

@@ -1,0 +1,335 @@
+//! Every system call spt makes, each wrapped once. Functions that can break
+//! memory safety (mapping, protecting, forking) are `unsafe fn` with their
+//! contract written down; the rest are safe.
+//!
+//! Functions marked *filtered* are also used after the seccomp filter is
+//! installed and must only make the system calls it allows.
+
+use std::io;
+use std::os::fd::RawFd;
+
+/// `MAP_FIXED_NOREPLACE` (Linux 4.17; not in every `libc` crate target).
+pub const MAP_FIXED_NOREPLACE: libc::c_int = 0x10_0000;
+/// `AT_HWCAP2` auxiliary vector key.
+const AT_HWCAP2: libc::c_ulong = 26;
+/// `HWCAP2_FSGSBASE`: the kernel allows `rdfsbase`/`wrfsbase` in user mode.
+const HWCAP2_FSGSBASE: libc::c_ulong = 1 << 1;
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether user-mode `rdfsbase`/`wrfsbase` are enabled.
+pub fn has_fsgsbase() -> bool {
+    // SAFETY: getauxval only reads the process's auxiliary vector.
+    unsafe { libc::getauxval(AT_HWCAP2) & HWCAP2_FSGSBASE != 0 }
+}
+
+/// The result of [`fork`].
+pub enum Fork {
+    /// In the parent: the child's pid.
+    Parent(libc::pid_t),
+    /// In the child.
+    Child,
+}
+
+/// `fork(2)`.
+///
+/// # Safety
+/// In a multi-threaded process the child may only call async-signal-safe
+/// functions (no allocation, no locks) until it exits or execs.
+pub unsafe fn fork() -> io::Result<Fork> {
+    // SAFETY: the caller upholds the contract on the child.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Fork::Child),
+        p => Ok(Fork::Parent(p)),
+    }
+}
+
+/// `waitpid(pid, 0)`, retried on `EINTR`; returns the raw wait status.
+pub fn waitpid(pid: libc::pid_t) -> io::Result<libc::c_int> {
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is a valid out-pointer.
+        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if rc == pid {
+            return Ok(status);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Maps `len` bytes of private anonymous, lazily backed (`MAP_NORESERVE`)
+/// memory at exactly `addr`, failing with `EEXIST` if anything is there.
+///
+/// # Safety
+/// None beyond what `MAP_FIXED_NOREPLACE` guarantees (it never replaces a
+/// mapping); unsafe because it creates memory Rust does not track.
+pub unsafe fn mmap_fixed_noreplace(addr: u64, len: u64, prot: libc::c_int) -> io::Result<()> {
+    // SAFETY: MAP_FIXED_NOREPLACE never clobbers an existing mapping.
+    let p = unsafe {
+        libc::mmap(
+            addr as usize as *mut libc::c_void,
+            len as usize,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    if p as usize as u64 != addr {
+        // Kernels before 4.17 ignore the flag and pick another address.
+        // SAFETY: `p` is the mapping just created, used by nobody.
+        unsafe { libc::munmap(p, len as usize) };
+        return Err(io::Error::from_raw_os_error(libc::EEXIST));
+    }
+    Ok(())
+}
+
+/// Maps `len` bytes of anonymous memory anywhere; `shared` makes it shared
+/// with children forked later.
+pub fn mmap_anon(len: usize, prot: libc::c_int, shared: bool) -> io::Result<*mut u8> {
+    let kind = if shared {
+        libc::MAP_SHARED
+    } else {
+        libc::MAP_PRIVATE
+    };
+    // SAFETY: a fresh mapping at an address the kernel chooses affects no
+    // existing memory.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            prot,
+            kind | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(p.cast())
+    }
+}
+
+/// `munmap(2)`.
+///
+/// # Safety
+/// Nothing may use `[addr, addr + len)` afterwards.
+pub unsafe fn munmap(addr: *mut u8, len: usize) {
+    // SAFETY: the caller guarantees the range is no longer used.
+    unsafe { libc::munmap(addr.cast(), len) };
+}
+
+/// `mprotect(2)`.
+///
+/// # Safety
+/// Rust code must not rely on accesses to the range that `prot` forbids.
+pub unsafe fn mprotect(addr: u64, len: u64, prot: libc::c_int) -> io::Result<()> {
+    // SAFETY: the caller vouches for the range.
+    check(unsafe { libc::mprotect(addr as usize as *mut libc::c_void, len as usize, prot) })
+}
+
+/// `dup2(2)`.
+pub fn dup2(from: RawFd, to: RawFd) -> io::Result<()> {
+    // SAFETY: dup2 only changes the descriptor table.
+    let rc = unsafe { libc::dup2(from, to) };
+    check(if rc == -1 { -1 } else { 0 })
+}
+
+/// Writes all of `bytes` to `fd`, retrying short writes and `EINTR`.
+/// *Filtered* (for fds 1 and 2): uses only `write`.
+pub fn write_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), i32> {
+    while !bytes.is_empty() {
+        match write(fd, bytes) {
+            Ok(0) => return Err(libc::EIO),
+            Ok(n) => bytes = bytes.get(n..).unwrap_or_default(),
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// One `write(2)`; returns bytes written or the errno. *Filtered*.
+pub fn write(fd: RawFd, bytes: &[u8]) -> Result<usize, i32> {
+    // SAFETY: `bytes` is readable for its length.
+    let rc = unsafe { libc::syscall(libc::SYS_write, fd, bytes.as_ptr(), bytes.len()) };
+    if rc < 0 {
+        Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO))
+    } else {
+        Ok(rc as usize)
+    }
+}
+
+/// Writes bytes from a raw host range to `fd` (the console hypercall's
+/// buffer after its range was checked); returns bytes written or the
+/// errno. *Filtered*.
+///
+/// # Safety
+/// `[ptr, ptr + len)` must be mapped readable.
+pub unsafe fn write_raw(fd: RawFd, ptr: *const u8, len: usize) -> Result<usize, i32> {
+    // SAFETY: the caller guarantees the range is readable; the kernel
+    // checks it again anyway.
+    let rc = unsafe { libc::syscall(libc::SYS_write, fd, ptr, len) };
+    if rc < 0 {
+        Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO))
+    } else {
+        Ok(rc as usize)
+    }
+}
+
+/// `exit_group(status)`. *Filtered*.
+pub fn exit(status: i32) -> ! {
+    // SAFETY: _exit runs no handlers and only makes exit_group.
+    unsafe { libc::_exit(status) }
+}
+
+/// Sleeps `ns` nanoseconds on CLOCK_MONOTONIC, relative, flags 0, no
+/// remainder. Returns early on a signal. *Filtered*: exactly the
+/// `clock_nanosleep` call the filter allows.
+pub fn sleep_ns(ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `ts` is a valid timespec; no remainder pointer.
+    unsafe {
+        libc::syscall(
+            libc::SYS_clock_nanosleep,
+            libc::CLOCK_MONOTONIC,
+            0,
+            &ts,
+            core::ptr::null_mut::<libc::timespec>(),
+        )
+    };
+}
+
+/// Sets every catchable signal's disposition to the default and unblocks
+/// all signals (the child must not run handlers inherited from its parent).
+pub fn reset_signals() {
+    for sig in 1..32 {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: SIG_DFL installs no code.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+    // SAFETY: an empty, initialised set.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, core::ptr::null_mut());
+    }
+}
+
+/// Installs `handler` for `sig` with `SA_SIGINFO | SA_ONSTACK`; every
+/// signal is blocked while it runs.
+///
+/// # Safety
+/// `handler` must be async-signal-safe and must not rely on the thread
+/// pointer (FS base): it may run while the guest's is loaded.
+pub unsafe fn set_handler(
+    sig: libc::c_int,
+    handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void),
+) -> io::Result<()> {
+    // SAFETY: a zeroed sigaction is valid; the handler contract is the
+    // caller's.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = handler as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+        libc::sigfillset(&mut sa.sa_mask);
+        check(libc::sigaction(sig, &sa, core::ptr::null_mut()))
+    }
+}
+
+/// Makes `[base, base + len)` the alternate signal stack.
+///
+/// # Safety
+/// The range must be mapped writable for as long as signals may arrive and
+/// be used by nothing else.
+pub unsafe fn sigaltstack(base: *mut u8, len: usize) -> io::Result<()> {
+    let ss = libc::stack_t {
+        ss_sp: base.cast(),
+        ss_flags: 0,
+        ss_size: len,
+    };
+    // SAFETY: the caller vouches for the range.
+    check(unsafe { libc::sigaltstack(&ss, core::ptr::null_mut()) })
+}
+
+/// Forbids core dumps (a crashing guest must not leave a core file of the
+/// whole guest memory behind).
+pub fn no_core_dumps() -> io::Result<()> {
+    let r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid rlimit.
+    check(unsafe { libc::setrlimit(libc::RLIMIT_CORE, &r) })
+}
+
+/// Asks for SIGKILL when the parent dies, so an orphaned guest never runs
+/// on alone.
+pub fn die_with_parent() -> io::Result<()> {
+    // SAFETY: plain prctl.
+    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) })
+}
+
+/// `getppid(2)`.
+pub fn getppid() -> libc::pid_t {
+    // SAFETY: cannot fail.
+    unsafe { libc::getppid() }
+}
+
+/// `getpid(2)`.
+pub fn getpid() -> libc::pid_t {
+    // SAFETY: cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// Reads the FS base (the thread pointer).
+pub fn rdfsbase() -> u64 {
+    let v: u64;
+    // SAFETY: allowed in user mode when `has_fsgsbase()`, which `run`
+    // checks before forking; reads a register only.
+    unsafe {
+        core::arch::asm!("rdfsbase {}", out(reg) v, options(nomem, nostack, preserves_flags))
+    };
+    v
+}
+
+/// `madvise(MADV_MERGEABLE)`: lets KSM merge identical pages of the range.
+///
+/// # Safety
+/// The range must be a private anonymous mapping (advice only; contents
+/// are unchanged).
+pub unsafe fn madvise_mergeable(addr: u64, len: u64) -> io::Result<()> {
+    // SAFETY: the caller vouches for the range; MADV_MERGEABLE never changes
+    // what the memory holds.
+    check(unsafe {
+        libc::madvise(
+            addr as usize as *mut libc::c_void,
+            len as usize,
+            libc::MADV_MERGEABLE,
+        )
+    })
+}

@@ -1,0 +1,119 @@
+//! The kernel's own heap: what `alloc` (`Box`, `Vec`, `BTreeMap`…) in the
+//! kernel components allocates from.
+//!
+//! It is the `talc` allocator: no_std, well kept, fast (bucketed free
+//! lists with O(1) allocation and coalescing), and it can take memory from
+//! several disjoint regions, which is what growing from mm's page allocator
+//! produces (its chunks are placed top-down among the program's mappings,
+//! so they are rarely adjacent). When talc runs out it calls
+//! [`PageSource::acquire`], which takes a fresh chunk of pages from the page
+//! allocator (growing geometrically from 256 KiB to 8 MiB per chunk, or the
+//! size of a larger request) and claims it. Chunks are not returned.
+//!
+//! `shoal-kernel` declares the `#[global_allocator]` (a static
+//! [`KernelHeap`]); declaring it here would replace the allocator of every
+//! host test binary that links mm.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr::NonNull;
+use shoal_plat::Global;
+use talc::base::binning::Binning;
+use talc::base::Talc;
+use talc::source::Source;
+use talc::DefaultBinning;
+
+const FIRST_CHUNK: u64 = 256 << 10;
+const MAX_CHUNK: u64 = 8 << 20;
+
+/// Where the kernel heap gets pages: a function returning the address of
+/// `bytes` (a multiple of the page size) fresh bytes, or `None`.
+pub type PageFn = fn(bytes: u64) -> Option<u64>;
+
+/// talc's memory source: chunks of pages from mm.
+#[derive(Debug)]
+pub struct PageSource {
+    get: PageFn,
+    next_chunk: u64,
+    bytes: u64,
+}
+
+// SAFETY: `acquire` only calls `claim` on memory it took from the page
+// allocator, which hands it out to nobody else; it never allocates from the
+// kernel heap (the page allocator's table is a fixed array).
+unsafe impl Source for PageSource {
+    fn acquire<B: Binning>(talc: &mut Talc<Self, B>, layout: Layout) -> Result<(), ()> {
+        let overhead = talc::min_first_heap_size::<B>() as u64 + 4 * layout.align() as u64 + 256;
+        let need = (layout.size() as u64).checked_add(overhead).ok_or(())?;
+        let chunk = talc.source.next_chunk.max(need);
+        let chunk = crate::space::page_up(chunk).ok_or(())?;
+        let base = (talc.source.get)(chunk).ok_or(())?;
+        // SAFETY: [base, base + chunk) was just handed to the kernel heap by
+        // the page allocator and is used by nothing else, for good.
+        let claimed = unsafe { talc.claim(base as *mut u8, chunk as usize) };
+        claimed.ok_or(())?;
+        talc.source.bytes += chunk;
+        talc.source.next_chunk = (talc.source.next_chunk * 2).min(MAX_CHUNK);
+        Ok(())
+    }
+}
+
+/// The kernel heap as a `GlobalAlloc`.
+pub struct KernelHeap {
+    talc: Global<Talc<PageSource, DefaultBinning>>,
+}
+
+impl KernelHeap {
+    /// A heap that takes its pages from `get`.
+    pub const fn new(get: PageFn) -> KernelHeap {
+        KernelHeap {
+            talc: Global::new(Talc::new(PageSource { get, next_chunk: FIRST_CHUNK, bytes: 0 })),
+        }
+    }
+
+    /// The kernel heap backed by mm's page allocator.
+    pub const fn from_mm() -> KernelHeap {
+        KernelHeap::new(crate::alloc_kernel_pages)
+    }
+
+    /// Bytes of pages the heap has taken so far.
+    pub fn bytes(&self) -> u64 {
+        self.talc.with(|t| t.source.bytes)
+    }
+}
+
+// SAFETY: talc upholds the GlobalAlloc contract (allocations are aligned,
+// sized and disjoint); the Global cell serialises access (one flow of
+// control in the kernel).
+unsafe impl GlobalAlloc for KernelHeap {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: GlobalAlloc callers never pass a zero size.
+        self.talc.with(|t| unsafe { t.allocate(layout) }).map_or(core::ptr::null_mut(), NonNull::as_ptr)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller passes a pointer this heap allocated with `layout`.
+        self.talc.with(|t| unsafe { t.deallocate(ptr, layout) })
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller passes a live allocation of `layout` and a
+        // nonzero `new_size`.
+        if self.talc.with(|t| unsafe { t.try_realloc_in_place(ptr, layout, new_size) }) {
+            return ptr;
+        }
+        let Ok(new_layout) = Layout::from_size_align(new_size, layout.align()) else {
+            return core::ptr::null_mut();
+        };
+        // SAFETY: new_size is nonzero (GlobalAlloc contract).
+        let new = unsafe { self.alloc(new_layout) };
+        if !new.is_null() {
+            // SAFETY: both blocks are live and distinct; the smaller size is
+            // inside both.
+            unsafe {
+                core::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+        }
+        new
+    }
+}

@@ -1,0 +1,601 @@
+//! The address-space bookkeeping of the managed memory `[base, end)`.
+//!
+//! The managed range is cut into page-aligned *segments* kept in one sorted
+//! table that covers it without gaps. A segment is free (clean: never handed
+//! out, so still zero from the tender; or dirty: handed out before), part of
+//! the program break, part of the kernel heap, or an anonymous mapping with
+//! its recorded protection. Neighbours with equal state are merged, so freed
+//! ranges coalesce. The table is a fixed array (no allocation: the kernel
+//! heap itself grows from here), searched by binary search; operations are
+//! linear in the number of segments, which stays small because of merging.
+//!
+//! Placement: the break grows up from `base`; mappings and kernel-heap
+//! chunks are placed top-down (highest free run that fits), as Linux places
+//! mmaps below the stack, so the two meet only when memory is exhausted.
+//!
+//! Zero-fill: memory given to the program reads as zero the first time, as
+//! on Linux. Clean free pages are zero already and are not touched (touching
+//! them would make the tender back them with host memory); dirty ones are
+//! zeroed when handed out again, a page at a time and only when the page is
+//! not already all zero.
+
+use shoal_plat::Errno;
+
+/// Page size.
+pub const PAGE: u64 = shoal_abi::PAGE_SIZE;
+
+/// Capacity of the segment table. When it is full, operations that would
+/// split a segment fail with `ENOMEM` instead of crashing.
+pub const MAX_SEGS: usize = 8192;
+
+/// `PROT_*` bits Linux accepts.
+pub const PROT_READ: u32 = 1;
+/// Writable.
+pub const PROT_WRITE: u32 = 2;
+/// Executable.
+pub const PROT_EXEC: u32 = 4;
+/// Atomic-operation capable (no effect on x86).
+pub const PROT_SEM: u32 = 8;
+/// Applies down to the start of a grows-down mapping.
+pub const PROT_GROWSDOWN: u32 = 0x0100_0000;
+/// Applies up to the end of a grows-up mapping.
+pub const PROT_GROWSUP: u32 = 0x0200_0000;
+
+/// `mremap` may move the mapping.
+pub const MREMAP_MAYMOVE: u32 = 1;
+/// `mremap` moves to `new_addr`.
+pub const MREMAP_FIXED: u32 = 2;
+/// `mremap` keeps the old range mapped (zero-filled).
+pub const MREMAP_DONTUNMAP: u32 = 4;
+
+/// What a segment holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Use {
+    /// Free. `dirty`: handed out before, so not known to be zero.
+    Free {
+        /// Not known to be zero.
+        dirty: bool,
+    },
+    /// Part of the program break (`brk`).
+    Brk,
+    /// Part of the kernel's own heap.
+    Kernel,
+    /// An anonymous mapping of the program, with its `PROT_*` bits.
+    Anon {
+        /// Recorded protection (`PROT_READ|PROT_WRITE|PROT_EXEC|PROT_SEM`).
+        prot: u8,
+    },
+}
+
+impl Use {
+    fn is_free(self) -> bool {
+        matches!(self, Use::Free { .. })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Seg {
+    start: u64,
+    end: u64,
+    what: Use,
+}
+
+const EMPTY: Seg = Seg { start: 0, end: 0, what: Use::Free { dirty: false } };
+
+/// Rounds `x` up to a page; `None` on overflow.
+pub fn page_up(x: u64) -> Option<u64> {
+    x.checked_add(PAGE - 1).map(|v| v & !(PAGE - 1))
+}
+
+/// Rounds `x` down to a page.
+pub fn page_down(x: u64) -> u64 {
+    x & !(PAGE - 1)
+}
+
+/// Writes zeros over `[a, b)` (page aligned), skipping pages that already
+/// read as zero so that untouched memory stays untouched by writes.
+///
+/// # Safety
+/// `[a, b)` must be memory the caller may overwrite.
+unsafe fn zero_range(a: u64, b: u64) {
+    let mut p = a;
+    while p < b {
+        // SAFETY: the page [p, p + PAGE) is inside [a, b), which the caller
+        // lets us read and write; it is page aligned, so u64 aligned.
+        unsafe {
+            let words = core::slice::from_raw_parts(p as *const u64, (PAGE / 8) as usize);
+            if words.iter().any(|&w| w != 0) {
+                core::ptr::write_bytes(p as *mut u8, 0, PAGE as usize);
+            }
+        }
+        p += PAGE;
+    }
+}
+
+/// The managed memory and its segments.
+pub struct Space {
+    /// Lowest guest address that counts as mapped (outside the managed range
+    /// it is the image, the archive or the stack: mapped, never released).
+    lo: u64,
+    /// One past the highest guest address.
+    hi: u64,
+    base: u64,
+    end: u64,
+    segs: [Seg; MAX_SEGS],
+    len: usize,
+    free_pages: u64,
+    brk_cur: u64,
+}
+
+impl Space {
+    /// An empty space (manages nothing until [`Space::init`]).
+    pub const fn new() -> Space {
+        Space { lo: 0, hi: 0, base: 0, end: 0, segs: [EMPTY; MAX_SEGS], len: 0, free_pages: 0, brk_cur: 0 }
+    }
+
+    /// Manages `[base, end)` (rounded inwards to pages); guest memory as a
+    /// whole is `[lo, hi)`. The memory must be zero (fresh from the tender).
+    pub fn init(&mut self, lo: u64, hi: u64, base: u64, end: u64) {
+        let base = page_up(base).unwrap_or(!(PAGE - 1));
+        let end = page_down(end).max(base);
+        self.lo = lo;
+        self.hi = hi;
+        self.base = base;
+        self.end = end;
+        self.brk_cur = base;
+        if end > base {
+            self.segs[0] = Seg { start: base, end, what: Use::Free { dirty: false } };
+            self.len = 1;
+        } else {
+            self.len = 0;
+        }
+        self.free_pages = (end - base) / PAGE;
+    }
+
+    /// `(total, free)` bytes of the managed range.
+    pub fn stats(&self) -> (u64, u64) {
+        (self.end - self.base, self.free_pages * PAGE)
+    }
+
+    /// The managed range.
+    pub fn range(&self) -> (u64, u64) {
+        (self.base, self.end)
+    }
+
+    /// Index of the segment holding `addr` (`base <= addr < end`).
+    fn idx_of(&self, addr: u64) -> usize {
+        debug_assert!(addr >= self.base && addr < self.end);
+        // The last segment whose start is <= addr.
+        self.segs[..self.len].partition_point(|s| s.start <= addr) - 1
+    }
+
+    /// Makes `addr` a segment boundary; returns the index of the segment
+    /// starting there (`len` for `end`). Needs one free table slot.
+    fn split(&mut self, addr: u64) -> usize {
+        if addr >= self.end {
+            return self.len;
+        }
+        let i = self.idx_of(addr);
+        if self.segs[i].start == addr {
+            return i;
+        }
+        assert!(self.len < MAX_SEGS, "mm: segment table full after capacity check");
+        self.segs.copy_within(i..self.len, i + 1);
+        self.len += 1;
+        self.segs[i].end = addr;
+        self.segs[i + 1].start = addr;
+        i + 1
+    }
+
+    /// Whether `n` more segments fit (each change splits at most twice).
+    fn room(&self, n: usize) -> Result<(), Errno> {
+        if self.len + n <= MAX_SEGS {
+            Ok(())
+        } else {
+            Err(Errno::ENOMEM)
+        }
+    }
+
+    /// Gives `[start, end)` (inside the managed range, page aligned) the use
+    /// `what`, merging with equal neighbours. The caller checked `room(2)`.
+    fn assign(&mut self, start: u64, end: u64, what: Use) {
+        if start >= end {
+            return;
+        }
+        let i = self.split(start);
+        let j = self.split(end);
+        for s in &self.segs[i..j] {
+            if s.what.is_free() {
+                self.free_pages -= (s.end - s.start) / PAGE;
+            }
+        }
+        if what.is_free() {
+            self.free_pages += (end - start) / PAGE;
+        }
+        self.segs[i] = Seg { start, end, what };
+        if j > i + 1 {
+            self.segs.copy_within(j..self.len, i + 1);
+            self.len -= j - i - 1;
+        }
+        // Merge with the right neighbour, then the left one.
+        if i + 1 < self.len && self.segs[i + 1].what == what {
+            self.segs[i].end = self.segs[i + 1].end;
+            self.segs.copy_within(i + 2..self.len, i + 1);
+            self.len -= 1;
+        }
+        if i > 0 && self.segs[i - 1].what == what {
+            self.segs[i - 1].end = self.segs[i].end;
+            self.segs.copy_within(i + 1..self.len, i);
+            self.len -= 1;
+        }
+    }
+
+    /// Calls `f(a, b, use)` for each piece of `[start, end)` (inside the
+    /// managed range), in address order. `f` must not change the table.
+    fn pieces(&self, start: u64, end: u64, mut f: impl FnMut(u64, u64, Use)) {
+        if start >= end {
+            return;
+        }
+        let mut i = self.idx_of(start);
+        while i < self.len && self.segs[i].start < end {
+            let s = self.segs[i];
+            f(s.start.max(start), s.end.min(end), s.what);
+            i += 1;
+        }
+    }
+
+    /// Zeroes every piece of `[start, end)` that may hold old data.
+    fn scrub(&self, start: u64, end: u64) {
+        self.pieces(start, end, |a, b, what| {
+            if what != (Use::Free { dirty: false }) {
+                // SAFETY: [a, b) is managed memory that is free or about to
+                // be replaced by the caller: nobody relies on its contents.
+                unsafe { zero_range(a, b) };
+            }
+        });
+    }
+
+    /// Whether every page of `[start, end)` is free.
+    fn all_free(&self, start: u64, end: u64) -> bool {
+        let mut ok = true;
+        self.pieces(start, end, |_, _, w| ok &= w.is_free());
+        ok
+    }
+
+    /// The highest page-aligned start of `pages` free pages, if any.
+    fn find_free(&self, pages: u64) -> Option<u64> {
+        let want = pages.checked_mul(PAGE)?;
+        // Segments are contiguous, so consecutive free segments form a run.
+        let mut run_end: Option<u64> = None;
+        for s in self.segs[..self.len].iter().rev() {
+            if !s.what.is_free() {
+                run_end = None;
+                continue;
+            }
+            let e = *run_end.get_or_insert(s.end);
+            if e - s.start >= want {
+                return Some(e - want);
+            }
+        }
+        None
+    }
+
+    /// Whether `[addr, addr+len)` lies inside guest memory.
+    fn in_guest(&self, addr: u64, len: u64) -> bool {
+        addr >= self.lo && addr.checked_add(len).is_some_and(|e| e <= self.hi)
+    }
+
+    fn clip(&self, a: u64, b: u64) -> (u64, u64) {
+        (a.max(self.base), b.min(self.end))
+    }
+
+    // ---------------------------------------------------------------- brk
+
+    /// The start of the program break (its lowest address).
+    pub fn brk_start(&self) -> u64 {
+        self.base
+    }
+
+    /// `brk(2)`: sets the break to `new` if possible; returns the break.
+    /// `0` or an impossible value leaves it unchanged (Linux semantics).
+    pub fn brk(&mut self, new: u64) -> u64 {
+        let cur = self.brk_cur;
+        if new < self.base || new > self.end || self.room(2).is_err() {
+            return cur;
+        }
+        let (Some(cur_top), Some(new_top)) = (page_up(cur), page_up(new)) else { return cur };
+        if new_top > cur_top {
+            if !self.all_free(cur_top, new_top) {
+                return cur;
+            }
+            self.scrub(cur_top, new_top);
+            self.assign(cur_top, new_top, Use::Brk);
+        } else if new_top < cur_top {
+            self.assign(new_top, cur_top, Use::Free { dirty: true });
+        }
+        self.brk_cur = new;
+        new
+    }
+
+    // ------------------------------------------------------- kernel heap
+
+    /// Takes `bytes` (rounded up to pages) for the kernel heap; not zeroed.
+    pub fn alloc_kernel(&mut self, bytes: u64) -> Option<u64> {
+        let pages = page_up(bytes)? / PAGE;
+        self.room(2).ok()?;
+        let a = self.find_free(pages)?;
+        self.assign(a, a + pages * PAGE, Use::Kernel);
+        Some(a)
+    }
+
+    // -------------------------------------------------------------- mmap
+
+    /// Maps `len` bytes of zeroed anonymous memory anywhere; returns the
+    /// address.
+    pub fn map_anywhere(&mut self, len: u64, prot: u32) -> Result<u64, Errno> {
+        if len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let bytes = page_up(len).ok_or(Errno::ENOMEM)?;
+        self.room(2)?;
+        let a = self.find_free(bytes / PAGE).ok_or(Errno::ENOMEM)?;
+        self.scrub(a, a + bytes);
+        self.assign(a, a + bytes, Use::Anon { prot: (prot & 0xf) as u8 });
+        Ok(a)
+    }
+
+    /// Maps `len` bytes of zeroed anonymous memory at `addr` (`MAP_FIXED`),
+    /// replacing mappings there. With `noreplace`, fails with `EEXIST` if
+    /// anything is mapped there. Only free memory and the program's own
+    /// mappings can be replaced: the break, the kernel heap, the image and
+    /// the stack cannot (`ENOMEM`).
+    pub fn map_fixed(&mut self, addr: u64, len: u64, prot: u32, noreplace: bool) -> Result<u64, Errno> {
+        if len == 0 || !addr.is_multiple_of(PAGE) {
+            return Err(Errno::EINVAL);
+        }
+        let bytes = page_up(len).ok_or(Errno::ENOMEM)?;
+        let end = addr.checked_add(bytes).ok_or(Errno::ENOMEM)?;
+        if addr < self.base || end > self.end {
+            return Err(if noreplace && self.in_guest(addr, bytes) { Errno::EEXIST } else { Errno::ENOMEM });
+        }
+        let mut any = false;
+        let mut foreign = false;
+        self.pieces(addr, end, |_, _, w| match w {
+            Use::Free { .. } => {}
+            Use::Anon { .. } => any = true,
+            Use::Brk | Use::Kernel => foreign = true,
+        });
+        if noreplace && (any || foreign) {
+            return Err(Errno::EEXIST);
+        }
+        if foreign {
+            return Err(Errno::ENOMEM);
+        }
+        self.room(2)?;
+        self.scrub(addr, end);
+        self.assign(addr, end, Use::Anon { prot: (prot & 0xf) as u8 });
+        Ok(addr)
+    }
+
+    /// `munmap(2)`: releases the program's anonymous mappings in the range.
+    /// Parts that are not the program's mappings (free memory, the break,
+    /// the kernel heap, the image, the stack) are left as they are.
+    pub fn unmap(&mut self, addr: u64, len: u64) -> Result<(), Errno> {
+        if !addr.is_multiple_of(PAGE) || len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let bytes = page_up(len).ok_or(Errno::EINVAL)?;
+        let end = addr.checked_add(bytes).ok_or(Errno::EINVAL)?;
+        if end > self.hi {
+            return Err(Errno::EINVAL);
+        }
+        let (a, b) = self.clip(addr, end);
+        let mut pos = a;
+        while pos < b {
+            let s = self.segs[self.idx_of(pos)];
+            let e = s.end.min(b);
+            if let Use::Anon { .. } = s.what {
+                self.room(2)?;
+                self.assign(pos, e, Use::Free { dirty: true });
+            }
+            pos = e;
+        }
+        Ok(())
+    }
+
+    /// Checks `[addr, addr+len)` is entirely mapped (managed parts: the
+    /// break, the kernel heap or program mappings; unmanaged guest memory is
+    /// the image, archive or stack, all mapped). Returns the page-rounded end.
+    fn check_mapped(&self, addr: u64, len: u64) -> Result<u64, Errno> {
+        if !addr.is_multiple_of(PAGE) {
+            return Err(Errno::EINVAL);
+        }
+        let bytes = page_up(len).ok_or(Errno::ENOMEM)?;
+        let end = addr.checked_add(bytes).ok_or(Errno::ENOMEM)?;
+        if bytes == 0 {
+            return Ok(end);
+        }
+        if !self.in_guest(addr, bytes) {
+            return Err(Errno::ENOMEM);
+        }
+        let (a, b) = self.clip(addr, end);
+        if a < b && !self.pieces_all(a, b, |w| !w.is_free()) {
+            return Err(Errno::ENOMEM);
+        }
+        Ok(end)
+    }
+
+    fn pieces_all(&self, a: u64, b: u64, p: impl Fn(Use) -> bool) -> bool {
+        let mut ok = true;
+        self.pieces(a, b, |_, _, w| ok &= p(w));
+        ok
+    }
+
+    /// `mprotect(2)`: records `prot` for the program's mappings in the
+    /// range. Bookkeeping only: pages keep their real protection (the spt
+    /// sandbox forbids the host mprotect; hvt page tables are fixed).
+    pub fn protect(&mut self, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
+        let valid = PROT_READ | PROT_WRITE | PROT_EXEC | PROT_SEM | PROT_GROWSDOWN | PROT_GROWSUP;
+        if prot & !valid != 0 || prot & (PROT_GROWSDOWN | PROT_GROWSUP) == (PROT_GROWSDOWN | PROT_GROWSUP) {
+            return Err(Errno::EINVAL);
+        }
+        let end = self.check_mapped(addr, len)?;
+        let (a, b) = self.clip(addr, end);
+        let what = Use::Anon { prot: (prot & 0xf) as u8 };
+        let mut pos = a;
+        while pos < b {
+            let s = self.segs[self.idx_of(pos)];
+            let e = s.end.min(b);
+            if matches!(s.what, Use::Anon { .. }) && s.what != what {
+                self.room(2)?;
+                self.assign(pos, e, what);
+            }
+            pos = e;
+        }
+        Ok(())
+    }
+
+    /// `madvise(MADV_DONTNEED)`: the program's memory in the range reads as
+    /// zero afterwards (private anonymous memory on Linux). Unmapped parts:
+    /// `ENOMEM`.
+    pub fn dontneed(&mut self, addr: u64, len: u64) -> Result<(), Errno> {
+        let end = self.check_mapped(addr, len)?;
+        let (a, b) = self.clip(addr, end);
+        self.pieces(a, b, |x, y, w| {
+            if matches!(w, Use::Anon { .. } | Use::Brk) {
+                // SAFETY: the program's own anonymous memory, which it asked
+                // to discard.
+                unsafe { zero_range(x, y) };
+            }
+        });
+        Ok(())
+    }
+
+    /// Checks the range for `madvise` advice that needs no action.
+    pub fn advise_check(&self, addr: u64, len: u64) -> Result<(), Errno> {
+        self.check_mapped(addr, len).map(|_| ())
+    }
+
+    /// `mremap(2)` on anonymous mappings.
+    pub fn remap(&mut self, old: u64, old_len: u64, new_len: u64, flags: u32, new_addr: u64) -> Result<u64, Errno> {
+        if !old.is_multiple_of(PAGE) || flags & !(MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let may_move = flags & MREMAP_MAYMOVE != 0;
+        let fixed = flags & MREMAP_FIXED != 0;
+        let dontunmap = flags & MREMAP_DONTUNMAP != 0;
+        if (fixed || dontunmap) && !may_move {
+            return Err(Errno::EINVAL);
+        }
+        let old_len = page_up(old_len).ok_or(Errno::EINVAL)?;
+        let new_len = page_up(new_len).ok_or(Errno::EINVAL)?;
+        if new_len == 0 || old_len == 0 {
+            // old_len 0 duplicates a shared mapping; ours are private.
+            return Err(Errno::EINVAL);
+        }
+        if dontunmap && old_len != new_len {
+            return Err(Errno::EINVAL);
+        }
+        let old_end = old.checked_add(old_len).ok_or(Errno::EFAULT)?;
+        // The old range must be one mapping of the program.
+        if old < self.base || old_end > self.end {
+            return Err(Errno::EFAULT);
+        }
+        let first = self.segs[self.idx_of(old)];
+        let Use::Anon { prot } = first.what else { return Err(Errno::EFAULT) };
+        if first.end < old_end {
+            return Err(Errno::EFAULT);
+        }
+        self.room(4)?;
+        if fixed {
+            if !new_addr.is_multiple_of(PAGE) {
+                return Err(Errno::EINVAL);
+            }
+            let new_end = new_addr.checked_add(new_len).ok_or(Errno::EINVAL)?;
+            if new_addr < old_end && old < new_end {
+                return Err(Errno::EINVAL);
+            }
+            self.map_fixed(new_addr, new_len, prot as u32, false)?;
+            self.move_out(old, new_addr, old_len.min(new_len), old_len, dontunmap);
+            return Ok(new_addr);
+        }
+        if new_len <= old_len && !dontunmap {
+            self.assign(old + new_len, old_end, Use::Free { dirty: true });
+            return Ok(old);
+        }
+        let grow_end = old.checked_add(new_len);
+        if !dontunmap {
+            if let Some(ge) = grow_end.filter(|&ge| ge <= self.end) {
+                if self.all_free(old_end, ge) {
+                    self.scrub(old_end, ge);
+                    self.assign(old_end, ge, Use::Anon { prot });
+                    return Ok(old);
+                }
+            }
+        }
+        if !may_move {
+            return Err(Errno::ENOMEM);
+        }
+        let dst = self.find_free(new_len / PAGE).ok_or(Errno::ENOMEM)?;
+        self.scrub(dst, dst + new_len);
+        self.assign(dst, dst + new_len, Use::Anon { prot });
+        self.move_out(old, dst, old_len, old_len, dontunmap);
+        Ok(dst)
+    }
+
+    /// Copies `copy` bytes from `old` to `dst`, then releases the old range
+    /// of `old_len` bytes (or zero-fills it, keeping it mapped).
+    fn move_out(&mut self, old: u64, dst: u64, copy: u64, old_len: u64, keep: bool) {
+        // SAFETY: both ranges are program mappings in the managed range,
+        // checked by the caller, and they do not overlap.
+        unsafe { core::ptr::copy_nonoverlapping(old as *const u8, dst as *mut u8, copy as usize) };
+        if keep {
+            // SAFETY: the old mapping stays the program's, with new content
+            // zero as Linux gives it after MREMAP_DONTUNMAP.
+            unsafe { zero_range(old, old + old_len) };
+        } else {
+            self.assign(old, old + old_len, Use::Free { dirty: true });
+        }
+    }
+
+    /// The use of the page holding `addr` (tests and diagnostics).
+    pub fn use_at(&self, addr: u64) -> Option<Use> {
+        if addr < self.base || addr >= self.end {
+            return None;
+        }
+        Some(self.segs[self.idx_of(addr)].what)
+    }
+
+    /// Number of segments in the table.
+    pub fn segments(&self) -> usize {
+        self.len
+    }
+
+    /// Checks the table's invariants (tests).
+    #[cfg(test)]
+    pub fn check(&self) {
+        let mut pos = self.base;
+        let mut free = 0;
+        for (k, s) in self.segs[..self.len].iter().enumerate() {
+            assert_eq!(s.start, pos, "gap at {k}");
+            assert!(s.end > s.start);
+            assert_eq!(s.start % PAGE, 0);
+            assert_eq!(s.end % PAGE, 0);
+            if k > 0 {
+                assert_ne!(self.segs[k - 1].what, s.what, "unmerged at {k}");
+            }
+            if s.what.is_free() {
+                free += (s.end - s.start) / PAGE;
+            }
+            pos = s.end;
+        }
+        assert_eq!(pos, self.end);
+        assert_eq!(free, self.free_pages);
+    }
+}
+
+impl Default for Space {
+    fn default() -> Self {
+        Space::new()
+    }
+}

@@ -1,0 +1,129 @@
+//! The memory system calls.
+
+use crate::space::{page_up, PAGE};
+use crate::with_space;
+use shoal_plat::{Args, Errno, SysResult};
+
+const MAP_SHARED: u64 = 0x01;
+const MAP_PRIVATE: u64 = 0x02;
+const MAP_SHARED_VALIDATE: u64 = 0x03;
+const MAP_TYPE: u64 = 0x0f;
+const MAP_FIXED: u64 = 0x10;
+const MAP_ANONYMOUS: u64 = 0x20;
+const MAP_FIXED_NOREPLACE: u64 = 0x10_0000;
+/// Flags Linux knows (`LEGACY_MAP_MASK` plus the validated ones), for
+/// `MAP_SHARED_VALIDATE`.
+const MAP_KNOWN: u64 = MAP_TYPE
+    | MAP_FIXED
+    | MAP_ANONYMOUS
+    | 0x100 // MAP_GROWSDOWN
+    | 0x800 // MAP_DENYWRITE
+    | 0x1000 // MAP_EXECUTABLE
+    | 0x2000 // MAP_LOCKED
+    | 0x4000 // MAP_NORESERVE
+    | 0x8000 // MAP_POPULATE
+    | 0x1_0000 // MAP_NONBLOCK
+    | 0x2_0000 // MAP_STACK
+    | 0x4_0000 // MAP_HUGETLB
+    | 0x8_0000 // MAP_SYNC
+    | MAP_FIXED_NOREPLACE
+    | 0x400_0000 // MAP_UNINITIALIZED
+    | (0x3f << 26); // huge page size
+
+/// `brk(addr)`: returns the (new or unchanged) break; never fails.
+pub fn brk(a: &Args) -> SysResult {
+    Ok(with_space(|s| s.brk(a.u(0))))
+}
+
+/// `mmap(addr, len, prot, flags, fd, off)` for anonymous memory. Shared
+/// anonymous memory behaves as private (there is one process, no fork).
+/// The hint `addr` is ignored without `MAP_FIXED`/`MAP_FIXED_NOREPLACE`.
+/// File-backed mappings: `ENODEV` (not supported yet).
+pub fn mmap(a: &Args) -> SysResult {
+    let (addr, len, prot, flags, off) = (a.u(0), a.u(1), a.uint(2), a.u(3), a.u(5));
+    if len == 0 {
+        return Err(Errno::EINVAL);
+    }
+    match flags & MAP_TYPE {
+        MAP_SHARED | MAP_PRIVATE => {}
+        MAP_SHARED_VALIDATE if flags & !MAP_KNOWN == 0 => {}
+        MAP_SHARED_VALIDATE => return Err(Errno::EOPNOTSUPP),
+        _ => return Err(Errno::EINVAL),
+    }
+    if off % PAGE != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if page_up(len).is_none() {
+        return Err(Errno::ENOMEM);
+    }
+    if flags & MAP_ANONYMOUS == 0 {
+        return Err(Errno::ENODEV);
+    }
+    with_space(|s| {
+        if flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0 {
+            s.map_fixed(addr, len, prot, flags & MAP_FIXED_NOREPLACE != 0)
+        } else {
+            s.map_anywhere(len, prot)
+        }
+    })
+}
+
+/// `munmap(addr, len)`. Only the program's anonymous mappings are
+/// released; other memory in the range (the break, the image, the stack,
+/// the kernel heap) stays as it is.
+pub fn munmap(a: &Args) -> SysResult {
+    with_space(|s| s.unmap(a.u(0), a.u(1))).map(|_| 0)
+}
+
+/// `mremap(old, old_len, new_len, flags, new_addr)` on anonymous mappings:
+/// shrinks, grows in place when the pages above are free, or moves (copies)
+/// with `MREMAP_MAYMOVE`; `MREMAP_FIXED` and `MREMAP_DONTUNMAP` work too.
+pub fn mremap(a: &Args) -> SysResult {
+    with_space(|s| s.remap(a.u(0), a.u(1), a.u(2), a.uint(3), a.u(4)))
+}
+
+/// `mprotect(addr, len, prot)`: validated like Linux (`EINVAL`, `ENOMEM`
+/// for unmapped pages) and recorded, but bookkeeping only: the pages keep
+/// their protection, because the spt sandbox forbids the host `mprotect`
+/// and the hvt page tables are written once by the VMM (DESIGN §3). A
+/// program that relies on a fault from a protected page (guard pages) gets
+/// no fault.
+pub fn mprotect(a: &Args) -> SysResult {
+    let (addr, len) = (a.u(0), a.u(1));
+    if addr % PAGE != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if len == 0 {
+        return Ok(0);
+    }
+    with_space(|s| s.protect(addr, len, a.uint(2))).map(|_| 0)
+}
+
+/// `madvise(addr, len, advice)`. `MADV_DONTNEED` zero-fills the program's
+/// memory in the range (Linux semantics for private anonymous memory);
+/// `MADV_REMOVE` is `EACCES` (no shared mappings); other known advice is
+/// accepted after checking the range is mapped (`ENOMEM` otherwise);
+/// unknown advice is `EINVAL`.
+pub fn madvise(a: &Args) -> SysResult {
+    let (addr, len, advice) = (a.u(0), a.u(1), a.int(2));
+    if addr % PAGE != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let Some(rounded) = page_up(len) else { return Err(Errno::EINVAL) };
+    if addr.checked_add(rounded).is_none() {
+        return Err(Errno::EINVAL);
+    }
+    let known = matches!(advice, 0..=4 | 8..=25);
+    if !known {
+        return Err(Errno::EINVAL);
+    }
+    if rounded == 0 {
+        return Ok(0);
+    }
+    with_space(|s| match advice {
+        4 | 24 => s.dontneed(addr, len), // MADV_DONTNEED, MADV_DONTNEED_LOCKED
+        9 => s.advise_check(addr, len).and(Err(Errno::EACCES)), // MADV_REMOVE
+        _ => s.advise_check(addr, len),
+    })
+    .map(|_| 0)
+}

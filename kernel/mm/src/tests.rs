@@ -1,0 +1,299 @@
+//! Host tests of the page-range bookkeeping and the kernel heap, on a real
+//! host buffer standing in for guest memory.
+
+use crate::heap::KernelHeap;
+use crate::space::*;
+use shoal_plat::{Errno, Global};
+use std::alloc::{alloc_zeroed, Layout};
+use std::boxed::Box;
+
+/// A zeroed, page-aligned host buffer of `size` bytes (leaked).
+fn buffer(size: usize) -> u64 {
+    // SAFETY: nonzero size, valid alignment.
+    let p = unsafe { alloc_zeroed(Layout::from_size_align(size, 4096).unwrap()) };
+    assert!(!p.is_null());
+    p as u64
+}
+
+/// A space managing `pages` pages, with one guard page of "image" below.
+fn space(pages: u64) -> (Box<Space>, u64) {
+    let lo = buffer(((pages + 1) * PAGE) as usize);
+    let mut s = Box::new(Space::new());
+    s.init(lo, lo + (pages + 1) * PAGE, lo + PAGE, lo + (pages + 1) * PAGE);
+    s.check();
+    (s, lo + PAGE)
+}
+
+fn fill(addr: u64, len: u64, v: u8) {
+    // SAFETY: test memory inside the buffer.
+    unsafe { std::ptr::write_bytes(addr as *mut u8, v, len as usize) }
+}
+
+fn all(addr: u64, len: u64, v: u8) -> bool {
+    // SAFETY: test memory inside the buffer.
+    unsafe { std::slice::from_raw_parts(addr as *const u8, len as usize) }.iter().all(|&b| b == v)
+}
+
+#[test]
+fn brk_linux_semantics() {
+    let (mut s, base) = space(64);
+    assert_eq!(s.brk(0), base);
+    assert_eq!(s.brk(base + 10_000), base + 10_000);
+    assert!(all(base, 3 * PAGE, 0));
+    fill(base, 10_000, 7);
+    // Shrink and grow again: released pages come back zeroed.
+    assert_eq!(s.brk(base + 100), base + 100);
+    assert_eq!(s.brk(base + 3 * PAGE), base + 3 * PAGE);
+    assert!(all(base, 100, 7));
+    assert!(all(base + PAGE, 2 * PAGE, 0));
+    // Past the end, below the start: unchanged.
+    assert_eq!(s.brk(base + 65 * PAGE), base + 3 * PAGE);
+    assert_eq!(s.brk(base - 1), base + 3 * PAGE);
+    s.check();
+    assert_eq!(s.stats(), (64 * PAGE, 61 * PAGE));
+}
+
+#[test]
+fn mmap_top_down_zeroed_and_reused() {
+    let (mut s, base) = space(64);
+    let a = s.map_anywhere(3 * PAGE, 3).unwrap();
+    assert_eq!(a, base + 61 * PAGE);
+    assert!(all(a, 3 * PAGE, 0));
+    fill(a, 3 * PAGE, 0xaa);
+    s.unmap(a, 3 * PAGE).unwrap();
+    assert_eq!(s.use_at(a), Some(Use::Free { dirty: true }));
+    let b = s.map_anywhere(1, 3).unwrap();
+    assert_eq!(b, base + 63 * PAGE);
+    assert!(all(b, PAGE, 0), "reused memory must be zero again");
+    s.check();
+}
+
+#[test]
+fn coalescing() {
+    let (mut s, _) = space(64);
+    let a = s.map_anywhere(PAGE, 3).unwrap();
+    let b = s.map_anywhere(PAGE, 3).unwrap();
+    let c = s.map_anywhere(PAGE, 3).unwrap();
+    assert_eq!((a - b, b - c), (PAGE, PAGE));
+    assert_eq!(s.segments(), 2, "equal neighbours merge");
+    s.unmap(b, PAGE).unwrap();
+    assert_eq!(s.segments(), 4);
+    s.unmap(a, PAGE).unwrap();
+    s.unmap(c, PAGE).unwrap();
+    s.check();
+    // Clean and dirty free memory stay apart but form one run.
+    assert_eq!(s.segments(), 2);
+    let big = s.map_anywhere(64 * PAGE, 3).unwrap();
+    assert!(all(big, 64 * PAGE, 0));
+    assert_eq!(s.segments(), 1);
+    s.check();
+}
+
+#[test]
+fn exhaustion_is_enomem_and_brk_stops_at_mappings() {
+    let (mut s, base) = space(16);
+    let m = s.map_anywhere(12 * PAGE, 3).unwrap();
+    assert_eq!(s.map_anywhere(5 * PAGE, 3), Err(Errno::ENOMEM));
+    assert_eq!(s.brk(base + 4 * PAGE), base + 4 * PAGE);
+    assert_eq!(s.brk(base + 4 * PAGE + 1), base + 4 * PAGE, "would collide with a mapping");
+    assert_eq!(s.map_anywhere(1, 3), Err(Errno::ENOMEM));
+    s.unmap(m, PAGE).unwrap();
+    assert_eq!(s.map_anywhere(1, 3), Ok(m));
+    assert_eq!(s.map_anywhere(u64::MAX - 5, 3), Err(Errno::ENOMEM));
+    assert_eq!(s.map_anywhere(0, 3), Err(Errno::EINVAL));
+    s.check();
+}
+
+#[test]
+fn map_fixed_rules() {
+    let (mut s, base) = space(32);
+    let a = s.map_anywhere(4 * PAGE, 3).unwrap();
+    fill(a, 4 * PAGE, 1);
+    assert_eq!(s.map_fixed(a + PAGE, PAGE, 1, false), Ok(a + PAGE));
+    assert!(all(a + PAGE, PAGE, 0), "replaced pages are zero");
+    assert!(all(a, PAGE, 1));
+    assert_eq!(s.use_at(a + PAGE), Some(Use::Anon { prot: 1 }));
+    assert_eq!(s.map_fixed(a, PAGE, 3, true), Err(Errno::EEXIST));
+    assert_eq!(s.map_fixed(a + 1, PAGE, 3, false), Err(Errno::EINVAL));
+    s.brk(base + 2 * PAGE);
+    assert_eq!(s.map_fixed(base, PAGE, 3, false), Err(Errno::ENOMEM), "not over the break");
+    assert_eq!(s.map_fixed(base - PAGE, PAGE, 3, false), Err(Errno::ENOMEM), "not over the image");
+    assert_eq!(s.map_fixed(base + 8 * PAGE, 2 * PAGE, 3, true), Ok(base + 8 * PAGE));
+    s.check();
+}
+
+#[test]
+fn munmap_leaves_non_mappings() {
+    let (mut s, base) = space(32);
+    s.brk(base + 2 * PAGE);
+    let k = s.alloc_kernel(PAGE).unwrap();
+    s.unmap(base, 32 * PAGE).unwrap();
+    assert_eq!(s.use_at(base), Some(Use::Brk));
+    assert_eq!(s.use_at(k), Some(Use::Kernel));
+    assert_eq!(s.unmap(base + 1, PAGE), Err(Errno::EINVAL));
+    assert_eq!(s.unmap(base, 0), Err(Errno::EINVAL));
+    s.check();
+}
+
+#[test]
+fn mremap_shrink_grow_move() {
+    let (mut s, _) = space(64);
+    let a = s.map_anywhere(4 * PAGE, 3).unwrap();
+    fill(a, 4 * PAGE, 9);
+    // Shrink in place.
+    assert_eq!(s.remap(a, 4 * PAGE, 2 * PAGE, 0, 0), Ok(a));
+    assert_eq!(s.use_at(a + 2 * PAGE), Some(Use::Free { dirty: true }));
+    // Grow in place: the pages above are free again.
+    assert_eq!(s.remap(a, 2 * PAGE, 4 * PAGE, 0, 0), Ok(a));
+    assert!(all(a, 2 * PAGE, 9));
+    assert!(all(a + 2 * PAGE, 2 * PAGE, 0));
+    // Grow with a mapping above: must move.
+    let b = s.map_anywhere(PAGE, 3).unwrap();
+    let c = s.remap(b, PAGE, 2 * PAGE, 0, 0);
+    assert_eq!(c, Err(Errno::ENOMEM));
+    fill(b, PAGE, 5);
+    let c = s.remap(b, PAGE, 8 * PAGE, MREMAP_MAYMOVE, 0).unwrap();
+    assert_ne!(c, b);
+    assert!(all(c, PAGE, 5));
+    assert!(all(c + PAGE, 7 * PAGE, 0));
+    assert_eq!(s.use_at(b), Some(Use::Free { dirty: true }));
+    // Not a mapping: EFAULT; bad flags: EINVAL.
+    assert_eq!(s.remap(b, PAGE, 2 * PAGE, MREMAP_MAYMOVE, 0), Err(Errno::EFAULT));
+    assert_eq!(s.remap(c, PAGE, 2 * PAGE, MREMAP_FIXED, 0), Err(Errno::EINVAL));
+    assert_eq!(s.remap(c, PAGE, 2 * PAGE, 64, 0), Err(Errno::EINVAL));
+    // MREMAP_FIXED to a chosen place.
+    let d = s.remap(c, 8 * PAGE, 8 * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, b - 16 * PAGE).unwrap();
+    assert_eq!(d, b - 16 * PAGE);
+    assert!(all(d, PAGE, 5));
+    assert_eq!(s.use_at(c), Some(Use::Free { dirty: true }));
+    // DONTUNMAP keeps the old range mapped, zeroed.
+    let e = s.remap(d, 8 * PAGE, 8 * PAGE, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, 0).unwrap();
+    assert!(all(e, PAGE, 5));
+    assert!(all(d, 8 * PAGE, 0));
+    assert_eq!(s.use_at(d), Some(Use::Anon { prot: 3 }));
+    s.check();
+}
+
+#[test]
+fn mprotect_and_madvise() {
+    let (mut s, base) = space(32);
+    let a = s.map_anywhere(4 * PAGE, 3).unwrap();
+    assert_eq!(s.protect(a + PAGE, PAGE, PROT_READ), Ok(()));
+    assert_eq!(s.use_at(a + PAGE), Some(Use::Anon { prot: 1 }));
+    assert_eq!(s.use_at(a), Some(Use::Anon { prot: 3 }));
+    assert_eq!(s.protect(a + PAGE, PAGE, 3), Ok(()));
+    assert_eq!(s.segments(), 2, "restored protection merges again");
+    assert_eq!(s.protect(a - PAGE, 2 * PAGE, 3), Err(Errno::ENOMEM), "free page");
+    assert_eq!(s.protect(a, PAGE, 0x100), Err(Errno::EINVAL));
+    assert_eq!(s.protect(base - PAGE, PAGE, 1), Ok(()), "the image is mapped");
+    assert_eq!(s.protect(base - 2 * PAGE, PAGE, 1), Err(Errno::ENOMEM), "outside guest memory");
+    fill(a, 4 * PAGE, 3);
+    assert_eq!(s.dontneed(a + PAGE, 2 * PAGE), Ok(()));
+    assert!(all(a, PAGE, 3) && all(a + PAGE, 2 * PAGE, 0) && all(a + 3 * PAGE, PAGE, 3));
+    assert_eq!(s.dontneed(a - PAGE, PAGE), Err(Errno::ENOMEM));
+    s.brk(base + PAGE);
+    fill(base, PAGE, 4);
+    assert_eq!(s.dontneed(base, PAGE), Ok(()));
+    assert!(all(base, PAGE, 0));
+    s.check();
+}
+
+#[test]
+fn random_operations_keep_invariants() {
+    let (mut s, _) = space(4096);
+    let mut maps: Vec<(u64, u64)> = Vec::new();
+    let mut x: u64 = 0x1234_5678;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..20_000 {
+        let r = next();
+        if r % 3 != 0 || maps.is_empty() {
+            let len = (next() % 64 + 1) * PAGE - next() % PAGE;
+            if let Ok(a) = s.map_anywhere(len, 3) {
+                let pages = page_up(len).unwrap();
+                assert!(all(a, pages, 0));
+                fill(a, pages, (r & 0xff) as u8 | 1);
+                maps.push((a, pages));
+            }
+        } else {
+            let (a, len) = maps.swap_remove((next() % maps.len() as u64) as usize);
+            if next() % 4 == 0 && len > PAGE {
+                // Partial unmap, keep the rest.
+                s.unmap(a, PAGE).unwrap();
+                maps.push((a + PAGE, len - PAGE));
+            } else {
+                s.unmap(a, len).unwrap();
+            }
+        }
+    }
+    s.check();
+    let mapped: u64 = maps.iter().map(|m| m.1).sum();
+    assert_eq!(s.stats().1, 4096 * PAGE - mapped);
+    for (a, len) in maps {
+        s.unmap(a, len).unwrap();
+    }
+    s.check();
+    assert!(s.segments() <= 2, "everything coalesced (clean + dirty)");
+}
+
+static TEST_SPACE: Global<Option<Box<Space>>> = Global::new(None);
+
+fn test_pages(bytes: u64) -> Option<u64> {
+    TEST_SPACE.with(|s| s.as_mut().unwrap().alloc_kernel(bytes))
+}
+
+#[test]
+fn kernel_heap_grows_from_pages() {
+    use std::alloc::GlobalAlloc;
+    let (s, _) = space(32 << 8); // 32 MiB
+    TEST_SPACE.with(|t| *t = Some(s));
+    let heap = KernelHeap::new(test_pages);
+    let mut live: Vec<(*mut u8, Layout)> = Vec::new();
+    let mut x: u64 = 99;
+    for i in 0..100_000u64 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let size = match x >> 60 {
+            0 => 1 + (x >> 20) as usize % 65536,
+            _ => 1 + (x >> 20) as usize % 200,
+        };
+        let layout = Layout::from_size_align(size, 1 << ((x >> 8) % 5)).unwrap();
+        // SAFETY: nonzero size.
+        let p = unsafe { heap.alloc(layout) };
+        assert!(!p.is_null(), "allocation {i} of {size} failed");
+        assert_eq!(p as usize % layout.align(), 0);
+        // SAFETY: fresh block of `size` bytes.
+        unsafe { std::ptr::write_bytes(p, 0x5a, size) };
+        live.push((p, layout));
+        if live.len() > 500 {
+            let (p, l) = live.swap_remove((x >> 33) as usize % live.len());
+            // SAFETY: allocated above with `l`.
+            unsafe { heap.dealloc(p, l) };
+        }
+    }
+    // A big block and a realloc that has to move it.
+    let big = Layout::from_size_align(4 << 20, 16).unwrap();
+    // SAFETY: nonzero size; then a live block and nonzero new size.
+    unsafe {
+        let p = heap.alloc(big);
+        assert!(!p.is_null());
+        *p = 42;
+        let q = heap.realloc(p, big, 8 << 20);
+        assert!(!q.is_null());
+        assert_eq!(*q, 42);
+        heap.dealloc(q, Layout::from_size_align(8 << 20, 16).unwrap());
+    }
+    for (p, l) in live {
+        // SAFETY: allocated above with `l`.
+        unsafe { heap.dealloc(p, l) };
+    }
+    assert!(heap.bytes() <= 24 << 20, "heap took {} bytes", heap.bytes());
+    // Exhaustion is a null pointer, not a crash.
+    // SAFETY: nonzero size.
+    let huge = unsafe { heap.alloc(Layout::from_size_align(1 << 40, 8).unwrap()) };
+    assert!(huge.is_null());
+    TEST_SPACE.with(|s| s.as_ref().unwrap().check());
+}

@@ -1,0 +1,87 @@
+//! Resource limits (`prlimit64`, `getrlimit`, `setrlimit`).
+//!
+//! Limits are reported and stored, not enforced (nothing in the kernel
+//! consults them). Defaults: `RLIMIT_STACK` is the real size of the main
+//! thread's stack from the boot information; `RLIMIT_AS` and `RLIMIT_DATA`
+//! are the size of guest memory; `RLIMIT_NOFILE` is 1024, soft and hard,
+//! which must match the descriptor table of `vfs` (this crate does not
+//! depend on vfs), so raising it above 1024 is refused (`EPERM`);
+//! `RLIMIT_CORE` is 0; the rest are Linux's defaults.
+
+use shoal_plat::Errno;
+
+/// `struct rlimit`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rlimit {
+    /// Soft limit.
+    pub cur: u64,
+    /// Hard limit.
+    pub max: u64,
+}
+
+/// `RLIM_INFINITY`.
+pub const INF: u64 = u64::MAX;
+/// Number of resources (`RLIM_NLIMITS`).
+pub const NLIMITS: usize = 16;
+/// `RLIMIT_DATA`.
+pub const RLIMIT_DATA: usize = 2;
+/// `RLIMIT_STACK`.
+pub const RLIMIT_STACK: usize = 3;
+/// `RLIMIT_NOFILE`.
+pub const RLIMIT_NOFILE: usize = 7;
+/// `RLIMIT_AS`.
+pub const RLIMIT_AS: usize = 9;
+/// The descriptor limit of vfs.
+pub const MAX_FDS: u64 = 1024;
+
+/// The limits table for a machine with `mem` bytes of guest memory and a
+/// main stack of `stack` bytes.
+pub fn defaults(mem: u64, stack: u64) -> [Rlimit; NLIMITS] {
+    let r = |cur, max| Rlimit { cur, max };
+    [
+        r(INF, INF),             // CPU
+        r(INF, INF),             // FSIZE
+        r(mem, mem),             // DATA
+        r(stack, stack),         // STACK
+        r(0, INF),               // CORE
+        r(INF, INF),             // RSS
+        r(INF, INF),             // NPROC
+        r(MAX_FDS, MAX_FDS),     // NOFILE
+        r(8 << 20, 8 << 20),     // MEMLOCK
+        r(mem, mem),             // AS
+        r(INF, INF),             // LOCKS
+        r(INF, INF),             // SIGPENDING
+        r(819_200, 819_200),     // MSGQUEUE
+        r(0, 0),                 // NICE
+        r(0, 0),                 // RTPRIO
+        r(INF, INF),             // RTTIME
+    ]
+}
+
+/// Validates a new limit for `resource`.
+pub fn check(resource: usize, new: Rlimit) -> Result<(), Errno> {
+    if new.cur > new.max {
+        return Err(Errno::EINVAL);
+    }
+    if resource == RLIMIT_NOFILE && new.max > MAX_FDS {
+        return Err(Errno::EPERM);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_checks() {
+        let d = defaults(1 << 30, 8 << 20);
+        assert_eq!(d[RLIMIT_STACK], Rlimit { cur: 8 << 20, max: 8 << 20 });
+        assert_eq!(d[RLIMIT_AS].cur, 1 << 30);
+        assert_eq!(core::mem::size_of::<Rlimit>(), 16);
+        assert_eq!(check(0, Rlimit { cur: 2, max: 1 }), Err(Errno::EINVAL));
+        assert_eq!(check(RLIMIT_NOFILE, Rlimit { cur: 10, max: 4096 }), Err(Errno::EPERM));
+        assert_eq!(check(RLIMIT_NOFILE, Rlimit { cur: 10, max: 1024 }), Ok(()));
+    }
+}

@@ -1,0 +1,338 @@
+//! Signals.
+//!
+//! The kernel keeps Linux's per-process signal state: an action per signal,
+//! the blocked mask, the pending set and the alternate stack. The only
+//! signals that can arise are those the process sends itself (`kill`,
+//! `tkill`, `tgkill`, `raise`, `abort`). They are delivered synchronously,
+//! before the sending syscall returns, as Linux does for an unblocked
+//! signal sent to oneself; a blocked one stays pending and is delivered when
+//! `rt_sigprocmask` or `rt_sigaction` makes it deliverable.
+//!
+//! Delivery: ignored signals are discarded; a default-terminate (or core)
+//! action prints `shoal: killed by signal N` and ends the instance with
+//! status 128+N, what a shell reports for such a death (this is how
+//! `abort()` ends); stop signals are ignored (nobody could continue the
+//! process); a handler is called on the current stack with the signal
+//! number, a `siginfo_t` and a zeroed `ucontext_t` (holding the previous
+//! mask), with `sa_mask` (and the signal unless `SA_NODEFER`) blocked
+//! during the call and `SA_RESETHAND` honoured. `SA_ONSTACK` is not: the
+//! handler runs on the current stack. Faults (SIGSEGV, SIGFPE…) are not
+//! turned into signals.
+
+use shoal_plat::{Errno, Global};
+
+/// Number of signals (1..=64).
+pub const NSIG: i32 = 64;
+/// `SIGKILL`.
+pub const SIGKILL: i32 = 9;
+/// `SIGSTOP`.
+pub const SIGSTOP: i32 = 19;
+/// `SIG_DFL`.
+pub const SIG_DFL: u64 = 0;
+/// `SIG_IGN`.
+pub const SIG_IGN: u64 = 1;
+/// `sa_flags`: handler takes `(sig, siginfo, ucontext)`.
+pub const SA_SIGINFO: u64 = 4;
+/// `sa_flags`: do not block the signal during its handler.
+pub const SA_NODEFER: u64 = 0x4000_0000;
+/// `sa_flags`: reset to `SIG_DFL` on delivery.
+pub const SA_RESETHAND: u64 = 0x8000_0000;
+/// `si_code` of `kill`.
+pub const SI_USER: i32 = 0;
+/// `si_code` of `tkill`/`tgkill`.
+pub const SI_TKILL: i32 = -6;
+
+/// The kernel's `struct sigaction` on x86-64 (what `rt_sigaction` takes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KSigaction {
+    /// `SIG_DFL`, `SIG_IGN` or the handler's address.
+    pub handler: u64,
+    /// `SA_*` flags.
+    pub flags: u64,
+    /// `sa_restorer` (unused: handlers return normally).
+    pub restorer: u64,
+    /// Signals blocked during the handler.
+    pub mask: u64,
+}
+
+/// `stack_t` (what `sigaltstack` takes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StackT {
+    /// Base of the stack.
+    pub ss_sp: u64,
+    /// `SS_*` flags.
+    pub ss_flags: i32,
+    /// Padding.
+    pub pad: i32,
+    /// Size of the stack.
+    pub ss_size: u64,
+}
+
+/// `SS_ONSTACK`.
+pub const SS_ONSTACK: i32 = 1;
+/// `SS_DISABLE`.
+pub const SS_DISABLE: i32 = 2;
+/// `SS_AUTODISARM`.
+pub const SS_AUTODISARM: i32 = 1 << 31;
+/// `MINSIGSTKSZ` on x86-64.
+pub const MINSIGSTKSZ: u64 = 2048;
+
+/// The `siginfo_t` handed to `SA_SIGINFO` handlers (128 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SigInfo {
+    /// Signal number.
+    pub si_signo: i32,
+    /// Errno value (0).
+    pub si_errno: i32,
+    /// How it was sent (`SI_USER`, `SI_TKILL`).
+    pub si_code: i32,
+    /// Padding.
+    pub pad: i32,
+    /// Sending process.
+    pub si_pid: i32,
+    /// Sending user.
+    pub si_uid: u32,
+    /// Rest of the union.
+    pub rest: [u64; 13],
+}
+
+/// What delivering a signal does now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// Discard it.
+    Ignore,
+    /// End the process.
+    Terminate,
+    /// Call a handler.
+    Handle(KSigaction),
+}
+
+/// The signal state of the process.
+#[derive(Clone, Copy, Debug)]
+pub struct Signals {
+    /// Actions of signals 1..=64 (index sig-1).
+    pub actions: [KSigaction; NSIG as usize],
+    /// Blocked signals (bit sig-1).
+    pub mask: u64,
+    /// Pending signals (bit sig-1), with the `si_code` of the last send.
+    pub pending: u64,
+    /// `si_code` each pending signal was sent with.
+    pub codes: [i8; NSIG as usize],
+    /// The alternate signal stack.
+    pub altstack: StackT,
+}
+
+const NO_ALTSTACK: StackT = StackT { ss_sp: 0, ss_flags: SS_DISABLE, pad: 0, ss_size: 0 };
+
+/// The bit of signal `sig` in a mask.
+pub fn bit(sig: i32) -> u64 {
+    1u64 << (sig - 1)
+}
+
+/// Signals that can be neither blocked nor caught.
+pub const UNBLOCKABLE: u64 = (1 << (SIGKILL - 1)) | (1 << (SIGSTOP - 1));
+
+/// Whether the default action of `sig` is to ignore it (SIGCHLD, SIGCONT,
+/// SIGURG, SIGWINCH) or to stop (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU: with
+/// nobody to continue the process, treated as ignore).
+pub fn default_ignored(sig: i32) -> bool {
+    matches!(sig, 17 | 18 | 23 | 28 | 19 | 20 | 21 | 22)
+}
+
+impl Signals {
+    /// The state of a new process: all default, nothing blocked.
+    pub const fn new() -> Signals {
+        Signals {
+            actions: [KSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 }; NSIG as usize],
+            mask: 0,
+            pending: 0,
+            codes: [0; NSIG as usize],
+            altstack: NO_ALTSTACK,
+        }
+    }
+
+    /// What delivering `sig` would do now.
+    pub fn disposition(&self, sig: i32) -> Disposition {
+        let act = self.actions[(sig - 1) as usize];
+        if sig == SIGKILL {
+            return Disposition::Terminate;
+        }
+        match act.handler {
+            SIG_IGN => Disposition::Ignore,
+            SIG_DFL if default_ignored(sig) => Disposition::Ignore,
+            SIG_DFL => Disposition::Terminate,
+            _ => Disposition::Handle(act),
+        }
+    }
+
+    /// Generates `sig` (1..=64) for the process: queued unless it would be
+    /// ignored (blocked signals are always queued, their action may change).
+    pub fn generate(&mut self, sig: i32, code: i32) {
+        if self.mask & bit(sig) == 0 && self.disposition(sig) == Disposition::Ignore {
+            return;
+        }
+        self.pending |= bit(sig);
+        self.codes[(sig - 1) as usize] = code as i8;
+    }
+
+    /// Takes the lowest pending signal that is not blocked.
+    pub fn next_deliverable(&mut self) -> Option<(i32, i32)> {
+        let ready = self.pending & !self.mask;
+        if ready == 0 {
+            return None;
+        }
+        let sig = ready.trailing_zeros() as i32 + 1;
+        self.pending &= !bit(sig);
+        Some((sig, self.codes[(sig - 1) as usize] as i32))
+    }
+
+    /// Sets the blocked mask (SIGKILL and SIGSTOP cannot be blocked).
+    pub fn set_mask(&mut self, mask: u64) {
+        self.mask = mask & !UNBLOCKABLE;
+    }
+
+    /// Sets the action of `sig`; discards it if pending and now ignored.
+    pub fn set_action(&mut self, sig: i32, mut act: KSigaction) {
+        act.mask &= !UNBLOCKABLE;
+        self.actions[(sig - 1) as usize] = act;
+        if self.disposition(sig) == Disposition::Ignore {
+            self.pending &= !bit(sig);
+        }
+    }
+}
+
+impl Default for Signals {
+    fn default() -> Self {
+        Signals::new()
+    }
+}
+
+/// The process's signal state.
+pub static SIGNALS: Global<Signals> = Global::new(Signals::new());
+
+/// Checks a signal number for sending (0 allowed: existence check).
+pub fn check_sig(sig: i32) -> Result<(), Errno> {
+    if (0..=NSIG).contains(&sig) {
+        Ok(())
+    } else {
+        Err(Errno::EINVAL)
+    }
+}
+
+/// Sends `sig` to the process itself and delivers what is deliverable.
+pub fn send_self(sig: i32, code: i32) {
+    if sig == 0 {
+        return;
+    }
+    SIGNALS.with(|s| s.generate(sig, code));
+    deliver_pending();
+}
+
+/// Delivers every pending, unblocked signal (lowest number first).
+pub fn deliver_pending() {
+    loop {
+        // Decide with the state borrowed; run handlers without it (they
+        // make system calls of their own).
+        let step = SIGNALS.with(|s| {
+            let (sig, code) = s.next_deliverable()?;
+            let d = s.disposition(sig);
+            let old_mask = s.mask;
+            if let Disposition::Handle(act) = d {
+                if act.flags & SA_RESETHAND != 0 {
+                    s.actions[(sig - 1) as usize] = KSigaction::default();
+                }
+                let own = if act.flags & SA_NODEFER != 0 { 0 } else { bit(sig) };
+                s.set_mask(old_mask | act.mask | own);
+            }
+            Some((sig, code, d, old_mask))
+        });
+        let Some((sig, code, d, old_mask)) = step else { return };
+        match d {
+            Disposition::Ignore => {}
+            Disposition::Terminate => terminate(sig),
+            Disposition::Handle(act) => {
+                call_handler(sig, code, act, old_mask);
+                SIGNALS.with(|s| s.set_mask(old_mask));
+            }
+        }
+    }
+}
+
+/// Ends the process as killed by `sig`.
+pub fn terminate(sig: i32) -> ! {
+    use core::fmt::Write;
+    let _ = writeln!(shoal_plat::console::Stderr, "shoal: killed by signal {sig}");
+    shoal_plat::halt(128 + sig as i64)
+}
+
+/// Offset of `uc_sigmask` in `ucontext_t` (flags, link, stack, mcontext).
+const UC_SIGMASK: usize = 8 + 8 + 24 + 256;
+
+fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64) {
+    let mut info = SigInfo {
+        si_signo: sig,
+        si_errno: 0,
+        si_code: code,
+        pad: 0,
+        si_pid: crate::PID as i32,
+        si_uid: 0,
+        rest: [0; 13],
+    };
+    let mut uc = [0u64; 128];
+    uc[UC_SIGMASK / 8] = old_mask;
+    // SAFETY: the program installed `act.handler` as the handler of `sig`
+    // with rt_sigaction; it is a C function taking (int, siginfo_t *,
+    // void *), and one installed without SA_SIGINFO takes only the first
+    // argument, which the C calling convention allows passing the others
+    // to. `info` and `uc` live for the call.
+    unsafe {
+        let f: extern "C" fn(i32, *mut SigInfo, *mut u64) = core::mem::transmute(act.handler as usize);
+        f(sig, &mut info, uc.as_mut_ptr());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts() {
+        assert_eq!(core::mem::size_of::<KSigaction>(), 32);
+        assert_eq!(core::mem::size_of::<StackT>(), 24);
+        assert_eq!(core::mem::size_of::<SigInfo>(), 128);
+    }
+
+    #[test]
+    fn dispositions() {
+        let mut s = Signals::new();
+        assert_eq!(s.disposition(6), Disposition::Terminate);
+        assert_eq!(s.disposition(17), Disposition::Ignore);
+        s.set_action(6, KSigaction { handler: SIG_IGN, ..Default::default() });
+        assert_eq!(s.disposition(6), Disposition::Ignore);
+        s.set_action(SIGKILL, KSigaction { handler: SIG_IGN, ..Default::default() });
+        assert_eq!(s.disposition(SIGKILL), Disposition::Terminate);
+    }
+
+    #[test]
+    fn pending_and_mask() {
+        let mut s = Signals::new();
+        // Unblocked and ignored: discarded.
+        s.generate(17, SI_USER);
+        assert_eq!(s.pending, 0);
+        // Blocked: queued even if ignored; discarded when set to SIG_IGN.
+        s.set_mask(bit(6) | bit(17) | UNBLOCKABLE);
+        assert_eq!(s.mask, bit(6) | bit(17));
+        s.generate(6, SI_TKILL);
+        s.generate(17, SI_USER);
+        assert_eq!(s.pending, bit(6) | bit(17));
+        assert_eq!(s.next_deliverable(), None);
+        s.set_action(17, KSigaction { handler: SIG_IGN, ..Default::default() });
+        assert_eq!(s.pending, bit(6));
+        s.set_mask(0);
+        assert_eq!(s.next_deliverable(), Some((6, SI_TKILL)));
+        assert_eq!(s.next_deliverable(), None);
+    }
+}

@@ -1,0 +1,395 @@
+//! The process system calls.
+
+use crate::limits::{self, Rlimit, NLIMITS};
+use crate::signal::{self, KSigaction, StackT, SIGNALS};
+use crate::{PID, PPID, THREAD, TID};
+use shoal_plat::{umem, Args, Errno, Global, SysResult};
+
+/// `exit(status)`: with one thread, the same as `exit_group`.
+pub fn exit(a: &Args) -> SysResult {
+    crate::exit(a.int(0) as i64)
+}
+
+/// `exit_group(status)`: ends the instance with `status & 0xff`.
+pub fn exit_group(a: &Args) -> SysResult {
+    crate::exit(a.int(0) as i64)
+}
+
+/// `getpid()`: 1.
+pub fn getpid(_: &Args) -> SysResult {
+    Ok(PID)
+}
+
+/// `getppid()`: 0 (no parent inside the instance).
+pub fn getppid(_: &Args) -> SysResult {
+    Ok(PPID)
+}
+
+/// `gettid()`: 1.
+pub fn gettid(_: &Args) -> SysResult {
+    Ok(TID)
+}
+
+/// `set_tid_address(ptr)`: stored; returns the tid.
+pub fn set_tid_address(a: &Args) -> SysResult {
+    THREAD.with(|t| t.clear_child_tid = a.u(0));
+    Ok(TID)
+}
+
+/// `set_robust_list(head, len)`: stored (`len` must be the 24-byte head).
+pub fn set_robust_list(a: &Args) -> SysResult {
+    if a.u(1) != 24 {
+        return Err(Errno::EINVAL);
+    }
+    THREAD.with(|t| t.robust_list = a.u(0));
+    Ok(0)
+}
+
+const ARCH_SET_GS: i32 = 0x1001;
+const ARCH_SET_FS: i32 = 0x1002;
+const ARCH_GET_FS: i32 = 0x1003;
+const ARCH_GET_GS: i32 = 0x1004;
+/// First non-canonical user address.
+const TASK_SIZE: u64 = 1 << 47;
+
+/// `arch_prctl(code, addr)`: sets or reads the FS or GS base with the
+/// user-mode FSGSBASE instructions (DESIGN §1). Other codes: `EINVAL`.
+pub fn arch_prctl(a: &Args) -> SysResult {
+    let addr = a.u(1);
+    match a.int(0) {
+        ARCH_SET_FS | ARCH_SET_GS if addr >= TASK_SIZE => Err(Errno::EPERM),
+        ARCH_SET_FS => {
+            // SAFETY: libc sets its thread pointer; the kernel itself does
+            // not use FS- or GS-relative addressing.
+            unsafe { shoal_plat::cpu::wrfsbase(addr) };
+            Ok(())
+        }
+        ARCH_SET_GS => {
+            // SAFETY: as above, for GS.
+            unsafe { shoal_plat::cpu::wrgsbase(addr) };
+            Ok(())
+        }
+        ARCH_GET_FS => umem::write(addr, shoal_plat::cpu::rdfsbase()),
+        ARCH_GET_GS => umem::write(addr, shoal_plat::cpu::rdgsbase()),
+        _ => Err(Errno::EINVAL),
+    }
+    .map(|_| 0)
+}
+
+/// `rt_sigaction(sig, act, oact, sigsetsize)`.
+pub fn rt_sigaction(a: &Args) -> SysResult {
+    let (sig, act, oact) = (a.int(0), a.u(1), a.u(2));
+    if a.u(3) != 8 || !(1..=signal::NSIG).contains(&sig) {
+        return Err(Errno::EINVAL);
+    }
+    if act != 0 && (sig == signal::SIGKILL || sig == signal::SIGSTOP) {
+        return Err(Errno::EINVAL);
+    }
+    let new: Option<KSigaction> = if act != 0 { Some(umem::read(act)?) } else { None };
+    let old = SIGNALS.with(|s| s.actions[(sig - 1) as usize]);
+    if oact != 0 {
+        umem::write(oact, old)?;
+    }
+    if let Some(n) = new {
+        SIGNALS.with(|s| s.set_action(sig, n));
+    }
+    Ok(0)
+}
+
+const SIG_BLOCK: i32 = 0;
+const SIG_UNBLOCK: i32 = 1;
+const SIG_SETMASK: i32 = 2;
+
+/// `rt_sigprocmask(how, set, oldset, sigsetsize)`. Unblocking a pending
+/// signal delivers it before returning.
+pub fn rt_sigprocmask(a: &Args) -> SysResult {
+    let (how, set, oset) = (a.int(0), a.u(1), a.u(2));
+    if a.u(3) != 8 {
+        return Err(Errno::EINVAL);
+    }
+    let new: Option<u64> = if set != 0 { Some(umem::read(set)?) } else { None };
+    let old = SIGNALS.with(|s| s.mask);
+    let mask = match (new, how) {
+        (None, _) => old,
+        (Some(n), SIG_BLOCK) => old | n,
+        (Some(n), SIG_UNBLOCK) => old & !n,
+        (Some(n), SIG_SETMASK) => n,
+        _ => return Err(Errno::EINVAL),
+    };
+    if oset != 0 {
+        umem::write(oset, old)?;
+    }
+    SIGNALS.with(|s| s.set_mask(mask));
+    signal::deliver_pending();
+    Ok(0)
+}
+
+/// `rt_sigpending(set, sigsetsize)`: the blocked signals waiting.
+pub fn rt_sigpending(a: &Args) -> SysResult {
+    if a.u(1) > 8 {
+        return Err(Errno::EINVAL);
+    }
+    let p = SIGNALS.with(|s| s.pending & s.mask);
+    let bytes = p.to_le_bytes();
+    umem::slice_mut(a.u(0), a.usize(1))?.copy_from_slice(&bytes[..a.usize(1)]);
+    Ok(0)
+}
+
+/// `sigaltstack(ss, old_ss)`: stored and reported. Handlers never run on it
+/// (see [`crate::signal`]), so `SS_ONSTACK` is never reported.
+pub fn sigaltstack(a: &Args) -> SysResult {
+    let (ss, old) = (a.u(0), a.u(1));
+    let new: Option<StackT> = if ss != 0 { Some(umem::read(ss)?) } else { None };
+    if let Some(n) = new {
+        let mode = n.ss_flags & !signal::SS_AUTODISARM;
+        if mode != 0 && mode != signal::SS_DISABLE {
+            return Err(Errno::EINVAL);
+        }
+        if mode == 0 && n.ss_size < signal::MINSIGSTKSZ {
+            return Err(Errno::ENOMEM);
+        }
+    }
+    if old != 0 {
+        umem::write(old, SIGNALS.with(|s| s.altstack))?;
+    }
+    if let Some(mut n) = new {
+        if n.ss_flags & signal::SS_DISABLE != 0 {
+            n = StackT { ss_sp: 0, ss_flags: signal::SS_DISABLE, pad: 0, ss_size: 0 };
+        }
+        SIGNALS.with(|s| s.altstack = n);
+    }
+    Ok(0)
+}
+
+fn send(sig: i32, code: i32) -> SysResult {
+    signal::send_self(sig, code);
+    Ok(0)
+}
+
+/// `kill(pid, sig)`: only the process itself exists (pid 1, or 0 / -1 for
+/// its process group); `kill(-1, …)` reaches no process (it skips the
+/// caller and init). Others: `ESRCH`.
+pub fn kill(a: &Args) -> SysResult {
+    let (pid, sig) = (a.int(0), a.int(1));
+    signal::check_sig(sig)?;
+    match pid {
+        1 | 0 => send(sig, signal::SI_USER),
+        p if p < -1 && p == -(PID as i32) => send(sig, signal::SI_USER),
+        _ => Err(Errno::ESRCH),
+    }
+}
+
+/// `tkill(tid, sig)`: to thread 1 only.
+pub fn tkill(a: &Args) -> SysResult {
+    let (tid, sig) = (a.int(0), a.int(1));
+    if tid <= 0 {
+        return Err(Errno::EINVAL);
+    }
+    signal::check_sig(sig)?;
+    if tid as u64 != TID {
+        return Err(Errno::ESRCH);
+    }
+    send(sig, signal::SI_TKILL)
+}
+
+/// `tgkill(tgid, tid, sig)`: to thread 1 of process 1 only.
+pub fn tgkill(a: &Args) -> SysResult {
+    let (tgid, tid, sig) = (a.int(0), a.int(1), a.int(2));
+    if tgid <= 0 || tid <= 0 {
+        return Err(Errno::EINVAL);
+    }
+    signal::check_sig(sig)?;
+    if tgid as u64 != PID || tid as u64 != TID {
+        return Err(Errno::ESRCH);
+    }
+    send(sig, signal::SI_TKILL)
+}
+
+static LIMITS: Global<Option<[Rlimit; NLIMITS]>> = Global::new(None);
+
+fn with_limits<R>(f: impl FnOnce(&mut [Rlimit; NLIMITS]) -> R) -> R {
+    LIMITS.with(|l| {
+        let t = l.get_or_insert_with(|| {
+            let bi = shoal_plat::boot::info();
+            limits::defaults(bi.mem_size, bi.stack_top.saturating_sub(bi.stack_base))
+        });
+        f(t)
+    })
+}
+
+fn prlimit(pid: i32, resource: u32, new: u64, old: u64) -> SysResult {
+    if pid != 0 && pid as u64 != PID {
+        return Err(Errno::ESRCH);
+    }
+    let r = resource as usize;
+    if r >= NLIMITS {
+        return Err(Errno::EINVAL);
+    }
+    let n: Option<Rlimit> = if new != 0 { Some(umem::read(new)?) } else { None };
+    if let Some(n) = n {
+        limits::check(r, n)?;
+    }
+    if old != 0 {
+        umem::write(old, with_limits(|t| t[r]))?;
+    }
+    if let Some(n) = n {
+        with_limits(|t| t[r] = n);
+    }
+    Ok(0)
+}
+
+/// `prlimit64(pid, resource, new, old)`; see [`crate::limits`].
+pub fn prlimit64(a: &Args) -> SysResult {
+    prlimit(a.int(0), a.uint(1), a.u(2), a.u(3))
+}
+
+/// `getrlimit(resource, rlim)`.
+pub fn getrlimit(a: &Args) -> SysResult {
+    if a.u(1) == 0 {
+        return Err(Errno::EFAULT);
+    }
+    prlimit(0, a.uint(0), 0, a.u(1))
+}
+
+/// `setrlimit(resource, rlim)`.
+pub fn setrlimit(a: &Args) -> SysResult {
+    if a.u(1) == 0 {
+        return Err(Errno::EFAULT);
+    }
+    prlimit(0, a.uint(0), a.u(1), 0)
+}
+
+/// `struct rusage`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rusage {
+    /// User CPU time (seconds, microseconds).
+    pub utime: [i64; 2],
+    /// System CPU time.
+    pub stime: [i64; 2],
+    /// Maximum resident set size, KiB.
+    pub maxrss: i64,
+    /// The other counters (ixrss … nivcsw).
+    pub rest: [i64; 13],
+}
+
+/// `getrusage(who, usage)`: user time is the CPU time of the instance from
+/// the TSC (`shoal_time::cpu_ns`: time since boot minus time blocked in the
+/// tender); system time is 0 (kernel code runs as part of the program);
+/// `ru_maxrss` is the image plus the memory mm has handed out now (an
+/// upper bound of what is resident). `RUSAGE_CHILDREN`: zeros (no children).
+pub fn getrusage(a: &Args) -> SysResult {
+    let mut r = Rusage::default();
+    match a.int(0) {
+        0 | 1 => {
+            let ns = shoal_time::cpu_ns();
+            r.utime = [(ns / 1_000_000_000) as i64, (ns % 1_000_000_000 / 1000) as i64];
+            let (total, free) = shoal_mm::stats();
+            let bi = shoal_plat::boot::info();
+            let image = bi.image_end.saturating_sub(bi.image_start);
+            r.maxrss = ((image + total - free) / 1024) as i64;
+        }
+        -1 => {}
+        _ => return Err(Errno::EINVAL),
+    }
+    umem::write(a.u(1), r)?;
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::sync::atomic::{AtomicI32, Ordering};
+
+    fn args(v: [u64; 6]) -> Args {
+        Args(v)
+    }
+
+    static GOT: AtomicI32 = AtomicI32::new(0);
+
+    extern "C" fn handler(sig: i32) {
+        GOT.store(sig, Ordering::SeqCst);
+        // A handler may make system calls; the mask blocks `sig` meanwhile.
+        let mut m = 0u64;
+        let p = &mut m as *mut u64 as u64;
+        assert_eq!(rt_sigprocmask(&args([0, 0, p, 8, 0, 0])), Ok(0));
+        assert_eq!(m & signal::bit(sig), signal::bit(sig));
+    }
+
+    /// One test for the global signal state (tests run on several threads).
+    #[test]
+    fn signals_through_syscalls() {
+        umem::set_bounds(1, u64::MAX);
+        let act = KSigaction { handler: handler as extern "C" fn(i32) as usize as u64, flags: 0, restorer: 0, mask: 0 };
+        let mut old = KSigaction::default();
+        let (pa, po) = (&act as *const _ as u64, &mut old as *mut _ as u64);
+        assert_eq!(rt_sigaction(&args([10, pa, po, 8, 0, 0])), Ok(0));
+        assert_eq!(old.handler, signal::SIG_DFL);
+        assert_eq!(rt_sigaction(&args([10, pa, po, 4, 0, 0])), Err(Errno::EINVAL));
+        assert_eq!(rt_sigaction(&args([9, pa, 0, 8, 0, 0])), Err(Errno::EINVAL));
+        assert_eq!(rt_sigaction(&args([65, 0, po, 8, 0, 0])), Err(Errno::EINVAL));
+        // Delivered synchronously by kill to self.
+        assert_eq!(kill(&args([1, 10, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(GOT.swap(0, Ordering::SeqCst), 10);
+        // Blocked: pending until unblocked.
+        let set = signal::bit(10);
+        let ps = &set as *const u64 as u64;
+        assert_eq!(rt_sigprocmask(&args([0, ps, 0, 8, 0, 0])), Ok(0));
+        assert_eq!(tgkill(&args([1, 1, 10, 0, 0, 0])), Ok(0));
+        assert_eq!(GOT.load(Ordering::SeqCst), 0);
+        let mut pend = 0u64;
+        assert_eq!(rt_sigpending(&args([&mut pend as *mut u64 as u64, 8, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(pend, set);
+        let mut oldmask = 0u64;
+        assert_eq!(rt_sigprocmask(&args([1, ps, &mut oldmask as *mut u64 as u64, 8, 0, 0])), Ok(0));
+        assert_eq!(oldmask, set);
+        assert_eq!(GOT.swap(0, Ordering::SeqCst), 10);
+        assert_eq!(rt_sigprocmask(&args([7, ps, 0, 8, 0, 0])), Err(Errno::EINVAL));
+        // Signal 0 and other targets.
+        assert_eq!(kill(&args([1, 0, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(kill(&args([2, 0, 0, 0, 0, 0])), Err(Errno::ESRCH));
+        assert_eq!(kill(&args([u64::MAX, 0, 0, 0, 0, 0])), Err(Errno::ESRCH));
+        assert_eq!(kill(&args([1, 65, 0, 0, 0, 0])), Err(Errno::EINVAL));
+        assert_eq!(tkill(&args([2, 0, 0, 0, 0, 0])), Err(Errno::ESRCH));
+        assert_eq!(tkill(&args([0, 0, 0, 0, 0, 0])), Err(Errno::EINVAL));
+        // Ignored: nothing happens.
+        let ign = KSigaction { handler: signal::SIG_IGN, ..Default::default() };
+        assert_eq!(rt_sigaction(&args([6, &ign as *const _ as u64, 0, 8, 0, 0])), Ok(0));
+        assert_eq!(kill(&args([0, 6, 0, 0, 0, 0])), Ok(0));
+        // SA_RESETHAND: handled once, then default.
+        let once = KSigaction { handler: handler as extern "C" fn(i32) as usize as u64, flags: signal::SA_RESETHAND, ..Default::default() };
+        assert_eq!(rt_sigaction(&args([12, &once as *const _ as u64, 0, 8, 0, 0])), Ok(0));
+        assert_eq!(tkill(&args([1, 12, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(GOT.swap(0, Ordering::SeqCst), 12);
+        assert_eq!(SIGNALS.with(|s| s.actions[11].handler), signal::SIG_DFL);
+    }
+
+    #[test]
+    fn sigaltstack_rules() {
+        umem::set_bounds(1, u64::MAX);
+        let small = StackT { ss_sp: 0x1000, ss_flags: 0, pad: 0, ss_size: 100 };
+        assert_eq!(sigaltstack(&args([&small as *const _ as u64, 0, 0, 0, 0, 0])), Err(Errno::ENOMEM));
+        let bad = StackT { ss_sp: 0x1000, ss_flags: 1, pad: 0, ss_size: 1 << 16 };
+        assert_eq!(sigaltstack(&args([&bad as *const _ as u64, 0, 0, 0, 0, 0])), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn limits_syscalls() {
+        umem::set_bounds(1, u64::MAX);
+        let mut r = Rlimit { cur: 0, max: 0 };
+        let p = &mut r as *mut Rlimit as u64;
+        assert_eq!(getrlimit(&args([7, p, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(r, Rlimit { cur: 1024, max: 1024 });
+        let n = Rlimit { cur: 100, max: 1024 };
+        assert_eq!(prlimit64(&args([0, 7, &n as *const _ as u64, p, 0, 0])), Ok(0));
+        assert_eq!(r.cur, 1024, "old value returned");
+        assert_eq!(getrlimit(&args([7, p, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(r.cur, 100);
+        assert_eq!(getrlimit(&args([16, p, 0, 0, 0, 0])), Err(Errno::EINVAL));
+        assert_eq!(prlimit64(&args([5, 7, 0, p, 0, 0])), Err(Errno::ESRCH));
+        assert_eq!(core::mem::size_of::<Rusage>(), 144);
+        let mut ru = Rusage::default();
+        assert_eq!(getrusage(&args([u64::MAX, &mut ru as *mut _ as u64, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(getrusage(&args([5, &mut ru as *mut _ as u64, 0, 0, 0, 0])), Err(Errno::EINVAL));
+    }
+}

@@ -1,0 +1,762 @@
+//! Kernel component `ramfs` (DESIGN §6): the in-memory file system.
+//!
+//! A tree of inodes — regular files, directories and symbolic links — with
+//! Linux semantics: permission bits, link counts, sizes, and access,
+//! modification, change and birth times in nanoseconds. It is populated at
+//! boot from the read-only root archive ([`Fs::from_archive`]); archive file
+//! contents are not copied but borrowed, and copied page by page when first
+//! written ([`data`]). Everything written lives in memory only and is lost
+//! when the instance exits.
+//!
+//! This crate knows inodes and names, not paths or descriptors: path
+//! resolution, open files and the system calls are in `shoal-vfs`. Inodes
+//! are referenced by number ([`Ino`]); an inode lives while it has a name
+//! (`nlink > 0`) or a reference ([`Fs::get_ref`], held by open files and the
+//! working directory), so an unlinked open file stays readable, as on Linux.
+//! Hard links to files are implemented; to directories they are `EPERM`.
+//!
+//! Access control: shoal runs one program as one user, which owns every
+//! file; this crate stores modes and owners but does not check them (the
+//! vfs applies root-like rules, see there).
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+
+pub mod data;
+pub mod dir;
+
+use alloc::collections::BTreeMap;
+use alloc::boxed::Box;
+use shoal_archive::{Archive, ArchiveError, Kind};
+use shoal_plat::Errno;
+
+pub use data::FileData;
+pub use dir::Dir;
+
+/// An inode number.
+pub type Ino = u64;
+
+/// Inode number of the root directory.
+pub const ROOT_INO: Ino = 1;
+/// Longest name of a directory entry.
+pub const NAME_MAX: usize = 255;
+/// Longest symbolic-link target (PATH_MAX including its NUL).
+pub const SYMLINK_MAX: usize = 4095;
+
+/// File type bits of `st_mode`.
+pub const S_IFMT: u32 = 0o170000;
+/// Regular file.
+pub const S_IFREG: u32 = 0o100000;
+/// Directory.
+pub const S_IFDIR: u32 = 0o040000;
+/// Symbolic link.
+pub const S_IFLNK: u32 = 0o120000;
+
+/// What an inode is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileType {
+    /// A regular file.
+    Regular,
+    /// A directory.
+    Directory,
+    /// A symbolic link.
+    Symlink,
+}
+
+impl FileType {
+    /// The `S_IF*` bits.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            FileType::Regular => S_IFREG,
+            FileType::Directory => S_IFDIR,
+            FileType::Symlink => S_IFLNK,
+        }
+    }
+
+    /// The `d_type` of a directory entry (`DT_REG`, `DT_DIR`, `DT_LNK`).
+    pub fn dirent_type(self) -> u8 {
+        match self {
+            FileType::Regular => 8,
+            FileType::Directory => 4,
+            FileType::Symlink => 10,
+        }
+    }
+}
+
+/// A point in time: seconds and nanoseconds since the epoch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Timespec {
+    /// Seconds (may be negative: before 1970).
+    pub sec: i64,
+    /// Nanoseconds, `0..1_000_000_000`.
+    pub nsec: u32,
+}
+
+impl Timespec {
+    /// From nanoseconds since the epoch.
+    pub fn from_ns(ns: u64) -> Timespec {
+        Timespec { sec: (ns / 1_000_000_000) as i64, nsec: (ns % 1_000_000_000) as u32 }
+    }
+}
+
+/// The attributes of an inode, as `stat` reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: Ino,
+    /// What it is.
+    pub ftype: FileType,
+    /// Type and permission bits (`st_mode`).
+    pub mode: u32,
+    /// Number of names (for directories 2 + subdirectories).
+    pub nlink: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes (directories: 20 per entry, `.` and `..` included, as
+    /// tmpfs reports).
+    pub size: u64,
+    /// 512-byte blocks used.
+    pub blocks: u64,
+    /// Last access.
+    pub atime: Timespec,
+    /// Last modification of the contents.
+    pub mtime: Timespec,
+    /// Last change of the inode.
+    pub ctime: Timespec,
+    /// Creation.
+    pub btime: Timespec,
+}
+
+/// Bytes that are either borrowed from the archive or owned.
+#[derive(Debug)]
+enum Bytes {
+    Static(&'static [u8]),
+    Owned(Box<[u8]>),
+}
+
+impl Bytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Static(s) => s,
+            Bytes::Owned(b) => b,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Node {
+    File(FileData),
+    Dir(Dir),
+    Symlink(Bytes),
+}
+
+#[derive(Debug)]
+struct Inode {
+    perm: u32,
+    nlink: u32,
+    refs: u32,
+    uid: u32,
+    gid: u32,
+    atime: Timespec,
+    mtime: Timespec,
+    ctime: Timespec,
+    btime: Timespec,
+    node: Node,
+}
+
+impl Inode {
+    fn ftype(&self) -> FileType {
+        match self.node {
+            Node::File(_) => FileType::Regular,
+            Node::Dir(_) => FileType::Directory,
+            Node::Symlink(_) => FileType::Symlink,
+        }
+    }
+}
+
+/// Flags of [`Fs::rename`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    /// Fail with `EEXIST` if the new name exists (`RENAME_NOREPLACE`).
+    pub noreplace: bool,
+    /// Swap the two names, which must both exist (`RENAME_EXCHANGE`).
+    pub exchange: bool,
+}
+
+/// The file system.
+pub struct Fs {
+    inodes: BTreeMap<Ino, Inode>,
+    next_ino: Ino,
+    clock: fn() -> u64,
+}
+
+/// Checks that `name` can be a directory entry.
+pub fn check_name(name: &[u8]) -> Result<(), Errno> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(Errno::EINVAL);
+    }
+    if name.len() > NAME_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
+impl Fs {
+    /// An empty file system: a root directory (mode 0755) and nothing else.
+    /// `clock` gives the time in nanoseconds since the epoch.
+    pub fn new(clock: fn() -> u64) -> Fs {
+        let mut fs = Fs { inodes: BTreeMap::new(), next_ino: ROOT_INO, clock };
+        let root = fs.alloc(Node::Dir(Dir::new(ROOT_INO)), 0o755);
+        debug_assert_eq!(root, ROOT_INO);
+        fs.inodes.get_mut(&root).expect("root").nlink = 2;
+        fs
+    }
+
+    /// The file system held by the archive `bytes` (validated first). File
+    /// contents and link targets stay in `bytes`, which must never change.
+    pub fn from_archive(bytes: &'static [u8], clock: fn() -> u64) -> Result<Fs, ArchiveError> {
+        let archive = Archive::parse(bytes)?;
+        let mut fs = Fs::new(clock);
+        let mut dirs: BTreeMap<&'static [u8], Ino> = BTreeMap::new();
+        for e in archive.entries() {
+            let (parent, name) = match e.path.iter().rposition(|&c| c == b'/') {
+                Some(i) => (*dirs.get(&e.path[..i]).ok_or(ArchiveError::BadOrder(0))?, &e.path[i + 1..]),
+                None => (ROOT_INO, e.path),
+            };
+            if name.len() > NAME_MAX || fs.dir(parent).map(|d| d.get(name).is_some()).unwrap_or(true) {
+                return Err(ArchiveError::BadOrder(0));
+            }
+            let ino = match e.kind {
+                Kind::File => fs.alloc(Node::File(FileData::from_base(e.data)), e.mode),
+                Kind::Symlink => fs.alloc(Node::Symlink(Bytes::Static(e.data)), 0o777),
+                Kind::Dir => {
+                    let ino = fs.alloc(Node::Dir(Dir::new(parent)), e.mode);
+                    dirs.insert(e.path, ino);
+                    ino
+                }
+            };
+            fs.attach(parent, name, ino);
+        }
+        Ok(fs)
+    }
+
+    /// The current time.
+    pub fn now(&self) -> Timespec {
+        Timespec::from_ns((self.clock)())
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> Ino {
+        ROOT_INO
+    }
+
+    /// Number of live inodes.
+    pub fn inode_count(&self) -> usize {
+        self.inodes.len()
+    }
+
+    fn alloc(&mut self, node: Node, perm: u32) -> Ino {
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        let t = self.now();
+        let nlink = if matches!(node, Node::Dir(_)) { 2 } else { 1 };
+        self.inodes.insert(
+            ino,
+            Inode { perm: perm & 0o7777, nlink, refs: 0, uid: 0, gid: 0, atime: t, mtime: t, ctime: t, btime: t, node },
+        );
+        ino
+    }
+
+    /// Adds entry `name` → `ino` to directory `dir`, counting the link.
+    fn attach(&mut self, dir: Ino, name: &[u8], ino: Ino) {
+        let is_dir = matches!(self.inodes[&ino].node, Node::Dir(_));
+        let t = self.now();
+        let d = self.inodes.get_mut(&dir).expect("dir");
+        if let Node::Dir(dd) = &mut d.node {
+            dd.insert(name, ino);
+        }
+        if is_dir {
+            d.nlink += 1;
+        }
+        d.mtime = t;
+        d.ctime = t;
+    }
+
+    fn inode(&self, ino: Ino) -> Result<&Inode, Errno> {
+        self.inodes.get(&ino).ok_or(Errno::ENOENT)
+    }
+
+    fn inode_mut(&mut self, ino: Ino) -> Result<&mut Inode, Errno> {
+        self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)
+    }
+
+    fn dir(&self, ino: Ino) -> Result<&Dir, Errno> {
+        match &self.inode(ino)?.node {
+            Node::Dir(d) => Ok(d),
+            _ => Err(Errno::ENOTDIR),
+        }
+    }
+
+    fn dir_mut(&mut self, ino: Ino) -> Result<&mut Dir, Errno> {
+        match &mut self.inode_mut(ino)?.node {
+            Node::Dir(d) => Ok(d),
+            _ => Err(Errno::ENOTDIR),
+        }
+    }
+
+    /// A directory that can still get entries (not removed): `ENOENT` if it
+    /// was removed, `ENOTDIR` if it is not a directory.
+    fn live_dir(&self, ino: Ino) -> Result<&Dir, Errno> {
+        let d = self.dir(ino)?;
+        if self.inodes[&ino].nlink == 0 {
+            return Err(Errno::ENOENT);
+        }
+        Ok(d)
+    }
+
+    /// The attributes of `ino`.
+    pub fn attr(&self, ino: Ino) -> Result<Attr, Errno> {
+        let i = self.inode(ino)?;
+        let (size, blocks) = match &i.node {
+            Node::File(f) => (f.size(), f.blocks()),
+            Node::Dir(d) => ((d.len() as u64 + 2) * 20, 0),
+            Node::Symlink(b) => (b.as_slice().len() as u64, 0),
+        };
+        Ok(Attr {
+            ino,
+            ftype: i.ftype(),
+            mode: i.ftype().mode_bits() | i.perm,
+            nlink: i.nlink,
+            uid: i.uid,
+            gid: i.gid,
+            size,
+            blocks,
+            atime: i.atime,
+            mtime: i.mtime,
+            ctime: i.ctime,
+            btime: i.btime,
+        })
+    }
+
+    /// What `ino` is.
+    pub fn file_type(&self, ino: Ino) -> Result<FileType, Errno> {
+        Ok(self.inode(ino)?.ftype())
+    }
+
+    /// The entry `name` of directory `dir` (`.` and `..` included).
+    /// `ENOTDIR` if `dir` is not a directory, `ENOENT` if there is no such
+    /// entry or `dir` was removed.
+    /// In a removed directory `.` and `..` still resolve (as on Linux, where
+    /// `cd ..` works from a deleted working directory); other names do not.
+    pub fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Ino, Errno> {
+        let d = self.dir(dir)?;
+        match name {
+            b"." => Ok(dir),
+            b".." => Ok(d.parent),
+            _ if name.len() > NAME_MAX => Err(Errno::ENAMETOOLONG),
+            _ => self.live_dir(dir)?.get(name).ok_or(Errno::ENOENT),
+        }
+    }
+
+    /// The parent of directory `dir`.
+    pub fn parent(&self, dir: Ino) -> Result<Ino, Errno> {
+        Ok(self.dir(dir)?.parent)
+    }
+
+    /// The name of `child` in directory `dir`, if it has one there.
+    pub fn name_in(&self, dir: Ino, child: Ino) -> Option<&[u8]> {
+        self.dir(dir).ok()?.name_of(child)
+    }
+
+    /// Whether `ino` has been removed (its last name is gone).
+    pub fn is_unlinked(&self, ino: Ino) -> bool {
+        self.inodes.get(&ino).map(|i| i.nlink == 0).unwrap_or(true)
+    }
+
+    /// Whether directory `anc` is `ino` or one of its ancestors.
+    pub fn is_ancestor(&self, anc: Ino, mut ino: Ino) -> bool {
+        loop {
+            if ino == anc {
+                return true;
+            }
+            match self.parent(ino) {
+                Ok(p) if p != ino => ino = p,
+                _ => return false,
+            }
+        }
+    }
+
+    fn create_node(&mut self, dir: Ino, name: &[u8], node: Node, perm: u32) -> Result<Ino, Errno> {
+        check_name(name)?;
+        if self.live_dir(dir)?.get(name).is_some() {
+            return Err(Errno::EEXIST);
+        }
+        let ino = self.alloc(node, perm);
+        self.attach(dir, name, ino);
+        Ok(ino)
+    }
+
+    /// Creates an empty regular file `name` in `dir` with permissions `perm`.
+    pub fn create_file(&mut self, dir: Ino, name: &[u8], perm: u32) -> Result<Ino, Errno> {
+        self.create_node(dir, name, Node::File(FileData::new()), perm)
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&mut self, dir: Ino, name: &[u8], perm: u32) -> Result<Ino, Errno> {
+        self.create_node(dir, name, Node::Dir(Dir::new(dir)), perm)
+    }
+
+    /// Creates a symbolic link to `target`.
+    pub fn symlink(&mut self, dir: Ino, name: &[u8], target: &[u8]) -> Result<Ino, Errno> {
+        if target.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        self.create_node(dir, name, Node::Symlink(Bytes::Owned(Box::from(target))), 0o777)
+    }
+
+    /// Creates a regular file with no name (`O_TMPFILE`), holding one
+    /// reference for the caller; it disappears when that is dropped.
+    pub fn create_unnamed(&mut self, dir: Ino, perm: u32) -> Result<Ino, Errno> {
+        self.live_dir(dir)?;
+        let ino = self.alloc(Node::File(FileData::new()), perm);
+        let i = self.inode_mut(ino)?;
+        i.nlink = 0;
+        i.refs = 1;
+        Ok(ino)
+    }
+
+    /// Adds the name `name` in `dir` for the existing file `ino` (hard
+    /// link). Directories: `EPERM`; a removed file: `ENOENT`.
+    pub fn link(&mut self, dir: Ino, name: &[u8], ino: Ino) -> Result<(), Errno> {
+        check_name(name)?;
+        let i = self.inode(ino)?;
+        if i.ftype() == FileType::Directory {
+            return Err(Errno::EPERM);
+        }
+        if i.nlink == 0 {
+            return Err(Errno::ENOENT);
+        }
+        if self.live_dir(dir)?.get(name).is_some() {
+            return Err(Errno::EEXIST);
+        }
+        let t = self.now();
+        let i = self.inode_mut(ino)?;
+        i.nlink += 1;
+        i.ctime = t;
+        self.attach(dir, name, ino);
+        Ok(())
+    }
+
+    /// Drops one name of `ino` (already removed from its directory).
+    fn drop_link(&mut self, ino: Ino) {
+        let t = self.now();
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.nlink = if matches!(i.node, Node::Dir(_)) { 0 } else { i.nlink.saturating_sub(1) };
+            i.ctime = t;
+        }
+        self.maybe_free(ino);
+    }
+
+    fn maybe_free(&mut self, ino: Ino) {
+        if ino == ROOT_INO {
+            return;
+        }
+        if let Some(i) = self.inodes.get(&ino) {
+            if i.nlink == 0 && i.refs == 0 {
+                self.inodes.remove(&ino);
+            }
+        }
+    }
+
+    fn touch_dir(&mut self, dir: Ino, subdir_delta: i32) {
+        let t = self.now();
+        if let Some(d) = self.inodes.get_mut(&dir) {
+            d.mtime = t;
+            d.ctime = t;
+            d.nlink = (d.nlink as i64 + subdir_delta as i64) as u32;
+        }
+    }
+
+    /// Removes the non-directory entry `name` from `dir` (`EISDIR` for a
+    /// directory).
+    pub fn unlink(&mut self, dir: Ino, name: &[u8]) -> Result<(), Errno> {
+        if name == b"." || name == b".." {
+            return Err(Errno::EISDIR);
+        }
+        let ino = self.lookup(dir, name)?;
+        if self.file_type(ino)? == FileType::Directory {
+            return Err(Errno::EISDIR);
+        }
+        self.dir_mut(dir)?.remove(name);
+        self.touch_dir(dir, 0);
+        self.drop_link(ino);
+        Ok(())
+    }
+
+    /// Removes the empty directory `name` from `dir`.
+    pub fn rmdir(&mut self, dir: Ino, name: &[u8]) -> Result<(), Errno> {
+        match name {
+            b"." => return Err(Errno::EINVAL),
+            b".." => return Err(Errno::ENOTEMPTY),
+            _ => {}
+        }
+        self.live_dir(dir)?;
+        let ino = self.lookup(dir, name)?;
+        if !self.dir(ino)?.is_empty() {
+            return Err(Errno::ENOTEMPTY);
+        }
+        self.dir_mut(dir)?.remove(name);
+        self.touch_dir(dir, -1);
+        self.drop_link(ino);
+        Ok(())
+    }
+
+    /// Renames `odir/oname` to `ndir/nname` with Linux `renameat2`
+    /// semantics (the caller rejects `.`/`..` with `EBUSY`).
+    pub fn rename(&mut self, odir: Ino, oname: &[u8], ndir: Ino, nname: &[u8], flags: RenameFlags) -> Result<(), Errno> {
+        check_name(oname).map_err(|e| if e == Errno::EINVAL { Errno::EBUSY } else { e })?;
+        check_name(nname).map_err(|e| if e == Errno::EINVAL { Errno::EBUSY } else { e })?;
+        if flags.noreplace && flags.exchange {
+            return Err(Errno::EINVAL);
+        }
+        self.live_dir(ndir)?;
+        let oino = self.lookup(odir, oname)?;
+        let nino = self.live_dir(ndir)?.get(nname);
+        let otype = self.file_type(oino)?;
+        if flags.exchange {
+            let nino = nino.ok_or(Errno::ENOENT)?;
+            let ntype = self.file_type(nino)?;
+            if oino == nino {
+                return Ok(());
+            }
+            if (otype == FileType::Directory && self.is_ancestor(oino, ndir))
+                || (ntype == FileType::Directory && self.is_ancestor(nino, odir))
+            {
+                return Err(Errno::EINVAL);
+            }
+            self.dir_mut(odir)?.replace(oname, nino);
+            self.dir_mut(ndir)?.replace(nname, oino);
+            let mut od = 0;
+            let mut nd = 0;
+            if otype == FileType::Directory {
+                self.dir_mut(oino)?.parent = ndir;
+                od -= 1;
+                nd += 1;
+            }
+            if ntype == FileType::Directory {
+                self.dir_mut(nino)?.parent = odir;
+                od += 1;
+                nd -= 1;
+            }
+            if odir == ndir {
+                self.touch_dir(odir, 0);
+            } else {
+                self.touch_dir(odir, od);
+                self.touch_dir(ndir, nd);
+            }
+            let t = self.now();
+            self.inode_mut(oino)?.ctime = t;
+            self.inode_mut(nino)?.ctime = t;
+            return Ok(());
+        }
+        if otype == FileType::Directory && self.is_ancestor(oino, ndir) {
+            return Err(Errno::EINVAL);
+        }
+        if let Some(n) = nino {
+            if flags.noreplace {
+                return Err(Errno::EEXIST);
+            }
+            if n == oino {
+                return Ok(());
+            }
+            let ntype = self.file_type(n)?;
+            if otype == FileType::Directory {
+                if ntype != FileType::Directory {
+                    return Err(Errno::ENOTDIR);
+                }
+                if !self.dir(n)?.is_empty() {
+                    return Err(Errno::ENOTEMPTY);
+                }
+            } else if ntype == FileType::Directory {
+                return Err(Errno::EISDIR);
+            }
+            self.dir_mut(ndir)?.remove(nname);
+            self.touch_dir(ndir, if ntype == FileType::Directory { -1 } else { 0 });
+            self.drop_link(n);
+        }
+        self.dir_mut(odir)?.remove(oname);
+        let isdir = otype == FileType::Directory;
+        self.touch_dir(odir, if isdir { -1 } else { 0 });
+        self.dir_mut(ndir)?.insert(nname, oino);
+        self.touch_dir(ndir, if isdir { 1 } else { 0 });
+        if isdir {
+            self.dir_mut(oino)?.parent = ndir;
+        }
+        let t = self.now();
+        self.inode_mut(oino)?.ctime = t;
+        Ok(())
+    }
+
+    /// Takes a reference on `ino` (an open file, the working directory):
+    /// it stays alive after its last name is removed.
+    pub fn get_ref(&mut self, ino: Ino) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.refs += 1;
+        }
+    }
+
+    /// Drops a reference taken with [`Fs::get_ref`].
+    pub fn put_ref(&mut self, ino: Ino) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.refs = i.refs.saturating_sub(1);
+        }
+        self.maybe_free(ino);
+    }
+
+    fn file(&self, ino: Ino) -> Result<&FileData, Errno> {
+        match &self.inode(ino)?.node {
+            Node::File(f) => Ok(f),
+            Node::Dir(_) => Err(Errno::EISDIR),
+            Node::Symlink(_) => Err(Errno::EINVAL),
+        }
+    }
+
+    fn file_mut(&mut self, ino: Ino) -> Result<&mut FileData, Errno> {
+        match &mut self.inode_mut(ino)?.node {
+            Node::File(f) => Ok(f),
+            Node::Dir(_) => Err(Errno::EISDIR),
+            Node::Symlink(_) => Err(Errno::EINVAL),
+        }
+    }
+
+    /// The contents of `ino` for inspection (tests, diagnostics).
+    pub fn file_data(&self, ino: Ino) -> Result<&FileData, Errno> {
+        self.file(ino)
+    }
+
+    /// Size of regular file `ino`.
+    pub fn size(&self, ino: Ino) -> Result<u64, Errno> {
+        Ok(self.file(ino)?.size())
+    }
+
+    /// Reads from regular file `ino` at `off`; updates the access time the
+    /// way Linux's default `relatime` does.
+    pub fn read(&mut self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let n = self.file(ino)?.read(off, buf);
+        self.touch_atime(ino);
+        Ok(n)
+    }
+
+    /// Updates the access time of `ino` if it is older than its
+    /// modification or change time, or than a day (`relatime`).
+    pub fn touch_atime(&mut self, ino: Ino) {
+        let t = self.now();
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            if i.atime <= i.mtime || i.atime <= i.ctime || t.sec - i.atime.sec >= 24 * 3600 {
+                i.atime = t;
+            }
+        }
+    }
+
+    /// Writes `data` to regular file `ino` at `off`.
+    pub fn write(&mut self, ino: Ino, off: u64, data: &[u8]) -> Result<usize, Errno> {
+        if data.is_empty() {
+            self.file(ino)?;
+            return Ok(0);
+        }
+        let t = self.now();
+        let n = self.file_mut(ino)?.write(off, data)?;
+        let i = self.inode_mut(ino)?;
+        i.mtime = t;
+        i.ctime = t;
+        // Writing clears set-user-ID and set-group-ID bits, as on Linux.
+        i.perm &= !0o6000;
+        Ok(n)
+    }
+
+    /// Sets the size of regular file `ino` (`EISDIR` for a directory,
+    /// `EINVAL` for others).
+    pub fn truncate(&mut self, ino: Ino, size: u64) -> Result<(), Errno> {
+        let t = self.now();
+        self.file_mut(ino)?.truncate(size)?;
+        let i = self.inode_mut(ino)?;
+        i.mtime = t;
+        i.ctime = t;
+        Ok(())
+    }
+
+    /// The target of symbolic link `ino` (`EINVAL` if it is not one).
+    pub fn readlink(&self, ino: Ino) -> Result<&[u8], Errno> {
+        match &self.inode(ino)?.node {
+            Node::Symlink(b) => Ok(b.as_slice()),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// Lists directory `dir` from position `pos`: calls `f(next_pos, name,
+    /// ino, d_type)` for `.`, `..` and each entry until `f` returns false.
+    /// `ENOENT` if the directory was removed.
+    pub fn readdir(&self, dir: Ino, pos: u64, mut f: impl FnMut(u64, &[u8], Ino, u8) -> bool) -> Result<(), Errno> {
+        let d = self.live_dir(dir)?;
+        let dt = FileType::Directory.dirent_type();
+        if pos == dir::POS_DOT && !f(dir::POS_DOTDOT, b".", dir, dt) {
+            return Ok(());
+        }
+        if pos <= dir::POS_DOTDOT && !f(dir::FIRST_COOKIE, b"..", d.parent, dt) {
+            return Ok(());
+        }
+        for (next, name, ino) in d.entries_from(pos) {
+            let t = self.inodes.get(&ino).map(|i| i.ftype().dirent_type()).unwrap_or(0);
+            if !f(next, name, ino, t) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the permission bits of `ino`.
+    pub fn chmod(&mut self, ino: Ino, perm: u32) -> Result<(), Errno> {
+        let t = self.now();
+        let i = self.inode_mut(ino)?;
+        i.perm = perm & 0o7777;
+        i.ctime = t;
+        Ok(())
+    }
+
+    /// Sets the owner and group of `ino` (`None`: unchanged).
+    pub fn chown(&mut self, ino: Ino, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
+        let t = self.now();
+        let i = self.inode_mut(ino)?;
+        if let Some(u) = uid {
+            i.uid = u;
+        }
+        if let Some(g) = gid {
+            i.gid = g;
+        }
+        i.ctime = t;
+        Ok(())
+    }
+
+    /// Sets the access and/or modification time (`None`: unchanged); the
+    /// change time becomes now.
+    pub fn set_times(&mut self, ino: Ino, atime: Option<Timespec>, mtime: Option<Timespec>) -> Result<(), Errno> {
+        let t = self.now();
+        let i = self.inode_mut(ino)?;
+        if let Some(a) = atime {
+            i.atime = a;
+        }
+        if let Some(m) = mtime {
+            i.mtime = m;
+        }
+        i.ctime = t;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,110 @@
+//! The shoal kernel as one staticlib (DESIGN §2, §6).
+//!
+//! This crate only assembles the components: it links every component
+//! crate (each stays its own object file in the archive, so `shoal build`
+//! can place and version it), defines `shoal_kernel_init` (which plat's
+//! entry point `_shoal_start` calls before entering libc), the kernel's
+//! `#[global_allocator]` (mm's talc heap) and the panic handler, and stamps
+//! the image with the ABI note tenders check.
+//!
+//! No unwinding: the profiles build with `panic = "abort"`, so no crate of
+//! the workspace emits landing pads, and the panic handler halts. The
+//! precompiled `core`/`alloc` of the `x86_64-unknown-linux-gnu` target were
+//! built with `panic=unwind`, though: their `.eh_frame` names the
+//! personality routine `rust_eh_personality` (through
+//! `DW.ref.rust_eh_personality`), and that reference survives
+//! `--gc-sections` for the core functions the kernel uses. Rebuilding core
+//! with `panic=abort` needs a nightly `-Zbuild-std`; instead this crate
+//! defines [`rust_eh_personality`]. It is never called: only an unwinder
+//! calls a personality routine, and nothing in the image starts unwinding
+//! (no `_Unwind_RaiseException` is linked). For the same reason the landing
+//! pads of precompiled `alloc`/`core` functions call `_Unwind_Resume`; images
+//! are linked without `--gc-sections` by default, so whole objects of
+//! `alloc` come in and this crate defines [`_Unwind_Resume`] too, equally
+//! unreachable.
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+
+// Every component, so that all are linked into the staticlib.
+use shoal_mm as _;
+use shoal_plat as _;
+use shoal_process as _;
+use shoal_ramfs as _;
+use shoal_sched as _;
+use shoal_syscall as _;
+use shoal_sysinfo as _;
+use shoal_time as _;
+use shoal_user as _;
+use shoal_vfs as _;
+
+use shoal_abi::{AbiNote, BootInfo};
+
+/// The kernel heap.
+#[cfg(not(test))]
+#[global_allocator]
+static HEAP: shoal_mm::KernelHeap = shoal_mm::KernelHeap::from_mm();
+
+/// The image's ABI note (DESIGN §3): tenders read this section before
+/// running anything and refuse an image built for another ABI version.
+#[used]
+#[link_section = ".note.shoal"]
+static ABI_NOTE: AbiNote = AbiNote::CURRENT;
+
+/// Keeps the syscall entry point referenced, so no linker drops it.
+#[used]
+static SYSCALL_ENTRY: extern "C" fn(i64, i64, i64, i64, i64, i64, i64) -> i64 = shoal_syscall::__shoal_syscall;
+
+/// Initialises the kernel. Called once by `_shoal_start` (plat), with the
+/// boot-info address the tender passed, before libc's `_start`.
+///
+/// # Safety
+/// `bi` must point at the tender's boot-info page.
+#[no_mangle]
+pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
+    // Keep the ABI note in images linked with --gc-sections.
+    // SAFETY: reading our own static.
+    let _ = unsafe { core::ptr::read_volatile(&ABI_NOTE) };
+    // SAFETY: the tender passes the boot-info page (our caller's contract).
+    if let Err(e) = unsafe { shoal_plat::boot::init(bi) } {
+        // Not a tender we can talk to: with a bad magic or another ABI
+        // version, the hypercall entry (and so the console) may not be
+        // usable. Halt with the status for a refused boot; tenders check
+        // the ABI note before running, so this is a last line of defence.
+        let _ = e;
+        shoal_plat::halt(255);
+    }
+    shoal_mm::init();
+    shoal_time::init();
+    shoal_sysinfo::init();
+    shoal_vfs::init();
+}
+
+/// The personality routine the `.eh_frame` of the precompiled `core`
+/// names (see the crate documentation). Unreachable: nothing unwinds; if an
+/// unwinder ever called it, the kernel stops as for a panic.
+#[cfg(not(test))]
+#[no_mangle]
+pub extern "C" fn rust_eh_personality() -> ! {
+    use core::fmt::Write;
+    let _ = writeln!(shoal_plat::console::Stderr, "shoal: kernel panic: unwinding is not supported");
+    shoal_plat::halt(134)
+}
+
+/// Called only from landing pads of precompiled `core`/`alloc` code while
+/// unwinding, which never happens (see the crate documentation).
+#[cfg(not(test))]
+#[no_mangle]
+pub extern "C" fn _Unwind_Resume() -> ! {
+    use core::fmt::Write;
+    let _ = writeln!(shoal_plat::console::Stderr, "shoal: kernel panic: unwinding is not supported");
+    shoal_plat::halt(134)
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    use core::fmt::Write;
+    let _ = writeln!(shoal_plat::console::Stderr, "shoal: kernel panic: {info}");
+    shoal_plat::halt(134)
+}

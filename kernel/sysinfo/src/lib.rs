@@ -1,0 +1,38 @@
+//! Kernel component `sysinfo` (DESIGN §6): what the program learns about
+//! the machine: `uname`, `sysinfo`, and randomness (`getrandom`).
+//!
+//! `uname` reports a Linux system, because the program is a Linux program
+//! (musl and applications check `sysname`/`release`, e.g. for features by
+//! kernel version): sysname `Linux`, release [`RELEASE`] (a 6.1 kernel's
+//! ABI, marked as shoal), version `#1 shoal`, machine `x86_64`, the host
+//! name from the boot information (or `shoal` if it gives none), domain
+//! name `(none)` as Linux has by default.
+//!
+//! `getrandom` is a ChaCha20 CSPRNG (`rand_chacha`) seeded once from the
+//! 32 random bytes the tender puts in the boot information.
+#![cfg_attr(not(test), no_std)]
+
+pub mod sys;
+
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use shoal_plat::Global;
+
+/// `uname` release.
+pub const RELEASE: &str = "6.1.0-shoal";
+/// `uname` version.
+pub const VERSION: &str = "#1 shoal";
+
+static RNG: Global<Option<ChaCha20Rng>> = Global::new(None);
+
+/// Seeds the random generator from the boot information.
+pub fn init() {
+    let seed = shoal_plat::boot::info().random_seed;
+    RNG.with(|r| *r = Some(ChaCha20Rng::from_seed(seed)));
+}
+
+/// Fills `buf` with random bytes. Before `init` (host tests only) the
+/// generator is seeded with zeros.
+pub fn fill_random(buf: &mut [u8]) {
+    RNG.with(|r| r.get_or_insert_with(|| ChaCha20Rng::from_seed([0; 32])).fill_bytes(buf));
+}

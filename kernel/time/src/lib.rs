@@ -1,0 +1,156 @@
+//! Kernel component `time` (DESIGN §6): the clocks and sleeping.
+//!
+//! Time needs no hypercall (DESIGN §3): the kernel reads the TSC and
+//! converts it with the calibration the tender put in the boot information
+//! (`tsc_hz`, and the pair `tsc_at_boot` / `realtime_ns_at_boot` read
+//! together). `CLOCK_MONOTONIC` is nanoseconds since that boot reading;
+//! `CLOCK_REALTIME` is the boot wall-clock time plus the same; the clock is
+//! not adjustable (no `clock_settime`). Sleeping blocks in the tender's
+//! `poll` hypercall, so an idle instance uses no CPU.
+#![cfg_attr(not(test), no_std)]
+
+pub mod sys;
+
+use shoal_plat::Global;
+
+/// Clock calibration and the last monotonic reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clock {
+    /// TSC ticks per second.
+    pub hz: u64,
+    /// TSC at the boot reading.
+    pub tsc0: u64,
+    /// Realtime nanoseconds at the boot reading.
+    pub real0: u64,
+}
+
+impl Clock {
+    /// Nanoseconds in `ticks` TSC ticks, exact and without overflow for
+    /// any `ticks` (for `hz` up to 18 GHz): whole seconds, then the rest.
+    pub fn ticks_to_ns(&self, ticks: u64) -> u64 {
+        let secs = ticks / self.hz;
+        let rest = ticks % self.hz; // < hz, so rest * 1e9 < 2^64 for hz < 1.8e10
+        secs.saturating_mul(NS_PER_SEC).saturating_add(rest * NS_PER_SEC / self.hz)
+    }
+
+    /// Monotonic nanoseconds at TSC value `tsc` (0 before the boot reading).
+    pub fn monotonic_at(&self, tsc: u64) -> u64 {
+        self.ticks_to_ns(tsc.saturating_sub(self.tsc0))
+    }
+}
+
+/// Nanoseconds per second.
+pub const NS_PER_SEC: u64 = 1_000_000_000;
+
+struct State {
+    clock: Clock,
+    last: u64,
+    slept: u64,
+}
+
+static STATE: Global<State> = Global::new(State { clock: Clock { hz: 1, tsc0: 0, real0: 0 }, last: 0, slept: 0 });
+
+/// Reads the calibration from the boot information. A tender that gives no
+/// TSC frequency cannot run this kernel: halts with a message.
+pub fn init() {
+    let bi = shoal_plat::boot::info();
+    if bi.tsc_hz == 0 || bi.tsc_hz >= 18_000_000_000 {
+        use core::fmt::Write;
+        let _ = writeln!(shoal_plat::console::Stderr, "shoal: boot info has an unusable TSC frequency ({} Hz)", bi.tsc_hz);
+        shoal_plat::halt(255);
+    }
+    STATE.with(|s| {
+        s.clock = Clock { hz: bi.tsc_hz, tsc0: bi.tsc_at_boot, real0: bi.realtime_ns_at_boot };
+        s.last = 0;
+        s.slept = 0;
+    });
+}
+
+/// The calibration in use.
+pub fn clock() -> Clock {
+    STATE.with(|s| s.clock)
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds since the tender's boot reading. Never
+/// goes backwards (clamped to the last value returned).
+pub fn monotonic_ns() -> u64 {
+    let tsc = shoal_plat::cpu::rdtsc();
+    STATE.with(|s| {
+        let now = s.clock.monotonic_at(tsc).max(s.last);
+        s.last = now;
+        now
+    })
+}
+
+/// `CLOCK_REALTIME` in nanoseconds since the epoch.
+pub fn realtime_ns() -> u64 {
+    let m = monotonic_ns();
+    STATE.with(|s| s.clock.real0).saturating_add(m)
+}
+
+/// The realtime clock minus the monotonic one (constant: no adjustments).
+pub fn realtime_offset_ns() -> u64 {
+    STATE.with(|s| s.clock.real0)
+}
+
+/// Blocks until `CLOCK_MONOTONIC` reaches `deadline` (nanoseconds). Loops,
+/// because a tender may wake the guest early. The time spent blocked is
+/// accounted as not CPU time (see [`cpu_ns`]).
+pub fn sleep_until(deadline: u64) {
+    loop {
+        let now = monotonic_ns();
+        if now >= deadline {
+            return;
+        }
+        shoal_plat::hypercall::poll(deadline - now, 0);
+        let after = monotonic_ns();
+        STATE.with(|s| s.slept += after - now);
+    }
+}
+
+/// CPU time of the instance in nanoseconds: monotonic time since boot
+/// minus the time spent blocked in the tender's `poll`. The kernel does not
+/// see time the host spends running other processes, so this is an upper
+/// bound of the real CPU time.
+pub fn cpu_ns() -> u64 {
+    let m = monotonic_ns();
+    m.saturating_sub(STATE.with(|s| s.slept))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversion_is_exact() {
+        let c = Clock { hz: 3_000_000_000, tsc0: 1000, real0: 0 };
+        assert_eq!(c.ticks_to_ns(3), 1);
+        assert_eq!(c.ticks_to_ns(3_000_000_000), NS_PER_SEC);
+        assert_eq!(c.ticks_to_ns(4_500_000_000), 1_500_000_000);
+        assert_eq!(c.monotonic_at(1000 + 3_000_000_000 * 86_400), 86_400 * NS_PER_SEC);
+        assert_eq!(c.monotonic_at(10), 0, "before the boot reading");
+    }
+
+    #[test]
+    fn conversion_does_not_overflow() {
+        for hz in [1u64, 1_000, 2_399_999_999, 3_600_000_000, 17_999_999_999] {
+            let c = Clock { hz, tsc0: 0, real0: 0 };
+            // u128 reference.
+            for t in [0u64, 1, hz - 1, hz, hz + 1, u64::MAX / 3, u64::MAX] {
+                let exact = (t as u128 * NS_PER_SEC as u128 / hz as u128).min(u64::MAX as u128) as u64;
+                assert_eq!(c.ticks_to_ns(t), exact, "hz {hz} ticks {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn with_global_state() {
+        STATE.with(|s| s.clock = Clock { hz: 1_000_000_000, tsc0: 0, real0: 5 });
+        let a = monotonic_ns();
+        let b = monotonic_ns();
+        assert!(b >= a);
+        assert!(realtime_ns() >= b + 5);
+        crate::sys::tests::uses_state();
+        crate::sys::tests::syscalls_write_user_memory();
+    }
+}

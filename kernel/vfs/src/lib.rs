@@ -1,0 +1,305 @@
+//! Kernel component `vfs` (DESIGN §6): file descriptors, paths and the
+//! file-system system calls.
+//!
+//! The instance has one process, so there is one [`Vfs`]: a descriptor
+//! table (at most [`MAX_FDS`] descriptors, each with its own `FD_CLOEXEC`
+//! flag), the open file descriptions the descriptors share after `dup`
+//! (offset and status flags), the working directory, the umask, and the
+//! root file system (`shoal-ramfs`), mounted at `/`.
+//!
+//! Descriptors 0, 1 and 2 start as the instance's standard streams. They
+//! behave like the ends of pipes — what a natively run program sees when
+//! its output is captured: `fstat` reports `S_IFIFO`, `lseek` fails with
+//! `ESPIPE`, `ioctl(TCGETS/TIOCGWINSZ)` fails with `ENOTTY` (so musl's
+//! stdio fully buffers stdout). Reading stdin returns end-of-file (no input
+//! is given to instances yet); stdout and stderr go to the tender's console.
+//!
+//! Access control follows the rules Linux applies to root, since the
+//! program is the only user and owns every file: permission bits do not
+//! deny reading or writing, `X_OK` needs an execute bit on a non-directory.
+//! The access mode of a descriptor is enforced (`EBADF` writing a
+//! read-only descriptor, `EISDIR` opening a directory for writing).
+//!
+//! Advisory record locks (`F_SETLK` and friends, `flock`) always succeed:
+//! POSIX locks are per process and there is only one process, so no lock
+//! can ever conflict. (Open-file-description locks, `F_OFD_*`, would
+//! conflict between two descriptions on Linux; shoal grants them too.)
+//!
+//! Modules: [`abi`] (constants and structure layouts), `path` (name
+//! resolution), `ops` (the calls), [`sys`] (the entry points the syscall
+//! table names).
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+
+pub mod abi;
+mod ops;
+mod path;
+pub mod sys;
+
+use alloc::vec::Vec;
+use shoal_plat::{Errno, Global};
+use shoal_ramfs::{Fs, Ino, Timespec};
+
+pub use shoal_ramfs::ROOT_INO;
+
+/// Most descriptors the process can have open (`RLIMIT_NOFILE`).
+pub const MAX_FDS: usize = 1024;
+
+/// `st_dev` of the root file system (major 0, minor 32).
+pub const ROOT_DEV: u64 = 32;
+/// `st_dev` of the standard-stream pipes (major 0, minor 12, like pipefs).
+pub const PIPE_DEV: u64 = 12;
+
+/// What an open file description refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// Standard input: always at end of file.
+    Stdin,
+    /// Standard output (the console).
+    Stdout,
+    /// Standard error (the console).
+    Stderr,
+    /// An inode of the root file system.
+    Node(Ino),
+}
+
+/// An open file description: shared by the descriptors `dup` made.
+#[derive(Debug)]
+pub(crate) struct Ofd {
+    /// Descriptors that refer to it.
+    pub refs: u32,
+    pub target: Target,
+    /// Access mode and status flags (`O_APPEND`, `O_NONBLOCK`, `O_PATH`…).
+    pub flags: u32,
+    /// File offset (directories: the stream position).
+    pub offset: u64,
+}
+
+impl Ofd {
+    pub fn is_path(&self) -> bool {
+        self.flags & abi::O_PATH != 0
+    }
+    pub fn readable(&self) -> bool {
+        !self.is_path() && matches!(self.flags & abi::O_ACCMODE, abi::O_RDONLY | abi::O_RDWR)
+    }
+    pub fn writable(&self) -> bool {
+        !self.is_path() && matches!(self.flags & abi::O_ACCMODE, abi::O_WRONLY | abi::O_RDWR)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FdEntry {
+    pub ofd: usize,
+    pub cloexec: bool,
+}
+
+/// The file-system state of the process.
+pub struct Vfs {
+    pub(crate) fs: Fs,
+    pub(crate) fds: Vec<Option<FdEntry>>,
+    pub(crate) ofds: Vec<Option<Ofd>>,
+    pub(crate) cwd: Ino,
+    pub(crate) umask: u32,
+    pub(crate) pipe_time: Timespec,
+}
+
+impl Vfs {
+    /// A process with root file system `fs`, working directory `/`, umask
+    /// 022 and the three standard streams.
+    pub fn new(mut fs: Fs) -> Vfs {
+        let root = fs.root();
+        fs.get_ref(root);
+        let pipe_time = fs.now();
+        let mut v = Vfs { fs, fds: Vec::new(), ofds: Vec::new(), cwd: root, umask: 0o022, pipe_time };
+        for (t, fl) in [(Target::Stdin, abi::O_RDONLY), (Target::Stdout, abi::O_WRONLY), (Target::Stderr, abi::O_WRONLY)] {
+            let o = v.new_ofd(t, fl);
+            v.install(0, o, false).expect("standard streams");
+        }
+        v
+    }
+
+    /// The root file system.
+    pub fn fs(&self) -> &Fs {
+        &self.fs
+    }
+
+    pub(crate) fn new_ofd(&mut self, target: Target, flags: u32) -> usize {
+        if let Target::Node(ino) = target {
+            self.fs.get_ref(ino);
+        }
+        let ofd = Ofd { refs: 0, target, flags, offset: 0 };
+        match self.ofds.iter().position(|o| o.is_none()) {
+            Some(i) => {
+                self.ofds[i] = Some(ofd);
+                i
+            }
+            None => {
+                self.ofds.push(Some(ofd));
+                self.ofds.len() - 1
+            }
+        }
+    }
+
+    /// Drops one descriptor's reference to description `i`.
+    pub(crate) fn put_ofd(&mut self, i: usize) {
+        let gone = match self.ofds[i].as_mut() {
+            Some(o) => {
+                o.refs = o.refs.saturating_sub(1);
+                o.refs == 0
+            }
+            None => false,
+        };
+        if gone {
+            if let Some(Ofd { target: Target::Node(ino), .. }) = self.ofds[i].take() {
+                self.fs.put_ref(ino);
+            }
+        }
+    }
+
+    /// Installs description `ofd` at the lowest free descriptor `>= min`.
+    /// A description no descriptor refers to is freed on failure.
+    pub(crate) fn install(&mut self, min: usize, ofd: usize, cloexec: bool) -> Result<u64, Errno> {
+        let free = (min..MAX_FDS).find(|&fd| self.fds.get(fd).map(|e| e.is_none()).unwrap_or(true));
+        let Some(fd) = free else {
+            if self.ofds[ofd].as_ref().map(|o| o.refs == 0).unwrap_or(false) {
+                self.ofds[ofd].as_mut().expect("ofd").refs = 1;
+                self.put_ofd(ofd);
+            }
+            return Err(Errno::EMFILE);
+        };
+        self.install_at(fd, ofd, cloexec);
+        Ok(fd as u64)
+    }
+
+    /// Makes `fd` refer to `ofd`, closing what it referred to.
+    pub(crate) fn install_at(&mut self, fd: usize, ofd: usize, cloexec: bool) {
+        if self.fds.len() <= fd {
+            self.fds.resize(fd + 1, None);
+        }
+        self.ofds[ofd].as_mut().expect("ofd").refs += 1;
+        if let Some(old) = self.fds[fd].replace(FdEntry { ofd, cloexec }) {
+            self.put_ofd(old.ofd);
+        }
+    }
+
+    /// The descriptor-table entry of `fd` (`EBADF`).
+    pub(crate) fn entry(&self, fd: i32) -> Result<FdEntry, Errno> {
+        if fd < 0 {
+            return Err(Errno::EBADF);
+        }
+        self.fds.get(fd as usize).copied().flatten().ok_or(Errno::EBADF)
+    }
+
+    /// The description index behind `fd`.
+    pub(crate) fn ofd_of(&self, fd: i32) -> Result<usize, Errno> {
+        Ok(self.entry(fd)?.ofd)
+    }
+
+    pub(crate) fn ofd(&self, i: usize) -> &Ofd {
+        self.ofds[i].as_ref().expect("live ofd")
+    }
+
+    pub(crate) fn ofd_mut(&mut self, i: usize) -> &mut Ofd {
+        self.ofds[i].as_mut().expect("live ofd")
+    }
+
+    /// Closes `fd`.
+    pub fn close_fd(&mut self, fd: i32) -> Result<(), Errno> {
+        let e = self.entry(fd)?;
+        self.fds[fd as usize] = None;
+        self.put_ofd(e.ofd);
+        Ok(())
+    }
+
+    /// Number of open descriptors.
+    pub fn open_fds(&self) -> usize {
+        self.fds.iter().filter(|e| e.is_some()).count()
+    }
+
+    /// Reads regular file `fd` at `off` without moving its offset (for a
+    /// private file mapping, `mmap`): `EBADF` if `fd` is not open for
+    /// reading, `EACCES` if it is not a regular file.
+    pub fn read_file_at(&mut self, fd: i32, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let o = self.ofd(self.ofd_of(fd)?);
+        if !o.readable() {
+            return Err(Errno::EACCES);
+        }
+        match o.target {
+            Target::Node(ino) if self.fs.file_type(ino)? == shoal_ramfs::FileType::Regular => self.fs.read(ino, off, buf),
+            _ => Err(Errno::EACCES),
+        }
+    }
+}
+
+/// The process's file-system state.
+static STATE: Global<Option<Vfs>> = Global::new(None);
+
+/// The clock of the file system (file times).
+#[cfg(not(test))]
+fn clock() -> u64 {
+    shoal_time::realtime_ns()
+}
+
+#[cfg(test)]
+fn clock() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static T: AtomicU64 = AtomicU64::new(1_700_000_000_000_000_000);
+    T.fetch_add(1000, Ordering::Relaxed)
+}
+
+/// An empty root: `/tmp` (mode 1777), `/etc`, `/home`, `/dev`.
+fn empty_root() -> Fs {
+    let mut fs = Fs::new(clock);
+    let root = fs.root();
+    for (name, perm) in [(&b"tmp"[..], 0o1777), (b"etc", 0o755), (b"home", 0o755), (b"dev", 0o755)] {
+        let _ = fs.mkdir(root, name, perm);
+    }
+    fs
+}
+
+/// Halts the instance with a one-line message about the root file system.
+fn fatal(what: core::fmt::Arguments<'_>) -> ! {
+    use core::fmt::Write;
+    let _ = writeln!(shoal_plat::console::Stderr, "shoal: cannot mount the root file system: {what}");
+    shoal_plat::halt(1)
+}
+
+/// Mounts the root file system and opens the standard streams. Called
+/// once at boot, after `plat` and the allocator are up.
+///
+/// With a root archive in the boot info, `/` is the archive (validated
+/// first: a corrupt one halts the instance with a `shoal:` message), plus
+/// `/tmp` if the archive has none; without one, an empty root with `/tmp`,
+/// `/etc`, `/home` and `/dev`.
+pub fn init() {
+    let bi = shoal_plat::boot::info();
+    let fs = if bi.fs_archive_addr != 0 {
+        let bytes = match shoal_plat::umem::slice(bi.fs_archive_addr, bi.fs_archive_size as usize) {
+            Ok(b) => b,
+            Err(_) => fatal(format_args!("the archive lies outside guest memory")),
+        };
+        match Fs::from_archive(bytes, clock) {
+            Ok(mut fs) => {
+                let root = fs.root();
+                if fs.lookup(root, b"tmp").is_err() {
+                    let _ = fs.mkdir(root, b"tmp", 0o1777);
+                }
+                fs
+            }
+            Err(e) => fatal(format_args!("{e}")),
+        }
+    } else {
+        empty_root()
+    };
+    STATE.with(|s| *s = Some(Vfs::new(fs)));
+}
+
+/// Runs `f` on the process's file-system state (an empty root if `init`
+/// has not run).
+pub fn with<R>(f: impl FnOnce(&mut Vfs) -> R) -> R {
+    STATE.with(|s| f(s.get_or_insert_with(|| Vfs::new(empty_root()))))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1040 @@
+//! The file-system system calls, as methods of [`Vfs`] taking the raw
+//! arguments. Application memory is touched only through
+//! `shoal_plat::umem`, so a bad pointer is `EFAULT`.
+
+use alloc::vec::Vec;
+use shoal_plat::{umem, Args, Errno, SysResult};
+use shoal_ramfs::{Attr, FileType, Ino, RenameFlags, Timespec};
+
+use crate::abi::*;
+use crate::{Target, Vfs, MAX_FDS, PIPE_DEV, ROOT_DEV};
+
+/// Reads a path argument.
+fn path_arg(addr: u64) -> Result<&'static [u8], Errno> {
+    umem::cstr(addr, PATH_MAX - 1)
+}
+
+/// What `stat` reports, for inodes and pipes alike.
+struct Meta {
+    dev: u64,
+    ino: u64,
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    blocks: u64,
+    atime: Timespec,
+    mtime: Timespec,
+    ctime: Timespec,
+    btime: Timespec,
+}
+
+impl Meta {
+    fn from_attr(a: Attr) -> Meta {
+        Meta {
+            dev: ROOT_DEV,
+            ino: a.ino,
+            mode: a.mode,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            size: a.size,
+            blocks: a.blocks,
+            atime: a.atime,
+            mtime: a.mtime,
+            ctime: a.ctime,
+            btime: a.btime,
+        }
+    }
+
+    fn stat(&self) -> Stat {
+        Stat {
+            st_dev: self.dev,
+            st_ino: self.ino,
+            st_nlink: self.nlink as u64,
+            st_mode: self.mode,
+            st_uid: self.uid,
+            st_gid: self.gid,
+            st_size: self.size as i64,
+            st_blksize: 4096,
+            st_blocks: self.blocks as i64,
+            st_atime: self.atime.sec,
+            st_atime_nsec: self.atime.nsec as i64,
+            st_mtime: self.mtime.sec,
+            st_mtime_nsec: self.mtime.nsec as i64,
+            st_ctime: self.ctime.sec,
+            st_ctime_nsec: self.ctime.nsec as i64,
+            ..Stat::default()
+        }
+    }
+
+    fn statx(&self) -> Statx {
+        let ts = |t: Timespec| StatxTimestamp { tv_sec: t.sec, tv_nsec: t.nsec, reserved: 0 };
+        Statx {
+            stx_mask: STATX_BASIC_STATS | STATX_BTIME,
+            stx_blksize: 4096,
+            stx_nlink: self.nlink,
+            stx_uid: self.uid,
+            stx_gid: self.gid,
+            stx_mode: self.mode as u16,
+            stx_ino: self.ino,
+            stx_size: self.size,
+            stx_blocks: self.blocks,
+            stx_atime: ts(self.atime),
+            stx_btime: ts(self.btime),
+            stx_ctime: ts(self.ctime),
+            stx_mtime: ts(self.mtime),
+            stx_dev_major: 0,
+            stx_dev_minor: self.dev as u32,
+            ..Statx::default()
+        }
+    }
+}
+
+/// `S_IFIFO`.
+const S_IFIFO: u32 = 0o010000;
+
+impl Vfs {
+    fn meta_of_target(&self, t: Target) -> Result<Meta, Errno> {
+        match t {
+            Target::Node(ino) => Ok(Meta::from_attr(self.fs.attr(ino)?)),
+            pipe => {
+                let t = self.pipe_time;
+                Ok(Meta {
+                    dev: PIPE_DEV,
+                    ino: match pipe {
+                        Target::Stdin => 1,
+                        Target::Stdout => 2,
+                        _ => 3,
+                    },
+                    mode: S_IFIFO | 0o600,
+                    nlink: 1,
+                    uid: 0,
+                    gid: 0,
+                    size: 0,
+                    blocks: 0,
+                    atime: t,
+                    mtime: t,
+                    ctime: t,
+                    btime: t,
+                })
+            }
+        }
+    }
+
+    /// The target for a `*at` stat-like call, pipes included.
+    fn target_at(&self, dirfd: i32, path: &[u8], flags: u32) -> Result<Target, Errno> {
+        if path.is_empty() && flags & AT_EMPTY_PATH != 0 && dirfd != AT_FDCWD {
+            return Ok(self.ofd(self.ofd_of(dirfd)?).target);
+        }
+        let ino = self.resolve_at(dirfd, path, flags & AT_SYMLINK_NOFOLLOW == 0, flags & AT_EMPTY_PATH != 0)?;
+        Ok(Target::Node(ino))
+    }
+
+    // ---- reading and writing -------------------------------------------
+
+    /// Reads into `buf` from description `i` at `pos` (None: its offset).
+    fn do_read(&mut self, i: usize, buf: &mut [u8], pos: Option<u64>) -> Result<usize, Errno> {
+        let o = self.ofd(i);
+        if !o.readable() {
+            return Err(Errno::EBADF);
+        }
+        match o.target {
+            Target::Stdin => {
+                if pos.is_some() {
+                    return Err(Errno::ESPIPE);
+                }
+                Ok(0)
+            }
+            Target::Stdout | Target::Stderr => Err(Errno::EBADF),
+            Target::Node(ino) => {
+                let off = pos.unwrap_or(o.offset);
+                let n = self.fs.read(ino, off, buf)?;
+                if pos.is_none() {
+                    self.ofd_mut(i).offset = off + n as u64;
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    /// Writes `data` to description `i` at `pos` (None: its offset).
+    fn do_write(&mut self, i: usize, data: &[u8], pos: Option<u64>) -> Result<usize, Errno> {
+        let o = self.ofd(i);
+        if !o.writable() {
+            return Err(Errno::EBADF);
+        }
+        let console = |r: i64| if r < 0 { Err(Errno((-r) as i32)) } else { Ok(r as usize) };
+        match o.target {
+            Target::Stdin => Err(Errno::EBADF),
+            Target::Stdout | Target::Stderr if pos.is_some() => Err(Errno::ESPIPE),
+            Target::Stdout => console(shoal_plat::console::stdout(data)),
+            Target::Stderr => console(shoal_plat::console::stderr(data)),
+            Target::Node(ino) => {
+                // O_APPEND writes at the end, even for pwrite (as Linux does).
+                let off = if o.flags & O_APPEND != 0 { self.fs.size(ino)? } else { pos.unwrap_or(o.offset) };
+                let n = self.fs.write(ino, off, data)?;
+                if pos.is_none() {
+                    self.ofd_mut(i).offset = off + n as u64;
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    pub(crate) fn read(&mut self, a: &Args) -> SysResult {
+        let i = self.ofd_of(a.int(0))?;
+        if !self.ofd(i).readable() {
+            return Err(Errno::EBADF);
+        }
+        let buf = umem::slice_mut(a.u(1), a.usize(2).min(MAX_RW_COUNT))?;
+        Ok(self.do_read(i, buf, None)? as u64)
+    }
+
+    pub(crate) fn write(&mut self, a: &Args) -> SysResult {
+        let i = self.ofd_of(a.int(0))?;
+        if !self.ofd(i).writable() {
+            return Err(Errno::EBADF);
+        }
+        let buf = umem::slice(a.u(1), a.usize(2).min(MAX_RW_COUNT))?;
+        Ok(self.do_write(i, buf, None)? as u64)
+    }
+
+    fn pos_arg(&self, i: usize, off: i64) -> Result<u64, Errno> {
+        if matches!(self.ofd(i).target, Target::Stdin | Target::Stdout | Target::Stderr) {
+            return Err(Errno::ESPIPE);
+        }
+        if off < 0 {
+            return Err(Errno::EINVAL);
+        }
+        Ok(off as u64)
+    }
+
+    pub(crate) fn pread64(&mut self, a: &Args) -> SysResult {
+        let i = self.ofd_of(a.int(0))?;
+        if !self.ofd(i).readable() {
+            return Err(Errno::EBADF);
+        }
+        let pos = self.pos_arg(i, a.i(3))?;
+        let buf = umem::slice_mut(a.u(1), a.usize(2).min(MAX_RW_COUNT))?;
+        Ok(self.do_read(i, buf, Some(pos))? as u64)
+    }
+
+    pub(crate) fn pwrite64(&mut self, a: &Args) -> SysResult {
+        let i = self.ofd_of(a.int(0))?;
+        if !self.ofd(i).writable() {
+            return Err(Errno::EBADF);
+        }
+        let pos = self.pos_arg(i, a.i(3))?;
+        let buf = umem::slice(a.u(1), a.usize(2).min(MAX_RW_COUNT))?;
+        Ok(self.do_write(i, buf, Some(pos))? as u64)
+    }
+
+    /// The `struct iovec` array at `addr`: (base, len) pairs, total capped
+    /// at `MAX_RW_COUNT`.
+    fn iovecs(addr: u64, cnt: i32) -> Result<Vec<(u64, usize)>, Errno> {
+        if cnt < 0 || cnt as usize > IOV_MAX {
+            return Err(Errno::EINVAL);
+        }
+        let mut v = Vec::with_capacity(cnt as usize);
+        let mut total = 0usize;
+        for k in 0..cnt as u64 {
+            let [base, len]: [u64; 2] = umem::read(addr.checked_add(16 * k).ok_or(Errno::EFAULT)?)?;
+            if (len as i64) < 0 {
+                return Err(Errno::EINVAL);
+            }
+            let len = (len as usize).min(MAX_RW_COUNT - total);
+            umem::check(base, len as u64)?;
+            total += len;
+            v.push((base, len));
+        }
+        Ok(v)
+    }
+
+    pub(crate) fn readv(&mut self, a: &Args) -> SysResult {
+        let i = self.ofd_of(a.int(0))?;
+        if !self.ofd(i).readable() {
+            return Err(Errno::EBADF);
+        }
+        let iov = Self::iovecs(a.u(1), a.int(2))?;
+        let mut total = 0usize;
+        for (base, len) in iov {
+            let buf = umem::slice_mut(base, len)?;
+            let n = match self.do_read(i, buf, None) {
+                Ok(n) => n,
+                Err(e) if total == 0 => return Err(e),
+                Err(_) => break,
+            };
+            total += n;
+            if n < len {
+                break;
+            }
+        }
+        Ok(total as u64)
+    }
+
+    pub(crate) fn writev(&mut self, a: &Args) -> SysResult {
+        let i = self.ofd_of(a.int(0))?;
+        if !self.ofd(i).writable() {
+            return Err(Errno::EBADF);
+        }
+        let iov = Self::iovecs(a.u(1), a.int(2))?;
+        if matches!(self.ofd(i).target, Target::Stdout | Target::Stderr) {
+            // One console hypercall for the whole vector (an exit is costly
+            // on hvt; musl's stdio writes a buffer and the new data).
+            let mut all = Vec::new();
+            for &(base, len) in &iov {
+                all.extend_from_slice(umem::slice(base, len)?);
+            }
+            return Ok(self.do_write(i, &all, None)? as u64);
+        }
+        let mut total = 0usize;
+        for (base, len) in iov {
+            let n = match self.do_write(i, umem::slice(base, len)?, None) {
+                Ok(n) => n,
+                Err(e) if total == 0 => return Err(e),
+                Err(_) => break,
+            };
+            total += n;
+            if n < len {
+                break;
+            }
+        }
+        Ok(total as u64)
+    }
+
+    pub(crate) fn lseek(&mut self, a: &Args) -> SysResult {
+        let i = self.ofd_of(a.int(0))?;
+        let o = self.ofd(i);
+        if o.is_path() {
+            return Err(Errno::EBADF);
+        }
+        let ino = match o.target {
+            Target::Node(ino) => ino,
+            _ => return Err(Errno::ESPIPE),
+        };
+        let off = a.i(1);
+        let whence = a.uint(2);
+        let cur = o.offset as i64;
+        let ft = self.fs.file_type(ino)?;
+        let new = match (ft, whence) {
+            (_, SEEK_SET) => off,
+            (_, SEEK_CUR) => cur.checked_add(off).ok_or(Errno::EOVERFLOW)?,
+            (FileType::Directory, _) => return Err(Errno::EINVAL),
+            (_, SEEK_END) => (self.fs.size(ino)? as i64).checked_add(off).ok_or(Errno::EOVERFLOW)?,
+            (_, SEEK_DATA | SEEK_HOLE) => {
+                // No hole tracking is reported: data up to the end, one
+                // implicit hole at the end (valid Linux behaviour).
+                let size = self.fs.size(ino)? as i64;
+                if off < 0 || off >= size {
+                    return Err(Errno::ENXIO);
+                }
+                if whence == SEEK_DATA {
+                    off
+                } else {
+                    size
+                }
+            }
+            _ => return Err(Errno::EINVAL),
+        };
+        if new < 0 {
+            return Err(Errno::EINVAL);
+        }
+        self.ofd_mut(i).offset = new as u64;
+        Ok(new as u64)
+    }
+
+    pub(crate) fn ioctl(&mut self, a: &Args) -> SysResult {
+        let fd = a.int(0);
+        let e = self.entry(fd)?;
+        let o = self.ofd(e.ofd);
+        if o.is_path() {
+            return Err(Errno::EBADF);
+        }
+        match a.uint(1) {
+            FIOCLEX | FIONCLEX => {
+                let set = a.uint(1) == FIOCLEX;
+                if let Some(Some(en)) = self.fds.get_mut(fd as usize) {
+                    en.cloexec = set;
+                }
+                Ok(0)
+            }
+            FIONBIO => {
+                let on: i32 = umem::read(a.u(2))?;
+                let o = self.ofd_mut(e.ofd);
+                if on != 0 {
+                    o.flags |= O_NONBLOCK;
+                } else {
+                    o.flags &= !O_NONBLOCK;
+                }
+                Ok(0)
+            }
+            FIONREAD => {
+                let n: i32 = match o.target {
+                    Target::Node(ino) if self.fs.file_type(ino)? == FileType::Regular => {
+                        self.fs.size(ino)?.saturating_sub(o.offset).min(i32::MAX as u64) as i32
+                    }
+                    Target::Node(_) => return Err(Errno::ENOTTY),
+                    _ => 0,
+                };
+                umem::write(a.u(2), n)?;
+                Ok(0)
+            }
+            // No descriptor is a terminal: TCGETS, TIOCGWINSZ, … fail.
+            _ => Err(Errno::ENOTTY),
+        }
+    }
+
+    // ---- descriptors ---------------------------------------------------
+
+    pub(crate) fn open(&mut self, a: &Args) -> SysResult {
+        self.do_openat(AT_FDCWD, a.u(0), a.uint(1), a.uint(2))
+    }
+
+    pub(crate) fn creat(&mut self, a: &Args) -> SysResult {
+        self.do_openat(AT_FDCWD, a.u(0), O_CREAT | O_WRONLY | O_TRUNC, a.uint(1))
+    }
+
+    pub(crate) fn openat(&mut self, a: &Args) -> SysResult {
+        self.do_openat(a.int(0), a.u(1), a.uint(2), a.uint(3))
+    }
+
+    /// Finds or creates the file for `open(O_CREAT)`; returns it and
+    /// whether it was created.
+    fn open_create(&mut self, dir: Ino, path: &[u8], flags: u32, mode: u32, links: &mut u32) -> Result<(Ino, bool), Errno> {
+        let p = self.walk_parent(dir, path, links)?;
+        if p.is_special() || p.trailing {
+            return Err(Errno::EISDIR);
+        }
+        match self.fs.lookup(p.dir, p.name) {
+            Ok(ino) => {
+                if flags & O_EXCL != 0 {
+                    return Err(Errno::EEXIST);
+                }
+                if self.fs.file_type(ino)? == FileType::Symlink {
+                    if flags & O_NOFOLLOW != 0 {
+                        return Err(Errno::ELOOP);
+                    }
+                    *links += 1;
+                    if *links > MAXSYMLINKS {
+                        return Err(Errno::ELOOP);
+                    }
+                    let target = self.fs.readlink(ino)?.to_vec();
+                    return self.open_create(p.dir, &target, flags, mode, links);
+                }
+                Ok((ino, false))
+            }
+            Err(Errno::ENOENT) => {
+                let ino = self.fs.create_file(p.dir, p.name, mode & 0o7777 & !self.umask)?;
+                Ok((ino, true))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) fn do_openat(&mut self, dirfd: i32, path_addr: u64, mut flags: u32, mode: u32) -> SysResult {
+        let path = path_arg(path_addr)?;
+        if path.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        let cloexec = flags & O_CLOEXEC != 0;
+        let start = self.start_dir(dirfd, path)?;
+        if flags & O_TMPFILE_BIT != 0 {
+            let acc = flags & O_ACCMODE;
+            if flags & O_DIRECTORY == 0 || flags & O_CREAT != 0 || !(acc == O_WRONLY || acc == O_RDWR) {
+                return Err(Errno::EINVAL);
+            }
+            let dir = self.walk(start, path, true, &mut 0)?;
+            if self.fs.file_type(dir)? != FileType::Directory {
+                return Err(Errno::ENOTDIR);
+            }
+            let ino = self.fs.create_unnamed(dir, mode & 0o7777 & !self.umask)?;
+            let o = self.new_ofd(Target::Node(ino), (flags & KEEP_FLAGS) | O_LARGEFILE);
+            self.fs.put_ref(ino); // new_ofd took its own
+            return self.install(0, o, cloexec);
+        }
+        if flags & O_PATH != 0 {
+            flags &= O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+        }
+        let (ino, created) = if flags & O_CREAT != 0 {
+            self.open_create(start, path, flags, mode, &mut 0)?
+        } else {
+            (self.walk(start, path, flags & O_NOFOLLOW == 0, &mut 0)?, false)
+        };
+        let path_only = flags & O_PATH != 0;
+        let acc = flags & O_ACCMODE;
+        match self.fs.file_type(ino)? {
+            FileType::Symlink if !path_only => return Err(Errno::ELOOP),
+            FileType::Directory if !path_only && (acc != O_RDONLY || flags & O_CREAT != 0) => {
+                return Err(Errno::EISDIR)
+            }
+            FileType::Regular | FileType::Symlink if flags & O_DIRECTORY != 0 => return Err(Errno::ENOTDIR),
+            FileType::Regular if flags & O_TRUNC != 0 && !path_only && !created => self.fs.truncate(ino, 0)?,
+            _ => {}
+        }
+        let o = self.new_ofd(Target::Node(ino), (flags & KEEP_FLAGS) | O_LARGEFILE);
+        self.install(0, o, cloexec)
+    }
+
+    pub(crate) fn close(&mut self, a: &Args) -> SysResult {
+        self.close_fd(a.int(0))?;
+        Ok(0)
+    }
+
+    pub(crate) fn dup(&mut self, a: &Args) -> SysResult {
+        let o = self.ofd_of(a.int(0))?;
+        self.install(0, o, false)
+    }
+
+    fn dup_to(&mut self, old: i32, new: i32, cloexec: bool) -> SysResult {
+        let o = self.ofd_of(old)?;
+        if new < 0 || new as usize >= MAX_FDS {
+            return Err(Errno::EBADF);
+        }
+        self.install_at(new as usize, o, cloexec);
+        Ok(new as u64)
+    }
+
+    pub(crate) fn dup2(&mut self, a: &Args) -> SysResult {
+        let (old, new) = (a.int(0), a.int(1));
+        if old == new {
+            self.entry(old)?;
+            return Ok(new as u64);
+        }
+        self.dup_to(old, new, false)
+    }
+
+    pub(crate) fn dup3(&mut self, a: &Args) -> SysResult {
+        let (old, new, flags) = (a.int(0), a.int(1), a.uint(2));
+        if flags & !O_CLOEXEC != 0 || old == new {
+            return Err(Errno::EINVAL);
+        }
+        self.dup_to(old, new, flags & O_CLOEXEC != 0)
+    }
+
+    pub(crate) fn fcntl(&mut self, a: &Args) -> SysResult {
+        let fd = a.int(0);
+        let e = self.entry(fd)?;
+        let cmd = a.int(1);
+        match cmd {
+            F_DUPFD | F_DUPFD_CLOEXEC => {
+                let min = a.int(2);
+                if min < 0 || min as usize >= MAX_FDS {
+                    return Err(Errno::EINVAL);
+                }
+                self.install(min as usize, e.ofd, cmd == F_DUPFD_CLOEXEC)
+            }
+            F_GETFD => Ok(if e.cloexec { FD_CLOEXEC } else { 0 }),
+            F_SETFD => {
+                if let Some(Some(en)) = self.fds.get_mut(fd as usize) {
+                    en.cloexec = a.u(2) & FD_CLOEXEC != 0;
+                }
+                Ok(0)
+            }
+            F_GETFL => Ok(self.ofd(e.ofd).flags as u64),
+            F_SETFL => {
+                let o = self.ofd_mut(e.ofd);
+                if o.is_path() {
+                    return Err(Errno::EBADF);
+                }
+                o.flags = (o.flags & !SETFL_FLAGS) | (a.uint(2) & SETFL_FLAGS);
+                Ok(0)
+            }
+            F_GETLK | F_SETLK | F_SETLKW | F_OFD_GETLK | F_OFD_SETLK | F_OFD_SETLKW => {
+                let o = self.ofd(e.ofd);
+                if o.is_path() {
+                    return Err(Errno::EBADF);
+                }
+                let mut fl: Flock = umem::read(a.u(2))?;
+                if matches!(cmd, F_OFD_GETLK | F_OFD_SETLK | F_OFD_SETLKW) && fl.l_pid != 0 {
+                    return Err(Errno::EINVAL);
+                }
+                if fl.l_whence < 0 || fl.l_whence > 2 {
+                    return Err(Errno::EINVAL);
+                }
+                match (cmd, fl.l_type) {
+                    (F_GETLK | F_OFD_GETLK, F_RDLCK | F_WRLCK) => {
+                        // Nothing else can hold a conflicting lock.
+                        fl.l_type = F_UNLCK;
+                        umem::write(a.u(2), fl)?;
+                        Ok(0)
+                    }
+                    (F_GETLK | F_OFD_GETLK, _) => Err(Errno::EINVAL),
+                    (_, F_RDLCK) if !o.readable() => Err(Errno::EBADF),
+                    (_, F_WRLCK) if !o.writable() => Err(Errno::EBADF),
+                    (_, F_RDLCK | F_WRLCK | F_UNLCK) => Ok(0),
+                    _ => Err(Errno::EINVAL),
+                }
+            }
+            F_GETOWN | F_SETOWN => Ok(0),
+            F_GETPIPE_SZ | F_SETPIPE_SZ => match self.ofd(e.ofd).target {
+                Target::Node(_) => Err(Errno::EBADF),
+                _ => Ok(65536),
+            },
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    fn sync_fd(&mut self, a: &Args) -> SysResult {
+        let o = self.ofd(self.ofd_of(a.int(0))?);
+        if o.is_path() {
+            return Err(Errno::EBADF);
+        }
+        match o.target {
+            Target::Node(_) => Ok(0),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    pub(crate) fn fsync(&mut self, a: &Args) -> SysResult {
+        self.sync_fd(a)
+    }
+
+    pub(crate) fn fdatasync(&mut self, a: &Args) -> SysResult {
+        self.sync_fd(a)
+    }
+
+    pub(crate) fn sync(&mut self, _a: &Args) -> SysResult {
+        Ok(0)
+    }
+
+    // ---- metadata ------------------------------------------------------
+
+    fn put_stat(&self, t: Target, addr: u64) -> SysResult {
+        let m = self.meta_of_target(t)?;
+        umem::write(addr, m.stat())?;
+        Ok(0)
+    }
+
+    pub(crate) fn stat(&mut self, a: &Args) -> SysResult {
+        let ino = self.resolve_at(AT_FDCWD, path_arg(a.u(0))?, true, false)?;
+        self.put_stat(Target::Node(ino), a.u(1))
+    }
+
+    pub(crate) fn lstat(&mut self, a: &Args) -> SysResult {
+        let ino = self.resolve_at(AT_FDCWD, path_arg(a.u(0))?, false, false)?;
+        self.put_stat(Target::Node(ino), a.u(1))
+    }
+
+    pub(crate) fn fstat(&mut self, a: &Args) -> SysResult {
+        let t = self.ofd(self.ofd_of(a.int(0))?).target;
+        self.put_stat(t, a.u(1))
+    }
+
+    pub(crate) fn newfstatat(&mut self, a: &Args) -> SysResult {
+        let flags = a.uint(3);
+        if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | AT_NO_AUTOMOUNT) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let t = self.target_at(a.int(0), path_arg(a.u(1))?, flags)?;
+        self.put_stat(t, a.u(2))
+    }
+
+    pub(crate) fn statx(&mut self, a: &Args) -> SysResult {
+        let (dirfd, flags, mask) = (a.int(0), a.uint(2), a.uint(3));
+        if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH | AT_NO_AUTOMOUNT | AT_STATX_SYNC_TYPE) != 0
+            || flags & AT_STATX_SYNC_TYPE == AT_STATX_SYNC_TYPE
+            || mask & STATX_RESERVED != 0
+        {
+            return Err(Errno::EINVAL);
+        }
+        let path = if a.u(1) == 0 && flags & AT_EMPTY_PATH != 0 { &b""[..] } else { path_arg(a.u(1))? };
+        let t = self.target_at(dirfd, path, flags)?;
+        let m = self.meta_of_target(t)?;
+        umem::write(a.u(4), m.statx())?;
+        Ok(0)
+    }
+
+    fn do_access(&mut self, dirfd: i32, path: u64, mode: u32, flags: u32) -> SysResult {
+        if mode & !(R_OK | W_OK | X_OK) != 0 || flags & !(AT_EACCESS | AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let t = self.target_at(dirfd, path_arg(path)?, flags)?;
+        let m = self.meta_of_target(t)?;
+        let is_dir = m.mode & shoal_ramfs::S_IFMT == shoal_ramfs::S_IFDIR;
+        if mode & X_OK != 0 && !is_dir && m.mode & 0o111 == 0 {
+            return Err(Errno::EACCES);
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn access(&mut self, a: &Args) -> SysResult {
+        self.do_access(AT_FDCWD, a.u(0), a.uint(1), 0)
+    }
+
+    pub(crate) fn faccessat(&mut self, a: &Args) -> SysResult {
+        self.do_access(a.int(0), a.u(1), a.uint(2), 0)
+    }
+
+    pub(crate) fn faccessat2(&mut self, a: &Args) -> SysResult {
+        self.do_access(a.int(0), a.u(1), a.uint(2), a.uint(3))
+    }
+
+    fn do_chmod(&mut self, t: Target, mode: u32) -> SysResult {
+        // The pipes' modes are not kept.
+        if let Target::Node(ino) = t {
+            self.fs.chmod(ino, mode & 0o7777)?;
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn chmod(&mut self, a: &Args) -> SysResult {
+        let ino = self.resolve_at(AT_FDCWD, path_arg(a.u(0))?, true, false)?;
+        self.do_chmod(Target::Node(ino), a.uint(1))
+    }
+
+    pub(crate) fn fchmod(&mut self, a: &Args) -> SysResult {
+        let o = self.ofd(self.ofd_of(a.int(0))?);
+        if o.is_path() {
+            return Err(Errno::EBADF);
+        }
+        let t = o.target;
+        self.do_chmod(t, a.uint(1))
+    }
+
+    pub(crate) fn fchmodat(&mut self, a: &Args) -> SysResult {
+        let ino = self.resolve_at(a.int(0), path_arg(a.u(1))?, true, false)?;
+        self.do_chmod(Target::Node(ino), a.uint(2))
+    }
+
+    pub(crate) fn umask(&mut self, a: &Args) -> SysResult {
+        let old = self.umask;
+        self.umask = a.uint(0) & 0o777;
+        Ok(old as u64)
+    }
+
+    pub(crate) fn utimensat(&mut self, a: &Args) -> SysResult {
+        let (dirfd, path_addr, times, flags) = (a.int(0), a.u(1), a.u(2), a.uint(3));
+        if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let ts: [i64; 4] = if times == 0 { [0, UTIME_NOW, 0, UTIME_NOW] } else { umem::read(times)? };
+        for nsec in [ts[1], ts[3]] {
+            if !(0..1_000_000_000).contains(&nsec) && nsec != UTIME_NOW && nsec != UTIME_OMIT {
+                return Err(Errno::EINVAL);
+            }
+        }
+        let t = if path_addr == 0 {
+            // futimens(): the descriptor itself.
+            if dirfd == AT_FDCWD {
+                return Err(Errno::EFAULT);
+            }
+            self.ofd(self.ofd_of(dirfd)?).target
+        } else {
+            self.target_at(dirfd, path_arg(path_addr)?, flags)?
+        };
+        let Target::Node(ino) = t else { return Ok(0) };
+        if ts[1] == UTIME_OMIT && ts[3] == UTIME_OMIT {
+            return Ok(0);
+        }
+        let now = self.fs.now();
+        let pick = |sec: i64, nsec: i64| match nsec {
+            UTIME_OMIT => None,
+            UTIME_NOW => Some(now),
+            n => Some(Timespec { sec, nsec: n as u32 }),
+        };
+        self.fs.set_times(ino, pick(ts[0], ts[1]), pick(ts[2], ts[3]))?;
+        Ok(0)
+    }
+
+    fn do_truncate(&mut self, ino: Ino, len: i64) -> SysResult {
+        if len < 0 {
+            return Err(Errno::EINVAL);
+        }
+        self.fs.truncate(ino, len as u64)?;
+        Ok(0)
+    }
+
+    pub(crate) fn truncate(&mut self, a: &Args) -> SysResult {
+        let ino = self.resolve_at(AT_FDCWD, path_arg(a.u(0))?, true, false)?;
+        if a.i(1) < 0 {
+            return Err(Errno::EINVAL);
+        }
+        self.do_truncate(ino, a.i(1))
+    }
+
+    pub(crate) fn ftruncate(&mut self, a: &Args) -> SysResult {
+        let o = self.ofd(self.ofd_of(a.int(0))?);
+        if o.is_path() {
+            return Err(Errno::EBADF);
+        }
+        match o.target {
+            Target::Node(ino) if o.writable() && self.fs.file_type(ino)? == FileType::Regular => {
+                self.do_truncate(ino, a.i(1))
+            }
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    // ---- directories ---------------------------------------------------
+
+    pub(crate) fn getdents64(&mut self, a: &Args) -> SysResult {
+        let i = self.ofd_of(a.int(0))?;
+        let o = self.ofd(i);
+        if o.is_path() {
+            return Err(Errno::EBADF);
+        }
+        let Target::Node(dir) = o.target else { return Err(Errno::ENOTDIR) };
+        if self.fs.file_type(dir)? != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        let cap = a.usize(2).min(i32::MAX as usize);
+        let buf = umem::slice_mut(a.u(1), cap)?;
+        let mut out = Vec::new();
+        let mut pos = o.offset;
+        let mut any = false;
+        self.fs.readdir(dir, pos, |next, name, ino, dtype| {
+            if !push_dirent64(&mut out, cap, ino, next, dtype, name) {
+                return false;
+            }
+            pos = next;
+            any = true;
+            true
+        })?;
+        if !any && cap > 0 {
+            // Either the end (nothing to list) or a buffer too small for
+            // the next entry.
+            let mut more = false;
+            self.fs.readdir(dir, pos, |_, _, _, _| {
+                more = true;
+                false
+            })?;
+            if more {
+                return Err(Errno::EINVAL);
+            }
+        }
+        buf[..out.len()].copy_from_slice(&out);
+        self.ofd_mut(i).offset = pos;
+        self.fs.touch_atime(dir);
+        Ok(out.len() as u64)
+    }
+
+    pub(crate) fn getcwd(&mut self, a: &Args) -> SysResult {
+        let p = self.path_of(self.cwd)?;
+        if p.len() + 1 > a.usize(1) {
+            return Err(Errno::ERANGE);
+        }
+        let buf = umem::slice_mut(a.u(0), p.len() + 1)?;
+        buf[..p.len()].copy_from_slice(&p);
+        buf[p.len()] = 0;
+        Ok(p.len() as u64 + 1)
+    }
+
+    fn set_cwd(&mut self, ino: Ino) -> SysResult {
+        if self.fs.file_type(ino)? != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        self.fs.get_ref(ino);
+        let old = core::mem::replace(&mut self.cwd, ino);
+        self.fs.put_ref(old);
+        Ok(0)
+    }
+
+    pub(crate) fn chdir(&mut self, a: &Args) -> SysResult {
+        let ino = self.resolve_at(AT_FDCWD, path_arg(a.u(0))?, true, false)?;
+        self.set_cwd(ino)
+    }
+
+    pub(crate) fn fchdir(&mut self, a: &Args) -> SysResult {
+        match self.ofd(self.ofd_of(a.int(0))?).target {
+            Target::Node(ino) => self.set_cwd(ino),
+            _ => Err(Errno::ENOTDIR),
+        }
+    }
+
+    fn do_mkdir(&mut self, dirfd: i32, path: u64, mode: u32) -> SysResult {
+        let path = path_arg(path)?;
+        let start = self.start_dir(dirfd, path)?;
+        let p = self.walk_parent(start, path, &mut 0)?;
+        if p.is_special() {
+            return Err(Errno::EEXIST);
+        }
+        self.fs.mkdir(p.dir, p.name, mode & 0o1777 & !self.umask)?;
+        Ok(0)
+    }
+
+    pub(crate) fn mkdir(&mut self, a: &Args) -> SysResult {
+        self.do_mkdir(AT_FDCWD, a.u(0), a.uint(1))
+    }
+
+    pub(crate) fn mkdirat(&mut self, a: &Args) -> SysResult {
+        self.do_mkdir(a.int(0), a.u(1), a.uint(2))
+    }
+
+    fn do_rmdir(&mut self, dirfd: i32, path: &[u8]) -> SysResult {
+        let start = self.start_dir(dirfd, path)?;
+        let p = self.walk_parent(start, path, &mut 0)?;
+        if p.name.is_empty() {
+            return Err(Errno::EBUSY);
+        }
+        self.fs.rmdir(p.dir, p.name)?;
+        Ok(0)
+    }
+
+    fn do_unlink(&mut self, dirfd: i32, path: &[u8]) -> SysResult {
+        let start = self.start_dir(dirfd, path)?;
+        let p = self.walk_parent(start, path, &mut 0)?;
+        if p.is_special() {
+            return Err(Errno::EISDIR);
+        }
+        if p.trailing {
+            let ino = self.fs.lookup(p.dir, p.name)?;
+            return Err(if self.fs.file_type(ino)? == FileType::Directory { Errno::EISDIR } else { Errno::ENOTDIR });
+        }
+        self.fs.unlink(p.dir, p.name)?;
+        Ok(0)
+    }
+
+    pub(crate) fn rmdir(&mut self, a: &Args) -> SysResult {
+        self.do_rmdir(AT_FDCWD, path_arg(a.u(0))?)
+    }
+
+    pub(crate) fn unlink(&mut self, a: &Args) -> SysResult {
+        self.do_unlink(AT_FDCWD, path_arg(a.u(0))?)
+    }
+
+    pub(crate) fn unlinkat(&mut self, a: &Args) -> SysResult {
+        let flags = a.uint(2);
+        if flags & !AT_REMOVEDIR != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let path = path_arg(a.u(1))?;
+        if flags & AT_REMOVEDIR != 0 {
+            self.do_rmdir(a.int(0), path)
+        } else {
+            self.do_unlink(a.int(0), path)
+        }
+    }
+
+    fn do_rename(&mut self, odirfd: i32, old: u64, ndirfd: i32, new: u64, flags: u32) -> SysResult {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0
+            || flags & RENAME_WHITEOUT != 0
+            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
+        {
+            return Err(Errno::EINVAL);
+        }
+        let (old, new) = (path_arg(old)?, path_arg(new)?);
+        let ostart = self.start_dir(odirfd, old)?;
+        let nstart = self.start_dir(ndirfd, new)?;
+        let op = self.walk_parent(ostart, old, &mut 0)?;
+        let np = self.walk_parent(nstart, new, &mut 0)?;
+        if op.is_special() {
+            return Err(Errno::EBUSY);
+        }
+        if np.is_special() {
+            return Err(if flags & RENAME_NOREPLACE != 0 { Errno::EEXIST } else { Errno::EBUSY });
+        }
+        let oino = self.fs.lookup(op.dir, op.name)?;
+        if (op.trailing || np.trailing) && self.fs.file_type(oino)? != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        let rf = RenameFlags { noreplace: flags & RENAME_NOREPLACE != 0, exchange: flags & RENAME_EXCHANGE != 0 };
+        self.fs.rename(op.dir, op.name, np.dir, np.name, rf)?;
+        Ok(0)
+    }
+
+    pub(crate) fn rename(&mut self, a: &Args) -> SysResult {
+        self.do_rename(AT_FDCWD, a.u(0), AT_FDCWD, a.u(1), 0)
+    }
+
+    pub(crate) fn renameat(&mut self, a: &Args) -> SysResult {
+        self.do_rename(a.int(0), a.u(1), a.int(2), a.u(3), 0)
+    }
+
+    pub(crate) fn renameat2(&mut self, a: &Args) -> SysResult {
+        self.do_rename(a.int(0), a.u(1), a.int(2), a.u(3), a.uint(4))
+    }
+
+    fn do_symlink(&mut self, target: u64, dirfd: i32, path: u64) -> SysResult {
+        let target = path_arg(target)?;
+        let path = path_arg(path)?;
+        let start = self.start_dir(dirfd, path)?;
+        let p = self.walk_parent(start, path, &mut 0)?;
+        if p.is_special() {
+            return Err(Errno::EEXIST);
+        }
+        if p.trailing {
+            return Err(if self.fs.lookup(p.dir, p.name).is_ok() { Errno::EEXIST } else { Errno::ENOENT });
+        }
+        self.fs.symlink(p.dir, p.name, target)?;
+        Ok(0)
+    }
+
+    pub(crate) fn symlink(&mut self, a: &Args) -> SysResult {
+        self.do_symlink(a.u(0), AT_FDCWD, a.u(1))
+    }
+
+    pub(crate) fn symlinkat(&mut self, a: &Args) -> SysResult {
+        self.do_symlink(a.u(0), a.int(1), a.u(2))
+    }
+
+    fn do_readlink(&mut self, dirfd: i32, path: u64, buf: u64, size: i32) -> SysResult {
+        if size <= 0 {
+            return Err(Errno::EINVAL);
+        }
+        let path = path_arg(path)?;
+        let ino = if path.is_empty() && dirfd != AT_FDCWD {
+            self.resolve_at(dirfd, path, false, true)?
+        } else {
+            self.resolve_at(dirfd, path, false, false)?
+        };
+        let target = self.fs.readlink(ino)?;
+        let n = target.len().min(size as usize);
+        umem::slice_mut(buf, n)?.copy_from_slice(&target[..n]);
+        self.fs.touch_atime(ino);
+        Ok(n as u64)
+    }
+
+    pub(crate) fn readlink(&mut self, a: &Args) -> SysResult {
+        self.do_readlink(AT_FDCWD, a.u(0), a.u(1), a.int(2))
+    }
+
+    pub(crate) fn readlinkat(&mut self, a: &Args) -> SysResult {
+        self.do_readlink(a.int(0), a.u(1), a.u(2), a.int(3))
+    }
+
+    fn do_link(&mut self, odirfd: i32, old: u64, ndirfd: i32, new: u64, flags: u32) -> SysResult {
+        if flags & !(AT_SYMLINK_FOLLOW | AT_EMPTY_PATH) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let (old, new) = (path_arg(old)?, path_arg(new)?);
+        let ino = self.resolve_at(odirfd, old, flags & AT_SYMLINK_FOLLOW != 0, flags & AT_EMPTY_PATH != 0)?;
+        let start = self.start_dir(ndirfd, new)?;
+        let p = self.walk_parent(start, new, &mut 0)?;
+        if p.is_special() {
+            return Err(Errno::EEXIST);
+        }
+        if p.trailing {
+            return Err(if self.fs.lookup(p.dir, p.name).is_ok() { Errno::EEXIST } else { Errno::ENOENT });
+        }
+        self.fs.link(p.dir, p.name, ino)?;
+        Ok(0)
+    }
+
+    pub(crate) fn link(&mut self, a: &Args) -> SysResult {
+        self.do_link(AT_FDCWD, a.u(0), AT_FDCWD, a.u(1), 0)
+    }
+
+    pub(crate) fn linkat(&mut self, a: &Args) -> SysResult {
+        self.do_link(a.int(0), a.u(1), a.int(2), a.u(3), a.uint(4))
+    }
+
+    pub(crate) fn flock(&mut self, a: &Args) -> SysResult {
+        // LOCK_SH 1, LOCK_EX 2, LOCK_NB 4, LOCK_UN 8: one process, no
+        // conflicts.
+        let o = self.ofd(self.ofd_of(a.int(0))?);
+        if o.is_path() {
+            return Err(Errno::EBADF);
+        }
+        match a.uint(1) & !4 {
+            1 | 2 | 8 => Ok(0),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+}
+
+/// Status flags an open file description keeps.
+const KEEP_FLAGS: u32 = O_ACCMODE | O_APPEND | O_NONBLOCK | O_SYNC | O_DSYNC | O_DIRECT | O_NOATIME | O_ASYNC | O_PATH;
+/// Status flags `F_SETFL` may change.
+const SETFL_FLAGS: u32 = O_APPEND | O_NONBLOCK | O_ASYNC | O_DIRECT | O_NOATIME;

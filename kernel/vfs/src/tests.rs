@@ -1,0 +1,631 @@
+//! Unit tests of the system calls, run on the host: user memory is host
+//! memory (the host build of `umem` accepts any non-null pointer).
+
+use super::abi::*;
+use super::*;
+use shoal_plat::Args;
+use std::ffi::CString;
+
+/// The tender's hypercall function, as the test tender: console writes
+/// succeed (and are dropped), nothing else is expected.
+extern "C" fn test_hypercall(nr: u64, arg: u64) {
+    assert_eq!(nr, shoal_abi::Hypercall::ConsoleWrite as u64, "unexpected hypercall");
+    // SAFETY: plat passes the address of a live ConsoleWriteArgs for a
+    // console write.
+    let a = unsafe { &mut *(arg as *mut shoal_abi::ConsoleWriteArgs) };
+    a.ret = a.len as i64;
+}
+
+/// Boots `plat` once: application memory is all of the host's address
+/// space above the boot-info page, hypercalls go to [`test_hypercall`].
+fn boot_plat() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let mut bi: shoal_abi::BootInfo = shoal_plat::boot::info();
+        bi.magic = shoal_abi::BOOT_INFO_MAGIC;
+        bi.abi_version = shoal_abi::ABI_VERSION;
+        bi.mem_size = u64::MAX;
+        bi.hypercall_entry = test_hypercall as extern "C" fn(u64, u64) as usize as u64;
+        // SAFETY: `bi` is a readable BootInfo on this stack frame.
+        unsafe { shoal_plat::boot::init(&bi) }.unwrap();
+    });
+}
+
+fn vfs() -> Vfs {
+    boot_plat();
+    Vfs::new(empty_root())
+}
+
+fn c(s: &str) -> CString {
+    CString::new(s).unwrap()
+}
+
+fn p(s: &CString) -> u64 {
+    s.as_ptr() as u64
+}
+
+fn args(v: &[u64]) -> Args {
+    let mut a = [0u64; 6];
+    a[..v.len()].copy_from_slice(v);
+    Args(a)
+}
+
+const FDCWD: u64 = AT_FDCWD as i64 as u64;
+
+fn open(v: &mut Vfs, path: &str, flags: u32, mode: u32) -> Result<i32, Errno> {
+    let s = c(path);
+    v.openat(&args(&[FDCWD, p(&s), flags as u64, mode as u64])).map(|fd| fd as i32)
+}
+
+fn write(v: &mut Vfs, fd: i32, data: &[u8]) -> Result<u64, Errno> {
+    v.write(&args(&[fd as u64, data.as_ptr() as u64, data.len() as u64]))
+}
+
+fn read(v: &mut Vfs, fd: i32, n: usize) -> Result<Vec<u8>, Errno> {
+    let mut b = vec![0u8; n];
+    let r = v.read(&args(&[fd as u64, b.as_mut_ptr() as u64, n as u64]))?;
+    b.truncate(r as usize);
+    Ok(b)
+}
+
+fn lseek(v: &mut Vfs, fd: i32, off: i64, wh: u32) -> Result<u64, Errno> {
+    v.lseek(&args(&[fd as u64, off as u64, wh as u64]))
+}
+
+fn stat(v: &mut Vfs, path: &str, flags: u32) -> Result<Stat, Errno> {
+    let s = c(path);
+    let mut st = Stat::default();
+    v.newfstatat(&args(&[FDCWD, p(&s), &mut st as *mut Stat as u64, flags as u64]))?;
+    Ok(st)
+}
+
+fn mkdir(v: &mut Vfs, path: &str) -> Result<u64, Errno> {
+    let s = c(path);
+    v.mkdir(&args(&[p(&s), 0o755]))
+}
+
+fn symlink(v: &mut Vfs, target: &str, path: &str) -> Result<u64, Errno> {
+    let (t, s) = (c(target), c(path));
+    v.symlink(&args(&[p(&t), p(&s)]))
+}
+
+fn unlink(v: &mut Vfs, path: &str) -> Result<u64, Errno> {
+    let s = c(path);
+    v.unlink(&args(&[p(&s)]))
+}
+
+fn rename(v: &mut Vfs, a: &str, b: &str, flags: u32) -> Result<u64, Errno> {
+    let (x, y) = (c(a), c(b));
+    v.renameat2(&args(&[FDCWD, p(&x), FDCWD, p(&y), flags as u64]))
+}
+
+fn getcwd(v: &mut Vfs) -> String {
+    let mut b = [0u8; 256];
+    let n = v.getcwd(&args(&[b.as_mut_ptr() as u64, 256])).unwrap() as usize;
+    String::from_utf8(b[..n - 1].to_vec()).unwrap()
+}
+
+fn chdir(v: &mut Vfs, path: &str) -> Result<u64, Errno> {
+    let s = c(path);
+    v.chdir(&args(&[p(&s)]))
+}
+
+/// Lists a directory with getdents64 in chunks of `bufsize` bytes.
+fn list(v: &mut Vfs, fd: i32, bufsize: usize) -> Vec<(String, u8)> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; bufsize];
+    loop {
+        let n = v.getdents64(&args(&[fd as u64, buf.as_mut_ptr() as u64, bufsize as u64])).unwrap() as usize;
+        if n == 0 {
+            return out;
+        }
+        let mut off = 0;
+        while off < n {
+            let reclen = u16::from_le_bytes([buf[off + 16], buf[off + 17]]) as usize;
+            let dtype = buf[off + 18];
+            let name = &buf[off + 19..off + reclen];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap()];
+            out.push((String::from_utf8(name.to_vec()).unwrap(), dtype));
+            off += reclen;
+        }
+    }
+}
+
+#[test]
+fn standard_streams() {
+    let mut v = vfs();
+    assert_eq!(read(&mut v, 0, 10).unwrap(), b"");
+    assert_eq!(write(&mut v, 0, b"x"), Err(Errno::EBADF));
+    assert_eq!(read(&mut v, 1, 10), Err(Errno::EBADF));
+    assert_eq!(write(&mut v, 1, b"").unwrap(), 0);
+    assert_eq!(lseek(&mut v, 1, 0, SEEK_CUR), Err(Errno::ESPIPE));
+    let mut st = Stat::default();
+    v.fstat(&args(&[1, &mut st as *mut Stat as u64])).unwrap();
+    assert_eq!(st.st_mode & 0o170000, 0o010000);
+    // TCGETS and TIOCGWINSZ: not a terminal.
+    let mut ws = [0u16; 4];
+    assert_eq!(v.ioctl(&args(&[1, 0x5413, ws.as_mut_ptr() as u64])), Err(Errno::ENOTTY));
+    assert_eq!(v.ioctl(&args(&[0, 0x5401, ws.as_mut_ptr() as u64])), Err(Errno::ENOTTY));
+    assert_eq!(v.ioctl(&args(&[99, 0x5401, 0])), Err(Errno::EBADF));
+    assert_eq!(v.fsync(&args(&[1])), Err(Errno::EINVAL));
+}
+
+#[test]
+fn create_write_read_and_access_modes() {
+    let mut v = vfs();
+    let fd = open(&mut v, "/tmp/f", O_CREAT | O_RDWR, 0o666).unwrap();
+    assert_eq!(fd, 3);
+    assert_eq!(write(&mut v, fd, b"hello world").unwrap(), 11);
+    assert_eq!(lseek(&mut v, fd, 6, SEEK_SET).unwrap(), 6);
+    assert_eq!(read(&mut v, fd, 100).unwrap(), b"world");
+    assert_eq!(read(&mut v, fd, 100).unwrap(), b"");
+    let st = stat(&mut v, "/tmp/f", 0).unwrap();
+    assert_eq!(st.st_mode, 0o100644); // umask 022
+    assert_eq!(st.st_size, 11);
+    assert_eq!(st.st_nlink, 1);
+    assert_eq!(open(&mut v, "/tmp/f", O_CREAT | O_EXCL | O_RDWR, 0o666), Err(Errno::EEXIST));
+    let ro = open(&mut v, "/tmp/f", O_RDONLY, 0).unwrap();
+    assert_eq!(write(&mut v, ro, b"x"), Err(Errno::EBADF));
+    let wo = open(&mut v, "/tmp/f", O_WRONLY, 0).unwrap();
+    assert_eq!(read(&mut v, wo, 1), Err(Errno::EBADF));
+    assert_eq!(open(&mut v, "/tmp", O_WRONLY, 0), Err(Errno::EISDIR));
+    assert_eq!(open(&mut v, "/tmp", O_RDONLY | O_CREAT, 0o666), Err(Errno::EISDIR));
+    let d = open(&mut v, "/tmp", O_RDONLY, 0).unwrap();
+    assert_eq!(read(&mut v, d, 1), Err(Errno::EISDIR));
+    assert_eq!(open(&mut v, "/tmp/f", O_RDONLY | O_DIRECTORY, 0), Err(Errno::ENOTDIR));
+    assert_eq!(open(&mut v, "/tmp/f/", O_RDONLY, 0), Err(Errno::ENOTDIR));
+    assert_eq!(open(&mut v, "/tmp/f/x", O_RDONLY, 0), Err(Errno::ENOTDIR));
+    assert_eq!(open(&mut v, "/nope/x", O_CREAT | O_RDWR, 0o666), Err(Errno::ENOENT));
+    assert_eq!(open(&mut v, "/tmp/new/", O_CREAT | O_RDWR, 0o666), Err(Errno::EISDIR));
+    // O_TRUNC.
+    let t = open(&mut v, "/tmp/f", O_WRONLY | O_TRUNC, 0).unwrap();
+    assert_eq!(stat(&mut v, "/tmp/f", 0).unwrap().st_size, 0);
+    // Bad pointers are EFAULT, not a crash.
+    assert_eq!(v.write(&args(&[t as u64, 0, 5])), Err(Errno::EFAULT));
+    assert_eq!(v.openat(&args(&[FDCWD, 0, 0, 0])), Err(Errno::EFAULT));
+    // Path too long.
+    let long = "/".to_string() + &"a/".repeat(2100);
+    assert_eq!(open(&mut v, &long, O_RDONLY, 0), Err(Errno::ENAMETOOLONG));
+    let longname = format!("/tmp/{}", "n".repeat(256));
+    assert_eq!(open(&mut v, &longname, O_CREAT | O_RDWR, 0o666), Err(Errno::ENAMETOOLONG));
+}
+
+#[test]
+fn append_and_sparse_writes() {
+    let mut v = vfs();
+    let a = open(&mut v, "/tmp/log", O_CREAT | O_WRONLY | O_APPEND, 0o644).unwrap();
+    let b = open(&mut v, "/tmp/log", O_WRONLY, 0).unwrap();
+    write(&mut v, a, b"one").unwrap();
+    write(&mut v, b, b"XY").unwrap(); // at offset 0 of its own description
+    lseek(&mut v, a, 0, SEEK_SET).unwrap();
+    write(&mut v, a, b"two").unwrap(); // O_APPEND: at the end regardless
+    let r = open(&mut v, "/tmp/log", O_RDONLY, 0).unwrap();
+    assert_eq!(read(&mut v, r, 100).unwrap(), b"XYetwo");
+    // F_GETFL/F_SETFL toggle O_APPEND.
+    let fl = v.fcntl(&args(&[b as u64, F_GETFL as u64])).unwrap() as u32;
+    assert_eq!(fl & O_ACCMODE, O_WRONLY);
+    assert_eq!(fl & O_APPEND, 0);
+    v.fcntl(&args(&[b as u64, F_SETFL as u64, (O_APPEND | O_RDWR) as u64])).unwrap();
+    let fl = v.fcntl(&args(&[b as u64, F_GETFL as u64])).unwrap() as u32;
+    assert_eq!(fl & (O_APPEND | O_ACCMODE), O_APPEND | O_WRONLY);
+    // Sparse: write far past the end, the gap reads as zeros.
+    let s = open(&mut v, "/tmp/sparse", O_CREAT | O_RDWR, 0o644).unwrap();
+    let data = b"end";
+    v.pwrite64(&args(&[s as u64, data.as_ptr() as u64, 3, 1 << 20])).unwrap();
+    let st = stat(&mut v, "/tmp/sparse", 0).unwrap();
+    assert_eq!(st.st_size, (1 << 20) + 3);
+    assert_eq!(st.st_blocks, 8);
+    let mut buf = [9u8; 16];
+    v.pread64(&args(&[s as u64, buf.as_mut_ptr() as u64, 16, 4096])).unwrap();
+    assert_eq!(buf, [0; 16]);
+    assert_eq!(lseek(&mut v, s, 0, SEEK_CUR).unwrap(), 0); // pread/pwrite keep the offset
+    assert_eq!(v.pread64(&args(&[s as u64, buf.as_mut_ptr() as u64, 1, u64::MAX])), Err(Errno::EINVAL));
+    // ftruncate grows with zeros and shrinks.
+    v.ftruncate(&args(&[s as u64, 10])).unwrap();
+    assert_eq!(lseek(&mut v, s, 0, SEEK_END).unwrap(), 10);
+    v.ftruncate(&args(&[s as u64, 20])).unwrap();
+    assert_eq!(v.pread64(&args(&[s as u64, buf.as_mut_ptr() as u64, 16, 4])).unwrap(), 16);
+    assert_eq!(buf, [0; 16]);
+    assert_eq!(v.ftruncate(&args(&[r as u64, 0])), Err(Errno::EINVAL));
+    assert_eq!(v.ftruncate(&args(&[s as u64, u64::MAX])), Err(Errno::EINVAL));
+}
+
+#[test]
+fn readv_writev() {
+    let mut v = vfs();
+    let fd = open(&mut v, "/tmp/v", O_CREAT | O_RDWR, 0o644).unwrap();
+    let (x, y) = (b"abc".to_vec(), b"defg".to_vec());
+    let iov = [x.as_ptr() as u64, 3, y.as_ptr() as u64, 4];
+    assert_eq!(v.writev(&args(&[fd as u64, iov.as_ptr() as u64, 2])).unwrap(), 7);
+    lseek(&mut v, fd, 0, SEEK_SET).unwrap();
+    let (mut p1, mut p2) = ([0u8; 2], [0u8; 10]);
+    let iov = [p1.as_mut_ptr() as u64, 2, p2.as_mut_ptr() as u64, 10];
+    assert_eq!(v.readv(&args(&[fd as u64, iov.as_ptr() as u64, 2])).unwrap(), 7);
+    assert_eq!(&p1, b"ab");
+    assert_eq!(&p2[..5], b"cdefg");
+    assert_eq!(v.readv(&args(&[fd as u64, iov.as_ptr() as u64, 1025])), Err(Errno::EINVAL));
+    let bad = [0u64, 5];
+    assert_eq!(v.writev(&args(&[fd as u64, bad.as_ptr() as u64, 1])), Err(Errno::EFAULT));
+    // Console writev: one call.
+    let iov = [x.as_ptr() as u64, 0];
+    assert_eq!(v.writev(&args(&[1, iov.as_ptr() as u64, 1])).unwrap(), 0);
+}
+
+#[test]
+fn dup_shares_offset_and_flags_but_not_cloexec() {
+    let mut v = vfs();
+    let fd = open(&mut v, "/tmp/d", O_CREAT | O_RDWR | O_CLOEXEC, 0o644).unwrap();
+    write(&mut v, fd, b"0123456789").unwrap();
+    lseek(&mut v, fd, 2, SEEK_SET).unwrap();
+    let d = v.dup(&args(&[fd as u64])).unwrap() as i32;
+    assert_eq!(read(&mut v, d, 3).unwrap(), b"234");
+    assert_eq!(lseek(&mut v, fd, 0, SEEK_CUR).unwrap(), 5);
+    assert_eq!(v.fcntl(&args(&[fd as u64, F_GETFD as u64])).unwrap(), FD_CLOEXEC);
+    assert_eq!(v.fcntl(&args(&[d as u64, F_GETFD as u64])).unwrap(), 0);
+    v.fcntl(&args(&[d as u64, F_SETFL as u64, O_NONBLOCK as u64])).unwrap();
+    assert_ne!(v.fcntl(&args(&[fd as u64, F_GETFL as u64])).unwrap() as u32 & O_NONBLOCK, 0);
+    // dup2 over stdout: writes go to the file.
+    assert_eq!(v.dup2(&args(&[fd as u64, 1])).unwrap(), 1);
+    lseek(&mut v, 1, 0, SEEK_END).unwrap();
+    write(&mut v, 1, b"!").unwrap();
+    assert_eq!(stat(&mut v, "/tmp/d", 0).unwrap().st_size, 11);
+    assert_eq!(v.dup2(&args(&[fd as u64, fd as u64])).unwrap(), fd as u64);
+    assert_eq!(v.dup3(&args(&[fd as u64, fd as u64, 0])), Err(Errno::EINVAL));
+    assert_eq!(v.dup3(&args(&[fd as u64, 50, O_CLOEXEC as u64])).unwrap(), 50);
+    assert_eq!(v.fcntl(&args(&[50, F_GETFD as u64])).unwrap(), FD_CLOEXEC);
+    assert_eq!(v.fcntl(&args(&[fd as u64, F_DUPFD as u64, 40])).unwrap(), 40);
+    assert_eq!(v.fcntl(&args(&[fd as u64, F_DUPFD_CLOEXEC as u64, 1024])), Err(Errno::EINVAL));
+    assert_eq!(v.dup2(&args(&[fd as u64, 1024])), Err(Errno::EBADF));
+    assert_eq!(v.dup(&args(&[77])), Err(Errno::EBADF));
+    v.close(&args(&[fd as u64])).unwrap();
+    assert_eq!(v.close(&args(&[fd as u64])), Err(Errno::EBADF));
+    // All of fd, d, 1, 40 and 50 share one offset: now at the end.
+    assert_eq!(read(&mut v, d, 100).unwrap(), b"");
+    lseek(&mut v, d, 5, SEEK_SET).unwrap();
+    assert_eq!(lseek(&mut v, 40, 0, SEEK_CUR).unwrap(), 5);
+    assert_eq!(read(&mut v, d, 100).unwrap(), b"56789!");
+    // Exhaust the table.
+    let mut n = 0;
+    while v.dup(&args(&[0])).is_ok() {
+        n += 1;
+    }
+    assert_eq!(v.open_fds(), MAX_FDS);
+    assert!(n > 1000);
+    assert_eq!(v.dup(&args(&[0])), Err(Errno::EMFILE));
+    assert_eq!(open(&mut v, "/tmp/d", O_RDONLY, 0), Err(Errno::EMFILE));
+}
+
+#[test]
+fn locks_always_succeed() {
+    let mut v = vfs();
+    let fd = open(&mut v, "/tmp/db", O_CREAT | O_RDWR, 0o644).unwrap();
+    let mut fl = Flock { l_type: F_WRLCK, l_whence: 0, l_start: 0, l_len: 1, l_pid: 0 };
+    let ptr = &mut fl as *mut Flock as u64;
+    assert_eq!(v.fcntl(&args(&[fd as u64, F_SETLK as u64, ptr])).unwrap(), 0);
+    assert_eq!(v.fcntl(&args(&[fd as u64, F_GETLK as u64, ptr])).unwrap(), 0);
+    assert_eq!(fl.l_type, F_UNLCK);
+    let ro = open(&mut v, "/tmp/db", O_RDONLY, 0).unwrap();
+    fl.l_type = F_WRLCK;
+    let ptr = &mut fl as *mut Flock as u64;
+    assert_eq!(v.fcntl(&args(&[ro as u64, F_SETLKW as u64, ptr])), Err(Errno::EBADF));
+    assert_eq!(v.fcntl(&args(&[fd as u64, F_SETLK as u64, 0])), Err(Errno::EFAULT));
+}
+
+#[test]
+fn path_resolution() {
+    let mut v = vfs();
+    mkdir(&mut v, "/a").unwrap();
+    mkdir(&mut v, "/a/b").unwrap();
+    let fd = open(&mut v, "/a/b/f", O_CREAT | O_WRONLY, 0o644).unwrap();
+    write(&mut v, fd, b"F").unwrap();
+    symlink(&mut v, "b", "/a/lb").unwrap(); // relative to /a
+    symlink(&mut v, "/a/b/f", "/abs").unwrap();
+    symlink(&mut v, "lb/f", "/a/lf").unwrap();
+    symlink(&mut v, "missing", "/dangling").unwrap();
+    symlink(&mut v, "loop2", "/loop1").unwrap();
+    symlink(&mut v, "loop1", "/loop2").unwrap();
+    let ino = stat(&mut v, "/a/b/f", 0).unwrap().st_ino;
+    for p in ["/a/b/f", "//a///b/f", "/a/./b/../b/f", "/a/lb/f", "/abs", "/a/lf", "/../../a/b/f", "/a/lb/../b/f"] {
+        assert_eq!(stat(&mut v, p, 0).unwrap().st_ino, ino, "{p}");
+    }
+    // lstat and AT_SYMLINK_NOFOLLOW see the link; a trailing slash follows it.
+    assert_eq!(stat(&mut v, "/abs", AT_SYMLINK_NOFOLLOW).unwrap().st_mode & 0o170000, 0o120000);
+    assert_eq!(stat(&mut v, "/a/lb/", AT_SYMLINK_NOFOLLOW).unwrap().st_mode & 0o170000, 0o040000);
+    assert_eq!(stat(&mut v, "/abs/", 0), Err(Errno::ENOTDIR));
+    assert_eq!(stat(&mut v, "/a/b/f/..", 0), Err(Errno::ENOTDIR));
+    assert_eq!(stat(&mut v, "/dangling", 0), Err(Errno::ENOENT));
+    assert!(stat(&mut v, "/dangling", AT_SYMLINK_NOFOLLOW).is_ok());
+    assert_eq!(stat(&mut v, "/loop1", 0), Err(Errno::ELOOP));
+    assert_eq!(stat(&mut v, "", 0), Err(Errno::ENOENT));
+    assert_eq!(open(&mut v, "/abs", O_RDONLY | O_NOFOLLOW, 0), Err(Errno::ELOOP));
+    // O_PATH|O_NOFOLLOW opens the link itself.
+    let l = open(&mut v, "/abs", O_PATH | O_NOFOLLOW, 0).unwrap();
+    let mut buf = [0u8; 64];
+    let e = c("");
+    let n = v.readlinkat(&args(&[l as u64, p(&e), buf.as_mut_ptr() as u64, 64])).unwrap();
+    assert_eq!(&buf[..n as usize], b"/a/b/f");
+    assert_eq!(read(&mut v, l, 1), Err(Errno::EBADF));
+    // 40 links are fine, 41 are ELOOP.
+    symlink(&mut v, "/a/b/f", "/l0").unwrap();
+    for i in 1..=41 {
+        symlink(&mut v, &format!("/l{}", i - 1), &format!("/l{i}")).unwrap();
+    }
+    assert!(stat(&mut v, "/l39", 0).is_ok());
+    assert_eq!(stat(&mut v, "/l40", 0), Err(Errno::ELOOP));
+    // O_CREAT through a dangling link creates its target.
+    let fd = open(&mut v, "/dangling", O_CREAT | O_WRONLY, 0o600).unwrap();
+    assert!(fd > 2);
+    assert!(stat(&mut v, "/missing", 0).is_ok());
+    assert_eq!(open(&mut v, "/dangling", O_CREAT | O_EXCL | O_WRONLY, 0o600), Err(Errno::EEXIST));
+    // Relative paths, chdir, getcwd, dirfd.
+    chdir(&mut v, "/a/lb").unwrap();
+    assert_eq!(getcwd(&mut v), "/a/b");
+    assert_eq!(stat(&mut v, "f", 0).unwrap().st_ino, ino);
+    assert_eq!(stat(&mut v, "../b/./f", 0).unwrap().st_ino, ino);
+    let dfd = open(&mut v, "/a", O_RDONLY | O_DIRECTORY, 0).unwrap();
+    let (rel, mut st) = (c("b/f"), Stat::default());
+    v.newfstatat(&args(&[dfd as u64, p(&rel), &mut st as *mut Stat as u64, 0])).unwrap();
+    assert_eq!(st.st_ino, ino);
+    let ffd = open(&mut v, "/a/b/f", O_RDONLY, 0).unwrap();
+    assert_eq!(v.newfstatat(&args(&[ffd as u64, p(&rel), &mut st as *mut Stat as u64, 0])), Err(Errno::ENOTDIR));
+    // AT_EMPTY_PATH.
+    v.newfstatat(&args(&[ffd as u64, p(&e), &mut st as *mut Stat as u64, AT_EMPTY_PATH as u64])).unwrap();
+    assert_eq!(st.st_ino, ino);
+    assert_eq!(v.newfstatat(&args(&[ffd as u64, p(&e), &mut st as *mut Stat as u64, 0])), Err(Errno::ENOENT));
+    v.fchdir(&args(&[dfd as u64])).unwrap();
+    assert_eq!(getcwd(&mut v), "/a");
+    assert_eq!(v.fchdir(&args(&[ffd as u64])), Err(Errno::ENOTDIR));
+    // A removed working directory.
+    mkdir(&mut v, "/gone").unwrap();
+    chdir(&mut v, "/gone").unwrap();
+    let s = c("/gone");
+    v.rmdir(&args(&[p(&s)])).unwrap();
+    let mut b = [0u8; 64];
+    assert_eq!(v.getcwd(&args(&[b.as_mut_ptr() as u64, 64])), Err(Errno::ENOENT));
+    assert_eq!(open(&mut v, "x", O_CREAT | O_RDWR, 0o644), Err(Errno::ENOENT));
+    chdir(&mut v, "..").unwrap();
+    assert_eq!(getcwd(&mut v), "/");
+    assert_eq!(v.getcwd(&args(&[b.as_mut_ptr() as u64, 1])), Err(Errno::ERANGE));
+}
+
+#[test]
+fn mkdir_rmdir_unlink_errors() {
+    let mut v = vfs();
+    mkdir(&mut v, "/d").unwrap();
+    assert_eq!(mkdir(&mut v, "/d"), Err(Errno::EEXIST));
+    assert_eq!(mkdir(&mut v, "/d/"), Err(Errno::EEXIST));
+    mkdir(&mut v, "/d/e/").unwrap();
+    assert_eq!(mkdir(&mut v, "/"), Err(Errno::EEXIST));
+    assert_eq!(mkdir(&mut v, "/x/y"), Err(Errno::ENOENT));
+    let s = c("/d");
+    assert_eq!(v.rmdir(&args(&[p(&s)])), Err(Errno::ENOTEMPTY));
+    assert_eq!(unlink(&mut v, "/d"), Err(Errno::EISDIR));
+    let root = c("/");
+    assert_eq!(v.rmdir(&args(&[p(&root)])), Err(Errno::EBUSY));
+    let dot = c("/d/e/.");
+    assert_eq!(v.rmdir(&args(&[p(&dot)])), Err(Errno::EINVAL));
+    open(&mut v, "/d/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    assert_eq!(unlink(&mut v, "/d/f/"), Err(Errno::ENOTDIR));
+    let f = c("/d/f");
+    assert_eq!(v.rmdir(&args(&[p(&f)])), Err(Errno::ENOTDIR));
+    let rel = c("e");
+    let dfd = open(&mut v, "/d", O_RDONLY, 0).unwrap();
+    assert_eq!(v.unlinkat(&args(&[dfd as u64, p(&rel), 0])), Err(Errno::EISDIR));
+    assert_eq!(v.unlinkat(&args(&[dfd as u64, p(&rel), 1])), Err(Errno::EINVAL));
+    v.unlinkat(&args(&[dfd as u64, p(&rel), AT_REMOVEDIR as u64])).unwrap();
+    unlink(&mut v, "/d/f").unwrap();
+    assert_eq!(unlink(&mut v, "/d/f"), Err(Errno::ENOENT));
+    v.rmdir(&args(&[p(&s)])).unwrap();
+    assert_eq!(stat(&mut v, "/d", 0), Err(Errno::ENOENT));
+    // Umask applies to mkdir.
+    v.umask(&args(&[0o077])).unwrap();
+    mkdir(&mut v, "/m").unwrap();
+    assert_eq!(stat(&mut v, "/m", 0).unwrap().st_mode, 0o040700);
+    assert_eq!(v.umask(&args(&[0o022])).unwrap(), 0o077);
+    // An unlinked open file keeps its contents.
+    let fd = open(&mut v, "/tmp/u", O_CREAT | O_RDWR, 0o644).unwrap();
+    write(&mut v, fd, b"still here").unwrap();
+    unlink(&mut v, "/tmp/u").unwrap();
+    lseek(&mut v, fd, 0, SEEK_SET).unwrap();
+    assert_eq!(read(&mut v, fd, 100).unwrap(), b"still here");
+    let mut st = Stat::default();
+    v.fstat(&args(&[fd as u64, &mut st as *mut Stat as u64])).unwrap();
+    assert_eq!(st.st_nlink, 0);
+    let before = v.fs().inode_count();
+    v.close(&args(&[fd as u64])).unwrap();
+    assert_eq!(v.fs().inode_count(), before - 1);
+}
+
+#[test]
+fn rename_through_syscalls() {
+    let mut v = vfs();
+    let fd = open(&mut v, "/tmp/a", O_CREAT | O_RDWR, 0o644).unwrap();
+    write(&mut v, fd, b"A").unwrap();
+    open(&mut v, "/tmp/b", O_CREAT | O_RDWR, 0o644).unwrap();
+    mkdir(&mut v, "/tmp/d").unwrap();
+    rename(&mut v, "/tmp/a", "/tmp/b", 0).unwrap();
+    assert_eq!(stat(&mut v, "/tmp/a", 0), Err(Errno::ENOENT));
+    assert_eq!(stat(&mut v, "/tmp/b", 0).unwrap().st_size, 1);
+    assert_eq!(rename(&mut v, "/tmp/b", "/tmp/d", 0), Err(Errno::EISDIR));
+    assert_eq!(rename(&mut v, "/tmp/b", "/tmp/c/", 0), Err(Errno::ENOTDIR));
+    assert_eq!(rename(&mut v, "/tmp/d", "/tmp/d/sub", 0), Err(Errno::EINVAL));
+    assert_eq!(rename(&mut v, "/tmp/.", "/tmp/x", 0), Err(Errno::EBUSY));
+    assert_eq!(rename(&mut v, "/tmp/nope", "/tmp/x", 0), Err(Errno::ENOENT));
+    open(&mut v, "/tmp/c", O_CREAT | O_RDWR, 0o644).unwrap();
+    assert_eq!(rename(&mut v, "/tmp/b", "/tmp/c", RENAME_NOREPLACE), Err(Errno::EEXIST));
+    rename(&mut v, "/tmp/b", "/tmp/c", RENAME_EXCHANGE).unwrap();
+    assert_eq!(stat(&mut v, "/tmp/c", 0).unwrap().st_size, 1);
+    assert_eq!(stat(&mut v, "/tmp/b", 0).unwrap().st_size, 0);
+    assert_eq!(rename(&mut v, "/tmp/b", "/tmp/c", 3), Err(Errno::EINVAL));
+    rename(&mut v, "/tmp/d/", "/e", 0).unwrap();
+    assert_eq!(stat(&mut v, "/e", 0).unwrap().st_mode & 0o170000, 0o040000);
+    // The open description follows the file across renames.
+    rename(&mut v, "/tmp/c", "/e/z", 0).unwrap();
+    lseek(&mut v, fd, 0, SEEK_SET).unwrap();
+    assert_eq!(read(&mut v, fd, 10).unwrap(), b"A");
+}
+
+#[test]
+fn getdents_lists_and_survives_changes() {
+    let mut v = vfs();
+    mkdir(&mut v, "/g").unwrap();
+    for i in 0..20 {
+        open(&mut v, &format!("/g/file{i:02}"), O_CREAT | O_RDWR, 0o644).unwrap();
+    }
+    mkdir(&mut v, "/g/sub").unwrap();
+    symlink(&mut v, "x", "/g/ln").unwrap();
+    let fd = open(&mut v, "/g", O_RDONLY | O_DIRECTORY, 0).unwrap();
+    let all = list(&mut v, fd, 4096);
+    assert_eq!(all.len(), 24);
+    assert_eq!(all[0], (".".into(), 4));
+    assert_eq!(all[1], ("..".into(), 4));
+    assert!(all.contains(&("sub".into(), 4)));
+    assert!(all.contains(&("ln".into(), 10)));
+    assert!(all.contains(&("file07".into(), 8)));
+    // Small buffers list the same thing.
+    lseek(&mut v, fd, 0, SEEK_SET).unwrap();
+    assert_eq!(list(&mut v, fd, 40), all);
+    // Too small for one entry.
+    lseek(&mut v, fd, 0, SEEK_SET).unwrap();
+    let mut tiny = [0u8; 8];
+    assert_eq!(v.getdents64(&args(&[fd as u64, tiny.as_mut_ptr() as u64, 8])), Err(Errno::EINVAL));
+    // Read part, change the directory, read the rest: every entry that
+    // existed throughout is seen exactly once.
+    lseek(&mut v, fd, 0, SEEK_SET).unwrap();
+    let mut buf = vec![0u8; 160];
+    let n = v.getdents64(&args(&[fd as u64, buf.as_mut_ptr() as u64, 160])).unwrap();
+    assert!(n > 0);
+    let first = {
+        let mut names = Vec::new();
+        let mut off = 0;
+        while off < n as usize {
+            let reclen = u16::from_le_bytes([buf[off + 16], buf[off + 17]]) as usize;
+            let name = &buf[off + 19..off + reclen];
+            names.push(String::from_utf8(name[..name.iter().position(|&b| b == 0).unwrap()].to_vec()).unwrap());
+            off += reclen;
+        }
+        names
+    };
+    for gone in ["file00", "file15"] {
+        unlink(&mut v, &format!("/g/{gone}")).unwrap();
+    }
+    open(&mut v, "/g/zzz", O_CREAT | O_RDWR, 0o644).unwrap();
+    let rest: Vec<String> = list(&mut v, fd, 160).into_iter().map(|e| e.0).collect();
+    let mut seen: Vec<String> = first.iter().cloned().chain(rest.iter().cloned()).collect();
+    seen.sort();
+    let mut dedup = seen.clone();
+    dedup.dedup();
+    assert_eq!(seen, dedup, "no entry twice");
+    for e in &all {
+        if e.0 != "file15" && e.0 != "file00" {
+            assert!(seen.contains(&e.0), "{} missing", e.0);
+        }
+    }
+    assert!(!rest.contains(&"file15".to_string()));
+    assert!(rest.contains(&"zzz".to_string()));
+    let f = open(&mut v, "/g/file01", O_RDONLY, 0).unwrap();
+    assert_eq!(v.getdents64(&args(&[f as u64, buf.as_mut_ptr() as u64, 160])), Err(Errno::ENOTDIR));
+}
+
+#[test]
+fn stat_statx_access_chmod_utimens() {
+    let mut v = vfs();
+    let fd = open(&mut v, "/tmp/s", O_CREAT | O_RDWR, 0o640).unwrap();
+    write(&mut v, fd, &[1u8; 5000]).unwrap();
+    let s = c("/tmp/s");
+    let mut sx = Statx::default();
+    v.statx(&args(&[FDCWD, p(&s), 0, STATX_BASIC_STATS as u64, &mut sx as *mut Statx as u64])).unwrap();
+    let st = stat(&mut v, "/tmp/s", 0).unwrap();
+    assert_eq!(sx.stx_size, 5000);
+    assert_eq!(sx.stx_ino, st.st_ino);
+    assert_eq!(sx.stx_mode as u32, st.st_mode);
+    assert_eq!(sx.stx_mtime.tv_sec, st.st_mtime);
+    assert_eq!(sx.stx_mask & STATX_BASIC_STATS, STATX_BASIC_STATS);
+    assert_eq!(st.st_blocks, 16);
+    assert_eq!(st.st_blksize, 4096);
+    assert_eq!(v.statx(&args(&[FDCWD, p(&s), 0x6000, 0, &mut sx as *mut Statx as u64])), Err(Errno::EINVAL));
+    // access: root-like; X_OK needs an x bit.
+    assert_eq!(v.access(&args(&[p(&s), (R_OK | W_OK) as u64])).unwrap(), 0);
+    assert_eq!(v.access(&args(&[p(&s), X_OK as u64])), Err(Errno::EACCES));
+    assert_eq!(v.access(&args(&[p(&s), 8])), Err(Errno::EINVAL));
+    v.chmod(&args(&[p(&s), 0o755])).unwrap();
+    assert_eq!(v.faccessat2(&args(&[FDCWD, p(&s), X_OK as u64, AT_EACCESS as u64])).unwrap(), 0);
+    assert_eq!(stat(&mut v, "/tmp/s", 0).unwrap().st_mode, 0o100755);
+    v.fchmod(&args(&[fd as u64, 0o600])).unwrap();
+    assert_eq!(stat(&mut v, "/tmp/s", 0).unwrap().st_mode, 0o100600);
+    let n = c("/tmp/none");
+    assert_eq!(v.access(&args(&[p(&n), F_OK as u64])), Err(Errno::ENOENT));
+    // utimensat: explicit, OMIT, NOW, futimens (NULL path).
+    let ts: [i64; 4] = [100, 5, 200, UTIME_OMIT];
+    v.utimensat(&args(&[FDCWD, p(&s), ts.as_ptr() as u64, 0])).unwrap();
+    let st2 = stat(&mut v, "/tmp/s", 0).unwrap();
+    assert_eq!((st2.st_atime, st2.st_atime_nsec), (100, 5));
+    assert_eq!(st2.st_mtime, st.st_mtime);
+    let ts: [i64; 4] = [0, UTIME_OMIT, 0, UTIME_NOW];
+    v.utimensat(&args(&[fd as u64, 0, ts.as_ptr() as u64, 0])).unwrap();
+    let st3 = stat(&mut v, "/tmp/s", 0).unwrap();
+    assert_eq!(st3.st_atime, 100);
+    assert!((st3.st_mtime, st3.st_mtime_nsec) >= (st2.st_mtime, st2.st_mtime_nsec));
+    let bad: [i64; 4] = [0, 1_000_000_000, 0, 0];
+    assert_eq!(v.utimensat(&args(&[FDCWD, p(&s), bad.as_ptr() as u64, 0])), Err(Errno::EINVAL));
+    // FIONREAD on a file.
+    lseek(&mut v, fd, 1000, SEEK_SET).unwrap();
+    let mut avail = 0i32;
+    v.ioctl(&args(&[fd as u64, FIONREAD as u64, &mut avail as *mut i32 as u64])).unwrap();
+    assert_eq!(avail, 4000);
+    assert_eq!(lseek(&mut v, fd, 10, SEEK_DATA).unwrap(), 10);
+    assert_eq!(lseek(&mut v, fd, 10, SEEK_HOLE).unwrap(), 5000);
+    assert_eq!(lseek(&mut v, fd, 6000, SEEK_DATA), Err(Errno::ENXIO));
+    assert_eq!(lseek(&mut v, fd, -1, SEEK_SET), Err(Errno::EINVAL));
+    // truncate by path.
+    v.truncate(&args(&[p(&s), 3])).unwrap();
+    assert_eq!(stat(&mut v, "/tmp/s", 0).unwrap().st_size, 3);
+    let t = c("/tmp");
+    assert_eq!(v.truncate(&args(&[p(&t), 0])), Err(Errno::EISDIR));
+}
+
+#[test]
+fn tmpfile_and_hard_links() {
+    let mut v = vfs();
+    let fd = open(&mut v, "/tmp", O_TMPFILE_BIT | O_DIRECTORY | O_RDWR, 0o600).unwrap();
+    write(&mut v, fd, b"anon").unwrap();
+    let mut st = Stat::default();
+    v.fstat(&args(&[fd as u64, &mut st as *mut Stat as u64])).unwrap();
+    assert_eq!((st.st_nlink, st.st_size), (0, 4));
+    let dfd = open(&mut v, "/tmp", O_RDONLY, 0).unwrap();
+    assert_eq!(list(&mut v, dfd, 1024).len(), 2);
+    let count = v.fs().inode_count();
+    v.close(&args(&[fd as u64])).unwrap();
+    assert_eq!(v.fs().inode_count(), count - 1);
+    open(&mut v, "/tmp/h", O_CREAT | O_RDWR, 0o600).unwrap();
+    let (a, b) = (c("/tmp/h"), c("/tmp/h2"));
+    v.link(&args(&[p(&a), p(&b)])).unwrap();
+    assert_eq!(stat(&mut v, "/tmp/h2", 0).unwrap().st_nlink, 2);
+    assert_eq!(v.link(&args(&[p(&a), p(&b)])), Err(Errno::EEXIST));
+    let t = c("/tmp");
+    assert_eq!(v.link(&args(&[p(&t), p(&c("/t2"))])), Err(Errno::EPERM));
+}
+
+#[test]
+fn archive_root_copy_on_write() {
+    let dir = std::env::temp_dir().join(format!("shoal-vfs-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("etc")).unwrap();
+    std::fs::write(dir.join("etc/conf"), b"key=value\n").unwrap();
+    std::os::unix::fs::symlink("etc/conf", dir.join("conf")).unwrap();
+    let bytes: &'static [u8] = Box::leak(shoal_archive::pack_dir(&dir).unwrap().into_boxed_slice());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let pristine = bytes.to_vec();
+    boot_plat();
+    let mut v = Vfs::new(shoal_ramfs::Fs::from_archive(bytes, clock).unwrap());
+    let fd = open(&mut v, "/conf", O_RDWR, 0).unwrap();
+    assert_eq!(read(&mut v, fd, 100).unwrap(), b"key=value\n");
+    lseek(&mut v, fd, 4, SEEK_SET).unwrap();
+    write(&mut v, fd, b"VALUE").unwrap();
+    let r = open(&mut v, "/etc/conf", O_RDONLY, 0).unwrap();
+    assert_eq!(read(&mut v, r, 100).unwrap(), b"key=VALUE\n");
+    let t = open(&mut v, "/etc/conf", O_WRONLY | O_TRUNC, 0).unwrap();
+    write(&mut v, t, b"new").unwrap();
+    assert_eq!(stat(&mut v, "/conf", 0).unwrap().st_size, 3);
+    assert_eq!(bytes, &pristine[..], "the archive is never written");
+}
