@@ -172,6 +172,20 @@ impl Vm {
         fpu.mxcsr = 0x1f80;
         self.vcpu.set_fpu(&fpu).map_err(ioctl_err("set the FPU state"))?;
 
+        // `syscall` must not reach any code: EFER.SCE is clear, so hardware
+        // raises #UD; this nested KVM ignores SCE and jumps to LSTAR, so
+        // LSTAR points at a page that is not present (see x86::SYSCALL_TRAP).
+        let msrs = kvm_bindings::Msrs::from_entries(&[
+            kvm_bindings::kvm_msr_entry { index: 0xc000_0082, data: x86::SYSCALL_TRAP, ..Default::default() }, // LSTAR
+            kvm_bindings::kvm_msr_entry { index: 0xc000_0083, data: x86::SYSCALL_TRAP, ..Default::default() }, // CSTAR
+            kvm_bindings::kvm_msr_entry { index: 0xc000_0081, data: 0, ..Default::default() }, // STAR
+        ])
+        .map_err(|_| KvmError::MissingCapability("MSR lists"))?;
+        let n = self.vcpu.set_msrs(&msrs).map_err(ioctl_err("set the syscall MSRs"))?;
+        if n != 3 {
+            return Err(KvmError::MissingCapability("writable syscall MSRs (LSTAR, CSTAR, STAR)"));
+        }
+
         let regs = kvm_bindings::kvm_regs {
             rip: entry.rip,
             rsp: entry.rsp,

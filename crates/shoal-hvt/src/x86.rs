@@ -56,6 +56,12 @@ const TABLES_START: u64 = 0x6000;
 /// and cr2 so that the five lowest quadwords read as a `FaultArgs`.
 pub const FAULT_REPORT_ADDR: u64 = STACK0_TOP - 7 * 8;
 
+/// Where `syscall` lands if a CPU ignores EFER.SCE (this nested KVM does):
+/// MSR LSTAR points here, in the not-present null page, so a `syscall`
+/// becomes a page fault with rip = cr2 = this address and rcx = the address
+/// after the `syscall` instruction, which the VMM recognises.
+pub const SYSCALL_TRAP: u64 = 0xff0;
+
 /// Kernel code selector (GDT entry 1).
 pub const KERNEL_CS: u16 = 0x08;
 /// Kernel data selector (GDT entry 2).
