@@ -63,6 +63,9 @@ pub const IMAGE_BASE: u64 = 0x100000;
 /// Room for argv and environment strings.
 pub const ARGS_MAX: u64 = IMAGE_BASE - ARGS_ADDR;
 
+// The boot-info page and the argument area must not overlap.
+const _: () = assert!(ARGS_ADDR >= BOOT_INFO_ADDR + PAGE_SIZE);
+
 /// First I/O port of the hvt hypercall ports (`port = base + nr`).
 pub const HYPERCALL_PORT_BASE: u16 = 0x500;
 
@@ -272,7 +275,6 @@ mod tests {
         assert_eq!(size_of::<PollArgs>(), 32);
         assert_eq!(size_of::<FaultArgs>(), 40);
         assert!(size_of::<BootInfo>() as u64 <= PHDR_OFFSET);
-        assert!(ARGS_ADDR >= BOOT_INFO_ADDR + PAGE_SIZE);
     }
 
     #[test]

@@ -122,7 +122,13 @@ fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, i
         }
     }
     match tender {
-        Tender::Hvt => bail!("the hvt tender is not built yet; use --tender spt"),
+        Tender::Hvt => {
+            let mut cfg = shoal_hvt::RunConfig::new(image, mem_size.div_ceil(4096) * 4096);
+            cfg.argv.extend(args.into_iter().map(Into::into));
+            cfg.env = env.into_iter().map(Into::into).collect();
+            cfg.fs = fs.map(shoal_hvt::FsSource::Dir);
+            Ok(shoal_hvt::run(&cfg)?)
+        }
         Tender::Spt => {
             let mut cfg = shoal_spt::RunConfig::new(image, mem_size.div_ceil(4096) * 4096);
             cfg.argv.extend(args.into_iter().map(Into::into));

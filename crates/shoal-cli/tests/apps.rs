@@ -11,12 +11,14 @@ fn hello_prints_arguments_environment_and_status_like_native() {
     let src = app("hello.c");
     let image = build_image(&src, dir.path(), &[]);
     let native = build_native(&src, dir.path(), &[]);
-    for args in [vec![], vec!["one", "two words", ""], vec!["xit"]] {
-        let n = output(Command::new(&native).env_clear().env("GREETING", "hi").env("B", "two=2").args(&args));
-        let s = output(shoal().arg("run").args(["-e", "B=two=2", "-e", "GREETING=hi"]).arg(&image).arg("--").args(&args));
-        assert_eq!(stdout(&s), stdout(&n), "stdout differs for {args:?}; shoal stderr: {}", stderr(&s));
-        assert_eq!(stderr(&s), stderr(&n), "stderr differs for {args:?}");
-        assert_eq!(s.status.code(), n.status.code(), "exit status differs for {args:?}");
+    for tender in tenders() {
+        for args in [vec![], vec!["one", "two words", ""], vec!["xit"]] {
+            let n = output(Command::new(&native).env_clear().env("GREETING", "hi").env("B", "two=2").args(&args));
+            let s = output(shoal_run(tender).args(["-e", "B=two=2", "-e", "GREETING=hi"]).arg(&image).arg("--").args(&args));
+            assert_eq!(stdout(&s), stdout(&n), "{tender}: stdout differs for {args:?}; shoal stderr: {}", stderr(&s));
+            assert_eq!(stderr(&s), stderr(&n), "{tender}: stderr differs for {args:?}");
+            assert_eq!(s.status.code(), n.status.code(), "{tender}: exit status differs for {args:?}");
+        }
     }
 }
 
@@ -30,11 +32,13 @@ fn files_program_matches_native() {
     std::fs::create_dir_all(root.join("etc")).unwrap();
     std::fs::write(root.join("etc/input.txt"), "first line\nsecond line\n").unwrap();
     let n = output(Command::new(&native).arg(dir.path().join("work")).arg(root.join("etc/input.txt")));
-    let s = output(shoal().arg("run").arg("--fs").arg(&root).arg(&image).args(["--", "/work", "/etc/input.txt"]));
     assert!(n.status.success());
-    assert_eq!(stdout(&s), stdout(&n), "shoal stderr: {}", stderr(&s));
-    assert_eq!(s.status.code(), Some(0));
-    assert!(stdout(&s).contains("  second line"));
+    for tender in tenders() {
+        let s = output(shoal_run(tender).arg("--fs").arg(&root).arg(&image).args(["--", "/work", "/etc/input.txt"]));
+        assert_eq!(stdout(&s), stdout(&n), "{tender}: shoal stderr: {}", stderr(&s));
+        assert_eq!(s.status.code(), Some(0));
+        assert!(stdout(&s).contains("  second line"));
+    }
     // Writes stay in the instance's memory: the host directory is untouched.
     assert!(!root.join("work").exists());
     assert_eq!(std::fs::read_to_string(root.join("etc/input.txt")).unwrap(), "first line\nsecond line\n");
@@ -47,10 +51,12 @@ fn malloc_program_matches_native() {
     let image = build_image(&src, dir.path(), &[]);
     let native = build_native(&src, dir.path(), &[]);
     let n = output(&mut Command::new(&native));
-    let s = output(shoal().args(["run", "--mem", "512M"]).arg(&image));
     assert!(n.status.success());
-    assert_eq!(stdout(&s), stdout(&n), "shoal stderr: {}", stderr(&s));
-    assert_eq!(s.status.code(), Some(0));
+    for tender in tenders() {
+        let s = output(shoal_run(tender).args(["--mem", "512M"]).arg(&image));
+        assert_eq!(stdout(&s), stdout(&n), "{tender}: shoal stderr: {}", stderr(&s));
+        assert_eq!(s.status.code(), Some(0));
+    }
 }
 
 #[test]
@@ -60,10 +66,12 @@ fn clock_program_matches_native() {
     let image = build_image(&src, dir.path(), &[]);
     let native = build_native(&src, dir.path(), &[]);
     let n = output(&mut Command::new(&native));
-    let s = output(shoal().arg("run").arg(&image));
     assert!(n.status.success());
-    assert_eq!(stdout(&s), stdout(&n), "shoal stderr: {}", stderr(&s));
-    assert!(!stdout(&s).contains(": no"), "a clock check failed: {}", stdout(&s));
+    for tender in tenders() {
+        let s = output(shoal_run(tender).arg(&image));
+        assert_eq!(stdout(&s), stdout(&n), "{tender}: shoal stderr: {}", stderr(&s));
+        assert!(!stdout(&s).contains(": no"), "{tender}: a clock check failed: {}", stdout(&s));
+    }
 }
 
 #[test]

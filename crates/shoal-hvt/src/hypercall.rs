@@ -28,8 +28,15 @@ pub enum Action {
     Continue,
     /// The guest halted with this status.
     Halt(i64),
-    /// The guest reported a CPU exception.
-    Fault(FaultArgs),
+    /// A fault report: from the CPL-0 stub (`cpu`) or the guest itself.
+    Fault {
+        /// The report.
+        report: FaultArgs,
+        /// Whether the stub sent it (a CPU exception).
+        cpu: bool,
+    },
+    /// The guest polled with no deadline and nothing to wait for.
+    BlockedForever,
     /// The guest broke the hypercall protocol; stop it.
     Refused(Refusal),
 }
@@ -38,7 +45,7 @@ pub enum Action {
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     /// A port write that is not a 32-bit `out dx, eax`.
-    #[error("the guest wrote {size} bytes to hypercall port {port:#x}; hypercalls are 32-bit port writes")]
+    #[error("it wrote {size} bytes to hypercall port {port:#x}; hypercalls are 32-bit port writes")]
     BadSize {
         /// The port.
         port: u16,
@@ -46,13 +53,13 @@ pub enum Refusal {
         size: usize,
     },
     /// A port that is not a hypercall.
-    #[error("the guest wrote to I/O port {0:#x}, which is not a hypercall")]
+    #[error("it wrote to I/O port {0:#x}, which is not a hypercall port")]
     UnknownPort(u16),
     /// A port read.
-    #[error("the guest read I/O port {0:#x}; hvt hypercalls are port writes")]
+    #[error("it read I/O port {0:#x}; hvt hypercalls are port writes")]
     PortRead(u16),
     /// The argument structure does not lie in guest memory.
-    #[error("the guest passed hypercall {call:?} an argument structure outside its memory: {source}")]
+    #[error("its {call:?} argument structure is outside guest memory: {source}")]
     BadArgs {
         /// The hypercall.
         call: Hypercall,
@@ -101,6 +108,9 @@ pub fn handle_out(port: u16, data: &[u8], mem: &GuestMemory, private: &vm_memory
             if a.wait_set != 0 {
                 // No devices exist yet.
                 a.ret = EINVAL;
+            } else if a.timeout_ns == u64::MAX {
+                // Nothing could ever wake it (spt does the same).
+                return Action::BlockedForever;
             } else {
                 // Block here: an idle guest costs no CPU.
                 if a.timeout_ns > 0 {
@@ -125,11 +135,12 @@ pub fn handle_out(port: u16, data: &[u8], mem: &GuestMemory, private: &vm_memory
                         w.copy_from_slice(&raw[i * 8..i * 8 + 8]);
                         u64::from_le_bytes(w)
                     };
-                    return Action::Fault(FaultArgs { vector: q(0), error_code: q(1), rip: q(2), rsp: q(3), cr2: q(4) });
+                    let report = FaultArgs { vector: q(0), error_code: q(1), rip: q(2), rsp: q(3), cr2: q(4) };
+                    return Action::Fault { report, cpu: true };
                 }
             }
             match mem.read_obj::<FaultArgs>(arg) {
-                Ok(a) => Action::Fault(a),
+                Ok(report) => Action::Fault { report, cpu: false },
                 Err(e) => refuse(e),
             }
         }

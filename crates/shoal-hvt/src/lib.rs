@@ -16,17 +16,18 @@
 //! identity mapped, so guest-virtual = guest-physical = the addresses of
 //! `shoal_abi`'s layout, as on spt.
 //!
-//! # Exit status
+//! # Exit statuses
 //!
-//! Mirrors `shoal run` on spt (docs/architecture.md): the guest's Halt
-//! status (low 8 bits); 128 + N when the instance was stopped the way a
-//! process is killed by signal N — a CPU exception maps to the signal Linux
-//! would send (page fault and general protection → SIGSEGV = 139, invalid
-//! opcode → SIGILL = 132, divide error → SIGFPE = 136, …); a `syscall`
-//! instruction and a hypercall the tender refuses → SIGSYS = 159, like a
-//! forbidden host system call on spt; anything else that stops the vCPU
-//! (triple fault, `hlt`, an internal KVM error) → SIGKILL = 137. Every such
-//! stop prints one `shoal: …` line on stderr.
+//! The same table as spt's (`shoal_spt`), with hvt's causes:
+//!
+//! | status | meaning |
+//! |---|---|
+//! | 0–255 | the guest halted with this status (the low 8 bits of `HaltArgs::status`) |
+//! | [`EXIT_SIGSYS`] (159) | the guest executed a `syscall` instruction: `shoal: guest fault: invalid opcode (vector 6, …): the guest executed a `syscall` instruction; …` |
+//! | 128 + N | the guest took a CPU exception that Linux would turn into signal N (page fault, general protection → SIGSEGV = 139; invalid opcode → SIGILL = 132; divide error → SIGFPE = 136; breakpoint → SIGTRAP = 133; …): `shoal: guest fault: <name> (vector V, error E) at rip R, rsp S, cr2 C[: cause]` |
+//! | [`EXIT_STOPPED`] (255) | hvt stopped the guest: a fault hypercall the guest made itself, an invalid hypercall (`shoal: the guest made an invalid hypercall: …`), a poll with no deadline and nothing to wait for, or a vCPU stop a shoal guest never causes (triple fault, `hlt`, KVM internal error: `shoal: hvt stopped the guest: …`) |
+//!
+//! Every status but a halt comes with one `shoal: …` line on stderr.
 //!
 //! # Protection keys
 //!
@@ -66,22 +67,76 @@ use kvm_ioctls::VcpuExit;
 use shoal_abi::{FaultArgs, TenderKind};
 use shoal_loader::{BootParams, Clock, GuestMemory, Image, Layout};
 use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+/// hvt stopped the guest (its own fault report, an invalid hypercall,
+/// blocked forever, an unexpected vCPU stop); the same value as spt's.
+pub const EXIT_STOPPED: i32 = 255;
+/// The guest executed `syscall` (128 + SIGSYS, as a forbidden system call
+/// on spt).
+pub const EXIT_SIGSYS: i32 = 128 + libc::SIGSYS;
+
+/// How guest memory is filled (DESIGN §4). The same as spt's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MemoryMode {
+    /// Every segment copied into anonymous memory.
+    #[default]
+    Copy,
+    /// Like `Copy`, and the region offered to KSM: not supported by hvt yet.
+    Ksm,
+}
+
+/// The root file system. The same as spt's.
+#[derive(Debug)]
+pub enum FsSource {
+    /// Pack this host directory.
+    Dir(PathBuf),
+    /// An archive the caller packed already (checked before use).
+    Packed(Vec<u8>),
+}
+
 /// What to run. The same shape as `shoal_spt::RunConfig`.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct RunConfig {
     /// The image file.
     pub image: PathBuf,
     /// Guest memory size in bytes (a multiple of 4 KiB, at most 4 GiB).
     pub mem_size: u64,
-    /// A directory to pack as the read-only root file-system archive.
-    pub fs_dir: Option<PathBuf>,
-    /// The program's arguments (`argv[0]` first).
-    pub argv: Vec<String>,
-    /// The program's environment (`KEY=VALUE`).
-    pub env: Vec<String>,
+    /// The root file system, if any.
+    pub fs: Option<FsSource>,
+    /// The guest's argv, `argv[0]` included.
+    pub argv: Vec<OsString>,
+    /// The guest's environment, `KEY=VALUE` strings.
+    pub env: Vec<OsString>,
+    /// Memory mode (only [`MemoryMode::Copy`] on hvt).
+    pub mode: MemoryMode,
+    /// Where the guest's stdout goes (default: this process's stdout).
+    pub stdout: Option<OwnedFd>,
+    /// Where the guest's stderr and hvt's messages go (default: this
+    /// process's stderr).
+    pub stderr: Option<OwnedFd>,
+}
+
+impl RunConfig {
+    /// A configuration with `argv = [image path]`, no environment, no file
+    /// system, memory mode `copy`, and the console on this process's
+    /// stdout/stderr.
+    pub fn new(image: impl Into<PathBuf>, mem_size: u64) -> RunConfig {
+        let image = image.into();
+        RunConfig {
+            argv: vec![image.clone().into_os_string()],
+            image,
+            mem_size,
+            fs: None,
+            env: Vec::new(),
+            mode: MemoryMode::Copy,
+            stdout: None,
+            stderr: None,
+        }
+    }
 }
 
 /// Why an image could not be run. Problems of the guest itself are not
@@ -98,8 +153,17 @@ pub enum HvtError {
     #[error("--mem {0} is too large for the hvt tender: hypercalls pass 32-bit addresses, so guest memory is at most 4G")]
     MemTooLarge(String),
     /// The `--fs` directory could not be packed.
-    #[error("cannot pack the --fs directory: {0}")]
-    Archive(#[from] shoal_archive::PackError),
+    #[error("cannot pack the file system: {0}")]
+    Pack(#[from] shoal_archive::PackError),
+    /// A packed archive passed in is invalid.
+    #[error("{0}")]
+    Archive(shoal_archive::ArchiveError),
+    /// A memory mode hvt does not implement.
+    #[error("the hvt tender supports only memory mode copy, not {0:?}")]
+    Mode(MemoryMode),
+    /// The console descriptors could not be duplicated.
+    #[error("cannot use the console descriptors: {0}")]
+    Console(std::io::Error),
     /// The clock calibration failed.
     #[error(transparent)]
     Tsc(#[from] shoal_loader::TscError),
@@ -119,7 +183,9 @@ pub enum HvtError {
 pub struct Timings {
     /// Image checks, layout and archive, before KVM is touched.
     pub prepare: Duration,
-    /// Until the VM, its memory and vCPU exist and are set up.
+    /// Until the VM, its memory slot and vCPU exist (KVM only).
+    pub vm_created: Duration,
+    /// Until the VM is loaded and set up, ready for its first instruction.
     pub vm_ready: Duration,
     /// Until the first console byte was written, if any was.
     pub first_output: Option<Duration>,
@@ -138,11 +204,18 @@ pub enum Outcome {
     Fault {
         /// The stub's (or the guest's) report.
         report: FaultArgs,
+        /// Whether the report came from the CPL-0 exception stub (a CPU
+        /// exception) rather than from a Fault hypercall of the guest.
+        cpu: bool,
         /// Whether the faulting instruction was `syscall`.
         syscall: bool,
+        /// For a page fault: what the access was, from the page tables.
+        cause: Option<&'static str>,
     },
     /// The guest broke the hypercall protocol.
     Refused(Refusal),
+    /// The guest polled with no deadline and nothing to wait for.
+    BlockedForever,
     /// The vCPU stopped in a way a shoal guest never should.
     Stopped(String),
 }
@@ -152,10 +225,10 @@ impl Outcome {
     pub fn status(&self) -> i32 {
         match self {
             Outcome::Exit(s) => *s,
-            Outcome::Fault { syscall: true, .. } => 128 + libc::SIGSYS,
-            Outcome::Fault { report, .. } => 128 + x86::vector_signal(report.vector),
-            Outcome::Refused(_) => 128 + libc::SIGSYS,
-            Outcome::Stopped(_) => 128 + libc::SIGKILL,
+            Outcome::Fault { syscall: true, .. } => EXIT_SIGSYS,
+            Outcome::Fault { cpu: true, report, .. } => 128 + x86::vector_signal(report.vector),
+            Outcome::Fault { cpu: false, .. } => EXIT_STOPPED,
+            Outcome::Refused(_) | Outcome::BlockedForever | Outcome::Stopped(_) => EXIT_STOPPED,
         }
     }
 
@@ -164,7 +237,7 @@ impl Outcome {
     pub fn message(&self) -> Option<String> {
         match self {
             Outcome::Exit(_) => None,
-            Outcome::Fault { report: f, syscall } => {
+            Outcome::Fault { report: f, syscall, cause, .. } => {
                 let mut m = format!(
                     "guest fault: {} (vector {}, error {:#x}) at rip {:#x}, rsp {:#x}, cr2 {:#x}",
                     x86::vector_name(f.vector),
@@ -176,14 +249,15 @@ impl Outcome {
                 );
                 if *syscall {
                     m.push_str(": the guest executed a `syscall` instruction; shoal images make no host system calls");
-                } else if f.vector == 14 {
+                } else if let Some(c) = cause {
                     m.push_str(": ");
-                    m.push_str(x86::page_fault_cause(f.error_code));
+                    m.push_str(c);
                 }
                 Some(m)
             }
-            Outcome::Refused(r) => Some(format!("guest stopped: {r}")),
-            Outcome::Stopped(s) => Some(format!("guest stopped: {s}")),
+            Outcome::Refused(r) => Some(format!("the guest made an invalid hypercall: {r}")),
+            Outcome::BlockedForever => Some("the guest blocked forever with nothing to wake it".into()),
+            Outcome::Stopped(s) => Some(format!("hvt stopped the guest: {s}")),
         }
     }
 }
@@ -192,11 +266,24 @@ impl Outcome {
 /// as console; returns the exit status (see the crate docs). A guest that
 /// ends abnormally gets one `shoal: …` line on stderr.
 pub fn run(cfg: &RunConfig) -> Result<i32, HvtError> {
-    let mut out = std::io::stdout();
-    let mut err = std::io::stderr();
-    let (outcome, _) = run_with_console(cfg, &mut Console { stdout: &mut out, stderr: &mut err })?;
+    let file = |fd: &Option<OwnedFd>| -> Result<Option<std::fs::File>, HvtError> {
+        fd.as_ref().map(|f| f.try_clone().map(std::fs::File::from)).transpose().map_err(HvtError::Console)
+    };
+    let (mut out_file, mut err_file) = (file(&cfg.stdout)?, file(&cfg.stderr)?);
+    let mut out_std = std::io::stdout();
+    let mut err_std = std::io::stderr();
+    let stdout: &mut dyn Write = match &mut out_file {
+        Some(f) => f,
+        None => &mut out_std,
+    };
+    let stderr: &mut dyn Write = match &mut err_file {
+        Some(f) => f,
+        None => &mut err_std,
+    };
+    let mut console = Console { stdout, stderr };
+    let (outcome, _) = run_with_console(cfg, &mut console)?;
     if let Some(m) = outcome.message() {
-        eprintln!("shoal: {m}");
+        let _ = writeln!(console.stderr, "shoal: {m}");
     }
     Ok(outcome.status())
 }
@@ -217,13 +304,20 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
     if cfg.mem_size > x86::MAX_MEM {
         return Err(HvtError::MemTooLarge(shoal_loader::format_size(cfg.mem_size)));
     }
+    if cfg.mode != MemoryMode::Copy {
+        return Err(HvtError::Mode(cfg.mode));
+    }
     let image = Image::open(&cfg.image)?;
-    let archive = match &cfg.fs_dir {
-        Some(d) => shoal_archive::pack_dir(d)?,
+    let archive = match &cfg.fs {
         None => Vec::new(),
+        Some(FsSource::Dir(d)) => shoal_archive::pack_dir(d)?,
+        Some(FsSource::Packed(bytes)) => {
+            shoal_archive::Archive::parse(bytes).map_err(HvtError::Archive)?;
+            bytes.clone()
+        }
     };
-    let argv: Vec<OsString> = cfg.argv.iter().map(OsString::from).collect();
-    let env: Vec<OsString> = cfg.env.iter().map(OsString::from).collect();
+    let argv = cfg.argv.clone();
+    let env = cfg.env.clone();
     let layout = shoal_loader::plan(&image, cfg.mem_size, archive.len() as u64, &argv, &env)?;
     let regions: Vec<x86::Region> = image
         .segments()
@@ -255,6 +349,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     let mut timings = Timings { prepare: t0.elapsed(), ..Timings::default() };
 
     let mut vm = vm::Vm::create(p.layout.mem_size)?;
+    timings.vm_created = t0.elapsed();
     // SAFETY: `vm.memory` maps `mem_size` bytes for guest addresses
     // [0, mem_size) at `as_ptr()`; the view starts at guest address
     // GuestMemory::LOW (< mem_size, checked by x86::build), and lives in
@@ -302,16 +397,41 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         match action {
             Action::Continue => {}
             Action::Halt(status) => break Outcome::Exit((status & 0xff) as i32),
-            Action::Fault(report) => {
-                let syscall = report.vector == 6 && {
-                    let mut insn = [0u8; 2];
-                    mem.read(shoal_loader::GuestAddr(report.rip), &mut insn).is_ok() && insn == [0x0f, 0x05]
-                };
-                break Outcome::Fault { report, syscall };
+            Action::BlockedForever => break Outcome::BlockedForever,
+            Action::Fault { report, cpu } => {
+                let (report, syscall) = recognise_syscall(&vm, &mem, report);
+                let cause = (cpu && report.vector == 14 && !syscall)
+                    .then(|| x86::page_fault_cause(report.error_code, p.private.map.perm(report.cr2)));
+                break Outcome::Fault { report, cpu, syscall, cause };
             }
             Action::Refused(r) => break Outcome::Refused(r),
         }
     };
     timings.exit = t0.elapsed();
     Ok((outcome, timings))
+}
+
+/// Whether a fault report comes from a `syscall` instruction, and the
+/// report to show for it. On hardware, `syscall` with EFER.SCE clear raises
+/// #UD at the instruction. This nested KVM ignores SCE and jumps to LSTAR,
+/// which hvt points at [`x86::SYSCALL_TRAP`] (not present), so the report
+/// is a page fault there, with rcx = the address after the instruction; it
+/// is shown as the #UD hardware would give.
+fn recognise_syscall(vm: &vm::Vm, mem: &GuestMemory, report: FaultArgs) -> (FaultArgs, bool) {
+    let is_syscall_at = |rip: u64| {
+        let mut insn = [0u8; 2];
+        mem.read(shoal_loader::GuestAddr(rip), &mut insn).is_ok() && insn == [0x0f, 0x05]
+    };
+    if report.vector == 6 {
+        return (report, is_syscall_at(report.rip));
+    }
+    if report.vector == 14 && report.rip == x86::SYSCALL_TRAP && report.cr2 == x86::SYSCALL_TRAP {
+        if let Ok(regs) = vm.vcpu.get_regs() {
+            let rip = regs.rcx.wrapping_sub(2);
+            if is_syscall_at(rip) {
+                return (FaultArgs { vector: 6, error_code: 0, rip, rsp: report.rsp, cr2: 0 }, true);
+            }
+        }
+    }
+    (report, false)
 }

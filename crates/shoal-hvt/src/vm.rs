@@ -339,3 +339,22 @@ pub fn prepare(vm: &Vm, private: &[u8], entry: &EntryState) -> Result<(), KvmErr
     vm.sync_tsc()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_kvm_is_one_sentence() {
+        let e = KvmError::Unavailable(errno::Error::new(libc::ENOENT));
+        let m = e.to_string();
+        assert!(m.starts_with("/dev/kvm is not usable ("), "{m}");
+        assert!(m.contains("--tender spt") && !m.contains('\n'), "{m}");
+    }
+
+    #[test]
+    fn xcr0_has_x87_and_sse() {
+        assert_eq!(xcr0() & 3, 3);
+        assert_eq!(xcr0() & !7, 0);
+    }
+}

@@ -196,9 +196,27 @@ fn perm_at(addr: u64, mem_size: u64, image: &[Region], image_start: u64, image_e
     }
 }
 
+/// The permission map the page tables were built from.
+#[derive(Clone, Debug)]
+pub struct PermMap {
+    mem_size: u64,
+    image: Vec<Region>,
+    image_start: u64,
+    image_end: u64,
+}
+
+impl PermMap {
+    /// The permission of the page holding `addr`.
+    pub fn perm(&self, addr: u64) -> PagePerm {
+        perm_at(addr & !(PAGE_SIZE - 1), self.mem_size, &self.image, self.image_start, self.image_end)
+    }
+}
+
 /// The result of [`build`]: the bytes of `[0, TENDER_PRIVATE_END)` and what
 /// the page tables cost.
 pub struct Private {
+    /// What the page tables say about each page.
+    pub map: PermMap,
     /// The bytes to copy to guest address 0.
     pub bytes: Vec<u8>,
     /// Number of page-table pages used (PML4, PDPT, PDs, PTs).
@@ -361,7 +379,8 @@ pub fn build(mem_size: u64, image: &[Region], image_start: u64, image_end: u64) 
         put_u64(&mut b, IDT_ADDR + v * 16 + 8, target >> 32);
     }
 
-    Ok(Private { bytes: b, table_pages: 2 + next_pt, split_regions: split.len() as u64 })
+    let map = PermMap { mem_size, image: image.to_vec(), image_start, image_end };
+    Ok(Private { map, bytes: b, table_pages: 2 + next_pt, split_regions: split.len() as u64 })
 }
 
 /// The ports the I/O permission bitmap allows: each hypercall port and the
@@ -420,18 +439,20 @@ pub fn vector_signal(vector: u64) -> i32 {
     }
 }
 
-/// A few words on a page fault's error code.
-pub fn page_fault_cause(error: u64) -> &'static str {
-    let present = error & 1 != 0;
+/// What a page fault at `cr2` with error code `error` was, in a few words,
+/// given the permission the page tables give that page.
+pub fn page_fault_cause(error: u64, perm: PagePerm) -> &'static str {
     let write = error & 2 != 0;
     let fetch = error & 16 != 0;
-    match (present, write, fetch) {
-        (true, true, _) => "write to a read-only page",
-        (true, false, true) => "instruction fetch from a non-executable page",
-        (true, false, false) => "read of a protected page",
-        (false, true, _) => "write to an unmapped address",
-        (false, false, true) => "instruction fetch from an unmapped address",
-        (false, false, false) => "read of an unmapped address",
+    match perm {
+        PagePerm::None if write => "write to an unmapped address",
+        PagePerm::None if fetch => "instruction fetch from an unmapped address",
+        PagePerm::None => "read of an unmapped address",
+        PagePerm::KernelRx | PagePerm::KernelRw => "access to tender-private memory",
+        PagePerm::UserRx if write => "write to the image's code, which is read-only",
+        PagePerm::UserRo if write => "write to read-only data",
+        _ if fetch => "instruction fetch from a non-executable page",
+        _ => "access not allowed by the page's permissions",
     }
 }
 

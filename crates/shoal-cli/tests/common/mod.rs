@@ -70,3 +70,28 @@ pub fn assert_clean_error(o: &Output, needle: &str) {
     assert!(err.starts_with("shoal: "), "error not prefixed with `shoal:`: {err}");
     assert!(err.contains(needle), "error `{err}` does not mention `{needle}`");
 }
+
+/// The tenders to test on: spt always; hvt when /dev/kvm can be opened
+/// read-write, otherwise a visible skip message (never a silent pass).
+pub fn tenders() -> Vec<&'static str> {
+    let mut t = vec!["spt"];
+    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+        Ok(_) => t.push("hvt"),
+        Err(e) => {
+            use std::io::Write;
+            // Straight to the terminal: libtest hides eprintln! of passing tests.
+            let _ = writeln!(std::io::stderr().lock(), "skipped: the hvt column: /dev/kvm is not usable: {e}");
+            if let Ok(mut tty) = std::fs::OpenOptions::new().write(true).open("/dev/tty") {
+                let _ = writeln!(tty, "skipped: the hvt column: /dev/kvm is not usable: {e}");
+            }
+        }
+    }
+    t
+}
+
+/// `shoal run --tender T` plus the rest.
+pub fn shoal_run(tender: &str) -> Command {
+    let mut c = shoal();
+    c.args(["run", "--tender", tender]);
+    c
+}

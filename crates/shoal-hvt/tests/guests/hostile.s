@@ -82,5 +82,14 @@ _start:
     mov qword ptr [rsp + 24], 3
     mov qword ptr [rsp + 32], 4
     hcall HC_FAULT
+.elseif CASE == 15                      # a port the bitmap allows that is no hypercall
+    mov eax, esp                        # (1-byte write: a 32-bit one to 0x505
+    mov dx, HC_BASE + 5                 # also touches 0x508, which is denied)
+    out dx, al
+.elseif CASE == 16                      # poll forever with nothing to wait for
+    mov rax, -1
+    mov [rsp], rax
+    mov qword ptr [rsp + 8], 0
+    hcall HC_POLL
 .endif
     halt_imm 0
