@@ -41,20 +41,33 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Link prepared objects and libraries into an image and its manifest.
+    /// Link prepared objects and libraries into an image and its manifest,
+    /// or every image of a workspace (`--workspace W.toml`) under its layout policy.
     Build {
         /// The image to write.
-        #[arg(short, long)]
-        output: PathBuf,
-        /// Layout policy.
-        #[arg(long, default_value = "default")]
+        #[arg(short, long, required_unless_present = "workspace")]
+        output: Option<PathBuf>,
+        /// Layout policy for a single image: aligned (default), default or dce.
+        #[arg(long, default_value = "aligned")]
         layout: String,
-        /// An application library: NAME@VERSION=ARCHIVE.a (repeatable).
-        #[arg(long = "lib", value_name = "NAME@VERSION=ARCHIVE")]
+        /// An application library: NAME@VERSION=ARCHIVE.a or NAME@VERSION=OBJECT.o (repeatable).
+        #[arg(long = "lib", value_name = "NAME@VERSION=FILE")]
         libs: Vec<String>,
+        /// A workspace file: build all its images together.
+        #[arg(long, conflicts_with_all = ["output", "objects", "libs"])]
+        workspace: Option<PathBuf>,
         /// The application's object files.
-        #[arg(required = true)]
+        #[arg(required_unless_present = "workspace")]
         objects: Vec<PathBuf>,
+    },
+    /// Count the distinct 4 KiB frames of code and rodata a set of images needs when identical pages are shared.
+    Pages {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// The images (their manifests must be next to them).
+        #[arg(required = true)]
+        images: Vec<PathBuf>,
     },
     /// Run an image: `shoal run [OPTIONS] IMAGE [-- ARGS…]`.
     Run {
@@ -168,11 +181,20 @@ fn real_main() -> Result<i32> {
             shoal_toolchain::cc::cc(&paths, &args)?;
             Ok(0)
         }
-        Cmd::Build { output, layout, libs, objects } => {
+        Cmd::Build { output, layout, libs, workspace, objects } => {
             let paths = shoal_toolchain::Paths::discover()?;
+            if let Some(ws) = workspace {
+                for img in shoal_toolchain::workspace::build_workspace(&paths, &ws)? {
+                    eprintln!("shoal: built {}", img.display());
+                }
+                return Ok(0);
+            }
+            if !matches!(layout.as_str(), "aligned" | "default" | "dce") {
+                bail!("--layout {layout}: a single image can use aligned, default or dce; delta and aslr need --workspace");
+            }
             let mut libraries = Vec::new();
             for l in libs {
-                let (nv, path) = l.split_once('=').with_context(|| format!("--lib {l}: expected NAME@VERSION=ARCHIVE"))?;
+                let (nv, path) = l.split_once('=').with_context(|| format!("--lib {l}: expected NAME@VERSION=FILE"))?;
                 let (name, version) = nv.split_once('@').unwrap_or((nv, "unversioned"));
                 libraries.push(shoal_toolchain::link::UserLibrary {
                     name: name.to_string(),
@@ -180,8 +202,19 @@ fn real_main() -> Result<i32> {
                     path: PathBuf::from(path),
                 });
             }
-            let spec = shoal_toolchain::link::BuildSpec { output, objects, libraries, layout, extra_link_args: vec![] };
+            let output = output.context("-o IMAGE is required")?;
+            let mut spec = shoal_toolchain::link::BuildSpec::new(output, objects, libraries);
+            spec.layout = layout;
             shoal_toolchain::link::build(&paths, &spec)?;
+            Ok(0)
+        }
+        Cmd::Pages { json, images } => {
+            let report = shoal_toolchain::pages::analyse(&images)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report.json())?);
+            } else {
+                print!("{}", report.table());
+            }
             Ok(0)
         }
         Cmd::Run { tender, fs, mem, env, image, args } => run_image(tender, fs, &mem, env, image, args),

@@ -162,13 +162,8 @@ pub fn cc(paths: &Paths, args: &[String]) -> Result<()> {
             None => return Err(ToolchainError::Usage(format!("shoal cc: cannot find -l{l} (no lib{l}.a in the -L directories)"))),
         }
     }
-    let spec = BuildSpec {
-        output: p.output.clone().unwrap_or_else(|| PathBuf::from("a.out")),
-        objects,
-        libraries,
-        layout: "default".into(),
-        extra_link_args: p.link_args.clone(),
-    };
+    let mut spec = BuildSpec::new(p.output.clone().unwrap_or_else(|| PathBuf::from("a.out")), objects, libraries);
+    spec.extra_link_args = p.link_args.clone();
     build(paths, &spec)?;
     Ok(())
 }

@@ -8,17 +8,23 @@
 //!   each of them its own page-aligned code, rodata, data and bss regions;
 //! - [`link`]: `shoal build`: links objects and libraries into an image and
 //!   writes its manifest;
-//! - [`cc`]: `shoal cc`, a drop-in C compiler whose link step makes images.
+//! - [`cc`]: `shoal cc`, a drop-in C compiler whose link step makes images;
+//! - [`workspace`]: sets of images built together under a layout policy
+//!   (`aligned`, `delta`, `aslr`, …), with [`delta`] for the Δ-versioner;
+//! - [`pages`]: `shoal pages`, the distinct frames a set of images needs.
 //!
 //! Host-side code; it runs the system's `gcc` and `ld` (binutils) and, for
 //! the kernel, `cargo`.
 #![deny(missing_docs)]
 
 pub mod cc;
+pub mod delta;
 pub mod layout;
 pub mod link;
+pub mod pages;
 pub mod paths;
 pub mod setup;
+pub mod workspace;
 
 pub use paths::Paths;
 

@@ -1,0 +1,86 @@
+//! Threads (cooperative, one vCPU): the programs in `apps/tests/` print
+//! what the same source prints as a native static musl program; a deadlock
+//! is reported and stops the instance; memory exhaustion is clean.
+
+mod common;
+use common::*;
+use std::process::Command;
+
+fn test_app(name: &str) -> std::path::PathBuf {
+    home().join("apps/tests").join(name)
+}
+
+/// Builds `name` both ways, runs both, and compares stdout and status.
+fn matches_native(name: &str, run_args: &[&str]) {
+    let dir = scratch();
+    let src = test_app(name);
+    let image = build_image(&src, dir.path(), &[]);
+    let native = build_native(&src, dir.path(), &["-lpthread"]);
+    let n = output(&mut Command::new(&native));
+    let s = output(shoal().arg("run").args(run_args).arg(&image));
+    assert!(n.status.success(), "native {name} failed: {}", stdout(&n));
+    assert_eq!(stdout(&s), stdout(&n), "{name}: shoal stderr: {}", stderr(&s));
+    assert_eq!(s.status.code(), Some(0), "{name}: shoal stderr: {}", stderr(&s));
+    assert_eq!(stderr(&s), "", "{name}: shoal printed on stderr");
+}
+
+#[test]
+fn create_join_sum() {
+    matches_native("threads_sum.c", &[]);
+}
+
+#[test]
+fn threads_created_in_a_loop_joinable_and_detached() {
+    // 32 MiB: the 2000 detached threads' stacks (about 136 KiB each) only
+    // fit if each is freed when its thread exits.
+    matches_native("threads_loop.c", &["--mem", "32M"]);
+}
+
+#[test]
+fn mutex_condvar_producer_consumer() {
+    matches_native("prodcons.c", &[]);
+}
+
+#[test]
+fn thread_local_storage_per_thread() {
+    matches_native("tls.c", &[]);
+}
+
+#[test]
+fn pthread_cancel_at_cancellation_points() {
+    matches_native("cancel.c", &[]);
+}
+
+#[test]
+fn sleeping_blocks_only_the_calling_thread() {
+    matches_native("sleep.c", &[]);
+}
+
+#[test]
+fn deadlock_is_reported_and_stops_the_instance() {
+    let dir = scratch();
+    let image = build_image(&test_app("deadlock.c"), dir.path(), &[]);
+    let t0 = std::time::Instant::now();
+    let s = output(shoal().arg("run").arg(&image));
+    assert_eq!(stdout(&s), "both hold one lock\n");
+    assert_eq!(stderr(&s), "shoal: deadlock: all 2 threads are blocked and nothing can wake them\n");
+    assert_eq!(s.status.code(), Some(255));
+    assert!(t0.elapsed().as_secs() < 10);
+}
+
+#[test]
+fn memory_exhaustion_is_clean() {
+    let dir = scratch();
+    let image = build_image(&test_app("oom.c"), dir.path(), &[]);
+    let expect = "huge mmap: ENOMEM\n\
+                  malloc until NULL: errno ENOMEM, got at least 16 MiB: yes\n\
+                  pthread_create with no memory: EAGAIN\n\
+                  after free, malloc 8 MiB: ok\n\
+                  pthread_create after free: ok 5\n";
+    for mem in ["64M", "256M"] {
+        let s = output(shoal().args(["run", "--mem", mem]).arg(&image));
+        assert_eq!(stdout(&s), expect, "--mem {mem}; stderr: {}", stderr(&s));
+        assert_eq!(stderr(&s), "", "--mem {mem}");
+        assert_eq!(s.status.code(), Some(0), "--mem {mem}");
+    }
+}

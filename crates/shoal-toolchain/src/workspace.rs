@@ -1,0 +1,520 @@
+//! Workspaces: a set of images built together under one layout policy
+//! (DESIGN §5, the Spacer-Δ pipeline; `shoal build --workspace W.toml`).
+//!
+//! ```toml
+//! policy = "delta"          # default | dce | aligned | delta | aslr
+//! seed = 1                  # aslr: the layout randomisation seed
+//!
+//! [[library]]               # a versioned library: one object per version, oldest first
+//! name = "sqlite"
+//! versions = [
+//!   { version = "3.35.4", object = "obj/sqlite-3.35.4.o" },
+//!   { version = "3.38.2", object = "obj/sqlite-3.38.2.o" },
+//! ]
+//!
+//! [[image]]
+//! output = "out/speedtest1-3.35.4"
+//! objects = ["obj/speedtest1.o"]
+//! libraries = ["sqlite@3.35.4"]
+//! ```
+//! Relative paths are relative to the workspace file.
+//!
+//! How each policy builds the images:
+//! - `default`, `dce`: every image on its own, libraries packed one after
+//!   the other (`dce` adds `--gc-sections`).
+//! - `aligned`: two passes. The first links every image with page-aligned
+//!   regions and measures them; the workspace then gets one address map in
+//!   which every library region has the largest size any image needs, at
+//!   the same address in every image (an image without the library leaves a
+//!   hole, which costs address space but no memory: the loader skips zero
+//!   pages); the second pass links every image with that map. Calls from
+//!   other libraries into a versioned library go through the image's
+//!   trampoline table (ld `--wrap`), so the calling pages stay identical.
+//! - `delta`: like `aligned`, but a versioned library is linked as its
+//!   first version (`base.o`) plus one delta object per later version
+//!   (`crate::delta` / the `shoal-delta` crate), each delta in its own
+//!   page-aligned regions in the delta area after all other regions; every
+//!   reference to a function of the library, from inside it or from other
+//!   libraries, goes through the trampoline table, so base and caller pages
+//!   are byte-identical across versions.
+//! - `aslr`: like `delta`, but every image gets its own address map with
+//!   the libraries in a random order and a random gap of 0–15 pages before
+//!   each region (seeded, reproducible), which is what link-time ASLR costs
+//!   in sharing.
+
+use crate::layout::{AddressMap, KINDS, MISC_RO, MISC_RW};
+use crate::link::{build, BuildSpec, Trampoline, UserLibrary};
+use crate::{Paths, Result, ToolchainError};
+use object::{Object, ObjectSection, ObjectSymbol};
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// One version of a versioned library.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VersionSpec {
+    /// Version label.
+    pub version: String,
+    /// The relocatable object of that version.
+    pub object: PathBuf,
+}
+
+/// A versioned library of the workspace.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LibrarySpec {
+    /// Library name.
+    pub name: String,
+    /// Its versions, oldest first.
+    pub versions: Vec<VersionSpec>,
+}
+
+/// One image of the workspace.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageSpec {
+    /// The image to write.
+    pub output: PathBuf,
+    /// The application's objects.
+    #[serde(default)]
+    pub objects: Vec<PathBuf>,
+    /// Versioned libraries it uses, as `NAME@VERSION`.
+    #[serde(default)]
+    pub libraries: Vec<String>,
+}
+
+/// A workspace file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workspace {
+    /// Layout policy.
+    pub policy: String,
+    /// Randomisation seed (`aslr`).
+    #[serde(default)]
+    pub seed: u64,
+    /// Versioned libraries.
+    #[serde(default, rename = "library")]
+    pub libraries: Vec<LibrarySpec>,
+    /// Images.
+    #[serde(default, rename = "image")]
+    pub images: Vec<ImageSpec>,
+}
+
+/// The policies a workspace can use.
+pub const POLICIES: &[&str] = &["default", "dce", "aligned", "delta", "aslr"];
+
+impl Workspace {
+    /// Reads a workspace file; relative paths become relative to its folder.
+    pub fn read(path: &Path) -> Result<Workspace> {
+        let text = std::fs::read_to_string(path).map_err(|e| ToolchainError::Io(path.to_path_buf(), e))?;
+        let mut ws: Workspace =
+            toml::from_str(&text).map_err(|e| ToolchainError::Input(path.to_path_buf(), format!("invalid workspace: {}", e.message())))?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        };
+        for l in &mut ws.libraries {
+            for v in &mut l.versions {
+                fix(&mut v.object);
+            }
+        }
+        for i in &mut ws.images {
+            fix(&mut i.output);
+            i.objects.iter_mut().for_each(fix);
+        }
+        ws.check(path)?;
+        Ok(ws)
+    }
+
+    fn check(&self, path: &Path) -> Result<()> {
+        let bad = |m: String| Err(ToolchainError::Input(path.to_path_buf(), m));
+        if !POLICIES.contains(&self.policy.as_str()) {
+            return bad(format!("unknown policy `{}` (known: {})", self.policy, POLICIES.join(", ")));
+        }
+        if self.images.is_empty() {
+            return bad("the workspace has no [[image]]".into());
+        }
+        let mut names = BTreeSet::new();
+        for l in &self.libraries {
+            if !names.insert(&l.name) {
+                return bad(format!("library `{}` is listed twice", l.name));
+            }
+            let mut seen = BTreeSet::new();
+            for v in &l.versions {
+                if !seen.insert(&v.version) {
+                    return bad(format!("library `{}` lists version {} twice", l.name, v.version));
+                }
+            }
+            if l.versions.is_empty() {
+                return bad(format!("library `{}` has no versions", l.name));
+            }
+        }
+        for i in &self.images {
+            for r in &i.libraries {
+                if self.find(r).is_none() {
+                    return bad(format!("image {} uses `{r}`, which no [[library]] provides", i.output.display()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// (library, index of the version) for a `NAME@VERSION` reference.
+    fn find(&self, r: &str) -> Option<(&LibrarySpec, usize)> {
+        let (name, version) = r.split_once('@')?;
+        let l = self.libraries.iter().find(|l| l.name == name)?;
+        let i = l.versions.iter().position(|v| v.version == version)?;
+        Some((l, i))
+    }
+}
+
+/// The global function symbols an object defines (what other libraries
+/// can call).
+pub fn defined_functions(obj: &Path) -> Result<BTreeSet<String>> {
+    let data = std::fs::read(obj).map_err(|e| ToolchainError::Io(obj.to_path_buf(), e))?;
+    let file = object::File::parse(&*data).map_err(|e| ToolchainError::Input(obj.to_path_buf(), format!("not an object file: {e}")))?;
+    let mut out = BTreeSet::new();
+    for s in file.symbols() {
+        if s.is_global() && s.is_definition() && s.kind() == object::SymbolKind::Text {
+            if let Ok(n) = s.name() {
+                out.insert(n.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Address and size of every allocated section of a linked image.
+pub fn section_extents(image: &Path) -> Result<BTreeMap<String, (u64, u64)>> {
+    let data = std::fs::read(image).map_err(|e| ToolchainError::Io(image.to_path_buf(), e))?;
+    let file = object::File::parse(&*data).map_err(|e| ToolchainError::Input(image.to_path_buf(), format!("not an image: {e}")))?;
+    let mut out = BTreeMap::new();
+    for s in file.sections() {
+        if s.address() != 0 {
+            if let Ok(n) = s.name() {
+                out.insert(n.to_string(), (s.address(), s.size()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+const PAGE: u64 = 4096;
+
+fn page_up(x: u64) -> u64 {
+    x.div_ceil(PAGE) * PAGE
+}
+
+/// The per-image tables of one kind, as the script places them.
+const MISC_RW_SECTIONS: &[&str] = &[".tdata", ".tbss", ".init_array", ".fini_array", ".got", ".got.plt"];
+
+/// Extent of the per-image writable tables in a linked image.
+fn misc_rw_size(ext: &BTreeMap<String, (u64, u64)>) -> u64 {
+    let mut lo = u64::MAX;
+    let mut hi = 0;
+    for n in MISC_RW_SECTIONS {
+        if let Some(&(a, s)) = ext.get(*n) {
+            lo = lo.min(a);
+            hi = hi.max(a + s);
+        }
+    }
+    if lo == u64::MAX {
+        0
+    } else {
+        // .tbss takes no room in the segment but its alignment can shift
+        // what follows: leave a little slack.
+        hi - lo + 64
+    }
+}
+
+/// A deterministic generator for the `aslr` policy (splitmix64: a fixed
+/// algorithm, so the same seed gives the same layouts in every shoal
+/// version).
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+}
+
+/// Region sizes measured over the workspace: output-section name → the
+/// largest size any image needs.
+#[derive(Default, Debug)]
+struct Sizes {
+    /// `.KIND.LIB` → size, and the order libraries were first seen in.
+    regions: BTreeMap<String, u64>,
+    lib_order: Vec<String>,
+    delta_order: Vec<String>,
+    misc_ro: u64,
+    misc_rw: u64,
+}
+
+impl Sizes {
+    fn measure(&mut self, ext: &BTreeMap<String, (u64, u64)>, libs: &[String], deltas: &[String]) {
+        for l in libs {
+            if !self.lib_order.contains(l) {
+                self.lib_order.push(l.clone());
+            }
+        }
+        for d in deltas {
+            if !self.delta_order.contains(d) {
+                self.delta_order.push(d.clone());
+            }
+        }
+        for (name, &(_, size)) in ext {
+            let e = self.regions.entry(name.clone()).or_default();
+            *e = (*e).max(size);
+        }
+        self.misc_ro = self.misc_ro.max(ext.get(".note.shoal").map(|x| x.1).unwrap_or(0));
+        self.misc_rw = self.misc_rw.max(misc_rw_size(ext));
+    }
+
+    /// Assigns addresses: text, rodata, misc ro, misc rw, data, bss, then
+    /// the delta area. `rng` (aslr) shuffles the library order and adds
+    /// random gaps.
+    fn map(&self, base: u64, mut rng: Option<&mut SplitMix>) -> AddressMap {
+        let mut order = self.lib_order.clone();
+        if let Some(r) = rng.as_deref_mut() {
+            for i in (1..order.len()).rev() {
+                let j = r.below(i as u64 + 1) as usize;
+                order.swap(i, j);
+            }
+        }
+        let mut m = AddressMap::new();
+        let mut cursor = base;
+        let place = |m: &mut AddressMap, name: String, size: u64, rng: &mut Option<&mut SplitMix>, cursor: &mut u64| {
+            if size == 0 {
+                return;
+            }
+            let gap = rng.as_deref_mut().map(|r| r.below(16) * PAGE).unwrap_or(0);
+            let at = page_up(*cursor) + gap;
+            m.insert(name, at);
+            *cursor = at + size;
+        };
+        for (kind, _) in &KINDS[..2] {
+            for l in &order {
+                let name = format!(".{kind}.{l}");
+                let size = self.regions.get(&name).copied().unwrap_or(0);
+                place(&mut m, name, size, &mut rng, &mut cursor);
+            }
+        }
+        place(&mut m, MISC_RO.into(), self.misc_ro.max(16), &mut None, &mut cursor);
+        place(&mut m, MISC_RW.into(), self.misc_rw.max(16), &mut None, &mut cursor);
+        for (kind, _) in &KINDS[2..] {
+            for l in &order {
+                let name = format!(".{kind}.{l}");
+                let size = self.regions.get(&name).copied().unwrap_or(0);
+                place(&mut m, name, size, &mut rng, &mut cursor);
+            }
+        }
+        for (kind, _) in &KINDS {
+            for d in &self.delta_order {
+                let name = format!(".{kind}.{d}");
+                let size = self.regions.get(&name).copied().unwrap_or(0);
+                place(&mut m, name, size, &mut None, &mut cursor);
+            }
+        }
+        m
+    }
+}
+
+/// What one image links, before the policy's address map is applied.
+struct Planned {
+    spec: BuildSpec,
+    deltas: Vec<String>,
+}
+
+/// Builds every image of the workspace file `path`; returns the images.
+pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
+    let ws = Workspace::read(path)?;
+    for l in &ws.libraries {
+        for v in &l.versions {
+            if !v.object.is_file() {
+                return Err(ToolchainError::Input(v.object.clone(), format!("no such object ({}@{})", l.name, v.version)));
+            }
+        }
+    }
+    let scratch = tempfile::Builder::new()
+        .prefix("shoal-ws-")
+        .tempdir()
+        .map_err(|e| ToolchainError::Io(std::env::temp_dir(), e))?;
+    let delta_sets = if matches!(ws.policy.as_str(), "delta" | "aslr") {
+        let mut sets = BTreeMap::new();
+        for l in &ws.libraries {
+            let dir = delta_dir(path, &l.name);
+            sets.insert(l.name.clone(), crate::delta::prepare(l, &dir)?);
+        }
+        sets
+    } else {
+        BTreeMap::new()
+    };
+    // Which functions each version of a versioned library defines, i.e.
+    // what other libraries may call (through trampolines).
+    let mut externals: BTreeMap<(String, usize), BTreeSet<String>> = BTreeMap::new();
+    if matches!(ws.policy.as_str(), "aligned" | "delta" | "aslr") {
+        for l in &ws.libraries {
+            for (i, v) in l.versions.iter().enumerate() {
+                externals.insert((l.name.clone(), i), defined_functions(&v.object)?);
+            }
+        }
+    }
+
+    let mut planned = Vec::new();
+    for img in &ws.images {
+        let mut spec = BuildSpec::new(img.output.clone(), img.objects.clone(), vec![]);
+        spec.layout = ws.policy.clone();
+        let mut deltas = Vec::new();
+        for r in &img.libraries {
+            let Some((lib, idx)) = ws.find(r) else { continue };
+            let version = &lib.versions[idx];
+            match delta_sets.get(&lib.name) {
+                Some(set) => {
+                    spec.libraries.push(UserLibrary { name: lib.name.clone(), version: version.version.clone(), path: set.base.clone() });
+                    // Newest first: ld keeps the first weak definition.
+                    for j in (1..=idx).rev() {
+                        let name = format!("{}-delta{}", lib.name, j + 1);
+                        spec.deltas.push(UserLibrary {
+                            name: name.clone(),
+                            version: lib.versions[j].version.clone(),
+                            path: set.deltas[j - 1].clone(),
+                        });
+                        deltas.push(name);
+                    }
+                    let ext = externals.get(&(lib.name.clone(), idx));
+                    for t in &set.trampolines {
+                        let wrapped = ext.is_some_and(|e| e.contains(t));
+                        let target = if wrapped { format!("__real_{t}") } else { t.clone() };
+                        spec.trampolines.push(Trampoline { symbol: format!("__shoal_tpl_{t}"), target });
+                    }
+                }
+                None => {
+                    spec.libraries.push(UserLibrary {
+                        name: lib.name.clone(),
+                        version: version.version.clone(),
+                        path: version.object.clone(),
+                    });
+                }
+            }
+            if let Some(ext) = externals.get(&(lib.name.clone(), idx)) {
+                // One slot per function any version defines, in name order.
+                let all: BTreeSet<&String> =
+                    externals.iter().filter(|((n, _), _)| *n == lib.name).flat_map(|(_, fs)| fs.iter()).collect();
+                for f in all {
+                    if ext.contains(f) {
+                        spec.wrap.push(f.clone());
+                        spec.trampolines.push(Trampoline { symbol: format!("__wrap_{f}"), target: format!("__real_{f}") });
+                    } else {
+                        spec.trampolines.push(Trampoline { symbol: format!("__wrap_{f}"), target: String::new() });
+                    }
+                }
+            }
+        }
+        planned.push(Planned { spec, deltas });
+    }
+
+    match ws.policy.as_str() {
+        "default" | "dce" => {
+            for p in &planned {
+                build(paths, &p.spec)?;
+            }
+        }
+        _ => {
+            // Pass 1: measure.
+            let mut sizes = Sizes::default();
+            for (i, p) in planned.iter().enumerate() {
+                let mut spec = p.spec.clone();
+                spec.output = scratch.path().join(format!("pass1-{i}"));
+                let m = build(paths, &spec)?;
+                let all: Vec<String> = m.libraries.iter().map(|l| l.info.name.clone()).filter(|n| !p.deltas.contains(n)).collect();
+                sizes.measure(&section_extents(&spec.output)?, &all, &p.deltas);
+            }
+            // Canonical order: the first image's libraries (kernel, libc,
+            // runtime first), then libraries only later images have, the
+            // trampoline table and the application last.
+            sizes.lib_order.retain(|n| n != "app" && n != "tpl");
+            sizes.lib_order.push("tpl".into());
+            sizes.lib_order.push("app".into());
+            let shared_map = sizes.map(0x100000, None);
+            for (i, p) in planned.iter().enumerate() {
+                let mut spec = p.spec.clone();
+                spec.map = Some(if ws.policy == "aslr" {
+                    let mut rng = SplitMix(ws.seed ^ (i as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d));
+                    sizes.map(0x100000, Some(&mut rng))
+                } else {
+                    shared_map.clone()
+                });
+                build(paths, &spec)?;
+            }
+        }
+    }
+    Ok(planned.into_iter().map(|p| p.spec.output).collect())
+}
+
+/// Where the delta objects of `lib` for the workspace `ws_path` are kept.
+fn delta_dir(ws_path: &Path, lib: &str) -> PathBuf {
+    let stem = ws_path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "workspace".into());
+    ws_path.parent().unwrap_or(Path::new(".")).join(format!("{stem}.delta")).join(lib)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_and_checks_workspaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.toml");
+        std::fs::write(
+            &p,
+            "policy = \"aligned\"\n[[library]]\nname = \"s\"\nversions = [{ version = \"1\", object = \"s1.o\" }]\n\
+             [[image]]\noutput = \"out/a\"\nobjects = [\"a.o\"]\nlibraries = [\"s@1\"]\n",
+        )
+        .unwrap();
+        let ws = Workspace::read(&p).unwrap();
+        assert_eq!(ws.images[0].output, dir.path().join("out/a"));
+        assert_eq!(ws.libraries[0].versions[0].object, dir.path().join("s1.o"));
+        std::fs::write(&p, "policy = \"nope\"\n[[image]]\noutput = \"a\"\n").unwrap();
+        assert!(Workspace::read(&p).unwrap_err().to_string().contains("unknown policy"));
+        std::fs::write(&p, "policy = \"aligned\"\n[[image]]\noutput = \"a\"\nlibraries = [\"x@1\"]\n").unwrap();
+        assert!(Workspace::read(&p).unwrap_err().to_string().contains("no [[library]]"));
+        std::fs::write(&p, "policy = \"aligned\"\nbogus = 1\n").unwrap();
+        assert!(Workspace::read(&p).is_err());
+    }
+
+    #[test]
+    fn maps_are_page_aligned_and_shared_or_randomised() {
+        let mut s = Sizes::default();
+        let mut ext = BTreeMap::new();
+        ext.insert(".text.libc".to_string(), (0, 5000));
+        ext.insert(".text.app".to_string(), (0, 100));
+        ext.insert(".rodata.libc".to_string(), (0, 10));
+        ext.insert(".data.libc".to_string(), (0, 10));
+        s.measure(&ext, &["libc".into(), "app".into()], &[]);
+        ext.insert(".text.libc".to_string(), (0, 9000));
+        s.measure(&ext, &["libc".into(), "app".into()], &[]);
+        let m = s.map(0x100000, None);
+        assert_eq!(m[".text.libc"], 0x100000);
+        assert_eq!(m[".text.app"], 0x100000 + 3 * 4096, "the largest libc decides");
+        assert!(m.values().all(|a| a % 4096 == 0));
+        let r1 = s.map(0x100000, Some(&mut SplitMix(1)));
+        let r1b = s.map(0x100000, Some(&mut SplitMix(1)));
+        assert_eq!(r1, r1b, "a seed gives one layout");
+        let differs = (2..20).any(|seed| s.map(0x100000, Some(&mut SplitMix(seed))) != r1);
+        assert!(differs, "seeds give different layouts");
+    }
+}
