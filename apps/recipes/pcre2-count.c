@@ -143,7 +143,8 @@ int main(int argc, char **argv)
         size_t matches = 0, matching_lines = 0, last_line_end = 0;
         PCRE2_SIZE off = 0;
         for (;;) {
-            int rc = pcre2_match(re, (PCRE2_SPTR)text, len, off, 0, md, NULL);
+            /* The text is checked for valid UTF-8 once, by the first match. */
+            int rc = pcre2_match(re, (PCRE2_SPTR)text, len, off, off ? PCRE2_NO_UTF_CHECK : 0, md, NULL);
             if (rc == PCRE2_ERROR_NOMATCH)
                 break;
             if (rc < 0) {

@@ -12,6 +12,15 @@ use std::process::{Command, Stdio};
 
 #[derive(Subcommand)]
 pub enum Bench {
+    /// Distinct code+rodata frames of speedtest1 against 8 SQLite versions, per layout policy (seed 000).
+    Pages {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Keep the built images in this directory.
+        #[arg(long)]
+        keep: Option<PathBuf>,
+    },
     /// Cost of getpid and of a 1-byte write through shoal (spt) and a native Linux process.
     Syscall {
         /// Calls per run.
@@ -42,6 +51,7 @@ pub fn mean_sd(xs: &[f64]) -> (f64, f64) {
 
 pub fn run(which: Bench) -> Result<()> {
     match which {
+        Bench::Pages { json, keep } => crate::bench_pages::run(json, keep),
         Bench::Syscall { iterations, repeat, json } => syscall(iterations, repeat, json),
     }
 }

@@ -8,6 +8,8 @@
 //! 128+N belong to the program that ran.
 
 mod bench;
+mod bench_pages;
+mod recipe_cmd;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -100,6 +102,11 @@ enum Cmd {
     Bench {
         #[command(subcommand)]
         which: bench::Bench,
+    },
+    /// Real programs built from Debian source packages: `shoal recipe list`, `shoal recipe build NAME -o IMAGE`.
+    Recipe {
+        #[command(subcommand)]
+        which: recipe_cmd::RecipeCmd,
     },
 }
 
@@ -232,6 +239,10 @@ fn real_main() -> Result<i32> {
         }
         Cmd::Bench { which } => {
             bench::run(which)?;
+            Ok(0)
+        }
+        Cmd::Recipe { which } => {
+            recipe_cmd::run(which)?;
             Ok(0)
         }
     }

@@ -11,6 +11,8 @@
 //! - [`cc`]: `shoal cc`, a drop-in C compiler whose link step makes images;
 //! - [`workspace`]: sets of images built together under a layout policy
 //!   (`aligned`, `delta`, `aslr`, …), with [`delta`] for the Δ-versioner;
+//! - [`recipe`]: `shoal recipe`, real programs (SQLite, Lua, PCRE2, …)
+//!   built from Debian source packages, for shoal and natively;
 //! - [`pages`]: `shoal pages`, the distinct frames a set of images needs.
 //!
 //! Host-side code; it runs the system's `gcc` and `ld` (binutils) and, for
@@ -23,7 +25,9 @@ pub mod layout;
 pub mod link;
 pub mod pages;
 pub mod paths;
+pub mod recipe;
 pub mod setup;
+pub mod sqlite_versions;
 pub mod workspace;
 
 pub use paths::Paths;
@@ -49,6 +53,9 @@ pub enum ToolchainError {
     /// An input file is missing or of the wrong kind.
     #[error("{0}: {1}")]
     Input(std::path::PathBuf, String),
+    /// A recipe (`shoal recipe`) is unknown or cannot be built as written.
+    #[error("{0}")]
+    Recipe(String),
     /// The manifest could not be written.
     #[error(transparent)]
     Manifest(#[from] shoal_manifest::ManifestError),

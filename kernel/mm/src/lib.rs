@@ -13,10 +13,11 @@
 //! sorted, coalescing table of segments, so the break and the mappings never
 //! overlap and exhaustion is `ENOMEM`, never a crash. Memory reaches the
 //! program zero-filled, as on Linux. Page protections are bookkeeping only
-//! (see [`sys::mprotect`]). File-backed mappings are not supported yet
-//! (`ENODEV`).
+//! (see [`sys::mprotect`]). File-backed mappings are copies of the file
+//! with write-back for writable shared ones ([`file`]).
 #![cfg_attr(not(test), no_std)]
 
+pub mod file;
 pub mod heap;
 pub mod space;
 pub mod sys;

@@ -1,6 +1,7 @@
 //! The memory system calls.
 
-use crate::space::{page_up, PAGE};
+use crate::file::{self, Detach, FileMap, Mappable};
+use crate::space::{page_up, PAGE, PROT_WRITE};
 use crate::with_space;
 use shoal_plat::{Args, Errno, SysResult};
 
@@ -35,10 +36,10 @@ pub fn brk(a: &Args) -> SysResult {
     Ok(with_space(|s| s.brk(a.u(0))))
 }
 
-/// `mmap(addr, len, prot, flags, fd, off)` for anonymous memory. Shared
-/// anonymous memory behaves as private (there is one process, no fork).
-/// The hint `addr` is ignored without `MAP_FIXED`/`MAP_FIXED_NOREPLACE`.
-/// File-backed mappings: `ENODEV` (not supported yet).
+/// `mmap(addr, len, prot, flags, fd, off)`. Shared anonymous memory
+/// behaves as private (there is one process, no fork). The hint `addr` is
+/// ignored without `MAP_FIXED`/`MAP_FIXED_NOREPLACE`. File-backed mappings:
+/// see [`crate::file`].
 pub fn mmap(a: &Args) -> SysResult {
     let (addr, len, prot, flags, off) = (a.u(0), a.u(1), a.uint(2), a.u(3), a.u(5));
     if len == 0 {
@@ -56,30 +57,134 @@ pub fn mmap(a: &Args) -> SysResult {
     if page_up(len).is_none() {
         return Err(Errno::ENOMEM);
     }
-    if flags & MAP_ANONYMOUS == 0 {
-        return Err(Errno::ENODEV);
+    let fixed = flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0;
+    let file = if flags & MAP_ANONYMOUS == 0 {
+        let shared = flags & MAP_TYPE != MAP_PRIVATE;
+        let ops = file::ops()?;
+        match (ops.get)(a.int(4), shared && prot & PROT_WRITE != 0)? {
+            Mappable::Zero => None,
+            Mappable::File(id) => {
+                if off.checked_add(page_up(len).unwrap_or(u64::MAX)).is_none_or(|e| e > i64::MAX as u64) {
+                    (ops.release)(id);
+                    return Err(Errno::EOVERFLOW);
+                }
+                if !file::room(1) {
+                    (ops.release)(id);
+                    return Err(Errno::ENOMEM);
+                }
+                Some((id, shared))
+            }
+        }
+    } else {
+        None
+    };
+    let fail = |e: Errno| {
+        if let (Some((id, _)), Ok(ops)) = (file, file::ops()) {
+            (ops.release)(id);
+        }
+        e
+    };
+    if flags & MAP_FIXED != 0 && flags & MAP_FIXED_NOREPLACE == 0 {
+        // The mappings replaced are unmapped first (written back).
+        if let Some(end) = page_up(len).and_then(|l| addr.checked_add(l)) {
+            if addr % PAGE == 0 {
+                file::detach(addr, end, Detach::WriteBack).map_err(fail)?;
+            }
+        }
     }
-    with_space(|s| {
-        if flags & (MAP_FIXED | MAP_FIXED_NOREPLACE) != 0 {
+    let start = with_space(|s| {
+        if fixed {
             s.map_fixed(addr, len, prot, flags & MAP_FIXED_NOREPLACE != 0)
         } else {
             s.map_anywhere(len, prot)
         }
     })
+    .map_err(fail)?;
+    if let Some((id, shared)) = file {
+        let m = FileMap { start, end: start + page_up(len).unwrap_or(0), id, off, shared };
+        if let Err(e) = file::fill(&m, m.start, m.end).and_then(|_| file::add(m)) {
+            let _ = with_space(|s| s.unmap(m.start, len));
+            return Err(fail(e));
+        }
+    }
+    Ok(start)
 }
 
 /// `munmap(addr, len)`. Only the program's anonymous mappings are
 /// released; other memory in the range (the break, the image, the stack,
 /// the kernel heap) stays as it is.
 pub fn munmap(a: &Args) -> SysResult {
-    with_space(|s| s.unmap(a.u(0), a.u(1))).map(|_| 0)
+    let (addr, len) = (a.u(0), a.u(1));
+    if addr % PAGE == 0 && len != 0 {
+        if let Some(end) = page_up(len).and_then(|l| addr.checked_add(l)) {
+            file::detach(addr, end, Detach::WriteBack)?;
+        }
+    }
+    with_space(|s| s.unmap(addr, len)).map(|_| 0)
 }
 
 /// `mremap(old, old_len, new_len, flags, new_addr)` on anonymous mappings:
 /// shrinks, grows in place when the pages above are free, or moves (copies)
 /// with `MREMAP_MAYMOVE`; `MREMAP_FIXED` and `MREMAP_DONTUNMAP` work too.
+///
+/// A file mapping keeps its file: growing it maps more of the file.
 pub fn mremap(a: &Args) -> SysResult {
-    with_space(|s| s.remap(a.u(0), a.u(1), a.u(2), a.uint(3), a.u(4)))
+    let (old, old_len, new_len) = (a.u(0), a.u(1), a.u(2));
+    let rec = file::find(old);
+    let (Some(ol), Some(nl)) = (page_up(old_len), page_up(new_len)) else {
+        return with_space(|s| s.remap(old, old_len, new_len, a.uint(3), a.u(4)));
+    };
+    let Some(m) = rec else {
+        return with_space(|s| s.remap(old, old_len, new_len, a.uint(3), a.u(4)));
+    };
+    if !file::room(2) {
+        return Err(Errno::ENOMEM);
+    }
+    let ops = file::ops()?;
+    let old_end = old.saturating_add(ol);
+    file::detach(old, old_end, Detach::Sync)?;
+    let new = with_space(|s| s.remap(old, old_len, new_len, a.uint(3), a.u(4)))?;
+    (ops.retain)(m.id);
+    let _ = file::detach(old, old_end, Detach::Drop);
+    let nm = FileMap { start: new, end: new + nl, id: m.id, off: m.off + (old - m.start), shared: m.shared };
+    if file::add(nm).is_err() {
+        (ops.release)(m.id);
+    } else if nl > ol {
+        file::fill(&nm, new + ol, new + nl)?;
+    }
+    Ok(new)
+}
+
+const MS_ASYNC: u32 = 1;
+const MS_INVALIDATE: u32 = 2;
+const MS_SYNC: u32 = 4;
+
+/// `msync(addr, len, flags)`: writes writable shared file mappings in the
+/// range back to their files (see [`crate::file`]); `ENOMEM` if part of
+/// the range is not mapped.
+pub fn msync(a: &Args) -> SysResult {
+    let (addr, len, flags) = (a.u(0), a.u(1), a.uint(2));
+    if addr % PAGE != 0 || flags & !(MS_ASYNC | MS_INVALIDATE | MS_SYNC) != 0 || flags & (MS_ASYNC | MS_SYNC) == MS_ASYNC | MS_SYNC {
+        return Err(Errno::EINVAL);
+    }
+    let end = page_up(len).and_then(|l| addr.checked_add(l)).ok_or(Errno::ENOMEM)?;
+    with_space(|s| s.advise_check(addr, len))?;
+    file::detach(addr, end, Detach::Sync)?;
+    Ok(0)
+}
+
+/// `mincore(addr, len, vec)`: every mapped page is resident (one byte
+/// with bit 0 set per page); `ENOMEM` for unmapped pages.
+pub fn mincore(a: &Args) -> SysResult {
+    let (addr, len, vec) = (a.u(0), a.u(1), a.u(2));
+    if addr % PAGE != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let bytes = page_up(len).ok_or(Errno::ENOMEM)?;
+    addr.checked_add(bytes).ok_or(Errno::ENOMEM)?;
+    with_space(|s| s.advise_check(addr, len))?;
+    shoal_plat::umem::slice_mut(vec, (bytes / PAGE) as usize)?.fill(1);
+    Ok(0)
 }
 
 /// `mprotect(addr, len, prot)`: validated like Linux (`EINVAL`, `ENOMEM`

@@ -297,3 +297,109 @@ fn kernel_heap_grows_from_pages() {
     assert!(huge.is_null());
     TEST_SPACE.with(|s| s.as_ref().unwrap().check());
 }
+
+/// A fake file system for the file-mapping tests: file 7 is a host
+/// vector; references are counted.
+mod fake_fs {
+    use crate::file::{FileOps, Mappable};
+    use shoal_plat::Errno;
+    use std::sync::Mutex;
+
+    pub static DATA: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+    pub static REFS: Mutex<i64> = Mutex::new(0);
+
+    fn get(fd: i32, shared_write: bool) -> Result<Mappable, Errno> {
+        match fd {
+            3 => {
+                *REFS.lock().unwrap() += 1;
+                Ok(Mappable::File(7))
+            }
+            4 if shared_write => Err(Errno::EACCES),
+            4 => {
+                *REFS.lock().unwrap() += 1;
+                Ok(Mappable::File(7))
+            }
+            5 => Ok(Mappable::Zero),
+            _ => Err(Errno::EBADF),
+        }
+    }
+    fn retain(_: u64) {
+        *REFS.lock().unwrap() += 1;
+    }
+    fn release(_: u64) {
+        *REFS.lock().unwrap() -= 1;
+    }
+    fn read_at(_: u64, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let d = DATA.lock().unwrap();
+        let off = (off as usize).min(d.len());
+        let n = buf.len().min(d.len() - off);
+        buf[..n].copy_from_slice(&d[off..off + n]);
+        Ok(n)
+    }
+    fn write_at(_: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
+        let mut d = DATA.lock().unwrap();
+        let off = off as usize;
+        let n = data.len().min(d.len().saturating_sub(off));
+        d[off..off + n].copy_from_slice(&data[..n]);
+        Ok(n)
+    }
+    pub static OPS: FileOps = FileOps { get, retain, release, read_at, write_at };
+}
+
+#[test]
+fn file_mappings_private_shared_writeback_remap() {
+    use crate::sys;
+    use shoal_plat::Args;
+    let pages = 256;
+    let lo = buffer(((pages + 1) * PAGE) as usize);
+    crate::with_space(|s| s.init(lo, lo + (pages + 1) * PAGE, lo + PAGE, lo + (pages + 1) * PAGE));
+    shoal_plat::umem::set_bounds(1, u64::MAX);
+    crate::file::register(&fake_fs::OPS);
+    *fake_fs::DATA.lock().unwrap() = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let mmap = |len: u64, prot: u64, flags: u64, fd: u64, off: u64| sys::mmap(&Args([0, len, prot, flags, fd, off]));
+    // SAFETY: test memory inside the buffer.
+    let bytes = |a: u64, n: usize| unsafe { std::slice::from_raw_parts(a as *const u8, n) }.to_vec();
+    // Private at an offset: file bytes, then zeros past the end.
+    let m = mmap(8192, 3, 2, 3, 4096).unwrap();
+    assert_eq!(bytes(m, 2), b"op"); // 4096 % 26 = 14
+    assert_eq!(bytes(m + 10_000 - 4096, 4), [0; 4]);
+    assert_eq!(*fake_fs::REFS.lock().unwrap(), 1);
+    fill(m, 1, b'#');
+    sys::munmap(&Args([m, 8192, 0, 0, 0, 0])).unwrap();
+    assert_eq!(fake_fs::DATA.lock().unwrap()[4096], b'a' + (4096 % 26) as u8, "private: no write-back");
+    assert_eq!(*fake_fs::REFS.lock().unwrap(), 0);
+    assert_eq!(mmap(4096, 1, 2, 3, 100), Err(Errno::EINVAL));
+    assert_eq!(mmap(4096, 3, 1, 4, 0), Err(Errno::EACCES));
+    assert_eq!(mmap(4096, 3, 2, 9, 0), Err(Errno::EBADF));
+    let z = mmap(4096, 3, 2, 5, 0).unwrap();
+    assert!(all(z, 4096, 0));
+    // Shared writable: msync and munmap write back, within the file.
+    let s = mmap(12288, 3, 1, 3, 0).unwrap();
+    fill(s + 10, 3, b'X');
+    fill(s + 9990, 20, b'Y');
+    assert_eq!(sys::msync(&Args([s, 12288, 4, 0, 0, 0])), Ok(0));
+    assert_eq!(&fake_fs::DATA.lock().unwrap()[10..13], b"XXX");
+    assert_eq!(fake_fs::DATA.lock().unwrap().len(), 10_000, "the file does not grow");
+    assert_eq!(&fake_fs::DATA.lock().unwrap()[9990..], [b'Y'; 10]);
+    assert_eq!(sys::msync(&Args([s, 4096, 5, 0, 0, 0])), Err(Errno::EINVAL));
+    assert_eq!(sys::msync(&Args([s + 1, 4096, 4, 0, 0, 0])), Err(Errno::EINVAL));
+    let mut vec = [0u8; 3];
+    assert_eq!(sys::mincore(&Args([s, 12288, vec.as_mut_ptr() as u64, 0, 0, 0])), Ok(0));
+    assert_eq!(vec, [1, 1, 1]);
+    // Read-only pages are not written back.
+    fill(s + 4096, 1, b'R');
+    sys::mprotect(&Args([s + 4096, 4096, 1, 0, 0, 0])).unwrap();
+    fill(s + 20, 1, b'Z');
+    // Partial munmap: the first page goes (written back), the rest stays.
+    sys::munmap(&Args([s, 4096, 0, 0, 0, 0])).unwrap();
+    assert_eq!(fake_fs::DATA.lock().unwrap()[20], b'Z');
+    assert_ne!(fake_fs::DATA.lock().unwrap()[4096], b'R');
+    assert_eq!(crate::file::find(s + 8192).map(|m| (m.start, m.off)), Some((s + 4096, 4096)));
+    // mremap keeps the file: the grown part is the file's next bytes.
+    let g = sys::mremap(&Args([s + 8192, 4096, 8192, 1, 0, 0])).unwrap();
+    assert_eq!(crate::file::find(g).map(|m| m.off), Some(8192));
+    sys::munmap(&Args([s + 4096, 4096, 0, 0, 0, 0])).unwrap();
+    sys::munmap(&Args([g, 8192, 0, 0, 0, 0])).unwrap();
+    assert_eq!(*fake_fs::REFS.lock().unwrap(), 0, "every reference given back");
+    crate::with_space(|s| s.check());
+}

@@ -1,12 +1,18 @@
 //! Signals.
 //!
-//! The kernel keeps Linux's per-process signal state: an action per signal,
-//! the blocked mask, the pending set and the alternate stack. The only
-//! signals that can arise are those the process sends itself (`kill`,
-//! `tkill`, `tgkill`, `raise`, `abort`). They are delivered synchronously,
-//! before the sending syscall returns, as Linux does for an unblocked
-//! signal sent to oneself; a blocked one stays pending and is delivered when
-//! `rt_sigprocmask` or `rt_sigaction` makes it deliverable.
+//! The kernel keeps Linux's signal state: an action per signal and the
+//! alternate stack per process, the blocked mask and the pending set per
+//! thread (in sched's thread control blocks; [`with_signals`] loads the
+//! calling thread's). The only signals that can arise are those the
+//! process sends itself (`kill`, `tkill`, `tgkill`, `raise`, `abort`,
+//! `pthread_kill`). One sent to the calling thread (or to the process:
+//! `kill` targets the calling thread) is delivered synchronously, before the
+//! sending syscall returns, as Linux does for an unblocked signal sent to
+//! oneself; a blocked one stays pending and is delivered when
+//! `rt_sigprocmask` or `rt_sigaction` makes it deliverable. One sent to
+//! another thread is pending there, interrupts its blocking system call
+//! (`EINTR`, no `SA_RESTART`) and is delivered when that call returns (see
+//! [`send_thread`]).
 //!
 //! Delivery: ignored signals are discarded; a default-terminate (or core)
 //! action prints `shoal: killed by signal N` and ends the instance with
@@ -14,8 +20,10 @@
 //! `abort()` ends); stop signals are ignored (nobody could continue the
 //! process); a handler is called on the current stack with the signal
 //! number, a `siginfo_t` and a zeroed `ucontext_t` (holding the previous
-//! mask), with `sa_mask` (and the signal unless `SA_NODEFER`) blocked
-//! during the call and `SA_RESETHAND` honoured. `SA_ONSTACK` is not: the
+//! mask, which becomes the mask again when the handler returns, as with
+//! sigreturn), with `sa_mask` (and the signal unless `SA_NODEFER`) blocked
+//! during the call and `SA_RESETHAND` honoured. The context's program
+//! counter is 0: a handler cannot redirect the interrupted code. `SA_ONSTACK` is not: the
 //! handler runs on the current stack. Faults (SIGSEGV, SIGFPE…) are not
 //! turned into signals.
 
@@ -222,13 +230,51 @@ pub fn check_sig(sig: i32) -> Result<(), Errno> {
     }
 }
 
-/// Sends `sig` to the process itself and delivers what is deliverable.
+/// Runs `f` on the signal state with the calling thread's mask and
+/// pending set (kept per thread in sched's thread control blocks) loaded
+/// into `mask`/`pending`, and stores them back afterwards.
+pub fn with_signals<R>(f: impl FnOnce(&mut Signals) -> R) -> R {
+    SIGNALS.with(|s| {
+        (s.mask, s.pending) = shoal_sched::sig_state();
+        let r = f(s);
+        shoal_sched::set_sig_state(s.mask, s.pending);
+        r
+    })
+}
+
+/// Sends `sig` to the calling thread and delivers what is deliverable.
 pub fn send_self(sig: i32, code: i32) {
     if sig == 0 {
         return;
     }
-    SIGNALS.with(|s| s.generate(sig, code));
+    with_signals(|s| s.generate(sig, code));
     deliver_pending();
+}
+
+/// Sends `sig` to thread `tid` (`ESRCH` if there is none). To the calling
+/// thread: delivered before returning ([`send_self`]). To another thread:
+/// made pending there (unless ignored); if that thread is blocked in a
+/// system call and does not block `sig`, the call ends with `EINTR` and the
+/// signal is delivered as it returns. That is what `pthread_kill` and
+/// `pthread_cancel` need: musl turns `EINTR` at a cancellation point of a
+/// thread with a pending cancellation into the cancellation.
+pub fn send_thread(tid: u32, sig: i32, code: i32) -> Result<(), Errno> {
+    if tid == shoal_sched::current_tid() {
+        send_self(sig, code);
+        return Ok(());
+    }
+    let mask = shoal_sched::sig_mask_of(tid).ok_or(Errno::ESRCH)?;
+    if sig == 0 {
+        return Ok(());
+    }
+    let ignored = SIGNALS.with(|s| {
+        s.codes[(sig - 1) as usize] = code as i8;
+        s.disposition(sig) == Disposition::Ignore
+    });
+    if ignored && mask & bit(sig) == 0 {
+        return Ok(());
+    }
+    shoal_sched::post_signal(tid, bit(sig))
 }
 
 /// Delivers every pending, unblocked signal (lowest number first).
@@ -236,7 +282,7 @@ pub fn deliver_pending() {
     loop {
         // Decide with the state borrowed; run handlers without it (they
         // make system calls of their own).
-        let step = SIGNALS.with(|s| {
+        let step = with_signals(|s| {
             let (sig, code) = s.next_deliverable()?;
             let d = s.disposition(sig);
             let old_mask = s.mask;
@@ -254,8 +300,11 @@ pub fn deliver_pending() {
             Disposition::Ignore => {}
             Disposition::Terminate => terminate(sig),
             Disposition::Handle(act) => {
-                call_handler(sig, code, act, old_mask);
-                SIGNALS.with(|s| s.set_mask(old_mask));
+                // As sigreturn does, the mask afterwards is the context's
+                // (the handler may change it there; musl's cancellation
+                // handler does).
+                let mask = call_handler(sig, code, act, old_mask);
+                with_signals(|s| s.set_mask(mask));
             }
         }
     }
@@ -271,7 +320,7 @@ pub fn terminate(sig: i32) -> ! {
 /// Offset of `uc_sigmask` in `ucontext_t` (flags, link, stack, mcontext).
 const UC_SIGMASK: usize = 8 + 8 + 24 + 256;
 
-fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64) {
+fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64) -> u64 {
     let mut info = SigInfo {
         si_signo: sig,
         si_errno: 0,
@@ -292,6 +341,7 @@ fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64) {
         let f: extern "C" fn(i32, *mut SigInfo, *mut u64) = core::mem::transmute(act.handler as usize);
         f(sig, &mut info, uc.as_mut_ptr());
     }
+    uc[UC_SIGMASK / 8]
 }
 
 #[cfg(test)]

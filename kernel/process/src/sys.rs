@@ -2,12 +2,13 @@
 
 use crate::limits::{self, Rlimit, NLIMITS};
 use crate::signal::{self, KSigaction, StackT, SIGNALS};
-use crate::{PID, PPID, THREAD, TID};
+use crate::{PID, PPID};
 use shoal_plat::{umem, Args, Errno, Global, SysResult};
 
-/// `exit(status)`: with one thread, the same as `exit_group`.
+/// `exit(status)`: ends the calling thread (see `shoal_sched::exit_thread`);
+/// the last thread's exit ends the instance with `status & 0xff`.
 pub fn exit(a: &Args) -> SysResult {
-    crate::exit(a.int(0) as i64)
+    shoal_sched::exit_thread(a.int(0))
 }
 
 /// `exit_group(status)`: ends the instance with `status & 0xff`.
@@ -25,23 +26,24 @@ pub fn getppid(_: &Args) -> SysResult {
     Ok(PPID)
 }
 
-/// `gettid()`: 1.
+/// `gettid()`: the calling thread's id.
 pub fn gettid(_: &Args) -> SysResult {
-    Ok(TID)
+    Ok(shoal_sched::current_tid() as u64)
 }
 
-/// `set_tid_address(ptr)`: stored; returns the tid.
+/// `set_tid_address(ptr)`: stored for the calling thread; returns its tid.
 pub fn set_tid_address(a: &Args) -> SysResult {
-    THREAD.with(|t| t.clear_child_tid = a.u(0));
-    Ok(TID)
+    shoal_sched::set_clear_child_tid(a.u(0));
+    Ok(shoal_sched::current_tid() as u64)
 }
 
-/// `set_robust_list(head, len)`: stored (`len` must be the 24-byte head).
+/// `set_robust_list(head, len)`: stored for the calling thread (`len` must
+/// be the 24-byte head). musl walks robust lists itself at thread exit.
 pub fn set_robust_list(a: &Args) -> SysResult {
     if a.u(1) != 24 {
         return Err(Errno::EINVAL);
     }
-    THREAD.with(|t| t.robust_list = a.u(0));
+    shoal_sched::set_robust_list(a.u(0));
     Ok(0)
 }
 
@@ -91,7 +93,7 @@ pub fn rt_sigaction(a: &Args) -> SysResult {
         umem::write(oact, old)?;
     }
     if let Some(n) = new {
-        SIGNALS.with(|s| s.set_action(sig, n));
+        signal::with_signals(|s| s.set_action(sig, n));
     }
     Ok(0)
 }
@@ -108,7 +110,7 @@ pub fn rt_sigprocmask(a: &Args) -> SysResult {
         return Err(Errno::EINVAL);
     }
     let new: Option<u64> = if set != 0 { Some(umem::read(set)?) } else { None };
-    let old = SIGNALS.with(|s| s.mask);
+    let old = signal::with_signals(|s| s.mask);
     let mask = match (new, how) {
         (None, _) => old,
         (Some(n), SIG_BLOCK) => old | n,
@@ -119,7 +121,7 @@ pub fn rt_sigprocmask(a: &Args) -> SysResult {
     if oset != 0 {
         umem::write(oset, old)?;
     }
-    SIGNALS.with(|s| s.set_mask(mask));
+    signal::with_signals(|s| s.set_mask(mask));
     signal::deliver_pending();
     Ok(0)
 }
@@ -129,7 +131,7 @@ pub fn rt_sigpending(a: &Args) -> SysResult {
     if a.u(1) > 8 {
         return Err(Errno::EINVAL);
     }
-    let p = SIGNALS.with(|s| s.pending & s.mask);
+    let p = signal::with_signals(|s| s.pending & s.mask);
     let bytes = p.to_le_bytes();
     umem::slice_mut(a.u(0), a.usize(1))?.copy_from_slice(&bytes[..a.usize(1)]);
     Ok(0)
@@ -179,30 +181,28 @@ pub fn kill(a: &Args) -> SysResult {
     }
 }
 
-/// `tkill(tid, sig)`: to thread 1 only.
+/// `tkill(tid, sig)`: to any thread of the process (see
+/// [`signal::send_thread`]).
 pub fn tkill(a: &Args) -> SysResult {
     let (tid, sig) = (a.int(0), a.int(1));
     if tid <= 0 {
         return Err(Errno::EINVAL);
     }
     signal::check_sig(sig)?;
-    if tid as u64 != TID {
-        return Err(Errno::ESRCH);
-    }
-    send(sig, signal::SI_TKILL)
+    signal::send_thread(tid as u32, sig, signal::SI_TKILL).map(|_| 0)
 }
 
-/// `tgkill(tgid, tid, sig)`: to thread 1 of process 1 only.
+/// `tgkill(tgid, tid, sig)`: to a thread of process 1.
 pub fn tgkill(a: &Args) -> SysResult {
     let (tgid, tid, sig) = (a.int(0), a.int(1), a.int(2));
     if tgid <= 0 || tid <= 0 {
         return Err(Errno::EINVAL);
     }
     signal::check_sig(sig)?;
-    if tgid as u64 != PID || tid as u64 != TID {
+    if tgid as u64 != PID {
         return Err(Errno::ESRCH);
     }
-    send(sig, signal::SI_TKILL)
+    signal::send_thread(tid as u32, sig, signal::SI_TKILL).map(|_| 0)
 }
 
 static LIMITS: Global<Option<[Rlimit; NLIMITS]>> = Global::new(None);

@@ -51,6 +51,16 @@ pub const S_IFREG: u32 = 0o100000;
 pub const S_IFDIR: u32 = 0o040000;
 /// Symbolic link.
 pub const S_IFLNK: u32 = 0o120000;
+/// Named pipe (FIFO).
+pub const S_IFIFO: u32 = 0o010000;
+/// Character device.
+pub const S_IFCHR: u32 = 0o020000;
+
+/// Linux's `makedev(major, minor)` (the `st_rdev` encoding).
+pub const fn makedev(major: u32, minor: u32) -> u64 {
+    let (ma, mi) = (major as u64, minor as u64);
+    ((ma & 0xfffff000) << 32) | ((ma & 0xfff) << 8) | ((mi & 0xffffff00) << 12) | (mi & 0xff)
+}
 
 /// What an inode is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +71,11 @@ pub enum FileType {
     Directory,
     /// A symbolic link.
     Symlink,
+    /// A named pipe (its data lives in the vfs, not here).
+    Fifo,
+    /// A character device (what it does is the vfs's business; the inode
+    /// holds its device number).
+    CharDevice,
 }
 
 impl FileType {
@@ -70,15 +85,20 @@ impl FileType {
             FileType::Regular => S_IFREG,
             FileType::Directory => S_IFDIR,
             FileType::Symlink => S_IFLNK,
+            FileType::Fifo => S_IFIFO,
+            FileType::CharDevice => S_IFCHR,
         }
     }
 
-    /// The `d_type` of a directory entry (`DT_REG`, `DT_DIR`, `DT_LNK`).
+    /// The `d_type` of a directory entry (`DT_REG`, `DT_DIR`, `DT_LNK`,
+    /// `DT_FIFO`, `DT_CHR`).
     pub fn dirent_type(self) -> u8 {
         match self {
             FileType::Regular => 8,
             FileType::Directory => 4,
             FileType::Symlink => 10,
+            FileType::Fifo => 1,
+            FileType::CharDevice => 2,
         }
     }
 }
@@ -127,6 +147,8 @@ pub struct Attr {
     pub ctime: Timespec,
     /// Creation.
     pub btime: Timespec,
+    /// Device number of a character device (`st_rdev`), else 0.
+    pub rdev: u64,
 }
 
 /// Bytes that are either borrowed from the archive or owned.
@@ -150,6 +172,8 @@ enum Node {
     File(FileData),
     Dir(Dir),
     Symlink(Bytes),
+    Fifo,
+    CharDevice(u64),
 }
 
 #[derive(Debug)]
@@ -172,6 +196,8 @@ impl Inode {
             Node::File(_) => FileType::Regular,
             Node::Dir(_) => FileType::Directory,
             Node::Symlink(_) => FileType::Symlink,
+            Node::Fifo => FileType::Fifo,
+            Node::CharDevice(_) => FileType::CharDevice,
         }
     }
 }
@@ -323,7 +349,9 @@ impl Fs {
             Node::File(f) => (f.size(), f.blocks()),
             Node::Dir(d) => ((d.len() as u64 + 2) * 20, 0),
             Node::Symlink(b) => (b.as_slice().len() as u64, 0),
+            Node::Fifo | Node::CharDevice(_) => (0, 0),
         };
+        let rdev = if let Node::CharDevice(r) = i.node { r } else { 0 };
         Ok(Attr {
             ino,
             ftype: i.ftype(),
@@ -337,6 +365,7 @@ impl Fs {
             mtime: i.mtime,
             ctime: i.ctime,
             btime: i.btime,
+            rdev,
         })
     }
 
@@ -417,6 +446,27 @@ impl Fs {
             return Err(Errno::ENAMETOOLONG);
         }
         self.create_node(dir, name, Node::Symlink(Bytes::Owned(Box::from(target))), 0o777)
+    }
+
+    /// Creates a named pipe `name` in `dir` (`mknod(S_IFIFO)`, `mkfifo`).
+    pub fn mkfifo(&mut self, dir: Ino, name: &[u8], perm: u32) -> Result<Ino, Errno> {
+        self.create_node(dir, name, Node::Fifo, perm)
+    }
+
+    /// Creates character device `name` in `dir` with device number `rdev`
+    /// ([`makedev`]).
+    pub fn mkchardev(&mut self, dir: Ino, name: &[u8], perm: u32, rdev: u64) -> Result<Ino, Errno> {
+        self.create_node(dir, name, Node::CharDevice(rdev), perm)
+    }
+
+    /// Creates a pipe with no name (`pipe(2)`), holding one reference for
+    /// the caller; it disappears when that is dropped.
+    pub fn create_unnamed_fifo(&mut self) -> Ino {
+        let ino = self.alloc(Node::Fifo, 0o600);
+        let i = self.inodes.get_mut(&ino).expect("new inode");
+        i.nlink = 0;
+        i.refs = 1;
+        ino
     }
 
     /// Creates a regular file with no name (`O_TMPFILE`), holding one
@@ -622,7 +672,7 @@ impl Fs {
         match &self.inode(ino)?.node {
             Node::File(f) => Ok(f),
             Node::Dir(_) => Err(Errno::EISDIR),
-            Node::Symlink(_) => Err(Errno::EINVAL),
+            _ => Err(Errno::EINVAL),
         }
     }
 
@@ -630,7 +680,7 @@ impl Fs {
         match &mut self.inode_mut(ino)?.node {
             Node::File(f) => Ok(f),
             Node::Dir(_) => Err(Errno::EISDIR),
-            Node::Symlink(_) => Err(Errno::EINVAL),
+            _ => Err(Errno::EINVAL),
         }
     }
 

@@ -231,3 +231,28 @@ fn times_move() {
     assert_eq!(t2.mtime, t1.mtime);
     assert!(t2.ctime > t1.ctime);
 }
+
+#[test]
+fn fifos_and_character_devices() {
+    let mut fs = Fs::new(clock);
+    let f = fs.mkfifo(ROOT_INO, b"p", 0o600).unwrap();
+    let d = fs.mkchardev(ROOT_INO, b"null", 0o666, makedev(1, 3)).unwrap();
+    assert_eq!(fs.attr(f).unwrap().mode, S_IFIFO | 0o600);
+    let a = fs.attr(d).unwrap();
+    assert_eq!((a.mode, a.rdev, a.size), (S_IFCHR | 0o666, 0x103, 0));
+    assert_eq!(makedev(8, 1), 0x801);
+    assert_eq!(makedev(0x1234, 0x56789), 0x0000_1000_5672_3489);
+    assert_eq!(fs.read(d, 0, &mut [0; 4]), Err(Errno::EINVAL));
+    assert_eq!(fs.mkfifo(ROOT_INO, b"p", 0o600), Err(Errno::EEXIST));
+    let mut types = Vec::new();
+    fs.readdir(ROOT_INO, 0, |_, _, _, t| {
+        types.push(t);
+        true
+    })
+    .unwrap();
+    assert!(types.contains(&1) && types.contains(&2), "DT_FIFO and DT_CHR: {types:?}");
+    let anon = fs.create_unnamed_fifo();
+    assert!(fs.is_unlinked(anon));
+    fs.put_ref(anon);
+    assert!(fs.attr(anon).is_err(), "freed with its last reference");
+}

@@ -1,55 +1,407 @@
-//! Kernel component `sched` (DESIGN §6): threads, futexes, scheduling.
+//! Kernel component `sched` (DESIGN §6): threads, futexes, cooperative
+//! scheduling on one vCPU.
 //!
-//! For now there is exactly one thread, which owns the one vCPU: yielding
-//! is a no-op, a futex wake finds no waiter, and a futex wait either
-//! returns at once (value changed), sleeps until its timeout through the
-//! tender's `poll` (`ETIMEDOUT`), or, without a timeout, could never end:
-//! no other thread exists and no signal can arrive while blocked, so the
-//! kernel reports the deadlock and stops the instance (Linux would hang
-//! forever; an instance that can never make progress again is better ended
-//! with a diagnostic, like Go's runtime does). Thread creation
-//! ([`__shoal_clone`]) comes with cooperative threads in a later issue and
-//! returns `-ENOSYS` until then.
+//! **Threads.** musl's `pthread_create` calls [`__shoal_clone`] (instead of
+//! the `clone` system call) with `CLONE_VM|CLONE_THREAD|…`; the kernel
+//! makes a thread control block ([`table::Tcb`]: tid, saved stack pointer,
+//! state, `clear_child_tid`, robust list, signal mask and pending set) and
+//! builds the new thread's first frame on the stack musl gave it, so that
+//! the first switch to it enters `func(arg)` with FS base = `tls`. When
+//! `func` returns, the thread exits with its return value as `SYS_exit`
+//! does. The creator keeps running (cooperative scheduling).
+//!
+//! **Scheduling.** One thread runs until it blocks (futex wait, sleep),
+//! yields (`sched_yield`) or exits; then the next runnable thread runs,
+//! round robin. A switch ([`switch`]) saves the callee-saved registers,
+//! the FS base (`rdfsbase`/`wrfsbase`, DESIGN §1: thread-local storage),
+//! MXCSR and the x87 control word on the old thread's stack and restores
+//! the new one's. Kernel code runs on the stack of the thread that called
+//! it, so a blocked thread's kernel frames stay on its own stack. No
+//! [`shoal_plat::Global`] borrow is ever held across a switch: the table
+//! is consulted, released, then the switch happens.
+//!
+//! **Idle and deadlock.** When no thread is runnable but some wait with a
+//! deadline, the vCPU blocks in the tender's `poll` hypercall until the
+//! earliest deadline (idle costs no CPU), then expired waiters wake
+//! (`ETIMEDOUT`). When no thread is runnable and no deadline is pending,
+//! nothing can ever wake any thread (there are no asynchronous events yet):
+//! the kernel prints `shoal: deadlock: all N threads are blocked and nothing
+//! can wake them` (`the only thread is blocked…` for one) and stops the
+//! instance with status [`DEADLOCK_STATUS`] (255, the status with which
+//! shoal stops an instance it cannot let continue), where Linux would hang
+//! forever.
+//!
+//! **Exit.** `SYS_exit` of a thread that is not the last one stores 0 to
+//! its `clear_child_tid` (musl: `&__thread_list_lock`) and wakes one waiter
+//! there, frees the TCB and switches away for good. A detached thread's
+//! stack is freed by [`__shoal_unmapself`] *after* the switch: the next
+//! thread to run unmaps it (the exiting thread cannot free the stack it
+//! runs on). The exit of the last thread, and `exit_group`, end the
+//! instance.
+//!
+//! **Signals** are per-thread only in their mask and pending set (kept
+//! here, used by `process`); actions are per-process. A signal sent to a
+//! blocked thread that does not block it wakes the thread (`EINTR`) and is
+//! delivered when that thread returns from its system call — this is how
+//! `pthread_cancel` reaches a thread waiting at a cancellation point.
 #![cfg_attr(not(test), no_std)]
 
+extern crate alloc;
+
 pub mod sys;
+pub mod table;
+
+use core::sync::atomic::AtomicU64;
+use shoal_plat::{umem, Errno, Global};
+use table::{Block, Pick, Table, Wake};
+
+/// The exit status of an instance stopped for a deadlock.
+pub const DEADLOCK_STATUS: i64 = 255;
+
+static TABLE: Global<Table> = Global::new(Table::new());
+/// A detached thread's stack `(base, size)` to free after the switch away
+/// from it.
+static PENDING_UNMAP: Global<Option<(u64, u64)>> = Global::new(None);
+/// Where the switch saves the stack pointer of a thread that has exited.
+static DEAD_RSP: AtomicU64 = AtomicU64::new(0);
+
+#[cfg(all(target_arch = "x86_64", not(test)))]
+core::arch::global_asm!(
+    // shoal_sched_switch(save: *mut u64 (rdi), next_rsp: u64 (rsi))
+    ".section .text.shoal_sched_switch,\"ax\",@progbits",
+    ".globl shoal_sched_switch",
+    ".type shoal_sched_switch,@function",
+    "shoal_sched_switch:",
+    "    push rbp",
+    "    push rbx",
+    "    push r12",
+    "    push r13",
+    "    push r14",
+    "    push r15",
+    "    sub rsp, 16",
+    "    stmxcsr dword ptr [rsp]",
+    "    fnstcw word ptr [rsp + 4]",
+    "    rdfsbase rax",
+    "    mov qword ptr [rsp + 8], rax",
+    "    mov qword ptr [rdi], rsp",
+    "    mov rsp, rsi",
+    "    mov rax, qword ptr [rsp + 8]",
+    "    wrfsbase rax",
+    "    ldmxcsr dword ptr [rsp]",
+    "    fldcw word ptr [rsp + 4]",
+    "    add rsp, 16",
+    "    pop r15",
+    "    pop r14",
+    "    pop r13",
+    "    pop r12",
+    "    pop rbx",
+    "    pop rbp",
+    "    ret",
+    ".size shoal_sched_switch, . - shoal_sched_switch",
+    // A new thread's first switch returns here with r12 = func, r13 = arg
+    // and rsp 16-byte aligned.
+    ".globl shoal_sched_thread_start",
+    ".type shoal_sched_thread_start,@function",
+    "shoal_sched_thread_start:",
+    "    call shoal_sched_after_switch",
+    "    mov rdi, r13",
+    "    xor ebp, ebp",
+    "    call r12",
+    "    mov edi, eax",
+    "    call shoal_sched_thread_return",
+    "    ud2",
+    ".size shoal_sched_thread_start, . - shoal_sched_thread_start",
+);
+
+#[cfg(not(test))]
+extern "C" {
+    fn shoal_sched_switch(save: *mut u64, next_rsp: u64);
+    fn shoal_sched_thread_start();
+}
+
+/// Switches the vCPU to the thread whose saved stack pointer is
+/// `next_rsp`, saving the current one's at `save`.
+///
+/// # Safety
+/// `save` must be writable; `next_rsp` must be a stack pointer saved by a
+/// switch, or a first frame built by [`__shoal_clone`].
+#[cfg(not(test))]
+unsafe fn switch(save: *mut u64, next_rsp: u64) {
+    // SAFETY: the caller's contract.
+    unsafe { shoal_sched_switch(save, next_rsp) }
+}
+
+#[cfg(test)]
+unsafe fn switch(_save: *mut u64, _next_rsp: u64) {
+    panic!("context switch in a unit test");
+}
+
+/// Runs right after every switch, in the thread switched to: frees the
+/// stack of a detached thread that has just exited.
+#[no_mangle]
+pub extern "C" fn shoal_sched_after_switch() {
+    if let Some((base, size)) = PENDING_UNMAP.with(|p| p.take()) {
+        let _ = shoal_mm::unmap(base, size);
+    }
+}
+
+/// Where a thread's `func` returns to: exits the thread with its value.
+#[no_mangle]
+pub extern "C" fn shoal_sched_thread_return(status: i32) -> ! {
+    exit_thread(status)
+}
+
+/// Gives up the vCPU after the running thread blocked, yielded or exited
+/// (already recorded in the table); returns when this thread runs again.
+fn reschedule() {
+    loop {
+        if let Some(d) = TABLE.with(|t| t.next_deadline()) {
+            let now = shoal_time::monotonic_ns();
+            if now >= d {
+                TABLE.with(|t| t.expire(now));
+            }
+        }
+        match TABLE.with(|t| t.pick()) {
+            Pick::Run { prev, next } => {
+                if prev == Some(next) {
+                    return;
+                }
+                let (save, rsp) = TABLE.with(|t| {
+                    let save = prev.and_then(|p| t.rsp_slot(p)).unwrap_or(DEAD_RSP.as_ptr());
+                    (save, t.get(next).map_or(0, |n| n.rsp))
+                });
+                // SAFETY: `save` is a boxed TCB's rsp slot (stable while the
+                // thread exists) or the dead slot; `rsp` was saved by a
+                // switch or built by __shoal_clone. No Global is borrowed.
+                unsafe { switch(save, rsp) };
+                shoal_sched_after_switch();
+                return;
+            }
+            Pick::Idle(deadline) => {
+                shoal_time::sleep_until(deadline);
+                let now = shoal_time::monotonic_ns();
+                TABLE.with(|t| t.expire(now));
+            }
+            Pick::Deadlock(n) => deadlock(n),
+        }
+    }
+}
+
+/// Reports that all `n` threads are blocked for good and stops the
+/// instance with [`DEADLOCK_STATUS`].
+pub fn deadlock(n: usize) -> ! {
+    use core::fmt::Write;
+    let mut e = shoal_plat::console::Stderr;
+    let _ = if n == 1 {
+        writeln!(e, "shoal: deadlock: the only thread is blocked and nothing can wake it")
+    } else {
+        writeln!(e, "shoal: deadlock: all {n} threads are blocked and nothing can wake them")
+    };
+    shoal_plat::halt(DEADLOCK_STATUS)
+}
+
+/// The running thread's tid.
+pub fn current_tid() -> u32 {
+    TABLE.with(|t| t.current())
+}
+
+/// Whether thread `tid` exists.
+pub fn thread_exists(tid: u32) -> bool {
+    TABLE.with(|t| t.get(tid).is_some())
+}
+
+/// Number of threads.
+pub fn thread_count() -> usize {
+    TABLE.with(|t| t.len())
+}
+
+/// `set_tid_address` for the running thread.
+pub fn set_clear_child_tid(addr: u64) {
+    TABLE.with(|t| t.cur().clear_child_tid = addr);
+}
+
+/// `set_robust_list` for the running thread.
+pub fn set_robust_list(head: u64) {
+    TABLE.with(|t| t.cur().robust_list = head);
+}
+
+/// The running thread's `(signal mask, pending signals)`.
+pub fn sig_state() -> (u64, u64) {
+    TABLE.with(|t| {
+        let c = t.cur();
+        (c.sig_mask, c.sig_pending)
+    })
+}
+
+/// Sets the running thread's signal mask and pending set.
+pub fn set_sig_state(mask: u64, pending: u64) {
+    TABLE.with(|t| {
+        let c = t.cur();
+        c.sig_mask = mask;
+        c.sig_pending = pending;
+    });
+}
+
+/// Whether the running thread has a pending signal it does not block.
+pub fn has_deliverable() -> bool {
+    let (m, p) = sig_state();
+    p & !m != 0
+}
+
+/// The signal mask of thread `tid`.
+pub fn sig_mask_of(tid: u32) -> Option<u64> {
+    TABLE.with(|t| t.get(tid).map(|c| c.sig_mask))
+}
+
+/// Makes signals `bits` pending for thread `tid` (not the running one);
+/// if it is blocked and does not block them, it wakes with `EINTR`.
+pub fn post_signal(tid: u32, bits: u64) -> Result<(), Errno> {
+    TABLE.with(|t| {
+        let th = t.get(tid).ok_or(Errno::ESRCH)?;
+        th.sig_pending |= bits;
+        if bits & !th.sig_mask != 0 {
+            t.interrupt(tid);
+        }
+        Ok(())
+    })
+}
+
+fn wake_result() -> Result<(), Errno> {
+    match TABLE.with(|t| t.cur().wake) {
+        Wake::Woken => Ok(()),
+        Wake::TimedOut => Err(Errno::ETIMEDOUT),
+        Wake::Interrupted => Err(Errno::EINTR),
+    }
+}
+
+/// `FUTEX_WAIT`: if the word at `addr` is `val`, blocks until woken by a
+/// wake meeting `bitset` (`Ok`), until `deadline` (monotonic ns,
+/// `ETIMEDOUT`) or a signal (`EINTR`); otherwise `EAGAIN`. The check and
+/// the enqueue are atomic (nothing else runs in between).
+pub fn futex_wait(addr: u64, val: u32, bitset: u32, deadline: Option<u64>) -> Result<(), Errno> {
+    let now: u32 = umem::read(addr)?;
+    if now != val {
+        return Err(Errno::EAGAIN);
+    }
+    TABLE.with(|t| t.block_current(Block::Futex { addr, bitset }, deadline));
+    reschedule();
+    wake_result()
+}
+
+/// `FUTEX_WAKE`: wakes up to `n` waiters on `addr` whose bitset meets
+/// `bitset`; returns how many. The woken run later (the caller keeps the
+/// vCPU).
+pub fn futex_wake(addr: u64, n: u32, bitset: u32) -> u32 {
+    TABLE.with(|t| t.wake(addr, n, bitset))
+}
+
+/// `FUTEX_REQUEUE`: wakes `n_wake` waiters on `from`, moves up to `n_move`
+/// others to `to`; returns the sum.
+pub fn futex_requeue(from: u64, to: u64, n_wake: u32, n_move: u32) -> u32 {
+    TABLE.with(|t| t.requeue(from, to, n_wake, n_move))
+}
+
+/// Blocks the running thread until `deadline` (monotonic ns); other
+/// threads run meanwhile. `EINTR` if a signal woke it first.
+pub fn sleep_until(deadline: u64) -> Result<(), Errno> {
+    TABLE.with(|t| t.block_current(Block::Sleep, Some(deadline)));
+    reschedule();
+    match wake_result() {
+        Err(Errno::ETIMEDOUT) | Ok(()) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// `sched_yield`: lets every other runnable thread run once.
+pub fn yield_now() {
+    TABLE.with(|t| t.yield_current());
+    reschedule();
+}
+
+/// `SYS_exit` of the running thread. The last thread's exit ends the
+/// instance with `status & 0xff`.
+pub fn exit_thread(status: i32) -> ! {
+    let (ctid, alone) = TABLE.with(|t| (t.cur().clear_child_tid, t.len() == 1));
+    if alone {
+        shoal_plat::halt((status & 0xff) as i64);
+    }
+    if ctid != 0 && umem::write(ctid, 0u32).is_ok() {
+        futex_wake(ctid, 1, u32::MAX);
+    }
+    TABLE.with(|t| t.exit_current());
+    reschedule();
+    // A thread that has exited is never picked again.
+    shoal_plat::halt(134)
+}
+
+const CLONE_VM: i32 = 0x100;
+const CLONE_SIGHAND: i32 = 0x800;
+const CLONE_VFORK: i32 = 0x4000;
+const CLONE_THREAD: i32 = 0x10000;
+const CLONE_SETTLS: i32 = 0x80000;
+const CLONE_PARENT_SETTID: i32 = 0x100000;
+const CLONE_CHILD_CLEARTID: i32 = 0x200000;
+const CLONE_CHILD_SETTID: i32 = 0x1000000;
+
+/// Size of a new thread's first frame (see `shoal_sched_switch`): MXCSR,
+/// x87 control word and FS base (16 bytes), r15…rbp (48), return address.
+const FIRST_FRAME: u64 = 16 + 48 + 8;
+
+fn clone(func: u64, stack: u64, flags: i32, arg: u64, ptid: u64, tls: u64, ctid: u64) -> Result<u32, Errno> {
+    let need = CLONE_VM | CLONE_THREAD | CLONE_SIGHAND;
+    if flags & need != need || flags & CLONE_VFORK != 0 {
+        // A new process (fork, vfork, posix_spawn): a unikernel is one.
+        return Err(Errno::ENOSYS);
+    }
+    if stack == 0 || func == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let top = stack & !15;
+    let rsp = top.checked_sub(FIRST_FRAME).ok_or(Errno::EFAULT)?;
+    umem::check(rsp, FIRST_FRAME)?;
+    let fs = if flags & CLONE_SETTLS != 0 { tls } else { shoal_plat::cpu::rdfsbase() };
+    #[cfg(not(test))]
+    let start = shoal_sched_thread_start as *const () as u64;
+    #[cfg(test)]
+    let start = 0u64;
+    // [rsp]: MXCSR (default), x87 CW (default); +8 FS base; r15, r14,
+    // r13 = arg, r12 = func, rbx, rbp; return address.
+    let frame: [u64; 9] = [0x037f_0000_1f80, fs, 0, 0, arg, func, 0, 0, start];
+    umem::write(rsp, frame)?;
+    let tid = TABLE.with(|t| t.spawn(rsp))?;
+    if flags & CLONE_CHILD_CLEARTID != 0 {
+        TABLE.with(|t| t.get(tid).map(|c| c.clear_child_tid = ctid));
+    }
+    if flags & CLONE_PARENT_SETTID != 0 {
+        let _ = umem::write(ptid, tid);
+    }
+    if flags & CLONE_CHILD_SETTID != 0 {
+        let _ = umem::write(ctid, tid);
+    }
+    Ok(tid)
+}
 
 /// Called by shoal's musl instead of the `clone` system call, with the
 /// arguments of musl's `__clone(func, stack, flags, arg, ptid, tls, ctid)`.
-/// Threads are not implemented yet: returns `-ENOSYS` (musl's
-/// `pthread_create` then fails with `EAGAIN`).
-#[cfg(not(test))]
+/// Creates a thread (see the crate documentation); returns its tid, or
+/// `-ENOSYS` for anything but a thread of this process, `-EAGAIN` when the
+/// kernel cannot hold another thread.
 #[no_mangle]
-pub extern "C" fn __shoal_clone(
-    _func: usize,
-    _stack: usize,
-    _flags: i32,
-    _arg: usize,
-    _ptid: usize,
-    _tls: usize,
-    _ctid: usize,
-) -> i32 {
-    -shoal_plat::Errno::ENOSYS.0
+pub extern "C" fn __shoal_clone(func: usize, stack: usize, flags: i32, arg: usize, ptid: usize, tls: usize, ctid: usize) -> i32 {
+    match clone(func as u64, stack as u64, flags, arg as u64, ptid as u64, tls as u64, ctid as u64) {
+        Ok(tid) => tid as i32,
+        Err(e) => -e.0,
+    }
 }
 
 /// Called by shoal's musl when an exiting detached thread frees its own
-/// stack (`__unmapself`). With a single thread only the last thread could
-/// get here: the range is released in mm and the process exits with status
-/// 0 (musl's `pthread_exit` of the last thread exits with 0 as well). The
-/// stack being released is the one this function runs on: mm only records
-/// it as free (nothing overwrites it before it is handed out again), and
-/// nothing runs after the exit.
-#[cfg(not(test))]
+/// stack (`__unmapself`): the range is freed by the next thread to run,
+/// right after the switch away from this one; the thread exits as
+/// `SYS_exit(0)` does. The last thread just ends the instance (status 0).
 #[no_mangle]
 pub extern "C" fn __shoal_unmapself(base: usize, size: usize) -> ! {
-    let _ = shoal_mm::unmap(base as u64, size as u64);
-    shoal_plat::halt(0)
-}
-
-/// Reports that the only thread waits for something that can never happen
-/// and ends the instance with status 1.
-pub fn deadlock(what: &str) -> ! {
-    use core::fmt::Write;
-    let _ = writeln!(shoal_plat::console::Stderr, "shoal: deadlock: the only thread waits on {what} that nobody can wake");
-    shoal_plat::halt(1)
+    if thread_count() > 1 {
+        PENDING_UNMAP.with(|p| *p = Some((base as u64, size as u64)));
+    }
+    exit_thread(0)
 }

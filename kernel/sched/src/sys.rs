@@ -3,8 +3,9 @@
 use shoal_plat::{umem, Args, Errno, SysResult};
 use shoal_time::sys::Timespec;
 
-/// `sched_yield()`: the only thread keeps running.
+/// `sched_yield()`: every other runnable thread runs once first.
 pub fn sched_yield(_: &Args) -> SysResult {
+    crate::yield_now();
     Ok(0)
 }
 
@@ -60,21 +61,43 @@ pub fn wake_op(old: u32, val3: u32) -> Result<u32, Errno> {
     })
 }
 
-/// `futex(uaddr, op, val, timeout, uaddr2, val3)` with one thread. See the
-/// crate documentation for what waiting means; wakes find no waiter (0);
-/// `FUTEX_WAKE_OP` still performs its operation on `*uaddr2`; the PI
-/// operations are `ENOSYS`.
+/// Whether `FUTEX_WAKE_OP`'s comparison (bits 24..28 of `val3`, against
+/// the sign-extended 12-bit argument in bits 0..12) holds for `old`.
+pub fn wake_op_cmp(old: u32, val3: u32) -> Result<bool, Errno> {
+    let cmp = (val3 >> 24) & 0xf;
+    let arg = ((val3 << 20) as i32) >> 20;
+    let old = old as i32;
+    Ok(match cmp {
+        0 => old == arg,
+        1 => old != arg,
+        2 => old < arg,
+        3 => old <= arg,
+        4 => old > arg,
+        5 => old >= arg,
+        _ => return Err(Errno::ENOSYS),
+    })
+}
+
+/// `futex(uaddr, op, val, timeout, uaddr2, val3)`: `FUTEX_WAIT`,
+/// `WAIT_BITSET` (timeouts relative for `WAIT`, absolute for
+/// `WAIT_BITSET`, on `CLOCK_MONOTONIC` or with `FUTEX_CLOCK_REALTIME`),
+/// `WAKE`, `WAKE_BITSET`, `REQUEUE`, `CMP_REQUEUE`, `WAKE_OP`. Private and
+/// shared futexes are the same (one address space). The PI operations are
+/// `ENOSYS`. See the crate documentation for blocking.
 pub fn futex(a: &Args) -> SysResult {
     let (uaddr, op, val, timeout, uaddr2, val3) = (a.u(0), a.uint(1), a.uint(2), a.u(3), a.u(4), a.uint(5));
     let cmd = op & !(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME);
     if op & FUTEX_CLOCK_REALTIME != 0 && cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET {
         return Err(Errno::ENOSYS);
     }
+    // For the requeue operations the "timeout" argument is a count.
+    let val2 = timeout as u32;
     match cmd {
         FUTEX_WAIT | FUTEX_WAIT_BITSET => {
             if cmd == FUTEX_WAIT_BITSET && val3 == 0 {
                 return Err(Errno::EINVAL);
             }
+            let bitset = if cmd == FUTEX_WAIT { u32::MAX } else { val3 };
             let t: Option<Timespec> = if timeout != 0 { Some(umem::read(timeout)?) } else { None };
             let deadline = match t {
                 None => None,
@@ -89,44 +112,72 @@ pub fn futex(a: &Args) -> SysResult {
                     })
                 }
             };
-            if futex_word(uaddr)? != val {
-                return Err(Errno::EAGAIN);
-            }
-            match deadline {
-                Some(d) => {
-                    shoal_time::sleep_until(d);
-                    Err(Errno::ETIMEDOUT)
-                }
-                None => crate::deadlock("a futex"),
-            }
+            futex_word(uaddr)?;
+            crate::futex_wait(uaddr, val, bitset, deadline).map(|_| 0)
         }
         FUTEX_WAKE | FUTEX_WAKE_BITSET => {
             if cmd == FUTEX_WAKE_BITSET && val3 == 0 {
                 return Err(Errno::EINVAL);
             }
+            let bitset = if cmd == FUTEX_WAKE { u32::MAX } else { val3 };
             futex_word(uaddr)?;
-            Ok(0)
+            Ok(crate::futex_wake(uaddr, val, bitset) as u64)
         }
-        FUTEX_REQUEUE => {
-            futex_word(uaddr)?;
+        FUTEX_REQUEUE | FUTEX_CMP_REQUEUE => {
+            if (val as i32) < 0 || (val2 as i32) < 0 {
+                return Err(Errno::EINVAL);
+            }
             futex_word(uaddr2)?;
-            Ok(0)
-        }
-        FUTEX_CMP_REQUEUE => {
-            futex_word(uaddr2)?;
-            if futex_word(uaddr)? != val3 {
+            if futex_word(uaddr)? != val3 && cmd == FUTEX_CMP_REQUEUE {
                 return Err(Errno::EAGAIN);
             }
-            Ok(0)
+            Ok(crate::futex_requeue(uaddr, uaddr2, val, val2) as u64)
         }
         FUTEX_WAKE_OP => {
             futex_word(uaddr)?;
             let old = futex_word(uaddr2)?;
-            umem::write(uaddr2, wake_op(old, val3)?)?;
-            Ok(0)
+            let new = wake_op(old, val3)?;
+            let hit = wake_op_cmp(old, val3)?;
+            umem::write(uaddr2, new)?;
+            let mut n = crate::futex_wake(uaddr, val, u32::MAX);
+            if hit {
+                n += crate::futex_wake(uaddr2, val2, u32::MAX);
+            }
+            Ok(n as u64)
         }
         FUTEX_FD => Err(Errno::EINVAL),
         _ => Err(Errno::ENOSYS),
+    }
+}
+
+/// `nanosleep(req, rem)`: blocks the calling thread only. Woken by a
+/// signal: `EINTR`, with the time left in `rem` (if not NULL).
+pub fn nanosleep(a: &Args) -> SysResult {
+    let req: Timespec = umem::read(a.u(0))?;
+    let d = req.to_ns()?;
+    sleep(shoal_time::monotonic_ns().saturating_add(d), a.u(1))
+}
+
+/// `clock_nanosleep(id, flags, req, rem)`: as `nanosleep`, on the clocks
+/// `shoal_time::sys::deadline` accepts, relative or `TIMER_ABSTIME` (then
+/// `rem` is not written).
+pub fn clock_nanosleep(a: &Args) -> SysResult {
+    let t: Timespec = umem::read(a.u(2))?;
+    let d = shoal_time::sys::deadline(a.int(0), a.int(1), t)?;
+    let rem = if a.int(1) & shoal_time::sys::TIMER_ABSTIME != 0 { 0 } else { a.u(3) };
+    sleep(d, rem)
+}
+
+fn sleep(deadline: u64, rem: u64) -> SysResult {
+    match crate::sleep_until(deadline) {
+        Ok(()) => Ok(0),
+        Err(e) => {
+            if rem != 0 {
+                let left = deadline.saturating_sub(shoal_time::monotonic_ns());
+                umem::write(rem, Timespec::from_ns(left))?;
+            }
+            Err(e)
+        }
     }
 }
 
@@ -156,7 +207,21 @@ mod tests {
         let p2 = &mut w2 as *mut u32 as u64;
         assert_eq!(futex(&args([p, 5, 1, 0, p2, (1 << 28) | (3 << 12)])), Ok(0));
         assert_eq!(w2, 13);
+        // Bad comparison: ENOSYS, nothing written.
+        assert_eq!(futex(&args([p, 5, 1, 0, p2, (1 << 28) | (7 << 24) | (3 << 12)])), Err(Errno::ENOSYS));
+        assert_eq!(w2, 13);
         assert_eq!(futex(&args([p, 6, 0, 0, 0, 0])), Err(Errno::ENOSYS), "PI");
+    }
+
+    #[test]
+    fn wake_op_comparisons() {
+        assert_eq!(wake_op_cmp(5, 5), Ok(true)); // EQ 5
+        assert_eq!(wake_op_cmp(5, 1 << 24 | 5), Ok(false)); // NE 5
+        assert_eq!(wake_op_cmp(u32::MAX, 2 << 24 | 0), Ok(true)); // -1 < 0
+        assert_eq!(wake_op_cmp(0, 2 << 24 | 0xfff), Ok(false)); // 0 < -1
+        assert_eq!(wake_op_cmp(1, 4 << 24 | 0), Ok(true)); // GT
+        assert_eq!(wake_op_cmp(0, 5 << 24 | 0), Ok(true)); // GE
+        assert_eq!(wake_op_cmp(0, 6 << 24), Err(Errno::ENOSYS));
     }
 
     #[test]

@@ -72,6 +72,38 @@ fn lookup(n: u64) -> Option<SyscallFn> {
         nr::FACCESSAT2 => vfs::faccessat2,
         nr::UTIMENSAT => vfs::utimensat,
         nr::SYNC => vfs::sync,
+        nr::LINK => vfs::link,
+        nr::LINKAT => vfs::linkat,
+        nr::FLOCK => vfs::flock,
+        nr::CHOWN => vfs::chown,
+        nr::FCHOWN => vfs::fchown,
+        nr::LCHOWN => vfs::lchown,
+        nr::FCHOWNAT => vfs::fchownat,
+        nr::STATFS => vfs::statfs,
+        nr::FSTATFS => vfs::fstatfs,
+        nr::UTIMES => vfs::utimes,
+        nr::FUTIMESAT => vfs::futimesat,
+        nr::FALLOCATE => vfs::fallocate,
+        nr::PREADV => vfs::preadv,
+        nr::PWRITEV => vfs::pwritev,
+        nr::PREADV2 => vfs::preadv2,
+        nr::PWRITEV2 => vfs::pwritev2,
+        nr::SENDFILE => vfs::sendfile,
+        nr::COPY_FILE_RANGE => vfs::copy_file_range,
+        nr::READAHEAD => vfs::readahead,
+        nr::FADVISE64 => vfs::fadvise64,
+        nr::MKNOD => vfs::mknod,
+        nr::MKNODAT => vfs::mknodat,
+        nr::GETDENTS => vfs::getdents,
+        nr::SYNC_FILE_RANGE => vfs::sync_file_range,
+        nr::SYNCFS => vfs::syncfs,
+        // pipes and readiness
+        nr::PIPE => vfs::pipe,
+        nr::PIPE2 => vfs::pipe2,
+        nr::POLL => vfs::poll,
+        nr::PPOLL => vfs::ppoll,
+        nr::SELECT => vfs::select,
+        nr::PSELECT6 => vfs::pselect6,
         // memory
         nr::BRK => mm::brk,
         nr::MMAP => mm::mmap,
@@ -79,13 +111,15 @@ fn lookup(n: u64) -> Option<SyscallFn> {
         nr::MREMAP => mm::mremap,
         nr::MPROTECT => mm::mprotect,
         nr::MADVISE => mm::madvise,
+        nr::MSYNC => mm::msync,
+        nr::MINCORE => mm::mincore,
         // time
         nr::CLOCK_GETTIME => time::clock_gettime,
         nr::CLOCK_GETRES => time::clock_getres,
         nr::GETTIMEOFDAY => time::gettimeofday,
         nr::TIME => time::time,
-        nr::NANOSLEEP => time::nanosleep,
-        nr::CLOCK_NANOSLEEP => time::clock_nanosleep,
+        nr::NANOSLEEP => sched::nanosleep,
+        nr::CLOCK_NANOSLEEP => sched::clock_nanosleep,
         // scheduling
         nr::SCHED_YIELD => sched::sched_yield,
         nr::FUTEX => sched::futex,
@@ -150,11 +184,25 @@ fn report_unknown(n: u64) {
     }
 }
 
+/// Linux raises `SIGPIPE` for the thread whose write to a pipe without
+/// readers fails with `EPIPE` (default action: terminate). The pipe is
+/// vfs's, the signal process's: the table joins them.
+fn sigpipe(n: u64, r: shoal_plat::SysResult) -> shoal_plat::SysResult {
+    const SIGPIPE: i32 = 13;
+    if r == Err(Errno::EPIPE)
+        && matches!(n, nr::WRITE | nr::WRITEV | nr::PWRITEV | nr::PWRITEV2 | nr::SENDFILE | nr::COPY_FILE_RANGE)
+    {
+        shoal_process::signal::send_self(SIGPIPE, shoal_process::signal::SI_USER);
+    }
+    r
+}
+
 /// Runs system call `n` with arguments `args`; returns the result or a
-/// negative errno.
+/// negative errno. Signals another thread sent the caller while it was
+/// blocked are delivered before the result returns (`shoal_process::signal`).
 pub fn dispatch(n: u64, args: &Args) -> i64 {
-    match lookup(n) {
-        Some(f) => match f(args) {
+    let r = match lookup(n) {
+        Some(f) => match sigpipe(n, f(args)) {
             Ok(v) => v as i64,
             Err(e) => e.to_ret(),
         },
@@ -162,7 +210,11 @@ pub fn dispatch(n: u64, args: &Args) -> i64 {
             report_unknown(n);
             Errno::ENOSYS.to_ret()
         }
+    };
+    if shoal_sched::has_deliverable() {
+        shoal_process::signal::deliver_pending();
     }
+    r
 }
 
 /// The entry point shoal's libc calls instead of the `syscall` instruction.

@@ -5,8 +5,9 @@
 //! (`tsc_hz`, and the pair `tsc_at_boot` / `realtime_ns_at_boot` read
 //! together). `CLOCK_MONOTONIC` is nanoseconds since that boot reading;
 //! `CLOCK_REALTIME` is the boot wall-clock time plus the same; the clock is
-//! not adjustable (no `clock_settime`). Sleeping blocks in the tender's
-//! `poll` hypercall, so an idle instance uses no CPU.
+//! not adjustable (no `clock_settime`). The vCPU sleeps ([`sleep_until`],
+//! called by `sched` when no thread can run) in the tender's `poll`
+//! hypercall, so an idle instance uses no CPU.
 #![cfg_attr(not(test), no_std)]
 
 pub mod sys;
@@ -93,7 +94,8 @@ pub fn realtime_offset_ns() -> u64 {
     STATE.with(|s| s.clock.real0)
 }
 
-/// Blocks until `CLOCK_MONOTONIC` reaches `deadline` (nanoseconds). Loops,
+/// Blocks the vCPU (every thread: use `shoal_sched::sleep_until` to block
+/// one thread) until `CLOCK_MONOTONIC` reaches `deadline` (nanoseconds). Loops,
 /// because a tender may wake the guest early. The time spent blocked is
 /// accounted as not CPU time (see [`cpu_ns`]).
 pub fn sleep_until(deadline: u64) {

@@ -10,8 +10,13 @@
 //! from `clock_getcpuclockid`) report monotonic time since boot minus the
 //! time spent blocked in the tender ([`crate::cpu_ns`]): the one thread owns
 //! the vCPU, but time the host gives to other processes is counted too.
+//!
+//! `nanosleep` and `clock_nanosleep` block only the calling thread, so
+//! they are `sched`'s (`shoal_sched::sys`), built on [`deadline`]; this
+//! crate's [`crate::sleep_until`] blocks the whole vCPU and is what the
+//! scheduler calls when no thread can run.
 
-use crate::{monotonic_ns, realtime_offset_ns, sleep_until, NS_PER_SEC};
+use crate::{monotonic_ns, realtime_offset_ns, NS_PER_SEC};
 use shoal_plat::{umem, Args, Errno, SysResult};
 
 /// `struct timespec`.
@@ -162,16 +167,6 @@ pub fn time(a: &Args) -> SysResult {
     Ok(secs)
 }
 
-/// `nanosleep(req, rem)`: sleeps for `req` in `CLOCK_MONOTONIC`. Never
-/// interrupted (no signal is delivered while sleeping), so `rem` is not
-/// written, as on Linux when the sleep completes.
-pub fn nanosleep(a: &Args) -> SysResult {
-    let req: Timespec = umem::read(a.u(0))?;
-    let d = req.to_ns()?;
-    sleep_until(monotonic_ns().saturating_add(d));
-    Ok(0)
-}
-
 /// The monotonic deadline of a sleep on clock `id` with `flags` and `t`.
 pub fn deadline(id: i32, flags: i32, t: Timespec) -> Result<u64, Errno> {
     let k = kind(id)?;
@@ -188,17 +183,6 @@ pub fn deadline(id: i32, flags: i32, t: Timespec) -> Result<u64, Errno> {
         Kind::Real => ns.saturating_sub(realtime_offset_ns()),
         _ => ns,
     })
-}
-
-/// `clock_nanosleep(id, flags, req, rem)`: relative or `TIMER_ABSTIME`
-/// sleeps on the realtime, monotonic and boottime clocks. An absolute
-/// realtime deadline is converted to monotonic once: the realtime clock is
-/// never set, so this is exact.
-pub fn clock_nanosleep(a: &Args) -> SysResult {
-    let t: Timespec = umem::read(a.u(2))?;
-    let d = deadline(a.int(0), a.int(1), t)?;
-    sleep_until(d);
-    Ok(0)
 }
 
 #[cfg(test)]

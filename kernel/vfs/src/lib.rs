@@ -25,18 +25,43 @@
 //! can ever conflict. (Open-file-description locks, `F_OFD_*`, would
 //! conflict between two descriptions on Linux; shoal grants them too.)
 //!
+//! Special files (module `dev`): the root always has `/dev/null`,
+//! `/dev/zero`, `/dev/full`, `/dev/random`, `/dev/urandom` (character
+//! devices with Linux's numbers; the random ones read the kernel's CSPRNG
+//! through `shoal_sysinfo::fill_random`), the symbolic links `/dev/stdin`,
+//! `/dev/stdout`, `/dev/stderr` and `/dev/fd` into `/proc/self/fd`, and
+//! `/proc/self/fd`, whose entry `N` resolves to what descriptor `N` refers
+//! to (like Linux's "magic links", but resolved directly: `lstat` reports
+//! the file, not a link; listing the directory shows nothing). With a root
+//! archive they are added on top (an existing name is left alone).
+//!
+//! Pipes (module `pipe`): `pipe`/`pipe2` and named FIFOs (`mknod`) share
+//! one implementation: a bounded buffer of 64 KiB per pipe inode, Linux's
+//! `PIPE_BUF` atomicity, end-of-file when no writer is left, `EPIPE` when
+//! no reader is left (the syscall table raises `SIGPIPE`). Where a call
+//! would block, it waits through module `wait`, the one place that knows
+//! how a thread blocks (see there for what happens with one thread).
+//! `poll`, `ppoll`, `select` and `pselect6` are in module `poll`.
+//!
 //! Modules: [`abi`] (constants and structure layouts), `path` (name
-//! resolution), `ops` (the calls), [`sys`] (the entry points the syscall
-//! table names).
+//! resolution), `ops` and `more` (the calls), [`sys`] (the entry points the
+//! syscall table names).
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;
 
 pub mod abi;
+mod dev;
+mod mmap;
+mod more;
 mod ops;
 mod path;
+mod pipe;
+mod poll;
 pub mod sys;
+pub mod wait;
 
+use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use shoal_plat::{Errno, Global};
 use shoal_ramfs::{Fs, Ino, Timespec};
@@ -62,6 +87,20 @@ pub(crate) enum Target {
     Stderr,
     /// An inode of the root file system.
     Node(Ino),
+    /// A pipe (named or not): its buffer is in `Vfs::pipes`.
+    Fifo(Ino),
+    /// A character device.
+    Dev(Ino, dev::Device),
+}
+
+impl Target {
+    /// The inode behind the target (none for the standard streams).
+    pub fn ino(self) -> Option<Ino> {
+        match self {
+            Target::Node(i) | Target::Fifo(i) | Target::Dev(i, _) => Some(i),
+            _ => None,
+        }
+    }
 }
 
 /// An open file description: shared by the descriptors `dup` made.
@@ -102,6 +141,13 @@ pub struct Vfs {
     pub(crate) cwd: Ino,
     pub(crate) umask: u32,
     pub(crate) pipe_time: Timespec,
+    /// Buffers of the pipes that have an open end, by inode.
+    pub(crate) pipes: BTreeMap<Ino, pipe::Pipe>,
+    /// Unnamed inodes standing for stdin, stdout and stderr, so that
+    /// `/proc/self/fd/N` can name them.
+    pub(crate) console: [Ino; 3],
+    /// `/proc/self/fd`, if the root has it.
+    pub(crate) fd_dir: Option<Ino>,
 }
 
 impl Vfs {
@@ -111,7 +157,19 @@ impl Vfs {
         let root = fs.root();
         fs.get_ref(root);
         let pipe_time = fs.now();
-        let mut v = Vfs { fs, fds: Vec::new(), ofds: Vec::new(), cwd: root, umask: 0o022, pipe_time };
+        let console = [fs.create_unnamed_fifo(), fs.create_unnamed_fifo(), fs.create_unnamed_fifo()];
+        let fd_dir = dev::fd_dir(&fs);
+        let mut v = Vfs {
+            fs,
+            fds: Vec::new(),
+            ofds: Vec::new(),
+            cwd: root,
+            umask: 0o022,
+            pipe_time,
+            pipes: BTreeMap::new(),
+            console,
+            fd_dir,
+        };
         for (t, fl) in [(Target::Stdin, abi::O_RDONLY), (Target::Stdout, abi::O_WRONLY), (Target::Stderr, abi::O_WRONLY)] {
             let o = v.new_ofd(t, fl);
             v.install(0, o, false).expect("standard streams");
@@ -125,8 +183,11 @@ impl Vfs {
     }
 
     pub(crate) fn new_ofd(&mut self, target: Target, flags: u32) -> usize {
-        if let Target::Node(ino) = target {
+        if let Some(ino) = target.ino() {
             self.fs.get_ref(ino);
+        }
+        if let Target::Fifo(ino) = target {
+            self.pipe_open(ino, flags);
         }
         let ofd = Ofd { refs: 0, target, flags, offset: 0 };
         match self.ofds.iter().position(|o| o.is_none()) {
@@ -151,8 +212,13 @@ impl Vfs {
             None => false,
         };
         if gone {
-            if let Some(Ofd { target: Target::Node(ino), .. }) = self.ofds[i].take() {
-                self.fs.put_ref(ino);
+            if let Some(o) = self.ofds[i].take() {
+                if let Target::Fifo(ino) = o.target {
+                    self.pipe_close(ino, o.flags);
+                }
+                if let Some(ino) = o.target.ino() {
+                    self.fs.put_ref(ino);
+                }
             }
         }
     }
@@ -248,13 +314,15 @@ fn clock() -> u64 {
     T.fetch_add(1000, Ordering::Relaxed)
 }
 
-/// An empty root: `/tmp` (mode 1777), `/etc`, `/home`, `/dev`.
+/// An empty root: `/tmp` (mode 1777), `/etc`, `/home`, `/dev` with its
+/// special files, `/proc/self/fd`.
 fn empty_root() -> Fs {
     let mut fs = Fs::new(clock);
     let root = fs.root();
     for (name, perm) in [(&b"tmp"[..], 0o1777), (b"etc", 0o755), (b"home", 0o755), (b"dev", 0o755)] {
         let _ = fs.mkdir(root, name, perm);
     }
+    dev::populate(&mut fs);
     fs
 }
 
@@ -285,6 +353,7 @@ pub fn init() {
                 if fs.lookup(root, b"tmp").is_err() {
                     let _ = fs.mkdir(root, b"tmp", 0o1777);
                 }
+                dev::populate(&mut fs);
                 fs
             }
             Err(e) => fatal(format_args!("{e}")),
@@ -293,6 +362,7 @@ pub fn init() {
         empty_root()
     };
     STATE.with(|s| *s = Some(Vfs::new(fs)));
+    shoal_mm::file::register(&mmap::OPS);
 }
 
 /// Runs `f` on the process's file-system state (an empty root if `init`

@@ -15,7 +15,7 @@ fn path_arg(addr: u64) -> Result<&'static [u8], Errno> {
 }
 
 /// What `stat` reports, for inodes and pipes alike.
-struct Meta {
+pub(crate) struct Meta {
     dev: u64,
     ino: u64,
     mode: u32,
@@ -28,6 +28,7 @@ struct Meta {
     mtime: Timespec,
     ctime: Timespec,
     btime: Timespec,
+    rdev: u64,
 }
 
 impl Meta {
@@ -45,6 +46,7 @@ impl Meta {
             mtime: a.mtime,
             ctime: a.ctime,
             btime: a.btime,
+            rdev: a.rdev,
         }
     }
 
@@ -56,6 +58,7 @@ impl Meta {
             st_mode: self.mode,
             st_uid: self.uid,
             st_gid: self.gid,
+            st_rdev: self.rdev,
             st_size: self.size as i64,
             st_blksize: 4096,
             st_blocks: self.blocks as i64,
@@ -85,6 +88,8 @@ impl Meta {
             stx_btime: ts(self.btime),
             stx_ctime: ts(self.ctime),
             stx_mtime: ts(self.mtime),
+            stx_rdev_major: (((self.rdev >> 32) & 0xffff_f000) | ((self.rdev >> 8) & 0xfff)) as u32,
+            stx_rdev_minor: (((self.rdev >> 12) & 0xffff_ff00) | (self.rdev & 0xff)) as u32,
             stx_dev_major: 0,
             stx_dev_minor: self.dev as u32,
             ..Statx::default()
@@ -96,9 +101,21 @@ impl Meta {
 const S_IFIFO: u32 = 0o010000;
 
 impl Vfs {
-    fn meta_of_target(&self, t: Target) -> Result<Meta, Errno> {
+    pub(crate) fn meta_of_target(&self, t: Target) -> Result<Meta, Errno> {
+        let t = match t.ino() {
+            Some(i) if i == self.console[0] => Target::Stdin,
+            Some(i) if i == self.console[1] => Target::Stdout,
+            Some(i) if i == self.console[2] => Target::Stderr,
+            _ => t,
+        };
         match t {
-            Target::Node(ino) => Ok(Meta::from_attr(self.fs.attr(ino)?)),
+            Target::Node(ino) | Target::Fifo(ino) | Target::Dev(ino, _) => {
+                let mut m = Meta::from_attr(self.fs.attr(ino)?);
+                if self.fs.is_unlinked(ino) && self.fs.file_type(ino)? == FileType::Fifo {
+                    m.dev = PIPE_DEV; // an anonymous pipe lives in pipefs
+                }
+                Ok(m)
+            }
             pipe => {
                 let t = self.pipe_time;
                 Ok(Meta {
@@ -118,13 +135,14 @@ impl Vfs {
                     mtime: t,
                     ctime: t,
                     btime: t,
+                    rdev: 0,
                 })
             }
         }
     }
 
     /// The target for a `*at` stat-like call, pipes included.
-    fn target_at(&self, dirfd: i32, path: &[u8], flags: u32) -> Result<Target, Errno> {
+    pub(crate) fn target_at(&self, dirfd: i32, path: &[u8], flags: u32) -> Result<Target, Errno> {
         if path.is_empty() && flags & AT_EMPTY_PATH != 0 && dirfd != AT_FDCWD {
             return Ok(self.ofd(self.ofd_of(dirfd)?).target);
         }
@@ -135,7 +153,7 @@ impl Vfs {
     // ---- reading and writing -------------------------------------------
 
     /// Reads into `buf` from description `i` at `pos` (None: its offset).
-    fn do_read(&mut self, i: usize, buf: &mut [u8], pos: Option<u64>) -> Result<usize, Errno> {
+    pub(crate) fn do_read(&mut self, i: usize, buf: &mut [u8], pos: Option<u64>) -> Result<usize, Errno> {
         let o = self.ofd(i);
         if !o.readable() {
             return Err(Errno::EBADF);
@@ -148,6 +166,17 @@ impl Vfs {
                 Ok(0)
             }
             Target::Stdout | Target::Stderr => Err(Errno::EBADF),
+            Target::Fifo(ino) => {
+                if pos.is_some() {
+                    return Err(Errno::ESPIPE);
+                }
+                let n = self.pipe_read(ino, buf)?;
+                if n > 0 {
+                    self.fs.touch_atime(ino);
+                }
+                Ok(n)
+            }
+            Target::Dev(_, d) => Self::dev_read(d, buf),
             Target::Node(ino) => {
                 let off = pos.unwrap_or(o.offset);
                 let n = self.fs.read(ino, off, buf)?;
@@ -160,7 +189,7 @@ impl Vfs {
     }
 
     /// Writes `data` to description `i` at `pos` (None: its offset).
-    fn do_write(&mut self, i: usize, data: &[u8], pos: Option<u64>) -> Result<usize, Errno> {
+    pub(crate) fn do_write(&mut self, i: usize, data: &[u8], pos: Option<u64>) -> Result<usize, Errno> {
         let o = self.ofd(i);
         if !o.writable() {
             return Err(Errno::EBADF);
@@ -171,6 +200,9 @@ impl Vfs {
             Target::Stdout | Target::Stderr if pos.is_some() => Err(Errno::ESPIPE),
             Target::Stdout => console(shoal_plat::console::stdout(data)),
             Target::Stderr => console(shoal_plat::console::stderr(data)),
+            Target::Fifo(_) if pos.is_some() => Err(Errno::ESPIPE),
+            Target::Fifo(ino) => self.pipe_write(ino, data),
+            Target::Dev(_, d) => Self::dev_write(d, data),
             Target::Node(ino) => {
                 // O_APPEND writes at the end, even for pwrite (as Linux does).
                 let off = if o.flags & O_APPEND != 0 { self.fs.size(ino)? } else { pos.unwrap_or(o.offset) };
@@ -201,8 +233,8 @@ impl Vfs {
         Ok(self.do_write(i, buf, None)? as u64)
     }
 
-    fn pos_arg(&self, i: usize, off: i64) -> Result<u64, Errno> {
-        if matches!(self.ofd(i).target, Target::Stdin | Target::Stdout | Target::Stderr) {
+    pub(crate) fn pos_arg(&self, i: usize, off: i64) -> Result<u64, Errno> {
+        if matches!(self.ofd(i).target, Target::Stdin | Target::Stdout | Target::Stderr | Target::Fifo(_)) {
             return Err(Errno::ESPIPE);
         }
         if off < 0 {
@@ -233,7 +265,7 @@ impl Vfs {
 
     /// The `struct iovec` array at `addr`: (base, len) pairs, total capped
     /// at `MAX_RW_COUNT`.
-    fn iovecs(addr: u64, cnt: i32) -> Result<Vec<(u64, usize)>, Errno> {
+    pub(crate) fn iovecs(addr: u64, cnt: i32) -> Result<Vec<(u64, usize)>, Errno> {
         if cnt < 0 || cnt as usize > IOV_MAX {
             return Err(Errno::EINVAL);
         }
@@ -312,6 +344,11 @@ impl Vfs {
         }
         let ino = match o.target {
             Target::Node(ino) => ino,
+            // Linux's null and zero devices accept any seek and stay at 0.
+            Target::Dev(..) => {
+                self.ofd_mut(i).offset = 0;
+                return Ok(0);
+            }
             _ => return Err(Errno::ESPIPE),
         };
         let off = a.i(1);
@@ -375,7 +412,8 @@ impl Vfs {
                     Target::Node(ino) if self.fs.file_type(ino)? == FileType::Regular => {
                         self.fs.size(ino)?.saturating_sub(o.offset).min(i32::MAX as u64) as i32
                     }
-                    Target::Node(_) => return Err(Errno::ENOTTY),
+                    Target::Node(_) | Target::Dev(..) => return Err(Errno::ENOTTY),
+                    Target::Fifo(ino) => self.pipe(ino).map(|p| p.buf.len() as i32).unwrap_or(0),
                     _ => 0,
                 };
                 umem::write(a.u(2), n)?;
@@ -407,7 +445,7 @@ impl Vfs {
         if p.is_special() || p.trailing {
             return Err(Errno::EISDIR);
         }
-        match self.fs.lookup(p.dir, p.name) {
+        match self.lookup(p.dir, p.name) {
             Ok(ino) => {
                 if flags & O_EXCL != 0 {
                     return Err(Errno::EEXIST);
@@ -473,7 +511,19 @@ impl Vfs {
             FileType::Regular if flags & O_TRUNC != 0 && !path_only && !created => self.fs.truncate(ino, 0)?,
             _ => {}
         }
-        let o = self.new_ofd(Target::Node(ino), (flags & KEEP_FLAGS) | O_LARGEFILE);
+        let target = match self.fs.file_type(ino)? {
+            _ if path_only => Target::Node(ino),
+            FileType::Fifo if ino == self.console[0] => Target::Stdin,
+            FileType::Fifo if ino == self.console[1] => Target::Stdout,
+            FileType::Fifo if ino == self.console[2] => Target::Stderr,
+            FileType::Fifo => {
+                self.fifo_open_check(ino, flags)?;
+                Target::Fifo(ino)
+            }
+            FileType::CharDevice => Target::Dev(ino, crate::dev::device(self.fs.attr(ino)?.rdev)?),
+            _ => Target::Node(ino),
+        };
+        let o = self.new_ofd(target, (flags & KEEP_FLAGS) | O_LARGEFILE);
         self.install(0, o, cloexec)
     }
 
@@ -569,14 +619,14 @@ impl Vfs {
             }
             F_GETOWN | F_SETOWN => Ok(0),
             F_GETPIPE_SZ | F_SETPIPE_SZ => match self.ofd(e.ofd).target {
-                Target::Node(_) => Err(Errno::EBADF),
-                _ => Ok(65536),
+                Target::Node(_) | Target::Dev(..) => Err(Errno::EBADF),
+                _ => Ok(crate::pipe::PIPE_CAP as u64),
             },
             _ => Err(Errno::EINVAL),
         }
     }
 
-    fn sync_fd(&mut self, a: &Args) -> SysResult {
+    pub(crate) fn sync_fd(&mut self, a: &Args) -> SysResult {
         let o = self.ofd(self.ofd_of(a.int(0))?);
         if o.is_path() {
             return Err(Errno::EBADF);
@@ -601,7 +651,7 @@ impl Vfs {
 
     // ---- metadata ------------------------------------------------------
 
-    fn put_stat(&self, t: Target, addr: u64) -> SysResult {
+    pub(crate) fn put_stat(&self, t: Target, addr: u64) -> SysResult {
         let m = self.meta_of_target(t)?;
         umem::write(addr, m.stat())?;
         Ok(0)
@@ -672,8 +722,8 @@ impl Vfs {
     }
 
     fn do_chmod(&mut self, t: Target, mode: u32) -> SysResult {
-        // The pipes' modes are not kept.
-        if let Target::Node(ino) = t {
+        // The standard streams' modes are not kept.
+        if let Some(ino) = t.ino() {
             self.fs.chmod(ino, mode & 0o7777)?;
         }
         Ok(0)
@@ -724,7 +774,7 @@ impl Vfs {
         } else {
             self.target_at(dirfd, path_arg(path_addr)?, flags)?
         };
-        let Target::Node(ino) = t else { return Ok(0) };
+        let Some(ino) = t.ino() else { return Ok(0) };
         if ts[1] == UTIME_OMIT && ts[3] == UTIME_OMIT {
             return Ok(0);
         }
@@ -738,7 +788,7 @@ impl Vfs {
         Ok(0)
     }
 
-    fn do_truncate(&mut self, ino: Ino, len: i64) -> SysResult {
+    pub(crate) fn do_truncate(&mut self, ino: Ino, len: i64) -> SysResult {
         if len < 0 {
             return Err(Errno::EINVAL);
         }

@@ -60,7 +60,7 @@ impl Vfs {
         let mut parts = path.split(|&c| c == b'/').filter(|p| !p.is_empty()).peekable();
         while let Some(name) = parts.next() {
             let last = parts.peek().is_none();
-            let next = self.fs.lookup(cur, name)?;
+            let next = self.lookup(cur, name)?;
             if self.fs.file_type(next)? == FileType::Symlink && (!last || follow || trailing) {
                 *links += 1;
                 if *links > MAXSYMLINKS {
@@ -112,9 +112,9 @@ impl Vfs {
             if dirfd == AT_FDCWD {
                 return Ok(self.cwd);
             }
-            return match self.ofd(self.ofd_of(dirfd)?).target {
-                Target::Node(ino) => Ok(ino),
-                _ => Err(Errno::EBADF),
+            return match self.ofd(self.ofd_of(dirfd)?).target.ino() {
+                Some(ino) => Ok(ino),
+                None => Err(Errno::EBADF),
             };
         }
         let start = self.start_dir(dirfd, path)?;

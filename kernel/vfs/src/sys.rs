@@ -2,10 +2,14 @@
 //! its arguments from user memory through `shoal_plat::umem` and runs on
 //! the process's [`Vfs`](crate::Vfs).
 //!
-//! Beyond the table's current entries, `link`, `linkat` and `flock` are
-//! provided for the syscall table to wire up.
+//! Calls that can block (reads and writes of pipes, opening a FIFO) run
+//! their operation on the state, and when it answers `EAGAIN` for a
+//! blocking descriptor, wait in [`crate::wait`] with the state released,
+//! then try again.
 
-use shoal_plat::{Args, SysResult};
+use shoal_plat::{Args, Errno, SysResult};
+
+pub use crate::poll::{poll, ppoll, pselect6, select};
 
 macro_rules! syscalls {
     ($($name:ident),* $(,)?) => {
@@ -18,9 +22,63 @@ macro_rules! syscalls {
     };
 }
 
+/// Runs `f`; while it answers `EAGAIN` on a blocking pipe `fd`, waits and
+/// runs it again.
+fn blocking(a: &Args, fd: i32, what: &str, f: fn(&mut crate::Vfs, &Args) -> SysResult) -> SysResult {
+    loop {
+        match crate::with(|v| f(v, a)) {
+            Err(Errno::EAGAIN) if crate::with(|v| v.would_block(fd)) => crate::wait::block(what, None)?,
+            r => return r,
+        }
+    }
+}
+
+macro_rules! blocking_io {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("The `", stringify!($name), "` system call (may wait on a pipe).")]
+            pub fn $name(a: &Args) -> SysResult {
+                blocking(a, a.int(0), "a pipe", crate::Vfs::$name)
+            }
+        )*
+    };
+}
+
+blocking_io!(read, write, readv, writev);
+
+/// `sendfile(out_fd, in_fd, offset, count)` (may wait on an output pipe).
+pub fn sendfile(a: &Args) -> SysResult {
+    blocking(a, a.int(0), "a pipe", crate::Vfs::sendfile)
+}
+
+macro_rules! opening {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("The `", stringify!($name), "` system call (may wait for the other end of a FIFO).")]
+            pub fn $name(a: &Args) -> SysResult {
+                loop {
+                    match crate::with(|v| v.$name(a)) {
+                        Err(Errno::EAGAIN) => crate::wait::block("opening a FIFO", None)?,
+                        r => return r,
+                    }
+                }
+            }
+        )*
+    };
+}
+
+opening!(open, openat, creat);
+
+/// `pipe(fds)`.
+pub fn pipe(a: &Args) -> SysResult {
+    crate::with(|v| v.pipe_(a))
+}
+
 syscalls!(
-    read, write, open, close, stat, fstat, lstat, lseek, ioctl, pread64, pwrite64, readv, writev, access, dup,
+    close, stat, fstat, lstat, lseek, ioctl, pread64, pwrite64, access, dup,
     dup2, dup3, fcntl, fsync, fdatasync, truncate, ftruncate, getdents64, getcwd, chdir, fchdir, rename, renameat,
-    renameat2, mkdir, mkdirat, rmdir, creat, unlink, unlinkat, readlink, readlinkat, symlink, symlinkat, chmod,
-    fchmod, fchmodat, umask, openat, newfstatat, statx, faccessat, faccessat2, utimensat, sync, link, linkat, flock,
+    renameat2, mkdir, mkdirat, rmdir, unlink, unlinkat, readlink, readlinkat, symlink, symlinkat, chmod,
+    fchmod, fchmodat, umask, newfstatat, statx, faccessat, faccessat2, utimensat, sync, link, linkat, flock,
+    pipe2, chown, fchown, lchown, fchownat, statfs, fstatfs, utimes, futimesat, fallocate, preadv, pwritev,
+    preadv2, pwritev2, copy_file_range, readahead, fadvise64, mknod, mknodat, getdents, sync_file_range, syncfs,
 );

@@ -629,3 +629,251 @@ fn archive_root_copy_on_write() {
     assert_eq!(stat(&mut v, "/conf", 0).unwrap().st_size, 3);
     assert_eq!(bytes, &pristine[..], "the archive is never written");
 }
+
+fn pipe2(v: &mut Vfs, flags: u32) -> (i32, i32) {
+    let mut fds = [0i32; 2];
+    v.pipe2(&args(&[fds.as_mut_ptr() as u64, flags as u64])).unwrap();
+    (fds[0], fds[1])
+}
+
+#[test]
+fn devices_in_dev() {
+    let mut v = vfs();
+    let st = stat(&mut v, "/dev/null", 0).unwrap();
+    assert_eq!(st.st_mode, 0o020666);
+    assert_eq!(st.st_rdev, 0x103);
+    assert_eq!(stat(&mut v, "/dev/urandom", 0).unwrap().st_rdev, 0x109);
+    let null = open(&mut v, "/dev/null", O_RDWR, 0).unwrap();
+    assert_eq!(read(&mut v, null, 10).unwrap(), b"");
+    assert_eq!(write(&mut v, null, b"abc"), Ok(3));
+    let zero = open(&mut v, "/dev/zero", O_RDONLY, 0).unwrap();
+    assert_eq!(read(&mut v, zero, 5).unwrap(), [0; 5]);
+    let full = open(&mut v, "/dev/full", O_WRONLY, 0).unwrap();
+    assert_eq!(write(&mut v, full, b"x"), Err(Errno::ENOSPC));
+    let r = open(&mut v, "/dev/random", O_RDONLY, 0).unwrap();
+    let (a, b) = (read(&mut v, r, 16).unwrap(), read(&mut v, r, 16).unwrap());
+    assert_ne!(a, b);
+    // The standard streams and /dev/fd/N.
+    let s = stat(&mut v, "/dev/stdout", 0).unwrap();
+    assert_eq!(s.st_mode & 0o170000, 0o010000);
+    assert_eq!(stat(&mut v, "/dev/stdin", AT_SYMLINK_NOFOLLOW).unwrap().st_mode & 0o170000, 0o120000);
+    let out = open(&mut v, "/dev/stdout", O_WRONLY | O_CREAT | O_APPEND, 0o644).unwrap();
+    assert_eq!(v.ofd(v.ofd_of(out).unwrap()).target, Target::Stdout);
+    let f = open(&mut v, "/tmp/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    write(&mut v, f, b"data").unwrap();
+    let again = open(&mut v, &format!("/dev/fd/{f}"), O_RDONLY, 0).unwrap();
+    assert_eq!(read(&mut v, again, 10).unwrap(), b"data");
+    assert_eq!(open(&mut v, "/dev/fd/77", O_RDONLY, 0), Err(Errno::ENOENT));
+}
+
+#[test]
+fn archive_root_gets_devices() {
+    boot_plat();
+    let dir = std::env::temp_dir().join(format!("shoal-vfs-dev-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("dev")).unwrap();
+    std::fs::write(dir.join("dev/keep"), b"k").unwrap();
+    let bytes: &'static [u8] = Box::leak(shoal_archive::pack_dir(&dir).unwrap().into_boxed_slice());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let mut fs = Fs::from_archive(bytes, clock).unwrap();
+    dev::populate(&mut fs);
+    let mut v = Vfs::new(fs);
+    assert!(stat(&mut v, "/dev/keep", 0).is_ok());
+    assert_eq!(stat(&mut v, "/dev/zero", 0).unwrap().st_rdev, 0x105);
+    assert!(stat(&mut v, "/proc/self/fd/0", 0).is_ok());
+}
+
+#[test]
+fn pipes_buffer_eof_epipe_and_nonblocking() {
+    let mut v = vfs();
+    let (r, w) = pipe2(&mut v, O_NONBLOCK);
+    assert_eq!(read(&mut v, r, 4), Err(Errno::EAGAIN));
+    assert!(!v.would_block(r), "O_NONBLOCK: EAGAIN is the answer");
+    assert_eq!(write(&mut v, w, b"hello"), Ok(5));
+    assert_eq!(read(&mut v, r, 3).unwrap(), b"hel");
+    assert_eq!(write(&mut v, r, b"x"), Err(Errno::EBADF));
+    assert_eq!(lseek(&mut v, r, 0, SEEK_SET), Err(Errno::ESPIPE));
+    let big = vec![1u8; 70_000];
+    assert_eq!(write(&mut v, w, &big), Ok(65536 - 2));
+    assert_eq!(write(&mut v, w, b"y"), Err(Errno::EAGAIN));
+    let st = {
+        let mut st = Stat::default();
+        v.fstat(&args(&[r as u64, &mut st as *mut Stat as u64])).unwrap();
+        st
+    };
+    assert_eq!(st.st_mode & 0o170000, 0o010000);
+    assert_eq!(st.st_dev, PIPE_DEV);
+    v.close_fd(w).unwrap();
+    let mut total = 0;
+    loop {
+        let n = read(&mut v, r, 100_000).unwrap().len();
+        if n == 0 {
+            break;
+        }
+        total += n;
+    }
+    assert_eq!(total, 65536);
+    v.close_fd(r).unwrap();
+    assert!(v.pipes.is_empty());
+    // No reader: EPIPE.
+    let (r, w) = pipe2(&mut v, O_CLOEXEC);
+    v.close_fd(r).unwrap();
+    assert_eq!(write(&mut v, w, b"x"), Err(Errno::EPIPE));
+    // Blocking descriptor, empty pipe with a writer: the entry point waits,
+    // and with one thread that is a deadlock (EDEADLK).
+    let (r, _w) = pipe2(&mut v, 0);
+    assert_eq!(read(&mut v, r, 1), Err(Errno::EAGAIN));
+    assert!(v.would_block(r));
+    assert_eq!(crate::wait::block("test", None), Err(Errno::EDEADLK));
+    assert_eq!(v.pipe2(&args(&[0, 0])), Err(Errno::EFAULT));
+    assert_eq!(v.pipe2(&args(&[8, 1])), Err(Errno::EINVAL));
+}
+
+#[test]
+fn named_fifos() {
+    let mut v = vfs();
+    let s = c("/tmp/fifo");
+    v.mknod(&args(&[p(&s), 0o010644, 0])).unwrap();
+    assert_eq!(stat(&mut v, "/tmp/fifo", 0).unwrap().st_mode, 0o010644);
+    assert_eq!(open(&mut v, "/tmp/fifo", O_WRONLY | O_NONBLOCK, 0), Err(Errno::ENXIO));
+    assert_eq!(open(&mut v, "/tmp/fifo", O_RDONLY, 0), Err(Errno::EAGAIN), "would wait for a writer");
+    let r = open(&mut v, "/tmp/fifo", O_RDONLY | O_NONBLOCK, 0).unwrap();
+    let w = open(&mut v, "/tmp/fifo", O_WRONLY, 0).unwrap();
+    write(&mut v, w, b"abc").unwrap();
+    assert_eq!(read(&mut v, r, 10).unwrap(), b"abc");
+    let d = c("/tmp/dev");
+    assert_eq!(v.mknod(&args(&[p(&d), 0o020644, 0x103])), Err(Errno::EPERM));
+    assert_eq!(v.mknod(&args(&[p(&d), 0o100644, 0])), Ok(0));
+    assert_eq!(v.mknod(&args(&[p(&d), 0o100644, 0])), Err(Errno::EEXIST));
+}
+
+#[test]
+fn poll_and_select_readiness() {
+    use crate::poll::*;
+    let mut v = vfs();
+    let (r, w) = pipe2(&mut v, 0);
+    let f = open(&mut v, "/tmp/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    let mut fds = [
+        PollFd { fd: r, events: POLLIN, revents: 0 },
+        PollFd { fd: w, events: POLLOUT, revents: 0 },
+        PollFd { fd: f, events: POLLIN | POLLOUT, revents: 0 },
+        PollFd { fd: 0, events: POLLIN, revents: 0 },
+        PollFd { fd: 1, events: POLLOUT, revents: 0 },
+        PollFd { fd: 500, events: POLLIN, revents: 0 },
+        PollFd { fd: -1, events: POLLIN, revents: 0 },
+    ];
+    assert_eq!(v.poll_scan(&mut fds), 5);
+    assert_eq!(fds[0].revents, 0);
+    assert_eq!(fds[1].revents, POLLOUT);
+    assert_eq!(fds[2].revents, POLLIN | POLLOUT);
+    assert_eq!(fds[3].revents, POLLIN);
+    assert_eq!(fds[4].revents, POLLOUT);
+    assert_eq!(fds[5].revents, POLLNVAL);
+    assert_eq!(fds[6].revents, 0);
+    write(&mut v, w, b"x").unwrap();
+    v.close_fd(w).unwrap();
+    assert_eq!(v.poll_scan(&mut fds[..1]), 1);
+    assert_eq!(fds[0].revents, POLLIN | POLLHUP);
+    let mut sets = [Some(vec![1u64 << r]), Some(vec![1u64 << f]), None];
+    assert_eq!(v.select_scan(64, &mut sets), Ok(2));
+    let mut bad = [Some(vec![1u64 << 40]), None, None];
+    assert_eq!(v.select_scan(64, &mut bad), Err(Errno::EBADF));
+}
+
+#[test]
+fn owners_statfs_times_and_space() {
+    let mut v = vfs();
+    let f = open(&mut v, "/tmp/o", O_CREAT | O_RDWR, 0o644).unwrap();
+    let s = c("/tmp/o");
+    v.fchmod(&args(&[f as u64, 0o6755])).unwrap();
+    v.fchown(&args(&[f as u64, 1000, u32::MAX as u64])).unwrap();
+    let st = stat(&mut v, "/tmp/o", 0).unwrap();
+    assert_eq!((st.st_uid, st.st_gid, st.st_mode & 0o7777), (1000, 0, 0o755));
+    v.chown(&args(&[p(&s), u32::MAX as u64, 9])).unwrap();
+    assert_eq!(stat(&mut v, "/tmp/o", 0).unwrap().st_gid, 9);
+    let mut sf = crate::more::Statfs::default();
+    v.statfs(&args(&[p(&s), &mut sf as *mut _ as u64])).unwrap();
+    assert_eq!(sf.f_type, crate::more::TMPFS_MAGIC);
+    assert_eq!(sf.f_namelen, 255);
+    v.fstatfs(&args(&[1, &mut sf as *mut _ as u64])).unwrap();
+    assert_eq!(sf.f_type, crate::more::PIPEFS_MAGIC);
+    let tv: [i64; 4] = [10, 1, 20, 2];
+    v.utimes(&args(&[p(&s), tv.as_ptr() as u64])).unwrap();
+    let st = stat(&mut v, "/tmp/o", 0).unwrap();
+    assert_eq!((st.st_atime, st.st_atime_nsec, st.st_mtime, st.st_mtime_nsec), (10, 1000, 20, 2000));
+    let bad: [i64; 4] = [10, 1_000_000, 20, 2];
+    assert_eq!(v.utimes(&args(&[p(&s), bad.as_ptr() as u64])), Err(Errno::EINVAL));
+    assert_eq!(v.fallocate(&args(&[f as u64, 0, 100, 900])), Ok(0));
+    assert_eq!(stat(&mut v, "/tmp/o", 0).unwrap().st_size, 1000);
+    assert_eq!(v.fallocate(&args(&[f as u64, 1, 0, 10])), Err(Errno::EOPNOTSUPP));
+    assert_eq!(v.fallocate(&args(&[f as u64, 0, 0, 0])), Err(Errno::EINVAL));
+    assert_eq!(v.fadvise64(&args(&[f as u64, 0, 0, 2])), Ok(0));
+    assert_eq!(v.fadvise64(&args(&[0, 0, 0, 2])), Err(Errno::ESPIPE));
+    assert_eq!(v.sync_file_range(&args(&[f as u64, 0, 0, 8])), Err(Errno::EINVAL));
+    assert_eq!(v.syncfs(&args(&[f as u64])), Ok(0));
+    assert_eq!(v.readahead(&args(&[f as u64, 0, 10])), Ok(0));
+}
+
+#[test]
+fn vector_io_sendfile_and_copies() {
+    let mut v = vfs();
+    let f = open(&mut v, "/tmp/v", O_CREAT | O_RDWR, 0o644).unwrap();
+    let (a, b) = (*b"abc", *b"defg");
+    let iov: [u64; 4] = [a.as_ptr() as u64, 3, b.as_ptr() as u64, 4];
+    assert_eq!(v.pwritev(&args(&[f as u64, iov.as_ptr() as u64, 2, 5])), Ok(7));
+    assert_eq!(lseek(&mut v, f, 0, SEEK_CUR), Ok(0));
+    let (mut x, mut y) = ([0u8; 3], [0u8; 4]);
+    let iov: [u64; 4] = [x.as_mut_ptr() as u64, 3, y.as_mut_ptr() as u64, 4];
+    assert_eq!(v.preadv2(&args(&[f as u64, iov.as_ptr() as u64, 2, 5, 0, 0])), Ok(7));
+    assert_eq!((&x, &y), (b"abc", b"defg"));
+    assert_eq!(v.preadv2(&args(&[f as u64, iov.as_ptr() as u64, 2, 5, 0, 0x100])), Err(Errno::EOPNOTSUPP));
+    // sendfile file -> pipe, with an offset pointer.
+    let (r, w) = pipe2(&mut v, 0);
+    let mut off: i64 = 5;
+    assert_eq!(v.sendfile(&args(&[w as u64, f as u64, &mut off as *mut i64 as u64, 4])), Ok(4));
+    assert_eq!(off, 9);
+    assert_eq!(read(&mut v, r, 10).unwrap(), b"abcd");
+    assert_eq!(v.sendfile(&args(&[r as u64, f as u64, 0, 4])), Err(Errno::EBADF), "output not writable");
+    assert_eq!(v.sendfile(&args(&[w as u64, r as u64, 0, 4])), Err(Errno::EINVAL));
+    // copy_file_range between files.
+    let g = open(&mut v, "/tmp/g", O_CREAT | O_RDWR, 0o644).unwrap();
+    let mut o1: i64 = 8;
+    assert_eq!(v.copy_file_range(&args(&[f as u64, &mut o1 as *mut i64 as u64, g as u64, 0, 100, 0])), Ok(4));
+    assert_eq!(o1, 12);
+    assert_eq!(lseek(&mut v, g, 0, SEEK_CUR), Ok(4));
+    lseek(&mut v, g, 0, SEEK_SET).unwrap();
+    assert_eq!(read(&mut v, g, 10).unwrap(), b"defg");
+    // getdents (old format): d_type in the last byte of each record.
+    let d = open(&mut v, "/dev", O_RDONLY | O_DIRECTORY, 0).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = v.getdents(&args(&[d as u64, buf.as_mut_ptr() as u64, 4096])).unwrap() as usize;
+    let mut off = 0;
+    let mut found = false;
+    while off < n {
+        let reclen = u16::from_le_bytes([buf[off + 16], buf[off + 17]]) as usize;
+        if &buf[off + 18..off + 23] == b"null\0" {
+            assert_eq!(buf[off + reclen - 1], 2, "DT_CHR");
+            found = true;
+        }
+        off += reclen;
+    }
+    assert!(found);
+}
+
+#[test]
+fn file_ops_for_mm() {
+    boot_plat();
+    init();
+    let fd = with(|v| open(v, "/tmp/m", O_CREAT | O_RDWR, 0o644)).unwrap();
+    with(|v| write(v, fd, b"0123456789")).unwrap();
+    let ops = &crate::mmap::OPS;
+    let shoal_mm::file::Mappable::File(ino) = (ops.get)(fd, true).unwrap() else { panic!() };
+    let mut b = [0u8; 4];
+    assert_eq!((ops.read_at)(ino, 8, &mut b), Ok(2));
+    assert_eq!((ops.write_at)(ino, 8, b"XYZW"), Ok(2), "never past the end");
+    (ops.release)(ino);
+    let ro = with(|v| open(v, "/tmp/m", O_RDONLY, 0)).unwrap();
+    assert_eq!((ops.get)(ro, true), Err(Errno::EACCES));
+    assert_eq!((ops.get)(0, false), Err(Errno::ENODEV));
+    let z = with(|v| open(v, "/dev/zero", O_RDONLY, 0)).unwrap();
+    assert_eq!((ops.get)(z, false), Ok(shoal_mm::file::Mappable::Zero));
+}

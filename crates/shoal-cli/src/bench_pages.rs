@@ -1,0 +1,139 @@
+//! `shoal bench pages`: seed 000's memory comparison, statically. Builds
+//! speedtest1 against 8 real SQLite versions under every layout policy and
+//! counts the distinct code + rodata frames the 8 images need.
+
+use anyhow::{Context, Result};
+use serde_json::json;
+use shoal_toolchain::pages::{analyse, PagesReport};
+use shoal_toolchain::sqlite_versions::{prepare_all, SqliteVersion};
+use shoal_toolchain::Paths;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The policies compared, in table order.
+pub const POLICIES: &[&str] = &["default", "dce", "aligned", "delta", "aslr"];
+
+/// Libraries whose pages change with the SQLite version by design.
+fn versioned(lib: &str) -> bool {
+    lib == "sqlite" || lib.starts_with("sqlite-delta") || lib == "tpl"
+}
+
+/// speedtest1 (from Debian's sqlite3 source, via the recipe) compiled once
+/// against the oldest version's header, so every image has the same
+/// application object.
+pub fn speedtest1_object(paths: &Paths, shoal: &Path, oldest: &SqliteVersion) -> Result<PathBuf> {
+    let obj = paths.cache.join("sqlite-versions/obj/speedtest1.o");
+    if obj.is_file() {
+        return Ok(obj);
+    }
+    let recipe = shoal_toolchain::recipe::load(paths, "sqlite-speedtest1")?;
+    let lib = recipe.library.as_ref().context("the sqlite-speedtest1 recipe has no library")?;
+    let src = shoal_toolchain::recipe::fetch(paths, "sqlite-speedtest1", lib)?;
+    let c = src.dir.join("test/speedtest1.c");
+    let tmp = obj.with_extension("o.tmp");
+    let st = Command::new(shoal)
+        .arg("cc")
+        .args(shoal_toolchain::sqlite_versions::CFLAGS)
+        .arg("-I")
+        .arg(&oldest.source)
+        .arg("-c")
+        .arg(&c)
+        .arg("-o")
+        .arg(&tmp)
+        .status()
+        .context("cannot run shoal cc")?;
+    anyhow::ensure!(st.success(), "compiling {} failed", c.display());
+    std::fs::rename(&tmp, &obj)?;
+    Ok(obj)
+}
+
+/// Writes the workspace file of `policy` for the versions and builds it;
+/// returns the images, oldest version first.
+pub fn build_policy(paths: &Paths, dir: &Path, policy: &str, versions: &[SqliteVersion], app: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut ws = format!("policy = \"{policy}\"\nseed = 7\n\n[[library]]\nname = \"sqlite\"\nversions = [\n");
+    for v in versions {
+        ws.push_str(&format!("  {{ version = \"{}\", object = \"{}\" }},\n", v.version, v.object.display()));
+    }
+    ws.push_str("]\n");
+    for v in versions {
+        ws.push_str(&format!(
+            "\n[[image]]\noutput = \"speedtest1-{0}\"\nobjects = [\"{1}\"]\nlibraries = [\"sqlite@{0}\"]\n",
+            v.version,
+            app.display()
+        ));
+    }
+    let file = dir.join("workspace.toml");
+    std::fs::write(&file, ws)?;
+    Ok(shoal_toolchain::workspace::build_workspace(paths, &file)?)
+}
+
+/// Whether every library that does not change with the version is fully
+/// shared in `r`.
+pub fn unchanged_fully_shared(r: &PagesReport) -> bool {
+    r.libraries.iter().filter(|(n, _)| !versioned(n)).all(|(_, s)| s.fully_shared())
+}
+
+pub fn run(json_out: bool, keep: Option<PathBuf>) -> Result<()> {
+    let paths = Paths::discover()?;
+    let shoal = std::env::current_exe()?;
+    if !json_out {
+        eprintln!("shoal bench pages: fetching and compiling 8 SQLite versions (cached after the first run)…");
+    }
+    let versions = prepare_all(&paths, &shoal)?;
+    let app = speedtest1_object(&paths, &shoal, &versions[0])?;
+    let tmp = tempfile::tempdir()?;
+    let root = keep.unwrap_or_else(|| tmp.path().to_path_buf());
+    let mut reports = Vec::new();
+    for p in POLICIES {
+        if !json_out {
+            eprintln!("shoal bench pages: building 8 images with policy {p}…");
+        }
+        let images = build_policy(&paths, &root.join(p), p, &versions, &app)?;
+        reports.push((*p, analyse(&images)?));
+    }
+    let frames = |name: &str| reports.iter().find(|(p, _)| *p == name).map(|(_, r)| r.total.frames).unwrap_or(0);
+    let (def, dce) = (frames("default") as f64, frames("dce") as f64);
+    if json_out {
+        let mut pol = serde_json::Map::new();
+        for (p, r) in &reports {
+            let libs: serde_json::Map<_, _> =
+                r.libraries.iter().map(|(k, v)| (k.clone(), json!({"pages": v.pages, "frames": v.frames, "fully_shared": v.fully_shared()}))).collect();
+            pol.insert(
+                p.to_string(),
+                json!({
+                    "frames": r.total.frames,
+                    "pages": r.total.pages,
+                    "frames_per_image_max": r.total.max_distinct_per_image,
+                    "default_over_this": def / r.total.frames as f64,
+                    "dce_over_this": dce / r.total.frames as f64,
+                    "unchanged_libraries_fully_shared": unchanged_fully_shared(r),
+                    "libraries": libs,
+                }),
+            );
+        }
+        let versions: Vec<&str> = versions.iter().map(|v| v.version.as_str()).collect();
+        println!("{}", serde_json::to_string_pretty(&json!({"images": 8, "sqlite_versions": versions, "policies": pol}))?);
+        return Ok(());
+    }
+    println!("shoal bench pages: speedtest1 linked against SQLite {}", versions.iter().map(|v| v.version.as_str()).collect::<Vec<_>>().join(", "));
+    println!("distinct 4 KiB frames of code + rodata the 8 images need when identical pages are shared");
+    println!("{:<9} {:>8} {:>8} {:>14} {:>14} {:>22}", "policy", "pages", "frames", "default/this", "dce/this", "unchanged libs shared");
+    for (p, r) in &reports {
+        println!(
+            "{:<9} {:>8} {:>8} {:>14.2} {:>14.2} {:>22}",
+            p,
+            r.total.pages,
+            r.total.frames,
+            def / r.total.frames as f64,
+            dce / r.total.frames as f64,
+            if unchanged_fully_shared(r) { "100%" } else { "no" }
+        );
+    }
+    println!("seed 000 (memory of 8 versioned instances): Spacer-Δ needs 2.8× less than default and 2.5× less than DCE.");
+    if let Some((_, r)) = reports.iter().find(|(p, _)| *p == "delta") {
+        println!("\nper library under delta:");
+        print!("{}", r.table());
+    }
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! Real versions of SQLite for the versioning experiments (seed 000): the
+//! amalgamations (`sqlite3/sqlite3.c`) bundled by successive releases of the
+//! `libsqlite3-sys` crate (DESIGN §1). `cargo fetch` puts each crate's
+//! source in cargo's registry cache; nothing is committed. Each version is
+//! compiled once with `shoal cc -c` into the shoal cache.
+
+use crate::{run, Paths, Result, ToolchainError};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// `libsqlite3-sys` releases and the SQLite versions they bundle, oldest
+/// first (checked against each crate's `sqlite3.h` when fetched).
+pub const VERSIONS: &[(&str, &str)] = &[
+    ("0.22.2", "3.35.4"),
+    ("0.24.2", "3.38.2"),
+    ("0.25.2", "3.39.2"),
+    ("0.26.0", "3.41.2"),
+    ("0.27.0", "3.44.0"),
+    ("0.28.0", "3.45.0"),
+    ("0.30.1", "3.46.0"),
+    ("0.31.0", "3.48.0"),
+];
+
+/// The flags every SQLite version is compiled with: the ones that matter
+/// are the same for all versions, so differences come from SQLite itself.
+pub const CFLAGS: &[&str] = &["-O2", "-DSQLITE_THREADSAFE=0", "-DSQLITE_OMIT_LOAD_EXTENSION", "-DSQLITE_DEFAULT_MEMSTATUS=0"];
+
+fn cargo_home() -> PathBuf {
+    match std::env::var_os("CARGO_HOME") {
+        Some(h) => PathBuf::from(h),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo"),
+    }
+}
+
+/// Fetches the `libsqlite3-sys` crate `crate_version` and returns the
+/// directory holding its `sqlite3.c` and `sqlite3.h`.
+pub fn fetch(paths: &Paths, crate_version: &str) -> Result<PathBuf> {
+    let registry = cargo_home().join("registry/src");
+    let find = || -> Option<PathBuf> {
+        std::fs::read_dir(&registry).ok()?.flatten().find_map(|d| {
+            let p = d.path().join(format!("libsqlite3-sys-{crate_version}/sqlite3"));
+            p.join("sqlite3.c").is_file().then_some(p)
+        })
+    };
+    if let Some(p) = find() {
+        return Ok(p);
+    }
+    let proj = paths.cache.join("sqlite-versions/fetch").join(crate_version);
+    std::fs::create_dir_all(proj.join("src")).map_err(|e| ToolchainError::Io(proj.clone(), e))?;
+    let manifest = format!(
+        "[package]\nname = \"fetch-sqlite-{}\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n[dependencies]\nlibsqlite3-sys = {{ version = \"={crate_version}\", features = [\"bundled\"] }}\n\n[workspace]\n",
+        crate_version.replace('.', "-")
+    );
+    std::fs::write(proj.join("Cargo.toml"), manifest).map_err(|e| ToolchainError::Io(proj.clone(), e))?;
+    std::fs::write(proj.join("src/lib.rs"), "").map_err(|e| ToolchainError::Io(proj.clone(), e))?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run(
+        &format!("cargo fetch (libsqlite3-sys {crate_version})"),
+        Command::new(cargo).arg("fetch").arg("--quiet").arg("--manifest-path").arg(proj.join("Cargo.toml")),
+    )?;
+    find().ok_or_else(|| ToolchainError::Input(registry, format!("libsqlite3-sys {crate_version} was fetched but has no sqlite3/sqlite3.c")))
+}
+
+/// The SQLite version a `sqlite3.h` declares.
+pub fn header_version(dir: &Path) -> Result<String> {
+    let h = dir.join("sqlite3.h");
+    let text = std::fs::read_to_string(&h).map_err(|e| ToolchainError::Io(h.clone(), e))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("#define SQLITE_VERSION ").map(|v| v.trim().trim_matches('"').to_string()))
+        .ok_or_else(|| ToolchainError::Input(h, "no SQLITE_VERSION in the header".into()))
+}
+
+/// One compiled version.
+#[derive(Clone, Debug)]
+pub struct SqliteVersion {
+    /// SQLite version, e.g. `3.35.4`.
+    pub version: String,
+    /// The object compiled with `shoal cc -c`.
+    pub object: PathBuf,
+    /// The directory with its `sqlite3.c` and `sqlite3.h`.
+    pub source: PathBuf,
+}
+
+/// Fetches and compiles every version of [`VERSIONS`] (cached), two
+/// compilations at a time.
+pub fn prepare_all(paths: &Paths, shoal: &Path) -> Result<Vec<SqliteVersion>> {
+    let mut out = Vec::new();
+    let mut jobs = Vec::new();
+    for (crate_version, expected) in VERSIONS {
+        let src = fetch(paths, crate_version)?;
+        let version = header_version(&src)?;
+        if version != *expected {
+            return Err(ToolchainError::Input(src, format!("bundles SQLite {version}, expected {expected}")));
+        }
+        let dir = paths.cache.join("sqlite-versions/obj");
+        std::fs::create_dir_all(&dir).map_err(|e| ToolchainError::Io(dir.clone(), e))?;
+        let object = dir.join(format!("sqlite-{version}.o"));
+        if !object.is_file() {
+            jobs.push((src.clone(), object.clone()));
+        }
+        out.push(SqliteVersion { version, object, source: src });
+    }
+    for pair in jobs.chunks(2) {
+        let mut children = Vec::new();
+        for (src, object) in pair {
+            let tmp = object.with_extension("o.tmp");
+            let child = Command::new(shoal)
+                .arg("cc")
+                .args(CFLAGS)
+                .arg("-c")
+                .arg(src.join("sqlite3.c"))
+                .arg("-o")
+                .arg(&tmp)
+                .spawn()
+                .map_err(|e| ToolchainError::Spawn("shoal cc".into(), e))?;
+            children.push((child, tmp, object.clone()));
+        }
+        for (mut child, tmp, object) in children {
+            let status = child.wait().map_err(|e| ToolchainError::Spawn("shoal cc".into(), e))?;
+            if !status.success() {
+                return Err(ToolchainError::Failed(format!("shoal cc {}", object.display()), format!("{status}")));
+            }
+            std::fs::rename(&tmp, &object).map_err(|e| ToolchainError::Io(object.clone(), e))?;
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,117 @@
+//! Special files: the character devices of `/dev`, the links to the
+//! standard streams, and `/proc/self/fd`.
+
+use shoal_plat::Errno;
+use shoal_ramfs::{makedev, FileType, Fs, Ino};
+
+/// What a character device does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    /// `/dev/null` (1, 3): reads end of file, writes vanish.
+    Null,
+    /// `/dev/zero` (1, 5): reads zeros, writes vanish.
+    Zero,
+    /// `/dev/full` (1, 7): reads zeros, writes fail with `ENOSPC`.
+    Full,
+    /// `/dev/random` (1, 8) and `/dev/urandom` (1, 9): the kernel's CSPRNG
+    /// (never blocks: it is seeded at boot); writes are accepted and
+    /// ignored (they would only add entropy).
+    Random,
+}
+
+/// The devices shoal provides: name, major, minor, what.
+const DEVICES: [(&[u8], u32, u32, Device); 5] = [
+    (b"null", 1, 3, Device::Null),
+    (b"zero", 1, 5, Device::Zero),
+    (b"full", 1, 7, Device::Full),
+    (b"random", 1, 8, Device::Random),
+    (b"urandom", 1, 9, Device::Random),
+];
+
+/// The device with number `rdev` (`ENXIO`: no such device, as Linux
+/// answers opening a device node nobody drives).
+pub fn device(rdev: u64) -> Result<Device, Errno> {
+    DEVICES.iter().find(|d| makedev(d.1, d.2) == rdev).map(|d| d.3).ok_or(Errno::ENXIO)
+}
+
+/// Looks up or creates directory `name` in `dir`.
+fn dir_in(fs: &mut Fs, dir: Ino, name: &[u8], perm: u32) -> Option<Ino> {
+    match fs.lookup(dir, name) {
+        Ok(i) if fs.file_type(i).ok()? == FileType::Directory => Some(i),
+        Ok(_) => None,
+        Err(_) => fs.mkdir(dir, name, perm).ok(),
+    }
+}
+
+/// Adds the special files to `fs` (names that exist are left alone).
+pub fn populate(fs: &mut Fs) {
+    let root = fs.root();
+    if let Some(dev) = dir_in(fs, root, b"dev", 0o755) {
+        for (name, major, minor, _) in DEVICES {
+            let _ = fs.mkchardev(dev, name, 0o666, makedev(major, minor));
+        }
+        for (name, target) in [
+            (&b"stdin"[..], &b"/proc/self/fd/0"[..]),
+            (b"stdout", b"/proc/self/fd/1"),
+            (b"stderr", b"/proc/self/fd/2"),
+            (b"fd", b"/proc/self/fd"),
+        ] {
+            let _ = fs.symlink(dev, name, target);
+        }
+    }
+    if let Some(proc_) = dir_in(fs, root, b"proc", 0o555) {
+        if let Some(me) = dir_in(fs, proc_, b"self", 0o555) {
+            dir_in(fs, me, b"fd", 0o500);
+        }
+    }
+}
+
+/// The inode of `/proc/self/fd`, if the root has one.
+pub fn fd_dir(fs: &Fs) -> Option<Ino> {
+    let p = fs.lookup(fs.root(), b"proc").ok()?;
+    let s = fs.lookup(p, b"self").ok()?;
+    let d = fs.lookup(s, b"fd").ok()?;
+    (fs.file_type(d).ok()? == FileType::Directory).then_some(d)
+}
+
+impl crate::Vfs {
+    /// Looks `name` up in directory `dir`; in `/proc/self/fd`, a number
+    /// names what that descriptor refers to.
+    pub(crate) fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Ino, Errno> {
+        if Some(dir) == self.fd_dir && !name.is_empty() && name.iter().all(u8::is_ascii_digit) && name.len() < 8 {
+            let fd: i32 = core::str::from_utf8(name).ok().and_then(|s| s.parse().ok()).ok_or(Errno::ENOENT)?;
+            let t = self.ofd(self.ofd_of(fd).map_err(|_| Errno::ENOENT)?).target;
+            return Ok(match t {
+                crate::Target::Stdin => self.console[0],
+                crate::Target::Stdout => self.console[1],
+                crate::Target::Stderr => self.console[2],
+                other => other.ino().ok_or(Errno::ENOENT)?,
+            });
+        }
+        self.fs.lookup(dir, name)
+    }
+
+    /// Reads from device `d`.
+    pub(crate) fn dev_read(d: Device, buf: &mut [u8]) -> Result<usize, Errno> {
+        match d {
+            Device::Null => Ok(0),
+            Device::Zero | Device::Full => {
+                buf.fill(0);
+                Ok(buf.len())
+            }
+            Device::Random => {
+                // Like Linux's urandom: large reads are served in full.
+                shoal_sysinfo::fill_random(buf);
+                Ok(buf.len())
+            }
+        }
+    }
+
+    /// Writes to device `d`.
+    pub(crate) fn dev_write(d: Device, data: &[u8]) -> Result<usize, Errno> {
+        match d {
+            Device::Full => Err(Errno::ENOSPC),
+            _ => Ok(data.len()),
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! The file operations mm uses for file-backed mappings
+//! (`shoal_mm::file`).
+
+use shoal_mm::file::{FileOps, Mappable};
+use shoal_plat::Errno;
+use shoal_ramfs::FileType;
+
+use crate::abi::O_APPEND;
+use crate::dev::Device;
+use crate::Target;
+
+fn get(fd: i32, shared_write: bool) -> Result<Mappable, Errno> {
+    crate::with(|v| {
+        let o = v.ofd(v.ofd_of(fd)?);
+        if o.is_path() {
+            return Err(Errno::EBADF);
+        }
+        match o.target {
+            Target::Node(ino) if v.fs.file_type(ino)? == FileType::Regular => {
+                if !o.readable() || (shared_write && (!o.writable() || o.flags & O_APPEND != 0)) {
+                    return Err(Errno::EACCES);
+                }
+                v.fs.get_ref(ino);
+                Ok(Mappable::File(ino))
+            }
+            Target::Dev(_, Device::Zero) => Ok(Mappable::Zero),
+            _ if !o.readable() => Err(Errno::EACCES),
+            _ => Err(Errno::ENODEV),
+        }
+    })
+}
+
+fn retain(ino: u64) {
+    crate::with(|v| v.fs.get_ref(ino))
+}
+
+fn release(ino: u64) {
+    crate::with(|v| v.fs.put_ref(ino))
+}
+
+fn read_at(ino: u64, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+    crate::with(|v| v.fs.read(ino, off, buf))
+}
+
+fn write_at(ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
+    crate::with(|v| {
+        let size = v.fs.size(ino)?;
+        let n = (size.saturating_sub(off) as usize).min(data.len());
+        v.fs.write(ino, off, &data[..n])
+    })
+}
+
+/// The table registered with mm at boot.
+pub static OPS: FileOps = FileOps { get, retain, release, read_at, write_at };

@@ -1,0 +1,511 @@
+//! More file-system calls: owners, file-system statistics, old time
+//! calls, space allocation, positioned vector I/O, in-kernel copies,
+//! advice, `mknod`, the old `getdents`.
+
+use alloc::vec::Vec;
+use shoal_plat::{umem, Args, Errno, SysResult};
+use shoal_ramfs::{FileType, Timespec};
+
+use crate::abi::*;
+use crate::{Target, Vfs};
+
+/// `f_type` of tmpfs (what shoal's root is most like).
+pub const TMPFS_MAGIC: i64 = 0x0102_1994;
+/// `f_type` of pipefs (pipes, and the standard streams, which behave
+/// like pipes).
+pub const PIPEFS_MAGIC: i64 = 0x5049_5045;
+
+/// `struct statfs` of x86-64 Linux (120 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Statfs {
+    pub f_type: i64,
+    pub f_bsize: i64,
+    pub f_blocks: u64,
+    pub f_bfree: u64,
+    pub f_bavail: u64,
+    pub f_files: u64,
+    pub f_ffree: u64,
+    pub f_fsid: [i32; 2],
+    pub f_namelen: i64,
+    pub f_frsize: i64,
+    pub f_flags: i64,
+    pub f_spare: [i64; 4],
+}
+
+const S_IFMT: u32 = 0o170000;
+const S_IFREG: u32 = 0o100000;
+const S_IFDIR: u32 = 0o040000;
+const S_IFCHR: u32 = 0o020000;
+const S_IFBLK: u32 = 0o060000;
+const S_IFIFO: u32 = 0o010000;
+const S_IFSOCK: u32 = 0o140000;
+
+impl Vfs {
+    // ---- owners --------------------------------------------------------
+
+    fn do_chown(&mut self, t: Target, uid: u32, gid: u32) -> SysResult {
+        let (u, g) = ((uid != u32::MAX).then_some(uid), (gid != u32::MAX).then_some(gid));
+        let Some(ino) = t.ino() else { return Ok(0) };
+        if u.is_none() && g.is_none() {
+            // Linux still updates the change time.
+            self.fs.chown(ino, None, None)?;
+            return Ok(0);
+        }
+        let a = self.fs.attr(ino)?;
+        self.fs.chown(ino, u, g)?;
+        // A change of owner clears set-user-ID, and set-group-ID when the
+        // group can execute, on non-directories (as Linux does, for root too).
+        if a.ftype != FileType::Directory && a.mode & 0o6000 != 0 {
+            let mut perm = a.mode & 0o7777 & !0o4000;
+            if a.mode & 0o010 != 0 {
+                perm &= !0o2000;
+            }
+            self.fs.chmod(ino, perm)?;
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn chown(&mut self, a: &Args) -> SysResult {
+        let ino = self.resolve_at(AT_FDCWD, path(a.u(0))?, true, false)?;
+        self.do_chown(Target::Node(ino), a.uint(1), a.uint(2))
+    }
+
+    pub(crate) fn lchown(&mut self, a: &Args) -> SysResult {
+        let ino = self.resolve_at(AT_FDCWD, path(a.u(0))?, false, false)?;
+        self.do_chown(Target::Node(ino), a.uint(1), a.uint(2))
+    }
+
+    pub(crate) fn fchown(&mut self, a: &Args) -> SysResult {
+        let o = self.ofd(self.ofd_of(a.int(0))?);
+        if o.is_path() {
+            return Err(Errno::EBADF);
+        }
+        let t = o.target;
+        self.do_chown(t, a.uint(1), a.uint(2))
+    }
+
+    pub(crate) fn fchownat(&mut self, a: &Args) -> SysResult {
+        let flags = a.uint(4);
+        if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let t = self.target_at(a.int(0), path(a.u(1))?, flags)?;
+        self.do_chown(t, a.uint(2), a.uint(3))
+    }
+
+    // ---- statfs --------------------------------------------------------
+
+    fn statfs_of(&self, t: Target) -> Statfs {
+        let pipe = match t {
+            Target::Stdin | Target::Stdout | Target::Stderr => true,
+            Target::Fifo(ino) => self.fs.is_unlinked(ino),
+            _ => false,
+        };
+        let (total, free) = shoal_mm::stats();
+        let (blocks, bfree) = (total / 4096, free / 4096);
+        let used = self.fs.inode_count() as u64;
+        Statfs {
+            f_type: if pipe { PIPEFS_MAGIC } else { TMPFS_MAGIC },
+            f_bsize: 4096,
+            f_blocks: if pipe { 0 } else { blocks },
+            f_bfree: if pipe { 0 } else { bfree },
+            f_bavail: if pipe { 0 } else { bfree },
+            f_files: if pipe { 0 } else { used + bfree },
+            f_ffree: if pipe { 0 } else { bfree },
+            f_fsid: [0, 0],
+            f_namelen: 255,
+            f_frsize: 4096,
+            // ST_VALID | ST_RELATIME (tmpfs mounted with defaults).
+            f_flags: 0x20 | 0x400,
+            f_spare: [0; 4],
+        }
+    }
+
+    pub(crate) fn statfs(&mut self, a: &Args) -> SysResult {
+        let ino = self.resolve_at(AT_FDCWD, path(a.u(0))?, true, false)?;
+        umem::write(a.u(1), self.statfs_of(Target::Node(ino)))?;
+        Ok(0)
+    }
+
+    pub(crate) fn fstatfs(&mut self, a: &Args) -> SysResult {
+        let t = self.ofd(self.ofd_of(a.int(0))?).target;
+        umem::write(a.u(1), self.statfs_of(t))?;
+        Ok(0)
+    }
+
+    // ---- old time calls ------------------------------------------------
+
+    fn do_utimes(&mut self, dirfd: i32, path_addr: u64, times: u64) -> SysResult {
+        let t = self.target_at(dirfd, path(path_addr)?, 0)?;
+        let Some(ino) = t.ino() else { return Ok(0) };
+        let (at, mt) = if times == 0 {
+            let now = self.fs.now();
+            (now, now)
+        } else {
+            let tv: [i64; 4] = umem::read(times)?;
+            for us in [tv[1], tv[3]] {
+                if !(0..1_000_000).contains(&us) {
+                    return Err(Errno::EINVAL);
+                }
+            }
+            (Timespec { sec: tv[0], nsec: tv[1] as u32 * 1000 }, Timespec { sec: tv[2], nsec: tv[3] as u32 * 1000 })
+        };
+        self.fs.set_times(ino, Some(at), Some(mt))?;
+        Ok(0)
+    }
+
+    pub(crate) fn utimes(&mut self, a: &Args) -> SysResult {
+        self.do_utimes(AT_FDCWD, a.u(0), a.u(1))
+    }
+
+    pub(crate) fn futimesat(&mut self, a: &Args) -> SysResult {
+        self.do_utimes(a.int(0), a.u(1), a.u(2))
+    }
+
+    // ---- space ---------------------------------------------------------
+
+    /// `fallocate(fd, mode, offset, len)`: mode 0 only (others
+    /// `EOPNOTSUPP`); extends the file to `offset + len` if shorter.
+    pub(crate) fn fallocate(&mut self, a: &Args) -> SysResult {
+        let (mode, off, len) = (a.int(1), a.i(2), a.i(3));
+        let o = self.ofd(self.ofd_of(a.int(0))?);
+        if off < 0 || len <= 0 {
+            return Err(Errno::EINVAL);
+        }
+        if !o.writable() {
+            return Err(Errno::EBADF);
+        }
+        let ino = match o.target {
+            Target::Node(ino) => match self.fs.file_type(ino)? {
+                FileType::Regular => ino,
+                FileType::Directory => return Err(Errno::EISDIR),
+                _ => return Err(Errno::ENODEV),
+            },
+            Target::Fifo(_) | Target::Stdin | Target::Stdout | Target::Stderr => return Err(Errno::ESPIPE),
+            Target::Dev(..) => return Err(Errno::ENODEV),
+        };
+        if mode != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let end = off.checked_add(len).ok_or(Errno::EFBIG)? as u64;
+        if end > self.fs.size(ino)? {
+            self.fs.truncate(ino, end)?;
+        }
+        Ok(0)
+    }
+
+    // ---- positioned vector I/O ------------------------------------------
+
+    fn vec_io(&mut self, a: &Args, pos: Option<i64>, flags: u32, write: bool) -> SysResult {
+        const KNOWN: u32 = 0x1 | 0x2 | 0x4 | 0x8 | 0x10; // RWF_HIPRI, DSYNC, SYNC, NOWAIT, APPEND
+        if flags & !KNOWN != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let i = self.ofd_of(a.int(0))?;
+        let o = self.ofd(i);
+        if (write && !o.writable()) || (!write && !o.readable()) {
+            return Err(Errno::EBADF);
+        }
+        let mut pos = match pos {
+            None | Some(-1) => None,
+            Some(p) => Some(self.pos_arg(i, p)?),
+        };
+        let iov = Self::iovecs(a.u(1), a.int(2))?;
+        let mut total = 0usize;
+        for (base, len) in iov {
+            let r = if write {
+                self.do_write(i, umem::slice(base, len)?, pos)
+            } else {
+                self.do_read(i, umem::slice_mut(base, len)?, pos)
+            };
+            let n = match r {
+                Ok(n) => n,
+                Err(e) if total == 0 => return Err(e),
+                Err(_) => break,
+            };
+            total += n;
+            if let Some(p) = pos.as_mut() {
+                *p += n as u64;
+            }
+            if n < len {
+                break;
+            }
+        }
+        Ok(total as u64)
+    }
+
+    pub(crate) fn preadv(&mut self, a: &Args) -> SysResult {
+        self.vec_io(a, Some(a.i(3)).filter(|&p| p != -1).or(Some(-2)), 0, false)
+    }
+
+    pub(crate) fn pwritev(&mut self, a: &Args) -> SysResult {
+        self.vec_io(a, Some(a.i(3)).filter(|&p| p != -1).or(Some(-2)), 0, true)
+    }
+
+    pub(crate) fn preadv2(&mut self, a: &Args) -> SysResult {
+        self.vec_io(a, Some(a.i(3)), a.uint(5), false)
+    }
+
+    pub(crate) fn pwritev2(&mut self, a: &Args) -> SysResult {
+        self.vec_io(a, Some(a.i(3)), a.uint(5), true)
+    }
+
+    // ---- in-kernel copies ----------------------------------------------
+
+    /// Copies up to `count` bytes from description `src` (at `*src_pos`
+    /// if given, else its offset) to `dst` (at `dst_pos`, else its offset).
+    fn copy(&mut self, src: usize, mut src_pos: Option<u64>, dst: usize, mut dst_pos: Option<u64>, count: usize) -> Result<(usize, Option<u64>, Option<u64>), Errno> {
+        let mut buf = alloc::vec![0u8; count.min(65536)];
+        let mut total = 0;
+        while total < count {
+            let want = (count - total).min(buf.len());
+            let n = match self.do_read(src, &mut buf[..want], src_pos) {
+                Ok(n) => n,
+                Err(e) if total == 0 => return Err(e),
+                Err(_) => break,
+            };
+            if n == 0 {
+                break;
+            }
+            let w = match self.do_write(dst, &buf[..n], dst_pos) {
+                Ok(w) => w,
+                Err(e) if total == 0 => return Err(e),
+                Err(_) => 0,
+            };
+            total += w;
+            if let Some(p) = src_pos.as_mut() {
+                *p += w as u64;
+            }
+            if let Some(p) = dst_pos.as_mut() {
+                *p += w as u64;
+            }
+            if w < n {
+                // Give back what was read but not written.
+                if src_pos.is_none() {
+                    let o = self.ofd_mut(src);
+                    if matches!(o.target, Target::Node(_)) {
+                        o.offset -= (n - w) as u64;
+                    }
+                }
+                break;
+            }
+        }
+        Ok((total, src_pos, dst_pos))
+    }
+
+    /// `sendfile(out_fd, in_fd, offset, count)`: the input must be a
+    /// regular file or a device (`EINVAL` otherwise, as Linux), the output
+    /// anything writable but an `O_APPEND` file.
+    pub(crate) fn sendfile(&mut self, a: &Args) -> SysResult {
+        let (out_fd, in_fd, off_addr) = (a.int(0), a.int(1), a.u(2));
+        let src = self.ofd_of(in_fd)?;
+        let dst = self.ofd_of(out_fd)?;
+        if !self.ofd(src).readable() || !self.ofd(dst).writable() {
+            return Err(Errno::EBADF);
+        }
+        match self.ofd(src).target {
+            Target::Node(ino) if self.fs.file_type(ino)? == FileType::Regular => {}
+            Target::Dev(..) => {}
+            _ => return Err(Errno::EINVAL),
+        }
+        if self.ofd(dst).flags & O_APPEND != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let pos = if off_addr != 0 {
+            let p: i64 = umem::read(off_addr)?;
+            if p < 0 {
+                return Err(Errno::EINVAL);
+            }
+            Some(p as u64)
+        } else {
+            None
+        };
+        let (n, pos, _) = self.copy(src, pos, dst, None, a.usize(3).min(MAX_RW_COUNT))?;
+        if let Some(p) = pos {
+            umem::write(off_addr, p as i64)?;
+        }
+        Ok(n as u64)
+    }
+
+    /// `copy_file_range(fd_in, off_in, fd_out, off_out, len, flags)`
+    /// between regular files.
+    pub(crate) fn copy_file_range(&mut self, a: &Args) -> SysResult {
+        if a.uint(5) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let src = self.ofd_of(a.int(0))?;
+        let dst = self.ofd_of(a.int(2))?;
+        if !self.ofd(src).readable() || !self.ofd(dst).writable() || self.ofd(dst).flags & O_APPEND != 0 {
+            return Err(Errno::EBADF);
+        }
+        let (si, di) = match (self.ofd(src).target, self.ofd(dst).target) {
+            (Target::Node(s), Target::Node(d)) => (s, d),
+            _ => return Err(Errno::EINVAL),
+        };
+        for ino in [si, di] {
+            match self.fs.file_type(ino)? {
+                FileType::Regular => {}
+                FileType::Directory => return Err(Errno::EISDIR),
+                _ => return Err(Errno::EINVAL),
+            }
+        }
+        let rd = |addr: u64| -> Result<Option<u64>, Errno> {
+            if addr == 0 {
+                return Ok(None);
+            }
+            let p: i64 = umem::read(addr)?;
+            if p < 0 {
+                return Err(Errno::EINVAL);
+            }
+            Ok(Some(p as u64))
+        };
+        let (sp, dp) = (rd(a.u(1))?, rd(a.u(3))?);
+        let len = a.usize(4).min(MAX_RW_COUNT);
+        if si == di {
+            let s = sp.unwrap_or(self.ofd(src).offset);
+            let d = dp.unwrap_or(self.ofd(dst).offset);
+            if s < d.saturating_add(len as u64) && d < s.saturating_add(len as u64) {
+                return Err(Errno::EINVAL);
+            }
+        }
+        let (n, sp2, dp2) = self.copy(src, sp, dst, dp, len)?;
+        if let Some(p) = sp2 {
+            umem::write(a.u(1), p as i64)?;
+        }
+        if let Some(p) = dp2 {
+            umem::write(a.u(3), p as i64)?;
+        }
+        Ok(n as u64)
+    }
+
+    // ---- advice and syncing ----------------------------------------------
+
+    /// A descriptor that advice applies to: `EBADF` if not open (or a
+    /// path descriptor), `ESPIPE` for pipes.
+    fn advice_target(&self, fd: i32) -> Result<Target, Errno> {
+        let o = self.ofd(self.ofd_of(fd)?);
+        if o.is_path() {
+            return Err(Errno::EBADF);
+        }
+        match o.target {
+            Target::Fifo(_) | Target::Stdin | Target::Stdout | Target::Stderr => Err(Errno::ESPIPE),
+            t => Ok(t),
+        }
+    }
+
+    pub(crate) fn readahead(&mut self, a: &Args) -> SysResult {
+        let o = self.ofd(self.ofd_of(a.int(0))?);
+        if !o.readable() {
+            return Err(Errno::EBADF);
+        }
+        match o.target {
+            Target::Node(ino) if self.fs.file_type(ino)? == FileType::Regular => Ok(0),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    pub(crate) fn fadvise64(&mut self, a: &Args) -> SysResult {
+        self.advice_target(a.int(0))?;
+        if a.i(2) < 0 || !(0..=5).contains(&a.int(3)) {
+            return Err(Errno::EINVAL);
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn sync_file_range(&mut self, a: &Args) -> SysResult {
+        if a.uint(3) & !7 != 0 || a.i(1) < 0 || a.i(2) < 0 {
+            return Err(Errno::EINVAL);
+        }
+        self.advice_target(a.int(0))?;
+        Ok(0)
+    }
+
+    pub(crate) fn syncfs(&mut self, a: &Args) -> SysResult {
+        self.ofd_of(a.int(0))?;
+        Ok(0)
+    }
+
+    // ---- mknod ---------------------------------------------------------
+
+    /// `mknod`: regular files and FIFOs; devices and directories are
+    /// `EPERM` (shoal's devices are the ones in `/dev`), sockets too.
+    fn do_mknod(&mut self, dirfd: i32, path_addr: u64, mode: u32) -> SysResult {
+        let path = path(path_addr)?;
+        let kind = mode & S_IFMT;
+        match kind {
+            0 | S_IFREG | S_IFIFO => {}
+            S_IFCHR | S_IFBLK | S_IFDIR | S_IFSOCK => return Err(Errno::EPERM),
+            _ => return Err(Errno::EINVAL),
+        }
+        let start = self.start_dir(dirfd, path)?;
+        let p = self.walk_parent(start, path, &mut 0)?;
+        if p.is_special() || p.trailing {
+            return Err(Errno::EEXIST);
+        }
+        let perm = mode & 0o7777 & !self.umask;
+        if kind == S_IFIFO {
+            self.fs.mkfifo(p.dir, p.name, perm)?;
+        } else {
+            self.fs.create_file(p.dir, p.name, perm)?;
+        }
+        Ok(0)
+    }
+
+    pub(crate) fn mknod(&mut self, a: &Args) -> SysResult {
+        self.do_mknod(AT_FDCWD, a.u(0), a.uint(1))
+    }
+
+    pub(crate) fn mknodat(&mut self, a: &Args) -> SysResult {
+        self.do_mknod(a.int(0), a.u(1), a.uint(2))
+    }
+
+    // ---- the old getdents ------------------------------------------------
+
+    /// `getdents(fd, buf, count)` with `struct linux_dirent` (`d_type` in
+    /// the record's last byte).
+    pub(crate) fn getdents(&mut self, a: &Args) -> SysResult {
+        let i = self.ofd_of(a.int(0))?;
+        let o = self.ofd(i);
+        if o.is_path() {
+            return Err(Errno::EBADF);
+        }
+        let Target::Node(dir) = o.target else { return Err(Errno::ENOTDIR) };
+        if self.fs.file_type(dir)? != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        let cap = a.usize(2).min(i32::MAX as usize);
+        let buf = umem::slice_mut(a.u(1), cap)?;
+        let mut out: Vec<u8> = Vec::new();
+        let mut pos = o.offset;
+        let mut any = false;
+        let mut small = false;
+        self.fs.readdir(dir, pos, |next, name, ino, dtype| {
+            let reclen = (18 + name.len() + 2 + 7) & !7;
+            if out.len() + reclen > cap {
+                small = !any;
+                return false;
+            }
+            out.extend_from_slice(&ino.to_le_bytes());
+            out.extend_from_slice(&next.to_le_bytes());
+            out.extend_from_slice(&(reclen as u16).to_le_bytes());
+            out.extend_from_slice(name);
+            out.resize(out.len() + reclen - 18 - name.len() - 1, 0);
+            out.push(dtype);
+            pos = next;
+            any = true;
+            true
+        })?;
+        if small {
+            return Err(Errno::EINVAL);
+        }
+        buf[..out.len()].copy_from_slice(&out);
+        self.ofd_mut(i).offset = pos;
+        self.fs.touch_atime(dir);
+        Ok(out.len() as u64)
+    }
+}
+
+fn path(addr: u64) -> Result<&'static [u8], Errno> {
+    umem::cstr(addr, PATH_MAX - 1)
+}

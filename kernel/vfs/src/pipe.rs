@@ -1,0 +1,167 @@
+//! Pipes: `pipe`, `pipe2` and named FIFOs.
+
+use alloc::collections::VecDeque;
+use shoal_plat::{umem, Args, Errno, SysResult};
+use shoal_ramfs::Ino;
+
+use crate::abi::*;
+use crate::{Target, Vfs};
+
+/// Bytes a pipe holds (Linux's default pipe size, `F_GETPIPE_SZ`).
+pub const PIPE_CAP: usize = 65536;
+/// Writes of at most this many bytes are atomic.
+pub const PIPE_BUF: usize = 4096;
+
+/// The state of one pipe with at least one open end.
+#[derive(Debug, Default)]
+pub(crate) struct Pipe {
+    pub buf: VecDeque<u8>,
+    /// Open file descriptions that can read / write it.
+    pub readers: u32,
+    pub writers: u32,
+}
+
+impl Pipe {
+    pub fn space(&self) -> usize {
+        PIPE_CAP - self.buf.len()
+    }
+}
+
+impl Vfs {
+    /// Counts a new description of pipe `ino`.
+    pub(crate) fn pipe_open(&mut self, ino: Ino, flags: u32) {
+        let p = self.pipes.entry(ino).or_default();
+        match flags & O_ACCMODE {
+            O_RDONLY => p.readers += 1,
+            O_WRONLY => p.writers += 1,
+            _ => {
+                p.readers += 1;
+                p.writers += 1;
+            }
+        }
+        crate::wait::wake(ino);
+    }
+
+    /// Drops a description of pipe `ino`; the data goes when the last end
+    /// is closed.
+    pub(crate) fn pipe_close(&mut self, ino: Ino, flags: u32) {
+        let Some(p) = self.pipes.get_mut(&ino) else { return };
+        match flags & O_ACCMODE {
+            O_RDONLY => p.readers -= 1,
+            O_WRONLY => p.writers -= 1,
+            _ => {
+                p.readers -= 1;
+                p.writers -= 1;
+            }
+        }
+        if p.readers == 0 && p.writers == 0 {
+            self.pipes.remove(&ino);
+        }
+        crate::wait::wake(ino);
+    }
+
+    pub(crate) fn pipe(&self, ino: Ino) -> Option<&Pipe> {
+        self.pipes.get(&ino)
+    }
+
+    /// Reads from pipe `ino`: `EAGAIN` when empty with a writer left (the
+    /// caller decides whether to wait), 0 at end of file.
+    pub(crate) fn pipe_read(&mut self, ino: Ino, buf: &mut [u8]) -> Result<usize, Errno> {
+        let p = self.pipes.get_mut(&ino).ok_or(Errno::EBADF)?;
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if p.buf.is_empty() {
+            return if p.writers == 0 { Ok(0) } else { Err(Errno::EAGAIN) };
+        }
+        let n = buf.len().min(p.buf.len());
+        for (d, s) in buf.iter_mut().zip(p.buf.drain(..n)) {
+            *d = s;
+        }
+        crate::wait::wake(ino);
+        Ok(n)
+    }
+
+    /// Writes to pipe `ino`: `EPIPE` without readers; writes of at most
+    /// `PIPE_BUF` bytes go in whole or not at all; `EAGAIN` when nothing
+    /// can be written now.
+    pub(crate) fn pipe_write(&mut self, ino: Ino, data: &[u8]) -> Result<usize, Errno> {
+        let p = self.pipes.get_mut(&ino).ok_or(Errno::EBADF)?;
+        if p.readers == 0 {
+            return Err(Errno::EPIPE);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let space = p.space();
+        if space == 0 || (data.len() <= PIPE_BUF && space < data.len()) {
+            return Err(Errno::EAGAIN);
+        }
+        let n = data.len().min(space);
+        p.buf.extend(&data[..n]);
+        crate::wait::wake(ino);
+        Ok(n)
+    }
+
+    /// Whether an `EAGAIN` from `fd` means "wait and retry": a pipe
+    /// opened without `O_NONBLOCK`.
+    pub(crate) fn would_block(&self, fd: i32) -> bool {
+        match self.ofd_of(fd) {
+            Ok(i) => {
+                let o = self.ofd(i);
+                matches!(o.target, Target::Fifo(_)) && o.flags & O_NONBLOCK == 0
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// `pipe2(fds, flags)`.
+    pub(crate) fn pipe2(&mut self, a: &Args) -> SysResult {
+        let flags = a.uint(1);
+        if flags & !(O_CLOEXEC | O_NONBLOCK | O_DIRECT) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        umem::check(a.u(0), 8)?;
+        let ino = self.fs.create_unnamed_fifo();
+        let st = flags & (O_NONBLOCK | O_DIRECT);
+        let r = self.new_ofd(Target::Fifo(ino), O_RDONLY | st);
+        let w = self.new_ofd(Target::Fifo(ino), O_WRONLY | st);
+        self.fs.put_ref(ino); // the descriptions hold their own
+        let cloexec = flags & O_CLOEXEC != 0;
+        let rfd = match self.install(0, r, cloexec) {
+            Ok(fd) => fd,
+            Err(e) => {
+                self.ofds[w].as_mut().expect("ofd").refs = 1;
+                self.put_ofd(w);
+                return Err(e);
+            }
+        };
+        let wfd = match self.install(0, w, cloexec) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let _ = self.close_fd(rfd as i32);
+                return Err(e);
+            }
+        };
+        umem::write(a.u(0), [rfd as i32, wfd as i32])?;
+        Ok(0)
+    }
+
+    /// `pipe(fds)`.
+    pub(crate) fn pipe_(&mut self, a: &Args) -> SysResult {
+        self.pipe2(&Args([a.u(0), 0, 0, 0, 0, 0]))
+    }
+
+    /// Opening a FIFO with access `flags`: `Ok(())` to go on, `EAGAIN` to
+    /// wait for the other end, `ENXIO` for a non-blocking writer without
+    /// readers (Linux semantics).
+    pub(crate) fn fifo_open_check(&self, ino: Ino, flags: u32) -> Result<(), Errno> {
+        let (r, w) = self.pipes.get(&ino).map(|p| (p.readers, p.writers)).unwrap_or((0, 0));
+        match flags & O_ACCMODE {
+            O_RDONLY if w == 0 && flags & O_NONBLOCK == 0 => Err(Errno::EAGAIN),
+            O_WRONLY if r == 0 && flags & O_NONBLOCK != 0 => Err(Errno::ENXIO),
+            O_WRONLY if r == 0 => Err(Errno::EAGAIN),
+            _ => Ok(()),
+        }
+    }
+}
