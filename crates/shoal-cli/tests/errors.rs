@@ -97,3 +97,32 @@ fn cc_reports_missing_sources_and_libraries() {
     let o = output(shoal().arg("cc").arg(app("hello.c")).arg("-o").arg(dir.path().join("y")).arg("-lnosuchlib"));
     assert_clean_error(&o, "-lnosuchlib");
 }
+
+#[test]
+fn guest_crashes_are_reported_with_their_cause() {
+    let dir = scratch();
+    let src = dir.path().join("crash.c");
+    // argv[1] picks the crash; each is a real bug a C program can have.
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <string.h>\nint main(int argc, char **argv) {\n\
+         printf(\"start\\n\"); fflush(stdout);\n\
+         if (!strcmp(argv[1], \"wild\")) { volatile int *p = (int *)0x7; return *p; }\n\
+         if (!strcmp(argv[1], \"ud2\")) { __builtin_trap(); }\n\
+         if (!strcmp(argv[1], \"code\")) { volatile unsigned char *c = (unsigned char *)(void *)main; c[0] = 0xc3; }\n\
+         printf(\"survived\\n\"); return 0; }\n",
+    )
+    .unwrap();
+    let image = build_image(&src, dir.path(), &[]);
+    for tender in tenders() {
+        for (what, status) in [("wild", 139), ("ud2", 132), ("code", 139)] {
+            let o = output(shoal_run(tender).arg(&image).args(["--", what]));
+            assert_eq!(stdout(&o), "start\n", "{tender} {what}: the guest went on");
+            assert_eq!(o.status.code(), Some(status), "{tender} {what}: stderr: {}", stderr(&o));
+            let err = stderr(&o);
+            assert!(err.starts_with("shoal: ") && err.lines().count() == 1, "{tender} {what}: unclear message: {err}");
+            assert!(err.contains("rip"), "{tender} {what}: no faulting instruction in: {err}");
+            assert!(!err.contains("panicked"));
+        }
+    }
+}
