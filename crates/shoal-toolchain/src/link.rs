@@ -60,6 +60,11 @@ pub struct BuildSpec {
     pub wrap: Vec<String>,
     /// The image's trampoline table (the `tpl` library), if any.
     pub trampolines: Vec<Trampoline>,
+    /// Symbols forced into the link (`-u`), so that every image of a
+    /// workspace takes the same members from the shared archives.
+    pub undefined: Vec<String>,
+    /// Write ld's link map here (which archive members were taken).
+    pub map_file: Option<PathBuf>,
 }
 
 impl BuildSpec {
@@ -238,6 +243,12 @@ pub fn build(paths: &Paths, spec: &BuildSpec) -> Result<Manifest> {
     }
     for w in &spec.wrap {
         cmd.arg(format!("-Wl,--wrap={w}"));
+    }
+    for u in &spec.undefined {
+        cmd.arg(format!("-Wl,-u,{u}"));
+    }
+    if let Some(m) = &spec.map_file {
+        cmd.arg(format!("-Wl,-Map={}", m.display()));
     }
     cmd.arg("-o")
         .arg(&spec.output)

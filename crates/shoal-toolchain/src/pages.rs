@@ -60,7 +60,20 @@ pub fn analyse(images: &[PathBuf]) -> Result<PagesReport> {
     let mut libs: BTreeMap<String, (Sharing, BTreeSet<String>)> = BTreeMap::new();
     let mut all = BTreeSet::new();
     let mut total = Sharing { images: images.len(), ..Default::default() };
+    // `shoal pages dir/*` also names the manifests: take each image once.
+    let mut list: Vec<PathBuf> = Vec::new();
     for img in images {
+        let s = img.to_string_lossy();
+        let img = match s.strip_suffix(".manifest.json") {
+            Some(stem) => PathBuf::from(stem),
+            None => img.clone(),
+        };
+        if !list.contains(&img) {
+            list.push(img);
+        }
+    }
+    total.images = list.len();
+    for img in &list {
         if !img.is_file() {
             return Err(ToolchainError::Input(img.clone(), "no such image".into()));
         }
@@ -107,7 +120,7 @@ pub fn analyse(images: &[PathBuf]) -> Result<PagesReport> {
             (k, s)
         })
         .collect();
-    Ok(PagesReport { images: images.len(), libraries, total })
+    Ok(PagesReport { images: list.len(), libraries, total })
 }
 
 impl PagesReport {

@@ -582,6 +582,21 @@ fn fresh_dir(d: &Path) -> Result<()> {
     io(d, fs::create_dir_all(d))
 }
 
+/// Removes the stale builds next to `keep`: `prefix` followed by another key.
+fn remove_stale(keep: &Path, prefix: &str) {
+    let Some(root) = keep.parent() else { return };
+    for ent in fs::read_dir(root).into_iter().flatten().flatten() {
+        let p = ent.path();
+        let n = ent.file_name().to_string_lossy().to_string();
+        let other_key = n
+            .strip_prefix(prefix)
+            .is_some_and(|k| k.len() == 16 && k.chars().all(|c| c.is_ascii_hexdigit()));
+        if p != keep && other_key && p.is_dir() {
+            let _ = fs::remove_dir_all(&p);
+        }
+    }
+}
+
 fn require_musl_gcc(recipe: &str) -> Result<()> {
     require_tool(recipe, "musl-gcc", "musl-tools")
 }
@@ -612,6 +627,7 @@ pub fn build_library(paths: &Paths, recipe: &Recipe) -> Result<Option<BuiltLibra
     }
     let log = Log::new(paths, &recipe.name)?;
     log.write(&format!("== library {} {} for recipe {} in {}\n", lib.name, source.upstream_version, recipe.name, dir.display()));
+    remove_stale(&dir, &format!("{}-{}-", lib.name, source.upstream_version));
     fresh_dir(&dir)?;
     let gen = dir.join("gen");
     let (s_dir, n_dir) = (dir.join("shoal"), dir.join("native"));
@@ -698,6 +714,7 @@ fn build_app(paths: &Paths, recipe: &Recipe, library: Option<&BuiltLibrary>) -> 
     }
     let log = Log::new(paths, &recipe.name)?;
     log.write(&format!("== application of recipe {} in {}\n", recipe.name, dir.display()));
+    remove_stale(&dir, &format!("app-{}-", recipe.name));
     fresh_dir(&dir)?;
     for d in [&s_dir, &n_dir] {
         io(d, fs::create_dir_all(d))?;

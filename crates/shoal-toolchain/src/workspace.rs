@@ -434,7 +434,25 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
             }
         }
         _ => {
-            // Pass 1: measure.
+            // Pass 1: which members of the shared archives each image
+            // takes. Images of different versions may take different
+            // members (a newer SQLite calls more of libc); every image
+            // then takes the union, so the shared libraries hold the same
+            // code everywhere.
+            let mut members = BTreeSet::new();
+            for (i, p) in planned.iter().enumerate() {
+                let mut spec = p.spec.clone();
+                spec.output = scratch.path().join(format!("pass0-{i}"));
+                let map = scratch.path().join(format!("pass0-{i}.map"));
+                spec.map_file = Some(map.clone());
+                build(paths, &spec)?;
+                members.extend(archive_members_taken(&map)?);
+            }
+            let undefined = forcing_symbols(paths, &members)?;
+            for p in &mut planned {
+                p.spec.undefined = undefined.clone();
+            }
+            // Pass 2: measure.
             let mut sizes = Sizes::default();
             for (i, p) in planned.iter().enumerate() {
                 let mut spec = p.spec.clone();
@@ -463,6 +481,73 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
         }
     }
     Ok(planned.into_iter().map(|p| p.spec.output).collect())
+}
+
+/// The shared archives whose members every image of a workspace takes
+/// alike, by the file names `crate::link` gives them.
+const SHARED_ARCHIVES: &[&str] = &["shoal-libc.a", "shoal-kernel.a", "shoal-libgcc.a"];
+
+/// (archive, member) pairs a link took, from ld's link map.
+fn archive_members_taken(map: &Path) -> Result<BTreeSet<(String, String)>> {
+    let text = std::fs::read_to_string(map).map_err(|e| ToolchainError::Io(map.to_path_buf(), e))?;
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        if line.starts_with("Discarded input sections") || line.starts_with("Memory Configuration") {
+            break;
+        }
+        if line.starts_with(char::is_whitespace) || !line.ends_with(')') {
+            continue;
+        }
+        let Some(open) = line.find(".a(") else { continue };
+        let archive_path = &line[..open + 2];
+        let member = &line[open + 3..line.len() - 1];
+        let archive = archive_path.rsplit('/').next().unwrap_or(archive_path);
+        if SHARED_ARCHIVES.contains(&archive) {
+            out.insert((archive.to_string(), member.to_string()));
+        }
+    }
+    Ok(out)
+}
+
+/// One global symbol defined by each of `members`, so that `-u SYMBOL`
+/// takes that member into every link.
+fn forcing_symbols(paths: &Paths, members: &BTreeSet<(String, String)>) -> Result<Vec<String>> {
+    let files = [
+        ("shoal-libc.a", paths.sysroot().join("lib/libc.a")),
+        ("shoal-kernel.a", paths.kernel_lib()),
+    ];
+    let mut out = Vec::new();
+    for (name, file) in files {
+        let wanted: BTreeSet<&str> = members.iter().filter(|(a, _)| a == name).map(|(_, m)| m.as_str()).collect();
+        if wanted.is_empty() {
+            continue;
+        }
+        let data = std::fs::read(&file).map_err(|e| ToolchainError::Io(file.clone(), e))?;
+        let ar = object::read::archive::ArchiveFile::parse(&*data)
+            .map_err(|e| ToolchainError::Input(file.clone(), format!("not an archive: {e}")))?;
+        let mut offsets = BTreeMap::new();
+        for m in ar.members() {
+            let m = m.map_err(|e| ToolchainError::Input(file.clone(), format!("bad member: {e}")))?;
+            offsets.insert(m.file_range().0, String::from_utf8_lossy(m.name()).to_string());
+        }
+        let mut found = BTreeSet::new();
+        if let Ok(Some(symbols)) = ar.symbols() {
+            for sym in symbols.flatten() {
+                // The symbol table points at member headers; match by the
+                // member whose data follows the header.
+                let at = sym.offset().0;
+                let member = offsets.range(at..).next().map(|(_, n)| n.clone());
+                if let Some(member) = member {
+                    if wanted.contains(member.as_str()) && found.insert(member) {
+                        out.push(String::from_utf8_lossy(sym.name()).to_string());
+                    }
+                }
+            }
+        }
+    }
+    // libgcc members are taken on demand; its helpers are tiny and only
+    // the application libraries call them.
+    Ok(out)
 }
 
 /// Where the delta objects of `lib` for the workspace `ws_path` are kept.
