@@ -249,6 +249,13 @@ fn real_main() -> Result<i32> {
 }
 
 fn main() -> ExitCode {
+    // Rust ignores SIGPIPE, which turns `shoal inspect IMG | head` into a
+    // panic on the next print; a command-line tool should just stop.
+    // SAFETY: setting a signal disposition to SIG_DFL before any thread is
+    // started has no memory-safety preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     match real_main() {
         Ok(status) => ExitCode::from((status & 0xff) as u8),
         Err(e) => {
