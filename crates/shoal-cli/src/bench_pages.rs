@@ -2,13 +2,12 @@
 //! speedtest1 against 8 real SQLite versions under every layout policy and
 //! counts the distinct code + rodata frames the 8 images need.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde_json::json;
 use shoal_toolchain::pages::{analyse, PagesReport};
-use shoal_toolchain::sqlite_versions::{prepare_all, SqliteVersion};
+use shoal_toolchain::sqlite_versions::{build_policy, prepare_all, speedtest1_object};
 use shoal_toolchain::Paths;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 /// The policies compared, in table order.
 pub const POLICIES: &[&str] = &["default", "dce", "aligned", "delta", "aslr"];
@@ -16,56 +15,6 @@ pub const POLICIES: &[&str] = &["default", "dce", "aligned", "delta", "aslr"];
 /// Libraries whose pages change with the SQLite version by design.
 fn versioned(lib: &str) -> bool {
     lib == "sqlite" || lib.starts_with("sqlite-delta") || lib == "tpl"
-}
-
-/// speedtest1 (from Debian's sqlite3 source, via the recipe) compiled once
-/// against the oldest version's header, so every image has the same
-/// application object.
-pub fn speedtest1_object(paths: &Paths, shoal: &Path, oldest: &SqliteVersion) -> Result<PathBuf> {
-    let obj = paths.cache.join("sqlite-versions/obj/speedtest1.o");
-    if obj.is_file() {
-        return Ok(obj);
-    }
-    let recipe = shoal_toolchain::recipe::load(paths, "sqlite-speedtest1")?;
-    let lib = recipe.library.as_ref().context("the sqlite-speedtest1 recipe has no library")?;
-    let src = shoal_toolchain::recipe::fetch(paths, "sqlite-speedtest1", lib)?;
-    let c = src.dir.join("test/speedtest1.c");
-    let tmp = obj.with_extension("o.tmp");
-    let st = Command::new(shoal)
-        .arg("cc")
-        .args(shoal_toolchain::sqlite_versions::CFLAGS)
-        .arg("-I")
-        .arg(&oldest.source)
-        .arg("-c")
-        .arg(&c)
-        .arg("-o")
-        .arg(&tmp)
-        .status()
-        .context("cannot run shoal cc")?;
-    anyhow::ensure!(st.success(), "compiling {} failed", c.display());
-    std::fs::rename(&tmp, &obj)?;
-    Ok(obj)
-}
-
-/// Writes the workspace file of `policy` for the versions and builds it;
-/// returns the images, oldest version first.
-pub fn build_policy(paths: &Paths, dir: &Path, policy: &str, versions: &[SqliteVersion], app: &Path) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
-    let mut ws = format!("policy = \"{policy}\"\nseed = 7\n\n[[library]]\nname = \"sqlite\"\nversions = [\n");
-    for v in versions {
-        ws.push_str(&format!("  {{ version = \"{}\", object = \"{}\" }},\n", v.version, v.object.display()));
-    }
-    ws.push_str("]\n");
-    for v in versions {
-        ws.push_str(&format!(
-            "\n[[image]]\noutput = \"speedtest1-{0}\"\nobjects = [\"{1}\"]\nlibraries = [\"sqlite@{0}\"]\n",
-            v.version,
-            app.display()
-        ));
-    }
-    let file = dir.join("workspace.toml");
-    std::fs::write(&file, ws)?;
-    Ok(shoal_toolchain::workspace::build_workspace(paths, &file)?)
 }
 
 /// Whether every library that does not change with the version is fully

@@ -1,24 +1,19 @@
-//! The `delta` policy's use of the Δ-versioner: turns the objects of a
-//! versioned library's versions into a base object and one delta object
-//! per later version (kept next to the workspace, rebuilt when stale).
+//! The `delta` policy's use of the Δ-versioner (the `shoal-delta` crate):
+//! turns the objects of a versioned library's versions into a base object
+//! and one delta object per later version, kept next to the workspace.
+//! The Δ-versioner is deterministic and fast (SQLite's 8 versions take a
+//! fraction of a second), so it simply runs on every workspace build.
 
 use crate::workspace::LibrarySpec;
 use crate::{Result, ToolchainError};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// The objects the `delta` policy links for one versioned library.
-#[derive(Clone, Debug)]
-pub struct DeltaSet {
-    /// Version 1, rewritten (weak definitions, calls through trampolines).
-    pub base: PathBuf,
-    /// The deltas of versions 2..k, in version order.
-    pub deltas: Vec<PathBuf>,
-    /// Names `n` for which images need a trampoline `__shoal_tpl_n`.
-    pub trampolines: Vec<String>,
-}
+pub use shoal_delta::DeltaSet;
 
 /// Runs the Δ-versioner over `lib`'s versions into `dir`.
 pub fn prepare(lib: &LibrarySpec, dir: &Path) -> Result<DeltaSet> {
-    let _ = (lib, dir);
-    Err(ToolchainError::Usage("the delta policy is not available yet".into()))
+    std::fs::create_dir_all(dir).map_err(|e| ToolchainError::Io(dir.to_path_buf(), e))?;
+    let inputs: Vec<(String, std::path::PathBuf)> = lib.versions.iter().map(|v| (v.version.clone(), v.object.clone())).collect();
+    let opts = shoal_delta::DeltaOptions { namespace: Some(lib.name.replace('-', "_")) };
+    Ok(shoal_delta::make_deltas_with(&inputs, dir, &opts)?)
 }

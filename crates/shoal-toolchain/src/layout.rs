@@ -20,6 +20,7 @@
 //! - `delta` and `aslr`: see `crate::workspace`.
 //!
 //! Input sections dropped from every image: `.eh_frame`/`.eh_frame_hdr`
+//! and the landing-pad tables `.gcc_except_table*` of precompiled Rust code
 //! (shoal runs C and a panic=abort kernel: nothing unwinds, and ld cannot
 //! split unwind tables per library), `.note.GNU-stack`, `.note.gnu.property`
 //! and build ids.
@@ -81,9 +82,14 @@ pub const KINDS: [(&str, &str); 4] = [
     ("bss", ".bss .bss.* COMMON"),
 ];
 
-fn inputs(l: &LibrarySpec, sections: &str) -> String {
+fn inputs(l: &LibrarySpec, sections: &str, exclude: &[String]) -> String {
     if l.inputs.is_empty() {
-        return format!("*({sections})");
+        // The catch-all comes before the delta area in the script, and the
+        // first matching statement wins: keep the deltas' files out of it.
+        if exclude.is_empty() {
+            return format!("*({sections})");
+        }
+        return format!("EXCLUDE_FILE({}) *({sections})", exclude.join(" "));
     }
     l.inputs.iter().map(|p| format!("{p}({sections})")).collect::<Vec<_>>().join(" ")
 }
@@ -112,7 +118,8 @@ impl ScriptPlan {
         // _init/_fini are assembled from crti.o and crtn.o pieces in
         // command-line order; they belong to libc's code.
         let extra = if kind == "text" && l.info.name == "libc" { " KEEP(*(.init)) KEEP(*(.fini))" } else { "" };
-        let _ = writeln!(s, "  {name} {}{noload} : {{ {}{extra} }} :{phdr}", self.placement(&name), inputs(l, sections));
+        let exclude: Vec<String> = self.deltas.iter().flat_map(|d| d.inputs.iter().cloned()).collect();
+        let _ = writeln!(s, "  {name} {}{noload} : {{ {}{extra} }} :{phdr}", self.placement(&name), inputs(l, sections, &exclude));
     }
 
     /// The linker script.
@@ -177,7 +184,7 @@ impl ScriptPlan {
         let _ = writeln!(s, "  _end = .; PROVIDE(end = .);");
         let _ = writeln!(
             s,
-            "  /DISCARD/ : {{ *(.eh_frame) *(.eh_frame_hdr) *(.note.GNU-stack) *(.note.gnu.property) *(.note.gnu.build-id) }}"
+            "  /DISCARD/ : {{ *(.eh_frame) *(.eh_frame_hdr) *(.gcc_except_table .gcc_except_table.*) *(.note.GNU-stack) *(.note.gnu.property) *(.note.gnu.build-id) }}"
         );
         let _ = writeln!(s, "}}");
         s
@@ -250,5 +257,6 @@ mod tests {
         assert!(s.contains("dtext PT_LOAD FLAGS(5)"));
         assert!(s.contains(".text.sqlite-delta2 ALIGN(0x1000) : { *shoal-obj.sqlite-delta2.*.o(.text .text.*) } :dtext"));
         assert!(s.contains(".bss.sqlite-delta2 ALIGN(0x1000) (NOLOAD) : {"));
+        assert!(s.contains(".text.app ALIGN(0x1000) : { EXCLUDE_FILE(*shoal-obj.sqlite-delta2.*.o) *(.text .text.*) }"), "{s}");
     }
 }

@@ -56,6 +56,9 @@ pub enum ToolchainError {
     /// A recipe (`shoal recipe`) is unknown or cannot be built as written.
     #[error("{0}")]
     Recipe(String),
+    /// The Δ-versioner refused its input.
+    #[error(transparent)]
+    Delta(#[from] shoal_delta::DeltaError),
     /// The manifest could not be written.
     #[error(transparent)]
     Manifest(#[from] shoal_manifest::ManifestError),

@@ -164,9 +164,13 @@ pub fn build(paths: &Paths, spec: &BuildSpec) -> Result<Manifest> {
             inputs: vec![format!("*shoal-kernel.a:shoal_{c}-*")],
         })
         .collect();
+    // The kernel's Rust runtime is every other member of the staticlib;
+    // naming the components' members as exclusions (rather than relying on
+    // statement order) lets layouts put the regions in any order.
+    let krt_exclude: Vec<String> = comps.iter().map(|c| format!("*shoal-kernel.a:shoal_{c}-*")).collect();
     libs.push(LibrarySpec {
         info: LibraryInfo { name: "krt".into(), version: kernel_version.clone(), kind: LibraryKind::Kernel },
-        inputs: vec!["*shoal-kernel.a:*".into()],
+        inputs: vec![format!("EXCLUDE_FILE({}) *shoal-kernel.a:*", krt_exclude.join(" "))],
     });
     libs.push(LibrarySpec {
         info: LibraryInfo { name: "libc".into(), version: LIBC_VERSION.into(), kind: LibraryKind::Libc },

@@ -125,3 +125,62 @@ pub fn prepare_all(paths: &Paths, shoal: &Path) -> Result<Vec<SqliteVersion>> {
     }
     Ok(out)
 }
+
+/// speedtest1 (from Debian's sqlite3 source, via the recipe) compiled once
+/// against the oldest version's header, so every image has the same
+/// application object.
+pub fn speedtest1_object(paths: &Paths, shoal: &Path, oldest: &SqliteVersion) -> Result<PathBuf> {
+    let obj = paths.cache.join("sqlite-versions/obj/speedtest1.o");
+    if obj.is_file() {
+        return Ok(obj);
+    }
+    let recipe = crate::recipe::load(paths, "sqlite-speedtest1")?;
+    let lib = recipe
+        .library
+        .as_ref()
+        .ok_or_else(|| ToolchainError::Usage("the sqlite-speedtest1 recipe has no library".into()))?;
+    let src = crate::recipe::fetch(paths, "sqlite-speedtest1", lib)?;
+    let c = src.dir.join("test/speedtest1.c");
+    let tmp = obj.with_extension("o.tmp");
+    let st = Command::new(shoal)
+        .arg("cc")
+        .args(CFLAGS)
+        .arg("-I")
+        .arg(&oldest.source)
+        .arg("-c")
+        .arg(&c)
+        .arg("-o")
+        .arg(&tmp)
+        .status()
+        .map_err(|e| ToolchainError::Spawn("shoal cc".into(), e))?;
+    if !st.success() {
+        return Err(ToolchainError::Failed(format!("shoal cc {}", c.display()), format!("{st}")));
+    }
+    std::fs::rename(&tmp, &obj).map_err(|e| ToolchainError::Io(obj.clone(), e))?;
+    Ok(obj)
+}
+
+/// Writes the workspace file of `policy` for the versions and builds it;
+/// returns the images, oldest version first.
+/// `app` is the application object every image links (speedtest1, or an
+/// idle program for the memory experiment).
+pub fn build_policy(paths: &Paths, dir: &Path, policy: &str, versions: &[SqliteVersion], app: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).map_err(|e| ToolchainError::Io(dir.to_path_buf(), e))?;
+    let mut ws = format!("policy = \"{policy}\"\nseed = 7\n\n[[library]]\nname = \"sqlite\"\nversions = [\n");
+    for v in versions {
+        ws.push_str(&format!("  {{ version = \"{}\", object = \"{}\" }},\n", v.version, v.object.display()));
+    }
+    ws.push_str("]\n");
+    let stem = app.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "app".into());
+    for v in versions {
+        ws.push_str(&format!(
+            "\n[[image]]\noutput = \"{stem}-{0}\"\nobjects = [\"{1}\"]\nlibraries = [\"sqlite@{0}\"]\n",
+            v.version,
+            app.display()
+        ));
+    }
+    let file = dir.join("workspace.toml");
+    std::fs::write(&file, ws).map_err(|e| ToolchainError::Io(file.clone(), e))?;
+    crate::workspace::build_workspace(paths, &file)
+}
+

@@ -290,7 +290,10 @@ impl Sizes {
     fn map(&self, base: u64, mut rng: Option<&mut SplitMix>) -> AddressMap {
         let mut order = self.lib_order.clone();
         if let Some(r) = rng.as_deref_mut() {
-            for i in (1..order.len()).rev() {
+            // The application stays last: its sections are the script's
+            // catch-all, which must come after every library's statement.
+            let shuffled = order.len().saturating_sub(1);
+            for i in (1..shuffled).rev() {
                 let j = r.below(i as u64 + 1) as usize;
                 order.swap(i, j);
             }
@@ -384,22 +387,29 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
             let version = &lib.versions[idx];
             match delta_sets.get(&lib.name) {
                 Some(set) => {
+                    let j = idx + 1;
                     spec.libraries.push(UserLibrary { name: lib.name.clone(), version: version.version.clone(), path: set.base.clone() });
                     // Newest first: ld keeps the first weak definition.
-                    for j in (1..=idx).rev() {
-                        let name = format!("{}-delta{}", lib.name, j + 1);
-                        spec.deltas.push(UserLibrary {
-                            name: name.clone(),
-                            version: lib.versions[j].version.clone(),
-                            path: set.deltas[j - 1].clone(),
-                        });
+                    for d in set.deltas.iter().filter(|d| d.index <= j).rev() {
+                        let name = format!("{}-delta{}", lib.name, d.index);
+                        spec.deltas.push(UserLibrary { name: name.clone(), version: d.label.clone(), path: d.path.clone() });
                         deltas.push(name);
                     }
+                    // Every image has a slot for every trampoline of the
+                    // workspace, in one order, so a name keeps its address;
+                    // names this version lacks get placeholder slots.
                     let ext = externals.get(&(lib.name.clone(), idx));
-                    for t in &set.trampolines {
-                        let wrapped = ext.is_some_and(|e| e.contains(t));
-                        let target = if wrapped { format!("__real_{t}") } else { t.clone() };
-                        spec.trampolines.push(Trampoline { symbol: format!("__shoal_tpl_{t}"), target });
+                    let mine: BTreeSet<String> = set.trampolines_for(j).into_iter().collect();
+                    for t in set.trampolines_for(lib.versions.len()) {
+                        let symbol = format!("__shoal_tpl_{t}");
+                        let target = if !mine.contains(&t) {
+                            String::new()
+                        } else if ext.is_some_and(|e| e.contains(&t)) {
+                            format!("__real_{t}")
+                        } else {
+                            t.clone()
+                        };
+                        spec.trampolines.push(Trampoline { symbol, target });
                     }
                 }
                 None => {
