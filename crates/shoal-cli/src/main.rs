@@ -9,6 +9,7 @@
 
 mod bench;
 mod bench_pages;
+mod pool_cmd;
 mod recipe_cmd;
 
 use anyhow::{bail, Context, Result};
@@ -62,6 +63,14 @@ enum Cmd {
         #[arg(required_unless_present = "workspace")]
         objects: Vec<PathBuf>,
     },
+    /// The Δ-versioner: `shoal delta --versions V1,V2,… --out DIR [--namespace NS] OBJ1 OBJ2 …`
+    /// writes base.o and one delta object per later version.
+    #[command(disable_help_flag = true)]
+    Delta {
+        /// --versions, --out, --namespace and the objects, oldest first.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Count the distinct 4 KiB frames of code and rodata a set of images needs when identical pages are shared.
     Pages {
         /// Print JSON instead of a table.
@@ -85,6 +94,12 @@ enum Cmd {
         /// An environment variable for the program, KEY=VALUE (repeatable).
         #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
         env: Vec<String>,
+        /// How guest memory is filled: copy, ksm (copy + MADV_MERGEABLE) or pool (code and rodata from the library pool).
+        #[arg(long = "mem-mode", value_enum, default_value = "copy")]
+        mem_mode: pool_cmd::MemMode,
+        /// With --mem-mode pool: run in copy mode (with a warning) if the pool cannot serve the image.
+        #[arg(long)]
+        pool_fallback: bool,
         /// The image.
         image: PathBuf,
         /// Arguments for the program (after `--`).
@@ -102,6 +117,11 @@ enum Cmd {
     Bench {
         #[command(subcommand)]
         which: bench::Bench,
+    },
+    /// The library pool in /dev/shm (DESIGN §4): `shoal pool add IMAGE…`, `shoal pool ls`, `shoal pool gc`.
+    Pool {
+        #[command(subcommand)]
+        which: pool_cmd::PoolCmd,
     },
     /// Real programs built from Debian source packages: `shoal recipe list`, `shoal recipe build NAME -o IMAGE`.
     Recipe {
@@ -129,7 +149,8 @@ fn parse_size(s: &str) -> Result<u64> {
     n.checked_mul(mult).with_context(|| format!("--mem {s} is too large"))
 }
 
-fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, image: PathBuf, args: Vec<String>) -> Result<i32> {
+#[allow(clippy::too_many_arguments)]
+fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, mode: pool_cmd::MemMode, pool_fallback: bool, image: PathBuf, args: Vec<String>) -> Result<i32> {
     let mem_size = parse_size(mem)?;
     for e in &env {
         if !e.contains('=') {
@@ -147,6 +168,8 @@ fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, i
             cfg.argv.extend(args.into_iter().map(Into::into));
             cfg.env = env.into_iter().map(Into::into).collect();
             cfg.fs = fs.map(shoal_hvt::FsSource::Dir);
+            cfg.mode = mode.into();
+            cfg.pool_fallback = pool_fallback;
             Ok(shoal_hvt::run(&cfg)?)
         }
         Tender::Spt => {
@@ -154,6 +177,8 @@ fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, i
             cfg.argv.extend(args.into_iter().map(Into::into));
             cfg.env = env.into_iter().map(Into::into).collect();
             cfg.fs = fs.map(shoal_spt::FsSource::Dir);
+            cfg.mode = mode.into();
+            cfg.pool_fallback = pool_fallback;
             Ok(shoal_spt::run(&cfg)?)
         }
     }
@@ -215,6 +240,10 @@ fn real_main() -> Result<i32> {
             shoal_toolchain::link::build(&paths, &spec)?;
             Ok(0)
         }
+        Cmd::Delta { args } => {
+            print!("{}", shoal_delta::cli_main(&args)?);
+            Ok(0)
+        }
         Cmd::Pages { json, images } => {
             let report = shoal_toolchain::pages::analyse(&images)?;
             if json {
@@ -224,7 +253,13 @@ fn real_main() -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Run { tender, fs, mem, env, image, args } => run_image(tender, fs, &mem, env, image, args),
+        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, image, args } => {
+            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, image, args)
+        }
+        Cmd::Pool { which } => {
+            pool_cmd::run(which)?;
+            Ok(0)
+        }
         Cmd::Setup => {
             let paths = shoal_toolchain::Paths::discover()?;
             shoal_toolchain::setup::ensure_libc(&paths, true)?;
