@@ -4,6 +4,13 @@
 //! alternating, repeats, and prints mean ± standard deviation and the ratio;
 //! `--json` prints the same numbers as JSON.
 
+#[path = "bench_apps.rs"]
+mod apps;
+#[path = "bench_boot.rs"]
+mod boot;
+#[path = "bench_memory.rs"]
+mod memory;
+
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use serde_json::json;
@@ -12,6 +19,60 @@ use std::process::{Command, Stdio};
 
 #[derive(Subcommand)]
 pub enum Bench {
+    /// Total execution time of the recipes' applications (`shoal recipe list`) on shoal spt and natively.
+    Apps {
+        /// Runs of each side (at least 2; mean ± SD).
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+        /// Only these recipes (default: all).
+        #[arg(long = "only", value_name = "RECIPE")]
+        only: Vec<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time to first stdout byte and to exit of hello world on spt, hvt, a native process, runc and runsc.
+    Boot {
+        /// Runs of each system (median and p95).
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Memory of 8 idle instances of different SQLite versions launched one every --interval s, per layout and memory mode (seed 000 Fig. 8).
+    Memory {
+        /// Seconds between launches.
+        #[arg(long, default_value_t = 10.0)]
+        interval: f64,
+        /// Seconds to keep sampling after the last launch (default: --interval).
+        #[arg(long)]
+        settle: Option<f64>,
+        /// Which tender runs the instances: spt or hvt.
+        #[arg(long, default_value = "spt")]
+        tender: String,
+        /// Guest memory per instance.
+        #[arg(long, default_value = "64M")]
+        mem: String,
+        /// Only these configurations (default, dce, delta+ksm, delta+pool, aslr+ksm, aslr+pool, default+copy, aligned+ksm, aligned+pool).
+        #[arg(long = "only", value_name = "CONFIG")]
+        only: Vec<String>,
+        /// Directory for the images, logs, CSV and plot.
+        #[arg(long, default_value = "shoal-bench-memory")]
+        out: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Disk use of the 8 idle images per configuration, and images + pool for the pool (seed 000 Fig. 9).
+    Size {
+        /// Directory for the images.
+        #[arg(long, default_value = "shoal-bench-size")]
+        out: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Distinct code+rodata frames of speedtest1 against 8 SQLite versions, per layout policy (seed 000).
     Pages {
         /// Print JSON instead of a table.
@@ -51,6 +112,12 @@ pub fn mean_sd(xs: &[f64]) -> (f64, f64) {
 
 pub fn run(which: Bench) -> Result<()> {
     match which {
+        Bench::Apps { repeat, only, json } => apps::apps(repeat, only, json),
+        Bench::Boot { runs, json } => boot::boot(runs, json),
+        Bench::Memory { interval, settle, tender, mem, only, out, json } => {
+            memory::memory(memory::MemoryOpts { interval, settle, tender, only, out, mem, json })
+        }
+        Bench::Size { out, json } => memory::size(json, out),
         Bench::Pages { json, keep } => crate::bench_pages::run(json, keep),
         Bench::Syscall { iterations, repeat, json } => syscall(iterations, repeat, json),
     }

@@ -37,10 +37,10 @@ pub fn run(cmd: RecipeCmd) -> Result<()> {
         RecipeCmd::List => {
             for r in recipe::list(&paths)? {
                 let lib = match &r.library {
-                    Some(l) => format!("{} (Debian {} {})", l.name, l.package, l.version),
+                    Some(l) => format!("{} {} (Debian source {})", l.name, l.version, l.package),
                     None => "-".to_string(),
                 };
-                println!("{:<20} {:<34} {}", r.name, lib, r.description);
+                println!("{:<18} {:<36} {}", r.name, lib, r.description);
             }
         }
         RecipeCmd::Fetch { names } => {

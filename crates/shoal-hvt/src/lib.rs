@@ -79,24 +79,7 @@ pub const EXIT_STOPPED: i32 = 255;
 /// on spt).
 pub const EXIT_SIGSYS: i32 = 128 + libc::SIGSYS;
 
-/// How guest memory is filled (DESIGN §4). The same as spt's.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum MemoryMode {
-    /// Every segment copied into anonymous memory.
-    #[default]
-    Copy,
-    /// Like `Copy`, and the region offered to KSM: not supported by hvt yet.
-    Ksm,
-}
-
-/// The root file system. The same as spt's.
-#[derive(Debug)]
-pub enum FsSource {
-    /// Pack this host directory.
-    Dir(PathBuf),
-    /// An archive the caller packed already (checked before use).
-    Packed(Vec<u8>),
-}
+pub use shoal_loader::{FsSource, MemoryMode};
 
 /// What to run. The same shape as `shoal_spt::RunConfig`.
 #[derive(Debug)]
@@ -111,8 +94,14 @@ pub struct RunConfig {
     pub argv: Vec<OsString>,
     /// The guest's environment, `KEY=VALUE` strings.
     pub env: Vec<OsString>,
-    /// Memory mode (only [`MemoryMode::Copy`] on hvt).
+    /// Memory mode.
     pub mode: MemoryMode,
+    /// The library pool for [`MemoryMode::Pool`] (default: `SHOAL_POOL_DIR`
+    /// or `/dev/shm/shoal-pool`).
+    pub pool: Option<shoal_loader::pool::Pool>,
+    /// In mode `pool`, fall back to `copy` (with a warning) when the pool
+    /// cannot serve the image, instead of failing.
+    pub pool_fallback: bool,
     /// Where the guest's stdout goes (default: this process's stdout).
     pub stdout: Option<OwnedFd>,
     /// Where the guest's stderr and hvt's messages go (default: this
@@ -133,6 +122,8 @@ impl RunConfig {
             fs: None,
             env: Vec::new(),
             mode: MemoryMode::Copy,
+            pool: None,
+            pool_fallback: false,
             stdout: None,
             stderr: None,
         }
@@ -158,9 +149,9 @@ pub enum HvtError {
     /// A packed archive passed in is invalid.
     #[error("{0}")]
     Archive(shoal_archive::ArchiveError),
-    /// A memory mode hvt does not implement.
-    #[error("the hvt tender supports only memory mode copy, not {0:?}")]
-    Mode(MemoryMode),
+    /// The library pool could not serve the image (mode `pool`).
+    #[error(transparent)]
+    Pool(#[from] shoal_loader::pool::PoolError),
     /// The console descriptors could not be duplicated.
     #[error("cannot use the console descriptors: {0}")]
     Console(std::io::Error),
@@ -298,14 +289,14 @@ struct Prepared {
     env: Vec<OsString>,
     params: BootParams,
     private: x86::Private,
+    pool: Option<shoal_loader::pool::PoolPlan>,
+    /// Why mode `pool` fell back to `copy`, if it did.
+    pool_warning: Option<shoal_loader::pool::PoolError>,
 }
 
 fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
     if cfg.mem_size > x86::MAX_MEM {
         return Err(HvtError::MemTooLarge(shoal_loader::format_size(cfg.mem_size)));
-    }
-    if cfg.mode != MemoryMode::Copy {
-        return Err(HvtError::Mode(cfg.mode));
     }
     let image = Image::open(&cfg.image)?;
     let archive = match &cfg.fs {
@@ -337,7 +328,12 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
     let private = x86::build(layout.mem_size, &regions, layout.image_start, layout.image_end)?;
     let hz = shoal_loader::tsc::tsc_hz()?;
     let params = BootParams::new(TenderKind::Hvt, 0, Clock::now(hz))?;
-    Ok(Prepared { image, layout, archive, argv, env, params, private })
+    let (pool, pool_warning) = if cfg.mode == MemoryMode::Pool {
+        shoal_loader::pool::prepare(cfg.pool.as_ref(), cfg.pool_fallback, &image)?
+    } else {
+        (None, None)
+    };
+    Ok(Prepared { image, layout, archive, argv, env, params, private, pool, pool_warning })
 }
 
 /// Runs the image described by `cfg`, writing the guest's console streams
@@ -348,15 +344,42 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     let mut p = prepare(cfg)?;
     let mut timings = Timings { prepare: t0.elapsed(), ..Timings::default() };
 
-    let mut vm = vm::Vm::create(p.layout.mem_size)?;
+    if let Some(w) = &p.pool_warning {
+        let _ = writeln!(console.stderr, "shoal: warning: {w}; falling back to memory mode copy");
+    }
+    let mem_size = p.layout.mem_size;
+    let (mode, pool) = (cfg.mode, p.pool.as_ref());
+    let mut vm = vm::Vm::create_with(mem_size, &mut |memory| {
+        let base = memory.as_ptr() as u64;
+        if let Some(plan) = pool {
+            // SAFETY: the pool ranges lie in the image's read-only segments,
+            // which `plan` placed inside guest memory [0, mem_size), all of
+            // which this fresh mapping backs at `base`; nothing references
+            // it yet, and KVM does not know it yet. Mapped R+W private (the
+            // guest's page tables decide what the guest may do; a host
+            // write only un-shares one page).
+            unsafe { plan.map_into(base, |_| libc::PROT_READ | libc::PROT_WRITE) }.map_err(|(addr, e)| vm::KvmError::Memory {
+                size: mem_size,
+                reason: format!("cannot map the library pool at guest address {addr:#x}: {}", std::io::Error::from_raw_os_error(e)),
+            })?;
+        }
+        if mode == MemoryMode::Ksm {
+            // Best effort, as on spt: without KSM the instance runs unshared.
+            // SAFETY: advice only, on this private anonymous mapping.
+            let _ = unsafe { libc::madvise(memory.as_ptr().cast(), mem_size as usize, libc::MADV_MERGEABLE) };
+        }
+        Ok(())
+    })?;
     timings.vm_created = t0.elapsed();
     // SAFETY: `vm.memory` maps `mem_size` bytes for guest addresses
     // [0, mem_size) at `as_ptr()`; the view starts at guest address
     // GuestMemory::LOW (< mem_size, checked by x86::build), and lives in
     // this function only, while `vm` (which owns the mapping) is alive. The
-    // mapping is anonymous memory no Rust reference points into.
+    // mapping is memory no Rust reference points into (anonymous, and in
+    // mode `pool` read-only pool pages the tender never writes).
     let mem = unsafe { GuestMemory::new(vm.memory.as_ptr().wrapping_add(GuestMemory::LOW as usize), p.layout.mem_size) };
-    shoal_loader::load_segments(&mem, &p.image)?;
+    let pool_ranges = p.pool.as_ref().map(|pl| pl.ranges()).unwrap_or_default();
+    shoal_loader::load_segments_except(&mem, &p.image, &pool_ranges)?;
     shoal_loader::load_archive(&mem, &p.layout, &p.archive)?;
     // The clock pair as close to the first guest instruction as possible.
     p.params.clock = Clock::now(p.params.clock.tsc_hz);

@@ -64,6 +64,16 @@ impl Vm {
     /// Opens `/dev/kvm` and creates a VM with `mem_size` bytes of memory at
     /// guest-physical address 0 and one vCPU (not yet set up).
     pub fn create(mem_size: u64) -> Result<Vm, KvmError> {
+        Vm::create_with(mem_size, &mut |_| Ok(()))
+    }
+
+    /// Like [`Vm::create`], but calls `before_register` with the fresh
+    /// guest memory mapping before it is registered with KVM (memory mode
+    /// `pool` maps pool files over parts of it there).
+    pub fn create_with(
+        mem_size: u64,
+        before_register: &mut dyn FnMut(&GuestRegionMmap<()>) -> Result<(), KvmError>,
+    ) -> Result<Vm, KvmError> {
         let kvm = Kvm::new().map_err(KvmError::Unavailable)?;
         if kvm.get_api_version() != 12 {
             return Err(KvmError::MissingCapability("the stable KVM API (version 12)"));
@@ -84,6 +94,7 @@ impl Vm {
             .map_err(|e| KvmError::Memory { size: mem_size, reason: e.to_string() })?;
         let memory = GuestRegionMmap::new(mapping, GuestAddress(0))
             .ok_or_else(|| KvmError::Memory { size: mem_size, reason: "the range overflows".into() })?;
+        before_register(&memory)?;
         let region = kvm_userspace_memory_region {
             slot: 0,
             flags: 0,

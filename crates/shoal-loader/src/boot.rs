@@ -143,6 +143,36 @@ pub fn load_segments(mem: &GuestMemory, image: &Image) -> Result<(), BootError> 
     Ok(())
 }
 
+/// Like [`load_segments`], but leaves the guest ranges in `skip` (sorted,
+/// disjoint, page aligned: the pages the library pool provides) alone.
+pub fn load_segments_except(mem: &GuestMemory, image: &Image, skip: &[(u64, u64)]) -> Result<(), BootError> {
+    for s in image.segments() {
+        let file_end = s.vaddr + s.data.len() as u64;
+        let zero_end = (s.vaddr + s.memsz).min(crate::image::page_up(file_end));
+        // Walk [vaddr, zero_end) in pieces outside `skip`.
+        let mut at = s.vaddr;
+        while at < zero_end {
+            if let Some(&(_, e)) = skip.iter().find(|&&(a, e)| a <= at && at < e) {
+                at = e;
+                continue;
+            }
+            let next = skip.iter().map(|&(a, _)| a).filter(|&a| a > at).min().unwrap_or(u64::MAX).min(zero_end);
+            let data_end = next.min(file_end);
+            if at < data_end {
+                let off = (at - s.vaddr) as usize;
+                mem.write(GuestAddr(at), &s.data[off..off + (data_end - at) as usize])
+                    .map_err(mem_err("image segment"))?;
+            }
+            let z = at.max(file_end);
+            if z < next {
+                mem.zero(GuestAddr(z), next - z).map_err(mem_err("image bss"))?;
+            }
+            at = next;
+        }
+    }
+    Ok(())
+}
+
 /// Copies the file-system archive to its planned address.
 pub fn load_archive(mem: &GuestMemory, layout: &Layout, archive: &[u8]) -> Result<(), BootError> {
     if archive.is_empty() {

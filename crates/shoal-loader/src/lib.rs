@@ -36,10 +36,11 @@ mod boot;
 mod image;
 mod layout;
 mod mem;
+pub mod pool;
 pub mod tsc;
 
 pub use boot::{
-    auxv, hwcap, load_archive, load_segments, write_boot_state, BootError, BootParams, EntryState,
+    auxv, hwcap, load_archive, load_segments, load_segments_except, write_boot_state, BootError, BootParams, EntryState,
     HOSTNAME,
 };
 pub use image::{Image, ImageError, Perms, Segment, Tls, IMAGE_ADDR_LIMIT, MAX_PHNUM, PHDR_SIZE};
@@ -48,6 +49,39 @@ pub use layout::{
 };
 pub use mem::{GuestAddr, GuestMemory, MemError, Pod};
 pub use tsc::{Clock, TscError};
+
+/// How a tender fills guest memory (DESIGN §4). Shared by spt and hvt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MemoryMode {
+    /// Every segment copied into anonymous memory.
+    #[default]
+    Copy,
+    /// Like `Copy`, and the region is offered to KSM (`MADV_MERGEABLE`).
+    Ksm,
+    /// Code and rodata of each library version mapped from the library
+    /// pool ([`pool`]), shared through the page cache; the rest copied.
+    Pool,
+}
+
+impl MemoryMode {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryMode::Copy => "copy",
+            MemoryMode::Ksm => "ksm",
+            MemoryMode::Pool => "pool",
+        }
+    }
+}
+
+/// The root file system of an instance. Shared by spt and hvt.
+#[derive(Debug)]
+pub enum FsSource {
+    /// Pack this host directory.
+    Dir(std::path::PathBuf),
+    /// An archive the caller packed already (checked before use).
+    Packed(Vec<u8>),
+}
 
 #[cfg(test)]
 mod tests;

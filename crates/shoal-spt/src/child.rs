@@ -10,7 +10,7 @@ use crate::{sys, MemoryMode, EXIT_TENDER_FAILED};
 use seccompiler::BpfProgram;
 use shoal_abi::{BOOT_INFO_ADDR, PAGE_SIZE};
 use shoal_loader::{
-    load_archive, load_segments, write_boot_state, BootError, BootParams, Clock, EntryState,
+    load_archive, load_segments_except, write_boot_state, BootError, BootParams, Clock, EntryState,
     GuestMemory, Image, Layout,
 };
 use std::ffi::OsString;
@@ -32,6 +32,8 @@ pub(crate) struct Prepared<'a> {
     pub filter: &'a BpfProgram,
     pub report: *mut Report,
     pub mode: MemoryMode,
+    pub pool: Option<&'a shoal_loader::pool::PoolPlan>,
+    pub pool_ranges: &'a [(u64, u64)],
     pub stdout: Option<RawFd>,
     pub stderr: Option<RawFd>,
     pub parent: libc::pid_t,
@@ -79,6 +81,8 @@ pub(crate) enum ChildError {
     },
     #[error("{0}")]
     Boot(BootError),
+    #[error("cannot map the library pool at {addr:#x}: {err}")]
+    Pool { addr: u64, err: Errno },
     #[error("cannot protect guest memory [{start:#x}, {end:#x}): {err}")]
     Protect { start: u64, end: u64, err: Errno },
     #[error("cannot set up the tender's stacks or signal handlers: {0}")]
@@ -136,7 +140,14 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     let base = core::ptr::with_exposed_provenance_mut::<u8>(BOOT_INFO_ADDR as usize);
     // SAFETY: just mapped read-write; nothing in the tender refers to it.
     let mem = unsafe { GuestMemory::new(base, mem_size) };
-    load_segments(&mem, p.image).map_err(ChildError::Boot)?;
+    if let Some(plan) = p.pool {
+        // SAFETY: every pool range lies in the guest mapping made above
+        // (the parent checked them against the image's read-only segments,
+        // which `plan` placed inside guest memory); guest addresses are host
+        // addresses on spt.
+        unsafe { plan.map_into(0, |exec| if exec { libc::PROT_READ | libc::PROT_EXEC } else { libc::PROT_READ }) }.map_err(|(addr, e)| ChildError::Pool { addr, err: Errno(e) })?;
+    }
+    load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
     load_archive(&mem, &p.layout, p.archive).map_err(ChildError::Boot)?;
     let mut params = p.params;
     params.clock = Clock::now(params.clock.tsc_hz);

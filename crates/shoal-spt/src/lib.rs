@@ -83,24 +83,7 @@ pub const EXIT_STOPPED: i32 = 255;
 /// position-independent tender and its libraries.
 pub const MAX_MEM: u64 = 1 << 40;
 
-/// How guest memory is filled (DESIGN §4).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum MemoryMode {
-    /// Every segment copied into anonymous memory.
-    #[default]
-    Copy,
-    /// Like `Copy`, and the region is offered to KSM (`MADV_MERGEABLE`).
-    Ksm,
-}
-
-/// The root file system.
-#[derive(Debug)]
-pub enum FsSource {
-    /// Pack this host directory.
-    Dir(PathBuf),
-    /// An archive the caller packed already (checked before use).
-    Packed(Vec<u8>),
-}
+pub use shoal_loader::{FsSource, MemoryMode};
 
 /// What to run.
 #[derive(Debug)]
@@ -117,6 +100,12 @@ pub struct RunConfig {
     pub env: Vec<OsString>,
     /// Memory mode.
     pub mode: MemoryMode,
+    /// The library pool for [`MemoryMode::Pool`] (default: `SHOAL_POOL_DIR`
+    /// or `/dev/shm/shoal-pool`).
+    pub pool: Option<shoal_loader::pool::Pool>,
+    /// In mode `pool`, fall back to `copy` (with a warning) when the pool
+    /// cannot serve the image, instead of failing.
+    pub pool_fallback: bool,
     /// Where the guest's stdout goes (default: this process's stdout).
     pub stdout: Option<OwnedFd>,
     /// Where the guest's stderr and spt's messages go (default: this
@@ -137,6 +126,8 @@ impl RunConfig {
             fs: None,
             env: Vec::new(),
             mode: MemoryMode::Copy,
+            pool: None,
+            pool_fallback: false,
             stdout: None,
             stderr: None,
         }
@@ -161,6 +152,9 @@ pub enum SptError {
     /// Boot parameters (random bytes) could not be made.
     #[error(transparent)]
     Boot(#[from] shoal_loader::BootError),
+    /// The library pool could not serve the image (mode `pool`).
+    #[error(transparent)]
+    Pool(#[from] shoal_loader::pool::PoolError),
     /// The TSC could not be calibrated.
     #[error(transparent)]
     Tsc(#[from] shoal_loader::TscError),
@@ -254,6 +248,18 @@ pub fn run(cfg: &RunConfig) -> Result<i32, SptError> {
             ..Clock::default()
         },
     )?;
+    let mut pool_plan = None;
+    if cfg.mode == MemoryMode::Pool {
+        let (plan, warning) = shoal_loader::pool::prepare(cfg.pool.as_ref(), cfg.pool_fallback, &image)?;
+        if let Some(w) = warning {
+            print_err(
+                cfg.stderr.as_ref().map(AsRawFd::as_raw_fd),
+                &format!("shoal: warning: {w}; falling back to memory mode copy\n"),
+            );
+        }
+        pool_plan = plan;
+    }
+    let pool_ranges = pool_plan.as_ref().map(|p| p.ranges()).unwrap_or_default();
     let filter = filter::program()?;
     let report = ReportPage::new()?;
     let prepared = child::Prepared {
@@ -266,6 +272,8 @@ pub fn run(cfg: &RunConfig) -> Result<i32, SptError> {
         filter: &filter,
         report: report.0,
         mode: cfg.mode,
+        pool: pool_plan.as_ref(),
+        pool_ranges: &pool_ranges,
         stdout: cfg.stdout.as_ref().map(AsRawFd::as_raw_fd),
         stderr: cfg.stderr.as_ref().map(AsRawFd::as_raw_fd),
         parent: sys::getpid(),

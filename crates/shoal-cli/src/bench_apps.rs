@@ -1,0 +1,131 @@
+//! `shoal bench apps`: total execution time of the recipes' applications
+//! (SQLite speedtest1, Lua sort, PCRE2 grep, matmul) on shoal spt and as
+//! native static musl programs built from the same sources (seed 000
+//! Fig. 10–12).
+
+use super::mean_sd;
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use shoal_toolchain::recipe::{self, Side};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// Runs `cmd` with stdout captured; returns (wall seconds, stdout).
+fn timed(cmd: &mut Command) -> Result<(f64, String)> {
+    let t = Instant::now();
+    let out = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).output().context("cannot start the program")?;
+    let secs = t.elapsed().as_secs_f64();
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        bail!("{} ({})", out.status, last.trim());
+    }
+    Ok((secs, String::from_utf8_lossy(&out.stdout).to_string()))
+}
+
+struct Row {
+    name: String,
+    native: Vec<f64>,
+    spt: Vec<f64>,
+    failure: Option<String>,
+    same_output: bool,
+}
+
+pub fn apps(repeat: usize, only: Vec<String>, as_json: bool) -> Result<()> {
+    if repeat < 2 {
+        bail!("--repeat must be at least 2 (mean ± SD needs repeated runs; 5 or more is the default)");
+    }
+    let paths = shoal_toolchain::Paths::discover()?;
+    let recipes = if only.is_empty() {
+        recipe::list(&paths)?
+    } else {
+        only.iter().map(|n| recipe::load(&paths, n)).collect::<Result<Vec<_>, _>>()?
+    };
+    let shoal = std::env::current_exe()?;
+    let work = tempfile::tempdir()?;
+    // The native side's files live in memory too (tmpfs), as the instance's do (ramfs).
+    let shm = Path::new("/dev/shm");
+    let native_tmp = if shm.is_dir() { tempfile::tempdir_in(shm)? } else { tempfile::tempdir()? };
+    let mut rows = Vec::new();
+    for r in &recipes {
+        if !as_json {
+            eprintln!("shoal bench apps: building {}", r.name);
+        }
+        let image = work.path().join(format!("{}.img", r.name));
+        let built = recipe::build(&paths, r, &image)?;
+        let n_inv = recipe::invocation(&paths, r, Side::Native, true, native_tmp.path());
+        let s_inv = recipe::invocation(&paths, r, Side::Shoal, true, native_tmp.path());
+        let mut row = Row { name: r.name.clone(), native: vec![], spt: vec![], failure: None, same_output: true };
+        for i in 0..repeat {
+            if !as_json {
+                eprintln!("shoal bench apps: {} run {}/{repeat}", r.name, i + 1);
+            }
+            let n = timed(Command::new(&built.native).args(&n_inv.args).env_clear());
+            let mut cmd = Command::new(&shoal);
+            cmd.arg("run").arg("--mem").arg(&s_inv.mem);
+            if let Some(fs) = &s_inv.fs {
+                cmd.arg("--fs").arg(fs);
+            }
+            cmd.arg(&built.image).arg("--").args(&s_inv.args);
+            let s = timed(&mut cmd);
+            match (n, s) {
+                (Ok((nt, nout)), Ok((st, sout))) => {
+                    row.native.push(nt);
+                    row.spt.push(st);
+                    if recipe::mask_timings(&nout) != recipe::mask_timings(&sout) {
+                        row.same_output = false;
+                    }
+                }
+                (Err(e), _) => {
+                    row.failure = Some(format!("native run failed: {e}"));
+                    break;
+                }
+                (_, Err(e)) => {
+                    row.failure = Some(format!("shoal run failed: {e}"));
+                    break;
+                }
+            }
+        }
+        rows.push(row);
+    }
+    if as_json {
+        let mut results = serde_json::Map::new();
+        for r in &rows {
+            let (nm, nsd) = mean_sd(&r.native);
+            let (sm, ssd) = mean_sd(&r.spt);
+            results.insert(
+                r.name.clone(),
+                json!({
+                    "native_s": {"mean": nm, "sd": nsd, "runs": r.native},
+                    "spt_s": {"mean": sm, "sd": ssd, "runs": r.spt},
+                    "ratio_spt_over_native": sm / nm,
+                    "same_output": r.same_output,
+                    "failure": r.failure,
+                }),
+            );
+        }
+        println!("{}", serde_json::to_string_pretty(&json!({"repeat": repeat, "results": results}))?);
+        return Ok(());
+    }
+    println!("shoal bench apps: total execution time, {repeat} runs of each, native and spt alternating, full sizes");
+    println!("{:<20} {:>20} {:>20} {:>12}", "application (s)", "native process", "shoal spt", "spt/native");
+    for r in &rows {
+        if let Some(f) = &r.failure {
+            println!("{:<20} {f}", r.name);
+            continue;
+        }
+        let (nm, nsd) = mean_sd(&r.native);
+        let (sm, ssd) = mean_sd(&r.spt);
+        let note = if r.same_output { "" } else { "  (outputs differ!)" };
+        println!(
+            "{:<20} {:>20} {:>20} {:>12.3}{note}",
+            r.name,
+            format!("{nm:.3} ± {nsd:.3}"),
+            format!("{sm:.3} ± {ssd:.3}"),
+            sm / nm
+        );
+    }
+    println!("(wall time of the whole run: `shoal run` including the tender's start, vs. the native process; files in ramfs vs. tmpfs.)");
+    Ok(())
+}

@@ -1,0 +1,567 @@
+//! `shoal bench memory` and `shoal bench size`: seed 000 §V-A (Fig. 8) and
+//! §V-B (Fig. 9).
+//!
+//! Memory: 8 instances of `apps/bench/idle.c` (links SQLite, runs one
+//! statement, then idles in a long `nanosleep`, i.e. blocked in the poll
+//! hypercall), each against another SQLite version, are launched one every
+//! `--interval` seconds and kept alive; every 500 ms the host's memory use
+//! (MemTotal − MemAvailable, relative to a baseline taken before the
+//! configuration's pool was filled) and the instances' PSS (from
+//! `/proc/PID/smaps`, tender processes included) are sampled. Per
+//! configuration (layout policy + memory mode) this gives a curve; the CSV,
+//! an SVG plot (hand-written: a few polylines do not need a plotting
+//! crate) and a table with the final values beside the paper's ratios.
+//!
+//! What is attributed to the instances: the sum of their PSS, except that
+//! for `pool` configurations the PSS of pool mappings is replaced by the
+//! whole size of the pool files (they occupy RAM in /dev/shm whether
+//! mapped or not), which is conservative.
+//!
+//! KSM is switched on (`/sys/kernel/mm/ksm/run` = 1) only while a `ksm`
+//! configuration runs; `run`, `pages_to_scan` and `sleep_millisecs` are
+//! restored afterwards (also on Ctrl-C-free error paths). ksmd's CPU time
+//! during the run is reported.
+//!
+//! Not done yet: the DESIGN's second variant (run the workload, then idle);
+//! ASLR variants of default and dce (the workspace has link-time ASLR only
+//! for the delta layout, `aslr`).
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use shoal_loader::pool::{pool_libs, Pool};
+use shoal_toolchain::sqlite_versions::{prepare_all, SqliteVersion};
+use shoal_toolchain::Paths;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One configuration of Fig. 8.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// Name in tables and JSON.
+    pub name: &'static str,
+    /// Layout policy of the workspace.
+    pub policy: &'static str,
+    /// Memory mode of the instances.
+    pub mode: &'static str,
+    /// The paper's default/this memory ratio (Fig. 8), if it gives one.
+    pub paper_vs_default: Option<f64>,
+}
+
+/// The configurations, in table order. The paper's Default and DCE runs
+/// use KSM too (all its runs but the loader's do), and so do these.
+pub const CONFIGS: &[Config] = &[
+    Config { name: "default", policy: "default", mode: "ksm", paper_vs_default: Some(1.0) },
+    Config { name: "dce", policy: "dce", mode: "ksm", paper_vs_default: Some(2.8 / 2.5) },
+    Config { name: "delta+ksm", policy: "delta", mode: "ksm", paper_vs_default: Some(2.8) },
+    Config { name: "delta+pool", policy: "delta", mode: "pool", paper_vs_default: Some(2.8 / 1.4) },
+    Config { name: "aslr+ksm", policy: "aslr", mode: "ksm", paper_vs_default: Some(2.0) },
+    Config { name: "aslr+pool", policy: "aslr", mode: "pool", paper_vs_default: None },
+    Config { name: "default+copy", policy: "default", mode: "copy", paper_vs_default: None },
+    Config { name: "aligned+ksm", policy: "aligned", mode: "ksm", paper_vs_default: None },
+    Config { name: "aligned+pool", policy: "aligned", mode: "pool", paper_vs_default: None },
+];
+
+/// Options of `shoal bench memory`.
+pub struct MemoryOpts {
+    pub interval: f64,
+    pub settle: Option<f64>,
+    pub tender: String,
+    pub only: Vec<String>,
+    pub out: PathBuf,
+    pub mem: String,
+    pub json: bool,
+}
+
+fn say(quiet: bool, msg: &str) {
+    if !quiet {
+        eprintln!("shoal bench memory: {msg}");
+    }
+}
+
+/// Compiles apps/bench/idle.c against the oldest SQLite's header.
+fn idle_object(paths: &Paths, shoal: &Path, oldest: &SqliteVersion, dir: &Path) -> Result<PathBuf> {
+    let obj = dir.join("idle.o");
+    let src = paths.home.join("apps/bench/idle.c");
+    let st = Command::new(shoal)
+        .arg("cc")
+        .args(shoal_toolchain::sqlite_versions::CFLAGS)
+        .arg("-I")
+        .arg(&oldest.source)
+        .arg("-c")
+        .arg(&src)
+        .arg("-o")
+        .arg(&obj)
+        .status()
+        .context("cannot run shoal cc")?;
+    anyhow::ensure!(st.success(), "compiling {} failed", src.display());
+    Ok(obj)
+}
+
+/// Builds the 8 idle images under `policy` in `dir` (the workspace
+/// machinery of `shoal bench pages`, with the idle application).
+pub fn build_idle(paths: &Paths, dir: &Path, policy: &str, versions: &[SqliteVersion], app: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut ws = format!("policy = \"{policy}\"\nseed = 7\n\n[[library]]\nname = \"sqlite\"\nversions = [\n");
+    for v in versions {
+        ws.push_str(&format!("  {{ version = \"{}\", object = \"{}\" }},\n", v.version, v.object.display()));
+    }
+    ws.push_str("]\n");
+    for v in versions {
+        ws.push_str(&format!(
+            "\n[[image]]\noutput = \"idle-{0}\"\nobjects = [\"{1}\"]\nlibraries = [\"sqlite@{0}\"]\n",
+            v.version,
+            app.display()
+        ));
+    }
+    let file = dir.join("workspace.toml");
+    std::fs::write(&file, ws)?;
+    Ok(shoal_toolchain::workspace::build_workspace(paths, &file)?)
+}
+
+/// Builds the images of every policy `configs` need; (policy, images).
+/// Images per policy, and the SQLite versions.
+type Built = (Vec<(String, Vec<PathBuf>)>, Vec<String>);
+
+fn build_all(json_out: bool, root: &Path, configs: &[Config]) -> Result<Built> {
+    let paths = Paths::discover()?;
+    let shoal = std::env::current_exe()?;
+    say(json_out, "fetching and compiling 8 SQLite versions (cached after the first run)…");
+    let versions = prepare_all(&paths, &shoal)?;
+    std::fs::create_dir_all(root)?;
+    let app = idle_object(&paths, &shoal, &versions[0], root)?;
+    let mut built = Vec::new();
+    let policies: BTreeSet<&str> = configs.iter().map(|c| c.policy).collect();
+    for p in ["default", "dce", "aligned", "delta", "aslr"] {
+        if policies.contains(p) {
+            say(json_out, &format!("building 8 idle images with policy {p}…"));
+            match build_idle(&paths, &root.join(p), p, &versions, &app) {
+                Ok(images) => built.push((p.to_string(), images)),
+                // Another policy's failure must not hide the others' results.
+                Err(e) => eprintln!("shoal bench: warning: policy {p} cannot be built, its configurations are skipped: {e:#}"),
+            }
+        }
+    }
+    Ok((built, versions.iter().map(|v| v.version.clone()).collect()))
+}
+
+// ---------------------------------------------------------------- KSM
+
+const KSM: &str = "/sys/kernel/mm/ksm";
+
+/// KSM's settings, saved to be restored.
+struct KsmGuard {
+    saved: Vec<(String, String)>,
+}
+
+impl KsmGuard {
+    fn on() -> Result<KsmGuard> {
+        let mut saved = Vec::new();
+        for k in ["run", "pages_to_scan", "sleep_millisecs"] {
+            let v = std::fs::read_to_string(format!("{KSM}/{k}")).with_context(|| format!("KSM is not available ({KSM}/{k})"))?;
+            saved.push((k.to_string(), v.trim().to_string()));
+        }
+        std::fs::write(format!("{KSM}/run"), "1").context("cannot switch KSM on (root needed)")?;
+        Ok(KsmGuard { saved })
+    }
+    fn setting(&self, k: &str) -> String {
+        self.saved.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for KsmGuard {
+    fn drop(&mut self) {
+        for (k, v) in self.saved.iter().rev() {
+            let _ = std::fs::write(format!("{KSM}/{k}"), v);
+        }
+    }
+}
+
+fn ksm_value(k: &str) -> u64 {
+    std::fs::read_to_string(format!("{KSM}/{k}")).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+}
+
+/// CPU time of the ksmd kernel thread, in seconds.
+fn ksmd_cpu() -> f64 {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return 0.0 };
+    for p in procs.flatten() {
+        if std::fs::read_to_string(p.path().join("comm")).map(|c| c.trim() == "ksmd").unwrap_or(false) {
+            if let Ok(stat) = std::fs::read_to_string(p.path().join("stat")) {
+                let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                let ticks: f64 = f.get(11).and_then(|s| s.parse().ok()).unwrap_or(0.0) + f.get(12).and_then(|s| s.parse().ok()).unwrap_or(0.0);
+                return ticks / CLK_TCK;
+            }
+        }
+    }
+    0.0
+}
+
+/// `sysconf(_SC_CLK_TCK)`: Linux reports 100 to user space on every
+/// configuration.
+const CLK_TCK: f64 = 100.0;
+
+// ---------------------------------------------------------------- sampling
+
+fn meminfo_used_kib() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let get = |k: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    get("MemTotal:").saturating_sub(get("MemAvailable:"))
+}
+
+/// A process and its descendants.
+fn tree(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
+            for t in tasks.flatten() {
+                if let Ok(c) = std::fs::read_to_string(t.path().join("children")) {
+                    out.extend(c.split_whitespace().filter_map(|s| s.parse::<u32>().ok()));
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// (total PSS, PSS of mappings of files under `pool_dir`), in KiB.
+fn pss_kib(pid: u32, pool_dir: Option<&str>) -> (u64, u64) {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else { return (0, 0) };
+    let (mut total, mut pool) = (0, 0);
+    let mut in_pool = false;
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("Pss:") {
+            let kib: u64 = v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            total += kib;
+            if in_pool {
+                pool += kib;
+            }
+        } else if line.split_whitespace().next().is_some_and(|f| f.contains('-') && !f.ends_with(':')) {
+            in_pool = pool_dir.is_some_and(|d| line.contains(d));
+        }
+    }
+    (total, pool)
+}
+
+/// One sample.
+#[derive(Clone, Debug)]
+struct Sample {
+    t: f64,
+    instances: usize,
+    host_mib: f64,
+    pss_mib: f64,
+    attributed_mib: f64,
+    ksm_sharing: u64,
+}
+
+/// What one configuration gave.
+struct Outcome {
+    config: Config,
+    samples: Vec<Sample>,
+    ksm_cpu_s: f64,
+    ksm_settings: Option<(String, String)>,
+    pool_mib: f64,
+    pool_verify_ms: Option<f64>,
+    alive: usize,
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> {
+    let shoal = std::env::current_exe()?;
+    // Let memory freed by the previous configuration settle.
+    std::thread::sleep(Duration::from_millis(1500));
+    let baseline = meminfo_used_kib();
+    let pool_dir = PathBuf::from(format!("/dev/shm/shoal-pool-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&pool_dir);
+    let mut pool_kib = 0;
+    let mut pool_verify_ms = None;
+    if c.mode == "pool" {
+        let pool = Pool::new(&pool_dir);
+        for img in images {
+            pool.add(img)?;
+        }
+        pool_kib = pool.list()?.iter().map(|e| e.bytes).sum::<u64>() / 1024;
+        let image = shoal_loader::Image::open(&images[0])?;
+        let (cmp, hash, bytes) = shoal_loader::pool::verify_cost(&pool, &image)?;
+        pool_verify_ms = Some(cmp.as_secs_f64() * 1e3);
+        say(
+            o.json,
+            &format!(
+                "pool: {:.2} MiB in {} files; verifying one instance's {:.2} MiB of pool pages: {:.2} ms by comparison with the image (SHA-256 would take {:.2} ms)",
+                mib(pool_kib),
+                pool.list()?.len(),
+                bytes as f64 / 1048576.0,
+                cmp.as_secs_f64() * 1e3,
+                hash.as_secs_f64() * 1e3
+            ),
+        );
+    }
+    let ksm = if c.mode == "ksm" { Some(KsmGuard::on()?) } else { None };
+    let ksm_settings = ksm.as_ref().map(|k| (k.setting("pages_to_scan"), k.setting("sleep_millisecs")));
+    if let Some((pages, sleep)) = &ksm_settings {
+        say(o.json, &format!("KSM on for {}: pages_to_scan={pages}, sleep_millisecs={sleep} (the kernel's settings, restored afterwards)", c.name));
+    }
+    let ksm_cpu0 = ksmd_cpu();
+    let settle = o.settle.unwrap_or(o.interval);
+    let total = o.interval * (images.len() as f64 - 1.0) + settle;
+    let logs = o.out.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let mut children: Vec<Child> = Vec::new();
+    let mut samples = Vec::new();
+    let t0 = Instant::now();
+    let pool_dir_s = pool_dir.to_string_lossy().to_string();
+    let result = (|| -> Result<()> {
+        let mut next_sample = 0.0;
+        loop {
+            let t = t0.elapsed().as_secs_f64();
+            while children.len() < images.len() && t >= o.interval * children.len() as f64 {
+                let img = &images[children.len()];
+                let log = std::fs::File::create(logs.join(format!("{}-{}.log", c.name, children.len())))?;
+                let mut cmd = Command::new(&shoal);
+                cmd.args(["run", "--tender", &o.tender, "--mem", &o.mem, "--mem-mode", c.mode]).arg(img);
+                if c.mode == "pool" {
+                    cmd.env("SHOAL_POOL_DIR", &pool_dir);
+                }
+                children.push(cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?);
+            }
+            if t >= next_sample {
+                let (mut pss, mut pool_pss) = (0, 0);
+                for ch in &children {
+                    for p in tree(ch.id()) {
+                        let (a, b) = pss_kib(p, (c.mode == "pool").then_some(pool_dir_s.as_str()));
+                        pss += a;
+                        pool_pss += b;
+                    }
+                }
+                let attributed = pss - pool_pss + if c.mode == "pool" { pool_kib } else { 0 };
+                samples.push(Sample {
+                    t,
+                    instances: children.len(),
+                    host_mib: mib(meminfo_used_kib().saturating_sub(baseline)),
+                    pss_mib: mib(pss),
+                    attributed_mib: mib(attributed),
+                    ksm_sharing: ksm_value("pages_sharing"),
+                });
+                next_sample += 0.5;
+            }
+            if t >= total {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    })();
+    let mut alive = 0;
+    for ch in &mut children {
+        if matches!(ch.try_wait(), Ok(None)) {
+            alive += 1;
+        }
+        let _ = ch.kill();
+        let _ = ch.wait();
+    }
+    let ksm_cpu_s = ksmd_cpu() - ksm_cpu0;
+    drop(ksm);
+    let _ = std::fs::remove_dir_all(&pool_dir);
+    result?;
+    Ok(Outcome { config: c, samples, ksm_cpu_s, ksm_settings, pool_mib: mib(pool_kib), pool_verify_ms, alive })
+}
+
+// ---------------------------------------------------------------- output
+
+fn svg(outcomes: &[Outcome], title: &str) -> String {
+    let (w, h, ml, mr, mt, mb) = (900.0, 520.0, 70.0, 190.0, 40.0, 50.0);
+    let tmax = outcomes.iter().flat_map(|o| o.samples.iter().map(|s| s.t)).fold(1.0, f64::max);
+    let ymax = outcomes.iter().flat_map(|o| o.samples.iter().map(|s| s.attributed_mib)).fold(1.0, f64::max) * 1.1;
+    let x = |t: f64| ml + (w - ml - mr) * t / tmax;
+    let y = |v: f64| h - mb - (h - mt - mb) * v / ymax;
+    let colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#7f7f7f"];
+    let mut s = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
+    s += &format!("<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">{title}</text>\n", w / 2.0);
+    s += &format!("<line x1=\"{ml}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n", h - mb, w - mr, h - mb);
+    s += &format!("<line x1=\"{ml}\" y1=\"{mt}\" x2=\"{ml}\" y2=\"{}\" stroke=\"black\"/>\n", h - mb);
+    for i in 0..=5 {
+        let v = ymax * i as f64 / 5.0;
+        s += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.0}</text><line x1=\"{ml}\" y1=\"{1}\" x2=\"{}\" y2=\"{1}\" stroke=\"#eee\"/>\n", ml - 6.0, y(v), w - mr);
+        let t = tmax * i as f64 / 5.0;
+        s += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{t:.0}</text>\n", x(t), h - mb + 16.0);
+    }
+    s += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time (s)</text>\n", (ml + w - mr) / 2.0, h - 12.0);
+    s += &format!("<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {0})\" text-anchor=\"middle\">memory of the instances (MiB)</text>\n", (mt + h - mb) / 2.0);
+    for (i, o) in outcomes.iter().enumerate() {
+        let c = colors[i % colors.len()];
+        let pts: Vec<String> = o.samples.iter().map(|p| format!("{:.1},{:.1}", x(p.t), y(p.attributed_mib))).collect();
+        s += &format!("<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>\n", pts.join(" "));
+        let ly = mt + 18.0 * i as f64 + 10.0;
+        s += &format!("<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"3\"/><text x=\"{}\" y=\"{}\">{}</text>\n", w - mr + 10.0, w - mr + 30.0, w - mr + 36.0, ly + 4.0, o.config.name);
+    }
+    s + "</svg>\n"
+}
+
+fn final_of(o: &Outcome) -> (f64, f64) {
+    // The mean of the last two samples smooths the 500 ms sampling.
+    let n = o.samples.len();
+    let last = &o.samples[n.saturating_sub(2)..];
+    let a = last.iter().map(|s| s.attributed_mib).sum::<f64>() / last.len() as f64;
+    let h = last.iter().map(|s| s.host_mib).sum::<f64>() / last.len() as f64;
+    (a, h)
+}
+
+pub fn memory(o: MemoryOpts) -> Result<()> {
+    if o.interval <= 0.0 {
+        bail!("--interval must be positive");
+    }
+    let configs: Vec<Config> = if o.only.is_empty() {
+        CONFIGS.to_vec()
+    } else {
+        let mut v = Vec::new();
+        for n in &o.only {
+            v.push(*CONFIGS.iter().find(|c| c.name == n).with_context(|| {
+                format!("--only {n}: unknown configuration (known: {})", CONFIGS.iter().map(|c| c.name).collect::<Vec<_>>().join(", "))
+            })?);
+        }
+        v
+    };
+    std::fs::create_dir_all(&o.out)?;
+    let (built, versions) = build_all(o.json, &o.out.join("images"), &configs)?;
+    let images_of = |p: &str| built.iter().find(|(q, _)| q == p).map(|(_, i)| i.clone()).unwrap_or_default();
+    let mut outcomes = Vec::new();
+    for c in &configs {
+        if images_of(c.policy).is_empty() {
+            continue;
+        }
+        say(o.json, &format!("{}: launching 8 instances, one every {} s…", c.name, o.interval));
+        outcomes.push(run_config(*c, &images_of(c.policy), &o)?);
+    }
+    // CSV
+    let mut csv = String::from("config,t_s,instances,host_mib,pss_mib,attributed_mib,ksm_pages_sharing\n");
+    for oc in &outcomes {
+        for s in &oc.samples {
+            csv += &format!("{},{:.2},{},{:.2},{:.2},{:.2},{}\n", oc.config.name, s.t, s.instances, s.host_mib, s.pss_mib, s.attributed_mib, s.ksm_sharing);
+        }
+    }
+    let csv_path = o.out.join("memory.csv");
+    std::fs::write(&csv_path, csv)?;
+    let svg_path = o.out.join("memory.svg");
+    std::fs::write(&svg_path, svg(&outcomes, &format!("8 idle instances, SQLite {} … {}, one every {} s ({})", versions[0], versions[7], o.interval, o.tender)))?;
+    let def = outcomes.iter().find(|x| x.config.name == "default").map(|x| final_of(x).0);
+    if o.json {
+        let mut m = serde_json::Map::new();
+        for oc in &outcomes {
+            let (a, h) = final_of(oc);
+            m.insert(
+                oc.config.name.to_string(),
+                json!({
+                    "final_mib": a,
+                    "host_mib": h,
+                    "pss_mib": oc.samples.last().map(|s| s.pss_mib),
+                    "pool_mib": oc.pool_mib,
+                    "pool_verify_ms": oc.pool_verify_ms,
+                    "policy": oc.config.policy,
+                    "mode": oc.config.mode,
+                    "default_over_this": def.map(|d| d / a),
+                    "paper_default_over_this": oc.config.paper_vs_default,
+                    "ksmd_cpu_s": oc.ksm_cpu_s,
+                    "ksm_pages_to_scan_sleep_ms": oc.ksm_settings,
+                    "instances_alive_at_end": oc.alive,
+                }),
+            );
+        }
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"interval_s": o.interval, "tender": o.tender, "sqlite_versions": versions, "csv": csv_path, "plot": svg_path, "configs": m}))?
+        );
+        return Ok(());
+    }
+    println!("shoal bench memory: 8 idle instances (SQLite {}), one every {} s, tender {}", versions.join(", "), o.interval, o.tender);
+    println!("{:<13} {:>11} {:>10} {:>10} {:>14} {:>14} {:>10} {:>6}", "config", "final MiB", "host MiB", "pool MiB", "default/this", "paper", "ksmd CPU", "alive");
+    for oc in &outcomes {
+        let (a, h) = final_of(oc);
+        println!(
+            "{:<13} {:>11.1} {:>10.1} {:>10.1} {:>14} {:>14} {:>9.2}s {:>6}",
+            oc.config.name,
+            a,
+            h,
+            oc.pool_mib,
+            def.map(|d| format!("{:.2}", d / a)).unwrap_or("-".into()),
+            oc.config.paper_vs_default.map(|r| format!("{r:.2}")).unwrap_or("-".into()),
+            oc.ksm_cpu_s,
+            oc.alive
+        );
+    }
+    println!("final MiB: the instances' PSS (tenders included; for pool, pool mappings replaced by the whole pool files) at the end; host MiB: MemTotal−MemAvailable above the baseline.");
+    println!("seed 000 Fig. 8: Spacer-Δ+KSM 2.8× below Default (+KSM), 2.5× below DCE; the loader+pool 1.4× above Spacer-Δ+KSM (2.0× below Default).");
+    println!("CSV: {}  plot: {}", csv_path.display(), svg_path.display());
+    Ok(())
+}
+
+// ---------------------------------------------------------------- sizes
+
+/// `shoal bench size`: image sizes per configuration (Fig. 9).
+pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
+    let configs: Vec<Config> = ["default", "dce", "delta", "aslr"]
+        .iter()
+        .map(|p| Config { name: p, policy: p, mode: "copy", paper_vs_default: None })
+        .collect();
+    let (built, _) = build_all(json_out, &out.join("images"), &configs)?;
+    let mut rows = Vec::new();
+    for (policy, images) in &built {
+        let mut total = 0u64;
+        let mut stripped = 0u64;
+        let mut pool_files = std::collections::BTreeMap::new();
+        for img in images {
+            let size = std::fs::metadata(img)?.len();
+            total += size;
+            let m = shoal_manifest::Manifest::read(&shoal_manifest::Manifest::path_for(img))?;
+            let libs = pool_libs(&m);
+            let pooled: u64 = libs.iter().map(|l| l.size()).sum();
+            stripped += size.saturating_sub(pooled);
+            for l in libs {
+                pool_files.insert(l.file_name.clone(), l.size());
+            }
+        }
+        let pool: u64 = pool_files.values().sum();
+        rows.push((policy.clone(), total, stripped, pool, pool_files.len()));
+    }
+    let get = |p: &str| rows.iter().find(|r| r.0 == p).map(|r| r.1 as f64).unwrap_or(f64::NAN);
+    let (def, dce) = (get("default"), get("dce"));
+    let m = |b: u64| b as f64 / 1048576.0;
+    if json_out {
+        let mut js = serde_json::Map::new();
+        for (p, total, stripped, pool, files) in &rows {
+            let name = if p == "default" || p == "dce" { p.clone() } else { format!("{p}+ksm") };
+            js.insert(name, json!({"images_mib": m(*total)}));
+            if p == "delta" || p == "aslr" {
+                js.insert(format!("{p}+pool"), json!({"images_mib": m(*stripped), "pool_mib": m(*pool), "pool_files": files, "images_plus_pool_mib": m(stripped + pool),
+                    "default_over_this": def / (stripped + pool) as f64, "dce_over_this": dce / (stripped + pool) as f64, "ksm_over_this": *total as f64 / (stripped + pool) as f64}));
+            }
+        }
+        println!("{}", serde_json::to_string_pretty(&json!({"configs": js}))?);
+        return Ok(());
+    }
+    println!("shoal bench size: 8 idle images (one per SQLite version), disk use per configuration (seed 000 Fig. 9)");
+    println!("{:<12} {:>12} {:>12} {:>14} {:>12} {:>10}", "config", "images MiB", "pool MiB", "total MiB", "default/this", "dce/this");
+    for (p, total, stripped, pool, _) in &rows {
+        let name = if p == "default" || p == "dce" { p.clone() } else { format!("{p}+ksm") };
+        println!("{:<12} {:>12.2} {:>12} {:>14.2} {:>12.2} {:>10.2}", name, m(*total), "-", m(*total), def / *total as f64, dce / *total as f64);
+        if p == "delta" || p == "aslr" {
+            let t = (stripped + pool) as f64;
+            println!("{:<12} {:>12.2} {:>12.2} {:>14.2} {:>12.2} {:>10.2}   ksm/pool {:.2}", format!("{p}+pool"), m(*stripped), m(*pool), t / 1048576.0, def / t, dce / t, *total as f64 / t);
+        }
+    }
+    println!("pool: images without their pooled pages (what a pool-aware build would ship) plus the distinct pool files.");
+    println!("seed 000 Fig. 9: Spacer-Δ(+KSM) 1.3× above Default, 1.6× above DCE; with the pool 3.6× below Default, 3× below DCE, 4.8× below Spacer-Δ+KSM (ASLR: 2.6×, 2.2×, 3.9×).");
+    Ok(())
+}

@@ -1,0 +1,78 @@
+//! `shoal pool`: the library pool (DESIGN §4; `shoal_loader::pool`).
+
+use anyhow::Result;
+use clap::{Subcommand, ValueEnum};
+use shoal_loader::pool::Pool;
+use shoal_loader::MemoryMode;
+use std::path::PathBuf;
+
+/// `--mem-mode` of `shoal run` and the benchmarks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MemMode {
+    /// Copy every segment into anonymous memory.
+    Copy,
+    /// Copy, and offer guest memory to KSM (MADV_MERGEABLE).
+    Ksm,
+    /// Map code and rodata from the library pool (`shoal pool add` first).
+    Pool,
+}
+
+impl From<MemMode> for MemoryMode {
+    fn from(m: MemMode) -> MemoryMode {
+        match m {
+            MemMode::Copy => MemoryMode::Copy,
+            MemMode::Ksm => MemoryMode::Ksm,
+            MemMode::Pool => MemoryMode::Pool,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+pub enum PoolCmd {
+    /// Put the read-only pages of each library version of the images into the pool.
+    Add {
+        /// The images (their manifests must be next to them).
+        #[arg(required = true)]
+        images: Vec<PathBuf>,
+    },
+    /// List the pool's files, their sizes and how many processes map them.
+    Ls,
+    /// Remove the pool files no process maps.
+    Gc,
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.2} MiB", b as f64 / (1 << 20) as f64)
+}
+
+pub fn run(cmd: PoolCmd) -> Result<()> {
+    let pool = Pool::default_pool();
+    match cmd {
+        PoolCmd::Add { images } => {
+            for image in images {
+                let added = pool.add(&image)?;
+                let new: u64 = added.iter().filter(|a| a.written).map(|a| a.bytes).sum();
+                let kept = added.iter().filter(|a| !a.written).count();
+                println!(
+                    "{}: {} libraries, {} new in the pool, {} already there",
+                    image.display(),
+                    added.len(),
+                    mib(new),
+                    kept
+                );
+            }
+        }
+        PoolCmd::Ls => {
+            let entries = pool.list()?;
+            println!("{} ({} files, {})", pool.dir().display(), entries.len(), mib(entries.iter().map(|e| e.bytes).sum()));
+            for e in entries {
+                println!("{:>12} {:>4} mapped  {}", mib(e.bytes), e.mapped_by, e.name);
+            }
+        }
+        PoolCmd::Gc => {
+            let removed = pool.gc()?;
+            println!("removed {} files ({})", removed.len(), mib(removed.iter().map(|e| e.bytes).sum()));
+        }
+    }
+    Ok(())
+}
