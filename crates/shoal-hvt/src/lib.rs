@@ -384,6 +384,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     // The clock pair as close to the first guest instruction as possible.
     p.params.clock = Clock::now(p.params.clock.tsc_hz);
     let entry = shoal_loader::write_boot_state(&mem, &p.image, &p.layout, &p.argv, &p.env, &p.params)?;
+    p.image.release_data();
     vm::prepare(&vm, &p.private.bytes, &entry)?;
     timings.vm_ready = t0.elapsed();
 

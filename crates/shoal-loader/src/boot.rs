@@ -127,20 +127,10 @@ pub struct EntryState {
 /// the page the file bytes end in.
 ///
 /// Guest memory must start zeroed (fresh anonymous memory): the bss beyond
-/// that page is not touched, so it stays lazily backed.
+/// that page is not touched, so it stays lazily backed, and file pages that
+/// are all zero are skipped.
 pub fn load_segments(mem: &GuestMemory, image: &Image) -> Result<(), BootError> {
-    for s in image.segments() {
-        mem.write(GuestAddr(s.vaddr), &s.data)
-            .map_err(mem_err("image segment"))?;
-        let file_end = s.vaddr + s.data.len() as u64;
-        let mem_end = s.vaddr + s.memsz;
-        let zero_end = mem_end.min(crate::image::page_up(file_end));
-        if zero_end > file_end {
-            mem.zero(GuestAddr(file_end), zero_end - file_end)
-                .map_err(mem_err("image bss"))?;
-        }
-    }
-    Ok(())
+    load_segments_except(mem, image, &[])
 }
 
 /// Like [`load_segments`], but leaves the guest ranges in `skip` (sorted,
@@ -158,10 +148,18 @@ pub fn load_segments_except(mem: &GuestMemory, image: &Image, skip: &[(u64, u64)
             }
             let next = skip.iter().map(|&(a, _)| a).filter(|&a| a > at).min().unwrap_or(u64::MAX).min(zero_end);
             let data_end = next.min(file_end);
-            if at < data_end {
-                let off = (at - s.vaddr) as usize;
-                mem.write(GuestAddr(at), &s.data[off..off + (data_end - at) as usize])
-                    .map_err(mem_err("image segment"))?;
+            // Guest memory is fresh anonymous memory, already zero: pages
+            // of the file that are all zero (the holes of aligned layouts,
+            // zero-initialised data) are skipped, so they cost no memory.
+            let mut piece = at;
+            while piece < data_end {
+                let piece_end = crate::image::page_up(piece + 1).min(data_end);
+                let off = (piece - s.vaddr) as usize;
+                let bytes = &s.data[off..off + (piece_end - piece) as usize];
+                if bytes.iter().any(|&b| b != 0) {
+                    mem.write(GuestAddr(piece), bytes).map_err(mem_err("image segment"))?;
+                }
+                piece = piece_end;
             }
             let z = at.max(file_end);
             if z < next {

@@ -462,6 +462,15 @@ impl Image {
         self.entry
     }
 
+    /// Frees the segments' file bytes once they are in guest memory (a
+    /// running tender keeps only addresses, sizes and permissions), so an
+    /// instance does not hold its image twice.
+    pub fn release_data(&mut self) {
+        for s in &mut self.segments {
+            s.data = Vec::new();
+        }
+    }
+
     /// The loadable segments, sorted by address, none overlapping another's
     /// pages, none writable and executable.
     pub fn segments(&self) -> &[Segment] {

@@ -153,6 +153,15 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     params.clock = Clock::now(params.clock.tsc_hz);
     let entry = write_boot_state(&mem, p.image, &p.layout, p.argv, p.env, &params)
         .map_err(ChildError::Boot)?;
+    // The image's bytes are in guest memory now. Give back this process's
+    // copy-on-write view of the parent's buffers, so an instance does not
+    // keep its image twice (the parent frees its own copy after the fork).
+    for s in p.image.segments() {
+        // SAFETY: each buffer is one allocation of the parent's heap
+        // (inherited); nothing reads segment bytes after this point (the
+        // code below only looks at addresses and permissions).
+        unsafe { sys::discard(s.data.as_ptr(), s.data.len()) };
+    }
 
     // Protections: code R+X, read-only data R, archive R, boot-info page R.
     let mut ro = [(0u64, 0u64); MAX_RO];

@@ -219,7 +219,7 @@ pub fn run(cfg: &RunConfig) -> Result<i32, SptError> {
         )));
     }
     let image = Image::open(&cfg.image)?;
-    let packed;
+    let packed: Vec<u8>;
     let archive: &[u8] = match &cfg.fs {
         None => &[],
         Some(FsSource::Dir(dir)) => {
@@ -290,6 +290,11 @@ pub fn run(cfg: &RunConfig) -> Result<i32, SptError> {
         sys::Fork::Child => child::start(&prepared),
         sys::Fork::Parent(pid) => pid,
     };
+    // The parent only waits: give back the image and the archive, which
+    // the child has its own copy-on-write view of (else every instance
+    // would carry a second copy of its image in the waiting parent).
+    drop(prepared);
+    drop(image);
     let status = sys::waitpid(pid).map_err(|source| SptError::Sys {
         what: "wait for the instance",
         source,
