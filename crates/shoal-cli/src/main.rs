@@ -162,25 +162,16 @@ fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, m
             bail!("--fs {}: no such directory", dir.display());
         }
     }
+    // One configuration for both tenders (shoal_loader::RunConfig).
+    let mut cfg = shoal_spt::RunConfig::new(image, mem_size.div_ceil(4096) * 4096);
+    cfg.argv.extend(args.into_iter().map(Into::into));
+    cfg.env = env.into_iter().map(Into::into).collect();
+    cfg.fs = fs.map(shoal_spt::FsSource::Dir);
+    cfg.mode = mode.into();
+    cfg.pool_fallback = pool_fallback;
     match tender {
-        Tender::Hvt => {
-            let mut cfg = shoal_hvt::RunConfig::new(image, mem_size.div_ceil(4096) * 4096);
-            cfg.argv.extend(args.into_iter().map(Into::into));
-            cfg.env = env.into_iter().map(Into::into).collect();
-            cfg.fs = fs.map(shoal_hvt::FsSource::Dir);
-            cfg.mode = mode.into();
-            cfg.pool_fallback = pool_fallback;
-            Ok(shoal_hvt::run(&cfg)?)
-        }
-        Tender::Spt => {
-            let mut cfg = shoal_spt::RunConfig::new(image, mem_size.div_ceil(4096) * 4096);
-            cfg.argv.extend(args.into_iter().map(Into::into));
-            cfg.env = env.into_iter().map(Into::into).collect();
-            cfg.fs = fs.map(shoal_spt::FsSource::Dir);
-            cfg.mode = mode.into();
-            cfg.pool_fallback = pool_fallback;
-            Ok(shoal_spt::run(&cfg)?)
-        }
+        Tender::Hvt => Ok(shoal_hvt::run(&cfg)?),
+        Tender::Spt => Ok(shoal_spt::run(&cfg)?),
     }
 }
 

@@ -69,7 +69,6 @@ use shoal_loader::{BootParams, Clock, GuestMemory, Image, Layout};
 use std::ffi::OsString;
 use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// hvt stopped the guest (its own fault report, an invalid hypercall,
@@ -81,54 +80,8 @@ pub const EXIT_SIGSYS: i32 = 128 + libc::SIGSYS;
 
 pub use shoal_loader::{FsSource, MemoryMode};
 
-/// What to run. The same shape as `shoal_spt::RunConfig`.
-#[derive(Debug)]
-pub struct RunConfig {
-    /// The image file.
-    pub image: PathBuf,
-    /// Guest memory size in bytes (a multiple of 4 KiB, at most 4 GiB).
-    pub mem_size: u64,
-    /// The root file system, if any.
-    pub fs: Option<FsSource>,
-    /// The guest's argv, `argv[0]` included.
-    pub argv: Vec<OsString>,
-    /// The guest's environment, `KEY=VALUE` strings.
-    pub env: Vec<OsString>,
-    /// Memory mode.
-    pub mode: MemoryMode,
-    /// The library pool for [`MemoryMode::Pool`] (default: `SHOAL_POOL_DIR`
-    /// or `/dev/shm/shoal-pool`).
-    pub pool: Option<shoal_loader::pool::Pool>,
-    /// In mode `pool`, fall back to `copy` (with a warning) when the pool
-    /// cannot serve the image, instead of failing.
-    pub pool_fallback: bool,
-    /// Where the guest's stdout goes (default: this process's stdout).
-    pub stdout: Option<OwnedFd>,
-    /// Where the guest's stderr and hvt's messages go (default: this
-    /// process's stderr).
-    pub stderr: Option<OwnedFd>,
-}
-
-impl RunConfig {
-    /// A configuration with `argv = [image path]`, no environment, no file
-    /// system, memory mode `copy`, and the console on this process's
-    /// stdout/stderr.
-    pub fn new(image: impl Into<PathBuf>, mem_size: u64) -> RunConfig {
-        let image = image.into();
-        RunConfig {
-            argv: vec![image.clone().into_os_string()],
-            image,
-            mem_size,
-            fs: None,
-            env: Vec::new(),
-            mode: MemoryMode::Copy,
-            pool: None,
-            pool_fallback: false,
-            stdout: None,
-            stderr: None,
-        }
-    }
-}
+/// What to run (shared with the other tender).
+pub use shoal_loader::RunConfig;
 
 /// Why an image could not be run. Problems of the guest itself are not
 /// errors: they end the run with a status ([`Outcome`]).

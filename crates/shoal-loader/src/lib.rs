@@ -83,5 +83,54 @@ pub enum FsSource {
     Packed(Vec<u8>),
 }
 
+/// What a tender runs: the same configuration for spt and hvt.
+#[derive(Debug)]
+pub struct RunConfig {
+    /// The image file.
+    pub image: std::path::PathBuf,
+    /// Guest memory size in bytes (a multiple of 4 KiB; hvt: at most 4 GiB).
+    pub mem_size: u64,
+    /// The root file system, if any.
+    pub fs: Option<FsSource>,
+    /// The guest's argv, `argv[0]` included.
+    pub argv: Vec<std::ffi::OsString>,
+    /// The guest's environment, `KEY=VALUE` strings.
+    pub env: Vec<std::ffi::OsString>,
+    /// Memory mode.
+    pub mode: MemoryMode,
+    /// The library pool for [`MemoryMode::Pool`] (default: `SHOAL_POOL_DIR`
+    /// or `/dev/shm/shoal-pool`).
+    pub pool: Option<pool::Pool>,
+    /// In mode `pool`, fall back to `copy` (with a warning) when the pool
+    /// cannot serve the image, instead of failing.
+    pub pool_fallback: bool,
+    /// Where the guest's stdout goes (default: this process's stdout).
+    pub stdout: Option<std::os::fd::OwnedFd>,
+    /// Where the guest's stderr and the tender's messages go (default: this
+    /// process's stderr).
+    pub stderr: Option<std::os::fd::OwnedFd>,
+}
+
+impl RunConfig {
+    /// A configuration with `argv = [image path]`, no environment, no file
+    /// system, memory mode `copy`, and the console on this process's
+    /// stdout/stderr.
+    pub fn new(image: impl Into<std::path::PathBuf>, mem_size: u64) -> RunConfig {
+        let image = image.into();
+        RunConfig {
+            argv: vec![image.clone().into_os_string()],
+            image,
+            mem_size,
+            fs: None,
+            env: Vec::new(),
+            mode: MemoryMode::Copy,
+            pool: None,
+            pool_fallback: false,
+            stdout: None,
+            stderr: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -66,10 +66,8 @@ mod sys;
 use shoal_abi::TenderKind;
 use shoal_loader::{plan, BootParams, Clock, Image};
 use signals::Report;
-use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::PathBuf;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 
 /// The child could not start the guest.
@@ -85,54 +83,8 @@ pub const MAX_MEM: u64 = 1 << 40;
 
 pub use shoal_loader::{FsSource, MemoryMode};
 
-/// What to run.
-#[derive(Debug)]
-pub struct RunConfig {
-    /// The image file.
-    pub image: PathBuf,
-    /// Guest memory size in bytes (a multiple of 4 KiB).
-    pub mem_size: u64,
-    /// The root file system, if any.
-    pub fs: Option<FsSource>,
-    /// The guest's argv, `argv[0]` included.
-    pub argv: Vec<OsString>,
-    /// The guest's environment, `KEY=VALUE` strings.
-    pub env: Vec<OsString>,
-    /// Memory mode.
-    pub mode: MemoryMode,
-    /// The library pool for [`MemoryMode::Pool`] (default: `SHOAL_POOL_DIR`
-    /// or `/dev/shm/shoal-pool`).
-    pub pool: Option<shoal_loader::pool::Pool>,
-    /// In mode `pool`, fall back to `copy` (with a warning) when the pool
-    /// cannot serve the image, instead of failing.
-    pub pool_fallback: bool,
-    /// Where the guest's stdout goes (default: this process's stdout).
-    pub stdout: Option<OwnedFd>,
-    /// Where the guest's stderr and spt's messages go (default: this
-    /// process's stderr).
-    pub stderr: Option<OwnedFd>,
-}
-
-impl RunConfig {
-    /// A configuration with `argv = [image path]`, no environment, no file
-    /// system, memory mode `copy`, and the console on this process's
-    /// stdout/stderr.
-    pub fn new(image: impl Into<PathBuf>, mem_size: u64) -> RunConfig {
-        let image = image.into();
-        RunConfig {
-            argv: vec![image.clone().into_os_string()],
-            image,
-            mem_size,
-            fs: None,
-            env: Vec::new(),
-            mode: MemoryMode::Copy,
-            pool: None,
-            pool_fallback: false,
-            stdout: None,
-            stderr: None,
-        }
-    }
-}
+/// What to run (shared with the other tender).
+pub use shoal_loader::RunConfig;
 
 /// Why spt could not run the image. Nothing of the guest ran.
 #[derive(Debug, thiserror::Error)]
@@ -293,7 +245,6 @@ pub fn run(cfg: &RunConfig) -> Result<i32, SptError> {
     // The parent only waits: give back the image and the archive, which
     // the child has its own copy-on-write view of (else every instance
     // would carry a second copy of its image in the waiting parent).
-    drop(prepared);
     drop(image);
     let status = sys::waitpid(pid).map_err(|source| SptError::Sys {
         what: "wait for the instance",

@@ -9,16 +9,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// `libsqlite3-sys` releases and the SQLite versions they bundle, oldest
-/// first (checked against each crate's `sqlite3.h` when fetched).
+/// first (checked against each crate's `sqlite3.h` when fetched): eight
+/// successive releases, each bundling a different SQLite (0.23.1 and 0.24.1
+/// re-bundle 3.36.0 and 3.38.0 and are skipped).
 pub const VERSIONS: &[(&str, &str)] = &[
     ("0.22.2", "3.35.4"),
+    ("0.23.0", "3.36.0"),
+    ("0.23.2", "3.37.0"),
+    ("0.24.0", "3.38.0"),
     ("0.24.2", "3.38.2"),
-    ("0.25.2", "3.39.2"),
+    ("0.25.0", "3.39.0"),
+    ("0.25.1", "3.39.2"),
     ("0.26.0", "3.41.2"),
-    ("0.27.0", "3.44.0"),
-    ("0.28.0", "3.45.0"),
-    ("0.30.1", "3.46.0"),
-    ("0.31.0", "3.48.0"),
 ];
 
 /// The flags every SQLite version is compiled with: the ones that matter
