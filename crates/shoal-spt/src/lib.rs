@@ -246,6 +246,7 @@ pub fn run(cfg: &RunConfig) -> Result<i32, SptError> {
     // the child has its own copy-on-write view of (else every instance
     // would carry a second copy of its image in the waiting parent).
     drop(image);
+    sys::trim_heap();
     let status = sys::waitpid(pid).map_err(|source| SptError::Sys {
         what: "wait for the instance",
         source,

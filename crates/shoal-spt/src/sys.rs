@@ -163,6 +163,16 @@ pub unsafe fn discard(ptr: *const u8, len: usize) {
     }
 }
 
+/// Returns the free memory of the heap to the kernel (`malloc_trim`): the
+/// waiting parent keeps little, and what it freed should not stay resident.
+pub fn trim_heap() {
+    // SAFETY: malloc_trim only releases free heap memory; the parent is
+    // single-threaded.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// `dup2(2)`.
 pub fn dup2(from: RawFd, to: RawFd) -> io::Result<()> {
     // SAFETY: dup2 only changes the descriptor table.

@@ -388,7 +388,9 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
             match delta_sets.get(&lib.name) {
                 Some(set) => {
                     let j = idx + 1;
-                    spec.libraries.push(UserLibrary { name: lib.name.clone(), version: version.version.clone(), path: set.base.clone() });
+                    // The base is version 1's code in every image: label it
+                    // so, or the pool would keep one identical copy per label.
+                    spec.libraries.push(UserLibrary { name: lib.name.clone(), version: lib.versions[0].version.clone(), path: set.base.clone() });
                     // Newest first: ld keeps the first weak definition.
                     for d in set.deltas.iter().filter(|d| d.index <= j).rev() {
                         let name = format!("{}-delta{}", lib.name, d.index);
