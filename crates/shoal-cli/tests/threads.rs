@@ -57,6 +57,11 @@ fn sleeping_blocks_only_the_calling_thread() {
 }
 
 #[test]
+fn blocking_pipe_reads_and_poll_wait_for_other_threads() {
+    matches_native("pipes_threads.c", &[]);
+}
+
+#[test]
 fn deadlock_is_reported_and_stops_the_instance() {
     let dir = scratch();
     let image = build_image(&test_app("deadlock.c"), dir.path(), &[]);

@@ -288,6 +288,28 @@ pub fn futex_wait(addr: u64, val: u32, bitset: u32, deadline: Option<u64>) -> Re
     wake_result()
 }
 
+/// Keys of kernel wait queues ([`wait_key`]) have this bit set, so they
+/// can never equal a futex address (user addresses are below 2^47).
+pub const KERNEL_KEY: u64 = 1 << 63;
+
+/// Blocks the running thread on the kernel wait queue `key` (which must
+/// have [`KERNEL_KEY`] set) until [`wake_key`] (`Ok`), `deadline`
+/// (`ETIMEDOUT`) or a signal (`EINTR`). Other components use this for what
+/// they wait on (pipes, poll); if every thread ends up blocked with no
+/// deadline pending, the scheduler reports the deadlock.
+pub fn wait_key(key: u64, deadline: Option<u64>) -> Result<(), Errno> {
+    debug_assert!(key & KERNEL_KEY != 0);
+    TABLE.with(|t| t.block_current(Block::Futex { addr: key | KERNEL_KEY, bitset: u32::MAX }, deadline));
+    reschedule();
+    wake_result()
+}
+
+/// Wakes every thread waiting on the kernel wait queue `key`; they run
+/// later (the caller keeps the vCPU). Returns how many were woken.
+pub fn wake_key(key: u64) -> u32 {
+    TABLE.with(|t| t.wake(key | KERNEL_KEY, u32::MAX, u32::MAX))
+}
+
 /// `FUTEX_WAKE`: wakes up to `n` waiters on `addr` whose bitset meets
 /// `bitset`; returns how many. The woken run later (the caller keeps the
 /// vCPU).

@@ -4,28 +4,40 @@
 //! opening a FIFO whose other end is not open, `poll` with nothing ready)
 //! returns `EAGAIN` from the state-changing code, and its entry point in
 //! [`crate::sys`] waits here *without* holding the file-system state, then
-//! tries again. Until `sched` offers a way to wait for a wake-up (threads
-//! are being added there), the only thread of the process owns the CPU:
+//! tries again.
 //!
-//! - with a deadline, nothing in the process can change while it sleeps,
-//!   so sleeping until the deadline (`shoal_time::sleep_until`, which blocks
-//!   in the tender's `poll` and uses no CPU) is exact;
-//! - without one, nobody could ever wake it: Linux would hang forever.
+//! Waiting goes through the scheduler's kernel wait queue (`shoal_sched`),
+//! one queue for everything the file system waits on: every state change
+//! of a pipe wakes all waiters, which re-check (a spurious wake-up only
+//! costs a retry). Other threads run meanwhile. When the process has a
+//! single thread, nothing but time can change the state:
+//!
+//! - with a deadline, the thread sleeps until it (the tender's `poll`, no
+//!   CPU used);
+//! - without one, nobody could ever wake it — Linux would hang forever.
 //!   Instead the call fails with `EDEADLK` ("resource deadlock would
 //!   occur"), which no program retries in a loop (unlike `EINTR` or
-//!   `EAGAIN`), and a one-line `shoal:` warning goes to stderr once.
-//!
-//! When `sched` gets a wait queue, [`block`] (which then needs the key
-//! of what it waits on) and [`wake`] are the functions to switch.
+//!   `EAGAIN`), and a one-line `shoal:` warning goes to stderr once. With
+//!   several threads, a wait that nothing can end is reported by the
+//!   scheduler's deadlock detection (every thread blocked, no deadline).
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use shoal_plat::Errno;
 
 static WARNED: AtomicBool = AtomicBool::new(false);
 
+/// The kernel wait queue of the file system.
+const WAIT_KEY: u64 = shoal_sched::KERNEL_KEY | 0x7666_7300; // "vfs"
+
 /// Waits until `deadline` (monotonic nanoseconds) or, with `None`, until
 /// woken. `what` names the wait for the deadlock warning. `Ok`: try again.
 pub fn block(what: &str, deadline: Option<u64>) -> Result<(), Errno> {
+    if shoal_sched::thread_count() > 1 {
+        return match shoal_sched::wait_key(WAIT_KEY, deadline) {
+            Ok(()) | Err(Errno::ETIMEDOUT) => Ok(()),
+            Err(e) => Err(e),
+        };
+    }
     match deadline {
         Some(d) => {
             shoal_time::sleep_until(d);
@@ -44,7 +56,8 @@ pub fn block(what: &str, deadline: Option<u64>) -> Result<(), Errno> {
     }
 }
 
-/// Tells waiters on pipe `ino` that its state changed (data, space, an end
-/// opened or closed). Nothing waits while there is one thread; with a wait
-/// queue in `sched`, this wakes the threads [`block`] parked on `ino`.
-pub fn wake(_ino: u64) {}
+/// Tells waiters that pipe `ino` changed state (data, space, an end opened
+/// or closed): every thread blocked in [`block`] re-checks.
+pub fn wake(_ino: u64) {
+    shoal_sched::wake_key(WAIT_KEY);
+}
