@@ -27,6 +27,10 @@ pub enum Bench {
         /// Only these recipes (default: all).
         #[arg(long = "only", value_name = "RECIPE")]
         only: Vec<String>,
+        /// Memory modes to compare on spt, one column each (repeatable:
+        /// `--mem-mode copy --mem-mode ksm --mem-mode pool`; default copy).
+        #[arg(long = "mem-mode", value_name = "MODE", value_parser = ["copy", "ksm", "pool"])]
+        mem_modes: Vec<String>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -112,7 +116,7 @@ pub fn mean_sd(xs: &[f64]) -> (f64, f64) {
 
 pub fn run(which: Bench) -> Result<()> {
     match which {
-        Bench::Apps { repeat, only, json } => apps::apps(repeat, only, json),
+        Bench::Apps { repeat, only, mem_modes, json } => apps::apps(repeat, only, mem_modes, json),
         Bench::Boot { runs, json } => boot::boot(runs, json),
         Bench::Memory { interval, settle, tender, mem, only, out, json } => {
             memory::memory(memory::MemoryOpts { interval, settle, tender, only, out, mem, json })

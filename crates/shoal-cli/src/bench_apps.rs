@@ -27,7 +27,8 @@ fn timed(cmd: &mut Command) -> Result<(f64, String)> {
 struct Row {
     name: String,
     native: Vec<f64>,
-    spt: Vec<f64>,
+    /// Per memory mode, the spt runs.
+    spt: Vec<(String, Vec<f64>)>,
     hvt: Vec<f64>,
     failure: Option<String>,
     same_output: bool,
@@ -43,7 +44,8 @@ fn hvt_usable() -> std::result::Result<(), String> {
         .map_err(|e| format!("/dev/kvm is not usable: {e}"))
 }
 
-pub fn apps(repeat: usize, only: Vec<String>, as_json: bool) -> Result<()> {
+pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: bool) -> Result<()> {
+    let modes = if mem_modes.is_empty() { vec!["copy".to_string()] } else { mem_modes };
     if repeat < 2 {
         bail!("--repeat must be at least 2 (mean ± SD needs repeated runs; 5 or more is the default)");
     }
@@ -66,54 +68,70 @@ pub fn apps(repeat: usize, only: Vec<String>, as_json: bool) -> Result<()> {
         }
         let image = work.path().join(format!("{}.img", r.name));
         let built = recipe::build(&paths, r, &image)?;
+        if modes.iter().any(|m| m == "pool") {
+            let st = Command::new(&shoal).args(["pool", "add"]).arg(&built.image).stdout(Stdio::null()).status()?;
+            if !st.success() {
+                bail!("shoal pool add {} failed", built.image.display());
+            }
+        }
         let n_inv = recipe::invocation(&paths, r, Side::Native, true, native_tmp.path());
         let s_inv = recipe::invocation(&paths, r, Side::Shoal, true, native_tmp.path());
-        let mut row = Row { name: r.name.clone(), native: vec![], spt: vec![], hvt: vec![], failure: None, same_output: true };
+        let mut row = Row {
+            name: r.name.clone(),
+            native: vec![],
+            spt: modes.iter().map(|m| (m.clone(), vec![])).collect(),
+            hvt: vec![],
+            failure: None,
+            same_output: true,
+        };
         for i in 0..repeat {
             if !as_json {
                 eprintln!("shoal bench apps: {} run {}/{repeat}", r.name, i + 1);
             }
             let n = timed(Command::new(&built.native).args(&n_inv.args).env_clear());
-            let shoal_cmd = |tender: &str| {
+            let shoal_cmd = |tender: &str, mode: &str| {
                 let mut cmd = Command::new(&shoal);
-                cmd.args(["run", "--tender", tender]).arg("--mem").arg(&s_inv.mem);
+                cmd.args(["run", "--tender", tender, "--mem-mode", mode]).arg("--mem").arg(&s_inv.mem);
                 if let Some(fs) = &s_inv.fs {
                     cmd.arg("--fs").arg(fs);
                 }
                 cmd.arg(&built.image).arg("--").args(&s_inv.args);
                 cmd
             };
-            let s = timed(&mut shoal_cmd("spt"));
-            let h = if hvt.is_ok() { Some(timed(&mut shoal_cmd("hvt"))) } else { None };
-            match (n, s) {
-                (Ok((nt, nout)), Ok((st, sout))) => {
+            let nout = match n {
+                Ok((nt, nout)) => {
                     row.native.push(nt);
-                    row.spt.push(st);
-                    if recipe::mask_timings(&nout) != recipe::mask_timings(&sout) {
-                        row.same_output = false;
-                    }
-                    match h {
-                        Some(Ok((ht, hout))) => {
-                            row.hvt.push(ht);
-                            if recipe::mask_timings(&nout) != recipe::mask_timings(&hout) {
-                                row.same_output = false;
-                            }
-                        }
-                        Some(Err(e)) => {
-                            row.failure = Some(format!("hvt run failed: {e}"));
-                            break;
-                        }
-                        None => {}
-                    }
+                    recipe::mask_timings(&nout)
                 }
-                (Err(e), _) => {
+                Err(e) => {
                     row.failure = Some(format!("native run failed: {e}"));
                     break;
                 }
-                (_, Err(e)) => {
-                    row.failure = Some(format!("shoal run failed: {e}"));
-                    break;
+            };
+            let mut runs: Vec<(usize, &str, &str)> = modes.iter().enumerate().map(|(k, m)| (k, "spt", m.as_str())).collect();
+            if hvt.is_ok() {
+                runs.push((usize::MAX, "hvt", "copy"));
+            }
+            for (k, tender, mode) in runs {
+                match timed(&mut shoal_cmd(tender, mode)) {
+                    Ok((t, out)) => {
+                        if k == usize::MAX {
+                            row.hvt.push(t);
+                        } else {
+                            row.spt[k].1.push(t);
+                        }
+                        if recipe::mask_timings(&out) != nout {
+                            row.same_output = false;
+                        }
+                    }
+                    Err(e) => {
+                        row.failure = Some(format!("shoal run --tender {tender} --mem-mode {mode} failed: {e}"));
+                        break;
+                    }
                 }
+            }
+            if row.failure.is_some() {
+                break;
             }
         }
         rows.push(row);
@@ -122,7 +140,6 @@ pub fn apps(repeat: usize, only: Vec<String>, as_json: bool) -> Result<()> {
         let mut results = serde_json::Map::new();
         for r in &rows {
             let (nm, nsd) = mean_sd(&r.native);
-            let (sm, ssd) = mean_sd(&r.spt);
             let hvt_json = match &hvt {
                 Ok(()) => {
                     let (hm, hsd) = mean_sd(&r.hvt);
@@ -130,11 +147,18 @@ pub fn apps(repeat: usize, only: Vec<String>, as_json: bool) -> Result<()> {
                 }
                 Err(why) => json!({"skipped": why}),
             };
+            let mut spt = serde_json::Map::new();
+            for (m, v) in &r.spt {
+                let (sm, ssd) = mean_sd(v);
+                spt.insert(m.clone(), json!({"mean": sm, "sd": ssd, "runs": v, "ratio_over_native": sm / nm}));
+            }
+            let (sm, ssd) = mean_sd(&r.spt[0].1);
             results.insert(
                 r.name.clone(),
                 json!({
                     "native_s": {"mean": nm, "sd": nsd, "runs": r.native},
-                    "spt_s": {"mean": sm, "sd": ssd, "runs": r.spt},
+                    "spt_s": {"mean": sm, "sd": ssd, "runs": r.spt[0].1, "mem_mode": r.spt[0].0},
+                    "spt_by_mem_mode_s": spt,
                     "hvt_s": hvt_json,
                     "ratio_spt_over_native": sm / nm,
                     "same_output": r.same_output,
@@ -145,39 +169,42 @@ pub fn apps(repeat: usize, only: Vec<String>, as_json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&json!({"repeat": repeat, "results": results}))?);
         return Ok(());
     }
-    println!("shoal bench apps: total execution time, {repeat} runs of each, native, spt and hvt alternating, full sizes");
+    println!("shoal bench apps: total execution time in seconds, {repeat} runs of each, all sides alternating, full sizes");
     if let Err(why) = &hvt {
         println!("hvt: skipped: {why}");
     }
-    println!(
-        "{:<20} {:>20} {:>20} {:>12} {:>20} {:>12}",
-        "application (s)", "native process", "shoal spt", "spt/native", "shoal hvt", "hvt/native"
-    );
+    let mut header = format!("{:<20} {:>18}", "application", "native process");
+    for m in &modes {
+        header.push_str(&format!(" {:>18} {:>8}", format!("spt {m}"), "/native"));
+    }
+    header.push_str(&format!(" {:>18} {:>8}", "hvt copy", "/native"));
+    println!("{header}");
     for r in &rows {
         if let Some(f) = &r.failure {
             println!("{:<20} {f}", r.name);
             continue;
         }
         let (nm, nsd) = mean_sd(&r.native);
-        let (sm, ssd) = mean_sd(&r.spt);
-        let note = if r.same_output { "" } else { "  (outputs differ!)" };
-        let (hcol, hratio) = if r.hvt.is_empty() {
-            ("-".to_string(), "-".to_string())
+        let mut line = format!("{:<20} {:>18}", r.name, format!("{nm:.3} ± {nsd:.3}"));
+        for (_, v) in &r.spt {
+            let (sm, ssd) = mean_sd(v);
+            line.push_str(&format!(" {:>18} {:>8.3}", format!("{sm:.3} ± {ssd:.3}"), sm / nm));
+        }
+        if r.hvt.is_empty() {
+            line.push_str(&format!(" {:>18} {:>8}", "-", "-"));
         } else {
             let (hm, hsd) = mean_sd(&r.hvt);
-            (format!("{hm:.3} ± {hsd:.3}"), format!("{:.3}", hm / nm))
-        };
-        println!(
-            "{:<20} {:>20} {:>20} {:>12.3} {:>20} {:>12}{note}",
-            r.name,
-            format!("{nm:.3} ± {nsd:.3}"),
-            format!("{sm:.3} ± {ssd:.3}"),
-            sm / nm,
-            hcol,
-            hratio
-        );
+            line.push_str(&format!(" {:>18} {:>8.3}", format!("{hm:.3} ± {hsd:.3}"), hm / nm));
+        }
+        if !r.same_output {
+            line.push_str("  (outputs differ!)");
+        }
+        println!("{line}");
     }
     println!("(wall time of the whole run: `shoal run` including the tender's start, vs. the native process; files in ramfs vs. tmpfs.)");
     println!("(goal: ratio ≤ 1.05. matmul uses 2 threads natively on 2 cores but shoal schedules its threads on one vCPU; short runs such as lua's are dominated by the tender's start-up.)");
+    if modes.len() > 1 {
+        println!("(seed 000: its loader with the library pool ran 7–12% faster than KSM-based configurations; ksm here only marks memory mergeable: whether ksmd runs is /sys/kernel/mm/ksm/run.)");
+    }
     Ok(())
 }
