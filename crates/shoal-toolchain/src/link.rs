@@ -221,8 +221,37 @@ pub fn build(paths: &Paths, spec: &BuildSpec) -> Result<Manifest> {
         });
     }
     let app = LibraryInfo { name: "app".into(), version: "0".into(), kind: LibraryKind::App };
-    libs.push(LibrarySpec { info: app, inputs: vec![] });
     let packed = matches!(spec.layout.as_str(), "default" | "dce");
+    let mut objects = spec.objects.clone();
+    if packed {
+        // A plain static link lays code out in command-line order: the
+        // application, its libraries, then libc, the kernel and the compiler
+        // runtime. The application's objects get names of their own so its
+        // statement can come first; a trailing catch-all (`rest`, normally
+        // empty) takes anything unclaimed.
+        objects.clear();
+        for (i, o) in spec.objects.iter().enumerate() {
+            let target = o.canonicalize().map_err(|e| ToolchainError::Io(o.clone(), e))?;
+            let link = t.join(format!("shoal-app.{i}.o"));
+            symlink(&target, &link)?;
+            objects.push(link);
+        }
+        let rank = |l: &LibrarySpec| match l.info.kind {
+            LibraryKind::App => 0,
+            LibraryKind::Library => 1,
+            LibraryKind::Libc => 2,
+            LibraryKind::Kernel => 3,
+            LibraryKind::Runtime => 4,
+        };
+        libs.push(LibrarySpec { info: app, inputs: vec!["*shoal-app.*.o".into()] });
+        libs.sort_by_key(rank);
+        libs.push(LibrarySpec {
+            info: LibraryInfo { name: "rest".into(), version: "0".into(), kind: LibraryKind::App },
+            inputs: vec![],
+        });
+    } else {
+        libs.push(LibrarySpec { info: app, inputs: vec![] });
+    }
     let plan = ScriptPlan {
         policy: spec.layout.clone(),
         base: shoal_abi_image_base(),
@@ -258,7 +287,7 @@ pub fn build(paths: &Paths, spec: &BuildSpec) -> Result<Manifest> {
         .arg(&spec.output)
         .arg(t.join("shoal-crt1.o"))
         .arg(t.join("shoal-crti.o"))
-        .args(&spec.objects)
+        .args(&objects)
         .args(&user_links)
         .arg("-Wl,--start-group")
         .arg(t.join("shoal-libc.a"))
