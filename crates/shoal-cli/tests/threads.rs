@@ -17,11 +17,13 @@ fn matches_native(name: &str, run_args: &[&str]) {
     let image = build_image(&src, dir.path(), &[]);
     let native = build_native(&src, dir.path(), &["-lpthread"]);
     let n = output(&mut Command::new(&native));
-    let s = output(shoal().arg("run").args(run_args).arg(&image));
     assert!(n.status.success(), "native {name} failed: {}", stdout(&n));
-    assert_eq!(stdout(&s), stdout(&n), "{name}: shoal stderr: {}", stderr(&s));
-    assert_eq!(s.status.code(), Some(0), "{name}: shoal stderr: {}", stderr(&s));
-    assert_eq!(stderr(&s), "", "{name}: shoal printed on stderr");
+    for tender in tenders() {
+        let s = output(shoal_run(tender).args(run_args).arg(&image));
+        assert_eq!(stdout(&s), stdout(&n), "{tender} {name}: shoal stderr: {}", stderr(&s));
+        assert_eq!(s.status.code(), Some(0), "{tender} {name}: shoal stderr: {}", stderr(&s));
+        assert_eq!(stderr(&s), "", "{tender} {name}: shoal printed on stderr");
+    }
 }
 
 #[test]
@@ -65,12 +67,14 @@ fn blocking_pipe_reads_and_poll_wait_for_other_threads() {
 fn deadlock_is_reported_and_stops_the_instance() {
     let dir = scratch();
     let image = build_image(&test_app("deadlock.c"), dir.path(), &[]);
-    let t0 = std::time::Instant::now();
-    let s = output(shoal().arg("run").arg(&image));
-    assert_eq!(stdout(&s), "both hold one lock\n");
-    assert_eq!(stderr(&s), "shoal: deadlock: all 2 threads are blocked and nothing can wake them\n");
-    assert_eq!(s.status.code(), Some(255));
-    assert!(t0.elapsed().as_secs() < 10);
+    for tender in tenders() {
+        let t0 = std::time::Instant::now();
+        let s = output(shoal_run(tender).arg(&image));
+        assert_eq!(stdout(&s), "both hold one lock\n", "{tender}");
+        assert_eq!(stderr(&s), "shoal: deadlock: all 2 threads are blocked and nothing can wake them\n", "{tender}");
+        assert_eq!(s.status.code(), Some(255), "{tender}");
+        assert!(t0.elapsed().as_secs() < 10, "{tender}");
+    }
 }
 
 #[test]
@@ -82,10 +86,12 @@ fn memory_exhaustion_is_clean() {
                   pthread_create with no memory: EAGAIN\n\
                   after free, malloc 8 MiB: ok\n\
                   pthread_create after free: ok 5\n";
-    for mem in ["64M", "256M"] {
-        let s = output(shoal().args(["run", "--mem", mem]).arg(&image));
-        assert_eq!(stdout(&s), expect, "--mem {mem}; stderr: {}", stderr(&s));
-        assert_eq!(stderr(&s), "", "--mem {mem}");
-        assert_eq!(s.status.code(), Some(0), "--mem {mem}");
+    for tender in tenders() {
+        for mem in ["64M", "256M"] {
+            let s = output(shoal_run(tender).args(["--mem", mem]).arg(&image));
+            assert_eq!(stdout(&s), expect, "{tender} --mem {mem}; stderr: {}", stderr(&s));
+            assert_eq!(stderr(&s), "", "{tender} --mem {mem}");
+            assert_eq!(s.status.code(), Some(0), "{tender} --mem {mem}");
+        }
     }
 }
