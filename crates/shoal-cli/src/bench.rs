@@ -19,7 +19,7 @@ use std::process::{Command, Stdio};
 
 #[derive(Subcommand)]
 pub enum Bench {
-    /// Total execution time of the recipes' applications (`shoal recipe list`) on shoal spt and natively.
+    /// Total execution time of the recipes' applications (`shoal recipe list`) natively, on spt (per memory mode) and on hvt.
     Apps {
         /// Runs of each side (at least 2; mean ± SD).
         #[arg(long, default_value_t = 5)]
