@@ -217,16 +217,26 @@ pub(crate) fn page_up(a: u64) -> u64 {
 
 impl Image {
     /// Reads and checks the image file at `path`.
+    ///
+    /// Only the parts the loader needs are read (headers, the ABI note, the
+    /// loadable segments; `object`'s `ReadCache`), not debug information,
+    /// which is most of an image's file and would cost start-up time.
     pub fn open(path: &Path) -> Result<Image, ImageError> {
-        let bytes = std::fs::read(path).map_err(|source| ImageError::Io {
+        let file = std::fs::File::open(path).map_err(|source| ImageError::Io {
             path: path.to_path_buf(),
             source,
         })?;
-        Image::parse(path, &bytes)
+        let cache = object::ReadCache::new(file);
+        Image::parse_from(path, &cache)
     }
 
     /// Checks the image in `bytes`; `path` only names it in messages.
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Image, ImageError> {
+        Image::parse_from(path, bytes)
+    }
+
+    /// Checks the image readable through `data`.
+    fn parse_from<'data, R: object::ReadRef<'data>>(path: &Path, data: R) -> Result<Image, ImageError> {
         let p = || path.to_path_buf();
         let truncated = |what: &str| ImageError::Truncated {
             path: p(),
@@ -235,13 +245,16 @@ impl Image {
 
         // The identification bytes first, so that each kind of wrong file
         // gets its own message (object's parser says only "unsupported").
-        if bytes.len() < 4 || bytes[0..4] != elf::ELFMAG {
+        let len = data.len().map_err(|_| truncated("the file"))?;
+        let ident = data.read_bytes_at(0, len.min(16)).map_err(|_| truncated("the ELF identification"))?;
+        if ident.len() < 4 || ident[0..4] != elf::ELFMAG {
             return Err(ImageError::NotElf { path: p() });
         }
-        if bytes.len() < 16 {
+        if ident.len() < 16 {
             return Err(truncated("the ELF identification"));
         }
-        match bytes[4] {
+        let bytes = data;
+        match ident[4] {
             elf::ELFCLASS64 => {}
             elf::ELFCLASS32 => {
                 return Err(ImageError::WrongArch {
@@ -256,7 +269,7 @@ impl Image {
                 })
             }
         }
-        if bytes[5] != elf::ELFDATA2LSB {
+        if ident[5] != elf::ELFDATA2LSB {
             return Err(ImageError::WrongArch {
                 path: p(),
                 found: "a big-endian ELF file".into(),
