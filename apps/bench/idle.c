@@ -7,9 +7,12 @@
  * hypercall, so an idle instance uses no CPU.
  *
  * With an argument N > 0 it exits after N sleeps of 1 ms instead (used by
- * tests). */
+ * tests). With an argument work=ROWS it first runs a workload — ROWS
+ * inserts into an indexed table and a few queries — so that its heap grows
+ * before it idles (the experiment's second variant, DESIGN §8). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "sqlite3.h"
 
@@ -30,9 +33,31 @@ int main(int argc, char **argv) {
         fprintf(stderr, "idle: the statement failed\n");
         return 1;
     }
+    long rows = 0, n = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "work=", 5) == 0)
+            rows = atol(argv[i] + 5);
+        else
+            n = atol(argv[i]);
+    }
+    if (rows > 0) {
+        char sql[256];
+        int count = 0;
+        if (sqlite3_exec(db, "CREATE TABLE t(a INTEGER PRIMARY KEY, b TEXT, c INTEGER);"
+                             "CREATE INDEX tc ON t(c); BEGIN;", NULL, NULL, NULL) != SQLITE_OK)
+            return 1;
+        for (long i = 0; i < rows; i++) {
+            snprintf(sql, sizeof sql, "INSERT INTO t(b, c) VALUES('row %ld of the workload', %ld)", i, (i * 7919) % 1000);
+            if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+                return 1;
+        }
+        if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK ||
+            sqlite3_exec(db, "SELECT count(*) FROM t WHERE c < 500", row, &count, NULL) != SQLITE_OK)
+            return 1;
+        printf("idle: workload of %ld rows done (%d match)\n", rows, count);
+    }
     printf("idle: sqlite %s ready\n", sqlite3_libversion());
     fflush(stdout);
-    long n = argc > 1 ? atol(argv[1]) : 0;
     if (n > 0) {
         struct timespec ms = {0, 1000000};
         for (long i = 0; i < n; i++) nanosleep(&ms, NULL);

@@ -64,6 +64,10 @@ pub enum Bench {
         /// Directory for the images, logs, CSV and plot.
         #[arg(long, default_value = "shoal-bench-memory")]
         out: PathBuf,
+        /// Run a workload of ROWS inserts in every instance before it idles
+        /// (the second variant: heap growth dilutes sharing); 0: idle at once.
+        #[arg(long, default_value_t = 0, value_name = "ROWS")]
+        workload: u64,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -118,8 +122,8 @@ pub fn run(which: Bench) -> Result<()> {
     match which {
         Bench::Apps { repeat, only, mem_modes, json } => apps::apps(repeat, only, mem_modes, json),
         Bench::Boot { runs, json } => boot::boot(runs, json),
-        Bench::Memory { interval, settle, tender, mem, only, out, json } => {
-            memory::memory(memory::MemoryOpts { interval, settle, tender, only, out, mem, json })
+        Bench::Memory { interval, settle, tender, mem, only, out, workload, json } => {
+            memory::memory(memory::MemoryOpts { workload, interval, settle, tender, only, out, mem, json })
         }
         Bench::Size { out, json } => memory::size(json, out),
         Bench::Pages { json, keep } => crate::bench_pages::run(json, keep),

@@ -22,7 +22,10 @@
 //! restored afterwards (also on Ctrl-C-free error paths). ksmd's CPU time
 //! during the run is reported.
 //!
-//! Not done yet: the DESIGN's second variant (run the workload, then idle);
+//! `--workload ROWS` is the DESIGN's second variant: every instance first
+//! inserts ROWS rows into an indexed in-memory table, then idles, showing
+//! how heap growth dilutes sharing.
+//! Not done yet:
 //! ASLR variants of default and dce (the workspace has link-time ASLR only
 //! for the delta layout, `aslr`).
 
@@ -65,6 +68,8 @@ pub const CONFIGS: &[Config] = &[
 
 /// Options of `shoal bench memory`.
 pub struct MemoryOpts {
+    /// Rows of the workload each instance runs before idling (0: none).
+    pub workload: u64,
     pub interval: f64,
     pub settle: Option<f64>,
     pub tender: String,
@@ -99,27 +104,6 @@ fn idle_object(paths: &Paths, shoal: &Path, oldest: &SqliteVersion, dir: &Path) 
     Ok(obj)
 }
 
-/// Builds the 8 idle images under `policy` in `dir` (the workspace
-/// machinery of `shoal bench pages`, with the idle application).
-pub fn build_idle(paths: &Paths, dir: &Path, policy: &str, versions: &[SqliteVersion], app: &Path) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir)?;
-    let mut ws = format!("policy = \"{policy}\"\nseed = 7\n\n[[library]]\nname = \"sqlite\"\nversions = [\n");
-    for v in versions {
-        ws.push_str(&format!("  {{ version = \"{}\", object = \"{}\" }},\n", v.version, v.object.display()));
-    }
-    ws.push_str("]\n");
-    for v in versions {
-        ws.push_str(&format!(
-            "\n[[image]]\noutput = \"idle-{0}\"\nobjects = [\"{1}\"]\nlibraries = [\"sqlite@{0}\"]\n",
-            v.version,
-            app.display()
-        ));
-    }
-    let file = dir.join("workspace.toml");
-    std::fs::write(&file, ws)?;
-    Ok(shoal_toolchain::workspace::build_workspace(paths, &file)?)
-}
-
 /// Builds the images of every policy `configs` need; (policy, images).
 /// Images per policy, and the SQLite versions.
 type Built = (Vec<(String, Vec<PathBuf>)>, Vec<String>);
@@ -136,7 +120,7 @@ fn build_all(json_out: bool, root: &Path, configs: &[Config]) -> Result<Built> {
     for p in ["default", "dce", "aligned", "delta", "aslr"] {
         if policies.contains(p) {
             say(json_out, &format!("building 8 idle images with policy {p}…"));
-            match build_idle(&paths, &root.join(p), p, &versions, &app) {
+            match shoal_toolchain::sqlite_versions::build_policy(&paths, &root.join(p), p, &versions, &app) {
                 Ok(images) => built.push((p.to_string(), images)),
                 // Another policy's failure must not hide the others' results.
                 Err(e) => eprintln!("shoal bench: warning: policy {p} cannot be built, its configurations are skipped: {e:#}"),
@@ -332,6 +316,9 @@ fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> 
                 let log = std::fs::File::create(logs.join(format!("{}-{}.log", c.name, children.len())))?;
                 let mut cmd = Command::new(&shoal);
                 cmd.args(["run", "--tender", &o.tender, "--mem", &o.mem, "--mem-mode", c.mode]).arg(img);
+                if o.workload > 0 {
+                    cmd.arg("--").arg(format!("work={}", o.workload));
+                }
                 if c.mode == "pool" {
                     cmd.env("SHOAL_POOL_DIR", &pool_dir);
                 }
@@ -485,7 +472,8 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
         );
         return Ok(());
     }
-    println!("shoal bench memory: 8 idle instances (SQLite {}), one every {} s, tender {}", versions.join(", "), o.interval, o.tender);
+    let work = if o.workload > 0 { format!(", each after a workload of {} rows", o.workload) } else { String::new() };
+    println!("shoal bench memory: 8 idle instances (SQLite {}){work}, one every {} s, tender {}", versions.join(", "), o.interval, o.tender);
     println!("{:<13} {:>11} {:>10} {:>10} {:>14} {:>14} {:>10} {:>6}", "config", "final MiB", "host MiB", "pool MiB", "default/this", "paper", "ksmd CPU", "alive");
     for oc in &outcomes {
         let (a, h) = final_of(oc);
