@@ -41,6 +41,8 @@
 #![no_std]
 #![deny(missing_docs)]
 
+pub mod linux;
+
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.

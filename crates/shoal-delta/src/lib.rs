@@ -308,18 +308,6 @@ pub fn make_deltas(inputs: &[(String, PathBuf)], out_dir: &Path) -> Result<Delta
     make_deltas_with(inputs, out_dir, &DeltaOptions::default())
 }
 
-fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 /// Build base.o, delta-2.o … delta-k.o and delta.json in `out_dir` from
 /// `(label, object)` pairs given oldest first.
 pub fn make_deltas_with(
@@ -340,8 +328,8 @@ pub fn make_deltas_with(
         }
     }
     let ns = match &opts.namespace {
-        Some(n) => sanitize(n),
-        None => sanitize(
+        Some(n) => model::sanitize(n),
+        None => model::sanitize(
             &inputs[0]
                 .1
                 .file_stem()
@@ -380,7 +368,7 @@ pub fn make_deltas_with(
         }
     }
     let mut versions = versions.into_iter();
-    let mut v1 = versions.next().expect("non-empty");
+    let mut v1 = versions.next().ok_or_else(|| DeltaError::Usage("no versions given".into()))?;
     let mut eff = emit::Effective::from_base(&v1);
     let base = out_dir.join("base.o");
     let mut base_info = DeltaInfo {

@@ -177,7 +177,9 @@ fn numbered(name: &str) -> bool {
     }
 }
 
-fn sanitize(s: &str) -> String {
+/// `s` with every character other than ASCII letters, digits and `_`
+/// replaced by `_`, so it can be part of a symbol name.
+pub(crate) fn sanitize(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' {

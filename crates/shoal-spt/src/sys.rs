@@ -197,14 +197,7 @@ pub fn write_all(fd: RawFd, mut bytes: &[u8]) -> Result<(), i32> {
 /// One `write(2)`; returns bytes written or the errno. *Filtered*.
 pub fn write(fd: RawFd, bytes: &[u8]) -> Result<usize, i32> {
     // SAFETY: `bytes` is readable for its length.
-    let rc = unsafe { libc::syscall(libc::SYS_write, fd, bytes.as_ptr(), bytes.len()) };
-    if rc < 0 {
-        Err(io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO))
-    } else {
-        Ok(rc as usize)
-    }
+    unsafe { write_raw(fd, bytes.as_ptr(), bytes.len()) }
 }
 
 /// Writes bytes from a raw host range to `fd` (the console hypercall's

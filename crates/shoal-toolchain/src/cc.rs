@@ -20,13 +20,7 @@ const LIBC_PARTS: &[&str] = &["c", "m", "pthread", "rt", "dl", "util", "crypt", 
 
 /// The compiler flags every shoal compilation gets.
 pub fn cflags(paths: &Paths) -> Result<Vec<String>> {
-    let gcc_include = {
-        let out = Command::new("gcc")
-            .arg("-print-file-name=include")
-            .output()
-            .map_err(|e| ToolchainError::Spawn("gcc".into(), e))?;
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
+    let gcc_include = crate::link::gcc_file("-print-file-name=include")?.display().to_string();
     Ok(vec![
         "-nostdinc".into(),
         "-isystem".into(),

@@ -82,7 +82,17 @@ fn symlink(target: &Path, link: &Path) -> Result<()> {
     std::os::unix::fs::symlink(target, link).map_err(|e| ToolchainError::Io(link.to_path_buf(), e))
 }
 
-fn gcc_file(arg: &str) -> Result<PathBuf> {
+/// Asks gcc where one of its files is (`-print-libgcc-file-name`,
+/// `-print-file-name=include`). The answers are kept for the life of the
+/// process: a workspace build links many images and a recipe compiles many
+/// files, and each question would otherwise start gcc again.
+pub(crate) fn gcc_file(arg: &str) -> Result<PathBuf> {
+    static ANSWERS: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    if let Ok(answers) = ANSWERS.lock() {
+        if let Some((_, p)) = answers.iter().find(|(a, _)| a == arg) {
+            return Ok(p.clone());
+        }
+    }
     let out = Command::new("gcc")
         .arg(arg)
         .output()
@@ -90,6 +100,9 @@ fn gcc_file(arg: &str) -> Result<PathBuf> {
     let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string());
     if !out.status.success() || !p.is_absolute() {
         return Err(ToolchainError::Failed(format!("gcc {arg}"), "no answer".into()));
+    }
+    if let Ok(mut answers) = ANSWERS.lock() {
+        answers.push((arg.to_string(), p.clone()));
     }
     Ok(p)
 }

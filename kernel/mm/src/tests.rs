@@ -378,7 +378,7 @@ fn file_mappings_private_shared_writeback_remap() {
     fill(s + 10, 3, b'X');
     fill(s + 9990, 20, b'Y');
     assert_eq!(sys::msync(&Args([s, 12288, 4, 0, 0, 0])), Ok(0));
-    assert_eq!(&fake_fs::DATA.lock().unwrap()[10..13], b"XXX");
+    assert_eq!(&fake_fs::DATA.lock().unwrap()[10..13], [b'X'; 3]);
     assert_eq!(fake_fs::DATA.lock().unwrap().len(), 10_000, "the file does not grow");
     assert_eq!(&fake_fs::DATA.lock().unwrap()[9990..], [b'Y'; 10]);
     assert_eq!(sys::msync(&Args([s, 4096, 5, 0, 0, 0])), Err(Errno::EINVAL));

@@ -10,7 +10,7 @@
 
 use shoal_plat::{Args, Errno, Global, SyscallFn};
 
-pub mod nr;
+pub use shoal_abi::linux as nr;
 
 fn lookup(n: u64) -> Option<SyscallFn> {
     use shoal_mm::sys as mm;
@@ -179,7 +179,7 @@ fn report_unknown(n: u64) {
         let _ = writeln!(
             shoal_plat::console::Stderr,
             "shoal: unsupported system call {n} ({}), returning ENOSYS",
-            nr::name(n)
+            nr::name(n).unwrap_or("?")
         );
     }
 }

@@ -186,6 +186,28 @@ pub fn push_dirent64(out: &mut alloc::vec::Vec<u8>, cap: usize, ino: u64, off: u
     true
 }
 
+/// A directory-record encoder ([`push_dirent64`], [`push_dirent`]): appends
+/// the record of (`d_ino`, `d_off`, `d_type`, name) to the buffer if it fits
+/// in the capacity, else returns `false`.
+pub type DirentEncoder = fn(&mut alloc::vec::Vec<u8>, usize, u64, u64, u8, &[u8]) -> bool;
+
+/// Appends one `struct linux_dirent` (the old `getdents` record: `d_ino`,
+/// `d_off`, `d_reclen`, the name, a NUL, and `d_type` in the last byte) if
+/// it fits in `cap` bytes; `false` if it does not.
+pub fn push_dirent(out: &mut alloc::vec::Vec<u8>, cap: usize, ino: u64, off: u64, dtype: u8, name: &[u8]) -> bool {
+    let reclen = (18 + name.len() + 2 + 7) & !7;
+    if out.len() + reclen > cap {
+        return false;
+    }
+    out.extend_from_slice(&ino.to_le_bytes());
+    out.extend_from_slice(&off.to_le_bytes());
+    out.extend_from_slice(&(reclen as u16).to_le_bytes());
+    out.extend_from_slice(name);
+    out.resize(out.len() + reclen - 18 - name.len() - 1, 0);
+    out.push(dtype);
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

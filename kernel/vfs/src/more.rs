@@ -2,7 +2,6 @@
 //! calls, space allocation, positioned vector I/O, in-kernel copies,
 //! advice, `mknod`, the old `getdents`.
 
-use alloc::vec::Vec;
 use shoal_plat::{umem, Args, Errno, SysResult};
 use shoal_ramfs::{FileType, Timespec};
 
@@ -465,44 +464,7 @@ impl Vfs {
     /// `getdents(fd, buf, count)` with `struct linux_dirent` (`d_type` in
     /// the record's last byte).
     pub(crate) fn getdents(&mut self, a: &Args) -> SysResult {
-        let i = self.ofd_of(a.int(0))?;
-        let o = self.ofd(i);
-        if o.is_path() {
-            return Err(Errno::EBADF);
-        }
-        let Target::Node(dir) = o.target else { return Err(Errno::ENOTDIR) };
-        if self.fs.file_type(dir)? != FileType::Directory {
-            return Err(Errno::ENOTDIR);
-        }
-        let cap = a.usize(2).min(i32::MAX as usize);
-        let buf = umem::slice_mut(a.u(1), cap)?;
-        let mut out: Vec<u8> = Vec::new();
-        let mut pos = o.offset;
-        let mut any = false;
-        let mut small = false;
-        self.fs.readdir(dir, pos, |next, name, ino, dtype| {
-            let reclen = (18 + name.len() + 2 + 7) & !7;
-            if out.len() + reclen > cap {
-                small = !any;
-                return false;
-            }
-            out.extend_from_slice(&ino.to_le_bytes());
-            out.extend_from_slice(&next.to_le_bytes());
-            out.extend_from_slice(&(reclen as u16).to_le_bytes());
-            out.extend_from_slice(name);
-            out.resize(out.len() + reclen - 18 - name.len() - 1, 0);
-            out.push(dtype);
-            pos = next;
-            any = true;
-            true
-        })?;
-        if small {
-            return Err(Errno::EINVAL);
-        }
-        buf[..out.len()].copy_from_slice(&out);
-        self.ofd_mut(i).offset = pos;
-        self.fs.touch_atime(dir);
-        Ok(out.len() as u64)
+        self.list_dir(a, push_dirent, true)
     }
 }
 

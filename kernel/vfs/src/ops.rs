@@ -820,6 +820,19 @@ impl Vfs {
     // ---- directories ---------------------------------------------------
 
     pub(crate) fn getdents64(&mut self, a: &Args) -> SysResult {
+        self.list_dir(a, push_dirent64, false)
+    }
+
+    /// `getdents`/`getdents64`: fills the user buffer with the records
+    /// `encode` makes, from the descriptor's position on. A buffer too
+    /// small for the next entry is `EINVAL`; with `empty_buffer_fails`
+    /// also when the buffer has no room at all.
+    pub(crate) fn list_dir(
+        &mut self,
+        a: &Args,
+        encode: DirentEncoder,
+        empty_buffer_fails: bool,
+    ) -> SysResult {
         let i = self.ofd_of(a.int(0))?;
         let o = self.ofd(i);
         if o.is_path() {
@@ -834,25 +847,20 @@ impl Vfs {
         let mut out = Vec::new();
         let mut pos = o.offset;
         let mut any = false;
+        let mut small = false;
         self.fs.readdir(dir, pos, |next, name, ino, dtype| {
-            if !push_dirent64(&mut out, cap, ino, next, dtype, name) {
+            if !encode(&mut out, cap, ino, next, dtype, name) {
+                // Either the end of the buffer, or no room for even the
+                // first entry.
+                small = !any;
                 return false;
             }
             pos = next;
             any = true;
             true
         })?;
-        if !any && cap > 0 {
-            // Either the end (nothing to list) or a buffer too small for
-            // the next entry.
-            let mut more = false;
-            self.fs.readdir(dir, pos, |_, _, _, _| {
-                more = true;
-                false
-            })?;
-            if more {
-                return Err(Errno::EINVAL);
-            }
+        if small && (cap > 0 || empty_buffer_fails) {
+            return Err(Errno::EINVAL);
         }
         buf[..out.len()].copy_from_slice(&out);
         self.ofd_mut(i).offset = pos;

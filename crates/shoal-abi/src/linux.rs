@@ -1,4 +1,8 @@
-//! Linux x86-64 system-call numbers (arch/x86/entry/syscalls/syscall_64.tbl).
+//! Linux x86-64 system-call numbers and names
+//! (`arch/x86/entry/syscalls/syscall_64.tbl`), for the calls shoal's kernel
+//! implements or reports. Both sides use them: the kernel's syscall table
+//! dispatches on them, and the spt tender names the call a guest was
+//! killed for.
 #![allow(missing_docs)]
 
 pub const READ: u64 = 0;
@@ -36,6 +40,10 @@ pub const NANOSLEEP: u64 = 35;
 pub const GETPID: u64 = 39;
 pub const SENDFILE: u64 = 40;
 pub const SOCKET: u64 = 41;
+pub const CONNECT: u64 = 42;
+pub const ACCEPT: u64 = 43;
+pub const SENDTO: u64 = 44;
+pub const RECVFROM: u64 = 45;
 pub const CLONE: u64 = 56;
 pub const FORK: u64 = 57;
 pub const VFORK: u64 = 58;
@@ -84,6 +92,8 @@ pub const GETPPID: u64 = 110;
 pub const GETPGRP: u64 = 111;
 pub const SETSID: u64 = 112;
 pub const GETGROUPS: u64 = 115;
+pub const GETRESUID: u64 = 118;
+pub const GETRESGID: u64 = 120;
 pub const GETPGID: u64 = 121;
 pub const GETSID: u64 = 124;
 pub const RT_SIGPENDING: u64 = 127;
@@ -97,6 +107,7 @@ pub const SETRLIMIT: u64 = 160;
 pub const SYNC: u64 = 162;
 pub const GETTID: u64 = 186;
 pub const READAHEAD: u64 = 187;
+pub const TKILL: u64 = 200;
 pub const TIME: u64 = 201;
 pub const FUTEX: u64 = 202;
 pub const SCHED_GETAFFINITY: u64 = 204;
@@ -134,9 +145,6 @@ pub const PIPE2: u64 = 293;
 pub const PREADV: u64 = 295;
 pub const PWRITEV: u64 = 296;
 pub const PRLIMIT64: u64 = 302;
-pub const TKILL: u64 = 200;
-pub const GETRESUID: u64 = 118;
-pub const GETRESGID: u64 = 120;
 pub const SYNCFS: u64 = 306;
 pub const RENAMEAT2: u64 = 316;
 pub const GETRANDOM: u64 = 318;
@@ -148,16 +156,10 @@ pub const STATX: u64 = 332;
 pub const RSEQ: u64 = 334;
 pub const FACCESSAT2: u64 = 439;
 
-/// The name of syscall `n`, for messages.
-pub fn name(n: u64) -> &'static str {
-    match n {
+/// The name of system call `n`, if it is one of those above.
+pub fn name(n: u64) -> Option<&'static str> {
+    Some(match n {
         0 => "read",
-        40 => "sendfile",
-        118 => "getresuid",
-        120 => "getresgid",
-        133 => "mknod",
-        187 => "readahead",
-        200 => "tkill",
         1 => "write",
         2 => "open",
         3 => "close",
@@ -190,7 +192,12 @@ pub fn name(n: u64) -> &'static str {
         33 => "dup2",
         35 => "nanosleep",
         39 => "getpid",
+        40 => "sendfile",
         41 => "socket",
+        42 => "connect",
+        43 => "accept",
+        44 => "sendto",
+        45 => "recvfrom",
         56 => "clone",
         57 => "fork",
         58 => "vfork",
@@ -239,10 +246,13 @@ pub fn name(n: u64) -> &'static str {
         111 => "getpgrp",
         112 => "setsid",
         115 => "getgroups",
+        118 => "getresuid",
+        120 => "getresgid",
         121 => "getpgid",
         124 => "getsid",
         127 => "rt_sigpending",
         131 => "sigaltstack",
+        133 => "mknod",
         137 => "statfs",
         138 => "fstatfs",
         157 => "prctl",
@@ -250,6 +260,8 @@ pub fn name(n: u64) -> &'static str {
         160 => "setrlimit",
         162 => "sync",
         186 => "gettid",
+        187 => "readahead",
+        200 => "tkill",
         201 => "time",
         202 => "futex",
         204 => "sched_getaffinity",
@@ -297,6 +309,6 @@ pub fn name(n: u64) -> &'static str {
         332 => "statx",
         334 => "rseq",
         439 => "faccessat2",
-        _ => "?",
-    }
+        _ => return None,
+    })
 }
