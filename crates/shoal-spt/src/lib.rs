@@ -230,6 +230,11 @@ pub fn run(cfg: &RunConfig) -> Result<i32, SptError> {
         stderr: cfg.stderr.as_ref().map(AsRawFd::as_raw_fd),
         parent: sys::getpid(),
     };
+    // Give back what reading and checking the image freed (object's read
+    // cache, the packed archive's scratch) before forking: the child would
+    // otherwise inherit those dirty heap pages and keep them, privately,
+    // for its whole life once the parent trims its own copy.
+    sys::trim_heap();
     // Buffered output must not be written twice (once by the child).
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
