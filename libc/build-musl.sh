@@ -11,7 +11,9 @@
 set -euo pipefail
 
 MUSL_VERSION=1.2.3
-MUSL_CFLAGS="-O2 -ffunction-sections -fdata-sections -fno-pie"
+# -fPIE: like everything shoal compiles (crates/shoal-toolchain/src/cc.rs),
+# so that link-time ASLR layouts can move libc and keep its pages shared.
+MUSL_CFLAGS="-O2 -ffunction-sections -fdata-sections -fPIE"
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 OVERLAY="$HERE/overlay"

@@ -58,7 +58,7 @@ pub enum Bench {
         /// Guest memory per instance.
         #[arg(long, default_value = "64M")]
         mem: String,
-        /// Only these configurations (default, dce, delta+ksm, delta+pool, aslr+ksm, aslr+pool, default+copy, aligned+ksm, aligned+pool).
+        /// Only these configurations (default, dce, delta+ksm, delta+pool, default-aslr, dce-aslr, aslr+ksm, aslr+pool, default+copy, aligned+ksm, aligned+pool).
         #[arg(long = "only", value_name = "CONFIG")]
         only: Vec<String>,
         /// Directory for the images, logs, CSV and plot.

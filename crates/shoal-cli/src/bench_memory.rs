@@ -25,9 +25,11 @@
 //! `--workload ROWS` is the DESIGN's second variant: every instance first
 //! inserts ROWS rows into an indexed in-memory table, then idles, showing
 //! how heap growth dilutes sharing.
-//! Not done yet:
-//! ASLR variants of default and dce (the workspace has link-time ASLR only
-//! for the delta layout, `aslr`).
+//! The ASLR variants (seed 000: "the libraries were rearranged, and a
+//! random offset was introduced between each library") are the workspace
+//! policies `default-aslr`, `dce-aslr` (a shuffled plain link) and `aslr`
+//! (Spacer-Δ with a trampoline table per library); each ASLR configuration
+//! is compared with `default-aslr`, as the paper compares them.
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -48,22 +50,27 @@ pub struct Config {
     pub policy: &'static str,
     /// Memory mode of the instances.
     pub mode: &'static str,
-    /// The paper's default/this memory ratio (Fig. 8), if it gives one.
+    /// The paper's baseline/this memory ratio (Fig. 8), if it gives one.
     pub paper_vs_default: Option<f64>,
+    /// The configuration this one is compared with: `default`, or
+    /// `default-aslr` for the ASLR variants.
+    pub baseline: &'static str,
 }
 
 /// The configurations, in table order. The paper's Default and DCE runs
 /// use KSM too (all its runs but the loader's do), and so do these.
 pub const CONFIGS: &[Config] = &[
-    Config { name: "default", policy: "default", mode: "ksm", paper_vs_default: Some(1.0) },
-    Config { name: "dce", policy: "dce", mode: "ksm", paper_vs_default: Some(2.8 / 2.5) },
-    Config { name: "delta+ksm", policy: "delta", mode: "ksm", paper_vs_default: Some(2.8) },
-    Config { name: "delta+pool", policy: "delta", mode: "pool", paper_vs_default: Some(2.8 / 1.4) },
-    Config { name: "aslr+ksm", policy: "aslr", mode: "ksm", paper_vs_default: Some(2.0) },
-    Config { name: "aslr+pool", policy: "aslr", mode: "pool", paper_vs_default: None },
-    Config { name: "default+copy", policy: "default", mode: "copy", paper_vs_default: None },
-    Config { name: "aligned+ksm", policy: "aligned", mode: "ksm", paper_vs_default: None },
-    Config { name: "aligned+pool", policy: "aligned", mode: "pool", paper_vs_default: None },
+    Config { name: "default", policy: "default", mode: "ksm", paper_vs_default: Some(1.0), baseline: "default" },
+    Config { name: "dce", policy: "dce", mode: "ksm", paper_vs_default: Some(2.8 / 2.5), baseline: "default" },
+    Config { name: "delta+ksm", policy: "delta", mode: "ksm", paper_vs_default: Some(2.8), baseline: "default" },
+    Config { name: "delta+pool", policy: "delta", mode: "pool", paper_vs_default: Some(2.8 / 1.4), baseline: "default" },
+    Config { name: "default-aslr", policy: "default-aslr", mode: "ksm", paper_vs_default: Some(1.0), baseline: "default-aslr" },
+    Config { name: "dce-aslr", policy: "dce-aslr", mode: "ksm", paper_vs_default: Some(2.0 / 1.8), baseline: "default-aslr" },
+    Config { name: "aslr+ksm", policy: "aslr", mode: "ksm", paper_vs_default: Some(2.0), baseline: "default-aslr" },
+    Config { name: "aslr+pool", policy: "aslr", mode: "pool", paper_vs_default: None, baseline: "default-aslr" },
+    Config { name: "default+copy", policy: "default", mode: "copy", paper_vs_default: None, baseline: "default" },
+    Config { name: "aligned+ksm", policy: "aligned", mode: "ksm", paper_vs_default: None, baseline: "default" },
+    Config { name: "aligned+pool", policy: "aligned", mode: "pool", paper_vs_default: None, baseline: "default" },
 ];
 
 /// Options of `shoal bench memory`.
@@ -117,7 +124,7 @@ fn build_all(json_out: bool, root: &Path, configs: &[Config]) -> Result<Built> {
     let app = idle_object(&paths, &shoal, &versions[0], root)?;
     let mut built = Vec::new();
     let policies: BTreeSet<&str> = configs.iter().map(|c| c.policy).collect();
-    for p in ["default", "dce", "aligned", "delta", "aslr"] {
+    for p in ["default", "dce", "aligned", "delta", "aslr", "default-aslr", "dce-aslr"] {
         if policies.contains(p) {
             say(json_out, &format!("building 8 idle images with policy {p}…"));
             match shoal_toolchain::sqlite_versions::build_policy(&paths, &root.join(p), p, &versions, &app) {
@@ -397,6 +404,16 @@ fn svg(outcomes: &[Outcome], title: &str) -> String {
     s + "</svg>\n"
 }
 
+/// The mean memory attributed over the whole run (what "after the same
+/// time" compares: KSM configurations pay a peak at every launch until the
+/// scanner catches up).
+fn mean_of(o: &Outcome) -> f64 {
+    if o.samples.is_empty() {
+        return 0.0;
+    }
+    o.samples.iter().map(|s| s.attributed_mib).sum::<f64>() / o.samples.len() as f64
+}
+
 fn final_of(o: &Outcome) -> (f64, f64) {
     // The mean of the last two samples smooths the 500 ms sampling.
     let n = o.samples.len();
@@ -443,7 +460,8 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
     std::fs::write(&csv_path, csv)?;
     let svg_path = o.out.join("memory.svg");
     std::fs::write(&svg_path, svg(&outcomes, &format!("8 idle instances, SQLite {} … {}, one every {} s ({})", versions[0], versions[7], o.interval, o.tender)))?;
-    let def = outcomes.iter().find(|x| x.config.name == "default").map(|x| final_of(x).0);
+    let final_named = |n: &str| outcomes.iter().find(|x| x.config.name == n).map(|x| final_of(x).0);
+    let def = final_named("default");
     if o.json {
         let mut m = serde_json::Map::new();
         for oc in &outcomes {
@@ -458,7 +476,10 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
                     "pool_verify_ms": oc.pool_verify_ms,
                     "policy": oc.config.policy,
                     "mode": oc.config.mode,
+                    "mean_mib": mean_of(oc),
                     "default_over_this": def.map(|d| d / a),
+                    "baseline": oc.config.baseline,
+                    "baseline_over_this": final_named(oc.config.baseline).map(|d| d / a),
                     "paper_default_over_this": oc.config.paper_vs_default,
                     "ksmd_cpu_s": oc.ksm_cpu_s,
                     "ksm_pages_to_scan_sleep_ms": oc.ksm_settings,
@@ -474,23 +495,28 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
     }
     let work = if o.workload > 0 { format!(", each after a workload of {} rows", o.workload) } else { String::new() };
     println!("shoal bench memory: 8 idle instances (SQLite {}){work}, one every {} s, tender {}", versions.join(", "), o.interval, o.tender);
-    println!("{:<13} {:>11} {:>10} {:>10} {:>14} {:>14} {:>10} {:>6}", "config", "final MiB", "host MiB", "pool MiB", "default/this", "paper", "ksmd CPU", "alive");
+    println!(
+        "{:<13} {:>11} {:>10} {:>10} {:>10} {:>14} {:>14} {:>14} {:>10} {:>6}",
+        "config", "final MiB", "mean MiB", "host MiB", "pool MiB", "baseline", "baseline/this", "paper", "ksmd CPU", "alive"
+    );
     for oc in &outcomes {
         let (a, h) = final_of(oc);
         println!(
-            "{:<13} {:>11.1} {:>10.1} {:>10.1} {:>14} {:>14} {:>9.2}s {:>6}",
+            "{:<13} {:>11.1} {:>10.1} {:>10.1} {:>10.1} {:>14} {:>14} {:>14} {:>9.2}s {:>6}",
             oc.config.name,
             a,
+            mean_of(oc),
             h,
             oc.pool_mib,
-            def.map(|d| format!("{:.2}", d / a)).unwrap_or("-".into()),
+            oc.config.baseline,
+            final_named(oc.config.baseline).map(|d| format!("{:.2}", d / a)).unwrap_or("-".into()),
             oc.config.paper_vs_default.map(|r| format!("{r:.2}")).unwrap_or("-".into()),
             oc.ksm_cpu_s,
             oc.alive
         );
     }
-    println!("final MiB: the instances' PSS (tenders included; for pool, pool mappings replaced by the whole pool files) at the end; host MiB: MemTotal−MemAvailable above the baseline.");
-    println!("seed 000 Fig. 8: Spacer-Δ+KSM 2.8× below Default (+KSM), 2.5× below DCE; the loader+pool 1.4× above Spacer-Δ+KSM (2.0× below Default).");
+    println!("final MiB: the instances' PSS (tenders included; for pool, pool mappings replaced by the whole pool files) at the end; mean MiB: the same averaged over the run; host MiB: MemTotal−MemAvailable above the memory baseline.");
+    println!("seed 000 Fig. 8: Spacer-Δ+KSM 2.8× below Default (+KSM), 2.5× below DCE; the loader+pool 1.4× above Spacer-Δ+KSM (2.0× below Default); with ASLR, Spacer-Δ+KSM 2× below Default and 1.8× below DCE.");
     println!("CSV: {}  plot: {}", csv_path.display(), svg_path.display());
     Ok(())
 }
@@ -499,9 +525,9 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
 
 /// `shoal bench size`: image sizes per configuration (Fig. 9).
 pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
-    let configs: Vec<Config> = ["default", "dce", "delta", "aslr"]
+    let configs: Vec<Config> = ["default", "dce", "delta", "default-aslr", "dce-aslr", "aslr"]
         .iter()
-        .map(|p| Config { name: p, policy: p, mode: "copy", paper_vs_default: None })
+        .map(|p| Config { name: p, policy: p, mode: "copy", paper_vs_default: None, baseline: "default" })
         .collect();
     let (built, _) = build_all(json_out, &out.join("images"), &configs)?;
     let mut rows = Vec::new();
@@ -529,7 +555,7 @@ pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
     if json_out {
         let mut js = serde_json::Map::new();
         for (p, total, stripped, pool, files) in &rows {
-            let name = if p == "default" || p == "dce" { p.clone() } else { format!("{p}+ksm") };
+            let name = if matches!(p.as_str(), "default" | "dce" | "default-aslr" | "dce-aslr") { p.clone() } else { format!("{p}+ksm") };
             js.insert(name, json!({"images_mib": m(*total)}));
             if p == "delta" || p == "aslr" {
                 js.insert(format!("{p}+pool"), json!({"images_mib": m(*stripped), "pool_mib": m(*pool), "pool_files": files, "images_plus_pool_mib": m(stripped + pool),
@@ -542,7 +568,7 @@ pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
     println!("shoal bench size: 8 idle images (one per SQLite version), disk use per configuration (seed 000 Fig. 9)");
     println!("{:<12} {:>12} {:>12} {:>14} {:>12} {:>10}", "config", "images MiB", "pool MiB", "total MiB", "default/this", "dce/this");
     for (p, total, stripped, pool, _) in &rows {
-        let name = if p == "default" || p == "dce" { p.clone() } else { format!("{p}+ksm") };
+        let name = if matches!(p.as_str(), "default" | "dce" | "default-aslr" | "dce-aslr") { p.clone() } else { format!("{p}+ksm") };
         println!("{:<12} {:>12.2} {:>12} {:>14.2} {:>12.2} {:>10.2}", name, m(*total), "-", m(*total), def / *total as f64, dce / *total as f64);
         if p == "delta" || p == "aslr" {
             let t = (stripped + pool) as f64;

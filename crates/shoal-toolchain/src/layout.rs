@@ -72,6 +72,9 @@ pub struct ScriptPlan {
     pub page_align: bool,
     /// Fixed addresses (workspace policies); `None`: sequential.
     pub map: Option<AddressMap>,
+    /// Bytes of gap before a library's regions (link-time ASLR of the
+    /// packed layouts), by library name.
+    pub gaps: BTreeMap<String, u64>,
 }
 
 /// The four region kinds and their input sections.
@@ -95,11 +98,14 @@ fn inputs(l: &LibrarySpec, sections: &str, exclude: &[String]) -> String {
 }
 
 impl ScriptPlan {
-    fn placement(&self, name: &str) -> String {
+    fn placement(&self, name: &str, lib: &str) -> String {
         match self.map.as_ref().and_then(|m| m.get(name)) {
             Some(a) => format!("{a:#x}"),
             None if self.page_align => "ALIGN(0x1000)".into(),
-            None => String::new(),
+            None => match self.gaps.get(lib) {
+                Some(&g) if g > 0 => format!("(. + {g:#x})"),
+                _ => String::new(),
+            },
         }
     }
 
@@ -119,7 +125,7 @@ impl ScriptPlan {
         // command-line order; they belong to libc's code.
         let extra = if kind == "text" && l.info.name == "libc" { " KEEP(*(.init)) KEEP(*(.fini))" } else { "" };
         let exclude: Vec<String> = self.deltas.iter().flat_map(|d| d.inputs.iter().cloned()).collect();
-        let _ = writeln!(s, "  {name} {}{noload} : {{ {}{extra} }} :{phdr}", self.placement(&name), inputs(l, sections, &exclude));
+        let _ = writeln!(s, "  {name} {}{noload} : {{ {}{extra} }} :{phdr}", self.placement(&name, &l.info.name), inputs(l, sections, &exclude));
     }
 
     /// The linker script.
@@ -213,6 +219,7 @@ mod tests {
                 lib("app", &[], LibraryKind::App),
             ],
             deltas: vec![],
+            gaps: BTreeMap::new(),
             page_align,
             map,
         }

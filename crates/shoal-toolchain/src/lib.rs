@@ -28,6 +28,7 @@ pub mod paths;
 pub mod recipe;
 pub mod setup;
 pub mod sqlite_versions;
+pub mod tables;
 pub mod workspace;
 
 pub use paths::Paths;

@@ -27,6 +27,20 @@ pub const VERSIONS: &[(&str, &str)] = &[
 /// are the same for all versions, so differences come from SQLite itself.
 pub const CFLAGS: &[&str] = &["-O2", "-DSQLITE_THREADSAFE=0", "-DSQLITE_OMIT_LOAD_EXTENSION", "-DSQLITE_DEFAULT_MEMSTATUS=0"];
 
+/// Where the compiled objects are kept: one folder per set of compiler
+/// flags (shoal's own and [`CFLAGS`]), so that objects built with other
+/// flags by an older shoal are never mixed in.
+pub fn object_dir(paths: &Paths) -> Result<PathBuf> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for f in crate::cc::cflags(paths)?.iter().map(String::as_str).chain(CFLAGS.iter().copied()) {
+        h.update(f.as_bytes());
+        h.update([0]);
+    }
+    let tag: String = h.finalize().iter().take(6).map(|b| format!("{b:02x}")).collect();
+    Ok(paths.cache.join(format!("sqlite-versions/obj-{tag}")))
+}
+
 fn cargo_home() -> PathBuf {
     match std::env::var_os("CARGO_HOME") {
         Some(h) => PathBuf::from(h),
@@ -94,7 +108,7 @@ pub fn prepare_all(paths: &Paths, shoal: &Path) -> Result<Vec<SqliteVersion>> {
         if version != *expected {
             return Err(ToolchainError::Input(src, format!("bundles SQLite {version}, expected {expected}")));
         }
-        let dir = paths.cache.join("sqlite-versions/obj");
+        let dir = object_dir(paths)?;
         std::fs::create_dir_all(&dir).map_err(|e| ToolchainError::Io(dir.clone(), e))?;
         let object = dir.join(format!("sqlite-{version}.o"));
         if !object.is_file() {
@@ -132,7 +146,7 @@ pub fn prepare_all(paths: &Paths, shoal: &Path) -> Result<Vec<SqliteVersion>> {
 /// against the oldest version's header, so every image has the same
 /// application object.
 pub fn speedtest1_object(paths: &Paths, shoal: &Path, oldest: &SqliteVersion) -> Result<PathBuf> {
-    let obj = paths.cache.join("sqlite-versions/obj/speedtest1.o");
+    let obj = object_dir(paths)?.join("speedtest1.o");
     if obj.is_file() {
         return Ok(obj);
     }

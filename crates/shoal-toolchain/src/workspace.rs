@@ -2,8 +2,8 @@
 //! (DESIGN §5, the Spacer-Δ pipeline; `shoal build --workspace W.toml`).
 //!
 //! ```toml
-//! policy = "delta"          # default | dce | aligned | delta | aslr
-//! seed = 1                  # aslr: the layout randomisation seed
+//! policy = "delta"          # default | dce | aligned | delta | aslr | default-aslr | dce-aslr
+//! seed = 1                  # *aslr: the layout randomisation seed
 //!
 //! [[library]]               # a versioned library: one object per version, oldest first
 //! name = "sqlite"
@@ -39,8 +39,16 @@
 //!   are byte-identical across versions.
 //! - `aslr`: like `delta`, but every image gets its own address map with
 //!   the libraries in a random order and a random gap of 0–15 pages before
-//!   each region (seeded, reproducible), which is what link-time ASLR costs
-//!   in sharing.
+//!   each (seeded, reproducible). Each library is a slot whose regions keep
+//!   the same distances in every image (`Sizes::map_aslr`), and every
+//!   call it makes into another library goes through its own trampoline
+//!   table (`crate::tables`), so its code pages stay identical wherever it
+//!   lands; what differs is what link-time ASLR really costs: the tables,
+//!   read-only data holding absolute addresses, and data references
+//!   between libraries.
+//! - `default-aslr`, `dce-aslr`: the ASLR variants of the baselines, each
+//!   image a plain link with its libraries shuffled and a random gap of
+//!   0–15 pages before each.
 
 use crate::layout::{AddressMap, KINDS, MISC_RO, MISC_RW};
 use crate::link::{build, BuildSpec, Trampoline, UserLibrary};
@@ -102,7 +110,7 @@ pub struct Workspace {
 }
 
 /// The policies a workspace can use.
-pub const POLICIES: &[&str] = &["default", "dce", "aligned", "delta", "aslr"];
+pub const POLICIES: &[&str] = &["default", "dce", "aligned", "delta", "aslr", "default-aslr", "dce-aslr"];
 
 impl Workspace {
     /// Reads a workspace file; relative paths become relative to its folder.
@@ -233,9 +241,13 @@ fn misc_rw_size(ext: &BTreeMap<String, (u64, u64)>) -> u64 {
 /// A deterministic generator for the `aslr` policy (splitmix64: a fixed
 /// algorithm, so the same seed gives the same layouts in every shoal
 /// version).
-struct SplitMix(u64);
+pub(crate) struct SplitMix(u64);
 
 impl SplitMix {
+    /// A generator seeded with `seed`.
+    pub(crate) fn new(seed: u64) -> SplitMix {
+        SplitMix(seed)
+    }
     fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
@@ -243,13 +255,18 @@ impl SplitMix {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         if n == 0 {
             0
         } else {
             self.next() % n
         }
     }
+}
+
+/// The randomisation seed of image `i` of a workspace seeded `seed`.
+fn image_seed(seed: u64, i: usize) -> u64 {
+    seed ^ (i as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d)
 }
 
 /// Region sizes measured over the workspace: output-section name → the
@@ -336,10 +353,189 @@ impl Sizes {
     }
 }
 
+impl Sizes {
+    /// The `aslr` map of one image (seed 000 §V, after Spacer): every
+    /// library is a *slot* — its regions, its own trampoline table right
+    /// after its code, and (versioned libraries) its deltas — and the slots
+    /// come in a random order with a random gap of 0–15 pages before each
+    /// (the application stays last: its sections are the script's
+    /// catch-all). A library's regions keep the same distances to each
+    /// other in every image: each kind of region gets a span as large as
+    /// the largest possible sequence of slots, at the same address in
+    /// every image, and a slot sits at the same offset in every span. So a
+    /// library's references to its own data and table do not change with
+    /// its position; only its table's entries do.
+    fn map_aslr(&self, base: u64, rng: &mut SplitMix) -> AddressMap {
+        let owner = |n: &str| -> String {
+            if let Some(t) = n.strip_prefix("tpl-") {
+                return t.to_string();
+            }
+            if let Some((l, d)) = n.rsplit_once("-delta") {
+                if !d.is_empty() && d.chars().all(|c| c.is_ascii_digit()) {
+                    return l.to_string();
+                }
+            }
+            n.to_string()
+        };
+        let size = |kind: &str, lib: &str| page_up(self.regions.get(&format!(".{kind}.{lib}")).copied().unwrap_or(0));
+        let mut owners: Vec<String> = Vec::new();
+        for n in self.lib_order.iter().chain(&self.delta_order) {
+            let o = owner(n);
+            if o != "tpl" && !owners.contains(&o) {
+                owners.push(o);
+            }
+        }
+        let main_members = |o: &str| vec![o.to_string(), format!("tpl-{o}")];
+        let delta_members = |o: &str| -> Vec<String> { self.delta_order.iter().filter(|d| owner(d) == o).cloned().collect() };
+        let extent = |members: &[String], kind: &str| members.iter().map(|m| size(kind, m)).sum::<u64>();
+        let slot = |o: &str| KINDS.iter().map(|(k, _)| extent(&main_members(o), k)).max().unwrap_or(0);
+        // Shuffle (Fisher–Yates), the application last.
+        let mut order: Vec<String> = owners.iter().filter(|o| *o != "app").cloned().collect();
+        for i in (1..order.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            order.swap(i, j);
+        }
+        if owners.iter().any(|o| o == "app") {
+            order.push("app".into());
+        }
+        let total: u64 = owners.iter().map(|o| slot(o) + 16 * PAGE).sum();
+        let mut offsets = BTreeMap::new();
+        let mut cursor = 0;
+        for o in &order {
+            cursor += rng.below(16) * PAGE;
+            offsets.insert(o.clone(), cursor);
+            cursor += slot(o);
+        }
+        // Span bases: text, rodata (+ the misc read-only tables after the
+        // slots), data (after the misc writable tables), bss, then the
+        // four kinds of the delta area.
+        let misc_ro = page_up(self.misc_ro.max(16));
+        let misc_rw = page_up(self.misc_rw.max(16));
+        let mut m = AddressMap::new();
+        let mut kind_base = [0u64; 4];
+        kind_base[0] = base;
+        kind_base[1] = kind_base[0] + total;
+        m.insert(MISC_RO.into(), kind_base[1] + total);
+        let rw = kind_base[1] + total + misc_ro;
+        m.insert(MISC_RW.into(), rw);
+        kind_base[2] = rw + misc_rw;
+        kind_base[3] = kind_base[2] + total;
+        let mut next = kind_base[3] + total;
+        for (k, (kind, _)) in KINDS.iter().enumerate() {
+            for o in &order {
+                let mut at = kind_base[k] + offsets[o];
+                for member in main_members(o) {
+                    let sz = size(kind, &member);
+                    if sz > 0 {
+                        m.insert(format!(".{kind}.{member}"), at);
+                        at += sz;
+                    }
+                }
+            }
+        }
+        for (kind, _) in KINDS.iter() {
+            let widest = owners.iter().map(|o| extent(&delta_members(o), kind)).max().unwrap_or(0);
+            if widest == 0 {
+                continue;
+            }
+            for o in &order {
+                let mut at = next + offsets[o];
+                for member in delta_members(o) {
+                    let sz = size(kind, &member);
+                    if sz > 0 {
+                        m.insert(format!(".{kind}.{member}"), at);
+                        at += sz;
+                    }
+                }
+            }
+            next += total + widest;
+        }
+        m
+    }
+}
+
+/// Makes the images of an `aslr` workspace call other libraries through
+/// per-library tables (`crate::tables`): their inputs become the routed
+/// copies, `--wrap` is dropped (the application has its own table now) and
+/// each image gets every library's table, one slot per function in one
+/// order for the whole workspace, a placeholder where its version lacks
+/// the function.
+fn route_through_library_tables(
+    paths: &Paths,
+    ws: &Workspace,
+    delta_sets: &BTreeMap<String, shoal_delta::DeltaSet>,
+    externals: &BTreeMap<(String, usize), BTreeSet<String>>,
+    members: &BTreeSet<(String, String)>,
+    scratch: &Path,
+    planned: &mut [Planned],
+) -> Result<()> {
+    let mut owned: Vec<(String, Vec<PathBuf>)> = Vec::new();
+    for l in &ws.libraries {
+        let mut objs = Vec::new();
+        match delta_sets.get(&l.name) {
+            Some(set) => {
+                objs.push(set.base.clone());
+                objs.extend(set.deltas.iter().map(|d| d.path.clone()));
+            }
+            None => objs.extend(l.versions.iter().map(|v| v.object.clone())),
+        }
+        owned.push((l.name.clone(), objs));
+    }
+    let mut app: Vec<PathBuf> = Vec::new();
+    for p in planned.iter() {
+        for o in &p.spec.objects {
+            if !app.contains(o) {
+                app.push(o.clone());
+            }
+        }
+    }
+    owned.push(("app".into(), app));
+    let routing = crate::tables::route(paths, &std::env::var_os("SHOAL_DEBUG_ROUTED").map(PathBuf::from).unwrap_or(scratch.join("routed")), &owned, members)?;
+    let versioned: BTreeSet<&str> = ws.libraries.iter().map(|l| l.name.as_str()).collect();
+    let map = |p: &PathBuf| routing.objects.get(p).cloned().unwrap_or_else(|| p.clone());
+    for p in planned.iter_mut() {
+        let spec = &mut p.spec;
+        spec.shared = Some(routing.shared.clone());
+        spec.objects = spec.objects.iter().map(map).collect();
+        for l in spec.libraries.iter_mut().chain(spec.deltas.iter_mut()) {
+            l.path = map(&l.path);
+        }
+        spec.wrap.clear();
+        // The Δ-versioner's own trampolines move into the library's table;
+        // the image table of `--wrap` entries is not needed any more.
+        let own: Vec<Trampoline> = spec
+            .trampolines
+            .drain(..)
+            .filter(|t| t.symbol.starts_with(shoal_delta::TPL_PREFIX))
+            .map(|t| {
+                let name = t.symbol.trim_start_matches(shoal_delta::TPL_PREFIX).to_string();
+                let lib = delta_sets.iter().find(|(_, s)| s.trampolines.contains(&name)).map(|(l, _)| l.clone()).unwrap_or_default();
+                let target = if t.target.is_empty() { String::new() } else { name };
+                Trampoline { symbol: t.symbol, target, table: lib }
+            })
+            .collect();
+        spec.trampolines = own;
+        let present = |f: &str| -> bool {
+            let Some(owners) = routing.defs.get(f) else { return false };
+            owners.iter().any(|o| !versioned.contains(o.as_str()))
+                || p.versions.iter().any(|(l, i)| externals.get(&(l.clone(), *i)).is_some_and(|e| e.contains(f)))
+        };
+        for (lib, names) in &routing.tables {
+            for f in names {
+                let target = if present(f) { f.clone() } else { String::new() };
+                spec.trampolines.push(Trampoline { symbol: crate::tables::entry_symbol(lib, f), target, table: lib.clone() });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What one image links, before the policy's address map is applied.
 struct Planned {
     spec: BuildSpec,
     deltas: Vec<String>,
+    /// (versioned library, index of its version) the image uses.
+    versions: Vec<(String, usize)>,
 }
 
 /// Builds every image of the workspace file `path`; returns the images.
@@ -380,10 +576,15 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
     let mut planned = Vec::new();
     for img in &ws.images {
         let mut spec = BuildSpec::new(img.output.clone(), img.objects.clone(), vec![]);
-        spec.layout = ws.policy.clone();
+        spec.layout = ws.policy.trim_end_matches("-aslr").to_string();
+        if ws.policy.ends_with("-aslr") {
+            spec.shuffle = Some(image_seed(ws.seed, planned.len()));
+        }
         let mut deltas = Vec::new();
+        let mut versions = Vec::new();
         for r in &img.libraries {
             let Some((lib, idx)) = ws.find(r) else { continue };
+            versions.push((lib.name.clone(), idx));
             let version = &lib.versions[idx];
             match delta_sets.get(&lib.name) {
                 Some(set) => {
@@ -411,7 +612,7 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
                         } else {
                             t.clone()
                         };
-                        spec.trampolines.push(Trampoline { symbol, target });
+                        spec.trampolines.push(Trampoline { symbol, target, table: String::new() });
                     }
                 }
                 None => {
@@ -429,18 +630,18 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
                 for f in all {
                     if ext.contains(f) {
                         spec.wrap.push(f.clone());
-                        spec.trampolines.push(Trampoline { symbol: format!("__wrap_{f}"), target: format!("__real_{f}") });
+                        spec.trampolines.push(Trampoline { symbol: format!("__wrap_{f}"), target: format!("__real_{f}"), table: String::new() });
                     } else {
-                        spec.trampolines.push(Trampoline { symbol: format!("__wrap_{f}"), target: String::new() });
+                        spec.trampolines.push(Trampoline { symbol: format!("__wrap_{f}"), target: String::new(), table: String::new() });
                     }
                 }
             }
         }
-        planned.push(Planned { spec, deltas });
+        planned.push(Planned { spec, deltas, versions });
     }
 
     match ws.policy.as_str() {
-        "default" | "dce" => {
+        "default" | "dce" | "default-aslr" | "dce-aslr" => {
             for p in &planned {
                 build(paths, &p.spec)?;
             }
@@ -464,6 +665,9 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
             for p in &mut planned {
                 p.spec.undefined = undefined.clone();
             }
+            if ws.policy == "aslr" {
+                route_through_library_tables(paths, &ws, &delta_sets, &externals, &members, scratch.path(), &mut planned)?;
+            }
             // Pass 2: measure.
             let mut sizes = Sizes::default();
             for (i, p) in planned.iter().enumerate() {
@@ -483,8 +687,8 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
             for (i, p) in planned.iter().enumerate() {
                 let mut spec = p.spec.clone();
                 spec.map = Some(if ws.policy == "aslr" {
-                    let mut rng = SplitMix(ws.seed ^ (i as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d));
-                    sizes.map(0x100000, Some(&mut rng))
+                    let mut rng = SplitMix(image_seed(ws.seed, i));
+                    sizes.map_aslr(0x100000, &mut rng)
                 } else {
                     shared_map.clone()
                 });
