@@ -94,16 +94,17 @@ fn members(path: &Path, data: &[u8]) -> Result<Vec<(String, Vec<u8>)>> {
     Ok(out)
 }
 
-/// Removes rustc's GOT references where a PC-relative one says the same:
-/// rustc emits plain `R_X86_64_GOTPCREL` for `call *f@GOTPCREL(%rip)` and
+/// Removes GOT references where a PC-relative one says the same. rustc
+/// emits plain `R_X86_64_GOTPCREL` for `call *f@GOTPCREL(%rip)` and
 /// `mov v@GOTPCREL(%rip), %reg`, which ld must leave going through the
 /// image's one GOT, at a distance from the library that changes with its
-/// random position. Indirect calls and jumps (`ff 15`, `ff 25`) are marked
-/// relaxable (`R_X86_64_GOTPCRELX`), which ld turns into `addr32 call f`.
-/// A 64-bit load of a GOT entry (`REX.W 8b /r`, RIP-relative) becomes the
-/// `lea` of the symbol (`REX.W 8d /r` with `R_X86_64_PC32`) here, because
-/// ld, linking a non-PIE executable, would relax it to an *absolute*
-/// `mov $v, %reg`. A static link resolves every symbol inside the image,
+/// random position: such indirect calls and jumps (`ff 15`, `ff 25`) are
+/// marked relaxable (`R_X86_64_GOTPCRELX`), which ld turns into
+/// `addr32 call f`. A 64-bit load of a GOT entry (`REX.W 8b /r`,
+/// RIP-relative; rustc's, and gcc's `-fPIE` loads of symbols it cannot
+/// assume local) becomes the `lea` of the symbol (`REX.W 8d /r` with
+/// `R_X86_64_PC32`) here, because ld, linking a non-PIE executable, would
+/// relax it to an *absolute* `mov $v, %reg`. A static link resolves every symbol inside the image,
 /// so the address is the same; undefined weak symbols (address 0) keep
 /// their GOT entry. Anything else is left alone. Returns how many
 /// relocations were changed.
@@ -136,7 +137,8 @@ pub fn relax_got_relocations(path: &Path, data: &mut [u8]) -> Result<usize> {
             for (i, e) in entries.chunks_exact(24).enumerate() {
                 let r_offset = u64::from_le_bytes(e[0..8].try_into().unwrap_or_default());
                 let r_info = u64::from_le_bytes(e[8..16].try_into().unwrap_or_default());
-                if r_info & 0xffff_ffff != u64::from(elf::R_X86_64_GOTPCREL) || r_offset < 2 || r_offset + 4 > t_size {
+                let r_type = (r_info & 0xffff_ffff) as u32;
+                if !matches!(r_type, elf::R_X86_64_GOTPCREL | elf::R_X86_64_GOTPCRELX | elf::R_X86_64_REX_GOTPCRELX) || r_offset < 2 || r_offset + 4 > t_size {
                     continue;
                 }
                 let at = (t_off + r_offset) as usize;
@@ -145,7 +147,7 @@ pub fn relax_got_relocations(path: &Path, data: &mut [u8]) -> Result<usize> {
                 // REX prefix when the instruction has one).
                 let prefix = if r_offset >= 3 { data.get(at - 3).copied().unwrap_or(0) } else { 0 };
                 let (new, lea) = match (prefix, code[0], code[1]) {
-                    (_, 0xff, 0x15 | 0x25) => (elf::R_X86_64_GOTPCRELX, false),
+                    (_, 0xff, 0x15 | 0x25) if r_type == elf::R_X86_64_GOTPCREL => (elf::R_X86_64_GOTPCRELX, false),
                     (rex, 0x8b, modrm) if rex & 0xf8 == 0x48 && modrm & 0xc7 == 0x05 && !weak_undefined(r_info >> 32) => (elf::R_X86_64_PC32, true),
                     _ => continue,
                 };
@@ -224,8 +226,9 @@ pub fn route(paths: &Paths, dir: &Path, owned: &[(String, Vec<PathBuf>)], taken:
         units.push(scan(&orig.kernel, bytes, &kernel_library(name), is_taken("shoal-kernel.a", name))?);
     }
     let libgcc = read(&orig.libgcc)?;
-    for (name, bytes) in members(&orig.libgcc, &libgcc)? {
-        units.push(scan(&orig.libgcc, &bytes, "libgcc", is_taken("shoal-libgcc.a", &name))?);
+    let libgcc_members = members(&orig.libgcc, &libgcc)?;
+    for (name, bytes) in &libgcc_members {
+        units.push(scan(&orig.libgcc, bytes, "libgcc", is_taken("shoal-libgcc.a", name))?);
     }
     let shared_units = units.len();
     for (library, objects) in owned {
@@ -266,51 +269,56 @@ pub fn route(paths: &Paths, dir: &Path, owned: &[(String, Vec<PathBuf>)], taken:
     let empty = BTreeSet::new();
     let names_of = |lib: &str| renames.get(lib).unwrap_or(&empty);
 
-    // The copies.
+    // The copies: every unit has its GOT loads made PC-relative and its
+    // calls into other libraries renamed; archives are rebuilt member by
+    // member in the original order with the original names (`ar q` keeps
+    // musl's duplicate member names).
     let copy = |what: &str| dir.join(what);
+    let unit_copy = |sub: &Path, name: &str, bytes: &[u8], unit: &Unit, strip: bool| -> Result<PathBuf> {
+        std::fs::create_dir_all(sub).map_err(|e| ToolchainError::Io(sub.to_path_buf(), e))?;
+        let out = sub.join(name);
+        let mut bytes = bytes.to_vec();
+        relax_got_relocations(&out, &mut bytes)?;
+        let mine: BTreeSet<String> = unit.undefined.iter().filter(|f| names_of(&unit.library).contains(*f)).cloned().collect();
+        if mine.is_empty() && !strip {
+            write(&out, &bytes)?;
+        } else {
+            let raw = sub.join(format!("{name}.in"));
+            write(&raw, &bytes)?;
+            redefine(sub, &raw, &out, &unit.library, &mine, strip)?;
+        }
+        Ok(out)
+    };
+    let mut next = 0;
     let mut crt = orig.crt.clone();
     for (i, c) in orig.crt.iter().enumerate() {
-        let out = copy(&format!("crt-{i}-{}", c.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default()));
-        redefine(dir, c, &out, "libc", names_of("libc"), false)?;
-        crt[i] = out;
+        let name = c.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        crt[i] = unit_copy(&copy(&format!("crt/{i}")), &name, &read(c)?, &units[next], false)?;
+        next += 1;
     }
-    let libc_out = copy("libc.a");
-    redefine(dir, &orig.libc, &libc_out, "libc", names_of("libc"), false)?;
-    let libgcc_out = copy("libgcc.a");
-    redefine(dir, &orig.libgcc, &libgcc_out, "libgcc", names_of("libgcc"), false)?;
-    // The kernel's members belong to different libraries: one copy each,
-    // then one archive in the original order with the original names.
-    let kdir = copy("kernel");
-    std::fs::create_dir_all(&kdir).map_err(|e| ToolchainError::Io(kdir.clone(), e))?;
-    let mut kfiles = Vec::new();
-    for (i, (name, bytes)) in kernel_members.iter().enumerate() {
-        let sub = kdir.join(i.to_string());
-        std::fs::create_dir_all(&sub).map_err(|e| ToolchainError::Io(sub.clone(), e))?;
-        let raw = sub.join(format!("{name}.in"));
-        let out = sub.join(name);
-        let mut bytes = bytes.clone();
-        relax_got_relocations(&raw, &mut bytes)?;
-        write(&raw, &bytes)?;
-        let library = kernel_library(name);
-        let unit = &units[orig.crt.len() + libc_members.len() + i];
-        let mine: BTreeSet<String> = unit.undefined.iter().filter(|f| names_of(&library).contains(*f)).cloned().collect();
-        redefine(&sub, &raw, &out, &library, &mine, true)?;
-        kfiles.push(out);
-    }
-    let kernel_out = copy("libshoal_kernel.a");
-    let _ = std::fs::remove_file(&kernel_out);
-    run("ar (routed kernel archive)", Command::new("ar").arg("qcsD").arg(&kernel_out).args(&kfiles))?;
+    let mut archive = |out_name: &str, list: &[(String, Vec<u8>)], strip: bool| -> Result<PathBuf> {
+        let mut files = Vec::new();
+        for (i, (name, bytes)) in list.iter().enumerate() {
+            files.push(unit_copy(&copy(&format!("{out_name}.d/{i}")), name, bytes, &units[next], strip)?);
+            next += 1;
+        }
+        let out = copy(out_name);
+        let _ = std::fs::remove_file(&out);
+        run(&format!("ar (routed {out_name})"), Command::new("ar").arg("qcsD").arg(&out).args(&files))?;
+        Ok(out)
+    };
+    let libc_out = archive("libc.a", &libc_members, false)?;
+    // rustc embeds bitcode in the precompiled runtime's objects: dropped.
+    let kernel_out = archive("libshoal_kernel.a", &kernel_members, true)?;
+    let libgcc_out = archive("libgcc.a", &libgcc_members, false)?;
 
     let mut objects = BTreeMap::new();
-    let odir = copy("objects");
-    std::fs::create_dir_all(&odir).map_err(|e| ToolchainError::Io(odir.clone(), e))?;
     let mut i = shared_units;
     for (library, objs) in owned {
         for o in objs {
-            let stem = o.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-            let out = odir.join(format!("{}-{stem}", i - shared_units));
-            let mine: BTreeSet<String> = units[i].undefined.iter().filter(|f| names_of(library).contains(*f)).cloned().collect();
-            redefine(&odir, o, &out, library, &mine, false)?;
+            debug_assert_eq!(&units[i].library, library);
+            let name = o.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            let out = unit_copy(&copy(&format!("objects/{}", i - shared_units)), &name, &read(o)?, &units[i], false)?;
             objects.insert(o.clone(), out);
             i += 1;
         }
