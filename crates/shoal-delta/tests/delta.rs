@@ -216,6 +216,43 @@ fn strings_and_constants_compared_by_content() {
 }
 
 #[test]
+fn versioned_flags_keep_a_change_in_its_function() {
+    // With plain -O2 the changed helper is inlined into both callers, which
+    // both land in the delta; with VERSIONED_CFLAGS only the helper does,
+    // and the image still behaves like version 2.
+    let d = tmpdir("inline");
+    let srcs = ["inline_v1.c", "inline_v2.c"];
+    let plain: Vec<(String, PathBuf)> = srcs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("v{}", i + 1), cc(s, &d.join(format!("plain{i}.o")), &[])))
+        .collect();
+    let set = make_deltas(&plain, &d.join("plain")).unwrap();
+    let mut modified = set.deltas[0].modified_functions.clone();
+    modified.sort();
+    assert_eq!(modified, ["area", "perimeter"], "{:?}", set.deltas[0]);
+
+    let versioned: Vec<(String, PathBuf)> = srcs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let out = d.join(format!("versioned{i}.o"));
+            (format!("v{}", i + 1), cc(s, &out, shoal_delta::VERSIONED_CFLAGS))
+        })
+        .collect();
+    let set = make_deltas(&versioned, &d.join("versioned")).unwrap();
+    let dl = &set.deltas[0];
+    assert_eq!(dl.modified_functions.len(), 1, "{dl:?}");
+    assert!(dl.modified_functions[0].ends_with("_scale"), "{dl:?}");
+    assert!(dl.new_functions.is_empty(), "{dl:?}");
+    let want = direct(&d, "inline2", "inline_main.c", &versioned[1].1);
+    assert_eq!(want, "54 62\n");
+    assert_eq!(run(&mut Command::new(image(&d, &set, 2, "inline_main.c", None))), want);
+    let want1 = direct(&d, "inline1", "inline_main.c", &versioned[0].1);
+    assert_eq!(run(&mut Command::new(image(&d, &set, 1, "inline_main.c", None))), want1);
+}
+
+#[test]
 fn identical_version_gives_empty_delta() {
     let d = tmpdir("same");
     let ins = versions(&d, &["lib_v1.c", "lib_v1.c"]);

@@ -8,6 +8,8 @@
 //! `-lpthread`, `-lc`, `-lrt`, `-ldl`, `-lutil`, `-lcrypt`, `-lxnet`
 //! resolve to shoal's libc; other `-lNAME` are looked up as `libNAME.a` in
 //! the `-L` directories and become application libraries of the image.
+//! `--versioned` (shoal's own option) compiles a library that will be
+//! versioned by the Δ-versioner with [`shoal_delta::VERSIONED_CFLAGS`].
 
 use crate::link::{build, BuildSpec, UserLibrary};
 use crate::setup::ensure_libc;
@@ -42,6 +44,7 @@ pub fn cflags(paths: &Paths) -> Result<Vec<String>> {
 #[derive(Default, Debug)]
 struct Parsed {
     compile_only: bool,
+    versioned: bool,
     output: Option<PathBuf>,
     sources: Vec<PathBuf>,
     objects: Vec<PathBuf>,
@@ -69,6 +72,7 @@ fn parse(args: &[String]) -> Result<Parsed> {
                 p.compile_only = true;
                 p.compile_args.push(a.into());
             }
+            "--versioned" => p.versioned = true,
             "-o" => p.output = Some(PathBuf::from(value("-o")?)),
             "-l" => p.libs.push(value("-l")?),
             "-L" => p.lib_dirs.push(PathBuf::from(value("-L")?)),
@@ -118,7 +122,10 @@ pub fn cc(paths: &Paths, args: &[String]) -> Result<()> {
     }
     ensure_libc(paths, false)?;
     let p = parse(args)?;
-    let flags = cflags(paths)?;
+    let mut flags = cflags(paths)?;
+    if p.versioned {
+        flags.extend(shoal_delta::VERSIONED_CFLAGS.iter().map(|f| f.to_string()));
+    }
     if p.compile_only {
         let mut cmd = Command::new("gcc");
         cmd.args(&flags).args(&p.compile_args).args(&p.sources).args(&p.objects);
@@ -187,6 +194,9 @@ mod tests {
         assert_eq!(p.lib_dirs, vec![PathBuf::from("d")]);
         assert_eq!(p.compile_args, s(&["-O2", "-g", "-Iinc", "-D", "X=1"]));
         assert!(parse(&s(&["-c", "x.c"])).unwrap().compile_only);
+        assert!(!p.versioned);
+        let v = parse(&s(&["--versioned", "-c", "x.c"])).unwrap();
+        assert!(v.versioned && v.compile_args == s(&["-c"]));
         assert!(parse(&s(&["-shared", "x.c"])).is_err());
         assert!(parse(&s(&["x.c", "-o"])).is_err());
         assert_eq!(lib_name_of(Path::new("/x/libsqlite3.a")), "sqlite3");

@@ -49,8 +49,14 @@ impl Paths {
         self.home.join("kernel")
     }
 
-    /// The kernel staticlib (built by [`crate::setup::ensure_kernel`]).
-    pub fn kernel_lib(&self) -> PathBuf {
+    /// The kernel staticlib as cargo builds it.
+    pub fn kernel_cargo_lib(&self) -> PathBuf {
         self.home.join("kernel/target/release/libshoal_kernel.a")
+    }
+
+    /// The kernel staticlib images link: cargo's, with its GOT references
+    /// made PC-relative (built by [`crate::setup::ensure_kernel`]).
+    pub fn kernel_lib(&self) -> PathBuf {
+        self.home.join("kernel/target/release/libshoal_kernel.linkable.a")
     }
 }

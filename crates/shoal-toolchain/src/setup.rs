@@ -44,7 +44,19 @@ pub fn ensure_kernel(paths: &Paths, force: bool) -> Result<()> {
             .arg(paths.kernel_dir().join("Cargo.toml"))
             .env_remove("CARGO_TARGET_DIR")
             .env_remove("RUSTFLAGS"),
-    )
+    )?;
+    // The precompiled core, alloc and compiler_builtins in the staticlib are
+    // position-independent code that reaches other crates through the GOT
+    // (plain R_X86_64_GOTPCREL, which ld does not relax). The GOT is one
+    // linker-made table whose address moves with the rest of the image, so
+    // those calls would make the kernel's pages differ between images of
+    // different library versions; made PC-relative they do not.
+    let cargo_lib = paths.kernel_cargo_lib();
+    let mut bytes = std::fs::read(&cargo_lib).map_err(|e| ToolchainError::Io(cargo_lib.clone(), e))?;
+    crate::tables::relax_archive(&cargo_lib, &mut bytes)?;
+    let tmp = lib.with_extension("a.tmp");
+    std::fs::write(&tmp, &bytes).map_err(|e| ToolchainError::Io(tmp.clone(), e))?;
+    std::fs::rename(&tmp, &lib).map_err(|e| ToolchainError::Io(lib.clone(), e))
 }
 
 fn mtime(p: &Path) -> Result<SystemTime> {

@@ -28,12 +28,13 @@ pub const VERSIONS: &[(&str, &str)] = &[
 pub const CFLAGS: &[&str] = &["-O2", "-DSQLITE_THREADSAFE=0", "-DSQLITE_OMIT_LOAD_EXTENSION", "-DSQLITE_DEFAULT_MEMSTATUS=0"];
 
 /// Where the compiled objects are kept: one folder per set of compiler
-/// flags (shoal's own and [`CFLAGS`]), so that objects built with other
-/// flags by an older shoal are never mixed in.
+/// flags (shoal's own, [`CFLAGS`] and the versioning flags), so that
+/// objects built with other flags by an older shoal are never mixed in.
 pub fn object_dir(paths: &Paths) -> Result<PathBuf> {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
-    for f in crate::cc::cflags(paths)?.iter().map(String::as_str).chain(CFLAGS.iter().copied()) {
+    let flags = crate::cc::cflags(paths)?;
+    for f in flags.iter().map(String::as_str).chain(CFLAGS.iter().copied()).chain(shoal_delta::VERSIONED_CFLAGS.iter().copied()) {
         h.update(f.as_bytes());
         h.update([0]);
     }
@@ -120,8 +121,11 @@ pub fn prepare_all(paths: &Paths, shoal: &Path) -> Result<Vec<SqliteVersion>> {
         let mut children = Vec::new();
         for (src, object) in pair {
             let tmp = object.with_extension("o.tmp");
+            // The library is versioned: compiled so that a change stays in
+            // the functions it touches (`shoal cc --versioned`).
             let child = Command::new(shoal)
                 .arg("cc")
+                .arg("--versioned")
                 .args(CFLAGS)
                 .arg("-c")
                 .arg(src.join("sqlite3.c"))

@@ -164,6 +164,41 @@ pub fn relax_got_relocations(path: &Path, data: &mut [u8]) -> Result<usize> {
     Ok(patches.len())
 }
 
+/// [`relax_got_relocations`] on every ELF member of the archive `data`, in
+/// place: only relocation types and opcodes change, never a size or a
+/// symbol, so the archive's layout and symbol index stay valid. Returns how
+/// many relocations were changed.
+pub fn relax_archive(path: &Path, data: &mut [u8]) -> Result<usize> {
+    let ranges: Vec<(usize, usize)> = {
+        let ar = object::read::archive::ArchiveFile::parse(&*data)
+            .map_err(|e| ToolchainError::Input(path.to_path_buf(), format!("not an archive: {e}")))?;
+        let mut ranges = Vec::new();
+        for m in ar.members() {
+            let m = m.map_err(|e| ToolchainError::Input(path.to_path_buf(), format!("bad archive member: {e}")))?;
+            let (off, size) = m.file_range();
+            ranges.push((off as usize, size as usize));
+        }
+        ranges
+    };
+    let mut changed = 0;
+    for (off, size) in ranges {
+        let Some(member) = data.get_mut(off..off.saturating_add(size)) else {
+            return Err(ToolchainError::Input(path.to_path_buf(), "an archive member lies outside the file".into()));
+        };
+        if member.starts_with(b"\x7fELF") {
+            // Members are only 2-byte aligned in an archive; the ELF reader
+            // wants its headers aligned, so the member is patched in a copy.
+            let mut copy = member.to_vec();
+            let n = relax_got_relocations(path, &mut copy)?;
+            if n > 0 {
+                member.copy_from_slice(&copy);
+                changed += n;
+            }
+        }
+    }
+    Ok(changed)
+}
+
 fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| ToolchainError::Io(path.to_path_buf(), e))
 }
