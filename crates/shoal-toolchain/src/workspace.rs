@@ -454,6 +454,27 @@ impl Sizes {
     }
 }
 
+/// Orders trampoline names for a table: grouped by the versions that
+/// (re)define the function (never-changed functions first, then by the
+/// list of deltas that hold a version of it), by name within a group. An
+/// entry's bytes depend on which object defines its target in the image,
+/// so entries with the same history are identical in the same images, and
+/// a page holding only such entries is shared by those images. In name
+/// order, nearly every page held an entry that changes somewhere, and no
+/// table page was shared.
+fn by_change_history(set: Option<&shoal_delta::DeltaSet>, names: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut history: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for d in set.map(|s| s.deltas.as_slice()).unwrap_or_default() {
+        for f in d.new_functions.iter().chain(&d.modified_functions) {
+            history.entry(f.as_str()).or_default().push(d.index);
+        }
+    }
+    let mut keyed: Vec<(Vec<usize>, String)> =
+        names.into_iter().map(|n| (history.get(n.as_str()).cloned().unwrap_or_default(), n)).collect();
+    keyed.sort();
+    keyed.into_iter().map(|(_, n)| n).collect()
+}
+
 /// Makes the images of an `aslr` workspace call other libraries through
 /// per-library tables (`crate::tables`): their inputs become the routed
 /// copies, `--wrap` is dropped (the application has its own table now) and
@@ -603,7 +624,7 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
                     // names this version lacks get placeholder slots.
                     let ext = externals.get(&(lib.name.clone(), idx));
                     let mine: BTreeSet<String> = set.trampolines_for(j).into_iter().collect();
-                    for t in set.trampolines_for(lib.versions.len()) {
+                    for t in by_change_history(Some(set), set.trampolines_for(lib.versions.len())) {
                         let symbol = format!("__shoal_tpl_{t}");
                         let target = if !mine.contains(&t) {
                             String::new()
@@ -624,10 +645,11 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
                 }
             }
             if let Some(ext) = externals.get(&(lib.name.clone(), idx)) {
-                // One slot per function any version defines, in name order.
+                // One slot per function any version defines, in the same
+                // order in every image.
                 let all: BTreeSet<&String> =
                     externals.iter().filter(|((n, _), _)| *n == lib.name).flat_map(|(_, fs)| fs.iter()).collect();
-                for f in all {
+                for f in &by_change_history(delta_sets.get(&lib.name), all.into_iter().cloned()) {
                     if ext.contains(f) {
                         spec.wrap.push(f.clone());
                         spec.trampolines.push(Trampoline { symbol: format!("__wrap_{f}"), target: format!("__real_{f}"), table: String::new() });
