@@ -19,8 +19,9 @@
 //!
 //! KSM is switched on (`/sys/kernel/mm/ksm/run` = 1) only while a `ksm`
 //! configuration runs; `run`, `pages_to_scan` and `sleep_millisecs` are
-//! restored afterwards (also on Ctrl-C-free error paths). ksmd's CPU time
-//! during the run is reported.
+//! restored afterwards, on errors and on Ctrl-C or SIGTERM too (the run
+//! stops, its instances are killed, and the command exits with an error).
+//! ksmd's CPU time during the run is reported.
 //!
 //! `--workload ROWS` is the DESIGN's second variant: every instance first
 //! inserts ROWS rows into an indexed in-memory table, then idles, showing
@@ -165,6 +166,25 @@ impl Drop for KsmGuard {
     fn drop(&mut self) {
         for (k, v) in self.saved.iter().rev() {
             let _ = std::fs::write(format!("{KSM}/{k}"), v);
+        }
+    }
+}
+
+/// Set by SIGINT/SIGTERM during a run, so that the run stops through the
+/// normal path: instances killed, KSM's settings restored.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Catches Ctrl-C and SIGTERM for the rest of the command.
+fn catch_interrupts() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe; `signal` has no other preconditions.
+        unsafe {
+            libc::signal(sig, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t);
         }
     }
 }
@@ -354,6 +374,9 @@ fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> 
             if t >= total {
                 break;
             }
+            if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+                bail!("interrupted: the instances were stopped and KSM's settings restored");
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(())
@@ -447,6 +470,9 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
             continue;
         }
         say(o.json, &format!("{}: launching 8 instances, one every {} s…", c.name, o.interval));
+        if outcomes.is_empty() {
+            catch_interrupts();
+        }
         outcomes.push(run_config(*c, &images_of(c.policy), &o)?);
     }
     // CSV

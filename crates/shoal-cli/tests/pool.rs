@@ -142,9 +142,11 @@ fn instances_of_two_versions_share_common_library_frames() {
         assert!(o.status.success(), "shoal pool add: {}", stderr(&o));
     }
     let files: Vec<String> = std::fs::read_dir(pool.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-    // One file per library version: both versions of `ver`, one of everything else.
-    assert!(files.iter().any(|f| f.starts_with("ver@1-")) && files.iter().any(|f| f.starts_with("ver@2-")), "{files:?}");
-    assert_eq!(files.iter().filter(|f| f.starts_with("libc@")).count(), 1, "{files:?}");
+    // One file per library version and region kind: both versions of
+    // `ver`, one of everything else.
+    assert!(files.iter().any(|f| f.starts_with("ver@1-text-")) && files.iter().any(|f| f.starts_with("ver@2-text-")), "{files:?}");
+    assert_eq!(files.iter().filter(|f| f.starts_with("libc@") && f.contains("-text-")).count(), 1, "{files:?}");
+    assert_eq!(files.iter().filter(|f| f.starts_with("libc@") && f.contains("-rodata-")).count(), 1, "{files:?}");
     for f in &files {
         let md = std::fs::metadata(pool.path().join(f)).unwrap();
         assert_eq!(std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777, 0o444, "{f}");
@@ -166,7 +168,7 @@ fn a_tampered_pool_file_is_refused_unless_fallback_is_asked_for() {
     let pool = pool_dir();
     let o = output(shoal().args(["pool", "add"]).arg(&images[0]).env("SHOAL_POOL_DIR", pool.path()));
     assert!(o.status.success(), "{}", stderr(&o));
-    let libc = std::fs::read_dir(pool.path()).unwrap().map(|e| e.unwrap().path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with("libc@")).unwrap();
+    let libc = std::fs::read_dir(pool.path()).unwrap().map(|e| e.unwrap().path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with("libc@") && p.to_string_lossy().contains("-text-")).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&libc, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut bytes = std::fs::read(&libc).unwrap();

@@ -2,13 +2,15 @@
 //! loader with a shared library pool").
 //!
 //! The read-only pages (code and rodata) of each library version are kept
-//! once, in one file per library version under the pool directory
-//! (`/dev/shm/shoal-pool/` unless `SHOAL_POOL_DIR` says otherwise), named
-//! `NAME@VERSION-HASH` where `HASH` is derived from the page hashes of the
-//! image manifest (content addressed: the same pages give the same name, in
-//! whatever image they appear). A pool file holds the library's text pages
-//! and then its rodata pages, in manifest order, exactly as the loader would
-//! put them in guest memory.
+//! once, in one file per library version and region kind under the pool
+//! directory (`/dev/shm/shoal-pool/` unless `SHOAL_POOL_DIR` says
+//! otherwise), named `NAME@VERSION-text-HASH` or `NAME@VERSION-rodata-HASH`
+//! where `HASH` is derived from the page hashes of the image manifest
+//! (content addressed: the same pages give the same name, in whatever image
+//! they appear). A pool file holds the region's pages exactly as the loader
+//! would put them in guest memory. Code and read-only data are separate
+//! files so that code stays shared when only the read-only data differs
+//! (the `aslr` policy's absolute pointers).
 //!
 //! At load, a tender maps each pool file `MAP_PRIVATE|MAP_FIXED` at the
 //! library's guest address ([`PoolPlan`]); the frames come from the page
@@ -167,33 +169,38 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
-/// The libraries of `manifest` that have read-only pages, as pool entries.
+/// The read-only regions of `manifest`'s libraries, as pool entries: one
+/// per library version and region kind (`NAME@VERSION-text-HASH`,
+/// `NAME@VERSION-rodata-HASH`). Code and read-only data are pooled
+/// separately because they do not always change together: under the `aslr`
+/// policy a library's code is the same in every image while its read-only
+/// data holds absolute addresses that differ, and one file for both would
+/// hold the unchanged code again for every image.
 pub fn pool_libs(manifest: &Manifest) -> Vec<PoolLib> {
     let mut out = Vec::new();
     for l in &manifest.libraries {
-        let mut h = Sha256::new();
-        h.update(b"shoal-pool-1\0");
-        let mut regions = Vec::new();
-        let mut off = 0;
+        let lib = format!("{}@{}", l.info.name, l.info.version);
         for r in &l.regions {
             if !matches!(r.kind, RegionKind::Text | RegionKind::Rodata) || r.page_hashes.is_empty() {
                 continue;
             }
+            let exec = r.kind == RegionKind::Text;
             let pages = r.page_hashes.len() as u64;
-            h.update(if r.kind == RegionKind::Text { b"T" } else { b"R" });
+            let mut h = Sha256::new();
+            h.update(b"shoal-pool-2\0");
+            h.update(if exec { b"T" } else { b"R" });
             h.update(pages.to_le_bytes());
             for ph in &r.page_hashes {
                 h.update(ph.as_bytes());
             }
-            regions.push(PoolRegion { addr: page_down(r.start), pages, file_offset: off, exec: r.kind == RegionKind::Text });
-            off += pages * PAGE;
+            let digest: String = h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
+            let kind = if exec { "text" } else { "rodata" };
+            out.push(PoolLib {
+                file_name: format!("{}-{kind}-{digest}", sanitize(&lib)),
+                lib: lib.clone(),
+                regions: vec![PoolRegion { addr: page_down(r.start), pages, file_offset: 0, exec }],
+            });
         }
-        if regions.is_empty() {
-            continue;
-        }
-        let digest: String = h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
-        let lib = format!("{}@{}", l.info.name, l.info.version);
-        out.push(PoolLib { file_name: format!("{}-{digest}", sanitize(&lib)), lib, regions });
     }
     out
 }
