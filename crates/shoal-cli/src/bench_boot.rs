@@ -1,6 +1,7 @@
 //! `shoal bench boot`: start-up time of a hello-world program (issue #4,
 //! seed 002's cold start): from the start of the command to the program's
-//! first stdout byte and to its exit, on shoal spt, shoal hvt, a native
+//! first stdout byte and to its exit, on shoal spt, shoal hvt (both through
+//! `shoal run` and through the lean `shoal-tender` command), a native
 //! process, runc and runsc (gVisor, ptrace platform), side by side.
 //!
 //! Each round runs every available system once (the order rotates from round
@@ -31,18 +32,22 @@ const EXPECTED: &str = "hello, world\n";
 enum Kind {
     Spt,
     Hvt,
+    LeanSpt,
+    LeanHvt,
     Native,
     Runc,
     Runsc,
 }
 
 impl Kind {
-    const ALL: [Kind; 5] = [Kind::Spt, Kind::Hvt, Kind::Native, Kind::Runc, Kind::Runsc];
+    const ALL: [Kind; 7] = [Kind::Spt, Kind::Hvt, Kind::LeanSpt, Kind::LeanHvt, Kind::Native, Kind::Runc, Kind::Runsc];
 
     fn key(self) -> &'static str {
         match self {
             Kind::Spt => "spt",
             Kind::Hvt => "hvt",
+            Kind::LeanSpt => "tender-spt",
+            Kind::LeanHvt => "tender-hvt",
             Kind::Native => "native",
             Kind::Runc => "runc",
             Kind::Runsc => "runsc",
@@ -53,6 +58,8 @@ impl Kind {
         match self {
             Kind::Spt => "shoal spt",
             Kind::Hvt => "shoal hvt",
+            Kind::LeanSpt => "shoal-tender spt",
+            Kind::LeanHvt => "shoal-tender hvt",
             Kind::Native => "native process",
             Kind::Runc => "runc",
             Kind::Runsc => "runsc (ptrace)",
@@ -174,6 +181,11 @@ fn measure(sys: &System, s: &Setup, tag: &str) -> Result<(f64, f64)> {
             c.args(["run", "--tender", sys.kind.key()]).arg(&s.image);
             c
         }
+        Kind::LeanSpt | Kind::LeanHvt => {
+            let mut c = Command::new(s.shoal.with_file_name("shoal-tender"));
+            c.args(["--tender", if sys.kind == Kind::LeanSpt { "spt" } else { "hvt" }]).arg(&s.image);
+            c
+        }
         Kind::Native => {
             let mut c = Command::new(&s.native);
             c.env_clear();
@@ -254,7 +266,7 @@ fn measure(sys: &System, s: &Setup, tag: &str) -> Result<(f64, f64)> {
 /// Why `kind` cannot run here, if it cannot (checked before any run).
 fn unavailable(kind: Kind, runtime: Option<&Path>) -> Option<String> {
     match kind {
-        Kind::Hvt => match fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+        Kind::Hvt | Kind::LeanHvt => match fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
             Ok(_) => None,
             Err(e) => Some(format!("/dev/kvm is not usable ({e})")),
         },
@@ -268,8 +280,14 @@ fn unavailable(kind: Kind, runtime: Option<&Path>) -> Option<String> {
                 None
             }
         }
-        Kind::Spt | Kind::Native => None,
+        Kind::LeanSpt if !lean_tender().is_file() => Some(format!("{} is missing (cargo build --release builds it)", lean_tender().display())),
+        Kind::Spt | Kind::LeanSpt | Kind::Native => None,
     }
+}
+
+/// The lean tender command beside this binary.
+fn lean_tender() -> PathBuf {
+    std::env::current_exe().map(|e| e.with_file_name("shoal-tender")).unwrap_or_default()
 }
 
 fn ratio(x: f64, base: Option<f64>) -> Option<f64> {

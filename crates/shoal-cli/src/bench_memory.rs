@@ -7,7 +7,10 @@
 //! `--interval` seconds and kept alive; every 500 ms the host's memory use
 //! (MemTotal − MemAvailable, relative to a baseline taken before the
 //! configuration's pool was filled) and the instances' PSS (from
-//! `/proc/PID/smaps`, tender processes included) are sampled. Per
+//! `/proc/PID/smaps`, tender processes included) are sampled. Instances
+//! run from the lean `shoal-tender` command (the same code as `shoal run`
+//! without the toolchain and benchmarks; crate `shoal-tender`): a tender's
+//! binary pages are part of what an instance costs. Per
 //! configuration (layout policy + memory mode) this gives a curve; the CSV,
 //! an SVG plot (hand-written: a few polylines do not need a plotting
 //! crate) and a table with the final values beside the paper's ratios.
@@ -290,8 +293,15 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
+/// The lean tender command, built next to `shoal` by `cargo build`.
+fn tender_command() -> Result<PathBuf> {
+    let t = std::env::current_exe()?.with_file_name("shoal-tender");
+    anyhow::ensure!(t.is_file(), "{} is missing: `cargo build --release` builds it beside shoal", t.display());
+    Ok(t)
+}
+
 fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> {
-    let shoal = std::env::current_exe()?;
+    let tender = tender_command()?;
     // Let memory freed by the previous configuration settle.
     std::thread::sleep(Duration::from_millis(1500));
     let baseline = meminfo_used_kib();
@@ -341,8 +351,8 @@ fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> 
             while children.len() < images.len() && t >= o.interval * children.len() as f64 {
                 let img = &images[children.len()];
                 let log = std::fs::File::create(logs.join(format!("{}-{}.log", c.name, children.len())))?;
-                let mut cmd = Command::new(&shoal);
-                cmd.args(["run", "--tender", &o.tender, "--mem", &o.mem, "--mem-mode", c.mode]).arg(img);
+                let mut cmd = Command::new(&tender);
+                cmd.args(["--tender", &o.tender, "--mem", &o.mem, "--mem-mode", c.mode]).arg(img);
                 if o.workload > 0 {
                     cmd.arg("--").arg(format!("work={}", o.workload));
                 }

@@ -131,48 +131,16 @@ enum Cmd {
 }
 
 /// Parses a memory size such as `64M`, `1G`, `4096`.
-fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let m = match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                _ => bail!("--mem {s}: unknown unit `{c}` (use K, M or G)"),
-            };
-            (&t[..i], m)
-        }
-        _ => (t, 1),
-    };
-    let n: u64 = num.parse().with_context(|| format!("--mem {s} is not a size"))?;
-    n.checked_mul(mult).with_context(|| format!("--mem {s} is too large"))
-}
-
+/// `shoal run`: the options are checked and the image run by the same code
+/// as the lean `shoal-tender` command (crate `shoal-tender`).
 #[allow(clippy::too_many_arguments)]
 fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, mode: pool_cmd::MemMode, pool_fallback: bool, image: PathBuf, args: Vec<String>) -> Result<i32> {
-    let mem_size = parse_size(mem)?;
-    for e in &env {
-        if !e.contains('=') {
-            bail!("--env {e}: expected KEY=VALUE");
-        }
-    }
-    if let Some(dir) = &fs {
-        if !dir.is_dir() {
-            bail!("--fs {}: no such directory", dir.display());
-        }
-    }
-    // One configuration for both tenders (shoal_loader::RunConfig).
-    let mut cfg = shoal_spt::RunConfig::new(image, mem_size.div_ceil(4096) * 4096);
-    cfg.argv.extend(args.into_iter().map(Into::into));
-    cfg.env = env.into_iter().map(Into::into).collect();
-    cfg.fs = fs.map(shoal_spt::FsSource::Dir);
-    cfg.mode = mode.into();
-    cfg.pool_fallback = pool_fallback;
-    match tender {
-        Tender::Hvt => Ok(shoal_hvt::run(&cfg)?),
-        Tender::Spt => Ok(shoal_spt::run(&cfg)?),
-    }
+    let tender = match tender {
+        Tender::Spt => shoal_tender::Tender::Spt,
+        Tender::Hvt => shoal_tender::Tender::Hvt,
+    };
+    let args = shoal_tender::RunArgs::new(tender, fs, mem, env, mode.into(), pool_fallback, image, args.into_iter().map(Into::into).collect())?;
+    Ok(shoal_tender::run(&args)?)
 }
 
 fn inspect(image: PathBuf) -> Result<()> {
@@ -300,17 +268,3 @@ fn main() -> ExitCode {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
-        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
-        assert!(parse_size("12X").is_err());
-        assert!(parse_size("M").is_err());
-        assert!(parse_size("99999999999G").is_err());
-    }
-}

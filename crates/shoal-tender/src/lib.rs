@@ -1,0 +1,281 @@
+//! `shoal-tender`: the lean command that runs one shoal image and nothing
+//! else (DESIGN §3–4; Solo5's `solo5-spt`/`solo5-hvt`).
+//!
+//! `shoal run` is the same operation inside the full `shoal` command,
+//! which also carries the toolchain, the benchmarks and their dependencies.
+//! Every instance is a tender process for as long as the guest lives, and
+//! the pages of the binary it runs from are part of what the instance
+//! costs: for many small instances (the memory experiment, a FaaS gateway)
+//! a binary that holds only the tenders and the loader is resident in a
+//! fraction of the memory and starts sooner. Both commands take the same
+//! options, parsed here ([`RunArgs::parse`]), so they cannot drift apart.
+//!
+//! The parser is hand-written rather than clap: it handles one fixed set of
+//! options, and clap's code would be most of the binary.
+#![deny(missing_docs)]
+
+use shoal_loader::{FsSource, MemoryMode, RunConfig};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// A command line that cannot be run, in one sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgsError {
+    /// An option this command does not know.
+    #[error("unknown option {0} (see --help)")]
+    UnknownOption(String),
+    /// An option given without its value.
+    #[error("{0} needs a value")]
+    MissingValue(String),
+    /// An option value that is not one of the allowed words.
+    #[error("{option} {value}: expected one of {allowed}")]
+    BadChoice {
+        /// The option.
+        option: &'static str,
+        /// What was given.
+        value: String,
+        /// The allowed values.
+        allowed: &'static str,
+    },
+    /// A `--mem` value that is not a size.
+    #[error("--mem {0} is not a size (bytes, or a number with K, M or G)")]
+    BadSize(String),
+    /// A `--mem` value that does not fit in 64 bits.
+    #[error("--mem {0} is too large")]
+    SizeTooLarge(String),
+    /// An `--env` value without `=`.
+    #[error("--env {0}: expected KEY=VALUE")]
+    BadEnv(String),
+    /// An `--fs` that is not a directory.
+    #[error("--fs {0}: no such directory")]
+    NoFsDir(PathBuf),
+    /// No image given.
+    #[error("no image given (usage: shoal-tender [OPTIONS] IMAGE [-- ARGS...])")]
+    NoImage,
+    /// More than one image given.
+    #[error("more than one image given ({0} and {1}); program arguments go after --")]
+    TwoImages(PathBuf, PathBuf),
+}
+
+/// Which tender runs the image.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tender {
+    /// The seccomp-sandboxed process (`shoal-spt`).
+    #[default]
+    Spt,
+    /// The KVM virtual machine (`shoal-hvt`).
+    Hvt,
+}
+
+/// What to run and how: the options of `shoal run` and `shoal-tender`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunArgs {
+    /// Which tender.
+    pub tender: Tender,
+    /// A directory served as the root file system.
+    pub fs: Option<PathBuf>,
+    /// Guest memory in bytes, rounded up to whole pages.
+    pub mem: u64,
+    /// `KEY=VALUE` strings for the program's environment.
+    pub env: Vec<String>,
+    /// How guest memory is filled.
+    pub mode: MemoryMode,
+    /// With `pool`: fall back to `copy` when the pool cannot serve the image.
+    pub pool_fallback: bool,
+    /// The image.
+    pub image: PathBuf,
+    /// The program's arguments (after `--`).
+    pub args: Vec<OsString>,
+}
+
+/// The default guest memory size, as `shoal run` documents it.
+pub const DEFAULT_MEM: &str = "256M";
+
+/// The usage text of `shoal-tender`.
+pub const USAGE: &str = "usage: shoal-tender [OPTIONS] IMAGE [-- ARGS...]
+Runs one shoal image (the lean form of `shoal run`).
+  --tender spt|hvt           which tender runs the image (default spt)
+  --fs DIR                   a directory to serve as the root file system
+  --mem SIZE                 guest memory: bytes, or with K, M, G (default 256M)
+  -e, --env KEY=VALUE        an environment variable for the program (repeatable)
+  --mem-mode copy|ksm|pool   how guest memory is filled (default copy)
+  --pool-fallback            with pool: run in copy mode if the pool cannot serve the image
+";
+
+/// Parses a size: bytes, or a number with a K, M or G suffix.
+pub fn parse_size(s: &str) -> Result<u64, ArgsError> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                _ => return Err(ArgsError::BadSize(s.into())),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| ArgsError::BadSize(s.into()))?;
+    n.checked_mul(mult).and_then(|b| b.checked_next_multiple_of(4096)).ok_or_else(|| ArgsError::SizeTooLarge(s.into()))
+}
+
+/// Parses a memory mode name.
+pub fn parse_mode(s: &str) -> Result<MemoryMode, ArgsError> {
+    match s {
+        "copy" => Ok(MemoryMode::Copy),
+        "ksm" => Ok(MemoryMode::Ksm),
+        "pool" => Ok(MemoryMode::Pool),
+        _ => Err(ArgsError::BadChoice { option: "--mem-mode", value: s.into(), allowed: "copy, ksm, pool" }),
+    }
+}
+
+impl RunArgs {
+    /// Checks and assembles the options (shared by both commands' parsers).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        tender: Tender,
+        fs: Option<PathBuf>,
+        mem: &str,
+        env: Vec<String>,
+        mode: MemoryMode,
+        pool_fallback: bool,
+        image: PathBuf,
+        args: Vec<OsString>,
+    ) -> Result<RunArgs, ArgsError> {
+        let mem = parse_size(mem)?;
+        if let Some(e) = env.iter().find(|e| !e.contains('=')) {
+            return Err(ArgsError::BadEnv(e.clone()));
+        }
+        if let Some(dir) = fs.as_ref().filter(|d| !d.is_dir()) {
+            return Err(ArgsError::NoFsDir(dir.clone()));
+        }
+        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, image, args })
+    }
+
+    /// Parses `shoal-tender`'s arguments (without the program name).
+    /// `Ok(None)` means `--help` was asked for.
+    pub fn parse(argv: impl IntoIterator<Item = OsString>) -> Result<Option<RunArgs>, ArgsError> {
+        let mut it = argv.into_iter();
+        let (mut tender, mut fs, mut mem, mut env) = (Tender::Spt, None, DEFAULT_MEM.to_string(), Vec::new());
+        let (mut mode, mut fallback, mut image, mut args): (MemoryMode, bool, Option<PathBuf>, Vec<OsString>) =
+            (MemoryMode::Copy, false, None, Vec::new());
+        while let Some(a) = it.next() {
+            let text = a.to_string_lossy().into_owned();
+            // `--opt=value` and `--opt value` are both accepted.
+            let (opt, inline) = match text.split_once('=') {
+                Some((o, v)) if o.starts_with("--") => (o.to_string(), Some(v.to_string())),
+                _ => (text.clone(), None),
+            };
+            let mut value = |name: &str| -> Result<String, ArgsError> {
+                match inline.clone() {
+                    Some(v) => Ok(v),
+                    None => it.next().map(|v| v.to_string_lossy().into_owned()).ok_or_else(|| ArgsError::MissingValue(name.into())),
+                }
+            };
+            match opt.as_str() {
+                "-h" | "--help" => return Ok(None),
+                "--tender" => {
+                    tender = match value("--tender")?.as_str() {
+                        "spt" => Tender::Spt,
+                        "hvt" => Tender::Hvt,
+                        v => return Err(ArgsError::BadChoice { option: "--tender", value: v.into(), allowed: "spt, hvt" }),
+                    }
+                }
+                "--fs" => fs = Some(PathBuf::from(value("--fs")?)),
+                "--mem" => mem = value("--mem")?,
+                "-e" | "--env" => env.push(value(&opt)?),
+                "--mem-mode" => mode = parse_mode(&value("--mem-mode")?)?,
+                "--pool-fallback" if inline.is_none() => fallback = true,
+                "--" => {
+                    args.extend(it.by_ref());
+                    break;
+                }
+                _ if text.starts_with('-') && text != "-" => return Err(ArgsError::UnknownOption(text)),
+                _ => match image.take() {
+                    None => image = Some(PathBuf::from(a)),
+                    Some(first) => return Err(ArgsError::TwoImages(first, PathBuf::from(a))),
+                },
+            }
+        }
+        let image = image.ok_or(ArgsError::NoImage)?;
+        RunArgs::new(tender, fs, &mem, env, mode, fallback, image, args).map(Some)
+    }
+
+    /// The loader's configuration for these arguments.
+    pub fn config(&self) -> RunConfig {
+        let mut cfg = RunConfig::new(self.image.clone(), self.mem);
+        cfg.argv.extend(self.args.iter().cloned());
+        cfg.env = self.env.iter().map(Into::into).collect();
+        cfg.fs = self.fs.clone().map(FsSource::Dir);
+        cfg.mode = self.mode;
+        cfg.pool_fallback = self.pool_fallback;
+        cfg
+    }
+}
+
+/// A run that could not start or failed in its tender.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The spt tender's error.
+    #[error(transparent)]
+    Spt(#[from] shoal_spt::SptError),
+    /// The hvt tender's error.
+    #[error(transparent)]
+    Hvt(#[from] shoal_hvt::HvtError),
+}
+
+/// Runs the image; returns the guest's exit status.
+pub fn run(args: &RunArgs) -> Result<i32, RunError> {
+    let cfg = args.config();
+    Ok(match args.tender {
+        Tender::Spt => shoal_spt::run(&cfg)?,
+        Tender::Hvt => shoal_hvt::run(&cfg)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(v: &[&str]) -> Result<Option<RunArgs>, ArgsError> {
+        RunArgs::parse(v.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn parses_the_options_of_shoal_run() {
+        let a = parse(&["--tender", "hvt", "--mem=64M", "-e", "A=1", "--env", "B=2", "--mem-mode", "pool", "--pool-fallback", "img", "--", "x", "--y"])
+            .unwrap()
+            .unwrap();
+        assert_eq!(a.tender, Tender::Hvt);
+        assert_eq!(a.mem, 64 << 20);
+        assert_eq!(a.env, ["A=1", "B=2"]);
+        assert_eq!(a.mode, MemoryMode::Pool);
+        assert!(a.pool_fallback);
+        assert_eq!(a.image, PathBuf::from("img"));
+        assert_eq!(a.args, [OsString::from("x"), OsString::from("--y")]);
+        let d = parse(&["img"]).unwrap().unwrap();
+        assert_eq!((d.tender, d.mem, d.mode), (Tender::Spt, 256 << 20, MemoryMode::Copy));
+        assert!(parse(&["--help"]).unwrap().is_none());
+    }
+
+    #[test]
+    fn bad_arguments_are_one_sentence_errors() {
+        let msg = |v: &[&str]| parse(v).unwrap_err().to_string();
+        assert_eq!(msg(&["--bogus", "img"]), "unknown option --bogus (see --help)");
+        assert_eq!(msg(&["--mem"]), "--mem needs a value");
+        assert_eq!(msg(&["--mem", "12Q", "img"]), "--mem 12Q is not a size (bytes, or a number with K, M or G)");
+        assert_eq!(msg(&["--mem", "99999999999G", "img"]), "--mem 99999999999G is too large");
+        assert_eq!(msg(&["--tender", "xen", "img"]), "--tender xen: expected one of spt, hvt");
+        assert_eq!(msg(&["--mem-mode", "dedup", "img"]), "--mem-mode dedup: expected one of copy, ksm, pool");
+        assert_eq!(msg(&["-e", "NOEQUALS", "img"]), "--env NOEQUALS: expected KEY=VALUE");
+        assert_eq!(msg(&["--fs", "/nonexistent-shoal-dir", "img"]), "--fs /nonexistent-shoal-dir: no such directory");
+        assert!(msg(&[]).starts_with("no image given"));
+        assert!(msg(&["a", "b"]).starts_with("more than one image given"));
+        assert_eq!(parse_size("1000").unwrap(), 4096);
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
+        assert!(parse_size("M").is_err());
+    }
+}
