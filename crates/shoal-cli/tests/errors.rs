@@ -7,17 +7,7 @@ use common::*;
 #[test]
 fn forbidden_host_syscall_kills_the_guest() {
     let dir = scratch();
-    let src = dir.path().join("rawsyscall.c");
-    // A raw `syscall` instruction put in by hand: getpid, harmless even if
-    // it got through, so the test only measures the sandbox.
-    std::fs::write(
-        &src,
-        "#include <stdio.h>\nint main(void){ long r; printf(\"before\\n\"); fflush(stdout);\n\
-         __asm__ volatile(\"syscall\" : \"=a\"(r) : \"a\"(39L) : \"rcx\",\"r11\",\"memory\");\n\
-         printf(\"after %ld\\n\", r); return 0; }\n",
-    )
-    .unwrap();
-    let image = build_image(&src, dir.path(), &[]);
+    let image = raw_syscall_image(dir.path());
     for tender in tenders() {
         let o = output(shoal_run(tender).arg(&image));
         assert_eq!(stdout(&o), "before\n", "{tender}: the guest went on after the syscall");

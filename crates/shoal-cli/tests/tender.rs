@@ -25,15 +25,7 @@ fn runs_like_shoal_run() {
 #[test]
 fn forbidden_host_syscall_gives_the_same_status() {
     let dir = scratch();
-    let src = dir.path().join("rawsyscall.c");
-    std::fs::write(
-        &src,
-        "#include <stdio.h>\nint main(void){ long r; printf(\"before\\n\"); fflush(stdout);\n\
-         __asm__ volatile(\"syscall\" : \"=a\"(r) : \"a\"(39L) : \"rcx\",\"r11\",\"memory\");\n\
-         printf(\"after %ld\\n\", r); return 0; }\n",
-    )
-    .unwrap();
-    let image = build_image(&src, dir.path(), &[]);
+    let image = raw_syscall_image(dir.path());
     let o = output(tender().arg(&image));
     assert_eq!(stdout(&o), "before\n");
     assert_eq!(o.status.code(), Some(159), "stderr: {}", stderr(&o));

@@ -95,3 +95,19 @@ pub fn shoal_run(tender: &str) -> Command {
     c.args(["run", "--tender", tender]);
     c
 }
+
+/// An image that makes a raw `syscall` instruction (getpid, harmless even
+/// if it got through, so a test of it only measures the sandbox) after
+/// printing `before`.
+#[allow(dead_code)]
+pub fn raw_syscall_image(dir: &Path) -> PathBuf {
+    let src = dir.join("rawsyscall.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\nint main(void){ long r; printf(\"before\\n\"); fflush(stdout);\n\
+         __asm__ volatile(\"syscall\" : \"=a\"(r) : \"a\"(39L) : \"rcx\",\"r11\",\"memory\");\n\
+         printf(\"after %ld\\n\", r); return 0; }\n",
+    )
+    .unwrap();
+    build_image(&src, dir, &[])
+}
