@@ -423,6 +423,33 @@ mod tests {
     }
 
     #[test]
+    fn archives_are_relaxed_in_place_and_keep_their_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let obj = assemble(dir.path(), ".text\n.globl entry\nentry:\ncall *f@GOTPCREL(%rip)\nmov v@GOTPCREL(%rip), %rax\n");
+        // An odd-sized first member puts the object at an offset that is
+        // not 8-byte aligned, as in real archives.
+        std::fs::write(dir.path().join("odd.txt"), b"abc").unwrap();
+        std::fs::write(dir.path().join("t.o"), &obj).unwrap();
+        let ar = dir.path().join("lib.a");
+        let st = Command::new("ar").arg("qcs").arg(&ar).arg(dir.path().join("odd.txt")).arg(dir.path().join("t.o")).status().unwrap();
+        assert!(st.success());
+        let mut bytes = std::fs::read(&ar).unwrap();
+        let len = bytes.len();
+        assert_eq!(relax_archive(&ar, &mut bytes).unwrap(), 2);
+        assert_eq!(bytes.len(), len);
+        let parsed = object::read::archive::ArchiveFile::parse(&*bytes).unwrap();
+        let symbols: Vec<String> = parsed.symbols().unwrap().unwrap().map(|s| String::from_utf8_lossy(s.unwrap().name()).into_owned()).collect();
+        assert_eq!(symbols, ["entry"]);
+        let member = parsed.members().nth(1).unwrap().unwrap();
+        let types: Vec<u32> = relocations(member.data(&*bytes).unwrap().to_vec().as_slice()).into_iter().map(|(_, t)| t).collect();
+        assert_eq!(types, [object::elf::R_X86_64_GOTPCRELX, object::elf::R_X86_64_PC32]);
+        // Relaxing again changes nothing; garbage is refused with the path.
+        assert_eq!(relax_archive(&ar, &mut bytes).unwrap(), 0);
+        let err = relax_archive(&ar, &mut b"not an archive".to_vec()).unwrap_err().to_string();
+        assert!(err.contains("lib.a") && err.contains("not an archive"), "{err}");
+    }
+
+    #[test]
     fn entry_symbols_are_valid_assembler_names() {
         assert_eq!(entry_symbol("sqlite-x", "malloc"), "__shoal_tpl_sqlite_x__malloc");
     }
