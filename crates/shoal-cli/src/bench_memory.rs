@@ -92,7 +92,7 @@ pub struct MemoryOpts {
 
 fn say(quiet: bool, msg: &str) {
     if !quiet {
-        eprintln!("shoal bench memory: {msg}");
+        eprintln!("shoal bench: {msg}");
     }
 }
 
