@@ -130,7 +130,6 @@ enum Cmd {
     },
 }
 
-/// Parses a memory size such as `64M`, `1G`, `4096`.
 /// `shoal run`: the options are checked and the image run by the same code
 /// as the lean `shoal-tender` command (crate `shoal-tender`).
 #[allow(clippy::too_many_arguments)]
