@@ -49,12 +49,22 @@ pub fn run(cmd: PoolCmd) -> Result<()> {
     let pool = Pool::default_pool();
     match cmd {
         PoolCmd::Add { images } => {
-            for image in images {
+            // `shoal pool add out/*` also names the manifests beside the
+            // images: a manifest stands for its image, once.
+            let mut seen = std::collections::BTreeSet::new();
+            for given in images {
+                let image = match given.to_str().and_then(|s| s.strip_suffix(".manifest.json")) {
+                    Some(stem) if std::path::Path::new(stem).is_file() => PathBuf::from(stem),
+                    _ => given,
+                };
+                if !seen.insert(image.clone()) {
+                    continue;
+                }
                 let added = pool.add(&image)?;
                 let new: u64 = added.iter().filter(|a| a.written).map(|a| a.bytes).sum();
                 let kept = added.iter().filter(|a| !a.written).count();
                 println!(
-                    "{}: {} libraries, {} new in the pool, {} already there",
+                    "{}: {} pool files, {} new in the pool, {} already there",
                     image.display(),
                     added.len(),
                     mib(new),

@@ -141,6 +141,11 @@ fn instances_of_two_versions_share_common_library_frames() {
         let o = output(shoal().args(["pool", "add"]).arg(img).env("SHOAL_POOL_DIR", pool.path()));
         assert!(o.status.success(), "shoal pool add: {}", stderr(&o));
     }
+    // A shell glob also names the manifests: each stands for its image, once.
+    let manifest = format!("{}.manifest.json", images[0].display());
+    let o = output(shoal().args(["pool", "add"]).arg(&images[0]).arg(&manifest).env("SHOAL_POOL_DIR", pool.path()));
+    assert!(o.status.success(), "shoal pool add IMAGE MANIFEST: {}", stderr(&o));
+    assert_eq!(stdout(&o).lines().count(), 1, "{}", stdout(&o));
     let files: Vec<String> = std::fs::read_dir(pool.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     // One file per library version and region kind: both versions of
     // `ver`, one of everything else.
