@@ -62,6 +62,12 @@ struct Unit {
     linked: bool,
 }
 
+/// Whether `s` is defined in an executable section.
+fn in_code(file: &object::File<'_>, s: &object::Symbol<'_, '_>) -> bool {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    s.section_index().and_then(|i| file.section_by_index(i).ok()).is_some_and(|sec| sec.kind() == object::SectionKind::Text)
+}
+
 fn scan(path: &Path, data: &[u8], library: &str, linked: bool) -> Result<Unit> {
     let file = object::File::parse(data).map_err(|e| ToolchainError::Input(path.to_path_buf(), format!("not an object file: {e}")))?;
     let mut unit = Unit { library: library.to_string(), defined: Vec::new(), undefined: Vec::new(), linked };
@@ -74,7 +80,9 @@ fn scan(path: &Path, data: &[u8], library: &str, linked: bool) -> Result<Unit> {
             if !s.is_weak() {
                 unit.undefined.push(name.to_string());
             }
-        } else if s.kind() == object::SymbolKind::Text {
+        } else if s.kind() == object::SymbolKind::Text || (s.kind() == object::SymbolKind::Unknown && in_code(&file, &s)) {
+            // Hand-written assembly often leaves out `.type f, @function`
+            // (musl's `_start`): a global label in code is a function too.
             unit.defined.push(name.to_string());
         }
     }

@@ -47,6 +47,9 @@ static HEAP: shoal_mm::KernelHeap = shoal_mm::KernelHeap::from_mm();
 
 /// The image's ABI note (DESIGN §3): tenders read this section before
 /// running anything and refuse an image built for another ABI version.
+/// `#[used]` keeps it in the object and shoal's linker script keeps it
+/// under `--gc-sections` (`KEEP(*(.note.shoal))`); no code reads it, so the
+/// kernel's code does not depend on where the note lands (`aslr`).
 #[used]
 #[link_section = ".note.shoal"]
 static ABI_NOTE: AbiNote = AbiNote::CURRENT;
@@ -62,9 +65,6 @@ static SYSCALL_ENTRY: extern "C" fn(i64, i64, i64, i64, i64, i64, i64) -> i64 = 
 /// `bi` must point at the tender's boot-info page.
 #[no_mangle]
 pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
-    // Keep the ABI note in images linked with --gc-sections.
-    // SAFETY: reading our own static.
-    let _ = unsafe { core::ptr::read_volatile(&ABI_NOTE) };
     // SAFETY: the tender passes the boot-info page (our caller's contract).
     if let Err(e) = unsafe { shoal_plat::boot::init(bi) } {
         // Not a tender we can talk to: with a bad magic or another ABI
