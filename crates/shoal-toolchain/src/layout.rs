@@ -75,6 +75,12 @@ pub struct ScriptPlan {
     /// Bytes of gap before a library's regions (link-time ASLR of the
     /// packed layouts), by library name.
     pub gaps: BTreeMap<String, u64>,
+    /// Put each library's read-only data with relocations
+    /// (`.data.rel.ro*`: pointer tables, vtables, panic locations) on pages
+    /// of its own after its plain read-only data. Under `aslr` those
+    /// pointers differ in every image; kept apart, they no longer make the
+    /// library's other read-only pages differ too.
+    pub split_relro: bool,
 }
 
 /// The four region kinds and their input sections.
@@ -84,6 +90,11 @@ pub const KINDS: [(&str, &str); 4] = [
     ("data", ".data .data.*"),
     ("bss", ".bss .bss.* COMMON"),
 ];
+
+/// The rodata kind's input sections without relocations, and with
+/// (see [`ScriptPlan::split_relro`]).
+const RODATA_PLAIN: &str = ".rodata .rodata.*";
+const RODATA_RELRO: &str = ".data.rel.ro .data.rel.ro.*";
 
 fn inputs(l: &LibrarySpec, sections: &str, exclude: &[String]) -> String {
     if l.inputs.is_empty() {
@@ -125,7 +136,12 @@ impl ScriptPlan {
         // command-line order; they belong to libc's code.
         let extra = if kind == "text" && l.info.name == "libc" { " KEEP(*(.init)) KEEP(*(.fini))" } else { "" };
         let exclude: Vec<String> = self.deltas.iter().flat_map(|d| d.inputs.iter().cloned()).collect();
-        let _ = writeln!(s, "  {name} {}{noload} : {{ {}{extra} }} :{phdr}", self.placement(&name, &l.info.name), inputs(l, sections, &exclude));
+        let body = if kind == "rodata" && self.split_relro {
+            format!("{} . = ALIGN(0x1000); {}", inputs(l, RODATA_PLAIN, &exclude), inputs(l, RODATA_RELRO, &exclude))
+        } else {
+            inputs(l, sections, &exclude)
+        };
+        let _ = writeln!(s, "  {name} {}{noload} : {{ {body}{extra} }} :{phdr}", self.placement(&name, &l.info.name));
     }
 
     /// The linker script.
@@ -220,6 +236,7 @@ mod tests {
             ],
             deltas: vec![],
             gaps: BTreeMap::new(),
+            split_relro: false,
             page_align,
             map,
         }
@@ -254,6 +271,21 @@ mod tests {
         assert!(s.contains(".text.mm 0x200000 : {"));
         assert!(s.find(".text.libc").unwrap() < s.find(".text.mm").unwrap());
         assert!(s.contains(".note.shoal 0x900000 :"));
+    }
+
+    #[test]
+    fn relro_gets_pages_of_its_own_only_when_asked() {
+        let s = plan(true, None).script();
+        assert!(s.contains(".rodata.mm ALIGN(0x1000) : { *shoal-kernel.a:shoal_mm-*(.rodata .rodata.* .data.rel.ro .data.rel.ro.*) }"), "{s}");
+        let mut p = plan(true, None);
+        p.split_relro = true;
+        let s = p.script();
+        assert!(
+            s.contains(".rodata.mm ALIGN(0x1000) : { *shoal-kernel.a:shoal_mm-*(.rodata .rodata.*) . = ALIGN(0x1000); *shoal-kernel.a:shoal_mm-*(.data.rel.ro .data.rel.ro.*) }"),
+            "{s}"
+        );
+        // Other kinds are unchanged.
+        assert!(s.contains(".text.mm ALIGN(0x1000) : { *shoal-kernel.a:shoal_mm-*(.text .text.*) }"), "{s}");
     }
 
     #[test]

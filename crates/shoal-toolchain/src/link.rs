@@ -330,6 +330,7 @@ pub fn build(paths: &Paths, spec: &BuildSpec) -> Result<Manifest> {
         deltas: delta_libs,
         page_align: !packed,
         gaps,
+        split_relro: spec.layout == "aslr",
         map: spec.map.clone(),
     };
     let script = plan.script();
