@@ -187,11 +187,11 @@ pub fn pool_libs(manifest: &Manifest) -> Vec<PoolLib> {
             let exec = r.kind == RegionKind::Text;
             let pages = r.page_hashes.len() as u64;
             let mut h = Sha256::new();
-            h.update(b"shoal-pool-2\0");
+            h.update(b"shoal-pool-3\0");
             h.update(if exec { b"T" } else { b"R" });
             h.update(pages.to_le_bytes());
             for ph in &r.page_hashes {
-                h.update(ph.as_bytes());
+                h.update(ph.0);
             }
             let digest: String = h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
             let kind = if exec { "text" } else { "rodata" };

@@ -98,7 +98,70 @@ pub struct Region {
     /// SHA-256 of each 4 KiB page `[start, align_up(end))` as it is in
     /// memory (text and rodata only; empty for data and bss).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub page_hashes: Vec<String>,
+    pub page_hashes: Vec<PageHash>,
+}
+
+/// The SHA-256 of one page, written in the manifest as 64 hex digits.
+///
+/// Kept as bytes, not as a `String` each: a manifest has thousands of them,
+/// and a tender reading it in pool mode would otherwise leave thousands of
+/// small freed allocations behind, some of which glibc's per-thread cache
+/// keeps — pinning their heap pages in every instance for its whole life.
+/// Parsing also checks the form (64 hex digits), as for any untrusted input.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PageHash(pub [u8; 32]);
+
+impl PageHash {
+    /// The hash of `page`'s bytes.
+    pub fn of(page: &[u8]) -> PageHash {
+        PageHash(Sha256::digest(page).into())
+    }
+}
+
+impl std::fmt::Display for PageHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl std::fmt::Debug for PageHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PageHash({self})")
+    }
+}
+
+impl Serialize for PageHash {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for PageHash {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PageHash, D::Error> {
+        struct Hex;
+        impl serde::de::Visitor<'_> for Hex {
+            type Value = PageHash;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a SHA-256 as 64 hex digits")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PageHash, E> {
+                let digit = |c: u8| -> Option<u8> { (c as char).to_digit(16).map(|d| d as u8) };
+                let b = v.as_bytes();
+                if b.len() != 64 {
+                    return Err(E::invalid_value(serde::de::Unexpected::Str(v), &self));
+                }
+                let mut out = [0u8; 32];
+                for (i, pair) in b.chunks_exact(2).enumerate() {
+                    match (digit(pair[0]), digit(pair[1])) {
+                        (Some(h), Some(l)) => out[i] = h << 4 | l,
+                        _ => return Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+                    }
+                }
+                Ok(PageHash(out))
+            }
+        }
+        d.deserialize_str(Hex)
+    }
 }
 
 /// A library as the build describes it (before linking).
@@ -189,7 +252,7 @@ impl Manifest {
                 if matches!(kind, RegionKind::Text | RegionKind::Rodata) {
                     let mut a = start & !(PAGE - 1);
                     while a < end {
-                        page_hashes.push(hex(&Sha256::digest(page_bytes(&elf, data, a))));
+                        page_hashes.push(PageHash::of(&page_bytes(&elf, data, a)));
                         a += PAGE;
                     }
                 }
@@ -253,7 +316,7 @@ mod tests {
             image_sha256: "00".into(),
             libraries: vec![Library {
                 info: LibraryInfo { name: "libc".into(), version: "1".into(), kind: LibraryKind::Libc },
-                regions: vec![Region { kind: RegionKind::Text, start: 0x100000, end: 0x100010, page_hashes: vec!["ab".into()] }],
+                regions: vec![Region { kind: RegionKind::Text, start: 0x100000, end: 0x100010, page_hashes: vec![PageHash::of(b"page")] }],
             }],
         };
         let text = serde_json::to_vec(&m).unwrap();
@@ -263,6 +326,19 @@ mod tests {
         other.format = 99;
         let text = serde_json::to_vec(&other).unwrap();
         assert!(matches!(Manifest::parse(Path::new("m"), &text), Err(ManifestError::Format(_, 99))));
+    }
+
+    #[test]
+    fn page_hashes_are_64_hex_digits() {
+        let h = PageHash::of(&[0u8; 4096]);
+        let text = serde_json::to_string(&h).unwrap();
+        assert_eq!(text, "\"ad7facb2586fc6e966c004d7d1d16b024f5805ff7cb47c7a85dabd8b48892ca7\"");
+        assert_eq!(serde_json::from_str::<PageHash>(&text).unwrap(), h);
+        assert_eq!(serde_json::from_str::<PageHash>(&text.to_uppercase()).unwrap(), h);
+        for bad in ["\"ab\"", "\"\"", "12", &format!("\"{}zz\"", &text[1..63])] {
+            let e = serde_json::from_str::<PageHash>(bad).unwrap_err().to_string();
+            assert!(e.contains("64 hex digits") || e.contains("invalid type"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! layouts).
 
 use crate::{Result, ToolchainError};
-use shoal_manifest::{Manifest, RegionKind};
+use shoal_manifest::{Manifest, PageHash, RegionKind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
@@ -46,9 +46,8 @@ pub struct PagesReport {
     pub total: Sharing,
 }
 
-fn zero_page_hash() -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest([0u8; 4096]).iter().map(|b| format!("{b:02x}")).collect()
+fn zero_page_hash() -> PageHash {
+    PageHash::of(&[0u8; 4096])
 }
 
 /// Analyses the images (their manifests must be next to them).
@@ -57,7 +56,7 @@ pub fn analyse(images: &[PathBuf]) -> Result<PagesReport> {
         return Err(ToolchainError::Usage("shoal pages: no images given".into()));
     }
     let zero = zero_page_hash();
-    let mut libs: BTreeMap<String, (Sharing, BTreeSet<String>)> = BTreeMap::new();
+    let mut libs: BTreeMap<String, (Sharing, BTreeSet<PageHash>)> = BTreeMap::new();
     let mut all = BTreeSet::new();
     let mut total = Sharing { images: images.len(), ..Default::default() };
     // `shoal pages dir/*` also names the manifests: take each image once.
