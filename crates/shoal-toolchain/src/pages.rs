@@ -92,10 +92,10 @@ pub fn analyse(images: &[PathBuf]) -> Result<PagesReport> {
                         continue;
                     }
                     n += 1;
-                    entry.1.insert(h.clone());
-                    all.insert(h.clone());
-                    lib_set.insert(h.clone());
-                    image_set.insert(h.clone());
+                    entry.1.insert(*h);
+                    all.insert(*h);
+                    lib_set.insert(*h);
+                    image_set.insert(*h);
                 }
             }
             if n > 0 {
