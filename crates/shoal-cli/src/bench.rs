@@ -104,6 +104,14 @@ pub enum Bench {
     },
 }
 
+/// The lean `shoal-tender` command, which `cargo build` puts beside
+/// `shoal`; an error saying so when it is not there.
+pub fn tender_binary() -> Result<PathBuf> {
+    let t = std::env::current_exe()?.with_file_name("shoal-tender");
+    anyhow::ensure!(t.is_file(), "{} is missing: `cargo build --release` builds it beside shoal", t.display());
+    Ok(t)
+}
+
 /// Mean and sample standard deviation.
 pub fn mean_sd(xs: &[f64]) -> (f64, f64) {
     if xs.is_empty() {

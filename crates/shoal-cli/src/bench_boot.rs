@@ -166,6 +166,8 @@ fn make_bundle(runtime: &Path, dir: &Path, native: &Path) -> Result<()> {
 
 struct Setup {
     shoal: PathBuf,
+    /// `shoal-tender`, if it was built.
+    tender: Option<PathBuf>,
     image: PathBuf,
     native: PathBuf,
     bundle: PathBuf,
@@ -182,7 +184,7 @@ fn measure(sys: &System, s: &Setup, tag: &str) -> Result<(f64, f64)> {
             c
         }
         Kind::LeanSpt | Kind::LeanHvt => {
-            let mut c = Command::new(s.shoal.with_file_name("shoal-tender"));
+            let mut c = Command::new(s.tender.as_ref().ok_or_else(|| anyhow!("shoal-tender is missing"))?);
             c.args(["--tender", if sys.kind == Kind::LeanSpt { "spt" } else { "hvt" }]).arg(&s.image);
             c
         }
@@ -267,6 +269,7 @@ fn measure(sys: &System, s: &Setup, tag: &str) -> Result<(f64, f64)> {
 fn unavailable(kind: Kind, runtime: Option<&Path>) -> Option<String> {
     match kind {
         Kind::Hvt | Kind::LeanHvt => match fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+            Ok(_) if kind == Kind::LeanHvt => crate::bench::tender_binary().err().map(|e| e.to_string()),
             Ok(_) => None,
             Err(e) => Some(format!("/dev/kvm is not usable ({e})")),
         },
@@ -280,14 +283,9 @@ fn unavailable(kind: Kind, runtime: Option<&Path>) -> Option<String> {
                 None
             }
         }
-        Kind::LeanSpt if !lean_tender().is_file() => Some(format!("{} is missing (cargo build --release builds it)", lean_tender().display())),
-        Kind::Spt | Kind::LeanSpt | Kind::Native => None,
+        Kind::LeanSpt => crate::bench::tender_binary().err().map(|e| e.to_string()),
+        Kind::Spt | Kind::Native => None,
     }
-}
-
-/// The lean tender command beside this binary.
-fn lean_tender() -> PathBuf {
-    std::env::current_exe().map(|e| e.with_file_name("shoal-tender")).unwrap_or_default()
 }
 
 fn ratio(x: f64, base: Option<f64>) -> Option<f64> {
@@ -326,6 +324,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
     }
     let setup = Setup {
         shoal: std::env::current_exe()?,
+        tender: crate::bench::tender_binary().ok(),
         image,
         native,
         bundle,

@@ -293,15 +293,8 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// The lean tender command, built next to `shoal` by `cargo build`.
-fn tender_command() -> Result<PathBuf> {
-    let t = std::env::current_exe()?.with_file_name("shoal-tender");
-    anyhow::ensure!(t.is_file(), "{} is missing: `cargo build --release` builds it beside shoal", t.display());
-    Ok(t)
-}
-
 fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> {
-    let tender = tender_command()?;
+    let tender = crate::bench::tender_binary()?;
     // Let memory freed by the previous configuration settle.
     std::thread::sleep(Duration::from_millis(1500));
     let baseline = meminfo_used_kib();
@@ -475,14 +468,14 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
     let (built, versions) = build_all(o.json, &o.out.join("images"), &configs)?;
     let images_of = |p: &str| built.iter().find(|(q, _)| q == p).map(|(_, i)| i.clone()).unwrap_or_default();
     let mut outcomes = Vec::new();
+    // From here on Ctrl-C stops the run through its normal end (the builds
+    // above had nothing to restore).
+    catch_interrupts();
     for c in &configs {
         if images_of(c.policy).is_empty() {
             continue;
         }
         say(o.json, &format!("{}: launching 8 instances, one every {} s…", c.name, o.interval));
-        if outcomes.is_empty() {
-            catch_interrupts();
-        }
         outcomes.push(run_config(*c, &images_of(c.policy), &o)?);
     }
     // CSV

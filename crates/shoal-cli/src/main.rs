@@ -89,7 +89,7 @@ enum Cmd {
         #[arg(long)]
         fs: Option<PathBuf>,
         /// Guest memory size (bytes, or with K, M, G suffix).
-        #[arg(long, default_value = "256M")]
+        #[arg(long, default_value = shoal_tender::DEFAULT_MEM)]
         mem: String,
         /// An environment variable for the program, KEY=VALUE (repeatable).
         #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]

@@ -49,17 +49,8 @@ pub fn run(cmd: PoolCmd) -> Result<()> {
     let pool = Pool::default_pool();
     match cmd {
         PoolCmd::Add { images } => {
-            // `shoal pool add out/*` also names the manifests beside the
-            // images: a manifest stands for its image, once.
-            let mut seen = std::collections::BTreeSet::new();
-            for given in images {
-                let image = match given.to_str().and_then(|s| s.strip_suffix(".manifest.json")) {
-                    Some(stem) if std::path::Path::new(stem).is_file() => PathBuf::from(stem),
-                    _ => given,
-                };
-                if !seen.insert(image.clone()) {
-                    continue;
-                }
+            // `shoal pool add out/*` also names the manifests: each image once.
+            for image in shoal_manifest::Manifest::images_named(&images) {
                 let added = pool.add(&image)?;
                 let new: u64 = added.iter().filter(|a| a.written).map(|a| a.bytes).sum();
                 let kept = added.iter().filter(|a| !a.written).count();

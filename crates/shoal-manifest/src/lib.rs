@@ -269,6 +269,23 @@ impl Manifest {
         })
     }
 
+    /// The images a command line names, each once and in order: a shell
+    /// glob such as `out/*` also names the manifests, and a manifest
+    /// (`IMAGE.manifest.json`) stands for its image.
+    pub fn images_named(paths: &[PathBuf]) -> Vec<PathBuf> {
+        let mut list: Vec<PathBuf> = Vec::new();
+        for p in paths {
+            let img = match p.to_str().and_then(|s| s.strip_suffix(".manifest.json")) {
+                Some(stem) => PathBuf::from(stem),
+                None => p.clone(),
+            };
+            if !list.contains(&img) {
+                list.push(img);
+            }
+        }
+        list
+    }
+
     /// The manifest path that belongs to `image`.
     pub fn path_for(image: &Path) -> PathBuf {
         let mut s = image.as_os_str().to_owned();

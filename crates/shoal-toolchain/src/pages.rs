@@ -60,17 +60,7 @@ pub fn analyse(images: &[PathBuf]) -> Result<PagesReport> {
     let mut all = BTreeSet::new();
     let mut total = Sharing { images: images.len(), ..Default::default() };
     // `shoal pages dir/*` also names the manifests: take each image once.
-    let mut list: Vec<PathBuf> = Vec::new();
-    for img in images {
-        let s = img.to_string_lossy();
-        let img = match s.strip_suffix(".manifest.json") {
-            Some(stem) => PathBuf::from(stem),
-            None => img.clone(),
-        };
-        if !list.contains(&img) {
-            list.push(img);
-        }
-    }
+    let list = Manifest::images_named(images);
     total.images = list.len();
     for img in &list {
         if !img.is_file() {

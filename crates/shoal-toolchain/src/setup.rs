@@ -51,12 +51,7 @@ pub fn ensure_kernel(paths: &Paths, force: bool) -> Result<()> {
     // linker-made table whose address moves with the rest of the image, so
     // those calls would make the kernel's pages differ between images of
     // different library versions; made PC-relative they do not.
-    let cargo_lib = paths.kernel_cargo_lib();
-    let mut bytes = std::fs::read(&cargo_lib).map_err(|e| ToolchainError::Io(cargo_lib.clone(), e))?;
-    crate::tables::relax_archive(&cargo_lib, &mut bytes)?;
-    let tmp = lib.with_extension("a.tmp");
-    std::fs::write(&tmp, &bytes).map_err(|e| ToolchainError::Io(tmp.clone(), e))?;
-    std::fs::rename(&tmp, &lib).map_err(|e| ToolchainError::Io(lib.clone(), e))
+    crate::tables::write_relaxed_archive(&paths.kernel_cargo_lib(), &lib).map(|_| ())
 }
 
 fn mtime(p: &Path) -> Result<SystemTime> {

@@ -207,6 +207,17 @@ pub fn relax_archive(path: &Path, data: &mut [u8]) -> Result<usize> {
     Ok(changed)
 }
 
+/// Writes `input` (an archive) to `output` with [`relax_archive`] applied;
+/// `output` is replaced atomically.
+pub fn write_relaxed_archive(input: &Path, output: &Path) -> Result<usize> {
+    let mut bytes = read(input)?;
+    let changed = relax_archive(input, &mut bytes)?;
+    let tmp = output.with_extension("a.tmp");
+    write(&tmp, &bytes)?;
+    std::fs::rename(&tmp, output).map_err(|e| ToolchainError::Io(output.to_path_buf(), e))?;
+    Ok(changed)
+}
+
 fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| ToolchainError::Io(path.to_path_buf(), e))
 }

@@ -594,6 +594,26 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
         }
     }
 
+    // Each table's order, one for the whole workspace (every image gives
+    // every name the same slot): the Δ-versioner's trampolines of each
+    // versioned library, and the `--wrap` entries of every function any
+    // version of a library defines.
+    let tpl_order: BTreeMap<&str, Vec<String>> = delta_sets
+        .iter()
+        .filter_map(|(name, set)| {
+            let versions = ws.libraries.iter().find(|l| &l.name == name)?.versions.len();
+            Some((name.as_str(), by_change_history(Some(set), set.trampolines_for(versions))))
+        })
+        .collect();
+    let mut wrap_order: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for ((name, _), fs) in &externals {
+        wrap_order.entry(name.as_str()).or_default().extend(fs.iter().cloned());
+    }
+    for (name, fs) in wrap_order.iter_mut() {
+        let all: BTreeSet<String> = std::mem::take(fs).into_iter().collect();
+        *fs = by_change_history(delta_sets.get(*name), all);
+    }
+
     let mut planned = Vec::new();
     for img in &ws.images {
         let mut spec = BuildSpec::new(img.output.clone(), img.objects.clone(), vec![]);
@@ -624,11 +644,11 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
                     // names this version lacks get placeholder slots.
                     let ext = externals.get(&(lib.name.clone(), idx));
                     let mine: BTreeSet<String> = set.trampolines_for(j).into_iter().collect();
-                    for t in by_change_history(Some(set), set.trampolines_for(lib.versions.len())) {
+                    for t in tpl_order.get(lib.name.as_str()).into_iter().flatten() {
                         let symbol = format!("__shoal_tpl_{t}");
-                        let target = if !mine.contains(&t) {
+                        let target = if !mine.contains(t) {
                             String::new()
-                        } else if ext.is_some_and(|e| e.contains(&t)) {
+                        } else if ext.is_some_and(|e| e.contains(t)) {
                             format!("__real_{t}")
                         } else {
                             t.clone()
@@ -645,11 +665,8 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
                 }
             }
             if let Some(ext) = externals.get(&(lib.name.clone(), idx)) {
-                // One slot per function any version defines, in the same
-                // order in every image.
-                let all: BTreeSet<&String> =
-                    externals.iter().filter(|((n, _), _)| *n == lib.name).flat_map(|(_, fs)| fs.iter()).collect();
-                for f in &by_change_history(delta_sets.get(&lib.name), all.into_iter().cloned()) {
+                // One slot per function any version defines.
+                for f in wrap_order.get(lib.name.as_str()).into_iter().flatten() {
                     if ext.contains(f) {
                         spec.wrap.push(f.clone());
                         spec.trampolines.push(Trampoline { symbol: format!("__wrap_{f}"), target: format!("__real_{f}"), table: String::new() });
