@@ -58,6 +58,10 @@ pub enum Bench {
         /// Guest memory per instance.
         #[arg(long, default_value = "64M")]
         mem: String,
+        /// spt: run every instance with its waiting parent (`shoal-tender` without
+        /// --single-process), as `shoal run` does; by default each instance is one process.
+        #[arg(long)]
+        supervised: bool,
         /// Only these configurations (default, dce, delta+ksm, delta+pool, default-aslr, dce-aslr, aslr+ksm, aslr+pool, default+copy, aligned+ksm, aligned+pool).
         #[arg(long = "only", value_name = "CONFIG")]
         only: Vec<String>,
@@ -130,8 +134,8 @@ pub fn run(which: Bench) -> Result<()> {
     match which {
         Bench::Apps { repeat, only, mem_modes, json } => apps::apps(repeat, only, mem_modes, json),
         Bench::Boot { runs, json } => boot::boot(runs, json),
-        Bench::Memory { interval, settle, tender, mem, only, out, workload, json } => {
-            memory::memory(memory::MemoryOpts { workload, interval, settle, tender, only, out, mem, json })
+        Bench::Memory { interval, settle, tender, mem, supervised, only, out, workload, json } => {
+            memory::memory(memory::MemoryOpts { workload, interval, settle, tender, supervised, only, out, mem, json })
         }
         Bench::Size { out, json } => memory::size(json, out),
         Bench::Pages { json, keep } => crate::bench_pages::run(json, keep),

@@ -84,6 +84,8 @@ pub struct MemoryOpts {
     pub interval: f64,
     pub settle: Option<f64>,
     pub tender: String,
+    /// spt instances keep their waiting parent (no `--single-process`).
+    pub supervised: bool,
     pub only: Vec<String>,
     pub out: PathBuf,
     pub mem: String,
@@ -345,7 +347,11 @@ fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> 
                 let img = &images[children.len()];
                 let log = std::fs::File::create(logs.join(format!("{}-{}.log", c.name, children.len())))?;
                 let mut cmd = Command::new(&tender);
-                cmd.args(["--tender", &o.tender, "--mem", &o.mem, "--mem-mode", c.mode]).arg(img);
+                cmd.args(["--tender", &o.tender, "--mem", &o.mem, "--mem-mode", c.mode]);
+                if !o.supervised {
+                    cmd.arg("--single-process");
+                }
+                cmd.arg(img);
                 if o.workload > 0 {
                     cmd.arg("--").arg(format!("work={}", o.workload));
                 }
@@ -488,7 +494,12 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
     let csv_path = o.out.join("memory.csv");
     std::fs::write(&csv_path, csv)?;
     let svg_path = o.out.join("memory.svg");
-    std::fs::write(&svg_path, svg(&outcomes, &format!("8 idle instances, SQLite {} … {}, one every {} s ({})", versions[0], versions[7], o.interval, o.tender)))?;
+    let tender_desc = match (o.tender.as_str(), o.supervised) {
+        ("spt", true) => "spt, with waiting parents",
+        ("spt", false) => "spt, one process each",
+        (t, _) => t,
+    };
+    std::fs::write(&svg_path, svg(&outcomes, &format!("8 idle instances, SQLite {} … {}, one every {} s ({tender_desc})", versions[0], versions[7], o.interval)))?;
     let final_named = |n: &str| outcomes.iter().find(|x| x.config.name == n).map(|x| final_of(x).0);
     let def = final_named("default");
     if o.json {
@@ -518,12 +529,12 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
         }
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({"interval_s": o.interval, "tender": o.tender, "sqlite_versions": versions, "csv": csv_path, "plot": svg_path, "configs": m}))?
+            serde_json::to_string_pretty(&json!({"interval_s": o.interval, "tender": o.tender, "supervised": o.supervised, "sqlite_versions": versions, "csv": csv_path, "plot": svg_path, "configs": m}))?
         );
         return Ok(());
     }
     let work = if o.workload > 0 { format!(", each after a workload of {} rows", o.workload) } else { String::new() };
-    println!("shoal bench memory: 8 idle instances (SQLite {}){work}, one every {} s, tender {}", versions.join(", "), o.interval, o.tender);
+    println!("shoal bench memory: 8 idle instances (SQLite {}){work}, one every {} s, tender {tender_desc}", versions.join(", "), o.interval);
     println!(
         "{:<13} {:>11} {:>10} {:>10} {:>10} {:>14} {:>14} {:>14} {:>10} {:>6}",
         "config", "final MiB", "mean MiB", "host MiB", "pool MiB", "baseline", "baseline/this", "paper", "ksmd CPU", "alive"

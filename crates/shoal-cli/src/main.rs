@@ -100,6 +100,9 @@ enum Cmd {
         /// With --mem-mode pool: run in copy mode (with a warning) if the pool cannot serve the image.
         #[arg(long)]
         pool_fallback: bool,
+        /// spt: this process becomes the instance, with no waiting parent (less memory per instance; a kill from outside gets no message).
+        #[arg(long)]
+        single_process: bool,
         /// The image.
         image: PathBuf,
         /// Arguments for the program (after `--`).
@@ -133,12 +136,12 @@ enum Cmd {
 /// `shoal run`: the options are checked and the image run by the same code
 /// as the lean `shoal-tender` command (crate `shoal-tender`).
 #[allow(clippy::too_many_arguments)]
-fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, mode: pool_cmd::MemMode, pool_fallback: bool, image: PathBuf, args: Vec<String>) -> Result<i32> {
+fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, mode: pool_cmd::MemMode, pool_fallback: bool, single_process: bool, image: PathBuf, args: Vec<String>) -> Result<i32> {
     let tender = match tender {
         Tender::Spt => shoal_tender::Tender::Spt,
         Tender::Hvt => shoal_tender::Tender::Hvt,
     };
-    let args = shoal_tender::RunArgs::new(tender, fs, mem, env, mode.into(), pool_fallback, image, args.into_iter().map(Into::into).collect())?;
+    let args = shoal_tender::RunArgs::new(tender, fs, mem, env, mode.into(), pool_fallback, single_process, image, args.into_iter().map(Into::into).collect())?;
     Ok(shoal_tender::run(&args)?)
 }
 
@@ -211,8 +214,8 @@ fn real_main() -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, image, args } => {
-            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, image, args)
+        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, single_process, image, args } => {
+            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, single_process, image, args)
         }
         Cmd::Pool { which } => {
             pool_cmd::run(which)?;

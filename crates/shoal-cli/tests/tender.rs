@@ -55,3 +55,75 @@ fn bad_input_is_one_line_and_status_125() {
     let help = output(tender().arg("--help"));
     assert!(help.status.success() && stdout(&help).starts_with("usage: shoal-tender"));
 }
+
+/// A guest whose argv[1] picks how it ends: an exit status, a wild
+/// pointer, an illegal instruction, a write to its own code, a forbidden
+/// system call, or a long sleep.
+fn endings_image(dir: &std::path::Path) -> std::path::PathBuf {
+    let src = dir.join("endings.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <string.h>\n#include <unistd.h>\nint main(int argc, char **argv) {\n\
+         printf(\"start %s\\n\", argv[1]); fflush(stdout);\n\
+         if (!strcmp(argv[1], \"exit\")) return 42;\n\
+         if (!strcmp(argv[1], \"wild\")) { volatile int *p = (int *)0x7; return *p; }\n\
+         if (!strcmp(argv[1], \"ud2\")) { __builtin_trap(); }\n\
+         if (!strcmp(argv[1], \"code\")) { volatile unsigned char *c = (unsigned char *)(void *)main; c[0] = 0xc3; }\n\
+         if (!strcmp(argv[1], \"syscall\")) { long r; __asm__ volatile(\"syscall\" : \"=a\"(r) : \"a\"(39L) : \"rcx\",\"r11\",\"memory\"); }\n\
+         if (!strcmp(argv[1], \"sleep\")) sleep(30);\n\
+         printf(\"survived\\n\"); return 0; }\n",
+    )
+    .unwrap();
+    build_image(&src, dir, &[])
+}
+
+#[test]
+fn single_process_ends_like_the_supervised_tender() {
+    let dir = scratch();
+    let image = endings_image(dir.path());
+    for (what, status) in [("exit", 42), ("wild", 139), ("ud2", 132), ("code", 139), ("syscall", 159)] {
+        let single = output(tender().arg("--single-process").arg(&image).args(["--", what]));
+        let supervised = output(tender().arg(&image).args(["--", what]));
+        assert_eq!(single.status.code(), Some(status), "{what}: stderr: {}", stderr(&single));
+        assert_eq!(supervised.status.code(), Some(status), "{what}: stderr: {}", stderr(&supervised));
+        assert_eq!(stdout(&single), format!("start {what}\n"), "{what}");
+        assert_eq!(stdout(&single), stdout(&supervised), "{what}");
+        // The same message, word for word (the crash addresses too: the
+        // image is at fixed addresses).
+        assert_eq!(stderr(&single), stderr(&supervised), "{what}");
+        if status != 42 {
+            assert!(stderr(&single).starts_with("shoal: ") && stderr(&single).lines().count() == 1, "{what}: {}", stderr(&single));
+        }
+    }
+    let o = output(shoal_run("spt").arg("--single-process").arg(&image).args(["--", "syscall"]));
+    assert_eq!(o.status.code(), Some(159), "shoal run --single-process: {}", stderr(&o));
+}
+
+#[test]
+fn single_process_is_the_instance_itself() {
+    use std::io::BufRead;
+    let dir = scratch();
+    let image = endings_image(dir.path());
+    let mut child = tender()
+        .arg("--single-process")
+        .arg(&image)
+        .args(["--", "sleep"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line, "start sleep\n");
+    // The process we started runs the guest under the filter, and has no
+    // child of its own.
+    let pid = child.id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.lines().any(|l| l == "Seccomp:\t2"), "not sandboxed:\n{status}");
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    assert_eq!(children.trim(), "", "a single-process instance has children");
+    child.kill().unwrap();
+    let st = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(libc::SIGKILL));
+}

@@ -30,13 +30,16 @@ pub(crate) struct Prepared<'a> {
     pub env: &'a [OsString],
     pub params: BootParams,
     pub filter: &'a BpfProgram,
-    pub report: *mut Report,
+    /// The page shared with the waiting parent; `None`: no parent, the
+    /// instance runs in place.
+    pub report: Option<*mut Report>,
     pub mode: MemoryMode,
     pub pool: Option<&'a shoal_loader::pool::PoolPlan>,
     pub pool_ranges: &'a [(u64, u64)],
     pub stdout: Option<RawFd>,
     pub stderr: Option<RawFd>,
-    pub parent: libc::pid_t,
+    /// The waiting parent, if any.
+    pub parent: Option<libc::pid_t>,
 }
 
 /// An errno, printed without allocating (std's `io::Error` display
@@ -105,8 +108,10 @@ pub(crate) fn start(p: &Prepared<'_>) -> ! {
 fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     sys::reset_signals();
     // If the parent is gone already, PDEATHSIG will never come: leave.
-    if sys::die_with_parent().is_err() || sys::getppid() != p.parent {
-        sys::exit(EXIT_TENDER_FAILED);
+    if let Some(parent) = p.parent {
+        if sys::die_with_parent().is_err() || sys::getppid() != parent {
+            sys::exit(EXIT_TENDER_FAILED);
+        }
     }
     if let Some(fd) = p.stdout {
         sys::dup2(fd, 1).map_err(|e| ChildError::Redirect(Errno::last(e)))?;

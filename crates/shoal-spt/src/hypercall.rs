@@ -79,17 +79,22 @@ pub unsafe extern "C" fn entry(nr: u64, arg: u64) {
 }
 
 /// A message built on the stack, truncated if too long.
-struct Msg {
+pub(crate) struct Msg {
     buf: [u8; 512],
     len: usize,
 }
 
 impl Msg {
-    fn new() -> Msg {
+    pub(crate) fn new() -> Msg {
         Msg {
             buf: [0; 512],
             len: 0,
         }
+    }
+
+    /// The message so far.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
     }
 }
 

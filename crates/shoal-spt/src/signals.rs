@@ -1,13 +1,19 @@
-//! What the child tells the parent about how the guest died.
+//! How the guest died, and the one-line message that says it.
 //!
-//! The parent maps one shared page (the *report*) before forking. In the
-//! child, SIGSYS (a system call the filter traps) and the crash signals
-//! (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP) run a handler on an alternate
-//! signal stack that writes what happened (system call number, or signal,
-//! code, faulting address and rip) into the report and then makes a
-//! forbidden system call while every signal is blocked: the kernel then
-//! resets SIGSYS to its default action and kills the process with it. The
-//! parent sees "killed by SIGSYS" and reads the report to tell which.
+//! SIGSYS (a system call the filter traps) and the crash signals (SIGSEGV,
+//! SIGBUS, SIGILL, SIGFPE, SIGTRAP) run a handler on an alternate signal
+//! stack that writes what happened (system call number, or signal, code,
+//! faulting address and rip) into the *report*. Then:
+//!
+//! - **supervised** (`crate::run`): the report is a page shared with the
+//!   waiting parent, mapped before forking. The handler makes a forbidden
+//!   system call while every signal is blocked: the kernel then resets
+//!   SIGSYS to its default action and kills the process with it. The
+//!   parent sees "killed by SIGSYS" and reads the report to tell which.
+//! - **in place** (`crate::run_in_place`, no parent): the report is this
+//!   process's own; the handler writes the message itself to fd 2 and ends
+//!   the process with the exit status the parent would have returned
+//!   ([`describe`] writes both forms of the message).
 //!
 //! The handlers run with the guest's FS base loaded, so they use no thread
 //! pointer: no libc, raw `syscall` instructions only, no allocation.
@@ -16,7 +22,8 @@
 //! report: the worst it can achieve is a wrong message about its own death,
 //! with the same exit status range it could produce with a halt anyway.
 
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::fmt::Write;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 /// The shared report page's contents.
 #[repr(C)]
@@ -50,9 +57,30 @@ pub const CRASH_SIGNALS: [libc::c_int; 5] = [
 
 static REPORT: AtomicPtr<Report> = AtomicPtr::new(core::ptr::null_mut());
 
-/// Sets where the handlers write (in the child).
-pub fn set_report(r: *mut Report) {
-    REPORT.store(r, Ordering::Relaxed);
+/// The report of an instance that runs in place (no parent to share a
+/// page with).
+static OWN_REPORT: Report = Report {
+    kind: AtomicU64::new(0),
+    number: AtomicU64::new(0),
+    code: AtomicU64::new(0),
+    addr: AtomicU64::new(0),
+    rip: AtomicU64::new(0),
+};
+
+/// Whether the handlers end the process themselves, with the message.
+static IN_PLACE: AtomicBool = AtomicBool::new(false);
+
+/// Sets where the handlers write (in the child): the page shared with the
+/// parent, or `None` when the instance runs in place and the handlers
+/// print the message themselves.
+pub fn set_report(shared: Option<*mut Report>) {
+    match shared {
+        Some(r) => REPORT.store(r, Ordering::Relaxed),
+        None => {
+            REPORT.store(core::ptr::from_ref(&OWN_REPORT).cast_mut(), Ordering::Relaxed);
+            IN_PLACE.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The parts of Linux's x86-64 `siginfo_t` the handlers read.
@@ -107,6 +135,40 @@ fn die(sig: libc::c_int) -> ! {
     }
 }
 
+/// Ends an instance that runs in place: the message the parent would have
+/// printed, on fd 2, and the exit status it would have returned.
+fn end_in_place(sig: libc::c_int) -> ! {
+    let mut m = crate::hypercall::Msg::new();
+    let status = describe(&mut m, sig, &OWN_REPORT);
+    let mut bytes = m.as_bytes();
+    while !bytes.is_empty() {
+        let rc: i64;
+        // SAFETY: write(2, bytes): the buffer is on this stack and readable
+        // for its length; the filter allows writes to fd 2.
+        unsafe {
+            core::arch::asm!("syscall", inlateout("rax") libc::SYS_write => rc, in("rdi") 2, in("rsi") bytes.as_ptr(),
+                in("rdx") bytes.len(), lateout("rcx") _, lateout("r11") _, options(nostack));
+        }
+        match usize::try_from(rc) {
+            Ok(n) if n > 0 => bytes = bytes.get(n..).unwrap_or_default(),
+            _ if rc == -i64::from(libc::EINTR) => {}
+            _ => break,
+        }
+    }
+    // SAFETY: exit_group does not return; the filter allows it.
+    unsafe {
+        core::arch::asm!("syscall", in("rax") libc::SYS_exit_group, in("rdi") status, options(noreturn, nostack));
+    }
+}
+
+/// After recording: the parent's message and status, one way or the other.
+fn finish(sig: libc::c_int) -> ! {
+    if IN_PLACE.load(Ordering::Relaxed) {
+        end_in_place(sig)
+    }
+    die(sig)
+}
+
 /// The SIGSYS handler.
 pub extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     if !info.is_null() {
@@ -120,7 +182,7 @@ pub extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: 
             rip_of(ctx),
         );
     }
-    die(libc::SIGSYS)
+    finish(libc::SIGSYS)
 }
 
 /// The crash signals' handler.
@@ -133,7 +195,51 @@ pub extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *m
         (i.code as u32 as u64, i.addr)
     };
     record(CRASH, sig as u64, code, addr, rip_of(ctx));
-    die(sig)
+    finish(sig)
+}
+
+/// Writes the message for an instance that died by signal `sig` with
+/// `report` (`shoal: …` and a newline) and returns the instance's exit
+/// status (see the table in the crate docs). Allocates nothing, so the
+/// handlers can use it too.
+pub fn describe(w: &mut impl Write, sig: libc::c_int, report: &Report) -> i32 {
+    let kind = report.kind.load(Ordering::Acquire);
+    let number = report.number.load(Ordering::Relaxed);
+    if sig == libc::SIGSYS && kind == CRASH && (1..64).contains(&number) {
+        // A crash handler recorded the signal, then died by SIGSYS.
+        return describe_crash(w, number as libc::c_int, report);
+    }
+    if sig == libc::SIGSYS {
+        let _ = w.write_str("shoal: the guest made a system call that the spt sandbox forbids and was killed");
+        let _ = if kind == SYSCALL {
+            match syscall_name(number) {
+                Some(name) => writeln!(w, " (system call {number}, {name})"),
+                None => writeln!(w, " (system call {number})"),
+            }
+        } else {
+            writeln!(w, " (a system call of another architecture)")
+        };
+        return crate::EXIT_SIGSYS;
+    }
+    if CRASH_SIGNALS.contains(&sig) || sig == libc::SIGABRT {
+        return describe_crash(w, sig, report);
+    }
+    let _ = writeln!(w, "shoal: the guest was killed by {}", signal_name(sig));
+    128 + sig
+}
+
+fn describe_crash(w: &mut impl Write, sig: libc::c_int, report: &Report) -> i32 {
+    let _ = write!(w, "shoal: the guest crashed: {} ({}", signal_name(sig), signal_meaning(sig));
+    if report.kind.load(Ordering::Acquire) == CRASH {
+        let addr = report.addr.load(Ordering::Relaxed);
+        let rip = report.rip.load(Ordering::Relaxed);
+        if sig == libc::SIGSEGV || sig == libc::SIGBUS {
+            let _ = write!(w, " at {addr:#x}");
+        }
+        let _ = write!(w, ", rip {rip:#x}");
+    }
+    let _ = writeln!(w, ")");
+    128 + sig
 }
 
 /// Name of a signal.

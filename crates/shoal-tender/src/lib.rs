@@ -82,6 +82,9 @@ pub struct RunArgs {
     pub mode: MemoryMode,
     /// With `pool`: fall back to `copy` when the pool cannot serve the image.
     pub pool_fallback: bool,
+    /// spt: run the guest in this process, with no waiting parent
+    /// ([`shoal_spt::run_in_place`]). hvt is always one process.
+    pub single_process: bool,
     /// The image.
     pub image: PathBuf,
     /// The program's arguments (after `--`).
@@ -100,6 +103,8 @@ Runs one shoal image (the lean form of `shoal run`).
   -e, --env KEY=VALUE        an environment variable for the program (repeatable)
   --mem-mode copy|ksm|pool   how guest memory is filled (default copy)
   --pool-fallback            with pool: run in copy mode if the pool cannot serve the image
+  --single-process           spt: this process becomes the instance, with no waiting parent
+                             (less memory per instance; a kill from outside gets no message)
 ";
 
 /// Parses a size: bytes, or a number with a K, M or G suffix.
@@ -141,6 +146,7 @@ impl RunArgs {
         env: Vec<String>,
         mode: MemoryMode,
         pool_fallback: bool,
+        single_process: bool,
         image: PathBuf,
         args: Vec<OsString>,
     ) -> Result<RunArgs, ArgsError> {
@@ -151,7 +157,7 @@ impl RunArgs {
         if let Some(dir) = fs.as_ref().filter(|d| !d.is_dir()) {
             return Err(ArgsError::NoFsDir(dir.clone()));
         }
-        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, image, args })
+        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, image, args })
     }
 
     /// Parses `shoal-tender`'s arguments (without the program name).
@@ -159,8 +165,8 @@ impl RunArgs {
     pub fn parse(argv: impl IntoIterator<Item = OsString>) -> Result<Option<RunArgs>, ArgsError> {
         let mut it = argv.into_iter();
         let (mut tender, mut fs, mut mem, mut env) = (Tender::Spt, None, DEFAULT_MEM.to_string(), Vec::new());
-        let (mut mode, mut fallback, mut image, mut args): (MemoryMode, bool, Option<PathBuf>, Vec<OsString>) =
-            (MemoryMode::Copy, false, None, Vec::new());
+        let (mut mode, mut fallback, mut single, mut image, mut args): (MemoryMode, bool, bool, Option<PathBuf>, Vec<OsString>) =
+            (MemoryMode::Copy, false, false, None, Vec::new());
         while let Some(a) = it.next() {
             let text = a.to_string_lossy().into_owned();
             // `--opt=value` and `--opt value` are both accepted.
@@ -188,6 +194,7 @@ impl RunArgs {
                 "-e" | "--env" => env.push(value(&opt)?),
                 "--mem-mode" => mode = parse_mode(&value("--mem-mode")?)?,
                 "--pool-fallback" if inline.is_none() => fallback = true,
+                "--single-process" if inline.is_none() => single = true,
                 "--" => {
                     args.extend(it.by_ref());
                     break;
@@ -200,7 +207,7 @@ impl RunArgs {
             }
         }
         let image = image.ok_or(ArgsError::NoImage)?;
-        RunArgs::new(tender, fs, &mem, env, mode, fallback, image, args).map(Some)
+        RunArgs::new(tender, fs, &mem, env, mode, fallback, single, image, args).map(Some)
     }
 
     /// The loader's configuration for these arguments.
@@ -226,10 +233,13 @@ pub enum RunError {
     Hvt(#[from] shoal_hvt::HvtError),
 }
 
-/// Runs the image; returns the guest's exit status.
+/// Runs the image; returns the guest's exit status. With
+/// [`RunArgs::single_process`] on spt it returns only errors: the process
+/// ends with the instance.
 pub fn run(args: &RunArgs) -> Result<i32, RunError> {
     let cfg = args.config();
     Ok(match args.tender {
+        Tender::Spt if args.single_process => match shoal_spt::run_in_place(&cfg)? {},
         Tender::Spt => shoal_spt::run(&cfg)?,
         Tender::Hvt => shoal_hvt::run(&cfg)?,
     })
@@ -245,7 +255,7 @@ mod tests {
 
     #[test]
     fn parses_the_options_of_shoal_run() {
-        let a = parse(&["--tender", "hvt", "--mem=64M", "-e", "A=1", "--env", "B=2", "--mem-mode", "pool", "--pool-fallback", "img", "--", "x", "--y"])
+        let a = parse(&["--tender", "hvt", "--mem=64M", "-e", "A=1", "--env", "B=2", "--mem-mode", "pool", "--pool-fallback", "--single-process", "img", "--", "x", "--y"])
             .unwrap()
             .unwrap();
         assert_eq!(a.tender, Tender::Hvt);
@@ -253,10 +263,11 @@ mod tests {
         assert_eq!(a.env, ["A=1", "B=2"]);
         assert_eq!(a.mode, MemoryMode::Pool);
         assert!(a.pool_fallback);
+        assert!(a.single_process);
         assert_eq!(a.image, PathBuf::from("img"));
         assert_eq!(a.args, [OsString::from("x"), OsString::from("--y")]);
         let d = parse(&["img"]).unwrap().unwrap();
-        assert_eq!((d.tender, d.mem, d.mode), (Tender::Spt, 256 << 20, MemoryMode::Copy));
+        assert_eq!((d.tender, d.mem, d.mode, d.single_process), (Tender::Spt, 256 << 20, MemoryMode::Copy, false));
         assert!(parse(&["--help"]).unwrap().is_none());
     }
 
