@@ -69,7 +69,7 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
         let image = work.path().join(format!("{}.img", r.name));
         let built = recipe::build(&paths, r, &image)?;
         if modes.iter().any(|m| m == "pool") {
-            let st = Command::new(&shoal).args(["pool", "add"]).arg(&built.image).stdout(Stdio::null()).status()?;
+            let st = Command::new(&shoal).args(["pool", "add"]).arg(&built.image).stdout(Stdio::null()).status().with_context(|| format!("cannot run {} pool add", shoal.display()))?;
             if !st.success() {
                 bail!("shoal pool add {} failed", built.image.display());
             }

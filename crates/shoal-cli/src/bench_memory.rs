@@ -358,7 +358,9 @@ fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> 
                 if c.mode == "pool" {
                     cmd.env("SHOAL_POOL_DIR", &pool_dir);
                 }
-                children.push(cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn()?);
+                children.push(
+                    cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn().with_context(|| format!("cannot start {}", tender.display()))?,
+                );
             }
             if t >= next_sample {
                 let (mut pss, mut pool_pss) = (0, 0);

@@ -23,6 +23,30 @@ pub fn unchanged_fully_shared(r: &PagesReport) -> bool {
     r.libraries.iter().filter(|(n, _)| !versioned(n)).all(|(_, s)| s.fully_shared())
 }
 
+/// What whole-function deltas cannot go below on these versions.
+struct DeltaFloor {
+    /// Code + read-only data of base and every delta (from `delta.json`).
+    bytes: u64,
+    /// `bytes` in whole pages, as if packed without any gap.
+    pages: u64,
+    /// The delta policy's frames with the SQLite regions replaced by `pages`.
+    frames: u64,
+}
+
+/// Reads the delta workspace's statistics: however the changed functions
+/// are laid out, their bytes need at least this many pages.
+fn delta_floor(root: &std::path::Path, reports: &[(&str, PagesReport)]) -> Result<DeltaFloor> {
+    let file = shoal_toolchain::workspace::delta_dir(&root.join("delta").join("workspace.toml"), "sqlite").join("delta.json");
+    let text = std::fs::read_to_string(&file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text)?;
+    let objects = std::iter::once(&v["base"]).chain(v["deltas"].as_array().into_iter().flatten());
+    let bytes: u64 = objects.map(|o| o["stats"]["text_bytes"].as_u64().unwrap_or(0) + o["stats"]["rodata_bytes"].as_u64().unwrap_or(0)).sum();
+    let pages = bytes.div_ceil(4096);
+    let delta = reports.iter().find(|(p, _)| *p == "delta").map(|(_, r)| r).ok_or_else(|| anyhow::anyhow!("no delta report"))?;
+    let sqlite: u64 = delta.libraries.iter().filter(|(n, _)| *n == "sqlite" || n.starts_with("sqlite-delta")).map(|(_, s)| s.frames as u64).sum();
+    Ok(DeltaFloor { bytes, pages, frames: (delta.total.frames as u64).saturating_sub(sqlite) + pages })
+}
+
 pub fn run(json_out: bool, keep: Option<PathBuf>) -> Result<()> {
     let paths = Paths::discover()?;
     let shoal = std::env::current_exe()?;
@@ -43,6 +67,7 @@ pub fn run(json_out: bool, keep: Option<PathBuf>) -> Result<()> {
     }
     let frames = |name: &str| reports.iter().find(|(p, _)| *p == name).map(|(_, r)| r.total.frames).unwrap_or(0);
     let (def, dce) = (frames("default") as f64, frames("dce") as f64);
+    let floor = delta_floor(&root, &reports)?;
     if json_out {
         let mut pol = serde_json::Map::new();
         for (p, r) in &reports {
@@ -62,7 +87,8 @@ pub fn run(json_out: bool, keep: Option<PathBuf>) -> Result<()> {
             );
         }
         let versions: Vec<&str> = versions.iter().map(|v| v.version.as_str()).collect();
-        println!("{}", serde_json::to_string_pretty(&json!({"images": 8, "sqlite_versions": versions, "policies": pol}))?);
+        let floor = json!({"versioned_bytes": floor.bytes, "versioned_pages": floor.pages, "frames": floor.frames, "default_over_floor": def / floor.frames as f64});
+        println!("{}", serde_json::to_string_pretty(&json!({"images": 8, "sqlite_versions": versions, "policies": pol, "delta_floor": floor}))?);
         return Ok(());
     }
     println!("shoal bench pages: speedtest1 linked against SQLite {}", versions.iter().map(|v| v.version.as_str()).collect::<Vec<_>>().join(", "));
@@ -80,6 +106,15 @@ pub fn run(json_out: bool, keep: Option<PathBuf>) -> Result<()> {
         );
     }
     println!("seed 000 (memory of 8 versioned instances): Spacer-Δ needs 2.8× less than default and 2.5× less than DCE; with ASLR (aslr vs default-aslr, dce-aslr) 2× and 1.8×.");
+    println!(
+        "delta's floor: the code and read-only data of base and deltas (every function that differs, whole) fill {} KiB, {} pages if packed perfectly; \
+         with the other libraries and tables as measured, no layout of whole-function deltas needs fewer than {} frames ({:.2}× below default; 3× would be {}).",
+        floor.bytes / 1024,
+        floor.pages,
+        floor.frames,
+        def / floor.frames as f64,
+        (def / 3.0).floor()
+    );
     let (da, ca) = (frames("default-aslr") as f64, frames("dce-aslr") as f64);
     if da > 0.0 && ca > 0.0 {
         let a = frames("aslr") as f64;

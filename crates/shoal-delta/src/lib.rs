@@ -227,6 +227,33 @@ pub struct DeltaInfo {
     pub warnings: Vec<String>,
 }
 
+/// Adds up the allocated sections of a written object the way the deltas'
+/// statistics count what they copy: code, read-only data, data, bss
+/// (unwind tables are not counted: deltas do not carry them).
+fn section_bytes(path: &Path, stats: &mut DeltaStats) -> Result<(), DeltaError> {
+    use object::{Object as _, ObjectSection as _, SectionFlags};
+    let bytes = std::fs::read(path).map_err(|source| DeltaError::Io { path: path.into(), source })?;
+    let file = object::File::parse(&*bytes).map_err(|e| DeltaError::BadObject { path: path.into(), msg: e.to_string() })?;
+    for sec in file.sections() {
+        let SectionFlags::Elf { sh_flags } = sec.flags() else { continue };
+        let (alloc, write, exec) = (u64::from(object::elf::SHF_ALLOC), u64::from(object::elf::SHF_WRITE), u64::from(object::elf::SHF_EXECINSTR));
+        if sh_flags & alloc == 0 || sec.name() == Ok(".eh_frame") {
+            continue;
+        }
+        let size = sec.size();
+        if sh_flags & exec != 0 {
+            stats.text_bytes += size;
+        } else if sec.kind() == object::SectionKind::UninitializedData {
+            stats.bss_bytes += size;
+        } else if sh_flags & write != 0 {
+            stats.data_bytes += size;
+        } else {
+            stats.rodata_bytes += size;
+        }
+    }
+    Ok(())
+}
+
 /// Alias used in the crate docs: base and deltas are described alike.
 pub type ObjectInfo = DeltaInfo;
 
@@ -415,9 +442,9 @@ pub fn make_deltas_with(
             .collect();
         base_info.stats.functions_in_version = funcs.len();
         base_info.stats.functions_in_delta = funcs.len();
-        base_info.stats.text_bytes = funcs.iter().map(|n| n.size).sum();
     }
     base_info.trampolines = emit::write_base(&mut v1, &base)?.into_iter().collect();
+    section_bytes(&base, &mut base_info.stats)?;
     base_info.stats.file_bytes = std::fs::metadata(&base).map(|m| m.len()).unwrap_or(0);
     drop(v1);
     let mut deltas = Vec::new();

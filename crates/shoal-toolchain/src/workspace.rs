@@ -805,8 +805,9 @@ fn forcing_symbols(paths: &Paths, members: &BTreeSet<(String, String)>) -> Resul
     Ok(out)
 }
 
-/// Where the delta objects of `lib` for the workspace `ws_path` are kept.
-fn delta_dir(ws_path: &Path, lib: &str) -> PathBuf {
+/// Where the delta objects of `lib` for the workspace `ws_path` are kept
+/// (with their `delta.json`).
+pub fn delta_dir(ws_path: &Path, lib: &str) -> PathBuf {
     let stem = ws_path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "workspace".into());
     ws_path.parent().unwrap_or(Path::new(".")).join(format!("{stem}.delta")).join(lib)
 }
