@@ -4,7 +4,9 @@
 //! This is reviewed data: one entry per system call, with who needs it and
 //! the argument checks. Anything else traps (`SECCOMP_RET_TRAP`): spt's
 //! SIGSYS handler records the call's number for the parent's message and
-//! then lets the kernel kill the process with SIGSYS (see `crate::signals`).
+//! then lets the kernel kill the process with SIGSYS, or, in a
+//! single-process instance, writes the message itself and exits with 159
+//! (see `crate::signals`).
 //! A system call of another architecture (`int 0x80`, i386 `AUDIT_ARCH`)
 //! kills the process at once (`SECCOMP_RET_KILL_PROCESS`, seccompiler's
 //! architecture check); x32 numbers (bit 30 set) match no entry and trap.
