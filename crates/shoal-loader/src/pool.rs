@@ -132,34 +132,39 @@ fn io_err(path: &Path) -> impl Fn(std::io::Error) -> PoolError + '_ {
     move |source| PoolError::Io { path: path.to_path_buf(), source }
 }
 
-/// One region (text or rodata) of a pooled library.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PoolRegion {
-    /// Guest address of the first page.
-    pub addr: u64,
-    /// Number of pages.
-    pub pages: u64,
-    /// Offset in the pool file.
-    pub file_offset: u64,
-    /// Code (mapped executable) or read-only data.
-    pub exec: bool,
-}
-
-/// What one library version of an image contributes to the pool.
+/// One pool file of an image: a run of consecutive read-only pages of one
+/// region (text or rodata) of one library version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolLib {
     /// `NAME@VERSION`.
     pub lib: String,
-    /// The pool file name (`NAME@VERSION-HASH`).
+    /// The pool file name (`NAME@VERSION-{text,rodata}-HASH`).
     pub file_name: String,
-    /// Its regions, in file order.
-    pub regions: Vec<PoolRegion>,
+    /// Guest address of the first page.
+    pub addr: u64,
+    /// Number of pages.
+    pub pages: u64,
+    /// Code (mapped executable) or read-only data.
+    pub exec: bool,
 }
 
 impl PoolLib {
     /// Size of the pool file.
     pub fn size(&self) -> u64 {
-        self.regions.iter().map(|r| r.pages * PAGE).sum()
+        self.pages * PAGE
+    }
+
+    /// Guest addresses of the pages, in file order.
+    fn page_addrs(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.pages).map(move |i| self.addr + i * PAGE)
+    }
+
+    /// Checks that the manifest's pages are read-only pages of `image`.
+    fn check_read_only(&self, image: &Image, image_path: &Path) -> Result<(), PoolError> {
+        match self.page_addrs().find(|&addr| !read_only_page(image, addr)) {
+            Some(addr) => Err(PoolError::BadRegion { image: image_path.into(), what: format!("a read-only page of {} at {addr:#x}", self.lib) }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -216,7 +221,9 @@ pub fn pool_libs(manifest: &Manifest) -> Vec<PoolLib> {
                 out.push(PoolLib {
                     file_name: format!("{}-{kind}-{digest}", sanitize(&lib)),
                     lib: lib.clone(),
-                    regions: vec![PoolRegion { addr: page_down(r.start) + i as u64 * PAGES_PER_FILE * PAGE, pages, file_offset: 0, exec }],
+                    addr: page_down(r.start) + i as u64 * PAGES_PER_FILE * PAGE,
+                    pages,
+                    exec,
                 });
             }
         }
@@ -404,14 +411,11 @@ impl Pool {
         let map = FileMap::new(fd, lib.size(), path)?;
         let bytes = map.bytes();
         let mut page = vec![0u8; PAGE as usize];
-        for r in &lib.regions {
-            for i in 0..r.pages {
-                let addr = r.addr + i * PAGE;
-                let off = (r.file_offset + i * PAGE) as usize;
-                image_page(image, addr, &mut page);
-                if bytes.get(off..off + PAGE as usize) != Some(&page[..]) {
-                    return Err(PoolError::Tampered { path: path.to_path_buf(), addr });
-                }
+        for (i, addr) in lib.page_addrs().enumerate() {
+            let off = i * PAGE as usize;
+            image_page(image, addr, &mut page);
+            if bytes.get(off..off + PAGE as usize) != Some(&page[..]) {
+                return Err(PoolError::Tampered { path: path.to_path_buf(), addr });
             }
         }
         Ok(())
@@ -430,17 +434,7 @@ impl Pool {
         let mut page = vec![0u8; PAGE as usize];
         for lib in pool_libs(&manifest) {
             // Check the manifest against the image before writing anything.
-            for r in &lib.regions {
-                for i in 0..r.pages {
-                    let addr = r.addr + i * PAGE;
-                    if !read_only_page(&image, addr) {
-                        return Err(PoolError::BadRegion {
-                            image: image_path.into(),
-                            what: format!("a read-only page of {} at {addr:#x}", lib.lib),
-                        });
-                    }
-                }
-            }
+            lib.check_read_only(&image, image_path)?;
             match self.open_checked(&lib).and_then(|(fd, path)| Self::verify(&lib, &fd, &path, &image).map(|_| path)) {
                 Ok(path) => {
                     out.push(Added { lib: lib.lib.clone(), path, bytes: lib.size(), written: false });
@@ -460,11 +454,9 @@ impl Pool {
                 .open(&tmp)
                 .map_err(io_err(&tmp))?;
             let write = |f: &mut File, page: &mut Vec<u8>| -> std::io::Result<()> {
-                for r in &lib.regions {
-                    for i in 0..r.pages {
-                        image_page(&image, r.addr + i * PAGE, page);
-                        f.write_all(page)?;
-                    }
+                for addr in lib.page_addrs() {
+                    image_page(&image, addr, page);
+                    f.write_all(page)?;
                 }
                 f.set_permissions(std::fs::Permissions::from_mode(0o444))?;
                 Ok(())
@@ -556,24 +548,12 @@ impl Pool {
         self.check_dir()?;
         let mut plan = PoolPlan::default();
         for lib in libs {
-            for r in &lib.regions {
-                for i in 0..r.pages {
-                    let addr = r.addr + i * PAGE;
-                    if !read_only_page(image, addr) {
-                        return Err(PoolError::BadRegion {
-                            image: image.path().into(),
-                            what: format!("a read-only page of {} at {addr:#x}", lib.lib),
-                        });
-                    }
-                }
-            }
+            lib.check_read_only(image, image.path())?;
             let (fd, path) = self.open_checked(&lib)?;
             Self::verify(&lib, &fd, &path, image)?;
             let idx = plan.files.len();
-            for r in &lib.regions {
-                plan.maps.push(PoolMap { file: idx, addr: r.addr, len: r.pages * PAGE, file_offset: r.file_offset, exec: r.exec });
-                plan.bytes += r.pages * PAGE;
-            }
+            plan.maps.push(PoolMap { file: idx, addr: lib.addr, len: lib.size(), exec: lib.exec });
+            plan.bytes += lib.size();
             plan.files.push(fd);
         }
         plan.verify_time = t0.elapsed();
@@ -588,10 +568,8 @@ pub struct PoolMap {
     pub file: usize,
     /// Guest address (page aligned).
     pub addr: u64,
-    /// Length in bytes (whole pages).
+    /// Length in bytes (whole pages): the whole file.
     pub len: u64,
-    /// Offset in the file.
-    pub file_offset: u64,
     /// Code (R+X) or rodata (R).
     pub exec: bool,
 }
@@ -647,7 +625,7 @@ impl PoolPlan {
                     prot(m.exec),
                     libc::MAP_PRIVATE | libc::MAP_FIXED,
                     self.files[m.file].as_raw_fd(),
-                    m.file_offset as libc::off_t,
+                    0,
                 )
             };
             if p == libc::MAP_FAILED {
