@@ -28,11 +28,13 @@
 //! - `thiserror`: one error enum per module with sentence-like messages.
 //! - `getrandom`: the kernel's random seed and `AT_RANDOM` bytes from the
 //!   host's `getrandom(2)` (handles `EINTR` and short reads).
-//! - `libc`: `clock_gettime` (CLOCK_MONOTONIC_RAW, CLOCK_REALTIME) and
-//!   `getuid` for the TSC calibration and its cache.
+//! - `libc`: `clock_gettime` (CLOCK_MONOTONIC_RAW, CLOCK_REALTIME) for the
+//!   TSC calibration, `geteuid` and open flags (`O_NOFOLLOW`) for the safe
+//!   host directories of [`hostdir`].
 #![deny(missing_docs)]
 
 mod boot;
+pub mod hostdir;
 mod image;
 mod layout;
 mod mem;

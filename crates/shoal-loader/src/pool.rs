@@ -24,9 +24,11 @@
 //! `/dev/shm` (but is not our user or root) could try, and what stops it:
 //!
 //! - *squat the pool directory* (create `/dev/shm/shoal-pool` first, or a
-//!   symlink there): the directory must be a real directory (not a
-//!   symlink), owned by our effective uid, and not writable by group or
-//!   others; otherwise the pool refuses to use it;
+//!   symlink there, or one of its parents when `SHOAL_POOL_DIR` points
+//!   elsewhere): the directory must be a real directory (not a symlink),
+//!   owned by our effective uid, and not writable by group or others, and
+//!   so must every directory on its path, unless sticky like `/dev/shm`
+//!   ([`crate::hostdir`]); otherwise the pool refuses to use it;
 //! - *plant or replace a pool file*: impossible in a directory only we can
 //!   write; files are opened with `O_NOFOLLOW`, must be regular files owned
 //!   by us with no write permission bit (mode 0444), one link, and of the
@@ -61,7 +63,7 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The pool directory when `SHOAL_POOL_DIR` is not set.
@@ -350,28 +352,18 @@ impl Pool {
 
     /// Checks that the directory is ours and only ours to write.
     fn check_dir(&self) -> Result<(), PoolError> {
-        let md = std::fs::symlink_metadata(&self.dir).map_err(io_err(&self.dir))?;
-        let bad = |reason: &str| PoolError::Unsafe { path: self.dir.clone(), reason: reason.into() };
-        if !md.file_type().is_dir() {
-            return Err(bad("it is not a directory (or it is a symbolic link)"));
-        }
-        // SAFETY: geteuid has no preconditions.
-        if md.uid() != unsafe { libc::geteuid() } {
-            return Err(bad("it is owned by another user"));
-        }
-        if md.mode() & 0o022 != 0 {
-            return Err(bad("it is writable by group or others"));
-        }
-        Ok(())
+        crate::hostdir::check_dir(&self.dir).map_err(Self::dir_err)
     }
 
     fn ensure_dir(&self) -> Result<(), PoolError> {
-        match std::fs::DirBuilder::new().mode(0o755).create(&self.dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_err(&self.dir)(e)),
+        crate::hostdir::ensure_dir(&self.dir, 0o755).map_err(Self::dir_err)
+    }
+
+    fn dir_err(e: crate::hostdir::HostDirError) -> PoolError {
+        match e {
+            crate::hostdir::HostDirError::Unsafe { path, reason } => PoolError::Unsafe { path, reason: reason.into() },
+            crate::hostdir::HostDirError::Io { path, source } => PoolError::Io { path, source },
         }
-        self.check_dir()
     }
 
     /// Opens a pool file and checks what can be checked without reading it.

@@ -3,15 +3,16 @@
 //!
 //! Measuring the frequency takes about 20 ms, too much for every cold start,
 //! so it is done once per host boot and cached in a small file keyed by
-//! `/proc/sys/kernel/random/boot_id`: `/dev/shm/shoal-tsc-<uid>` (or
-//! `$XDG_RUNTIME_DIR/shoal-tsc` when `/dev/shm` is missing). The cache is
-//! only trusted if it is a regular file owned by the current user and holds
-//! a plausible frequency; otherwise it is measured again and rewritten
-//! atomically.
+//! `/proc/sys/kernel/random/boot_id`: `tsc` in shoal's private runtime
+//! directory ([`crate::hostdir::runtime_dir`]: `/dev/shm/shoal-UID`, mode
+//! 0700, every component of its path checked). The file is written as a new
+//! `O_EXCL|O_NOFOLLOW` temporary file renamed into place and read only if it
+//! is a regular file we own holding a plausible frequency; if the directory
+//! is unsafe (another user made it, or a symbolic link stands there), the
+//! frequency is measured and not cached.
 
-use std::io::Write;
-use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use crate::hostdir;
+use std::path::{Path, PathBuf};
 
 /// How long the calibration measures.
 pub const CALIBRATION_NS: u64 = 20_000_000;
@@ -111,62 +112,78 @@ fn boot_id() -> Option<String> {
     (!id.is_empty() && id.len() <= 64).then(|| id.to_string())
 }
 
-/// Where the calibration is cached.
+/// Name of the cache file in the runtime directory.
+const CACHE_FILE: &str = "tsc";
+
+/// Where the calibration is cached: `tsc` in the runtime directory, if
+/// that directory is safe to use (it is created if missing).
 pub fn cache_path() -> Option<PathBuf> {
-    // SAFETY: getuid cannot fail and has no memory effects.
-    let uid = unsafe { libc::getuid() };
-    let shm = std::path::Path::new("/dev/shm");
-    if shm.is_dir() {
-        return Some(shm.join(format!("shoal-tsc-{uid}")));
-    }
-    std::env::var_os("XDG_RUNTIME_DIR").map(|d| PathBuf::from(d).join("shoal-tsc"))
+    hostdir::runtime_dir().ok().map(|d| d.join(CACHE_FILE))
 }
 
-fn read_cache(path: &std::path::Path, boot_id: &str) -> Option<u64> {
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    // SAFETY: getuid cannot fail and has no memory effects.
-    let uid = unsafe { libc::getuid() };
-    if !meta.file_type().is_file() || meta.uid() != uid || meta.len() > 256 {
-        return None;
-    }
-    let text = std::fs::read_to_string(path).ok()?;
+fn read_cache(dir: &Path, boot_id: &str) -> Option<u64> {
+    let bytes = hostdir::read_owned(&dir.join(CACHE_FILE), 256).ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
     let mut words = text.split_whitespace();
     let (id, hz) = (words.next()?, words.next()?);
     let hz: u64 = hz.parse().ok()?;
     (id == boot_id && PLAUSIBLE_HZ.contains(&hz)).then_some(hz)
 }
 
-fn write_cache(path: &std::path::Path, boot_id: &str, hz: u64) {
-    // Best effort: a failure only means measuring again next time.
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let ok = std::fs::File::create(&tmp)
-        .and_then(|mut f| writeln!(f, "{boot_id} {hz}"))
-        .is_ok();
-    if !ok || std::fs::rename(&tmp, path).is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-}
-
-/// The TSC frequency: from the per-boot cache, or measured (about 20 ms)
-/// and cached.
-pub fn tsc_hz() -> Result<u64, TscError> {
+/// The TSC frequency, cached in `dir` (which must have passed
+/// [`hostdir::check_dir`]): from the cache, or measured and written.
+pub fn tsc_hz_cached_in(dir: Option<&Path>) -> Result<u64, TscError> {
     let id = boot_id();
-    let path = cache_path();
-    if let (Some(id), Some(path)) = (&id, &path) {
-        if let Some(hz) = read_cache(path, id) {
+    if let (Some(id), Some(dir)) = (&id, dir) {
+        if let Some(hz) = read_cache(dir, id) {
             return Ok(hz);
         }
     }
     let hz = measure_tsc_hz()?;
-    if let (Some(id), Some(path)) = (&id, &path) {
-        write_cache(path, id, hz);
+    if let (Some(id), Some(dir)) = (&id, dir) {
+        // Best effort: a failure only means measuring again next time.
+        let _ = hostdir::write_atomic(dir, CACHE_FILE, format!("{id} {hz}\n").as_bytes(), 0o600);
     }
     Ok(hz)
+}
+
+/// The TSC frequency: from the per-boot cache, or measured (about 20 ms)
+/// and cached. Without a safe runtime directory it is measured every time.
+pub fn tsc_hz() -> Result<u64, TscError> {
+    let dir = hostdir::runtime_dir().ok();
+    tsc_hz_cached_in(dir.as_deref())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 12, item 1: a symbolic link planted where the cache goes is
+    /// never followed, and a runtime directory someone else could have made
+    /// is not used.
+    #[test]
+    fn tsc_cache_symlink_is_not_followed() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let s = std::env::temp_dir().join(format!("shoal-tsc-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&s);
+        std::fs::create_dir(&s).unwrap();
+        let victim = s.join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        // A link where the runtime directory goes: refused, nothing written.
+        let link = s.join("rt");
+        symlink(&s, &link).unwrap();
+        assert!(hostdir::ensure_private_dir(&link).is_err());
+        // A link at the cache file inside a good directory: replaced.
+        let dir = s.join("good");
+        hostdir::ensure_private_dir(&dir).unwrap();
+        symlink(&victim, dir.join(CACHE_FILE)).unwrap();
+        let hz = tsc_hz_cached_in(Some(&dir)).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert!(std::fs::symlink_metadata(dir.join(CACHE_FILE)).unwrap().file_type().is_file());
+        assert_eq!(std::fs::metadata(dir.join(CACHE_FILE)).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(tsc_hz_cached_in(Some(&dir)).unwrap(), hz);
+        std::fs::remove_dir_all(&s).unwrap();
+    }
 
     #[test]
     fn calibration_is_plausible_and_cached() {
