@@ -226,6 +226,13 @@ impl Image {
             path: path.to_path_buf(),
             source,
         })?;
+        Image::from_file(file, path)
+    }
+
+    /// Reads and checks the image from an open file (the spt instance
+    /// process gets its image as a descriptor); `path` only names it in
+    /// messages.
+    pub fn from_file(file: std::fs::File, path: &Path) -> Result<Image, ImageError> {
         let cache = object::ReadCache::new(file);
         Image::parse_from(path, &cache)
     }
