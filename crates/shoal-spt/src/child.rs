@@ -1,7 +1,8 @@
-//! The forked child: maps guest memory, fills it, locks itself down and
-//! jumps into the guest. Nothing here allocates (the parent may have other
-//! threads holding the allocator's lock at fork time); failures are printed
-//! as `shoal: …` on stderr and end the child with
+//! The last steps of the instance process (`crate::instance`): maps guest
+//! memory, fills it, locks itself down and jumps into the guest. Nothing
+//! here allocates (the seccomp filter forbids `mmap` once installed, and
+//! nothing after the point of no return should depend on the allocator);
+//! failures are printed as `shoal: …` on stderr and end the process with
 //! [`crate::EXIT_TENDER_FAILED`].
 
 use crate::hypercall::{self, say, MAX_RO};
@@ -14,14 +15,13 @@ use shoal_loader::{
     GuestMemory, Image, Layout,
 };
 use std::ffi::OsString;
-use std::os::fd::RawFd;
 
 /// Size of the hypercall handlers' stack.
 const HANDLER_STACK: usize = 256 << 10;
 /// Size of the alternate signal stack.
 const SIGNAL_STACK: usize = 64 << 10;
 
-/// Everything the child needs, prepared by the parent before forking.
+/// Everything the last steps need, prepared by `crate::instance`.
 pub(crate) struct Prepared<'a> {
     pub image: &'a Image,
     pub layout: Layout,
@@ -36,10 +36,6 @@ pub(crate) struct Prepared<'a> {
     pub mode: MemoryMode,
     pub pool: Option<&'a shoal_loader::pool::PoolPlan>,
     pub pool_ranges: &'a [(u64, u64)],
-    pub stdout: Option<RawFd>,
-    pub stderr: Option<RawFd>,
-    /// The waiting parent, if any.
-    pub parent: Option<libc::pid_t>,
 }
 
 /// An errno, printed without allocating (std's `io::Error` display
@@ -72,8 +68,8 @@ impl core::fmt::Display for Errno {
 /// Why the child could not start the guest.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ChildError {
-    #[error("cannot redirect the guest's console: {0}")]
-    Redirect(Errno),
+    #[error("cannot close the descriptors the instance booted from: {0}")]
+    Close(Errno),
     #[error("guest memory [{start:#x}, {end:#x}) collides with the tender's own mappings; try a smaller --mem")]
     Collision { start: u64, end: u64 },
     #[error("cannot map {size} of guest memory at {start:#x}: {err}")]
@@ -107,18 +103,6 @@ pub(crate) fn start(p: &Prepared<'_>) -> ! {
 
 fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     sys::reset_signals();
-    // If the parent is gone already, PDEATHSIG will never come: leave.
-    if let Some(parent) = p.parent {
-        if sys::die_with_parent().is_err() || sys::getppid() != parent {
-            sys::exit(EXIT_TENDER_FAILED);
-        }
-    }
-    if let Some(fd) = p.stdout {
-        sys::dup2(fd, 1).map_err(|e| ChildError::Redirect(Errno::last(e)))?;
-    }
-    if let Some(fd) = p.stderr {
-        sys::dup2(fd, 2).map_err(|e| ChildError::Redirect(Errno::last(e)))?;
-    }
     sys::no_core_dumps().map_err(|e| ChildError::Setup(Errno::last(e)))?;
 
     // Guest memory at its own address, lazily backed.
@@ -152,6 +136,11 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         // addresses on spt.
         unsafe { plan.map_into(0, |exec| if exec { libc::PROT_READ | libc::PROT_EXEC } else { libc::PROT_READ }) }.map_err(|(addr, e)| ChildError::Pool { addr, err: Errno(e) })?;
     }
+    // Everything the instance booted from is read or mapped now: from here
+    // on it holds no descriptor but the console (fds 0-2). The `OwnedFd`s
+    // of the pool plan are never dropped (this function's caller never
+    // returns), so nothing closes these numbers twice.
+    sys::close_from(3).map_err(|e| ChildError::Close(Errno(e)))?;
     load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
     load_archive(&mem, &p.layout, p.archive).map_err(ChildError::Boot)?;
     let mut params = p.params;

@@ -16,8 +16,9 @@
 //! | `write` (1) | fd (32-bit) == 1 or fd == 2 | console hypercall; the tender's own messages |
 //! | `exit_group` (231) | any | halt and fault hypercalls; the tender stopping an instance |
 //! | `clock_nanosleep` (230) | clock (32-bit) == `CLOCK_MONOTONIC` (1) and flags (32-bit) == 0 (relative) | poll hypercall (the only way a guest blocks) |
+//! | `restart_syscall` (219) | none (it has none) | the kernel, not spt: a `clock_nanosleep` interrupted by a stop (SIGSTOP/SIGTSTP and SIGCONT, a cgroup freeze, a debugger attaching) is resumed through it; it can only continue the interrupted, already allowed call with its saved arguments |
 //!
-//! Three system calls; Solo5's spt allows seven to nine because it also has
+//! Four system calls; Solo5's spt allows seven to nine because it also has
 //! block and network devices. Not needed and so not allowed: `rt_sigreturn`
 //! (spt's signal handlers never return), `exit` (glibc's `_exit` uses
 //! `exit_group`), `clock_gettime` (the guest reads the TSC; glibc's
@@ -59,6 +60,9 @@ pub fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, FilterError> {
             eq32(1, 0)?,
         ])?],
     );
+    // The kernel resumes a sleep interrupted by a stop and continue with
+    // restart_syscall; without it a stopped and continued instance dies.
+    r.insert(libc::SYS_restart_syscall, vec![]);
     Ok(r)
 }
 
@@ -77,13 +81,14 @@ pub fn program() -> Result<BpfProgram, FilterError> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn allow_list_is_three_calls() {
+    fn allow_list_is_four_calls() {
         let r = super::rules().unwrap();
         let nrs: Vec<i64> = r.keys().copied().collect();
         assert_eq!(
             nrs,
             vec![
                 libc::SYS_write,
+                libc::SYS_restart_syscall,
                 libc::SYS_clock_nanosleep,
                 libc::SYS_exit_group
             ]

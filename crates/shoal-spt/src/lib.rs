@@ -62,16 +62,21 @@
 #![deny(missing_docs)]
 
 mod child;
+mod confine;
 pub mod filter;
+mod front;
 mod hypercall;
+pub mod instance;
 mod signals;
+mod spec;
 mod sys;
 
-use shoal_abi::TenderKind;
-use shoal_loader::{plan, BootParams, Clock, Image};
+use shoal_loader::{plan, Image};
 use signals::Report;
 use std::io::Write;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 /// The child could not start the guest.
 pub const EXIT_TENDER_FAILED: i32 = 125;
@@ -122,6 +127,12 @@ pub enum SptError {
     /// Guest memory larger than spt supports.
     #[error("--mem {0} is larger than spt supports ({max})", max = shoal_loader::format_size(MAX_MEM))]
     TooMuchMemory(String),
+    /// The instance program is not installed.
+    #[error("cannot find the spt instance program {INSTANCE_PROGRAM} (looked for {0}); build it with cargo build --release")]
+    NoInstanceProgram(PathBuf),
+    /// The image needs more pool files than an instance may hold open.
+    #[error("the image needs {0} library-pool files, more than an instance maps ({max}); use --mem-mode copy or ksm", max = spec::MAX_POOL_FILES)]
+    TooManyPoolFiles(usize),
     /// A system call of the parent failed (fork, waitpid, mmap).
     #[error("cannot {what}: {source}")]
     Sys {
@@ -132,33 +143,34 @@ pub enum SptError {
     },
 }
 
-/// The shared page the child reports into (see `signals`).
-struct ReportPage(*mut Report);
+/// The report page shared with the instance process (see `signals`): a
+/// memfd, mapped here and, after `exec`, in the instance.
+struct ReportPage {
+    ptr: *mut Report,
+    fd: OwnedFd,
+}
 
 impl ReportPage {
     fn new() -> Result<ReportPage, SptError> {
-        let p = sys::mmap_anon(
-            shoal_abi::PAGE_SIZE as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            true,
-        )
-        .map_err(|source| SptError::Sys {
-            what: "map the report page",
-            source,
-        })?;
-        Ok(ReportPage(p.cast()))
+        let sys_err = |what| move |source| SptError::Sys { what, source };
+        let fd = sys::memfd(c"shoal-report").map_err(sys_err("make the report page"))?;
+        std::fs::File::from(fd.try_clone().map_err(sys_err("make the report page"))?)
+            .set_len(shoal_abi::PAGE_SIZE)
+            .map_err(sys_err("size the report page"))?;
+        let p = sys::mmap_shared_fd(&fd, shoal_abi::PAGE_SIZE as usize).map_err(sys_err("map the report page"))?;
+        Ok(ReportPage { ptr: p.cast(), fd })
     }
     fn get(&self) -> &Report {
         // SAFETY: a zero-filled page (a valid `Report`: all atomics zero)
         // that stays mapped until drop.
-        unsafe { &*self.0 }
+        unsafe { &*self.ptr }
     }
 }
 
 impl Drop for ReportPage {
     fn drop(&mut self) {
         // SAFETY: nothing refers to the page any more.
-        unsafe { sys::munmap(self.0.cast(), shoal_abi::PAGE_SIZE as usize) };
+        unsafe { sys::munmap(self.ptr.cast(), shoal_abi::PAGE_SIZE as usize) };
     }
 }
 
@@ -169,12 +181,13 @@ pub fn run(cfg: &RunConfig) -> Result<i32, SptError> {
 }
 
 /// Runs the image as `cfg` says in *this* process, with no waiting parent:
-/// the process becomes the instance and ends with the instance's exit
-/// status (the same statuses and messages as [`run`], written by the
-/// signal handlers themselves; see `signals`). What is lost is the message
-/// for a kill from outside (SIGKILL, the OOM killer): the caller sees the
-/// signal instead. An instance costs one process instead of two (on this
-/// host about 130 KiB of private memory and 50 KiB of page tables less).
+/// the process becomes the instance (it `exec`s the instance program) and
+/// ends with the instance's exit status (the same statuses and messages as
+/// [`run`], written by the signal handlers themselves; see `signals`).
+/// What is lost is the message for a kill from outside (SIGKILL, the OOM
+/// killer): the caller sees the signal instead. An instance costs one
+/// process instead of two (on this host about 130 KiB of private memory
+/// and 50 KiB of page tables less).
 ///
 /// Returns only when the instance could not be started; after the point
 /// of no return a failure prints `shoal: …` and exits with
@@ -185,8 +198,30 @@ pub fn run_in_place(cfg: &RunConfig) -> Result<std::convert::Infallible, SptErro
     std::process::exit(status)
 }
 
+/// The instance program, `shoal-spt`: beside the running program, or one
+/// directory up when the running program is a test in `target/*/deps`.
+pub fn instance_program() -> Result<PathBuf, SptError> {
+    let exe = std::env::current_exe().map_err(|source| SptError::Sys { what: "find the running program", source })?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let mut candidates = vec![dir.join(INSTANCE_PROGRAM)];
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        if let Some(up) = dir.parent() {
+            candidates.push(up.join(INSTANCE_PROGRAM));
+        }
+    }
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| SptError::NoInstanceProgram(candidates.swap_remove(0)))
+}
+
+/// Name of the instance program, installed beside `shoal` and `shoal-tender`.
+pub const INSTANCE_PROGRAM: &str = "shoal-spt";
+
 /// Prepares the instance; then forks and waits (`supervised`), or becomes
-/// the instance (not `supervised`: never returns `Ok`).
+/// the instance (not `supervised`: never returns `Ok`). Either way the
+/// instance is a fresh `exec` of [`INSTANCE_PROGRAM`] (`crate::front`).
 fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     if !sys::has_fsgsbase() {
         return Err(SptError::NoFsgsbase);
@@ -209,7 +244,9 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
             bytes
         }
     };
-    let layout = plan(
+    // Planned here for its errors (too little memory, arguments too
+    // large); the instance plans the same layout again from the same input.
+    plan(
         &image,
         cfg.mem_size,
         archive.len() as u64,
@@ -217,15 +254,6 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         &cfg.env,
     )?;
     let tsc_hz = shoal_loader::tsc::tsc_hz()?;
-    let entry = hypercall::entry as unsafe extern "C" fn(u64, u64) as usize as u64;
-    let params = BootParams::new(
-        TenderKind::Spt,
-        entry,
-        Clock {
-            tsc_hz,
-            ..Clock::default()
-        },
-    )?;
     let mut pool_plan = None;
     if cfg.mode == MemoryMode::Pool {
         let (plan, warning) = shoal_loader::pool::prepare(cfg.pool.as_ref(), cfg.pool_fallback, &image)?;
@@ -237,48 +265,61 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         }
         pool_plan = plan;
     }
-    let pool_ranges = pool_plan.as_ref().map(|p| p.ranges()).unwrap_or_default();
-    let filter = filter::program()?;
-    let report = if supervised { Some(ReportPage::new()?) } else { None };
-    let prepared = child::Prepared {
-        image: &image,
-        layout,
-        archive,
-        argv: &cfg.argv,
-        env: &cfg.env,
-        params,
-        filter: &filter,
-        report: report.as_ref().map(|r| r.0),
-        mode: cfg.mode,
-        pool: pool_plan.as_ref(),
-        pool_ranges: &pool_ranges,
-        stdout: cfg.stdout.as_ref().map(AsRawFd::as_raw_fd),
-        stderr: cfg.stderr.as_ref().map(AsRawFd::as_raw_fd),
-        parent: supervised.then(sys::getpid),
+    let pool_files = pool_plan.as_ref().map_or(0, |p| p.files.len());
+    if pool_files > spec::MAX_POOL_FILES {
+        return Err(SptError::TooManyPoolFiles(pool_files));
+    }
+    let program = instance_program()?;
+    let spec = spec::Spec {
+        mem_size: cfg.mem_size,
+        mode: if pool_plan.is_none() && cfg.mode == MemoryMode::Pool { MemoryMode::Copy } else { cfg.mode },
+        tsc_hz,
+        supervised,
+        archive_len: archive.len() as u64,
+        image_name: cfg.image.as_os_str().as_bytes().to_vec(),
+        argv: cfg.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
+        env: cfg.env.iter().map(|a| a.as_bytes().to_vec()).collect(),
+        pool: pool_plan
+            .as_ref()
+            .map(|p| p.maps.iter().map(|m| spec::PoolEntry { addr: m.addr, len: m.len, exec: m.exec }).collect())
+            .unwrap_or_default(),
     };
-    // Give back what reading and checking the image freed (object's read
-    // cache, the packed archive's scratch) before forking: the child would
-    // otherwise inherit those dirty heap pages and keep them, privately,
-    // for its whole life once the parent trims its own copy.
-    sys::trim_heap();
+    let report = if supervised { Some(ReportPage::new()?) } else { None };
+    let root = confine::is_root();
+    let netns = if root {
+        Some(confine::empty_netns().map_err(|source| SptError::Sys { what: "open the instances' empty network namespace", source })?)
+    } else {
+        None
+    };
+    let handover = front::Handover::new(front::Parts {
+        program: &program,
+        spec: &spec.encode(),
+        image: image.path(),
+        archive,
+        report: report.as_ref().map(|r| &r.fd),
+        pool: pool_plan.as_ref().map(|p| &p.files[..]).unwrap_or_default(),
+        stdout: cfg.stdout.as_ref(),
+        stderr: cfg.stderr.as_ref(),
+        netns,
+    })?;
+    drop(pool_plan);
     // Buffered output must not be written twice (once by the child).
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
     let Some(report) = report else {
-        child::start(&prepared)
+        handover.become_instance(root)
     };
-    // SAFETY: the child runs only `child::start`, which does not allocate
-    // or take locks, and never returns.
-    let pid = match unsafe { sys::fork() }.map_err(|source| SptError::Sys {
-        what: "fork the instance",
+    // SAFETY: the child runs only `Handover::exec_child`, which makes only
+    // async-signal-safe system calls and never returns.
+    let pid = match unsafe { sys::fork_with(if root { confine::CLONE_NAMESPACES } else { 0 }) }.map_err(|source| SptError::Sys {
+        what: "start the instance process",
         source,
     })? {
-        sys::Fork::Child => child::start(&prepared),
+        sys::Fork::Child => handover.exec_child(),
         sys::Fork::Parent(pid) => pid,
     };
-    // The parent only waits: give back the image and the archive, which
-    // the child has its own copy-on-write view of (else every instance
-    // would carry a second copy of its image in the waiting parent).
+    // The parent only waits: give back the image and the archive.
+    drop(handover);
     drop(image);
     sys::trim_heap();
     let status = sys::waitpid(pid).map_err(|source| SptError::Sys {

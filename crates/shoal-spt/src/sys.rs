@@ -29,27 +29,12 @@ pub fn has_fsgsbase() -> bool {
     unsafe { libc::getauxval(AT_HWCAP2) & HWCAP2_FSGSBASE != 0 }
 }
 
-/// The result of [`fork`].
+/// The result of [`fork_with`].
 pub enum Fork {
     /// In the parent: the child's pid.
     Parent(libc::pid_t),
     /// In the child.
     Child,
-}
-
-/// `fork(2)`.
-///
-/// # Safety
-/// In a multi-threaded process the child may only call async-signal-safe
-/// functions (no allocation, no locks) until it exits or execs.
-pub unsafe fn fork() -> io::Result<Fork> {
-    // SAFETY: the caller upholds the contract on the child.
-    let pid = unsafe { libc::fork() };
-    match pid {
-        -1 => Err(io::Error::last_os_error()),
-        0 => Ok(Fork::Child),
-        p => Ok(Fork::Parent(p)),
-    }
 }
 
 /// `waitpid(pid, 0)`, retried on `EINTR`; returns the raw wait status.
@@ -171,13 +156,6 @@ pub fn trim_heap() {
     unsafe {
         libc::malloc_trim(0);
     }
-}
-
-/// `dup2(2)`.
-pub fn dup2(from: RawFd, to: RawFd) -> io::Result<()> {
-    // SAFETY: dup2 only changes the descriptor table.
-    let rc = unsafe { libc::dup2(from, to) };
-    check(if rc == -1 { -1 } else { 0 })
 }
 
 /// Writes all of `bytes` to `fd`, retrying short writes and `EINTR`.
@@ -355,4 +333,143 @@ pub unsafe fn madvise_mergeable(addr: u64, len: u64) -> io::Result<()> {
             libc::MADV_MERGEABLE,
         )
     })
+}
+
+/// `memfd_create(name, MFD_CLOEXEC)`: an anonymous file, for what the
+/// front hands to the instance process across `exec` (the boot spec, the
+/// packed archive, the report page).
+pub fn memfd(name: &core::ffi::CStr) -> io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: `name` is a valid C string; the result is a new descriptor.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// `fcntl(fd, F_DUPFD_CLOEXEC, min)`: a close-on-exec copy of `fd` at the
+/// lowest number at or above `min`.
+pub fn dup_at_least(fd: RawFd, min: RawFd) -> io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC only adds a descriptor.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, min) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `new` was just created and is owned by nobody else.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(new) })
+}
+
+/// `dup3(from, to, flags)`; async-signal-safe.
+pub fn dup3(from: RawFd, to: RawFd, flags: libc::c_int) -> Result<(), i32> {
+    // SAFETY: dup3 only changes the descriptor table.
+    let rc = unsafe { libc::dup3(from, to, flags) };
+    if rc < 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// The calling thread's `errno`.
+pub fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// `close_range(first, u32::MAX, 0)`: closes every descriptor from
+/// `first` up; async-signal-safe.
+pub fn close_from(first: u32) -> Result<(), i32> {
+    // SAFETY: closes descriptors only; the caller no longer uses them.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) };
+    if rc < 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// `clone(flags | SIGCHLD)` without a new stack: `fork` with namespace
+/// flags (`CLONE_NEWPID` puts the child in a new PID namespace as its
+/// first process).
+///
+/// # Safety
+/// As for `fork(2)` in a multi-threaded process: the child may only call async-signal-safe functions until
+/// it execs or exits.
+pub unsafe fn fork_with(flags: libc::c_int) -> io::Result<Fork> {
+    // SAFETY: the raw clone system call with a null stack behaves as fork
+    // (the child continues on a copy of this stack); the caller upholds the
+    // contract on the child. glibc's fork handlers do not run, so the child
+    // must not touch glibc's locks, which the contract already forbids.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Fork::Child),
+        p => Ok(Fork::Parent(p as libc::pid_t)),
+    }
+}
+
+/// `execveat(fd, "", argv, envp, AT_EMPTY_PATH)`: runs the program open
+/// at `fd`. Returns only on failure, with the errno; async-signal-safe.
+///
+/// # Safety
+/// `argv` and `envp` must be null-terminated arrays of pointers to valid C
+/// strings.
+pub unsafe fn execveat(fd: RawFd, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> i32 {
+    // SAFETY: the caller vouches for the arrays; an empty path with
+    // AT_EMPTY_PATH executes `fd` itself.
+    unsafe {
+        libc::syscall(libc::SYS_execveat, fd, c"".as_ptr(), argv, envp, libc::AT_EMPTY_PATH);
+    }
+    errno()
+}
+
+/// `unshare(2)`.
+pub fn unshare(flags: libc::c_int) -> Result<(), i32> {
+    // SAFETY: unshare changes only this process's namespaces.
+    if unsafe { libc::unshare(flags) } < 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// `geteuid(2)`.
+pub fn geteuid() -> libc::uid_t {
+    // SAFETY: cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Maps the first `len` bytes of file `fd` read-write and shared (the
+/// report page, a memfd shared by the instance and its waiting parent).
+pub fn mmap_shared_fd(fd: &std::os::fd::OwnedFd, len: usize) -> io::Result<*mut u8> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a fresh mapping at an address the kernel chooses affects no
+    // existing memory.
+    let p = unsafe {
+        libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+    };
+    if p == libc::MAP_FAILED {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(p.cast())
+    }
+}
+
+/// `setns(fd, nstype)`; async-signal-safe.
+pub fn setns(fd: RawFd, nstype: libc::c_int) -> Result<(), i32> {
+    // SAFETY: setns changes only this process's namespaces.
+    if unsafe { libc::setns(fd, nstype) } < 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
 }

@@ -1,0 +1,109 @@
+//! The instance process: `shoal-spt`, exec'd by the front end
+//! ([`crate::run`], [`crate::run_in_place`]) with an empty environment and
+//! no arguments, so that the process the guest shares its address space
+//! with holds nothing of the host it must not see (no environment, no
+//! caller's argv, no host paths, no heap of the caller's command line).
+//!
+//! It reads the boot spec ([`crate::spec`]) and the descriptors next to
+//! it, checks the image again from its descriptor, plans the same layout,
+//! confines itself ([`crate::confine`]) and enters the guest through the
+//! same code as before ([`crate::child`]). A failure prints one `shoal: …`
+//! line and exits with [`crate::EXIT_TENDER_FAILED`].
+
+use crate::spec::{self, Spec};
+use crate::{child, confine, filter, hypercall, sys, SptError, EXIT_TENDER_FAILED};
+use shoal_abi::TenderKind;
+use shoal_loader::pool::{PoolMap, PoolPlan};
+use shoal_loader::{plan, BootParams, Clock, Image};
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+
+/// Why the instance process could not start the guest.
+#[derive(Debug, thiserror::Error)]
+enum InstanceError {
+    #[error("cannot read the boot spec: {0}")]
+    Read(std::io::Error),
+    #[error(transparent)]
+    Spec(#[from] spec::SpecError),
+    #[error(transparent)]
+    Spt(#[from] SptError),
+    #[error(transparent)]
+    Confine(#[from] confine::ConfineError),
+    #[error("cannot map the report page: {0}")]
+    Report(std::io::Error),
+}
+
+/// Runs the instance; never returns. The `shoal-spt` binary's `main`.
+pub fn main() -> ! {
+    match boot() {
+        Ok(never) => match never {},
+        Err(e) => {
+            hypercall::say(format_args!("{e}"));
+            sys::exit(EXIT_TENDER_FAILED)
+        }
+    }
+}
+
+/// Takes ownership of descriptor `fd`, which the front end placed there.
+fn owned(fd: i32) -> OwnedFd {
+    // SAFETY: the front end put exactly these descriptors at these numbers
+    // before exec (`crate::front`), and nothing else in this process owns
+    // them.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+fn read_fd(fd: i32, max: u64) -> Result<Vec<u8>, InstanceError> {
+    let mut out = Vec::new();
+    std::fs::File::from(owned(fd)).take(max).read_to_end(&mut out).map_err(InstanceError::Read)?;
+    Ok(out)
+}
+
+fn boot() -> Result<std::convert::Infallible, InstanceError> {
+    let spec = Spec::decode(&read_fd(spec::SPEC_FD, spec::MAX_SPEC as u64 + 1)?)?;
+    let name = PathBuf::from(OsString::from_vec(spec.image_name.clone()));
+    let image = Image::from_file(std::fs::File::from(owned(spec::IMAGE_FD)), &name).map_err(SptError::from)?;
+    let archive = if spec.archive_len > 0 { read_fd(spec::ARCHIVE_FD, spec.archive_len)? } else { Vec::new() };
+    let argv: Vec<OsString> = spec.argv.iter().cloned().map(OsString::from_vec).collect();
+    let env: Vec<OsString> = spec.env.iter().cloned().map(OsString::from_vec).collect();
+    let layout = plan(&image, spec.mem_size, archive.len() as u64, &argv, &env).map_err(SptError::from)?;
+    let entry = hypercall::entry as unsafe extern "C" fn(u64, u64) as usize as u64;
+    let params = BootParams::new(TenderKind::Spt, entry, Clock { tsc_hz: spec.tsc_hz, ..Clock::default() }).map_err(SptError::from)?;
+    let pool = (!spec.pool.is_empty()).then(|| {
+        let mut p = PoolPlan::default();
+        for (i, e) in spec.pool.iter().enumerate() {
+            p.files.push(owned(spec::POOL_FD0 + i as i32));
+            p.maps.push(PoolMap { file: i, addr: e.addr, len: e.len, exec: e.exec });
+            p.bytes += e.len;
+        }
+        p
+    });
+    let pool_ranges = pool.as_ref().map(PoolPlan::ranges).unwrap_or_default();
+    let filter = filter::program().map_err(SptError::from)?;
+    let report = if spec.supervised {
+        let fd = owned(spec::REPORT_FD);
+        let p = sys::mmap_shared_fd(&fd, shoal_abi::PAGE_SIZE as usize).map_err(InstanceError::Report)?;
+        Some(p.cast())
+    } else {
+        None
+    };
+    if confine::is_root() {
+        confine::drop_root()?;
+    }
+    let prepared = child::Prepared {
+        image: &image,
+        layout,
+        archive: &archive,
+        argv: &argv,
+        env: &env,
+        params,
+        filter: &filter,
+        report,
+        mode: spec.mode,
+        pool: pool.as_ref(),
+        pool_ranges: &pool_ranges,
+    };
+    child::start(&prepared)
+}

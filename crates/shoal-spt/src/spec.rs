@@ -1,0 +1,249 @@
+//! The boot spec: what the front end (`shoal run`, `shoal-tender`, a
+//! library caller of [`crate::run`]) hands to the instance process it
+//! `exec`s, on descriptor [`SPEC_FD`], so that the instance starts from a
+//! clean process image with an empty environment and no arguments.
+//!
+//! It holds only what the guest gets anyway (its argv and environment, the
+//! memory size) and what the tender needs to boot it; everything else is
+//! a descriptor at a fixed number: the image file ([`IMAGE_FD`]), the
+//! packed root file-system archive ([`ARCHIVE_FD`], a memfd: the front end
+//! packs `--fs DIR`, so no host path crosses), the report page shared with
+//! a waiting parent ([`REPORT_FD`]) and the verified library-pool files
+//! ([`POOL_FD0`] on). Console output is already on fds 1 and 2.
+//!
+//! The front end is as trusted as the instance (same user, before any
+//! guest code ran); the decoder still checks every length, so a truncated
+//! or foreign descriptor 3 gives a clear error instead of a panic.
+
+use shoal_loader::MemoryMode;
+
+/// Descriptor of the spec in the instance process.
+pub const SPEC_FD: i32 = 3;
+/// Descriptor of the image file.
+pub const IMAGE_FD: i32 = 4;
+/// Descriptor of the packed archive (a memfd), if any.
+pub const ARCHIVE_FD: i32 = 5;
+/// Descriptor of the report page shared with the waiting parent, if any.
+pub const REPORT_FD: i32 = 6;
+/// Descriptor of the first pool file; pool file `i` is at `POOL_FD0 + i`.
+pub const POOL_FD0: i32 = 7;
+/// Most pool files an instance maps (descriptors stay well below 1024).
+pub const MAX_POOL_FILES: usize = 900;
+
+const MAGIC: &[u8; 8] = b"SHOALSPT";
+const VERSION: u32 = 1;
+/// Largest spec accepted: argv and environment are bounded by the guest's
+/// argument area (under 1 MiB), pool maps by [`MAX_POOL_FILES`].
+pub const MAX_SPEC: usize = 4 << 20;
+
+/// One pool file mapping (the file is at `POOL_FD0 + index`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolEntry {
+    /// Guest address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Code (R+X) or rodata (R).
+    pub exec: bool,
+}
+
+/// The boot spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spec {
+    /// Guest memory size.
+    pub mem_size: u64,
+    /// Memory mode.
+    pub mode: MemoryMode,
+    /// TSC frequency measured (or cached) by the front end.
+    pub tsc_hz: u64,
+    /// Whether a parent waits (report page at [`REPORT_FD`]).
+    pub supervised: bool,
+    /// Size of the packed archive at [`ARCHIVE_FD`] (0: none).
+    pub archive_len: u64,
+    /// Name of the image for messages (what the caller called it).
+    pub image_name: Vec<u8>,
+    /// The guest's argv.
+    pub argv: Vec<Vec<u8>>,
+    /// The guest's environment.
+    pub env: Vec<Vec<u8>>,
+    /// Pool mappings, in the order of their descriptors.
+    pub pool: Vec<PoolEntry>,
+}
+
+/// Why a spec could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// Not a spec, or of another version.
+    #[error("descriptor 3 does not hold a boot spec of this version of shoal-spt (shoal-spt is started by shoal run and shoal-tender, not by hand)")]
+    NotASpec,
+    /// Cut short or with impossible lengths.
+    #[error("the boot spec is truncated or corrupt")]
+    Corrupt,
+}
+
+fn mode_code(m: MemoryMode) -> u8 {
+    match m {
+        MemoryMode::Copy => 0,
+        MemoryMode::Ksm => 1,
+        MemoryMode::Pool => 2,
+    }
+}
+
+impl Spec {
+    /// Serialises the spec.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(256);
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&self.mem_size.to_le_bytes());
+        b.push(mode_code(self.mode));
+        b.push(u8::from(self.supervised));
+        b.extend_from_slice(&self.tsc_hz.to_le_bytes());
+        b.extend_from_slice(&self.archive_len.to_le_bytes());
+        let bytes = |b: &mut Vec<u8>, s: &[u8]| {
+            b.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            b.extend_from_slice(s);
+        };
+        bytes(&mut b, &self.image_name);
+        for list in [&self.argv, &self.env] {
+            b.extend_from_slice(&(list.len() as u64).to_le_bytes());
+            for s in list {
+                bytes(&mut b, s);
+            }
+        }
+        b.extend_from_slice(&(self.pool.len() as u64).to_le_bytes());
+        for p in &self.pool {
+            b.extend_from_slice(&p.addr.to_le_bytes());
+            b.extend_from_slice(&p.len.to_le_bytes());
+            b.push(u8::from(p.exec));
+        }
+        b
+    }
+
+    /// Parses a spec, checking every length.
+    pub fn decode(data: &[u8]) -> Result<Spec, SpecError> {
+        let mut r = Reader(data);
+        if r.take(8).ok() != Some(&MAGIC[..]) || r.u32().ok() != Some(VERSION) {
+            return Err(SpecError::NotASpec);
+        }
+        let mem_size = r.u64()?;
+        let mode = match r.u8()? {
+            0 => MemoryMode::Copy,
+            1 => MemoryMode::Ksm,
+            2 => MemoryMode::Pool,
+            _ => return Err(SpecError::Corrupt),
+        };
+        let supervised = r.flag()?;
+        let tsc_hz = r.u64()?;
+        let archive_len = r.u64()?;
+        let image_name = r.bytes()?.to_vec();
+        let mut lists = [Vec::new(), Vec::new()];
+        for list in &mut lists {
+            let n = r.count(8)?;
+            for _ in 0..n {
+                list.push(r.bytes()?.to_vec());
+            }
+        }
+        let [argv, env] = lists;
+        let n = r.count(17)?;
+        if n > MAX_POOL_FILES {
+            return Err(SpecError::Corrupt);
+        }
+        let mut pool = Vec::with_capacity(n);
+        for _ in 0..n {
+            pool.push(PoolEntry { addr: r.u64()?, len: r.u64()?, exec: r.flag()? });
+        }
+        if !r.0.is_empty() {
+            return Err(SpecError::Corrupt);
+        }
+        Ok(Spec { mem_size, mode, tsc_hz, supervised, archive_len, image_name, argv, env, pool })
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], SpecError> {
+        if self.0.len() < n {
+            return Err(SpecError::Corrupt);
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8, SpecError> {
+        Ok(self.take(1)?[0])
+    }
+    fn flag(&mut self) -> Result<bool, SpecError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(SpecError::Corrupt),
+        }
+    }
+    fn u32(&mut self) -> Result<u32, SpecError> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(a))
+    }
+    fn u64(&mut self) -> Result<u64, SpecError> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+    /// A count of items of at least `min_item` bytes each: bounded by what
+    /// is left, so a forged count cannot make the decoder allocate.
+    fn count(&mut self, min_item: usize) -> Result<usize, SpecError> {
+        let n = self.u64()?;
+        match usize::try_from(n) {
+            Ok(n) if n.checked_mul(min_item).is_some_and(|b| b <= self.0.len()) => Ok(n),
+            _ => Err(SpecError::Corrupt),
+        }
+    }
+    fn bytes(&mut self) -> Result<&'a [u8], SpecError> {
+        let n = self.count(1)?;
+        self.take(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Spec {
+        Spec {
+            mem_size: 64 << 20,
+            mode: MemoryMode::Pool,
+            tsc_hz: 2_000_000_000,
+            supervised: true,
+            archive_len: 4096,
+            image_name: b"build/apps/hello".to_vec(),
+            argv: vec![b"hello".to_vec(), b"".to_vec(), b"two".to_vec()],
+            env: vec![b"A=1".to_vec()],
+            pool: vec![PoolEntry { addr: 0x100000, len: 0x8000, exec: true }],
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let s = sample();
+        assert_eq!(Spec::decode(&s.encode()).unwrap(), s);
+    }
+
+    #[test]
+    fn every_truncation_and_flip_is_an_error_not_a_panic() {
+        let b = sample().encode();
+        for n in 0..b.len() {
+            assert!(Spec::decode(&b[..n]).is_err(), "prefix {n}");
+        }
+        for i in 0..b.len() {
+            let mut c = b.clone();
+            c[i] ^= 0xff;
+            let _ = Spec::decode(&c);
+        }
+        assert!(matches!(Spec::decode(b"not a spec at all"), Err(SpecError::NotASpec)));
+        let mut long = b.clone();
+        long.push(0);
+        assert!(matches!(Spec::decode(&long), Err(SpecError::Corrupt)));
+    }
+}
