@@ -3,26 +3,37 @@
 //! [`run`] runs one shoal image in a child process and returns the
 //! instance's exit status:
 //!
-//! 1. In the calling process: read and check the image, pack or check the
-//!    file-system archive, plan the guest layout, calibrate the TSC (cached
-//!    per host boot), draw the random seed, compile the seccomp filter. Any
-//!    failure here is an [`SptError`]; nothing has run yet.
-//! 2. `fork`. The child maps guest memory `[BOOT_INFO_ADDR, mem_size)` at its
-//!    own address (private, anonymous, `MAP_NORESERVE`, `MAP_FIXED_NOREPLACE`),
-//!    copies the segments (memory mode `copy`, or `ksm`: the same plus
-//!    `MADV_MERGEABLE`), writes the boot state, protects code R+X, read-only
-//!    data, the archive and the boot-info page R, installs the SIGSYS/crash
-//!    handlers, sets `no_new_privs`, installs the seccomp filter
-//!    (`crate::filter`: `write` to fd 1/2, `exit_group`, `clock_nanosleep`
-//!    on CLOCK_MONOTONIC, relative — nothing else) and jumps to the entry
-//!    with `rdi` = boot info and `rsp` = the initial process stack. A
-//!    failure in the child prints `shoal: …` and exits with
-//!    [`EXIT_TENDER_FAILED`].
-//! 3. The parent waits and maps the child's end to a status.
+//! 1. In the calling process (the *front end*): read and check the image,
+//!    pack or check the file-system archive, plan the guest layout,
+//!    calibrate the TSC (cached per host boot), open and verify the pool
+//!    files. Any failure here is an [`SptError`]; nothing has run yet.
+//! 2. Fork (as root: `clone` into new PID, mount and IPC namespaces) and
+//!    `exec` the instance program [`INSTANCE_PROGRAM`] (`shoal-spt`, built
+//!    beside `shoal`) with an empty environment, no arguments, and only
+//!    the descriptors it boots from (`front`, `spec`): the guest shares its
+//!    address space with this process, so it must start from a clean image
+//!    that holds nothing of the caller's.
+//! 3. The instance (`instance`) reads the boot spec, checks the image again,
+//!    confines itself as root (`confine`: empty network namespace, empty
+//!    root, user nobody, new user namespace, no capabilities), maps guest
+//!    memory `[BOOT_INFO_ADDR, mem_size)` at its own address (private,
+//!    anonymous, `MAP_NORESERVE`, `MAP_FIXED_NOREPLACE`), copies the
+//!    segments (memory mode `copy`, or `ksm`: the same plus
+//!    `MADV_MERGEABLE`, or `pool`: the verified pool files mapped), closes
+//!    every descriptor but 0-2, writes the boot state, protects code R+X,
+//!    read-only data, the archive and the boot-info page R, installs the
+//!    SIGSYS/crash handlers, sets `no_new_privs`, installs the seccomp
+//!    filter (`crate::filter`: `write` to fd 1/2, `exit_group`,
+//!    `clock_nanosleep` on CLOCK_MONOTONIC, relative, `restart_syscall` —
+//!    nothing else) and jumps to the entry with `rdi` = boot info and `rsp`
+//!    = the initial process stack. A failure there prints `shoal: …` and
+//!    exits with [`EXIT_TENDER_FAILED`].
+//! 4. The front end waits and maps the instance's end to a status.
 //!
-//! [`run_in_place`] does step 2 in the calling process instead of a child
-//! (Solo5's spt is always one process): no fork, no waiting parent, the
-//! signal handlers print the messages and pick the statuses themselves.
+//! [`run_in_place`] does step 2 without the fork (Solo5's spt is always one
+//! process): the calling process `exec`s the instance program itself; no
+//! waiting parent, the signal handlers print the messages and pick the
+//! statuses themselves.
 //!
 //! # Exit statuses
 //!
@@ -39,11 +50,13 @@
 //!
 //! # What the sandbox does and does not protect
 //!
-//! The guest shares the child's address space with spt's own code and data
-//! and can write any writable page of it. spt's protection is the seccomp
-//! filter, which holds whatever the guest does: the worst a guest can do is
-//! use the three allowed system calls (write to its own stdout/stderr,
-//! sleep, exit), and lie about its own death in the report page. The checks
+//! The guest shares the instance's address space with spt's own code and
+//! data and can read and write any page of it, which is why that process
+//! is a fresh `exec` holding only what the guest gets anyway. spt's
+//! protection is the seccomp filter, which holds whatever the guest does:
+//! the worst a guest can do is use the four allowed system calls (write to
+//! its own stdout/stderr, sleep, resume that sleep, exit), and lie about
+//! its own death in the report page (threat model: docs/architecture.md). The checks
 //! on hypercall arguments make a buggy guest fail with a clear message
 //! instead of crashing spt.
 //!
@@ -56,7 +69,7 @@
 //!   passed in packed.
 //! - `seccompiler` (rust-vmm, Firecracker's): compiles the allow-list to
 //!   BPF and installs it; its arch check kills non-x86-64 system calls.
-//! - `libc`: the system calls (fork, mmap, mprotect, sigaction, …), each
+//! - `libc`: the system calls (clone, execveat, mmap, mprotect, sigaction, mount, setresuid, …), each
 //!   wrapped once in `sys`.
 //! - `thiserror`: error enums with sentence-like messages.
 #![deny(missing_docs)]
