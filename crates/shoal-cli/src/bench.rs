@@ -108,6 +108,36 @@ pub enum Bench {
     },
 }
 
+/// Failures of a bench as a whole. One configuration's or system's failure
+/// is only a warning and a `skipped: REASON` entry, so that the others'
+/// results are still printed; these end the command with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Every configuration failed or was unavailable: an empty table with
+    /// status 0 would read as a result.
+    #[error("bench {bench}: nothing could be measured: {reasons}")]
+    NothingMeasured { bench: &'static str, reasons: String },
+    /// The current directory is needed to resolve a relative directory.
+    #[error("{flag} {}: cannot make it absolute: {source}", path.display())]
+    Directory { flag: &'static str, path: PathBuf, source: std::io::Error },
+}
+
+impl BenchError {
+    /// All of `bench`'s configurations failed, for these reasons ("NAME: why").
+    pub fn nothing_measured(bench: &'static str, reasons: &[String]) -> BenchError {
+        let reasons = if reasons.is_empty() { "no configuration was selected".to_string() } else { reasons.join("; ") };
+        BenchError::NothingMeasured { bench, reasons }
+    }
+}
+
+/// `dir` made absolute against the current directory, once, before anything
+/// uses it: the builds write workspace files into it whose relative paths
+/// are resolved against the workspace file's own directory, so a relative
+/// `--out` used to be resolved a second time there and nothing was found.
+fn absolute_dir(flag: &'static str, dir: PathBuf) -> Result<PathBuf, BenchError> {
+    std::path::absolute(&dir).map_err(|source| BenchError::Directory { flag, path: dir, source })
+}
+
 /// The lean `shoal-tender` command, which `cargo build` puts beside
 /// `shoal`; an error saying so when it is not there.
 pub fn tender_binary() -> Result<PathBuf> {
@@ -135,10 +165,11 @@ pub fn run(which: Bench) -> Result<()> {
         Bench::Apps { repeat, only, mem_modes, json } => apps::apps(repeat, only, mem_modes, json),
         Bench::Boot { runs, json } => boot::boot(runs, json),
         Bench::Memory { interval, settle, tender, mem, supervised, only, out, workload, json } => {
+            let out = absolute_dir("--out", out)?;
             memory::memory(memory::MemoryOpts { workload, interval, settle, tender, supervised, only, out, mem, json })
         }
-        Bench::Size { out, json } => memory::size(json, out),
-        Bench::Pages { json, keep } => crate::bench_pages::run(json, keep),
+        Bench::Size { out, json } => memory::size(json, absolute_dir("--out", out)?),
+        Bench::Pages { json, keep } => crate::bench_pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),
         Bench::Syscall { iterations, repeat, json } => syscall(iterations, repeat, json),
     }
 }

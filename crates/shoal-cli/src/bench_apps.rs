@@ -44,6 +44,19 @@ fn hvt_usable() -> std::result::Result<(), String> {
         .map_err(|e| format!("/dev/kvm is not usable: {e}"))
 }
 
+/// Builds recipe `r`'s image at `image` (and its native twin) and, if a
+/// `pool` column is measured, adds the image to the library pool.
+fn prepare(paths: &shoal_toolchain::Paths, r: &recipe::Recipe, image: &Path, shoal: &Path, modes: &[String]) -> Result<recipe::Built> {
+    let built = recipe::build(paths, r, image)?;
+    if modes.iter().any(|m| m == "pool") {
+        let st = Command::new(shoal).args(["pool", "add"]).arg(&built.image).stdout(Stdio::null()).status().with_context(|| format!("cannot run {} pool add", shoal.display()))?;
+        if !st.success() {
+            bail!("shoal pool add {} failed", built.image.display());
+        }
+    }
+    Ok(built)
+}
+
 pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: bool) -> Result<()> {
     let modes = if mem_modes.is_empty() { vec!["copy".to_string()] } else { mem_modes };
     if repeat < 2 {
@@ -67,13 +80,19 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
             eprintln!("shoal bench apps: building {}", r.name);
         }
         let image = work.path().join(format!("{}.img", r.name));
-        let built = recipe::build(&paths, r, &image)?;
-        if modes.iter().any(|m| m == "pool") {
-            let st = Command::new(&shoal).args(["pool", "add"]).arg(&built.image).stdout(Stdio::null()).status().with_context(|| format!("cannot run {} pool add", shoal.display()))?;
-            if !st.success() {
-                bail!("shoal pool add {} failed", built.image.display());
+        // A recipe that cannot be built or pooled is a failed row, as a
+        // failed run is: the other recipes still give their results.
+        let built = match prepare(&paths, r, &image, &shoal, &modes) {
+            Ok(b) => b,
+            Err(e) => {
+                if !as_json {
+                    eprintln!("shoal bench apps: warning: {} skipped: {e:#}", r.name);
+                }
+                let spt = modes.iter().map(|m| (m.clone(), vec![])).collect();
+                rows.push(Row { name: r.name.clone(), native: vec![], spt, hvt: vec![], failure: Some(format!("{e:#}")), same_output: true });
+                continue;
             }
-        }
+        };
         let n_inv = recipe::invocation(&paths, r, Side::Native, true, native_tmp.path());
         let s_inv = recipe::invocation(&paths, r, Side::Shoal, true, native_tmp.path());
         let mut row = Row {
@@ -135,6 +154,10 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
             }
         }
         rows.push(row);
+    }
+    if rows.iter().all(|r| r.failure.is_some()) {
+        let reasons: Vec<String> = rows.iter().map(|r| format!("{}: {}", r.name, r.failure.as_deref().unwrap_or(""))).collect();
+        return Err(crate::bench::BenchError::nothing_measured("apps", &reasons).into());
     }
     if as_json {
         let mut results = serde_json::Map::new();

@@ -357,6 +357,12 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
         }
     }
 
+    // A system that cannot run here is only skipped, but with none left
+    // there is no result at all.
+    if systems.iter().all(|s| s.skipped.is_some()) {
+        let reasons: Vec<String> = systems.iter().map(|s| format!("{}: {}", s.kind.key(), s.skipped.as_deref().unwrap_or(""))).collect();
+        return Err(crate::bench::BenchError::nothing_measured("boot", &reasons).into());
+    }
     let runc_med = systems
         .iter()
         .find(|s| s.kind == Kind::Runc && s.skipped.is_none())

@@ -117,10 +117,23 @@ fn idle_object(paths: &Paths, shoal: &Path, oldest: &SqliteVersion, dir: &Path) 
     Ok(obj)
 }
 
-/// Builds the images of every policy `configs` need; (policy, images).
-/// Images per policy, and the SQLite versions.
-type Built = (Vec<(String, Vec<PathBuf>)>, Vec<String>);
+/// What [`build_all`] gives: the images per policy that could be built.
+struct Built {
+    images: Vec<(String, Vec<PathBuf>)>,
+    /// The SQLite versions, oldest first.
+    versions: Vec<String>,
+    /// "policy P: why" for each policy that could not be built.
+    failures: Vec<String>,
+}
 
+impl Built {
+    fn images_of(&self, policy: &str) -> Option<&[PathBuf]> {
+        self.images.iter().find(|(p, _)| p == policy).map(|(_, i)| i.as_slice())
+    }
+}
+
+/// Builds the images of every policy `configs` need into `root`, which must
+/// be absolute (see `bench::absolute_dir`).
 fn build_all(json_out: bool, root: &Path, configs: &[Config]) -> Result<Built> {
     let paths = Paths::discover()?;
     let shoal = std::env::current_exe()?;
@@ -129,6 +142,7 @@ fn build_all(json_out: bool, root: &Path, configs: &[Config]) -> Result<Built> {
     std::fs::create_dir_all(root)?;
     let app = idle_object(&paths, &shoal, &versions[0], root)?;
     let mut built = Vec::new();
+    let mut failures = Vec::new();
     let policies: BTreeSet<&str> = configs.iter().map(|c| c.policy).collect();
     for p in ["default", "dce", "aligned", "delta", "aslr", "default-aslr", "dce-aslr"] {
         if policies.contains(p) {
@@ -136,11 +150,14 @@ fn build_all(json_out: bool, root: &Path, configs: &[Config]) -> Result<Built> {
             match shoal_toolchain::sqlite_versions::build_policy(&paths, &root.join(p), p, &versions, &app) {
                 Ok(images) => built.push((p.to_string(), images)),
                 // Another policy's failure must not hide the others' results.
-                Err(e) => eprintln!("shoal bench: warning: policy {p} cannot be built, its configurations are skipped: {e:#}"),
+                Err(e) => {
+                    eprintln!("shoal bench: warning: policy {p} cannot be built, its configurations are skipped: {e:#}");
+                    failures.push(format!("policy {p}: {e:#}"));
+                }
             }
         }
     }
-    Ok((built, versions.iter().map(|v| v.version.clone()).collect()))
+    Ok(Built { images: built, versions: versions.iter().map(|v| v.version.clone()).collect(), failures })
 }
 
 // ---------------------------------------------------------------- KSM
@@ -407,6 +424,17 @@ fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> 
     Ok(Outcome { config: c, samples, ksm_cpu_s, ksm_settings, pool_mib: mib(pool_kib), pool_verify_ms, alive })
 }
 
+/// The last non-empty line of a configuration's first instance log: why
+/// its instances stopped (logs are written by `run_config`).
+fn first_log_line(out: &Path, config: &str) -> String {
+    let log = out.join("logs").join(format!("{config}-0.log"));
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    match text.lines().rev().find(|l| !l.trim().is_empty()) {
+        Some(l) => format!("first instance: {}", l.trim()),
+        None => format!("its log {} is empty", log.display()),
+    }
+}
+
 // ---------------------------------------------------------------- output
 
 fn svg(outcomes: &[Outcome], title: &str) -> String {
@@ -472,19 +500,42 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
         }
         v
     };
-    std::fs::create_dir_all(&o.out)?;
-    let (built, versions) = build_all(o.json, &o.out.join("images"), &configs)?;
-    let images_of = |p: &str| built.iter().find(|(q, _)| q == p).map(|(_, i)| i.clone()).unwrap_or_default();
+    std::fs::create_dir_all(&o.out).with_context(|| format!("cannot create --out {}", o.out.display()))?;
+    let built = build_all(o.json, &o.out.join("images"), &configs)?;
+    let versions = &built.versions;
     let mut outcomes = Vec::new();
+    // (configuration, why it gave no result): in the output beside the
+    // results.
+    let mut skipped: Vec<(&str, String)> = Vec::new();
+    // Why nothing was measured, if so: the policies that failed to build
+    // (once each, not once per configuration) and the runs that failed.
+    let mut reasons: Vec<String> = built.failures.clone();
     // From here on Ctrl-C stops the run through its normal end (the builds
     // above had nothing to restore).
     catch_interrupts();
     for c in &configs {
-        if images_of(c.policy).is_empty() {
+        let Some(images) = built.images_of(c.policy).filter(|i| !i.is_empty()) else {
+            skipped.push((c.name, format!("policy {} cannot be built", c.policy)));
             continue;
-        }
+        };
         say(o.json, &format!("{}: launching 8 instances, one every {} s…", c.name, o.interval));
-        outcomes.push(run_config(*c, &images_of(c.policy), &o)?);
+        let why = match run_config(*c, images, &o) {
+            // Every instance gone before the end: the samples are of
+            // nothing, so the configuration failed.
+            Ok(oc) if oc.alive == 0 => format!("no instance was still running at the end ({})", first_log_line(&o.out, c.name)),
+            Ok(oc) => {
+                outcomes.push(oc);
+                continue;
+            }
+            Err(e) if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) => return Err(e),
+            Err(e) => format!("{e:#}"),
+        };
+        eprintln!("shoal bench: warning: {} skipped: {why}", c.name);
+        reasons.push(format!("{}: {why}", c.name));
+        skipped.push((c.name, why));
+    }
+    if outcomes.is_empty() {
+        return Err(crate::bench::BenchError::nothing_measured("memory", &reasons).into());
     }
     // CSV
     let mut csv = String::from("config,t_s,instances,host_mib,pss_mib,attributed_mib,ksm_pages_sharing\n");
@@ -501,10 +552,12 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
         ("spt", false) => "spt, one process each",
         (t, _) => t,
     };
-    std::fs::write(&svg_path, svg(&outcomes, &format!("8 idle instances, SQLite {} … {}, one every {} s ({tender_desc})", versions[0], versions[7], o.interval)))?;
+    let (oldest, newest) = (versions.first().map_or("?", |v| v.as_str()), versions.last().map_or("?", |v| v.as_str()));
+    std::fs::write(&svg_path, svg(&outcomes, &format!("8 idle instances, SQLite {oldest} … {newest}, one every {} s ({tender_desc})", o.interval)))?;
     let final_named = |n: &str| outcomes.iter().find(|x| x.config.name == n).map(|x| final_of(x).0);
     let def = final_named("default");
     if o.json {
+        let skip_json: serde_json::Map<String, serde_json::Value> = skipped.iter().map(|(n, w)| (n.to_string(), json!(w))).collect();
         let mut m = serde_json::Map::new();
         for oc in &outcomes {
             let (a, h) = final_of(oc);
@@ -531,7 +584,7 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
         }
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({"interval_s": o.interval, "tender": o.tender, "supervised": o.supervised, "sqlite_versions": versions, "csv": csv_path, "plot": svg_path, "configs": m}))?
+            serde_json::to_string_pretty(&json!({"interval_s": o.interval, "tender": o.tender, "supervised": o.supervised, "sqlite_versions": versions, "csv": csv_path, "plot": svg_path, "configs": m, "skipped": skip_json}))?
         );
         return Ok(());
     }
@@ -557,6 +610,9 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
             oc.alive
         );
     }
+    for (n, why) in &skipped {
+        println!("{n:<13} skipped: {why}");
+    }
     println!("final MiB: the instances' PSS (tenders included; for pool, pool mappings replaced by the whole pool files) at the end; mean MiB: the same averaged over the run; host MiB: MemTotal−MemAvailable above the memory baseline.");
     println!("seed 000 Fig. 8: Spacer-Δ+KSM 2.8× below Default (+KSM), 2.5× below DCE; the loader+pool 1.4× above Spacer-Δ+KSM (2.0× below Default); with ASLR, Spacer-Δ+KSM 2× below Default and 1.8× below DCE.");
     println!("CSV: {}  plot: {}", csv_path.display(), svg_path.display());
@@ -571,9 +627,12 @@ pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
         .iter()
         .map(|p| Config { name: p, policy: p, mode: "copy", paper_vs_default: None, baseline: "default" })
         .collect();
-    let (built, _) = build_all(json_out, &out.join("images"), &configs)?;
+    let built = build_all(json_out, &out.join("images"), &configs)?;
+    if built.images.is_empty() {
+        return Err(crate::bench::BenchError::nothing_measured("size", &built.failures).into());
+    }
     let mut rows = Vec::new();
-    for (policy, images) in &built {
+    for (policy, images) in &built.images {
         let mut total = 0u64;
         let mut stripped = 0u64;
         let mut pool_files = std::collections::BTreeMap::new();
@@ -604,7 +663,8 @@ pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
                     "default_over_this": def / (stripped + pool) as f64, "dce_over_this": dce / (stripped + pool) as f64, "ksm_over_this": *total as f64 / (stripped + pool) as f64}));
             }
         }
-        println!("{}", serde_json::to_string_pretty(&json!({"configs": js}))?);
+        let skipped: Vec<&String> = built.failures.iter().collect();
+        println!("{}", serde_json::to_string_pretty(&json!({"configs": js, "skipped": skipped}))?);
         return Ok(());
     }
     println!("shoal bench size: 8 idle images (one per SQLite version), disk use per configuration (seed 000 Fig. 9)");
@@ -616,6 +676,9 @@ pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
             let t = (stripped + pool) as f64;
             println!("{:<12} {:>12.2} {:>12.2} {:>14.2} {:>12.2} {:>10.2}   ksm/pool {:.2}", format!("{p}+pool"), m(*stripped), m(*pool), t / 1048576.0, def / t, dce / t, *total as f64 / t);
         }
+    }
+    for why in &built.failures {
+        println!("skipped: {why}");
     }
     println!("pool: images without their pooled pages (what a pool-aware build would ship) plus the distinct pool files.");
     println!("seed 000 Fig. 9: Spacer-Δ(+KSM) 1.3× above Default, 1.6× above DCE; with the pool 3.6× below Default, 3× below DCE, 4.8× below Spacer-Δ+KSM (ASLR: 2.6×, 2.2×, 3.9×).");

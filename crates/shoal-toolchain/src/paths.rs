@@ -36,6 +36,10 @@ impl Paths {
                 None => home.join("build/cache"),
             },
         };
+        // Absolute once, here: cached objects are named in workspace files,
+        // whose relative paths are resolved against the workspace file's own
+        // directory, so a relative SHOAL_CACHE would be resolved twice.
+        let cache = std::path::absolute(&cache).map_err(|e| ToolchainError::Io(cache.clone(), e))?;
         Ok(Paths { home, cache })
     }
 

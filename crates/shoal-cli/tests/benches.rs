@@ -1,0 +1,155 @@
+//! Issue 12, item 6: every `shoal bench` works as documented from any working
+//! directory, and a bench in which every configuration fails exits non-zero.
+//!
+//! Each test runs one bench's quickest mode (fewest runs, one configuration,
+//! short intervals) with `--json` from a fresh temporary directory that has
+//! nothing of the repository in it, and checks that the JSON holds real
+//! measurements. `bench memory` and `bench size` use their default, relative
+//! `--out`; `bench pages` a relative `--keep`: a relative directory used to
+//! be resolved twice (once here, once against the workspace file inside it),
+//! so nothing was built and the benches printed empty results with status 0.
+//!
+//! The benches use what `scripts/setup` prepares (the recipes' sources) and
+//! the SQLite versions `tests/versions.rs` compiles too; with those cached
+//! the whole file takes well under a minute. None of these needs root or
+//! KVM: a bench skips the systems it cannot run here (hvt, runc, runsc) by
+//! itself, and these tests only check what runs everywhere (spt, native).
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Output;
+use std::sync::Mutex;
+
+/// One bench at a time: the SQLite-based benches fill the same cache (a
+/// first run compiles it), and they all measure the machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs `shoal bench ARGS…` in `dir`.
+fn bench(dir: &Path, args: &[&str]) -> Output {
+    output(shoal().current_dir(dir).arg("bench").args(args))
+}
+
+/// The JSON a successful bench printed.
+fn json_of(what: &str, o: &Output) -> Value {
+    assert_eq!(o.status.code(), Some(0), "shoal bench {what} failed: {}", stderr(o));
+    serde_json::from_str(&stdout(o)).unwrap_or_else(|e| panic!("shoal bench {what}: stdout is not JSON ({e}): {}", stdout(o)))
+}
+
+/// A number in `v` at `path` that is a real measurement: finite and above 0.
+fn positive(v: &Value, path: &str) -> f64 {
+    let x = v.pointer(path).and_then(Value::as_f64).unwrap_or_else(|| panic!("no number at {path} in {v:#}"));
+    assert!(x.is_finite() && x > 0.0, "{path} = {x} is not a measurement in {v:#}");
+    x
+}
+
+#[test]
+fn bench_memory_default_out_from_any_directory() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let o = bench(tmp.path(), &["memory", "--only", "default+copy", "--interval", "0.1", "--settle", "0.5", "--json"]);
+    let v = json_of("memory", &o);
+    positive(&v, "/configs/default+copy/final_mib");
+    positive(&v, "/configs/default+copy/pss_mib");
+    assert_eq!(v.pointer("/configs/default+copy/instances_alive_at_end").and_then(Value::as_u64), Some(8), "{v:#}");
+    // The default --out is relative to where shoal was started, once.
+    let out = tmp.path().join("shoal-bench-memory");
+    assert!(out.join("memory.csv").is_file() && out.join("memory.svg").is_file(), "no CSV or plot in {}", out.display());
+    assert!(out.join("images/default/idle-3.35.4").is_file(), "no images in {}", out.display());
+    assert_eq!(v["csv"].as_str().map(Path::new), Some(out.join("memory.csv").as_path()));
+}
+
+#[test]
+fn bench_memory_where_every_configuration_fails_exits_non_zero() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    // 1 KiB of guest memory: every instance refuses to start.
+    let o = bench(tmp.path(), &["memory", "--only", "default+copy", "--interval", "0.1", "--settle", "0.3", "--mem", "1K", "--json"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(125), "expected shoal's error status; stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(stdout(&o).trim().is_empty(), "a failed bench printed a result: {}", stdout(&o));
+    // Warnings may come first; the error is one `shoal:` line, the last.
+    let shoal_lines: Vec<&str> = err.lines().filter(|l| l.starts_with("shoal: ")).collect();
+    assert_eq!(shoal_lines.len(), 1, "expected one error line: {err}");
+    assert_eq!(err.lines().last(), Some(shoal_lines[0]));
+    assert!(shoal_lines[0].contains("bench memory: nothing could be measured") && shoal_lines[0].contains("too small"), "{err}");
+}
+
+#[test]
+fn bench_size_default_out_from_any_directory() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("size", &bench(tmp.path(), &["size", "--json"]));
+    for c in ["default", "dce", "delta+ksm", "delta+pool", "default-aslr", "dce-aslr", "aslr+ksm", "aslr+pool"] {
+        positive(&v, &format!("/configs/{c}/images_mib"));
+    }
+    positive(&v, "/configs/delta+pool/pool_mib");
+    assert_eq!(v["skipped"].as_array().map(Vec::len), Some(0), "{v:#}");
+    assert!(tmp.path().join("shoal-bench-size/images/default").is_dir());
+}
+
+/// `bench pages` has no configuration to pick: its quickest mode is the
+/// whole bench (7 policies × 8 images from the cached SQLite objects, about
+/// 20 s), which is short enough to run here.
+#[test]
+fn bench_pages_relative_keep_from_any_directory() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("pages", &bench(tmp.path(), &["pages", "--json", "--keep", "kept"]));
+    for p in ["default", "dce", "aligned", "delta", "aslr", "default-aslr", "dce-aslr"] {
+        positive(&v, &format!("/policies/{p}/frames"));
+    }
+    positive(&v, "/delta_floor/frames");
+    assert!(tmp.path().join("kept/delta/workspace.toml").is_file(), "--keep kept was not kept in the working directory");
+}
+
+#[test]
+fn bench_boot_from_any_directory() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("boot", &bench(tmp.path(), &["boot", "--runs", "1", "--json"]));
+    for s in ["spt", "native"] {
+        positive(&v, &format!("/systems/{s}/first_byte_ms/median"));
+        positive(&v, &format!("/systems/{s}/exit_ms/median"));
+    }
+    // The others run only with KVM, root and the runtimes: reported either way.
+    for s in ["hvt", "tender-spt", "tender-hvt", "runc", "runsc"] {
+        let sys = &v["systems"][s];
+        if let Some(why) = sys["skipped"].as_str() {
+            eprintln!("bench boot: {s} skipped here: {why}");
+        } else {
+            positive(&v, &format!("/systems/{s}/first_byte_ms/median"));
+        }
+    }
+}
+
+#[test]
+fn bench_syscall_from_any_directory() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("syscall", &bench(tmp.path(), &["syscall", "--iterations", "1000", "--repeat", "1", "--json"]));
+    for op in ["getpid", "write", "filewrite"] {
+        positive(&v, &format!("/results/{op}/native_ns/mean"));
+        positive(&v, &format!("/results/{op}/spt_ns/mean"));
+    }
+}
+
+#[test]
+fn bench_apps_from_any_directory() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    // Lua's run is the shortest of the recipes'.
+    let v = json_of("apps", &bench(tmp.path(), &["apps", "--only", "lua", "--repeat", "2", "--json"]));
+    assert!(v.pointer("/results/lua/failure").is_some_and(Value::is_null), "{v:#}");
+    assert_eq!(v.pointer("/results/lua/same_output").and_then(Value::as_bool), Some(true), "{v:#}");
+    positive(&v, "/results/lua/native_s/mean");
+    positive(&v, "/results/lua/spt_s/mean");
+    assert_eq!(v.pointer("/results/lua/spt_s/runs").and_then(Value::as_array).map(Vec::len), Some(2));
+    if let Some(why) = v.pointer("/results/lua/hvt_s/skipped").and_then(Value::as_str) {
+        eprintln!("bench apps: hvt skipped here: {why}");
+    } else {
+        positive(&v, "/results/lua/hvt_s/mean");
+    }
+}
