@@ -18,9 +18,11 @@ pub fn ensure_libc(paths: &Paths, force: bool) -> Result<()> {
         return Ok(());
     }
     let script = paths.home.join("libc/build-musl.sh");
+    // Its progress goes to stderr: this runs on the first use of any
+    // command, and `shoal bench … --json` promises JSON alone on stdout.
     run(
         "libc/build-musl.sh",
-        Command::new("bash").arg(&script).env("SHOAL_CACHE", &paths.cache),
+        Command::new("bash").arg(&script).env("SHOAL_CACHE", &paths.cache).stdout(std::io::stderr()),
     )
 }
 
@@ -43,7 +45,9 @@ pub fn ensure_kernel(paths: &Paths, force: bool) -> Result<()> {
             .args(["build", "--release", "--quiet", "--manifest-path"])
             .arg(paths.kernel_dir().join("Cargo.toml"))
             .env_remove("CARGO_TARGET_DIR")
-            .env_remove("RUSTFLAGS"),
+            .env_remove("RUSTFLAGS")
+            // As the libc script's: stdout is the command's own output.
+            .stdout(std::io::stderr()),
     )?;
     // The precompiled core, alloc and compiler_builtins in the staticlib are
     // position-independent code that reaches other crates through the GOT
