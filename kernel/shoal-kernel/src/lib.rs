@@ -28,6 +28,7 @@ extern crate alloc;
 
 // Every component, so that all are linked into the staticlib.
 use shoal_mm as _;
+use shoal_net as _;
 use shoal_plat as _;
 use shoal_process as _;
 use shoal_ramfs as _;
@@ -78,6 +79,7 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
     shoal_time::init();
     shoal_sysinfo::init();
     shoal_vfs::init();
+    shoal_net::init();
 }
 
 /// The personality routine the `.eh_frame` of the precompiled `core`

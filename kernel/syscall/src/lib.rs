@@ -12,8 +12,39 @@ use shoal_plat::{Args, Errno, Global, SyscallFn};
 
 pub use shoal_abi::linux as nr;
 
+/// Numbers of the socket and readiness calls that `shoal_abi::linux` does
+/// not name (x86-64).
+mod nr_net {
+    pub const SENDMSG: u64 = 46;
+    pub const RECVMSG: u64 = 47;
+    pub const SHUTDOWN: u64 = 48;
+    pub const BIND: u64 = 49;
+    pub const LISTEN: u64 = 50;
+    pub const GETSOCKNAME: u64 = 51;
+    pub const GETPEERNAME: u64 = 52;
+    pub const SOCKETPAIR: u64 = 53;
+    pub const SETSOCKOPT: u64 = 54;
+    pub const GETSOCKOPT: u64 = 55;
+    pub const EPOLL_CREATE: u64 = 213;
+    pub const EPOLL_WAIT: u64 = 232;
+    pub const EPOLL_CTL: u64 = 233;
+    pub const EPOLL_PWAIT: u64 = 281;
+    pub const TIMERFD_CREATE: u64 = 283;
+    pub const EVENTFD: u64 = 284;
+    pub const TIMERFD_SETTIME: u64 = 286;
+    pub const TIMERFD_GETTIME: u64 = 287;
+    pub const ACCEPT4: u64 = 288;
+    pub const EVENTFD2: u64 = 290;
+    pub const EPOLL_CREATE1: u64 = 291;
+    pub const RECVMMSG: u64 = 299;
+    pub const SENDMMSG: u64 = 307;
+    pub const EPOLL_PWAIT2: u64 = 441;
+}
+
 fn lookup(n: u64) -> Option<SyscallFn> {
+    use nr_net as nn;
     use shoal_mm::sys as mm;
+    use shoal_net::sys as net;
     use shoal_process::sys as process;
     use shoal_sched::sys as sched;
     use shoal_sysinfo::sys as sysinfo;
@@ -21,9 +52,10 @@ fn lookup(n: u64) -> Option<SyscallFn> {
     use shoal_user::sys as user;
     use shoal_vfs::sys as vfs;
     let f: SyscallFn = match n {
-        // files (vfs, ramfs behind it)
-        nr::READ => vfs::read,
-        nr::WRITE => vfs::write,
+        // files (vfs, ramfs behind it); reads and writes pass through net,
+        // which serves its own descriptors and hands the rest to vfs
+        nr::READ => net::read,
+        nr::WRITE => net::write,
         nr::OPEN => vfs::open,
         nr::CLOSE => vfs::close,
         nr::STAT => vfs::stat,
@@ -33,8 +65,8 @@ fn lookup(n: u64) -> Option<SyscallFn> {
         nr::IOCTL => vfs::ioctl,
         nr::PREAD64 => vfs::pread64,
         nr::PWRITE64 => vfs::pwrite64,
-        nr::READV => vfs::readv,
-        nr::WRITEV => vfs::writev,
+        nr::READV => net::readv,
+        nr::WRITEV => net::writev,
         nr::ACCESS => vfs::access,
         nr::DUP => vfs::dup,
         nr::DUP2 => vfs::dup2,
@@ -104,6 +136,36 @@ fn lookup(n: u64) -> Option<SyscallFn> {
         nr::PPOLL => vfs::ppoll,
         nr::SELECT => vfs::select,
         nr::PSELECT6 => vfs::pselect6,
+        // sockets, epoll, eventfd, timerfd (net)
+        nr::SOCKET => net::socket,
+        nr::CONNECT => net::connect,
+        nr::ACCEPT => net::accept,
+        nr::SENDTO => net::sendto,
+        nr::RECVFROM => net::recvfrom,
+        nn::SENDMSG => net::sendmsg,
+        nn::RECVMSG => net::recvmsg,
+        nn::SHUTDOWN => net::shutdown,
+        nn::BIND => net::bind,
+        nn::LISTEN => net::listen,
+        nn::GETSOCKNAME => net::getsockname,
+        nn::GETPEERNAME => net::getpeername,
+        nn::SOCKETPAIR => net::socketpair,
+        nn::SETSOCKOPT => net::setsockopt,
+        nn::GETSOCKOPT => net::getsockopt,
+        nn::ACCEPT4 => net::accept4,
+        nn::SENDMMSG => net::sendmmsg,
+        nn::RECVMMSG => net::recvmmsg,
+        nn::EPOLL_CREATE => net::epoll_create,
+        nn::EPOLL_CREATE1 => net::epoll_create1,
+        nn::EPOLL_CTL => net::epoll_ctl,
+        nn::EPOLL_WAIT => net::epoll_wait,
+        nn::EPOLL_PWAIT => net::epoll_pwait,
+        nn::EPOLL_PWAIT2 => net::epoll_pwait2,
+        nn::EVENTFD => net::eventfd,
+        nn::EVENTFD2 => net::eventfd2,
+        nn::TIMERFD_CREATE => net::timerfd_create,
+        nn::TIMERFD_SETTIME => net::timerfd_settime,
+        nn::TIMERFD_GETTIME => net::timerfd_gettime,
         // memory
         nr::BRK => mm::brk,
         nr::MMAP => mm::mmap,
@@ -184,14 +246,23 @@ fn report_unknown(n: u64) {
     }
 }
 
-/// Linux raises `SIGPIPE` for the thread whose write to a pipe without
-/// readers fails with `EPIPE` (default action: terminate). The pipe is
-/// vfs's, the signal process's: the table joins them.
-fn sigpipe(n: u64, r: shoal_plat::SysResult) -> shoal_plat::SysResult {
+/// Linux raises `SIGPIPE` for the thread whose write to a pipe or socket
+/// without readers fails with `EPIPE` (default action: terminate), unless
+/// a send asked for `MSG_NOSIGNAL`. The pipe is vfs's, the socket net's,
+/// the signal process's: the table joins them.
+fn sigpipe(n: u64, args: &Args, r: shoal_plat::SysResult) -> shoal_plat::SysResult {
     const SIGPIPE: i32 = 13;
-    if r == Err(Errno::EPIPE)
-        && matches!(n, nr::WRITE | nr::WRITEV | nr::PWRITEV | nr::PWRITEV2 | nr::SENDFILE | nr::COPY_FILE_RANGE)
-    {
+    const MSG_NOSIGNAL: u64 = 0x4000;
+    let send_flags = match n {
+        nr::SENDTO | nr_net::SENDMMSG => Some(args.u(3)),
+        nr_net::SENDMSG => Some(args.u(2)),
+        _ => None,
+    };
+    let raises = match send_flags {
+        Some(f) => f & MSG_NOSIGNAL == 0,
+        None => matches!(n, nr::WRITE | nr::WRITEV | nr::PWRITEV | nr::PWRITEV2 | nr::SENDFILE | nr::COPY_FILE_RANGE),
+    };
+    if r == Err(Errno::EPIPE) && raises {
         shoal_process::signal::send_self(SIGPIPE, shoal_process::signal::SI_USER);
     }
     r
@@ -202,7 +273,7 @@ fn sigpipe(n: u64, r: shoal_plat::SysResult) -> shoal_plat::SysResult {
 /// blocked are delivered before the result returns (`shoal_process::signal`).
 pub fn dispatch(n: u64, args: &Args) -> i64 {
     let r = match lookup(n) {
-        Some(f) => match sigpipe(n, f(args)) {
+        Some(f) => match sigpipe(n, args, f(args)) {
             Ok(v) => v as i64,
             Err(e) => e.to_ret(),
         },

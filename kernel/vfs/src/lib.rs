@@ -43,6 +43,10 @@
 //! how a thread blocks (see there for what happens with one thread).
 //! `poll`, `ppoll`, `select` and `pselect6` are in module `poll`.
 //!
+//! Objects other components own (sockets, epoll, eventfd, timerfd, in
+//! `shoal-net`) have descriptors here too; module [`obj`] is the interface
+//! to their owner and the one readiness interface of every descriptor.
+//!
 //! Modules: [`abi`] (constants and structure layouts), `path` (name
 //! resolution), `ops` and `more` (the calls), [`sys`] (the entry points the
 //! syscall table names).
@@ -54,6 +58,7 @@ pub mod abi;
 mod dev;
 mod mmap;
 mod more;
+pub mod obj;
 mod ops;
 mod path;
 mod pipe;
@@ -91,6 +96,9 @@ pub(crate) enum Target {
     Fifo(Ino),
     /// A character device.
     Dev(Ino, dev::Device),
+    /// An object another component owns (a socket, an epoll instance, an
+    /// eventfd, a timerfd): see module [`obj`].
+    Obj(u64),
 }
 
 impl Target {
@@ -219,6 +227,7 @@ impl Vfs {
                 if let Some(ino) = o.target.ino() {
                     self.fs.put_ref(ino);
                 }
+                self.obj_released(i, o.target);
             }
         }
     }

@@ -182,7 +182,7 @@ impl Vfs {
                 _ => return Err(Errno::ENODEV),
             },
             Target::Fifo(_) | Target::Stdin | Target::Stdout | Target::Stderr => return Err(Errno::ESPIPE),
-            Target::Dev(..) => return Err(Errno::ENODEV),
+            Target::Dev(..) | Target::Obj(_) => return Err(Errno::ENODEV),
         };
         if mode != 0 {
             return Err(Errno::EOPNOTSUPP);
@@ -388,7 +388,7 @@ impl Vfs {
             return Err(Errno::EBADF);
         }
         match o.target {
-            Target::Fifo(_) | Target::Stdin | Target::Stdout | Target::Stderr => Err(Errno::ESPIPE),
+            Target::Fifo(_) | Target::Stdin | Target::Stdout | Target::Stderr | Target::Obj(_) => Err(Errno::ESPIPE),
             t => Ok(t),
         }
     }

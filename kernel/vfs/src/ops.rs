@@ -116,6 +116,25 @@ impl Vfs {
                 }
                 Ok(m)
             }
+            Target::Obj(id) => {
+                let om = crate::obj::ops().ok_or(Errno::EBADF)?.meta(id);
+                let t = self.pipe_time;
+                Ok(Meta {
+                    dev: om.dev,
+                    ino: om.ino,
+                    mode: om.mode,
+                    nlink: 1,
+                    uid: 0,
+                    gid: 0,
+                    size: 0,
+                    blocks: 0,
+                    atime: t,
+                    mtime: t,
+                    ctime: t,
+                    btime: t,
+                    rdev: 0,
+                })
+            }
             pipe => {
                 let t = self.pipe_time;
                 Ok(Meta {
@@ -177,6 +196,8 @@ impl Vfs {
                 Ok(n)
             }
             Target::Dev(_, d) => Self::dev_read(d, buf),
+            Target::Obj(_) if pos.is_some() => Err(Errno::ESPIPE),
+            Target::Obj(id) => crate::obj::ops().ok_or(Errno::EBADF)?.read(id, buf),
             Target::Node(ino) => {
                 let off = pos.unwrap_or(o.offset);
                 let n = self.fs.read(ino, off, buf)?;
@@ -203,6 +224,8 @@ impl Vfs {
             Target::Fifo(_) if pos.is_some() => Err(Errno::ESPIPE),
             Target::Fifo(ino) => self.pipe_write(ino, data),
             Target::Dev(_, d) => Self::dev_write(d, data),
+            Target::Obj(_) if pos.is_some() => Err(Errno::ESPIPE),
+            Target::Obj(id) => crate::obj::ops().ok_or(Errno::EBADF)?.write(id, data),
             Target::Node(ino) => {
                 // O_APPEND writes at the end, even for pwrite (as Linux does).
                 let off = if o.flags & O_APPEND != 0 { self.fs.size(ino)? } else { pos.unwrap_or(o.offset) };
@@ -234,7 +257,7 @@ impl Vfs {
     }
 
     pub(crate) fn pos_arg(&self, i: usize, off: i64) -> Result<u64, Errno> {
-        if matches!(self.ofd(i).target, Target::Stdin | Target::Stdout | Target::Stderr | Target::Fifo(_)) {
+        if matches!(self.ofd(i).target, Target::Stdin | Target::Stdout | Target::Stderr | Target::Fifo(_) | Target::Obj(_)) {
             return Err(Errno::ESPIPE);
         }
         if off < 0 {
@@ -414,6 +437,7 @@ impl Vfs {
                     }
                     Target::Node(_) | Target::Dev(..) => return Err(Errno::ENOTTY),
                     Target::Fifo(ino) => self.pipe(ino).map(|p| p.buf.len() as i32).unwrap_or(0),
+                    Target::Obj(id) => crate::obj::ops().ok_or(Errno::ENOTTY)?.nread(id)?.min(i32::MAX as usize) as i32,
                     _ => 0,
                 };
                 umem::write(a.u(2), n)?;
@@ -619,7 +643,7 @@ impl Vfs {
             }
             F_GETOWN | F_SETOWN => Ok(0),
             F_GETPIPE_SZ | F_SETPIPE_SZ => match self.ofd(e.ofd).target {
-                Target::Node(_) | Target::Dev(..) => Err(Errno::EBADF),
+                Target::Node(_) | Target::Dev(..) | Target::Obj(_) => Err(Errno::EBADF),
                 _ => Ok(crate::pipe::PIPE_CAP as u64),
             },
             _ => Err(Errno::EINVAL),

@@ -19,6 +19,9 @@ pub(crate) struct Pipe {
     /// Open file descriptions that can read / write it.
     pub readers: u32,
     pub writers: u32,
+    /// Counts changes that can make an end newly ready (data, space, an
+    /// end opened or closed): edge-triggered epoll reports on a change.
+    pub gen: u64,
 }
 
 impl Pipe {
@@ -39,6 +42,7 @@ impl Vfs {
                 p.writers += 1;
             }
         }
+        p.gen += 1;
         crate::wait::wake(ino);
     }
 
@@ -54,6 +58,7 @@ impl Vfs {
                 p.writers -= 1;
             }
         }
+        p.gen += 1;
         if p.readers == 0 && p.writers == 0 {
             self.pipes.remove(&ino);
         }
@@ -78,6 +83,7 @@ impl Vfs {
         for (d, s) in buf.iter_mut().zip(p.buf.drain(..n)) {
             *d = s;
         }
+        p.gen += 1;
         crate::wait::wake(ino);
         Ok(n)
     }
@@ -99,17 +105,18 @@ impl Vfs {
         }
         let n = data.len().min(space);
         p.buf.extend(&data[..n]);
+        p.gen += 1;
         crate::wait::wake(ino);
         Ok(n)
     }
 
-    /// Whether an `EAGAIN` from `fd` means "wait and retry": a pipe
-    /// opened without `O_NONBLOCK`.
+    /// Whether an `EAGAIN` from `fd` means "wait and retry": a pipe or
+    /// an object (module `obj`) opened without `O_NONBLOCK`.
     pub(crate) fn would_block(&self, fd: i32) -> bool {
         match self.ofd_of(fd) {
             Ok(i) => {
                 let o = self.ofd(i);
-                matches!(o.target, Target::Fifo(_)) && o.flags & O_NONBLOCK == 0
+                matches!(o.target, Target::Fifo(_) | Target::Obj(_)) && o.flags & O_NONBLOCK == 0
             }
             Err(_) => false,
         }

@@ -5,16 +5,17 @@
 //! returns end of file at once); stdout and stderr are writable; a pipe is
 //! readable when it holds data, writable when `PIPE_BUF` bytes fit, reports
 //! `POLLHUP` on the reading side when no writer is left and `POLLERR` on
-//! the writing side when no reader is left. The sigmask of `ppoll` and
+//! the writing side when no reader is left; objects (sockets, eventfds,
+//! timerfds, epoll instances) answer through module `obj`, and a wait
+//! wakes at the earliest timer among the descriptors waited on. The
+//! sigmask of `ppoll` and
 //! `pselect6` is not applied: no signal can arrive while the only thread
 //! waits (see `wait`).
 
 use alloc::vec::Vec;
 use shoal_plat::{umem, Args, Errno, SysResult};
 
-use crate::abi::O_ACCMODE;
-use crate::pipe::PIPE_BUF;
-use crate::{Target, Vfs, MAX_FDS};
+use crate::{Vfs, MAX_FDS};
 
 pub const POLLIN: i16 = 0x1;
 pub const POLLPRI: i16 = 0x2;
@@ -28,6 +29,15 @@ pub const POLLWRNORM: i16 = 0x100;
 const IN: i16 = POLLIN | POLLRDNORM;
 const OUT: i16 = POLLOUT | POLLWRNORM;
 
+/// The earlier of two optional deadlines.
+fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
 /// `struct pollfd`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -38,37 +48,20 @@ pub struct PollFd {
 }
 
 impl Vfs {
-    /// Everything `fd` is ready for (`POLLNVAL` if it is not open).
+    /// Everything `fd` is ready for (`POLLNVAL` if it is not open): the
+    /// readiness every kind of descriptor answers (module `obj`), as poll
+    /// bits (`POLLRDHUP` is reported only where asked for, by the caller's
+    /// mask).
     pub(crate) fn ready_mask(&self, fd: i32) -> i16 {
         let Ok(i) = self.ofd_of(fd) else { return POLLNVAL };
         let o = self.ofd(i);
-        match o.target {
-            Target::Stdin => IN,
-            Target::Stdout | Target::Stderr => OUT,
-            Target::Node(_) | Target::Dev(..) => IN | OUT,
-            Target::Fifo(ino) => {
-                let Some(p) = self.pipe(ino) else { return 0 };
-                let mut m = 0;
-                let acc = o.flags & O_ACCMODE;
-                if acc != crate::abi::O_WRONLY {
-                    if !p.buf.is_empty() {
-                        m |= IN;
-                    }
-                    if p.writers == 0 {
-                        m |= POLLHUP;
-                    }
-                }
-                if acc != crate::abi::O_RDONLY {
-                    if p.space() >= PIPE_BUF {
-                        m |= OUT;
-                    }
-                    if p.readers == 0 {
-                        m |= POLLERR;
-                    }
-                }
-                m
-            }
-        }
+        (self.target_ready(o.target, o.flags).mask & 0x7fff) as i16
+    }
+
+    /// The earliest time one of the descriptors `fds` may become ready by
+    /// itself (a timerfd), so that a wait for them wakes then.
+    pub(crate) fn fds_deadline(&self, fds: impl Iterator<Item = i32>) -> Option<u64> {
+        fds.filter_map(|fd| self.ofd_of(fd).ok().and_then(|i| self.ofd_deadline(i))).min()
     }
 
     /// Fills in `revents` of every entry; returns how many have any.
@@ -144,7 +137,8 @@ fn do_poll(fds_addr: u64, nfds: u64, dl: Option<u64>) -> SysResult {
             }
             return Ok(n as u64);
         }
-        crate::wait::block("poll", dl)?;
+        let timers = crate::with(|v| v.fds_deadline(fds.iter().map(|p| p.fd)));
+        crate::wait::block("poll", earlier(dl, timers))?;
     }
 }
 
@@ -221,7 +215,9 @@ fn do_select(nfds: i32, addrs: [u64; 3], dl: Option<u64>) -> SysResult {
             }
             return Ok(n as u64);
         }
-        crate::wait::block("select", dl)?;
+        let wanted = |fd: &usize| sets.iter().any(|s| s.as_ref().is_some_and(|s| s[fd / 64] & (1 << (fd % 64)) != 0));
+        let timers = crate::with(|v| v.fds_deadline((0..nfds).filter(wanted).map(|fd| fd as i32)));
+        crate::wait::block("select", earlier(dl, timers))?;
     }
 }
 

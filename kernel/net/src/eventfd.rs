@@ -1,0 +1,79 @@
+//! `eventfd`, `eventfd2`: a 64-bit counter as a descriptor (DESIGN §3.1).
+//!
+//! Linux semantics: a read needs an 8-byte buffer and returns the counter
+//! and zeroes it (with `EFD_SEMAPHORE`: returns 1 and decrements it), or
+//! would block at 0; a write adds its 8-byte value, or would block while
+//! the sum would exceed `0xffff_ffff_ffff_fffe`; writing `u64::MAX` is
+//! `EINVAL`. Readable while the counter is non-zero, writable while 1 more
+//! fits.
+
+use shoal_plat::{Errno, SysResult};
+use shoal_vfs::obj::*;
+
+use crate::abi::*;
+
+/// The largest value the counter holds.
+const MAX: u64 = u64::MAX - 1;
+
+/// One eventfd.
+#[derive(Debug)]
+pub(crate) struct EventFd {
+    count: u64,
+    semaphore: bool,
+    gen: u64,
+}
+
+impl EventFd {
+    pub fn new(init: u64, semaphore: bool) -> EventFd {
+        EventFd { count: init, semaphore, gen: 0 }
+    }
+
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, Errno> {
+        let out = buf.get_mut(..8).ok_or(Errno::EINVAL)?;
+        if self.count == 0 {
+            return Err(Errno::EAGAIN);
+        }
+        let v = if self.semaphore { 1 } else { self.count };
+        self.count -= v;
+        out.copy_from_slice(&v.to_ne_bytes());
+        self.gen += 1;
+        crate::wake();
+        Ok(8)
+    }
+
+    pub fn write(&mut self, data: &[u8]) -> Result<usize, Errno> {
+        let b: [u8; 8] = data.get(..8).and_then(|b| b.try_into().ok()).ok_or(Errno::EINVAL)?;
+        let v = u64::from_ne_bytes(b);
+        if v == u64::MAX {
+            return Err(Errno::EINVAL);
+        }
+        if MAX - self.count < v {
+            return Err(Errno::EAGAIN);
+        }
+        self.count += v;
+        self.gen += 1;
+        crate::wake();
+        Ok(8)
+    }
+
+    pub fn ready(&self) -> Readiness {
+        let mut m = 0;
+        if self.count > 0 {
+            m |= EPOLLIN | EPOLLRDNORM;
+        }
+        if self.count < MAX {
+            m |= EPOLLOUT | EPOLLWRNORM;
+        }
+        Readiness { mask: m, gen: self.gen }
+    }
+}
+
+/// `eventfd2(initval, flags)`.
+pub fn eventfd2(init: u32, flags: i32) -> SysResult {
+    if flags & !(EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let id = crate::with(|n| n.add(crate::Obj::Event(EventFd::new(init as u64, flags & EFD_SEMAPHORE != 0))));
+    let fd = shoal_vfs::with(|v| v.install_obj(id, flags & EFD_NONBLOCK != 0, flags & EFD_CLOEXEC != 0))?;
+    Ok(fd as u64)
+}

@@ -1,0 +1,240 @@
+//! Kernel component `net` (DESIGN §3.1, §6): sockets, and the readiness
+//! descriptors — `epoll`, `eventfd`, `timerfd` — that work over every kind
+//! of descriptor.
+//!
+//! **Where things live.** The objects (sockets, epoll instances, eventfds,
+//! timerfds) are this component's state ([`Net`]); their descriptors are
+//! in vfs's one descriptor table, as `Target::Obj(id)` descriptions, so
+//! `dup`, `close`, `fcntl(F_SETFL, O_NONBLOCK)`, `fstat`, `poll` and
+//! `select` treat them like files and pipes. The two components meet in
+//! `shoal_vfs::obj`: this crate registers an [`ObjOps`] table at boot
+//! ([`init`]) through which vfs asks for readiness, plain reads and writes,
+//! and reports closed descriptions.
+//!
+//! **Sockets** (module `socket`) are served by a [`Backend`] per family:
+//! `AF_UNIX` by module `unix`, entirely in the guest. `AF_INET` and
+//! `AF_INET6` will be host-socket passthrough (each guest socket a host
+//! socket owned by the tender, each operation a hypercall), installed with
+//! [`set_inet_backend`]; until a tender provides it, `socket(AF_INET, …)`
+//! fails with `EAFNOSUPPORT`.
+//!
+//! **Readiness** is one interface ([`shoal_vfs::obj::Readiness`]: epoll
+//! bits plus an event generation) that files, pipes, the standard streams
+//! and every object here answer; `poll`/`select` (vfs) and `epoll_wait`
+//! (module `epoll`) are built on it.
+//!
+//! **Blocking.** A call that cannot go on waits in `shoal_vfs::wait`, the
+//! scheduler's kernel wait queue: only the calling thread blocks; every
+//! state change here wakes the waiters, which re-check. A wait that a
+//! timer can end (a timerfd read, `epoll_wait` or `poll` over timerfds, a
+//! timeout) carries the nearest deadline, so when every thread waits the
+//! instance sleeps in the tender's poll hypercall until then and uses no
+//! CPU. A host-socket backend will additionally have to make that idle
+//! sleep wait for its host sockets (the poll hypercall's device set) and
+//! wake the queue when one becomes ready.
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+
+pub mod abi;
+pub mod backend;
+mod epoll;
+mod eventfd;
+mod socket;
+pub mod sys;
+mod timerfd;
+pub mod unix;
+
+use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
+use shoal_plat::{Errno, Global};
+use shoal_vfs::obj::{ObjMeta, ObjOps, Readiness};
+use shoal_vfs::Vfs;
+
+pub use backend::Backend;
+
+/// A socket: which backend serves it and the backend's handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Sock {
+    pub fam: Fam,
+    pub h: u64,
+}
+
+/// The families with a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fam {
+    Unix,
+    Inet,
+}
+
+/// An object behind a descriptor.
+pub(crate) enum Obj {
+    Socket(Sock),
+    Epoll(epoll::Epoll),
+    Event(eventfd::EventFd),
+    Timer(timerfd::TimerFd),
+}
+
+/// The state of the component.
+pub(crate) struct Net {
+    pub objs: BTreeMap<u64, Obj>,
+    next: u64,
+    pub unix: unix::Unix,
+    /// The `AF_INET`/`AF_INET6` backend, once a tender provides one.
+    pub inet: Option<Box<dyn Backend>>,
+}
+
+impl Net {
+    fn new() -> Net {
+        Net { objs: BTreeMap::new(), next: 0, unix: unix::Unix::default(), inet: None }
+    }
+
+    /// Adds an object; returns its id.
+    pub fn add(&mut self, o: Obj) -> u64 {
+        self.next += 1;
+        self.objs.insert(self.next, o);
+        self.next
+    }
+
+    /// The backend of family `f` (`EAFNOSUPPORT` if there is none yet).
+    pub fn backend(&mut self, f: Fam) -> Result<&mut (dyn Backend + 'static), Errno> {
+        match f {
+            Fam::Unix => Ok(&mut self.unix),
+            Fam::Inet => self.inet.as_deref_mut().ok_or(Errno::EAFNOSUPPORT),
+        }
+    }
+}
+
+static NET: Global<Option<Net>> = Global::new(None);
+
+/// Runs `f` on the component's state. Never call vfs (`shoal_vfs::with`)
+/// inside: vfs calls back into this component (see `shoal_vfs::obj`).
+pub(crate) fn with<R>(f: impl FnOnce(&mut Net) -> R) -> R {
+    NET.with(|n| f(n.get_or_insert_with(Net::new)))
+}
+
+/// Tells every waiting thread that something here changed (they re-check).
+pub(crate) fn wake() {
+    shoal_vfs::wait::wake(0);
+}
+
+/// Installs the `AF_INET`/`AF_INET6` backend (host-socket passthrough).
+pub fn set_inet_backend(b: Box<dyn Backend>) {
+    with(|n| n.inet = Some(b));
+}
+
+/// Registers the component with vfs. Called once at boot, after vfs.
+pub fn init() {
+    shoal_vfs::obj::register(&OPS);
+}
+
+/// The table vfs calls (see `shoal_vfs::obj`).
+struct Ops;
+static OPS: Ops = Ops;
+
+/// `st_dev` of sockets (sockfs, 0:8) and of anonymous inodes (0:15).
+const SOCK_DEV: u64 = 8;
+const ANON_DEV: u64 = 15;
+
+impl ObjOps for Ops {
+    fn ready(&self, id: u64, vfs: &Vfs) -> Readiness {
+        enum K {
+            Epoll,
+            Other(Readiness),
+        }
+        let k = with(|n| {
+            let now = || shoal_time::monotonic_ns();
+            let r = match n.objs.get_mut(&id) {
+                Some(Obj::Socket(s)) => {
+                    let s = *s;
+                    n.backend(s.fam).map(|b| b.ready(s.h)).unwrap_or_default()
+                }
+                Some(Obj::Event(e)) => e.ready(),
+                Some(Obj::Timer(t)) => t.ready(now()),
+                Some(Obj::Epoll(_)) => return K::Epoll,
+                None => Readiness::default(),
+            };
+            K::Other(r)
+        });
+        match k {
+            K::Other(r) => r,
+            K::Epoll => epoll::ready(id, vfs),
+        }
+    }
+
+    fn deadline(&self, id: u64, vfs: &Vfs) -> Option<u64> {
+        let is_epoll = with(|n| match n.objs.get(&id) {
+            Some(Obj::Timer(t)) => Err(t.deadline()),
+            Some(Obj::Epoll(_)) => Ok(()),
+            _ => Err(None),
+        });
+        match is_epoll {
+            Ok(()) => epoll::deadline(id, vfs),
+            Err(d) => d,
+        }
+    }
+
+    fn read(&self, id: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        with(|n| match n.objs.get_mut(&id) {
+            Some(Obj::Socket(s)) => {
+                let s = *s;
+                n.backend(s.fam)?.recv(s.h, &mut [buf], 0).map(|r| r.len)
+            }
+            Some(Obj::Event(e)) => e.read(buf),
+            Some(Obj::Timer(t)) => t.read(buf, shoal_time::monotonic_ns()),
+            _ => Err(Errno::EINVAL),
+        })
+    }
+
+    fn write(&self, id: u64, data: &[u8]) -> Result<usize, Errno> {
+        with(|n| match n.objs.get_mut(&id) {
+            Some(Obj::Socket(s)) => {
+                let s = *s;
+                n.backend(s.fam)?.send(s.h, &[data], None, 0)
+            }
+            Some(Obj::Event(e)) => e.write(data),
+            _ => Err(Errno::EINVAL),
+        })
+    }
+
+    fn nread(&self, id: u64) -> Result<usize, Errno> {
+        with(|n| match n.objs.get(&id) {
+            Some(Obj::Socket(s)) => {
+                let s = *s;
+                Ok(n.backend(s.fam)?.nread(s.h))
+            }
+            _ => Err(Errno::ENOTTY),
+        })
+    }
+
+    fn meta(&self, id: u64) -> ObjMeta {
+        with(|n| match n.objs.get(&id) {
+            Some(Obj::Socket(_)) => ObjMeta { mode: 0o140777, ino: id, dev: SOCK_DEV },
+            _ => ObjMeta { mode: 0o600, ino: id, dev: ANON_DEV },
+        })
+    }
+
+    fn release(&self, id: u64) {
+        with(|n| {
+            if let Some(Obj::Socket(s)) = n.objs.remove(&id) {
+                if let Ok(b) = n.backend(s.fam) {
+                    b.close(s.h);
+                }
+            }
+        });
+        wake();
+    }
+
+    fn ofd_released(&self, ofd: usize) {
+        with(|n| {
+            for o in n.objs.values_mut() {
+                if let Obj::Epoll(e) = o {
+                    e.forget(ofd);
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

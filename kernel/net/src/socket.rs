@@ -1,0 +1,496 @@
+//! The socket layer (DESIGN §3.1): the BSD socket calls over the
+//! [`Backend`](crate::backend::Backend) of each family.
+//!
+//! This module reads the guest's arguments (addresses, `msghdr`,
+//! `mmsghdr`, iovecs), gives every socket a descriptor in vfs's table, and
+//! waits where a blocking call must: the backends never block. Blocking
+//! stream sends go on until everything is sent; `MSG_WAITALL` receives
+//! until the buffers are full (or end of file); `MSG_DONTWAIT` or a
+//! non-blocking descriptor turn waits into `EAGAIN`. `SIGPIPE` for `EPIPE`
+//! without `MSG_NOSIGNAL` is raised by the syscall table, which joins this
+//! component with `process`. Ancillary data is not supported: a received
+//! `msg_controllen` is 0, one sent is ignored.
+
+use alloc::vec::Vec;
+use shoal_plat::{umem, Errno, SysResult};
+
+use crate::abi::*;
+use crate::backend::{Received, SockAddr};
+use crate::{Fam, Obj, Sock};
+
+/// Longest socket address accepted (`sizeof(struct sockaddr_storage)`).
+const ADDR_MAX: usize = 128;
+/// Most messages one `sendmmsg`/`recvmmsg` handles (`UIO_MAXIOV`).
+const MMSG_MAX: usize = 1024;
+/// Most iovecs in one message.
+const IOV_MAX: usize = 1024;
+/// Longest option value accepted.
+const OPT_MAX: usize = 256;
+
+/// The socket behind `fd`, its object id and whether it is non-blocking.
+pub(crate) fn sock_of(fd: i32) -> Result<(Sock, u64, bool), Errno> {
+    let (id, nb) = shoal_vfs::with(|v| v.obj_of(fd))?;
+    let s = crate::with(|n| match n.objs.get(&id) {
+        Some(Obj::Socket(s)) => Ok(*s),
+        _ => Err(Errno::ENOTSOCK),
+    })?;
+    Ok((s, id, nb))
+}
+
+/// Runs `f` on the backend of `s`.
+fn call<R>(s: Sock, f: impl FnOnce(&mut dyn crate::Backend, u64) -> Result<R, Errno>) -> Result<R, Errno> {
+    crate::with(|n| f(n.backend(s.fam)?, s.h))
+}
+
+/// Runs `f` until it stops answering `EAGAIN`, waiting in between unless
+/// `nonblock` (then `EAGAIN` is the answer).
+fn retry<R>(nonblock: bool, what: &str, mut f: impl FnMut() -> Result<R, Errno>) -> Result<R, Errno> {
+    loop {
+        match f() {
+            Err(Errno::EAGAIN) if !nonblock => shoal_vfs::wait::block(what, None)?,
+            r => return r,
+        }
+    }
+}
+
+/// Gives a new socket a descriptor; closes it again if none is free.
+fn install(s: Sock, flags: i32) -> SysResult {
+    let id = crate::with(|n| n.add(Obj::Socket(s)));
+    let fd = shoal_vfs::with(|v| v.install_obj(id, flags & SOCK_NONBLOCK != 0, flags & SOCK_CLOEXEC != 0))?;
+    Ok(fd as u64)
+}
+
+/// Splits `type` into the socket type and the flags (`EINVAL` for
+/// unknown flags).
+fn type_flags(ty: i32) -> Result<(i32, i32), Errno> {
+    let flags = ty & !SOCK_TYPE_MASK;
+    if flags & !(SOCK_NONBLOCK | SOCK_CLOEXEC) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok((ty & SOCK_TYPE_MASK, flags))
+}
+
+/// The family serving `domain`: `EAFNOSUPPORT` for unknown ones, and for
+/// Internet sockets until a tender provides their backend.
+fn family(domain: i32) -> Result<Fam, Errno> {
+    match domain {
+        AF_UNIX => Ok(Fam::Unix),
+        AF_INET | AF_INET6 => {
+            if crate::with(|n| n.inet.is_some()) {
+                Ok(Fam::Inet)
+            } else {
+                Err(Errno::EAFNOSUPPORT)
+            }
+        }
+        _ => Err(Errno::EAFNOSUPPORT),
+    }
+}
+
+/// `socket(domain, type, protocol)`.
+pub fn socket(domain: i32, ty: i32, protocol: i32) -> SysResult {
+    let (t, flags) = type_flags(ty)?;
+    let fam = family(domain)?;
+    let h = crate::with(|n| n.backend(fam)?.socket(t, protocol))?;
+    install(Sock { fam, h }, flags)
+}
+
+/// `socketpair(domain, type, protocol, sv)`.
+pub fn socketpair(domain: i32, ty: i32, protocol: i32, sv: u64) -> SysResult {
+    let (t, flags) = type_flags(ty)?;
+    let fam = match domain {
+        AF_INET | AF_INET6 => return Err(Errno::EOPNOTSUPP),
+        d => family(d)?,
+    };
+    umem::check(sv, 8)?;
+    let (a, b) = crate::with(|n| n.backend(fam)?.socketpair(t, protocol))?;
+    let fa = match install(Sock { fam, h: a }, flags) {
+        Ok(fd) => fd,
+        Err(e) => {
+            crate::with(|n| n.backend(fam).map(|be| be.close(b)).ok());
+            return Err(e);
+        }
+    };
+    let fb = match install(Sock { fam, h: b }, flags) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let _ = shoal_vfs::with(|v| v.close_fd(fa as i32));
+            return Err(e);
+        }
+    };
+    umem::write(sv, [fa as i32, fb as i32])?;
+    Ok(0)
+}
+
+/// The address at `addr` of `len` bytes; for `AF_UNIX` a relative path is
+/// made absolute from the working directory.
+fn read_addr(fam: Fam, addr: u64, len: u32) -> Result<SockAddr, Errno> {
+    if len as usize > ADDR_MAX {
+        return Err(Errno::EINVAL);
+    }
+    let mut a = umem::slice(addr, len as usize)?.to_vec();
+    if fam == Fam::Unix {
+        if let Ok(Some(name)) = crate::unix::parse(&a) {
+            if name.first().is_some_and(|&c| c != 0 && c != b'/') {
+                let mut p = shoal_vfs::with(|v| v.cwd_path())?;
+                if p.last() != Some(&b'/') {
+                    p.push(b'/');
+                }
+                p.extend_from_slice(&name);
+                if p.len() >= 108 {
+                    return Err(Errno::ENAMETOOLONG);
+                }
+                a.truncate(2);
+                a.extend_from_slice(&p);
+                a.push(0);
+            }
+        }
+    }
+    Ok(a)
+}
+
+/// Stores `a` at `addr` with its length at `lenp` (value-result: at most
+/// the given length is written, the full length is reported).
+fn write_addr(addr: u64, lenp: u64, a: &[u8]) -> Result<(), Errno> {
+    if addr == 0 || lenp == 0 {
+        return Ok(());
+    }
+    let len: i32 = umem::read(lenp)?;
+    if len < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let n = (len as usize).min(a.len());
+    umem::slice_mut(addr, n)?.copy_from_slice(&a[..n]);
+    umem::write(lenp, a.len() as u32)
+}
+
+/// `bind(fd, addr, len)`.
+pub fn bind(fd: i32, addr: u64, len: u32) -> SysResult {
+    let (s, _, _) = sock_of(fd)?;
+    let a = read_addr(s.fam, addr, len)?;
+    call(s, |b, h| b.bind(h, &a))?;
+    Ok(0)
+}
+
+/// `listen(fd, backlog)`.
+pub fn listen(fd: i32, backlog: i32) -> SysResult {
+    let (s, _, _) = sock_of(fd)?;
+    call(s, |b, h| b.listen(h, backlog))?;
+    Ok(0)
+}
+
+/// `accept4(fd, addr, addrlen, flags)`.
+pub fn accept4(fd: i32, addr: u64, lenp: u64, flags: i32) -> SysResult {
+    if flags & !(SOCK_NONBLOCK | SOCK_CLOEXEC) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let (s, _, nb) = sock_of(fd)?;
+    if addr != 0 {
+        umem::check(lenp, 4)?;
+    }
+    let (h, from) = retry(nb, "accept", || call(s, |b, h| b.accept(h)))?;
+    let nfd = install(Sock { fam: s.fam, h }, flags)?;
+    if let Err(e) = write_addr(addr, lenp, &from) {
+        let _ = shoal_vfs::with(|v| v.close_fd(nfd as i32));
+        return Err(e);
+    }
+    Ok(nfd)
+}
+
+/// `connect(fd, addr, len)`.
+pub fn connect(fd: i32, addr: u64, len: u32) -> SysResult {
+    let (s, _, nb) = sock_of(fd)?;
+    let a = read_addr(s.fam, addr, len)?;
+    match retry(nb, "connect", || call(s, |b, h| b.connect(h, &a))) {
+        Err(EINPROGRESS) if !nb => {
+            // Wait until the connection is made or failed, then report it.
+            loop {
+                let r = call(s, |b, h| Ok(b.ready(h)))?;
+                if r.mask & (shoal_vfs::obj::EPOLLOUT | shoal_vfs::obj::EPOLLERR | shoal_vfs::obj::EPOLLHUP) != 0 {
+                    break;
+                }
+                shoal_vfs::wait::block("connect", None)?;
+            }
+            let e = call(s, |b, h| b.getsockopt(h, SOL_SOCKET, SO_ERROR))?;
+            let e = i32::from_ne_bytes(e.get(..4).and_then(|b| b.try_into().ok()).unwrap_or([0; 4]));
+            if e != 0 {
+                return Err(Errno(e));
+            }
+            Ok(0)
+        }
+        r => r.map(|()| 0),
+    }
+}
+
+/// Drops the first `n` bytes of a list of buffers.
+fn advance<T: AsRef<[u8]>>(bufs: &mut Vec<T>, mut n: usize, split: impl Fn(T, usize) -> T) {
+    while n > 0 && !bufs.is_empty() {
+        let l = bufs[0].as_ref().len();
+        if n >= l {
+            bufs.remove(0);
+            n -= l;
+        } else {
+            let b = bufs.remove(0);
+            bufs.insert(0, split(b, n));
+            n = 0;
+        }
+    }
+}
+
+/// Sends the buffers `data` (to `to`) on `fd` with `flags`.
+fn do_send(fd: i32, mut data: Vec<&'static [u8]>, to: Option<(u64, u32)>, flags: i32) -> Result<usize, Errno> {
+    let (s, _, nb) = sock_of(fd)?;
+    let nb = nb || flags & MSG_DONTWAIT != 0;
+    let to = match to {
+        Some((addr, len)) if addr != 0 => Some(read_addr(s.fam, addr, len)?),
+        _ => None,
+    };
+    let total: usize = data.iter().map(|d| d.len()).sum();
+    let stream = call(s, |b, h| Ok(b.is_stream(h)))?;
+    let mut sent = 0;
+    loop {
+        match call(s, |b, h| b.send(h, &data, to.as_deref(), flags)) {
+            Ok(k) => {
+                sent += k;
+                if sent >= total || !stream {
+                    return Ok(sent);
+                }
+                advance(&mut data, k, |b, n| &b[n..]);
+            }
+            Err(Errno::EAGAIN) if !nb => shoal_vfs::wait::block("a socket", None)?,
+            Err(e) if sent > 0 && e != Errno::EFAULT => return Ok(sent),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Receives into `bufs` on `fd` with `flags`.
+fn do_recv(fd: i32, mut bufs: Vec<&'static mut [u8]>, flags: i32) -> Result<Received, Errno> {
+    let (s, _, nb) = sock_of(fd)?;
+    let nb = nb || flags & MSG_DONTWAIT != 0;
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    let stream = call(s, |b, h| Ok(b.is_stream(h)))?;
+    let waitall = stream && flags & MSG_WAITALL != 0 && flags & MSG_PEEK == 0 && !nb;
+    let mut got: Option<Received> = None;
+    loop {
+        match call(s, |b, h| b.recv(h, &mut bufs, flags)) {
+            Ok(r) => {
+                let n = r.len;
+                let acc = got.get_or_insert_with(Received::default);
+                acc.len += n;
+                acc.flags |= r.flags;
+                if acc.from.is_none() {
+                    acc.from = r.from;
+                }
+                if !waitall || n == 0 || acc.len >= total {
+                    return Ok(got.unwrap_or_default());
+                }
+                advance(&mut bufs, n, |b, k| &mut b[k..]);
+            }
+            Err(Errno::EAGAIN) if !nb => shoal_vfs::wait::block("a socket", None)?,
+            Err(e) => return got.ok_or(e),
+        }
+    }
+}
+
+/// The buffers of the iovec array at `addr` (`cnt` entries).
+fn iovecs(addr: u64, cnt: usize) -> Result<Vec<(u64, usize)>, Errno> {
+    if cnt > IOV_MAX {
+        return Err(EMSGSIZE);
+    }
+    let mut v = Vec::with_capacity(cnt);
+    let mut total = 0usize;
+    for k in 0..cnt as u64 {
+        let [base, len]: [u64; 2] = umem::read(addr.checked_add(16 * k).ok_or(Errno::EFAULT)?)?;
+        if (len as i64) < 0 {
+            return Err(Errno::EINVAL);
+        }
+        let len = (len as usize).min(0x7fff_f000 - total);
+        total += len;
+        v.push((base, len));
+    }
+    Ok(v)
+}
+
+fn in_bufs(iov: &[(u64, usize)]) -> Result<Vec<&'static [u8]>, Errno> {
+    iov.iter().map(|&(b, l)| umem::slice(b, l)).collect()
+}
+
+fn out_bufs(iov: &[(u64, usize)]) -> Result<Vec<&'static mut [u8]>, Errno> {
+    iov.iter().map(|&(b, l)| umem::slice_mut(b, l)).collect()
+}
+
+/// `sendto(fd, buf, len, flags, addr, addrlen)`.
+pub fn sendto(fd: i32, buf: u64, len: usize, flags: i32, addr: u64, alen: u32) -> SysResult {
+    let data = umem::slice(buf, len.min(0x7fff_f000))?;
+    do_send(fd, alloc::vec![data], Some((addr, alen)), flags).map(|n| n as u64)
+}
+
+/// `recvfrom(fd, buf, len, flags, addr, addrlen)`.
+pub fn recvfrom(fd: i32, buf: u64, len: usize, flags: i32, addr: u64, lenp: u64) -> SysResult {
+    let b = umem::slice_mut(buf, len.min(0x7fff_f000))?;
+    let r = do_recv(fd, alloc::vec![b], flags)?;
+    write_addr(addr, lenp, r.from.as_deref().unwrap_or(&[]))?;
+    Ok(r.len as u64)
+}
+
+/// `struct msghdr` (x86-64).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct MsgHdr {
+    name: u64,
+    namelen: u32,
+    _pad: u32,
+    iov: u64,
+    iovlen: u64,
+    control: u64,
+    controllen: u64,
+    flags: i32,
+    _pad2: u32,
+}
+
+fn sendmsg_at(fd: i32, msg: u64, flags: i32) -> Result<usize, Errno> {
+    let m: MsgHdr = umem::read(msg)?;
+    let iov = iovecs(m.iov, m.iovlen as usize)?;
+    do_send(fd, in_bufs(&iov)?, Some((m.name, m.namelen)), flags)
+}
+
+fn recvmsg_at(fd: i32, msg: u64, flags: i32) -> Result<usize, Errno> {
+    let m: MsgHdr = umem::read(msg)?;
+    let iov = iovecs(m.iov, m.iovlen as usize)?;
+    let r = do_recv(fd, out_bufs(&iov)?, flags)?;
+    let from = r.from.unwrap_or_default();
+    let mut namelen = 0u32;
+    if m.name != 0 {
+        let n = (m.namelen as usize).min(from.len());
+        umem::slice_mut(m.name, n)?.copy_from_slice(&from[..n]);
+        namelen = from.len() as u32;
+    }
+    // msg_namelen, msg_controllen (no ancillary data), msg_flags.
+    umem::write(msg + 8, namelen)?;
+    umem::write(msg + 40, 0u64)?;
+    umem::write(msg + 48, r.flags)?;
+    Ok(r.len)
+}
+
+/// `sendmsg(fd, msg, flags)`.
+pub fn sendmsg(fd: i32, msg: u64, flags: i32) -> SysResult {
+    sendmsg_at(fd, msg, flags).map(|n| n as u64)
+}
+
+/// `recvmsg(fd, msg, flags)`.
+pub fn recvmsg(fd: i32, msg: u64, flags: i32) -> SysResult {
+    recvmsg_at(fd, msg, flags).map(|n| n as u64)
+}
+
+/// `sizeof(struct mmsghdr)`.
+const MMSG_SIZE: u64 = 64;
+
+/// `sendmmsg(fd, vec, vlen, flags)`: sends until one fails; returns how
+/// many were sent (the error if none was).
+pub fn sendmmsg(fd: i32, vec: u64, vlen: u32, flags: i32) -> SysResult {
+    let vlen = (vlen as usize).min(MMSG_MAX);
+    let mut k = 0;
+    while k < vlen {
+        let at = vec + k as u64 * MMSG_SIZE;
+        match sendmsg_at(fd, at, flags) {
+            Ok(n) => umem::write(at + 56, n as u32)?,
+            Err(e) if k == 0 => return Err(e),
+            Err(_) => break,
+        }
+        k += 1;
+    }
+    Ok(k as u64)
+}
+
+/// `recvmmsg(fd, vec, vlen, flags, timeout)`: with `MSG_WAITFORONE` only
+/// the first receive may wait. The timeout is checked between messages (as
+/// Linux does).
+pub fn recvmmsg(fd: i32, vec: u64, vlen: u32, flags: i32, timeout: u64) -> SysResult {
+    let dl = if timeout != 0 {
+        let [s, ns]: [i64; 2] = umem::read(timeout)?;
+        if s < 0 || !(0..1_000_000_000).contains(&ns) {
+            return Err(Errno::EINVAL);
+        }
+        Some(shoal_time::monotonic_ns().saturating_add((s as u64).saturating_mul(1_000_000_000) + ns as u64))
+    } else {
+        None
+    };
+    let vlen = (vlen as usize).min(MMSG_MAX);
+    let mut k = 0;
+    let mut fl = flags & !MSG_WAITFORONE;
+    while k < vlen {
+        let at = vec + k as u64 * MMSG_SIZE;
+        match recvmsg_at(fd, at, fl) {
+            Ok(n) => umem::write(at + 56, n as u32)?,
+            Err(e) if k == 0 => return Err(e),
+            Err(_) => break,
+        }
+        k += 1;
+        if flags & MSG_WAITFORONE != 0 {
+            fl |= MSG_DONTWAIT;
+        }
+        if dl.is_some_and(|d| shoal_time::monotonic_ns() >= d) {
+            break;
+        }
+    }
+    Ok(k as u64)
+}
+
+/// `shutdown(fd, how)`.
+pub fn shutdown(fd: i32, how: i32) -> SysResult {
+    let (s, _, _) = sock_of(fd)?;
+    call(s, |b, h| b.shutdown(h, how))?;
+    Ok(0)
+}
+
+/// `getsockname` (`peer` false) and `getpeername`.
+pub fn name(fd: i32, addr: u64, lenp: u64, peer: bool) -> SysResult {
+    let (s, _, _) = sock_of(fd)?;
+    umem::check(lenp, 4)?;
+    let a = call(s, |b, h| b.name(h, peer))?;
+    write_addr(addr, lenp, &a)?;
+    Ok(0)
+}
+
+/// `setsockopt(fd, level, name, val, len)`.
+pub fn setsockopt(fd: i32, level: i32, name: i32, val: u64, len: i32) -> SysResult {
+    if len < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let (s, _, _) = sock_of(fd)?;
+    let v = umem::slice(val, (len as usize).min(OPT_MAX))?;
+    call(s, |b, h| b.setsockopt(h, level, name, v))?;
+    Ok(0)
+}
+
+/// `getsockopt(fd, level, name, val, lenp)`.
+pub fn getsockopt(fd: i32, level: i32, name: i32, val: u64, lenp: u64) -> SysResult {
+    let (s, _, _) = sock_of(fd)?;
+    let len: i32 = umem::read(lenp)?;
+    if len < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let v = call(s, |b, h| b.getsockopt(h, level, name))?;
+    let n = (len as usize).min(v.len());
+    umem::slice_mut(val, n)?.copy_from_slice(&v[..n]);
+    umem::write(lenp, n as u32)?;
+    Ok(0)
+}
+
+/// `read`/`readv` on a socket: `recv` without flags.
+pub(crate) fn read_iov(fd: i32, iov: &[(u64, usize)]) -> SysResult {
+    do_recv(fd, out_bufs(iov)?, 0).map(|r| r.len as u64)
+}
+
+/// `write`/`writev` on a socket: `send` without flags.
+pub(crate) fn write_iov(fd: i32, iov: &[(u64, usize)]) -> SysResult {
+    do_send(fd, in_bufs(iov)?, None, 0).map(|n| n as u64)
+}
+
+/// The iovec array of `readv`/`writev` (Linux's checks).
+pub(crate) fn rw_iovecs(addr: u64, cnt: i32) -> Result<Vec<(u64, usize)>, Errno> {
+    if cnt < 0 || cnt as usize > IOV_MAX {
+        return Err(Errno::EINVAL);
+    }
+    iovecs(addr, cnt as usize)
+}

@@ -1,0 +1,229 @@
+//! Descriptors of objects another component owns (DESIGN §3.1, §6):
+//! sockets, epoll instances, eventfds and timerfds live in the `net`
+//! component, but their descriptors live here, in the one descriptor table,
+//! so that `dup`, `close`, `fcntl`, `fstat`, `poll` and `select` treat them
+//! like every other descriptor.
+//!
+//! An open file description of such an object has the target
+//! `Target::Obj(id)`; `id` means something only to the owner, which
+//! registers one [`ObjOps`] table at boot ([`register`]). The table is the
+//! interface between the two components (where a recovery gate can sit):
+//! vfs asks it for readiness, plain reads and writes (`sendfile` and the
+//! like), what `fstat` shows, and tells it when a description goes away.
+//!
+//! **Readiness** is one interface for every kind of descriptor:
+//! [`Vfs::ofd_ready`] answers a [`Readiness`] (epoll bits and an event
+//! generation) for files, pipes, the standard streams and objects alike.
+//! The generation counts state changes that can make a descriptor newly
+//! ready (data arrived, space freed, an end closed); edge-triggered epoll
+//! reports a descriptor again only when it has moved on.
+//!
+//! **Re-entrancy.** vfs calls the table while it holds its own state, and
+//! hands it `&Vfs` where the owner needs to ask about other descriptors
+//! (an epoll set): the owner must therefore never call [`crate::with`]
+//! from inside a table method, and must not hold its own state while it
+//! calls into vfs.
+
+use crate::{Target, Vfs};
+use core::sync::atomic::{AtomicUsize, Ordering};
+use shoal_plat::{Errno, Global};
+
+/// `EPOLLIN` / `POLLIN`.
+pub const EPOLLIN: u32 = 0x001;
+/// `EPOLLPRI`.
+pub const EPOLLPRI: u32 = 0x002;
+/// `EPOLLOUT`.
+pub const EPOLLOUT: u32 = 0x004;
+/// `EPOLLERR`.
+pub const EPOLLERR: u32 = 0x008;
+/// `EPOLLHUP`.
+pub const EPOLLHUP: u32 = 0x010;
+/// `EPOLLRDNORM`.
+pub const EPOLLRDNORM: u32 = 0x040;
+/// `EPOLLWRNORM`.
+pub const EPOLLWRNORM: u32 = 0x100;
+/// `EPOLLRDHUP`.
+pub const EPOLLRDHUP: u32 = 0x2000;
+
+/// What a descriptor is ready for now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Readiness {
+    /// `EPOLL*` bits (the same values as `POLL*`).
+    pub mask: u32,
+    /// Changes whenever the descriptor may have become newly ready.
+    pub gen: u64,
+}
+
+/// What `fstat` shows for an object.
+#[derive(Clone, Copy, Debug)]
+pub struct ObjMeta {
+    /// `st_mode` (`S_IFSOCK | 0777` for a socket, `0600` for an
+    /// anonymous inode such as an eventfd).
+    pub mode: u32,
+    /// `st_ino`.
+    pub ino: u64,
+    /// `st_dev`.
+    pub dev: u64,
+}
+
+/// The operations vfs needs from the component that owns objects. None of
+/// them blocks: "would block" is `EAGAIN`, and the caller waits.
+pub trait ObjOps: Sync {
+    /// Readiness of object `id`; `vfs` answers for other descriptors.
+    fn ready(&self, id: u64, vfs: &Vfs) -> Readiness;
+    /// The earliest monotonic time at which `id` may become ready by
+    /// itself (a timer), so that a wait on it sleeps until then.
+    fn deadline(&self, id: u64, vfs: &Vfs) -> Option<u64>;
+    /// `read(2)` of one buffer (`EAGAIN`: nothing now).
+    fn read(&self, id: u64, buf: &mut [u8]) -> Result<usize, Errno>;
+    /// `write(2)` of one buffer (`EAGAIN`: no room now).
+    fn write(&self, id: u64, data: &[u8]) -> Result<usize, Errno>;
+    /// Bytes a read would return now (`FIONREAD`), `ENOTTY` if that means
+    /// nothing for the object.
+    fn nread(&self, id: u64) -> Result<usize, Errno>;
+    /// What `fstat` shows.
+    fn meta(&self, id: u64) -> ObjMeta;
+    /// The last description of `id` was closed: the object goes.
+    fn release(&self, id: u64);
+    /// Description `ofd` (of any kind) was closed for good: forget it
+    /// wherever it is watched (epoll sets).
+    fn ofd_released(&self, ofd: usize);
+}
+
+static OPS: Global<Option<&'static dyn ObjOps>> = Global::new(None);
+/// Objects' descriptions open, so that closing a plain file does not
+/// consult the table when there is nothing to forget.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers the owner of objects (once, at boot).
+pub fn register(ops: &'static dyn ObjOps) {
+    OPS.with(|o| *o = Some(ops));
+}
+
+pub(crate) fn ops() -> Option<&'static dyn ObjOps> {
+    OPS.with(|o| *o)
+}
+
+/// The status flags an object's description starts with: read-write,
+/// plus `O_NONBLOCK` if asked for.
+const fn obj_flags(nonblock: bool) -> u32 {
+    crate::abi::O_RDWR | if nonblock { crate::abi::O_NONBLOCK } else { 0 }
+}
+
+impl Vfs {
+    /// Gives object `id` a new description and the lowest free descriptor.
+    /// On failure (`EMFILE`) the description is closed again, which
+    /// releases the object.
+    pub fn install_obj(&mut self, id: u64, nonblock: bool, cloexec: bool) -> Result<i32, Errno> {
+        let o = self.new_ofd(Target::Obj(id), obj_flags(nonblock));
+        LIVE.fetch_add(1, Ordering::Relaxed);
+        self.install(0, o, cloexec).map(|fd| fd as i32)
+    }
+
+    /// The object behind `fd` and whether its description is non-blocking:
+    /// `EBADF` if `fd` is not open, `ENOTSOCK` if it is not an object.
+    pub fn obj_of(&self, fd: i32) -> Result<(u64, bool), Errno> {
+        let o = self.ofd(self.ofd_of(fd)?);
+        match o.target {
+            Target::Obj(id) if !o.is_path() => Ok((id, o.flags & crate::abi::O_NONBLOCK != 0)),
+            _ => Err(Errno::ENOTSOCK),
+        }
+    }
+
+    /// The open file description behind `fd`, for watching it (epoll):
+    /// `EBADF` if not open, `EPERM` for regular files and directories
+    /// (always ready, so Linux refuses to watch them). Also the object, if
+    /// it is one.
+    pub fn watchable(&self, fd: i32) -> Result<(usize, Option<u64>), Errno> {
+        let i = self.ofd_of(fd)?;
+        let o = self.ofd(i);
+        if o.is_path() {
+            return Err(Errno::EBADF);
+        }
+        match o.target {
+            Target::Node(_) => Err(Errno::EPERM),
+            Target::Obj(id) => Ok((i, Some(id))),
+            _ => Ok((i, None)),
+        }
+    }
+
+    /// Every open description of an object, with the object.
+    pub fn obj_ofds(&self) -> alloc::collections::BTreeMap<usize, u64> {
+        let objs = self.ofds.iter().enumerate();
+        objs.filter_map(|(i, o)| match o.as_ref()?.target {
+            Target::Obj(id) => Some((i, id)),
+            _ => None,
+        })
+        .collect()
+    }
+
+    /// The working directory's absolute path (to make a relative socket
+    /// path absolute).
+    pub fn cwd_path(&self) -> Result<alloc::vec::Vec<u8>, Errno> {
+        self.path_of(self.cwd)
+    }
+
+    /// Readiness of open file description `ofd` (`None` if it is closed).
+    pub fn ofd_ready(&self, ofd: usize) -> Option<Readiness> {
+        let o = self.ofds.get(ofd)?.as_ref()?;
+        Some(self.target_ready(o.target, o.flags))
+    }
+
+    /// When description `ofd` may become ready by itself (see
+    /// [`ObjOps::deadline`]).
+    pub fn ofd_deadline(&self, ofd: usize) -> Option<u64> {
+        match self.ofds.get(ofd)?.as_ref()?.target {
+            Target::Obj(id) => ops()?.deadline(id, self),
+            _ => None,
+        }
+    }
+
+    /// The readiness of `target` opened with access `flags`.
+    pub(crate) fn target_ready(&self, target: Target, flags: u32) -> Readiness {
+        const IN: u32 = EPOLLIN | EPOLLRDNORM;
+        const OUT: u32 = EPOLLOUT | EPOLLWRNORM;
+        let mask = match target {
+            Target::Stdin => IN,
+            Target::Stdout | Target::Stderr => OUT,
+            Target::Node(_) | Target::Dev(..) => IN | OUT,
+            Target::Fifo(ino) => {
+                let Some(p) = self.pipe(ino) else { return Readiness::default() };
+                let mut m = 0;
+                let acc = flags & crate::abi::O_ACCMODE;
+                if acc != crate::abi::O_WRONLY {
+                    if !p.buf.is_empty() {
+                        m |= IN;
+                    }
+                    if p.writers == 0 {
+                        m |= EPOLLHUP;
+                    }
+                }
+                if acc != crate::abi::O_RDONLY {
+                    if p.space() >= crate::pipe::PIPE_BUF {
+                        m |= OUT;
+                    }
+                    if p.readers == 0 {
+                        m |= EPOLLERR;
+                    }
+                }
+                return Readiness { mask: m, gen: p.gen };
+            }
+            Target::Obj(id) => return ops().map(|t| t.ready(id, self)).unwrap_or_default(),
+        };
+        Readiness { mask, gen: 0 }
+    }
+
+    /// Tells the owner of objects that description `i` (of `target`) is
+    /// gone. Called by `put_ofd` with the description already removed.
+    pub(crate) fn obj_released(&mut self, i: usize, target: Target) {
+        if LIVE.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let Some(t) = ops() else { return };
+        if let Target::Obj(id) = target {
+            LIVE.fetch_sub(1, Ordering::Relaxed);
+            t.release(id);
+        }
+        t.ofd_released(i);
+    }
+}
