@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -176,6 +176,41 @@ pub struct BootInfo {
     pub random_seed: [u8; 32],
     /// Host name the instance reports from `uname` (NUL padded).
     pub hostname: [u8; 64],
+    /// Network flags ([`NET_OUTBOUND`]).
+    pub net_flags: u64,
+    /// How many entries of [`BootInfo::listeners`] are used.
+    pub listener_count: u64,
+    /// Listening sockets the tender opened and bound before boot
+    /// (`--publish`, `--listen-fd`); a guest `bind` + `listen` on the
+    /// matching port is attached to one of them.
+    pub listeners: [Listener; MAX_LISTENERS],
+}
+
+/// [`BootInfo::net_flags`]: the guest may open sockets of its own and
+/// connect out (`--net-outbound`).
+pub const NET_OUTBOUND: u64 = 1;
+
+/// Most listening sockets a tender hands to one instance.
+pub const MAX_LISTENERS: usize = 16;
+
+/// [`Listener::port`] for a listener that attaches to the guest's first
+/// `listen` on a socket of its kind, whatever its port (`--listen-fd`).
+pub const LISTENER_ANY_PORT: u32 = 0x1_0000;
+
+/// One listening host socket handed to the instance.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Listener {
+    /// The host socket's handle (spt: its descriptor number).
+    pub handle: i64,
+    /// The guest port it stands for, or [`LISTENER_ANY_PORT`].
+    pub port: u32,
+    /// `SOCK_STREAM` (1) or `SOCK_DGRAM` (2).
+    pub sock_type: u32,
+    /// `AF_INET` (2) or `AF_INET6` (10): the host socket's family.
+    pub family: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
 }
 
 /// The hypercalls. The value is the hypercall number.
@@ -190,6 +225,12 @@ pub enum Hypercall {
     Poll = 3,
     /// Report a fatal CPU exception (hvt): [`FaultArgs`]. Does not return.
     Fault = 4,
+    /// A batch of socket operations on tender-owned host sockets:
+    /// [`NetArgs`] pointing at an array of [`NetOp`].
+    Net = 5,
+    /// Block until a host socket is ready or a deadline passes:
+    /// [`NetPollArgs`] pointing at an array of [`NetPollFd`].
+    NetPoll = 6,
 }
 
 impl Hypercall {
@@ -200,13 +241,15 @@ impl Hypercall {
             2 => Some(Hypercall::Halt),
             3 => Some(Hypercall::Poll),
             4 => Some(Hypercall::Fault),
+            5 => Some(Hypercall::Net),
+            6 => Some(Hypercall::NetPoll),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 5;
+pub const HYPERCALL_MAX: u64 = 7;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;
@@ -265,6 +308,112 @@ pub struct FaultArgs {
     pub cr2: u64,
 }
 
+/// Most operations in one [`Hypercall::Net`] batch.
+pub const NET_MAX_OPS: u64 = 64;
+/// Most descriptors in one [`Hypercall::NetPoll`].
+pub const NET_MAX_POLL: u64 = 4096;
+
+/// Socket operations ([`NetOp::op`]). Addresses are Linux `sockaddr`s,
+/// flags and options Linux values; results are what the Linux call
+/// returns, or a negative Linux errno. Host sockets are always
+/// non-blocking: the guest kernel blocks in [`Hypercall::NetPoll`].
+pub mod net_op {
+    /// `socket(a = domain, b = type, flags = protocol)` → handle.
+    pub const SOCKET: u32 = 1;
+    /// `bind(handle, addr, addrlen)`.
+    pub const BIND: u32 = 2;
+    /// `listen(handle, a = backlog)`.
+    pub const LISTEN: u32 = 3;
+    /// `accept4(handle, addr, &addrlen)` → new handle; the peer's address
+    /// is written to `addr` (at most `addrlen` bytes), its length to `a`.
+    pub const ACCEPT: u32 = 4;
+    /// `connect(handle, addr, addrlen)`.
+    pub const CONNECT: u32 = 5;
+    /// `sendto(handle, buf, len, flags, addr, addrlen)` (`addr` 0: none) → bytes.
+    pub const SEND: u32 = 6;
+    /// `recvfrom(handle, buf, len, flags, addr, &addrlen)` → bytes; the
+    /// peer's address length is written to `a` when `addr` is not 0.
+    pub const RECV: u32 = 7;
+    /// `shutdown(handle, a = how)`.
+    pub const SHUTDOWN: u32 = 8;
+    /// `close(handle)`.
+    pub const CLOSE: u32 = 9;
+    /// `setsockopt(handle, a = level, b = name, buf, len)`.
+    pub const SETSOCKOPT: u32 = 10;
+    /// `getsockopt(handle, a = level, b = name, buf, &len)` → option length.
+    pub const GETSOCKOPT: u32 = 11;
+    /// `getsockname(handle, addr, &addrlen)` → address length.
+    pub const GETSOCKNAME: u32 = 12;
+    /// `getpeername(handle, addr, &addrlen)` → address length.
+    pub const GETPEERNAME: u32 = 13;
+}
+
+/// Arguments of [`Hypercall::Net`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NetArgs {
+    /// Guest address of an array of [`NetOp`].
+    pub ops: u64,
+    /// How many (at most [`NET_MAX_OPS`]).
+    pub count: u64,
+    /// Out: how many were carried out, or a negative Linux errno for the
+    /// batch as a whole.
+    pub ret: i64,
+}
+
+/// One socket operation (see [`net_op`] for what each field means).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NetOp {
+    /// A [`net_op`] code.
+    pub op: u32,
+    /// Flags of the call (`MSG_*` for send and receive, protocol for
+    /// `SOCKET`).
+    pub flags: u32,
+    /// The socket's handle.
+    pub handle: i64,
+    /// First integer argument.
+    pub a: u64,
+    /// Second integer argument.
+    pub b: u64,
+    /// Guest address of the data buffer.
+    pub buf: u64,
+    /// Its length.
+    pub len: u64,
+    /// Guest address of a `sockaddr` (or 0).
+    pub addr: u64,
+    /// Its length (or capacity, for results).
+    pub addrlen: u64,
+    /// Out: the result, or a negative Linux errno.
+    pub ret: i64,
+}
+
+/// Arguments of [`Hypercall::NetPoll`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NetPollArgs {
+    /// Guest address of an array of [`NetPollFd`].
+    pub fds: u64,
+    /// How many (at most [`NET_MAX_POLL`]; 0: just sleep).
+    pub nfds: u64,
+    /// How long to block at most, in nanoseconds (`u64::MAX`: no deadline).
+    pub timeout_ns: u64,
+    /// Out: how many entries have events, or a negative Linux errno.
+    pub ret: i64,
+}
+
+/// One host socket to wait for, as in Linux's `struct pollfd`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NetPollFd {
+    /// The handle.
+    pub handle: i32,
+    /// `POLL*` events to wait for.
+    pub events: i16,
+    /// Out: `POLL*` events that happened.
+    pub revents: i16,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,6 +425,9 @@ mod tests {
         assert_eq!(size_of::<ConsoleWriteArgs>(), 32);
         assert_eq!(size_of::<PollArgs>(), 32);
         assert_eq!(size_of::<FaultArgs>(), 40);
+        assert_eq!(size_of::<NetOp>(), 72);
+        assert_eq!(size_of::<NetPollFd>(), 8);
+        assert_eq!(size_of::<Listener>(), 24);
         assert!(size_of::<BootInfo>() as u64 <= PHDR_OFFSET);
     }
 

@@ -103,6 +103,15 @@ enum Cmd {
         /// spt: this process becomes the instance, with no waiting parent (less memory per instance; a kill from outside gets no message).
         #[arg(long)]
         single_process: bool,
+        /// Publish a port: [HOSTADDR:]HOSTPORT:GUESTPORT[/udp] (host address 127.0.0.1 unless given; repeatable).
+        #[arg(long, short = 'p', value_name = "[HOSTADDR:]HOSTPORT:GUESTPORT[/udp]")]
+        publish: Vec<String>,
+        /// A listening socket inherited as descriptor N, attached to the guest's first listen (repeatable).
+        #[arg(long = "listen-fd", value_name = "N")]
+        listen_fd: Vec<String>,
+        /// Let the guest open sockets of its own and connect out.
+        #[arg(long)]
+        net_outbound: bool,
         /// The image.
         image: PathBuf,
         /// Arguments for the program (after `--`).
@@ -136,12 +145,13 @@ enum Cmd {
 /// `shoal run`: the options are checked and the image run by the same code
 /// as the lean `shoal-tender` command (crate `shoal-tender`).
 #[allow(clippy::too_many_arguments)]
-fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, mode: pool_cmd::MemMode, pool_fallback: bool, single_process: bool, image: PathBuf, args: Vec<String>) -> Result<i32> {
+fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, mode: pool_cmd::MemMode, pool_fallback: bool, single_process: bool, net: (Vec<String>, Vec<String>, bool), image: PathBuf, args: Vec<String>) -> Result<i32> {
     let tender = match tender {
         Tender::Spt => shoal_tender::Tender::Spt,
         Tender::Hvt => shoal_tender::Tender::Hvt,
     };
-    let args = shoal_tender::RunArgs::new(tender, fs, mem, env, mode.into(), pool_fallback, single_process, image, args.into_iter().map(Into::into).collect())?;
+    let args = shoal_tender::RunArgs::new(tender, fs, mem, env, mode.into(), pool_fallback, single_process, image, args.into_iter().map(Into::into).collect())?
+        .with_net(&net.0, &net.1, net.2)?;
     Ok(shoal_tender::run(&args)?)
 }
 
@@ -214,8 +224,8 @@ fn real_main() -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, single_process, image, args } => {
-            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, single_process, image, args)
+        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, single_process, publish, listen_fd, net_outbound, image, args } => {
+            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, single_process, (publish, listen_fd, net_outbound), image, args)
         }
         Cmd::Pool { which } => {
             pool_cmd::run(which)?;

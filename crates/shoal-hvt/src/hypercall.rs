@@ -124,6 +124,30 @@ pub fn handle_out(port: u16, data: &[u8], mem: &GuestMemory, private: &vm_memory
                 Err(e) => refuse(e),
             }
         }
+        // Host-socket passthrough is not built on hvt yet: the guest's
+        // socket calls fail with ENOSYS instead of pretending.
+        Hypercall::Net => {
+            let mut a: shoal_abi::NetArgs = match mem.read_obj(arg) {
+                Ok(a) => a,
+                Err(e) => return refuse(e),
+            };
+            a.ret = -i64::from(libc::ENOSYS);
+            match mem.write_obj(arg, &a) {
+                Ok(()) => Action::Continue,
+                Err(e) => refuse(e),
+            }
+        }
+        Hypercall::NetPoll => {
+            let mut a: shoal_abi::NetPollArgs = match mem.read_obj(arg) {
+                Ok(a) => a,
+                Err(e) => return refuse(e),
+            };
+            a.ret = -i64::from(libc::ENOSYS);
+            match mem.write_obj(arg, &a) {
+                Ok(()) => Action::Continue,
+                Err(e) => refuse(e),
+            }
+        }
         Hypercall::Fault => {
             // The CPL-0 stub reports from its own stack in tender-private
             // memory; a guest may also report a fault of its own.

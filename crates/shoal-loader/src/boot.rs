@@ -85,6 +85,13 @@ pub struct BootParams {
     pub at_random: [u8; 16],
     /// Host name, NUL padded.
     pub hostname: [u8; 64],
+    /// Network flags (`shoal_abi::NET_OUTBOUND`).
+    pub net_flags: u64,
+    /// Listening host sockets handed to the guest (the first
+    /// `listener_count`).
+    pub listeners: [shoal_abi::Listener; shoal_abi::MAX_LISTENERS],
+    /// How many of `listeners` are used.
+    pub listener_count: u64,
 }
 
 impl BootParams {
@@ -108,6 +115,9 @@ impl BootParams {
             random_seed,
             at_random,
             hostname,
+            net_flags: 0,
+            listeners: [shoal_abi::Listener::default(); shoal_abi::MAX_LISTENERS],
+            listener_count: 0,
         })
     }
 }
@@ -232,6 +242,9 @@ pub fn write_boot_state(
         phnum: image.phnum(),
         random_seed: params.random_seed,
         hostname: params.hostname,
+        net_flags: params.net_flags,
+        listener_count: params.listener_count.min(shoal_abi::MAX_LISTENERS as u64),
+        listeners: params.listeners,
     };
     mem.write_obj(GuestAddr(BOOT_INFO_ADDR), &info)
         .map_err(mem_err("boot info"))?;

@@ -38,6 +38,7 @@ pub mod hostdir;
 mod image;
 mod layout;
 mod mem;
+pub mod net;
 pub mod pool;
 pub mod tsc;
 
@@ -111,6 +112,8 @@ pub struct RunConfig {
     /// Where the guest's stderr and the tender's messages go (default: this
     /// process's stderr).
     pub stderr: Option<std::os::fd::OwnedFd>,
+    /// What the guest may reach on the network (default: nothing).
+    pub net: net::NetConfig,
 }
 
 impl RunConfig {
@@ -130,6 +133,7 @@ impl RunConfig {
             pool_fallback: false,
             stdout: None,
             stderr: None,
+            net: net::NetConfig::default(),
         }
     }
 }

@@ -65,6 +65,14 @@ unsafe impl Pod for shoal_abi::HaltArgs {}
 unsafe impl Pod for shoal_abi::PollArgs {}
 // SAFETY: as above.
 unsafe impl Pod for shoal_abi::FaultArgs {}
+// SAFETY: as above.
+unsafe impl Pod for shoal_abi::NetArgs {}
+// SAFETY: as above (u32, u32, then 8-byte fields: no padding).
+unsafe impl Pod for shoal_abi::NetOp {}
+// SAFETY: as above.
+unsafe impl Pod for shoal_abi::NetPollArgs {}
+// SAFETY: i32, i16, i16: 8 bytes, no padding.
+unsafe impl Pod for shoal_abi::NetPollFd {}
 // SAFETY: a plain integer.
 unsafe impl Pod for u64 {}
 // SAFETY: a plain integer.

@@ -6,6 +6,7 @@
 //! [`crate::EXIT_TENDER_FAILED`].
 
 use crate::hypercall::{self, say, MAX_RO};
+use crate::net::FIRST_SOCKET_FD;
 use crate::signals::{self, Report};
 use crate::{sys, MemoryMode, EXIT_TENDER_FAILED};
 use seccompiler::BpfProgram;
@@ -36,6 +37,9 @@ pub(crate) struct Prepared<'a> {
     pub mode: MemoryMode,
     pub pool: Option<&'a shoal_loader::pool::PoolPlan>,
     pub pool_ranges: &'a [(u64, u64)],
+    /// Listening sockets: (first descriptor, count); moved down to
+    /// `FIRST_SOCKET_FD..` before the guest runs.
+    pub listeners: (i32, i32),
 }
 
 /// An errno, printed without allocating (std's `io::Error` display
@@ -68,7 +72,7 @@ impl core::fmt::Display for Errno {
 /// Why the child could not start the guest.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ChildError {
-    #[error("cannot close the descriptors the instance booted from: {0}")]
+    #[error("cannot close the descriptors the instance booted from, or place its listening sockets: {0}")]
     Close(Errno),
     #[error("guest memory [{start:#x}, {end:#x}) collides with the tender's own mappings; try a smaller --mem")]
     Collision { start: u64, end: u64 },
@@ -137,10 +141,17 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         unsafe { plan.map_into(0, |exec| if exec { libc::PROT_READ | libc::PROT_EXEC } else { libc::PROT_READ }) }.map_err(|(addr, e)| ChildError::Pool { addr, err: Errno(e) })?;
     }
     // Everything the instance booted from is read or mapped now: from here
-    // on it holds no descriptor but the console (fds 0-2). The `OwnedFd`s
+    // on it holds no descriptor but the console (fds 0-2) and its listening
+    // sockets (3.., every one a guest socket). The `OwnedFd`s
     // of the pool plan are never dropped (this function's caller never
     // returns), so nothing closes these numbers twice.
-    sys::close_from(3).map_err(|e| ChildError::Close(Errno(e)))?;
+    let (from, n) = p.listeners;
+    for i in 0..n {
+        // Sources sit above their targets (from >= 7 > 3), and each move
+        // only overwrites a source already moved.
+        sys::dup3(from + i, FIRST_SOCKET_FD + i, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
+    }
+    sys::close_from((FIRST_SOCKET_FD + n) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
     load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
     load_archive(&mem, &p.layout, p.archive).map_err(ChildError::Boot)?;
     let mut params = p.params;

@@ -18,6 +18,21 @@
 //! | `clock_nanosleep` (230) | clock (32-bit) == `CLOCK_MONOTONIC` (1) and flags (32-bit) == 0 (relative) | poll hypercall (the only way a guest blocks) |
 //! | `restart_syscall` (219) | none (it has none) | the kernel, not spt: a `clock_nanosleep` interrupted by a stop (SIGSTOP/SIGTSTP and SIGCONT, a cgroup freeze, a debugger attaching) is resumed through it; it can only continue the interrupted, already allowed call with its saved arguments |
 //!
+//! An instance with networking (listening sockets handed over with
+//! `--publish`/`--listen-fd`, or `--net-outbound`; DESIGN §3.1) also gets,
+//! on descriptors from 3 up only (every one of which is a guest socket: the
+//! instance closed all others before the guest's first instruction):
+//!
+//! | system call | arguments allowed | who needs it | what a hostile guest can do with it |
+//! |---|---|---|---|
+//! | `sendto` (44), `recvfrom` (45) | fd >= 3 | `Net` hypercall: data on guest sockets | send and receive on its own connections |
+//! | `shutdown` (48), `close` (3), `listen` (50) | fd >= 3 | `Net` hypercall | end or resize its own sockets |
+//! | `getsockname` (51), `getpeername` (52), `getsockopt` (55), `setsockopt` (54) | fd >= 3 | `Net` hypercall | read and set options of its own sockets; options that need privilege (`SO_BINDTODEVICE`, `IP_TRANSPARENT`, …) fail for want of capabilities |
+//! | `ppoll` (271) | any | `NetPoll` hypercall (a networked instance blocks here) | wait; polling fds 0-2 tells it nothing it does not know |
+//! | `accept4` (288) | 3 <= fd < 3 + listeners, flags include `SOCK_NONBLOCK` (any fd >= 3 with outbound) | `Net` hypercall | take connections from the ports it was given |
+//! | `socket` (41) | domain `AF_INET` or `AF_INET6`, type includes `SOCK_NONBLOCK`; outbound only | `Net` hypercall | make TCP/UDP sockets |
+//! | `bind` (49), `connect` (42) | fd >= 3; outbound only | `Net` hypercall | bind and connect where Landlock allows (TCP: no bind but port 0, connect to any port; UDP is not covered by Landlock: with outbound on, any UDP destination) |
+//!
 //! Four system calls; Solo5's spt allows seven to nine because it also has
 //! block and network devices. Not needed and so not allowed: `rt_sigreturn`
 //! (spt's signal handlers never return), `exit` (glibc's `_exit` uses
@@ -28,6 +43,7 @@ use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule,
 };
+use crate::net::{NetPolicy, FIRST_SOCKET_FD};
 use std::collections::BTreeMap;
 
 /// Why the filter could not be built (a bug in this file, never the
@@ -38,9 +54,24 @@ fn eq32(arg: u8, value: u64) -> Result<SeccompCondition, FilterError> {
     SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
 }
 
-/// The allow-list as seccompiler rules: system call number → alternatives
-/// (each alternative a conjunction of argument checks; none: any arguments).
+fn fd_at_least(min: i32) -> Result<SeccompCondition, FilterError> {
+    SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ge, min as u64)
+}
+
+fn has_bits(arg: u8, bits: u64) -> Result<SeccompCondition, FilterError> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(bits), bits)
+}
+
+/// The allow-list of an instance without networking (see [`rules_for`]).
 pub fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, FilterError> {
+    rules_for(NetPolicy::default())
+}
+
+/// The allow-list as seccompiler rules: system call number → alternatives
+/// (each alternative a conjunction of argument checks; none: any
+/// arguments). An instance with networking (`net.any()`) also gets the
+/// socket calls of the table in the module docs.
+pub fn rules_for(net: NetPolicy) -> Result<BTreeMap<i64, Vec<SeccompRule>>, FilterError> {
     let mut r = BTreeMap::new();
     // Console hypercall and the tender's messages: stdout and stderr only.
     r.insert(
@@ -63,14 +94,59 @@ pub fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, FilterError> {
     // The kernel resumes a sleep interrupted by a stop and continue with
     // restart_syscall; without it a stopped and continued instance dies.
     r.insert(libc::SYS_restart_syscall, vec![]);
+    if !net.any() {
+        return Ok(r);
+    }
+    let first = FIRST_SOCKET_FD;
+    // Data and control calls on guest sockets: every descriptor from
+    // FIRST_SOCKET_FD up is one (the instance holds nothing else there).
+    for nr in [
+        libc::SYS_sendto,
+        libc::SYS_recvfrom,
+        libc::SYS_listen,
+        libc::SYS_shutdown,
+        libc::SYS_close,
+        libc::SYS_setsockopt,
+        libc::SYS_getsockopt,
+        libc::SYS_getsockname,
+        libc::SYS_getpeername,
+    ] {
+        r.insert(nr, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
+    }
+    // NetPoll: the only way a networked instance blocks.
+    r.insert(libc::SYS_ppoll, vec![]);
+    // accept4, non-blocking only: on the handed-over listening sockets, or
+    // with outbound on, on any guest socket.
+    let nonblock = has_bits(3, libc::SOCK_NONBLOCK as u64)?;
+    let accept = if net.outbound {
+        SeccompRule::new(vec![fd_at_least(first)?, nonblock])?
+    } else {
+        let below = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Lt, (first as u64) + u64::from(net.listeners))?;
+        SeccompRule::new(vec![fd_at_least(first)?, below, nonblock])?
+    };
+    r.insert(libc::SYS_accept4, vec![accept]);
+    if net.outbound {
+        // Sockets of its own, IPv4 and IPv6, non-blocking (what bind and
+        // connect may reach is Landlock's decision: see crate::landlock).
+        let nb = has_bits(1, libc::SOCK_NONBLOCK as u64)?;
+        r.insert(
+            libc::SYS_socket,
+            vec![
+                SeccompRule::new(vec![eq32(0, libc::AF_INET as u64)?, nb.clone()])?,
+                SeccompRule::new(vec![eq32(0, libc::AF_INET6 as u64)?, nb])?,
+            ],
+        );
+        r.insert(libc::SYS_bind, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
+        r.insert(libc::SYS_connect, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
+    }
     Ok(r)
 }
 
-/// Compiles the filter. Done in the parent, before forking, because it
-/// allocates.
-pub fn program() -> Result<BpfProgram, FilterError> {
+/// Compiles the filter for an instance with network policy `net`. Done
+/// before the point of no return, because it allocates.
+pub fn program(net: NetPolicy) -> Result<BpfProgram, FilterError> {
     let filter = SeccompFilter::new(
-        rules()?,
+        rules_for(net)?,
         SeccompAction::Trap,
         SeccompAction::Allow,
         seccompiler::TargetArch::x86_64,
@@ -93,6 +169,34 @@ mod tests {
                 libc::SYS_exit_group
             ]
         );
-        assert!(!super::program().unwrap().is_empty());
+        assert!(!super::program(super::NetPolicy::default()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn networking_adds_only_socket_calls_on_guest_descriptors() {
+        use super::NetPolicy;
+        let inbound = super::rules_for(NetPolicy { listeners: 2, outbound: false }).unwrap();
+        let mut extra: Vec<i64> = inbound.keys().copied().filter(|n| !super::rules().unwrap().contains_key(n)).collect();
+        extra.sort_unstable();
+        let mut want = vec![
+            libc::SYS_close,
+            libc::SYS_sendto,
+            libc::SYS_recvfrom,
+            libc::SYS_shutdown,
+            libc::SYS_listen,
+            libc::SYS_getsockname,
+            libc::SYS_getpeername,
+            libc::SYS_setsockopt,
+            libc::SYS_getsockopt,
+            libc::SYS_ppoll,
+            libc::SYS_accept4,
+        ];
+        want.sort_unstable();
+        assert_eq!(extra, want);
+        let out = super::rules_for(NetPolicy { listeners: 0, outbound: true }).unwrap();
+        for nr in [libc::SYS_socket, libc::SYS_bind, libc::SYS_connect] {
+            assert!(out.contains_key(&nr) && !inbound.contains_key(&nr));
+        }
+        assert!(!super::program(NetPolicy { listeners: 1, outbound: true }).unwrap().is_empty());
     }
 }

@@ -35,6 +35,8 @@ pub(crate) struct Parts<'a> {
     pub report: Option<&'a OwnedFd>,
     /// Verified pool files, in the spec's order.
     pub pool: &'a [OwnedFd],
+    /// Listening sockets, in the spec's order.
+    pub listeners: &'a [OwnedFd],
     /// Where the guest's stdout goes, if not this process's fd 1.
     pub stdout: Option<&'a OwnedFd>,
     /// Where the guest's stderr goes, if not this process's fd 2.
@@ -72,7 +74,8 @@ impl Handover {
     /// Prepares everything the hand-over needs (allocates; call before the
     /// fork).
     pub(crate) fn new(p: Parts<'_>) -> Result<Handover, SptError> {
-        let program_fd = spec::POOL_FD0 + p.pool.len() as i32;
+        let listen_fd0 = spec::POOL_FD0 + p.pool.len() as i32;
+        let program_fd = listen_fd0 + p.listeners.len() as i32;
         // Sources sit above every target, so no move overwrites a source.
         let high = program_fd + 1;
         let mut held = Vec::new();
@@ -102,6 +105,9 @@ impl Handover {
         }
         for (i, fd) in p.pool.iter().enumerate() {
             hold(fd.as_raw_fd(), spec::POOL_FD0 + i as i32, 0)?;
+        }
+        for (i, fd) in p.listeners.iter().enumerate() {
+            hold(fd.as_raw_fd(), listen_fd0 + i as i32, 0)?;
         }
         let program = std::fs::File::open(p.program).map_err(sys_err("open the instance program"))?;
         // Close-on-exec: execveat runs it from the descriptor, which the

@@ -22,7 +22,7 @@ use crate::EXIT_STOPPED;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use shoal_abi::{
-    ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, PollArgs, BOOT_INFO_ADDR, CONSOLE_STDERR,
+    ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, NetArgs, NetPollArgs, PollArgs, BOOT_INFO_ADDR, CONSOLE_STDERR,
     CONSOLE_STDOUT,
 };
 use shoal_loader::{GuestAddr, GuestMemory, Pod};
@@ -126,7 +126,7 @@ pub fn stop(status: i32, args: core::fmt::Arguments<'_>) -> ! {
     crate::sys::exit(status)
 }
 
-fn mem() -> GuestMemory {
+pub(crate) fn guest_mem() -> GuestMemory {
     let base = core::ptr::with_exposed_provenance_mut::<u8>(BOOT_INFO_ADDR as usize);
     // SAFETY: the child mapped [BOOT_INFO_ADDR, MEM_SIZE) at its own address
     // before entering the guest and never unmaps it; the tender holds no
@@ -134,8 +134,8 @@ fn mem() -> GuestMemory {
     unsafe { GuestMemory::new(base, MEM_SIZE.load(Ordering::Relaxed)) }
 }
 
-fn writable(addr: u64, len: u64) -> bool {
-    if !mem().contains(GuestAddr(addr), len) {
+pub(crate) fn writable(addr: u64, len: u64) -> bool {
+    if !guest_mem().contains(GuestAddr(addr), len) {
         return false;
     }
     let end = addr + len; // no overflow: checked by `contains`
@@ -152,6 +152,8 @@ fn name(nr: u64) -> &'static str {
         Some(Hypercall::Halt) => "halt",
         Some(Hypercall::Poll) => "poll",
         Some(Hypercall::Fault) => "fault",
+        Some(Hypercall::Net) => "net",
+        Some(Hypercall::NetPoll) => "net poll",
         None => "unknown",
     }
 }
@@ -163,9 +165,9 @@ fn args<T: Pod>(nr: u64, arg: u64, write: bool) -> T {
     let ok = if write {
         writable(arg, len)
     } else {
-        mem().contains(GuestAddr(arg), len)
+        guest_mem().contains(GuestAddr(arg), len)
     };
-    match mem().read_obj::<T>(GuestAddr(arg)) {
+    match guest_mem().read_obj::<T>(GuestAddr(arg)) {
         Ok(v) if ok => v,
         _ => stop(
             EXIT_STOPPED,
@@ -180,7 +182,7 @@ fn args<T: Pod>(nr: u64, arg: u64, write: bool) -> T {
 
 fn put<T: Pod>(arg: u64, v: &T) {
     // Cannot fail: `args` checked the same range as writable.
-    let _ = mem().write_obj(GuestAddr(arg), v);
+    let _ = guest_mem().write_obj(GuestAddr(arg), v);
 }
 
 /// The hypercall dispatcher, called by [`entry`] on the tender's stack with
@@ -208,6 +210,19 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
             } else {
                 crate::sys::sleep_ns(a.timeout_ns);
             }
+            put(arg, &a);
+        }
+        Some(Hypercall::Net) => {
+            let mut a: NetArgs = args(nr, arg, true);
+            a.ret = crate::net::batch(&a);
+            put(arg, &a);
+        }
+        Some(Hypercall::NetPoll) => {
+            let mut a: NetPollArgs = args(nr, arg, true);
+            a.ret = match crate::net::poll(&a) {
+                Ok(r) => r,
+                Err(()) => stop(EXIT_STOPPED, format_args!("the guest blocked forever with nothing to wake it")),
+            };
             put(arg, &a);
         }
         Some(Hypercall::Fault) => {
@@ -238,7 +253,7 @@ fn console_write(a: &ConsoleWriteArgs) -> i64 {
         CONSOLE_STDERR => 2,
         _ => return -i64::from(libc::EINVAL),
     };
-    let Ok(ptr) = mem().host_ptr(GuestAddr(a.buf), a.len) else {
+    let Ok(ptr) = guest_mem().host_ptr(GuestAddr(a.buf), a.len) else {
         return -i64::from(libc::EFAULT);
     };
     let mut done: u64 = 0;

@@ -11,6 +11,7 @@
 //! line and exits with [`crate::EXIT_TENDER_FAILED`].
 
 use crate::spec::{self, Spec};
+use crate::net::{NetPolicy, FIRST_SOCKET_FD};
 use crate::{child, confine, filter, hypercall, sys, SptError, EXIT_TENDER_FAILED};
 use shoal_abi::TenderKind;
 use shoal_loader::pool::{PoolMap, PoolPlan};
@@ -81,7 +82,18 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
         p
     });
     let pool_ranges = pool.as_ref().map(PoolPlan::ranges).unwrap_or_default();
-    let filter = filter::program().map_err(SptError::from)?;
+    // Listening sockets come after the pool files; the last step moves
+    // them down to FIRST_SOCKET_FD.. and the boot info names them there.
+    let listen_fd0 = spec::POOL_FD0 + spec.pool.len() as i32;
+    let policy = NetPolicy { listeners: spec.listeners.len() as u32, outbound: spec.outbound };
+    let mut params = params;
+    for (i, l) in spec.listeners.iter().enumerate().take(shoal_abi::MAX_LISTENERS) {
+        params.listeners[i] = shoal_abi::Listener { handle: i64::from(FIRST_SOCKET_FD) + i as i64, ..*l };
+    }
+    params.listener_count = spec.listeners.len() as u64;
+    params.net_flags = if spec.outbound { shoal_abi::NET_OUTBOUND } else { 0 };
+    crate::net::install(policy);
+    let filter = filter::program(policy).map_err(SptError::from)?;
     let report = if spec.supervised {
         let fd = owned(spec::REPORT_FD);
         let p = sys::mmap_shared_fd(&fd, shoal_abi::PAGE_SIZE as usize).map_err(InstanceError::Report)?;
@@ -92,6 +104,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     if confine::is_root() {
         confine::drop_root()?;
     }
+    crate::landlock::restrict(policy).map_err(SptError::from)?;
     let prepared = child::Prepared {
         image: &image,
         layout,
@@ -104,6 +117,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
         mode: spec.mode,
         pool: pool.as_ref(),
         pool_ranges: &pool_ranges,
+        listeners: (listen_fd0, spec.listeners.len() as i32),
     };
     child::start(&prepared)
 }

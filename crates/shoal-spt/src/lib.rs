@@ -79,7 +79,9 @@ mod confine;
 pub mod filter;
 mod front;
 mod hypercall;
+mod landlock;
 pub mod instance;
+mod net;
 mod signals;
 mod spec;
 mod sys;
@@ -140,6 +142,12 @@ pub enum SptError {
     /// Guest memory larger than spt supports.
     #[error("--mem {0} is larger than spt supports ({max})", max = shoal_loader::format_size(MAX_MEM))]
     TooMuchMemory(String),
+    /// The network could not be set up (`--publish`, `--listen-fd`).
+    #[error(transparent)]
+    Net(#[from] shoal_loader::net::NetError),
+    /// Landlock could not be applied.
+    #[error(transparent)]
+    Landlock(#[from] landlock::LandlockError),
     /// The instance program is not installed.
     #[error("cannot find the spt instance program {INSTANCE_PROGRAM} (looked for {0}); build it with cargo build --release")]
     NoInstanceProgram(PathBuf),
@@ -282,6 +290,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     if pool_files > spec::MAX_POOL_FILES {
         return Err(SptError::TooManyPoolFiles(pool_files));
     }
+    let listeners = shoal_loader::net::open_listeners(&cfg.net)?;
     let program = instance_program()?;
     let spec = spec::Spec {
         mem_size: cfg.mem_size,
@@ -296,7 +305,10 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
             .as_ref()
             .map(|p| p.maps.iter().map(|m| spec::PoolEntry { addr: m.addr, len: m.len, exec: m.exec }).collect())
             .unwrap_or_default(),
+        outbound: cfg.net.outbound,
+        listeners: listeners.iter().map(|(_, l)| *l).collect(),
     };
+    let listener_fds: Vec<OwnedFd> = listeners.into_iter().map(|(fd, _)| fd).collect();
     let report = if supervised { Some(ReportPage::new()?) } else { None };
     let root = confine::is_root();
     let netns = if root {
@@ -311,11 +323,13 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         archive,
         report: report.as_ref().map(|r| &r.fd),
         pool: pool_plan.as_ref().map(|p| &p.files[..]).unwrap_or_default(),
+        listeners: &listener_fds,
         stdout: cfg.stdout.as_ref(),
         stderr: cfg.stderr.as_ref(),
         netns,
     })?;
     drop(pool_plan);
+    drop(listener_fds);
     // Buffered output must not be written twice (once by the child).
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();

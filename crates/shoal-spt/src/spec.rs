@@ -25,7 +25,8 @@ pub const IMAGE_FD: i32 = 4;
 pub const ARCHIVE_FD: i32 = 5;
 /// Descriptor of the report page shared with the waiting parent, if any.
 pub const REPORT_FD: i32 = 6;
-/// Descriptor of the first pool file; pool file `i` is at `POOL_FD0 + i`.
+/// Descriptor of the first pool file; pool file `i` is at `POOL_FD0 + i`,
+/// and listening socket `j` after them, at `POOL_FD0 + pool.len() + j`.
 pub const POOL_FD0: i32 = 7;
 /// Most pool files an instance maps (descriptors stay well below 1024).
 pub const MAX_POOL_FILES: usize = 900;
@@ -68,6 +69,11 @@ pub struct Spec {
     pub env: Vec<Vec<u8>>,
     /// Pool mappings, in the order of their descriptors.
     pub pool: Vec<PoolEntry>,
+    /// Whether the guest may open sockets and connect out.
+    pub outbound: bool,
+    /// Listening sockets (port, type, family; `handle` unused), in the
+    /// order of their descriptors.
+    pub listeners: Vec<shoal_abi::Listener>,
 }
 
 /// Why a spec could not be read.
@@ -117,6 +123,13 @@ impl Spec {
             b.extend_from_slice(&p.len.to_le_bytes());
             b.push(u8::from(p.exec));
         }
+        b.push(u8::from(self.outbound));
+        b.extend_from_slice(&(self.listeners.len() as u64).to_le_bytes());
+        for l in &self.listeners {
+            b.extend_from_slice(&l.port.to_le_bytes());
+            b.extend_from_slice(&l.sock_type.to_le_bytes());
+            b.extend_from_slice(&l.family.to_le_bytes());
+        }
         b
     }
 
@@ -153,10 +166,19 @@ impl Spec {
         for _ in 0..n {
             pool.push(PoolEntry { addr: r.u64()?, len: r.u64()?, exec: r.flag()? });
         }
+        let outbound = r.flag()?;
+        let n = r.count(12)?;
+        if n > shoal_abi::MAX_LISTENERS {
+            return Err(SpecError::Corrupt);
+        }
+        let mut listeners = Vec::with_capacity(n);
+        for _ in 0..n {
+            listeners.push(shoal_abi::Listener { handle: -1, port: r.u32()?, sock_type: r.u32()?, family: r.u32()?, reserved: 0 });
+        }
         if !r.0.is_empty() {
             return Err(SpecError::Corrupt);
         }
-        Ok(Spec { mem_size, mode, tsc_hz, supervised, archive_len, image_name, argv, env, pool })
+        Ok(Spec { mem_size, mode, tsc_hz, supervised, archive_len, image_name, argv, env, pool, outbound, listeners })
     }
 }
 
@@ -221,6 +243,8 @@ mod tests {
             argv: vec![b"hello".to_vec(), b"".to_vec(), b"two".to_vec()],
             env: vec![b"A=1".to_vec()],
             pool: vec![PoolEntry { addr: 0x100000, len: 0x8000, exec: true }],
+            outbound: true,
+            listeners: vec![shoal_abi::Listener { handle: -1, port: 80, sock_type: 1, family: 2, reserved: 0 }],
         }
     }
 

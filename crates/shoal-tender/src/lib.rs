@@ -52,6 +52,12 @@ pub enum ArgsError {
     /// No image given.
     #[error("no image given (usage: shoal-tender [OPTIONS] IMAGE [-- ARGS...])")]
     NoImage,
+    /// A `--publish` value that does not parse.
+    #[error(transparent)]
+    Net(#[from] shoal_loader::net::NetError),
+    /// A `--listen-fd` that is not a number.
+    #[error("--listen-fd {0}: expected the number of an open descriptor")]
+    BadFd(String),
     /// More than one image given.
     #[error("more than one image given ({0} and {1}); program arguments go after --")]
     TwoImages(PathBuf, PathBuf),
@@ -85,6 +91,12 @@ pub struct RunArgs {
     /// spt: run the guest in this process, with no waiting parent
     /// ([`shoal_spt::run_in_place`]). hvt is always one process.
     pub single_process: bool,
+    /// Ports to publish (`--publish`).
+    pub publish: Vec<shoal_loader::net::Publish>,
+    /// Listening sockets handed over by the caller (`--listen-fd`).
+    pub listen_fds: Vec<i32>,
+    /// `--net-outbound`.
+    pub net_outbound: bool,
     /// The image.
     pub image: PathBuf,
     /// The program's arguments (after `--`).
@@ -105,6 +117,10 @@ Runs one shoal image (the lean form of `shoal run`).
   --pool-fallback            with pool: run in copy mode if the pool cannot serve the image
   --single-process           spt: this process becomes the instance, with no waiting parent
                              (less memory per instance; a kill from outside gets no message)
+  -p, --publish [HOSTADDR:]HOSTPORT:GUESTPORT[/udp]
+                             open HOSTPORT (on 127.0.0.1 unless HOSTADDR) for the guest's GUESTPORT
+  --listen-fd N              a listening socket inherited as descriptor N, for the guest's first listen
+  --net-outbound             let the guest open sockets of its own and connect out
 ";
 
 /// Parses a size: bytes, or a number with a K, M or G suffix.
@@ -157,7 +173,7 @@ impl RunArgs {
         if let Some(dir) = fs.as_ref().filter(|d| !d.is_dir()) {
             return Err(ArgsError::NoFsDir(dir.clone()));
         }
-        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, image, args })
+        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, publish: Vec::new(), listen_fds: Vec::new(), net_outbound: false, image, args })
     }
 
     /// Parses `shoal-tender`'s arguments (without the program name).
@@ -167,6 +183,7 @@ impl RunArgs {
         let (mut tender, mut fs, mut mem, mut env) = (Tender::Spt, None, DEFAULT_MEM.to_string(), Vec::new());
         let (mut mode, mut fallback, mut single, mut image, mut args): (MemoryMode, bool, bool, Option<PathBuf>, Vec<OsString>) =
             (MemoryMode::Copy, false, false, None, Vec::new());
+        let (mut publish, mut listen_fds, mut outbound) = (Vec::new(), Vec::new(), false);
         while let Some(a) = it.next() {
             let text = a.to_string_lossy().into_owned();
             // `--opt=value` and `--opt value` are both accepted.
@@ -195,6 +212,9 @@ impl RunArgs {
                 "--mem-mode" => mode = parse_mode(&value("--mem-mode")?)?,
                 "--pool-fallback" if inline.is_none() => fallback = true,
                 "--single-process" if inline.is_none() => single = true,
+                "-p" | "--publish" => publish.push(value(&opt)?),
+                "--listen-fd" => listen_fds.push(value("--listen-fd")?),
+                "--net-outbound" if inline.is_none() => outbound = true,
                 "--" => {
                     args.extend(it.by_ref());
                     break;
@@ -207,10 +227,27 @@ impl RunArgs {
             }
         }
         let image = image.ok_or(ArgsError::NoImage)?;
-        RunArgs::new(tender, fs, &mem, env, mode, fallback, single, image, args).map(Some)
+        let a = RunArgs::new(tender, fs, &mem, env, mode, fallback, single, image, args)?;
+        a.with_net(&publish, &listen_fds, outbound).map(Some)
     }
 
-    /// The loader's configuration for these arguments.
+    /// Adds the network options: `--publish` specs, `--listen-fd`
+    /// descriptor numbers (which must be open, above 2), `--net-outbound`.
+    pub fn with_net(mut self, publish: &[String], listen_fds: &[String], outbound: bool) -> Result<RunArgs, ArgsError> {
+        for p in publish {
+            self.publish.push(shoal_loader::net::Publish::parse(p)?);
+        }
+        for v in listen_fds {
+            // SAFETY: F_GETFD only asks whether the descriptor is open.
+            let open = |n: &i32| unsafe { libc::fcntl(*n, libc::F_GETFD) } >= 0;
+            self.listen_fds.push(v.parse::<i32>().ok().filter(|n| *n > 2 && open(n)).ok_or_else(|| ArgsError::BadFd(v.clone()))?);
+        }
+        self.net_outbound = outbound;
+        Ok(self)
+    }
+
+    /// The loader's configuration for these arguments. A `--listen-fd`
+    /// descriptor is taken over: this process must not use it afterwards.
     pub fn config(&self) -> RunConfig {
         let mut cfg = RunConfig::new(self.image.clone(), self.mem);
         cfg.argv.extend(self.args.iter().cloned());
@@ -218,6 +255,16 @@ impl RunArgs {
         cfg.fs = self.fs.clone().map(FsSource::Dir);
         cfg.mode = self.mode;
         cfg.pool_fallback = self.pool_fallback;
+        cfg.net.publish = self.publish.clone();
+        cfg.net.outbound = self.net_outbound;
+        cfg.net.listen_fds = self
+            .listen_fds
+            .iter()
+            // SAFETY: the caller handed descriptor N over with --listen-fd N
+            // (checked open by `parse`); nothing else in this process owns
+            // it.
+            .map(|&fd| unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+            .collect();
         cfg
     }
 }
@@ -231,6 +278,9 @@ pub enum RunError {
     /// The hvt tender's error.
     #[error(transparent)]
     Hvt(#[from] shoal_hvt::HvtError),
+    /// Networking asked of hvt, which does not have it yet.
+    #[error("--publish, --listen-fd and --net-outbound are not available on hvt yet (use --tender spt)")]
+    HvtNet,
 }
 
 /// Runs the image; returns the guest's exit status. With
@@ -241,6 +291,7 @@ pub fn run(args: &RunArgs) -> Result<i32, RunError> {
     Ok(match args.tender {
         Tender::Spt if args.single_process => match shoal_spt::run_in_place(&cfg)? {},
         Tender::Spt => shoal_spt::run(&cfg)?,
+        Tender::Hvt if !args.publish.is_empty() || !args.listen_fds.is_empty() || args.net_outbound => return Err(RunError::HvtNet),
         Tender::Hvt => shoal_hvt::run(&cfg)?,
     })
 }

@@ -83,6 +83,9 @@ pub fn info() -> BootInfo {
             phnum: 0,
             random_seed: [0; 32],
             hostname: [0; 64],
+            net_flags: 0,
+            listener_count: 0,
+            listeners: [shoal_abi::Listener::default(); shoal_abi::MAX_LISTENERS],
         },
     })
 }

@@ -1,0 +1,68 @@
+//! Landlock for the spt instance (DESIGN §3.1): the kernel-enforced half of
+//! the network policy, which seccomp cannot express because it cannot
+//! read a `sockaddr`. A guest shares the instance process and can make the
+//! allowed socket calls directly, so the policy must hold against it, not
+//! only in the tender's handlers.
+//!
+//! The instance restricts itself, right before the seccomp filter:
+//!
+//! - **files**: every file-system access right is handled and none is
+//!   granted: the instance opens nothing after boot (it reads its image,
+//!   archive and pool files from descriptors it already holds);
+//! - **TCP bind**: handled; with `--net-outbound` only port 0 (an
+//!   ephemeral port for a client socket) is granted; published ports are
+//!   bound by the front end before the instance exists;
+//! - **TCP connect**: handled with no port granted unless
+//!   `--net-outbound` (then any port; spt has no address allow-list, which
+//!   Landlock could not enforce: it knows ports, not addresses);
+//! - **scopes**: abstract UNIX sockets and signals outside the instance's
+//!   own Landlock domain are refused.
+//!
+//! UDP is outside what Landlock restricts: with `--net-outbound` a guest
+//! may send UDP anywhere; without it the seccomp filter allows no
+//! `socket` call at all.
+//!
+//! On a kernel without Landlock network rules (before Linux 6.7) an
+//! instance with networking is refused rather than run without them; one
+//! without networking runs with what the kernel has (seccomp already
+//! denies every socket and file call).
+
+use crate::net::NetPolicy;
+use landlock::{Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI};
+
+/// Why Landlock could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum LandlockError {
+    /// The ruleset could not be built or enforced.
+    #[error("cannot restrict the instance with Landlock: {0}")]
+    Ruleset(#[from] landlock::RulesetError),
+    /// Networking was asked for, but the kernel cannot enforce the ports.
+    #[error("this kernel cannot enforce the instance's network policy with Landlock (TCP port rules need Linux 6.7 or later); networking is refused")]
+    NoNetworkRules,
+}
+
+/// Restricts this process as the module docs say.
+pub fn restrict(net: NetPolicy) -> Result<(), LandlockError> {
+    let abi = ABI::V6;
+    let level = if net.any() { CompatLevel::HardRequirement } else { CompatLevel::BestEffort };
+    let mut handled: landlock::BitFlags<AccessNet> = AccessNet::BindTcp.into();
+    if !net.outbound {
+        handled |= AccessNet::ConnectTcp;
+    }
+    let ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(abi))?
+        .scope(Scope::from_all(abi))?
+        .set_compatibility(level)
+        .handle_access(handled)
+        .map_err(|e| if net.any() { LandlockError::NoNetworkRules } else { e.into() })?;
+    let mut created = ruleset.create()?;
+    if net.outbound {
+        created = created.add_rule(NetPort::new(0, AccessNet::BindTcp))?;
+    }
+    let status = created.restrict_self()?;
+    if net.any() && status.ruleset == RulesetStatus::NotEnforced {
+        return Err(LandlockError::NoNetworkRules);
+    }
+    Ok(())
+}

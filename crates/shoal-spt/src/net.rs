@@ -1,0 +1,312 @@
+//! Host-socket passthrough on spt (DESIGN §3.1): the `Net` and `NetPoll`
+//! hypercalls. A guest socket of family `AF_INET`/`AF_INET6` is a host
+//! socket owned by the instance process; its handle is the host
+//! descriptor number. Every descriptor at or above [`FIRST_SOCKET_FD`] in
+//! the instance is a guest socket (the instance closed everything else
+//! before the guest's first instruction), so a handle check is a range
+//! check.
+//!
+//! The guest shares this process, so it could make these system calls
+//! itself; what bounds it is the seccomp filter (`crate::filter`, built
+//! from the same [`NetPolicy`]) and Landlock (`crate::landlock`), not the
+//! checks here. The checks here make a buggy or hostile guest get an
+//! error instead of making the tender touch memory outside the guest's
+//! writable range. Host sockets are non-blocking (created with
+//! `SOCK_NONBLOCK`, data calls with `MSG_DONTWAIT`): the guest kernel blocks
+//! a thread, and the instance sleeps only in `NetPoll` (`ppoll`).
+//!
+//! Like every hypercall handler, nothing here allocates.
+
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use shoal_abi::{net_op, NetArgs, NetOp, NetPollArgs, NetPollFd, NET_MAX_OPS, NET_MAX_POLL};
+use shoal_loader::{GuestAddr, GuestMemory};
+
+/// The lowest descriptor number a guest socket can have.
+pub const FIRST_SOCKET_FD: i32 = 3;
+/// Largest `sockaddr` the tender copies (`sizeof(struct sockaddr_storage)`).
+const MAX_ADDR: u64 = 128;
+/// Largest socket option value the tender copies.
+const MAX_OPT: u64 = 256;
+/// Largest single transfer (Linux caps one call near 2 GiB anyway).
+const MAX_IO: u64 = 1 << 30;
+
+/// What the instance may do on the network, fixed before the guest runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetPolicy {
+    /// Listening sockets handed over, at descriptors
+    /// `FIRST_SOCKET_FD..FIRST_SOCKET_FD + listeners`.
+    pub listeners: u32,
+    /// Whether the guest may make sockets of its own and connect out.
+    pub outbound: bool,
+}
+
+impl NetPolicy {
+    /// Whether the instance has any networking at all.
+    pub fn any(&self) -> bool {
+        self.listeners > 0 || self.outbound
+    }
+}
+
+static LISTENERS: AtomicU32 = AtomicU32::new(0);
+static OUTBOUND: AtomicBool = AtomicBool::new(false);
+
+/// Records the policy for the handlers (in the instance, before the guest).
+pub fn install(p: NetPolicy) {
+    LISTENERS.store(p.listeners, Ordering::Relaxed);
+    OUTBOUND.store(p.outbound, Ordering::Relaxed);
+}
+
+fn policy() -> NetPolicy {
+    NetPolicy { listeners: LISTENERS.load(Ordering::Relaxed), outbound: OUTBOUND.load(Ordering::Relaxed) }
+}
+
+fn neg(e: i32) -> i64 {
+    -i64::from(e)
+}
+
+/// A raw system call's result as a value or a negative errno.
+fn sys_ret(rc: libc::c_long) -> i64 {
+    if rc < 0 {
+        neg(crate::sys::errno())
+    } else {
+        rc
+    }
+}
+
+fn handle_fd(h: i64) -> Result<i32, i64> {
+    match i32::try_from(h) {
+        Ok(fd) if fd >= FIRST_SOCKET_FD => Ok(fd),
+        _ => Err(neg(libc::EBADF)),
+    }
+}
+
+/// The guest range `[addr, addr + len)` as a host pointer, readable
+/// (`write` false) or writable by the guest (`write` true).
+fn range(mem: &GuestMemory, addr: u64, len: u64, write: bool) -> Result<*mut u8, i64> {
+    if write && !crate::hypercall::writable(addr, len) {
+        return Err(neg(libc::EFAULT));
+    }
+    mem.host_ptr(GuestAddr(addr), len).map_err(|_| neg(libc::EFAULT))
+}
+
+/// Copies an address from the guest into `buf`; returns its length.
+fn addr_in(mem: &GuestMemory, op: &NetOp, buf: &mut [u8; MAX_ADDR as usize]) -> Result<u32, i64> {
+    if op.addrlen > MAX_ADDR {
+        return Err(neg(libc::EINVAL));
+    }
+    mem.read(GuestAddr(op.addr), &mut buf[..op.addrlen as usize]).map_err(|_| neg(libc::EFAULT))?;
+    Ok(op.addrlen as u32)
+}
+
+/// Copies an address the host returned (`len` bytes of `buf`) to the
+/// guest's `op.addr`, at most `op.addrlen` bytes, as Linux truncates.
+fn addr_out(op: &NetOp, buf: &[u8], len: u32) -> Result<(), i64> {
+    let n = u64::from(len).min(op.addrlen).min(buf.len() as u64);
+    if n == 0 {
+        return Ok(());
+    }
+    if !crate::hypercall::writable(op.addr, n) {
+        return Err(neg(libc::EFAULT));
+    }
+    crate::hypercall::guest_mem().write(GuestAddr(op.addr), &buf[..n as usize]).map_err(|_| neg(libc::EFAULT))
+}
+
+fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
+    let pol = policy();
+    let mut sa = [0u8; MAX_ADDR as usize];
+    match op.op {
+        net_op::SOCKET => {
+            if !pol.outbound {
+                return Err(neg(libc::EACCES));
+            }
+            let domain = op.a as i32;
+            if domain != libc::AF_INET && domain != libc::AF_INET6 {
+                return Err(neg(libc::EAFNOSUPPORT));
+            }
+            let ty = (op.b as i32) & 0xf;
+            if ty != libc::SOCK_STREAM && ty != libc::SOCK_DGRAM {
+                return Err(neg(libc::EINVAL));
+            }
+            // SAFETY: socket takes no pointers.
+            Ok(sys_ret(unsafe {
+                libc::syscall(libc::SYS_socket, domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, op.flags as i32)
+            }))
+        }
+        net_op::BIND | net_op::CONNECT => {
+            let fd = handle_fd(op.handle)?;
+            if !pol.outbound {
+                return Err(neg(libc::EACCES));
+            }
+            let len = addr_in(mem, op, &mut sa)?;
+            let nr = if op.op == net_op::BIND { libc::SYS_bind } else { libc::SYS_connect };
+            // SAFETY: `sa` holds `len` initialised bytes.
+            Ok(sys_ret(unsafe { libc::syscall(nr, fd, sa.as_ptr(), len) }))
+        }
+        net_op::LISTEN => {
+            let fd = handle_fd(op.handle)?;
+            // SAFETY: listen takes no pointers.
+            Ok(sys_ret(unsafe { libc::syscall(libc::SYS_listen, fd, op.a.min(4096) as i32) }))
+        }
+        net_op::ACCEPT => {
+            let fd = handle_fd(op.handle)?;
+            if fd >= FIRST_SOCKET_FD + pol.listeners as i32 && !pol.outbound {
+                return Err(neg(libc::EINVAL));
+            }
+            let mut len = MAX_ADDR as libc::socklen_t;
+            // SAFETY: `sa` and `len` are valid out-parameters of this size.
+            let rc = sys_ret(unsafe {
+                libc::syscall(libc::SYS_accept4, fd, sa.as_mut_ptr(), &mut len, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+            });
+            if rc >= 0 && op.addr != 0 {
+                op.a = u64::from(len);
+                if let Err(e) = addr_out(op, &sa, len) {
+                    // SAFETY: closes the descriptor just accepted, which
+                    // the guest never saw.
+                    unsafe { libc::close(rc as i32) };
+                    return Err(e);
+                }
+            }
+            Ok(rc)
+        }
+        net_op::SEND => {
+            let fd = handle_fd(op.handle)?;
+            let len = op.len.min(MAX_IO);
+            let p = range(mem, op.buf, len, false)?;
+            let (ap, alen) = if op.addr != 0 { (sa.as_ptr(), addr_in(mem, op, &mut sa)?) } else { (core::ptr::null(), 0) };
+            let flags = op.flags as i32 | libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+            // SAFETY: `p` is `len` bytes of mapped guest memory; `ap` is
+            // null or `alen` initialised bytes.
+            Ok(sys_ret(unsafe { libc::syscall(libc::SYS_sendto, fd, p, len, flags, ap, alen) }))
+        }
+        net_op::RECV => {
+            let fd = handle_fd(op.handle)?;
+            let len = op.len.min(MAX_IO);
+            let p = range(mem, op.buf, len, true)?;
+            let mut alen = MAX_ADDR as libc::socklen_t;
+            let flags = op.flags as i32 | libc::MSG_DONTWAIT;
+            // SAFETY: `p` is `len` bytes of writable guest memory; `sa` and
+            // `alen` are valid out-parameters.
+            let rc = sys_ret(unsafe { libc::syscall(libc::SYS_recvfrom, fd, p, len, flags, sa.as_mut_ptr(), &mut alen) });
+            if rc >= 0 && op.addr != 0 {
+                op.a = u64::from(alen);
+                addr_out(op, &sa, alen)?;
+            }
+            Ok(rc)
+        }
+        net_op::SHUTDOWN => {
+            let fd = handle_fd(op.handle)?;
+            // SAFETY: shutdown takes no pointers.
+            Ok(sys_ret(unsafe { libc::syscall(libc::SYS_shutdown, fd, op.a as i32) }))
+        }
+        net_op::CLOSE => {
+            let fd = handle_fd(op.handle)?;
+            // SAFETY: the descriptor is a guest socket, which the guest
+            // gives up; nothing of the tender uses it.
+            Ok(sys_ret(unsafe { libc::syscall(libc::SYS_close, fd) }))
+        }
+        net_op::SETSOCKOPT => {
+            let fd = handle_fd(op.handle)?;
+            if op.len > MAX_OPT {
+                return Err(neg(libc::EINVAL));
+            }
+            let mut v = [0u8; MAX_OPT as usize];
+            mem.read(GuestAddr(op.buf), &mut v[..op.len as usize]).map_err(|_| neg(libc::EFAULT))?;
+            // SAFETY: `v` holds `len` initialised bytes.
+            Ok(sys_ret(unsafe { libc::syscall(libc::SYS_setsockopt, fd, op.a as i32, op.b as i32, v.as_ptr(), op.len as u32) }))
+        }
+        net_op::GETSOCKOPT => {
+            let fd = handle_fd(op.handle)?;
+            let mut v = [0u8; MAX_OPT as usize];
+            let mut len = op.len.min(MAX_OPT) as libc::socklen_t;
+            // SAFETY: `v` and `len` are valid out-parameters of this size.
+            let rc = sys_ret(unsafe { libc::syscall(libc::SYS_getsockopt, fd, op.a as i32, op.b as i32, v.as_mut_ptr(), &mut len) });
+            if rc < 0 {
+                return Ok(rc);
+            }
+            let n = u64::from(len).min(op.len).min(MAX_OPT);
+            if n > 0 {
+                range(mem, op.buf, n, true)?;
+                mem.write(GuestAddr(op.buf), &v[..n as usize]).map_err(|_| neg(libc::EFAULT))?;
+            }
+            Ok(i64::from(len))
+        }
+        net_op::GETSOCKNAME | net_op::GETPEERNAME => {
+            let fd = handle_fd(op.handle)?;
+            let nr = if op.op == net_op::GETSOCKNAME { libc::SYS_getsockname } else { libc::SYS_getpeername };
+            let mut len = MAX_ADDR as libc::socklen_t;
+            // SAFETY: `sa` and `len` are valid out-parameters.
+            let rc = sys_ret(unsafe { libc::syscall(nr, fd, sa.as_mut_ptr(), &mut len) });
+            if rc < 0 {
+                return Ok(rc);
+            }
+            addr_out(op, &sa, len)?;
+            Ok(i64::from(len))
+        }
+        _ => Err(neg(libc::ENOSYS)),
+    }
+}
+
+/// The `Net` hypercall: carries out each operation of the batch, writing
+/// each result into its `ret`. Returns how many were carried out, or a
+/// negative errno for a batch that cannot be read.
+pub fn batch(a: &NetArgs) -> i64 {
+    let mem = crate::hypercall::guest_mem();
+    if a.count > NET_MAX_OPS {
+        return neg(libc::EINVAL);
+    }
+    let size = core::mem::size_of::<NetOp>() as u64;
+    if !crate::hypercall::writable(a.ops, a.count * size) {
+        return neg(libc::EFAULT);
+    }
+    for i in 0..a.count {
+        let at = GuestAddr(a.ops + i * size);
+        let Ok(mut op) = mem.read_obj::<NetOp>(at) else {
+            return neg(libc::EFAULT);
+        };
+        op.ret = match one(&mem, &mut op) {
+            Ok(v) | Err(v) => v,
+        };
+        // Cannot fail: the whole array was checked writable.
+        let _ = mem.write_obj(at, &op);
+    }
+    a.count as i64
+}
+
+/// The `NetPoll` hypercall: `ppoll` on the guest's array (which has the
+/// layout of `struct pollfd`) with the deadline. Returns the number of
+/// entries with events, 0 on time-out, or a negative errno. A poll with
+/// nothing to wait for and no deadline would never return: the caller
+/// stops the instance instead.
+pub fn poll(a: &NetPollArgs) -> Result<i64, ()> {
+    if a.nfds > NET_MAX_POLL {
+        return Ok(neg(libc::EINVAL));
+    }
+    if a.nfds == 0 && a.timeout_ns == u64::MAX {
+        return Err(());
+    }
+    let size = core::mem::size_of::<NetPollFd>() as u64;
+    let mem = crate::hypercall::guest_mem();
+    let p = if a.nfds == 0 {
+        core::ptr::null_mut()
+    } else {
+        match range(&mem, a.fds, a.nfds * size, true) {
+            Ok(p) => p,
+            Err(e) => return Ok(e),
+        }
+    };
+    let ts = libc::timespec {
+        tv_sec: (a.timeout_ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: (a.timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    let tsp = if a.timeout_ns == u64::MAX { core::ptr::null() } else { &ts as *const libc::timespec };
+    // SAFETY: `p` is `nfds` writable `pollfd`-shaped entries of guest
+    // memory (NetPollFd has pollfd's layout); `tsp` is null or a valid
+    // timespec; no signal mask.
+    let rc = unsafe { libc::syscall(libc::SYS_ppoll, p, a.nfds, tsp, core::ptr::null::<libc::sigset_t>(), 8usize) };
+    if rc < 0 && crate::sys::errno() == libc::EINTR {
+        return Ok(0);
+    }
+    Ok(sys_ret(rc))
+}
+
+const _: () = assert!(core::mem::size_of::<NetPollFd>() == core::mem::size_of::<libc::pollfd>());
