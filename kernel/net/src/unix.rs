@@ -201,6 +201,18 @@ impl Unix {
         }
     }
 
+    /// The socket of type `ty` bound to `name`. A socket of another type
+    /// there is `EPROTOTYPE` for a path, and for an abstract name is not
+    /// found at all (`ECONNREFUSED`), as Linux looks those up by type.
+    fn lookup_typed(&self, name: &[u8], ty: Ty) -> Result<u64, Errno> {
+        let h = self.lookup(name)?;
+        match self.socks.get(&h) {
+            Some(s) if s.ty == ty => Ok(h),
+            Some(_) if name.first() != Some(&0) => Err(EPROTOTYPE),
+            _ => Err(ECONNREFUSED),
+        }
+    }
+
     /// Connects `a` and `b` to each other (a pair, or a connect).
     fn join(&mut self, a: u64, b: u64) {
         for (x, y) in [(a, b), (b, a)] {
@@ -343,11 +355,8 @@ impl Backend for Unix {
         }
         let name = parse(addr)?.ok_or(Errno::EINVAL)?;
         let ty = self.sock(h)?.ty;
-        let target = self.lookup(&name)?;
+        let target = self.lookup_typed(&name, ty)?;
         let t = self.sock(target)?;
-        if t.ty != ty {
-            return Err(EPROTOTYPE);
-        }
         if ty == Ty::Dgram {
             self.sock_mut(h)?.peer = Some(target);
             return Ok(());
@@ -385,7 +394,7 @@ impl Backend for Unix {
         match me.ty {
             Ty::Dgram => {
                 let target = match to {
-                    Some(a) => self.lookup(&parse(a)?.ok_or(Errno::EINVAL)?)?,
+                    Some(a) => self.lookup_typed(&parse(a)?.ok_or(Errno::EINVAL)?, Ty::Dgram)?,
                     None => me.peer.ok_or(ENOTCONN)?,
                 };
                 if len > me.opts.sndbuf as usize {
