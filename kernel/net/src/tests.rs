@@ -1,0 +1,201 @@
+//! Unit tests on the host: the AF_UNIX backend, eventfd and timerfd
+//! directly, and epoll and the socket calls through their entry points
+//! (user memory is host memory: `umem` bounds are opened up).
+
+use super::*;
+use crate::abi::*;
+use crate::backend::Backend;
+use shoal_plat::Args;
+use shoal_vfs::obj::*;
+
+fn args(v: &[u64]) -> Args {
+    let mut a = [0u64; 6];
+    a[..v.len()].copy_from_slice(v);
+    Args(a)
+}
+
+fn setup() {
+    shoal_plat::umem::set_bounds(1, u64::MAX);
+    init();
+}
+
+#[test]
+fn unix_stream_pair_moves_bytes_and_hangs_up() {
+    let mut u = unix::Unix::default();
+    let (a, b) = u.socketpair(SOCK_STREAM, 0).unwrap();
+    assert_eq!(u.ready(b).mask & EPOLLIN, 0);
+    let g0 = u.ready(b).gen;
+    assert_eq!(u.send(a, &[b"hel", b"lo"], None, 0), Ok(5));
+    let r = u.ready(b);
+    assert_ne!(r.mask & EPOLLIN, 0);
+    assert_ne!(r.gen, g0, "new data moves the generation");
+    let mut x = [0u8; 3];
+    let mut y = [0u8; 8];
+    let got = u.recv(b, &mut [&mut x, &mut y], 0).unwrap();
+    assert_eq!(got.len, 5);
+    assert_eq!((&x, &y[..2]), (b"hel", &b"lo"[..]));
+    assert_eq!(u.recv(b, &mut [&mut y], 0).unwrap_err(), Errno::EAGAIN);
+    // The sender's SO_SNDBUF bounds what is in flight.
+    let big = alloc::vec![7u8; 300_000];
+    let n = u.send(a, &[&big], None, 0).unwrap();
+    assert_eq!(n, BUF_MAX as usize);
+    assert_eq!(u.send(a, &[&big], None, 0), Err(Errno::EAGAIN));
+    assert_eq!(u.ready(a).mask & EPOLLOUT, 0);
+    u.shutdown(a, SHUT_WR).unwrap();
+    assert_ne!(u.ready(b).mask & EPOLLRDHUP, 0);
+    let mut sink = alloc::vec![0u8; 300_000];
+    assert_eq!(u.recv(b, &mut [&mut sink], 0).unwrap().len, BUF_MAX as usize);
+    assert_eq!(u.recv(b, &mut [&mut sink], 0).unwrap().len, 0, "end of file after SHUT_WR");
+    assert_eq!(u.send(a, &[b"x"], None, 0), Err(Errno::EPIPE));
+    u.close(a);
+    assert_ne!(u.ready(b).mask & EPOLLHUP, 0);
+    assert_eq!(u.send(b, &[b"x"], None, 0), Err(Errno::EPIPE));
+}
+
+#[test]
+fn unix_listen_connect_accept_and_names() {
+    let mut u = unix::Unix::default();
+    let addr = |s: &[u8]| {
+        let mut v = (AF_UNIX as u16).to_ne_bytes().to_vec();
+        v.extend_from_slice(s);
+        v
+    };
+    let l = u.socket(SOCK_STREAM, 0).unwrap();
+    assert_eq!(u.listen(l, 1), Err(Errno::EINVAL), "unbound");
+    u.bind(l, &addr(b"/tmp/s\0")).unwrap();
+    u.listen(l, 1).unwrap();
+    let other = u.socket(SOCK_STREAM, 0).unwrap();
+    assert_eq!(u.bind(other, &addr(b"/tmp/s\0")), Err(EADDRINUSE));
+    assert_eq!(u.accept(l).unwrap_err(), Errno::EAGAIN);
+    let c1 = u.socket(SOCK_STREAM, 0).unwrap();
+    let c2 = u.socket(SOCK_STREAM, 0).unwrap();
+    let c3 = u.socket(SOCK_STREAM, 0).unwrap();
+    u.connect(c1, &addr(b"/tmp/s")).unwrap();
+    u.connect(c2, &addr(b"/tmp/s")).unwrap();
+    assert_eq!(u.connect(c3, &addr(b"/tmp/s")), Err(Errno::EAGAIN), "backlog + 1 queued");
+    assert_ne!(u.ready(l).mask & EPOLLIN, 0);
+    u.send(c1, &[b"hi"], None, 0).unwrap();
+    let (s1, peer) = u.accept(l).unwrap();
+    assert_eq!(peer, addr(b""), "an unnamed client");
+    let mut b = [0u8; 4];
+    assert_eq!(u.recv(s1, &mut [&mut b], 0).unwrap().len, 2, "data sent before accept");
+    assert_eq!(u.name(s1, false).unwrap(), addr(b"/tmp/s\0"));
+    assert_eq!(u.connect(c1, &addr(b"/tmp/s")), Err(EISCONN));
+    assert_eq!(u.connect(c3, &addr(b"/tmp/none")), Err(Errno::ENOENT));
+    assert_eq!(u.connect(c3, &addr(b"\0none")), Err(ECONNREFUSED));
+    // Closing the listener closes what nobody accepted.
+    u.close(l);
+    assert_ne!(u.ready(c2).mask & EPOLLHUP, 0);
+    // The name is free again.
+    u.bind(other, &addr(b"/tmp/s\0")).unwrap();
+}
+
+#[test]
+fn unix_datagrams_keep_boundaries_and_report_the_sender() {
+    let mut u = unix::Unix::default();
+    let addr = |s: &[u8]| {
+        let mut v = (AF_UNIX as u16).to_ne_bytes().to_vec();
+        v.extend_from_slice(s);
+        v
+    };
+    let a = u.socket(SOCK_DGRAM, 0).unwrap();
+    let b = u.socket(SOCK_DGRAM, 0).unwrap();
+    u.bind(a, &addr(b"\0a")).unwrap();
+    u.bind(b, &addr(b"\0b")).unwrap();
+    assert_eq!(u.send(a, &[b"12345"], Some(&addr(b"\0b")), 0), Ok(5));
+    assert_eq!(u.send(a, &[b"6"], None, 0), Err(ENOTCONN));
+    let mut small = [0u8; 2];
+    let r = u.recv(b, &mut [&mut small], MSG_TRUNC).unwrap();
+    assert_eq!((r.len, r.flags), (5, MSG_TRUNC));
+    assert_eq!(r.from.unwrap(), addr(b"\0a"));
+    assert_eq!(u.recv(b, &mut [&mut small], 0).unwrap_err(), Errno::EAGAIN);
+}
+
+#[test]
+fn socket_options_read_back_as_set() {
+    let mut u = unix::Unix::default();
+    let s = u.socket(SOCK_STREAM, 0).unwrap();
+    let int = |v: &[u8]| i32::from_ne_bytes(v[..4].try_into().unwrap());
+    u.setsockopt(s, SOL_SOCKET, SO_RCVBUF, &1000i32.to_ne_bytes()).unwrap();
+    assert_eq!(int(&u.getsockopt(s, SOL_SOCKET, SO_RCVBUF).unwrap()), 2304, "doubled, at least the minimum");
+    u.setsockopt(s, SOL_SOCKET, SO_SNDBUF, &65536i32.to_ne_bytes()).unwrap();
+    assert_eq!(int(&u.getsockopt(s, SOL_SOCKET, SO_SNDBUF).unwrap()), 131072);
+    u.setsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &1i32.to_ne_bytes()).unwrap();
+    assert_eq!(int(&u.getsockopt(s, SOL_SOCKET, SO_KEEPALIVE).unwrap()), 1);
+    assert_eq!(int(&u.getsockopt(s, SOL_SOCKET, SO_REUSEADDR).unwrap()), 0);
+    assert_eq!(int(&u.getsockopt(s, SOL_SOCKET, SO_TYPE).unwrap()), SOCK_STREAM);
+    assert_eq!(u.setsockopt(s, SOL_SOCKET, SO_TYPE, &1i32.to_ne_bytes()), Err(ENOPROTOOPT));
+    assert_eq!(u.setsockopt(s, SOL_SOCKET, SO_KEEPALIVE, &[1]), Err(Errno::EINVAL), "short value");
+    assert_eq!(u.getsockopt(s, 6, 1), Err(Errno::EOPNOTSUPP), "TCP level on AF_UNIX");
+}
+
+#[test]
+fn eventfd_counter_rules() {
+    let mut e = eventfd::EventFd::new(0, false);
+    let mut b = [0u8; 8];
+    assert_eq!(e.read(&mut b), Err(Errno::EAGAIN));
+    assert_eq!(e.write(&(u64::MAX - 1).to_ne_bytes()), Ok(8));
+    assert_eq!(e.ready().mask & EPOLLOUT, 0, "full");
+    assert_eq!(e.write(&1u64.to_ne_bytes()), Err(Errno::EAGAIN));
+    assert_eq!(e.write(&u64::MAX.to_ne_bytes()), Err(Errno::EINVAL));
+    assert_eq!(e.read(&mut b[..4]), Err(Errno::EINVAL));
+    assert_eq!(e.read(&mut b), Ok(8));
+    assert_eq!(u64::from_ne_bytes(b), u64::MAX - 1);
+    let mut s = eventfd::EventFd::new(2, true);
+    for _ in 0..2 {
+        assert_eq!(s.read(&mut b), Ok(8));
+        assert_eq!(u64::from_ne_bytes(b), 1);
+    }
+    assert_eq!(s.read(&mut b), Err(Errno::EAGAIN));
+}
+
+#[test]
+fn timerfd_counts_expirations_lazily() {
+    let mut t = timerfd::TimerFd::new(CLOCK_MONOTONIC);
+    let mut b = [0u8; 8];
+    assert_eq!(t.read(&mut b, 0), Err(Errno::EAGAIN), "unarmed");
+    t.test_arm(1000, 100, 10);
+    assert_eq!(t.deadline(), Some(1100));
+    assert_eq!(t.ready(1099).mask, 0);
+    let r = t.ready(1350);
+    assert_ne!(r.mask & EPOLLIN, 0);
+    assert_eq!(r.gen, 26, "expirations ever: 1100, 1110, …, 1350");
+    assert_eq!(t.read(&mut b, 1350), Ok(8));
+    assert_eq!(u64::from_ne_bytes(b), 26, "1100..=1350 every 10");
+    assert_eq!(t.deadline(), Some(1360));
+    assert_eq!(t.read(&mut b, 1355), Err(Errno::EAGAIN));
+}
+
+#[test]
+fn epoll_edge_triggered_through_the_entry_points() {
+    setup();
+    let mut sv = [0i32; 2];
+    sys::socketpair(&args(&[AF_UNIX as u64, SOCK_STREAM as u64, 0, sv.as_mut_ptr() as u64])).unwrap();
+    let ep = sys::epoll_create1(&args(&[0])).unwrap();
+    let mut ev = [0u8; 12];
+    ev[..4].copy_from_slice(&(EPOLLIN | EPOLLET).to_ne_bytes());
+    ev[4..].copy_from_slice(&7u64.to_ne_bytes());
+    sys::epoll_ctl(&args(&[ep, EPOLL_CTL_ADD as u64, sv[1] as u64, ev.as_ptr() as u64])).unwrap();
+    let mut out = [0u8; 12 * 4];
+    let wait = |out: &mut [u8]| sys::epoll_wait(&args(&[ep, out.as_mut_ptr() as u64, 4, 0])).unwrap();
+    assert_eq!(wait(&mut out), 0);
+    let data = *b"0123456789";
+    sys::write(&args(&[sv[0] as u64, data.as_ptr() as u64, 10])).unwrap();
+    assert_eq!(wait(&mut out), 1);
+    assert_eq!(u64::from_ne_bytes(out[4..12].try_into().unwrap()), 7);
+    let mut b = [0u8; 4];
+    sys::read(&args(&[sv[1] as u64, b.as_mut_ptr() as u64, 4])).unwrap();
+    assert_eq!(wait(&mut out), 0, "ET: no new data, no report");
+    sys::write(&args(&[sv[0] as u64, data.as_ptr() as u64, 1])).unwrap();
+    assert_eq!(wait(&mut out), 1, "ET: new data");
+    // Closing the watched descriptor removes it from the set.
+    shoal_vfs::with(|v| v.close_fd(sv[1])).unwrap();
+    shoal_vfs::with(|v| v.close_fd(sv[0])).unwrap();
+    assert_eq!(wait(&mut out), 0);
+    assert_eq!(
+        sys::epoll_ctl(&args(&[ep, EPOLL_CTL_DEL as u64, sv[1] as u64, 0])),
+        Err(Errno::EBADF)
+    );
+    assert_eq!(sys::socket(&args(&[AF_INET as u64, SOCK_STREAM as u64, 0])), Err(Errno::EAFNOSUPPORT));
+    shoal_vfs::with(|v| v.close_fd(ep as i32)).unwrap();
+}

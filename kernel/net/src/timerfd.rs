@@ -74,6 +74,13 @@ impl TimerFd {
         Readiness { mask, gen: self.fired }
     }
 
+    /// Arms the timer at `now` for `value` ns with period `interval` (unit
+    /// tests, which have no user memory to pass an `itimerspec` from).
+    #[cfg(test)]
+    pub fn test_arm(&mut self, now: u64, value: u64, interval: u64) {
+        self.set(now, false, interval, value);
+    }
+
     pub fn deadline(&self) -> Option<u64> {
         self.next
     }
