@@ -44,6 +44,12 @@ pub trait Backend {
     /// A new socket of type `ty` (`SOCK_*`, without `SOCK_NONBLOCK` and
     /// `SOCK_CLOEXEC`) and `protocol`.
     fn socket(&mut self, ty: i32, protocol: i32) -> Result<u64, Errno>;
+    /// A new socket of `domain` (for a backend that serves more than one
+    /// family, such as `AF_INET` and `AF_INET6`); by default [`Self::socket`].
+    fn socket_in(&mut self, domain: i32, ty: i32, protocol: i32) -> Result<u64, Errno> {
+        let _ = domain;
+        self.socket(ty, protocol)
+    }
     /// Two connected sockets (`socketpair`); `EOPNOTSUPP` where the family
     /// has none (Internet sockets).
     fn socketpair(&mut self, ty: i32, protocol: i32) -> Result<(u64, u64), Errno>;

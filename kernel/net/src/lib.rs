@@ -39,6 +39,7 @@ extern crate alloc;
 pub mod abi;
 pub mod backend;
 mod epoll;
+pub mod host;
 mod eventfd;
 mod socket;
 pub mod sys;

@@ -90,7 +90,7 @@ fn family(domain: i32) -> Result<Fam, Errno> {
 pub fn socket(domain: i32, ty: i32, protocol: i32) -> SysResult {
     let (t, flags) = type_flags(ty)?;
     let fam = family(domain)?;
-    let h = crate::with(|n| n.backend(fam)?.socket(t, protocol))?;
+    let h = crate::with(|n| n.backend(fam)?.socket_in(domain, t, protocol))?;
     install(Sock { fam, h }, flags)
 }
 

@@ -6,7 +6,7 @@
 //! caller's stack frame; results come back in the same structure.
 
 use core::sync::atomic::{AtomicU64, Ordering};
-use shoal_abi::{ConsoleWriteArgs, HaltArgs, Hypercall, PollArgs};
+use shoal_abi::{ConsoleWriteArgs, HaltArgs, Hypercall, NetArgs, NetOp, NetPollArgs, NetPollFd, PollArgs};
 #[cfg(not(test))]
 use shoal_abi::HYPERCALL_PORT_BASE;
 
@@ -61,6 +61,25 @@ pub fn poll(timeout_ns: u64, wait_set: u64) -> u64 {
     let mut a = PollArgs { timeout_ns, wait_set, ready_set: 0, ret: 0 };
     raw(Hypercall::Poll, &mut a);
     a.ready_set
+}
+
+/// Carries out a batch of socket operations on the tender's host sockets
+/// (each `ret` is filled in); returns how many were carried out or a
+/// negative errno for the batch.
+pub fn net(ops: &mut [NetOp]) -> i64 {
+    let mut a = NetArgs { ops: ops.as_mut_ptr() as u64, count: ops.len() as u64, ret: 0 };
+    raw(Hypercall::Net, &mut a);
+    a.ret
+}
+
+/// Waits until one of the host sockets in `fds` has an event or
+/// `timeout_ns` passes (`u64::MAX`: no deadline); returns how many entries
+/// have events (their `revents` filled in), 0 on time-out, or a negative
+/// errno.
+pub fn net_poll(fds: &mut [NetPollFd], timeout_ns: u64) -> i64 {
+    let mut a = NetPollArgs { fds: fds.as_mut_ptr() as u64, nfds: fds.len() as u64, timeout_ns, ret: 0 };
+    raw(Hypercall::NetPoll, &mut a);
+    a.ret
 }
 
 /// Stops the instance.

@@ -17,6 +17,20 @@ pub mod hypercall;
 pub mod umem;
 
 pub use errno::Errno;
+
+static SYSCALL_EPOCH: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Counts system calls: a component that caches state of the world outside
+/// the guest (net's host-socket readiness) refreshes it at most once per
+/// system call by comparing epochs.
+pub fn syscall_epoch() -> u64 {
+    SYSCALL_EPOCH.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// Starts a new system-call epoch (the dispatcher, at every call).
+pub fn next_syscall_epoch() {
+    SYSCALL_EPOCH.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+}
 pub use global::Global;
 
 /// The six raw argument registers of a system call (`rdi, rsi, rdx, r10,

@@ -178,12 +178,47 @@ fn reschedule() {
                 return;
             }
             Pick::Idle(deadline) => {
-                shoal_time::sleep_until(deadline);
+                if !idle_wait(Some(deadline)) {
+                    shoal_time::sleep_until(deadline);
+                }
                 let now = shoal_time::monotonic_ns();
                 TABLE.with(|t| t.expire(now));
             }
-            Pick::Deadlock(n) => deadlock(n),
+            // Threads that wait for something outside the guest (a host
+            // socket) are not deadlocked: the idle wait blocks for it.
+            Pick::Deadlock(n) => {
+                if !idle_wait(None) {
+                    deadlock(n)
+                }
+            }
         }
+    }
+}
+
+/// How a component whose objects change outside the guest (the host
+/// sockets of `net`) makes an idle instance wait for them: called when
+/// every thread is blocked, with the nearest deadline (`None`: no thread
+/// has one). It blocks in the tender until one of its objects may have
+/// changed or the deadline passed, wakes the threads waiting for it, and
+/// returns `true`; or returns `false` at once when it has nothing to wait
+/// for (then the scheduler sleeps until the deadline, or reports the
+/// deadlock).
+pub type IdleWait = fn(Option<u64>) -> bool;
+
+static IDLE_WAIT: Global<Option<IdleWait>> = Global::new(None);
+
+/// Installs the idle wait (one; `net` at boot).
+pub fn set_idle_wait(f: IdleWait) {
+    IDLE_WAIT.with(|w| *w = Some(f));
+}
+
+/// Runs the idle wait now (a single-threaded instance that must block:
+/// `shoal_vfs::wait`); `false` if there is none or it has nothing to wait
+/// for.
+pub fn idle_wait(deadline: Option<u64>) -> bool {
+    match IDLE_WAIT.with(|w| *w) {
+        Some(f) => f(deadline),
+        None => false,
     }
 }
 

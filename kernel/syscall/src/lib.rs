@@ -293,5 +293,6 @@ pub fn dispatch(n: u64, args: &Args) -> i64 {
 #[no_mangle]
 pub extern "C" fn __shoal_syscall(n: i64, a: i64, b: i64, c: i64, d: i64, e: i64, f: i64) -> i64 {
     let args = Args([a as u64, b as u64, c as u64, d as u64, e as u64, f as u64]);
+    shoal_plat::next_syscall_epoch();
     dispatch(n as u64, &args)
 }

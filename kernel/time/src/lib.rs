@@ -110,6 +110,12 @@ pub fn sleep_until(deadline: u64) {
     }
 }
 
+/// Records `ns` spent blocked in the tender outside [`sleep_until`] (the
+/// host-socket idle wait), so that [`cpu_ns`] does not count it.
+pub fn account_sleep(ns: u64) {
+    STATE.with(|s| s.slept += ns);
+}
+
 /// CPU time of the instance in nanoseconds: monotonic time since boot
 /// minus the time spent blocked in the tender's `poll`. The kernel does not
 /// see time the host spends running other processes, so this is an upper

@@ -38,6 +38,11 @@ pub fn block(what: &str, deadline: Option<u64>) -> Result<(), Errno> {
             Err(e) => Err(e),
         };
     }
+    // Something outside the guest (a host socket) may end the wait: block
+    // for it in the tender (see shoal_sched::IdleWait).
+    if shoal_sched::idle_wait(deadline) {
+        return Ok(());
+    }
     match deadline {
         Some(d) => {
             shoal_time::sleep_until(d);

@@ -1,0 +1,656 @@
+//! Host-socket passthrough (DESIGN §3.1): the [`Backend`] of `AF_INET`
+//! and `AF_INET6`. Each guest socket is, once it needs one, a host socket
+//! the tender owns; the guest holds its handle, and every operation is a
+//! `Net` hypercall ([`shoal_plat::hypercall::net`]). Host sockets never
+//! block: the socket layer waits in the scheduler, and when every thread
+//! waits, the instance sleeps in the `NetPoll` hypercall on its host
+//! sockets ([`idle_wait`], installed as the scheduler's idle wait).
+//!
+//! **What a guest socket attaches to.** The tender decided before boot
+//! what the instance may reach (`BootInfo::listeners`, `net_flags`):
+//!
+//! - `bind` to a port that was published (`--publish HOST:PORT:GUESTPORT`)
+//!   attaches the guest socket to that already bound and listening host
+//!   socket; a listener handed over with `--listen-fd` is attached to the
+//!   first `bind` (or `listen`, for an unbound socket) of its type whose
+//!   port nothing else claims. `getsockname` then reports the address the
+//!   guest bound.
+//! - with outbound on (`--net-outbound`), a socket that connects, sends to
+//!   an address, or binds elsewhere gets a host socket of its own (the
+//!   tender's Landlock and seccomp rules decide what it may reach);
+//! - otherwise such calls fail with `EACCES`, and the first refused `bind`
+//!   says once on stderr which `--publish` would allow it.
+//!
+//! **Readiness** is cached per socket (`POLL*` bits): learned from
+//! `NetPoll` results and from the operations' own results (`EAGAIN` on a
+//! receive clears "readable", on a send "writable"). A descriptor asked
+//! about while a bit is missing refreshes the whole cache with one
+//! zero-timeout `NetPoll`, at most once per system call, so `poll`,
+//! `select` and `epoll_wait` never miss data that arrived; the idle wait
+//! asks the tender only for the bits not already known, so a readable
+//! socket nobody reads does not wake the instance again and again.
+
+use alloc::collections::BTreeMap;
+use alloc::vec;
+use alloc::vec::Vec;
+use shoal_abi::{net_op, Listener, NetOp, NetPollFd, LISTENER_ANY_PORT, NET_MAX_POLL, NET_OUTBOUND};
+use shoal_plat::{Errno, Global};
+use shoal_vfs::obj::Readiness;
+
+use crate::abi::*;
+use crate::backend::{Backend, Received, SockAddr, SockOpts};
+
+/// `EINPROGRESS`: a non-blocking connect goes on by itself.
+const EINPROGRESS: Errno = Errno(115);
+
+const POLLIN: u32 = 0x001;
+const POLLOUT: u32 = 0x004;
+const POLLERR: u32 = 0x008;
+const POLLHUP: u32 = 0x010;
+const POLLRDHUP: u32 = 0x2000;
+
+/// One guest socket of this family.
+struct HostSock {
+    domain: i32,
+    ty: i32,
+    proto: i32,
+    /// The host socket's handle, once it has one.
+    host: Option<i64>,
+    /// Attached to handed-over listener `i` (published or `--listen-fd`).
+    listener: Option<usize>,
+    /// The address the guest bound (what `getsockname` reports).
+    local: Option<SockAddr>,
+    /// Options set before there was a host socket (replayed on creation).
+    opts: SockOpts,
+    /// Cached `POLL*` bits.
+    ready: u32,
+    /// Bumped whenever the socket may have become newly ready.
+    gen: u64,
+    /// Set once `listen` was called.
+    listening: bool,
+    /// An accepted connection of a published port: that port, which
+    /// `getsockname` reports instead of the host port.
+    guest_port: Option<u16>,
+}
+
+impl HostSock {
+    fn new(domain: i32, ty: i32, proto: i32) -> HostSock {
+        HostSock { domain, ty, proto, host: None, listener: None, local: None, opts: SockOpts::default(), ready: 0, gen: 0, listening: false, guest_port: None }
+    }
+
+    /// Adds newly learned readiness bits.
+    fn learn(&mut self, bits: u32) {
+        if bits & !self.ready != 0 {
+            self.gen += 1;
+        }
+        self.ready |= bits;
+    }
+}
+
+struct State {
+    socks: BTreeMap<u64, HostSock>,
+    next: u64,
+    /// The tender's listeners and whether a guest socket took each.
+    listeners: Vec<(Listener, bool)>,
+    outbound: bool,
+    /// `shoal_plat::syscall_epoch()` of the last refresh.
+    refreshed: u64,
+    /// Whether the "bind refused" note was printed.
+    noted: bool,
+}
+
+static STATE: Global<Option<State>> = Global::new(None);
+
+fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
+    STATE.with(|s| {
+        let s = s.get_or_insert_with(|| State { socks: BTreeMap::new(), next: 0, listeners: Vec::new(), outbound: false, refreshed: u64::MAX, noted: false });
+        f(s)
+    })
+}
+
+/// Installs the backend if the tender handed the instance any network
+/// (listeners or outbound). Called once at boot, after `net::init`.
+pub fn init() {
+    let info = shoal_plat::boot::info();
+    let n = (info.listener_count as usize).min(info.listeners.len());
+    let outbound = info.net_flags & NET_OUTBOUND != 0;
+    if n == 0 && !outbound {
+        return;
+    }
+    with(|s| {
+        s.listeners = info.listeners[..n].iter().map(|l| (*l, false)).collect();
+        s.outbound = outbound;
+    });
+    crate::set_inet_backend(alloc::boxed::Box::new(HostBackend));
+    shoal_sched::set_idle_wait(idle_wait);
+}
+
+/// The backend: a handle on [`STATE`].
+pub struct HostBackend;
+
+/// Runs one operation; returns its result.
+fn op(mut o: NetOp) -> (Result<i64, Errno>, NetOp) {
+    let mut ops = [o];
+    let rc = shoal_plat::hypercall::net(&mut ops);
+    o = ops[0];
+    if rc < 0 {
+        return (Err(Errno(-rc as i32)), o);
+    }
+    if o.ret < 0 {
+        (Err(Errno(-o.ret as i32)), o)
+    } else {
+        (Ok(o.ret), o)
+    }
+}
+
+fn simple(code: u32, handle: i64, a: u64) -> Result<i64, Errno> {
+    op(NetOp { op: code, handle, a, ..NetOp::default() }).0
+}
+
+/// The port of an `AF_INET`/`AF_INET6` address.
+fn port_of(addr: &[u8]) -> Result<u16, Errno> {
+    let fam = u16::from_ne_bytes([*addr.first().ok_or(Errno::EINVAL)?, *addr.get(1).ok_or(Errno::EINVAL)?]);
+    let need = match i32::from(fam) {
+        AF_INET => 16,
+        AF_INET6 => 28,
+        _ => return Err(Errno::EAFNOSUPPORT),
+    };
+    if addr.len() < need {
+        return Err(Errno::EINVAL);
+    }
+    Ok(u16::from_be_bytes([addr[2], addr[3]]))
+}
+
+/// `addr` with its port replaced.
+fn with_port(mut addr: SockAddr, port: u16) -> SockAddr {
+    if addr.len() >= 4 {
+        addr[2..4].copy_from_slice(&port.to_be_bytes());
+    }
+    addr
+}
+
+impl State {
+    fn get(&mut self, h: u64) -> Result<&mut HostSock, Errno> {
+        self.socks.get_mut(&h).ok_or(Errno::EBADF)
+    }
+
+    /// A handed-over listener for a socket of type `ty` bound to `port`
+    /// (`None`: an unbound socket, any `--listen-fd` listener).
+    fn find_listener(&self, ty: i32, port: Option<u16>) -> Option<usize> {
+        let free = |l: &Listener, taken: bool| !taken && l.sock_type == ty as u32;
+        let exact = port.and_then(|p| self.listeners.iter().position(|(l, t)| free(l, *t) && l.port == u32::from(p)));
+        exact.or_else(|| self.listeners.iter().position(|(l, t)| free(l, *t) && l.port == LISTENER_ANY_PORT))
+    }
+
+    /// Gives socket `h` a host socket of its own (outbound only).
+    fn create_host(&mut self, h: u64) -> Result<i64, Errno> {
+        if !self.outbound {
+            return Err(Errno::EACCES);
+        }
+        let s = self.get(h)?;
+        if let Some(fd) = s.host {
+            return Ok(fd);
+        }
+        let (domain, ty, proto) = (s.domain, s.ty, s.proto);
+        let fd = op(NetOp { op: net_op::SOCKET, a: domain as u64, b: ty as u64, flags: proto as u32, ..NetOp::default() }).0?;
+        let opts = s.opts.clone();
+        s.host = Some(fd);
+        s.ready = POLLOUT;
+        for name in [SO_REUSEADDR, SO_REUSEPORT, SO_KEEPALIVE, SO_BROADCAST] {
+            if let Ok(v) = opts.get(name) {
+                if v != 0i32.to_ne_bytes() {
+                    let _ = set_host_opt(fd, SOL_SOCKET, name, &v);
+                }
+            }
+        }
+        Ok(fd)
+    }
+
+    /// Polls every host socket with a bit not known yet, for at most
+    /// `timeout_ns`; learns what happened. Returns `None` when there was
+    /// nothing to wait for.
+    fn poll(&mut self, timeout_ns: u64) -> Option<i64> {
+        let mut fds: Vec<NetPollFd> = Vec::new();
+        let mut ids: Vec<u64> = Vec::new();
+        for (&id, s) in &self.socks {
+            let Some(fd) = s.host else { continue };
+            if s.ready & (POLLHUP | POLLERR) != 0 {
+                continue;
+            }
+            let mut ev = 0u32;
+            if s.ready & POLLIN == 0 {
+                ev |= POLLIN | POLLRDHUP;
+            }
+            if s.ready & POLLOUT == 0 && !s.listening {
+                ev |= POLLOUT;
+            }
+            if ev == 0 || fds.len() as u64 >= NET_MAX_POLL {
+                continue;
+            }
+            fds.push(NetPollFd { handle: fd as i32, events: ev as i16, revents: 0 });
+            ids.push(id);
+        }
+        if fds.is_empty() {
+            return None;
+        }
+        let rc = shoal_plat::hypercall::net_poll(&mut fds, timeout_ns);
+        if rc > 0 {
+            for (f, id) in fds.iter().zip(&ids) {
+                if f.revents != 0 {
+                    if let Some(s) = self.socks.get_mut(id) {
+                        s.learn(f.revents as u16 as u32);
+                    }
+                }
+            }
+        }
+        Some(rc)
+    }
+}
+
+fn set_host_opt(fd: i64, level: i32, name: i32, val: &[u8]) -> Result<i64, Errno> {
+    op(NetOp { op: net_op::SETSOCKOPT, handle: fd, a: level as u64, b: name as u64, buf: val.as_ptr() as u64, len: val.len() as u64, ..NetOp::default() }).0
+}
+
+/// The scheduler's idle wait (see `shoal_sched::IdleWait`): sleeps in the
+/// tender until a host socket has news or the deadline passes.
+pub fn idle_wait(deadline: Option<u64>) -> bool {
+    let timeout = match deadline {
+        Some(d) => d.saturating_sub(shoal_time::monotonic_ns()),
+        None => u64::MAX,
+    };
+    let t0 = shoal_time::monotonic_ns();
+    let rc = with(|s| s.poll(timeout));
+    if rc.is_none() {
+        return false;
+    }
+    shoal_time::account_sleep(shoal_time::monotonic_ns().saturating_sub(t0));
+    crate::wake();
+    true
+}
+
+/// Refreshes the cache once per system call, when a socket is asked about
+/// and lacks a bit.
+fn refresh_if_stale(s: &mut State) {
+    let epoch = shoal_plat::syscall_epoch();
+    if s.refreshed != epoch {
+        s.refreshed = epoch;
+        if s.poll(0).is_some_and(|rc| rc > 0) {
+            crate::wake();
+        }
+    }
+}
+
+impl Backend for HostBackend {
+    fn socket(&mut self, ty: i32, protocol: i32) -> Result<u64, Errno> {
+        self.socket_in(AF_INET, ty, protocol)
+    }
+
+    fn socket_in(&mut self, domain: i32, ty: i32, protocol: i32) -> Result<u64, Errno> {
+        if ty != SOCK_STREAM && ty != SOCK_DGRAM {
+            return Err(ESOCKTNOSUPPORT);
+        }
+        Ok(with(|s| {
+            s.next += 1;
+            let id = s.next;
+            s.socks.insert(id, HostSock::new(domain, ty, protocol));
+            id
+        }))
+    }
+
+    fn socketpair(&mut self, _ty: i32, _protocol: i32) -> Result<(u64, u64), Errno> {
+        Err(Errno::EOPNOTSUPP)
+    }
+
+    fn bind(&mut self, h: u64, addr: &[u8]) -> Result<(), Errno> {
+        let port = port_of(addr)?;
+        with(|s| {
+            let ty = s.get(h)?.ty;
+            if s.get(h)?.local.is_some() {
+                return Err(Errno::EINVAL);
+            }
+            if let Some(i) = s.find_listener(ty, Some(port)) {
+                s.listeners[i].1 = true;
+                let fd = s.listeners[i].0.handle;
+                let sock = s.get(h)?;
+                sock.host = Some(fd);
+                sock.listener = Some(i);
+                sock.local = Some(addr.to_vec());
+                return Ok(());
+            }
+            if !s.outbound || port != 0 {
+                if !s.noted {
+                    s.noted = true;
+                    use core::fmt::Write;
+                    let _ = writeln!(
+                        shoal_plat::console::Stderr,
+                        "shoal: the guest's bind to port {port} was refused: that port is not published (shoal run --publish HOSTPORT:{port})"
+                    );
+                }
+                return Err(Errno::EACCES);
+            }
+            let fd = s.create_host(h)?;
+            op(NetOp { op: net_op::BIND, handle: fd, addr: addr.as_ptr() as u64, addrlen: addr.len() as u64, ..NetOp::default() }).0?;
+            s.get(h)?.local = Some(addr.to_vec());
+            Ok(())
+        })
+    }
+
+    fn listen(&mut self, h: u64, backlog: i32) -> Result<(), Errno> {
+        with(|s| {
+            let sock = s.get(h)?;
+            let ty = sock.ty;
+            if ty != SOCK_STREAM {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            if sock.host.is_none() {
+                // An unbound socket: a --listen-fd listener, if any.
+                let i = s.find_listener(ty, None).ok_or(Errno::EACCES)?;
+                s.listeners[i].1 = true;
+                let fd = s.listeners[i].0.handle;
+                let sock = s.get(h)?;
+                sock.host = Some(fd);
+                sock.listener = Some(i);
+            }
+            let sock = s.get(h)?;
+            sock.listening = true;
+            sock.ready &= !POLLOUT;
+            let fd = sock.host.ok_or(Errno::EINVAL)?;
+            simple(net_op::LISTEN, fd, backlog.clamp(1, 4096) as u64).map(|_| ())
+        })
+    }
+
+    fn accept(&mut self, h: u64) -> Result<(u64, SockAddr), Errno> {
+        with(|s| {
+            let sock = s.get(h)?;
+            let fd = sock.host.ok_or(Errno::EINVAL)?;
+            if !sock.listening {
+                return Err(Errno::EINVAL);
+            }
+            let (domain, ty, proto) = (sock.domain, sock.ty, sock.proto);
+            let guest_port = sock.listener.map(|i| s.listeners[i].0.port).filter(|&p| p != LISTENER_ANY_PORT).map(|p| p as u16);
+            let mut peer = [0u8; 128];
+            let (r, o) = op(NetOp { op: net_op::ACCEPT, handle: fd, addr: peer.as_mut_ptr() as u64, addrlen: peer.len() as u64, ..NetOp::default() });
+            let nfd = match r {
+                Ok(v) => v,
+                Err(e) => {
+                    if e == Errno::EAGAIN {
+                        s.get(h)?.ready &= !POLLIN;
+                    }
+                    return Err(e);
+                }
+            };
+            s.next += 1;
+            let id = s.next;
+            let mut c = HostSock::new(domain, ty, proto);
+            c.host = Some(nfd);
+            c.ready = POLLOUT;
+            c.guest_port = guest_port;
+            s.socks.insert(id, c);
+            let n = (o.a as usize).min(peer.len());
+            Ok((id, peer[..n].to_vec()))
+        })
+    }
+
+    fn connect(&mut self, h: u64, addr: &[u8]) -> Result<(), Errno> {
+        port_of(addr)?;
+        with(|s| {
+            let fd = s.create_host(h)?;
+            let r = op(NetOp { op: net_op::CONNECT, handle: fd, addr: addr.as_ptr() as u64, addrlen: addr.len() as u64, ..NetOp::default() }).0;
+            match r {
+                Ok(_) => Ok(()),
+                Err(e) if e == EINPROGRESS => {
+                    s.get(h)?.ready &= !POLLOUT;
+                    Err(e)
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn send(&mut self, h: u64, data: &[&[u8]], to: Option<&[u8]>, flags: i32) -> Result<usize, Errno> {
+        with(|s| {
+            let fd = match s.get(h)?.host {
+                Some(fd) => fd,
+                None if to.is_some() => s.create_host(h)?,
+                None => return Err(ENOTCONN),
+            };
+            // One buffer for a datagram (it must go in one call); a stream
+            // takes the pieces in order until one is short.
+            let joined: Vec<u8>;
+            let bufs: Vec<&[u8]> = if data.len() > 1 && s.get(h)?.ty == SOCK_DGRAM {
+                joined = data.concat();
+                vec![&joined[..]]
+            } else {
+                data.to_vec()
+            };
+            let (ap, al) = to.map_or((0, 0), |a| (a.as_ptr() as u64, a.len() as u64));
+            let mut total = 0usize;
+            for b in bufs {
+                if b.is_empty() && total > 0 {
+                    continue;
+                }
+                let r = op(NetOp { op: net_op::SEND, handle: fd, flags: flags as u32, buf: b.as_ptr() as u64, len: b.len() as u64, addr: ap, addrlen: al, ..NetOp::default() }).0;
+                match r {
+                    Ok(n) => {
+                        total += n as usize;
+                        if (n as usize) < b.len() {
+                            s.get(h)?.ready &= !POLLOUT;
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        if e == Errno::EAGAIN {
+                            s.get(h)?.ready &= !POLLOUT;
+                        }
+                        if total == 0 {
+                            return Err(e);
+                        }
+                        break;
+                    }
+                }
+            }
+            Ok(total)
+        })
+    }
+
+    fn recv(&mut self, h: u64, bufs: &mut [&mut [u8]], flags: i32) -> Result<Received, Errno> {
+        with(|s| {
+            let sock = s.get(h)?;
+            let fd = sock.host.ok_or(ENOTCONN)?;
+            let dgram = sock.ty == SOCK_DGRAM;
+            let mut from = [0u8; 128];
+            let mut got = Received::default();
+            if bufs.is_empty() {
+                return Ok(got);
+            }
+            let recv_into = |buf: &mut [u8], flags: i32, from: &mut [u8; 128]| {
+                op(NetOp {
+                    op: net_op::RECV,
+                    handle: fd,
+                    flags: flags as u32,
+                    buf: buf.as_mut_ptr() as u64,
+                    len: buf.len() as u64,
+                    addr: from.as_mut_ptr() as u64,
+                    addrlen: from.len() as u64,
+                    ..NetOp::default()
+                })
+            };
+            let first = if dgram && bufs.len() > 1 {
+                // A datagram must come in one call: gather, then scatter.
+                let mut scratch = vec![0u8; bufs.iter().map(|b| b.len()).sum()];
+                let r = recv_into(&mut scratch, flags, &mut from);
+                if let (Ok(n), _) = r {
+                    let mut src = &scratch[..(n as usize).min(scratch.len())];
+                    for b in bufs.iter_mut() {
+                        let k = src.len().min(b.len());
+                        b[..k].copy_from_slice(&src[..k]);
+                        src = &src[k..];
+                    }
+                }
+                r
+            } else {
+                recv_into(&mut bufs[0], flags, &mut from)
+            };
+            let (r, o) = first;
+            let n = match r {
+                Ok(n) => n as usize,
+                Err(e) => {
+                    if e == Errno::EAGAIN {
+                        s.get(h)?.ready &= !POLLIN;
+                    }
+                    return Err(e);
+                }
+            };
+            got.len = n;
+            if !dgram && n > 0 && n == bufs[0].len() && bufs.len() > 1 {
+                // A stream that filled the first buffer: more may follow.
+                for b in bufs.iter_mut().skip(1) {
+                    match recv_into(b, flags | MSG_DONTWAIT, &mut from).0 {
+                        Ok(k) if k > 0 => {
+                            got.len += k as usize;
+                            if (k as usize) < b.len() {
+                                break;
+                            }
+                        }
+                        _ => break,
+                    }
+                }
+            } else if !dgram && n > 0 && n < bufs[0].len() {
+                // Probably drained: ask the tender again before believing
+                // it is readable.
+                s.get(h)?.ready &= !POLLIN;
+            }
+            if o.a > 0 && dgram {
+                got.from = Some(from[..(o.a as usize).min(from.len())].to_vec());
+            }
+            Ok(got)
+        })
+    }
+
+    fn shutdown(&mut self, h: u64, how: i32) -> Result<(), Errno> {
+        with(|s| {
+            let fd = s.get(h)?.host.ok_or(ENOTCONN)?;
+            simple(net_op::SHUTDOWN, fd, how as u64).map(|_| ())
+        })
+    }
+
+    fn name(&self, h: u64, peer: bool) -> Result<SockAddr, Errno> {
+        with(|s| {
+            let sock = s.get(h)?;
+            if !peer {
+                if let Some(l) = &sock.local {
+                    return Ok(l.clone());
+                }
+            }
+            let Some(fd) = sock.host else {
+                if peer {
+                    return Err(ENOTCONN);
+                }
+                // Unbound: the family's any-address, port 0.
+                let len = if sock.domain == AF_INET6 { 28 } else { 16 };
+                let mut a = vec![0u8; len];
+                a[..2].copy_from_slice(&(sock.domain as u16).to_ne_bytes());
+                return Ok(a);
+            };
+            let mut buf = [0u8; 128];
+            let code = if peer { net_op::GETPEERNAME } else { net_op::GETSOCKNAME };
+            let n = op(NetOp { op: code, handle: fd, addr: buf.as_mut_ptr() as u64, addrlen: buf.len() as u64, ..NetOp::default() }).0?;
+            let mut a = buf[..(n as usize).min(buf.len())].to_vec();
+            // An accepted connection of a published port: the guest's port.
+            if let (false, Some(p)) = (peer, sock.guest_port) {
+                a = with_port(a, p);
+            }
+            Ok(a)
+        })
+    }
+
+    fn setsockopt(&mut self, h: u64, level: i32, name: i32, val: &[u8]) -> Result<(), Errno> {
+        with(|s| {
+            let sock = s.get(h)?;
+            if level == SOL_SOCKET {
+                // Kept for getsockopt and for a host socket made later;
+                // options it does not keep go to the host only.
+                let _ = sock.opts.set(name, val);
+            }
+            match sock.host {
+                Some(fd) => set_host_opt(fd, level, name, val).map(|_| ()),
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn getsockopt(&mut self, h: u64, level: i32, name: i32) -> Result<Vec<u8>, Errno> {
+        with(|s| {
+            let sock = s.get(h)?;
+            if level == SOL_SOCKET {
+                match name {
+                    SO_TYPE => return Ok(sock.ty.to_ne_bytes().to_vec()),
+                    SO_DOMAIN => return Ok(sock.domain.to_ne_bytes().to_vec()),
+                    SO_ACCEPTCONN => return Ok((sock.listening as i32).to_ne_bytes().to_vec()),
+                    _ => {}
+                }
+            }
+            let Some(fd) = sock.host else {
+                return match (level, name) {
+                    (SOL_SOCKET, SO_ERROR) => Ok(0i32.to_ne_bytes().to_vec()),
+                    (SOL_SOCKET, SO_PROTOCOL) => Ok(sock.proto.to_ne_bytes().to_vec()),
+                    (SOL_SOCKET, n) => sock.opts.get(n),
+                    _ => Ok(0i32.to_ne_bytes().to_vec()),
+                };
+            };
+            let mut buf = [0u8; 256];
+            let n = op(NetOp { op: net_op::GETSOCKOPT, handle: fd, a: level as u64, b: name as u64, buf: buf.as_mut_ptr() as u64, len: buf.len() as u64, ..NetOp::default() }).0?;
+            Ok(buf[..(n as usize).min(buf.len())].to_vec())
+        })
+    }
+
+    fn ready(&self, h: u64) -> Readiness {
+        with(|s| {
+            let missing = match s.socks.get(&h) {
+                Some(sock) => sock.host.is_some() && sock.ready & (POLLIN | POLLOUT) != (POLLIN | POLLOUT),
+                None => false,
+            };
+            if missing {
+                refresh_if_stale(s);
+            }
+            match s.socks.get(&h) {
+                Some(sock) if sock.host.is_some() => {
+                    let mut m = sock.ready;
+                    if sock.listening {
+                        m &= !POLLOUT;
+                    }
+                    Readiness { mask: m, gen: sock.gen }
+                }
+                // No host socket yet: an unconnected socket is writable
+                // (a send fails at once) as on Linux, never readable.
+                Some(sock) => Readiness { mask: if sock.ty == SOCK_DGRAM { POLLOUT } else { POLLOUT | POLLHUP }, gen: sock.gen },
+                None => Readiness { mask: POLLERR | POLLHUP, gen: 0 },
+            }
+        })
+    }
+
+    fn is_stream(&self, h: u64) -> bool {
+        with(|s| s.socks.get(&h).is_some_and(|k| k.ty == SOCK_STREAM))
+    }
+
+    fn nread(&self, h: u64) -> usize {
+        // The tender has no FIONREAD: report what the cache says (readable
+        // means at least one byte or end of file).
+        with(|s| s.socks.get(&h).map_or(0, |k| usize::from(k.ready & POLLIN != 0)))
+    }
+
+    fn close(&mut self, h: u64) {
+        with(|s| {
+            if let Some(sock) = s.socks.remove(&h) {
+                if let Some(i) = sock.listener {
+                    // The tender's listener stays open for a later bind.
+                    if let Some(l) = s.listeners.get_mut(i) {
+                        l.1 = false;
+                    }
+                } else if let Some(fd) = sock.host {
+                    let _ = simple(net_op::CLOSE, fd, 0);
+                }
+            }
+        });
+    }
+}
