@@ -135,6 +135,20 @@ pub enum ImageError {
         /// The entry point.
         entry: u64,
     },
+    /// The `PT_TLS` header names initial thread-local data outside the
+    /// loaded segments (libc copies that data into every thread's TLS
+    /// block, so it would read memory the image never loaded).
+    #[error("image {path} has its TLS image ({filesz:#x} bytes at {vaddr:#x}, program header {index}) outside its loaded segments")]
+    TlsOutsideSegments {
+        /// The image file.
+        path: PathBuf,
+        /// Index of the `PT_TLS` program header.
+        index: usize,
+        /// Its address.
+        vaddr: u64,
+        /// Bytes of initialised TLS data.
+        filesz: u64,
+    },
     /// Too many program headers to hand to the guest.
     #[error(
         "image {path} has {phnum} program headers; at most {MAX_PHNUM} fit in the boot-info page"
@@ -350,7 +364,7 @@ impl Image {
             return Err(ImageError::TooManyHeaders { path: p(), phnum });
         }
         let mut segments: Vec<(usize, Segment)> = Vec::new();
-        let mut tls = None;
+        let mut tls: Option<(usize, Tls)> = None;
         for (index, ph) in phdrs.iter().enumerate() {
             let bad = |reason: String| ImageError::BadSegment {
                 path: p(),
@@ -375,12 +389,15 @@ impl Image {
                     {
                         return Err(bad(format!("its TLS image at {vaddr:#x} is out of range")));
                     }
-                    tls = Some(Tls {
-                        vaddr,
-                        filesz,
-                        memsz,
-                        align: ph.p_align(endian),
-                    });
+                    tls = Some((
+                        index,
+                        Tls {
+                            vaddr,
+                            filesz,
+                            memsz,
+                            align: ph.p_align(endian),
+                        },
+                    ));
                     continue;
                 }
                 elf::PT_INTERP | elf::PT_DYNAMIC => {
@@ -461,6 +478,25 @@ impl Image {
         if !in_code {
             return Err(ImageError::BadEntry { path: p(), entry });
         }
+        // The TLS image is what libc's start-up code copies (`filesz`
+        // bytes from `vaddr`) into each thread's TLS block: it must be
+        // loaded memory, inside one segment. (The zeroed rest up to `memsz`,
+        // .tbss, takes no address space and is not checked.)
+        if let Some((index, t)) = tls {
+            // No overflow: `vaddr + memsz` (>= `vaddr + filesz`) and each
+            // segment's end were checked against IMAGE_ADDR_LIMIT above.
+            let inside = segments
+                .iter()
+                .any(|(_, s)| t.vaddr >= s.vaddr && t.vaddr + t.filesz <= s.vaddr + s.memsz);
+            if !inside {
+                return Err(ImageError::TlsOutsideSegments {
+                    path: p(),
+                    index,
+                    vaddr: t.vaddr,
+                    filesz: t.filesz,
+                });
+            }
+        }
         let phdr_bytes = object::pod::bytes_of_slice(phdrs).to_vec();
         Ok(Image {
             path: path.to_path_buf(),
@@ -468,7 +504,7 @@ impl Image {
             segments: segments.into_iter().map(|(_, s)| s).collect(),
             phdrs: phdr_bytes,
             phnum,
-            tls,
+            tls: tls.map(|(_, t)| t),
         })
     }
 

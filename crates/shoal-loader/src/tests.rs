@@ -319,6 +319,38 @@ fn refuses_bad_segments() {
 }
 
 #[test]
+fn tls_header_outside_segments_is_refused() {
+    // libc copies the TLS image into every thread: one outside the loaded
+    // segments would make it read memory the image never loaded.
+    let tls = |s: &Spec| -> usize { s.segs.iter().position(|g| g.ptype == elf::PT_TLS).unwrap() };
+    let mut s = good();
+    let i = tls(&s);
+    s.segs[i].vaddr = 0x4000_0000; // far above the image
+    assert_eq!(
+        err(&s),
+        format!("image /x/y.img has its TLS image (0x10 bytes at 0x40000000, program header {i}) outside its loaded segments")
+    );
+    let mut s = good();
+    let i = tls(&s);
+    s.segs[i].vaddr = IMAGE_BASE + 0x5000 - 0x8; // runs past the RW segment's end
+    assert!(err(&s).contains("outside its loaded segments"), "{}", err(&s));
+    let mut s = good();
+    let i = tls(&s);
+    s.segs[i].vaddr = IMAGE_BASE + 0x1004; // straddles the rodata segment's end
+    assert!(err(&s).contains("outside its loaded segments"));
+    let mut s = good();
+    let i = tls(&s);
+    s.segs[i].vaddr = 0x1000; // below the image, in the boot area
+    assert!(err(&s).contains("outside its loaded segments"));
+    // An empty TLS image (.tbss only) at the very end of a segment is fine.
+    let mut s = good();
+    let i = tls(&s);
+    s.segs[i].vaddr = IMAGE_BASE + 0x5000;
+    s.segs[i].data.clear();
+    assert!(parse(&s).is_ok());
+}
+
+#[test]
 fn open_names_missing_file() {
     let e = Image::open(Path::new("/nonexistent/z.img"))
         .unwrap_err()
