@@ -2,6 +2,17 @@
 //! structure and every buffer it names are read and written only through
 //! `shoal_loader::GuestMemory`, which checks (without overflow) that the
 //! whole range lies in guest memory.
+//!
+//! As on spt, a hypercall that writes results back needs its argument
+//! structure in memory the guest may write: not the image's code or
+//! read-only data, the archive or the boot-info page ([`ReadOnly`]). The VMM
+//! writes guest memory through its own mapping, which the guest's page
+//! tables do not protect, so without this check a guest could make the VMM
+//! overwrite its code. The check is made before the call has any effect.
+//!
+//! A fault report is believed only from the CPL-0 exception stub: the
+//! guest runs at CPL 3 with IOPL 3, so it can write the fault port itself,
+//! with any report it likes; the VMM asks the vCPU where it was ([`Origin`]).
 
 use crate::x86;
 use shoal_abi::{
@@ -28,17 +39,14 @@ pub enum Action {
     Continue,
     /// The guest halted with this status.
     Halt(i64),
-    /// A fault report: from the CPL-0 stub (`cpu`) or the guest itself.
-    Fault {
-        /// The report.
-        report: FaultArgs,
-        /// Whether the stub sent it (a CPU exception).
-        cpu: bool,
-    },
+    /// A CPU exception, reported by the CPL-0 stub.
+    Fault(FaultArgs),
     /// The guest polled with no deadline and nothing to wait for.
     BlockedForever,
     /// The guest broke the hypercall protocol; stop it.
     Refused(Refusal),
+    /// The VMM could not go on (a KVM call failed); stop the guest.
+    Stopped(String),
 }
 
 /// Ways a guest can break the hypercall protocol.
@@ -66,44 +74,147 @@ pub enum Refusal {
         /// The range check that failed.
         source: MemError,
     },
+    /// The argument structure of a hypercall that writes results back lies
+    /// (partly) in read-only guest memory.
+    #[error(
+        "its {call:?} argument structure [{addr:#x}, +{len:#x}) is outside writable guest memory \
+         (the image's code or read-only data, the archive or the boot-info page), where the results would be written"
+    )]
+    ReadOnlyArgs {
+        /// The hypercall.
+        call: Hypercall,
+        /// Guest address of the argument structure.
+        addr: u64,
+        /// Its size.
+        len: u64,
+    },
+    /// A fault report that did not come from the CPL-0 exception stub.
+    #[error(
+        "it wrote a fault report (argument {arg:#x}) to the fault port itself at CPL {cpl} (rip {rip:#x}); \
+         only the exception stub reports CPU exceptions"
+    )]
+    ForgedFault {
+        /// The argument it passed.
+        arg: u64,
+        /// The privilege level it wrote the port from.
+        cpl: u8,
+        /// Where it wrote the port from.
+        rip: u64,
+    },
+}
+
+/// The guest ranges `[start, end)` that are read-only for the guest (its
+/// page tables map them so): hypercall results are never written there.
+#[derive(Clone, Debug, Default)]
+pub struct ReadOnly(pub Vec<(u64, u64)>);
+
+impl ReadOnly {
+    /// Whether `[addr, addr + len)` lies in guest memory and outside every
+    /// read-only range.
+    pub fn writable(&self, mem: &GuestMemory, addr: u64, len: u64) -> bool {
+        if !mem.contains(GuestAddr(addr), len) {
+            return false;
+        }
+        let end = addr + len; // no overflow: checked by `contains`
+        !self.0.iter().any(|&(s, e)| addr < e && s < end)
+    }
+}
+
+/// Where the vCPU was when it wrote to the fault port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// Its current privilege level (the RPL of CS).
+    pub cpl: u8,
+    /// Its instruction pointer (after the `out`).
+    pub rip: u64,
+}
+
+impl Origin {
+    /// Whether this is the exception stub: CPL 0, which a CPL-3 guest can
+    /// only reach through the IDT, and an instruction in the stub's page.
+    pub fn is_stub(&self) -> bool {
+        self.cpl == 0 && (x86::STUB_ADDR..x86::STUB_ADDR + shoal_abi::PAGE_SIZE).contains(&self.rip)
+    }
+}
+
+/// What a hypercall handler needs to know about the guest.
+pub struct Guest<'a> {
+    /// Guest memory as the guest may name it.
+    pub mem: &'a GuestMemory,
+    /// The whole mapping, tender-private pages included (the stub's report).
+    pub private: &'a vm_memory::GuestRegionMmap<()>,
+    /// Ranges results are never written to.
+    pub read_only: &'a ReadOnly,
+}
+
+/// Reads the argument structure of `call` at `arg`; with `write`, it must
+/// also lie in writable guest memory (checked before the call has any
+/// effect, as spt does).
+fn args<T: shoal_loader::Pod>(g: &Guest<'_>, call: Hypercall, arg: GuestAddr, write: bool) -> Result<T, Refusal> {
+    let a = g.mem.read_obj::<T>(arg).map_err(|source| Refusal::BadArgs { call, source })?;
+    let len = core::mem::size_of::<T>() as u64;
+    if write && !g.read_only.writable(g.mem, arg.0, len) {
+        return Err(Refusal::ReadOnlyArgs { call, addr: arg.0, len });
+    }
+    Ok(a)
 }
 
 const EFAULT: i64 = -(libc::EFAULT as i64);
 const EINVAL: i64 = -(libc::EINVAL as i64);
 
-/// Handles a write of `data` to I/O port `port`.
-pub fn handle_out(port: u16, data: &[u8], mem: &GuestMemory, private: &vm_memory::GuestRegionMmap<()>, console: &mut Console<'_>, wrote: &mut bool) -> Action {
+/// Writes the results back into the argument structure, which `args`
+/// checked as writable, so this cannot fail; should it, the guest is refused
+/// rather than resumed with a stale result.
+fn put<T: shoal_loader::Pod>(g: &Guest<'_>, call: Hypercall, arg: GuestAddr, v: &T) -> Action {
+    match g.mem.write_obj(arg, v) {
+        Ok(()) => Action::Continue,
+        Err(source) => Action::Refused(Refusal::BadArgs { call, source }),
+    }
+}
+
+/// Decodes a write of `data` to I/O port `port`: which hypercall, and the
+/// guest address of its argument structure.
+pub fn decode(port: u16, data: &[u8]) -> Result<(Hypercall, GuestAddr), Refusal> {
     let Some(nr) = port.checked_sub(HYPERCALL_PORT_BASE) else {
-        return Action::Refused(Refusal::UnknownPort(port));
+        return Err(Refusal::UnknownPort(port));
     };
     let Some(call) = Hypercall::from_nr(u64::from(nr)) else {
-        return Action::Refused(Refusal::UnknownPort(port));
+        return Err(Refusal::UnknownPort(port));
     };
     let Ok(bytes) = <[u8; 4]>::try_from(data) else {
-        return Action::Refused(Refusal::BadSize { port, size: data.len() });
+        return Err(Refusal::BadSize { port, size: data.len() });
     };
-    let arg = GuestAddr(u64::from(u32::from_le_bytes(bytes)));
-    let refuse = |source| Action::Refused(Refusal::BadArgs { call, source });
+    Ok((call, GuestAddr(u64::from(u32::from_le_bytes(bytes)))))
+}
+
+/// Handles hypercall `call` with its argument structure at `arg` (from
+/// [`decode`]). `origin` tells where the vCPU was; it is asked only for the
+/// fault port (it costs KVM calls).
+pub fn handle(
+    call: Hypercall,
+    arg: GuestAddr,
+    g: &Guest<'_>,
+    origin: &mut dyn FnMut() -> Result<Origin, String>,
+    console: &mut Console<'_>,
+    wrote: &mut bool,
+) -> Action {
     match call {
         Hypercall::ConsoleWrite => {
-            let mut a: ConsoleWriteArgs = match mem.read_obj(arg) {
+            let mut a: ConsoleWriteArgs = match args(g, call, arg, true) {
                 Ok(a) => a,
-                Err(e) => return refuse(e),
+                Err(r) => return Action::Refused(r),
             };
-            a.ret = console_write(mem, &a, console, wrote);
-            match mem.write_obj(arg, &a) {
-                Ok(()) => Action::Continue,
-                Err(e) => refuse(e),
-            }
+            a.ret = console_write(g.mem, &a, console, wrote);
+            put(g, call, arg, &a)
         }
-        Hypercall::Halt => match mem.read_obj::<HaltArgs>(arg) {
+        Hypercall::Halt => match args::<HaltArgs>(g, call, arg, false) {
             Ok(a) => Action::Halt(a.status),
-            Err(e) => refuse(e),
+            Err(r) => Action::Refused(r),
         },
         Hypercall::Poll => {
-            let mut a: PollArgs = match mem.read_obj(arg) {
+            let mut a: PollArgs = match args(g, call, arg, true) {
                 Ok(a) => a,
-                Err(e) => return refuse(e),
+                Err(r) => return Action::Refused(r),
             };
             if a.wait_set != 0 {
                 // No devices exist yet.
@@ -119,54 +230,48 @@ pub fn handle_out(port: u16, data: &[u8], mem: &GuestMemory, private: &vm_memory
                 a.ret = 0;
             }
             a.ready_set = 0;
-            match mem.write_obj(arg, &a) {
-                Ok(()) => Action::Continue,
-                Err(e) => refuse(e),
-            }
+            put(g, call, arg, &a)
         }
         // Host-socket passthrough is not built on hvt yet: the guest's
         // socket calls fail with ENOSYS instead of pretending.
         Hypercall::Net => {
-            let mut a: shoal_abi::NetArgs = match mem.read_obj(arg) {
+            let mut a: shoal_abi::NetArgs = match args(g, call, arg, true) {
                 Ok(a) => a,
-                Err(e) => return refuse(e),
+                Err(r) => return Action::Refused(r),
             };
             a.ret = -i64::from(libc::ENOSYS);
-            match mem.write_obj(arg, &a) {
-                Ok(()) => Action::Continue,
-                Err(e) => refuse(e),
-            }
+            put(g, call, arg, &a)
         }
         Hypercall::NetPoll => {
-            let mut a: shoal_abi::NetPollArgs = match mem.read_obj(arg) {
+            let mut a: shoal_abi::NetPollArgs = match args(g, call, arg, true) {
                 Ok(a) => a,
-                Err(e) => return refuse(e),
+                Err(r) => return Action::Refused(r),
             };
             a.ret = -i64::from(libc::ENOSYS);
-            match mem.write_obj(arg, &a) {
-                Ok(()) => Action::Continue,
-                Err(e) => refuse(e),
-            }
+            put(g, call, arg, &a)
         }
         Hypercall::Fault => {
-            // The CPL-0 stub reports from its own stack in tender-private
-            // memory; a guest may also report a fault of its own.
-            if arg.0 == x86::FAULT_REPORT_ADDR {
-                let mut raw = [0u8; core::mem::size_of::<FaultArgs>()];
-                if private.read_slice(&mut raw, vm_memory::MemoryRegionAddress(arg.0)).is_ok() {
-                    let q = |i: usize| {
-                        let mut w = [0u8; 8];
-                        w.copy_from_slice(&raw[i * 8..i * 8 + 8]);
-                        u64::from_le_bytes(w)
-                    };
-                    let report = FaultArgs { vector: q(0), error_code: q(1), rip: q(2), rsp: q(3), cr2: q(4) };
-                    return Action::Fault { report, cpu: true };
-                }
+            // Only the CPL-0 stub reports CPU exceptions, from its own stack
+            // in tender-private memory. The guest at CPL 3 can write this
+            // port too (IOPL 3), so where the vCPU is decides, not what the
+            // report says.
+            let o = match origin() {
+                Ok(o) => o,
+                Err(e) => return Action::Stopped(e),
+            };
+            if !o.is_stub() || arg.0 != x86::FAULT_REPORT_ADDR {
+                return Action::Refused(Refusal::ForgedFault { arg: arg.0, cpl: o.cpl, rip: o.rip });
             }
-            match mem.read_obj::<FaultArgs>(arg) {
-                Ok(report) => Action::Fault { report, cpu: false },
-                Err(e) => refuse(e),
+            let mut raw = [0u8; core::mem::size_of::<FaultArgs>()];
+            if let Err(e) = g.private.read_slice(&mut raw, vm_memory::MemoryRegionAddress(arg.0)) {
+                return Action::Stopped(format!("cannot read the exception stub's fault report: {e}"));
             }
+            let q = |i: usize| {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(&raw[i * 8..i * 8 + 8]);
+                u64::from_le_bytes(w)
+            };
+            Action::Fault(FaultArgs { vector: q(0), error_code: q(1), rip: q(2), rsp: q(3), cr2: q(4) })
         }
     }
 }
@@ -198,4 +303,35 @@ fn console_write(mem: &GuestMemory, a: &ConsoleWriteArgs, console: &mut Console<
     }
     let _ = out.flush();
     i64::try_from(done).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_only_ranges_are_not_writable() {
+        let low = GuestMemory::LOW;
+        let mut buf = vec![0u8; 0x10000];
+        // SAFETY: `buf` backs guest addresses [LOW, LOW + 0x10000) and
+        // outlives `mem`; nothing else references it meanwhile.
+        let mem = unsafe { GuestMemory::new(buf.as_mut_ptr(), low + 0x10000) };
+        let ro = ReadOnly(vec![(low, low + 0x1000), (low + 0x4000, low + 0x6000)]);
+        assert!(!ro.writable(&mem, low, 8));
+        assert!(!ro.writable(&mem, low + 0xff8, 0x10), "straddles the end of a read-only range");
+        assert!(ro.writable(&mem, low + 0x1000, 0x20));
+        assert!(!ro.writable(&mem, low + 0x3ff0, 0x20), "straddles the start of one");
+        assert!(ro.writable(&mem, low + 0x6000, 0x20));
+        assert!(!ro.writable(&mem, low + 0xfff0, 0x20), "beyond guest memory");
+        assert!(!ro.writable(&mem, u64::MAX - 8, 0x20), "overflow");
+        assert!(!ro.writable(&mem, 0, 8), "tender-private memory");
+    }
+
+    #[test]
+    fn only_the_stub_at_cpl0_reports_faults() {
+        assert!(Origin { cpl: 0, rip: x86::STUB_ADDR + 0x218 }.is_stub());
+        assert!(!Origin { cpl: 3, rip: x86::STUB_ADDR + 0x218 }.is_stub());
+        assert!(!Origin { cpl: 3, rip: 0x101000 }.is_stub());
+        assert!(!Origin { cpl: 0, rip: 0x101000 }.is_stub());
+    }
 }

@@ -25,7 +25,7 @@
 //! | 0–255 | the guest halted with this status (the low 8 bits of `HaltArgs::status`) |
 //! | [`EXIT_SIGSYS`] (159) | the guest executed a `syscall` instruction: `shoal: guest fault: invalid opcode (vector 6, …): the guest executed a `syscall` instruction; …` |
 //! | 128 + N | the guest took a CPU exception that Linux would turn into signal N (page fault, general protection → SIGSEGV = 139; invalid opcode → SIGILL = 132; divide error → SIGFPE = 136; breakpoint → SIGTRAP = 133; …): `shoal: guest fault: <name> (vector V, error E) at rip R, rsp S, cr2 C[: cause]` |
-//! | [`EXIT_STOPPED`] (255) | hvt stopped the guest: a fault hypercall the guest made itself, an invalid hypercall (`shoal: the guest made an invalid hypercall: …`), a poll with no deadline and nothing to wait for, or a vCPU stop a shoal guest never causes (triple fault, `hlt`, KVM internal error: `shoal: hvt stopped the guest: …`) |
+//! | [`EXIT_STOPPED`] (255) | hvt stopped the guest: an invalid hypercall (`shoal: the guest made an invalid hypercall: …`: an argument structure outside guest memory, or outside *writable* guest memory for a call that writes results back, or a fault report the guest wrote itself instead of the CPL-0 exception stub), a poll with no deadline and nothing to wait for, or a vCPU stop a shoal guest never causes (triple fault, `hlt`, KVM internal error: `shoal: hvt stopped the guest: …`) |
 //!
 //! Every status but a halt comes with one `shoal: …` line on stderr.
 //!
@@ -58,7 +58,7 @@ mod hypercall;
 pub mod vm;
 pub mod x86;
 
-pub use hypercall::{Console, Refusal};
+pub use hypercall::{Console, Origin, ReadOnly, Refusal};
 pub use vm::KvmError;
 pub use x86::SetupError;
 
@@ -146,10 +146,10 @@ pub enum Outcome {
     Exit(i32),
     /// The guest took a CPU exception.
     Fault {
-        /// The stub's (or the guest's) report.
+        /// The CPL-0 exception stub's report.
         report: FaultArgs,
-        /// Whether the report came from the CPL-0 exception stub (a CPU
-        /// exception) rather than from a Fault hypercall of the guest.
+        /// Always true: a report the guest makes itself is refused
+        /// ([`Refusal::ForgedFault`]); kept so that callers can still say so.
         cpu: bool,
         /// Whether the faulting instruction was `syscall`.
         syscall: bool,
@@ -242,6 +242,8 @@ struct Prepared {
     env: Vec<OsString>,
     params: BootParams,
     private: x86::Private,
+    /// Where hypercall results must never be written.
+    read_only: ReadOnly,
     pool: Option<shoal_loader::pool::PoolPlan>,
     /// Why mode `pool` fell back to `copy`, if it did.
     pool_warning: Option<shoal_loader::pool::PoolError>,
@@ -279,6 +281,7 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
         })
         .collect();
     let private = x86::build(layout.mem_size, &regions, layout.image_start, layout.image_end)?;
+    let read_only = read_only_ranges(&image, &layout);
     let hz = shoal_loader::tsc::tsc_hz()?;
     let params = BootParams::new(TenderKind::Hvt, 0, Clock::now(hz))?;
     let (pool, pool_warning) = if cfg.mode == MemoryMode::Pool {
@@ -286,7 +289,24 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
     } else {
         (None, None)
     };
-    Ok(Prepared { image, layout, archive, argv, env, params, private, pool, pool_warning })
+    Ok(Prepared { image, layout, archive, argv, env, params, private, read_only, pool, pool_warning })
+}
+
+/// The guest ranges spt maps read-only, and which hypercall results must
+/// therefore never be written to on hvt either: the image's code and
+/// read-only data, the archive and the boot-info page (whole pages, as
+/// spt protects them).
+fn read_only_ranges(image: &Image, layout: &Layout) -> ReadOnly {
+    let page = shoal_abi::PAGE_SIZE;
+    let mut ro: Vec<(u64, u64)> =
+        image.segments().iter().filter(|s| !s.perms.write).map(|s| (s.page_start(), s.page_end())).collect();
+    if layout.archive_size > 0 {
+        // No overflow: the layout placed the archive inside guest memory.
+        let end = (layout.archive_addr + layout.archive_size).next_multiple_of(page);
+        ro.push((layout.archive_addr, end));
+    }
+    ro.push((shoal_abi::BOOT_INFO_ADDR, shoal_abi::BOOT_INFO_ADDR + page));
+    ReadOnly(ro)
 }
 
 /// Runs the image described by `cfg`, writing the guest's console streams
@@ -342,6 +362,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     timings.vm_ready = t0.elapsed();
 
     let mut wrote = false;
+    let guest = hypercall::Guest { mem: &mem, private: &vm.memory, read_only: &p.read_only };
     let outcome = loop {
         let exit = match vm.vcpu.run() {
             Ok(e) => e,
@@ -349,15 +370,11 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
             Err(e) => break Outcome::Stopped(format!("KVM_RUN failed: {e}")),
         };
         timings.exits += 1;
-        let action = match exit {
-            VcpuExit::IoOut(port, data) => {
-                let a = hypercall::handle_out(port, data, &mem, &vm.memory, console, &mut wrote);
-                if wrote && timings.first_output.is_none() {
-                    timings.first_output = Some(t0.elapsed());
-                }
-                a
-            }
-            VcpuExit::IoIn(port, _) => Action::Refused(Refusal::PortRead(port)),
+        // The exit borrows the vCPU; the hypercall is decoded into owned
+        // values first, so that its handler may ask the vCPU for registers.
+        let call = match exit {
+            VcpuExit::IoOut(port, data) => hypercall::decode(port, data),
+            VcpuExit::IoIn(port, _) => Err(Refusal::PortRead(port)),
             VcpuExit::Hlt => break Outcome::Stopped("the vCPU executed `hlt`".into()),
             VcpuExit::Shutdown => {
                 break Outcome::Stopped("the vCPU shut down (triple fault: an exception while reporting an exception)".into())
@@ -371,21 +388,40 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
             }
             other => break Outcome::Stopped(format!("unexpected VM exit {other:?}")),
         };
+        let action = match call {
+            Ok((call, arg)) => {
+                let a = hypercall::handle(call, arg, &guest, &mut || vcpu_origin(&vm.vcpu), console, &mut wrote);
+                if wrote && timings.first_output.is_none() {
+                    timings.first_output = Some(t0.elapsed());
+                }
+                a
+            }
+            Err(r) => Action::Refused(r),
+        };
         match action {
             Action::Continue => {}
             Action::Halt(status) => break Outcome::Exit((status & 0xff) as i32),
             Action::BlockedForever => break Outcome::BlockedForever,
-            Action::Fault { report, cpu } => {
+            Action::Fault(report) => {
                 let (report, syscall) = recognise_syscall(&vm, &mem, report);
-                let cause = (cpu && report.vector == 14 && !syscall)
+                let cause = (report.vector == 14 && !syscall)
                     .then(|| x86::page_fault_cause(report.error_code, p.private.map.perm(report.cr2)));
-                break Outcome::Fault { report, cpu, syscall, cause };
+                break Outcome::Fault { report, cpu: true, syscall, cause };
             }
             Action::Refused(r) => break Outcome::Refused(r),
+            Action::Stopped(s) => break Outcome::Stopped(s),
         }
     };
     timings.exit = t0.elapsed();
     Ok((outcome, timings))
+}
+
+/// Where the vCPU is, for a write to the fault port: its privilege level
+/// is the RPL of CS (in 64-bit mode CS.RPL = SS.DPL = CPL).
+fn vcpu_origin(vcpu: &kvm_ioctls::VcpuFd) -> Result<Origin, String> {
+    let sregs = vcpu.get_sregs().map_err(|e| format!("KVM refused to read the special registers: {e}"))?;
+    let regs = vcpu.get_regs().map_err(|e| format!("KVM refused to read the registers: {e}"))?;
+    Ok(Origin { cpl: (sregs.cs.selector & 3) as u8, rip: regs.rip })
 }
 
 /// Whether a fault report comes from a `syscall` instruction, and the

@@ -250,22 +250,101 @@ fn hostile_hypercall_arguments() {
     assert_eq!(status(9), efault, "buffer in tender-private memory");
     assert_eq!(status(10), efault, "huge length");
     assert_eq!(status(13), 0x34, "status masked to 8 bits");
-    assert_refused(7, |r| matches!(r, Refusal::BadArgs { call: shoal_abi::Hypercall::Fault, .. }));
+    // A fault report the guest writes itself is forged, wherever it points.
+    assert_refused(7, |r| matches!(r, Refusal::ForgedFault { arg: 0, cpl: 3, .. }));
     assert_refused(8, |r| matches!(r, Refusal::BadArgs { call: shoal_abi::Hypercall::Halt, .. }));
     assert_refused(11, |r| matches!(r, Refusal::PortRead(_)));
     assert_refused(12, |r| matches!(r, Refusal::BadSize { size: 2, .. }));
-    assert_refused(15, |r| matches!(r, Refusal::UnknownPort(0x505)));
-    let r = hostile(14);
-    match r.outcome {
-        Outcome::Fault { report, cpu: false, .. } => {
-            assert_eq!((report.vector, report.error_code, report.cr2), (99, 1, 4));
-            assert_eq!(r.outcome.status(), shoal_hvt::EXIT_STOPPED);
-        }
-        o => panic!("expected the guest's own fault report, got {o:?}"),
-    }
+    assert_refused(15, |r| matches!(r, Refusal::UnknownPort(0x507)));
+    assert_refused(14, |r| matches!(r, Refusal::ForgedFault { cpl: 3, .. }));
     let r = hostile(16);
     assert!(matches!(r.outcome, Outcome::BlockedForever), "{:?}", r.outcome);
     assert_eq!(r.outcome.status(), shoal_hvt::EXIT_STOPPED);
+}
+
+/// The address of symbol `name` in the image of guest NAME-CASE (`nm`).
+fn symbol(image: &Path, name: &str) -> u64 {
+    let out = Command::new("nm").arg(image).output().expect("run nm");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.ends_with(&format!(" {name}"))).unwrap_or_else(|| panic!("no {name} in {text}"));
+    u64::from_str_radix(line.split(' ').next().unwrap(), 16).unwrap()
+}
+
+fn read_only_refusal(call: &str, addr: u64) -> String {
+    format!(
+        "the guest made an invalid hypercall: its {call} argument structure [{addr:#x}, +0x20) is outside writable guest memory \
+         (the image's code or read-only data, the archive or the boot-info page), where the results would be written"
+    )
+}
+
+/// Issue 12, item 3: the VMM writes results through its own mapping, which
+/// the guest's page tables do not protect; an argument structure in the
+/// code, read-only data or the boot-info page must be refused before the
+/// call does anything (spt's `args(.., write = true)`).
+#[test]
+fn hvt_hypercall_result_into_code_is_refused() {
+    if !kvm_usable() {
+        return;
+    }
+    let image = guest("hostile", 17);
+    let start = symbol(&image, "_start");
+    let r = run_image(image);
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "ok!\n", "console writes work, and the refused one wrote nothing");
+    assert!(
+        matches!(r.outcome, Outcome::Refused(Refusal::ReadOnlyArgs { call: shoal_abi::Hypercall::ConsoleWrite, addr, len: 32 }) if addr == start),
+        "{:?}",
+        r.outcome
+    );
+    assert_eq!(r.outcome.status(), 255);
+    assert_eq!(r.outcome.message().unwrap(), read_only_refusal("ConsoleWrite", start));
+
+    let image = guest("hostile", 18);
+    let ro = symbol(&image, "ro_poll");
+    let r = run_image(image);
+    assert_eq!(r.outcome.status(), 255, "{:?}", r.outcome);
+    assert_eq!(r.outcome.message().unwrap(), read_only_refusal("Poll", ro));
+    // Refused before sleeping the 20 ms it asked for.
+    assert!(r.timings.exit - r.timings.vm_ready < std::time::Duration::from_millis(20), "{:?}", r.timings);
+
+    let r = hostile(19);
+    assert_eq!(r.outcome.status(), 255, "{:?}", r.outcome);
+    assert_eq!(r.outcome.message().unwrap(), read_only_refusal("Poll", shoal_abi::BOOT_INFO_ADDR));
+}
+
+/// Issue 12, item 3: the guest runs at CPL 3 with IOPL 3, so it can write
+/// the fault port itself; only the CPL-0 exception stub's report is a CPU
+/// exception. A forged one is an invalid hypercall (255), not a
+/// `guest fault` with a signal status.
+#[test]
+fn hvt_forged_fault_report_is_refused() {
+    if !kvm_usable() {
+        return;
+    }
+    // Pointing at the stub's own report address, as the stub does.
+    let image = guest("hostile", 20);
+    let after = symbol(&image, "forged_fault_after");
+    let r = run_image(image);
+    assert!(
+        matches!(r.outcome, Outcome::Refused(Refusal::ForgedFault { arg: 0x3fc8, cpl: 3, rip }) if rip == after),
+        "{:?}",
+        r.outcome
+    );
+    assert_eq!(r.outcome.status(), 255);
+    assert_eq!(
+        r.outcome.message().unwrap(),
+        format!(
+            "the guest made an invalid hypercall: it wrote a fault report (argument 0x3fc8) to the fault port itself \
+             at CPL 3 (rip {after:#x}); only the exception stub reports CPU exceptions"
+        )
+    );
+    // A made-up report of its own on its stack.
+    let r = hostile(14);
+    assert_eq!(r.outcome.status(), 255, "{:?}", r.outcome);
+    let m = r.outcome.message().unwrap();
+    assert!(m.starts_with("the guest made an invalid hypercall: it wrote a fault report (argument 0x"), "{m}");
+    // Real exceptions still come from the stub.
+    let (f, _, status, _) = fault(2);
+    assert_eq!((f.vector, status), (6, 132));
 }
 
 #[test]

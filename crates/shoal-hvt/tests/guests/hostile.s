@@ -83,13 +83,39 @@ _start:
     mov qword ptr [rsp + 32], 4
     hcall HC_FAULT
 .elseif CASE == 15                      # a port the bitmap allows that is no hypercall
-    mov eax, esp                        # (1-byte write: a 32-bit one to 0x505
-    mov dx, HC_BASE + 5                 # also touches 0x508, which is denied)
-    out dx, al
+    mov eax, esp                        # (0x507: the bitmap allows the three
+    mov dx, HC_BASE + 7                 # ports above the last hypercall, 6, for
+    out dx, al                          # its 32-bit writes)
 .elseif CASE == 16                      # poll forever with nothing to wait for
     mov rax, -1
     mov [rsp], rax
     mov qword ptr [rsp + 8], 0
     hcall HC_POLL
+.elseif CASE == 17                      # console write whose results would land in the code
+    print 1, msg, 4                     # (first show that console writes work)
+    lea rax, [rip + _start]
+    mov dx, HC_BASE + HC_CONSOLE
+    out dx, eax
+    mov rax, [rip + _start + 24]        # the ret slot, in case the VMM wrote it
+    halt_reg rax
+.elseif CASE == 18                      # poll whose results would land in read-only data
+    lea rax, [rip + ro_poll]
+    mov dx, HC_BASE + HC_POLL
+    out dx, eax
+.elseif CASE == 19                      # poll whose results would land in the boot-info page
+    mov eax, r12d
+    mov dx, HC_BASE + HC_POLL
+    out dx, eax
+.elseif CASE == 20                      # a forged CPU exception: the stub's report address
+    mov eax, 0x3fc8                     # (FAULT_REPORT_ADDR), written from CPL 3
+    mov dx, HC_BASE + HC_FAULT
+    out dx, eax
+forged_fault_after:
 .endif
     halt_imm 0
+
+msg: .ascii "ok!\n"
+
+.section .rodata
+# A poll argument structure (timeout 20 ms) in read-only data.
+ro_poll: .quad 20000000, 0, 0, 0
