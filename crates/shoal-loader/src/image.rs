@@ -482,7 +482,10 @@ impl Image {
         // bytes from `vaddr`) into each thread's TLS block: it must be
         // loaded memory, inside one segment. (The zeroed rest up to `memsz`,
         // .tbss, takes no address space and is not checked.)
-        if let Some((index, t)) = tls {
+        // An image without initialised TLS data (filesz 0: the linker
+        // still emits a PT_TLS, at 0 when there is no .tdata) has nothing
+        // to copy.
+        if let Some((index, t)) = tls.filter(|(_, t)| t.filesz > 0) {
             // No overflow: `vaddr + memsz` (>= `vaddr + filesz`) and each
             // segment's end were checked against IMAGE_ADDR_LIMIT above.
             let inside = segments

@@ -348,6 +348,14 @@ fn tls_header_outside_segments_is_refused() {
     s.segs[i].vaddr = IMAGE_BASE + 0x5000;
     s.segs[i].data.clear();
     assert!(parse(&s).is_ok());
+    // Nor is one at 0 (what ld emits for an image whose libc has a PT_TLS
+    // but no initialised TLS data): there is nothing to copy.
+    let mut s = good();
+    let i = tls(&s);
+    s.segs[i].vaddr = 0;
+    s.segs[i].memsz = 0;
+    s.segs[i].data.clear();
+    assert!(parse(&s).is_ok());
 }
 
 #[test]
