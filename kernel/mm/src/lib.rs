@@ -34,6 +34,15 @@ static SPACE: Global<Space> = Global::new(Space::new());
 pub fn init() {
     let bi = shoal_plat::boot::info();
     SPACE.with(|s| s.init(shoal_abi::BOOT_INFO_ADDR, bi.mem_size, bi.heap_start, bi.heap_end));
+    shoal_plat::umem::set_mapping_check(user_writable);
+}
+
+/// umem's check of the program's mappings (see [`Space::user_writable`]).
+/// While mm itself holds the table (a write of its own, such as
+/// `mincore`'s result, made inside it), the range is taken as writable:
+/// mm checked that caller's arguments already.
+fn user_writable(addr: u64, len: u64) -> bool {
+    SPACE.try_with(|s| s.user_writable(addr, len)).unwrap_or(true)
 }
 
 /// `(total_bytes, free_bytes)` of the memory mm manages (for `sysinfo`).

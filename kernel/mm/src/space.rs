@@ -558,6 +558,25 @@ impl Space {
         }
     }
 
+    /// Whether the program may have the kernel write `[addr, addr + len)`
+    /// as far as the managed range goes: not free (unmapped) memory and not
+    /// a mapping without `PROT_WRITE`, as Linux answers `EFAULT` there. The
+    /// break, writable mappings and everything outside the managed range
+    /// (the image, the stack: checked elsewhere) pass. Kernel-heap pages
+    /// pass too: the kernel may hand its own buffers to its system calls.
+    pub fn user_writable(&self, addr: u64, len: u64) -> bool {
+        let (a, b) = self.clip(addr, addr.saturating_add(len));
+        let mut ok = true;
+        self.pieces(a, b, |_, _, w| {
+            ok &= match w {
+                Use::Free { .. } => false,
+                Use::Anon { prot } => u32::from(prot) & PROT_WRITE != 0,
+                Use::Brk | Use::Kernel => true,
+            }
+        });
+        ok
+    }
+
     /// The use of the page holding `addr` (tests and diagnostics).
     pub fn use_at(&self, addr: u64) -> Option<Use> {
         if addr < self.base || addr >= self.end {

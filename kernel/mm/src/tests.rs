@@ -403,3 +403,27 @@ fn file_mappings_private_shared_writeback_remap() {
     assert_eq!(*fake_fs::REFS.lock().unwrap(), 0, "every reference given back");
     crate::with_space(|s| s.check());
 }
+
+#[test]
+fn kernel_writes_need_a_writable_mapping() {
+    // What umem asks mm before a system call writes the program's memory
+    // (EFAULT otherwise, as on Linux).
+    let (mut s, base) = space(64);
+    assert!(!s.user_writable(base, 8), "free memory is not mapped");
+    assert_eq!(s.brk(base + 2 * PAGE), base + 2 * PAGE);
+    assert!(s.user_writable(base + 100, PAGE), "the break");
+    let rw = s.map_anywhere(2 * PAGE, PROT_READ | PROT_WRITE).unwrap();
+    let ro = s.map_anywhere(PAGE, PROT_READ).unwrap();
+    let none = s.map_anywhere(PAGE, 0).unwrap();
+    assert!(s.user_writable(rw, 2 * PAGE));
+    assert!(!s.user_writable(ro + 8, 8), "mapped without PROT_WRITE");
+    assert!(!s.user_writable(none, 1));
+    assert_eq!(ro + PAGE, rw, "placed top-down");
+    assert!(!s.user_writable(rw - 4, 8), "straddles the read-only one and the writable one");
+    s.protect(ro, PAGE, PROT_READ | PROT_WRITE).unwrap();
+    assert!(s.user_writable(ro + 8, 8), "after mprotect");
+    s.unmap(rw, 2 * PAGE).unwrap();
+    assert!(!s.user_writable(rw, 8), "after munmap");
+    assert!(s.user_writable(base - PAGE, 8), "outside the managed range: the image, checked by umem");
+    assert!(s.user_writable(u64::MAX - 4, 8), "overflow is umem's to refuse");
+}

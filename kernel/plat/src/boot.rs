@@ -52,6 +52,10 @@ pub unsafe fn init(bi: *const BootInfo) -> Result<(), BootError> {
         return Err(BootError::AbiMismatch(info.abi_version));
     }
     crate::umem::set_bounds(shoal_abi::BOOT_INFO_ADDR, info.mem_size);
+    // After the bounds: the program headers are read through umem.
+    let mut ro = [(0, 0); crate::umem::MAX_READ_ONLY];
+    let n = crate::umem::read_only_ranges(&info, &mut ro);
+    crate::umem::set_read_only(&ro[..n]);
     crate::hypercall::set_entry(info.hypercall_entry);
     BOOT.with(|b| *b = Some(info));
     Ok(())

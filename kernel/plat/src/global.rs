@@ -31,4 +31,11 @@ impl<T> Global<T> {
     pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         f(&mut self.0.borrow_mut())
     }
+
+    /// Runs `f` with mutable access, or returns `None` if the cell is in
+    /// use further up the stack (a check that may run inside its owner's
+    /// own operation).
+    pub fn try_with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        self.0.try_borrow_mut().ok().map(|mut v| f(&mut v))
+    }
 }

@@ -128,7 +128,9 @@ impl Vfs {
         if flags & !(O_CLOEXEC | O_NONBLOCK | O_DIRECT) != 0 {
             return Err(Errno::EINVAL);
         }
-        umem::check(a.u(0), 8)?;
+        // Checked before the pipe exists, so that a bad pointer leaks no
+        // descriptors: writable, as the two fds are written there.
+        umem::check_write(a.u(0), 8)?;
         let ino = self.fs.create_unnamed_fifo();
         let st = flags & (O_NONBLOCK | O_DIRECT);
         let r = self.new_ofd(Target::Fifo(ino), O_RDONLY | st);

@@ -877,3 +877,30 @@ fn file_ops_for_mm() {
     let z = with(|v| open(v, "/dev/zero", O_RDONLY, 0)).unwrap();
     assert_eq!((ops.get)(z, false), Ok(shoal_mm::file::Mappable::Zero));
 }
+
+#[test]
+fn writes_into_read_only_memory_are_efault() {
+    // Issue 12, item 5: a system call asked to write into the image's code
+    // or read-only data answers EFAULT (umem's read-only ranges), before it
+    // has any effect.
+    static mut RO: [u8; 0x100] = [0; 0x100];
+    let mut v = vfs();
+    let ro = core::ptr::addr_of_mut!(RO) as u64;
+    // The boot-info page stays read-only too, as boot::init set it.
+    let boot = (shoal_abi::BOOT_INFO_ADDR, shoal_abi::BOOT_INFO_ADDR + shoal_abi::PAGE_SIZE);
+    shoal_plat::umem::set_read_only(&[boot, (ro, ro + 0x100)]);
+    let fd = open(&mut v, "/tmp/efault", O_CREAT | O_RDWR, 0o666).unwrap();
+    assert_eq!(write(&mut v, fd, b"data").unwrap(), 4);
+    assert_eq!(lseek(&mut v, fd, 0, SEEK_SET).unwrap(), 0);
+    assert_eq!(v.read(&args(&[fd as u64, ro, 4])), Err(Errno::EFAULT));
+    assert_eq!(lseek(&mut v, fd, 0, SEEK_CUR).unwrap(), 0, "nothing was read");
+    assert_eq!(v.fstat(&args(&[fd as u64, ro])), Err(Errno::EFAULT));
+    // A pipe is not made at all: no descriptor leaks.
+    assert_eq!(v.pipe2(&args(&[ro, 0])), Err(Errno::EFAULT));
+    let next = open(&mut v, "/tmp/efault", O_RDONLY, 0).unwrap();
+    assert_eq!(next, fd + 1);
+    // Reading from read-only memory is fine (a write(2) of a constant).
+    assert_eq!(v.write(&args(&[fd as u64, ro, 4])), Ok(4));
+    // SAFETY: nothing wrote RO (every write was refused); a plain read.
+    assert_eq!(unsafe { (*core::ptr::addr_of!(RO))[0] }, 0);
+}
