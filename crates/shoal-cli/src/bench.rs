@@ -8,6 +8,8 @@
 mod apps;
 #[path = "bench_boot.rs"]
 mod boot;
+#[path = "bench_echo.rs"]
+mod echo;
 #[path = "bench_memory.rs"]
 mod memory;
 
@@ -40,6 +42,21 @@ pub enum Bench {
         /// Runs of each system (median and p95).
         #[arg(long, default_value_t = 20)]
         runs: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Echo latency of apps/net/echo.c (epoll) on spt, hvt and a native process: a persistent connection and a connection per request (seed 001 Fig. 1).
+    Echo {
+        /// Round trips on the persistent connection per run (the connection-per-request mode makes a tenth as many requests).
+        #[arg(long, default_value_t = 10_000)]
+        round_trips: usize,
+        /// Runs of each system, interleaved native, spt, hvt.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Message size in bytes.
+        #[arg(long, default_value_t = 64)]
+        size: usize,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -164,6 +181,7 @@ pub fn run(which: Bench) -> Result<()> {
     match which {
         Bench::Apps { repeat, only, mem_modes, json } => apps::apps(repeat, only, mem_modes, json),
         Bench::Boot { runs, json } => boot::boot(runs, json),
+        Bench::Echo { round_trips, repeat, size, json } => echo::echo(echo::EchoOpts { round_trips, repeat, size, json }),
         Bench::Memory { interval, settle, tender, mem, supervised, only, out, workload, json } => {
             let out = absolute_dir("--out", out)?;
             memory::memory(memory::MemoryOpts { workload, interval, settle, tender, supervised, only, out, mem, json })

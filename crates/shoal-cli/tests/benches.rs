@@ -153,3 +153,28 @@ fn bench_apps_from_any_directory() {
         positive(&v, "/results/lua/hvt_s/mean");
     }
 }
+
+#[test]
+fn bench_echo_from_any_directory() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("echo", &bench(tmp.path(), &["echo", "--round-trips", "200", "--repeat", "1", "--json"]));
+    for mode in ["persistent", "per_connection"] {
+        for s in ["native", "spt"] {
+            for stat in ["average_ms", "p50_ms", "p99_ms"] {
+                positive(&v, &format!("/modes/{mode}/systems/{s}/{stat}"));
+            }
+        }
+        positive(&v, &format!("/modes/{mode}/systems/spt/ratio_over_native/average"));
+        // hvt has no networking yet: it must be reported as skipped with the
+        // tender's reason, and measured once it can run.
+        if let Some(why) = v.pointer(&format!("/modes/{mode}/systems/hvt/skipped")).and_then(Value::as_str) {
+            assert!(!why.is_empty(), "{v:#}");
+            eprintln!("bench echo: hvt skipped here: {why}");
+        } else {
+            positive(&v, &format!("/modes/{mode}/systems/hvt/average_ms"));
+        }
+    }
+    assert_eq!(v.pointer("/modes/persistent/systems/spt/samples").and_then(Value::as_u64), Some(200), "{v:#}");
+    assert_eq!(v.pointer("/modes/per_connection/systems/spt/samples").and_then(Value::as_u64), Some(20), "{v:#}");
+}
