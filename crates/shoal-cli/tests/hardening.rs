@@ -239,3 +239,29 @@ fn tsc_cache_symlink_planted_is_not_followed() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(std::fs::read_dir(&open).unwrap().count(), 0);
 }
+
+/// The instance dies with the front end that waits for it, also after it
+/// dropped to nobody (a change of credentials clears the parent-death
+/// signal, which the instance arms again): no orphaned guest runs on.
+#[test]
+fn spt_instance_dies_with_its_front_end() {
+    let dir = scratch();
+    let img = snooze(dir.path());
+    let mut child = tender().arg(&img).args(["--", "30"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let pid = instance_pid(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    let t0 = Instant::now();
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().next().map(String::from)));
+        match state.as_deref() {
+            None | Some("Z") | Some("X") => break,
+            Some(_) if t0.elapsed() < Duration::from_secs(5) => std::thread::sleep(Duration::from_millis(20)),
+            Some(s) => {
+                // SAFETY: kill on the orphan this test made, to clean up.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                panic!("the instance (state {s}) outlived its front end by 5 s");
+            }
+        }
+    }
+}

@@ -16,8 +16,10 @@
 //! - **when started as root** (what a FaaS host or `sudo shoal run` does),
 //!   in addition: new PID, mount and IPC namespaces (made by the front's
 //!   `clone`; an in-place instance cannot enter a PID namespace of its own
-//!   and keeps the caller's) and a network namespace with no interface
-//!   but a loopback that is down: one such namespace, made once and kept at
+//!   and keeps the caller's) and, unless `--net-outbound` asks for the
+//!   host's network, a network namespace with no interface but a loopback
+//!   that is down (published ports are host sockets opened before, in the
+//!   caller's namespace, so they work from inside it): one such namespace, made once and kept at
 //!   [`EMPTY_NETNS`] as `ip netns add` keeps its own, which every instance
 //!   enters with `setns` (making a network namespace costs about 2 ms on
 //!   this host, entering one a few µs; instances cannot use it to reach
@@ -143,12 +145,14 @@ pub fn is_root() -> bool {
 
 /// Replaces the root with an empty read-only tmpfs, drops to `nobody`,
 /// enters a new user namespace and clears every capability. Only for a
-/// process started as root, already in its own mount namespace.
-pub fn drop_root() -> Result<(), ConfineError> {
-    // SAFETY (all blocks below): plain system calls on constant, valid,
-    // NUL-terminated strings or null pointers; they change only this
-    // process's mounts (in its own mount namespace), credentials and
-    // namespaces.
+/// process started as root, already in its own mount namespace. `parent`:
+/// a pidfd of the waiting parent, whose death must still kill this process
+/// after the change of credentials (which clears the parent-death signal).
+pub fn drop_root(parent: Option<i32>) -> Result<(), ConfineError> {
+    // SAFETY: plain system calls on constant, valid, NUL-terminated strings
+    // or null pointers, and on the capability structures below; they change
+    // only this process's mounts (in its own mount namespace), credentials
+    // and namespaces.
     unsafe {
         // Mount events must not propagate back to the host's namespace.
         step(
@@ -215,6 +219,13 @@ pub fn drop_root() -> Result<(), ConfineError> {
             "clear capabilities",
             libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) as libc::c_int,
         )?;
+        // Each change of credentials above (user, user namespace) cleared
+        // the parent-death signal: arm it again, then make sure the parent
+        // did not die in between.
+        step("ask to die with the parent", libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
+        if parent.is_some_and(sys::pidfd_ended) {
+            sys::exit(crate::EXIT_TENDER_FAILED);
+        }
     }
     Ok(())
 }

@@ -102,6 +102,8 @@ impl Handover {
         }
         if let Some(fd) = p.report {
             hold(fd.as_raw_fd(), spec::REPORT_FD, 0)?;
+            let me = sys::pidfd_self().map_err(sys_err("make a pidfd of the front end"))?;
+            hold(me.as_raw_fd(), spec::PARENT_FD, 0)?;
         }
         for (i, fd) in p.pool.iter().enumerate() {
             hold(fd.as_raw_fd(), spec::POOL_FD0 + i as i32, 0)?;

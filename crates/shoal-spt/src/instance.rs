@@ -101,8 +101,11 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     } else {
         None
     };
+    // A server instance holds one host descriptor per connection: allow
+    // as many as the hard limit (what servers do for themselves natively).
+    sys::raise_nofile();
     if confine::is_root() {
-        confine::drop_root()?;
+        confine::drop_root(spec.supervised.then_some(spec::PARENT_FD))?;
     }
     crate::landlock::restrict(policy).map_err(SptError::from)?;
     let prepared = child::Prepared {

@@ -311,7 +311,10 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     let listener_fds: Vec<OwnedFd> = listeners.into_iter().map(|(fd, _)| fd).collect();
     let report = if supervised { Some(ReportPage::new()?) } else { None };
     let root = confine::is_root();
-    let netns = if root {
+    // With outbound on, the guest reaches the host's network as the caller
+    // would (what it may reach is Landlock's and the filter's decision);
+    // otherwise it needs no network namespace with interfaces at all.
+    let netns = if root && !cfg.net.outbound {
         Some(confine::empty_netns().map_err(|source| SptError::Sys { what: "open the instances' empty network namespace", source })?)
     } else {
         None

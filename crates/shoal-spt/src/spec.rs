@@ -8,8 +8,9 @@
 //! a descriptor at a fixed number: the image file ([`IMAGE_FD`]), the
 //! packed root file-system archive ([`ARCHIVE_FD`], a memfd: the front end
 //! packs `--fs DIR`, so no host path crosses), the report page shared with
-//! a waiting parent ([`REPORT_FD`]) and the verified library-pool files
-//! ([`POOL_FD0`] on). Console output is already on fds 1 and 2.
+//! a waiting parent ([`REPORT_FD`]) and a pidfd of that parent
+//! ([`PARENT_FD`]), the verified library-pool files ([`POOL_FD0`] on) and
+//! the listening sockets after them. Console output is already on fds 1 and 2.
 //!
 //! The front end is as trusted as the instance (same user, before any
 //! guest code ran); the decoder still checks every length, so a truncated
@@ -25,9 +26,13 @@ pub const IMAGE_FD: i32 = 4;
 pub const ARCHIVE_FD: i32 = 5;
 /// Descriptor of the report page shared with the waiting parent, if any.
 pub const REPORT_FD: i32 = 6;
+/// Descriptor of a pidfd of the waiting parent, if any: the instance
+/// checks through it that the parent still lives once it has re-armed its
+/// parent-death signal (which a change of credentials clears).
+pub const PARENT_FD: i32 = 7;
 /// Descriptor of the first pool file; pool file `i` is at `POOL_FD0 + i`,
 /// and listening socket `j` after them, at `POOL_FD0 + pool.len() + j`.
-pub const POOL_FD0: i32 = 7;
+pub const POOL_FD0: i32 = 8;
 /// Most pool files an instance maps (descriptors stay well below 1024).
 pub const MAX_POOL_FILES: usize = 900;
 

@@ -473,3 +473,35 @@ pub fn setns(fd: RawFd, nstype: libc::c_int) -> Result<(), i32> {
         Ok(())
     }
 }
+
+/// Raises the soft limit on open descriptors to the hard limit.
+pub fn raise_nofile() {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `r` is a valid rlimit for both calls.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
+/// `pidfd_open(getpid(), 0)`: a descriptor that becomes readable when this
+/// process ends, valid in any PID namespace.
+pub fn pidfd_self() -> io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: pidfd_open takes no pointers; the result is a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, getpid(), 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as RawFd) })
+}
+
+/// Whether the process of pidfd `fd` has ended (the pidfd is readable).
+pub fn pidfd_ended(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, no waiting.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents != 0
+}

@@ -1,0 +1,362 @@
+//! Host-socket networking (issue "Guests talk TCP and UDP", DESIGN §3.1):
+//! the example servers of `apps/net` and the programs `apps/tests/net_*.c`
+//! on shoal, talked to by real clients on 127.0.0.1 (std's sockets, curl),
+//! with bounded counts and time; hostile guests and bad input. On hvt the
+//! network hypercalls are not built yet: those tests say so visibly.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn app_net(name: &str) -> PathBuf {
+    home().join("apps/net").join(name)
+}
+
+fn test_app(name: &str) -> PathBuf {
+    home().join("apps/tests").join(name)
+}
+
+/// A port nothing listens on right now (bound and released).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Raises this process's descriptor limit to its hard limit (a test that
+/// holds 1000 connections needs more than the usual 1024 soft limit).
+fn raise_nofile() {
+    // SAFETY: getrlimit/setrlimit on a valid, owned rlimit structure.
+    unsafe {
+        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        r.rlim_cur = r.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+    }
+}
+
+/// A running server instance whose stdout we read.
+struct Server {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+impl Server {
+    /// Starts `shoal run ARGS`, with `listener` (if any) handed over as
+    /// descriptor 10 (`--listen-fd 10` must be among ARGS), and waits for a
+    /// line starting with `ready`.
+    fn start(args: &[&str], listener: Option<&TcpListener>, ready: &str) -> Server {
+        let mut cmd = shoal();
+        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        if let Some(l) = listener {
+            let fd = l.as_raw_fd();
+            // SAFETY: dup2 is async-signal-safe; it puts the listener at
+            // descriptor 10 without close-on-exec for the child only.
+            unsafe {
+                cmd.pre_exec(move || if libc::dup2(fd, 10) < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
+            }
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert!(line.starts_with(ready), "server said {line:?} instead of {ready:?}");
+        Server { child, out }
+    }
+
+    /// Waits (bounded) for the instance to exit; returns its status and the
+    /// rest of its stdout.
+    fn finish(mut self) -> (Option<i32>, String) {
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                let mut rest = String::new();
+                self.out.read_to_string(&mut rest).unwrap();
+                return (st.code(), rest);
+            }
+            if t0.elapsed() > DEADLINE {
+                let _ = self.child.kill();
+                panic!("the instance did not finish within {DEADLINE:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn hvt_note(what: &str) {
+    eprintln!("skipped: hvt for {what}: host-socket networking is not built on hvt yet (shoal refuses --publish there)");
+}
+
+/// 1,000 connections open at once, each sending its own bytes; every byte
+/// must come back on its own connection.
+fn echo_thousand(variant: &str) {
+    raise_nofile();
+    let dir = scratch();
+    let image = build_image(&app_net("echo.c"), dir.path(), &[]);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    const N: usize = 1000;
+    let img = image.display().to_string();
+    let srv = Server::start(&["run", "--mem", "512M", "--listen-fd", "10", &img, "--", variant, "7", &N.to_string()], Some(&listener), "listening on 7");
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            std::thread::spawn(move || {
+                let mine: Vec<usize> = (0..N).filter(|i| i % 8 == w).collect();
+                let mut conns: Vec<TcpStream> = mine.iter().map(|_| TcpStream::connect(addr).unwrap()).collect();
+                for (c, &i) in conns.iter_mut().zip(&mine) {
+                    c.set_read_timeout(Some(DEADLINE)).unwrap();
+                    c.write_all(format!("connection {i:04} says hello;").repeat(20).as_bytes()).unwrap();
+                }
+                for (c, &i) in conns.iter_mut().zip(&mine) {
+                    let want = format!("connection {i:04} says hello;").repeat(20);
+                    let mut got = vec![0u8; want.len()];
+                    c.read_exact(&mut got).unwrap();
+                    assert_eq!(got, want.as_bytes(), "connection {i} got other bytes back");
+                }
+                mine.len()
+            })
+        })
+        .collect();
+    let total: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert_eq!(total, N);
+    let (status, rest) = srv.finish();
+    assert_eq!(rest, format!("served {N} connections\n"));
+    assert_eq!(status, Some(0));
+    hvt_note("the echo server");
+}
+
+#[test]
+fn echo_threads_answers_1000_concurrent_connections() {
+    echo_thousand("threads");
+}
+
+#[test]
+fn echo_epoll_answers_1000_concurrent_connections() {
+    echo_thousand("epoll");
+}
+
+/// A 50 MiB file over HTTP/1.1 with sendfile, fetched with curl; then a
+/// keep-alive pair of requests and a chunked response.
+#[test]
+fn http_serves_a_50_mib_file_with_sendfile() {
+    let dir = scratch();
+    let image = build_image(&app_net("http.c"), dir.path(), &[]);
+    let www = dir.path().join("www");
+    std::fs::create_dir(&www).unwrap();
+    let mut data = vec![0u8; 50 << 20];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for b in data.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    std::fs::write(www.join("big.bin"), &data).unwrap();
+    let port = free_port();
+    let (img, wwwp, publ) = (image.display().to_string(), www.display().to_string(), format!("{port}:80"));
+    let srv = Server::start(&["run", "--mem", "512M", "--fs", &wwwp, "-p", &publ, &img, "--", "80", "/", "2"], None, "listening on 80");
+    let got = dir.path().join("got.bin");
+    let o = Command::new("curl").args(["-sS", "--max-time", "60", "-o"]).arg(&got).arg(format!("http://127.0.0.1:{port}/big.bin")).output().unwrap();
+    assert!(o.status.success(), "curl: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&got).unwrap() == data, "the downloaded file differs from the served one");
+    // Two requests on one connection (curl reuses it), the second chunked.
+    let o = Command::new("curl")
+        .args(["-sS", "--max-time", "20", &format!("http://127.0.0.1:{port}/hello"), &format!("http://127.0.0.1:{port}/chunked?n=3")])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), "hello from http\nline 0\nline 1\nline 2\n", "{}", stderr(&o));
+    let (status, rest) = srv.finish();
+    assert_eq!((status, rest.as_str()), (Some(0), "served 2 connections\n"));
+    hvt_note("the HTTP server");
+}
+
+/// UDP: 100 datagrams to a published /udp port, each echoed to its sender.
+#[test]
+fn udp_round_trips() {
+    let dir = scratch();
+    let image = build_image(&test_app("net_udp.c"), dir.path(), &[]);
+    let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (img, publ) = (image.display().to_string(), format!("{port}:5353/udp"));
+    let srv = Server::start(&["run", "-p", &publ, &img, "--", "5353", "100"], None, "ready");
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    for i in 0..100 {
+        let msg = format!("datagram {i}");
+        sock.send_to(msg.as_bytes(), ("127.0.0.1", port)).unwrap();
+        let mut buf = [0u8; 128];
+        let (n, _) = sock.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], format!("echo:{msg}").as_bytes());
+    }
+    let (status, rest) = srv.finish();
+    assert_eq!((status, rest.as_str()), (Some(0), "echoed 100 datagrams\n"));
+}
+
+/// Outbound (--net-outbound): a non-blocking connect to a closed port ends
+/// in ECONNREFUSED through SO_ERROR, as natively; a connect to a listening
+/// host port talks.
+#[test]
+fn nonblocking_connect_to_a_closed_port_gives_econnrefused() {
+    let dir = scratch();
+    let src = test_app("net_connect.c");
+    let image = build_image(&src, dir.path(), &[]);
+    let native = build_native(&src, dir.path(), &[]);
+    let port = free_port().to_string();
+    let n = output(Command::new(&native).args(["refused", &port]));
+    let s = output(shoal().args(["run", "--net-outbound"]).arg(&image).args(["--", "refused", &port]));
+    assert_eq!(stdout(&s), stdout(&n), "shoal stderr: {}", stderr(&s));
+    assert!(stdout(&s).contains("SO_ERROR: Connection refused"), "{}", stdout(&s));
+    assert_eq!(s.status.code(), Some(0));
+    // And a connection that works.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let t = std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let mut b = [0u8; 4];
+        c.read_exact(&mut b).unwrap();
+        c.write_all(b"pong").unwrap();
+        b
+    });
+    let s = output(shoal().args(["run", "--net-outbound"]).arg(&image).args(["--", "talk", &port]));
+    assert_eq!(stdout(&s), "got: pong\n", "{}", stderr(&s));
+    assert_eq!(&t.join().unwrap(), b"ping");
+    // Without --net-outbound the guest may not connect.
+    let s = output(shoal().arg("run").arg(&image).args(["--", "talk", &port]));
+    assert_eq!(stdout(&s), "socket: Address family not supported by protocol\n");
+}
+
+/// Cold-start safety: a connection made (and its request sent) before the
+/// instance even exists waits in the host's backlog and is served.
+#[test]
+fn a_connection_made_before_the_guest_accepts_is_served() {
+    let dir = scratch();
+    let image = build_image(&app_net("echo.c"), dir.path(), &[]);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut early = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    early.write_all(b"sent before the instance started").unwrap();
+    let img = image.display().to_string();
+    let srv = Server::start(&["run", "--listen-fd", "10", &img, "--", "epoll", "7", "1"], Some(&listener), "listening on 7");
+    early.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut got = [0u8; 32];
+    early.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"sent before the instance started");
+    drop(early);
+    assert_eq!(srv.finish().0, Some(0));
+}
+
+/// CPU time (user + system) of process `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// The instance process under `pid` (the spt instance is its child).
+fn instance_of(pid: u32) -> u32 {
+    let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    kids.split_whitespace().next().and_then(|k| k.parse().ok()).unwrap_or(pid)
+}
+
+/// An instance blocked in accept (threads) or epoll_wait (epoll) uses no
+/// host CPU: over 10 s, at most one clock tick (10 ms) of user + system
+/// time, which is the resolution /proc gives.
+#[test]
+fn an_idle_server_uses_no_cpu() {
+    let dir = scratch();
+    let image = build_image(&app_net("echo.c"), dir.path(), &[]);
+    let img = image.display().to_string();
+    let (l1, l2) = (TcpListener::bind("127.0.0.1:0").unwrap(), TcpListener::bind("127.0.0.1:0").unwrap());
+    let a = Server::start(&["run", "--listen-fd", "10", &img, "--", "threads", "7"], Some(&l1), "listening on 7");
+    let b = Server::start(&["run", "--listen-fd", "10", &img, "--", "epoll", "7"], Some(&l2), "listening on 7");
+    let (pa, pb) = (instance_of(a.child.id()), instance_of(b.child.id()));
+    let (ta, tb) = (cpu_ticks(pa), cpu_ticks(pb));
+    std::thread::sleep(Duration::from_secs(10));
+    let (da, db) = (cpu_ticks(pa) - ta, cpu_ticks(pb) - tb);
+    assert!(da <= 1, "an instance blocked in accept used {da} ticks of CPU in 10 s");
+    assert!(db <= 1, "an instance blocked in epoll_wait used {db} ticks of CPU in 10 s");
+    hvt_note("idle CPU");
+}
+
+/// Socket hypercalls with wild pointers, lengths and handles: each is an
+/// error for the guest; the tender goes on.
+#[test]
+fn hostile_socket_hypercalls_are_refused() {
+    let dir = scratch();
+    let image = build_image(&test_app("net_hostile.c"), dir.path(), &[]);
+    let publ = format!("{}:80", free_port());
+    let o = output(shoal().args(["run", "-p", &publ]).arg(&image));
+    assert_eq!(
+        stdout(&o),
+        "ops array wild: -14\nops array in rodata: -14\ntoo many ops: -22\nrecv into wild buffer: -14\nrecv into code: -14\n\
+         send of a huge length: -14\nhandle 1 (the console): -9\nhandle -5: -9\nhandle 2^40: -9\nhandle 999 (not open): -9\n\
+         getsockopt into rodata: -14\nunknown operation: -38\nsocket without --net-outbound: -13\npoll of a wild array: -14\n\
+         poll of 2^30 entries: -22\nsurvived\n",
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(o.status.code(), Some(0));
+    hvt_note("hostile socket hypercalls");
+}
+
+/// An spt guest calling the host's socket calls itself: what the sandbox
+/// forbids kills it with 159 and says which call; what it allows does only
+/// what the policy lets (Landlock refuses a TCP bind).
+#[test]
+fn raw_host_socket_calls_without_outbound_are_killed() {
+    let dir = scratch();
+    let image = build_image(&test_app("net_rawsys.c"), dir.path(), &[]);
+    for (what, sys) in [("socket", "41, socket"), ("connect", "42, connect"), ("accept-blocking", "288, accept4"), ("accept-other", "288, accept4")] {
+        let publ = format!("{}:80", free_port());
+        let o = output(shoal().args(["run", "-p", &publ]).arg(&image).args(["--", what]));
+        assert_eq!(o.status.code(), Some(159), "{what}: {}", stderr(&o));
+        assert_eq!(stderr(&o), format!("shoal: the guest made a system call that the spt sandbox forbids and was killed (system call {sys})\n"), "{what}");
+    }
+    let publ = format!("{}:80", free_port());
+    let o = output(shoal().args(["run", "-p", &publ]).arg(&image).args(["--", "accept-ok"]));
+    assert_eq!((o.status.code(), stdout(&o).as_str()), (Some(0), "accept4 on the listener: -11\n"));
+    let o = output(shoal().args(["run", "--net-outbound"]).arg(&image).args(["--", "bind"]));
+    assert_eq!((o.status.code(), stdout(&o).as_str()), (Some(0), "socket: ok\nbind 127.0.0.1:8080: -13\n"), "{}", stderr(&o));
+}
+
+/// Bad network options: one `shoal:` line and status 125.
+#[test]
+fn bad_network_options_are_one_line_errors() {
+    let dir = scratch();
+    let image = build_image(&app("hello.c"), dir.path(), &[]);
+    let o = output(shoal().args(["run", "-p", "80"]).arg(&image));
+    assert_clean_error(&o, "--publish 80: expected [HOSTADDR:]HOSTPORT:GUESTPORT[/udp]");
+    assert_eq!(o.status.code(), Some(125));
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let o = output(shoal().args(["run", "-p", &format!("{port}:80")]).arg(&image));
+    assert_clean_error(&o, &format!("cannot publish 127.0.0.1:{port}: the address is already in use"));
+    assert_eq!(o.status.code(), Some(125));
+    let o = output(shoal().args(["run", "--listen-fd", "77"]).arg(&image));
+    assert_clean_error(&o, "--listen-fd 77: expected the number of an open descriptor");
+    // A privileged port, as a user who may not bind it.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 && Path::new("/usr/bin/setpriv").exists() {
+        // The scratch directory is root's own: let nobody read the image.
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let o = output(Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(env!("CARGO_BIN_EXE_shoal")).args(["run", "-p", "81:80"]).arg(&image));
+        assert_clean_error(&o, "cannot publish 127.0.0.1:81: port 81 is privileged and this user may not bind it");
+        assert_eq!(o.status.code(), Some(125));
+    } else {
+        eprintln!("skipped: the privileged-port case needs root (to run shoal as nobody) and setpriv");
+    }
+    let o = output(shoal().args(["run", "--tender", "hvt", "-p", "8080:80"]).arg(&image));
+    assert_clean_error(&o, "not available on hvt yet");
+}
