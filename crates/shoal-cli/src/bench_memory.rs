@@ -317,8 +317,10 @@ fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> 
     // Let memory freed by the previous configuration settle.
     std::thread::sleep(Duration::from_millis(1500));
     let baseline = meminfo_used_kib();
-    let pool_dir = PathBuf::from(format!("/dev/shm/shoal-pool-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&pool_dir);
+    // A fresh directory with a random name, made mode 0700 (tempfile's
+    // O_EXCL mkdir), not a predictable name another user could claim first.
+    let scratch = tempfile::Builder::new().prefix("shoal-pool-bench-").tempdir_in(if Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" })?;
+    let pool_dir = scratch.path().to_path_buf();
     let mut pool_kib = 0;
     let mut pool_verify_ms = None;
     if c.mode == "pool" {
@@ -419,7 +421,7 @@ fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> 
     }
     let ksm_cpu_s = ksmd_cpu() - ksm_cpu0;
     drop(ksm);
-    let _ = std::fs::remove_dir_all(&pool_dir);
+    drop(scratch);
     result?;
     Ok(Outcome { config: c, samples, ksm_cpu_s, ksm_settings, pool_mib: mib(pool_kib), pool_verify_ms, alive })
 }
