@@ -34,13 +34,17 @@ enum Kind {
     Hvt,
     LeanSpt,
     LeanHvt,
+    /// shoal-tender spt started as an unprivileged user: the clean exec
+    /// and the filter, without what only a root start adds (namespaces,
+    /// empty root, dropping to nobody): shows what that confinement costs.
+    LeanSptUser,
     Native,
     Runc,
     Runsc,
 }
 
 impl Kind {
-    const ALL: [Kind; 7] = [Kind::Spt, Kind::Hvt, Kind::LeanSpt, Kind::LeanHvt, Kind::Native, Kind::Runc, Kind::Runsc];
+    const ALL: [Kind; 8] = [Kind::Spt, Kind::Hvt, Kind::LeanSpt, Kind::LeanHvt, Kind::LeanSptUser, Kind::Native, Kind::Runc, Kind::Runsc];
 
     fn key(self) -> &'static str {
         match self {
@@ -48,6 +52,7 @@ impl Kind {
             Kind::Hvt => "hvt",
             Kind::LeanSpt => "tender-spt",
             Kind::LeanHvt => "tender-hvt",
+            Kind::LeanSptUser => "tender-spt-user",
             Kind::Native => "native",
             Kind::Runc => "runc",
             Kind::Runsc => "runsc",
@@ -60,6 +65,7 @@ impl Kind {
             Kind::Hvt => "shoal hvt",
             Kind::LeanSpt => "shoal-tender spt",
             Kind::LeanHvt => "shoal-tender hvt",
+            Kind::LeanSptUser => "  spt, not root",
             Kind::Native => "native process",
             Kind::Runc => "runc",
             Kind::Runsc => "runsc (ptrace)",
@@ -188,6 +194,14 @@ fn measure(sys: &System, s: &Setup, tag: &str) -> Result<(f64, f64)> {
             c.args(["--tender", if sys.kind == Kind::LeanSpt { "spt" } else { "hvt" }]).arg(&s.image);
             c
         }
+        Kind::LeanSptUser => {
+            use std::os::unix::process::CommandExt;
+            // std switches user and group (and drops supplementary groups)
+            // in the child before its exec: no extra program in the timing.
+            let mut c = Command::new(s.tender.as_ref().ok_or_else(|| anyhow!("shoal-tender is missing"))?);
+            c.uid(65534).gid(65534).args(["--tender", "spt"]).arg(&s.image);
+            c
+        }
         Kind::Native => {
             let mut c = Command::new(&s.native);
             c.env_clear();
@@ -284,6 +298,13 @@ fn unavailable(kind: Kind, runtime: Option<&Path>) -> Option<String> {
             }
         }
         Kind::LeanSpt => crate::bench::tender_binary().err().map(|e| e.to_string()),
+        Kind::LeanSptUser => {
+            if effective_uid() != Some(0) {
+                Some("shoal bench boot is not running as root, so every spt row already runs without root's confinement".into())
+            } else {
+                crate::bench::tender_binary().err().map(|e| e.to_string())
+            }
+        }
         Kind::Spt | Kind::Native => None,
     }
 }
@@ -298,6 +319,8 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
     }
     let paths = shoal_toolchain::Paths::discover()?;
     let tmp = tempfile::tempdir()?;
+    // The unprivileged row runs the image as nobody: let it read it.
+    std::fs::set_permissions(tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
     let src = paths.home.join("apps/hello.c");
     let (image, native) = build_pair(&src, tmp.path(), &["-O2"])?;
     let mut systems: Vec<System> = Kind::ALL
