@@ -654,3 +654,53 @@ impl Backend for HostBackend {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sin(port: u16) -> Vec<u8> {
+        let mut a = vec![0u8; 16];
+        a[..2].copy_from_slice(&(AF_INET as u16).to_ne_bytes());
+        a[2..4].copy_from_slice(&port.to_be_bytes());
+        a
+    }
+
+    #[test]
+    fn ports_of_addresses_and_bad_addresses() {
+        assert_eq!(port_of(&sin(8080)), Ok(8080));
+        let mut six = vec![0u8; 28];
+        six[..2].copy_from_slice(&(AF_INET6 as u16).to_ne_bytes());
+        six[2..4].copy_from_slice(&443u16.to_be_bytes());
+        assert_eq!(port_of(&six), Ok(443));
+        assert_eq!(port_of(&six[..20]), Err(Errno::EINVAL));
+        assert_eq!(port_of(&[1, 0, 0, 0]), Err(Errno::EAFNOSUPPORT));
+        assert_eq!(port_of(&[]), Err(Errno::EINVAL));
+        assert_eq!(port_of(&with_port(sin(1), 2)), Ok(2));
+    }
+
+    #[test]
+    fn a_bind_attaches_to_the_listener_of_its_port_then_to_an_any_port_one() {
+        let l = |port, ty: i32| (Listener { handle: 3, port, sock_type: ty as u32, family: AF_INET as u32, reserved: 0 }, false);
+        let mut s = State { socks: BTreeMap::new(), next: 0, listeners: vec![l(80, SOCK_STREAM), l(LISTENER_ANY_PORT, SOCK_STREAM), l(53, SOCK_DGRAM)], outbound: false, refreshed: 0, noted: false };
+        assert_eq!(s.find_listener(SOCK_STREAM, Some(80)), Some(0));
+        assert_eq!(s.find_listener(SOCK_DGRAM, Some(53)), Some(2));
+        // No TCP listener for 8080: the handed-over (any-port) one.
+        assert_eq!(s.find_listener(SOCK_STREAM, Some(8080)), Some(1));
+        assert_eq!(s.find_listener(SOCK_DGRAM, Some(54)), None);
+        s.listeners[0].1 = true;
+        assert_eq!(s.find_listener(SOCK_STREAM, Some(80)), Some(1), "a taken listener is not attached twice");
+        assert_eq!(s.find_listener(SOCK_STREAM, None), Some(1));
+    }
+
+    #[test]
+    fn readiness_gains_bump_the_generation_only_when_new() {
+        let mut k = HostSock::new(AF_INET, SOCK_STREAM, 0);
+        k.learn(POLLOUT);
+        assert_eq!(k.gen, 1);
+        k.learn(POLLOUT);
+        assert_eq!(k.gen, 1);
+        k.learn(POLLIN);
+        assert_eq!((k.gen, k.ready), (2, POLLIN | POLLOUT));
+    }
+}
