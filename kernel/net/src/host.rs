@@ -489,7 +489,7 @@ impl Backend for HostBackend {
                 }
                 r
             } else {
-                recv_into(&mut bufs[0], flags, &mut from)
+                recv_into(bufs[0], flags, &mut from)
             };
             let (r, o) = first;
             let n = match r {
