@@ -360,3 +360,18 @@ fn bad_network_options_are_one_line_errors() {
     let o = output(shoal().args(["run", "--tender", "hvt", "-p", "8080:80"]).arg(&image));
     assert_clean_error(&o, "not available on hvt yet");
 }
+
+/// getaddrinfo answers numeric addresses and `localhost` (from the
+/// /etc/hosts an empty root gets) without a name server.
+#[test]
+fn getaddrinfo_resolves_numeric_addresses_and_localhost() {
+    let dir = scratch();
+    let image = build_image(&test_app("net_resolve.c"), dir.path(), &[]);
+    for tender in tenders() {
+        let o = output(shoal_run(tender).arg(&image));
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(0), "{tender}: {}", stderr(&o));
+        assert!(out.starts_with("127.0.0.1: 127.0.0.1\n::1: ::1\n10.1.2.3: 10.1.2.3\n"), "{tender}: {out}");
+        assert!(out.contains("localhost: 127.0.0.1\n") && out.contains("localhost: ::1\n"), "{tender}: {out}");
+    }
+}

@@ -332,7 +332,30 @@ fn empty_root() -> Fs {
         let _ = fs.mkdir(root, name, perm);
     }
     dev::populate(&mut fs);
+    default_hosts(&mut fs);
     fs
+}
+
+/// What `/etc/hosts` holds when the root file system brings none: the
+/// loopback names, so that `getaddrinfo("localhost")` answers as on a
+/// Linux host without asking a name server.
+pub const DEFAULT_HOSTS: &[u8] = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+
+/// Adds `/etc/hosts` (and `/etc`) when the root has none.
+fn default_hosts(fs: &mut Fs) {
+    let root = fs.root();
+    let etc = match fs.lookup(root, b"etc") {
+        Ok(i) => i,
+        Err(_) => match fs.mkdir(root, b"etc", 0o755) {
+            Ok(i) => i,
+            Err(_) => return,
+        },
+    };
+    if fs.lookup(etc, b"hosts").is_err() {
+        if let Ok(ino) = fs.create_file(etc, b"hosts", 0o644) {
+            let _ = fs.write(ino, 0, DEFAULT_HOSTS);
+        }
+    }
 }
 
 /// Halts the instance with a one-line message about the root file system.
@@ -348,7 +371,8 @@ fn fatal(what: core::fmt::Arguments<'_>) -> ! {
 /// With a root archive in the boot info, `/` is the archive (validated
 /// first: a corrupt one halts the instance with a `shoal:` message), plus
 /// `/tmp` if the archive has none; without one, an empty root with `/tmp`,
-/// `/etc`, `/home` and `/dev`.
+/// `/etc`, `/home` and `/dev`. Either way `/etc/hosts` names the loopback
+/// addresses unless the archive brings its own.
 pub fn init() {
     let bi = shoal_plat::boot::info();
     let fs = if bi.fs_archive_addr != 0 {
@@ -363,6 +387,7 @@ pub fn init() {
                     let _ = fs.mkdir(root, b"tmp", 0o1777);
                 }
                 dev::populate(&mut fs);
+                default_hosts(&mut fs);
                 fs
             }
             Err(e) => fatal(format_args!("{e}")),

@@ -904,3 +904,17 @@ fn writes_into_read_only_memory_are_efault() {
     // SAFETY: nothing wrote RO (every write was refused); a plain read.
     assert_eq!(unsafe { (*core::ptr::addr_of!(RO))[0] }, 0);
 }
+
+/// An empty root names the loopback addresses in /etc/hosts, so that
+/// getaddrinfo("localhost") needs no name server.
+#[test]
+fn the_empty_root_has_an_etc_hosts_for_localhost() {
+    let mut fs = super::empty_root();
+    let root = fs.root();
+    let etc = fs.lookup(root, b"etc").unwrap();
+    let hosts = fs.lookup(etc, b"hosts").unwrap();
+    let mut buf = [0u8; 128];
+    let n = fs.read(hosts, 0, &mut buf).unwrap();
+    assert_eq!(&buf[..n], super::DEFAULT_HOSTS);
+    assert!(core::str::from_utf8(&buf[..n]).unwrap().contains("127.0.0.1\tlocalhost"));
+}
