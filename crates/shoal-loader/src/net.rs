@@ -10,7 +10,9 @@
 //!   handed over by the caller (`--listen-fd N`), attached to the guest's
 //!   first `listen` whatever its port: how a FaaS gateway gives an instance
 //!   its port.
-//! - outbound: none unless [`NetConfig::outbound`].
+//! - outbound: none unless [`NetConfig::outbound`]; on hvt optionally
+//!   limited to destinations of an allow-list (`--net-allow CIDR[:PORT]`,
+//!   [`Allow`]), which the VMM enforces on every `connect` and `sendto`.
 
 use shoal_abi::{Listener, LISTENER_ANY_PORT, MAX_LISTENERS};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -39,6 +41,84 @@ pub struct NetConfig {
     pub listen_fds: Vec<OwnedFd>,
     /// Whether the guest may open sockets of its own and connect out.
     pub outbound: bool,
+    /// `--net-allow`: when not empty, the only destinations `connect` and
+    /// `sendto` may name (hvt enforces it; spt cannot, see the threat model).
+    pub allow: Vec<Allow>,
+}
+
+/// One `--net-allow` rule: a network and, optionally, one port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allow {
+    /// The network address (host bits are cleared by [`Allow::parse`]).
+    pub net: IpAddr,
+    /// Prefix length: 0–32 for IPv4, 0–128 for IPv6.
+    pub prefix: u8,
+    /// The one port allowed, or any port.
+    pub port: Option<u16>,
+}
+
+impl Allow {
+    /// Parses `ADDR[/PREFIX][:PORT]`, an IPv6 network in brackets when it
+    /// has a port (`[2001:db8::/32]:443`); a bare address is one host.
+    pub fn parse(spec: &str) -> Result<Allow, NetError> {
+        let bad = || NetError::BadAllow(spec.to_string());
+        let (cidr, port) = if let Some(r) = spec.strip_prefix('[') {
+            let (c, rest) = r.split_once(']').ok_or_else(bad)?;
+            let port = match rest {
+                "" => None,
+                p => Some(p.strip_prefix(':').ok_or_else(bad)?),
+            };
+            (c, port)
+        } else if spec.matches(':').count() == 1 {
+            // IPv4 with a port (an IPv6 address has at least two colons).
+            let (c, p) = spec.split_once(':').ok_or_else(bad)?;
+            (c, Some(p))
+        } else {
+            (spec, None)
+        };
+        let port = match port {
+            None => None,
+            Some(p) => Some(p.parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(bad)?),
+        };
+        let (addr, prefix) = match cidr.split_once('/') {
+            Some((a, n)) => (a, Some(n)),
+            None => (cidr, None),
+        };
+        let net: IpAddr = addr.parse().map_err(|_| bad())?;
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(n) => n.parse::<u8>().ok().filter(|&n| n <= max).ok_or_else(bad)?,
+        };
+        Ok(Allow { net: mask(net, prefix), prefix, port })
+    }
+
+    /// Whether `dest` is inside this rule. An IPv4-mapped IPv6 address
+    /// (`::ffff:a.b.c.d`) is matched as the IPv4 address it reaches.
+    pub fn matches(&self, dest: &SocketAddr) -> bool {
+        if self.port.is_some_and(|p| p != dest.port()) {
+            return false;
+        }
+        let ip = match dest.ip() {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        };
+        ip.is_ipv4() == self.net.is_ipv4() && mask(ip, self.prefix) == self.net
+    }
+}
+
+/// `ip` with all but its first `prefix` bits cleared.
+fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
+    match ip {
+        IpAddr::V4(a) => {
+            let m = u32::MAX.checked_shl(32 - u32::from(prefix.min(32))).unwrap_or(0);
+            IpAddr::V4((u32::from(a) & m).into())
+        }
+        IpAddr::V6(a) => {
+            let m = u128::MAX.checked_shl(128 - u32::from(prefix.min(128))).unwrap_or(0);
+            IpAddr::V6((u128::from(a) & m).into())
+        }
+    }
 }
 
 /// Why the network could not be set up; the instance does not start.
@@ -65,6 +145,9 @@ pub enum NetError {
         /// Why.
         reason: &'static str,
     },
+    /// A `--net-allow` value that does not parse.
+    #[error("--net-allow {0}: expected CIDR[:PORT] (e.g. 10.0.0.0/8, 127.0.0.1/32:8080, [2001:db8::/32]:443)")]
+    BadAllow(String),
     /// Too many listening sockets.
     #[error("an instance takes at most {MAX_LISTENERS} published ports and listening sockets")]
     TooMany,
@@ -252,6 +335,30 @@ mod tests {
         for bad in ["80", "a:b", "1:2:3:4", "8080:0", "8080:80/sctp", "[::1:80:80", "99999:80", "host:80:80"] {
             let e = Publish::parse(bad).unwrap_err().to_string();
             assert!(e.starts_with(&format!("--publish {bad}: expected")), "{e}");
+        }
+    }
+
+    #[test]
+    fn allow_rules_parse_match_and_bad_ones_are_one_sentence() {
+        let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let a = Allow::parse("10.1.2.3/8").unwrap();
+        assert_eq!(a, Allow { net: "10.0.0.0".parse().unwrap(), prefix: 8, port: None });
+        assert!(a.matches(&sa("10.200.0.1:80")) && !a.matches(&sa("11.0.0.1:80")));
+        assert!(a.matches(&sa("[::ffff:10.9.9.9]:1")), "an IPv4-mapped address is its IPv4 address");
+        assert!(!a.matches(&sa("[::1]:80")));
+        let h = Allow::parse("127.0.0.1:8080").unwrap();
+        assert_eq!((h.prefix, h.port), (32, Some(8080)));
+        assert!(h.matches(&sa("127.0.0.1:8080")) && !h.matches(&sa("127.0.0.1:8081")) && !h.matches(&sa("127.0.0.2:8080")));
+        let all = Allow::parse("0.0.0.0/0:53").unwrap();
+        assert!(all.matches(&sa("8.8.8.8:53")) && !all.matches(&sa("8.8.8.8:54")));
+        let v6 = Allow::parse("[2001:db8::/32]:443").unwrap();
+        assert!(v6.matches(&sa("[2001:db8:1::5]:443")) && !v6.matches(&sa("[2001:db9::5]:443")));
+        let v6any = Allow::parse("::1").unwrap();
+        assert!(v6any.matches(&sa("[::1]:9")) && v6any.port.is_none() && v6any.prefix == 128);
+        assert_eq!(Allow::parse("[::/0]").unwrap().prefix, 0);
+        for bad in ["", "10.0.0.0/33", "10.0.0.0/8:0", "10.0.0.0/8:99999", "host:80", "[::1", "[::1]80", "::1/129", "1.2.3.4/x", "1.2.3/8"] {
+            let e = Allow::parse(bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("--net-allow {bad}: expected CIDR[:PORT]")) && !e.contains('\n'), "{e}");
         }
     }
 
