@@ -181,9 +181,9 @@ fn spt_single_process_instance_holds_no_host_environment_descriptors_or_paths() 
 }
 
 /// Item 4: a sleeping instance that is stopped and continued goes on and
-/// exits normally, supervised and in place.
+/// exits normally: spt supervised and in place, and hvt.
 #[test]
-fn spt_stopped_and_continued_sleeper_survives() {
+fn stopped_and_continued_sleeper_survives() {
     let dir = scratch();
     let img = snooze(dir.path());
     for single in [false, true] {
@@ -202,6 +202,18 @@ fn spt_stopped_and_continued_sleeper_survives() {
         let o = child.wait_with_output().unwrap();
         assert_eq!(stderr(&o), "", "single-process {single}");
         assert_eq!(o.status.code(), Some(7), "single-process {single}: a stopped and continued sleeper must finish");
+    }
+    // hvt: the VMM process is stopped and continued while its guest sleeps.
+    if tenders().contains(&"hvt") {
+        let child = tender().args(["--tender", "hvt"]).arg(&img).args(["--", "2"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: kill on a pid we started and have not reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: as above.
+        unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+        let o = child.wait_with_output().unwrap();
+        assert_eq!((o.status.code(), stderr(&o).as_str()), (Some(7), ""), "hvt: a stopped and continued sleeper must finish");
     }
 }
 
