@@ -634,8 +634,8 @@ pub fn echo(o: EchoOpts) -> Result<()> {
             }
         }
         println!(
-            "{:<15} {:>19} {:>8} {:>8} {:>10} {:>10}   {}",
-            "system", "average ± SD(runs)", "p50", "p99", "avg/native", "p99/native", "seed 001 Fig. 1 (avg / p99)"
+            "{:<15} {:>19} {:>8} {:>8} {:>10} {:>10}   seed 001 Fig. 1 (avg / p99)",
+            "system", "average ± SD(runs)", "p50", "p99", "avg/native", "p99/native"
         );
         let base = stat[native_idx][mi].as_ref();
         for (s, st) in systems.iter().zip(&stat) {
