@@ -189,11 +189,12 @@ pub fn decode(port: u16, data: &[u8]) -> Result<(Hypercall, GuestAddr), Refusal>
 
 /// Handles hypercall `call` with its argument structure at `arg` (from
 /// [`decode`]). `origin` tells where the vCPU was; it is asked only for the
-/// fault port (it costs KVM calls).
+/// fault port (it costs KVM calls). `net` holds the instance's sockets.
 pub fn handle(
     call: Hypercall,
     arg: GuestAddr,
     g: &Guest<'_>,
+    net: &mut crate::net::Net,
     origin: &mut dyn FnMut() -> Result<Origin, String>,
     console: &mut Console<'_>,
     wrote: &mut bool,
@@ -232,14 +233,14 @@ pub fn handle(
             a.ready_set = 0;
             put(g, call, arg, &a)
         }
-        // Host-socket passthrough is not built on hvt yet: the guest's
-        // socket calls fail with ENOSYS instead of pretending.
+        // Host-socket passthrough (crate::net): the VMM's own sockets,
+        // named by handles of its table.
         Hypercall::Net => {
             let mut a: shoal_abi::NetArgs = match args(g, call, arg, true) {
                 Ok(a) => a,
                 Err(r) => return Action::Refused(r),
             };
-            a.ret = -i64::from(libc::ENOSYS);
+            a.ret = net.batch(g, &a);
             put(g, call, arg, &a)
         }
         Hypercall::NetPoll => {
@@ -247,7 +248,11 @@ pub fn handle(
                 Ok(a) => a,
                 Err(r) => return Action::Refused(r),
             };
-            a.ret = -i64::from(libc::ENOSYS);
+            a.ret = match net.poll(g, &a) {
+                Ok(r) => r,
+                // Nothing to wait for and no deadline (spt does the same).
+                Err(crate::net::NothingToWaitFor) => return Action::BlockedForever,
+            };
             put(g, call, arg, &a)
         }
         Hypercall::Fault => {

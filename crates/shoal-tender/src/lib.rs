@@ -97,6 +97,8 @@ pub struct RunArgs {
     pub listen_fds: Vec<i32>,
     /// `--net-outbound`.
     pub net_outbound: bool,
+    /// `--net-allow` rules (hvt; they imply outbound, limited to them).
+    pub net_allow: Vec<shoal_loader::net::Allow>,
     /// The image.
     pub image: PathBuf,
     /// The program's arguments (after `--`).
@@ -121,6 +123,7 @@ Runs one shoal image (the lean form of `shoal run`).
                              open HOSTPORT (on 127.0.0.1 unless HOSTADDR) for the guest's GUESTPORT
   --listen-fd N              a listening socket inherited as descriptor N, for the guest's first listen
   --net-outbound             let the guest open sockets of its own and connect out
+  --net-allow CIDR[:PORT]    hvt: outbound only to these destinations (repeatable; implies --net-outbound)
 ";
 
 /// Parses a size: bytes, or a number with a K, M or G suffix.
@@ -173,7 +176,7 @@ impl RunArgs {
         if let Some(dir) = fs.as_ref().filter(|d| !d.is_dir()) {
             return Err(ArgsError::NoFsDir(dir.clone()));
         }
-        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, publish: Vec::new(), listen_fds: Vec::new(), net_outbound: false, image, args })
+        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, publish: Vec::new(), listen_fds: Vec::new(), net_outbound: false, net_allow: Vec::new(), image, args })
     }
 
     /// Parses `shoal-tender`'s arguments (without the program name).
@@ -183,7 +186,7 @@ impl RunArgs {
         let (mut tender, mut fs, mut mem, mut env) = (Tender::Spt, None, DEFAULT_MEM.to_string(), Vec::new());
         let (mut mode, mut fallback, mut single, mut image, mut args): (MemoryMode, bool, bool, Option<PathBuf>, Vec<OsString>) =
             (MemoryMode::Copy, false, false, None, Vec::new());
-        let (mut publish, mut listen_fds, mut outbound) = (Vec::new(), Vec::new(), false);
+        let (mut publish, mut listen_fds, mut outbound, mut allow) = (Vec::new(), Vec::new(), false, Vec::new());
         while let Some(a) = it.next() {
             let text = a.to_string_lossy().into_owned();
             // `--opt=value` and `--opt value` are both accepted.
@@ -215,6 +218,7 @@ impl RunArgs {
                 "-p" | "--publish" => publish.push(value(&opt)?),
                 "--listen-fd" => listen_fds.push(value("--listen-fd")?),
                 "--net-outbound" if inline.is_none() => outbound = true,
+                "--net-allow" => allow.push(value("--net-allow")?),
                 "--" => {
                     args.extend(it.by_ref());
                     break;
@@ -228,7 +232,7 @@ impl RunArgs {
         }
         let image = image.ok_or(ArgsError::NoImage)?;
         let a = RunArgs::new(tender, fs, &mem, env, mode, fallback, single, image, args)?;
-        a.with_net(&publish, &listen_fds, outbound).map(Some)
+        a.with_net(&publish, &listen_fds, outbound)?.with_allow(&allow).map(Some)
     }
 
     /// Adds the network options: `--publish` specs, `--listen-fd`
@@ -246,6 +250,15 @@ impl RunArgs {
         Ok(self)
     }
 
+    /// Adds the `--net-allow CIDR[:PORT]` rules: outbound connections and
+    /// datagrams only to these destinations (enforced by the hvt VMM).
+    pub fn with_allow(mut self, allow: &[String]) -> Result<RunArgs, ArgsError> {
+        for a in allow {
+            self.net_allow.push(shoal_loader::net::Allow::parse(a)?);
+        }
+        Ok(self)
+    }
+
     /// The loader's configuration for these arguments. A `--listen-fd`
     /// descriptor is taken over: this process must not use it afterwards.
     pub fn config(&self) -> RunConfig {
@@ -256,7 +269,8 @@ impl RunArgs {
         cfg.mode = self.mode;
         cfg.pool_fallback = self.pool_fallback;
         cfg.net.publish = self.publish.clone();
-        cfg.net.outbound = self.net_outbound;
+        cfg.net.outbound = self.net_outbound || !self.net_allow.is_empty();
+        cfg.net.allow = self.net_allow.clone();
         cfg.net.listen_fds = self
             .listen_fds
             .iter()
@@ -278,9 +292,9 @@ pub enum RunError {
     /// The hvt tender's error.
     #[error(transparent)]
     Hvt(#[from] shoal_hvt::HvtError),
-    /// Networking asked of hvt, which does not have it yet.
-    #[error("--publish, --listen-fd and --net-outbound are not available on hvt yet (use --tender spt)")]
-    HvtNet,
+    /// An allow-list asked of spt, which cannot enforce it.
+    #[error("--net-allow needs --tender hvt: on spt the guest makes its socket calls on the host itself, which can limit ports but not addresses")]
+    SptAllow,
 }
 
 /// Runs the image; returns the guest's exit status. With
@@ -289,9 +303,9 @@ pub enum RunError {
 pub fn run(args: &RunArgs) -> Result<i32, RunError> {
     let cfg = args.config();
     Ok(match args.tender {
+        Tender::Spt if !args.net_allow.is_empty() => return Err(RunError::SptAllow),
         Tender::Spt if args.single_process => match shoal_spt::run_in_place(&cfg)? {},
         Tender::Spt => shoal_spt::run(&cfg)?,
-        Tender::Hvt if !args.publish.is_empty() || !args.listen_fds.is_empty() || args.net_outbound => return Err(RunError::HvtNet),
         Tender::Hvt => shoal_hvt::run(&cfg)?,
     })
 }
@@ -320,6 +334,9 @@ mod tests {
         let d = parse(&["img"]).unwrap().unwrap();
         assert_eq!((d.tender, d.mem, d.mode, d.single_process), (Tender::Spt, 256 << 20, MemoryMode::Copy, false));
         assert!(parse(&["--help"]).unwrap().is_none());
+        let n = parse(&["--net-allow", "127.0.0.1/32:80", "--net-allow=10.0.0.0/8", "img"]).unwrap().unwrap();
+        assert_eq!(n.net_allow.len(), 2);
+        assert!(!n.net_outbound && n.config().net.outbound, "--net-allow implies outbound");
     }
 
     #[test]
@@ -335,6 +352,7 @@ mod tests {
         assert_eq!(msg(&["--fs", "/nonexistent-shoal-dir", "img"]), "--fs /nonexistent-shoal-dir: no such directory");
         assert!(msg(&[]).starts_with("no image given"));
         assert!(msg(&["a", "b"]).starts_with("more than one image given"));
+        assert!(msg(&["--net-allow", "10.0.0.0/40", "img"]).starts_with("--net-allow 10.0.0.0/40: expected CIDR[:PORT]"));
         assert_eq!(parse_size("1000").unwrap(), 4096);
         assert_eq!(parse_size("64M").unwrap(), 64 << 20);
         assert_eq!(parse_size("1g").unwrap(), 1 << 30);

@@ -1,0 +1,633 @@
+//! Host-socket passthrough on hvt (DESIGN §3.1): the `Net` and `NetPoll`
+//! hypercalls. The VMM owns the instance's host sockets; the guest names
+//! them by **handles**, indexes into a table the VMM keeps ([`Net`]), never
+//! by the VMM's descriptor numbers. The VMM process also holds the KVM,
+//! VM and vCPU descriptors, the console and (mode `pool`) pool files: a
+//! guest that could name those could `close` the vCPU or `recv` from a
+//! file, so every handle that is not in the table is `EBADF` (and
+//! `POLLNVAL` in a poll).
+//!
+//! The results are spt's (`shoal_spt::net`), errno for errno: `-EFAULT`
+//! for a buffer outside guest memory (or, for results, outside *writable*
+//! guest memory), `-EINVAL` for an oversized address, option or batch,
+//! `-EBADF` for a handle, `-ENOSYS` for an unknown operation, `-EACCES`
+//! for `socket`/`bind`/`connect` without outbound. On spt the guest could
+//! make the host calls itself, so seccomp and Landlock bound it; on hvt it
+//! cannot, so the rules Landlock enforces there are enforced here: a TCP
+//! socket of the guest binds port 0 only; and with an allow-list
+//! (`--net-allow`) every `connect` and `sendto` destination must match a
+//! rule. The VMM may run as root (a FaaS host), so what only privilege
+//! allows is refused too: a UDP bind below port 1024, and socket options
+//! outside a list of ordinary ones ([`option_allowed`]; `ENOPROTOOPT`, as
+//! for an option the host does not know).
+//!
+//! Host sockets are non-blocking (`SOCK_NONBLOCK`, `MSG_DONTWAIT`): the
+//! guest kernel blocks its threads, and the instance sleeps only in
+//! `NetPoll`, which is `ppoll` on the table's descriptors with the guest's
+//! deadline, so an idle instance costs no CPU.
+
+use crate::hypercall::Guest;
+use shoal_abi::{net_op, NetArgs, NetOp, NetPollArgs, NetPollFd, NET_MAX_OPS, NET_MAX_POLL};
+use shoal_loader::net::Allow;
+use shoal_loader::GuestAddr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// The lowest handle (as on spt, where handles are descriptors above
+/// stdio).
+pub const FIRST_HANDLE: i64 = 3;
+/// Largest `sockaddr` copied (`sizeof(struct sockaddr_storage)`).
+const MAX_ADDR: u64 = 128;
+/// Largest socket option value copied.
+const MAX_OPT: u64 = 256;
+/// Largest single transfer (Linux caps one call near 2 GiB anyway).
+const MAX_IO: u64 = 1 << 30;
+/// Below this port a bind needs privilege the VMM may have and the guest
+/// must not borrow.
+const FIRST_UNPRIVILEGED_PORT: u16 = 1024;
+
+/// What a table entry is: it decides which operations the policy allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A listener the caller published or handed over.
+    Listener,
+    /// A socket the guest made (outbound only); `tcp`: `SOCK_STREAM`.
+    Own { tcp: bool },
+    /// A connection accepted on a listener.
+    Accepted,
+}
+
+struct Sock {
+    fd: OwnedFd,
+    kind: Kind,
+}
+
+/// Exit counts of the network hypercalls, for `SHOAL_HVT_STATS`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NetStats {
+    /// `Net` hypercalls.
+    pub batches: u64,
+    /// Operations in them.
+    pub ops: u64,
+    /// `NetPoll` hypercalls.
+    pub polls: u64,
+    /// Of those, the ones that slept (a non-zero deadline).
+    pub waits: u64,
+}
+
+/// A `NetPoll` with no entries and no deadline: nothing could end it.
+#[derive(Debug)]
+pub struct NothingToWaitFor;
+
+/// The instance's host sockets and what it may do with them.
+pub struct Net {
+    /// Handle `FIRST_HANDLE + i` is `socks[i]`.
+    socks: Vec<Option<Sock>>,
+    outbound: bool,
+    allow: Vec<Allow>,
+    /// Scratch for `NetPoll` (kept to avoid an allocation per exit).
+    pollfds: Vec<libc::pollfd>,
+    entries: Vec<NetPollFd>,
+    /// Counts, for the statistics line.
+    pub stats: NetStats,
+}
+
+fn neg(e: i32) -> i64 {
+    -i64::from(e)
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// A libc call's result as a value or a negative errno.
+fn ret(rc: libc::c_long) -> i64 {
+    if rc < 0 {
+        neg(errno())
+    } else {
+        rc
+    }
+}
+
+/// Whether the guest may set option `name` at `level`: ordinary options
+/// only. Left out on purpose: what needs `CAP_NET_ADMIN`/`CAP_NET_RAW`
+/// (`SO_MARK`, `SO_BINDTODEVICE`, `SO_PRIORITY`, `*BUFFORCE`,
+/// `IP_TRANSPARENT`, `TCP_REPAIR`), what makes the host load a kernel
+/// module (`TCP_CONGESTION`, `TCP_ULP`), and `SO_REUSEPORT` (a socket
+/// could join another process's port group of the same user, root
+/// included).
+pub fn option_allowed(level: i32, name: i32) -> bool {
+    match level {
+        libc::SOL_SOCKET => matches!(
+            name,
+            libc::SO_REUSEADDR
+                | libc::SO_KEEPALIVE
+                | libc::SO_BROADCAST
+                | libc::SO_LINGER
+                | libc::SO_SNDBUF
+                | libc::SO_RCVBUF
+                | libc::SO_OOBINLINE
+                | libc::SO_RCVLOWAT
+                | libc::SO_RCVTIMEO
+                | libc::SO_SNDTIMEO
+                | libc::SO_TIMESTAMP
+                | libc::SO_TIMESTAMPNS
+        ),
+        libc::IPPROTO_TCP => matches!(
+            name,
+            libc::TCP_NODELAY
+                | libc::TCP_MAXSEG
+                | libc::TCP_CORK
+                | libc::TCP_KEEPIDLE
+                | libc::TCP_KEEPINTVL
+                | libc::TCP_KEEPCNT
+                | libc::TCP_SYNCNT
+                | libc::TCP_LINGER2
+                | libc::TCP_DEFER_ACCEPT
+                | libc::TCP_WINDOW_CLAMP
+                | libc::TCP_QUICKACK
+                | libc::TCP_USER_TIMEOUT
+                | libc::TCP_FASTOPEN
+                | libc::TCP_NOTSENT_LOWAT
+        ),
+        libc::IPPROTO_IP => matches!(
+            name,
+            libc::IP_TOS
+                | libc::IP_TTL
+                | libc::IP_RECVERR
+                | libc::IP_PKTINFO
+                | libc::IP_RECVTOS
+                | libc::IP_MTU_DISCOVER
+                | libc::IP_MULTICAST_TTL
+                | libc::IP_MULTICAST_LOOP
+        ),
+        libc::IPPROTO_IPV6 => matches!(
+            name,
+            libc::IPV6_V6ONLY
+                | libc::IPV6_UNICAST_HOPS
+                | libc::IPV6_TCLASS
+                | libc::IPV6_RECVERR
+                | libc::IPV6_MTU_DISCOVER
+                | libc::IPV6_RECVPKTINFO
+                | libc::IPV6_MULTICAST_HOPS
+                | libc::IPV6_MULTICAST_LOOP
+        ),
+        _ => false,
+    }
+}
+
+/// Where a `sockaddr` points, for the allow-list.
+#[derive(Debug, PartialEq, Eq)]
+enum Dest {
+    /// An `AF_INET`/`AF_INET6` address.
+    Addr(SocketAddr),
+    /// `AF_UNSPEC`: `connect` dissolves an association; it reaches nothing.
+    Unspec,
+    /// Anything else (another family, too short).
+    Other,
+}
+
+fn dest(sa: &[u8]) -> Dest {
+    let Some(fam) = sa.get(..2).map(|f| u16::from_ne_bytes([f[0], f[1]])) else {
+        return Dest::Other;
+    };
+    let port = |sa: &[u8]| u16::from_be_bytes([sa[2], sa[3]]);
+    match i32::from(fam) {
+        libc::AF_UNSPEC => Dest::Unspec,
+        libc::AF_INET if sa.len() >= 16 => {
+            let ip = Ipv4Addr::new(sa[4], sa[5], sa[6], sa[7]);
+            Dest::Addr(SocketAddr::V4(SocketAddrV4::new(ip, port(sa))))
+        }
+        // Linux takes an IPv6 address without its scope id (24 bytes).
+        libc::AF_INET6 if sa.len() >= 24 => {
+            let mut b = [0u8; 16];
+            b.copy_from_slice(&sa[8..24]);
+            Dest::Addr(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(b), port(sa), 0, 0)))
+        }
+        _ => Dest::Other,
+    }
+}
+
+impl Net {
+    /// A table holding `listeners` (handles `FIRST_HANDLE..`, in order).
+    /// With `outbound`, the guest may make sockets of its own; a non-empty
+    /// `allow` limits where they go.
+    pub fn new(listeners: Vec<OwnedFd>, outbound: bool, allow: Vec<Allow>) -> Net {
+        let socks = listeners.into_iter().map(|fd| Some(Sock { fd, kind: Kind::Listener })).collect();
+        Net { socks, outbound, allow, pollfds: Vec::new(), entries: Vec::new(), stats: NetStats::default() }
+    }
+
+    fn get(&self, h: i64) -> Result<&Sock, i64> {
+        let i = h.checked_sub(FIRST_HANDLE).and_then(|i| usize::try_from(i).ok()).ok_or(neg(libc::EBADF))?;
+        self.socks.get(i).and_then(Option::as_ref).ok_or(neg(libc::EBADF))
+    }
+
+    fn fd(&self, h: i64) -> Result<RawFd, i64> {
+        self.get(h).map(|s| s.fd.as_raw_fd())
+    }
+
+    /// Puts `fd` in the lowest free slot; returns its handle.
+    fn insert(&mut self, fd: OwnedFd, kind: Kind) -> i64 {
+        let s = Some(Sock { fd, kind });
+        let i = match self.socks.iter().position(Option::is_none) {
+            Some(i) => {
+                self.socks[i] = s;
+                i
+            }
+            None => {
+                self.socks.push(s);
+                self.socks.len() - 1
+            }
+        };
+        FIRST_HANDLE + i as i64
+    }
+
+    /// Whether the allow-list (if any) lets the guest reach `sa`.
+    fn allowed(&self, sa: &[u8]) -> bool {
+        if self.allow.is_empty() {
+            return true;
+        }
+        match dest(sa) {
+            Dest::Addr(a) => self.allow.iter().any(|r| r.matches(&a)),
+            Dest::Unspec => true,
+            Dest::Other => false,
+        }
+    }
+
+    /// The `Net` hypercall: carries out each operation of the batch, writing
+    /// each result into its `ret`. Returns how many were carried out, or a
+    /// negative errno for a batch that cannot be read.
+    pub fn batch(&mut self, g: &Guest<'_>, a: &NetArgs) -> i64 {
+        self.stats.batches += 1;
+        if a.count > NET_MAX_OPS {
+            return neg(libc::EINVAL);
+        }
+        let size = core::mem::size_of::<NetOp>() as u64;
+        // No overflow: count <= NET_MAX_OPS.
+        if !g.read_only.writable(g.mem, a.ops, a.count * size) {
+            return neg(libc::EFAULT);
+        }
+        for i in 0..a.count {
+            let at = GuestAddr(a.ops + i * size);
+            let Ok(mut op) = g.mem.read_obj::<NetOp>(at) else {
+                return neg(libc::EFAULT);
+            };
+            self.stats.ops += 1;
+            op.ret = match self.one(g, &mut op) {
+                Ok(v) | Err(v) => v,
+            };
+            // Checked writable above, as a whole.
+            if g.mem.write_obj(at, &op).is_err() {
+                return neg(libc::EFAULT);
+            }
+        }
+        a.count as i64
+    }
+
+    /// The guest range `[addr, addr + len)` as a host pointer, readable
+    /// (`write` false) or writable by the guest (`write` true).
+    fn range(g: &Guest<'_>, addr: u64, len: u64, write: bool) -> Result<*mut u8, i64> {
+        if write && !g.read_only.writable(g.mem, addr, len) {
+            return Err(neg(libc::EFAULT));
+        }
+        g.mem.host_ptr(GuestAddr(addr), len).map_err(|_| neg(libc::EFAULT))
+    }
+
+    /// Copies the operation's address from the guest; returns its length.
+    fn addr_in(g: &Guest<'_>, op: &NetOp, buf: &mut [u8; MAX_ADDR as usize]) -> Result<usize, i64> {
+        if op.addrlen > MAX_ADDR {
+            return Err(neg(libc::EINVAL));
+        }
+        let n = op.addrlen as usize;
+        g.mem.read(GuestAddr(op.addr), &mut buf[..n]).map_err(|_| neg(libc::EFAULT))?;
+        Ok(n)
+    }
+
+    /// Copies an address the host returned to the guest's `op.addr`, at
+    /// most `op.addrlen` bytes (Linux truncates too), into writable memory.
+    fn addr_out(g: &Guest<'_>, op: &NetOp, buf: &[u8], len: libc::socklen_t) -> Result<(), i64> {
+        let n = u64::from(len).min(op.addrlen).min(buf.len() as u64);
+        if n == 0 {
+            return Ok(());
+        }
+        if !g.read_only.writable(g.mem, op.addr, n) {
+            return Err(neg(libc::EFAULT));
+        }
+        g.mem.write(GuestAddr(op.addr), &buf[..n as usize]).map_err(|_| neg(libc::EFAULT))
+    }
+
+    fn one(&mut self, g: &Guest<'_>, op: &mut NetOp) -> Result<i64, i64> {
+        let mut sa = [0u8; MAX_ADDR as usize];
+        match op.op {
+            net_op::SOCKET => {
+                if !self.outbound {
+                    return Err(neg(libc::EACCES));
+                }
+                let domain = op.a as i32;
+                if domain != libc::AF_INET && domain != libc::AF_INET6 {
+                    return Err(neg(libc::EAFNOSUPPORT));
+                }
+                let ty = (op.b as i32) & 0xf;
+                if ty != libc::SOCK_STREAM && ty != libc::SOCK_DGRAM {
+                    return Err(neg(libc::EINVAL));
+                }
+                // SAFETY: socket takes no pointers.
+                let fd = unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, op.flags as i32) };
+                if fd < 0 {
+                    return Err(neg(errno()));
+                }
+                // SAFETY: `fd` was just created and nothing else owns it.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                Ok(self.insert(fd, Kind::Own { tcp: ty == libc::SOCK_STREAM }))
+            }
+            net_op::BIND | net_op::CONNECT => {
+                let s = self.get(op.handle)?;
+                let (fd, kind) = (s.fd.as_raw_fd(), s.kind);
+                if !self.outbound {
+                    return Err(neg(libc::EACCES));
+                }
+                let len = Self::addr_in(g, op, &mut sa)?;
+                let addr = &sa[..len];
+                if op.op == net_op::BIND {
+                    // The port is bytes 2-3 for AF_INET, AF_INET6 and the
+                    // AF_UNSPEC Linux takes as AF_INET; a shorter address
+                    // the host refuses itself.
+                    let port = if len >= 4 { u16::from_be_bytes([addr[2], addr[3]]) } else { 0 };
+                    let udp = kind == Kind::Own { tcp: false };
+                    // As Landlock on spt: TCP binds port 0 only (published
+                    // ports are the caller's to give); UDP not below 1024.
+                    if port != 0 && (!udp || port < FIRST_UNPRIVILEGED_PORT) {
+                        return Err(neg(libc::EACCES));
+                    }
+                } else if !self.allowed(addr) {
+                    return Err(neg(libc::EACCES));
+                }
+                let p = addr.as_ptr().cast::<libc::sockaddr>();
+                // SAFETY: `p` points at `len` (<= 128) initialised bytes.
+                let rc = unsafe {
+                    if op.op == net_op::BIND {
+                        libc::bind(fd, p, len as libc::socklen_t)
+                    } else {
+                        libc::connect(fd, p, len as libc::socklen_t)
+                    }
+                };
+                Ok(ret(rc.into()))
+            }
+            net_op::LISTEN => {
+                let fd = self.fd(op.handle)?;
+                // SAFETY: listen takes no pointers.
+                Ok(ret(unsafe { libc::listen(fd, op.a.min(4096) as i32) }.into()))
+            }
+            net_op::ACCEPT => {
+                let s = self.get(op.handle)?;
+                if s.kind != Kind::Listener && !self.outbound {
+                    return Err(neg(libc::EINVAL));
+                }
+                let fd = s.fd.as_raw_fd();
+                let mut len = MAX_ADDR as libc::socklen_t;
+                // SAFETY: `sa` and `len` are valid out-parameters of this size.
+                let nfd = unsafe {
+                    libc::accept4(fd, sa.as_mut_ptr().cast(), &mut len, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
+                };
+                if nfd < 0 {
+                    return Ok(neg(errno()));
+                }
+                // SAFETY: `nfd` was just accepted and nothing else owns it.
+                let nfd = unsafe { OwnedFd::from_raw_fd(nfd) };
+                if op.addr != 0 {
+                    op.a = u64::from(len);
+                    // On failure `nfd` is dropped (closed): the guest never
+                    // saw it.
+                    Self::addr_out(g, op, &sa, len)?;
+                }
+                Ok(self.insert(nfd, Kind::Accepted))
+            }
+            net_op::SEND => {
+                let fd = self.fd(op.handle)?;
+                let len = op.len.min(MAX_IO);
+                let p = Self::range(g, op.buf, len, false)?;
+                let (ap, alen) = if op.addr != 0 {
+                    let n = Self::addr_in(g, op, &mut sa)?;
+                    if !self.allowed(&sa[..n]) {
+                        return Err(neg(libc::EACCES));
+                    }
+                    (sa.as_ptr().cast::<libc::sockaddr>(), n as libc::socklen_t)
+                } else {
+                    (core::ptr::null(), 0)
+                };
+                let flags = op.flags as i32 | libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+                // SAFETY: `p` is `len` bytes of guest memory, mapped for the
+                // VMM's lifetime; `ap` is null or `alen` initialised bytes.
+                Ok(ret(unsafe { libc::sendto(fd, p.cast(), len as usize, flags, ap, alen) } as libc::c_long))
+            }
+            net_op::RECV => {
+                let fd = self.fd(op.handle)?;
+                let len = op.len.min(MAX_IO);
+                let p = Self::range(g, op.buf, len, true)?;
+                let mut alen = MAX_ADDR as libc::socklen_t;
+                let flags = op.flags as i32 | libc::MSG_DONTWAIT;
+                // SAFETY: `p` is `len` bytes of writable guest memory; `sa`
+                // and `alen` are valid out-parameters.
+                let rc = unsafe { libc::recvfrom(fd, p.cast(), len as usize, flags, sa.as_mut_ptr().cast(), &mut alen) };
+                let rc = ret(rc as libc::c_long);
+                if rc >= 0 && op.addr != 0 {
+                    op.a = u64::from(alen);
+                    Self::addr_out(g, op, &sa, alen)?;
+                }
+                Ok(rc)
+            }
+            net_op::SHUTDOWN => {
+                let fd = self.fd(op.handle)?;
+                // SAFETY: shutdown takes no pointers.
+                Ok(ret(unsafe { libc::shutdown(fd, op.a as i32) }.into()))
+            }
+            net_op::CLOSE => {
+                self.get(op.handle)?;
+                // `get` checked the index; dropping the entry closes it.
+                let i = (op.handle - FIRST_HANDLE) as usize;
+                self.socks[i] = None;
+                while self.socks.last().is_some_and(Option::is_none) {
+                    self.socks.pop();
+                }
+                Ok(0)
+            }
+            net_op::SETSOCKOPT => {
+                let fd = self.fd(op.handle)?;
+                if op.len > MAX_OPT {
+                    return Err(neg(libc::EINVAL));
+                }
+                let mut v = [0u8; MAX_OPT as usize];
+                g.mem.read(GuestAddr(op.buf), &mut v[..op.len as usize]).map_err(|_| neg(libc::EFAULT))?;
+                let (level, name) = (op.a as i32, op.b as i32);
+                if !option_allowed(level, name) {
+                    return Err(neg(libc::ENOPROTOOPT));
+                }
+                // SAFETY: `v` holds `len` (<= 256) initialised bytes.
+                Ok(ret(unsafe { libc::setsockopt(fd, level, name, v.as_ptr().cast(), op.len as libc::socklen_t) }.into()))
+            }
+            net_op::GETSOCKOPT => {
+                let fd = self.fd(op.handle)?;
+                let mut v = [0u8; MAX_OPT as usize];
+                let mut len = op.len.min(MAX_OPT) as libc::socklen_t;
+                // SAFETY: `v` and `len` are valid out-parameters of this size.
+                let rc = unsafe { libc::getsockopt(fd, op.a as i32, op.b as i32, v.as_mut_ptr().cast(), &mut len) };
+                if rc < 0 {
+                    return Ok(neg(errno()));
+                }
+                let n = u64::from(len).min(op.len).min(MAX_OPT);
+                if n > 0 {
+                    Self::range(g, op.buf, n, true)?;
+                    g.mem.write(GuestAddr(op.buf), &v[..n as usize]).map_err(|_| neg(libc::EFAULT))?;
+                }
+                Ok(i64::from(len))
+            }
+            net_op::GETSOCKNAME | net_op::GETPEERNAME => {
+                let fd = self.fd(op.handle)?;
+                let mut len = MAX_ADDR as libc::socklen_t;
+                // SAFETY: `sa` and `len` are valid out-parameters.
+                let rc = unsafe {
+                    if op.op == net_op::GETSOCKNAME {
+                        libc::getsockname(fd, sa.as_mut_ptr().cast(), &mut len)
+                    } else {
+                        libc::getpeername(fd, sa.as_mut_ptr().cast(), &mut len)
+                    }
+                };
+                if rc < 0 {
+                    return Ok(neg(errno()));
+                }
+                Self::addr_out(g, op, &sa, len)?;
+                Ok(i64::from(len))
+            }
+            _ => Err(neg(libc::ENOSYS)),
+        }
+    }
+
+    /// The `NetPoll` hypercall: `ppoll` on the descriptors of the guest's
+    /// handles with the deadline; a handle not in the table gets
+    /// `POLLNVAL` (and makes the poll return at once, as Linux does), a
+    /// negative one is ignored. Returns the number of entries with events,
+    /// 0 on time-out, or a negative errno. A poll with nothing to wait for
+    /// and no deadline would never return: the caller stops the instance
+    /// instead.
+    pub fn poll(&mut self, g: &Guest<'_>, a: &NetPollArgs) -> Result<i64, NothingToWaitFor> {
+        self.stats.polls += 1;
+        if a.nfds > NET_MAX_POLL {
+            return Ok(neg(libc::EINVAL));
+        }
+        if a.nfds == 0 && a.timeout_ns == u64::MAX {
+            return Err(NothingToWaitFor);
+        }
+        let size = core::mem::size_of::<NetPollFd>() as u64;
+        // No overflow: nfds <= NET_MAX_POLL.
+        if a.nfds > 0 && !g.read_only.writable(g.mem, a.fds, a.nfds * size) {
+            return Ok(neg(libc::EFAULT));
+        }
+        self.entries.clear();
+        self.pollfds.clear();
+        let mut invalid = 0i64;
+        for i in 0..a.nfds {
+            let Ok(e) = g.mem.read_obj::<NetPollFd>(GuestAddr(a.fds + i * size)) else {
+                return Ok(neg(libc::EFAULT));
+            };
+            let fd = if e.handle < 0 {
+                -1
+            } else {
+                match self.fd(i64::from(e.handle)) {
+                    Ok(fd) => fd,
+                    Err(_) => {
+                        invalid += 1;
+                        -1
+                    }
+                }
+            };
+            self.entries.push(e);
+            self.pollfds.push(libc::pollfd { fd, events: e.events, revents: 0 });
+        }
+        let timeout = if invalid > 0 { 0 } else { a.timeout_ns };
+        if timeout > 0 {
+            self.stats.waits += 1;
+        }
+        let ts = libc::timespec {
+            tv_sec: (timeout / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: (timeout % 1_000_000_000) as libc::c_long,
+        };
+        let tsp = if timeout == u64::MAX { core::ptr::null() } else { &ts as *const libc::timespec };
+        // SAFETY: `pollfds` holds `nfds` valid entries; `tsp` is null or a
+        // valid timespec; no signal mask.
+        let rc = unsafe { libc::ppoll(self.pollfds.as_mut_ptr(), self.pollfds.len() as libc::nfds_t, tsp, core::ptr::null()) };
+        let rc = if rc < 0 {
+            match errno() {
+                // A signal to the VMM (a terminal resize, …): a spurious
+                // wake-up, which the guest handles by polling again.
+                libc::EINTR => 0,
+                e => return Ok(neg(e)),
+            }
+        } else {
+            i64::from(rc)
+        };
+        for (i, (e, p)) in self.entries.iter_mut().zip(&self.pollfds).enumerate() {
+            let unknown = e.handle >= 0 && p.fd < 0;
+            e.revents = if unknown { libc::POLLNVAL } else if rc > 0 { p.revents } else { 0 };
+            if g.mem.write_obj(GuestAddr(a.fds + i as u64 * size), e).is_err() {
+                return Ok(neg(libc::EFAULT));
+            }
+        }
+        Ok(rc + invalid)
+    }
+}
+
+const _: () = assert!(core::mem::size_of::<NetPollFd>() == core::mem::size_of::<libc::pollfd>());
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn destinations_parse_from_sockaddrs() {
+        let (ss, len) = shoal_loader::net::sockaddr(&"10.1.2.3:80".parse().unwrap());
+        // SAFETY: `ss` is a sockaddr_storage of at least `len` bytes.
+        let b = unsafe { core::slice::from_raw_parts((&ss as *const libc::sockaddr_storage).cast::<u8>(), len as usize) };
+        assert_eq!(dest(b), Dest::Addr("10.1.2.3:80".parse().unwrap()));
+        assert_eq!(dest(&b[..8]), Dest::Other, "too short");
+        let (ss, len) = shoal_loader::net::sockaddr(&"[::1]:443".parse().unwrap());
+        // SAFETY: as above.
+        let b = unsafe { core::slice::from_raw_parts((&ss as *const libc::sockaddr_storage).cast::<u8>(), len as usize) };
+        assert_eq!(dest(b), Dest::Addr("[::1]:443".parse().unwrap()));
+        assert_eq!(dest(&b[..24]), Dest::Addr("[::1]:443".parse().unwrap()), "without scope id");
+        assert_eq!(dest(&0u16.to_ne_bytes()), Dest::Unspec);
+        assert_eq!(dest(&1u16.to_ne_bytes()), Dest::Other, "AF_UNIX");
+        assert_eq!(dest(&[]), Dest::Other);
+    }
+
+    #[test]
+    fn handles_outside_the_table_are_ebadf() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut n = Net::new(vec![OwnedFd::from(l)], false, Vec::new());
+        assert!(n.fd(3).is_ok());
+        for h in [-5, 0, 1, 2, 4, 999, 1 << 40, i64::MIN, i64::MAX] {
+            assert_eq!(n.fd(h), Err(neg(libc::EBADF)), "handle {h}");
+        }
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), 4);
+        n.socks[0] = None;
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), 3, "the lowest free handle");
+    }
+
+    #[test]
+    fn only_ordinary_options_may_be_set() {
+        assert!(option_allowed(libc::IPPROTO_TCP, libc::TCP_NODELAY));
+        assert!(option_allowed(libc::SOL_SOCKET, libc::SO_REUSEADDR));
+        for (l, n) in [
+            (libc::SOL_SOCKET, libc::SO_MARK),
+            (libc::SOL_SOCKET, libc::SO_BINDTODEVICE),
+            (libc::SOL_SOCKET, libc::SO_REUSEPORT),
+            (libc::IPPROTO_TCP, libc::TCP_CONGESTION),
+            (libc::IPPROTO_TCP, libc::TCP_ULP),
+            (libc::IPPROTO_IP, libc::IP_TRANSPARENT),
+            (libc::SOL_SOCKET + 1000, 1),
+        ] {
+            assert!(!option_allowed(l, n), "{l}/{n}");
+        }
+    }
+}
