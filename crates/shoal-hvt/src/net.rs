@@ -581,6 +581,7 @@ const _: () = assert!(core::mem::size_of::<NetPollFd>() == core::mem::size_of::<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shoal_loader::GuestMemory;
 
     #[test]
     fn destinations_parse_from_sockaddrs() {
@@ -612,6 +613,122 @@ mod tests {
         n.socks[0] = None;
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), 3, "the lowest free handle");
+    }
+
+    /// A guest of 0x10000 bytes above `GuestMemory::LOW` whose first page
+    /// is read-only; runs `f` with it.
+    fn with_guest(f: impl FnOnce(&Guest<'_>)) {
+        let low = GuestMemory::LOW;
+        let mut buf = vec![0u8; 0x10000];
+        // SAFETY: `buf` backs guest addresses [LOW, LOW + 0x10000) and
+        // outlives `mem`; nothing else references it meanwhile.
+        let mem = unsafe { GuestMemory::new(buf.as_mut_ptr(), low + 0x10000) };
+        let private = vm_memory::GuestRegionMmap::new(vm_memory::MmapRegion::new(0x1000).unwrap(), vm_memory::GuestAddress(0)).unwrap();
+        let ro = crate::hypercall::ReadOnly(vec![(low, low + 0x1000)]);
+        f(&Guest { mem: &mem, private: &private, read_only: &ro });
+    }
+
+    /// Runs one operation through the `Net` hypercall's path; its `ret`.
+    fn run(n: &mut Net, g: &Guest<'_>, op: NetOp) -> i64 {
+        let at = GuestMemory::LOW + 0x2000;
+        g.mem.write_obj(GuestAddr(at), &op).unwrap();
+        assert_eq!(n.batch(g, &NetArgs { ops: at, count: 1, ret: 0 }), 1);
+        g.mem.read_obj::<NetOp>(GuestAddr(at)).unwrap().ret
+    }
+
+    /// Puts `addr` as a sockaddr in guest memory; its (address, length).
+    fn put_addr(g: &Guest<'_>, at: u64, addr: &str) -> (u64, u64) {
+        let (ss, len) = shoal_loader::net::sockaddr(&addr.parse().unwrap());
+        // SAFETY: `ss` is a sockaddr_storage of at least `len` bytes.
+        let b = unsafe { core::slice::from_raw_parts((&ss as *const libc::sockaddr_storage).cast::<u8>(), len as usize) };
+        g.mem.write(GuestAddr(at), b).unwrap();
+        (at, u64::from(len))
+    }
+
+    #[test]
+    fn the_vmm_enforces_the_policy_the_guest_cannot_bypass() {
+        let allowed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let udp_peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (pa, pr, pu) = (allowed.local_addr().unwrap().port(), refused.local_addr().unwrap().port(), udp_peer.local_addr().unwrap().port());
+        let rules = vec![Allow::parse(&format!("127.0.0.1:{pa}")).unwrap(), Allow::parse(&format!("127.0.0.1:{pu}")).unwrap()];
+        let mut n = Net::new(Vec::new(), true, rules);
+        with_guest(|g| {
+            let low = GuestMemory::LOW;
+            let tcp = run(&mut n, g, NetOp { op: net_op::SOCKET, a: libc::AF_INET as u64, b: libc::SOCK_STREAM as u64, ..NetOp::default() });
+            assert_eq!(tcp, FIRST_HANDLE);
+            let (addr, addrlen) = put_addr(g, low + 0x3000, "127.0.0.1:8080");
+            assert_eq!(run(&mut n, g, NetOp { op: net_op::BIND, handle: tcp, addr, addrlen, ..NetOp::default() }), neg(libc::EACCES), "a TCP bind to a port");
+            let (addr, addrlen) = put_addr(g, low + 0x3000, "127.0.0.1:0");
+            assert_eq!(run(&mut n, g, NetOp { op: net_op::BIND, handle: tcp, addr, addrlen, ..NetOp::default() }), 0);
+            let (addr, addrlen) = put_addr(g, low + 0x3000, &format!("127.0.0.1:{pr}"));
+            assert_eq!(run(&mut n, g, NetOp { op: net_op::CONNECT, handle: tcp, addr, addrlen, ..NetOp::default() }), neg(libc::EACCES));
+            let (addr, addrlen) = put_addr(g, low + 0x3000, &format!("[::ffff:127.0.0.1]:{pr}"));
+            assert_eq!(run(&mut n, g, NetOp { op: net_op::CONNECT, handle: tcp, addr, addrlen, ..NetOp::default() }), neg(libc::EACCES), "IPv4-mapped");
+            refused.set_nonblocking(true).unwrap();
+            assert!(refused.accept().is_err(), "a refused connect reached the host");
+            let (addr, addrlen) = put_addr(g, low + 0x3000, &format!("127.0.0.1:{pa}"));
+            let rc = run(&mut n, g, NetOp { op: net_op::CONNECT, handle: tcp, addr, addrlen, ..NetOp::default() });
+            assert!(rc == 0 || rc == neg(libc::EINPROGRESS), "{rc}");
+            // UDP: sendto only to a listed destination; binds not below 1024.
+            let udp = run(&mut n, g, NetOp { op: net_op::SOCKET, a: libc::AF_INET as u64, b: libc::SOCK_DGRAM as u64, ..NetOp::default() });
+            assert_eq!(udp, FIRST_HANDLE + 1);
+            let (addr, addrlen) = put_addr(g, low + 0x3000, "127.0.0.1:53");
+            assert_eq!(run(&mut n, g, NetOp { op: net_op::BIND, handle: udp, addr, addrlen, ..NetOp::default() }), neg(libc::EACCES), "a privileged port");
+            g.mem.write(GuestAddr(low + 0x4000), b"datagram").unwrap();
+            let send = |n: &mut Net, to: &str| {
+                let (addr, addrlen) = put_addr(g, low + 0x3000, to);
+                run(n, g, NetOp { op: net_op::SEND, handle: udp, buf: low + 0x4000, len: 8, addr, addrlen, ..NetOp::default() })
+            };
+            assert_eq!(send(&mut n, &format!("127.0.0.1:{pr}")), neg(libc::EACCES));
+            assert_eq!(send(&mut n, &format!("127.0.0.1:{pu}")), 8);
+            let mut got = [0u8; 16];
+            udp_peer.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+            let k = udp_peer.recv(&mut got).unwrap();
+            assert_eq!(&got[..k], b"datagram");
+            // The VMM's own descriptors are not handles; nor is anything freed.
+            for h in [0, 1, 2, n.socks.len() as i64 + FIRST_HANDLE] {
+                let rc = run(&mut n, g, NetOp { op: net_op::RECV, handle: h, buf: low + 0x4000, len: 8, ..NetOp::default() });
+                assert_eq!(rc, neg(libc::EBADF), "handle {h}");
+            }
+            // A forbidden option.
+            g.mem.write(GuestAddr(low + 0x4000), &1i32.to_ne_bytes()).unwrap();
+            let rc = run(&mut n, g, NetOp { op: net_op::SETSOCKOPT, handle: tcp, a: libc::SOL_SOCKET as u64, b: libc::SO_MARK as u64, buf: low + 0x4000, len: 4, ..NetOp::default() });
+            assert_eq!(rc, neg(libc::ENOPROTOOPT));
+            // Results are never written into read-only memory.
+            assert_eq!(n.batch(g, &NetArgs { ops: low + 0x100, count: 1, ret: 0 }), neg(libc::EFAULT));
+            let rc = run(&mut n, g, NetOp { op: net_op::RECV, handle: udp, buf: low + 0x800, len: 8, ..NetOp::default() });
+            assert_eq!(rc, neg(libc::EFAULT));
+            // Poll: an unknown handle is POLLNVAL and ends the wait at once;
+            // a negative one is ignored.
+            let fds = low + 0x5000;
+            let entries = [
+                NetPollFd { handle: udp as i32, events: libc::POLLOUT, revents: 0 },
+                NetPollFd { handle: 1, events: libc::POLLIN, revents: 0 },
+                NetPollFd { handle: -1, events: libc::POLLIN, revents: 0 },
+            ];
+            for (i, e) in entries.iter().enumerate() {
+                g.mem.write_obj(GuestAddr(fds + 8 * i as u64), e).unwrap();
+            }
+            let t0 = std::time::Instant::now();
+            assert_eq!(n.poll(g, &NetPollArgs { fds, nfds: 3, timeout_ns: 5_000_000_000, ret: 0 }).unwrap(), 2);
+            assert!(t0.elapsed() < std::time::Duration::from_secs(1));
+            let r = |i: u64| g.mem.read_obj::<NetPollFd>(GuestAddr(fds + 8 * i)).unwrap().revents;
+            assert_eq!((r(0) & libc::POLLOUT, r(1), r(2)), (libc::POLLOUT, libc::POLLNVAL, 0));
+            // Closing frees the handle for reuse.
+            assert_eq!(run(&mut n, g, NetOp { op: net_op::CLOSE, handle: tcp, ..NetOp::default() }), 0);
+            assert_eq!(run(&mut n, g, NetOp { op: net_op::CLOSE, handle: tcp, ..NetOp::default() }), neg(libc::EBADF));
+        });
+    }
+
+    #[test]
+    fn without_outbound_the_guest_makes_no_sockets() {
+        let mut n = Net::new(Vec::new(), false, Vec::new());
+        with_guest(|g| {
+            let rc = run(&mut n, g, NetOp { op: net_op::SOCKET, a: libc::AF_INET as u64, b: libc::SOCK_STREAM as u64, ..NetOp::default() });
+            assert_eq!(rc, neg(libc::EACCES));
+            assert!(n.poll(g, &NetPollArgs { fds: 0, nfds: 0, timeout_ns: u64::MAX, ret: 0 }).is_err(), "nothing to wait for");
+        });
     }
 
     #[test]
