@@ -572,6 +572,12 @@ impl Backend for HostBackend {
                 // options it does not keep go to the host only.
                 let _ = sock.opts.set(name, val);
             }
+            // A handed-over listener was bound by the tender: address reuse
+            // options are settled there, and the guest's (nginx sets
+            // SO_REUSEPORT) are kept for getsockopt only.
+            if sock.listener.is_some() && level == SOL_SOCKET && (name == SO_REUSEADDR || name == SO_REUSEPORT) {
+                return Ok(());
+            }
             match sock.host {
                 Some(fd) => set_host_opt(fd, level, name, val).map(|_| ()),
                 None => Ok(()),
