@@ -157,7 +157,7 @@ pub struct Statx {
 
 /// `struct flock` (32 bytes).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Flock {
     pub l_type: i16,
     pub l_whence: i16,

@@ -20,10 +20,9 @@
 //! The access mode of a descriptor is enforced (`EBADF` writing a
 //! read-only descriptor, `EISDIR` opening a directory for writing).
 //!
-//! Advisory record locks (`F_SETLK` and friends, `flock`) always succeed:
-//! POSIX locks are per process and there is only one process, so no lock
-//! can ever conflict. (Open-file-description locks, `F_OFD_*`, would
-//! conflict between two descriptions on Linux; shoal grants them too.)
+//! Advisory locks (module `lock`): POSIX record locks, open-file-
+//! description locks and `flock`, with Linux's conflicts, `F_GETLK`,
+//! waits that block only the calling thread and release on close.
 //!
 //! Special files (module `dev`): the root always has `/dev/null`,
 //! `/dev/zero`, `/dev/full`, `/dev/random`, `/dev/urandom` (character
@@ -56,6 +55,7 @@ extern crate alloc;
 
 pub mod abi;
 mod dev;
+mod lock;
 mod mmap;
 mod more;
 pub mod obj;
@@ -156,6 +156,8 @@ pub struct Vfs {
     pub(crate) console: [Ino; 3],
     /// `/proc/self/fd`, if the root has it.
     pub(crate) fd_dir: Option<Ino>,
+    /// Advisory locks (record, OFD, `flock`).
+    pub(crate) locks: lock::Locks,
 }
 
 impl Vfs {
@@ -177,6 +179,7 @@ impl Vfs {
             pipes: BTreeMap::new(),
             console,
             fd_dir,
+            locks: lock::Locks::default(),
         };
         for (t, fl) in [(Target::Stdin, abi::O_RDONLY), (Target::Stdout, abi::O_WRONLY), (Target::Stderr, abi::O_WRONLY)] {
             let o = v.new_ofd(t, fl);
@@ -221,6 +224,7 @@ impl Vfs {
         };
         if gone {
             if let Some(o) = self.ofds[i].take() {
+                self.locks_ofd_released(i, o.target);
                 if let Target::Fifo(ino) = o.target {
                     self.pipe_close(ino, o.flags);
                 }
@@ -254,6 +258,7 @@ impl Vfs {
         }
         self.ofds[ofd].as_mut().expect("ofd").refs += 1;
         if let Some(old) = self.fds[fd].replace(FdEntry { ofd, cloexec }) {
+            self.fd_closing(old.ofd);
             self.put_ofd(old.ofd);
         }
     }
@@ -283,8 +288,17 @@ impl Vfs {
     pub fn close_fd(&mut self, fd: i32) -> Result<(), Errno> {
         let e = self.entry(fd)?;
         self.fds[fd as usize] = None;
+        self.fd_closing(e.ofd);
         self.put_ofd(e.ofd);
         Ok(())
+    }
+
+    /// A descriptor of description `i` is being closed: the process's
+    /// POSIX record locks on its file go, as on Linux.
+    fn fd_closing(&mut self, i: usize) {
+        if let Some(t) = self.ofds.get(i).and_then(|o| o.as_ref()).map(|o| o.target) {
+            self.locks_fd_closed(t);
+        }
     }
 
     /// Number of open descriptors.

@@ -615,32 +615,7 @@ impl Vfs {
                 o.flags = (o.flags & !SETFL_FLAGS) | (a.uint(2) & SETFL_FLAGS);
                 Ok(0)
             }
-            F_GETLK | F_SETLK | F_SETLKW | F_OFD_GETLK | F_OFD_SETLK | F_OFD_SETLKW => {
-                let o = self.ofd(e.ofd);
-                if o.is_path() {
-                    return Err(Errno::EBADF);
-                }
-                let mut fl: Flock = umem::read(a.u(2))?;
-                if matches!(cmd, F_OFD_GETLK | F_OFD_SETLK | F_OFD_SETLKW) && fl.l_pid != 0 {
-                    return Err(Errno::EINVAL);
-                }
-                if fl.l_whence < 0 || fl.l_whence > 2 {
-                    return Err(Errno::EINVAL);
-                }
-                match (cmd, fl.l_type) {
-                    (F_GETLK | F_OFD_GETLK, F_RDLCK | F_WRLCK) => {
-                        // Nothing else can hold a conflicting lock.
-                        fl.l_type = F_UNLCK;
-                        umem::write(a.u(2), fl)?;
-                        Ok(0)
-                    }
-                    (F_GETLK | F_OFD_GETLK, _) => Err(Errno::EINVAL),
-                    (_, F_RDLCK) if !o.readable() => Err(Errno::EBADF),
-                    (_, F_WRLCK) if !o.writable() => Err(Errno::EBADF),
-                    (_, F_RDLCK | F_WRLCK | F_UNLCK) => Ok(0),
-                    _ => Err(Errno::EINVAL),
-                }
-            }
+            F_GETLK | F_SETLK | F_SETLKW | F_OFD_GETLK | F_OFD_SETLK | F_OFD_SETLKW => self.record_lock(e.ofd, cmd, a.u(2)),
             F_GETOWN | F_SETOWN => Ok(0),
             F_GETPIPE_SZ | F_SETPIPE_SZ => match self.ofd(e.ofd).target {
                 Target::Node(_) | Target::Dev(..) | Target::Obj(_) => Err(Errno::EBADF),
@@ -1100,19 +1075,6 @@ impl Vfs {
 
     pub(crate) fn linkat(&mut self, a: &Args) -> SysResult {
         self.do_link(a.int(0), a.u(1), a.int(2), a.u(3), a.uint(4))
-    }
-
-    pub(crate) fn flock(&mut self, a: &Args) -> SysResult {
-        // LOCK_SH 1, LOCK_EX 2, LOCK_NB 4, LOCK_UN 8: one process, no
-        // conflicts.
-        let o = self.ofd(self.ofd_of(a.int(0))?);
-        if o.is_path() {
-            return Err(Errno::EBADF);
-        }
-        match a.uint(1) & !4 {
-            1 | 2 | 8 => Ok(0),
-            _ => Err(Errno::EINVAL),
-        }
     }
 }
 

@@ -69,6 +69,33 @@ macro_rules! opening {
 
 opening!(open, openat, creat);
 
+/// `fcntl(fd, cmd, arg)`. `F_SETLKW` and `F_OFD_SETLKW` wait for a
+/// conflicting lock to go, blocking only the calling thread (module
+/// `lock`); a signal ends the wait with `EINTR`.
+pub fn fcntl(a: &Args) -> SysResult {
+    use crate::abi::{F_OFD_SETLKW, F_SETLKW};
+    let wait = matches!(a.int(1), F_SETLKW | F_OFD_SETLKW);
+    loop {
+        match crate::with(|v| v.fcntl(a)) {
+            Err(Errno::EAGAIN) if wait => crate::wait::block("a file lock", None)?,
+            r => return r,
+        }
+    }
+}
+
+/// `flock(fd, op)`: without `LOCK_NB`, waits for a conflicting lock to
+/// go (only the calling thread blocks).
+pub fn flock(a: &Args) -> SysResult {
+    const LOCK_NB: u32 = 4;
+    let wait = a.uint(1) & LOCK_NB == 0;
+    loop {
+        match crate::with(|v| v.flock(a)) {
+            Err(Errno::EAGAIN) if wait => crate::wait::block("a file lock", None)?,
+            r => return r,
+        }
+    }
+}
+
 /// `pipe(fds)`.
 pub fn pipe(a: &Args) -> SysResult {
     crate::with(|v| v.pipe_(a))
@@ -76,9 +103,9 @@ pub fn pipe(a: &Args) -> SysResult {
 
 syscalls!(
     close, stat, fstat, lstat, lseek, ioctl, pread64, pwrite64, access, dup,
-    dup2, dup3, fcntl, fsync, fdatasync, truncate, ftruncate, getdents64, getcwd, chdir, fchdir, rename, renameat,
+    dup2, dup3, fsync, fdatasync, truncate, ftruncate, getdents64, getcwd, chdir, fchdir, rename, renameat,
     renameat2, mkdir, mkdirat, rmdir, unlink, unlinkat, readlink, readlinkat, symlink, symlinkat, chmod,
-    fchmod, fchmodat, umask, newfstatat, statx, faccessat, faccessat2, utimensat, sync, link, linkat, flock,
+    fchmod, fchmodat, umask, newfstatat, statx, faccessat, faccessat2, utimensat, sync, link, linkat,
     pipe2, chown, fchown, lchown, fchownat, statfs, fstatfs, utimes, futimesat, fallocate, preadv, pwritev,
     preadv2, pwritev2, copy_file_range, readahead, fadvise64, mknod, mknodat, getdents, sync_file_range, syncfs,
 );

@@ -295,20 +295,78 @@ fn dup_shares_offset_and_flags_but_not_cloexec() {
     assert_eq!(open(&mut v, "/tmp/d", O_RDONLY, 0), Err(Errno::EMFILE));
 }
 
+fn lk(v: &mut Vfs, fd: i32, cmd: i32, ty: i16, start: i64, len: i64) -> Result<Flock, Errno> {
+    let mut fl = Flock { l_type: ty, l_whence: 0, l_start: start, l_len: len, l_pid: 0 };
+    v.fcntl(&args(&[fd as u64, cmd as u64, &mut fl as *mut Flock as u64]))?;
+    Ok(fl)
+}
+
 #[test]
-fn locks_always_succeed() {
+fn record_locks_conflict_between_owners_and_go_on_close() {
     let mut v = vfs();
-    let fd = open(&mut v, "/tmp/db", O_CREAT | O_RDWR, 0o644).unwrap();
-    let mut fl = Flock { l_type: F_WRLCK, l_whence: 0, l_start: 0, l_len: 1, l_pid: 0 };
-    let ptr = &mut fl as *mut Flock as u64;
-    assert_eq!(v.fcntl(&args(&[fd as u64, F_SETLK as u64, ptr])).unwrap(), 0);
-    assert_eq!(v.fcntl(&args(&[fd as u64, F_GETLK as u64, ptr])).unwrap(), 0);
-    assert_eq!(fl.l_type, F_UNLCK);
+    let a = open(&mut v, "/tmp/db", O_CREAT | O_RDWR, 0o644).unwrap();
+    let b = open(&mut v, "/tmp/db", O_RDWR, 0).unwrap();
+    // POSIX locks belong to the process: never in conflict with each other.
+    lk(&mut v, a, F_SETLK, F_WRLCK, 0, 100).unwrap();
+    lk(&mut v, b, F_SETLK, F_WRLCK, 50, 10).unwrap();
+    assert_eq!(lk(&mut v, b, F_GETLK, F_WRLCK, 0, 0).unwrap().l_type, F_UNLCK);
+    // ... but with an OFD lock of another description they are.
+    assert_eq!(lk(&mut v, b, F_OFD_SETLK, F_RDLCK, 10, 1), Err(Errno::EAGAIN));
+    let g = lk(&mut v, b, F_OFD_GETLK, F_RDLCK, 120, 0).unwrap();
+    assert_eq!(g.l_type, F_UNLCK);
+    // Unlocking the middle splits the range.
+    lk(&mut v, a, F_SETLK, F_UNLCK, 10, 10).unwrap();
+    let g = lk(&mut v, b, F_OFD_GETLK, F_WRLCK, 5, 0).unwrap();
+    assert_eq!((g.l_type, g.l_start, g.l_len, g.l_pid), (F_WRLCK, 0, 10, 1));
+    lk(&mut v, b, F_OFD_SETLK, F_WRLCK, 10, 10).unwrap();
+    let g = lk(&mut v, b, F_OFD_GETLK, F_WRLCK, 12, 1).unwrap();
+    assert_eq!(g.l_type, F_UNLCK, "own OFD lock does not conflict");
+    let g = lk(&mut v, a, F_GETLK, F_RDLCK, 0, 0).unwrap();
+    assert_eq!((g.l_type, g.l_start, g.l_len, g.l_pid), (F_WRLCK, 10, 10, -1));
+    // Any close of the file drops the process's POSIX locks.
+    assert_eq!(lk(&mut v, a, F_OFD_GETLK, F_WRLCK, 0, 10).unwrap().l_type, F_WRLCK);
+    let c = open(&mut v, "/tmp/db", O_RDONLY, 0).unwrap();
+    v.close_fd(c).unwrap();
+    assert_eq!(lk(&mut v, a, F_OFD_GETLK, F_WRLCK, 0, 10).unwrap().l_type, F_UNLCK);
+    lk(&mut v, b, F_OFD_SETLK, F_WRLCK, 0, 0).unwrap();
+    // An OFD lock lives until its description's last descriptor closes.
+    let d = v.dup(&args(&[b as u64])).unwrap() as i32;
+    v.close_fd(b).unwrap();
+    assert_eq!(lk(&mut v, a, F_SETLK, F_RDLCK, 500, 1), Err(Errno::EAGAIN));
+    v.close_fd(d).unwrap();
+    lk(&mut v, a, F_SETLK, F_RDLCK, 500, 1).unwrap();
+    // Argument checks.
     let ro = open(&mut v, "/tmp/db", O_RDONLY, 0).unwrap();
-    fl.l_type = F_WRLCK;
-    let ptr = &mut fl as *mut Flock as u64;
-    assert_eq!(v.fcntl(&args(&[ro as u64, F_SETLKW as u64, ptr])), Err(Errno::EBADF));
-    assert_eq!(v.fcntl(&args(&[fd as u64, F_SETLK as u64, 0])), Err(Errno::EFAULT));
+    assert_eq!(lk(&mut v, ro, F_SETLKW, F_WRLCK, 0, 1), Err(Errno::EBADF));
+    assert_eq!(lk(&mut v, a, F_GETLK, F_UNLCK, 0, 1), Err(Errno::EINVAL));
+    assert_eq!(lk(&mut v, a, F_SETLK, F_RDLCK, -5, 1), Err(Errno::EINVAL));
+    let mut fl = Flock { l_type: F_RDLCK, l_whence: 0, l_start: 0, l_len: 1, l_pid: 7 };
+    assert_eq!(v.fcntl(&args(&[a as u64, F_OFD_SETLK as u64, &mut fl as *mut Flock as u64])), Err(Errno::EINVAL));
+    assert_eq!(v.fcntl(&args(&[a as u64, F_SETLK as u64, 0])), Err(Errno::EFAULT));
+}
+
+#[test]
+fn flock_conflicts_between_descriptions() {
+    let mut v = vfs();
+    let a = open(&mut v, "/tmp/f", O_CREAT | O_RDWR, 0o644).unwrap();
+    let b = open(&mut v, "/tmp/f", O_RDONLY, 0).unwrap();
+    let fl = |v: &mut Vfs, fd: i32, op: u64| v.flock(&args(&[fd as u64, op]));
+    fl(&mut v, a, 1).unwrap();
+    fl(&mut v, b, 1).unwrap();
+    assert_eq!(fl(&mut v, a, 2 | 4), Err(Errno::EAGAIN), "upgrade against a shared lock");
+    // The failed conversion dropped a's lock, as on Linux.
+    fl(&mut v, b, 2 | 4).unwrap();
+    assert_eq!(fl(&mut v, a, 1 | 4), Err(Errno::EAGAIN));
+    let d = v.dup(&args(&[b as u64])).unwrap() as i32;
+    v.close_fd(b).unwrap();
+    assert_eq!(fl(&mut v, a, 1 | 4), Err(Errno::EAGAIN), "the dup keeps it");
+    v.close_fd(d).unwrap();
+    fl(&mut v, a, 2 | 4).unwrap();
+    fl(&mut v, a, 8).unwrap();
+    assert_eq!(fl(&mut v, a, 3), Err(Errno::EINVAL));
+    // flock and record locks do not interact.
+    fl(&mut v, a, 2).unwrap();
+    lk(&mut v, a, F_OFD_SETLK, F_WRLCK, 0, 0).unwrap();
 }
 
 #[test]
