@@ -33,3 +33,11 @@ fn matches_native(name: &str) {
 fn item3_flock_record_and_ofd_locks() {
     matches_native("sys_locks.c");
 }
+
+/// Item 5: RLIMIT_NOFILE, RLIMIT_AS, RLIMIT_DATA and RLIMIT_FSIZE are
+/// enforced; SA_ONSTACK handlers run on the alternate stack; ppoll and
+/// pselect6 apply their signal masks for the wait.
+#[test]
+fn item5_resource_limits_altstack_and_wait_masks() {
+    matches_native("sys_limits.c");
+}

@@ -15,6 +15,15 @@
 //! program zero-filled, as on Linux. Page protections are bookkeeping only
 //! (see [`sys::mprotect`]). File-backed mappings are copies of the file
 //! with write-back for writable shared ones ([`file`]).
+//!
+//! **Limits.** `RLIMIT_AS` and `RLIMIT_DATA` (set by `process` through
+//! [`set_limits`]) are enforced as Linux enforces them: a mapping or a
+//! growth that would take the address space (the image and the main stack,
+//! which are always there, plus the program's mappings and break) above
+//! `RLIMIT_AS`, or the writable private memory (writable mappings and the
+//! break) above `RLIMIT_DATA`, fails with `ENOMEM` (`brk` leaves the break
+//! where it was). mm does not know whether a writable mapping is shared, so
+//! shared writable file mappings count as data too.
 #![cfg_attr(not(test), no_std)]
 
 pub mod file;
@@ -28,6 +37,40 @@ use space::Space;
 pub use heap::KernelHeap;
 
 static SPACE: Global<Space> = Global::new(Space::new());
+
+/// The enforced `(RLIMIT_AS, RLIMIT_DATA)` soft limits, in bytes.
+static LIMITS: Global<(u64, u64)> = Global::new((u64::MAX, u64::MAX));
+
+/// Sets the `RLIMIT_AS` and `RLIMIT_DATA` soft limits mm enforces
+/// (`u64::MAX`: unlimited). Existing memory is kept, as on Linux.
+pub fn set_limits(as_limit: u64, data_limit: u64) {
+    LIMITS.with(|l| *l = (as_limit, data_limit));
+}
+
+/// Address space that is always mapped outside mm's range: the image and
+/// the main thread's stack.
+fn fixed_bytes() -> u64 {
+    let bi = shoal_plat::boot::info();
+    bi.image_end.saturating_sub(bi.image_start) + bi.stack_top.saturating_sub(bi.stack_base)
+}
+
+/// Whether `more` bytes of new address space, `data` of them writable
+/// private memory, fit the limits (`ENOMEM` if not).
+pub(crate) fn check_limits(s: &Space, more: u64, data: u64) -> Result<(), Errno> {
+    let (as_limit, data_limit) = LIMITS.with(|l| *l);
+    if as_limit == u64::MAX && data_limit == u64::MAX {
+        return Ok(());
+    }
+    let (mapped, writable, brk) = s.usage();
+    let total = fixed_bytes().saturating_add(mapped).saturating_add(brk).saturating_add(more);
+    if more > 0 && total > as_limit {
+        return Err(Errno::ENOMEM);
+    }
+    if data > 0 && writable.saturating_add(brk).saturating_add(data) > data_limit {
+        return Err(Errno::ENOMEM);
+    }
+    Ok(())
+}
 
 /// Takes over `[heap_start, heap_end)` from the boot information. Call
 /// once, after `shoal_plat::boot::init` and before the first allocation.

@@ -157,6 +157,27 @@ impl Space {
         (self.end - self.base, self.free_pages * PAGE)
     }
 
+    /// Bytes the program has mapped (anonymous and file mappings) and, of
+    /// those, the writable ones, plus the break: what `RLIMIT_AS` and
+    /// `RLIMIT_DATA` count. `(mapped, writable, brk)`.
+    pub fn usage(&self) -> (u64, u64, u64) {
+        let (mut mapped, mut writable, mut brk) = (0, 0, 0);
+        for s in &self.segs[..self.len] {
+            let n = s.end - s.start;
+            match s.what {
+                Use::Anon { prot } => {
+                    mapped += n;
+                    if prot as u32 & PROT_WRITE != 0 {
+                        writable += n;
+                    }
+                }
+                Use::Brk => brk += n,
+                _ => {}
+            }
+        }
+        (mapped, writable, brk)
+    }
+
     /// The managed range.
     pub fn range(&self) -> (u64, u64) {
         (self.base, self.end)

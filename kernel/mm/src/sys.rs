@@ -31,9 +31,17 @@ const MAP_KNOWN: u64 = MAP_TYPE
     | 0x400_0000 // MAP_UNINITIALIZED
     | (0x3f << 26); // huge page size
 
-/// `brk(addr)`: returns the (new or unchanged) break; never fails.
+/// `brk(addr)`: returns the (new or unchanged) break; never fails. A
+/// growth past `RLIMIT_AS` or `RLIMIT_DATA` leaves the break unchanged.
 pub fn brk(a: &Args) -> SysResult {
-    Ok(with_space(|s| s.brk(a.u(0))))
+    Ok(with_space(|s| {
+        let (new, cur) = (a.u(0), s.brk(0));
+        let grow = page_up(new).zip(page_up(cur)).map_or(0, |(n, c)| n.saturating_sub(c));
+        if grow > 0 && crate::check_limits(s, grow, grow).is_err() {
+            return cur;
+        }
+        s.brk(new)
+    }))
 }
 
 /// `mmap(addr, len, prot, flags, fd, off)`. Shared anonymous memory
@@ -93,6 +101,11 @@ pub fn mmap(a: &Args) -> SysResult {
         }
     }
     let start = with_space(|s| {
+        // RLIMIT_AS and RLIMIT_DATA (writable private mappings). A fixed
+        // mapping may replace others; counted whole, as a bound.
+        let bytes = page_up(len).unwrap_or(u64::MAX);
+        let data = if prot & PROT_WRITE != 0 && flags & MAP_TYPE == MAP_PRIVATE { bytes } else { 0 };
+        crate::check_limits(s, bytes, data)?;
         if fixed {
             s.map_fixed(addr, len, prot, flags & MAP_FIXED_NOREPLACE != 0)
         } else {
@@ -130,6 +143,12 @@ pub fn munmap(a: &Args) -> SysResult {
 /// A file mapping keeps its file: growing it maps more of the file.
 pub fn mremap(a: &Args) -> SysResult {
     let (old, old_len, new_len) = (a.u(0), a.u(1), a.u(2));
+    if let (Some(ol), Some(nl)) = (page_up(old_len), page_up(new_len)) {
+        if nl > ol {
+            let writable = with_space(|s| matches!(s.use_at(old), Some(crate::space::Use::Anon { prot }) if prot as u32 & PROT_WRITE != 0));
+            with_space(|s| crate::check_limits(s, nl - ol, if writable { nl - ol } else { 0 }))?;
+        }
+    }
     let rec = file::find(old);
     let (Some(ol), Some(nl)) = (page_up(old_len), page_up(new_len)) else {
         return with_space(|s| s.remap(old, old_len, new_len, a.uint(3), a.u(4)));

@@ -427,3 +427,23 @@ fn kernel_writes_need_a_writable_mapping() {
     assert!(s.user_writable(base - PAGE, 8), "outside the managed range: the image, checked by umem");
     assert!(s.user_writable(u64::MAX - 4, 8), "overflow is umem's to refuse");
 }
+
+#[test]
+fn address_space_and_data_limits() {
+    let (mut s, _) = space(64);
+    crate::set_limits(8 * PAGE, 4 * PAGE);
+    assert_eq!(crate::check_limits(&s, 9 * PAGE, 0), Err(Errno::ENOMEM));
+    s.map_anywhere(3 * PAGE, PROT_READ).unwrap();
+    assert_eq!(s.usage(), (3 * PAGE, 0, 0));
+    assert_eq!(crate::check_limits(&s, 5 * PAGE, 0), Ok(()));
+    assert_eq!(crate::check_limits(&s, 6 * PAGE, 0), Err(Errno::ENOMEM));
+    s.map_anywhere(3 * PAGE, PROT_READ | PROT_WRITE).unwrap();
+    let base = s.brk(0);
+    s.brk(base + PAGE);
+    assert_eq!(s.usage(), (6 * PAGE, 3 * PAGE, PAGE));
+    // Data: 3 writable pages and 1 of break; one more does not fit.
+    assert_eq!(crate::check_limits(&s, PAGE, PAGE), Err(Errno::ENOMEM));
+    assert_eq!(crate::check_limits(&s, PAGE, 0), Ok(()), "read-only mappings are not data");
+    crate::set_limits(u64::MAX, u64::MAX);
+    assert_eq!(crate::check_limits(&s, 1 << 40, 1 << 40), Ok(()));
+}

@@ -1,12 +1,22 @@
 //! Resource limits (`prlimit64`, `getrlimit`, `setrlimit`).
 //!
-//! Limits are reported and stored, not enforced (nothing in the kernel
-//! consults them). Defaults: `RLIMIT_STACK` is the real size of the main
-//! thread's stack from the boot information; `RLIMIT_AS` and `RLIMIT_DATA`
-//! are the size of guest memory; `RLIMIT_NOFILE` is 1024, soft and hard,
-//! which must match the descriptor table of `vfs` (this crate does not
-//! depend on vfs), so raising it above 1024 is refused (`EPERM`);
-//! `RLIMIT_CORE` is 0; the rest are Linux's defaults.
+//! Limits are kept here and enforced where the resource lives: the
+//! syscall table hands the soft limits to `mm` (`RLIMIT_AS`, `RLIMIT_DATA`:
+//! `ENOMEM` from `mmap`, `mremap`, `brk`) and `vfs` (`RLIMIT_NOFILE`:
+//! `EMFILE`; `RLIMIT_FSIZE`: `EFBIG` and `SIGXFSZ`) whenever they change.
+//!
+//! Defaults: `RLIMIT_STACK` is the real size of the main thread's stack
+//! from the boot information (soft), hard unlimited as on Linux, so a
+//! program may raise the soft limit (the main stack is a fixed region and
+//! does not grow; musl sizes new threads' stacks itself, as it does on
+//! Linux, without consulting the limit); `RLIMIT_AS` and `RLIMIT_DATA` are
+//! the size of guest memory (soft; more cannot be had), hard unlimited as
+//! on Linux, so a program can lift a lowered soft limit again; `RLIMIT_NOFILE` is 1024, soft and hard, the
+//! size of vfs's descriptor table, so raising it above 1024 is refused
+//! (`EPERM`); `RLIMIT_CORE` is 0; the rest are Linux's defaults, reported
+//! but not consulted (nothing in an instance can exceed them or they have
+//! no meaning without processes: `CPU`, `RSS`, `NPROC`, `MEMLOCK`, `LOCKS`,
+//! `SIGPENDING`, `MSGQUEUE`, `NICE`, `RTPRIO`, `RTTIME`).
 
 use shoal_plat::Errno;
 
@@ -24,6 +34,8 @@ pub struct Rlimit {
 pub const INF: u64 = u64::MAX;
 /// Number of resources (`RLIM_NLIMITS`).
 pub const NLIMITS: usize = 16;
+/// `RLIMIT_FSIZE`.
+pub const RLIMIT_FSIZE: usize = 1;
 /// `RLIMIT_DATA`.
 pub const RLIMIT_DATA: usize = 2;
 /// `RLIMIT_STACK`.
@@ -42,14 +54,14 @@ pub fn defaults(mem: u64, stack: u64) -> [Rlimit; NLIMITS] {
     [
         r(INF, INF),             // CPU
         r(INF, INF),             // FSIZE
-        r(mem, mem),             // DATA
-        r(stack, stack),         // STACK
+        r(mem, INF),             // DATA
+        r(stack, INF),           // STACK
         r(0, INF),               // CORE
         r(INF, INF),             // RSS
         r(INF, INF),             // NPROC
         r(MAX_FDS, MAX_FDS),     // NOFILE
         r(8 << 20, 8 << 20),     // MEMLOCK
-        r(mem, mem),             // AS
+        r(mem, INF),             // AS
         r(INF, INF),             // LOCKS
         r(INF, INF),             // SIGPENDING
         r(819_200, 819_200),     // MSGQUEUE
@@ -77,8 +89,9 @@ mod tests {
     #[test]
     fn defaults_and_checks() {
         let d = defaults(1 << 30, 8 << 20);
-        assert_eq!(d[RLIMIT_STACK], Rlimit { cur: 8 << 20, max: 8 << 20 });
-        assert_eq!(d[RLIMIT_AS].cur, 1 << 30);
+        assert_eq!(d[RLIMIT_STACK], Rlimit { cur: 8 << 20, max: INF });
+        assert_eq!(check(RLIMIT_STACK, Rlimit { cur: 64 << 20, max: INF }), Ok(()));
+        assert_eq!(d[RLIMIT_AS], Rlimit { cur: 1 << 30, max: INF });
         assert_eq!(core::mem::size_of::<Rlimit>(), 16);
         assert_eq!(check(0, Rlimit { cur: 2, max: 1 }), Err(Errno::EINVAL));
         assert_eq!(check(RLIMIT_NOFILE, Rlimit { cur: 10, max: 4096 }), Err(Errno::EPERM));

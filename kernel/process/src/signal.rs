@@ -23,9 +23,12 @@
 //! mask, which becomes the mask again when the handler returns, as with
 //! sigreturn), with `sa_mask` (and the signal unless `SA_NODEFER`) blocked
 //! during the call and `SA_RESETHAND` honoured. The context's program
-//! counter is 0: a handler cannot redirect the interrupted code. `SA_ONSTACK` is not: the
-//! handler runs on the current stack. Faults (SIGSEGV, SIGFPE…) are not
-//! turned into signals.
+//! counter is 0: a handler cannot redirect the interrupted code. With
+//! `SA_ONSTACK` and an alternate stack set (`sigaltstack`), the handler
+//! runs on that stack (unless the thread is already on it), with
+//! `SS_AUTODISARM` honoured; `sigaltstack` reports `SS_ONSTACK` and refuses
+//! changes (`EPERM`) while the caller runs on it. Faults (SIGSEGV,
+//! SIGFPE…) are not turned into signals.
 
 use shoal_plat::{Errno, Global};
 
@@ -41,6 +44,8 @@ pub const SIG_DFL: u64 = 0;
 pub const SIG_IGN: u64 = 1;
 /// `sa_flags`: handler takes `(sig, siginfo, ucontext)`.
 pub const SA_SIGINFO: u64 = 4;
+/// `sa_flags`: run the handler on the alternate signal stack.
+pub const SA_ONSTACK: u64 = 0x0800_0000;
 /// `sa_flags`: do not block the signal during its handler.
 pub const SA_NODEFER: u64 = 0x4000_0000;
 /// `sa_flags`: reset to `SIG_DFL` on delivery.
@@ -319,6 +324,50 @@ pub fn terminate(sig: i32) -> ! {
 
 /// Offset of `uc_sigmask` in `ucontext_t` (flags, link, stack, mcontext).
 const UC_SIGMASK: usize = 8 + 8 + 24 + 256;
+/// Offset of `uc_stack` in `ucontext_t`.
+const UC_STACK: usize = 16;
+
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    // shoal_process_call_on_stack(f: rdi, sig: esi, info: rdx, uc: rcx,
+    // sp: r8): calls f(sig, info, uc) with the stack pointer at `sp`
+    // (aligned down to 16 bytes), then returns on the caller's stack.
+    ".section .text.shoal_process_call_on_stack,\"ax\",@progbits",
+    ".globl shoal_process_call_on_stack",
+    ".type shoal_process_call_on_stack,@function",
+    "shoal_process_call_on_stack:",
+    "    push rbp",
+    "    mov rbp, rsp",
+    "    mov rsp, r8",
+    "    and rsp, -16",
+    "    mov rax, rdi",
+    "    mov edi, esi",
+    "    mov rsi, rdx",
+    "    mov rdx, rcx",
+    "    call rax",
+    "    mov rsp, rbp",
+    "    pop rbp",
+    "    ret",
+    ".size shoal_process_call_on_stack, . - shoal_process_call_on_stack",
+);
+
+extern "C" {
+    fn shoal_process_call_on_stack(f: u64, sig: i32, info: *mut SigInfo, uc: *mut u64, sp: u64);
+}
+
+/// The stack pointer of the caller (close enough: this frame's).
+#[inline(always)]
+pub fn current_sp() -> u64 {
+    let sp: u64;
+    // SAFETY: reads rsp into a register; no memory or flags touched.
+    unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
+    sp
+}
+
+/// Whether `sp` lies on the alternate stack `st` (enabled or not).
+pub fn on_stack(st: &StackT, sp: u64) -> bool {
+    st.ss_size != 0 && sp > st.ss_sp && sp - st.ss_sp <= st.ss_size
+}
 
 fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64) -> u64 {
     let mut info = SigInfo {
@@ -332,6 +381,26 @@ fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64) -> u64 {
     };
     let mut uc = [0u64; 128];
     uc[UC_SIGMASK / 8] = old_mask;
+    let alt = SIGNALS.with(|s| s.altstack);
+    uc[UC_STACK / 8] = alt.ss_sp;
+    uc[UC_STACK / 8 + 1] = alt.ss_flags as u32 as u64;
+    uc[UC_STACK / 8 + 2] = alt.ss_size;
+    // SA_ONSTACK: switch to the alternate stack unless it is disabled or
+    // the thread already runs on it (a nested signal stays there).
+    let switch = act.flags & SA_ONSTACK != 0 && alt.ss_flags & SS_DISABLE == 0 && !on_stack(&alt, current_sp());
+    if switch && alt.ss_flags & SS_AUTODISARM != 0 {
+        SIGNALS.with(|s| s.altstack = NO_ALTSTACK);
+    }
+    if switch {
+        // SAFETY: as below; the program registered [ss_sp, ss_sp + ss_size)
+        // with sigaltstack as memory its handlers may run on, and the
+        // helper returns on this stack.
+        unsafe { shoal_process_call_on_stack(act.handler, sig, &mut info, uc.as_mut_ptr(), alt.ss_sp.wrapping_add(alt.ss_size)) };
+        if alt.ss_flags & SS_AUTODISARM != 0 {
+            SIGNALS.with(|s| s.altstack = alt);
+        }
+        return uc[UC_SIGMASK / 8];
+    }
     // SAFETY: the program installed `act.handler` as the handler of `sig`
     // with rt_sigaction; it is a C function taking (int, siginfo_t *,
     // void *), and one installed without SA_SIGINFO takes only the first

@@ -137,8 +137,9 @@ pub fn rt_sigpending(a: &Args) -> SysResult {
     Ok(0)
 }
 
-/// `sigaltstack(ss, old_ss)`: stored and reported. Handlers never run on it
-/// (see [`crate::signal`]), so `SS_ONSTACK` is never reported.
+/// `sigaltstack(ss, old_ss)`: handlers installed with `SA_ONSTACK` run on
+/// it (see [`crate::signal`]). While the caller runs on it, the old value
+/// says `SS_ONSTACK` and a change is refused (`EPERM`), as on Linux.
 pub fn sigaltstack(a: &Args) -> SysResult {
     let (ss, old) = (a.u(0), a.u(1));
     let new: Option<StackT> = if ss != 0 { Some(umem::read(ss)?) } else { None };
@@ -151,8 +152,17 @@ pub fn sigaltstack(a: &Args) -> SysResult {
             return Err(Errno::ENOMEM);
         }
     }
+    let cur = SIGNALS.with(|s| s.altstack);
+    let on = signal::on_stack(&cur, signal::current_sp());
     if old != 0 {
-        umem::write(old, SIGNALS.with(|s| s.altstack))?;
+        let mut o = cur;
+        if on {
+            o.ss_flags |= signal::SS_ONSTACK;
+        }
+        umem::write(old, o)?;
+    }
+    if new.is_some() && on {
+        return Err(Errno::EPERM);
     }
     if let Some(mut n) = new {
         if n.ss_flags & signal::SS_DISABLE != 0 {
@@ -215,6 +225,13 @@ fn with_limits<R>(f: impl FnOnce(&mut [Rlimit; NLIMITS]) -> R) -> R {
         });
         f(t)
     })
+}
+
+/// The soft limit of `resource` now (`RLIM_INFINITY` for an unknown one).
+/// The components that enforce limits (mm, vfs) learn them through the
+/// syscall table after `setrlimit`/`prlimit64`.
+pub fn soft_limit(resource: usize) -> u64 {
+    with_limits(|t| t.get(resource).map_or(limits::INF, |r| r.cur))
 }
 
 fn prlimit(pid: i32, resource: u32, new: u64, old: u64) -> SysResult {
@@ -362,6 +379,48 @@ mod tests {
         assert_eq!(tkill(&args([1, 12, 0, 0, 0, 0])), Ok(0));
         assert_eq!(GOT.swap(0, Ordering::SeqCst), 12);
         assert_eq!(SIGNALS.with(|s| s.actions[11].handler), signal::SIG_DFL);
+    }
+
+    static ALT_SP: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+    static ALT_FLAGS: AtomicI32 = AtomicI32::new(-1);
+
+    extern "C" fn alt_handler(_sig: i32) {
+        let here = 0u8;
+        ALT_SP.store(&here as *const u8 as u64, Ordering::SeqCst);
+        let mut old = StackT::default();
+        assert_eq!(sigaltstack(&args([0, &mut old as *mut _ as u64, 0, 0, 0, 0])), Ok(0));
+        ALT_FLAGS.store(old.ss_flags, Ordering::SeqCst);
+        if old.ss_flags & signal::SS_ONSTACK != 0 {
+            // No change while running on it.
+            let again = StackT { ss_sp: 0x1000, ss_flags: 0, pad: 0, ss_size: 1 << 16 };
+            assert_eq!(sigaltstack(&args([&again as *const _ as u64, 0, 0, 0, 0, 0])), Err(Errno::EPERM));
+        }
+    }
+
+    #[test]
+    fn sa_onstack_handlers_run_on_the_alternate_stack() {
+        umem::set_bounds(1, u64::MAX);
+        let buf = vec![0u8; 1 << 16];
+        let (lo, hi) = (buf.as_ptr() as u64, buf.as_ptr() as u64 + (1 << 16));
+        let ss = StackT { ss_sp: lo, ss_flags: 0, pad: 0, ss_size: 1 << 16 };
+        assert_eq!(sigaltstack(&args([&ss as *const _ as u64, 0, 0, 0, 0, 0])), Ok(0));
+        let act = KSigaction { handler: alt_handler as extern "C" fn(i32) as usize as u64, flags: signal::SA_ONSTACK, restorer: 0, mask: 0 };
+        assert_eq!(rt_sigaction(&args([14, &act as *const _ as u64, 0, 8, 0, 0])), Ok(0));
+        assert_eq!(kill(&args([1, 14, 0, 0, 0, 0])), Ok(0));
+        let sp = ALT_SP.load(Ordering::SeqCst);
+        assert!(sp > lo && sp < hi, "handler ran at {sp:#x}, not in [{lo:#x}, {hi:#x})");
+        assert_eq!(ALT_FLAGS.load(Ordering::SeqCst) & signal::SS_ONSTACK, signal::SS_ONSTACK);
+        // Without SA_ONSTACK: the current stack.
+        let act = KSigaction { flags: 0, ..act };
+        assert_eq!(rt_sigaction(&args([14, &act as *const _ as u64, 0, 8, 0, 0])), Ok(0));
+        assert_eq!(kill(&args([1, 14, 0, 0, 0, 0])), Ok(0));
+        let sp = ALT_SP.load(Ordering::SeqCst);
+        assert!(!(sp > lo && sp < hi));
+        assert_eq!(ALT_FLAGS.load(Ordering::SeqCst) & signal::SS_ONSTACK, 0);
+        let off = StackT { ss_sp: 0, ss_flags: signal::SS_DISABLE, pad: 0, ss_size: 0 };
+        assert_eq!(sigaltstack(&args([&off as *const _ as u64, 0, 0, 0, 0, 0])), Ok(0));
+        let dfl = KSigaction::default();
+        assert_eq!(rt_sigaction(&args([14, &dfl as *const _ as u64, 0, 8, 0, 0])), Ok(0));
     }
 
     #[test]

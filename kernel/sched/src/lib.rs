@@ -277,6 +277,17 @@ pub fn set_sig_state(mask: u64, pending: u64) {
     });
 }
 
+/// Records the mask to restore after the signals that interrupted a wait
+/// under a temporary mask (`ppoll`, `pselect6`) are delivered.
+pub fn set_saved_mask(mask: u64) {
+    TABLE.with(|t| t.cur().saved_mask = Some(mask));
+}
+
+/// Takes the mask [`set_saved_mask`] recorded, if any.
+pub fn take_saved_mask() -> Option<u64> {
+    TABLE.with(|t| t.cur().saved_mask.take())
+}
+
 /// Whether the running thread has a pending signal it does not block.
 pub fn has_deliverable() -> bool {
     let (m, p) = sig_state();

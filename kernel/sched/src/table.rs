@@ -75,6 +75,9 @@ pub struct Tcb {
     pub sig_mask: u64,
     /// Signals pending for this thread (bit sig-1).
     pub sig_pending: u64,
+    /// The mask to restore once the signals a `ppoll`/`pselect6` ended
+    /// for have been delivered (Linux's saved sigmask).
+    pub saved_mask: Option<u64>,
 }
 
 impl Tcb {
@@ -89,6 +92,7 @@ impl Tcb {
             robust_list: 0,
             sig_mask: 0,
             sig_pending: 0,
+            saved_mask: None,
         }
     }
 }

@@ -268,12 +268,30 @@ fn sigpipe(n: u64, args: &Args, r: shoal_plat::SysResult) -> shoal_plat::SysResu
     r
 }
 
+/// Resource limits are `process`'s, the resources mm's and vfs's: when a
+/// limit may have changed, the table hands the enforced soft limits to
+/// them; when vfs reports that a write or truncation exceeded
+/// `RLIMIT_FSIZE`, it raises `SIGXFSZ` as Linux does.
+fn limits(n: u64, r: shoal_plat::SysResult) -> shoal_plat::SysResult {
+    use shoal_process::limits as l;
+    use shoal_process::sys::soft_limit;
+    if matches!(n, nr::SETRLIMIT | nr::PRLIMIT64) && r.is_ok() {
+        shoal_mm::set_limits(soft_limit(l::RLIMIT_AS), soft_limit(l::RLIMIT_DATA));
+        shoal_vfs::with(|v| v.set_limits(soft_limit(l::RLIMIT_NOFILE), soft_limit(l::RLIMIT_FSIZE)));
+    }
+    if shoal_vfs::take_xfsz() {
+        const SIGXFSZ: i32 = 25;
+        shoal_process::signal::send_self(SIGXFSZ, shoal_process::signal::SI_USER);
+    }
+    r
+}
+
 /// Runs system call `n` with arguments `args`; returns the result or a
 /// negative errno. Signals another thread sent the caller while it was
 /// blocked are delivered before the result returns (`shoal_process::signal`).
 pub fn dispatch(n: u64, args: &Args) -> i64 {
     let r = match lookup(n) {
-        Some(f) => match sigpipe(n, args, f(args)) {
+        Some(f) => match limits(n, sigpipe(n, args, f(args))) {
             Ok(v) => v as i64,
             Err(e) => e.to_ret(),
         },
@@ -282,8 +300,18 @@ pub fn dispatch(n: u64, args: &Args) -> i64 {
             Errno::ENOSYS.to_ret()
         }
     };
+    // A ppoll/pselect6 interrupted under its temporary mask: deliver with
+    // that mask, then restore the caller's (Linux's saved sigmask).
+    let saved = shoal_sched::take_saved_mask();
     if shoal_sched::has_deliverable() {
         shoal_process::signal::deliver_pending();
+    }
+    if let Some(m) = saved {
+        let (_, pending) = shoal_sched::sig_state();
+        shoal_sched::set_sig_state(m, pending);
+        if shoal_sched::has_deliverable() {
+            shoal_process::signal::deliver_pending();
+        }
     }
     r
 }

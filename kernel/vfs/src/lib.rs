@@ -73,8 +73,18 @@ use shoal_ramfs::{Fs, Ino, Timespec};
 
 pub use shoal_ramfs::ROOT_INO;
 
-/// Most descriptors the process can have open (`RLIMIT_NOFILE`).
+/// Most descriptors the process can have open (the hard `RLIMIT_NOFILE`).
 pub const MAX_FDS: usize = 1024;
+
+/// Set when a write or truncation failed with `EFBIG` because of
+/// `RLIMIT_FSIZE`: Linux then raises `SIGXFSZ`, which the syscall table
+/// does (signals are `process`'s) after [`take_xfsz`].
+static XFSZ: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether the last call exceeded `RLIMIT_FSIZE` (and forgets it).
+pub fn take_xfsz() -> bool {
+    XFSZ.swap(false, core::sync::atomic::Ordering::Relaxed)
+}
 
 /// `st_dev` of the root file system (major 0, minor 32).
 pub const ROOT_DEV: u64 = 32;
@@ -158,6 +168,10 @@ pub struct Vfs {
     pub(crate) fd_dir: Option<Ino>,
     /// Advisory locks (record, OFD, `flock`).
     pub(crate) locks: lock::Locks,
+    /// `RLIMIT_NOFILE` (soft): descriptors are below it.
+    pub(crate) nofile: usize,
+    /// `RLIMIT_FSIZE` (soft): regular files do not grow past it.
+    pub(crate) fsize: u64,
 }
 
 impl Vfs {
@@ -180,6 +194,8 @@ impl Vfs {
             console,
             fd_dir,
             locks: lock::Locks::default(),
+            nofile: MAX_FDS,
+            fsize: u64::MAX,
         };
         for (t, fl) in [(Target::Stdin, abi::O_RDONLY), (Target::Stdout, abi::O_WRONLY), (Target::Stderr, abi::O_WRONLY)] {
             let o = v.new_ofd(t, fl);
@@ -239,7 +255,7 @@ impl Vfs {
     /// Installs description `ofd` at the lowest free descriptor `>= min`.
     /// A description no descriptor refers to is freed on failure.
     pub(crate) fn install(&mut self, min: usize, ofd: usize, cloexec: bool) -> Result<u64, Errno> {
-        let free = (min..MAX_FDS).find(|&fd| self.fds.get(fd).map(|e| e.is_none()).unwrap_or(true));
+        let free = (min..self.nofile.min(MAX_FDS)).find(|&fd| self.fds.get(fd).map(|e| e.is_none()).unwrap_or(true));
         let Some(fd) = free else {
             if self.ofds[ofd].as_ref().map(|o| o.refs == 0).unwrap_or(false) {
                 self.ofds[ofd].as_mut().expect("ofd").refs = 1;
@@ -299,6 +315,25 @@ impl Vfs {
         if let Some(t) = self.ofds.get(i).and_then(|o| o.as_ref()).map(|o| o.target) {
             self.locks_fd_closed(t);
         }
+    }
+
+    /// Sets the enforced `RLIMIT_NOFILE` and `RLIMIT_FSIZE` soft limits
+    /// (`process` calls this through the syscall table when they change).
+    /// Descriptors already open above a lowered limit stay open, as on
+    /// Linux.
+    pub fn set_limits(&mut self, nofile: u64, fsize: u64) {
+        self.nofile = nofile.min(MAX_FDS as u64) as usize;
+        self.fsize = fsize;
+    }
+
+    /// `RLIMIT_FSIZE`: a regular file may grow to `end` bytes; otherwise
+    /// `EFBIG` and `SIGXFSZ` is due.
+    pub(crate) fn fsize_check(&self, end: u64) -> Result<(), Errno> {
+        if end > self.fsize {
+            XFSZ.store(true, core::sync::atomic::Ordering::Relaxed);
+            return Err(Errno::EFBIG);
+        }
+        Ok(())
     }
 
     /// Number of open descriptors.

@@ -189,6 +189,7 @@ impl Vfs {
         }
         let end = off.checked_add(len).ok_or(Errno::EFBIG)? as u64;
         if end > self.fs.size(ino)? {
+            self.fsize_check(end)?;
             self.fs.truncate(ino, end)?;
         }
         Ok(0)

@@ -219,6 +219,8 @@ impl Vfs {
         match o.target {
             Target::Stdin => Err(Errno::EBADF),
             Target::Stdout | Target::Stderr if pos.is_some() => Err(Errno::ESPIPE),
+            // Nothing to write: 0, as a pipe answers (no console call).
+            Target::Stdout | Target::Stderr if data.is_empty() => Ok(0),
             Target::Stdout => console(shoal_plat::console::stdout(data)),
             Target::Stderr => console(shoal_plat::console::stderr(data)),
             Target::Fifo(_) if pos.is_some() => Err(Errno::ESPIPE),
@@ -229,6 +231,16 @@ impl Vfs {
             Target::Node(ino) => {
                 // O_APPEND writes at the end, even for pwrite (as Linux does).
                 let off = if o.flags & O_APPEND != 0 { self.fs.size(ino)? } else { pos.unwrap_or(o.offset) };
+                // RLIMIT_FSIZE: a write starting at or past the limit fails,
+                // one crossing it is cut short there (Linux).
+                let mut data = data;
+                if self.fsize != u64::MAX && !data.is_empty() && self.fs.file_type(ino)? == FileType::Regular {
+                    if off >= self.fsize {
+                        return self.fsize_check(off.saturating_add(1)).map(|_| 0);
+                    }
+                    let room = (self.fsize - off).min(data.len() as u64) as usize;
+                    data = &data[..room];
+                }
                 let n = self.fs.write(ino, off, data)?;
                 if pos.is_none() {
                     self.ofd_mut(i).offset = off + n as u64;
@@ -563,7 +575,7 @@ impl Vfs {
 
     fn dup_to(&mut self, old: i32, new: i32, cloexec: bool) -> SysResult {
         let o = self.ofd_of(old)?;
-        if new < 0 || new as usize >= MAX_FDS {
+        if new < 0 || new as usize >= self.nofile.min(MAX_FDS) {
             return Err(Errno::EBADF);
         }
         self.install_at(new as usize, o, cloexec);
@@ -594,7 +606,7 @@ impl Vfs {
         match cmd {
             F_DUPFD | F_DUPFD_CLOEXEC => {
                 let min = a.int(2);
-                if min < 0 || min as usize >= MAX_FDS {
+                if min < 0 || min as usize >= self.nofile.min(MAX_FDS) {
                     return Err(Errno::EINVAL);
                 }
                 self.install(min as usize, e.ofd, cmd == F_DUPFD_CLOEXEC)
@@ -790,6 +802,9 @@ impl Vfs {
     pub(crate) fn do_truncate(&mut self, ino: Ino, len: i64) -> SysResult {
         if len < 0 {
             return Err(Errno::EINVAL);
+        }
+        if len as u64 > self.fs.size(ino)? {
+            self.fsize_check(len as u64)?;
         }
         self.fs.truncate(ino, len as u64)?;
         Ok(0)

@@ -7,10 +7,14 @@
 //! `POLLHUP` on the reading side when no writer is left and `POLLERR` on
 //! the writing side when no reader is left; objects (sockets, eventfds,
 //! timerfds, epoll instances) answer through module `obj`, and a wait
-//! wakes at the earliest timer among the descriptors waited on. The
-//! sigmask of `ppoll` and
-//! `pselect6` is not applied: no signal can arrive while the only thread
-//! waits (see `wait`).
+//! wakes at the earliest timer among the descriptors waited on.
+//!
+//! The signal mask of `ppoll` and `pselect6` is the thread's mask for the
+//! wait: a signal it lets through (already pending, or sent by another
+//! thread meanwhile) ends the wait with `EINTR` when nothing is ready, is
+//! delivered with that mask in force, and then the old mask comes back
+//! (the syscall table restores it after delivery, Linux's saved sigmask);
+//! on any other outcome the old mask comes back at once.
 
 use alloc::vec::Vec;
 use shoal_plat::{umem, Args, Errno, SysResult};
@@ -131,6 +135,11 @@ fn do_poll(fds_addr: u64, nfds: u64, dl: Option<u64>) -> SysResult {
     let mut fds: Vec<PollFd> = (0..nfds as usize).map(|k| umem::read(fds_addr + 8 * k as u64)).collect::<Result<_, _>>()?;
     loop {
         let n = crate::with(|v| v.poll_scan(&mut fds));
+        // As Linux: ready descriptors win over a signal, a signal over
+        // the timeout.
+        if n == 0 && shoal_sched::has_deliverable() {
+            return Err(Errno::EINTR);
+        }
         if n > 0 || dl.is_some_and(|d| left(d) == 0) {
             for (k, p) in fds.iter().enumerate() {
                 bytes[8 * k + 6..8 * k + 8].copy_from_slice(&p.revents.to_ne_bytes());
@@ -172,10 +181,43 @@ fn write_left(addr: u64, dl: Option<u64>, micro: bool) -> Result<(), Errno> {
     Ok(())
 }
 
+/// SIGKILL and SIGSTOP, which no mask blocks.
+const UNBLOCKABLE: u64 = (1 << 8) | (1 << 18);
+
+/// Makes the mask at `addr` (`size` bytes; none if `addr` is 0) the
+/// thread's for the wait; returns the mask it replaced.
+fn apply_sigmask(addr: u64, size: u64) -> Result<Option<u64>, Errno> {
+    if addr == 0 {
+        return Ok(None);
+    }
+    if size != 8 {
+        return Err(Errno::EINVAL);
+    }
+    let m: u64 = umem::read(addr)?;
+    let (old, pending) = shoal_sched::sig_state();
+    shoal_sched::set_sig_state(m & !UNBLOCKABLE, pending);
+    Ok(Some(old))
+}
+
+/// Ends the temporary mask: interrupted by a signal, it stays until the
+/// signal is delivered (the syscall table restores `old` then); otherwise
+/// `old` is back at once.
+fn end_sigmask(old: Option<u64>, r: &SysResult) {
+    let Some(old) = old else { return };
+    if *r == Err(Errno::EINTR) {
+        shoal_sched::set_saved_mask(old);
+    } else {
+        let (_, pending) = shoal_sched::sig_state();
+        shoal_sched::set_sig_state(old, pending);
+    }
+}
+
 /// `ppoll(fds, nfds, timeout, sigmask, sigsetsize)`.
 pub fn ppoll(a: &Args) -> SysResult {
     let dl = deadline(timespec_ns(a.u(2))?);
+    let old = apply_sigmask(a.u(3), a.u(4))?;
     let r = do_poll(a.u(0), a.u(1), dl);
+    end_sigmask(old, &r);
     write_left(a.u(2), dl, false)?;
     r
 }
@@ -204,6 +246,9 @@ fn do_select(nfds: i32, addrs: [u64; 3], dl: Option<u64>) -> SysResult {
     loop {
         let mut out = sets.clone();
         let n = crate::with(|v| v.select_scan(nfds, &mut out))?;
+        if n == 0 && shoal_sched::has_deliverable() {
+            return Err(Errno::EINTR);
+        }
         if n > 0 || dl.is_some_and(|d| left(d) == 0) {
             for (k, &addr) in addrs.iter().enumerate() {
                 if let Some(v) = &out[k] {
@@ -242,7 +287,11 @@ pub fn select(a: &Args) -> SysResult {
 /// `pselect6(nfds, readfds, writefds, exceptfds, timeout, sigmask)`.
 pub fn pselect6(a: &Args) -> SysResult {
     let dl = deadline(timespec_ns(a.u(4))?);
+    // The sixth argument points to { const sigset_t *ss; size_t ss_len; }.
+    let [ss, ss_len]: [u64; 2] = if a.u(5) != 0 { umem::read(a.u(5))? } else { [0, 0] };
+    let old = apply_sigmask(ss, ss_len)?;
     let r = do_select(a.int(0), [a.u(1), a.u(2), a.u(3)], dl);
+    end_sigmask(old, &r);
     write_left(a.u(4), dl, false)?;
     r
 }

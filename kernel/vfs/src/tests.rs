@@ -976,3 +976,53 @@ fn the_empty_root_has_an_etc_hosts_for_localhost() {
     assert_eq!(&buf[..n], super::DEFAULT_HOSTS);
     assert!(core::str::from_utf8(&buf[..n]).unwrap().contains("127.0.0.1\tlocalhost"));
 }
+
+#[test]
+fn descriptor_and_file_size_limits() {
+    let mut v = vfs();
+    v.set_limits(5, 10);
+    let a = open(&mut v, "/tmp/l", O_CREAT | O_RDWR, 0o644).unwrap();
+    assert_eq!(open(&mut v, "/tmp/l", O_RDWR, 0), Ok(4));
+    assert_eq!(open(&mut v, "/tmp/l", O_RDWR, 0), Err(Errno::EMFILE));
+    assert_eq!(v.dup(&args(&[a as u64])), Err(Errno::EMFILE));
+    assert_eq!(v.fcntl(&args(&[a as u64, F_DUPFD as u64, 5])), Err(Errno::EINVAL));
+    assert_eq!(v.dup2(&args(&[a as u64, 7])), Err(Errno::EBADF));
+    // RLIMIT_FSIZE: cut short at the limit, then EFBIG and SIGXFSZ due.
+    assert_eq!(write(&mut v, a, &[7u8; 15]), Ok(10));
+    assert!(!crate::take_xfsz());
+    assert_eq!(write(&mut v, a, b"x"), Err(Errno::EFBIG));
+    assert!(crate::take_xfsz());
+    assert_eq!(v.ftruncate(&args(&[a as u64, 20])), Err(Errno::EFBIG));
+    assert!(crate::take_xfsz());
+    assert_eq!(v.ftruncate(&args(&[a as u64, 5])), Ok(0));
+    assert_eq!(write(&mut v, 1, b""), Ok(0), "the console is not a regular file");
+    v.set_limits(1024, u64::MAX);
+    assert_eq!(write(&mut v, a, &[7u8; 15]), Ok(15));
+}
+
+#[test]
+fn ppoll_applies_its_signal_mask() {
+    use crate::poll::*;
+    boot_plat();
+    let (r, _w) = crate::with(|v| pipe2(v, 0));
+    let usr1 = 1u64 << 9;
+    let empty = 0u64;
+    let zero = [0i64, 0];
+    let mut pf = PollFd { fd: r, events: POLLIN, revents: 0 };
+    let call = |pf: &mut PollFd, mask: &u64, size: u64| {
+        ppoll(&args(&[pf as *mut PollFd as u64, 1, zero.as_ptr() as u64, mask as *const u64 as u64, size]))
+    };
+    // Blocked and pending; the empty mask lets it through: EINTR, and the
+    // temporary mask stays until the syscall table delivered the signal.
+    shoal_sched::set_sig_state(usr1, usr1);
+    assert_eq!(call(&mut pf, &empty, 8), Err(Errno::EINTR));
+    assert_eq!(shoal_sched::sig_state(), (0, usr1));
+    assert_eq!(shoal_sched::take_saved_mask(), Some(usr1));
+    // Still blocked by the temporary mask: the timeout, old mask back.
+    shoal_sched::set_sig_state(0, usr1);
+    assert_eq!(call(&mut pf, &usr1, 8), Ok(0));
+    assert_eq!(shoal_sched::sig_state(), (0, usr1));
+    assert_eq!(shoal_sched::take_saved_mask(), None);
+    assert_eq!(call(&mut pf, &usr1, 4), Err(Errno::EINVAL));
+    shoal_sched::set_sig_state(0, 0);
+}
