@@ -41,3 +41,10 @@ fn item3_flock_record_and_ofd_locks() {
 fn item5_resource_limits_altstack_and_wait_masks() {
     matches_native("sys_limits.c");
 }
+
+/// Item 2: pwritev2 honours RWF_APPEND and the other RWF_* flags as Linux
+/// does on tmpfs, pipes and devices; unknown flags are EOPNOTSUPP.
+#[test]
+fn item2_pwritev2_rwf_flags() {
+    matches_native("sys_rwf.c");
+}

@@ -256,6 +256,8 @@ fn sigpipe(n: u64, args: &Args, r: shoal_plat::SysResult) -> shoal_plat::SysResu
     let send_flags = match n {
         nr::SENDTO | nr_net::SENDMMSG => Some(args.u(3)),
         nr_net::SENDMSG => Some(args.u(2)),
+        // pwritev2's RWF_NOSIGNAL says the same as MSG_NOSIGNAL.
+        nr::PWRITEV2 if args.uint(5) & shoal_vfs::RWF_NOSIGNAL != 0 => Some(MSG_NOSIGNAL),
         _ => None,
     };
     let raises = match send_flags {

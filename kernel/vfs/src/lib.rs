@@ -71,6 +71,7 @@ use alloc::vec::Vec;
 use shoal_plat::{Errno, Global};
 use shoal_ramfs::{Fs, Ino, Timespec};
 
+pub use more::RWF_NOSIGNAL;
 pub use shoal_ramfs::ROOT_INO;
 
 /// Most descriptors the process can have open (the hard `RLIMIT_NOFILE`).

@@ -197,10 +197,53 @@ impl Vfs {
 
     // ---- positioned vector I/O ------------------------------------------
 
-    fn vec_io(&mut self, a: &Args, pos: Option<i64>, flags: u32, write: bool) -> SysResult {
-        const KNOWN: u32 = 0x1 | 0x2 | 0x4 | 0x8 | 0x10; // RWF_HIPRI, DSYNC, SYNC, NOWAIT, APPEND
-        if flags & !KNOWN != 0 {
+    /// What the `RWF_*` flags of `preadv2`/`pwritev2` mean for description
+    /// `i`, as Linux 6.18 decides them for tmpfs, pipes, sockets and the
+    /// memory devices (`kiocb_set_rw_flags`): unknown flags and
+    /// `RWF_ATOMIC`/`RWF_DONTCACHE` (which tmpfs cannot do) are
+    /// `EOPNOTSUPP`, as is `RWF_NOWAIT` on a file that cannot promise not to
+    /// wait (regular files and directories of tmpfs, `/dev/full`);
+    /// `RWF_APPEND` with `RWF_NOAPPEND` is `EINVAL`. `RWF_HIPRI`,
+    /// `RWF_DSYNC` and `RWF_SYNC` ask nothing of memory-backed files.
+    /// `RWF_NOSIGNAL` (no `SIGPIPE`) is the syscall table's. Returns the
+    /// append mode this call overrides the description's with, if any.
+    fn rw_flags(&self, i: usize, flags: u32, write: bool) -> Result<Option<bool>, Errno> {
+        if flags == 0 {
+            return Ok(None);
+        }
+        if flags & !RWF_SUPPORTED != 0 {
             return Err(Errno::EOPNOTSUPP);
+        }
+        if flags & RWF_APPEND != 0 && flags & RWF_NOAPPEND != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let target = self.ofd(i).target;
+        // /dev/full writes without iterators: only RWF_HIPRI is allowed.
+        let full = matches!(target, Target::Dev(_, crate::dev::Device::Full));
+        if full && write && flags & !RWF_HIPRI != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let nowait_ok = !full && !matches!(target, Target::Node(_));
+        if flags & RWF_NOWAIT != 0 && !nowait_ok {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if flags & (RWF_ATOMIC | RWF_DONTCACHE) != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        Ok(if flags & RWF_APPEND != 0 {
+            Some(true)
+        } else if flags & RWF_NOAPPEND != 0 {
+            Some(false)
+        } else {
+            None
+        })
+    }
+
+    /// Vector I/O on `a`'s descriptor: at `pos` (`None`: the description's
+    /// offset, which then moves), with `RWF_*` `flags`.
+    fn vec_io(&mut self, a: &Args, pos: Option<i64>, flags: u32, write: bool) -> SysResult {
+        if pos.is_some_and(|p| p < 0) {
+            return Err(Errno::EINVAL);
         }
         let i = self.ofd_of(a.int(0))?;
         let o = self.ofd(i);
@@ -208,14 +251,15 @@ impl Vfs {
             return Err(Errno::EBADF);
         }
         let mut pos = match pos {
-            None | Some(-1) => None,
+            None => None,
             Some(p) => Some(self.pos_arg(i, p)?),
         };
         let iov = Self::iovecs(a.u(1), a.int(2))?;
+        let append = self.rw_flags(i, flags, write)?;
         let mut total = 0usize;
         for (base, len) in iov {
             let r = if write {
-                self.do_write(i, umem::slice(base, len)?, pos)
+                self.do_write_as(i, umem::slice(base, len)?, pos, append)
             } else {
                 self.do_read(i, umem::slice_mut(base, len)?, pos)
             };
@@ -236,19 +280,21 @@ impl Vfs {
     }
 
     pub(crate) fn preadv(&mut self, a: &Args) -> SysResult {
-        self.vec_io(a, Some(a.i(3)).filter(|&p| p != -1).or(Some(-2)), 0, false)
+        self.vec_io(a, Some(a.i(3)), 0, false)
     }
 
     pub(crate) fn pwritev(&mut self, a: &Args) -> SysResult {
-        self.vec_io(a, Some(a.i(3)).filter(|&p| p != -1).or(Some(-2)), 0, true)
+        self.vec_io(a, Some(a.i(3)), 0, true)
     }
 
+    /// `preadv2`: offset -1 means the description's offset.
     pub(crate) fn preadv2(&mut self, a: &Args) -> SysResult {
-        self.vec_io(a, Some(a.i(3)), a.uint(5), false)
+        self.vec_io(a, Some(a.i(3)).filter(|&p| p != -1), a.uint(5), false)
     }
 
+    /// `pwritev2`: offset -1 means the description's offset.
     pub(crate) fn pwritev2(&mut self, a: &Args) -> SysResult {
-        self.vec_io(a, Some(a.i(3)), a.uint(5), true)
+        self.vec_io(a, Some(a.i(3)).filter(|&p| p != -1), a.uint(5), true)
     }
 
     // ---- in-kernel copies ----------------------------------------------
@@ -468,6 +514,28 @@ impl Vfs {
         self.list_dir(a, push_dirent, true)
     }
 }
+
+/// `RWF_*` flags of `preadv2`/`pwritev2` (Linux 6.18).
+pub const RWF_HIPRI: u32 = 0x01;
+/// Per-write `O_DSYNC`.
+pub const RWF_DSYNC: u32 = 0x02;
+/// Per-write `O_SYNC`.
+pub const RWF_SYNC: u32 = 0x04;
+/// Fail with `EAGAIN` instead of waiting.
+pub const RWF_NOWAIT: u32 = 0x08;
+/// Per-write `O_APPEND`.
+pub const RWF_APPEND: u32 = 0x10;
+/// Per-write clearing of `O_APPEND`.
+pub const RWF_NOAPPEND: u32 = 0x20;
+/// Untorn writes (needs direct I/O support).
+pub const RWF_ATOMIC: u32 = 0x40;
+/// Drop the page cache after the I/O (not for tmpfs).
+pub const RWF_DONTCACHE: u32 = 0x80;
+/// No `SIGPIPE` on `EPIPE`.
+pub const RWF_NOSIGNAL: u32 = 0x100;
+/// Every flag Linux knows.
+const RWF_SUPPORTED: u32 =
+    RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_NOWAIT | RWF_APPEND | RWF_NOAPPEND | RWF_ATOMIC | RWF_DONTCACHE | RWF_NOSIGNAL;
 
 fn path(addr: u64) -> Result<&'static [u8], Errno> {
     umem::cstr(addr, PATH_MAX - 1)

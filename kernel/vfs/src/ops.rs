@@ -211,6 +211,12 @@ impl Vfs {
 
     /// Writes `data` to description `i` at `pos` (None: its offset).
     pub(crate) fn do_write(&mut self, i: usize, data: &[u8], pos: Option<u64>) -> Result<usize, Errno> {
+        self.do_write_as(i, data, pos, None)
+    }
+
+    /// [`Vfs::do_write`], with the description's `O_APPEND` overridden for
+    /// this write by `append` (`RWF_APPEND`, `RWF_NOAPPEND`).
+    pub(crate) fn do_write_as(&mut self, i: usize, data: &[u8], pos: Option<u64>, append: Option<bool>) -> Result<usize, Errno> {
         let o = self.ofd(i);
         if !o.writable() {
             return Err(Errno::EBADF);
@@ -230,7 +236,7 @@ impl Vfs {
             Target::Obj(id) => crate::obj::ops().ok_or(Errno::EBADF)?.write(id, data),
             Target::Node(ino) => {
                 // O_APPEND writes at the end, even for pwrite (as Linux does).
-                let off = if o.flags & O_APPEND != 0 { self.fs.size(ino)? } else { pos.unwrap_or(o.offset) };
+                let off = if append.unwrap_or(o.flags & O_APPEND != 0) { self.fs.size(ino)? } else { pos.unwrap_or(o.offset) };
                 // RLIMIT_FSIZE: a write starting at or past the limit fails,
                 // one crossing it is cut short there (Linux).
                 let mut data = data;

@@ -96,6 +96,25 @@ pub fn flock(a: &Args) -> SysResult {
     }
 }
 
+/// `preadv2(fd, iov, cnt, pos_l, pos_h, flags)`: at offset -1 on a pipe
+/// or socket it waits for data unless the descriptor is non-blocking or
+/// `RWF_NOWAIT` says not to.
+pub fn preadv2(a: &Args) -> SysResult {
+    if a.uint(5) & crate::more::RWF_NOWAIT != 0 {
+        return crate::with(|v| v.preadv2(a));
+    }
+    blocking(a, a.int(0), "a pipe", crate::Vfs::preadv2)
+}
+
+/// `pwritev2(fd, iov, cnt, pos_l, pos_h, flags)`: waits for room as
+/// `write` does, unless `RWF_NOWAIT`.
+pub fn pwritev2(a: &Args) -> SysResult {
+    if a.uint(5) & crate::more::RWF_NOWAIT != 0 {
+        return crate::with(|v| v.pwritev2(a));
+    }
+    blocking(a, a.int(0), "a pipe", crate::Vfs::pwritev2)
+}
+
 /// `pipe(fds)`.
 pub fn pipe(a: &Args) -> SysResult {
     crate::with(|v| v.pipe_(a))
@@ -107,5 +126,5 @@ syscalls!(
     renameat2, mkdir, mkdirat, rmdir, unlink, unlinkat, readlink, readlinkat, symlink, symlinkat, chmod,
     fchmod, fchmodat, umask, newfstatat, statx, faccessat, faccessat2, utimensat, sync, link, linkat,
     pipe2, chown, fchown, lchown, fchownat, statfs, fstatfs, utimes, futimesat, fallocate, preadv, pwritev,
-    preadv2, pwritev2, copy_file_range, readahead, fadvise64, mknod, mknodat, getdents, sync_file_range, syncfs,
+    copy_file_range, readahead, fadvise64, mknod, mknodat, getdents, sync_file_range, syncfs,
 );

@@ -883,7 +883,7 @@ fn vector_io_sendfile_and_copies() {
     let iov: [u64; 4] = [x.as_mut_ptr() as u64, 3, y.as_mut_ptr() as u64, 4];
     assert_eq!(v.preadv2(&args(&[f as u64, iov.as_ptr() as u64, 2, 5, 0, 0])), Ok(7));
     assert_eq!((&x, &y), (b"abc", b"defg"));
-    assert_eq!(v.preadv2(&args(&[f as u64, iov.as_ptr() as u64, 2, 5, 0, 0x100])), Err(Errno::EOPNOTSUPP));
+    assert_eq!(v.preadv2(&args(&[f as u64, iov.as_ptr() as u64, 2, 5, 0, 0x200])), Err(Errno::EOPNOTSUPP));
     // sendfile file -> pipe, with an offset pointer.
     let (r, w) = pipe2(&mut v, 0);
     let mut off: i64 = 5;
@@ -1025,4 +1025,45 @@ fn ppoll_applies_its_signal_mask() {
     assert_eq!(shoal_sched::take_saved_mask(), None);
     assert_eq!(call(&mut pf, &usr1, 4), Err(Errno::EINVAL));
     shoal_sched::set_sig_state(0, 0);
+}
+
+#[test]
+fn pwritev2_rwf_flags() {
+    use crate::more::*;
+    let mut v = vfs();
+    let f = open(&mut v, "/tmp/rwf", O_CREAT | O_RDWR, 0o644).unwrap();
+    write(&mut v, f, b"0123456789").unwrap();
+    let ab = *b"ab";
+    let iov: [u64; 2] = [ab.as_ptr() as u64, 2];
+    let pw = |v: &mut Vfs, fd: i32, pos: i64, fl: u32| v.pwritev2(&args(&[fd as u64, iov.as_ptr() as u64, 1, pos as u64, 0, fl as u64]));
+    // RWF_APPEND: at the end whatever the offset; the offset stays.
+    assert_eq!(pw(&mut v, f, 2, RWF_APPEND), Ok(2));
+    assert_eq!(lseek(&mut v, f, 0, SEEK_CUR), Ok(10));
+    assert_eq!(v.fs.size(match v.ofd(v.ofd_of(f).unwrap()).target { Target::Node(i) => i, _ => unreachable!() }), Ok(12));
+    // At offset -1 (the description's): the offset moves to the end.
+    assert_eq!(pw(&mut v, f, -1, RWF_APPEND), Ok(2));
+    assert_eq!(lseek(&mut v, f, 0, SEEK_CUR), Ok(14));
+    // HIPRI, DSYNC, SYNC, NOSIGNAL: nothing to do; plain positioned writes.
+    for fl in [RWF_HIPRI, RWF_DSYNC, RWF_SYNC, RWF_NOSIGNAL] {
+        assert_eq!(pw(&mut v, f, 0, fl), Ok(2));
+    }
+    // Not for tmpfs-like files, or unknown: EOPNOTSUPP; both appends: EINVAL.
+    for fl in [RWF_NOWAIT, RWF_ATOMIC, RWF_DONTCACHE, 0x200] {
+        assert_eq!(pw(&mut v, f, 0, fl), Err(Errno::EOPNOTSUPP), "flag {fl:#x}");
+    }
+    assert_eq!(pw(&mut v, f, 0, RWF_APPEND | RWF_NOAPPEND), Err(Errno::EINVAL));
+    assert_eq!(pw(&mut v, f, -2, 0), Err(Errno::EINVAL));
+    // RWF_NOAPPEND on an O_APPEND description writes at the offset given.
+    let g = open(&mut v, "/tmp/rwf", O_RDWR | O_APPEND, 0).unwrap();
+    assert_eq!(pw(&mut v, g, 4, RWF_NOAPPEND), Ok(2));
+    let mut b = [0u8; 16];
+    assert_eq!(v.pread64(&args(&[f as u64, b.as_mut_ptr() as u64, 16, 0])), Ok(14));
+    assert_eq!(&b[..14], b"ab23ab6789abab");
+    // RWF_NOWAIT on a pipe: EAGAIN instead of waiting.
+    let (r, _w) = pipe2(&mut v, 0);
+    let mut x = [0u8; 4];
+    let riov: [u64; 2] = [x.as_mut_ptr() as u64, 4];
+    assert_eq!(v.preadv2(&args(&[r as u64, riov.as_ptr() as u64, 1, u64::MAX, 0, RWF_NOWAIT as u64])), Err(Errno::EAGAIN));
+    let ro = open(&mut v, "/tmp/rwf", O_RDONLY, 0).unwrap();
+    assert_eq!(pw(&mut v, ro, 0, 0x200), Err(Errno::EBADF), "EBADF before the flags");
 }
