@@ -48,3 +48,10 @@ fn item5_resource_limits_altstack_and_wait_masks() {
 fn item2_pwritev2_rwf_flags() {
     matches_native("sys_rwf.c");
 }
+
+/// Item 10: RLIMIT_STACK's hard limit is unlimited, so setrlimit above
+/// 8 MiB succeeds as on Linux, and getrlimit reports what was set.
+#[test]
+fn item10_rlimit_stack_above_8_mib() {
+    matches_native("sys_stack.c");
+}

@@ -445,6 +445,16 @@ mod tests {
         assert_eq!(getrlimit(&args([7, p, 0, 0, 0, 0])), Ok(0));
         assert_eq!(r.cur, 100);
         assert_eq!(getrlimit(&args([16, p, 0, 0, 0, 0])), Err(Errno::EINVAL));
+        // RLIMIT_STACK: hard unlimited, so the soft limit may go past 8 MiB.
+        assert_eq!(getrlimit(&args([3, p, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(r.max, limits::INF);
+        let big = Rlimit { cur: 64 << 20, max: limits::INF };
+        assert_eq!(setrlimit(&args([3, &big as *const _ as u64, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(getrlimit(&args([3, p, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(r, big);
+        assert_eq!(soft_limit(3), 64 << 20);
+        let bad = Rlimit { cur: 32 << 20, max: 16 << 20 };
+        assert_eq!(setrlimit(&args([3, &bad as *const _ as u64, 0, 0, 0, 0])), Err(Errno::EINVAL));
         assert_eq!(prlimit64(&args([5, 7, 0, p, 0, 0])), Err(Errno::ESRCH));
         assert_eq!(core::mem::size_of::<Rusage>(), 144);
         let mut ru = Rusage::default();
