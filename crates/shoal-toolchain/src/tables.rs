@@ -112,9 +112,14 @@ fn members(path: &Path, data: &[u8]) -> Result<Vec<(String, Vec<u8>)>> {
 /// RIP-relative; rustc's, and gcc's `-fPIE` loads of symbols it cannot
 /// assume local) becomes the `lea` of the symbol (`REX.W 8d /r` with
 /// `R_X86_64_PC32`) here, because ld, linking a non-PIE executable, would
-/// relax it to an *absolute* `mov $v, %reg`. A static link resolves every symbol inside the image,
-/// so the address is the same; undefined weak symbols (address 0) keep
-/// their GOT entry. Anything else is left alone. Returns how many
+/// relax it to an *absolute* `mov $v, %reg`. Arithmetic with a GOT entry
+/// (`add v@GOTPCREL(%rip), %rcx`: core's Unicode tables) is marked
+/// `R_X86_64_REX_GOTPCRELX`, which ld relaxes to the same operation with
+/// the symbol's address as an immediate: otherwise the code would depend on
+/// where in the GOT the entry lands, which moves with the other libraries'
+/// GOT entries. A static link resolves every symbol inside the image, so
+/// the address is the same; undefined weak symbols (address 0) keep their
+/// GOT entry. Anything else is left alone. Returns how many
 /// relocations were changed.
 pub fn relax_got_relocations(path: &Path, data: &mut [u8]) -> Result<usize> {
     use object::elf;
@@ -157,6 +162,17 @@ pub fn relax_got_relocations(path: &Path, data: &mut [u8]) -> Result<usize> {
                 let (new, lea) = match (prefix, code[0], code[1]) {
                     (_, 0xff, 0x15 | 0x25) if r_type == elf::R_X86_64_GOTPCREL => (elf::R_X86_64_GOTPCRELX, false),
                     (rex, 0x8b, modrm) if rex & 0xf8 == 0x48 && modrm & 0xc7 == 0x05 && !weak_undefined(r_info >> 32) => (elf::R_X86_64_PC32, true),
+                    // add/or/adc/sbb/and/sub/xor/cmp of a GOT entry into a
+                    // 64-bit register (`REX.W op /r`, RIP-relative): no
+                    // `lea` form exists; marked relaxable, ld turns it into
+                    // the same operation on the symbol's address as an
+                    // immediate (`REX.W 81 /n imm32`), which for a static
+                    // image below 2 GiB is exact.
+                    (rex, 0x03 | 0x0b | 0x13 | 0x1b | 0x23 | 0x2b | 0x33 | 0x3b, modrm)
+                        if rex & 0xf8 == 0x48 && modrm & 0xc7 == 0x05 && r_type == elf::R_X86_64_GOTPCREL && !weak_undefined(r_info >> 32) =>
+                    {
+                        (elf::R_X86_64_REX_GOTPCRELX, false)
+                    }
                     _ => continue,
                 };
                 patches.push((off + i * 24 + 8, (r_info & !0xffff_ffff) | u64::from(new), lea.then_some(at - 2)));
@@ -425,13 +441,13 @@ mod tests {
         let before = relocations(&data);
         assert!(before.iter().all(|&(_, t)| t == object::elf::R_X86_64_GOTPCREL), "{before:?}");
         let changed = relax_got_relocations(Path::new("t.o"), &mut data).unwrap();
-        assert_eq!(changed, 4);
+        assert_eq!(changed, 5);
         let after = relocations(&data);
-        use object::elf::{R_X86_64_GOTPCREL as GOT, R_X86_64_GOTPCRELX as X, R_X86_64_PC32 as PC};
+        use object::elf::{R_X86_64_GOTPCREL as GOT, R_X86_64_GOTPCRELX as X, R_X86_64_PC32 as PC, R_X86_64_REX_GOTPCRELX as RX};
         let types: Vec<u32> = after.iter().map(|&(_, t)| t).collect();
         // call, jmp: relaxable; two loads: lea + PC32; the weak symbol's
-        // load and the `add` keep the GOT.
-        assert_eq!(types, vec![X, X, PC, PC, GOT, GOT]);
+        // load keeps the GOT; the `add` is relaxable for ld.
+        assert_eq!(types, vec![X, X, PC, PC, GOT, RX]);
         let file = object::File::parse(&*data).unwrap();
         let code = file.section_by_name(".text").unwrap().data().unwrap().to_vec();
         // mov v@GOTPCREL(%rip),%rax is at 12: 48 8b 05 → 48 8d 05.
