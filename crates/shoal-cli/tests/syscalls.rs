@@ -55,3 +55,10 @@ fn item2_pwritev2_rwf_flags() {
 fn item10_rlimit_stack_above_8_mib() {
     matches_native("sys_stack.c");
 }
+
+/// Item 9: a memory-backed /dev/shm (shm_open, sem_open) and System V
+/// shared memory, semaphores and message queues inside an instance.
+#[test]
+fn item9_dev_shm_and_system_v_ipc() {
+    matches_native("sys_ipc.c");
+}

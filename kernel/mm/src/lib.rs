@@ -98,6 +98,12 @@ pub fn unmap(addr: u64, len: u64) -> Result<(), Errno> {
     SPACE.with(|s| s.unmap(addr, len))
 }
 
+/// Maps `len` bytes of zeroed, readable and writable anonymous memory for
+/// the program (System V shared memory segments, which `process` keeps).
+pub fn map_anon(len: u64) -> Result<u64, Errno> {
+    SPACE.with(|s| s.map_anywhere(len, space::PROT_READ | space::PROT_WRITE))
+}
+
 /// Gives the kernel heap `bytes` (a multiple of the page size) of pages.
 pub fn alloc_kernel_pages(bytes: u64) -> Option<u64> {
     SPACE.with(|s| s.alloc_kernel(bytes))

@@ -42,12 +42,16 @@ impl Errno {
     pub const ENOSYS: Errno = Errno(38);
     pub const ENOTEMPTY: Errno = Errno(39);
     pub const ELOOP: Errno = Errno(40);
+    pub const ENOMSG: Errno = Errno(42);
+    pub const EIDRM: Errno = Errno(43);
     pub const ENODATA: Errno = Errno(61);
     pub const EOVERFLOW: Errno = Errno(75);
     pub const ENOTSOCK: Errno = Errno(88);
     pub const EOPNOTSUPP: Errno = Errno(95);
     pub const EAFNOSUPPORT: Errno = Errno(97);
     pub const ETIMEDOUT: Errno = Errno(110);
+    pub const EOWNERDEAD: Errno = Errno(130);
+    pub const ENOTRECOVERABLE: Errno = Errno(131);
 
     /// The value a syscall returns to libc for this error.
     #[inline]

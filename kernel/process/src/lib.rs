@@ -10,6 +10,9 @@
 //! no other process, no timers, no faults reported as signals yet).
 #![cfg_attr(not(test), no_std)]
 
+extern crate alloc;
+
+pub mod ipc;
 pub mod limits;
 pub mod signal;
 pub mod sys;

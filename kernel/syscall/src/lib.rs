@@ -12,6 +12,23 @@ use shoal_plat::{Args, Errno, Global, SyscallFn};
 
 pub use shoal_abi::linux as nr;
 
+/// Numbers of the System V IPC calls (x86-64), which `shoal_abi::linux`
+/// does not name.
+mod nr_ipc {
+    pub const SHMGET: u64 = 29;
+    pub const SHMAT: u64 = 30;
+    pub const SHMCTL: u64 = 31;
+    pub const SEMGET: u64 = 64;
+    pub const SEMOP: u64 = 65;
+    pub const SEMCTL: u64 = 66;
+    pub const SHMDT: u64 = 67;
+    pub const MSGGET: u64 = 68;
+    pub const MSGSND: u64 = 69;
+    pub const MSGRCV: u64 = 70;
+    pub const MSGCTL: u64 = 71;
+    pub const SEMTIMEDOP: u64 = 220;
+}
+
 /// Numbers of the socket and readiness calls that `shoal_abi::linux` does
 /// not name (x86-64).
 mod nr_net {
@@ -45,6 +62,7 @@ fn lookup(n: u64) -> Option<SyscallFn> {
     use nr_net as nn;
     use shoal_mm::sys as mm;
     use shoal_net::sys as net;
+    use shoal_process::ipc;
     use shoal_process::sys as process;
     use shoal_sched::sys as sched;
     use shoal_sysinfo::sys as sysinfo;
@@ -206,6 +224,19 @@ fn lookup(n: u64) -> Option<SyscallFn> {
         nr::KILL => process::kill,
         nr::TKILL => process::tkill,
         nr::RT_SIGPENDING => process::rt_sigpending,
+        // System V IPC (process)
+        nr_ipc::SHMGET => ipc::shmget,
+        nr_ipc::SHMAT => ipc::shmat,
+        nr_ipc::SHMDT => ipc::shmdt,
+        nr_ipc::SHMCTL => ipc::shmctl,
+        nr_ipc::SEMGET => ipc::semget,
+        nr_ipc::SEMOP => ipc::semop,
+        nr_ipc::SEMTIMEDOP => ipc::semtimedop,
+        nr_ipc::SEMCTL => ipc::semctl,
+        nr_ipc::MSGGET => ipc::msgget,
+        nr_ipc::MSGSND => ipc::msgsnd,
+        nr_ipc::MSGRCV => ipc::msgrcv,
+        nr_ipc::MSGCTL => ipc::msgctl,
         // identity
         nr::GETUID => user::getuid,
         nr::GETEUID => user::geteuid,

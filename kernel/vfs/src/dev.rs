@@ -43,7 +43,8 @@ fn dir_in(fs: &mut Fs, dir: Ino, name: &[u8], perm: u32) -> Option<Ino> {
     }
 }
 
-/// Adds the special files to `fs` (names that exist are left alone).
+/// Adds the special files to `fs` (names that exist are left alone),
+/// and `/dev/shm` (mode 1777).
 pub fn populate(fs: &mut Fs) {
     let root = fs.root();
     if let Some(dev) = dir_in(fs, root, b"dev", 0o755) {
@@ -58,6 +59,9 @@ pub fn populate(fs: &mut Fs) {
         ] {
             let _ = fs.symlink(dev, name, target);
         }
+        // POSIX shared memory and named semaphores (musl's shm_open and
+        // sem_open) live in /dev/shm, memory-backed like the rest.
+        dir_in(fs, dev, b"shm", 0o1777);
     }
     if let Some(proc_) = dir_in(fs, root, b"proc", 0o555) {
         if let Some(me) = dir_in(fs, proc_, b"self", 0o555) {

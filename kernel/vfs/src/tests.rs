@@ -1067,3 +1067,12 @@ fn pwritev2_rwf_flags() {
     let ro = open(&mut v, "/tmp/rwf", O_RDONLY, 0).unwrap();
     assert_eq!(pw(&mut v, ro, 0, 0x200), Err(Errno::EBADF), "EBADF before the flags");
 }
+
+#[test]
+fn dev_shm_is_a_sticky_world_writable_directory() {
+    let mut v = vfs();
+    let st = stat(&mut v, "/dev/shm", 0).unwrap();
+    assert_eq!(st.st_mode, shoal_ramfs::S_IFDIR | 0o1777);
+    let fd = open(&mut v, "/dev/shm/sem.x", O_CREAT | O_EXCL | O_RDWR, 0o600).unwrap();
+    assert_eq!(write(&mut v, fd, b"abc"), Ok(3));
+}
