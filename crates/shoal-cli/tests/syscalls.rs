@@ -62,3 +62,12 @@ fn item10_rlimit_stack_above_8_mib() {
 fn item9_dev_shm_and_system_v_ipc() {
     matches_native("sys_ipc.c");
 }
+
+/// Item 8: robust mutexes give EOWNERDEAD after their owner exits (the
+/// kernel walks the robust list too), PI mutexes and the raw PI futex
+/// protocol (FUTEX_WAITERS, EDEADLK, ESRCH, EPERM) work as on Linux, and
+/// get_robust_list answers.
+#[test]
+fn item8_robust_and_priority_inheritance_mutexes() {
+    matches_native("sys_robust.c");
+}

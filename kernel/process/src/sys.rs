@@ -38,12 +38,28 @@ pub fn set_tid_address(a: &Args) -> SysResult {
 }
 
 /// `set_robust_list(head, len)`: stored for the calling thread (`len` must
-/// be the 24-byte head). musl walks robust lists itself at thread exit.
+/// be the 24-byte head); the kernel walks the list when the thread exits
+/// (`shoal_sched::pi`), after musl's own walk in `pthread_exit`.
 pub fn set_robust_list(a: &Args) -> SysResult {
     if a.u(1) != 24 {
         return Err(Errno::EINVAL);
     }
     shoal_sched::set_robust_list(a.u(0));
+    Ok(0)
+}
+
+/// `get_robust_list(tid, head_ptr, len_ptr)`: the robust-list head of
+/// thread `tid` (0: the caller) and its length, 24; `ESRCH` if there is no
+/// such thread.
+pub fn get_robust_list(a: &Args) -> SysResult {
+    let tid = match a.int(0) {
+        0 => shoal_sched::current_tid(),
+        t if t > 0 => t as u32,
+        _ => return Err(Errno::ESRCH),
+    };
+    let head = shoal_sched::robust_list_of(tid).ok_or(Errno::ESRCH)?;
+    umem::write(a.u(2), 24u64)?;
+    umem::write(a.u(1), head)?;
     Ok(0)
 }
 
@@ -421,6 +437,24 @@ mod tests {
         assert_eq!(sigaltstack(&args([&off as *const _ as u64, 0, 0, 0, 0, 0])), Ok(0));
         let dfl = KSigaction::default();
         assert_eq!(rt_sigaction(&args([14, &dfl as *const _ as u64, 0, 8, 0, 0])), Ok(0));
+    }
+
+    #[test]
+    fn robust_list_get_and_set() {
+        umem::set_bounds(1, u64::MAX);
+        let head = [0u64; 3];
+        let hp = head.as_ptr() as u64;
+        assert_eq!(set_robust_list(&args([hp, 16, 0, 0, 0, 0])), Err(Errno::EINVAL));
+        assert_eq!(set_robust_list(&args([hp, 24, 0, 0, 0, 0])), Ok(0));
+        let (mut h, mut l) = (0u64, 0u64);
+        let (ph, pl) = (&mut h as *mut u64 as u64, &mut l as *mut u64 as u64);
+        assert_eq!(get_robust_list(&args([0, ph, pl, 0, 0, 0])), Ok(0));
+        assert_eq!((h, l), (hp, 24));
+        let me = shoal_sched::current_tid() as u64;
+        assert_eq!(get_robust_list(&args([me, ph, pl, 0, 0, 0])), Ok(0));
+        assert_eq!(get_robust_list(&args([9999, ph, pl, 0, 0, 0])), Err(Errno::ESRCH));
+        assert_eq!(get_robust_list(&args([u64::MAX, ph, pl, 0, 0, 0])), Err(Errno::ESRCH));
+        assert_eq!(set_robust_list(&args([0, 24, 0, 0, 0, 0])), Ok(0));
     }
 
     #[test]

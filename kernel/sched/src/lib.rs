@@ -37,7 +37,8 @@
 //! stack is freed by [`__shoal_unmapself`] *after* the switch: the next
 //! thread to run unmaps it (the exiting thread cannot free the stack it
 //! runs on). The exit of the last thread, and `exit_group`, end the
-//! instance.
+//! instance. An exiting thread's robust list is walked first and the PI
+//! futexes it owned are handed on (module [`pi`]).
 //!
 //! **Signals** are per-thread only in their mask and pending set (kept
 //! here, used by `process`); actions are per-process. A signal sent to a
@@ -48,6 +49,7 @@
 
 extern crate alloc;
 
+pub mod pi;
 pub mod sys;
 pub mod table;
 
@@ -255,6 +257,11 @@ pub fn set_clear_child_tid(addr: u64) {
     TABLE.with(|t| t.cur().clear_child_tid = addr);
 }
 
+/// The `set_robust_list` head of thread `tid` (`None`: no such thread).
+pub fn robust_list_of(tid: u32) -> Option<u64> {
+    TABLE.with(|t| t.get(tid).map(|c| c.robust_list))
+}
+
 /// `set_robust_list` for the running thread.
 pub fn set_robust_list(head: u64) {
     TABLE.with(|t| t.cur().robust_list = head);
@@ -387,12 +394,16 @@ pub fn yield_now() {
 }
 
 /// `SYS_exit` of the running thread. The last thread's exit ends the
-/// instance with `status & 0xff`.
+/// instance with `status & 0xff`. Before it goes, its robust list is
+/// walked and the PI futexes it owned are handed on (see [`pi`]).
 pub fn exit_thread(status: i32) -> ! {
     let (ctid, alone) = TABLE.with(|t| (t.cur().clear_child_tid, t.len() == 1));
     if alone {
         shoal_plat::halt((status & 0xff) as i64);
     }
+    let (tid, head) = TABLE.with(|t| (t.current(), t.cur().robust_list));
+    pi::exit_robust_list(tid, head);
+    pi::exit_pi_owner(tid);
     if ctid != 0 && umem::write(ctid, 0u32).is_ok() {
         futex_wake(ctid, 1, u32::MAX);
     }

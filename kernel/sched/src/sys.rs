@@ -29,8 +29,12 @@ const FUTEX_FD: u32 = 2;
 const FUTEX_REQUEUE: u32 = 3;
 const FUTEX_CMP_REQUEUE: u32 = 4;
 const FUTEX_WAKE_OP: u32 = 5;
+const FUTEX_LOCK_PI: u32 = 6;
+const FUTEX_UNLOCK_PI: u32 = 7;
+const FUTEX_TRYLOCK_PI: u32 = 8;
 const FUTEX_WAIT_BITSET: u32 = 9;
 const FUTEX_WAKE_BITSET: u32 = 10;
+const FUTEX_LOCK_PI2: u32 = 13;
 const FUTEX_PRIVATE_FLAG: u32 = 128;
 const FUTEX_CLOCK_REALTIME: u32 = 256;
 
@@ -81,13 +85,18 @@ pub fn wake_op_cmp(old: u32, val3: u32) -> Result<bool, Errno> {
 /// `futex(uaddr, op, val, timeout, uaddr2, val3)`: `FUTEX_WAIT`,
 /// `WAIT_BITSET` (timeouts relative for `WAIT`, absolute for
 /// `WAIT_BITSET`, on `CLOCK_MONOTONIC` or with `FUTEX_CLOCK_REALTIME`),
-/// `WAKE`, `WAKE_BITSET`, `REQUEUE`, `CMP_REQUEUE`, `WAKE_OP`. Private and
-/// shared futexes are the same (one address space). The PI operations are
-/// `ENOSYS`. See the crate documentation for blocking.
+/// `WAKE`, `WAKE_BITSET`, `REQUEUE`, `CMP_REQUEUE`, `WAKE_OP`, and the PI
+/// operations `LOCK_PI` (absolute `CLOCK_REALTIME` timeout), `LOCK_PI2`
+/// (absolute, `CLOCK_MONOTONIC` unless `FUTEX_CLOCK_REALTIME`),
+/// `TRYLOCK_PI`, `UNLOCK_PI` (see [`crate::pi`]). Private and shared
+/// futexes are the same (one address space). The PI requeue operations
+/// (`WAIT_REQUEUE_PI`, `CMP_REQUEUE_PI`, used by glibc's PI condition
+/// variables, not musl's) are `ENOSYS`. See the crate documentation for
+/// blocking.
 pub fn futex(a: &Args) -> SysResult {
     let (uaddr, op, val, timeout, uaddr2, val3) = (a.u(0), a.uint(1), a.uint(2), a.u(3), a.u(4), a.uint(5));
     let cmd = op & !(FUTEX_PRIVATE_FLAG | FUTEX_CLOCK_REALTIME);
-    if op & FUTEX_CLOCK_REALTIME != 0 && cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET {
+    if op & FUTEX_CLOCK_REALTIME != 0 && !matches!(cmd, FUTEX_WAIT | FUTEX_WAIT_BITSET | FUTEX_LOCK_PI2) {
         return Err(Errno::ENOSYS);
     }
     // For the requeue operations the "timeout" argument is a count.
@@ -145,6 +154,18 @@ pub fn futex(a: &Args) -> SysResult {
             }
             Ok(n as u64)
         }
+        FUTEX_LOCK_PI | FUTEX_LOCK_PI2 => {
+            let deadline = if timeout != 0 {
+                let ns = umem::read::<Timespec>(timeout)?.to_ns()?;
+                let realtime = cmd == FUTEX_LOCK_PI || op & FUTEX_CLOCK_REALTIME != 0;
+                Some(if realtime { ns.saturating_sub(shoal_time::realtime_offset_ns()) } else { ns })
+            } else {
+                None
+            };
+            crate::pi::lock(uaddr, deadline, false).map(|_| 0)
+        }
+        FUTEX_TRYLOCK_PI => crate::pi::lock(uaddr, None, true).map(|_| 0),
+        FUTEX_UNLOCK_PI => crate::pi::unlock(uaddr).map(|_| 0),
         FUTEX_FD => Err(Errno::EINVAL),
         _ => Err(Errno::ENOSYS),
     }
@@ -210,7 +231,16 @@ mod tests {
         // Bad comparison: ENOSYS, nothing written.
         assert_eq!(futex(&args([p, 5, 1, 0, p2, (1 << 28) | (7 << 24) | (3 << 12)])), Err(Errno::ENOSYS));
         assert_eq!(w2, 13);
-        assert_eq!(futex(&args([p, 6, 0, 0, 0, 0])), Err(Errno::ENOSYS), "PI");
+        // PI: lock, relock (EDEADLK), unlock; requeue-PI is ENOSYS.
+        w = 0;
+        assert_eq!(futex(&args([p, 6 | 128, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(w, crate::current_tid());
+        assert_eq!(futex(&args([p, 8, 0, 0, 0, 0])), Err(Errno::EDEADLK));
+        assert_eq!(futex(&args([p, 7, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(w, 0);
+        assert_eq!(futex(&args([p, 13 | 256, 0, 0, 0, 0])), Ok(0), "LOCK_PI2 takes FUTEX_CLOCK_REALTIME");
+        assert_eq!(futex(&args([p, 7, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(futex(&args([p, 11, 0, 0, 0, 0])), Err(Errno::ENOSYS));
     }
 
     #[test]

@@ -274,6 +274,17 @@ impl Table {
         woken
     }
 
+    /// The first waiter (in arrival order) on `addr`, if any.
+    pub fn first_waiter(&mut self, addr: u64) -> Option<u32> {
+        let waiters = self.waiters.clone();
+        waiters.into_iter().find(|&tid| matches!(self.get(tid).map(|t| t.state), Some(State::Blocked(Block::Futex { addr: a, .. })) if a == addr))
+    }
+
+    /// Wakes blocked thread `tid` ([`Wake::Woken`]).
+    pub fn wake_tid(&mut self, tid: u32) {
+        self.unblock(tid, Wake::Woken);
+    }
+
     /// `FUTEX_REQUEUE`: wakes up to `n_wake` waiters on `from`, then moves
     /// up to `n_move` of the rest to `to`; returns woken + moved.
     pub fn requeue(&mut self, from: u64, to: u64, n_wake: u32, n_move: u32) -> u32 {

@@ -220,6 +220,7 @@ fn lookup(n: u64) -> Option<SyscallFn> {
         nr::SETRLIMIT => process::setrlimit,
         nr::GETRUSAGE => process::getrusage,
         nr::SET_ROBUST_LIST => process::set_robust_list,
+        nr::GET_ROBUST_LIST => process::get_robust_list,
         nr::TGKILL => process::tgkill,
         nr::KILL => process::kill,
         nr::TKILL => process::tkill,
