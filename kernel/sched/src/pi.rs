@@ -165,7 +165,7 @@ pub fn exit_robust_list(tid: u32, head: u64) {
 /// Hands on the PI futexes with waiters that exiting thread `tid` owned,
 /// or that are left without an owner.
 pub fn exit_pi_owner(tid: u32) {
-    let addrs = WAITED.with(|v| core::mem::take(v));
+    let addrs = WAITED.with(core::mem::take);
     let mut keep = Vec::new();
     for addr in addrs {
         if first_waiter(addr).is_none() {
@@ -185,61 +185,80 @@ pub fn exit_pi_owner(tid: u32) {
 mod tests {
     use super::*;
 
+    // The kernel reads and writes these words through user pointers, so
+    // the tests do too (volatile: the compiler cannot see those accesses).
+    fn set(p: u64, v: u32) {
+        // SAFETY: `p` points to a live, aligned u32 of the test.
+        unsafe { core::ptr::write_volatile(p as *mut u32, v) }
+    }
+
+    fn get(p: u64) -> u32 {
+        // SAFETY: as for `set`.
+        unsafe { core::ptr::read_volatile(p as *const u32) }
+    }
+
     #[test]
     fn lock_unlock_errors_single_thread() {
         umem::set_bounds(1, u64::MAX);
         let me = crate::current_tid();
-        let mut w: u32 = 0;
-        let p = &mut w as *mut u32 as u64;
+        let w = Box::new(0u32);
+        let p = Box::into_raw(w) as u64;
         assert_eq!(lock(p, None, false), Ok(()));
-        assert_eq!(w, me);
+        assert_eq!(get(p), me);
         assert_eq!(lock(p, None, false), Err(Errno::EDEADLK));
         assert_eq!(lock(p, None, true), Err(Errno::EDEADLK));
         assert_eq!(unlock(p), Ok(()));
-        assert_eq!(w, 0);
+        assert_eq!(get(p), 0);
         assert_eq!(unlock(p), Err(Errno::EPERM));
-        w = 0x3fff_fffe;
+        set(p, 0x3fff_fffe);
         assert_eq!(lock(p, None, false), Err(Errno::ESRCH));
         assert_eq!(lock(p, None, true), Err(Errno::ESRCH));
         // A dead owner's lock: taken with OWNER_DIED kept.
-        w = FUTEX_OWNER_DIED;
+        set(p, FUTEX_OWNER_DIED);
         assert_eq!(lock(p, None, true), Ok(()));
-        assert_eq!(w, FUTEX_OWNER_DIED | me);
+        assert_eq!(get(p), FUTEX_OWNER_DIED | me);
         assert_eq!(unlock(p), Ok(()));
-        assert_eq!(w, 0);
+        assert_eq!(get(p), 0);
         assert_eq!(lock(p + 1, None, false), Err(Errno::EINVAL));
     }
 
     #[test]
     fn robust_list_walk_marks_owner_died() {
         umem::set_bounds(1, u64::MAX);
-        // Two entries { next; ...; word at +8 } and a pending one.
-        #[repr(C)]
-        struct Entry {
-            next: u64,
-            word: u32,
-        }
-        let mut head = [0u64; 3];
-        let hp = head.as_mut_ptr() as u64;
-        let mut b = Box::new(Entry { next: hp, word: 7 | FUTEX_WAITERS });
-        let mut a = Box::new(Entry { next: &mut *b as *mut Entry as u64, word: 7 });
-        let mut other = Box::new(Entry { next: 0, word: 8 });
-        let mut pend = Box::new(Entry { next: 0, word: 7 });
-        head = [&mut *a as *mut Entry as u64, 8, &mut *pend as *mut Entry as u64];
-        let _ = &mut other;
+        // Entries are { next: u64, word: u32 } (futex_offset 8), in one
+        // buffer: [0..3) the head, then entries a, b, other, pend.
+        let buf: &'static mut [u64; 11] = Box::leak(Box::new([0u64; 11]));
+        let base = buf.as_mut_ptr() as u64;
+        let (hp, a, b, other, pend) = (base, base + 24, base + 40, base + 56, base + 72);
+        let put = |at: u64, v: u64| {
+            // SAFETY: inside the leaked buffer, 8-byte aligned.
+            unsafe { core::ptr::write_volatile(at as *mut u64, v) }
+        };
+        put(hp, a);
+        put(hp + 8, 8);
+        put(hp + 16, pend);
+        put(a, b);
+        set(a + 8, 7);
+        put(b, hp);
+        set(b + 8, 7 | FUTEX_WAITERS);
+        set(other + 8, 8);
+        set(pend + 8, 7);
         exit_robust_list(7, hp);
-        assert_eq!(a.word, FUTEX_OWNER_DIED);
-        assert_eq!(b.word, FUTEX_OWNER_DIED | FUTEX_WAITERS);
-        assert_eq!(pend.word, FUTEX_OWNER_DIED);
-        assert_eq!(other.word, 8, "not on the list");
+        assert_eq!(get(a + 8), FUTEX_OWNER_DIED);
+        assert_eq!(get(b + 8), FUTEX_OWNER_DIED | FUTEX_WAITERS);
+        assert_eq!(get(pend + 8), FUTEX_OWNER_DIED);
+        assert_eq!(get(other + 8), 8, "not on the list");
         // Another owner's words are left alone.
-        a.word = 9;
+        set(a + 8, 9);
         exit_robust_list(7, hp);
-        assert_eq!(a.word, 9);
+        assert_eq!(get(a + 8), 9);
         // A loop is cut at the limit; an empty list does nothing.
-        a.next = &mut *a as *mut Entry as u64;
+        put(a, a);
+        set(a + 8, 7);
         exit_robust_list(7, hp);
-        head = [hp, 8, 0];
+        assert_eq!(get(a + 8), FUTEX_OWNER_DIED);
+        put(hp, hp);
+        put(hp + 16, 0);
         exit_robust_list(7, hp);
         exit_robust_list(7, 0);
     }
