@@ -358,3 +358,27 @@ pub extern "C" fn __shoal_syscall(n: i64, a: i64, b: i64, c: i64, d: i64, e: i64
     shoal_plat::next_syscall_epoch();
     dispatch(n as u64, &args)
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every x86-64 system call number the kernel answers with `ENOSYS` is
+    /// listed, with its reason, in docs/syscalls.md, and nothing else is:
+    /// the list cannot go stale.
+    #[test]
+    fn docs_list_exactly_the_unimplemented_system_calls() {
+        let doc = include_str!("../../../docs/syscalls.md");
+        let listed: std::collections::BTreeSet<u64> = doc
+            .lines()
+            .filter_map(|l| l.strip_prefix("| "))
+            .filter_map(|l| l.split(' ').next())
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        // 0..=335 and 424..=462: the x86-64 table (335..424 are unused).
+        let missing: std::collections::BTreeSet<u64> =
+            (0..=335u64).chain(424..=462).filter(|&n| super::lookup(n).is_none()).collect();
+        let undocumented: Vec<u64> = missing.difference(&listed).copied().collect();
+        let stale: Vec<u64> = listed.difference(&missing).copied().collect();
+        assert!(undocumented.is_empty(), "answered with ENOSYS but not in docs/syscalls.md: {undocumented:?}");
+        assert!(stale.is_empty(), "listed in docs/syscalls.md but implemented: {stale:?}");
+    }
+}
