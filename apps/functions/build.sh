@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds every example function of `shoal serve` into OUT (default
+# build/functions): OUT/NAME, the shoal image (`shoal cc`), and
+# OUT/NAME.native, the native static build (`musl-gcc -static`) from the
+# same source, for the process, runc and runsc backends; and OUT/fs/data.bin
+# (50 MiB) for static and fileread (deploy them with "fs": "OUT/fs").
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+OUT="${1:-$here/../../build/functions}"
+SHOAL="${SHOAL:-$here/../../target/release/shoal}"
+mkdir -p "$OUT/fs"
+for f in noop fib matmul alloc static fileread sleep crash; do
+    "$SHOAL" cc -O2 -o "$OUT/$f" "$here/$f.c" "$here/fn_http.c" -lpthread
+    musl-gcc -static -O2 -o "$OUT/$f.native" "$here/$f.c" "$here/fn_http.c" -lpthread
+done
+[ -s "$OUT/fs/data.bin" ] || head -c $((50 << 20)) /dev/urandom > "$OUT/fs/data.bin"
+echo "functions built in $OUT"
