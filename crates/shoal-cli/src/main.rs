@@ -9,8 +9,10 @@
 
 mod bench;
 mod bench_pages;
+mod fn_cmd;
 mod pool_cmd;
 mod recipe_cmd;
+mod serve;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -143,6 +145,23 @@ enum Cmd {
         #[command(subcommand)]
         which: recipe_cmd::RecipeCmd,
     },
+    /// The FaaS gateway: `shoal serve [--listen ADDR:PORT] [--state DIR]` starts function instances on demand.
+    Serve {
+        /// Where the API and invocations are served.
+        #[arg(long, default_value = serve::DEFAULT_LISTEN)]
+        listen: String,
+        /// Where deployed functions are kept (default $XDG_STATE_HOME/shoal/serve or ~/.local/state/shoal/serve).
+        #[arg(long)]
+        state: Option<PathBuf>,
+    },
+    /// Functions on a running gateway: `shoal fn deploy|ls|rm|logs|invoke`.
+    Fn {
+        /// The gateway's URL.
+        #[arg(long, default_value = concat!("http://", "127.0.0.1:8640"))]
+        gateway: String,
+        #[command(subcommand)]
+        which: fn_cmd::FnCmd,
+    },
 }
 
 /// `shoal run`: the options are checked and the image run by the same code
@@ -255,6 +274,11 @@ fn real_main() -> Result<i32> {
             recipe_cmd::run(which)?;
             Ok(0)
         }
+        Cmd::Serve { listen, state } => {
+            serve::serve(&listen, state)?;
+            Ok(0)
+        }
+        Cmd::Fn { gateway, which } => fn_cmd::run(&gateway, which),
     }
 }
 

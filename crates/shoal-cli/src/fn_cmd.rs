@@ -1,0 +1,228 @@
+//! `shoal fn`: deploy, list, remove, follow and invoke functions through
+//! a running `shoal serve` (its HTTP API; `--gateway URL`).
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
+use clap::Subcommand;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// The `shoal fn` subcommands.
+#[derive(Subcommand)]
+pub enum FnCmd {
+    /// Deploy (or update) a function: `shoal fn deploy NAME IMAGE [--backend spt|hvt|process|runc|runsc] …`.
+    Deploy {
+        /// The function's name.
+        name: String,
+        /// The image (a shoal image; the native static build for process, runc, runsc).
+        image: PathBuf,
+        /// spt (default), hvt, process, runc or runsc.
+        #[arg(long)]
+        backend: Option<String>,
+        /// Guest memory for spt/hvt (e.g. 256M).
+        #[arg(long)]
+        memory: Option<String>,
+        /// Requests one instance serves at once.
+        #[arg(long)]
+        concurrency: Option<u32>,
+        /// The most instances at once.
+        #[arg(long)]
+        max_instances: Option<u32>,
+        /// Requests that may wait for an instance (beyond: 429).
+        #[arg(long)]
+        queue: Option<u32>,
+        /// Milliseconds an instance has to answer (beyond: 504).
+        #[arg(long)]
+        timeout_ms: Option<u64>,
+        /// Milliseconds an idle instance is kept.
+        #[arg(long)]
+        keep_warm_ms: Option<u64>,
+        /// Root file system directory of the instances.
+        #[arg(long)]
+        fs: Option<PathBuf>,
+        /// An environment variable KEY=VALUE (repeatable).
+        #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
+        env: Vec<String>,
+    },
+    /// List the deployed functions.
+    Ls,
+    /// Remove a function (its instances are stopped).
+    Rm {
+        /// The function's name.
+        name: String,
+    },
+    /// Print a function's instance output; `-f` keeps following it.
+    Logs {
+        /// The function's name.
+        name: String,
+        /// Keep printing new lines as they come.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Invoke a function and print its answer.
+    Invoke {
+        /// The function's name.
+        name: String,
+        /// Path and query after /fn/NAME (e.g. "/?n=20").
+        #[arg(long, default_value = "/")]
+        path: String,
+        /// The request body; `@FILE` reads it from FILE (then the method is POST).
+        #[arg(long)]
+        data: Option<String>,
+        /// The HTTP method (GET, or POST with --data).
+        #[arg(long, short = 'X')]
+        method: Option<String>,
+    },
+}
+
+/// Runs a `shoal fn` subcommand against `gateway`.
+pub fn run(gateway: &str, cmd: FnCmd) -> Result<i32> {
+    let gw = gateway.trim_end_matches('/').to_string();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async move {
+        match cmd {
+            FnCmd::Deploy { name, image, backend, memory, concurrency, max_instances, queue, timeout_ms, keep_warm_ms, fs, env } => {
+                let abs = |p: PathBuf| std::path::absolute(&p).with_context(|| format!("cannot resolve {}", p.display()));
+                let mut body = json!({ "image": abs(image)? });
+                let mut set = |k: &str, v: Value| {
+                    if !v.is_null() {
+                        body[k] = v;
+                    }
+                };
+                set("backend", json!(backend));
+                set("memory", json!(memory));
+                set("concurrency", json!(concurrency));
+                set("max_instances", json!(max_instances));
+                set("queue", json!(queue));
+                set("timeout_ms", json!(timeout_ms));
+                set("keep_warm_ms", json!(keep_warm_ms));
+                if let Some(fs) = fs {
+                    set("fs", json!(abs(fs)?));
+                }
+                if !env.is_empty() {
+                    let mut m = serde_json::Map::new();
+                    for e in env {
+                        let (k, v) = e.split_once('=').ok_or_else(|| anyhow!("-e {e}: expected KEY=VALUE"))?;
+                        m.insert(k.into(), json!(v));
+                    }
+                    set("env", Value::Object(m));
+                }
+                let (status, b) = call(&gw, "PUT", &format!("/functions/{name}"), Some(("application/json", body.to_string().into_bytes()))).await?;
+                let v = api_ok(status, &b)?;
+                println!("{} {} ({}, image {})", if status == 201 { "deployed" } else { "updated" }, name, v["backend"].as_str().unwrap_or("?"), v["image"].as_str().unwrap_or("?"));
+                Ok(0)
+            }
+            FnCmd::Ls => {
+                let (status, b) = call(&gw, "GET", "/functions", None).await?;
+                let v = api_ok(status, &b)?;
+                println!("{:<20} {:<8} {:>5} {:>5} {:>9} {:>10}  IMAGE", "NAME", "BACKEND", "CONC", "MAX", "TIMEOUT", "KEEP-WARM");
+                for f in v.as_array().into_iter().flatten() {
+                    println!(
+                        "{:<20} {:<8} {:>5} {:>5} {:>7}ms {:>8}ms  {}",
+                        f["name"].as_str().unwrap_or(""),
+                        f["backend"].as_str().unwrap_or(""),
+                        f["concurrency"].to_string(),
+                        f["max_instances"].to_string(),
+                        f["timeout_ms"].to_string(),
+                        f["keep_warm_ms"].to_string(),
+                        f["image"].as_str().unwrap_or("")
+                    );
+                }
+                Ok(0)
+            }
+            FnCmd::Rm { name } => {
+                let (status, b) = call(&gw, "DELETE", &format!("/functions/{name}"), None).await?;
+                api_ok(status, &b)?;
+                println!("removed {name}");
+                Ok(0)
+            }
+            FnCmd::Logs { name, follow } => {
+                let path = format!("/functions/{name}/logs{}", if follow { "?follow=1" } else { "" });
+                let resp = send(&gw, "GET", &path, None).await?;
+                let status = resp.status().as_u16();
+                if status != 200 {
+                    let b = resp.into_body().collect().await?.to_bytes();
+                    api_ok(status, &b)?;
+                    bail!("the gateway answered {status}");
+                }
+                let mut body = resp.into_body();
+                let mut pending = Vec::new();
+                let mut out = std::io::stdout();
+                while let Some(frame) = body.frame().await {
+                    if let Ok(data) = frame?.into_data() {
+                        pending.extend_from_slice(&data);
+                        while let Some(i) = pending.iter().position(|&c| c == b'\n') {
+                            let line: Vec<u8> = pending.drain(..=i).collect();
+                            if let Ok(l) = serde_json::from_slice::<Value>(&line) {
+                                writeln!(out, "{:.3} instance {} {}: {}", l["time"].as_f64().unwrap_or(0.0), l["instance"], l["stream"].as_str().unwrap_or(""), l["line"].as_str().unwrap_or(""))?;
+                            }
+                        }
+                        out.flush()?;
+                    }
+                }
+                Ok(0)
+            }
+            FnCmd::Invoke { name, path, data, method } => {
+                let body = match data {
+                    Some(d) => Some(match d.strip_prefix('@') {
+                        Some(file) => std::fs::read(file).with_context(|| format!("cannot read {file}"))?,
+                        None => d.into_bytes(),
+                    }),
+                    None => None,
+                };
+                let method = method.unwrap_or_else(|| if body.is_some() { "POST".into() } else { "GET".into() });
+                let path = if path.starts_with('/') { path } else { format!("/{path}") };
+                let (status, b) = call(&gw, &method, &format!("/fn/{name}{path}"), body.map(|b| ("application/octet-stream", b))).await?;
+                if !(200..300).contains(&status) {
+                    if let Ok(v) = serde_json::from_slice::<Value>(&b) {
+                        if let Some(e) = v["error"].as_str() {
+                            bail!("the gateway answered {status}: {e}");
+                        }
+                    }
+                    bail!("the function answered {status}: {}", String::from_utf8_lossy(&b).trim());
+                }
+                std::io::stdout().write_all(&b)?;
+                Ok(0)
+            }
+        }
+    })
+}
+
+/// The JSON of a successful answer, or the gateway's error as an error.
+fn api_ok(status: u16, body: &[u8]) -> Result<Value> {
+    let v: Value = serde_json::from_slice(body).with_context(|| format!("the gateway answered {status} with something that is not JSON"))?;
+    if !(200..300).contains(&status) {
+        bail!("the gateway answered {status}: {}", v["error"].as_str().unwrap_or("(no message)"));
+    }
+    Ok(v)
+}
+
+async fn send(gw: &str, method: &str, path: &str, body: Option<(&str, Vec<u8>)>) -> Result<hyper::Response<hyper::body::Incoming>> {
+    let uri: hyper::Uri = format!("{gw}{path}").parse().with_context(|| format!("--gateway {gw}: not a URL"))?;
+    anyhow::ensure!(uri.scheme_str() == Some("http"), "--gateway {gw}: only http:// URLs are supported");
+    let host = uri.host().ok_or_else(|| anyhow!("--gateway {gw}: no host"))?.to_string();
+    let port = uri.port_u16().unwrap_or(80);
+    let stream = tokio::net::TcpStream::connect((host.as_str(), port)).await.with_context(|| format!("cannot reach the gateway at {gw} (is `shoal serve` running?)"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut req = Request::builder().method(method).uri(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/")).header("host", format!("{host}:{port}"));
+    let body = match body {
+        Some((ct, b)) => {
+            req = req.header("content-type", ct);
+            Full::new(Bytes::from(b))
+        }
+        None => Full::new(Bytes::new()),
+    };
+    Ok(sender.send_request(req.body(body)?).await.with_context(|| format!("the gateway at {gw} did not answer"))?)
+}
+
+async fn call(gw: &str, method: &str, path: &str, body: Option<(&str, Vec<u8>)>) -> Result<(u16, Bytes)> {
+    let resp = send(gw, method, path, body).await?;
+    let status = resp.status().as_u16();
+    Ok((status, resp.into_body().collect().await?.to_bytes()))
+}

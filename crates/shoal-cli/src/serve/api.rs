@@ -1,0 +1,184 @@
+//! The gateway's HTTP routes: the management API (`/functions`,
+//! `/instances`, `/metrics`) and invocation (`/fn/NAME/…`).
+
+use super::dispatch::Dispatcher;
+use super::error::ApiError;
+use super::spec::{check_name, DeployRequest, Function, Store};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use axum::{Json, Router};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// What the routes share.
+pub struct App {
+    /// Instances and counters.
+    pub dispatcher: Arc<Dispatcher>,
+    /// The state directory; its mutex also orders deploys, so the file and
+    /// the dispatcher always agree.
+    pub store: Mutex<Store>,
+}
+
+type Shared = State<Arc<App>>;
+
+/// The router.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/functions", get(list))
+        .route("/functions/{name}", get(show).put(deploy).delete(remove))
+        .route("/functions/{name}/logs", get(logs))
+        .route("/instances", get(instances))
+        .route("/metrics", get(metrics))
+        .route("/fn/{name}", any(invoke_root))
+        .route("/fn/{name}/", any(invoke_root))
+        .route("/fn/{name}/{*rest}", any(invoke))
+        .fallback(|| async { ApiError::NotFound("no such route: the API has /functions, /instances, /metrics and /fn/NAME/…".into()) })
+        .with_state(app)
+}
+
+async fn list(State(app): Shared) -> Json<Vec<Function>> {
+    Json(app.dispatcher.specs())
+}
+
+async fn show(State(app): Shared, Path(name): Path<String>) -> Result<Json<Function>, ApiError> {
+    check_name(&name)?;
+    app.dispatcher.get(&name).map(|f| Json(f.spec.clone())).ok_or_else(|| not_found(&name))
+}
+
+fn not_found(name: &str) -> ApiError {
+    ApiError::NotFound(format!("no function named {name:?} is deployed"))
+}
+
+async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+    check_name(&name)?;
+    if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
+        if !ct.starts_with("application/json") {
+            return Err(ApiError::BadRequest(format!("Content-Type {ct}: send the settings as application/json")));
+        }
+    }
+    let req: DeployRequest = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("the body is not valid deploy settings (JSON): {e}")))?;
+    let app2 = app.clone();
+    // Checking the image reads it: off the async threads.
+    let f = tokio::task::spawn_blocking(move || -> Result<Function, ApiError> {
+        let f = Function::from_request(&name, req)?;
+        let store = app2.store.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all: Vec<Function> = app2.dispatcher.specs().into_iter().filter(|o| o.name != f.name).collect();
+        all.push(f.clone());
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        store.save(&all).map_err(|e| ApiError::Internal(format!("cannot write the state directory: {e}")))?;
+        Ok(f)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("the deploy failed: {e}")))??;
+    // The same lock as the save, so two deploys land in the order saved.
+    let existed = {
+        let _store = app.store.lock().unwrap_or_else(|e| e.into_inner());
+        app.dispatcher.put(f.clone())
+    };
+    let status = if existed { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(f)).into_response())
+}
+
+async fn remove(State(app): Shared, Path(name): Path<String>) -> Result<Json<Function>, ApiError> {
+    check_name(&name)?;
+    let app2 = app.clone();
+    tokio::task::spawn_blocking(move || -> Result<Json<Function>, ApiError> {
+        let store = app2.store.lock().unwrap_or_else(|e| e.into_inner());
+        let all: Vec<Function> = app2.dispatcher.specs();
+        if !all.iter().any(|f| f.name == name) {
+            return Err(not_found(&name));
+        }
+        let rest: Vec<Function> = all.into_iter().filter(|f| f.name != name).collect();
+        store.save(&rest).map_err(|e| ApiError::Internal(format!("cannot write the state directory: {e}")))?;
+        app2.dispatcher.remove(&name).map(Json).ok_or_else(|| not_found(&name))
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("the removal failed: {e}")))?
+}
+
+/// `GET /functions/NAME/logs[?follow=1]`: one JSON object per line
+/// (`time`, `instance`, `stream`, `line`); with `follow`, the answer stays
+/// open and new lines follow as they are written.
+async fn logs(State(app): Shared, Path(name): Path<String>, Query(q): Query<HashMap<String, String>>) -> Result<Response, ApiError> {
+    check_name(&name)?;
+    let f = app.dispatcher.get(&name).ok_or_else(|| not_found(&name))?;
+    let follow = q.get("follow").is_some_and(|v| v != "0" && v != "false");
+    let mut text = String::new();
+    for l in f.logs.snapshot() {
+        text.push_str(&serde_json::to_string(&l).unwrap_or_default());
+        text.push('\n');
+    }
+    let ct = [(header::CONTENT_TYPE, "application/x-ndjson")];
+    if !follow {
+        return Ok((ct, text).into_response());
+    }
+    let mut rx = f.logs.feed.subscribe();
+    let (tx, body_rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        if tx.send(Bytes::from(text)).await.is_err() {
+            return;
+        }
+        loop {
+            let line = tokio::select! {
+                l = rx.recv() => l,
+                // The client went away.
+                _ = tx.closed() => return,
+            };
+            match line {
+                Ok(l) => {
+                    let mut s = serde_json::to_string(&l).unwrap_or_default();
+                    s.push('\n');
+                    if tx.send(Bytes::from(s)).await.is_err() {
+                        return;
+                    }
+                }
+                // A slow follower misses lines rather than holding the gateway up.
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                // The function was removed.
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+    Ok((ct, Body::new(ChannelBody(body_rx))).into_response())
+}
+
+/// A response body fed through a channel (the log follower).
+struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|o| o.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
+
+async fn instances(State(app): Shared) -> impl IntoResponse {
+    Json(app.dispatcher.instances())
+}
+
+async fn metrics(State(app): Shared) -> impl IntoResponse {
+    let text = app.dispatcher.metrics.render(&app.dispatcher.gauges());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+}
+
+async fn invoke_root(State(app): Shared, Path(name): Path<String>, req: Request<Body>) -> Result<Response, ApiError> {
+    let q = req.uri().query().map(|q| format!("/?{q}")).unwrap_or_else(|| "/".into());
+    app.dispatcher.invoke(&name, q, req).await
+}
+
+async fn invoke(State(app): Shared, Path((name, rest)): Path<(String, String)>, req: Request<Body>) -> Result<Response, ApiError> {
+    // The raw path after /fn/NAME, still percent-encoded, as the client sent it.
+    let raw = req.uri().path();
+    let prefix = format!("/fn/{name}");
+    let path = raw.strip_prefix(&prefix).filter(|p| p.starts_with('/')).map(str::to_string).unwrap_or_else(|| format!("/{rest}"));
+    let target = match req.uri().query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    app.dispatcher.invoke(&name, target, req).await
+}

@@ -1,0 +1,550 @@
+//! The dispatcher: for each function, its running instances, which of
+//! them has a free request slot, the bounded queue in front of them, and
+//! the proxying of one invocation to an instance.
+//!
+//! Admission is a semaphore of `concurrency × max_instances` permits per
+//! function: holding one guarantees (by counting) that some instance has
+//! a free slot or another instance may be started. A request that finds
+//! no permit waits in the queue if the queue has room (429 otherwise) and
+//! gives up with 503 after the function's timeout. Slots, instances and
+//! the keep-warm reaper share one mutex per function, so an instance is
+//! never stopped for idleness while a request is being given to it.
+
+use super::error::ApiError;
+use super::instance::{self, Launcher};
+use super::metrics::{Gauges, Metrics};
+use super::spec::Function;
+use axum::body::Body;
+use axum::http::{header, HeaderName, HeaderValue, Request, Response};
+use bytes::Bytes;
+use hyper::client::conn::http1::SendRequest;
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::{broadcast, Notify, Semaphore};
+
+/// Lines of instance output kept per function for `GET …/logs`.
+const LOG_LINES: usize = 2000;
+
+/// One line an instance wrote.
+#[derive(Clone, Debug, Serialize)]
+pub struct LogLine {
+    /// Seconds since the Unix epoch, with milliseconds.
+    pub time: f64,
+    /// The instance's id.
+    pub instance: u64,
+    /// "stdout", "stderr" or "gateway" (the gateway's note about the instance).
+    pub stream: &'static str,
+    /// The text, without its newline.
+    pub line: String,
+}
+
+/// A function's recent output and its live feed (for `logs -f`).
+pub struct Logs {
+    lines: Mutex<VecDeque<LogLine>>,
+    /// Every new line, for followers.
+    pub feed: broadcast::Sender<LogLine>,
+}
+
+impl Logs {
+    fn new() -> Logs {
+        Logs { lines: Mutex::new(VecDeque::new()), feed: broadcast::channel(1024).0 }
+    }
+
+    /// Adds a line.
+    pub fn push(&self, instance: u64, stream: &'static str, line: String) {
+        let time = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as f64 / 1000.0).unwrap_or(0.0);
+        let l = LogLine { time, instance, stream, line };
+        let mut q = lock(&self.lines);
+        if q.len() == LOG_LINES {
+            q.pop_front();
+        }
+        q.push_back(l.clone());
+        let _ = self.feed.send(l);
+    }
+
+    /// The kept lines, oldest first.
+    pub fn snapshot(&self) -> Vec<LogLine> {
+        lock(&self.lines).iter().cloned().collect()
+    }
+}
+
+/// Locks a mutex, going on after a panic elsewhere (the data are counters
+/// and lists that stay usable).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running instance.
+pub struct Instance {
+    /// Gateway-wide id.
+    pub id: u64,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its process id (tender, program or runtime).
+    pub pid: Option<u32>,
+    /// Whether the port accepted from the start (no connect retries needed).
+    listening: bool,
+    /// When it was started.
+    pub started: Instant,
+    /// Told to stop (the wait task kills it).
+    kill: Notify,
+    /// Kept-alive connections to it, free for the next request.
+    idle: Mutex<Vec<SendRequest<Body>>>,
+    /// Set once it has exited.
+    pub exited: AtomicBool,
+}
+
+impl Instance {
+    /// Asks the instance to stop; its wait task kills and reaps it.
+    pub fn stop(&self) {
+        self.kill.notify_one();
+    }
+}
+
+/// An instance's place in its function's list.
+struct Slot {
+    inst: Arc<Instance>,
+    inflight: u32,
+    answered: bool,
+    last_used: Instant,
+}
+
+/// A deployed function at run time.
+pub struct FnRuntime {
+    /// Its settings.
+    pub spec: Function,
+    permits: Arc<Semaphore>,
+    queued: AtomicUsize,
+    slots: Mutex<Vec<Slot>>,
+    /// Its instances' output.
+    pub logs: Arc<Logs>,
+}
+
+/// What `GET /instances` shows of one instance.
+#[derive(Serialize)]
+pub struct InstanceInfo {
+    id: u64,
+    function: String,
+    backend: &'static str,
+    pid: Option<u32>,
+    address: String,
+    state: &'static str,
+    inflight: u32,
+    age_seconds: f64,
+    idle_seconds: f64,
+}
+
+/// The gateway's run-time state.
+pub struct Dispatcher {
+    functions: Mutex<BTreeMap<String, Arc<FnRuntime>>>,
+    /// Counters for `/metrics`.
+    pub metrics: Metrics,
+    launcher: Launcher,
+    next_id: AtomicU64,
+    stopping: AtomicBool,
+}
+
+impl Dispatcher {
+    /// A dispatcher with no functions yet.
+    pub fn new(launcher: Launcher) -> Dispatcher {
+        Dispatcher { functions: Mutex::new(BTreeMap::new()), metrics: Metrics::default(), launcher, next_id: AtomicU64::new(1), stopping: AtomicBool::new(false) }
+    }
+
+    /// Adds or replaces a function; a replaced function's instances are
+    /// stopped (its output history is kept). Returns whether it existed.
+    pub fn put(&self, spec: Function) -> bool {
+        let mut fns = lock(&self.functions);
+        let old = fns.remove(&spec.name);
+        let logs = old.as_ref().map(|o| o.logs.clone()).unwrap_or_else(|| Arc::new(Logs::new()));
+        let permits = spec.concurrency as usize * spec.max_instances as usize;
+        let name = spec.name.clone();
+        fns.insert(name, Arc::new(FnRuntime { spec, permits: Arc::new(Semaphore::new(permits)), queued: AtomicUsize::new(0), slots: Mutex::new(Vec::new()), logs }));
+        drop(fns);
+        if let Some(o) = &old {
+            o.stop_all();
+        }
+        old.is_some()
+    }
+
+    /// Removes a function and stops its instances.
+    pub fn remove(&self, name: &str) -> Option<Function> {
+        let old = lock(&self.functions).remove(name)?;
+        old.stop_all();
+        Some(old.spec.clone())
+    }
+
+    /// A function by name.
+    pub fn get(&self, name: &str) -> Option<Arc<FnRuntime>> {
+        lock(&self.functions).get(name).cloned()
+    }
+
+    /// Every function's settings, by name.
+    pub fn specs(&self) -> Vec<Function> {
+        lock(&self.functions).values().map(|f| f.spec.clone()).collect()
+    }
+
+    /// Every running instance.
+    pub fn instances(&self) -> Vec<InstanceInfo> {
+        let now = Instant::now();
+        let fns: Vec<_> = lock(&self.functions).values().cloned().collect();
+        let mut out = Vec::new();
+        for f in fns {
+            for s in lock(&f.slots).iter() {
+                out.push(InstanceInfo {
+                    id: s.inst.id,
+                    function: f.spec.name.clone(),
+                    backend: f.spec.backend.name(),
+                    pid: s.inst.pid,
+                    address: s.inst.addr.to_string(),
+                    state: state_of(s),
+                    inflight: s.inflight,
+                    age_seconds: (now - s.inst.started).as_secs_f64(),
+                    idle_seconds: if s.inflight == 0 { (now - s.last_used).as_secs_f64() } else { 0.0 },
+                });
+            }
+        }
+        out
+    }
+
+    /// The gauges for `/metrics`.
+    pub fn gauges(&self) -> Vec<Gauges> {
+        let fns: Vec<_> = lock(&self.functions).values().cloned().collect();
+        fns.iter()
+            .map(|f| {
+                let slots = lock(&f.slots);
+                let count = |st: &str| slots.iter().filter(|s| state_of(s) == st).count();
+                Gauges { function: f.spec.name.clone(), starting: count("starting"), warm: count("warm"), busy: count("busy"), queued: f.queued.load(Ordering::Relaxed) }
+            })
+            .collect()
+    }
+
+    /// Stops instances idle for longer than their function's keep-warm.
+    pub fn reap_idle(&self) {
+        let now = Instant::now();
+        let fns: Vec<_> = lock(&self.functions).values().cloned().collect();
+        for f in fns {
+            let keep = Duration::from_millis(f.spec.keep_warm_ms);
+            let mut slots = lock(&f.slots);
+            slots.retain(|s| {
+                let idle = s.inflight == 0 && now.duration_since(s.last_used) >= keep;
+                if idle {
+                    f.logs.push(s.inst.id, "gateway", format!("stopping: idle for {} ms (keep-warm)", now.duration_since(s.last_used).as_millis()));
+                    s.inst.stop();
+                }
+                !idle
+            });
+        }
+    }
+
+    /// Stops every instance (the gateway is shutting down) and waits, up
+    /// to `grace`, until they have all exited.
+    pub async fn shutdown(&self, grace: Duration) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let fns: Vec<_> = lock(&self.functions).values().cloned().collect();
+        let mut all = Vec::new();
+        for f in &fns {
+            all.extend(lock(&f.slots).iter().map(|s| s.inst.clone()));
+            f.stop_all();
+        }
+        let t0 = Instant::now();
+        while all.iter().any(|i| !i.exited.load(Ordering::SeqCst)) && t0.elapsed() < grace {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Proxies one invocation of `name` (`rest`: the path after
+    /// `/fn/NAME`, with its query) to an instance.
+    pub async fn invoke(self: &Arc<Self>, name: &str, rest: String, req: Request<Body>) -> Result<Response<Body>, ApiError> {
+        let t0 = Instant::now();
+        let f = self.get(name).ok_or_else(|| ApiError::NotFound(format!("no function named {name:?} is deployed")))?;
+        let result = self.invoke_on(&f, rest, req, t0).await;
+        let status = match &result {
+            Ok(r) => r.status().as_u16(),
+            Err(e) => e.status().as_u16(),
+        };
+        self.metrics.invocation(name, status, t0.elapsed().as_secs_f64());
+        result
+    }
+
+    async fn invoke_on(self: &Arc<Self>, f: &Arc<FnRuntime>, rest: String, req: Request<Body>, t0: Instant) -> Result<Response<Body>, ApiError> {
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(ApiError::Unavailable("the gateway is shutting down".into()));
+        }
+        let timeout = Duration::from_millis(f.spec.timeout_ms);
+        let deadline = t0 + timeout;
+        // Admission: a permit now, or a place in the queue.
+        let permit = match f.permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if f.queued.fetch_add(1, Ordering::SeqCst) >= f.spec.queue as usize {
+                    f.queued.fetch_sub(1, Ordering::SeqCst);
+                    return Err(ApiError::QueueFull(f.spec.name.clone()));
+                }
+                let got = tokio::time::timeout(timeout, f.permits.clone().acquire_owned()).await;
+                f.queued.fetch_sub(1, Ordering::SeqCst);
+                match got {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(_)) => return Err(ApiError::Unavailable(format!("function {} was removed or replaced", f.spec.name))),
+                    Err(_) => return Err(ApiError::Unavailable(format!("no instance of {} became free within its timeout of {} ms", f.spec.name, f.spec.timeout_ms))),
+                }
+            }
+        };
+        let (inst, cold) = self.take_slot(f)?;
+        let guard = SlotGuard { f: f.clone(), inst: inst.clone(), permit: Some(permit), sender: None, done: false };
+        let answer = tokio::time::timeout_at(deadline.into(), self.forward(&inst, rest, req, deadline)).await;
+        match answer {
+            Ok(Ok((resp, sender))) => {
+                if cold {
+                    self.metrics.cold_start(&f.spec.name, inst.started.elapsed().as_secs_f64());
+                }
+                f.mark_answered(inst.id);
+                let (mut parts, body) = resp.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                parts.headers.insert(HeaderName::from_static("x-shoal-instance"), HeaderValue::from(inst.id));
+                parts.headers.insert(HeaderName::from_static("x-shoal-cold-start"), HeaderValue::from_static(if cold { "true" } else { "false" }));
+                let mut guard = guard;
+                guard.sender = Some(sender);
+                let body = GuardedBody { inner: body, guard: Some(guard) };
+                Ok(Response::from_parts(parts, Body::new(body)))
+            }
+            Ok(Err(e)) => {
+                f.logs.push(inst.id, "gateway", format!("stopping: the instance failed a request: {e}"));
+                f.drop_instance(inst.id);
+                Err(ApiError::BadGateway(format!("the instance of {} failed to answer: {e}", f.spec.name)))
+            }
+            Err(_) => {
+                f.logs.push(inst.id, "gateway", format!("stopping: no answer within the timeout of {} ms", f.spec.timeout_ms));
+                f.drop_instance(inst.id);
+                Err(ApiError::Timeout(format!("function {} did not answer within its timeout of {} ms; its instance was stopped", f.spec.name, f.spec.timeout_ms)))
+            }
+        }
+    }
+
+    /// A free slot on a running instance (warm), or a new instance (cold).
+    fn take_slot(self: &Arc<Self>, f: &Arc<FnRuntime>) -> Result<(Arc<Instance>, bool), ApiError> {
+        let mut slots = lock(&f.slots);
+        // The instance that answered most recently first: it is warm.
+        let best = slots
+            .iter_mut()
+            .filter(|s| s.inflight < f.spec.concurrency && !s.inst.exited.load(Ordering::SeqCst))
+            .max_by_key(|s| (s.answered, s.inflight, s.last_used));
+        if let Some(s) = best {
+            s.inflight += 1;
+            return Ok((s.inst.clone(), false));
+        }
+        // The permit guarantees room for one more instance.
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let mut started = instance::start(&self.launcher, &f.spec, id).map_err(|e| ApiError::Internal(format!("{e:#}")))?;
+        let inst = Arc::new(Instance {
+            id,
+            addr: started.addr,
+            pid: started.child.id(),
+            listening: started.listening,
+            started: Instant::now(),
+            kill: Notify::new(),
+            idle: Mutex::new(Vec::new()),
+            exited: AtomicBool::new(false),
+        });
+        f.logs.push(id, "gateway", format!("started on {} ({}), pid {}", inst.addr, f.spec.backend.name(), inst.pid.unwrap_or(0)));
+        for (stream, pipe) in [("stdout", started.child.stdout.take().map(Pipe::Out)), ("stderr", started.child.stderr.take().map(Pipe::Err))] {
+            if let Some(p) = pipe {
+                tokio::spawn(read_lines(p, f.logs.clone(), id, stream));
+            }
+        }
+        tokio::spawn(watch(started, inst.clone(), Arc::downgrade(f)));
+        slots.push(Slot { inst: inst.clone(), inflight: 1, answered: false, last_used: Instant::now() });
+        Ok((inst, true))
+    }
+
+    /// Sends the request on a kept-alive connection or a new one.
+    async fn forward(&self, inst: &Instance, rest: String, req: Request<Body>, deadline: Instant) -> Result<(Response<hyper::body::Incoming>, SendRequest<Body>), String> {
+        let mut sender = None;
+        loop {
+            let Some(mut s) = lock(&inst.idle).pop() else { break };
+            if !s.is_closed() && s.ready().await.is_ok() {
+                sender = Some(s);
+                break;
+            }
+        }
+        let mut sender = match sender {
+            Some(s) => s,
+            None => {
+                let stream = instance::connect(inst.addr, inst.listening, deadline).await.map_err(|e| format!("cannot connect to {}: {e}", inst.addr))?;
+                let (s, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                s
+            }
+        };
+        let (mut parts, body) = req.into_parts();
+        parts.uri = rest.parse().map_err(|e| format!("bad path {rest:?}: {e}"))?;
+        strip_hop_by_hop(&mut parts.headers);
+        parts.headers.insert(header::HOST, HeaderValue::from_str(&inst.addr.to_string()).map_err(|e| e.to_string())?);
+        let resp = sender.send_request(Request::from_parts(parts, body)).await.map_err(|e| e.to_string())?;
+        Ok((resp, sender))
+    }
+}
+
+/// "starting", "warm" or "busy".
+fn state_of(s: &Slot) -> &'static str {
+    if !s.answered {
+        "starting"
+    } else if s.inflight > 0 {
+        "busy"
+    } else {
+        "warm"
+    }
+}
+
+/// Headers that belong to one hop, not to the request or response.
+fn strip_hop_by_hop(h: &mut axum::http::HeaderMap) {
+    for name in ["connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"] {
+        h.remove(name);
+    }
+}
+
+impl FnRuntime {
+    fn mark_answered(&self, id: u64) {
+        if let Some(s) = lock(&self.slots).iter_mut().find(|s| s.inst.id == id) {
+            s.answered = true;
+        }
+    }
+
+    /// Takes instance `id` out of the list and stops it.
+    fn drop_instance(&self, id: u64) {
+        let mut slots = lock(&self.slots);
+        if let Some(i) = slots.iter().position(|s| s.inst.id == id) {
+            slots.remove(i).inst.stop();
+        }
+    }
+
+    fn stop_all(&self) {
+        // Queued requests see a closed semaphore and get 503.
+        self.permits.close();
+        for s in lock(&self.slots).drain(..) {
+            s.inst.stop();
+        }
+    }
+
+    /// A request on instance `id` finished.
+    fn release(&self, id: u64) {
+        if let Some(s) = lock(&self.slots).iter_mut().find(|s| s.inst.id == id) {
+            s.inflight = s.inflight.saturating_sub(1);
+            s.last_used = Instant::now();
+        }
+    }
+}
+
+/// A request's hold on an instance slot and an admission permit, given
+/// back when the response body is done (or dropped).
+struct SlotGuard {
+    f: Arc<FnRuntime>,
+    inst: Arc<Instance>,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    sender: Option<SendRequest<Body>>,
+    /// The response body was read to its end: the connection can be reused.
+    done: bool,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        if self.done {
+            if let Some(s) = self.sender.take() {
+                lock(&self.inst.idle).push(s);
+            }
+        }
+        self.f.release(self.inst.id);
+        self.permit.take();
+    }
+}
+
+/// The instance's response body, passed through; it holds the slot until
+/// it ends.
+struct GuardedBody {
+    inner: hyper::body::Incoming,
+    guard: Option<SlotGuard>,
+}
+
+impl hyper::body::Body for GuardedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        let r = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None) = r {
+            if let Some(mut g) = self.guard.take() {
+                g.done = true;
+            }
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+enum Pipe {
+    Out(tokio::process::ChildStdout),
+    Err(tokio::process::ChildStderr),
+}
+
+/// Copies an instance's output into its function's logs, line by line.
+async fn read_lines(p: Pipe, logs: Arc<Logs>, id: u64, stream: &'static str) {
+    use tokio::io::AsyncBufReadExt;
+    let r: Pin<Box<dyn tokio::io::AsyncRead + Send>> = match p {
+        Pipe::Out(o) => Box::pin(o),
+        Pipe::Err(e) => Box::pin(e),
+    };
+    let mut r = tokio::io::BufReader::new(r);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match r.read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let line = String::from_utf8_lossy(&buf);
+                logs.push(id, stream, line.trim_end_matches(['\n', '\r']).to_string());
+            }
+        }
+    }
+}
+
+/// Waits for an instance to exit (or to be told to stop: then kills it),
+/// reaps it, removes it from its function and notes how it ended.
+async fn watch(mut started: instance::Started, inst: Arc<Instance>, f: std::sync::Weak<FnRuntime>) {
+    let status = tokio::select! {
+        s = started.child.wait() => s,
+        _ = inst.kill.notified() => {
+            if let Some((rt, id)) = &started.container {
+                instance::remove_container(rt, id).await;
+            }
+            let _ = started.child.start_kill();
+            started.child.wait().await
+        }
+    };
+    if let Some((rt, id)) = &started.container {
+        instance::remove_container(rt, id).await;
+    }
+    inst.exited.store(true, Ordering::SeqCst);
+    lock(&inst.idle).clear();
+    if let Some(f) = f.upgrade() {
+        f.drop_instance(inst.id);
+        let how = match status {
+            Ok(s) => format!("exited: {s}"),
+            Err(e) => format!("exited; cannot read its status: {e}"),
+        };
+        f.logs.push(inst.id, "gateway", how);
+    }
+}

@@ -1,0 +1,221 @@
+//! Starting and stopping one instance of a function on its backend.
+//!
+//! spt, hvt and process instances get their port as a listening socket
+//! the gateway opens on 127.0.0.1:0 and hands over (descriptor 3): a
+//! connection made right after the spawn waits in the host's backlog
+//! until the function accepts, so a cold start needs no polling. runc and
+//! runsc instances run in an OCI bundle on the host network with `PORT`
+//! in their environment; for them the gateway connects with retries until
+//! the function listens.
+//!
+//! Every instance's process gets `PR_SET_PDEATHSIG` (SIGKILL): if the
+//! gateway dies, so do its instances (the spt tender's guest dies with the
+//! tender; hvt is one process). A container's init is not runc's child,
+//! so runc/runsc containers are also removed by name at the gateway's next
+//! start ([`remove_stale_containers`]).
+
+use super::spec::{Backend, Function};
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+
+/// The descriptor number an instance inherits its listening socket at.
+const LISTEN_FD: i32 = 3;
+
+/// Prefix of the container ids the gateway creates.
+pub const CONTAINER_PREFIX: &str = "shoal-fn-";
+
+/// What the gateway needs to start instances: the lean tender and a
+/// scratch directory for OCI bundles.
+pub struct Launcher {
+    /// `shoal-tender` (for spt and hvt).
+    pub tender: PathBuf,
+    /// Where OCI bundles are made (removed with the gateway).
+    pub scratch: PathBuf,
+}
+
+/// A started instance's process and how to reach it.
+pub struct Started {
+    /// The process the gateway waits on (tender, program or runtime).
+    pub child: Child,
+    /// Where the function listens.
+    pub addr: SocketAddr,
+    /// The container id, for runc/runsc.
+    pub container: Option<(PathBuf, String)>,
+    /// Whether the port accepts from the start (a handed-over socket).
+    pub listening: bool,
+}
+
+/// The runtime binary of a container backend.
+fn runtime(backend: Backend) -> Result<PathBuf> {
+    let name = if backend == Backend::Runc { "runc" } else { "runsc" };
+    for dir in ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin", "/sbin", "/bin"] {
+        let p = Path::new(dir).join(name);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    bail!("{name} is not installed (scripts/setup installs it)")
+}
+
+/// Sets the parent-death signal and puts `fd` at [`LISTEN_FD`] without
+/// close-on-exec, in the child between fork and exec.
+fn prepare(cmd: &mut Command, fd: Option<i32>) {
+    let parent = std::process::id() as i32;
+    // SAFETY: only async-signal-safe calls (prctl, getppid, dup2, fcntl,
+    // _exit) run between fork and exec; nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The gateway died before the prctl: do not outlive it.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            if let Some(fd) = fd {
+                if fd == LISTEN_FD {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(fd, LISTEN_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Starts instance `id` of `f`.
+pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
+    let mut cmd;
+    let mut container = None;
+    let listener;
+    let addr;
+    match f.backend {
+        Backend::Spt | Backend::Hvt | Backend::Process => {
+            let sock = TcpListener::bind("127.0.0.1:0").context("cannot open a listening socket for the instance")?;
+            addr = sock.local_addr()?;
+            if f.backend == Backend::Process {
+                cmd = Command::new(&f.image);
+                cmd.env_clear().env("LISTEN_FD", LISTEN_FD.to_string()).env("PORT", addr.port().to_string());
+                if let Some(fs) = &f.fs {
+                    cmd.env("FN_ROOT", fs);
+                }
+            } else {
+                cmd = Command::new(&l.tender);
+                cmd.env_clear().arg("--tender").arg(f.backend.name()).arg("--mem").arg(&f.memory);
+                cmd.arg("--listen-fd").arg(LISTEN_FD.to_string()).arg("-e").arg(format!("PORT={}", addr.port()));
+                if let Some(fs) = &f.fs {
+                    cmd.arg("--fs").arg(fs);
+                }
+                for (k, v) in &f.env {
+                    cmd.arg("-e").arg(format!("{k}={v}"));
+                }
+                cmd.arg(&f.image);
+            }
+            listener = Some(sock);
+        }
+        Backend::Runc | Backend::Runsc => {
+            let rt = runtime(f.backend)?;
+            // A free port: bound and released; the function binds it on
+            // the host network.
+            addr = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+            let bundle = l.scratch.join(format!("{}-{id}", f.name));
+            make_bundle(&rt, &bundle, f, addr.port())?;
+            let cid = format!("{CONTAINER_PREFIX}{}-{}-{id}", std::process::id(), f.name);
+            cmd = Command::new(&rt);
+            if f.backend == Backend::Runsc {
+                cmd.arg("--network=host");
+            }
+            cmd.arg("run").arg("--bundle").arg(&bundle).arg(&cid);
+            container = Some((rt, cid));
+            listener = None;
+        }
+    }
+    if f.backend == Backend::Process {
+        cmd.envs(&f.env);
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    prepare(&mut cmd, listener.as_ref().map(|s| s.as_raw_fd()));
+    let child = cmd.spawn().with_context(|| format!("cannot start an instance of {}", f.name))?;
+    // The gateway's copy is closed now: once the instance exits, the
+    // socket is gone and a waiting connection is refused, not left hanging.
+    let listening = listener.is_some();
+    drop(listener);
+    Ok(Started { child, addr, container, listening })
+}
+
+/// An OCI bundle in `dir` that runs `f`'s native build on the host network
+/// with `PORT` (and `FN_ROOT=/fs`, the function's `fs` mounted read-only).
+fn make_bundle(rt: &Path, dir: &Path, f: &Function, port: u16) -> Result<()> {
+    let rootfs = dir.join("rootfs");
+    std::fs::create_dir_all(&rootfs)?;
+    std::fs::copy(&f.image, rootfs.join("fn")).with_context(|| format!("cannot copy {} into the bundle", f.image.display()))?;
+    std::fs::create_dir_all(rootfs.join("fs"))?;
+    let out = std::process::Command::new(rt).arg("spec").arg("--bundle").arg(dir).stdin(Stdio::null()).output()?;
+    if !out.status.success() {
+        bail!("{} spec failed: {}", rt.display(), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let path = dir.join("config.json");
+    let mut c: Value = serde_json::from_str(&std::fs::read_to_string(&path)?).context("the runtime's config.json")?;
+    let mut env = vec![format!("PORT={port}")];
+    if f.fs.is_some() {
+        env.push("FN_ROOT=/fs".into());
+    }
+    env.extend(f.env.iter().map(|(k, v)| format!("{k}={v}")));
+    c["process"]["terminal"] = json!(false);
+    c["process"]["args"] = json!(["/fn"]);
+    c["process"]["env"] = json!(env);
+    c["root"] = json!({"path": "rootfs", "readonly": true});
+    c["hostname"] = json!(f.name);
+    // The host network: no network namespace of its own.
+    if let Some(ns) = c["linux"]["namespaces"].as_array_mut() {
+        ns.retain(|n| n["type"] != "network");
+    }
+    if let (Some(fs), Some(mounts)) = (&f.fs, c["mounts"].as_array_mut()) {
+        mounts.push(json!({"destination": "/fs", "type": "bind", "source": fs, "options": ["rbind", "ro"]}));
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&c)?)?;
+    Ok(())
+}
+
+/// Connects to an instance; for one without a handed-over socket, retries
+/// until it listens or `deadline` passes.
+pub async fn connect(addr: SocketAddr, listening: bool, deadline: Instant) -> std::io::Result<tokio::net::TcpStream> {
+    loop {
+        match tokio::net::TcpStream::connect(addr).await {
+            Ok(s) => {
+                let _ = s.set_nodelay(true);
+                return Ok(s);
+            }
+            Err(e) if !listening && e.kind() == std::io::ErrorKind::ConnectionRefused && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Removes a container (killing what runs in it).
+pub async fn remove_container(rt: &Path, id: &str) {
+    let _ = Command::new(rt).args(["delete", "--force", id]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().await;
+}
+
+/// Removes the containers a gateway that crashed left behind (their ids
+/// start with [`CONTAINER_PREFIX`]).
+pub async fn remove_stale_containers() {
+    for backend in [Backend::Runc, Backend::Runsc] {
+        let Ok(rt) = runtime(backend) else { continue };
+        let Ok(out) = Command::new(&rt).args(["list", "-q"]).stdin(Stdio::null()).stderr(Stdio::null()).output().await else { continue };
+        for id in String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with(CONTAINER_PREFIX)) {
+            remove_container(&rt, id).await;
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! `shoal serve`: the FaaS gateway (DESIGN §7, seed 002's harness after
+//! tinyFaaS). One async HTTP server (tokio + hyper, routes with axum)
+//! holds the management API and proxies invocations to function
+//! instances, started on demand on a backend (spt, hvt, process, runc,
+//! runsc) and stopped when idle.
+//!
+//! - [`spec`]: what a function is, how deploys are checked, the state file;
+//! - [`dispatch`]: instances, slots, the queue, proxying, logs;
+//! - [`instance`]: starting and stopping one instance per backend;
+//! - [`api`]: the routes; [`metrics`]: `/metrics`; [`error`]: JSON errors.
+
+pub mod api;
+pub mod dispatch;
+pub mod error;
+pub mod instance;
+pub mod metrics;
+pub mod spec;
+
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The address `shoal serve` listens on unless `--listen` says otherwise
+/// (and that `shoal fn` talks to).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8640";
+
+/// How long stopping instances may take on SIGTERM/SIGINT.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Raises the soft descriptor limit to the hard one: every client
+/// connection and every instance connection is a descriptor.
+fn raise_nofile() {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit write or read only the struct given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
+/// Runs the gateway until SIGTERM or SIGINT.
+pub fn serve(listen: &str, state: Option<PathBuf>) -> Result<()> {
+    let addr: SocketAddr = listen.parse().with_context(|| format!("--listen {listen}: expected ADDR:PORT, e.g. {DEFAULT_LISTEN}"))?;
+    let state = match state {
+        Some(s) => s,
+        None => spec::default_state_dir()?,
+    };
+    let store = spec::Store::open(&state)?;
+    let functions = store.load()?;
+    let tender = crate::bench::tender_binary()?;
+    raise_nofile();
+    let scratch = tempfile::Builder::new().prefix("shoal-serve-").tempdir().context("cannot make a scratch directory for bundles")?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let result = rt.block_on(async move {
+        instance::remove_stale_containers().await;
+        let dispatcher = Arc::new(dispatch::Dispatcher::new(instance::Launcher { tender, scratch: scratch.path().to_path_buf() }));
+        for f in functions {
+            dispatcher.put(f);
+        }
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+        let local = listener.local_addr()?;
+        let app = Arc::new(api::App { dispatcher: dispatcher.clone(), store: Mutex::new(store) });
+        // Keep-warm: a tick well below any sensible keep-warm time.
+        let reaper = dispatcher.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tick.tick().await;
+                reaper.reap_idle();
+            }
+        });
+        println!("listening on http://{local} (state {})", state.display());
+        let _ = std::io::stdout().flush();
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let server = axum::serve(listener, api::router(app));
+        tokio::select! {
+            r = server => r.context("the gateway's server failed")?,
+            _ = term.recv() => eprintln!("shoal: SIGTERM: stopping the instances"),
+            _ = tokio::signal::ctrl_c() => eprintln!("shoal: SIGINT: stopping the instances"),
+        }
+        dispatcher.shutdown(STOP_GRACE).await;
+        drop(scratch);
+        Ok::<(), anyhow::Error>(())
+    });
+    // Connections still open (log followers, keep-alive clients) are not
+    // waited for: the instances are gone, the gateway is done.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    result
+}

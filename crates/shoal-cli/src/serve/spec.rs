@@ -1,0 +1,282 @@
+//! What a deployed function is (its settings), how a deploy request is
+//! checked, and how the set of functions is kept on disk under `--state`.
+//!
+//! Everything a request can get wrong is found here, before anything is
+//! written: a deploy either passes every check and is persisted with one
+//! atomic rename, or it is refused with an [`ApiError`] and the state
+//! directory is untouched.
+
+use super::error::ApiError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Which sandbox runs a function's instances.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// shoal's seccomp-sandboxed process tender.
+    Spt,
+    /// shoal's KVM tender.
+    Hvt,
+    /// The function's native static build as a plain Linux process.
+    Process,
+    /// The native build in an OCI bundle run by runc.
+    Runc,
+    /// The native build in an OCI bundle run by gVisor's runsc.
+    Runsc,
+}
+
+impl Backend {
+    /// The backend named `s`, or a 422 naming the ones there are.
+    pub fn parse(s: &str) -> Result<Backend, ApiError> {
+        Ok(match s {
+            "spt" => Backend::Spt,
+            "hvt" => Backend::Hvt,
+            "process" => Backend::Process,
+            "runc" => Backend::Runc,
+            "runsc" => Backend::Runsc,
+            _ => return Err(ApiError::Unprocessable(format!("unknown backend `{s}`: expected spt, hvt, process, runc or runsc"))),
+        })
+    }
+
+    /// The name used in the API and the metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Spt => "spt",
+            Backend::Hvt => "hvt",
+            Backend::Process => "process",
+            Backend::Runc => "runc",
+            Backend::Runsc => "runsc",
+        }
+    }
+
+    /// Whether the image is a shoal image (otherwise a native executable).
+    pub fn is_shoal(self) -> bool {
+        matches!(self, Backend::Spt | Backend::Hvt)
+    }
+}
+
+/// A deployed function: a name, an image and its settings.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Function {
+    /// The function's name (letters, digits, `-`, `_`).
+    pub name: String,
+    /// The image: a shoal image for spt/hvt, a native static executable otherwise.
+    pub image: PathBuf,
+    /// The backend that runs it.
+    pub backend: Backend,
+    /// Guest memory for spt/hvt (`--mem`), e.g. "256M".
+    pub memory: String,
+    /// Requests one instance serves at once.
+    pub concurrency: u32,
+    /// The most instances running at once.
+    pub max_instances: u32,
+    /// Requests that may wait for a free instance; beyond that, 429.
+    pub queue: u32,
+    /// Time for an instance to answer (response head) before 504, in ms.
+    pub timeout_ms: u64,
+    /// How long an idle instance is kept before it is stopped, in ms.
+    pub keep_warm_ms: u64,
+    /// The root file system of the instances (spt/hvt `--fs`; `FN_ROOT` natively).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs: Option<PathBuf>,
+    /// Extra environment variables.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// The body of `PUT /functions/NAME`. Unknown fields are refused, so that
+/// a misspelt setting is not silently ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployRequest {
+    /// If given, must be the name in the URL.
+    pub name: Option<String>,
+    /// Absolute path of the image on the gateway's machine.
+    pub image: Option<PathBuf>,
+    /// spt (default), hvt, process, runc or runsc.
+    pub backend: Option<String>,
+    /// Guest memory (spt/hvt), default 256M.
+    pub memory: Option<String>,
+    /// Default 8.
+    pub concurrency: Option<u32>,
+    /// Default 4.
+    pub max_instances: Option<u32>,
+    /// Default 256.
+    pub queue: Option<u32>,
+    /// Default 30,000.
+    pub timeout_ms: Option<u64>,
+    /// Default 60,000.
+    pub keep_warm_ms: Option<u64>,
+    /// Root file system directory.
+    pub fs: Option<PathBuf>,
+    /// Extra environment.
+    pub env: Option<BTreeMap<String, String>>,
+}
+
+/// Checks a function name: 1–64 letters, digits, `-` or `_`, starting
+/// with a letter or digit — so it is safe in a URL, a file name and a
+/// container id. A 400 otherwise.
+pub fn check_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(format!(
+            "invalid function name {name:?}: use 1 to 64 letters, digits, '-' or '_', starting with a letter or digit (no '/' or '..')"
+        )))
+    }
+}
+
+fn unprocessable(msg: String) -> ApiError {
+    ApiError::Unprocessable(msg)
+}
+
+fn range<T: PartialOrd + std::fmt::Display + Copy>(what: &str, v: T, lo: T, hi: T) -> Result<T, ApiError> {
+    if v < lo || v > hi {
+        return Err(unprocessable(format!("{what} {v} is out of range: expected {lo} to {hi}")));
+    }
+    Ok(v)
+}
+
+/// Checks that `image` can run on `backend`: an existing regular file,
+/// a shoal image the loader accepts for spt/hvt, an ELF executable
+/// otherwise. 422 with the reason if not.
+fn check_image(image: &Path, backend: Backend) -> Result<(), ApiError> {
+    if !image.is_absolute() {
+        return Err(unprocessable(format!("image {}: give an absolute path (the gateway may run in another directory)", image.display())));
+    }
+    let meta = std::fs::metadata(image).map_err(|e| unprocessable(format!("image {}: {e}", image.display())))?;
+    if !meta.is_file() {
+        return Err(unprocessable(format!("image {} is not a regular file", image.display())));
+    }
+    if backend.is_shoal() {
+        shoal_loader::Image::open(image).map_err(|e| unprocessable(format!("image {} is not a usable shoal image: {e}", image.display())))?;
+    } else {
+        let mut head = [0u8; 4];
+        let ok = std::fs::File::open(image).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head)).is_ok();
+        if !ok || head != *b"\x7fELF" {
+            return Err(unprocessable(format!("image {} is not an ELF executable (the {} backend runs the native build)", image.display(), backend.name())));
+        }
+    }
+    Ok(())
+}
+
+impl Function {
+    /// The function a deploy request describes, after every check.
+    pub fn from_request(name: &str, req: DeployRequest) -> Result<Function, ApiError> {
+        check_name(name)?;
+        if let Some(n) = &req.name {
+            if n != name {
+                return Err(ApiError::Conflict(format!("the body names function {n:?} but the URL names {name:?}")));
+            }
+        }
+        let backend = Backend::parse(req.backend.as_deref().unwrap_or("spt"))?;
+        let image = req.image.ok_or_else(|| unprocessable("the body has no \"image\": give the image's absolute path".into()))?;
+        check_image(&image, backend)?;
+        let memory = req.memory.unwrap_or_else(|| "256M".into());
+        let bytes = shoal_tender::parse_size(&memory).map_err(|e| unprocessable(format!("memory: {e}")))?;
+        range("memory (bytes)", bytes, 4 << 20, 64 << 30)?;
+        if let Some(fs) = &req.fs {
+            if !fs.is_absolute() || !fs.is_dir() {
+                return Err(unprocessable(format!("fs {}: give the absolute path of an existing directory", fs.display())));
+            }
+        }
+        let env = req.env.unwrap_or_default();
+        for k in env.keys() {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || ["PORT", "LISTEN_FD", "FN_ROOT"].contains(&k.as_str()) {
+                return Err(unprocessable(format!("env {k:?}: not a name the function may set (PORT, LISTEN_FD and FN_ROOT belong to the gateway)")));
+            }
+        }
+        if env.values().any(|v| v.contains('\0')) {
+            return Err(unprocessable("env: a value contains a NUL byte".into()));
+        }
+        Ok(Function {
+            name: name.to_string(),
+            image,
+            backend,
+            memory,
+            concurrency: range("concurrency", req.concurrency.unwrap_or(8), 1, 1024)?,
+            max_instances: range("max_instances", req.max_instances.unwrap_or(4), 1, 1024)?,
+            queue: range("queue", req.queue.unwrap_or(256), 0, 100_000)?,
+            timeout_ms: range("timeout_ms", req.timeout_ms.unwrap_or(30_000), 1, 3_600_000)?,
+            keep_warm_ms: range("keep_warm_ms", req.keep_warm_ms.unwrap_or(60_000), 0, 86_400_000)?,
+            fs: req.fs,
+            env,
+        })
+    }
+}
+
+/// The state file's contents.
+#[derive(Default, Serialize, Deserialize)]
+struct StateFile {
+    functions: Vec<Function>,
+}
+
+/// The functions file under the state directory.
+pub struct Store {
+    dir: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating it, mode 0700, if needed) the state directory.
+    pub fn open(dir: &Path) -> anyhow::Result<Store> {
+        use anyhow::Context;
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| format!("cannot create the state directory {}", dir.display()))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        }
+        anyhow::ensure!(dir.is_dir(), "the state directory {} is not a directory", dir.display());
+        Ok(Store { dir: dir.to_path_buf() })
+    }
+
+    fn file(&self) -> PathBuf {
+        self.dir.join("functions.json")
+    }
+
+    /// The functions saved by the last [`Store::save`] (none at first).
+    pub fn load(&self) -> anyhow::Result<Vec<Function>> {
+        use anyhow::Context;
+        match std::fs::read(self.file()) {
+            Ok(b) => Ok(serde_json::from_slice::<StateFile>(&b)
+                .with_context(|| format!("the state file {} is not valid", self.file().display()))?
+                .functions),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", self.file().display())),
+        }
+    }
+
+    /// Writes the whole set atomically: a temporary file, fsync, rename
+    /// over the old one, fsync of the directory — a crash leaves the old
+    /// set or the new one, never half of either.
+    pub fn save(&self, functions: &[Function]) -> std::io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let tmp = self.dir.join(".functions.json.tmp");
+        let body = serde_json::to_vec_pretty(&StateFile { functions: functions.to_vec() }).map_err(std::io::Error::other)?;
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        f.write_all(&body)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, self.file())?;
+        std::fs::File::open(&self.dir)?.sync_all()
+    }
+}
+
+/// The default state directory: `$XDG_STATE_HOME/shoal/serve`, else
+/// `~/.local/state/shoal/serve`.
+pub fn default_state_dir() -> anyhow::Result<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|x| !x.is_empty()) {
+        return Ok(PathBuf::from(x).join("shoal/serve"));
+    }
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).ok_or_else(|| anyhow::anyhow!("neither XDG_STATE_HOME nor HOME is set: give --state DIR"))?;
+    Ok(PathBuf::from(home).join(".local/state/shoal/serve"))
+}
