@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -184,7 +184,13 @@ pub struct BootInfo {
     /// (`--publish`, `--listen-fd`); a guest `bind` + `listen` on the
     /// matching port is attached to one of them.
     pub listeners: [Listener; MAX_LISTENERS],
+    /// Console flags ([`CONSOLE_STDIN_TTY`]).
+    pub console_flags: u64,
 }
+
+/// [`BootInfo::console_flags`]: the tender's standard input is a terminal
+/// (the guest's descriptor 0 then answers `isatty` and termios ioctls).
+pub const CONSOLE_STDIN_TTY: u64 = 1;
 
 /// [`BootInfo::net_flags`]: the guest may open sockets of its own and
 /// connect out (`--net-outbound`).
@@ -231,6 +237,12 @@ pub enum Hypercall {
     /// Block until a host socket is ready or a deadline passes:
     /// [`NetPollArgs`] pointing at an array of [`NetPollFd`].
     NetPoll = 6,
+    /// Read the tender's standard input without blocking:
+    /// [`ConsoleReadArgs`]. A guest waits for input in
+    /// [`Hypercall::NetPoll`] on [`STDIN_HANDLE`].
+    ConsoleRead = 7,
+    /// Change the protection of guest pages: [`ProtectArgs`].
+    Protect = 8,
 }
 
 impl Hypercall {
@@ -243,13 +255,15 @@ impl Hypercall {
             4 => Some(Hypercall::Fault),
             5 => Some(Hypercall::Net),
             6 => Some(Hypercall::NetPoll),
+            7 => Some(Hypercall::ConsoleRead),
+            8 => Some(Hypercall::Protect),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 7;
+pub const HYPERCALL_MAX: u64 = 9;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;
@@ -267,6 +281,48 @@ pub struct ConsoleWriteArgs {
     /// Number of bytes.
     pub len: u64,
     /// Out: bytes written, or a negative Linux errno.
+    pub ret: i64,
+}
+
+/// Arguments of [`Hypercall::ConsoleRead`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConsoleReadArgs {
+    /// Guest address of the buffer.
+    pub buf: u64,
+    /// Its size.
+    pub len: u64,
+    /// Out: bytes read, 0 at end of input, `-EAGAIN` when no input is
+    /// available now (the tender never blocks here), or another negative
+    /// Linux errno.
+    pub ret: i64,
+}
+
+/// The [`NetPollFd::handle`] that stands for the tender's standard input
+/// (never a socket's handle: those start at 3 on both tenders).
+pub const STDIN_HANDLE: i32 = 0;
+
+/// [`ProtectArgs::prot`] bits, Linux's values. Execute permission cannot
+/// be asked for: the image's code is the only executable guest memory.
+pub const PROT_READ: u64 = 1;
+/// Writable (see [`PROT_READ`]).
+pub const PROT_WRITE: u64 = 2;
+
+/// Arguments of [`Hypercall::Protect`]: give `[addr, addr + len)` (page
+/// aligned, inside the kernel's free memory `[heap_start, heap_end)` or the
+/// main stack `[stack_base, stack_top)`) the protection `prot`
+/// (`PROT_READ | PROT_WRITE`, `PROT_READ`, or 0 for no access).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProtectArgs {
+    /// First address (page aligned).
+    pub addr: u64,
+    /// Length in bytes (page aligned, not 0).
+    pub len: u64,
+    /// [`PROT_READ`] and [`PROT_WRITE`] bits.
+    pub prot: u64,
+    /// Out: 0, or a negative Linux errno (`EINVAL` for a range or
+    /// protection the tender does not allow).
     pub ret: i64,
 }
 
@@ -424,6 +480,8 @@ mod tests {
         assert_eq!(size_of::<AbiNote>(), 16);
         assert_eq!(size_of::<ConsoleWriteArgs>(), 32);
         assert_eq!(size_of::<PollArgs>(), 32);
+        assert_eq!(size_of::<ConsoleReadArgs>(), 24);
+        assert_eq!(size_of::<ProtectArgs>(), 32);
         assert_eq!(size_of::<FaultArgs>(), 40);
         assert_eq!(size_of::<NetOp>(), 72);
         assert_eq!(size_of::<NetPollFd>(), 8);

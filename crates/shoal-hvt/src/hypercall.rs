@@ -16,7 +16,8 @@
 
 use crate::x86;
 use shoal_abi::{
-    ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, PollArgs, CONSOLE_STDERR, CONSOLE_STDOUT, HYPERCALL_PORT_BASE,
+    ConsoleReadArgs, ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, PollArgs, ProtectArgs, CONSOLE_STDERR,
+    CONSOLE_STDOUT, HYPERCALL_PORT_BASE,
 };
 use shoal_loader::{GuestAddr, GuestMemory, MemError};
 use std::io::Write;
@@ -255,6 +256,27 @@ pub fn handle(
             };
             put(g, call, arg, &a)
         }
+        Hypercall::ConsoleRead => {
+            let mut a: ConsoleReadArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            a.ret = console_read(g, &a);
+            put(g, call, arg, &a)
+        }
+        Hypercall::Protect => {
+            let mut a: ProtectArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            match protect(&a) {
+                Ok(r) => {
+                    a.ret = r;
+                    put(g, call, arg, &a)
+                }
+                Err(e) => Action::Stopped(e),
+            }
+        }
         Hypercall::Fault => {
             // Only the CPL-0 stub reports CPU exceptions, from its own stack
             // in tender-private memory. The guest at CPL 3 can write this
@@ -279,6 +301,38 @@ pub fn handle(
             Action::Fault(FaultArgs { vector: q(0), error_code: q(1), rip: q(2), rsp: q(3), cr2: q(4) })
         }
     }
+}
+
+/// Reads the VMM's stdin (descriptor 0) without blocking, into guest
+/// memory the guest may write: the descriptor may be a blocking pipe or
+/// terminal shared with the caller, so its flags are left alone and a
+/// zero-timeout `poll` decides whether the `read` returns at once. The
+/// guest waits for input in `NetPoll` on `STDIN_HANDLE`.
+fn console_read(g: &Guest<'_>, a: &ConsoleReadArgs) -> i64 {
+    if !g.read_only.writable(g.mem, a.buf, a.len) {
+        return EFAULT;
+    }
+    let mut p = libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd; no timeout.
+    let rc = unsafe { libc::poll(&mut p, 1, 0) };
+    if rc < 0 {
+        return -i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+    }
+    if rc == 0 {
+        return -i64::from(libc::EAGAIN);
+    }
+    let mut buf = [0u8; 16 * 1024];
+    let n = (a.len as usize).min(buf.len());
+    // SAFETY: `buf` has room for `n` bytes.
+    let got = unsafe { libc::read(0, buf.as_mut_ptr().cast(), n) };
+    if got < 0 {
+        return -i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+    }
+    let got = got as usize;
+    if g.mem.write(GuestAddr(a.buf), &buf[..got]).is_err() {
+        return EFAULT;
+    }
+    got as i64
 }
 
 fn console_write(mem: &GuestMemory, a: &ConsoleWriteArgs, console: &mut Console<'_>, wrote: &mut bool) -> i64 {
@@ -308,6 +362,12 @@ fn console_write(mem: &GuestMemory, a: &ConsoleWriteArgs, console: &mut Console<
     }
     let _ = out.flush();
     i64::try_from(done).unwrap_or(i64::MAX)
+}
+
+/// Protection changes (item 1 on hvt) are not done yet: refused as the
+/// host refuses an unsupported operation.
+fn protect(_a: &ProtectArgs) -> Result<i64, String> {
+    Ok(-i64::from(libc::ENOSYS))
 }
 
 #[cfg(test)]

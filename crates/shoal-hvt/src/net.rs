@@ -531,6 +531,9 @@ impl Net {
             };
             let fd = if e.handle < 0 {
                 -1
+            } else if e.handle == shoal_abi::STDIN_HANDLE {
+                // The VMM's stdin: an idle guest waits here for input.
+                0
             } else {
                 match self.fd(i64::from(e.handle)) {
                     Ok(fd) => fd,
@@ -566,7 +569,7 @@ impl Net {
             i64::from(rc)
         };
         for (i, (e, p)) in self.entries.iter_mut().zip(&self.pollfds).enumerate() {
-            let unknown = e.handle >= 0 && p.fd < 0;
+            let unknown = e.handle >= 0 && p.fd < 0 && e.handle != shoal_abi::STDIN_HANDLE;
             e.revents = if unknown { libc::POLLNVAL } else if rc > 0 { p.revents } else { 0 };
             if g.mem.write_obj(GuestAddr(a.fds + i as u64 * size), e).is_err() {
                 return Ok(neg(libc::EFAULT));

@@ -92,6 +92,21 @@ pub struct BootParams {
     pub listeners: [shoal_abi::Listener; shoal_abi::MAX_LISTENERS],
     /// How many of `listeners` are used.
     pub listener_count: u64,
+    /// Console flags (`shoal_abi::CONSOLE_STDIN_TTY`).
+    pub console_flags: u64,
+}
+
+/// What the guest is told about the tender's standard input: whether it
+/// is a terminal (so the guest's `isatty(0)` answers as the program would
+/// natively).
+fn stdin_flags() -> u64 {
+    // SAFETY: isatty only inspects descriptor 0, which may be closed
+    // (then it answers 0).
+    if unsafe { libc::isatty(0) } == 1 {
+        shoal_abi::CONSOLE_STDIN_TTY
+    } else {
+        0
+    }
 }
 
 impl BootParams {
@@ -118,6 +133,7 @@ impl BootParams {
             net_flags: 0,
             listeners: [shoal_abi::Listener::default(); shoal_abi::MAX_LISTENERS],
             listener_count: 0,
+            console_flags: stdin_flags(),
         })
     }
 }
@@ -245,6 +261,7 @@ pub fn write_boot_state(
         net_flags: params.net_flags,
         listener_count: params.listener_count.min(shoal_abi::MAX_LISTENERS as u64),
         listeners: params.listeners,
+        console_flags: params.console_flags,
     };
     mem.write_obj(GuestAddr(BOOT_INFO_ADDR), &info)
         .map_err(mem_err("boot info"))?;

@@ -71,6 +71,10 @@ unsafe impl Pod for shoal_abi::NetArgs {}
 unsafe impl Pod for shoal_abi::NetOp {}
 // SAFETY: as above.
 unsafe impl Pod for shoal_abi::NetPollArgs {}
+// SAFETY: as above (three 8-byte fields).
+unsafe impl Pod for shoal_abi::ConsoleReadArgs {}
+// SAFETY: as above (four 8-byte fields).
+unsafe impl Pod for shoal_abi::ProtectArgs {}
 // SAFETY: i32, i16, i16: 8 bytes, no padding.
 unsafe impl Pod for shoal_abi::NetPollFd {}
 // SAFETY: a plain integer.

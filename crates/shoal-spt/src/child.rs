@@ -228,6 +228,7 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         }
     }
     hypercall::install(sys::rdfsbase(), stack_top, mem_size, &ro[..n]);
+    crate::protect::install(p.layout.heap_start, mem_size);
 
     // Last: no_new_privs and the filter. From here on only the allow-list.
     seccompiler::apply_filter(p.filter).map_err(|e| {

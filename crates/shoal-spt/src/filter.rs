@@ -17,6 +17,27 @@
 //! | `exit_group` (231) | any | halt and fault hypercalls; the tender stopping an instance |
 //! | `clock_nanosleep` (230) | clock (32-bit) == `CLOCK_MONOTONIC` (1) and flags (32-bit) == 0 (relative) | poll hypercall (the only way a guest blocks) |
 //! | `restart_syscall` (219) | none (it has none) | the kernel, not spt: a `clock_nanosleep` interrupted by a stop (SIGSTOP/SIGTSTP and SIGCONT, a cgroup freeze, a debugger attaching) is resumed through it; it can only continue the interrupted, already allowed call with its saved arguments |
+//! | `read` (0) | fd (32-bit) == 0 | `ConsoleRead` hypercall: the instance's stdin (a hostile guest reads the input it was given anyway) |
+//! | `ppoll` (271) | any | `NetPoll` hypercall: an idle instance waits here for stdin (and host sockets); polling fds 0-2 tells it nothing it does not know, every other fd is its own socket |
+//! | `mprotect` (10) | `heap_start <= addr`, `addr + len <= mem_size` (a ladder of rules, below), prot only `PROT_READ`/`PROT_WRITE` bits | `Protect` hypercall (the kernel's `mprotect`: guard pages, `PROT_NONE`) |
+//!
+//! **Why `mprotect` is safe to allow.** The tender makes the call in the
+//! `Protect` handler (`crate::protect`), which checks the request; but the
+//! guest shares the process and could make it directly, so the filter
+//! itself bounds it: the range must lie in the guest's free memory and main
+//! stack, `[heap_start, mem_size)`, above the image's code and read-only
+//! data, the archive and the boot-info page (which keep their protection),
+//! and the protection can hold no `PROT_EXEC` (nor `PROT_GROWSDOWN`/`UP`),
+//! so nothing the guest can write ever becomes executable and the tender's
+//! own mappings (outside guest memory) are never reached. seccomp compares
+//! each argument with constants and cannot add `addr + len`, so the upper
+//! bound is a ladder: a call starting at distance `d` below `mem_size`
+//! (`2^j < d <= 2^(j+1)`) may cover at most `2^j` bytes (one rule per `j`,
+//! about 30), which keeps `addr + len <= mem_size`; the handler splits
+//! requests into such pieces. Letting the guest call the host `mprotect`
+//! unchecked (the alternative) would let it make the tender's read-only
+//! data writable; a hypercall alone would not help, because the filter
+//! cannot tell the tender's call from the guest's.
 //!
 //! An instance with networking (listening sockets handed over with
 //! `--publish`/`--listen-fd`, or `--net-outbound`; DESIGN §3.1) also gets,
@@ -28,12 +49,11 @@
 //! | `sendto` (44), `recvfrom` (45) | fd >= 3 | `Net` hypercall: data on guest sockets | send and receive on its own connections |
 //! | `shutdown` (48), `close` (3), `listen` (50) | fd >= 3 | `Net` hypercall | end or resize its own sockets |
 //! | `getsockname` (51), `getpeername` (52), `getsockopt` (55), `setsockopt` (54) | fd >= 3 | `Net` hypercall | read and set options of its own sockets; options that need privilege (`SO_BINDTODEVICE`, `IP_TRANSPARENT`, …) fail for want of capabilities |
-//! | `ppoll` (271) | any | `NetPoll` hypercall (a networked instance blocks here) | wait; polling fds 0-2 tells it nothing it does not know |
 //! | `accept4` (288) | 3 <= fd < 3 + listeners, flags include `SOCK_NONBLOCK` (any fd >= 3 with outbound) | `Net` hypercall | take connections from the ports it was given |
 //! | `socket` (41) | domain `AF_INET` or `AF_INET6`, type includes `SOCK_NONBLOCK`; outbound only | `Net` hypercall | make TCP/UDP sockets |
 //! | `bind` (49), `connect` (42) | fd >= 3; outbound only | `Net` hypercall | bind and connect where Landlock allows (TCP: no bind but port 0, connect to any port; UDP is not covered by Landlock: with outbound on, any UDP destination) |
 //!
-//! Four system calls; Solo5's spt allows seven to nine because it also has
+//! Seven system calls; Solo5's spt allows seven to nine because it also has
 //! block and network devices. Not needed and so not allowed: `rt_sigreturn`
 //! (spt's signal handlers never return), `exit` (glibc's `_exit` uses
 //! `exit_group`), `clock_gettime` (the guest reads the TSC; glibc's
@@ -62,17 +82,72 @@ fn has_bits(arg: u8, bits: u64) -> Result<SeccompCondition, FilterError> {
     SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(bits), bits)
 }
 
+/// The guest memory the `mprotect` rules allow: `[heap_start, mem_size)`
+/// (page aligned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestRange {
+    /// First address the guest may protect.
+    pub heap_start: u64,
+    /// End of guest memory.
+    pub mem_size: u64,
+}
+
 /// The allow-list of an instance without networking (see [`rules_for`]).
-pub fn rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, FilterError> {
-    rules_for(NetPolicy::default())
+pub fn rules(g: GuestRange) -> Result<BTreeMap<i64, Vec<SeccompRule>>, FilterError> {
+    rules_for(NetPolicy::default(), g)
+}
+
+fn qword(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, FilterError> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Qword, op, value)
+}
+
+/// The `mprotect` ladder (module docs): one rule per distance class below
+/// `mem_size`, each also bounded below by `heap_start` and refusing every
+/// protection bit but `PROT_READ | PROT_WRITE`.
+fn mprotect_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
+    let page = shoal_abi::PAGE_SIZE;
+    let prot_ok = || SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xffff_fffc), 0);
+    let mut rules = Vec::new();
+    if g.mem_size < g.heap_start + page {
+        return Ok(rules);
+    }
+    // The last page: d == one page.
+    rules.push(SeccompRule::new(vec![
+        qword(0, SeccompCmpOp::Ge, (g.mem_size - page).max(g.heap_start))?,
+        qword(0, SeccompCmpOp::Lt, g.mem_size)?,
+        qword(1, SeccompCmpOp::Le, page)?,
+        prot_ok()?,
+    ])?);
+    // 2^j < d <= 2^(j+1): addr in [mem_size - 2^(j+1), mem_size - 2^j), len <= 2^j.
+    for j in 12..63u32 {
+        let step = 1u64 << j;
+        let hi = g.mem_size.saturating_sub(step);
+        if hi <= g.heap_start {
+            break;
+        }
+        let lo = g.mem_size.saturating_sub(step << 1).max(g.heap_start);
+        rules.push(SeccompRule::new(vec![
+            qword(0, SeccompCmpOp::Ge, lo)?,
+            qword(0, SeccompCmpOp::Lt, hi)?,
+            qword(1, SeccompCmpOp::Le, step)?,
+            prot_ok()?,
+        ])?);
+    }
+    Ok(rules)
 }
 
 /// The allow-list as seccompiler rules: system call number → alternatives
 /// (each alternative a conjunction of argument checks; none: any
 /// arguments). An instance with networking (`net.any()`) also gets the
 /// socket calls of the table in the module docs.
-pub fn rules_for(net: NetPolicy) -> Result<BTreeMap<i64, Vec<SeccompRule>>, FilterError> {
+pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<SeccompRule>>, FilterError> {
     let mut r = BTreeMap::new();
+    // ConsoleRead: the instance's stdin, nothing else.
+    r.insert(libc::SYS_read, vec![SeccompRule::new(vec![eq32(0, 0)?])?]);
+    // NetPoll: where an idle instance waits for stdin and host sockets.
+    r.insert(libc::SYS_ppoll, vec![]);
+    // Protect: the guest's free memory and stack, never executable.
+    r.insert(libc::SYS_mprotect, mprotect_rules(g)?);
     // Console hypercall and the tender's messages: stdout and stderr only.
     r.insert(
         libc::SYS_write,
@@ -113,8 +188,6 @@ pub fn rules_for(net: NetPolicy) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Filt
     ] {
         r.insert(nr, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
     }
-    // NetPoll: the only way a networked instance blocks.
-    r.insert(libc::SYS_ppoll, vec![]);
     // accept4, non-blocking only: on the handed-over listening sockets, or
     // with outbound on, on any guest socket.
     let nonblock = has_bits(3, libc::SOCK_NONBLOCK as u64)?;
@@ -144,9 +217,9 @@ pub fn rules_for(net: NetPolicy) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Filt
 
 /// Compiles the filter for an instance with network policy `net`. Done
 /// before the point of no return, because it allocates.
-pub fn program(net: NetPolicy) -> Result<BpfProgram, FilterError> {
+pub fn program(net: NetPolicy, g: GuestRange) -> Result<BpfProgram, FilterError> {
     let filter = SeccompFilter::new(
-        rules_for(net)?,
+        rules_for(net, g)?,
         SeccompAction::Trap,
         SeccompAction::Allow,
         seccompiler::TargetArch::x86_64,
@@ -156,27 +229,51 @@ pub fn program(net: NetPolicy) -> Result<BpfProgram, FilterError> {
 
 #[cfg(test)]
 mod tests {
+    use super::GuestRange;
+
+    const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20 };
+
     #[test]
-    fn allow_list_is_four_calls() {
-        let r = super::rules().unwrap();
-        let nrs: Vec<i64> = r.keys().copied().collect();
-        assert_eq!(
-            nrs,
-            vec![
-                libc::SYS_write,
-                libc::SYS_restart_syscall,
-                libc::SYS_clock_nanosleep,
-                libc::SYS_exit_group
-            ]
-        );
-        assert!(!super::program(super::NetPolicy::default()).unwrap().is_empty());
+    fn allow_list_is_seven_calls() {
+        let r = super::rules(G).unwrap();
+        let mut nrs: Vec<i64> = r.keys().copied().collect();
+        nrs.sort_unstable();
+        let mut want = vec![
+            libc::SYS_read,
+            libc::SYS_write,
+            libc::SYS_mprotect,
+            libc::SYS_restart_syscall,
+            libc::SYS_clock_nanosleep,
+            libc::SYS_exit_group,
+            libc::SYS_ppoll,
+        ];
+        want.sort_unstable();
+        assert_eq!(nrs, want);
+        assert!(!super::program(super::NetPolicy::default(), G).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_mprotect_ladder_covers_the_guest_range_and_nothing_past_it() {
+        // Each rule: [lo, hi) for addr and a maximum len; lo >= heap_start
+        // and hi - 1 + len <= mem_size, and the rules tile [heap_start, mem_size).
+        let rules = super::mprotect_rules(G).unwrap();
+        assert!(rules.len() > 10 && rules.len() < 40, "{} rules", rules.len());
+        let mut covered = G.mem_size;
+        let mut addr = G.mem_size - shoal_abi::PAGE_SIZE;
+        while addr >= G.heap_start {
+            let max = crate::protect::max_len(addr, G.mem_size);
+            assert!(addr + max <= G.mem_size);
+            covered = covered.min(addr);
+            addr -= shoal_abi::PAGE_SIZE;
+        }
+        assert_eq!(covered, G.heap_start);
     }
 
     #[test]
     fn networking_adds_only_socket_calls_on_guest_descriptors() {
         use super::NetPolicy;
-        let inbound = super::rules_for(NetPolicy { listeners: 2, outbound: false }).unwrap();
-        let mut extra: Vec<i64> = inbound.keys().copied().filter(|n| !super::rules().unwrap().contains_key(n)).collect();
+        let inbound = super::rules_for(NetPolicy { listeners: 2, outbound: false }, G).unwrap();
+        let mut extra: Vec<i64> = inbound.keys().copied().filter(|n| !super::rules(G).unwrap().contains_key(n)).collect();
         extra.sort_unstable();
         let mut want = vec![
             libc::SYS_close,
@@ -188,15 +285,14 @@ mod tests {
             libc::SYS_getpeername,
             libc::SYS_setsockopt,
             libc::SYS_getsockopt,
-            libc::SYS_ppoll,
             libc::SYS_accept4,
         ];
         want.sort_unstable();
         assert_eq!(extra, want);
-        let out = super::rules_for(NetPolicy { listeners: 0, outbound: true }).unwrap();
+        let out = super::rules_for(NetPolicy { listeners: 0, outbound: true }, G).unwrap();
         for nr in [libc::SYS_socket, libc::SYS_bind, libc::SYS_connect] {
             assert!(out.contains_key(&nr) && !inbound.contains_key(&nr));
         }
-        assert!(!super::program(NetPolicy { listeners: 1, outbound: true }).unwrap().is_empty());
+        assert!(!super::program(NetPolicy { listeners: 1, outbound: true }, G).unwrap().is_empty());
     }
 }

@@ -22,8 +22,8 @@ use crate::EXIT_STOPPED;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use shoal_abi::{
-    ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, NetArgs, NetPollArgs, PollArgs, BOOT_INFO_ADDR, CONSOLE_STDERR,
-    CONSOLE_STDOUT,
+    ConsoleReadArgs, ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, NetArgs, NetPollArgs, PollArgs, ProtectArgs,
+    BOOT_INFO_ADDR, CONSOLE_STDERR, CONSOLE_STDOUT,
 };
 use shoal_loader::{GuestAddr, GuestMemory, Pod};
 
@@ -154,6 +154,8 @@ fn name(nr: u64) -> &'static str {
         Some(Hypercall::Fault) => "fault",
         Some(Hypercall::Net) => "net",
         Some(Hypercall::NetPoll) => "net poll",
+        Some(Hypercall::ConsoleRead) => "console read",
+        Some(Hypercall::Protect) => "protect",
         None => "unknown",
     }
 }
@@ -225,6 +227,16 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
             };
             put(arg, &a);
         }
+        Some(Hypercall::ConsoleRead) => {
+            let mut a: ConsoleReadArgs = args(nr, arg, true);
+            a.ret = console_read(&a);
+            put(arg, &a);
+        }
+        Some(Hypercall::Protect) => {
+            let mut a: ProtectArgs = args(nr, arg, true);
+            a.ret = crate::protect::protect(&a);
+            put(arg, &a);
+        }
         Some(Hypercall::Fault) => {
             let a: FaultArgs = args(nr, arg, false);
             stop(
@@ -270,6 +282,38 @@ fn console_write(a: &ConsoleWriteArgs) -> i64 {
         }
     }
     done as i64
+}
+
+/// Reads the instance's stdin (descriptor 0) without blocking: the host
+/// descriptor may be a blocking pipe or terminal shared with the caller,
+/// so its flags are left alone and a zero-timeout `ppoll` decides whether
+/// the `read` would return at once.
+fn console_read(a: &ConsoleReadArgs) -> i64 {
+    if !writable(a.buf, a.len) {
+        return -i64::from(libc::EFAULT);
+    }
+    let Ok(ptr) = guest_mem().host_ptr(GuestAddr(a.buf), a.len) else {
+        return -i64::from(libc::EFAULT);
+    };
+    let mut p = libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 };
+    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+    let rc = unsafe { libc::syscall(libc::SYS_ppoll, &mut p as *mut libc::pollfd, 1usize, &zero as *const libc::timespec, core::ptr::null::<libc::sigset_t>(), 8usize) };
+    if rc < 0 {
+        return -i64::from(crate::sys::errno());
+    }
+    if rc == 0 {
+        return -i64::from(libc::EAGAIN);
+    }
+    let len = a.len.min(1 << 30) as usize;
+    // SAFETY: [ptr, ptr + len) lies in writable guest memory (checked
+    // above); the read writes at most `len` bytes there.
+    let n = unsafe { libc::read(0, ptr.cast(), len) };
+    if n < 0 {
+        -i64::from(crate::sys::errno())
+    } else {
+        n as i64
+    }
 }
 
 fn vector_name(v: u64) -> &'static str {

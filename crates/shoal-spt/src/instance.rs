@@ -93,7 +93,8 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     params.listener_count = spec.listeners.len() as u64;
     params.net_flags = if spec.outbound { shoal_abi::NET_OUTBOUND } else { 0 };
     crate::net::install(policy);
-    let filter = filter::program(policy).map_err(SptError::from)?;
+    let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size };
+    let filter = filter::program(policy, guest).map_err(SptError::from)?;
     let report = if spec.supervised {
         let fd = owned(spec::REPORT_FD);
         let p = sys::mmap_shared_fd(&fd, shoal_abi::PAGE_SIZE as usize).map_err(InstanceError::Report)?;

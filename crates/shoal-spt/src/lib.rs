@@ -82,6 +82,7 @@ mod hypercall;
 mod landlock;
 pub mod instance;
 mod net;
+mod protect;
 mod signals;
 mod spec;
 mod sys;

@@ -114,6 +114,9 @@ pub fn init() {
     let info = shoal_plat::boot::info();
     let n = (info.listener_count as usize).min(info.listeners.len());
     let outbound = info.net_flags & NET_OUTBOUND != 0;
+    // Always the idle wait: an idle instance waits for its standard input
+    // too, networked or not.
+    shoal_sched::set_idle_wait(idle_wait);
     if n == 0 && !outbound {
         return;
     }
@@ -122,7 +125,6 @@ pub fn init() {
         s.outbound = outbound;
     });
     crate::set_inet_backend(alloc::boxed::Box::new(HostBackend));
-    shoal_sched::set_idle_wait(idle_wait);
 }
 
 /// The backend: a handle on [`STATE`].
@@ -230,11 +232,21 @@ impl State {
             fds.push(NetPollFd { handle: fd as i32, events: ev as i16, revents: 0 });
             ids.push(id);
         }
+        // Standard input, when a reader found nothing and input is not
+        // known to be there (the last entry; no guest socket id).
+        let stdin = fds.len() < NET_MAX_POLL as usize && shoal_plat::console::with_stdin(|s| s.wants_wait());
+        if stdin {
+            fds.push(NetPollFd { handle: shoal_abi::STDIN_HANDLE, events: POLLIN as i16, revents: 0 });
+        }
         if fds.is_empty() {
             return None;
         }
         let rc = shoal_plat::hypercall::net_poll(&mut fds, timeout_ns);
         if rc > 0 {
+            if stdin {
+                let revents = fds[fds.len() - 1].revents;
+                shoal_plat::console::with_stdin(|s| s.learn(revents));
+            }
             for (f, id) in fds.iter().zip(&ids) {
                 if f.revents != 0 {
                     if let Some(s) = self.socks.get_mut(id) {
@@ -252,7 +264,8 @@ fn set_host_opt(fd: i64, level: i32, name: i32, val: &[u8]) -> Result<i64, Errno
 }
 
 /// The scheduler's idle wait (see `shoal_sched::IdleWait`): sleeps in the
-/// tender until a host socket has news or the deadline passes.
+/// tender until a host socket or standard input has news or the deadline
+/// passes.
 pub fn idle_wait(deadline: Option<u64>) -> bool {
     let timeout = match deadline {
         Some(d) => d.saturating_sub(shoal_time::monotonic_ns()),

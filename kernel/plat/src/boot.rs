@@ -61,6 +61,12 @@ pub unsafe fn init(bi: *const BootInfo) -> Result<(), BootError> {
     Ok(())
 }
 
+/// Whether the tender's boot information was taken (false only in unit
+/// tests, which have no tender).
+pub fn booted() -> bool {
+    BOOT.with(|b| b.is_some())
+}
+
 /// The boot information (a copy). Before `init` (only in unit tests) a
 /// zeroed one.
 pub fn info() -> BootInfo {
@@ -90,6 +96,7 @@ pub fn info() -> BootInfo {
             net_flags: 0,
             listener_count: 0,
             listeners: [shoal_abi::Listener::default(); shoal_abi::MAX_LISTENERS],
+            console_flags: 0,
         },
     })
 }

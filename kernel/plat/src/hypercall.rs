@@ -6,7 +6,9 @@
 //! caller's stack frame; results come back in the same structure.
 
 use core::sync::atomic::{AtomicU64, Ordering};
-use shoal_abi::{ConsoleWriteArgs, HaltArgs, Hypercall, NetArgs, NetOp, NetPollArgs, NetPollFd, PollArgs};
+use shoal_abi::{
+    ConsoleReadArgs, ConsoleWriteArgs, HaltArgs, Hypercall, NetArgs, NetOp, NetPollArgs, NetPollFd, PollArgs, ProtectArgs,
+};
 #[cfg(not(test))]
 use shoal_abi::HYPERCALL_PORT_BASE;
 
@@ -52,6 +54,24 @@ fn raw<T>(call: Hypercall, _arg: &mut T) {
 pub fn console_write(stream: u64, bytes: &[u8]) -> i64 {
     let mut a = ConsoleWriteArgs { stream, buf: bytes.as_ptr() as u64, len: bytes.len() as u64, ret: 0 };
     raw(Hypercall::ConsoleWrite, &mut a);
+    a.ret
+}
+
+/// Reads the tender's standard input into `buf` without blocking; returns
+/// bytes read, 0 at end of input, `-EAGAIN` when nothing is available now,
+/// or another negative errno.
+pub fn console_read(buf: &mut [u8]) -> i64 {
+    let mut a = ConsoleReadArgs { buf: buf.as_mut_ptr() as u64, len: buf.len() as u64, ret: 0 };
+    raw(Hypercall::ConsoleRead, &mut a);
+    a.ret
+}
+
+/// Asks the tender to give the guest pages `[addr, addr + len)` the
+/// protection `prot` (`shoal_abi::PROT_READ`/`PROT_WRITE` bits); returns 0
+/// or a negative errno.
+pub fn protect(addr: u64, len: u64, prot: u64) -> i64 {
+    let mut a = ProtectArgs { addr, len, prot, ret: 0 };
+    raw(Hypercall::Protect, &mut a);
     a.ret
 }
 

@@ -11,8 +11,12 @@
 //! behave like the ends of pipes — what a natively run program sees when
 //! its output is captured: `fstat` reports `S_IFIFO`, `lseek` fails with
 //! `ESPIPE`, `ioctl(TCGETS/TIOCGWINSZ)` fails with `ENOTTY` (so musl's
-//! stdio fully buffers stdout). Reading stdin returns end-of-file (no input
-//! is given to instances yet); stdout and stderr go to the tender's console.
+//! stdio fully buffers stdout). Stdin is the tender's standard input
+//! (`shoal_plat::console::Stdin`: reads wait in the kernel, an idle
+//! instance waits for input in the tender, end of input is end-of-file);
+//! when the host's stdin is a terminal, descriptor 0 answers the terminal
+//! ioctls (`isatty(0)` is true). stdout and stderr go to the tender's
+//! console.
 //!
 //! Access control follows the rules Linux applies to root, since the
 //! program is the only user and owns every file: permission bits do not

@@ -183,7 +183,14 @@ impl Vfs {
         const IN: u32 = EPOLLIN | EPOLLRDNORM;
         const OUT: u32 = EPOLLOUT | EPOLLWRNORM;
         let mask = match target {
-            Target::Stdin => IN,
+            // Readable when the tender has input (or end of input) for it.
+            Target::Stdin => {
+                if shoal_plat::console::stdin_readable() {
+                    IN
+                } else {
+                    0
+                }
+            }
             Target::Stdout | Target::Stderr => OUT,
             Target::Node(_) | Target::Dev(..) => IN | OUT,
             Target::Fifo(ino) => {

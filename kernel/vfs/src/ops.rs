@@ -182,7 +182,7 @@ impl Vfs {
                 if pos.is_some() {
                     return Err(Errno::ESPIPE);
                 }
-                Ok(0)
+                shoal_plat::console::stdin_read(buf)
             }
             Target::Stdout | Target::Stderr => Err(Errno::EBADF),
             Target::Fifo(ino) => {
@@ -461,7 +461,10 @@ impl Vfs {
                 umem::write(a.u(2), n)?;
                 Ok(0)
             }
-            // No descriptor is a terminal: TCGETS, TIOCGWINSZ, … fail.
+            // Standard input is a terminal when the tender's is: answer the
+            // terminal ioctls programs ask (isatty is TIOCGWINSZ in musl).
+            req if o.target == Target::Stdin && shoal_plat::console::stdin_is_tty() => tty_ioctl(req, a.u(2)),
+            // No other descriptor is a terminal: TCGETS, TIOCGWINSZ, … fail.
             _ => Err(Errno::ENOTTY),
         }
     }
@@ -1103,3 +1106,72 @@ impl Vfs {
 const KEEP_FLAGS: u32 = O_ACCMODE | O_APPEND | O_NONBLOCK | O_SYNC | O_DSYNC | O_DIRECT | O_NOATIME | O_ASYNC | O_PATH;
 /// Status flags `F_SETFL` may change.
 const SETFL_FLAGS: u32 = O_APPEND | O_NONBLOCK | O_ASYNC | O_DIRECT | O_NOATIME;
+
+/// Linux's termios of a fresh terminal (`struct termios` as the kernel
+/// passes it: four flag words, the line discipline, 19 control characters):
+/// `ICRNL|IXON`, `OPOST|ONLCR`, `B38400|CS8|CREAD`,
+/// `ISIG|ICANON|ECHO|ECHOE|ECHOK|ECHOCTL|ECHOKE|IEXTEN`, and the usual
+/// control characters (^C, ^\\, DEL, ^U, ^D, VTIME 0, VMIN 1, …).
+const DEFAULT_TERMIOS: [u8; 36] = {
+    let mut t = [0u8; 36];
+    let words: [u32; 4] = [0x500, 0x5, 0xbf, 0x8a3b];
+    let mut i = 0;
+    while i < 4 {
+        let b = words[i].to_le_bytes();
+        t[i * 4] = b[0];
+        t[i * 4 + 1] = b[1];
+        t[i * 4 + 2] = b[2];
+        t[i * 4 + 3] = b[3];
+        i += 1;
+    }
+    let cc: [u8; 17] = [3, 0x1c, 0x7f, 0x15, 4, 0, 1, 0, 0x11, 0x13, 0x1a, 0, 0x12, 0xf, 0x17, 0x16, 0];
+    let mut j = 0;
+    while j < cc.len() {
+        t[17 + j] = cc[j];
+        j += 1;
+    }
+    t
+};
+
+/// The terminal settings the guest last set on stdin. They are kept, not
+/// applied to the host's terminal (the tender does not let the guest
+/// change the host's terminal), so a program that turns echo off reads
+/// them back as set.
+static TERMIOS: shoal_plat::Global<[u8; 36]> = shoal_plat::Global::new(DEFAULT_TERMIOS);
+
+const TCGETS: u32 = 0x5401;
+const TCSETS: u32 = 0x5402;
+const TCSETSW: u32 = 0x5403;
+const TCSETSF: u32 = 0x5404;
+const TIOCGWINSZ: u32 = 0x5413;
+const TIOCSWINSZ: u32 = 0x5414;
+const TIOCGPGRP: u32 = 0x540f;
+const TCFLSH: u32 = 0x540b;
+
+/// A terminal ioctl on stdin when the host's stdin is a terminal.
+fn tty_ioctl(req: u32, arg: u64) -> SysResult {
+    match req {
+        TCGETS => {
+            let t = TERMIOS.with(|t| *t);
+            umem::write(arg, t)?;
+            Ok(0)
+        }
+        TCSETS | TCSETSW | TCSETSF => {
+            let t: [u8; 36] = umem::read(arg)?;
+            TERMIOS.with(|cur| *cur = t);
+            Ok(0)
+        }
+        // The host terminal's size is not passed in: the classic 80x24.
+        TIOCGWINSZ => {
+            umem::write(arg, [24u16, 80, 0, 0])?;
+            Ok(0)
+        }
+        TIOCSWINSZ | TCFLSH => Ok(0),
+        // The instance's one process is its own process group (pid 1).
+        TIOCGPGRP => {
+            umem::write(arg, 1i32)?;
+            Ok(0)
+        }
+        _ => Err(Errno::ENOTTY),
+    }
+}

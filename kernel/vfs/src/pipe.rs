@@ -110,13 +110,13 @@ impl Vfs {
         Ok(n)
     }
 
-    /// Whether an `EAGAIN` from `fd` means "wait and retry": a pipe or
-    /// an object (module `obj`) opened without `O_NONBLOCK`.
+    /// Whether an `EAGAIN` from `fd` means "wait and retry": a pipe, an
+    /// object (module `obj`) or stdin, opened without `O_NONBLOCK`.
     pub(crate) fn would_block(&self, fd: i32) -> bool {
         match self.ofd_of(fd) {
             Ok(i) => {
                 let o = self.ofd(i);
-                matches!(o.target, Target::Fifo(_) | Target::Obj(_)) && o.flags & O_NONBLOCK == 0
+                matches!(o.target, Target::Fifo(_) | Target::Obj(_) | Target::Stdin) && o.flags & O_NONBLOCK == 0
             }
             Err(_) => false,
         }

@@ -7,13 +7,35 @@ use shoal_plat::Args;
 use std::ffi::CString;
 
 /// The tender's hypercall function, as the test tender: console writes
-/// succeed (and are dropped), nothing else is expected.
+/// succeed (and are dropped), stdin is empty (end of input, always
+/// readable), nothing else is expected.
 extern "C" fn test_hypercall(nr: u64, arg: u64) {
-    assert_eq!(nr, shoal_abi::Hypercall::ConsoleWrite as u64, "unexpected hypercall");
-    // SAFETY: plat passes the address of a live ConsoleWriteArgs for a
-    // console write.
-    let a = unsafe { &mut *(arg as *mut shoal_abi::ConsoleWriteArgs) };
-    a.ret = a.len as i64;
+    use shoal_abi::Hypercall;
+    match Hypercall::from_nr(nr) {
+        Some(Hypercall::ConsoleWrite) => {
+            // SAFETY: plat passes the address of a live ConsoleWriteArgs
+            // for a console write.
+            let a = unsafe { &mut *(arg as *mut shoal_abi::ConsoleWriteArgs) };
+            a.ret = a.len as i64;
+        }
+        Some(Hypercall::ConsoleRead) => {
+            // SAFETY: as above, a live ConsoleReadArgs.
+            let a = unsafe { &mut *(arg as *mut shoal_abi::ConsoleReadArgs) };
+            a.ret = 0;
+        }
+        Some(Hypercall::NetPoll) => {
+            // SAFETY: as above, a live NetPollArgs naming `nfds` entries.
+            let a = unsafe { &mut *(arg as *mut shoal_abi::NetPollArgs) };
+            // SAFETY: plat passes a live array of `nfds` entries.
+            let fds = unsafe { std::slice::from_raw_parts_mut(a.fds as *mut shoal_abi::NetPollFd, a.nfds as usize) };
+            for f in fds.iter_mut() {
+                assert_eq!(f.handle, shoal_abi::STDIN_HANDLE, "only stdin is polled here");
+                f.revents = 1;
+            }
+            a.ret = a.nfds as i64;
+        }
+        _ => panic!("unexpected hypercall {nr}"),
+    }
 }
 
 /// Boots `plat` once: application memory is all of the host's address

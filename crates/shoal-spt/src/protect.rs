@@ -1,0 +1,104 @@
+//! The `Protect` hypercall on spt: the kernel's `mprotect` made real with
+//! the host's `mprotect` on the guest's own pages (guest addresses are host
+//! addresses here).
+//!
+//! Only the guest's free memory and main stack, `[heap_start, mem_size)`,
+//! can change, and only between read-write, read-only and no access: the
+//! image's code and read-only data, the archive and the boot-info page lie
+//! below `heap_start` and keep the protection the tender gave them, and
+//! nothing the guest can name ever becomes executable (W^X holds).
+//!
+//! The guest shares this process, so it could call `mprotect` itself; the
+//! seccomp filter (`crate::filter`) bounds that call with the same rules,
+//! and because seccomp cannot add two arguments, it checks `addr + len <=
+//! mem_size` with a ladder of ranges ([`max_len`]): a call starting at
+//! distance `d` below `mem_size` may cover at most the largest power of two
+//! below `d`. The handler splits a request into pieces that the filter
+//! allows ([`pieces`]), so both see the same rule.
+//!
+//! Like every hypercall handler, nothing here allocates.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+use shoal_abi::{ProtectArgs, PAGE_SIZE, PROT_READ, PROT_WRITE};
+
+static HEAP_START: AtomicU64 = AtomicU64::new(u64::MAX);
+static MEM_SIZE: AtomicU64 = AtomicU64::new(0);
+
+/// Records the range the guest may protect (in the child, before the
+/// guest runs).
+pub fn install(heap_start: u64, mem_size: u64) {
+    HEAP_START.store(heap_start, Ordering::Relaxed);
+    MEM_SIZE.store(mem_size, Ordering::Relaxed);
+}
+
+/// The longest `mprotect` the filter allows at `addr`, `mem_size - addr`
+/// being `d > 0`: the largest power of two strictly below `d` (a page for
+/// the last page), so that `addr + len <= mem_size` always.
+pub fn max_len(addr: u64, mem_size: u64) -> u64 {
+    let d = mem_size - addr;
+    if d <= PAGE_SIZE {
+        PAGE_SIZE
+    } else {
+        1u64 << (63 - (d - 1).leading_zeros())
+    }
+}
+
+/// Splits `[addr, addr + len)` (page aligned, inside `[.., mem_size)`)
+/// into the pieces [`max_len`] allows, calling `f(addr, len)` on each;
+/// stops at the first error.
+pub fn pieces(mut addr: u64, len: u64, mem_size: u64, mut f: impl FnMut(u64, u64) -> Result<(), i32>) -> Result<(), i32> {
+    let end = addr + len;
+    while addr < end {
+        let n = (end - addr).min(max_len(addr, mem_size));
+        f(addr, n)?;
+        addr += n;
+    }
+    Ok(())
+}
+
+/// The handler: checks the request and applies it.
+pub fn protect(a: &ProtectArgs) -> i64 {
+    let (lo, mem_size) = (HEAP_START.load(Ordering::Relaxed), MEM_SIZE.load(Ordering::Relaxed));
+    let einval = -i64::from(libc::EINVAL);
+    if a.prot & !(PROT_READ | PROT_WRITE) != 0 || a.len == 0 || !a.addr.is_multiple_of(PAGE_SIZE) || !a.len.is_multiple_of(PAGE_SIZE) {
+        return einval;
+    }
+    let Some(end) = a.addr.checked_add(a.len) else { return einval };
+    if a.addr < lo || end > mem_size {
+        return einval;
+    }
+    let prot = a.prot as libc::c_int;
+    let r = pieces(a.addr, a.len, mem_size, |addr, len| {
+        // SAFETY: [addr, addr + len) lies in the guest's own memory above
+        // everything the tender protects (checked above); no PROT_EXEC.
+        unsafe { crate::sys::mprotect(addr, len, prot) }.map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))
+    });
+    match r {
+        Ok(()) => 0,
+        Err(e) => -i64::from(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_never_reach_past_guest_memory_and_cover_the_request() {
+        let mem = 64 << 20;
+        for &(addr, len) in &[(0x20_0000u64, mem - 0x20_0000), (mem - 4096, 4096), (mem - 3 * 4096, 3 * 4096), (0x123000, 0x5000)] {
+            let mut next = addr;
+            pieces(addr, len, mem, |a, n| {
+                assert_eq!(a, next);
+                assert!(n <= max_len(a, mem) && a + n <= mem);
+                next = a + n;
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(next, addr + len);
+        }
+        assert_eq!(max_len(mem - 4096, mem), 4096);
+        assert_eq!(max_len(mem - 8192, mem), 4096);
+        assert_eq!(max_len(mem - 12288, mem), 8192);
+    }
+}
