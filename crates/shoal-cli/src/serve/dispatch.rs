@@ -301,7 +301,7 @@ impl Dispatcher {
         match answer {
             Ok(Ok((resp, sender))) => {
                 if cold {
-                    self.metrics.cold_start(&f.spec.name, inst.started.elapsed().as_secs_f64());
+                    self.metrics.cold_start_answered(&f.spec.name, inst.started.elapsed().as_secs_f64());
                 }
                 f.mark_answered(inst.id);
                 let (mut parts, body) = resp.into_parts();
@@ -351,6 +351,7 @@ impl Dispatcher {
             idle: Mutex::new(Vec::new()),
             exited: AtomicBool::new(false),
         });
+        self.metrics.cold_start(&f.spec.name);
         f.logs.push(id, "gateway", format!("started on {} ({}), pid {}", inst.addr, f.spec.backend.name(), inst.pid.unwrap_or(0)));
         for (stream, pipe) in [("stdout", started.child.stdout.take().map(Pipe::Out)), ("stderr", started.child.stderr.take().map(Pipe::Err))] {
             if let Some(p) = pipe {

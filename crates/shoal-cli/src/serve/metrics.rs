@@ -79,11 +79,15 @@ impl Metrics {
         m.request_seconds.entry(function.to_string()).or_default().observe(secs);
     }
 
-    /// One cold start of `function` that took `secs` to its first answer.
-    pub fn cold_start(&self, function: &str, secs: f64) {
-        let mut m = self.lock();
-        *m.cold_starts.entry(function.to_string()).or_default() += 1;
-        m.cold_start_seconds.entry(function.to_string()).or_default().observe(secs);
+    /// An instance of `function` was started for a request.
+    pub fn cold_start(&self, function: &str) {
+        *self.lock().cold_starts.entry(function.to_string()).or_default() += 1;
+    }
+
+    /// A cold-started instance of `function` answered its first request
+    /// `secs` after it was started (one that crashed first is not timed).
+    pub fn cold_start_answered(&self, function: &str, secs: f64) {
+        self.lock().cold_start_seconds.entry(function.to_string()).or_default().observe(secs);
     }
 
     /// The Prometheus text of every series.

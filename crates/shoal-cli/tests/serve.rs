@@ -1,0 +1,559 @@
+//! `shoal serve` end to end: a real gateway process on 127.0.0.1, the
+//! example functions of apps/functions built with `shoal cc` and natively,
+//! and plain HTTP/1.1 from the test (no client library: what goes over
+//! the wire is what is tested). Every wait is bounded.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The longest any single wait in these tests may take.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The example functions, built once per test binary: `DIR/NAME` (shoal
+/// image), `DIR/NAME.native`, `DIR/fs/data.bin` (50 MiB).
+fn functions() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = scratch().keep();
+        let o = Command::new("bash")
+            .arg(home().join("apps/functions/build.sh"))
+            .arg(&dir)
+            .env("SHOAL", env!("CARGO_BIN_EXE_shoal"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "build.sh failed: {}", stderr(&o));
+        dir
+    })
+}
+
+fn image(name: &str) -> String {
+    functions().join(name).display().to_string()
+}
+
+/// A `shoal serve` process.
+struct Gateway {
+    child: Child,
+    addr: SocketAddr,
+    /// Its stderr.
+    log: PathBuf,
+}
+
+impl Gateway {
+    fn start(state: &Path) -> Gateway {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let log = std::env::temp_dir().join(format!("shoal-serve-test-{}-{n}.log", std::process::id()));
+        let mut child = shoal()
+            .args(["serve", "--listen", "127.0.0.1:0", "--state"])
+            .arg(state)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let addr = line
+            .strip_prefix("listening on http://")
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("the gateway said {line:?}; stderr: {}", std::fs::read_to_string(&log).unwrap_or_default()));
+        // Keep draining stdout so the gateway never blocks on it.
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut out, &mut std::io::sink());
+        });
+        Gateway { child, addr, log }
+    }
+
+    fn req(&self, method: &str, path: &str, body: Option<&[u8]>) -> Resp {
+        http(self.addr, method, path, body)
+    }
+
+    fn get(&self, path: &str) -> Resp {
+        self.req("GET", path, None)
+    }
+
+    fn deploy(&self, name: &str, settings: &str) -> Resp {
+        self.req("PUT", &format!("/functions/{name}"), Some(settings.as_bytes()))
+    }
+
+    /// Instance ids of `function` now running.
+    fn instances(&self, function: &str) -> Vec<(u64, u32)> {
+        let r = self.get("/instances");
+        assert_eq!(r.status, 200);
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["function"] == function)
+            .map(|i| (i["id"].as_u64().unwrap(), i["pid"].as_u64().unwrap_or(0) as u32))
+            .collect()
+    }
+
+    /// SIGTERM, then the exit status (bounded).
+    fn stop(mut self) -> Option<i32> {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            assert!(t0.elapsed() < DEADLINE, "the gateway did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP answer.
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).to_string()
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+}
+
+/// One HTTP/1.1 request on its own connection (`Connection: close`).
+fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>) -> Resp {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    let body = body.unwrap_or(b"");
+    write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len()).unwrap();
+    if !body.is_empty() {
+        write!(s, "Content-Type: application/json\r\n").unwrap();
+    }
+    write!(s, "\r\n").unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or_else(|| panic!("no response head in {:?}", String::from_utf8_lossy(&raw)));
+    let head = String::from_utf8_lossy(&raw[..end]).to_string();
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> = lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).collect();
+    let mut body = raw[end + 4..].to_vec();
+    if headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked")) {
+        body = dechunk(&body);
+    }
+    Resp { status, headers, body }
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let i = b.windows(2).position(|w| w == b"\r\n").unwrap();
+        let n = usize::from_str_radix(String::from_utf8_lossy(&b[..i]).trim(), 16).unwrap();
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[i + 2..i + 2 + n]);
+        b = &b[i + 4 + n..];
+    }
+}
+
+/// Waits (bounded) until `cond` holds.
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < DEADLINE, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn process_alive(pid: u32) -> bool {
+    // Zombies count as gone: /proc/PID/stat's state field is Z.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z')).unwrap_or(false)
+}
+
+/// The backends to test the shoal side on: the tenders (hvt skipping
+/// visibly without /dev/kvm) and process.
+fn backends() -> Vec<&'static str> {
+    let mut b = tenders();
+    b.push("process");
+    b
+}
+
+/// The image for a backend: the shoal image or the native build.
+fn image_for(name: &str, backend: &str) -> String {
+    if matches!(backend, "spt" | "hvt") {
+        image(name)
+    } else {
+        image(&format!("{name}.native"))
+    }
+}
+
+#[test]
+fn deploy_then_invoke_on_every_backend_cold_then_warm() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    for b in backends() {
+        let name = format!("noop-{b}");
+        let r = gw.deploy(&name, &format!(r#"{{"image":"{}","backend":"{b}"}}"#, image_for("noop", b)));
+        assert_eq!(r.status, 201, "{b}: {}", r.text());
+        let first = gw.get(&format!("/fn/{name}/"));
+        assert_eq!((first.status, first.text().as_str()), (200, "noop\n"), "{b}");
+        assert_eq!(first.header("x-shoal-cold-start"), Some("true"), "{b}");
+        let second = gw.get(&format!("/fn/{name}/hello?x=1"));
+        assert_eq!((second.status, second.text().as_str()), (200, "noop\n"), "{b}");
+        assert_eq!(second.header("x-shoal-cold-start"), Some("false"), "{b}: the second request must reuse the warm instance");
+        assert_eq!(first.header("x-shoal-instance"), second.header("x-shoal-instance"), "{b}");
+        assert_eq!(gw.instances(&name).len(), 1, "{b}");
+        // A function with an argument, and a streamed request body echoed back.
+        let fib = format!("fib-{b}");
+        assert_eq!(gw.deploy(&fib, &format!(r#"{{"image":"{}","backend":"{b}"}}"#, image_for("fib", b))).status, 201);
+        assert_eq!(gw.get(&format!("/fn/{fib}?n=20")).text(), "fib(20) = 6765\n", "{b}");
+        let echo = format!("echo-{b}");
+        assert_eq!(gw.deploy(&echo, &format!(r#"{{"image":"{}","backend":"{b}"}}"#, image_for("sleep", b))).status, 201);
+        let big: Vec<u8> = (0..(1 << 20)).map(|i| (i * 7 % 251) as u8).collect();
+        let r = gw.req("POST", &format!("/fn/{echo}/"), Some(&big));
+        assert_eq!(r.status, 200, "{b}");
+        assert!(r.body == big, "{b}: the 1 MiB body did not come back intact ({} bytes)", r.body.len());
+    }
+    assert_eq!(gw.stop(), Some(0));
+}
+
+#[test]
+fn static_and_fileread_use_the_function_fs() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let fs = functions().join("fs");
+    for b in backends() {
+        let st = format!("static-{b}");
+        let r = gw.deploy(&st, &format!(r#"{{"image":"{}","backend":"{b}","fs":"{}"}}"#, image_for("static", b), fs.display()));
+        assert_eq!(r.status, 201, "{}", r.text());
+        let r = gw.get(&format!("/fn/{st}/"));
+        assert_eq!(r.status, 200, "{b}");
+        assert_eq!(r.body.len(), 50 << 20, "{b}");
+        assert!(r.body == std::fs::read(fs.join("data.bin")).unwrap(), "{b}: the served file differs");
+        let fr = format!("fileread-{b}");
+        assert_eq!(gw.deploy(&fr, &format!(r#"{{"image":"{}","backend":"{b}","fs":"{}","memory":"256M"}}"#, image_for("fileread", b), fs.display())).status, 201);
+        let r = gw.get(&format!("/fn/{fr}/"));
+        assert!(r.text().starts_with("read 52428800 bytes"), "{b}: {}", r.text());
+        let al = format!("alloc-{b}");
+        assert_eq!(gw.deploy(&al, &format!(r#"{{"image":"{}","backend":"{b}"}}"#, image_for("alloc", b))).status, 201);
+        assert!(gw.get(&format!("/fn/{al}/")).text().starts_with("allocated 52428800 bytes"), "{b}");
+        let mm = format!("matmul-{b}");
+        assert_eq!(gw.deploy(&mm, &format!(r#"{{"image":"{}","backend":"{b}"}}"#, image_for("matmul", b))).status, 201);
+        assert_eq!(gw.get(&format!("/fn/{mm}/?n=64")).text(), "matmul 64 sum 1047866.0\n", "{b}");
+    }
+}
+
+#[test]
+fn idle_instances_stop_after_keep_warm() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    assert_eq!(gw.deploy("noop", &format!(r#"{{"image":"{}","keep_warm_ms":300}}"#, image("noop"))).status, 201);
+    let r = gw.get("/fn/noop/");
+    assert_eq!(r.status, 200);
+    let (id, pid) = gw.instances("noop")[0];
+    wait_until("the idle instance is stopped", || gw.instances("noop").is_empty());
+    wait_until("the idle instance's process is gone", || !process_alive(pid));
+    let r = gw.get("/fn/noop/");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-shoal-cold-start"), Some("true"));
+    assert_ne!(r.header("x-shoal-instance"), Some(id.to_string().as_str()));
+}
+
+#[test]
+fn twenty_concurrent_requests_never_more_than_four_instances() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let r = gw.deploy("sleep", &format!(r#"{{"image":"{}","concurrency":1,"max_instances":4,"queue":100}}"#, image("sleep")));
+    assert_eq!(r.status, 201);
+    let addr = gw.addr;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d2 = done.clone();
+    let gw_addr = gw.addr;
+    let watcher = std::thread::spawn(move || {
+        let mut most = 0;
+        while !d2.load(std::sync::atomic::Ordering::SeqCst) {
+            let v: serde_json::Value = serde_json::from_slice(&http(gw_addr, "GET", "/instances", None).body).unwrap();
+            most = most.max(v.as_array().unwrap().len());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        most
+    });
+    let clients: Vec<_> = (0..20).map(|_| std::thread::spawn(move || http(addr, "GET", "/fn/sleep/?ms=150", None))).collect();
+    let answers: Vec<Resp> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let most = watcher.join().unwrap();
+    assert!(answers.iter().all(|r| r.status == 200 && r.text() == "slept 150 ms\n"), "not every request was answered 200");
+    let ids: BTreeSet<_> = answers.iter().map(|r| r.header("x-shoal-instance").unwrap().to_string()).collect();
+    assert!(ids.len() <= 4, "{} instances served the requests", ids.len());
+    assert!(most <= 4, "{most} instances ran at once");
+}
+
+#[test]
+fn a_full_queue_answers_429_with_retry_after() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let r = gw.deploy("sleep", &format!(r#"{{"image":"{}","concurrency":1,"max_instances":1,"queue":1}}"#, image("sleep")));
+    assert_eq!(r.status, 201);
+    let addr = gw.addr;
+    let busy = std::thread::spawn(move || http(addr, "GET", "/fn/sleep/?ms=1500", None));
+    wait_until("the first request is in flight", || http(addr, "GET", "/metrics", None).text().contains("shoal_instances{function=\"sleep\",state=\"starting\"} 1"));
+    let queued = std::thread::spawn(move || http(addr, "GET", "/fn/sleep/?ms=1", None));
+    wait_until("the second request is queued", || http(addr, "GET", "/metrics", None).text().contains("shoal_queue_length{function=\"sleep\"} 1"));
+    let refused = gw.get("/fn/sleep/?ms=1");
+    assert_eq!(refused.status, 429, "{}", refused.text());
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert!(refused.json()["error"].as_str().unwrap().contains("queue is full"));
+    assert_eq!(busy.join().unwrap().status, 200);
+    assert_eq!(queued.join().unwrap().status, 200);
+}
+
+#[test]
+fn a_timeout_answers_504_and_stops_the_instance() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    assert_eq!(gw.deploy("sleep", &format!(r#"{{"image":"{}","timeout_ms":500}}"#, image("sleep"))).status, 201);
+    assert_eq!(gw.get("/fn/sleep/?ms=1").status, 200);
+    let (id, pid) = gw.instances("sleep")[0];
+    let r = gw.get("/fn/sleep/?ms=5000");
+    assert_eq!(r.status, 504, "{}", r.text());
+    assert!(r.json()["error"].as_str().unwrap().contains("timeout"));
+    assert!(gw.instances("sleep").iter().all(|(i, _)| *i != id), "the timed-out instance is still listed");
+    wait_until("the timed-out instance's process is gone", || !process_alive(pid));
+    let r = gw.get("/fn/sleep/?ms=1");
+    assert_eq!(r.status, 200);
+    assert_ne!(r.header("x-shoal-instance"), Some(id.to_string().as_str()));
+}
+
+#[test]
+fn a_crash_answers_502_and_the_next_request_succeeds() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    for b in backends() {
+        let name = format!("crash-{b}");
+        assert_eq!(gw.deploy(&name, &format!(r#"{{"image":"{}","backend":"{b}"}}"#, image_for("crash", b))).status, 201);
+        assert_eq!(gw.get(&format!("/fn/{name}/")).text(), "alive\n");
+        let r = gw.get(&format!("/fn/{name}/crash"));
+        assert_eq!(r.status, 502, "{b}: {}", r.text());
+        let r = gw.get(&format!("/fn/{name}/"));
+        assert_eq!((r.status, r.text().as_str()), (200, "alive\n"), "{b}");
+        assert_eq!(r.header("x-shoal-cold-start"), Some("true"), "{b}: the crashed instance must have been replaced");
+        let logs = gw.get(&format!("/functions/{name}/logs")).text();
+        assert!(logs.lines().any(|l| l.contains("\"stream\":\"gateway\"") && l.contains("exited")), "{b}: logs do not note the exit: {logs}");
+    }
+}
+
+#[test]
+fn a_restart_keeps_the_deployments_and_stops_instances() {
+    let dir = scratch();
+    // A nested state directory the gateway must create, mode 0700.
+    let state = dir.path().join("a/b/state");
+    let gw = Gateway::start(&state);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&state).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(gw.deploy("noop", &format!(r#"{{"image":"{}","concurrency":3}}"#, image("noop"))).status, 201);
+    assert_eq!(gw.get("/fn/noop/").status, 200);
+    let (_, pid) = gw.instances("noop")[0];
+    assert!(process_alive(pid));
+    assert_eq!(gw.stop(), Some(0), "SIGTERM must stop the gateway cleanly");
+    wait_until("the instance is stopped with the gateway", || !process_alive(pid));
+    let gw = Gateway::start(&state);
+    let f = gw.get("/functions/noop");
+    assert_eq!(f.status, 200);
+    assert_eq!(f.json()["concurrency"], 3);
+    assert_eq!(gw.get("/fn/noop/").text(), "noop\n");
+    assert_eq!(gw.req("DELETE", "/functions/noop", None).status, 200);
+    drop(gw);
+    let gw = Gateway::start(&state);
+    assert_eq!(gw.get("/functions/noop").status, 404, "a removed function came back after a restart");
+}
+
+#[test]
+fn instances_die_with_a_killed_gateway() {
+    let dir = scratch();
+    let mut gw = Gateway::start(&dir.path().join("state"));
+    let mut pids = Vec::new();
+    for b in backends() {
+        let name = format!("noop-{b}");
+        assert_eq!(gw.deploy(&name, &format!(r#"{{"image":"{}","backend":"{b}"}}"#, image_for("noop", b))).status, 201);
+        assert_eq!(gw.get(&format!("/fn/{name}/")).status, 200);
+        pids.push((b, gw.instances(&name)[0].1));
+    }
+    gw.child.kill().unwrap();
+    gw.child.wait().unwrap();
+    for (b, pid) in pids {
+        wait_until(&format!("the {b} instance dies with its gateway"), || !process_alive(pid));
+    }
+}
+
+/// Parses Prometheus text: every line a comment or `NAME{LABELS} VALUE`;
+/// returns the samples.
+fn parse_prometheus(text: &str) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.is_empty() || line.starts_with("# HELP ") || line.starts_with("# TYPE ") {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("not a sample: {line:?}"));
+        let name_end = series.find('{').unwrap_or(series.len());
+        let name = &series[..name_end];
+        assert!(!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'), "bad metric name in {line:?}");
+        if name_end < series.len() {
+            assert!(series.ends_with('}'), "bad labels in {line:?}");
+            for pair in series[name_end + 1..series.len() - 1].split("\",").filter(|p| !p.is_empty()) {
+                let (k, v) = pair.split_once("=\"").unwrap_or_else(|| panic!("bad label {pair:?} in {line:?}"));
+                assert!(k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "bad label name in {line:?}");
+                assert!(!v.contains('"') || v.ends_with('"'), "bad label value in {line:?}");
+            }
+        }
+        let v: f64 = if value == "+Inf" { f64::INFINITY } else { value.parse().unwrap_or_else(|_| panic!("bad value in {line:?}")) };
+        out.push((series.to_string(), v));
+    }
+    out
+}
+
+#[test]
+fn metrics_are_prometheus_text_and_count_the_requests() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    assert_eq!(gw.deploy("noop", &format!(r#"{{"image":"{}"}}"#, image("noop"))).status, 201);
+    assert_eq!(gw.deploy("crash", &format!(r#"{{"image":"{}"}}"#, image("crash"))).status, 201);
+    for _ in 0..7 {
+        assert_eq!(gw.get("/fn/noop/").status, 200);
+    }
+    assert_eq!(gw.get("/fn/crash/crash").status, 502);
+    assert_eq!(gw.get("/fn/crash/").status, 200);
+    assert_eq!(gw.get("/fn/nothere/").status, 404);
+    let r = gw.get("/metrics");
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    let samples = parse_prometheus(&r.text());
+    let get = |s: &str| samples.iter().find(|(k, _)| k == s).map(|(_, v)| *v).unwrap_or_else(|| panic!("no sample {s}:\n{}", r.text()));
+    assert_eq!(get("shoal_invocations_total{function=\"noop\",status=\"200\"}"), 7.0);
+    assert_eq!(get("shoal_invocations_total{function=\"crash\",status=\"502\"}"), 1.0);
+    assert_eq!(get("shoal_invocations_total{function=\"crash\",status=\"200\"}"), 1.0);
+    assert_eq!(get("shoal_cold_starts_total{function=\"noop\"}"), 1.0);
+    assert_eq!(get("shoal_cold_starts_total{function=\"crash\"}"), 2.0);
+    assert_eq!(get("shoal_cold_start_duration_seconds_count{function=\"noop\"}"), 1.0);
+    assert_eq!(get("shoal_request_duration_seconds_count{function=\"noop\"}"), 7.0);
+    assert_eq!(get("shoal_request_duration_seconds_bucket{function=\"noop\",le=\"+Inf\"}"), 7.0);
+    assert_eq!(get("shoal_instances{function=\"noop\",state=\"warm\"}"), 1.0);
+    assert_eq!(get("shoal_queue_length{function=\"noop\"}"), 0.0);
+    assert!(!r.text().contains("nothere"), "an unknown function must not create series");
+}
+
+#[test]
+fn bad_input_is_a_json_error_and_nothing_is_written() {
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let gw = Gateway::start(&state);
+    let corrupt = dir.path().join("corrupt");
+    std::fs::write(&corrupt, b"\x7fELF this is not an image").unwrap();
+    let noop = image("noop");
+    let cases: Vec<(&str, &str, String, u16, &str)> = vec![
+        ("PUT", "/functions/f", r#"{"image":"/nonexistent/image"}"#.into(), 422, "No such file"),
+        ("PUT", "/functions/f", format!(r#"{{"image":"{}"}}"#, corrupt.display()), 422, "not a usable shoal image"),
+        ("PUT", "/functions/f", format!(r#"{{"image":"{}","backend":"process"}}"#, functions().join("fs/data.bin").display()), 422, "not an ELF"),
+        ("PUT", "/functions/f", format!(r#"{{"image":"{noop}","backend":"docker"}}"#), 422, "unknown backend"),
+        ("PUT", "/functions/f", format!(r#"{{"image":"{noop}","concurrency":0}}"#), 422, "concurrency"),
+        ("PUT", "/functions/f", format!(r#"{{"image":"{noop}","colour":"red"}}"#), 400, "colour"),
+        ("PUT", "/functions/f", r#"{"image": "#.into(), 400, "JSON"),
+        ("PUT", "/functions/a%2Fb", format!(r#"{{"image":"{noop}"}}"#), 400, "invalid function name"),
+        ("PUT", "/functions/..", format!(r#"{{"image":"{noop}"}}"#), 400, "invalid function name"),
+        ("PUT", "/functions/f", format!(r#"{{"name":"g","image":"{noop}"}}"#), 409, "URL names"),
+        ("GET", "/fn/nothere/", String::new(), 404, "no function named"),
+        ("GET", "/functions/nothere", String::new(), 404, "no function named"),
+        ("DELETE", "/functions/nothere", String::new(), 404, "no function named"),
+        ("GET", "/functions/nothere/logs", String::new(), 404, "no function named"),
+    ];
+    for (method, path, body, status, needle) in cases {
+        let r = gw.req(method, path, if body.is_empty() { None } else { Some(body.as_bytes()) });
+        assert_eq!(r.status, status, "{method} {path} {body}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/json"), "{method} {path}");
+        let e = r.json()["error"].as_str().unwrap_or_else(|| panic!("no error message: {}", r.text())).to_string();
+        assert!(e.contains(needle), "{method} {path}: {e:?} does not mention {needle:?}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&state).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "bad input wrote to the state directory: {left:?}");
+    assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
+}
+
+#[test]
+fn the_fn_command_deploys_lists_invokes_and_removes() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let url = format!("http://{}", gw.addr);
+    let o = shoal().args(["fn", "--gateway", &url, "deploy", "fib", &image("fib"), "--concurrency", "2", "--keep-warm-ms", "5000"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("deployed fib"));
+    let o = shoal().args(["fn", "--gateway", &url, "ls"]).output().unwrap();
+    assert!(stdout(&o).lines().any(|l| l.starts_with("fib ") && l.contains("spt")), "{}", stdout(&o));
+    let o = shoal().args(["fn", "--gateway", &url, "invoke", "fib", "--path", "/?n=10"]).output().unwrap();
+    assert_eq!(stdout(&o), "fib(10) = 55\n");
+    let o = shoal().args(["fn", "--gateway", &url, "logs", "fib"]).output().unwrap();
+    assert!(stdout(&o).contains("gateway: started on"), "{}", stdout(&o));
+    // logs -f: follows until killed (bounded by the read below).
+    let mut follow = shoal().args(["fn", "--gateway", &url, "logs", "-f", "fib"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = BufReader::new(follow.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains("started on"), "{line}");
+    follow.kill().unwrap();
+    follow.wait().unwrap();
+    let o = shoal().args(["fn", "--gateway", &url, "invoke", "nothere"]).output().unwrap();
+    assert_clean_error(&o, "404");
+    let o = shoal().args(["fn", "--gateway", &url, "rm", "fib"]).output().unwrap();
+    assert!(o.status.success());
+    assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
+}
+
+/// runc and runsc run the native build in an OCI bundle; they need root
+/// and the runtimes (scripts/setup installs them).
+#[test]
+fn runc_and_runsc_backends() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        let _ = writeln!(std::io::stderr(), "skipped: runc_and_runsc_backends: needs root");
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    for rt in ["runc", "runsc"] {
+        if !["/usr/sbin", "/usr/bin"].iter().any(|d| Path::new(d).join(rt).is_file()) {
+            let _ = writeln!(std::io::stderr(), "skipped: the {rt} backend: {rt} is not installed");
+            continue;
+        }
+        let name = format!("noop-{rt}");
+        assert_eq!(gw.deploy(&name, &format!(r#"{{"image":"{}","backend":"{rt}"}}"#, image("noop.native"))).status, 201);
+        let r = gw.get(&format!("/fn/{name}/"));
+        assert_eq!((r.status, r.text().as_str()), (200, "noop\n"), "{rt}");
+        let r = gw.get(&format!("/fn/{name}/"));
+        assert_eq!(r.header("x-shoal-cold-start"), Some("false"), "{rt}");
+        let fib = format!("fib-{rt}");
+        assert_eq!(gw.deploy(&fib, &format!(r#"{{"image":"{}","backend":"{rt}"}}"#, image("fib.native"))).status, 201);
+        assert_eq!(gw.get(&format!("/fn/{fib}?n=20")).text(), "fib(20) = 6765\n", "{rt}");
+    }
+    assert_eq!(gw.stop(), Some(0));
+}
