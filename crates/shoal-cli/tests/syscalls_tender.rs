@@ -54,3 +54,60 @@ fn item6_stdin_reaches_the_guest() {
         assert_eq!(s.status.code(), Some(0), "{tender}: {}", stderr(&s));
     }
 }
+
+/// Builds `apps/tests/sys_mprotect.c` both ways.
+fn mprotect_images(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let src = home().join("apps/tests/sys_mprotect.c");
+    (build_image(&src, dir, &[]), build_native(&src, dir, &["-lpthread"]))
+}
+
+/// Asserts that the guest was stopped by a memory fault: status 139 and
+/// the tender's crash report (spt: SIGSEGV; hvt: a page fault).
+fn assert_faulted(tender: &str, what: &str, s: &Output) {
+    let err = stderr(s);
+    assert_eq!(s.status.code(), Some(139), "{tender} {what}: stdout {} stderr {err}", stdout(s));
+    let report = if tender == "spt" { "SIGSEGV" } else { "page fault" };
+    assert!(err.contains(report), "{tender} {what}: no {report} report: {err}");
+}
+
+/// Item 1: a thread whose stack overflows into musl's guard page is
+/// stopped with a fault report (139), as natively (SIGSEGV), instead of
+/// writing over the memory below its stack and going on.
+#[test]
+fn item1_stack_overflow_hits_the_guard_page() {
+    let dir = scratch();
+    let (image, native) = mprotect_images(dir.path());
+    let n = output(Command::new(&native).arg("overflow"));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(n.status.signal(), Some(libc_sigsegv()), "native: {}", stdout(&n));
+    for tender in tenders() {
+        let s = output(shoal_run(tender).arg(&image).args(["--", "overflow"]));
+        assert!(!stdout(&s).contains("survived"), "{tender}: the overflow went unnoticed");
+        assert_faulted(tender, "overflow", &s);
+    }
+}
+
+/// Item 1: PROT_NONE and read-only pages fault on access; protections
+/// set back to read-write work and keep the contents.
+#[test]
+fn item1_mprotect_prot_none_and_back() {
+    let dir = scratch();
+    let (image, native) = mprotect_images(dir.path());
+    let n = output(Command::new(&native).arg("prot"));
+    assert!(n.status.success());
+    for tender in tenders() {
+        let s = output(shoal_run(tender).arg(&image).args(["--", "prot"]));
+        assert_eq!(stdout(&s), stdout(&n), "{tender}: {}", stderr(&s));
+        assert_eq!(s.status.code(), Some(0), "{tender}: {}", stderr(&s));
+        for mode in ["none", "readonly"] {
+            let s = output(shoal_run(tender).arg(&image).args(["--", mode]));
+            assert!(stdout(&s).ends_with("writes: c\n"), "{tender} {mode}: {}", stdout(&s));
+            assert_faulted(tender, mode, &s);
+        }
+    }
+}
+
+/// SIGSEGV's number (11 on x86-64 Linux).
+fn libc_sigsegv() -> i32 {
+    11
+}

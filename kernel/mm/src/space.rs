@@ -68,6 +68,41 @@ pub enum Use {
 }
 
 impl Use {
+    /// The protection the pages really have (`shoal_abi::PROT_*` bits of
+    /// the `Protect` hypercall): a program mapping's recorded protection
+    /// without execute (x86 pages are readable when executable; W^X: the
+    /// image's code is the only executable memory), read-write for
+    /// everything else.
+    pub fn real_prot(self) -> u64 {
+        match self {
+            Use::Anon { prot } if u32::from(prot) & PROT_WRITE != 0 => RW,
+            Use::Anon { prot } if u32::from(prot) & (PROT_READ | PROT_EXEC) != 0 => shoal_abi::PROT_READ,
+            Use::Anon { .. } => 0,
+            _ => RW,
+        }
+    }
+}
+
+const RW: u64 = shoal_abi::PROT_READ | shoal_abi::PROT_WRITE;
+
+/// Asks the tender to give `[a, b)` protection `prot`. Without a tender
+/// (unit tests) nothing happens. A tender that refuses leaves the pages as
+/// they were, which only loses the fault a protected page would give.
+fn set_real_prot(a: u64, b: u64, prot: u64) {
+    if shoal_plat::boot::booted() {
+        let _ = shoal_plat::hypercall::protect(a, b - a, prot);
+    }
+    #[cfg(test)]
+    PROTECTED.with(|p| p.borrow_mut().push((a, b, prot)));
+}
+
+#[cfg(test)]
+std::thread_local! {
+    /// Every real-protection change requested, for the unit tests.
+    pub static PROTECTED: core::cell::RefCell<std::vec::Vec<(u64, u64, u64)>> = const { core::cell::RefCell::new(std::vec::Vec::new()) };
+}
+
+impl Use {
     fn is_free(self) -> bool {
         matches!(self, Use::Free { .. })
     }
@@ -223,6 +258,7 @@ impl Space {
         if start >= end {
             return;
         }
+        self.apply_protection(start, end, what.real_prot());
         let i = self.split(start);
         let j = self.split(end);
         for s in &self.segs[i..j] {
@@ -248,6 +284,33 @@ impl Space {
             self.segs[i - 1].end = self.segs[i].end;
             self.segs.copy_within(i + 1..self.len, i);
             self.len -= 1;
+        }
+    }
+
+    /// Makes the pages' real protection in `[start, end)` `prot` where the
+    /// table says otherwise (runs of pieces that differ, one request each).
+    /// The table is the truth the real protection follows: every change of
+    /// a segment goes through [`Space::assign`], which calls this first.
+    fn apply_protection(&self, start: u64, end: u64, prot: u64) {
+        let mut run: Option<(u64, u64)> = None;
+        self.pieces(start, end, |a, b, w| {
+            if w.real_prot() == prot {
+                if let Some((x, y)) = run.take() {
+                    set_real_prot(x, y, prot);
+                }
+            } else {
+                run = Some(match run {
+                    Some((x, y)) if y == a => (x, b),
+                    Some((x, y)) => {
+                        set_real_prot(x, y, prot);
+                        (a, b)
+                    }
+                    None => (a, b),
+                });
+            }
+        });
+        if let Some((x, y)) = run {
+            set_real_prot(x, y, prot);
         }
     }
 
@@ -393,6 +456,11 @@ impl Space {
             return Err(Errno::ENOMEM);
         }
         self.room(2)?;
+        // Replaced mappings may be unwritable: free them first (read-write
+        // again) so that zeroing them cannot fault.
+        if any {
+            self.assign(addr, end, Use::Free { dirty: true });
+        }
         self.scrub(addr, end);
         self.assign(addr, end, Use::Anon { prot: (prot & 0xf) as u8 });
         Ok(addr)
@@ -453,8 +521,10 @@ impl Space {
     }
 
     /// `mprotect(2)`: records `prot` for the program's mappings in the
-    /// range. Bookkeeping only: pages keep their real protection (the spt
-    /// sandbox forbids the host mprotect; hvt page tables are fixed).
+    /// range, and (through [`Space::assign`]) has the tender give the pages
+    /// that protection, without execute (W^X). Memory the table does not
+    /// manage (the image, the archive, the main stack) keeps its
+    /// protection.
     pub fn protect(&mut self, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
         let valid = PROT_READ | PROT_WRITE | PROT_EXEC | PROT_SEM | PROT_GROWSDOWN | PROT_GROWSUP;
         if prot & !valid != 0 || prot & (PROT_GROWSDOWN | PROT_GROWSUP) == (PROT_GROWSDOWN | PROT_GROWSUP) {
@@ -484,9 +554,17 @@ impl Space {
         let (a, b) = self.clip(addr, end);
         self.pieces(a, b, |x, y, w| {
             if matches!(w, Use::Anon { .. } | Use::Brk) {
+                // Zeroing needs write access: lend it for the moment.
+                let prot = w.real_prot();
+                if prot != RW {
+                    set_real_prot(x, y, RW);
+                }
                 // SAFETY: the program's own anonymous memory, which it asked
                 // to discard.
                 unsafe { zero_range(x, y) };
+                if prot != RW {
+                    set_real_prot(x, y, prot);
+                }
             }
         });
         Ok(())

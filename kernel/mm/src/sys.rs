@@ -207,11 +207,10 @@ pub fn mincore(a: &Args) -> SysResult {
 }
 
 /// `mprotect(addr, len, prot)`: validated like Linux (`EINVAL`, `ENOMEM`
-/// for unmapped pages) and recorded, but bookkeeping only: the pages keep
-/// their protection, because the spt sandbox forbids the host `mprotect`
-/// and the hvt page tables are written once by the VMM (DESIGN §3). A
-/// program that relies on a fault from a protected page (guard pages) gets
-/// no fault.
+/// for unmapped pages), recorded, and made real by the tender (`Protect`
+/// hypercall: host `mprotect` on spt, the guest's page tables on hvt), so
+/// guard pages and `PROT_NONE` regions fault. `PROT_EXEC` is recorded but
+/// never granted: the image's code is the only executable memory.
 pub fn mprotect(a: &Args) -> SysResult {
     let (addr, len) = (a.u(0), a.u(1));
     if addr % PAGE != 0 {

@@ -447,3 +447,30 @@ fn address_space_and_data_limits() {
     crate::set_limits(u64::MAX, u64::MAX);
     assert_eq!(crate::check_limits(&s, 1 << 40, 1 << 40), Ok(()));
 }
+
+/// Item 1 of issue 17: protection changes reach the tender (real pages),
+/// only where they differ, and whatever leaves a protected mapping
+/// (munmap, a MAP_FIXED replacement) makes its pages read-write again, so
+/// memory handed out later never faults.
+#[test]
+fn mprotect_changes_the_real_protection_and_unmap_restores_it() {
+    let taken = || PROTECTED.with(|p| core::mem::take(&mut *p.borrow_mut()));
+    let (mut s, _) = space(32);
+    let a = s.map_anywhere(4 * PAGE, 3).unwrap();
+    assert_eq!(taken(), vec![], "read-write over free memory: nothing to change");
+    s.protect(a, PAGE, 0).unwrap();
+    assert_eq!(taken(), vec![(a, a + PAGE, 0)], "the guard page");
+    s.protect(a, 2 * PAGE, PROT_READ | PROT_EXEC).unwrap();
+    assert_eq!(taken(), vec![(a, a + PAGE, 1), (a + PAGE, a + 2 * PAGE, 1)], "read-only, never executable (one request per segment)");
+    s.protect(a, 2 * PAGE, 3).unwrap();
+    assert_eq!(taken(), vec![(a, a + 2 * PAGE, 3)], "back to read-write");
+    s.protect(a + PAGE, PAGE, 0).unwrap();
+    taken();
+    s.unmap(a, 4 * PAGE).unwrap();
+    assert_eq!(taken(), vec![(a + PAGE, a + 2 * PAGE, 3)], "munmap makes the page writable for its next user");
+    let b = s.map_anywhere(2 * PAGE, 0).unwrap();
+    assert_eq!(taken(), vec![(b, b + 2 * PAGE, 0)], "mmap(PROT_NONE), as musl maps thread stacks");
+    assert_eq!(s.map_fixed(b, 2 * PAGE, 3, false), Ok(b));
+    assert_eq!(taken(), vec![(b, b + 2 * PAGE, 3)], "replaced read-write before it is zeroed");
+    s.check();
+}
