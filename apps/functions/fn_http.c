@@ -107,7 +107,17 @@ static int send_reply(int c, struct reply *r, int keep)
 	int status = r->status ? r->status : 200;
 	int n = snprintf(head, sizeof head, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %lld\r\n%s\r\n", status, reason(status),
 			 r->type ? r->type : "text/plain", len, keep ? "" : "Connection: close\r\n");
-	int rc = write_all(c, head, (size_t)n);
+	int rc;
+	char *one = NULL;
+	/* A small answer goes out in one write: head and body in one segment. */
+	if (f < 0 && r->len && r->len <= 65536 && (one = malloc((size_t)n + r->len))) {
+		memcpy(one, head, (size_t)n);
+		memcpy(one + n, r->body, r->len);
+		rc = write_all(c, one, (size_t)n + r->len);
+		free(one);
+		return rc;
+	}
+	rc = write_all(c, head, (size_t)n);
 	if (f >= 0) {
 		off_t off = 0;
 		while (!rc && off < len) {

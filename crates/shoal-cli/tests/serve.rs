@@ -557,3 +557,88 @@ fn runc_and_runsc_backends() {
     }
     assert_eq!(gw.stop(), Some(0));
 }
+
+/// The gateway's private resident memory (RssAnon: its heap and stacks;
+/// the binary's file pages are shared and clean) in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines().find_map(|l| l.strip_prefix("RssAnon:")).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok()).unwrap()
+}
+
+/// Runs `hey -n N -c C` against `url`: (status → count, errors, requests/s).
+fn hey(url: &str, n: usize, c: usize) -> (Vec<(u16, usize)>, Vec<String>, f64) {
+    let o = Command::new("hey").args(["-n", &n.to_string(), "-c", &c.to_string(), "-t", "60", url]).output().unwrap();
+    assert!(o.status.success(), "hey failed: {}", stderr(&o));
+    let text = stdout(&o);
+    let mut statuses = Vec::new();
+    let mut errors = Vec::new();
+    let mut in_errors = false;
+    let mut rps = 0.0;
+    for l in text.lines() {
+        let t = l.trim();
+        if let Some(v) = t.strip_prefix("Requests/sec:") {
+            rps = v.trim().parse().unwrap_or(0.0);
+        }
+        if t.starts_with("Error distribution") {
+            in_errors = true;
+        } else if in_errors && !t.is_empty() {
+            errors.push(t.to_string());
+        }
+        if let Some(rest) = t.strip_prefix('[') {
+            if let (Some((code, count)), false) = (rest.split_once(']'), in_errors) {
+                if let (Ok(code), Some(Ok(count))) = (code.parse::<u16>(), count.split_whitespace().next().map(str::parse::<usize>)) {
+                    if t.ends_with("responses") {
+                        statuses.push((code, count));
+                    }
+                }
+            }
+        }
+    }
+    (statuses, errors, rps)
+}
+
+/// 10,000 requests at concurrency 1, 64, 512 and 4,096 against noop on
+/// spt (default settings: 8 per instance, 4 instances, queue 256): every
+/// request answered 200, 429 or 503, no connection errors. Memory: the
+/// gateway's private memory (RssAnon) after a second such round must be
+/// within 10% of what it was after the first — no growth per load. (After
+/// the first round it stays about 2 MiB above its size before any load,
+/// 1.0 → 3.2 MiB on 2026-11-23: tokio keeps the slab pages of its socket registrations
+/// once 4,096 connections were open, so that comparison is printed, not
+/// asserted.) The throughput is printed, never asserted. About 10 s here.
+#[test]
+fn hey_load_against_noop_on_spt() {
+    if Command::new("hey").arg("-h").output().is_err() {
+        let _ = writeln!(std::io::stderr(), "skipped: hey_load_against_noop_on_spt: `hey` is not installed (scripts/setup installs it)");
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    assert_eq!(gw.deploy("noop", &format!(r#"{{"image":"{}"}}"#, image("noop"))).status, 201);
+    let url = format!("http://{}/fn/noop/", gw.addr);
+    let pid = gw.child.id();
+    assert_eq!(gw.get("/fn/noop/").status, 200);
+    std::thread::sleep(Duration::from_millis(1500));
+    let idle = rss_kib(pid);
+    let round = || {
+        let mut report = Vec::new();
+        for c in [1usize, 64, 512, 4096] {
+            let (statuses, errors, rps) = hey(&url, 10_000, c);
+            assert!(errors.is_empty(), "c={c}: hey saw errors (resets, timeouts): {errors:?}");
+            assert!(statuses.iter().all(|(s, _)| [200, 429, 503].contains(s)), "c={c}: unexpected statuses {statuses:?}");
+            // hey gives each of its C workers N/C requests (integer division).
+            let answered: usize = statuses.iter().map(|(_, n)| n).sum();
+            assert_eq!(answered, 10_000 / c * c, "c={c}: requests lost: {statuses:?}");
+            report.push(format!("c={c}: {rps:.0} req/s {statuses:?}"));
+        }
+        // The gateway trims its heap once a second after requests.
+        std::thread::sleep(Duration::from_millis(2500));
+        report.join("; ")
+    };
+    let r1 = round();
+    let after1 = rss_kib(pid);
+    let r2 = round();
+    let after2 = rss_kib(pid);
+    let _ = writeln!(std::io::stderr(), "hey against noop on spt: round 1: {r1}; round 2: {r2}; gateway RssAnon {idle} KiB before, {after1} KiB after round 1, {after2} KiB after round 2");
+    assert!(after2 * 10 <= after1 * 11, "the gateway's memory grew with the load: {after1} KiB after round 1, {after2} KiB after round 2");
+}

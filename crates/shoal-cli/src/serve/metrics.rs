@@ -79,6 +79,11 @@ impl Metrics {
         m.request_seconds.entry(function.to_string()).or_default().observe(secs);
     }
 
+    /// Invocations answered so far, all functions and statuses.
+    pub fn requests(&self) -> u64 {
+        self.lock().invocations.values().sum()
+    }
+
     /// An instance of `function` was started for a request.
     pub fn cold_start(&self, function: &str) {
         *self.lock().cold_starts.entry(function.to_string()).or_default() += 1;
