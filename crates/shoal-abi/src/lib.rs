@@ -308,6 +308,15 @@ pub const PROT_READ: u64 = 1;
 /// Writable (see [`PROT_READ`]).
 pub const PROT_WRITE: u64 = 2;
 
+/// hvt: the value of `rax` that makes `int3` flush the guest's TLB instead
+/// of reporting a breakpoint ("SHOALTLB"). The guest runs at CPL 3 and
+/// cannot `invlpg` or write CR3; after a [`Hypercall::Protect`] on hvt the
+/// kernel executes `int3` with this `rax`, and the VMM's #BP gate reloads
+/// CR3 at CPL 0 and returns, so no stale translation outlives the VMM's
+/// page-table change. (`int n` with a DPL-3 gate of its own would be the
+/// obvious way, but KVM on this host answers it with #UD.)
+pub const HVT_TLB_FLUSH_MAGIC: u64 = u64::from_le_bytes(*b"SHOALTLB");
+
 /// Arguments of [`Hypercall::Protect`]: give `[addr, addr + len)` (page
 /// aligned, inside the kernel's free memory `[heap_start, heap_end)` or the
 /// main stack `[stack_base, stack_top)`) the protection `prot`

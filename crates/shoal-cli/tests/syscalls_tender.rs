@@ -55,19 +55,6 @@ fn item6_stdin_reaches_the_guest() {
     }
 }
 
-/// The tenders item 1 is checked on: hvt's VMM does not apply the
-/// `Protect` hypercall yet (it answers ENOSYS and pages stay read-write),
-/// so its column is skipped, visibly, until it does.
-fn protect_tenders() -> Vec<&'static str> {
-    let t: Vec<&'static str> = tenders().into_iter().filter(|&t| t != "hvt").collect();
-    let msg = "skipped: the hvt column of item 1: the VMM does not apply Protect yet (issue 17 item 1 on hvt is open)";
-    let _ = writeln!(std::io::stderr().lock(), "{msg}");
-    if let Ok(mut tty) = std::fs::OpenOptions::new().write(true).open("/dev/tty") {
-        let _ = writeln!(tty, "{msg}");
-    }
-    t
-}
-
 /// Builds `apps/tests/sys_mprotect.c` both ways.
 fn mprotect_images(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let src = home().join("apps/tests/sys_mprotect.c");
@@ -93,7 +80,7 @@ fn item1_stack_overflow_hits_the_guard_page() {
     let n = output(Command::new(&native).arg("overflow"));
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(n.status.signal(), Some(libc_sigsegv()), "native: {}", stdout(&n));
-    for tender in protect_tenders() {
+    for tender in tenders() {
         let s = output(shoal_run(tender).arg(&image).args(["--", "overflow"]));
         assert!(!stdout(&s).contains("survived"), "{tender}: the overflow went unnoticed");
         assert_faulted(tender, "overflow", &s);
@@ -108,7 +95,7 @@ fn item1_mprotect_prot_none_and_back() {
     let (image, native) = mprotect_images(dir.path());
     let n = output(Command::new(&native).arg("prot"));
     assert!(n.status.success());
-    for tender in protect_tenders() {
+    for tender in tenders() {
         let s = output(shoal_run(tender).arg(&image).args(["--", "prot"]));
         assert_eq!(stdout(&s), stdout(&n), "{tender}: {}", stderr(&s));
         assert_eq!(s.status.code(), Some(0), "{tender}: {}", stderr(&s));

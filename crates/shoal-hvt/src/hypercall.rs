@@ -146,7 +146,14 @@ pub struct Guest<'a> {
     pub private: &'a vm_memory::GuestRegionMmap<()>,
     /// Ranges results are never written to.
     pub read_only: &'a ReadOnly,
+    /// Applies a `Protect` request (`crate::protect`); `None`: not
+    /// supported here (unit tests), answered `ENOSYS`.
+    pub protect: Option<&'a ProtectFn<'a>>,
 }
+
+/// How the run loop applies a `Protect` request: `Ok` is the hypercall's
+/// result, `Err` stops the guest (the VMM's own tables are broken).
+pub type ProtectFn<'a> = dyn Fn(&ProtectArgs) -> Result<i64, String> + 'a;
 
 /// Reads the argument structure of `call` at `arg`; with `write`, it must
 /// also lie in writable guest memory (checked before the call has any
@@ -269,7 +276,11 @@ pub fn handle(
                 Ok(a) => a,
                 Err(r) => return Action::Refused(r),
             };
-            match protect(&a) {
+            let r = match g.protect {
+                Some(f) => f(&a),
+                None => Ok(-i64::from(libc::ENOSYS)),
+            };
+            match r {
                 Ok(r) => {
                     a.ret = r;
                     put(g, call, arg, &a)
@@ -362,12 +373,6 @@ fn console_write(mem: &GuestMemory, a: &ConsoleWriteArgs, console: &mut Console<
     }
     let _ = out.flush();
     i64::try_from(done).unwrap_or(i64::MAX)
-}
-
-/// Protection changes (item 1 on hvt) are not done yet: refused as the
-/// host refuses an unsupported operation.
-fn protect(_a: &ProtectArgs) -> Result<i64, String> {
-    Ok(-i64::from(libc::ENOSYS))
 }
 
 #[cfg(test)]

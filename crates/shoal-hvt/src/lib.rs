@@ -72,6 +72,7 @@
 
 mod hypercall;
 mod net;
+mod protect;
 pub mod vm;
 pub mod x86;
 
@@ -451,7 +452,17 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     timings.vm_ready = t0.elapsed();
 
     let mut wrote = false;
-    let guest = hypercall::Guest { mem: &mem, private: &vm.memory, read_only: &p.read_only };
+    let tables = protect::Tables { low: &vm.memory, pool: &vm.tables, heap_start: p.layout.heap_start, mem_size };
+    // KVM's shadow of the page tables is dropped after the handler, in
+    // this loop; the guest flushes its TLB itself afterwards (int3 with
+    // shoal_abi::HVT_TLB_FLUSH_MAGIC).
+    let changed = std::cell::Cell::new(false);
+    let apply = |a: &shoal_abi::ProtectArgs| {
+        let r = tables.protect(a)?;
+        changed.set(changed.get() || r == 0);
+        Ok(r)
+    };
+    let guest = hypercall::Guest { mem: &mem, private: &vm.memory, read_only: &p.read_only, protect: Some(&apply) };
     let outcome = loop {
         let exit = match vm.vcpu.run() {
             Ok(e) => e,
@@ -483,6 +494,11 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
                     *n += 1;
                 }
                 let a = hypercall::handle(call, arg, &guest, &mut p.net, &mut || vcpu_origin(&vm.vcpu), console, &mut wrote);
+                if changed.take() {
+                    if let Err(e) = vm.forget_translations() {
+                        break Outcome::Stopped(e.to_string());
+                    }
+                }
                 if wrote && timings.first_output.is_none() {
                     timings.first_output = Some(t0.elapsed());
                 }

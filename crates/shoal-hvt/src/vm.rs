@@ -58,6 +58,9 @@ pub struct Vm {
     _kvm: Kvm,
     /// Guest memory: one anonymous, lazily backed mapping at GPA 0.
     pub memory: GuestRegionMmap<()>,
+    /// The page-table pool (`crate::protect`): lazily backed, at
+    /// `protect::POOL_ADDR`, mapped by no guest page table.
+    pub tables: GuestRegionMmap<()>,
 }
 
 impl Vm {
@@ -107,11 +110,49 @@ impl Vm {
         // for as long as the VM (and its vCPU) exist: `memory` is declared
         // after `_vm` and `vcpu`, so it is dropped after them.
         unsafe { vm.set_user_memory_region(region) }.map_err(ioctl_err("register guest memory"))?;
+        let pool = crate::protect::pool_size(mem_size);
+        let tables = MmapRegion::<()>::new(pool as usize)
+            .ok()
+            .and_then(|m| GuestRegionMmap::new(m, GuestAddress(crate::protect::POOL_ADDR)))
+            .ok_or_else(|| KvmError::Memory { size: pool, reason: "cannot map the page-table pool".into() })?;
+        let region = kvm_userspace_memory_region {
+            slot: 1,
+            flags: 0,
+            guest_phys_addr: crate::protect::POOL_ADDR,
+            memory_size: pool,
+            userspace_addr: tables.as_ptr() as u64,
+        };
+        // SAFETY: as above, for `tables`, which is declared after `_vm` and
+        // `vcpu` too.
+        unsafe { vm.set_user_memory_region(region) }.map_err(ioctl_err("register the page-table pool"))?;
         let vcpu = vm.create_vcpu(0).map_err(ioctl_err("create a vCPU"))?;
         let mut cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES).map_err(ioctl_err("list the supported CPUID"))?;
         adjust_cpuid(&mut cpuid);
         vcpu.set_cpuid2(&cpuid).map_err(ioctl_err("set the guest CPUID"))?;
-        Ok(Vm { vcpu, _vm: vm, _kvm: kvm, memory })
+        Ok(Vm { vcpu, _vm: vm, _kvm: kvm, memory, tables })
+    }
+
+    /// Makes KVM forget every translation it built from the guest's page
+    /// tables, after the VMM changed them (`crate::protect`). On a host
+    /// that gives KVM no EPT (nested, as here) KVM shadows the guest's page
+    /// tables and does not see the VMM's writes to them; deleting a memory
+    /// slot makes it drop all shadow pages (KVM's default "zap all on slot
+    /// deletion"), so the page-table pool's slot is deleted and added
+    /// again, unchanged.
+    pub fn forget_translations(&self) -> Result<(), KvmError> {
+        let mut region = kvm_userspace_memory_region {
+            slot: 1,
+            flags: 0,
+            guest_phys_addr: crate::protect::POOL_ADDR,
+            memory_size: 0,
+            userspace_addr: self.tables.as_ptr() as u64,
+        };
+        // SAFETY: deleting slot 1, then registering it again with the same
+        // mapping, which `self` keeps alive as before.
+        unsafe { self._vm.set_user_memory_region(region) }.map_err(ioctl_err("delete the page-table pool slot"))?;
+        region.memory_size = vm_memory::GuestMemoryRegion::len(&self.tables);
+        // SAFETY: as above.
+        unsafe { self._vm.set_user_memory_region(region) }.map_err(ioctl_err("register the page-table pool"))
     }
 
     /// Copies the tender-private structures to guest address 0.

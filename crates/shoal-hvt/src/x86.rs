@@ -81,6 +81,9 @@ pub const GDT_LIMIT: u16 = (GDT_ENTRIES * 8 - 1) as u16;
 pub const VECTORS: u64 = 32;
 /// IDT limit (size - 1).
 pub const IDT_LIMIT: u16 = (VECTORS * 16 - 1) as u16;
+/// Offset, within the stub page, of the #BP entry that flushes the TLB
+/// when `rax` holds `shoal_abi::HVT_TLB_FLUSH_MAGIC`.
+const FLUSH_CODE: u64 = 0x800;
 /// Size of one per-vector entry stub.
 const STUB_SLOT: u64 = 16;
 /// Offset of the common tail within the stub page.
@@ -105,12 +108,29 @@ pub const EFER: u64 = (1 << 8) | (1 << 10) | (1 << 11);
 /// RFLAGS at entry: the reserved bit 1 and IOPL 3; interrupts off.
 pub const RFLAGS: u64 = 0x2 | (3 << 12);
 
-const PTE_P: u64 = 1;
+/// Page-table entry bits the VMM's `Protect` handler uses.
+pub(crate) const PTE_P: u64 = 1;
 const PTE_RW: u64 = 1 << 1;
 const PTE_US: u64 = 1 << 2;
 const PTE_A: u64 = 1 << 5;
 const PTE_D: u64 = 1 << 6;
-const PTE_PS: u64 = 1 << 7;
+pub(crate) const PTE_PS: u64 = 1 << 7;
+/// The physical-address bits of a page-table entry.
+pub(crate) const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
+/// Bits of a page-directory entry pointing to a page table.
+pub(crate) const DIR_BITS: u64 = PTE_P | PTE_RW | PTE_US | PTE_A;
+
+/// The bits of a 4 KiB page-table entry with permission `p` (0: not present).
+pub(crate) fn leaf_bits(p: PagePerm) -> u64 {
+    p.entry_bits()
+}
+
+/// Guest-physical address of the page-directory entry of 2 MiB region
+/// `region` (the page directories follow each other from TABLES_START, as
+/// [`build`] lays them out).
+pub(crate) fn pd_entry_addr(region: u64) -> u64 {
+    TABLES_START + (region / 512) * PAGE_SIZE + (region % 512) * 8
+}
 const PTE_NX: u64 = 1 << 63;
 
 const MIB2: u64 = 2 << 20;
@@ -267,7 +287,7 @@ pub fn build(mem_size: u64, image: &[Region], image_start: u64, image_end: u64) 
         return Err(SetupError::TooManyTables { needed: needed + 2, room: room + 2 });
     }
     let table = |i: u64| TABLES_START + i * PAGE_SIZE;
-    let dir_bits = PTE_P | PTE_RW | PTE_US | PTE_A;
+    let dir_bits = DIR_BITS;
     put_u64(&mut b, PML4_ADDR, PDPT_ADDR | dir_bits);
     for g in 0..pds {
         put_u64(&mut b, PDPT_ADDR + g * 8, table(g) | dir_bits);
@@ -367,7 +387,7 @@ pub fn build(mem_size: u64, image: &[Region], image_start: u64, image_end: u64) 
 
     // --- IDT ---------------------------------------------------------------
     for v in 0..VECTORS {
-        let target = STUB_ADDR + v * STUB_SLOT;
+        let target = if v == 3 { STUB_ADDR + FLUSH_CODE } else { STUB_ADDR + v * STUB_SLOT };
         // Interrupt gate, present; DPL 3 for int3/into so that those
         // instructions report #BP/#OF rather than #GP, DPL 0 otherwise.
         let dpl: u64 = if v == 3 || v == 4 { 3 } else { 0 };
@@ -378,6 +398,29 @@ pub fn build(mem_size: u64, image: &[Region], image_start: u64, image_end: u64) 
         put_u64(&mut b, IDT_ADDR + v * 16, lo);
         put_u64(&mut b, IDT_ADDR + v * 16 + 8, target >> 32);
     }
+
+    // The TLB flush: the guest at CPL 3 cannot invlpg or write CR3, and
+    // after the VMM changed its page tables (`Protect`) it must not use
+    // stale translations. #BP (int3, DPL 3) enters here: with the magic in
+    // rax it reloads CR3 (which flushes every non-global translation; no
+    // page is global) and returns with every register as it was; otherwise
+    // it goes on to the ordinary #BP stub, which reports the breakpoint.
+    let mut flush: Vec<u8> = vec![0x53]; //       push rbx
+    flush.extend_from_slice(&[0x48, 0xbb]); //      movabs rbx, MAGIC
+    flush.extend_from_slice(&shoal_abi::HVT_TLB_FLUSH_MAGIC.to_le_bytes());
+    flush.extend_from_slice(&[0x48, 0x39, 0xd8]); // cmp rax, rbx
+    flush.push(0x5b); //                             pop rbx (flags kept)
+    flush.extend_from_slice(&[0x0f, 0x85]); //      jne rel32 -> the #BP stub
+    let after_jne = STUB_ADDR + FLUSH_CODE + flush.len() as u64 + 4;
+    flush.extend_from_slice(&(((STUB_ADDR + 3 * STUB_SLOT) as i64 - after_jne as i64) as i32).to_le_bytes());
+    flush.extend_from_slice(&[
+        0x50, //             push rax
+        0x0f, 0x20, 0xd8, // mov rax, cr3
+        0x0f, 0x22, 0xd8, // mov cr3, rax
+        0x58, //             pop rax
+        0x48, 0xcf, //       iretq
+    ]);
+    put(&mut b, STUB_ADDR + FLUSH_CODE, &flush);
 
     let map = PermMap { mem_size, image: image.to_vec(), image_start, image_end };
     Ok(Private { map, bytes: b, table_pages: 2 + next_pt, split_regions: split.len() as u64 })

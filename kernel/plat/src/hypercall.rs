@@ -72,6 +72,17 @@ pub fn console_read(buf: &mut [u8]) -> i64 {
 pub fn protect(addr: u64, len: u64, prot: u64) -> i64 {
     let mut a = ProtectArgs { addr, len, prot, ret: 0 };
     raw(Hypercall::Protect, &mut a);
+    #[cfg(not(test))]
+    if a.ret == 0 && ENTRY.load(Ordering::Relaxed) == 0 {
+        // hvt: the VMM changed the page tables; drop stale translations
+        // (int3 with the magic in rax reloads CR3 at CPL 0, which CPL 3
+        // cannot do).
+        // SAFETY: the VMM's #BP gate sees the magic in rax, only reloads
+        // CR3 and returns after the int3, preserving every register.
+        unsafe {
+            core::arch::asm!("int3", in("rax") shoal_abi::HVT_TLB_FLUSH_MAGIC, options(nostack, preserves_flags));
+        }
+    }
     a.ret
 }
 

@@ -1,0 +1,128 @@
+//! The `Protect` hypercall on hvt: the VMM rewrites the guest's page
+//! tables (the guest runs at CPL 3 and cannot touch them).
+//!
+//! Only `[heap_start, mem_size)` (the kernel's free memory and the main
+//! stack) can change, between read-write, read-only and not present; every
+//! page keeps NX, so W^X holds and the image's code (below `heap_start`)
+//! is never writable. A 2 MiB page that needs a 4 KiB protection is split
+//! into a page table taken from the table pool: a second KVM memory slot at
+//! guest-physical [`POOL_ADDR`], one page per 2 MiB region of guest memory,
+//! which no guest page table maps (the guest cannot read or write its own
+//! page tables there, as it cannot in tender-private memory).
+//!
+//! **TLB.** The guest cannot `invlpg` at CPL 3, and the VMM cannot make
+//! KVM flush the guest's TLB cheaply: rewriting CR3 through
+//! `KVM_SET_SREGS`, even with a changed PWT bit, left stale translations
+//! here (a page made `PROT_NONE` stayed readable). So the guest flushes
+//! itself: after a successful `Protect` the kernel executes
+//! `int HVT_TLB_FLUSH_VECTOR`, whose DPL-3 gate (`x86::FLUSH_VECTOR`) runs
+//! `mov cr3, cr3` at CPL 0 and returns.
+
+use crate::x86;
+use shoal_abi::{ProtectArgs, PAGE_SIZE, PROT_READ, PROT_WRITE};
+use vm_memory::{Bytes, GuestRegionMmap, MemoryRegionAddress};
+
+/// Guest-physical address of the page-table pool: above the 4 GiB guest
+/// memory can span, so no guest address ever names it.
+pub const POOL_ADDR: u64 = x86::MAX_MEM;
+
+const MIB2: u64 = 2 << 20;
+
+/// Bytes of table pool for guest memory of `mem_size` bytes.
+pub fn pool_size(mem_size: u64) -> u64 {
+    mem_size.div_ceil(MIB2) * PAGE_SIZE
+}
+
+/// What a protection request needs of the VM.
+pub struct Tables<'a> {
+    /// Guest memory from GPA 0 (tender-private tables included).
+    pub low: &'a GuestRegionMmap<()>,
+    /// The table pool at [`POOL_ADDR`].
+    pub pool: &'a GuestRegionMmap<()>,
+    /// First address the guest may protect.
+    pub heap_start: u64,
+    /// End of guest memory.
+    pub mem_size: u64,
+}
+
+impl Tables<'_> {
+    fn read(&self, gpa: u64) -> Result<u64, String> {
+        let r = if gpa >= POOL_ADDR {
+            self.pool.read_obj::<u64>(MemoryRegionAddress(gpa - POOL_ADDR))
+        } else {
+            self.low.read_obj::<u64>(MemoryRegionAddress(gpa))
+        };
+        r.map_err(|e| format!("cannot read the guest page table entry at {gpa:#x}: {e}"))
+    }
+
+    fn write(&self, gpa: u64, v: u64) -> Result<(), String> {
+        let r = if gpa >= POOL_ADDR {
+            self.pool.write_obj(v, MemoryRegionAddress(gpa - POOL_ADDR))
+        } else {
+            self.low.write_obj(v, MemoryRegionAddress(gpa))
+        };
+        r.map_err(|e| format!("cannot write the guest page table entry at {gpa:#x}: {e}"))
+    }
+
+    /// Sets the protection of `[a.addr, a.addr + a.len)`. `Ok(ret)` is the
+    /// hypercall's result (`-EINVAL` for a request outside the rules);
+    /// `Err` means the VMM's own tables are broken (stop the guest).
+    pub fn protect(&self, a: &ProtectArgs) -> Result<i64, String> {
+        let einval = -i64::from(libc::EINVAL);
+        if a.prot & !(PROT_READ | PROT_WRITE) != 0 || a.len == 0 || !a.addr.is_multiple_of(PAGE_SIZE) || !a.len.is_multiple_of(PAGE_SIZE) {
+            return Ok(einval);
+        }
+        let Some(end) = a.addr.checked_add(a.len) else { return Ok(einval) };
+        if a.addr < self.heap_start || end > self.mem_size {
+            return Ok(einval);
+        }
+        let bits = x86::leaf_bits(if a.prot & PROT_WRITE != 0 {
+            x86::PagePerm::UserRw
+        } else if a.prot & PROT_READ != 0 {
+            x86::PagePerm::UserRo
+        } else {
+            x86::PagePerm::None
+        });
+        let mut page = a.addr;
+        while page < end {
+            let pt = self.table_of(page)?;
+            self.write(pt + ((page % MIB2) / PAGE_SIZE) * 8, if bits == 0 { 0 } else { page | bits })?;
+            page += PAGE_SIZE;
+        }
+        Ok(0)
+    }
+
+    /// The 4 KiB page table mapping `addr`, splitting its 2 MiB page into
+    /// one from the pool first if needed.
+    fn table_of(&self, addr: u64) -> Result<u64, String> {
+        let region = addr / MIB2;
+        let pde_at = x86::pd_entry_addr(region);
+        let pde = self.read(pde_at)?;
+        if pde & x86::PTE_P == 0 {
+            return Err(format!("guest address {addr:#x} has no page directory entry"));
+        }
+        if pde & x86::PTE_PS == 0 {
+            return Ok(pde & x86::ADDR_MASK);
+        }
+        let pt = POOL_ADDR + region * PAGE_SIZE;
+        let base = region * MIB2;
+        let leaf = pde & !(x86::PTE_PS | x86::ADDR_MASK);
+        for i in 0..512 {
+            self.write(pt + i * 8, (base + i * PAGE_SIZE) | leaf)?;
+        }
+        self.write(pde_at, pt | x86::DIR_BITS)?;
+        Ok(pt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_has_one_table_per_2_mib() {
+        assert_eq!(pool_size(64 << 20), 32 * PAGE_SIZE);
+        assert_eq!(pool_size((64 << 20) + 4096), 33 * PAGE_SIZE);
+        const { assert!(POOL_ADDR >= x86::MAX_MEM) };
+    }
+}
