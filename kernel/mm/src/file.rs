@@ -96,11 +96,19 @@ pub(crate) fn fill(m: &FileMap, from: u64, to: u64) -> Result<(), Errno> {
     if from >= to {
         return Ok(());
     }
+    // The mapping already has its real protection (read-only for a
+    // PROT_READ mapping): lend the kernel write access while it copies the
+    // file in. (Not inside `with_space`: the copy calls into vfs.)
+    let lent = crate::with_space(|s| s.lend_write(from, to));
     // SAFETY: [from, to) is a mapping mm has just handed to the program
-    // (zero-filled), inside guest memory; nothing else uses it now.
+    // (zero-filled), inside guest memory, writable for now; nothing else
+    // uses it.
     let buf = unsafe { core::slice::from_raw_parts_mut(from as *mut u8, (to - from) as usize) };
-    (ops.read_at)(m.id, m.off + (from - m.start), buf)?;
-    Ok(())
+    let r = (ops.read_at)(m.id, m.off + (from - m.start), buf);
+    if lent {
+        crate::with_space(|s| s.restore(from, to));
+    }
+    r.map(|_| ())
 }
 
 /// Writes back the part `[a, b)` of shared mapping `m`: each page whose

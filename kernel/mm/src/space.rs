@@ -570,6 +570,30 @@ impl Space {
         Ok(())
     }
 
+    /// Makes the program's pages in `[a, b)` writable for the kernel for a
+    /// moment (file data copied into a read-only mapping); returns whether
+    /// anything was changed, for [`Space::restore`].
+    pub fn lend_write(&self, a: u64, b: u64) -> bool {
+        let mut lent = false;
+        self.pieces(a, b, |x, y, w| {
+            if w.real_prot() != RW {
+                set_real_prot(x, y, RW);
+                lent = true;
+            }
+        });
+        lent
+    }
+
+    /// Gives the pages in `[a, b)` back the real protection the table says
+    /// (after [`Space::lend_write`]).
+    pub fn restore(&self, a: u64, b: u64) {
+        self.pieces(a, b, |x, y, w| {
+            if w.real_prot() != RW {
+                set_real_prot(x, y, w.real_prot());
+            }
+        });
+    }
+
     /// Checks the range for `madvise` advice that needs no action.
     pub fn advise_check(&self, addr: u64, len: u64) -> Result<(), Errno> {
         self.check_mapped(addr, len).map(|_| ())
@@ -645,13 +669,25 @@ impl Space {
     /// Copies `copy` bytes from `old` to `dst`, then releases the old range
     /// of `old_len` bytes (or zero-fills it, keeping it mapped).
     fn move_out(&mut self, old: u64, dst: u64, copy: u64, old_len: u64, keep: bool) {
+        // The destination already has the mapping's real protection (read
+        // only for a PROT_READ mapping): lend the kernel write access for
+        // the copy. An unreadable (PROT_NONE) source is lent too.
+        let lent_dst = self.lend_write(dst, dst + copy);
+        let lent_src = self.lend_write(old, old + old_len);
         // SAFETY: both ranges are program mappings in the managed range,
-        // checked by the caller, and they do not overlap.
+        // checked by the caller, they do not overlap, and both are
+        // accessible for now.
         unsafe { core::ptr::copy_nonoverlapping(old as *const u8, dst as *mut u8, copy as usize) };
+        if lent_dst {
+            self.restore(dst, dst + copy);
+        }
         if keep {
             // SAFETY: the old mapping stays the program's, with new content
-            // zero as Linux gives it after MREMAP_DONTUNMAP.
+            // zero as Linux gives it after MREMAP_DONTUNMAP; writable for now.
             unsafe { zero_range(old, old + old_len) };
+            if lent_src {
+                self.restore(old, old + old_len);
+            }
         } else {
             self.assign(old, old + old_len, Use::Free { dirty: true });
         }
