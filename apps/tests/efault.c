@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -62,6 +63,13 @@ int main(void) {
      * in the program, as on Linux): the system call is asked directly. */
     printf("fstat into rodata: %s\n", res(syscall(SYS_fstat, p[0], hide(ro + 64))));
     printf("pipe into rodata: %s\n", res(pipe(hide(ro + 128))));
+    /* Output pointers are checked before the work: no descriptor leaks. */
+    int before = dup(0);
+    close(before);
+    printf("socketpair into rodata: %s\n", res(socketpair(AF_UNIX, SOCK_STREAM, 0, hide(ro + 128))));
+    int after = dup(0);
+    close(after);
+    printf("no descriptor leaked: %s\n", after == before ? "yes" : "no");
 
     char *m = mmap(0, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) {

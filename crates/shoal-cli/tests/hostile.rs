@@ -28,6 +28,8 @@ fn read_into_rodata_is_efault() {
                 clock_gettime(CLOCK_REALTIME) into code: EFAULT\n\
                 fstat into rodata: EFAULT\n\
                 pipe into rodata: EFAULT\n\
+                socketpair into rodata: EFAULT\n\
+                no descriptor leaked: yes\n\
                 read into a PROT_READ mapping: EFAULT\n\
                 read into a PROT_NONE mapping: EFAULT\n\
                 read into unmapped memory: EFAULT\n\

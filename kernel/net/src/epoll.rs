@@ -259,7 +259,7 @@ pub fn wait(epfd: i32, events: u64, max: i32, timeout_ns: Option<u64>) -> SysRes
         return Err(Errno::EINVAL);
     }
     let max = max as usize;
-    umem::check(events, (max * EVENT_SIZE) as u64)?;
+    umem::check_write(events, (max * EVENT_SIZE) as u64)?;
     let ep = epoll_of(epfd)?;
     let dl = timeout_ns.map(|t| shoal_time::monotonic_ns().saturating_add(t));
     loop {

@@ -101,7 +101,7 @@ pub fn socketpair(domain: i32, ty: i32, protocol: i32, sv: u64) -> SysResult {
         AF_INET | AF_INET6 => return Err(Errno::EOPNOTSUPP),
         d => family(d)?,
     };
-    umem::check(sv, 8)?;
+    umem::check_write(sv, 8)?;
     let (a, b) = crate::with(|n| n.backend(fam)?.socketpair(t, protocol))?;
     let fa = match install(Sock { fam, h: a }, flags) {
         Ok(fd) => fd,
@@ -185,7 +185,7 @@ pub fn accept4(fd: i32, addr: u64, lenp: u64, flags: i32) -> SysResult {
     }
     let (s, _, nb) = sock_of(fd)?;
     if addr != 0 {
-        umem::check(lenp, 4)?;
+        umem::check_write(lenp, 4)?;
     }
     let (h, from) = retry(nb, "accept", || call(s, |b, h| b.accept(h)))?;
     let nfd = install(Sock { fam: s.fam, h }, flags)?;
@@ -446,7 +446,7 @@ pub fn shutdown(fd: i32, how: i32) -> SysResult {
 /// `getsockname` (`peer` false) and `getpeername`.
 pub fn name(fd: i32, addr: u64, lenp: u64, peer: bool) -> SysResult {
     let (s, _, _) = sock_of(fd)?;
-    umem::check(lenp, 4)?;
+    umem::check_write(lenp, 4)?;
     let a = call(s, |b, h| b.name(h, peer))?;
     write_addr(addr, lenp, &a)?;
     Ok(0)

@@ -157,7 +157,7 @@ pub fn settime(fd: i32, flags: i32, new: u64, old: u64) -> SysResult {
     let [is, ins, vs, vns]: [i64; 4] = umem::read(new)?;
     let (interval, value) = (ts_ns(is, ins)?, ts_ns(vs, vns)?);
     if old != 0 {
-        umem::check(old, 32)?;
+        umem::check_write(old, 32)?;
     }
     let now = shoal_time::monotonic_ns();
     let prev = with_timer(fd, |t| {
@@ -173,7 +173,7 @@ pub fn settime(fd: i32, flags: i32, new: u64, old: u64) -> SysResult {
 
 /// `timerfd_gettime(fd, cur)`.
 pub fn gettime(fd: i32, cur: u64) -> SysResult {
-    umem::check(cur, 32)?;
+    umem::check_write(cur, 32)?;
     let now = shoal_time::monotonic_ns();
     let v = with_timer(fd, |t| t.get(now))?;
     umem::write(cur, itimerspec(v))?;
