@@ -64,7 +64,9 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
     }
     let paths = shoal_toolchain::Paths::discover()?;
     let recipes = if only.is_empty() {
-        recipe::list(&paths)?
+        // A recipe without benchmark arguments is an interactive program
+        // (the SQLite shell reads its standard input): nothing to time.
+        recipe::list(&paths)?.into_iter().filter(|r| !r.run.bench_args.is_empty()).collect()
     } else {
         only.iter().map(|n| recipe::load(&paths, n)).collect::<Result<Vec<_>, _>>()?
     };

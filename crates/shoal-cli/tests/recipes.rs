@@ -62,11 +62,11 @@ fn library_version(image: &Path, lib: &str) -> Option<String> {
 }
 
 #[test]
-fn recipe_list_shows_the_four_recipes() {
+fn recipe_list_shows_the_five_recipes() {
     let o = output(shoal().args(["recipe", "list"]));
     assert!(o.status.success(), "{}", stderr(&o));
     let names: Vec<String> = stdout(&o).lines().filter_map(|l| l.split_whitespace().next().map(str::to_string)).collect();
-    assert_eq!(names, ["lua", "matmul", "pcre2-grep", "sqlite-speedtest1"]);
+    assert_eq!(names, ["lua", "matmul", "pcre2-grep", "sqlite-shell", "sqlite-speedtest1"]);
     assert!(stdout(&o).contains("sqlite3"), "the Debian source package is shown: {}", stdout(&o));
 }
 
@@ -190,4 +190,30 @@ fn a_library_alone_has_its_objects_and_version() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(library_version(&image, "pcre2").as_deref(), Some("10.42"));
+}
+
+/// Issue "System calls that lie", item 6: a script piped to SQLite's own
+/// shell reaches it through the tender's standard input, and the output is
+/// the native shell's.
+#[test]
+fn item6_a_piped_script_reaches_the_sqlite_shell() {
+    use std::io::Write;
+    let dir = scratch();
+    let (image, native) = build_recipe("sqlite-shell", dir.path());
+    let script = "create table t(a, b);\ninsert into t values (1, 'one'), (2, 'two'), (3, 'three');\n\
+                  select a, b, length(b) from t order by a desc;\nselect sum(a), group_concat(b, '+') from t;\n\
+                  .mode csv\nselect * from t where a > 1;\n";
+    let run = |cmd: &mut Command| {
+        let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let n = run(Command::new(&native).env("HOME", "/tmp"));
+    assert!(n.status.success(), "native: {}", stderr(&n));
+    assert!(stdout(&n).contains("3|three|5"), "{}", stdout(&n));
+    for tender in tenders() {
+        let s = run(shoal_run(tender).args(["-e", "HOME=/tmp"]).arg(&image));
+        assert_eq!(stdout(&s), stdout(&n), "{tender}: {}", stderr(&s));
+        assert_eq!(s.status.code(), Some(0), "{tender}: {}", stderr(&s));
+    }
 }
