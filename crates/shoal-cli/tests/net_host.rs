@@ -22,10 +22,6 @@ fn app_net(name: &str) -> PathBuf {
     home().join("apps/net").join(name)
 }
 
-fn test_app(name: &str) -> PathBuf {
-    home().join("apps/tests").join(name)
-}
-
 /// A port nothing listens on right now (bound and released).
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

@@ -6,27 +6,6 @@
 
 mod common;
 use common::*;
-use std::process::Command;
-
-fn test_app(name: &str) -> std::path::PathBuf {
-    home().join("apps/tests").join(name)
-}
-
-/// Builds `name` both ways, runs both, and compares stdout and status.
-fn matches_native(name: &str) {
-    let dir = scratch();
-    let src = test_app(name);
-    let image = build_image(&src, dir.path(), &[]);
-    let native = build_native(&src, dir.path(), &["-lpthread"]);
-    let n = output(&mut Command::new(&native));
-    assert!(n.status.success(), "native {name} failed: {}", stdout(&n));
-    for tender in tenders() {
-        let s = output(shoal_run(tender).arg(&image));
-        assert_eq!(stdout(&s), stdout(&n), "{tender} {name}: shoal stderr: {}", stderr(&s));
-        assert_eq!(s.status.code(), Some(0), "{tender} {name}: shoal stderr: {}", stderr(&s));
-        assert_eq!(stderr(&s), "", "{tender} {name}: shoal printed on stderr");
-    }
-}
 
 #[test]
 fn socketpair_moves_one_mib_between_threads_and_keeps_message_boundaries() {

@@ -4,63 +4,42 @@
 
 mod common;
 use common::*;
-use std::process::Command;
-
-fn test_app(name: &str) -> std::path::PathBuf {
-    home().join("apps/tests").join(name)
-}
-
-/// Builds `name` both ways, runs both, and compares stdout and status.
-fn matches_native(name: &str, run_args: &[&str]) {
-    let dir = scratch();
-    let src = test_app(name);
-    let image = build_image(&src, dir.path(), &[]);
-    let native = build_native(&src, dir.path(), &["-lpthread"]);
-    let n = output(&mut Command::new(&native));
-    assert!(n.status.success(), "native {name} failed: {}", stdout(&n));
-    for tender in tenders() {
-        let s = output(shoal_run(tender).args(run_args).arg(&image));
-        assert_eq!(stdout(&s), stdout(&n), "{tender} {name}: shoal stderr: {}", stderr(&s));
-        assert_eq!(s.status.code(), Some(0), "{tender} {name}: shoal stderr: {}", stderr(&s));
-        assert_eq!(stderr(&s), "", "{tender} {name}: shoal printed on stderr");
-    }
-}
 
 #[test]
 fn create_join_sum() {
-    matches_native("threads_sum.c", &[]);
+    matches_native_with("threads_sum.c", &[]);
 }
 
 #[test]
 fn threads_created_in_a_loop_joinable_and_detached() {
     // 32 MiB: the 2000 detached threads' stacks (about 136 KiB each) only
     // fit if each is freed when its thread exits.
-    matches_native("threads_loop.c", &["--mem", "32M"]);
+    matches_native_with("threads_loop.c", &["--mem", "32M"]);
 }
 
 #[test]
 fn mutex_condvar_producer_consumer() {
-    matches_native("prodcons.c", &[]);
+    matches_native_with("prodcons.c", &[]);
 }
 
 #[test]
 fn thread_local_storage_per_thread() {
-    matches_native("tls.c", &[]);
+    matches_native_with("tls.c", &[]);
 }
 
 #[test]
 fn pthread_cancel_at_cancellation_points() {
-    matches_native("cancel.c", &[]);
+    matches_native_with("cancel.c", &[]);
 }
 
 #[test]
 fn sleeping_blocks_only_the_calling_thread() {
-    matches_native("sleep.c", &[]);
+    matches_native_with("sleep.c", &[]);
 }
 
 #[test]
 fn blocking_pipe_reads_and_poll_wait_for_other_threads() {
-    matches_native("pipes_threads.c", &[]);
+    matches_native_with("pipes_threads.c", &[]);
 }
 
 #[test]

@@ -111,3 +111,31 @@ pub fn raw_syscall_image(dir: &Path) -> PathBuf {
     .unwrap();
     build_image(&src, dir, &[])
 }
+
+/// A test program under `apps/tests/`.
+pub fn test_app(name: &str) -> PathBuf {
+    home().join("apps/tests").join(name)
+}
+
+/// Builds `apps/tests/NAME` with `shoal cc` and natively, runs both, and
+/// asserts that shoal prints the same stdout, nothing on stderr and exits
+/// 0, on every tender.
+pub fn matches_native(name: &str) {
+    matches_native_with(name, &[]);
+}
+
+/// [`matches_native`] with extra `shoal run` options.
+pub fn matches_native_with(name: &str, run_args: &[&str]) {
+    let dir = scratch();
+    let src = test_app(name);
+    let image = build_image(&src, dir.path(), &[]);
+    let native = build_native(&src, dir.path(), &["-lpthread"]);
+    let n = output(&mut Command::new(&native));
+    assert!(n.status.success(), "native {name} failed: {}", stdout(&n));
+    for tender in tenders() {
+        let s = output(shoal_run(tender).args(run_args).arg(&image));
+        assert_eq!(stdout(&s), stdout(&n), "{tender} {name}: shoal stderr: {}", stderr(&s));
+        assert_eq!(s.status.code(), Some(0), "{tender} {name}: shoal stderr: {}", stderr(&s));
+        assert_eq!(stderr(&s), "", "{tender} {name}: shoal printed on stderr");
+    }
+}
