@@ -3,7 +3,11 @@
 # build/functions): OUT/NAME, the shoal image (`shoal cc`), and
 # OUT/NAME.native, the native static build (`musl-gcc -static`) from the
 # same source, for the process, runc and runsc backends; and OUT/fs/data.bin
-# (50 MiB) for static and fileread (deploy them with "fs": "OUT/fs").
+# (50 MiB) for static and fileread (deploy them with "fs": "OUT/fs");
+# and the Lua function runtime OUT/lua (+ OUT/lua.native) from the `lua-fn`
+# recipe (Debian's Lua 5.4 source), with the example handler in OUT/lua-fs
+# (deploy it with "fs": "OUT/lua-fs"; any directory holding a handler.lua
+# will do).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 OUT="${1:-$here/../../build/functions}"
@@ -13,5 +17,8 @@ for f in noop fib matmul alloc static fileread sleep crash; do
     "$SHOAL" cc -O2 -o "$OUT/$f" "$here/$f.c" "$here/fn_http.c" -lpthread
     musl-gcc -static -O2 -o "$OUT/$f.native" "$here/$f.c" "$here/fn_http.c" -lpthread
 done
+"$SHOAL" recipe build lua-fn -o "$OUT/lua" --native "$OUT/lua.native"
+mkdir -p "$OUT/lua-fs"
+cp "$here/lua/handler.lua" "$OUT/lua-fs/handler.lua"
 [ -s "$OUT/fs/data.bin" ] || head -c $((50 << 20)) /dev/urandom > "$OUT/fs/data.bin"
 echo "functions built in $OUT"

@@ -17,6 +17,7 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HEAD_MAX 16384
@@ -73,12 +74,21 @@ static const char *reason(int status)
 {
 	switch (status) {
 	case 200: return "OK";
+	case 201: return "Created";
+	case 202: return "Accepted";
+	case 204: return "No Content";
+	case 301: return "Moved Permanently";
+	case 302: return "Found";
+	case 304: return "Not Modified";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
 	case 400: return "Bad Request";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
 	case 411: return "Length Required";
 	case 413: return "Payload Too Large";
 	case 500: return "Internal Server Error";
+	case 503: return "Service Unavailable";
 	default: return "Status";
 	}
 }
@@ -110,7 +120,7 @@ static int send_reply(int c, struct reply *r, int keep)
 	int rc;
 	char *one = NULL;
 	/* A small answer goes out in one write: head and body in one segment. */
-	if (f < 0 && r->len && r->len <= 65536 && (one = malloc((size_t)n + r->len))) {
+	if (f < 0 && !r->body_delay_ms && r->len && r->len <= 65536 && (one = malloc((size_t)n + r->len))) {
 		memcpy(one, head, (size_t)n);
 		memcpy(one + n, r->body, r->len);
 		rc = write_all(c, one, (size_t)n + r->len);
@@ -118,6 +128,11 @@ static int send_reply(int c, struct reply *r, int keep)
 		return rc;
 	}
 	rc = write_all(c, head, (size_t)n);
+	if (!rc && r->body_delay_ms > 0) {
+		struct timespec ts = {r->body_delay_ms / 1000, (r->body_delay_ms % 1000) * 1000000L};
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
 	if (f >= 0) {
 		off_t off = 0;
 		while (!rc && off < len) {
@@ -225,6 +240,8 @@ out:
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
+	if (fn_init && fn_init() != 0)
+		return 1;
 	int s;
 	const char *lfd = getenv("LISTEN_FD");
 	if (lfd) {

@@ -23,6 +23,10 @@ struct reply {
 	size_t len;
 	int body_free;
 	const char *file;
+	/* Milliseconds to wait between the head and the body: a function that
+	 * is slow to finish its answer (sleep.c's ?stall=, for the gateway's
+	 * whole-response timeout). */
+	long body_delay_ms;
 };
 
 /* The function: called once per request with the method, the path (after
@@ -30,6 +34,11 @@ struct reply {
  * (without '?', "" if none) and the request body. Returns 0, or -1 to
  * close the connection without an answer. */
 int handle(const char *method, const char *path, const char *query, const char *body, size_t len, struct reply *r);
+
+/* Optional: a function may define fn_init(), called once before the server
+ * listens; a non-zero result ends the program with status 1 (it writes its
+ * own one-line reason to stderr). */
+int fn_init(void) __attribute__((weak));
 
 /* The value of KEY in a query string "a=1&b=2" as a number, or dflt. */
 long fn_query_long(const char *query, const char *key, long dflt);
