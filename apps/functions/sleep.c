@@ -1,5 +1,7 @@
-/* sleep (a test helper): answers after ?ms= milliseconds (default 100).
- * With a request body it echoes the body instead (for streaming tests). */
+/* sleep (a test helper): answers after ?ms= milliseconds (default 100);
+ * with ?stall=MS it sends the head at once and the body MS later (a
+ * response that is slow to finish). With a request body it echoes the
+ * body instead (for streaming tests). */
 #include "fn_http.h"
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,12 @@ int handle(const char *method, const char *path, const char *query, const char *
 		r->len = len;
 		r->body_free = 1;
 		r->type = "application/octet-stream";
+		return 0;
+	}
+	long stall = fn_query_long(query, "stall", 0);
+	if (stall > 0) {
+		r->body_delay_ms = stall;
+		fn_printf(r, "stalled %ld ms\n", stall);
 		return 0;
 	}
 	long ms = fn_query_long(query, "ms", 100);

@@ -46,6 +46,10 @@ pub enum FnCmd {
         /// An environment variable KEY=VALUE (repeatable).
         #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
         env: Vec<String>,
+        /// Send the image to the gateway (`POST /images`) instead of naming
+        /// its path: for a gateway on another machine or another user's.
+        #[arg(long)]
+        upload: bool,
     },
     /// List the deployed functions.
     Ls,
@@ -84,9 +88,17 @@ pub fn run(gateway: &str, cmd: FnCmd) -> Result<i32> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         match cmd {
-            FnCmd::Deploy { name, image, backend, memory, concurrency, max_instances, queue, timeout_ms, keep_warm_ms, fs, env } => {
+            FnCmd::Deploy { name, image, backend, memory, concurrency, max_instances, queue, timeout_ms, keep_warm_ms, fs, env, upload } => {
                 let abs = |p: PathBuf| std::path::absolute(&p).with_context(|| format!("cannot resolve {}", p.display()));
-                let mut body = json!({ "image": abs(image)? });
+                let image = if upload {
+                    let bytes = std::fs::read(&image).with_context(|| format!("cannot read the image {}", image.display()))?;
+                    let (status, b) = call(&gw, "POST", "/images", Some(("application/octet-stream", bytes))).await?;
+                    let v = api_ok(status, &b)?;
+                    json!(v["image"].as_str().ok_or_else(|| anyhow!("the gateway's answer to the upload names no image"))?)
+                } else {
+                    json!(abs(image)?)
+                };
+                let mut body = json!({ "image": image });
                 let mut set = |k: &str, v: Value| {
                     if !v.is_null() {
                         body[k] = v;

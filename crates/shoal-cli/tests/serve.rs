@@ -144,12 +144,17 @@ impl Resp {
 
 /// One HTTP/1.1 request on its own connection (`Connection: close`).
 fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>) -> Resp {
+    http_typed(addr, method, path, body, "application/json")
+}
+
+/// [`http`] with the body's Content-Type.
+fn http_typed(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>, content_type: &str) -> Resp {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(DEADLINE)).unwrap();
     let body = body.unwrap_or(b"");
     write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len()).unwrap();
     if !body.is_empty() {
-        write!(s, "Content-Type: application/json\r\n").unwrap();
+        write!(s, "Content-Type: {content_type}\r\n").unwrap();
     }
     write!(s, "\r\n").unwrap();
     s.write_all(body).unwrap();
@@ -346,6 +351,122 @@ fn a_timeout_answers_504_and_stops_the_instance() {
     let r = gw.get("/fn/sleep/?ms=1");
     assert_eq!(r.status, 200);
     assert_ne!(r.header("x-shoal-instance"), Some(id.to_string().as_str()));
+}
+
+/// The timeout covers the whole response: a function that sends its head
+/// at once and its body late is cut off at the deadline (the client gets
+/// fewer bytes than Content-Length, then the end of the connection) and
+/// its instance is stopped.
+#[test]
+fn a_response_body_past_the_timeout_is_cut_off_and_the_instance_stopped() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    assert_eq!(gw.deploy("stall", &format!(r#"{{"image":"{}","timeout_ms":700}}"#, image("sleep"))).status, 201);
+    // A body inside the timeout arrives whole.
+    assert_eq!(gw.get("/fn/stall/?stall=50").text(), "stalled 50 ms\n");
+    let (id, pid) = gw.instances("stall")[0];
+    let mut s = TcpStream::connect(gw.addr).unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    write!(s, "GET /fn/stall/?stall=5000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let t0 = Instant::now();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Until the gateway ends the connection (an error counts as its end).
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&raw).to_string();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(!text.contains("stalled 5000 ms"), "the body arrived although it came after the timeout: {text}");
+    assert!(t0.elapsed() < Duration::from_millis(4500), "the connection was not cut at the timeout ({:?})", t0.elapsed());
+    assert!(gw.instances("stall").iter().all(|(i, _)| *i != id), "the instance is still listed");
+    wait_until("the stalled instance's process is gone", || !process_alive(pid));
+    let logs = gw.get("/functions/stall/logs").text();
+    assert!(logs.contains("not complete within the timeout of 700 ms"), "{logs}");
+    assert_eq!(gw.get("/fn/stall/?stall=1").status, 200);
+}
+
+/// The Lua function runtime (recipe lua-fn + apps/functions/lua_fn.c) runs
+/// the handler script of the function's fs on every backend: a no-op, an
+/// argument, a POST body echoed, a Lua error as 500 with its message; a
+/// handler with a syntax error stops its instance at start with the
+/// parser's message in the logs and the request gets 502.
+#[test]
+fn the_lua_runtime_serves_a_handler_script_on_every_backend() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let fs = functions().join("lua-fs");
+    for b in backends() {
+        let name = format!("lua-{b}");
+        let r = gw.deploy(&name, &format!(r#"{{"image":"{}","backend":"{b}","fs":"{}"}}"#, image_for("lua", b), fs.display()));
+        assert_eq!(r.status, 201, "{b}: {}", r.text());
+        let r = gw.get(&format!("/fn/{name}/"));
+        assert_eq!((r.status, r.text().as_str()), (200, "hello from Lua\n"), "{b}");
+        assert_eq!(gw.get(&format!("/fn/{name}/fib?n=20")).text(), "fib(20) = 6765\n", "{b}");
+        let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let r = gw.req("POST", &format!("/fn/{name}/echo"), Some(&body));
+        assert_eq!((r.status, r.header("content-type")), (200, Some("application/octet-stream")), "{b}");
+        assert!(r.body == body, "{b}: the body did not come back intact");
+        let r = gw.get(&format!("/fn/{name}/error"));
+        assert_eq!(r.status, 500, "{b}");
+        assert!(r.text().contains("the handler was asked to fail"), "{b}: {}", r.text());
+        assert_eq!(gw.get(&format!("/fn/{name}/fib?n=99")).status, 400, "{b}");
+    }
+    let bad = dir.path().join("bad");
+    std::fs::create_dir(&bad).unwrap();
+    std::fs::write(bad.join("handler.lua"), "function handle(req) return 'x'\n").unwrap();
+    assert_eq!(gw.deploy("lua-bad", &format!(r#"{{"image":"{}","fs":"{}"}}"#, image("lua"), bad.display())).status, 201);
+    assert_eq!(gw.get("/fn/lua-bad/").status, 502);
+    let logs = gw.get("/functions/lua-bad/logs").text();
+    assert!(logs.contains("lua_fn: /handler.lua:2: 'end' expected"), "{logs}");
+    assert_eq!(gw.stop(), Some(0));
+}
+
+/// `POST /images` stores an uploaded image by digest; a deploy names it
+/// `sha256:HEX`; a second upload of the same bytes is the same image; a
+/// file that is no image is refused with nothing stored; replacing the
+/// function's image deletes the upload nobody uses any more; `shoal fn
+/// deploy --upload` does the same from the command line.
+#[test]
+fn an_uploaded_image_is_stored_by_digest_and_deployed() {
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let gw = Gateway::start(&state);
+    let junk = vec![0x5au8; 4096];
+    let r = http_typed(gw.addr, "POST", "/images", Some(&junk), "application/octet-stream");
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(r.json()["error"].as_str().unwrap().contains("neither a shoal image nor an ELF executable"));
+    assert!(!state.join("images").exists(), "a refused upload left the images directory");
+    let bytes = std::fs::read(image("noop")).unwrap();
+    let r = http_typed(gw.addr, "POST", "/images", Some(&bytes), "application/octet-stream");
+    assert_eq!(r.status, 201, "{}", r.text());
+    let v = r.json();
+    let reference = v["image"].as_str().unwrap().to_string();
+    assert!(reference.starts_with("sha256:") && reference.len() == 7 + 64, "{reference}");
+    assert_eq!((v["kind"].as_str(), v["size"].as_u64()), (Some("shoal"), Some(bytes.len() as u64)));
+    let stored = PathBuf::from(v["path"].as_str().unwrap());
+    assert_eq!(std::fs::read(&stored).unwrap(), bytes);
+    let again = http_typed(gw.addr, "POST", "/images", Some(&bytes), "application/octet-stream");
+    assert_eq!((again.status, again.json()["image"].as_str()), (200, Some(reference.as_str())));
+    assert_eq!(gw.deploy("up", &format!(r#"{{"image":"{reference}"}}"#)).status, 201);
+    assert_eq!(gw.get("/fn/up/").text(), "noop\n");
+    let r = gw.deploy("up2", &format!(r#"{{"image":"sha256:{}"}}"#, "0".repeat(64)));
+    assert_eq!(r.status, 422, "{}", r.text());
+    // Replaced by a path: the upload is no longer used by anyone.
+    assert_eq!(gw.deploy("up", &format!(r#"{{"image":"{}"}}"#, image("noop"))).status, 200);
+    assert!(!stored.exists(), "the unused upload was kept");
+    let url = format!("http://{}", gw.addr);
+    let o = shoal().args(["fn", "--gateway", &url, "deploy", "fib-up", &image("fib"), "--upload"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains(&format!("image {}", state.join("images").display())), "{}", stdout(&o));
+    assert_eq!(gw.get("/fn/fib-up/?n=10").text(), "fib(10) = 55\n");
+    // It survives a restart of the gateway, as deployments do.
+    drop(gw);
+    let gw = Gateway::start(&state);
+    assert_eq!(gw.get("/fn/fib-up/?n=11").text(), "fib(11) = 89\n");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 use super::dispatch::Dispatcher;
 use super::error::ApiError;
+use super::images::ImageStore;
 use super::spec::{check_name, DeployRequest, Function, Store};
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
@@ -20,6 +21,8 @@ pub struct App {
     /// The state directory; its mutex also orders deploys, so the file and
     /// the dispatcher always agree.
     pub store: Mutex<Store>,
+    /// Uploaded images (`POST /images`).
+    pub images: ImageStore,
 }
 
 type Shared = State<Arc<App>>;
@@ -30,12 +33,13 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/functions", get(list))
         .route("/functions/{name}", get(show).put(deploy).delete(remove))
         .route("/functions/{name}/logs", get(logs))
+        .route("/images", axum::routing::post(upload))
         .route("/instances", get(instances))
         .route("/metrics", get(metrics))
         .route("/fn/{name}", any(invoke_root))
         .route("/fn/{name}/", any(invoke_root))
         .route("/fn/{name}/{*rest}", any(invoke))
-        .fallback(|| async { ApiError::NotFound("no such route: the API has /functions, /instances, /metrics and /fn/NAME/…".into()) })
+        .fallback(|| async { ApiError::NotFound("no such route: the API has /functions, /images, /instances, /metrics and /fn/NAME/…".into()) })
         .with_state(app)
 }
 
@@ -63,12 +67,16 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
     let app2 = app.clone();
     // Checking the image reads it: off the async threads.
     let f = tokio::task::spawn_blocking(move || -> Result<Function, ApiError> {
-        let f = Function::from_request(&name, req)?;
+        let f = Function::from_request(&name, req, &app2.images)?;
         let store = app2.store.lock().unwrap_or_else(|e| e.into_inner());
-        let mut all: Vec<Function> = app2.dispatcher.specs().into_iter().filter(|o| o.name != f.name).collect();
+        let before = app2.dispatcher.specs();
+        let mut all: Vec<Function> = before.iter().filter(|o| o.name != f.name).cloned().collect();
         all.push(f.clone());
         all.sort_by(|a, b| a.name.cmp(&b.name));
         store.save(&all).map_err(|e| ApiError::Internal(format!("cannot write the state directory: {e}")))?;
+        if let Some(old) = before.iter().find(|o| o.name == f.name) {
+            app2.images.forget_unused(old, &all);
+        }
         Ok(f)
     })
     .await
@@ -91,9 +99,11 @@ async fn remove(State(app): Shared, Path(name): Path<String>) -> Result<Json<Fun
         if !all.iter().any(|f| f.name == name) {
             return Err(not_found(&name));
         }
-        let rest: Vec<Function> = all.into_iter().filter(|f| f.name != name).collect();
+        let rest: Vec<Function> = all.iter().filter(|f| f.name != name).cloned().collect();
         store.save(&rest).map_err(|e| ApiError::Internal(format!("cannot write the state directory: {e}")))?;
-        app2.dispatcher.remove(&name).map(Json).ok_or_else(|| not_found(&name))
+        let removed = app2.dispatcher.remove(&name).ok_or_else(|| not_found(&name))?;
+        app2.images.forget_unused(&removed, &rest);
+        Ok(Json(removed))
     })
     .await
     .map_err(|e| ApiError::Internal(format!("the removal failed: {e}")))?
@@ -155,6 +165,19 @@ impl hyper::body::Body for ChannelBody {
     fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
         self.0.poll_recv(cx).map(|o| o.map(|b| Ok(hyper::body::Frame::data(b))))
     }
+}
+
+/// `POST /images`: the request body is an image; it is stored under its
+/// SHA-256 and answered with the name a deploy uses (`sha256:HEX`).
+async fn upload(State(app): Shared, req: Request<Body>) -> Result<Response, ApiError> {
+    if let Some(ct) = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
+        if !ct.starts_with("application/octet-stream") {
+            return Err(ApiError::BadRequest(format!("Content-Type {ct}: send the image as application/octet-stream")));
+        }
+    }
+    let stored = app.images.upload(req.into_body()).await?;
+    let status = if stored.created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(stored)).into_response())
 }
 
 async fn instances(State(app): Shared) -> impl IntoResponse {

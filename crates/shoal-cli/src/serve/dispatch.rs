@@ -21,6 +21,7 @@ use hyper::client::conn::http1::SendRequest;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -310,7 +311,7 @@ impl Dispatcher {
                 parts.headers.insert(HeaderName::from_static("x-shoal-cold-start"), HeaderValue::from_static(if cold { "true" } else { "false" }));
                 let mut guard = guard;
                 guard.sender = Some(sender);
-                let body = GuardedBody { inner: body, guard: Some(guard) };
+                let body = GuardedBody { inner: body, guard: Some(guard), deadline: Box::pin(tokio::time::sleep_until(deadline.into())), timeout_ms: f.spec.timeout_ms };
                 Ok(Response::from_parts(parts, Body::new(body)))
             }
             Ok(Err(e)) => {
@@ -467,24 +468,53 @@ impl Drop for SlotGuard {
 }
 
 /// The instance's response body, passed through; it holds the slot until
-/// it ends.
+/// it ends. The function's timeout covers the whole response, not only its
+/// head: a body still unfinished at the deadline is cut off (the client
+/// sees the connection end early, as behind any proxy whose read timeout
+/// fires) and the instance is stopped, as for a missing head.
 struct GuardedBody {
     inner: hyper::body::Incoming,
     guard: Option<SlotGuard>,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    timeout_ms: u64,
+}
+
+/// Why a response body ended early.
+#[derive(Debug, thiserror::Error)]
+enum BodyError {
+    /// The instance's connection failed mid-body.
+    #[error("the instance's response failed: {0}")]
+    Instance(#[from] hyper::Error),
+    /// The deadline passed before the body ended.
+    #[error("the response was not complete within the function's timeout of {0} ms")]
+    Timeout(u64),
 }
 
 impl hyper::body::Body for GuardedBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<hyper::body::Frame<Bytes>, BodyError>>> {
         let r = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(None) = r {
-            if let Some(mut g) = self.guard.take() {
-                g.done = true;
+        match r {
+            Poll::Ready(None) => {
+                if let Some(mut g) = self.guard.take() {
+                    g.done = true;
+                }
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(frame)) => Poll::Ready(Some(frame.map_err(BodyError::Instance))),
+            Poll::Pending => {
+                if self.deadline.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                if let Some(g) = self.guard.take() {
+                    g.f.logs.push(g.inst.id, "gateway", format!("stopping: the response was not complete within the timeout of {} ms", self.timeout_ms));
+                    g.f.drop_instance(g.inst.id);
+                }
+                Poll::Ready(Some(Err(BodyError::Timeout(self.timeout_ms))))
             }
         }
-        r
     }
 
     fn is_end_stream(&self) -> bool {

@@ -19,6 +19,9 @@ pub enum ApiError {
     /// Well-formed but unusable settings (422).
     #[error("{0}")]
     Unprocessable(String),
+    /// An upload is larger than the gateway accepts (413).
+    #[error("{0}")]
+    TooLarge(String),
     /// The function's queue is full (429, Retry-After).
     #[error("function {0} is at its limit of instances and its queue is full: retry later")]
     QueueFull(String),
@@ -44,6 +47,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::QueueFull(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,

@@ -6,12 +6,14 @@
 //!
 //! - [`spec`]: what a function is, how deploys are checked, the state file;
 //! - [`dispatch`]: instances, slots, the queue, proxying, logs;
+//! - [`images`]: uploaded images, stored by digest under `--state`;
 //! - [`instance`]: starting and stopping one instance per backend;
 //! - [`api`]: the routes; [`metrics`]: `/metrics`; [`error`]: JSON errors.
 
 pub mod api;
 pub mod dispatch;
 pub mod error;
+pub mod images;
 pub mod instance;
 pub mod metrics;
 pub mod spec;
@@ -64,7 +66,8 @@ pub fn serve(listen: &str, state: Option<PathBuf>) -> Result<()> {
         }
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
-        let app = Arc::new(api::App { dispatcher: dispatcher.clone(), store: Mutex::new(store) });
+        let images = images::ImageStore::new(&state, scratch.path());
+        let app = Arc::new(api::App { dispatcher: dispatcher.clone(), store: Mutex::new(store), images });
         // Keep-warm: a tick well below any sensible keep-warm time.
         let reaper = dispatcher.clone();
         tokio::spawn(async move {

@@ -94,7 +94,8 @@ pub struct Function {
 pub struct DeployRequest {
     /// If given, must be the name in the URL.
     pub name: Option<String>,
-    /// Absolute path of the image on the gateway's machine.
+    /// Absolute path of the image on the gateway's machine, or
+    /// `sha256:HEX` naming an image uploaded with `POST /images`.
     pub image: Option<PathBuf>,
     /// spt (default), hvt, process, runc or runsc.
     pub backend: Option<String>,
@@ -168,8 +169,9 @@ fn check_image(image: &Path, backend: Backend) -> Result<(), ApiError> {
 }
 
 impl Function {
-    /// The function a deploy request describes, after every check.
-    pub fn from_request(name: &str, req: DeployRequest) -> Result<Function, ApiError> {
+    /// The function a deploy request describes, after every check; an
+    /// uploaded image (`sha256:HEX`) is looked up in `images`.
+    pub fn from_request(name: &str, req: DeployRequest, images: &super::images::ImageStore) -> Result<Function, ApiError> {
         check_name(name)?;
         if let Some(n) = &req.name {
             if n != name {
@@ -177,7 +179,10 @@ impl Function {
             }
         }
         let backend = Backend::parse(req.backend.as_deref().unwrap_or("spt"))?;
-        let image = req.image.ok_or_else(|| unprocessable("the body has no \"image\": give the image's absolute path".into()))?;
+        let mut image = req.image.ok_or_else(|| unprocessable("the body has no \"image\": give the image's absolute path or the sha256: name of an uploaded one".into()))?;
+        if let Some(r) = image.to_str().filter(|s| s.starts_with(super::images::REF_PREFIX)) {
+            image = images.resolve(r)?;
+        }
         check_image(&image, backend)?;
         let memory = req.memory.unwrap_or_else(|| "256M".into());
         let bytes = shoal_tender::parse_size(&memory).map_err(|e| unprocessable(format!("memory: {e}")))?;

@@ -1,0 +1,198 @@
+//! Uploaded images: `POST /images` stores an image sent as the request
+//! body under `--state/images/`, named by its SHA-256, and a deploy can
+//! then name it as `"image": "sha256:HEX"` instead of a path on the
+//! gateway's machine (the way a registry's digest names an image).
+//!
+//! The body is streamed to a scratch file (never held in memory whole),
+//! hashed on the way, checked like a deployed path (a shoal image the
+//! loader accepts, or an ELF executable for the native backends) and only
+//! then moved into the state directory with one rename: a corrupt,
+//! truncated or oversized upload leaves nothing there. An image that a
+//! removed or updated function no longer uses, and no other function uses,
+//! is deleted ([`ImageStore::forget_unused`]).
+
+use super::error::ApiError;
+use super::spec::Function;
+use axum::body::Body;
+use http_body_util::BodyExt;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use tokio::io::AsyncWriteExt;
+
+/// The largest image an upload may carry (a shoal image of SQLite with its
+/// kernel is about 3 MiB; a native build with a big runtime stays far below).
+pub const MAX_IMAGE: u64 = 512 << 20;
+
+/// The prefix that names an uploaded image in a deploy request.
+pub const REF_PREFIX: &str = "sha256:";
+
+/// What kind of program an uploaded image is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A shoal image (spt, hvt).
+    Shoal,
+    /// A native ELF executable (process, runc, runsc).
+    Native,
+}
+
+/// The uploaded images under `STATE/images`.
+pub struct ImageStore {
+    dir: PathBuf,
+    scratch: PathBuf,
+}
+
+/// An image stored by [`ImageStore::upload`].
+#[derive(Debug, serde::Serialize)]
+pub struct Stored {
+    /// `sha256:HEX`, the name a deploy gives as its image.
+    pub image: String,
+    /// Where the gateway keeps it.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Which backends can run it.
+    pub kind: Kind,
+    /// Whether this upload added it (false: it was already stored).
+    pub created: bool,
+}
+
+fn internal(what: &str, e: impl std::fmt::Display) -> ApiError {
+    ApiError::Internal(format!("{what}: {e}"))
+}
+
+/// Whether `s` is 64 lowercase hexadecimal digits.
+fn is_digest(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// What `path` holds: a shoal image, a native ELF executable, or neither
+/// (422 with the loader's reason).
+pub fn kind_of(path: &Path) -> Result<Kind, ApiError> {
+    let mut head = [0u8; 4];
+    let elf = std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head)).is_ok() && head == *b"\x7fELF";
+    if !elf {
+        return Err(ApiError::Unprocessable("the uploaded file is neither a shoal image nor an ELF executable".into()));
+    }
+    // Any ELF file the loader refuses is taken for a native build; a
+    // deploy on spt or hvt checks it again and says why it is unusable.
+    Ok(if shoal_loader::Image::open(path).is_ok() { Kind::Shoal } else { Kind::Native })
+}
+
+impl ImageStore {
+    /// The store under `state` (its `images` directory is made on the first
+    /// upload); uploads are spooled in `scratch`.
+    pub fn new(state: &Path, scratch: &Path) -> ImageStore {
+        ImageStore { dir: state.join("images"), scratch: scratch.to_path_buf() }
+    }
+
+    /// The stored file a deploy's `sha256:HEX` names; 422 if the reference
+    /// is malformed or nothing was uploaded under it.
+    pub fn resolve(&self, reference: &str) -> Result<PathBuf, ApiError> {
+        let hex = reference.strip_prefix(REF_PREFIX).unwrap_or(reference);
+        if !is_digest(hex) {
+            return Err(ApiError::Unprocessable(format!("image {reference:?}: an uploaded image is named sha256: and 64 lowercase hex digits")));
+        }
+        let p = self.dir.join(hex);
+        if !p.is_file() {
+            return Err(ApiError::Unprocessable(format!("image {reference}: no image with that digest was uploaded (POST /images first)")));
+        }
+        Ok(p)
+    }
+
+    /// Streams `body` into the store: at most [`MAX_IMAGE`] bytes, hashed,
+    /// checked, then renamed into place (mode 0700: native images are run
+    /// as programs).
+    pub async fn upload(&self, body: Body) -> Result<Stored, ApiError> {
+        let spool = tempfile::Builder::new().prefix("upload-").tempfile_in(&self.scratch).map_err(|e| internal("cannot make a scratch file for the upload", e))?;
+        let mut file = tokio::fs::File::from_std(spool.reopen().map_err(|e| internal("cannot open the scratch file", e))?);
+        let mut hash = Sha256::new();
+        let mut size = 0u64;
+        let mut body = body;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| ApiError::BadRequest(format!("the upload was cut off: {e}")))?;
+            let Ok(chunk) = frame.into_data() else { continue };
+            size += chunk.len() as u64;
+            if size > MAX_IMAGE {
+                return Err(ApiError::TooLarge(format!("the image is larger than the limit of {} MiB", MAX_IMAGE >> 20)));
+            }
+            hash.update(&chunk);
+            file.write_all(&chunk).await.map_err(|e| internal("cannot write the scratch file", e))?;
+        }
+        if size == 0 {
+            return Err(ApiError::BadRequest("the upload is empty: send the image as the request body".into()));
+        }
+        file.sync_all().await.map_err(|e| internal("cannot write the scratch file", e))?;
+        drop(file);
+        let hex: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        let dir = self.dir.clone();
+        tokio::task::spawn_blocking(move || -> Result<Stored, ApiError> {
+            let kind = kind_of(spool.path())?;
+            let path = dir.join(&hex);
+            let image = format!("{REF_PREFIX}{hex}");
+            if path.is_file() {
+                return Ok(Stored { image, path, size, kind, created: false });
+            }
+            make_private_dir(&dir)?;
+            // Across file systems a rename fails: copy into the store's own
+            // directory first, then rename there.
+            let tmp = dir.join(format!(".{hex}.tmp"));
+            std::fs::copy(spool.path(), &tmp).map_err(|e| internal("cannot copy the image into the state directory", e))?;
+            let done = set_mode(&tmp, 0o700).and_then(|_| std::fs::File::open(&tmp)?.sync_all()).and_then(|_| std::fs::rename(&tmp, &path));
+            if let Err(e) = done {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(internal("cannot store the image", e));
+            }
+            let _ = std::fs::File::open(&dir).and_then(|d| d.sync_all());
+            Ok(Stored { image, path, size, kind, created: true })
+        })
+        .await
+        .map_err(|e| internal("the upload failed", e))?
+    }
+
+    /// Deletes the stored image `old` used, unless it is still the image
+    /// of one of `now` (the functions after a removal or an update).
+    pub fn forget_unused(&self, old: &Function, now: &[Function]) {
+        if old.image.parent() != Some(self.dir.as_path()) || now.iter().any(|f| f.image == old.image) {
+            return;
+        }
+        let _ = std::fs::remove_file(&old.image);
+    }
+}
+
+fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+}
+
+fn make_private_dir(dir: &Path) -> Result<(), ApiError> {
+    use std::os::unix::fs::DirBuilderExt;
+    if !dir.is_dir() {
+        std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| internal("cannot make the images directory", e))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_are_64_lowercase_hex_digits() {
+        assert!(is_digest(&"a".repeat(64)));
+        assert!(is_digest(&"0123456789abcdef".repeat(4)));
+        assert!(!is_digest(&"A".repeat(64)));
+        assert!(!is_digest(&"a".repeat(63)));
+        assert!(!is_digest(&format!("{}/", "a".repeat(63))));
+        assert!(!is_digest("../../etc/passwd"));
+    }
+
+    #[test]
+    fn a_malformed_or_unknown_reference_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let s = ImageStore::new(d.path(), d.path());
+        assert!(matches!(s.resolve("sha256:../x"), Err(ApiError::Unprocessable(_))));
+        assert!(matches!(s.resolve(&format!("sha256:{}", "b".repeat(64))), Err(ApiError::Unprocessable(_))));
+        assert!(!d.path().join("images").exists());
+    }
+}
