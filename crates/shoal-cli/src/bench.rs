@@ -10,6 +10,8 @@ mod apps;
 mod boot;
 #[path = "bench_echo.rs"]
 mod echo;
+#[path = "bench_faas.rs"]
+mod faas;
 #[path = "bench_memory.rs"]
 mod memory;
 
@@ -58,6 +60,38 @@ pub enum Bench {
         #[arg(long, default_value_t = 64)]
         size: usize,
         /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Seed 002's FaaS experiments through a real `shoal serve` on spt, hvt, process, runc and runsc:
+    /// cold-start, burst, startup-cost, idle-cpu, idle-memory, workloads, concurrency (a quick run:
+    /// --repeat 10 --requests 4096).
+    Faas {
+        /// Only these experiments (repeatable; default all).
+        #[arg(long = "only", value_name = "EXPERIMENT", value_parser = faas::EXPERIMENTS)]
+        only: Vec<String>,
+        /// Backends to compare (comma-separated; default all five; one that cannot run here is skipped with its reason).
+        #[arg(long, value_delimiter = ',', value_parser = faas::BACKENDS)]
+        backends: Vec<String>,
+        /// Cold starts, start-up cost samples and warm runs of each workload per backend (the paper's 100).
+        #[arg(long, default_value_t = 100)]
+        repeat: usize,
+        /// hey requests per concurrency level (the paper's 2^15).
+        #[arg(long, default_value_t = 32768)]
+        requests: usize,
+        /// Concurrency levels: powers of two from 1 up to this many clients.
+        #[arg(long, default_value_t = 4096)]
+        max_clients: usize,
+        /// Burst sizes (concurrent cold starts), comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "10,20,30,40,50,60,70,80,90,100")]
+        bursts: Vec<usize>,
+        /// Numbers of idle instances for idle-memory, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,10,25,50,100")]
+        instances: Vec<usize>,
+        /// Directory for the functions, CSVs, plots and tables.
+        #[arg(long, default_value = "shoal-bench-faas")]
+        out: PathBuf,
+        /// Print JSON instead of the tables.
         #[arg(long)]
         json: bool,
     },
@@ -185,6 +219,10 @@ pub fn run(which: Bench) -> Result<()> {
         Bench::Memory { interval, settle, tender, mem, supervised, only, out, workload, json } => {
             let out = absolute_dir("--out", out)?;
             memory::memory(memory::MemoryOpts { workload, interval, settle, tender, supervised, only, out, mem, json })
+        }
+        Bench::Faas { only, backends, repeat, requests, max_clients, bursts, instances, out, json } => {
+            let out = absolute_dir("--out", out)?;
+            faas::faas(faas::FaasOpts { only, backends, repeat, requests, bursts, instances, max_clients, out, json })
         }
         Bench::Size { out, json } => memory::size(json, absolute_dir("--out", out)?),
         Bench::Pages { json, keep } => crate::bench_pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),

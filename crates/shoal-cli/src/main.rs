@@ -10,6 +10,7 @@
 mod bench;
 mod bench_pages;
 mod fn_cmd;
+mod plot;
 mod pool_cmd;
 mod recipe_cmd;
 mod serve;

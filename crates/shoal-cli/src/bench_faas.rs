@@ -1,0 +1,2485 @@
+//! `shoal bench faas`: seed 002's experiments (§4, Figs. 3–13) run through
+//! a real `shoal serve` (DESIGN §7 the gateway, §8 benchmarks), on the
+//! backends spt, hvt, process, runc and runsc, each beside the paper's
+//! figure.
+//!
+//! The bench starts `shoal serve` on 127.0.0.1 (port 0, a temporary
+//! `--state`), deploys the example functions of apps/functions (built by
+//! apps/functions/build.sh into OUT/functions) through its management API
+//! and measures from the client side, as the paper's harness did:
+//!
+//! - cold-start (Fig. 3): one request with no instance running, `--repeat`
+//!   times, C no-op and the Lua runtime (the paper's Node.js);
+//! - burst (Fig. 4): N concurrent first requests, each on a new instance;
+//! - startup-cost (Fig. 5): host CPU time of the instance's processes from
+//!   launch to its first answer;
+//! - idle-cpu (Fig. 6): host CPU time of a warm idle instance over 10 s;
+//! - idle-memory (Fig. 7): MemAvailable delta and summed PSS for N idle
+//!   instances;
+//! - workloads (Figs. 8–10, 12–13): warm fib, matmul, alloc, fileread and
+//!   the static file's throughput with 4 clients;
+//! - concurrency (Fig. 11): `hey` straight to one instance and through the
+//!   gateway at 1 … 4096 clients.
+//!
+//! CPU time is read from /proc (each thread's schedstat run time in ns,
+//! plus the CPU time of reaped children): hardware counters, which the
+//! paper's instruction counts come from, are not available here. Each
+//! experiment writes OUT/EXPERIMENT.csv (raw samples), OUT/EXPERIMENT.svg
+//! and OUT/EXPERIMENT.md (its table with the paper's column); the summary
+//! (one row per experiment) and the goals go to OUT/summary.md.
+
+use super::BenchError;
+use crate::plot::{self, BarSeries, Frame, Line};
+use anyhow::{Context, Result};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+/// The experiments, in the order they run (`--only` names).
+pub const EXPERIMENTS: [&str; 7] = [
+    "cold-start",
+    "burst",
+    "startup-cost",
+    "idle-cpu",
+    "idle-memory",
+    "workloads",
+    "concurrency",
+];
+
+/// The backends, in the order of every table.
+pub const BACKENDS: [&str; 5] = ["spt", "hvt", "process", "runc", "runsc"];
+
+/// How long one request may take before it counts as failed.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// How long stopped instances may take to disappear.
+const GONE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `fib?n=` of the CPU workload: about 0.1 s natively here (the paper's
+/// iterative Fibonacci of 10^9 is a loop of the same kind: no system calls).
+const FIB_N: u32 = 35;
+
+/// What `shoal bench faas` was asked to do.
+pub struct FaasOpts {
+    pub only: Vec<String>,
+    pub backends: Vec<String>,
+    pub repeat: usize,
+    pub requests: usize,
+    pub bursts: Vec<usize>,
+    pub instances: Vec<usize>,
+    pub max_clients: usize,
+    pub out: PathBuf,
+    pub json: bool,
+}
+
+/// Failures of the bench's own machinery (not of one backend, which is
+/// only skipped or noted).
+#[derive(Debug, thiserror::Error)]
+pub enum FaasError {
+    /// hey printed something without a line the bench needs.
+    #[error("hey's output has no {0} line: it is not the summary hey prints")]
+    HeyMissing(&'static str),
+    /// A line hey printed could not be read.
+    #[error("hey's output has an unreadable {what} line: {line:?}")]
+    HeyBadLine { what: &'static str, line: String },
+    /// An option's value makes no experiment possible.
+    #[error("--{flag} {value}: {why}")]
+    BadOption {
+        flag: &'static str,
+        value: String,
+        why: &'static str,
+    },
+    /// A request to the gateway failed on the wire.
+    #[error("{method} {path} on the gateway failed: {source}")]
+    Http {
+        method: String,
+        path: String,
+        source: std::io::Error,
+    },
+    /// The gateway's answer was not HTTP.
+    #[error("{method} {path}: the gateway's answer is not HTTP: {line:?}")]
+    NotHttp {
+        method: String,
+        path: String,
+        line: String,
+    },
+    /// The gateway refused a management request.
+    #[error("{method} {path}: the gateway answered {status}: {body}")]
+    Refused {
+        method: String,
+        path: String,
+        status: u16,
+        body: String,
+    },
+    /// `shoal serve` did not come up.
+    #[error("shoal serve did not start: {0}")]
+    Gateway(String),
+    /// Instances did not go away after being stopped.
+    #[error("{0} instance processes were still running {1} s after being stopped")]
+    NotGone(usize, u64),
+}
+
+// ---------------------------------------------------------------- statistics
+
+/// Summary statistics of a sample.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stats {
+    pub n: usize,
+    pub mean: f64,
+    /// Sample standard deviation.
+    pub sd: f64,
+    /// Half-width of the 95% confidence interval of the mean (Student's t).
+    pub ci95: f64,
+    pub median: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Stats {
+    fn json(&self) -> Value {
+        json!({"n": self.n, "mean": self.mean, "sd": self.sd, "ci95": self.ci95, "median": self.median, "p95": self.p95, "p99": self.p99, "min": self.min, "max": self.max})
+    }
+}
+
+/// The 97.5% quantile of Student's t distribution with `df` degrees of
+/// freedom (two-sided 95%). Between table rows the smaller df's value is
+/// used, so the interval is never narrower than the exact one.
+pub fn t975(df: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::NAN,
+        1..=30 => T[df - 1],
+        31..=40 => 2.042,
+        41..=60 => 2.021,
+        61..=120 => 2.000,
+        _ => 1.980,
+    }
+}
+
+/// The `p`-th percentile (0–100) of sorted values, interpolated linearly
+/// between the closest ranks (R's and NumPy's default).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    match sorted.len() {
+        0 => f64::NAN,
+        1 => sorted[0],
+        n => {
+            let h = (n - 1) as f64 * (p / 100.0).clamp(0.0, 1.0);
+            let lo = h.floor() as usize;
+            let hi = (lo + 1).min(n - 1);
+            sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo])
+        }
+    }
+}
+
+/// Statistics of `xs` (NaN everywhere for an empty sample).
+pub fn stats(xs: &[f64]) -> Stats {
+    let (mean, sd) = super::mean_sd(xs);
+    let mut s: Vec<f64> = xs.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = xs.len();
+    let ci95 = if n >= 2 {
+        t975(n - 1) * sd / (n as f64).sqrt()
+    } else {
+        f64::NAN
+    };
+    Stats {
+        n,
+        mean,
+        sd,
+        ci95,
+        median: percentile(&s, 50.0),
+        p95: percentile(&s, 95.0),
+        p99: percentile(&s, 99.0),
+        min: s.first().copied().unwrap_or(f64::NAN),
+        max: s.last().copied().unwrap_or(f64::NAN),
+    }
+}
+
+// ---------------------------------------------------------------------- hey
+
+/// What one `hey` run reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeyResult {
+    /// Wall time of the whole run.
+    pub total_s: f64,
+    /// hey's own rate: every request, failed ones included.
+    pub hey_rps: f64,
+    /// Mean latency (NaN if nothing was answered).
+    pub average_s: f64,
+    /// Latency percentiles hey prints (50% and 99%), if any.
+    pub p50_s: Option<f64>,
+    pub p99_s: Option<f64>,
+    /// Answers per HTTP status.
+    pub statuses: BTreeMap<u16, u64>,
+    /// Requests that got no answer (connection errors, timeouts).
+    pub errors: u64,
+}
+
+impl HeyResult {
+    /// Answers with a 2xx status.
+    pub fn ok(&self) -> u64 {
+        self.statuses
+            .iter()
+            .filter(|(s, _)| (200..300).contains(*s))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Successful requests per second (hey's Requests/sec counts failures too).
+    pub fn ok_rps(&self) -> f64 {
+        if self.total_s > 0.0 {
+            self.ok() as f64 / self.total_s
+        } else {
+            f64::NAN
+        }
+    }
+}
+
+/// Reads "  Name:\t1.234 secs"-like values.
+fn hey_value(line: &str) -> Option<f64> {
+    let v = line.split_once(':')?.1.split_whitespace().next()?;
+    v.parse().ok()
+}
+
+/// A "[N]\tREST" line of hey's distributions: (N, REST).
+fn hey_bracket(line: &str) -> Option<(u64, &str)> {
+    let l = line.trim_start();
+    let rest = l.strip_prefix('[')?;
+    let (n, rest) = rest.split_once(']')?;
+    Some((n.trim().parse().ok()?, rest.trim()))
+}
+
+/// Parses the summary `hey` prints.
+pub fn parse_hey(text: &str) -> Result<HeyResult, FaasError> {
+    #[derive(PartialEq)]
+    enum Sec {
+        Other,
+        Latency,
+        Status,
+        Errors,
+    }
+    let (mut total, mut rps, mut avg) = (None, None, None);
+    let (mut p50, mut p99) = (None, None);
+    let mut statuses = BTreeMap::new();
+    let mut errors = 0;
+    let mut sec = Sec::Other;
+    for line in text.lines() {
+        let t = line.trim();
+        if !line.starts_with([' ', '\t']) && !t.is_empty() {
+            sec = match t {
+                "Latency distribution:" => Sec::Latency,
+                "Status code distribution:" => Sec::Status,
+                "Error distribution:" => Sec::Errors,
+                _ => Sec::Other,
+            };
+            continue;
+        }
+        let bad = |what| FaasError::HeyBadLine {
+            what,
+            line: line.to_string(),
+        };
+        match sec {
+            Sec::Other if t.starts_with("Total:") => {
+                total = Some(hey_value(t).ok_or_else(|| bad("Total"))?)
+            }
+            Sec::Other if t.starts_with("Requests/sec:") => {
+                rps = Some(hey_value(t).ok_or_else(|| bad("Requests/sec"))?)
+            }
+            // "NaN" when nothing was answered; parse() reads it as NaN.
+            Sec::Other if t.starts_with("Average:") => {
+                avg = Some(hey_value(t).ok_or_else(|| bad("Average"))?)
+            }
+            Sec::Latency if !t.is_empty() => {
+                let (pct, rest) = t
+                    .split_once("% in ")
+                    .ok_or_else(|| bad("latency distribution"))?;
+                let v: f64 = rest
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| bad("latency distribution"))?;
+                match pct.trim() {
+                    "50" => p50 = Some(v),
+                    "99" => p99 = Some(v),
+                    _ => {}
+                }
+            }
+            Sec::Status if !t.is_empty() => {
+                let (code, rest) = hey_bracket(t).ok_or_else(|| bad("status code"))?;
+                let n: u64 = rest
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or_else(|| bad("status code"))?;
+                let code = u16::try_from(code).map_err(|_| bad("status code"))?;
+                *statuses.entry(code).or_insert(0) += n;
+            }
+            Sec::Errors if !t.is_empty() => {
+                errors += hey_bracket(t).ok_or_else(|| bad("error distribution"))?.0
+            }
+            _ => {}
+        }
+    }
+    Ok(HeyResult {
+        total_s: total.ok_or(FaasError::HeyMissing("Total"))?,
+        hey_rps: rps.ok_or(FaasError::HeyMissing("Requests/sec"))?,
+        average_s: avg.ok_or(FaasError::HeyMissing("Average"))?,
+        p50_s: p50,
+        p99_s: p99,
+        statuses,
+        errors,
+    })
+}
+
+// --------------------------------------------------------------- HTTP client
+
+/// An HTTP answer (the body kept only when asked for).
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    /// Body bytes received.
+    bytes: u64,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn cold(&self) -> bool {
+        self.header("x-shoal-cold-start") == Some("true")
+    }
+
+    fn text(&self) -> String {
+        let s = String::from_utf8_lossy(&self.body);
+        let s = s.trim();
+        if s.len() > 300 {
+            format!("{}…", &s[..s.floor_char_boundary(300)])
+        } else {
+            s.to_string()
+        }
+    }
+}
+
+/// One HTTP/1.1 request on its own connection (`Connection: close`), read
+/// to the end: the time measured is the whole exchange, as a client sees it.
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    keep: bool,
+    timeout: Duration,
+) -> Result<Reply, FaasError> {
+    let wire = |source| FaasError::Http {
+        method: method.into(),
+        path: path.into(),
+        source,
+    };
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(wire)?;
+    s.set_read_timeout(Some(timeout)).map_err(wire)?;
+    s.set_write_timeout(Some(timeout)).map_err(wire)?;
+    let _ = s.set_nodelay(true);
+    let b = body.unwrap_or_default();
+    let ct = if body.is_some() {
+        "Content-Type: application/json\r\n"
+    } else {
+        ""
+    };
+    let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{ct}Content-Length: {}\r\n\r\n", b.len());
+    s.write_all(head.as_bytes())
+        .and_then(|_| s.write_all(b))
+        .map_err(wire)?;
+    let mut r = BufReader::with_capacity(1 << 16, s);
+    let mut line = String::new();
+    r.read_line(&mut line).map_err(wire)?;
+    let status = line
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|l| l.get(..3))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| FaasError::NotHttp {
+            method: method.into(),
+            path: path.into(),
+            line: line.trim().to_string(),
+        })?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).map_err(wire)? == 0 {
+            break;
+        }
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    let mut body = Vec::new();
+    let bytes = if keep {
+        r.read_to_end(&mut body).map_err(wire)? as u64
+    } else {
+        std::io::copy(&mut r, &mut std::io::sink()).map_err(wire)?
+    };
+    Ok(Reply {
+        status,
+        headers,
+        body,
+        bytes,
+    })
+}
+
+// ------------------------------------------------------------------ gateway
+
+/// A `shoal serve` process of this bench.
+struct Gateway {
+    child: Child,
+    addr: SocketAddr,
+    _state: tempfile::TempDir,
+}
+
+/// An instance as `GET /instances` shows it.
+struct Inst {
+    pid: u32,
+    addr: SocketAddr,
+}
+
+impl Gateway {
+    /// Starts `shoal serve` on 127.0.0.1, port 0, its stderr into `log`.
+    fn start(log: &Path) -> Result<Gateway> {
+        let state = tempfile::Builder::new()
+            .prefix("shoal-bench-faas-state-")
+            .tempdir()
+            .context("cannot make a state directory")?;
+        let mut child = Command::new(std::env::current_exe()?)
+            .args(["serve", "--listen", "127.0.0.1:0", "--state"])
+            .arg(state.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(
+                std::fs::File::create(log)
+                    .with_context(|| format!("cannot create {}", log.display()))?,
+            )
+            .spawn()
+            .context("cannot start shoal serve")?;
+        let mut out = BufReader::new(child.stdout.take().context("no stdout of shoal serve")?);
+        let mut line = String::new();
+        let _ = out.read_line(&mut line);
+        let addr = line
+            .strip_prefix("listening on http://")
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|a| a.parse().ok());
+        let Some(addr) = addr else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let err = std::fs::read_to_string(log).unwrap_or_default();
+            return Err(FaasError::Gateway(format!(
+                "it said {:?}; its stderr: {}",
+                line.trim(),
+                err.trim()
+            ))
+            .into());
+        };
+        // Keep draining stdout so the gateway never blocks on it.
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut out, &mut std::io::sink());
+        });
+        Ok(Gateway {
+            child,
+            addr,
+            _state: state,
+        })
+    }
+
+    /// A management request whose answer must be 2xx.
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Reply, FaasError> {
+        let b = body.map(|v| v.to_string().into_bytes());
+        let r = http(
+            self.addr,
+            method,
+            path,
+            b.as_deref(),
+            true,
+            Duration::from_secs(60),
+        )?;
+        if !(200..300).contains(&r.status) {
+            return Err(FaasError::Refused {
+                method: method.into(),
+                path: path.into(),
+                status: r.status,
+                body: r.text(),
+            });
+        }
+        Ok(r)
+    }
+
+    fn deploy(&self, name: &str, settings: &Value) -> Result<(), FaasError> {
+        self.call("PUT", &format!("/functions/{name}"), Some(settings))
+            .map(|_| ())
+    }
+
+    /// Removes `name` (nothing if it is not deployed).
+    fn remove(&self, name: &str) -> Result<(), FaasError> {
+        match self.call("DELETE", &format!("/functions/{name}"), None) {
+            Err(FaasError::Refused { status: 404, .. }) => Ok(()),
+            r => r.map(|_| ()),
+        }
+    }
+
+    fn instances(&self, name: &str) -> Result<Vec<Inst>> {
+        let r = self.call("GET", "/instances", None)?;
+        let v: Value =
+            serde_json::from_slice(&r.body).context("GET /instances: the answer is not JSON")?;
+        Ok(v.as_array()
+            .map(|a| a.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .filter(|i| i["function"] == name)
+            .filter_map(|i| {
+                Some(Inst {
+                    pid: i["pid"].as_u64()? as u32,
+                    addr: i["address"].as_str()?.parse().ok()?,
+                })
+            })
+            .collect())
+    }
+
+    /// Invokes `/fn/NAME{rest}` and returns the answer, whatever its status.
+    fn invoke(&self, name: &str, rest: &str, keep: bool) -> Result<Reply, FaasError> {
+        http(
+            self.addr,
+            "GET",
+            &format!("/fn/{name}{rest}"),
+            None,
+            keep,
+            REQUEST_TIMEOUT,
+        )
+    }
+
+    /// Every process of `name`'s running instances.
+    fn pids(&self, name: &str) -> Result<Vec<u32>> {
+        let kids = proc_children();
+        Ok(self
+            .instances(name)?
+            .iter()
+            .flat_map(|i| tree(&kids, i.pid))
+            .collect())
+    }
+
+    /// Removes `name` and waits until its instances' processes are gone.
+    fn clear(&self, name: &str) -> Result<()> {
+        let pids = self.pids(name)?;
+        self.remove(name)?;
+        wait_gone(&pids)
+    }
+
+    /// Deploys `name` afresh with no instance running.
+    fn deploy_cold(&self, name: &str, settings: &Value) -> Result<()> {
+        self.clear(name)?;
+        self.deploy(name, settings)?;
+        Ok(())
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        // SIGTERM: the gateway stops its instances (containers included).
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(20) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// -------------------------------------------------------------------- /proc
+
+/// Every process's children, from /proc/*/stat.
+fn proc_children() -> HashMap<u32, Vec<u32>> {
+    let mut m: HashMap<u32, Vec<u32>> = HashMap::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return m;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some(f) = stat_fields(pid) {
+            if let Some(ppid) = f.get(1).and_then(|p| p.parse().ok()) {
+                m.entry(ppid).or_default().push(pid);
+            }
+        }
+    }
+    m
+}
+
+/// `root` and its descendants.
+fn tree(kids: &HashMap<u32, Vec<u32>>, root: u32) -> Vec<u32> {
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        if let Some(k) = kids.get(&out[i]) {
+            out.extend(k);
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The fields of /proc/PID/stat after the command name (state first).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    Some(rest.split_whitespace().map(str::to_string).collect())
+}
+
+fn alive(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|f| f.first().is_some_and(|s| s != "Z" && s != "X"))
+}
+
+fn wait_gone(pids: &[u32]) -> Result<()> {
+    let t0 = Instant::now();
+    loop {
+        let left = pids.iter().filter(|p| alive(**p)).count();
+        if left == 0 {
+            return Ok(());
+        }
+        if t0.elapsed() > GONE_TIMEOUT {
+            return Err(FaasError::NotGone(left, GONE_TIMEOUT.as_secs()).into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Host CPU time (ns) spent by `pids`: each thread's run time from
+/// /proc/PID/task/TID/schedstat (ns resolution), plus the CPU time of
+/// their reaped children (cutime + cstime, clock ticks).
+fn cpu_ns(pids: &[u32]) -> u64 {
+    // SAFETY: sysconf only reads a configuration value.
+    let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let mut total = 0u64;
+    for &pid in pids {
+        if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for t in rd.flatten() {
+                let ns = std::fs::read_to_string(t.path().join("schedstat"))
+                    .ok()
+                    .and_then(|s| {
+                        s.split_whitespace()
+                            .next()
+                            .and_then(|v| v.parse::<u64>().ok())
+                    });
+                total += ns.unwrap_or(0);
+            }
+        }
+        if let Some(f) = stat_fields(pid) {
+            let ticks: u64 = [13, 14]
+                .iter()
+                .filter_map(|&i| f.get(i).and_then(|v| v.parse::<u64>().ok()))
+                .sum();
+            total += ticks * 1_000_000_000 / tck;
+        }
+    }
+    total
+}
+
+/// Proportional set size (KiB) of `pid`.
+fn pss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("Pss:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn mem_available_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+// ---------------------------------------------------------------- functions
+
+/// The built example functions.
+struct Fns {
+    dir: PathBuf,
+    /// Why the Lua runtime is missing, if it is.
+    lua_missing: Option<String>,
+}
+
+impl Fns {
+    /// Builds apps/functions into `dir` with apps/functions/build.sh.
+    fn build(dir: &Path) -> Result<Fns> {
+        let paths = shoal_toolchain::Paths::discover()?;
+        let script = paths.home.join("apps/functions/build.sh");
+        say(&format!(
+            "building the example functions into {} (apps/functions/build.sh)",
+            dir.display()
+        ));
+        let o = Command::new("bash")
+            .arg(&script)
+            .arg(dir)
+            .env("SHOAL", std::env::current_exe()?)
+            .stdin(Stdio::null())
+            .output()
+            .context("cannot run apps/functions/build.sh")?;
+        let err = String::from_utf8_lossy(&o.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(3).collect();
+        for f in [
+            "noop",
+            "noop.native",
+            "fib",
+            "matmul",
+            "alloc",
+            "static",
+            "fileread",
+            "fs/data.bin",
+        ] {
+            anyhow::ensure!(
+                dir.join(f).is_file(),
+                "apps/functions/build.sh did not make {} ({}): {}",
+                dir.join(f).display(),
+                o.status,
+                tail.join(" / ")
+            );
+        }
+        let lua_missing = if dir.join("lua").is_file()
+            && dir.join("lua.native").is_file()
+            && dir.join("lua-fs/handler.lua").is_file()
+        {
+            None
+        } else if o.status.success() {
+            Some("apps/functions/build.sh does not build the Lua runtime (OUT/lua, OUT/lua-fs/handler.lua)".to_string())
+        } else {
+            Some(format!(
+                "apps/functions/build.sh failed before the Lua runtime was built: {}",
+                tail.join(" / ")
+            ))
+        };
+        Ok(Fns {
+            dir: dir.to_path_buf(),
+            lua_missing,
+        })
+    }
+
+    /// Deploy settings of example `func` on `backend`, with `extra` on top.
+    fn settings(&self, func: &str, backend: &str, extra: Value) -> Value {
+        let image = if backend == "spt" || backend == "hvt" {
+            self.dir.join(func)
+        } else {
+            self.dir.join(format!("{func}.native"))
+        };
+        let mut v = json!({"image": image, "backend": backend, "keep_warm_ms": 3_600_000u64, "timeout_ms": REQUEST_TIMEOUT.as_millis() as u64});
+        match func {
+            "static" | "fileread" => v["fs"] = json!(self.dir.join("fs")),
+            "lua" => v["fs"] = json!(self.dir.join("lua-fs")),
+            _ => {}
+        }
+        if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        v
+    }
+}
+
+fn say(msg: &str) {
+    eprintln!("bench faas: {msg}");
+}
+
+// ------------------------------------------------------------------ results
+
+/// What the paper reports for one summary row (text: the paper gives some
+/// figures only as plots or ratios).
+struct Paper {
+    unikernel: &'static str,
+    runc: &'static str,
+    gvisor: &'static str,
+}
+
+/// One row of the summary table.
+struct Row {
+    what: String,
+    paper: Paper,
+    /// Per backend, the value measured here (as shown).
+    values: BTreeMap<&'static str, String>,
+}
+
+/// What an experiment hands back.
+struct Outcome {
+    json: Value,
+    table: String,
+    rows: Vec<Row>,
+    goals: Vec<Goal>,
+}
+
+/// A goal of the issue, checked against this run's numbers.
+struct Goal {
+    what: String,
+    measured: String,
+    met: Option<bool>,
+}
+
+/// Shared by the experiments.
+struct Ctx<'a> {
+    gw: &'a Gateway,
+    fns: &'a Fns,
+    backends: Vec<&'static str>,
+    o: &'a FaasOpts,
+}
+
+fn fmt(v: f64, digits: usize) -> String {
+    if v.is_finite() {
+        format!("{v:.digits$}")
+    } else {
+        "–".into()
+    }
+}
+
+fn write_csv(path: &Path, header: &str, rows: &[String]) -> Result<()> {
+    let mut s = String::from(header);
+    s.push('\n');
+    for r in rows {
+        s.push_str(r);
+        s.push('\n');
+    }
+    std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Draws a plot; a failure is a warning (the numbers are still valid).
+fn warn_plot(r: Result<(), plot::PlotError>) {
+    if let Err(e) = r {
+        say(&format!("warning: {e}"));
+    }
+}
+
+/// A markdown table.
+fn md_table(header: &[String], rows: &[Vec<String>]) -> String {
+    let mut s = format!(
+        "| {} |\n|{}|\n",
+        header.join(" | "),
+        header.iter().map(|_| "---").collect::<Vec<_>>().join("|")
+    );
+    for r in rows {
+        s.push_str(&format!("| {} |\n", r.join(" | ")));
+    }
+    s
+}
+
+/// Starts `n` requests to `/fn/NAME/` at once (threads released by a
+/// barrier); per request, its completion time in s or why it failed, and
+/// the instance that answered.
+fn fire(gw: &Gateway, name: &str, n: usize) -> Vec<Result<(f64, u64), String>> {
+    let barrier = Arc::new(Barrier::new(n));
+    let addr = gw.addr;
+    let path = format!("/fn/{name}/");
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let (b, p) = (barrier.clone(), path.clone());
+            std::thread::spawn(move || {
+                b.wait();
+                let t0 = Instant::now();
+                let r = http(addr, "GET", &p, None, false, REQUEST_TIMEOUT)
+                    .map_err(|e| e.to_string())?;
+                let dt = t0.elapsed().as_secs_f64();
+                if r.status != 200 || !r.cold() {
+                    return Err(format!("status {} (cold start: {})", r.status, r.cold()));
+                }
+                Ok((
+                    dt,
+                    r.header("x-shoal-instance")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0),
+                ))
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err("the request's thread panicked".into()))
+        })
+        .collect()
+}
+
+/// Times one cold request of `name` (deployed afresh with `settings`).
+fn one_cold(gw: &Gateway, name: &str, settings: &Value) -> Result<f64, String> {
+    gw.deploy_cold(name, settings)
+        .map_err(|e| format!("{e:#}"))?;
+    let t0 = Instant::now();
+    let r = gw.invoke(name, "/", false).map_err(|e| e.to_string())?;
+    let dt = t0.elapsed().as_secs_f64();
+    if r.status != 200 || !r.cold() {
+        return Err(format!("status {} (cold start: {})", r.status, r.cold()));
+    }
+    Ok(dt)
+}
+
+fn note_failure(failures: &mut Vec<String>, what: String) {
+    say(&format!("warning: {what}"));
+    failures.push(what);
+}
+
+// -------------------------------------------------------------- experiments
+
+/// Fig. 3: single cold starts.
+fn cold_start(c: &Ctx) -> Result<Outcome> {
+    let mut kinds = vec!["noop"];
+    if c.fns.lua_missing.is_none() {
+        kinds.push("lua");
+    }
+    let mut samples: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
+    let mut csv = Vec::new();
+    let mut failures = Vec::new();
+    for rep in 0..c.o.repeat {
+        for &k in &kinds {
+            for &b in &c.backends {
+                let name = format!("cs-{k}-{b}");
+                match one_cold(
+                    c.gw,
+                    &name,
+                    &c.fns
+                        .settings(k, b, json!({"concurrency": 1, "max_instances": 1})),
+                ) {
+                    Ok(dt) => {
+                        samples.entry((k, b)).or_default().push(dt * 1e3);
+                        csv.push(format!("{k},{b},{rep},{:.3}", dt * 1e3));
+                    }
+                    Err(e) => note_failure(
+                        &mut failures,
+                        format!("cold start {k} on {b}, run {rep}: {e}"),
+                    ),
+                }
+            }
+        }
+    }
+    for &k in &kinds {
+        for &b in &c.backends {
+            c.gw.clear(&format!("cs-{k}-{b}"))?;
+        }
+    }
+    let csv_path = c.o.out.join("cold-start.csv");
+    write_csv(&csv_path, "function,backend,run,ms", &csv)?;
+    let st = |k: &str, b: &str| samples.get(&(k, b)).map(|v| stats(v));
+    let svg = c.o.out.join("cold-start.svg");
+    let series: Vec<BarSeries> = c
+        .backends
+        .iter()
+        .map(|&b| BarSeries {
+            name: b.to_string(),
+            values: kinds
+                .iter()
+                .map(|&k| st(k, b).map(|s| (s.mean, s.ci95)))
+                .collect(),
+        })
+        .collect();
+    let cats: Vec<String> = kinds
+        .iter()
+        .map(|k| {
+            if *k == "noop" {
+                "C no-op".to_string()
+            } else {
+                "Lua".to_string()
+            }
+        })
+        .collect();
+    let title = format!(
+        "Cold start through shoal serve, mean and 95% CI over {} runs (seed 002 Fig. 3)",
+        c.o.repeat
+    );
+    warn_plot(plot::bars(
+        &svg,
+        &Frame {
+            title: &title,
+            x_desc: "function",
+            y_desc: "ms (log scale)",
+            log_x: false,
+            log_y: true,
+        },
+        &cats,
+        &series,
+    ));
+    let mut rows = Vec::new();
+    let mut results = serde_json::Map::new();
+    for &k in &kinds {
+        let mut per = serde_json::Map::new();
+        for &b in &c.backends {
+            if let Some(s) = st(k, b) {
+                per.insert(b.into(), s.json());
+                rows.push(vec![
+                    k.to_string(),
+                    b.to_string(),
+                    fmt(s.mean, 1),
+                    format!("± {}", fmt(s.ci95, 1)),
+                    fmt(s.median, 1),
+                    fmt(s.p95, 1),
+                    s.n.to_string(),
+                ]);
+            }
+        }
+        results.insert(k.into(), Value::Object(per));
+    }
+    let header: Vec<String> = [
+        "function",
+        "backend",
+        "mean ms",
+        "95% CI",
+        "median ms",
+        "p95 ms",
+        "runs",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut table = md_table(&header, &rows);
+    table.push_str("\nPaper (Fig. 3, Go no-op): Nanos and OSv about 110 ms, Docker/runc 362 ms, gVisor 654 ms; Node.js: no figures in the text.\n");
+    if let Some(why) = &c.fns.lua_missing {
+        table.push_str(&format!("Lua runtime not measured: {why}.\n"));
+    }
+    let mean = |k: &str, b: &str| st(k, b).map(|s| s.mean).unwrap_or(f64::NAN);
+    let mut ratios = serde_json::Map::new();
+    let mut goals = Vec::new();
+    for (other, want) in [("runc", 10.0), ("runsc", 20.0)] {
+        let r = mean("noop", other) / mean("noop", "spt");
+        ratios.insert(format!("{other}_over_spt"), json!(r));
+        goals.push(Goal {
+            what: format!("cold start of the C no-op on spt ≥ {want}× faster than {other}"),
+            measured: format!("{}×", fmt(r, 1)),
+            met: r.is_finite().then_some(r >= want),
+        });
+    }
+    let row_of = |k: &str| -> BTreeMap<&'static str, String> {
+        c.backends
+            .iter()
+            .filter_map(|&b| st(k, b).map(|s| (b, fmt(s.mean, 1))))
+            .collect()
+    };
+    let mut summary = vec![Row {
+        what: "Cold start, C no-op (ms, mean)".into(),
+        paper: Paper {
+            unikernel: "≈110 (OSv, Nanos; Go)",
+            runc: "362",
+            gvisor: "654",
+        },
+        values: row_of("noop"),
+    }];
+    summary.push(Row {
+        what: "Cold start, Lua runtime (ms, mean)".into(),
+        paper: Paper {
+            unikernel: "– (Node.js: plot only)",
+            runc: "–",
+            gvisor: "–",
+        },
+        values: if kinds.contains(&"lua") {
+            row_of("lua")
+        } else {
+            c.backends
+                .iter()
+                .map(|&b| (b, "not built".to_string()))
+                .collect()
+        },
+    });
+    Ok(Outcome {
+        json: json!({"unit": "ms", "runs": c.o.repeat, "results": results, "ratios": ratios, "lua_missing": c.fns.lua_missing, "failures": failures, "csv": csv_path, "plot": svg}),
+        table,
+        rows: summary,
+        goals,
+    })
+}
+
+/// Fig. 4: N concurrent first requests, each on a new instance.
+fn burst(c: &Ctx) -> Result<Outcome> {
+    let mut csv = Vec::new();
+    let mut failures = Vec::new();
+    // (size, backend) -> completion times in s.
+    let mut res: BTreeMap<(usize, &str), Vec<f64>> = BTreeMap::new();
+    for &n in &c.o.bursts {
+        for &b in &c.backends {
+            let name = format!("burst-{b}");
+            say(&format!("burst: {n} concurrent cold starts on {b}"));
+            c.gw.deploy_cold(
+                &name,
+                &c.fns.settings(
+                    "noop",
+                    b,
+                    json!({"concurrency": 1, "max_instances": n, "queue": n}),
+                ),
+            )?;
+            let got = fire(c.gw, &name, n);
+            let mut ids = BTreeSet::new();
+            let mut errs = 0;
+            for (i, r) in got.iter().enumerate() {
+                match r {
+                    Ok((dt, id)) => {
+                        ids.insert(*id);
+                        res.entry((n, b)).or_default().push(*dt);
+                        csv.push(format!("{n},{b},{i},{dt:.4}"));
+                    }
+                    Err(e) => {
+                        errs += 1;
+                        csv.push(format!("{n},{b},{i},"));
+                        if errs <= 3 {
+                            note_failure(
+                                &mut failures,
+                                format!("burst {n} on {b}, request {i}: {e}"),
+                            );
+                        }
+                    }
+                }
+            }
+            if errs > 3 {
+                note_failure(
+                    &mut failures,
+                    format!("burst {n} on {b}: {errs} requests failed in all"),
+                );
+            }
+            if ids.len() + errs != n {
+                note_failure(
+                    &mut failures,
+                    format!(
+                        "burst {n} on {b}: {} distinct instances answered {} requests",
+                        ids.len(),
+                        n - errs
+                    ),
+                );
+            }
+            c.gw.clear(&name)?;
+        }
+    }
+    let csv_path = c.o.out.join("burst.csv");
+    write_csv(&csv_path, "concurrent,backend,request,seconds", &csv)?;
+    let mean = |n: usize, b: &str| res.get(&(n, b)).map(|v| stats(v).mean).unwrap_or(f64::NAN);
+    let lines: Vec<Line> = c
+        .backends
+        .iter()
+        .map(|&b| Line {
+            name: b.into(),
+            points: c.o.bursts.iter().map(|&n| (n as f64, mean(n, b))).collect(),
+        })
+        .collect();
+    let svg = c.o.out.join("burst.svg");
+    warn_plot(plot::lines(
+        &svg,
+        &Frame {
+            title: "Mean completion time of N concurrent cold starts (seed 002 Fig. 4)",
+            x_desc: "concurrent cold starts",
+            y_desc: "seconds",
+            log_x: false,
+            log_y: false,
+        },
+        &lines,
+    ));
+    let mut header = vec!["N".to_string()];
+    header.extend(c.backends.iter().map(|b| format!("{b} mean s (max s)")));
+    let rows: Vec<Vec<String>> =
+        c.o.bursts
+            .iter()
+            .map(|&n| {
+                let mut r = vec![n.to_string()];
+                for &b in &c.backends {
+                    let s = res.get(&(n, b)).map(|v| stats(v));
+                    let ok = s.as_ref().map(|s| s.n).unwrap_or(0);
+                    let fail = if ok < n {
+                        format!(", {} failed", n - ok)
+                    } else {
+                        String::new()
+                    };
+                    r.push(
+                        s.map(|s| format!("{} ({}{fail})", fmt(s.mean, 3), fmt(s.max, 3)))
+                            .unwrap_or_else(|| "all failed".into()),
+                    );
+                }
+                r
+            })
+            .collect();
+    let mut table = md_table(&header, &rows);
+    table.push_str("\nPaper (Fig. 4, Go no-op, 100 at once): OSv 0.63 s, Nanos 0.70 s, Linux microVM 4.3 s, runc 6.5 s, gVisor 7.5 s (Node.js: 3.6 / 6.4 / 16.7 s).\n");
+    let big = c.o.bursts.iter().copied().max().unwrap_or(0);
+    let mut results = serde_json::Map::new();
+    for &b in &c.backends {
+        let per: serde_json::Map<String, Value> =
+            c.o.bursts
+                .iter()
+                .filter_map(|&n| res.get(&(n, b)).map(|v| (n.to_string(), stats(v).json())))
+                .collect();
+        results.insert(b.into(), Value::Object(per));
+    }
+    let spt = mean(big, "spt");
+    let goals = if big == 100 {
+        vec![Goal {
+            what: "100 concurrent cold starts on spt complete in ≤ 0.3 s (mean)".into(),
+            measured: format!("{} s", fmt(spt, 3)),
+            met: spt.is_finite().then_some(spt <= 0.3),
+        }]
+    } else {
+        vec![Goal {
+            what: "100 concurrent cold starts on spt complete in ≤ 0.3 s (mean)".into(),
+            measured: format!("not run (largest burst {big})"),
+            met: None,
+        }]
+    };
+    let values = c
+        .backends
+        .iter()
+        .map(|&b| (b, fmt(mean(big, b), 3)))
+        .collect();
+    let rows = vec![Row {
+        what: format!("{big} concurrent cold starts (s, mean)"),
+        paper: Paper {
+            unikernel: "0.63 (OSv; 100)",
+            runc: "6.5",
+            gvisor: "7.5",
+        },
+        values,
+    }];
+    Ok(Outcome {
+        json: json!({"unit": "s", "results": results, "failures": failures, "csv": csv_path, "plot": svg}),
+        table,
+        rows,
+        goals,
+    })
+}
+
+/// Fig. 5: host CPU time from instance launch to its first answer.
+fn startup_cost(c: &Ctx) -> Result<Outcome> {
+    let mut res: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut csv = Vec::new();
+    let mut failures = Vec::new();
+    for rep in 0..c.o.repeat {
+        for &b in &c.backends {
+            let name = format!("sc-{b}");
+            if let Err(e) = one_cold(
+                c.gw,
+                &name,
+                &c.fns
+                    .settings("noop", b, json!({"concurrency": 1, "max_instances": 1})),
+            ) {
+                note_failure(
+                    &mut failures,
+                    format!("start-up cost on {b}, run {rep}: {e}"),
+                );
+                continue;
+            }
+            let pids = c.gw.pids(&name)?;
+            let ms = cpu_ns(&pids) as f64 / 1e6;
+            res.entry(b).or_default().push(ms);
+            csv.push(format!("{b},{rep},{ms:.3},{}", pids.len()));
+        }
+    }
+    for &b in &c.backends {
+        c.gw.clear(&format!("sc-{b}"))?;
+    }
+    let csv_path = c.o.out.join("startup-cost.csv");
+    write_csv(&csv_path, "backend,run,cpu_ms,processes", &csv)?;
+    let st = |b: &str| res.get(b).map(|v| stats(v));
+    let svg = c.o.out.join("startup-cost.svg");
+    let series: Vec<BarSeries> = c
+        .backends
+        .iter()
+        .map(|&b| BarSeries {
+            name: b.into(),
+            values: vec![st(b).map(|s| (s.mean, s.sd))],
+        })
+        .collect();
+    warn_plot(plot::bars(
+        &svg,
+        &Frame { title: "Host CPU time from launch to first answer, mean ± SD (seed 002 Fig. 5; CPU time, not instructions)", x_desc: "", y_desc: "CPU ms (log scale)", log_x: false, log_y: true },
+        &["C no-op".into()],
+        &series,
+    ));
+    let header: Vec<String> = ["backend", "CPU ms (user+sys)", "SD", "median", "runs"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let rows: Vec<Vec<String>> = c
+        .backends
+        .iter()
+        .filter_map(|&b| {
+            st(b).map(|s| {
+                vec![
+                    b.into(),
+                    fmt(s.mean, 2),
+                    fmt(s.sd, 2),
+                    fmt(s.median, 2),
+                    s.n.to_string(),
+                ]
+            })
+        })
+        .collect();
+    let mut table = md_table(&header, &rows);
+    table.push_str(
+        "\nHardware counters (perf instructions) are not available on this machine: CPU time comes from /proc (every thread's schedstat run time of the \
+         instance's processes, plus their reaped children's cutime+cstime), measured right after the first answer. Paper (Fig. 5): millions of \
+         instructions, shown only as a plot; Linux microVM 8.5× Nanos and 6× OSv, gVisor 61% fewer than the Linux microVM.\n",
+    );
+    let results: serde_json::Map<String, Value> = c
+        .backends
+        .iter()
+        .filter_map(|&b| st(b).map(|s| (b.to_string(), s.json())))
+        .collect();
+    let values = c
+        .backends
+        .iter()
+        .filter_map(|&b| st(b).map(|s| (b, fmt(s.mean, 2))))
+        .collect();
+    let rows = vec![Row {
+        what: "Start-up cost (host CPU ms; paper: instructions)".into(),
+        paper: Paper {
+            unikernel: "plot only (OSv 6× < Linux VM)",
+            runc: "plot only",
+            gvisor: "plot only",
+        },
+        values,
+    }];
+    Ok(Outcome {
+        json: json!({"unit": "cpu_ms", "source": "/proc schedstat + cutime/cstime; no hardware counters here", "results": results, "failures": failures, "csv": csv_path, "plot": svg}),
+        table,
+        rows,
+        goals: vec![],
+    })
+}
+
+/// Fig. 6: CPU time of one warm idle instance over 10 s.
+fn idle_cpu(c: &Ctx) -> Result<Outcome> {
+    const WINDOW: Duration = Duration::from_secs(10);
+    let mut failures = Vec::new();
+    let mut up = Vec::new();
+    for &b in &c.backends {
+        let name = format!("ic-{b}");
+        match one_cold(
+            c.gw,
+            &name,
+            &c.fns
+                .settings("noop", b, json!({"concurrency": 1, "max_instances": 1})),
+        ) {
+            Ok(_) => up.push(b),
+            Err(e) => note_failure(&mut failures, format!("idle CPU on {b}: {e}")),
+        }
+    }
+    // All backends idle in the same window: none of them should run.
+    std::thread::sleep(Duration::from_secs(2));
+    let before: Vec<(&str, Vec<u32>, u64)> = up
+        .iter()
+        .map(|&b| {
+            let pids = c.gw.pids(&format!("ic-{b}")).unwrap_or_default();
+            let ns = cpu_ns(&pids);
+            (b, pids, ns)
+        })
+        .collect();
+    say(&format!(
+        "idle CPU: {} instances idle for {} s",
+        before.len(),
+        WINDOW.as_secs()
+    ));
+    std::thread::sleep(WINDOW);
+    let mut res: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut csv = Vec::new();
+    for (b, pids, ns0) in &before {
+        let ms = cpu_ns(pids).saturating_sub(*ns0) as f64 / 1e6;
+        res.insert(b, ms);
+        csv.push(format!("{b},{},{ms:.4}", WINDOW.as_secs()));
+    }
+    for &b in &c.backends {
+        c.gw.clear(&format!("ic-{b}"))?;
+    }
+    let csv_path = c.o.out.join("idle-cpu.csv");
+    write_csv(&csv_path, "backend,window_s,cpu_ms", &csv)?;
+    let svg = c.o.out.join("idle-cpu.svg");
+    let series: Vec<BarSeries> = c
+        .backends
+        .iter()
+        .map(|&b| BarSeries {
+            name: b.into(),
+            values: vec![res.get(b).map(|v| (*v, 0.0))],
+        })
+        .collect();
+    warn_plot(plot::bars(
+        &svg,
+        &Frame {
+            title: "Host CPU time of one warm idle instance over 10 s (seed 002 Fig. 6)",
+            x_desc: "",
+            y_desc: "CPU ms",
+            log_x: false,
+            log_y: false,
+        },
+        &["C no-op".into()],
+        &series,
+    ));
+    let header: Vec<String> = ["backend", "CPU ms in 10 s", "% of one core"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let rows: Vec<Vec<String>> = res
+        .iter()
+        .map(|(b, ms)| vec![b.to_string(), fmt(*ms, 3), fmt(ms / 100.0, 4)])
+        .collect();
+    let mut table = md_table(&header, &rows);
+    table.push_str(
+        "\nCPU time from /proc (schedstat, ns resolution); hardware counters are not available here. Paper (Fig. 6, instructions in 1 s idle, Go): gVisor \
+         50k, Linux microVM 80k, Nanos 250k, OSv > 9M, runc too few to record.\n",
+    );
+    let spt = res.get("spt").copied().unwrap_or(f64::NAN);
+    let goals = vec![Goal {
+        what: "zero idle CPU on spt".into(),
+        measured: format!("{} ms in 10 s", fmt(spt, 3)),
+        met: spt.is_finite().then_some(spt == 0.0),
+    }];
+    let values = res.iter().map(|(b, ms)| (*b, fmt(*ms, 3))).collect();
+    let rows = vec![Row {
+        what: "Idle CPU (host CPU ms per 10 s; paper: instructions per 1 s)".into(),
+        paper: Paper {
+            unikernel: "250k instr/s (Nanos)",
+            runc: "≈0 (unmeasurable)",
+            gvisor: "50k instr/s",
+        },
+        values,
+    }];
+    Ok(Outcome {
+        json: json!({"unit": "cpu_ms_per_10s", "results": res, "failures": failures, "csv": csv_path, "plot": svg}),
+        table,
+        rows,
+        goals,
+    })
+}
+
+/// Fig. 7: memory of N warm idle instances.
+fn idle_memory(c: &Ctx) -> Result<Outcome> {
+    let mut failures = Vec::new();
+    let mut csv = Vec::new();
+    // (n, backend) -> (MemAvailable delta MiB, PSS MiB), totals.
+    let mut res: BTreeMap<(usize, &str), (f64, f64)> = BTreeMap::new();
+    for &n in &c.o.instances {
+        for &b in &c.backends {
+            let name = format!("im-{b}");
+            c.gw.clear(&name)?;
+            std::thread::sleep(Duration::from_secs(1));
+            say(&format!("idle memory: {n} instances on {b}"));
+            let base = mem_available_kib();
+            c.gw.deploy(
+                &name,
+                &c.fns.settings(
+                    "noop",
+                    b,
+                    json!({"concurrency": 1, "max_instances": n, "queue": n}),
+                ),
+            )?;
+            let got = fire(c.gw, &name, n);
+            let errs = got.iter().filter(|r| r.is_err()).count();
+            if errs > 0 {
+                let first = got
+                    .iter()
+                    .find_map(|r| r.as_ref().err().cloned())
+                    .unwrap_or_default();
+                note_failure(
+                    &mut failures,
+                    format!(
+                        "idle memory {n} on {b}: {errs} of {n} instances did not start: {first}"
+                    ),
+                );
+            }
+            std::thread::sleep(Duration::from_secs(2));
+            let insts = c.gw.instances(&name)?;
+            let after = mem_available_kib();
+            let kids = proc_children();
+            let pss: u64 = insts
+                .iter()
+                .flat_map(|i| tree(&kids, i.pid))
+                .map(pss_kib)
+                .sum();
+            let k = insts.len();
+            if k > 0 {
+                let delta = base.saturating_sub(after) as f64 / 1024.0;
+                let pss = pss as f64 / 1024.0;
+                res.insert((n, b), (delta, pss));
+                csv.push(format!("{n},{b},{k},{delta:.2},{pss:.2}"));
+            }
+            c.gw.clear(&name)?;
+        }
+    }
+    let csv_path = c.o.out.join("idle-memory.csv");
+    write_csv(
+        &csv_path,
+        "requested,backend,instances,memavailable_delta_mib,pss_mib",
+        &csv,
+    )?;
+    let svg = c.o.out.join("idle-memory.svg");
+    let lines: Vec<Line> = c
+        .backends
+        .iter()
+        .map(|&b| Line {
+            name: format!("{b} (PSS)"),
+            points: c
+                .o
+                .instances
+                .iter()
+                .filter_map(|&n| res.get(&(n, b)).map(|v| (n as f64, v.1)))
+                .collect(),
+        })
+        .collect();
+    warn_plot(plot::lines(
+        &svg,
+        &Frame {
+            title: "Memory of N idle instances of the no-op, summed PSS (seed 002 Fig. 7)",
+            x_desc: "idle instances",
+            y_desc: "MiB",
+            log_x: false,
+            log_y: false,
+        },
+        &lines,
+    ));
+    let mut header = vec!["N".to_string()];
+    header.extend(
+        c.backends
+            .iter()
+            .map(|b| format!("{b} MiB/inst PSS (MemAvail)")),
+    );
+    let rows: Vec<Vec<String>> =
+        c.o.instances
+            .iter()
+            .map(|&n| {
+                let mut r = vec![n.to_string()];
+                for &b in &c.backends {
+                    r.push(
+                        res.get(&(n, b))
+                            .map(|(d, p)| {
+                                format!("{} ({})", fmt(p / n as f64, 2), fmt(d / n as f64, 2))
+                            })
+                            .unwrap_or_else(|| "–".into()),
+                    );
+                }
+                r
+            })
+            .collect();
+    let mut table = md_table(&header, &rows);
+    table.push_str(
+        "\nMiB per instance: summed PSS of every instance's processes (tender and guest, runtime and sandbox) / N; in parentheses the drop of MemAvailable / N \
+         (noisy when other work runs). spt/hvt run in the gateway's default memory mode (copy): `shoal serve`'s deploy settings offer no --mem-mode, so \
+         ksm and pool are not measured here. Paper (Fig. 7, Go): runc 3.9, Nanos 23.8, gVisor 24.7, OSv 31.4, Linux microVM 59.9 MiB per instance.\n",
+    );
+    let big = c.o.instances.iter().copied().max().unwrap_or(0);
+    let per = |b: &str| {
+        res.get(&(big, b))
+            .map(|(_, p)| p / big as f64)
+            .unwrap_or(f64::NAN)
+    };
+    let mut results = serde_json::Map::new();
+    for &b in &c.backends {
+        let m: serde_json::Map<String, Value> = c.o.instances.iter().filter_map(|&n| res.get(&(n, b)).map(|(d, p)| (n.to_string(), json!({"memavailable_delta_mib": d, "pss_mib": p, "pss_mib_per_instance": p / n as f64})))).collect();
+        results.insert(b.into(), Value::Object(m));
+    }
+    let spt = per("spt");
+    let goals = vec![Goal {
+        what: "idle memory ≤ 1 MiB per instance on spt (tender and guest, PSS)".into(),
+        measured: format!("{} MiB at N={big}", fmt(spt, 2)),
+        met: spt.is_finite().then_some(spt <= 1.0),
+    }];
+    let values = c.backends.iter().map(|&b| (b, fmt(per(b), 2))).collect();
+    let rows = vec![Row {
+        what: format!("Idle memory (MiB per instance, PSS, N={big})"),
+        paper: Paper {
+            unikernel: "23.8 (Nanos)",
+            runc: "3.9",
+            gvisor: "24.7",
+        },
+        values,
+    }];
+    Ok(Outcome {
+        json: json!({"unit": "MiB", "mem_mode": "copy", "results": results, "failures": failures, "csv": csv_path, "plot": svg}),
+        table,
+        rows,
+        goals,
+    })
+}
+
+/// Figs. 8–10, 12, 13: warm invocations of the workloads.
+fn workloads(c: &Ctx) -> Result<Outcome> {
+    let timed: [(&str, String); 4] = [
+        ("fib", format!("/?n={FIB_N}")),
+        ("matmul", "/?n=1024".into()),
+        ("alloc", "/?mb=50".into()),
+        ("fileread", "/".into()),
+    ];
+    let mut failures = Vec::new();
+    let mut up: Vec<&str> = Vec::new();
+    for &b in &c.backends {
+        let mut ok = true;
+        for (w, q) in &timed {
+            let name = format!("wl-{w}-{b}");
+            let r =
+                c.gw.deploy_cold(
+                    &name,
+                    &c.fns
+                        .settings(w, b, json!({"concurrency": 1, "max_instances": 1})),
+                )
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|_| {
+                    let r = c.gw.invoke(&name, q, true).map_err(|e| e.to_string())?;
+                    if r.status == 200 {
+                        Ok(())
+                    } else {
+                        Err(format!("status {}: {}", r.status, r.text()))
+                    }
+                });
+            if let Err(e) = r {
+                note_failure(&mut failures, format!("workload {w} on {b}: {e}"));
+                ok = false;
+            }
+        }
+        if ok {
+            up.push(b);
+        }
+    }
+    let mut res: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
+    let mut csv = Vec::new();
+    for rep in 0..c.o.repeat {
+        for &b in &up {
+            for (w, q) in &timed {
+                let t0 = Instant::now();
+                match c.gw.invoke(&format!("wl-{w}-{b}"), q, false) {
+                    Ok(r) if r.status == 200 && !r.cold() => {
+                        let ms = t0.elapsed().as_secs_f64() * 1e3;
+                        res.entry((w, b)).or_default().push(ms);
+                        csv.push(format!("{w},{b},{rep},{ms:.3},ms"));
+                    }
+                    Ok(r) => note_failure(
+                        &mut failures,
+                        format!(
+                            "workload {w} on {b}, run {rep}: status {} (cold start: {})",
+                            r.status,
+                            r.cold()
+                        ),
+                    ),
+                    Err(e) => note_failure(
+                        &mut failures,
+                        format!("workload {w} on {b}, run {rep}: {e}"),
+                    ),
+                }
+            }
+        }
+    }
+    for &b in &c.backends {
+        for (w, _) in &timed {
+            c.gw.clear(&format!("wl-{w}-{b}"))?;
+        }
+    }
+    // Static file throughput: 4 clients, 2 × --repeat downloads in all (the
+    // paper's 10 GiB is about 200 downloads of 50 MiB).
+    let downloads = (2 * c.o.repeat).max(4).div_ceil(4) * 4;
+    let mut thr: BTreeMap<&str, f64> = BTreeMap::new();
+    for &b in &c.backends {
+        let name = format!("wl-static-{b}");
+        let started =
+            c.gw.deploy_cold(
+                &name,
+                &c.fns
+                    .settings("static", b, json!({"concurrency": 4, "max_instances": 1})),
+            )
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|_| {
+                let r = c.gw.invoke(&name, "/", false).map_err(|e| e.to_string())?;
+                if r.status == 200 && r.bytes == 50 << 20 {
+                    Ok(())
+                } else {
+                    Err(format!("status {}, {} bytes", r.status, r.bytes))
+                }
+            });
+        if let Err(e) = started {
+            note_failure(&mut failures, format!("workload static on {b}: {e}"));
+            continue;
+        }
+        say(&format!(
+            "static: {downloads} downloads of 50 MiB by 4 clients on {b}"
+        ));
+        let t0 = Instant::now();
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let gw_addr = c.gw.addr;
+                let path = format!("/fn/{name}/");
+                std::thread::spawn(move || -> Result<u64, String> {
+                    let mut bytes = 0;
+                    for _ in 0..downloads / 4 {
+                        let r = http(gw_addr, "GET", &path, None, false, REQUEST_TIMEOUT)
+                            .map_err(|e| e.to_string())?;
+                        if r.status != 200 || r.bytes != 50 << 20 {
+                            return Err(format!("status {}, {} bytes", r.status, r.bytes));
+                        }
+                        bytes += r.bytes;
+                    }
+                    Ok(bytes)
+                })
+            })
+            .collect();
+        let mut bytes = 0;
+        let mut err = None;
+        for h in handles {
+            match h
+                .join()
+                .unwrap_or_else(|_| Err("a client thread panicked".into()))
+            {
+                Ok(n) => bytes += n,
+                Err(e) => err = Some(e),
+            }
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        if let Some(e) = err {
+            note_failure(&mut failures, format!("workload static on {b}: {e}"));
+        } else {
+            let mibs = bytes as f64 / (1 << 20) as f64 / secs;
+            thr.insert(b, mibs);
+            csv.push(format!("static,{b},0,{mibs:.1},MiB/s"));
+        }
+        c.gw.clear(&name)?;
+    }
+    let csv_path = c.o.out.join("workloads.csv");
+    write_csv(&csv_path, "workload,backend,run,value,unit", &csv)?;
+    let st = |w: &str, b: &str| res.get(&(w, b)).map(|v| stats(v));
+    // Slowdown against process: time ratio; for throughput, process's rate over this one's.
+    let slow = |w: &str, b: &str| -> f64 {
+        if w == "static" {
+            thr.get("process").copied().unwrap_or(f64::NAN)
+                / thr.get(b).copied().unwrap_or(f64::NAN)
+        } else {
+            st(w, b).map(|s| s.mean).unwrap_or(f64::NAN)
+                / st(w, "process").map(|s| s.mean).unwrap_or(f64::NAN)
+        }
+    };
+    let names: Vec<&str> = timed.iter().map(|(w, _)| *w).chain(["static"]).collect();
+    let svg = c.o.out.join("workloads.svg");
+    let series: Vec<BarSeries> = c
+        .backends
+        .iter()
+        .map(|&b| BarSeries {
+            name: b.into(),
+            values: names
+                .iter()
+                .map(|w| Some((slow(w, b), 0.0)).filter(|(v, _)| v.is_finite()))
+                .collect(),
+        })
+        .collect();
+    warn_plot(plot::bars(
+        &svg,
+        &Frame { title: "Warm workloads relative to a plain process (1 = process; seed 002 Figs. 8-10, 12, 13)", x_desc: "workload", y_desc: "time relative to process", log_x: false, log_y: false },
+        &names.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        &series,
+    ));
+    let mut header = vec!["workload".to_string()];
+    header.extend(c.backends.iter().map(|b| b.to_string()));
+    header.push("paper (unikernel / runc / gVisor)".into());
+    let paper_of = |w: &str| match w {
+        "fib" => "all equal (plot only)",
+        "matmul" => "all similar (plot only)",
+        "alloc" => "≈40 ms (OSv) / < 20 ms / ≈40 ms",
+        "fileread" => "181 ms (OSv) / 87 ms / ≈160 ms",
+        _ => "> 271 MiB/s (OSv; Nanos 271) / below Linux VM / ≈180 MiB/s",
+    };
+    let mut rows = Vec::new();
+    for w in &names {
+        let mut r = vec![if *w == "static" {
+            "static 50 MiB, 4 clients (MiB/s)".to_string()
+        } else {
+            format!("{w} (ms, mean ± SD, ×process)")
+        }];
+        for &b in &c.backends {
+            r.push(if *w == "static" {
+                thr.get(b)
+                    .map(|v| format!("{} (×{})", fmt(*v, 0), fmt(slow(w, b), 2)))
+                    .unwrap_or_else(|| "–".into())
+            } else {
+                st(w, b)
+                    .map(|s| {
+                        format!(
+                            "{} ± {} (×{})",
+                            fmt(s.mean, 1),
+                            fmt(s.sd, 1),
+                            fmt(slow(w, b), 2)
+                        )
+                    })
+                    .unwrap_or_else(|| "–".into())
+            });
+        }
+        r.push(paper_of(w).into());
+        rows.push(r);
+    }
+    let mut table = md_table(&header, &rows);
+    table.push_str(&format!(
+        "\nfib: fib({FIB_N}) recursive; matmul: 1024×1024 doubles; alloc: 50 MiB, every page written; fileread: the 50 MiB file read into memory; \
+         {} warm runs each, measured at the client through the gateway. ×process: time relative to the process backend (for static, process's rate over this one's).\n",
+        c.o.repeat
+    ));
+    let mut results = serde_json::Map::new();
+    for w in &names {
+        let mut per = serde_json::Map::new();
+        for &b in &c.backends {
+            if *w == "static" {
+                if let Some(v) = thr.get(b) {
+                    per.insert(b.into(), json!({"mib_per_s": v, "downloads": downloads, "slowdown_vs_process": slow(w, b)}));
+                }
+            } else if let Some(s) = st(w, b) {
+                let mut j = s.json();
+                j["slowdown_vs_process"] = json!(slow(w, b));
+                per.insert(b.into(), j);
+            }
+        }
+        results.insert(w.to_string(), Value::Object(per));
+    }
+    let worst = names
+        .iter()
+        .map(|w| slow(w, "spt"))
+        .filter(|v| v.is_finite())
+        .fold(f64::NAN, f64::max);
+    let detail: Vec<String> = names
+        .iter()
+        .map(|w| format!("{w} ×{}", fmt(slow(w, "spt"), 3)))
+        .collect();
+    let goals = vec![Goal {
+        what: "workloads on spt within 5% of process".into(),
+        measured: detail.join(", "),
+        met: worst.is_finite().then_some(worst <= 1.05),
+    }];
+    let mut srows = Vec::new();
+    for w in &names {
+        let (what, paper) = match *w {
+            "fib" => (
+                format!("fib({FIB_N}) warm (ms)"),
+                Paper {
+                    unikernel: "= others (plot)",
+                    runc: "= others",
+                    gvisor: "= others",
+                },
+            ),
+            "matmul" => (
+                "matmul 1024² warm (ms)".to_string(),
+                Paper {
+                    unikernel: "≈ others (plot)",
+                    runc: "≈ others",
+                    gvisor: "≈ others",
+                },
+            ),
+            "alloc" => (
+                "alloc 50 MiB warm (ms)".to_string(),
+                Paper {
+                    unikernel: "≈40 (OSv)",
+                    runc: "< 20",
+                    gvisor: "≈40",
+                },
+            ),
+            "fileread" => (
+                "fileread 50 MiB warm (ms)".to_string(),
+                Paper {
+                    unikernel: "181 (OSv)",
+                    runc: "87",
+                    gvisor: "≈160",
+                },
+            ),
+            _ => (
+                "static 50 MiB, 4 clients (MiB/s)".to_string(),
+                Paper {
+                    unikernel: "> 271 (OSv; Nanos 271)",
+                    runc: "< Linux VM (plot)",
+                    gvisor: "≈180",
+                },
+            ),
+        };
+        let values = c
+            .backends
+            .iter()
+            .filter_map(|&b| {
+                if *w == "static" {
+                    thr.get(b).map(|v| (b, fmt(*v, 0)))
+                } else {
+                    st(w, b).map(|s| (b, fmt(s.mean, 1)))
+                }
+            })
+            .collect();
+        srows.push(Row {
+            what,
+            paper,
+            values,
+        });
+    }
+    Ok(Outcome {
+        json: json!({"runs": c.o.repeat, "results": results, "failures": failures, "csv": csv_path, "plot": svg}),
+        table,
+        rows: srows,
+        goals,
+    })
+}
+
+/// Runs `hey` with a bound on its wall time.
+fn run_hey(n: usize, clients: usize, url: &str) -> Result<HeyResult, String> {
+    let mut child = Command::new("hey")
+        .args([
+            "-n",
+            &n.to_string(),
+            "-c",
+            &clients.to_string(),
+            "-t",
+            "30",
+            url,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run hey: {e}"))?;
+    let mut out = child.stdout.take().ok_or("no stdout of hey")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if t0.elapsed() > Duration::from_secs(600) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("hey ran for more than 600 s and was stopped".into());
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(format!("cannot wait for hey: {e}")),
+        }
+    };
+    let text = reader.join().unwrap_or_default();
+    if !status.success() {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        return Err(format!("hey failed ({status}): {}", err.trim()));
+    }
+    parse_hey(&text).map_err(|e| e.to_string())
+}
+
+/// Fig. 11: hey at 1 … max_clients clients, straight to one instance and
+/// through the gateway.
+fn concurrency(c: &Ctx) -> Result<Outcome> {
+    let levels: Vec<usize> = (0..)
+        .map(|i| 1usize << i)
+        .take_while(|&l| l <= c.o.max_clients)
+        .collect();
+    let mut failures = Vec::new();
+    let mut targets: Vec<(&str, SocketAddr)> = Vec::new();
+    for &b in &c.backends {
+        let name = format!("cc-{b}");
+        let r =
+            c.gw.deploy_cold(
+                &name,
+                &c.fns.settings(
+                    "noop",
+                    b,
+                    json!({"concurrency": 1024, "max_instances": 1, "queue": 100_000}),
+                ),
+            )
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|_| {
+                let r = c.gw.invoke(&name, "/", false).map_err(|e| e.to_string())?;
+                if r.status != 200 {
+                    return Err(format!("status {}", r.status));
+                }
+                c.gw.instances(&name)
+                    .map_err(|e| format!("{e:#}"))?
+                    .first()
+                    .map(|i| i.addr)
+                    .ok_or_else(|| "no instance is running after the first request".to_string())
+            });
+        match r {
+            Ok(a) => targets.push((b, a)),
+            Err(e) => note_failure(&mut failures, format!("concurrency on {b}: {e}")),
+        }
+    }
+    // (backend, via, clients) -> result
+    let mut res: BTreeMap<(&str, &str, usize), HeyResult> = BTreeMap::new();
+    let mut csv = Vec::new();
+    for &l in &levels {
+        say(&format!(
+            "concurrency: {} requests at {l} clients",
+            c.o.requests.max(l)
+        ));
+        for (b, direct) in &targets {
+            for via in ["direct", "gateway"] {
+                let url = if via == "direct" {
+                    format!("http://{direct}/")
+                } else {
+                    format!("http://{}/fn/cc-{b}/", c.gw.addr)
+                };
+                match run_hey(c.o.requests.max(l), l, &url) {
+                    Ok(h) => {
+                        let n = c.o.requests.max(l) as u64;
+                        csv.push(format!(
+                            "{b},{via},{l},{n},{:.1},{},{},{}",
+                            h.ok_rps(),
+                            h.ok(),
+                            n - h.ok(),
+                            h.errors
+                        ));
+                        res.insert((b, via, l), h);
+                    }
+                    Err(e) => {
+                        note_failure(&mut failures, format!("concurrency {l} on {b} {via}: {e}"))
+                    }
+                }
+            }
+        }
+    }
+    for &b in &c.backends {
+        c.gw.clear(&format!("cc-{b}"))?;
+    }
+    let csv_path = c.o.out.join("concurrency.csv");
+    write_csv(
+        &csv_path,
+        "backend,via,clients,requests,ok_rps,ok,failed,connection_errors",
+        &csv,
+    )?;
+    let svg = c.o.out.join("concurrency.svg");
+    let mut lines = Vec::new();
+    for (b, _) in &targets {
+        for via in ["direct", "gateway"] {
+            lines.push(Line {
+                name: format!("{b} {via}"),
+                points: levels
+                    .iter()
+                    .filter_map(|&l| res.get(&(*b, via, l)).map(|h| (l as f64, h.ok_rps())))
+                    .collect(),
+            });
+        }
+    }
+    let title = format!(
+        "Successful requests per second, {} requests per level (seed 002 Fig. 11)",
+        c.o.requests
+    );
+    warn_plot(plot::lines(
+        &svg,
+        &Frame {
+            title: &title,
+            x_desc: "concurrent clients (log scale)",
+            y_desc: "requests/s",
+            log_x: true,
+            log_y: false,
+        },
+        &lines,
+    ));
+    let mut header = vec!["clients".to_string()];
+    for (b, _) in &targets {
+        header.push(format!("{b} direct req/s (failed)"));
+        header.push(format!("{b} gateway req/s (failed)"));
+    }
+    let rows: Vec<Vec<String>> = levels
+        .iter()
+        .map(|&l| {
+            let mut r = vec![l.to_string()];
+            for (b, _) in &targets {
+                for via in ["direct", "gateway"] {
+                    r.push(
+                        res.get(&(*b, via, l))
+                            .map(|h| {
+                                format!(
+                                    "{} ({})",
+                                    fmt(h.ok_rps(), 0),
+                                    c.o.requests.max(l) as u64 - h.ok()
+                                )
+                            })
+                            .unwrap_or_else(|| "–".into()),
+                    );
+                }
+            }
+            r
+        })
+        .collect();
+    let mut table = md_table(&header, &rows);
+    table.push_str(
+        "\nreq/s counts 2xx answers only (hey's own Requests/sec counts failures too); failed: requests without a 2xx answer. Paper (Fig. 11, 2^15 requests): \
+         OSv up to 44,793 req/s, Linux microVM 24,621; Nanos errors above 256 clients, gVisor cannot serve more than 512; runc falls behind the microVM above 2 clients.\n",
+    );
+    let best = |b: &str, via: &str| {
+        levels
+            .iter()
+            .filter_map(|&l| res.get(&(b, via, l)).map(|h| h.ok_rps()))
+            .fold(f64::NAN, f64::max)
+    };
+    let mut results = serde_json::Map::new();
+    for (b, _) in &targets {
+        let mut per = serde_json::Map::new();
+        for via in ["direct", "gateway"] {
+            let m: serde_json::Map<String, Value> = levels
+                .iter()
+                .filter_map(|&l| {
+                    res.get(&(*b, via, l)).map(|h| (l.to_string(), json!({"ok_rps": h.ok_rps(), "ok": h.ok(), "statuses": h.statuses, "connection_errors": h.errors, "p50_s": h.p50_s, "p99_s": h.p99_s})))
+                })
+                .collect();
+            per.insert(via.into(), Value::Object(m));
+        }
+        results.insert(b.to_string(), Value::Object(per));
+    }
+    let rows = vec![
+        Row {
+            what: "Max req/s, no-op, one instance direct".into(),
+            paper: Paper {
+                unikernel: "44,793 (OSv)",
+                runc: "plot only",
+                gvisor: "plot only (fails > 512 clients)",
+            },
+            values: targets
+                .iter()
+                .map(|(b, _)| (*b, fmt(best(b, "direct"), 0)))
+                .collect(),
+        },
+        Row {
+            what: "Max req/s, no-op, through the gateway".into(),
+            paper: Paper {
+                unikernel: "–",
+                runc: "–",
+                gvisor: "–",
+            },
+            values: targets
+                .iter()
+                .map(|(b, _)| (*b, fmt(best(b, "gateway"), 0)))
+                .collect(),
+        },
+    ];
+    Ok(Outcome {
+        json: json!({"requests": c.o.requests, "levels": levels, "results": results, "failures": failures, "csv": csv_path, "plot": svg}),
+        table,
+        rows,
+        goals: vec![],
+    })
+}
+
+// --------------------------------------------------------------------- main
+
+/// Checks the options before anything runs.
+fn check(o: &FaasOpts) -> Result<(), FaasError> {
+    let bad = |flag, value: String, why| Err(FaasError::BadOption { flag, value, why });
+    if o.repeat == 0 {
+        return bad("repeat", "0".into(), "at least 1 run is needed");
+    }
+    if o.requests == 0 {
+        return bad("requests", "0".into(), "hey needs at least 1 request");
+    }
+    if o.max_clients == 0 || o.max_clients > 65536 {
+        return bad(
+            "max-clients",
+            o.max_clients.to_string(),
+            "expected 1 to 65536",
+        );
+    }
+    for (flag, v) in [("bursts", &o.bursts), ("instances", &o.instances)] {
+        if let Some(&x) = v.iter().find(|&&x| x == 0 || x > 1024) {
+            return bad(
+                flag,
+                x.to_string(),
+                "each count must be 1 to 1024 (the gateway's max_instances)",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether `backend` can run here: a real cold start of the no-op through
+/// the gateway; the reason (the gateway's own words) if not.
+fn probe(gw: &Gateway, fns: &Fns, backend: &str) -> Result<(), String> {
+    let name = format!("probe-{backend}");
+    let r = one_cold(
+        gw,
+        &name,
+        &fns.settings(
+            "noop",
+            backend,
+            json!({"concurrency": 1, "max_instances": 1, "timeout_ms": 60_000}),
+        ),
+    );
+    let r = match r {
+        Err(e) if e.starts_with("status") => {
+            let body = gw
+                .invoke(&name, "/", true)
+                .map(|r| r.text())
+                .unwrap_or_default();
+            Err(format!("{e}: {body}"))
+        }
+        r => r.map(|_| ()),
+    };
+    let _ = gw.clear(&name);
+    r
+}
+
+/// `shoal bench faas`.
+pub fn faas(o: FaasOpts) -> Result<()> {
+    check(&o)?;
+    let only: Vec<&str> = if o.only.is_empty() {
+        EXPERIMENTS.to_vec()
+    } else {
+        EXPERIMENTS
+            .iter()
+            .copied()
+            .filter(|e| o.only.iter().any(|x| x == e))
+            .collect()
+    };
+    let wanted: Vec<&'static str> = if o.backends.is_empty() {
+        BACKENDS.to_vec()
+    } else {
+        BACKENDS
+            .iter()
+            .copied()
+            .filter(|b| o.backends.iter().any(|x| x == b))
+            .collect()
+    };
+    std::fs::create_dir_all(&o.out)
+        .with_context(|| format!("cannot create {}", o.out.display()))?;
+    let t_start = Instant::now();
+    let fns = Fns::build(&o.out.join("functions"))?;
+    let gw = Gateway::start(&o.out.join("gateway.log"))?;
+    say(&format!(
+        "shoal serve on {} (log {})",
+        gw.addr,
+        o.out.join("gateway.log").display()
+    ));
+    let mut skipped: BTreeMap<&str, String> = BTreeMap::new();
+    let mut backends = Vec::new();
+    for b in wanted {
+        match probe(&gw, &fns, b) {
+            Ok(()) => backends.push(b),
+            Err(why) => {
+                say(&format!("{b} skipped: it cannot run here: {why}"));
+                skipped.insert(b, why);
+            }
+        }
+    }
+    if backends.is_empty() {
+        let reasons: Vec<String> = skipped.iter().map(|(b, w)| format!("{b}: {w}")).collect();
+        return Err(BenchError::nothing_measured("faas", &reasons).into());
+    }
+    let c = Ctx {
+        gw: &gw,
+        fns: &fns,
+        backends: backends.clone(),
+        o: &o,
+    };
+    let mut outcomes: Vec<(&str, Outcome, f64)> = Vec::new();
+    for e in only {
+        say(&format!("experiment {e} on {}", backends.join(", ")));
+        let t0 = Instant::now();
+        let out = match e {
+            "cold-start" => cold_start(&c),
+            "burst" => burst(&c),
+            "startup-cost" => startup_cost(&c),
+            "idle-cpu" => idle_cpu(&c),
+            "idle-memory" => idle_memory(&c),
+            "workloads" => workloads(&c),
+            _ => {
+                if Command::new("hey")
+                    .arg("-h")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_err()
+                {
+                    say("concurrency skipped: hey is not installed (scripts/setup installs it)");
+                    continue;
+                }
+                concurrency(&c)
+            }
+        }
+        .with_context(|| format!("experiment {e}"))?;
+        std::fs::write(o.out.join(format!("{e}.md")), &out.table)?;
+        outcomes.push((e, out, t0.elapsed().as_secs_f64()));
+    }
+    drop(gw);
+    let minutes = t_start.elapsed().as_secs_f64() / 60.0;
+
+    // The summary: one row per experiment, the paper's columns first.
+    let mut header: Vec<String> = [
+        "experiment",
+        "paper: best unikernel",
+        "paper: runc",
+        "paper: gVisor",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    header.extend(BACKENDS.iter().map(|b| format!("shoal {b}")));
+    let mut rows = Vec::new();
+    let mut goals = Vec::new();
+    for (_, out, _) in &outcomes {
+        for r in &out.rows {
+            let mut row = vec![
+                r.what.clone(),
+                r.paper.unikernel.into(),
+                r.paper.runc.into(),
+                r.paper.gvisor.into(),
+            ];
+            row.extend(BACKENDS.iter().map(|b| {
+                r.values.get(b).cloned().unwrap_or_else(|| {
+                    if skipped.contains_key(b) {
+                        "skipped".into()
+                    } else {
+                        "–".into()
+                    }
+                })
+            }));
+            rows.push(row);
+        }
+        goals.extend(out.goals.iter());
+    }
+    let mut summary = md_table(&header, &rows);
+    summary.push_str("\nGoals (shoal spt, this run):\n\n");
+    for g in &goals {
+        let verdict = match g.met {
+            Some(true) => "met",
+            Some(false) => "not met",
+            None => "not measured",
+        };
+        summary.push_str(&format!("- {}: {} — {verdict}\n", g.what, g.measured));
+    }
+    for (b, why) in &skipped {
+        summary.push_str(&format!("- {b} skipped: {why}\n"));
+    }
+    summary.push_str(&format!(
+        "\n{} runs (--repeat), {} hey requests per level; {:.1} minutes in all. CPU times come from /proc: hardware counters are not available here.\n",
+        o.repeat, o.requests, minutes
+    ));
+    let summary_path = o.out.join("summary.md");
+    std::fs::write(&summary_path, &summary)?;
+    if o.json {
+        let exps: serde_json::Map<String, Value> = outcomes
+            .iter()
+            .map(|(e, out, secs)| {
+                (e.to_string(), {
+                    let mut j = out.json.clone();
+                    j["seconds"] = json!(secs);
+                    j
+                })
+            })
+            .collect();
+        let goals_json: Vec<Value> = goals
+            .iter()
+            .map(|g| json!({"goal": g.what, "measured": g.measured, "met": g.met}))
+            .collect();
+        let v = json!({
+            "backends": backends, "skipped": skipped, "repeat": o.repeat, "requests": o.requests, "minutes": minutes,
+            "cpu_source": "/proc (schedstat, cutime/cstime); hardware counters unavailable",
+            "experiments": exps, "goals": goals_json, "summary": summary_path, "out": o.out,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    for (e, out, secs) in &outcomes {
+        println!(
+            "## {e} ({secs:.0} s; CSV and plot: {})\n",
+            o.out.join(format!("{e}.{{csv,svg}}")).display()
+        );
+        println!("{}", out.table);
+    }
+    println!("## summary\n\n{summary}");
+    println!("(written to {})", o.out.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_interpolate_between_ranks() {
+        let s = [1.0, 2.0, 3.0, 4.0, 5.0];
+        assert_eq!(percentile(&s, 50.0), 3.0);
+        assert_eq!(percentile(&s, 0.0), 1.0);
+        assert_eq!(percentile(&s, 100.0), 5.0);
+        assert!((percentile(&s, 95.0) - 4.8).abs() < 1e-12);
+        assert!((percentile(&[10.0, 20.0], 25.0) - 12.5).abs() < 1e-12);
+        assert_eq!(percentile(&[7.0], 99.0), 7.0);
+        assert!(percentile(&[], 50.0).is_nan());
+    }
+
+    #[test]
+    fn mean_sd_and_confidence_interval() {
+        let s = stats(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        assert_eq!(s.n, 8);
+        assert!((s.mean - 5.0).abs() < 1e-12);
+        assert!((s.sd - 2.138_089_935).abs() < 1e-6);
+        // t(7) = 2.365: 2.365 × 2.138 / √8.
+        assert!(
+            (s.ci95 - 2.365 * 2.138_089_935 / 8f64.sqrt()).abs() < 1e-6,
+            "{s:?}"
+        );
+        assert_eq!((s.min, s.max, s.median), (2.0, 9.0, 4.5));
+        // Large samples approach the normal 1.96, never below it.
+        assert_eq!(t975(1), 12.706);
+        assert_eq!(t975(35), 2.042);
+        assert_eq!(t975(99), 2.000);
+        assert_eq!(t975(10_000), 1.980);
+        let one = stats(&[3.0]);
+        assert_eq!((one.mean, one.sd), (3.0, 0.0));
+        assert!(one.ci95.is_nan());
+        assert!(stats(&[]).mean.is_nan());
+    }
+
+    #[test]
+    fn parses_hey_all_ok() {
+        let h = parse_hey(include_str!("testdata/hey-200.txt")).unwrap();
+        assert_eq!(h.statuses, BTreeMap::from([(200, 2000)]));
+        assert_eq!((h.ok(), h.errors), (2000, 0));
+        assert_eq!(h.total_s, 1.0079);
+        assert_eq!(h.hey_rps, 1984.4124);
+        assert_eq!(h.average_s, 0.0076);
+        assert_eq!((h.p50_s, h.p99_s), (Some(0.0059), Some(0.0262)));
+        assert!((h.ok_rps() - 2000.0 / 1.0079).abs() < 1e-9);
+    }
+
+    #[test]
+    fn parses_hey_with_refusals() {
+        let h = parse_hey(include_str!("testdata/hey-429.txt")).unwrap();
+        assert_eq!(h.statuses, BTreeMap::from([(200, 118), (429, 882)]));
+        assert_eq!(h.ok(), 118);
+        assert_eq!(h.errors, 0);
+        assert!(h.ok_rps() < h.hey_rps);
+    }
+
+    #[test]
+    fn parses_hey_with_connection_errors_only() {
+        let h = parse_hey(include_str!("testdata/hey-errors.txt")).unwrap();
+        assert!(h.statuses.is_empty());
+        assert_eq!(h.errors, 40);
+        assert!(h.average_s.is_nan());
+        assert_eq!((h.p50_s, h.p99_s), (None, None));
+        // hey reports a rate although nothing was answered; the bench does not.
+        assert!(h.hey_rps > 0.0);
+        assert_eq!(h.ok_rps(), 0.0);
+    }
+
+    #[test]
+    fn refuses_what_is_not_hey_output() {
+        assert!(matches!(
+            parse_hey("hello\n"),
+            Err(FaasError::HeyMissing("Total"))
+        ));
+        let bad = "Summary:\n  Total:\t1.0 secs\n  Average:\t0.1 secs\n  Requests/sec:\t10\n\nStatus code distribution:\n  [abc]\t3 responses\n";
+        let e = parse_hey(bad).unwrap_err();
+        assert!(e.to_string().contains("status code"), "{e}");
+    }
+}
