@@ -1,0 +1,625 @@
+//! The bundle's `config.json` (OCI runtime spec, config.md) and how it maps
+//! onto a shoal instance (DESIGN §7): which parts become `shoal-tender`
+//! options, which are applied to the tender process as runc applies them
+//! (network namespace, cgroups, rlimits, terminal), which are accepted and
+//! ignored because a unikernel has no use for them, and which are refused
+//! because ignoring them would run the container wrongly.
+//!
+//! Only the fields shoal reads are declared; serde skips the rest, and the
+//! refusals below name every field whose presence changes the answer.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+/// Annotation choosing the tender (`spt`, the default, or `hvt`).
+pub const ANN_TENDER: &str = "org.shoal.tender";
+/// Annotation choosing the memory mode (`copy`, `ksm`, `pool`).
+pub const ANN_MEM_MODE: &str = "org.shoal.mem-mode";
+
+/// Why a bundle cannot run as a shoal instance.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// runc's wording for a bundle without config.json.
+    #[error("JSON specification file config.json not found")]
+    NotFound,
+    /// config.json could not be read.
+    #[error("cannot read {0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    /// config.json is not a valid runtime configuration.
+    #[error("config.json is not a valid runtime configuration: {0}")]
+    Parse(serde_json::Error),
+    /// No process to run.
+    #[error("config.json has no process (process.args names the shoal image to run)")]
+    NoProcess,
+    /// No args.
+    #[error("process.args is empty: its first element must name the shoal image inside the root file system")]
+    NoArgs,
+    /// No root.
+    #[error("config.json has no root: shoal needs root.path, the directory that holds the image and becomes the guest's file system")]
+    NoRoot,
+    /// The root directory is missing.
+    #[error("root.path {0}: no such directory")]
+    NoRootDir(PathBuf),
+    /// The image is not in the root.
+    #[error("process.args[0] {0}: no such file in the root file system ({1})")]
+    NoImage(String, PathBuf),
+    /// An image path that leaves the root.
+    #[error("process.args[0] {0}: the image path must stay inside the root file system (no ..)")]
+    ImageEscapes(String),
+    /// A user other than root.
+    #[error("process.user uid {uid} gid {gid}: a shoal guest runs as uid 0 and gid 0 only (its kernel has one user); drop the USER setting")]
+    User {
+        /// The uid asked for.
+        uid: u32,
+        /// The gid asked for.
+        gid: u32,
+    },
+    /// A working directory other than /.
+    #[error("process.cwd {0}: a shoal guest starts in / (change directory inside the program, or drop WORKDIR)")]
+    Cwd(String),
+    /// A bind mount of a volume.
+    #[error("mount of {host} on {destination}: a shoal guest sees only its root file system; volumes are not supported")]
+    Volume {
+        /// The host path.
+        host: String,
+        /// Where it would appear.
+        destination: String,
+    },
+    /// A user namespace.
+    #[error("linux.namespaces: a user namespace is not supported (the tender makes its own; run without --userns)")]
+    UserNamespace,
+    /// An unknown annotation value.
+    #[error("annotation {key}={value}: expected one of {allowed}")]
+    Annotation {
+        /// The annotation.
+        key: &'static str,
+        /// Its value.
+        value: String,
+        /// The allowed values.
+        allowed: &'static str,
+    },
+    /// A memory limit too small to boot.
+    #[error("linux.resources.memory.limit {0}: a shoal guest needs at least 4 MiB")]
+    TooLittleMemory(i64),
+    /// A hook with a relative path.
+    #[error("hook path {0}: must be absolute")]
+    HookPath(PathBuf),
+    /// An rlimit name shoal does not know.
+    #[error("process.rlimits: unknown limit {0}")]
+    Rlimit(String),
+}
+
+/// The parts of config.json that shoal reads.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Spec {
+    /// What to run.
+    pub process: Option<Process>,
+    /// The root file system.
+    pub root: Option<Root>,
+    /// Mounts (see [`Spec::check_mounts`]).
+    #[serde(default)]
+    pub mounts: Vec<Mount>,
+    /// Lifecycle hooks.
+    #[serde(default)]
+    pub hooks: Hooks,
+    /// Free-form annotations (shoal reads the `org.shoal.*` ones).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// Linux-specific settings.
+    #[serde(default)]
+    pub linux: Linux,
+}
+
+/// `process`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Process {
+    /// Whether the container gets a pseudo-terminal.
+    #[serde(default)]
+    pub terminal: bool,
+    /// The terminal's size.
+    pub console_size: Option<ConsoleSize>,
+    /// The user.
+    #[serde(default)]
+    pub user: User,
+    /// argv; `args[0]` names the image.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// The environment.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// The working directory.
+    #[serde(default)]
+    pub cwd: String,
+    /// Resource limits, applied to the tender process.
+    #[serde(default)]
+    pub rlimits: Vec<Rlimit>,
+}
+
+/// `process.consoleSize`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct ConsoleSize {
+    /// Rows.
+    pub height: u16,
+    /// Columns.
+    pub width: u16,
+}
+
+/// `process.user`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct User {
+    /// uid.
+    #[serde(default)]
+    pub uid: u32,
+    /// gid.
+    #[serde(default)]
+    pub gid: u32,
+}
+
+/// One of `process.rlimits`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Rlimit {
+    /// `RLIMIT_…`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Hard limit.
+    pub hard: u64,
+    /// Soft limit.
+    pub soft: u64,
+}
+
+/// `root`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Root {
+    /// The root file system, absolute or relative to the bundle.
+    pub path: PathBuf,
+}
+
+/// One of `mounts`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Mount {
+    /// Where it appears in the container.
+    pub destination: String,
+    /// `bind`, `proc`, `tmpfs`, …
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// What is mounted.
+    #[serde(default)]
+    pub source: String,
+    /// Mount options (`bind`, `rbind`, `ro`, …).
+    #[serde(default)]
+    pub options: Vec<String>,
+}
+
+/// `hooks`.
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hooks {
+    /// Deprecated, run right before `createRuntime`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prestart: Vec<Hook>,
+    /// During create, in the runtime's namespaces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub create_runtime: Vec<Hook>,
+    /// During create, in the container's namespaces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub create_container: Vec<Hook>,
+    /// During start, before the program, in the container's namespaces.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub start_container: Vec<Hook>,
+    /// After the program started, before start returns.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub poststart: Vec<Hook>,
+    /// After delete.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub poststop: Vec<Hook>,
+}
+
+/// One hook.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+pub struct Hook {
+    /// Absolute path of the program.
+    pub path: PathBuf,
+    /// argv (argv[0] included).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Its whole environment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    /// Seconds before it is killed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+}
+
+/// `linux`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Linux {
+    /// Namespaces.
+    #[serde(default)]
+    pub namespaces: Vec<Namespace>,
+    /// Cgroup path (absolute, relative, or systemd's `slice:prefix:name`).
+    pub cgroups_path: Option<String>,
+    /// Resources.
+    #[serde(default)]
+    pub resources: Resources,
+}
+
+/// One of `linux.namespaces`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Namespace {
+    /// `network`, `pid`, `mount`, …
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// A namespace to join rather than create.
+    pub path: Option<PathBuf>,
+}
+
+/// `linux.resources`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Resources {
+    /// Memory.
+    pub memory: Option<Memory>,
+    /// CPU.
+    pub cpu: Option<Cpu>,
+    /// Pids.
+    pub pids: Option<Pids>,
+}
+
+/// `linux.resources.memory`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Memory {
+    /// Bytes.
+    pub limit: Option<i64>,
+}
+
+/// `linux.resources.cpu`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Cpu {
+    /// Relative weight (cgroup v1 shares).
+    pub shares: Option<u64>,
+    /// CFS quota in microseconds per period.
+    pub quota: Option<i64>,
+    /// CFS period in microseconds.
+    pub period: Option<u64>,
+}
+
+/// `linux.resources.pids`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Pids {
+    /// Most tasks.
+    pub limit: i64,
+}
+
+/// Mount destinations an engine adds to every container which the guest
+/// does not need: it has its own /proc, /dev, /sys and /dev/shm, and no
+/// resolver files of the host (names are resolved from the host's answers,
+/// DESIGN §3.1).
+const IGNORED_MOUNTS: &[&str] = &[
+    "/proc",
+    "/dev",
+    "/dev/pts",
+    "/dev/shm",
+    "/dev/mqueue",
+    "/sys",
+    "/sys/fs/cgroup",
+    "/etc/hosts",
+    "/etc/hostname",
+    "/etc/resolv.conf",
+    "/run/.containerenv",
+    "/run/secrets",
+    "/dev/termination-log",
+    "/run",
+    "/tmp",
+];
+
+/// What create does with a bundle: the checked, mapped configuration.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The root file system (absolute).
+    pub rootfs: PathBuf,
+    /// `shoal-tender` arguments (the program name not included).
+    pub tender_args: Vec<String>,
+    /// A network namespace to join; `None` with `new_netns` false: stay.
+    pub netns: Option<PathBuf>,
+    /// Create a new, empty network namespace.
+    pub new_netns: bool,
+    /// Resource limits for the tender process: (resource, soft, hard).
+    pub rlimits: Vec<(libc::__rlimit_resource_t, u64, u64)>,
+    /// Whether the container gets a terminal.
+    pub terminal: bool,
+    /// Its size.
+    pub console_size: Option<ConsoleSize>,
+    /// The hooks, kept with the state (config.json may change later).
+    pub hooks: Hooks,
+    /// Annotations, reported by `state`.
+    pub annotations: BTreeMap<String, String>,
+    /// The cgroup path asked for.
+    pub cgroups_path: Option<String>,
+    /// Limits for the cgroup.
+    pub resources: Resources,
+}
+
+/// Reads `BUNDLE/config.json`.
+pub fn load(bundle: &Path) -> Result<Spec, ConfigError> {
+    let path = bundle.join("config.json");
+    let text = match std::fs::read(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ConfigError::NotFound),
+        Err(e) => return Err(ConfigError::Read(path, e)),
+    };
+    serde_json::from_slice(&text).map_err(ConfigError::Parse)
+}
+
+/// The resource number of an `RLIMIT_…` name.
+fn rlimit_resource(name: &str) -> Option<libc::__rlimit_resource_t> {
+    Some(match name {
+        "RLIMIT_AS" => libc::RLIMIT_AS,
+        "RLIMIT_CORE" => libc::RLIMIT_CORE,
+        "RLIMIT_CPU" => libc::RLIMIT_CPU,
+        "RLIMIT_DATA" => libc::RLIMIT_DATA,
+        "RLIMIT_FSIZE" => libc::RLIMIT_FSIZE,
+        "RLIMIT_LOCKS" => libc::RLIMIT_LOCKS,
+        "RLIMIT_MEMLOCK" => libc::RLIMIT_MEMLOCK,
+        "RLIMIT_MSGQUEUE" => libc::RLIMIT_MSGQUEUE,
+        "RLIMIT_NICE" => libc::RLIMIT_NICE,
+        "RLIMIT_NOFILE" => libc::RLIMIT_NOFILE,
+        "RLIMIT_NPROC" => libc::RLIMIT_NPROC,
+        "RLIMIT_RSS" => libc::RLIMIT_RSS,
+        "RLIMIT_RTPRIO" => libc::RLIMIT_RTPRIO,
+        "RLIMIT_RTTIME" => libc::RLIMIT_RTTIME,
+        "RLIMIT_SIGPENDING" => libc::RLIMIT_SIGPENDING,
+        "RLIMIT_STACK" => libc::RLIMIT_STACK,
+        _ => return None,
+    })
+}
+
+/// Finds the image named by `args[0]` inside `rootfs`: a path (absolute
+/// or relative to /, the guest's working directory), or a bare name looked
+/// up in the container's `PATH`, as runc looks up the program.
+fn find_image(rootfs: &Path, name: &str, env: &[String]) -> Result<PathBuf, ConfigError> {
+    let inside = |p: &str| -> Result<PathBuf, ConfigError> {
+        let rel = Path::new(p.trim_start_matches('/'));
+        if rel.components().any(|c| matches!(c, Component::ParentDir)) {
+            return Err(ConfigError::ImageEscapes(name.into()));
+        }
+        Ok(rootfs.join(rel))
+    };
+    if name.contains('/') {
+        let p = inside(name)?;
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(ConfigError::NoImage(name.into(), rootfs.into()))
+        };
+    }
+    let path = env.iter().find_map(|e| e.strip_prefix("PATH=")).unwrap_or("/usr/local/bin:/usr/bin:/bin");
+    for dir in path.split(':').filter(|d| !d.is_empty()) {
+        let p = inside(&format!("{dir}/{name}"))?;
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    Err(ConfigError::NoImage(name.into(), rootfs.into()))
+}
+
+impl Spec {
+    /// Checks the configuration and maps it onto a shoal instance.
+    pub fn plan(&self, bundle: &Path) -> Result<Plan, ConfigError> {
+        let process = self.process.as_ref().ok_or(ConfigError::NoProcess)?;
+        let first = process.args.first().ok_or(ConfigError::NoArgs)?;
+        let root = self.root.as_ref().ok_or(ConfigError::NoRoot)?;
+        let rootfs = if root.path.is_absolute() {
+            root.path.clone()
+        } else {
+            bundle.join(&root.path)
+        };
+        if !rootfs.is_dir() {
+            return Err(ConfigError::NoRootDir(rootfs));
+        }
+        if process.user.uid != 0 || process.user.gid != 0 {
+            return Err(ConfigError::User {
+                uid: process.user.uid,
+                gid: process.user.gid,
+            });
+        }
+        if !matches!(process.cwd.as_str(), "" | "/") {
+            return Err(ConfigError::Cwd(process.cwd.clone()));
+        }
+        self.check_mounts()?;
+        let image = find_image(&rootfs, first, &process.env)?;
+
+        let mut tender_args = Vec::new();
+        if let Some(v) = self.annotations.get(ANN_TENDER) {
+            if !matches!(v.as_str(), "spt" | "hvt") {
+                return Err(ConfigError::Annotation {
+                    key: ANN_TENDER,
+                    value: v.clone(),
+                    allowed: "spt, hvt",
+                });
+            }
+            tender_args.extend(["--tender".to_string(), v.clone()]);
+        }
+        if let Some(v) = self.annotations.get(ANN_MEM_MODE) {
+            if !matches!(v.as_str(), "copy" | "ksm" | "pool") {
+                return Err(ConfigError::Annotation {
+                    key: ANN_MEM_MODE,
+                    value: v.clone(),
+                    allowed: "copy, ksm, pool",
+                });
+            }
+            tender_args.extend(["--mem-mode".to_string(), v.clone()]);
+        }
+        tender_args.extend(["--fs".to_string(), rootfs.to_string_lossy().into_owned()]);
+        if let Some(limit) = self.linux.resources.memory.as_ref().and_then(|m| m.limit).filter(|l| *l > 0) {
+            if limit < 4 << 20 {
+                return Err(ConfigError::TooLittleMemory(limit));
+            }
+            tender_args.extend(["--mem".to_string(), limit.to_string()]);
+        }
+        for e in process.env.iter().filter(|e| e.contains('=')) {
+            tender_args.extend(["-e".to_string(), e.clone()]);
+        }
+        tender_args.push(image.to_string_lossy().into_owned());
+        tender_args.push("--".into());
+        tender_args.extend(process.args[1..].iter().cloned());
+
+        let (mut netns, mut new_netns) = (None, false);
+        for ns in &self.linux.namespaces {
+            match ns.kind.as_str() {
+                "network" => match &ns.path {
+                    Some(p) => netns = Some(p.clone()),
+                    None => new_netns = true,
+                },
+                "user" => return Err(ConfigError::UserNamespace),
+                // pid, mount, ipc, uts, cgroup, time: the instance confines
+                // itself in namespaces of its own (crates/shoal-spt confine,
+                // or a VM), and the tender must stay signalable by its pid.
+                _ => {}
+            }
+        }
+        let mut rlimits = Vec::new();
+        for r in &process.rlimits {
+            let res = rlimit_resource(&r.kind).ok_or_else(|| ConfigError::Rlimit(r.kind.clone()))?;
+            rlimits.push((res, r.soft, r.hard));
+        }
+        for h in self.hooks.all() {
+            if !h.path.is_absolute() {
+                return Err(ConfigError::HookPath(h.path.clone()));
+            }
+        }
+        Ok(Plan {
+            rootfs,
+            tender_args,
+            netns,
+            new_netns,
+            rlimits,
+            terminal: process.terminal,
+            console_size: process.console_size,
+            hooks: self.hooks.clone(),
+            annotations: self.annotations.clone(),
+            cgroups_path: self.linux.cgroups_path.clone(),
+            resources: self.linux.resources.clone(),
+        })
+    }
+
+    /// Refuses bind mounts of volumes; the mounts engines add to every
+    /// container (/proc, /dev, /etc/hosts, …) are ignored: the guest has
+    /// its own.
+    fn check_mounts(&self) -> Result<(), ConfigError> {
+        for m in &self.mounts {
+            let dest = m.destination.trim_end_matches('/');
+            let bind = m.kind == "bind" || m.options.iter().any(|o| o == "bind" || o == "rbind");
+            if !bind || IGNORED_MOUNTS.contains(&dest) || dest.is_empty() {
+                continue;
+            }
+            return Err(ConfigError::Volume {
+                host: m.source.clone(),
+                destination: m.destination.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Hooks {
+    /// Every hook, in lifecycle order.
+    pub fn all(&self) -> impl Iterator<Item = &Hook> {
+        self.prestart
+            .iter()
+            .chain(&self.create_runtime)
+            .chain(&self.create_container)
+            .chain(&self.start_container)
+            .chain(&self.poststart)
+            .chain(&self.poststop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle() -> (PathBuf, Spec) {
+        let dir = std::env::temp_dir().join(format!("shoal-oci-config-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("rootfs/bin")).unwrap();
+        std::fs::write(dir.join("rootfs/bin/app"), b"x").unwrap();
+        let spec: Spec = serde_json::from_str(
+            r#"{"ociVersion":"1.0.2","process":{"args":["app","a","b"],"env":["PATH=/bin","X=1"],"cwd":"/",
+                "user":{"uid":0,"gid":0},"rlimits":[{"type":"RLIMIT_NOFILE","hard":1024,"soft":512}]},
+                "root":{"path":"rootfs"},
+                "mounts":[{"destination":"/proc","type":"proc","source":"proc"},
+                          {"destination":"/etc/hosts","type":"bind","source":"/x/hosts","options":["rbind"]}],
+                "annotations":{"org.shoal.tender":"hvt","org.shoal.mem-mode":"pool"},
+                "linux":{"namespaces":[{"type":"pid"},{"type":"network","path":"/run/netns/n"}],
+                         "resources":{"memory":{"limit":67108864}}}}"#,
+        )
+        .unwrap();
+        (dir, spec)
+    }
+
+    #[test]
+    fn maps_config_onto_tender_options() {
+        let (dir, spec) = bundle();
+        let p = spec.plan(&dir).unwrap();
+        let root = dir.join("rootfs");
+        let want: Vec<String> = [
+            "--tender",
+            "hvt",
+            "--mem-mode",
+            "pool",
+            "--fs",
+            &root.to_string_lossy(),
+            "--mem",
+            "67108864",
+            "-e",
+            "PATH=/bin",
+            "-e",
+            "X=1",
+            &root.join("bin/app").to_string_lossy(),
+            "--",
+            "a",
+            "b",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(p.tender_args, want);
+        assert_eq!(p.netns, Some(PathBuf::from("/run/netns/n")));
+        assert_eq!(p.rlimits, vec![(libc::RLIMIT_NOFILE, 512, 1024)]);
+    }
+
+    #[test]
+    fn refuses_what_does_not_apply() {
+        let (dir, spec) = bundle();
+        let msg = |f: &dyn Fn(&mut Spec)| {
+            let mut s = spec.clone();
+            f(&mut s);
+            s.plan(&dir).unwrap_err().to_string()
+        };
+        assert!(msg(&|s| s.process.as_mut().unwrap().user.uid = 1000).starts_with("process.user uid 1000"));
+        assert!(msg(&|s| s.process.as_mut().unwrap().cwd = "/app".into()).starts_with("process.cwd /app"));
+        assert!(msg(&|s| s.process.as_mut().unwrap().args[0] = "/nope".into()).starts_with("process.args[0] /nope: no such file"));
+        assert!(msg(&|s| s.process.as_mut().unwrap().args[0] = "/../etc/passwd".into()).contains("must stay inside"));
+        assert!(msg(&|s| s.process.as_mut().unwrap().args.clear()).starts_with("process.args is empty"));
+        assert!(msg(&|s| {
+            s.mounts.push(Mount {
+                destination: "/data".into(),
+                kind: "bind".into(),
+                source: "/srv".into(),
+                options: vec![],
+            })
+        })
+        .starts_with("mount of /srv on /data"));
+        assert!(msg(&|s| s.linux.namespaces.push(Namespace {
+            kind: "user".into(),
+            path: None
+        }))
+        .contains("user namespace"));
+        assert!(msg(&|s| {
+            s.annotations.insert(ANN_TENDER.into(), "xen".into());
+        })
+        .starts_with("annotation org.shoal.tender=xen"));
+    }
+}

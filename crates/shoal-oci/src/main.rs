@@ -1,0 +1,227 @@
+//! `shoal-oci`: shoal as an OCI runtime (DESIGN §7). podman, containerd's
+//! runc shim and through them Kubernetes start containers by calling a
+//! runtime binary with runc's command line; `shoal-oci` answers it, and
+//! each container is one shoal instance: the image named by
+//! `process.args[0]` inside the bundle's root file system, run by
+//! `shoal-tender` on spt or hvt.
+//!
+//! Where things are: `config` (config.json and its mapping), `state`
+//! (`--root` and the status), `lifecycle` (create/start/kill/delete),
+//! `hooks`, `cgroup`, `sys` (FIFO, terminal, signals).
+//!
+//! Errors are printed as one line on stderr (`shoal-oci: …`) and, with
+//! `--log`, appended to the log in `--log-format` (containerd's shim
+//! reads the last JSON line of its log.json to report a failure).
+
+mod cgroup;
+mod config;
+mod hooks;
+mod lifecycle;
+mod state;
+mod sys;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "shoal-oci",
+    about = "Runs shoal images as OCI containers (runc's command line).",
+    disable_version_flag = true
+)]
+struct Cli {
+    /// Where container state is kept (a tmpfs, as for runc).
+    #[arg(long, global = true, default_value = "/run/shoal-oci")]
+    root: PathBuf,
+    /// Append errors and warnings to this file.
+    #[arg(long, global = true)]
+    log: Option<PathBuf>,
+    /// The format of --log.
+    #[arg(long = "log-format", global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Accepted: systemd's `slice:prefix:name` cgroup paths are placed
+    /// where systemd would put them, without asking systemd.
+    #[arg(long = "systemd-cgroup", global = true)]
+    systemd_cgroup: bool,
+    /// Accepted for compatibility (nothing more is logged).
+    #[arg(long, global = true)]
+    debug: bool,
+    /// Accepted for compatibility (shoal-oci runs as root).
+    #[arg(long, global = true)]
+    rootless: Option<String>,
+    /// Print the version.
+    #[arg(short = 'v', long)]
+    version: bool,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create a container: its process waits for `start`.
+    Create {
+        /// The bundle directory (config.json and the root file system).
+        #[arg(short, long, default_value = ".")]
+        bundle: PathBuf,
+        /// Write the container process's pid here.
+        #[arg(long)]
+        pid_file: Option<PathBuf>,
+        /// A unix socket that receives the terminal's master (process.terminal).
+        #[arg(long)]
+        console_socket: Option<PathBuf>,
+        /// Keep descriptors 3..3+N open for the container.
+        #[arg(long, default_value_t = 0)]
+        preserve_fds: u32,
+        /// Accepted: there is no pivot_root (the instance confines itself).
+        #[arg(long)]
+        no_pivot: bool,
+        /// Accepted: the guest has no session keyring.
+        #[arg(long)]
+        no_new_keyring: bool,
+        /// The container id.
+        id: String,
+    },
+    /// Start a created container's program.
+    Start {
+        /// The container id.
+        id: String,
+    },
+    /// Print a container's state (the OCI state JSON).
+    State {
+        /// The container id.
+        id: String,
+    },
+    /// Send a signal to a container's process.
+    Kill {
+        /// Signal every process of the container, not only the tender.
+        #[arg(short, long)]
+        all: bool,
+        /// The container id.
+        id: String,
+        /// A signal name (TERM, SIGKILL) or number.
+        #[arg(default_value = "TERM")]
+        signal: String,
+    },
+    /// Delete a stopped container (--force: kill it first).
+    Delete {
+        /// Kill a running container first.
+        #[arg(short, long)]
+        force: bool,
+        /// The container id.
+        id: String,
+    },
+    /// Print what this runtime supports (JSON).
+    Features,
+}
+
+/// Where errors and warnings go.
+struct Log {
+    path: Option<PathBuf>,
+    format: LogFormat,
+}
+
+impl Log {
+    fn write(&self, level: &str, msg: &str) {
+        let msg = msg.replace('\n', " ");
+        let line = match self.format {
+            LogFormat::Json => serde_json::json!({"level": level, "msg": msg, "time": state::now_rfc3339()}).to_string(),
+            LogFormat::Text => format!("time=\"{}\" level={level} msg={:?}", state::now_rfc3339(), msg),
+        };
+        if let Some(p) = &self.path {
+            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(p) {
+                let _ = writeln!(f, "{line}");
+            }
+        }
+    }
+}
+
+fn features() -> serde_json::Value {
+    serde_json::json!({
+        "ociVersionMin": "1.0.0",
+        "ociVersionMax": state::OCI_VERSION,
+        "hooks": ["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"],
+        "mountOptions": [],
+        "linux": {
+            "namespaces": ["network"],
+            "capabilities": [],
+            "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false},
+            "seccomp": {"enabled": false},
+            "apparmor": {"enabled": false},
+            "selinux": {"enabled": false}
+        },
+        "annotations": {
+            "org.shoal.tenders": "spt,hvt",
+            "org.shoal.mem-modes": "copy,ksm,pool"
+        }
+    })
+}
+
+fn run(cli: &Cli, log: &Log) -> anyhow::Result<()> {
+    let root = state::Root(cli.root.clone());
+    let warn = |m: &str| {
+        if log.path.is_some() {
+            log.write("warning", m);
+        } else {
+            eprintln!("shoal-oci: warning: {m}");
+        }
+    };
+    match cli.cmd.as_ref() {
+        None => {
+            anyhow::bail!("no command given (see --help)");
+        }
+        Some(Cmd::Create {
+            bundle,
+            pid_file,
+            console_socket,
+            preserve_fds,
+            id,
+            ..
+        }) => lifecycle::create(
+            &root,
+            &lifecycle::CreateArgs {
+                id,
+                bundle,
+                pid_file: pid_file.as_deref(),
+                console_socket: console_socket.as_deref(),
+                preserve_fds: *preserve_fds,
+            },
+            &warn,
+        )?,
+        Some(Cmd::Start { id }) => lifecycle::start(&root, id)?,
+        Some(Cmd::State { id }) => println!("{}", lifecycle::state(&root, id)?),
+        Some(Cmd::Kill { all, id, signal }) => lifecycle::kill(&root, id, signal, *all)?,
+        Some(Cmd::Delete { force, id }) => lifecycle::delete(&root, id, *force, &warn)?,
+        Some(Cmd::Features) => println!("{}", serde_json::to_string_pretty(&features())?),
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if cli.version {
+        println!("shoal-oci version {}\nspec: {}", env!("CARGO_PKG_VERSION"), state::OCI_VERSION);
+        return ExitCode::SUCCESS;
+    }
+    let _ = (cli.systemd_cgroup, cli.debug, &cli.rootless);
+    let log = Log {
+        path: cli.log.clone(),
+        format: cli.log_format,
+    };
+    match run(&cli, &log) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let msg = e.to_string();
+            log.write("error", &msg);
+            eprintln!("shoal-oci: {}", msg.replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}

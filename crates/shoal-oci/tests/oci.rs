@@ -1,0 +1,469 @@
+//! End-to-end tests of `shoal-oci` (issue 20): the OCI lifecycle called
+//! directly, the errors runc gives for bad input, the console socket, and
+//! then podman and containerd running shoal images through it. They need
+//! root (namespaces, cgroups, the engines); without it each test says so
+//! and passes without checking anything.
+//!
+//! The container process outlives `shoal-oci create`, as with runc; this
+//! test process makes itself a child subreaper, so the tender becomes its
+//! child and its exit status can be read with waitpid, as conmon and
+//! containerd's shim read it.
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The binaries under test: shoal-oci and, beside it, shoal and shoal-tender.
+fn bin(name: &str) -> PathBuf {
+    let oci = PathBuf::from(env!("CARGO_BIN_EXE_shoal-oci"));
+    let p = oci.parent().unwrap().join(name);
+    assert!(p.is_file(), "{} is missing: run cargo build --release first", p.display());
+    p
+}
+
+fn home() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// Whether the test can run; prints why not.
+fn root_or_skip(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED {test}: shoal-oci needs root (namespaces, cgroups); run the tests as root");
+        return false;
+    }
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes one integer argument.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) };
+    true
+}
+
+/// The test images, built once: `app` (tests/app.c) and `hello` (apps/hello.c).
+fn images() -> &'static (PathBuf, PathBuf) {
+    static IMAGES: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    IMAGES.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("shoal-oci-images-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let build = |src: &Path, out: &Path| {
+            let o = Command::new(bin("shoal")).arg("cc").arg("-O2").arg(src).arg("-o").arg(out).output().unwrap();
+            assert!(o.status.success(), "shoal cc {}: {}", src.display(), String::from_utf8_lossy(&o.stderr));
+        };
+        let (app, hello) = (dir.join("app"), dir.join("hello"));
+        build(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/app.c"), &app);
+        build(&home().join("apps/hello.c"), &hello);
+        (app, hello)
+    })
+}
+
+/// A scratch bundle with `rootfs/app` and config.json running `args`;
+/// `edit` changes the config first.
+fn bundle(dir: &Path, args: &[&str], edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let b = dir.join("bundle");
+    std::fs::create_dir_all(b.join("rootfs")).unwrap();
+    std::fs::copy(&images().0, b.join("rootfs/app")).unwrap();
+    let mut args_v = vec!["/app".to_string()];
+    args_v.extend(args.iter().map(|s| s.to_string()));
+    let mut cfg = serde_json::json!({
+        "ociVersion": "1.0.2",
+        "process": {"terminal": false, "user": {"uid": 0, "gid": 0}, "args": args_v,
+                    "env": ["PATH=/bin", "GREETING=hi"], "cwd": "/"},
+        "root": {"path": "rootfs"},
+        "linux": {"namespaces": [{"type": "network"}, {"type": "pid"}]}
+    });
+    edit(&mut cfg);
+    std::fs::write(b.join("config.json"), serde_json::to_vec_pretty(&cfg).unwrap()).unwrap();
+    b
+}
+
+/// `shoal-oci --root ROOT ARGS`, with stdio to files in `dir` (the
+/// container process keeps create's stdout and stderr: pipes would keep a
+/// reader waiting for the container's end).
+struct Oci {
+    root: PathBuf,
+    dir: PathBuf,
+}
+
+impl Oci {
+    fn new(dir: &Path) -> Oci {
+        Oci {
+            root: dir.join("state"),
+            dir: dir.to_path_buf(),
+        }
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        let out = std::fs::File::create(self.dir.join("cmd.out")).unwrap();
+        let err = std::fs::File::create(self.dir.join("cmd.err")).unwrap();
+        let status = Command::new(bin("shoal-oci"))
+            .arg("--root")
+            .arg(&self.root)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .status()
+            .unwrap();
+        Output {
+            status,
+            stdout: std::fs::read(self.dir.join("cmd.out")).unwrap(),
+            stderr: std::fs::read(self.dir.join("cmd.err")).unwrap(),
+        }
+    }
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(o.status.success(), "shoal-oci {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+    /// Asserts a runc-like failure: non-zero, one line `shoal-oci: …` with `needle`.
+    fn fails(&self, args: &[&str], needle: &str) {
+        let o = self.run(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "shoal-oci {args:?} should fail");
+        assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(err.lines().count(), 1, "one line of error expected: {err}");
+        assert!(
+            err.starts_with("shoal-oci: ") && err.contains(needle),
+            "shoal-oci {args:?}: `{err}` lacks `{needle}`"
+        );
+    }
+    fn state(&self, id: &str) -> serde_json::Value {
+        serde_json::from_str(&self.ok(&["state", id])).unwrap()
+    }
+    /// Creates container `id` from `bundle`, its stdout and stderr going
+    /// to the file `id.log`; returns the pid from the pid file.
+    fn create(&self, id: &str, bundle: &Path) -> i32 {
+        let log = std::fs::File::create(self.dir.join(format!("{id}.log"))).unwrap();
+        let pid_file = self.dir.join(format!("{id}.pid"));
+        let status = Command::new(bin("shoal-oci"))
+            .arg("--root")
+            .arg(&self.root)
+            .args(["create", "--bundle"])
+            .arg(bundle)
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .arg(id)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .status()
+            .unwrap();
+        assert!(status.success(), "create {id}: {}", self.log(id));
+        std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap()
+    }
+    fn log(&self, id: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{id}.log"))).unwrap_or_default()
+    }
+    /// Waits (bounded) until the container's log holds `text`.
+    fn wait_log(&self, id: &str, text: &str) {
+        let t0 = Instant::now();
+        while !self.log(id).contains(text) {
+            assert!(t0.elapsed() < Duration::from_secs(30), "{id} never printed {text:?}: {}", self.log(id));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    fn entries(&self) -> Vec<String> {
+        std::fs::read_dir(&self.root)
+            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Waits for our child `pid` (the tender, re-parented to this subreaper):
+/// Ok(exit status) or Err(signal).
+fn wait_child(pid: i32) -> Result<i32, i32> {
+    let mut st = 0;
+    // SAFETY: waitpid writes one int.
+    let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+    assert_eq!(r, pid, "waitpid({pid}): {}", std::io::Error::last_os_error());
+    if libc::WIFEXITED(st) {
+        Ok(libc::WEXITSTATUS(st))
+    } else {
+        Err(libc::WTERMSIG(st))
+    }
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("shoal-oci-test-").tempdir().unwrap()
+}
+
+/// A hook that saves the state it is given on stdin to `file`.
+fn save_hook(file: &Path) -> serde_json::Value {
+    serde_json::json!({"path": "/bin/sh", "args": ["sh", "-c", format!("cat > {}", file.display())]})
+}
+
+#[test]
+fn lifecycle_create_start_state_kill_delete_with_hooks() {
+    if !root_or_skip("lifecycle_create_start_state_kill_delete_with_hooks") {
+        return;
+    }
+    let t = scratch();
+    let d = t.path();
+    let hooks = ["createRuntime", "createContainer", "startContainer", "poststart", "poststop"];
+    let b = bundle(d, &["wait"], |c| {
+        let mut h = serde_json::Map::new();
+        for k in hooks {
+            h.insert(k.into(), serde_json::json!([save_hook(&d.join(format!("{k}.json")))]));
+        }
+        c["hooks"] = h.into();
+        c["annotations"] = serde_json::json!({"org.example": "yes"});
+    });
+    let oci = Oci::new(d);
+    let pid = oci.create("c1", &b);
+    let s = oci.state("c1");
+    assert_eq!(
+        (s["status"].as_str(), s["pid"].as_i64(), s["id"].as_str()),
+        (Some("created"), Some(pid as i64), Some("c1"))
+    );
+    assert_eq!(s["bundle"].as_str(), Some(b.canonicalize().unwrap().to_str().unwrap()));
+    assert_eq!(s["annotations"]["org.example"], "yes");
+    assert!(!oci.log("c1").contains("ready"), "the program ran before start");
+    for k in ["createRuntime", "createContainer"] {
+        let h: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join(format!("{k}.json"))).unwrap()).unwrap();
+        assert_eq!(
+            (h["id"].as_str(), h["status"].as_str(), h["pid"].as_i64()),
+            (Some("c1"), Some("creating"), Some(pid as i64)),
+            "{k}"
+        );
+    }
+    assert!(!d.join("startContainer.json").exists());
+
+    oci.ok(&["start", "c1"]);
+    oci.wait_log("c1", "ready");
+    assert_eq!(oci.state("c1")["status"], "running");
+    let h: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("poststart.json")).unwrap()).unwrap();
+    assert_eq!(h["status"], "running");
+    assert!(d.join("startContainer.json").exists());
+    oci.fails(&["start", "c1"], "cannot start an already running container");
+    oci.fails(&["delete", "c1"], "cannot delete container c1 that is not stopped: running");
+    assert_eq!(oci.state("c1")["status"], "running", "a refused delete changed the container");
+    oci.fails(&["kill", "c1", "BOGUS"], "unknown signal \"BOGUS\"");
+
+    oci.ok(&["kill", "c1", "TERM"]);
+    assert_eq!(wait_child(pid), Err(libc::SIGTERM));
+    let s = oci.state("c1");
+    assert_eq!((s["status"].as_str(), s["pid"].as_i64()), (Some("stopped"), Some(0)));
+    oci.fails(&["kill", "c1", "KILL"], "container not running");
+    oci.fails(&["start", "c1"], "cannot start a container that has stopped");
+    oci.ok(&["delete", "c1"]);
+    oci.fails(&["state", "c1"], "container does not exist");
+    assert!(oci.entries().is_empty(), "state left behind: {:?}", oci.entries());
+    let h: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("poststop.json")).unwrap()).unwrap();
+    assert_eq!(h["status"], "stopped");
+}
+
+#[test]
+fn exit_status_output_env_and_args_pass_through() {
+    if !root_or_skip("exit_status_output_env_and_args_pass_through") {
+        return;
+    }
+    let t = scratch();
+    let oci = Oci::new(t.path());
+    let b = bundle(t.path(), &["exit", "42"], |_| {});
+    let pid = oci.create("e42", &b);
+    oci.ok(&["start", "e42"]);
+    assert_eq!(wait_child(pid), Ok(42));
+    assert!(oci.log("e42").contains("exiting with 42"), "{}", oci.log("e42"));
+    oci.ok(&["delete", "e42"]);
+
+    // apps/hello.c prints its arguments and environment.
+    let t = scratch();
+    let oci = Oci::new(t.path());
+    let b = bundle(t.path(), &["one", "two"], |c| {
+        c["linux"]["resources"] = serde_json::json!({"memory": {"limit": 64 << 20}})
+    });
+    std::fs::copy(&images().1, b.join("rootfs/app")).unwrap();
+    let pid = oci.create("hello", &b);
+    let cg = std::fs::read_to_string("/sys/fs/cgroup/memory/shoal-oci/hello/memory.limit_in_bytes")
+        .or_else(|_| std::fs::read_to_string("/sys/fs/cgroup/shoal-oci/hello/memory.max"));
+    assert_eq!(
+        cg.map(|s| s.trim().to_string()).ok().as_deref(),
+        Some("67108864"),
+        "the memory limit reaches the cgroup"
+    );
+    oci.ok(&["start", "hello"]);
+    assert_eq!(wait_child(pid), Ok(0));
+    let log = oci.log("hello");
+    for want in ["hello, world", "argv[1]=one", "argv[2]=two", "env: GREETING=hi"] {
+        assert!(log.contains(want), "{want:?} missing from {log}");
+    }
+    oci.ok(&["delete", "hello"]);
+    assert!(!Path::new("/sys/fs/cgroup/memory/shoal-oci/hello").exists(), "cgroup left behind");
+}
+
+#[test]
+fn delete_force_kills_and_delete_of_created_needs_no_force() {
+    if !root_or_skip("delete_force_kills_and_delete_of_created_needs_no_force") {
+        return;
+    }
+    let t = scratch();
+    let oci = Oci::new(t.path());
+    let b = bundle(t.path(), &["wait"], |_| {});
+    let pid = oci.create("f1", &b);
+    oci.ok(&["start", "f1"]);
+    oci.wait_log("f1", "ready");
+    oci.ok(&["delete", "--force", "f1"]);
+    assert_eq!(wait_child(pid), Err(libc::SIGKILL));
+    oci.fails(&["state", "f1"], "container does not exist");
+    // A created container (waiting for start) is deleted as runc does it.
+    let pid = oci.create("f2", &b);
+    oci.ok(&["delete", "f2"]);
+    assert_eq!(wait_child(pid), Err(libc::SIGKILL));
+    assert!(!oci.log("f2").contains("ready"));
+    // kill --all of a running container.
+    let pid = oci.create("f3", &b);
+    oci.ok(&["start", "f3"]);
+    oci.wait_log("f3", "ready");
+    oci.ok(&["kill", "--all", "f3", "9"]);
+    assert_eq!(wait_child(pid), Err(libc::SIGKILL));
+    oci.ok(&["delete", "f3"]);
+    assert!(oci.entries().is_empty(), "{:?}", oci.entries());
+}
+
+#[test]
+fn bad_input_gives_runc_errors_and_leaves_no_state() {
+    if !root_or_skip("bad_input_gives_runc_errors_and_leaves_no_state") {
+        return;
+    }
+    let t = scratch();
+    let d = t.path();
+    let oci = Oci::new(d);
+    let empty = d.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let e = empty.to_str().unwrap();
+    oci.fails(&["create", "--bundle", e, "x"], "JSON specification file config.json not found");
+    oci.fails(
+        &["create", "--bundle", "/nonexistent-bundle", "x"],
+        "chdir /nonexistent-bundle: no such file or directory",
+    );
+    for cmd in ["state", "start", "delete"] {
+        oci.fails(&[cmd, "nope"], "container does not exist");
+    }
+    oci.fails(&["kill", "nope", "KILL"], "container does not exist");
+    oci.ok(&["delete", "--force", "nope"]);
+    assert!(oci.entries().is_empty(), "{:?}", oci.entries());
+
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let refused: [(&str, Edit); 5] = [
+        (
+            "process.args[0] /missing: no such file",
+            Box::new(|c| c["process"]["args"] = serde_json::json!(["/missing"])),
+        ),
+        ("process.user uid 1000", Box::new(|c| c["process"]["user"]["uid"] = 1000.into())),
+        ("process.cwd /work", Box::new(|c| c["process"]["cwd"] = "/work".into())),
+        (
+            "mount of /srv on /data",
+            Box::new(|c| c["mounts"] = serde_json::json!([{"destination": "/data", "type": "bind", "source": "/srv", "options": ["rbind"]}])),
+        ),
+        (
+            "annotation org.shoal.tender=xen",
+            Box::new(|c| c["annotations"] = serde_json::json!({"org.shoal.tender": "xen"})),
+        ),
+    ];
+    for (i, (needle, edit)) in refused.iter().enumerate() {
+        let sub = d.join(format!("r{i}"));
+        let b = bundle(&sub, &[], |c| edit(c));
+        oci.fails(&["create", "--bundle", b.to_str().unwrap(), "x"], needle);
+    }
+    let b = bundle(&d.join("ok"), &["wait"], |_| {});
+    oci.fails(&["create", "--bundle", b.to_str().unwrap(), "bad/id"], "invalid id format");
+    assert!(oci.entries().is_empty(), "failed creates left state: {:?}", oci.entries());
+
+    // A failing createRuntime hook fails create and leaves nothing.
+    let hb = bundle(
+        &d.join("hook"),
+        &["wait"],
+        |c| c["hooks"] = serde_json::json!({"createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", "echo hook says no >&2; exit 3"]}]}),
+    );
+    oci.fails(
+        &["create", "--bundle", hb.to_str().unwrap(), "h"],
+        "createRuntime hook /bin/sh failed (exit status: 3): hook says no",
+    );
+    assert!(oci.entries().is_empty(), "{:?}", oci.entries());
+
+    // A duplicate id is refused and the first container is untouched.
+    let pid = oci.create("dup", &b);
+    oci.fails(&["create", "--bundle", b.to_str().unwrap(), "dup"], "container with given ID already exists");
+    assert_eq!(oci.state("dup")["status"], "created");
+    oci.ok(&["delete", "dup"]);
+    assert_eq!(wait_child(pid), Err(libc::SIGKILL));
+    assert!(oci.entries().is_empty(), "{:?}", oci.entries());
+}
+
+/// Receives one descriptor sent with SCM_RIGHTS on `conn`.
+fn recv_fd(conn: &std::os::unix::net::UnixStream) -> OwnedFd {
+    let mut buf = [0u8; 256];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: a zeroed msghdr pointing at live buffers of the given sizes;
+    // the descriptor read from the control message is a new one for us.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control);
+        assert!(libc::recvmsg(conn.as_raw_fd(), &mut msg, 0) > 0, "recvmsg: {}", std::io::Error::last_os_error());
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        assert!(!cmsg.is_null() && (*cmsg).cmsg_type == libc::SCM_RIGHTS, "no descriptor received");
+        OwnedFd::from_raw_fd(std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>()))
+    }
+}
+
+#[test]
+fn console_socket_receives_the_terminal() {
+    if !root_or_skip("console_socket_receives_the_terminal") {
+        return;
+    }
+    let t = scratch();
+    let d = t.path();
+    let oci = Oci::new(d);
+    let b = bundle(d, &["tty"], |c| c["process"]["terminal"] = true.into());
+    oci.fails(
+        &["create", "--bundle", b.to_str().unwrap(), "t0"],
+        "cannot allocate tty if runc will detach without setting console socket",
+    );
+    let sock = d.join("console.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let pid_file = d.join("t1.pid");
+    let create = Command::new(bin("shoal-oci"))
+        .arg("--root")
+        .arg(&oci.root)
+        .args(["create", "--bundle"])
+        .arg(&b)
+        .arg("--console-socket")
+        .arg(&sock)
+        .arg("--pid-file")
+        .arg(&pid_file)
+        .arg("t1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join("t1.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let (conn, _) = listener.accept().unwrap();
+    let master = recv_fd(&conn);
+    let mut create = create;
+    assert!(create.wait().unwrap().success(), "{}", std::fs::read_to_string(d.join("t1.err")).unwrap());
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    oci.ok(&["start", "t1"]);
+    let mut out = String::new();
+    let mut f = std::fs::File::from(master);
+    let mut buf = [0u8; 256];
+    // Read until the program's line arrives (EIO once the terminal's last
+    // user has gone).
+    while !out.contains('\n') {
+        match f.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.push_str(&String::from_utf8_lossy(&buf[..n])),
+        }
+    }
+    // The guest's output came through the terminal, and its stdin is one
+    // (the kernel reports isatty for stdin only; stdout reads 0 there).
+    assert!(out.contains("isatty 1 "), "the guest's stdin is not the terminal: {out:?}");
+    assert_eq!(wait_child(pid), Ok(0));
+    oci.ok(&["delete", "t1"]);
+}
