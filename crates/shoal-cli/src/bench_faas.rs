@@ -1701,11 +1701,16 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
             )
             .map_err(|e| format!("{e:#}"))
             .and_then(|_| {
-                let r = c.gw.invoke(&name, "/", false).map_err(|e| e.to_string())?;
+                let r = c.gw.invoke(&name, "/", true).map_err(|e| e.to_string())?;
                 if r.status == 200 && r.bytes == 50 << 20 {
                     Ok(())
                 } else {
-                    Err(format!("status {}, {} bytes", r.status, r.bytes))
+                    let why = if r.status == 200 {
+                        String::new()
+                    } else {
+                        r.text()
+                    };
+                    Err(format!("status {}, {} bytes {why}", r.status, r.bytes))
                 }
             });
         if let Err(e) = started {
@@ -2022,8 +2027,30 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
             "concurrency: {} requests at {l} clients",
             c.o.requests.max(l)
         ));
-        for (b, direct) in &targets {
+        for (b, first) in &targets {
             for via in ["direct", "gateway"] {
+                // The gateway replaces an instance that failed a request:
+                // the direct runs follow the one running now.
+                let name = format!("cc-{b}");
+                let direct = match c.gw.instances(&name)?.first() {
+                    Some(i) => i.addr,
+                    None => {
+                        let _ = c.gw.invoke(&name, "/", false);
+                        c.gw.instances(&name)?
+                            .first()
+                            .map(|i| i.addr)
+                            .unwrap_or(*first)
+                    }
+                };
+                if via == "direct" && direct != *first {
+                    note_failure(
+                        &mut failures,
+                        format!(
+                            "concurrency {l} on {b}: the gateway had replaced the first instance \
+                             ({first}) by one at {direct}: it stops an instance that fails a request"
+                        ),
+                    );
+                }
                 let url = if via == "direct" {
                     format!("http://{direct}/")
                 } else {
@@ -2306,6 +2333,14 @@ pub fn faas(o: FaasOpts) -> Result<()> {
             }
         }
         .with_context(|| format!("experiment {e}"))?;
+        let mut out = out;
+        if let Some(f) = out.json["failures"].as_array().filter(|f| !f.is_empty()) {
+            out.table.push_str(&format!("\nFailures ({}):\n", f.len()));
+            for x in f.iter().take(20) {
+                out.table
+                    .push_str(&format!("- {}\n", x.as_str().unwrap_or_default()));
+            }
+        }
         std::fs::write(o.out.join(format!("{e}.md")), &out.table)?;
         outcomes.push((e, out, t0.elapsed().as_secs_f64()));
     }

@@ -178,3 +178,41 @@ fn bench_echo_from_any_directory() {
     assert_eq!(v.pointer("/modes/persistent/systems/spt/samples").and_then(Value::as_u64), Some(200), "{v:#}");
     assert_eq!(v.pointer("/modes/per_connection/systems/spt/samples").and_then(Value::as_u64), Some(20), "{v:#}");
 }
+
+/// `bench faas`'s quickest mode: two cold starts of the no-op (and of the
+/// Lua runtime) on spt and process — neither needs root or KVM — through a
+/// real `shoal serve`, with the default, relative `--out`.
+#[test]
+fn bench_faas_cold_start_from_any_directory() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("faas", &bench(tmp.path(), &["faas", "--only", "cold-start", "--backends", "spt,process", "--repeat", "2", "--json"]));
+    let lua = v.pointer("/experiments/cold-start/lua_missing").is_some_and(Value::is_null);
+    for b in ["spt", "process"] {
+        positive(&v, &format!("/experiments/cold-start/results/noop/{b}/mean"));
+        assert_eq!(v.pointer(&format!("/experiments/cold-start/results/noop/{b}/n")).and_then(Value::as_u64), Some(2), "{v:#}");
+        if lua {
+            positive(&v, &format!("/experiments/cold-start/results/lua/{b}/mean"));
+        }
+    }
+    assert_eq!(v["skipped"].as_object().map(|s| s.len()), Some(0), "{v:#}");
+    let out = tmp.path().join("shoal-bench-faas");
+    for f in ["cold-start.csv", "cold-start.svg", "cold-start.md", "summary.md"] {
+        assert!(out.join(f).is_file(), "no {f} in {}", out.display());
+    }
+    let csv = std::fs::read_to_string(out.join("cold-start.csv")).unwrap();
+    assert!(csv.lines().count() > 4, "{csv}");
+}
+
+#[test]
+fn bench_faas_bad_options_are_one_line_errors() {
+    let tmp = scratch();
+    for args in [&["faas", "--repeat", "0"][..], &["faas", "--bursts", "0"], &["faas", "--only", "everything"]] {
+        let o = bench(tmp.path(), args);
+        let err = stderr(&o);
+        assert_ne!(o.status.code(), Some(0), "{args:?} succeeded");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(stdout(&o).trim().is_empty(), "{args:?} printed a result");
+        assert!(!tmp.path().join("shoal-bench-faas").exists(), "{args:?} started the bench");
+    }
+}
