@@ -389,6 +389,24 @@ fn a_response_body_past_the_timeout_is_cut_off_and_the_instance_stopped() {
     assert_eq!(gw.get("/fn/stall/?stall=1").status, 200);
 }
 
+/// A function's `memory` bounds its instances on every backend: guest
+/// memory on spt/hvt, the address-space limit of a `process` instance
+/// (runc/runsc: the container's limit, in runc_and_runsc_backends).
+#[test]
+fn the_memory_setting_bounds_the_instance() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    for b in backends() {
+        let name = format!("alloc-{b}");
+        assert_eq!(gw.deploy(&name, &format!(r#"{{"image":"{}","backend":"{b}","memory":"32M"}}"#, image_for("alloc", b))).status, 201);
+        assert_eq!(gw.get(&format!("/fn/{name}/?mb=4")).status, 200, "{b}");
+        let r = gw.get(&format!("/fn/{name}/?mb=50"));
+        assert_eq!((r.status, r.text().as_str()), (500, "out of memory\n"), "{b}: 50 MiB in a 32 MiB instance");
+        assert_eq!(gw.deploy(&name, &format!(r#"{{"image":"{}","backend":"{b}","memory":"128M"}}"#, image_for("alloc", b))).status, 200);
+        assert_eq!(gw.get(&format!("/fn/{name}/?mb=50")).status, 200, "{b}: 50 MiB in a 128 MiB instance");
+    }
+}
+
 /// The Lua function runtime (recipe lua-fn + apps/functions/lua_fn.c) runs
 /// the handler script of the function's fs on every backend: a no-op, an
 /// argument, a POST body echoed, a Lua error as 500 with its message; a
@@ -675,6 +693,11 @@ fn runc_and_runsc_backends() {
         let fib = format!("fib-{rt}");
         assert_eq!(gw.deploy(&fib, &format!(r#"{{"image":"{}","backend":"{rt}"}}"#, image("fib.native"))).status, 201);
         assert_eq!(gw.get(&format!("/fn/{fib}?n=20")).text(), "fib(20) = 6765\n", "{rt}");
+        // `memory` is the container's memory limit: touching more is an OOM kill.
+        let alloc = format!("alloc-{rt}");
+        assert_eq!(gw.deploy(&alloc, &format!(r#"{{"image":"{}","backend":"{rt}","memory":"32M"}}"#, image("alloc.native"))).status, 201);
+        assert_eq!(gw.get(&format!("/fn/{alloc}/?mb=4")).status, 200, "{rt}");
+        assert_eq!(gw.get(&format!("/fn/{alloc}/?mb=50")).status, 502, "{rt}: 50 MiB under a 32 MiB limit");
     }
     assert_eq!(gw.stop(), Some(0));
 }
@@ -720,12 +743,11 @@ fn hey(url: &str, n: usize, c: usize) -> (Vec<(u16, usize)>, Vec<String>, f64) {
 /// 10,000 requests at concurrency 1, 64, 512 and 4,096 against noop on
 /// spt (default settings: 8 per instance, 4 instances, queue 256): every
 /// request answered 200, 429 or 503, no connection errors. Memory: the
-/// gateway's private memory (RssAnon) after a second such round must be
-/// within 10% of what it was after the first — no growth per load. (After
-/// the first round it stays about 2 MiB above its size before any load,
-/// 1.0 → 3.2 MiB on 2026-11-23: tokio keeps the slab pages of its socket registrations
-/// once 4,096 connections were open, so that comparison is printed, not
-/// asserted.) The throughput is printed, never asserted. About 10 s here.
+/// gateway's resident size after each round is back within 10% of its idle
+/// size before the first (the gateway runs without glibc's per-thread
+/// caches and with one arena, see serve::MALLOC_TUNABLES; with glibc's
+/// defaults it stayed about 2 MiB above). The throughput is printed, never
+/// asserted. About 10 s here.
 #[test]
 fn hey_load_against_noop_on_spt() {
     if Command::new("hey").arg("-h").output().is_err() {
@@ -760,6 +782,7 @@ fn hey_load_against_noop_on_spt() {
     let r2 = round();
     let after2 = (mem_kib(pid, "VmRSS:"), mem_kib(pid, "RssAnon:"));
     let _ = writeln!(std::io::stderr(), "hey against noop on spt: round 1: {r1}; round 2: {r2}; gateway (VmRSS, RssAnon) KiB {idle:?} before, {after1:?} after round 1, {after2:?} after round 2");
-    let (after1, after2) = (after1.0, after2.0);
-    assert!(after2 * 10 <= after1 * 11, "the gateway's memory grew with the load: {after1} KiB after round 1, {after2} KiB after round 2");
+    for (round, after) in [(1, after1.0), (2, after2.0)] {
+        assert!(after * 10 <= idle.0 * 11, "the gateway's memory did not come back to its idle size: {} KiB idle, {after} KiB after round {round}", idle.0);
+    }
 }

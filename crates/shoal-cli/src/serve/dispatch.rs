@@ -225,6 +225,12 @@ impl Dispatcher {
             .collect()
     }
 
+    /// How many instances are running, over all functions.
+    pub fn instance_count(&self) -> usize {
+        let fns: Vec<_> = lock(&self.functions).values().cloned().collect();
+        fns.iter().map(|f| lock(&f.slots).len()).sum()
+    }
+
     /// Stops instances idle for longer than their function's keep-warm.
     pub fn reap_idle(&self) {
         let now = Instant::now();

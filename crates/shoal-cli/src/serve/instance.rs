@@ -63,12 +63,14 @@ fn runtime(backend: Backend) -> Result<PathBuf> {
     bail!("{name} is not installed (scripts/setup installs it)")
 }
 
-/// Sets the parent-death signal and puts `fd` at [`LISTEN_FD`] without
-/// close-on-exec, in the child between fork and exec.
-fn prepare(cmd: &mut Command, fd: Option<i32>) {
+/// Sets the parent-death signal, puts `fd` at [`LISTEN_FD`] without
+/// close-on-exec and applies an address-space limit if given (the
+/// `process` backend's counterpart of a guest's memory size), in the child
+/// between fork and exec.
+fn prepare(cmd: &mut Command, fd: Option<i32>, address_space: Option<u64>) {
     let parent = std::process::id() as i32;
-    // SAFETY: only async-signal-safe calls (prctl, getppid, dup2, fcntl,
-    // _exit) run between fork and exec; nothing is allocated.
+    // SAFETY: only async-signal-safe calls (prctl, getppid, setrlimit,
+    // dup2, fcntl, _exit) run between fork and exec; nothing is allocated.
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
@@ -77,6 +79,12 @@ fn prepare(cmd: &mut Command, fd: Option<i32>) {
             // The gateway died before the prctl: do not outlive it.
             if libc::getppid() != parent {
                 libc::_exit(1);
+            }
+            if let Some(limit) = address_space {
+                let r = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+                if libc::setrlimit(libc::RLIMIT_AS, &r) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             if let Some(fd) = fd {
                 if fd == LISTEN_FD {
@@ -131,6 +139,8 @@ pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
             make_bundle(&rt, &bundle, f, addr.port())?;
             let cid = format!("{CONTAINER_PREFIX}{}-{}-{id}", std::process::id(), f.name);
             cmd = Command::new(&rt);
+            // The gateway's own allocator settings (see serve::MALLOC_TUNABLES) are not the runtime's.
+            cmd.env_remove("GLIBC_TUNABLES");
             if f.backend == Backend::Runsc {
                 cmd.arg("--network=host");
             }
@@ -143,7 +153,8 @@ pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
         cmd.envs(&f.env);
     }
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    prepare(&mut cmd, listener.as_ref().map(|s| s.as_raw_fd()));
+    let address_space = (f.backend == Backend::Process).then(|| f.memory_bytes());
+    prepare(&mut cmd, listener.as_ref().map(|s| s.as_raw_fd()), address_space);
     let child = cmd.spawn().with_context(|| format!("cannot start an instance of {}", f.name))?;
     // The gateway's copy is closed now: once the instance exits, the
     // socket is gone and a waiting connection is refused, not left hanging.
@@ -175,6 +186,7 @@ fn make_bundle(rt: &Path, dir: &Path, f: &Function, port: u16) -> Result<()> {
     c["process"]["env"] = json!(env);
     c["root"] = json!({"path": "rootfs", "readonly": true});
     c["hostname"] = json!(f.name);
+    c["linux"]["resources"]["memory"] = json!({ "limit": f.memory_bytes() });
     // The host network: no network namespace of its own.
     if let Some(ns) = c["linux"]["namespaces"].as_array_mut() {
         ns.retain(|n| n["type"] != "network");

@@ -45,8 +45,33 @@ fn raise_nofile() {
     }
 }
 
+/// glibc's allocator settings the gateway runs with: no per-thread caches
+/// and one arena. A burst of thousands of connections spreads freed
+/// buffers over the worker threads' caches and arenas, where they pin the
+/// pages `malloc_trim` would give back: measured (hey, 10,000 requests at
+/// 1/64/512/4,096 clients, then idle), RSS went 6.7 -> 8.6 MiB with the
+/// defaults and 6.7 -> 6.8 MiB with these, at the same throughput.
+const MALLOC_TUNABLES: &str = "glibc.malloc.tcache_count=0:glibc.malloc.arena_max=1";
+
+/// glibc reads its tunables only from the environment at start-up, so the
+/// gateway re-executes itself once with them set (before any thread or
+/// socket exists). If that fails it goes on with the defaults.
+fn reexec_with_malloc_tunables() {
+    let current = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    if current.contains(MALLOC_TUNABLES) {
+        return;
+    }
+    let tunables = if current.is_empty() { MALLOC_TUNABLES.to_string() } else { format!("{current}:{MALLOC_TUNABLES}") };
+    let mut args = std::env::args_os();
+    let Some(argv0) = args.next() else { return };
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new("/proc/self/exe").arg0(argv0).args(args).env("GLIBC_TUNABLES", tunables).exec();
+    eprintln!("shoal: note: cannot re-execute with allocator settings ({err}); the gateway keeps glibc's defaults");
+}
+
 /// Runs the gateway until SIGTERM or SIGINT.
 pub fn serve(listen: &str, state: Option<PathBuf>) -> Result<()> {
+    reexec_with_malloc_tunables();
     let addr: SocketAddr = listen.parse().with_context(|| format!("--listen {listen}: expected ADDR:PORT, e.g. {DEFAULT_LISTEN}"))?;
     let state = match state {
         Some(s) => s,
@@ -72,16 +97,19 @@ pub fn serve(listen: &str, state: Option<PathBuf>) -> Result<()> {
         let reaper = dispatcher.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
-            let (mut seen, mut n) = (0, 0u32);
+            let (mut seen, mut n) = ((0, 0), 0u32);
             loop {
                 tick.tick().await;
                 reaper.reap_idle();
                 // After a burst, give the freed connection buffers back to
                 // the system (glibc keeps freed heap otherwise), so the
                 // gateway returns to its idle size: once a second, and
-                // only if there were requests in that second.
+                // only if there were requests in that second or instances
+                // stopped or started (a stopped instance frees the buffers
+                // of its kept-alive connections, often long after the
+                // last request).
                 n += 1;
-                let now = reaper.metrics.requests();
+                let now = (reaper.metrics.requests(), reaper.instance_count());
                 if n % 10 == 0 && now != seen {
                     seen = now;
                     // SAFETY: malloc_trim only releases free heap memory.

@@ -67,7 +67,10 @@ pub struct Function {
     pub image: PathBuf,
     /// The backend that runs it.
     pub backend: Backend,
-    /// Guest memory for spt/hvt (`--mem`), e.g. "256M".
+    /// The instance's memory, e.g. "256M": guest memory on spt/hvt
+    /// (`--mem`), the container's memory limit on runc/runsc
+    /// (`linux.resources.memory.limit`), the address-space limit
+    /// (RLIMIT_AS) of a `process` instance.
     pub memory: String,
     /// Requests one instance serves at once.
     pub concurrency: u32,
@@ -99,7 +102,7 @@ pub struct DeployRequest {
     pub image: Option<PathBuf>,
     /// spt (default), hvt, process, runc or runsc.
     pub backend: Option<String>,
-    /// Guest memory (spt/hvt), default 256M.
+    /// The instance's memory (see [`Function::memory`]), default 256M.
     pub memory: Option<String>,
     /// Default 8.
     pub concurrency: Option<u32>,
@@ -169,6 +172,11 @@ fn check_image(image: &Path, backend: Backend) -> Result<(), ApiError> {
 }
 
 impl Function {
+    /// [`Function::memory`] in bytes (checked when the function was deployed).
+    pub fn memory_bytes(&self) -> u64 {
+        shoal_tender::parse_size(&self.memory).unwrap_or(256 << 20)
+    }
+
     /// The function a deploy request describes, after every check; an
     /// uploaded image (`sha256:HEX`) is looked up in `images`.
     pub fn from_request(name: &str, req: DeployRequest, images: &super::images::ImageStore) -> Result<Function, ApiError> {
