@@ -11,9 +11,10 @@
 //! does not grow; musl sizes new threads' stacks itself, as it does on
 //! Linux, without consulting the limit); `RLIMIT_AS` and `RLIMIT_DATA` are
 //! the size of guest memory (soft; more cannot be had), hard unlimited as
-//! on Linux, so a program can lift a lowered soft limit again; `RLIMIT_NOFILE` is 1024, soft and hard, the
-//! size of vfs's descriptor table, so raising it above 1024 is refused
-//! (`EPERM`); `RLIMIT_CORE` is 0; the rest are Linux's defaults, reported
+//! on Linux, so a program can lift a lowered soft limit again; `RLIMIT_NOFILE` is 1024 soft (Linux's
+//! default) and 4096 hard, the size of vfs's descriptor table (servers
+//! raise the soft limit; raising the hard one above 4096 is refused,
+//! `EPERM`); `RLIMIT_CORE` is 0; the rest are Linux's defaults, reported
 //! but not consulted (nothing in an instance can exceed them or they have
 //! no meaning without processes: `CPU`, `RSS`, `NPROC`, `MEMLOCK`, `LOCKS`,
 //! `SIGPENDING`, `MSGQUEUE`, `NICE`, `RTPRIO`, `RTTIME`).
@@ -44,8 +45,10 @@ pub const RLIMIT_STACK: usize = 3;
 pub const RLIMIT_NOFILE: usize = 7;
 /// `RLIMIT_AS`.
 pub const RLIMIT_AS: usize = 9;
-/// The descriptor limit of vfs.
-pub const MAX_FDS: u64 = 1024;
+/// The descriptor limit of vfs (`shoal_vfs::MAX_FDS`).
+pub const MAX_FDS: u64 = 4096;
+/// The soft descriptor limit an instance starts with (`shoal_vfs::DEFAULT_NOFILE`).
+pub const DEFAULT_NOFILE: u64 = 1024;
 
 /// The limits table for a machine with `mem` bytes of guest memory and a
 /// main stack of `stack` bytes.
@@ -59,7 +62,7 @@ pub fn defaults(mem: u64, stack: u64) -> [Rlimit; NLIMITS] {
         r(0, INF),               // CORE
         r(INF, INF),             // RSS
         r(INF, INF),             // NPROC
-        r(MAX_FDS, MAX_FDS),     // NOFILE
+        r(DEFAULT_NOFILE, MAX_FDS), // NOFILE
         r(8 << 20, 8 << 20),     // MEMLOCK
         r(mem, INF),             // AS
         r(INF, INF),             // LOCKS
@@ -94,7 +97,8 @@ mod tests {
         assert_eq!(d[RLIMIT_AS], Rlimit { cur: 1 << 30, max: INF });
         assert_eq!(core::mem::size_of::<Rlimit>(), 16);
         assert_eq!(check(0, Rlimit { cur: 2, max: 1 }), Err(Errno::EINVAL));
-        assert_eq!(check(RLIMIT_NOFILE, Rlimit { cur: 10, max: 4096 }), Err(Errno::EPERM));
-        assert_eq!(check(RLIMIT_NOFILE, Rlimit { cur: 10, max: 1024 }), Ok(()));
+        assert_eq!(d[RLIMIT_NOFILE], Rlimit { cur: 1024, max: 4096 });
+        assert_eq!(check(RLIMIT_NOFILE, Rlimit { cur: 10, max: 4097 }), Err(Errno::EPERM));
+        assert_eq!(check(RLIMIT_NOFILE, Rlimit { cur: 4096, max: 4096 }), Ok(()));
     }
 }

@@ -94,6 +94,38 @@ pub fn arch_prctl(a: &Args) -> SysResult {
     .map(|_| 0)
 }
 
+const PR_SET_NAME: i32 = 15;
+const PR_GET_NAME: i32 = 16;
+
+/// `prctl(option, …)`: the calling thread's name — `PR_SET_NAME` copies
+/// up to 15 bytes of the string at `arg2` (longer names are truncated, as
+/// on Linux), `PR_GET_NAME` writes the 16-byte NUL-padded name to `arg2`.
+/// musl's `pthread_setname_np`/`pthread_getname_np` of the calling thread
+/// use these (Redis names its background threads). A thread starts with
+/// its creator's name; the main thread's is empty, since an instance has
+/// no executable file to take it from. The other options, which control
+/// process machinery an instance does not have, are `EINVAL`, Linux's
+/// answer to an option it does not know.
+pub fn prctl(a: &Args) -> SysResult {
+    let addr = a.u(1);
+    match a.int(0) {
+        PR_SET_NAME => {
+            let mut name = [0u8; 16];
+            for (i, b) in name.iter_mut().take(15).enumerate() {
+                let c: u8 = umem::read(addr.checked_add(i as u64).ok_or(Errno::EFAULT)?)?;
+                if c == 0 {
+                    break;
+                }
+                *b = c;
+            }
+            shoal_sched::set_thread_name(name);
+            Ok(0)
+        }
+        PR_GET_NAME => umem::write(addr, shoal_sched::thread_name()).map(|_| 0),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
 /// `rt_sigaction(sig, act, oact, sigsetsize)`.
 pub fn rt_sigaction(a: &Args) -> SysResult {
     let (sig, act, oact) = (a.int(0), a.u(1), a.u(2));
@@ -458,6 +490,26 @@ mod tests {
     }
 
     #[test]
+    fn prctl_names_the_calling_thread() {
+        umem::set_bounds(1, u64::MAX);
+        let mut out = [0xffu8; 16];
+        let op = out.as_mut_ptr() as u64;
+        let short = b"bio_aof\0";
+        assert_eq!(prctl(&args([15, short.as_ptr() as u64, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(prctl(&args([16, op, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(&out, b"bio_aof\0\0\0\0\0\0\0\0\0");
+        // Longer names are cut to 15 bytes; the string past them is not read.
+        let long = b"0123456789abcdefXYZ";
+        assert_eq!(prctl(&args([15, long.as_ptr() as u64, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(prctl(&args([16, op, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(&out, b"0123456789abcde\0");
+        assert_eq!(prctl(&args([15, 0, 0, 0, 0, 0])), Err(Errno::EFAULT));
+        assert_eq!(prctl(&args([16, 0, 0, 0, 0, 0])), Err(Errno::EFAULT));
+        assert_eq!(prctl(&args([41, 1, 0, 0, 0, 0])), Err(Errno::EINVAL));
+        assert_eq!(prctl(&args([-1i64 as u64, 0, 0, 0, 0, 0])), Err(Errno::EINVAL));
+    }
+
+    #[test]
     fn sigaltstack_rules() {
         umem::set_bounds(1, u64::MAX);
         let small = StackT { ss_sp: 0x1000, ss_flags: 0, pad: 0, ss_size: 100 };
@@ -472,8 +524,8 @@ mod tests {
         let mut r = Rlimit { cur: 0, max: 0 };
         let p = &mut r as *mut Rlimit as u64;
         assert_eq!(getrlimit(&args([7, p, 0, 0, 0, 0])), Ok(0));
-        assert_eq!(r, Rlimit { cur: 1024, max: 1024 });
-        let n = Rlimit { cur: 100, max: 1024 };
+        assert_eq!(r, Rlimit { cur: 1024, max: 4096 });
+        let n = Rlimit { cur: 100, max: 4096 };
         assert_eq!(prlimit64(&args([0, 7, &n as *const _ as u64, p, 0, 0])), Ok(0));
         assert_eq!(r.cur, 1024, "old value returned");
         assert_eq!(getrlimit(&args([7, p, 0, 0, 0, 0])), Ok(0));

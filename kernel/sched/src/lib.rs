@@ -267,6 +267,16 @@ pub fn set_robust_list(head: u64) {
     TABLE.with(|t| t.cur().robust_list = head);
 }
 
+/// The running thread's name (NUL-padded; see [`table::Tcb::name`]).
+pub fn thread_name() -> [u8; 16] {
+    TABLE.with(|t| t.cur().name)
+}
+
+/// Names the running thread (`name` NUL-padded, byte 15 NUL).
+pub fn set_thread_name(name: [u8; 16]) {
+    TABLE.with(|t| t.cur().name = name);
+}
+
 /// The running thread's `(signal mask, pending signals)`.
 pub fn sig_state() -> (u64, u64) {
     TABLE.with(|t| {

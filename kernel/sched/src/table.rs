@@ -78,6 +78,9 @@ pub struct Tcb {
     /// The mask to restore once the signals a `ppoll`/`pselect6` ended
     /// for have been delivered (Linux's saved sigmask).
     pub saved_mask: Option<u64>,
+    /// The thread's name (`prctl(PR_SET_NAME)`, `pthread_setname_np`): at
+    /// most 15 bytes and a NUL, inherited from the creating thread.
+    pub name: [u8; 16],
 }
 
 impl Tcb {
@@ -93,6 +96,7 @@ impl Tcb {
             sig_mask: 0,
             sig_pending: 0,
             saved_mask: None,
+            name: [0; 16],
         }
     }
 }
@@ -202,6 +206,7 @@ impl Table {
         let tid = self.next_tid;
         let mut tcb = try_box(Tcb::new(tid, rsp, State::Runnable))?;
         tcb.sig_mask = self.cur().sig_mask;
+        tcb.name = self.cur().name;
         self.next_tid += 1;
         self.threads.push(tcb);
         self.runq.push_back(tid);

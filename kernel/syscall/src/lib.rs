@@ -212,6 +212,7 @@ fn lookup(n: u64) -> Option<SyscallFn> {
         nr::GETTID => process::gettid,
         nr::SET_TID_ADDRESS => process::set_tid_address,
         nr::ARCH_PRCTL => process::arch_prctl,
+        nr::PRCTL => process::prctl,
         nr::RT_SIGACTION => process::rt_sigaction,
         nr::RT_SIGPROCMASK => process::rt_sigprocmask,
         nr::SIGALTSTACK => process::sigaltstack,

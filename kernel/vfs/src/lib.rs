@@ -78,8 +78,13 @@ use shoal_ramfs::{Fs, Ino, Timespec};
 pub use more::RWF_NOSIGNAL;
 pub use shoal_ramfs::ROOT_INO;
 
-/// Most descriptors the process can have open (the hard `RLIMIT_NOFILE`).
-pub const MAX_FDS: usize = 1024;
+/// Most descriptors the process can have open (the hard `RLIMIT_NOFILE`):
+/// as many as net can wait on in one `NetPoll` hypercall
+/// (`shoal_abi::NET_MAX_POLL`), so a server that raises its soft limit to
+/// it can hold that many connections.
+pub const MAX_FDS: usize = 4096;
+/// The soft `RLIMIT_NOFILE` an instance starts with, Linux's default.
+pub const DEFAULT_NOFILE: usize = 1024;
 
 /// Set when a write or truncation failed with `EFBIG` because of
 /// `RLIMIT_FSIZE`: Linux then raises `SIGXFSZ`, which the syscall table
@@ -199,7 +204,7 @@ impl Vfs {
             console,
             fd_dir,
             locks: lock::Locks::default(),
-            nofile: MAX_FDS,
+            nofile: DEFAULT_NOFILE,
             fsize: u64::MAX,
         };
         for (t, fl) in [(Target::Stdin, abi::O_RDONLY), (Target::Stdout, abi::O_WRONLY), (Target::Stderr, abi::O_WRONLY)] {

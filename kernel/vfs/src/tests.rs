@@ -311,10 +311,16 @@ fn dup_shares_offset_and_flags_but_not_cloexec() {
     while v.dup(&args(&[0])).is_ok() {
         n += 1;
     }
-    assert_eq!(v.open_fds(), MAX_FDS);
+    assert_eq!(v.open_fds(), crate::DEFAULT_NOFILE, "the soft limit an instance starts with");
     assert!(n > 1000);
     assert_eq!(v.dup(&args(&[0])), Err(Errno::EMFILE));
     assert_eq!(open(&mut v, "/tmp/d", O_RDONLY, 0), Err(Errno::EMFILE));
+    // A server raises its soft limit to the hard one: the table grows to it.
+    v.set_limits(MAX_FDS as u64, u64::MAX);
+    while v.dup(&args(&[0])).is_ok() {}
+    assert_eq!(v.open_fds(), MAX_FDS);
+    assert_eq!(v.dup2(&args(&[0, MAX_FDS as u64])), Err(Errno::EBADF));
+    v.set_limits(crate::DEFAULT_NOFILE as u64, u64::MAX);
 }
 
 fn lk(v: &mut Vfs, fd: i32, cmd: i32, ty: i16, start: i64, len: i64) -> Result<Flock, Errno> {
