@@ -10,6 +10,7 @@
 mod bench;
 mod bench_pages;
 mod fn_cmd;
+mod oci_image;
 mod plot;
 mod pool_cmd;
 mod recipe_cmd;
@@ -130,6 +131,20 @@ enum Cmd {
     Inspect {
         /// The image.
         image: PathBuf,
+    },
+    /// Pack an image as an OCI image archive for `podman load` / `ctr images import` (run by shoal-oci).
+    OciImage {
+        /// The shoal image; it becomes the entrypoint /NAME-OF-IMAGE.
+        image: PathBuf,
+        /// The image's name: NAME[:TAG] (localhost/ and :latest when left out).
+        #[arg(short = 't', long = "tag")]
+        tag: String,
+        /// A directory whose contents become the rest of the root file system.
+        #[arg(long)]
+        fs: Option<PathBuf>,
+        /// The archive to write (default NAME_TAG.oci.tar).
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
     },
     /// Benchmarks (never tests): each runs shoal and its comparison side by side.
     Bench {
@@ -265,6 +280,11 @@ fn real_main() -> Result<i32> {
         }
         Cmd::Inspect { image } => {
             inspect(image)?;
+            Ok(0)
+        }
+        Cmd::OciImage { image, tag, fs, output } => {
+            let (reference, path, digest) = oci_image::write(&image, &tag, fs.as_deref(), output.as_deref())?;
+            println!("{reference} {digest} {}", path.display());
             Ok(0)
         }
         Cmd::Bench { which } => {
