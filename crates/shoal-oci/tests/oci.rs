@@ -467,3 +467,257 @@ fn console_socket_receives_the_terminal() {
     assert_eq!(wait_child(pid), Ok(0));
     oci.ok(&["delete", "t1"]);
 }
+
+/// The test images as oci-archives made by `shoal oci-image` (built once):
+/// `localhost/shoal-oci-test/hello` (apps/hello.c) and
+/// `localhost/shoal-oci-test/app` (tests/app.c). The archives are
+/// deterministic, so loading them again replaces nothing.
+fn archives() -> &'static (PathBuf, PathBuf) {
+    static ARCHIVES: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    ARCHIVES.get_or_init(|| {
+        let (app, hello) = images();
+        let dir = app.parent().unwrap();
+        let make = |img: &Path, tag: &str, out: &str| {
+            let out = dir.join(out);
+            let o = Command::new(bin("shoal"))
+                .arg("oci-image")
+                .arg(img)
+                .args(["-t", tag, "-o"])
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "shoal oci-image: {}", String::from_utf8_lossy(&o.stderr));
+            out
+        };
+        (
+            make(hello, "shoal-oci-test/hello", "hello.oci.tar"),
+            make(app, "shoal-oci-test/app", "app.oci.tar"),
+        )
+    })
+}
+
+/// Whether `tool` runs (`tool --version`); prints why not.
+fn have(tool: &str, test: &str) -> bool {
+    match Command::new(tool).arg("--version").output() {
+        Ok(o) if o.status.success() => true,
+        _ => {
+            eprintln!("SKIPPED {test}: {tool} is not installed (scripts/setup installs it)");
+            false
+        }
+    }
+}
+
+/// `podman --runtime …/shoal-oci ARGS` with the test images loaded.
+fn podman(args: &[&str]) -> Output {
+    static LOADED: OnceLock<()> = OnceLock::new();
+    LOADED.get_or_init(|| {
+        let (hello, app) = archives();
+        for a in [hello, app] {
+            let o = Command::new("podman").arg("load").arg("-i").arg(a).output().unwrap();
+            assert!(o.status.success(), "podman load {}: {}", a.display(), String::from_utf8_lossy(&o.stderr));
+        }
+    });
+    Command::new("podman")
+        .arg("--runtime")
+        .arg(bin("shoal-oci"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+#[test]
+fn podman_run_rm_prints_hello_world_and_passes_exit_status() {
+    let test = "podman_run_rm_prints_hello_world_and_passes_exit_status";
+    if !root_or_skip(test) || !have("podman", test) {
+        return;
+    }
+    let o = podman(&["run", "--rm", "localhost/shoal-oci-test/hello", "from-podman"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("hello, world") && out.contains("argv[1]=from-podman") && out.contains("env: container=podman"),
+        "{}",
+        text(&o)
+    );
+    let o = podman(&["run", "--rm", "localhost/shoal-oci-test/app", "exit", "42"]);
+    assert_eq!(o.status.code(), Some(42), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("exiting with 42"));
+    // The tender and the memory mode chosen by annotation; a bad choice is refused.
+    let o = podman(&[
+        "run",
+        "--rm",
+        "--annotation",
+        "org.shoal.mem-mode=ksm",
+        "-m",
+        "64m",
+        "localhost/shoal-oci-test/app",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = podman(&["run", "--rm", "--annotation", "org.shoal.tender=xen", "localhost/shoal-oci-test/app"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(text(&o).contains("annotation org.shoal.tender=xen: expected one of spt, hvt"), "{}", text(&o));
+}
+
+#[test]
+fn podman_run_detached_logs_ps_stop_rm() {
+    let test = "podman_run_detached_logs_ps_stop_rm";
+    if !root_or_skip(test) || !have("podman", test) {
+        return;
+    }
+    let name = format!("shoal-oci-test-d{}", std::process::id());
+    let o = podman(&["run", "-d", "--name", &name, "localhost/shoal-oci-test/app", "wait"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let t0 = Instant::now();
+    loop {
+        let logs = podman(&["logs", &name]);
+        if String::from_utf8_lossy(&logs.stdout).contains("ready") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no ready in the logs: {}", text(&logs));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ps = podman(&["ps", "--filter", &format!("name={name}"), "--format", "{{.Names}} {{.Status}}"]);
+    assert!(String::from_utf8_lossy(&ps.stdout).starts_with(&format!("{name} Up")), "{}", text(&ps));
+    let state: serde_json::Value = serde_json::from_str(&String::from_utf8_lossy(
+        &Command::new(bin("shoal-oci")).args(["state", &id]).output().unwrap().stdout,
+    ))
+    .unwrap();
+    assert_eq!(state["status"], "running");
+    // SIGTERM ends the instance (the tender dies; its guest with it).
+    let o = podman(&["stop", "-t", "5", &name]);
+    assert!(o.status.success(), "{}", text(&o));
+    let code = podman(&["inspect", "--format", "{{.State.ExitCode}}", &name]);
+    assert_eq!(String::from_utf8_lossy(&code.stdout).trim(), "143", "{}", text(&code));
+    let o = podman(&["rm", &name]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!Path::new("/run/shoal-oci").join(&id).exists(), "runtime state left behind");
+}
+
+#[test]
+fn podman_run_t_gets_a_terminal() {
+    let test = "podman_run_t_gets_a_terminal";
+    if !root_or_skip(test) || !have("podman", test) {
+        return;
+    }
+    let o = podman(&["run", "--rm", "-t", "localhost/shoal-oci-test/app", "tty"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // The guest's stdin is the terminal (the kernel reports isatty for stdin).
+    assert!(String::from_utf8_lossy(&o.stdout).contains("isatty 1 "), "{}", text(&o));
+}
+
+/// The containerd configuration the README shows (a CRI runtime class
+/// `shoal` whose runc shim calls shoal-oci), with this test's own root,
+/// state and socket.
+fn containerd_config(dir: &Path) -> String {
+    format!(
+        r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+[grpc]
+  address = "{d}/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.shoal]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.shoal.options]
+    BinaryName = "{oci}"
+"#,
+        d = dir.display(),
+        oci = bin("shoal-oci").display()
+    )
+}
+
+#[test]
+fn containerd_ctr_runs_shoal_images_through_the_runc_shim() {
+    let test = "containerd_ctr_runs_shoal_images_through_the_runc_shim";
+    if !root_or_skip(test) || !have("containerd", test) {
+        return;
+    }
+    let t = scratch();
+    let d = t.path();
+    std::fs::write(d.join("config.toml"), containerd_config(d)).unwrap();
+    let mut daemon = Command::new("containerd")
+        .arg("--config")
+        .arg(d.join("config.toml"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.join("containerd.log")).unwrap())
+        .spawn()
+        .unwrap();
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _guard = Kill(&mut daemon);
+    let sock = d.join("containerd.sock");
+    let ctr = |args: &[&str]| {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(&sock)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let t0 = Instant::now();
+    while !ctr(&["version"]).status.success() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "containerd did not start: {}",
+            std::fs::read_to_string(d.join("containerd.log")).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The CRI plugin read the runtime class from the config.
+    let dump = Command::new("containerd")
+        .arg("--config")
+        .arg(d.join("config.toml"))
+        .args(["config", "dump"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&dump.stdout).contains(&format!("BinaryName = \"{}\"", bin("shoal-oci").display())),
+        "{}",
+        text(&dump)
+    );
+
+    let (hello, app) = archives();
+    for a in [hello, app] {
+        let o = ctr(&["images", "import", a.to_str().unwrap()]);
+        assert!(o.status.success(), "ctr images import: {}", text(&o));
+    }
+    let oci = bin("shoal-oci");
+    let id = format!("shoal-oci-test-{}", std::process::id());
+    let o = ctr(&[
+        "run",
+        "--rm",
+        "--runc-binary",
+        oci.to_str().unwrap(),
+        "localhost/shoal-oci-test/hello:latest",
+        &id,
+        "/hello",
+        "from-ctr",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("hello, world") && out.contains("argv[1]=from-ctr"), "{}", text(&o));
+    let o = ctr(&[
+        "run",
+        "--rm",
+        "--runc-binary",
+        oci.to_str().unwrap(),
+        "localhost/shoal-oci-test/app:latest",
+        &id,
+        "/app",
+        "exit",
+        "42",
+    ]);
+    assert_eq!(o.status.code(), Some(42), "{}", text(&o));
+    assert!(ctr(&["containers", "ls", "-q"]).stdout.is_empty(), "containers left behind");
+}
