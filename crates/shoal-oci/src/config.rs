@@ -16,6 +16,10 @@ use std::path::{Component, Path, PathBuf};
 pub const ANN_TENDER: &str = "org.shoal.tender";
 /// Annotation choosing the memory mode (`copy`, `ksm`, `pool`).
 pub const ANN_MEM_MODE: &str = "org.shoal.mem-mode";
+/// Annotation listing the guest ports to open in the container's network
+/// namespace (`8080,5353/udp`): the engine's port forwarding (`podman run
+/// -p`) reaches the container's address, where the tender listens for them.
+pub const ANN_PUBLISH: &str = "org.shoal.publish";
 
 /// Why a bundle cannot run as a shoal instance.
 #[derive(Debug, thiserror::Error)]
@@ -452,6 +456,19 @@ impl Spec {
             }
             tender_args.extend(["--mem-mode".to_string(), v.clone()]);
         }
+        if let Some(v) = self.annotations.get(ANN_PUBLISH) {
+            for port in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                let (num, proto) = port.split_once('/').unwrap_or((port, "tcp"));
+                if num.parse::<u16>().map_or(true, |n| n == 0) || !matches!(proto, "tcp" | "udp") {
+                    return Err(ConfigError::Annotation {
+                        key: ANN_PUBLISH,
+                        value: v.clone(),
+                        allowed: "GUESTPORT[/udp] separated by commas",
+                    });
+                }
+                tender_args.extend(["--publish".to_string(), format!("0.0.0.0:{num}:{num}/{proto}")]);
+            }
+        }
         tender_args.extend(["--fs".to_string(), rootfs.to_string_lossy().into_owned()]);
         if let Some(limit) = self.linux.resources.memory.as_ref().and_then(|m| m.limit).filter(|l| *l > 0) {
             if limit < 4 << 20 {
@@ -621,5 +638,16 @@ mod tests {
             s.annotations.insert(ANN_TENDER.into(), "xen".into());
         })
         .starts_with("annotation org.shoal.tender=xen"));
+        assert!(msg(&|s| {
+            s.annotations.insert(ANN_PUBLISH.into(), "80,x".into());
+        })
+        .starts_with("annotation org.shoal.publish=80,x"));
+        let mut s = spec.clone();
+        s.annotations.insert(ANN_PUBLISH.into(), "8080, 53/udp".into());
+        let a = s.plan(&dir).unwrap().tender_args;
+        assert!(
+            a.windows(2).any(|w| w == ["--publish", "0.0.0.0:8080:8080/tcp"]) && a.windows(2).any(|w| w == ["--publish", "0.0.0.0:53:53/udp"]),
+            "{a:?}"
+        );
     }
 }

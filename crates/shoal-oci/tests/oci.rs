@@ -558,6 +558,21 @@ fn podman_run_rm_prints_hello_world_and_passes_exit_status() {
         "localhost/shoal-oci-test/app",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+        Ok(_) => {
+            let o = podman(&[
+                "run",
+                "--rm",
+                "--annotation",
+                "org.shoal.tender=hvt",
+                "localhost/shoal-oci-test/app",
+                "exit",
+                "7",
+            ]);
+            assert_eq!(o.status.code(), Some(7), "hvt: {}", text(&o));
+        }
+        Err(e) => eprintln!("SKIPPED the hvt part of {test}: /dev/kvm: {e}"),
+    }
     let o = podman(&["run", "--rm", "--annotation", "org.shoal.tender=xen", "localhost/shoal-oci-test/app"]);
     assert_ne!(o.status.code(), Some(0));
     assert!(text(&o).contains("annotation org.shoal.tender=xen: expected one of spt, hvt"), "{}", text(&o));
@@ -720,4 +735,83 @@ fn containerd_ctr_runs_shoal_images_through_the_runc_shim() {
     ]);
     assert_eq!(o.status.code(), Some(42), "{}", text(&o));
     assert!(ctr(&["containers", "ls", "-q"]).stdout.is_empty(), "containers left behind");
+}
+
+#[test]
+fn podman_run_p_reaches_the_http_example() {
+    let test = "podman_run_p_reaches_the_http_example";
+    if !root_or_skip(test) || !have("podman", test) {
+        return;
+    }
+    let t = scratch();
+    let d = t.path();
+    let http = d.join("http");
+    let o = Command::new(bin("shoal"))
+        .arg("cc")
+        .arg("-O2")
+        .arg(home().join("apps/net/http.c"))
+        .arg("-o")
+        .arg(&http)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let www = d.join("www");
+    std::fs::create_dir(&www).unwrap();
+    std::fs::write(www.join("index.txt"), "served from the container\n").unwrap();
+    let archive = d.join("http.oci.tar");
+    let o = Command::new(bin("shoal"))
+        .arg("oci-image")
+        .arg(&http)
+        .args(["-t", "shoal-oci-test/http", "--fs"])
+        .arg(&www)
+        .arg("-o")
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = Command::new("podman").arg("load").arg("-i").arg(&archive).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let name = format!("shoal-oci-test-http{}", std::process::id());
+    let o = podman(&[
+        "run",
+        "-d",
+        "--name",
+        &name,
+        "-p",
+        "127.0.0.1:18080:8080",
+        "--annotation",
+        "org.shoal.publish=8080",
+        "localhost/shoal-oci-test/http",
+        "8080",
+        "/",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let get = |path: &str| -> Option<String> {
+        use std::io::Write;
+        let mut c = std::net::TcpStream::connect_timeout(&"127.0.0.1:18080".parse().unwrap(), Duration::from_secs(2)).ok()?;
+        c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(c, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+        let mut s = String::new();
+        c.read_to_string(&mut s).ok()?;
+        Some(s)
+    };
+    let t0 = Instant::now();
+    let hello = loop {
+        match get("/hello") {
+            Some(s) if s.contains("hello from http") => break s,
+            other => assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "no answer through -p: {other:?} {}",
+                text(&podman(&["logs", &name]))
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(hello.starts_with("HTTP/1.1 200"), "{hello}");
+    assert!(
+        get("/index.txt").unwrap_or_default().contains("served from the container"),
+        "the --fs files are the guest's root"
+    );
+    assert!(podman(&["stop", "-t", "5", &name]).status.success());
+    assert!(podman(&["rm", &name]).status.success());
 }
