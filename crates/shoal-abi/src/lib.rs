@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -184,13 +184,16 @@ pub struct BootInfo {
     /// (`--publish`, `--listen-fd`); a guest `bind` + `listen` on the
     /// matching port is attached to one of them.
     pub listeners: [Listener; MAX_LISTENERS],
-    /// Console flags ([`CONSOLE_STDIN_TTY`]).
+    /// Console flags ([`CONSOLE_STDIN_TTY`], [`CONSOLE_STDOUT_TTY`]).
     pub console_flags: u64,
 }
 
 /// [`BootInfo::console_flags`]: the tender's standard input is a terminal
 /// (the guest's descriptor 0 then answers `isatty` and termios ioctls).
 pub const CONSOLE_STDIN_TTY: u64 = 1;
+/// [`BootInfo::console_flags`]: the tender's standard output is a terminal
+/// (a buffering guest flushes its stdout at every newline, as stdio does).
+pub const CONSOLE_STDOUT_TTY: u64 = 2;
 
 /// [`BootInfo::net_flags`]: the guest may open sockets of its own and
 /// connect out (`--net-outbound`).
@@ -243,6 +246,13 @@ pub enum Hypercall {
     ConsoleRead = 7,
     /// Change the protection of guest pages: [`ProtectArgs`].
     Protect = 8,
+    /// Tell the tender where the guest buffers console output:
+    /// [`ConsoleBufferArgs`]. A guest whose console writes are expensive
+    /// (hvt: each is a VM exit) collects them there and flushes them with
+    /// [`Hypercall::ConsoleWrite`]; when the guest ends without flushing (a
+    /// CPU exception, a refused hypercall), the tender writes what the
+    /// buffer still holds before its own message.
+    ConsoleBuffer = 9,
 }
 
 impl Hypercall {
@@ -257,13 +267,14 @@ impl Hypercall {
             6 => Some(Hypercall::NetPoll),
             7 => Some(Hypercall::ConsoleRead),
             8 => Some(Hypercall::Protect),
+            9 => Some(Hypercall::ConsoleBuffer),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 9;
+pub const HYPERCALL_MAX: u64 = 10;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;
@@ -283,6 +294,35 @@ pub struct ConsoleWriteArgs {
     /// Out: bytes written, or a negative Linux errno.
     pub ret: i64,
 }
+
+/// Arguments of [`Hypercall::ConsoleBuffer`]: the guest's console buffer
+/// is a [`ConsoleBufferHeader`] at `addr` followed by `cap` bytes, of which
+/// the header's `len` are pending output for its `stream`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConsoleBufferArgs {
+    /// Guest address of the [`ConsoleBufferHeader`].
+    pub addr: u64,
+    /// Bytes of room after the header (at most [`CONSOLE_BUFFER_MAX`]).
+    pub cap: u64,
+    /// Out: 0, or a negative Linux errno (then the guest must not buffer).
+    pub ret: i64,
+}
+
+/// The head of a guest console buffer ([`Hypercall::ConsoleBuffer`]). The
+/// tender reads it only when the guest has ended and treats both fields as
+/// hostile (`len` larger than the registered room is ignored).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ConsoleBufferHeader {
+    /// [`CONSOLE_STDOUT`] or [`CONSOLE_STDERR`].
+    pub stream: u32,
+    /// Pending bytes right after the header.
+    pub len: u32,
+}
+
+/// The largest console buffer a tender accepts.
+pub const CONSOLE_BUFFER_MAX: u64 = 1 << 20;
 
 /// Arguments of [`Hypercall::ConsoleRead`].
 #[repr(C)]

@@ -303,6 +303,7 @@ fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
             }
         }
     }
+    let console = console_writes(&paths.home, tmp.path(), &shoal, repeat)?;
     let labels = ["getpid()", "write(1 byte, stdout→/dev/null)", "write(1 byte, file)"];
     let mut results = serde_json::Map::new();
     let mut rows = Vec::new();
@@ -317,7 +318,21 @@ fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
         rows.push((labels[i], nm, nsd, sm, ssd, ratio));
     }
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&json!({"iterations": iterations, "repeat": repeat, "results": results}))?);
+        let console: serde_json::Map<String, serde_json::Value> = console
+            .iter()
+            .map(|(k, r)| {
+                let v = match r {
+                    Ok(xs) => {
+                        let (m, sd) = mean_sd(xs);
+                        json!({"mean_ms": m, "sd_ms": sd})
+                    }
+                    Err(why) => json!({"skipped": why}),
+                };
+                (k.to_string(), v)
+            })
+            .collect();
+        let doc = json!({"iterations": iterations, "repeat": repeat, "results": results, "console_20000_writes": console});
+        println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
     println!("shoal bench syscall: {iterations} calls per run, {repeat} runs of each, native and spt alternating");
@@ -326,8 +341,63 @@ fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
         println!("{:<34} {:>20} {:>20} {:>12.3}", l, format!("{nm:.1} ± {nsd:.1}"), format!("{sm:.1} ± {ssd:.1}"), r);
     }
     println!("(file writes: shoal's in-memory ramfs vs the host's /tmp; stdout: shoal's console hypercall vs write(2).)");
+    println!();
+    println!("console: {CONSOLE_WRITES} writes of 2 bytes to stdout (a file), start to exit, ms (mean ± SD of {repeat})");
+    let mean_of = |k: &str| console.iter().find(|(n, _)| *n == k).and_then(|(_, r)| r.as_ref().ok()).map(|xs| mean_sd(xs).0);
+    for (name, r) in &console {
+        match r {
+            Ok(xs) => {
+                let (m, sd) = mean_sd(xs);
+                let vs = |k: &str| mean_of(k).map(|b| format!("{:.2}x {k}", m / b)).unwrap_or_default();
+                let note = match *name {
+                    "spt" => vs("native"),
+                    "hvt" => format!("{}  (issue 18 goal: at most 2x spt)", vs("spt")),
+                    _ => String::new(),
+                };
+                println!("  {name:<8} {:>16}  {note}", format!("{m:.1} ± {sd:.1}"));
+            }
+            Err(why) => println!("  {name:<8} skipped: {why}"),
+        }
+    }
     println!("UKL (seed 001) replaces the syscall instruction by a function call; its echo server halves average latency.");
     Ok(())
+}
+
+/// Console writes per run in `bench syscall`'s console section (issue 18's
+/// measure: a program printing 20,000 short lines).
+const CONSOLE_WRITES: u64 = 20_000;
+
+/// apps/bench/console.c start to exit, stdout in a file: native, spt and
+/// hvt alternating, `repeat` runs each (ms); hvt is skipped with the reason
+/// when /dev/kvm is not usable.
+fn console_writes(home: &Path, dir: &Path, shoal: &Path, repeat: usize) -> Result<Vec<(&'static str, Result<Vec<f64>, String>)>> {
+    let (image, native) = build_pair(&home.join("apps/bench/console.c"), dir, &["-O2"])?;
+    let out = dir.join("console.out");
+    let hvt = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").map(|_| ()).map_err(|e| format!("/dev/kvm is not usable: {e}"));
+    let n = CONSOLE_WRITES.to_string();
+    let mut rows: Vec<(&'static str, Result<Vec<f64>, String>)> = vec![("native", Ok(Vec::new())), ("spt", Ok(Vec::new())), ("hvt", hvt.map(|_| Vec::new()))];
+    for _ in 0..repeat {
+        for (name, r) in rows.iter_mut() {
+            let Ok(xs) = r else { continue };
+            let mut cmd = if *name == "native" {
+                Command::new(&native)
+            } else {
+                let mut c = Command::new(shoal);
+                c.args(["run", "--tender", name]).arg(&image).arg("--");
+                c
+            };
+            cmd.arg(&n).stdout(std::fs::File::create(&out)?).stderr(Stdio::piped());
+            let t0 = std::time::Instant::now();
+            let o = cmd.output().with_context(|| format!("cannot start the console benchmark on {name}"))?;
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            let len = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+            if !o.status.success() || len != 2 * CONSOLE_WRITES {
+                bail!("the console benchmark failed on {name} ({}, {len} bytes written): {}", o.status, String::from_utf8_lossy(&o.stderr).trim());
+            }
+            xs.push(ms);
+        }
+    }
+    Ok(rows)
 }
 
 #[cfg(test)]

@@ -16,8 +16,8 @@
 
 use crate::x86;
 use shoal_abi::{
-    ConsoleReadArgs, ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, PollArgs, ProtectArgs, CONSOLE_STDERR,
-    CONSOLE_STDOUT, HYPERCALL_PORT_BASE,
+    ConsoleBufferArgs, ConsoleBufferHeader, ConsoleReadArgs, ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, PollArgs,
+    ProtectArgs, CONSOLE_BUFFER_MAX, CONSOLE_STDERR, CONSOLE_STDOUT, HYPERCALL_PORT_BASE,
 };
 use shoal_loader::{GuestAddr, GuestMemory, MemError};
 use std::io::Write;
@@ -195,9 +195,55 @@ pub fn decode(port: u16, data: &[u8]) -> Result<(Hypercall, GuestAddr), Refusal>
     Ok((call, GuestAddr(u64::from(u32::from_le_bytes(bytes)))))
 }
 
+/// The guest's console buffer, as registered with
+/// [`Hypercall::ConsoleBuffer`]: where its [`ConsoleBufferHeader`] is and
+/// how many bytes may follow it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConsoleBuffer {
+    /// Guest address of the header.
+    pub addr: u64,
+    /// Room after the header.
+    pub cap: u64,
+}
+
+const HEADER_LEN: u64 = core::mem::size_of::<ConsoleBufferHeader>() as u64;
+
+impl ConsoleBuffer {
+    /// Checks a registration: at most [`CONSOLE_BUFFER_MAX`] bytes, header
+    /// and room in writable guest memory (the guest writes it; the VMM
+    /// only ever reads it). The result is the hypercall's.
+    fn register(g: &Guest<'_>, a: &ConsoleBufferArgs) -> Result<ConsoleBuffer, i64> {
+        if a.cap == 0 || a.cap > CONSOLE_BUFFER_MAX {
+            return Err(EINVAL);
+        }
+        if !g.read_only.writable(g.mem, a.addr, HEADER_LEN + a.cap) {
+            return Err(EFAULT);
+        }
+        Ok(ConsoleBuffer { addr: a.addr, cap: a.cap })
+    }
+
+    /// Writes what the guest left in its buffer when it ended without
+    /// flushing it (a CPU exception, a refused hypercall), before the
+    /// VMM's own message. The header is the guest's: a stream that is not
+    /// stdout or stderr, or a length beyond the registered room, means
+    /// nothing is written.
+    pub fn drain(&self, mem: &GuestMemory, console: &mut Console<'_>) {
+        let Ok(h) = mem.read_obj::<ConsoleBufferHeader>(GuestAddr(self.addr)) else { return };
+        let len = u64::from(h.len);
+        if len == 0 || len > self.cap {
+            return;
+        }
+        let a = ConsoleWriteArgs { stream: u64::from(h.stream), buf: self.addr + HEADER_LEN, len, ret: 0 };
+        let mut wrote = false;
+        console_write(mem, &a, console, &mut wrote);
+    }
+}
+
 /// Handles hypercall `call` with its argument structure at `arg` (from
 /// [`decode`]). `origin` tells where the vCPU was; it is asked only for the
-/// fault port (it costs KVM calls). `net` holds the instance's sockets.
+/// fault port (it costs KVM calls). `net` holds the instance's sockets;
+/// `buffer` the guest's registered console buffer.
+#[allow(clippy::too_many_arguments)]
 pub fn handle(
     call: Hypercall,
     arg: GuestAddr,
@@ -206,8 +252,23 @@ pub fn handle(
     origin: &mut dyn FnMut() -> Result<Origin, String>,
     console: &mut Console<'_>,
     wrote: &mut bool,
+    buffer: &mut Option<ConsoleBuffer>,
 ) -> Action {
     match call {
+        Hypercall::ConsoleBuffer => {
+            let mut a: ConsoleBufferArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            a.ret = match ConsoleBuffer::register(g, &a) {
+                Ok(b) => {
+                    *buffer = Some(b);
+                    0
+                }
+                Err(e) => e,
+            };
+            put(g, call, arg, &a)
+        }
         Hypercall::ConsoleWrite => {
             let mut a: ConsoleWriteArgs = match args(g, call, arg, true) {
                 Ok(a) => a,

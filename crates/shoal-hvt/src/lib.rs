@@ -463,6 +463,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         Ok(r)
     };
     let guest = hypercall::Guest { mem: &mem, private: &vm.memory, read_only: &p.read_only, protect: Some(&apply) };
+    let mut buffer = None;
     let outcome = loop {
         let exit = match vm.vcpu.run() {
             Ok(e) => e,
@@ -493,7 +494,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
                 if let Some(n) = timings.hypercalls.get_mut(call as usize) {
                     *n += 1;
                 }
-                let a = hypercall::handle(call, arg, &guest, &mut p.net, &mut || vcpu_origin(&vm.vcpu), console, &mut wrote);
+                let a = hypercall::handle(call, arg, &guest, &mut p.net, &mut || vcpu_origin(&vm.vcpu), console, &mut wrote, &mut buffer);
                 if changed.take() {
                     if let Err(e) = vm.forget_translations() {
                         break Outcome::Stopped(e.to_string());
@@ -520,6 +521,11 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
             Action::Stopped(s) => break Outcome::Stopped(s),
         }
     };
+    // Output the guest buffered and could not flush comes before the
+    // VMM's message about how it ended (a halting kernel has flushed).
+    if let Some(b) = buffer {
+        b.drain(&mem, console);
+    }
     timings.exit = t0.elapsed();
     timings.net = p.net.stats;
     Ok((outcome, timings))

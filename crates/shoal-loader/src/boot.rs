@@ -92,21 +92,26 @@ pub struct BootParams {
     pub listeners: [shoal_abi::Listener; shoal_abi::MAX_LISTENERS],
     /// How many of `listeners` are used.
     pub listener_count: u64,
-    /// Console flags (`shoal_abi::CONSOLE_STDIN_TTY`).
+    /// Console flags (`shoal_abi::CONSOLE_STDIN_TTY`, `CONSOLE_STDOUT_TTY`).
     pub console_flags: u64,
 }
 
-/// What the guest is told about the tender's standard input: whether it
-/// is a terminal (so the guest's `isatty(0)` answers as the program would
-/// natively).
-fn stdin_flags() -> u64 {
-    // SAFETY: isatty only inspects descriptor 0, which may be closed
+/// What the guest is told about the tender's standard input and output:
+/// whether each is a terminal (so the guest's `isatty(0)` answers as the
+/// program would natively, and a guest that buffers its output flushes it
+/// line by line on a terminal).
+fn console_flags() -> u64 {
+    // SAFETY: isatty only inspects the descriptor, which may be closed
     // (then it answers 0).
-    if unsafe { libc::isatty(0) } == 1 {
-        shoal_abi::CONSOLE_STDIN_TTY
-    } else {
-        0
+    let tty = |fd| unsafe { libc::isatty(fd) } == 1;
+    let mut f = 0;
+    if tty(0) {
+        f |= shoal_abi::CONSOLE_STDIN_TTY;
     }
+    if tty(1) {
+        f |= shoal_abi::CONSOLE_STDOUT_TTY;
+    }
+    f
 }
 
 impl BootParams {
@@ -133,7 +138,7 @@ impl BootParams {
             net_flags: 0,
             listeners: [shoal_abi::Listener::default(); shoal_abi::MAX_LISTENERS],
             listener_count: 0,
-            console_flags: stdin_flags(),
+            console_flags: console_flags(),
         })
     }
 }

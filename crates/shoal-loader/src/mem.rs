@@ -75,6 +75,10 @@ unsafe impl Pod for shoal_abi::NetPollArgs {}
 unsafe impl Pod for shoal_abi::ConsoleReadArgs {}
 // SAFETY: as above (four 8-byte fields).
 unsafe impl Pod for shoal_abi::ProtectArgs {}
+// SAFETY: as above (three 8-byte fields).
+unsafe impl Pod for shoal_abi::ConsoleBufferArgs {}
+// SAFETY: as above (two u32 fields).
+unsafe impl Pod for shoal_abi::ConsoleBufferHeader {}
 // SAFETY: i32, i16, i16: 8 bytes, no padding.
 unsafe impl Pod for shoal_abi::NetPollFd {}
 // SAFETY: a plain integer.

@@ -1,7 +1,19 @@
 //! The console: stdout and stderr of the instance go to the tender; its
 //! standard input comes from the tender's (module docs of [`Stdin`]).
+//!
+//! On hvt every console write is a VM exit (about 28 µs here, DESIGN §1),
+//! so stdout is collected in a buffer ([`OutBuf`], registered with the VMM
+//! by [`init_buffer`]) and written with one exit when it fills, at every
+//! newline when stdout is a terminal, before stderr is written, and before
+//! any other hypercall — so before the guest blocks, reads its input, sends
+//! on a socket or halts, and output keeps its order with everything else
+//! the instance does outside. If the guest ends without flushing (a CPU
+//! exception, a refused hypercall), the VMM writes what is left before its
+//! message. stderr is never held back. spt needs none of this: its console
+//! write is a function call and one host `write`.
 
-use shoal_abi::{CONSOLE_STDERR, CONSOLE_STDOUT};
+use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use shoal_abi::{ConsoleBufferHeader, CONSOLE_STDERR, CONSOLE_STDOUT};
 
 /// Writes all of `bytes` to the instance's stdout.
 pub fn stdout(bytes: &[u8]) -> i64 {
@@ -13,13 +25,150 @@ pub fn stderr(bytes: &[u8]) -> i64 {
     write(CONSOLE_STDERR, bytes)
 }
 
+/// Room of the stdout buffer: 32 KiB, so that a program printing many short
+/// lines into a file or pipe makes one exit per 32 KiB.
+pub const OUT_CAP: usize = 32 * 1024;
+
+/// Pending stdout bytes, laid out as the VMM reads them
+/// ([`shoal_abi::ConsoleBufferHeader`] then the bytes).
+#[repr(C)]
+pub struct OutBuf {
+    head: ConsoleBufferHeader,
+    data: [u8; OUT_CAP],
+}
+
+impl OutBuf {
+    /// An empty buffer.
+    pub const fn new() -> OutBuf {
+        OutBuf { head: ConsoleBufferHeader { stream: CONSOLE_STDOUT as u32, len: 0 }, data: [0; OUT_CAP] }
+    }
+
+    /// The pending bytes.
+    pub fn pending(&self) -> &[u8] {
+        &self.data[..self.head.len as usize]
+    }
+
+    /// Adds `bytes` for stdout, writing through `sink` what must go out now
+    /// (the pending bytes when they would overflow, `bytes` themselves when
+    /// they alone would, everything up to a newline on a terminal). Returns
+    /// `bytes.len()`, or the first error `sink` reports.
+    pub fn add(&mut self, bytes: &[u8], line_buffered: bool, sink: &mut dyn FnMut(&[u8]) -> i64) -> i64 {
+        if self.head.len as usize + bytes.len() > OUT_CAP {
+            let r = self.flush(sink);
+            if r < 0 {
+                return r;
+            }
+        }
+        if bytes.len() > OUT_CAP {
+            return sink(bytes);
+        }
+        let at = self.head.len as usize;
+        self.data[at..at + bytes.len()].copy_from_slice(bytes);
+        self.head.len += bytes.len() as u32;
+        if line_buffered && bytes.contains(&b'\n') {
+            let r = self.flush(sink);
+            if r < 0 {
+                return r;
+            }
+        }
+        bytes.len() as i64
+    }
+
+    /// Writes the pending bytes through `sink` and empties the buffer
+    /// (also when `sink` fails: the bytes are then lost, as a failed write's
+    /// are). Returns 0 or `sink`'s error.
+    pub fn flush(&mut self, sink: &mut dyn FnMut(&[u8]) -> i64) -> i64 {
+        if self.head.len == 0 {
+            return 0;
+        }
+        let r = sink(self.pending());
+        self.head.len = 0;
+        if r < 0 {
+            r
+        } else {
+            0
+        }
+    }
+}
+
+impl Default for OutBuf {
+    fn default() -> Self {
+        OutBuf::new()
+    }
+}
+
+static OUT: crate::Global<OutBuf> = crate::Global::new(OutBuf::new());
+/// Whether stdout is buffered (hvt, after the VMM accepted the buffer).
+static BUFFERED: AtomicBool = AtomicBool::new(false);
+/// Whether stdout is a terminal (then the buffer is flushed at newlines).
+static LINE_BUFFERED: AtomicBool = AtomicBool::new(false);
+/// Whether a flush has bytes to write (checked before every hypercall).
+static PENDING: AtomicBool = AtomicBool::new(false);
+/// An error a flush met, reported by the next stdout write (as a failed
+/// write reports its own error, one write later).
+static FLUSH_ERROR: AtomicI64 = AtomicI64::new(0);
+
+/// hvt: registers the stdout buffer with the VMM (at boot); stdout is
+/// buffered from then on if the VMM accepts it.
 #[cfg(not(test))]
+pub fn init_buffer() {
+    let addr = OUT.with(|b| core::ptr::addr_of!(*b) as u64);
+    if crate::hypercall::console_buffer(addr, OUT_CAP as u64) == 0 {
+        let tty = crate::boot::info().console_flags & shoal_abi::CONSOLE_STDOUT_TTY != 0;
+        LINE_BUFFERED.store(tty, Ordering::Relaxed);
+        BUFFERED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Writes out the buffered stdout bytes, if any (before every hypercall
+/// other than a console write, and before stderr).
+pub fn flush() {
+    if !PENDING.load(Ordering::Relaxed) {
+        return;
+    }
+    // In use further up the stack (a kernel panic while adding): leave it;
+    // the VMM writes what is left when the guest ends.
+    let r = OUT.try_with(|b| b.flush(&mut |bytes| host_write(CONSOLE_STDOUT, bytes)));
+    if let Some(r) = r {
+        PENDING.store(false, Ordering::Relaxed);
+        if r < 0 {
+            FLUSH_ERROR.store(r, Ordering::Relaxed);
+        }
+    }
+}
+
 fn write(stream: u64, bytes: &[u8]) -> i64 {
+    if !BUFFERED.load(Ordering::Relaxed) {
+        return host_write(stream, bytes);
+    }
+    if stream != CONSOLE_STDOUT {
+        flush();
+        return host_write(stream, bytes);
+    }
+    let err = FLUSH_ERROR.swap(0, Ordering::Relaxed);
+    if err < 0 {
+        return err;
+    }
+    let tty = LINE_BUFFERED.load(Ordering::Relaxed);
+    match OUT.try_with(|b| {
+        let r = b.add(bytes, tty, &mut |out| host_write(CONSOLE_STDOUT, out));
+        (r, b.head.len != 0)
+    }) {
+        Some((r, pending)) => {
+            PENDING.store(pending, Ordering::Relaxed);
+            r
+        }
+        None => host_write(stream, bytes),
+    }
+}
+
+#[cfg(not(test))]
+fn host_write(stream: u64, bytes: &[u8]) -> i64 {
     crate::hypercall::console_write(stream, bytes)
 }
 
 #[cfg(test)]
-fn write(stream: u64, bytes: &[u8]) -> i64 {
+fn host_write(stream: u64, bytes: &[u8]) -> i64 {
     use std::io::Write;
     let _ = if stream == CONSOLE_STDOUT {
         std::io::stdout().write_all(bytes)
@@ -173,8 +322,59 @@ fn poll_host(_fds: &mut [shoal_abi::NetPollFd]) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::Stdin;
+    use super::{OutBuf, Stdin, OUT_CAP};
     use crate::Errno;
+
+    /// A sink that records each write.
+    fn recorder(log: &mut std::vec::Vec<std::vec::Vec<u8>>) -> impl FnMut(&[u8]) -> i64 + '_ {
+        move |b| {
+            log.push(b.to_vec());
+            b.len() as i64
+        }
+    }
+
+    #[test]
+    fn stdout_is_written_when_the_buffer_fills_not_before() {
+        let mut b = OutBuf::new();
+        let mut log = std::vec::Vec::new();
+        for _ in 0..OUT_CAP / 2 {
+            assert_eq!(b.add(b"x\n", false, &mut recorder(&mut log)), 2);
+        }
+        assert!(log.is_empty(), "nothing goes out before the buffer is full");
+        assert_eq!(b.add(b"y\n", false, &mut recorder(&mut log)), 2);
+        assert_eq!(log.len(), 1, "one write for the full buffer");
+        assert_eq!(log[0].len(), OUT_CAP);
+        assert_eq!(b.pending(), b"y\n");
+        assert_eq!(b.flush(&mut recorder(&mut log)), 0);
+        assert_eq!(log[1], b"y\n");
+        assert_eq!(b.pending(), b"");
+        assert_eq!(b.flush(&mut recorder(&mut log)), 0);
+        assert_eq!(log.len(), 2, "an empty buffer writes nothing");
+    }
+
+    #[test]
+    fn a_terminal_gets_every_line_and_big_writes_go_straight_out() {
+        let mut b = OutBuf::new();
+        let mut log = std::vec::Vec::new();
+        b.add(b"partial ", true, &mut recorder(&mut log));
+        assert!(log.is_empty(), "no newline yet");
+        b.add(b"line\nmore", true, &mut recorder(&mut log));
+        assert_eq!(log, [b"partial line\nmore".to_vec()]);
+        let big = std::vec![7u8; OUT_CAP + 1];
+        let mut b = OutBuf::new();
+        let mut log = std::vec::Vec::new();
+        b.add(b"first", false, &mut recorder(&mut log));
+        assert_eq!(b.add(&big, false, &mut recorder(&mut log)), big.len() as i64);
+        assert_eq!(log, [b"first".to_vec(), big], "pending bytes first, in order");
+    }
+
+    #[test]
+    fn a_failed_flush_reports_its_error_and_empties_the_buffer() {
+        let mut b = OutBuf::new();
+        b.add(b"lost", false, &mut |_| -32);
+        assert_eq!(b.flush(&mut |_| -32), -32);
+        assert_eq!(b.pending(), b"");
+    }
 
     #[test]
     fn stdin_waits_only_while_wanted_and_not_known_ready() {

@@ -7,7 +7,7 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use shoal_abi::{
-    ConsoleReadArgs, ConsoleWriteArgs, HaltArgs, Hypercall, NetArgs, NetOp, NetPollArgs, NetPollFd, PollArgs, ProtectArgs,
+    ConsoleBufferArgs, ConsoleReadArgs, ConsoleWriteArgs, HaltArgs, Hypercall, NetArgs, NetOp, NetPollArgs, NetPollFd, PollArgs, ProtectArgs,
 };
 #[cfg(not(test))]
 use shoal_abi::HYPERCALL_PORT_BASE;
@@ -21,6 +21,11 @@ pub(crate) fn set_entry(entry: u64) {
 /// Performs hypercall `call` with the argument structure at `arg`.
 #[cfg(not(test))]
 fn raw<T>(call: Hypercall, arg: &mut T) {
+    // Buffered stdout goes out before anything else the instance does
+    // outside (crate::console).
+    if !matches!(call, Hypercall::ConsoleWrite | Hypercall::ConsoleBuffer) {
+        crate::console::flush();
+    }
     let entry = ENTRY.load(Ordering::Relaxed);
     let addr = arg as *mut T as u64;
     if entry != 0 {
@@ -54,6 +59,15 @@ fn raw<T>(call: Hypercall, _arg: &mut T) {
 pub fn console_write(stream: u64, bytes: &[u8]) -> i64 {
     let mut a = ConsoleWriteArgs { stream, buf: bytes.as_ptr() as u64, len: bytes.len() as u64, ret: 0 };
     raw(Hypercall::ConsoleWrite, &mut a);
+    a.ret
+}
+
+/// Registers the console buffer at `addr` (a `ConsoleBufferHeader` and
+/// `cap` bytes) with the tender; 0 if it will drain it when the guest ends
+/// unflushed, a negative errno if the guest must not buffer.
+pub fn console_buffer(addr: u64, cap: u64) -> i64 {
+    let mut a = ConsoleBufferArgs { addr, cap, ret: 0 };
+    raw(Hypercall::ConsoleBuffer, &mut a);
     a.ret
 }
 

@@ -1,0 +1,98 @@
+//! Console output on both tenders against the native program
+//! (apps/tests/console_order.c): hvt buffers stdout in the guest to save
+//! VM exits (kernel `plat::console`), and none of that may show — the bytes,
+//! their order against stderr and against the program's waiting, and what
+//! a crashing program printed last are those of Linux. How much faster it
+//! is lives in a bench, never here.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn images(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let src = home().join("apps/tests/console_order.c");
+    (build_image(&src, dir, &[]), build_native(&src, dir, &[]))
+}
+
+/// 20,000 short writes into a file (where nothing flushes at newlines):
+/// every line there, in order, as natively.
+#[test]
+fn many_short_writes_arrive_whole_and_in_order() {
+    let dir = scratch();
+    let (image, native) = images(dir.path());
+    let n = output(Command::new(&native).args(["lines", "20000"]));
+    assert!(n.status.success());
+    for tender in tenders() {
+        let file = dir.path().join(format!("out-{tender}"));
+        let s = output(shoal().args(["run", "--tender", tender]).arg(&image).args(["--", "lines", "20000"]).stdout(std::fs::File::create(&file).unwrap()));
+        assert_eq!(s.status.code(), Some(0), "{tender}: {}", stderr(&s));
+        assert!(std::fs::read(&file).unwrap() == n.stdout, "{tender}: the output differs from the native program's");
+    }
+}
+
+/// stdout and stderr into one file, then a crash: the lines keep the
+/// native order, and what was written to stdout just before the crash is
+/// there, before the tender's report.
+#[test]
+fn stdout_and_stderr_keep_their_order_through_a_crash() {
+    let dir = scratch();
+    let (image, _) = images(dir.path());
+    let expected = "one (stdout)\ntwo (stderr)\nthree (stdout)\n";
+    for tender in tenders() {
+        let file = dir.path().join(format!("both-{tender}"));
+        let f = std::fs::File::create(&file).unwrap();
+        let s = output(shoal().args(["run", "--tender", tender]).arg(&image).args(["--", "crash"]).stdout(f.try_clone().unwrap()).stderr(f));
+        assert_eq!(s.status.code(), Some(139), "{tender}");
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.starts_with(expected), "{tender}: {text:?}");
+        let report = &text[expected.len()..];
+        assert!(report.starts_with("shoal: ") && report.lines().count() == 1, "{tender}: one report after the output: {report:?}");
+    }
+}
+
+/// A program that prints and then waits for input has printed by the
+/// time it waits: the reader sees "ready" before it sends anything.
+#[test]
+fn output_comes_out_before_the_program_waits() {
+    let dir = scratch();
+    let (image, _) = images(dir.path());
+    for tender in tenders() {
+        let mut child = shoal()
+            .args(["run", "--tender", tender])
+            .arg(&image)
+            .args(["--", "wait"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // A bound on the wait: kill the instance if "ready" never comes.
+        let watchdog = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(20) {
+                std::thread::sleep(Duration::from_millis(50));
+                if std::fs::metadata(format!("/proc/{pid}")).is_err() {
+                    return;
+                }
+            }
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        });
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n", "{tender}: nothing came out before the program waited for input");
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"hello\n").unwrap();
+        drop(stdin);
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "got: hello\n", "{tender}");
+        assert!(child.wait().unwrap().success(), "{tender}");
+        watchdog.join().unwrap();
+    }
+}
