@@ -572,6 +572,57 @@ impl Gateway {
         )
     }
 
+    /// Writes the instance output of `names` (`GET /functions/NAME/logs`)
+    /// to `path`.
+    fn save_logs(&self, names: &[String], path: &Path) -> Result<()> {
+        let mut all = Vec::new();
+        for name in names {
+            all.extend(
+                self.call("GET", &format!("/functions/{name}/logs"), None)?
+                    .body,
+            );
+        }
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::write(path, all).with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// The running instances of any of `names`.
+    fn instances_of(&self, names: &[String]) -> Result<Vec<Inst>> {
+        let r = self.call("GET", "/instances", None)?;
+        let v: Value =
+            serde_json::from_slice(&r.body).context("GET /instances: the answer is not JSON")?;
+        let want: BTreeSet<&str> = names.iter().map(String::as_str).collect();
+        Ok(v.as_array()
+            .map(|a| a.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .filter(|i| i["function"].as_str().is_some_and(|f| want.contains(f)))
+            .filter_map(|i| {
+                Some(Inst {
+                    pid: i["pid"].as_u64()? as u32,
+                    addr: i["address"].as_str()?.parse().ok()?,
+                })
+            })
+            .collect())
+    }
+
+    /// Removes every function of `names` and waits until their instances'
+    /// processes are gone.
+    fn clear_many(&self, names: &[String]) -> Result<()> {
+        let kids = proc_children();
+        let pids: Vec<u32> = self
+            .instances_of(names)?
+            .iter()
+            .flat_map(|i| tree(&kids, i.pid))
+            .collect();
+        for name in names {
+            self.remove(name)?;
+        }
+        wait_gone(&pids)
+    }
+
     /// Every process of `name`'s running instances.
     fn pids(&self, name: &str) -> Result<Vec<u32>> {
         let kids = proc_children();
@@ -890,24 +941,42 @@ fn md_table(header: &[String], rows: &[Vec<String>]) -> String {
     s
 }
 
-/// Starts `n` requests to `/fn/NAME/` at once (threads released by a
-/// barrier); per request, its completion time in s or why it failed, and
-/// the instance that answered.
-fn fire(gw: &Gateway, name: &str, n: usize) -> Vec<Result<(f64, u64), String>> {
-    let barrier = Arc::new(Barrier::new(n));
+/// Deploys `n` functions PREFIX-0 … PREFIX-(n-1) of the no-op on `backend`,
+/// none of them running: a first request to each is a cold start on a new
+/// instance, however quickly the others answer (one function with n
+/// instances would give a later request an instance that already answered).
+fn deploy_many(c: &Ctx, prefix: &str, backend: &str, n: usize) -> Result<Vec<String>> {
+    let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+    let settings = c.fns.settings(
+        "noop",
+        backend,
+        json!({"concurrency": 1, "max_instances": 1}),
+    );
+    for name in &names {
+        c.gw.deploy(name, &settings)?;
+    }
+    Ok(names)
+}
+
+/// Starts one request to each `/fn/NAME/` of `names` at once (threads
+/// released by a barrier); per request, its completion time in s or why it
+/// failed, and the instance that answered.
+fn fire(gw: &Gateway, names: &[String]) -> Vec<Result<(f64, u64), String>> {
+    let barrier = Arc::new(Barrier::new(names.len()));
     let addr = gw.addr;
-    let path = format!("/fn/{name}/");
-    let handles: Vec<_> = (0..n)
-        .map(|_| {
-            let (b, p) = (barrier.clone(), path.clone());
+    let handles: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let (b, p) = (barrier.clone(), format!("/fn/{name}/"));
             std::thread::spawn(move || {
                 b.wait();
                 let t0 = Instant::now();
-                let r = http(addr, "GET", &p, None, false, REQUEST_TIMEOUT)
+                let r = http(addr, "GET", &p, None, true, REQUEST_TIMEOUT)
                     .map_err(|e| e.to_string())?;
                 let dt = t0.elapsed().as_secs_f64();
                 if r.status != 200 || !r.cold() {
-                    return Err(format!("status {} (cold start: {})", r.status, r.cold()));
+                    let (st, cold, body) = (r.status, r.cold(), r.text());
+                    return Err(format!("status {st} (cold start: {cold}): {body}"));
                 }
                 Ok((
                     dt,
@@ -1112,7 +1181,8 @@ fn cold_start(c: &Ctx) -> Result<Outcome> {
     })
 }
 
-/// Fig. 4: N concurrent first requests, each on a new instance.
+/// Fig. 4: N concurrent first requests, each on a new instance (of its
+/// own function: see [`deploy_many`]).
 fn burst(c: &Ctx) -> Result<Outcome> {
     let mut csv = Vec::new();
     let mut failures = Vec::new();
@@ -1122,15 +1192,8 @@ fn burst(c: &Ctx) -> Result<Outcome> {
         for &b in &c.backends {
             let name = format!("burst-{b}");
             say(&format!("burst: {n} concurrent cold starts on {b}"));
-            c.gw.deploy_cold(
-                &name,
-                &c.fns.settings(
-                    "noop",
-                    b,
-                    json!({"concurrency": 1, "max_instances": n, "queue": n}),
-                ),
-            )?;
-            let got = fire(c.gw, &name, n);
+            let names = deploy_many(c, &name, b, n)?;
+            let got = fire(c.gw, &names);
             let mut ids = BTreeSet::new();
             let mut errs = 0;
             for (i, r) in got.iter().enumerate() {
@@ -1168,7 +1231,20 @@ fn burst(c: &Ctx) -> Result<Outcome> {
                     ),
                 );
             }
-            c.gw.clear(&name)?;
+            if errs > 0 {
+                let logs = c.o.out.join(format!("logs/burst-{n}-{b}.ndjson"));
+                match c.gw.save_logs(&names, &logs) {
+                    Ok(()) => note_failure(
+                        &mut failures,
+                        format!(
+                            "burst {n} on {b}: the instances' output is in {}",
+                            logs.display()
+                        ),
+                    ),
+                    Err(e) => say(&format!("warning: {e:#}")),
+                }
+            }
+            c.gw.clear_many(&names)?;
         }
     }
     let csv_path = c.o.out.join("burst.csv");
@@ -1218,6 +1294,7 @@ fn burst(c: &Ctx) -> Result<Outcome> {
             })
             .collect();
     let mut table = md_table(&header, &rows);
+    table.push_str("\nN copies of the no-op deployed as N functions with one instance each, one first request to each at once (so every request is a cold start on its own instance); mean and max completion time of the N requests, one batch per size.\n");
     table.push_str("\nPaper (Fig. 4, Go no-op, 100 at once): OSv 0.63 s, Nanos 0.70 s, Linux microVM 4.3 s, runc 6.5 s, gVisor 7.5 s (Node.js: 3.6 / 6.4 / 16.7 s).\n");
     let big = c.o.bursts.iter().copied().max().unwrap_or(0);
     let mut results = serde_json::Map::new();
@@ -1476,19 +1553,11 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
     for &n in &c.o.instances {
         for &b in &c.backends {
             let name = format!("im-{b}");
-            c.gw.clear(&name)?;
             std::thread::sleep(Duration::from_secs(1));
             say(&format!("idle memory: {n} instances on {b}"));
             let base = mem_available_kib();
-            c.gw.deploy(
-                &name,
-                &c.fns.settings(
-                    "noop",
-                    b,
-                    json!({"concurrency": 1, "max_instances": n, "queue": n}),
-                ),
-            )?;
-            let got = fire(c.gw, &name, n);
+            let names = deploy_many(c, &name, b, n)?;
+            let got = fire(c.gw, &names);
             let errs = got.iter().filter(|r| r.is_err()).count();
             if errs > 0 {
                 let first = got
@@ -1503,7 +1572,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
                 );
             }
             std::thread::sleep(Duration::from_secs(2));
-            let insts = c.gw.instances(&name)?;
+            let insts = c.gw.instances_of(&names)?;
             let after = mem_available_kib();
             let kids = proc_children();
             let pss: u64 = insts
@@ -1518,7 +1587,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
                 res.insert((n, b), (delta, pss));
                 csv.push(format!("{n},{b},{k},{delta:.2},{pss:.2}"));
             }
-            c.gw.clear(&name)?;
+            c.gw.clear_many(&names)?;
         }
     }
     let csv_path = c.o.out.join("idle-memory.csv");
