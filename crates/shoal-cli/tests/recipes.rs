@@ -66,7 +66,7 @@ fn recipe_list_shows_every_recipe() {
     let o = output(shoal().args(["recipe", "list"]));
     assert!(o.status.success(), "{}", stderr(&o));
     let names: Vec<String> = stdout(&o).lines().filter_map(|l| l.split_whitespace().next().map(str::to_string)).collect();
-    assert_eq!(names, ["lua", "lua-fn", "matmul", "pcre2-grep", "redis", "sqlite-shell", "sqlite-speedtest1"]);
+    assert_eq!(names, ["lua", "lua-fn", "matmul", "nginx", "pcre2-grep", "redis", "sqlite-shell", "sqlite-speedtest1"]);
     assert!(stdout(&o).contains("sqlite3"), "the Debian source package is shown: {}", stdout(&o));
 }
 

@@ -1,8 +1,9 @@
 //! Servers from Debian source packages on shoal (issue "Nginx and Redis on
-//! shoal"): the `redis` recipe (recipes/redis.json) serving on 127.0.0.1
-//! through a published port, talked to by Debian's own `redis-benchmark`
-//! and `redis-cli` (package redis-tools, installed by scripts/setup), and
-//! compared with the native static musl `redis-server` built from the same
+//! shoal"): the `redis` and `nginx` recipes (recipes/*.json) serving on
+//! 127.0.0.1 through a published port, talked to by Debian's own
+//! `redis-benchmark` and `redis-cli` (package redis-tools), `wrk` (package
+//! wrk; scripts/setup installs both) and a raw keep-alive HTTP client, and
+//! compared with the native static musl programs built from the same
 //! sources. Each test runs on every tender `common::tenders()` finds (hvt
 //! when /dev/kvm is usable, with a visible skip otherwise). Request counts
 //! and waits are bounded; nothing here measures time.
@@ -38,23 +39,27 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Builds the `redis` recipe into `dir`: (image, native program).
-fn build_redis(dir: &Path) -> (PathBuf, PathBuf) {
-    let image = dir.join("redis.img");
-    let native = dir.join("redis.native");
+/// Builds recipe `name` into `dir`: (image, native program).
+fn build_recipe_into(name: &str, dir: &Path) -> (PathBuf, PathBuf) {
+    let image = dir.join(format!("{name}.img"));
+    let native = dir.join(format!("{name}.native"));
     let o = output(
         shoal()
-            .args(["recipe", "build", "redis", "-o"])
+            .args(["recipe", "build", name, "-o"])
             .arg(&image)
             .arg("--native")
             .arg(&native),
     );
     assert!(
         o.status.success(),
-        "shoal recipe build redis failed: {}",
+        "shoal recipe build {name} failed: {}",
         stderr(&o)
     );
     (image, native)
+}
+
+fn build_redis(dir: &Path) -> (PathBuf, PathBuf) {
+    build_recipe_into("redis", dir)
 }
 
 fn conf_dir() -> PathBuf {
@@ -282,5 +287,225 @@ fn redis_cli_script_output_is_identical_to_native() {
         let got = run_script(&r);
         assert_eq!(got, want, "{tender}: redis-cli output differs from native");
         r.shutdown();
+    }
+}
+
+/// A running nginx (native or on a tender) on a host port; its error log
+/// (stderr) in a file. Killed when dropped.
+struct Nginx {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    what: String,
+}
+
+/// The nginx recipe's root: `nginx.conf`, `html/`, `etc/passwd`.
+fn nginx_dir() -> PathBuf {
+    home().join("apps/recipes/nginx")
+}
+
+impl Nginx {
+    /// The native program, with a copy of the recipe's directory whose
+    /// `listen` names a free port (the guest's is always 8080).
+    fn native(native: &Path, scratch: &Path) -> Nginx {
+        let port = free_port();
+        let prefix = scratch.join("nginx-native");
+        std::fs::create_dir_all(prefix.join("html")).unwrap();
+        for f in ["index.html"] {
+            std::fs::copy(
+                nginx_dir().join("html").join(f),
+                prefix.join("html").join(f),
+            )
+            .unwrap();
+        }
+        let conf = std::fs::read_to_string(nginx_dir().join("nginx.conf")).unwrap();
+        assert!(conf.contains("listen 8080;"));
+        std::fs::write(
+            prefix.join("nginx.conf"),
+            conf.replace("listen 8080;", &format!("listen 127.0.0.1:{port};")),
+        )
+        .unwrap();
+        let mut cmd = Command::new(native);
+        cmd.arg("-p")
+            .arg(format!("{}/", prefix.display()))
+            .args(["-c", "nginx.conf", "-g"]);
+        cmd.arg(format!("pid {}/nginx.pid;", scratch.display()));
+        Nginx::start(cmd, port, scratch, "native")
+    }
+
+    fn shoal(tender: &str, image: &Path, scratch: &Path) -> Nginx {
+        let port = free_port();
+        let mut cmd = shoal_run(tender);
+        cmd.arg("--fs")
+            .arg(nginx_dir())
+            .args(["-p", &format!("{port}:8080")])
+            .arg(image);
+        cmd.args([
+            "--",
+            "-p",
+            "/",
+            "-c",
+            "nginx.conf",
+            "-g",
+            "pid /tmp/nginx.pid;",
+        ]);
+        Nginx::start(cmd, port, scratch, tender)
+    }
+
+    fn start(mut cmd: Command, port: u16, scratch: &Path, what: &str) -> Nginx {
+        let log = scratch.join(format!("nginx-{what}.log"));
+        let f = File::create(&log).unwrap();
+        cmd.stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f);
+        let mut n = Nginx {
+            child: cmd.spawn().unwrap(),
+            port,
+            log,
+            what: what.to_string(),
+        };
+        let t0 = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(st) = n.child.try_wait().unwrap() {
+                panic!(
+                    "{what}: nginx exited ({st}) before accepting; log:\n{}",
+                    n.log()
+                );
+            }
+            assert!(
+                t0.elapsed() < DEADLINE,
+                "{what}: nginx not accepting within {DEADLINE:?}; log:\n{}",
+                n.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        n
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `paths` as GET requests one after the other on ONE connection
+/// (keep-alive) and returns, per response, its status line, its
+/// `Connection` header and its body (read by `Content-Length`).
+fn keep_alive_gets(port: u16, paths: &[&str]) -> Vec<(String, String, Vec<u8>)> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    let mut out = Vec::new();
+    for p in paths {
+        write!(
+            w,
+            "GET {p} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: shoal-test\r\n\r\n"
+        )
+        .unwrap();
+        let mut status = String::new();
+        r.read_line(&mut status).unwrap();
+        let (mut len, mut conn) = (0usize, String::new());
+        loop {
+            let mut h = String::new();
+            r.read_line(&mut h).unwrap();
+            if h == "\r\n" || h.is_empty() {
+                break;
+            }
+            let lower = h.to_ascii_lowercase();
+            if let Some(v) = lower.strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap();
+            }
+            if let Some(v) = lower.strip_prefix("connection:") {
+                conn = v.trim().to_string();
+            }
+        }
+        let mut body = vec![0u8; len];
+        r.read_exact(&mut body).unwrap();
+        out.push((status.trim_end().to_string(), conn, body));
+    }
+    out
+}
+
+/// Item 1 and parity: a static file, its index, a 404 and the file again,
+/// all on one kept-alive connection; status lines, `Connection:
+/// keep-alive` and bodies identical to the native nginx from the same
+/// recipe, on every tender.
+#[test]
+fn nginx_serves_static_files_and_404_like_native_on_one_connection() {
+    let dir = scratch();
+    let (image, native) = build_recipe_into("nginx", dir.path());
+    let paths = ["/index.html", "/", "/no-such-file", "/index.html"];
+    let n = Nginx::native(&native, dir.path());
+    let want = keep_alive_gets(n.port, &paths);
+    drop(n);
+    assert_eq!(want[0].0, "HTTP/1.1 200 OK");
+    assert_eq!(want[2].0, "HTTP/1.1 404 Not Found");
+    assert!(want.iter().all(|r| r.1 == "keep-alive"), "native: {want:?}");
+    assert_eq!(
+        want[0].2,
+        std::fs::read(nginx_dir().join("html/index.html")).unwrap()
+    );
+    for tender in tenders() {
+        let s = Nginx::shoal(tender, &image, dir.path());
+        let got = keep_alive_gets(s.port, &paths);
+        assert_eq!(
+            got,
+            want,
+            "{tender}: responses differ from native; log:\n{}",
+            s.log()
+        );
+    }
+}
+
+/// Item 1: 200 concurrent keep-alive clients from wrk for 5 s: requests
+/// answered, no socket errors (connect, read, write, timeout) and no
+/// non-2xx answers, on every tender. wrk's own request timeout (2 s by
+/// default) would make this a timing assertion on a loaded machine (hvt's
+/// slowest answers took 1-2 s with other builds running), so it is 30 s:
+/// a timeout then means an answer that never came.
+#[test]
+fn nginx_handles_200_wrk_connections_without_socket_errors() {
+    need("wrk", "wrk");
+    let dir = scratch();
+    let (image, _) = build_recipe_into("nginx", dir.path());
+    for tender in tenders() {
+        let s = Nginx::shoal(tender, &image, dir.path());
+        let url = format!("http://127.0.0.1:{}/", s.port);
+        let o = output(
+            Command::new("wrk")
+                .args(["-c", "200", "-t", "2", "-d", "5s", "--timeout", "30s", &url])
+                .stdin(Stdio::null()),
+        );
+        let text = stdout(&o);
+        assert!(o.status.success(), "{tender}: wrk failed: {}", stderr(&o));
+        assert!(
+            !text.contains("Socket errors"),
+            "{tender}: wrk saw socket errors:\n{text}\nlog:\n{}",
+            s.log()
+        );
+        assert!(
+            !text.contains("Non-2xx"),
+            "{tender}: wrk saw error answers:\n{text}"
+        );
+        let requests: u64 = text
+            .lines()
+            .find_map(|l| {
+                l.trim()
+                    .split_once(" requests in ")
+                    .and_then(|(n, _)| n.parse().ok())
+            })
+            .unwrap_or_else(|| panic!("{tender}: no request count in wrk's output:\n{text}"));
+        assert!(
+            requests >= 200,
+            "{tender}: only {requests} requests answered:\n{text}"
+        );
     }
 }

@@ -195,7 +195,7 @@ fn run(cli: &Cli, log: &Log) -> anyhow::Result<()> {
             },
             &warn,
         )?,
-        Some(Cmd::Start { id }) => lifecycle::start(&root, id)?,
+        Some(Cmd::Start { id }) => lifecycle::start(&root, id, &warn)?,
         Some(Cmd::State { id }) => println!("{}", lifecycle::state(&root, id)?),
         Some(Cmd::Kill { all, id, signal }) => lifecycle::kill(&root, id, signal, *all)?,
         Some(Cmd::Delete { force, id }) => lifecycle::delete(&root, id, *force, &warn)?,

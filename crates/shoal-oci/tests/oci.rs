@@ -187,9 +187,10 @@ fn scratch() -> tempfile::TempDir {
     tempfile::Builder::new().prefix("shoal-oci-test-").tempdir().unwrap()
 }
 
-/// A hook that saves the state it is given on stdin to `file`.
-fn save_hook(file: &Path) -> serde_json::Value {
-    serde_json::json!({"path": "/bin/sh", "args": ["sh", "-c", format!("cat > {}", file.display())]})
+/// A hook that saves the state it is given on stdin to `file` and appends
+/// its name to `order`.
+fn save_hook(file: &Path, name: &str, order: &Path) -> serde_json::Value {
+    serde_json::json!({"path": "/bin/sh", "args": ["sh", "-c", format!("cat > {}; echo {name} >> {}", file.display(), order.display())]})
 }
 
 #[test]
@@ -203,7 +204,7 @@ fn lifecycle_create_start_state_kill_delete_with_hooks() {
     let b = bundle(d, &["wait"], |c| {
         let mut h = serde_json::Map::new();
         for k in hooks {
-            h.insert(k.into(), serde_json::json!([save_hook(&d.join(format!("{k}.json")))]));
+            h.insert(k.into(), serde_json::json!([save_hook(&d.join(format!("{k}.json")), k, &d.join("order"))]));
         }
         c["hooks"] = h.into();
         c["annotations"] = serde_json::json!({"org.example": "yes"});
@@ -222,7 +223,7 @@ fn lifecycle_create_start_state_kill_delete_with_hooks() {
         let h: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join(format!("{k}.json"))).unwrap()).unwrap();
         assert_eq!(
             (h["id"].as_str(), h["status"].as_str(), h["pid"].as_i64()),
-            (Some("c1"), Some("creating"), Some(pid as i64)),
+            (Some("c1"), Some("created"), Some(pid as i64)),
             "{k}"
         );
     }
@@ -250,6 +251,11 @@ fn lifecycle_create_start_state_kill_delete_with_hooks() {
     assert!(oci.entries().is_empty(), "state left behind: {:?}", oci.entries());
     let h: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("poststop.json")).unwrap()).unwrap();
     assert_eq!(h["status"], "stopped");
+    assert_eq!(
+        std::fs::read_to_string(d.join("order")).unwrap().split_whitespace().collect::<Vec<_>>(),
+        hooks,
+        "hooks ran out of order"
+    );
 }
 
 #[test]
@@ -292,8 +298,8 @@ fn exit_status_output_env_and_args_pass_through() {
 }
 
 #[test]
-fn delete_force_kills_and_delete_of_created_needs_no_force() {
-    if !root_or_skip("delete_force_kills_and_delete_of_created_needs_no_force") {
+fn delete_force_kills_and_delete_of_created_needs_force() {
+    if !root_or_skip("delete_force_kills_and_delete_of_created_needs_force") {
         return;
     }
     let t = scratch();
@@ -305,9 +311,12 @@ fn delete_force_kills_and_delete_of_created_needs_no_force() {
     oci.ok(&["delete", "--force", "f1"]);
     assert_eq!(wait_child(pid), Err(libc::SIGKILL));
     oci.fails(&["state", "f1"], "container does not exist");
-    // A created container (waiting for start) is deleted as runc does it.
+    // A created container (waiting for start) is not stopped either: the
+    // spec wants --force.
     let pid = oci.create("f2", &b);
-    oci.ok(&["delete", "f2"]);
+    oci.fails(&["delete", "f2"], "cannot delete container f2 that is not stopped: created");
+    assert_eq!(oci.state("f2")["status"], "created");
+    oci.ok(&["delete", "--force", "f2"]);
     assert_eq!(wait_child(pid), Err(libc::SIGKILL));
     assert!(!oci.log("f2").contains("ready"));
     // kill --all of a running container.
@@ -385,7 +394,7 @@ fn bad_input_gives_runc_errors_and_leaves_no_state() {
     let pid = oci.create("dup", &b);
     oci.fails(&["create", "--bundle", b.to_str().unwrap(), "dup"], "container with given ID already exists");
     assert_eq!(oci.state("dup")["status"], "created");
-    oci.ok(&["delete", "dup"]);
+    oci.ok(&["delete", "--force", "dup"]);
     assert_eq!(wait_child(pid), Err(libc::SIGKILL));
     assert!(oci.entries().is_empty(), "{:?}", oci.entries());
 }

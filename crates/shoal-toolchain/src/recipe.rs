@@ -869,7 +869,7 @@ mod tests {
         let paths = Paths { home: home.clone(), cache: std::env::temp_dir() };
         let all = list(&paths).unwrap();
         let names: Vec<&str> = all.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(names, ["lua", "lua-fn", "matmul", "pcre2-grep", "redis", "sqlite-shell", "sqlite-speedtest1"]);
+        assert_eq!(names, ["lua", "lua-fn", "matmul", "nginx", "pcre2-grep", "redis", "sqlite-shell", "sqlite-speedtest1"]);
         let lua = load(&paths, "lua").unwrap();
         let inv = invocation(&paths, &lua, Side::Shoal, false, Path::new("/x"));
         assert_eq!(inv.args[0], "/sort.lua");
