@@ -351,6 +351,21 @@ fn bad_input_gives_runc_errors_and_leaves_no_state() {
     oci.fails(&["kill", "nope", "KILL"], "container does not exist");
     oci.ok(&["delete", "--force", "nope"]);
     assert!(oci.entries().is_empty(), "{:?}", oci.entries());
+    // With --log and --log-format json the error is also a JSON line there
+    // (containerd's shim reads it).
+    let log = d.join("log.json");
+    oci.fails(
+        &["--log", log.to_str().unwrap(), "--log-format", "json", "state", "nope"],
+        "container does not exist",
+    );
+    let line: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&log).unwrap().lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (line["level"].as_str(), line["msg"].as_str()),
+        (Some("error"), Some("container does not exist"))
+    );
+    let features: serde_json::Value = serde_json::from_str(&oci.ok(&["features"])).unwrap();
+    assert_eq!(features["hooks"].as_array().map(Vec::len), Some(6));
+    assert!(oci.ok(&["--version"]).starts_with("shoal-oci version "));
 
     type Edit = Box<dyn Fn(&mut serde_json::Value)>;
     let refused: [(&str, Edit); 5] = [
