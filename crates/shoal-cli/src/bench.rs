@@ -8,6 +8,8 @@
 mod apps;
 #[path = "bench_boot.rs"]
 mod boot;
+#[path = "bench_density.rs"]
+mod density;
 #[path = "bench_echo.rs"]
 mod echo;
 #[path = "bench_faas.rs"]
@@ -44,6 +46,21 @@ pub enum Bench {
         /// Runs of each system (median and p95).
         #[arg(long, default_value_t = 20)]
         runs: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Host memory per idle instance: N warm instances of apps/functions/noop on spt and hvt (copy and pool) beside N native processes (issue 18).
+    Density {
+        /// Instances per configuration.
+        #[arg(long, default_value_t = 100)]
+        count: usize,
+        /// Guest memory of each instance.
+        #[arg(long, default_value = "32M")]
+        mem: String,
+        /// Only these configurations (process, spt+copy, spt+pool, hvt+copy, hvt+pool).
+        #[arg(long = "only", value_name = "CONFIG")]
+        only: Vec<String>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -215,6 +232,7 @@ pub fn run(which: Bench) -> Result<()> {
     match which {
         Bench::Apps { repeat, only, mem_modes, json } => apps::apps(repeat, only, mem_modes, json),
         Bench::Boot { runs, json } => boot::boot(runs, json),
+        Bench::Density { count, mem, only, json } => density::density(density::DensityOpts { count, mem, only, json }),
         Bench::Echo { round_trips, repeat, size, json } => echo::echo(echo::EchoOpts { round_trips, repeat, size, json }),
         Bench::Memory { interval, settle, tender, mem, supervised, only, out, workload, json } => {
             let out = absolute_dir("--out", out)?;

@@ -237,7 +237,7 @@ const CLK_TCK: f64 = 100.0;
 
 // ---------------------------------------------------------------- sampling
 
-fn meminfo_used_kib() -> u64 {
+pub(super) fn meminfo_used_kib() -> u64 {
     let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let get = |k: &str| -> u64 {
         text.lines()
@@ -250,7 +250,7 @@ fn meminfo_used_kib() -> u64 {
 }
 
 /// A process and its descendants.
-fn tree(pid: u32) -> Vec<u32> {
+pub(super) fn tree(pid: u32) -> Vec<u32> {
     let mut out = vec![pid];
     let mut i = 0;
     while i < out.len() {
@@ -268,7 +268,7 @@ fn tree(pid: u32) -> Vec<u32> {
 }
 
 /// (total PSS, PSS of mappings of files under `pool_dir`), in KiB.
-fn pss_kib(pid: u32, pool_dir: Option<&str>) -> (u64, u64) {
+pub(super) fn pss_kib(pid: u32, pool_dir: Option<&str>) -> (u64, u64) {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else { return (0, 0) };
     let (mut total, mut pool) = (0, 0);
     let mut in_pool = false;

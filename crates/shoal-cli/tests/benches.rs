@@ -134,6 +134,32 @@ fn bench_syscall_from_any_directory() {
         positive(&v, &format!("/results/{op}/native_ns/mean"));
         positive(&v, &format!("/results/{op}/spt_ns/mean"));
     }
+    for system in ["native", "spt"] {
+        positive(&v, &format!("/console_20000_writes/{system}/mean_ms"));
+    }
+    let hvt = &v["console_20000_writes"]["hvt"];
+    assert!(hvt["mean_ms"].as_f64().is_some_and(|x| x > 0.0) || hvt["skipped"].is_string(), "hvt neither measured nor skipped: {v:#}");
+}
+
+/// The quickest density run: two instances of each configuration, PSS
+/// measured for every one that ran (hvt skipped with its reason only
+/// without /dev/kvm); a bad --only is one line and non-zero.
+#[test]
+fn bench_density_from_any_directory() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("density", &bench(tmp.path(), &["density", "--count", "2", "--json"]));
+    let results = v["results"].as_array().unwrap();
+    let configs: Vec<&str> = results.iter().filter_map(|r| r["config"].as_str()).collect();
+    for c in ["process", "spt+copy", "spt+pool"] {
+        assert!(configs.contains(&c), "{c} missing: {v:#}");
+    }
+    for (i, _) in results.iter().enumerate() {
+        positive(&v, &format!("/results/{i}/pss_kib_per_instance"));
+    }
+    assert_eq!(configs.len() + v["skipped"].as_array().map_or(0, Vec::len), 5, "{v:#}");
+    let o = bench(tmp.path(), &["density", "--only", "nonsense"]);
+    assert_clean_error(&o, "--only nonsense: no such configuration");
 }
 
 #[test]

@@ -167,6 +167,10 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         // code below only looks at addresses and permissions).
         unsafe { sys::discard(s.data.as_ptr(), s.data.len()) };
     }
+    // What parsing the image and the boot spec freed (object's read cache
+    // of the segments among it) would otherwise stay resident in the
+    // instance's heap for its whole life.
+    sys::trim_heap();
 
     // Protections: code R+X, read-only data R, archive R, boot-info page R.
     let mut ro = [(0u64, 0u64); MAX_RO];

@@ -149,9 +149,10 @@ pub unsafe fn discard(ptr: *const u8, len: usize) {
 }
 
 /// Returns the free memory of the heap to the kernel (`malloc_trim`): the
-/// waiting parent keeps little, and what it freed should not stay resident.
+/// waiting parent keeps little, and what it (or an instance before it
+/// enters the guest) freed should not stay resident.
 pub fn trim_heap() {
-    // SAFETY: malloc_trim only releases free heap memory; the parent is
+    // SAFETY: malloc_trim only releases free heap memory; both callers are
     // single-threaded.
     unsafe {
         libc::malloc_trim(0);
