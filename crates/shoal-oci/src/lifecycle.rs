@@ -460,6 +460,16 @@ pub fn state(root: &Root, id: &str) -> Result<String, LifeError> {
     Ok(serde_json::to_string_pretty(&root.oci_state(&s)).unwrap_or_default())
 }
 
+/// `ps`: the tender and its descendants (its instance process), while the
+/// container is created or running.
+pub fn pids(root: &Root, id: &str) -> Result<Vec<i32>, LifeError> {
+    let s = root.load(id)?;
+    Ok(match root.status(&s) {
+        Status::Created | Status::Running => std::iter::once(s.pid).chain(sys::descendants(s.pid)).collect(),
+        _ => Vec::new(),
+    })
+}
+
 /// `kill`.
 pub fn kill(root: &Root, id: &str, signal: &str, all: bool) -> Result<(), LifeError> {
     let sig = sys::parse_signal(signal).ok_or_else(|| LifeError::BadSignal(signal.into()))?;

@@ -120,6 +120,17 @@ enum Cmd {
     },
     /// Print what this runtime supports (JSON).
     Features,
+    /// List the container's processes: the tender and its instance.
+    Ps {
+        /// `table` (default) or `json` (a list of pids, as containerd asks).
+        #[arg(long, default_value = "table")]
+        format: String,
+        /// The container id.
+        id: String,
+    },
+    /// Anything else runc has (exec, pause, update, checkpoint, …).
+    #[command(external_subcommand)]
+    Other(Vec<String>),
 }
 
 /// Where errors and warnings go.
@@ -200,6 +211,23 @@ fn run(cli: &Cli, log: &Log) -> anyhow::Result<()> {
         Some(Cmd::Kill { all, id, signal }) => lifecycle::kill(&root, id, signal, *all)?,
         Some(Cmd::Delete { force, id }) => lifecycle::delete(&root, id, *force, &warn)?,
         Some(Cmd::Features) => println!("{}", serde_json::to_string_pretty(&features())?),
+        Some(Cmd::Ps { format, id }) => {
+            let pids = lifecycle::pids(&root, id)?;
+            match format.as_str() {
+                "json" => println!("{}", serde_json::to_string(&pids)?),
+                "table" => {
+                    println!("PID");
+                    for p in pids {
+                        println!("{p}");
+                    }
+                }
+                f => anyhow::bail!("invalid format option {f:?} (table or json)"),
+            }
+        }
+        Some(Cmd::Other(args)) => {
+            let name = args.first().map(String::as_str).unwrap_or_default();
+            anyhow::bail!("shoal-oci does not support {name:?}: a shoal container runs one program, its image, in a unikernel guest (no exec, pause, update or checkpoint)");
+        }
     }
     Ok(())
 }

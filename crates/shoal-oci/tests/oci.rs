@@ -232,6 +232,10 @@ fn lifecycle_create_start_state_kill_delete_with_hooks() {
     oci.ok(&["start", "c1"]);
     oci.wait_log("c1", "ready");
     assert_eq!(oci.state("c1")["status"], "running");
+    // ps: the tender first, then its instance process.
+    let pids: Vec<i32> = serde_json::from_str(&oci.ok(&["ps", "--format", "json", "c1"])).unwrap();
+    assert!(pids.len() >= 2 && pids[0] == pid, "{pids:?}");
+    oci.fails(&["exec", "c1", "ls"], "shoal-oci does not support \"exec\"");
     let h: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("poststart.json")).unwrap()).unwrap();
     assert_eq!(h["status"], "running");
     assert!(d.join("startContainer.json").exists());
