@@ -524,9 +524,9 @@ fn archives() -> &'static (PathBuf, PathBuf) {
     })
 }
 
-/// Whether `tool` runs (`tool --version`); prints why not.
+/// Whether `tool` runs (`tool --version`, `go version`); prints why not.
 fn have(tool: &str, test: &str) -> bool {
-    match Command::new(tool).arg("--version").output() {
+    match Command::new(tool).arg(if tool == "go" { "version" } else { "--version" }).output() {
         Ok(o) if o.status.success() => true,
         _ => {
             eprintln!("SKIPPED {test}: {tool} is not installed (scripts/setup installs it)");
@@ -842,4 +842,32 @@ fn podman_run_p_reaches_the_http_example() {
     );
     assert!(podman(&["stop", "-t", "5", &name]).status.success());
     assert!(podman(&["rm", &name]).status.success());
+}
+
+/// The opencontainers runtime-tools validation tests that apply
+/// (scripts/oci-validate). The script fetches runtime-tools' Go module once
+/// into ~/.cache/shoal; this test runs it only when that was done, so the
+/// test suite itself fetches nothing.
+#[test]
+fn runtime_tools_validation_tests_pass() {
+    let test = "runtime_tools_validation_tests_pass";
+    if !root_or_skip(test) || !have("go", test) {
+        return;
+    }
+    let cache = PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/shoal");
+    let fetched = std::fs::read_dir(&cache)
+        .map(|d| d.filter_map(Result::ok).any(|e| e.file_name().to_string_lossy().starts_with("runtime-tools-")))
+        .unwrap_or(false);
+    if !fetched {
+        eprintln!("SKIPPED {test}: runtime-tools is not fetched; run scripts/oci-validate once (it fetches the Go module into ~/.cache/shoal)");
+        return;
+    }
+    let o = Command::new(home().join("scripts/oci-validate")).stdin(Stdio::null()).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "runtime-tools validation failed:\n{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("oci-validate: 11 passed, 0 failed"), "{out}");
 }
