@@ -1511,9 +1511,14 @@ fn idle_cpu(c: &Ctx) -> Result<Outcome> {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let rows: Vec<Vec<String>> = res
+    // In the backends' order, not the map's.
+    let rows: Vec<Vec<String>> = c
+        .backends
         .iter()
-        .map(|(b, ms)| vec![b.to_string(), fmt(*ms, 3), fmt(ms / 100.0, 4)])
+        .filter_map(|b| {
+            res.get(b)
+                .map(|ms| vec![b.to_string(), fmt(*ms, 3), fmt(ms / 100.0, 4)])
+        })
         .collect();
     let mut table = md_table(&header, &rows);
     table.push_str(
@@ -1549,7 +1554,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
     let mut failures = Vec::new();
     let mut csv = Vec::new();
     // (n, backend) -> (MemAvailable delta MiB, PSS MiB), totals.
-    let mut res: BTreeMap<(usize, &str), (f64, f64)> = BTreeMap::new();
+    let mut res: BTreeMap<(usize, &str), (f64, f64, usize)> = BTreeMap::new();
     for &n in &c.o.instances {
         for &b in &c.backends {
             let name = format!("im-{b}");
@@ -1557,7 +1562,16 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
             say(&format!("idle memory: {n} instances on {b}"));
             let base = mem_available_kib();
             let names = deploy_many(c, &name, b, n)?;
-            let got = fire(c.gw, &names);
+            // One after the other: what is measured is the idle state, and
+            // concurrent starts fail on runsc here (burst shows it).
+            let got: Vec<Result<(), String>> = names
+                .iter()
+                .map(|name| match c.gw.invoke(name, "/", true) {
+                    Ok(r) if r.status == 200 => Ok(()),
+                    Ok(r) => Err(format!("status {}: {}", r.status, r.text())),
+                    Err(e) => Err(e.to_string()),
+                })
+                .collect();
             let errs = got.iter().filter(|r| r.is_err()).count();
             if errs > 0 {
                 let first = got
@@ -1584,7 +1598,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
             if k > 0 {
                 let delta = base.saturating_sub(after) as f64 / 1024.0;
                 let pss = pss as f64 / 1024.0;
-                res.insert((n, b), (delta, pss));
+                res.insert((n, b), (delta, pss, k));
                 csv.push(format!("{n},{b},{k},{delta:.2},{pss:.2}"));
             }
             c.gw.clear_many(&names)?;
@@ -1606,7 +1620,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
                 .o
                 .instances
                 .iter()
-                .filter_map(|&n| res.get(&(n, b)).map(|v| (n as f64, v.1)))
+                .filter_map(|&n| res.get(&(n, b)).map(|v| (v.2 as f64, v.1)))
                 .collect(),
         })
         .collect();
@@ -1635,8 +1649,13 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
                 for &b in &c.backends {
                     r.push(
                         res.get(&(n, b))
-                            .map(|(d, p)| {
-                                format!("{} ({})", fmt(p / n as f64, 2), fmt(d / n as f64, 2))
+                            .map(|&(d, p, k)| {
+                                let k_of = if k == n {
+                                    String::new()
+                                } else {
+                                    format!(", {k} ran")
+                                };
+                                format!("{} ({}{k_of})", fmt(p / k as f64, 2), fmt(d / k as f64, 2))
                             })
                             .unwrap_or_else(|| "–".into()),
                     );
@@ -1646,19 +1665,19 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
             .collect();
     let mut table = md_table(&header, &rows);
     table.push_str(
-        "\nMiB per instance: summed PSS of every instance's processes (tender and guest, runtime and sandbox) / N; in parentheses the drop of MemAvailable / N \
+        "\nMiB per instance: summed PSS of every instance's processes (tender and guest, runtime and sandbox) / instances running; in parentheses the drop of MemAvailable / instances \
          (noisy when other work runs). spt/hvt run in the gateway's default memory mode (copy): `shoal serve`'s deploy settings offer no --mem-mode, so \
          ksm and pool are not measured here. Paper (Fig. 7, Go): runc 3.9, Nanos 23.8, gVisor 24.7, OSv 31.4, Linux microVM 59.9 MiB per instance.\n",
     );
     let big = c.o.instances.iter().copied().max().unwrap_or(0);
     let per = |b: &str| {
         res.get(&(big, b))
-            .map(|(_, p)| p / big as f64)
+            .map(|&(_, p, k)| p / k as f64)
             .unwrap_or(f64::NAN)
     };
     let mut results = serde_json::Map::new();
     for &b in &c.backends {
-        let m: serde_json::Map<String, Value> = c.o.instances.iter().filter_map(|&n| res.get(&(n, b)).map(|(d, p)| (n.to_string(), json!({"memavailable_delta_mib": d, "pss_mib": p, "pss_mib_per_instance": p / n as f64})))).collect();
+        let m: serde_json::Map<String, Value> = c.o.instances.iter().filter_map(|&n| res.get(&(n, b)).map(|&(d, p, k)| (n.to_string(), json!({"instances": k, "memavailable_delta_mib": d, "pss_mib": p, "pss_mib_per_instance": p / k as f64})))).collect();
         results.insert(b.into(), Value::Object(m));
     }
     let spt = per("spt");
@@ -1729,7 +1748,7 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
         for &b in &up {
             for (w, q) in &timed {
                 let t0 = Instant::now();
-                match c.gw.invoke(&format!("wl-{w}-{b}"), q, false) {
+                match c.gw.invoke(&format!("wl-{w}-{b}"), q, true) {
                     Ok(r) if r.status == 200 && !r.cold() => {
                         let ms = t0.elapsed().as_secs_f64() * 1e3;
                         res.entry((w, b)).or_default().push(ms);
@@ -1738,9 +1757,10 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
                     Ok(r) => note_failure(
                         &mut failures,
                         format!(
-                            "workload {w} on {b}, run {rep}: status {} (cold start: {})",
+                            "workload {w} on {b}, run {rep}: status {} (cold start: {}): {}",
                             r.status,
-                            r.cold()
+                            r.cold(),
+                            r.text()
                         ),
                     ),
                     Err(e) => note_failure(
