@@ -509,3 +509,73 @@ fn nginx_handles_200_wrk_connections_without_socket_errors() {
         );
     }
 }
+
+/// Bad input: a missing configuration file ends redis and nginx with their
+/// own message and status (1, as natively); a host port already in use
+/// is refused by shoal before the program starts (one `shoal:` line,
+/// status 125); a port the instance was not given ends redis with its own
+/// message about the failed `bind`.
+#[test]
+fn servers_fail_cleanly_on_bad_input() {
+    let dir = scratch();
+    let (redis, redis_native) = build_redis(dir.path());
+    let (nginx, nginx_native) = build_recipe_into("nginx", dir.path());
+    let n = output(Command::new(&redis_native).arg("/no-such.conf"));
+    assert_eq!(n.status.code(), Some(1));
+    let n = output(Command::new(&nginx_native).args(["-p", "/", "-c", "no-such.conf"]));
+    assert_eq!(n.status.code(), Some(1));
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_port = busy.local_addr().unwrap().port();
+    for tender in tenders() {
+        let o = output(
+            shoal_run(tender)
+                .arg("--fs")
+                .arg(conf_dir())
+                .arg(&redis)
+                .args(["--", "/no-such.conf"]),
+        );
+        assert_eq!(o.status.code(), Some(1), "{tender}: {}", stdout(&o));
+        assert!(
+            stdout(&o).contains("Fatal error, can't open config file '/no-such.conf'"),
+            "{tender}: {}",
+            stdout(&o)
+        );
+        let o = output(
+            shoal_run(tender)
+                .arg("--fs")
+                .arg(nginx_dir())
+                .arg(&nginx)
+                .args(["--", "-p", "/", "-c", "no-such.conf"]),
+        );
+        assert_eq!(o.status.code(), Some(1), "{tender}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("open() \"/no-such.conf\" failed (2: No such file or directory)"),
+            "{tender}: {}",
+            stderr(&o)
+        );
+        let o = output(
+            shoal_run(tender)
+                .arg("--fs")
+                .arg(conf_dir())
+                .args(["-p", &format!("{busy_port}:6379")])
+                .arg(&redis)
+                .args(["--", "/redis.conf"]),
+        );
+        assert_clean_error(&o, "already in use");
+        let o = output(
+            shoal_run(tender)
+                .arg("--fs")
+                .arg(conf_dir())
+                .args(["-p", &format!("{}:6379", free_port())])
+                .arg(&redis)
+                .args(["--", "/redis.conf", "--port", "6380", "--dir", "/tmp"]),
+        );
+        assert_eq!(o.status.code(), Some(1), "{tender}: {}", stdout(&o));
+        assert!(
+            stdout(&o).contains("Failed listening on port 6380 (TCP), aborting."),
+            "{tender}: {}",
+            stdout(&o)
+        );
+    }
+    drop(busy);
+}
