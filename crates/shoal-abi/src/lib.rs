@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -253,6 +253,27 @@ pub enum Hypercall {
     /// CPU exception, a refused hypercall), the tender writes what the
     /// buffer still holds before its own message.
     ConsoleBuffer = 9,
+    /// Tell the tender where the guest's host-signal word is:
+    /// [`SignalWordArgs`]. When the tender receives one of
+    /// [`FORWARDED_SIGNALS`] for the instance, it sets bit `signal - 1` of
+    /// that word (atomically; the guest takes the word with an atomic swap)
+    /// and the guest's wait in [`Hypercall::NetPoll`] ends early, so the
+    /// kernel raises the signal in the program as Linux would.
+    SignalWord = 10,
+}
+
+/// The signals a tender hands to its guest instead of acting on them
+/// itself: `SIGTERM` (a clean stop: servers save and exit) and `SIGHUP`.
+pub const FORWARDED_SIGNALS: [i32; 2] = [15, 1];
+
+/// Arguments of [`Hypercall::SignalWord`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SignalWordArgs {
+    /// Guest address of the 8-byte, 8-aligned word.
+    pub addr: u64,
+    /// Out: 0, or a negative Linux errno.
+    pub ret: i64,
 }
 
 impl Hypercall {
@@ -268,13 +289,14 @@ impl Hypercall {
             7 => Some(Hypercall::ConsoleRead),
             8 => Some(Hypercall::Protect),
             9 => Some(Hypercall::ConsoleBuffer),
+            10 => Some(Hypercall::SignalWord),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 10;
+pub const HYPERCALL_MAX: u64 = 11;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;

@@ -579,3 +579,73 @@ fn servers_fail_cleanly_on_bad_input() {
     }
     drop(busy);
 }
+
+/// Clean stop: SIGTERM to `shoal run` is delivered to the guest as
+/// SIGTERM. A program with a handler runs it and ends with its own status;
+/// one without dies of it as on Linux (143), on every tender.
+#[test]
+fn sigterm_to_shoal_run_reaches_the_program() {
+    use std::io::{BufRead, BufReader, Read};
+    let dir = scratch();
+    let image = build_image(&test_app("sigterm.c"), dir.path(), &[]);
+    for tender in tenders() {
+        for (arg, status, says) in [("handler", 3, "got signal 15\n"), ("default", 143, "")] {
+            let mut child = shoal_run(tender)
+                .arg(&image)
+                .args(["--", arg])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut out = BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            assert_eq!(line, "ready\n", "{tender} {arg}");
+            // SAFETY: kill on our own child's pid.
+            assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+            let st = child.wait().unwrap();
+            let mut rest = String::new();
+            out.read_to_string(&mut rest).unwrap();
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            assert_eq!(st.code(), Some(status), "{tender} {arg}: stderr {err}");
+            assert_eq!(rest, says, "{tender} {arg}");
+        }
+    }
+}
+
+/// Clean stop of redis: after SIGTERM the server saves its RDB snapshot
+/// and the AOF, and `shoal run` exits with its status, 0, on every tender.
+#[test]
+fn redis_saves_and_exits_cleanly_on_sigterm() {
+    need("redis-cli", "redis-tools");
+    let dir = scratch();
+    let (image, _) = build_redis(dir.path());
+    for tender in tenders() {
+        let mut r = Redis::shoal(tender, &image, dir.path());
+        assert_eq!(
+            stdout(&output(r.cli().args(["set", "kept", "yes"]))),
+            "OK\n"
+        );
+        // SAFETY: kill on our own child's pid.
+        assert_eq!(unsafe { libc::kill(r.child.id() as i32, libc::SIGTERM) }, 0);
+        assert_eq!(r.wait_exit(), Some(0), "{tender}: log:\n{}", r.log());
+        let log = r.log();
+        for line in [
+            "Received SIGTERM scheduling shutdown",
+            "Calling fsync() on the AOF file.",
+            "Saving the final RDB snapshot before exiting.",
+            "DB saved on disk",
+        ] {
+            assert!(
+                log.contains(line),
+                "{tender}: no `{line}` in the log:\n{log}"
+            );
+        }
+    }
+}

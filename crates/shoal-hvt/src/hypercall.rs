@@ -269,6 +269,26 @@ pub fn handle(
             };
             put(g, call, arg, &a)
         }
+        Hypercall::SignalWord => {
+            let mut a: shoal_abi::SignalWordArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            a.ret = if a.addr % 8 != 0 {
+                EINVAL
+            } else if !g.read_only.writable(g.mem, a.addr, 8) {
+                EFAULT
+            } else {
+                match g.mem.host_ptr(GuestAddr(a.addr), 8) {
+                    Ok(p) => {
+                        crate::forward::register(p);
+                        0
+                    }
+                    Err(_) => EFAULT,
+                }
+            };
+            put(g, call, arg, &a)
+        }
         Hypercall::ConsoleWrite => {
             let mut a: ConsoleWriteArgs = match args(g, call, arg, true) {
                 Ok(a) => a,

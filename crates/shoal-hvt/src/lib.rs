@@ -70,6 +70,7 @@
 //!   numbers.
 #![deny(missing_docs)]
 
+mod forward;
 mod hypercall;
 mod net;
 mod protect;
@@ -142,6 +143,9 @@ pub enum HvtError {
     /// A published port or handed-over listener could not be set up.
     #[error(transparent)]
     Net(#[from] shoal_loader::net::NetError),
+    /// The signals handed to the guest could not be caught.
+    #[error("cannot catch SIGTERM and SIGHUP for the guest: {0}")]
+    Signals(std::io::Error),
 }
 
 /// How long the phases of a run took, from the call of [`run_with_console`].
@@ -464,6 +468,16 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     };
     let guest = hypercall::Guest { mem: &mem, private: &vm.memory, read_only: &p.read_only, protect: Some(&apply) };
     let mut buffer = None;
+    // SIGTERM and SIGHUP go to the guest while it runs (crate::forward);
+    // its word is forgotten before guest memory goes away.
+    struct Forgets;
+    impl Drop for Forgets {
+        fn drop(&mut self) {
+            forward::clear();
+        }
+    }
+    let _forgets = Forgets;
+    forward::install().map_err(HvtError::Signals)?;
     let outcome = loop {
         let exit = match vm.vcpu.run() {
             Ok(e) => e,

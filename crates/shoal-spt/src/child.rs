@@ -230,6 +230,11 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         for sig in signals::CRASH_SIGNALS {
             sys::set_handler(sig, signals::on_crash).map_err(setup_err)?;
         }
+        // SIGTERM and SIGHUP go to the guest (its kernel raises them in
+        // the program), not to this process's default action.
+        for sig in shoal_abi::FORWARDED_SIGNALS {
+            sys::set_handler(sig, signals::on_forwarded).map_err(setup_err)?;
+        }
     }
     hypercall::install(sys::rdfsbase(), stack_top, mem_size, &ro[..n]);
     crate::protect::install(p.layout.heap_start, mem_size);

@@ -20,6 +20,7 @@
 //! | `read` (0) | fd (32-bit) == 0 | `ConsoleRead` hypercall: the instance's stdin (a hostile guest reads the input it was given anyway) |
 //! | `ppoll` (271) | any | `NetPoll` hypercall: an idle instance waits here for stdin (and host sockets); polling fds 0-2 tells it nothing it does not know, every other fd is its own socket |
 //! | `mprotect` (10) | `heap_start <= addr`, `addr + len <= mem_size` (a ladder of rules, below), prot only `PROT_READ`/`PROT_WRITE` bits | `Protect` hypercall (the kernel's `mprotect`: guard pages, `PROT_NONE`) |
+//! | `rt_sigreturn` (15) | none (it takes none) | the return of the handler of the signals handed to the guest (SIGTERM, SIGHUP: `crate::signals::on_forwarded`); a guest calling it itself can only load a register frame and signal mask of its choosing from its own stack — registers it controls anyway; the kernel checks the segment selectors, and seccomp still applies to everything after |
 //!
 //! **Why `mprotect` is safe to allow.** The tender makes the call in the
 //! `Protect` handler (`crate::protect`), which checks the request; but the
@@ -53,9 +54,8 @@
 //! | `socket` (41) | domain `AF_INET` or `AF_INET6`, type includes `SOCK_NONBLOCK`; outbound only | `Net` hypercall | make TCP/UDP sockets |
 //! | `bind` (49), `connect` (42) | fd >= 3; outbound only | `Net` hypercall | bind and connect where Landlock allows (TCP: no bind but port 0, connect to any port; UDP is not covered by Landlock: with outbound on, any UDP destination) |
 //!
-//! Seven system calls; Solo5's spt allows seven to nine because it also has
-//! block and network devices. Not needed and so not allowed: `rt_sigreturn`
-//! (spt's signal handlers never return), `exit` (glibc's `_exit` uses
+//! Eight system calls; Solo5's spt allows seven to nine because it also has
+//! block and network devices. Not needed and so not allowed: `exit` (glibc's `_exit` uses
 //! `exit_group`), `clock_gettime` (the guest reads the TSC; glibc's
 //! `clock_gettime` goes through the vDSO without a system call anyway).
 
@@ -169,6 +169,9 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     // The kernel resumes a sleep interrupted by a stop and continue with
     // restart_syscall; without it a stopped and continued instance dies.
     r.insert(libc::SYS_restart_syscall, vec![]);
+    // The forwarded signals' handler returns (the crash and SIGSYS
+    // handlers never do).
+    r.insert(libc::SYS_rt_sigreturn, vec![]);
     if !net.any() {
         return Ok(r);
     }
@@ -234,7 +237,7 @@ mod tests {
     const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20 };
 
     #[test]
-    fn allow_list_is_seven_calls() {
+    fn allow_list_is_eight_calls() {
         let r = super::rules(G).unwrap();
         let mut nrs: Vec<i64> = r.keys().copied().collect();
         nrs.sort_unstable();
@@ -246,6 +249,7 @@ mod tests {
             libc::SYS_clock_nanosleep,
             libc::SYS_exit_group,
             libc::SYS_ppoll,
+            libc::SYS_rt_sigreturn,
         ];
         want.sort_unstable();
         assert_eq!(nrs, want);

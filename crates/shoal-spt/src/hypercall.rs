@@ -157,6 +157,7 @@ fn name(nr: u64) -> &'static str {
         Some(Hypercall::ConsoleRead) => "console read",
         Some(Hypercall::Protect) => "protect",
         Some(Hypercall::ConsoleBuffer) => "console buffer",
+        Some(Hypercall::SignalWord) => "signal word",
         None => "unknown",
     }
 }
@@ -244,6 +245,18 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
         Some(Hypercall::ConsoleBuffer) => {
             let mut a: shoal_abi::ConsoleBufferArgs = args(nr, arg, true);
             a.ret = -i64::from(libc::ENOSYS);
+            put(arg, &a);
+        }
+        Some(Hypercall::SignalWord) => {
+            let mut a: shoal_abi::SignalWordArgs = args(nr, arg, true);
+            a.ret = if a.addr % 8 != 0 {
+                -i64::from(libc::EINVAL)
+            } else if !writable(a.addr, 8) {
+                -i64::from(libc::EFAULT)
+            } else {
+                crate::signals::register_signal_word(a.addr);
+                0
+            };
             put(arg, &a);
         }
         Some(Hypercall::Fault) => {

@@ -349,6 +349,11 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         sys::Fork::Child => handover.exec_child(),
         sys::Fork::Parent(pid) => pid,
     };
+    // SIGTERM and SIGHUP for this process are the instance's.
+    signals::forward_to(pid).map_err(|source| SptError::Sys {
+        what: "forward SIGTERM and SIGHUP to the instance",
+        source,
+    })?;
     // The parent only waits: give back the image and the archive.
     drop(handover);
     drop(image);

@@ -285,3 +285,65 @@ pub fn signal_meaning(sig: i32) -> &'static str {
 pub fn syscall_name(nr: u64) -> Option<&'static str> {
     shoal_abi::linux::name(nr)
 }
+
+/// Signals the tender hands to the guest ([`shoal_abi::FORWARDED_SIGNALS`]):
+/// received but not yet in the guest's word (bit `signal - 1`).
+static FORWARD_PENDING: AtomicU64 = AtomicU64::new(0);
+/// The guest's host-signal word (`Hypercall::SignalWord`), once registered.
+static FORWARD_WORD: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The handler of the forwarded signals in the instance process: sets the
+/// signal's bit in the guest's word (or keeps it until the guest registers
+/// one). Its only other effect is the one that matters: it interrupts the
+/// tender's `ppoll`/`clock_nanosleep`, so an idle guest looks at the word
+/// now. Atomics only: it may run with the guest's FS base and stack state.
+pub extern "C" fn on_forwarded(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    if !(1..=64).contains(&sig) {
+        return;
+    }
+    let bit = 1u64 << (sig - 1);
+    FORWARD_PENDING.fetch_or(bit, Ordering::SeqCst);
+    let w = FORWARD_WORD.load(Ordering::SeqCst);
+    if !w.is_null() {
+        // SAFETY: `w` was checked as an 8-aligned, writable guest word when
+        // registered; guest memory stays mapped for the process's life.
+        unsafe { (*w).fetch_or(bit, Ordering::SeqCst) };
+    }
+}
+
+/// Registers the guest's host-signal word at `addr` (checked by the
+/// caller: 8-aligned, writable guest memory) and hands it what arrived
+/// before.
+pub fn register_signal_word(addr: u64) {
+    let w = addr as *mut AtomicU64;
+    FORWARD_WORD.store(w, Ordering::SeqCst);
+    // SAFETY: as in `on_forwarded`.
+    unsafe { (*w).fetch_or(FORWARD_PENDING.load(Ordering::SeqCst), Ordering::SeqCst) };
+}
+
+/// The instance's pid, for the waiting parent's forwarding handler.
+static CHILD: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+
+/// The parent's handler of the forwarded signals: passes the signal on to
+/// the instance process (`kill`, async-signal-safe), whose own handler
+/// hands it to the guest.
+extern "C" fn forward_to_child(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe; `pid` is our child.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// In the waiting parent: forward [`shoal_abi::FORWARDED_SIGNALS`] to the
+/// instance process `pid` instead of dying of them (the instance then
+/// stops the way its program does on Linux, and the parent reports its
+/// status).
+pub fn forward_to(pid: libc::pid_t) -> std::io::Result<()> {
+    CHILD.store(pid, Ordering::SeqCst);
+    for sig in shoal_abi::FORWARDED_SIGNALS {
+        // SAFETY: the handler only loads an atomic and calls kill.
+        unsafe { crate::sys::set_handler(sig, forward_to_child)? };
+    }
+    Ok(())
+}

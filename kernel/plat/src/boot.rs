@@ -63,6 +63,8 @@ pub unsafe fn init(bi: *const BootInfo) -> Result<(), BootError> {
     if info.hypercall_entry == 0 {
         crate::console::init_buffer();
     }
+    #[cfg(not(test))]
+    crate::hostsig::init();
     Ok(())
 }
 

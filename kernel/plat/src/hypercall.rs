@@ -8,6 +8,7 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 use shoal_abi::{
     ConsoleBufferArgs, ConsoleReadArgs, ConsoleWriteArgs, HaltArgs, Hypercall, NetArgs, NetOp, NetPollArgs, NetPollFd, PollArgs, ProtectArgs,
+    SignalWordArgs,
 };
 #[cfg(not(test))]
 use shoal_abi::HYPERCALL_PORT_BASE;
@@ -68,6 +69,14 @@ pub fn console_write(stream: u64, bytes: &[u8]) -> i64 {
 pub fn console_buffer(addr: u64, cap: u64) -> i64 {
     let mut a = ConsoleBufferArgs { addr, cap, ret: 0 };
     raw(Hypercall::ConsoleBuffer, &mut a);
+    a.ret
+}
+
+/// Registers the host-signal word at `addr` with the tender
+/// ([`crate::hostsig`]); 0, or a negative errno.
+pub fn signal_word(addr: u64) -> i64 {
+    let mut a = SignalWordArgs { addr, ret: 0 };
+    raw(Hypercall::SignalWord, &mut a);
     a.ret
 }
 

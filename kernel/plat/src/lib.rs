@@ -13,6 +13,7 @@ pub mod console;
 pub mod cpu;
 mod errno;
 mod global;
+pub mod hostsig;
 pub mod hypercall;
 pub mod umem;
 

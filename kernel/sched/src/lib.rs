@@ -182,6 +182,7 @@ fn reschedule() {
             Pick::Idle(deadline) => {
                 if !idle_wait(Some(deadline)) {
                     shoal_time::sleep_until(deadline);
+                    raise_host_signals();
                 }
                 let now = shoal_time::monotonic_ns();
                 TABLE.with(|t| t.expire(now));
@@ -218,9 +219,31 @@ pub fn set_idle_wait(f: IdleWait) {
 /// `shoal_vfs::wait`); `false` if there is none or it has nothing to wait
 /// for.
 pub fn idle_wait(deadline: Option<u64>) -> bool {
-    match IDLE_WAIT.with(|w| *w) {
+    let r = match IDLE_WAIT.with(|w| *w) {
         Some(f) => f(deadline),
         None => false,
+    };
+    // A signal the tender forwarded is what may have ended the wait.
+    raise_host_signals();
+    r
+}
+
+/// Raises the signals the tender forwarded (`shoal_plat::hostsig`) in the
+/// process: each goes to the thread [`table::Table::process_signal_target`]
+/// picks and, if that thread is blocked in a system call and does not
+/// block the signal, interrupts it (`EINTR`); the syscall table delivers
+/// it when the call returns. Called after every idle wait and system call.
+pub fn raise_host_signals() {
+    let bits = shoal_plat::hostsig::take();
+    if bits == 0 {
+        return;
+    }
+    for sig in 0..64 {
+        let bit = 1u64 << sig;
+        if bits & bit != 0 {
+            let tid = TABLE.with(|t| t.process_signal_target(bit));
+            let _ = post_signal(tid, bit);
+        }
     }
 }
 

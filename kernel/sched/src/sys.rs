@@ -211,6 +211,22 @@ mod tests {
     }
 
     #[test]
+    fn forwarded_host_signals_become_pending_once() {
+        let term = 1u64 << 14;
+        let (mask, pending) = crate::sig_state();
+        assert_eq!(pending & term, 0);
+        crate::raise_host_signals();
+        assert_eq!(crate::sig_state().1 & term, 0, "nothing arrived");
+        shoal_plat::hostsig::arrive(15);
+        assert!(!crate::has_deliverable() || pending != 0);
+        crate::raise_host_signals();
+        assert_eq!(crate::sig_state().1 & term, term, "SIGTERM pending on the running thread");
+        assert!(crate::has_deliverable());
+        assert_eq!(shoal_plat::hostsig::take(), 0, "taken once");
+        crate::set_sig_state(mask, pending);
+    }
+
+    #[test]
     fn futex_single_thread() {
         umem::set_bounds(1, u64::MAX);
         let mut w: u32 = 5;

@@ -183,6 +183,18 @@ impl Table {
         Some(&mut self.threads[i])
     }
 
+    /// The thread a signal sent to the process (`sig_bit`: bit `sig - 1`)
+    /// goes to, as Linux picks it: the running thread if it does not block
+    /// the signal, else the first thread that does not, else the running
+    /// thread (where it stays pending until unblocked).
+    pub fn process_signal_target(&mut self, sig_bit: u64) -> u32 {
+        let cur = self.current();
+        if self.cur().sig_mask & sig_bit == 0 {
+            return cur;
+        }
+        self.threads.iter().find(|t| t.sig_mask & sig_bit == 0).map_or(cur, |t| t.tid)
+    }
+
     /// The running thread.
     pub fn cur(&mut self) -> &mut Tcb {
         let c = self.current();
@@ -419,6 +431,18 @@ mod tests {
         let mut s = Table::new();
         s.yield_current();
         assert_eq!(s.pick(), Pick::Run { prev: Some(1), next: 1 });
+    }
+
+    #[test]
+    fn a_process_signal_goes_to_a_thread_that_does_not_block_it() {
+        let mut t = Table::new();
+        let a = t.spawn(0).unwrap();
+        let term = 1u64 << 14;
+        assert_eq!(t.process_signal_target(term), 1, "the running thread first");
+        t.cur().sig_mask = term;
+        assert_eq!(t.process_signal_target(term), a, "else one that does not block it");
+        t.get(a).unwrap().sig_mask = term;
+        assert_eq!(t.process_signal_target(term), 1, "else pending on the running thread");
     }
 
     #[test]

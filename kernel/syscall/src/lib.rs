@@ -335,6 +335,8 @@ pub fn dispatch(n: u64, args: &Args) -> i64 {
             Errno::ENOSYS.to_ret()
         }
     };
+    // Signals the tender forwarded (SIGTERM) while the program ran.
+    shoal_sched::raise_host_signals();
     // A ppoll/pselect6 interrupted under its temporary mask: deliver with
     // that mask, then restore the caller's (Linux's saved sigmask).
     let saved = shoal_sched::take_saved_mask();

@@ -34,6 +34,12 @@ extern "C" fn test_hypercall(nr: u64, arg: u64) {
             }
             a.ret = a.nfds as i64;
         }
+        // Booting registers the host-signal word (the tests raise no signal).
+        Some(Hypercall::SignalWord) => {
+            // SAFETY: plat passes a live SignalWordArgs.
+            let a = unsafe { &mut *(arg as *mut shoal_abi::SignalWordArgs) };
+            a.ret = 0;
+        }
         _ => panic!("unexpected hypercall {nr}"),
     }
 }

@@ -39,13 +39,19 @@ pub fn block(what: &str, deadline: Option<u64>) -> Result<(), Errno> {
         };
     }
     // Something outside the guest (a host socket) may end the wait: block
-    // for it in the tender (see shoal_sched::IdleWait).
+    // for it in the tender (see shoal_sched::IdleWait). A signal the
+    // tender forwarded meanwhile (SIGTERM) ends it with EINTR, as a
+    // signal ends a blocking call on Linux.
     if shoal_sched::idle_wait(deadline) {
-        return Ok(());
+        return if shoal_sched::has_deliverable() { Err(Errno::EINTR) } else { Ok(()) };
     }
     match deadline {
         Some(d) => {
             shoal_time::sleep_until(d);
+            shoal_sched::raise_host_signals();
+            if shoal_sched::has_deliverable() {
+                return Err(Errno::EINTR);
+            }
             Ok(())
         }
         None => {

@@ -1,0 +1,34 @@
+/* A SIGTERM sent to `shoal run` reaches the program (issue "Nginx and
+ * Redis on shoal", clean stop). With no argument: a handler counts the
+ * signal, the program says "ready", sleeps in short naps until the
+ * signal came, then says so and exits 3. With "default": no handler, so
+ * SIGTERM ends it as on Linux (status 143). */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static volatile sig_atomic_t got;
+
+static void on_term(int sig)
+{
+	got = sig;
+}
+
+int main(int argc, char **argv)
+{
+	int dfl = argc > 1 && strcmp(argv[1], "default") == 0;
+	if (!dfl) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = on_term;
+		sigaction(SIGTERM, &sa, 0);
+	}
+	printf("ready\n");
+	fflush(stdout);
+	struct timespec nap = {0, 20 * 1000 * 1000};
+	while (!got)
+		nanosleep(&nap, 0);
+	printf("got signal %d\n", (int)got);
+	return 3;
+}

@@ -1,0 +1,64 @@
+//! The signals the VMM hands to its guest (`shoal_abi::FORWARDED_SIGNALS`:
+//! SIGTERM, SIGHUP; issue "Nginx and Redis on shoal", clean stop).
+//!
+//! While [`run`](crate::run) has a guest, this process catches them: the
+//! handler sets the signal's bit in the word the guest registered with the
+//! `SignalWord` hypercall (through the VMM's mapping of guest memory,
+//! atomically; the guest kernel swaps it out) and, by arriving, ends the
+//! VMM's `ppoll` in `NetPoll` (or `KVM_RUN`, which the run loop re-enters),
+//! so an idle guest looks at the word at once. The kernel then raises the
+//! signal in the program, which stops the way it does on Linux. Signals
+//! that arrive before the guest registers its word are kept and handed
+//! over at registration.
+
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+static PENDING: AtomicU64 = AtomicU64::new(0);
+static WORD: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
+
+extern "C" fn on_forwarded(sig: libc::c_int) {
+    if !(1..=64).contains(&sig) {
+        return;
+    }
+    let bit = 1u64 << (sig - 1);
+    PENDING.fetch_or(bit, Ordering::SeqCst);
+    let w = WORD.load(Ordering::SeqCst);
+    if !w.is_null() {
+        // SAFETY: `w` points at an 8-aligned word of guest memory checked at
+        // registration; `clear` removes it before that memory is unmapped.
+        unsafe { (*w).fetch_or(bit, Ordering::SeqCst) };
+    }
+}
+
+/// Catches the forwarded signals (no `SA_RESTART`: a wait they interrupt
+/// returns to the guest).
+pub fn install() -> std::io::Result<()> {
+    for sig in shoal_abi::FORWARDED_SIGNALS {
+        // SAFETY: a zeroed sigaction is valid; the handler only touches
+        // atomics (async-signal-safe).
+        unsafe {
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = on_forwarded as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            if libc::sigaction(sig, &sa, core::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Registers the guest's word at host address `host` (an 8-aligned,
+/// writable word of guest memory, checked by the caller) and hands it the
+/// signals that arrived before.
+pub fn register(host: *mut u8) {
+    let w = host.cast::<AtomicU64>();
+    WORD.store(w, Ordering::SeqCst);
+    // SAFETY: as in `on_forwarded`.
+    unsafe { (*w).fetch_or(PENDING.load(Ordering::SeqCst), Ordering::SeqCst) };
+}
+
+/// Forgets the guest's word (before guest memory is unmapped).
+pub fn clear() {
+    WORD.store(core::ptr::null_mut(), Ordering::SeqCst);
+}
