@@ -330,8 +330,8 @@ pub struct Plan {
     pub netns: Option<PathBuf>,
     /// Create a new, empty network namespace.
     pub new_netns: bool,
-    /// Resource limits for the tender process: (resource, soft, hard).
-    pub rlimits: Vec<(libc::__rlimit_resource_t, u64, u64)>,
+    /// Resource limits for the tender process: (name, resource, soft, hard).
+    pub rlimits: Vec<(String, libc::__rlimit_resource_t, u64, u64)>,
     /// Whether the container gets a terminal.
     pub terminal: bool,
     /// Its size.
@@ -500,7 +500,7 @@ impl Spec {
         let mut rlimits = Vec::new();
         for r in &process.rlimits {
             let res = rlimit_resource(&r.kind).ok_or_else(|| ConfigError::Rlimit(r.kind.clone()))?;
-            rlimits.push((res, r.soft, r.hard));
+            rlimits.push((r.kind.clone(), res, r.soft, r.hard));
         }
         for h in self.hooks.all() {
             if !h.path.is_absolute() {
@@ -604,7 +604,7 @@ mod tests {
         .collect();
         assert_eq!(p.tender_args, want);
         assert_eq!(p.netns, Some(PathBuf::from("/run/netns/n")));
-        assert_eq!(p.rlimits, vec![(libc::RLIMIT_NOFILE, 512, 1024)]);
+        assert_eq!(p.rlimits, vec![("RLIMIT_NOFILE".to_string(), libc::RLIMIT_NOFILE, 512, 1024)]);
     }
 
     #[test]

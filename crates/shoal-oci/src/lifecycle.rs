@@ -231,7 +231,8 @@ fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mu
         .filter_map(|(k, v)| CString::new([k.as_bytes(), b"=", v.as_bytes()].concat()).ok())
         .collect();
     let mut rlimits = Vec::new();
-    for &(res, soft, hard) in &plan.rlimits {
+    for (name, res, soft, hard) in &plan.rlimits {
+        let (res, soft, hard) = (*res, *soft, *hard);
         let mut cur = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: getrlimit writes one rlimit.
         unsafe { libc::getrlimit(res, &mut cur) };
@@ -240,7 +241,7 @@ fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mu
         // host's limit stays, and the log says so.
         if hard > cur.rlim_max && !can_raise_limits() {
             warn(&format!(
-                "process.rlimits: limit {res} lowered from {hard} to the host's hard limit {}",
+                "process.rlimits: {name} lowered from {hard} to the host's hard limit {} (raising it needs CAP_SYS_RESOURCE)",
                 cur.rlim_max
             ));
             hard = cur.rlim_max;
