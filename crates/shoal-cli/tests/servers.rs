@@ -649,3 +649,11 @@ fn redis_saves_and_exits_cleanly_on_sigterm() {
         }
     }
 }
+
+/// What Redis's watchdog uses: setitimer/getitimer(ITIMER_REAL) and
+/// alarm raise SIGALRM on time, re-arm with the interval, interrupt a
+/// blocking read with EINTR and disarm, as natively (apps/tests/itimer.c).
+#[test]
+fn interval_timers_match_native() {
+    matches_native("itimer.c");
+}

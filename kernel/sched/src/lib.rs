@@ -49,6 +49,7 @@
 
 extern crate alloc;
 
+pub mod itimer;
 pub mod pi;
 pub mod sys;
 pub mod table;
@@ -180,6 +181,7 @@ fn reschedule() {
                 return;
             }
             Pick::Idle(deadline) => {
+                let deadline = itimer::deadline().map_or(deadline, |a| a.min(deadline));
                 if !idle_wait(Some(deadline)) {
                     shoal_time::sleep_until(deadline);
                     raise_host_signals();
@@ -189,9 +191,17 @@ fn reschedule() {
             }
             // Threads that wait for something outside the guest (a host
             // socket) are not deadlocked: the idle wait blocks for it.
+            // An armed interval timer will wake them (SIGALRM).
             Pick::Deadlock(n) => {
-                if !idle_wait(None) {
-                    deadlock(n)
+                let alarm = itimer::deadline();
+                if !idle_wait(alarm) {
+                    match alarm {
+                        Some(d) => {
+                            shoal_time::sleep_until(d);
+                            raise_host_signals();
+                        }
+                        None => deadlock(n),
+                    }
                 }
             }
         }
@@ -228,13 +238,17 @@ pub fn idle_wait(deadline: Option<u64>) -> bool {
     r
 }
 
-/// Raises the signals the tender forwarded (`shoal_plat::hostsig`) in the
-/// process: each goes to the thread [`table::Table::process_signal_target`]
+/// Raises the signals the tender forwarded (`shoal_plat::hostsig`) and the
+/// interval timer's `SIGALRM` ([`itimer`]) in the process: each goes to the thread [`table::Table::process_signal_target`]
 /// picks and, if that thread is blocked in a system call and does not
 /// block the signal, interrupts it (`EINTR`); the syscall table delivers
 /// it when the call returns. Called after every idle wait and system call.
 pub fn raise_host_signals() {
-    let bits = shoal_plat::hostsig::take();
+    let mut bits = shoal_plat::hostsig::take();
+    // The real-time interval timer's SIGALRM takes the same path.
+    if itimer::deadline().is_some() && itimer::expired(shoal_time::monotonic_ns()) {
+        bits |= 1 << (itimer::SIGALRM - 1);
+    }
     if bits == 0 {
         return;
     }

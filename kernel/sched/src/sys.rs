@@ -218,7 +218,6 @@ mod tests {
         crate::raise_host_signals();
         assert_eq!(crate::sig_state().1 & term, 0, "nothing arrived");
         shoal_plat::hostsig::arrive(15);
-        assert!(!crate::has_deliverable() || pending != 0);
         crate::raise_host_signals();
         assert_eq!(crate::sig_state().1 & term, term, "SIGTERM pending on the running thread");
         assert!(crate::has_deliverable());

@@ -29,6 +29,14 @@ mod nr_ipc {
     pub const SEMTIMEDOP: u64 = 220;
 }
 
+/// Numbers of the interval-timer calls, which `shoal_abi::linux` does not
+/// name (x86-64).
+mod nr_time {
+    pub const GETITIMER: u64 = 36;
+    pub const ALARM: u64 = 37;
+    pub const SETITIMER: u64 = 38;
+}
+
 /// Numbers of the socket and readiness calls that `shoal_abi::linux` does
 /// not name (x86-64).
 mod nr_net {
@@ -198,6 +206,9 @@ fn lookup(n: u64) -> Option<SyscallFn> {
         nr::CLOCK_GETRES => time::clock_getres,
         nr::GETTIMEOFDAY => time::gettimeofday,
         nr::TIME => time::time,
+        nr_time::GETITIMER => shoal_sched::itimer::getitimer,
+        nr_time::ALARM => shoal_sched::itimer::alarm,
+        nr_time::SETITIMER => shoal_sched::itimer::setitimer,
         nr::NANOSLEEP => sched::nanosleep,
         nr::CLOCK_NANOSLEEP => sched::clock_nanosleep,
         // scheduling

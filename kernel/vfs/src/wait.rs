@@ -38,6 +38,11 @@ pub fn block(what: &str, deadline: Option<u64>) -> Result<(), Errno> {
             Err(e) => Err(e),
         };
     }
+    // An armed interval timer ends the wait by its expiry (SIGALRM).
+    let deadline = match (deadline, shoal_sched::itimer::deadline()) {
+        (Some(d), Some(a)) => Some(d.min(a)),
+        (d, a) => d.or(a),
+    };
     // Something outside the guest (a host socket) may end the wait: block
     // for it in the tender (see shoal_sched::IdleWait). A signal the
     // tender forwarded meanwhile (SIGTERM) ends it with EINTR, as a
