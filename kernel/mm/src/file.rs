@@ -88,7 +88,27 @@ pub struct FileMap {
     pub shared: bool,
 }
 
-pub(crate) static MAPS: Global<[Option<FileMap>; MAX_FILE_MAPS]> = Global::new([None; MAX_FILE_MAPS]);
+/// One record of [`MAPS`]: a mapping, or empty (`end == 0`, which no
+/// mapping has). An empty table is all zero bytes, so it lies in `.bss`
+/// and costs an instance nothing until used; as `[Option<FileMap>; N]`
+/// (whose `None` is the `bool`'s niche, not zero) it was 20 KiB of
+/// `.data`, copied into every instance's memory at load.
+#[derive(Clone, Copy)]
+pub(crate) struct Slot(FileMap);
+
+impl Slot {
+    const EMPTY: Slot = Slot(FileMap { start: 0, end: 0, id: 0, off: 0, shared: false });
+
+    fn get(self) -> Option<FileMap> {
+        (self.0.end != 0).then_some(self.0)
+    }
+
+    fn set(&mut self, m: Option<FileMap>) {
+        *self = m.map_or(Slot::EMPTY, Slot);
+    }
+}
+
+pub(crate) static MAPS: Global<[Slot; MAX_FILE_MAPS]> = Global::new([Slot::EMPTY; MAX_FILE_MAPS]);
 
 /// Copies the file range of `m` into its memory.
 pub(crate) fn fill(m: &FileMap, from: u64, to: u64) -> Result<(), Errno> {
@@ -136,15 +156,15 @@ fn write_back(m: &FileMap, a: u64, b: u64) {
 /// caller passes the reference it holds on the file to the record.
 pub(crate) fn add(m: FileMap) -> Result<(), Errno> {
     MAPS.with(|t| {
-        let slot = t.iter_mut().find(|s| s.is_none()).ok_or(Errno::ENOMEM)?;
-        *slot = Some(m);
+        let slot = t.iter_mut().find(|s| s.get().is_none()).ok_or(Errno::ENOMEM)?;
+        slot.set(Some(m));
         Ok(())
     })
 }
 
 /// Whether `n` more records fit.
 pub(crate) fn room(n: usize) -> bool {
-    MAPS.with(|t| t.iter().filter(|s| s.is_none()).count() >= n)
+    MAPS.with(|t| t.iter().filter(|s| s.get().is_none()).count() >= n)
 }
 
 /// What [`detach`] does.
@@ -166,7 +186,7 @@ pub(crate) fn detach(a: u64, b: u64, how: Detach) -> Result<(), Errno> {
     let hits: heapless_list::List = MAPS.with(|t| {
         let mut l = heapless_list::List::new();
         for (k, s) in t.iter().enumerate() {
-            if let Some(m) = s {
+            if let Some(m) = s.get() {
                 if m.start < b && a < m.end {
                     l.push(k);
                 }
@@ -178,13 +198,13 @@ pub(crate) fn detach(a: u64, b: u64, how: Detach) -> Result<(), Errno> {
         return Ok(());
     }
     if !sync {
-        let splits = hits.iter().filter(|&k| MAPS.with(|t| t[k].is_some_and(|m| m.start < a && m.end > b))).count();
+        let splits = hits.iter().filter(|&k| MAPS.with(|t| t[k].get().is_some_and(|m| m.start < a && m.end > b))).count();
         if !room(splits) {
             return Err(Errno::ENOMEM);
         }
     }
     for k in hits.iter() {
-        let Some(m) = MAPS.with(|t| t[k]) else { continue };
+        let Some(m) = MAPS.with(|t| t[k].get()) else { continue };
         let (x, y) = (m.start.max(a), m.end.min(b));
         if m.shared && how != Detach::Drop {
             write_back(&m, x, y);
@@ -194,7 +214,7 @@ pub(crate) fn detach(a: u64, b: u64, how: Detach) -> Result<(), Errno> {
         }
         let left = (m.start < x).then_some(FileMap { end: x, ..m });
         let right = (y < m.end).then_some(FileMap { start: y, off: m.off + (y - m.start), ..m });
-        MAPS.with(|t| t[k] = left.or(right));
+        MAPS.with(|t| t[k].set(left.or(right)));
         match (left, right) {
             (None, None) => {
                 if let Ok(ops) = ops() {
@@ -215,7 +235,7 @@ pub(crate) fn detach(a: u64, b: u64, how: Detach) -> Result<(), Errno> {
 
 /// The file mapping that contains `addr`, if any.
 pub fn find(addr: u64) -> Option<FileMap> {
-    MAPS.with(|t| t.iter().flatten().find(|m| m.start <= addr && addr < m.end).copied())
+    MAPS.with(|t| t.iter().filter_map(|s| s.get()).find(|m| m.start <= addr && addr < m.end))
 }
 
 /// A tiny fixed list of record indexes (no allocation: mm must not

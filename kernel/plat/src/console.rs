@@ -38,9 +38,12 @@ pub struct OutBuf {
 }
 
 impl OutBuf {
-    /// An empty buffer.
+    /// An empty buffer. All zero, so that it lies in `.bss` and costs an
+    /// instance no memory until it is used (in `.data` its 32 KiB would be
+    /// copied into every instance, spt's too); the stream is set by the
+    /// first [`OutBuf::add`].
     pub const fn new() -> OutBuf {
-        OutBuf { head: ConsoleBufferHeader { stream: CONSOLE_STDOUT as u32, len: 0 }, data: [0; OUT_CAP] }
+        OutBuf { head: ConsoleBufferHeader { stream: 0, len: 0 }, data: [0; OUT_CAP] }
     }
 
     /// The pending bytes.
@@ -63,6 +66,7 @@ impl OutBuf {
             return sink(bytes);
         }
         let at = self.head.len as usize;
+        self.head.stream = CONSOLE_STDOUT as u32;
         self.data[at..at + bytes.len()].copy_from_slice(bytes);
         self.head.len += bytes.len() as u32;
         if line_buffered && bytes.contains(&b'\n') {
