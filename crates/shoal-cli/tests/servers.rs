@@ -657,3 +657,96 @@ fn redis_saves_and_exits_cleanly_on_sigterm() {
 fn interval_timers_match_native() {
     matches_native("itimer.c");
 }
+
+/// Reverse proxy and clean stop: nginx on shoal (`--net-outbound`)
+/// proxies `/api/` to an upstream HTTP server on the host (a thread of
+/// this test) and answers with its body, serves its own files beside it,
+/// and exits 0 on SIGTERM, on every tender.
+#[test]
+fn nginx_proxies_to_an_upstream_and_stops_on_sigterm() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = scratch();
+    let (image, _) = build_recipe_into("nginx", dir.path());
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up_port = upstream.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in upstream.incoming() {
+            let Ok(mut c) = conn else { return };
+            let mut r = BufReader::new(c.try_clone().unwrap());
+            let mut first = String::new();
+            let _ = r.read_line(&mut first);
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+            }
+            let body = format!("upstream saw {}", first.trim_end());
+            let _ = write!(
+                c,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    // The recipe's file system with a proxying location added.
+    let fs = dir.path().join("nginx-proxy");
+    for sub in ["html", "etc"] {
+        std::fs::create_dir_all(fs.join(sub)).unwrap();
+    }
+    for f in ["html/index.html", "etc/passwd", "etc/group"] {
+        std::fs::copy(nginx_dir().join(f), fs.join(f)).unwrap();
+    }
+    let conf = std::fs::read_to_string(nginx_dir().join("nginx.conf")).unwrap();
+    let proxy = format!("location /api/ {{\n            proxy_pass http://127.0.0.1:{up_port}/;\n        }}\n        location / {{");
+    assert!(conf.contains("location / {"));
+    std::fs::write(
+        fs.join("nginx.conf"),
+        conf.replacen("location / {", &proxy, 1),
+    )
+    .unwrap();
+    for tender in tenders() {
+        let port = free_port();
+        let mut cmd = shoal_run(tender);
+        cmd.arg("--fs")
+            .arg(&fs)
+            .args(["--net-outbound", "-p", &format!("{port}:8080")])
+            .arg(&image);
+        cmd.args([
+            "--",
+            "-p",
+            "/",
+            "-c",
+            "nginx.conf",
+            "-g",
+            "pid /tmp/nginx.pid;",
+        ]);
+        let mut s = Nginx::start(cmd, port, dir.path(), tender);
+        let got = keep_alive_gets(s.port, &["/api/hello?x=1", "/index.html"]);
+        assert_eq!(got[0].0, "HTTP/1.1 200 OK", "{tender}: log:\n{}", s.log());
+        assert_eq!(
+            String::from_utf8_lossy(&got[0].2),
+            "upstream saw GET /hello?x=1 HTTP/1.0",
+            "{tender}"
+        );
+        assert_eq!(
+            got[1].2,
+            std::fs::read(nginx_dir().join("html/index.html")).unwrap(),
+            "{tender}"
+        );
+        // SAFETY: kill on our own child's pid.
+        assert_eq!(unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) }, 0);
+        let t0 = Instant::now();
+        let st = loop {
+            if let Some(st) = s.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(
+                t0.elapsed() < DEADLINE,
+                "{tender}: nginx still running after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(st.code(), Some(0), "{tender}: log:\n{}", s.log());
+    }
+}
