@@ -462,12 +462,12 @@ struct Inst {
 
 impl Gateway {
     /// Starts `shoal serve` on 127.0.0.1, port 0, its stderr into `log`.
-    fn start(log: &Path) -> Result<Gateway> {
+    fn start(shoal: &Path, log: &Path) -> Result<Gateway> {
         let state = tempfile::Builder::new()
             .prefix("shoal-bench-faas-state-")
             .tempdir()
             .context("cannot make a state directory")?;
-        let mut child = Command::new(std::env::current_exe()?)
+        let mut child = Command::new(shoal)
             .args(["serve", "--listen", "127.0.0.1:0", "--state"])
             .arg(state.path())
             .stdin(Stdio::null())
@@ -785,7 +785,7 @@ struct Fns {
 
 impl Fns {
     /// Builds apps/functions into `dir` with apps/functions/build.sh.
-    fn build(dir: &Path) -> Result<Fns> {
+    fn build(shoal: &Path, dir: &Path) -> Result<Fns> {
         let paths = shoal_toolchain::Paths::discover()?;
         let script = paths.home.join("apps/functions/build.sh");
         say(&format!(
@@ -795,7 +795,7 @@ impl Fns {
         let o = Command::new("bash")
             .arg(&script)
             .arg(dir)
-            .env("SHOAL", std::env::current_exe()?)
+            .env("SHOAL", shoal)
             .stdin(Stdio::null())
             .output()
             .context("cannot run apps/functions/build.sh")?;
@@ -2344,6 +2344,25 @@ fn probe(gw: &Gateway, fns: &Fns, backend: &str) -> Result<(), String> {
     r
 }
 
+/// Copies `shoal` and `shoal-tender` into `dir` and returns the copy of
+/// `shoal`: the functions are built and the gateway (which runs the
+/// `shoal-tender` beside it) started from these copies, so a rebuild of the
+/// tree during a long run (an ABI change) cannot leave the images and the
+/// tender at different versions halfway through.
+fn pin_binaries(dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let shoal = dir.join("shoal");
+    for (from, to) in [
+        (std::env::current_exe()?, shoal.clone()),
+        (super::tender_binary()?, dir.join("shoal-tender")),
+    ] {
+        let _ = std::fs::remove_file(&to);
+        std::fs::copy(&from, &to)
+            .with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
+    }
+    Ok(shoal)
+}
+
 /// `shoal bench faas`.
 pub fn faas(o: FaasOpts) -> Result<()> {
     check(&o)?;
@@ -2368,8 +2387,9 @@ pub fn faas(o: FaasOpts) -> Result<()> {
     std::fs::create_dir_all(&o.out)
         .with_context(|| format!("cannot create {}", o.out.display()))?;
     let t_start = Instant::now();
-    let fns = Fns::build(&o.out.join("functions"))?;
-    let gw = Gateway::start(&o.out.join("gateway.log"))?;
+    let shoal = pin_binaries(&o.out.join("bin"))?;
+    let fns = Fns::build(&shoal, &o.out.join("functions"))?;
+    let gw = Gateway::start(&shoal, &o.out.join("gateway.log"))?;
     say(&format!(
         "shoal serve on {} (log {})",
         gw.addr,
