@@ -555,9 +555,8 @@ fn podman(args: &[&str]) -> Output {
     static LOADED: OnceLock<()> = OnceLock::new();
     LOADED.get_or_init(|| {
         let (hello, app) = archives();
-        for a in [hello, app] {
-            let o = Command::new("podman").arg("load").arg("-i").arg(a).output().unwrap();
-            assert!(o.status.success(), "podman load {}: {}", a.display(), String::from_utf8_lossy(&o.stderr));
+        for (a, name) in [(hello, "localhost/shoal-oci-test/hello"), (app, "localhost/shoal-oci-test/app")] {
+            podman_load(a, name);
         }
     });
     Command::new("podman")
@@ -567,6 +566,33 @@ fn podman(args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .unwrap()
+}
+
+/// `podman load -i ARCHIVE` of image `name`; the image that held the name
+/// before (an older build of the test programs) is removed, so repeated
+/// runs leave no unnamed images behind.
+fn podman_load(archive: &Path, name: &str) {
+    let id = || {
+        let o = Command::new("podman").args(["image", "inspect", "--format", "{{.Id}}", name]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let before = id();
+    let o = Command::new("podman").arg("load").arg("-i").arg(archive).output().unwrap();
+    assert!(o.status.success(), "podman load {}: {}", archive.display(), String::from_utf8_lossy(&o.stderr));
+    if !before.is_empty() && before != id() {
+        // Fails harmlessly while a container still uses it.
+        let _ = Command::new("podman").args(["rmi", &before]).output();
+    }
+}
+
+/// Removes podman container `name` when dropped, so a failed assertion
+/// leaves no container (and no image in use) behind.
+struct PodmanRm(String);
+
+impl Drop for PodmanRm {
+    fn drop(&mut self) {
+        let _ = Command::new("podman").args(["rm", "-f", "-i", &self.0]).output();
+    }
 }
 
 fn text(o: &Output) -> String {
@@ -628,6 +654,7 @@ fn podman_run_detached_logs_ps_stop_rm() {
         return;
     }
     let name = format!("shoal-oci-test-d{}", std::process::id());
+    let _rm = PodmanRm(name.clone());
     let o = podman(&["run", "-d", "--name", &name, "localhost/shoal-oci-test/app", "wait"]);
     assert!(o.status.success(), "{}", text(&o));
     let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
@@ -852,9 +879,9 @@ fn podman_run_p_reaches_the_http_example() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    let o = Command::new("podman").arg("load").arg("-i").arg(&archive).output().unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    podman_load(&archive, "localhost/shoal-oci-test/http");
     let name = format!("shoal-oci-test-http{}", std::process::id());
+    let _rm = PodmanRm(name.clone());
     let o = podman(&[
         "run",
         "-d",
