@@ -388,12 +388,15 @@ const CONSOLE_WRITES: u64 = 20_000;
 /// apps/bench/console.c start to exit, stdout in a file: native, spt and
 /// hvt alternating, `repeat` runs each (ms); hvt is skipped with the reason
 /// when /dev/kvm is not usable.
-fn console_writes(home: &Path, dir: &Path, shoal: &Path, repeat: usize) -> Result<Vec<(&'static str, Result<Vec<f64>, String>)>> {
+/// A system's runs in ms, or why it was skipped.
+type Runs = Result<Vec<f64>, String>;
+
+fn console_writes(home: &Path, dir: &Path, shoal: &Path, repeat: usize) -> Result<Vec<(&'static str, Runs)>> {
     let (image, native) = build_pair(&home.join("apps/bench/console.c"), dir, &["-O2"])?;
     let out = dir.join("console.out");
     let hvt = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").map(|_| ()).map_err(|e| format!("/dev/kvm is not usable: {e}"));
     let n = CONSOLE_WRITES.to_string();
-    let mut rows: Vec<(&'static str, Result<Vec<f64>, String>)> = vec![("native", Ok(Vec::new())), ("spt", Ok(Vec::new())), ("hvt", hvt.map(|_| Vec::new()))];
+    let mut rows: Vec<(&'static str, Runs)> = vec![("native", Ok(Vec::new())), ("spt", Ok(Vec::new())), ("hvt", hvt.map(|_| Vec::new()))];
     for _ in 0..repeat {
         for (name, r) in rows.iter_mut() {
             let Ok(xs) = r else { continue };

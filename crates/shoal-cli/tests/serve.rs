@@ -118,6 +118,10 @@ impl Drop for Gateway {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A failing test shows what the gateway said.
+        if std::thread::panicking() {
+            let _ = writeln!(std::io::stderr(), "gateway stderr: {}", std::fs::read_to_string(&self.log).unwrap_or_default());
+        }
     }
 }
 
