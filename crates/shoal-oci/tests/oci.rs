@@ -734,15 +734,21 @@ fn containerd_ctr_runs_shoal_images_through_the_runc_shim() {
         .stderr(std::fs::File::create(d.join("containerd.log")).unwrap())
         .spawn()
         .unwrap();
-    struct Kill<'a>(&'a mut std::process::Child);
-    impl Drop for Kill<'_> {
+    let sock = d.join("containerd.sock");
+    let id = format!("shoal-oci-test-{}", std::process::id());
+    // Whatever happens, the task, its shim (which outlives containerd) and
+    // the container go before containerd does.
+    struct Cleanup<'a>(&'a mut std::process::Child, PathBuf, String);
+    impl Drop for Cleanup<'_> {
         fn drop(&mut self) {
+            for args in [&["task", "kill", "-s", "SIGKILL"][..], &["task", "delete", "-f"], &["container", "delete"]] {
+                let _ = Command::new("ctr").arg("--address").arg(&self.1).args(args).arg(&self.2).output();
+            }
             let _ = self.0.kill();
             let _ = self.0.wait();
         }
     }
-    let _guard = Kill(&mut daemon);
-    let sock = d.join("containerd.sock");
+    let _guard = Cleanup(&mut daemon, sock.clone(), id.clone());
     let ctr = |args: &[&str]| {
         Command::new("ctr")
             .arg("--address")
@@ -780,7 +786,6 @@ fn containerd_ctr_runs_shoal_images_through_the_runc_shim() {
         assert!(o.status.success(), "ctr images import: {}", text(&o));
     }
     let oci = bin("shoal-oci");
-    let id = format!("shoal-oci-test-{}", std::process::id());
     let o = ctr(&[
         "run",
         "--rm",
