@@ -2344,7 +2344,7 @@ fn probe(gw: &Gateway, fns: &Fns, backend: &str) -> Result<(), String> {
     r
 }
 
-/// Copies `shoal` and `shoal-tender` into `dir` and returns the copy of
+/// Copies `shoal`, `shoal-tender` (and `shoal-spt`) into `dir` and returns the copy of
 /// `shoal`: the functions are built and the gateway (which runs the
 /// `shoal-tender` beside it) started from these copies, so a rebuild of the
 /// tree during a long run (an ABI change) cannot leave the images and the
@@ -2352,10 +2352,17 @@ fn probe(gw: &Gateway, fns: &Fns, backend: &str) -> Result<(), String> {
 fn pin_binaries(dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let shoal = dir.join("shoal");
-    for (from, to) in [
+    let tender = super::tender_binary()?;
+    // The spt tender runs its instances from `shoal-spt` beside it.
+    let spt = tender.with_file_name("shoal-spt");
+    let mut copies = vec![
         (std::env::current_exe()?, shoal.clone()),
-        (super::tender_binary()?, dir.join("shoal-tender")),
-    ] {
+        (tender, dir.join("shoal-tender")),
+    ];
+    if spt.is_file() {
+        copies.push((spt, dir.join("shoal-spt")));
+    }
+    for (from, to) in copies {
         let _ = std::fs::remove_file(&to);
         std::fs::copy(&from, &to)
             .with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
