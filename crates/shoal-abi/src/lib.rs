@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -186,6 +186,32 @@ pub struct BootInfo {
     pub listeners: [Listener; MAX_LISTENERS],
     /// Console flags ([`CONSOLE_STDIN_TTY`], [`CONSOLE_STDOUT_TTY`]).
     pub console_flags: u64,
+    /// The guest directory of a volume (`--volume HOSTDIR:GUESTDIR`):
+    /// absolute, NUL padded; empty (all zero) without a volume. When the
+    /// instance ends (exit or death by a signal, not a CPU fault) the
+    /// kernel packs the tree there into an archive and hands it over with
+    /// [`Hypercall::VolumeSave`].
+    pub volume_path: [u8; VOLUME_PATH_MAX],
+    /// Largest archive the tender takes from [`Hypercall::VolumeSave`].
+    pub volume_max: u64,
+}
+
+/// Room for [`BootInfo::volume_path`] (a longer guest path is refused by
+/// the tender).
+pub const VOLUME_PATH_MAX: usize = 256;
+
+/// Arguments of [`Hypercall::VolumeSave`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct VolumeSaveArgs {
+    /// Guest address of the archive (the `shoal-archive` format; paths
+    /// relative to the volume's guest directory).
+    pub addr: u64,
+    /// Its length in bytes (at most [`BootInfo::volume_max`]).
+    pub len: u64,
+    /// Out: 0, or a negative Linux errno (`EFBIG`: too large, `ENOSYS`: no
+    /// volume, `EFAULT`: outside guest memory).
+    pub ret: i64,
 }
 
 /// [`BootInfo::console_flags`]: the tender's standard input is a terminal
@@ -260,6 +286,11 @@ pub enum Hypercall {
     /// and the guest's wait in [`Hypercall::NetPoll`] ends early, so the
     /// kernel raises the signal in the program as Linux would.
     SignalWord = 10,
+    /// Hand the volume's final contents to the tender: [`VolumeSaveArgs`].
+    /// The tender keeps the last archive it was given and, once the
+    /// instance has ended by exit (not by a CPU fault or a refused
+    /// hypercall), replaces the host directory's contents with it.
+    VolumeSave = 11,
 }
 
 /// The signals a tender hands to its guest instead of acting on them
@@ -290,13 +321,14 @@ impl Hypercall {
             8 => Some(Hypercall::Protect),
             9 => Some(Hypercall::ConsoleBuffer),
             10 => Some(Hypercall::SignalWord),
+            11 => Some(Hypercall::VolumeSave),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 11;
+pub const HYPERCALL_MAX: u64 = 12;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;

@@ -23,10 +23,17 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
 
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
+#[cfg(feature = "alloc")]
+mod encode;
+#[cfg(feature = "alloc")]
+pub use encode::{encode, Item, TooLarge};
 #[cfg(feature = "std")]
 mod writer;
 #[cfg(feature = "std")]
-pub use writer::{pack_dir, PackError};
+pub use writer::{pack_dir, pack_with_volume, PackError};
 
 /// First bytes of every archive.
 pub const MAGIC: [u8; 8] = *b"SHOALFS1";
@@ -323,5 +330,35 @@ mod tests {
             }
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[cfg(all(test, feature = "std"))]
+mod volume_tests {
+    use super::*;
+
+    #[test]
+    fn a_volume_replaces_what_the_root_has_at_its_guest_path() {
+        let base = std::env::temp_dir().join(format!("shoal-archive-vol-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (root, host) = (base.join("root"), base.join("host"));
+        std::fs::create_dir_all(root.join("data/old")).unwrap();
+        std::fs::write(root.join("etc"), b"x").unwrap();
+        std::fs::create_dir_all(host.join("sub")).unwrap();
+        std::fs::write(host.join("sub/n"), b"3").unwrap();
+        let bytes = pack_with_volume(Some(&root), &host, "/data/v").unwrap();
+        let a = Archive::parse(&bytes).unwrap();
+        let paths: Vec<&[u8]> = a.entries().map(|e| e.path).collect();
+        assert_eq!(paths, [&b"data"[..], b"data/old", b"data/v", b"data/v/sub", b"data/v/sub/n", b"etc"]);
+        assert_eq!(a.find(b"data/v/sub/n").unwrap().data, b"3");
+        let bytes = pack_with_volume(Some(&root), &host, "/data").unwrap();
+        assert!(Archive::parse(&bytes).unwrap().find(b"data/old").is_none(), "the root's tree at the guest path is replaced");
+        assert!(matches!(pack_with_volume(Some(&root), &host, "/etc/v"), Err(PackError::VolumeBlocked(p)) if p == "/etc"));
+        for bad in ["data", "/", "/a/../b", "/a//b", "/a/"] {
+            assert!(matches!(pack_with_volume(None, &host, bad), Err(PackError::BadGuestPath(_))), "{bad}");
+        }
+        let e = Archive::parse(&pack_with_volume(None, &host, "/v").unwrap()).unwrap().entries().count();
+        assert_eq!(e, 3);
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

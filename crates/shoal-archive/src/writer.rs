@@ -1,6 +1,6 @@
 //! Packs a host directory into an archive (the tender side of `--fs`).
 
-use crate::{Kind, ENTRY_LEN, HEADER_LEN, MAGIC, VERSION};
+use crate::{encode, Item, Kind};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -16,6 +16,12 @@ pub enum PackError {
     Unsupported(PathBuf),
     /// The archive would exceed the format's limits.
     TooLarge,
+    /// A `--volume` guest directory that is not an absolute path of
+    /// ordinary names.
+    BadGuestPath(String),
+    /// Something of the root file system is in the way of a volume's
+    /// guest directory (a file or symlink where a directory must be).
+    VolumeBlocked(String),
 }
 
 impl std::fmt::Display for PackError {
@@ -27,18 +33,17 @@ impl std::fmt::Display for PackError {
                 write!(f, "{} is not a regular file, directory or symlink", p.display())
             }
             PackError::TooLarge => write!(f, "the directory is too large to pack"),
+            PackError::BadGuestPath(p) => {
+                write!(f, "the volume's guest directory {p} is not an absolute path of ordinary names")
+            }
+            PackError::VolumeBlocked(p) => {
+                write!(f, "the root file system has a file or symlink at {p}, where the volume's directory goes")
+            }
         }
     }
 }
 
 impl std::error::Error for PackError {}
-
-struct Item {
-    path: Vec<u8>,
-    kind: Kind,
-    mode: u32,
-    data: Vec<u8>,
-}
 
 fn walk(root: &Path, rel: &Path, out: &mut Vec<Item>) -> Result<(), PackError> {
     let dir = root.join(rel);
@@ -71,52 +76,50 @@ fn walk(root: &Path, rel: &Path, out: &mut Vec<Item>) -> Result<(), PackError> {
 /// Packs the directory `root` (recursively; symlinks are stored, not
 /// followed) into archive bytes.
 pub fn pack_dir(root: &Path) -> Result<Vec<u8>, PackError> {
+    let mut items = list(root)?;
+    encode(&mut items).map_err(|_| PackError::TooLarge)
+}
+
+fn list(root: &Path) -> Result<Vec<Item>, PackError> {
     let meta = std::fs::metadata(root).map_err(|e| PackError::Io(root.to_path_buf(), e))?;
     if !meta.is_dir() {
         return Err(PackError::NotADirectory(root.to_path_buf()));
     }
     let mut items = Vec::new();
     walk(root, Path::new(""), &mut items)?;
-    items.sort_by(|a, b| a.path.cmp(&b.path));
-    let count = u32::try_from(items.len()).map_err(|_| PackError::TooLarge)?;
-    let strings_off = HEADER_LEN + items.len() * ENTRY_LEN;
-    let strings_len: usize = items.iter().map(|i| i.path.len()).sum();
-    let mut data_off = (strings_off + strings_len + 7) & !7;
-    let mut out = Vec::new();
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&count.to_le_bytes());
-    out.extend_from_slice(&(strings_off as u64).to_le_bytes());
-    out.extend_from_slice(&(strings_len as u64).to_le_bytes());
-    let mut path_off = 0usize;
-    let mut data_offs = Vec::with_capacity(items.len());
-    for it in &items {
-        let plen = u32::try_from(it.path.len()).map_err(|_| PackError::TooLarge)?;
-        let poff = u32::try_from(path_off).map_err(|_| PackError::TooLarge)?;
-        let doff = if it.kind == Kind::Dir { 0 } else { data_off };
-        out.extend_from_slice(&poff.to_le_bytes());
-        out.extend_from_slice(&plen.to_le_bytes());
-        out.extend_from_slice(&it.kind.to_u32().to_le_bytes());
-        out.extend_from_slice(&it.mode.to_le_bytes());
-        out.extend_from_slice(&(doff as u64).to_le_bytes());
-        out.extend_from_slice(&(it.data.len() as u64).to_le_bytes());
-        path_off += it.path.len();
-        data_offs.push(doff);
-        if it.kind != Kind::Dir {
-            data_off = (data_off + it.data.len() + 7) & !7;
+    Ok(items)
+}
+
+/// Packs the root file system `root` (or an empty one) with the volume
+/// directory `host` in it at the absolute guest path `guest`
+/// (`--volume HOSTDIR:GUESTDIR`): whatever `root` has at `guest` is
+/// replaced by `host`'s tree, and the directories leading to it are made.
+pub fn pack_with_volume(root: Option<&Path>, host: &Path, guest: &str) -> Result<Vec<u8>, PackError> {
+    let rel = guest.strip_prefix('/').filter(|r| crate::valid_path(r.as_bytes())).ok_or_else(|| PackError::BadGuestPath(guest.into()))?;
+    let rel = rel.as_bytes();
+    let mut items = match root {
+        Some(r) => list(r)?,
+        None => Vec::new(),
+    };
+    let under = |p: &[u8]| p == rel || (p.len() > rel.len() && p.starts_with(rel) && p[rel.len()] == b'/');
+    items.retain(|i| !under(&i.path));
+    for (i, _) in rel.iter().enumerate().filter(|&(_, &c)| c == b'/').chain([(rel.len(), &b'/')]) {
+        let dir = &rel[..i];
+        match items.iter().find(|it| it.path == dir) {
+            Some(it) if it.kind == Kind::Dir => {}
+            Some(_) => return Err(PackError::VolumeBlocked(format!("/{}", String::from_utf8_lossy(dir)))),
+            None => items.push(Item { path: dir.to_vec(), kind: Kind::Dir, mode: 0o755, data: Vec::new() }),
         }
     }
-    for it in &items {
-        out.extend_from_slice(&it.path);
+    if let Some(top) = items.iter_mut().find(|it| it.path == rel) {
+        top.mode = std::fs::metadata(host).map_err(|e| PackError::Io(host.to_path_buf(), e))?.permissions().mode() & 0o7777;
     }
-    for (it, &doff) in items.iter().zip(&data_offs) {
-        if it.kind == Kind::Dir {
-            continue;
-        }
-        out.resize(doff, 0);
-        out.extend_from_slice(&it.data);
+    for mut it in list(host)? {
+        let mut p = rel.to_vec();
+        p.push(b'/');
+        p.extend_from_slice(&it.path);
+        it.path = p;
+        items.push(it);
     }
-    let end = (out.len() + 7) & !7;
-    out.resize(end, 0);
-    Ok(out)
+    encode(&mut items).map_err(|_| PackError::TooLarge)
 }

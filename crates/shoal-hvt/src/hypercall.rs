@@ -21,7 +21,6 @@ use shoal_abi::{
 };
 use shoal_loader::{GuestAddr, GuestMemory, MemError};
 use std::io::Write;
-use std::time::Duration;
 use vm_memory::Bytes;
 
 /// Where console output goes (the process's stdout/stderr, or buffers in
@@ -149,6 +148,9 @@ pub struct Guest<'a> {
     /// Applies a `Protect` request (`crate::protect`); `None`: not
     /// supported here (unit tests), answered `ENOSYS`.
     pub protect: Option<&'a ProtectFn<'a>>,
+    /// Where a `VolumeSave` archive is kept until the guest has ended
+    /// (`--volume`), and the largest taken; `None`: no volume (`ENOSYS`).
+    pub volume: Option<(&'a std::cell::RefCell<Option<Vec<u8>>>, u64)>,
 }
 
 /// How the run loop applies a `Protect` request: `Ok` is the hypercall's
@@ -315,7 +317,7 @@ pub fn handle(
             } else {
                 // Block here: an idle guest costs no CPU.
                 if a.timeout_ns > 0 {
-                    std::thread::sleep(Duration::from_nanos(a.timeout_ns));
+                    sleep_interruptible(a.timeout_ns);
                 }
                 a.ret = 0;
             }
@@ -350,6 +352,31 @@ pub fn handle(
                 Err(r) => return Action::Refused(r),
             };
             a.ret = console_read(g, &a);
+            put(g, call, arg, &a)
+        }
+        Hypercall::VolumeSave => {
+            let mut a: shoal_abi::VolumeSaveArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            a.ret = match g.volume {
+                None => -i64::from(libc::ENOSYS),
+                Some((_, max)) if a.len > max => -i64::from(libc::EFBIG),
+                // Copied now, validated by shoal_loader::volume::store once
+                // the guest has halted.
+                Some((_, _)) if !g.mem.contains(GuestAddr(a.addr), a.len) => EFAULT,
+                Some((kept, _)) => {
+                    // At most the guest's memory size (max), checked above.
+                    let mut v = vec![0u8; a.len as usize];
+                    match g.mem.read(GuestAddr(a.addr), &mut v) {
+                        Ok(()) => {
+                            *kept.borrow_mut() = Some(v);
+                            0
+                        }
+                        Err(_) => EFAULT,
+                    }
+                }
+            };
             put(g, call, arg, &a)
         }
         Hypercall::Protect => {
@@ -393,6 +420,18 @@ pub fn handle(
             Action::Fault(FaultArgs { vector: q(0), error_code: q(1), rip: q(2), rsp: q(3), cr2: q(4) })
         }
     }
+}
+
+/// Sleeps `ns` or until a signal arrives (a forwarded SIGTERM must end the
+/// guest's sleep: `std::thread::sleep` would sleep on after it). The guest
+/// loops until its deadline, so returning early is always allowed.
+fn sleep_interruptible(ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `ts` is a valid timespec; no remainder is asked for.
+    unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &ts, std::ptr::null_mut()) };
 }
 
 /// Reads the VMM's stdin (descriptor 0) without blocking, into guest

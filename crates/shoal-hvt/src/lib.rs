@@ -23,6 +23,7 @@
 //! | status | meaning |
 //! |---|---|
 //! | 0–255 | the guest halted with this status (the low 8 bits of `HaltArgs::status`) |
+//! | [`EXIT_TENDER_FAILED`] (125) | the guest exited, but its `--volume` was not written (`shoal: the volume … was not saved: …`; the host directory is unchanged) |
 //! | [`EXIT_SIGSYS`] (159) | the guest executed a `syscall` instruction: `shoal: guest fault: invalid opcode (vector 6, …): the guest executed a `syscall` instruction; …` |
 //! | 128 + N | the guest took a CPU exception that Linux would turn into signal N (page fault, general protection → SIGSEGV = 139; invalid opcode → SIGILL = 132; divide error → SIGFPE = 136; breakpoint → SIGTRAP = 133; …): `shoal: guest fault: <name> (vector V, error E) at rip R, rsp S, cr2 C[: cause]` |
 //! | [`EXIT_STOPPED`] (255) | hvt stopped the guest: an invalid hypercall (`shoal: the guest made an invalid hypercall: …`: an argument structure outside guest memory, or outside *writable* guest memory for a call that writes results back, or a fault report the guest wrote itself instead of the CPL-0 exception stub), a poll with no deadline and nothing to wait for, or a vCPU stop a shoal guest never causes (triple fault, `hlt`, KVM internal error: `shoal: hvt stopped the guest: …`) |
@@ -97,6 +98,9 @@ pub const EXIT_STOPPED: i32 = 255;
 /// The guest executed `syscall` (128 + SIGSYS, as a forbidden system call
 /// on spt).
 pub const EXIT_SIGSYS: i32 = 128 + libc::SIGSYS;
+/// The guest exited but its `--volume` could not be written (the same
+/// value as spt's `EXIT_TENDER_FAILED`: shoal itself failed).
+pub const EXIT_TENDER_FAILED: i32 = 125;
 
 pub use shoal_loader::{FsSource, MemoryMode};
 
@@ -116,12 +120,9 @@ pub enum HvtError {
     /// More memory than hvt can give a guest.
     #[error("--mem {0} is too large for the hvt tender: hypercalls pass 32-bit addresses, so guest memory is at most 4G")]
     MemTooLarge(String),
-    /// The `--fs` directory could not be packed.
-    #[error("cannot pack the file system: {0}")]
-    Pack(#[from] shoal_archive::PackError),
-    /// A packed archive passed in is invalid.
-    #[error("{0}")]
-    Archive(shoal_archive::ArchiveError),
+    /// The root archive could not be made (`--fs`, `--volume`).
+    #[error(transparent)]
+    Root(#[from] shoal_loader::RootError),
     /// The library pool could not serve the image (mode `pool`).
     #[error(transparent)]
     Pool(#[from] shoal_loader::pool::PoolError),
@@ -192,6 +193,9 @@ pub enum Outcome {
     BlockedForever,
     /// The vCPU stopped in a way a shoal guest never should.
     Stopped(String),
+    /// The guest exited, but its volume could not be written (the
+    /// message says why; the host directory is as it was).
+    VolumeNotSaved(String),
 }
 
 impl Outcome {
@@ -203,6 +207,7 @@ impl Outcome {
             Outcome::Fault { cpu: true, report, .. } => 128 + x86::vector_signal(report.vector),
             Outcome::Fault { cpu: false, .. } => EXIT_STOPPED,
             Outcome::Refused(_) | Outcome::BlockedForever | Outcome::Stopped(_) => EXIT_STOPPED,
+            Outcome::VolumeNotSaved(_) => EXIT_TENDER_FAILED,
         }
     }
 
@@ -232,6 +237,7 @@ impl Outcome {
             Outcome::Refused(r) => Some(format!("the guest made an invalid hypercall: {r}")),
             Outcome::BlockedForever => Some("the guest blocked forever with nothing to wake it".into()),
             Outcome::Stopped(s) => Some(format!("hvt stopped the guest: {s}")),
+            Outcome::VolumeNotSaved(s) => Some(s.clone()),
         }
     }
 }
@@ -309,14 +315,7 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
         return Err(HvtError::MemTooLarge(shoal_loader::format_size(cfg.mem_size)));
     }
     let image = Image::open(&cfg.image)?;
-    let archive = match &cfg.fs {
-        None => Vec::new(),
-        Some(FsSource::Dir(d)) => shoal_archive::pack_dir(d)?,
-        Some(FsSource::Packed(bytes)) => {
-            shoal_archive::Archive::parse(bytes).map_err(HvtError::Archive)?;
-            bytes.clone()
-        }
-    };
+    let archive = shoal_loader::root_archive(cfg)?.into_owned();
     let argv = cfg.argv.clone();
     let env = cfg.env.clone();
     let layout = shoal_loader::plan(&image, cfg.mem_size, archive.len() as u64, &argv, &env)?;
@@ -339,6 +338,11 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
     let read_only = read_only_ranges(&image, &layout);
     let hz = shoal_loader::tsc::tsc_hz()?;
     let mut params = BootParams::new(TenderKind::Hvt, 0, Clock::now(hz))?;
+    if let Some(v) = &cfg.volume {
+        params.volume_path = v.boot_path();
+        // The whole volume archive lies in guest memory: it cannot be larger.
+        params.volume_max = cfg.mem_size;
+    }
     let net = open_net(cfg, &mut params)?;
     let (pool, pool_warning) = if cfg.mode == MemoryMode::Pool {
         shoal_loader::pool::prepare(cfg.pool.as_ref(), cfg.pool_fallback, &image)?
@@ -466,7 +470,9 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         changed.set(changed.get() || r == 0);
         Ok(r)
     };
-    let guest = hypercall::Guest { mem: &mem, private: &vm.memory, read_only: &p.read_only, protect: Some(&apply) };
+    let kept = std::cell::RefCell::new(None);
+    let volume = cfg.volume.as_ref().map(|_| (&kept, p.params.volume_max));
+    let guest = hypercall::Guest { mem: &mem, private: &vm.memory, read_only: &p.read_only, protect: Some(&apply), volume };
     let mut buffer = None;
     // SIGTERM and SIGHUP go to the guest while it runs (crate::forward);
     // its word is forgotten before guest memory goes away.
@@ -540,6 +546,15 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     if let Some(b) = buffer {
         b.drain(&mem, console);
     }
+    // Only a guest that halted keeps its volume (a fault, a refused
+    // hypercall or a stop leaves the host directory as it was).
+    let outcome = match (&cfg.volume, &outcome, kept.into_inner()) {
+        (Some(v), Outcome::Exit(_), Some(archive)) => match shoal_loader::volume::store(&v.host, &archive) {
+            Ok(()) => outcome,
+            Err(e) => Outcome::VolumeNotSaved(e.to_string()),
+        },
+        _ => outcome,
+    };
     timings.exit = t0.elapsed();
     timings.net = p.net.stats;
     Ok((outcome, timings))

@@ -94,6 +94,10 @@ pub struct BootParams {
     pub listener_count: u64,
     /// Console flags (`shoal_abi::CONSOLE_STDIN_TTY`, `CONSOLE_STDOUT_TTY`).
     pub console_flags: u64,
+    /// The volume's guest directory, NUL padded (all zero: no volume).
+    pub volume_path: [u8; shoal_abi::VOLUME_PATH_MAX],
+    /// Largest archive the tender takes back (`VolumeSave`).
+    pub volume_max: u64,
 }
 
 /// What the guest is told about the tender's standard input and output:
@@ -139,6 +143,8 @@ impl BootParams {
             listeners: [shoal_abi::Listener::default(); shoal_abi::MAX_LISTENERS],
             listener_count: 0,
             console_flags: console_flags(),
+            volume_path: [0; shoal_abi::VOLUME_PATH_MAX],
+            volume_max: 0,
         })
     }
 }
@@ -267,6 +273,8 @@ pub fn write_boot_state(
         listener_count: params.listener_count.min(shoal_abi::MAX_LISTENERS as u64),
         listeners: params.listeners,
         console_flags: params.console_flags,
+        volume_path: params.volume_path,
+        volume_max: params.volume_max,
     };
     mem.write_obj(GuestAddr(BOOT_INFO_ADDR), &info)
         .map_err(mem_err("boot info"))?;

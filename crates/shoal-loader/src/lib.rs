@@ -41,6 +41,7 @@ mod mem;
 pub mod net;
 pub mod pool;
 pub mod tsc;
+pub mod volume;
 
 pub use boot::{
     auxv, hwcap, load_archive, load_segments, load_segments_except, write_boot_state, BootError, BootParams, EntryState,
@@ -86,6 +87,42 @@ pub enum FsSource {
     Packed(Vec<u8>),
 }
 
+/// The root archive for `cfg`: `--fs` packed (or checked, when packed
+/// already), with the `--volume` directory in it; empty without either.
+pub fn root_archive(cfg: &RunConfig) -> Result<std::borrow::Cow<'_, [u8]>, RootError> {
+    use std::borrow::Cow;
+    Ok(match (&cfg.fs, &cfg.volume) {
+        (None, None) => Cow::Borrowed(&[]),
+        (Some(FsSource::Dir(d)), None) => Cow::Owned(shoal_archive::pack_dir(d)?),
+        (Some(FsSource::Packed(b)), None) => {
+            shoal_archive::Archive::parse(b).map_err(RootError::Archive)?;
+            Cow::Borrowed(b)
+        }
+        (None | Some(FsSource::Dir(_)), Some(v)) => {
+            let root = match &cfg.fs {
+                Some(FsSource::Dir(d)) => Some(d.as_path()),
+                _ => None,
+            };
+            Cow::Owned(shoal_archive::pack_with_volume(root, &v.host, &v.guest)?)
+        }
+        (Some(FsSource::Packed(_)), Some(_)) => return Err(RootError::PackedWithVolume),
+    })
+}
+
+/// Why the root archive could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum RootError {
+    /// The `--fs` or `--volume` directory could not be packed.
+    #[error("cannot pack the file system: {0}")]
+    Pack(#[from] shoal_archive::PackError),
+    /// A packed archive passed in is invalid.
+    #[error("{0}")]
+    Archive(shoal_archive::ArchiveError),
+    /// A caller's packed archive cannot take a volume.
+    #[error("a volume needs the root file system as a directory, not a packed archive")]
+    PackedWithVolume,
+}
+
 /// What a tender runs: the same configuration for spt and hvt.
 #[derive(Debug)]
 pub struct RunConfig {
@@ -114,6 +151,8 @@ pub struct RunConfig {
     pub stderr: Option<std::os::fd::OwnedFd>,
     /// What the guest may reach on the network (default: nothing).
     pub net: net::NetConfig,
+    /// A host directory kept across runs (`--volume`; [`volume`]).
+    pub volume: Option<volume::Volume>,
 }
 
 impl RunConfig {
@@ -134,6 +173,7 @@ impl RunConfig {
             stdout: None,
             stderr: None,
             net: net::NetConfig::default(),
+            volume: None,
         }
     }
 }

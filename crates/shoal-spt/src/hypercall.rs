@@ -158,6 +158,7 @@ fn name(nr: u64) -> &'static str {
         Some(Hypercall::Protect) => "protect",
         Some(Hypercall::ConsoleBuffer) => "console buffer",
         Some(Hypercall::SignalWord) => "signal word",
+        Some(Hypercall::VolumeSave) => "volume save",
         None => "unknown",
     }
 }
@@ -259,6 +260,11 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
             };
             put(arg, &a);
         }
+        Some(Hypercall::VolumeSave) => {
+            let mut a: shoal_abi::VolumeSaveArgs = args(nr, arg, true);
+            a.ret = volume_save(&a);
+            put(arg, &a);
+        }
         Some(Hypercall::Fault) => {
             let a: FaultArgs = args(nr, arg, false);
             stop(
@@ -279,6 +285,44 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
             format_args!("the guest made an invalid hypercall: number {nr} does not exist (argument {arg:#x})"),
         ),
     }
+}
+
+/// The volume area shared with the waiting parent (a mapping of the
+/// report memfd after its first page): its address and how many archive
+/// bytes it holds (`crate::VOLUME_HEADER` bytes of length, then the data).
+static VOLUME_AREA: AtomicU64 = AtomicU64::new(0);
+static VOLUME_MAX: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the volume area (in the child, before entering the guest).
+pub fn install_volume(area: *mut u8, max: u64) {
+    VOLUME_AREA.store(area as u64, Ordering::Relaxed);
+    VOLUME_MAX.store(max, Ordering::Relaxed);
+}
+
+/// Copies the guest's volume archive into the shared area, where the
+/// parent reads it once the instance has exited. The parent validates it:
+/// here only the range is checked.
+fn volume_save(a: &shoal_abi::VolumeSaveArgs) -> i64 {
+    let (area, max) = (VOLUME_AREA.load(Ordering::Relaxed), VOLUME_MAX.load(Ordering::Relaxed));
+    if area == 0 {
+        return -i64::from(libc::ENOSYS);
+    }
+    if a.len > max {
+        return -i64::from(libc::EFBIG);
+    }
+    let Ok(src) = guest_mem().host_ptr(GuestAddr(a.addr), a.len) else {
+        return -i64::from(libc::EFAULT);
+    };
+    let area = area as *mut u8;
+    // SAFETY: the area is a shared mapping of VOLUME_HEADER + max bytes
+    // (`install_volume`), len <= max, and [src, src + len) lies in guest
+    // memory, all of which is mapped at least readable; the two never
+    // overlap (the area is a tender mapping outside guest memory).
+    unsafe {
+        core::ptr::copy_nonoverlapping(src, area.add(crate::VOLUME_HEADER), a.len as usize);
+        core::ptr::write_volatile(area.cast::<u64>(), a.len);
+    }
+    0
 }
 
 fn console_write(a: &ConsoleWriteArgs) -> i64 {

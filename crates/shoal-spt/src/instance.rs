@@ -97,7 +97,15 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     let filter = filter::program(policy, guest).map_err(SptError::from)?;
     let report = if spec.supervised {
         let fd = owned(spec::REPORT_FD);
-        let p = sys::mmap_shared_fd(&fd, shoal_abi::PAGE_SIZE as usize).map_err(InstanceError::Report)?;
+        let volume = if spec.volume_max > 0 { crate::VOLUME_HEADER as u64 + spec.volume_max } else { 0 };
+        let len = usize::try_from(shoal_abi::PAGE_SIZE + volume).map_err(|_| InstanceError::Report(std::io::Error::from_raw_os_error(libc::EFBIG)))?;
+        let p = sys::mmap_shared_fd(&fd, len).map_err(InstanceError::Report)?;
+        if volume > 0 {
+            // After the report page: the area the VolumeSave hypercall fills.
+            crate::hypercall::install_volume(p.cast::<u8>().wrapping_add(shoal_abi::PAGE_SIZE as usize), spec.volume_max);
+            params.volume_path[..spec.volume_path.len()].copy_from_slice(&spec.volume_path);
+            params.volume_max = spec.volume_max;
+        }
         Some(p.cast())
     } else {
         None

@@ -119,12 +119,12 @@ pub enum SptError {
     /// The layout could not be planned (too little memory, arguments too large).
     #[error(transparent)]
     Layout(#[from] shoal_loader::LayoutError),
-    /// The `--fs` directory could not be packed.
-    #[error("cannot pack the file system: {0}")]
-    Pack(#[from] shoal_archive::PackError),
-    /// A packed archive passed in is invalid.
-    #[error("{0}")]
-    Archive(shoal_archive::ArchiveError),
+    /// The root archive could not be made (`--fs`, `--volume`).
+    #[error(transparent)]
+    Root(#[from] shoal_loader::RootError),
+    /// `--volume` without a waiting parent, which writes the directory.
+    #[error("--volume needs the waiting parent process, which writes the host directory when the instance ends; drop --single-process")]
+    VolumeNeedsParent,
     /// Boot parameters (random bytes) could not be made.
     #[error(transparent)]
     Boot(#[from] shoal_loader::BootError),
@@ -173,11 +173,13 @@ struct ReportPage {
 }
 
 impl ReportPage {
-    fn new() -> Result<ReportPage, SptError> {
+    /// The page, and after it an area for a volume archive of at most
+    /// `volume_max` bytes (sparse: only what the instance writes is memory).
+    fn new(volume_max: u64) -> Result<ReportPage, SptError> {
         let sys_err = |what| move |source| SptError::Sys { what, source };
         let fd = sys::memfd(c"shoal-report").map_err(sys_err("make the report page"))?;
         std::fs::File::from(fd.try_clone().map_err(sys_err("make the report page"))?)
-            .set_len(shoal_abi::PAGE_SIZE)
+            .set_len(shoal_abi::PAGE_SIZE + if volume_max > 0 { VOLUME_HEADER as u64 + volume_max } else { 0 })
             .map_err(sys_err("size the report page"))?;
         let p = sys::mmap_shared_fd(&fd, shoal_abi::PAGE_SIZE as usize).map_err(sys_err("map the report page"))?;
         Ok(ReportPage { ptr: p.cast(), fd })
@@ -254,18 +256,13 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         )));
     }
     let image = Image::open(&cfg.image)?;
-    let packed: Vec<u8>;
-    let archive: &[u8] = match &cfg.fs {
-        None => &[],
-        Some(FsSource::Dir(dir)) => {
-            packed = shoal_archive::pack_dir(dir)?;
-            &packed
-        }
-        Some(FsSource::Packed(bytes)) => {
-            shoal_archive::Archive::parse(bytes).map_err(SptError::Archive)?;
-            bytes
-        }
-    };
+    let archive = shoal_loader::root_archive(cfg)?;
+    let archive: &[u8] = &archive;
+    if cfg.volume.is_some() && !supervised {
+        return Err(SptError::VolumeNeedsParent);
+    }
+    // The whole volume archive lies in guest memory: it cannot be larger.
+    let volume_max = if cfg.volume.is_some() { cfg.mem_size } else { 0 };
     // Planned here for its errors (too little memory, arguments too
     // large); the instance plans the same layout again from the same input.
     plan(
@@ -308,9 +305,11 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
             .unwrap_or_default(),
         outbound: cfg.net.outbound,
         listeners: listeners.iter().map(|(_, l)| *l).collect(),
+        volume_path: cfg.volume.as_ref().map(|v| v.guest.as_bytes().to_vec()).unwrap_or_default(),
+        volume_max,
     };
     let listener_fds: Vec<OwnedFd> = listeners.into_iter().map(|(fd, _)| fd).collect();
-    let report = if supervised { Some(ReportPage::new()?) } else { None };
+    let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };
     let root = confine::is_root();
     // With outbound on, the guest reaches the host's network as the caller
     // would (what it may reach is Landlock's and the filter's decision);
@@ -363,7 +362,40 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         source,
     })?;
     let err_fd = cfg.stderr.as_ref().map(AsRawFd::as_raw_fd);
-    Ok(outcome(status, report.get(), err_fd))
+    let code = outcome(status, report.get(), err_fd);
+    // Only an instance that exited (its kernel halted: exit, or a signal's
+    // default action) has a volume to keep; a kill or a stopped guest
+    // (a fault, a refused hypercall) leaves the host directory as it was.
+    if let (Some(v), true) = (&cfg.volume, libc::WIFEXITED(status) && code != EXIT_STOPPED) {
+        if let Err(e) = save_volume(&report, volume_max, &v.host) {
+            print_err(err_fd, &format!("shoal: {e}\n"));
+            return Ok(EXIT_TENDER_FAILED);
+        }
+    }
+    Ok(code)
+}
+
+/// Size of the length word before the volume archive in the shared area.
+pub(crate) const VOLUME_HEADER: usize = 8;
+
+/// Reads the archive the instance left after the report page and stores
+/// it in `host` (nothing when the kernel handed none over).
+fn save_volume(report: &ReportPage, max: u64, host: &Path) -> Result<(), shoal_loader::volume::VolumeError> {
+    use std::os::unix::fs::FileExt;
+    let io = |what| move |source| shoal_loader::volume::VolumeError::Io { path: host.to_path_buf(), what, source };
+    let file = std::fs::File::from(report.fd.try_clone().map_err(io("read the instance's volume archive"))?);
+    let mut word = [0u8; VOLUME_HEADER];
+    file.read_exact_at(&mut word, shoal_abi::PAGE_SIZE).map_err(io("read the instance's volume archive"))?;
+    let len = u64::from_le_bytes(word);
+    if len == 0 {
+        return Ok(());
+    }
+    if len > max {
+        return Err(shoal_loader::volume::VolumeError::Io { path: host.to_path_buf(), what: "take the instance's volume archive", source: std::io::Error::from_raw_os_error(libc::EFBIG) });
+    }
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, shoal_abi::PAGE_SIZE + VOLUME_HEADER as u64).map_err(io("read the instance's volume archive"))?;
+    shoal_loader::volume::store(host, &bytes)
 }
 
 /// Turns the child's wait status into the instance's exit status, printing

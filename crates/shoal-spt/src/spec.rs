@@ -37,7 +37,7 @@ pub const POOL_FD0: i32 = 8;
 pub const MAX_POOL_FILES: usize = 900;
 
 const MAGIC: &[u8; 8] = b"SHOALSPT";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Largest spec accepted: argv and environment are bounded by the guest's
 /// argument area (under 1 MiB), pool maps by [`MAX_POOL_FILES`].
 pub const MAX_SPEC: usize = 4 << 20;
@@ -79,6 +79,11 @@ pub struct Spec {
     /// Listening sockets (port, type, family; `handle` unused), in the
     /// order of their descriptors.
     pub listeners: Vec<shoal_abi::Listener>,
+    /// The volume's guest directory (`--volume`; empty: none).
+    pub volume_path: Vec<u8>,
+    /// Largest volume archive taken back: the report memfd holds
+    /// [`crate::VOLUME_HEADER`] + this many bytes after its first page.
+    pub volume_max: u64,
 }
 
 /// Why a spec could not be read.
@@ -135,6 +140,8 @@ impl Spec {
             b.extend_from_slice(&l.sock_type.to_le_bytes());
             b.extend_from_slice(&l.family.to_le_bytes());
         }
+        bytes(&mut b, &self.volume_path);
+        b.extend_from_slice(&self.volume_max.to_le_bytes());
         b
     }
 
@@ -180,10 +187,12 @@ impl Spec {
         for _ in 0..n {
             listeners.push(shoal_abi::Listener { handle: -1, port: r.u32()?, sock_type: r.u32()?, family: r.u32()?, reserved: 0 });
         }
-        if !r.0.is_empty() {
+        let volume_path = r.bytes()?.to_vec();
+        let volume_max = r.u64()?;
+        if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || !r.0.is_empty() {
             return Err(SpecError::Corrupt);
         }
-        Ok(Spec { mem_size, mode, tsc_hz, supervised, archive_len, image_name, argv, env, pool, outbound, listeners })
+        Ok(Spec { mem_size, mode, tsc_hz, supervised, archive_len, image_name, argv, env, pool, outbound, listeners, volume_path, volume_max })
     }
 }
 
@@ -250,6 +259,8 @@ mod tests {
             pool: vec![PoolEntry { addr: 0x100000, len: 0x8000, exec: true }],
             outbound: true,
             listeners: vec![shoal_abi::Listener { handle: -1, port: 80, sock_type: 1, family: 2, reserved: 0 }],
+            volume_path: b"/data".to_vec(),
+            volume_max: 64 << 20,
         }
     }
 

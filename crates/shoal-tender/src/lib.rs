@@ -58,6 +58,12 @@ pub enum ArgsError {
     /// A `--listen-fd` that is not a number.
     #[error("--listen-fd {0}: expected the number of an open descriptor")]
     BadFd(String),
+    /// A `--volume` that cannot be used.
+    #[error(transparent)]
+    Volume(#[from] shoal_loader::volume::VolumeError),
+    /// `--volume` with `--single-process` on spt.
+    #[error("--volume cannot be used with --single-process on spt: the waiting parent process writes the host directory when the instance ends")]
+    VolumeSingleProcess,
     /// More than one image given.
     #[error("more than one image given ({0} and {1}); program arguments go after --")]
     TwoImages(PathBuf, PathBuf),
@@ -99,6 +105,8 @@ pub struct RunArgs {
     pub net_outbound: bool,
     /// `--net-allow` rules (hvt; they imply outbound, limited to them).
     pub net_allow: Vec<shoal_loader::net::Allow>,
+    /// A host directory kept across runs (`--volume HOSTDIR:GUESTDIR`).
+    pub volume: Option<shoal_loader::volume::Volume>,
     /// The image.
     pub image: PathBuf,
     /// The program's arguments (after `--`).
@@ -124,6 +132,8 @@ Runs one shoal image (the lean form of `shoal run`).
   --listen-fd N              a listening socket inherited as descriptor N, for the guest's first listen
   --net-outbound             let the guest open sockets of its own and connect out
   --net-allow CIDR[:PORT]    hvt: outbound only to these destinations (repeatable; implies --net-outbound)
+  --volume HOSTDIR:GUESTDIR  HOSTDIR's files at GUESTDIR; what the program leaves there is written
+                             back to HOSTDIR when it exits (not after a crash or a kill)
 ";
 
 /// Parses a size: bytes, or a number with a K, M or G suffix.
@@ -176,7 +186,7 @@ impl RunArgs {
         if let Some(dir) = fs.as_ref().filter(|d| !d.is_dir()) {
             return Err(ArgsError::NoFsDir(dir.clone()));
         }
-        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, publish: Vec::new(), listen_fds: Vec::new(), net_outbound: false, net_allow: Vec::new(), image, args })
+        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, publish: Vec::new(), listen_fds: Vec::new(), net_outbound: false, net_allow: Vec::new(), volume: None, image, args })
     }
 
     /// Parses `shoal-tender`'s arguments (without the program name).
@@ -187,6 +197,7 @@ impl RunArgs {
         let (mut mode, mut fallback, mut single, mut image, mut args): (MemoryMode, bool, bool, Option<PathBuf>, Vec<OsString>) =
             (MemoryMode::Copy, false, false, None, Vec::new());
         let (mut publish, mut listen_fds, mut outbound, mut allow) = (Vec::new(), Vec::new(), false, Vec::new());
+        let mut volume = None;
         while let Some(a) = it.next() {
             let text = a.to_string_lossy().into_owned();
             // `--opt=value` and `--opt value` are both accepted.
@@ -219,6 +230,7 @@ impl RunArgs {
                 "--listen-fd" => listen_fds.push(value("--listen-fd")?),
                 "--net-outbound" if inline.is_none() => outbound = true,
                 "--net-allow" => allow.push(value("--net-allow")?),
+                "--volume" => volume = Some(value("--volume")?),
                 "--" => {
                     args.extend(it.by_ref());
                     break;
@@ -232,7 +244,20 @@ impl RunArgs {
         }
         let image = image.ok_or(ArgsError::NoImage)?;
         let a = RunArgs::new(tender, fs, &mem, env, mode, fallback, single, image, args)?;
-        a.with_net(&publish, &listen_fds, outbound)?.with_allow(&allow).map(Some)
+        a.with_net(&publish, &listen_fds, outbound)?.with_allow(&allow)?.with_volume(volume.as_deref()).map(Some)
+    }
+
+    /// Adds `--volume HOSTDIR:GUESTDIR` (HOSTDIR must exist; refused with
+    /// `--single-process` on spt, where no parent is left to write it).
+    pub fn with_volume(mut self, spec: Option<&str>) -> Result<RunArgs, ArgsError> {
+        if let Some(spec) = spec {
+            let v = shoal_loader::volume::Volume::parse(spec)?;
+            if self.single_process && self.tender == Tender::Spt {
+                return Err(ArgsError::VolumeSingleProcess);
+            }
+            self.volume = Some(v);
+        }
+        Ok(self)
     }
 
     /// Adds the network options: `--publish` specs, `--listen-fd`
@@ -271,6 +296,7 @@ impl RunArgs {
         cfg.net.publish = self.publish.clone();
         cfg.net.outbound = self.net_outbound || !self.net_allow.is_empty();
         cfg.net.allow = self.net_allow.clone();
+        cfg.volume = self.volume.clone();
         cfg.net.listen_fds = self
             .listen_fds
             .iter()
@@ -353,6 +379,9 @@ mod tests {
         assert!(msg(&[]).starts_with("no image given"));
         assert!(msg(&["a", "b"]).starts_with("more than one image given"));
         assert!(msg(&["--net-allow", "10.0.0.0/40", "img"]).starts_with("--net-allow 10.0.0.0/40: expected CIDR[:PORT]"));
+        assert_eq!(msg(&["--volume", "/tmp", "img"]), "--volume /tmp: expected HOSTDIR:GUESTDIR (GUESTDIR absolute)");
+        assert_eq!(msg(&["--volume", "/tmp:/data", "--single-process", "img"]), ArgsError::VolumeSingleProcess.to_string());
+        assert!(parse(&["--volume", "/tmp:/data", "--single-process", "--tender", "hvt", "img"]).is_ok());
         assert_eq!(parse_size("1000").unwrap(), 4096);
         assert_eq!(parse_size("64M").unwrap(), 64 << 20);
         assert_eq!(parse_size("1g").unwrap(), 1 << 30);

@@ -104,6 +104,8 @@ pub fn info() -> BootInfo {
             listener_count: 0,
             listeners: [shoal_abi::Listener::default(); shoal_abi::MAX_LISTENERS],
             console_flags: 0,
+            volume_path: [0; shoal_abi::VOLUME_PATH_MAX],
+            volume_max: 0,
         },
     })
 }

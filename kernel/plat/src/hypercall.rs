@@ -72,6 +72,14 @@ pub fn console_buffer(addr: u64, cap: u64) -> i64 {
     a.ret
 }
 
+/// Hands the volume's packed tree to the tender
+/// ([`shoal_abi::Hypercall::VolumeSave`]); 0, or a negative errno.
+pub fn volume_save(archive: &[u8]) -> i64 {
+    let mut a = shoal_abi::VolumeSaveArgs { addr: archive.as_ptr() as u64, len: archive.len() as u64, ret: 0 };
+    raw(Hypercall::VolumeSave, &mut a);
+    a.ret
+}
+
 /// Registers the host-signal word at `addr` with the tender
 /// ([`crate::hostsig`]); 0, or a negative errno.
 pub fn signal_word(addr: u64) -> i64 {

@@ -78,8 +78,29 @@ pub type SysResult = Result<u64, Errno>;
 /// The type of every `sys::NAME` function the syscall table dispatches to.
 pub type SyscallFn = fn(&Args) -> SysResult;
 
-/// Stops the instance with exit status `status` (see [`hypercall::halt`]).
+/// What runs once before the instance halts (the vfs saves a volume's
+/// tree there: `shoal run --volume`); 0 when nothing is registered.
+static BEFORE_HALT: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// Registers `f` to run once when the instance halts. Components above
+/// `plat` register here because every end (exit, a signal's default
+/// action, a deadlock) comes through [`halt`]; a CPU fault does not, since
+/// the kernel's state is then in doubt.
+pub fn before_halt(f: fn()) {
+    BEFORE_HALT.store(f as usize, core::sync::atomic::Ordering::SeqCst);
+}
+
+/// Stops the instance with exit status `status` (see [`hypercall::halt`]),
+/// after the function registered with [`before_halt`], if any.
 pub fn halt(status: i64) -> ! {
+    // Taken, not read: a halt from inside the function does not run it again.
+    let f = BEFORE_HALT.swap(0, core::sync::atomic::Ordering::SeqCst);
+    if f != 0 {
+        // SAFETY: the only non-zero value ever stored is a `fn()` (in
+        // `before_halt`), and fn pointers and usize have the same size.
+        let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(f) };
+        f();
+    }
     hypercall::halt(status)
 }
 

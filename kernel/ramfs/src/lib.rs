@@ -268,6 +268,47 @@ impl Fs {
         Ok(fs)
     }
 
+    /// Packs the tree below the directory `dir` into archive bytes (paths
+    /// relative to `dir`): what the kernel hands the tender for a volume
+    /// (`shoal run --volume`). Regular files, directories and symlinks are
+    /// kept; FIFOs and devices are left out (they hold no data); a file
+    /// with several links is stored once per name. `ENOMEM` if the copy
+    /// does not fit in memory, `EFBIG` past the format's limits.
+    pub fn pack(&self, dir: Ino) -> Result<alloc::vec::Vec<u8>, Errno> {
+        use alloc::vec::Vec;
+        use shoal_archive::Item;
+        let mut items = Vec::new();
+        let mut todo: Vec<(Vec<u8>, Ino)> = alloc::vec![(Vec::new(), dir)];
+        while let Some((prefix, d)) = todo.pop() {
+            for (_, name, ino) in self.dir(d)?.entries_from(dir::FIRST_COOKIE) {
+                let mut path = prefix.clone();
+                if !path.is_empty() {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(name);
+                let inode = self.inode(ino)?;
+                let (kind, mode, data) = match &inode.node {
+                    Node::Dir(_) => {
+                        todo.push((path.clone(), ino));
+                        (Kind::Dir, inode.perm & 0o7777, Vec::new())
+                    }
+                    Node::File(f) => {
+                        let mut data = Vec::new();
+                        let len = usize::try_from(f.size()).map_err(|_| Errno::EFBIG)?;
+                        data.try_reserve_exact(len).map_err(|_| Errno::ENOMEM)?;
+                        data.resize(len, 0);
+                        f.read(0, &mut data);
+                        (Kind::File, inode.perm & 0o7777, data)
+                    }
+                    Node::Symlink(t) => (Kind::Symlink, 0o777, t.as_slice().to_vec()),
+                    Node::Fifo | Node::CharDevice(_) => continue,
+                };
+                items.push(Item { path, kind, mode, data });
+            }
+        }
+        shoal_archive::encode(&mut items).map_err(|_| Errno::EFBIG)
+    }
+
     /// The current time.
     pub fn now(&self) -> Timespec {
         Timespec::from_ns((self.clock)())

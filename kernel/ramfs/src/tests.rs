@@ -256,3 +256,42 @@ fn fifos_and_character_devices() {
     fs.put_ref(anon);
     assert!(fs.attr(anon).is_err(), "freed with its last reference");
 }
+
+#[test]
+fn pack_holds_the_current_tree_below_a_directory() {
+    let mut fs = Fs::from_archive(archive(), clock).unwrap();
+    let etc = fs.lookup(ROOT_INO, b"etc").unwrap();
+    // Changed, new, deleted and renamed entries, a symlink, a FIFO.
+    let motd = fs.lookup(etc, b"motd").unwrap();
+    fs.write(motd, 0, b"HELLO").unwrap();
+    let f = fs.create_file(etc, b"count", 0o640).unwrap();
+    fs.write(f, 0, b"3\n").unwrap();
+    let d = fs.mkdir(etc, b"d", 0o700).unwrap();
+    let g = fs.create_file(d, b"g", 0o644).unwrap();
+    fs.write(g, 100_000, b"end").unwrap();
+    fs.rmdir(etc, b"sub").unwrap();
+    fs.rename(etc, b"count", etc, b"counter", RenameFlags::default()).unwrap();
+    fs.symlink(d, b"up", b"../motd").unwrap();
+    fs.mkfifo(d, b"pipe", 0o600).unwrap();
+    let bytes = fs.pack(etc).unwrap();
+    let a = Archive::parse(&bytes).unwrap();
+    let list: Vec<(String, Kind, u32, usize)> =
+        a.entries().map(|e| (String::from_utf8(e.path.to_vec()).unwrap(), e.kind, e.mode, e.data.len())).collect();
+    let want = [
+        ("counter", Kind::File, 0o640, 2),
+        ("d", Kind::Dir, 0o700, 0),
+        ("d/g", Kind::File, 0o644, 100_003),
+        ("d/up", Kind::Symlink, 0o777, 7),
+        ("motd", Kind::File, 0o644, 6),
+    ];
+    let want: Vec<(String, Kind, u32, usize)> = want.iter().map(|&(p, k, m, n)| (p.to_string(), k, m, n)).collect();
+    assert_eq!(list, want);
+    assert_eq!(a.find(b"motd").unwrap().data, b"HELLO\n");
+    assert_eq!(a.find(b"counter").unwrap().data, b"3\n");
+    assert_eq!(&a.find(b"d/g").unwrap().data[100_000..], b"end");
+    assert_eq!(a.find(b"d/up").unwrap().data, b"../motd");
+    // An empty directory packs to an empty archive; a file is no directory.
+    let e = fs.mkdir(ROOT_INO, b"empty", 0o755).unwrap();
+    assert!(Archive::parse(&fs.pack(e).unwrap()).unwrap().is_empty());
+    assert_eq!(fs.pack(motd).unwrap_err(), Errno::ENOTDIR);
+}

@@ -456,6 +456,50 @@ pub fn init() {
     };
     STATE.with(|s| *s = Some(Vfs::new(fs)));
     shoal_mm::file::register(&mmap::OPS);
+    if bi.volume_path[0] != 0 {
+        shoal_plat::before_halt(save_volume);
+    }
+}
+
+/// Packs the volume's guest directory (`shoal run --volume`) and hands it
+/// to the tender, which replaces the host directory's contents with it
+/// after the instance has ended. Runs once, from `shoal_plat::halt`. The
+/// path is looked up without following symlinks; a volume directory the
+/// program removed (or replaced by a file) is saved as empty. A save that
+/// cannot be made (the file system busy further up the stack, no memory
+/// for the copy, too large for the tender) is reported and leaves the
+/// host directory as it was.
+fn save_volume() {
+    use core::fmt::Write;
+    let bi = shoal_plat::boot::info();
+    let len = bi.volume_path.iter().position(|&c| c == 0).unwrap_or(bi.volume_path.len());
+    let path = &bi.volume_path[..len];
+    let packed = STATE.try_with(|s| {
+        let fs = s.get_or_insert_with(|| Vfs::new(empty_root())).fs();
+        let mut ino = Some(fs.root());
+        for part in path.split(|&c| c == b'/').filter(|p| !p.is_empty()) {
+            ino = ino.and_then(|d| fs.lookup(d, part).ok());
+        }
+        match ino.filter(|&i| fs.file_type(i) == Ok(shoal_ramfs::FileType::Directory)) {
+            Some(dir) => fs.pack(dir),
+            None => empty_archive(),
+        }
+    });
+    let why = match packed {
+        None => "the file system was in use when the instance ended",
+        Some(Err(_)) => "there is not enough guest memory to pack it",
+        Some(Ok(bytes)) => match shoal_plat::hypercall::volume_save(&bytes) {
+            0 => return,
+            r if r == -(shoal_plat::Errno::EFBIG.0 as i64) => "it is larger than the tender takes (the guest memory size)",
+            _ => "the tender refused it",
+        },
+    };
+    let _ = writeln!(shoal_plat::console::Stderr, "shoal: the volume {} was not saved: {why}", core::str::from_utf8(path).unwrap_or("?"));
+}
+
+/// An archive with no entries (a removed volume directory).
+fn empty_archive() -> Result<alloc::vec::Vec<u8>, shoal_plat::Errno> {
+    shoal_archive::encode(&mut []).map_err(|_| shoal_plat::Errno::EFBIG)
 }
 
 /// Runs `f` on the process's file-system state (an empty root if `init`
