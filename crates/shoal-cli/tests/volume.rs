@@ -214,3 +214,123 @@ fn bad_volume_flags_are_one_line_and_125() {
         );
     }
 }
+
+/// The case: Redis with its `dir` in a volume keeps its keys across
+/// SIGTERM and a restart from the same host directory (RDB at shutdown and
+/// the AOF, both written back), on every tender.
+#[test]
+fn redis_keeps_its_keys_across_sigterm_and_a_restart() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("redis-cli").is_file()));
+    assert!(
+        found,
+        "this test needs `redis-cli` (Debian package redis-tools; scripts/setup installs it)"
+    );
+    let dir = scratch();
+    let image = dir.path().join("redis.img");
+    let o = output(shoal().args(["recipe", "build", "redis", "-o"]).arg(&image));
+    assert!(
+        o.status.success(),
+        "shoal recipe build redis failed: {}",
+        stderr(&o)
+    );
+    let conf = home().join("apps/recipes/redis");
+    let deadline = Duration::from_secs(60);
+    for t in tenders() {
+        let host = dir.path().join(format!("redis-{t}"));
+        std::fs::create_dir(&host).unwrap();
+        let cli = |port: u16, args: &[&str]| {
+            stdout(&output(
+                Command::new("redis-cli")
+                    .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+                    .args(args),
+            ))
+        };
+        // One run: start, wait for PING, do `f`, SIGTERM, expect status 0.
+        let run = |n: u32, f: &dyn Fn(u16)| {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let log = dir.path().join(format!("redis-{t}-{n}.log"));
+            let file = std::fs::File::create(&log).unwrap();
+            let mut child = shoal_run(t)
+                .arg("--fs")
+                .arg(&conf)
+                .arg("--volume")
+                .arg(format!("{}:/data", host.display()))
+                .args(["--mem", "512M", "-p", &format!("{port}:6379")])
+                .arg(&image)
+                .args(["--", "/redis.conf", "--port", "6379", "--dir", "/data"])
+                .stdin(Stdio::null())
+                .stdout(file.try_clone().unwrap())
+                .stderr(file)
+                .spawn()
+                .unwrap();
+            let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+            let t0 = Instant::now();
+            while cli(port, &["ping"]) != "PONG\n" {
+                if child.try_wait().unwrap().is_some() || t0.elapsed() > deadline {
+                    let _ = child.kill();
+                    panic!("{t} run {n}: no PONG; log:\n{}", log_text());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            f(port);
+            // SAFETY: kill on our own child's pid.
+            assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+            let t0 = Instant::now();
+            let status = loop {
+                if let Some(st) = child.try_wait().unwrap() {
+                    break st;
+                }
+                if t0.elapsed() > deadline {
+                    let _ = child.kill();
+                    panic!(
+                        "{t} run {n}: still running after SIGTERM; log:\n{}",
+                        log_text()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            assert_eq!(status.code(), Some(0), "{t} run {n}; log:\n{}", log_text());
+        };
+        run(1, &|port| {
+            assert_eq!(cli(port, &["set", "kept", "yes"]), "OK\n");
+            assert_eq!(cli(port, &["rpush", "list", "a", "b", "c"]), "3\n");
+        });
+        assert!(
+            host.join("dump.rdb").is_file(),
+            "{t}: no dump.rdb in the volume: {:?}",
+            tree(&host)
+        );
+        assert!(
+            host.join("appendonlydir").is_dir(),
+            "{t}: no AOF directory in the volume: {:?}",
+            tree(&host)
+        );
+        run(2, &|port| {
+            assert_eq!(
+                cli(port, &["get", "kept"]),
+                "yes\n",
+                "{t}: the key after a restart"
+            );
+            assert_eq!(
+                cli(port, &["lrange", "list", "0", "-1"]),
+                "a\nb\nc\n",
+                "{t}: the list after a restart"
+            );
+            assert_eq!(cli(port, &["incr", "restarts"]), "1\n");
+        });
+        run(3, &|port| {
+            assert_eq!(
+                cli(port, &["get", "restarts"]),
+                "1\n",
+                "{t}: a key of the second run"
+            )
+        });
+    }
+}
