@@ -1,8 +1,9 @@
 /* A SIGTERM sent to `shoal run` reaches the program (issue "Nginx and
  * Redis on shoal", clean stop). With no argument: a handler counts the
  * signal, the program says "ready", sleeps in short naps until the
- * signal came, then says so and exits 3. With "default": no handler, so
- * SIGTERM ends it as on Linux (status 143). */
+ * signal came, then says so and exits 3. With "long": the same, but in
+ * one nap of 120 s (the signal must cut the sleep short, as on Linux).
+ * With "default": no handler, so SIGTERM ends it as on Linux (status 143). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -27,6 +28,8 @@ int main(int argc, char **argv)
 	printf("ready\n");
 	fflush(stdout);
 	struct timespec nap = {0, 20 * 1000 * 1000};
+	if (argc > 1 && strcmp(argv[1], "long") == 0)
+		nap = (struct timespec){120, 0};
 	while (!got)
 		nanosleep(&nap, 0);
 	printf("got signal %d\n", (int)got);

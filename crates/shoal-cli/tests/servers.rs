@@ -582,14 +582,16 @@ fn servers_fail_cleanly_on_bad_input() {
 
 /// Clean stop: SIGTERM to `shoal run` is delivered to the guest as
 /// SIGTERM. A program with a handler runs it and ends with its own status;
-/// one without dies of it as on Linux (143), on every tender.
+/// one without dies of it as on Linux (143), on every tender. A program
+/// asleep in one long `nanosleep` (120 s) is woken by it, as on Linux,
+/// instead of at the end of its sleep.
 #[test]
 fn sigterm_to_shoal_run_reaches_the_program() {
     use std::io::{BufRead, BufReader, Read};
     let dir = scratch();
     let image = build_image(&test_app("sigterm.c"), dir.path(), &[]);
     for tender in tenders() {
-        for (arg, status, says) in [("handler", 3, "got signal 15\n"), ("default", 143, "")] {
+        for (arg, status, says) in [("handler", 3, "got signal 15\n"), ("long", 3, "got signal 15\n"), ("default", 143, "")] {
             let mut child = shoal_run(tender)
                 .arg(&image)
                 .args(["--", arg])
@@ -603,7 +605,9 @@ fn sigterm_to_shoal_run_reaches_the_program() {
             assert_eq!(line, "ready\n", "{tender} {arg}");
             // SAFETY: kill on our own child's pid.
             assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+            let t0 = std::time::Instant::now();
             let st = child.wait().unwrap();
+            assert!(t0.elapsed() < std::time::Duration::from_secs(60), "{tender} {arg}: the signal did not end the sleep");
             let mut rest = String::new();
             out.read_to_string(&mut rest).unwrap();
             let mut err = String::new();

@@ -11,10 +11,17 @@
 //! that arrive before the guest registers its word are kept and handed
 //! over at registration.
 
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
 static PENDING: AtomicU64 = AtomicU64::new(0);
 static WORD: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
+/// The thread that runs the vCPU and sleeps in the guest's waits.
+static RUN_TID: AtomicI32 = AtomicI32::new(0);
+
+fn gettid() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
 
 extern "C" fn on_forwarded(sig: libc::c_int) {
     if !(1..=64).contains(&sig) {
@@ -28,11 +35,21 @@ extern "C" fn on_forwarded(sig: libc::c_int) {
         // registration; `clear` removes it before that memory is unmapped.
         unsafe { (*w).fetch_or(bit, Ordering::SeqCst) };
     }
+    // A process-directed signal may land on another thread of this process
+    // (the caller of `run` may have some): then the run thread, asleep in
+    // the guest's `Poll` or `NetPoll`, would sleep on. Send it there too;
+    // the word's bits make the second arrival harmless.
+    let run = RUN_TID.load(Ordering::SeqCst);
+    if run != 0 && run != gettid() {
+        // SAFETY: tgkill to a thread of this process; async-signal-safe.
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), run, sig) };
+    }
 }
 
 /// Catches the forwarded signals (no `SA_RESTART`: a wait they interrupt
-/// returns to the guest).
+/// returns to the guest); the calling thread is the one that runs the vCPU.
 pub fn install() -> std::io::Result<()> {
+    RUN_TID.store(gettid(), Ordering::SeqCst);
     for sig in shoal_abi::FORWARDED_SIGNALS {
         // SAFETY: a zeroed sigaction is valid; the handler only touches
         // atomics (async-signal-safe).
@@ -61,4 +78,5 @@ pub fn register(host: *mut u8) {
 /// Forgets the guest's word (before guest memory is unmapped).
 pub fn clear() {
     WORD.store(core::ptr::null_mut(), Ordering::SeqCst);
+    RUN_TID.store(0, Ordering::SeqCst);
 }

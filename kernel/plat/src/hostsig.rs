@@ -32,6 +32,13 @@ pub fn take() -> u64 {
     WORD.swap(0, Ordering::SeqCst)
 }
 
+/// Whether a forwarded signal is waiting to be taken (without taking it):
+/// a sleep in the tender that a signal cut short ends here instead of
+/// sleeping on to its deadline.
+pub fn pending() -> bool {
+    WORD.load(Ordering::Relaxed) != 0
+}
+
 /// What the tender's handler does to the word: unit tests of the
 /// components that take it stand in for the tender with this.
 #[doc(hidden)]
@@ -44,7 +51,9 @@ mod tests {
     #[test]
     fn signals_are_taken_once() {
         assert_eq!(super::take(), 0);
+        assert!(!super::pending());
         super::arrive(15);
+        assert!(super::pending(), "pending does not take");
         super::arrive(1);
         super::arrive(15);
         assert_eq!(super::take(), (1 << 14) | 1);

@@ -95,13 +95,16 @@ pub fn realtime_offset_ns() -> u64 {
 }
 
 /// Blocks the vCPU (every thread: use `shoal_sched::sleep_until` to block
-/// one thread) until `CLOCK_MONOTONIC` reaches `deadline` (nanoseconds). Loops,
-/// because a tender may wake the guest early. The time spent blocked is
-/// accounted as not CPU time (see [`cpu_ns`]).
+/// one thread) until `CLOCK_MONOTONIC` reaches `deadline` (nanoseconds) or a
+/// signal forwarded by the tender arrives. Loops, because a tender may wake
+/// the guest early. The time spent blocked is accounted as not CPU time
+/// (see [`cpu_ns`]).
 pub fn sleep_until(deadline: u64) {
     loop {
         let now = monotonic_ns();
-        if now >= deadline {
+        // A signal the tender forwarded (SIGTERM) cuts the sleep short: the
+        // scheduler raises it at once instead of at the deadline.
+        if now >= deadline || shoal_plat::hostsig::pending() {
             return;
         }
         shoal_plat::hypercall::poll(deadline - now, 0);
