@@ -185,9 +185,9 @@ pub fn store(host: &Path, archive: &[u8]) -> Result<(), VolumeError> {
     let result = fill(pfd.as_raw_fd(), &tmp, &a, mode)
         .map_err(err("write the new contents"))
         .and_then(|()| {
+            let c_name = cstr(name.as_bytes()).map_err(err("name the host directory"))?;
             // SAFETY: both names are NUL-terminated strings that live across
             // the call; RENAME_EXCHANGE swaps two existing entries atomically.
-            let c_name = cstr(name.as_bytes()).map_err(err("name the host directory"))?;
             let r = unsafe {
                 libc::syscall(
                     libc::SYS_renameat2,
@@ -262,13 +262,15 @@ fn fill(
     // owner keeps rwx so that the next save can remove the old tree.
     for (path, mode) in modes {
         if let Some(fd) = dirs.get(path) {
-            // SAFETY: fchmod and fsync on a descriptor we own.
+            // SAFETY: fchmod on a descriptor we own.
             check(unsafe { libc::fchmod(fd.as_raw_fd(), (mode | 0o700) as libc::mode_t) })?;
+            // SAFETY: fsync on a descriptor we own.
             check(unsafe { libc::fsync(fd.as_raw_fd()) })?;
         }
     }
-    // SAFETY: fchmod and fsync on a descriptor we own.
+    // SAFETY: fchmod on a descriptor we own.
     check(unsafe { libc::fchmod(root.as_raw_fd(), (top_mode | 0o700) as libc::mode_t) })?;
+    // SAFETY: fsync on a descriptor we own.
     check(unsafe { libc::fsync(root.as_raw_fd()) })?;
     Ok(())
 }

@@ -363,10 +363,11 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     })?;
     let err_fd = cfg.stderr.as_ref().map(AsRawFd::as_raw_fd);
     let code = outcome(status, report.get(), err_fd);
-    // Only an instance that exited (its kernel halted: exit, or a signal's
-    // default action) has a volume to keep; a kill or a stopped guest
-    // (a fault, a refused hypercall) leaves the host directory as it was.
-    if let (Some(v), true) = (&cfg.volume, libc::WIFEXITED(status) && code != EXIT_STOPPED) {
+    // Only an instance that exited has a volume to keep: its kernel hands
+    // the archive over right before the Halt hypercall (exit, a signal's
+    // default action). A guest killed by a signal (a CPU fault, a
+    // forbidden system call, SIGKILL) leaves the host directory as it was.
+    if let (Some(v), true) = (&cfg.volume, libc::WIFEXITED(status)) {
         if let Err(e) = save_volume(&report, volume_max, &v.host) {
             print_err(err_fd, &format!("shoal: {e}\n"));
             return Ok(EXIT_TENDER_FAILED);
