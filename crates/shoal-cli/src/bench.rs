@@ -16,6 +16,8 @@ mod echo;
 mod faas;
 #[path = "bench_memory.rs"]
 mod memory;
+#[path = "bench_servers.rs"]
+mod servers;
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
@@ -109,6 +111,51 @@ pub enum Bench {
         #[arg(long, default_value = "shoal-bench-faas")]
         out: PathBuf,
         /// Print JSON instead of the tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Seed 004 Fig. 3: nginx's requests/s serving a small static page (wrk) against concurrent clients, and the memory footprint, on a native process, runc, runsc, spt and hvt interleaved.
+    Http {
+        /// Concurrency levels (comma-separated; the paper's 1, 100, 200, …, 1000).
+        #[arg(long, value_delimiter = ',', default_value = "1,100,200,300,400,500,600,700,800,900,1000")]
+        clients: Vec<usize>,
+        /// Runs per system and level (the paper's n = 30; mean ± SD).
+        #[arg(long, default_value_t = 30)]
+        repeat: usize,
+        /// Seconds of each wrk run.
+        #[arg(long, default_value_t = 2.0)]
+        duration: f64,
+        /// Systems to compare (comma-separated: native, runc, runsc, spt, hvt; default all; one that cannot run here is skipped with its reason).
+        #[arg(long, value_delimiter = ',')]
+        systems: Vec<String>,
+        /// Directory for the builds, logs, CSVs, plot and table.
+        #[arg(long, default_value = "shoal-bench-http")]
+        out: PathBuf,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Seed 004 Fig. 5: Redis GET and SET requests/s (redis-benchmark) against concurrent clients, and the memory footprint, on a native process, runc, runsc, spt and hvt interleaved.
+    Kv {
+        /// Concurrency levels (comma-separated; the paper's 1, 100, 200, …, 1000).
+        #[arg(long, value_delimiter = ',', default_value = "1,100,200,300,400,500,600,700,800,900,1000")]
+        clients: Vec<usize>,
+        /// Runs per system and level (the paper's n = 30; mean ± SD).
+        #[arg(long, default_value_t = 30)]
+        repeat: usize,
+        /// Requests per operation in each redis-benchmark run.
+        #[arg(long, default_value_t = 20000)]
+        requests: usize,
+        /// Requests each client pipelines (redis-benchmark -P; the paper pipelined but gives no depth).
+        #[arg(long, default_value_t = 1)]
+        pipeline: usize,
+        /// Systems to compare (comma-separated: native, runc, runsc, spt, hvt; default all; one that cannot run here is skipped with its reason).
+        #[arg(long, value_delimiter = ',')]
+        systems: Vec<String>,
+        /// Directory for the builds, logs, CSVs, plots and table.
+        #[arg(long, default_value = "shoal-bench-kv")]
+        out: PathBuf,
+        /// Print JSON instead of the table.
         #[arg(long)]
         json: bool,
     },
@@ -241,6 +288,16 @@ pub fn run(which: Bench) -> Result<()> {
         Bench::Faas { only, backends, repeat, requests, max_clients, bursts, instances, out, json } => {
             let out = absolute_dir("--out", out)?;
             faas::faas(faas::FaasOpts { only, backends, repeat, requests, bursts, instances, max_clients, out, json })
+        }
+        Bench::Http { clients, repeat, duration, systems, out, json } => {
+            let out = absolute_dir("--out", out)?;
+            let which = servers::Which::Http;
+            servers::servers(servers::ServersOpts { which, clients, repeat, duration, requests: 1, pipeline: 1, systems, out, json })
+        }
+        Bench::Kv { clients, repeat, requests, pipeline, systems, out, json } => {
+            let out = absolute_dir("--out", out)?;
+            let which = servers::Which::Kv;
+            servers::servers(servers::ServersOpts { which, clients, repeat, duration: 2.0, requests, pipeline, systems, out, json })
         }
         Bench::Size { out, json } => memory::size(json, absolute_dir("--out", out)?),
         Bench::Pages { json, keep } => crate::bench_pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),

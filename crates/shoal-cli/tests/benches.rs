@@ -242,3 +242,41 @@ fn bench_faas_bad_options_are_one_line_errors() {
         assert!(!tmp.path().join("shoal-bench-faas").exists(), "{args:?} started the bench");
     }
 }
+
+/// `bench http` and `bench kv`'s quickest mode: one run at 1 and 10
+/// clients on a native process and spt (neither needs root or KVM), with
+/// the default, relative `--out`: throughputs and footprints are real
+/// positive numbers, the CSVs and plots are written.
+#[test]
+fn bench_http_and_kv_from_any_directory() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    for (which, ops) in [("http", &["GET"][..]), ("kv", &["GET", "SET"])] {
+        let mut args = vec![which, "--repeat", "1", "--clients", "1,10", "--systems", "native,spt", "--json"];
+        if which == "http" {
+            args.extend(["--duration", "1"]);
+        } else {
+            args.extend(["--requests", "10000"]);
+        }
+        let v = json_of(which, &bench(tmp.path(), &args));
+        for s in ["native", "spt"] {
+            assert!(v["systems"][s]["skipped"].is_null(), "{which}: {s} skipped: {v:#}");
+            for op in ops {
+                for i in 0..2 {
+                    positive(&v, &format!("/systems/{s}/requests_per_s/{op}/{i}/mean"));
+                }
+            }
+            positive(&v, &format!("/systems/{s}/memory_kib/idle_pss/mean"));
+            positive(&v, &format!("/systems/{s}/memory_kib/load_pss/mean"));
+        }
+        positive(&v, "/ratios/0/spt_over_native");
+        let out = tmp.path().join(format!("shoal-bench-{which}"));
+        for f in [format!("{which}.csv"), format!("{which}-memory.csv")] {
+            assert!(out.join(&f).is_file(), "no {f} in {}", out.display());
+        }
+        let csv = std::fs::read_to_string(out.join(format!("{which}.csv"))).unwrap();
+        assert_eq!(csv.lines().count(), 1 + 2 * 2 * ops.len(), "{csv}");
+    }
+    let o = bench(tmp.path(), &["kv", "--systems", "docker"]);
+    assert_clean_error(&o, "unknown system `docker`");
+}
