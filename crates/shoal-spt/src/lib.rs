@@ -40,7 +40,7 @@
 //! | status | meaning |
 //! |---|---|
 //! | 0–255 | the guest halted with this status (the low 8 bits of `HaltArgs::status`) |
-//! | [`EXIT_TENDER_FAILED`] (125) | the child could not start the guest (message `shoal: …`) |
+//! | [`EXIT_TENDER_FAILED`] (125) | the child could not start the guest (message `shoal: …`), or the guest exited but its `--volume` was not written (`shoal: the volume … was not saved: …`; the host directory is unchanged) |
 //! | [`EXIT_SIGSYS`] (159 = 128 + SIGSYS) | the guest made a forbidden system call: `shoal: the guest made a system call that the spt sandbox forbids and was killed (system call N, name)` |
 //! | 128 + N | the guest died by signal N: `shoal: the guest crashed: SIGSEGV (invalid memory access at 0x…, rip 0x…)`, or `shoal: the guest was killed by SIGKILL` |
 //! | [`EXIT_STOPPED`] (255) | spt stopped the guest: a fault hypercall (`shoal: guest fault: vector …`), an invalid hypercall (argument structure outside guest memory or in read-only memory, unknown number: `shoal: the guest made an invalid hypercall: …`), or a poll with no deadline and nothing to wait for (`shoal: the guest blocked forever with nothing to wake it`) |
