@@ -414,6 +414,13 @@ fn make_bundle(rt: &Path, bundle: &Path, args: &[String]) -> Result<()> {
     // The spec's default is 1024 open files, too few for 1000 clients.
     c["process"]["rlimits"] =
         json!([{"type": "RLIMIT_NOFILE", "hard": 20000u64, "soft": 20000u64}]);
+    // nginx started as root chowns its temporary directories to `nobody`,
+    // as it does natively: the spec's default capabilities lack CAP_CHOWN.
+    for set in ["bounding", "effective", "permitted"] {
+        if let Some(caps) = c["process"]["capabilities"][set].as_array_mut() {
+            caps.push(json!("CAP_CHOWN"));
+        }
+    }
     c["root"] = json!({"path": "rootfs", "readonly": false});
     c["hostname"] = json!("shoal-bench");
     if let Some(ns) = c["linux"]["namespaces"].as_array_mut() {
