@@ -83,8 +83,8 @@ pub enum Bench {
         json: bool,
     },
     /// Seed 002's FaaS experiments through a real `shoal serve` on spt, hvt, process, runc and runsc:
-    /// cold-start, burst, startup-cost, idle-cpu, idle-memory, workloads, concurrency (a quick run:
-    /// --repeat 10 --requests 4096).
+    /// cold-start, burst, startup-cost, idle-cpu, idle-memory, workloads, concurrency (a quick run, about
+    /// 15 minutes here: --repeat 10 --requests 2048 --bursts 10,20,50,100 --instances 1,10,50,100).
     Faas {
         /// Only these experiments (repeatable; default all).
         #[arg(long = "only", value_name = "EXPERIMENT", value_parser = faas::EXPERIMENTS)]
