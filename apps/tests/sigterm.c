@@ -3,6 +3,8 @@
  * signal, the program says "ready", sleeps in short naps until the
  * signal came, then says so and exits 3. With "long": the same, but in
  * one nap of 120 s (the signal must cut the sleep short, as on Linux).
+ * With "pause": the same, waiting in pause(); with "suspend": in
+ * sigsuspend() with SIGTERM blocked outside it (the classic daemon loop).
  * With "default": no handler, so SIGTERM ends it as on Linux (status 143). */
 #include <signal.h>
 #include <stdio.h>
@@ -25,8 +27,25 @@ int main(int argc, char **argv)
 		sa.sa_handler = on_term;
 		sigaction(SIGTERM, &sa, 0);
 	}
+	int mode_pause = argc > 1 && strcmp(argv[1], "pause") == 0;
+	int mode_suspend = argc > 1 && strcmp(argv[1], "suspend") == 0;
+	sigset_t term, old;
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	if (mode_suspend)
+		sigprocmask(SIG_BLOCK, &term, &old);
 	printf("ready\n");
 	fflush(stdout);
+	if (mode_pause || mode_suspend) {
+		while (!got) {
+			if (mode_pause)
+				pause();
+			else
+				sigsuspend(&old);
+		}
+		printf("got signal %d\n", (int)got);
+		return 3;
+	}
 	struct timespec nap = {0, 20 * 1000 * 1000};
 	if (argc > 1 && strcmp(argv[1], "long") == 0)
 		nap = (struct timespec){120, 0};

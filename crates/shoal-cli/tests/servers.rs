@@ -584,14 +584,22 @@ fn servers_fail_cleanly_on_bad_input() {
 /// SIGTERM. A program with a handler runs it and ends with its own status;
 /// one without dies of it as on Linux (143), on every tender. A program
 /// asleep in one long `nanosleep` (120 s) is woken by it, as on Linux,
-/// instead of at the end of its sleep.
+/// instead of at the end of its sleep; so is one waiting in `pause()` or
+/// `sigsuspend()` (not a deadlock: a signal can come from outside).
 #[test]
 fn sigterm_to_shoal_run_reaches_the_program() {
     use std::io::{BufRead, BufReader, Read};
     let dir = scratch();
     let image = build_image(&test_app("sigterm.c"), dir.path(), &[]);
     for tender in tenders() {
-        for (arg, status, says) in [("handler", 3, "got signal 15\n"), ("long", 3, "got signal 15\n"), ("default", 143, "")] {
+        let cases = [
+            ("handler", 3, "got signal 15\n"),
+            ("long", 3, "got signal 15\n"),
+            ("pause", 3, "got signal 15\n"),
+            ("suspend", 3, "got signal 15\n"),
+            ("default", 143, ""),
+        ];
+        for (arg, status, says) in cases {
             let mut child = shoal_run(tender)
                 .arg(&image)
                 .args(["--", arg])

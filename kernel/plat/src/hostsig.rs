@@ -11,16 +11,25 @@
 //! the signals in the program as Linux does for a signal sent to the
 //! process.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The word the tender writes (8-aligned, in the kernel's writable data).
 static WORD: AtomicU64 = AtomicU64::new(0);
+/// Whether the tender took [`WORD`] (and so forwards signals).
+static REGISTERED: AtomicBool = AtomicBool::new(false);
 
 /// Registers [`WORD`] with the tender (at boot). A tender that refuses it
 /// never forwards signals: the instance then ends of them as before.
 #[cfg(not(test))]
 pub fn init() {
-    let _ = crate::hypercall::signal_word(core::ptr::addr_of!(WORD) as u64);
+    let r = crate::hypercall::signal_word(core::ptr::addr_of!(WORD) as u64);
+    REGISTERED.store(r == 0, Ordering::Relaxed);
+}
+
+/// Whether signals from outside can arrive: a thread waiting only for a
+/// signal (`pause`) is then not deadlocked.
+pub fn registered() -> bool {
+    REGISTERED.load(Ordering::Relaxed)
 }
 
 /// Takes the signals that arrived since the last call (bit `signal - 1`);

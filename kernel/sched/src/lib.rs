@@ -200,6 +200,14 @@ fn reschedule() {
                             shoal_time::sleep_until(d);
                             raise_host_signals();
                         }
+                        // A thread in pause() or sigsuspend() waits for a
+                        // signal from outside, which the tender forwards
+                        // (SIGTERM, SIGHUP): not a deadlock. The sleep ends
+                        // when one arrives (or, idly, after an hour).
+                        None if shoal_plat::hostsig::registered() && TABLE.with(|t| t.awaits_signal()) => {
+                            shoal_time::sleep_until(shoal_time::monotonic_ns().saturating_add(SIGNAL_WAIT_NS));
+                            raise_host_signals();
+                        }
                         None => deadlock(n),
                     }
                 }
@@ -364,6 +372,21 @@ pub fn post_signal(tid: u32, bits: u64) -> Result<(), Errno> {
         }
         Ok(())
     })
+}
+
+/// How long an instance whose only waits are for signals sleeps in the
+/// tender at a time (a forwarded signal ends the sleep at once).
+const SIGNAL_WAIT_NS: u64 = 3600 * 1_000_000_000;
+
+/// `pause` and `rt_sigsuspend`: blocks the running thread until a signal
+/// it does not block is posted; always `EINTR` (the syscall table then
+/// delivers the signal).
+pub fn wait_for_signal() -> Errno {
+    if !has_deliverable() {
+        TABLE.with(|t| t.block_current(Block::Signal, None));
+        reschedule();
+    }
+    Errno::EINTR
 }
 
 fn wake_result() -> Result<(), Errno> {

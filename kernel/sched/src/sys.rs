@@ -179,6 +179,28 @@ pub fn nanosleep(a: &Args) -> SysResult {
     sleep(shoal_time::monotonic_ns().saturating_add(d), a.u(1))
 }
 
+/// `pause()`: waits for a signal; `EINTR` once one is delivered.
+pub fn pause(_: &Args) -> SysResult {
+    Err(crate::wait_for_signal())
+}
+
+/// SIGKILL and SIGSTOP cannot be blocked.
+const UNBLOCKABLE: u64 = (1 << 8) | (1 << 18);
+
+/// `rt_sigsuspend(mask, size)`: waits for a signal with `mask` as the
+/// thread's signal mask; the signal is delivered under it, then the old
+/// mask is back (Linux's saved sigmask, restored by the syscall table).
+pub fn rt_sigsuspend(a: &Args) -> SysResult {
+    if a.u(1) != 8 {
+        return Err(Errno::EINVAL);
+    }
+    let m: u64 = umem::read(a.u(0))?;
+    let (old, pending) = crate::sig_state();
+    crate::set_sig_state(m & !UNBLOCKABLE, pending);
+    crate::set_saved_mask(old);
+    Err(crate::wait_for_signal())
+}
+
 /// `clock_nanosleep(id, flags, req, rem)`: as `nanosleep`, on the clocks
 /// `shoal_time::sys::deadline` accepts, relative or `TIMER_ABSTIME` (then
 /// `rem` is not written).
@@ -222,6 +244,24 @@ mod tests {
         assert_eq!(crate::sig_state().1 & term, term, "SIGTERM pending on the running thread");
         assert!(crate::has_deliverable());
         assert_eq!(shoal_plat::hostsig::take(), 0, "taken once");
+        crate::set_sig_state(mask, pending);
+    }
+
+    #[test]
+    fn pause_and_sigsuspend_return_eintr_for_a_pending_signal() {
+        umem::set_bounds(1, u64::MAX);
+        let usr1 = 1u64 << 9;
+        let (mask, pending) = crate::sig_state();
+        crate::set_sig_state(0, usr1);
+        assert_eq!(pause(&args([0; 6])), Err(Errno::EINTR), "a deliverable signal ends pause at once");
+        // sigsuspend: the new mask applies while waiting; the old one is
+        // saved for the syscall table to restore after delivery.
+        crate::set_sig_state(0b110, usr1);
+        let m: u64 = 1 << 3;
+        assert_eq!(rt_sigsuspend(&args([&m as *const u64 as u64, 8, 0, 0, 0, 0])), Err(Errno::EINTR));
+        assert_eq!(crate::sig_state().0, m, "the temporary mask");
+        assert_eq!(crate::take_saved_mask(), Some(0b110), "the old mask, to restore");
+        assert_eq!(rt_sigsuspend(&args([&m as *const u64 as u64, 4, 0, 0, 0, 0])), Err(Errno::EINVAL), "size");
         crate::set_sig_state(mask, pending);
     }
 

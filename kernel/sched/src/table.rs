@@ -29,6 +29,8 @@ pub enum Block {
     },
     /// Only its deadline (nanosleep) or a signal.
     Sleep,
+    /// Only a signal (`pause`, `rt_sigsuspend`).
+    Signal,
 }
 
 /// A thread's state.
@@ -378,6 +380,11 @@ impl Table {
         }
     }
 
+    /// Whether some thread waits for nothing but a signal (`pause`).
+    pub fn awaits_signal(&self) -> bool {
+        self.threads.iter().any(|t| t.state == State::Blocked(Block::Signal))
+    }
+
     /// Pointer to the saved-rsp slot of `tid` (stable: TCBs are boxed).
     pub fn rsp_slot(&mut self, tid: u32) -> Option<*mut u64> {
         self.get(tid).map(|t| &mut t.rsp as *mut u64)
@@ -443,6 +450,23 @@ mod tests {
         assert_eq!(t.process_signal_target(term), a, "else one that does not block it");
         t.get(a).unwrap().sig_mask = term;
         assert_eq!(t.process_signal_target(term), 1, "else pending on the running thread");
+    }
+
+    #[test]
+    fn a_thread_in_pause_waits_only_for_a_signal() {
+        let mut t = Table::new();
+        let a = t.spawn(0).unwrap();
+        assert!(!t.awaits_signal());
+        t.block_current(Block::Signal, None);
+        assert!(t.awaits_signal(), "main waits for a signal");
+        assert_eq!(t.pick(), Pick::Run { prev: Some(1), next: a });
+        t.block_current(Block::Futex { addr: 0x1000, bitset: u32::MAX }, None);
+        assert_eq!(t.pick(), Pick::Deadlock(2), "nothing in the guest can wake either");
+        assert_eq!(t.wake(0x1000, 1, u32::MAX), 1);
+        assert!(t.awaits_signal(), "a futex wake does not end a pause");
+        t.interrupt(1);
+        assert!(!t.awaits_signal());
+        assert_eq!(t.get(1).unwrap().wake, Wake::Interrupted);
     }
 
     #[test]

@@ -29,6 +29,13 @@ mod nr_ipc {
     pub const SEMTIMEDOP: u64 = 220;
 }
 
+/// Numbers of the calls that wait for a signal, which `shoal_abi::linux`
+/// does not name (x86-64).
+mod nr_signal {
+    pub const PAUSE: u64 = 34;
+    pub const RT_SIGSUSPEND: u64 = 130;
+}
+
 /// Numbers of the interval-timer calls, which `shoal_abi::linux` does not
 /// name (x86-64).
 mod nr_time {
@@ -210,6 +217,8 @@ fn lookup(n: u64) -> Option<SyscallFn> {
         nr_time::ALARM => shoal_sched::itimer::alarm,
         nr_time::SETITIMER => shoal_sched::itimer::setitimer,
         nr::NANOSLEEP => sched::nanosleep,
+        nr_signal::PAUSE => sched::pause,
+        nr_signal::RT_SIGSUSPEND => sched::rt_sigsuspend,
         nr::CLOCK_NANOSLEEP => sched::clock_nanosleep,
         // scheduling
         nr::SCHED_YIELD => sched::sched_yield,

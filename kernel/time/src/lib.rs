@@ -101,17 +101,30 @@ pub fn realtime_offset_ns() -> u64 {
 /// (see [`cpu_ns`]).
 pub fn sleep_until(deadline: u64) {
     loop {
+        // Output first (hvt buffers it; the flush is a hypercall): a reader
+        // that answers it with a signal must find the check below still
+        // to come, not passed.
+        shoal_plat::console::flush();
         let now = monotonic_ns();
         // A signal the tender forwarded (SIGTERM) cuts the sleep short: the
         // scheduler raises it at once instead of at the deadline.
         if now >= deadline || shoal_plat::hostsig::pending() {
             return;
         }
-        shoal_plat::hypercall::poll(deadline - now, 0);
+        // One that lands between this check and the tender's sleep does
+        // not end that sleep: with forwarding on, sleep at most a second at
+        // a time, so it is seen within a second (one wake-up a second for a
+        // long sleeper).
+        let step = if shoal_plat::hostsig::registered() { (deadline - now).min(FORWARD_CHECK_NS) } else { deadline - now };
+        shoal_plat::hypercall::poll(step, 0);
         let after = monotonic_ns();
         STATE.with(|s| s.slept += after - now);
     }
 }
+
+/// The longest sleep in the tender while signals are forwarded
+/// ([`sleep_until`]).
+const FORWARD_CHECK_NS: u64 = 1_000_000_000;
 
 /// Records `ns` spent blocked in the tender outside [`sleep_until`] (the
 /// host-socket idle wait), so that [`cpu_ns`] does not count it.
