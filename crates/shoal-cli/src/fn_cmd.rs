@@ -43,6 +43,9 @@ pub enum FnCmd {
         /// Root file system directory of the instances.
         #[arg(long)]
         fs: Option<PathBuf>,
+        /// spt/hvt memory mode: copy (default), ksm or pool.
+        #[arg(long = "mem-mode")]
+        mem_mode: Option<String>,
         /// An environment variable KEY=VALUE (repeatable).
         #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
         env: Vec<String>,
@@ -88,7 +91,7 @@ pub fn run(gateway: &str, cmd: FnCmd) -> Result<i32> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         match cmd {
-            FnCmd::Deploy { name, image, backend, memory, concurrency, max_instances, queue, timeout_ms, keep_warm_ms, fs, env, upload } => {
+            FnCmd::Deploy { name, image, backend, memory, concurrency, max_instances, queue, timeout_ms, keep_warm_ms, fs, mem_mode, env, upload } => {
                 let abs = |p: PathBuf| std::path::absolute(&p).with_context(|| format!("cannot resolve {}", p.display()));
                 let image = if upload {
                     let bytes = std::fs::read(&image).with_context(|| format!("cannot read the image {}", image.display()))?;
@@ -111,6 +114,7 @@ pub fn run(gateway: &str, cmd: FnCmd) -> Result<i32> {
                 set("queue", json!(queue));
                 set("timeout_ms", json!(timeout_ms));
                 set("keep_warm_ms", json!(keep_warm_ms));
+                set("mem_mode", json!(mem_mode));
                 if let Some(fs) = fs {
                     set("fs", json!(abs(fs)?));
                 }

@@ -48,10 +48,16 @@ struct Gateway {
 
 impl Gateway {
     fn start(state: &Path) -> Gateway {
+        Gateway::start_with(state, &[])
+    }
+
+    /// With extra environment variables for the gateway.
+    fn start_with(state: &Path, env: &[(&str, &Path)]) -> Gateway {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let log = std::env::temp_dir().join(format!("shoal-serve-test-{}-{n}.log", std::process::id()));
         let mut child = shoal()
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .args(["serve", "--listen", "127.0.0.1:0", "--state"])
             .arg(state)
             .stdin(Stdio::null())
@@ -409,6 +415,41 @@ fn the_memory_setting_bounds_the_instance() {
         assert_eq!(gw.deploy(&name, &format!(r#"{{"image":"{}","backend":"{b}","memory":"128M"}}"#, image_for("alloc", b))).status, 200);
         assert_eq!(gw.get(&format!("/fn/{name}/?mb=50")).status, 200, "{b}: 50 MiB in a 128 MiB instance");
     }
+}
+
+/// `mem_mode` reaches the tender: with `pool`, the gateway adds the image
+/// to the library pool at deploy and the instance maps its read-only pages
+/// from the pool's files; `ksm` and `copy` run too. Memory modes are only
+/// for spt/hvt (422 otherwise), and an unknown one is refused.
+#[test]
+fn the_memory_mode_reaches_the_instances() {
+    let dir = scratch();
+    let pool = dir.path().join("pool");
+    let gw = Gateway::start_with(&dir.path().join("state"), &[("SHOAL_POOL_DIR", &pool)]);
+    for t in tenders() {
+        for mode in ["pool", "ksm", "copy"] {
+            let name = format!("noop-{t}-{mode}");
+            let r = gw.deploy(&name, &format!(r#"{{"image":"{}","backend":"{t}","mem_mode":"{mode}"}}"#, image("noop")));
+            assert_eq!(r.status, 201, "{t} {mode}: {}", r.text());
+            assert_eq!(gw.get(&format!("/fn/{name}/")).text(), "noop\n", "{t} {mode}");
+            if mode == "pool" {
+                let (_, pid) = gw.instances(&name)[0];
+                // The tender's process and its instance (spt's waiting parent forks it).
+                let mut maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+                if let Ok(children) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+                    for c in children.split_whitespace() {
+                        maps.push_str(&std::fs::read_to_string(format!("/proc/{c}/maps")).unwrap_or_default());
+                    }
+                }
+                assert!(maps.contains(&pool.display().to_string()), "{t}: the instance maps no pool file:\n{maps}");
+            }
+        }
+    }
+    assert!(std::fs::read_dir(&pool).unwrap().count() > 0, "the deploy filled the pool");
+    let r = gw.deploy("native-pool", &format!(r#"{{"image":"{}","backend":"process","mem_mode":"pool"}}"#, image("noop.native")));
+    assert_eq!(r.status, 422, "{}", r.text());
+    let r = gw.deploy("bogus", &format!(r#"{{"image":"{}","mem_mode":"shared"}}"#, image("noop")));
+    assert_eq!(r.status, 422, "{}", r.text());
 }
 
 /// The Lua function runtime (recipe lua-fn + apps/functions/lua_fn.c) runs

@@ -68,6 +68,13 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
     // Checking the image reads it: off the async threads.
     let f = tokio::task::spawn_blocking(move || -> Result<Function, ApiError> {
         let f = Function::from_request(&name, req, &app2.images)?;
+        if f.mem_mode == "pool" {
+            // The pool holds the image's read-only pages from now on (once
+            // per library version; a second deploy of it adds nothing).
+            shoal_loader::pool::Pool::default_pool()
+                .add(&f.image)
+                .map_err(|e| ApiError::Internal(format!("cannot add the image to the library pool: {e}")))?;
+        }
         let store = app2.store.lock().unwrap_or_else(|e| e.into_inner());
         let before = app2.dispatcher.specs();
         let mut all: Vec<Function> = before.iter().filter(|o| o.name != f.name).cloned().collect();

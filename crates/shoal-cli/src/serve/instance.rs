@@ -118,7 +118,11 @@ pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
                 }
             } else {
                 cmd = Command::new(&l.tender);
-                cmd.env_clear().arg("--tender").arg(f.backend.name()).arg("--mem").arg(&f.memory);
+                cmd.env_clear().arg("--tender").arg(f.backend.name()).arg("--mem").arg(&f.memory).arg("--mem-mode").arg(&f.mem_mode);
+                // The pool the gateway added the image to at deploy.
+                if let Some(dir) = std::env::var_os("SHOAL_POOL_DIR") {
+                    cmd.env("SHOAL_POOL_DIR", dir);
+                }
                 cmd.arg("--listen-fd").arg(LISTEN_FD.to_string()).arg("-e").arg(format!("PORT={}", addr.port()));
                 if let Some(fs) = &f.fs {
                     cmd.arg("--fs").arg(fs);

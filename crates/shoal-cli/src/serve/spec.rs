@@ -82,6 +82,11 @@ pub struct Function {
     pub timeout_ms: u64,
     /// How long an idle instance is kept before it is stopped, in ms.
     pub keep_warm_ms: u64,
+    /// How spt/hvt instances get their image's pages (`--mem-mode`):
+    /// `copy` (default), `ksm` or `pool` (read-only pages shared from the
+    /// library pool; the gateway adds the image to the pool at deploy).
+    #[serde(default = "default_mem_mode")]
+    pub mem_mode: String,
     /// The root file system of the instances (spt/hvt `--fs`; `FN_ROOT` natively).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fs: Option<PathBuf>,
@@ -114,10 +119,16 @@ pub struct DeployRequest {
     pub timeout_ms: Option<u64>,
     /// Default 60,000.
     pub keep_warm_ms: Option<u64>,
+    /// copy (default), ksm or pool: spt and hvt only.
+    pub mem_mode: Option<String>,
     /// Root file system directory.
     pub fs: Option<PathBuf>,
     /// Extra environment.
     pub env: Option<BTreeMap<String, String>>,
+}
+
+fn default_mem_mode() -> String {
+    "copy".into()
 }
 
 /// Checks a function name: 1–64 letters, digits, `-` or `_`, starting
@@ -200,6 +211,13 @@ impl Function {
                 return Err(unprocessable(format!("fs {}: give the absolute path of an existing directory", fs.display())));
             }
         }
+        let mem_mode = req.mem_mode.unwrap_or_else(default_mem_mode);
+        if !["copy", "ksm", "pool"].contains(&mem_mode.as_str()) {
+            return Err(unprocessable(format!("mem_mode {mem_mode:?}: expected copy, ksm or pool")));
+        }
+        if mem_mode != "copy" && !backend.is_shoal() {
+            return Err(unprocessable(format!("mem_mode {mem_mode}: only the spt and hvt backends have memory modes")));
+        }
         let env = req.env.unwrap_or_default();
         for k in env.keys() {
             if k.is_empty() || k.contains('=') || k.contains('\0') || ["PORT", "LISTEN_FD", "FN_ROOT"].contains(&k.as_str()) {
@@ -219,6 +237,7 @@ impl Function {
             queue: range("queue", req.queue.unwrap_or(256), 0, 100_000)?,
             timeout_ms: range("timeout_ms", req.timeout_ms.unwrap_or(30_000), 1, 3_600_000)?,
             keep_warm_ms: range("keep_warm_ms", req.keep_warm_ms.unwrap_or(60_000), 0, 86_400_000)?,
+            mem_mode,
             fs: req.fs,
             env,
         })
