@@ -946,12 +946,17 @@ fn md_table(header: &[String], rows: &[Vec<String>]) -> String {
 /// instance, however quickly the others answer (one function with n
 /// instances would give a later request an instance that already answered).
 fn deploy_many(c: &Ctx, prefix: &str, backend: &str, n: usize) -> Result<Vec<String>> {
+    deploy_many_in(c, prefix, backend, "copy", n)
+}
+
+/// [`deploy_many`] with a memory mode for spt/hvt (`copy`, `ksm`, `pool`).
+fn deploy_many_in(c: &Ctx, prefix: &str, backend: &str, mem_mode: &str, n: usize) -> Result<Vec<String>> {
     let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
-    let settings = c.fns.settings(
-        "noop",
-        backend,
-        json!({"concurrency": 1, "max_instances": 1}),
-    );
+    let mut extra = json!({"concurrency": 1, "max_instances": 1});
+    if mem_mode != "copy" {
+        extra["mem_mode"] = json!(mem_mode);
+    }
+    let settings = c.fns.settings("noop", backend, extra);
     for name in &names {
         c.gw.deploy(name, &settings)?;
     }
@@ -1550,18 +1555,48 @@ fn idle_cpu(c: &Ctx) -> Result<Outcome> {
 }
 
 /// Fig. 7: memory of N warm idle instances.
+/// The idle-memory configurations: every backend, and for spt and hvt
+/// also their `pool` and `ksm` memory modes: (label, backend, mode).
+fn idle_memory_configs(backends: &[&'static str]) -> Vec<(String, &'static str, &'static str)> {
+    let mut v = Vec::new();
+    for &b in backends {
+        v.push((b.to_string(), b, "copy"));
+        if b == "spt" || b == "hvt" {
+            v.push((format!("{b}+pool"), b, "pool"));
+            v.push((format!("{b}+ksm"), b, "ksm"));
+        }
+    }
+    v
+}
+
+/// How long KSM gets to merge before a `ksm` configuration is measured.
+const KSM_SETTLE: Duration = Duration::from_secs(10);
+
 fn idle_memory(c: &Ctx) -> Result<Outcome> {
     let mut failures = Vec::new();
     let mut csv = Vec::new();
-    // (n, backend) -> (MemAvailable delta MiB, PSS MiB), totals.
+    let configs = idle_memory_configs(&c.backends);
+    // (n, configuration) -> (MemAvailable delta MiB, PSS MiB), totals.
     let mut res: BTreeMap<(usize, &str), (f64, f64, usize)> = BTreeMap::new();
     for &n in &c.o.instances {
-        for &b in &c.backends {
-            let name = format!("im-{b}");
+        for (label, b, mode) in &configs {
+            let (label, b, mode) = (label.as_str(), *b, *mode);
+            let name = format!("im-{}", label.replace('+', "-"));
             std::thread::sleep(Duration::from_secs(1));
-            say(&format!("idle memory: {n} instances on {b}"));
+            say(&format!("idle memory: {n} instances on {label}"));
+            let ksm = if mode == "ksm" {
+                match super::memory::KsmGuard::on() {
+                    Ok(g) => Some(g),
+                    Err(e) => {
+                        note_failure(&mut failures, format!("idle memory {n} on {label}: {e:#}"));
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
             let base = mem_available_kib();
-            let names = deploy_many(c, &name, b, n)?;
+            let names = deploy_many_in(c, &name, b, mode, n)?;
             // One after the other: what is measured is the idle state, and
             // concurrent starts fail on runsc here (burst shows it).
             let got: Vec<Result<(), String>> = names
@@ -1581,11 +1616,11 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
                 note_failure(
                     &mut failures,
                     format!(
-                        "idle memory {n} on {b}: {errs} of {n} instances did not start: {first}"
+                        "idle memory {n} on {label}: {errs} of {n} instances did not start: {first}"
                     ),
                 );
             }
-            std::thread::sleep(Duration::from_secs(2));
+            std::thread::sleep(if ksm.is_some() { KSM_SETTLE } else { Duration::from_secs(2) });
             let insts = c.gw.instances_of(&names)?;
             let after = mem_available_kib();
             let kids = proc_children();
@@ -1598,10 +1633,11 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
             if k > 0 {
                 let delta = base.saturating_sub(after) as f64 / 1024.0;
                 let pss = pss as f64 / 1024.0;
-                res.insert((n, b), (delta, pss, k));
-                csv.push(format!("{n},{b},{k},{delta:.2},{pss:.2}"));
+                res.insert((n, label), (delta, pss, k));
+                csv.push(format!("{n},{label},{k},{delta:.2},{pss:.2}"));
             }
             c.gw.clear_many(&names)?;
+            drop(ksm);
         }
     }
     let csv_path = c.o.out.join("idle-memory.csv");
@@ -1611,8 +1647,8 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
         &csv,
     )?;
     let svg = c.o.out.join("idle-memory.svg");
-    let lines: Vec<Line> = c
-        .backends
+    let labels: Vec<&str> = configs.iter().map(|(l, _, _)| l.as_str()).collect();
+    let lines: Vec<Line> = labels
         .iter()
         .map(|&b| Line {
             name: format!("{b} (PSS)"),
@@ -1637,7 +1673,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
     ));
     let mut header = vec!["N".to_string()];
     header.extend(
-        c.backends
+        labels
             .iter()
             .map(|b| format!("{b} MiB/inst PSS (MemAvail)")),
     );
@@ -1646,7 +1682,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
             .iter()
             .map(|&n| {
                 let mut r = vec![n.to_string()];
-                for &b in &c.backends {
+                for &b in &labels {
                     r.push(
                         res.get(&(n, b))
                             .map(|&(d, p, k)| {
@@ -1666,8 +1702,9 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
     let mut table = md_table(&header, &rows);
     table.push_str(
         "\nMiB per instance: summed PSS of every instance's processes (tender and guest, runtime and sandbox) / instances running; in parentheses the drop of MemAvailable / instances \
-         (noisy when other work runs). spt/hvt run in the gateway's default memory mode (copy): `shoal serve`'s deploy settings offer no --mem-mode, so \
-         ksm and pool are not measured here. Paper (Fig. 7, Go): runc 3.9, Nanos 23.8, gVisor 24.7, OSv 31.4, Linux microVM 59.9 MiB per instance.\n",
+         (noisy when other work runs). spt and hvt run in each memory mode: copy (the default), pool (the gateway adds the image to the library pool; \
+         pool pages count in PSS shared between the instances that map them) and ksm (KSM switched on, 10 s to merge before the sample). \
+         Paper (Fig. 7, Go): runc 3.9, Nanos 23.8, gVisor 24.7, OSv 31.4, Linux microVM 59.9 MiB per instance.\n",
     );
     let big = c.o.instances.iter().copied().max().unwrap_or(0);
     let per = |b: &str| {
@@ -1676,14 +1713,15 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
             .unwrap_or(f64::NAN)
     };
     let mut results = serde_json::Map::new();
-    for &b in &c.backends {
+    for &b in &labels {
         let m: serde_json::Map<String, Value> = c.o.instances.iter().filter_map(|&n| res.get(&(n, b)).map(|&(d, p, k)| (n.to_string(), json!({"instances": k, "memavailable_delta_mib": d, "pss_mib": p, "pss_mib_per_instance": p / k as f64})))).collect();
         results.insert(b.into(), Value::Object(m));
     }
-    let spt = per("spt");
+    // The goal is spt's best memory mode.
+    let (spt_mode, spt) = ["spt", "spt+pool", "spt+ksm"].iter().map(|&l| (l, per(l))).filter(|(_, v)| v.is_finite()).fold(("spt", f64::NAN), |a, b| if a.1.is_nan() || b.1 < a.1 { b } else { a });
     let goals = vec![Goal {
         what: "idle memory ≤ 1 MiB per instance on spt (tender and guest, PSS)".into(),
-        measured: format!("{} MiB at N={big}", fmt(spt, 2)),
+        measured: format!("{} MiB at N={big} ({spt_mode})", fmt(spt, 2)),
         met: spt.is_finite().then_some(spt <= 1.0),
     }];
     let values = c.backends.iter().map(|&b| (b, fmt(per(b), 2))).collect();
@@ -1697,7 +1735,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
         values,
     }];
     Ok(Outcome {
-        json: json!({"unit": "MiB", "mem_mode": "copy", "results": results, "failures": failures, "csv": csv_path, "plot": svg}),
+        json: json!({"unit": "MiB", "results": results, "failures": failures, "csv": csv_path, "plot": svg}),
         table,
         rows,
         goals,

@@ -165,12 +165,13 @@ fn build_all(json_out: bool, root: &Path, configs: &[Config]) -> Result<Built> {
 const KSM: &str = "/sys/kernel/mm/ksm";
 
 /// KSM's settings, saved to be restored.
-struct KsmGuard {
+pub(super) struct KsmGuard {
     saved: Vec<(String, String)>,
 }
 
 impl KsmGuard {
-    fn on() -> Result<KsmGuard> {
+    /// Switches KSM on (root needed); the settings come back on drop.
+    pub(super) fn on() -> Result<KsmGuard> {
         let mut saved = Vec::new();
         for k in ["run", "pages_to_scan", "sleep_millisecs"] {
             let v = std::fs::read_to_string(format!("{KSM}/{k}")).with_context(|| format!("KSM is not available ({KSM}/{k})"))?;
