@@ -438,6 +438,25 @@ fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
     Ok(())
 }
 
+/// Whether hvt can run here (`/dev/kvm` opens read-write), or why not:
+/// the reason a bench prints beside a skipped hvt column.
+pub(crate) fn kvm_usable() -> Result<(), String> {
+    std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").map(|_| ()).map_err(|e| format!("/dev/kvm is not usable: {e}"))
+}
+
+/// `name` in PATH or in the sbin directories (runc lives in /usr/sbin).
+pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from)).map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// The effective uid, from `/proc/self/status` (root runs runc/runsc).
+pub(crate) fn effective_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
 /// Console writes per run in `bench syscall`'s console section (issue 18's
 /// measure: a program printing 20,000 short lines).
 const CONSOLE_WRITES: u64 = 20_000;
@@ -451,7 +470,7 @@ type Runs = Result<Vec<f64>, String>;
 fn console_writes(home: &Path, dir: &Path, shoal: &Path, repeat: usize) -> Result<Vec<(&'static str, Runs)>> {
     let (image, native) = build_pair(&home.join("apps/bench/console.c"), dir, &["-O2"])?;
     let out = dir.join("console.out");
-    let hvt = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").map(|_| ()).map_err(|e| format!("/dev/kvm is not usable: {e}"));
+    let hvt = kvm_usable();
     let n = CONSOLE_WRITES.to_string();
     let mut rows: Vec<(&'static str, Runs)> = vec![("native", Ok(Vec::new())), ("spt", Ok(Vec::new())), ("hvt", hvt.map(|_| Vec::new()))];
     for _ in 0..repeat {

@@ -34,15 +34,6 @@ struct Row {
     same_output: bool,
 }
 
-/// Whether the hvt column can be measured, or why not.
-fn hvt_usable() -> std::result::Result<(), String> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .map(|_| ())
-        .map_err(|e| format!("/dev/kvm is not usable: {e}"))
-}
 
 /// Builds recipe `r`'s image at `image` (and its native twin) and, if a
 /// `pool` column is measured, adds the image to the library pool.
@@ -75,7 +66,7 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
     // The native side's files live in memory too (tmpfs), as the instance's do (ramfs).
     let shm = Path::new("/dev/shm");
     let native_tmp = if shm.is_dir() { tempfile::tempdir_in(shm)? } else { tempfile::tempdir()? };
-    let hvt = hvt_usable();
+    let hvt = crate::bench::kvm_usable();
     let mut rows = Vec::new();
     for r in &recipes {
         if !as_json {

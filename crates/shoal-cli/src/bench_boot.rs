@@ -11,7 +11,7 @@
 //! with stdout piped: first byte = the first `read` that returns data, exit =
 //! `wait` returning.
 
-use super::build_pair;
+use super::{build_pair, effective_uid, find_program};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use std::fs::{self, File};
@@ -127,21 +127,6 @@ impl Drop for Container {
     fn drop(&mut self) {
         delete_container(self.kind, &self.runtime, &self.id);
     }
-}
-
-/// `name` in PATH or in the sbin directories (runc lives in /usr/sbin).
-fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-fn effective_uid() -> Option<u32> {
-    let status = fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// An OCI bundle in `dir`: `rootfs/hello` (the static binary) and

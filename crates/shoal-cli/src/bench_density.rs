@@ -186,7 +186,7 @@ pub fn density(o: DensityOpts) -> Result<()> {
     let http = fns.join("fn_http.c").display().to_string();
     let (image, native) = super::build_pair(&fns.join("noop.c"), tmp.path(), &["-O2", &http, "-lpthread"])?;
     let tender = super::tender_binary()?;
-    let kvm = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").map(|_| ()).map_err(|e| format!("/dev/kvm is not usable: {e}"));
+    let kvm = super::kvm_usable();
     let mut rows = Vec::new();
     let mut skipped = Vec::new();
     for config in CONFIGS {

@@ -20,7 +20,7 @@
 //! tender handles per round trip.
 
 use super::boot::percentile;
-use super::{build_pair, mean_sd};
+use super::{build_pair, find_program, mean_sd};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use std::fs::{self, File};
@@ -332,12 +332,6 @@ fn measure(kind: Kind, s: &Setup) -> Result<(Vec<f64>, Vec<f64>)> {
     let c = per_connection(server.port, s.per_connection, s.size, deadline).context("connection per request")?;
     drop(server);
     Ok((p, c))
-}
-
-/// `name` in PATH.
-fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// The tracepoint counted: KVM_RUN returning to the tender (hypercalls,

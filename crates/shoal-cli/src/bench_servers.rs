@@ -30,7 +30,7 @@
 //! load: during each run at the largest concurrency, the largest of the
 //! samples taken 0.1 s into the run and every 0.5 s after.
 
-use super::{mean_sd, BenchError};
+use super::{effective_uid, find_program, mean_sd, BenchError};
 use crate::plot::{self, Frame, Line};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -122,21 +122,6 @@ pub enum ServersError {
 
 fn say(which: Which, msg: &str) {
     eprintln!("bench {}: {msg}", which.name());
-}
-
-/// `name` in PATH or in the sbin directories (runc lives in /usr/sbin).
-fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-fn effective_uid() -> Option<u32> {
-    let status = fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// Why `sys` cannot run here, if it cannot (checked before anything starts).

@@ -296,7 +296,6 @@ struct Nginx {
     child: Child,
     port: u16,
     log: PathBuf,
-    what: String,
 }
 
 /// The nginx recipe's root: `nginx.conf`, `html/`, `etc/passwd`.
@@ -311,13 +310,7 @@ impl Nginx {
         let port = free_port();
         let prefix = scratch.join("nginx-native");
         std::fs::create_dir_all(prefix.join("html")).unwrap();
-        for f in ["index.html"] {
-            std::fs::copy(
-                nginx_dir().join("html").join(f),
-                prefix.join("html").join(f),
-            )
-            .unwrap();
-        }
+        std::fs::copy(nginx_dir().join("html/index.html"), prefix.join("html/index.html")).unwrap();
         let conf = std::fs::read_to_string(nginx_dir().join("nginx.conf")).unwrap();
         assert!(conf.contains("listen 8080;"));
         std::fs::write(
@@ -362,7 +355,6 @@ impl Nginx {
             child: cmd.spawn().unwrap(),
             port,
             log,
-            what: what.to_string(),
         };
         let t0 = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
