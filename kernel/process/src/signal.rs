@@ -392,10 +392,13 @@ fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64) -> u64 {
         SIGNALS.with(|s| s.altstack = NO_ALTSTACK);
     }
     if switch {
+        // The handler is the program's code: preemptible while it runs.
+        shoal_sched::preempt::leave();
         // SAFETY: as below; the program registered [ss_sp, ss_sp + ss_size)
         // with sigaltstack as memory its handlers may run on, and the
         // helper returns on this stack.
         unsafe { shoal_process_call_on_stack(act.handler, sig, &mut info, uc.as_mut_ptr(), alt.ss_sp.wrapping_add(alt.ss_size)) };
+        shoal_sched::preempt::enter();
         if alt.ss_flags & SS_AUTODISARM != 0 {
             SIGNALS.with(|s| s.altstack = alt);
         }
@@ -408,7 +411,10 @@ fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64) -> u64 {
     // to. `info` and `uc` live for the call.
     unsafe {
         let f: extern "C" fn(i32, *mut SigInfo, *mut u64) = core::mem::transmute(act.handler as usize);
+        // The handler is the program's code: preemptible while it runs.
+        shoal_sched::preempt::leave();
         f(sig, &mut info, uc.as_mut_ptr());
+        shoal_sched::preempt::enter();
     }
     uc[UC_SIGMASK / 8]
 }

@@ -51,6 +51,7 @@ extern crate alloc;
 
 pub mod itimer;
 pub mod pi;
+pub mod preempt;
 pub mod sys;
 pub mod table;
 
@@ -62,6 +63,18 @@ use table::{Block, Pick, Table, Wake};
 pub const DEADLOCK_STATUS: i64 = 255;
 
 static TABLE: Global<Table> = Global::new(Table::new());
+
+/// Runs `f` on the thread table, then publishes the number of runnable
+/// threads for the tick ([`preempt::publish`]: arms it when that goes
+/// above one). Every access goes through here.
+pub(crate) fn table<R>(f: impl FnOnce(&mut Table) -> R) -> R {
+    let (r, n) = TABLE.with(|t| {
+        let r = f(t);
+        (r, t.runnable())
+    });
+    preempt::publish(n);
+    r
+}
 /// A detached thread's stack `(base, size)` to free after the switch away
 /// from it.
 static PENDING_UNMAP: Global<Option<(u64, u64)>> = Global::new(None);
@@ -106,7 +119,7 @@ core::arch::global_asm!(
     ".globl shoal_sched_thread_start",
     ".type shoal_sched_thread_start,@function",
     "shoal_sched_thread_start:",
-    "    call shoal_sched_after_switch",
+    "    call shoal_sched_enter_thread",
     "    mov rdi, r13",
     "    xor ebp, ebp",
     "    call r12",
@@ -148,9 +161,19 @@ pub extern "C" fn shoal_sched_after_switch() {
     }
 }
 
+/// A new thread's first code after its first switch: what follows the
+/// switch, then the vCPU leaves the kernel for the thread's `func`
+/// (preemptible from there on).
+#[no_mangle]
+pub extern "C" fn shoal_sched_enter_thread() {
+    shoal_sched_after_switch();
+    preempt::leave();
+}
+
 /// Where a thread's `func` returns to: exits the thread with its value.
 #[no_mangle]
 pub extern "C" fn shoal_sched_thread_return(status: i32) -> ! {
+    preempt::enter();
     exit_thread(status)
 }
 
@@ -158,18 +181,18 @@ pub extern "C" fn shoal_sched_thread_return(status: i32) -> ! {
 /// (already recorded in the table); returns when this thread runs again.
 fn reschedule() {
     loop {
-        if let Some(d) = TABLE.with(|t| t.next_deadline()) {
+        if let Some(d) = table(|t| t.next_deadline()) {
             let now = shoal_time::monotonic_ns();
             if now >= d {
-                TABLE.with(|t| t.expire(now));
+                table(|t| t.expire(now));
             }
         }
-        match TABLE.with(|t| t.pick()) {
+        match table(|t| t.pick()) {
             Pick::Run { prev, next } => {
                 if prev == Some(next) {
                     return;
                 }
-                let (save, rsp) = TABLE.with(|t| {
+                let (save, rsp) = table(|t| {
                     let save = prev.and_then(|p| t.rsp_slot(p)).unwrap_or(DEAD_RSP.as_ptr());
                     (save, t.get(next).map_or(0, |n| n.rsp))
                 });
@@ -187,7 +210,7 @@ fn reschedule() {
                     raise_host_signals();
                 }
                 let now = shoal_time::monotonic_ns();
-                TABLE.with(|t| t.expire(now));
+                table(|t| t.expire(now));
             }
             // Threads that wait for something outside the guest (a host
             // socket) are not deadlocked: the idle wait blocks for it.
@@ -204,7 +227,7 @@ fn reschedule() {
                         // signal from outside, which the tender forwards
                         // (SIGTERM, SIGHUP): not a deadlock. The sleep ends
                         // when one arrives (or, idly, after an hour).
-                        None if shoal_plat::hostsig::registered() && TABLE.with(|t| t.awaits_signal()) => {
+                        None if shoal_plat::hostsig::registered() && table(|t| t.awaits_signal()) => {
                             shoal_time::sleep_until(shoal_time::monotonic_ns().saturating_add(SIGNAL_WAIT_NS));
                             raise_host_signals();
                         }
@@ -263,7 +286,7 @@ pub fn raise_host_signals() {
     for sig in 0..64 {
         let bit = 1u64 << sig;
         if bits & bit != 0 {
-            let tid = TABLE.with(|t| t.process_signal_target(bit));
+            let tid = table(|t| t.process_signal_target(bit));
             let _ = post_signal(tid, bit);
         }
     }
@@ -284,47 +307,47 @@ pub fn deadlock(n: usize) -> ! {
 
 /// The running thread's tid.
 pub fn current_tid() -> u32 {
-    TABLE.with(|t| t.current())
+    table(|t| t.current())
 }
 
 /// Whether thread `tid` exists.
 pub fn thread_exists(tid: u32) -> bool {
-    TABLE.with(|t| t.get(tid).is_some())
+    table(|t| t.get(tid).is_some())
 }
 
 /// Number of threads.
 pub fn thread_count() -> usize {
-    TABLE.with(|t| t.len())
+    table(|t| t.len())
 }
 
 /// `set_tid_address` for the running thread.
 pub fn set_clear_child_tid(addr: u64) {
-    TABLE.with(|t| t.cur().clear_child_tid = addr);
+    table(|t| t.cur().clear_child_tid = addr);
 }
 
 /// The `set_robust_list` head of thread `tid` (`None`: no such thread).
 pub fn robust_list_of(tid: u32) -> Option<u64> {
-    TABLE.with(|t| t.get(tid).map(|c| c.robust_list))
+    table(|t| t.get(tid).map(|c| c.robust_list))
 }
 
 /// `set_robust_list` for the running thread.
 pub fn set_robust_list(head: u64) {
-    TABLE.with(|t| t.cur().robust_list = head);
+    table(|t| t.cur().robust_list = head);
 }
 
 /// The running thread's name (NUL-padded; see [`table::Tcb::name`]).
 pub fn thread_name() -> [u8; 16] {
-    TABLE.with(|t| t.cur().name)
+    table(|t| t.cur().name)
 }
 
 /// Names the running thread (`name` NUL-padded, byte 15 NUL).
 pub fn set_thread_name(name: [u8; 16]) {
-    TABLE.with(|t| t.cur().name = name);
+    table(|t| t.cur().name = name);
 }
 
 /// The running thread's `(signal mask, pending signals)`.
 pub fn sig_state() -> (u64, u64) {
-    TABLE.with(|t| {
+    table(|t| {
         let c = t.cur();
         (c.sig_mask, c.sig_pending)
     })
@@ -332,7 +355,7 @@ pub fn sig_state() -> (u64, u64) {
 
 /// Sets the running thread's signal mask and pending set.
 pub fn set_sig_state(mask: u64, pending: u64) {
-    TABLE.with(|t| {
+    table(|t| {
         let c = t.cur();
         c.sig_mask = mask;
         c.sig_pending = pending;
@@ -342,12 +365,12 @@ pub fn set_sig_state(mask: u64, pending: u64) {
 /// Records the mask to restore after the signals that interrupted a wait
 /// under a temporary mask (`ppoll`, `pselect6`) are delivered.
 pub fn set_saved_mask(mask: u64) {
-    TABLE.with(|t| t.cur().saved_mask = Some(mask));
+    table(|t| t.cur().saved_mask = Some(mask));
 }
 
 /// Takes the mask [`set_saved_mask`] recorded, if any.
 pub fn take_saved_mask() -> Option<u64> {
-    TABLE.with(|t| t.cur().saved_mask.take())
+    table(|t| t.cur().saved_mask.take())
 }
 
 /// Whether the running thread has a pending signal it does not block.
@@ -358,13 +381,13 @@ pub fn has_deliverable() -> bool {
 
 /// The signal mask of thread `tid`.
 pub fn sig_mask_of(tid: u32) -> Option<u64> {
-    TABLE.with(|t| t.get(tid).map(|c| c.sig_mask))
+    table(|t| t.get(tid).map(|c| c.sig_mask))
 }
 
 /// Makes signals `bits` pending for thread `tid` (not the running one);
 /// if it is blocked and does not block them, it wakes with `EINTR`.
 pub fn post_signal(tid: u32, bits: u64) -> Result<(), Errno> {
-    TABLE.with(|t| {
+    table(|t| {
         let th = t.get(tid).ok_or(Errno::ESRCH)?;
         th.sig_pending |= bits;
         if bits & !th.sig_mask != 0 {
@@ -383,14 +406,14 @@ const SIGNAL_WAIT_NS: u64 = 3600 * 1_000_000_000;
 /// delivers the signal).
 pub fn wait_for_signal() -> Errno {
     if !has_deliverable() {
-        TABLE.with(|t| t.block_current(Block::Signal, None));
+        table(|t| t.block_current(Block::Signal, None));
         reschedule();
     }
     Errno::EINTR
 }
 
 fn wake_result() -> Result<(), Errno> {
-    match TABLE.with(|t| t.cur().wake) {
+    match table(|t| t.cur().wake) {
         Wake::Woken => Ok(()),
         Wake::TimedOut => Err(Errno::ETIMEDOUT),
         Wake::Interrupted => Err(Errno::EINTR),
@@ -406,7 +429,7 @@ pub fn futex_wait(addr: u64, val: u32, bitset: u32, deadline: Option<u64>) -> Re
     if now != val {
         return Err(Errno::EAGAIN);
     }
-    TABLE.with(|t| t.block_current(Block::Futex { addr, bitset }, deadline));
+    table(|t| t.block_current(Block::Futex { addr, bitset }, deadline));
     reschedule();
     wake_result()
 }
@@ -422,7 +445,7 @@ pub const KERNEL_KEY: u64 = 1 << 63;
 /// deadline pending, the scheduler reports the deadlock.
 pub fn wait_key(key: u64, deadline: Option<u64>) -> Result<(), Errno> {
     debug_assert!(key & KERNEL_KEY != 0);
-    TABLE.with(|t| t.block_current(Block::Futex { addr: key | KERNEL_KEY, bitset: u32::MAX }, deadline));
+    table(|t| t.block_current(Block::Futex { addr: key | KERNEL_KEY, bitset: u32::MAX }, deadline));
     reschedule();
     wake_result()
 }
@@ -430,26 +453,26 @@ pub fn wait_key(key: u64, deadline: Option<u64>) -> Result<(), Errno> {
 /// Wakes every thread waiting on the kernel wait queue `key`; they run
 /// later (the caller keeps the vCPU). Returns how many were woken.
 pub fn wake_key(key: u64) -> u32 {
-    TABLE.with(|t| t.wake(key | KERNEL_KEY, u32::MAX, u32::MAX))
+    table(|t| t.wake(key | KERNEL_KEY, u32::MAX, u32::MAX))
 }
 
 /// `FUTEX_WAKE`: wakes up to `n` waiters on `addr` whose bitset meets
 /// `bitset`; returns how many. The woken run later (the caller keeps the
 /// vCPU).
 pub fn futex_wake(addr: u64, n: u32, bitset: u32) -> u32 {
-    TABLE.with(|t| t.wake(addr, n, bitset))
+    table(|t| t.wake(addr, n, bitset))
 }
 
 /// `FUTEX_REQUEUE`: wakes `n_wake` waiters on `from`, moves up to `n_move`
 /// others to `to`; returns the sum.
 pub fn futex_requeue(from: u64, to: u64, n_wake: u32, n_move: u32) -> u32 {
-    TABLE.with(|t| t.requeue(from, to, n_wake, n_move))
+    table(|t| t.requeue(from, to, n_wake, n_move))
 }
 
 /// Blocks the running thread until `deadline` (monotonic ns); other
 /// threads run meanwhile. `EINTR` if a signal woke it first.
 pub fn sleep_until(deadline: u64) -> Result<(), Errno> {
-    TABLE.with(|t| t.block_current(Block::Sleep, Some(deadline)));
+    table(|t| t.block_current(Block::Sleep, Some(deadline)));
     reschedule();
     match wake_result() {
         Err(Errno::ETIMEDOUT) | Ok(()) => Ok(()),
@@ -459,7 +482,7 @@ pub fn sleep_until(deadline: u64) -> Result<(), Errno> {
 
 /// `sched_yield`: lets every other runnable thread run once.
 pub fn yield_now() {
-    TABLE.with(|t| t.yield_current());
+    table(|t| t.yield_current());
     reschedule();
 }
 
@@ -467,17 +490,17 @@ pub fn yield_now() {
 /// instance with `status & 0xff`. Before it goes, its robust list is
 /// walked and the PI futexes it owned are handed on (see [`pi`]).
 pub fn exit_thread(status: i32) -> ! {
-    let (ctid, alone) = TABLE.with(|t| (t.cur().clear_child_tid, t.len() == 1));
+    let (ctid, alone) = table(|t| (t.cur().clear_child_tid, t.len() == 1));
     if alone {
         shoal_plat::halt((status & 0xff) as i64);
     }
-    let (tid, head) = TABLE.with(|t| (t.current(), t.cur().robust_list));
+    let (tid, head) = table(|t| (t.current(), t.cur().robust_list));
     pi::exit_robust_list(tid, head);
     pi::exit_pi_owner(tid);
     if ctid != 0 && umem::write(ctid, 0u32).is_ok() {
         futex_wake(ctid, 1, u32::MAX);
     }
-    TABLE.with(|t| t.exit_current());
+    table(|t| t.exit_current());
     reschedule();
     // A thread that has exited is never picked again.
     shoal_plat::halt(134)
@@ -517,9 +540,9 @@ fn clone(func: u64, stack: u64, flags: i32, arg: u64, ptid: u64, tls: u64, ctid:
     // r13 = arg, r12 = func, rbx, rbp; return address.
     let frame: [u64; 9] = [0x037f_0000_1f80, fs, 0, 0, arg, func, 0, 0, start];
     umem::write(rsp, frame)?;
-    let tid = TABLE.with(|t| t.spawn(rsp))?;
+    let tid = table(|t| t.spawn(rsp))?;
     if flags & CLONE_CHILD_CLEARTID != 0 {
-        TABLE.with(|t| t.get(tid).map(|c| c.clear_child_tid = ctid));
+        table(|t| t.get(tid).map(|c| c.clear_child_tid = ctid));
     }
     if flags & CLONE_PARENT_SETTID != 0 {
         let _ = umem::write(ptid, tid);
@@ -537,10 +560,13 @@ fn clone(func: u64, stack: u64, flags: i32, arg: u64, ptid: u64, tls: u64, ctid:
 /// kernel cannot hold another thread.
 #[no_mangle]
 pub extern "C" fn __shoal_clone(func: usize, stack: usize, flags: i32, arg: usize, ptid: usize, tls: usize, ctid: usize) -> i32 {
-    match clone(func as u64, stack as u64, flags, arg as u64, ptid as u64, tls as u64, ctid as u64) {
+    preempt::enter();
+    let r = match clone(func as u64, stack as u64, flags, arg as u64, ptid as u64, tls as u64, ctid as u64) {
         Ok(tid) => tid as i32,
         Err(e) => -e.0,
-    }
+    };
+    preempt::leave();
+    r
 }
 
 /// Called by shoal's musl when an exiting detached thread frees its own
@@ -549,6 +575,7 @@ pub extern "C" fn __shoal_clone(func: usize, stack: usize, flags: i32, arg: usiz
 /// `SYS_exit(0)` does. The last thread just ends the instance (status 0).
 #[no_mangle]
 pub extern "C" fn __shoal_unmapself(base: usize, size: usize) -> ! {
+    preempt::enter();
     if thread_count() > 1 {
         PENDING_UNMAP.with(|p| *p = Some((base as u64, size as u64)));
     }

@@ -1,0 +1,154 @@
+/* Threads that never block (issue 17, item 7): without preemption the
+ * first one to spin keeps the only vCPU and the others never run.
+ *
+ *   preempt two      two threads spin on shared volatile counters while
+ *                    main spins until both made progress
+ *   preempt three    the same with three
+ *   preempt watchdog one thread spin-waits for a flag that another sets
+ *                    after a computation; the waiter prints the result
+ *   preempt cancel   pthread_cancel of a looping thread whose cancel type
+ *                    is asynchronous (it makes no system call at all)
+ *   preempt single   one thread computes alone (no other thread ever)
+ *
+ * Every case prints the same on Linux (only results, never counts that
+ * depend on timing). */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define TARGET 2000000UL
+
+static volatile unsigned long counter[3];
+static volatile int stop;
+
+static void *spin(void *arg)
+{
+	long i = (long)arg;
+	while (!stop)
+		counter[i]++;
+	return 0;
+}
+
+static int spinners(int n)
+{
+	pthread_t t[3];
+	for (long i = 0; i < n; i++)
+		if (pthread_create(&t[i], 0, spin, (void *)i)) {
+			printf("pthread_create failed\n");
+			return 1;
+		}
+	/* main spins too: until every spinner has counted TARGET times. */
+	for (;;) {
+		int all = 1;
+		for (int i = 0; i < n; i++)
+			if (counter[i] < TARGET)
+				all = 0;
+		if (all)
+			break;
+	}
+	stop = 1;
+	for (int i = 0; i < n; i++)
+		pthread_join(t[i], 0);
+	printf("%d busy threads all made progress\n", n);
+	return 0;
+}
+
+static volatile int ready;
+static volatile unsigned long result;
+
+/* Sum of the primes below 200000, by trial division (a few hundred ms). */
+static void *compute(void *arg)
+{
+	(void)arg;
+	unsigned long sum = 0;
+	for (unsigned long n = 2; n < 200000; n++) {
+		int prime = 1;
+		for (unsigned long d = 2; d * d <= n; d++)
+			if (n % d == 0) {
+				prime = 0;
+				break;
+			}
+		if (prime)
+			sum += n;
+	}
+	result = sum;
+	ready = 1;
+	return 0;
+}
+
+static void *waiter(void *arg)
+{
+	(void)arg;
+	while (!ready)
+		; /* a spin-wait: no system call, no yield */
+	printf("watchdog saw the result: %lu\n", result);
+	return 0;
+}
+
+static int watchdog(void)
+{
+	pthread_t w, c;
+	/* The waiter first, so that it is the one that spins first. */
+	if (pthread_create(&w, 0, waiter, 0) || pthread_create(&c, 0, compute, 0)) {
+		printf("pthread_create failed\n");
+		return 1;
+	}
+	pthread_join(w, 0);
+	pthread_join(c, 0);
+	return 0;
+}
+
+static volatile int looping;
+
+static void *loop_forever(void *arg)
+{
+	(void)arg;
+	pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, 0);
+	looping = 1;
+	for (;;)
+		counter[0]++;
+	return 0;
+}
+
+static int cancel(void)
+{
+	pthread_t t;
+	void *r;
+	if (pthread_create(&t, 0, loop_forever, 0)) {
+		printf("pthread_create failed\n");
+		return 1;
+	}
+	while (!looping)
+		;
+	if (pthread_cancel(t)) {
+		printf("pthread_cancel failed\n");
+		return 1;
+	}
+	pthread_join(t, &r);
+	printf("looping thread %s\n", r == PTHREAD_CANCELED ? "cancelled" : "not cancelled");
+	return 0;
+}
+
+static int single(void)
+{
+	compute(0);
+	printf("single thread computed %lu\n", result);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *c = argc > 1 ? argv[1] : "";
+	if (!strcmp(c, "two"))
+		return spinners(2);
+	if (!strcmp(c, "three"))
+		return spinners(3);
+	if (!strcmp(c, "watchdog"))
+		return watchdog();
+	if (!strcmp(c, "cancel"))
+		return cancel();
+	if (!strcmp(c, "single"))
+		return single();
+	printf("usage: preempt two|three|watchdog|cancel|single\n");
+	return 2;
+}
