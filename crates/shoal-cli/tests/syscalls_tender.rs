@@ -142,7 +142,7 @@ fn item7_two_busy_threads_both_make_progress() {
     let src = home().join("apps/tests/preempt.c");
     let image = build_image(&src, dir.path(), &[]);
     let native = build_native(&src, dir.path(), &["-lpthread"]);
-    for case in ["two", "three", "watchdog"] {
+    for case in ["two", "three", "watchdog", "cancel"] {
         let n = output(Command::new(&native).arg(case));
         assert!(n.status.success(), "native {case}: {}", stdout(&n));
         for tender in tenders() {

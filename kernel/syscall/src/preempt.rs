@@ -86,6 +86,7 @@ core::arch::global_asm!(
     "    fxsave64 [rsp]",
     "2:",
     "    cld",
+    "    mov rdi, rbp",
     "    call shoal_preempted",
     "    cmp qword ptr [rip + {xsave}], 0",
     "    je 3f",
@@ -146,19 +147,29 @@ pub fn init() {
     shoal_sched::preempt::init(shoal_preempt_entry as *const () as u64);
 }
 
-/// Where the preemption entry calls in: the vCPU is marked in the kernel
-/// (the tender did it); yield to the other runnable threads, then, running
-/// again, deliver what came for this thread, and leave the kernel.
+/// Where the preemption entry calls in, with `frame` the interrupted
+/// registers it saved (`shoal_process::signal::Interrupted`): the vCPU is
+/// marked in the kernel (the tender did it); yield to the other runnable
+/// threads, then, running again, deliver what came for this thread (its
+/// handlers see and may change `frame`, as after `rt_sigreturn`), and
+/// leave the kernel.
+///
+/// # Safety
+/// `frame` must be the entry's frame on this thread's stack.
 #[cfg(not(test))]
 #[no_mangle]
-pub extern "C" fn shoal_preempted() {
+pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Interrupted) {
     shoal_sched::preempt::enter();
     // A tick that landed meanwhile is served by this yield too.
     shoal_sched::preempt::take_pending();
     shoal_sched::yield_now();
     shoal_sched::raise_host_signals();
     if shoal_sched::has_deliverable() {
-        shoal_process::signal::deliver_pending();
+        // SAFETY: the caller's contract: the entry's saved registers, on
+        // this stack, not referenced elsewhere until the entry restores
+        // them after this returns.
+        let frame = unsafe { &mut *frame };
+        shoal_process::signal::deliver_pending_interrupted(frame);
     }
     shoal_sched::preempt::leave();
 }
