@@ -1,5 +1,6 @@
-//! Kernel component `sched` (DESIGN §6): threads, futexes, cooperative
-//! scheduling on one vCPU.
+//! Kernel component `sched` (DESIGN §6): threads, futexes, round-robin
+//! scheduling on one vCPU, cooperative inside the kernel and preemptive on
+//! a timer tick in the program's code ([`preempt`]).
 //!
 //! **Threads.** musl's `pthread_create` calls [`__shoal_clone`] (instead of
 //! the `clone` system call) with `CLONE_VM|CLONE_THREAD|…`; the kernel
@@ -11,8 +12,10 @@
 //! does. The creator keeps running (cooperative scheduling).
 //!
 //! **Scheduling.** One thread runs until it blocks (futex wait, sleep),
-//! yields (`sched_yield`) or exits; then the next runnable thread runs,
-//! round robin. A switch ([`switch`]) saves the callee-saved registers,
+//! yields (`sched_yield`) or exits, or until a preemption tick finds it in
+//! its own code while another thread is runnable (module [`preempt`]: the
+//! tick then yields for it); then the next runnable thread runs, round
+//! robin. A switch ([`switch`]) saves the callee-saved registers,
 //! the FS base (`rdfsbase`/`wrfsbase`, DESIGN §1: thread-local storage),
 //! MXCSR and the x87 control word on the old thread's stack and restores
 //! the new one's. Kernel code runs on the stack of the thread that called
