@@ -171,3 +171,24 @@ fn item7_a_single_thread_gets_no_ticks() {
         assert_eq!(ticks_reported(tender, &s), 0, "{tender}: a lone thread was ticked");
     }
 }
+
+/// Item 7, hostile guests: the `Preempt` hypercall with an area or entry
+/// outside guest memory, a misaligned area or an unknown operation is
+/// refused with an error (EFAULT, EINVAL), a zero period is raised to the
+/// minimum, and a program that registers an area of its own and lies in it
+/// only redirects itself: the tender goes on and the program ends as it
+/// chose.
+#[test]
+fn item7_a_lying_preempt_area_only_redirects_the_guest() {
+    let dir = scratch();
+    let image = build_image(&home().join("apps/tests/preempt_hostile.c"), dir.path(), &[]);
+    let want = "area outside guest memory: -14\nentry outside guest memory: -22\nmisaligned area: -22\n\
+                unknown operation: -22\nown area: 0\narm with a zero period: 0\n\
+                the tick redirected the program into its own code\n";
+    for tender in tenders() {
+        let s = run_bounded(tender, &image, &[], false);
+        assert_eq!(stdout(&s), want, "{tender}: {}", stderr(&s));
+        assert_eq!(s.status.code(), Some(0), "{tender}: {}", stderr(&s));
+        assert_eq!(stderr(&s), "", "{tender}");
+    }
+}

@@ -361,7 +361,7 @@ pub fn handle(
             };
             let n = crate::preempt::AREA_BYTES;
             a.ret = match a.op {
-                shoal_abi::PREEMPT_REGISTER if a.area % 8 != 0 || !g.mem.contains(GuestAddr(a.entry), 1) => EINVAL,
+                shoal_abi::PREEMPT_REGISTER if !a.area.is_multiple_of(8) || !g.mem.contains(GuestAddr(a.entry), 1) => EINVAL,
                 shoal_abi::PREEMPT_REGISTER if !g.read_only.writable(g.mem, a.area, n) => EFAULT,
                 shoal_abi::PREEMPT_REGISTER => match g.mem.host_ptr(GuestAddr(a.area), n) {
                     Ok(p) => {

@@ -62,7 +62,7 @@ fn word(i: usize) -> Option<&'static AtomicU64> {
 /// memory (checked by `writable`), `entry` inside guest memory.
 pub fn register(area: u64, entry: u64, writable: impl Fn(u64, u64) -> bool) -> i64 {
     let (low, high) = (LOW.load(Ordering::Relaxed), HIGH.load(Ordering::Relaxed));
-    if area % 8 != 0 || !(low..high).contains(&entry) {
+    if !area.is_multiple_of(8) || !(low..high).contains(&entry) {
         return -i64::from(libc::EINVAL);
     }
     if !writable(area, AREA_WORDS * 8) {
