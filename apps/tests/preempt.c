@@ -9,6 +9,9 @@
  *   preempt cancel   pthread_cancel of a looping thread whose cancel type
  *                    is asynchronous (it makes no system call at all)
  *   preempt single   one thread computes alone (no other thread ever)
+ *   preempt fpu      three threads compute with SSE doubles and x87 long
+ *                    doubles while ticks switch between them: the results
+ *                    are exact only if every switch keeps their FPU state
  *
  * Every case prints the same on Linux (only results, never counts that
  * depend on timing). */
@@ -136,6 +139,44 @@ static int single(void)
 	return 0;
 }
 
+static int fpu_started;
+static double fpu_s[3];
+static long double fpu_l[3];
+
+/* A floating-point loop long enough to be preempted many times; its
+ * registers hold the running sums between iterations. */
+static void *fpu_work(void *arg)
+{
+	long k = (long)arg;
+	double s = 0;
+	long double l = 0;
+	__atomic_fetch_add(&fpu_started, 1, __ATOMIC_SEQ_CST);
+	while (__atomic_load_n(&fpu_started, __ATOMIC_SEQ_CST) < 3)
+		; /* everyone computes at the same time */
+	for (long i = 1; i < 30000000; i++) {
+		s += 1.0 / (double)(i + k);
+		l += 1.0L / (long double)(i * (k + 1));
+	}
+	fpu_s[k] = s;
+	fpu_l[k] = l;
+	return 0;
+}
+
+static int fpu(void)
+{
+	pthread_t t[3];
+	for (long i = 0; i < 3; i++)
+		if (pthread_create(&t[i], 0, fpu_work, (void *)i)) {
+			printf("pthread_create failed\n");
+			return 1;
+		}
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], 0);
+	for (int i = 0; i < 3; i++)
+		printf("thread %d: %.12f %.12Lf\n", i, fpu_s[i], fpu_l[i]);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *c = argc > 1 ? argv[1] : "";
@@ -149,6 +190,8 @@ int main(int argc, char **argv)
 		return cancel();
 	if (!strcmp(c, "single"))
 		return single();
-	printf("usage: preempt two|three|watchdog|cancel|single\n");
+	if (!strcmp(c, "fpu"))
+		return fpu();
+	printf("usage: preempt two|three|watchdog|cancel|single|fpu\n");
 	return 2;
 }

@@ -134,15 +134,17 @@ fn ticks_reported(tender: &str, s: &Output) -> u64 {
 /// Item 7: threads that never block all make progress: two and three
 /// threads spinning on shared counters while main spin-waits for them, a
 /// watchdog spin-waiting for a flag that a computing thread sets, and an
-/// asynchronous `pthread_cancel` of a thread looping without system calls.
-/// The output is the native program's; the ticks reached the instance.
+/// asynchronous `pthread_cancel` of a thread looping without system calls,
+/// and three threads computing with SSE and x87 while ticks switch between
+/// them (exact results: every switch keeps the FPU state). The output is
+/// the native program's; the ticks reached the instance.
 #[test]
 fn item7_two_busy_threads_both_make_progress() {
     let dir = scratch();
     let src = home().join("apps/tests/preempt.c");
     let image = build_image(&src, dir.path(), &[]);
     let native = build_native(&src, dir.path(), &["-lpthread"]);
-    for case in ["two", "three", "watchdog", "cancel"] {
+    for case in ["two", "three", "watchdog", "cancel", "fpu"] {
         let n = output(Command::new(&native).arg(case));
         assert!(n.status.success(), "native {case}: {}", stdout(&n));
         for tender in tenders() {
