@@ -69,7 +69,8 @@ static TABLE: Global<Table> = Global::new(Table::new());
 
 /// Runs `f` on the thread table, then publishes the number of runnable
 /// threads for the tick ([`preempt::publish`]: arms it when that goes
-/// above one). Every access goes through here.
+/// above one). Every access that can change a thread's state goes
+/// through here; plain reads (run on every system call) do not.
 pub(crate) fn table<R>(f: impl FnOnce(&mut Table) -> R) -> R {
     let (r, n) = TABLE.with(|t| {
         let r = f(t);
@@ -289,7 +290,7 @@ pub fn raise_host_signals() {
     for sig in 0..64 {
         let bit = 1u64 << sig;
         if bits & bit != 0 {
-            let tid = table(|t| t.process_signal_target(bit));
+            let tid = TABLE.with(|t| t.process_signal_target(bit));
             let _ = post_signal(tid, bit);
         }
     }
@@ -310,47 +311,47 @@ pub fn deadlock(n: usize) -> ! {
 
 /// The running thread's tid.
 pub fn current_tid() -> u32 {
-    table(|t| t.current())
+    TABLE.with(|t| t.current())
 }
 
 /// Whether thread `tid` exists.
 pub fn thread_exists(tid: u32) -> bool {
-    table(|t| t.get(tid).is_some())
+    TABLE.with(|t| t.get(tid).is_some())
 }
 
 /// Number of threads.
 pub fn thread_count() -> usize {
-    table(|t| t.len())
+    TABLE.with(|t| t.len())
 }
 
 /// `set_tid_address` for the running thread.
 pub fn set_clear_child_tid(addr: u64) {
-    table(|t| t.cur().clear_child_tid = addr);
+    TABLE.with(|t| t.cur().clear_child_tid = addr);
 }
 
 /// The `set_robust_list` head of thread `tid` (`None`: no such thread).
 pub fn robust_list_of(tid: u32) -> Option<u64> {
-    table(|t| t.get(tid).map(|c| c.robust_list))
+    TABLE.with(|t| t.get(tid).map(|c| c.robust_list))
 }
 
 /// `set_robust_list` for the running thread.
 pub fn set_robust_list(head: u64) {
-    table(|t| t.cur().robust_list = head);
+    TABLE.with(|t| t.cur().robust_list = head);
 }
 
 /// The running thread's name (NUL-padded; see [`table::Tcb::name`]).
 pub fn thread_name() -> [u8; 16] {
-    table(|t| t.cur().name)
+    TABLE.with(|t| t.cur().name)
 }
 
 /// Names the running thread (`name` NUL-padded, byte 15 NUL).
 pub fn set_thread_name(name: [u8; 16]) {
-    table(|t| t.cur().name = name);
+    TABLE.with(|t| t.cur().name = name);
 }
 
 /// The running thread's `(signal mask, pending signals)`.
 pub fn sig_state() -> (u64, u64) {
-    table(|t| {
+    TABLE.with(|t| {
         let c = t.cur();
         (c.sig_mask, c.sig_pending)
     })
@@ -358,7 +359,7 @@ pub fn sig_state() -> (u64, u64) {
 
 /// Sets the running thread's signal mask and pending set.
 pub fn set_sig_state(mask: u64, pending: u64) {
-    table(|t| {
+    TABLE.with(|t| {
         let c = t.cur();
         c.sig_mask = mask;
         c.sig_pending = pending;
@@ -368,12 +369,12 @@ pub fn set_sig_state(mask: u64, pending: u64) {
 /// Records the mask to restore after the signals that interrupted a wait
 /// under a temporary mask (`ppoll`, `pselect6`) are delivered.
 pub fn set_saved_mask(mask: u64) {
-    table(|t| t.cur().saved_mask = Some(mask));
+    TABLE.with(|t| t.cur().saved_mask = Some(mask));
 }
 
 /// Takes the mask [`set_saved_mask`] recorded, if any.
 pub fn take_saved_mask() -> Option<u64> {
-    table(|t| t.cur().saved_mask.take())
+    TABLE.with(|t| t.cur().saved_mask.take())
 }
 
 /// Whether the running thread has a pending signal it does not block.
@@ -384,7 +385,7 @@ pub fn has_deliverable() -> bool {
 
 /// The signal mask of thread `tid`.
 pub fn sig_mask_of(tid: u32) -> Option<u64> {
-    table(|t| t.get(tid).map(|c| c.sig_mask))
+    TABLE.with(|t| t.get(tid).map(|c| c.sig_mask))
 }
 
 /// Makes signals `bits` pending for thread `tid` (not the running one);
@@ -416,7 +417,7 @@ pub fn wait_for_signal() -> Errno {
 }
 
 fn wake_result() -> Result<(), Errno> {
-    match table(|t| t.cur().wake) {
+    match TABLE.with(|t| t.cur().wake) {
         Wake::Woken => Ok(()),
         Wake::TimedOut => Err(Errno::ETIMEDOUT),
         Wake::Interrupted => Err(Errno::EINTR),
@@ -493,11 +494,11 @@ pub fn yield_now() {
 /// instance with `status & 0xff`. Before it goes, its robust list is
 /// walked and the PI futexes it owned are handed on (see [`pi`]).
 pub fn exit_thread(status: i32) -> ! {
-    let (ctid, alone) = table(|t| (t.cur().clear_child_tid, t.len() == 1));
+    let (ctid, alone) = TABLE.with(|t| (t.cur().clear_child_tid, t.len() == 1));
     if alone {
         shoal_plat::halt((status & 0xff) as i64);
     }
-    let (tid, head) = table(|t| (t.current(), t.cur().robust_list));
+    let (tid, head) = TABLE.with(|t| (t.current(), t.cur().robust_list));
     pi::exit_robust_list(tid, head);
     pi::exit_pi_owner(tid);
     if ctid != 0 && umem::write(ctid, 0u32).is_ok() {
@@ -545,7 +546,7 @@ fn clone(func: u64, stack: u64, flags: i32, arg: u64, ptid: u64, tls: u64, ctid:
     umem::write(rsp, frame)?;
     let tid = table(|t| t.spawn(rsp))?;
     if flags & CLONE_CHILD_CLEARTID != 0 {
-        table(|t| t.get(tid).map(|c| c.clear_child_tid = ctid));
+        TABLE.with(|t| t.get(tid).map(|c| c.clear_child_tid = ctid));
     }
     if flags & CLONE_PARENT_SETTID != 0 {
         let _ = umem::write(ptid, tid);
