@@ -458,3 +458,93 @@ fn getaddrinfo_resolves_numeric_addresses_and_localhost() {
         assert!(out.contains("localhost: 127.0.0.1\n") && out.contains("localhost: ::1\n"), "{tender}: {out}");
     }
 }
+
+/// `--net-bind-any` (the mode shoal-oci runs containers in): a guest bind
+/// on any port binds that host port right then, TCP and UDP, IPv4 and
+/// IPv6; port 0 gets an ephemeral port that getsockname reports; a taken
+/// port is EADDRINUSE and a privileged one is what the tender's user may
+/// bind, as a native run of the same program says. Without the mode the
+/// same bind is refused.
+#[test]
+fn net_bind_any_binds_the_guests_ports_on_demand() {
+    let dir = scratch();
+    let src = test_app("net_bindany.c");
+    let image = build_image(&src, dir.path(), &[]);
+    let native = build_native(&src, dir.path(), &[]);
+    let img = image.display().to_string();
+    for t in tenders() {
+        // TCP on a port nothing published, on every address.
+        let port = free_port();
+        let p = port.to_string();
+        let srv = Server::start(&run_args(t, &["--net-bind-any", &img, "--", "tcp", "0.0.0.0", &p]), None, &format!("listening on {port}"));
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(DEADLINE)).unwrap();
+        let mut got = String::new();
+        c.read_to_string(&mut got).unwrap();
+        assert_eq!(got, format!("hello from {port}\n"), "{t}");
+        assert_eq!(srv.finish(), (Some(0), "served\n".to_string()), "{t}");
+        // Port 0 on IPv6: an ephemeral port, which getsockname reports.
+        let mut child = shoal().args(run_args(t, &["--net-bind-any", &img, "--", "tcp", "::1", "0"])).stdout(Stdio::piped()).spawn().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let srv = Server { child, out };
+        let eph: u16 = line.strip_prefix("listening on ").and_then(|p| p.trim().parse().ok()).unwrap_or_else(|| panic!("{t}: {line:?}"));
+        assert_ne!(eph, 0, "{t}");
+        let mut c = TcpStream::connect(("::1", eph)).unwrap();
+        c.set_read_timeout(Some(DEADLINE)).unwrap();
+        let mut got = String::new();
+        c.read_to_string(&mut got).unwrap();
+        assert_eq!(got, format!("hello from {eph}\n"), "{t}");
+        assert_eq!(srv.finish(), (Some(0), "served\n".to_string()), "{t}");
+        // UDP.
+        let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let srv = Server::start(&run_args(t, &["--net-bind-any", &img, "--", "udp", &port.to_string()]), None, "ready");
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        sock.send_to(b"ping", ("127.0.0.1", port)).unwrap();
+        let mut buf = [0u8; 64];
+        let (n, _) = sock.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"echo:ping", "{t}");
+        assert_eq!(srv.finish(), (Some(0), "echoed\n".to_string()), "{t}");
+        // A taken port, by the host or by the guest itself: as natively.
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tp = taken.local_addr().unwrap().port().to_string();
+        for args in [&["bind", "127.0.0.1", &tp][..], &["twice"][..]] {
+            let n = output(Command::new(&native).args(args));
+            let s = output(shoal_run(t).arg("--net-bind-any").arg(&image).arg("--").args(args));
+            assert_eq!(stdout(&s), stdout(&n), "{t} {args:?}: {}", stderr(&s));
+            assert!(stdout(&s).contains("Address in use"), "{t} {args:?}: {}", stdout(&s));
+        }
+        // A privileged port: what the tender's user may bind. Root may (as
+        // natively); nobody may not.
+        let n = output(Command::new(&native).args(["bind", "127.0.0.1", "81"]));
+        let s = output(shoal_run(t).arg("--net-bind-any").arg(&image).args(["--", "bind", "127.0.0.1", "81"]));
+        assert_eq!(stdout(&s), stdout(&n), "{t}: {}", stderr(&s));
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 && Path::new("/usr/bin/setpriv").exists() && t == "spt" {
+            std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            let nobody = |cmd: &Path| {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(cmd);
+                c
+            };
+            let n = output(nobody(&native).args(["bind", "127.0.0.1", "81"]));
+            let s = output(nobody(Path::new(env!("CARGO_BIN_EXE_shoal"))).args(["run", "--net-bind-any"]).arg(&image).args(["--", "bind", "127.0.0.1", "81"]));
+            assert_eq!((stdout(&s).as_str(), stdout(&n).as_str()), ("bind: Permission denied\n", "bind: Permission denied\n"), "{t}: {}", stderr(&s));
+        } else if t == "spt" {
+            eprintln!("skipped: the privileged-port case as nobody needs root (to run shoal as nobody) and setpriv");
+        }
+        // Without the mode: refused (no network at all: no such family;
+        // with outbound: EACCES and a note naming the options).
+        let p = free_port().to_string();
+        let s = output(shoal_run(t).arg(&image).args(["--", "bind", "127.0.0.1", &p]));
+        assert_eq!(stdout(&s), "bind: Address family not supported by protocol\n", "{t}");
+        let s = output(shoal_run(t).arg("--net-outbound").arg(&image).args(["--", "bind", "127.0.0.1", &p]));
+        assert_eq!(stdout(&s), "bind: Permission denied\n", "{t}");
+        assert!(stderr(&s).contains(&format!("bind to port {p} was refused")) && stderr(&s).contains("--net-bind-any"), "{t}: {}", stderr(&s));
+    }
+    // spt binds through its waiting parent, which --single-process drops.
+    let o = output(shoal().args(["run", "--single-process", "--net-bind-any"]).arg(&image));
+    assert_clean_error(&o, "--net-bind-any cannot be used with --single-process on spt");
+}
