@@ -366,17 +366,28 @@ fn hostile_socket_hypercalls_are_refused() {
     for t in tenders() {
         let publ = format!("{}:80", free_port());
         let o = output(shoal_run(t).args(["-p", &publ]).arg(&image));
-        hostile_output(t, &o);
+        hostile_output(t, &o, "bind_new without --net-bind-any: -13\n");
+        // BIND_NEW itself (on spt through the parent, which checks again).
+        let publ = format!("{}:80", free_port());
+        let o = output(shoal_run(t).args(["-p", &publ, "--net-bind-any"]).arg(&image).args(["--", "bind-any"]));
+        hostile_output(
+            t,
+            &o,
+            "bind_new of a wild address: -14\nbind_new of a 4096-byte address: -22\nbind_new of AF_UNIX: -97\nbind_new of SOCK_RAW: -22\n\
+             bind_new with unknown flags: -22\nbind_new of a 2-byte address: -22\nbind_new of 127.0.0.1:0: a handle\n",
+        );
     }
 }
 
-fn hostile_output(tender: &str, o: &std::process::Output) {
+fn hostile_output(tender: &str, o: &std::process::Output, bind_new: &str) {
     assert_eq!(
         stdout(o),
-        "ops array wild: -14\nops array in rodata: -14\ntoo many ops: -22\nrecv into wild buffer: -14\nrecv into code: -14\n\
-         send of a huge length: -14\nhandle 1 (the console): -9\nhandle -5: -9\nhandle 2^40: -9\nhandle 999 (not open): -9\n\
-         getsockopt into rodata: -14\nunknown operation: -38\nsocket without --net-outbound: -13\npoll of a wild array: -14\n\
-         poll of 2^30 entries: -22\nsurvived\n",
+        format!(
+            "ops array wild: -14\nops array in rodata: -14\ntoo many ops: -22\nrecv into wild buffer: -14\nrecv into code: -14\n\
+             send of a huge length: -14\nhandle 1 (the console): -9\nhandle -5: -9\nhandle 2^40: -9\nhandle 999 (not open): -9\n\
+             getsockopt into rodata: -14\nunknown operation: -38\nsocket without --net-outbound: -13\n{bind_new}poll of a wild array: -14\n\
+             poll of 2^30 entries: -22\nsurvived\n"
+        ),
         "{tender}: {}",
         stderr(o)
     );
@@ -405,6 +416,24 @@ fn raw_host_socket_calls_without_outbound_are_killed() {
     assert_eq!((o.status.code(), stdout(&o).as_str()), (Some(0), "accept4 on the listener: -11\n"));
     let o = output(shoal().args(["run", "--net-outbound"]).arg(&image).args(["--", "bind"]));
     assert_eq!((o.status.code(), stdout(&o).as_str()), (Some(0), "socket: ok\nbind 127.0.0.1:8080: -13\n"), "{}", stderr(&o));
+    // recvmsg: only with --net-bind-any, and only on the bind channel,
+    // where the guest gets from the parent what the hypercall gives.
+    let publ = format!("{}:80", free_port());
+    let o = output(shoal().args(["run", "-p", &publ]).arg(&image).args(["--", "recvmsg"]));
+    assert_eq!((o.status.code(), stderr(&o)), (Some(159), "shoal: the guest made a system call that the spt sandbox forbids and was killed (system call 47, recvmsg)\n".to_string()));
+    let o = output(shoal().args(["run", "--net-bind-any"]).arg(&image).args(["--", "recvmsg-0"]));
+    assert_eq!((o.status.code(), stderr(&o)), (Some(159), "shoal: the guest made a system call that the spt sandbox forbids and was killed (system call 47, recvmsg)\n".to_string()));
+    let o = output(shoal().args(["run", "--net-bind-any"]).arg(&image).args(["--", "channel"]));
+    assert_eq!(
+        (o.status.code(), stdout(&o).as_str()),
+        (
+            Some(0),
+            "garbage sent: 5\ngarbage: 4 bytes, errno 22, no descriptor\nrequest sent: 144\nAF_UNIX: 4 bytes, errno 97, no descriptor\n\
+             request sent: 144\nAF_INET: 4 bytes, errno 0, a descriptor\n"
+        ),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// Bad network options: one `shoal:` line and status 125.
