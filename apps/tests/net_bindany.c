@@ -8,6 +8,7 @@
  *   udp PORT         bind 0.0.0.0:PORT, print "ready", echo one datagram
  *                    back with "echo:" before it, print "echoed"
  *   bind ADDR PORT   bind and listen once; print "bound" or the error
+ *   listen           listen on an unbound socket; print whether it got a port
  *   twice            bind 127.0.0.1:0 and listen, then bind a second
  *                    socket to the same port; print both results
  *
@@ -123,6 +124,14 @@ int main(int argc, char **argv)
 		printf("bound\n");
 		return 0;
 	}
+	if (argc >= 2 && !strcmp(argv[1], "listen")) {
+		/* listen without bind: Linux binds an ephemeral port. */
+		int s = socket(AF_INET, SOCK_STREAM, 0);
+		if (s < 0 || listen(s, 8) < 0)
+			return fail("listen");
+		printf("listen without bind: %s\n", port_of(s) > 0 ? "a port" : "no port");
+		return 0;
+	}
 	if (argc >= 2 && !strcmp(argv[1], "twice")) {
 		int a = bound(SOCK_STREAM, "127.0.0.1", 0);
 		if (a < 0 || listen(a, 8) < 0)
@@ -135,6 +144,6 @@ int main(int argc, char **argv)
 			printf("second bind: %s\n", strerror(errno));
 		return 0;
 	}
-	fprintf(stderr, "usage: net_bindany tcp ADDR PORT | udp PORT | bind ADDR PORT | twice\n");
+	fprintf(stderr, "usage: net_bindany tcp ADDR PORT | udp PORT | bind ADDR PORT | listen | twice\n");
 	return 2;
 }

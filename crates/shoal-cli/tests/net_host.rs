@@ -539,6 +539,9 @@ fn net_bind_any_binds_the_guests_ports_on_demand() {
         // A taken port, by the host or by the guest itself: as natively.
         let taken = TcpListener::bind("127.0.0.1:0").unwrap();
         let tp = taken.local_addr().unwrap().port().to_string();
+        let n = output(Command::new(&native).arg("listen"));
+        let s = output(shoal_run(t).arg("--net-bind-any").arg(&image).args(["--", "listen"]));
+        assert_eq!((stdout(&s).as_str(), stdout(&n).as_str()), ("listen without bind: a port\n", "listen without bind: a port\n"), "{t}: {}", stderr(&s));
         for args in [&["bind", "127.0.0.1", &tp][..], &["twice"][..]] {
             let n = output(Command::new(&native).args(args));
             let s = output(shoal_run(t).arg("--net-bind-any").arg(&image).arg("--").args(args));

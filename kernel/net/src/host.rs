@@ -403,13 +403,25 @@ impl Backend for HostBackend {
                 return Err(Errno::EOPNOTSUPP);
             }
             if sock.host.is_none() {
-                // An unbound socket: a --listen-fd listener, if any.
-                let i = s.find_listener(ty, None).ok_or(Errno::EACCES)?;
-                s.listeners[i].1 = true;
-                let fd = s.listeners[i].0.handle;
-                let sock = s.get(h)?;
-                sock.host = Some(fd);
-                sock.listener = Some(i);
+                // An unbound socket: a --listen-fd listener, if any; with
+                // --net-bind-any, an ephemeral port on the family's any
+                // address, as Linux binds an unbound socket that listens.
+                match s.find_listener(ty, None) {
+                    Some(i) => {
+                        s.listeners[i].1 = true;
+                        let fd = s.listeners[i].0.handle;
+                        let sock = s.get(h)?;
+                        sock.host = Some(fd);
+                        sock.listener = Some(i);
+                    }
+                    None if s.bind_any => {
+                        let domain = s.get(h)?.domain;
+                        let mut any = vec![0u8; if domain == AF_INET6 { 28 } else { 16 }];
+                        any[..2].copy_from_slice(&(domain as u16).to_ne_bytes());
+                        s.bind_new(h, &any)?;
+                    }
+                    None => return Err(Errno::EACCES),
+                }
             }
             let sock = s.get(h)?;
             sock.listening = true;
