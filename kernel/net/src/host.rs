@@ -18,7 +18,8 @@
 //! - with bind-any on (`--net-bind-any`, `NET_BIND_ANY`), any other `bind`
 //!   asks the tender for a host socket bound to that address and port
 //!   (`BIND_NEW`): the host's answer is the guest's (`EADDRINUSE`, `EACCES`,
-//!   an ephemeral port for port 0, reported by `getsockname`);
+//!   an ephemeral port for port 0, reported by `getsockname`), and a
+//!   `listen` on an unbound socket gets an ephemeral port, as on Linux;
 //! - with outbound on (`--net-outbound`), a socket that connects, sends to
 //!   an address, or binds elsewhere gets a host socket of its own (the
 //!   tender's Landlock and seccomp rules decide what it may reach);
