@@ -9,6 +9,9 @@
  *   preempt cancel   pthread_cancel of a looping thread whose cancel type
  *                    is asynchronous (it makes no system call at all)
  *   preempt single   one thread computes alone (no other thread ever)
+ *   preempt sleeper  main spin-waits for a thread that first sleeps 50 ms
+ *   preempt alarm    one thread computes until its SIGALRM handler (an
+ *                    interval timer) sets a flag
  *   preempt fpu      three threads compute with SSE doubles and x87 long
  *                    doubles while ticks switch between them: the results
  *                    are exact only if every switch keeps their FPU state
@@ -16,8 +19,11 @@
  * Every case prints the same on Linux (only results, never counts that
  * depend on timing). */
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #define TARGET 2000000UL
 
@@ -177,6 +183,49 @@ static int fpu(void)
 	return 0;
 }
 
+static volatile int woke;
+
+static void *sleeper_thread(void *arg)
+{
+	(void)arg;
+	usleep(50000);
+	woke = 1;
+	return 0;
+}
+
+static int sleeper(void)
+{
+	pthread_t t;
+	if (pthread_create(&t, 0, sleeper_thread, 0)) {
+		printf("pthread_create failed\n");
+		return 1;
+	}
+	while (!woke)
+		; /* the only runnable thread, next to one asleep */
+	pthread_join(t, 0);
+	printf("the sleeper woke while main spun\n");
+	return 0;
+}
+
+static volatile sig_atomic_t rang;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	rang = 1;
+}
+
+static int alarm_case(void)
+{
+	struct itimerval it = {{0, 0}, {0, 50000}};
+	signal(SIGALRM, on_alarm);
+	setitimer(ITIMER_REAL, &it, 0);
+	while (!rang)
+		counter[0]++; /* no system call until the handler ran */
+	printf("SIGALRM interrupted the computation\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *c = argc > 1 ? argv[1] : "";
@@ -192,6 +241,10 @@ int main(int argc, char **argv)
 		return single();
 	if (!strcmp(c, "fpu"))
 		return fpu();
-	printf("usage: preempt two|three|watchdog|cancel|single|fpu\n");
+	if (!strcmp(c, "sleeper"))
+		return sleeper();
+	if (!strcmp(c, "alarm"))
+		return alarm_case();
+	printf("usage: preempt two|three|watchdog|cancel|single|fpu|sleeper|alarm\n");
 	return 2;
 }

@@ -354,7 +354,9 @@ pub struct PreemptArea {
     pub pending: u64,
     /// Tender: where the preempted code resumes.
     pub resume_rip: u64,
-    /// Kernel: how many threads are runnable (the running one included).
+    /// Kernel: how many threads want the vCPU: the runnable ones (the
+    /// running one included), plus one while a lone running thread has a
+    /// deadline to see pass (a sleeping thread's, the interval timer's).
     pub runnable: u64,
     /// Tender: nonzero while the tick is armed.
     pub armed: u64,

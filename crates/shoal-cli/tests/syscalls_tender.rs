@@ -136,7 +136,9 @@ fn ticks_reported(tender: &str, s: &Output) -> u64 {
 /// watchdog spin-waiting for a flag that a computing thread sets, and an
 /// asynchronous `pthread_cancel` of a thread looping without system calls,
 /// and three threads computing with SSE and x87 while ticks switch between
-/// them (exact results: every switch keeps the FPU state). The output is
+/// them (exact results: every switch keeps the FPU state), a thread
+/// spin-waiting for one that sleeps, and a lone thread computing until its
+/// interval timer's `SIGALRM` handler sets a flag. The output is
 /// the native program's; the ticks reached the instance.
 #[test]
 fn item7_two_busy_threads_both_make_progress() {
@@ -144,7 +146,7 @@ fn item7_two_busy_threads_both_make_progress() {
     let src = home().join("apps/tests/preempt.c");
     let image = build_image(&src, dir.path(), &[]);
     let native = build_native(&src, dir.path(), &["-lpthread"]);
-    for case in ["two", "three", "watchdog", "cancel", "fpu"] {
+    for case in ["two", "three", "watchdog", "cancel", "fpu", "sleeper", "alarm"] {
         let n = output(Command::new(&native).arg(case));
         assert!(n.status.success(), "native {case}: {}", stdout(&n));
         for tender in tenders() {

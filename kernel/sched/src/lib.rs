@@ -72,12 +72,18 @@ static TABLE: Global<Table> = Global::new(Table::new());
 /// above one). Every access that can change a thread's state goes
 /// through here; plain reads (run on every system call) do not.
 pub(crate) fn table<R>(f: impl FnOnce(&mut Table) -> R) -> R {
-    let (r, n) = TABLE.with(|t| {
+    let (r, n, d) = TABLE.with(|t| {
         let r = f(t);
-        (r, t.runnable())
+        (r, t.runnable(), t.has_deadline())
     });
-    preempt::publish(n);
+    preempt::publish(preempt::contenders(n, d || itimer::deadline().is_some()));
     r
+}
+
+/// Publishes the count again after something the table does not hold
+/// changed it (the interval timer was set).
+pub(crate) fn republish() {
+    table(|_| ());
 }
 /// A detached thread's stack `(base, size)` to free after the switch away
 /// from it.

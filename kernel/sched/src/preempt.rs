@@ -22,9 +22,11 @@
 //!   resumes the interrupted code as it was.
 //!
 //! No cost while one thread runs alone: after every change of the thread
-//! table the kernel publishes how many threads are runnable
-//! ([`publish`]); when that goes above one and the tick is not armed, one
-//! `Preempt` hypercall arms it. The tender disarms it at the first tick
+//! table the kernel publishes how many threads want the vCPU
+//! ([`contenders`], [`publish`]): the runnable ones, plus one while a lone
+//! running thread has a deadline to be woken at (a sleeper's, `alarm`'s);
+//! when that goes above one and the tick is not armed, one `Preempt`
+//! hypercall arms it. The tender disarms it at the first tick
 //! that finds at most one runnable thread, so a program that never has two
 //! runnable threads never gets a tick, and one that had them gets at most
 //! one more.
@@ -125,6 +127,17 @@ pub fn ticks() -> u64 {
     SHOAL_PREEMPT_AREA.ticks.load(Ordering::Relaxed)
 }
 
+/// How many threads want the vCPU, as the tender reads it: the `runnable`
+/// ones, plus one when a single thread runs while a `deadline` is pending
+/// (a sleeping thread's, the interval timer's `SIGALRM`): a thread that
+/// computes without system calls would otherwise never let the kernel see
+/// the deadline pass, and a thread spin-waiting for a sleeping one would
+/// wait forever. With no runnable thread the idle wait sleeps until the
+/// deadline itself.
+pub fn contenders(runnable: usize, deadline: bool) -> usize {
+    runnable + usize::from(runnable == 1 && deadline)
+}
+
 /// What the kernel must do after `runnable` threads became runnable: arm
 /// the tick when there is more than one and it is not armed. Pure, for the
 /// unit tests; [`publish`] acts on it.
@@ -206,6 +219,14 @@ mod tests {
         publish(2);
         assert_eq!(arms(), n + 2, "armed again at the next crossing");
         publish(1);
+    }
+
+    #[test]
+    fn a_pending_deadline_counts_for_a_lone_running_thread() {
+        assert_eq!(contenders(1, false), 1, "alone, nothing to wait for: no tick");
+        assert_eq!(contenders(1, true), 2, "alone beside a sleeper: ticks, to wake it");
+        assert_eq!(contenders(0, true), 0, "idle: the idle wait sleeps to the deadline");
+        assert_eq!(contenders(2, true), 2);
     }
 
     #[test]

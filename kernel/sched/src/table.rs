@@ -391,6 +391,11 @@ impl Table {
         self.runq.len() + usize::from(running)
     }
 
+    /// Whether some blocked thread waits with a deadline.
+    pub fn has_deadline(&self) -> bool {
+        !self.timers.is_empty()
+    }
+
     /// Whether some thread waits for nothing but a signal (`pause`).
     pub fn awaits_signal(&self) -> bool {
         self.threads.iter().any(|t| t.state == State::Blocked(Block::Signal))
