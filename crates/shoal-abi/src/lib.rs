@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 7;
+pub const ABI_VERSION: u32 = 8;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -298,7 +298,74 @@ pub enum Hypercall {
     /// instance has ended by exit (not by a CPU fault or a refused
     /// hypercall), replaces the host directory's contents with it.
     VolumeSave = 11,
+    /// Preemption on a timer tick: [`PreemptArgs`]. [`PREEMPT_REGISTER`]
+    /// tells the tender where the kernel's [`PreemptArea`] and its
+    /// preemption entry are (at boot); [`PREEMPT_ARM`] starts the tick
+    /// (every `tick_ns`) when more than one thread became runnable. The
+    /// tender stops the tick itself at the first tick that finds at most
+    /// one runnable thread, so an instance with one thread gets no ticks.
+    Preempt = 12,
 }
+
+/// [`PreemptArgs::op`]: register the area and the entry.
+pub const PREEMPT_REGISTER: u64 = 0;
+/// [`PreemptArgs::op`]: arm the tick.
+pub const PREEMPT_ARM: u64 = 1;
+/// The tick the kernel asks for unless told otherwise: 10 ms.
+pub const PREEMPT_TICK_NS: u64 = 10_000_000;
+/// Shortest tick a tender accepts (a shorter one is raised to it).
+pub const PREEMPT_MIN_TICK_NS: u64 = 1_000_000;
+
+/// Arguments of [`Hypercall::Preempt`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PreemptArgs {
+    /// [`PREEMPT_REGISTER`] or [`PREEMPT_ARM`].
+    pub op: u64,
+    /// REGISTER: guest address of the [`PreemptArea`] (8-aligned,
+    /// writable guest memory).
+    pub area: u64,
+    /// REGISTER: guest address of the kernel's preemption entry.
+    pub entry: u64,
+    /// ARM: the tick period in ns (at least [`PREEMPT_MIN_TICK_NS`]).
+    pub tick_ns: u64,
+    /// Out: 0, or a negative Linux errno.
+    pub ret: i64,
+}
+
+/// The words the kernel and the tender share for preemption (in the
+/// kernel's data; every field 8 bytes, read and written atomically).
+///
+/// At a tick the tender reads `runnable`: at most 1, it stops the tick and
+/// clears `armed`. Otherwise, if `in_kernel` is set (or the vCPU is not in
+/// guest code) it sets `pending`, which the kernel looks at on its way out
+/// of the system call; else it stores the interrupted instruction pointer
+/// in `resume_rip`, sets `in_kernel` and resumes the vCPU at the kernel's
+/// preemption entry, which saves the whole register state on the
+/// interrupted stack (below its red zone), switches threads, and returns
+/// to `resume_rip` with everything restored. All of it is the guest's own
+/// memory: a guest that lies in it only hurts itself.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PreemptArea {
+    /// Kernel: nonzero while the vCPU runs kernel code (no preemption).
+    pub in_kernel: u64,
+    /// Tender: a tick landed in the kernel; switch on the way out.
+    pub pending: u64,
+    /// Tender: where the preempted code resumes.
+    pub resume_rip: u64,
+    /// Kernel: how many threads want the vCPU: the runnable ones (the
+    /// running one included), plus one while a lone running thread has a
+    /// deadline to see pass (a sleeping thread's, the interval timer's).
+    pub runnable: u64,
+    /// Tender: nonzero while the tick is armed.
+    pub armed: u64,
+    /// Tender: ticks that reached the instance (a statistic).
+    pub ticks: u64,
+}
+
+/// Byte offset of [`PreemptArea::resume_rip`] (the entry reads it).
+pub const PREEMPT_RESUME_RIP_OFFSET: u64 = 16;
 
 /// The signals a tender hands to its guest instead of acting on them
 /// itself: `SIGTERM` (a clean stop: servers save and exit) and `SIGHUP`.
@@ -329,13 +396,14 @@ impl Hypercall {
             9 => Some(Hypercall::ConsoleBuffer),
             10 => Some(Hypercall::SignalWord),
             11 => Some(Hypercall::VolumeSave),
+            12 => Some(Hypercall::Preempt),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 12;
+pub const HYPERCALL_MAX: u64 = 13;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;

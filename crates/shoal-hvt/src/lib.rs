@@ -74,6 +74,7 @@
 mod forward;
 mod hypercall;
 mod net;
+mod preempt;
 mod protect;
 pub mod vm;
 pub mod x86;
@@ -480,11 +481,19 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     impl Drop for Forgets {
         fn drop(&mut self) {
             forward::clear();
+            preempt::clear();
         }
     }
     let _forgets = Forgets;
     forward::install().map_err(HvtError::Signals)?;
+    preempt::install().map_err(HvtError::Signals)?;
     let outcome = loop {
+        // A preemption tick stopped KVM_RUN (EINTR) or came during an exit.
+        if preempt::take_tick() {
+            if let Err(e) = preempt::tick(&vm.vcpu, GuestMemory::LOW, mem_size) {
+                break Outcome::Stopped(e);
+            }
+        }
         let exit = match vm.vcpu.run() {
             Ok(e) => e,
             Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => continue,
@@ -545,6 +554,11 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     // VMM's message about how it ended (a halting kernel has flushed).
     if let Some(b) = buffer {
         b.drain(&mem, console);
+    }
+    // How many preemption ticks reached the instance, when asked (the
+    // tests check that a program with one thread gets none).
+    if std::env::var_os("SHOAL_PREEMPT_STATS").is_some() {
+        let _ = writeln!(console.stderr, "shoal: preemption ticks: {}", preempt::ticks());
     }
     // Only a guest that halted keeps its volume (a fault, a refused
     // hypercall or a stop leaves the host directory as it was).

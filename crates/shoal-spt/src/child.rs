@@ -236,7 +236,11 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         for sig in shoal_abi::FORWARDED_SIGNALS {
             sys::set_handler(sig, signals::on_forwarded).map_err(setup_err)?;
         }
+        // The preemption tick (armed only while the guest has more than
+        // one runnable thread).
+        crate::preempt::install_handler().map_err(setup_err)?;
     }
+    crate::preempt::install(BOOT_INFO_ADDR, mem_size, signals::ticks_counter());
     hypercall::install(sys::rdfsbase(), stack_top, mem_size, &ro[..n]);
     crate::protect::install(p.layout.heap_start, mem_size);
 

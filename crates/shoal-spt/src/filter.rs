@@ -20,7 +20,8 @@
 //! | `read` (0) | fd (32-bit) == 0 | `ConsoleRead` hypercall: the instance's stdin (a hostile guest reads the input it was given anyway) |
 //! | `ppoll` (271) | any | `NetPoll` hypercall: an idle instance waits here for stdin (and host sockets); polling fds 0-2 tells it nothing it does not know, every other fd is its own socket |
 //! | `mprotect` (10) | `heap_start <= addr`, `addr + len <= mem_size` (a ladder of rules, below), prot only `PROT_READ`/`PROT_WRITE` bits | `Protect` hypercall (the kernel's `mprotect`: guard pages, `PROT_NONE`) |
-//! | `rt_sigreturn` (15) | none (it takes none) | the return of the handler of the signals handed to the guest (SIGTERM, SIGHUP: `crate::signals::on_forwarded`); a guest calling it itself can only load a register frame and signal mask of its choosing from its own stack — registers it controls anyway; the kernel checks the segment selectors, and seccomp still applies to everything after |
+//! | `setitimer` (38) | which (32-bit) == `ITIMER_REAL` (0) | `Preempt` hypercall and the tick handler (`crate::preempt`): the preemption tick, `SIGALRM`, armed while the guest has more than one runnable thread. A hostile guest can set the period of this process's own `SIGALRM` (and so interrupt itself as often as it likes, which costs only its own CPU time, as a spin loop would) or stop it (and so lose its own preemption); the handler redirects only guest code, inside guest memory |
+//! | `rt_sigreturn` (15) | none (it takes none) | the return of the handler of the signals handed to the guest (SIGTERM, SIGHUP: `crate::signals::on_forwarded`) and of the preemption tick (`crate::preempt::on_tick`); a guest calling it itself can only load a register frame and signal mask of its choosing from its own stack — registers it controls anyway; the kernel checks the segment selectors, and seccomp still applies to everything after |
 //!
 //! **Why `mprotect` is safe to allow.** The tender makes the call in the
 //! `Protect` handler (`crate::protect`), which checks the request; but the
@@ -56,7 +57,7 @@
 //! | `socket` (41) | domain `AF_INET` or `AF_INET6`, type includes `SOCK_NONBLOCK`; outbound only | `Net` hypercall | make TCP/UDP sockets |
 //! | `bind` (49), `connect` (42) | fd >= 3; outbound only | `Net` hypercall | bind and connect where Landlock allows (TCP: no bind but port 0, connect to any port; UDP is not covered by Landlock: with outbound on, any UDP destination) |
 //!
-//! Eight system calls; Solo5's spt allows seven to nine because it also has
+//! Nine system calls; Solo5's spt allows seven to nine because it also has
 //! block and network devices. Not needed and so not allowed: `exit` (glibc's `_exit` uses
 //! `exit_group`), `clock_gettime` (the guest reads the TSC; glibc's
 //! `clock_gettime` goes through the vDSO without a system call anyway).
@@ -174,6 +175,9 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     // The forwarded signals' handler returns (the crash and SIGSYS
     // handlers never do).
     r.insert(libc::SYS_rt_sigreturn, vec![]);
+    // Preempt hypercall and the tick handler: the preemption tick is this
+    // process's ITIMER_REAL (SIGALRM), nothing else.
+    r.insert(libc::SYS_setitimer, vec![SeccompRule::new(vec![eq32(0, libc::ITIMER_REAL as u64)?])?]);
     if !net.any() {
         return Ok(r);
     }
@@ -244,7 +248,7 @@ mod tests {
     const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20 };
 
     #[test]
-    fn allow_list_is_eight_calls() {
+    fn allow_list_is_nine_calls() {
         let r = super::rules(G).unwrap();
         let mut nrs: Vec<i64> = r.keys().copied().collect();
         nrs.sort_unstable();
@@ -257,6 +261,7 @@ mod tests {
             libc::SYS_exit_group,
             libc::SYS_ppoll,
             libc::SYS_rt_sigreturn,
+            libc::SYS_setitimer,
         ];
         want.sort_unstable();
         assert_eq!(nrs, want);

@@ -82,6 +82,7 @@ mod hypercall;
 mod landlock;
 pub mod instance;
 mod net;
+mod preempt;
 mod protect;
 mod signals;
 mod spec;
@@ -386,6 +387,10 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         source,
     })?;
     let err_fd = cfg.stderr.as_ref().map(AsRawFd::as_raw_fd);
+    if std::env::var_os(PREEMPT_STATS_ENV).is_some() {
+        let n = report.get().ticks.load(std::sync::atomic::Ordering::Relaxed);
+        print_err(err_fd, &format!("shoal: preemption ticks: {n}\n"));
+    }
     let code = outcome(status, report.get(), err_fd);
     // Only an instance that exited has a volume to keep: its kernel hands
     // the archive over right before the Halt hypercall (exit, a signal's
@@ -399,6 +404,13 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     }
     Ok(code)
 }
+
+/// With this variable set in its environment, `shoal run` reports how many
+/// preemption ticks reached the instance (`shoal: preemption ticks: N` on
+/// stderr at the end; spt counts them in the report page, which the guest
+/// could overwrite: a statistic, not a security boundary). Not with
+/// `--single-process`.
+pub const PREEMPT_STATS_ENV: &str = "SHOAL_PREEMPT_STATS";
 
 /// Size of the length word before the volume archive in the shared area.
 pub(crate) const VOLUME_HEADER: usize = 8;

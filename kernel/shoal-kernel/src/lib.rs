@@ -81,6 +81,7 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
     shoal_vfs::init();
     shoal_net::init();
     shoal_net::host::init();
+    shoal_syscall::preempt::init();
 }
 
 /// The personality routine the `.eh_frame` of the precompiled `core`
