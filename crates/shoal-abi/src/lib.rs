@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -291,6 +291,10 @@ pub enum Hypercall {
     /// instance has ended by exit (not by a CPU fault or a refused
     /// hypercall), replaces the host directory's contents with it.
     VolumeSave = 11,
+    /// Make guest pages show other guest pages: [`AliasArgs`]. The kernel
+    /// maps a file's pages into every `MAP_SHARED` mapping of it this way,
+    /// so the mappings and `read`/`write` share the same bytes.
+    Alias = 12,
 }
 
 /// The signals a tender hands to its guest instead of acting on them
@@ -322,13 +326,14 @@ impl Hypercall {
             9 => Some(Hypercall::ConsoleBuffer),
             10 => Some(Hypercall::SignalWord),
             11 => Some(Hypercall::VolumeSave),
+            12 => Some(Hypercall::Alias),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 12;
+pub const HYPERCALL_MAX: u64 = 13;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;
@@ -420,6 +425,39 @@ pub const HVT_TLB_FLUSH_MAGIC: u64 = u64::from_le_bytes(*b"SHOALTLB");
 pub struct ProtectArgs {
     /// First address (page aligned).
     pub addr: u64,
+    /// Length in bytes (page aligned, not 0).
+    pub len: u64,
+    /// [`PROT_READ`] and [`PROT_WRITE`] bits.
+    pub prot: u64,
+    /// Out: 0, or a negative Linux errno (`EINVAL` for a range or
+    /// protection the tender does not allow).
+    pub ret: i64,
+}
+
+/// Arguments of [`Hypercall::Alias`]: from now on the guest pages
+/// `[dst, dst + len)` show the guest pages `[src, src + len)` (the same
+/// memory: a store through either is seen through both), with protection
+/// `prot` (as [`ProtectArgs::prot`]; never executable). `src == dst` gives
+/// a page back its own memory. Both ranges are page aligned and lie inside
+/// `[heap_start, mem_size)` (the kernel's free memory and the main stack),
+/// so the image, the archive, the boot information and everything the
+/// tender keeps are out of reach. A later [`Hypercall::Protect`] on `dst`
+/// keeps the alias.
+///
+/// spt: guest memory the kernel aliases is backed by one memory file
+/// (offset = guest address), and the tender maps `src`'s offset at `dst`
+/// (`mmap(MAP_SHARED | MAP_FIXED)`); the kernel makes a source page
+/// file-backed first with `src == dst`, which keeps its contents only if
+/// the kernel saved them (it does). hvt: the VMM points `dst`'s page-table
+/// entries at `src`'s guest-physical pages; the kernel flushes its TLB
+/// after, as after [`Hypercall::Protect`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AliasArgs {
+    /// First page that changes (page aligned).
+    pub dst: u64,
+    /// First page it shows (page aligned).
+    pub src: u64,
     /// Length in bytes (page aligned, not 0).
     pub len: u64,
     /// [`PROT_READ`] and [`PROT_WRITE`] bits.
@@ -585,6 +623,7 @@ mod tests {
         assert_eq!(size_of::<PollArgs>(), 32);
         assert_eq!(size_of::<ConsoleReadArgs>(), 24);
         assert_eq!(size_of::<ProtectArgs>(), 32);
+        assert_eq!(size_of::<AliasArgs>(), 40);
         assert_eq!(size_of::<FaultArgs>(), 40);
         assert_eq!(size_of::<NetOp>(), 72);
         assert_eq!(size_of::<NetPollFd>(), 8);

@@ -148,10 +148,16 @@ pub struct Guest<'a> {
     /// Applies a `Protect` request (`crate::protect`); `None`: not
     /// supported here (unit tests), answered `ENOSYS`.
     pub protect: Option<&'a ProtectFn<'a>>,
+    /// Applies an `Alias` request (`crate::protect`); `None`: not
+    /// available (`ENOSYS`).
+    pub alias: Option<&'a AliasFn<'a>>,
     /// Where a `VolumeSave` archive is kept until the guest has ended
     /// (`--volume`), and the largest taken; `None`: no volume (`ENOSYS`).
     pub volume: Option<(&'a std::cell::RefCell<Option<Vec<u8>>>, u64)>,
 }
+
+/// How the run loop applies an `Alias` request: as [`ProtectFn`].
+pub type AliasFn<'a> = dyn Fn(&shoal_abi::AliasArgs) -> Result<i64, String> + 'a;
 
 /// How the run loop applies a `Protect` request: `Ok` is the hypercall's
 /// result, `Err` stops the guest (the VMM's own tables are broken).
@@ -385,6 +391,23 @@ pub fn handle(
                 Err(r) => return Action::Refused(r),
             };
             let r = match g.protect {
+                Some(f) => f(&a),
+                None => Ok(-i64::from(libc::ENOSYS)),
+            };
+            match r {
+                Ok(r) => {
+                    a.ret = r;
+                    put(g, call, arg, &a)
+                }
+                Err(e) => Action::Stopped(e),
+            }
+        }
+        Hypercall::Alias => {
+            let mut a: shoal_abi::AliasArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            let r = match g.alias {
                 Some(f) => f(&a),
                 None => Ok(-i64::from(libc::ENOSYS)),
             };

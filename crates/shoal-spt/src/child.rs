@@ -152,6 +152,19 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         sys::dup3(from + i, FIRST_SOCKET_FD + i, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
     }
     sys::close_from((FIRST_SOCKET_FD + n) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
+    // The alias file (crate::protect): guest memory that shared file
+    // mappings alias, offset = guest address; sparse until used. It takes
+    // the lowest free descriptor, right after the sockets, which the
+    // filter was built for.
+    let alias_fd = sys::memfd(c"shoal-alias").map_err(|e| ChildError::Setup(Errno::last(e)))?;
+    let alias_fd = std::os::fd::IntoRawFd::into_raw_fd(alias_fd);
+    if alias_fd != FIRST_SOCKET_FD + n {
+        return Err(ChildError::Setup(Errno(libc::EBADF)));
+    }
+    // SAFETY: a descriptor this process owns.
+    if unsafe { libc::ftruncate(alias_fd, mem_size as libc::off_t) } != 0 {
+        return Err(ChildError::Setup(Errno::last(std::io::Error::last_os_error())));
+    }
     load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
     load_archive(&mem, &p.layout, p.archive).map_err(ChildError::Boot)?;
     let mut params = p.params;
@@ -237,7 +250,7 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         }
     }
     hypercall::install(sys::rdfsbase(), stack_top, mem_size, &ro[..n]);
-    crate::protect::install(p.layout.heap_start, mem_size);
+    crate::protect::install(p.layout.heap_start, mem_size, alias_fd);
 
     // Last: no_new_privs and the filter. From here on only the allow-list.
     seccompiler::apply_filter(p.filter).map_err(|e| {

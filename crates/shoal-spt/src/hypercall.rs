@@ -159,6 +159,7 @@ fn name(nr: u64) -> &'static str {
         Some(Hypercall::ConsoleBuffer) => "console buffer",
         Some(Hypercall::SignalWord) => "signal word",
         Some(Hypercall::VolumeSave) => "volume save",
+        Some(Hypercall::Alias) => "alias",
         None => "unknown",
     }
 }
@@ -238,6 +239,11 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
         Some(Hypercall::Protect) => {
             let mut a: ProtectArgs = args(nr, arg, true);
             a.ret = crate::protect::protect(&a);
+            put(arg, &a);
+        }
+        Some(Hypercall::Alias) => {
+            let mut a: shoal_abi::AliasArgs = args(nr, arg, true);
+            a.ret = crate::protect::alias(&a);
             put(arg, &a);
         }
         // Console writes are plain function calls here, as cheap as the

@@ -336,6 +336,30 @@ pub unsafe fn madvise_mergeable(addr: u64, len: u64) -> io::Result<()> {
     })
 }
 
+/// `mmap(dst, len, prot, MAP_SHARED | MAP_FIXED, fd, off)`: guest pages
+/// `[dst, dst + len)` show the alias file from `off` (`crate::protect`).
+///
+/// # Safety
+/// `[dst, dst + len)` must be guest memory no Rust code references.
+pub unsafe fn mmap_alias(dst: u64, len: u64, prot: libc::c_int, fd: i32, off: u64) -> io::Result<()> {
+    // SAFETY: MAP_FIXED replaces only [dst, dst + len), which the caller
+    // vouches for.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::with_exposed_provenance_mut::<libc::c_void>(dst as usize),
+            len as usize,
+            prot,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            off as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `memfd_create(name, MFD_CLOEXEC)`: an anonymous file, for what the
 /// front hands to the instance process across `exec` (the boot spec, the
 /// packed archive, the report page).
