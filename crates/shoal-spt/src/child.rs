@@ -161,10 +161,13 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     if alias_fd != FIRST_SOCKET_FD + n {
         return Err(ChildError::Setup(Errno(libc::EBADF)));
     }
-    // SAFETY: a descriptor this process owns.
-    if unsafe { libc::ftruncate(alias_fd, mem_size as libc::off_t) } != 0 {
-        return Err(ChildError::Setup(Errno::last(std::io::Error::last_os_error())));
-    }
+    // Sized to cover guest memory. Under an RLIMIT_FSIZE below that (a
+    // caller's `ulimit -f`), ftruncate would fail and raise SIGXFSZ: then
+    // the file stays empty and the Alias hypercall answers ENODEV (shared
+    // file mappings fail to map), nothing else changes.
+    let alias_ok = sys::file_size_limit().is_none_or(|l| l >= mem_size)
+        // SAFETY: a descriptor this process owns.
+        && unsafe { libc::ftruncate(alias_fd, mem_size as libc::off_t) } == 0;
     load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
     load_archive(&mem, &p.layout, p.archive).map_err(ChildError::Boot)?;
     let mut params = p.params;
@@ -250,7 +253,7 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         }
     }
     hypercall::install(sys::rdfsbase(), stack_top, mem_size, &ro[..n]);
-    crate::protect::install(p.layout.heap_start, mem_size, alias_fd);
+    crate::protect::install(p.layout.heap_start, mem_size, if alias_ok { alias_fd } else { -1 });
 
     // Last: no_new_privs and the filter. From here on only the allow-list.
     seccompiler::apply_filter(p.filter).map_err(|e| {

@@ -56,8 +56,12 @@ pub fn alias_piece(dst: u64, src: u64, len: u64, mem_size: u64) -> u64 {
 pub fn alias(a: &AliasArgs) -> i64 {
     let (lo, mem_size, fd) = (HEAP_START.load(Ordering::Relaxed), MEM_SIZE.load(Ordering::Relaxed), ALIAS_FD.load(Ordering::Relaxed));
     let einval = -i64::from(libc::EINVAL);
+    if fd < 0 {
+        // No alias file (see crate::child): shared file mappings fail.
+        return -i64::from(libc::ENODEV);
+    }
     let aligned = |x: u64| x.is_multiple_of(PAGE_SIZE);
-    if fd < 0 || a.prot & !(PROT_READ | PROT_WRITE) != 0 || a.len == 0 || !aligned(a.dst) || !aligned(a.src) || !aligned(a.len) {
+    if a.prot & !(PROT_READ | PROT_WRITE) != 0 || a.len == 0 || !aligned(a.dst) || !aligned(a.src) || !aligned(a.len) {
         return einval;
     }
     let inside = |x: u64| x >= lo && x.checked_add(a.len).is_some_and(|e| e <= mem_size);

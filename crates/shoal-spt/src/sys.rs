@@ -499,6 +499,14 @@ pub fn setns(fd: RawFd, nstype: libc::c_int) -> Result<(), i32> {
     }
 }
 
+/// The soft `RLIMIT_FSIZE`, `None` when unlimited (or unknown).
+pub fn file_size_limit() -> Option<u64> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct we pass.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
 /// Raises the soft limit on open descriptors to the hard limit.
 pub fn raise_nofile() {
     let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };

@@ -62,9 +62,12 @@ pub struct FileOps {
     pub size: fn(id: u64) -> Result<u64, Errno>,
     /// The page of file `id` holding offset `off`: its address (a whole,
     /// page-aligned page that stays put while the file keeps it) and
-    /// whether this is the first time it is handed out for mapping; `None`
+    /// whether it was never handed out for mapping (`handed_out`); `None`
     /// past the end of the file.
     pub page: fn(id: u64, off: u64) -> Result<Option<(u64, bool)>, Errno>,
+    /// Records that the page of file `id` holding `off` was made
+    /// aliasable and handed out.
+    pub handed_out: fn(id: u64, off: u64),
 }
 
 static OPS: Global<Option<&'static FileOps>> = Global::new(None);
@@ -192,9 +195,11 @@ fn show_file(m: &FileMap, from: u64, to: u64) -> Result<(), Errno> {
     let ops = ops()?;
     let mut p = from;
     while p < to {
-        let Some((src, first)) = (ops.page)(m.id, m.off + (p - m.start))? else { break };
+        let off = m.off + (p - m.start);
+        let Some((src, first)) = (ops.page)(m.id, off)? else { break };
         if first {
             make_aliasable(src)?;
+            (ops.handed_out)(m.id, off);
         }
         alias(p, src, PAGE, real_prot(p))?;
         p += PAGE;

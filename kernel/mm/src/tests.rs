@@ -380,13 +380,13 @@ mod fake_fs {
         if off >= *SIZE.lock().unwrap() {
             return Ok(None);
         }
-        let mut pages = PAGES.lock().unwrap();
-        let e = &mut pages[(off / 4096) as usize];
-        let first = !e.1;
-        e.1 = true;
-        Ok(Some((e.0, first)))
+        let e = PAGES.lock().unwrap()[(off / 4096) as usize];
+        Ok(Some((e.0, !e.1)))
     }
-    pub static OPS: FileOps = FileOps { get, retain, release, read_at, size, page };
+    fn handed_out(_: u64, off: u64) {
+        PAGES.lock().unwrap()[(off / 4096) as usize].1 = true;
+    }
+    pub static OPS: FileOps = FileOps { get, retain, release, read_at, size, page, handed_out };
 }
 
 /// The file-mapping tests share mm's globals (the file table, the space):

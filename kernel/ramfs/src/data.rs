@@ -225,8 +225,8 @@ impl FileData {
 
     /// The address of the owned page that holds offset `off` (page
     /// aligned), made owned first (a copy of the archive's bytes, or zeros
-    /// for a hole), and whether this is the first time the page is asked
-    /// for; `None` when the page lies wholly past the end of the file. The
+    /// for a hole), and whether it was never handed out for mapping
+    /// ([`FileData::page_handed_out`]); `None` when the page lies wholly past the end of the file. The
     /// page stays at that address until the file drops it (truncation
     /// below it, or the file's removal).
     pub fn page_addr(&mut self, off: u64) -> Result<Option<(u64, bool)>, Errno> {
@@ -235,9 +235,15 @@ impl FileData {
             return Ok(None);
         }
         let c = self.chunk_mut(page)?;
-        let first = !c.1;
-        c.1 = true;
-        Ok(Some((c.addr(), first)))
+        Ok(Some((c.addr(), !c.1)))
+    }
+
+    /// Records that the page holding `off` has been handed out for mapping
+    /// (so [`FileData::page_addr`] no longer calls it the first time).
+    pub fn page_handed_out(&mut self, off: u64) {
+        if let Some(c) = self.chunks.get_mut(&(off / CHUNK64)) {
+            c.1 = true;
+        }
     }
 
     /// Sets the size to `size`: shrinking drops the contents past it,
@@ -321,6 +327,8 @@ mod tests {
         let mut f = FileData::from_base(leak(base));
         let (p1, first) = f.page_addr(CHUNK64 + 3).unwrap().unwrap();
         assert!(first && p1 % CHUNK64 == 0);
+        assert_eq!(f.page_addr(CHUNK64).unwrap(), Some((p1, true)), "not handed out yet");
+        f.page_handed_out(CHUNK64 + 9);
         assert_eq!(f.page_addr(CHUNK64).unwrap(), Some((p1, false)));
         assert_eq!(f.page_addr(2 * CHUNK64).unwrap(), None, "past the end");
         f.write(CHUNK64 + 5, b"xy").unwrap();

@@ -759,6 +759,13 @@ impl Fs {
         self.file_mut(ino)?.page_addr(off)
     }
 
+    /// See [`FileData::page_handed_out`].
+    pub fn page_handed_out(&mut self, ino: Ino, off: u64) {
+        if let Ok(f) = self.file_mut(ino) {
+            f.page_handed_out(off);
+        }
+    }
+
     /// The contents of `ino` for inspection (tests, diagnostics).
     pub fn file_data(&self, ino: Ino) -> Result<&FileData, Errno> {
         self.file(ino)

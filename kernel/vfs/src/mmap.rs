@@ -50,5 +50,9 @@ fn page(ino: u64, off: u64) -> Result<Option<(u64, bool)>, Errno> {
     crate::with(|v| v.fs.page_addr(ino, off))
 }
 
+fn handed_out(ino: u64, off: u64) {
+    crate::with(|v| v.fs.page_handed_out(ino, off))
+}
+
 /// The table registered with mm at boot.
-pub static OPS: FileOps = FileOps { get, retain, release, read_at, size, page };
+pub static OPS: FileOps = FileOps { get, retain, release, read_at, size, page, handed_out };

@@ -965,7 +965,9 @@ fn file_ops_for_mm() {
     // The page a shared mapping shows is the file's own storage.
     let Ok(Some((page, true))) = (ops.page)(ino, 5) else { panic!("first hand-out") };
     assert_eq!(page % 4096, 0);
-    assert_eq!((ops.page)(ino, 0), Ok(Some((page, false))), "same page, handed out before");
+    assert_eq!((ops.page)(ino, 0), Ok(Some((page, true))), "same page, not handed out yet");
+    (ops.handed_out)(ino, 0);
+    assert_eq!((ops.page)(ino, 0), Ok(Some((page, false))), "handed out before");
     assert_eq!((ops.page)(ino, 4096), Ok(None), "past the end");
     with(|v| lseek(v, fd, 3, 0)).unwrap();
     with(|v| write(v, fd, b"AB")).unwrap();
