@@ -295,6 +295,9 @@ pub enum Hypercall {
     /// maps a file's pages into every `MAP_SHARED` mapping of it this way,
     /// so the mappings and `read`/`write` share the same bytes.
     Alias = 12,
+    /// [`Hypercall::Alias`] for many single pages at once:
+    /// [`AliasListArgs`] (hvt: one exit and one TLB flush for the lot).
+    AliasList = 13,
 }
 
 /// The signals a tender hands to its guest instead of acting on them
@@ -327,13 +330,14 @@ impl Hypercall {
             10 => Some(Hypercall::SignalWord),
             11 => Some(Hypercall::VolumeSave),
             12 => Some(Hypercall::Alias),
+            13 => Some(Hypercall::AliasList),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 13;
+pub const HYPERCALL_MAX: u64 = 14;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;
@@ -464,6 +468,38 @@ pub struct AliasArgs {
     pub prot: u64,
     /// Out: 0, or a negative Linux errno (`EINVAL` for a range or
     /// protection the tender does not allow).
+    pub ret: i64,
+}
+
+/// One page of an [`AliasListArgs`] list: page `dst` shows page `src`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AliasPair {
+    /// The page that changes (page aligned).
+    pub dst: u64,
+    /// The page it shows (page aligned).
+    pub src: u64,
+}
+
+/// The most pages one [`Hypercall::AliasList`] takes.
+pub const ALIAS_LIST_MAX: u64 = 256;
+
+/// Arguments of [`Hypercall::AliasList`]: for each of the `count` (at most
+/// [`ALIAS_LIST_MAX`]) [`AliasPair`]s at guest address `pairs`, what
+/// [`Hypercall::Alias`] does for one page, all with protection `prot`.
+/// The tender applies them in order and stops at the first it refuses.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AliasListArgs {
+    /// Guest address of the [`AliasPair`] array.
+    pub pairs: u64,
+    /// Number of pairs.
+    pub count: u64,
+    /// [`PROT_READ`] and [`PROT_WRITE`] bits.
+    pub prot: u64,
+    /// Out: 0, or a negative Linux errno (`EINVAL` for a pair or
+    /// protection the tender does not allow, `EFAULT` for a list outside
+    /// guest memory).
     pub ret: i64,
 }
 
@@ -624,6 +660,8 @@ mod tests {
         assert_eq!(size_of::<ConsoleReadArgs>(), 24);
         assert_eq!(size_of::<ProtectArgs>(), 32);
         assert_eq!(size_of::<AliasArgs>(), 40);
+        assert_eq!(size_of::<AliasPair>(), 16);
+        assert_eq!(size_of::<AliasListArgs>(), 32);
         assert_eq!(size_of::<FaultArgs>(), 40);
         assert_eq!(size_of::<NetOp>(), 72);
         assert_eq!(size_of::<NetPollFd>(), 8);

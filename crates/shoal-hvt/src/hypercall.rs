@@ -419,6 +419,37 @@ pub fn handle(
                 Err(e) => Action::Stopped(e),
             }
         }
+        Hypercall::AliasList => {
+            let mut a: shoal_abi::AliasListArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            let size = core::mem::size_of::<shoal_abi::AliasPair>() as u64;
+            let mut r = Ok(0);
+            if a.count > shoal_abi::ALIAS_LIST_MAX {
+                r = Ok(-i64::from(libc::EINVAL));
+            } else if let Some(f) = g.alias {
+                for i in 0..a.count {
+                    let Ok(p) = g.mem.read_obj::<shoal_abi::AliasPair>(GuestAddr(a.pairs.wrapping_add(i * size))) else {
+                        r = Ok(-i64::from(libc::EFAULT));
+                        break;
+                    };
+                    r = f(&shoal_abi::AliasArgs { dst: p.dst, src: p.src, len: shoal_abi::PAGE_SIZE, prot: a.prot, ret: 0 });
+                    if r != Ok(0) {
+                        break;
+                    }
+                }
+            } else {
+                r = Ok(-i64::from(libc::ENOSYS));
+            }
+            match r {
+                Ok(r) => {
+                    a.ret = r;
+                    put(g, call, arg, &a)
+                }
+                Err(e) => Action::Stopped(e),
+            }
+        }
         Hypercall::Fault => {
             // Only the CPL-0 stub reports CPU exceptions, from its own stack
             // in tender-private memory. The guest at CPL 3 can write this

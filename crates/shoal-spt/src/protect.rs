@@ -27,7 +27,7 @@
 //! Like every hypercall handler, nothing here allocates.
 
 use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use shoal_abi::{AliasArgs, ProtectArgs, PAGE_SIZE, PROT_READ, PROT_WRITE};
+use shoal_abi::{AliasArgs, AliasListArgs, AliasPair, ProtectArgs, ALIAS_LIST_MAX, PAGE_SIZE, PROT_READ, PROT_WRITE};
 
 static HEAP_START: AtomicU64 = AtomicU64::new(u64::MAX);
 static MEM_SIZE: AtomicU64 = AtomicU64::new(0);
@@ -50,6 +50,26 @@ pub fn alias_piece(dst: u64, src: u64, len: u64, mem_size: u64) -> u64 {
     let cap = 1u64 << (63 - room.leading_zeros());
     let want = 1u64 << (63 - len.leading_zeros());
     cap.min(want)
+}
+
+/// The `AliasList` handler: each pair as a one-page `Alias`, in order,
+/// stopping at the first refused.
+pub fn alias_list(a: &AliasListArgs) -> i64 {
+    let size = core::mem::size_of::<AliasPair>() as u64;
+    if a.count > ALIAS_LIST_MAX {
+        return -i64::from(libc::EINVAL);
+    }
+    let mem = crate::hypercall::guest_mem();
+    for i in 0..a.count {
+        let Ok(p) = mem.read_obj::<AliasPair>(shoal_loader::GuestAddr(a.pairs.wrapping_add(i * size))) else {
+            return -i64::from(libc::EFAULT);
+        };
+        let r = alias(&AliasArgs { dst: p.dst, src: p.src, len: PAGE_SIZE, prot: a.prot, ret: 0 });
+        if r != 0 {
+            return r;
+        }
+    }
+    0
 }
 
 /// The `Alias` handler: checks the request and maps the alias file.

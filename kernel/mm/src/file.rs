@@ -189,10 +189,32 @@ fn make_aliasable(page: u64) -> Result<(), Errno> {
     Ok(())
 }
 
+/// Pages sent to the tender in one `AliasList` request.
+const BATCH: usize = 64;
+
+/// Sends the pairs collected so far (all with protection `prot`).
+fn send(pairs: &mut [shoal_abi::AliasPair; BATCH], n: &mut usize, prot: u64) -> Result<(), Errno> {
+    if *n == 0 {
+        return Ok(());
+    }
+    #[cfg(test)]
+    ALIASED.with(|p| p.borrow_mut().extend(pairs[..*n].iter().map(|q| (q.dst, q.src, PAGE))));
+    let r = if shoal_plat::boot::booted() { shoal_plat::hypercall::alias_list(&pairs[..*n], prot) } else { 0 };
+    *n = 0;
+    if r < 0 {
+        return Err(Errno(-r as i32));
+    }
+    Ok(())
+}
+
 /// Makes the pages `[from, to)` of shared mapping `m` show the file's
-/// pages. Stops at the first error (the rest stays private).
+/// pages (batched: one request per run of up to [`BATCH`] pages of equal
+/// protection). Stops at the first error (the rest stays private).
 fn show_file(m: &FileMap, from: u64, to: u64) -> Result<(), Errno> {
     let ops = ops()?;
+    let mut pairs = [shoal_abi::AliasPair::default(); BATCH];
+    let mut n = 0usize;
+    let mut prot = 0;
     let mut p = from;
     while p < to {
         let off = m.off + (p - m.start);
@@ -201,10 +223,16 @@ fn show_file(m: &FileMap, from: u64, to: u64) -> Result<(), Errno> {
             make_aliasable(src)?;
             (ops.handed_out)(m.id, off);
         }
-        alias(p, src, PAGE, real_prot(p))?;
+        let want = real_prot(p);
+        if n == BATCH || (n > 0 && want != prot) {
+            send(&mut pairs, &mut n, prot)?;
+        }
+        prot = want;
+        pairs[n] = shoal_abi::AliasPair { dst: p, src };
+        n += 1;
         p += PAGE;
     }
-    Ok(())
+    send(&mut pairs, &mut n, prot)
 }
 
 /// Gives the pages `[from, to)` of a shared mapping their own memory back,

@@ -460,7 +460,7 @@ fn item4_shared_file_mappings_show_the_files_pages() {
     let a = mmap(4 * PAGE, 3, 1, 3, 0).unwrap();
     assert_eq!(
         taken(),
-        vec![(p0, p0, PAGE), (a, p0, PAGE), (p1, p1, PAGE), (a + PAGE, p1, PAGE), (p2, p2, PAGE), (a + 2 * PAGE, p2, PAGE)],
+        vec![(p0, p0, PAGE), (p1, p1, PAGE), (p2, p2, PAGE), (a, p0, PAGE), (a + PAGE, p1, PAGE), (a + 2 * PAGE, p2, PAGE)],
         "each file page made aliasable once, then shown; the page past the end stays the mapping's own"
     );
     assert_eq!(crate::file::find(a).map(|m| m.live), Some(a + 3 * PAGE));

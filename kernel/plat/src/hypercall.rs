@@ -7,7 +7,7 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use shoal_abi::{
-    AliasArgs, ConsoleBufferArgs, ConsoleReadArgs, ConsoleWriteArgs, HaltArgs, Hypercall, NetArgs, NetOp, NetPollArgs, NetPollFd, PollArgs, ProtectArgs,
+    AliasArgs, AliasListArgs, AliasPair, ConsoleBufferArgs, ConsoleReadArgs, ConsoleWriteArgs, HaltArgs, Hypercall, NetArgs, NetOp, NetPollArgs, NetPollFd, PollArgs, ProtectArgs,
     SignalWordArgs,
 };
 #[cfg(not(test))]
@@ -105,6 +105,23 @@ pub fn needs_bounce(addr: u64, len: u64) -> bool {
     // SAFETY: only set_alias_check stores here, always a fn(u64, u64) -> bool.
     let f: fn(u64, u64) -> bool = unsafe { core::mem::transmute(f) };
     f(addr, len)
+}
+
+/// [`alias`] for single pages, many at once (`pairs.len()` at most
+/// `shoal_abi::ALIAS_LIST_MAX`), all with protection `prot`; returns 0 or
+/// a negative errno (the pairs before the refused one are applied).
+pub fn alias_list(pairs: &[AliasPair], prot: u64) -> i64 {
+    let mut a = AliasListArgs { pairs: pairs.as_ptr() as u64, count: pairs.len() as u64, prot, ret: 0 };
+    raw(Hypercall::AliasList, &mut a);
+    #[cfg(not(test))]
+    if ENTRY.load(Ordering::Relaxed) == 0 {
+        // hvt: drop stale translations (also after a refusal part-way).
+        // SAFETY: as in `alias`.
+        unsafe {
+            core::arch::asm!("int3", in("rax") shoal_abi::HVT_TLB_FLUSH_MAGIC, options(nostack, preserves_flags));
+        }
+    }
+    a.ret
 }
 
 /// Whether a page must be re-backed in place before other pages can show
