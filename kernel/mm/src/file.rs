@@ -45,6 +45,9 @@ pub enum Mappable {
     Zero,
 }
 
+/// [`FileOps::page`]: `(address, never handed out)` of a file's page.
+pub type PageFn = fn(id: u64, off: u64) -> Result<Option<(u64, bool)>, Errno>;
+
 /// The file operations mm needs, provided by the file system.
 pub struct FileOps {
     /// Looks descriptor `fd` up for a mapping; `shared_write`: a writable
@@ -64,7 +67,7 @@ pub struct FileOps {
     /// page-aligned page that stays put while the file keeps it) and
     /// whether it was never handed out for mapping (`handed_out`); `None`
     /// past the end of the file.
-    pub page: fn(id: u64, off: u64) -> Result<Option<(u64, bool)>, Errno>,
+    pub page: PageFn,
     /// Records that the page of file `id` holding `off` was made
     /// aliasable and handed out.
     pub handed_out: fn(id: u64, off: u64),
