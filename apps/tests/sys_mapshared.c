@@ -4,7 +4,15 @@
  * write()/pwrite() are seen by the mappings; ftruncate and growth behave as
  * on Linux inside the file (pages wholly past the end are never touched:
  * Linux raises SIGBUS there). No msync anywhere until the end. Prints the
- * same natively (the file in /tmp) and on shoal. */
+ * same natively (the file in /tmp) and on shoal.
+ *
+ * argv[1], for the tender tests (tests/syscalls_tender.rs):
+ *   protect    mprotect of a shared mapping keeps it the file's (read-only,
+ *              PROT_NONE and back): prints, exits 0
+ *   rofault    a store into a PROT_READ shared mapping: killed (SIGSEGV)
+ *   raw-exec   spt: the guest itself mmaps the alias file (fd 3)
+ *              executable: the sandbox kills it (159)
+ *   raw-code   spt: ... over its own code: killed (159) */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -47,9 +55,63 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-int main(void)
+static long sys6(long n, long a, long b, long c, long d, long e, long f)
+{
+	long r;
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	__asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9) : "rcx", "r11", "memory");
+	return r;
+}
+
+static int modes(const char *mode)
+{
+	char *p = mmap(NULL, 2 * PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		perror("mmap");
+		return 1;
+	}
+	if (!strcmp(mode, "protect")) {
+		memcpy(p + 10, "before", 6);
+		mprotect(p, 2 * PG, PROT_READ);
+		pwrite(fd, "RO", 2, 20);
+		show("read-only sees pwrite", p + 20, 2);
+		mprotect(p, PG, PROT_NONE);
+		mprotect(p, 2 * PG, PROT_READ | PROT_WRITE);
+		memcpy(p + 30, "after", 5);
+		file_at("file sees store after mprotect", 30, 5);
+		show("mapping keeps its data", p + 10, 6);
+		return 0;
+	}
+	if (!strcmp(mode, "rofault")) {
+		char *r = mmap(NULL, PG, PROT_READ, MAP_SHARED, fd, 0);
+		printf("mapped read-only\n");
+		fflush(stdout);
+		r[0] = 'x';
+		printf("the store went through\n");
+		return 0;
+	}
+	/* The guest's own mmap of the alias file (descriptor 3 without
+	 * listeners): never executable, never over its code. */
+	long heap = (long)p & ~(long)(PG - 1);
+	if (!strcmp(mode, "raw-exec"))
+		printf("%ld\n", sys6(9, heap, PG, 7, 0x11, 3, heap + PG));
+	else if (!strcmp(mode, "raw-code"))
+		printf("%ld\n", sys6(9, (long)show & ~(long)(PG - 1), PG, 3, 0x11, 3, heap));
+	return 0;
+}
+
+int main(int argc, char **argv)
 {
 	snprintf(path, sizeof path, "/tmp/mapshared-%d", (int)getpid());
+	if (argc > 1) {
+		fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		ftruncate(fd, 2 * PG);
+		int r = modes(argv[1]);
+		unlink(path);
+		return r;
+	}
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	if (fd < 0 || ftruncate(fd, 2 * PG) != 0) {
 		perror("setup");
