@@ -441,20 +441,25 @@ pub struct ProtectArgs {
 /// Arguments of [`Hypercall::Alias`]: from now on the guest pages
 /// `[dst, dst + len)` show the guest pages `[src, src + len)` (the same
 /// memory: a store through either is seen through both), with protection
-/// `prot` (as [`ProtectArgs::prot`]; never executable). `src == dst` gives
-/// a page back its own memory. Both ranges are page aligned and lie inside
-/// `[heap_start, mem_size)` (the kernel's free memory and the main stack),
-/// so the image, the archive, the boot information and everything the
-/// tender keeps are out of reach. A later [`Hypercall::Protect`] on `dst`
-/// keeps the alias.
+/// `prot` (as [`ProtectArgs::prot`]; never executable). Both ranges are
+/// page aligned and lie inside `[heap_start, mem_size)` (the kernel's free
+/// memory and the main stack), so the image, the archive, the boot
+/// information and everything the tender keeps are out of reach. A later
+/// [`Hypercall::Protect`] on `dst` keeps the alias.
 ///
-/// spt: guest memory the kernel aliases is backed by one memory file
-/// (offset = guest address), and the tender maps `src`'s offset at `dst`
-/// (`mmap(MAP_SHARED | MAP_FIXED)`); the kernel makes a source page
-/// file-backed first with `src == dst`, which keeps its contents only if
-/// the kernel saved them (it does). hvt: the VMM points `dst`'s page-table
-/// entries at `src`'s guest-physical pages; the kernel flushes its TLB
-/// after, as after [`Hypercall::Protect`].
+/// `src == dst` gives the pages their own memory back, its contents
+/// unspecified (the kernel zeroes it); with [`ALIAS_SHAREABLE`] in `prot`
+/// instead, it makes them memory that other pages can show, contents
+/// unspecified too (the kernel saves and restores what it keeps there).
+///
+/// spt: shareable guest memory is one memory file (offset = guest
+/// address); the tender maps `src`'s offset at `dst` (`mmap(MAP_SHARED |
+/// MAP_FIXED)`), gives pages their own memory back as fresh private
+/// anonymous memory (`mmap(MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED)`), and
+/// makes pages shareable by mapping their own offset of the file. hvt: the
+/// VMM points `dst`'s page-table entries at `src`'s guest-physical pages
+/// (every page is shareable); the kernel flushes its TLB after, as after
+/// [`Hypercall::Protect`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AliasArgs {
@@ -470,6 +475,10 @@ pub struct AliasArgs {
     /// protection the tender does not allow).
     pub ret: i64,
 }
+
+/// [`AliasArgs::prot`] flag: with `src == dst`, make the pages shareable
+/// (see [`AliasArgs`]).
+pub const ALIAS_SHAREABLE: u64 = 0x100;
 
 /// One page of an [`AliasListArgs`] list: page `dst` shows page `src`.
 #[repr(C)]

@@ -105,14 +105,20 @@ impl Tables<'_> {
     pub fn alias(&self, a: &AliasArgs) -> Result<i64, String> {
         let einval = -i64::from(libc::EINVAL);
         let aligned = |x: u64| x.is_multiple_of(PAGE_SIZE);
-        if a.prot & !(PROT_READ | PROT_WRITE) != 0 || a.len == 0 || !aligned(a.dst) || !aligned(a.src) || !aligned(a.len) {
+        let shareable = a.prot & shoal_abi::ALIAS_SHAREABLE != 0;
+        let prot = a.prot & !shoal_abi::ALIAS_SHAREABLE;
+        if prot & !(PROT_READ | PROT_WRITE) != 0 || (shareable && a.src != a.dst) || a.len == 0 || !aligned(a.dst) || !aligned(a.src) || !aligned(a.len) {
             return Ok(einval);
         }
         let inside = |x: u64| x >= self.heap_start && x.checked_add(a.len).is_some_and(|e| e <= self.mem_size);
         if !inside(a.dst) || !inside(a.src) {
             return Ok(einval);
         }
-        let bits = bits_of(a.prot);
+        if shareable {
+            // Every guest-physical page can be shown anywhere already.
+            return Ok(0);
+        }
+        let bits = bits_of(prot);
         let mut off = 0;
         while off < a.len {
             let page = a.dst + off;

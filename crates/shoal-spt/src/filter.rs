@@ -20,7 +20,7 @@
 //! | `read` (0) | fd (32-bit) == 0 | `ConsoleRead` hypercall: the instance's stdin (a hostile guest reads the input it was given anyway) |
 //! | `ppoll` (271) | any | `NetPoll` hypercall: an idle instance waits here for stdin (and host sockets); polling fds 0-2 tells it nothing it does not know, every other fd is its own socket |
 //! | `mprotect` (10) | `heap_start <= addr`, `addr + len <= mem_size` (a ladder of rules, below), prot only `PROT_READ`/`PROT_WRITE` bits | `Protect` hypercall (the kernel's `mprotect`: guard pages, `PROT_NONE`) |
-//! | `mmap` (9) | fd (32-bit) == the alias memory file ([`GuestRange::alias_fd`]), flags (32-bit) == `MAP_SHARED \| MAP_FIXED`, prot only `PROT_READ`/`PROT_WRITE` bits, `heap_start <= addr` and `heap_start <= offset`, `addr + len <= mem_size` and `offset + len <= mem_size` (a ladder of rules, below) | `Alias` hypercall (`crate::protect::alias`: a shared file mapping shows the file's pages) |
+//! | `mmap` (9) | fd (32-bit) == the alias memory file ([`GuestRange::alias_fd`]), flags (32-bit) == `MAP_SHARED \| MAP_FIXED`, prot only `PROT_READ`/`PROT_WRITE` bits, `heap_start <= addr` and `heap_start <= offset`, `addr + len <= mem_size` and `offset + len <= mem_size` (a ladder of rules, below); or flags == `MAP_PRIVATE \| MAP_ANONYMOUS \| MAP_FIXED \| MAP_NORESERVE`, prot as before, `heap_start <= addr`, `addr + len <= mem_size` | `Alias` hypercall (`crate::protect::alias`: a shared file mapping shows the file's pages; pages leaving it get fresh private memory) |
 //! | `rt_sigreturn` (15) | none (it takes none) | the return of the handler of the signals handed to the guest (SIGTERM, SIGHUP: `crate::signals::on_forwarded`); a guest calling it itself can only load a register frame and signal mask of its choosing from its own stack — registers it controls anyway; the kernel checks the segment selectors, and seccomp still applies to everything after |
 //!
 //! **Why `mprotect` is safe to allow.** The tender makes the call in the
@@ -48,7 +48,9 @@
 //! free memory and stack (`[heap_start, mem_size)`, the same range as
 //! `mprotect`), from offsets in that same range, never executable: a guest
 //! calling it itself can make one of its pages show another of its pages,
-//! which it could read and write anyway. It cannot reach the image's code,
+//! which it could read and write anyway, or give a range of those pages
+//! fresh zeroed private memory (what it could do by storing zeros). It
+//! cannot reach the image's code,
 //! the archive, the boot-info page or any tender mapping, nor make memory
 //! executable, nor map any other descriptor. seccomp cannot add, so the
 //! bounds are a ladder again: rule `j` allows `len <= 2^j` when both
@@ -177,6 +179,15 @@ fn alias_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
             qword(5, SeccompCmpOp::Ge, g.heap_start)?,
             qword(5, SeccompCmpOp::Le, top)?,
         ])?);
+        // Giving pages their own memory back: fresh private anonymous
+        // memory over the same range (any descriptor and offset: ignored).
+        rules.push(SeccompRule::new(vec![
+            qword(0, SeccompCmpOp::Ge, g.heap_start)?,
+            qword(0, SeccompCmpOp::Le, top)?,
+            qword(1, SeccompCmpOp::Le, step)?,
+            SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xffff_fffc), 0)?,
+            eq32(3, (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE) as u64)?,
+        ])?);
     }
     Ok(rules)
 }
@@ -287,7 +298,7 @@ mod tests {
     #[test]
     fn the_alias_ladder_stays_inside_guest_memory() {
         let rules = super::alias_rules(G).unwrap();
-        assert!(rules.len() > 10 && rules.len() < 40, "{} rules", rules.len());
+        assert!(rules.len() > 20 && rules.len() < 80, "{} rules", rules.len());
         // The pieces the handler makes are allowed by some rule.
         let mem = G.mem_size;
         for &(dst, src) in &[(mem - 4096, G.heap_start), (G.heap_start, mem - 8192), (0x123000 + G.heap_start, 0x800000)] {

@@ -21,13 +21,16 @@
 //! pages) are backed by one memory file, the *alias file*, at offset =
 //! guest address; [`alias`] maps the file's `src` offset at `dst`
 //! (`mmap(MAP_SHARED | MAP_FIXED)`), so both addresses are the same
-//! memory. The same range rules apply to both addresses, and the filter
-//! bounds the guest's own `mmap` calls the same way.
+//! memory; a page given its own memory back becomes fresh private
+//! anonymous memory again (`mmap(MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED)`),
+//! so no page of the alias file stays in use for it. The same range rules
+//! apply to both addresses, and the filter bounds the guest's own `mmap`
+//! calls the same way.
 //!
 //! Like every hypercall handler, nothing here allocates.
 
 use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use shoal_abi::{AliasArgs, AliasListArgs, AliasPair, ProtectArgs, ALIAS_LIST_MAX, PAGE_SIZE, PROT_READ, PROT_WRITE};
+use shoal_abi::{AliasArgs, AliasListArgs, AliasPair, ProtectArgs, ALIAS_LIST_MAX, ALIAS_SHAREABLE, PAGE_SIZE, PROT_READ, PROT_WRITE};
 
 static HEAP_START: AtomicU64 = AtomicU64::new(u64::MAX);
 static MEM_SIZE: AtomicU64 = AtomicU64::new(0);
@@ -64,7 +67,7 @@ pub fn alias_list(a: &AliasListArgs) -> i64 {
         let Ok(p) = mem.read_obj::<AliasPair>(shoal_loader::GuestAddr(a.pairs.wrapping_add(i * size))) else {
             return -i64::from(libc::EFAULT);
         };
-        let r = alias(&AliasArgs { dst: p.dst, src: p.src, len: PAGE_SIZE, prot: a.prot, ret: 0 });
+        let r = alias(&AliasArgs { dst: p.dst, src: p.src, len: PAGE_SIZE, prot: a.prot & !ALIAS_SHAREABLE, ret: 0 });
         if r != 0 {
             return r;
         }
@@ -81,7 +84,10 @@ pub fn alias(a: &AliasArgs) -> i64 {
         return -i64::from(libc::ENODEV);
     }
     let aligned = |x: u64| x.is_multiple_of(PAGE_SIZE);
-    if a.prot & !(PROT_READ | PROT_WRITE) != 0 || a.len == 0 || !aligned(a.dst) || !aligned(a.src) || !aligned(a.len) {
+    let shareable = a.prot & ALIAS_SHAREABLE != 0;
+    let own = a.src == a.dst && !shareable;
+    let prot = a.prot & !ALIAS_SHAREABLE;
+    if prot & !(PROT_READ | PROT_WRITE) != 0 || (shareable && a.src != a.dst) || a.len == 0 || !aligned(a.dst) || !aligned(a.src) || !aligned(a.len) {
         return einval;
     }
     let inside = |x: u64| x >= lo && x.checked_add(a.len).is_some_and(|e| e <= mem_size);
@@ -91,10 +97,16 @@ pub fn alias(a: &AliasArgs) -> i64 {
     let (mut dst, mut src, mut left) = (a.dst, a.src, a.len);
     while left > 0 {
         let n = alias_piece(dst, src, left, mem_size);
-        // SAFETY: [dst, dst + n) is guest memory above everything the
-        // tender protects (checked above), which no Rust code references;
-        // the alias file holds only guest pages; no PROT_EXEC.
-        if let Err(e) = unsafe { crate::sys::mmap_alias(dst, n, a.prot as libc::c_int, fd, src) } {
+        let r = if own {
+            // SAFETY: [dst, dst + n) is guest memory above everything the
+            // tender protects (checked above), which no Rust code
+            // references; fresh private memory replaces it; no PROT_EXEC.
+            unsafe { crate::sys::mmap_own(dst, n, prot as libc::c_int) }
+        } else {
+            // SAFETY: as above; the alias file holds only guest pages.
+            unsafe { crate::sys::mmap_alias(dst, n, prot as libc::c_int, fd, src) }
+        };
+        if let Err(e) = r {
             return -i64::from(e.raw_os_error().unwrap_or(libc::EINVAL));
         }
         dst += n;

@@ -360,6 +360,31 @@ pub unsafe fn mmap_alias(dst: u64, len: u64, prot: libc::c_int, fd: i32, off: u6
     Ok(())
 }
 
+/// `mmap(dst, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
+/// MAP_NORESERVE, -1, 0)`: guest pages `[dst, dst + len)` become fresh
+/// private memory again (`crate::protect`).
+///
+/// # Safety
+/// `[dst, dst + len)` must be guest memory no Rust code references.
+pub unsafe fn mmap_own(dst: u64, len: u64, prot: libc::c_int) -> io::Result<()> {
+    // SAFETY: MAP_FIXED replaces only [dst, dst + len), which the caller
+    // vouches for.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::with_exposed_provenance_mut::<libc::c_void>(dst as usize),
+            len as usize,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `memfd_create(name, MFD_CLOEXEC)`: an anonymous file, for what the
 /// front hands to the instance process across `exec` (the boot spec, the
 /// packed archive, the report page).

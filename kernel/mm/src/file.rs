@@ -177,7 +177,8 @@ fn real_prot(p: u64) -> u64 {
 
 /// Makes a file page that is handed out for the first time able to be
 /// shown elsewhere: on spt its memory must come from the tender's memory
-/// file, so it is re-backed in place (`src == dst`), keeping its bytes.
+/// file, so it is re-backed in place (`src == dst` with
+/// `ALIAS_SHAREABLE`), keeping its bytes.
 fn make_aliasable(page: u64) -> Result<(), Errno> {
     if !shoal_plat::hypercall::needs_rebacking() {
         return Ok(());
@@ -186,7 +187,7 @@ fn make_aliasable(page: u64) -> Result<(), Errno> {
     // SAFETY: `page` is a whole kernel-heap page owned by the file system
     // for this file; nothing else runs while the kernel copies it.
     unsafe { core::ptr::copy_nonoverlapping(page as *const u8, tmp.as_mut_ptr(), PAGE as usize) };
-    alias(page, page, PAGE, shoal_abi::PROT_READ | shoal_abi::PROT_WRITE)?;
+    alias(page, page, PAGE, shoal_abi::PROT_READ | shoal_abi::PROT_WRITE | shoal_abi::ALIAS_SHAREABLE)?;
     // SAFETY: as above; the page is read-write kernel memory again.
     unsafe { core::ptr::copy_nonoverlapping(tmp.as_ptr(), page as *mut u8, PAGE as usize) };
     Ok(())
@@ -239,7 +240,9 @@ fn show_file(m: &FileMap, from: u64, to: u64) -> Result<(), Errno> {
 }
 
 /// Gives the pages `[from, to)` of a shared mapping their own memory back,
-/// zero-filled (past the end of the file, or leaving the mapping).
+/// zero-filled (past the end of the file, or leaving the mapping). spt
+/// gives fresh private memory (zero already: the check below only reads);
+/// hvt the pages' own guest-physical memory, which may hold old bytes.
 fn show_own(from: u64, to: u64) {
     if from >= to {
         return;
