@@ -301,25 +301,18 @@ pub fn resized(id: Option<u64>) {
 /// Brings shared mapping record `k` in step with its file's size.
 fn resize_one(k: usize) {
     let Ok(ops) = ops() else { return };
-    {
-        let Some(m) = MAPS.with(|t| t[k].get()) else { return };
-        let Ok(size) = (ops.size)(m.id) else { return };
-        let live = live_end(&m, size);
-        if live < m.live {
-            show_own(live, m.live);
-        } else if live > m.live {
-            // A page the file cannot supply (out of memory) stays private.
-            let mut upto = m.live;
-            let mut p = m.live;
-            while p < live && show_file(&m, p, p + PAGE).is_ok() {
-                p += PAGE;
-                upto = p;
-            }
-            MAPS.with(|t| t[k].set(Some(FileMap { live: upto, ..m })));
-            return;
-        }
-        MAPS.with(|t| t[k].set(Some(FileMap { live, ..m })));
+    let Some(m) = MAPS.with(|t| t[k].get()) else { return };
+    let Ok(size) = (ops.size)(m.id) else { return };
+    let live = live_end(&m, size);
+    if live < m.live {
+        show_own(live, m.live);
+    } else if live > m.live && show_file(&m, m.live, live).is_err() {
+        // The file could not supply a page (out of memory): the new part
+        // stays the mapping's own zero memory.
+        show_own(m.live, live);
+        return;
     }
+    MAPS.with(|t| t[k].set(Some(FileMap { live, ..m })));
 }
 
 /// The shared mapping ending at `old_end` grew in place to `new_end` (the
