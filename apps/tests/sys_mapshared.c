@@ -10,6 +10,9 @@
  *   protect    mprotect of a shared mapping keeps it the file's (read-only,
  *              PROT_NONE and back): prints, exits 0
  *   rofault    a store into a PROT_READ shared mapping: killed (SIGSEGV)
+ *   console    40 KiB written to stdout straight from a shared mapping
+ *              (hvt: more than the kernel buffers, so the VMM is handed
+ *              the buffer: it must see the file's bytes)
  *   raw-exec   spt: the guest itself mmaps the alias file (fd 3)
  *              executable: the sandbox kills it (159)
  *   raw-code   spt: ... over its own code: killed (159) */
@@ -83,6 +86,13 @@ static int modes(const char *mode)
 		file_at("file sees store after mprotect", 30, 5);
 		show("mapping keeps its data", p + 10, 6);
 		return 0;
+	}
+	if (!strcmp(mode, "console")) {
+		ftruncate(fd, 10 * PG);
+		char *w = mmap(NULL, 10 * PG, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		for (int i = 0; i < 10 * PG; i++)
+			w[i] = i % 64 == 63 ? '\n' : 'a' + (i / 64) % 26;
+		return write(1, w, 10 * PG) == 10 * PG ? 0 : 1;
 	}
 	if (!strcmp(mode, "rofault")) {
 		char *r = mmap(NULL, PG, PROT_READ, MAP_SHARED, fd, 0);
