@@ -153,6 +153,22 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         sys::dup3(from + i, FIRST_SOCKET_FD + i, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
     }
     sys::close_from((FIRST_SOCKET_FD + n) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
+    // The alias file (crate::protect): guest memory that shared file
+    // mappings alias, offset = guest address; sparse until used. It takes
+    // the lowest free descriptor, right after the sockets, which the
+    // filter was built for.
+    let alias_fd = sys::memfd(c"shoal-alias").map_err(|e| ChildError::Setup(Errno::last(e)))?;
+    let alias_fd = std::os::fd::IntoRawFd::into_raw_fd(alias_fd);
+    if alias_fd != FIRST_SOCKET_FD + n {
+        return Err(ChildError::Setup(Errno(libc::EBADF)));
+    }
+    // Sized to cover guest memory. Under an RLIMIT_FSIZE below that (a
+    // caller's `ulimit -f`), ftruncate would fail and raise SIGXFSZ: then
+    // the file stays empty and the Alias hypercall answers ENODEV (shared
+    // file mappings fail to map), nothing else changes.
+    let alias_ok = sys::file_size_limit().is_none_or(|l| l >= mem_size)
+        // SAFETY: a descriptor this process owns.
+        && unsafe { libc::ftruncate(alias_fd, mem_size as libc::off_t) } == 0;
     load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
     load_archive(&mem, &p.layout, p.archive).map_err(ChildError::Boot)?;
     let mut params = p.params;
@@ -242,7 +258,7 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     }
     crate::preempt::install(BOOT_INFO_ADDR, mem_size, signals::ticks_counter());
     hypercall::install(sys::rdfsbase(), stack_top, mem_size, &ro[..n]);
-    crate::protect::install(p.layout.heap_start, mem_size);
+    crate::protect::install(p.layout.heap_start, mem_size, if alias_ok { alias_fd } else { -1 });
 
     // Last: no_new_privs and the filter. From here on only the allow-list.
     seccompiler::apply_filter(p.filter).map_err(|e| {

@@ -93,7 +93,10 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     params.listener_count = spec.listeners.len() as u64;
     params.net_flags = if spec.outbound { shoal_abi::NET_OUTBOUND } else { 0 } | if spec.bind_any { shoal_abi::NET_BIND_ANY } else { 0 };
     crate::net::install(policy);
-    let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size };
+    // The alias file comes right after the listening sockets and the bind
+    // channel once the last step has closed everything else (crate::child).
+    let alias_fd = FIRST_SOCKET_FD + spec.listeners.len() as i32 + i32::from(spec.bind_any);
+    let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd };
     let filter = filter::program(policy, guest).map_err(SptError::from)?;
     let report = if spec.supervised {
         let fd = owned(spec::REPORT_FD);

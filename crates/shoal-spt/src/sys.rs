@@ -336,6 +336,55 @@ pub unsafe fn madvise_mergeable(addr: u64, len: u64) -> io::Result<()> {
     })
 }
 
+/// `mmap(dst, len, prot, MAP_SHARED | MAP_FIXED, fd, off)`: guest pages
+/// `[dst, dst + len)` show the alias file from `off` (`crate::protect`).
+///
+/// # Safety
+/// `[dst, dst + len)` must be guest memory no Rust code references.
+pub unsafe fn mmap_alias(dst: u64, len: u64, prot: libc::c_int, fd: i32, off: u64) -> io::Result<()> {
+    // SAFETY: MAP_FIXED replaces only [dst, dst + len), which the caller
+    // vouches for.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::with_exposed_provenance_mut::<libc::c_void>(dst as usize),
+            len as usize,
+            prot,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            off as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `mmap(dst, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
+/// MAP_NORESERVE, -1, 0)`: guest pages `[dst, dst + len)` become fresh
+/// private memory again (`crate::protect`).
+///
+/// # Safety
+/// `[dst, dst + len)` must be guest memory no Rust code references.
+pub unsafe fn mmap_own(dst: u64, len: u64, prot: libc::c_int) -> io::Result<()> {
+    // SAFETY: MAP_FIXED replaces only [dst, dst + len), which the caller
+    // vouches for.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::with_exposed_provenance_mut::<libc::c_void>(dst as usize),
+            len as usize,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `memfd_create(name, MFD_CLOEXEC)`: an anonymous file, for what the
 /// front hands to the instance process across `exec` (the boot spec, the
 /// packed archive, the report page).
@@ -485,6 +534,14 @@ pub fn setns(fd: RawFd, nstype: libc::c_int) -> Result<(), i32> {
     } else {
         Ok(())
     }
+}
+
+/// The soft `RLIMIT_FSIZE`, `None` when unlimited (or unknown).
+pub fn file_size_limit() -> Option<u64> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct we pass.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
 }
 
 /// Raises the soft limit on open descriptors to the hard limit.
