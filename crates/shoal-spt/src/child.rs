@@ -140,11 +140,14 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         // addresses on spt.
         unsafe { plan.map_into(0, |exec| if exec { libc::PROT_READ | libc::PROT_EXEC } else { libc::PROT_READ }) }.map_err(|(addr, e)| ChildError::Pool { addr, err: Errno(e) })?;
     }
+    // The segments straight from the image's descriptor into guest memory
+    // (before the descriptors are closed below).
+    load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
     // Everything the instance booted from is read or mapped now: from here
     // on it holds no descriptor but the console (fds 0-2) and its listening
-    // sockets (3.., every one a guest socket). The `OwnedFd`s
-    // of the pool plan are never dropped (this function's caller never
-    // returns), so nothing closes these numbers twice.
+    // sockets (3.., every one a guest socket). The `OwnedFd`s of the pool
+    // plan and the image's file are never dropped (this function's caller
+    // never returns), so nothing closes these numbers twice.
     let (from, n) = p.listeners;
     for i in 0..n {
         // Sources sit above their targets (from >= 7 > 3), and each move
@@ -152,24 +155,13 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         sys::dup3(from + i, FIRST_SOCKET_FD + i, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
     }
     sys::close_from((FIRST_SOCKET_FD + n) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
-    load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
     load_archive(&mem, &p.layout, p.archive).map_err(ChildError::Boot)?;
     let mut params = p.params;
     params.clock = Clock::now(params.clock.tsc_hz);
     let entry = write_boot_state(&mem, p.image, &p.layout, p.argv, p.env, &params)
         .map_err(ChildError::Boot)?;
-    // The image's bytes are in guest memory now. Give back this process's
-    // copy-on-write view of the parent's buffers, so an instance does not
-    // keep its image twice (the parent frees its own copy after the fork).
-    for s in p.image.segments() {
-        // SAFETY: each buffer is one allocation of the parent's heap
-        // (inherited); nothing reads segment bytes after this point (the
-        // code below only looks at addresses and permissions).
-        unsafe { sys::discard(s.data.as_ptr(), s.data.len()) };
-    }
-    // What parsing the image and the boot spec freed (object's read cache
-    // of the segments among it) would otherwise stay resident in the
-    // instance's heap for its whole life.
+    // What parsing the image's headers and the boot spec freed would
+    // otherwise stay resident in the instance's heap for its whole life.
     sys::trim_heap();
 
     // Protections: code R+X, read-only data R, archive R, boot-info page R.

@@ -128,26 +128,6 @@ pub unsafe fn mprotect(addr: u64, len: u64, prot: libc::c_int) -> io::Result<()>
     check(unsafe { libc::mprotect(addr as usize as *mut libc::c_void, len as usize, prot) })
 }
 
-/// `madvise(MADV_DONTNEED)` on the whole pages inside `[ptr, ptr + len)`:
-/// gives those pages back; they read as zero afterwards.
-///
-/// # Safety
-/// Nothing may read the bytes of the range afterwards expecting their old
-/// contents, and the range must belong to one allocation of the caller
-/// (only whole pages strictly inside it are touched, so allocator
-/// bookkeeping next to the buffer is left alone).
-pub unsafe fn discard(ptr: *const u8, len: usize) {
-    let start = (ptr as usize).div_ceil(4096) * 4096;
-    let end = (ptr as usize + len) / 4096 * 4096;
-    if end > start {
-        // SAFETY: the caller vouches for the range; failure only means the
-        // pages stay, so the result is ignored.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
-        }
-    }
-}
-
 /// Returns the free memory of the heap to the kernel (`malloc_trim`): the
 /// waiting parent keeps little, and what it (or an instance before it
 /// enters the guest) freed should not stay resident.
