@@ -12,7 +12,7 @@ use crate::{sys, MemoryMode, EXIT_TENDER_FAILED};
 use seccompiler::BpfProgram;
 use shoal_abi::{BOOT_INFO_ADDR, PAGE_SIZE};
 use shoal_loader::{
-    load_archive, load_segments_except, write_boot_state, BootError, BootParams, Clock, EntryState,
+    load_segments_except, write_boot_state, BootError, BootParams, Clock, EntryState,
     GuestMemory, Image, Layout,
 };
 use std::ffi::OsString;
@@ -26,7 +26,9 @@ const SIGNAL_STACK: usize = 64 << 10;
 pub(crate) struct Prepared<'a> {
     pub image: &'a Image,
     pub layout: Layout,
-    pub archive: &'a [u8],
+    /// The file-system archive: a sealed memfd of `layout.archive_size`
+    /// bytes (checked by `crate::instance`), mapped, not copied.
+    pub archive: Option<&'a std::os::fd::OwnedFd>,
     pub argv: &'a [OsString],
     pub env: &'a [OsString],
     pub params: BootParams,
@@ -84,6 +86,8 @@ pub(crate) enum ChildError {
     },
     #[error("{0}")]
     Boot(BootError),
+    #[error("cannot map the file-system archive at {addr:#x}: {err}")]
+    Archive { addr: u64, err: Errno },
     #[error("cannot map the library pool at {addr:#x}: {err}")]
     Pool { addr: u64, err: Errno },
     #[error("cannot protect guest memory [{start:#x}, {end:#x}): {err}")]
@@ -143,6 +147,17 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     // The segments straight from the image's descriptor into guest memory
     // (before the descriptors are closed below).
     load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
+    // The archive: its sealed memfd mapped read-only and private at its
+    // place (the guest only reads it; the file can never change), so it
+    // costs neither a copy in this process nor one in guest memory, and
+    // its pages are touched only when the guest reads them. The bytes of
+    // the last page past the file's end read as zero.
+    if let Some(fd) = p.archive {
+        let (addr, len) = (p.layout.archive_addr, p.layout.archive_size.next_multiple_of(PAGE_SIZE));
+        // SAFETY: the layout placed [addr, addr + len) inside the guest
+        // mapping made above, which no Rust reference points into.
+        unsafe { sys::mmap_file_fixed(addr, len, std::os::fd::AsRawFd::as_raw_fd(fd)) }.map_err(|e| ChildError::Archive { addr, err: Errno(e) })?;
+    }
     // Everything the instance booted from is read or mapped now: from here
     // on it holds no descriptor but the console (fds 0-2) and its listening
     // sockets (3.., every one a guest socket). The `OwnedFd`s of the pool
@@ -155,7 +170,6 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         sys::dup3(from + i, FIRST_SOCKET_FD + i, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
     }
     sys::close_from((FIRST_SOCKET_FD + n) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
-    load_archive(&mem, &p.layout, p.archive).map_err(ChildError::Boot)?;
     let mut params = p.params;
     params.clock = Clock::now(params.clock.tsc_hz);
     let entry = write_boot_state(&mem, p.image, &p.layout, p.argv, p.env, &params)
@@ -194,8 +208,8 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
             protect(s.page_start(), s.page_end(), libc::PROT_READ)?;
         }
     }
-    if !p.archive.is_empty() {
-        let end = (p.layout.archive_addr + p.archive.len() as u64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+    if p.archive.is_some() {
+        let end = (p.layout.archive_addr + p.layout.archive_size).div_ceil(PAGE_SIZE) * PAGE_SIZE;
         protect(p.layout.archive_addr, end, libc::PROT_READ)?;
     }
     protect(BOOT_INFO_ADDR, BOOT_INFO_ADDR + PAGE_SIZE, libc::PROT_READ)?;
