@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -224,6 +224,13 @@ pub const CONSOLE_STDOUT_TTY: u64 = 2;
 /// [`BootInfo::net_flags`]: the guest may open sockets of its own and
 /// connect out (`--net-outbound`).
 pub const NET_OUTBOUND: u64 = 1;
+
+/// [`BootInfo::net_flags`]: the guest may bind any port (`--net-bind-any`):
+/// a `bind` that no listener of [`BootInfo::listeners`] takes makes the
+/// tender open and bind a host socket of the same address and port with
+/// [`net_op::BIND_NEW`], with the tender's own rights (for an instance that
+/// owns its network namespace, as an OCI container does).
+pub const NET_BIND_ANY: u64 = 2;
 
 /// Most listening sockets a tender hands to one instance.
 pub const MAX_LISTENERS: usize = 16;
@@ -505,6 +512,17 @@ pub mod net_op {
     pub const GETSOCKNAME: u32 = 12;
     /// `getpeername(handle, addr, &addrlen)` → address length.
     pub const GETPEERNAME: u32 = 13;
+    /// With [`NET_BIND_ANY`](super::NET_BIND_ANY): `socket(a = domain, b =
+    /// type)` and `bind(addr, addrlen)` in one, made by the tender with its
+    /// own rights; `flags` are [`BIND_REUSEADDR`] and [`BIND_V6ONLY`] (the
+    /// options that must be set before the bind) → new handle, or the
+    /// errno of the host's `socket`/`bind` (`EADDRINUSE`, `EACCES`, …).
+    /// Without the flag: `EACCES`.
+    pub const BIND_NEW: u32 = 14;
+    /// [`BIND_NEW`] flag: set `SO_REUSEADDR` before binding.
+    pub const BIND_REUSEADDR: u32 = 1;
+    /// [`BIND_NEW`] flag: set `IPV6_V6ONLY` before binding (`AF_INET6`).
+    pub const BIND_V6ONLY: u32 = 2;
 }
 
 /// Arguments of [`Hypercall::Net`].

@@ -360,11 +360,11 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
 fn open_net(cfg: &RunConfig, params: &mut BootParams) -> Result<net::Net, HvtError> {
     let opened = shoal_loader::net::open_listeners(&cfg.net)?;
     let outbound = cfg.net.outbound || !cfg.net.allow.is_empty();
-    if !opened.is_empty() || outbound {
+    if !opened.is_empty() || outbound || cfg.net.bind_any {
         raise_nofile();
     }
     params.listener_count = opened.len() as u64;
-    params.net_flags = if outbound { shoal_abi::NET_OUTBOUND } else { 0 };
+    params.net_flags = if outbound { shoal_abi::NET_OUTBOUND } else { 0 } | if cfg.net.bind_any { shoal_abi::NET_BIND_ANY } else { 0 };
     let mut fds = Vec::with_capacity(opened.len());
     for (i, (fd, l)) in opened.into_iter().enumerate() {
         // open_listeners returns at most MAX_LISTENERS.
@@ -373,7 +373,7 @@ fn open_net(cfg: &RunConfig, params: &mut BootParams) -> Result<net::Net, HvtErr
         }
         fds.push(fd);
     }
-    Ok(net::Net::new(fds, outbound, cfg.net.allow.clone()))
+    Ok(net::Net::new(fds, outbound, cfg.net.allow.clone()).with_bind_any(cfg.net.bind_any))
 }
 
 /// Raises the descriptor limit to its hard limit: each guest connection is

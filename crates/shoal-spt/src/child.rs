@@ -39,8 +39,9 @@ pub(crate) struct Prepared<'a> {
     pub mode: MemoryMode,
     pub pool: Option<&'a shoal_loader::pool::PoolPlan>,
     pub pool_ranges: &'a [(u64, u64)],
-    /// Listening sockets: (first descriptor, count); moved down to
-    /// `FIRST_SOCKET_FD..` before the guest runs.
+    /// Listening sockets, and after them the bind channel if any: (first
+    /// descriptor, count); moved down to `FIRST_SOCKET_FD..` before the
+    /// guest runs.
     pub listeners: (i32, i32),
 }
 
