@@ -128,26 +128,6 @@ pub unsafe fn mprotect(addr: u64, len: u64, prot: libc::c_int) -> io::Result<()>
     check(unsafe { libc::mprotect(addr as usize as *mut libc::c_void, len as usize, prot) })
 }
 
-/// `madvise(MADV_DONTNEED)` on the whole pages inside `[ptr, ptr + len)`:
-/// gives those pages back; they read as zero afterwards.
-///
-/// # Safety
-/// Nothing may read the bytes of the range afterwards expecting their old
-/// contents, and the range must belong to one allocation of the caller
-/// (only whole pages strictly inside it are touched, so allocator
-/// bookkeeping next to the buffer is left alone).
-pub unsafe fn discard(ptr: *const u8, len: usize) {
-    let start = (ptr as usize).div_ceil(4096) * 4096;
-    let end = (ptr as usize + len) / 4096 * 4096;
-    if end > start {
-        // SAFETY: the caller vouches for the range; failure only means the
-        // pages stay, so the result is ignored.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
-        }
-    }
-}
-
 /// Returns the free memory of the heap to the kernel (`malloc_trim`): the
 /// waiting parent keeps little, and what it (or an instance before it
 /// enters the guest) freed should not stay resident.
@@ -408,6 +388,59 @@ pub fn seqpacket_pair() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedF
     }
     // SAFETY: both were just created and are owned by nobody else.
     Ok(unsafe { (<std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[0]), <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1])) })
+}
+
+/// The seals of the archive's memfd: no write, no resize, no further
+/// change of seals. A file with all of them never changes again, so a
+/// private mapping of it cannot change under the guest.
+pub const ARCHIVE_SEALS: libc::c_int = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+
+/// `memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING)`: a memory file
+/// that may be sealed ([`add_seals`]).
+pub fn memfd_sealable(name: &core::ffi::CStr) -> io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: `name` is a valid C string; the result is a new descriptor.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// `fcntl(fd, F_ADD_SEALS, seals)`.
+pub fn add_seals(fd: RawFd, seals: libc::c_int) -> io::Result<()> {
+    // SAFETY: F_ADD_SEALS only restricts what may be done with the file.
+    if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `fcntl(fd, F_GET_SEALS)`.
+pub fn seals(fd: RawFd) -> io::Result<libc::c_int> {
+    // SAFETY: F_GET_SEALS only reads the file's seals.
+    let s = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    if s < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(s)
+}
+
+/// `mmap(addr, len, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0)`: the file
+/// read-only and copy-on-write at `addr`, replacing what was there.
+///
+/// # Safety
+/// `[addr, addr + len)` must be memory of this process that no Rust
+/// reference points into (guest memory).
+pub unsafe fn mmap_file_fixed(addr: u64, len: u64, fd: RawFd) -> Result<(), i32> {
+    // SAFETY: the caller vouches for the range; MAP_FIXED replaces exactly it.
+    let p = unsafe {
+        libc::mmap(addr as usize as *mut libc::c_void, len as usize, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, fd, 0)
+    };
+    if p == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    Ok(())
 }
 
 /// `fcntl(fd, F_DUPFD_CLOEXEC, min)`: a close-on-exec copy of `fd` at the
