@@ -40,6 +40,8 @@ pub(crate) struct Prepared<'a> {
     /// Listening sockets: (first descriptor, count); moved down to
     /// `FIRST_SOCKET_FD..` before the guest runs.
     pub listeners: (i32, i32),
+    /// Whether the instance has networking (then it gets a watch set).
+    pub watch: bool,
 }
 
 /// An errno, printed without allocating (std's `io::Error` display
@@ -74,6 +76,8 @@ impl core::fmt::Display for Errno {
 pub(crate) enum ChildError {
     #[error("cannot close the descriptors the instance booted from, or place its listening sockets: {0}")]
     Close(Errno),
+    #[error("cannot make the watch set of the instance's sockets (epoll): {0}")]
+    Watch(Errno),
     #[error("guest memory [{start:#x}, {end:#x}) collides with the tender's own mappings; try a smaller --mem")]
     Collision { start: u64, end: u64 },
     #[error("cannot map {size} of guest memory at {start:#x}: {err}")]
@@ -152,9 +156,14 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         sys::dup3(from + i, FIRST_SOCKET_FD + i, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
     }
     sys::close_from((FIRST_SOCKET_FD + n) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
+    let mut params = p.params;
+    // The watch set of the instance's host sockets, at the descriptor the
+    // seccomp filter pins its epoll calls to (crate::net::watch_fd).
+    if p.watch && crate::net::open_watch(n as u32).map_err(|e| ChildError::Watch(Errno(e)))? {
+        params.net_flags |= shoal_abi::NET_WATCH;
+    }
     load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
     load_archive(&mem, &p.layout, p.archive).map_err(ChildError::Boot)?;
-    let mut params = p.params;
     params.clock = Clock::now(params.clock.tsc_hz);
     let entry = write_boot_state(&mem, p.image, &p.layout, p.argv, p.env, &params)
         .map_err(ChildError::Boot)?;

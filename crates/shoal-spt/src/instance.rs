@@ -130,6 +130,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
         pool: pool.as_ref(),
         pool_ranges: &pool_ranges,
         listeners: (listen_fd0, spec.listeners.len() as i32),
+        watch: policy.any(),
     };
     child::start(&prepared)
 }

@@ -26,14 +26,28 @@
 //! receive clears "readable", on a send "writable"). A descriptor asked
 //! about while a bit is missing refreshes the whole cache with one
 //! zero-timeout `NetPoll`, at most once per system call, so `poll`,
-//! `select` and `epoll_wait` never miss data that arrived; the idle wait
-//! asks the tender only for the bits not already known, so a readable
-//! socket nobody reads does not wake the instance again and again.
+//! `select` and `epoll_wait` never miss data that arrived.
+//!
+//! With the tender's **watch set** (boot info `NET_WATCH`, both tenders
+//! on Linux >= 5.11) a `NetPoll` returns only the sockets whose readiness
+//! rose since they were last reported (the tender's edge-triggered host
+//! epoll), each with its current bits, which replace the cached ones. A
+//! refresh or a wait then costs time in proportion to the sockets that
+//! became ready, not to all of them: a server with 1,000 mostly idle
+//! connections no longer polls 1,000 host sockets per `epoll_wait`. The
+//! cache is exact as long as a bit is cleared only when the host says it
+//! is gone (`EAGAIN`, a short receive or send — after which a new arrival
+//! is a new report), never after a `MSG_PEEK` or once the peer hung up;
+//! a socket attached to a listener the tender already watched asks the
+//! tender once for its current state. Without the watch set, the idle
+//! wait asks the tender (one `ppoll` over the host sockets) only for the
+//! bits not already known, so a readable socket nobody reads does not wake
+//! the instance again and again.
 
 use alloc::collections::BTreeMap;
 use alloc::vec;
 use alloc::vec::Vec;
-use shoal_abi::{net_op, Listener, NetOp, NetPollFd, LISTENER_ANY_PORT, NET_MAX_POLL, NET_OUTBOUND};
+use shoal_abi::{net_op, Listener, NetOp, NetPollFd, LISTENER_ANY_PORT, NET_MAX_POLL, NET_OUTBOUND, NET_WATCH};
 use shoal_plat::{Errno, Global};
 use shoal_vfs::obj::Readiness;
 
@@ -85,7 +99,27 @@ impl HostSock {
         }
         self.ready |= bits;
     }
+
+    /// Takes a watch-set report: the socket's current bits.
+    fn report(&mut self, bits: u32) {
+        if bits & !self.ready != 0 {
+            self.gen += 1;
+        }
+        self.ready = bits;
+    }
+
+    /// Forgets "readable" after a receive that found nothing or drained the
+    /// socket — unless the peer hung up (end of file stays readable, and
+    /// the watch set would not report it again).
+    fn drained(&mut self) {
+        if self.ready & (POLLRDHUP | POLLHUP | POLLERR) == 0 {
+            self.ready &= !POLLIN;
+        }
+    }
 }
+
+/// Most reports collected by one `NetPoll` (more wait for the next).
+const WATCH_BATCH: usize = 256;
 
 struct State {
     socks: BTreeMap<u64, HostSock>,
@@ -97,13 +131,19 @@ struct State {
     refreshed: u64,
     /// Whether the "bind refused" note was printed.
     noted: bool,
+    /// Whether the tender keeps a watch set (`NET_WATCH`).
+    watch: bool,
+    /// Host handle → guest socket, for the watch set's reports.
+    by_host: BTreeMap<i64, u64>,
+    /// Scratch for the reports.
+    events: Vec<NetPollFd>,
 }
 
 static STATE: Global<Option<State>> = Global::new(None);
 
 fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
     STATE.with(|s| {
-        let s = s.get_or_insert_with(|| State { socks: BTreeMap::new(), next: 0, listeners: Vec::new(), outbound: false, refreshed: u64::MAX, noted: false });
+        let s = s.get_or_insert_with(State::new);
         f(s)
     })
 }
@@ -123,6 +163,7 @@ pub fn init() {
     with(|s| {
         s.listeners = info.listeners[..n].iter().map(|l| (*l, false)).collect();
         s.outbound = outbound;
+        s.watch = info.net_flags & NET_WATCH != 0;
     });
     crate::set_inet_backend(alloc::boxed::Box::new(HostBackend));
 }
@@ -172,6 +213,20 @@ fn with_port(mut addr: SockAddr, port: u16) -> SockAddr {
 }
 
 impl State {
+    fn new() -> State {
+        State {
+            socks: BTreeMap::new(),
+            next: 0,
+            listeners: Vec::new(),
+            outbound: false,
+            refreshed: u64::MAX,
+            noted: false,
+            watch: false,
+            by_host: BTreeMap::new(),
+            events: Vec::new(),
+        }
+    }
+
     fn get(&mut self, h: u64) -> Result<&mut HostSock, Errno> {
         self.socks.get_mut(&h).ok_or(Errno::EBADF)
     }
@@ -198,6 +253,7 @@ impl State {
         let opts = s.opts.clone();
         s.host = Some(fd);
         s.ready = POLLOUT;
+        self.by_host.insert(fd, h);
         for name in [SO_REUSEADDR, SO_REUSEPORT, SO_KEEPALIVE, SO_BROADCAST] {
             if let Ok(v) = opts.get(name) {
                 if v != 0i32.to_ne_bytes() {
@@ -208,10 +264,61 @@ impl State {
         Ok(fd)
     }
 
+    /// Attaches guest socket `h` to handed-over listener `i`. With the
+    /// watch set, asks the tender for the listener's current state once: a
+    /// connection that arrived before (or was reported to a socket attached
+    /// earlier) is not reported again.
+    fn attach(&mut self, h: u64, i: usize) -> Result<i64, Errno> {
+        self.listeners[i].1 = true;
+        let fd = self.listeners[i].0.handle;
+        let sock = self.get(h)?;
+        sock.host = Some(fd);
+        sock.listener = Some(i);
+        self.by_host.insert(fd, h);
+        if self.watch {
+            let mut f = [NetPollFd { handle: fd as i32, events: (POLLIN | POLLOUT) as i16, revents: 0 }];
+            if shoal_plat::hypercall::net_poll(&mut f, 0) > 0 {
+                self.get(h)?.report(f[0].revents as u16 as u32);
+            }
+        }
+        Ok(fd)
+    }
+
+    /// Waits for the watch set's reports (and standard input, when a reader
+    /// wants it) for at most `timeout_ns`; takes them. Returns `None` when
+    /// there was nothing to wait for.
+    fn poll_watch(&mut self, timeout_ns: u64) -> Option<i64> {
+        let stdin = shoal_plat::console::with_stdin(|s| s.wants_wait());
+        if self.by_host.is_empty() && !stdin {
+            return None;
+        }
+        let mut fds = [NetPollFd { handle: shoal_abi::STDIN_HANDLE, events: POLLIN as i16, revents: 0 }];
+        let fds: &mut [NetPollFd] = if stdin { &mut fds } else { &mut [] };
+        let mut events = core::mem::take(&mut self.events);
+        events.resize(WATCH_BATCH, NetPollFd::default());
+        let (rc, n) = shoal_plat::hypercall::net_poll_watch(fds, &mut events, timeout_ns);
+        if rc > 0 && stdin {
+            let revents = fds[0].revents;
+            shoal_plat::console::with_stdin(|s| s.learn(revents));
+        }
+        for e in &events[..n] {
+            if let Some(id) = self.by_host.get(&i64::from(e.handle)) {
+                if let Some(s) = self.socks.get_mut(id) {
+                    s.report(e.revents as u16 as u32);
+                }
+            }
+        }
+        self.events = events;
+        Some(if rc < 0 { rc } else { rc + n as i64 })
+    }
+
     /// Polls every host socket with a bit not known yet, for at most
     /// `timeout_ns`; learns what happened. Returns `None` when there was
     /// nothing to wait for.
     fn poll(&mut self, timeout_ns: u64) -> Option<i64> {
+        if self.watch {
+            return self.poll_watch(timeout_ns);
+        }
         let mut fds: Vec<NetPollFd> = Vec::new();
         let mut ids: Vec<u64> = Vec::new();
         for (&id, s) in &self.socks {
@@ -322,12 +429,8 @@ impl Backend for HostBackend {
                 return Err(Errno::EINVAL);
             }
             if let Some(i) = s.find_listener(ty, Some(port)) {
-                s.listeners[i].1 = true;
-                let fd = s.listeners[i].0.handle;
-                let sock = s.get(h)?;
-                sock.host = Some(fd);
-                sock.listener = Some(i);
-                sock.local = Some(addr.to_vec());
+                s.attach(h, i)?;
+                s.get(h)?.local = Some(addr.to_vec());
                 return Ok(());
             }
             if !s.outbound || port != 0 {
@@ -358,11 +461,7 @@ impl Backend for HostBackend {
             if sock.host.is_none() {
                 // An unbound socket: a --listen-fd listener, if any.
                 let i = s.find_listener(ty, None).ok_or(Errno::EACCES)?;
-                s.listeners[i].1 = true;
-                let fd = s.listeners[i].0.handle;
-                let sock = s.get(h)?;
-                sock.host = Some(fd);
-                sock.listener = Some(i);
+                s.attach(h, i)?;
             }
             let sock = s.get(h)?;
             sock.listening = true;
@@ -399,6 +498,7 @@ impl Backend for HostBackend {
             c.ready = POLLOUT;
             c.guest_port = guest_port;
             s.socks.insert(id, c);
+            s.by_host.insert(nfd, id);
             let n = (o.a as usize).min(peer.len());
             Ok((id, peer[..n].to_vec()))
         })
@@ -409,10 +509,16 @@ impl Backend for HostBackend {
         with(|s| {
             let fd = s.create_host(h)?;
             let r = op(NetOp { op: net_op::CONNECT, handle: fd, addr: addr.as_ptr() as u64, addrlen: addr.len() as u64, ..NetOp::default() }).0;
+            // What was known before connecting (an unconnected socket
+            // reports a hang-up) no longer holds; the tender reports the
+            // connection's completion.
             match r {
-                Ok(_) => Ok(()),
+                Ok(_) => {
+                    s.get(h)?.ready = POLLOUT;
+                    Ok(())
+                }
                 Err(e) if e == EINPROGRESS => {
-                    s.get(h)?.ready &= !POLLOUT;
+                    s.get(h)?.ready = 0;
                     Err(e)
                 }
                 Err(e) => Err(e),
@@ -508,8 +614,8 @@ impl Backend for HostBackend {
             let n = match r {
                 Ok(n) => n as usize,
                 Err(e) => {
-                    if e == Errno::EAGAIN {
-                        s.get(h)?.ready &= !POLLIN;
+                    if e == Errno::EAGAIN && flags & MSG_PEEK == 0 {
+                        s.get(h)?.drained();
                     }
                     return Err(e);
                 }
@@ -528,10 +634,10 @@ impl Backend for HostBackend {
                         _ => break,
                     }
                 }
-            } else if !dgram && n > 0 && n < bufs[0].len() {
-                // Probably drained: ask the tender again before believing
-                // it is readable.
-                s.get(h)?.ready &= !POLLIN;
+            } else if !dgram && n > 0 && n < bufs[0].len() && flags & MSG_PEEK == 0 {
+                // Drained (a stream returns less only when it has no more):
+                // new data is a new report, or a refresh finds it.
+                s.get(h)?.drained();
             }
             if o.a > 0 && dgram {
                 got.from = Some(from[..(o.a as usize).min(from.len())].to_vec());
@@ -661,6 +767,11 @@ impl Backend for HostBackend {
     fn close(&mut self, h: u64) {
         with(|s| {
             if let Some(sock) = s.socks.remove(&h) {
+                if let Some(fd) = sock.host {
+                    if s.by_host.get(&fd) == Some(&h) {
+                        s.by_host.remove(&fd);
+                    }
+                }
                 if let Some(i) = sock.listener {
                     // The tender's listener stays open for a later bind.
                     if let Some(l) = s.listeners.get_mut(i) {
@@ -701,7 +812,7 @@ mod tests {
     #[test]
     fn a_bind_attaches_to_the_listener_of_its_port_then_to_an_any_port_one() {
         let l = |port, ty: i32| (Listener { handle: 3, port, sock_type: ty as u32, family: AF_INET as u32, reserved: 0 }, false);
-        let mut s = State { socks: BTreeMap::new(), next: 0, listeners: vec![l(80, SOCK_STREAM), l(LISTENER_ANY_PORT, SOCK_STREAM), l(53, SOCK_DGRAM)], outbound: false, refreshed: 0, noted: false };
+        let mut s = State { listeners: vec![l(80, SOCK_STREAM), l(LISTENER_ANY_PORT, SOCK_STREAM), l(53, SOCK_DGRAM)], ..State::new() };
         assert_eq!(s.find_listener(SOCK_STREAM, Some(80)), Some(0));
         assert_eq!(s.find_listener(SOCK_DGRAM, Some(53)), Some(2));
         // No TCP listener for 8080: the handed-over (any-port) one.
