@@ -764,10 +764,51 @@ mod tests {
             assert_eq!(n.fd(h), Err(neg(libc::EBADF)), "handle {h}");
         }
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), 4);
+        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), Ok(4));
         n.socks[0] = None;
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), 3, "the lowest free handle");
+        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), Ok(3), "the lowest free handle");
+    }
+
+    /// Reads `n` reports from guest address `at`.
+    fn reports(g: &Guest<'_>, at: u64, n: u64) -> Vec<(i32, i16)> {
+        (0..n).map(|i| g.mem.read_obj::<NetPollFd>(GuestAddr(at + i * 8)).map(|e| (e.handle, e.revents)).unwrap()).collect()
+    }
+
+    #[test]
+    fn the_watch_set_reports_only_sockets_whose_readiness_rose() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mut n = Net::new(vec![OwnedFd::from(l)], false, Vec::new());
+        assert!(n.watching(), "this host has epoll_pwait2");
+        with_guest(|g| {
+            let ev = GuestMemory::LOW + 0x4000;
+            let wait = |n: &mut Net, timeout_ns| {
+                let mut a = NetPollArgs { events: ev, max_events: 16, timeout_ns, ..NetPollArgs::default() };
+                assert_eq!(n.poll(g, &mut a).unwrap(), 0);
+                reports(g, ev, a.nevents)
+            };
+            assert_eq!(wait(&mut n, 0), vec![], "nothing happened yet");
+            let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            assert_eq!(wait(&mut n, 5_000_000_000), vec![(3, libc::POLLIN)], "a connection on the listener");
+            assert_eq!(wait(&mut n, 0), vec![], "edge-triggered: reported once");
+            let h = run(&mut n, g, NetOp { op: net_op::ACCEPT, handle: 3, ..NetOp::default() });
+            assert_eq!(h, 4);
+            assert_eq!(wait(&mut n, 5_000_000_000), vec![(4, libc::POLLOUT)], "an accepted socket is reported when watching starts");
+            c.write_all(b"hi").unwrap();
+            assert_eq!(wait(&mut n, 5_000_000_000), vec![(4, libc::POLLIN | libc::POLLOUT)]);
+            drop(c);
+            let r = wait(&mut n, 5_000_000_000);
+            assert_eq!(r.len(), 1);
+            assert_eq!((r[0].0, r[0].1 & (libc::POLLIN | libc::POLLRDHUP as i16)), (4, libc::POLLIN | libc::POLLRDHUP as i16), "the hang-up");
+            // Too many level-triggered entries, or a report array outside
+            // writable guest memory (the first page is read-only).
+            let mut a = NetPollArgs { fds: ev, nfds: NET_MAX_POLL_WATCH + 1, events: ev, max_events: 1, ..NetPollArgs::default() };
+            assert_eq!(n.poll(g, &mut a).unwrap(), neg(libc::EINVAL));
+            let mut a = NetPollArgs { events: GuestMemory::LOW, max_events: 1, ..NetPollArgs::default() };
+            assert_eq!(n.poll(g, &mut a).unwrap(), neg(libc::EFAULT));
+        });
     }
 
     /// A guest of 0x10000 bytes above `GuestMemory::LOW` whose first page

@@ -824,6 +824,23 @@ mod tests {
     }
 
     #[test]
+    fn watch_reports_replace_the_bits_and_a_hung_up_socket_stays_readable() {
+        let mut k = HostSock::new(AF_INET, SOCK_STREAM, 0);
+        // An unconnected socket's report (hang-up), then the connection's.
+        k.report(POLLOUT | POLLHUP);
+        assert_eq!((k.ready, k.gen), (POLLOUT | POLLHUP, 1));
+        k.report(POLLOUT);
+        assert_eq!((k.ready, k.gen), (POLLOUT, 1), "a report of fewer bits is no new readiness");
+        k.report(POLLIN | POLLOUT);
+        assert_eq!((k.ready, k.gen), (POLLIN | POLLOUT, 2));
+        k.drained();
+        assert_eq!(k.ready, POLLOUT, "drained: the next arrival is a new report");
+        k.report(POLLIN | POLLOUT | POLLRDHUP);
+        k.drained();
+        assert_eq!(k.ready & POLLIN, POLLIN, "end of file stays readable");
+    }
+
+    #[test]
     fn readiness_gains_bump_the_generation_only_when_new() {
         let mut k = HostSock::new(AF_INET, SOCK_STREAM, 0);
         k.learn(POLLOUT);
