@@ -51,6 +51,10 @@ struct Item {
     seen: Option<u64>,
     /// ONESHOT: false once reported, until re-armed.
     armed: bool,
+    /// Whether the description can become ready by itself at a deadline
+    /// (a timerfd or an epoll instance; what it is never changes), so
+    /// [`deadline`] asks only these instead of every entry.
+    timed: bool,
 }
 
 /// One epoll instance.
@@ -141,7 +145,8 @@ pub(crate) fn deadline(id: u64, vfs: &Vfs) -> Option<u64> {
         DEPTH.fetch_sub(1, Ordering::Relaxed);
         return None;
     }
-    let ofds: Vec<usize> = crate::with(|n| epoll_mut(n, id).map(|e| e.items.keys().map(|k| k.0).collect()).unwrap_or_default());
+    let ofds: Vec<usize> =
+        crate::with(|n| epoll_mut(n, id).map(|e| e.items.iter().filter(|(_, it)| it.timed).map(|(k, _)| k.0).collect()).unwrap_or_default());
     let d = ofds.into_iter().filter_map(|o| vfs.ofd_deadline(o)).min();
     DEPTH.fetch_sub(1, Ordering::Relaxed);
     d
@@ -201,6 +206,7 @@ pub fn ctl(epfd: i32, op: i32, fd: i32, event: u64) -> SysResult {
     // Descriptions that are epoll instances, for the cycle check (vfs is
     // asked before our state is borrowed).
     let target_is_epoll = obj.is_some_and(|id| crate::with(|n| epoll_mut(n, id).is_some()));
+    let timed = obj.is_some_and(|id| crate::with(|n| matches!(n.objs.get(&id), Some(Obj::Timer(_) | Obj::Epoll(_)))));
     if let Some((events, _)) = ev {
         if events & EPOLLEXCLUSIVE != 0 && (op == EPOLL_CTL_MOD || target_is_epoll || events & EPOLLONESHOT != 0) {
             return Err(Errno::EINVAL);
@@ -222,14 +228,14 @@ pub fn ctl(epfd: i32, op: i32, fd: i32, event: u64) -> SysResult {
                 if e.items.contains_key(&key) {
                     return Err(Errno::EEXIST);
                 }
-                e.items.insert(key, Item { events, data, seen: None, armed: true });
+                e.items.insert(key, Item { events, data, seen: None, armed: true, timed });
             }
             (EPOLL_CTL_MOD, Some((events, data))) => {
                 let it = e.items.get_mut(&key).ok_or(Errno::ENOENT)?;
                 if it.events & EPOLLEXCLUSIVE != 0 {
                     return Err(Errno::EINVAL);
                 }
-                *it = Item { events, data, seen: None, armed: true };
+                *it = Item { events, data, seen: None, armed: true, timed };
             }
             (EPOLL_CTL_DEL, None) => {
                 e.items.remove(&key).ok_or(Errno::ENOENT)?;
