@@ -801,7 +801,7 @@ mod tests {
             drop(c);
             let r = wait(&mut n, 5_000_000_000);
             assert_eq!(r.len(), 1);
-            assert_eq!((r[0].0, r[0].1 & (libc::POLLIN | libc::POLLRDHUP as i16)), (4, libc::POLLIN | libc::POLLRDHUP as i16), "the hang-up");
+            assert_eq!((r[0].0, r[0].1 & (libc::POLLIN | libc::POLLRDHUP)), (4, libc::POLLIN | libc::POLLRDHUP), "the hang-up");
             // Too many level-triggered entries, or a report array outside
             // writable guest memory (the first page is read-only).
             let mut a = NetPollArgs { fds: ev, nfds: NET_MAX_POLL_WATCH + 1, events: ev, max_events: 1, ..NetPollArgs::default() };
