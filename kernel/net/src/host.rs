@@ -44,7 +44,7 @@
 //! bits not already known, so a readable socket nobody reads does not wake
 //! the instance again and again.
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec;
 use alloc::vec::Vec;
 use shoal_abi::{net_op, Listener, NetOp, NetPollFd, LISTENER_ANY_PORT, NET_MAX_POLL, NET_OUTBOUND, NET_WATCH};
@@ -137,7 +137,16 @@ struct State {
     by_host: BTreeMap<i64, u64>,
     /// Scratch for the reports.
     events: Vec<NetPollFd>,
+    /// Sequence number of the last readiness gain (see [`State::gained`]).
+    seq: u64,
+    /// The recent gains: (sequence number, socket), oldest first.
+    gains: VecDeque<(u64, u64)>,
+    /// The log holds every gain after this sequence number.
+    floor: u64,
 }
+
+/// Most gains the log keeps (older ones make `epoll_wait` ask every socket).
+const MAX_GAINS: usize = 4096;
 
 static STATE: Global<Option<State>> = Global::new(None);
 
@@ -224,6 +233,21 @@ impl State {
             watch: false,
             by_host: BTreeMap::new(),
             events: Vec::new(),
+            seq: 0,
+            gains: VecDeque::new(),
+            floor: 0,
+        }
+    }
+
+    /// Notes that socket `h` may have gained readiness bits or a new event
+    /// generation (`Backend::gains_since`).
+    fn gained(&mut self, h: u64) {
+        self.seq += 1;
+        self.gains.push_back((self.seq, h));
+        if self.gains.len() > MAX_GAINS {
+            if let Some((q, _)) = self.gains.pop_front() {
+                self.floor = q;
+            }
         }
     }
 
@@ -254,6 +278,7 @@ impl State {
         s.host = Some(fd);
         s.ready = POLLOUT;
         self.by_host.insert(fd, h);
+        self.gained(h);
         for name in [SO_REUSEADDR, SO_REUSEPORT, SO_KEEPALIVE, SO_BROADCAST] {
             if let Ok(v) = opts.get(name) {
                 if v != 0i32.to_ne_bytes() {
@@ -281,6 +306,7 @@ impl State {
                 self.get(h)?.report(f[0].revents as u16 as u32);
             }
         }
+        self.gained(h);
         Ok(fd)
     }
 
@@ -302,9 +328,13 @@ impl State {
             shoal_plat::console::with_stdin(|s| s.learn(revents));
         }
         for e in &events[..n] {
-            if let Some(id) = self.by_host.get(&i64::from(e.handle)) {
-                if let Some(s) = self.socks.get_mut(id) {
+            if let Some(&id) = self.by_host.get(&i64::from(e.handle)) {
+                if let Some(s) = self.socks.get_mut(&id) {
+                    let gen = s.gen;
                     s.report(e.revents as u16 as u32);
+                    if s.gen != gen {
+                        self.gained(id);
+                    }
                 }
             }
         }
@@ -354,10 +384,14 @@ impl State {
                 let revents = fds[fds.len() - 1].revents;
                 shoal_plat::console::with_stdin(|s| s.learn(revents));
             }
-            for (f, id) in fds.iter().zip(&ids) {
+            for (f, &id) in fds.iter().zip(&ids) {
                 if f.revents != 0 {
-                    if let Some(s) = self.socks.get_mut(id) {
+                    if let Some(s) = self.socks.get_mut(&id) {
+                        let gen = s.gen;
                         s.learn(f.revents as u16 as u32);
+                        if s.gen != gen {
+                            self.gained(id);
+                        }
                     }
                 }
             }
@@ -515,6 +549,7 @@ impl Backend for HostBackend {
             match r {
                 Ok(_) => {
                     s.get(h)?.ready = POLLOUT;
+                    s.gained(h);
                     Ok(())
                 }
                 Err(e) if e == EINPROGRESS => {
@@ -751,6 +786,18 @@ impl Backend for HostBackend {
                 Some(sock) => Readiness { mask: if sock.ty == SOCK_DGRAM { POLLOUT } else { POLLOUT | POLLHUP }, gen: sock.gen },
                 None => Readiness { mask: POLLERR | POLLHUP, gen: 0 },
             }
+        })
+    }
+
+    fn gains_since(&self, since: u64) -> (u64, Option<Vec<u64>>) {
+        with(|s| {
+            refresh_if_stale(s);
+            if since < s.floor {
+                return (s.seq, None);
+            }
+            // The log is in sequence order: walk back to `since`.
+            let hs = s.gains.iter().rev().take_while(|(q, _)| *q > since).map(|(_, h)| *h).collect();
+            (s.seq, Some(hs))
         })
     }
 
