@@ -239,6 +239,16 @@ impl State {
         }
     }
 
+    /// The sockets that gained after sequence number `since`, or `None` if
+    /// the log no longer reaches back that far.
+    fn gains_after(&self, since: u64) -> Option<Vec<u64>> {
+        if since < self.floor {
+            return None;
+        }
+        // The log is in sequence order: walk back to `since`.
+        Some(self.gains.iter().rev().take_while(|(q, _)| *q > since).map(|(_, h)| *h).collect())
+    }
+
     /// Notes that socket `h` may have gained readiness bits or a new event
     /// generation (`Backend::gains_since`).
     fn gained(&mut self, h: u64) {
@@ -792,12 +802,7 @@ impl Backend for HostBackend {
     fn gains_since(&self, since: u64) -> (u64, Option<Vec<u64>>) {
         with(|s| {
             refresh_if_stale(s);
-            if since < s.floor {
-                return (s.seq, None);
-            }
-            // The log is in sequence order: walk back to `since`.
-            let hs = s.gains.iter().rev().take_while(|(q, _)| *q > since).map(|(_, h)| *h).collect();
-            (s.seq, Some(hs))
+            (s.seq, s.gains_after(since))
         })
     }
 
@@ -885,6 +890,23 @@ mod tests {
         k.report(POLLIN | POLLOUT | POLLRDHUP);
         k.drained();
         assert_eq!(k.ready & POLLIN, POLLIN, "end of file stays readable");
+    }
+
+    #[test]
+    fn the_gain_log_names_what_gained_since_and_says_when_it_forgot() {
+        let mut s = State::new();
+        assert_eq!(s.gains_after(0), Some(vec![]));
+        s.gained(7);
+        s.gained(9);
+        let at = s.seq;
+        s.gained(7);
+        assert_eq!(s.gains_after(at), Some(vec![7]));
+        assert_eq!(s.gains_after(0), Some(vec![7, 9, 7]));
+        for h in 0..MAX_GAINS as u64 {
+            s.gained(h);
+        }
+        assert_eq!(s.gains_after(at), None, "older than the log: ask every socket");
+        assert_eq!(s.gains_after(s.seq - 1), Some(vec![MAX_GAINS as u64 - 1]));
     }
 
     #[test]
