@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 9;
+pub const ABI_VERSION: u32 = 10;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -224,6 +224,11 @@ pub const CONSOLE_STDOUT_TTY: u64 = 2;
 /// [`BootInfo::net_flags`]: the guest may open sockets of its own and
 /// connect out (`--net-outbound`).
 pub const NET_OUTBOUND: u64 = 1;
+/// [`BootInfo::net_flags`]: the tender keeps a watch set of the instance's
+/// host sockets, so [`Hypercall::NetPoll`] can report the sockets whose
+/// readiness rose ([`NetPollArgs::events`]) in time proportional to them,
+/// not to all sockets. Without it the guest polls every socket itself.
+pub const NET_WATCH: u64 = 4;
 
 /// [`BootInfo::net_flags`]: the guest may bind any port (`--net-bind-any`):
 /// a `bind` that no listener of [`BootInfo::listeners`] takes makes the
@@ -629,6 +634,10 @@ pub struct FaultArgs {
 pub const NET_MAX_OPS: u64 = 64;
 /// Most descriptors in one [`Hypercall::NetPoll`].
 pub const NET_MAX_POLL: u64 = 4096;
+/// Most descriptors in one [`Hypercall::NetPoll`] that also collects the
+/// watch set's reports ([`NetPollArgs::max_events`] > 0): the few the
+/// watch set does not hold (standard input).
+pub const NET_MAX_POLL_WATCH: u64 = 8;
 
 /// Socket operations ([`NetOp::op`]). Addresses are Linux `sockaddr`s,
 /// flags and options Linux values; results are what the Linux call
@@ -728,6 +737,22 @@ pub struct NetPollArgs {
     pub timeout_ns: u64,
     /// Out: how many entries have events, or a negative Linux errno.
     pub ret: i64,
+    /// With [`NET_WATCH`]: guest address of an array of [`NetPollFd`] the
+    /// tender fills with the watched host sockets whose readiness rose
+    /// (edge-triggered: data, space, a connection, a hang-up arrived) since
+    /// they were last reported — `handle` and `revents` (the socket's
+    /// current `POLLIN`/`POLLOUT`/`POLLRDHUP`/`POLLERR`/`POLLHUP` bits);
+    /// `events` is 0. The tender watches every host socket it hands over,
+    /// creates or accepts, from then until it is closed; a socket is
+    /// reported once when watching starts if it is ready then. The call
+    /// also returns, then, when such a socket exists. 0 with `max_events`
+    /// 0: only `fds` (level-triggered, as without [`NET_WATCH`]).
+    pub events: u64,
+    /// Capacity of `events` (at most [`NET_MAX_POLL`]); sockets left over
+    /// are reported by a later call.
+    pub max_events: u64,
+    /// Out: how many entries of `events` were written.
+    pub nevents: u64,
 }
 
 /// One host socket to wait for, as in Linux's `struct pollfd`.

@@ -345,7 +345,7 @@ pub fn handle(
                 Ok(a) => a,
                 Err(r) => return Action::Refused(r),
             };
-            a.ret = match net.poll(g, &a) {
+            a.ret = match net.poll(g, &mut a) {
                 Ok(r) => r,
                 // Nothing to wait for and no deadline (spt does the same).
                 Err(crate::net::NothingToWaitFor) => return Action::BlockedForever,

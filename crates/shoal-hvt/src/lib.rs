@@ -374,7 +374,11 @@ fn open_net(cfg: &RunConfig, params: &mut BootParams) -> Result<net::Net, HvtErr
         }
         fds.push(fd);
     }
-    Ok(net::Net::new(fds, outbound, cfg.net.allow.clone()).with_bind_any(cfg.net.bind_any))
+    let n = net::Net::new(fds, outbound, cfg.net.allow.clone()).with_bind_any(cfg.net.bind_any);
+    if n.watching() {
+        params.net_flags |= shoal_abi::NET_WATCH;
+    }
+    Ok(n)
 }
 
 /// Raises the descriptor limit to its hard limit: each guest connection is

@@ -33,9 +33,16 @@
 //! guest kernel blocks its threads, and the instance sleeps only in
 //! `NetPoll`, which is `ppoll` on the table's descriptors with the guest's
 //! deadline, so an idle instance costs no CPU.
+//!
+//! **The watch set** (as on spt): the VMM keeps one epoll instance with
+//! every table entry registered edge-triggered under its handle (listeners
+//! from the start, each socket as `SOCKET` or `ACCEPT` adds it; dropping an
+//! entry closes it, which removes it). `NetPoll` with `max_events` reports
+//! the handles whose readiness rose (`epoll_pwait2`), so a wait costs time
+//! proportional to the ready sockets, not to all of them.
 
 use crate::hypercall::Guest;
-use shoal_abi::{net_op, NetArgs, NetOp, NetPollArgs, NetPollFd, NET_MAX_OPS, NET_MAX_POLL};
+use shoal_abi::{net_op, NetArgs, NetOp, NetPollArgs, NetPollFd, NET_MAX_OPS, NET_MAX_POLL, NET_MAX_POLL_WATCH};
 use shoal_loader::net::Allow;
 use shoal_loader::GuestAddr;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -98,8 +105,51 @@ pub struct Net {
     /// Scratch for `NetPoll` (kept to avoid an allocation per exit).
     pollfds: Vec<libc::pollfd>,
     entries: Vec<NetPollFd>,
+    /// The watch set (module docs), if the host has `epoll_pwait2`.
+    watch: Option<OwnedFd>,
+    /// Scratch for the watch set's reports.
+    evbuf: Vec<libc::epoll_event>,
     /// Counts, for the statistics line.
     pub stats: NetStats,
+}
+
+/// Most reports one `NetPoll` collects; the rest stay on the host's ready
+/// list for the next call.
+const WATCH_BATCH: usize = 256;
+/// What the watch set reports: readiness and its loss, edge-triggered.
+const WATCH_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+/// The bits a report carries to the guest (`POLL*` values).
+const REPORTED: u32 = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP) as u32;
+
+fn timespec(ns: u64) -> libc::timespec {
+    libc::timespec { tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
+}
+
+/// A new watch set, or `None` when the host cannot make one or lacks
+/// `epoll_pwait2` (Linux < 5.11): the guest then polls every socket.
+fn open_watch() -> Option<OwnedFd> {
+    // SAFETY: epoll_create1 takes no pointers.
+    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` was just created and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
+    let ts = timespec(0);
+    // SAFETY: `ev` is one writable event, `ts` a valid timespec.
+    let rc = unsafe { libc::syscall(libc::SYS_epoll_pwait2, fd.as_raw_fd(), &mut ev, 1, &ts, core::ptr::null::<libc::sigset_t>(), 8usize) };
+    (rc >= 0).then_some(fd)
+}
+
+/// Registers `fd` in watch set `set` under `handle`.
+fn watch(set: &OwnedFd, fd: RawFd, handle: i64) -> Result<(), i32> {
+    let mut ev = libc::epoll_event { events: WATCH_EVENTS, u64: handle as u64 };
+    // SAFETY: `ev` is a valid event; epoll_ctl only reads it.
+    if unsafe { libc::epoll_ctl(set.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+        return Err(errno());
+    }
+    Ok(())
 }
 
 fn neg(e: i32) -> i64 {
@@ -223,8 +273,11 @@ impl Net {
     /// With `outbound`, the guest may make sockets of its own; a non-empty
     /// `allow` limits where they go.
     pub fn new(listeners: Vec<OwnedFd>, outbound: bool, allow: Vec<Allow>) -> Net {
-        let socks = listeners.into_iter().map(|fd| Some(Sock { fd, kind: Kind::Listener })).collect();
-        Net { socks, outbound, allow, bind_any: false, pollfds: Vec::new(), entries: Vec::new(), stats: NetStats::default() }
+        let socks: Vec<Option<Sock>> = listeners.into_iter().map(|fd| Some(Sock { fd, kind: Kind::Listener })).collect();
+        let watch = open_watch().filter(|set| {
+            socks.iter().enumerate().all(|(i, s)| s.as_ref().is_none_or(|s| watch(set, s.fd.as_raw_fd(), FIRST_HANDLE + i as i64).is_ok()))
+        });
+        Net { socks, outbound, allow, bind_any: false, pollfds: Vec::new(), entries: Vec::new(), watch, evbuf: Vec::new(), stats: NetStats::default() }
     }
 
     /// With `on`, the guest may have host sockets bound to any port
@@ -232,6 +285,11 @@ impl Net {
     pub fn with_bind_any(mut self, on: bool) -> Net {
         self.bind_any = on;
         self
+    }
+
+    /// Whether there is a watch set (boot info `NET_WATCH`).
+    pub fn watching(&self) -> bool {
+        self.watch.is_some()
     }
 
     fn get(&self, h: i64) -> Result<&Sock, i64> {
@@ -243,8 +301,19 @@ impl Net {
         self.get(h).map(|s| s.fd.as_raw_fd())
     }
 
+    /// Puts `fd` in the lowest free slot and in the watch set; returns its
+    /// handle, or (closing `fd`) `-ENOMEM` when the watch set cannot take
+    /// it (what `accept` and `socket` give for want of resources).
+    fn insert(&mut self, fd: OwnedFd, kind: Kind) -> Result<i64, i64> {
+        let next = FIRST_HANDLE + self.socks.iter().position(Option::is_none).unwrap_or(self.socks.len()) as i64;
+        if let Some(set) = &self.watch {
+            watch(set, fd.as_raw_fd(), next).map_err(|_| neg(libc::ENOMEM))?;
+        }
+        Ok(self.put(fd, kind))
+    }
+
     /// Puts `fd` in the lowest free slot; returns its handle.
-    fn insert(&mut self, fd: OwnedFd, kind: Kind) -> i64 {
+    fn put(&mut self, fd: OwnedFd, kind: Kind) -> i64 {
         let s = Some(Sock { fd, kind });
         let i = match self.socks.iter().position(Option::is_none) {
             Some(i) => {
@@ -355,7 +424,7 @@ impl Net {
                 }
                 // SAFETY: `fd` was just created and nothing else owns it.
                 let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-                Ok(self.insert(fd, Kind::Own { tcp: ty == libc::SOCK_STREAM }))
+                self.insert(fd, Kind::Own { tcp: ty == libc::SOCK_STREAM })
             }
             net_op::BIND | net_op::CONNECT => {
                 let s = self.get(op.handle)?;
@@ -396,7 +465,7 @@ impl Net {
                 }
                 let len = Self::addr_in(g, op, &mut sa)?;
                 let fd = shoal_loader::net::bind_new(op.a as i32, op.b as i32, op.flags, &sa[..len]).map_err(neg)?;
-                Ok(self.insert(fd, Kind::Listener))
+                self.insert(fd, Kind::Listener)
             }
             net_op::LISTEN => {
                 let fd = self.fd(op.handle)?;
@@ -425,7 +494,7 @@ impl Net {
                     // saw it.
                     Self::addr_out(g, op, &sa, len)?;
                 }
-                Ok(self.insert(nfd, Kind::Accepted))
+                self.insert(nfd, Kind::Accepted)
             }
             net_op::SEND => {
                 let fd = self.fd(op.handle)?;
@@ -534,8 +603,12 @@ impl Net {
     /// 0 on time-out, or a negative errno. A poll with nothing to wait for
     /// and no deadline would never return: the caller stops the instance
     /// instead.
-    pub fn poll(&mut self, g: &Guest<'_>, a: &NetPollArgs) -> Result<i64, NothingToWaitFor> {
+    pub fn poll(&mut self, g: &Guest<'_>, a: &mut NetPollArgs) -> Result<i64, NothingToWaitFor> {
         self.stats.polls += 1;
+        a.nevents = 0;
+        if a.max_events > 0 {
+            return Ok(self.poll_watch(g, a));
+        }
         if a.nfds > NET_MAX_POLL {
             return Ok(neg(libc::EINVAL));
         }
@@ -602,6 +675,85 @@ impl Net {
         }
         Ok(rc + invalid)
     }
+
+    /// `NetPoll` with the watch set: waits for the guest's few
+    /// level-triggered entries (standard input, table handles) and the
+    /// watch set at once — `epoll_pwait2` alone when there are none, else
+    /// `ppoll` with the watch descriptor added — then writes up to
+    /// `max_events` reports (handle, `POLL*` bits) to the guest's `events`.
+    /// Sets `nevents`; returns the number of `fds` entries with events.
+    fn poll_watch(&mut self, g: &Guest<'_>, a: &mut NetPollArgs) -> i64 {
+        let Some(set) = self.watch.as_ref().map(AsRawFd::as_raw_fd) else {
+            return neg(libc::EINVAL);
+        };
+        if a.nfds > NET_MAX_POLL_WATCH || a.max_events > NET_MAX_POLL {
+            return neg(libc::EINVAL);
+        }
+        let size = core::mem::size_of::<NetPollFd>() as u64;
+        // No overflow: both counts are bounded above.
+        if !g.read_only.writable(g.mem, a.events, a.max_events * size) || (a.nfds > 0 && !g.read_only.writable(g.mem, a.fds, a.nfds * size)) {
+            return neg(libc::EFAULT);
+        }
+        let ts = timespec(a.timeout_ns);
+        let zero = timespec(0);
+        let tsp = if a.timeout_ns == u64::MAX { core::ptr::null() } else { &ts as *const libc::timespec };
+        if a.timeout_ns > 0 {
+            self.stats.waits += 1;
+        }
+        let mut ret = 0;
+        let wait_tsp = if a.nfds == 0 {
+            tsp
+        } else {
+            self.entries.clear();
+            self.pollfds.clear();
+            for i in 0..a.nfds {
+                let Ok(e) = g.mem.read_obj::<NetPollFd>(GuestAddr(a.fds + i * size)) else {
+                    return neg(libc::EFAULT);
+                };
+                let fd = if e.handle == shoal_abi::STDIN_HANDLE { 0 } else { self.fd(i64::from(e.handle)).unwrap_or(-1) };
+                self.entries.push(e);
+                self.pollfds.push(libc::pollfd { fd, events: e.events, revents: 0 });
+            }
+            self.pollfds.push(libc::pollfd { fd: set, events: libc::POLLIN, revents: 0 });
+            // SAFETY: `pollfds` holds `nfds + 1` valid entries; `tsp` is
+            // null or a valid timespec; no signal mask.
+            let rc = unsafe { libc::ppoll(self.pollfds.as_mut_ptr(), self.pollfds.len() as libc::nfds_t, tsp, core::ptr::null()) };
+            if rc < 0 {
+                let e = errno();
+                return if e == libc::EINTR { 0 } else { neg(e) };
+            }
+            for (i, (e, p)) in self.entries.iter_mut().zip(&self.pollfds).enumerate() {
+                e.revents = if rc > 0 { p.revents } else { 0 };
+                ret += i64::from(e.revents != 0);
+                if g.mem.write_obj(GuestAddr(a.fds + i as u64 * size), e).is_err() {
+                    return neg(libc::EFAULT);
+                }
+            }
+            if self.pollfds.last().is_none_or(|p| p.revents == 0) {
+                return ret;
+            }
+            &zero as *const libc::timespec
+        };
+        let max = (a.max_events as usize).min(WATCH_BATCH);
+        self.evbuf.resize(max, libc::epoll_event { events: 0, u64: 0 });
+        // SAFETY: `evbuf` has room for `max` events; `wait_tsp` is null or
+        // a valid timespec; no signal mask.
+        let rc = unsafe { libc::syscall(libc::SYS_epoll_pwait2, set, self.evbuf.as_mut_ptr(), max as i32, wait_tsp, core::ptr::null::<libc::sigset_t>(), 8usize) };
+        if rc < 0 {
+            // EINTR: a signal to the VMM, a spurious wake-up.
+            let e = errno();
+            return if e == libc::EINTR { ret } else { neg(e) };
+        }
+        let got = (rc as usize).min(max);
+        for (i, ev) in self.evbuf.iter().take(got).enumerate() {
+            let r = NetPollFd { handle: ev.u64 as i32, events: 0, revents: (ev.events & REPORTED) as u16 as i16 };
+            if g.mem.write_obj(GuestAddr(a.events + i as u64 * size), &r).is_err() {
+                return neg(libc::EFAULT);
+            }
+        }
+        a.nevents = got as u64;
+        ret
+    }
 }
 
 const _: () = assert!(core::mem::size_of::<NetPollFd>() == core::mem::size_of::<libc::pollfd>());
@@ -637,10 +789,51 @@ mod tests {
             assert_eq!(n.fd(h), Err(neg(libc::EBADF)), "handle {h}");
         }
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), 4);
+        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), Ok(4));
         n.socks[0] = None;
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), 3, "the lowest free handle");
+        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), Ok(3), "the lowest free handle");
+    }
+
+    /// Reads `n` reports from guest address `at`.
+    fn reports(g: &Guest<'_>, at: u64, n: u64) -> Vec<(i32, i16)> {
+        (0..n).map(|i| g.mem.read_obj::<NetPollFd>(GuestAddr(at + i * 8)).map(|e| (e.handle, e.revents)).unwrap()).collect()
+    }
+
+    #[test]
+    fn the_watch_set_reports_only_sockets_whose_readiness_rose() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mut n = Net::new(vec![OwnedFd::from(l)], false, Vec::new());
+        assert!(n.watching(), "this host has epoll_pwait2");
+        with_guest(|g| {
+            let ev = GuestMemory::LOW + 0x4000;
+            let wait = |n: &mut Net, timeout_ns| {
+                let mut a = NetPollArgs { events: ev, max_events: 16, timeout_ns, ..NetPollArgs::default() };
+                assert_eq!(n.poll(g, &mut a).unwrap(), 0);
+                reports(g, ev, a.nevents)
+            };
+            assert_eq!(wait(&mut n, 0), vec![], "nothing happened yet");
+            let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            assert_eq!(wait(&mut n, 5_000_000_000), vec![(3, libc::POLLIN)], "a connection on the listener");
+            assert_eq!(wait(&mut n, 0), vec![], "edge-triggered: reported once");
+            let h = run(&mut n, g, NetOp { op: net_op::ACCEPT, handle: 3, ..NetOp::default() });
+            assert_eq!(h, 4);
+            assert_eq!(wait(&mut n, 5_000_000_000), vec![(4, libc::POLLOUT)], "an accepted socket is reported when watching starts");
+            c.write_all(b"hi").unwrap();
+            assert_eq!(wait(&mut n, 5_000_000_000), vec![(4, libc::POLLIN | libc::POLLOUT)]);
+            drop(c);
+            let r = wait(&mut n, 5_000_000_000);
+            assert_eq!(r.len(), 1);
+            assert_eq!((r[0].0, r[0].1 & (libc::POLLIN | libc::POLLRDHUP)), (4, libc::POLLIN | libc::POLLRDHUP), "the hang-up");
+            // Too many level-triggered entries, or a report array outside
+            // writable guest memory (the first page is read-only).
+            let mut a = NetPollArgs { fds: ev, nfds: NET_MAX_POLL_WATCH + 1, events: ev, max_events: 1, ..NetPollArgs::default() };
+            assert_eq!(n.poll(g, &mut a).unwrap(), neg(libc::EINVAL));
+            let mut a = NetPollArgs { events: GuestMemory::LOW, max_events: 1, ..NetPollArgs::default() };
+            assert_eq!(n.poll(g, &mut a).unwrap(), neg(libc::EFAULT));
+        });
     }
 
     /// A guest of 0x10000 bytes above `GuestMemory::LOW` whose first page
@@ -739,7 +932,7 @@ mod tests {
                 g.mem.write_obj(GuestAddr(fds + 8 * i as u64), e).unwrap();
             }
             let t0 = std::time::Instant::now();
-            assert_eq!(n.poll(g, &NetPollArgs { fds, nfds: 3, timeout_ns: 5_000_000_000, ret: 0 }).unwrap(), 2);
+            assert_eq!(n.poll(g, &mut NetPollArgs { fds, nfds: 3, timeout_ns: 5_000_000_000, ..NetPollArgs::default() }).unwrap(), 2);
             assert!(t0.elapsed() < std::time::Duration::from_secs(1));
             let r = |i: u64| g.mem.read_obj::<NetPollFd>(GuestAddr(fds + 8 * i)).unwrap().revents;
             assert_eq!((r(0) & libc::POLLOUT, r(1), r(2)), (libc::POLLOUT, libc::POLLNVAL, 0));
@@ -755,7 +948,7 @@ mod tests {
         with_guest(|g| {
             let rc = run(&mut n, g, NetOp { op: net_op::SOCKET, a: libc::AF_INET as u64, b: libc::SOCK_STREAM as u64, ..NetOp::default() });
             assert_eq!(rc, neg(libc::EACCES));
-            assert!(n.poll(g, &NetPollArgs { fds: 0, nfds: 0, timeout_ns: u64::MAX, ret: 0 }).is_err(), "nothing to wait for");
+            assert!(n.poll(g, &mut NetPollArgs { fds: 0, nfds: 0, timeout_ns: u64::MAX, ..NetPollArgs::default() }).is_err(), "nothing to wait for");
         });
     }
 

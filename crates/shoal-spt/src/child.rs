@@ -43,6 +43,9 @@ pub(crate) struct Prepared<'a> {
     /// descriptor, count); moved down to `FIRST_SOCKET_FD..` before the
     /// guest runs.
     pub listeners: (i32, i32),
+    /// What the instance may do on the network (with networking at all,
+    /// it gets a watch set: crate::net::open_watch).
+    pub net: crate::net::NetPolicy,
 }
 
 /// An errno, printed without allocating (std's `io::Error` display
@@ -77,6 +80,8 @@ impl core::fmt::Display for Errno {
 pub(crate) enum ChildError {
     #[error("cannot close the descriptors the instance booted from, or place its listening sockets: {0}")]
     Close(Errno),
+    #[error("cannot make the watch set of the instance's sockets (epoll): {0}")]
+    Watch(Errno),
     #[error("guest memory [{start:#x}, {end:#x}) collides with the tender's own mappings; try a smaller --mem")]
     Collision { start: u64, end: u64 },
     #[error("cannot map {size} of guest memory at {start:#x}: {err}")]
@@ -188,6 +193,12 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         // SAFETY: a descriptor this process owns.
         && unsafe { libc::ftruncate(alias_fd, mem_size as libc::off_t) } == 0;
     let mut params = p.params;
+    // The watch set of the instance's host sockets, right after the alias
+    // file, at the descriptor the seccomp filter pins its epoll calls to
+    // (crate::net::watch_fd).
+    if p.net.any() && crate::net::open_watch(&p.net).map_err(|e| ChildError::Watch(Errno(e)))? {
+        params.net_flags |= shoal_abi::NET_WATCH;
+    }
     params.clock = Clock::now(params.clock.tsc_hz);
     let entry = write_boot_state(&mem, p.image, &p.layout, p.argv, p.env, &params)
         .map_err(ChildError::Boot)?;

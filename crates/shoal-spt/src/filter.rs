@@ -75,8 +75,10 @@
 //! | `recvmsg` (47) | fd == the bind channel (3 + listeners); `--net-bind-any` only | `Net` hypercall `BIND_NEW`: the socket the parent bound comes back with `SCM_RIGHTS` (`crate::net`) | ask the parent for sockets bound to any port of its network namespace with the caller's rights, which is what `--net-bind-any` gives the guest anyway; it receives nothing else there |
 //! | `socket` (41) | domain `AF_INET` or `AF_INET6`, type includes `SOCK_NONBLOCK`; outbound only | `Net` hypercall | make TCP/UDP sockets |
 //! | `bind` (49), `connect` (42) | fd >= 3; outbound only | `Net` hypercall | bind and connect where Landlock allows (TCP: no bind but port 0, connect to any port; UDP is not covered by Landlock: with outbound on, any UDP destination) |
+//! | `epoll_ctl` (233) | epfd == the watch set's descriptor (`3 + listeners` + 1 with `--net-bind-any` + 1 for the alias file, `crate::net::watch_fd`), op == `EPOLL_CTL_ADD` | `Net` hypercall: `socket` and `accept` register the new socket in the watch set | add its own descriptors (sockets, stdio) to the watch set: the reports name descriptor numbers it already has, and the guest kernel ignores numbers it does not know. No `MOD`/`DEL` (closing a socket removes it) |
+//! | `epoll_pwait2` (441) | epfd == the watch set's descriptor | `NetPoll` hypercall: waiting for the sockets whose readiness rose | learn which of its own sockets are ready; sleep (as in `ppoll`). Like `close` on that descriptor (allowed, fd >= 3), it can only break its own instance's waiting |
 //!
-//! Nine system calls; Solo5's spt allows seven to nine because it also has
+//! Ten system calls without networking; Solo5's spt allows seven to nine because it also has
 //! block and network devices. Not needed and so not allowed: `exit` (glibc's `_exit` uses
 //! `exit_group`), `clock_gettime` (the guest reads the TSC; glibc's
 //! `clock_gettime` goes through the vDSO without a system call anyway).
@@ -285,6 +287,11 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
         r.insert(libc::SYS_bind, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
         r.insert(libc::SYS_connect, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
     }
+    // The watch set (crate::net::open_watch): registering new sockets and
+    // waiting for reports, on the one descriptor it is pinned to.
+    let watch = crate::net::watch_fd(&net) as u64;
+    r.insert(libc::SYS_epoll_ctl, vec![SeccompRule::new(vec![eq32(0, watch)?, eq32(1, libc::EPOLL_CTL_ADD as u64)?])?]);
+    r.insert(libc::SYS_epoll_pwait2, vec![SeccompRule::new(vec![eq32(0, watch)?])?]);
     Ok(r)
 }
 
@@ -375,6 +382,8 @@ mod tests {
             libc::SYS_setsockopt,
             libc::SYS_getsockopt,
             libc::SYS_accept4,
+            libc::SYS_epoll_ctl,
+            libc::SYS_epoll_pwait2,
         ];
         want.sort_unstable();
         assert_eq!(extra, want);

@@ -227,7 +227,7 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
         }
         Some(Hypercall::NetPoll) => {
             let mut a: NetPollArgs = args(nr, arg, true);
-            a.ret = match crate::net::poll(&a) {
+            a.ret = match crate::net::poll(&mut a) {
                 Ok(r) => r,
                 Err(()) => stop(EXIT_STOPPED, format_args!("the guest blocked forever with nothing to wake it")),
             };

@@ -151,6 +151,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
         // The bind channel (--net-bind-any) follows the listening sockets
         // and moves with them: it lands at `policy.channel_fd()`.
         listeners: (listen_fd0, spec.listeners.len() as i32 + i32::from(spec.bind_any)),
+        net: policy,
     };
     child::start(&prepared)
 }

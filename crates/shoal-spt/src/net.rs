@@ -13,7 +13,19 @@
 //! error instead of making the tender touch memory outside the guest's
 //! writable range. Host sockets are non-blocking (created with
 //! `SOCK_NONBLOCK`, data calls with `MSG_DONTWAIT`): the guest kernel blocks
-//! a thread, and the instance sleeps only in `NetPoll` (`ppoll`).
+//! a thread, and the instance sleeps only in `NetPoll`.
+//!
+//! **The watch set.** A server holds hundreds of connections, and a `ppoll`
+//! over all of them on every wait costs time proportional to all of them
+//! where Linux's `epoll` costs time proportional to the ready ones. So the
+//! instance keeps one host epoll instance ([`open_watch`], at the pinned
+//! descriptor [`watch_fd`], after the listeners, the bind channel and the alias file) with every guest
+//! socket registered edge-triggered: listeners when the instance starts,
+//! each socket as `SOCKET` or `ACCEPT` makes it; closing a socket removes
+//! it. `NetPoll` with `max_events` returns the sockets whose readiness rose
+//! (`epoll_pwait2`, nanosecond deadline); the guest keeps the readiness of
+//! the rest (`kernel/net/src/host.rs`). The watch descriptor is not a
+//! guest socket: every handle check refuses it.
 //!
 //! **`--net-bind-any`** (`BIND_NEW`): a guest `bind` on any port makes a
 //! host socket bound there right then. The instance cannot do that bind
@@ -33,8 +45,8 @@
 //!
 //! Like every hypercall handler, nothing here allocates.
 
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use shoal_abi::{net_op, NetArgs, NetOp, NetPollArgs, NetPollFd, NET_MAX_OPS, NET_MAX_POLL};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use shoal_abi::{net_op, NetArgs, NetOp, NetPollArgs, NetPollFd, NET_MAX_OPS, NET_MAX_POLL, NET_MAX_POLL_WATCH};
 use shoal_loader::{GuestAddr, GuestMemory};
 
 /// The lowest descriptor number a guest socket can have.
@@ -75,6 +87,87 @@ impl NetPolicy {
 static LISTENERS: AtomicU32 = AtomicU32::new(0);
 static OUTBOUND: AtomicBool = AtomicBool::new(false);
 static BIND_ANY: AtomicBool = AtomicBool::new(false);
+/// The watch set's descriptor, or -1 without one.
+static WATCH: AtomicI32 = AtomicI32::new(-1);
+/// Most events one `NetPoll` collects (a stack buffer: handlers do not
+/// allocate); the rest stay on the host's ready list for the next call.
+const WATCH_BATCH: usize = 128;
+/// What the watch set reports: readiness and its loss, edge-triggered.
+const WATCH_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32;
+/// The bits a report carries to the guest (`POLL*` values).
+const REPORTED: u32 = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP) as u32;
+
+/// The descriptor number of the watch set of an instance with policy
+/// `pol`: after its listening sockets, its bind channel (if any) and its
+/// alias memory file (`crate::protect`), so fixed before the guest runs
+/// and the seccomp filter can pin the epoll calls to it.
+pub fn watch_fd(pol: &NetPolicy) -> i32 {
+    FIRST_SOCKET_FD + pol.listeners as i32 + i32::from(pol.bind_any) + 1
+}
+
+/// Makes the watch set (in the instance, after every descriptor from
+/// [`watch_fd`] up was closed, before the guest) and registers the
+/// listeners. Returns whether there is one: not on a host without
+/// `epoll_pwait2` (Linux < 5.11), where the guest polls every socket.
+pub fn open_watch(pol: &NetPolicy) -> Result<bool, i32> {
+    let want = watch_fd(pol);
+    // SAFETY: epoll_create1 takes no pointers.
+    let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if fd < 0 {
+        return Err(crate::sys::errno());
+    }
+    if fd != want {
+        // Cannot happen (every descriptor from `want` up is closed); refuse
+        // rather than watch at a number the filter does not pin.
+        // SAFETY: closes the descriptor just made.
+        unsafe { libc::close(fd) };
+        return Err(libc::EBADF);
+    }
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
+    let ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ev` is one writable event, `ts` a valid timespec.
+    let rc = unsafe { libc::syscall(libc::SYS_epoll_pwait2, fd, &mut ev, 1, &ts, core::ptr::null::<libc::sigset_t>(), 8usize) };
+    if rc < 0 {
+        let e = crate::sys::errno();
+        // SAFETY: closes the descriptor just made.
+        unsafe { libc::close(fd) };
+        return if e == libc::ENOSYS { Ok(false) } else { Err(e) };
+    }
+    for l in FIRST_SOCKET_FD..FIRST_SOCKET_FD + pol.listeners as i32 {
+        watch(fd, l)?;
+    }
+    WATCH.store(fd, Ordering::Relaxed);
+    Ok(true)
+}
+
+/// Registers socket `sock` in watch set `set`.
+fn watch(set: i32, sock: i32) -> Result<(), i32> {
+    let mut ev = libc::epoll_event { events: WATCH_EVENTS, u64: sock as u64 };
+    // SAFETY: `ev` is a valid event; epoll_ctl only reads it.
+    if unsafe { libc::epoll_ctl(set, libc::EPOLL_CTL_ADD, sock, &mut ev) } < 0 {
+        return Err(crate::sys::errno());
+    }
+    Ok(())
+}
+
+/// Registers a socket the guest just got, if there is a watch set; on
+/// failure closes it and returns the error (`ENOMEM`, `ENOSPC` for too
+/// many watches: what `accept` and `socket` give for want of resources).
+fn watch_new(fd: i64) -> Result<i64, i64> {
+    let set = WATCH.load(Ordering::Relaxed);
+    if fd < 0 || set < 0 {
+        return Ok(fd);
+    }
+    match watch(set, fd as i32) {
+        Ok(()) => Ok(fd),
+        Err(e) => {
+            // SAFETY: closes the descriptor just made, which the guest
+            // never saw.
+            unsafe { libc::close(fd as i32) };
+            Err(neg(if e == libc::ENOSPC { libc::ENOMEM } else { e }))
+        }
+    }
+}
 
 /// Records the policy for the handlers (in the instance, before the guest).
 pub fn install(p: NetPolicy) {
@@ -238,7 +331,7 @@ fn sys_ret(rc: libc::c_long) -> i64 {
 
 fn handle_fd(h: i64) -> Result<i32, i64> {
     match i32::try_from(h) {
-        Ok(fd) if fd >= FIRST_SOCKET_FD => Ok(fd),
+        Ok(fd) if fd >= FIRST_SOCKET_FD && fd != WATCH.load(Ordering::Relaxed) => Ok(fd),
         _ => Err(neg(libc::EBADF)),
     }
 }
@@ -291,7 +384,7 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
                 return Err(neg(libc::EINVAL));
             }
             // SAFETY: socket takes no pointers.
-            Ok(sys_ret(unsafe {
+            watch_new(sys_ret(unsafe {
                 libc::syscall(libc::SYS_socket, domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, op.flags as i32)
             }))
         }
@@ -311,7 +404,7 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             };
             let mut req = BindRequest { domain: op.a as u32, ty: op.b as u32, flags: op.flags, addrlen: 0, addr: [0; MAX_ADDR as usize] };
             req.addrlen = addr_in(mem, op, &mut req.addr)?;
-            bind_through_parent(channel, &req)
+            watch_new(bind_through_parent(channel, &req)?)
         }
         net_op::LISTEN => {
             let fd = handle_fd(op.handle)?;
@@ -325,9 +418,9 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             }
             let mut len = MAX_ADDR as libc::socklen_t;
             // SAFETY: `sa` and `len` are valid out-parameters of this size.
-            let rc = sys_ret(unsafe {
+            let rc = watch_new(sys_ret(unsafe {
                 libc::syscall(libc::SYS_accept4, fd, sa.as_mut_ptr(), &mut len, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
-            });
+            }))?;
             if rc >= 0 && op.addr != 0 {
                 op.a = u64::from(len);
                 if let Err(e) = addr_out(op, &sa, len) {
@@ -444,11 +537,16 @@ pub fn batch(a: &NetArgs) -> i64 {
 }
 
 /// The `NetPoll` hypercall: `ppoll` on the guest's array (which has the
-/// layout of `struct pollfd`) with the deadline. Returns the number of
-/// entries with events, 0 on time-out, or a negative errno. A poll with
-/// nothing to wait for and no deadline would never return: the caller
-/// stops the instance instead.
-pub fn poll(a: &NetPollArgs) -> Result<i64, ()> {
+/// layout of `struct pollfd`) with the deadline, and with `max_events`
+/// the watch set too ([`poll_watch`]). Returns the number of entries with
+/// events, 0 on time-out, or a negative errno. A poll with nothing to wait
+/// for and no deadline would never return: the caller stops the instance
+/// instead.
+pub fn poll(a: &mut NetPollArgs) -> Result<i64, ()> {
+    a.nevents = 0;
+    if a.max_events > 0 {
+        return Ok(poll_watch(a));
+    }
     if a.nfds > NET_MAX_POLL {
         return Ok(neg(libc::EINVAL));
     }
@@ -465,10 +563,7 @@ pub fn poll(a: &NetPollArgs) -> Result<i64, ()> {
             Err(e) => return Ok(e),
         }
     };
-    let ts = libc::timespec {
-        tv_sec: (a.timeout_ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: (a.timeout_ns % 1_000_000_000) as libc::c_long,
-    };
+    let ts = timespec(a.timeout_ns);
     let tsp = if a.timeout_ns == u64::MAX { core::ptr::null() } else { &ts as *const libc::timespec };
     // SAFETY: `p` is `nfds` writable `pollfd`-shaped entries of guest
     // memory (NetPollFd has pollfd's layout); `tsp` is null or a valid
@@ -478,6 +573,90 @@ pub fn poll(a: &NetPollArgs) -> Result<i64, ()> {
         return Ok(0);
     }
     Ok(sys_ret(rc))
+}
+
+fn timespec(ns: u64) -> libc::timespec {
+    libc::timespec { tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
+}
+
+/// `NetPoll` with the watch set: waits for the guest's few level-triggered
+/// entries (standard input) and the watch set at once — `epoll_pwait2`
+/// alone when there are none, else `ppoll` with the watch descriptor
+/// added — then collects up to `max_events` reports into the guest's
+/// `events`. Sets `nevents`; returns the number of `fds` entries with
+/// events. With no deadline and no socket ever ready this sleeps until a
+/// signal: the guest asks only when it has sockets or input to wait for.
+fn poll_watch(a: &mut NetPollArgs) -> i64 {
+    let set = WATCH.load(Ordering::Relaxed);
+    if set < 0 {
+        return neg(libc::EINVAL);
+    }
+    if a.nfds > NET_MAX_POLL_WATCH || a.max_events > NET_MAX_POLL {
+        return neg(libc::EINVAL);
+    }
+    let size = core::mem::size_of::<NetPollFd>() as u64;
+    let mem = crate::hypercall::guest_mem();
+    // No overflow: both counts are bounded above.
+    if !crate::hypercall::writable(a.events, a.max_events * size) || (a.nfds > 0 && !crate::hypercall::writable(a.fds, a.nfds * size)) {
+        return neg(libc::EFAULT);
+    }
+    let ts = timespec(a.timeout_ns);
+    let tsp = if a.timeout_ns == u64::MAX { core::ptr::null() } else { &ts as *const libc::timespec };
+    let max = (a.max_events as usize).min(WATCH_BATCH);
+    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; WATCH_BATCH];
+    let zero = timespec(0);
+    let mut ret = 0;
+    let wait_tsp = if a.nfds == 0 {
+        tsp
+    } else {
+        // Standard input and the like: ppoll on them and the watch set.
+        let n = a.nfds as usize;
+        let mut pfds = [libc::pollfd { fd: -1, events: 0, revents: 0 }; NET_MAX_POLL_WATCH as usize + 1];
+        for (i, p) in pfds.iter_mut().enumerate().take(n) {
+            let Ok(e) = mem.read_obj::<NetPollFd>(GuestAddr(a.fds + i as u64 * size)) else {
+                return neg(libc::EFAULT);
+            };
+            // Only what the guest may name: stdin and its own sockets.
+            let ok = e.handle == shoal_abi::STDIN_HANDLE || handle_fd(i64::from(e.handle)).is_ok();
+            *p = libc::pollfd { fd: if ok { e.handle } else { -1 }, events: e.events, revents: 0 };
+        }
+        pfds[n] = libc::pollfd { fd: set, events: libc::POLLIN, revents: 0 };
+        // SAFETY: `pfds` holds `n + 1` valid entries; `tsp` is null or a
+        // valid timespec; no signal mask.
+        let rc = unsafe { libc::syscall(libc::SYS_ppoll, pfds.as_mut_ptr(), n + 1, tsp, core::ptr::null::<libc::sigset_t>(), 8usize) };
+        if rc < 0 {
+            let e = crate::sys::errno();
+            return if e == libc::EINTR { 0 } else { neg(e) };
+        }
+        for (i, p) in pfds.iter().enumerate().take(n) {
+            let mut e = mem.read_obj::<NetPollFd>(GuestAddr(a.fds + i as u64 * size)).unwrap_or_default();
+            e.revents = if rc > 0 { p.revents } else { 0 };
+            if e.revents != 0 {
+                ret += 1;
+            }
+            // Cannot fail: the array was checked writable.
+            let _ = mem.write_obj(GuestAddr(a.fds + i as u64 * size), &e);
+        }
+        if pfds[n].revents == 0 {
+            return ret;
+        }
+        &zero as *const libc::timespec
+    };
+    // SAFETY: `evs` has room for `max` events; `wait_tsp` is null or a
+    // valid timespec; no signal mask.
+    let rc = unsafe { libc::syscall(libc::SYS_epoll_pwait2, set, evs.as_mut_ptr(), max as i32, wait_tsp, core::ptr::null::<libc::sigset_t>(), 8usize) };
+    if rc < 0 {
+        let e = crate::sys::errno();
+        return if e == libc::EINTR { ret } else { neg(e) };
+    }
+    let got = (rc as usize).min(max);
+    for (i, ev) in evs.iter().take(got).enumerate() {
+        let r = NetPollFd { handle: ev.u64 as i32, events: 0, revents: (ev.events & REPORTED) as u16 as i16 };
+        // Cannot fail: the array was checked writable.
+        let _ = mem.write_obj(GuestAddr(a.events + i as u64 * size), &r);
+    }
+    a.nevents = got as u64;
+    ret
 }
 
 const _: () = assert!(core::mem::size_of::<NetPollFd>() == core::mem::size_of::<libc::pollfd>());

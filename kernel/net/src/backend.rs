@@ -79,6 +79,15 @@ pub trait Backend {
     fn getsockopt(&mut self, h: u64, level: i32, name: i32) -> Result<Vec<u8>, Errno>;
     /// What the socket is ready for.
     fn ready(&self, h: u64) -> Readiness;
+    /// The log of readiness gains, for `epoll_wait` to skip the sockets
+    /// that stayed quiet: brings the backend's readiness up to date (as
+    /// `ready` would), then returns the current sequence number and, if
+    /// the log still covers everything after `since`, the handles whose
+    /// readiness may have gained bits (or a new event generation) since.
+    /// `None`: no log — every socket must be asked.
+    fn gains_since(&self, _since: u64) -> (u64, Option<Vec<u64>>) {
+        (0, None)
+    }
     /// Whether `h` is a byte stream (a blocking send goes on until it has
     /// sent everything; `MSG_WAITALL` applies).
     fn is_stream(&self, h: u64) -> bool;

@@ -51,13 +51,29 @@ struct Item {
     seen: Option<u64>,
     /// ONESHOT: false once reported, until re-armed.
     armed: bool,
+    /// Whether the description can become ready by itself at a deadline
+    /// (a timerfd or an epoll instance; what it is never changes), so
+    /// [`deadline`] asks only these instead of every entry.
+    timed: bool,
+    /// The host-backend handle, for an `AF_INET`/`AF_INET6` socket.
+    host: Option<u64>,
+    /// A host socket found with nothing to report (nothing ready, or, ET,
+    /// nothing new) at the last scan: skipped until the backend logs a
+    /// gain for it ([`Backend::gains_since`](crate::Backend::gains_since)).
+    quiet: bool,
 }
+
+/// An entry: its (description, descriptor) key and what it watches.
+type Entry = ((usize, i32), Item);
 
 /// One epoll instance.
 #[derive(Debug, Default)]
 pub(crate) struct Epoll {
     /// Watched (description, descriptor) pairs.
     items: BTreeMap<(usize, i32), Item>,
+    /// The host backend's gain sequence number at the last scan: every
+    /// `quiet` entry was quiet then and has logged no gain since.
+    synced: u64,
 }
 
 impl Epoll {
@@ -80,48 +96,88 @@ static DEPTH: AtomicU32 = AtomicU32::new(0);
 
 /// Scans epoll `id`: the events to report, at most `max`. With `consume`,
 /// records what was reported (ET generations, ONESHOT disarming).
+///
+/// A server's set holds mostly idle connections, so asking every entry
+/// for its readiness on every wait costs time in proportion to all of
+/// them. Host sockets found with nothing to report are marked `quiet` and
+/// skipped by later scans until the host backend's gain log names them;
+/// the log is asked first (it also brings the backend's readiness up to
+/// date). An entry not looked at (the scan stopped at `max`, or it is
+/// disarmed) loses its mark, so every mark is as recent as `synced`.
 fn scan(id: u64, vfs: &Vfs, max: usize, consume: bool) -> Vec<(u32, u64)> {
     if DEPTH.fetch_add(1, Ordering::Relaxed) > MAX_NESTS {
         DEPTH.fetch_sub(1, Ordering::Relaxed);
         return Vec::new();
     }
-    let items: Vec<((usize, i32), Item)> =
-        crate::with(|n| epoll_mut(n, id).map(|e| e.items.iter().map(|(k, v)| (*k, *v)).collect()).unwrap_or_default());
+    let (items, synced): (Vec<Entry>, u64) = crate::with(|n| {
+        epoll_mut(n, id).map(|e| (e.items.iter().map(|(k, v)| (*k, *v)).collect(), e.synced)).unwrap_or_default()
+    });
+    let any_quiet = items.iter().any(|(_, it)| it.quiet);
+    let any_host = items.iter().any(|(_, it)| it.host.is_some());
+    let (now, gains) = if any_host {
+        crate::with(|n| n.inet.as_ref().map(|b| b.gains_since(synced)).unwrap_or((0, None)))
+    } else {
+        (0, None)
+    };
+    let gained: Option<alloc::collections::BTreeSet<u64>> = if any_quiet { gains.map(|g| g.into_iter().collect()) } else { None };
     let mut out = Vec::new();
-    let mut seen = Vec::new();
-    for (key, it) in items {
+    // (key, generation reported, quiet now)
+    let mut marks: Vec<((usize, i32), Option<u64>, bool)> = Vec::new();
+    let mut stopped = items.len();
+    for (i, (key, it)) in items.iter().enumerate() {
         if out.len() >= max {
+            stopped = i;
             break;
         }
         if !it.armed {
+            if it.quiet {
+                marks.push((*key, None, false));
+            }
             continue;
+        }
+        if it.quiet {
+            if let (Some(h), Some(g)) = (it.host, &gained) {
+                if !g.contains(&h) {
+                    continue;
+                }
+            }
         }
         let Some(r) = vfs.ofd_ready(key.0) else { continue };
         let m = r.mask & (it.events | EPOLLERR | EPOLLHUP);
-        if m == 0 {
-            continue;
-        }
-        if it.events & EPOLLET != 0 && it.seen == Some(r.gen) {
+        let et_seen = it.events & EPOLLET != 0 && it.seen == Some(r.gen);
+        if m == 0 || et_seen {
+            let quiet = it.host.is_some();
+            if quiet != it.quiet {
+                marks.push((*key, None, quiet));
+            }
             continue;
         }
         out.push((m, it.data));
-        seen.push((key, r.gen));
+        // Reported: an ET entry has nothing new once consumed.
+        marks.push((*key, Some(r.gen), consume && it.host.is_some() && it.events & EPOLLET != 0));
     }
     DEPTH.fetch_sub(1, Ordering::Relaxed);
-    if consume && !seen.is_empty() {
-        crate::with(|n| {
-            if let Some(e) = epoll_mut(n, id) {
-                for (key, gen) in seen {
-                    if let Some(it) = e.items.get_mut(&key) {
+    crate::with(|n| {
+        if let Some(e) = epoll_mut(n, id) {
+            for (key, gen, quiet) in marks {
+                if let Some(it) = e.items.get_mut(&key) {
+                    if let (Some(gen), true) = (gen, consume) {
                         it.seen = Some(gen);
                         if it.events & EPOLLONESHOT != 0 {
                             it.armed = false;
                         }
                     }
+                    it.quiet = quiet;
                 }
             }
-        });
-    }
+            for (key, _) in &items[stopped..] {
+                if let Some(it) = e.items.get_mut(key) {
+                    it.quiet = false;
+                }
+            }
+            e.synced = now;
+        }
+    });
     out
 }
 
@@ -141,7 +197,8 @@ pub(crate) fn deadline(id: u64, vfs: &Vfs) -> Option<u64> {
         DEPTH.fetch_sub(1, Ordering::Relaxed);
         return None;
     }
-    let ofds: Vec<usize> = crate::with(|n| epoll_mut(n, id).map(|e| e.items.keys().map(|k| k.0).collect()).unwrap_or_default());
+    let ofds: Vec<usize> =
+        crate::with(|n| epoll_mut(n, id).map(|e| e.items.iter().filter(|(_, it)| it.timed).map(|(k, _)| k.0).collect()).unwrap_or_default());
     let d = ofds.into_iter().filter_map(|o| vfs.ofd_deadline(o)).min();
     DEPTH.fetch_sub(1, Ordering::Relaxed);
     d
@@ -201,6 +258,13 @@ pub fn ctl(epfd: i32, op: i32, fd: i32, event: u64) -> SysResult {
     // Descriptions that are epoll instances, for the cycle check (vfs is
     // asked before our state is borrowed).
     let target_is_epoll = obj.is_some_and(|id| crate::with(|n| epoll_mut(n, id).is_some()));
+    let timed = obj.is_some_and(|id| crate::with(|n| matches!(n.objs.get(&id), Some(Obj::Timer(_) | Obj::Epoll(_)))));
+    let host = obj.and_then(|id| {
+        crate::with(|n| match n.objs.get(&id) {
+            Some(Obj::Socket(s)) if s.fam == crate::Fam::Inet => Some(s.h),
+            _ => None,
+        })
+    });
     if let Some((events, _)) = ev {
         if events & EPOLLEXCLUSIVE != 0 && (op == EPOLL_CTL_MOD || target_is_epoll || events & EPOLLONESHOT != 0) {
             return Err(Errno::EINVAL);
@@ -222,14 +286,14 @@ pub fn ctl(epfd: i32, op: i32, fd: i32, event: u64) -> SysResult {
                 if e.items.contains_key(&key) {
                     return Err(Errno::EEXIST);
                 }
-                e.items.insert(key, Item { events, data, seen: None, armed: true });
+                e.items.insert(key, Item { events, data, seen: None, armed: true, timed, host, quiet: false });
             }
             (EPOLL_CTL_MOD, Some((events, data))) => {
                 let it = e.items.get_mut(&key).ok_or(Errno::ENOENT)?;
                 if it.events & EPOLLEXCLUSIVE != 0 {
                     return Err(Errno::EINVAL);
                 }
-                *it = Item { events, data, seen: None, armed: true };
+                *it = Item { events, data, seen: None, armed: true, timed, host, quiet: false };
             }
             (EPOLL_CTL_DEL, None) => {
                 e.items.remove(&key).ok_or(Errno::ENOENT)?;

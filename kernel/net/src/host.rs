@@ -31,14 +31,28 @@
 //! receive clears "readable", on a send "writable"). A descriptor asked
 //! about while a bit is missing refreshes the whole cache with one
 //! zero-timeout `NetPoll`, at most once per system call, so `poll`,
-//! `select` and `epoll_wait` never miss data that arrived; the idle wait
-//! asks the tender only for the bits not already known, so a readable
-//! socket nobody reads does not wake the instance again and again.
+//! `select` and `epoll_wait` never miss data that arrived.
+//!
+//! With the tender's **watch set** (boot info `NET_WATCH`, both tenders
+//! on Linux >= 5.11) a `NetPoll` returns only the sockets whose readiness
+//! rose since they were last reported (the tender's edge-triggered host
+//! epoll), each with its current bits, which replace the cached ones. A
+//! refresh or a wait then costs time in proportion to the sockets that
+//! became ready, not to all of them: a server with 1,000 mostly idle
+//! connections no longer polls 1,000 host sockets per `epoll_wait`. The
+//! cache is exact as long as a bit is cleared only when the host says it
+//! is gone (`EAGAIN`, a short receive or send — after which a new arrival
+//! is a new report), never after a `MSG_PEEK` or once the peer hung up;
+//! a socket attached to a listener the tender already watched asks the
+//! tender once for its current state. Without the watch set, the idle
+//! wait asks the tender (one `ppoll` over the host sockets) only for the
+//! bits not already known, so a readable socket nobody reads does not wake
+//! the instance again and again.
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec;
 use alloc::vec::Vec;
-use shoal_abi::{net_op, Listener, NetOp, NetPollFd, LISTENER_ANY_PORT, NET_BIND_ANY, NET_MAX_POLL, NET_OUTBOUND};
+use shoal_abi::{net_op, Listener, NetOp, NetPollFd, LISTENER_ANY_PORT, NET_BIND_ANY, NET_MAX_POLL, NET_OUTBOUND, NET_WATCH};
 use shoal_plat::{Errno, Global};
 use shoal_vfs::obj::Readiness;
 
@@ -92,7 +106,27 @@ impl HostSock {
         }
         self.ready |= bits;
     }
+
+    /// Takes a watch-set report: the socket's current bits.
+    fn report(&mut self, bits: u32) {
+        if bits & !self.ready != 0 {
+            self.gen += 1;
+        }
+        self.ready = bits;
+    }
+
+    /// Forgets "readable" after a receive that found nothing or drained the
+    /// socket — unless the peer hung up (end of file stays readable, and
+    /// the watch set would not report it again).
+    fn drained(&mut self) {
+        if self.ready & (POLLRDHUP | POLLHUP | POLLERR) == 0 {
+            self.ready &= !POLLIN;
+        }
+    }
 }
+
+/// Most reports collected by one `NetPoll` (more wait for the next).
+const WATCH_BATCH: usize = 256;
 
 struct State {
     socks: BTreeMap<u64, HostSock>,
@@ -106,13 +140,28 @@ struct State {
     refreshed: u64,
     /// Whether the "bind refused" note was printed.
     noted: bool,
+    /// Whether the tender keeps a watch set (`NET_WATCH`).
+    watch: bool,
+    /// Host handle → guest socket, for the watch set's reports.
+    by_host: BTreeMap<i64, u64>,
+    /// Scratch for the reports.
+    events: Vec<NetPollFd>,
+    /// Sequence number of the last readiness gain (see [`State::gained`]).
+    seq: u64,
+    /// The recent gains: (sequence number, socket), oldest first.
+    gains: VecDeque<(u64, u64)>,
+    /// The log holds every gain after this sequence number.
+    floor: u64,
 }
+
+/// Most gains the log keeps (older ones make `epoll_wait` ask every socket).
+const MAX_GAINS: usize = 4096;
 
 static STATE: Global<Option<State>> = Global::new(None);
 
 fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
     STATE.with(|s| {
-        let s = s.get_or_insert_with(|| State { socks: BTreeMap::new(), next: 0, listeners: Vec::new(), outbound: false, bind_any: false, refreshed: u64::MAX, noted: false });
+        let s = s.get_or_insert_with(State::new);
         f(s)
     })
 }
@@ -134,6 +183,7 @@ pub fn init() {
         s.listeners = info.listeners[..n].iter().map(|l| (*l, false)).collect();
         s.outbound = outbound;
         s.bind_any = bind_any;
+        s.watch = info.net_flags & NET_WATCH != 0;
     });
     crate::set_inet_backend(alloc::boxed::Box::new(HostBackend));
 }
@@ -204,6 +254,46 @@ fn with_port(mut addr: SockAddr, port: u16) -> SockAddr {
 }
 
 impl State {
+    fn new() -> State {
+        State {
+            socks: BTreeMap::new(),
+            next: 0,
+            listeners: Vec::new(),
+            outbound: false,
+            bind_any: false,
+            refreshed: u64::MAX,
+            noted: false,
+            watch: false,
+            by_host: BTreeMap::new(),
+            events: Vec::new(),
+            seq: 0,
+            gains: VecDeque::new(),
+            floor: 0,
+        }
+    }
+
+    /// The sockets that gained after sequence number `since`, or `None` if
+    /// the log no longer reaches back that far.
+    fn gains_after(&self, since: u64) -> Option<Vec<u64>> {
+        if since < self.floor {
+            return None;
+        }
+        // The log is in sequence order: walk back to `since`.
+        Some(self.gains.iter().rev().take_while(|(q, _)| *q > since).map(|(_, h)| *h).collect())
+    }
+
+    /// Notes that socket `h` may have gained readiness bits or a new event
+    /// generation (`Backend::gains_since`).
+    fn gained(&mut self, h: u64) {
+        self.seq += 1;
+        self.gains.push_back((self.seq, h));
+        if self.gains.len() > MAX_GAINS {
+            if let Some((q, _)) = self.gains.pop_front() {
+                self.floor = q;
+            }
+        }
+    }
+
     fn get(&mut self, h: u64) -> Result<&mut HostSock, Errno> {
         self.socks.get_mut(&h).ok_or(Errno::EBADF)
     }
@@ -230,6 +320,8 @@ impl State {
         let opts = s.opts.clone();
         s.host = Some(fd);
         s.ready = POLLOUT;
+        self.by_host.insert(fd, h);
+        self.gained(h);
         for name in [SO_REUSEADDR, SO_REUSEPORT, SO_KEEPALIVE, SO_BROADCAST] {
             if let Ok(v) = opts.get(name) {
                 if v != 0i32.to_ne_bytes() {
@@ -264,6 +356,8 @@ impl State {
         s.host = Some(fd);
         s.local = Some(local);
         s.ready = POLLOUT;
+        self.by_host.insert(fd, h);
+        self.gained(h);
         for name in [SO_KEEPALIVE, SO_BROADCAST] {
             if let Ok(v) = opts.get(name) {
                 if v != 0i32.to_ne_bytes() {
@@ -274,10 +368,66 @@ impl State {
         Ok(())
     }
 
+    /// Attaches guest socket `h` to handed-over listener `i`. With the
+    /// watch set, asks the tender for the listener's current state once: a
+    /// connection that arrived before (or was reported to a socket attached
+    /// earlier) is not reported again.
+    fn attach(&mut self, h: u64, i: usize) -> Result<i64, Errno> {
+        self.listeners[i].1 = true;
+        let fd = self.listeners[i].0.handle;
+        let sock = self.get(h)?;
+        sock.host = Some(fd);
+        sock.listener = Some(i);
+        self.by_host.insert(fd, h);
+        if self.watch {
+            let mut f = [NetPollFd { handle: fd as i32, events: (POLLIN | POLLOUT) as i16, revents: 0 }];
+            if shoal_plat::hypercall::net_poll(&mut f, 0) > 0 {
+                self.get(h)?.report(f[0].revents as u16 as u32);
+            }
+        }
+        self.gained(h);
+        Ok(fd)
+    }
+
+    /// Waits for the watch set's reports (and standard input, when a reader
+    /// wants it) for at most `timeout_ns`; takes them. Returns `None` when
+    /// there was nothing to wait for.
+    fn poll_watch(&mut self, timeout_ns: u64) -> Option<i64> {
+        let stdin = shoal_plat::console::with_stdin(|s| s.wants_wait());
+        if self.by_host.is_empty() && !stdin {
+            return None;
+        }
+        let mut fds = [NetPollFd { handle: shoal_abi::STDIN_HANDLE, events: POLLIN as i16, revents: 0 }];
+        let fds: &mut [NetPollFd] = if stdin { &mut fds } else { &mut [] };
+        let mut events = core::mem::take(&mut self.events);
+        events.resize(WATCH_BATCH, NetPollFd::default());
+        let (rc, n) = shoal_plat::hypercall::net_poll_watch(fds, &mut events, timeout_ns);
+        if rc > 0 && stdin {
+            let revents = fds[0].revents;
+            shoal_plat::console::with_stdin(|s| s.learn(revents));
+        }
+        for e in &events[..n] {
+            if let Some(&id) = self.by_host.get(&i64::from(e.handle)) {
+                if let Some(s) = self.socks.get_mut(&id) {
+                    let gen = s.gen;
+                    s.report(e.revents as u16 as u32);
+                    if s.gen != gen {
+                        self.gained(id);
+                    }
+                }
+            }
+        }
+        self.events = events;
+        Some(if rc < 0 { rc } else { rc + n as i64 })
+    }
+
     /// Polls every host socket with a bit not known yet, for at most
     /// `timeout_ns`; learns what happened. Returns `None` when there was
     /// nothing to wait for.
     fn poll(&mut self, timeout_ns: u64) -> Option<i64> {
+        if self.watch {
+            return self.poll_watch(timeout_ns);
+        }
         let mut fds: Vec<NetPollFd> = Vec::new();
         let mut ids: Vec<u64> = Vec::new();
         for (&id, s) in &self.socks {
@@ -313,10 +463,14 @@ impl State {
                 let revents = fds[fds.len() - 1].revents;
                 shoal_plat::console::with_stdin(|s| s.learn(revents));
             }
-            for (f, id) in fds.iter().zip(&ids) {
+            for (f, &id) in fds.iter().zip(&ids) {
                 if f.revents != 0 {
-                    if let Some(s) = self.socks.get_mut(id) {
+                    if let Some(s) = self.socks.get_mut(&id) {
+                        let gen = s.gen;
                         s.learn(f.revents as u16 as u32);
+                        if s.gen != gen {
+                            self.gained(id);
+                        }
                     }
                 }
             }
@@ -388,12 +542,8 @@ impl Backend for HostBackend {
                 return Err(Errno::EINVAL);
             }
             if let Some(i) = s.find_listener(ty, Some(port)) {
-                s.listeners[i].1 = true;
-                let fd = s.listeners[i].0.handle;
-                let sock = s.get(h)?;
-                sock.host = Some(fd);
-                sock.listener = Some(i);
-                sock.local = Some(addr.to_vec());
+                s.attach(h, i)?;
+                s.get(h)?.local = Some(addr.to_vec());
                 return Ok(());
             }
             if s.bind_any && s.get(h)?.host.is_none() {
@@ -430,11 +580,7 @@ impl Backend for HostBackend {
                 // address, as Linux binds an unbound socket that listens.
                 match s.find_listener(ty, None) {
                     Some(i) => {
-                        s.listeners[i].1 = true;
-                        let fd = s.listeners[i].0.handle;
-                        let sock = s.get(h)?;
-                        sock.host = Some(fd);
-                        sock.listener = Some(i);
+                        s.attach(h, i)?;
                     }
                     None if s.bind_any => {
                         let domain = s.get(h)?.domain;
@@ -480,6 +626,7 @@ impl Backend for HostBackend {
             c.ready = POLLOUT;
             c.guest_port = guest_port;
             s.socks.insert(id, c);
+            s.by_host.insert(nfd, id);
             let n = (o.a as usize).min(peer.len());
             Ok((id, peer[..n].to_vec()))
         })
@@ -490,10 +637,17 @@ impl Backend for HostBackend {
         with(|s| {
             let fd = s.create_host(h)?;
             let r = op(NetOp { op: net_op::CONNECT, handle: fd, addr: addr.as_ptr() as u64, addrlen: addr.len() as u64, ..NetOp::default() }).0;
+            // What was known before connecting (an unconnected socket
+            // reports a hang-up) no longer holds; the tender reports the
+            // connection's completion.
             match r {
-                Ok(_) => Ok(()),
+                Ok(_) => {
+                    s.get(h)?.ready = POLLOUT;
+                    s.gained(h);
+                    Ok(())
+                }
                 Err(e) if e == EINPROGRESS => {
-                    s.get(h)?.ready &= !POLLOUT;
+                    s.get(h)?.ready = 0;
                     Err(e)
                 }
                 Err(e) => Err(e),
@@ -589,8 +743,8 @@ impl Backend for HostBackend {
             let n = match r {
                 Ok(n) => n as usize,
                 Err(e) => {
-                    if e == Errno::EAGAIN {
-                        s.get(h)?.ready &= !POLLIN;
+                    if e == Errno::EAGAIN && flags & MSG_PEEK == 0 {
+                        s.get(h)?.drained();
                     }
                     return Err(e);
                 }
@@ -609,10 +763,10 @@ impl Backend for HostBackend {
                         _ => break,
                     }
                 }
-            } else if !dgram && n > 0 && n < bufs[0].len() {
-                // Probably drained: ask the tender again before believing
-                // it is readable.
-                s.get(h)?.ready &= !POLLIN;
+            } else if !dgram && n > 0 && n < bufs[0].len() && flags & MSG_PEEK == 0 {
+                // Drained (a stream returns less only when it has no more):
+                // new data is a new report, or a refresh finds it.
+                s.get(h)?.drained();
             }
             if o.a > 0 && dgram {
                 got.from = Some(from[..(o.a as usize).min(from.len())].to_vec());
@@ -735,6 +889,13 @@ impl Backend for HostBackend {
         })
     }
 
+    fn gains_since(&self, since: u64) -> (u64, Option<Vec<u64>>) {
+        with(|s| {
+            refresh_if_stale(s);
+            (s.seq, s.gains_after(since))
+        })
+    }
+
     fn is_stream(&self, h: u64) -> bool {
         with(|s| s.socks.get(&h).is_some_and(|k| k.ty == SOCK_STREAM))
     }
@@ -748,6 +909,11 @@ impl Backend for HostBackend {
     fn close(&mut self, h: u64) {
         with(|s| {
             if let Some(sock) = s.socks.remove(&h) {
+                if let Some(fd) = sock.host {
+                    if s.by_host.get(&fd) == Some(&h) {
+                        s.by_host.remove(&fd);
+                    }
+                }
                 if let Some(i) = sock.listener {
                     // The tender's listener stays open for a later bind.
                     if let Some(l) = s.listeners.get_mut(i) {
@@ -788,7 +954,7 @@ mod tests {
     #[test]
     fn a_bind_attaches_to_the_listener_of_its_port_then_to_an_any_port_one() {
         let l = |port, ty: i32| (Listener { handle: 3, port, sock_type: ty as u32, family: AF_INET as u32, reserved: 0 }, false);
-        let mut s = State { socks: BTreeMap::new(), next: 0, listeners: vec![l(80, SOCK_STREAM), l(LISTENER_ANY_PORT, SOCK_STREAM), l(53, SOCK_DGRAM)], outbound: false, bind_any: false, refreshed: 0, noted: false };
+        let mut s = State { listeners: vec![l(80, SOCK_STREAM), l(LISTENER_ANY_PORT, SOCK_STREAM), l(53, SOCK_DGRAM)], ..State::new() };
         assert_eq!(s.find_listener(SOCK_STREAM, Some(80)), Some(0));
         assert_eq!(s.find_listener(SOCK_DGRAM, Some(53)), Some(2));
         // No TCP listener for 8080: the handed-over (any-port) one.
@@ -797,6 +963,40 @@ mod tests {
         s.listeners[0].1 = true;
         assert_eq!(s.find_listener(SOCK_STREAM, Some(80)), Some(1), "a taken listener is not attached twice");
         assert_eq!(s.find_listener(SOCK_STREAM, None), Some(1));
+    }
+
+    #[test]
+    fn watch_reports_replace_the_bits_and_a_hung_up_socket_stays_readable() {
+        let mut k = HostSock::new(AF_INET, SOCK_STREAM, 0);
+        // An unconnected socket's report (hang-up), then the connection's.
+        k.report(POLLOUT | POLLHUP);
+        assert_eq!((k.ready, k.gen), (POLLOUT | POLLHUP, 1));
+        k.report(POLLOUT);
+        assert_eq!((k.ready, k.gen), (POLLOUT, 1), "a report of fewer bits is no new readiness");
+        k.report(POLLIN | POLLOUT);
+        assert_eq!((k.ready, k.gen), (POLLIN | POLLOUT, 2));
+        k.drained();
+        assert_eq!(k.ready, POLLOUT, "drained: the next arrival is a new report");
+        k.report(POLLIN | POLLOUT | POLLRDHUP);
+        k.drained();
+        assert_eq!(k.ready & POLLIN, POLLIN, "end of file stays readable");
+    }
+
+    #[test]
+    fn the_gain_log_names_what_gained_since_and_says_when_it_forgot() {
+        let mut s = State::new();
+        assert_eq!(s.gains_after(0), Some(vec![]));
+        s.gained(7);
+        s.gained(9);
+        let at = s.seq;
+        s.gained(7);
+        assert_eq!(s.gains_after(at), Some(vec![7]));
+        assert_eq!(s.gains_after(0), Some(vec![7, 9, 7]));
+        for h in 0..MAX_GAINS as u64 {
+            s.gained(h);
+        }
+        assert_eq!(s.gains_after(at), None, "older than the log: ask every socket");
+        assert_eq!(s.gains_after(s.seq - 1), Some(vec![MAX_GAINS as u64 - 1]));
     }
 
     #[test]

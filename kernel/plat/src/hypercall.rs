@@ -245,9 +245,27 @@ pub fn net(ops: &mut [NetOp]) -> i64 {
 /// have events (their `revents` filled in), 0 on time-out, or a negative
 /// errno.
 pub fn net_poll(fds: &mut [NetPollFd], timeout_ns: u64) -> i64 {
-    let mut a = NetPollArgs { fds: fds.as_mut_ptr() as u64, nfds: fds.len() as u64, timeout_ns, ret: 0 };
+    let mut a = NetPollArgs { fds: fds.as_mut_ptr() as u64, nfds: fds.len() as u64, timeout_ns, ..NetPollArgs::default() };
     raw(Hypercall::NetPoll, &mut a);
     a.ret
+}
+
+/// [`net_poll`] that also collects, into `events`, the host sockets of the
+/// tender's watch set whose readiness rose (boot info `NET_WATCH`).
+/// Returns `net_poll`'s result and how many entries of `events` were
+/// written.
+pub fn net_poll_watch(fds: &mut [NetPollFd], events: &mut [NetPollFd], timeout_ns: u64) -> (i64, usize) {
+    let mut a = NetPollArgs {
+        fds: fds.as_mut_ptr() as u64,
+        nfds: fds.len() as u64,
+        timeout_ns,
+        ret: 0,
+        events: events.as_mut_ptr() as u64,
+        max_events: events.len() as u64,
+        nevents: 0,
+    };
+    raw(Hypercall::NetPoll, &mut a);
+    (a.ret, (a.nevents as usize).min(events.len()))
 }
 
 /// Stops the instance.
