@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -194,7 +194,33 @@ pub struct BootInfo {
     pub volume_path: [u8; VOLUME_PATH_MAX],
     /// Largest archive the tender takes from [`Hypercall::VolumeSave`].
     pub volume_max: u64,
+    /// A fault to inject into a kernel component (`shoal run --inject`),
+    /// for tests and benchmarks of recovery; all zero: none.
+    pub inject: Inject,
 }
+
+/// The kernel components, in the order of their numbers (index + 1) in
+/// [`Inject::component`] and in the kernel's recovery records (DESIGN §6).
+pub const COMPONENTS: [&str; 11] = ["plat", "mm", "sched", "vfs", "ramfs", "time", "process", "sysinfo", "user", "net", "syscall"];
+
+/// A fault the kernel injects into one of its components at the
+/// [`Inject::at`]-th call into it through the system-call table
+/// (`shoal run --inject COMPONENT:KIND@N`; ABI 7). The kernel treats the
+/// values as untrusted: an unknown component or kind injects nothing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Inject {
+    /// 1 + the index of the component in [`COMPONENTS`]; 0: no injection.
+    pub component: u32,
+    /// What to inject ([`INJECT_PANIC`]).
+    pub kind: u32,
+    /// At which call into the component, counting from 1.
+    pub at: u64,
+}
+
+/// [`Inject::kind`]: the component panics (a Rust `panic!`) inside the
+/// call.
+pub const INJECT_PANIC: u32 = 1;
 
 /// Room for [`BootInfo::volume_path`] (a longer guest path is refused by
 /// the tender).
@@ -589,6 +615,7 @@ mod tests {
         assert_eq!(size_of::<NetOp>(), 72);
         assert_eq!(size_of::<NetPollFd>(), 8);
         assert_eq!(size_of::<Listener>(), 24);
+        assert_eq!(size_of::<Inject>(), 16);
         assert!(size_of::<BootInfo>() as u64 <= PHDR_OFFSET);
     }
 

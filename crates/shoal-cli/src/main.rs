@@ -122,6 +122,9 @@ enum Cmd {
         /// HOSTDIR's files at GUESTDIR in the guest; what the program leaves there is written back to HOSTDIR when it exits (not after a crash or a kill).
         #[arg(long, value_name = "HOSTDIR:GUESTDIR")]
         volume: Option<String>,
+        /// Make kernel COMPONENT fail at its N-th call, for tests of component recovery: COMPONENT:panic@N.
+        #[arg(long, value_name = "COMPONENT:panic@N")]
+        inject: Option<String>,
         /// The image.
         image: PathBuf,
         /// Arguments for the program (after `--`).
@@ -186,7 +189,7 @@ enum Cmd {
 /// `shoal run`: the options are checked and the image run by the same code
 /// as the lean `shoal-tender` command (crate `shoal-tender`).
 #[allow(clippy::too_many_arguments)]
-fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, mode: pool_cmd::MemMode, pool_fallback: bool, single_process: bool, net: (Vec<String>, Vec<String>, bool, Vec<String>), volume: Option<String>, image: PathBuf, args: Vec<String>) -> Result<i32> {
+fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, mode: pool_cmd::MemMode, pool_fallback: bool, single_process: bool, net: (Vec<String>, Vec<String>, bool, Vec<String>), volume: Option<String>, inject: Option<String>, image: PathBuf, args: Vec<String>) -> Result<i32> {
     let tender = match tender {
         Tender::Spt => shoal_tender::Tender::Spt,
         Tender::Hvt => shoal_tender::Tender::Hvt,
@@ -194,7 +197,8 @@ fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, m
     let args = shoal_tender::RunArgs::new(tender, fs, mem, env, mode.into(), pool_fallback, single_process, image, args.into_iter().map(Into::into).collect())?
         .with_net(&net.0, &net.1, net.2)?
         .with_allow(&net.3)?
-        .with_volume(volume.as_deref())?;
+        .with_volume(volume.as_deref())?
+        .with_inject(inject.as_deref())?;
     Ok(shoal_tender::run(&args)?)
 }
 
@@ -267,8 +271,8 @@ fn real_main() -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, single_process, publish, listen_fd, net_outbound, net_allow, volume, image, args } => {
-            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, single_process, (publish, listen_fd, net_outbound, net_allow), volume, image, args)
+        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, single_process, publish, listen_fd, net_outbound, net_allow, volume, inject, image, args } => {
+            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, single_process, (publish, listen_fd, net_outbound, net_allow), volume, inject, image, args)
         }
         Cmd::Pool { which } => {
             pool_cmd::run(which)?;

@@ -338,6 +338,7 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
     let read_only = read_only_ranges(&image, &layout);
     let hz = shoal_loader::tsc::tsc_hz()?;
     let mut params = BootParams::new(TenderKind::Hvt, 0, Clock::now(hz))?;
+    params.inject = cfg.inject.unwrap_or_default();
     if let Some(v) = &cfg.volume {
         params.volume_path = v.boot_path();
         // The whole volume archive lies in guest memory: it cannot be larger.

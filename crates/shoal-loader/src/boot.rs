@@ -98,6 +98,9 @@ pub struct BootParams {
     pub volume_path: [u8; shoal_abi::VOLUME_PATH_MAX],
     /// Largest archive the tender takes back (`VolumeSave`).
     pub volume_max: u64,
+    /// A fault to inject into a kernel component (`--inject`; all zero:
+    /// none).
+    pub inject: shoal_abi::Inject,
 }
 
 /// What the guest is told about the tender's standard input and output:
@@ -145,6 +148,7 @@ impl BootParams {
             console_flags: console_flags(),
             volume_path: [0; shoal_abi::VOLUME_PATH_MAX],
             volume_max: 0,
+            inject: shoal_abi::Inject::default(),
         })
     }
 }
@@ -275,6 +279,7 @@ pub fn write_boot_state(
         console_flags: params.console_flags,
         volume_path: params.volume_path,
         volume_max: params.volume_max,
+        inject: params.inject,
     };
     mem.write_obj(GuestAddr(BOOT_INFO_ADDR), &info)
         .map_err(mem_err("boot info"))?;

@@ -35,6 +35,7 @@
 
 mod boot;
 pub mod hostdir;
+pub mod inject;
 mod image;
 mod layout;
 mod mem;
@@ -153,6 +154,8 @@ pub struct RunConfig {
     pub net: net::NetConfig,
     /// A host directory kept across runs (`--volume`; [`volume`]).
     pub volume: Option<volume::Volume>,
+    /// A fault to inject into a kernel component (`--inject`; [`inject`]).
+    pub inject: Option<shoal_abi::Inject>,
 }
 
 impl RunConfig {
@@ -174,6 +177,7 @@ impl RunConfig {
             stderr: None,
             net: net::NetConfig::default(),
             volume: None,
+            inject: None,
         }
     }
 }

@@ -64,6 +64,9 @@ pub enum ArgsError {
     /// `--volume` with `--single-process` on spt.
     #[error("--volume cannot be used with --single-process on spt: the waiting parent process writes the host directory when the instance ends")]
     VolumeSingleProcess,
+    /// An `--inject` that does not parse.
+    #[error(transparent)]
+    Inject(#[from] shoal_loader::inject::InjectError),
     /// More than one image given.
     #[error("more than one image given ({0} and {1}); program arguments go after --")]
     TwoImages(PathBuf, PathBuf),
@@ -107,6 +110,8 @@ pub struct RunArgs {
     pub net_allow: Vec<shoal_loader::net::Allow>,
     /// A host directory kept across runs (`--volume HOSTDIR:GUESTDIR`).
     pub volume: Option<shoal_loader::volume::Volume>,
+    /// A fault to inject into a kernel component (`--inject COMPONENT:KIND@N`).
+    pub inject: Option<shoal_loader::inject::Inject>,
     /// The image.
     pub image: PathBuf,
     /// The program's arguments (after `--`).
@@ -134,6 +139,7 @@ Runs one shoal image (the lean form of `shoal run`).
   --net-allow CIDR[:PORT]    hvt: outbound only to these destinations (repeatable; implies --net-outbound)
   --volume HOSTDIR:GUESTDIR  HOSTDIR's files at GUESTDIR; what the program leaves there is written
                              back to HOSTDIR when it exits (not after a crash or a kill)
+  --inject COMPONENT:panic@N make kernel COMPONENT panic at its N-th call (tests of recovery)
 ";
 
 /// Parses a size: bytes, or a number with a K, M or G suffix.
@@ -186,7 +192,7 @@ impl RunArgs {
         if let Some(dir) = fs.as_ref().filter(|d| !d.is_dir()) {
             return Err(ArgsError::NoFsDir(dir.clone()));
         }
-        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, publish: Vec::new(), listen_fds: Vec::new(), net_outbound: false, net_allow: Vec::new(), volume: None, image, args })
+        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, publish: Vec::new(), listen_fds: Vec::new(), net_outbound: false, net_allow: Vec::new(), volume: None, inject: None, image, args })
     }
 
     /// Parses `shoal-tender`'s arguments (without the program name).
@@ -198,6 +204,7 @@ impl RunArgs {
             (MemoryMode::Copy, false, false, None, Vec::new());
         let (mut publish, mut listen_fds, mut outbound, mut allow) = (Vec::new(), Vec::new(), false, Vec::new());
         let mut volume = None;
+        let mut inject = None;
         while let Some(a) = it.next() {
             let text = a.to_string_lossy().into_owned();
             // `--opt=value` and `--opt value` are both accepted.
@@ -231,6 +238,7 @@ impl RunArgs {
                 "--net-outbound" if inline.is_none() => outbound = true,
                 "--net-allow" => allow.push(value("--net-allow")?),
                 "--volume" => volume = Some(value("--volume")?),
+                "--inject" => inject = Some(value("--inject")?),
                 "--" => {
                     args.extend(it.by_ref());
                     break;
@@ -244,7 +252,7 @@ impl RunArgs {
         }
         let image = image.ok_or(ArgsError::NoImage)?;
         let a = RunArgs::new(tender, fs, &mem, env, mode, fallback, single, image, args)?;
-        a.with_net(&publish, &listen_fds, outbound)?.with_allow(&allow)?.with_volume(volume.as_deref()).map(Some)
+        a.with_net(&publish, &listen_fds, outbound)?.with_allow(&allow)?.with_volume(volume.as_deref())?.with_inject(inject.as_deref()).map(Some)
     }
 
     /// Adds `--volume HOSTDIR:GUESTDIR` (HOSTDIR must exist; refused with
@@ -257,6 +265,13 @@ impl RunArgs {
             }
             self.volume = Some(v);
         }
+        Ok(self)
+    }
+
+    /// Adds `--inject COMPONENT:KIND@N` (a fault the kernel injects into
+    /// one of its components, for tests of recovery).
+    pub fn with_inject(mut self, spec: Option<&str>) -> Result<RunArgs, ArgsError> {
+        self.inject = spec.map(shoal_loader::inject::parse).transpose()?;
         Ok(self)
     }
 
@@ -297,6 +312,7 @@ impl RunArgs {
         cfg.net.outbound = self.net_outbound || !self.net_allow.is_empty();
         cfg.net.allow = self.net_allow.clone();
         cfg.volume = self.volume.clone();
+        cfg.inject = self.inject;
         cfg.net.listen_fds = self
             .listen_fds
             .iter()
@@ -382,6 +398,10 @@ mod tests {
         assert_eq!(msg(&["--volume", "/tmp", "img"]), "--volume /tmp: expected HOSTDIR:GUESTDIR (GUESTDIR absolute)");
         assert_eq!(msg(&["--volume", "/tmp:/data", "--single-process", "img"]), ArgsError::VolumeSingleProcess.to_string());
         assert!(parse(&["--volume", "/tmp:/data", "--single-process", "--tender", "hvt", "img"]).is_ok());
+        assert_eq!(msg(&["--inject", "disk:panic@1", "img"]).lines().count(), 1);
+        assert!(msg(&["--inject", "time:hang@1", "img"]).contains("not implemented yet"));
+        let a = parse(&["--inject=time:panic@2", "img"]).unwrap().unwrap();
+        assert_eq!(a.inject, Some(shoal_loader::inject::Inject { component: 6, kind: 1, at: 2 }));
         assert_eq!(parse_size("1000").unwrap(), 4096);
         assert_eq!(parse_size("64M").unwrap(), 64 << 20);
         assert_eq!(parse_size("1g").unwrap(), 1 << 30);
