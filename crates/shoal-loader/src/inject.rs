@@ -1,0 +1,57 @@
+//! `--inject COMPONENT:KIND@N`: a fault the kernel injects into one of its
+//! components at the N-th call into it (issue 19, component-level
+//! recovery). Tests and benchmarks use it to make a component fail on
+//! purpose and watch the kernel reboot it; the kernel receives it in the
+//! boot information ([`shoal_abi::Inject`]).
+
+pub use shoal_abi::Inject;
+use shoal_abi::{COMPONENTS, INJECT_PANIC};
+
+/// An `--inject` value that cannot be used, in one sentence.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InjectError {
+    /// Not of the form `COMPONENT:KIND@N`.
+    #[error("--inject {0}: expected COMPONENT:KIND@N (e.g. time:panic@3)")]
+    Syntax(String),
+    /// A component the kernel does not have.
+    #[error("--inject {0}: unknown component (one of: {list})", list = COMPONENTS.join(", "))]
+    Component(String),
+    /// A kind of fault not known, or not injected yet.
+    #[error("--inject {0}: fault kind `{1}` is not supported (supported: panic; wild-write and hang are not implemented yet)")]
+    Kind(String, String),
+    /// N is not a call number (1 or more).
+    #[error("--inject {0}: N must be a call number, 1 or more")]
+    At(String),
+}
+
+/// Parses `COMPONENT:KIND@N`.
+pub fn parse(spec: &str) -> Result<Inject, InjectError> {
+    let syntax = || InjectError::Syntax(spec.into());
+    let (comp, rest) = spec.split_once(':').ok_or_else(syntax)?;
+    let (kind, at) = rest.split_once('@').ok_or_else(syntax)?;
+    let component = COMPONENTS.iter().position(|c| *c == comp).ok_or_else(|| InjectError::Component(spec.into()))?;
+    let kind = match kind {
+        "panic" => INJECT_PANIC,
+        k => return Err(InjectError::Kind(spec.into(), k.into())),
+    };
+    let at: u64 = at.parse().ok().filter(|n| *n >= 1).ok_or_else(|| InjectError::At(spec.into()))?;
+    Ok(Inject { component: component as u32 + 1, kind, at })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_refuses() {
+        assert_eq!(parse("time:panic@3"), Ok(Inject { component: 6, kind: INJECT_PANIC, at: 3 }));
+        assert_eq!(parse("plat:panic@1").map(|i| i.component), Ok(1));
+        assert_eq!(parse("time"), Err(InjectError::Syntax("time".into())));
+        assert_eq!(parse("time:panic"), Err(InjectError::Syntax("time:panic".into())));
+        assert_eq!(parse("disk:panic@1"), Err(InjectError::Component("disk:panic@1".into())));
+        assert_eq!(parse("vfs:hang@1"), Err(InjectError::Kind("vfs:hang@1".into(), "hang".into())));
+        assert_eq!(parse("vfs:panic@0"), Err(InjectError::At("vfs:panic@0".into())));
+        assert_eq!(parse("vfs:panic@x"), Err(InjectError::At("vfs:panic@x".into())));
+        assert!(parse("disk:panic@1").unwrap_err().to_string().contains("one of: plat, mm"));
+    }
+}
