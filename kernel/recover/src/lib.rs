@@ -356,7 +356,22 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
     r
 }
 
+/// The injected panic. For a rebootable component it first overwrites the
+/// component's whole data and bss with `0xa5` bytes, as a failing
+/// component may leave its state (its `Global` cells then read as
+/// borrowed, its values as garbage): the program's later results are right
+/// only if the reboot really restores the memory.
 fn injected(c: Component, n: u64) -> ! {
+    if rebootable(c) {
+        let r = regions()[c as usize - 1];
+        for range in [r.data, r.bss] {
+            // SAFETY: the component's own writable regions; no reference
+            // into them is alive here (the gate has not entered the
+            // component's code yet) and the panic below keeps the
+            // component from running on this memory: the gate restores it.
+            unsafe { core::ptr::write_bytes(range.start as *mut u8, 0xa5, range.len()) };
+        }
+    }
     panic!("injected fault: panic at call {n} into {}", name(c))
 }
 
