@@ -212,7 +212,7 @@ pub const COMPONENTS: [&str; 11] = ["plat", "mm", "sched", "vfs", "ramfs", "time
 pub struct Inject {
     /// 1 + the index of the component in [`COMPONENTS`]; 0: no injection.
     pub component: u32,
-    /// What to inject ([`INJECT_PANIC`]).
+    /// What to inject ([`INJECT_PANIC`], [`INJECT_WILD_WRITE`]).
     pub kind: u32,
     /// At which call into the component, counting from 1.
     pub at: u64,
@@ -221,6 +221,10 @@ pub struct Inject {
 /// [`Inject::kind`]: the component panics (a Rust `panic!`) inside the
 /// call.
 pub const INJECT_PANIC: u32 = 1;
+/// [`Inject::kind`]: the component writes to an address outside guest
+/// memory inside the call (a CPU fault: SIGSEGV on spt, a page fault on
+/// hvt).
+pub const INJECT_WILD_WRITE: u32 = 2;
 
 /// Room for [`BootInfo::volume_path`] (a longer guest path is refused by
 /// the tender).
@@ -317,6 +321,29 @@ pub enum Hypercall {
     /// instance has ended by exit (not by a CPU fault or a refused
     /// hypercall), replaces the host directory's contents with it.
     VolumeSave = 11,
+    /// Tell the tender where the kernel takes back a CPU fault of its own
+    /// components: [`FaultHandlerArgs`] (ABI 7). spt: when the guest
+    /// faults (SIGSEGV, SIGBUS) at an instruction in guest memory while the
+    /// armed word is non-zero, the tender resumes the guest at `entry`
+    /// (with `rdi` = the signal, `rsi` = the faulting address, `rdx` = the
+    /// faulting instruction, the stack 128 bytes below the faulting one)
+    /// instead of ending the instance; the kernel reboots the failed
+    /// component. hvt answers `ENOSYS` (not supported yet).
+    FaultHandler = 12,
+}
+
+/// Arguments of [`Hypercall::FaultHandler`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FaultHandlerArgs {
+    /// Guest address of the kernel's fault entry
+    /// (`extern "C" fn(signal: u64, addr: u64, rip: u64) -> !`).
+    pub entry: u64,
+    /// Guest address of the 8-byte, 8-aligned armed word: non-zero while a
+    /// fault is the kernel's to handle.
+    pub armed: u64,
+    /// Out: 0, or a negative Linux errno.
+    pub ret: i64,
 }
 
 /// The signals a tender hands to its guest instead of acting on them
@@ -348,13 +375,14 @@ impl Hypercall {
             9 => Some(Hypercall::ConsoleBuffer),
             10 => Some(Hypercall::SignalWord),
             11 => Some(Hypercall::VolumeSave),
+            12 => Some(Hypercall::FaultHandler),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 12;
+pub const HYPERCALL_MAX: u64 = 13;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;

@@ -122,8 +122,8 @@ enum Cmd {
         /// HOSTDIR's files at GUESTDIR in the guest; what the program leaves there is written back to HOSTDIR when it exits (not after a crash or a kill).
         #[arg(long, value_name = "HOSTDIR:GUESTDIR")]
         volume: Option<String>,
-        /// Make kernel COMPONENT fail at its N-th call, for tests of component recovery: COMPONENT:panic@N.
-        #[arg(long, value_name = "COMPONENT:panic@N")]
+        /// Make kernel COMPONENT fail at its N-th call, for tests of component recovery: COMPONENT:KIND@N, KIND panic or wild-write.
+        #[arg(long, value_name = "COMPONENT:KIND@N")]
         inject: Option<String>,
         /// The image.
         image: PathBuf,

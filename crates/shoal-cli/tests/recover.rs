@@ -1,8 +1,8 @@
 //! Component recovery (issue 19, first slice; `kernel/recover`): a panic
 //! injected into a stateless kernel component (`shoal run --inject
 //! COMPONENT:panic@N`, which also overwrites the component's memory before
-//! panicking) reboots that component alone and the program goes on with
-//! correct results; a component that cannot be rebooted yet, and a fault in
+//! panicking), or a wild write there (`wild-write`, spt), reboots that
+//! component alone and the program goes on with correct results; a component that cannot be rebooted yet, and a fault in
 //! the application, still end the instance as before. The program is
 //! `apps/tests/recover.c`. Every test runs on each tender
 //! `common::tenders()` finds (hvt with a visible skip otherwise).
@@ -52,6 +52,42 @@ fn an_injected_panic_reboots_a_stateless_component_and_the_program_goes_on() {
                 assert!(!err.contains("panicked at") || err.matches("panicked at").count() == 1, "{t} {component}@{at}: {err}");
             }
         }
+    }
+}
+
+/// A wild write (a write outside guest memory) inside a stateless
+/// component: on spt the tender hands the SIGSEGV back to the kernel
+/// (`Hypercall::FaultHandler`), which reboots the component; hvt does not
+/// hand faults back yet, so there the instance ends as for any CPU fault.
+#[test]
+fn an_injected_wild_write_reboots_the_component_on_spt() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        for component in ["time", "sysinfo", "user"] {
+            let o = output(
+                shoal_run(t)
+                    .arg("--inject")
+                    .arg(format!("{component}:wild-write@20"))
+                    .arg(&image)
+                    .args(["--", ROUNDS]),
+            );
+            let err = stderr(&o);
+            if t == "spt" {
+                assert_eq!(o.status.code(), Some(0), "{t} {component}: {err}");
+                assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"), "{t} {component}: {err}");
+                assert!(err.contains(&format!("shoal: fault in {component}: SIGSEGV (invalid memory access at 0x8, rip ")), "{t} {component}: {err}");
+                assert_eq!(reboot_lines(&err, component), 1, "{t} {component}: {err}");
+            } else {
+                assert_eq!(o.status.code(), Some(139), "{t} {component}: {err}");
+                assert!(err.contains("page fault") && err.contains("cr2 0x8"), "{t} {component}: {err}");
+                assert_eq!(reboot_lines(&err, component), 0, "{t} {component}: {err}");
+            }
+        }
+        // A component that cannot be rebooted yet: the usual crash.
+        let o = output(shoal_run(t).args(["--inject", "process:wild-write@3"]).arg(&image).args(["--", ROUNDS]));
+        assert_eq!(o.status.code(), Some(139), "{t}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "", "{t}");
     }
 }
 
@@ -106,6 +142,7 @@ fn bad_inject_flags_are_one_line_and_125() {
         ("time", "expected COMPONENT:KIND@N"),
         ("disk:panic@1", "unknown component (one of: plat, mm,"),
         ("time:hang@1", "fault kind `hang` is not supported"),
+        ("time:segv@1", "fault kind `segv` is not supported"),
         ("time:panic@0", "N must be a call number"),
     ] {
         let o = output(shoal().args(["run", "--inject", spec]).arg(&image));

@@ -379,6 +379,17 @@ pub fn handle(
             };
             put(g, call, arg, &a)
         }
+        // Handing a guest's own CPU fault back to its kernel is spt's for
+        // now (the VMM would have to turn the CPL-0 stub's report into a
+        // return to CPL 3 at the kernel's entry).
+        Hypercall::FaultHandler => {
+            let mut a: shoal_abi::FaultHandlerArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            a.ret = -i64::from(libc::ENOSYS);
+            put(g, call, arg, &a)
+        }
         Hypercall::Protect => {
             let mut a: ProtectArgs = match args(g, call, arg, true) {
                 Ok(a) => a,

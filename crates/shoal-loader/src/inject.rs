@@ -5,7 +5,7 @@
 //! boot information ([`shoal_abi::Inject`]).
 
 pub use shoal_abi::Inject;
-use shoal_abi::{COMPONENTS, INJECT_PANIC};
+use shoal_abi::{COMPONENTS, INJECT_PANIC, INJECT_WILD_WRITE};
 
 /// An `--inject` value that cannot be used, in one sentence.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -17,7 +17,7 @@ pub enum InjectError {
     #[error("--inject {0}: unknown component (one of: {list})", list = COMPONENTS.join(", "))]
     Component(String),
     /// A kind of fault not known, or not injected yet.
-    #[error("--inject {0}: fault kind `{1}` is not supported (supported: panic; wild-write and hang are not implemented yet)")]
+    #[error("--inject {0}: fault kind `{1}` is not supported (supported: panic, wild-write; hang is not implemented yet)")]
     Kind(String, String),
     /// N is not a call number (1 or more).
     #[error("--inject {0}: N must be a call number, 1 or more")]
@@ -32,6 +32,7 @@ pub fn parse(spec: &str) -> Result<Inject, InjectError> {
     let component = COMPONENTS.iter().position(|c| *c == comp).ok_or_else(|| InjectError::Component(spec.into()))?;
     let kind = match kind {
         "panic" => INJECT_PANIC,
+        "wild-write" => INJECT_WILD_WRITE,
         k => return Err(InjectError::Kind(spec.into(), k.into())),
     };
     let at: u64 = at.parse().ok().filter(|n| *n >= 1).ok_or_else(|| InjectError::At(spec.into()))?;
@@ -46,6 +47,7 @@ mod tests {
     fn parses_and_refuses() {
         assert_eq!(parse("time:panic@3"), Ok(Inject { component: 6, kind: INJECT_PANIC, at: 3 }));
         assert_eq!(parse("plat:panic@1").map(|i| i.component), Ok(1));
+        assert_eq!(parse("user:wild-write@2"), Ok(Inject { component: 9, kind: INJECT_WILD_WRITE, at: 2 }));
         assert_eq!(parse("time"), Err(InjectError::Syntax("time".into())));
         assert_eq!(parse("time:panic"), Err(InjectError::Syntax("time:panic".into())));
         assert_eq!(parse("disk:panic@1"), Err(InjectError::Component("disk:panic@1".into())));

@@ -139,7 +139,8 @@ Runs one shoal image (the lean form of `shoal run`).
   --net-allow CIDR[:PORT]    hvt: outbound only to these destinations (repeatable; implies --net-outbound)
   --volume HOSTDIR:GUESTDIR  HOSTDIR's files at GUESTDIR; what the program leaves there is written
                              back to HOSTDIR when it exits (not after a crash or a kill)
-  --inject COMPONENT:panic@N make kernel COMPONENT panic at its N-th call (tests of recovery)
+  --inject COMPONENT:KIND@N  make kernel COMPONENT fail at its N-th call, KIND panic or wild-write
+                             (tests of component recovery)
 ";
 
 /// Parses a size: bytes, or a number with a K, M or G suffix.

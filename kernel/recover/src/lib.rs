@@ -42,7 +42,7 @@ extern crate alloc;
 
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicU8, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use shoal_abi::COMPONENTS;
 use shoal_plat::{Args, Errno, Global, SysResult, SyscallFn};
 
@@ -193,13 +193,16 @@ static STATE: Global<State> = Global::new(State { snapshots: [const { None }; N]
 static REBOOTABLE: AtomicU16 = AtomicU16::new(0);
 /// The component the current system call entered (0: none).
 static CURRENT: AtomicU8 = AtomicU8::new(0);
-/// A gate's return context is saved and a failure may return to it.
-static ARMED: AtomicBool = AtomicBool::new(false);
+/// Non-zero while a gate's return context is saved and a failure may
+/// return to it. An 8-byte word: the spt tender reads it to decide whether
+/// a CPU fault is the kernel's to handle (`Hypercall::FaultHandler`).
+static ARMED: AtomicU64 = AtomicU64::new(0);
 /// Calls per component, through the system-call table.
 static CALLS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// `--inject`: the component (0: none) and the call number.
 static INJECT_COMPONENT: AtomicU8 = AtomicU8::new(0);
 static INJECT_AT: AtomicU64 = AtomicU64::new(0);
+static INJECT_KIND: AtomicU32 = AtomicU32::new(0);
 
 /// The saved context of the armed gate: rbx, rbp, r12–r15, the stack
 /// pointer after the gate's return, and its return address.
@@ -272,14 +275,19 @@ pub fn init(rebootable: &[(Component, Option<fn(u64)>)]) {
     let inj = bi.inject;
     if inj.component != 0 {
         let c = inj.component as usize;
-        if c > N || inj.kind != shoal_abi::INJECT_PANIC || inj.at == 0 {
+        if c > N || !matches!(inj.kind, shoal_abi::INJECT_PANIC | shoal_abi::INJECT_WILD_WRITE) || inj.at == 0 {
             use core::fmt::Write;
             let _ = writeln!(shoal_plat::console::Stderr, "shoal: ignoring an injection the kernel does not know (component {c}, kind {})", inj.kind);
         } else {
             INJECT_COMPONENT.store(c as Component, Relaxed);
             INJECT_AT.store(inj.at, Relaxed);
+            INJECT_KIND.store(inj.kind, Relaxed);
         }
     }
+    // A CPU fault inside a gated call comes back to `shoal_recover_fault`
+    // where the tender can hand it back (spt); elsewhere (hvt: ENOSYS) it
+    // ends the instance as before.
+    let _ = shoal_plat::hypercall::fault_handler(shoal_recover_fault as *const () as u64, (&raw const ARMED) as u64);
 }
 
 /// [`init`] with the regions given.
@@ -344,7 +352,7 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
     // A gate inside a gate (a rebootable component's call never calls back
     // into the table, so this does not happen today) runs unprotected: one
     // saved context at a time.
-    let r = if rebootable(c) && !ARMED.load(Relaxed) {
+    let r = if rebootable(c) && ARMED.load(Relaxed) == 0 {
         protected(c, f, args, inject, n)
     } else {
         if inject {
@@ -362,6 +370,7 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
 /// borrowed, its values as garbage): the program's later results are right
 /// only if the reboot really restores the memory.
 fn injected(c: Component, n: u64) -> ! {
+    let wild = INJECT_KIND.load(Relaxed) == shoal_abi::INJECT_WILD_WRITE;
     if rebootable(c) {
         let r = regions()[c as usize - 1];
         for range in [r.data, r.bss] {
@@ -372,7 +381,37 @@ fn injected(c: Component, n: u64) -> ! {
             unsafe { core::ptr::write_bytes(range.start as *mut u8, 0xa5, range.len()) };
         }
     }
+    if wild {
+        // SAFETY: deliberately not: address 8 lies below guest memory (the
+        // boot-info page is the lowest), so this write faults (SIGSEGV on
+        // spt, a page fault on hvt) and never lands anywhere.
+        unsafe { core::ptr::write_volatile(8 as *mut u64, 0xa5) };
+    }
     panic!("injected fault: panic at call {n} into {}", name(c))
+}
+
+/// Where the spt tender resumes the guest after a SIGSEGV or SIGBUS in
+/// guest code while a gate is armed (`Hypercall::FaultHandler`), with the
+/// signal, the faulting address and instruction: the component the call
+/// entered failed; back to its gate, which reboots it. Not armed (a race
+/// with the tender's check cannot happen: one flow of control), the
+/// instance ends as the tender would have ended it.
+extern "C" fn shoal_recover_fault(sig: u64, addr: u64, rip: u64) -> ! {
+    use core::fmt::Write;
+    let what = match sig {
+        11 => "SIGSEGV",
+        7 => "SIGBUS",
+        _ => "signal",
+    };
+    let c = current();
+    if ARMED.load(Relaxed) != 0 && rebootable(c) {
+        let _ = writeln!(shoal_plat::console::Stderr, "shoal: fault in {}: {what} (invalid memory access at {addr:#x}, rip {rip:#x})", name(c));
+        abort_to_gate();
+    }
+    let _ = writeln!(shoal_plat::console::Stderr, "shoal: the guest crashed: {what} (invalid memory access at {addr:#x}, rip {rip:#x})");
+    // Straight to the tender: after a CPU fault nothing else of the
+    // kernel's (a volume's save) runs.
+    shoal_plat::hypercall::halt(128 + (sig & 0x7f) as i64)
 }
 
 /// What the gate hands to [`body`] across `shoal_recover_call`.
@@ -401,14 +440,14 @@ extern "C" fn body(p: *mut u8) {
 fn protected(c: Component, f: SyscallFn, args: &Args, inject: bool, n: u64) -> SysResult {
     let mut frame = Frame { c, n, f, args, inject, out: Err(Errno::EIO) };
     for _ in 0..2 {
-        ARMED.store(true, Relaxed);
+        ARMED.store(1, Relaxed);
         // SAFETY: `body` is a plain `extern "C" fn(*mut u8)` and the frame
         // outlives the call. If the component fails, `abort_to_gate`
         // returns here with 1: the frames above are abandoned (no
         // destructor of theirs runs: what they held leaks, which is safe)
         // and every callee-saved register holds what it held at the call.
         let aborted = unsafe { shoal_recover_call(body, (&raw mut frame).cast(), CONTEXT.0.get()) };
-        ARMED.store(false, Relaxed);
+        ARMED.store(0, Relaxed);
         if aborted == 0 {
             return frame.out;
         }
@@ -421,7 +460,7 @@ fn protected(c: Component, f: SyscallFn, args: &Args, inject: bool, n: u64) -> S
 /// Returns to the armed gate as failed, if a gate is armed for a
 /// rebootable component; otherwise returns.
 fn abort_to_gate() {
-    if ARMED.swap(false, Relaxed) && rebootable(current()) {
+    if ARMED.swap(0, Relaxed) != 0 && rebootable(current()) {
         // SAFETY: the gate is armed, so `CONTEXT` holds the context
         // `shoal_recover_call` saved for the call still in progress below
         // us on this stack.
@@ -435,7 +474,7 @@ fn abort_to_gate() {
 /// returns and the handler stops the instance.
 pub fn on_panic(info: &core::panic::PanicInfo) {
     let c = current();
-    if ARMED.load(Relaxed) && rebootable(c) {
+    if ARMED.load(Relaxed) != 0 && rebootable(c) {
         use core::fmt::Write;
         let _ = writeln!(shoal_plat::console::Stderr, "shoal: kernel panic in {}: {info}", name(c));
         abort_to_gate();
@@ -585,7 +624,7 @@ mod tests {
         let expect: Vec<u8> = (0..31u8).chain([2]).collect();
         assert_eq!(&m[..], &expect[..], "restored from the snapshot, then the hook ran with the reboot count");
         assert_eq!(current(), 0);
-        assert!(!ARMED.load(Relaxed));
+        assert_eq!(ARMED.load(Relaxed), 0);
 
         // One that fails once: the retry's result reaches the caller.
         unsafe { SEEN = 0 };
