@@ -322,13 +322,14 @@ pub enum Hypercall {
     /// hypercall), replaces the host directory's contents with it.
     VolumeSave = 11,
     /// Tell the tender where the kernel takes back a CPU fault of its own
-    /// components: [`FaultHandlerArgs`] (ABI 7). spt: when the guest
-    /// faults (SIGSEGV, SIGBUS) at an instruction in guest memory while the
-    /// armed word is non-zero, the tender resumes the guest at `entry`
-    /// (with `rdi` = the signal, `rsi` = the faulting address, `rdx` = the
-    /// faulting instruction, the stack 128 bytes below the faulting one)
+    /// components: [`FaultHandlerArgs`] (ABI 7). When the guest faults at
+    /// an instruction in guest memory (spt: SIGSEGV, SIGBUS; hvt: a page or
+    /// general-protection fault) while the armed word is non-zero, the
+    /// tender resumes the guest at `entry` (at CPL 3 on hvt; `rdi` = the
+    /// signal, `rsi` = the faulting address, `rdx` = the faulting
+    /// instruction, the stack 128 bytes below the faulting one, aligned)
     /// instead of ending the instance; the kernel reboots the failed
-    /// component. hvt answers `ENOSYS` (not supported yet).
+    /// component.
     FaultHandler = 12,
 }
 

@@ -34,8 +34,10 @@
 //!
 //! What a reboot does not undo: heap blocks the failed call allocated
 //! (leaked), and `Global` cells of *other* components that the failed call
-//! held borrowed (a later use panics in turn). Faults other than panics
-//! (a wild write, a hang) are not detected yet.
+//! held borrowed (a later use panics in turn). A CPU fault in the call
+//! (a wild write) comes back the same way when the tender hands it to
+//! `shoal_recover_fault` (`Hypercall::FaultHandler`); a hang is not
+//! detected yet.
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;
@@ -285,8 +287,8 @@ pub fn init(rebootable: &[(Component, Option<fn(u64)>)]) {
         }
     }
     // A CPU fault inside a gated call comes back to `shoal_recover_fault`
-    // where the tender can hand it back (spt); elsewhere (hvt: ENOSYS) it
-    // ends the instance as before.
+    // (both tenders hand faults back; a tender that answers ENOSYS would
+    // end the instance as before).
     let _ = shoal_plat::hypercall::fault_handler(shoal_recover_fault as *const () as u64, (&raw const ARMED) as u64);
 }
 
@@ -390,8 +392,9 @@ fn injected(c: Component, n: u64) -> ! {
     panic!("injected fault: panic at call {n} into {}", name(c))
 }
 
-/// Where the spt tender resumes the guest after a SIGSEGV or SIGBUS in
-/// guest code while a gate is armed (`Hypercall::FaultHandler`), with the
+/// Where the tender resumes the guest after a CPU fault in guest code
+/// while a gate is armed (`Hypercall::FaultHandler`; spt: SIGSEGV or
+/// SIGBUS, hvt: a page or general-protection fault), with the
 /// signal, the faulting address and instruction: the component the call
 /// entered failed; back to its gate, which reboots it. Not armed (a race
 /// with the tender's check cannot happen: one flow of control), the
