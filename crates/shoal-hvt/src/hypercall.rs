@@ -391,7 +391,7 @@ pub fn handle(
             };
             a.ret = match g.fault {
                 None => -i64::from(libc::ENOSYS),
-                Some(_) if a.armed % 8 != 0 => -i64::from(libc::EINVAL),
+                Some(_) if !a.armed.is_multiple_of(8) => -i64::from(libc::EINVAL),
                 Some(_) if !g.mem.contains(GuestAddr(a.armed), 8) || !g.mem.contains(GuestAddr(a.entry), 1) => EFAULT,
                 Some(f) => {
                     f.set(Some((a.entry, a.armed)));

@@ -264,7 +264,7 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
         Some(Hypercall::FaultHandler) => {
             let mut a: shoal_abi::FaultHandlerArgs = args(nr, arg, true);
             let mem = guest_mem();
-            a.ret = if a.armed % 8 != 0 {
+            a.ret = if !a.armed.is_multiple_of(8) {
                 -i64::from(libc::EINVAL)
             } else if !writable(a.armed, 8) || !mem.contains(GuestAddr(a.entry), 1) {
                 -i64::from(libc::EFAULT)

@@ -79,6 +79,10 @@ pub mod id {
     pub const SYSCALL: Component = 11;
 }
 
+/// A rebootable component and the hook that runs after its memory is
+/// restored (with the number of its reboots so far, 1 for the first).
+pub type Rebootable = (Component, Option<fn(u64)>);
+
 /// How many components there are.
 const N: usize = COMPONENTS.len();
 
@@ -271,7 +275,7 @@ extern "C" {
 /// end of kernel initialisation: the snapshot is the components' state
 /// right after it.
 #[cfg(not(test))]
-pub fn init(rebootable: &[(Component, Option<fn(u64)>)]) {
+pub fn init(rebootable: &[Rebootable]) {
     let bi = shoal_plat::boot::info();
     init_with(image_regions(), rebootable, bi.tsc_hz);
     let inj = bi.inject;
@@ -293,7 +297,7 @@ pub fn init(rebootable: &[(Component, Option<fn(u64)>)]) {
 }
 
 /// [`init`] with the regions given.
-fn init_with(regions: [Regions; N], rebootable: &[(Component, Option<fn(u64)>)], tsc_hz: u64) {
+fn init_with(regions: [Regions; N], rebootable: &[Rebootable], tsc_hz: u64) {
     // SAFETY: before the first system call; no reference to the table is
     // alive (`regions()` is only called by the gate and the reboot).
     unsafe { *REGIONS.0.get() = regions };
@@ -387,7 +391,7 @@ fn injected(c: Component, n: u64) -> ! {
         // SAFETY: deliberately not: address 8 lies below guest memory (the
         // boot-info page is the lowest), so this write faults (SIGSEGV on
         // spt, a page fault on hvt) and never lands anywhere.
-        unsafe { core::ptr::write_volatile(8 as *mut u64, 0xa5) };
+        unsafe { core::ptr::write_volatile(core::ptr::without_provenance_mut::<u64>(8), 0xa5) };
     }
     panic!("injected fault: panic at call {n} into {}", name(c))
 }
@@ -399,6 +403,7 @@ fn injected(c: Component, n: u64) -> ! {
 /// entered failed; back to its gate, which reboots it. Not armed (a race
 /// with the tender's check cannot happen: one flow of control), the
 /// instance ends as the tender would have ended it.
+#[cfg_attr(test, allow(dead_code))]
 extern "C" fn shoal_recover_fault(sig: u64, addr: u64, rip: u64) -> ! {
     use core::fmt::Write;
     let what = match sig {
@@ -545,7 +550,7 @@ mod tests {
         assert!(src.contains(&format!("table!({})", COMPONENTS.join(", "))));
     }
 
-    static mut SEEN: u64 = 0;
+    static SEEN: AtomicU64 = AtomicU64::new(0);
 
     extern "C" fn unwinds(p: *mut u8) {
         // SAFETY: the test passes a pointer to a u64.
@@ -565,23 +570,18 @@ mod tests {
 
     fn mem() -> &'static mut [u8; 32] {
         // SAFETY: only the single gate test touches it.
-        unsafe { &mut *(&raw mut MEM) }
+        unsafe { &mut *core::ptr::addr_of_mut!(MEM) }
     }
 
     fn fails_after_scribbling(_: &Args) -> SysResult {
         mem().fill(0xee);
-        // SAFETY: test-only counter.
-        unsafe { SEEN += 1 };
+        SEEN.fetch_add(1, Relaxed);
         abort_to_gate();
         unreachable!("the gate is armed")
     }
 
     fn fails_once(_: &Args) -> SysResult {
-        // SAFETY: test-only counter.
-        let seen = unsafe {
-            SEEN += 1;
-            SEEN
-        };
+        let seen = SEEN.fetch_add(1, Relaxed) + 1;
         mem()[0] = 0xee;
         if seen == 1 {
             abort_to_gate();
@@ -602,6 +602,7 @@ mod tests {
         // CONTEXT is saved by the call before `unwinds` uses it.
         assert_eq!(unsafe { shoal_recover_call(returns, (&raw mut x).cast(), CONTEXT.0.get()) }, 0);
         assert_eq!(x, 9);
+        // SAFETY: as above; `unwinds` returns through the saved context.
         assert_eq!(unsafe { shoal_recover_call(unwinds, (&raw mut x).cast(), CONTEXT.0.get()) }, 1);
         assert_eq!(x, 7);
 
@@ -622,7 +623,7 @@ mod tests {
 
         // A component that fails every time: rebooted twice, EIO.
         assert_eq!(call_in(c, fails_after_scribbling, &Args::default()), Err(Errno::EIO));
-        assert_eq!(unsafe { SEEN }, 2);
+        assert_eq!(SEEN.load(Relaxed), 2);
         assert_eq!(reboots(c), 2);
         let expect: Vec<u8> = (0..31u8).chain([2]).collect();
         assert_eq!(&m[..], &expect[..], "restored from the snapshot, then the hook ran with the reboot count");
@@ -630,7 +631,7 @@ mod tests {
         assert_eq!(ARMED.load(Relaxed), 0);
 
         // One that fails once: the retry's result reaches the caller.
-        unsafe { SEEN = 0 };
+        SEEN.store(0, Relaxed);
         assert_eq!(call_in(c, fails_once, &Args::default()), Ok(0xee + 1000));
         assert_eq!(reboots(c), 3);
 
