@@ -4,7 +4,9 @@
  * COMPONENT:panic@N) shows as a wrong or missing answer if anything was
  * lost. getrandom's bytes must never repeat (a rebooted generator that
  * started again from its seed would repeat them).
- *   recover [ROUNDS]   the loop (default 200); prints "ok ROUNDS rounds"
+ *   recover [ROUNDS [SECONDS]]  the loop (default 200 rounds), taking at
+ *                      least SECONDS (sleeping between rounds); prints
+ *                      "ok ROUNDS rounds"
  *   recover crash      a fault in the application itself (a null write)
  */
 #include <stdio.h>
@@ -38,9 +40,21 @@ int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 200;
     if (rounds < 1 || rounds > MAX_ROUNDS)
         return fail("rounds", 0);
+    double secs = argc > 2 ? atof(argv[2]) : 0;
     pid_t pid = getpid();
-    struct timespec last = {0, 0};
+    struct timespec last = {0, 0}, start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
     for (int i = 0; i < rounds; i++) {
+        if (secs > 0) {
+            /* Round i starts no earlier than i/rounds of SECONDS. */
+            struct timespec now;
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            double due = secs * i / rounds, at = (now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9;
+            if (at < due) {
+                struct timespec d = {0, (long)((due - at) * 1e9)};
+                nanosleep(&d, 0);
+            }
+        }
         if (getuid() != 0 || geteuid() != 0 || getgid() != 0 || getegid() != 0)
             return fail("ids", i);
         if (getpid() != pid)
@@ -67,6 +81,15 @@ int main(int argc, char **argv) {
         for (int j = 0; j < i; j++)
             if (!memcmp(seen[i], seen[j], 16))
                 return fail("getrandom repeated earlier bytes", i);
+    }
+    if (secs > 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        while ((now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 < secs) {
+            struct timespec d = {0, 1000000};
+            nanosleep(&d, 0);
+            clock_gettime(CLOCK_MONOTONIC, &now);
+        }
     }
     printf("ok %d rounds\n", rounds);
     return 0;

@@ -197,6 +197,10 @@ pub struct BootInfo {
     /// A fault to inject into a kernel component (`shoal run --inject`),
     /// for tests and benchmarks of recovery; all zero: none.
     pub inject: Inject,
+    /// `shoal run --rejuvenate-every`: reboot the rebootable kernel
+    /// components one by one, one every this many nanoseconds (software
+    /// rejuvenation); 0: never.
+    pub rejuvenate_ns: u64,
 }
 
 /// The kernel components, in the order of their numbers (index + 1) in

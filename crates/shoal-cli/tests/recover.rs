@@ -86,6 +86,30 @@ fn an_injected_wild_write_reboots_the_component() {
     }
 }
 
+/// `--rejuvenate-every`: the rebootable components are rebooted one by
+/// one, in turn, while the program runs (here for at least 0.6 s, twelve
+/// periods of 0.05 s, so at least three reboots are due whatever the
+/// machine's speed), and its results stay right.
+#[test]
+fn rejuvenation_reboots_the_components_in_turn() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        let o = output(shoal_run(t).args(["--rejuvenate-every", "0.05"]).arg(&image).args(["--", ROUNDS, "0.6"]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{t}: {err}");
+        assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"), "{t}: {err}");
+        let counts: Vec<usize> = ["time", "sysinfo", "user"].iter().map(|c| reboot_lines(&err, c)).collect();
+        assert!(counts.iter().all(|n| *n >= 1), "{t}: every component in turn: {counts:?}\n{err}");
+        assert_eq!(counts.iter().sum::<usize>(), err.lines().count(), "{t}: only reboot lines: {err}");
+        // In turn: time, sysinfo, user, time, …
+        let order: Vec<&str> = err.lines().map(|l| l.split(' ').nth(2).unwrap()).collect();
+        for (i, c) in order.iter().enumerate() {
+            assert_eq!(*c, ["time", "sysinfo", "user"][i % 3], "{t}: {err}");
+        }
+    }
+}
+
 #[test]
 fn without_an_injection_nothing_is_rebooted() {
     let dir = scratch();
@@ -130,7 +154,7 @@ fn a_fault_in_the_application_still_ends_the_instance() {
 }
 
 #[test]
-fn bad_inject_flags_are_one_line_and_125() {
+fn bad_inject_and_rejuvenate_flags_are_one_line_and_125() {
     let dir = scratch();
     let image = dir.path().join("none.img");
     for (spec, needle) in [
@@ -139,11 +163,15 @@ fn bad_inject_flags_are_one_line_and_125() {
         ("time:hang@1", "fault kind `hang` is not supported"),
         ("time:segv@1", "fault kind `segv` is not supported"),
         ("time:panic@0", "N must be a call number"),
+        ("every=0", "--rejuvenate-every 0: expected seconds"),
+        ("every=soon", "--rejuvenate-every soon: expected seconds"),
     ] {
-        let o = output(shoal().args(["run", "--inject", spec]).arg(&image));
+        let flag = if spec.starts_with("every=") { "--rejuvenate-every" } else { "--inject" };
+        let spec = spec.trim_start_matches("every=");
+        let o = output(shoal().args(["run", flag, spec]).arg(&image));
         assert_eq!(o.status.code(), Some(125), "{spec}: {}", stderr(&o));
         assert_clean_error(&o, needle);
-        let o = output(std::process::Command::new(env!("CARGO_BIN_EXE_shoal-tender")).args(["--inject", spec]).arg(&image));
+        let o = output(std::process::Command::new(env!("CARGO_BIN_EXE_shoal-tender")).args([flag, spec]).arg(&image));
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(125), "shoal-tender {spec}: {err}");
         assert!(!err.contains("panicked") && err.lines().count() == 1 && err.contains(needle), "{spec}: {err}");

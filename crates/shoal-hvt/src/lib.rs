@@ -339,6 +339,7 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
     let hz = shoal_loader::tsc::tsc_hz()?;
     let mut params = BootParams::new(TenderKind::Hvt, 0, Clock::now(hz))?;
     params.inject = cfg.inject.unwrap_or_default();
+    params.rejuvenate_ns = cfg.rejuvenate_ns;
     if let Some(v) = &cfg.volume {
         params.volume_path = v.boot_path();
         // The whole volume archive lies in guest memory: it cannot be larger.

@@ -101,6 +101,8 @@ pub struct BootParams {
     /// A fault to inject into a kernel component (`--inject`; all zero:
     /// none).
     pub inject: shoal_abi::Inject,
+    /// Rejuvenation period in nanoseconds (`--rejuvenate-every`; 0: none).
+    pub rejuvenate_ns: u64,
 }
 
 /// What the guest is told about the tender's standard input and output:
@@ -149,6 +151,7 @@ impl BootParams {
             volume_path: [0; shoal_abi::VOLUME_PATH_MAX],
             volume_max: 0,
             inject: shoal_abi::Inject::default(),
+            rejuvenate_ns: 0,
         })
     }
 }
@@ -280,6 +283,7 @@ pub fn write_boot_state(
         volume_path: params.volume_path,
         volume_max: params.volume_max,
         inject: params.inject,
+        rejuvenate_ns: params.rejuvenate_ns,
     };
     mem.write_obj(GuestAddr(BOOT_INFO_ADDR), &info)
         .map_err(mem_err("boot info"))?;

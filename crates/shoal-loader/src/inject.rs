@@ -24,6 +24,21 @@ pub enum InjectError {
     At(String),
 }
 
+/// A `--rejuvenate-every` value that is not a period.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("--rejuvenate-every {0}: expected seconds, more than 0 and at most 86400 (e.g. 30 or 0.5)")]
+pub struct PeriodError(pub String);
+
+/// Parses `--rejuvenate-every SECONDS` (decimals allowed) into
+/// nanoseconds.
+pub fn parse_period(s: &str) -> Result<u64, PeriodError> {
+    let secs: f64 = s.trim().parse().map_err(|_| PeriodError(s.into()))?;
+    if !(secs > 0.0 && secs <= 86_400.0) {
+        return Err(PeriodError(s.into()));
+    }
+    Ok(((secs * 1e9) as u64).max(1))
+}
+
 /// Parses `COMPONENT:KIND@N`.
 pub fn parse(spec: &str) -> Result<Inject, InjectError> {
     let syntax = || InjectError::Syntax(spec.into());
@@ -55,5 +70,10 @@ mod tests {
         assert_eq!(parse("vfs:panic@0"), Err(InjectError::At("vfs:panic@0".into())));
         assert_eq!(parse("vfs:panic@x"), Err(InjectError::At("vfs:panic@x".into())));
         assert!(parse("disk:panic@1").unwrap_err().to_string().contains("one of: plat, mm"));
+        assert_eq!(parse_period("30"), Ok(30_000_000_000));
+        assert_eq!(parse_period("0.5"), Ok(500_000_000));
+        for bad in ["0", "-1", "x", "NaN", "inf", "100000"] {
+            assert_eq!(parse_period(bad), Err(PeriodError(bad.into())), "{bad}");
+        }
     }
 }

@@ -156,6 +156,9 @@ pub struct RunConfig {
     pub volume: Option<volume::Volume>,
     /// A fault to inject into a kernel component (`--inject`; [`inject`]).
     pub inject: Option<shoal_abi::Inject>,
+    /// Reboot the rebootable kernel components one by one, one every this
+    /// many nanoseconds (`--rejuvenate-every`; [`inject::parse_period`]).
+    pub rejuvenate_ns: u64,
 }
 
 impl RunConfig {
@@ -178,6 +181,7 @@ impl RunConfig {
             net: net::NetConfig::default(),
             volume: None,
             inject: None,
+            rejuvenate_ns: 0,
         }
     }
 }

@@ -93,6 +93,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     params.listener_count = spec.listeners.len() as u64;
     params.net_flags = if spec.outbound { shoal_abi::NET_OUTBOUND } else { 0 };
     params.inject = spec.inject;
+    params.rejuvenate_ns = spec.rejuvenate_ns;
     crate::net::install(policy);
     let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size };
     let filter = filter::program(policy, guest).map_err(SptError::from)?;

@@ -87,6 +87,8 @@ pub struct Spec {
     /// A fault to inject into a kernel component (`--inject`; all zero:
     /// none). Passed on to the kernel as is: the kernel checks it.
     pub inject: shoal_abi::Inject,
+    /// Rejuvenation period in nanoseconds (`--rejuvenate-every`; 0: none).
+    pub rejuvenate_ns: u64,
 }
 
 /// Why a spec could not be read.
@@ -148,6 +150,7 @@ impl Spec {
         b.extend_from_slice(&self.inject.component.to_le_bytes());
         b.extend_from_slice(&self.inject.kind.to_le_bytes());
         b.extend_from_slice(&self.inject.at.to_le_bytes());
+        b.extend_from_slice(&self.rejuvenate_ns.to_le_bytes());
         b
     }
 
@@ -196,10 +199,11 @@ impl Spec {
         let volume_path = r.bytes()?.to_vec();
         let volume_max = r.u64()?;
         let inject = shoal_abi::Inject { component: r.u32()?, kind: r.u32()?, at: r.u64()? };
+        let rejuvenate_ns = r.u64()?;
         if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || !r.0.is_empty() {
             return Err(SpecError::Corrupt);
         }
-        Ok(Spec { mem_size, mode, tsc_hz, supervised, archive_len, image_name, argv, env, pool, outbound, listeners, volume_path, volume_max, inject })
+        Ok(Spec { mem_size, mode, tsc_hz, supervised, archive_len, image_name, argv, env, pool, outbound, listeners, volume_path, volume_max, inject, rejuvenate_ns })
     }
 }
 
@@ -269,6 +273,7 @@ mod tests {
             volume_path: b"/data".to_vec(),
             volume_max: 64 << 20,
             inject: shoal_abi::Inject { component: 6, kind: shoal_abi::INJECT_PANIC, at: 3 },
+            rejuvenate_ns: 500_000_000,
         }
     }
 

@@ -209,6 +209,11 @@ static CALLS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 static INJECT_COMPONENT: AtomicU8 = AtomicU8::new(0);
 static INJECT_AT: AtomicU64 = AtomicU64::new(0);
 static INJECT_KIND: AtomicU32 = AtomicU32::new(0);
+/// `--rejuvenate-every`: the period in TSC ticks (0: off), the next
+/// deadline, and the index of the component rebooted last.
+static REJUVENATE_TICKS: AtomicU64 = AtomicU64::new(0);
+static REJUVENATE_NEXT: AtomicU64 = AtomicU64::new(0);
+static REJUVENATE_LAST: AtomicU8 = AtomicU8::new(N as u8 - 1);
 
 /// The saved context of the armed gate: rbx, rbp, r12–r15, the stack
 /// pointer after the gate's return, and its return address.
@@ -290,6 +295,11 @@ pub fn init(rebootable: &[Rebootable]) {
             INJECT_KIND.store(inj.kind, Relaxed);
         }
     }
+    if bi.rejuvenate_ns != 0 && bi.tsc_hz != 0 {
+        let ticks = ((bi.rejuvenate_ns as u128 * bi.tsc_hz as u128) / 1_000_000_000).clamp(1, u64::MAX as u128) as u64;
+        REJUVENATE_TICKS.store(ticks, Relaxed);
+        REJUVENATE_NEXT.store(shoal_plat::cpu::rdtsc().saturating_add(ticks), Relaxed);
+    }
     // A CPU fault inside a gated call comes back to `shoal_recover_fault`
     // (both tenders hand faults back; a tender that answers ENOSYS would
     // end the instance as before).
@@ -349,6 +359,9 @@ pub fn reboots(c: Component) -> u64 {
 /// rebootable component recovers from a panic (see the crate
 /// documentation).
 pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
+    if REJUVENATE_TICKS.load(Relaxed) != 0 && CURRENT.load(Relaxed) == 0 && ARMED.load(Relaxed) == 0 {
+        rejuvenate();
+    }
     let prev = CURRENT.swap(c, Relaxed);
     let n = match (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
         Some(calls) => calls.fetch_add(1, Relaxed) + 1,
@@ -375,6 +388,31 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
 /// component may leave its state (its `Global` cells then read as
 /// borrowed, its values as garbage): the program's later results are right
 /// only if the reboot really restores the memory.
+/// Software rejuvenation (`--rejuvenate-every`): when the period has
+/// passed, reboots the next rebootable component in turn. Runs at the
+/// start of a system call made outside every component, so no component
+/// is active and none holds a reference into another's memory.
+fn rejuvenate() {
+    let now = shoal_plat::cpu::rdtsc();
+    if now < REJUVENATE_NEXT.load(Relaxed) {
+        return;
+    }
+    REJUVENATE_NEXT.store(now.saturating_add(REJUVENATE_TICKS.load(Relaxed)), Relaxed);
+    let mask = REBOOTABLE.load(Relaxed);
+    if mask == 0 {
+        return;
+    }
+    let mut i = REJUVENATE_LAST.load(Relaxed) as usize;
+    loop {
+        i = (i + 1) % N;
+        if mask & (1 << i) != 0 {
+            break;
+        }
+    }
+    REJUVENATE_LAST.store(i as u8, Relaxed);
+    reboot(i as Component + 1);
+}
+
 fn injected(c: Component, n: u64) -> ! {
     let wild = INJECT_KIND.load(Relaxed) == shoal_abi::INJECT_WILD_WRITE;
     if rebootable(c) {
