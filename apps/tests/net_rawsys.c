@@ -2,7 +2,9 @@
  * with the `syscall` instruction (what an spt guest can do, since it
  * shares the tender's process). Run with one published port, so fd 3 is
  * the handed-over listener. argv[1] picks the attempt; the result of a
- * call the sandbox allows is printed, one it forbids kills the instance. */
+ * call the sandbox allows is printed, one it forbids kills the instance.
+ * "channel" and "recvmsg-0" run with --net-bind-any and no published
+ * port: fd 3 is then the bind channel to the waiting parent. */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,8 +12,32 @@ static long sys(long n, long a, long b, long c, long d)
 {
 	long r;
 	register long r10 __asm__("r10") = d;
-	__asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
+	register long r8 __asm__("r8") = 0;
+	register long r9 __asm__("r9") = 0;
+	__asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9) : "rcx", "r11", "memory");
 	return r;
+}
+
+/* recvmsg(fd) of one int and one descriptor; prints what came. */
+static void recv_reply(int fd, const char *what)
+{
+	int reply = -1;
+	unsigned long ctl[4] = { 0 };
+	struct {
+		void *base;
+		unsigned long len;
+	} iov = { &reply, sizeof reply };
+	struct {
+		void *name;
+		unsigned namelen;
+		void *iov;
+		unsigned long iovlen;
+		void *control;
+		unsigned long controllen;
+		int flags;
+	} msg = { 0, 0, &iov, 1, ctl, sizeof ctl, 0 };
+	long n = sys(47, fd, (long)&msg, 0, 0);
+	printf("%s: %ld bytes, errno %d, %s\n", what, n, reply, msg.controllen ? "a descriptor" : "no descriptor");
 }
 
 int main(int argc, char **argv)
@@ -28,7 +54,27 @@ int main(int argc, char **argv)
 		printf("accept4 on fd 9: %ld\n", sys(288, 9, 0, 0, 04000));
 	else if (!strcmp(w, "accept-ok"))
 		printf("accept4 on the listener: %ld\n", sys(288, 3, 0, 0, 04000));
-	else if (!strcmp(w, "bind")) {
+	else if (!strcmp(w, "recvmsg"))
+		recv_reply(3, "recvmsg on the listener");
+	else if (!strcmp(w, "recvmsg-0"))
+		recv_reply(0, "recvmsg on stdin");
+	else if (!strcmp(w, "channel")) {
+		/* The guest talks to the parent itself: garbage, then a well-formed
+		 * request of a family the parent refuses, then a good one. */
+		printf("garbage sent: %ld\n", sys(44, 3, (long)"junk!", 5, 0x4000));
+		recv_reply(3, "garbage");
+		unsigned char req[144] = { 0 };
+		req[0] = 1; /* AF_UNIX */
+		req[4] = 1;
+		req[12] = 16;
+		memcpy(req + 16, sin, 16);
+		printf("request sent: %ld\n", sys(44, 3, (long)req, sizeof req, 0x4000));
+		recv_reply(3, "AF_UNIX");
+		req[0] = 2; /* AF_INET, 127.0.0.1:0 */
+		req[18] = req[19] = 0;
+		printf("request sent: %ld\n", sys(44, 3, (long)req, sizeof req, 0x4000));
+		recv_reply(3, "AF_INET");
+	} else if (!strcmp(w, "bind")) {
 		long s = sys(41, 2, 1 | 04000, 0, 0);
 		printf("socket: %s\n", s >= 3 ? "ok" : "failed");
 		printf("bind 127.0.0.1:8080: %ld\n", sys(49, s, (long)sin, 16, 0));

@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 7;
+pub const ABI_VERSION: u32 = 9;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -209,7 +209,7 @@ pub const COMPONENTS: [&str; 11] = ["plat", "mm", "sched", "vfs", "ramfs", "time
 
 /// A fault the kernel injects into one of its components at the
 /// [`Inject::at`]-th call into it through the system-call table
-/// (`shoal run --inject COMPONENT:KIND@N`; ABI 7). The kernel treats the
+/// (`shoal run --inject COMPONENT:KIND@N`; ABI 9). The kernel treats the
 /// values as untrusted: an unknown component or kind injects nothing.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -258,6 +258,13 @@ pub const CONSOLE_STDOUT_TTY: u64 = 2;
 /// [`BootInfo::net_flags`]: the guest may open sockets of its own and
 /// connect out (`--net-outbound`).
 pub const NET_OUTBOUND: u64 = 1;
+
+/// [`BootInfo::net_flags`]: the guest may bind any port (`--net-bind-any`):
+/// a `bind` that no listener of [`BootInfo::listeners`] takes makes the
+/// tender open and bind a host socket of the same address and port with
+/// [`net_op::BIND_NEW`], with the tender's own rights (for an instance that
+/// owns its network namespace, as an OCI container does).
+pub const NET_BIND_ANY: u64 = 2;
 
 /// Most listening sockets a tender hands to one instance.
 pub const MAX_LISTENERS: usize = 16;
@@ -325,8 +332,15 @@ pub enum Hypercall {
     /// instance has ended by exit (not by a CPU fault or a refused
     /// hypercall), replaces the host directory's contents with it.
     VolumeSave = 11,
+    /// Preemption on a timer tick: [`PreemptArgs`]. [`PREEMPT_REGISTER`]
+    /// tells the tender where the kernel's [`PreemptArea`] and its
+    /// preemption entry are (at boot); [`PREEMPT_ARM`] starts the tick
+    /// (every `tick_ns`) when more than one thread became runnable. The
+    /// tender stops the tick itself at the first tick that finds at most
+    /// one runnable thread, so an instance with one thread gets no ticks.
+    Preempt = 12,
     /// Tell the tender where the kernel takes back a CPU fault of its own
-    /// components: [`FaultHandlerArgs`] (ABI 7). When the guest faults at
+    /// components: [`FaultHandlerArgs`] (ABI 9). When the guest faults at
     /// an instruction in guest memory (spt: SIGSEGV, SIGBUS; hvt: a page or
     /// general-protection fault) while the armed word is non-zero, the
     /// tender resumes the guest at `entry` (at CPL 3 on hvt; `rdi` = the
@@ -334,7 +348,7 @@ pub enum Hypercall {
     /// instruction, the stack 128 bytes below the faulting one, aligned)
     /// instead of ending the instance; the kernel reboots the failed
     /// component.
-    FaultHandler = 12,
+    FaultHandler = 13,
 }
 
 /// Arguments of [`Hypercall::FaultHandler`].
@@ -350,6 +364,66 @@ pub struct FaultHandlerArgs {
     /// Out: 0, or a negative Linux errno.
     pub ret: i64,
 }
+
+/// [`PreemptArgs::op`]: register the area and the entry.
+pub const PREEMPT_REGISTER: u64 = 0;
+/// [`PreemptArgs::op`]: arm the tick.
+pub const PREEMPT_ARM: u64 = 1;
+/// The tick the kernel asks for unless told otherwise: 10 ms.
+pub const PREEMPT_TICK_NS: u64 = 10_000_000;
+/// Shortest tick a tender accepts (a shorter one is raised to it).
+pub const PREEMPT_MIN_TICK_NS: u64 = 1_000_000;
+
+/// Arguments of [`Hypercall::Preempt`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PreemptArgs {
+    /// [`PREEMPT_REGISTER`] or [`PREEMPT_ARM`].
+    pub op: u64,
+    /// REGISTER: guest address of the [`PreemptArea`] (8-aligned,
+    /// writable guest memory).
+    pub area: u64,
+    /// REGISTER: guest address of the kernel's preemption entry.
+    pub entry: u64,
+    /// ARM: the tick period in ns (at least [`PREEMPT_MIN_TICK_NS`]).
+    pub tick_ns: u64,
+    /// Out: 0, or a negative Linux errno.
+    pub ret: i64,
+}
+
+/// The words the kernel and the tender share for preemption (in the
+/// kernel's data; every field 8 bytes, read and written atomically).
+///
+/// At a tick the tender reads `runnable`: at most 1, it stops the tick and
+/// clears `armed`. Otherwise, if `in_kernel` is set (or the vCPU is not in
+/// guest code) it sets `pending`, which the kernel looks at on its way out
+/// of the system call; else it stores the interrupted instruction pointer
+/// in `resume_rip`, sets `in_kernel` and resumes the vCPU at the kernel's
+/// preemption entry, which saves the whole register state on the
+/// interrupted stack (below its red zone), switches threads, and returns
+/// to `resume_rip` with everything restored. All of it is the guest's own
+/// memory: a guest that lies in it only hurts itself.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PreemptArea {
+    /// Kernel: nonzero while the vCPU runs kernel code (no preemption).
+    pub in_kernel: u64,
+    /// Tender: a tick landed in the kernel; switch on the way out.
+    pub pending: u64,
+    /// Tender: where the preempted code resumes.
+    pub resume_rip: u64,
+    /// Kernel: how many threads want the vCPU: the runnable ones (the
+    /// running one included), plus one while a lone running thread has a
+    /// deadline to see pass (a sleeping thread's, the interval timer's).
+    pub runnable: u64,
+    /// Tender: nonzero while the tick is armed.
+    pub armed: u64,
+    /// Tender: ticks that reached the instance (a statistic).
+    pub ticks: u64,
+}
+
+/// Byte offset of [`PreemptArea::resume_rip`] (the entry reads it).
+pub const PREEMPT_RESUME_RIP_OFFSET: u64 = 16;
 
 /// The signals a tender hands to its guest instead of acting on them
 /// itself: `SIGTERM` (a clean stop: servers save and exit) and `SIGHUP`.
@@ -380,14 +454,15 @@ impl Hypercall {
             9 => Some(Hypercall::ConsoleBuffer),
             10 => Some(Hypercall::SignalWord),
             11 => Some(Hypercall::VolumeSave),
-            12 => Some(Hypercall::FaultHandler),
+            12 => Some(Hypercall::Preempt),
+            13 => Some(Hypercall::FaultHandler),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 13;
+pub const HYPERCALL_MAX: u64 = 14;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;
@@ -564,6 +639,17 @@ pub mod net_op {
     pub const GETSOCKNAME: u32 = 12;
     /// `getpeername(handle, addr, &addrlen)` → address length.
     pub const GETPEERNAME: u32 = 13;
+    /// With [`NET_BIND_ANY`](super::NET_BIND_ANY): `socket(a = domain, b =
+    /// type)` and `bind(addr, addrlen)` in one, made by the tender with its
+    /// own rights; `flags` are [`BIND_REUSEADDR`] and [`BIND_V6ONLY`] (the
+    /// options that must be set before the bind) → new handle, or the
+    /// errno of the host's `socket`/`bind` (`EADDRINUSE`, `EACCES`, …).
+    /// Without the flag: `EACCES`.
+    pub const BIND_NEW: u32 = 14;
+    /// [`BIND_NEW`] flag: set `SO_REUSEADDR` before binding.
+    pub const BIND_REUSEADDR: u32 = 1;
+    /// [`BIND_NEW`] flag: set `IPV6_V6ONLY` before binding (`AF_INET6`).
+    pub const BIND_V6ONLY: u32 = 2;
 }
 
 /// Arguments of [`Hypercall::Net`].

@@ -119,6 +119,9 @@ enum Cmd {
         /// hvt: outbound connections and datagrams only to CIDR[:PORT] (repeatable; implies --net-outbound).
         #[arg(long = "net-allow", value_name = "CIDR[:PORT]")]
         net_allow: Vec<String>,
+        /// The guest may bind any port: the tender binds that host address and port when the guest does, with its own rights (for an instance in a network namespace of its own, as shoal-oci runs containers; on the host's namespace the guest may take any free port).
+        #[arg(long)]
+        net_bind_any: bool,
         /// HOSTDIR's files at GUESTDIR in the guest; what the program leaves there is written back to HOSTDIR when it exits (not after a crash or a kill).
         #[arg(long, value_name = "HOSTDIR:GUESTDIR")]
         volume: Option<String>,
@@ -192,7 +195,7 @@ enum Cmd {
 /// `shoal run`: the options are checked and the image run by the same code
 /// as the lean `shoal-tender` command (crate `shoal-tender`).
 #[allow(clippy::too_many_arguments)]
-fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, mode: pool_cmd::MemMode, pool_fallback: bool, single_process: bool, net: (Vec<String>, Vec<String>, bool, Vec<String>), volume: Option<String>, recover: (Option<String>, Option<String>), image: PathBuf, args: Vec<String>) -> Result<i32> {
+fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, mode: pool_cmd::MemMode, pool_fallback: bool, single_process: bool, net: (Vec<String>, Vec<String>, bool, Vec<String>, bool), volume: Option<String>, recover: (Option<String>, Option<String>), image: PathBuf, args: Vec<String>) -> Result<i32> {
     let tender = match tender {
         Tender::Spt => shoal_tender::Tender::Spt,
         Tender::Hvt => shoal_tender::Tender::Hvt,
@@ -200,6 +203,7 @@ fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, m
     let args = shoal_tender::RunArgs::new(tender, fs, mem, env, mode.into(), pool_fallback, single_process, image, args.into_iter().map(Into::into).collect())?
         .with_net(&net.0, &net.1, net.2)?
         .with_allow(&net.3)?
+        .with_bind_any(net.4)?
         .with_volume(volume.as_deref())?
         .with_inject(recover.0.as_deref())?
         .with_rejuvenation(recover.1.as_deref())?;
@@ -275,8 +279,8 @@ fn real_main() -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, single_process, publish, listen_fd, net_outbound, net_allow, volume, inject, rejuvenate_every, image, args } => {
-            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, single_process, (publish, listen_fd, net_outbound, net_allow), volume, (inject, rejuvenate_every), image, args)
+        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, single_process, publish, listen_fd, net_outbound, net_allow, net_bind_any, volume, inject, rejuvenate_every, image, args } => {
+            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, single_process, (publish, listen_fd, net_outbound, net_allow, net_bind_any), volume, (inject, rejuvenate_every), image, args)
         }
         Cmd::Pool { which } => {
             pool_cmd::run(which)?;

@@ -366,17 +366,28 @@ fn hostile_socket_hypercalls_are_refused() {
     for t in tenders() {
         let publ = format!("{}:80", free_port());
         let o = output(shoal_run(t).args(["-p", &publ]).arg(&image));
-        hostile_output(t, &o);
+        hostile_output(t, &o, "bind_new without --net-bind-any: -13\n");
+        // BIND_NEW itself (on spt through the parent, which checks again).
+        let publ = format!("{}:80", free_port());
+        let o = output(shoal_run(t).args(["-p", &publ, "--net-bind-any"]).arg(&image).args(["--", "bind-any"]));
+        hostile_output(
+            t,
+            &o,
+            "bind_new of a wild address: -14\nbind_new of a 4096-byte address: -22\nbind_new of AF_UNIX: -97\nbind_new of SOCK_RAW: -22\n\
+             bind_new with unknown flags: -22\nbind_new of a 2-byte address: -22\nbind_new of 127.0.0.1:0: a handle\n",
+        );
     }
 }
 
-fn hostile_output(tender: &str, o: &std::process::Output) {
+fn hostile_output(tender: &str, o: &std::process::Output, bind_new: &str) {
     assert_eq!(
         stdout(o),
-        "ops array wild: -14\nops array in rodata: -14\ntoo many ops: -22\nrecv into wild buffer: -14\nrecv into code: -14\n\
-         send of a huge length: -14\nhandle 1 (the console): -9\nhandle -5: -9\nhandle 2^40: -9\nhandle 999 (not open): -9\n\
-         getsockopt into rodata: -14\nunknown operation: -38\nsocket without --net-outbound: -13\npoll of a wild array: -14\n\
-         poll of 2^30 entries: -22\nsurvived\n",
+        format!(
+            "ops array wild: -14\nops array in rodata: -14\ntoo many ops: -22\nrecv into wild buffer: -14\nrecv into code: -14\n\
+             send of a huge length: -14\nhandle 1 (the console): -9\nhandle -5: -9\nhandle 2^40: -9\nhandle 999 (not open): -9\n\
+             getsockopt into rodata: -14\nunknown operation: -38\nsocket without --net-outbound: -13\n{bind_new}poll of a wild array: -14\n\
+             poll of 2^30 entries: -22\nsurvived\n"
+        ),
         "{tender}: {}",
         stderr(o)
     );
@@ -405,6 +416,24 @@ fn raw_host_socket_calls_without_outbound_are_killed() {
     assert_eq!((o.status.code(), stdout(&o).as_str()), (Some(0), "accept4 on the listener: -11\n"));
     let o = output(shoal().args(["run", "--net-outbound"]).arg(&image).args(["--", "bind"]));
     assert_eq!((o.status.code(), stdout(&o).as_str()), (Some(0), "socket: ok\nbind 127.0.0.1:8080: -13\n"), "{}", stderr(&o));
+    // recvmsg: only with --net-bind-any, and only on the bind channel,
+    // where the guest gets from the parent what the hypercall gives.
+    let publ = format!("{}:80", free_port());
+    let o = output(shoal().args(["run", "-p", &publ]).arg(&image).args(["--", "recvmsg"]));
+    assert_eq!((o.status.code(), stderr(&o)), (Some(159), "shoal: the guest made a system call that the spt sandbox forbids and was killed (system call 47, recvmsg)\n".to_string()));
+    let o = output(shoal().args(["run", "--net-bind-any"]).arg(&image).args(["--", "recvmsg-0"]));
+    assert_eq!((o.status.code(), stderr(&o)), (Some(159), "shoal: the guest made a system call that the spt sandbox forbids and was killed (system call 47, recvmsg)\n".to_string()));
+    let o = output(shoal().args(["run", "--net-bind-any"]).arg(&image).args(["--", "channel"]));
+    assert_eq!(
+        (o.status.code(), stdout(&o).as_str()),
+        (
+            Some(0),
+            "garbage sent: 5\ngarbage: 4 bytes, errno 22, no descriptor\nrequest sent: 144\nAF_UNIX: 4 bytes, errno 97, no descriptor\n\
+             request sent: 144\nAF_INET: 4 bytes, errno 0, a descriptor\n"
+        ),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// Bad network options: one `shoal:` line and status 125.
@@ -457,4 +486,98 @@ fn getaddrinfo_resolves_numeric_addresses_and_localhost() {
         assert!(out.starts_with("127.0.0.1: 127.0.0.1\n::1: ::1\n10.1.2.3: 10.1.2.3\n"), "{tender}: {out}");
         assert!(out.contains("localhost: 127.0.0.1\n") && out.contains("localhost: ::1\n"), "{tender}: {out}");
     }
+}
+
+/// `--net-bind-any` (the mode shoal-oci runs containers in): a guest bind
+/// on any port binds that host port right then, TCP and UDP, IPv4 and
+/// IPv6; port 0 gets an ephemeral port that getsockname reports; a taken
+/// port is EADDRINUSE and a privileged one is what the tender's user may
+/// bind, as a native run of the same program says. Without the mode the
+/// same bind is refused.
+#[test]
+fn net_bind_any_binds_the_guests_ports_on_demand() {
+    let dir = scratch();
+    let src = test_app("net_bindany.c");
+    let image = build_image(&src, dir.path(), &[]);
+    let native = build_native(&src, dir.path(), &[]);
+    let img = image.display().to_string();
+    for t in tenders() {
+        // TCP on a port nothing published, on every address.
+        let port = free_port();
+        let p = port.to_string();
+        let srv = Server::start(&run_args(t, &["--net-bind-any", &img, "--", "tcp", "0.0.0.0", &p]), None, &format!("listening on {port}"));
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(DEADLINE)).unwrap();
+        let mut got = String::new();
+        c.read_to_string(&mut got).unwrap();
+        assert_eq!(got, format!("hello from {port}\n"), "{t}");
+        assert_eq!(srv.finish(), (Some(0), "served\n".to_string()), "{t}");
+        // Port 0 on IPv6: an ephemeral port, which getsockname reports.
+        let mut child = shoal().args(run_args(t, &["--net-bind-any", &img, "--", "tcp", "::1", "0"])).stdout(Stdio::piped()).spawn().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let srv = Server { child, out };
+        let eph: u16 = line.strip_prefix("listening on ").and_then(|p| p.trim().parse().ok()).unwrap_or_else(|| panic!("{t}: {line:?}"));
+        assert_ne!(eph, 0, "{t}");
+        let mut c = TcpStream::connect(("::1", eph)).unwrap();
+        c.set_read_timeout(Some(DEADLINE)).unwrap();
+        let mut got = String::new();
+        c.read_to_string(&mut got).unwrap();
+        assert_eq!(got, format!("hello from {eph}\n"), "{t}");
+        assert_eq!(srv.finish(), (Some(0), "served\n".to_string()), "{t}");
+        // UDP.
+        let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let srv = Server::start(&run_args(t, &["--net-bind-any", &img, "--", "udp", &port.to_string()]), None, "ready");
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        sock.send_to(b"ping", ("127.0.0.1", port)).unwrap();
+        let mut buf = [0u8; 64];
+        let (n, _) = sock.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"echo:ping", "{t}");
+        assert_eq!(srv.finish(), (Some(0), "echoed\n".to_string()), "{t}");
+        // A taken port, by the host or by the guest itself: as natively.
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let tp = taken.local_addr().unwrap().port().to_string();
+        let n = output(Command::new(&native).arg("listen"));
+        let s = output(shoal_run(t).arg("--net-bind-any").arg(&image).args(["--", "listen"]));
+        assert_eq!((stdout(&s).as_str(), stdout(&n).as_str()), ("listen without bind: a port\n", "listen without bind: a port\n"), "{t}: {}", stderr(&s));
+        for args in [&["bind", "127.0.0.1", &tp][..], &["twice"][..]] {
+            let n = output(Command::new(&native).args(args));
+            let s = output(shoal_run(t).arg("--net-bind-any").arg(&image).arg("--").args(args));
+            assert_eq!(stdout(&s), stdout(&n), "{t} {args:?}: {}", stderr(&s));
+            assert!(stdout(&s).contains("Address in use"), "{t} {args:?}: {}", stdout(&s));
+        }
+        // A privileged port: what the tender's user may bind. Root may (as
+        // natively); nobody may not (checked on spt: nobody cannot open
+        // /dev/kvm, and hvt's VMM binds with the same host call).
+        let n = output(Command::new(&native).args(["bind", "127.0.0.1", "81"]));
+        let s = output(shoal_run(t).arg("--net-bind-any").arg(&image).args(["--", "bind", "127.0.0.1", "81"]));
+        assert_eq!(stdout(&s), stdout(&n), "{t}: {}", stderr(&s));
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 && Path::new("/usr/bin/setpriv").exists() && t == "spt" {
+            std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            let nobody = |cmd: &Path| {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(cmd);
+                c
+            };
+            let n = output(nobody(&native).args(["bind", "127.0.0.1", "81"]));
+            let s = output(nobody(Path::new(env!("CARGO_BIN_EXE_shoal"))).args(["run", "--net-bind-any"]).arg(&image).args(["--", "bind", "127.0.0.1", "81"]));
+            assert_eq!((stdout(&s).as_str(), stdout(&n).as_str()), ("bind: Permission denied\n", "bind: Permission denied\n"), "{t}: {}", stderr(&s));
+        } else if t == "spt" {
+            eprintln!("skipped: the privileged-port case as nobody needs root (to run shoal as nobody) and setpriv");
+        }
+        // Without the mode: refused (no network at all: no such family;
+        // with outbound: EACCES and a note naming the options).
+        let p = free_port().to_string();
+        let s = output(shoal_run(t).arg(&image).args(["--", "bind", "127.0.0.1", &p]));
+        assert_eq!(stdout(&s), "bind: Address family not supported by protocol\n", "{t}");
+        let s = output(shoal_run(t).arg("--net-outbound").arg(&image).args(["--", "bind", "127.0.0.1", &p]));
+        assert_eq!(stdout(&s), "bind: Permission denied\n", "{t}");
+        assert!(stderr(&s).contains(&format!("bind to port {p} was refused")) && stderr(&s).contains("--net-bind-any"), "{t}: {}", stderr(&s));
+    }
+    // spt binds through its waiting parent, which --single-process drops.
+    let o = output(shoal().args(["run", "--single-process", "--net-bind-any"]).arg(&image));
+    assert_clean_error(&o, "--net-bind-any cannot be used with --single-process on spt");
 }

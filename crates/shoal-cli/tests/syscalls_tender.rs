@@ -111,3 +111,88 @@ fn item1_mprotect_prot_none_and_back() {
 fn libc_sigsegv() -> i32 {
     11
 }
+
+/// `shoal run --tender T IMAGE -- ARGS` under `timeout 300`: a program
+/// whose threads starve each other would otherwise hang the test (the
+/// bound only turns a hang into a failure; nothing here is timed).
+fn run_bounded(tender: &str, image: &std::path::Path, args: &[&str], stats: bool) -> Output {
+    let mut c = Command::new("timeout");
+    c.args(["300", env!("CARGO_BIN_EXE_shoal"), "run", "--tender", tender]).arg(image).arg("--").args(args);
+    if stats {
+        c.env("SHOAL_PREEMPT_STATS", "1");
+    }
+    output(&mut c)
+}
+
+/// The preemption ticks `shoal run` reported with `SHOAL_PREEMPT_STATS`.
+fn ticks_reported(tender: &str, s: &Output) -> u64 {
+    let err = stderr(s);
+    let line = err.lines().find_map(|l| l.strip_prefix("shoal: preemption ticks: "));
+    line.and_then(|n| n.trim().parse().ok()).unwrap_or_else(|| panic!("{tender}: no tick count: {err}"))
+}
+
+/// Item 7: threads that never block all make progress: two and three
+/// threads spinning on shared counters while main spin-waits for them, a
+/// watchdog spin-waiting for a flag that a computing thread sets, and an
+/// asynchronous `pthread_cancel` of a thread looping without system calls,
+/// and three threads computing with SSE and x87 while ticks switch between
+/// them (exact results: every switch keeps the FPU state), a thread
+/// spin-waiting for one that sleeps, and a lone thread computing until its
+/// interval timer's `SIGALRM` handler sets a flag. The output is
+/// the native program's; the ticks reached the instance.
+#[test]
+fn item7_two_busy_threads_both_make_progress() {
+    let dir = scratch();
+    let src = home().join("apps/tests/preempt.c");
+    let image = build_image(&src, dir.path(), &[]);
+    let native = build_native(&src, dir.path(), &["-lpthread"]);
+    for case in ["two", "three", "watchdog", "cancel", "fpu", "sleeper", "alarm"] {
+        let n = output(Command::new(&native).arg(case));
+        assert!(n.status.success(), "native {case}: {}", stdout(&n));
+        for tender in tenders() {
+            let s = run_bounded(tender, &image, &[case], true);
+            assert_eq!(stdout(&s), stdout(&n), "{tender} {case}: shoal stderr: {}", stderr(&s));
+            assert_eq!(s.status.code(), Some(0), "{tender} {case}: {}", stderr(&s));
+            assert!(ticks_reported(tender, &s) > 0, "{tender} {case}: spinning threads switched without a tick?");
+        }
+    }
+}
+
+/// Item 7, no cost while one thread runs alone: a program that computes
+/// on one thread gets no preemption tick at all (the tick is armed only
+/// while more than one thread is runnable).
+#[test]
+fn item7_a_single_thread_gets_no_ticks() {
+    let dir = scratch();
+    let src = home().join("apps/tests/preempt.c");
+    let image = build_image(&src, dir.path(), &[]);
+    let native = build_native(&src, dir.path(), &["-lpthread"]);
+    let n = output(Command::new(&native).arg("single"));
+    for tender in tenders() {
+        let s = run_bounded(tender, &image, &["single"], true);
+        assert_eq!(stdout(&s), stdout(&n), "{tender}: {}", stderr(&s));
+        assert_eq!(s.status.code(), Some(0), "{tender}: {}", stderr(&s));
+        assert_eq!(ticks_reported(tender, &s), 0, "{tender}: a lone thread was ticked");
+    }
+}
+
+/// Item 7, hostile guests: the `Preempt` hypercall with an area or entry
+/// outside guest memory, a misaligned area or an unknown operation is
+/// refused with an error (EFAULT, EINVAL), a zero period is raised to the
+/// minimum, and a program that registers an area of its own and lies in it
+/// only redirects itself: the tender goes on and the program ends as it
+/// chose.
+#[test]
+fn item7_a_lying_preempt_area_only_redirects_the_guest() {
+    let dir = scratch();
+    let image = build_image(&home().join("apps/tests/preempt_hostile.c"), dir.path(), &[]);
+    let want = "area outside guest memory: -14\nentry outside guest memory: -22\nmisaligned area: -22\n\
+                unknown operation: -22\nown area: 0\narm with a zero period: 0\n\
+                the tick redirected the program into its own code\n";
+    for tender in tenders() {
+        let s = run_bounded(tender, &image, &[], false);
+        assert_eq!(stdout(&s), want, "{tender}: {}", stderr(&s));
+        assert_eq!(s.status.code(), Some(0), "{tender}: {}", stderr(&s));
+        assert_eq!(stderr(&s), "", "{tender}");
+    }
+}

@@ -357,6 +357,27 @@ pub fn handle(
             a.ret = console_read(g, &a);
             put(g, call, arg, &a)
         }
+        Hypercall::Preempt => {
+            let mut a: shoal_abi::PreemptArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            let n = crate::preempt::AREA_BYTES;
+            a.ret = match a.op {
+                shoal_abi::PREEMPT_REGISTER if !a.area.is_multiple_of(8) || !g.mem.contains(GuestAddr(a.entry), 1) => EINVAL,
+                shoal_abi::PREEMPT_REGISTER if !g.read_only.writable(g.mem, a.area, n) => EFAULT,
+                shoal_abi::PREEMPT_REGISTER => match g.mem.host_ptr(GuestAddr(a.area), n) {
+                    Ok(p) => {
+                        crate::preempt::register(p, a.entry);
+                        0
+                    }
+                    Err(_) => EFAULT,
+                },
+                shoal_abi::PREEMPT_ARM => crate::preempt::arm(a.tick_ns),
+                _ => EINVAL,
+            };
+            put(g, call, arg, &a)
+        }
         Hypercall::VolumeSave => {
             let mut a: shoal_abi::VolumeSaveArgs = match args(g, call, arg, true) {
                 Ok(a) => a,

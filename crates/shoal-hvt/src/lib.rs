@@ -74,6 +74,7 @@
 mod forward;
 mod hypercall;
 mod net;
+mod preempt;
 mod protect;
 pub mod vm;
 pub mod x86;
@@ -362,11 +363,11 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
 fn open_net(cfg: &RunConfig, params: &mut BootParams) -> Result<net::Net, HvtError> {
     let opened = shoal_loader::net::open_listeners(&cfg.net)?;
     let outbound = cfg.net.outbound || !cfg.net.allow.is_empty();
-    if !opened.is_empty() || outbound {
+    if !opened.is_empty() || outbound || cfg.net.bind_any {
         raise_nofile();
     }
     params.listener_count = opened.len() as u64;
-    params.net_flags = if outbound { shoal_abi::NET_OUTBOUND } else { 0 };
+    params.net_flags = if outbound { shoal_abi::NET_OUTBOUND } else { 0 } | if cfg.net.bind_any { shoal_abi::NET_BIND_ANY } else { 0 };
     let mut fds = Vec::with_capacity(opened.len());
     for (i, (fd, l)) in opened.into_iter().enumerate() {
         // open_listeners returns at most MAX_LISTENERS.
@@ -375,7 +376,7 @@ fn open_net(cfg: &RunConfig, params: &mut BootParams) -> Result<net::Net, HvtErr
         }
         fds.push(fd);
     }
-    Ok(net::Net::new(fds, outbound, cfg.net.allow.clone()))
+    Ok(net::Net::new(fds, outbound, cfg.net.allow.clone()).with_bind_any(cfg.net.bind_any))
 }
 
 /// Raises the descriptor limit to its hard limit: each guest connection is
@@ -483,11 +484,19 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     impl Drop for Forgets {
         fn drop(&mut self) {
             forward::clear();
+            preempt::clear();
         }
     }
     let _forgets = Forgets;
     forward::install().map_err(HvtError::Signals)?;
+    preempt::install().map_err(HvtError::Signals)?;
     let outcome = loop {
+        // A preemption tick stopped KVM_RUN (EINTR) or came during an exit.
+        if preempt::take_tick() {
+            if let Err(e) = preempt::tick(&vm.vcpu, GuestMemory::LOW, mem_size) {
+                break Outcome::Stopped(e);
+            }
+        }
         let exit = match vm.vcpu.run() {
             Ok(e) => e,
             Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => continue,
@@ -555,6 +564,11 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     // VMM's message about how it ended (a halting kernel has flushed).
     if let Some(b) = buffer {
         b.drain(&mem, console);
+    }
+    // How many preemption ticks reached the instance, when asked (the
+    // tests check that a program with one thread gets none).
+    if std::env::var_os("SHOAL_PREEMPT_STATS").is_some() {
+        let _ = writeln!(console.stderr, "shoal: preemption ticks: {}", preempt::ticks());
     }
     // Only a guest that halted keeps its volume (a fault, a refused
     // hypercall or a stop leaves the host directory as it was).

@@ -21,6 +21,14 @@
 //! outside a list of ordinary ones ([`option_allowed`]; `ENOPROTOOPT`, as
 //! for an option the host does not know).
 //!
+//! With `--net-bind-any` ([`Net::with_bind_any`]) the guest may also ask
+//! for a host socket bound to any address and port (`BIND_NEW`): the VMM
+//! binds it with its own rights, as the process of a container binds in
+//! its network namespace, so the privileged-port rule above is the host's
+//! (a VMM running as root may bind port 80 for the guest, one running as
+//! an ordinary user gets `EACCES`, as that user would). Such a socket is a
+//! listener of the table, like a published port.
+//!
 //! Host sockets are non-blocking (`SOCK_NONBLOCK`, `MSG_DONTWAIT`): the
 //! guest kernel blocks its threads, and the instance sleeps only in
 //! `NetPoll`, which is `ppoll` on the table's descriptors with the guest's
@@ -85,6 +93,8 @@ pub struct Net {
     socks: Vec<Option<Sock>>,
     outbound: bool,
     allow: Vec<Allow>,
+    /// `--net-bind-any`: `BIND_NEW` is allowed.
+    bind_any: bool,
     /// Scratch for `NetPoll` (kept to avoid an allocation per exit).
     pollfds: Vec<libc::pollfd>,
     entries: Vec<NetPollFd>,
@@ -214,7 +224,14 @@ impl Net {
     /// `allow` limits where they go.
     pub fn new(listeners: Vec<OwnedFd>, outbound: bool, allow: Vec<Allow>) -> Net {
         let socks = listeners.into_iter().map(|fd| Some(Sock { fd, kind: Kind::Listener })).collect();
-        Net { socks, outbound, allow, pollfds: Vec::new(), entries: Vec::new(), stats: NetStats::default() }
+        Net { socks, outbound, allow, bind_any: false, pollfds: Vec::new(), entries: Vec::new(), stats: NetStats::default() }
+    }
+
+    /// With `on`, the guest may have host sockets bound to any port
+    /// (`BIND_NEW`; the module docs say with what rights).
+    pub fn with_bind_any(mut self, on: bool) -> Net {
+        self.bind_any = on;
+        self
     }
 
     fn get(&self, h: i64) -> Result<&Sock, i64> {
@@ -372,6 +389,14 @@ impl Net {
                     }
                 };
                 Ok(ret(rc.into()))
+            }
+            net_op::BIND_NEW => {
+                if !self.bind_any {
+                    return Err(neg(libc::EACCES));
+                }
+                let len = Self::addr_in(g, op, &mut sa)?;
+                let fd = shoal_loader::net::bind_new(op.a as i32, op.b as i32, op.flags, &sa[..len]).map_err(neg)?;
+                Ok(self.insert(fd, Kind::Listener))
             }
             net_op::LISTEN => {
                 let fd = self.fd(op.handle)?;
@@ -731,6 +756,43 @@ mod tests {
             let rc = run(&mut n, g, NetOp { op: net_op::SOCKET, a: libc::AF_INET as u64, b: libc::SOCK_STREAM as u64, ..NetOp::default() });
             assert_eq!(rc, neg(libc::EACCES));
             assert!(n.poll(g, &NetPollArgs { fds: 0, nfds: 0, timeout_ns: u64::MAX, ret: 0 }).is_err(), "nothing to wait for");
+        });
+    }
+
+    #[test]
+    fn bind_new_only_with_bind_any_and_with_the_hosts_answers() {
+        with_guest(|g| {
+            let low = GuestMemory::LOW;
+            let bind_new = |n: &mut Net, addr: &str, ty: i32| {
+                let (addr, addrlen) = put_addr(g, low + 0x3000, addr);
+                run(n, g, NetOp { op: net_op::BIND_NEW, a: libc::AF_INET as u64, b: ty as u64, addr, addrlen, ..NetOp::default() })
+            };
+            let mut off = Net::new(Vec::new(), true, Vec::new());
+            assert_eq!(bind_new(&mut off, "127.0.0.1:0", libc::SOCK_STREAM), neg(libc::EACCES), "without --net-bind-any");
+            let mut n = Net::new(Vec::new(), false, Vec::new()).with_bind_any(true);
+            let h = bind_new(&mut n, "127.0.0.1:0", libc::SOCK_STREAM);
+            assert_eq!(h, FIRST_HANDLE);
+            assert_eq!(run(&mut n, g, NetOp { op: net_op::LISTEN, handle: h, a: 8, ..NetOp::default() }), 0);
+            let (at, cap) = (low + 0x3000, 128u64);
+            let len = run(&mut n, g, NetOp { op: net_op::GETSOCKNAME, handle: h, addr: at, addrlen: cap, ..NetOp::default() });
+            assert_eq!(len, 16);
+            let mut sa = [0u8; 16];
+            g.mem.read(GuestAddr(at), &mut sa).unwrap();
+            let port = u16::from_be_bytes([sa[2], sa[3]]);
+            assert_ne!(port, 0, "port 0 binds an ephemeral port");
+            assert_eq!(bind_new(&mut n, &format!("127.0.0.1:{port}"), libc::SOCK_STREAM), neg(libc::EADDRINUSE));
+            let c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let acc = loop {
+                let rc = run(&mut n, g, NetOp { op: net_op::ACCEPT, handle: h, ..NetOp::default() });
+                if rc != neg(libc::EAGAIN) || std::time::Instant::now() > deadline {
+                    break rc;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            };
+            assert_eq!(acc, FIRST_HANDLE + 1, "a bound socket is a listener, even without outbound");
+            drop(c);
+            assert_eq!(bind_new(&mut n, "127.0.0.1:0", libc::SOCK_RAW), neg(libc::EINVAL));
         });
     }
 

@@ -83,6 +83,8 @@ unsafe impl Pod for shoal_abi::SignalWordArgs {}
 unsafe impl Pod for shoal_abi::FaultHandlerArgs {}
 // SAFETY: as above (three 8-byte fields).
 unsafe impl Pod for shoal_abi::VolumeSaveArgs {}
+// SAFETY: as above (five 8-byte fields).
+unsafe impl Pod for shoal_abi::PreemptArgs {}
 // SAFETY: as above (two u32 fields).
 unsafe impl Pod for shoal_abi::ConsoleBufferHeader {}
 // SAFETY: i32, i16, i16: 8 bytes, no padding.

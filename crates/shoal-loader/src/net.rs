@@ -10,6 +10,15 @@
 //!   handed over by the caller (`--listen-fd N`), attached to the guest's
 //!   first `listen` whatever its port: how a FaaS gateway gives an instance
 //!   its port.
+//! - inbound on demand: with [`NetConfig::bind_any`] (`--net-bind-any`)
+//!   a guest `bind` that no published port or handed-over socket takes
+//!   makes the tender open a host socket and bind it to the same address
+//!   and port right then ([`bind_new`]), with the tender's own rights: the
+//!   host's answer (`EADDRINUSE`, `EACCES` for a privileged port the
+//!   tender's user may not bind, an ephemeral port for port 0) is the
+//!   guest's. Meant for an instance that owns its network namespace (an
+//!   OCI container: the engine forwards its ports into that namespace);
+//!   on the host's own namespace it lets the guest take any free port.
 //! - outbound: none unless [`NetConfig::outbound`]; on hvt optionally
 //!   limited to destinations of an allow-list (`--net-allow CIDR[:PORT]`,
 //!   [`Allow`]), which the VMM enforces on every `connect` and `sendto`.
@@ -44,6 +53,9 @@ pub struct NetConfig {
     /// `--net-allow`: when not empty, the only destinations `connect` and
     /// `sendto` may name (hvt enforces it; spt cannot, see the threat model).
     pub allow: Vec<Allow>,
+    /// `--net-bind-any`: the guest may bind any port; the tender binds the
+    /// host socket when the guest binds ([`bind_new`]).
+    pub bind_any: bool,
 }
 
 /// One `--net-allow` rule: a network and, optionally, one port.
@@ -288,6 +300,60 @@ pub fn open_listeners(cfg: &NetConfig) -> Result<Vec<(OwnedFd, Listener)>, NetEr
     Ok(out)
 }
 
+/// The host half of a guest's `bind` under `--net-bind-any`
+/// (`net_op::BIND_NEW`): a non-blocking, close-on-exec socket of `domain`
+/// (`AF_INET`/`AF_INET6`) and `ty` (`SOCK_STREAM`/`SOCK_DGRAM`), with the
+/// options of `flags` (`net_op::BIND_REUSEADDR`, `net_op::BIND_V6ONLY`),
+/// bound to the guest's `addr` (a `sockaddr` of at most 128 bytes, which
+/// the host checks). Every value comes from the guest: anything else is the
+/// errno Linux gives (`EAFNOSUPPORT`, `EINVAL`); the host's own refusals
+/// (`EADDRINUSE`, `EACCES`, `EADDRNOTAVAIL`) pass through.
+pub fn bind_new(domain: i32, ty: i32, flags: u32, addr: &[u8]) -> Result<OwnedFd, i32> {
+    use shoal_abi::net_op::{BIND_REUSEADDR, BIND_V6ONLY};
+    if domain != libc::AF_INET && domain != libc::AF_INET6 {
+        return Err(libc::EAFNOSUPPORT);
+    }
+    if ty != libc::SOCK_STREAM && ty != libc::SOCK_DGRAM {
+        return Err(libc::EINVAL);
+    }
+    if addr.len() > core::mem::size_of::<libc::sockaddr_storage>() || flags & !(BIND_REUSEADDR | BIND_V6ONLY) != 0 {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: socket takes no pointers.
+    let fd = unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    let set = |level: libc::c_int, name: libc::c_int| -> Result<(), i32> {
+        // SAFETY: a valid int option of its size.
+        let rc = unsafe { libc::setsockopt(fd, level, name, (&one as *const libc::c_int).cast(), 4) };
+        if rc != 0 {
+            return Err(errno());
+        }
+        Ok(())
+    };
+    if flags & BIND_REUSEADDR != 0 {
+        set(libc::SOL_SOCKET, libc::SO_REUSEADDR)?;
+    }
+    if flags & BIND_V6ONLY != 0 && domain == libc::AF_INET6 {
+        set(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY)?;
+    }
+    // A local copy in a sockaddr_storage: aligned, and as long as Linux
+    // reads for any family.
+    // SAFETY: an all-zero sockaddr_storage is valid.
+    let mut ss: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+    // SAFETY: `addr` fits in `ss` (checked above); the regions are distinct.
+    unsafe { core::ptr::copy_nonoverlapping(addr.as_ptr(), (&mut ss as *mut libc::sockaddr_storage).cast::<u8>(), addr.len()) };
+    // SAFETY: `ss` holds `addr.len()` initialised bytes.
+    if unsafe { libc::bind(fd, (&ss as *const libc::sockaddr_storage).cast(), addr.len() as libc::socklen_t) } != 0 {
+        return Err(errno());
+    }
+    Ok(sock)
+}
+
 /// `addr` as a `sockaddr_storage` and its length.
 pub fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: an all-zero sockaddr_storage is valid.
@@ -369,6 +435,29 @@ mod tests {
         let port = taken.local_addr().unwrap().port();
         let e = open_published(&Publish::parse(&format!("{port}:80")).unwrap()).unwrap_err().to_string();
         assert_eq!(e, format!("cannot publish 127.0.0.1:{port}: the address is already in use"));
+    }
+
+    #[test]
+    fn bind_new_gives_the_hosts_answers() {
+        use shoal_abi::net_op::BIND_REUSEADDR;
+        let bytes = |a: &str| {
+            let (ss, len) = sockaddr(&a.parse().unwrap());
+            // SAFETY: `ss` is a sockaddr_storage of at least `len` bytes.
+            unsafe { core::slice::from_raw_parts((&ss as *const libc::sockaddr_storage).cast::<u8>(), len as usize) }.to_vec()
+        };
+        let s = bind_new(libc::AF_INET, libc::SOCK_STREAM, BIND_REUSEADDR, &bytes("127.0.0.1:0")).unwrap();
+        let l = std::net::TcpListener::from(s);
+        let port = l.local_addr().unwrap().port();
+        assert_ne!(port, 0, "port 0 is an ephemeral port");
+        // SAFETY: listen on an owned socket.
+        assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 1) }, 0);
+        let taken = format!("127.0.0.1:{port}");
+        assert_eq!(bind_new(libc::AF_INET, libc::SOCK_STREAM, BIND_REUSEADDR, &bytes(&taken)).unwrap_err(), libc::EADDRINUSE);
+        assert!(bind_new(libc::AF_INET6, libc::SOCK_DGRAM, 0, &bytes("[::1]:0")).is_ok());
+        assert_eq!(bind_new(libc::AF_UNIX, libc::SOCK_STREAM, 0, &bytes("127.0.0.1:0")).unwrap_err(), libc::EAFNOSUPPORT);
+        assert_eq!(bind_new(libc::AF_INET, libc::SOCK_RAW, 0, &bytes("127.0.0.1:0")).unwrap_err(), libc::EINVAL);
+        assert_eq!(bind_new(libc::AF_INET, libc::SOCK_STREAM, 0, &[0u8; 200]).unwrap_err(), libc::EINVAL);
+        assert_eq!(bind_new(libc::AF_INET, libc::SOCK_STREAM, 0, &[2, 0]).unwrap_err(), libc::EINVAL, "too short");
     }
 
     #[test]

@@ -16,9 +16,13 @@ use std::path::{Component, Path, PathBuf};
 pub const ANN_TENDER: &str = "org.shoal.tender";
 /// Annotation choosing the memory mode (`copy`, `ksm`, `pool`).
 pub const ANN_MEM_MODE: &str = "org.shoal.mem-mode";
-/// Annotation listing the guest ports to open in the container's network
-/// namespace (`8080,5353/udp`): the engine's port forwarding (`podman run
-/// -p`) reaches the container's address, where the tender listens for them.
+/// Annotation listing guest ports to open before the guest starts
+/// (`8080,5353/udp`), in the container's network namespace: the engine's
+/// port forwarding (`podman run -p`) reaches the container's address, where
+/// the tender listens for them. Optional: in a network namespace of its
+/// own the guest may bind any port anyway (`--net-bind-any`); the listed
+/// ports are open from the start (a connection during boot waits in the
+/// backlog), and they are the only ones on the host's namespace.
 pub const ANN_PUBLISH: &str = "org.shoal.publish";
 
 /// Why a bundle cannot run as a shoal instance.
@@ -469,20 +473,6 @@ impl Spec {
                 tender_args.extend(["--publish".to_string(), format!("0.0.0.0:{num}:{num}/{proto}")]);
             }
         }
-        tender_args.extend(["--fs".to_string(), rootfs.to_string_lossy().into_owned()]);
-        if let Some(limit) = self.linux.resources.memory.as_ref().and_then(|m| m.limit).filter(|l| *l > 0) {
-            if limit < 4 << 20 {
-                return Err(ConfigError::TooLittleMemory(limit));
-            }
-            tender_args.extend(["--mem".to_string(), limit.to_string()]);
-        }
-        for e in process.env.iter().filter(|e| e.contains('=')) {
-            tender_args.extend(["-e".to_string(), e.clone()]);
-        }
-        tender_args.push(image.to_string_lossy().into_owned());
-        tender_args.push("--".into());
-        tender_args.extend(process.args[1..].iter().cloned());
-
         let (mut netns, mut new_netns) = (None, false);
         for ns in &self.linux.namespaces {
             match ns.kind.as_str() {
@@ -497,6 +487,29 @@ impl Spec {
                 _ => {}
             }
         }
+        // A container with a network namespace of its own may bind any
+        // port of it, as a process in a runc container may: the tender
+        // binds the host socket when the guest binds (the engine's port
+        // forwarding, `podman run -p`, reaches that namespace). On the
+        // host's namespace (`--network host`) only the ports the
+        // annotation lists are opened.
+        if netns.is_some() || new_netns {
+            tender_args.push("--net-bind-any".to_string());
+        }
+        tender_args.extend(["--fs".to_string(), rootfs.to_string_lossy().into_owned()]);
+        if let Some(limit) = self.linux.resources.memory.as_ref().and_then(|m| m.limit).filter(|l| *l > 0) {
+            if limit < 4 << 20 {
+                return Err(ConfigError::TooLittleMemory(limit));
+            }
+            tender_args.extend(["--mem".to_string(), limit.to_string()]);
+        }
+        for e in process.env.iter().filter(|e| e.contains('=')) {
+            tender_args.extend(["-e".to_string(), e.clone()]);
+        }
+        tender_args.push(image.to_string_lossy().into_owned());
+        tender_args.push("--".into());
+        tender_args.extend(process.args[1..].iter().cloned());
+
         let mut rlimits = Vec::new();
         for r in &process.rlimits {
             let res = rlimit_resource(&r.kind).ok_or_else(|| ConfigError::Rlimit(r.kind.clone()))?;
@@ -586,6 +599,7 @@ mod tests {
             "hvt",
             "--mem-mode",
             "pool",
+            "--net-bind-any",
             "--fs",
             &root.to_string_lossy(),
             "--mem",
@@ -604,6 +618,14 @@ mod tests {
         .collect();
         assert_eq!(p.tender_args, want);
         assert_eq!(p.netns, Some(PathBuf::from("/run/netns/n")));
+        // On the host's network namespace the guest binds only what the
+        // annotation lists.
+        let mut host = spec.clone();
+        host.linux.namespaces.retain(|n| n.kind != "network");
+        assert!(!host.plan(&dir).unwrap().tender_args.iter().any(|a| a == "--net-bind-any"));
+        let mut own = spec.clone();
+        own.linux.namespaces = vec![Namespace { kind: "network".into(), path: None }];
+        assert!(own.plan(&dir).unwrap().tender_args.iter().any(|a| a == "--net-bind-any"), "a new network namespace");
         assert_eq!(p.rlimits, vec![("RLIMIT_NOFILE".to_string(), libc::RLIMIT_NOFILE, 512, 1024)]);
     }
 

@@ -37,8 +37,9 @@ pub(crate) struct Prepared<'a> {
     pub mode: MemoryMode,
     pub pool: Option<&'a shoal_loader::pool::PoolPlan>,
     pub pool_ranges: &'a [(u64, u64)],
-    /// Listening sockets: (first descriptor, count); moved down to
-    /// `FIRST_SOCKET_FD..` before the guest runs.
+    /// Listening sockets, and after them the bind channel if any: (first
+    /// descriptor, count); moved down to `FIRST_SOCKET_FD..` before the
+    /// guest runs.
     pub listeners: (i32, i32),
 }
 
@@ -235,7 +236,11 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         for sig in shoal_abi::FORWARDED_SIGNALS {
             sys::set_handler(sig, signals::on_forwarded).map_err(setup_err)?;
         }
+        // The preemption tick (armed only while the guest has more than
+        // one runnable thread).
+        crate::preempt::install_handler().map_err(setup_err)?;
     }
+    crate::preempt::install(BOOT_INFO_ADDR, mem_size, signals::ticks_counter());
     hypercall::install(sys::rdfsbase(), stack_top, mem_size, &ro[..n]);
     crate::protect::install(p.layout.heap_start, mem_size);
 

@@ -19,7 +19,8 @@
 //!   and keeps the caller's) and, unless `--net-outbound` asks for the
 //!   host's network, a network namespace with no interface but a loopback
 //!   that is down (published ports are host sockets opened before, in the
-//!   caller's namespace, so they work from inside it): one such namespace, made once and kept at
+//!   caller's namespace, so they work from inside it, as do the sockets
+//!   the waiting parent binds for `--net-bind-any`): one such namespace, made once and kept at
 //!   [`EMPTY_NETNS`] as `ip netns add` keeps its own, which every instance
 //!   enters with `setns` (making a network namespace costs about 2 ms on
 //!   this host, entering one a few µs; instances cannot use it to reach

@@ -20,7 +20,8 @@
 //! | `read` (0) | fd (32-bit) == 0 | `ConsoleRead` hypercall: the instance's stdin (a hostile guest reads the input it was given anyway) |
 //! | `ppoll` (271) | any | `NetPoll` hypercall: an idle instance waits here for stdin (and host sockets); polling fds 0-2 tells it nothing it does not know, every other fd is its own socket |
 //! | `mprotect` (10) | `heap_start <= addr`, `addr + len <= mem_size` (a ladder of rules, below), prot only `PROT_READ`/`PROT_WRITE` bits | `Protect` hypercall (the kernel's `mprotect`: guard pages, `PROT_NONE`) |
-//! | `rt_sigreturn` (15) | none (it takes none) | the return of the handler of the signals handed to the guest (SIGTERM, SIGHUP: `crate::signals::on_forwarded`); a guest calling it itself can only load a register frame and signal mask of its choosing from its own stack — registers it controls anyway; the kernel checks the segment selectors, and seccomp still applies to everything after |
+//! | `setitimer` (38) | which (32-bit) == `ITIMER_REAL` (0) | `Preempt` hypercall and the tick handler (`crate::preempt`): the preemption tick, `SIGALRM`, armed while the guest has more than one runnable thread. A hostile guest can set the period of this process's own `SIGALRM` (and so interrupt itself as often as it likes, which costs only its own CPU time, as a spin loop would) or stop it (and so lose its own preemption); the handler redirects only guest code, inside guest memory |
+//! | `rt_sigreturn` (15) | none (it takes none) | the return of the handler of the signals handed to the guest (SIGTERM, SIGHUP: `crate::signals::on_forwarded`) and of the preemption tick (`crate::preempt::on_tick`); a guest calling it itself can only load a register frame and signal mask of its choosing from its own stack — registers it controls anyway; the kernel checks the segment selectors, and seccomp still applies to everything after |
 //!
 //! **Why `mprotect` is safe to allow.** The tender makes the call in the
 //! `Protect` handler (`crate::protect`), which checks the request; but the
@@ -41,7 +42,8 @@
 //! cannot tell the tender's call from the guest's.
 //!
 //! An instance with networking (listening sockets handed over with
-//! `--publish`/`--listen-fd`, or `--net-outbound`; DESIGN §3.1) also gets,
+//! `--publish`/`--listen-fd`, `--net-outbound` or `--net-bind-any`;
+//! DESIGN §3.1) also gets,
 //! on descriptors from 3 up only (every one of which is a guest socket: the
 //! instance closed all others before the guest's first instruction):
 //!
@@ -50,11 +52,12 @@
 //! | `sendto` (44), `recvfrom` (45) | fd >= 3 | `Net` hypercall: data on guest sockets | send and receive on its own connections |
 //! | `shutdown` (48), `close` (3), `listen` (50) | fd >= 3 | `Net` hypercall | end or resize its own sockets |
 //! | `getsockname` (51), `getpeername` (52), `getsockopt` (55), `setsockopt` (54) | fd >= 3 | `Net` hypercall | read and set options of its own sockets; options that need privilege (`SO_BINDTODEVICE`, `IP_TRANSPARENT`, …) fail for want of capabilities |
-//! | `accept4` (288) | 3 <= fd < 3 + listeners, flags include `SOCK_NONBLOCK` (any fd >= 3 with outbound) | `Net` hypercall | take connections from the ports it was given |
+//! | `accept4` (288) | 3 <= fd < 3 + listeners, flags include `SOCK_NONBLOCK` (any fd >= 3 with outbound or bind-any) | `Net` hypercall | take connections from the ports it was given (or bound) |
+//! | `recvmsg` (47) | fd == the bind channel (3 + listeners); `--net-bind-any` only | `Net` hypercall `BIND_NEW`: the socket the parent bound comes back with `SCM_RIGHTS` (`crate::net`) | ask the parent for sockets bound to any port of its network namespace with the caller's rights, which is what `--net-bind-any` gives the guest anyway; it receives nothing else there |
 //! | `socket` (41) | domain `AF_INET` or `AF_INET6`, type includes `SOCK_NONBLOCK`; outbound only | `Net` hypercall | make TCP/UDP sockets |
 //! | `bind` (49), `connect` (42) | fd >= 3; outbound only | `Net` hypercall | bind and connect where Landlock allows (TCP: no bind but port 0, connect to any port; UDP is not covered by Landlock: with outbound on, any UDP destination) |
 //!
-//! Eight system calls; Solo5's spt allows seven to nine because it also has
+//! Nine system calls; Solo5's spt allows seven to nine because it also has
 //! block and network devices. Not needed and so not allowed: `exit` (glibc's `_exit` uses
 //! `exit_group`), `clock_gettime` (the guest reads the TSC; glibc's
 //! `clock_gettime` goes through the vDSO without a system call anyway).
@@ -172,6 +175,9 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     // The forwarded signals' handler returns (the crash and SIGSYS
     // handlers never do).
     r.insert(libc::SYS_rt_sigreturn, vec![]);
+    // Preempt hypercall and the tick handler: the preemption tick is this
+    // process's ITIMER_REAL (SIGALRM), nothing else.
+    r.insert(libc::SYS_setitimer, vec![SeccompRule::new(vec![eq32(0, libc::ITIMER_REAL as u64)?])?]);
     if !net.any() {
         return Ok(r);
     }
@@ -194,13 +200,18 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     // accept4, non-blocking only: on the handed-over listening sockets, or
     // with outbound on, on any guest socket.
     let nonblock = has_bits(3, libc::SOCK_NONBLOCK as u64)?;
-    let accept = if net.outbound {
+    let accept = if net.outbound || net.bind_any {
         SeccompRule::new(vec![fd_at_least(first)?, nonblock])?
     } else {
         let below = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Lt, (first as u64) + u64::from(net.listeners))?;
         SeccompRule::new(vec![fd_at_least(first)?, below, nonblock])?
     };
     r.insert(libc::SYS_accept4, vec![accept]);
+    if let Some(channel) = net.channel_fd() {
+        // BIND_NEW: the socket the parent bound arrives by SCM_RIGHTS on the
+        // bind channel, and there only (requests go out with sendto).
+        r.insert(libc::SYS_recvmsg, vec![SeccompRule::new(vec![eq32(0, channel as u64)?])?]);
+    }
     if net.outbound {
         // Sockets of its own, IPv4 and IPv6, non-blocking (what bind and
         // connect may reach is Landlock's decision: see crate::landlock).
@@ -237,7 +248,7 @@ mod tests {
     const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20 };
 
     #[test]
-    fn allow_list_is_eight_calls() {
+    fn allow_list_is_nine_calls() {
         let r = super::rules(G).unwrap();
         let mut nrs: Vec<i64> = r.keys().copied().collect();
         nrs.sort_unstable();
@@ -250,6 +261,7 @@ mod tests {
             libc::SYS_exit_group,
             libc::SYS_ppoll,
             libc::SYS_rt_sigreturn,
+            libc::SYS_setitimer,
         ];
         want.sort_unstable();
         assert_eq!(nrs, want);
@@ -276,7 +288,7 @@ mod tests {
     #[test]
     fn networking_adds_only_socket_calls_on_guest_descriptors() {
         use super::NetPolicy;
-        let inbound = super::rules_for(NetPolicy { listeners: 2, outbound: false }, G).unwrap();
+        let inbound = super::rules_for(NetPolicy { listeners: 2, outbound: false, bind_any: false }, G).unwrap();
         let mut extra: Vec<i64> = inbound.keys().copied().filter(|n| !super::rules(G).unwrap().contains_key(n)).collect();
         extra.sort_unstable();
         let mut want = vec![
@@ -293,10 +305,22 @@ mod tests {
         ];
         want.sort_unstable();
         assert_eq!(extra, want);
-        let out = super::rules_for(NetPolicy { listeners: 0, outbound: true }, G).unwrap();
+        let out = super::rules_for(NetPolicy { listeners: 0, outbound: true, bind_any: false }, G).unwrap();
         for nr in [libc::SYS_socket, libc::SYS_bind, libc::SYS_connect] {
             assert!(out.contains_key(&nr) && !inbound.contains_key(&nr));
         }
-        assert!(!super::program(NetPolicy { listeners: 1, outbound: true }, G).unwrap().is_empty());
+        assert!(!inbound.contains_key(&libc::SYS_recvmsg) && !out.contains_key(&libc::SYS_recvmsg));
+        assert!(!super::program(NetPolicy { listeners: 1, outbound: true, bind_any: false }, G).unwrap().is_empty());
+        // --net-bind-any: the inbound calls, plus recvmsg on the channel
+        // only; still no socket, bind or connect of the guest's own.
+        let any = NetPolicy { listeners: 1, outbound: false, bind_any: true };
+        assert_eq!(any.channel_fd(), Some(4));
+        let r = super::rules_for(any, G).unwrap();
+        let mut extra: Vec<i64> = r.keys().copied().filter(|n| !super::rules(G).unwrap().contains_key(n)).collect();
+        extra.sort_unstable();
+        want.push(libc::SYS_recvmsg);
+        want.sort_unstable();
+        assert_eq!(extra, want);
+        assert!(!super::program(any, G).unwrap().is_empty());
     }
 }

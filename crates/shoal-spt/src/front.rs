@@ -37,6 +37,9 @@ pub(crate) struct Parts<'a> {
     pub pool: &'a [OwnedFd],
     /// Listening sockets, in the spec's order.
     pub listeners: &'a [OwnedFd],
+    /// The instance's end of the bind channel (`--net-bind-any`), placed
+    /// right after the listening sockets.
+    pub channel: Option<&'a OwnedFd>,
     /// Where the guest's stdout goes, if not this process's fd 1.
     pub stdout: Option<&'a OwnedFd>,
     /// Where the guest's stderr goes, if not this process's fd 2.
@@ -75,7 +78,7 @@ impl Handover {
     /// fork).
     pub(crate) fn new(p: Parts<'_>) -> Result<Handover, SptError> {
         let listen_fd0 = spec::POOL_FD0 + p.pool.len() as i32;
-        let program_fd = listen_fd0 + p.listeners.len() as i32;
+        let program_fd = listen_fd0 + p.listeners.len() as i32 + i32::from(p.channel.is_some());
         // Sources sit above every target, so no move overwrites a source.
         let high = program_fd + 1;
         let mut held = Vec::new();
@@ -110,6 +113,9 @@ impl Handover {
         }
         for (i, fd) in p.listeners.iter().enumerate() {
             hold(fd.as_raw_fd(), listen_fd0 + i as i32, 0)?;
+        }
+        if let Some(fd) = p.channel {
+            hold(fd.as_raw_fd(), listen_fd0 + p.listeners.len() as i32, 0)?;
         }
         let program = std::fs::File::open(p.program).map_err(sys_err("open the instance program"))?;
         // Close-on-exec: execveat runs it from the descriptor, which the

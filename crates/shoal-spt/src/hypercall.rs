@@ -159,6 +159,7 @@ fn name(nr: u64) -> &'static str {
         Some(Hypercall::ConsoleBuffer) => "console buffer",
         Some(Hypercall::SignalWord) => "signal word",
         Some(Hypercall::VolumeSave) => "volume save",
+        Some(Hypercall::Preempt) => "preempt",
         Some(Hypercall::FaultHandler) => "fault handler",
         None => "unknown",
     }
@@ -271,6 +272,15 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
             } else {
                 crate::signals::register_fault_handler(a.entry, a.armed, GuestMemory::LOW, mem.size());
                 0
+            };
+            put(arg, &a);
+        }
+        Some(Hypercall::Preempt) => {
+            let mut a: shoal_abi::PreemptArgs = args(nr, arg, true);
+            a.ret = match a.op {
+                shoal_abi::PREEMPT_REGISTER => crate::preempt::register(a.area, a.entry, writable),
+                shoal_abi::PREEMPT_ARM => crate::preempt::arm(a.tick_ns),
+                _ => -i64::from(libc::EINVAL),
             };
             put(arg, &a);
         }

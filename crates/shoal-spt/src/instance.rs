@@ -85,13 +85,13 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     // Listening sockets come after the pool files; the last step moves
     // them down to FIRST_SOCKET_FD.. and the boot info names them there.
     let listen_fd0 = spec::POOL_FD0 + spec.pool.len() as i32;
-    let policy = NetPolicy { listeners: spec.listeners.len() as u32, outbound: spec.outbound };
+    let policy = NetPolicy { listeners: spec.listeners.len() as u32, outbound: spec.outbound, bind_any: spec.bind_any };
     let mut params = params;
     for (i, l) in spec.listeners.iter().enumerate().take(shoal_abi::MAX_LISTENERS) {
         params.listeners[i] = shoal_abi::Listener { handle: i64::from(FIRST_SOCKET_FD) + i as i64, ..*l };
     }
     params.listener_count = spec.listeners.len() as u64;
-    params.net_flags = if spec.outbound { shoal_abi::NET_OUTBOUND } else { 0 };
+    params.net_flags = if spec.outbound { shoal_abi::NET_OUTBOUND } else { 0 } | if spec.bind_any { shoal_abi::NET_BIND_ANY } else { 0 };
     params.inject = spec.inject;
     params.rejuvenate_ns = spec.rejuvenate_ns;
     crate::net::install(policy);
@@ -131,7 +131,9 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
         mode: spec.mode,
         pool: pool.as_ref(),
         pool_ranges: &pool_ranges,
-        listeners: (listen_fd0, spec.listeners.len() as i32),
+        // The bind channel (--net-bind-any) follows the listening sockets
+        // and moves with them: it lands at `policy.channel_fd()`.
+        listeners: (listen_fd0, spec.listeners.len() as i32 + i32::from(spec.bind_any)),
     };
     child::start(&prepared)
 }

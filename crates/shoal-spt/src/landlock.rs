@@ -11,7 +11,9 @@
 //!   archive and pool files from descriptors it already holds);
 //! - **TCP bind**: handled; with `--net-outbound` only port 0 (an
 //!   ephemeral port for a client socket) is granted; published ports are
-//!   bound by the front end before the instance exists;
+//!   bound by the front end before the instance exists, and the ports of
+//!   `--net-bind-any` by the waiting parent when the guest asks
+//!   (`crate::net`), never by the instance;
 //! - **TCP connect**: handled with no port granted unless
 //!   `--net-outbound` (then any port; spt has no address allow-list, which
 //!   Landlock could not enforce: it knows ports, not addresses);

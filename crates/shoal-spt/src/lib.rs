@@ -82,6 +82,7 @@ mod hypercall;
 mod landlock;
 pub mod instance;
 mod net;
+mod preempt;
 mod protect;
 mod signals;
 mod spec;
@@ -122,6 +123,9 @@ pub enum SptError {
     /// The root archive could not be made (`--fs`, `--volume`).
     #[error(transparent)]
     Root(#[from] shoal_loader::RootError),
+    /// `--net-bind-any` without a waiting parent, which binds the sockets.
+    #[error("--net-bind-any needs the waiting parent process, which binds the host sockets the guest asks for; drop --single-process")]
+    BindAnyNeedsParent,
     /// `--volume` without a waiting parent, which writes the directory.
     #[error("--volume needs the waiting parent process, which writes the host directory when the instance ends; drop --single-process")]
     VolumeNeedsParent,
@@ -261,6 +265,9 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     if cfg.volume.is_some() && !supervised {
         return Err(SptError::VolumeNeedsParent);
     }
+    if cfg.net.bind_any && !supervised {
+        return Err(SptError::BindAnyNeedsParent);
+    }
     // The whole volume archive lies in guest memory: it cannot be larger.
     let volume_max = if cfg.volume.is_some() { cfg.mem_size } else { 0 };
     // Planned here for its errors (too little memory, arguments too
@@ -304,6 +311,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
             .map(|p| p.maps.iter().map(|m| spec::PoolEntry { addr: m.addr, len: m.len, exec: m.exec }).collect())
             .unwrap_or_default(),
         outbound: cfg.net.outbound,
+        bind_any: cfg.net.bind_any,
         listeners: listeners.iter().map(|(_, l)| *l).collect(),
         volume_path: cfg.volume.as_ref().map(|v| v.guest.as_bytes().to_vec()).unwrap_or_default(),
         volume_max,
@@ -321,6 +329,12 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     } else {
         None
     };
+    // --net-bind-any: the parent binds for the instance (crate::net).
+    let channel = if cfg.net.bind_any {
+        Some(sys::seqpacket_pair().map_err(|source| SptError::Sys { what: "make the instance's bind channel", source })?)
+    } else {
+        None
+    };
     let handover = front::Handover::new(front::Parts {
         program: &program,
         spec: &spec.encode(),
@@ -329,6 +343,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         report: report.as_ref().map(|r| &r.fd),
         pool: pool_plan.as_ref().map(|p| &p.files[..]).unwrap_or_default(),
         listeners: &listener_fds,
+        channel: channel.as_ref().map(|(_, theirs)| theirs),
         stdout: cfg.stdout.as_ref(),
         stderr: cfg.stderr.as_ref(),
         netns,
@@ -355,7 +370,17 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         what: "forward SIGTERM and SIGHUP to the instance",
         source,
     })?;
-    // The parent only waits: give back the image and the archive.
+    // The parent waits and, with --net-bind-any, binds for the instance;
+    // the instance's end of the channel must close with the instance, so
+    // this process keeps no copy of it.
+    if let Some((ours, theirs)) = channel {
+        drop(theirs);
+        std::thread::Builder::new()
+            .name("shoal-bind".into())
+            .spawn(move || net::serve_binds(ours))
+            .map_err(|source| SptError::Sys { what: "start the bind channel's thread", source })?;
+    }
+    // Give back the image and the archive.
     drop(handover);
     drop(image);
     sys::trim_heap();
@@ -364,6 +389,10 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         source,
     })?;
     let err_fd = cfg.stderr.as_ref().map(AsRawFd::as_raw_fd);
+    if std::env::var_os(PREEMPT_STATS_ENV).is_some() {
+        let n = report.get().ticks.load(std::sync::atomic::Ordering::Relaxed);
+        print_err(err_fd, &format!("shoal: preemption ticks: {n}\n"));
+    }
     let code = outcome(status, report.get(), err_fd);
     // Only an instance that exited has a volume to keep: its kernel hands
     // the archive over right before the Halt hypercall (exit, a signal's
@@ -377,6 +406,13 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     }
     Ok(code)
 }
+
+/// With this variable set in its environment, `shoal run` reports how many
+/// preemption ticks reached the instance (`shoal: preemption ticks: N` on
+/// stderr at the end; spt counts them in the report page, which the guest
+/// could overwrite: a statistic, not a security boundary). Not with
+/// `--single-process`.
+pub const PREEMPT_STATS_ENV: &str = "SHOAL_PREEMPT_STATS";
 
 /// Size of the length word before the volume archive in the shared area.
 pub(crate) const VOLUME_HEADER: usize = 8;

@@ -15,6 +15,22 @@
 //! `SOCK_NONBLOCK`, data calls with `MSG_DONTWAIT`): the guest kernel blocks
 //! a thread, and the instance sleeps only in `NetPoll` (`ppoll`).
 //!
+//! **`--net-bind-any`** (`BIND_NEW`): a guest `bind` on any port makes a
+//! host socket bound there right then. The instance cannot do that bind
+//! itself, and must not be let: Landlock grants it TCP port 0 only, a
+//! root-started instance runs as `nobody` (no privileged port, which a
+//! container's root may bind) in an empty network namespace (not the one
+//! whose ports the caller means). So the waiting parent, which is outside
+//! the sandbox with the caller's rights and namespace, binds for it: the
+//! instance sends a [`BindRequest`] on a `SOCK_SEQPACKET` socket pair (its
+//! end at [`NetPolicy::channel_fd`]) and receives the bound socket back
+//! with `SCM_RIGHTS` ([`serve_binds`] is the parent's half). The guest
+//! could use the channel directly (it shares this process, and the filter
+//! allows `sendto` on it and `recvmsg` on it alone); what it gets is what
+//! the hypercall gives anyway, because the parent treats every request as
+//! hostile: fixed size, family, type and option bits checked, the address
+//! checked by the host's `bind`.
+//!
 //! Like every hypercall handler, nothing here allocates.
 
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -38,26 +54,173 @@ pub struct NetPolicy {
     pub listeners: u32,
     /// Whether the guest may make sockets of its own and connect out.
     pub outbound: bool,
+    /// `--net-bind-any`: the parent binds host sockets for the guest
+    /// through the channel at [`NetPolicy::channel_fd`].
+    pub bind_any: bool,
 }
 
 impl NetPolicy {
     /// Whether the instance has any networking at all.
     pub fn any(&self) -> bool {
-        self.listeners > 0 || self.outbound
+        self.listeners > 0 || self.outbound || self.bind_any
+    }
+
+    /// The instance's end of the bind channel: right after the listening
+    /// sockets (`None` without `--net-bind-any`).
+    pub fn channel_fd(&self) -> Option<i32> {
+        self.bind_any.then_some(FIRST_SOCKET_FD + self.listeners as i32)
     }
 }
 
 static LISTENERS: AtomicU32 = AtomicU32::new(0);
 static OUTBOUND: AtomicBool = AtomicBool::new(false);
+static BIND_ANY: AtomicBool = AtomicBool::new(false);
 
 /// Records the policy for the handlers (in the instance, before the guest).
 pub fn install(p: NetPolicy) {
     LISTENERS.store(p.listeners, Ordering::Relaxed);
     OUTBOUND.store(p.outbound, Ordering::Relaxed);
+    BIND_ANY.store(p.bind_any, Ordering::Relaxed);
 }
 
 fn policy() -> NetPolicy {
-    NetPolicy { listeners: LISTENERS.load(Ordering::Relaxed), outbound: OUTBOUND.load(Ordering::Relaxed) }
+    NetPolicy { listeners: LISTENERS.load(Ordering::Relaxed), outbound: OUTBOUND.load(Ordering::Relaxed), bind_any: BIND_ANY.load(Ordering::Relaxed) }
+}
+
+/// A request on the bind channel: the arguments of `BIND_NEW`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct BindRequest {
+    /// `AF_INET` or `AF_INET6`.
+    pub domain: u32,
+    /// `SOCK_STREAM` or `SOCK_DGRAM`.
+    pub ty: u32,
+    /// `net_op::BIND_REUSEADDR`, `net_op::BIND_V6ONLY`.
+    pub flags: u32,
+    /// Bytes of `addr` used.
+    pub addrlen: u32,
+    /// The `sockaddr`.
+    pub addr: [u8; MAX_ADDR as usize],
+}
+
+/// The parent's answer: 0 with the socket attached, or a positive errno.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct BindReply {
+    errno: i32,
+}
+
+/// Room for one `SCM_RIGHTS` descriptor (`CMSG_SPACE(sizeof(int))`),
+/// aligned as a `cmsghdr`.
+#[repr(C, align(8))]
+struct OneFdControl([u8; 24]);
+
+/// `BIND_NEW` in the instance: asks the parent and takes the socket it
+/// sends back (as the lowest free descriptor, which is >= 3: a guest
+/// socket). Allocates nothing.
+fn bind_through_parent(channel: i32, req: &BindRequest) -> Result<i64, i64> {
+    let len = core::mem::size_of::<BindRequest>();
+    // SAFETY: `req` is `len` initialised bytes; no address.
+    let sent = unsafe { libc::syscall(libc::SYS_sendto, channel, (req as *const BindRequest).cast::<u8>(), len, libc::MSG_NOSIGNAL, 0usize, 0usize) };
+    if sent != len as libc::c_long {
+        return Err(if sent < 0 { neg(crate::sys::errno()) } else { neg(libc::EIO) });
+    }
+    let mut reply = BindReply { errno: libc::EIO };
+    let mut ctl = OneFdControl([0; 24]);
+    let mut iov = libc::iovec { iov_base: (&mut reply as *mut BindReply).cast(), iov_len: core::mem::size_of::<BindReply>() };
+    // SAFETY: an all-zero msghdr is valid; the pointers are set below.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.0.as_mut_ptr().cast();
+    msg.msg_controllen = ctl.0.len();
+    let got = loop {
+        // SAFETY: `msg` points at `reply` and `ctl`, both live and of the
+        // sizes given.
+        let rc = unsafe { libc::syscall(libc::SYS_recvmsg, channel, &mut msg as *mut libc::msghdr, libc::MSG_CMSG_CLOEXEC) };
+        if rc < 0 && crate::sys::errno() == libc::EINTR {
+            continue;
+        }
+        break rc;
+    };
+    if got < 0 {
+        return Err(neg(crate::sys::errno()));
+    }
+    // The descriptor, if one came: one SCM_RIGHTS message of one int.
+    let mut fd = -1;
+    if msg.msg_controllen >= 20 {
+        // SAFETY: the kernel wrote at least a cmsghdr (16 bytes) and one int.
+        let hdr: libc::cmsghdr = unsafe { core::ptr::read(ctl.0.as_ptr().cast()) };
+        if hdr.cmsg_level == libc::SOL_SOCKET && hdr.cmsg_type == libc::SCM_RIGHTS && hdr.cmsg_len >= 20 {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&ctl.0[16..20]);
+            fd = i32::from_ne_bytes(b);
+        }
+    }
+    if got as usize != core::mem::size_of::<BindReply>() || (reply.errno == 0) != (fd >= 0) {
+        if fd >= 0 {
+            // SAFETY: a descriptor just received that nothing else knows.
+            unsafe { libc::close(fd) };
+        }
+        return Err(neg(libc::EIO));
+    }
+    if reply.errno != 0 {
+        return Err(neg(reply.errno));
+    }
+    Ok(i64::from(fd))
+}
+
+/// The parent's half of the bind channel: answers each [`BindRequest`]
+/// with a socket bound as asked ([`shoal_loader::net::bind_new`]) or the
+/// errno of the failure, until the instance's end closes. Every request is
+/// hostile input: only a full-sized request is served.
+pub fn serve_binds(channel: std::os::fd::OwnedFd) {
+    use std::os::fd::AsRawFd;
+    let fd = channel.as_raw_fd();
+    loop {
+        let mut req = BindRequest { domain: 0, ty: 0, flags: 0, addrlen: 0, addr: [0; MAX_ADDR as usize] };
+        let len = core::mem::size_of::<BindRequest>();
+        // SAFETY: `req` is `len` writable bytes; any bit pattern is valid.
+        let n = unsafe { libc::recv(fd, (&mut req as *mut BindRequest).cast(), len, 0) };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if n <= 0 {
+            return; // The instance ended (or its end was closed).
+        }
+        let answer = if n as usize != len || u64::from(req.addrlen) > MAX_ADDR {
+            Err(libc::EINVAL)
+        } else {
+            shoal_loader::net::bind_new(req.domain as i32, req.ty as i32, req.flags, &req.addr[..req.addrlen as usize])
+        };
+        let reply = BindReply { errno: answer.as_ref().err().copied().unwrap_or(0) };
+        let mut iov = libc::iovec { iov_base: (&reply as *const BindReply).cast_mut().cast(), iov_len: core::mem::size_of::<BindReply>() };
+        let mut ctl = OneFdControl([0; 24]);
+        // SAFETY: an all-zero msghdr is valid; the pointers are set below.
+        let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if let Ok(sock) = &answer {
+            let hdr = libc::cmsghdr { cmsg_len: 20, cmsg_level: libc::SOL_SOCKET, cmsg_type: libc::SCM_RIGHTS };
+            // SAFETY: `ctl` is 24 bytes aligned for a cmsghdr (16 bytes),
+            // followed by the descriptor.
+            unsafe { core::ptr::write(ctl.0.as_mut_ptr().cast::<libc::cmsghdr>(), hdr) };
+            ctl.0[16..20].copy_from_slice(&sock.as_raw_fd().to_ne_bytes());
+            msg.msg_control = ctl.0.as_mut_ptr().cast();
+            msg.msg_controllen = ctl.0.len();
+        }
+        loop {
+            // SAFETY: `msg` points at `reply` and (maybe) `ctl`, both live.
+            let sent = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+            if sent >= 0 {
+                break;
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return;
+            }
+        }
+        // The instance holds its own copy now; ours closes with `answer`.
+    }
 }
 
 fn neg(e: i32) -> i64 {
@@ -142,6 +305,14 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             // SAFETY: `sa` holds `len` initialised bytes.
             Ok(sys_ret(unsafe { libc::syscall(nr, fd, sa.as_ptr(), len) }))
         }
+        net_op::BIND_NEW => {
+            let Some(channel) = pol.channel_fd().filter(|_| pol.bind_any) else {
+                return Err(neg(libc::EACCES));
+            };
+            let mut req = BindRequest { domain: op.a as u32, ty: op.b as u32, flags: op.flags, addrlen: 0, addr: [0; MAX_ADDR as usize] };
+            req.addrlen = addr_in(mem, op, &mut req.addr)?;
+            bind_through_parent(channel, &req)
+        }
         net_op::LISTEN => {
             let fd = handle_fd(op.handle)?;
             // SAFETY: listen takes no pointers.
@@ -149,7 +320,7 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
         }
         net_op::ACCEPT => {
             let fd = handle_fd(op.handle)?;
-            if fd >= FIRST_SOCKET_FD + pol.listeners as i32 && !pol.outbound {
+            if fd >= FIRST_SOCKET_FD + pol.listeners as i32 && !pol.outbound && !pol.bind_any {
                 return Err(neg(libc::EINVAL));
             }
             let mut len = MAX_ADDR as libc::socklen_t;

@@ -39,6 +39,8 @@ pub struct Report {
     pub addr: AtomicU64,
     /// The guest's (or the tender's) instruction pointer at the event.
     pub rip: AtomicU64,
+    /// Preemption ticks that reached the instance (`crate::preempt`).
+    pub ticks: AtomicU64,
 }
 
 /// A forbidden system call.
@@ -65,7 +67,17 @@ static OWN_REPORT: Report = Report {
     code: AtomicU64::new(0),
     addr: AtomicU64::new(0),
     rip: AtomicU64::new(0),
+    ticks: AtomicU64::new(0),
 };
+
+/// Where the preemption ticks are counted: the report's `ticks` (set by
+/// [`set_report`]).
+pub fn ticks_counter() -> Option<&'static AtomicU64> {
+    let r = REPORT.load(Ordering::Relaxed);
+    // SAFETY: the report page (or OWN_REPORT) stays mapped for the
+    // process's life.
+    (!r.is_null()).then(|| unsafe { &(*r).ticks })
+}
 
 /// Whether the handlers end the process themselves, with the message.
 static IN_PLACE: AtomicBool = AtomicBool::new(false);

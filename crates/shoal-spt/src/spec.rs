@@ -10,7 +10,8 @@
 //! packs `--fs DIR`, so no host path crosses), the report page shared with
 //! a waiting parent ([`REPORT_FD`]) and a pidfd of that parent
 //! ([`PARENT_FD`]), the verified library-pool files ([`POOL_FD0`] on) and
-//! the listening sockets after them. Console output is already on fds 1 and 2.
+//! the listening sockets after them, and with `--net-bind-any` the
+//! instance's end of the bind channel after those (`crate::net`). Console output is already on fds 1 and 2.
 //!
 //! The front end is as trusted as the instance (same user, before any
 //! guest code ran); the decoder still checks every length, so a truncated
@@ -76,6 +77,9 @@ pub struct Spec {
     pub pool: Vec<PoolEntry>,
     /// Whether the guest may open sockets and connect out.
     pub outbound: bool,
+    /// `--net-bind-any`: the bind channel to the parent follows the
+    /// listening sockets.
+    pub bind_any: bool,
     /// Listening sockets (port, type, family; `handle` unused), in the
     /// order of their descriptors.
     pub listeners: Vec<shoal_abi::Listener>,
@@ -139,6 +143,7 @@ impl Spec {
             b.push(u8::from(p.exec));
         }
         b.push(u8::from(self.outbound));
+        b.push(u8::from(self.bind_any));
         b.extend_from_slice(&(self.listeners.len() as u64).to_le_bytes());
         for l in &self.listeners {
             b.extend_from_slice(&l.port.to_le_bytes());
@@ -188,6 +193,7 @@ impl Spec {
             pool.push(PoolEntry { addr: r.u64()?, len: r.u64()?, exec: r.flag()? });
         }
         let outbound = r.flag()?;
+        let bind_any = r.flag()?;
         let n = r.count(12)?;
         if n > shoal_abi::MAX_LISTENERS {
             return Err(SpecError::Corrupt);
@@ -203,7 +209,7 @@ impl Spec {
         if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || !r.0.is_empty() {
             return Err(SpecError::Corrupt);
         }
-        Ok(Spec { mem_size, mode, tsc_hz, supervised, archive_len, image_name, argv, env, pool, outbound, listeners, volume_path, volume_max, inject, rejuvenate_ns })
+        Ok(Spec { mem_size, mode, tsc_hz, supervised, archive_len, image_name, argv, env, pool, outbound, bind_any, listeners, volume_path, volume_max, inject, rejuvenate_ns })
     }
 }
 
@@ -269,6 +275,7 @@ mod tests {
             env: vec![b"A=1".to_vec()],
             pool: vec![PoolEntry { addr: 0x100000, len: 0x8000, exec: true }],
             outbound: true,
+            bind_any: true,
             listeners: vec![shoal_abi::Listener { handle: -1, port: 80, sock_type: 1, family: 2, reserved: 0 }],
             volume_path: b"/data".to_vec(),
             volume_max: 64 << 20,

@@ -349,6 +349,18 @@ pub fn memfd(name: &core::ffi::CStr) -> io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
+/// `socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC)`: the bind channel
+/// of `--net-bind-any` (`crate::net`), message boundaries kept.
+pub fn seqpacket_pair() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    let mut fds = [-1; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both were just created and are owned by nobody else.
+    Ok(unsafe { (<std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[0]), <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1])) })
+}
+
 /// `fcntl(fd, F_DUPFD_CLOEXEC, min)`: a close-on-exec copy of `fd` at the
 /// lowest number at or above `min`.
 pub fn dup_at_least(fd: RawFd, min: RawFd) -> io::Result<std::os::fd::OwnedFd> {

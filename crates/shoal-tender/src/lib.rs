@@ -61,6 +61,9 @@ pub enum ArgsError {
     /// A `--volume` that cannot be used.
     #[error(transparent)]
     Volume(#[from] shoal_loader::volume::VolumeError),
+    /// `--net-bind-any` with `--single-process` on spt.
+    #[error("--net-bind-any cannot be used with --single-process on spt: the waiting parent process binds the host sockets the guest asks for")]
+    BindAnySingleProcess,
     /// `--volume` with `--single-process` on spt.
     #[error("--volume cannot be used with --single-process on spt: the waiting parent process writes the host directory when the instance ends")]
     VolumeSingleProcess,
@@ -111,6 +114,9 @@ pub struct RunArgs {
     pub net_outbound: bool,
     /// `--net-allow` rules (hvt; they imply outbound, limited to them).
     pub net_allow: Vec<shoal_loader::net::Allow>,
+    /// `--net-bind-any`: a guest `bind` on any port binds the host socket
+    /// then (for an instance in a network namespace of its own).
+    pub net_bind_any: bool,
     /// A host directory kept across runs (`--volume HOSTDIR:GUESTDIR`).
     pub volume: Option<shoal_loader::volume::Volume>,
     /// A fault to inject into a kernel component (`--inject COMPONENT:KIND@N`).
@@ -142,6 +148,9 @@ Runs one shoal image (the lean form of `shoal run`).
   --listen-fd N              a listening socket inherited as descriptor N, for the guest's first listen
   --net-outbound             let the guest open sockets of its own and connect out
   --net-allow CIDR[:PORT]    hvt: outbound only to these destinations (repeatable; implies --net-outbound)
+  --net-bind-any             the guest may bind any port: the tender binds that host address and port
+                             when the guest does, with its own rights (for a container's own network
+                             namespace; on the host's namespace the guest may take any free port)
   --volume HOSTDIR:GUESTDIR  HOSTDIR's files at GUESTDIR; what the program leaves there is written
                              back to HOSTDIR when it exits (not after a crash or a kill)
   --inject COMPONENT:KIND@N  make kernel COMPONENT fail at its N-th call, KIND panic or wild-write
@@ -199,7 +208,7 @@ impl RunArgs {
         if let Some(dir) = fs.as_ref().filter(|d| !d.is_dir()) {
             return Err(ArgsError::NoFsDir(dir.clone()));
         }
-        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, publish: Vec::new(), listen_fds: Vec::new(), net_outbound: false, net_allow: Vec::new(), volume: None, inject: None, rejuvenate_ns: 0, image, args })
+        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, publish: Vec::new(), listen_fds: Vec::new(), net_outbound: false, net_allow: Vec::new(), net_bind_any: false, volume: None, inject: None, rejuvenate_ns: 0, image, args })
     }
 
     /// Parses `shoal-tender`'s arguments (without the program name).
@@ -210,7 +219,7 @@ impl RunArgs {
         let (mut mode, mut fallback, mut single, mut image, mut args): (MemoryMode, bool, bool, Option<PathBuf>, Vec<OsString>) =
             (MemoryMode::Copy, false, false, None, Vec::new());
         let (mut publish, mut listen_fds, mut outbound, mut allow) = (Vec::new(), Vec::new(), false, Vec::new());
-        let mut volume = None;
+        let (mut volume, mut bind_any) = (None, false);
         let mut inject = None;
         let mut rejuvenate = None;
         while let Some(a) = it.next() {
@@ -245,6 +254,7 @@ impl RunArgs {
                 "--listen-fd" => listen_fds.push(value("--listen-fd")?),
                 "--net-outbound" if inline.is_none() => outbound = true,
                 "--net-allow" => allow.push(value("--net-allow")?),
+                "--net-bind-any" if inline.is_none() => bind_any = true,
                 "--volume" => volume = Some(value("--volume")?),
                 "--inject" => inject = Some(value("--inject")?),
                 "--rejuvenate-every" => rejuvenate = Some(value("--rejuvenate-every")?),
@@ -261,7 +271,7 @@ impl RunArgs {
         }
         let image = image.ok_or(ArgsError::NoImage)?;
         let a = RunArgs::new(tender, fs, &mem, env, mode, fallback, single, image, args)?;
-        a.with_net(&publish, &listen_fds, outbound)?.with_allow(&allow)?.with_volume(volume.as_deref())?.with_inject(inject.as_deref())?.with_rejuvenation(rejuvenate.as_deref()).map(Some)
+        a.with_net(&publish, &listen_fds, outbound)?.with_allow(&allow)?.with_bind_any(bind_any)?.with_volume(volume.as_deref())?.with_inject(inject.as_deref())?.with_rejuvenation(rejuvenate.as_deref()).map(Some)
     }
 
     /// Adds `--volume HOSTDIR:GUESTDIR` (HOSTDIR must exist; refused with
@@ -315,6 +325,16 @@ impl RunArgs {
         Ok(self)
     }
 
+    /// Adds `--net-bind-any` (refused with `--single-process` on spt,
+    /// where no parent is left to bind the host sockets).
+    pub fn with_bind_any(mut self, on: bool) -> Result<RunArgs, ArgsError> {
+        if on && self.single_process && self.tender == Tender::Spt {
+            return Err(ArgsError::BindAnySingleProcess);
+        }
+        self.net_bind_any = on;
+        Ok(self)
+    }
+
     /// The loader's configuration for these arguments. A `--listen-fd`
     /// descriptor is taken over: this process must not use it afterwards.
     pub fn config(&self) -> RunConfig {
@@ -327,6 +347,7 @@ impl RunArgs {
         cfg.net.publish = self.publish.clone();
         cfg.net.outbound = self.net_outbound || !self.net_allow.is_empty();
         cfg.net.allow = self.net_allow.clone();
+        cfg.net.bind_any = self.net_bind_any;
         cfg.volume = self.volume.clone();
         cfg.inject = self.inject;
         cfg.rejuvenate_ns = self.rejuvenate_ns;
@@ -396,6 +417,9 @@ mod tests {
         let n = parse(&["--net-allow", "127.0.0.1/32:80", "--net-allow=10.0.0.0/8", "img"]).unwrap().unwrap();
         assert_eq!(n.net_allow.len(), 2);
         assert!(!n.net_outbound && n.config().net.outbound, "--net-allow implies outbound");
+        let b = parse(&["--net-bind-any", "img"]).unwrap().unwrap();
+        assert!(b.net_bind_any && b.config().net.bind_any && !b.config().net.outbound, "--net-bind-any is inbound only");
+        assert!(!d.net_bind_any);
     }
 
     #[test]
@@ -410,6 +434,8 @@ mod tests {
         assert_eq!(msg(&["-e", "NOEQUALS", "img"]), "--env NOEQUALS: expected KEY=VALUE");
         assert_eq!(msg(&["--fs", "/nonexistent-shoal-dir", "img"]), "--fs /nonexistent-shoal-dir: no such directory");
         assert!(msg(&[]).starts_with("no image given"));
+        assert!(msg(&["--single-process", "--net-bind-any", "img"]).starts_with("--net-bind-any cannot be used with --single-process on spt"));
+        assert!(parse(&["--tender", "hvt", "--single-process", "--net-bind-any", "img"]).is_ok(), "hvt is one process anyway");
         assert!(msg(&["a", "b"]).starts_with("more than one image given"));
         assert!(msg(&["--net-allow", "10.0.0.0/40", "img"]).starts_with("--net-allow 10.0.0.0/40: expected CIDR[:PORT]"));
         assert_eq!(msg(&["--volume", "/tmp", "img"]), "--volume /tmp: expected HOSTDIR:GUESTDIR (GUESTDIR absolute)");

@@ -15,6 +15,11 @@
 //!   first `bind` (or `listen`, for an unbound socket) of its type whose
 //!   port nothing else claims. `getsockname` then reports the address the
 //!   guest bound.
+//! - with bind-any on (`--net-bind-any`, `NET_BIND_ANY`), any other `bind`
+//!   asks the tender for a host socket bound to that address and port
+//!   (`BIND_NEW`): the host's answer is the guest's (`EADDRINUSE`, `EACCES`,
+//!   an ephemeral port for port 0, reported by `getsockname`), and a
+//!   `listen` on an unbound socket gets an ephemeral port, as on Linux;
 //! - with outbound on (`--net-outbound`), a socket that connects, sends to
 //!   an address, or binds elsewhere gets a host socket of its own (the
 //!   tender's Landlock and seccomp rules decide what it may reach);
@@ -33,7 +38,7 @@
 use alloc::collections::BTreeMap;
 use alloc::vec;
 use alloc::vec::Vec;
-use shoal_abi::{net_op, Listener, NetOp, NetPollFd, LISTENER_ANY_PORT, NET_MAX_POLL, NET_OUTBOUND};
+use shoal_abi::{net_op, Listener, NetOp, NetPollFd, LISTENER_ANY_PORT, NET_BIND_ANY, NET_MAX_POLL, NET_OUTBOUND};
 use shoal_plat::{Errno, Global};
 use shoal_vfs::obj::Readiness;
 
@@ -71,11 +76,13 @@ struct HostSock {
     /// An accepted connection of a published port: that port, which
     /// `getsockname` reports instead of the host port.
     guest_port: Option<u16>,
+    /// `IPV6_V6ONLY` set before there was a host socket (for `BIND_NEW`).
+    v6only: bool,
 }
 
 impl HostSock {
     fn new(domain: i32, ty: i32, proto: i32) -> HostSock {
-        HostSock { domain, ty, proto, host: None, listener: None, local: None, opts: SockOpts::default(), ready: 0, gen: 0, listening: false, guest_port: None }
+        HostSock { domain, ty, proto, host: None, listener: None, local: None, opts: SockOpts::default(), ready: 0, gen: 0, listening: false, guest_port: None, v6only: false }
     }
 
     /// Adds newly learned readiness bits.
@@ -93,6 +100,8 @@ struct State {
     /// The tender's listeners and whether a guest socket took each.
     listeners: Vec<(Listener, bool)>,
     outbound: bool,
+    /// `--net-bind-any`: a bind no listener takes is a `BIND_NEW`.
+    bind_any: bool,
     /// `shoal_plat::syscall_epoch()` of the last refresh.
     refreshed: u64,
     /// Whether the "bind refused" note was printed.
@@ -103,7 +112,7 @@ static STATE: Global<Option<State>> = Global::new(None);
 
 fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
     STATE.with(|s| {
-        let s = s.get_or_insert_with(|| State { socks: BTreeMap::new(), next: 0, listeners: Vec::new(), outbound: false, refreshed: u64::MAX, noted: false });
+        let s = s.get_or_insert_with(|| State { socks: BTreeMap::new(), next: 0, listeners: Vec::new(), outbound: false, bind_any: false, refreshed: u64::MAX, noted: false });
         f(s)
     })
 }
@@ -114,15 +123,17 @@ pub fn init() {
     let info = shoal_plat::boot::info();
     let n = (info.listener_count as usize).min(info.listeners.len());
     let outbound = info.net_flags & NET_OUTBOUND != 0;
+    let bind_any = info.net_flags & NET_BIND_ANY != 0;
     // Always the idle wait: an idle instance waits for its standard input
     // too, networked or not.
     shoal_sched::set_idle_wait(idle_wait);
-    if n == 0 && !outbound {
+    if n == 0 && !outbound && !bind_any {
         return;
     }
     with(|s| {
         s.listeners = info.listeners[..n].iter().map(|l| (*l, false)).collect();
         s.outbound = outbound;
+        s.bind_any = bind_any;
     });
     crate::set_inet_backend(alloc::boxed::Box::new(HostBackend));
 }
@@ -206,6 +217,40 @@ impl State {
             }
         }
         Ok(fd)
+    }
+
+    /// `bind` under `--net-bind-any`: the tender makes a host socket bound
+    /// to `addr` with its own rights; the guest socket takes it, and its
+    /// local address is the host's (the real port of a port-0 bind).
+    fn bind_new(&mut self, h: u64, addr: &[u8]) -> Result<(), Errno> {
+        let s = self.get(h)?;
+        let (domain, ty) = (s.domain, s.ty);
+        let mut flags = 0;
+        if s.opts.get(SO_REUSEADDR).is_ok_and(|v| v != 0i32.to_ne_bytes()) {
+            flags |= net_op::BIND_REUSEADDR;
+        }
+        if s.v6only {
+            flags |= net_op::BIND_V6ONLY;
+        }
+        let opts = s.opts.clone();
+        let fd = op(NetOp { op: net_op::BIND_NEW, a: domain as u64, b: ty as u64, flags, addr: addr.as_ptr() as u64, addrlen: addr.len() as u64, ..NetOp::default() }).0?;
+        let mut buf = [0u8; 128];
+        let local = match op(NetOp { op: net_op::GETSOCKNAME, handle: fd, addr: buf.as_mut_ptr() as u64, addrlen: buf.len() as u64, ..NetOp::default() }).0 {
+            Ok(n) => buf[..(n as usize).min(buf.len())].to_vec(),
+            Err(_) => addr.to_vec(),
+        };
+        let s = self.get(h)?;
+        s.host = Some(fd);
+        s.local = Some(local);
+        s.ready = POLLOUT;
+        for name in [SO_KEEPALIVE, SO_BROADCAST] {
+            if let Ok(v) = opts.get(name) {
+                if v != 0i32.to_ne_bytes() {
+                    let _ = set_host_opt(fd, SOL_SOCKET, name, &v);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Polls every host socket with a bit not known yet, for at most
@@ -330,13 +375,16 @@ impl Backend for HostBackend {
                 sock.local = Some(addr.to_vec());
                 return Ok(());
             }
+            if s.bind_any && s.get(h)?.host.is_none() {
+                return s.bind_new(h, addr);
+            }
             if !s.outbound || port != 0 {
                 if !s.noted {
                     s.noted = true;
                     use core::fmt::Write;
                     let _ = writeln!(
                         shoal_plat::console::Stderr,
-                        "shoal: the guest's bind to port {port} was refused: that port is not published (shoal run --publish HOSTPORT:{port})"
+                        "shoal: the guest's bind to port {port} was refused: that port is not published (shoal run --publish HOSTPORT:{port}, or --net-bind-any)"
                     );
                 }
                 return Err(Errno::EACCES);
@@ -356,13 +404,25 @@ impl Backend for HostBackend {
                 return Err(Errno::EOPNOTSUPP);
             }
             if sock.host.is_none() {
-                // An unbound socket: a --listen-fd listener, if any.
-                let i = s.find_listener(ty, None).ok_or(Errno::EACCES)?;
-                s.listeners[i].1 = true;
-                let fd = s.listeners[i].0.handle;
-                let sock = s.get(h)?;
-                sock.host = Some(fd);
-                sock.listener = Some(i);
+                // An unbound socket: a --listen-fd listener, if any; with
+                // --net-bind-any, an ephemeral port on the family's any
+                // address, as Linux binds an unbound socket that listens.
+                match s.find_listener(ty, None) {
+                    Some(i) => {
+                        s.listeners[i].1 = true;
+                        let fd = s.listeners[i].0.handle;
+                        let sock = s.get(h)?;
+                        sock.host = Some(fd);
+                        sock.listener = Some(i);
+                    }
+                    None if s.bind_any => {
+                        let domain = s.get(h)?.domain;
+                        let mut any = vec![0u8; if domain == AF_INET6 { 28 } else { 16 }];
+                        any[..2].copy_from_slice(&(domain as u16).to_ne_bytes());
+                        s.bind_new(h, &any)?;
+                    }
+                    None => return Err(Errno::EACCES),
+                }
             }
             let sock = s.get(h)?;
             sock.listening = true;
@@ -593,7 +653,13 @@ impl Backend for HostBackend {
             }
             match sock.host {
                 Some(fd) => set_host_opt(fd, level, name, val).map(|_| ()),
-                None => Ok(()),
+                None => {
+                    // Settled at the bind, which `BIND_NEW` makes.
+                    if level == IPPROTO_IPV6 && name == IPV6_V6ONLY {
+                        sock.v6only = val.get(..4).is_some_and(|v| v != [0; 4]);
+                    }
+                    Ok(())
+                }
             }
         })
     }
@@ -701,7 +767,7 @@ mod tests {
     #[test]
     fn a_bind_attaches_to_the_listener_of_its_port_then_to_an_any_port_one() {
         let l = |port, ty: i32| (Listener { handle: 3, port, sock_type: ty as u32, family: AF_INET as u32, reserved: 0 }, false);
-        let mut s = State { socks: BTreeMap::new(), next: 0, listeners: vec![l(80, SOCK_STREAM), l(LISTENER_ANY_PORT, SOCK_STREAM), l(53, SOCK_DGRAM)], outbound: false, refreshed: 0, noted: false };
+        let mut s = State { socks: BTreeMap::new(), next: 0, listeners: vec![l(80, SOCK_STREAM), l(LISTENER_ANY_PORT, SOCK_STREAM), l(53, SOCK_DGRAM)], outbound: false, bind_any: false, refreshed: 0, noted: false };
         assert_eq!(s.find_listener(SOCK_STREAM, Some(80)), Some(0));
         assert_eq!(s.find_listener(SOCK_DGRAM, Some(53)), Some(2));
         // No TCP listener for 8080: the handed-over (any-port) one.

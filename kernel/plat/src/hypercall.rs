@@ -72,6 +72,14 @@ pub fn console_buffer(addr: u64, cap: u64) -> i64 {
     a.ret
 }
 
+/// The `Preempt` hypercall ([`shoal_abi::PreemptArgs`]); 0, or a
+/// negative errno (a tender without preemption: `-ENOSYS`).
+pub fn preempt(op: u64, area: u64, entry: u64, tick_ns: u64) -> i64 {
+    let mut a = shoal_abi::PreemptArgs { op, area, entry, tick_ns, ret: 0 };
+    raw(Hypercall::Preempt, &mut a);
+    a.ret
+}
+
 /// Hands the volume's packed tree to the tender
 /// ([`shoal_abi::Hypercall::VolumeSave`]); 0, or a negative errno.
 pub fn volume_save(archive: &[u8]) -> i64 {

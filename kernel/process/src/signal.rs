@@ -23,7 +23,11 @@
 //! mask, which becomes the mask again when the handler returns, as with
 //! sigreturn), with `sa_mask` (and the signal unless `SA_NODEFER`) blocked
 //! during the call and `SA_RESETHAND` honoured. The context's program
-//! counter is 0: a handler cannot redirect the interrupted code. With
+//! counter is 0 (a handler cannot redirect the interrupted code), except
+//! for a signal delivered to a thread a preemption tick interrupted in its
+//! own code ([`deliver_pending_interrupted`]): then the context holds the
+//! interrupted registers and what the handler changes there takes effect,
+//! as with `rt_sigreturn` (musl's asynchronous `pthread_cancel`). With
 //! `SA_ONSTACK` and an alternate stack set (`sigaltstack`), the handler
 //! runs on that stack (unless the thread is already on it), with
 //! `SS_AUTODISARM` honoured; `sigaltstack` reports `SS_ONSTACK` and refuses
@@ -284,6 +288,65 @@ pub fn send_thread(tid: u32, sig: i32, code: i32) -> Result<(), Errno> {
 
 /// Delivers every pending, unblocked signal (lowest number first).
 pub fn deliver_pending() {
+    deliver_pending_in(None);
+}
+
+/// The registers of code a preemption tick interrupted, as the kernel's
+/// preemption entry saved them (`shoal_syscall::preempt`): r15, r14, r13,
+/// r12, r11, r10, r9, r8, rdi, rsi, rbp, rbx, rdx, rcx, rax, rflags, rip,
+/// in that order; the interrupted rsp is [`interrupted_rsp`].
+pub type Interrupted = [u64; 17];
+
+/// The interrupted stack pointer of a frame at `frame` (above it: the
+/// frame, then the 128-byte red zone the entry stepped over).
+pub fn interrupted_rsp(frame: u64) -> u64 {
+    frame + 17 * 8 + 128
+}
+
+/// Frame index of each of `ucontext_t`'s first 18 `gregs` (Linux x86-64
+/// order: r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, eflags);
+/// `None`: rsp, which comes from the frame's address.
+const GREG_FROM_FRAME: [Option<usize>; 18] =
+    [Some(7), Some(6), Some(5), Some(4), Some(3), Some(2), Some(1), Some(0), Some(8), Some(9), Some(10), Some(11), Some(12), Some(14), Some(13), None, Some(16), Some(15)];
+/// Offset of `uc_mcontext.gregs` in `ucontext_t`, in words.
+const UC_GREGS: usize = 5;
+/// The flags a handler may change through its context (Linux's
+/// `FIX_EFLAGS`: CF, PF, AF, ZF, SF, TF, DF, OF, RF, AC).
+const USER_FLAGS: u64 = 0x50dd5;
+
+/// Fills the handler's context with the interrupted registers.
+fn context_from(uc: &mut [u64; 128], frame: &Interrupted, rsp: u64) {
+    for (i, f) in GREG_FROM_FRAME.iter().enumerate() {
+        uc[UC_GREGS + i] = match f {
+            Some(k) => frame[*k],
+            None => rsp,
+        };
+    }
+}
+
+/// Takes back what the handler changed in its context, as `rt_sigreturn`
+/// does: the general-purpose registers, rip and the user flags; a changed
+/// rsp is not taken (the entry returns on the interrupted stack).
+fn context_to(uc: &[u64; 128], frame: &mut Interrupted) {
+    for (i, f) in GREG_FROM_FRAME.iter().enumerate() {
+        match f {
+            Some(15) => frame[15] = (frame[15] & !USER_FLAGS) | (uc[UC_GREGS + i] & USER_FLAGS),
+            Some(k) => frame[*k] = uc[UC_GREGS + i],
+            None => {}
+        }
+    }
+}
+
+/// [`deliver_pending`] for a thread a preemption tick interrupted in its
+/// own code: each handler sees the interrupted registers in its
+/// `ucontext_t` and may change them, as with a signal Linux delivers
+/// asynchronously (musl's asynchronous `pthread_cancel` moves the program
+/// counter to its cancellation code this way).
+pub fn deliver_pending_interrupted(frame: &mut Interrupted) {
+    deliver_pending_in(Some(frame));
+}
+
+fn deliver_pending_in(mut frame: Option<&mut Interrupted>) {
     loop {
         // Decide with the state borrowed; run handlers without it (they
         // make system calls of their own).
@@ -308,7 +371,7 @@ pub fn deliver_pending() {
                 // As sigreturn does, the mask afterwards is the context's
                 // (the handler may change it there; musl's cancellation
                 // handler does).
-                let mask = call_handler(sig, code, act, old_mask);
+                let mask = call_handler(sig, code, act, old_mask, frame.as_deref_mut());
                 with_signals(|s| s.set_mask(mask));
             }
         }
@@ -369,7 +432,7 @@ pub fn on_stack(st: &StackT, sp: u64) -> bool {
     st.ss_size != 0 && sp > st.ss_sp && sp - st.ss_sp <= st.ss_size
 }
 
-fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64) -> u64 {
+fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64, mut frame: Option<&mut Interrupted>) -> u64 {
     let mut info = SigInfo {
         si_signo: sig,
         si_errno: 0,
@@ -380,6 +443,10 @@ fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64) -> u64 {
         rest: [0; 13],
     };
     let mut uc = [0u64; 128];
+    if let Some(f) = frame.as_deref() {
+        let rsp = interrupted_rsp(core::ptr::from_ref(f) as u64);
+        context_from(&mut uc, f, rsp);
+    }
     uc[UC_SIGMASK / 8] = old_mask;
     let alt = SIGNALS.with(|s| s.altstack);
     uc[UC_STACK / 8] = alt.ss_sp;
@@ -392,12 +459,18 @@ fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64) -> u64 {
         SIGNALS.with(|s| s.altstack = NO_ALTSTACK);
     }
     if switch {
+        // The handler is the program's code: preemptible while it runs.
+        shoal_sched::preempt::leave();
         // SAFETY: as below; the program registered [ss_sp, ss_sp + ss_size)
         // with sigaltstack as memory its handlers may run on, and the
         // helper returns on this stack.
         unsafe { shoal_process_call_on_stack(act.handler, sig, &mut info, uc.as_mut_ptr(), alt.ss_sp.wrapping_add(alt.ss_size)) };
+        shoal_sched::preempt::enter();
         if alt.ss_flags & SS_AUTODISARM != 0 {
             SIGNALS.with(|s| s.altstack = alt);
+        }
+        if let Some(f) = frame.as_deref_mut() {
+            context_to(&uc, f);
         }
         return uc[UC_SIGMASK / 8];
     }
@@ -408,7 +481,13 @@ fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64) -> u64 {
     // to. `info` and `uc` live for the call.
     unsafe {
         let f: extern "C" fn(i32, *mut SigInfo, *mut u64) = core::mem::transmute(act.handler as usize);
+        // The handler is the program's code: preemptible while it runs.
+        shoal_sched::preempt::leave();
         f(sig, &mut info, uc.as_mut_ptr());
+        shoal_sched::preempt::enter();
+    }
+    if let Some(f) = frame {
+        context_to(&uc, f);
     }
     uc[UC_SIGMASK / 8]
 }
@@ -416,6 +495,37 @@ fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the handler below saw: (rip, rax, rsp) from its context.
+    static SEEN: std::sync::Mutex<(u64, u64, u64)> = std::sync::Mutex::new((0, 0, 0));
+
+    extern "C" fn redirecting(_sig: i32, _info: *mut SigInfo, uc: *mut u64) {
+        // SAFETY: call_handler passes its 128-word context.
+        let uc = unsafe { core::slice::from_raw_parts_mut(uc, 128) };
+        *SEEN.lock().unwrap() = (uc[UC_GREGS + 16], uc[UC_GREGS + 13], uc[UC_GREGS + 15]);
+        uc[UC_GREGS + 16] = 0x4000; // rip: elsewhere, as musl's cancel handler does
+        uc[UC_GREGS + 13] = 7; // rax
+        uc[UC_GREGS + 17] = u64::MAX; // eflags: only the user flags may change
+        uc[UC_GREGS + 15] = 1; // rsp: not taken
+    }
+
+    #[test]
+    fn a_handler_sees_and_changes_the_interrupted_registers() {
+        let mut frame: Interrupted = [0; 17];
+        frame[14] = 42; // rax
+        frame[15] = 0x202; // rflags: IF
+        frame[16] = 0x1234; // rip
+        let at = core::ptr::from_ref(&frame) as u64;
+        let act = KSigaction { handler: redirecting as extern "C" fn(i32, *mut SigInfo, *mut u64) as usize as u64, flags: SA_SIGINFO, ..Default::default() };
+        call_handler(10, SI_USER, act, 0, Some(&mut frame));
+        assert_eq!(*SEEN.lock().unwrap(), (0x1234, 42, interrupted_rsp(at)));
+        assert_eq!(frame[16], 0x4000, "the new rip");
+        assert_eq!(frame[14], 7, "the new rax");
+        assert_eq!(frame[15], 0x202 | USER_FLAGS, "IF kept, user flags set");
+        // Without an interrupted frame the context is zero and nothing is taken.
+        call_handler(10, SI_USER, act, 0, None);
+        assert_eq!(*SEEN.lock().unwrap(), (0, 0, 0));
+    }
 
     #[test]
     fn layouts() {

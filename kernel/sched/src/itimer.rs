@@ -120,6 +120,8 @@ pub fn setitimer(a: &Args) -> SysResult {
         umem::check_write(a.u(2), core::mem::size_of::<Itimerval>() as u64)?;
     }
     let old = set(shoal_time::monotonic_ns(), new)?;
+    // A lone thread that computes must be interrupted when it expires.
+    crate::republish();
     if a.u(2) != 0 {
         umem::write(a.u(2), old)?;
     }
@@ -132,6 +134,7 @@ pub fn alarm(a: &Args) -> SysResult {
     let secs = a.u(0) & 0xffff_ffff;
     let new = Itimerval { interval: Timeval::default(), value: Timeval { sec: secs as i64, usec: 0 } };
     let old = set(shoal_time::monotonic_ns(), new)?;
+    crate::republish();
     Ok(old.value.sec as u64 + u64::from(old.value.usec > 0))
 }
 

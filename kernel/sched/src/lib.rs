@@ -1,5 +1,6 @@
-//! Kernel component `sched` (DESIGN §6): threads, futexes, cooperative
-//! scheduling on one vCPU.
+//! Kernel component `sched` (DESIGN §6): threads, futexes, round-robin
+//! scheduling on one vCPU, cooperative inside the kernel and preemptive on
+//! a timer tick in the program's code ([`preempt`]).
 //!
 //! **Threads.** musl's `pthread_create` calls [`__shoal_clone`] (instead of
 //! the `clone` system call) with `CLONE_VM|CLONE_THREAD|…`; the kernel
@@ -11,8 +12,10 @@
 //! does. The creator keeps running (cooperative scheduling).
 //!
 //! **Scheduling.** One thread runs until it blocks (futex wait, sleep),
-//! yields (`sched_yield`) or exits; then the next runnable thread runs,
-//! round robin. A switch ([`switch`]) saves the callee-saved registers,
+//! yields (`sched_yield`) or exits, or until a preemption tick finds it in
+//! its own code while another thread is runnable (module [`preempt`]: the
+//! tick then yields for it); then the next runnable thread runs, round
+//! robin. A switch ([`switch`]) saves the callee-saved registers,
 //! the FS base (`rdfsbase`/`wrfsbase`, DESIGN §1: thread-local storage),
 //! MXCSR and the x87 control word on the old thread's stack and restores
 //! the new one's. Kernel code runs on the stack of the thread that called
@@ -51,6 +54,7 @@ extern crate alloc;
 
 pub mod itimer;
 pub mod pi;
+pub mod preempt;
 pub mod sys;
 pub mod table;
 
@@ -62,6 +66,25 @@ use table::{Block, Pick, Table, Wake};
 pub const DEADLOCK_STATUS: i64 = 255;
 
 static TABLE: Global<Table> = Global::new(Table::new());
+
+/// Runs `f` on the thread table, then publishes the number of runnable
+/// threads for the tick ([`preempt::publish`]: arms it when that goes
+/// above one). Every access that can change a thread's state goes
+/// through here; plain reads (run on every system call) do not.
+pub(crate) fn table<R>(f: impl FnOnce(&mut Table) -> R) -> R {
+    let (r, n, d) = TABLE.with(|t| {
+        let r = f(t);
+        (r, t.runnable(), t.has_deadline())
+    });
+    preempt::publish(preempt::contenders(n, d || itimer::deadline().is_some()));
+    r
+}
+
+/// Publishes the count again after something the table does not hold
+/// changed it (the interval timer was set).
+pub(crate) fn republish() {
+    table(|_| ());
+}
 /// A detached thread's stack `(base, size)` to free after the switch away
 /// from it.
 static PENDING_UNMAP: Global<Option<(u64, u64)>> = Global::new(None);
@@ -106,7 +129,7 @@ core::arch::global_asm!(
     ".globl shoal_sched_thread_start",
     ".type shoal_sched_thread_start,@function",
     "shoal_sched_thread_start:",
-    "    call shoal_sched_after_switch",
+    "    call shoal_sched_enter_thread",
     "    mov rdi, r13",
     "    xor ebp, ebp",
     "    call r12",
@@ -148,9 +171,19 @@ pub extern "C" fn shoal_sched_after_switch() {
     }
 }
 
+/// A new thread's first code after its first switch: what follows the
+/// switch, then the vCPU leaves the kernel for the thread's `func`
+/// (preemptible from there on).
+#[no_mangle]
+pub extern "C" fn shoal_sched_enter_thread() {
+    shoal_sched_after_switch();
+    preempt::leave();
+}
+
 /// Where a thread's `func` returns to: exits the thread with its value.
 #[no_mangle]
 pub extern "C" fn shoal_sched_thread_return(status: i32) -> ! {
+    preempt::enter();
     exit_thread(status)
 }
 
@@ -158,18 +191,18 @@ pub extern "C" fn shoal_sched_thread_return(status: i32) -> ! {
 /// (already recorded in the table); returns when this thread runs again.
 fn reschedule() {
     loop {
-        if let Some(d) = TABLE.with(|t| t.next_deadline()) {
+        if let Some(d) = table(|t| t.next_deadline()) {
             let now = shoal_time::monotonic_ns();
             if now >= d {
-                TABLE.with(|t| t.expire(now));
+                table(|t| t.expire(now));
             }
         }
-        match TABLE.with(|t| t.pick()) {
+        match table(|t| t.pick()) {
             Pick::Run { prev, next } => {
                 if prev == Some(next) {
                     return;
                 }
-                let (save, rsp) = TABLE.with(|t| {
+                let (save, rsp) = table(|t| {
                     let save = prev.and_then(|p| t.rsp_slot(p)).unwrap_or(DEAD_RSP.as_ptr());
                     (save, t.get(next).map_or(0, |n| n.rsp))
                 });
@@ -187,7 +220,7 @@ fn reschedule() {
                     raise_host_signals();
                 }
                 let now = shoal_time::monotonic_ns();
-                TABLE.with(|t| t.expire(now));
+                table(|t| t.expire(now));
             }
             // Threads that wait for something outside the guest (a host
             // socket) are not deadlocked: the idle wait blocks for it.
@@ -204,7 +237,7 @@ fn reschedule() {
                         // signal from outside, which the tender forwards
                         // (SIGTERM, SIGHUP): not a deadlock. The sleep ends
                         // when one arrives (or, idly, after an hour).
-                        None if shoal_plat::hostsig::registered() && TABLE.with(|t| t.awaits_signal()) => {
+                        None if shoal_plat::hostsig::registered() && table(|t| t.awaits_signal()) => {
                             shoal_time::sleep_until(shoal_time::monotonic_ns().saturating_add(SIGNAL_WAIT_NS));
                             raise_host_signals();
                         }
@@ -364,7 +397,7 @@ pub fn sig_mask_of(tid: u32) -> Option<u64> {
 /// Makes signals `bits` pending for thread `tid` (not the running one);
 /// if it is blocked and does not block them, it wakes with `EINTR`.
 pub fn post_signal(tid: u32, bits: u64) -> Result<(), Errno> {
-    TABLE.with(|t| {
+    table(|t| {
         let th = t.get(tid).ok_or(Errno::ESRCH)?;
         th.sig_pending |= bits;
         if bits & !th.sig_mask != 0 {
@@ -383,7 +416,7 @@ const SIGNAL_WAIT_NS: u64 = 3600 * 1_000_000_000;
 /// delivers the signal).
 pub fn wait_for_signal() -> Errno {
     if !has_deliverable() {
-        TABLE.with(|t| t.block_current(Block::Signal, None));
+        table(|t| t.block_current(Block::Signal, None));
         reschedule();
     }
     Errno::EINTR
@@ -406,7 +439,7 @@ pub fn futex_wait(addr: u64, val: u32, bitset: u32, deadline: Option<u64>) -> Re
     if now != val {
         return Err(Errno::EAGAIN);
     }
-    TABLE.with(|t| t.block_current(Block::Futex { addr, bitset }, deadline));
+    table(|t| t.block_current(Block::Futex { addr, bitset }, deadline));
     reschedule();
     wake_result()
 }
@@ -422,7 +455,7 @@ pub const KERNEL_KEY: u64 = 1 << 63;
 /// deadline pending, the scheduler reports the deadlock.
 pub fn wait_key(key: u64, deadline: Option<u64>) -> Result<(), Errno> {
     debug_assert!(key & KERNEL_KEY != 0);
-    TABLE.with(|t| t.block_current(Block::Futex { addr: key | KERNEL_KEY, bitset: u32::MAX }, deadline));
+    table(|t| t.block_current(Block::Futex { addr: key | KERNEL_KEY, bitset: u32::MAX }, deadline));
     reschedule();
     wake_result()
 }
@@ -430,26 +463,26 @@ pub fn wait_key(key: u64, deadline: Option<u64>) -> Result<(), Errno> {
 /// Wakes every thread waiting on the kernel wait queue `key`; they run
 /// later (the caller keeps the vCPU). Returns how many were woken.
 pub fn wake_key(key: u64) -> u32 {
-    TABLE.with(|t| t.wake(key | KERNEL_KEY, u32::MAX, u32::MAX))
+    table(|t| t.wake(key | KERNEL_KEY, u32::MAX, u32::MAX))
 }
 
 /// `FUTEX_WAKE`: wakes up to `n` waiters on `addr` whose bitset meets
 /// `bitset`; returns how many. The woken run later (the caller keeps the
 /// vCPU).
 pub fn futex_wake(addr: u64, n: u32, bitset: u32) -> u32 {
-    TABLE.with(|t| t.wake(addr, n, bitset))
+    table(|t| t.wake(addr, n, bitset))
 }
 
 /// `FUTEX_REQUEUE`: wakes `n_wake` waiters on `from`, moves up to `n_move`
 /// others to `to`; returns the sum.
 pub fn futex_requeue(from: u64, to: u64, n_wake: u32, n_move: u32) -> u32 {
-    TABLE.with(|t| t.requeue(from, to, n_wake, n_move))
+    table(|t| t.requeue(from, to, n_wake, n_move))
 }
 
 /// Blocks the running thread until `deadline` (monotonic ns); other
 /// threads run meanwhile. `EINTR` if a signal woke it first.
 pub fn sleep_until(deadline: u64) -> Result<(), Errno> {
-    TABLE.with(|t| t.block_current(Block::Sleep, Some(deadline)));
+    table(|t| t.block_current(Block::Sleep, Some(deadline)));
     reschedule();
     match wake_result() {
         Err(Errno::ETIMEDOUT) | Ok(()) => Ok(()),
@@ -459,7 +492,7 @@ pub fn sleep_until(deadline: u64) -> Result<(), Errno> {
 
 /// `sched_yield`: lets every other runnable thread run once.
 pub fn yield_now() {
-    TABLE.with(|t| t.yield_current());
+    table(|t| t.yield_current());
     reschedule();
 }
 
@@ -477,7 +510,7 @@ pub fn exit_thread(status: i32) -> ! {
     if ctid != 0 && umem::write(ctid, 0u32).is_ok() {
         futex_wake(ctid, 1, u32::MAX);
     }
-    TABLE.with(|t| t.exit_current());
+    table(|t| t.exit_current());
     reschedule();
     // A thread that has exited is never picked again.
     shoal_plat::halt(134)
@@ -517,7 +550,7 @@ fn clone(func: u64, stack: u64, flags: i32, arg: u64, ptid: u64, tls: u64, ctid:
     // r13 = arg, r12 = func, rbx, rbp; return address.
     let frame: [u64; 9] = [0x037f_0000_1f80, fs, 0, 0, arg, func, 0, 0, start];
     umem::write(rsp, frame)?;
-    let tid = TABLE.with(|t| t.spawn(rsp))?;
+    let tid = table(|t| t.spawn(rsp))?;
     if flags & CLONE_CHILD_CLEARTID != 0 {
         TABLE.with(|t| t.get(tid).map(|c| c.clear_child_tid = ctid));
     }
@@ -537,10 +570,13 @@ fn clone(func: u64, stack: u64, flags: i32, arg: u64, ptid: u64, tls: u64, ctid:
 /// kernel cannot hold another thread.
 #[no_mangle]
 pub extern "C" fn __shoal_clone(func: usize, stack: usize, flags: i32, arg: usize, ptid: usize, tls: usize, ctid: usize) -> i32 {
-    match clone(func as u64, stack as u64, flags, arg as u64, ptid as u64, tls as u64, ctid as u64) {
+    preempt::enter();
+    let r = match clone(func as u64, stack as u64, flags, arg as u64, ptid as u64, tls as u64, ctid as u64) {
         Ok(tid) => tid as i32,
         Err(e) => -e.0,
-    }
+    };
+    preempt::leave();
+    r
 }
 
 /// Called by shoal's musl when an exiting detached thread frees its own
@@ -549,6 +585,7 @@ pub extern "C" fn __shoal_clone(func: usize, stack: usize, flags: i32, arg: usiz
 /// `SYS_exit(0)` does. The last thread just ends the instance (status 0).
 #[no_mangle]
 pub extern "C" fn __shoal_unmapself(base: usize, size: usize) -> ! {
+    preempt::enter();
     if thread_count() > 1 {
         PENDING_UNMAP.with(|p| *p = Some((base as u64, size as u64)));
     }

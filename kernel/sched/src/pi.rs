@@ -27,7 +27,7 @@
 //! `exit_pi_state_list`).
 
 use crate::table::Block;
-use crate::{reschedule, wake_result, TABLE};
+use crate::{reschedule, table, wake_result};
 use alloc::vec::Vec;
 use shoal_plat::{umem, Errno, Global};
 
@@ -56,7 +56,7 @@ fn word(addr: u64) -> Result<u32, Errno> {
 }
 
 fn first_waiter(addr: u64) -> Option<u32> {
-    TABLE.with(|t| t.first_waiter(addr | PI_KEY))
+    table(|t| t.first_waiter(addr | PI_KEY))
 }
 
 /// `FUTEX_LOCK_PI` (`trylock`: `FUTEX_TRYLOCK_PI`) of the word at `addr`
@@ -88,7 +88,7 @@ pub fn lock(addr: u64, deadline: Option<u64>, trylock: bool) -> Result<(), Errno
                 v.push(addr);
             }
         });
-        TABLE.with(|t| t.block_current(Block::Futex { addr: addr | PI_KEY, bitset: u32::MAX }, deadline));
+        table(|t| t.block_current(Block::Futex { addr: addr | PI_KEY, bitset: u32::MAX }, deadline));
         reschedule();
         let r = wake_result();
         // Handed over by the unlocker (or by the owner's exit)?
@@ -104,7 +104,7 @@ pub fn lock(addr: u64, deadline: Option<u64>, trylock: bool) -> Result<(), Errno
 fn hand_over(addr: u64, w: u32) -> Result<bool, Errno> {
     let Some(next) = first_waiter(addr) else { return Ok(false) };
     umem::write(addr, (w & FUTEX_OWNER_DIED) | FUTEX_WAITERS | next)?;
-    TABLE.with(|t| t.wake_tid(next));
+    table(|t| t.wake_tid(next));
     Ok(true)
 }
 

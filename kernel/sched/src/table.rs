@@ -380,6 +380,22 @@ impl Table {
         }
     }
 
+    /// How many threads are runnable: the run queue and the running one
+    /// (what the preemption tick looks at).
+    pub fn runnable(&self) -> usize {
+        if self.threads.is_empty() {
+            // Only the main thread, not yet in the table: it runs.
+            return 1;
+        }
+        let running = self.index(self.current).is_some_and(|i| self.threads[i].state == State::Running);
+        self.runq.len() + usize::from(running)
+    }
+
+    /// Whether some blocked thread waits with a deadline.
+    pub fn has_deadline(&self) -> bool {
+        !self.timers.is_empty()
+    }
+
     /// Whether some thread waits for nothing but a signal (`pause`).
     pub fn awaits_signal(&self) -> bool {
         self.threads.iter().any(|t| t.state == State::Blocked(Block::Signal))
@@ -467,6 +483,27 @@ mod tests {
         t.interrupt(1);
         assert!(!t.awaits_signal());
         assert_eq!(t.get(1).unwrap().wake, Wake::Interrupted);
+    }
+
+    #[test]
+    fn runnable_counts_the_run_queue_and_the_running_thread() {
+        let mut t = Table::new();
+        assert_eq!(t.runnable(), 1, "the main thread alone");
+        let b = t.spawn(0x2000).unwrap();
+        assert_eq!(t.runnable(), 2);
+        t.block_current(Block::Sleep, Some(10));
+        assert_eq!(t.runnable(), 1, "main sleeps");
+        assert_eq!(t.pick(), Pick::Run { prev: Some(MAIN_TID), next: b });
+        assert_eq!(t.runnable(), 1, "b runs alone");
+        t.yield_current();
+        assert_eq!(t.runnable(), 1, "yielding keeps the count");
+        assert_eq!(t.pick(), Pick::Run { prev: Some(b), next: b });
+        t.expire(10);
+        assert_eq!(t.runnable(), 2, "main woke");
+        t.block_current(Block::Signal, None);
+        assert_eq!(t.pick(), Pick::Run { prev: Some(b), next: MAIN_TID });
+        t.block_current(Block::Sleep, Some(20));
+        assert_eq!(t.runnable(), 0, "all blocked");
     }
 
     #[test]

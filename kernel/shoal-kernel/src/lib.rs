@@ -82,6 +82,7 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
     shoal_vfs::init();
     shoal_net::init();
     shoal_net::host::init();
+    shoal_syscall::preempt::init();
     // Last: the snapshots are the components' state right after
     // initialisation. Rebootable are the components whose state the
     // snapshot restores whole (see shoal_recover); sysinfo's hook moves its

@@ -10,6 +10,8 @@
 
 use shoal_plat::{Args, Errno, Global, SyscallFn};
 
+pub mod preempt;
+
 pub use shoal_abi::linux as nr;
 
 /// Numbers of the System V IPC calls (x86-64), which `shoal_abi::linux`
@@ -406,9 +408,13 @@ pub fn dispatch(n: u64, args: &Args) -> i64 {
 #[cfg(not(test))]
 #[no_mangle]
 pub extern "C" fn __shoal_syscall(n: i64, a: i64, b: i64, c: i64, d: i64, e: i64, f: i64) -> i64 {
+    // Kernel code from here to the return: no preemption (see `preempt`).
+    shoal_sched::preempt::enter();
     let args = Args([a as u64, b as u64, c as u64, d as u64, e as u64, f as u64]);
     shoal_plat::next_syscall_epoch();
-    dispatch(n as u64, &args)
+    let r = dispatch(n as u64, &args);
+    preempt::leave_syscall();
+    r
 }
 
 #[cfg(test)]

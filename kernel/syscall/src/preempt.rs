@@ -1,0 +1,208 @@
+//! The preemption entry (issue 17, item 7; protocol in
+//! `shoal_sched::preempt`): where the tender sends the vCPU when a tick
+//! lands in the program's code, and the yield a tick that landed in the
+//! kernel causes on the way out of the system call.
+//!
+//! The tender stores the interrupted instruction pointer in the area's
+//! `resume_rip`, sets `in_kernel` and resumes the vCPU at
+//! [`shoal_preempt_entry`] with every other register as it was. The entry
+//! works like a signal frame the kernel builds itself: it steps below the
+//! interrupted code's 128-byte red zone (with `lea`, which keeps the
+//! flags), pushes `resume_rip`, the flags and the 15 general-purpose
+//! registers, saves the FPU/SSE/AVX state with `xsave` (every component
+//! XCR0 enables; `fxsave` where the OS did not enable XSAVE) in a 64-byte
+//! aligned area below, and calls [`shoal_preempted`], which yields the vCPU
+//! and, when this thread runs again, delivers the signals that came for it
+//! meanwhile (an asynchronous `pthread_cancel`). Then it restores
+//! everything and returns to `resume_rip` with `ret 128`, which also
+//! drops the red-zone gap. The FS base, MXCSR and x87 control word are
+//! saved again by the switch itself (`shoal_sched_switch`).
+
+#[cfg(not(test))]
+use core::sync::atomic::Ordering;
+
+/// Bytes of the FPU/SSE/AVX save area (`xsave` for XCR0's components, or
+/// 512 for `fxsave`), set at boot; the entry reserves this plus 64.
+#[no_mangle]
+pub static SHOAL_PREEMPT_SAVE_SIZE: AtomicU64Cell = AtomicU64Cell::new(512);
+/// Nonzero: the entry uses `xsave`/`xrstor` (the OS enabled XSAVE).
+#[no_mangle]
+pub static SHOAL_PREEMPT_XSAVE: AtomicU64Cell = AtomicU64Cell::new(0);
+
+/// A `u64` the entry's assembly reads (a transparent atomic).
+#[repr(transparent)]
+pub struct AtomicU64Cell(core::sync::atomic::AtomicU64);
+
+impl AtomicU64Cell {
+    const fn new(v: u64) -> Self {
+        AtomicU64Cell(core::sync::atomic::AtomicU64::new(v))
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", not(test)))]
+core::arch::global_asm!(
+    ".section .text.shoal_preempt_entry,\"ax\",@progbits",
+    ".globl shoal_preempt_entry",
+    ".type shoal_preempt_entry,@function",
+    "shoal_preempt_entry:",
+    "    lea rsp, [rsp - 128]",
+    "    push qword ptr [rip + {area} + {resume}]",
+    "    pushfq",
+    "    push rax",
+    "    push rcx",
+    "    push rdx",
+    "    push rbx",
+    "    push rbp",
+    "    push rsi",
+    "    push rdi",
+    "    push r8",
+    "    push r9",
+    "    push r10",
+    "    push r11",
+    "    push r12",
+    "    push r13",
+    "    push r14",
+    "    push r15",
+    "    mov rbp, rsp",
+    "    sub rsp, qword ptr [rip + {size}]",
+    "    and rsp, -64",
+    "    cmp qword ptr [rip + {xsave}], 0",
+    "    je 1f",
+    // The xsave header (bytes 512..576) must be zero for xrstor.
+    "    xor eax, eax",
+    "    mov qword ptr [rsp + 512], rax",
+    "    mov qword ptr [rsp + 520], rax",
+    "    mov qword ptr [rsp + 528], rax",
+    "    mov qword ptr [rsp + 536], rax",
+    "    mov qword ptr [rsp + 544], rax",
+    "    mov qword ptr [rsp + 552], rax",
+    "    mov qword ptr [rsp + 560], rax",
+    "    mov qword ptr [rsp + 568], rax",
+    "    mov eax, -1",
+    "    mov edx, -1",
+    "    xsave64 [rsp]",
+    "    jmp 2f",
+    "1:",
+    "    fxsave64 [rsp]",
+    "2:",
+    "    cld",
+    "    mov rdi, rbp",
+    "    call shoal_preempted",
+    "    cmp qword ptr [rip + {xsave}], 0",
+    "    je 3f",
+    "    mov eax, -1",
+    "    mov edx, -1",
+    "    xrstor64 [rsp]",
+    "    jmp 4f",
+    "3:",
+    "    fxrstor64 [rsp]",
+    "4:",
+    "    mov rsp, rbp",
+    "    pop r15",
+    "    pop r14",
+    "    pop r13",
+    "    pop r12",
+    "    pop r11",
+    "    pop r10",
+    "    pop r9",
+    "    pop r8",
+    "    pop rdi",
+    "    pop rsi",
+    "    pop rbp",
+    "    pop rbx",
+    "    pop rdx",
+    "    pop rcx",
+    "    pop rax",
+    "    popfq",
+    "    ret 128",
+    ".size shoal_preempt_entry, . - shoal_preempt_entry",
+    area = sym shoal_sched::preempt::SHOAL_PREEMPT_AREA,
+    resume = const shoal_abi::PREEMPT_RESUME_RIP_OFFSET,
+    size = sym SHOAL_PREEMPT_SAVE_SIZE,
+    xsave = sym SHOAL_PREEMPT_XSAVE,
+);
+
+#[cfg(not(test))]
+extern "C" {
+    fn shoal_preempt_entry();
+}
+
+/// Sizes the FPU state save of the entry and registers the area and the
+/// entry with the tender (at boot).
+#[cfg(not(test))]
+pub fn init() {
+    use core::arch::x86_64::__cpuid_count;
+    // CPUID exists on every x86-64 CPU; leaf 1 always.
+    let l1 = __cpuid_count(1, 0);
+    const OSXSAVE: u32 = 1 << 27;
+    if l1.ecx & OSXSAVE != 0 {
+        // Leaf 0xD exists when XSAVE is enabled; EBX is the size of the
+        // save area for the components XCR0 enables now.
+        let d = __cpuid_count(0xd, 0);
+        if d.ebx >= 576 {
+            SHOAL_PREEMPT_SAVE_SIZE.0.store(u64::from(d.ebx), Ordering::Relaxed);
+            SHOAL_PREEMPT_XSAVE.0.store(1, Ordering::Relaxed);
+        }
+    }
+    shoal_sched::preempt::init(shoal_preempt_entry as *const () as u64);
+}
+
+/// Where the preemption entry calls in, with `frame` the interrupted
+/// registers it saved (`shoal_process::signal::Interrupted`): the vCPU is
+/// marked in the kernel (the tender did it); yield to the other runnable
+/// threads, then, running again, deliver what came for this thread (its
+/// handlers see and may change `frame`, as after `rt_sigreturn`), and
+/// leave the kernel.
+///
+/// # Safety
+/// `frame` must be the entry's frame on this thread's stack.
+#[cfg(not(test))]
+#[no_mangle]
+pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Interrupted) {
+    shoal_sched::preempt::enter();
+    // A tick that landed meanwhile is served by this yield too.
+    shoal_sched::preempt::take_pending();
+    shoal_sched::yield_now();
+    shoal_sched::raise_host_signals();
+    if shoal_sched::has_deliverable() {
+        // SAFETY: the caller's contract: the entry's saved registers, on
+        // this stack, not referenced elsewhere until the entry restores
+        // them after this returns.
+        let frame = unsafe { &mut *frame };
+        shoal_process::signal::deliver_pending_interrupted(frame);
+    }
+    shoal_sched::preempt::leave();
+}
+
+/// On the way out of a system call: yields if a tick landed while the
+/// kernel ran, then leaves the kernel. A tick that lands after the check
+/// but before the leave is seen by the second look.
+pub fn leave_syscall() {
+    loop {
+        if shoal_sched::preempt::take_pending() {
+            shoal_sched::yield_now();
+            shoal_sched::raise_host_signals();
+            if shoal_sched::has_deliverable() {
+                shoal_process::signal::deliver_pending();
+            }
+        }
+        shoal_sched::preempt::leave();
+        if !shoal_sched::preempt::pending() {
+            return;
+        }
+        shoal_sched::preempt::enter();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_pending_tick_is_taken_on_the_way_out() {
+        use shoal_sched::preempt as p;
+        p::enter();
+        p::SHOAL_PREEMPT_AREA.pending.store(1, core::sync::atomic::Ordering::SeqCst);
+        super::leave_syscall();
+        assert!(!p::pending(), "taken");
+        assert!(!p::in_kernel(), "left");
+    }
+}
