@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 9;
+pub const ABI_VERSION: u32 = 10;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -209,7 +209,7 @@ pub const COMPONENTS: [&str; 11] = ["plat", "mm", "sched", "vfs", "ramfs", "time
 
 /// A fault the kernel injects into one of its components at the
 /// [`Inject::at`]-th call into it through the system-call table
-/// (`shoal run --inject COMPONENT:KIND@N`; ABI 9). The kernel treats the
+/// (`shoal run --inject COMPONENT:KIND@N`; ABI 10). The kernel treats the
 /// values as untrusted: an unknown component or kind injects nothing.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -339,8 +339,15 @@ pub enum Hypercall {
     /// tender stops the tick itself at the first tick that finds at most
     /// one runnable thread, so an instance with one thread gets no ticks.
     Preempt = 12,
+    /// Make guest pages show other guest pages: [`AliasArgs`]. The kernel
+    /// maps a file's pages into every `MAP_SHARED` mapping of it this way,
+    /// so the mappings and `read`/`write` share the same bytes.
+    Alias = 13,
+    /// [`Hypercall::Alias`] for many single pages at once:
+    /// [`AliasListArgs`] (hvt: one exit and one TLB flush for the lot).
+    AliasList = 14,
     /// Tell the tender where the kernel takes back a CPU fault of its own
-    /// components: [`FaultHandlerArgs`] (ABI 9). When the guest faults at
+    /// components: [`FaultHandlerArgs`] (ABI 10). When the guest faults at
     /// an instruction in guest memory (spt: SIGSEGV, SIGBUS; hvt: a page or
     /// general-protection fault) while the armed word is non-zero, the
     /// tender resumes the guest at `entry` (at CPL 3 on hvt; `rdi` = the
@@ -348,7 +355,7 @@ pub enum Hypercall {
     /// instruction, the stack 128 bytes below the faulting one, aligned)
     /// instead of ending the instance; the kernel reboots the failed
     /// component.
-    FaultHandler = 13,
+    FaultHandler = 15,
 }
 
 /// Arguments of [`Hypercall::FaultHandler`].
@@ -455,14 +462,16 @@ impl Hypercall {
             10 => Some(Hypercall::SignalWord),
             11 => Some(Hypercall::VolumeSave),
             12 => Some(Hypercall::Preempt),
-            13 => Some(Hypercall::FaultHandler),
+            13 => Some(Hypercall::Alias),
+            14 => Some(Hypercall::AliasList),
+            15 => Some(Hypercall::FaultHandler),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 14;
+pub const HYPERCALL_MAX: u64 = 16;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;
@@ -560,6 +569,80 @@ pub struct ProtectArgs {
     pub prot: u64,
     /// Out: 0, or a negative Linux errno (`EINVAL` for a range or
     /// protection the tender does not allow).
+    pub ret: i64,
+}
+
+/// Arguments of [`Hypercall::Alias`]: from now on the guest pages
+/// `[dst, dst + len)` show the guest pages `[src, src + len)` (the same
+/// memory: a store through either is seen through both), with protection
+/// `prot` (as [`ProtectArgs::prot`]; never executable). Both ranges are
+/// page aligned and lie inside `[heap_start, mem_size)` (the kernel's free
+/// memory and the main stack), so the image, the archive, the boot
+/// information and everything the tender keeps are out of reach. A later
+/// [`Hypercall::Protect`] on `dst` keeps the alias.
+///
+/// `src == dst` gives the pages their own memory back, its contents
+/// unspecified (the kernel zeroes it); with [`ALIAS_SHAREABLE`] in `prot`
+/// instead, it makes them memory that other pages can show, contents
+/// unspecified too (the kernel saves and restores what it keeps there).
+///
+/// spt: shareable guest memory is one memory file (offset = guest
+/// address); the tender maps `src`'s offset at `dst` (`mmap(MAP_SHARED |
+/// MAP_FIXED)`), gives pages their own memory back as fresh private
+/// anonymous memory (`mmap(MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED)`), and
+/// makes pages shareable by mapping their own offset of the file. hvt: the
+/// VMM points `dst`'s page-table entries at `src`'s guest-physical pages
+/// (every page is shareable); the kernel flushes its TLB after, as after
+/// [`Hypercall::Protect`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AliasArgs {
+    /// First page that changes (page aligned).
+    pub dst: u64,
+    /// First page it shows (page aligned).
+    pub src: u64,
+    /// Length in bytes (page aligned, not 0).
+    pub len: u64,
+    /// [`PROT_READ`] and [`PROT_WRITE`] bits.
+    pub prot: u64,
+    /// Out: 0, or a negative Linux errno (`EINVAL` for a range or
+    /// protection the tender does not allow).
+    pub ret: i64,
+}
+
+/// [`AliasArgs::prot`] flag: with `src == dst`, make the pages shareable
+/// (see [`AliasArgs`]).
+pub const ALIAS_SHAREABLE: u64 = 0x100;
+
+/// One page of an [`AliasListArgs`] list: page `dst` shows page `src`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AliasPair {
+    /// The page that changes (page aligned).
+    pub dst: u64,
+    /// The page it shows (page aligned).
+    pub src: u64,
+}
+
+/// The most pages one [`Hypercall::AliasList`] takes.
+pub const ALIAS_LIST_MAX: u64 = 256;
+
+/// Arguments of [`Hypercall::AliasList`]: for each of the `count` (at most
+/// [`ALIAS_LIST_MAX`]) [`AliasPair`]s at guest address `pairs`, what
+/// [`Hypercall::Alias`] does for one page, all with protection `prot`.
+/// The tender applies them in order and stops at the first it refuses.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AliasListArgs {
+    /// Guest address of the [`AliasPair`] array.
+    pub pairs: u64,
+    /// Number of pairs.
+    pub count: u64,
+    /// [`PROT_READ`] and [`PROT_WRITE`] bits.
+    pub prot: u64,
+    /// Out: 0, or a negative Linux errno (`EINVAL` for a pair or
+    /// protection the tender does not allow, `EFAULT` for a list outside
+    /// guest memory).
     pub ret: i64,
 }
 
@@ -730,6 +813,9 @@ mod tests {
         assert_eq!(size_of::<PollArgs>(), 32);
         assert_eq!(size_of::<ConsoleReadArgs>(), 24);
         assert_eq!(size_of::<ProtectArgs>(), 32);
+        assert_eq!(size_of::<AliasArgs>(), 40);
+        assert_eq!(size_of::<AliasPair>(), 16);
+        assert_eq!(size_of::<AliasListArgs>(), 32);
         assert_eq!(size_of::<FaultArgs>(), 40);
         assert_eq!(size_of::<NetOp>(), 72);
         assert_eq!(size_of::<NetPollFd>(), 8);

@@ -130,6 +130,7 @@ fn check_instance_holds_nothing_of_the_host(single_process: bool) {
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
     let fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let fd3 = std::fs::read_link(format!("/proc/{pid}/fd/3")).map(|p| p.display().to_string()).unwrap_or_default();
     let found = search_memory(pid, &[&secret, &fs_secret, "SHOAL_TEST_SECRET", &visible]);
     let root_view = is_root().then(|| {
         let ns = |p: String, n: &str| std::fs::read_link(format!("/proc/{p}/ns/{n}")).unwrap();
@@ -145,7 +146,11 @@ fn check_instance_holds_nothing_of_the_host(single_process: bool) {
     assert_eq!(cmdline, b"shoal-spt\0", "the instance's argv holds more than its name");
     let mut fds = fds;
     fds.sort();
-    assert_eq!(fds, ["0", "1", "2"], "descriptors besides the console are open in the instance");
+    // Besides the console: the alias memory file (guest pages that shared
+    // file mappings show; crate shoal-spt's protect module), created by
+    // the instance itself.
+    assert_eq!(fds, ["0", "1", "2", "3"], "descriptors besides the console and the alias file are open in the instance");
+    assert_eq!(fd3, "/memfd:shoal-alias (deleted)", "fd 3 is not the alias file");
     let (control, found): (Vec<String>, Vec<String>) = found.into_iter().partition(|f| f.starts_with(&visible));
     assert!(!control.is_empty(), "the memory scan did not even find the guest's own environment");
     assert!(found.is_empty(), "host secrets readable in the instance's memory: {found:?}");

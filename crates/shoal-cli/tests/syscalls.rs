@@ -50,3 +50,13 @@ fn item9_dev_shm_and_system_v_ipc() {
 fn item8_robust_and_priority_inheritance_mutexes() {
     matches_native("sys_robust.c");
 }
+
+/// Item 4: MAP_SHARED file mappings are the file's pages: stores through
+/// one mapping are seen through others (another descriptor, another
+/// offset, another thread) and by read; write and pwrite are seen by every
+/// mapping; ftruncate and growth inside the mapped range and mremap behave
+/// as on Linux, with no msync.
+#[test]
+fn item4_map_shared_file_mappings_are_coherent() {
+    matches_native("sys_mapshared.c");
+}

@@ -148,6 +148,9 @@ pub struct Guest<'a> {
     /// Applies a `Protect` request (`crate::protect`); `None`: not
     /// supported here (unit tests), answered `ENOSYS`.
     pub protect: Option<&'a ProtectFn<'a>>,
+    /// Applies an `Alias` request (`crate::protect`); `None`: not
+    /// available (`ENOSYS`).
+    pub alias: Option<&'a AliasFn<'a>>,
     /// Where a `VolumeSave` archive is kept until the guest has ended
     /// (`--volume`), and the largest taken; `None`: no volume (`ENOSYS`).
     pub volume: Option<(&'a std::cell::RefCell<Option<Vec<u8>>>, u64)>,
@@ -155,6 +158,9 @@ pub struct Guest<'a> {
     /// registered; `None` as a field: not supported here (`ENOSYS`).
     pub fault: Option<&'a std::cell::Cell<Option<(u64, u64)>>>,
 }
+
+/// How the run loop applies an `Alias` request: as [`ProtectFn`].
+pub type AliasFn<'a> = dyn Fn(&shoal_abi::AliasArgs) -> Result<i64, String> + 'a;
 
 /// How the run loop applies a `Protect` request: `Ok` is the hypercall's
 /// result, `Err` stops the guest (the VMM's own tables are broken).
@@ -430,6 +436,54 @@ pub fn handle(
                 Some(f) => f(&a),
                 None => Ok(-i64::from(libc::ENOSYS)),
             };
+            match r {
+                Ok(r) => {
+                    a.ret = r;
+                    put(g, call, arg, &a)
+                }
+                Err(e) => Action::Stopped(e),
+            }
+        }
+        Hypercall::Alias => {
+            let mut a: shoal_abi::AliasArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            let r = match g.alias {
+                Some(f) => f(&a),
+                None => Ok(-i64::from(libc::ENOSYS)),
+            };
+            match r {
+                Ok(r) => {
+                    a.ret = r;
+                    put(g, call, arg, &a)
+                }
+                Err(e) => Action::Stopped(e),
+            }
+        }
+        Hypercall::AliasList => {
+            let mut a: shoal_abi::AliasListArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            let size = core::mem::size_of::<shoal_abi::AliasPair>() as u64;
+            let mut r = Ok(0);
+            if a.count > shoal_abi::ALIAS_LIST_MAX {
+                r = Ok(-i64::from(libc::EINVAL));
+            } else if let Some(f) = g.alias {
+                for i in 0..a.count {
+                    let Ok(p) = g.mem.read_obj::<shoal_abi::AliasPair>(GuestAddr(a.pairs.wrapping_add(i * size))) else {
+                        r = Ok(-i64::from(libc::EFAULT));
+                        break;
+                    };
+                    r = f(&shoal_abi::AliasArgs { dst: p.dst, src: p.src, len: shoal_abi::PAGE_SIZE, prot: a.prot, ret: 0 });
+                    if r != Ok(0) {
+                        break;
+                    }
+                }
+            } else {
+                r = Ok(-i64::from(libc::ENOSYS));
+            }
             match r {
                 Ok(r) => {
                     a.ret = r;

@@ -473,10 +473,15 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         changed.set(changed.get() || r == 0);
         Ok(r)
     };
+    let alias = |a: &shoal_abi::AliasArgs| {
+        let r = tables.alias(a)?;
+        changed.set(changed.get() || r == 0);
+        Ok(r)
+    };
     let kept = std::cell::RefCell::new(None);
     let volume = cfg.volume.as_ref().map(|_| (&kept, p.params.volume_max));
     let fault_handler = std::cell::Cell::new(None);
-    let guest = hypercall::Guest { mem: &mem, private: &vm.memory, read_only: &p.read_only, protect: Some(&apply), volume, fault: Some(&fault_handler) };
+    let guest = hypercall::Guest { mem: &mem, private: &vm.memory, read_only: &p.read_only, protect: Some(&apply), alias: Some(&alias), volume, fault: Some(&fault_handler) };
     let mut buffer = None;
     // SIGTERM and SIGHUP go to the guest while it runs (crate::forward);
     // its word is forgotten before guest memory goes away.

@@ -10,6 +10,13 @@
 //! which no guest page table maps (the guest cannot read or write its own
 //! page tables there, as it cannot in tender-private memory).
 //!
+//! A protection change keeps the page the entry points at: the `Alias`
+//! hypercall ([`Tables::alias`]) points a guest page's entry at another
+//! guest-physical page of the same range (shared file mappings show the
+//! file's pages that way), and a later `mprotect` of that page must not
+//! undo it. A page without access keeps its address in the entry, with
+//! the present bit clear.
+//!
 //! **TLB.** The guest cannot `invlpg` at CPL 3, and the VMM cannot make
 //! KVM flush the guest's TLB cheaply: rewriting CR3 through
 //! `KVM_SET_SREGS`, even with a changed PWT bit, left stale translations
@@ -19,7 +26,7 @@
 //! `mov cr3, cr3` at CPL 0 and returns.
 
 use crate::x86;
-use shoal_abi::{ProtectArgs, PAGE_SIZE, PROT_READ, PROT_WRITE};
+use shoal_abi::{AliasArgs, ProtectArgs, PAGE_SIZE, PROT_READ, PROT_WRITE};
 use vm_memory::{Bytes, GuestRegionMmap, MemoryRegionAddress};
 
 /// Guest-physical address of the page-table pool: above the 4 GiB guest
@@ -76,18 +83,48 @@ impl Tables<'_> {
         if a.addr < self.heap_start || end > self.mem_size {
             return Ok(einval);
         }
-        let bits = x86::leaf_bits(if a.prot & PROT_WRITE != 0 {
-            x86::PagePerm::UserRw
-        } else if a.prot & PROT_READ != 0 {
-            x86::PagePerm::UserRo
-        } else {
-            x86::PagePerm::None
-        });
+        let bits = bits_of(a.prot);
         let mut page = a.addr;
         while page < end {
             let pt = self.table_of(page)?;
-            self.write(pt + ((page % MIB2) / PAGE_SIZE) * 8, if bits == 0 { 0 } else { page | bits })?;
+            let at = pt + ((page % MIB2) / PAGE_SIZE) * 8;
+            // The page the entry points at (itself, or what an alias set).
+            let old = self.read(at)? & x86::ADDR_MASK;
+            let target = if old != 0 { old } else { page };
+            self.write(at, target | bits)?;
             page += PAGE_SIZE;
+        }
+        Ok(0)
+    }
+
+    /// Points the entries of `[a.dst, a.dst + a.len)` at the guest-physical
+    /// pages `[a.src, a.src + a.len)` with protection `a.prot` (never
+    /// executable). Both ranges must lie in `[heap_start, mem_size)`, so no
+    /// guest page can ever show the image, the boot information or the
+    /// tender's page tables. Results as [`Tables::protect`].
+    pub fn alias(&self, a: &AliasArgs) -> Result<i64, String> {
+        let einval = -i64::from(libc::EINVAL);
+        let aligned = |x: u64| x.is_multiple_of(PAGE_SIZE);
+        let shareable = a.prot & shoal_abi::ALIAS_SHAREABLE != 0;
+        let prot = a.prot & !shoal_abi::ALIAS_SHAREABLE;
+        if prot & !(PROT_READ | PROT_WRITE) != 0 || (shareable && a.src != a.dst) || a.len == 0 || !aligned(a.dst) || !aligned(a.src) || !aligned(a.len) {
+            return Ok(einval);
+        }
+        let inside = |x: u64| x >= self.heap_start && x.checked_add(a.len).is_some_and(|e| e <= self.mem_size);
+        if !inside(a.dst) || !inside(a.src) {
+            return Ok(einval);
+        }
+        if shareable {
+            // Every guest-physical page can be shown anywhere already.
+            return Ok(0);
+        }
+        let bits = bits_of(prot);
+        let mut off = 0;
+        while off < a.len {
+            let page = a.dst + off;
+            let pt = self.table_of(page)?;
+            self.write(pt + ((page % MIB2) / PAGE_SIZE) * 8, (a.src + off) | bits)?;
+            off += PAGE_SIZE;
         }
         Ok(0)
     }
@@ -113,6 +150,17 @@ impl Tables<'_> {
         self.write(pde_at, pt | x86::DIR_BITS)?;
         Ok(pt)
     }
+}
+
+/// The leaf bits for `PROT_*` bits `prot` (0: not present).
+fn bits_of(prot: u64) -> u64 {
+    x86::leaf_bits(if prot & PROT_WRITE != 0 {
+        x86::PagePerm::UserRw
+    } else if prot & PROT_READ != 0 {
+        x86::PagePerm::UserRo
+    } else {
+        x86::PagePerm::None
+    })
 }
 
 #[cfg(test)]

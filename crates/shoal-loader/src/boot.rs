@@ -61,6 +61,10 @@ pub enum BootError {
         /// The failed range.
         source: MemError,
     },
+    /// The image file could not be read (it shrank since it was checked,
+    /// or the disk failed).
+    #[error("cannot read the image's segments: {0}")]
+    Read(std::io::Error),
     /// The host could not provide random bytes.
     #[error("cannot get random bytes from the host: {0}")]
     Random(getrandom::Error),
@@ -177,11 +181,22 @@ pub fn load_segments(mem: &GuestMemory, image: &Image) -> Result<(), BootError> 
     load_segments_except(mem, image, &[])
 }
 
+/// Bytes read from the image file per `pread` while loading: a buffer on
+/// the stack, reused, so loading touches no memory but guest pages (the
+/// buffer's few pages are warm after the first chunk).
+const LOAD_CHUNK: usize = 32 << 10;
+
 /// Like [`load_segments`], but leaves the guest ranges in `skip` (sorted,
 /// disjoint, page aligned: the pages the library pool provides) alone.
+///
+/// The bytes come from the image file in [`LOAD_CHUNK`] pieces through a
+/// stack buffer: every guest page is written once (one page fault), no
+/// copy of the image is ever made in the tender's heap, and pages of the
+/// file that are all zero are recognised before guest memory is touched.
 pub fn load_segments_except(mem: &GuestMemory, image: &Image, skip: &[(u64, u64)]) -> Result<(), BootError> {
+    let mut buf = [0u8; LOAD_CHUNK];
     for s in image.segments() {
-        let file_end = s.vaddr + s.data.len() as u64;
+        let file_end = s.vaddr + s.filesz;
         let zero_end = (s.vaddr + s.memsz).min(crate::image::page_up(file_end));
         // Walk [vaddr, zero_end) in pieces outside `skip`.
         let mut at = s.vaddr;
@@ -192,18 +207,29 @@ pub fn load_segments_except(mem: &GuestMemory, image: &Image, skip: &[(u64, u64)
             }
             let next = skip.iter().map(|&(a, _)| a).filter(|&a| a > at).min().unwrap_or(u64::MAX).min(zero_end);
             let data_end = next.min(file_end);
-            // Guest memory is fresh anonymous memory, already zero: pages
-            // of the file that are all zero (the holes of aligned layouts,
-            // zero-initialised data) are skipped, so they cost no memory.
-            let mut piece = at;
-            while piece < data_end {
-                let piece_end = crate::image::page_up(piece + 1).min(data_end);
-                let off = (piece - s.vaddr) as usize;
-                let bytes = &s.data[off..off + (piece_end - piece) as usize];
-                if !all_zero(bytes) {
-                    mem.write(GuestAddr(piece), bytes).map_err(mem_err("image segment"))?;
+            let mut chunk = at;
+            while chunk < data_end {
+                // Chunks end on page boundaries (after the first, which may
+                // start inside a page), so each page is checked whole.
+                // (At most LOAD_CHUNK bytes, and more than none.)
+                let chunk_end = (crate::image::page_down(chunk) + LOAD_CHUNK as u64).min(data_end);
+                let bytes = &mut buf[..(chunk_end - chunk) as usize];
+                image.read_segment(s, chunk - s.vaddr, bytes).map_err(BootError::Read)?;
+                // Guest memory is fresh anonymous memory, already zero:
+                // pages of the file that are all zero (the holes of aligned
+                // layouts, zero-initialised data) are skipped, so they cost
+                // no memory.
+                let mut piece = chunk;
+                while piece < chunk_end {
+                    let piece_end = crate::image::page_up(piece + 1).min(chunk_end);
+                    let off = (piece - chunk) as usize;
+                    let page = &bytes[off..off + (piece_end - piece) as usize];
+                    if !all_zero(page) {
+                        mem.write(GuestAddr(piece), page).map_err(mem_err("image segment"))?;
+                    }
+                    piece = piece_end;
                 }
-                piece = piece_end;
+                chunk = chunk_end;
             }
             let z = at.max(file_end);
             if z < next {

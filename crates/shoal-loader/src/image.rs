@@ -12,7 +12,9 @@ use object::Endianness;
 use shoal_abi::{
     AbiNote, ABI_NOTE_MAGIC, ABI_NOTE_SECTION, ABI_VERSION, IMAGE_BASE, PAGE_SIZE, PHDR_OFFSET,
 };
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Highest address (exclusive) any segment may reach: the top of the
 /// canonical lower half of the x86-64 address space.
@@ -173,14 +175,21 @@ pub struct Perms {
 }
 
 /// One `PT_LOAD` segment.
+///
+/// Only where its bytes are in the file is kept, not the bytes: a tender
+/// reads them once, straight into guest memory ([`Image::read_segment`]),
+/// and the front end, which only checks and plans, never reads them.
 #[derive(Clone, Debug)]
 pub struct Segment {
     /// Guest address of the first byte.
     pub vaddr: u64,
-    /// Size in memory (the bytes past `data.len()` are zero: bss).
+    /// Size in memory (the bytes past `filesz` are zero: bss).
     pub memsz: u64,
-    /// The bytes from the file (`p_filesz` of them).
-    pub data: Vec<u8>,
+    /// Bytes from the file (`p_filesz`; at most `memsz`).
+    pub filesz: u64,
+    /// Where those bytes start in the file (`p_offset`; checked: the file
+    /// held `[offset, offset + filesz)` when it was parsed).
+    pub offset: u64,
     /// Access permissions.
     pub perms: Perms,
 }
@@ -210,10 +219,22 @@ pub struct Tls {
     pub align: u64,
 }
 
+/// Where the segments' bytes are read from.
+#[derive(Clone, Debug)]
+enum Source {
+    /// The image file (read with `pread` when the segments are loaded).
+    File(Arc<std::fs::File>),
+    /// An image given as bytes (tests, the fuzzer).
+    Bytes(Arc<[u8]>),
+    /// Given back after loading ([`Image::release_data`]).
+    Released,
+}
+
 /// A checked image, ready to load.
 #[derive(Clone, Debug)]
 pub struct Image {
     path: PathBuf,
+    source: Source,
     entry: u64,
     segments: Vec<Segment>,
     phdrs: Vec<u8>,
@@ -232,9 +253,11 @@ pub(crate) fn page_up(a: u64) -> u64 {
 impl Image {
     /// Reads and checks the image file at `path`.
     ///
-    /// Only the parts the loader needs are read (headers, the ABI note, the
-    /// loadable segments; `object`'s `ReadCache`), not debug information,
-    /// which is most of an image's file and would cost start-up time.
+    /// Only the headers and the ABI note are read (`object`'s
+    /// `ReadCache`), neither the segments' bytes (read later, straight into
+    /// guest memory, by whoever loads them) nor debug information, which is
+    /// most of an image's file: a front end that only checks and plans
+    /// touches a few pages, not the image's size twice over.
     pub fn open(path: &Path) -> Result<Image, ImageError> {
         let file = std::fs::File::open(path).map_err(|source| ImageError::Io {
             path: path.to_path_buf(),
@@ -247,16 +270,23 @@ impl Image {
     /// process gets its image as a descriptor); `path` only names it in
     /// messages.
     pub fn from_file(file: std::fs::File, path: &Path) -> Result<Image, ImageError> {
-        let cache = object::ReadCache::new(file);
-        Image::parse_from(path, &cache)
+        let cache = object::ReadCache::new(&file);
+        let mut image = Image::parse_from(path, &cache)?;
+        drop(cache);
+        image.source = Source::File(Arc::new(file));
+        Ok(image)
     }
 
-    /// Checks the image in `bytes`; `path` only names it in messages.
+    /// Checks the image in `bytes` (and keeps a copy of them to load
+    /// from); `path` only names it in messages.
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Image, ImageError> {
-        Image::parse_from(path, bytes)
+        let mut image = Image::parse_from(path, bytes)?;
+        image.source = Source::Bytes(Arc::from(bytes));
+        Ok(image)
     }
 
-    /// Checks the image readable through `data`.
+    /// Checks the image readable through `data` (the returned image has no
+    /// source yet: the caller sets it).
     fn parse_from<'data, R: object::ReadRef<'data>>(path: &Path, data: R) -> Result<Image, ImageError> {
         let p = || path.to_path_buf();
         let truncated = |what: &str| ImageError::Truncated {
@@ -428,9 +458,12 @@ impl Image {
                     "it ends beyond {IMAGE_ADDR_LIMIT:#x} (at {vaddr:#x}, {memsz:#x} bytes)"
                 )));
             }
-            let data = ph.data(endian, bytes).map_err(|_| {
-                truncated(&format!("segment {index} lies beyond the end of the file"))
-            })?;
+            // The bytes themselves are not read here (see `open`): only
+            // that the file holds them.
+            let offset = ph.p_offset(endian);
+            if offset.checked_add(filesz).is_none_or(|e| e > len) {
+                return Err(truncated(&format!("segment {index} lies beyond the end of the file")));
+            }
             let perms = Perms {
                 read: flags & elf::PF_R != 0,
                 write: flags & elf::PF_W != 0,
@@ -448,7 +481,8 @@ impl Image {
                 Segment {
                     vaddr,
                     memsz,
-                    data: data.to_vec(),
+                    filesz,
+                    offset,
                     perms,
                 },
             ));
@@ -503,6 +537,7 @@ impl Image {
         let phdr_bytes = object::pod::bytes_of_slice(phdrs).to_vec();
         Ok(Image {
             path: path.to_path_buf(),
+            source: Source::Released,
             entry,
             segments: segments.into_iter().map(|(_, s)| s).collect(),
             phdrs: phdr_bytes,
@@ -521,13 +556,49 @@ impl Image {
         self.entry
     }
 
-    /// Frees the segments' file bytes once they are in guest memory (a
-    /// running tender keeps only addresses, sizes and permissions), so an
-    /// instance does not hold its image twice.
+    /// Closes the image file (or frees the bytes it was parsed from) once
+    /// the segments are in guest memory: a running tender keeps only
+    /// addresses, sizes and permissions. [`Image::read_segment`] fails
+    /// afterwards.
     pub fn release_data(&mut self) {
-        for s in &mut self.segments {
-            s.data = Vec::new();
+        self.source = Source::Released;
+    }
+
+    /// Reads `buf.len()` bytes of segment `s`'s file bytes, from `off`
+    /// bytes into them, into `buf` (one `pread` for an image file; no
+    /// allocation). Fails if the range is not in the segment's file bytes,
+    /// if the file has shrunk since it was checked (`UnexpectedEof`), or
+    /// after [`Image::release_data`].
+    pub fn read_segment(&self, s: &Segment, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        use std::io::{Error, ErrorKind};
+        let len = buf.len() as u64;
+        if off.checked_add(len).is_none_or(|e| e > s.filesz) {
+            return Err(Error::from(ErrorKind::InvalidInput));
         }
+        // No overflow: `offset + filesz` was checked against the file's
+        // length at parse time.
+        let at = s.offset + off;
+        match &self.source {
+            Source::File(f) => f.read_exact_at(buf, at),
+            Source::Bytes(b) => {
+                let src = usize::try_from(at)
+                    .ok()
+                    .and_then(|a| b.get(a..a + buf.len()))
+                    .ok_or(Error::from(ErrorKind::UnexpectedEof))?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+            Source::Released => Err(Error::from(ErrorKind::NotFound)),
+        }
+    }
+
+    /// The file bytes of segment `s` in a new vector (for checks and tests;
+    /// loading uses [`Image::read_segment`] into guest memory).
+    pub fn segment_bytes(&self, s: &Segment) -> std::io::Result<Vec<u8>> {
+        let len = usize::try_from(s.filesz).map_err(|_| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
+        let mut v = vec![0u8; len];
+        self.read_segment(s, 0, &mut v)?;
+        Ok(v)
     }
 
     /// The loadable segments, sorted by address, none overlapping another's

@@ -75,6 +75,12 @@ unsafe impl Pod for shoal_abi::NetPollArgs {}
 unsafe impl Pod for shoal_abi::ConsoleReadArgs {}
 // SAFETY: as above (four 8-byte fields).
 unsafe impl Pod for shoal_abi::ProtectArgs {}
+// SAFETY: as above (five 8-byte fields).
+unsafe impl Pod for shoal_abi::AliasArgs {}
+// SAFETY: as above (four 8-byte fields).
+unsafe impl Pod for shoal_abi::AliasListArgs {}
+// SAFETY: as above (two 8-byte fields).
+unsafe impl Pod for shoal_abi::AliasPair {}
 // SAFETY: as above (three 8-byte fields).
 unsafe impl Pod for shoal_abi::ConsoleBufferArgs {}
 // SAFETY: as above (two 8-byte fields).

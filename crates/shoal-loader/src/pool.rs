@@ -235,22 +235,22 @@ pub fn pool_libs(manifest: &Manifest) -> Vec<PoolLib> {
 
 /// Copies the page at guest address `addr` as the loader would put it in
 /// memory (file bytes of the segment covering it, zeros elsewhere) into
-/// `out`; false if no segment covers any of it.
-fn image_page(image: &Image, addr: u64, out: &mut [u8]) -> bool {
+/// `out`; false if no segment covers any of it. Reads only this page's
+/// bytes from the image file.
+fn image_page(image: &Image, addr: u64, out: &mut [u8]) -> std::io::Result<bool> {
     out.fill(0);
     let mut any = false;
     for s in image.segments() {
         let lo = addr.max(s.vaddr);
-        let hi = (addr + PAGE).min(s.vaddr + s.data.len() as u64);
+        let hi = (addr + PAGE).min(s.vaddr + s.filesz);
         if s.page_start() <= addr && addr < s.page_end() {
             any = true;
         }
         if lo < hi {
-            let src = &s.data[(lo - s.vaddr) as usize..(hi - s.vaddr) as usize];
-            out[(lo - addr) as usize..(hi - addr) as usize].copy_from_slice(src);
+            image.read_segment(s, lo - s.vaddr, &mut out[(lo - addr) as usize..(hi - addr) as usize])?;
         }
     }
-    any
+    Ok(any)
 }
 
 /// Whether a page of the image lies in a segment without write permission
@@ -405,7 +405,7 @@ impl Pool {
         let mut page = vec![0u8; PAGE as usize];
         for (i, addr) in lib.page_addrs().enumerate() {
             let off = i * PAGE as usize;
-            image_page(image, addr, &mut page);
+            image_page(image, addr, &mut page).map_err(io_err(image.path()))?;
             if bytes.get(off..off + PAGE as usize) != Some(&page[..]) {
                 return Err(PoolError::Tampered { path: path.to_path_buf(), addr });
             }
@@ -445,17 +445,17 @@ impl Pool {
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&tmp)
                 .map_err(io_err(&tmp))?;
-            let write = |f: &mut File, page: &mut Vec<u8>| -> std::io::Result<()> {
+            let write = |f: &mut File, page: &mut Vec<u8>| -> Result<(), PoolError> {
                 for addr in lib.page_addrs() {
-                    image_page(&image, addr, page);
-                    f.write_all(page)?;
+                    image_page(&image, addr, page).map_err(io_err(image_path))?;
+                    f.write_all(page).map_err(io_err(&tmp))?;
                 }
-                f.set_permissions(std::fs::Permissions::from_mode(0o444))?;
+                f.set_permissions(std::fs::Permissions::from_mode(0o444)).map_err(io_err(&tmp))?;
                 Ok(())
             };
             if let Err(e) = write(&mut f, &mut page) {
                 let _ = std::fs::remove_file(&tmp);
-                return Err(io_err(&tmp)(e));
+                return Err(e);
             }
             drop(f);
             std::fs::rename(&tmp, &path).map_err(|e| {

@@ -554,3 +554,65 @@ fn writes_boot_state() {
     );
     drop(backing);
 }
+
+/// An image whose data segment spans several load chunks, starts inside a
+/// page and has an all-zero page in the middle; written to a file.
+fn big_image_file(name: &str) -> (std::path::PathBuf, Vec<u8>) {
+    let mut s = good();
+    let mut data: Vec<u8> = (0..0x13_456u32).map(|i| (i % 251) as u8 | 1).collect();
+    data[0xff0..0x1ff0].fill(0); // the guest page at +0x3000
+    s.segs[2].vaddr = IMAGE_BASE + 0x2010;
+    s.segs[2].memsz = 0x20_000;
+    s.segs[2].data = data.clone();
+    s.segs[3].vaddr = IMAGE_BASE + 0x2010;
+    let path = std::env::temp_dir().join(format!("shoal-loader-{name}-{}.img", std::process::id()));
+    std::fs::write(&path, build(&s)).unwrap();
+    (path, data)
+}
+
+#[test]
+fn loads_segments_from_the_file_without_copying_them_first() {
+    let (path, data) = big_image_file("load");
+    let img = Image::open(&path).unwrap();
+    let seg = img.segments()[2].clone();
+    assert_eq!((seg.filesz, img.segment_bytes(&seg).unwrap()), (data.len() as u64, data.clone()));
+    let mem_size: u64 = 4 << 20;
+    let mut backing = vec![0u8; (mem_size - GuestMemory::LOW) as usize];
+    // SAFETY: the vector outlives the view and is not otherwise used while
+    // the view is.
+    let m = unsafe { GuestMemory::new(backing.as_mut_ptr(), mem_size) };
+    // Mark the zero page: a loader that wrote it would overwrite the mark.
+    m.write(GuestAddr(IMAGE_BASE + 0x3000), &[0xee]).unwrap();
+    // And the bss after the file bytes, in the same page: must be zeroed.
+    let file_end = IMAGE_BASE + 0x2010 + data.len() as u64;
+    m.write(GuestAddr(file_end), &[0xee]).unwrap();
+    load_segments(&m, &img).unwrap();
+    let mut got = vec![0u8; data.len()];
+    m.read(GuestAddr(IMAGE_BASE + 0x2010), &mut got).unwrap();
+    got[0xff0] = 0; // the mark, left alone
+    assert_eq!(got, data);
+    assert_eq!(m.read_obj::<[u8; 1]>(GuestAddr(IMAGE_BASE + 0x3000)).unwrap(), [0xee]);
+    assert_eq!(m.read_obj::<[u8; 1]>(GuestAddr(file_end)).unwrap(), [0]);
+    let mut text = [0u8; 4];
+    m.read(GuestAddr(IMAGE_BASE), &mut text).unwrap();
+    assert_eq!(&text, b"\xf4\xf4\xf4\xf4");
+    drop(backing);
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn an_image_that_shrinks_after_its_check_fails_to_load() {
+    let (path, _) = big_image_file("shrink");
+    let mut img = Image::open(&path).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(0x1000).unwrap();
+    let mem_size: u64 = 4 << 20;
+    let mut backing = vec![0u8; (mem_size - GuestMemory::LOW) as usize];
+    // SAFETY: as above.
+    let m = unsafe { GuestMemory::new(backing.as_mut_ptr(), mem_size) };
+    let e = load_segments(&m, &img).unwrap_err();
+    assert!(e.to_string().contains("cannot read the image's segments"), "{e}");
+    img.release_data();
+    assert!(img.segment_bytes(&img.segments()[0].clone()).is_err());
+    drop(backing);
+    let _ = std::fs::remove_file(&path);
+}

@@ -12,7 +12,7 @@ use crate::{sys, MemoryMode, EXIT_TENDER_FAILED};
 use seccompiler::BpfProgram;
 use shoal_abi::{BOOT_INFO_ADDR, PAGE_SIZE};
 use shoal_loader::{
-    load_archive, load_segments_except, write_boot_state, BootError, BootParams, Clock, EntryState,
+    load_segments_except, write_boot_state, BootError, BootParams, Clock, EntryState,
     GuestMemory, Image, Layout,
 };
 use std::ffi::OsString;
@@ -26,7 +26,9 @@ const SIGNAL_STACK: usize = 64 << 10;
 pub(crate) struct Prepared<'a> {
     pub image: &'a Image,
     pub layout: Layout,
-    pub archive: &'a [u8],
+    /// The file-system archive: a sealed memfd of `layout.archive_size`
+    /// bytes (checked by `crate::instance`), mapped, not copied.
+    pub archive: Option<&'a std::os::fd::OwnedFd>,
     pub argv: &'a [OsString],
     pub env: &'a [OsString],
     pub params: BootParams,
@@ -85,6 +87,8 @@ pub(crate) enum ChildError {
     },
     #[error("{0}")]
     Boot(BootError),
+    #[error("cannot map the file-system archive at {addr:#x}: {err}")]
+    Archive { addr: u64, err: Errno },
     #[error("cannot map the library pool at {addr:#x}: {err}")]
     Pool { addr: u64, err: Errno },
     #[error("cannot protect guest memory [{start:#x}, {end:#x}): {err}")]
@@ -141,11 +145,25 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         // addresses on spt.
         unsafe { plan.map_into(0, |exec| if exec { libc::PROT_READ | libc::PROT_EXEC } else { libc::PROT_READ }) }.map_err(|(addr, e)| ChildError::Pool { addr, err: Errno(e) })?;
     }
+    // The segments straight from the image's descriptor into guest memory
+    // (before the descriptors are closed below).
+    load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
+    // The archive: its sealed memfd mapped read-only and private at its
+    // place (the guest only reads it; the file can never change), so it
+    // costs neither a copy in this process nor one in guest memory, and
+    // its pages are touched only when the guest reads them. The bytes of
+    // the last page past the file's end read as zero.
+    if let Some(fd) = p.archive {
+        let (addr, len) = (p.layout.archive_addr, p.layout.archive_size.next_multiple_of(PAGE_SIZE));
+        // SAFETY: the layout placed [addr, addr + len) inside the guest
+        // mapping made above, which no Rust reference points into.
+        unsafe { sys::mmap_file_fixed(addr, len, std::os::fd::AsRawFd::as_raw_fd(fd)) }.map_err(|e| ChildError::Archive { addr, err: Errno(e) })?;
+    }
     // Everything the instance booted from is read or mapped now: from here
     // on it holds no descriptor but the console (fds 0-2) and its listening
-    // sockets (3.., every one a guest socket). The `OwnedFd`s
-    // of the pool plan are never dropped (this function's caller never
-    // returns), so nothing closes these numbers twice.
+    // sockets (3.., every one a guest socket). The `OwnedFd`s of the pool
+    // plan and the image's file are never dropped (this function's caller
+    // never returns), so nothing closes these numbers twice.
     let (from, n) = p.listeners;
     for i in 0..n {
         // Sources sit above their targets (from >= 7 > 3), and each move
@@ -153,24 +171,28 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         sys::dup3(from + i, FIRST_SOCKET_FD + i, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
     }
     sys::close_from((FIRST_SOCKET_FD + n) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
-    load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
-    load_archive(&mem, &p.layout, p.archive).map_err(ChildError::Boot)?;
+    // The alias file (crate::protect): guest memory that shared file
+    // mappings alias, offset = guest address; sparse until used. It takes
+    // the lowest free descriptor, right after the sockets, which the
+    // filter was built for.
+    let alias_fd = sys::memfd(c"shoal-alias").map_err(|e| ChildError::Setup(Errno::last(e)))?;
+    let alias_fd = std::os::fd::IntoRawFd::into_raw_fd(alias_fd);
+    if alias_fd != FIRST_SOCKET_FD + n {
+        return Err(ChildError::Setup(Errno(libc::EBADF)));
+    }
+    // Sized to cover guest memory. Under an RLIMIT_FSIZE below that (a
+    // caller's `ulimit -f`), ftruncate would fail and raise SIGXFSZ: then
+    // the file stays empty and the Alias hypercall answers ENODEV (shared
+    // file mappings fail to map), nothing else changes.
+    let alias_ok = sys::file_size_limit().is_none_or(|l| l >= mem_size)
+        // SAFETY: a descriptor this process owns.
+        && unsafe { libc::ftruncate(alias_fd, mem_size as libc::off_t) } == 0;
     let mut params = p.params;
     params.clock = Clock::now(params.clock.tsc_hz);
     let entry = write_boot_state(&mem, p.image, &p.layout, p.argv, p.env, &params)
         .map_err(ChildError::Boot)?;
-    // The image's bytes are in guest memory now. Give back this process's
-    // copy-on-write view of the parent's buffers, so an instance does not
-    // keep its image twice (the parent frees its own copy after the fork).
-    for s in p.image.segments() {
-        // SAFETY: each buffer is one allocation of the parent's heap
-        // (inherited); nothing reads segment bytes after this point (the
-        // code below only looks at addresses and permissions).
-        unsafe { sys::discard(s.data.as_ptr(), s.data.len()) };
-    }
-    // What parsing the image and the boot spec freed (object's read cache
-    // of the segments among it) would otherwise stay resident in the
-    // instance's heap for its whole life.
+    // What parsing the image's headers and the boot spec freed would
+    // otherwise stay resident in the instance's heap for its whole life.
     sys::trim_heap();
 
     // Protections: code R+X, read-only data R, archive R, boot-info page R.
@@ -203,8 +225,8 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
             protect(s.page_start(), s.page_end(), libc::PROT_READ)?;
         }
     }
-    if !p.archive.is_empty() {
-        let end = (p.layout.archive_addr + p.archive.len() as u64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+    if p.archive.is_some() {
+        let end = (p.layout.archive_addr + p.layout.archive_size).div_ceil(PAGE_SIZE) * PAGE_SIZE;
         protect(p.layout.archive_addr, end, libc::PROT_READ)?;
     }
     protect(BOOT_INFO_ADDR, BOOT_INFO_ADDR + PAGE_SIZE, libc::PROT_READ)?;
@@ -242,7 +264,7 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     }
     crate::preempt::install(BOOT_INFO_ADDR, mem_size, signals::ticks_counter());
     hypercall::install(sys::rdfsbase(), stack_top, mem_size, &ro[..n]);
-    crate::protect::install(p.layout.heap_start, mem_size);
+    crate::protect::install(p.layout.heap_start, mem_size, if alias_ok { alias_fd } else { -1 });
 
     // Last: no_new_privs and the filter. From here on only the allow-list.
     seccompiler::apply_filter(p.filter).map_err(|e| {

@@ -20,6 +20,7 @@
 //! | `read` (0) | fd (32-bit) == 0 | `ConsoleRead` hypercall: the instance's stdin (a hostile guest reads the input it was given anyway) |
 //! | `ppoll` (271) | any | `NetPoll` hypercall: an idle instance waits here for stdin (and host sockets); polling fds 0-2 tells it nothing it does not know, every other fd is its own socket |
 //! | `mprotect` (10) | `heap_start <= addr`, `addr + len <= mem_size` (a ladder of rules, below), prot only `PROT_READ`/`PROT_WRITE` bits | `Protect` hypercall (the kernel's `mprotect`: guard pages, `PROT_NONE`) |
+//! | `mmap` (9) | fd (32-bit) == the alias memory file ([`GuestRange::alias_fd`]), flags (32-bit) == `MAP_SHARED \| MAP_FIXED`, prot only `PROT_READ`/`PROT_WRITE` bits, `heap_start <= addr` and `heap_start <= offset`, `addr + len <= mem_size` and `offset + len <= mem_size` (a ladder of rules, below); or flags == `MAP_PRIVATE \| MAP_ANONYMOUS \| MAP_FIXED \| MAP_NORESERVE`, prot as before, `heap_start <= addr`, `addr + len <= mem_size` | `Alias` hypercall (`crate::protect::alias`: a shared file mapping shows the file's pages; pages leaving it get fresh private memory) |
 //! | `setitimer` (38) | which (32-bit) == `ITIMER_REAL` (0) | `Preempt` hypercall and the tick handler (`crate::preempt`): the preemption tick, `SIGALRM`, armed while the guest has more than one runnable thread. A hostile guest can set the period of this process's own `SIGALRM` (and so interrupt itself as often as it likes, which costs only its own CPU time, as a spin loop would) or stop it (and so lose its own preemption); the handler redirects only guest code, inside guest memory |
 //! | `rt_sigreturn` (15) | none (it takes none) | the return of the handler of the signals handed to the guest (SIGTERM, SIGHUP: `crate::signals::on_forwarded`) and of the preemption tick (`crate::preempt::on_tick`); a guest calling it itself can only load a register frame and signal mask of its choosing from its own stack — registers it controls anyway; the kernel checks the segment selectors, and seccomp still applies to everything after |
 //!
@@ -40,6 +41,24 @@
 //! unchecked (the alternative) would let it make the tender's read-only
 //! data writable; a hypercall alone would not help, because the filter
 //! cannot tell the tender's call from the guest's.
+//!
+//! **Why `mmap` of the alias file is safe to allow.** The alias file is a
+//! memory file whose offset `x` holds guest address `x`'s page once the
+//! kernel has made that page aliasable; nothing else is in it. The rules
+//! let a call only map it, shared and at a fixed address, over the guest's
+//! free memory and stack (`[heap_start, mem_size)`, the same range as
+//! `mprotect`), from offsets in that same range, never executable: a guest
+//! calling it itself can make one of its pages show another of its pages,
+//! which it could read and write anyway, or give a range of those pages
+//! fresh zeroed private memory (what it could do by storing zeros). It
+//! cannot reach the image's code,
+//! the archive, the boot-info page or any tender mapping, nor make memory
+//! executable, nor map any other descriptor. seccomp cannot add, so the
+//! bounds are a ladder again: rule `j` allows `len <= 2^j` when both
+//! `addr` and `offset` are at most `mem_size - 2^j`; the handler splits
+//! requests into such pieces. The guest could also pass the descriptor to
+//! the socket calls allowed on descriptors from 3 up (below): they fail on
+//! a memory file, and `close` would only break its own shared mappings.
 //!
 //! An instance with networking (listening sockets handed over with
 //! `--publish`/`--listen-fd`, `--net-outbound` or `--net-bind-any`;
@@ -93,6 +112,8 @@ pub struct GuestRange {
     pub heap_start: u64,
     /// End of guest memory.
     pub mem_size: u64,
+    /// The descriptor of the alias memory file (`crate::protect`).
+    pub alias_fd: i32,
 }
 
 /// The allow-list of an instance without networking (see [`rules_for`]).
@@ -139,6 +160,41 @@ fn mprotect_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
     Ok(rules)
 }
 
+/// The `mmap` ladder for the alias file (module docs): rule `j` allows a
+/// length up to `2^j` when `addr` and the offset both lie in
+/// `[heap_start, mem_size - 2^j]`; always the alias file, shared and fixed,
+/// never executable.
+fn alias_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
+    let mut rules = Vec::new();
+    for j in 12..63u32 {
+        let step = 1u64 << j;
+        let Some(top) = g.mem_size.checked_sub(step) else { break };
+        if top < g.heap_start {
+            break;
+        }
+        rules.push(SeccompRule::new(vec![
+            qword(0, SeccompCmpOp::Ge, g.heap_start)?,
+            qword(0, SeccompCmpOp::Le, top)?,
+            qword(1, SeccompCmpOp::Le, step)?,
+            SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xffff_fffc), 0)?,
+            eq32(3, (libc::MAP_SHARED | libc::MAP_FIXED) as u64)?,
+            eq32(4, g.alias_fd as u32 as u64)?,
+            qword(5, SeccompCmpOp::Ge, g.heap_start)?,
+            qword(5, SeccompCmpOp::Le, top)?,
+        ])?);
+        // Giving pages their own memory back: fresh private anonymous
+        // memory over the same range (any descriptor and offset: ignored).
+        rules.push(SeccompRule::new(vec![
+            qword(0, SeccompCmpOp::Ge, g.heap_start)?,
+            qword(0, SeccompCmpOp::Le, top)?,
+            qword(1, SeccompCmpOp::Le, step)?,
+            SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xffff_fffc), 0)?,
+            eq32(3, (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE) as u64)?,
+        ])?);
+    }
+    Ok(rules)
+}
+
 /// The allow-list as seccompiler rules: system call number → alternatives
 /// (each alternative a conjunction of argument checks; none: any
 /// arguments). An instance with networking (`net.any()`) also gets the
@@ -151,6 +207,9 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     r.insert(libc::SYS_ppoll, vec![]);
     // Protect: the guest's free memory and stack, never executable.
     r.insert(libc::SYS_mprotect, mprotect_rules(g)?);
+    // Alias: shared file mappings show the file's pages (guest memory
+    // only, from the alias file only, never executable).
+    r.insert(libc::SYS_mmap, alias_rules(g)?);
     // Console hypercall and the tender's messages: stdout and stderr only.
     r.insert(
         libc::SYS_write,
@@ -245,10 +304,23 @@ pub fn program(net: NetPolicy, g: GuestRange) -> Result<BpfProgram, FilterError>
 mod tests {
     use super::GuestRange;
 
-    const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20 };
+    const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: 3 };
 
     #[test]
-    fn allow_list_is_nine_calls() {
+    fn the_alias_ladder_stays_inside_guest_memory() {
+        let rules = super::alias_rules(G).unwrap();
+        assert!(rules.len() > 20 && rules.len() < 80, "{} rules", rules.len());
+        // The pieces the handler makes are allowed by some rule.
+        let mem = G.mem_size;
+        for &(dst, src) in &[(mem - 4096, G.heap_start), (G.heap_start, mem - 8192), (0x123000 + G.heap_start, 0x800000)] {
+            let n = crate::protect::alias_piece(dst, src, 1 << 30, mem);
+            assert!(n >= 4096 && n.is_power_of_two());
+            assert!(dst + n <= mem && src + n <= mem);
+        }
+    }
+
+    #[test]
+    fn allow_list_is_ten_calls() {
         let r = super::rules(G).unwrap();
         let mut nrs: Vec<i64> = r.keys().copied().collect();
         nrs.sort_unstable();
@@ -256,6 +328,7 @@ mod tests {
             libc::SYS_read,
             libc::SYS_write,
             libc::SYS_mprotect,
+            libc::SYS_mmap,
             libc::SYS_restart_syscall,
             libc::SYS_clock_nanosleep,
             libc::SYS_exit_group,

@@ -73,6 +73,15 @@ fn memfd_with(name: &core::ffi::CStr, bytes: &[u8]) -> Result<OwnedFd, SptError>
     Ok(OwnedFd::from(f))
 }
 
+/// A memfd holding `bytes`, sealed with [`sys::ARCHIVE_SEALS`].
+fn memfd_sealed(name: &core::ffi::CStr, bytes: &[u8]) -> Result<OwnedFd, SptError> {
+    let fd = sys::memfd_sealable(name).map_err(sys_err("make a memory file for the instance"))?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(bytes).map_err(sys_err("fill a memory file for the instance"))?;
+    sys::add_seals(f.as_raw_fd(), sys::ARCHIVE_SEALS).map_err(sys_err("seal a memory file for the instance"))?;
+    Ok(OwnedFd::from(f))
+}
+
 impl Handover {
     /// Prepares everything the hand-over needs (allocates; call before the
     /// fork).
@@ -100,7 +109,9 @@ impl Handover {
         let image = std::fs::File::open(p.image).map_err(sys_err("open the image for the instance"))?;
         hold(image.as_raw_fd(), spec::IMAGE_FD, 0)?;
         if !p.archive.is_empty() {
-            let a = memfd_with(c"shoal-archive", p.archive)?;
+            // Sealed: the instance maps it into guest memory instead of
+            // reading it (a private mapping of a file that never changes).
+            let a = memfd_sealed(c"shoal-archive", p.archive)?;
             hold(a.as_raw_fd(), spec::ARCHIVE_FD, 0)?;
         }
         if let Some(fd) = p.report {

@@ -160,6 +160,8 @@ fn name(nr: u64) -> &'static str {
         Some(Hypercall::SignalWord) => "signal word",
         Some(Hypercall::VolumeSave) => "volume save",
         Some(Hypercall::Preempt) => "preempt",
+        Some(Hypercall::Alias) => "alias",
+        Some(Hypercall::AliasList) => "alias list",
         Some(Hypercall::FaultHandler) => "fault handler",
         None => "unknown",
     }
@@ -240,6 +242,16 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
         Some(Hypercall::Protect) => {
             let mut a: ProtectArgs = args(nr, arg, true);
             a.ret = crate::protect::protect(&a);
+            put(arg, &a);
+        }
+        Some(Hypercall::Alias) => {
+            let mut a: shoal_abi::AliasArgs = args(nr, arg, true);
+            a.ret = crate::protect::alias(&a);
+            put(arg, &a);
+        }
+        Some(Hypercall::AliasList) => {
+            let mut a: shoal_abi::AliasListArgs = args(nr, arg, true);
+            a.ret = crate::protect::alias_list(&a);
             put(arg, &a);
         }
         // Console writes are plain function calls here, as cheap as the

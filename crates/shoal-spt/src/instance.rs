@@ -33,6 +33,8 @@ enum InstanceError {
     Spt(#[from] SptError),
     #[error(transparent)]
     Confine(#[from] confine::ConfineError),
+    #[error("the file-system archive passed to the instance is not a sealed file of the announced size: {0}")]
+    Archive(std::io::Error),
     #[error("cannot map the report page: {0}")]
     Report(std::io::Error),
 }
@@ -62,14 +64,28 @@ fn read_fd(fd: i32, max: u64) -> Result<Vec<u8>, InstanceError> {
     Ok(out)
 }
 
+/// The archive's descriptor, checked to be what the front end made: a
+/// memfd of `len` bytes sealed against any change ([`sys::ARCHIVE_SEALS`]),
+/// so that mapping it privately into guest memory is as good as a copy.
+fn sealed_archive(len: u64) -> Result<OwnedFd, InstanceError> {
+    use std::os::fd::AsRawFd;
+    let fd = owned(spec::ARCHIVE_FD);
+    let seals = sys::seals(fd.as_raw_fd()).map_err(InstanceError::Archive)?;
+    let size = std::fs::File::from(fd.try_clone().map_err(InstanceError::Archive)?).metadata().map_err(InstanceError::Archive)?.len();
+    if seals & sys::ARCHIVE_SEALS != sys::ARCHIVE_SEALS || size != len {
+        return Err(InstanceError::Archive(std::io::Error::from_raw_os_error(libc::EINVAL)));
+    }
+    Ok(fd)
+}
+
 fn boot() -> Result<std::convert::Infallible, InstanceError> {
     let spec = Spec::decode(&read_fd(spec::SPEC_FD, spec::MAX_SPEC as u64 + 1)?)?;
     let name = PathBuf::from(OsString::from_vec(spec.image_name.clone()));
     let image = Image::from_file(std::fs::File::from(owned(spec::IMAGE_FD)), &name).map_err(SptError::from)?;
-    let archive = if spec.archive_len > 0 { read_fd(spec::ARCHIVE_FD, spec.archive_len)? } else { Vec::new() };
+    let archive = if spec.archive_len > 0 { Some(sealed_archive(spec.archive_len)?) } else { None };
     let argv: Vec<OsString> = spec.argv.iter().cloned().map(OsString::from_vec).collect();
     let env: Vec<OsString> = spec.env.iter().cloned().map(OsString::from_vec).collect();
-    let layout = plan(&image, spec.mem_size, archive.len() as u64, &argv, &env).map_err(SptError::from)?;
+    let layout = plan(&image, spec.mem_size, spec.archive_len, &argv, &env).map_err(SptError::from)?;
     let entry = hypercall::entry as unsafe extern "C" fn(u64, u64) as usize as u64;
     let params = BootParams::new(TenderKind::Spt, entry, Clock { tsc_hz: spec.tsc_hz, ..Clock::default() }).map_err(SptError::from)?;
     let pool = (!spec.pool.is_empty()).then(|| {
@@ -95,7 +111,10 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     params.inject = spec.inject;
     params.rejuvenate_ns = spec.rejuvenate_ns;
     crate::net::install(policy);
-    let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size };
+    // The alias file comes right after the listening sockets and the bind
+    // channel once the last step has closed everything else (crate::child).
+    let alias_fd = FIRST_SOCKET_FD + spec.listeners.len() as i32 + i32::from(spec.bind_any);
+    let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd };
     let filter = filter::program(policy, guest).map_err(SptError::from)?;
     let report = if spec.supervised {
         let fd = owned(spec::REPORT_FD);
@@ -122,7 +141,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     let prepared = child::Prepared {
         image: &image,
         layout,
-        archive: &archive,
+        archive: archive.as_ref(),
         argv: &argv,
         env: &env,
         params,

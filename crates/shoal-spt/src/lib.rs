@@ -17,9 +17,11 @@
 //!    confines itself as root (`confine`: empty network namespace, empty
 //!    root, user nobody, new user namespace, no capabilities), maps guest
 //!    memory `[BOOT_INFO_ADDR, mem_size)` at its own address (private,
-//!    anonymous, `MAP_NORESERVE`, `MAP_FIXED_NOREPLACE`), copies the
-//!    segments (memory mode `copy`, or `ksm`: the same plus
-//!    `MADV_MERGEABLE`, or `pool`: the verified pool files mapped), closes
+//!    anonymous, `MAP_NORESERVE`, `MAP_FIXED_NOREPLACE`), reads the
+//!    segments from the image's descriptor into it (memory mode `copy`, or
+//!    `ksm`: the same plus `MADV_MERGEABLE`, or `pool`: the verified pool
+//!    files mapped), maps the file-system archive (a memfd the front end
+//!    sealed against any change, mapped private and read-only), closes
 //!    every descriptor but 0-2, writes the boot state, protects code R+X,
 //!    read-only data, the archive and the boot-info page R, installs the
 //!    SIGSYS/crash handlers, sets `no_new_privs`, installs the seccomp

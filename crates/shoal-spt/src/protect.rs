@@ -16,19 +16,104 @@
 //! below `d`. The handler splits a request into pieces that the filter
 //! allows ([`pieces`]), so both see the same rule.
 //!
+//! The `Alias` hypercall lives here too: guest pages that the kernel
+//! aliases (the pages of files with shared mappings, and the mappings'
+//! pages) are backed by one memory file, the *alias file*, at offset =
+//! guest address; [`alias`] maps the file's `src` offset at `dst`
+//! (`mmap(MAP_SHARED | MAP_FIXED)`), so both addresses are the same
+//! memory; a page given its own memory back becomes fresh private
+//! anonymous memory again (`mmap(MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED)`),
+//! so no page of the alias file stays in use for it. The same range rules
+//! apply to both addresses, and the filter bounds the guest's own `mmap`
+//! calls the same way.
+//!
 //! Like every hypercall handler, nothing here allocates.
 
-use core::sync::atomic::{AtomicU64, Ordering};
-use shoal_abi::{ProtectArgs, PAGE_SIZE, PROT_READ, PROT_WRITE};
+use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use shoal_abi::{AliasArgs, AliasListArgs, AliasPair, ProtectArgs, ALIAS_LIST_MAX, ALIAS_SHAREABLE, PAGE_SIZE, PROT_READ, PROT_WRITE};
 
 static HEAP_START: AtomicU64 = AtomicU64::new(u64::MAX);
 static MEM_SIZE: AtomicU64 = AtomicU64::new(0);
+static ALIAS_FD: AtomicI32 = AtomicI32::new(-1);
 
-/// Records the range the guest may protect (in the child, before the
-/// guest runs).
-pub fn install(heap_start: u64, mem_size: u64) {
+/// Records the range the guest may protect and alias, and the alias
+/// file's descriptor (in the child, before the guest runs).
+pub fn install(heap_start: u64, mem_size: u64, alias_fd: i32) {
     HEAP_START.store(heap_start, Ordering::Relaxed);
     MEM_SIZE.store(mem_size, Ordering::Relaxed);
+    ALIAS_FD.store(alias_fd, Ordering::Relaxed);
+}
+
+/// The next piece of an alias of `len` bytes at `dst` from `src` (page
+/// aligned, inside `[.., mem_size)`): the largest power of two that is at
+/// most `len` and at most `mem_size - max(dst, src)`, which the filter's
+/// rule for that power allows.
+pub fn alias_piece(dst: u64, src: u64, len: u64, mem_size: u64) -> u64 {
+    let room = mem_size - dst.max(src);
+    let cap = 1u64 << (63 - room.leading_zeros());
+    let want = 1u64 << (63 - len.leading_zeros());
+    cap.min(want)
+}
+
+/// The `AliasList` handler: each pair as a one-page `Alias`, in order,
+/// stopping at the first refused.
+pub fn alias_list(a: &AliasListArgs) -> i64 {
+    let size = core::mem::size_of::<AliasPair>() as u64;
+    if a.count > ALIAS_LIST_MAX {
+        return -i64::from(libc::EINVAL);
+    }
+    let mem = crate::hypercall::guest_mem();
+    for i in 0..a.count {
+        let Ok(p) = mem.read_obj::<AliasPair>(shoal_loader::GuestAddr(a.pairs.wrapping_add(i * size))) else {
+            return -i64::from(libc::EFAULT);
+        };
+        let r = alias(&AliasArgs { dst: p.dst, src: p.src, len: PAGE_SIZE, prot: a.prot & !ALIAS_SHAREABLE, ret: 0 });
+        if r != 0 {
+            return r;
+        }
+    }
+    0
+}
+
+/// The `Alias` handler: checks the request and maps the alias file.
+pub fn alias(a: &AliasArgs) -> i64 {
+    let (lo, mem_size, fd) = (HEAP_START.load(Ordering::Relaxed), MEM_SIZE.load(Ordering::Relaxed), ALIAS_FD.load(Ordering::Relaxed));
+    let einval = -i64::from(libc::EINVAL);
+    if fd < 0 {
+        // No alias file (see crate::child): shared file mappings fail.
+        return -i64::from(libc::ENODEV);
+    }
+    let aligned = |x: u64| x.is_multiple_of(PAGE_SIZE);
+    let shareable = a.prot & ALIAS_SHAREABLE != 0;
+    let own = a.src == a.dst && !shareable;
+    let prot = a.prot & !ALIAS_SHAREABLE;
+    if prot & !(PROT_READ | PROT_WRITE) != 0 || (shareable && a.src != a.dst) || a.len == 0 || !aligned(a.dst) || !aligned(a.src) || !aligned(a.len) {
+        return einval;
+    }
+    let inside = |x: u64| x >= lo && x.checked_add(a.len).is_some_and(|e| e <= mem_size);
+    if !inside(a.dst) || !inside(a.src) {
+        return einval;
+    }
+    let (mut dst, mut src, mut left) = (a.dst, a.src, a.len);
+    while left > 0 {
+        let n = alias_piece(dst, src, left, mem_size);
+        let r = if own {
+            // SAFETY: [dst, dst + n) is guest memory above everything the
+            // tender protects (checked above), which no Rust code
+            // references; fresh private memory replaces it; no PROT_EXEC.
+            unsafe { crate::sys::mmap_own(dst, n, prot as libc::c_int) }
+        } else {
+            // SAFETY: as above; the alias file holds only guest pages.
+            unsafe { crate::sys::mmap_alias(dst, n, prot as libc::c_int, fd, src) }
+        };
+        if let Err(e) = r {
+            return -i64::from(e.raw_os_error().unwrap_or(libc::EINVAL));
+        }
+        dst += n;
+        src += n;
+        left -= n;
+    }
+    0
 }
 
 /// The longest `mprotect` the filter allows at `addr`, `mem_size - addr`

@@ -128,26 +128,6 @@ pub unsafe fn mprotect(addr: u64, len: u64, prot: libc::c_int) -> io::Result<()>
     check(unsafe { libc::mprotect(addr as usize as *mut libc::c_void, len as usize, prot) })
 }
 
-/// `madvise(MADV_DONTNEED)` on the whole pages inside `[ptr, ptr + len)`:
-/// gives those pages back; they read as zero afterwards.
-///
-/// # Safety
-/// Nothing may read the bytes of the range afterwards expecting their old
-/// contents, and the range must belong to one allocation of the caller
-/// (only whole pages strictly inside it are touched, so allocator
-/// bookkeeping next to the buffer is left alone).
-pub unsafe fn discard(ptr: *const u8, len: usize) {
-    let start = (ptr as usize).div_ceil(4096) * 4096;
-    let end = (ptr as usize + len) / 4096 * 4096;
-    if end > start {
-        // SAFETY: the caller vouches for the range; failure only means the
-        // pages stay, so the result is ignored.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
-        }
-    }
-}
-
 /// Returns the free memory of the heap to the kernel (`malloc_trim`): the
 /// waiting parent keeps little, and what it (or an instance before it
 /// enters the guest) freed should not stay resident.
@@ -336,6 +316,55 @@ pub unsafe fn madvise_mergeable(addr: u64, len: u64) -> io::Result<()> {
     })
 }
 
+/// `mmap(dst, len, prot, MAP_SHARED | MAP_FIXED, fd, off)`: guest pages
+/// `[dst, dst + len)` show the alias file from `off` (`crate::protect`).
+///
+/// # Safety
+/// `[dst, dst + len)` must be guest memory no Rust code references.
+pub unsafe fn mmap_alias(dst: u64, len: u64, prot: libc::c_int, fd: i32, off: u64) -> io::Result<()> {
+    // SAFETY: MAP_FIXED replaces only [dst, dst + len), which the caller
+    // vouches for.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::with_exposed_provenance_mut::<libc::c_void>(dst as usize),
+            len as usize,
+            prot,
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd,
+            off as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `mmap(dst, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
+/// MAP_NORESERVE, -1, 0)`: guest pages `[dst, dst + len)` become fresh
+/// private memory again (`crate::protect`).
+///
+/// # Safety
+/// `[dst, dst + len)` must be guest memory no Rust code references.
+pub unsafe fn mmap_own(dst: u64, len: u64, prot: libc::c_int) -> io::Result<()> {
+    // SAFETY: MAP_FIXED replaces only [dst, dst + len), which the caller
+    // vouches for.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::with_exposed_provenance_mut::<libc::c_void>(dst as usize),
+            len as usize,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `memfd_create(name, MFD_CLOEXEC)`: an anonymous file, for what the
 /// front hands to the instance process across `exec` (the boot spec, the
 /// packed archive, the report page).
@@ -359,6 +388,59 @@ pub fn seqpacket_pair() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedF
     }
     // SAFETY: both were just created and are owned by nobody else.
     Ok(unsafe { (<std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[0]), <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1])) })
+}
+
+/// The seals of the archive's memfd: no write, no resize, no further
+/// change of seals. A file with all of them never changes again, so a
+/// private mapping of it cannot change under the guest.
+pub const ARCHIVE_SEALS: libc::c_int = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+
+/// `memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING)`: a memory file
+/// that may be sealed ([`add_seals`]).
+pub fn memfd_sealable(name: &core::ffi::CStr) -> io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: `name` is a valid C string; the result is a new descriptor.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// `fcntl(fd, F_ADD_SEALS, seals)`.
+pub fn add_seals(fd: RawFd, seals: libc::c_int) -> io::Result<()> {
+    // SAFETY: F_ADD_SEALS only restricts what may be done with the file.
+    if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `fcntl(fd, F_GET_SEALS)`.
+pub fn seals(fd: RawFd) -> io::Result<libc::c_int> {
+    // SAFETY: F_GET_SEALS only reads the file's seals.
+    let s = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    if s < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(s)
+}
+
+/// `mmap(addr, len, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0)`: the file
+/// read-only and copy-on-write at `addr`, replacing what was there.
+///
+/// # Safety
+/// `[addr, addr + len)` must be memory of this process that no Rust
+/// reference points into (guest memory).
+pub unsafe fn mmap_file_fixed(addr: u64, len: u64, fd: RawFd) -> Result<(), i32> {
+    // SAFETY: the caller vouches for the range; MAP_FIXED replaces exactly it.
+    let p = unsafe {
+        libc::mmap(addr as usize as *mut libc::c_void, len as usize, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, fd, 0)
+    };
+    if p == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    Ok(())
 }
 
 /// `fcntl(fd, F_DUPFD_CLOEXEC, min)`: a close-on-exec copy of `fd` at the
@@ -485,6 +567,14 @@ pub fn setns(fd: RawFd, nstype: libc::c_int) -> Result<(), i32> {
     } else {
         Ok(())
     }
+}
+
+/// The soft `RLIMIT_FSIZE`, `None` when unlimited (or unknown).
+pub fn file_size_limit() -> Option<u64> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the struct we pass.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
 }
 
 /// Raises the soft limit on open descriptors to the hard limit.

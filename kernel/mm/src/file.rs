@@ -4,33 +4,36 @@
 //! table of functions ([`FileOps`]) at boot, so mm depends on no file
 //! system (vfs depends on mm, not the other way round).
 //!
-//! shoal has no page tables to change at run time (DESIGN §3), so a file
-//! mapping is anonymous memory with the file's contents copied in:
-//!
-//! - `MAP_PRIVATE`, and `MAP_SHARED` without `PROT_WRITE`: the pages hold
-//!   the file's bytes from the offset; past the end of the file, the rest
-//!   of the last page reads as zero (touching pages wholly beyond the end
-//!   does not raise `SIGBUS`: they read as zero too). Later changes of the
-//!   file are not seen by the mapping (Linux would show them for shared
-//!   mappings and for untouched private pages).
-//! - `MAP_SHARED` with `PROT_WRITE`: as above, and the mapping is written
-//!   back to the file by `msync`, `munmap`, `mremap` and a `MAP_FIXED`
-//!   mapping over it — only pages whose protection still allows writing,
-//!   only pages that differ from the file, and never past the file's
-//!   current end (the file does not grow). Between those points, `read`
-//!   does not see what the program stored in the mapping, and stores
-//!   through `write` are overwritten by the write-back of pages the mapping
-//!   changed too. This serves the single-process use of shared file
-//!   mappings (SQLite's WAL index); two writable shared mappings of the
-//!   same page do not see each other.
-//! - `/dev/zero` maps as anonymous memory, as on Linux.
+//! - `MAP_PRIVATE`, and `/dev/zero`: anonymous memory with the file's
+//!   contents copied in. Past the end of the file, the rest of the last
+//!   page reads as zero (touching pages wholly beyond the end does not
+//!   raise `SIGBUS`: they read as zero too). Later changes of the file are
+//!   not seen by the mapping (Linux would show them for untouched pages).
+//! - `MAP_SHARED` of a regular file: the mapping's pages *are* the file's
+//!   pages. File data lives in page-aligned pages of the kernel heap
+//!   (`shoal_ramfs`); the kernel asks the tender to make each page of the
+//!   mapping show the file's page ([`shoal_abi::Hypercall::Alias`]: spt
+//!   maps the same memory-file page twice, hvt points the page-table entry
+//!   at the same guest-physical page). So a store through one mapping is
+//!   seen at once through every other mapping of that page, by `read`, and
+//!   by other threads; `write` and `pwrite` are seen by every mapping; no
+//!   system call needs to synchronise anything, and `msync` has nothing to
+//!   do. The part of a mapping past the end of the file (whole pages) is
+//!   private zero memory, as Linux's would be `SIGBUS`; when the file
+//!   grows into it (`write`, `ftruncate`), those pages start showing the
+//!   file (what the program stored there before is lost: on Linux it would
+//!   have faulted), and when it shrinks, the pages past the new end go
+//!   back to private zeros (Linux: `SIGBUS`). The file's pages are never
+//!   freed while mapped: the mapping holds a reference to the file, and a
+//!   truncation takes them out of every mapping before the kernel heap can
+//!   reuse them ([`resized`]).
 //!
 //! Each file mapping keeps a reference to its file (it outlives `close`)
 //! in a fixed table of [`MAX_FILE_MAPS`] entries; more is `ENOMEM`.
 
 use shoal_plat::{Errno, Global};
 
-use crate::space::{Use, PAGE, PROT_WRITE};
+use crate::space::{page_up, PAGE};
 
 /// What a descriptor offers for mapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,6 +44,9 @@ pub enum Mappable {
     /// Anonymous memory (`/dev/zero`).
     Zero,
 }
+
+/// [`FileOps::page`]: `(address, never handed out)` of a file's page.
+pub type PageFn = fn(id: u64, off: u64) -> Result<Option<(u64, bool)>, Errno>;
 
 /// The file operations mm needs, provided by the file system.
 pub struct FileOps {
@@ -55,8 +61,16 @@ pub struct FileOps {
     pub release: fn(id: u64),
     /// Reads file `id` at `off` (short at the end of the file).
     pub read_at: fn(id: u64, off: u64, buf: &mut [u8]) -> Result<usize, Errno>,
-    /// Writes file `id` at `off` (never past its current end).
-    pub write_at: fn(id: u64, off: u64, data: &[u8]) -> Result<usize, Errno>,
+    /// The size of file `id`.
+    pub size: fn(id: u64) -> Result<u64, Errno>,
+    /// The page of file `id` holding offset `off`: its address (a whole,
+    /// page-aligned page that stays put while the file keeps it) and
+    /// whether it was never handed out for mapping (`handed_out`); `None`
+    /// past the end of the file.
+    pub page: PageFn,
+    /// Records that the page of file `id` holding `off` was made
+    /// aliasable and handed out.
+    pub handed_out: fn(id: u64, off: u64),
 }
 
 static OPS: Global<Option<&'static FileOps>> = Global::new(None);
@@ -84,8 +98,12 @@ pub struct FileMap {
     pub id: u64,
     /// File offset of `start`.
     pub off: u64,
-    /// `MAP_SHARED`: written back when writable.
+    /// `MAP_SHARED`: the pages show the file's pages.
     pub shared: bool,
+    /// For a shared mapping, the end of the part that shows the file's
+    /// pages (`[start, live)`: the pages inside the file); the rest is
+    /// private zero memory. `start` for private mappings.
+    pub live: u64,
 }
 
 /// One record of [`MAPS`]: a mapping, or empty (`end == 0`, which no
@@ -97,7 +115,7 @@ pub struct FileMap {
 pub(crate) struct Slot(FileMap);
 
 impl Slot {
-    const EMPTY: Slot = Slot(FileMap { start: 0, end: 0, id: 0, off: 0, shared: false });
+    const EMPTY: Slot = Slot(FileMap { start: 0, end: 0, id: 0, off: 0, shared: false, live: 0 });
 
     fn get(self) -> Option<FileMap> {
         (self.0.end != 0).then_some(self.0)
@@ -131,24 +149,216 @@ pub(crate) fn fill(m: &FileMap, from: u64, to: u64) -> Result<(), Errno> {
     r.map(|_| ())
 }
 
-/// Writes back the part `[a, b)` of shared mapping `m`: each page whose
-/// recorded protection allows writing and that differs from the file.
-fn write_back(m: &FileMap, a: u64, b: u64) {
-    let Ok(ops) = ops() else { return };
-    let mut page = a;
+/// Asks the tender to make `[dst, dst + len)` show `[src, src + len)`
+/// with real protection `prot`. Without a tender (unit tests) the request
+/// is only recorded.
+fn alias(dst: u64, src: u64, len: u64, prot: u64) -> Result<(), Errno> {
+    #[cfg(test)]
+    ALIASED.with(|p| p.borrow_mut().push((dst, src, len)));
+    if shoal_plat::boot::booted() {
+        let r = shoal_plat::hypercall::alias(dst, src, len, prot);
+        if r < 0 {
+            return Err(Errno(-r as i32));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+std::thread_local! {
+    /// Every alias requested `(dst, src, len)`, for the unit tests.
+    pub static ALIASED: core::cell::RefCell<std::vec::Vec<(u64, u64, u64)>> = const { core::cell::RefCell::new(std::vec::Vec::new()) };
+}
+
+/// The real protection of the program's page at `p`.
+fn real_prot(p: u64) -> u64 {
+    crate::with_space(|s| s.use_at(p).map_or(shoal_abi::PROT_READ | shoal_abi::PROT_WRITE, |u| u.real_prot()))
+}
+
+/// Makes a file page that is handed out for the first time able to be
+/// shown elsewhere: on spt its memory must come from the tender's memory
+/// file, so it is re-backed in place (`src == dst` with
+/// `ALIAS_SHAREABLE`), keeping its bytes.
+fn make_aliasable(page: u64) -> Result<(), Errno> {
+    if !shoal_plat::hypercall::needs_rebacking() {
+        return Ok(());
+    }
     let mut tmp = [0u8; PAGE as usize];
-    while page < b {
-        let writable = crate::with_space(|s| matches!(s.use_at(page), Some(Use::Anon { prot }) if prot as u32 & PROT_WRITE != 0));
-        if writable {
-            let off = m.off + (page - m.start);
-            let n = (ops.read_at)(m.id, off, &mut tmp).unwrap_or(0);
-            // SAFETY: the page is part of the program's mapping `m`.
-            let mem = unsafe { core::slice::from_raw_parts(page as *const u8, n) };
-            if mem != &tmp[..n] {
-                let _ = (ops.write_at)(m.id, off, mem);
+    // SAFETY: `page` is a whole kernel-heap page owned by the file system
+    // for this file; nothing else runs while the kernel copies it.
+    unsafe { core::ptr::copy_nonoverlapping(page as *const u8, tmp.as_mut_ptr(), PAGE as usize) };
+    alias(page, page, PAGE, shoal_abi::PROT_READ | shoal_abi::PROT_WRITE | shoal_abi::ALIAS_SHAREABLE)?;
+    // SAFETY: as above; the page is read-write kernel memory again.
+    unsafe { core::ptr::copy_nonoverlapping(tmp.as_ptr(), page as *mut u8, PAGE as usize) };
+    Ok(())
+}
+
+/// Pages sent to the tender in one `AliasList` request.
+const BATCH: usize = 64;
+
+/// Sends the pairs collected so far (all with protection `prot`).
+fn send(pairs: &mut [shoal_abi::AliasPair; BATCH], n: &mut usize, prot: u64) -> Result<(), Errno> {
+    if *n == 0 {
+        return Ok(());
+    }
+    #[cfg(test)]
+    ALIASED.with(|p| p.borrow_mut().extend(pairs[..*n].iter().map(|q| (q.dst, q.src, PAGE))));
+    let r = if shoal_plat::boot::booted() { shoal_plat::hypercall::alias_list(&pairs[..*n], prot) } else { 0 };
+    *n = 0;
+    if r < 0 {
+        return Err(Errno(-r as i32));
+    }
+    Ok(())
+}
+
+/// Makes the pages `[from, to)` of shared mapping `m` show the file's
+/// pages (batched: one request per run of up to [`BATCH`] pages of equal
+/// protection). Stops at the first error (the rest stays private).
+fn show_file(m: &FileMap, from: u64, to: u64) -> Result<(), Errno> {
+    let ops = ops()?;
+    let mut pairs = [shoal_abi::AliasPair::default(); BATCH];
+    let mut n = 0usize;
+    let mut prot = 0;
+    let mut p = from;
+    while p < to {
+        let off = m.off + (p - m.start);
+        let Some((src, first)) = (ops.page)(m.id, off)? else { break };
+        if first {
+            make_aliasable(src)?;
+            (ops.handed_out)(m.id, off);
+        }
+        let want = real_prot(p);
+        if n == BATCH || (n > 0 && want != prot) {
+            send(&mut pairs, &mut n, prot)?;
+        }
+        prot = want;
+        pairs[n] = shoal_abi::AliasPair { dst: p, src };
+        n += 1;
+        p += PAGE;
+    }
+    send(&mut pairs, &mut n, prot)
+}
+
+/// Gives the pages `[from, to)` of a shared mapping their own memory back,
+/// zero-filled (past the end of the file, or leaving the mapping). spt
+/// gives fresh private memory (zero already: the check below only reads);
+/// hvt the pages' own guest-physical memory, which may hold old bytes.
+fn show_own(from: u64, to: u64) {
+    if from >= to {
+        return;
+    }
+    let rw = shoal_abi::PROT_READ | shoal_abi::PROT_WRITE;
+    if alias(from, from, to - from, rw).is_err() {
+        return;
+    }
+    // SAFETY: the program's own pages of the mapping, read-write for now
+    // and no longer showing the file: zero them as Linux would show them
+    // (only pages that are not zero: untouched ones stay untouched).
+    unsafe { crate::space::zero_range(from, to) };
+    crate::with_space(|s| s.restore(from, to));
+}
+
+/// Where the part of shared mapping `m` that shows the file ends, for a
+/// file of `size` bytes.
+fn live_end(m: &FileMap, size: u64) -> u64 {
+    let inside = page_up(size).unwrap_or(u64::MAX).saturating_sub(m.off);
+    m.start.saturating_add(inside).min(m.end)
+}
+
+/// Sets up new shared mapping `m` (its memory is fresh and zero): the
+/// pages inside the file show the file's pages. Returns the record to keep.
+pub(crate) fn attach(mut m: FileMap) -> Result<FileMap, Errno> {
+    let size = (ops()?.size)(m.id)?;
+    let live = live_end(&m, size);
+    if let Err(e) = show_file(&m, m.start, live) {
+        show_own(m.start, live);
+        return Err(e);
+    }
+    m.live = live;
+    Ok(m)
+}
+
+/// Number of shared file mappings alive (0: nothing to look at).
+static SHARED: Global<usize> = Global::new(0);
+
+/// The file `id` changed size (vfs calls this after every system call
+/// that changed a file's size, `None`: several files): every shared
+/// mapping of it shows the file's pages exactly where the file now has
+/// them. Pages that fell off the end go back to private zeros before the
+/// kernel heap can reuse the file's freed pages.
+pub fn resized(id: Option<u64>) {
+    if SHARED.with(|n| *n) == 0 {
+        return;
+    }
+    for k in 0..MAX_FILE_MAPS {
+        let Some(m) = MAPS.with(|t| t[k].get()) else { continue };
+        if m.shared && id.is_none_or(|i| i == m.id) {
+            resize_one(k);
+        }
+    }
+}
+
+/// Brings shared mapping record `k` in step with its file's size.
+fn resize_one(k: usize) {
+    let Ok(ops) = ops() else { return };
+    let Some(m) = MAPS.with(|t| t[k].get()) else { return };
+    let Ok(size) = (ops.size)(m.id) else { return };
+    let live = live_end(&m, size);
+    if live < m.live {
+        show_own(live, m.live);
+    } else if live > m.live && show_file(&m, m.live, live).is_err() {
+        // The file could not supply a page (out of memory): the new part
+        // stays the mapping's own zero memory.
+        show_own(m.live, live);
+        return;
+    }
+    MAPS.with(|t| t[k].set(Some(FileMap { live, ..m })));
+}
+
+/// The shared mapping ending at `old_end` grew in place to `new_end` (the
+/// pages above were free): its record covers them, and those inside the
+/// file show it.
+pub(crate) fn grow(old_end: u64, new_end: u64) {
+    let Some(k) = MAPS.with(|t| t.iter().position(|s| s.get().is_some_and(|m| m.shared && m.end == old_end))) else { return };
+    MAPS.with(|t| {
+        if let Some(m) = t[k].get() {
+            t[k].set(Some(FileMap { end: new_end, ..m }));
+        }
+    });
+    resize_one(k);
+}
+
+/// Whether `[addr, addr + len)` touches a page of a shared mapping that
+/// shows a file page (plat asks before handing a buffer to hvt's VMM).
+pub fn shows_file(addr: u64, len: u64) -> bool {
+    if SHARED.try_with(|n| *n).unwrap_or(0) == 0 {
+        return false;
+    }
+    let end = addr.saturating_add(len);
+    // Asked while mm holds its table (never, today): take the copy.
+    MAPS.try_with(|t| t.iter().filter_map(|s| s.get()).any(|m| m.shared && m.start < end && addr < m.live)).unwrap_or(true)
+}
+
+/// Calls `f(a, b)` for each part of `[a, b)` that does not show a file
+/// page (`madvise(MADV_DONTNEED)` must not zero the file).
+pub(crate) fn outside_shared(a: u64, b: u64, mut f: impl FnMut(u64, u64)) {
+    let mut pos = a;
+    while pos < b {
+        let hit = MAPS.with(|t| {
+            t.iter().filter_map(|s| s.get()).filter(|m| m.shared && m.start < b && pos < m.live).map(|m| (m.start.max(pos), m.live.min(b))).min()
+        });
+        match hit {
+            Some((x, y)) => {
+                if pos < x {
+                    f(pos, x);
+                }
+                pos = y;
+            }
+            None => {
+                f(pos, b);
+                pos = b;
             }
         }
-        page += PAGE;
     }
 }
 
@@ -159,7 +369,11 @@ pub(crate) fn add(m: FileMap) -> Result<(), Errno> {
         let slot = t.iter_mut().find(|s| s.get().is_none()).ok_or(Errno::ENOMEM)?;
         slot.set(Some(m));
         Ok(())
-    })
+    })?;
+    if m.shared {
+        SHARED.with(|n| *n += 1);
+    }
+    Ok(())
 }
 
 /// Whether `n` more records fit.
@@ -167,22 +381,10 @@ pub(crate) fn room(n: usize) -> bool {
     MAPS.with(|t| t.iter().filter(|s| s.get().is_none()).count() >= n)
 }
 
-/// What [`detach`] does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Detach {
-    /// Write shared mappings back, then drop the range from the records.
-    WriteBack,
-    /// Only write back (`msync`).
-    Sync,
-    /// Only drop the range from the records (its memory is gone already).
-    Drop,
-}
-
-/// Detaches `[a, b)` from the file mappings: shared ones are written back
-/// first. Records partly inside are trimmed or split. `ENOMEM` if a split
-/// finds no free record (checked before anything changes).
-pub(crate) fn detach(a: u64, b: u64, how: Detach) -> Result<(), Errno> {
-    let sync = how == Detach::Sync;
+/// Detaches `[a, b)` from the file mappings: pages of shared ones stop
+/// showing the file. Records partly inside are trimmed or split. `ENOMEM`
+/// if a split finds no free record (checked before anything changes).
+pub(crate) fn detach(a: u64, b: u64) -> Result<(), Errno> {
     let hits: heapless_list::List = MAPS.with(|t| {
         let mut l = heapless_list::List::new();
         for (k, s) in t.iter().enumerate() {
@@ -197,7 +399,7 @@ pub(crate) fn detach(a: u64, b: u64, how: Detach) -> Result<(), Errno> {
     if hits.is_empty() {
         return Ok(());
     }
-    if !sync {
+    {
         let splits = hits.iter().filter(|&k| MAPS.with(|t| t[k].get().is_some_and(|m| m.start < a && m.end > b))).count();
         if !room(splits) {
             return Err(Errno::ENOMEM);
@@ -206,17 +408,17 @@ pub(crate) fn detach(a: u64, b: u64, how: Detach) -> Result<(), Errno> {
     for k in hits.iter() {
         let Some(m) = MAPS.with(|t| t[k].get()) else { continue };
         let (x, y) = (m.start.max(a), m.end.min(b));
-        if m.shared && how != Detach::Drop {
-            write_back(&m, x, y);
+        if m.shared {
+            show_own(x, y.min(m.live));
         }
-        if sync {
-            continue;
-        }
-        let left = (m.start < x).then_some(FileMap { end: x, ..m });
-        let right = (y < m.end).then_some(FileMap { start: y, off: m.off + (y - m.start), ..m });
+        let left = (m.start < x).then_some(FileMap { end: x, live: m.live.min(x), ..m });
+        let right = (y < m.end).then_some(FileMap { start: y, off: m.off + (y - m.start), live: m.live.max(y), ..m });
         MAPS.with(|t| t[k].set(left.or(right)));
         match (left, right) {
             (None, None) => {
+                if m.shared {
+                    SHARED.with(|n| *n -= 1);
+                }
                 if let Ok(ops) = ops() {
                     (ops.release)(m.id);
                 }

@@ -13,8 +13,8 @@
 //! sorted, coalescing table of segments, so the break and the mappings never
 //! overlap and exhaustion is `ENOMEM`, never a crash. Memory reaches the
 //! program zero-filled, as on Linux. Page protections are bookkeeping only
-//! (see [`sys::mprotect`]). File-backed mappings are copies of the file
-//! with write-back for writable shared ones ([`file`]).
+//! (see [`sys::mprotect`]). Private file mappings are copies of the file;
+//! shared ones show the file's own pages ([`file`]).
 //!
 //! **Limits.** `RLIMIT_AS` and `RLIMIT_DATA` (set by `process` through
 //! [`set_limits`]) are enforced as Linux enforces them: a mapping or a
@@ -78,6 +78,7 @@ pub fn init() {
     let bi = shoal_plat::boot::info();
     SPACE.with(|s| s.init(shoal_abi::BOOT_INFO_ADDR, bi.mem_size, bi.heap_start, bi.heap_end));
     shoal_plat::umem::set_mapping_check(user_writable);
+    shoal_plat::hypercall::set_alias_check(file::shows_file);
 }
 
 /// umem's check of the program's mappings (see [`Space::user_writable`]).

@@ -132,7 +132,7 @@ pub fn page_down(x: u64) -> u64 {
 ///
 /// # Safety
 /// `[a, b)` must be memory the caller may overwrite.
-unsafe fn zero_range(a: u64, b: u64) {
+pub(crate) unsafe fn zero_range(a: u64, b: u64) {
     let mut p = a;
     while p < b {
         // SAFETY: the page [p, p + PAGE) is inside [a, b), which the caller

@@ -1,6 +1,6 @@
 //! The memory system calls.
 
-use crate::file::{self, Detach, FileMap, Mappable};
+use crate::file::{self, FileMap, Mappable};
 use crate::space::{page_up, PAGE, PROT_WRITE};
 use crate::with_space;
 use shoal_plat::{Args, Errno, SysResult};
@@ -93,10 +93,10 @@ pub fn mmap(a: &Args) -> SysResult {
         e
     };
     if flags & MAP_FIXED != 0 && flags & MAP_FIXED_NOREPLACE == 0 {
-        // The mappings replaced are unmapped first (written back).
+        // The mappings replaced are unmapped first.
         if let Some(end) = page_up(len).and_then(|l| addr.checked_add(l)) {
             if addr % PAGE == 0 {
-                file::detach(addr, end, Detach::WriteBack).map_err(fail)?;
+                file::detach(addr, end).map_err(fail)?;
             }
         }
     }
@@ -114,8 +114,9 @@ pub fn mmap(a: &Args) -> SysResult {
     })
     .map_err(fail)?;
     if let Some((id, shared)) = file {
-        let m = FileMap { start, end: start + page_up(len).unwrap_or(0), id, off, shared };
-        if let Err(e) = file::fill(&m, m.start, m.end).and_then(|_| file::add(m)) {
+        let m = FileMap { start, end: start + page_up(len).unwrap_or(0), id, off, shared, live: start };
+        let set_up = if shared { file::attach(m) } else { file::fill(&m, m.start, m.end).map(|_| m) };
+        if let Err(e) = set_up.and_then(file::add) {
             let _ = with_space(|s| s.unmap(m.start, len));
             return Err(fail(e));
         }
@@ -130,7 +131,7 @@ pub fn munmap(a: &Args) -> SysResult {
     let (addr, len) = (a.u(0), a.u(1));
     if addr % PAGE == 0 && len != 0 {
         if let Some(end) = page_up(len).and_then(|l| addr.checked_add(l)) {
-            file::detach(addr, end, Detach::WriteBack)?;
+            file::detach(addr, end)?;
         }
     }
     with_space(|s| s.unmap(addr, len)).map(|_| 0)
@@ -140,7 +141,9 @@ pub fn munmap(a: &Args) -> SysResult {
 /// shrinks, grows in place when the pages above are free, or moves (copies)
 /// with `MREMAP_MAYMOVE`; `MREMAP_FIXED` and `MREMAP_DONTUNMAP` work too.
 ///
-/// A file mapping keeps its file: growing it maps more of the file.
+/// A file mapping keeps its file: growing it maps more of the file, and a
+/// shared one shows the file's pages at its new place. `MREMAP_DONTUNMAP`
+/// on a shared file mapping is `EINVAL` (as Linux before 5.13).
 pub fn mremap(a: &Args) -> SysResult {
     let (old, old_len, new_len) = (a.u(0), a.u(1), a.u(2));
     if let (Some(ol), Some(nl)) = (page_up(old_len), page_up(new_len)) {
@@ -159,36 +162,59 @@ pub fn mremap(a: &Args) -> SysResult {
     if !file::room(2) {
         return Err(Errno::ENOMEM);
     }
+    if m.shared && a.uint(3) & crate::space::MREMAP_DONTUNMAP != 0 {
+        return Err(Errno::EINVAL);
+    }
     let ops = file::ops()?;
     let old_end = old.saturating_add(ol);
-    file::detach(old, old_end, Detach::Sync)?;
+    // The memory moves (a copy) or stays; then the old range leaves the
+    // records (a shared one's pages get their own memory back) and the new
+    // one is set up as a fresh mapping of the same file range.
     let new = with_space(|s| s.remap(old, old_len, new_len, a.uint(3), a.u(4)))?;
-    (ops.retain)(m.id);
-    let _ = file::detach(old, old_end, Detach::Drop);
-    let nm = FileMap { start: new, end: new + nl, id: m.id, off: m.off + (old - m.start), shared: m.shared };
-    if file::add(nm).is_err() {
-        (ops.release)(m.id);
-    } else if nl > ol {
-        file::fill(&nm, new + ol, new + nl)?;
+    if new == old && m.shared {
+        // In place: the pages that stay keep showing the file.
+        if nl < ol {
+            let _ = file::detach(old + nl, old_end);
+        } else if nl > ol {
+            file::grow(old, old + nl);
+        }
+        return Ok(new);
     }
-    Ok(new)
+    (ops.retain)(m.id);
+    let _ = file::detach(old, old_end);
+    let nm = FileMap { start: new, end: new + nl, id: m.id, off: m.off + (old - m.start), shared: m.shared, live: new };
+    let set_up = if m.shared {
+        file::attach(nm)
+    } else if nl > ol {
+        file::fill(&nm, new + ol, new + nl).map(|_| nm)
+    } else {
+        Ok(nm)
+    };
+    match set_up.and_then(file::add) {
+        Ok(()) => Ok(new),
+        Err(e) => {
+            // Keep the (private) memory; only the file link is lost.
+            (ops.release)(m.id);
+            Err(e)
+        }
+    }
 }
 
 const MS_ASYNC: u32 = 1;
 const MS_INVALIDATE: u32 = 2;
 const MS_SYNC: u32 = 4;
 
-/// `msync(addr, len, flags)`: writes writable shared file mappings in the
-/// range back to their files (see [`crate::file`]); `ENOMEM` if part of
-/// the range is not mapped.
+/// `msync(addr, len, flags)`: shared file mappings are the file's pages
+/// already (see [`crate::file`]), so there is nothing to write; the
+/// arguments are checked as Linux checks them (`ENOMEM` if part of the
+/// range is not mapped).
 pub fn msync(a: &Args) -> SysResult {
     let (addr, len, flags) = (a.u(0), a.u(1), a.uint(2));
     if addr % PAGE != 0 || flags & !(MS_ASYNC | MS_INVALIDATE | MS_SYNC) != 0 || flags & (MS_ASYNC | MS_SYNC) == MS_ASYNC | MS_SYNC {
         return Err(Errno::EINVAL);
     }
-    let end = page_up(len).and_then(|l| addr.checked_add(l)).ok_or(Errno::ENOMEM)?;
+    page_up(len).and_then(|l| addr.checked_add(l)).ok_or(Errno::ENOMEM)?;
     with_space(|s| s.advise_check(addr, len))?;
-    file::detach(addr, end, Detach::Sync)?;
     Ok(0)
 }
 
@@ -244,7 +270,14 @@ pub fn madvise(a: &Args) -> SysResult {
         return Ok(0);
     }
     with_space(|s| match advice {
-        4 | 24 => s.dontneed(addr, len), // MADV_DONTNEED, MADV_DONTNEED_LOCKED
+        // MADV_DONTNEED, MADV_DONTNEED_LOCKED: pages that show a file keep
+        // showing it (Linux would read them from the file again).
+        4 | 24 => s.advise_check(addr, len).and_then(|_| {
+            let mut r = Ok(());
+            let end = addr.saturating_add(rounded);
+            file::outside_shared(addr, end, |x, y| r = r.and(s.dontneed(x, y - x)));
+            r
+        }),
         9 => s.advise_check(addr, len).and(Err(Errno::EACCES)), // MADV_REMOVE
         _ => s.advise_check(addr, len),
     })

@@ -298,15 +298,46 @@ fn kernel_heap_grows_from_pages() {
     TEST_SPACE.with(|s| s.as_ref().unwrap().check());
 }
 
-/// A fake file system for the file-mapping tests: file 7 is a host
-/// vector; references are counted.
+/// A fake file system for the file-mapping tests: file 7 is a list of
+/// page-aligned host pages of which the first `SIZE` bytes are the file;
+/// references are counted.
 mod fake_fs {
     use crate::file::{FileOps, Mappable};
     use shoal_plat::Errno;
     use std::sync::Mutex;
 
-    pub static DATA: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+    /// The pages' addresses and whether each was handed out for mapping.
+    pub static PAGES: Mutex<Vec<(u64, bool)>> = Mutex::new(Vec::new());
+    pub static SIZE: Mutex<u64> = Mutex::new(0);
     pub static REFS: Mutex<i64> = Mutex::new(0);
+
+    /// Makes file 7 `data` (in fresh pages).
+    pub fn set(data: &[u8]) {
+        let mut pages = PAGES.lock().unwrap();
+        pages.clear();
+        for chunk in data.chunks(4096) {
+            let p = super::buffer(4096);
+            // SAFETY: a fresh page-sized buffer.
+            unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), p as *mut u8, chunk.len()) };
+            pages.push((p, false));
+        }
+        *SIZE.lock().unwrap() = data.len() as u64;
+    }
+
+    /// Resizes file 7 (new pages are zero; pages past the end dropped).
+    pub fn resize(size: u64) {
+        let mut pages = PAGES.lock().unwrap();
+        let n = size.div_ceil(4096) as usize;
+        pages.truncate(n);
+        while pages.len() < n {
+            pages.push((super::buffer(4096), false));
+        }
+        *SIZE.lock().unwrap() = size;
+    }
+
+    pub fn page_addr(k: usize) -> u64 {
+        PAGES.lock().unwrap()[k].0
+    }
 
     fn get(fd: i32, shared_write: bool) -> Result<Mappable, Errno> {
         match fd {
@@ -330,77 +361,146 @@ mod fake_fs {
         *REFS.lock().unwrap() -= 1;
     }
     fn read_at(_: u64, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
-        let d = DATA.lock().unwrap();
-        let off = (off as usize).min(d.len());
-        let n = buf.len().min(d.len() - off);
-        buf[..n].copy_from_slice(&d[off..off + n]);
-        Ok(n)
+        let size = *SIZE.lock().unwrap();
+        let pages = PAGES.lock().unwrap();
+        let mut done = 0;
+        while done < buf.len() && off + (done as u64) < size {
+            let pos = off + done as u64;
+            let (p, _) = pages[(pos / 4096) as usize];
+            // SAFETY: inside one of the file's pages.
+            buf[done] = unsafe { *((p + pos % 4096) as *const u8) };
+            done += 1;
+        }
+        Ok(done)
     }
-    fn write_at(_: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
-        let mut d = DATA.lock().unwrap();
-        let off = off as usize;
-        let n = data.len().min(d.len().saturating_sub(off));
-        d[off..off + n].copy_from_slice(&data[..n]);
-        Ok(n)
+    fn size(_: u64) -> Result<u64, Errno> {
+        Ok(*SIZE.lock().unwrap())
     }
-    pub static OPS: FileOps = FileOps { get, retain, release, read_at, write_at };
+    fn page(_: u64, off: u64) -> Result<Option<(u64, bool)>, Errno> {
+        if off >= *SIZE.lock().unwrap() {
+            return Ok(None);
+        }
+        let e = PAGES.lock().unwrap()[(off / 4096) as usize];
+        Ok(Some((e.0, !e.1)))
+    }
+    fn handed_out(_: u64, off: u64) {
+        PAGES.lock().unwrap()[(off / 4096) as usize].1 = true;
+    }
+    pub static OPS: FileOps = FileOps { get, retain, release, read_at, size, page, handed_out };
 }
 
-#[test]
-fn file_mappings_private_shared_writeback_remap() {
-    use crate::sys;
-    use shoal_plat::Args;
-    let pages = 256;
+/// The file-mapping tests share mm's globals (the file table, the space):
+/// one at a time.
+static FILE_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn file_test_space(pages: u64) {
     let lo = buffer(((pages + 1) * PAGE) as usize);
     crate::with_space(|s| s.init(lo, lo + (pages + 1) * PAGE, lo + PAGE, lo + (pages + 1) * PAGE));
     shoal_plat::umem::set_bounds(1, u64::MAX);
     crate::file::register(&fake_fs::OPS);
-    *fake_fs::DATA.lock().unwrap() = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+}
+
+#[test]
+fn private_file_mappings_copy_and_remap() {
+    use crate::sys;
+    use shoal_plat::Args;
+    let _one = FILE_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    file_test_space(256);
+    fake_fs::set(&(0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect::<Vec<u8>>());
     let mmap = |len: u64, prot: u64, flags: u64, fd: u64, off: u64| sys::mmap(&Args([0, len, prot, flags, fd, off]));
     // SAFETY: test memory inside the buffer.
     let bytes = |a: u64, n: usize| unsafe { std::slice::from_raw_parts(a as *const u8, n) }.to_vec();
+    let refs0 = *fake_fs::REFS.lock().unwrap();
     // Private at an offset: file bytes, then zeros past the end.
     let m = mmap(8192, 3, 2, 3, 4096).unwrap();
     assert_eq!(bytes(m, 2), b"op"); // 4096 % 26 = 14
     assert_eq!(bytes(m + 10_000 - 4096, 4), [0; 4]);
-    assert_eq!(*fake_fs::REFS.lock().unwrap(), 1);
+    assert_eq!(*fake_fs::REFS.lock().unwrap(), refs0 + 1);
     fill(m, 1, b'#');
     sys::munmap(&Args([m, 8192, 0, 0, 0, 0])).unwrap();
-    assert_eq!(fake_fs::DATA.lock().unwrap()[4096], b'a' + (4096 % 26) as u8, "private: no write-back");
-    assert_eq!(*fake_fs::REFS.lock().unwrap(), 0);
+    let mut one = [0u8; 1];
+    crate::file::ops().unwrap();
+    (fake_fs::OPS.read_at)(7, 4096, &mut one).unwrap();
+    assert_eq!(one[0], b'a' + (4096 % 26) as u8, "private: no write-back");
+    assert_eq!(*fake_fs::REFS.lock().unwrap(), refs0);
     assert_eq!(mmap(4096, 1, 2, 3, 100), Err(Errno::EINVAL));
     assert_eq!(mmap(4096, 3, 1, 4, 0), Err(Errno::EACCES));
     assert_eq!(mmap(4096, 3, 2, 9, 0), Err(Errno::EBADF));
     let z = mmap(4096, 3, 2, 5, 0).unwrap();
     assert!(all(z, 4096, 0));
-    // Shared writable: msync and munmap write back, within the file.
-    let s = mmap(12288, 3, 1, 3, 0).unwrap();
-    fill(s + 10, 3, b'X');
-    fill(s + 9990, 20, b'Y');
-    assert_eq!(sys::msync(&Args([s, 12288, 4, 0, 0, 0])), Ok(0));
-    assert_eq!(&fake_fs::DATA.lock().unwrap()[10..13], [b'X'; 3]);
-    assert_eq!(fake_fs::DATA.lock().unwrap().len(), 10_000, "the file does not grow");
-    assert_eq!(&fake_fs::DATA.lock().unwrap()[9990..], [b'Y'; 10]);
-    assert_eq!(sys::msync(&Args([s, 4096, 5, 0, 0, 0])), Err(Errno::EINVAL));
-    assert_eq!(sys::msync(&Args([s + 1, 4096, 4, 0, 0, 0])), Err(Errno::EINVAL));
-    let mut vec = [0u8; 3];
-    assert_eq!(sys::mincore(&Args([s, 12288, vec.as_mut_ptr() as u64, 0, 0, 0])), Ok(0));
-    assert_eq!(vec, [1, 1, 1]);
-    // Read-only pages are not written back.
-    fill(s + 4096, 1, b'R');
-    sys::mprotect(&Args([s + 4096, 4096, 1, 0, 0, 0])).unwrap();
-    fill(s + 20, 1, b'Z');
-    // Partial munmap: the first page goes (written back), the rest stays.
-    sys::munmap(&Args([s, 4096, 0, 0, 0, 0])).unwrap();
-    assert_eq!(fake_fs::DATA.lock().unwrap()[20], b'Z');
-    assert_ne!(fake_fs::DATA.lock().unwrap()[4096], b'R');
-    assert_eq!(crate::file::find(s + 8192).map(|m| (m.start, m.off)), Some((s + 4096, 4096)));
     // mremap keeps the file: the grown part is the file's next bytes.
-    let g = sys::mremap(&Args([s + 8192, 4096, 8192, 1, 0, 0])).unwrap();
-    assert_eq!(crate::file::find(g).map(|m| m.off), Some(8192));
-    sys::munmap(&Args([s + 4096, 4096, 0, 0, 0, 0])).unwrap();
+    let p = mmap(4096, 3, 2, 3, 0).unwrap();
+    let g = sys::mremap(&Args([p, 4096, 8192, 1, 0, 0])).unwrap();
+    assert_eq!(crate::file::find(g).map(|m| m.off), Some(0));
+    assert_eq!(bytes(g + 4096, 2), b"op");
     sys::munmap(&Args([g, 8192, 0, 0, 0, 0])).unwrap();
-    assert_eq!(*fake_fs::REFS.lock().unwrap(), 0, "every reference given back");
+    assert_eq!(*fake_fs::REFS.lock().unwrap(), refs0, "every reference given back");
+    crate::with_space(|s| s.check());
+}
+
+/// Item 4 of issue 17: a MAP_SHARED mapping's pages are made to show the
+/// file's own pages (the Alias hypercall; recorded here), every mapping of
+/// a page shows the same file page, the mapping follows the file's size
+/// (growth shows new pages, shrinking gives pages past the end their own
+/// zeroed memory back), and leaving the mapping (munmap, mremap) gives its
+/// pages their own memory back. Nothing is copied or written back.
+#[test]
+fn item4_shared_file_mappings_show_the_files_pages() {
+    use crate::file::ALIASED;
+    use crate::sys;
+    use shoal_plat::Args;
+    let _one = FILE_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    let taken = || ALIASED.with(|p| core::mem::take(&mut *p.borrow_mut()));
+    file_test_space(256);
+    // 2.5 pages of file.
+    fake_fs::set(&vec![b'f'; 10_240]);
+    let (p0, p1, p2) = (fake_fs::page_addr(0), fake_fs::page_addr(1), fake_fs::page_addr(2));
+    let mmap = |len: u64, prot: u64, flags: u64, fd: u64, off: u64| sys::mmap(&Args([0, len, prot, flags, fd, off]));
+    taken();
+    let a = mmap(4 * PAGE, 3, 1, 3, 0).unwrap();
+    assert_eq!(
+        taken(),
+        vec![(p0, p0, PAGE), (p1, p1, PAGE), (p2, p2, PAGE), (a, p0, PAGE), (a + PAGE, p1, PAGE), (a + 2 * PAGE, p2, PAGE)],
+        "each file page made aliasable once, then shown; the page past the end stays the mapping's own"
+    );
+    assert_eq!(crate::file::find(a).map(|m| m.live), Some(a + 3 * PAGE));
+    // A second mapping, read-only, at an offset: the same pages, no re-backing.
+    let b = mmap(2 * PAGE, 1, 1, 4, PAGE).unwrap();
+    assert_eq!(taken(), vec![(b, p1, PAGE), (b + PAGE, p2, PAGE)]);
+    assert!(crate::file::shows_file(b + 10, 1) && crate::file::shows_file(a + 2 * PAGE, 8));
+    assert!(!crate::file::shows_file(a + 3 * PAGE, 8), "past the end of the file");
+    // The file grows into the mapping (what vfs reports after a write).
+    fake_fs::resize(4 * PAGE + 1);
+    let p3 = fake_fs::page_addr(3);
+    crate::file::resized(Some(7));
+    assert_eq!(taken(), vec![(p3, p3, PAGE), (a + 3 * PAGE, p3, PAGE)], "only the new page, only in the mapping that reaches it");
+    // It shrinks: pages past the new end get their own memory back, zeroed.
+    fill(a + 2 * PAGE, PAGE, 7);
+    fake_fs::resize(PAGE + 5);
+    crate::file::resized(None);
+    assert_eq!(taken(), vec![(a + 2 * PAGE, a + 2 * PAGE, 2 * PAGE), (b + PAGE, b + PAGE, PAGE)]);
+    assert!(all(a + 2 * PAGE, 2 * PAGE, 0), "past the end reads as zero");
+    // msync has nothing to do; MADV_DONTNEED must not zero the file's pages.
+    assert_eq!(sys::msync(&Args([a, 4 * PAGE, 4, 0, 0, 0])), Ok(0));
+    assert_eq!(sys::msync(&Args([a, 4096, 5, 0, 0, 0])), Err(Errno::EINVAL));
+    fill(a, 8, b'k');
+    sys::madvise(&Args([a, 4 * PAGE, 4, 0, 0, 0])).unwrap();
+    assert!(all(a, 8, b'k'), "the page shows the file: left alone");
+    // mremap: the old pages get their own memory back, the new place shows the file.
+    let m = sys::mremap(&Args([a, 4 * PAGE, 8 * PAGE, 1, 0, 0])).unwrap();
+    let (q0, q1) = (fake_fs::page_addr(0), fake_fs::page_addr(1));
+    assert_eq!(taken(), vec![(a, a, 2 * PAGE), (m, q0, PAGE), (m + PAGE, q1, PAGE)]);
+    assert_eq!(sys::mremap(&Args([m, 8 * PAGE, 8 * PAGE, 1 | 2 | 4, a, 0])), Err(Errno::EINVAL), "MREMAP_DONTUNMAP");
+    // munmap: own memory back for the part that showed the file.
+    sys::munmap(&Args([b, 2 * PAGE, 0, 0, 0, 0])).unwrap();
+    assert_eq!(taken(), vec![(b, b, PAGE)]);
+    sys::munmap(&Args([m, 8 * PAGE, 0, 0, 0, 0])).unwrap();
+    assert_eq!(taken(), vec![(m, m, 2 * PAGE)]);
+    assert!(!crate::file::shows_file(0, u64::MAX));
+    // A private mapping never aliases.
+    let pv = mmap(PAGE, 3, 2, 3, 0).unwrap();
+    assert_eq!(taken(), vec![]);
+    sys::munmap(&Args([pv, PAGE, 0, 0, 0, 0])).unwrap();
     crate::with_space(|s| s.check());
 }
 

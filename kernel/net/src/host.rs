@@ -143,6 +143,27 @@ pub struct HostBackend;
 
 /// Runs one operation; returns its result.
 fn op(mut o: NetOp) -> (Result<i64, Errno>, NetOp) {
+    // hvt's VMM reads data by guest-physical address: a buffer in a shared
+    // file mapping (whose pages show the file's pages) goes through a copy.
+    if (o.op == net_op::SEND || o.op == net_op::RECV) && shoal_plat::hypercall::needs_bounce(o.buf, o.len) {
+        let mut tmp = alloc::vec![0u8; o.len as usize];
+        let user = o.buf;
+        if o.op == net_op::SEND {
+            // SAFETY: the caller's buffer of o.len bytes (a slice it holds).
+            tmp.copy_from_slice(unsafe { core::slice::from_raw_parts(user as *const u8, o.len as usize) });
+        }
+        o.buf = tmp.as_mut_ptr() as u64;
+        let (r, mut back) = op(o);
+        if o.op == net_op::RECV {
+            if let Ok(n) = r {
+                let n = (n as usize).min(tmp.len());
+                // SAFETY: as above, writable (the caller holds it mutably).
+                unsafe { core::ptr::copy_nonoverlapping(tmp.as_ptr(), user as *mut u8, n) };
+            }
+        }
+        back.buf = user;
+        return (r, back);
+    }
     let mut ops = [o];
     let rc = shoal_plat::hypercall::net(&mut ops);
     o = ops[0];

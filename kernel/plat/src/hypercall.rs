@@ -7,7 +7,7 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use shoal_abi::{
-    ConsoleBufferArgs, ConsoleReadArgs, ConsoleWriteArgs, HaltArgs, Hypercall, NetArgs, NetOp, NetPollArgs, NetPollFd, PollArgs, ProtectArgs,
+    AliasArgs, AliasListArgs, AliasPair, ConsoleBufferArgs, ConsoleReadArgs, ConsoleWriteArgs, HaltArgs, Hypercall, NetArgs, NetOp, NetPollArgs, NetPollFd, PollArgs, ProtectArgs,
     SignalWordArgs,
 };
 #[cfg(not(test))]
@@ -58,8 +58,95 @@ fn raw<T>(call: Hypercall, _arg: &mut T) {
 /// Writes `bytes` to console stream `stream`; returns bytes written or a
 /// negative errno.
 pub fn console_write(stream: u64, bytes: &[u8]) -> i64 {
+    if needs_bounce(bytes.as_ptr() as u64, bytes.len() as u64) {
+        // Through a copy on this stack: see `needs_bounce`.
+        let mut done = 0usize;
+        let mut tmp = [0u8; 512];
+        while done < bytes.len() {
+            let n = (bytes.len() - done).min(tmp.len());
+            tmp[..n].copy_from_slice(&bytes[done..done + n]);
+            let r = console_write(stream, &tmp[..n]);
+            if r < 0 {
+                return if done == 0 { r } else { done as i64 };
+            }
+            done += r as usize;
+            if (r as usize) < n {
+                break;
+            }
+        }
+        return done as i64;
+    }
     let mut a = ConsoleWriteArgs { stream, buf: bytes.as_ptr() as u64, len: bytes.len() as u64, ret: 0 };
     raw(Hypercall::ConsoleWrite, &mut a);
+    a.ret
+}
+
+static ALIAS_CHECK: core::sync::atomic::AtomicPtr<()> = core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+
+/// Registers mm's answer to "does `[addr, addr + len)` touch a page that
+/// shows another page" ([`alias`]).
+pub fn set_alias_check(f: fn(u64, u64) -> bool) {
+    ALIAS_CHECK.store(f as *mut (), Ordering::SeqCst);
+}
+
+/// Whether a buffer handed to the tender must go through a copy: on hvt
+/// the VMM reads and writes guest memory by guest-physical address, which
+/// is the guest address everywhere but in pages that [`alias`] pointed at
+/// other pages (shared file mappings). spt's tender uses the guest's own
+/// addresses and needs no copy.
+pub fn needs_bounce(addr: u64, len: u64) -> bool {
+    if len == 0 || ENTRY.load(Ordering::Relaxed) != 0 || !crate::boot::booted() {
+        return false;
+    }
+    let f = ALIAS_CHECK.load(Ordering::SeqCst);
+    if f.is_null() {
+        return false;
+    }
+    // SAFETY: only set_alias_check stores here, always a fn(u64, u64) -> bool.
+    let f: fn(u64, u64) -> bool = unsafe { core::mem::transmute(f) };
+    f(addr, len)
+}
+
+/// [`alias`] for single pages, many at once (`pairs.len()` at most
+/// `shoal_abi::ALIAS_LIST_MAX`), all with protection `prot`; returns 0 or
+/// a negative errno (the pairs before the refused one are applied).
+pub fn alias_list(pairs: &[AliasPair], prot: u64) -> i64 {
+    let mut a = AliasListArgs { pairs: pairs.as_ptr() as u64, count: pairs.len() as u64, prot, ret: 0 };
+    raw(Hypercall::AliasList, &mut a);
+    #[cfg(not(test))]
+    if ENTRY.load(Ordering::Relaxed) == 0 {
+        // hvt: drop stale translations (also after a refusal part-way).
+        // SAFETY: as in `alias`.
+        unsafe {
+            core::arch::asm!("int3", in("rax") shoal_abi::HVT_TLB_FLUSH_MAGIC, options(nostack, preserves_flags));
+        }
+    }
+    a.ret
+}
+
+/// Whether a page must be re-backed in place before other pages can show
+/// it ([`alias`] with `src == dst`): on spt (the page must come from the
+/// tender's alias file), not on hvt (any guest-physical page can be shown
+/// anywhere). True without a tender too, so unit tests see the requests.
+pub fn needs_rebacking() -> bool {
+    !crate::boot::booted() || ENTRY.load(Ordering::Relaxed) != 0
+}
+
+/// Makes the guest pages `[dst, dst + len)` show the pages `[src, src +
+/// len)` with protection `prot` (`shoal_abi::AliasArgs`); `src == dst`
+/// gives them back their own memory. Returns 0 or a negative errno.
+pub fn alias(dst: u64, src: u64, len: u64, prot: u64) -> i64 {
+    let mut a = AliasArgs { dst, src, len, prot, ret: 0 };
+    raw(Hypercall::Alias, &mut a);
+    #[cfg(not(test))]
+    if a.ret == 0 && ENTRY.load(Ordering::Relaxed) == 0 {
+        // hvt: as after `protect`, drop stale translations.
+        // SAFETY: the VMM's #BP gate sees the magic in rax, only reloads
+        // CR3 and returns after the int3, preserving every register.
+        unsafe {
+            core::arch::asm!("int3", in("rax") shoal_abi::HVT_TLB_FLUSH_MAGIC, options(nostack, preserves_flags));
+        }
+    }
     a.ret
 }
 
@@ -109,6 +196,17 @@ pub fn fault_handler(entry: u64, armed: u64) -> i64 {
 /// bytes read, 0 at end of input, `-EAGAIN` when nothing is available now,
 /// or another negative errno.
 pub fn console_read(buf: &mut [u8]) -> i64 {
+    if needs_bounce(buf.as_ptr() as u64, buf.len() as u64) {
+        // Through a copy on this stack (see `needs_bounce`); a short read.
+        let mut tmp = [0u8; 512];
+        let n = buf.len().min(tmp.len());
+        let r = console_read(&mut tmp[..n]);
+        if r > 0 {
+            let r = (r as usize).min(n);
+            buf[..r].copy_from_slice(&tmp[..r]);
+        }
+        return r;
+    }
     let mut a = ConsoleReadArgs { buf: buf.as_mut_ptr() as u64, len: buf.len() as u64, ret: 0 };
     raw(Hypercall::ConsoleRead, &mut a);
     a.ret

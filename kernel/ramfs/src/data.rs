@@ -12,10 +12,17 @@
 //! `offset < base_len` and as zeros elsewhere (a hole). Together they make
 //! truncation, extension and writes past the end (sparse files) zero-fill
 //! exactly as Linux does, without storing the holes.
+//!
+//! Owned chunks are whole, page-aligned guest pages ([`Chunk`]) that stay
+//! where they are until the file drops them: a `MAP_SHARED` mapping of the
+//! file maps these very pages (`shoal_mm::file`), so loads and stores
+//! through the mapping and `read`/`write` touch the same bytes. Because a
+//! mapping may store past the end of the file in the last page, growing
+//! the file zeroes that page's tail first, so the invariant above holds.
 
-use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
-use alloc::vec::Vec;
+use core::alloc::Layout;
+use core::ptr::NonNull;
 use shoal_plat::Errno;
 
 /// Size of a storage chunk (one page).
@@ -33,17 +40,63 @@ pub struct FileData {
     /// How much of `base` is still part of the file (shrinks on truncate).
     base_len: u64,
     /// Owned pages, by page index.
-    chunks: BTreeMap<u64, Box<[u8]>>,
+    chunks: BTreeMap<u64, Chunk>,
     /// File size in bytes.
     size: u64,
 }
 
-fn new_chunk() -> Result<Box<[u8]>, Errno> {
-    let mut v: Vec<u8> = Vec::new();
-    v.try_reserve_exact(CHUNK).map_err(|_| Errno::ENOSPC)?;
-    v.resize(CHUNK, 0);
-    Ok(v.into_boxed_slice())
+/// One owned page of file data: a zero-filled, page-aligned page of the
+/// kernel heap, which never moves while the file holds it (shared mappings
+/// map it by address).
+#[derive(Debug)]
+pub struct Chunk(NonNull<u8>, bool);
+
+const CHUNK_LAYOUT: Layout = match Layout::from_size_align(CHUNK, CHUNK) {
+    Ok(l) => l,
+    Err(_) => panic!("page layout"),
+};
+
+impl Chunk {
+    fn new() -> Result<Chunk, Errno> {
+        // SAFETY: CHUNK_LAYOUT has a non-zero size.
+        let p = unsafe { alloc::alloc::alloc_zeroed(CHUNK_LAYOUT) };
+        NonNull::new(p).map(|p| Chunk(p, false)).ok_or(Errno::ENOSPC)
+    }
+
+    /// The page's address.
+    pub fn addr(&self) -> u64 {
+        self.0.as_ptr() as u64
+    }
 }
+
+impl core::ops::Deref for Chunk {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the chunk owns CHUNK initialised bytes at self.0.
+        unsafe { core::slice::from_raw_parts(self.0.as_ptr(), CHUNK) }
+    }
+}
+
+impl core::ops::DerefMut for Chunk {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in deref, and `&mut self` makes the access unique
+        // within the kernel (a shared mapping may store into the page too,
+        // but the program does not run while the kernel holds this).
+        unsafe { core::slice::from_raw_parts_mut(self.0.as_ptr(), CHUNK) }
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        // SAFETY: allocated in Chunk::new with CHUNK_LAYOUT, freed once.
+        unsafe { alloc::alloc::dealloc(self.0.as_ptr(), CHUNK_LAYOUT) }
+    }
+}
+
+// SAFETY: a Chunk owns its page like a Box does.
+unsafe impl Send for Chunk {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for Chunk {}
 
 impl FileData {
     /// An empty file.
@@ -113,9 +166,9 @@ impl FileData {
 
     /// The owned chunk for `page`, creating it (copy of the base page) if
     /// needed.
-    fn chunk_mut(&mut self, page: u64) -> Result<&mut Box<[u8]>, Errno> {
+    fn chunk_mut(&mut self, page: u64) -> Result<&mut Chunk, Errno> {
         if !self.chunks.contains_key(&page) {
-            let mut c = new_chunk()?;
+            let mut c = Chunk::new()?;
             let start = page * CHUNK64;
             if start < self.base_len {
                 let len = core::cmp::min(CHUNK64, self.base_len - start) as usize;
@@ -137,6 +190,9 @@ impl FileData {
         if end > MAX_FILE_SIZE {
             return Err(Errno::EFBIG);
         }
+        if off > self.size {
+            self.zero_tail();
+        }
         let mut done = 0usize;
         while done < data.len() {
             let pos = off + done as u64;
@@ -155,6 +211,41 @@ impl FileData {
         Ok(done)
     }
 
+    /// Zeroes the last page past the end of the file: a shared mapping may
+    /// have stored there, and growing must show zeros (called before the
+    /// file grows past a gap).
+    fn zero_tail(&mut self) {
+        let in_page = (self.size % CHUNK64) as usize;
+        if in_page != 0 {
+            if let Some(c) = self.chunks.get_mut(&(self.size / CHUNK64)) {
+                c[in_page..].fill(0);
+            }
+        }
+    }
+
+    /// The address of the owned page that holds offset `off` (page
+    /// aligned), made owned first (a copy of the archive's bytes, or zeros
+    /// for a hole), and whether it was never handed out for mapping
+    /// ([`FileData::page_handed_out`]); `None` when the page lies wholly past the end of the file. The
+    /// page stays at that address until the file drops it (truncation
+    /// below it, or the file's removal).
+    pub fn page_addr(&mut self, off: u64) -> Result<Option<(u64, bool)>, Errno> {
+        let page = off / CHUNK64;
+        if page.saturating_mul(CHUNK64) >= self.size {
+            return Ok(None);
+        }
+        let c = self.chunk_mut(page)?;
+        Ok(Some((c.addr(), !c.1)))
+    }
+
+    /// Records that the page holding `off` has been handed out for mapping
+    /// (so [`FileData::page_addr`] no longer calls it the first time).
+    pub fn page_handed_out(&mut self, off: u64) {
+        if let Some(c) = self.chunks.get_mut(&(off / CHUNK64)) {
+            c.1 = true;
+        }
+    }
+
     /// Sets the size to `size`: shrinking drops the contents past it,
     /// growing adds zeros.
     pub fn truncate(&mut self, size: u64) -> Result<(), Errno> {
@@ -171,6 +262,8 @@ impl FileData {
                     c[in_page..].fill(0);
                 }
             }
+        } else if size > self.size {
+            self.zero_tail();
         }
         self.size = size;
         Ok(())
@@ -180,6 +273,8 @@ impl FileData {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::boxed::Box;
+    use alloc::vec::Vec;
 
     fn leak(v: Vec<u8>) -> &'static [u8] {
         Box::leak(v.into_boxed_slice())
@@ -221,6 +316,36 @@ mod tests {
         assert_eq!(d.len(), 3 * CHUNK);
         assert_eq!(&d[..5], &[7u8; 5]);
         assert!(d[5..].iter().all(|&x| x == 0));
+    }
+
+    /// Issue 17 item 4: the pages shared mappings show are page aligned,
+    /// stay put and hold the file's bytes; what a mapping stored past the
+    /// end of the file is zeroed when the file grows over it.
+    #[test]
+    fn mappable_pages_stay_put_and_growth_zeroes_the_tail() {
+        let base: Vec<u8> = vec![7u8; CHUNK + 10];
+        let mut f = FileData::from_base(leak(base));
+        let (p1, first) = f.page_addr(CHUNK64 + 3).unwrap().unwrap();
+        assert!(first && p1 % CHUNK64 == 0);
+        assert_eq!(f.page_addr(CHUNK64).unwrap(), Some((p1, true)), "not handed out yet");
+        f.page_handed_out(CHUNK64 + 9);
+        assert_eq!(f.page_addr(CHUNK64).unwrap(), Some((p1, false)));
+        assert_eq!(f.page_addr(2 * CHUNK64).unwrap(), None, "past the end");
+        f.write(CHUNK64 + 5, b"xy").unwrap();
+        // SAFETY: the file's own page.
+        let page = unsafe { core::slice::from_raw_parts_mut(p1 as *mut u8, CHUNK) };
+        assert_eq!(&page[..12], b"\x07\x07\x07\x07\x07xy\x07\x07\x07\0\0");
+        // A mapping stores past the end; growing shows zeros there.
+        page[100] = 9;
+        f.truncate(CHUNK64 + 200).unwrap();
+        let mut b = [1u8; 1];
+        f.read(CHUNK64 + 100, &mut b);
+        assert_eq!(b, [0]);
+        page[300] = 9;
+        f.write(CHUNK64 + 400, b"z").unwrap();
+        f.read(CHUNK64 + 300, &mut b);
+        assert_eq!(b, [0], "write past a gap");
+        assert_eq!(f.page_addr(CHUNK64).unwrap(), Some((p1, false)), "never moved");
     }
 
     #[test]

@@ -216,6 +216,20 @@ pub struct Fs {
     inodes: BTreeMap<Ino, Inode>,
     next_ino: Ino,
     clock: fn() -> u64,
+    resized: Resized,
+}
+
+/// Which regular files changed size since the last [`Fs::take_resized`]
+/// (the shared mappings of a file follow its size: `shoal_mm::file`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Resized {
+    /// None.
+    #[default]
+    None,
+    /// This one.
+    One(Ino),
+    /// More than one.
+    Many,
 }
 
 /// Checks that `name` can be a directory entry.
@@ -233,7 +247,7 @@ impl Fs {
     /// An empty file system: a root directory (mode 0755) and nothing else.
     /// `clock` gives the time in nanoseconds since the epoch.
     pub fn new(clock: fn() -> u64) -> Fs {
-        let mut fs = Fs { inodes: BTreeMap::new(), next_ino: ROOT_INO, clock };
+        let mut fs = Fs { inodes: BTreeMap::new(), next_ino: ROOT_INO, clock, resized: Resized::None };
         let root = fs.alloc(Node::Dir(Dir::new(ROOT_INO)), 0o755);
         debug_assert_eq!(root, ROOT_INO);
         fs.inodes.get_mut(&root).expect("root").nlink = 2;
@@ -725,6 +739,33 @@ impl Fs {
         }
     }
 
+    fn note_resized(&mut self, ino: Ino) {
+        self.resized = match self.resized {
+            Resized::None => Resized::One(ino),
+            Resized::One(i) if i == ino => Resized::One(ino),
+            _ => Resized::Many,
+        };
+    }
+
+    /// The files that changed size since the last call (and forgets them).
+    pub fn take_resized(&mut self) -> Resized {
+        core::mem::take(&mut self.resized)
+    }
+
+    /// The address of the page-aligned page holding offset `off` of regular
+    /// file `ino`, which a shared mapping may map (see
+    /// [`FileData::page_addr`]); `None` past the end of the file.
+    pub fn page_addr(&mut self, ino: Ino, off: u64) -> Result<Option<(u64, bool)>, Errno> {
+        self.file_mut(ino)?.page_addr(off)
+    }
+
+    /// See [`FileData::page_handed_out`].
+    pub fn page_handed_out(&mut self, ino: Ino, off: u64) {
+        if let Ok(f) = self.file_mut(ino) {
+            f.page_handed_out(off);
+        }
+    }
+
     /// The contents of `ino` for inspection (tests, diagnostics).
     pub fn file_data(&self, ino: Ino) -> Result<&FileData, Errno> {
         self.file(ino)
@@ -761,7 +802,12 @@ impl Fs {
             return Ok(0);
         }
         let t = self.now();
-        let n = self.file_mut(ino)?.write(off, data)?;
+        let f = self.file_mut(ino)?;
+        let before = f.size();
+        let n = f.write(off, data)?;
+        if f.size() != before {
+            self.note_resized(ino);
+        }
         let i = self.inode_mut(ino)?;
         i.mtime = t;
         i.ctime = t;
@@ -774,7 +820,12 @@ impl Fs {
     /// `EINVAL` for others).
     pub fn truncate(&mut self, ino: Ino, size: u64) -> Result<(), Errno> {
         let t = self.now();
-        self.file_mut(ino)?.truncate(size)?;
+        let f = self.file_mut(ino)?;
+        let before = f.size();
+        f.truncate(size)?;
+        if size != before {
+            self.note_resized(ino);
+        }
         let i = self.inode_mut(ino)?;
         i.mtime = t;
         i.ctime = t;

@@ -504,8 +504,19 @@ fn empty_archive() -> Result<alloc::vec::Vec<u8>, shoal_plat::Errno> {
 
 /// Runs `f` on the process's file-system state (an empty root if `init`
 /// has not run).
+///
+/// When `f` changed the size of a file, the shared mappings of that file
+/// follow ([`shoal_mm::file::resized`]) before this returns: pages past a
+/// new end stop showing the file before its freed pages can be reused,
+/// pages inside a grown file start showing it.
 pub fn with<R>(f: impl FnOnce(&mut Vfs) -> R) -> R {
-    STATE.with(|s| f(s.get_or_insert_with(|| Vfs::new(empty_root()))))
+    let r = STATE.with(|s| f(s.get_or_insert_with(|| Vfs::new(empty_root()))));
+    match STATE.with(|s| s.as_mut().map_or(shoal_ramfs::Resized::None, |v| v.fs.take_resized())) {
+        shoal_ramfs::Resized::None => {}
+        shoal_ramfs::Resized::One(ino) => shoal_mm::file::resized(Some(ino)),
+        shoal_ramfs::Resized::Many => shoal_mm::file::resized(None),
+    }
+    r
 }
 
 #[cfg(test)]

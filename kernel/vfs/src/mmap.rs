@@ -42,13 +42,17 @@ fn read_at(ino: u64, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
     crate::with(|v| v.fs.read(ino, off, buf))
 }
 
-fn write_at(ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
-    crate::with(|v| {
-        let size = v.fs.size(ino)?;
-        let n = (size.saturating_sub(off) as usize).min(data.len());
-        v.fs.write(ino, off, &data[..n])
-    })
+fn size(ino: u64) -> Result<u64, Errno> {
+    crate::with(|v| v.fs.size(ino))
+}
+
+fn page(ino: u64, off: u64) -> Result<Option<(u64, bool)>, Errno> {
+    crate::with(|v| v.fs.page_addr(ino, off))
+}
+
+fn handed_out(ino: u64, off: u64) {
+    crate::with(|v| v.fs.page_handed_out(ino, off))
 }
 
 /// The table registered with mm at boot.
-pub static OPS: FileOps = FileOps { get, retain, release, read_at, write_at };
+pub static OPS: FileOps = FileOps { get, retain, release, read_at, size, page, handed_out };

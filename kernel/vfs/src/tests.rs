@@ -961,7 +961,18 @@ fn file_ops_for_mm() {
     let shoal_mm::file::Mappable::File(ino) = (ops.get)(fd, true).unwrap() else { panic!() };
     let mut b = [0u8; 4];
     assert_eq!((ops.read_at)(ino, 8, &mut b), Ok(2));
-    assert_eq!((ops.write_at)(ino, 8, b"XYZW"), Ok(2), "never past the end");
+    assert_eq!((ops.size)(ino), Ok(10));
+    // The page a shared mapping shows is the file's own storage.
+    let Ok(Some((page, true))) = (ops.page)(ino, 5) else { panic!("first hand-out") };
+    assert_eq!(page % 4096, 0);
+    assert_eq!((ops.page)(ino, 0), Ok(Some((page, true))), "same page, not handed out yet");
+    (ops.handed_out)(ino, 0);
+    assert_eq!((ops.page)(ino, 0), Ok(Some((page, false))), "handed out before");
+    assert_eq!((ops.page)(ino, 4096), Ok(None), "past the end");
+    with(|v| lseek(v, fd, 3, 0)).unwrap();
+    with(|v| write(v, fd, b"AB")).unwrap();
+    // SAFETY: the file's page, which the file keeps.
+    assert_eq!(unsafe { *((page + 3) as *const u8) }, b'A', "write lands in the page");
     (ops.release)(ino);
     let ro = with(|v| open(v, "/tmp/m", O_RDONLY, 0)).unwrap();
     assert_eq!((ops.get)(ro, true), Err(Errno::EACCES));

@@ -11,7 +11,8 @@ fuzz_target!(|data: &[u8]| {
         assert!(!segs.is_empty());
         for s in segs {
             assert!(s.vaddr >= shoal_abi_base());
-            assert!(s.data.len() as u64 <= s.memsz);
+            assert!(s.filesz <= s.memsz);
+            assert!(img.segment_bytes(s).is_ok_and(|b| b.len() as u64 == s.filesz));
             assert!(!(s.perms.write && s.perms.exec));
         }
         for w in segs.windows(2) {
