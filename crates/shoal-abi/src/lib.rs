@@ -194,7 +194,41 @@ pub struct BootInfo {
     pub volume_path: [u8; VOLUME_PATH_MAX],
     /// Largest archive the tender takes from [`Hypercall::VolumeSave`].
     pub volume_max: u64,
+    /// A fault to inject into a kernel component (`shoal run --inject`),
+    /// for tests and benchmarks of recovery; all zero: none.
+    pub inject: Inject,
+    /// `shoal run --rejuvenate-every`: reboot the rebootable kernel
+    /// components one by one, one every this many nanoseconds (software
+    /// rejuvenation); 0: never.
+    pub rejuvenate_ns: u64,
 }
+
+/// The kernel components, in the order of their numbers (index + 1) in
+/// [`Inject::component`] and in the kernel's recovery records (DESIGN §6).
+pub const COMPONENTS: [&str; 11] = ["plat", "mm", "sched", "vfs", "ramfs", "time", "process", "sysinfo", "user", "net", "syscall"];
+
+/// A fault the kernel injects into one of its components at the
+/// [`Inject::at`]-th call into it through the system-call table
+/// (`shoal run --inject COMPONENT:KIND@N`; ABI 10). The kernel treats the
+/// values as untrusted: an unknown component or kind injects nothing.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Inject {
+    /// 1 + the index of the component in [`COMPONENTS`]; 0: no injection.
+    pub component: u32,
+    /// What to inject ([`INJECT_PANIC`], [`INJECT_WILD_WRITE`]).
+    pub kind: u32,
+    /// At which call into the component, counting from 1.
+    pub at: u64,
+}
+
+/// [`Inject::kind`]: the component panics (a Rust `panic!`) inside the
+/// call.
+pub const INJECT_PANIC: u32 = 1;
+/// [`Inject::kind`]: the component writes to an address outside guest
+/// memory inside the call (a CPU fault: SIGSEGV on spt, a page fault on
+/// hvt).
+pub const INJECT_WILD_WRITE: u32 = 2;
 
 /// Room for [`BootInfo::volume_path`] (a longer guest path is refused by
 /// the tender).
@@ -317,6 +351,30 @@ pub enum Hypercall {
     /// [`Hypercall::Alias`] for many single pages at once:
     /// [`AliasListArgs`] (hvt: one exit and one TLB flush for the lot).
     AliasList = 14,
+    /// Tell the tender where the kernel takes back a CPU fault of its own
+    /// components: [`FaultHandlerArgs`] (ABI 10). When the guest faults at
+    /// an instruction in guest memory (spt: SIGSEGV, SIGBUS; hvt: a page or
+    /// general-protection fault) while the armed word is non-zero, the
+    /// tender resumes the guest at `entry` (at CPL 3 on hvt; `rdi` = the
+    /// signal, `rsi` = the faulting address, `rdx` = the faulting
+    /// instruction, the stack 128 bytes below the faulting one, aligned)
+    /// instead of ending the instance; the kernel reboots the failed
+    /// component.
+    FaultHandler = 15,
+}
+
+/// Arguments of [`Hypercall::FaultHandler`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FaultHandlerArgs {
+    /// Guest address of the kernel's fault entry
+    /// (`extern "C" fn(signal: u64, addr: u64, rip: u64) -> !`).
+    pub entry: u64,
+    /// Guest address of the 8-byte, 8-aligned armed word: non-zero while a
+    /// fault is the kernel's to handle.
+    pub armed: u64,
+    /// Out: 0, or a negative Linux errno.
+    pub ret: i64,
 }
 
 /// [`PreemptArgs::op`]: register the area and the entry.
@@ -411,13 +469,14 @@ impl Hypercall {
             12 => Some(Hypercall::Preempt),
             13 => Some(Hypercall::Alias),
             14 => Some(Hypercall::AliasList),
+            15 => Some(Hypercall::FaultHandler),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 15;
+pub const HYPERCALL_MAX: u64 = 16;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;
@@ -786,6 +845,7 @@ mod tests {
         assert_eq!(size_of::<NetOp>(), 72);
         assert_eq!(size_of::<NetPollFd>(), 8);
         assert_eq!(size_of::<Listener>(), 24);
+        assert_eq!(size_of::<Inject>(), 16);
         assert!(size_of::<BootInfo>() as u64 <= PHDR_OFFSET);
     }
 

@@ -125,6 +125,12 @@ enum Cmd {
         /// HOSTDIR's files at GUESTDIR in the guest; what the program leaves there is written back to HOSTDIR when it exits (not after a crash or a kill).
         #[arg(long, value_name = "HOSTDIR:GUESTDIR")]
         volume: Option<String>,
+        /// Make kernel COMPONENT fail at its N-th call, for tests of component recovery: COMPONENT:KIND@N, KIND panic or wild-write.
+        #[arg(long, value_name = "COMPONENT:KIND@N")]
+        inject: Option<String>,
+        /// Reboot the rebootable kernel components (time, sysinfo, user) one by one, one every SECONDS (software rejuvenation).
+        #[arg(long = "rejuvenate-every", value_name = "SECONDS")]
+        rejuvenate_every: Option<String>,
         /// The image.
         image: PathBuf,
         /// Arguments for the program (after `--`).
@@ -189,7 +195,7 @@ enum Cmd {
 /// `shoal run`: the options are checked and the image run by the same code
 /// as the lean `shoal-tender` command (crate `shoal-tender`).
 #[allow(clippy::too_many_arguments)]
-fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, mode: pool_cmd::MemMode, pool_fallback: bool, single_process: bool, net: (Vec<String>, Vec<String>, bool, Vec<String>, bool), volume: Option<String>, image: PathBuf, args: Vec<String>) -> Result<i32> {
+fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, mode: pool_cmd::MemMode, pool_fallback: bool, single_process: bool, net: (Vec<String>, Vec<String>, bool, Vec<String>, bool), volume: Option<String>, recover: (Option<String>, Option<String>), image: PathBuf, args: Vec<String>) -> Result<i32> {
     let tender = match tender {
         Tender::Spt => shoal_tender::Tender::Spt,
         Tender::Hvt => shoal_tender::Tender::Hvt,
@@ -198,7 +204,9 @@ fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, m
         .with_net(&net.0, &net.1, net.2)?
         .with_allow(&net.3)?
         .with_bind_any(net.4)?
-        .with_volume(volume.as_deref())?;
+        .with_volume(volume.as_deref())?
+        .with_inject(recover.0.as_deref())?
+        .with_rejuvenation(recover.1.as_deref())?;
     Ok(shoal_tender::run(&args)?)
 }
 
@@ -271,8 +279,8 @@ fn real_main() -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, single_process, publish, listen_fd, net_outbound, net_allow, net_bind_any, volume, image, args } => {
-            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, single_process, (publish, listen_fd, net_outbound, net_allow, net_bind_any), volume, image, args)
+        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, single_process, publish, listen_fd, net_outbound, net_allow, net_bind_any, volume, inject, rejuvenate_every, image, args } => {
+            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, single_process, (publish, listen_fd, net_outbound, net_allow, net_bind_any), volume, (inject, rejuvenate_every), image, args)
         }
         Cmd::Pool { which } => {
             pool_cmd::run(which)?;

@@ -154,6 +154,9 @@ pub struct Guest<'a> {
     /// Where a `VolumeSave` archive is kept until the guest has ended
     /// (`--volume`), and the largest taken; `None`: no volume (`ENOSYS`).
     pub volume: Option<(&'a std::cell::RefCell<Option<Vec<u8>>>, u64)>,
+    /// The kernel's fault entry and armed word (`FaultHandler`), once
+    /// registered; `None` as a field: not supported here (`ENOSYS`).
+    pub fault: Option<&'a std::cell::Cell<Option<(u64, u64)>>>,
 }
 
 /// How the run loop applies an `Alias` request: as [`ProtectFn`].
@@ -402,6 +405,24 @@ pub fn handle(
                         }
                         Err(_) => EFAULT,
                     }
+                }
+            };
+            put(g, call, arg, &a)
+        }
+        // Registered here, used by the run loop when the CPL-0 stub
+        // reports a fault (crate::hand_back).
+        Hypercall::FaultHandler => {
+            let mut a: shoal_abi::FaultHandlerArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            a.ret = match g.fault {
+                None => -i64::from(libc::ENOSYS),
+                Some(_) if !a.armed.is_multiple_of(8) => -i64::from(libc::EINVAL),
+                Some(_) if !g.mem.contains(GuestAddr(a.armed), 8) || !g.mem.contains(GuestAddr(a.entry), 1) => EFAULT,
+                Some(f) => {
+                    f.set(Some((a.entry, a.armed)));
+                    0
                 }
             };
             put(g, call, arg, &a)

@@ -339,6 +339,8 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
     let read_only = read_only_ranges(&image, &layout);
     let hz = shoal_loader::tsc::tsc_hz()?;
     let mut params = BootParams::new(TenderKind::Hvt, 0, Clock::now(hz))?;
+    params.inject = cfg.inject.unwrap_or_default();
+    params.rejuvenate_ns = cfg.rejuvenate_ns;
     if let Some(v) = &cfg.volume {
         params.volume_path = v.boot_path();
         // The whole volume archive lies in guest memory: it cannot be larger.
@@ -482,7 +484,8 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     };
     let kept = std::cell::RefCell::new(None);
     let volume = cfg.volume.as_ref().map(|_| (&kept, p.params.volume_max));
-    let guest = hypercall::Guest { mem: &mem, private: &vm.memory, read_only: &p.read_only, protect: Some(&apply), alias: Some(&alias), volume };
+    let fault_handler = std::cell::Cell::new(None);
+    let guest = hypercall::Guest { mem: &mem, private: &vm.memory, read_only: &p.read_only, protect: Some(&apply), alias: Some(&alias), volume, fault: Some(&fault_handler) };
     let mut buffer = None;
     // SIGTERM and SIGHUP go to the guest while it runs (crate::forward);
     // its word is forgotten before guest memory goes away.
@@ -551,6 +554,13 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
             Action::BlockedForever => break Outcome::BlockedForever,
             Action::Fault(report) => {
                 let (report, syscall) = recognise_syscall(&vm, &mem, report);
+                if !syscall {
+                    match hand_back(&vm, &mem, fault_handler.get(), &report) {
+                        Ok(true) => continue,
+                        Ok(false) => {}
+                        Err(e) => break Outcome::Stopped(e.to_string()),
+                    }
+                }
                 let cause = (report.vector == 14 && !syscall)
                     .then(|| x86::page_fault_cause(report.error_code, p.private.map.perm(report.cr2)));
                 break Outcome::Fault { report, cpu: true, syscall, cause };
@@ -597,6 +607,33 @@ fn vcpu_origin(vcpu: &kvm_ioctls::VcpuFd) -> Result<Origin, String> {
 /// which hvt points at [`x86::SYSCALL_TRAP`] (not present), so the report
 /// is a page fault there, with rcx = the address after the instruction; it
 /// is shown as the #UD hardware would give.
+/// Hands a CPU fault of guest code back to the guest's kernel when it
+/// asked for it (`Hypercall::FaultHandler`) and its armed word is set (as
+/// spt's crash handler does with a SIGSEGV): the vCPU returns to CPL 3 at
+/// the kernel's entry, on the faulting stack below its red zone, with the
+/// signal the fault stands for, the faulting address (`cr2` of a page
+/// fault) and the faulting instruction as arguments; the exception stub's
+/// stack is abandoned (the next exception starts it afresh). Only page and
+/// general-protection faults of an instruction in guest memory are handed
+/// back. A hostile guest gains nothing: it jumps to its own code at CPL 3
+/// with registers it chose.
+fn hand_back(vm: &vm::Vm, mem: &GuestMemory, handler: Option<(u64, u64)>, report: &FaultArgs) -> Result<bool, vm::KvmError> {
+    let Some((entry, armed)) = handler else { return Ok(false) };
+    if !matches!(report.vector, 13 | 14) {
+        return Ok(false);
+    }
+    if !matches!(mem.read_obj::<u64>(shoal_loader::GuestAddr(armed)), Ok(w) if w != 0) {
+        return Ok(false);
+    }
+    let new_sp = (report.rsp.wrapping_sub(128) & !15).wrapping_sub(8);
+    if !mem.contains(shoal_loader::GuestAddr(report.rip), 1) || !mem.contains(shoal_loader::GuestAddr(new_sp), 8) {
+        return Ok(false);
+    }
+    let addr = if report.vector == 14 { report.cr2 } else { 0 };
+    vm.resume_at_cpl3(entry, new_sp, [x86::vector_signal(report.vector) as u64, addr, report.rip])?;
+    Ok(true)
+}
+
 fn recognise_syscall(vm: &vm::Vm, mem: &GuestMemory, report: FaultArgs) -> (FaultArgs, bool) {
     let is_syscall_at = |rip: u64| {
         let mut insn = [0u8; 2];

@@ -249,6 +249,26 @@ impl Vm {
         Ok(())
     }
 
+    /// Resumes the vCPU at CPL 3 at `rip` with stack `rsp` and the first
+    /// three C arguments `args` (rdi, rsi, rdx), keeping the FS and GS
+    /// bases and every other register: how a fault is handed back to the
+    /// guest's kernel (`crate::hand_back`).
+    pub fn resume_at_cpl3(&self, rip: u64, rsp: u64, args: [u64; 3]) -> Result<(), KvmError> {
+        let mut sregs = self.vcpu.get_sregs().map_err(ioctl_err("read the special registers"))?;
+        sregs.cs = kvm_segment { selector: x86::USER_CS, type_: 0xb, present: 1, dpl: 3, db: 0, s: 1, l: 1, g: 1, avl: 0, unusable: 0, padding: 0, base: 0, limit: 0xffff_ffff };
+        sregs.ss = kvm_segment { selector: x86::USER_DS, type_: 0x3, db: 1, l: 0, ..sregs.cs };
+        self.vcpu.set_sregs(&sregs).map_err(ioctl_err("set the special registers"))?;
+        let mut regs = self.vcpu.get_regs().map_err(ioctl_err("read the registers"))?;
+        regs.rip = rip;
+        regs.rsp = rsp;
+        regs.rdi = args[0];
+        regs.rsi = args[1];
+        regs.rdx = args[2];
+        regs.rflags = x86::RFLAGS;
+        self.vcpu.set_regs(&regs).map_err(ioctl_err("set the registers"))?;
+        Ok(())
+    }
+
     /// Makes the guest's TSC read like the host's, so that the calibration
     /// pair in the boot info (host TSC, host realtime) holds in the guest.
     pub fn sync_tsc(&self) -> Result<(), KvmError> {

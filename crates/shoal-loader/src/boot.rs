@@ -102,6 +102,11 @@ pub struct BootParams {
     pub volume_path: [u8; shoal_abi::VOLUME_PATH_MAX],
     /// Largest archive the tender takes back (`VolumeSave`).
     pub volume_max: u64,
+    /// A fault to inject into a kernel component (`--inject`; all zero:
+    /// none).
+    pub inject: shoal_abi::Inject,
+    /// Rejuvenation period in nanoseconds (`--rejuvenate-every`; 0: none).
+    pub rejuvenate_ns: u64,
 }
 
 /// What the guest is told about the tender's standard input and output:
@@ -149,6 +154,8 @@ impl BootParams {
             console_flags: console_flags(),
             volume_path: [0; shoal_abi::VOLUME_PATH_MAX],
             volume_max: 0,
+            inject: shoal_abi::Inject::default(),
+            rejuvenate_ns: 0,
         })
     }
 }
@@ -301,6 +308,8 @@ pub fn write_boot_state(
         console_flags: params.console_flags,
         volume_path: params.volume_path,
         volume_max: params.volume_max,
+        inject: params.inject,
+        rejuvenate_ns: params.rejuvenate_ns,
     };
     mem.write_obj(GuestAddr(BOOT_INFO_ADDR), &info)
         .map_err(mem_err("boot info"))?;

@@ -35,6 +35,7 @@
 
 mod boot;
 pub mod hostdir;
+pub mod inject;
 mod image;
 mod layout;
 mod mem;
@@ -153,6 +154,11 @@ pub struct RunConfig {
     pub net: net::NetConfig,
     /// A host directory kept across runs (`--volume`; [`volume`]).
     pub volume: Option<volume::Volume>,
+    /// A fault to inject into a kernel component (`--inject`; [`inject`]).
+    pub inject: Option<shoal_abi::Inject>,
+    /// Reboot the rebootable kernel components one by one, one every this
+    /// many nanoseconds (`--rejuvenate-every`; [`inject::parse_period`]).
+    pub rejuvenate_ns: u64,
 }
 
 impl RunConfig {
@@ -174,6 +180,8 @@ impl RunConfig {
             stderr: None,
             net: net::NetConfig::default(),
             volume: None,
+            inject: None,
+            rejuvenate_ns: 0,
         }
     }
 }

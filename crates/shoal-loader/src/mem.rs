@@ -86,6 +86,8 @@ unsafe impl Pod for shoal_abi::ConsoleBufferArgs {}
 // SAFETY: as above (two 8-byte fields).
 unsafe impl Pod for shoal_abi::SignalWordArgs {}
 // SAFETY: as above (three 8-byte fields).
+unsafe impl Pod for shoal_abi::FaultHandlerArgs {}
+// SAFETY: as above (three 8-byte fields).
 unsafe impl Pod for shoal_abi::VolumeSaveArgs {}
 // SAFETY: as above (five 8-byte fields).
 unsafe impl Pod for shoal_abi::PreemptArgs {}

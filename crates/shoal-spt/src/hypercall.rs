@@ -162,6 +162,7 @@ fn name(nr: u64) -> &'static str {
         Some(Hypercall::Preempt) => "preempt",
         Some(Hypercall::Alias) => "alias",
         Some(Hypercall::AliasList) => "alias list",
+        Some(Hypercall::FaultHandler) => "fault handler",
         None => "unknown",
     }
 }
@@ -269,6 +270,19 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
                 -i64::from(libc::EFAULT)
             } else {
                 crate::signals::register_signal_word(a.addr);
+                0
+            };
+            put(arg, &a);
+        }
+        Some(Hypercall::FaultHandler) => {
+            let mut a: shoal_abi::FaultHandlerArgs = args(nr, arg, true);
+            let mem = guest_mem();
+            a.ret = if !a.armed.is_multiple_of(8) {
+                -i64::from(libc::EINVAL)
+            } else if !writable(a.armed, 8) || !mem.contains(GuestAddr(a.entry), 1) {
+                -i64::from(libc::EFAULT)
+            } else {
+                crate::signals::register_fault_handler(a.entry, a.armed, GuestMemory::LOW, mem.size());
                 0
             };
             put(arg, &a);

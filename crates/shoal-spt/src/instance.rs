@@ -108,6 +108,8 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     }
     params.listener_count = spec.listeners.len() as u64;
     params.net_flags = if spec.outbound { shoal_abi::NET_OUTBOUND } else { 0 } | if spec.bind_any { shoal_abi::NET_BIND_ANY } else { 0 };
+    params.inject = spec.inject;
+    params.rejuvenate_ns = spec.rejuvenate_ns;
     crate::net::install(policy);
     // The alias file comes right after the listening sockets and the bind
     // channel once the last step has closed everything else (crate::child).

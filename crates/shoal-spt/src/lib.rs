@@ -317,6 +317,8 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         listeners: listeners.iter().map(|(_, l)| *l).collect(),
         volume_path: cfg.volume.as_ref().map(|v| v.guest.as_bytes().to_vec()).unwrap_or_default(),
         volume_max,
+        inject: cfg.inject.unwrap_or_default(),
+        rejuvenate_ns: cfg.rejuvenate_ns,
     };
     let listener_fds: Vec<OwnedFd> = listeners.into_iter().map(|(fd, _)| fd).collect();
     let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };

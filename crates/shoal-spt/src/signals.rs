@@ -197,6 +197,62 @@ pub extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: 
     finish(libc::SIGSYS)
 }
 
+/// The kernel's fault entry (`Hypercall::FaultHandler`; 0: none).
+static FAULT_ENTRY: AtomicU64 = AtomicU64::new(0);
+/// The kernel's armed word, once registered.
+static FAULT_ARMED: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
+/// Guest memory `[lo, hi)`: only a fault of an instruction there is the
+/// guest's own (a fault in the tender's code is never handed back).
+static GUEST_LO: AtomicU64 = AtomicU64::new(0);
+static GUEST_HI: AtomicU64 = AtomicU64::new(0);
+
+/// Registers the kernel's fault entry and armed word (checked by the
+/// caller: `entry` in guest memory, `armed` an 8-aligned writable guest
+/// word) and guest memory's bounds.
+pub fn register_fault_handler(entry: u64, armed: u64, lo: u64, hi: u64) {
+    GUEST_LO.store(lo, Ordering::SeqCst);
+    GUEST_HI.store(hi, Ordering::SeqCst);
+    FAULT_ARMED.store(armed as *mut AtomicU64, Ordering::SeqCst);
+    FAULT_ENTRY.store(entry, Ordering::SeqCst);
+}
+
+/// Hands a SIGSEGV or SIGBUS of guest code back to the guest's kernel when
+/// it asked for it (`Hypercall::FaultHandler`) and its armed word is set:
+/// the guest resumes at the kernel's entry, on its own stack below the
+/// faulting frame's red zone, with the signal, the faulting address and
+/// the faulting instruction as arguments. Returns whether it did. This
+/// gives a hostile guest nothing: it could jump to any of its own code
+/// anyway, and everything it runs stays under the same filter.
+fn hand_back(sig: libc::c_int, addr: u64, ctx: *mut libc::c_void) -> bool {
+    let entry = FAULT_ENTRY.load(Ordering::SeqCst);
+    let armed = FAULT_ARMED.load(Ordering::SeqCst);
+    if entry == 0 || armed.is_null() || ctx.is_null() || !(sig == libc::SIGSEGV || sig == libc::SIGBUS) {
+        return false;
+    }
+    // SAFETY: `armed` was checked as an 8-aligned, writable guest word
+    // when registered; guest memory stays mapped for the process's life.
+    if unsafe { (*armed).load(Ordering::SeqCst) } == 0 {
+        return false;
+    }
+    // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO
+    // handler; returning from the handler loads the registers changed here.
+    let uc = unsafe { &mut *ctx.cast::<libc::ucontext_t>() };
+    let g = &mut uc.uc_mcontext.gregs;
+    let (rip, rsp) = (g[libc::REG_RIP as usize] as u64, g[libc::REG_RSP as usize] as u64);
+    let (lo, hi) = (GUEST_LO.load(Ordering::SeqCst), GUEST_HI.load(Ordering::SeqCst));
+    // The faulting code and the new stack must both be the guest's.
+    let new_sp = (rsp.wrapping_sub(128) & !15).wrapping_sub(8);
+    if !(lo..hi).contains(&rip) || !(lo + 4096..hi).contains(&new_sp) {
+        return false;
+    }
+    g[libc::REG_RIP as usize] = entry as i64;
+    g[libc::REG_RSP as usize] = new_sp as i64;
+    g[libc::REG_RDI as usize] = sig as i64;
+    g[libc::REG_RSI as usize] = addr as i64;
+    g[libc::REG_RDX as usize] = rip as i64;
+    true
+}
+
 /// The crash signals' handler.
 pub extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let (code, addr) = if info.is_null() {
@@ -206,6 +262,9 @@ pub extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *m
         let i = unsafe { &*info.cast::<SigInfo>() };
         (i.code as u32 as u64, i.addr)
     };
+    if hand_back(sig, addr, ctx) {
+        return;
+    }
     record(CRASH, sig as u64, code, addr, rip_of(ctx));
     finish(sig)
 }

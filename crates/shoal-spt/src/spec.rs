@@ -88,6 +88,11 @@ pub struct Spec {
     /// Largest volume archive taken back: the report memfd holds
     /// [`crate::VOLUME_HEADER`] + this many bytes after its first page.
     pub volume_max: u64,
+    /// A fault to inject into a kernel component (`--inject`; all zero:
+    /// none). Passed on to the kernel as is: the kernel checks it.
+    pub inject: shoal_abi::Inject,
+    /// Rejuvenation period in nanoseconds (`--rejuvenate-every`; 0: none).
+    pub rejuvenate_ns: u64,
 }
 
 /// Why a spec could not be read.
@@ -147,6 +152,10 @@ impl Spec {
         }
         bytes(&mut b, &self.volume_path);
         b.extend_from_slice(&self.volume_max.to_le_bytes());
+        b.extend_from_slice(&self.inject.component.to_le_bytes());
+        b.extend_from_slice(&self.inject.kind.to_le_bytes());
+        b.extend_from_slice(&self.inject.at.to_le_bytes());
+        b.extend_from_slice(&self.rejuvenate_ns.to_le_bytes());
         b
     }
 
@@ -195,10 +204,12 @@ impl Spec {
         }
         let volume_path = r.bytes()?.to_vec();
         let volume_max = r.u64()?;
+        let inject = shoal_abi::Inject { component: r.u32()?, kind: r.u32()?, at: r.u64()? };
+        let rejuvenate_ns = r.u64()?;
         if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || !r.0.is_empty() {
             return Err(SpecError::Corrupt);
         }
-        Ok(Spec { mem_size, mode, tsc_hz, supervised, archive_len, image_name, argv, env, pool, outbound, bind_any, listeners, volume_path, volume_max })
+        Ok(Spec { mem_size, mode, tsc_hz, supervised, archive_len, image_name, argv, env, pool, outbound, bind_any, listeners, volume_path, volume_max, inject, rejuvenate_ns })
     }
 }
 
@@ -268,6 +279,8 @@ mod tests {
             listeners: vec![shoal_abi::Listener { handle: -1, port: 80, sock_type: 1, family: 2, reserved: 0 }],
             volume_path: b"/data".to_vec(),
             volume_max: 64 << 20,
+            inject: shoal_abi::Inject { component: 6, kind: shoal_abi::INJECT_PANIC, at: 3 },
+            rejuvenate_ns: 500_000_000,
         }
     }
 

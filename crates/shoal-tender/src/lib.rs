@@ -67,6 +67,12 @@ pub enum ArgsError {
     /// `--volume` with `--single-process` on spt.
     #[error("--volume cannot be used with --single-process on spt: the waiting parent process writes the host directory when the instance ends")]
     VolumeSingleProcess,
+    /// An `--inject` that does not parse.
+    #[error(transparent)]
+    Inject(#[from] shoal_loader::inject::InjectError),
+    /// A `--rejuvenate-every` that does not parse.
+    #[error(transparent)]
+    Period(#[from] shoal_loader::inject::PeriodError),
     /// More than one image given.
     #[error("more than one image given ({0} and {1}); program arguments go after --")]
     TwoImages(PathBuf, PathBuf),
@@ -113,6 +119,10 @@ pub struct RunArgs {
     pub net_bind_any: bool,
     /// A host directory kept across runs (`--volume HOSTDIR:GUESTDIR`).
     pub volume: Option<shoal_loader::volume::Volume>,
+    /// A fault to inject into a kernel component (`--inject COMPONENT:KIND@N`).
+    pub inject: Option<shoal_loader::inject::Inject>,
+    /// `--rejuvenate-every SECONDS`, in nanoseconds (0: none).
+    pub rejuvenate_ns: u64,
     /// The image.
     pub image: PathBuf,
     /// The program's arguments (after `--`).
@@ -143,6 +153,9 @@ Runs one shoal image (the lean form of `shoal run`).
                              namespace; on the host's namespace the guest may take any free port)
   --volume HOSTDIR:GUESTDIR  HOSTDIR's files at GUESTDIR; what the program leaves there is written
                              back to HOSTDIR when it exits (not after a crash or a kill)
+  --inject COMPONENT:KIND@N  make kernel COMPONENT fail at its N-th call, KIND panic or wild-write
+                             (tests of component recovery)
+  --rejuvenate-every SECONDS reboot the rebootable kernel components one by one, one every SECONDS
 ";
 
 /// Parses a size: bytes, or a number with a K, M or G suffix.
@@ -195,7 +208,7 @@ impl RunArgs {
         if let Some(dir) = fs.as_ref().filter(|d| !d.is_dir()) {
             return Err(ArgsError::NoFsDir(dir.clone()));
         }
-        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, publish: Vec::new(), listen_fds: Vec::new(), net_outbound: false, net_allow: Vec::new(), net_bind_any: false, volume: None, image, args })
+        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, publish: Vec::new(), listen_fds: Vec::new(), net_outbound: false, net_allow: Vec::new(), net_bind_any: false, volume: None, inject: None, rejuvenate_ns: 0, image, args })
     }
 
     /// Parses `shoal-tender`'s arguments (without the program name).
@@ -207,6 +220,8 @@ impl RunArgs {
             (MemoryMode::Copy, false, false, None, Vec::new());
         let (mut publish, mut listen_fds, mut outbound, mut allow) = (Vec::new(), Vec::new(), false, Vec::new());
         let (mut volume, mut bind_any) = (None, false);
+        let mut inject = None;
+        let mut rejuvenate = None;
         while let Some(a) = it.next() {
             let text = a.to_string_lossy().into_owned();
             // `--opt=value` and `--opt value` are both accepted.
@@ -241,6 +256,8 @@ impl RunArgs {
                 "--net-allow" => allow.push(value("--net-allow")?),
                 "--net-bind-any" if inline.is_none() => bind_any = true,
                 "--volume" => volume = Some(value("--volume")?),
+                "--inject" => inject = Some(value("--inject")?),
+                "--rejuvenate-every" => rejuvenate = Some(value("--rejuvenate-every")?),
                 "--" => {
                     args.extend(it.by_ref());
                     break;
@@ -254,7 +271,7 @@ impl RunArgs {
         }
         let image = image.ok_or(ArgsError::NoImage)?;
         let a = RunArgs::new(tender, fs, &mem, env, mode, fallback, single, image, args)?;
-        a.with_net(&publish, &listen_fds, outbound)?.with_allow(&allow)?.with_bind_any(bind_any)?.with_volume(volume.as_deref()).map(Some)
+        a.with_net(&publish, &listen_fds, outbound)?.with_allow(&allow)?.with_bind_any(bind_any)?.with_volume(volume.as_deref())?.with_inject(inject.as_deref())?.with_rejuvenation(rejuvenate.as_deref()).map(Some)
     }
 
     /// Adds `--volume HOSTDIR:GUESTDIR` (HOSTDIR must exist; refused with
@@ -267,6 +284,20 @@ impl RunArgs {
             }
             self.volume = Some(v);
         }
+        Ok(self)
+    }
+
+    /// Adds `--inject COMPONENT:KIND@N` (a fault the kernel injects into
+    /// one of its components, for tests of recovery).
+    pub fn with_inject(mut self, spec: Option<&str>) -> Result<RunArgs, ArgsError> {
+        self.inject = spec.map(shoal_loader::inject::parse).transpose()?;
+        Ok(self)
+    }
+
+    /// Adds `--rejuvenate-every SECONDS` (software rejuvenation of the
+    /// rebootable kernel components).
+    pub fn with_rejuvenation(mut self, period: Option<&str>) -> Result<RunArgs, ArgsError> {
+        self.rejuvenate_ns = period.map(shoal_loader::inject::parse_period).transpose()?.unwrap_or(0);
         Ok(self)
     }
 
@@ -318,6 +349,8 @@ impl RunArgs {
         cfg.net.allow = self.net_allow.clone();
         cfg.net.bind_any = self.net_bind_any;
         cfg.volume = self.volume.clone();
+        cfg.inject = self.inject;
+        cfg.rejuvenate_ns = self.rejuvenate_ns;
         cfg.net.listen_fds = self
             .listen_fds
             .iter()
@@ -408,6 +441,12 @@ mod tests {
         assert_eq!(msg(&["--volume", "/tmp", "img"]), "--volume /tmp: expected HOSTDIR:GUESTDIR (GUESTDIR absolute)");
         assert_eq!(msg(&["--volume", "/tmp:/data", "--single-process", "img"]), ArgsError::VolumeSingleProcess.to_string());
         assert!(parse(&["--volume", "/tmp:/data", "--single-process", "--tender", "hvt", "img"]).is_ok());
+        assert_eq!(msg(&["--inject", "disk:panic@1", "img"]).lines().count(), 1);
+        assert!(msg(&["--inject", "time:hang@1", "img"]).contains("not implemented yet"));
+        assert!(msg(&["--rejuvenate-every", "0", "img"]).starts_with("--rejuvenate-every 0: expected seconds"));
+        assert_eq!(parse(&["--rejuvenate-every", "0.25", "img"]).unwrap().unwrap().rejuvenate_ns, 250_000_000);
+        let a = parse(&["--inject=time:panic@2", "img"]).unwrap().unwrap();
+        assert_eq!(a.inject, Some(shoal_loader::inject::Inject { component: 6, kind: 1, at: 2 }));
         assert_eq!(parse_size("1000").unwrap(), 4096);
         assert_eq!(parse_size("64M").unwrap(), 64 << 20);
         assert_eq!(parse_size("1g").unwrap(), 1 << 30);

@@ -25,7 +25,7 @@
 //! split unwind tables per library), `.note.GNU-stack`, `.note.gnu.property`
 //! and build ids.
 
-use shoal_manifest::LibraryInfo;
+use shoal_manifest::{LibraryInfo, LibraryKind};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -141,7 +141,19 @@ impl ScriptPlan {
         } else {
             inputs(l, sections, &exclude)
         };
-        let _ = writeln!(s, "  {name} {}{noload} : {{ {body}{extra} }} :{phdr}", self.placement(&name, &l.info.name));
+        // A kernel component's regions are bracketed by symbols
+        // (`__shoal_region_LIB_KIND_start`, `…_end` for text, data and
+        // bss): the kernel's `recover` component attributes a call to the
+        // component whose code it enters, and snapshots and restores the
+        // writable regions to reboot the component alone (DESIGN §6).
+        let (open, close) = match (kind, l.info.kind) {
+            ("text" | "data" | "bss", LibraryKind::Kernel) if l.info.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') => {
+                let sym = format!("__shoal_region_{}_{kind}", l.info.name);
+                (format!("{sym}_start = .; "), format!(" {sym}_end = .;"))
+            }
+            _ => (String::new(), String::new()),
+        };
+        let _ = writeln!(s, "  {name} {}{noload} : {{ {open}{body}{extra}{close} }} :{phdr}", self.placement(&name, &l.info.name));
     }
 
     /// The linker script.
@@ -216,7 +228,6 @@ impl ScriptPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shoal_manifest::LibraryKind;
 
     fn lib(name: &str, inputs: &[&str], kind: LibraryKind) -> LibrarySpec {
         LibrarySpec {
@@ -258,6 +269,16 @@ mod tests {
     }
 
     #[test]
+    fn kernel_components_writable_regions_carry_bounds_symbols() {
+        let s = plan(true, None).script();
+        assert!(s.contains(".data.mm ALIGN(0x1000) : { __shoal_region_mm_data_start = .; *shoal-kernel.a:shoal_mm-*(.data .data.*) __shoal_region_mm_data_end = .; }"), "{s}");
+        assert!(s.contains(".bss.mm ALIGN(0x1000) (NOLOAD) : { __shoal_region_mm_bss_start = .; *shoal-kernel.a:shoal_mm-*(.bss .bss.* COMMON) __shoal_region_mm_bss_end = .; }"), "{s}");
+        assert!(s.contains(".text.mm ALIGN(0x1000) : { __shoal_region_mm_text_start = .; *shoal-kernel.a:shoal_mm-*(.text .text.*) __shoal_region_mm_text_end = .; }"), "{s}");
+        assert!(!s.contains("__shoal_region_mm_rodata"), "{s}");
+        assert!(!s.contains("__shoal_region_libc"), "only kernel components: {s}");
+    }
+
+    #[test]
     fn default_packs_and_a_map_fixes_addresses() {
         let s = plan(false, None).script();
         assert!(s.contains("  .text.mm  : {"), "{s}");
@@ -285,7 +306,7 @@ mod tests {
             "{s}"
         );
         // Other kinds are unchanged.
-        assert!(s.contains(".text.mm ALIGN(0x1000) : { *shoal-kernel.a:shoal_mm-*(.text .text.*) }"), "{s}");
+        assert!(s.contains(".text.mm ALIGN(0x1000) : { __shoal_region_mm_text_start = .; *shoal-kernel.a:shoal_mm-*(.text .text.*) __shoal_region_mm_text_end = .; }"), "{s}");
     }
 
     #[test]

@@ -106,6 +106,8 @@ pub fn info() -> BootInfo {
             console_flags: 0,
             volume_path: [0; shoal_abi::VOLUME_PATH_MAX],
             volume_max: 0,
+            inject: shoal_abi::Inject { component: 0, kind: 0, at: 0 },
+            rejuvenate_ns: 0,
         },
     })
 }

@@ -183,6 +183,15 @@ pub fn signal_word(addr: u64) -> i64 {
     a.ret
 }
 
+/// Registers the kernel's fault entry and armed word with the tender
+/// ([`shoal_abi::Hypercall::FaultHandler`]); 0, or a negative errno
+/// (`ENOSYS`: this tender cannot hand faults back).
+pub fn fault_handler(entry: u64, armed: u64) -> i64 {
+    let mut a = shoal_abi::FaultHandlerArgs { entry, armed, ret: 0 };
+    raw(Hypercall::FaultHandler, &mut a);
+    a.ret
+}
+
 /// Reads the tender's standard input into `buf` without blocking; returns
 /// bytes read, 0 at end of input, `-EAGAIN` when nothing is available now,
 /// or another negative errno.

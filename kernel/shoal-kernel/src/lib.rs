@@ -32,6 +32,7 @@ use shoal_net as _;
 use shoal_plat as _;
 use shoal_process as _;
 use shoal_ramfs as _;
+use shoal_recover as _;
 use shoal_sched as _;
 use shoal_syscall as _;
 use shoal_sysinfo as _;
@@ -82,6 +83,12 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
     shoal_net::init();
     shoal_net::host::init();
     shoal_syscall::preempt::init();
+    // Last: the snapshots are the components' state right after
+    // initialisation. Rebootable are the components whose state the
+    // snapshot restores whole (see shoal_recover); sysinfo's hook moves its
+    // random generator to a fresh stream, so a reboot never repeats bytes.
+    use shoal_recover::id;
+    shoal_recover::init(&[(id::TIME, None), (id::SYSINFO, Some(shoal_sysinfo::after_reboot)), (id::USER, None)]);
 }
 
 /// The personality routine the `.eh_frame` of the precompiled `core`
@@ -109,6 +116,16 @@ pub extern "C" fn _Unwind_Resume() -> ! {
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo) -> ! {
     use core::fmt::Write;
-    let _ = writeln!(shoal_plat::console::Stderr, "shoal: kernel panic: {info}");
+    // Inside a call into a rebootable component: recover reboots it and
+    // retries the call (does not return here).
+    shoal_recover::on_panic(info);
+    match shoal_recover::current() {
+        0 => {
+            let _ = writeln!(shoal_plat::console::Stderr, "shoal: kernel panic: {info}");
+        }
+        c => {
+            let _ = writeln!(shoal_plat::console::Stderr, "shoal: kernel panic in {}: {info}", shoal_recover::name(c));
+        }
+    }
     shoal_plat::halt(134)
 }

@@ -75,8 +75,36 @@ mod nr_net {
     pub const EPOLL_PWAIT2: u64 = 441;
 }
 
-fn lookup(n: u64) -> Option<SyscallFn> {
+/// The table's `match`, which also names the component of each entry (the
+/// `sys` module it calls into) for recover's gate: a new entry names its
+/// module, so the attribution cannot drift from the table.
+macro_rules! table {
+    ($n:expr; $($p:pat => $m:ident :: $f:ident,)*) => {
+        match $n {
+            $($p => (component!($m), $m::$f),)*
+            _ => return None,
+        }
+    };
+}
+
+/// The component of each `sys` module the table calls into.
+macro_rules! component {
+    (vfs) => { shoal_recover::id::VFS };
+    (net) => { shoal_recover::id::NET };
+    (mm) => { shoal_recover::id::MM };
+    (time) => { shoal_recover::id::TIME };
+    (sched) => { shoal_recover::id::SCHED };
+    (itimer) => { shoal_recover::id::SCHED };
+    (process) => { shoal_recover::id::PROCESS };
+    (ipc) => { shoal_recover::id::PROCESS };
+    (user) => { shoal_recover::id::USER };
+    (sysinfo) => { shoal_recover::id::SYSINFO };
+}
+
+/// The function for system call `n` and the component it belongs to.
+fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
     use nr_net as nn;
+    use shoal_sched::itimer;
     use shoal_mm::sys as mm;
     use shoal_net::sys as net;
     use shoal_process::ipc;
@@ -86,7 +114,7 @@ fn lookup(n: u64) -> Option<SyscallFn> {
     use shoal_time::sys as time;
     use shoal_user::sys as user;
     use shoal_vfs::sys as vfs;
-    let f: SyscallFn = match n {
+    let e: (shoal_recover::Component, SyscallFn) = table! { n;
         // files (vfs, ramfs behind it); reads and writes pass through net,
         // which serves its own descriptors and hands the rest to vfs
         nr::READ => net::read,
@@ -215,9 +243,9 @@ fn lookup(n: u64) -> Option<SyscallFn> {
         nr::CLOCK_GETRES => time::clock_getres,
         nr::GETTIMEOFDAY => time::gettimeofday,
         nr::TIME => time::time,
-        nr_time::GETITIMER => shoal_sched::itimer::getitimer,
-        nr_time::ALARM => shoal_sched::itimer::alarm,
-        nr_time::SETITIMER => shoal_sched::itimer::setitimer,
+        nr_time::GETITIMER => itimer::getitimer,
+        nr_time::ALARM => itimer::alarm,
+        nr_time::SETITIMER => itimer::setitimer,
         nr::NANOSLEEP => sched::nanosleep,
         nr_signal::PAUSE => sched::pause,
         nr_signal::RT_SIGSUSPEND => sched::rt_sigsuspend,
@@ -273,9 +301,8 @@ fn lookup(n: u64) -> Option<SyscallFn> {
         nr::UNAME => sysinfo::uname,
         nr::SYSINFO => sysinfo::sysinfo,
         nr::GETRANDOM => sysinfo::getrandom,
-        _ => return None,
     };
-    Some(f)
+    Some(e)
 }
 
 /// Numbers already reported as unknown (one bit each, numbers below 1024).
@@ -348,7 +375,9 @@ fn limits(n: u64, r: shoal_plat::SysResult) -> shoal_plat::SysResult {
 /// blocked are delivered before the result returns (`shoal_process::signal`).
 pub fn dispatch(n: u64, args: &Args) -> i64 {
     let r = match lookup(n) {
-        Some(f) => match limits(n, sigpipe(n, args, f(args))) {
+        // Through the gate of its component (recover: a rebootable
+        // component that fails is rebooted and the call retried).
+        Some((c, f)) => match limits(n, sigpipe(n, args, shoal_recover::call_in(c, f, args))) {
             Ok(v) => v as i64,
             Err(e) => e.to_ret(),
         },

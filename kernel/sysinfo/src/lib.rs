@@ -31,6 +31,18 @@ pub fn init() {
     RNG.with(|r| *r = Some(ChaCha20Rng::from_seed(seed)));
 }
 
+/// Runs after `recover` restored this component's post-initialisation
+/// snapshot for the `n`-th time: the generator is back at its first
+/// output, so it moves to stream `n` (ChaCha20's 64-bit stream number)
+/// of the same key: the bytes after a reboot never repeat earlier ones.
+pub fn after_reboot(n: u64) {
+    RNG.with(|r| {
+        if let Some(r) = r {
+            r.set_stream(n);
+        }
+    });
+}
+
 /// Fills `buf` with random bytes. Before `init` (host tests only) the
 /// generator is seeded with zeros.
 pub fn fill_random(buf: &mut [u8]) {

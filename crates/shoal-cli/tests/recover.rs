@@ -1,0 +1,179 @@
+//! Component recovery (issue 19, first slice; `kernel/recover`): a panic
+//! injected into a stateless kernel component (`shoal run --inject
+//! COMPONENT:panic@N`, which also overwrites the component's memory before
+//! panicking), or a wild write there (`wild-write`), reboots that
+//! component alone and the program goes on with correct results; a component that cannot be rebooted yet, and a fault in
+//! the application, still end the instance as before. The program is
+//! `apps/tests/recover.c`. Every test runs on each tender
+//! `common::tenders()` finds (hvt with a visible skip otherwise).
+
+mod common;
+use common::*;
+
+const ROUNDS: &str = "300";
+
+/// The reboot lines in `err` for `component`: each must have the form
+/// `shoal: rebooted COMPONENT in T µs (replayed 0 calls)`.
+fn reboot_lines(err: &str, component: &str) -> usize {
+    let prefix = format!("shoal: rebooted {component} in ");
+    err.lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .inspect(|rest| {
+            let (t, tail) = rest.split_once(' ').unwrap();
+            assert!(t.parse::<f64>().is_ok(), "reboot time `{t}` is not a number");
+            assert_eq!(tail, "µs (replayed 0 calls)");
+        })
+        .count()
+}
+
+#[test]
+fn an_injected_panic_reboots_a_stateless_component_and_the_program_goes_on() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        for component in ["time", "sysinfo", "user"] {
+            // Early, and well into the run.
+            for at in ["1", "150"] {
+                let o = output(
+                    shoal_run(t)
+                        .arg("--inject")
+                        .arg(format!("{component}:panic@{at}"))
+                        .arg(&image)
+                        .args(["--", ROUNDS]),
+                );
+                let err = stderr(&o);
+                assert_eq!(o.status.code(), Some(0), "{t} {component}@{at}: {err}");
+                assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"), "{t} {component}@{at}: {err}");
+                assert!(
+                    err.contains(&format!("shoal: kernel panic in {component}: ")) && err.contains(&format!("injected fault: panic at call {at} into {component}")),
+                    "{t} {component}@{at}: {err}"
+                );
+                assert_eq!(reboot_lines(&err, component), 1, "{t} {component}@{at}: {err}");
+                assert!(!err.contains("panicked at") || err.matches("panicked at").count() == 1, "{t} {component}@{at}: {err}");
+            }
+        }
+    }
+}
+
+/// A wild write (a write outside guest memory) inside a stateless
+/// component: the tender hands the fault back to the kernel
+/// (`Hypercall::FaultHandler`; spt: the SIGSEGV, hvt: the page fault the
+/// CPL-0 stub reports), which reboots the component.
+#[test]
+fn an_injected_wild_write_reboots_the_component() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        for component in ["time", "sysinfo", "user"] {
+            let o = output(
+                shoal_run(t)
+                    .arg("--inject")
+                    .arg(format!("{component}:wild-write@20"))
+                    .arg(&image)
+                    .args(["--", ROUNDS]),
+            );
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(0), "{t} {component}: {err}");
+            assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"), "{t} {component}: {err}");
+            assert!(err.contains(&format!("shoal: fault in {component}: SIGSEGV (invalid memory access at 0x8, rip ")), "{t} {component}: {err}");
+            assert_eq!(reboot_lines(&err, component), 1, "{t} {component}: {err}");
+        }
+        // A component that cannot be rebooted yet: the usual crash.
+        let o = output(shoal_run(t).args(["--inject", "process:wild-write@3"]).arg(&image).args(["--", ROUNDS]));
+        assert_eq!(o.status.code(), Some(139), "{t}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "", "{t}");
+        assert_eq!(reboot_lines(&stderr(&o), "process"), 0, "{t}: {}", stderr(&o));
+    }
+}
+
+/// `--rejuvenate-every`: the rebootable components are rebooted one by
+/// one, in turn, while the program runs (here for at least 0.6 s, twelve
+/// periods of 0.05 s, so at least three reboots are due whatever the
+/// machine's speed), and its results stay right.
+#[test]
+fn rejuvenation_reboots_the_components_in_turn() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        let o = output(shoal_run(t).args(["--rejuvenate-every", "0.05"]).arg(&image).args(["--", ROUNDS, "0.6"]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{t}: {err}");
+        assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"), "{t}: {err}");
+        let counts: Vec<usize> = ["time", "sysinfo", "user"].iter().map(|c| reboot_lines(&err, c)).collect();
+        assert!(counts.iter().all(|n| *n >= 1), "{t}: every component in turn: {counts:?}\n{err}");
+        assert_eq!(counts.iter().sum::<usize>(), err.lines().count(), "{t}: only reboot lines: {err}");
+        // In turn: time, sysinfo, user, time, …
+        let order: Vec<&str> = err.lines().map(|l| l.split(' ').nth(2).unwrap()).collect();
+        for (i, c) in order.iter().enumerate() {
+            assert_eq!(*c, ["time", "sysinfo", "user"][i % 3], "{t}: {err}");
+        }
+    }
+}
+
+#[test]
+fn without_an_injection_nothing_is_rebooted() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        let o = output(shoal_run(t).arg(&image).args(["--", ROUNDS]));
+        assert_eq!(o.status.code(), Some(0), "{t}: {}", stderr(&o));
+        assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"));
+        assert_eq!(stderr(&o), "", "{t}");
+    }
+}
+
+#[test]
+fn a_panic_in_a_component_not_rebootable_yet_ends_the_instance_naming_it() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        let o = output(shoal_run(t).args(["--inject", "process:panic@3"]).arg(&image).args(["--", ROUNDS]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(134), "{t}: {err}");
+        assert_eq!(stdout(&o), "", "{t}");
+        assert!(err.contains("shoal: kernel panic in process: "), "{t}: {err}");
+        assert_eq!(reboot_lines(&err, "process"), 0, "{t}: {err}");
+    }
+}
+
+#[test]
+fn a_fault_in_the_application_still_ends_the_instance() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        let plain = output(shoal_run(t).arg(&image).args(["--", "crash"]));
+        let injected = output(shoal_run(t).args(["--inject", "user:panic@1"]).arg(&image).args(["--", "crash"]));
+        assert_eq!(plain.status.code(), Some(139), "{t}: {}", stderr(&plain));
+        assert_eq!(injected.status.code(), Some(139), "{t}: {}", stderr(&injected));
+        // The user component was rebooted (getuid answered 0), then the
+        // application's own null write ended the instance as usual.
+        assert_eq!(stdout(&plain), "uid 0\n");
+        assert_eq!(stdout(&injected), "uid 0\n");
+        assert_eq!(reboot_lines(&stderr(&injected), "user"), 1, "{t}: {}", stderr(&injected));
+    }
+}
+
+#[test]
+fn bad_inject_and_rejuvenate_flags_are_one_line_and_125() {
+    let dir = scratch();
+    let image = dir.path().join("none.img");
+    for (spec, needle) in [
+        ("time", "expected COMPONENT:KIND@N"),
+        ("disk:panic@1", "unknown component (one of: plat, mm,"),
+        ("time:hang@1", "fault kind `hang` is not supported"),
+        ("time:segv@1", "fault kind `segv` is not supported"),
+        ("time:panic@0", "N must be a call number"),
+        ("every=0", "--rejuvenate-every 0: expected seconds"),
+        ("every=soon", "--rejuvenate-every soon: expected seconds"),
+    ] {
+        let flag = if spec.starts_with("every=") { "--rejuvenate-every" } else { "--inject" };
+        let spec = spec.trim_start_matches("every=");
+        let o = output(shoal().args(["run", flag, spec]).arg(&image));
+        assert_eq!(o.status.code(), Some(125), "{spec}: {}", stderr(&o));
+        assert_clean_error(&o, needle);
+        let o = output(std::process::Command::new(env!("CARGO_BIN_EXE_shoal-tender")).args([flag, spec]).arg(&image));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(125), "shoal-tender {spec}: {err}");
+        assert!(!err.contains("panicked") && err.lines().count() == 1 && err.contains(needle), "{spec}: {err}");
+    }
+}

@@ -1,0 +1,682 @@
+//! Kernel component `recover` (DESIGN §6, issue 19; VampOS, seed 003):
+//! reboots one failed kernel component while the application and the
+//! other components keep running.
+//!
+//! What it holds:
+//! - **Component memory.** shoal's linker script brackets each component's
+//!   code, data and bss with symbols (`__shoal_region_LIB_{text,data,bss}_{start,end}`,
+//!   `shoal-toolchain`'s `layout.rs`); [`init`] reads them, and right after
+//!   kernel initialisation takes a **snapshot** of the writable memory
+//!   (data + bss) of every component declared rebootable.
+//! - **The gate.** Every system call goes through [`call_in`] with the
+//!   component the table names for it (so a panic names it), counts calls per component (for
+//!   `--inject`), and for a rebootable component saves a return context
+//!   (a `setjmp`-like record of the callee-saved registers, the stack
+//!   pointer and the return address) before entering it.
+//! - **Failure detection and reboot.** The kernel's panic handler (in
+//!   `shoal-kernel`; `panic = "abort"`, so nothing unwinds) calls
+//!   [`on_panic`]: if the panic happened inside a gated call into a
+//!   rebootable component, the context is restored — the component's
+//!   frames are abandoned, and the stack below the gate is the caller's
+//!   again — the component's snapshot is copied back over its data and
+//!   bss (which also resets the borrow flags of its `Global` cells), its
+//!   after-reboot hook runs, and the call is retried once; a second failure
+//!   reboots it again and returns `EIO` to the application. Every reboot
+//!   prints `shoal: rebooted COMPONENT in T µs (replayed 0 calls)`.
+//!
+//! Rebootable so far: the components whose memory holds nothing the
+//! application can observe beyond what the snapshot restores (`time`,
+//! `sysinfo`, `user`; the list is `shoal-kernel`'s). `process` is not: it
+//! holds signal dispositions, resource limits and System V IPC objects,
+//! which need the call log and replay of stateful components (not built
+//! yet). A panic in any other component ends the instance as before, now
+//! naming the component.
+//!
+//! What a reboot does not undo: heap blocks the failed call allocated
+//! (leaked), and `Global` cells of *other* components that the failed call
+//! held borrowed (a later use panics in turn). A CPU fault in the call
+//! (a wild write) comes back the same way when the tender hands it to
+//! `shoal_recover_fault` (`Hypercall::FaultHandler`); a hang is not
+//! detected yet.
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
+
+use alloc::vec::Vec;
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
+use shoal_abi::COMPONENTS;
+use shoal_plat::{Args, Errno, Global, SysResult, SyscallFn};
+
+/// A kernel component: 1 + its index in [`shoal_abi::COMPONENTS`]; 0 is
+/// none (the application, or code outside every component).
+pub type Component = u8;
+
+/// The numbers of the components, by name (as in [`shoal_abi::COMPONENTS`]).
+pub mod id {
+    use super::Component;
+    /// `plat`.
+    pub const PLAT: Component = 1;
+    /// `mm`.
+    pub const MM: Component = 2;
+    /// `sched`.
+    pub const SCHED: Component = 3;
+    /// `vfs`.
+    pub const VFS: Component = 4;
+    /// `ramfs`.
+    pub const RAMFS: Component = 5;
+    /// `time`.
+    pub const TIME: Component = 6;
+    /// `process`.
+    pub const PROCESS: Component = 7;
+    /// `sysinfo`.
+    pub const SYSINFO: Component = 8;
+    /// `user`.
+    pub const USER: Component = 9;
+    /// `net`.
+    pub const NET: Component = 10;
+    /// `syscall`.
+    pub const SYSCALL: Component = 11;
+}
+
+/// A rebootable component and the hook that runs after its memory is
+/// restored (with the number of its reboots so far, 1 for the first).
+pub type Rebootable = (Component, Option<fn(u64)>);
+
+/// How many components there are.
+const N: usize = COMPONENTS.len();
+
+/// The component named `name`, or 0.
+pub fn by_name(name: &str) -> Component {
+    COMPONENTS.iter().position(|c| *c == name).map_or(0, |i| i as Component + 1)
+}
+
+/// The name of component `c` (`?` for none).
+pub fn name(c: Component) -> &'static str {
+    (c as usize).checked_sub(1).and_then(|i| COMPONENTS.get(i)).copied().unwrap_or("?")
+}
+
+/// An address range `[start, end)`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Range {
+    /// First address.
+    pub start: usize,
+    /// One past the last.
+    pub end: usize,
+}
+
+impl Range {
+    fn len(&self) -> usize {
+        self.end.saturating_sub(self.start)
+    }
+
+    fn contains(&self, a: usize) -> bool {
+        self.start <= a && a < self.end
+    }
+}
+
+/// A component's memory regions in the image.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Regions {
+    /// Its code.
+    pub text: Range,
+    /// Its initialised writable data.
+    pub data: Range,
+    /// Its zero-initialised writable data.
+    pub bss: Range,
+}
+
+/// A cell written once by [`init`] (before the first system call) and only
+/// read afterwards.
+struct Once<T>(UnsafeCell<T>);
+
+// SAFETY: the kernel runs one flow of control at a time (see
+// `shoal_plat::Global`); the cell is written only by `init`, before any
+// reader exists.
+unsafe impl<T> Sync for Once<T> {}
+
+/// Every component's regions (all empty until [`init`]).
+static REGIONS: Once<[Regions; N]> = Once(UnsafeCell::new([Regions { text: Range { start: 0, end: 0 }, data: Range { start: 0, end: 0 }, bss: Range { start: 0, end: 0 } }; N]));
+
+fn regions() -> &'static [Regions; N] {
+    // SAFETY: written only in `init_with`, before the first system call;
+    // no `&mut` to it exists while this shared reference lives.
+    unsafe { &*REGIONS.0.get() }
+}
+
+/// The regions of every component, from the symbols of the linker script.
+#[cfg(not(test))]
+fn image_regions() -> [Regions; N] {
+    macro_rules! table {
+        ($($c:ident),*) => {{
+            let mut t = [Regions::default(); N];
+            $({
+                extern "C" {
+                    #[link_name = concat!("__shoal_region_", stringify!($c), "_text_start")]
+                    static TS: u8;
+                    #[link_name = concat!("__shoal_region_", stringify!($c), "_text_end")]
+                    static TE: u8;
+                    #[link_name = concat!("__shoal_region_", stringify!($c), "_data_start")]
+                    static DS: u8;
+                    #[link_name = concat!("__shoal_region_", stringify!($c), "_data_end")]
+                    static DE: u8;
+                    #[link_name = concat!("__shoal_region_", stringify!($c), "_bss_start")]
+                    static BS: u8;
+                    #[link_name = concat!("__shoal_region_", stringify!($c), "_bss_end")]
+                    static BE: u8;
+                }
+                let a = |p: *const u8| p as usize;
+                let i = by_name(stringify!($c)) as usize - 1;
+                t[i] = Regions {
+                    text: Range { start: a(&raw const TS), end: a(&raw const TE) },
+                    data: Range { start: a(&raw const DS), end: a(&raw const DE) },
+                    bss: Range { start: a(&raw const BS), end: a(&raw const BE) },
+                };
+            })*
+            t
+        }};
+    }
+    // Every entry of shoal_abi::COMPONENTS (checked by a unit test).
+    table!(plat, mm, sched, vfs, ramfs, time, process, sysinfo, user, net, syscall)
+}
+
+/// What [`init`] keeps per component.
+struct State {
+    /// The snapshot of data then bss of each rebootable component.
+    snapshots: [Option<Vec<u8>>; N],
+    /// What runs after a component's memory is restored, with the number
+    /// of its reboots so far (1 for the first).
+    hooks: [Option<fn(u64)>; N],
+    /// Reboots per component.
+    reboots: [u64; N],
+    /// TSC ticks per second (for the reboot time).
+    tsc_hz: u64,
+}
+
+static STATE: Global<State> = Global::new(State { snapshots: [const { None }; N], hooks: [None; N], reboots: [0; N], tsc_hz: 0 });
+
+/// Bit `c - 1` set: component `c` has a snapshot and can be rebooted.
+static REBOOTABLE: AtomicU16 = AtomicU16::new(0);
+/// The component the current system call entered (0: none).
+static CURRENT: AtomicU8 = AtomicU8::new(0);
+/// Non-zero while a gate's return context is saved and a failure may
+/// return to it. An 8-byte word: the spt tender reads it to decide whether
+/// a CPU fault is the kernel's to handle (`Hypercall::FaultHandler`).
+static ARMED: AtomicU64 = AtomicU64::new(0);
+/// Calls per component, through the system-call table.
+static CALLS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+/// `--inject`: the component (0: none) and the call number.
+static INJECT_COMPONENT: AtomicU8 = AtomicU8::new(0);
+static INJECT_AT: AtomicU64 = AtomicU64::new(0);
+static INJECT_KIND: AtomicU32 = AtomicU32::new(0);
+/// `--rejuvenate-every`: the period in TSC ticks (0: off), the next
+/// deadline, and the index of the component rebooted last.
+static REJUVENATE_TICKS: AtomicU64 = AtomicU64::new(0);
+static REJUVENATE_NEXT: AtomicU64 = AtomicU64::new(0);
+static REJUVENATE_LAST: AtomicU8 = AtomicU8::new(N as u8 - 1);
+
+/// The saved context of the armed gate: rbx, rbp, r12–r15, the stack
+/// pointer after the gate's return, and its return address.
+struct Context(UnsafeCell<[u64; 8]>);
+
+// SAFETY: one flow of control at a time (see `Once`); the context is
+// written by `shoal_recover_call` and read by `shoal_recover_unwind` only.
+unsafe impl Sync for Context {}
+
+static CONTEXT: Context = Context(UnsafeCell::new([0; 8]));
+
+// shoal_recover_call(body, arg, ctx): saves the callee-saved registers, the
+// stack pointer and the return address in ctx, calls body(arg) and returns
+// 0. shoal_recover_unwind(ctx) restores them and returns 1 from that
+// shoal_recover_call: to its caller, the call simply returned 1, with every
+// callee-saved register as the C ABI promises.
+core::arch::global_asm!(
+    ".section .text.shoal_recover_call,\"ax\",@progbits",
+    ".globl shoal_recover_call",
+    ".type shoal_recover_call,@function",
+    "shoal_recover_call:",
+    "    mov [rdx], rbx",
+    "    mov [rdx + 8], rbp",
+    "    mov [rdx + 16], r12",
+    "    mov [rdx + 24], r13",
+    "    mov [rdx + 32], r14",
+    "    mov [rdx + 40], r15",
+    "    lea rax, [rsp + 8]",
+    "    mov [rdx + 48], rax",
+    "    mov rax, [rsp]",
+    "    mov [rdx + 56], rax",
+    "    mov rax, rdi",
+    "    mov rdi, rsi",
+    "    sub rsp, 8",
+    "    call rax",
+    "    add rsp, 8",
+    "    xor eax, eax",
+    "    ret",
+    ".size shoal_recover_call, . - shoal_recover_call",
+    ".section .text.shoal_recover_unwind,\"ax\",@progbits",
+    ".globl shoal_recover_unwind",
+    ".type shoal_recover_unwind,@function",
+    "shoal_recover_unwind:",
+    "    mov rbx, [rdi]",
+    "    mov rbp, [rdi + 8]",
+    "    mov r12, [rdi + 16]",
+    "    mov r13, [rdi + 24]",
+    "    mov r14, [rdi + 32]",
+    "    mov r15, [rdi + 40]",
+    "    mov rsp, [rdi + 48]",
+    "    mov eax, 1",
+    "    jmp qword ptr [rdi + 56]",
+    ".size shoal_recover_unwind, . - shoal_recover_unwind",
+);
+
+extern "C" {
+    fn shoal_recover_call(body: extern "C" fn(*mut u8), arg: *mut u8, ctx: *mut [u64; 8]) -> u64;
+    fn shoal_recover_unwind(ctx: *const [u64; 8]) -> !;
+}
+
+/// Reads the component regions, snapshots the writable memory of the
+/// `rebootable` components (with the hook each runs after a reboot) and
+/// the `--inject` request from the boot information. Called once, at the
+/// end of kernel initialisation: the snapshot is the components' state
+/// right after it.
+#[cfg(not(test))]
+pub fn init(rebootable: &[Rebootable]) {
+    let bi = shoal_plat::boot::info();
+    init_with(image_regions(), rebootable, bi.tsc_hz);
+    let inj = bi.inject;
+    if inj.component != 0 {
+        let c = inj.component as usize;
+        if c > N || !matches!(inj.kind, shoal_abi::INJECT_PANIC | shoal_abi::INJECT_WILD_WRITE) || inj.at == 0 {
+            use core::fmt::Write;
+            let _ = writeln!(shoal_plat::console::Stderr, "shoal: ignoring an injection the kernel does not know (component {c}, kind {})", inj.kind);
+        } else {
+            INJECT_COMPONENT.store(c as Component, Relaxed);
+            INJECT_AT.store(inj.at, Relaxed);
+            INJECT_KIND.store(inj.kind, Relaxed);
+        }
+    }
+    if bi.rejuvenate_ns != 0 && bi.tsc_hz != 0 {
+        let ticks = ((bi.rejuvenate_ns as u128 * bi.tsc_hz as u128) / 1_000_000_000).clamp(1, u64::MAX as u128) as u64;
+        REJUVENATE_TICKS.store(ticks, Relaxed);
+        REJUVENATE_NEXT.store(shoal_plat::cpu::rdtsc().saturating_add(ticks), Relaxed);
+    }
+    // A CPU fault inside a gated call comes back to `shoal_recover_fault`
+    // (both tenders hand faults back; a tender that answers ENOSYS would
+    // end the instance as before).
+    let _ = shoal_plat::hypercall::fault_handler(shoal_recover_fault as *const () as u64, (&raw const ARMED) as u64);
+}
+
+/// [`init`] with the regions given.
+fn init_with(regions: [Regions; N], rebootable: &[Rebootable], tsc_hz: u64) {
+    // SAFETY: before the first system call; no reference to the table is
+    // alive (`regions()` is only called by the gate and the reboot).
+    unsafe { *REGIONS.0.get() = regions };
+    let mut mask = 0u16;
+    STATE.with(|s| {
+        s.tsc_hz = tsc_hz;
+        for &(c, hook) in rebootable {
+            let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) else { continue };
+            let r = regions[i];
+            let mut snap = Vec::with_capacity(r.data.len() + r.bss.len());
+            for range in [r.data, r.bss] {
+                // SAFETY: the range is the component's data or bss region
+                // (linker-script symbols), mapped and readable; nothing
+                // writes it during the copy.
+                snap.extend_from_slice(unsafe { core::slice::from_raw_parts(range.start as *const u8, range.len()) });
+            }
+            s.snapshots[i] = Some(snap);
+            s.hooks[i] = hook;
+            mask |= 1 << i;
+        }
+    });
+    REBOOTABLE.store(mask, Relaxed);
+}
+
+/// The component whose code holds address `a` (0: none): for faults
+/// reported with an instruction address. (The system-call gate names the
+/// component from the table instead: the compiler may copy a small
+/// function of one crate into another.)
+pub fn component_at(a: usize) -> Component {
+    regions().iter().position(|r| r.text.contains(a)).map_or(0, |i| i as Component + 1)
+}
+
+/// The component the current system call entered (0: none).
+pub fn current() -> Component {
+    CURRENT.load(Relaxed)
+}
+
+fn rebootable(c: Component) -> bool {
+    c != 0 && REBOOTABLE.load(Relaxed) & (1 << (c - 1)) != 0
+}
+
+/// Reboots so far of component `c`.
+pub fn reboots(c: Component) -> u64 {
+    (c as usize).checked_sub(1).filter(|i| *i < N).map_or(0, |i| STATE.with(|s| s.reboots[i]))
+}
+
+/// Runs `f` as a call into component `c`: records the component, counts
+/// the call, injects the `--inject` fault at its call, and for a
+/// rebootable component recovers from a panic (see the crate
+/// documentation).
+pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
+    if REJUVENATE_TICKS.load(Relaxed) != 0 && CURRENT.load(Relaxed) == 0 && ARMED.load(Relaxed) == 0 {
+        rejuvenate();
+    }
+    let prev = CURRENT.swap(c, Relaxed);
+    let n = match (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
+        Some(calls) => calls.fetch_add(1, Relaxed) + 1,
+        None => 0,
+    };
+    let inject = c != 0 && INJECT_COMPONENT.load(Relaxed) == c && INJECT_AT.load(Relaxed) == n;
+    // A gate inside a gate (a rebootable component's call never calls back
+    // into the table, so this does not happen today) runs unprotected: one
+    // saved context at a time.
+    let r = if rebootable(c) && ARMED.load(Relaxed) == 0 {
+        protected(c, f, args, inject, n)
+    } else {
+        if inject {
+            injected(c, n);
+        }
+        f(args)
+    };
+    CURRENT.store(prev, Relaxed);
+    r
+}
+
+/// The injected panic. For a rebootable component it first overwrites the
+/// component's whole data and bss with `0xa5` bytes, as a failing
+/// component may leave its state (its `Global` cells then read as
+/// borrowed, its values as garbage): the program's later results are right
+/// only if the reboot really restores the memory.
+/// Software rejuvenation (`--rejuvenate-every`): when the period has
+/// passed, reboots the next rebootable component in turn. Runs at the
+/// start of a system call made outside every component, so no component
+/// is active and none holds a reference into another's memory.
+fn rejuvenate() {
+    let now = shoal_plat::cpu::rdtsc();
+    if now < REJUVENATE_NEXT.load(Relaxed) {
+        return;
+    }
+    REJUVENATE_NEXT.store(now.saturating_add(REJUVENATE_TICKS.load(Relaxed)), Relaxed);
+    let mask = REBOOTABLE.load(Relaxed);
+    if mask == 0 {
+        return;
+    }
+    let mut i = REJUVENATE_LAST.load(Relaxed) as usize;
+    loop {
+        i = (i + 1) % N;
+        if mask & (1 << i) != 0 {
+            break;
+        }
+    }
+    REJUVENATE_LAST.store(i as u8, Relaxed);
+    reboot(i as Component + 1);
+}
+
+fn injected(c: Component, n: u64) -> ! {
+    let wild = INJECT_KIND.load(Relaxed) == shoal_abi::INJECT_WILD_WRITE;
+    if rebootable(c) {
+        let r = regions()[c as usize - 1];
+        for range in [r.data, r.bss] {
+            // SAFETY: the component's own writable regions; no reference
+            // into them is alive here (the gate has not entered the
+            // component's code yet) and the panic below keeps the
+            // component from running on this memory: the gate restores it.
+            unsafe { core::ptr::write_bytes(range.start as *mut u8, 0xa5, range.len()) };
+        }
+    }
+    if wild {
+        // SAFETY: deliberately not: address 8 lies below guest memory (the
+        // boot-info page is the lowest), so this write faults (SIGSEGV on
+        // spt, a page fault on hvt) and never lands anywhere.
+        unsafe { core::ptr::write_volatile(core::ptr::without_provenance_mut::<u64>(8), 0xa5) };
+    }
+    panic!("injected fault: panic at call {n} into {}", name(c))
+}
+
+/// Where the tender resumes the guest after a CPU fault in guest code
+/// while a gate is armed (`Hypercall::FaultHandler`; spt: SIGSEGV or
+/// SIGBUS, hvt: a page or general-protection fault), with the
+/// signal, the faulting address and instruction: the component the call
+/// entered failed; back to its gate, which reboots it. Not armed (a race
+/// with the tender's check cannot happen: one flow of control), the
+/// instance ends as the tender would have ended it.
+#[cfg_attr(test, allow(dead_code))]
+extern "C" fn shoal_recover_fault(sig: u64, addr: u64, rip: u64) -> ! {
+    use core::fmt::Write;
+    let what = match sig {
+        11 => "SIGSEGV",
+        7 => "SIGBUS",
+        _ => "signal",
+    };
+    let c = current();
+    if ARMED.load(Relaxed) != 0 && rebootable(c) {
+        let _ = writeln!(shoal_plat::console::Stderr, "shoal: fault in {}: {what} (invalid memory access at {addr:#x}, rip {rip:#x})", name(c));
+        abort_to_gate();
+    }
+    let _ = writeln!(shoal_plat::console::Stderr, "shoal: the guest crashed: {what} (invalid memory access at {addr:#x}, rip {rip:#x})");
+    // Straight to the tender: after a CPU fault nothing else of the
+    // kernel's (a volume's save) runs.
+    shoal_plat::hypercall::halt(128 + (sig & 0x7f) as i64)
+}
+
+/// What the gate hands to [`body`] across `shoal_recover_call`.
+struct Frame<'a> {
+    c: Component,
+    n: u64,
+    f: SyscallFn,
+    args: &'a Args,
+    inject: bool,
+    out: SysResult,
+}
+
+extern "C" fn body(p: *mut u8) {
+    // SAFETY: `protected` passes a pointer to its own `Frame`, alive for
+    // the whole call, and touches it only after `shoal_recover_call`
+    // returns.
+    let fr = unsafe { &mut *p.cast::<Frame>() };
+    if fr.inject {
+        injected(fr.c, fr.n);
+    }
+    fr.out = (fr.f)(fr.args);
+}
+
+/// Runs `f` with a saved return context; after a failure, reboots `c` and
+/// retries once; a second failure is `EIO`.
+fn protected(c: Component, f: SyscallFn, args: &Args, inject: bool, n: u64) -> SysResult {
+    let mut frame = Frame { c, n, f, args, inject, out: Err(Errno::EIO) };
+    for _ in 0..2 {
+        ARMED.store(1, Relaxed);
+        // SAFETY: `body` is a plain `extern "C" fn(*mut u8)` and the frame
+        // outlives the call. If the component fails, `abort_to_gate`
+        // returns here with 1: the frames above are abandoned (no
+        // destructor of theirs runs: what they held leaks, which is safe)
+        // and every callee-saved register holds what it held at the call.
+        let aborted = unsafe { shoal_recover_call(body, (&raw mut frame).cast(), CONTEXT.0.get()) };
+        ARMED.store(0, Relaxed);
+        if aborted == 0 {
+            return frame.out;
+        }
+        reboot(c);
+        frame.inject = false;
+    }
+    Err(Errno::EIO)
+}
+
+/// Returns to the armed gate as failed, if a gate is armed for a
+/// rebootable component; otherwise returns.
+fn abort_to_gate() {
+    if ARMED.swap(0, Relaxed) != 0 && rebootable(current()) {
+        // SAFETY: the gate is armed, so `CONTEXT` holds the context
+        // `shoal_recover_call` saved for the call still in progress below
+        // us on this stack.
+        unsafe { shoal_recover_unwind(CONTEXT.0.get()) }
+    }
+}
+
+/// Called by the kernel's panic handler: if the panic happened inside a
+/// call into a rebootable component, prints it, naming the component, and
+/// returns to the gate (which reboots the component and retries); else
+/// returns and the handler stops the instance.
+pub fn on_panic(info: &core::panic::PanicInfo) {
+    let c = current();
+    if ARMED.load(Relaxed) != 0 && rebootable(c) {
+        use core::fmt::Write;
+        let _ = writeln!(shoal_plat::console::Stderr, "shoal: kernel panic in {}: {info}", name(c));
+        abort_to_gate();
+    }
+}
+
+/// Restores component `c`'s post-initialisation snapshot, runs its hook
+/// and prints the reboot line; returns the time it took in nanoseconds.
+fn reboot(c: Component) -> u64 {
+    let i = c as usize - 1;
+    let t0 = shoal_plat::cpu::rdtsc();
+    let r = regions()[i];
+    let done = STATE.try_with(|s| {
+        let snap = s.snapshots[i].as_deref()?;
+        let mut off = 0;
+        for range in [r.data, r.bss] {
+            let part = snap.get(off..off + range.len())?;
+            // SAFETY: the range is the component's own data or bss region;
+            // the failed call's frames were abandoned, so no reference into
+            // the component's memory is alive, and no other flow of control
+            // runs.
+            unsafe { core::ptr::copy_nonoverlapping(part.as_ptr(), range.start as *mut u8, range.len()) };
+            off += range.len();
+        }
+        s.reboots[i] += 1;
+        Some((s.hooks[i], s.reboots[i], s.tsc_hz))
+    });
+    let Some(Some((hook, count, hz))) = done else {
+        use core::fmt::Write;
+        let _ = writeln!(shoal_plat::console::Stderr, "shoal: cannot reboot {}: its snapshot is unavailable", name(c));
+        shoal_plat::halt(134)
+    };
+    if let Some(h) = hook {
+        h(count);
+    }
+    let ticks = shoal_plat::cpu::rdtsc().wrapping_sub(t0);
+    let ns = if hz == 0 { 0 } else { (ticks as u128 * 1_000_000_000 / hz as u128) as u64 };
+    // Unit tests on the host have no tender to print to.
+    if shoal_plat::boot::booted() {
+        use core::fmt::Write;
+        let _ = writeln!(shoal_plat::console::Stderr, "shoal: rebooted {} in {}.{} µs (replayed 0 calls)", name(c), ns / 1000, ns % 1000 / 100);
+    }
+    ns
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_component_has_a_name_and_a_number() {
+        for (i, n) in COMPONENTS.iter().enumerate() {
+            assert_eq!(by_name(n) as usize, i + 1);
+            assert_eq!(name(i as Component + 1), *n);
+        }
+        assert_eq!(by_name("recover"), 0);
+        let ids = [id::PLAT, id::MM, id::SCHED, id::VFS, id::RAMFS, id::TIME, id::PROCESS, id::SYSINFO, id::USER, id::NET, id::SYSCALL];
+        for (i, c) in ids.iter().enumerate() {
+            assert_eq!(name(*c), COMPONENTS[i]);
+        }
+        assert_eq!(name(0), "?");
+        assert_eq!(name(N as Component + 1), "?");
+        // The table of image_regions() names every component.
+        let src = include_str!("lib.rs");
+        assert!(src.contains(&format!("table!({})", COMPONENTS.join(", "))));
+    }
+
+    static SEEN: AtomicU64 = AtomicU64::new(0);
+
+    extern "C" fn unwinds(p: *mut u8) {
+        // SAFETY: the test passes a pointer to a u64.
+        unsafe { *p.cast::<u64>() = 7 };
+        // SAFETY: the test's shoal_recover_call saved CONTEXT just below.
+        unsafe { shoal_recover_unwind(CONTEXT.0.get()) }
+    }
+
+    extern "C" fn returns(p: *mut u8) {
+        // SAFETY: the test passes a pointer to a u64.
+        unsafe { *p.cast::<u64>() = 9 };
+    }
+
+    /// The component memory of the gate test: 16 bytes of "data" and 16 of
+    /// "bss".
+    static mut MEM: [u8; 32] = [0; 32];
+
+    fn mem() -> &'static mut [u8; 32] {
+        // SAFETY: only the single gate test touches it.
+        unsafe { &mut *core::ptr::addr_of_mut!(MEM) }
+    }
+
+    fn fails_after_scribbling(_: &Args) -> SysResult {
+        mem().fill(0xee);
+        SEEN.fetch_add(1, Relaxed);
+        abort_to_gate();
+        unreachable!("the gate is armed")
+    }
+
+    fn fails_once(_: &Args) -> SysResult {
+        let seen = SEEN.fetch_add(1, Relaxed) + 1;
+        mem()[0] = 0xee;
+        if seen == 1 {
+            abort_to_gate();
+        }
+        Ok(mem()[0] as u64 + 1000)
+    }
+
+    fn hook(n: u64) {
+        mem()[31] = n as u8;
+    }
+
+    /// The context switch, snapshot, restore and retry, on the host: one
+    /// test, since they share the gate's global state.
+    #[test]
+    fn the_gate_reboots_a_failed_component_and_retries_once() {
+        let mut x = 0u64;
+        // SAFETY: `returns` and `unwinds` write the u64 they are given;
+        // CONTEXT is saved by the call before `unwinds` uses it.
+        assert_eq!(unsafe { shoal_recover_call(returns, (&raw mut x).cast(), CONTEXT.0.get()) }, 0);
+        assert_eq!(x, 9);
+        // SAFETY: as above; `unwinds` returns through the saved context.
+        assert_eq!(unsafe { shoal_recover_call(unwinds, (&raw mut x).cast(), CONTEXT.0.get()) }, 1);
+        assert_eq!(x, 7);
+
+        let m = mem();
+        for (i, b) in m.iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        let start = m.as_ptr() as usize;
+        let mut t = [Regions::default(); N];
+        let c = by_name("time");
+        t[c as usize - 1] = Regions {
+            text: Range::default(),
+            data: Range { start, end: start + 16 },
+            bss: Range { start: start + 16, end: start + 32 },
+        };
+        init_with(t, &[(c, Some(hook))], 1_000_000_000);
+        assert!(rebootable(c) && !rebootable(by_name("vfs")));
+
+        // A component that fails every time: rebooted twice, EIO.
+        assert_eq!(call_in(c, fails_after_scribbling, &Args::default()), Err(Errno::EIO));
+        assert_eq!(SEEN.load(Relaxed), 2);
+        assert_eq!(reboots(c), 2);
+        let expect: Vec<u8> = (0..31u8).chain([2]).collect();
+        assert_eq!(&m[..], &expect[..], "restored from the snapshot, then the hook ran with the reboot count");
+        assert_eq!(current(), 0);
+        assert_eq!(ARMED.load(Relaxed), 0);
+
+        // One that fails once: the retry's result reaches the caller.
+        SEEN.store(0, Relaxed);
+        assert_eq!(call_in(c, fails_once, &Args::default()), Ok(0xee + 1000));
+        assert_eq!(reboots(c), 3);
+
+        // An injected panic needs the kernel's panic handler; here the
+        // count that triggers it is checked instead.
+        assert_eq!(CALLS[c as usize - 1].load(Relaxed), 2);
+        // An ordinary call is not disturbed.
+        assert_eq!(call_in(c, |_| Ok(5), &Args::default()), Ok(5));
+    }
+}
