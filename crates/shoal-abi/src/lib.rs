@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 10;
+pub const ABI_VERSION: u32 = 11;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -209,7 +209,7 @@ pub const COMPONENTS: [&str; 11] = ["plat", "mm", "sched", "vfs", "ramfs", "time
 
 /// A fault the kernel injects into one of its components at the
 /// [`Inject::at`]-th call into it through the system-call table
-/// (`shoal run --inject COMPONENT:KIND@N`; ABI 10). The kernel treats the
+/// (`shoal run --inject COMPONENT:KIND@N`; ABI 11). The kernel treats the
 /// values as untrusted: an unknown component or kind injects nothing.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -352,7 +352,7 @@ pub enum Hypercall {
     /// [`AliasListArgs`] (hvt: one exit and one TLB flush for the lot).
     AliasList = 14,
     /// Tell the tender where the kernel takes back a CPU fault of its own
-    /// components: [`FaultHandlerArgs`] (ABI 10). When the guest faults at
+    /// components: [`FaultHandlerArgs`] (ABI 11). When the guest faults at
     /// an instruction in guest memory (spt: SIGSEGV, SIGBUS; hvt: a page or
     /// general-protection fault) while the armed word is non-zero, the
     /// tender resumes the guest at `entry` (at CPL 3 on hvt; `rdi` = the
