@@ -437,6 +437,34 @@ pub struct PreemptArea {
 /// Byte offset of [`PreemptArea::resume_rip`] (the entry reads it).
 pub const PREEMPT_RESUME_RIP_OFFSET: u64 = 16;
 
+/// Indices of [`PreemptArea`]'s fields as 8-byte words: the tenders reach
+/// the area through guest memory as an array of atomic words.
+pub mod preempt_word {
+    use super::PreemptArea;
+    use core::mem::offset_of;
+
+    /// [`PreemptArea::in_kernel`].
+    pub const IN_KERNEL: usize = 0;
+    /// [`PreemptArea::pending`].
+    pub const PENDING: usize = 1;
+    /// [`PreemptArea::resume_rip`].
+    pub const RESUME_RIP: usize = 2;
+    /// [`PreemptArea::runnable`].
+    pub const RUNNABLE: usize = 3;
+    /// [`PreemptArea::armed`].
+    pub const ARMED: usize = 4;
+    /// [`PreemptArea::ticks`].
+    pub const TICKS: usize = 5;
+
+    const _: () = assert!(offset_of!(PreemptArea, in_kernel) == IN_KERNEL * 8);
+    const _: () = assert!(offset_of!(PreemptArea, pending) == PENDING * 8);
+    const _: () = assert!(offset_of!(PreemptArea, resume_rip) == RESUME_RIP * 8);
+    const _: () = assert!(offset_of!(PreemptArea, runnable) == RUNNABLE * 8);
+    const _: () = assert!(offset_of!(PreemptArea, armed) == ARMED * 8);
+    const _: () = assert!(offset_of!(PreemptArea, ticks) == TICKS * 8);
+    const _: () = assert!(super::PREEMPT_RESUME_RIP_OFFSET as usize == RESUME_RIP * 8);
+}
+
 /// The signals a tender hands to its guest instead of acting on them
 /// itself: `SIGTERM` (a clean stop: servers save and exit) and `SIGHUP`.
 pub const FORWARDED_SIGNALS: [i32; 2] = [15, 1];

@@ -35,12 +35,7 @@ static TIMER_MADE: AtomicBool = AtomicBool::new(false);
 /// The thread that runs the vCPU.
 static RUN_TID: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
 
-const IN_KERNEL: usize = 0;
-const PENDING: usize = 1;
-const RESUME_RIP: usize = 2;
-const RUNNABLE: usize = 3;
-const ARMED: usize = 4;
-const AREA_TICKS: usize = 5;
+use shoal_abi::preempt_word::{ARMED, IN_KERNEL, PENDING, RESUME_RIP, RUNNABLE, TICKS as AREA_TICKS};
 /// Size of the area in bytes.
 pub const AREA_BYTES: u64 = core::mem::size_of::<shoal_abi::PreemptArea>() as u64;
 

@@ -30,12 +30,7 @@ static HIGH: AtomicU64 = AtomicU64::new(0);
 /// Ticks that reached the instance (reported to the waiting parent).
 static TICKS: core::sync::atomic::AtomicPtr<AtomicU64> = core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
 
-const IN_KERNEL: usize = 0;
-const PENDING: usize = 1;
-const RESUME_RIP: usize = 2;
-const RUNNABLE: usize = 3;
-const ARMED: usize = 4;
-const AREA_TICKS: usize = 5;
+use shoal_abi::preempt_word::{ARMED, IN_KERNEL, PENDING, RESUME_RIP, RUNNABLE, TICKS as AREA_TICKS};
 const AREA_WORDS: u64 = (core::mem::size_of::<shoal_abi::PreemptArea>() / 8) as u64;
 
 /// Sets guest memory's bounds and where ticks are counted for the parent
