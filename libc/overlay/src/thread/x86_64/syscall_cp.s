@@ -9,8 +9,10 @@
  * The labels __cp_begin, __cp_end and __cp_cancel are kept because
  * src/thread/pthread_cancel.c references them: its SIGCANCEL handler
  * redirects a thread interrupted between __cp_begin and __cp_end to
- * __cp_cancel.  shoal never delivers signals, so that handler never runs;
- * checking *cancel before the call is the whole behaviour.
+ * __cp_cancel.  shoal delivers signals at the end of system calls and,
+ * with more than one runnable thread, at a preemption tick that lands in
+ * program code: a SIGCANCEL taken between the labels is redirected as
+ * upstream; otherwise checking *cancel before the call does the work.
  *
  * Argument shuffle (SysV): in  rdi=cancel rsi=nr rdx=u rcx=v r8=w r9=x
  * 8(%rsp)=y 16(%rsp)=z; out rdi=nr rsi=u rdx=v rcx=w r8=x r9=y 8(%rsp)=z.
