@@ -191,6 +191,16 @@ fn put<T: shoal_loader::Pod>(g: &Guest<'_>, call: Hypercall, arg: GuestAddr, v: 
     }
 }
 
+/// Ends a hypercall whose handler answered `r`: its result written back
+/// into the argument structure `with_ret` makes (`Ok`), or the instance
+/// stopped (`Err`: the tender could not carry the request out).
+fn answer<T: shoal_loader::Pod>(g: &Guest<'_>, call: Hypercall, arg: GuestAddr, r: Result<i64, String>, with_ret: impl FnOnce(i64) -> T) -> Action {
+    match r {
+        Ok(ret) => put(g, call, arg, &with_ret(ret)),
+        Err(e) => Action::Stopped(e),
+    }
+}
+
 /// Decodes a write of `data` to I/O port `port`: which hypercall, and the
 /// guest address of its argument structure.
 pub fn decode(port: u16, data: &[u8]) -> Result<(Hypercall, GuestAddr), Refusal> {
@@ -432,34 +442,22 @@ pub fn handle(
                 Ok(a) => a,
                 Err(r) => return Action::Refused(r),
             };
-            let r = match g.protect {
-                Some(f) => f(&a),
-                None => Ok(-i64::from(libc::ENOSYS)),
-            };
-            match r {
-                Ok(r) => {
-                    a.ret = r;
-                    put(g, call, arg, &a)
-                }
-                Err(e) => Action::Stopped(e),
-            }
+            let r = g.protect.map_or(Ok(-i64::from(libc::ENOSYS)), |f| f(&a));
+            answer(g, call, arg, r, |ret| {
+                a.ret = ret;
+                a
+            })
         }
         Hypercall::Alias => {
             let mut a: shoal_abi::AliasArgs = match args(g, call, arg, true) {
                 Ok(a) => a,
                 Err(r) => return Action::Refused(r),
             };
-            let r = match g.alias {
-                Some(f) => f(&a),
-                None => Ok(-i64::from(libc::ENOSYS)),
-            };
-            match r {
-                Ok(r) => {
-                    a.ret = r;
-                    put(g, call, arg, &a)
-                }
-                Err(e) => Action::Stopped(e),
-            }
+            let r = g.alias.map_or(Ok(-i64::from(libc::ENOSYS)), |f| f(&a));
+            answer(g, call, arg, r, |ret| {
+                a.ret = ret;
+                a
+            })
         }
         Hypercall::AliasList => {
             let mut a: shoal_abi::AliasListArgs = match args(g, call, arg, true) {
@@ -484,13 +482,10 @@ pub fn handle(
             } else {
                 r = Ok(-i64::from(libc::ENOSYS));
             }
-            match r {
-                Ok(r) => {
-                    a.ret = r;
-                    put(g, call, arg, &a)
-                }
-                Err(e) => Action::Stopped(e),
-            }
+            answer(g, call, arg, r, |ret| {
+                a.ret = ret;
+                a
+            })
         }
         Hypercall::Fault => {
             // Only the CPL-0 stub reports CPU exceptions, from its own stack

@@ -182,7 +182,7 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     // filter was built for.
     let alias_fd = sys::memfd(c"shoal-alias").map_err(|e| ChildError::Setup(Errno::last(e)))?;
     let alias_fd = std::os::fd::IntoRawFd::into_raw_fd(alias_fd);
-    if alias_fd != FIRST_SOCKET_FD + n {
+    if alias_fd != p.net.alias_fd() {
         return Err(ChildError::Setup(Errno(libc::EBADF)));
     }
     // Sized to cover guest memory. Under an RLIMIT_FSIZE below that (a

@@ -113,8 +113,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     crate::net::install(policy);
     // The alias file comes right after the listening sockets and the bind
     // channel once the last step has closed everything else (crate::child).
-    let alias_fd = FIRST_SOCKET_FD + spec.listeners.len() as i32 + i32::from(spec.bind_any);
-    let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd };
+    let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd() };
     let filter = filter::program(policy, guest).map_err(SptError::from)?;
     let report = if spec.supervised {
         let fd = owned(spec::REPORT_FD);

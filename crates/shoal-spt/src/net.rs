@@ -82,6 +82,13 @@ impl NetPolicy {
     pub fn channel_fd(&self) -> Option<i32> {
         self.bind_any.then_some(FIRST_SOCKET_FD + self.listeners as i32)
     }
+
+    /// The alias memory file of shared file mappings (`crate::protect`):
+    /// the first descriptor after the listening sockets and the bind
+    /// channel.
+    pub fn alias_fd(&self) -> i32 {
+        FIRST_SOCKET_FD + self.listeners as i32 + i32::from(self.bind_any)
+    }
 }
 
 static LISTENERS: AtomicU32 = AtomicU32::new(0);
@@ -98,11 +105,11 @@ const WATCH_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | l
 const REPORTED: u32 = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP) as u32;
 
 /// The descriptor number of the watch set of an instance with policy
-/// `pol`: after its listening sockets, its bind channel (if any) and its
-/// alias memory file (`crate::protect`), so fixed before the guest runs
-/// and the seccomp filter can pin the epoll calls to it.
+/// `pol`: right after its alias memory file ([`NetPolicy::alias_fd`]), so
+/// fixed before the guest runs and the seccomp filter can pin the epoll
+/// calls to it.
 pub fn watch_fd(pol: &NetPolicy) -> i32 {
-    FIRST_SOCKET_FD + pol.listeners as i32 + i32::from(pol.bind_any) + 1
+    pol.alias_fd() + 1
 }
 
 /// Makes the watch set (in the instance, after every descriptor from
