@@ -94,11 +94,7 @@ pub struct AbiNote {
 
 impl AbiNote {
     /// The note for the current ABI.
-    pub const CURRENT: AbiNote = AbiNote {
-        magic: ABI_NOTE_MAGIC,
-        abi_version: ABI_VERSION,
-        reserved: 0,
-    };
+    pub const CURRENT: AbiNote = AbiNote { magic: ABI_NOTE_MAGIC, abi_version: ABI_VERSION, reserved: 0 };
 
     /// Parses a note from the raw bytes of its section, if they hold one.
     pub fn from_bytes(bytes: &[u8]) -> Option<AbiNote> {
@@ -111,11 +107,7 @@ impl AbiNote {
         version.copy_from_slice(&bytes[8..12]);
         let mut reserved = [0u8; 4];
         reserved.copy_from_slice(&bytes[12..16]);
-        Some(AbiNote {
-            magic: u64::from_le_bytes(magic),
-            abi_version: u32::from_le_bytes(version),
-            reserved: u32::from_le_bytes(reserved),
-        })
+        Some(AbiNote { magic: u64::from_le_bytes(magic), abi_version: u32::from_le_bytes(version), reserved: u32::from_le_bytes(reserved) })
     }
 }
 

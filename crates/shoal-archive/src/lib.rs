@@ -141,9 +141,7 @@ fn u64_at(b: &[u8], off: usize) -> Option<u64> {
 }
 
 fn valid_path(p: &[u8]) -> bool {
-    !p.is_empty()
-        && p.split(|&c| c == b'/')
-            .all(|part| !part.is_empty() && part != b"." && part != b".." && !part.contains(&0))
+    !p.is_empty() && p.split(|&c| c == b'/').all(|part| !part.is_empty() && part != b"." && part != b".." && !part.contains(&0))
 }
 
 fn parent(p: &[u8]) -> Option<&[u8]> {
@@ -166,10 +164,7 @@ impl<'a> Archive<'a> {
         let count = u32_at(bytes, 12).ok_or(ArchiveError::Truncated)?;
         let strings_off = u64_at(bytes, 16).ok_or(ArchiveError::Truncated)?;
         let strings_len = u64_at(bytes, 24).ok_or(ArchiveError::Truncated)?;
-        let entries_end = (count as usize)
-            .checked_mul(ENTRY_LEN)
-            .and_then(|n| n.checked_add(HEADER_LEN))
-            .ok_or(ArchiveError::Truncated)?;
+        let entries_end = (count as usize).checked_mul(ENTRY_LEN).and_then(|n| n.checked_add(HEADER_LEN)).ok_or(ArchiveError::Truncated)?;
         if entries_end > bytes.len() {
             return Err(ArchiveError::Truncated);
         }

@@ -386,10 +386,7 @@ fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
         let (nm, nsd) = mean_sd(&native_r[i]);
         let (sm, ssd) = mean_sd(&spt_r[i]);
         let ratio = sm / nm;
-        results.insert(
-            op.to_string(),
-            json!({"native_ns": {"mean": nm, "sd": nsd}, "spt_ns": {"mean": sm, "sd": ssd}, "ratio_spt_over_native": ratio}),
-        );
+        results.insert(op.to_string(), json!({"native_ns": {"mean": nm, "sd": nsd}, "spt_ns": {"mean": sm, "sd": ssd}, "ratio_spt_over_native": ratio}));
         rows.push((labels[i], nm, nsd, sm, ssd, ratio));
     }
     if as_json {

@@ -34,13 +34,17 @@ struct Row {
     same_output: bool,
 }
 
-
 /// Builds recipe `r`'s image at `image` (and its native twin) and, if a
 /// `pool` column is measured, adds the image to the library pool.
 fn prepare(paths: &shoal_toolchain::Paths, r: &recipe::Recipe, image: &Path, shoal: &Path, modes: &[String]) -> Result<recipe::Built> {
     let built = recipe::build(paths, r, image)?;
     if modes.iter().any(|m| m == "pool") {
-        let st = Command::new(shoal).args(["pool", "add"]).arg(&built.image).stdout(Stdio::null()).status().with_context(|| format!("cannot run {} pool add", shoal.display()))?;
+        let st = Command::new(shoal)
+            .args(["pool", "add"])
+            .arg(&built.image)
+            .stdout(Stdio::null())
+            .status()
+            .with_context(|| format!("cannot run {} pool add", shoal.display()))?;
         if !st.success() {
             bail!("shoal pool add {} failed", built.image.display());
         }

@@ -355,14 +355,8 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
             }
         }
     }
-    let setup = Setup {
-        shoal: std::env::current_exe()?,
-        tender: crate::bench::tender_binary().ok(),
-        image,
-        native,
-        bundle,
-        stderr_file: tmp.path().join("stderr"),
-    };
+    let setup =
+        Setup { shoal: std::env::current_exe()?, tender: crate::bench::tender_binary().ok(), image, native, bundle, stderr_file: tmp.path().join("stderr") };
 
     // An untimed warm-up run of each system checks that it works here.
     for s in systems.iter_mut().filter(|s| s.skipped.is_none()) {
@@ -397,10 +391,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
         let reasons: Vec<String> = systems.iter().map(|s| format!("{}: {}", s.kind.key(), s.skipped.as_deref().unwrap_or(""))).collect();
         return Err(crate::bench::BenchError::nothing_measured("boot", &reasons).into());
     }
-    let runc_med = systems
-        .iter()
-        .find(|s| s.kind == Kind::Runc && s.skipped.is_none())
-        .map(|s| (median(&s.first_ms), median(&s.exit_ms)));
+    let runc_med = systems.iter().find(|s| s.kind == Kind::Runc && s.skipped.is_none()).map(|s| (median(&s.first_ms), median(&s.exit_ms)));
     let med_first = |k: Kind| systems.iter().find(|s| s.kind == k && s.skipped.is_none()).map(|s| median(&s.first_ms));
     let goal: Vec<(Kind, Option<bool>, Option<f64>)> = [Kind::Spt, Kind::Hvt]
         .iter()
@@ -431,8 +422,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
             };
             out.insert(s.kind.key().to_string(), v);
         }
-        let goal_json: serde_json::Map<String, Value> =
-            goal.iter().map(|(k, ok, _)| (k.key().to_string(), json!(ok))).collect();
+        let goal_json: serde_json::Map<String, Value> = goal.iter().map(|(k, ok, _)| (k.key().to_string(), json!(ok))).collect();
         let report = json!({
             "program": "apps/hello.c",
             "runs": runs,
@@ -450,10 +440,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
         "shoal bench boot: apps/hello.c, {runs} runs of each, all systems alternating within each round; \
          ms from command start (median / p95)"
     );
-    println!(
-        "{:<16} {:>18} {:>18} {:>13} {:>12} {:>13}",
-        "system", "first stdout byte", "exit", "first / runc", "exit / runc", "minor faults"
-    );
+    println!("{:<16} {:>18} {:>18} {:>13} {:>12} {:>13}", "system", "first stdout byte", "exit", "first / runc", "exit / runc", "minor faults");
     let fmt_ratio = |r: Option<f64>| r.map(|r| format!("{r:.2}×")).unwrap_or_else(|| "—".into());
     for s in &systems {
         if let Some(why) = &s.skipped {

@@ -251,7 +251,10 @@ pub fn density(o: DensityOpts) -> Result<()> {
     }
     if let Some(r) = rows.iter().find(|r| r.config == "spt+pool") {
         let v = per(r.pss_kib + r.pte_kib, r.count);
-        println!("goal (issue 18): an idle spt instance with pool in at most {GOAL_KIB:.0} KiB (PSS + page tables): {v:.0} KiB measured ({})", if v <= GOAL_KIB { "met" } else { "not met" });
+        println!(
+            "goal (issue 18): an idle spt instance with pool in at most {GOAL_KIB:.0} KiB (PSS + page tables): {v:.0} KiB measured ({})",
+            if v <= GOAL_KIB { "met" } else { "not met" }
+        );
     }
     println!("(host: the drop of MemAvailable, which anything else running on the machine disturbs; PSS: summed over the instances' processes, pool pages once; PTE: their page tables, which PSS leaves out. Seed 002 Fig. 7: runc 3.9 MiB, gVisor 24.7, Nanos 23.8, OSv 31.4, Linux microVM 59.9 MiB per idle function.)");
     Ok(())

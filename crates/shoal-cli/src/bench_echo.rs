@@ -464,13 +464,7 @@ struct Stats {
 fn stats(runs: &[Vec<f64>]) -> Stats {
     let all: Vec<f64> = runs.iter().flatten().copied().collect();
     let averages: Vec<f64> = runs.iter().map(|r| mean_sd(r).0).collect();
-    Stats {
-        average: mean_sd(&all).0,
-        sd_of_run_averages: mean_sd(&averages).1,
-        p50: percentile(&all, 50.0),
-        p99: percentile(&all, 99.0),
-        samples: all.len(),
-    }
+    Stats { average: mean_sd(&all).0, sd_of_run_averages: mean_sd(&averages).1, p50: percentile(&all, 50.0), p99: percentile(&all, 99.0), samples: all.len() }
 }
 
 fn ratio(x: f64, base: f64) -> Option<f64> {
@@ -550,10 +544,8 @@ pub fn echo(o: EchoOpts) -> Result<()> {
         })
     };
 
-    let stat: Vec<[Option<Stats>; 2]> = systems
-        .iter()
-        .map(|s| if s.skipped.is_some() { [None, None] } else { [Some(stats(&s.runs[0])), Some(stats(&s.runs[1]))] })
-        .collect();
+    let stat: Vec<[Option<Stats>; 2]> =
+        systems.iter().map(|s| if s.skipped.is_some() { [None, None] } else { [Some(stats(&s.runs[0])), Some(stats(&s.runs[1]))] }).collect();
     let native_idx = systems.iter().position(|s| s.kind == Kind::Native).unwrap_or(0);
 
     if o.json {
@@ -566,10 +558,8 @@ pub fn echo(o: EchoOpts) -> Result<()> {
                     (Some(why), _) => json!({ "skipped": why }),
                     (None, None) => json!({ "skipped": "not measured" }),
                     (None, Some(x)) => {
-                        let per_run: Vec<Value> = s.runs[mi]
-                            .iter()
-                            .map(|r| json!({"average": mean_sd(r).0, "p50": percentile(r, 50.0), "p99": percentile(r, 99.0)}))
-                            .collect();
+                        let per_run: Vec<Value> =
+                            s.runs[mi].iter().map(|r| json!({"average": mean_sd(r).0, "p50": percentile(r, 50.0), "p99": percentile(r, 99.0)})).collect();
                         json!({
                             "label": s.kind.label(),
                             "average_ms": x.average,

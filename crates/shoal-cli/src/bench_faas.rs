@@ -41,15 +41,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 /// The experiments, in the order they run (`--only` names).
-pub const EXPERIMENTS: [&str; 7] = [
-    "cold-start",
-    "burst",
-    "startup-cost",
-    "idle-cpu",
-    "idle-memory",
-    "workloads",
-    "concurrency",
-];
+pub const EXPERIMENTS: [&str; 7] = ["cold-start", "burst", "startup-cost", "idle-cpu", "idle-memory", "workloads", "concurrency"];
 
 /// The backends, in the order of every table.
 pub const BACKENDS: [&str; 5] = ["spt", "hvt", "process", "runc", "runsc"];
@@ -89,33 +81,16 @@ pub enum FaasError {
     HeyBadLine { what: &'static str, line: String },
     /// An option's value makes no experiment possible.
     #[error("--{flag} {value}: {why}")]
-    BadOption {
-        flag: &'static str,
-        value: String,
-        why: &'static str,
-    },
+    BadOption { flag: &'static str, value: String, why: &'static str },
     /// A request to the gateway failed on the wire.
     #[error("{method} {path} on the gateway failed: {source}")]
-    Http {
-        method: String,
-        path: String,
-        source: std::io::Error,
-    },
+    Http { method: String, path: String, source: std::io::Error },
     /// The gateway's answer was not HTTP.
     #[error("{method} {path}: the gateway's answer is not HTTP: {line:?}")]
-    NotHttp {
-        method: String,
-        path: String,
-        line: String,
-    },
+    NotHttp { method: String, path: String, line: String },
     /// The gateway refused a management request.
     #[error("{method} {path}: the gateway answered {status}: {body}")]
-    Refused {
-        method: String,
-        path: String,
-        status: u16,
-        body: String,
-    },
+    Refused { method: String, path: String, status: u16, body: String },
     /// `shoal serve` did not come up.
     #[error("shoal serve did not start: {0}")]
     Gateway(String),
@@ -153,9 +128,8 @@ impl Stats {
 /// used, so the interval is never narrower than the exact one.
 pub fn t975(df: usize) -> f64 {
     const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-        2.052, 2.048, 2.045, 2.042,
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080,
+        2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
     ];
     match df {
         0 => f64::NAN,
@@ -188,11 +162,7 @@ pub fn stats(xs: &[f64]) -> Stats {
     let mut s: Vec<f64> = xs.to_vec();
     s.sort_by(f64::total_cmp);
     let n = xs.len();
-    let ci95 = if n >= 2 {
-        t975(n - 1) * sd / (n as f64).sqrt()
-    } else {
-        f64::NAN
-    };
+    let ci95 = if n >= 2 { t975(n - 1) * sd / (n as f64).sqrt() } else { f64::NAN };
     Stats {
         n,
         mean,
@@ -229,11 +199,7 @@ pub struct HeyResult {
 impl HeyResult {
     /// Answers with a 2xx status.
     pub fn ok(&self) -> u64 {
-        self.statuses
-            .iter()
-            .filter(|(s, _)| (200..300).contains(*s))
-            .map(|(_, n)| n)
-            .sum()
+        self.statuses.iter().filter(|(s, _)| (200..300).contains(*s)).map(|(_, n)| n).sum()
     }
 
     /// Successful requests per second (hey's Requests/sec counts failures too).
@@ -285,30 +251,15 @@ pub fn parse_hey(text: &str) -> Result<HeyResult, FaasError> {
             };
             continue;
         }
-        let bad = |what| FaasError::HeyBadLine {
-            what,
-            line: line.to_string(),
-        };
+        let bad = |what| FaasError::HeyBadLine { what, line: line.to_string() };
         match sec {
-            Sec::Other if t.starts_with("Total:") => {
-                total = Some(hey_value(t).ok_or_else(|| bad("Total"))?)
-            }
-            Sec::Other if t.starts_with("Requests/sec:") => {
-                rps = Some(hey_value(t).ok_or_else(|| bad("Requests/sec"))?)
-            }
+            Sec::Other if t.starts_with("Total:") => total = Some(hey_value(t).ok_or_else(|| bad("Total"))?),
+            Sec::Other if t.starts_with("Requests/sec:") => rps = Some(hey_value(t).ok_or_else(|| bad("Requests/sec"))?),
             // "NaN" when nothing was answered; parse() reads it as NaN.
-            Sec::Other if t.starts_with("Average:") => {
-                avg = Some(hey_value(t).ok_or_else(|| bad("Average"))?)
-            }
+            Sec::Other if t.starts_with("Average:") => avg = Some(hey_value(t).ok_or_else(|| bad("Average"))?),
             Sec::Latency if !t.is_empty() => {
-                let (pct, rest) = t
-                    .split_once("% in ")
-                    .ok_or_else(|| bad("latency distribution"))?;
-                let v: f64 = rest
-                    .split_whitespace()
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| bad("latency distribution"))?;
+                let (pct, rest) = t.split_once("% in ").ok_or_else(|| bad("latency distribution"))?;
+                let v: f64 = rest.split_whitespace().next().and_then(|v| v.parse().ok()).ok_or_else(|| bad("latency distribution"))?;
                 match pct.trim() {
                     "50" => p50 = Some(v),
                     "99" => p99 = Some(v),
@@ -317,17 +268,11 @@ pub fn parse_hey(text: &str) -> Result<HeyResult, FaasError> {
             }
             Sec::Status if !t.is_empty() => {
                 let (code, rest) = hey_bracket(t).ok_or_else(|| bad("status code"))?;
-                let n: u64 = rest
-                    .split_whitespace()
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| bad("status code"))?;
+                let n: u64 = rest.split_whitespace().next().and_then(|v| v.parse().ok()).ok_or_else(|| bad("status code"))?;
                 let code = u16::try_from(code).map_err(|_| bad("status code"))?;
                 *statuses.entry(code).or_insert(0) += n;
             }
-            Sec::Errors if !t.is_empty() => {
-                errors += hey_bracket(t).ok_or_else(|| bad("error distribution"))?.0
-            }
+            Sec::Errors if !t.is_empty() => errors += hey_bracket(t).ok_or_else(|| bad("error distribution"))?.0,
             _ => {}
         }
     }
@@ -355,10 +300,7 @@ struct Reply {
 
 impl Reply {
     fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     fn cold(&self) -> bool {
@@ -378,45 +320,24 @@ impl Reply {
 
 /// One HTTP/1.1 request on its own connection (`Connection: close`), read
 /// to the end: the time measured is the whole exchange, as a client sees it.
-fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<&[u8]>,
-    keep: bool,
-    timeout: Duration,
-) -> Result<Reply, FaasError> {
-    let wire = |source| FaasError::Http {
-        method: method.into(),
-        path: path.into(),
-        source,
-    };
+fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>, keep: bool, timeout: Duration) -> Result<Reply, FaasError> {
+    let wire = |source| FaasError::Http { method: method.into(), path: path.into(), source };
     let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(wire)?;
     s.set_read_timeout(Some(timeout)).map_err(wire)?;
     s.set_write_timeout(Some(timeout)).map_err(wire)?;
     let _ = s.set_nodelay(true);
     let b = body.unwrap_or_default();
-    let ct = if body.is_some() {
-        "Content-Type: application/json\r\n"
-    } else {
-        ""
-    };
+    let ct = if body.is_some() { "Content-Type: application/json\r\n" } else { "" };
     let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{ct}Content-Length: {}\r\n\r\n", b.len());
-    s.write_all(head.as_bytes())
-        .and_then(|_| s.write_all(b))
-        .map_err(wire)?;
+    s.write_all(head.as_bytes()).and_then(|_| s.write_all(b)).map_err(wire)?;
     let mut r = BufReader::with_capacity(1 << 16, s);
     let mut line = String::new();
     r.read_line(&mut line).map_err(wire)?;
-    let status = line
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|l| l.get(..3))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| FaasError::NotHttp {
-            method: method.into(),
-            path: path.into(),
-            line: line.trim().to_string(),
-        })?;
+    let status = line.strip_prefix("HTTP/1.1 ").and_then(|l| l.get(..3)).and_then(|c| c.parse().ok()).ok_or_else(|| FaasError::NotHttp {
+        method: method.into(),
+        path: path.into(),
+        line: line.trim().to_string(),
+    })?;
     let mut headers = Vec::new();
     loop {
         line.clear();
@@ -432,17 +353,8 @@ fn http(
         }
     }
     let mut body = Vec::new();
-    let bytes = if keep {
-        r.read_to_end(&mut body).map_err(wire)? as u64
-    } else {
-        std::io::copy(&mut r, &mut std::io::sink()).map_err(wire)?
-    };
-    Ok(Reply {
-        status,
-        headers,
-        body,
-        bytes,
-    })
+    let bytes = if keep { r.read_to_end(&mut body).map_err(wire)? as u64 } else { std::io::copy(&mut r, &mut std::io::sink()).map_err(wire)? };
+    Ok(Reply { status, headers, body, bytes })
 }
 
 // ------------------------------------------------------------------ gateway
@@ -463,75 +375,44 @@ struct Inst {
 impl Gateway {
     /// Starts `shoal serve` on 127.0.0.1, port 0, its stderr into `log`.
     fn start(shoal: &Path, log: &Path) -> Result<Gateway> {
-        let state = tempfile::Builder::new()
-            .prefix("shoal-bench-faas-state-")
-            .tempdir()
-            .context("cannot make a state directory")?;
+        let state = tempfile::Builder::new().prefix("shoal-bench-faas-state-").tempdir().context("cannot make a state directory")?;
         let mut child = Command::new(shoal)
             .args(["serve", "--listen", "127.0.0.1:0", "--state"])
             .arg(state.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(
-                std::fs::File::create(log)
-                    .with_context(|| format!("cannot create {}", log.display()))?,
-            )
+            .stderr(std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?)
             .spawn()
             .context("cannot start shoal serve")?;
         let mut out = BufReader::new(child.stdout.take().context("no stdout of shoal serve")?);
         let mut line = String::new();
         let _ = out.read_line(&mut line);
-        let addr = line
-            .strip_prefix("listening on http://")
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|a| a.parse().ok());
+        let addr = line.strip_prefix("listening on http://").and_then(|l| l.split_whitespace().next()).and_then(|a| a.parse().ok());
         let Some(addr) = addr else {
             let _ = child.kill();
             let _ = child.wait();
             let err = std::fs::read_to_string(log).unwrap_or_default();
-            return Err(FaasError::Gateway(format!(
-                "it said {:?}; its stderr: {}",
-                line.trim(),
-                err.trim()
-            ))
-            .into());
+            return Err(FaasError::Gateway(format!("it said {:?}; its stderr: {}", line.trim(), err.trim())).into());
         };
         // Keep draining stdout so the gateway never blocks on it.
         std::thread::spawn(move || {
             let _ = std::io::copy(&mut out, &mut std::io::sink());
         });
-        Ok(Gateway {
-            child,
-            addr,
-            _state: state,
-        })
+        Ok(Gateway { child, addr, _state: state })
     }
 
     /// A management request whose answer must be 2xx.
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Reply, FaasError> {
         let b = body.map(|v| v.to_string().into_bytes());
-        let r = http(
-            self.addr,
-            method,
-            path,
-            b.as_deref(),
-            true,
-            Duration::from_secs(60),
-        )?;
+        let r = http(self.addr, method, path, b.as_deref(), true, Duration::from_secs(60))?;
         if !(200..300).contains(&r.status) {
-            return Err(FaasError::Refused {
-                method: method.into(),
-                path: path.into(),
-                status: r.status,
-                body: r.text(),
-            });
+            return Err(FaasError::Refused { method: method.into(), path: path.into(), status: r.status, body: r.text() });
         }
         Ok(r)
     }
 
     fn deploy(&self, name: &str, settings: &Value) -> Result<(), FaasError> {
-        self.call("PUT", &format!("/functions/{name}"), Some(settings))
-            .map(|_| ())
+        self.call("PUT", &format!("/functions/{name}"), Some(settings)).map(|_| ())
     }
 
     /// Removes `name` (nothing if it is not deployed).
@@ -544,32 +425,19 @@ impl Gateway {
 
     fn instances(&self, name: &str) -> Result<Vec<Inst>> {
         let r = self.call("GET", "/instances", None)?;
-        let v: Value =
-            serde_json::from_slice(&r.body).context("GET /instances: the answer is not JSON")?;
+        let v: Value = serde_json::from_slice(&r.body).context("GET /instances: the answer is not JSON")?;
         Ok(v.as_array()
             .map(|a| a.as_slice())
             .unwrap_or_default()
             .iter()
             .filter(|i| i["function"] == name)
-            .filter_map(|i| {
-                Some(Inst {
-                    pid: i["pid"].as_u64()? as u32,
-                    addr: i["address"].as_str()?.parse().ok()?,
-                })
-            })
+            .filter_map(|i| Some(Inst { pid: i["pid"].as_u64()? as u32, addr: i["address"].as_str()?.parse().ok()? }))
             .collect())
     }
 
     /// Invokes `/fn/NAME{rest}` and returns the answer, whatever its status.
     fn invoke(&self, name: &str, rest: &str, keep: bool) -> Result<Reply, FaasError> {
-        http(
-            self.addr,
-            "GET",
-            &format!("/fn/{name}{rest}"),
-            None,
-            keep,
-            REQUEST_TIMEOUT,
-        )
+        http(self.addr, "GET", &format!("/fn/{name}{rest}"), None, keep, REQUEST_TIMEOUT)
     }
 
     /// Writes the instance output of `names` (`GET /functions/NAME/logs`)
@@ -577,10 +445,7 @@ impl Gateway {
     fn save_logs(&self, names: &[String], path: &Path) -> Result<()> {
         let mut all = Vec::new();
         for name in names {
-            all.extend(
-                self.call("GET", &format!("/functions/{name}/logs"), None)?
-                    .body,
-            );
+            all.extend(self.call("GET", &format!("/functions/{name}/logs"), None)?.body);
         }
         if let Some(d) = path.parent() {
             std::fs::create_dir_all(d)?;
@@ -591,20 +456,14 @@ impl Gateway {
     /// The running instances of any of `names`.
     fn instances_of(&self, names: &[String]) -> Result<Vec<Inst>> {
         let r = self.call("GET", "/instances", None)?;
-        let v: Value =
-            serde_json::from_slice(&r.body).context("GET /instances: the answer is not JSON")?;
+        let v: Value = serde_json::from_slice(&r.body).context("GET /instances: the answer is not JSON")?;
         let want: BTreeSet<&str> = names.iter().map(String::as_str).collect();
         Ok(v.as_array()
             .map(|a| a.as_slice())
             .unwrap_or_default()
             .iter()
             .filter(|i| i["function"].as_str().is_some_and(|f| want.contains(f)))
-            .filter_map(|i| {
-                Some(Inst {
-                    pid: i["pid"].as_u64()? as u32,
-                    addr: i["address"].as_str()?.parse().ok()?,
-                })
-            })
+            .filter_map(|i| Some(Inst { pid: i["pid"].as_u64()? as u32, addr: i["address"].as_str()?.parse().ok()? }))
             .collect())
     }
 
@@ -612,11 +471,7 @@ impl Gateway {
     /// processes are gone.
     fn clear_many(&self, names: &[String]) -> Result<()> {
         let kids = proc_children();
-        let pids: Vec<u32> = self
-            .instances_of(names)?
-            .iter()
-            .flat_map(|i| tree(&kids, i.pid))
-            .collect();
+        let pids: Vec<u32> = self.instances_of(names)?.iter().flat_map(|i| tree(&kids, i.pid)).collect();
         for name in names {
             self.remove(name)?;
         }
@@ -626,11 +481,7 @@ impl Gateway {
     /// Every process of `name`'s running instances.
     fn pids(&self, name: &str) -> Result<Vec<u32>> {
         let kids = proc_children();
-        Ok(self
-            .instances(name)?
-            .iter()
-            .flat_map(|i| tree(&kids, i.pid))
-            .collect())
+        Ok(self.instances(name)?.iter().flat_map(|i| tree(&kids, i.pid)).collect())
     }
 
     /// Removes `name` and waits until its instances' processes are gone.
@@ -734,21 +585,12 @@ fn cpu_ns(pids: &[u32]) -> u64 {
     for &pid in pids {
         if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
             for t in rd.flatten() {
-                let ns = std::fs::read_to_string(t.path().join("schedstat"))
-                    .ok()
-                    .and_then(|s| {
-                        s.split_whitespace()
-                            .next()
-                            .and_then(|v| v.parse::<u64>().ok())
-                    });
+                let ns = std::fs::read_to_string(t.path().join("schedstat")).ok().and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()));
                 total += ns.unwrap_or(0);
             }
         }
         if let Some(f) = stat_fields(pid) {
-            let ticks: u64 = [13, 14]
-                .iter()
-                .filter_map(|&i| f.get(i).and_then(|v| v.parse::<u64>().ok()))
-                .sum();
+            let ticks: u64 = [13, 14].iter().filter_map(|&i| f.get(i).and_then(|v| v.parse::<u64>().ok())).sum();
             total += ticks * 1_000_000_000 / tck;
         }
     }
@@ -758,20 +600,12 @@ fn cpu_ns(pids: &[u32]) -> u64 {
 /// Proportional set size (KiB) of `pid`.
 fn pss_kib(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("Pss:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    s.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 fn mem_available_kib() -> u64 {
     let s = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    s.lines().find_map(|l| l.strip_prefix("MemAvailable:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 // ---------------------------------------------------------------- functions
@@ -788,63 +622,26 @@ impl Fns {
     fn build(shoal: &Path, dir: &Path) -> Result<Fns> {
         let paths = shoal_toolchain::Paths::discover()?;
         let script = paths.home.join("apps/functions/build.sh");
-        say(&format!(
-            "building the example functions into {} (apps/functions/build.sh)",
-            dir.display()
-        ));
-        let o = Command::new("bash")
-            .arg(&script)
-            .arg(dir)
-            .env("SHOAL", shoal)
-            .stdin(Stdio::null())
-            .output()
-            .context("cannot run apps/functions/build.sh")?;
+        say(&format!("building the example functions into {} (apps/functions/build.sh)", dir.display()));
+        let o = Command::new("bash").arg(&script).arg(dir).env("SHOAL", shoal).stdin(Stdio::null()).output().context("cannot run apps/functions/build.sh")?;
         let err = String::from_utf8_lossy(&o.stderr);
         let tail: Vec<&str> = err.lines().rev().take(3).collect();
-        for f in [
-            "noop",
-            "noop.native",
-            "fib",
-            "matmul",
-            "alloc",
-            "static",
-            "fileread",
-            "fs/data.bin",
-        ] {
-            anyhow::ensure!(
-                dir.join(f).is_file(),
-                "apps/functions/build.sh did not make {} ({}): {}",
-                dir.join(f).display(),
-                o.status,
-                tail.join(" / ")
-            );
+        for f in ["noop", "noop.native", "fib", "matmul", "alloc", "static", "fileread", "fs/data.bin"] {
+            anyhow::ensure!(dir.join(f).is_file(), "apps/functions/build.sh did not make {} ({}): {}", dir.join(f).display(), o.status, tail.join(" / "));
         }
-        let lua_missing = if dir.join("lua").is_file()
-            && dir.join("lua.native").is_file()
-            && dir.join("lua-fs/handler.lua").is_file()
-        {
+        let lua_missing = if dir.join("lua").is_file() && dir.join("lua.native").is_file() && dir.join("lua-fs/handler.lua").is_file() {
             None
         } else if o.status.success() {
             Some("apps/functions/build.sh does not build the Lua runtime (OUT/lua, OUT/lua-fs/handler.lua)".to_string())
         } else {
-            Some(format!(
-                "apps/functions/build.sh failed before the Lua runtime was built: {}",
-                tail.join(" / ")
-            ))
+            Some(format!("apps/functions/build.sh failed before the Lua runtime was built: {}", tail.join(" / ")))
         };
-        Ok(Fns {
-            dir: dir.to_path_buf(),
-            lua_missing,
-        })
+        Ok(Fns { dir: dir.to_path_buf(), lua_missing })
     }
 
     /// Deploy settings of example `func` on `backend`, with `extra` on top.
     fn settings(&self, func: &str, backend: &str, extra: Value) -> Value {
-        let image = if backend == "spt" || backend == "hvt" {
-            self.dir.join(func)
-        } else {
-            self.dir.join(format!("{func}.native"))
-        };
+        let image = if backend == "spt" || backend == "hvt" { self.dir.join(func) } else { self.dir.join(format!("{func}.native")) };
         let mut v = json!({"image": image, "backend": backend, "keep_warm_ms": 3_600_000u64, "timeout_ms": REQUEST_TIMEOUT.as_millis() as u64});
         match func {
             "static" | "fileread" => v["fs"] = json!(self.dir.join("fs")),
@@ -930,11 +727,7 @@ fn warn_plot(r: Result<(), plot::PlotError>) {
 
 /// A markdown table.
 fn md_table(header: &[String], rows: &[Vec<String>]) -> String {
-    let mut s = format!(
-        "| {} |\n|{}|\n",
-        header.join(" | "),
-        header.iter().map(|_| "---").collect::<Vec<_>>().join("|")
-    );
+    let mut s = format!("| {} |\n|{}|\n", header.join(" | "), header.iter().map(|_| "---").collect::<Vec<_>>().join("|"));
     for r in rows {
         s.push_str(&format!("| {} |\n", r.join(" | ")));
     }
@@ -976,35 +769,22 @@ fn fire(gw: &Gateway, names: &[String]) -> Vec<Result<(f64, u64), String>> {
             std::thread::spawn(move || {
                 b.wait();
                 let t0 = Instant::now();
-                let r = http(addr, "GET", &p, None, true, REQUEST_TIMEOUT)
-                    .map_err(|e| e.to_string())?;
+                let r = http(addr, "GET", &p, None, true, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
                 let dt = t0.elapsed().as_secs_f64();
                 if r.status != 200 || !r.cold() {
                     let (st, cold, body) = (r.status, r.cold(), r.text());
                     return Err(format!("status {st} (cold start: {cold}): {body}"));
                 }
-                Ok((
-                    dt,
-                    r.header("x-shoal-instance")
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(0),
-                ))
+                Ok((dt, r.header("x-shoal-instance").and_then(|v| v.parse().ok()).unwrap_or(0)))
             })
         })
         .collect();
-    handles
-        .into_iter()
-        .map(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err("the request's thread panicked".into()))
-        })
-        .collect()
+    handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("the request's thread panicked".into()))).collect()
 }
 
 /// Times one cold request of `name` (deployed afresh with `settings`).
 fn one_cold(gw: &Gateway, name: &str, settings: &Value) -> Result<f64, String> {
-    gw.deploy_cold(name, settings)
-        .map_err(|e| format!("{e:#}"))?;
+    gw.deploy_cold(name, settings).map_err(|e| format!("{e:#}"))?;
     let t0 = Instant::now();
     let r = gw.invoke(name, "/", false).map_err(|e| e.to_string())?;
     let dt = t0.elapsed().as_secs_f64();
@@ -1034,20 +814,12 @@ fn cold_start(c: &Ctx) -> Result<Outcome> {
         for &k in &kinds {
             for &b in &c.backends {
                 let name = format!("cs-{k}-{b}");
-                match one_cold(
-                    c.gw,
-                    &name,
-                    &c.fns
-                        .settings(k, b, json!({"concurrency": 1, "max_instances": 1})),
-                ) {
+                match one_cold(c.gw, &name, &c.fns.settings(k, b, json!({"concurrency": 1, "max_instances": 1}))) {
                     Ok(dt) => {
                         samples.entry((k, b)).or_default().push(dt * 1e3);
                         csv.push(format!("{k},{b},{rep},{:.3}", dt * 1e3));
                     }
-                    Err(e) => note_failure(
-                        &mut failures,
-                        format!("cold start {k} on {b}, run {rep}: {e}"),
-                    ),
+                    Err(e) => note_failure(&mut failures, format!("cold start {k} on {b}, run {rep}: {e}")),
                 }
             }
         }
@@ -1061,43 +833,11 @@ fn cold_start(c: &Ctx) -> Result<Outcome> {
     write_csv(&csv_path, "function,backend,run,ms", &csv)?;
     let st = |k: &str, b: &str| samples.get(&(k, b)).map(|v| stats(v));
     let svg = c.o.out.join("cold-start.svg");
-    let series: Vec<BarSeries> = c
-        .backends
-        .iter()
-        .map(|&b| BarSeries {
-            name: b.to_string(),
-            values: kinds
-                .iter()
-                .map(|&k| st(k, b).map(|s| (s.mean, s.ci95)))
-                .collect(),
-        })
-        .collect();
-    let cats: Vec<String> = kinds
-        .iter()
-        .map(|k| {
-            if *k == "noop" {
-                "C no-op".to_string()
-            } else {
-                "Lua".to_string()
-            }
-        })
-        .collect();
-    let title = format!(
-        "Cold start through shoal serve, mean and 95% CI over {} runs (seed 002 Fig. 3)",
-        c.o.repeat
-    );
-    warn_plot(plot::bars(
-        &svg,
-        &Frame {
-            title: &title,
-            x_desc: "function",
-            y_desc: "ms (log scale)",
-            log_x: false,
-            log_y: true,
-        },
-        &cats,
-        &series,
-    ));
+    let series: Vec<BarSeries> =
+        c.backends.iter().map(|&b| BarSeries { name: b.to_string(), values: kinds.iter().map(|&k| st(k, b).map(|s| (s.mean, s.ci95))).collect() }).collect();
+    let cats: Vec<String> = kinds.iter().map(|k| if *k == "noop" { "C no-op".to_string() } else { "Lua".to_string() }).collect();
+    let title = format!("Cold start through shoal serve, mean and 95% CI over {} runs (seed 002 Fig. 3)", c.o.repeat);
+    warn_plot(plot::bars(&svg, &Frame { title: &title, x_desc: "function", y_desc: "ms (log scale)", log_x: false, log_y: true }, &cats, &series));
     let mut rows = Vec::new();
     let mut results = serde_json::Map::new();
     for &k in &kinds {
@@ -1118,18 +858,7 @@ fn cold_start(c: &Ctx) -> Result<Outcome> {
         }
         results.insert(k.into(), Value::Object(per));
     }
-    let header: Vec<String> = [
-        "function",
-        "backend",
-        "mean ms",
-        "95% CI",
-        "median ms",
-        "p95 ms",
-        "runs",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let header: Vec<String> = ["function", "backend", "mean ms", "95% CI", "median ms", "p95 ms", "runs"].iter().map(|s| s.to_string()).collect();
     let mut table = md_table(&header, &rows);
     table.push_str("\nPaper (Fig. 3, Go no-op): Nanos and OSv about 110 ms, Docker/runc 362 ms, gVisor 654 ms; Node.js: no figures in the text.\n");
     if let Some(why) = &c.fns.lua_missing {
@@ -1147,36 +876,16 @@ fn cold_start(c: &Ctx) -> Result<Outcome> {
             met: r.is_finite().then_some(r >= want),
         });
     }
-    let row_of = |k: &str| -> BTreeMap<&'static str, String> {
-        c.backends
-            .iter()
-            .filter_map(|&b| st(k, b).map(|s| (b, fmt(s.mean, 1))))
-            .collect()
-    };
+    let row_of = |k: &str| -> BTreeMap<&'static str, String> { c.backends.iter().filter_map(|&b| st(k, b).map(|s| (b, fmt(s.mean, 1)))).collect() };
     let mut summary = vec![Row {
         what: "Cold start, C no-op (ms, mean)".into(),
-        paper: Paper {
-            unikernel: "≈110 (OSv, Nanos; Go)",
-            runc: "362",
-            gvisor: "654",
-        },
+        paper: Paper { unikernel: "≈110 (OSv, Nanos; Go)", runc: "362", gvisor: "654" },
         values: row_of("noop"),
     }];
     summary.push(Row {
         what: "Cold start, Lua runtime (ms, mean)".into(),
-        paper: Paper {
-            unikernel: "– (Node.js: plot only)",
-            runc: "–",
-            gvisor: "–",
-        },
-        values: if kinds.contains(&"lua") {
-            row_of("lua")
-        } else {
-            c.backends
-                .iter()
-                .map(|&b| (b, "not built".to_string()))
-                .collect()
-        },
+        paper: Paper { unikernel: "– (Node.js: plot only)", runc: "–", gvisor: "–" },
+        values: if kinds.contains(&"lua") { row_of("lua") } else { c.backends.iter().map(|&b| (b, "not built".to_string())).collect() },
     });
     Ok(Outcome {
         json: json!({"unit": "ms", "runs": c.o.repeat, "results": results, "ratios": ratios, "lua_missing": c.fns.lua_missing, "failures": failures, "csv": csv_path, "plot": svg}),
@@ -1212,40 +921,21 @@ fn burst(c: &Ctx) -> Result<Outcome> {
                         errs += 1;
                         csv.push(format!("{n},{b},{i},"));
                         if errs <= 3 {
-                            note_failure(
-                                &mut failures,
-                                format!("burst {n} on {b}, request {i}: {e}"),
-                            );
+                            note_failure(&mut failures, format!("burst {n} on {b}, request {i}: {e}"));
                         }
                     }
                 }
             }
             if errs > 3 {
-                note_failure(
-                    &mut failures,
-                    format!("burst {n} on {b}: {errs} requests failed in all"),
-                );
+                note_failure(&mut failures, format!("burst {n} on {b}: {errs} requests failed in all"));
             }
             if ids.len() + errs != n {
-                note_failure(
-                    &mut failures,
-                    format!(
-                        "burst {n} on {b}: {} distinct instances answered {} requests",
-                        ids.len(),
-                        n - errs
-                    ),
-                );
+                note_failure(&mut failures, format!("burst {n} on {b}: {} distinct instances answered {} requests", ids.len(), n - errs));
             }
             if errs > 0 {
                 let logs = c.o.out.join(format!("logs/burst-{n}-{b}.ndjson"));
                 match c.gw.save_logs(&names, &logs) {
-                    Ok(()) => note_failure(
-                        &mut failures,
-                        format!(
-                            "burst {n} on {b}: the instances' output is in {}",
-                            logs.display()
-                        ),
-                    ),
+                    Ok(()) => note_failure(&mut failures, format!("burst {n} on {b}: the instances' output is in {}", logs.display())),
                     Err(e) => say(&format!("warning: {e:#}")),
                 }
             }
@@ -1255,14 +945,7 @@ fn burst(c: &Ctx) -> Result<Outcome> {
     let csv_path = c.o.out.join("burst.csv");
     write_csv(&csv_path, "concurrent,backend,request,seconds", &csv)?;
     let mean = |n: usize, b: &str| res.get(&(n, b)).map(|v| stats(v).mean).unwrap_or(f64::NAN);
-    let lines: Vec<Line> = c
-        .backends
-        .iter()
-        .map(|&b| Line {
-            name: b.into(),
-            points: c.o.bursts.iter().map(|&n| (n as f64, mean(n, b))).collect(),
-        })
-        .collect();
+    let lines: Vec<Line> = c.backends.iter().map(|&b| Line { name: b.into(), points: c.o.bursts.iter().map(|&n| (n as f64, mean(n, b))).collect() }).collect();
     let svg = c.o.out.join("burst.svg");
     warn_plot(plot::lines(
         &svg,
@@ -1285,30 +968,21 @@ fn burst(c: &Ctx) -> Result<Outcome> {
                 for &b in &c.backends {
                     let s = res.get(&(n, b)).map(|v| stats(v));
                     let ok = s.as_ref().map(|s| s.n).unwrap_or(0);
-                    let fail = if ok < n {
-                        format!(", {} failed", n - ok)
-                    } else {
-                        String::new()
-                    };
-                    r.push(
-                        s.map(|s| format!("{} ({}{fail})", fmt(s.mean, 3), fmt(s.max, 3)))
-                            .unwrap_or_else(|| "all failed".into()),
-                    );
+                    let fail = if ok < n { format!(", {} failed", n - ok) } else { String::new() };
+                    r.push(s.map(|s| format!("{} ({}{fail})", fmt(s.mean, 3), fmt(s.max, 3))).unwrap_or_else(|| "all failed".into()));
                 }
                 r
             })
             .collect();
     let mut table = md_table(&header, &rows);
     table.push_str("\nN copies of the no-op deployed as N functions with one instance each, one first request to each at once (so every request is a cold start on its own instance); mean and max completion time of the N requests, one batch per size.\n");
-    table.push_str("\nPaper (Fig. 4, Go no-op, 100 at once): OSv 0.63 s, Nanos 0.70 s, Linux microVM 4.3 s, runc 6.5 s, gVisor 7.5 s (Node.js: 3.6 / 6.4 / 16.7 s).\n");
+    table.push_str(
+        "\nPaper (Fig. 4, Go no-op, 100 at once): OSv 0.63 s, Nanos 0.70 s, Linux microVM 4.3 s, runc 6.5 s, gVisor 7.5 s (Node.js: 3.6 / 6.4 / 16.7 s).\n",
+    );
     let big = c.o.bursts.iter().copied().max().unwrap_or(0);
     let mut results = serde_json::Map::new();
     for &b in &c.backends {
-        let per: serde_json::Map<String, Value> =
-            c.o.bursts
-                .iter()
-                .filter_map(|&n| res.get(&(n, b)).map(|v| (n.to_string(), stats(v).json())))
-                .collect();
+        let per: serde_json::Map<String, Value> = c.o.bursts.iter().filter_map(|&n| res.get(&(n, b)).map(|v| (n.to_string(), stats(v).json()))).collect();
         results.insert(b.into(), Value::Object(per));
     }
     let spt = mean(big, "spt");
@@ -1325,26 +999,13 @@ fn burst(c: &Ctx) -> Result<Outcome> {
             met: None,
         }]
     };
-    let values = c
-        .backends
-        .iter()
-        .map(|&b| (b, fmt(mean(big, b), 3)))
-        .collect();
+    let values = c.backends.iter().map(|&b| (b, fmt(mean(big, b), 3))).collect();
     let rows = vec![Row {
         what: format!("{big} concurrent cold starts (s, mean)"),
-        paper: Paper {
-            unikernel: "0.63 (OSv; 100)",
-            runc: "6.5",
-            gvisor: "7.5",
-        },
+        paper: Paper { unikernel: "0.63 (OSv; 100)", runc: "6.5", gvisor: "7.5" },
         values,
     }];
-    Ok(Outcome {
-        json: json!({"unit": "s", "results": results, "failures": failures, "csv": csv_path, "plot": svg}),
-        table,
-        rows,
-        goals,
-    })
+    Ok(Outcome { json: json!({"unit": "s", "results": results, "failures": failures, "csv": csv_path, "plot": svg}), table, rows, goals })
 }
 
 /// Fig. 5: host CPU time from instance launch to its first answer.
@@ -1355,16 +1016,8 @@ fn startup_cost(c: &Ctx) -> Result<Outcome> {
     for rep in 0..c.o.repeat {
         for &b in &c.backends {
             let name = format!("sc-{b}");
-            if let Err(e) = one_cold(
-                c.gw,
-                &name,
-                &c.fns
-                    .settings("noop", b, json!({"concurrency": 1, "max_instances": 1})),
-            ) {
-                note_failure(
-                    &mut failures,
-                    format!("start-up cost on {b}, run {rep}: {e}"),
-                );
+            if let Err(e) = one_cold(c.gw, &name, &c.fns.settings("noop", b, json!({"concurrency": 1, "max_instances": 1}))) {
+                note_failure(&mut failures, format!("start-up cost on {b}, run {rep}: {e}"));
                 continue;
             }
             let pids = c.gw.pids(&name)?;
@@ -1380,62 +1033,33 @@ fn startup_cost(c: &Ctx) -> Result<Outcome> {
     write_csv(&csv_path, "backend,run,cpu_ms,processes", &csv)?;
     let st = |b: &str| res.get(b).map(|v| stats(v));
     let svg = c.o.out.join("startup-cost.svg");
-    let series: Vec<BarSeries> = c
-        .backends
-        .iter()
-        .map(|&b| BarSeries {
-            name: b.into(),
-            values: vec![st(b).map(|s| (s.mean, s.sd))],
-        })
-        .collect();
+    let series: Vec<BarSeries> = c.backends.iter().map(|&b| BarSeries { name: b.into(), values: vec![st(b).map(|s| (s.mean, s.sd))] }).collect();
     warn_plot(plot::bars(
         &svg,
-        &Frame { title: "Host CPU time from launch to first answer, mean ± SD (seed 002 Fig. 5; CPU time, not instructions)", x_desc: "", y_desc: "CPU ms (log scale)", log_x: false, log_y: true },
+        &Frame {
+            title: "Host CPU time from launch to first answer, mean ± SD (seed 002 Fig. 5; CPU time, not instructions)",
+            x_desc: "",
+            y_desc: "CPU ms (log scale)",
+            log_x: false,
+            log_y: true,
+        },
         &["C no-op".into()],
         &series,
     ));
-    let header: Vec<String> = ["backend", "CPU ms (user+sys)", "SD", "median", "runs"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let rows: Vec<Vec<String>> = c
-        .backends
-        .iter()
-        .filter_map(|&b| {
-            st(b).map(|s| {
-                vec![
-                    b.into(),
-                    fmt(s.mean, 2),
-                    fmt(s.sd, 2),
-                    fmt(s.median, 2),
-                    s.n.to_string(),
-                ]
-            })
-        })
-        .collect();
+    let header: Vec<String> = ["backend", "CPU ms (user+sys)", "SD", "median", "runs"].iter().map(|s| s.to_string()).collect();
+    let rows: Vec<Vec<String>> =
+        c.backends.iter().filter_map(|&b| st(b).map(|s| vec![b.into(), fmt(s.mean, 2), fmt(s.sd, 2), fmt(s.median, 2), s.n.to_string()])).collect();
     let mut table = md_table(&header, &rows);
     table.push_str(
         "\nHardware counters (perf instructions) are not available on this machine: CPU time comes from /proc (every thread's schedstat run time of the \
          instance's processes, plus their reaped children's cutime+cstime), measured right after the first answer. Paper (Fig. 5): millions of \
          instructions, shown only as a plot; Linux microVM 8.5× Nanos and 6× OSv, gVisor 61% fewer than the Linux microVM.\n",
     );
-    let results: serde_json::Map<String, Value> = c
-        .backends
-        .iter()
-        .filter_map(|&b| st(b).map(|s| (b.to_string(), s.json())))
-        .collect();
-    let values = c
-        .backends
-        .iter()
-        .filter_map(|&b| st(b).map(|s| (b, fmt(s.mean, 2))))
-        .collect();
+    let results: serde_json::Map<String, Value> = c.backends.iter().filter_map(|&b| st(b).map(|s| (b.to_string(), s.json()))).collect();
+    let values = c.backends.iter().filter_map(|&b| st(b).map(|s| (b, fmt(s.mean, 2)))).collect();
     let rows = vec![Row {
         what: "Start-up cost (host CPU ms; paper: instructions)".into(),
-        paper: Paper {
-            unikernel: "plot only (OSv 6× < Linux VM)",
-            runc: "plot only",
-            gvisor: "plot only",
-        },
+        paper: Paper { unikernel: "plot only (OSv 6× < Linux VM)", runc: "plot only", gvisor: "plot only" },
         values,
     }];
     Ok(Outcome {
@@ -1453,12 +1077,7 @@ fn idle_cpu(c: &Ctx) -> Result<Outcome> {
     let mut up = Vec::new();
     for &b in &c.backends {
         let name = format!("ic-{b}");
-        match one_cold(
-            c.gw,
-            &name,
-            &c.fns
-                .settings("noop", b, json!({"concurrency": 1, "max_instances": 1})),
-        ) {
+        match one_cold(c.gw, &name, &c.fns.settings("noop", b, json!({"concurrency": 1, "max_instances": 1}))) {
             Ok(_) => up.push(b),
             Err(e) => note_failure(&mut failures, format!("idle CPU on {b}: {e}")),
         }
@@ -1473,11 +1092,7 @@ fn idle_cpu(c: &Ctx) -> Result<Outcome> {
             (b, pids, ns)
         })
         .collect();
-    say(&format!(
-        "idle CPU: {} instances idle for {} s",
-        before.len(),
-        WINDOW.as_secs()
-    ));
+    say(&format!("idle CPU: {} instances idle for {} s", before.len(), WINDOW.as_secs()));
     std::thread::sleep(WINDOW);
     let mut res: BTreeMap<&str, f64> = BTreeMap::new();
     let mut csv = Vec::new();
@@ -1492,66 +1107,30 @@ fn idle_cpu(c: &Ctx) -> Result<Outcome> {
     let csv_path = c.o.out.join("idle-cpu.csv");
     write_csv(&csv_path, "backend,window_s,cpu_ms", &csv)?;
     let svg = c.o.out.join("idle-cpu.svg");
-    let series: Vec<BarSeries> = c
-        .backends
-        .iter()
-        .map(|&b| BarSeries {
-            name: b.into(),
-            values: vec![res.get(b).map(|v| (*v, 0.0))],
-        })
-        .collect();
+    let series: Vec<BarSeries> = c.backends.iter().map(|&b| BarSeries { name: b.into(), values: vec![res.get(b).map(|v| (*v, 0.0))] }).collect();
     warn_plot(plot::bars(
         &svg,
-        &Frame {
-            title: "Host CPU time of one warm idle instance over 10 s (seed 002 Fig. 6)",
-            x_desc: "",
-            y_desc: "CPU ms",
-            log_x: false,
-            log_y: false,
-        },
+        &Frame { title: "Host CPU time of one warm idle instance over 10 s (seed 002 Fig. 6)", x_desc: "", y_desc: "CPU ms", log_x: false, log_y: false },
         &["C no-op".into()],
         &series,
     ));
-    let header: Vec<String> = ["backend", "CPU ms in 10 s", "% of one core"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let header: Vec<String> = ["backend", "CPU ms in 10 s", "% of one core"].iter().map(|s| s.to_string()).collect();
     // In the backends' order, not the map's.
-    let rows: Vec<Vec<String>> = c
-        .backends
-        .iter()
-        .filter_map(|b| {
-            res.get(b)
-                .map(|ms| vec![b.to_string(), fmt(*ms, 3), fmt(ms / 100.0, 4)])
-        })
-        .collect();
+    let rows: Vec<Vec<String>> = c.backends.iter().filter_map(|b| res.get(b).map(|ms| vec![b.to_string(), fmt(*ms, 3), fmt(ms / 100.0, 4)])).collect();
     let mut table = md_table(&header, &rows);
     table.push_str(
         "\nCPU time from /proc (schedstat, ns resolution); hardware counters are not available here. Paper (Fig. 6, instructions in 1 s idle, Go): gVisor \
          50k, Linux microVM 80k, Nanos 250k, OSv > 9M, runc too few to record.\n",
     );
     let spt = res.get("spt").copied().unwrap_or(f64::NAN);
-    let goals = vec![Goal {
-        what: "zero idle CPU on spt".into(),
-        measured: format!("{} ms in 10 s", fmt(spt, 3)),
-        met: spt.is_finite().then_some(spt == 0.0),
-    }];
+    let goals = vec![Goal { what: "zero idle CPU on spt".into(), measured: format!("{} ms in 10 s", fmt(spt, 3)), met: spt.is_finite().then_some(spt == 0.0) }];
     let values = res.iter().map(|(b, ms)| (*b, fmt(*ms, 3))).collect();
     let rows = vec![Row {
         what: "Idle CPU (host CPU ms per 10 s; paper: instructions per 1 s)".into(),
-        paper: Paper {
-            unikernel: "250k instr/s (Nanos)",
-            runc: "≈0 (unmeasurable)",
-            gvisor: "50k instr/s",
-        },
+        paper: Paper { unikernel: "250k instr/s (Nanos)", runc: "≈0 (unmeasurable)", gvisor: "50k instr/s" },
         values,
     }];
-    Ok(Outcome {
-        json: json!({"unit": "cpu_ms_per_10s", "results": res, "failures": failures, "csv": csv_path, "plot": svg}),
-        table,
-        rows,
-        goals,
-    })
+    Ok(Outcome { json: json!({"unit": "cpu_ms_per_10s", "results": res, "failures": failures, "csv": csv_path, "plot": svg}), table, rows, goals })
 }
 
 /// Fig. 7: memory of N warm idle instances.
@@ -1609,26 +1188,14 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
                 .collect();
             let errs = got.iter().filter(|r| r.is_err()).count();
             if errs > 0 {
-                let first = got
-                    .iter()
-                    .find_map(|r| r.as_ref().err().cloned())
-                    .unwrap_or_default();
-                note_failure(
-                    &mut failures,
-                    format!(
-                        "idle memory {n} on {label}: {errs} of {n} instances did not start: {first}"
-                    ),
-                );
+                let first = got.iter().find_map(|r| r.as_ref().err().cloned()).unwrap_or_default();
+                note_failure(&mut failures, format!("idle memory {n} on {label}: {errs} of {n} instances did not start: {first}"));
             }
             std::thread::sleep(if ksm.is_some() { KSM_SETTLE } else { Duration::from_secs(2) });
             let insts = c.gw.instances_of(&names)?;
             let after = mem_available_kib();
             let kids = proc_children();
-            let pss: u64 = insts
-                .iter()
-                .flat_map(|i| tree(&kids, i.pid))
-                .map(pss_kib)
-                .sum();
+            let pss: u64 = insts.iter().flat_map(|i| tree(&kids, i.pid)).map(pss_kib).sum();
             let k = insts.len();
             if k > 0 {
                 let delta = base.saturating_sub(after) as f64 / 1024.0;
@@ -1641,24 +1208,12 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
         }
     }
     let csv_path = c.o.out.join("idle-memory.csv");
-    write_csv(
-        &csv_path,
-        "requested,backend,instances,memavailable_delta_mib,pss_mib",
-        &csv,
-    )?;
+    write_csv(&csv_path, "requested,backend,instances,memavailable_delta_mib,pss_mib", &csv)?;
     let svg = c.o.out.join("idle-memory.svg");
     let labels: Vec<&str> = configs.iter().map(|(l, _, _)| l.as_str()).collect();
     let lines: Vec<Line> = labels
         .iter()
-        .map(|&b| Line {
-            name: format!("{b} (PSS)"),
-            points: c
-                .o
-                .instances
-                .iter()
-                .filter_map(|&n| res.get(&(n, b)).map(|v| (v.2 as f64, v.1)))
-                .collect(),
-        })
+        .map(|&b| Line { name: format!("{b} (PSS)"), points: c.o.instances.iter().filter_map(|&n| res.get(&(n, b)).map(|v| (v.2 as f64, v.1))).collect() })
         .collect();
     warn_plot(plot::lines(
         &svg,
@@ -1672,11 +1227,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
         &lines,
     ));
     let mut header = vec!["N".to_string()];
-    header.extend(
-        labels
-            .iter()
-            .map(|b| format!("{b} MiB/inst PSS (MemAvail)")),
-    );
+    header.extend(labels.iter().map(|b| format!("{b} MiB/inst PSS (MemAvail)")));
     let rows: Vec<Vec<String>> =
         c.o.instances
             .iter()
@@ -1686,11 +1237,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
                     r.push(
                         res.get(&(n, b))
                             .map(|&(d, p, k)| {
-                                let k_of = if k == n {
-                                    String::new()
-                                } else {
-                                    format!(", {k} ran")
-                                };
+                                let k_of = if k == n { String::new() } else { format!(", {k} ran") };
                                 format!("{} ({}{k_of})", fmt(p / k as f64, 2), fmt(d / k as f64, 2))
                             })
                             .unwrap_or_else(|| "–".into()),
@@ -1707,18 +1254,28 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
          Paper (Fig. 7, Go): runc 3.9, Nanos 23.8, gVisor 24.7, OSv 31.4, Linux microVM 59.9 MiB per instance.\n",
     );
     let big = c.o.instances.iter().copied().max().unwrap_or(0);
-    let per = |b: &str| {
-        res.get(&(big, b))
-            .map(|&(_, p, k)| p / k as f64)
-            .unwrap_or(f64::NAN)
-    };
+    let per = |b: &str| res.get(&(big, b)).map(|&(_, p, k)| p / k as f64).unwrap_or(f64::NAN);
     let mut results = serde_json::Map::new();
     for &b in &labels {
-        let m: serde_json::Map<String, Value> = c.o.instances.iter().filter_map(|&n| res.get(&(n, b)).map(|&(d, p, k)| (n.to_string(), json!({"instances": k, "memavailable_delta_mib": d, "pss_mib": p, "pss_mib_per_instance": p / k as f64})))).collect();
+        let m: serde_json::Map<String, Value> = c
+            .o
+            .instances
+            .iter()
+            .filter_map(|&n| {
+                res.get(&(n, b))
+                    .map(|&(d, p, k)| (n.to_string(), json!({"instances": k, "memavailable_delta_mib": d, "pss_mib": p, "pss_mib_per_instance": p / k as f64})))
+            })
+            .collect();
         results.insert(b.into(), Value::Object(m));
     }
     // The goal is spt's best memory mode.
-    let (spt_mode, spt) = ["spt", "spt+pool", "spt+ksm"].iter().map(|&l| (l, per(l))).filter(|(_, v)| v.is_finite()).fold(("spt", f64::NAN), |a, b| if a.1.is_nan() || b.1 < a.1 { b } else { a });
+    let (spt_mode, spt) = ["spt", "spt+pool", "spt+ksm"].iter().map(|&l| (l, per(l))).filter(|(_, v)| v.is_finite()).fold(("spt", f64::NAN), |a, b| {
+        if a.1.is_nan() || b.1 < a.1 {
+            b
+        } else {
+            a
+        }
+    });
     let goals = vec![Goal {
         what: "idle memory ≤ 1 MiB per instance on spt (tender and guest, PSS)".into(),
         measured: format!("{} MiB at N={big} ({spt_mode})", fmt(spt, 2)),
@@ -1727,29 +1284,15 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
     let values = c.backends.iter().map(|&b| (b, fmt(per(b), 2))).collect();
     let rows = vec![Row {
         what: format!("Idle memory (MiB per instance, PSS, N={big})"),
-        paper: Paper {
-            unikernel: "23.8 (Nanos)",
-            runc: "3.9",
-            gvisor: "24.7",
-        },
+        paper: Paper { unikernel: "23.8 (Nanos)", runc: "3.9", gvisor: "24.7" },
         values,
     }];
-    Ok(Outcome {
-        json: json!({"unit": "MiB", "results": results, "failures": failures, "csv": csv_path, "plot": svg}),
-        table,
-        rows,
-        goals,
-    })
+    Ok(Outcome { json: json!({"unit": "MiB", "results": results, "failures": failures, "csv": csv_path, "plot": svg}), table, rows, goals })
 }
 
 /// Figs. 8–10, 12, 13: warm invocations of the workloads.
 fn workloads(c: &Ctx) -> Result<Outcome> {
-    let timed: [(&str, String); 4] = [
-        ("fib", format!("/?n={FIB_N}")),
-        ("matmul", "/?n=1024".into()),
-        ("alloc", "/?mb=50".into()),
-        ("fileread", "/".into()),
-    ];
+    let timed: [(&str, String); 4] = [("fib", format!("/?n={FIB_N}")), ("matmul", "/?n=1024".into()), ("alloc", "/?mb=50".into()), ("fileread", "/".into())];
     let mut failures = Vec::new();
     let mut up: Vec<&str> = Vec::new();
     for &b in &c.backends {
@@ -1757,13 +1300,7 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
         for (w, q) in &timed {
             let name = format!("wl-{w}-{b}");
             let r =
-                c.gw.deploy_cold(
-                    &name,
-                    &c.fns
-                        .settings(w, b, json!({"concurrency": 1, "max_instances": 1})),
-                )
-                .map_err(|e| format!("{e:#}"))
-                .and_then(|_| {
+                c.gw.deploy_cold(&name, &c.fns.settings(w, b, json!({"concurrency": 1, "max_instances": 1}))).map_err(|e| format!("{e:#}")).and_then(|_| {
                     let r = c.gw.invoke(&name, q, true).map_err(|e| e.to_string())?;
                     if r.status == 200 {
                         Ok(())
@@ -1792,19 +1329,10 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
                         res.entry((w, b)).or_default().push(ms);
                         csv.push(format!("{w},{b},{rep},{ms:.3},ms"));
                     }
-                    Ok(r) => note_failure(
-                        &mut failures,
-                        format!(
-                            "workload {w} on {b}, run {rep}: status {} (cold start: {}): {}",
-                            r.status,
-                            r.cold(),
-                            r.text()
-                        ),
-                    ),
-                    Err(e) => note_failure(
-                        &mut failures,
-                        format!("workload {w} on {b}, run {rep}: {e}"),
-                    ),
+                    Ok(r) => {
+                        note_failure(&mut failures, format!("workload {w} on {b}, run {rep}: status {} (cold start: {}): {}", r.status, r.cold(), r.text()))
+                    }
+                    Err(e) => note_failure(&mut failures, format!("workload {w} on {b}, run {rep}: {e}")),
                 }
             }
         }
@@ -1821,22 +1349,12 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
     for &b in &c.backends {
         let name = format!("wl-static-{b}");
         let started =
-            c.gw.deploy_cold(
-                &name,
-                &c.fns
-                    .settings("static", b, json!({"concurrency": 4, "max_instances": 1})),
-            )
-            .map_err(|e| format!("{e:#}"))
-            .and_then(|_| {
+            c.gw.deploy_cold(&name, &c.fns.settings("static", b, json!({"concurrency": 4, "max_instances": 1}))).map_err(|e| format!("{e:#}")).and_then(|_| {
                 let r = c.gw.invoke(&name, "/", true).map_err(|e| e.to_string())?;
                 if r.status == 200 && r.bytes == 50 << 20 {
                     Ok(())
                 } else {
-                    let why = if r.status == 200 {
-                        String::new()
-                    } else {
-                        r.text()
-                    };
+                    let why = if r.status == 200 { String::new() } else { r.text() };
                     Err(format!("status {}, {} bytes {why}", r.status, r.bytes))
                 }
             });
@@ -1844,9 +1362,7 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
             note_failure(&mut failures, format!("workload static on {b}: {e}"));
             continue;
         }
-        say(&format!(
-            "static: {downloads} downloads of 50 MiB by 4 clients on {b}"
-        ));
+        say(&format!("static: {downloads} downloads of 50 MiB by 4 clients on {b}"));
         let t0 = Instant::now();
         let handles: Vec<_> = (0..4)
             .map(|_| {
@@ -1855,8 +1371,7 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
                 std::thread::spawn(move || -> Result<u64, String> {
                     let mut bytes = 0;
                     for _ in 0..downloads / 4 {
-                        let r = http(gw_addr, "GET", &path, None, false, REQUEST_TIMEOUT)
-                            .map_err(|e| e.to_string())?;
+                        let r = http(gw_addr, "GET", &path, None, false, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
                         if r.status != 200 || r.bytes != 50 << 20 {
                             return Err(format!("status {}, {} bytes", r.status, r.bytes));
                         }
@@ -1869,10 +1384,7 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
         let mut bytes = 0;
         let mut err = None;
         for h in handles {
-            match h
-                .join()
-                .unwrap_or_else(|_| Err("a client thread panicked".into()))
-            {
+            match h.join().unwrap_or_else(|_| Err("a client thread panicked".into())) {
                 Ok(n) => bytes += n,
                 Err(e) => err = Some(e),
             }
@@ -1893,11 +1405,9 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
     // Slowdown against process: time ratio; for throughput, process's rate over this one's.
     let slow = |w: &str, b: &str| -> f64 {
         if w == "static" {
-            thr.get("process").copied().unwrap_or(f64::NAN)
-                / thr.get(b).copied().unwrap_or(f64::NAN)
+            thr.get("process").copied().unwrap_or(f64::NAN) / thr.get(b).copied().unwrap_or(f64::NAN)
         } else {
-            st(w, b).map(|s| s.mean).unwrap_or(f64::NAN)
-                / st(w, "process").map(|s| s.mean).unwrap_or(f64::NAN)
+            st(w, b).map(|s| s.mean).unwrap_or(f64::NAN) / st(w, "process").map(|s| s.mean).unwrap_or(f64::NAN)
         }
     };
     let names: Vec<&str> = timed.iter().map(|(w, _)| *w).chain(["static"]).collect();
@@ -1905,17 +1415,17 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
     let series: Vec<BarSeries> = c
         .backends
         .iter()
-        .map(|&b| BarSeries {
-            name: b.into(),
-            values: names
-                .iter()
-                .map(|w| Some((slow(w, b), 0.0)).filter(|(v, _)| v.is_finite()))
-                .collect(),
-        })
+        .map(|&b| BarSeries { name: b.into(), values: names.iter().map(|w| Some((slow(w, b), 0.0)).filter(|(v, _)| v.is_finite())).collect() })
         .collect();
     warn_plot(plot::bars(
         &svg,
-        &Frame { title: "Warm workloads relative to a plain process (1 = process; seed 002 Figs. 8-10, 12, 13)", x_desc: "workload", y_desc: "time relative to process", log_x: false, log_y: false },
+        &Frame {
+            title: "Warm workloads relative to a plain process (1 = process; seed 002 Figs. 8-10, 12, 13)",
+            x_desc: "workload",
+            y_desc: "time relative to process",
+            log_x: false,
+            log_y: false,
+        },
         &names.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
         &series,
     ));
@@ -1931,27 +1441,12 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
     };
     let mut rows = Vec::new();
     for w in &names {
-        let mut r = vec![if *w == "static" {
-            "static 50 MiB, 4 clients (MiB/s)".to_string()
-        } else {
-            format!("{w} (ms, mean ± SD, ×process)")
-        }];
+        let mut r = vec![if *w == "static" { "static 50 MiB, 4 clients (MiB/s)".to_string() } else { format!("{w} (ms, mean ± SD, ×process)") }];
         for &b in &c.backends {
             r.push(if *w == "static" {
-                thr.get(b)
-                    .map(|v| format!("{} (×{})", fmt(*v, 0), fmt(slow(w, b), 2)))
-                    .unwrap_or_else(|| "–".into())
+                thr.get(b).map(|v| format!("{} (×{})", fmt(*v, 0), fmt(slow(w, b), 2))).unwrap_or_else(|| "–".into())
             } else {
-                st(w, b)
-                    .map(|s| {
-                        format!(
-                            "{} ± {} (×{})",
-                            fmt(s.mean, 1),
-                            fmt(s.sd, 1),
-                            fmt(slow(w, b), 2)
-                        )
-                    })
-                    .unwrap_or_else(|| "–".into())
+                st(w, b).map(|s| format!("{} ± {} (×{})", fmt(s.mean, 1), fmt(s.sd, 1), fmt(slow(w, b), 2))).unwrap_or_else(|| "–".into())
             });
         }
         r.push(paper_of(w).into());
@@ -1979,101 +1474,33 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
         }
         results.insert(w.to_string(), Value::Object(per));
     }
-    let worst = names
-        .iter()
-        .map(|w| slow(w, "spt"))
-        .filter(|v| v.is_finite())
-        .fold(f64::NAN, f64::max);
-    let detail: Vec<String> = names
-        .iter()
-        .map(|w| format!("{w} ×{}", fmt(slow(w, "spt"), 3)))
-        .collect();
-    let goals = vec![Goal {
-        what: "workloads on spt within 5% of process".into(),
-        measured: detail.join(", "),
-        met: worst.is_finite().then_some(worst <= 1.05),
-    }];
+    let worst = names.iter().map(|w| slow(w, "spt")).filter(|v| v.is_finite()).fold(f64::NAN, f64::max);
+    let detail: Vec<String> = names.iter().map(|w| format!("{w} ×{}", fmt(slow(w, "spt"), 3))).collect();
+    let goals =
+        vec![Goal { what: "workloads on spt within 5% of process".into(), measured: detail.join(", "), met: worst.is_finite().then_some(worst <= 1.05) }];
     let mut srows = Vec::new();
     for w in &names {
         let (what, paper) = match *w {
-            "fib" => (
-                format!("fib({FIB_N}) warm (ms)"),
-                Paper {
-                    unikernel: "= others (plot)",
-                    runc: "= others",
-                    gvisor: "= others",
-                },
-            ),
-            "matmul" => (
-                "matmul 1024² warm (ms)".to_string(),
-                Paper {
-                    unikernel: "≈ others (plot)",
-                    runc: "≈ others",
-                    gvisor: "≈ others",
-                },
-            ),
-            "alloc" => (
-                "alloc 50 MiB warm (ms)".to_string(),
-                Paper {
-                    unikernel: "≈40 (OSv)",
-                    runc: "< 20",
-                    gvisor: "≈40",
-                },
-            ),
-            "fileread" => (
-                "fileread 50 MiB warm (ms)".to_string(),
-                Paper {
-                    unikernel: "181 (OSv)",
-                    runc: "87",
-                    gvisor: "≈160",
-                },
-            ),
-            _ => (
-                "static 50 MiB, 4 clients (MiB/s)".to_string(),
-                Paper {
-                    unikernel: "> 271 (OSv; Nanos 271)",
-                    runc: "< Linux VM (plot)",
-                    gvisor: "≈180",
-                },
-            ),
+            "fib" => (format!("fib({FIB_N}) warm (ms)"), Paper { unikernel: "= others (plot)", runc: "= others", gvisor: "= others" }),
+            "matmul" => ("matmul 1024² warm (ms)".to_string(), Paper { unikernel: "≈ others (plot)", runc: "≈ others", gvisor: "≈ others" }),
+            "alloc" => ("alloc 50 MiB warm (ms)".to_string(), Paper { unikernel: "≈40 (OSv)", runc: "< 20", gvisor: "≈40" }),
+            "fileread" => ("fileread 50 MiB warm (ms)".to_string(), Paper { unikernel: "181 (OSv)", runc: "87", gvisor: "≈160" }),
+            _ => ("static 50 MiB, 4 clients (MiB/s)".to_string(), Paper { unikernel: "> 271 (OSv; Nanos 271)", runc: "< Linux VM (plot)", gvisor: "≈180" }),
         };
         let values = c
             .backends
             .iter()
-            .filter_map(|&b| {
-                if *w == "static" {
-                    thr.get(b).map(|v| (b, fmt(*v, 0)))
-                } else {
-                    st(w, b).map(|s| (b, fmt(s.mean, 1)))
-                }
-            })
+            .filter_map(|&b| if *w == "static" { thr.get(b).map(|v| (b, fmt(*v, 0))) } else { st(w, b).map(|s| (b, fmt(s.mean, 1))) })
             .collect();
-        srows.push(Row {
-            what,
-            paper,
-            values,
-        });
+        srows.push(Row { what, paper, values });
     }
-    Ok(Outcome {
-        json: json!({"runs": c.o.repeat, "results": results, "failures": failures, "csv": csv_path, "plot": svg}),
-        table,
-        rows: srows,
-        goals,
-    })
+    Ok(Outcome { json: json!({"runs": c.o.repeat, "results": results, "failures": failures, "csv": csv_path, "plot": svg}), table, rows: srows, goals })
 }
 
 /// Runs `hey` with a bound on its wall time.
 fn run_hey(n: usize, clients: usize, url: &str) -> Result<HeyResult, String> {
     let mut child = Command::new("hey")
-        .args([
-            "-n",
-            &n.to_string(),
-            "-c",
-            &clients.to_string(),
-            "-t",
-            "30",
-            url,
-        ])
+        .args(["-n", &n.to_string(), "-c", &clients.to_string(), "-t", "30", url])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -2112,35 +1539,25 @@ fn run_hey(n: usize, clients: usize, url: &str) -> Result<HeyResult, String> {
 /// Fig. 11: hey at 1 … max_clients clients, straight to one instance and
 /// through the gateway.
 fn concurrency(c: &Ctx) -> Result<Outcome> {
-    let levels: Vec<usize> = (0..)
-        .map(|i| 1usize << i)
-        .take_while(|&l| l <= c.o.max_clients)
-        .collect();
+    let levels: Vec<usize> = (0..).map(|i| 1usize << i).take_while(|&l| l <= c.o.max_clients).collect();
     let mut failures = Vec::new();
     let mut targets: Vec<(&str, SocketAddr)> = Vec::new();
     for &b in &c.backends {
         let name = format!("cc-{b}");
         let r =
-            c.gw.deploy_cold(
-                &name,
-                &c.fns.settings(
-                    "noop",
-                    b,
-                    json!({"concurrency": 1024, "max_instances": 1, "queue": 100_000}),
-                ),
-            )
-            .map_err(|e| format!("{e:#}"))
-            .and_then(|_| {
-                let r = c.gw.invoke(&name, "/", false).map_err(|e| e.to_string())?;
-                if r.status != 200 {
-                    return Err(format!("status {}", r.status));
-                }
-                c.gw.instances(&name)
-                    .map_err(|e| format!("{e:#}"))?
-                    .first()
-                    .map(|i| i.addr)
-                    .ok_or_else(|| "no instance is running after the first request".to_string())
-            });
+            c.gw.deploy_cold(&name, &c.fns.settings("noop", b, json!({"concurrency": 1024, "max_instances": 1, "queue": 100_000})))
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|_| {
+                    let r = c.gw.invoke(&name, "/", false).map_err(|e| e.to_string())?;
+                    if r.status != 200 {
+                        return Err(format!("status {}", r.status));
+                    }
+                    c.gw.instances(&name)
+                        .map_err(|e| format!("{e:#}"))?
+                        .first()
+                        .map(|i| i.addr)
+                        .ok_or_else(|| "no instance is running after the first request".to_string())
+                });
         match r {
             Ok(a) => targets.push((b, a)),
             Err(e) => note_failure(&mut failures, format!("concurrency on {b}: {e}")),
@@ -2150,10 +1567,7 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
     let mut res: BTreeMap<(&str, &str, usize), HeyResult> = BTreeMap::new();
     let mut csv = Vec::new();
     for &l in &levels {
-        say(&format!(
-            "concurrency: {} requests at {l} clients",
-            c.o.requests.max(l)
-        ));
+        say(&format!("concurrency: {} requests at {l} clients", c.o.requests.max(l)));
         for (b, first) in &targets {
             for via in ["direct", "gateway"] {
                 // The gateway replaces an instance that failed a request:
@@ -2163,10 +1577,7 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
                     Some(i) => i.addr,
                     None => {
                         let _ = c.gw.invoke(&name, "/", false);
-                        c.gw.instances(&name)?
-                            .first()
-                            .map(|i| i.addr)
-                            .unwrap_or(*first)
+                        c.gw.instances(&name)?.first().map(|i| i.addr).unwrap_or(*first)
                     }
                 };
                 if via == "direct" && direct != *first {
@@ -2178,26 +1589,14 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
                         ),
                     );
                 }
-                let url = if via == "direct" {
-                    format!("http://{direct}/")
-                } else {
-                    format!("http://{}/fn/cc-{b}/", c.gw.addr)
-                };
+                let url = if via == "direct" { format!("http://{direct}/") } else { format!("http://{}/fn/cc-{b}/", c.gw.addr) };
                 match run_hey(c.o.requests.max(l), l, &url) {
                     Ok(h) => {
                         let n = c.o.requests.max(l) as u64;
-                        csv.push(format!(
-                            "{b},{via},{l},{n},{:.1},{},{},{}",
-                            h.ok_rps(),
-                            h.ok(),
-                            n - h.ok(),
-                            h.errors
-                        ));
+                        csv.push(format!("{b},{via},{l},{n},{:.1},{},{},{}", h.ok_rps(), h.ok(), n - h.ok(), h.errors));
                         res.insert((b, via, l), h);
                     }
-                    Err(e) => {
-                        note_failure(&mut failures, format!("concurrency {l} on {b} {via}: {e}"))
-                    }
+                    Err(e) => note_failure(&mut failures, format!("concurrency {l} on {b} {via}: {e}")),
                 }
             }
         }
@@ -2206,39 +1605,19 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
         c.gw.clear(&format!("cc-{b}"))?;
     }
     let csv_path = c.o.out.join("concurrency.csv");
-    write_csv(
-        &csv_path,
-        "backend,via,clients,requests,ok_rps,ok,failed,connection_errors",
-        &csv,
-    )?;
+    write_csv(&csv_path, "backend,via,clients,requests,ok_rps,ok,failed,connection_errors", &csv)?;
     let svg = c.o.out.join("concurrency.svg");
     let mut lines = Vec::new();
     for (b, _) in &targets {
         for via in ["direct", "gateway"] {
             lines.push(Line {
                 name: format!("{b} {via}"),
-                points: levels
-                    .iter()
-                    .filter_map(|&l| res.get(&(*b, via, l)).map(|h| (l as f64, h.ok_rps())))
-                    .collect(),
+                points: levels.iter().filter_map(|&l| res.get(&(*b, via, l)).map(|h| (l as f64, h.ok_rps()))).collect(),
             });
         }
     }
-    let title = format!(
-        "Successful requests per second, {} requests per level (seed 002 Fig. 11)",
-        c.o.requests
-    );
-    warn_plot(plot::lines(
-        &svg,
-        &Frame {
-            title: &title,
-            x_desc: "concurrent clients (log scale)",
-            y_desc: "requests/s",
-            log_x: true,
-            log_y: false,
-        },
-        &lines,
-    ));
+    let title = format!("Successful requests per second, {} requests per level (seed 002 Fig. 11)", c.o.requests);
+    warn_plot(plot::lines(&svg, &Frame { title: &title, x_desc: "concurrent clients (log scale)", y_desc: "requests/s", log_x: true, log_y: false }, &lines));
     let mut header = vec!["clients".to_string()];
     for (b, _) in &targets {
         header.push(format!("{b} direct req/s (failed)"));
@@ -2252,13 +1631,7 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
                 for via in ["direct", "gateway"] {
                     r.push(
                         res.get(&(*b, via, l))
-                            .map(|h| {
-                                format!(
-                                    "{} ({})",
-                                    fmt(h.ok_rps(), 0),
-                                    c.o.requests.max(l) as u64 - h.ok()
-                                )
-                            })
+                            .map(|h| format!("{} ({})", fmt(h.ok_rps(), 0), c.o.requests.max(l) as u64 - h.ok()))
                             .unwrap_or_else(|| "–".into()),
                     );
                 }
@@ -2271,12 +1644,7 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
         "\nreq/s counts 2xx answers only (hey's own Requests/sec counts failures too); failed: requests without a 2xx answer. Paper (Fig. 11, 2^15 requests): \
          OSv up to 44,793 req/s, Linux microVM 24,621; Nanos errors above 256 clients, gVisor cannot serve more than 512; runc falls behind the microVM above 2 clients.\n",
     );
-    let best = |b: &str, via: &str| {
-        levels
-            .iter()
-            .filter_map(|&l| res.get(&(b, via, l)).map(|h| h.ok_rps()))
-            .fold(f64::NAN, f64::max)
-    };
+    let best = |b: &str, via: &str| levels.iter().filter_map(|&l| res.get(&(b, via, l)).map(|h| h.ok_rps())).fold(f64::NAN, f64::max);
     let mut results = serde_json::Map::new();
     for (b, _) in &targets {
         let mut per = serde_json::Map::new();
@@ -2294,27 +1662,13 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
     let rows = vec![
         Row {
             what: "Max req/s, no-op, one instance direct".into(),
-            paper: Paper {
-                unikernel: "44,793 (OSv)",
-                runc: "plot only",
-                gvisor: "plot only (fails > 512 clients)",
-            },
-            values: targets
-                .iter()
-                .map(|(b, _)| (*b, fmt(best(b, "direct"), 0)))
-                .collect(),
+            paper: Paper { unikernel: "44,793 (OSv)", runc: "plot only", gvisor: "plot only (fails > 512 clients)" },
+            values: targets.iter().map(|(b, _)| (*b, fmt(best(b, "direct"), 0))).collect(),
         },
         Row {
             what: "Max req/s, no-op, through the gateway".into(),
-            paper: Paper {
-                unikernel: "–",
-                runc: "–",
-                gvisor: "–",
-            },
-            values: targets
-                .iter()
-                .map(|(b, _)| (*b, fmt(best(b, "gateway"), 0)))
-                .collect(),
+            paper: Paper { unikernel: "–", runc: "–", gvisor: "–" },
+            values: targets.iter().map(|(b, _)| (*b, fmt(best(b, "gateway"), 0))).collect(),
         },
     ];
     Ok(Outcome {
@@ -2337,19 +1691,11 @@ fn check(o: &FaasOpts) -> Result<(), FaasError> {
         return bad("requests", "0".into(), "hey needs at least 1 request");
     }
     if o.max_clients == 0 || o.max_clients > 65536 {
-        return bad(
-            "max-clients",
-            o.max_clients.to_string(),
-            "expected 1 to 65536",
-        );
+        return bad("max-clients", o.max_clients.to_string(), "expected 1 to 65536");
     }
     for (flag, v) in [("bursts", &o.bursts), ("instances", &o.instances)] {
         if let Some(&x) = v.iter().find(|&&x| x == 0 || x > 1024) {
-            return bad(
-                flag,
-                x.to_string(),
-                "each count must be 1 to 1024 (the gateway's max_instances)",
-            );
+            return bad(flag, x.to_string(), "each count must be 1 to 1024 (the gateway's max_instances)");
         }
     }
     Ok(())
@@ -2359,21 +1705,10 @@ fn check(o: &FaasOpts) -> Result<(), FaasError> {
 /// the gateway; the reason (the gateway's own words) if not.
 fn probe(gw: &Gateway, fns: &Fns, backend: &str) -> Result<(), String> {
     let name = format!("probe-{backend}");
-    let r = one_cold(
-        gw,
-        &name,
-        &fns.settings(
-            "noop",
-            backend,
-            json!({"concurrency": 1, "max_instances": 1, "timeout_ms": 60_000}),
-        ),
-    );
+    let r = one_cold(gw, &name, &fns.settings("noop", backend, json!({"concurrency": 1, "max_instances": 1, "timeout_ms": 60_000})));
     let r = match r {
         Err(e) if e.starts_with("status") => {
-            let body = gw
-                .invoke(&name, "/", true)
-                .map(|r| r.text())
-                .unwrap_or_default();
+            let body = gw.invoke(&name, "/", true).map(|r| r.text()).unwrap_or_default();
             Err(format!("{e}: {body}"))
         }
         r => r.map(|_| ()),
@@ -2393,17 +1728,13 @@ fn pin_binaries(dir: &Path) -> Result<PathBuf> {
     let tender = super::tender_binary()?;
     // The spt tender runs its instances from `shoal-spt` beside it.
     let spt = tender.with_file_name("shoal-spt");
-    let mut copies = vec![
-        (std::env::current_exe()?, shoal.clone()),
-        (tender, dir.join("shoal-tender")),
-    ];
+    let mut copies = vec![(std::env::current_exe()?, shoal.clone()), (tender, dir.join("shoal-tender"))];
     if spt.is_file() {
         copies.push((spt, dir.join("shoal-spt")));
     }
     for (from, to) in copies {
         let _ = std::fs::remove_file(&to);
-        std::fs::copy(&from, &to)
-            .with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
+        std::fs::copy(&from, &to).with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
     }
     Ok(shoal)
 }
@@ -2411,35 +1742,16 @@ fn pin_binaries(dir: &Path) -> Result<PathBuf> {
 /// `shoal bench faas`.
 pub fn faas(o: FaasOpts) -> Result<()> {
     check(&o)?;
-    let only: Vec<&str> = if o.only.is_empty() {
-        EXPERIMENTS.to_vec()
-    } else {
-        EXPERIMENTS
-            .iter()
-            .copied()
-            .filter(|e| o.only.iter().any(|x| x == e))
-            .collect()
-    };
-    let wanted: Vec<&'static str> = if o.backends.is_empty() {
-        BACKENDS.to_vec()
-    } else {
-        BACKENDS
-            .iter()
-            .copied()
-            .filter(|b| o.backends.iter().any(|x| x == b))
-            .collect()
-    };
-    std::fs::create_dir_all(&o.out)
-        .with_context(|| format!("cannot create {}", o.out.display()))?;
+    let only: Vec<&str> =
+        if o.only.is_empty() { EXPERIMENTS.to_vec() } else { EXPERIMENTS.iter().copied().filter(|e| o.only.iter().any(|x| x == e)).collect() };
+    let wanted: Vec<&'static str> =
+        if o.backends.is_empty() { BACKENDS.to_vec() } else { BACKENDS.iter().copied().filter(|b| o.backends.iter().any(|x| x == b)).collect() };
+    std::fs::create_dir_all(&o.out).with_context(|| format!("cannot create {}", o.out.display()))?;
     let t_start = Instant::now();
     let shoal = pin_binaries(&o.out.join("bin"))?;
     let fns = Fns::build(&shoal, &o.out.join("functions"))?;
     let gw = Gateway::start(&shoal, &o.out.join("gateway.log"))?;
-    say(&format!(
-        "shoal serve on {} (log {})",
-        gw.addr,
-        o.out.join("gateway.log").display()
-    ));
+    say(&format!("shoal serve on {} (log {})", gw.addr, o.out.join("gateway.log").display()));
     let mut skipped: BTreeMap<&str, String> = BTreeMap::new();
     let mut backends = Vec::new();
     for b in wanted {
@@ -2455,12 +1767,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
         let reasons: Vec<String> = skipped.iter().map(|(b, w)| format!("{b}: {w}")).collect();
         return Err(BenchError::nothing_measured("faas", &reasons).into());
     }
-    let c = Ctx {
-        gw: &gw,
-        fns: &fns,
-        backends: backends.clone(),
-        o: &o,
-    };
+    let c = Ctx { gw: &gw, fns: &fns, backends: backends.clone(), o: &o };
     let mut outcomes: Vec<(&str, Outcome, f64)> = Vec::new();
     for e in only {
         say(&format!("experiment {e} on {}", backends.join(", ")));
@@ -2473,13 +1780,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
             "idle-memory" => idle_memory(&c),
             "workloads" => workloads(&c),
             _ => {
-                if Command::new("hey")
-                    .arg("-h")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_err()
-                {
+                if Command::new("hey").arg("-h").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
                     say("concurrency skipped: hey is not installed (scripts/setup installs it)");
                     continue;
                 }
@@ -2491,8 +1792,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
         if let Some(f) = out.json["failures"].as_array().filter(|f| !f.is_empty()) {
             out.table.push_str(&format!("\nFailures ({}):\n", f.len()));
             for x in f.iter().take(20) {
-                out.table
-                    .push_str(&format!("- {}\n", x.as_str().unwrap_or_default()));
+                out.table.push_str(&format!("- {}\n", x.as_str().unwrap_or_default()));
             }
         }
         std::fs::write(o.out.join(format!("{e}.md")), &out.table)?;
@@ -2502,35 +1802,16 @@ pub fn faas(o: FaasOpts) -> Result<()> {
     let minutes = t_start.elapsed().as_secs_f64() / 60.0;
 
     // The summary: one row per experiment, the paper's columns first.
-    let mut header: Vec<String> = [
-        "experiment",
-        "paper: best unikernel",
-        "paper: runc",
-        "paper: gVisor",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut header: Vec<String> = ["experiment", "paper: best unikernel", "paper: runc", "paper: gVisor"].iter().map(|s| s.to_string()).collect();
     header.extend(BACKENDS.iter().map(|b| format!("shoal {b}")));
     let mut rows = Vec::new();
     let mut goals = Vec::new();
     for (_, out, _) in &outcomes {
         for r in &out.rows {
-            let mut row = vec![
-                r.what.clone(),
-                r.paper.unikernel.into(),
-                r.paper.runc.into(),
-                r.paper.gvisor.into(),
-            ];
-            row.extend(BACKENDS.iter().map(|b| {
-                r.values.get(b).cloned().unwrap_or_else(|| {
-                    if skipped.contains_key(b) {
-                        "skipped".into()
-                    } else {
-                        "–".into()
-                    }
-                })
-            }));
+            let mut row = vec![r.what.clone(), r.paper.unikernel.into(), r.paper.runc.into(), r.paper.gvisor.into()];
+            row.extend(
+                BACKENDS.iter().map(|b| r.values.get(b).cloned().unwrap_or_else(|| if skipped.contains_key(b) { "skipped".into() } else { "–".into() })),
+            );
             rows.push(row);
         }
         goals.extend(out.goals.iter());
@@ -2565,10 +1846,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
                 })
             })
             .collect();
-        let goals_json: Vec<Value> = goals
-            .iter()
-            .map(|g| json!({"goal": g.what, "measured": g.measured, "met": g.met}))
-            .collect();
+        let goals_json: Vec<Value> = goals.iter().map(|g| json!({"goal": g.what, "measured": g.measured, "met": g.met})).collect();
         let v = json!({
             "backends": backends, "skipped": skipped, "repeat": o.repeat, "requests": o.requests, "minutes": minutes,
             "cpu_source": "/proc (schedstat, cutime/cstime); hardware counters unavailable",
@@ -2578,10 +1856,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
         return Ok(());
     }
     for (e, out, secs) in &outcomes {
-        println!(
-            "## {e} ({secs:.0} s; CSV and plot: {})\n",
-            o.out.join(format!("{e}.{{csv,svg}}")).display()
-        );
+        println!("## {e} ({secs:.0} s; CSV and plot: {})\n", o.out.join(format!("{e}.{{csv,svg}}")).display());
         println!("{}", out.table);
     }
     println!("## summary\n\n{summary}");
@@ -2612,10 +1887,7 @@ mod tests {
         assert!((s.mean - 5.0).abs() < 1e-12);
         assert!((s.sd - 2.138_089_935).abs() < 1e-6);
         // t(7) = 2.365: 2.365 × 2.138 / √8.
-        assert!(
-            (s.ci95 - 2.365 * 2.138_089_935 / 8f64.sqrt()).abs() < 1e-6,
-            "{s:?}"
-        );
+        assert!((s.ci95 - 2.365 * 2.138_089_935 / 8f64.sqrt()).abs() < 1e-6, "{s:?}");
         assert_eq!((s.min, s.max, s.median), (2.0, 9.0, 4.5));
         // Large samples approach the normal 1.96, never below it.
         assert_eq!(t975(1), 12.706);
@@ -2663,10 +1935,7 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_hey_output() {
-        assert!(matches!(
-            parse_hey("hello\n"),
-            Err(FaasError::HeyMissing("Total"))
-        ));
+        assert!(matches!(parse_hey("hello\n"), Err(FaasError::HeyMissing("Total"))));
         let bad = "Summary:\n  Total:\t1.0 secs\n  Average:\t0.1 secs\n  Requests/sec:\t10\n\nStatus code distribution:\n  [abc]\t3 responses\n";
         let e = parse_hey(bad).unwrap_err();
         assert!(e.to_string().contains("status code"), "{e}");

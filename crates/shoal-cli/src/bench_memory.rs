@@ -240,13 +240,7 @@ const CLK_TCK: f64 = 100.0;
 
 pub(super) fn meminfo_used_kib() -> u64 {
     let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let get = |k: &str| -> u64 {
-        text.lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
+    let get = |k: &str| -> u64 { text.lines().find(|l| l.starts_with(k)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0) };
     get("MemTotal:").saturating_sub(get("MemAvailable:"))
 }
 
@@ -378,9 +372,8 @@ fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> 
                 if c.mode == "pool" {
                     cmd.env("SHOAL_POOL_DIR", &pool_dir);
                 }
-                children.push(
-                    cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn().with_context(|| format!("cannot start {}", tender.display()))?,
-                );
+                children
+                    .push(cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn().with_context(|| format!("cannot start {}", tender.display()))?);
             }
             if t >= next_sample {
                 let (mut pss, mut pool_pss) = (0, 0);
@@ -453,18 +446,31 @@ fn svg(outcomes: &[Outcome], title: &str) -> String {
     s += &format!("<line x1=\"{ml}\" y1=\"{mt}\" x2=\"{ml}\" y2=\"{}\" stroke=\"black\"/>\n", h - mb);
     for i in 0..=5 {
         let v = ymax * i as f64 / 5.0;
-        s += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.0}</text><line x1=\"{ml}\" y1=\"{1}\" x2=\"{}\" y2=\"{1}\" stroke=\"#eee\"/>\n", ml - 6.0, y(v), w - mr);
+        s += &format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.0}</text><line x1=\"{ml}\" y1=\"{1}\" x2=\"{}\" y2=\"{1}\" stroke=\"#eee\"/>\n",
+            ml - 6.0,
+            y(v),
+            w - mr
+        );
         let t = tmax * i as f64 / 5.0;
         s += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{t:.0}</text>\n", x(t), h - mb + 16.0);
     }
     s += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time (s)</text>\n", (ml + w - mr) / 2.0, h - 12.0);
-    s += &format!("<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {0})\" text-anchor=\"middle\">memory of the instances (MiB)</text>\n", (mt + h - mb) / 2.0);
+    s +=
+        &format!("<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {0})\" text-anchor=\"middle\">memory of the instances (MiB)</text>\n", (mt + h - mb) / 2.0);
     for (i, o) in outcomes.iter().enumerate() {
         let c = colors[i % colors.len()];
         let pts: Vec<String> = o.samples.iter().map(|p| format!("{:.1},{:.1}", x(p.t), y(p.attributed_mib))).collect();
         s += &format!("<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>\n", pts.join(" "));
         let ly = mt + 18.0 * i as f64 + 10.0;
-        s += &format!("<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"3\"/><text x=\"{}\" y=\"{}\">{}</text>\n", w - mr + 10.0, w - mr + 30.0, w - mr + 36.0, ly + 4.0, o.config.name);
+        s += &format!(
+            "<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"3\"/><text x=\"{}\" y=\"{}\">{}</text>\n",
+            w - mr + 10.0,
+            w - mr + 30.0,
+            w - mr + 36.0,
+            ly + 4.0,
+            o.config.name
+        );
     }
     s + "</svg>\n"
 }
@@ -492,17 +498,18 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
     if o.interval <= 0.0 {
         bail!("--interval must be positive");
     }
-    let configs: Vec<Config> = if o.only.is_empty() {
-        CONFIGS.to_vec()
-    } else {
-        let mut v = Vec::new();
-        for n in &o.only {
-            v.push(*CONFIGS.iter().find(|c| c.name == n).with_context(|| {
-                format!("--only {n}: unknown configuration (known: {})", CONFIGS.iter().map(|c| c.name).collect::<Vec<_>>().join(", "))
-            })?);
-        }
-        v
-    };
+    let configs: Vec<Config> =
+        if o.only.is_empty() {
+            CONFIGS.to_vec()
+        } else {
+            let mut v = Vec::new();
+            for n in &o.only {
+                v.push(*CONFIGS.iter().find(|c| c.name == n).with_context(|| {
+                    format!("--only {n}: unknown configuration (known: {})", CONFIGS.iter().map(|c| c.name).collect::<Vec<_>>().join(", "))
+                })?);
+            }
+            v
+        };
     std::fs::create_dir_all(&o.out).with_context(|| format!("cannot create --out {}", o.out.display()))?;
     let built = build_all(o.json, &o.out.join("images"), &configs)?;
     let versions = &built.versions;
@@ -587,7 +594,9 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
         }
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({"interval_s": o.interval, "tender": o.tender, "supervised": o.supervised, "sqlite_versions": versions, "csv": csv_path, "plot": svg_path, "configs": m, "skipped": skip_json}))?
+            serde_json::to_string_pretty(
+                &json!({"interval_s": o.interval, "tender": o.tender, "supervised": o.supervised, "sqlite_versions": versions, "csv": csv_path, "plot": svg_path, "configs": m, "skipped": skip_json})
+            )?
         );
         return Ok(());
     }
@@ -677,7 +686,16 @@ pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
         println!("{:<12} {:>12.2} {:>12} {:>14.2} {:>12.2} {:>10.2}", name, m(*total), "-", m(*total), def / *total as f64, dce / *total as f64);
         if p == "delta" || p == "aslr" {
             let t = (stripped + pool) as f64;
-            println!("{:<12} {:>12.2} {:>12.2} {:>14.2} {:>12.2} {:>10.2}   ksm/pool {:.2}", format!("{p}+pool"), m(*stripped), m(*pool), t / 1048576.0, def / t, dce / t, *total as f64 / t);
+            println!(
+                "{:<12} {:>12.2} {:>12.2} {:>14.2} {:>12.2} {:>10.2}   ksm/pool {:.2}",
+                format!("{p}+pool"),
+                m(*stripped),
+                m(*pool),
+                t / 1048576.0,
+                def / t,
+                dce / t,
+                *total as f64 / t
+            );
         }
     }
     for why in &built.failures {

@@ -87,7 +87,8 @@ pub fn run(json_out: bool, keep: Option<PathBuf>) -> Result<()> {
             );
         }
         let versions: Vec<&str> = versions.iter().map(|v| v.version.as_str()).collect();
-        let floor = json!({"versioned_bytes": floor.bytes, "versioned_pages": floor.pages, "frames": floor.frames, "default_over_floor": def / floor.frames as f64});
+        let floor =
+            json!({"versioned_bytes": floor.bytes, "versioned_pages": floor.pages, "frames": floor.frames, "default_over_floor": def / floor.frames as f64});
         println!("{}", serde_json::to_string_pretty(&json!({"images": 8, "sqlite_versions": versions, "policies": pol, "delta_floor": floor}))?);
         return Ok(());
     }

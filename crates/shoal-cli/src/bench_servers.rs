@@ -127,21 +127,12 @@ fn say(which: Which, msg: &str) {
 /// Why `sys` cannot run here, if it cannot (checked before anything starts).
 fn unavailable(sys: &str) -> Option<String> {
     match sys {
-        "hvt" => fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/kvm")
-            .err()
-            .map(|e| format!("/dev/kvm is not usable ({e})")),
+        "hvt" => fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").err().map(|e| format!("/dev/kvm is not usable ({e})")),
         "runc" | "runsc" => {
             if find_program(sys).is_none() {
-                Some(format!(
-                    "{sys} is not installed (Debian package {sys}; scripts/setup installs it)"
-                ))
+                Some(format!("{sys} is not installed (Debian package {sys}; scripts/setup installs it)"))
             } else if effective_uid() != Some(0) {
-                Some(format!(
-                    "{sys} needs root here and this bench is not running as root"
-                ))
+                Some(format!("{sys} needs root here and this bench is not running as root"))
             } else {
                 None
             }
@@ -151,19 +142,13 @@ fn unavailable(sys: &str) -> Option<String> {
 }
 
 fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")
-        .context("cannot find a free port on 127.0.0.1")?
-        .local_addr()?
-        .port())
+    Ok(TcpListener::bind("127.0.0.1:0").context("cannot find a free port on 127.0.0.1")?.local_addr()?.port())
 }
 
 /// Raises the soft limit on open descriptors to the hard one: servers and
 /// clients inherit it, and 1000 clients need more than the usual 1024.
 fn raise_nofile() {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
@@ -182,16 +167,14 @@ fn pin_binaries(dir: &Path) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let shoal = dir.join("shoal");
     let _ = fs::remove_file(&shoal);
-    fs::copy(&exe, &shoal)
-        .with_context(|| format!("cannot copy {} to {}", exe.display(), shoal.display()))?;
+    fs::copy(&exe, &shoal).with_context(|| format!("cannot copy {} to {}", exe.display(), shoal.display()))?;
     for name in ["shoal-tender", "shoal-spt"] {
         let from = exe.with_file_name(name);
         let to = dir.join(name);
         let _ = fs::remove_file(&to);
         // One that was not built is reported by `shoal run` when needed.
         if from.is_file() {
-            fs::copy(&from, &to)
-                .with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
+            fs::copy(&from, &to).with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
         }
     }
     Ok(shoal)
@@ -206,8 +189,7 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
         if e.file_type()?.is_dir() {
             copy_tree(&e.path(), &dst)?;
         } else {
-            fs::copy(e.path(), &dst)
-                .with_context(|| format!("cannot copy {}", e.path().display()))?;
+            fs::copy(e.path(), &dst).with_context(|| format!("cannot copy {}", e.path().display()))?;
         }
     }
     Ok(())
@@ -216,19 +198,7 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 /// Redis's arguments after the configuration file: cache-only, as in the
 /// paper (the recipe's configuration turns persistence on).
 fn redis_args(port: u16, dir: &str) -> Vec<String> {
-    [
-        "--port",
-        &port.to_string(),
-        "--dir",
-        dir,
-        "--appendonly",
-        "no",
-        "--save",
-        "",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    ["--port", &port.to_string(), "--dir", dir, "--appendonly", "no", "--save", ""].iter().map(|s| s.to_string()).collect()
 }
 
 /// The recipe's nginx directory with `listen` on 127.0.0.1:`port`, in `dir`.
@@ -236,14 +206,8 @@ fn nginx_prefix(home: &Path, dir: &Path, port: u16) -> Result<()> {
     let src = home.join("apps/recipes/nginx");
     copy_tree(&src, dir)?;
     let conf = fs::read_to_string(src.join("nginx.conf"))?;
-    anyhow::ensure!(
-        conf.contains("listen 8080;"),
-        "apps/recipes/nginx/nginx.conf no longer says `listen 8080;`"
-    );
-    fs::write(
-        dir.join("nginx.conf"),
-        conf.replace("listen 8080;", &format!("listen 127.0.0.1:{port};")),
-    )?;
+    anyhow::ensure!(conf.contains("listen 8080;"), "apps/recipes/nginx/nginx.conf no longer says `listen 8080;`");
+    fs::write(dir.join("nginx.conf"), conf.replace("listen 8080;", &format!("listen 127.0.0.1:{port};")))?;
     Ok(())
 }
 
@@ -276,11 +240,7 @@ impl Drop for Server {
             } else {
                 c.args(["delete", "-f", id]);
             }
-            let _ = c
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+            let _ = c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
         }
         // The whole process group: the server and whatever it started.
         // SAFETY: kill of the process group our own child leads.
@@ -292,34 +252,19 @@ impl Drop for Server {
 impl Server {
     fn log_tail(&self) -> String {
         let s = fs::read_to_string(&self.log).unwrap_or_default();
-        s.lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("")
-            .trim()
-            .to_string()
+        s.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string()
     }
 
     /// The container's cgroup memory in KiB (runc, runsc), if readable.
     fn cgroup_kib(&self) -> Option<u64> {
         let (rt, id) = self.container.as_ref()?;
-        let out = Command::new(rt)
-            .args(["state", id])
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
+        let out = Command::new(rt).args(["state", id]).stdin(Stdio::null()).stderr(Stdio::null()).output().ok()?;
         let v: Value = serde_json::from_slice(&out.stdout).ok()?;
         let pid = v["pid"].as_u64()?;
         let cg = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
         // cgroup v1: the memory controller's line; v2: the unified line.
-        if let Some(path) = cg
-            .lines()
-            .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))
-        {
-            let bytes =
-                fs::read_to_string(format!("/sys/fs/cgroup/memory{path}/memory.usage_in_bytes"))
-                    .ok()?;
+        if let Some(path) = cg.lines().find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string())) {
+            let bytes = fs::read_to_string(format!("/sys/fs/cgroup/memory{path}/memory.usage_in_bytes")).ok()?;
             return bytes.trim().parse::<u64>().ok().map(|b| b / 1024);
         }
         let path = cg.lines().find_map(|l| l.strip_prefix("0::"))?;
@@ -344,10 +289,7 @@ fn tree(root: u32) -> Vec<u32> {
             let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
                 continue;
             };
-            let ppid = stat
-                .rfind(')')
-                .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
-                .and_then(|p| p.parse().ok());
+            let ppid = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().nth(1)).and_then(|p| p.parse().ok());
             if let Some(ppid) = ppid {
                 parent.push((pid, ppid));
             }
@@ -365,40 +307,25 @@ fn tree(root: u32) -> Vec<u32> {
 
 fn pss_kib(pid: u32) -> u64 {
     let s = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("Pss:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    s.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// An OCI bundle in `bundle` from `RUNTIME spec`: root `rootfs` (already
 /// filled, writable: the servers write their pid file and temporary
 /// files), `args`, the host network (no network namespace of its own).
 fn make_bundle(rt: &Path, bundle: &Path, args: &[String]) -> Result<()> {
-    let out = Command::new(rt)
-        .arg("spec")
-        .arg("--bundle")
-        .arg(bundle)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {} spec", rt.display()))?;
+    let out =
+        Command::new(rt).arg("spec").arg("--bundle").arg(bundle).stdin(Stdio::null()).output().with_context(|| format!("cannot run {} spec", rt.display()))?;
     if !out.status.success() {
-        bail!(
-            "{} spec failed: {}",
-            rt.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("{} spec failed: {}", rt.display(), String::from_utf8_lossy(&out.stderr).trim());
     }
     let path = bundle.join("config.json");
-    let mut c: Value =
-        serde_json::from_str(&fs::read_to_string(&path)?).context("the runtime's config.json")?;
+    let mut c: Value = serde_json::from_str(&fs::read_to_string(&path)?).context("the runtime's config.json")?;
     c["process"]["terminal"] = json!(false);
     c["process"]["args"] = json!(args);
     c["process"]["env"] = json!([]);
     // The spec's default is 1024 open files, too few for 1000 clients.
-    c["process"]["rlimits"] =
-        json!([{"type": "RLIMIT_NOFILE", "hard": 20000u64, "soft": 20000u64}]);
+    c["process"]["rlimits"] = json!([{"type": "RLIMIT_NOFILE", "hard": 20000u64, "soft": 20000u64}]);
     // nginx started as root chowns its temporary directories to `nobody`,
     // as it does natively: the spec's default capabilities lack CAP_CHOWN.
     for set in ["bounding", "effective", "permitted"] {
@@ -424,17 +351,14 @@ fn start(s: &Setup, sys: &'static str) -> Result<Server> {
             let data = s.dir.join("native-data");
             fs::create_dir_all(&data)?;
             let mut c = Command::new(&s.native);
-            c.arg(s.home.join("apps/recipes/redis/redis.conf"))
-                .args(redis_args(port, &data.display().to_string()));
+            c.arg(s.home.join("apps/recipes/redis/redis.conf")).args(redis_args(port, &data.display().to_string()));
             c
         }
         ("native", Which::Http) => {
             let prefix = s.dir.join("nginx-native");
             nginx_prefix(&s.home, &prefix, port)?;
             let mut c = Command::new(&s.native);
-            c.arg("-p")
-                .arg(format!("{}/", prefix.display()))
-                .args(["-c", "nginx.conf", "-g"]);
+            c.arg("-p").arg(format!("{}/", prefix.display())).args(["-c", "nginx.conf", "-g"]);
             c.arg(format!("pid {}/nginx.pid;", prefix.display()));
             c
         }
@@ -443,41 +367,25 @@ fn start(s: &Setup, sys: &'static str) -> Result<Server> {
             c.args(["run", "--tender", sys, "--mem", "512M", "--fs"]);
             match which {
                 Which::Kv => {
-                    c.arg(s.home.join("apps/recipes/redis"))
-                        .args(["-p", &format!("{port}:6379")])
-                        .arg(&s.image);
+                    c.arg(s.home.join("apps/recipes/redis")).args(["-p", &format!("{port}:6379")]).arg(&s.image);
                     c.args(["--", "/redis.conf"]).args(redis_args(6379, "/tmp"));
                 }
                 Which::Http => {
-                    c.arg(s.home.join("apps/recipes/nginx"))
-                        .args(["-p", &format!("{port}:8080")])
-                        .arg(&s.image);
-                    c.args([
-                        "--",
-                        "-p",
-                        "/",
-                        "-c",
-                        "nginx.conf",
-                        "-g",
-                        "pid /tmp/nginx.pid;",
-                    ]);
+                    c.arg(s.home.join("apps/recipes/nginx")).args(["-p", &format!("{port}:8080")]).arg(&s.image);
+                    c.args(["--", "-p", "/", "-c", "nginx.conf", "-g", "pid /tmp/nginx.pid;"]);
                 }
             }
             c
         }
         (rt_name, which) => {
-            let rt = find_program(rt_name)
-                .ok_or_else(|| anyhow::anyhow!("{rt_name} is not installed"))?;
+            let rt = find_program(rt_name).ok_or_else(|| anyhow::anyhow!("{rt_name} is not installed"))?;
             let bundle = s.dir.join(format!("bundle-{rt_name}"));
             let _ = fs::remove_dir_all(&bundle);
             let rootfs = bundle.join("rootfs");
             fs::create_dir_all(rootfs.join("tmp"))?;
             let args: Vec<String> = match which {
                 Which::Kv => {
-                    fs::copy(
-                        s.home.join("apps/recipes/redis/redis.conf"),
-                        rootfs.join("redis.conf"),
-                    )?;
+                    fs::copy(s.home.join("apps/recipes/redis/redis.conf"), rootfs.join("redis.conf"))?;
                     fs::copy(&s.native, rootfs.join("redis-server"))?;
                     let mut a = vec!["/redis-server".to_string(), "/redis.conf".to_string()];
                     a.extend(redis_args(port, "/tmp"));
@@ -486,26 +394,11 @@ fn start(s: &Setup, sys: &'static str) -> Result<Server> {
                 Which::Http => {
                     nginx_prefix(&s.home, &rootfs, port)?;
                     fs::copy(&s.native, rootfs.join("nginx"))?;
-                    [
-                        "/nginx",
-                        "-p",
-                        "/",
-                        "-c",
-                        "nginx.conf",
-                        "-g",
-                        "pid /tmp/nginx.pid;",
-                    ]
-                    .iter()
-                    .map(|a| a.to_string())
-                    .collect()
+                    ["/nginx", "-p", "/", "-c", "nginx.conf", "-g", "pid /tmp/nginx.pid;"].iter().map(|a| a.to_string()).collect()
                 }
             };
             make_bundle(&rt, &bundle, &args)?;
-            let id = format!(
-                "shoal-bench-{}-{}-{rt_name}",
-                which.name(),
-                std::process::id()
-            );
+            let id = format!("shoal-bench-{}-{}-{rt_name}", which.name(), std::process::id());
             let mut c = Command::new(&rt);
             if rt_name == "runsc" {
                 c.arg("--network=host");
@@ -517,32 +410,16 @@ fn start(s: &Setup, sys: &'static str) -> Result<Server> {
     };
     let log = s.dir.join(format!("{}-{sys}.log", s.which.recipe()));
     let f = File::create(&log)?;
-    cmd.stdin(Stdio::null())
-        .stdout(f.try_clone()?)
-        .stderr(f)
-        .process_group(0);
+    cmd.stdin(Stdio::null()).stdout(f.try_clone()?).stderr(f).process_group(0);
     let child = cmd.spawn().with_context(|| format!("cannot start {sys}"))?;
-    let mut server = Server {
-        sys,
-        child,
-        port,
-        log,
-        container,
-    };
+    let mut server = Server { sys, child, port, log, container };
     let t0 = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Some(st) = server.child.try_wait()? {
-            bail!(
-                "the server exited ({st}) before accepting connections: {}",
-                server.log_tail()
-            );
+            bail!("the server exited ({st}) before accepting connections: {}", server.log_tail());
         }
         if t0.elapsed() > READY_TIMEOUT {
-            bail!(
-                "the server did not accept connections within {} s: {}",
-                READY_TIMEOUT.as_secs(),
-                server.log_tail()
-            );
+            bail!("the server did not accept connections within {} s: {}", READY_TIMEOUT.as_secs(), server.log_tail());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -558,10 +435,7 @@ struct RunResult {
 
 /// The number after `key` on wrk's output line that starts with it.
 fn wrk_value(text: &str, key: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.trim().strip_prefix(key))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
+    text.lines().find_map(|l| l.trim().strip_prefix(key)).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok())
 }
 
 /// wrk's socket errors and non-2xx answers, summed.
@@ -569,10 +443,7 @@ fn wrk_errors(text: &str) -> u64 {
     let mut n = 0;
     for l in text.lines().map(str::trim) {
         if let Some(rest) = l.strip_prefix("Socket errors:") {
-            n += rest
-                .split(',')
-                .filter_map(|p| p.split_whitespace().last()?.parse::<u64>().ok())
-                .sum::<u64>();
+            n += rest.split(',').filter_map(|p| p.split_whitespace().last()?.parse::<u64>().ok()).sum::<u64>();
         }
         if let Some(rest) = l.strip_prefix("Non-2xx or 3xx responses:") {
             n += rest.trim().parse::<u64>().unwrap_or(0);
@@ -583,10 +454,7 @@ fn wrk_errors(text: &str) -> u64 {
 
 /// The requests per second of `op`'s row in redis-benchmark's --csv output.
 fn redis_rps(csv: &str, op: &str) -> Option<f64> {
-    csv.lines()
-        .find(|l| l.starts_with(&format!("\"{op}\",")))
-        .and_then(|l| l.split(',').nth(1))
-        .and_then(|v| v.trim_matches('"').parse().ok())
+    csv.lines().find(|l| l.starts_with(&format!("\"{op}\","))).and_then(|l| l.split(',').nth(1)).and_then(|v| v.trim_matches('"').parse().ok())
 }
 
 /// Runs the client against `server` with `clients` connections, sampling
@@ -599,44 +467,22 @@ fn run_client(o: &ServersOpts, server: &Server, clients: usize, sample: bool) ->
             // threads, one per core. Its 2 s default request timeout would
             // count slow answers of a loaded machine as errors.
             let threads = clients.min(2);
-            c.args([
-                "-t",
-                &threads.to_string(),
-                "-c",
-                &clients.to_string(),
-                "-d",
-                &format!("{}s", o.duration),
-                "--timeout",
-                "30s",
-            ]);
+            c.args(["-t", &threads.to_string(), "-c", &clients.to_string(), "-d", &format!("{}s", o.duration), "--timeout", "30s"]);
             c.arg(format!("http://127.0.0.1:{}/index.html", server.port));
             c
         }
         Which::Kv => {
             let mut c = Command::new("redis-benchmark");
-            c.args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &server.port.to_string(),
-                "-c",
-                &clients.to_string(),
-                "-n",
-                &o.requests.to_string(),
-            ]);
+            c.args(["-h", "127.0.0.1", "-p", &server.port.to_string(), "-c", &clients.to_string(), "-n", &o.requests.to_string()]);
             c.args(["-P", &o.pipeline.to_string(), "-t", "get,set", "--csv"]);
             c
         }
     };
     let out_path = server.log.with_extension("client.out");
     let err_path = server.log.with_extension("client.err");
-    cmd.stdin(Stdio::null())
-        .stdout(File::create(&out_path)?)
-        .stderr(File::create(&err_path)?);
+    cmd.stdin(Stdio::null()).stdout(File::create(&out_path)?).stderr(File::create(&err_path)?);
     let t0 = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start {}", o.which.client().0))?;
+    let mut child = cmd.spawn().with_context(|| format!("cannot start {}", o.which.client().0))?;
     let mut load_kib = 0;
     let mut next = Duration::from_millis(100);
     let status = loop {
@@ -646,11 +492,7 @@ fn run_client(o: &ServersOpts, server: &Server, clients: usize, sample: bool) ->
         if t0.elapsed() > CLIENT_TIMEOUT {
             let _ = child.kill();
             let _ = child.wait();
-            bail!(
-                "{} did not finish within {} s",
-                o.which.client().0,
-                CLIENT_TIMEOUT.as_secs()
-            );
+            bail!("{} did not finish within {} s", o.which.client().0, CLIENT_TIMEOUT.as_secs());
         }
         if sample && t0.elapsed() >= next {
             load_kib = load_kib.max(server.pss_kib());
@@ -661,45 +503,25 @@ fn run_client(o: &ServersOpts, server: &Server, clients: usize, sample: bool) ->
     let text = fs::read_to_string(&out_path).unwrap_or_default();
     let err = fs::read_to_string(&err_path).unwrap_or_default();
     if !status.success() {
-        bail!(
-            "{} failed ({status}): {}",
-            o.which.client().0,
-            err.lines().last().unwrap_or("").trim()
-        );
+        bail!("{} failed ({status}): {}", o.which.client().0, err.lines().last().unwrap_or("").trim());
     }
     let (rps, errors) = match o.which {
         Which::Http => {
-            let r = wrk_value(&text, "Requests/sec:").ok_or_else(|| {
-                anyhow::anyhow!("no Requests/sec in wrk's output: {}", text.trim())
-            })?;
+            let r = wrk_value(&text, "Requests/sec:").ok_or_else(|| anyhow::anyhow!("no Requests/sec in wrk's output: {}", text.trim()))?;
             (vec![r], wrk_errors(&text))
         }
         Which::Kv => {
             let mut v = Vec::new();
             for op in o.which.ops() {
-                v.push(redis_rps(&text, op).ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "no {op} row in redis-benchmark's output: {} {}",
-                        text.trim(),
-                        err.trim()
-                    )
-                })?);
+                v.push(redis_rps(&text, op).ok_or_else(|| anyhow::anyhow!("no {op} row in redis-benchmark's output: {} {}", text.trim(), err.trim()))?);
             }
             (v, 0)
         }
     };
     if rps.iter().any(|r| !(r.is_finite() && *r > 0.0)) {
-        bail!(
-            "{} measured no throughput: {}",
-            o.which.client().0,
-            text.trim()
-        );
+        bail!("{} measured no throughput: {}", o.which.client().0, text.trim());
     }
-    Ok(RunResult {
-        rps,
-        errors,
-        load_kib,
-    })
+    Ok(RunResult { rps, errors, load_kib })
 }
 
 /// One system's results.
@@ -737,11 +559,7 @@ fn check(o: &ServersOpts) -> Result<Vec<&'static str>> {
     if find_program(prog).is_none() {
         return Err(ServersError::Client(prog, pkg).into());
     }
-    Ok(SYSTEMS
-        .iter()
-        .copied()
-        .filter(|s| o.systems.is_empty() || o.systems.iter().any(|x| x == s))
-        .collect())
+    Ok(SYSTEMS.iter().copied().filter(|s| o.systems.is_empty() || o.systems.iter().any(|x| x == s)).collect())
 }
 
 /// `shoal bench http` / `shoal bench kv`.
@@ -754,14 +572,7 @@ pub fn servers(o: ServersOpts) -> Result<()> {
     let shoal = pin_binaries(&o.out.join("bin"))?;
     let image = o.out.join(format!("{}.img", which.recipe()));
     let native = o.out.join(format!("{}.native", which.recipe()));
-    say(
-        which,
-        &format!(
-            "building the {} recipe (image and native program) into {}",
-            which.recipe(),
-            o.out.display()
-        ),
-    );
+    say(which, &format!("building the {} recipe (image and native program) into {}", which.recipe(), o.out.display()));
     let b = Command::new(&shoal)
         .args(["recipe", "build", which.recipe(), "-o"])
         .arg(&image)
@@ -772,23 +583,12 @@ pub fn servers(o: ServersOpts) -> Result<()> {
         .context("cannot run shoal recipe build")?;
     if !b.status.success() {
         let err = String::from_utf8_lossy(&b.stderr);
-        bail!(
-            "shoal recipe build {} failed: {}",
-            which.recipe(),
-            err.lines().last().unwrap_or("").trim()
-        );
+        bail!("shoal recipe build {} failed: {}", which.recipe(), err.lines().last().unwrap_or("").trim());
     }
     let run_dir = o.out.join("run");
     let _ = fs::remove_dir_all(&run_dir);
     fs::create_dir_all(&run_dir)?;
-    let setup = Setup {
-        which,
-        home: paths.home.clone(),
-        shoal,
-        image,
-        native,
-        dir: run_dir,
-    };
+    let setup = Setup { which, home: paths.home.clone(), shoal, image, native, dir: run_dir };
 
     let mut systems: Vec<Sys> = wanted
         .iter()
@@ -833,10 +633,7 @@ pub fn servers(o: ServersOpts) -> Result<()> {
             continue;
         };
         if let Err(e) = run_client(&o, srv, o.clients[0], false) {
-            s.skipped = Some(format!(
-                "the warm-up run failed: {e:#}; server: {}",
-                srv.log_tail()
-            ));
+            s.skipped = Some(format!("the warm-up run failed: {e:#}; server: {}", srv.log_tail()));
             servers.remove(s.name);
         }
     }
@@ -867,11 +664,7 @@ pub fn servers(o: ServersOpts) -> Result<()> {
                         }
                     }
                     Err(e) => {
-                        s.skipped = Some(format!(
-                            "round {}, {c} clients: {e:#}; server: {}",
-                            round + 1,
-                            srv.log_tail()
-                        ));
+                        s.skipped = Some(format!("round {}, {c} clients: {e:#}; server: {}", round + 1, srv.log_tail()));
                         servers.remove(s.name);
                     }
                 }
@@ -880,15 +673,8 @@ pub fn servers(o: ServersOpts) -> Result<()> {
     }
     drop(servers);
     if systems.iter().all(|s| s.skipped.is_some()) {
-        let reasons: Vec<String> = systems
-            .iter()
-            .map(|s| format!("{}: {}", s.name, s.skipped.as_deref().unwrap_or("")))
-            .collect();
-        return Err(BenchError::nothing_measured(
-            if which == Which::Http { "http" } else { "kv" },
-            &reasons,
-        )
-        .into());
+        let reasons: Vec<String> = systems.iter().map(|s| format!("{}: {}", s.name, s.skipped.as_deref().unwrap_or(""))).collect();
+        return Err(BenchError::nothing_measured(if which == Which::Http { "http" } else { "kv" }, &reasons).into());
     }
     report(&o, &systems)
 }
@@ -921,7 +707,10 @@ fn paper(which: Which) -> &'static [(&'static str, &'static str)] {
             ("memory (Fig. 4a)", "unikernels below a Linux VM; containers need the least memory"),
         ],
         Which::Kv => &[
-            ("setup", "Redis 3.0.1 cache-only, redis-benchmark from a second host, GET and SET, 0–1000 clients in steps of 100, keep-alive and pipelining, n = 30"),
+            (
+                "setup",
+                "Redis 3.0.1 cache-only, redis-benchmark from a second host, GET and SET, 0–1000 clients in steps of 100, keep-alive and pipelining, n = 30",
+            ),
             ("containers vs native", "significant overhead (p < 0.0001), native and on KVM"),
             ("unikernels (Rumprun, OSv)", "slight but significant improvements over Linux under many conditions"),
             ("memory (Fig. 4b)", "containers most flexible; Rumprun below Linux; OSv distinctly more (apparently a leak)"),
@@ -933,24 +722,14 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
     let which = o.which;
     let ops = which.ops();
     let get = |name: &str| systems.iter().find(|s| s.name == name && !s.rps.is_empty());
-    let mean_of = |name: &str, op: usize, c: usize| {
-        get(name)
-            .and_then(|s| s.rps.get(&(op, c)))
-            .map(|v| mean_sd(v).0)
-    };
+    let mean_of = |name: &str, op: usize, c: usize| get(name).and_then(|s| s.rps.get(&(op, c))).map(|v| mean_sd(v).0);
 
     // CSV of every run.
     let mut csv = String::from("bench,system,operation,clients,run,requests_per_s\n");
     for s in systems {
         for ((op, c), v) in &s.rps {
             for (i, x) in v.iter().enumerate() {
-                csv.push_str(&format!(
-                    "{},{},{},{c},{},{x:.1}\n",
-                    which.name(),
-                    s.name,
-                    ops[*op],
-                    i + 1
-                ));
+                csv.push_str(&format!("{},{},{},{c},{},{x:.1}\n", which.name(), s.name, ops[*op], i + 1));
             }
         }
     }
@@ -958,20 +737,16 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
     fs::write(&csv_path, csv).with_context(|| format!("cannot write {}", csv_path.display()))?;
     let mut mem_csv = String::from("system,state,measure,kib\n");
     for s in systems {
-        for (state, measure, v) in [
-            ("idle", "pss", &s.idle_kib),
-            ("idle", "cgroup", &s.idle_cgroup_kib),
-            ("load", "pss", &s.load_kib),
-            ("load", "cgroup", &s.load_cgroup_kib),
-        ] {
+        for (state, measure, v) in
+            [("idle", "pss", &s.idle_kib), ("idle", "cgroup", &s.idle_cgroup_kib), ("load", "pss", &s.load_kib), ("load", "cgroup", &s.load_cgroup_kib)]
+        {
             for x in v {
                 mem_csv.push_str(&format!("{},{state},{measure},{x:.0}\n", s.name));
             }
         }
     }
     let mem_path = o.out.join(format!("{}-memory.csv", which.name()));
-    fs::write(&mem_path, mem_csv)
-        .with_context(|| format!("cannot write {}", mem_path.display()))?;
+    fs::write(&mem_path, mem_csv).with_context(|| format!("cannot write {}", mem_path.display()))?;
 
     // One plot per operation.
     let mut svgs = Vec::new();
@@ -979,40 +754,14 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
         let lines: Vec<Line> = systems
             .iter()
             .filter(|s| !s.rps.is_empty())
-            .map(|s| Line {
-                name: s.name.into(),
-                points: o
-                    .clients
-                    .iter()
-                    .filter_map(|&c| s.rps.get(&(i, c)).map(|v| (c as f64, mean_sd(v).0)))
-                    .collect(),
-            })
+            .map(|s| Line { name: s.name.into(), points: o.clients.iter().filter_map(|&c| s.rps.get(&(i, c)).map(|v| (c as f64, mean_sd(v).0))).collect() })
             .collect();
-        let svg = o.out.join(format!(
-            "{}-{}.svg",
-            which.name(),
-            if ops.len() == 1 {
-                "throughput".to_string()
-            } else {
-                op.to_lowercase()
-            }
-        ));
-        let title = format!(
-            "{} {op}: requests per second against concurrent clients (seed 004 Fig. {})",
-            which.recipe(),
-            if which == Which::Http { 3 } else { 5 }
-        );
-        if let Err(e) = plot::lines(
-            &svg,
-            &Frame {
-                title: &title,
-                x_desc: "concurrent clients",
-                y_desc: "requests per second",
-                log_x: false,
-                log_y: false,
-            },
-            &lines,
-        ) {
+        let svg = o.out.join(format!("{}-{}.svg", which.name(), if ops.len() == 1 { "throughput".to_string() } else { op.to_lowercase() }));
+        let title =
+            format!("{} {op}: requests per second against concurrent clients (seed 004 Fig. {})", which.recipe(), if which == Which::Http { 3 } else { 5 });
+        if let Err(e) =
+            plot::lines(&svg, &Frame { title: &title, x_desc: "concurrent clients", y_desc: "requests per second", log_x: false, log_y: false }, &lines)
+        {
             say(which, &format!("warning: {e}"));
         }
         svgs.push(svg);
@@ -1039,12 +788,7 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
             goal_rows.push(json!({"operation": op, "clients": c, "spt_over_native": vs_native, "spt_over_runsc": vs_runsc}));
         }
     }
-    let idle = |name: &str| {
-        systems
-            .iter()
-            .find(|s| s.name == name && !s.idle_kib.is_empty())
-            .map(|s| mean_sd(&s.idle_kib).0)
-    };
+    let idle = |name: &str| systems.iter().find(|s| s.name == name && !s.idle_kib.is_empty()).map(|s| mean_sd(&s.idle_kib).0);
     let idle_ratio = idle("spt").zip(idle("runsc")).map(|(a, b)| a / b);
 
     if o.json {
@@ -1107,16 +851,9 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
     let mut t = String::new();
     let what = match which {
         Which::Http => format!("nginx, wrk {} s per run", o.duration),
-        Which::Kv => format!(
-            "Redis (cache-only), redis-benchmark -n {} -P {} per run",
-            o.requests, o.pipeline
-        ),
+        Which::Kv => format!("Redis (cache-only), redis-benchmark -n {} -P {} per run", o.requests, o.pipeline),
     };
-    t.push_str(&format!(
-        "shoal bench {}: {what}, {} rounds, systems interleaved; requests/s, mean ± SD\n",
-        which.name(),
-        o.repeat
-    ));
+    t.push_str(&format!("shoal bench {}: {what}, {} rounds, systems interleaved; requests/s, mean ± SD\n", which.name(), o.repeat));
     let shown: Vec<&Sys> = systems.iter().filter(|s| !s.rps.is_empty()).collect();
     for (i, op) in ops.iter().enumerate() {
         t.push_str(&format!("\n| {} {op}: clients |", which.recipe()));
@@ -1137,12 +874,7 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
                     None => t.push_str(" – |"),
                 }
             }
-            let r = |b: &str| {
-                mean_of("spt", i, c)
-                    .zip(mean_of(b, i, c))
-                    .map(|(a, b)| format!("{:.2}", a / b))
-                    .unwrap_or_else(|| "–".into())
-            };
+            let r = |b: &str| mean_of("spt", i, c).zip(mean_of(b, i, c)).map(|(a, b)| format!("{:.2}", a / b)).unwrap_or_else(|| "–".into());
             t.push_str(&format!(" {} | {} |\n", r("native"), r("runsc")));
         }
     }
@@ -1156,14 +888,7 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
         }
     };
     for s in &shown {
-        t.push_str(&format!(
-            "| {} | {} | {} | {} | {} |\n",
-            s.name,
-            mib(&s.idle_kib),
-            mib(&s.load_kib),
-            mib(&s.idle_cgroup_kib),
-            mib(&s.load_cgroup_kib)
-        ));
+        t.push_str(&format!("| {} | {} | {} | {} | {} |\n", s.name, mib(&s.idle_kib), mib(&s.load_kib), mib(&s.idle_cgroup_kib), mib(&s.load_cgroup_kib)));
     }
     let max_c = o.clients.iter().max().copied().unwrap_or(0);
     t.push_str(&format!("(PSS: the command's whole process tree; cgroup: the container's memory cgroup, page cache included; under load: largest sample during the {max_c}-client runs)\n"));
@@ -1172,10 +897,7 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
             t.push_str(&format!("{} skipped: {why}\n", s.name));
         }
         if s.errors > 0 {
-            t.push_str(&format!(
-                "{}: wrk reported {} socket errors or error answers in total\n",
-                s.name, s.errors
-            ));
+            t.push_str(&format!("{}: wrk reported {} socket errors or error answers in total\n", s.name, s.errors));
         }
     }
     let yn = |g: Option<bool>| match g {
@@ -1197,15 +919,7 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
     let md = o.out.join(format!("{}.md", which.name()));
     fs::write(&md, &t).with_context(|| format!("cannot write {}", md.display()))?;
     print!("{t}");
-    println!(
-        "CSV: {} and {}; plots: {}",
-        csv_path.display(),
-        mem_path.display(),
-        svgs.iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    println!("CSV: {} and {}; plots: {}", csv_path.display(), mem_path.display(), svgs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
     Ok(())
 }
 

@@ -128,7 +128,13 @@ pub fn run(gateway: &str, cmd: FnCmd) -> Result<i32> {
                 }
                 let (status, b) = call(&gw, "PUT", &format!("/functions/{name}"), Some(("application/json", body.to_string().into_bytes()))).await?;
                 let v = api_ok(status, &b)?;
-                println!("{} {} ({}, image {})", if status == 201 { "deployed" } else { "updated" }, name, v["backend"].as_str().unwrap_or("?"), v["image"].as_str().unwrap_or("?"));
+                println!(
+                    "{} {} ({}, image {})",
+                    if status == 201 { "deployed" } else { "updated" },
+                    name,
+                    v["backend"].as_str().unwrap_or("?"),
+                    v["image"].as_str().unwrap_or("?")
+                );
                 Ok(0)
             }
             FnCmd::Ls => {
@@ -173,7 +179,14 @@ pub fn run(gateway: &str, cmd: FnCmd) -> Result<i32> {
                         while let Some(i) = pending.iter().position(|&c| c == b'\n') {
                             let line: Vec<u8> = pending.drain(..=i).collect();
                             if let Ok(l) = serde_json::from_slice::<Value>(&line) {
-                                writeln!(out, "{:.3} instance {} {}: {}", l["time"].as_f64().unwrap_or(0.0), l["instance"], l["stream"].as_str().unwrap_or(""), l["line"].as_str().unwrap_or(""))?;
+                                writeln!(
+                                    out,
+                                    "{:.3} instance {} {}: {}",
+                                    l["time"].as_f64().unwrap_or(0.0),
+                                    l["instance"],
+                                    l["stream"].as_str().unwrap_or(""),
+                                    l["line"].as_str().unwrap_or("")
+                                )?;
                             }
                         }
                         out.flush()?;
@@ -221,7 +234,8 @@ async fn send(gw: &str, method: &str, path: &str, body: Option<(&str, Vec<u8>)>)
     anyhow::ensure!(uri.scheme_str() == Some("http"), "--gateway {gw}: only http:// URLs are supported");
     let host = uri.host().ok_or_else(|| anyhow!("--gateway {gw}: no host"))?.to_string();
     let port = uri.port_u16().unwrap_or(80);
-    let stream = tokio::net::TcpStream::connect((host.as_str(), port)).await.with_context(|| format!("cannot reach the gateway at {gw} (is `shoal serve` running?)"))?;
+    let stream =
+        tokio::net::TcpStream::connect((host.as_str(), port)).await.with_context(|| format!("cannot reach the gateway at {gw} (is `shoal serve` running?)"))?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
     tokio::spawn(async move {
         let _ = conn.await;

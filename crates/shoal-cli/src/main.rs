@@ -195,7 +195,20 @@ enum Cmd {
 /// `shoal run`: the options are checked and the image run by the same code
 /// as the lean `shoal-tender` command (crate `shoal-tender`).
 #[allow(clippy::too_many_arguments)]
-fn run_image(tender: Tender, fs: Option<PathBuf>, mem: &str, env: Vec<String>, mode: pool_cmd::MemMode, pool_fallback: bool, single_process: bool, net: (Vec<String>, Vec<String>, bool, Vec<String>, bool), volume: Option<String>, recover: (Option<String>, Option<String>), image: PathBuf, args: Vec<String>) -> Result<i32> {
+fn run_image(
+    tender: Tender,
+    fs: Option<PathBuf>,
+    mem: &str,
+    env: Vec<String>,
+    mode: pool_cmd::MemMode,
+    pool_fallback: bool,
+    single_process: bool,
+    net: (Vec<String>, Vec<String>, bool, Vec<String>, bool),
+    volume: Option<String>,
+    recover: (Option<String>, Option<String>),
+    image: PathBuf,
+    args: Vec<String>,
+) -> Result<i32> {
     let tender = match tender {
         Tender::Spt => shoal_tender::Tender::Spt,
         Tender::Hvt => shoal_tender::Tender::Hvt,
@@ -217,15 +230,7 @@ fn inspect(image: PathBuf) -> Result<()> {
     for l in &m.libraries {
         for r in &l.regions {
             let pages = (r.end.div_ceil(4096) * 4096 - r.start) / 4096;
-            println!(
-                "{:<10} {:<24} {:<8} {:>#12x} {:>#12x} {:>8}",
-                l.info.name,
-                l.info.version,
-                format!("{:?}", r.kind).to_lowercase(),
-                r.start,
-                r.end,
-                pages
-            );
+            println!("{:<10} {:<24} {:<8} {:>#12x} {:>#12x} {:>8}", l.info.name, l.info.version, format!("{:?}", r.kind).to_lowercase(), r.start, r.end, pages);
         }
     }
     Ok(())
@@ -254,11 +259,7 @@ fn real_main() -> Result<i32> {
             for l in libs {
                 let (nv, path) = l.split_once('=').with_context(|| format!("--lib {l}: expected NAME@VERSION=FILE"))?;
                 let (name, version) = nv.split_once('@').unwrap_or((nv, "unversioned"));
-                libraries.push(shoal_toolchain::link::UserLibrary {
-                    name: name.to_string(),
-                    version: version.to_string(),
-                    path: PathBuf::from(path),
-                });
+                libraries.push(shoal_toolchain::link::UserLibrary { name: name.to_string(), version: version.to_string(), path: PathBuf::from(path) });
             }
             let output = output.context("-o IMAGE is required")?;
             let mut spec = shoal_toolchain::link::BuildSpec::new(output, objects, libraries);
@@ -279,9 +280,38 @@ fn real_main() -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, single_process, publish, listen_fd, net_outbound, net_allow, net_bind_any, volume, inject, rejuvenate_every, image, args } => {
-            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, single_process, (publish, listen_fd, net_outbound, net_allow, net_bind_any), volume, (inject, rejuvenate_every), image, args)
-        }
+        Cmd::Run {
+            tender,
+            fs,
+            mem,
+            env,
+            mem_mode,
+            pool_fallback,
+            single_process,
+            publish,
+            listen_fd,
+            net_outbound,
+            net_allow,
+            net_bind_any,
+            volume,
+            inject,
+            rejuvenate_every,
+            image,
+            args,
+        } => run_image(
+            tender,
+            fs,
+            &mem,
+            env,
+            mem_mode,
+            pool_fallback,
+            single_process,
+            (publish, listen_fd, net_outbound, net_allow, net_bind_any),
+            volume,
+            (inject, rejuvenate_every),
+            image,
+            args,
+        ),
         Cmd::Pool { which } => {
             pool_cmd::run(which)?;
             Ok(0)
@@ -344,4 +374,3 @@ fn main() -> ExitCode {
         }
     }
 }
-

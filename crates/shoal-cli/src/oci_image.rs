@@ -45,11 +45,7 @@ pub enum OciImageError {
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> OciImageError + 'a {
-    move |source| OciImageError::Io {
-        what,
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| OciImageError::Io { what, path: path.to_path_buf(), source }
 }
 
 /// A full reference `REGISTRY/NAME:TAG` for `-t NAME[:TAG]`: a name
@@ -65,9 +61,7 @@ pub fn reference(t: &str) -> Result<String, OciImageError> {
     let several = name.contains('/');
     let name_ok = !name.is_empty()
         && name.split('/').enumerate().all(|(i, c)| {
-            !c.is_empty()
-                && c.chars()
-                    .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "._-".contains(ch) || (ch == ':' && i == 0 && several))
+            !c.is_empty() && c.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "._-".contains(ch) || (ch == ':' && i == 0 && several))
         });
     let tag_ok = !tag.is_empty() && tag.len() <= 128 && tag.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
     if !name_ok || !tag_ok {
@@ -75,11 +69,7 @@ pub fn reference(t: &str) -> Result<String, OciImageError> {
     }
     let first = name.split('/').next().unwrap_or_default();
     let has_registry = name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
-    Ok(if has_registry {
-        format!("{name}:{tag}")
-    } else {
-        format!("localhost/{name}:{tag}")
-    })
+    Ok(if has_registry { format!("{name}:{tag}") } else { format!("localhost/{name}:{tag}") })
 }
 
 /// One content-addressed blob.
@@ -101,11 +91,7 @@ impl Blob {
 /// Appends `dir`'s tree under `prefix` (files, directories, symlinks),
 /// sorted so the layer does not depend on directory order.
 fn append_tree(b: &mut tar::Builder<Vec<u8>>, dir: &Path, prefix: &Path) -> Result<(), OciImageError> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .map_err(io_err("read", dir))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .collect();
+    let mut entries: Vec<_> = std::fs::read_dir(dir).map_err(io_err("read", dir))?.filter_map(Result::ok).map(|e| e.path()).collect();
     entries.sort();
     for p in entries {
         let name = prefix.join(p.file_name().unwrap_or_default());
@@ -132,8 +118,7 @@ fn layer(image: &Path, image_name: &str, fs: Option<&Path>) -> Result<Vec<u8>, O
     b.append_path_with_name(image, image_name).map_err(io_err("pack", image))?;
     let manifest = shoal_manifest::Manifest::path_for(image);
     if manifest.is_file() {
-        b.append_path_with_name(&manifest, format!("{image_name}.manifest.json"))
-            .map_err(io_err("pack", &manifest))?;
+        b.append_path_with_name(&manifest, format!("{image_name}.manifest.json")).map_err(io_err("pack", &manifest))?;
     }
     b.into_inner().map_err(io_err("pack", image))
 }
@@ -147,10 +132,7 @@ pub fn write(image: &Path, tag: &str, fs: Option<&Path>, out: Option<&Path>) -> 
         return Err(OciImageError::NoFs(d.into()));
     }
     let reference = reference(tag)?;
-    let image_name = image
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| OciImageError::NoImage(image.into()))?;
+    let image_name = image.file_name().map(|n| n.to_string_lossy().into_owned()).ok_or_else(|| OciImageError::NoImage(image.into()))?;
     let out = match out {
         Some(o) => o.to_path_buf(),
         None => {
@@ -269,17 +251,10 @@ mod tests {
         assert_eq!(config["config"]["Entrypoint"], serde_json::json!(["/app"]));
         let layer = blob(&manifest["layers"][0]["digest"]);
         assert_eq!(format!("sha256:{:x}", Sha256::digest(&layer)), config["rootfs"]["diff_ids"][0]);
-        let names: Vec<String> = tar::Archive::new(&layer[..])
-            .entries()
-            .unwrap()
-            .map(|e| e.unwrap().path().unwrap().to_string_lossy().into_owned())
-            .collect();
+        let names: Vec<String> = tar::Archive::new(&layer[..]).entries().unwrap().map(|e| e.unwrap().path().unwrap().to_string_lossy().into_owned()).collect();
         assert_eq!(names, ["etc", "etc/greeting", "app"]);
         // Deterministic: the same input, the same digest.
         assert_eq!(write(&img, "app:1", Some(&fs), Some(&out)).unwrap().2, digest);
-        assert!(write(&img, "App", None, Some(&out))
-            .unwrap_err()
-            .to_string()
-            .starts_with("-t App: expected NAME[:TAG]"));
+        assert!(write(&img, "App", None, Some(&out)).unwrap_err().to_string().starts_with("-t App: expected NAME[:TAG]"));
     }
 }

@@ -65,10 +65,7 @@ fn colour(i: usize) -> RGBColor {
 }
 
 fn draw_err(path: &Path) -> impl Fn(String) -> PlotError + '_ {
-    move |message| PlotError::Draw {
-        path: path.to_path_buf(),
-        message,
-    }
+    move |message| PlotError::Draw { path: path.to_path_buf(), message }
 }
 
 /// The range [lo, hi] of `xs` padded for drawing; on a log axis, only
@@ -88,31 +85,15 @@ fn span(xs: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> Option<(f6
     if from_zero {
         lo = lo.min(0.0);
     }
-    let pad = if hi > lo {
-        (hi - lo) * 0.05
-    } else {
-        hi.abs().max(1.0) * 0.1
-    };
-    Some((
-        if from_zero && lo >= 0.0 {
-            0.0
-        } else {
-            lo - pad
-        },
-        hi + pad,
-    ))
+    let pad = if hi > lo { (hi - lo) * 0.05 } else { hi.abs().max(1.0) * 0.1 };
+    Some((if from_zero && lo >= 0.0 { 0.0 } else { lo - pad }, hi + pad))
 }
 
 /// Draws `lines` into the SVG file `path`.
 pub fn lines(path: &Path, frame: &Frame, lines: &[Line]) -> Result<(), PlotError> {
     let all = || lines.iter().flat_map(|l| l.points.iter());
-    let (x0, x1) =
-        span(all().map(|p| p.0), frame.log_x, false).ok_or_else(|| PlotError::Empty {
-            path: path.to_path_buf(),
-        })?;
-    let (y0, y1) = span(all().map(|p| p.1), frame.log_y, true).ok_or_else(|| PlotError::Empty {
-        path: path.to_path_buf(),
-    })?;
+    let (x0, x1) = span(all().map(|p| p.0), frame.log_x, false).ok_or_else(|| PlotError::Empty { path: path.to_path_buf() })?;
+    let (y0, y1) = span(all().map(|p| p.1), frame.log_y, true).ok_or_else(|| PlotError::Empty { path: path.to_path_buf() })?;
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     let e = draw_err(path);
     root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
@@ -121,25 +102,13 @@ pub fn lines(path: &Path, frame: &Frame, lines: &[Line]) -> Result<(), PlotError
         (false, false) => draw_lines(&root, frame, lines, x0..x1, y0..y1),
         (true, false) => draw_lines(&root, frame, lines, (x0..x1).log_scale(), y0..y1),
         (false, true) => draw_lines(&root, frame, lines, x0..x1, (y0..y1).log_scale()),
-        (true, true) => draw_lines(
-            &root,
-            frame,
-            lines,
-            (x0..x1).log_scale(),
-            (y0..y1).log_scale(),
-        ),
+        (true, true) => draw_lines(&root, frame, lines, (x0..x1).log_scale(), (y0..y1).log_scale()),
     }
     .map_err(&e)?;
     root.present().map_err(|x| e(x.to_string()))
 }
 
-fn draw_lines<X, Y>(
-    root: &DrawingArea<SVGBackend, Shift>,
-    frame: &Frame,
-    lines: &[Line],
-    x: X,
-    y: Y,
-) -> Result<(), String>
+fn draw_lines<X, Y>(root: &DrawingArea<SVGBackend, Shift>, frame: &Frame, lines: &[Line], x: X, y: Y) -> Result<(), String>
 where
     X: AsRangedCoord<Value = f64>,
     Y: AsRangedCoord<Value = f64>,
@@ -153,29 +122,16 @@ where
         .y_label_area_size(70)
         .build_cartesian_2d(x, y)
         .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc(frame.x_desc)
-        .y_desc(frame.y_desc)
-        .light_line_style(WHITE)
-        .draw()
-        .map_err(|e| e.to_string())?;
+    chart.configure_mesh().x_desc(frame.x_desc).y_desc(frame.y_desc).light_line_style(WHITE).draw().map_err(|e| e.to_string())?;
     for (i, l) in lines.iter().enumerate() {
         let c = colour(i);
-        let pts: Vec<(f64, f64)> = l
-            .points
-            .iter()
-            .copied()
-            .filter(|(a, b)| a.is_finite() && b.is_finite() && (!frame.log_y || *b > 0.0))
-            .collect();
+        let pts: Vec<(f64, f64)> = l.points.iter().copied().filter(|(a, b)| a.is_finite() && b.is_finite() && (!frame.log_y || *b > 0.0)).collect();
         chart
             .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
             .map_err(|e| e.to_string())?
             .label(l.name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-        chart
-            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
-            .map_err(|e| e.to_string())?;
+        chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled()))).map_err(|e| e.to_string())?;
     }
     chart
         .configure_series_labels()
@@ -188,38 +144,17 @@ where
 
 /// Draws grouped bars (one group per category) into the SVG file `path`;
 /// `frame.log_x` is ignored.
-pub fn bars(
-    path: &Path,
-    frame: &Frame,
-    categories: &[String],
-    series: &[BarSeries],
-) -> Result<(), PlotError> {
-    let tops = series
-        .iter()
-        .flat_map(|s| s.values.iter().flatten().map(|(v, e)| v + e.max(0.0)));
-    let bottoms = series
-        .iter()
-        .flat_map(|s| s.values.iter().flatten().map(|(v, _)| *v));
-    let (_, y1) = span(tops, frame.log_y, true).ok_or_else(|| PlotError::Empty {
-        path: path.to_path_buf(),
-    })?;
-    let (y0, _) = span(bottoms, frame.log_y, true).ok_or_else(|| PlotError::Empty {
-        path: path.to_path_buf(),
-    })?;
+pub fn bars(path: &Path, frame: &Frame, categories: &[String], series: &[BarSeries]) -> Result<(), PlotError> {
+    let tops = series.iter().flat_map(|s| s.values.iter().flatten().map(|(v, e)| v + e.max(0.0)));
+    let bottoms = series.iter().flat_map(|s| s.values.iter().flatten().map(|(v, _)| *v));
+    let (_, y1) = span(tops, frame.log_y, true).ok_or_else(|| PlotError::Empty { path: path.to_path_buf() })?;
+    let (y0, _) = span(bottoms, frame.log_y, true).ok_or_else(|| PlotError::Empty { path: path.to_path_buf() })?;
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     let e = draw_err(path);
     root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
     let n = categories.len() as f64;
     if frame.log_y {
-        draw_bars(
-            &root,
-            frame,
-            categories,
-            series,
-            0.0..n,
-            (y0..y1).log_scale(),
-            y0,
-        )
+        draw_bars(&root, frame, categories, series, 0.0..n, (y0..y1).log_scale(), y0)
     } else {
         draw_bars(&root, frame, categories, series, 0.0..n, y0..y1, 0.0)
     }
@@ -273,26 +208,15 @@ where
         let mut rects = Vec::new();
         let mut whiskers = Vec::new();
         for (i, v) in s.values.iter().enumerate() {
-            let Some((v, err)) = v.filter(|(v, _)| v.is_finite() && (!frame.log_y || *v > 0.0))
-            else {
+            let Some((v, err)) = v.filter(|(v, _)| v.is_finite() && (!frame.log_y || *v > 0.0)) else {
                 continue;
             };
             let left = i as f64 + 0.1 + j as f64 * w;
-            rects.push(Rectangle::new(
-                [(left, base), (left + w * 0.9, v)],
-                c.filled(),
-            ));
+            rects.push(Rectangle::new([(left, base), (left + w * 0.9, v)], c.filled()));
             if err.is_finite() && err > 0.0 {
                 let mid = left + w * 0.45;
-                let lo = if frame.log_y {
-                    (v - err).max(base)
-                } else {
-                    v - err
-                };
-                whiskers.push(PathElement::new(
-                    vec![(mid, lo), (mid, v + err)],
-                    BLACK.stroke_width(1),
-                ));
+                let lo = if frame.log_y { (v - err).max(base) } else { v - err };
+                whiskers.push(PathElement::new(vec![(mid, lo), (mid, v + err)], BLACK.stroke_width(1)));
             }
         }
         chart
@@ -319,67 +243,24 @@ mod tests {
     fn draws_lines_and_bars_as_svg() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("l.svg");
-        let frame = Frame {
-            title: "t",
-            x_desc: "clients",
-            y_desc: "req/s",
-            log_x: true,
-            log_y: false,
-        };
-        lines(
-            &p,
-            &frame,
-            &[Line {
-                name: "spt".into(),
-                points: vec![(1.0, 10.0), (2.0, 20.0), (4.0, 15.0)],
-            }],
-        )
-        .unwrap();
+        let frame = Frame { title: "t", x_desc: "clients", y_desc: "req/s", log_x: true, log_y: false };
+        lines(&p, &frame, &[Line { name: "spt".into(), points: vec![(1.0, 10.0), (2.0, 20.0), (4.0, 15.0)] }]).unwrap();
         let s = std::fs::read_to_string(&p).unwrap();
-        assert!(
-            s.starts_with("<svg") && s.contains("spt") && s.contains("req/s"),
-            "{s}"
-        );
+        assert!(s.starts_with("<svg") && s.contains("spt") && s.contains("req/s"), "{s}");
         let b = dir.path().join("b.svg");
-        let frame = Frame {
-            title: "t",
-            x_desc: "",
-            y_desc: "ms",
-            log_x: false,
-            log_y: true,
-        };
-        let series = vec![BarSeries {
-            name: "runc".into(),
-            values: vec![Some((300.0, 20.0)), None],
-        }];
+        let frame = Frame { title: "t", x_desc: "", y_desc: "ms", log_x: false, log_y: true };
+        let series = vec![BarSeries { name: "runc".into(), values: vec![Some((300.0, 20.0)), None] }];
         bars(&b, &frame, &["noop".into(), "lua".into()], &series).unwrap();
         let s = std::fs::read_to_string(&b).unwrap();
-        assert!(
-            s.contains("runc") && s.contains("noop") && s.contains("<rect"),
-            "{s}"
-        );
+        assert!(s.contains("runc") && s.contains("noop") && s.contains("<rect"), "{s}");
     }
 
     #[test]
     fn nothing_finite_is_an_error_not_an_empty_plot() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("e.svg");
-        let frame = Frame {
-            title: "t",
-            x_desc: "",
-            y_desc: "",
-            log_x: false,
-            log_y: false,
-        };
-        let e = lines(
-            &p,
-            &frame,
-            &[Line {
-                name: "x".into(),
-                points: vec![(f64::NAN, 1.0)],
-            }],
-        )
-        .unwrap_err();
+        let frame = Frame { title: "t", x_desc: "", y_desc: "", log_x: false, log_y: false };
+        let e = lines(&p, &frame, &[Line { name: "x".into(), points: vec![(f64::NAN, 1.0)] }]).unwrap_err();
         assert!(e.to_string().contains("no finite values"), "{e}");
     }
 }

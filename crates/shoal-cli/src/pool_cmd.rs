@@ -54,13 +54,7 @@ pub fn run(cmd: PoolCmd) -> Result<()> {
                 let added = pool.add(&image)?;
                 let new: u64 = added.iter().filter(|a| a.written).map(|a| a.bytes).sum();
                 let kept = added.iter().filter(|a| !a.written).count();
-                println!(
-                    "{}: {} pool files, {} new in the pool, {} already there",
-                    image.display(),
-                    added.len(),
-                    mib(new),
-                    kept
-                );
+                println!("{}: {} pool files, {} new in the pool, {} already there", image.display(), added.len(), mib(new), kept);
             }
         }
         PoolCmd::Ls => {

@@ -44,11 +44,8 @@ pub fn run(cmd: RecipeCmd) -> Result<()> {
             }
         }
         RecipeCmd::Fetch { names } => {
-            let recipes = if names.is_empty() {
-                recipe::list(&paths)?
-            } else {
-                names.iter().map(|n| recipe::load(&paths, n)).collect::<Result<Vec<_>, _>>()?
-            };
+            let recipes =
+                if names.is_empty() { recipe::list(&paths)? } else { names.iter().map(|n| recipe::load(&paths, n)).collect::<Result<Vec<_>, _>>()? };
             for r in recipes {
                 let t = std::time::Instant::now();
                 recipe::prepare(&paths, &r)?;
@@ -69,8 +66,7 @@ pub fn run(cmd: RecipeCmd) -> Result<()> {
                 let image = output.clone().unwrap_or_else(|| tmp.path().join("image"));
                 let built = recipe::build(&paths, &r, &image)?;
                 if let Some(n) = &native {
-                    std::fs::copy(&built.native, n)
-                        .map_err(|e| anyhow::anyhow!("cannot write the native program {}: {e}", n.display()))?;
+                    std::fs::copy(&built.native, n).map_err(|e| anyhow::anyhow!("cannot write the native program {}: {e}", n.display()))?;
                 }
             }
         }

@@ -86,10 +86,7 @@ fn images_contain_no_syscall_instruction() {
         for line in text.lines() {
             let insn = line.split('\t').nth(1).unwrap_or("").trim();
             let op = insn.split_whitespace().next().unwrap_or("");
-            assert!(
-                !matches!(op, "syscall" | "sysenter") && !insn.starts_with("int    $0x80"),
-                "{name}: trapping instruction left in the image: {line}"
-            );
+            assert!(!matches!(op, "syscall" | "sysenter") && !insn.starts_with("int    $0x80"), "{name}: trapping instruction left in the image: {line}");
         }
     }
 }

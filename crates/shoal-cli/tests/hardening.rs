@@ -114,15 +114,18 @@ fn check_instance_holds_nothing_of_the_host(single_process: bool) {
     // What the guest is given is in its memory, of course: the scan must
     // find it (a check that the scan reads what it should).
     let visible = format!("guest-visible-marker-{}", std::process::id());
-    args.extend(["-e".to_string(), format!("MARKER={visible}"), "--fs".to_string(), fs.display().to_string(), img.display().to_string(), "--".into(), "20".into()]);
+    args.extend([
+        "-e".to_string(),
+        format!("MARKER={visible}"),
+        "--fs".to_string(),
+        fs.display().to_string(),
+        img.display().to_string(),
+        "--".into(),
+        "20".into(),
+    ]);
     let script = format!("exec 9</etc/hostname; exec {}", args.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" "));
-    let mut child: Child = Command::new("bash")
-        .args(["-c", &script])
-        .env("SHOAL_TEST_SECRET", &secret)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child: Child =
+        Command::new("bash").args(["-c", &script]).env("SHOAL_TEST_SECRET", &secret).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let pid = instance_pid(child.id());
     if single_process {
         assert_eq!(pid, child.id(), "in place, the instance is the started process");
@@ -270,7 +273,9 @@ fn spt_instance_dies_with_its_front_end() {
     let _ = child.wait();
     let t0 = Instant::now();
     loop {
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().next().map(String::from)));
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit(')').next().and_then(|r| r.split_whitespace().next().map(String::from)));
         match state.as_deref() {
             None | Some("Z") | Some("X") => break,
             Some(_) if t0.elapsed() < Duration::from_secs(5) => std::thread::sleep(Duration::from_millis(20)),

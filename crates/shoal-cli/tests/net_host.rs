@@ -420,9 +420,15 @@ fn raw_host_socket_calls_without_outbound_are_killed() {
     // where the guest gets from the parent what the hypercall gives.
     let publ = format!("{}:80", free_port());
     let o = output(shoal().args(["run", "-p", &publ]).arg(&image).args(["--", "recvmsg"]));
-    assert_eq!((o.status.code(), stderr(&o)), (Some(159), "shoal: the guest made a system call that the spt sandbox forbids and was killed (system call 47, recvmsg)\n".to_string()));
+    assert_eq!(
+        (o.status.code(), stderr(&o)),
+        (Some(159), "shoal: the guest made a system call that the spt sandbox forbids and was killed (system call 47, recvmsg)\n".to_string())
+    );
     let o = output(shoal().args(["run", "--net-bind-any"]).arg(&image).args(["--", "recvmsg-0"]));
-    assert_eq!((o.status.code(), stderr(&o)), (Some(159), "shoal: the guest made a system call that the spt sandbox forbids and was killed (system call 47, recvmsg)\n".to_string()));
+    assert_eq!(
+        (o.status.code(), stderr(&o)),
+        (Some(159), "shoal: the guest made a system call that the spt sandbox forbids and was killed (system call 47, recvmsg)\n".to_string())
+    );
     let o = output(shoal().args(["run", "--net-bind-any"]).arg(&image).args(["--", "channel"]));
     assert_eq!(
         (o.status.code(), stdout(&o).as_str()),
@@ -456,7 +462,13 @@ fn bad_network_options_are_one_line_errors() {
     if unsafe { libc::geteuid() } == 0 && Path::new("/usr/bin/setpriv").exists() {
         // The scratch directory is root's own: let nobody read the image.
         std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let o = output(Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(env!("CARGO_BIN_EXE_shoal")).args(["run", "-p", "81:80"]).arg(&image));
+        let o = output(
+            Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(env!("CARGO_BIN_EXE_shoal"))
+                .args(["run", "-p", "81:80"])
+                .arg(&image),
+        );
         assert_clean_error(&o, "cannot publish 127.0.0.1:81: port 81 is privileged and this user may not bind it");
         assert_eq!(o.status.code(), Some(125));
     } else {

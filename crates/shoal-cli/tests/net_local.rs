@@ -73,12 +73,7 @@ fn waiting_on_a_timerfd_uses_no_cpu() {
         let t0 = std::time::Instant::now();
         // Reaped by wait_with_cpu (wait4, which also gives its CPU time).
         #[allow(clippy::zombie_processes)]
-        let child = shoal_run(tender)
-            .arg(&image)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = shoal_run(tender).arg(&image).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
         let (status, cpu) = wait_with_cpu(child.id() as i32);
         let wall = t0.elapsed().as_secs_f64();
         let mut out = String::new();

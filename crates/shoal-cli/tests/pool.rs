@@ -40,14 +40,7 @@ fn two_images(dir: &Path) -> [PathBuf; 2] {
     for (v, src) in [("1", LIB_V1), ("2", LIB_V2)] {
         let lib = cc_object(src, &format!("ver{v}"), dir);
         let image = dir.join(format!("app-v{v}"));
-        let o = output(
-            shoal()
-                .args(["build", "--layout", "aligned", "-o"])
-                .arg(&image)
-                .arg("--lib")
-                .arg(format!("ver@{v}={}", lib.display()))
-                .arg(&app),
-        );
+        let o = output(shoal().args(["build", "--layout", "aligned", "-o"]).arg(&image).arg("--lib").arg(format!("ver@{v}={}", lib.display())).arg(&app));
         assert!(o.status.success(), "shoal build: {}", stderr(&o));
         out.push(image);
     }
@@ -62,14 +55,8 @@ fn pool_dir() -> tempfile::TempDir {
 fn start(image: &Path, mode: &str, pool: &Path) -> Child {
     let log = image.with_extension(format!("{mode}.log"));
     let f = std::fs::File::create(&log).unwrap();
-    let child = shoal()
-        .args(["run", "--mem", "32M", "--mem-mode", mode])
-        .arg(image)
-        .env("SHOAL_POOL_DIR", pool)
-        .stdout(f)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child =
+        shoal().args(["run", "--mem", "32M", "--mem-mode", mode]).arg(image).env("SHOAL_POOL_DIR", pool).stdout(f).stderr(Stdio::null()).spawn().unwrap();
     let t0 = Instant::now();
     while !std::fs::read_to_string(&log).unwrap_or_default().contains("ready") {
         assert!(t0.elapsed() < Duration::from_secs(10), "instance of {} ({mode}) did not start", image.display());
@@ -184,7 +171,11 @@ fn a_tampered_pool_file_is_refused_unless_fallback_is_asked_for() {
     let pool = pool_dir();
     let o = output(shoal().args(["pool", "add"]).arg(&images[0]).env("SHOAL_POOL_DIR", pool.path()));
     assert!(o.status.success(), "{}", stderr(&o));
-    let libc = std::fs::read_dir(pool.path()).unwrap().map(|e| e.unwrap().path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with("libc@") && p.to_string_lossy().contains("-text-")).unwrap();
+    let libc = std::fs::read_dir(pool.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("libc@") && p.to_string_lossy().contains("-text-"))
+        .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&libc, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut bytes = std::fs::read(&libc).unwrap();

@@ -31,12 +31,12 @@ fn mask(text: &str) -> String {
             .split(' ')
             .map(|w| {
                 let t = w.strip_suffix('s').unwrap_or("");
-                let timing = !t.is_empty()
-                    && t.contains('.')
-                    && t.chars().all(|c| c.is_ascii_digit() || c == '.')
-                    && !t.starts_with('.')
-                    && !t.ends_with('.');
-                if timing { "#s".to_string() } else { w.to_string() }
+                let timing = !t.is_empty() && t.contains('.') && t.chars().all(|c| c.is_ascii_digit() || c == '.') && !t.starts_with('.') && !t.ends_with('.');
+                if timing {
+                    "#s".to_string()
+                } else {
+                    w.to_string()
+                }
             })
             .collect();
         out.push_str(&masked.join(" "));
@@ -75,10 +75,7 @@ fn unknown_recipes_and_missing_outputs_are_clean_errors() {
     assert_clean_error(&output(shoal().args(["recipe", "build", "no-such-recipe", "-o", "/tmp/x"])), "no recipe named `no-such-recipe`");
     assert_clean_error(&output(shoal().args(["recipe", "build", "lua"])), "-o IMAGE");
     let dir = scratch();
-    assert_clean_error(
-        &output(shoal().args(["recipe", "build", "matmul", "--lib-only"]).arg(dir.path())),
-        "recipe matmul has no library",
-    );
+    assert_clean_error(&output(shoal().args(["recipe", "build", "matmul", "--lib-only"]).arg(dir.path())), "recipe matmul has no library");
 }
 
 #[test]
@@ -171,23 +168,10 @@ fn a_library_alone_has_its_objects_and_version() {
     let app = dir.path().join("pcre2-count.o");
     let gen = std::fs::read_to_string(out.join("library.json")).unwrap();
     let gen_dir = gen.split("\"gen_dir\": \"").nth(1).and_then(|r| r.split('"').next()).unwrap().to_string();
-    let o = output(
-        shoal()
-            .args(["cc", "-O2", "-c", "-DPCRE2_STATIC", "-I", &gen_dir])
-            .arg(home().join("apps/recipes/pcre2-count.c"))
-            .arg("-o")
-            .arg(&app),
-    );
+    let o = output(shoal().args(["cc", "-O2", "-c", "-DPCRE2_STATIC", "-I", &gen_dir]).arg(home().join("apps/recipes/pcre2-count.c")).arg("-o").arg(&app));
     assert!(o.status.success(), "{}", stderr(&o));
     let image = dir.path().join("grep.img");
-    let o = output(
-        shoal()
-            .arg("build")
-            .arg("-o")
-            .arg(&image)
-            .arg(format!("--lib=pcre2@10.42={}", out.join("libpcre2.a").display()))
-            .arg(&app),
-    );
+    let o = output(shoal().arg("build").arg("-o").arg(&image).arg(format!("--lib=pcre2@10.42={}", out.join("libpcre2.a").display())).arg(&app));
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(library_version(&image, "pcre2").as_deref(), Some("10.42"));
 }

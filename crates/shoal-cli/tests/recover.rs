@@ -34,18 +34,13 @@ fn an_injected_panic_reboots_a_stateless_component_and_the_program_goes_on() {
         for component in ["time", "sysinfo", "user"] {
             // Early, and well into the run.
             for at in ["1", "150"] {
-                let o = output(
-                    shoal_run(t)
-                        .arg("--inject")
-                        .arg(format!("{component}:panic@{at}"))
-                        .arg(&image)
-                        .args(["--", ROUNDS]),
-                );
+                let o = output(shoal_run(t).arg("--inject").arg(format!("{component}:panic@{at}")).arg(&image).args(["--", ROUNDS]));
                 let err = stderr(&o);
                 assert_eq!(o.status.code(), Some(0), "{t} {component}@{at}: {err}");
                 assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"), "{t} {component}@{at}: {err}");
                 assert!(
-                    err.contains(&format!("shoal: kernel panic in {component}: ")) && err.contains(&format!("injected fault: panic at call {at} into {component}")),
+                    err.contains(&format!("shoal: kernel panic in {component}: "))
+                        && err.contains(&format!("injected fault: panic at call {at} into {component}")),
                     "{t} {component}@{at}: {err}"
                 );
                 assert_eq!(reboot_lines(&err, component), 1, "{t} {component}@{at}: {err}");
@@ -65,13 +60,7 @@ fn an_injected_wild_write_reboots_the_component() {
     let image = build_image(&test_app("recover.c"), dir.path(), &[]);
     for t in tenders() {
         for component in ["time", "sysinfo", "user"] {
-            let o = output(
-                shoal_run(t)
-                    .arg("--inject")
-                    .arg(format!("{component}:wild-write@20"))
-                    .arg(&image)
-                    .args(["--", ROUNDS]),
-            );
+            let o = output(shoal_run(t).arg("--inject").arg(format!("{component}:wild-write@20")).arg(&image).args(["--", ROUNDS]));
             let err = stderr(&o);
             assert_eq!(o.status.code(), Some(0), "{t} {component}: {err}");
             assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"), "{t} {component}: {err}");

@@ -23,12 +23,7 @@ fn functions() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = scratch().keep();
-        let o = Command::new("bash")
-            .arg(home().join("apps/functions/build.sh"))
-            .arg(&dir)
-            .env("SHOAL", env!("CARGO_BIN_EXE_shoal"))
-            .output()
-            .unwrap();
+        let o = Command::new("bash").arg(home().join("apps/functions/build.sh")).arg(&dir).env("SHOAL", env!("CARGO_BIN_EXE_shoal")).output().unwrap();
         assert!(o.status.success(), "build.sh failed: {}", stderr(&o));
         dir
     })
@@ -97,12 +92,7 @@ impl Gateway {
         let r = self.get("/instances");
         assert_eq!(r.status, 200);
         let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-        v.as_array()
-            .unwrap()
-            .iter()
-            .filter(|i| i["function"] == function)
-            .map(|i| (i["id"].as_u64().unwrap(), i["pid"].as_u64().unwrap_or(0) as u32))
-            .collect()
+        v.as_array().unwrap().iter().filter(|i| i["function"] == function).map(|i| (i["id"].as_u64().unwrap(), i["pid"].as_u64().unwrap_or(0) as u32)).collect()
     }
 
     /// SIGTERM, then the exit status (bounded).
@@ -270,7 +260,10 @@ fn static_and_fileread_use_the_function_fs() {
         assert_eq!(r.body.len(), 50 << 20, "{b}");
         assert!(r.body == std::fs::read(fs.join("data.bin")).unwrap(), "{b}: the served file differs");
         let fr = format!("fileread-{b}");
-        assert_eq!(gw.deploy(&fr, &format!(r#"{{"image":"{}","backend":"{b}","fs":"{}","memory":"256M"}}"#, image_for("fileread", b), fs.display())).status, 201);
+        assert_eq!(
+            gw.deploy(&fr, &format!(r#"{{"image":"{}","backend":"{b}","fs":"{}","memory":"256M"}}"#, image_for("fileread", b), fs.display())).status,
+            201
+        );
         let r = gw.get(&format!("/fn/{fr}/"));
         assert!(r.text().starts_with("read 52428800 bytes"), "{b}: {}", r.text());
         let al = format!("alloc-{b}");
@@ -335,7 +328,9 @@ fn a_full_queue_answers_429_with_retry_after() {
     assert_eq!(r.status, 201);
     let addr = gw.addr;
     let busy = std::thread::spawn(move || http(addr, "GET", "/fn/sleep/?ms=1500", None));
-    wait_until("the first request is in flight", || http(addr, "GET", "/metrics", None).text().contains("shoal_instances{function=\"sleep\",state=\"starting\"} 1"));
+    wait_until("the first request is in flight", || {
+        http(addr, "GET", "/metrics", None).text().contains("shoal_instances{function=\"sleep\",state=\"starting\"} 1")
+    });
     let queued = std::thread::spawn(move || http(addr, "GET", "/fn/sleep/?ms=1", None));
     wait_until("the second request is queued", || http(addr, "GET", "/metrics", None).text().contains("shoal_queue_length{function=\"sleep\"} 1"));
     let refused = gw.get("/fn/sleep/?ms=1");

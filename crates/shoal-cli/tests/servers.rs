@@ -22,39 +22,20 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// Fails with a clear message when a client program the tests drive is
 /// missing (scripts/setup installs it).
 fn need(program: &str, package: &str) {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-        .unwrap_or(false);
-    assert!(
-        found,
-        "this test needs `{program}` (Debian package {package}; scripts/setup installs it)"
-    );
+    let found = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file())).unwrap_or(false);
+    assert!(found, "this test needs `{program}` (Debian package {package}; scripts/setup installs it)");
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Builds recipe `name` into `dir`: (image, native program).
 fn build_recipe_into(name: &str, dir: &Path) -> (PathBuf, PathBuf) {
     let image = dir.join(format!("{name}.img"));
     let native = dir.join(format!("{name}.native"));
-    let o = output(
-        shoal()
-            .args(["recipe", "build", name, "-o"])
-            .arg(&image)
-            .arg("--native")
-            .arg(&native),
-    );
-    assert!(
-        o.status.success(),
-        "shoal recipe build {name} failed: {}",
-        stderr(&o)
-    );
+    let o = output(shoal().args(["recipe", "build", name, "-o"]).arg(&image).arg("--native").arg(&native));
+    assert!(o.status.success(), "shoal recipe build {name} failed: {}", stderr(&o));
     (image, native)
 }
 
@@ -80,9 +61,7 @@ impl Redis {
     fn native(native: &Path, data: &Path, log_dir: &Path) -> Redis {
         let port = free_port();
         let mut cmd = Command::new(native);
-        cmd.arg(conf_dir().join("redis.conf"))
-            .args(["--port", &port.to_string(), "--dir"])
-            .arg(data);
+        cmd.arg(conf_dir().join("redis.conf")).args(["--port", &port.to_string(), "--dir"]).arg(data);
         Redis::start(cmd, port, log_dir, "native")
     }
 
@@ -90,10 +69,7 @@ impl Redis {
     fn shoal(tender: &str, image: &Path, log_dir: &Path) -> Redis {
         let port = free_port();
         let mut cmd = shoal_run(tender);
-        cmd.arg("--fs")
-            .arg(conf_dir())
-            .args(["--mem", "512M", "-p", &format!("{port}:6379")])
-            .arg(image);
+        cmd.arg("--fs").arg(conf_dir()).args(["--mem", "512M", "-p", &format!("{port}:6379")]).arg(image);
         cmd.args(["--", "/redis.conf", "--port", "6379", "--dir", "/tmp"]);
         Redis::start(cmd, port, log_dir, tender)
     }
@@ -101,16 +77,9 @@ impl Redis {
     fn start(mut cmd: Command, port: u16, log_dir: &Path, what: &str) -> Redis {
         let log = log_dir.join(format!("redis-{what}.log"));
         let f = File::create(&log).unwrap();
-        cmd.stdin(Stdio::null())
-            .stdout(f.try_clone().unwrap())
-            .stderr(f);
+        cmd.stdin(Stdio::null()).stdout(f.try_clone().unwrap()).stderr(f);
         let child = cmd.spawn().unwrap();
-        let mut r = Redis {
-            child,
-            port,
-            log,
-            what: what.to_string(),
-        };
+        let mut r = Redis { child, port, log, what: what.to_string() };
         r.wait_ready();
         r
     }
@@ -134,18 +103,9 @@ impl Redis {
                 return;
             }
             if let Some(st) = self.child.try_wait().unwrap() {
-                panic!(
-                    "{}: redis-server exited ({st}) before answering PING; log:\n{}",
-                    self.what,
-                    self.log()
-                );
+                panic!("{}: redis-server exited ({st}) before answering PING; log:\n{}", self.what, self.log());
             }
-            assert!(
-                t0.elapsed() < DEADLINE,
-                "{}: no PONG within {DEADLINE:?}; log:\n{}",
-                self.what,
-                self.log()
-            );
+            assert!(t0.elapsed() < DEADLINE, "{}: no PONG within {DEADLINE:?}; log:\n{}", self.what, self.log());
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -157,12 +117,7 @@ impl Redis {
             if let Some(st) = self.child.try_wait().unwrap() {
                 return st.code();
             }
-            assert!(
-                t0.elapsed() < DEADLINE,
-                "{}: still running {DEADLINE:?} after SHUTDOWN; log:\n{}",
-                self.what,
-                self.log()
-            );
+            assert!(t0.elapsed() < DEADLINE, "{}: still running {DEADLINE:?} after SHUTDOWN; log:\n{}", self.what, self.log());
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -171,13 +126,7 @@ impl Redis {
     fn shutdown(mut self) {
         let _ = output(self.cli().arg("shutdown"));
         let code = self.wait_exit();
-        assert_eq!(
-            code,
-            Some(0),
-            "{}: status after SHUTDOWN; log:\n{}",
-            self.what,
-            self.log()
-        );
+        assert_eq!(code, Some(0), "{}: status after SHUTDOWN; log:\n{}", self.what, self.log());
     }
 }
 
@@ -203,49 +152,21 @@ fn redis_answers_redis_benchmark() {
         let r = Redis::shoal(tender, &image, dir.path());
         let o = output(
             Command::new("redis-benchmark")
-                .args([
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    &r.port.to_string(),
-                    "-n",
-                    "10000",
-                    "-t",
-                    "get,set,incr,lpush,lrange",
-                    "--csv",
-                ])
+                .args(["-h", "127.0.0.1", "-p", &r.port.to_string(), "-n", "10000", "-t", "get,set,incr,lpush,lrange", "--csv"])
                 .stdin(Stdio::null()),
         );
-        assert!(
-            o.status.success(),
-            "{tender}: redis-benchmark failed: {}; log:\n{}",
-            stderr(&o),
-            r.log()
-        );
+        assert!(o.status.success(), "{tender}: redis-benchmark failed: {}; log:\n{}", stderr(&o), r.log());
         let csv = stdout(&o);
-        for test in [
-            "SET",
-            "GET",
-            "INCR",
-            "LPUSH",
-            "LRANGE_100 (first 100 elements)",
-            "LRANGE_600 (first 600 elements)",
-        ] {
+        for test in ["SET", "GET", "INCR", "LPUSH", "LRANGE_100 (first 100 elements)", "LRANGE_600 (first 600 elements)"] {
             let row = csv.lines().find(|l| l.starts_with(&format!("\"{test}\",")));
             let rps: f64 = row
                 .and_then(|l| l.split(',').nth(1))
                 .and_then(|v| v.trim_matches('"').parse().ok())
-                .unwrap_or_else(|| {
-                    panic!("{tender}: no {test} row in redis-benchmark's output:\n{csv}")
-                });
+                .unwrap_or_else(|| panic!("{tender}: no {test} row in redis-benchmark's output:\n{csv}"));
             assert!(rps > 0.0, "{tender}: {test}: {rps} requests per second");
         }
         // The workload really reached the server: the counter INCR raised.
-        assert_eq!(
-            stdout(&output(r.cli().args(["get", "counter:__rand_int__"]))),
-            "10000\n",
-            "{tender}"
-        );
+        assert_eq!(stdout(&output(r.cli().args(["get", "counter:__rand_int__"]))), "10000\n", "{tender}");
         r.shutdown();
     }
 }
@@ -259,18 +180,10 @@ fn redis_cli_script_output_is_identical_to_native() {
     let dir = scratch();
     let (image, native) = build_redis(dir.path());
     let script = conf_dir().join("script.redis");
-    assert_eq!(
-        std::fs::read_to_string(&script).unwrap().lines().count(),
-        50
-    );
+    assert_eq!(std::fs::read_to_string(&script).unwrap().lines().count(), 50);
     let run_script = |r: &Redis| {
         let o = output(r.cli().stdin(File::open(&script).unwrap()));
-        assert!(
-            o.status.success(),
-            "{}: redis-cli failed: {}",
-            r.what,
-            stderr(&o)
-        );
+        assert!(o.status.success(), "{}: redis-cli failed: {}", r.what, stderr(&o));
         stdout(&o)
     };
     let data = dir.path().join("native-data");
@@ -278,10 +191,7 @@ fn redis_cli_script_output_is_identical_to_native() {
     let n = Redis::native(&native, &data, dir.path());
     let want = run_script(&n);
     n.shutdown();
-    assert!(
-        want.contains("hello world\n") && want.contains("quicklist\n"),
-        "native output:\n{want}"
-    );
+    assert!(want.contains("hello world\n") && want.contains("quicklist\n"), "native output:\n{want}");
     for tender in tenders() {
         let r = Redis::shoal(tender, &image, dir.path());
         let got = run_script(&r);
@@ -313,15 +223,9 @@ impl Nginx {
         std::fs::copy(nginx_dir().join("html/index.html"), prefix.join("html/index.html")).unwrap();
         let conf = std::fs::read_to_string(nginx_dir().join("nginx.conf")).unwrap();
         assert!(conf.contains("listen 8080;"));
-        std::fs::write(
-            prefix.join("nginx.conf"),
-            conf.replace("listen 8080;", &format!("listen 127.0.0.1:{port};")),
-        )
-        .unwrap();
+        std::fs::write(prefix.join("nginx.conf"), conf.replace("listen 8080;", &format!("listen 127.0.0.1:{port};"))).unwrap();
         let mut cmd = Command::new(native);
-        cmd.arg("-p")
-            .arg(format!("{}/", prefix.display()))
-            .args(["-c", "nginx.conf", "-g"]);
+        cmd.arg("-p").arg(format!("{}/", prefix.display())).args(["-c", "nginx.conf", "-g"]);
         cmd.arg(format!("pid {}/nginx.pid;", scratch.display()));
         Nginx::start(cmd, port, scratch, "native")
     }
@@ -329,46 +233,22 @@ impl Nginx {
     fn shoal(tender: &str, image: &Path, scratch: &Path) -> Nginx {
         let port = free_port();
         let mut cmd = shoal_run(tender);
-        cmd.arg("--fs")
-            .arg(nginx_dir())
-            .args(["-p", &format!("{port}:8080")])
-            .arg(image);
-        cmd.args([
-            "--",
-            "-p",
-            "/",
-            "-c",
-            "nginx.conf",
-            "-g",
-            "pid /tmp/nginx.pid;",
-        ]);
+        cmd.arg("--fs").arg(nginx_dir()).args(["-p", &format!("{port}:8080")]).arg(image);
+        cmd.args(["--", "-p", "/", "-c", "nginx.conf", "-g", "pid /tmp/nginx.pid;"]);
         Nginx::start(cmd, port, scratch, tender)
     }
 
     fn start(mut cmd: Command, port: u16, scratch: &Path, what: &str) -> Nginx {
         let log = scratch.join(format!("nginx-{what}.log"));
         let f = File::create(&log).unwrap();
-        cmd.stdin(Stdio::null())
-            .stdout(f.try_clone().unwrap())
-            .stderr(f);
-        let mut n = Nginx {
-            child: cmd.spawn().unwrap(),
-            port,
-            log,
-        };
+        cmd.stdin(Stdio::null()).stdout(f.try_clone().unwrap()).stderr(f);
+        let mut n = Nginx { child: cmd.spawn().unwrap(), port, log };
         let t0 = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if let Some(st) = n.child.try_wait().unwrap() {
-                panic!(
-                    "{what}: nginx exited ({st}) before accepting; log:\n{}",
-                    n.log()
-                );
+                panic!("{what}: nginx exited ({st}) before accepting; log:\n{}", n.log());
             }
-            assert!(
-                t0.elapsed() < DEADLINE,
-                "{what}: nginx not accepting within {DEADLINE:?}; log:\n{}",
-                n.log()
-            );
+            assert!(t0.elapsed() < DEADLINE, "{what}: nginx not accepting within {DEADLINE:?}; log:\n{}", n.log());
             std::thread::sleep(Duration::from_millis(50));
         }
         n
@@ -397,11 +277,7 @@ fn keep_alive_gets(port: u16, paths: &[&str]) -> Vec<(String, String, Vec<u8>)> 
     let mut r = BufReader::new(s);
     let mut out = Vec::new();
     for p in paths {
-        write!(
-            w,
-            "GET {p} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: shoal-test\r\n\r\n"
-        )
-        .unwrap();
+        write!(w, "GET {p} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: shoal-test\r\n\r\n").unwrap();
         let mut status = String::new();
         r.read_line(&mut status).unwrap();
         let (mut len, mut conn) = (0usize, String::new());
@@ -441,19 +317,11 @@ fn nginx_serves_static_files_and_404_like_native_on_one_connection() {
     assert_eq!(want[0].0, "HTTP/1.1 200 OK");
     assert_eq!(want[2].0, "HTTP/1.1 404 Not Found");
     assert!(want.iter().all(|r| r.1 == "keep-alive"), "native: {want:?}");
-    assert_eq!(
-        want[0].2,
-        std::fs::read(nginx_dir().join("html/index.html")).unwrap()
-    );
+    assert_eq!(want[0].2, std::fs::read(nginx_dir().join("html/index.html")).unwrap());
     for tender in tenders() {
         let s = Nginx::shoal(tender, &image, dir.path());
         let got = keep_alive_gets(s.port, &paths);
-        assert_eq!(
-            got,
-            want,
-            "{tender}: responses differ from native; log:\n{}",
-            s.log()
-        );
+        assert_eq!(got, want, "{tender}: responses differ from native; log:\n{}", s.log());
     }
 }
 
@@ -471,34 +339,16 @@ fn nginx_handles_200_wrk_connections_without_socket_errors() {
     for tender in tenders() {
         let s = Nginx::shoal(tender, &image, dir.path());
         let url = format!("http://127.0.0.1:{}/", s.port);
-        let o = output(
-            Command::new("wrk")
-                .args(["-c", "200", "-t", "2", "-d", "5s", "--timeout", "30s", &url])
-                .stdin(Stdio::null()),
-        );
+        let o = output(Command::new("wrk").args(["-c", "200", "-t", "2", "-d", "5s", "--timeout", "30s", &url]).stdin(Stdio::null()));
         let text = stdout(&o);
         assert!(o.status.success(), "{tender}: wrk failed: {}", stderr(&o));
-        assert!(
-            !text.contains("Socket errors"),
-            "{tender}: wrk saw socket errors:\n{text}\nlog:\n{}",
-            s.log()
-        );
-        assert!(
-            !text.contains("Non-2xx"),
-            "{tender}: wrk saw error answers:\n{text}"
-        );
+        assert!(!text.contains("Socket errors"), "{tender}: wrk saw socket errors:\n{text}\nlog:\n{}", s.log());
+        assert!(!text.contains("Non-2xx"), "{tender}: wrk saw error answers:\n{text}");
         let requests: u64 = text
             .lines()
-            .find_map(|l| {
-                l.trim()
-                    .split_once(" requests in ")
-                    .and_then(|(n, _)| n.parse().ok())
-            })
+            .find_map(|l| l.trim().split_once(" requests in ").and_then(|(n, _)| n.parse().ok()))
             .unwrap_or_else(|| panic!("{tender}: no request count in wrk's output:\n{text}"));
-        assert!(
-            requests >= 200,
-            "{tender}: only {requests} requests answered:\n{text}"
-        );
+        assert!(requests >= 200, "{tender}: only {requests} requests answered:\n{text}");
     }
 }
 
@@ -519,55 +369,24 @@ fn servers_fail_cleanly_on_bad_input() {
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();
     let busy_port = busy.local_addr().unwrap().port();
     for tender in tenders() {
-        let o = output(
-            shoal_run(tender)
-                .arg("--fs")
-                .arg(conf_dir())
-                .arg(&redis)
-                .args(["--", "/no-such.conf"]),
-        );
+        let o = output(shoal_run(tender).arg("--fs").arg(conf_dir()).arg(&redis).args(["--", "/no-such.conf"]));
         assert_eq!(o.status.code(), Some(1), "{tender}: {}", stdout(&o));
-        assert!(
-            stdout(&o).contains("Fatal error, can't open config file '/no-such.conf'"),
-            "{tender}: {}",
-            stdout(&o)
-        );
-        let o = output(
-            shoal_run(tender)
-                .arg("--fs")
-                .arg(nginx_dir())
-                .arg(&nginx)
-                .args(["--", "-p", "/", "-c", "no-such.conf"]),
-        );
+        assert!(stdout(&o).contains("Fatal error, can't open config file '/no-such.conf'"), "{tender}: {}", stdout(&o));
+        let o = output(shoal_run(tender).arg("--fs").arg(nginx_dir()).arg(&nginx).args(["--", "-p", "/", "-c", "no-such.conf"]));
         assert_eq!(o.status.code(), Some(1), "{tender}: {}", stderr(&o));
-        assert!(
-            stderr(&o).contains("open() \"/no-such.conf\" failed (2: No such file or directory)"),
-            "{tender}: {}",
-            stderr(&o)
-        );
-        let o = output(
-            shoal_run(tender)
-                .arg("--fs")
-                .arg(conf_dir())
-                .args(["-p", &format!("{busy_port}:6379")])
-                .arg(&redis)
-                .args(["--", "/redis.conf"]),
-        );
+        assert!(stderr(&o).contains("open() \"/no-such.conf\" failed (2: No such file or directory)"), "{tender}: {}", stderr(&o));
+        let o = output(shoal_run(tender).arg("--fs").arg(conf_dir()).args(["-p", &format!("{busy_port}:6379")]).arg(&redis).args(["--", "/redis.conf"]));
         assert_clean_error(&o, "already in use");
-        let o = output(
-            shoal_run(tender)
-                .arg("--fs")
-                .arg(conf_dir())
-                .args(["-p", &format!("{}:6379", free_port())])
-                .arg(&redis)
-                .args(["--", "/redis.conf", "--port", "6380", "--dir", "/tmp"]),
-        );
+        let o = output(shoal_run(tender).arg("--fs").arg(conf_dir()).args(["-p", &format!("{}:6379", free_port())]).arg(&redis).args([
+            "--",
+            "/redis.conf",
+            "--port",
+            "6380",
+            "--dir",
+            "/tmp",
+        ]));
         assert_eq!(o.status.code(), Some(1), "{tender}: {}", stdout(&o));
-        assert!(
-            stdout(&o).contains("Failed listening on port 6380 (TCP), aborting."),
-            "{tender}: {}",
-            stdout(&o)
-        );
+        assert!(stdout(&o).contains("Failed listening on port 6380 (TCP), aborting."), "{tender}: {}", stdout(&o));
     }
     drop(busy);
 }
@@ -592,13 +411,7 @@ fn sigterm_to_shoal_run_reaches_the_program() {
             ("default", 143, ""),
         ];
         for (arg, status, says) in cases {
-            let mut child = shoal_run(tender)
-                .arg(&image)
-                .args(["--", arg])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
+            let mut child = shoal_run(tender).arg(&image).args(["--", arg]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
             let mut out = BufReader::new(child.stdout.take().unwrap());
             let mut line = String::new();
             out.read_line(&mut line).unwrap();
@@ -611,12 +424,7 @@ fn sigterm_to_shoal_run_reaches_the_program() {
             let mut rest = String::new();
             out.read_to_string(&mut rest).unwrap();
             let mut err = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
+            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
             assert_eq!(st.code(), Some(status), "{tender} {arg}: stderr {err}");
             assert_eq!(rest, says, "{tender} {arg}");
         }
@@ -632,24 +440,15 @@ fn redis_saves_and_exits_cleanly_on_sigterm() {
     let (image, _) = build_redis(dir.path());
     for tender in tenders() {
         let mut r = Redis::shoal(tender, &image, dir.path());
-        assert_eq!(
-            stdout(&output(r.cli().args(["set", "kept", "yes"]))),
-            "OK\n"
-        );
+        assert_eq!(stdout(&output(r.cli().args(["set", "kept", "yes"]))), "OK\n");
         // SAFETY: kill on our own child's pid.
         assert_eq!(unsafe { libc::kill(r.child.id() as i32, libc::SIGTERM) }, 0);
         assert_eq!(r.wait_exit(), Some(0), "{tender}: log:\n{}", r.log());
         let log = r.log();
-        for line in [
-            "Received SIGTERM scheduling shutdown",
-            "Calling fsync() on the AOF file.",
-            "Saving the final RDB snapshot before exiting.",
-            "DB saved on disk",
-        ] {
-            assert!(
-                log.contains(line),
-                "{tender}: no `{line}` in the log:\n{log}"
-            );
+        for line in
+            ["Received SIGTERM scheduling shutdown", "Calling fsync() on the AOF file.", "Saving the final RDB snapshot before exiting.", "DB saved on disk"]
+        {
+            assert!(log.contains(line), "{tender}: no `{line}` in the log:\n{log}");
         }
     }
 }
@@ -686,11 +485,7 @@ fn nginx_proxies_to_an_upstream_and_stops_on_sigterm() {
                 }
             }
             let body = format!("upstream saw {}", first.trim_end());
-            let _ = write!(
-                c,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            let _ = write!(c, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
         }
     });
     // The recipe's file system with a proxying location added.
@@ -704,40 +499,17 @@ fn nginx_proxies_to_an_upstream_and_stops_on_sigterm() {
     let conf = std::fs::read_to_string(nginx_dir().join("nginx.conf")).unwrap();
     let proxy = format!("location /api/ {{\n            proxy_pass http://127.0.0.1:{up_port}/;\n        }}\n        location / {{");
     assert!(conf.contains("location / {"));
-    std::fs::write(
-        fs.join("nginx.conf"),
-        conf.replacen("location / {", &proxy, 1),
-    )
-    .unwrap();
+    std::fs::write(fs.join("nginx.conf"), conf.replacen("location / {", &proxy, 1)).unwrap();
     for tender in tenders() {
         let port = free_port();
         let mut cmd = shoal_run(tender);
-        cmd.arg("--fs")
-            .arg(&fs)
-            .args(["--net-outbound", "-p", &format!("{port}:8080")])
-            .arg(&image);
-        cmd.args([
-            "--",
-            "-p",
-            "/",
-            "-c",
-            "nginx.conf",
-            "-g",
-            "pid /tmp/nginx.pid;",
-        ]);
+        cmd.arg("--fs").arg(&fs).args(["--net-outbound", "-p", &format!("{port}:8080")]).arg(&image);
+        cmd.args(["--", "-p", "/", "-c", "nginx.conf", "-g", "pid /tmp/nginx.pid;"]);
         let mut s = Nginx::start(cmd, port, dir.path(), tender);
         let got = keep_alive_gets(s.port, &["/api/hello?x=1", "/index.html"]);
         assert_eq!(got[0].0, "HTTP/1.1 200 OK", "{tender}: log:\n{}", s.log());
-        assert_eq!(
-            String::from_utf8_lossy(&got[0].2),
-            "upstream saw GET /hello?x=1 HTTP/1.0",
-            "{tender}"
-        );
-        assert_eq!(
-            got[1].2,
-            std::fs::read(nginx_dir().join("html/index.html")).unwrap(),
-            "{tender}"
-        );
+        assert_eq!(String::from_utf8_lossy(&got[0].2), "upstream saw GET /hello?x=1 HTTP/1.0", "{tender}");
+        assert_eq!(got[1].2, std::fs::read(nginx_dir().join("html/index.html")).unwrap(), "{tender}");
         // SAFETY: kill on our own child's pid.
         assert_eq!(unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) }, 0);
         let t0 = Instant::now();
@@ -745,10 +517,7 @@ fn nginx_proxies_to_an_upstream_and_stops_on_sigterm() {
             if let Some(st) = s.child.try_wait().unwrap() {
                 break st;
             }
-            assert!(
-                t0.elapsed() < DEADLINE,
-                "{tender}: nginx still running after SIGTERM"
-            );
+            assert!(t0.elapsed() < DEADLINE, "{tender}: nginx still running after SIGTERM");
             std::thread::sleep(Duration::from_millis(20));
         };
         assert_eq!(st.code(), Some(0), "{tender}: log:\n{}", s.log());

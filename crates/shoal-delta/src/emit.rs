@@ -245,14 +245,7 @@ pub(crate) fn write_base(v: &mut Version<'_>, out: &Path) -> Result<BTreeSet<Str
         let is_func = matches!(t, elf::STT_FUNC | elf::STT_GNU_IFUNC);
         if s.st_bind() == elf::STB_LOCAL {
             s.name = g.clone().into_bytes().into();
-            s.set_st_info(
-                if is_func {
-                    elf::STB_WEAK
-                } else {
-                    elf::STB_GLOBAL
-                },
-                t,
-            );
+            s.set_st_info(if is_func { elf::STB_WEAK } else { elf::STB_GLOBAL }, t);
             // Hidden would be fine too; default keeps them visible to the
             // image's other libraries, which never name them.
         } else if is_func {
@@ -260,12 +253,8 @@ pub(crate) fn write_base(v: &mut Version<'_>, out: &Path) -> Result<BTreeSet<Str
         }
     }
     // Synthetic data nodes (symbol-less writable sections) get a symbol.
-    let synth: Vec<(SectionId, String, u64)> = v
-        .nodes
-        .iter()
-        .filter(|n| matches!(n.kind, Kind::Data { sym: None, .. }))
-        .map(|n| (n.sec, n.name.clone(), n.size))
-        .collect();
+    let synth: Vec<(SectionId, String, u64)> =
+        v.nodes.iter().filter(|n| matches!(n.kind, Kind::Data { sym: None, .. })).map(|n| (n.sec, n.name.clone(), n.size)).collect();
     for (sec, name, size) in synth {
         let s = v.b.symbols.add();
         s.name = name.into_bytes().into();
@@ -287,48 +276,23 @@ pub(crate) fn write_base(v: &mut Version<'_>, out: &Path) -> Result<BTreeSet<Str
 
 fn write_builder(b: Builder<'_>, out: &Path, src: &Path) -> Result<(), DeltaError> {
     let mut buf = Vec::new();
-    b.write(&mut buf).map_err(|e| DeltaError::BadObject {
-        path: src.to_path_buf(),
-        msg: format!("cannot write {}: {e}", out.display()),
-    })?;
-    std::fs::write(out, &buf).map_err(|e| DeltaError::Io {
-        path: out.to_path_buf(),
-        source: e,
-    })
+    b.write(&mut buf).map_err(|e| DeltaError::BadObject { path: src.to_path_buf(), msg: format!("cannot write {}: {e}", out.display()) })?;
+    std::fs::write(out, &buf).map_err(|e| DeltaError::Io { path: out.to_path_buf(), source: e })
 }
 
 /// Write delta j of version `v` according to `p`; update `eff`.
-pub(crate) fn write_delta(
-    v: &Version<'_>,
-    p: &Plan,
-    j: usize,
-    eff: &mut Effective,
-    out: &Path,
-) -> Result<DeltaInfo, DeltaError> {
+pub(crate) fn write_delta(v: &Version<'_>, p: &Plan, j: usize, eff: &mut Effective, out: &Path) -> Result<DeltaInfo, DeltaError> {
     let mut o = Builder::new(object::Endianness::Little, true);
     o.header.e_type = elf::ET_REL;
     o.header.e_machine = elf::EM_X86_64;
-    let mut info = DeltaInfo {
-        index: j,
-        label: v.label.clone(),
-        path: out.to_path_buf(),
-        ..Default::default()
-    };
-    info.stats.functions_in_version = v
-        .nodes
-        .iter()
-        .filter(|n| matches!(n.kind, Kind::Func { .. }))
-        .count();
+    let mut info = DeltaInfo { index: j, label: v.label.clone(), path: out.to_path_buf(), ..Default::default() };
+    info.stats.functions_in_version = v.nodes.iter().filter(|n| matches!(n.kind, Kind::Func { .. })).count();
 
     // Emitted names of data copies.
     let mut data_name: HashMap<usize, String> = HashMap::new();
     for (i, n) in v.nodes.iter().enumerate() {
         if p.emit[i] && matches!(n.kind, Kind::Data { .. }) {
-            let name = if p.new[i] {
-                n.name.clone()
-            } else {
-                format!("{}__v{j}", n.name)
-            };
+            let name = if p.new[i] { n.name.clone() } else { format!("{}__v{j}", n.name) };
             data_name.insert(i, name);
         }
     }
@@ -361,8 +325,7 @@ pub(crate) fn write_delta(
         let sec = o.sections.add();
         sec.name = src.name.to_vec().into();
         sec.sh_type = src.sh_type;
-        sec.sh_flags =
-            src.sh_flags & !u64::from(elf::SHF_MERGE | elf::SHF_STRINGS | elf::SHF_GROUP);
+        sec.sh_flags = src.sh_flags & !u64::from(elf::SHF_MERGE | elf::SHF_STRINGS | elf::SHF_GROUP);
         sec.sh_addralign = src.sh_addralign.max(1);
         sec.data = data;
         let sid = sec.id();
@@ -447,10 +410,7 @@ pub(crate) fn write_delta(
         *undef.entry((name.clone(), weak)).or_insert_with(|| {
             let s = o.symbols.add();
             s.name = name.into_bytes().into();
-            s.set_st_info(
-                if weak { elf::STB_WEAK } else { elf::STB_GLOBAL },
-                elf::STT_NOTYPE,
-            );
+            s.set_st_info(if weak { elf::STB_WEAK } else { elf::STB_GLOBAL }, elf::STT_NOTYPE);
             s.st_shndx = elf::SHN_UNDEF;
             s.id()
         })
@@ -471,19 +431,13 @@ pub(crate) fn write_delta(
             let (sym, addend) = match &r.tgt {
                 Tgt::Tramp(g) => {
                     tpls.insert(g.clone());
-                    (
-                        get_undef(&mut o, format!("{TPL_PREFIX}{g}"), false),
-                        r.addend,
-                    )
+                    (get_undef(&mut o, format!("{TPL_PREFIX}{g}"), false), r.addend)
                 }
                 Tgt::Inst(t) => {
                     let Some(ts) = new_sec.get(t) else {
                         return Err(DeltaError::Unsupported {
                             path: v.path.clone(),
-                            msg: format!(
-                                "{} refers into {} which is not in the delta",
-                                n.name, v.nodes[*t].name
-                            ),
+                            msg: format!("{} refers into {} which is not in the delta", n.name, v.nodes[*t].name),
                         });
                     };
                     (sec_symbol[&ts.index()], r.addend)
@@ -496,10 +450,7 @@ pub(crate) fn write_delta(
                         let Some((_, cur)) = eff.data.get(tn) else {
                             return Err(DeltaError::Unsupported {
                                 path: v.path.clone(),
-                                msg: format!(
-                                    "{} refers to data {tn} that no version defines",
-                                    n.name
-                                ),
+                                msg: format!("{} refers to data {tn} that no version defines", n.name),
                             });
                         };
                         (get_undef(&mut o, cur.clone(), false), r.addend)
@@ -510,19 +461,11 @@ pub(crate) fn write_delta(
                 Tgt::Other(what) => {
                     return Err(DeltaError::Unsupported {
                         path: v.path.clone(),
-                        msg: format!(
-                            "{} has a relocation against {what}, which a delta cannot reproduce",
-                            n.name
-                        ),
+                        msg: format!("{} has a relocation against {what}, which a delta cannot reproduce", n.name),
                     })
                 }
             };
-            rels.push(object::build::elf::Relocation {
-                r_offset: r.off,
-                symbol: Some(sym),
-                r_type: r.r_type,
-                r_addend: addend,
-            });
+            rels.push(object::build::elf::Relocation { r_offset: r.off, symbol: Some(sym), r_type: r.r_type, r_addend: addend });
         }
         relsecs.push((sid, rels));
     }
@@ -580,8 +523,7 @@ pub(crate) fn write_delta(
                 eff.funcs.insert(n.name.clone(), n.sig);
             }
             Kind::Data { .. } if p.emit[i] => {
-                eff.data
-                    .insert(n.name.clone(), (n.sig, data_name[&i].clone()));
+                eff.data.insert(n.name.clone(), (n.sig, data_name[&i].clone()));
             }
             _ => {}
         }

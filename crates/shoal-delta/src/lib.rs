@@ -281,13 +281,7 @@ impl DeltaSet {
     /// The objects an image of version `j` (1-based) links, in link order
     /// (newest first, base last).
     pub fn objects_for(&self, j: usize) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = self
-            .deltas
-            .iter()
-            .filter(|d| d.index <= j)
-            .rev()
-            .map(|d| d.path.clone())
-            .collect();
+        let mut v: Vec<PathBuf> = self.deltas.iter().filter(|d| d.index <= j).rev().map(|d| d.path.clone()).collect();
         v.push(self.base.clone());
         v
     }
@@ -301,8 +295,7 @@ impl DeltaSet {
     pub fn trampolines_for(&self, j: usize) -> Vec<String> {
         let mut seen: BTreeSet<String> = BTreeSet::new();
         let mut out = Vec::new();
-        let objs =
-            std::iter::once(&self.base_info).chain(self.deltas.iter().filter(|d| d.index <= j));
+        let objs = std::iter::once(&self.base_info).chain(self.deltas.iter().filter(|d| d.index <= j));
         for o in objs {
             for t in &o.trampolines {
                 if seen.insert(t.clone()) {
@@ -345,17 +338,9 @@ pub fn merge_objects(objs: &[PathBuf], out: &Path) -> Result<(), DeltaError> {
     if objs.is_empty() {
         return Err(DeltaError::Usage("merge_objects: no objects".into()));
     }
-    let o = std::process::Command::new("ld")
-        .arg("-r")
-        .arg("-o")
-        .arg(out)
-        .args(objs)
-        .output()
-        .map_err(|e| DeltaError::Ld(format!("cannot run ld: {e}")))?;
+    let o = std::process::Command::new("ld").arg("-r").arg("-o").arg(out).args(objs).output().map_err(|e| DeltaError::Ld(format!("cannot run ld: {e}")))?;
     if !o.status.success() {
-        return Err(DeltaError::Ld(
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        ));
+        return Err(DeltaError::Ld(String::from_utf8_lossy(&o.stderr).into_owned()));
     }
     Ok(())
 }
@@ -367,11 +352,7 @@ pub fn make_deltas(inputs: &[(String, PathBuf)], out_dir: &Path) -> Result<Delta
 
 /// Build base.o, delta-2.o … delta-k.o and delta.json in `out_dir` from
 /// `(label, object)` pairs given oldest first.
-pub fn make_deltas_with(
-    inputs: &[(String, PathBuf)],
-    out_dir: &Path,
-    opts: &DeltaOptions,
-) -> Result<DeltaSet, DeltaError> {
+pub fn make_deltas_with(inputs: &[(String, PathBuf)], out_dir: &Path, opts: &DeltaOptions) -> Result<DeltaSet, DeltaError> {
     if inputs.is_empty() {
         return Err(DeltaError::Usage("no versions given".into()));
     }
@@ -386,27 +367,11 @@ pub fn make_deltas_with(
     }
     let ns = match &opts.namespace {
         Some(n) => model::sanitize(n),
-        None => model::sanitize(
-            &inputs[0]
-                .1
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "lib".into()),
-        ),
+        None => model::sanitize(&inputs[0].1.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "lib".into())),
     };
-    std::fs::create_dir_all(out_dir).map_err(|e| DeltaError::Io {
-        path: out_dir.to_path_buf(),
-        source: e,
-    })?;
-    let datas: Vec<Vec<u8>> = inputs
-        .iter()
-        .map(|(_, p)| {
-            std::fs::read(p).map_err(|e| DeltaError::Io {
-                path: p.clone(),
-                source: e,
-            })
-        })
-        .collect::<Result<_, _>>()?;
+    std::fs::create_dir_all(out_dir).map_err(|e| DeltaError::Io { path: out_dir.to_path_buf(), source: e })?;
+    let datas: Vec<Vec<u8>> =
+        inputs.iter().map(|(_, p)| std::fs::read(p).map_err(|e| DeltaError::Io { path: p.clone(), source: e })).collect::<Result<_, _>>()?;
     // Validate every input before writing anything.
     let mut versions = Vec::new();
     for ((l, p), d) in inputs.iter().zip(&datas) {
@@ -428,18 +393,9 @@ pub fn make_deltas_with(
     let mut v1 = versions.next().ok_or_else(|| DeltaError::Usage("no versions given".into()))?;
     let mut eff = emit::Effective::from_base(&v1);
     let base = out_dir.join("base.o");
-    let mut base_info = DeltaInfo {
-        index: 1,
-        label: v1.label.clone(),
-        path: base.clone(),
-        ..Default::default()
-    };
+    let mut base_info = DeltaInfo { index: 1, label: v1.label.clone(), path: base.clone(), ..Default::default() };
     {
-        let funcs: Vec<&model::Node> = v1
-            .nodes
-            .iter()
-            .filter(|n| matches!(n.kind, model::Kind::Func { .. }))
-            .collect();
+        let funcs: Vec<&model::Node> = v1.nodes.iter().filter(|n| matches!(n.kind, model::Kind::Func { .. })).collect();
         base_info.stats.functions_in_version = funcs.len();
         base_info.stats.functions_in_delta = funcs.len();
     }
@@ -467,10 +423,7 @@ pub fn make_deltas_with(
         namespace: ns,
         manifest: out_dir.join("delta.json"),
     };
-    std::fs::write(&set.manifest, to_json(&set)).map_err(|e| DeltaError::Io {
-        path: set.manifest.clone(),
-        source: e,
-    })?;
+    std::fs::write(&set.manifest, to_json(&set)).map_err(|e| DeltaError::Io { path: set.manifest.clone(), source: e })?;
     Ok(set)
 }
 
@@ -491,10 +444,7 @@ fn js(s: &str) -> String {
 }
 
 fn jlist(v: &[String]) -> String {
-    format!(
-        "[{}]",
-        v.iter().map(|s| js(s)).collect::<Vec<_>>().join(", ")
-    )
+    format!("[{}]", v.iter().map(|s| js(s)).collect::<Vec<_>>().join(", "))
 }
 
 fn info_json(d: &DeltaInfo) -> String {
@@ -524,26 +474,11 @@ fn info_json(d: &DeltaInfo) -> String {
 fn to_json(set: &DeltaSet) -> String {
     let mut o = String::from("{\n");
     let _ = writeln!(o, "  \"namespace\": {},", js(&set.namespace));
-    let _ = writeln!(
-        o,
-        "  \"link_order\": \"delta-j.o ... delta-2.o base.o (newest first)\","
-    );
+    let _ = writeln!(o, "  \"link_order\": \"delta-j.o ... delta-2.o base.o (newest first)\",");
     let _ = writeln!(o, "  \"base\": {},", info_json(&set.base_info));
-    let _ = writeln!(
-        o,
-        "  \"deltas\": [\n    {}\n  ],",
-        set.deltas
-            .iter()
-            .map(info_json)
-            .collect::<Vec<_>>()
-            .join(",\n    ")
-    );
+    let _ = writeln!(o, "  \"deltas\": [\n    {}\n  ],", set.deltas.iter().map(info_json).collect::<Vec<_>>().join(",\n    "));
     let _ = writeln!(o, "  \"trampolines\": {},", jlist(&set.trampolines));
-    let _ = writeln!(
-        o,
-        "  \"exported_functions\": {}",
-        jlist(&set.exported_functions)
-    );
+    let _ = writeln!(o, "  \"exported_functions\": {}", jlist(&set.exported_functions));
     o.push_str("}\n");
     o
 }
@@ -557,11 +492,7 @@ pub fn cli_main(args: &[String]) -> Result<String, DeltaError> {
     let mut objs = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let mut val = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| DeltaError::Usage(format!("{name} needs a value")))
-        };
+        let mut val = |name: &str| it.next().cloned().ok_or_else(|| DeltaError::Usage(format!("{name} needs a value")));
         match a.as_str() {
             "--versions" => labels = Some(val("--versions")?.split(',').map(str::to_string).collect()),
             "--out" | "-o" => out = Some(PathBuf::from(val("--out")?)),
@@ -573,26 +504,16 @@ pub fn cli_main(args: &[String]) -> Result<String, DeltaError> {
             s => objs.push(PathBuf::from(s)),
         }
     }
-    let labels = labels.ok_or_else(|| {
-        DeltaError::Usage("--versions V1,V2,... is required (oldest first)".into())
-    })?;
+    let labels = labels.ok_or_else(|| DeltaError::Usage("--versions V1,V2,... is required (oldest first)".into()))?;
     let out = out.ok_or_else(|| DeltaError::Usage("--out DIR is required".into()))?;
     if labels.len() != objs.len() {
-        return Err(DeltaError::Usage(format!(
-            "{} version labels for {} objects",
-            labels.len(),
-            objs.len()
-        )));
+        return Err(DeltaError::Usage(format!("{} version labels for {} objects", labels.len(), objs.len())));
     }
     let inputs: Vec<(String, PathBuf)> = labels.into_iter().zip(objs).collect();
     let set = make_deltas_with(&inputs, &out, &opts)?;
     let mut s = String::new();
     let b = &set.base_info;
-    let _ = writeln!(
-        s,
-        "base.o     {:>10}: {} functions, {} bytes",
-        b.label, b.stats.functions_in_version, b.stats.file_bytes
-    );
+    let _ = writeln!(s, "base.o     {:>10}: {} functions, {} bytes", b.label, b.stats.functions_in_version, b.stats.file_bytes);
     for d in &set.deltas {
         let _ = writeln!(
             s,
@@ -609,11 +530,6 @@ pub fn cli_main(args: &[String]) -> Result<String, DeltaError> {
             let _ = writeln!(s, "  warning: {w}");
         }
     }
-    let _ = writeln!(
-        s,
-        "{} trampolines; manifest {}",
-        set.trampolines.len(),
-        set.manifest.display()
-    );
+    let _ = writeln!(s, "{} trampolines; manifest {}", set.trampolines.len(), set.manifest.display());
     Ok(s)
 }

@@ -113,10 +113,7 @@ pub(crate) struct Version<'d> {
 }
 
 pub(crate) fn err(path: &Path, msg: impl Into<String>) -> DeltaError {
-    DeltaError::BadObject {
-        path: path.to_path_buf(),
-        msg: msg.into(),
-    }
+    DeltaError::BadObject { path: path.to_path_buf(), msg: msg.into() }
 }
 
 /// Is `r_type` PC-relative (the addend then includes the distance from
@@ -140,12 +137,7 @@ pub(crate) fn is_pcrel(t: u32) -> bool {
 pub(crate) fn is_got(t: u32) -> bool {
     matches!(
         t,
-        elf::R_X86_64_GOT32
-            | elf::R_X86_64_GOTPCREL
-            | elf::R_X86_64_GOTPCRELX
-            | elf::R_X86_64_REX_GOTPCRELX
-            | elf::R_X86_64_GOTPCREL64
-            | elf::R_X86_64_GOT64
+        elf::R_X86_64_GOT32 | elf::R_X86_64_GOTPCREL | elf::R_X86_64_GOTPCRELX | elf::R_X86_64_REX_GOTPCRELX | elf::R_X86_64_GOTPCREL64 | elf::R_X86_64_GOT64
     )
 }
 
@@ -180,15 +172,7 @@ fn numbered(name: &str) -> bool {
 /// `s` with every character other than ASCII letters, digits and `_`
 /// replaced by `_`, so it can be part of a symbol name.
 pub(crate) fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
 }
 
 fn is_alloc_data_type(t: u32) -> bool {
@@ -198,10 +182,7 @@ fn is_alloc_data_type(t: u32) -> bool {
 /// Should relocations in this section be rewritten (allocated, not unwind
 /// tables or other non-program data)?
 pub(crate) fn rewritable_section(name: &[u8], sh_type: u32, sh_flags: u64) -> bool {
-    sh_flags & u64::from(elf::SHF_ALLOC) != 0
-        && sh_type != elf::SHT_X86_64_UNWIND
-        && !name.starts_with(b".eh_frame")
-        && !name.starts_with(b".gcc_except_table")
+    sh_flags & u64::from(elf::SHF_ALLOC) != 0 && sh_type != elf::SHT_X86_64_UNWIND && !name.starts_with(b".eh_frame") && !name.starts_with(b".gcc_except_table")
 }
 
 pub(crate) fn section_bytes<'a>(data: &'a SectionData<'_>) -> Option<&'a [u8]> {
@@ -212,68 +193,31 @@ pub(crate) fn section_bytes<'a>(data: &'a SectionData<'_>) -> Option<&'a [u8]> {
 }
 
 /// Parse and model one version.
-pub(crate) fn read_version<'d>(
-    label: &str,
-    path: &Path,
-    data: &'d [u8],
-    ns: &str,
-) -> Result<Version<'d>, DeltaError> {
+pub(crate) fn read_version<'d>(label: &str, path: &Path, data: &'d [u8], ns: &str) -> Result<Version<'d>, DeltaError> {
     match object::FileKind::parse(data) {
         Ok(object::FileKind::Elf64) => {}
-        Ok(object::FileKind::Elf32) => {
-            return Err(err(
-                path,
-                "a 32-bit ELF object; shoal-delta needs ELF64 x86-64 relocatable objects",
-            ))
-        }
+        Ok(object::FileKind::Elf32) => return Err(err(path, "a 32-bit ELF object; shoal-delta needs ELF64 x86-64 relocatable objects")),
         Ok(k) => return Err(err(path, format!("not an ELF object (file kind {k:?})"))),
         Err(e) => return Err(err(path, format!("not an ELF object: {e}"))),
     }
-    let b =
-        Builder::read64(data).map_err(|e| err(path, format!("corrupt or unsupported ELF: {e}")))?;
+    let b = Builder::read64(data).map_err(|e| err(path, format!("corrupt or unsupported ELF: {e}")))?;
     if b.endian != object::Endianness::Little {
         return Err(err(path, "big-endian ELF; expected x86-64"));
     }
     if b.header.e_machine != elf::EM_X86_64 {
-        return Err(err(
-            path,
-            format!(
-                "machine {} is not x86-64 (EM_X86_64 = 62)",
-                b.header.e_machine
-            ),
-        ));
+        return Err(err(path, format!("machine {} is not x86-64 (EM_X86_64 = 62)", b.header.e_machine)));
     }
     if b.header.e_type != elf::ET_REL {
-        return Err(err(
-            path,
-            format!(
-                "ELF type {} is not a relocatable object (ET_REL)",
-                b.header.e_type
-            ),
-        ));
+        return Err(err(path, format!("ELF type {} is not a relocatable object (ET_REL)", b.header.e_type)));
     }
 
-    let nsec = b
-        .sections
-        .iter()
-        .map(|s| s.id().index() + 1)
-        .max()
-        .unwrap_or(0);
-    let nsym = b
-        .symbols
-        .iter()
-        .map(|s| s.id().index() + 1)
-        .max()
-        .unwrap_or(0);
+    let nsec = b.sections.iter().map(|s| s.id().index() + 1).max().unwrap_or(0);
+    let nsym = b.symbols.iter().map(|s| s.id().index() + 1).max().unwrap_or(0);
 
     // --- globalized names -------------------------------------------------
     // Locals following an STT_FILE symbol belong to that file; when the
     // object merges several files, local names are qualified by file.
-    let nfiles = b
-        .symbols
-        .iter()
-        .filter(|s| s.st_type() == elf::STT_FILE)
-        .count();
+    let nfiles = b.symbols.iter().filter(|s| s.st_type() == elf::STT_FILE).count();
     let mut cur_file = String::new();
     let mut gname: HashMap<usize, String> = HashMap::new();
     let mut used: HashMap<String, usize> = HashMap::new();
@@ -288,24 +232,13 @@ pub(crate) fn read_version<'d>(
         }
         let name = String::from_utf8_lossy(&s.name).into_owned();
         if s.st_bind() == elf::STB_LOCAL {
-            if !matches!(
-                t,
-                elf::STT_FUNC | elf::STT_OBJECT | elf::STT_TLS | elf::STT_GNU_IFUNC
-            ) {
+            if !matches!(t, elf::STT_FUNC | elf::STT_OBJECT | elf::STT_TLS | elf::STT_GNU_IFUNC) {
                 continue;
             }
-            let base = if nfiles > 1 {
-                format!("__shoal_s_{ns}_{cur_file}_{name}")
-            } else {
-                format!("__shoal_s_{ns}_{name}")
-            };
+            let base = if nfiles > 1 { format!("__shoal_s_{ns}_{cur_file}_{name}") } else { format!("__shoal_s_{ns}_{name}") };
             let n = used.entry(base.clone()).or_insert(0);
             *n += 1;
-            let g = if *n == 1 {
-                base
-            } else {
-                format!("{base}__{n}")
-            };
+            let g = if *n == 1 { base } else { format!("{base}__{n}") };
             gname.insert(s.id().index(), g);
         } else {
             gname.insert(s.id().index(), name);
@@ -340,55 +273,28 @@ pub(crate) fn read_version<'d>(
         };
         let secname = String::from_utf8_lossy(&sec.name).into_owned();
         if sec.sh_flags & u64::from(elf::SHF_EXECINSTR) != 0 {
-            let funcs: Vec<SymbolId> = by_sec[i]
-                .iter()
-                .copied()
-                .filter(|id| {
-                    matches!(
-                        b.symbols.get(*id).st_type(),
-                        elf::STT_FUNC | elf::STT_GNU_IFUNC
-                    )
-                })
-                .collect();
-            let mut starts: Vec<u64> = funcs
-                .iter()
-                .map(|id| b.symbols.get(*id))
-                .filter(|s| s.st_size > 0)
-                .map(|s| s.st_value)
-                .collect();
+            let funcs: Vec<SymbolId> =
+                by_sec[i].iter().copied().filter(|id| matches!(b.symbols.get(*id).st_type(), elf::STT_FUNC | elf::STT_GNU_IFUNC)).collect();
+            let mut starts: Vec<u64> = funcs.iter().map(|id| b.symbols.get(*id)).filter(|s| s.st_size > 0).map(|s| s.st_value).collect();
             starts.sort_unstable();
             starts.dedup();
             if starts.len() > 1 {
-                return Err(err(
-                    path,
-                    format!(
-                        "code section {secname} holds {} functions: compile with -ffunction-sections",
-                        starts.len()
-                    ),
-                ));
+                return Err(err(path, format!("code section {secname} holds {} functions: compile with -ffunction-sections", starts.len())));
             }
             if funcs.is_empty() {
                 if size == 0 {
                     continue;
                 }
-                return Err(err(
-                    path,
-                    format!("code section {secname} ({size} bytes) has no function symbol"),
-                ));
+                return Err(err(path, format!("code section {secname} ({size} bytes) has no function symbol")));
             }
             // Primary: a global name if any, else the first.
             let mut syms = funcs.clone();
             syms.sort_by_key(|id| (b.symbols.get(*id).st_bind() == elf::STB_LOCAL, id.index()));
             let p = b.symbols.get(syms[0]);
-            let global = syms
-                .iter()
-                .any(|id| b.symbols.get(*id).st_bind() != elf::STB_LOCAL);
+            let global = syms.iter().any(|id| b.symbols.get(*id).st_bind() != elf::STB_LOCAL);
             let n = nodes.len();
             nodes.push(Node {
-                kind: Kind::Func {
-                    global,
-                    syms: syms.clone(),
-                },
+                kind: Kind::Func { global, syms: syms.clone() },
                 name: gname[&p.id().index()].clone(),
                 orig: String::from_utf8_lossy(&p.name).into_owned(),
                 sec: sec.id(),
@@ -401,8 +307,7 @@ pub(crate) fn read_version<'d>(
                 sym_node.insert(s.index(), n);
             }
             sec_kind[i] = SecKind::Func(n);
-        } else if sec.sh_flags & u64::from(elf::SHF_MERGE) != 0 && sec.sh_type == elf::SHT_PROGBITS
-        {
+        } else if sec.sh_flags & u64::from(elf::SHF_MERGE) != 0 && sec.sh_type == elf::SHT_PROGBITS {
             let d = section_bytes(&sec.data).unwrap_or(&[]);
             if d.is_empty() {
                 continue;
@@ -451,8 +356,7 @@ pub(crate) fn read_version<'d>(
                 .copied()
                 .filter(|id| {
                     let s = b.symbols.get(*id);
-                    matches!(s.st_type(), elf::STT_OBJECT | elf::STT_TLS)
-                        || (s.st_type() == elf::STT_NOTYPE && s.st_size > 0)
+                    matches!(s.st_type(), elf::STT_OBJECT | elf::STT_TLS) || (s.st_type() == elf::STT_NOTYPE && s.st_size > 0)
                 })
                 .collect();
             let writable = sec.sh_flags & u64::from(elf::SHF_WRITE) != 0;
@@ -462,29 +366,9 @@ pub(crate) fn read_version<'d>(
                     continue;
                 }
                 let n = nodes.len();
-                let kind = if writable {
-                    Kind::Data {
-                        global: false,
-                        sym: None,
-                    }
-                } else {
-                    Kind::Anon
-                };
-                let name = if writable {
-                    format!("__shoal_s_{ns}_sec{}", sanitize(&secname))
-                } else {
-                    secname.clone()
-                };
-                nodes.push(Node {
-                    kind,
-                    name,
-                    orig: secname.clone(),
-                    sec: sec.id(),
-                    start: 0,
-                    size,
-                    relocs: Vec::new(),
-                    sig: 0,
-                });
+                let kind = if writable { Kind::Data { global: false, sym: None } } else { Kind::Anon };
+                let name = if writable { format!("__shoal_s_{ns}_sec{}", sanitize(&secname)) } else { secname.clone() };
+                nodes.push(Node { kind, name, orig: secname.clone(), sec: sec.id(), start: 0, size, relocs: Vec::new(), sig: 0 });
                 list.push((0, size, n));
             } else {
                 for id in objs {
@@ -493,19 +377,9 @@ pub(crate) fn read_version<'d>(
                     let local = s.st_bind() == elf::STB_LOCAL;
                     let anon = local && !writable && numbered(&orig);
                     let n = nodes.len();
-                    let name = gname
-                        .get(&id.index())
-                        .cloned()
-                        .unwrap_or_else(|| format!("__shoal_s_{ns}_{}", sanitize(&orig)));
+                    let name = gname.get(&id.index()).cloned().unwrap_or_else(|| format!("__shoal_s_{ns}_{}", sanitize(&orig)));
                     nodes.push(Node {
-                        kind: if anon {
-                            Kind::Anon
-                        } else {
-                            Kind::Data {
-                                global: !local,
-                                sym: Some(id),
-                            }
-                        },
+                        kind: if anon { Kind::Anon } else { Kind::Data { global: !local, sym: Some(id) } },
                         name,
                         orig,
                         sec: sec.id(),
@@ -524,15 +398,7 @@ pub(crate) fn read_version<'d>(
     }
     let _ = nsym;
 
-    let mut v = Version {
-        label: label.to_string(),
-        path: path.to_path_buf(),
-        b,
-        nodes,
-        sec_kind,
-        gname,
-        sym_node,
-    };
+    let mut v = Version { label: label.to_string(), path: path.to_path_buf(), b, nodes, sec_kind, gname, sym_node };
 
     // --- relocations ------------------------------------------------------
     let mut per_node: Vec<Vec<CRel>> = vec![Vec::new(); v.nodes.len()];
@@ -549,22 +415,15 @@ pub(crate) fn read_version<'d>(
         for r in rels {
             let owner = match &kind {
                 SecKind::Func(n) => Some(*n),
-                SecKind::Data(list) | SecKind::Merge(list) => list
-                    .iter()
-                    .filter(|(st, sz, _)| r.r_offset >= *st && r.r_offset < st + sz.max(&1))
-                    .map(|e| e.2)
-                    .next(),
+                SecKind::Data(list) | SecKind::Merge(list) => {
+                    list.iter().filter(|(st, sz, _)| r.r_offset >= *st && r.r_offset < st + sz.max(&1)).map(|e| e.2).next()
+                }
                 SecKind::Ignore => None,
             };
             let Some(owner) = owner else { continue };
             let (tgt, addend) = v.resolve(r.symbol, r.r_type, r.r_addend, exec);
             let start = v.nodes[owner].start;
-            per_node[owner].push(CRel {
-                off: r.r_offset - start,
-                r_type: r.r_type,
-                tgt,
-                addend,
-            });
+            per_node[owner].push(CRel { off: r.r_offset - start, r_type: r.r_type, tgt, addend });
         }
     }
     for (n, mut rl) in per_node.into_iter().enumerate() {
@@ -586,18 +445,9 @@ impl<'d> Version<'d> {
     fn stabilize_numbered_names(&mut self) {
         let mut groups: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, n) in self.nodes.iter().enumerate() {
-            if let Kind::Data {
-                global: false,
-                sym: Some(_),
-            } = n.kind
-            {
+            if let Kind::Data { global: false, sym: Some(_) } = n.kind {
                 if numbered(&n.orig) && n.name.ends_with(&n.orig) {
-                    let base = n
-                        .orig
-                        .rsplit_once('.')
-                        .map(|x| x.0)
-                        .unwrap_or("")
-                        .to_string();
+                    let base = n.orig.rsplit_once('.').map(|x| x.0).unwrap_or("").to_string();
                     groups.entry(base).or_default().push(i);
                 }
             }
@@ -618,8 +468,7 @@ impl<'d> Version<'d> {
                 }
             }
         }
-        let mut taken: std::collections::HashSet<String> =
-            self.nodes.iter().map(|n| n.name.clone()).collect();
+        let mut taken: std::collections::HashSet<String> = self.nodes.iter().map(|n| n.name.clone()).collect();
         let mut renames = Vec::new();
         for (base, list) in &groups {
             for &i in list {
@@ -646,13 +495,7 @@ impl<'d> Version<'d> {
     }
 
     /// Resolve one relocation target symbolically.
-    pub(crate) fn resolve(
-        &self,
-        sym: Option<SymbolId>,
-        r_type: u32,
-        a: i64,
-        exec: bool,
-    ) -> (Tgt, i64) {
+    pub(crate) fn resolve(&self, sym: Option<SymbolId>, r_type: u32, a: i64, exec: bool) -> (Tgt, i64) {
         let Some(id) = sym else {
             return (Tgt::Other("<none>".into()), a);
         };
@@ -671,15 +514,9 @@ impl<'d> Version<'d> {
         match &self.sec_kind[sec.index()] {
             SecKind::Func(n) => {
                 let node = &self.nodes[*n];
-                let Kind::Func { syms, .. } = &node.kind else {
-                    unreachable!()
-                };
+                let Kind::Func { syms, .. } = &node.kind else { unreachable!() };
                 // The function symbol named, or the primary one.
-                let fsym = if !is_sec && self.sym_node.get(&id.index()) == Some(n) {
-                    id
-                } else {
-                    syms[0]
-                };
+                let fsym = if !is_sec && self.sym_node.get(&id.index()) == Some(n) { id } else { syms[0] };
                 let entry = self.b.symbols.get(fsym).st_value as i64;
                 let g = self.gname[&fsym.index()].clone();
                 if is_got(r_type) && !is_sec {
@@ -692,17 +529,9 @@ impl<'d> Version<'d> {
                 }
             }
             SecKind::Data(list) => {
-                let n = if let (false, Some(n)) = (is_sec, self.sym_node.get(&id.index())) {
-                    *n
-                } else {
-                    pick(list, if is_sec { o } else { val })
-                };
+                let n = if let (false, Some(n)) = (is_sec, self.sym_node.get(&id.index())) { *n } else { pick(list, if is_sec { o } else { val }) };
                 let st = self.nodes[n].start as i64;
-                let t = if self.nodes[n].kind == Kind::Anon {
-                    Tgt::Anon(n)
-                } else {
-                    Tgt::Data(n)
-                };
+                let t = if self.nodes[n].kind == Kind::Anon { Tgt::Anon(n) } else { Tgt::Data(n) };
                 (t, val + a - st)
             }
             SecKind::Merge(list) => {
@@ -712,10 +541,7 @@ impl<'d> Version<'d> {
             }
             SecKind::Ignore => {
                 let sn = String::from_utf8_lossy(&self.b.sections.get(sec).name).into_owned();
-                (
-                    Tgt::Other(if is_sec { sn } else { format!("{sn}:{name}") }),
-                    val + a,
-                )
+                (Tgt::Other(if is_sec { sn } else { format!("{sn}:{name}") }), val + a)
             }
         }
     }
@@ -758,8 +584,7 @@ impl<'d> Version<'d> {
             Kind::Anon => 2,
         };
         // Merge flags don't matter for content; W/X/TLS/NOBITS do.
-        let fl = sec.sh_flags
-            & u64::from(elf::SHF_WRITE | elf::SHF_EXECINSTR | elf::SHF_TLS | elf::SHF_ALLOC);
+        let fl = sec.sh_flags & u64::from(elf::SHF_WRITE | elf::SHF_EXECINSTR | elf::SHF_TLS | elf::SHF_ALLOC);
         (kind_tag, fl, sec.sh_type == elf::SHT_NOBITS, node.size).hash(&mut h);
         // Alignment matters for code and data placement.
         sec.sh_addralign.hash(&mut h);

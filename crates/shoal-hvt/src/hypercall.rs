@@ -16,8 +16,8 @@
 
 use crate::x86;
 use shoal_abi::{
-    ConsoleBufferArgs, ConsoleBufferHeader, ConsoleReadArgs, ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, PollArgs,
-    ProtectArgs, CONSOLE_BUFFER_MAX, CONSOLE_STDERR, CONSOLE_STDOUT, HYPERCALL_PORT_BASE,
+    ConsoleBufferArgs, ConsoleBufferHeader, ConsoleReadArgs, ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, PollArgs, ProtectArgs, CONSOLE_BUFFER_MAX,
+    CONSOLE_STDERR, CONSOLE_STDOUT, HYPERCALL_PORT_BASE,
 };
 use shoal_loader::{GuestAddr, GuestMemory, MemError};
 use std::io::Write;
@@ -517,10 +517,7 @@ pub fn handle(
 /// guest's sleep: `std::thread::sleep` would sleep on after it). The guest
 /// loops until its deadline, so returning early is always allowed.
 fn sleep_interruptible(ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-    };
+    let ts = libc::timespec { tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long };
     // SAFETY: `ts` is a valid timespec; no remainder is asked for.
     unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &ts, std::ptr::null_mut()) };
 }

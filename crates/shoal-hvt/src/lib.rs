@@ -347,11 +347,8 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
         params.volume_max = cfg.mem_size;
     }
     let net = open_net(cfg, &mut params)?;
-    let (pool, pool_warning) = if cfg.mode == MemoryMode::Pool {
-        shoal_loader::pool::prepare(cfg.pool.as_ref(), cfg.pool_fallback, &image)?
-    } else {
-        (None, None)
-    };
+    let (pool, pool_warning) =
+        if cfg.mode == MemoryMode::Pool { shoal_loader::pool::prepare(cfg.pool.as_ref(), cfg.pool_fallback, &image)? } else { (None, None) };
     Ok(Prepared { image, layout, archive, argv, env, params, private, read_only, pool, pool_warning, net })
 }
 
@@ -403,8 +400,7 @@ fn raise_nofile() {
 /// spt protects them).
 fn read_only_ranges(image: &Image, layout: &Layout) -> ReadOnly {
     let page = shoal_abi::PAGE_SIZE;
-    let mut ro: Vec<(u64, u64)> =
-        image.segments().iter().filter(|s| !s.perms.write).map(|s| (s.page_start(), s.page_end())).collect();
+    let mut ro: Vec<(u64, u64)> = image.segments().iter().filter(|s| !s.perms.write).map(|s| (s.page_start(), s.page_end())).collect();
     if layout.archive_size > 0 {
         // No overflow: the layout placed the archive inside guest memory.
         let end = (layout.archive_addr + layout.archive_size).next_multiple_of(page);
@@ -485,7 +481,15 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     let kept = std::cell::RefCell::new(None);
     let volume = cfg.volume.as_ref().map(|_| (&kept, p.params.volume_max));
     let fault_handler = std::cell::Cell::new(None);
-    let guest = hypercall::Guest { mem: &mem, private: &vm.memory, read_only: &p.read_only, protect: Some(&apply), alias: Some(&alias), volume, fault: Some(&fault_handler) };
+    let guest = hypercall::Guest {
+        mem: &mem,
+        private: &vm.memory,
+        read_only: &p.read_only,
+        protect: Some(&apply),
+        alias: Some(&alias),
+        volume,
+        fault: Some(&fault_handler),
+    };
     let mut buffer = None;
     // SIGTERM and SIGHUP go to the guest while it runs (crate::forward);
     // its word is forgotten before guest memory goes away.
@@ -518,16 +522,10 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
             VcpuExit::IoOut(port, data) => hypercall::decode(port, data),
             VcpuExit::IoIn(port, _) => Err(Refusal::PortRead(port)),
             VcpuExit::Hlt => break Outcome::Stopped("the vCPU executed `hlt`".into()),
-            VcpuExit::Shutdown => {
-                break Outcome::Stopped("the vCPU shut down (triple fault: an exception while reporting an exception)".into())
-            }
-            VcpuExit::MmioRead(addr, _) | VcpuExit::MmioWrite(addr, _) => {
-                break Outcome::Stopped(format!("the guest accessed {addr:#x}, outside its memory"))
-            }
+            VcpuExit::Shutdown => break Outcome::Stopped("the vCPU shut down (triple fault: an exception while reporting an exception)".into()),
+            VcpuExit::MmioRead(addr, _) | VcpuExit::MmioWrite(addr, _) => break Outcome::Stopped(format!("the guest accessed {addr:#x}, outside its memory")),
             VcpuExit::InternalError => break Outcome::Stopped("KVM reported an internal error".into()),
-            VcpuExit::FailEntry(reason, _) => {
-                break Outcome::Stopped(format!("KVM could not enter the guest (hardware reason {reason:#x})"))
-            }
+            VcpuExit::FailEntry(reason, _) => break Outcome::Stopped(format!("KVM could not enter the guest (hardware reason {reason:#x})")),
             other => break Outcome::Stopped(format!("unexpected VM exit {other:?}")),
         };
         let action = match call {
@@ -561,8 +559,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
                         Err(e) => break Outcome::Stopped(e.to_string()),
                     }
                 }
-                let cause = (report.vector == 14 && !syscall)
-                    .then(|| x86::page_fault_cause(report.error_code, p.private.map.perm(report.cr2)));
+                let cause = (report.vector == 14 && !syscall).then(|| x86::page_fault_cause(report.error_code, p.private.map.perm(report.cr2)));
                 break Outcome::Fault { report, cpu: true, syscall, cause };
             }
             Action::Refused(r) => break Outcome::Refused(r),

@@ -274,9 +274,8 @@ impl Net {
     /// `allow` limits where they go.
     pub fn new(listeners: Vec<OwnedFd>, outbound: bool, allow: Vec<Allow>) -> Net {
         let socks: Vec<Option<Sock>> = listeners.into_iter().map(|fd| Some(Sock { fd, kind: Kind::Listener })).collect();
-        let watch = open_watch().filter(|set| {
-            socks.iter().enumerate().all(|(i, s)| s.as_ref().is_none_or(|s| watch(set, s.fd.as_raw_fd(), FIRST_HANDLE + i as i64).is_ok()))
-        });
+        let watch = open_watch()
+            .filter(|set| socks.iter().enumerate().all(|(i, s)| s.as_ref().is_none_or(|s| watch(set, s.fd.as_raw_fd(), FIRST_HANDLE + i as i64).is_ok())));
         Net { socks, outbound, allow, bind_any: false, pollfds: Vec::new(), entries: Vec::new(), watch, evbuf: Vec::new(), stats: NetStats::default() }
     }
 
@@ -480,9 +479,7 @@ impl Net {
                 let fd = s.fd.as_raw_fd();
                 let mut len = MAX_ADDR as libc::socklen_t;
                 // SAFETY: `sa` and `len` are valid out-parameters of this size.
-                let nfd = unsafe {
-                    libc::accept4(fd, sa.as_mut_ptr().cast(), &mut len, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
-                };
+                let nfd = unsafe { libc::accept4(fd, sa.as_mut_ptr().cast(), &mut len, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) };
                 if nfd < 0 {
                     return Ok(neg(errno()));
                 }
@@ -648,10 +645,7 @@ impl Net {
         if timeout > 0 {
             self.stats.waits += 1;
         }
-        let ts = libc::timespec {
-            tv_sec: (timeout / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
-            tv_nsec: (timeout % 1_000_000_000) as libc::c_long,
-        };
+        let ts = libc::timespec { tv_sec: (timeout / 1_000_000_000).min(i64::MAX as u64) as libc::time_t, tv_nsec: (timeout % 1_000_000_000) as libc::c_long };
         let tsp = if timeout == u64::MAX { core::ptr::null() } else { &ts as *const libc::timespec };
         // SAFETY: `pollfds` holds `nfds` valid entries; `tsp` is null or a
         // valid timespec; no signal mask.
@@ -668,7 +662,13 @@ impl Net {
         };
         for (i, (e, p)) in self.entries.iter_mut().zip(&self.pollfds).enumerate() {
             let unknown = e.handle >= 0 && p.fd < 0 && e.handle != shoal_abi::STDIN_HANDLE;
-            e.revents = if unknown { libc::POLLNVAL } else if rc > 0 { p.revents } else { 0 };
+            e.revents = if unknown {
+                libc::POLLNVAL
+            } else if rc > 0 {
+                p.revents
+            } else {
+                0
+            };
             if g.mem.write_obj(GuestAddr(a.fds + i as u64 * size), e).is_err() {
                 return Ok(neg(libc::EFAULT));
             }
@@ -738,7 +738,8 @@ impl Net {
         self.evbuf.resize(max, libc::epoll_event { events: 0, u64: 0 });
         // SAFETY: `evbuf` has room for `max` events; `wait_tsp` is null or
         // a valid timespec; no signal mask.
-        let rc = unsafe { libc::syscall(libc::SYS_epoll_pwait2, set, self.evbuf.as_mut_ptr(), max as i32, wait_tsp, core::ptr::null::<libc::sigset_t>(), 8usize) };
+        let rc =
+            unsafe { libc::syscall(libc::SYS_epoll_pwait2, set, self.evbuf.as_mut_ptr(), max as i32, wait_tsp, core::ptr::null::<libc::sigset_t>(), 8usize) };
         if rc < 0 {
             // EINTR: a signal to the VMM, a spurious wake-up.
             let e = errno();
@@ -914,7 +915,19 @@ mod tests {
             }
             // A forbidden option.
             g.mem.write(GuestAddr(low + 0x4000), &1i32.to_ne_bytes()).unwrap();
-            let rc = run(&mut n, g, NetOp { op: net_op::SETSOCKOPT, handle: tcp, a: libc::SOL_SOCKET as u64, b: libc::SO_MARK as u64, buf: low + 0x4000, len: 4, ..NetOp::default() });
+            let rc = run(
+                &mut n,
+                g,
+                NetOp {
+                    op: net_op::SETSOCKOPT,
+                    handle: tcp,
+                    a: libc::SOL_SOCKET as u64,
+                    b: libc::SO_MARK as u64,
+                    buf: low + 0x4000,
+                    len: 4,
+                    ..NetOp::default()
+                },
+            );
             assert_eq!(rc, neg(libc::ENOPROTOOPT));
             // Results are never written into read-only memory.
             assert_eq!(n.batch(g, &NetArgs { ops: low + 0x100, count: 1, ret: 0 }), neg(libc::EFAULT));

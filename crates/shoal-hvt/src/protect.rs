@@ -54,20 +54,13 @@ pub struct Tables<'a> {
 
 impl Tables<'_> {
     fn read(&self, gpa: u64) -> Result<u64, String> {
-        let r = if gpa >= POOL_ADDR {
-            self.pool.read_obj::<u64>(MemoryRegionAddress(gpa - POOL_ADDR))
-        } else {
-            self.low.read_obj::<u64>(MemoryRegionAddress(gpa))
-        };
+        let r =
+            if gpa >= POOL_ADDR { self.pool.read_obj::<u64>(MemoryRegionAddress(gpa - POOL_ADDR)) } else { self.low.read_obj::<u64>(MemoryRegionAddress(gpa)) };
         r.map_err(|e| format!("cannot read the guest page table entry at {gpa:#x}: {e}"))
     }
 
     fn write(&self, gpa: u64, v: u64) -> Result<(), String> {
-        let r = if gpa >= POOL_ADDR {
-            self.pool.write_obj(v, MemoryRegionAddress(gpa - POOL_ADDR))
-        } else {
-            self.low.write_obj(v, MemoryRegionAddress(gpa))
-        };
+        let r = if gpa >= POOL_ADDR { self.pool.write_obj(v, MemoryRegionAddress(gpa - POOL_ADDR)) } else { self.low.write_obj(v, MemoryRegionAddress(gpa)) };
         r.map_err(|e| format!("cannot write the guest page table entry at {gpa:#x}: {e}"))
     }
 

@@ -73,38 +73,24 @@ impl Vm {
     /// Like [`Vm::create`], but calls `before_register` with the fresh
     /// guest memory mapping before it is registered with KVM (memory mode
     /// `pool` maps pool files over parts of it there).
-    pub fn create_with(
-        mem_size: u64,
-        before_register: &mut dyn FnMut(&GuestRegionMmap<()>) -> Result<(), KvmError>,
-    ) -> Result<Vm, KvmError> {
+    pub fn create_with(mem_size: u64, before_register: &mut dyn FnMut(&GuestRegionMmap<()>) -> Result<(), KvmError>) -> Result<Vm, KvmError> {
         let kvm = Kvm::new().map_err(KvmError::Unavailable)?;
         if kvm.get_api_version() != 12 {
             return Err(KvmError::MissingCapability("the stable KVM API (version 12)"));
         }
-        for (cap, name) in [
-            (kvm_ioctls::Cap::UserMemory, "user memory regions"),
-            (kvm_ioctls::Cap::ExtCpuid, "KVM_SET_CPUID2"),
-            (kvm_ioctls::Cap::Xcrs, "KVM_SET_XCRS"),
-        ] {
+        for (cap, name) in
+            [(kvm_ioctls::Cap::UserMemory, "user memory regions"), (kvm_ioctls::Cap::ExtCpuid, "KVM_SET_CPUID2"), (kvm_ioctls::Cap::Xcrs, "KVM_SET_XCRS")]
+        {
             if !kvm.check_extension(cap) {
                 return Err(KvmError::MissingCapability(name));
             }
         }
         let vm = kvm.create_vm().map_err(ioctl_err("create a VM"))?;
-        let size = usize::try_from(mem_size)
-            .map_err(|_| KvmError::Memory { size: mem_size, reason: "too large for this host".into() })?;
-        let mapping = MmapRegion::<()>::new(size)
-            .map_err(|e| KvmError::Memory { size: mem_size, reason: e.to_string() })?;
-        let memory = GuestRegionMmap::new(mapping, GuestAddress(0))
-            .ok_or_else(|| KvmError::Memory { size: mem_size, reason: "the range overflows".into() })?;
+        let size = usize::try_from(mem_size).map_err(|_| KvmError::Memory { size: mem_size, reason: "too large for this host".into() })?;
+        let mapping = MmapRegion::<()>::new(size).map_err(|e| KvmError::Memory { size: mem_size, reason: e.to_string() })?;
+        let memory = GuestRegionMmap::new(mapping, GuestAddress(0)).ok_or_else(|| KvmError::Memory { size: mem_size, reason: "the range overflows".into() })?;
         before_register(&memory)?;
-        let region = kvm_userspace_memory_region {
-            slot: 0,
-            flags: 0,
-            guest_phys_addr: 0,
-            memory_size: mem_size,
-            userspace_addr: memory.as_ptr() as u64,
-        };
+        let region = kvm_userspace_memory_region { slot: 0, flags: 0, guest_phys_addr: 0, memory_size: mem_size, userspace_addr: memory.as_ptr() as u64 };
         // SAFETY: the region describes `memory`, a mapping of exactly
         // `mem_size` bytes owned by the returned `Vm`, which keeps it mapped
         // for as long as the VM (and its vCPU) exist: `memory` is declared
@@ -157,9 +143,7 @@ impl Vm {
 
     /// Copies the tender-private structures to guest address 0.
     pub fn write_private(&self, bytes: &[u8]) -> Result<(), KvmError> {
-        self.memory
-            .write_slice(bytes, vm_memory::MemoryRegionAddress(0))
-            .map_err(|e| KvmError::Memory { size: bytes.len() as u64, reason: e.to_string() })
+        self.memory.write_slice(bytes, vm_memory::MemoryRegionAddress(0)).map_err(|e| KvmError::Memory { size: bytes.len() as u64, reason: e.to_string() })
     }
 
     /// Sets the vCPU's registers so that it starts at CPL 3 at `entry`.
@@ -230,7 +214,7 @@ impl Vm {
         let msrs = kvm_bindings::Msrs::from_entries(&[
             kvm_bindings::kvm_msr_entry { index: 0xc000_0082, data: x86::SYSCALL_TRAP, ..Default::default() }, // LSTAR
             kvm_bindings::kvm_msr_entry { index: 0xc000_0083, data: x86::SYSCALL_TRAP, ..Default::default() }, // CSTAR
-            kvm_bindings::kvm_msr_entry { index: 0xc000_0081, data: 0, ..Default::default() }, // STAR
+            kvm_bindings::kvm_msr_entry { index: 0xc000_0081, data: 0, ..Default::default() },                 // STAR
         ])
         .map_err(|_| KvmError::MissingCapability("MSR lists"))?;
         let n = self.vcpu.set_msrs(&msrs).map_err(ioctl_err("set the syscall MSRs"))?;
@@ -238,13 +222,7 @@ impl Vm {
             return Err(KvmError::MissingCapability("writable syscall MSRs (LSTAR, CSTAR, STAR)"));
         }
 
-        let regs = kvm_bindings::kvm_regs {
-            rip: entry.rip,
-            rsp: entry.rsp,
-            rdi: entry.rdi,
-            rflags: x86::RFLAGS,
-            ..Default::default()
-        };
+        let regs = kvm_bindings::kvm_regs { rip: entry.rip, rsp: entry.rsp, rdi: entry.rdi, rflags: x86::RFLAGS, ..Default::default() };
         self.vcpu.set_regs(&regs).map_err(ioctl_err("set the registers"))?;
         Ok(())
     }
@@ -255,7 +233,21 @@ impl Vm {
     /// guest's kernel (`crate::hand_back`).
     pub fn resume_at_cpl3(&self, rip: u64, rsp: u64, args: [u64; 3]) -> Result<(), KvmError> {
         let mut sregs = self.vcpu.get_sregs().map_err(ioctl_err("read the special registers"))?;
-        sregs.cs = kvm_segment { selector: x86::USER_CS, type_: 0xb, present: 1, dpl: 3, db: 0, s: 1, l: 1, g: 1, avl: 0, unusable: 0, padding: 0, base: 0, limit: 0xffff_ffff };
+        sregs.cs = kvm_segment {
+            selector: x86::USER_CS,
+            type_: 0xb,
+            present: 1,
+            dpl: 3,
+            db: 0,
+            s: 1,
+            l: 1,
+            g: 1,
+            avl: 0,
+            unusable: 0,
+            padding: 0,
+            base: 0,
+            limit: 0xffff_ffff,
+        };
         sregs.ss = kvm_segment { selector: x86::USER_DS, type_: 0x3, db: 1, l: 0, ..sregs.cs };
         self.vcpu.set_sregs(&sregs).map_err(ioctl_err("set the special registers"))?;
         let mut regs = self.vcpu.get_regs().map_err(ioctl_err("read the registers"))?;
@@ -290,12 +282,8 @@ impl Vm {
         }
         // Older KVM: write IA32_TSC with the host's value (off by the
         // ioctl's latency, a few microseconds).
-        let msrs = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry {
-            index: 0x10,
-            data: shoal_loader::tsc::rdtsc(),
-            ..Default::default()
-        }])
-        .map_err(|_| KvmError::MissingCapability("a way to set the guest TSC"))?;
+        let msrs = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry { index: 0x10, data: shoal_loader::tsc::rdtsc(), ..Default::default() }])
+            .map_err(|_| KvmError::MissingCapability("a way to set the guest TSC"))?;
         match self.vcpu.set_msrs(&msrs) {
             Ok(1) => Ok(()),
             Ok(_) => Err(KvmError::MissingCapability("a writable IA32_TSC")),
@@ -359,16 +347,7 @@ fn adjust_cpuid(cpuid: &mut CpuId) {
     let flags = kvm_bindings::KVM_CPUID_FLAG_SIGNIFCANT_INDEX;
     if h1.ecx & (1 << 26) != 0 {
         let d0 = host(0xd, 0);
-        let d0 = kvm_cpuid_entry2 {
-            function: 0xd,
-            index: 0,
-            flags,
-            eax: d0.eax & mask as u32,
-            ebx: d0.ebx,
-            ecx: d0.ecx,
-            edx: 0,
-            padding: [0; 3],
-        };
+        let d0 = kvm_cpuid_entry2 { function: 0xd, index: 0, flags, eax: d0.eax & mask as u32, ebx: d0.ebx, ecx: d0.ecx, edx: 0, padding: [0; 3] };
         let d1 = host(0xd, 1);
         // Only XSAVEOPT/XSAVEC/XGETBV1 (bits 0-2) of eax; no XSS features.
         let d1 = kvm_cpuid_entry2 { function: 0xd, index: 1, flags, eax: d1.eax & 0x7, ebx: 0, ecx: 0, edx: 0, padding: [0; 3] };

@@ -208,10 +208,7 @@ fn perm_at(addr: u64, mem_size: u64, image: &[Region], image_start: u64, image_e
         GDT_ADDR..STUB_ADDR => PagePerm::KernelRw,
         STUB_ADDR..STACK0_BASE => PagePerm::KernelRx,
         STACK0_BASE..TENDER_PRIVATE_END => PagePerm::KernelRw,
-        _ if addr >= image_start && addr < image_end => image
-            .iter()
-            .find(|r| addr >= r.start && addr < r.end)
-            .map_or(PagePerm::None, |r| r.perm),
+        _ if addr >= image_start && addr < image_end => image.iter().find(|r| addr >= r.start && addr < r.end).map_or(PagePerm::None, |r| r.perm),
         _ => PagePerm::UserRw,
     }
 }
@@ -273,11 +270,7 @@ pub fn build(mem_size: u64, image: &[Region], image_start: u64, image_end: u64) 
         boundaries.push(r.start);
         boundaries.push(r.end);
     }
-    let mut split: Vec<u64> = boundaries
-        .iter()
-        .filter(|&&a| !a.is_multiple_of(MIB2) && a < mem_size.next_multiple_of(MIB2))
-        .map(|&a| a / MIB2)
-        .collect();
+    let mut split: Vec<u64> = boundaries.iter().filter(|&&a| !a.is_multiple_of(MIB2) && a < mem_size.next_multiple_of(MIB2)).map(|&a| a / MIB2).collect();
     split.sort_unstable();
     split.dedup();
     let pds = mem_size.div_ceil(GIB);
@@ -391,10 +384,7 @@ pub fn build(mem_size: u64, image: &[Region], image_start: u64, image_end: u64) 
         // Interrupt gate, present; DPL 3 for int3/into so that those
         // instructions report #BP/#OF rather than #GP, DPL 0 otherwise.
         let dpl: u64 = if v == 3 || v == 4 { 3 } else { 0 };
-        let lo = (target & 0xffff)
-            | (u64::from(KERNEL_CS) << 16)
-            | ((0x8e | dpl << 5) << 40)
-            | ((target >> 16 & 0xffff) << 48);
+        let lo = (target & 0xffff) | (u64::from(KERNEL_CS) << 16) | ((0x8e | dpl << 5) << 40) | ((target >> 16 & 0xffff) << 48);
         put_u64(&mut b, IDT_ADDR + v * 16, lo);
         put_u64(&mut b, IDT_ADDR + v * 16 + 8, target >> 32);
     }
@@ -432,9 +422,7 @@ pub fn build(mem_size: u64, image: &[Region], image_start: u64, image_end: u64) 
 /// in-between ports that are not hypercalls.)
 pub fn allowed_ports() -> impl Iterator<Item = u64> {
     let base = u64::from(HYPERCALL_PORT_BASE);
-    (base..base + HYPERCALL_MAX + 3).filter(move |&p| {
-        (0..4).any(|k| p >= base + k && Hypercall::from_nr(p - base - k).is_some())
-    })
+    (base..base + HYPERCALL_MAX + 3).filter(move |&p| (0..4).any(|k| p >= base + k && Hypercall::from_nr(p - base - k).is_some()))
 }
 
 /// Whether the CPU pushes an error code for exception `vector`.
@@ -570,13 +558,8 @@ mod tests {
         let p = build(MAX_MEM, &image, 0x100000, 0x101000).unwrap();
         assert!(walk(&p.bytes, MAX_MEM - 0x1000).is_some());
         assert_eq!(build(MAX_MEM + 0x1000, &image, 0x100000, 0x101000).err(), Some(SetupError::MemSize(MAX_MEM + 0x1000)));
-        let many: Vec<Region> = (0..12)
-            .map(|i| Region { start: 0x100000 + i * MIB2, end: 0x101000 + i * MIB2, perm: PagePerm::UserRo })
-            .collect();
-        assert!(matches!(
-            build(64 << 20, &many, 0x100000, many[11].end),
-            Err(SetupError::TooManyTables { .. })
-        ));
+        let many: Vec<Region> = (0..12).map(|i| Region { start: 0x100000 + i * MIB2, end: 0x101000 + i * MIB2, perm: PagePerm::UserRo }).collect();
+        assert!(matches!(build(64 << 20, &many, 0x100000, many[11].end), Err(SetupError::TooManyTables { .. })));
     }
 
     #[test]

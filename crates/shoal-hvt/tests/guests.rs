@@ -48,12 +48,7 @@ fn guest(name: &str, case: u32) -> PathBuf {
     // -Ttext-segment puts the ELF headers' segment at 0x100000 too, so that
     // no segment lies below the image base (plain -Ttext would put it at
     // 0xff000, which the loader refuses).
-    let st = Command::new("ld")
-        .args(["-Ttext-segment=0x100000", "--build-id=none", "-static", "-o"])
-        .arg(&img)
-        .arg(&obj)
-        .status()
-        .expect("run ld");
+    let st = Command::new("ld").args(["-Ttext-segment=0x100000", "--build-id=none", "-static", "-o"]).arg(&img).arg(&obj).status().expect("run ld");
     assert!(st.success(), "ld failed for {name} case {case}");
     img
 }
@@ -70,8 +65,7 @@ fn run_image(image: PathBuf) -> Run {
     cfg.argv = vec!["guest".into()];
     let mut stdout = Vec::new();
     let mut stderr = Vec::new();
-    let (outcome, timings) =
-        shoal_hvt::run_with_console(&cfg, &mut Console { stdout: &mut stdout, stderr: &mut stderr }).unwrap();
+    let (outcome, timings) = shoal_hvt::run_with_console(&cfg, &mut Console { stdout: &mut stdout, stderr: &mut stderr }).unwrap();
     if let Some(m) = outcome.message() {
         eprintln!("shoal: {m}");
     }
@@ -84,7 +78,12 @@ fn report(name: &str, t: &Timings) {
     let _ = writeln!(
         std::io::stderr(),
         "{name}: prepare {:?}, VM created {:?}, ready {:?}, first byte {:?}, exit {:?}, {} exits",
-        t.prepare, t.vm_created, t.vm_ready, t.first_output, t.exit, t.exits
+        t.prepare,
+        t.vm_created,
+        t.vm_ready,
+        t.first_output,
+        t.exit,
+        t.exits
     );
 }
 
@@ -324,11 +323,7 @@ fn hvt_forged_fault_report_is_refused() {
     let image = guest("hostile", 20);
     let after = symbol(&image, "forged_fault_after");
     let r = run_image(image);
-    assert!(
-        matches!(r.outcome, Outcome::Refused(Refusal::ForgedFault { arg: 0x3fc8, cpl: 3, rip }) if rip == after),
-        "{:?}",
-        r.outcome
-    );
+    assert!(matches!(r.outcome, Outcome::Refused(Refusal::ForgedFault { arg: 0x3fc8, cpl: 3, rip }) if rip == after), "{:?}", r.outcome);
     assert_eq!(r.outcome.status(), 255);
     assert_eq!(
         r.outcome.message().unwrap(),

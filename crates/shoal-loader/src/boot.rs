@@ -9,9 +9,7 @@ use crate::image::Image;
 use crate::layout::{initial_stack_bytes, Layout};
 use crate::mem::{GuestAddr, GuestMemory, MemError};
 use crate::tsc::Clock;
-use shoal_abi::{
-    BootInfo, TenderKind, ABI_VERSION, ARGS_ADDR, BOOT_INFO_ADDR, BOOT_INFO_MAGIC, PHDR_OFFSET,
-};
+use shoal_abi::{BootInfo, TenderKind, ABI_VERSION, ARGS_ADDR, BOOT_INFO_ADDR, BOOT_INFO_MAGIC, PHDR_OFFSET};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
@@ -130,11 +128,7 @@ fn console_flags() -> u64 {
 impl BootParams {
     /// Parameters with fresh random bytes from the host and the default
     /// host name.
-    pub fn new(
-        tender: TenderKind,
-        hypercall_entry: u64,
-        clock: Clock,
-    ) -> Result<BootParams, BootError> {
+    pub fn new(tender: TenderKind, hypercall_entry: u64, clock: Clock) -> Result<BootParams, BootError> {
         let mut random_seed = [0u8; 32];
         let mut at_random = [0u8; 16];
         getrandom::fill(&mut random_seed).map_err(BootError::Random)?;
@@ -257,8 +251,7 @@ pub fn load_archive(mem: &GuestMemory, layout: &Layout, archive: &[u8]) -> Resul
     if archive.is_empty() {
         return Ok(());
     }
-    mem.write(GuestAddr(layout.archive_addr), archive)
-        .map_err(mem_err("file-system archive"))
+    mem.write(GuestAddr(layout.archive_addr), archive).map_err(mem_err("file-system archive"))
 }
 
 /// `cpuid` leaf 1, register edx: what Linux passes as `AT_HWCAP` on x86-64.
@@ -311,10 +304,8 @@ pub fn write_boot_state(
         inject: params.inject,
         rejuvenate_ns: params.rejuvenate_ns,
     };
-    mem.write_obj(GuestAddr(BOOT_INFO_ADDR), &info)
-        .map_err(mem_err("boot info"))?;
-    mem.write(GuestAddr(phdr_addr), image.phdrs())
-        .map_err(mem_err("program headers"))?;
+    mem.write_obj(GuestAddr(BOOT_INFO_ADDR), &info).map_err(mem_err("boot info"))?;
+    mem.write(GuestAddr(phdr_addr), image.phdrs()).map_err(mem_err("program headers"))?;
 
     // The stack frame, from its (aligned) bottom upwards.
     let nargs = argv.len() as u64;
@@ -322,8 +313,7 @@ pub fn write_boot_state(
     let random_addr = layout.stack_top - 16;
     let frame = initial_stack_bytes(nargs, nenv) - 16;
     let rsp = (random_addr - frame) & !15;
-    mem.write(GuestAddr(random_addr), &params.at_random)
-        .map_err(mem_err("AT_RANDOM bytes"))?;
+    mem.write(GuestAddr(random_addr), &params.at_random).map_err(mem_err("AT_RANDOM bytes"))?;
 
     let mut word = GuestAddr(rsp);
     let mut push = |v: u64| -> Result<(), BootError> {
@@ -337,8 +327,7 @@ pub fn write_boot_state(
         for s in list {
             let b = s.as_bytes();
             mem.write(string, b).map_err(mem_err("argument strings"))?;
-            mem.write(GuestAddr(string.0 + b.len() as u64), &[0])
-                .map_err(mem_err("argument strings"))?;
+            mem.write(GuestAddr(string.0 + b.len() as u64), &[0]).map_err(mem_err("argument strings"))?;
             push(string.0)?;
             string = GuestAddr(string.0 + b.len() as u64 + 1);
         }
@@ -366,11 +355,7 @@ pub fn write_boot_state(
         push(k)?;
         push(v)?;
     }
-    Ok(EntryState {
-        rip: image.entry(),
-        rsp,
-        rdi: BOOT_INFO_ADDR,
-    })
+    Ok(EntryState { rip: image.entry(), rsp, rdi: BOOT_INFO_ADDR })
 }
 
 #[cfg(test)]

@@ -61,11 +61,7 @@ fn euid() -> u32 {
 /// us, and not writable by group or others unless sticky. Relative paths
 /// are checked from the current directory up.
 pub fn check_ancestors(path: &Path) -> Result<(), HostDirError> {
-    let abs = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir().map_err(io(path))?.join(path)
-    };
+    let abs = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().map_err(io(path))?.join(path) };
     let me = euid();
     let mut cur = abs.parent();
     while let Some(dir) = cur {
@@ -143,12 +139,7 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<(
     let path = dir.join(name);
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)?;
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&tmp)?;
         f.write_all(bytes)?;
         f.set_permissions(std::fs::Permissions::from_mode(mode))?;
         drop(f);
@@ -164,11 +155,7 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<(
 /// bytes, opened without following a symbolic link and checked on the
 /// open descriptor (so a swap between check and read cannot fool it).
 pub fn read_owned(path: &Path, max: u64) -> Result<Vec<u8>, HostDirError> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(io(path))?;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK).open(path).map_err(io(path))?;
     let md = f.metadata().map_err(io(path))?;
     let bad = |reason| HostDirError::Unsafe { path: path.to_path_buf(), reason };
     if !md.file_type().is_file() {

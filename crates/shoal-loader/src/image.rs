@@ -9,9 +9,7 @@
 use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 use object::Endianness;
-use shoal_abi::{
-    AbiNote, ABI_NOTE_MAGIC, ABI_NOTE_SECTION, ABI_VERSION, IMAGE_BASE, PAGE_SIZE, PHDR_OFFSET,
-};
+use shoal_abi::{AbiNote, ABI_NOTE_MAGIC, ABI_NOTE_SECTION, ABI_VERSION, IMAGE_BASE, PAGE_SIZE, PHDR_OFFSET};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -70,9 +68,7 @@ pub enum ImageError {
         found: &'static str,
     },
     /// The image has no `.note.shoal` section.
-    #[error(
-        "{path} is not a shoal image (it has no {section} section; build it with `shoal build`)"
-    )]
+    #[error("{path} is not a shoal image (it has no {section} section; build it with `shoal build`)")]
     NotShoal {
         /// The image file.
         path: PathBuf,
@@ -110,9 +106,7 @@ pub enum ImageError {
         vaddr: u64,
     },
     /// Two loadable segments share memory.
-    #[error(
-        "image {path} has overlapping segments: {first} and {second} share the page at {page:#x}"
-    )]
+    #[error("image {path} has overlapping segments: {first} and {second} share the page at {page:#x}")]
     Overlap {
         /// The image file.
         path: PathBuf,
@@ -152,9 +146,7 @@ pub enum ImageError {
         filesz: u64,
     },
     /// Too many program headers to hand to the guest.
-    #[error(
-        "image {path} has {phnum} program headers; at most {MAX_PHNUM} fit in the boot-info page"
-    )]
+    #[error("image {path} has {phnum} program headers; at most {MAX_PHNUM} fit in the boot-info page")]
     TooManyHeaders {
         /// The image file.
         path: PathBuf,
@@ -259,10 +251,7 @@ impl Image {
     /// most of an image's file: a front end that only checks and plans
     /// touches a few pages, not the image's size twice over.
     pub fn open(path: &Path) -> Result<Image, ImageError> {
-        let file = std::fs::File::open(path).map_err(|source| ImageError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let file = std::fs::File::open(path).map_err(|source| ImageError::Io { path: path.to_path_buf(), source })?;
         Image::from_file(file, path)
     }
 
@@ -289,10 +278,7 @@ impl Image {
     /// source yet: the caller sets it).
     fn parse_from<'data, R: object::ReadRef<'data>>(path: &Path, data: R) -> Result<Image, ImageError> {
         let p = || path.to_path_buf();
-        let truncated = |what: &str| ImageError::Truncated {
-            path: p(),
-            what: what.to_string(),
-        };
+        let truncated = |what: &str| ImageError::Truncated { path: p(), what: what.to_string() };
 
         // The identification bytes first, so that each kind of wrong file
         // gets its own message (object's parser says only "unsupported").
@@ -307,88 +293,37 @@ impl Image {
         let bytes = data;
         match ident[4] {
             elf::ELFCLASS64 => {}
-            elf::ELFCLASS32 => {
-                return Err(ImageError::WrongArch {
-                    path: p(),
-                    found: "a 32-bit ELF file".into(),
-                })
-            }
-            c => {
-                return Err(ImageError::WrongArch {
-                    path: p(),
-                    found: format!("an ELF file of unknown class {c}"),
-                })
-            }
+            elf::ELFCLASS32 => return Err(ImageError::WrongArch { path: p(), found: "a 32-bit ELF file".into() }),
+            c => return Err(ImageError::WrongArch { path: p(), found: format!("an ELF file of unknown class {c}") }),
         }
         if ident[5] != elf::ELFDATA2LSB {
-            return Err(ImageError::WrongArch {
-                path: p(),
-                found: "a big-endian ELF file".into(),
-            });
+            return Err(ImageError::WrongArch { path: p(), found: "a big-endian ELF file".into() });
         }
-        let header = elf::FileHeader64::<Endianness>::parse(bytes)
-            .map_err(|_| truncated("the ELF header"))?;
+        let header = elf::FileHeader64::<Endianness>::parse(bytes).map_err(|_| truncated("the ELF header"))?;
         let endian = Endianness::Little;
         let machine = header.e_machine(endian);
         if machine != elf::EM_X86_64 {
-            return Err(ImageError::WrongArch {
-                path: p(),
-                found: format!("an ELF file for machine {machine}"),
-            });
+            return Err(ImageError::WrongArch { path: p(), found: format!("an ELF file for machine {machine}") });
         }
         match header.e_type(endian) {
             elf::ET_EXEC => {}
-            elf::ET_DYN => {
-                return Err(ImageError::NotExecutable {
-                    path: p(),
-                    found: "position independent (ET_DYN)",
-                })
-            }
-            elf::ET_REL => {
-                return Err(ImageError::NotExecutable {
-                    path: p(),
-                    found: "a relocatable object (ET_REL)",
-                })
-            }
-            _ => {
-                return Err(ImageError::NotExecutable {
-                    path: p(),
-                    found: "not an executable",
-                })
-            }
+            elf::ET_DYN => return Err(ImageError::NotExecutable { path: p(), found: "position independent (ET_DYN)" }),
+            elf::ET_REL => return Err(ImageError::NotExecutable { path: p(), found: "a relocatable object (ET_REL)" }),
+            _ => return Err(ImageError::NotExecutable { path: p(), found: "not an executable" }),
         }
 
         // The ABI note, before anything else about the contents: an image of
         // another ABI version may legitimately look different.
-        let sections = header
-            .sections(endian, bytes)
-            .map_err(|_| truncated("the section headers"))?;
-        let (_, note) = sections
-            .section_by_name(endian, ABI_NOTE_SECTION.as_bytes())
-            .ok_or(ImageError::NotShoal {
-                path: p(),
-                section: ABI_NOTE_SECTION,
-            })?;
-        let note_bytes = note
-            .data(endian, bytes)
-            .map_err(|_| truncated("the .note.shoal section"))?;
-        let note = AbiNote::from_bytes(note_bytes)
-            .filter(|n| n.magic == ABI_NOTE_MAGIC)
-            .ok_or(ImageError::NotShoal {
-                path: p(),
-                section: ABI_NOTE_SECTION,
-            })?;
+        let sections = header.sections(endian, bytes).map_err(|_| truncated("the section headers"))?;
+        let (_, note) = sections.section_by_name(endian, ABI_NOTE_SECTION.as_bytes()).ok_or(ImageError::NotShoal { path: p(), section: ABI_NOTE_SECTION })?;
+        let note_bytes = note.data(endian, bytes).map_err(|_| truncated("the .note.shoal section"))?;
+        let note =
+            AbiNote::from_bytes(note_bytes).filter(|n| n.magic == ABI_NOTE_MAGIC).ok_or(ImageError::NotShoal { path: p(), section: ABI_NOTE_SECTION })?;
         if note.abi_version != ABI_VERSION {
-            return Err(ImageError::AbiVersion {
-                path: p(),
-                found: note.abi_version,
-                expected: ABI_VERSION,
-            });
+            return Err(ImageError::AbiVersion { path: p(), found: note.abi_version, expected: ABI_VERSION });
         }
 
-        let phdrs = header
-            .program_headers(endian, bytes)
-            .map_err(|_| truncated("the program headers"))?;
+        let phdrs = header.program_headers(endian, bytes).map_err(|_| truncated("the program headers"))?;
         let phnum = phdrs.len() as u64;
         if phnum > MAX_PHNUM {
             return Err(ImageError::TooManyHeaders { path: p(), phnum });
@@ -396,11 +331,7 @@ impl Image {
         let mut segments: Vec<(usize, Segment)> = Vec::new();
         let mut tls: Option<(usize, Tls)> = None;
         for (index, ph) in phdrs.iter().enumerate() {
-            let bad = |reason: String| ImageError::BadSegment {
-                path: p(),
-                index,
-                reason,
-            };
+            let bad = |reason: String| ImageError::BadSegment { path: p(), index, reason };
             let vaddr = ph.p_vaddr(endian);
             let memsz = ph.p_memsz(endian);
             let filesz = ph.p_filesz(endian);
@@ -409,54 +340,28 @@ impl Image {
                 elf::PT_LOAD => {}
                 elf::PT_TLS => {
                     if filesz > memsz {
-                        return Err(bad(format!(
-                            "its TLS file size {filesz:#x} exceeds its memory size {memsz:#x}"
-                        )));
+                        return Err(bad(format!("its TLS file size {filesz:#x} exceeds its memory size {memsz:#x}")));
                     }
-                    if vaddr
-                        .checked_add(memsz)
-                        .is_none_or(|e| e > IMAGE_ADDR_LIMIT)
-                    {
+                    if vaddr.checked_add(memsz).is_none_or(|e| e > IMAGE_ADDR_LIMIT) {
                         return Err(bad(format!("its TLS image at {vaddr:#x} is out of range")));
                     }
-                    tls = Some((
-                        index,
-                        Tls {
-                            vaddr,
-                            filesz,
-                            memsz,
-                            align: ph.p_align(endian),
-                        },
-                    ));
+                    tls = Some((index, Tls { vaddr, filesz, memsz, align: ph.p_align(endian) }));
                     continue;
                 }
-                elf::PT_INTERP | elf::PT_DYNAMIC => {
-                    return Err(bad(
-                        "the image is dynamically linked; shoal images are static".into(),
-                    ))
-                }
+                elf::PT_INTERP | elf::PT_DYNAMIC => return Err(bad("the image is dynamically linked; shoal images are static".into())),
                 _ => continue,
             }
             if filesz > memsz {
-                return Err(bad(format!(
-                    "its file size {filesz:#x} exceeds its memory size {memsz:#x}"
-                )));
+                return Err(bad(format!("its file size {filesz:#x} exceeds its memory size {memsz:#x}")));
             }
             if memsz == 0 {
                 continue;
             }
             if vaddr < IMAGE_BASE {
-                return Err(bad(format!(
-                    "it starts at {vaddr:#x}, below the image base {IMAGE_BASE:#x}"
-                )));
+                return Err(bad(format!("it starts at {vaddr:#x}, below the image base {IMAGE_BASE:#x}")));
             }
-            if vaddr
-                .checked_add(memsz)
-                .is_none_or(|e| e > IMAGE_ADDR_LIMIT)
-            {
-                return Err(bad(format!(
-                    "it ends beyond {IMAGE_ADDR_LIMIT:#x} (at {vaddr:#x}, {memsz:#x} bytes)"
-                )));
+            if vaddr.checked_add(memsz).is_none_or(|e| e > IMAGE_ADDR_LIMIT) {
+                return Err(bad(format!("it ends beyond {IMAGE_ADDR_LIMIT:#x} (at {vaddr:#x}, {memsz:#x} bytes)")));
             }
             // The bytes themselves are not read here (see `open`): only
             // that the file holds them.
@@ -464,28 +369,11 @@ impl Image {
             if offset.checked_add(filesz).is_none_or(|e| e > len) {
                 return Err(truncated(&format!("segment {index} lies beyond the end of the file")));
             }
-            let perms = Perms {
-                read: flags & elf::PF_R != 0,
-                write: flags & elf::PF_W != 0,
-                exec: flags & elf::PF_X != 0,
-            };
+            let perms = Perms { read: flags & elf::PF_R != 0, write: flags & elf::PF_W != 0, exec: flags & elf::PF_X != 0 };
             if perms.write && perms.exec {
-                return Err(ImageError::WritableAndExecutable {
-                    path: p(),
-                    index,
-                    vaddr,
-                });
+                return Err(ImageError::WritableAndExecutable { path: p(), index, vaddr });
             }
-            segments.push((
-                index,
-                Segment {
-                    vaddr,
-                    memsz,
-                    filesz,
-                    offset,
-                    perms,
-                },
-            ));
+            segments.push((index, Segment { vaddr, memsz, filesz, offset, perms }));
         }
         if segments.is_empty() {
             return Err(ImageError::Empty { path: p() });
@@ -497,18 +385,11 @@ impl Image {
             let (i, a) = &w[0];
             let (j, b) = &w[1];
             if b.page_start() < a.page_end() {
-                return Err(ImageError::Overlap {
-                    path: p(),
-                    first: *i,
-                    second: *j,
-                    page: b.page_start(),
-                });
+                return Err(ImageError::Overlap { path: p(), first: *i, second: *j, page: b.page_start() });
             }
         }
         let entry = header.e_entry(endian);
-        let in_code = segments
-            .iter()
-            .any(|(_, s)| s.perms.exec && entry >= s.vaddr && entry - s.vaddr < s.memsz);
+        let in_code = segments.iter().any(|(_, s)| s.perms.exec && entry >= s.vaddr && entry - s.vaddr < s.memsz);
         if !in_code {
             return Err(ImageError::BadEntry { path: p(), entry });
         }
@@ -522,16 +403,9 @@ impl Image {
         if let Some((index, t)) = tls.filter(|(_, t)| t.filesz > 0) {
             // No overflow: `vaddr + memsz` (>= `vaddr + filesz`) and each
             // segment's end were checked against IMAGE_ADDR_LIMIT above.
-            let inside = segments
-                .iter()
-                .any(|(_, s)| t.vaddr >= s.vaddr && t.vaddr + t.filesz <= s.vaddr + s.memsz);
+            let inside = segments.iter().any(|(_, s)| t.vaddr >= s.vaddr && t.vaddr + t.filesz <= s.vaddr + s.memsz);
             if !inside {
-                return Err(ImageError::TlsOutsideSegments {
-                    path: p(),
-                    index,
-                    vaddr: t.vaddr,
-                    filesz: t.filesz,
-                });
+                return Err(ImageError::TlsOutsideSegments { path: p(), index, vaddr: t.vaddr, filesz: t.filesz });
             }
         }
         let phdr_bytes = object::pod::bytes_of_slice(phdrs).to_vec();
@@ -581,10 +455,7 @@ impl Image {
         match &self.source {
             Source::File(f) => f.read_exact_at(buf, at),
             Source::Bytes(b) => {
-                let src = usize::try_from(at)
-                    .ok()
-                    .and_then(|a| b.get(a..a + buf.len()))
-                    .ok_or(Error::from(ErrorKind::UnexpectedEof))?;
+                let src = usize::try_from(at).ok().and_then(|a| b.get(a..a + buf.len())).ok_or(Error::from(ErrorKind::UnexpectedEof))?;
                 buf.copy_from_slice(src);
                 Ok(())
             }
@@ -624,17 +495,11 @@ impl Image {
 
     /// Lowest page of the image.
     pub fn start(&self) -> u64 {
-        self.segments
-            .first()
-            .map_or(IMAGE_BASE, Segment::page_start)
+        self.segments.first().map_or(IMAGE_BASE, Segment::page_start)
     }
 
     /// End of the image's highest page (exclusive).
     pub fn end(&self) -> u64 {
-        self.segments
-            .iter()
-            .map(Segment::page_end)
-            .max()
-            .unwrap_or(IMAGE_BASE)
+        self.segments.iter().map(Segment::page_end).max().unwrap_or(IMAGE_BASE)
     }
 }

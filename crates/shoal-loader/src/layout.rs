@@ -115,13 +115,7 @@ pub(crate) fn initial_stack_bytes(nargs: u64, nenv: u64) -> u64 {
 
 /// Plans the layout of `mem_size` bytes of guest memory for `image`, an
 /// archive of `archive_size` bytes (0: none) and the given argv/env.
-pub fn plan(
-    image: &Image,
-    mem_size: u64,
-    archive_size: u64,
-    argv: &[OsString],
-    env: &[OsString],
-) -> Result<Layout, LayoutError> {
+pub fn plan(image: &Image, mem_size: u64, archive_size: u64, argv: &[OsString], env: &[OsString]) -> Result<Layout, LayoutError> {
     if !mem_size.is_multiple_of(PAGE_SIZE) {
         return Err(LayoutError::Unaligned(mem_size));
     }
@@ -131,28 +125,18 @@ pub fn plan(
     }
     let image_start = image.start();
     let image_end = image.end();
-    let (archive_addr, heap_start) = if archive_size == 0 {
-        (0, image_end)
-    } else {
-        (image_end, page_up(image_end.saturating_add(archive_size)))
-    };
+    let (archive_addr, heap_start) = if archive_size == 0 { (0, image_end) } else { (image_end, page_up(image_end.saturating_add(archive_size))) };
     // Least memory that leaves MIN_HEAP between heap_start and the stack.
     let need_below_stack = heap_start.saturating_add(MIN_HEAP);
     // `m - stack_size(m)` never decreases as `m` grows (the stack grows by
     // at most an eighth of the growth), so step up by the deficit.
     let mut need = page_up(need_below_stack.saturating_add(MIN_STACK));
     while need.saturating_sub(stack_size(need)) < need_below_stack && need < u64::MAX / 2 {
-        need = need.saturating_add(page_up(
-            need_below_stack - need.saturating_sub(stack_size(need)),
-        ));
+        need = need.saturating_add(page_up(need_below_stack - need.saturating_sub(stack_size(need))));
     }
     let stack = stack_size(mem_size);
     if mem_size.saturating_sub(stack) < need_below_stack {
-        return Err(LayoutError::TooSmall {
-            mem: format_size(mem_size),
-            image: image.path().display().to_string(),
-            need: format_size(round_up_to_mib(need)),
-        });
+        return Err(LayoutError::TooSmall { mem: format_size(mem_size), image: image.path().display().to_string(), need: format_size(round_up_to_mib(need)) });
     }
     let nargs = argv.len() as u64;
     let nenv = env.len() as u64;

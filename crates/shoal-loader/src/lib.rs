@@ -35,8 +35,8 @@
 
 mod boot;
 pub mod hostdir;
-pub mod inject;
 mod image;
+pub mod inject;
 mod layout;
 mod mem;
 pub mod net;
@@ -44,14 +44,9 @@ pub mod pool;
 pub mod tsc;
 pub mod volume;
 
-pub use boot::{
-    auxv, hwcap, load_archive, load_segments, load_segments_except, write_boot_state, BootError, BootParams, EntryState,
-    HOSTNAME,
-};
+pub use boot::{auxv, hwcap, load_archive, load_segments, load_segments_except, write_boot_state, BootError, BootParams, EntryState, HOSTNAME};
 pub use image::{Image, ImageError, Perms, Segment, Tls, IMAGE_ADDR_LIMIT, MAX_PHNUM, PHDR_SIZE};
-pub use layout::{
-    args_len, format_size, plan, stack_size, Layout, LayoutError, MAX_STACK, MIN_HEAP, MIN_STACK,
-};
+pub use layout::{args_len, format_size, plan, stack_size, Layout, LayoutError, MAX_STACK, MIN_HEAP, MIN_STACK};
 pub use mem::{GuestAddr, GuestMemory, MemError, Pod};
 pub use tsc::{Clock, TscError};
 

@@ -140,12 +140,7 @@ impl GuestMemory {
     /// Checks that `[addr, addr + len)` lies in guest memory; returns the
     /// host pointer of `addr`.
     pub fn host_ptr(&self, addr: GuestAddr, len: u64) -> Result<*mut u8, MemError> {
-        let err = MemError {
-            addr: addr.0,
-            len,
-            low: Self::LOW,
-            size: self.size,
-        };
+        let err = MemError { addr: addr.0, len, low: Self::LOW, size: self.size };
         let end = addr.0.checked_add(len).ok_or(err)?;
         if addr.0 < Self::LOW || end > self.size {
             return Err(err);
@@ -216,21 +211,13 @@ mod tests {
         let m = unsafe { GuestMemory::new(backing.as_mut_ptr(), GuestMemory::LOW + 0x2000) };
         assert!(m.write(GuestAddr(GuestMemory::LOW), b"abc").is_ok());
         assert!(m.write(GuestAddr(GuestMemory::LOW - 1), b"a").is_err());
-        assert!(m
-            .write(GuestAddr(GuestMemory::LOW + 0x1fff), b"ab")
-            .is_err());
+        assert!(m.write(GuestAddr(GuestMemory::LOW + 0x1fff), b"ab").is_err());
         assert!(m.write(GuestAddr(GuestMemory::LOW + 0x1fff), b"a").is_ok());
         assert!(m.host_ptr(GuestAddr(u64::MAX), 2).is_err());
-        assert!(m
-            .host_ptr(GuestAddr(GuestMemory::LOW + 1), u64::MAX)
-            .is_err());
+        assert!(m.host_ptr(GuestAddr(GuestMemory::LOW + 1), u64::MAX).is_err());
         assert!(m.host_ptr(GuestAddr(0), 0).is_err());
-        m.write_obj(GuestAddr(GuestMemory::LOW + 3), &0x1122_3344_5566_7788u64)
-            .unwrap();
-        assert_eq!(
-            m.read_obj::<u64>(GuestAddr(GuestMemory::LOW + 3)).unwrap(),
-            0x1122_3344_5566_7788
-        );
+        m.write_obj(GuestAddr(GuestMemory::LOW + 3), &0x1122_3344_5566_7788u64).unwrap();
+        assert_eq!(m.read_obj::<u64>(GuestAddr(GuestMemory::LOW + 3)).unwrap(), 0x1122_3344_5566_7788);
         let mut b = [0u8; 3];
         m.read(GuestAddr(GuestMemory::LOW), &mut b).unwrap();
         assert_eq!(&b, b"abc");

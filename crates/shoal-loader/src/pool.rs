@@ -56,8 +56,8 @@
 //! keep the inode alive.
 
 use crate::image::{page_down, Image};
-use shoal_manifest::{Manifest, RegionKind, PAGE};
 use sha2::{Digest, Sha256};
+use shoal_manifest::{Manifest, RegionKind, PAGE};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs::File;
@@ -172,9 +172,7 @@ impl PoolLib {
 
 /// Keeps only characters that are harmless in a file name.
 fn sanitize(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "._+-@".contains(c) { c } else { '_' })
-        .collect()
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || "._+-@".contains(c) { c } else { '_' }).collect()
 }
 
 /// Pages per pool file: each read-only region is pooled in runs of this
@@ -369,14 +367,10 @@ impl Pool {
     /// Opens a pool file and checks what can be checked without reading it.
     fn open_checked(&self, lib: &PoolLib) -> Result<(OwnedFd, PathBuf), PoolError> {
         let path = self.dir.join(&lib.file_name);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => PoolError::Missing { lib: lib.lib.clone(), path: path.clone() },
-                _ => io_err(&path)(e),
-            })?;
+        let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => PoolError::Missing { lib: lib.lib.clone(), path: path.clone() },
+            _ => io_err(&path)(e),
+        })?;
         let md = file.metadata().map_err(io_err(&path))?;
         let bad = |reason: &str| PoolError::Unsafe { path: path.clone(), reason: reason.into() };
         if !md.file_type().is_file() {

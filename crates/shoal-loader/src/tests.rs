@@ -4,10 +4,7 @@
 
 use super::*;
 use object::elf;
-use shoal_abi::{
-    AbiNote, BootInfo, TenderKind, ABI_VERSION, ARGS_ADDR, BOOT_INFO_ADDR, BOOT_INFO_MAGIC,
-    IMAGE_BASE,
-};
+use shoal_abi::{AbiNote, BootInfo, TenderKind, ABI_VERSION, ARGS_ADDR, BOOT_INFO_ADDR, BOOT_INFO_MAGIC, IMAGE_BASE};
 use std::ffi::OsString;
 use std::path::Path;
 
@@ -31,10 +28,7 @@ struct Spec {
 }
 
 fn note_bytes(version: u32) -> Vec<u8> {
-    let n = AbiNote {
-        abi_version: version,
-        ..AbiNote::CURRENT
-    };
+    let n = AbiNote { abi_version: version, ..AbiNote::CURRENT };
     let mut b = n.magic.to_le_bytes().to_vec();
     b.extend(n.abi_version.to_le_bytes());
     b.extend(n.reserved.to_le_bytes());
@@ -48,34 +42,10 @@ fn good() -> Spec {
         etype: elf::ET_EXEC,
         entry: IMAGE_BASE,
         segs: vec![
-            Seg {
-                ptype: elf::PT_LOAD,
-                vaddr: IMAGE_BASE,
-                memsz: 0x10,
-                data: vec![0xf4; 0x10],
-                flags: elf::PF_R | elf::PF_X,
-            },
-            Seg {
-                ptype: elf::PT_LOAD,
-                vaddr: IMAGE_BASE + 0x1000,
-                memsz: 0x8,
-                data: b"rodata!!".to_vec(),
-                flags: elf::PF_R,
-            },
-            Seg {
-                ptype: elf::PT_LOAD,
-                vaddr: IMAGE_BASE + 0x2000,
-                memsz: 0x3000,
-                data: vec![0x55; 0x20],
-                flags: elf::PF_R | elf::PF_W,
-            },
-            Seg {
-                ptype: elf::PT_TLS,
-                vaddr: IMAGE_BASE + 0x2000,
-                memsz: 0x40,
-                data: vec![0x55; 0x10],
-                flags: elf::PF_R,
-            },
+            Seg { ptype: elf::PT_LOAD, vaddr: IMAGE_BASE, memsz: 0x10, data: vec![0xf4; 0x10], flags: elf::PF_R | elf::PF_X },
+            Seg { ptype: elf::PT_LOAD, vaddr: IMAGE_BASE + 0x1000, memsz: 0x8, data: b"rodata!!".to_vec(), flags: elf::PF_R },
+            Seg { ptype: elf::PT_LOAD, vaddr: IMAGE_BASE + 0x2000, memsz: 0x3000, data: vec![0x55; 0x20], flags: elf::PF_R | elf::PF_W },
+            Seg { ptype: elf::PT_TLS, vaddr: IMAGE_BASE + 0x2000, memsz: 0x40, data: vec![0x55; 0x10], flags: elf::PF_R },
         ],
         note: Some(note_bytes(ABI_VERSION)),
     }
@@ -167,15 +137,7 @@ fn accepts_a_good_image() {
     assert_eq!(img.segments().len(), 3);
     assert_eq!(img.phnum(), 4);
     assert_eq!(img.phdrs().len(), 4 * 56);
-    assert_eq!(
-        img.tls(),
-        Some(Tls {
-            vaddr: IMAGE_BASE + 0x2000,
-            filesz: 0x10,
-            memsz: 0x40,
-            align: 0x1000
-        })
-    );
+    assert_eq!(img.tls(), Some(Tls { vaddr: IMAGE_BASE + 0x2000, filesz: 0x10, memsz: 0x40, align: 0x1000 }));
     assert_eq!(img.start(), IMAGE_BASE);
     assert_eq!(img.end(), IMAGE_BASE + 0x5000);
     assert!(img.segments()[0].perms.exec && !img.segments()[0].perms.write);
@@ -183,28 +145,19 @@ fn accepts_a_good_image() {
 
 fn err(s: &Spec) -> String {
     let e = parse(s).unwrap_err().to_string();
-    assert!(
-        e.contains("/x/y.img"),
-        "message does not name the file: {e}"
-    );
+    assert!(e.contains("/x/y.img"), "message does not name the file: {e}");
     e
 }
 
 #[test]
 fn refuses_non_elf_and_truncated() {
-    let e = Image::parse(Path::new("/x/y.img"), b"#!/bin/sh\n")
-        .unwrap_err()
-        .to_string();
+    let e = Image::parse(Path::new("/x/y.img"), b"#!/bin/sh\n").unwrap_err().to_string();
     assert!(e.contains("not an ELF file"), "{e}");
-    let e = Image::parse(Path::new("/x/y.img"), b"")
-        .unwrap_err()
-        .to_string();
+    let e = Image::parse(Path::new("/x/y.img"), b"").unwrap_err().to_string();
     assert!(e.contains("not an ELF file"), "{e}");
     let full = build(&good());
     for cut in [10, 40, 64, 100, 64 + 56 * 4 + 8, full.len() - 10] {
-        let e = Image::parse(Path::new("/x/y.img"), &full[..cut])
-            .unwrap_err()
-            .to_string();
+        let e = Image::parse(Path::new("/x/y.img"), &full[..cut]).unwrap_err().to_string();
         assert!(e.contains("truncated"), "cut at {cut}: {e}");
     }
     // Every prefix is refused without a panic.
@@ -218,9 +171,7 @@ fn refuses_segment_beyond_file() {
     let mut b = build(&good());
     // p_offset of the first program header → far beyond the end.
     b[64 + 8..64 + 16].copy_from_slice(&0xffff_0000u64.to_le_bytes());
-    let e = Image::parse(Path::new("/x/y.img"), &b)
-        .unwrap_err()
-        .to_string();
+    let e = Image::parse(Path::new("/x/y.img"), &b).unwrap_err().to_string();
     assert!(e.contains("truncated") && e.contains("segment 0"), "{e}");
 }
 
@@ -251,13 +202,7 @@ fn refuses_missing_or_foreign_note() {
     let mut s = good();
     s.note = Some(note_bytes(ABI_VERSION + 41));
     let e = err(&s);
-    assert!(
-        e.contains(&format!(
-            "built for shoal ABI version {}, this tender speaks {ABI_VERSION}",
-            ABI_VERSION + 41
-        )),
-        "{e}"
-    );
+    assert!(e.contains(&format!("built for shoal ABI version {}, this tender speaks {ABI_VERSION}", ABI_VERSION + 41)), "{e}");
 }
 
 #[test]
@@ -296,24 +241,12 @@ fn refuses_bad_segments() {
     assert!(err(&s).contains("no loadable segment"));
 
     let mut s = good();
-    s.segs.push(Seg {
-        ptype: elf::PT_INTERP,
-        vaddr: 0,
-        memsz: 0,
-        data: vec![],
-        flags: 0,
-    });
+    s.segs.push(Seg { ptype: elf::PT_INTERP, vaddr: 0, memsz: 0, data: vec![], flags: 0 });
     assert!(err(&s).contains("dynamically linked"));
 
     let mut s = good();
     for _ in 0..MAX_PHNUM {
-        s.segs.push(Seg {
-            ptype: elf::PT_NOTE,
-            vaddr: 0,
-            memsz: 0,
-            data: vec![],
-            flags: 0,
-        });
+        s.segs.push(Seg { ptype: elf::PT_NOTE, vaddr: 0, memsz: 0, data: vec![], flags: 0 });
     }
     assert!(err(&s).contains("program headers"));
 }
@@ -326,10 +259,7 @@ fn tls_header_outside_segments_is_refused() {
     let mut s = good();
     let i = tls(&s);
     s.segs[i].vaddr = 0x4000_0000; // far above the image
-    assert_eq!(
-        err(&s),
-        format!("image /x/y.img has its TLS image (0x10 bytes at 0x40000000, program header {i}) outside its loaded segments")
-    );
+    assert_eq!(err(&s), format!("image /x/y.img has its TLS image (0x10 bytes at 0x40000000, program header {i}) outside its loaded segments"));
     let mut s = good();
     let i = tls(&s);
     s.segs[i].vaddr = IMAGE_BASE + 0x5000 - 0x8; // runs past the RW segment's end
@@ -360,9 +290,7 @@ fn tls_header_outside_segments_is_refused() {
 
 #[test]
 fn open_names_missing_file() {
-    let e = Image::open(Path::new("/nonexistent/z.img"))
-        .unwrap_err()
-        .to_string();
+    let e = Image::open(Path::new("/nonexistent/z.img")).unwrap_err().to_string();
     assert!(e.starts_with("cannot read image /nonexistent/z.img"), "{e}");
 }
 
@@ -389,38 +317,19 @@ fn plans_layout() {
     assert_eq!(l.stack_top - l.stack_base, (3 << 20) / 8);
     assert_eq!(stack_size(256 << 10), MIN_STACK);
 
-    let e = plan(&img, 1 << 20, 0, &args(&["p"]), &[])
-        .unwrap_err()
-        .to_string();
-    assert_eq!(
-        e,
-        "--mem 1M is too small for image /x/y.img (needs at least 3M)"
-    );
+    let e = plan(&img, 1 << 20, 0, &args(&["p"]), &[]).unwrap_err().to_string();
+    assert_eq!(e, "--mem 1M is too small for image /x/y.img (needs at least 3M)");
     // The suggestion works.
     assert!(plan(&img, 3 << 20, 0, &args(&["p"]), &[]).is_ok());
-    let e = plan(&img, 64 << 20, 200 << 20, &args(&["p"]), &[])
-        .unwrap_err()
-        .to_string();
+    let e = plan(&img, 64 << 20, 200 << 20, &args(&["p"]), &[]).unwrap_err().to_string();
     assert!(e.contains("needs at least 211M"), "{e}");
 
-    assert!(matches!(
-        plan(&img, (4 << 20) + 1, 0, &[], &[]),
-        Err(LayoutError::Unaligned(_))
-    ));
+    assert!(matches!(plan(&img, (4 << 20) + 1, 0, &[], &[]), Err(LayoutError::Unaligned(_))));
     let big = vec![OsString::from("x".repeat(1 << 20))];
-    assert!(matches!(
-        plan(&img, 64 << 20, 0, &big, &[]),
-        Err(LayoutError::ArgsTooLarge(_))
-    ));
-    assert!(matches!(
-        plan(&img, 64 << 20, 0, &args(&["a\0b"]), &[]),
-        Err(LayoutError::Nul(_))
-    ));
+    assert!(matches!(plan(&img, 64 << 20, 0, &big, &[]), Err(LayoutError::ArgsTooLarge(_))));
+    assert!(matches!(plan(&img, 64 << 20, 0, &args(&["a\0b"]), &[]), Err(LayoutError::Nul(_))));
     let many = vec![OsString::from("x"); 100_000];
-    assert!(matches!(
-        plan(&img, 4 << 20, 0, &many, &[]),
-        Err(LayoutError::TooManyArgs(_))
-    ));
+    assert!(matches!(plan(&img, 4 << 20, 0, &many, &[]), Err(LayoutError::TooManyArgs(_))));
 }
 
 #[test]
@@ -428,20 +337,11 @@ fn min_memory_suggestion_is_tight_for_many_sizes() {
     let img = parse(&good()).unwrap();
     for archive in [0u64, 1, 5 << 20, 100 << 20, 1 << 30] {
         let e = plan(&img, 1 << 20, archive, &[], &[]).unwrap_err();
-        let LayoutError::TooSmall { need, .. } = e else {
-            panic!("{e}")
-        };
+        let LayoutError::TooSmall { need, .. } = e else { panic!("{e}") };
         let mib: u64 = need.trim_end_matches(['M', 'G']).parse().unwrap();
-        let need = if need.ends_with('G') {
-            mib << 30
-        } else {
-            mib << 20
-        };
+        let need = if need.ends_with('G') { mib << 30 } else { mib << 20 };
         assert!(plan(&img, need, archive, &[], &[]).is_ok(), "{need}");
-        assert!(
-            plan(&img, need - (1 << 20), archive, &[], &[]).is_err(),
-            "{need}"
-        );
+        assert!(plan(&img, need - (1 << 20), archive, &[], &[]).is_err(), "{need}");
     }
 }
 
@@ -458,11 +358,7 @@ fn writes_boot_state() {
     let m = unsafe { GuestMemory::new(backing.as_mut_ptr(), mem_size) };
     load_segments(&m, &img).unwrap();
     load_archive(&m, &l, &[7u8; 100]).unwrap();
-    let clock = Clock {
-        tsc_hz: 3_000_000_000,
-        tsc_at_boot: 5,
-        realtime_ns_at_boot: 6,
-    };
+    let clock = Clock { tsc_hz: 3_000_000_000, tsc_at_boot: 5, realtime_ns_at_boot: 6 };
     let params = BootParams::new(TenderKind::Spt, 0xdead, clock).unwrap();
     let e = write_boot_state(&m, &img, &l, &argv, &env, &params).unwrap();
     assert_eq!(e.rip, IMAGE_BASE);
@@ -475,18 +371,9 @@ fn writes_boot_state() {
     assert_eq!(bi.abi_version, ABI_VERSION);
     assert_eq!(bi.tender, TenderKind::Spt as u32);
     assert_eq!(bi.hypercall_entry, 0xdead);
-    assert_eq!(
-        (bi.mem_size, bi.heap_start, bi.heap_end),
-        (mem_size, l.heap_start, l.heap_end)
-    );
-    assert_eq!(
-        (bi.fs_archive_addr, bi.fs_archive_size),
-        (l.archive_addr, 100)
-    );
-    assert_eq!(
-        (bi.tsc_hz, bi.tsc_at_boot, bi.realtime_ns_at_boot),
-        (3_000_000_000, 5, 6)
-    );
+    assert_eq!((bi.mem_size, bi.heap_start, bi.heap_end), (mem_size, l.heap_start, l.heap_end));
+    assert_eq!((bi.fs_archive_addr, bi.fs_archive_size), (l.archive_addr, 100));
+    assert_eq!((bi.tsc_hz, bi.tsc_at_boot, bi.realtime_ns_at_boot), (3_000_000_000, 5, 6));
     assert_eq!(bi.phnum, 4);
     assert_eq!(&bi.hostname[..6], b"shoal\0");
     let mut ph = vec![0u8; img.phdrs().len()];
@@ -497,15 +384,8 @@ fn writes_boot_state() {
     let mut b = [0u8; 8];
     m.read(GuestAddr(IMAGE_BASE + 0x1000), &mut b).unwrap();
     assert_eq!(&b, b"rodata!!");
-    assert_eq!(
-        m.read_obj::<[u8; 4]>(GuestAddr(IMAGE_BASE + 0x2020))
-            .unwrap(),
-        [0; 4]
-    );
-    assert_eq!(
-        m.read_obj::<[u8; 4]>(GuestAddr(l.archive_addr)).unwrap(),
-        [7; 4]
-    );
+    assert_eq!(m.read_obj::<[u8; 4]>(GuestAddr(IMAGE_BASE + 0x2020)).unwrap(), [0; 4]);
+    assert_eq!(m.read_obj::<[u8; 4]>(GuestAddr(l.archive_addr)).unwrap(), [7; 4]);
 
     // The initial stack.
     let word = |i: u64| m.read_obj::<u64>(GuestAddr(e.rsp + 8 * i)).unwrap();
@@ -548,10 +428,7 @@ fn writes_boot_state() {
     assert_eq!(aux[&auxv::AT_HWCAP], hwcap());
     let r = aux[&auxv::AT_RANDOM];
     assert!(r + 16 <= l.stack_top && r > e.rsp + 8 * i);
-    assert_eq!(
-        m.read_obj::<[u8; 16]>(GuestAddr(r)).unwrap(),
-        params.at_random
-    );
+    assert_eq!(m.read_obj::<[u8; 16]>(GuestAddr(r)).unwrap(), params.at_random);
     drop(backing);
 }
 

@@ -44,11 +44,7 @@ impl Clock {
     /// Does not allocate; uses only `clock_gettime` (normally the vDSO).
     pub fn now(tsc_hz: u64) -> Clock {
         let (tsc_at_boot, realtime_ns_at_boot) = tsc_pair(libc::CLOCK_REALTIME);
-        Clock {
-            tsc_hz,
-            tsc_at_boot,
-            realtime_ns_at_boot,
-        }
+        Clock { tsc_hz, tsc_at_boot, realtime_ns_at_boot }
     }
 }
 
@@ -62,16 +58,11 @@ pub fn rdtsc() -> u64 {
 
 /// `clock_gettime(clock)` in nanoseconds.
 pub fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; the clocks used here
     // always exist on Linux, so the call cannot fail.
     unsafe { libc::clock_gettime(clock, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
 /// A TSC value and `clock` read as closely together as possible: the read
@@ -192,10 +183,7 @@ mod tests {
         let t = std::time::Instant::now();
         assert_eq!(tsc_hz().unwrap(), hz);
         if boot_id().is_some() && cache_path().is_some_and(|p| p.is_file()) {
-            assert!(
-                t.elapsed() < std::time::Duration::from_millis(15),
-                "cached calibration is slow"
-            );
+            assert!(t.elapsed() < std::time::Duration::from_millis(15), "cached calibration is slow");
         }
         let c = Clock::now(hz);
         assert!(c.realtime_ns_at_boot > 1_600_000_000_000_000_000);

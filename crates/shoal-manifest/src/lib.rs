@@ -244,10 +244,8 @@ impl Manifest {
                     continue;
                 }
                 let start = sec.address();
-                let end = start
-                    .checked_add(sec.size())
-                    .filter(|_| sec.size() <= MAX_REGION)
-                    .ok_or_else(|| bad(format!("section {name} is implausibly large")))?;
+                let end =
+                    start.checked_add(sec.size()).filter(|_| sec.size() <= MAX_REGION).ok_or_else(|| bad(format!("section {name} is implausibly large")))?;
                 let mut page_hashes = Vec::new();
                 if matches!(kind, RegionKind::Text | RegionKind::Rodata) {
                     let mut a = start & !(PAGE - 1);
@@ -260,13 +258,7 @@ impl Manifest {
             }
             libraries.push(Library { info: info.clone(), regions });
         }
-        Ok(Manifest {
-            format: FORMAT,
-            layout: layout.to_string(),
-            entry: elf.entry(),
-            image_sha256: hex(&Sha256::digest(data)),
-            libraries,
-        })
+        Ok(Manifest { format: FORMAT, layout: layout.to_string(), entry: elf.entry(), image_sha256: hex(&Sha256::digest(data)), libraries })
     }
 
     /// The images a command line names, each once and in order: a shell

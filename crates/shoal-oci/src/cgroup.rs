@@ -22,11 +22,7 @@ pub struct CgroupError {
 }
 
 fn err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> CgroupError + 'a {
-    move |source| CgroupError {
-        what,
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| CgroupError { what, path: path.to_path_buf(), source }
 }
 
 /// The relative cgroup path for `cgroups_path` (absent: `/shoal-oci/ID`).
@@ -52,11 +48,7 @@ fn hierarchies() -> Vec<PathBuf> {
     }
     let mut v: Vec<PathBuf> = std::fs::read_dir(root)
         .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.path())
-                .filter(|p| p.join("cgroup.procs").exists())
-                .collect()
+            d.filter_map(Result::ok).filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).filter(|p| p.join("cgroup.procs").exists()).collect()
         })
         .unwrap_or_default();
     v.sort();
@@ -179,13 +171,7 @@ mod tests {
     fn cgroup_paths_follow_runc() {
         assert_eq!(relative_path(None, "c1"), PathBuf::from("shoal-oci/c1"));
         assert_eq!(relative_path(Some("/libpod_parent/libpod-x"), "c1"), PathBuf::from("libpod_parent/libpod-x"));
-        assert_eq!(
-            relative_path(Some("machine.slice:libpod:abc"), "c1"),
-            PathBuf::from("machine.slice/libpod-abc.scope")
-        );
-        assert_eq!(
-            relative_path(Some(":cri-containerd:abc"), "c1"),
-            PathBuf::from("system.slice/cri-containerd-abc.scope")
-        );
+        assert_eq!(relative_path(Some("machine.slice:libpod:abc"), "c1"), PathBuf::from("machine.slice/libpod-abc.scope"));
+        assert_eq!(relative_path(Some(":cri-containerd:abc"), "c1"), PathBuf::from("system.slice/cri-containerd-abc.scope"));
     }
 }

@@ -397,11 +397,7 @@ fn find_image(rootfs: &Path, name: &str, env: &[String]) -> Result<PathBuf, Conf
     };
     if name.contains('/') {
         let p = inside(name)?;
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(ConfigError::NoImage(name.into(), rootfs.into()))
-        };
+        return if p.is_file() { Ok(p) } else { Err(ConfigError::NoImage(name.into(), rootfs.into())) };
     }
     let path = env.iter().find_map(|e| e.strip_prefix("PATH=")).unwrap_or("/usr/local/bin:/usr/bin:/bin");
     for dir in path.split(':').filter(|d| !d.is_empty()) {
@@ -419,19 +415,12 @@ impl Spec {
         let process = self.process.as_ref().ok_or(ConfigError::NoProcess)?;
         let first = process.args.first().ok_or(ConfigError::NoArgs)?;
         let root = self.root.as_ref().ok_or(ConfigError::NoRoot)?;
-        let rootfs = if root.path.is_absolute() {
-            root.path.clone()
-        } else {
-            bundle.join(&root.path)
-        };
+        let rootfs = if root.path.is_absolute() { root.path.clone() } else { bundle.join(&root.path) };
         if !rootfs.is_dir() {
             return Err(ConfigError::NoRootDir(rootfs));
         }
         if process.user.uid != 0 || process.user.gid != 0 {
-            return Err(ConfigError::User {
-                uid: process.user.uid,
-                gid: process.user.gid,
-            });
+            return Err(ConfigError::User { uid: process.user.uid, gid: process.user.gid });
         }
         if !matches!(process.cwd.as_str(), "" | "/") {
             return Err(ConfigError::Cwd(process.cwd.clone()));
@@ -442,21 +431,13 @@ impl Spec {
         let mut tender_args = Vec::new();
         if let Some(v) = self.annotations.get(ANN_TENDER) {
             if !matches!(v.as_str(), "spt" | "hvt") {
-                return Err(ConfigError::Annotation {
-                    key: ANN_TENDER,
-                    value: v.clone(),
-                    allowed: "spt, hvt",
-                });
+                return Err(ConfigError::Annotation { key: ANN_TENDER, value: v.clone(), allowed: "spt, hvt" });
             }
             tender_args.extend(["--tender".to_string(), v.clone()]);
         }
         if let Some(v) = self.annotations.get(ANN_MEM_MODE) {
             if !matches!(v.as_str(), "copy" | "ksm" | "pool") {
-                return Err(ConfigError::Annotation {
-                    key: ANN_MEM_MODE,
-                    value: v.clone(),
-                    allowed: "copy, ksm, pool",
-                });
+                return Err(ConfigError::Annotation { key: ANN_MEM_MODE, value: v.clone(), allowed: "copy, ksm, pool" });
             }
             tender_args.extend(["--mem-mode".to_string(), v.clone()]);
         }
@@ -464,11 +445,7 @@ impl Spec {
             for port in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
                 let (num, proto) = port.split_once('/').unwrap_or((port, "tcp"));
                 if num.parse::<u16>().map_or(true, |n| n == 0) || !matches!(proto, "tcp" | "udp") {
-                    return Err(ConfigError::Annotation {
-                        key: ANN_PUBLISH,
-                        value: v.clone(),
-                        allowed: "GUESTPORT[/udp] separated by commas",
-                    });
+                    return Err(ConfigError::Annotation { key: ANN_PUBLISH, value: v.clone(), allowed: "GUESTPORT[/udp] separated by commas" });
                 }
                 tender_args.extend(["--publish".to_string(), format!("0.0.0.0:{num}:{num}/{proto}")]);
             }
@@ -545,10 +522,7 @@ impl Spec {
             if !bind || IGNORED_MOUNTS.contains(&dest) || dest.is_empty() {
                 continue;
             }
-            return Err(ConfigError::Volume {
-                host: m.source.clone(),
-                destination: m.destination.clone(),
-            });
+            return Err(ConfigError::Volume { host: m.source.clone(), destination: m.destination.clone() });
         }
         Ok(())
     }
@@ -557,13 +531,7 @@ impl Spec {
 impl Hooks {
     /// Every hook, in lifecycle order.
     pub fn all(&self) -> impl Iterator<Item = &Hook> {
-        self.prestart
-            .iter()
-            .chain(&self.create_runtime)
-            .chain(&self.create_container)
-            .chain(&self.start_container)
-            .chain(&self.poststart)
-            .chain(&self.poststop)
+        self.prestart.iter().chain(&self.create_runtime).chain(&self.create_container).chain(&self.start_container).chain(&self.poststart).chain(&self.poststop)
     }
 }
 
@@ -642,20 +610,9 @@ mod tests {
         assert!(msg(&|s| s.process.as_mut().unwrap().args[0] = "/nope".into()).starts_with("process.args[0] /nope: no such file"));
         assert!(msg(&|s| s.process.as_mut().unwrap().args[0] = "/../etc/passwd".into()).contains("must stay inside"));
         assert!(msg(&|s| s.process.as_mut().unwrap().args.clear()).starts_with("process.args is empty"));
-        assert!(msg(&|s| {
-            s.mounts.push(Mount {
-                destination: "/data".into(),
-                kind: "bind".into(),
-                source: "/srv".into(),
-                options: vec![],
-            })
-        })
-        .starts_with("mount of /srv on /data"));
-        assert!(msg(&|s| s.linux.namespaces.push(Namespace {
-            kind: "user".into(),
-            path: None
-        }))
-        .contains("user namespace"));
+        assert!(msg(&|s| { s.mounts.push(Mount { destination: "/data".into(), kind: "bind".into(), source: "/srv".into(), options: vec![] }) })
+            .starts_with("mount of /srv on /data"));
+        assert!(msg(&|s| s.linux.namespaces.push(Namespace { kind: "user".into(), path: None })).contains("user namespace"));
         assert!(msg(&|s| {
             s.annotations.insert(ANN_TENDER.into(), "xen".into());
         })
@@ -667,9 +624,6 @@ mod tests {
         let mut s = spec.clone();
         s.annotations.insert(ANN_PUBLISH.into(), "8080, 53/udp".into());
         let a = s.plan(&dir).unwrap().tender_args;
-        assert!(
-            a.windows(2).any(|w| w == ["--publish", "0.0.0.0:8080:8080/tcp"]) && a.windows(2).any(|w| w == ["--publish", "0.0.0.0:53:53/udp"]),
-            "{a:?}"
-        );
+        assert!(a.windows(2).any(|w| w == ["--publish", "0.0.0.0:8080:8080/tcp"]) && a.windows(2).any(|w| w == ["--publish", "0.0.0.0:53:53/udp"]), "{a:?}");
     }
 }

@@ -86,11 +86,7 @@ fn run_one(kind: &'static str, h: &Hook, state: &[u8], netns_of: Option<i32>) ->
             });
         }
     }
-    let mut child = cmd.spawn().map_err(|source| HookError::Spawn {
-        kind,
-        path: path.clone(),
-        source,
-    })?;
+    let mut child = cmd.spawn().map_err(|source| HookError::Spawn { kind, path: path.clone(), source })?;
     if let Some(mut stdin) = child.stdin.take() {
         // A hook that does not read its stdin closes the pipe early; that
         // is its choice, not a failure.
@@ -114,11 +110,7 @@ fn run_one(kind: &'static str, h: &Hook, state: &[u8], netns_of: Option<i32>) ->
         if deadline.is_some_and(|d| Instant::now() >= d) {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(HookError::Timeout {
-                kind,
-                path,
-                secs: h.timeout.unwrap_or(0),
-            });
+            return Err(HookError::Timeout { kind, path, secs: h.timeout.unwrap_or(0) });
         }
         std::thread::sleep(Duration::from_millis(5));
     };
@@ -131,10 +123,6 @@ fn run_one(kind: &'static str, h: &Hook, state: &[u8], netns_of: Option<i32>) ->
         kind,
         path,
         status: status.to_string(),
-        stderr: if err.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", err.replace('\n', " "))
-        },
+        stderr: if err.is_empty() { String::new() } else { format!(": {}", err.replace('\n', " ")) },
     })
 }

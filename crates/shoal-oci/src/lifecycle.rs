@@ -128,10 +128,7 @@ fn hooks_path(root: &Root, id: &str) -> PathBuf {
 }
 
 fn load_hooks(root: &Root, id: &str) -> Hooks {
-    std::fs::read(hooks_path(root, id))
-        .ok()
-        .and_then(|t| serde_json::from_slice(&t).ok())
-        .unwrap_or_default()
+    std::fs::read(hooks_path(root, id)).ok().and_then(|t| serde_json::from_slice(&t).ok()).unwrap_or_default()
 }
 
 fn state_json(root: &Root, s: &Saved, status: Status) -> Vec<u8> {
@@ -145,10 +142,7 @@ fn state_json(root: &Root, s: &Saved, status: Status) -> Vec<u8> {
 /// process, no cgroup, no state.
 pub fn create(root: &Root, a: &CreateArgs, warn: Warn) -> Result<(), LifeError> {
     state::check_id(a.id)?;
-    let bundle = std::fs::canonicalize(a.bundle)
-        .ok()
-        .filter(|b| b.is_dir())
-        .ok_or_else(|| LifeError::NoBundle(a.bundle.into()))?;
+    let bundle = std::fs::canonicalize(a.bundle).ok().filter(|b| b.is_dir()).ok_or_else(|| LifeError::NoBundle(a.bundle.into()))?;
     let plan = config::load(&bundle)?.plan(&bundle)?;
     if plan.terminal && a.console_socket.is_none() {
         return Err(LifeError::NoConsoleSocket);
@@ -214,12 +208,7 @@ fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mu
         _ => None,
     };
 
-    let cstr = |s: &str| {
-        CString::new(s).map_err(|_| LifeError::Sys {
-            what: "pass an argument",
-            source: std::io::ErrorKind::InvalidInput.into(),
-        })
-    };
+    let cstr = |s: &str| CString::new(s).map_err(|_| LifeError::Sys { what: "pass an argument", source: std::io::ErrorKind::InvalidInput.into() });
     let mut argv = vec![CString::new(tender.as_os_str().as_bytes()).unwrap_or_default()];
     for t in &plan.tender_args {
         argv.push(cstr(t)?);
@@ -240,32 +229,18 @@ fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mu
         // Raising a hard limit needs CAP_SYS_RESOURCE; without it the
         // host's limit stays, and the log says so.
         if hard > cur.rlim_max && !can_raise_limits() {
-            warn(&format!(
-                "process.rlimits: {name} lowered from {hard} to the host's hard limit {} (raising it needs CAP_SYS_RESOURCE)",
-                cur.rlim_max
-            ));
+            warn(&format!("process.rlimits: {name} lowered from {hard} to the host's hard limit {} (raising it needs CAP_SYS_RESOURCE)", cur.rlim_max));
             hard = cur.rlim_max;
             soft = soft.min(hard);
         }
-        rlimits.push((
-            res,
-            libc::rlimit {
-                rlim_cur: soft,
-                rlim_max: hard,
-            },
-        ));
+        rlimits.push((res, libc::rlimit { rlim_cur: soft, rlim_max: hard }));
     }
     let cp = ChildPlan {
         tender: argv[0].clone(),
         argv,
         env,
         fifo: sys::cstr(&fifo).map_err(sys_err("name the FIFO"))?,
-        netns: plan
-            .netns
-            .as_deref()
-            .map(sys::cstr)
-            .transpose()
-            .map_err(sys_err("name the network namespace"))?,
+        netns: plan.netns.as_deref().map(sys::cstr).transpose().map_err(sys_err("name the network namespace"))?,
         new_netns: plan.new_netns,
         rlimits,
         keep_fds: 3 + a.preserve_fds as i32,
@@ -303,11 +278,7 @@ fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mu
     hooks::run("createRuntime", &plan.hooks.create_runtime, &st, None)?;
     hooks::run("createContainer", &plan.hooks.create_container, &st, Some(pid))?;
     if let Some(p) = a.pid_file {
-        let p = if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            std::env::current_dir().unwrap_or_default().join(p)
-        };
+        let p = if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir().unwrap_or_default().join(p) };
         state::write_atomic(&p, pid.to_string().as_bytes())?;
     }
     saved.creating = false;
@@ -319,11 +290,7 @@ fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mu
 /// in its effective set).
 fn can_raise_limits() -> bool {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
+    let eff = status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
     eff & (1 << 24) != 0
 }
 
@@ -431,11 +398,7 @@ pub fn start(root: &Root, id: &str, warn: Warn) -> Result<(), LifeError> {
         if t0.elapsed() > WAIT {
             return Err(LifeError::StartTimeout(WAIT.as_secs()));
         }
-        let mut p = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one pollfd.
         unsafe { libc::poll(&mut p, 1, 10) };
         if p.revents & libc::POLLHUP != 0 {

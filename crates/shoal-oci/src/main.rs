@@ -26,11 +26,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "shoal-oci",
-    about = "Runs shoal images as OCI containers (runc's command line).",
-    disable_version_flag = true
-)]
+#[command(name = "shoal-oci", about = "Runs shoal images as OCI containers (runc's command line).", disable_version_flag = true)]
 struct Cli {
     /// Where container state is kept (a tmpfs, as for runc).
     #[arg(long, global = true, default_value = "/run/shoal-oci")]
@@ -188,22 +184,9 @@ fn run(cli: &Cli, log: &Log) -> anyhow::Result<()> {
         None => {
             anyhow::bail!("no command given (see --help)");
         }
-        Some(Cmd::Create {
-            bundle,
-            pid_file,
-            console_socket,
-            preserve_fds,
-            id,
-            ..
-        }) => lifecycle::create(
+        Some(Cmd::Create { bundle, pid_file, console_socket, preserve_fds, id, .. }) => lifecycle::create(
             &root,
-            &lifecycle::CreateArgs {
-                id,
-                bundle,
-                pid_file: pid_file.as_deref(),
-                console_socket: console_socket.as_deref(),
-                preserve_fds: *preserve_fds,
-            },
+            &lifecycle::CreateArgs { id, bundle, pid_file: pid_file.as_deref(), console_socket: console_socket.as_deref(), preserve_fds: *preserve_fds },
             &warn,
         )?,
         Some(Cmd::Start { id }) => lifecycle::start(&root, id, &warn)?,
@@ -239,10 +222,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let _ = (cli.systemd_cgroup, cli.debug, &cli.rootless);
-    let log = Log {
-        path: cli.log.clone(),
-        format: cli.log_format,
-    };
+    let log = Log { path: cli.log.clone(), format: cli.log_format };
     match run(&cli, &log) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -46,11 +46,7 @@ pub enum StateError {
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StateError + 'a {
-    move |source| StateError::Io {
-        what,
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| StateError::Io { what, path: path.to_path_buf(), source }
 }
 
 /// What is kept about a container.
@@ -225,11 +221,7 @@ impl Root {
 /// state names bundles and pids.
 fn create_private_dir_all(dir: &Path) -> Result<(), StateError> {
     use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(io("make the state directory", dir))
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(io("make the state directory", dir))
 }
 
 /// Writes `path` through a temporary file in the same directory and a
@@ -284,13 +276,7 @@ pub fn now_rfc3339() -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_nanos()
-    )
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z", rem / 3600, rem % 3600 / 60, rem % 60, d.subsec_nanos())
 }
 
 #[cfg(test)]

@@ -63,12 +63,7 @@ pub fn openpty(size: Option<(u16, u16)>) -> io::Result<(OwnedFd, OwnedFd)> {
     // SAFETY: s was just opened and is owned here.
     let slave = unsafe { OwnedFd::from_raw_fd(s) };
     if let Some((rows, cols)) = size {
-        let ws = libc::winsize {
-            ws_row: rows,
-            ws_col: cols,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
+        let ws = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
         // SAFETY: TIOCSWINSZ reads one winsize from the pointer.
         check(unsafe { libc::ioctl(s, libc::TIOCSWINSZ, &ws) })?;
     }
@@ -80,10 +75,7 @@ pub fn openpty(size: Option<(u16, u16)>) -> io::Result<(OwnedFd, OwnedFd)> {
 pub fn send_fd(socket: &Path, fd: &OwnedFd, name: &str) -> io::Result<()> {
     let stream = std::os::unix::net::UnixStream::connect(socket)?;
     let mut payload = name.as_bytes().to_vec();
-    let mut iov = libc::iovec {
-        iov_base: payload.as_mut_ptr().cast(),
-        iov_len: payload.len(),
-    };
+    let mut iov = libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() };
     // SAFETY: CMSG_SPACE only computes a size.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
     // u64 elements keep the control buffer aligned for cmsghdr.
@@ -161,10 +153,7 @@ pub fn descendants(pid: i32) -> Vec<i32> {
             let Ok(text) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
                 continue;
             };
-            let ppid = text
-                .rfind(')')
-                .and_then(|i| text[i + 1..].split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok());
+            let ppid = text.rfind(')').and_then(|i| text[i + 1..].split_whitespace().nth(1)).and_then(|v| v.parse().ok());
             if let Some(pp) = ppid {
                 parents.push((p, pp));
             }

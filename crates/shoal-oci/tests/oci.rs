@@ -48,11 +48,7 @@ fn images() -> &'static (PathBuf, PathBuf) {
         // those of test processes that have ended are removed.
         let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("shoal-oci-images");
         for e in std::fs::read_dir(&base).into_iter().flatten().filter_map(Result::ok) {
-            let gone = e
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-                .is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists());
+            let gone = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()).is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists());
             if gone {
                 let _ = std::fs::remove_dir_all(e.path());
             }
@@ -100,28 +96,13 @@ struct Oci {
 
 impl Oci {
     fn new(dir: &Path) -> Oci {
-        Oci {
-            root: dir.join("state"),
-            dir: dir.to_path_buf(),
-        }
+        Oci { root: dir.join("state"), dir: dir.to_path_buf() }
     }
     fn run(&self, args: &[&str]) -> Output {
         let out = std::fs::File::create(self.dir.join("cmd.out")).unwrap();
         let err = std::fs::File::create(self.dir.join("cmd.err")).unwrap();
-        let status = Command::new(bin("shoal-oci"))
-            .arg("--root")
-            .arg(&self.root)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .status()
-            .unwrap();
-        Output {
-            status,
-            stdout: std::fs::read(self.dir.join("cmd.out")).unwrap(),
-            stderr: std::fs::read(self.dir.join("cmd.err")).unwrap(),
-        }
+        let status = Command::new(bin("shoal-oci")).arg("--root").arg(&self.root).args(args).stdin(Stdio::null()).stdout(out).stderr(err).status().unwrap();
+        Output { status, stdout: std::fs::read(self.dir.join("cmd.out")).unwrap(), stderr: std::fs::read(self.dir.join("cmd.err")).unwrap() }
     }
     fn ok(&self, args: &[&str]) -> String {
         let o = self.run(args);
@@ -135,10 +116,7 @@ impl Oci {
         assert!(!o.status.success(), "shoal-oci {args:?} should fail");
         assert!(!err.contains("panicked"), "{err}");
         assert_eq!(err.lines().count(), 1, "one line of error expected: {err}");
-        assert!(
-            err.starts_with("shoal-oci: ") && err.contains(needle),
-            "shoal-oci {args:?}: `{err}` lacks `{needle}`"
-        );
+        assert!(err.starts_with("shoal-oci: ") && err.contains(needle), "shoal-oci {args:?}: `{err}` lacks `{needle}`");
     }
     fn state(&self, id: &str) -> serde_json::Value {
         serde_json::from_str(&self.ok(&["state", id])).unwrap()
@@ -176,9 +154,7 @@ impl Oci {
         }
     }
     fn entries(&self) -> Vec<String> {
-        std::fs::read_dir(&self.root)
-            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-            .unwrap_or_default()
+        std::fs::read_dir(&self.root).map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default()
     }
 }
 
@@ -225,20 +201,13 @@ fn lifecycle_create_start_state_kill_delete_with_hooks() {
     let oci = Oci::new(d);
     let pid = oci.create("c1", &b);
     let s = oci.state("c1");
-    assert_eq!(
-        (s["status"].as_str(), s["pid"].as_i64(), s["id"].as_str()),
-        (Some("created"), Some(pid as i64), Some("c1"))
-    );
+    assert_eq!((s["status"].as_str(), s["pid"].as_i64(), s["id"].as_str()), (Some("created"), Some(pid as i64), Some("c1")));
     assert_eq!(s["bundle"].as_str(), Some(b.canonicalize().unwrap().to_str().unwrap()));
     assert_eq!(s["annotations"]["org.example"], "yes");
     assert!(!oci.log("c1").contains("ready"), "the program ran before start");
     for k in ["createRuntime", "createContainer"] {
         let h: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join(format!("{k}.json"))).unwrap()).unwrap();
-        assert_eq!(
-            (h["id"].as_str(), h["status"].as_str(), h["pid"].as_i64()),
-            (Some("c1"), Some("created"), Some(pid as i64)),
-            "{k}"
-        );
+        assert_eq!((h["id"].as_str(), h["status"].as_str(), h["pid"].as_i64()), (Some("c1"), Some("created"), Some(pid as i64)), "{k}");
     }
     assert!(!d.join("startContainer.json").exists());
 
@@ -270,11 +239,7 @@ fn lifecycle_create_start_state_kill_delete_with_hooks() {
     assert!(oci.entries().is_empty(), "state left behind: {:?}", oci.entries());
     let h: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("poststop.json")).unwrap()).unwrap();
     assert_eq!(h["status"], "stopped");
-    assert_eq!(
-        std::fs::read_to_string(d.join("order")).unwrap().split_whitespace().collect::<Vec<_>>(),
-        hooks,
-        "hooks ran out of order"
-    );
+    assert_eq!(std::fs::read_to_string(d.join("order")).unwrap().split_whitespace().collect::<Vec<_>>(), hooks, "hooks ran out of order");
 }
 
 #[test]
@@ -294,18 +259,12 @@ fn exit_status_output_env_and_args_pass_through() {
     // apps/hello.c prints its arguments and environment.
     let t = scratch();
     let oci = Oci::new(t.path());
-    let b = bundle(t.path(), &["one", "two"], |c| {
-        c["linux"]["resources"] = serde_json::json!({"memory": {"limit": 64 << 20}})
-    });
+    let b = bundle(t.path(), &["one", "two"], |c| c["linux"]["resources"] = serde_json::json!({"memory": {"limit": 64 << 20}}));
     std::fs::copy(&images().1, b.join("rootfs/app")).unwrap();
     let pid = oci.create("hello", &b);
     let cg = std::fs::read_to_string("/sys/fs/cgroup/memory/shoal-oci/hello/memory.limit_in_bytes")
         .or_else(|_| std::fs::read_to_string("/sys/fs/cgroup/shoal-oci/hello/memory.max"));
-    assert_eq!(
-        cg.map(|s| s.trim().to_string()).ok().as_deref(),
-        Some("67108864"),
-        "the memory limit reaches the cgroup"
-    );
+    assert_eq!(cg.map(|s| s.trim().to_string()).ok().as_deref(), Some("67108864"), "the memory limit reaches the cgroup");
     oci.ok(&["start", "hello"]);
     assert_eq!(wait_child(pid), Ok(0));
     let log = oci.log("hello");
@@ -360,10 +319,7 @@ fn bad_input_gives_runc_errors_and_leaves_no_state() {
     std::fs::create_dir(&empty).unwrap();
     let e = empty.to_str().unwrap();
     oci.fails(&["create", "--bundle", e, "x"], "JSON specification file config.json not found");
-    oci.fails(
-        &["create", "--bundle", "/nonexistent-bundle", "x"],
-        "chdir /nonexistent-bundle: no such file or directory",
-    );
+    oci.fails(&["create", "--bundle", "/nonexistent-bundle", "x"], "chdir /nonexistent-bundle: no such file or directory");
     for cmd in ["state", "start", "delete"] {
         oci.fails(&[cmd, "nope"], "container does not exist");
     }
@@ -373,35 +329,23 @@ fn bad_input_gives_runc_errors_and_leaves_no_state() {
     // With --log and --log-format json the error is also a JSON line there
     // (containerd's shim reads it).
     let log = d.join("log.json");
-    oci.fails(
-        &["--log", log.to_str().unwrap(), "--log-format", "json", "state", "nope"],
-        "container does not exist",
-    );
+    oci.fails(&["--log", log.to_str().unwrap(), "--log-format", "json", "state", "nope"], "container does not exist");
     let line: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&log).unwrap().lines().last().unwrap()).unwrap();
-    assert_eq!(
-        (line["level"].as_str(), line["msg"].as_str()),
-        (Some("error"), Some("container does not exist"))
-    );
+    assert_eq!((line["level"].as_str(), line["msg"].as_str()), (Some("error"), Some("container does not exist")));
     let features: serde_json::Value = serde_json::from_str(&oci.ok(&["features"])).unwrap();
     assert_eq!(features["hooks"].as_array().map(Vec::len), Some(6));
     assert!(oci.ok(&["--version"]).starts_with("shoal-oci version "));
 
     type Edit = Box<dyn Fn(&mut serde_json::Value)>;
     let refused: [(&str, Edit); 5] = [
-        (
-            "process.args[0] /missing: no such file",
-            Box::new(|c| c["process"]["args"] = serde_json::json!(["/missing"])),
-        ),
+        ("process.args[0] /missing: no such file", Box::new(|c| c["process"]["args"] = serde_json::json!(["/missing"]))),
         ("process.user uid 1000", Box::new(|c| c["process"]["user"]["uid"] = 1000.into())),
         ("process.cwd /work", Box::new(|c| c["process"]["cwd"] = "/work".into())),
         (
             "mount of /srv on /data",
             Box::new(|c| c["mounts"] = serde_json::json!([{"destination": "/data", "type": "bind", "source": "/srv", "options": ["rbind"]}])),
         ),
-        (
-            "annotation org.shoal.tender=xen",
-            Box::new(|c| c["annotations"] = serde_json::json!({"org.shoal.tender": "xen"})),
-        ),
+        ("annotation org.shoal.tender=xen", Box::new(|c| c["annotations"] = serde_json::json!({"org.shoal.tender": "xen"}))),
     ];
     for (i, (needle, edit)) in refused.iter().enumerate() {
         let sub = d.join(format!("r{i}"));
@@ -413,15 +357,10 @@ fn bad_input_gives_runc_errors_and_leaves_no_state() {
     assert!(oci.entries().is_empty(), "failed creates left state: {:?}", oci.entries());
 
     // A failing createRuntime hook fails create and leaves nothing.
-    let hb = bundle(
-        &d.join("hook"),
-        &["wait"],
-        |c| c["hooks"] = serde_json::json!({"createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", "echo hook says no >&2; exit 3"]}]}),
-    );
-    oci.fails(
-        &["create", "--bundle", hb.to_str().unwrap(), "h"],
-        "createRuntime hook /bin/sh failed (exit status: 3): hook says no",
-    );
+    let hb = bundle(&d.join("hook"), &["wait"], |c| {
+        c["hooks"] = serde_json::json!({"createRuntime": [{"path": "/bin/sh", "args": ["sh", "-c", "echo hook says no >&2; exit 3"]}]})
+    });
+    oci.fails(&["create", "--bundle", hb.to_str().unwrap(), "h"], "createRuntime hook /bin/sh failed (exit status: 3): hook says no");
     assert!(oci.entries().is_empty(), "{:?}", oci.entries());
 
     // A duplicate id is refused and the first container is untouched.
@@ -436,10 +375,7 @@ fn bad_input_gives_runc_errors_and_leaves_no_state() {
 /// Receives one descriptor sent with SCM_RIGHTS on `conn`.
 fn recv_fd(conn: &std::os::unix::net::UnixStream) -> OwnedFd {
     let mut buf = [0u8; 256];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     let mut control = [0u64; 8];
     // SAFETY: a zeroed msghdr pointing at live buffers of the given sizes;
     // the descriptor read from the control message is a new one for us.
@@ -465,10 +401,7 @@ fn console_socket_receives_the_terminal() {
     let d = t.path();
     let oci = Oci::new(d);
     let b = bundle(d, &["tty"], |c| c["process"]["terminal"] = true.into());
-    oci.fails(
-        &["create", "--bundle", b.to_str().unwrap(), "t0"],
-        "cannot allocate tty if runc will detach without setting console socket",
-    );
+    oci.fails(&["create", "--bundle", b.to_str().unwrap(), "t0"], "cannot allocate tty if runc will detach without setting console socket");
     let sock = d.join("console.sock");
     let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     let pid_file = d.join("t1.pid");
@@ -522,20 +455,11 @@ fn archives() -> &'static (PathBuf, PathBuf) {
         let dir = app.parent().unwrap();
         let make = |img: &Path, tag: &str, out: &str| {
             let out = dir.join(out);
-            let o = Command::new(bin("shoal"))
-                .arg("oci-image")
-                .arg(img)
-                .args(["-t", tag, "-o"])
-                .arg(&out)
-                .output()
-                .unwrap();
+            let o = Command::new(bin("shoal")).arg("oci-image").arg(img).args(["-t", tag, "-o"]).arg(&out).output().unwrap();
             assert!(o.status.success(), "shoal oci-image: {}", String::from_utf8_lossy(&o.stderr));
             out
         };
-        (
-            make(hello, "shoal-oci-test/hello", "hello.oci.tar"),
-            make(app, "shoal-oci-test/app", "app.oci.tar"),
-        )
+        (make(hello, "shoal-oci-test/hello", "hello.oci.tar"), make(app, "shoal-oci-test/app", "app.oci.tar"))
     })
 }
 
@@ -559,13 +483,7 @@ fn podman(args: &[&str]) -> Output {
             podman_load(a, name);
         }
     });
-    Command::new("podman")
-        .arg("--runtime")
-        .arg(bin("shoal-oci"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    Command::new("podman").arg("--runtime").arg(bin("shoal-oci")).args(args).stdin(Stdio::null()).output().unwrap()
 }
 
 /// `podman load -i ARCHIVE` of image `name`; the image that held the name
@@ -608,36 +526,16 @@ fn podman_run_rm_prints_hello_world_and_passes_exit_status() {
     let o = podman(&["run", "--rm", "localhost/shoal-oci-test/hello", "from-podman"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        out.contains("hello, world") && out.contains("argv[1]=from-podman") && out.contains("env: container=podman"),
-        "{}",
-        text(&o)
-    );
+    assert!(out.contains("hello, world") && out.contains("argv[1]=from-podman") && out.contains("env: container=podman"), "{}", text(&o));
     let o = podman(&["run", "--rm", "localhost/shoal-oci-test/app", "exit", "42"]);
     assert_eq!(o.status.code(), Some(42), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("exiting with 42"));
     // The tender and the memory mode chosen by annotation; a bad choice is refused.
-    let o = podman(&[
-        "run",
-        "--rm",
-        "--annotation",
-        "org.shoal.mem-mode=ksm",
-        "-m",
-        "64m",
-        "localhost/shoal-oci-test/app",
-    ]);
+    let o = podman(&["run", "--rm", "--annotation", "org.shoal.mem-mode=ksm", "-m", "64m", "localhost/shoal-oci-test/app"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
         Ok(_) => {
-            let o = podman(&[
-                "run",
-                "--rm",
-                "--annotation",
-                "org.shoal.tender=hvt",
-                "localhost/shoal-oci-test/app",
-                "exit",
-                "7",
-            ]);
+            let o = podman(&["run", "--rm", "--annotation", "org.shoal.tender=hvt", "localhost/shoal-oci-test/app", "exit", "7"]);
             assert_eq!(o.status.code(), Some(7), "hvt: {}", text(&o));
         }
         Err(e) => eprintln!("SKIPPED the hvt part of {test}: /dev/kvm: {e}"),
@@ -669,10 +567,8 @@ fn podman_run_detached_logs_ps_stop_rm() {
     }
     let ps = podman(&["ps", "--filter", &format!("name={name}"), "--format", "{{.Names}} {{.Status}}"]);
     assert!(String::from_utf8_lossy(&ps.stdout).starts_with(&format!("{name} Up")), "{}", text(&ps));
-    let state: serde_json::Value = serde_json::from_str(&String::from_utf8_lossy(
-        &Command::new(bin("shoal-oci")).args(["state", &id]).output().unwrap().stdout,
-    ))
-    .unwrap();
+    let state: serde_json::Value =
+        serde_json::from_str(&String::from_utf8_lossy(&Command::new(bin("shoal-oci")).args(["state", &id]).output().unwrap().stdout)).unwrap();
     assert_eq!(state["status"], "running");
     // podman stop: SIGTERM to the tender, which hands it to the guest; the
     // program, asleep in sleep(60) with no handler, dies of it as on Linux
@@ -750,36 +646,15 @@ fn containerd_ctr_runs_shoal_images_through_the_runc_shim() {
         }
     }
     let _guard = Cleanup(&mut daemon, sock.clone(), id.clone());
-    let ctr = |args: &[&str]| {
-        Command::new("ctr")
-            .arg("--address")
-            .arg(&sock)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    };
+    let ctr = |args: &[&str]| Command::new("ctr").arg("--address").arg(&sock).args(args).stdin(Stdio::null()).output().unwrap();
     let t0 = Instant::now();
     while !ctr(&["version"]).status.success() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "containerd did not start: {}",
-            std::fs::read_to_string(d.join("containerd.log")).unwrap()
-        );
+        assert!(t0.elapsed() < Duration::from_secs(30), "containerd did not start: {}", std::fs::read_to_string(d.join("containerd.log")).unwrap());
         std::thread::sleep(Duration::from_millis(50));
     }
     // The CRI plugin read the runtime class from the config.
-    let dump = Command::new("containerd")
-        .arg("--config")
-        .arg(d.join("config.toml"))
-        .args(["config", "dump"])
-        .output()
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&dump.stdout).contains(&format!("BinaryName = \"{}\"", bin("shoal-oci").display())),
-        "{}",
-        text(&dump)
-    );
+    let dump = Command::new("containerd").arg("--config").arg(d.join("config.toml")).args(["config", "dump"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&dump.stdout).contains(&format!("BinaryName = \"{}\"", bin("shoal-oci").display())), "{}", text(&dump));
 
     let (hello, app) = archives();
     for a in [hello, app] {
@@ -787,43 +662,15 @@ fn containerd_ctr_runs_shoal_images_through_the_runc_shim() {
         assert!(o.status.success(), "ctr images import: {}", text(&o));
     }
     let oci = bin("shoal-oci");
-    let o = ctr(&[
-        "run",
-        "--rm",
-        "--runc-binary",
-        oci.to_str().unwrap(),
-        "localhost/shoal-oci-test/hello:latest",
-        &id,
-        "/hello",
-        "from-ctr",
-    ]);
+    let o = ctr(&["run", "--rm", "--runc-binary", oci.to_str().unwrap(), "localhost/shoal-oci-test/hello:latest", &id, "/hello", "from-ctr"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("hello, world") && out.contains("argv[1]=from-ctr"), "{}", text(&o));
-    let o = ctr(&[
-        "run",
-        "--rm",
-        "--runc-binary",
-        oci.to_str().unwrap(),
-        "localhost/shoal-oci-test/app:latest",
-        &id,
-        "/app",
-        "exit",
-        "42",
-    ]);
+    let o = ctr(&["run", "--rm", "--runc-binary", oci.to_str().unwrap(), "localhost/shoal-oci-test/app:latest", &id, "/app", "exit", "42"]);
     assert_eq!(o.status.code(), Some(42), "{}", text(&o));
     // Detached: the task runs, ps lists the tender and its instance, and
     // SIGKILL stops it with status 137.
-    let o = ctr(&[
-        "run",
-        "-d",
-        "--runc-binary",
-        oci.to_str().unwrap(),
-        "localhost/shoal-oci-test/app:latest",
-        &id,
-        "/app",
-        "wait",
-    ]);
+    let o = ctr(&["run", "-d", "--runc-binary", oci.to_str().unwrap(), "localhost/shoal-oci-test/app:latest", &id, "/app", "wait"]);
     assert!(o.status.success(), "{}", text(&o));
     let ls = String::from_utf8_lossy(&ctr(&["task", "ls"]).stdout).into_owned();
     assert!(ls.lines().any(|l| l.starts_with(&id) && l.ends_with("RUNNING")), "{ls}");
@@ -862,28 +709,14 @@ fn podman_run_p_reaches_the_http_example() {
     let t = scratch();
     let d = t.path();
     let http = d.join("http");
-    let o = Command::new(bin("shoal"))
-        .arg("cc")
-        .arg("-O2")
-        .arg(home().join("apps/net/http.c"))
-        .arg("-o")
-        .arg(&http)
-        .output()
-        .unwrap();
+    let o = Command::new(bin("shoal")).arg("cc").arg("-O2").arg(home().join("apps/net/http.c")).arg("-o").arg(&http).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
     let www = d.join("www");
     std::fs::create_dir(&www).unwrap();
     std::fs::write(www.join("index.txt"), "served from the container\n").unwrap();
     let archive = d.join("http.oci.tar");
-    let o = Command::new(bin("shoal"))
-        .arg("oci-image")
-        .arg(&http)
-        .args(["-t", "shoal-oci-test/http", "--fs"])
-        .arg(&www)
-        .arg("-o")
-        .arg(&archive)
-        .output()
-        .unwrap();
+    let o =
+        Command::new(bin("shoal")).arg("oci-image").arg(&http).args(["-t", "shoal-oci-test/http", "--fs"]).arg(&www).arg("-o").arg(&archive).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
     podman_load(&archive, "localhost/shoal-oci-test/http");
     // As with runc: `-p` and nothing else. The container has a network
@@ -919,19 +752,12 @@ fn podman_p_on(test: &str, extra: &[&str]) {
     let hello = loop {
         match get("/hello") {
             Some(s) if s.contains("hello from http") => break s,
-            other => assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "{extra:?}: no answer through -p: {other:?} {}",
-                text(&podman(&["logs", &name]))
-            ),
+            other => assert!(t0.elapsed() < Duration::from_secs(30), "{extra:?}: no answer through -p: {other:?} {}", text(&podman(&["logs", &name]))),
         }
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(hello.starts_with("HTTP/1.1 200"), "{extra:?}: {hello}");
-    assert!(
-        get("/index.txt").unwrap_or_default().contains("served from the container"),
-        "the --fs files are the guest's root"
-    );
+    assert!(get("/index.txt").unwrap_or_default().contains("served from the container"), "the --fs files are the guest's root");
     assert!(podman(&["stop", "-t", "5", &name]).status.success());
     assert!(podman(&["rm", &name]).status.success());
 }
@@ -947,19 +773,14 @@ fn runtime_tools_validation_tests_pass() {
         return;
     }
     let cache = PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/shoal");
-    let fetched = std::fs::read_dir(&cache)
-        .map(|d| d.filter_map(Result::ok).any(|e| e.file_name().to_string_lossy().starts_with("runtime-tools-")))
-        .unwrap_or(false);
+    let fetched =
+        std::fs::read_dir(&cache).map(|d| d.filter_map(Result::ok).any(|e| e.file_name().to_string_lossy().starts_with("runtime-tools-"))).unwrap_or(false);
     if !fetched {
         eprintln!("SKIPPED {test}: runtime-tools is not fetched; run scripts/oci-validate once (it fetches the Go module into ~/.cache/shoal)");
         return;
     }
     let o = Command::new(home().join("scripts/oci-validate")).stdin(Stdio::null()).output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "runtime-tools validation failed:\n{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "runtime-tools validation failed:\n{out}{}", String::from_utf8_lossy(&o.stderr));
     assert!(out.contains("oci-validate: 11 passed, 0 failed"), "{out}");
 }

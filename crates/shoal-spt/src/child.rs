@@ -11,10 +11,7 @@ use crate::signals::{self, Report};
 use crate::{sys, MemoryMode, EXIT_TENDER_FAILED};
 use seccompiler::BpfProgram;
 use shoal_abi::{BOOT_INFO_ADDR, PAGE_SIZE};
-use shoal_loader::{
-    load_segments_except, write_boot_state, BootError, BootParams, Clock, EntryState,
-    GuestMemory, Image, Layout,
-};
+use shoal_loader::{load_segments_except, write_boot_state, BootError, BootParams, Clock, EntryState, GuestMemory, Image, Layout};
 use std::ffi::OsString;
 
 /// Size of the hypercall handlers' stack.
@@ -85,11 +82,7 @@ pub(crate) enum ChildError {
     #[error("guest memory [{start:#x}, {end:#x}) collides with the tender's own mappings; try a smaller --mem")]
     Collision { start: u64, end: u64 },
     #[error("cannot map {size} of guest memory at {start:#x}: {err}")]
-    Map {
-        start: u64,
-        size: &'static str,
-        err: Errno,
-    },
+    Map { start: u64, size: &'static str, err: Errno },
     #[error("{0}")]
     Boot(BootError),
     #[error("cannot map the file-system archive at {addr:#x}: {err}")]
@@ -123,17 +116,9 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     let mem_size = p.layout.mem_size;
     let len = mem_size - BOOT_INFO_ADDR;
     // SAFETY: MAP_FIXED_NOREPLACE cannot replace anything the tender uses.
-    unsafe { sys::mmap_fixed_noreplace(BOOT_INFO_ADDR, len, libc::PROT_READ | libc::PROT_WRITE) }
-        .map_err(|e| match e.raw_os_error() {
-        Some(libc::EEXIST) => ChildError::Collision {
-            start: BOOT_INFO_ADDR,
-            end: mem_size,
-        },
-        _ => ChildError::Map {
-            start: BOOT_INFO_ADDR,
-            size: "the requested size",
-            err: Errno::last(e),
-        },
+    unsafe { sys::mmap_fixed_noreplace(BOOT_INFO_ADDR, len, libc::PROT_READ | libc::PROT_WRITE) }.map_err(|e| match e.raw_os_error() {
+        Some(libc::EEXIST) => ChildError::Collision { start: BOOT_INFO_ADDR, end: mem_size },
+        _ => ChildError::Map { start: BOOT_INFO_ADDR, size: "the requested size", err: Errno::last(e) },
     })?;
     if p.mode == MemoryMode::Ksm {
         // Best effort: without KSM the instance still runs, unshared.
@@ -148,7 +133,8 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         // (the parent checked them against the image's read-only segments,
         // which `plan` placed inside guest memory); guest addresses are host
         // addresses on spt.
-        unsafe { plan.map_into(0, |exec| if exec { libc::PROT_READ | libc::PROT_EXEC } else { libc::PROT_READ }) }.map_err(|(addr, e)| ChildError::Pool { addr, err: Errno(e) })?;
+        unsafe { plan.map_into(0, |exec| if exec { libc::PROT_READ | libc::PROT_EXEC } else { libc::PROT_READ }) }
+            .map_err(|(addr, e)| ChildError::Pool { addr, err: Errno(e) })?;
     }
     // The segments straight from the image's descriptor into guest memory
     // (before the descriptors are closed below).
@@ -200,8 +186,7 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         params.net_flags |= shoal_abi::NET_WATCH;
     }
     params.clock = Clock::now(params.clock.tsc_hz);
-    let entry = write_boot_state(&mem, p.image, &p.layout, p.argv, p.env, &params)
-        .map_err(ChildError::Boot)?;
+    let entry = write_boot_state(&mem, p.image, &p.layout, p.argv, p.env, &params).map_err(ChildError::Boot)?;
     // What parsing the image's headers and the boot spec freed would
     // otherwise stay resident in the instance's heap for its whole life.
     sys::trim_heap();
@@ -214,11 +199,7 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
             return Ok(());
         }
         // SAFETY: the range is guest memory, which no Rust code references.
-        unsafe { sys::mprotect(start, end - start, prot) }.map_err(|e| ChildError::Protect {
-            start,
-            end,
-            err: Errno::last(e),
-        })?;
+        unsafe { sys::mprotect(start, end - start, prot) }.map_err(|e| ChildError::Protect { start, end, err: Errno::last(e) })?;
         if n < MAX_RO {
             ro[n] = (start, end);
             n += 1;
@@ -227,11 +208,7 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     };
     for s in p.image.segments() {
         if s.perms.exec {
-            protect(
-                s.page_start(),
-                s.page_end(),
-                libc::PROT_READ | libc::PROT_EXEC,
-            )?;
+            protect(s.page_start(), s.page_end(), libc::PROT_READ | libc::PROT_EXEC)?;
         } else if !s.perms.write {
             protect(s.page_start(), s.page_end(), libc::PROT_READ)?;
         }
@@ -244,17 +221,11 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
 
     // The handlers' stack (with a guard page below) and the signal stack.
     let setup_err = |e: std::io::Error| ChildError::Setup(Errno::last(e));
-    let stack = sys::mmap_anon(
-        HANDLER_STACK + PAGE_SIZE as usize,
-        libc::PROT_READ | libc::PROT_WRITE,
-        false,
-    )
-    .map_err(setup_err)?;
+    let stack = sys::mmap_anon(HANDLER_STACK + PAGE_SIZE as usize, libc::PROT_READ | libc::PROT_WRITE, false).map_err(setup_err)?;
     // SAFETY: the guard page is the lowest page of the fresh stack mapping.
     unsafe { sys::mprotect(stack as u64, PAGE_SIZE, libc::PROT_NONE) }.map_err(setup_err)?;
     let stack_top = stack as u64 + PAGE_SIZE + HANDLER_STACK as u64;
-    let sigstack = sys::mmap_anon(SIGNAL_STACK, libc::PROT_READ | libc::PROT_WRITE, false)
-        .map_err(setup_err)?;
+    let sigstack = sys::mmap_anon(SIGNAL_STACK, libc::PROT_READ | libc::PROT_WRITE, false).map_err(setup_err)?;
     // SAFETY: a fresh mapping used for nothing else.
     unsafe { sys::sigaltstack(sigstack, SIGNAL_STACK) }.map_err(setup_err)?;
     signals::set_report(p.report);

@@ -78,12 +78,8 @@ pub fn empty_netns() -> std::io::Result<std::os::fd::OwnedFd> {
         }
     }
     // Made under a lock so that concurrent first starts make one.
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir.join("netns.lock"))?;
+    let lock =
+        std::fs::OpenOptions::new().create(true).write(true).mode(0o600).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(dir.join("netns.lock"))?;
     // SAFETY: flock on an open descriptor; released when `lock` closes.
     if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
         return Err(std::io::Error::last_os_error());
@@ -156,10 +152,7 @@ pub fn drop_root(parent: Option<i32>) -> Result<(), ConfineError> {
     // and namespaces.
     unsafe {
         // Mount events must not propagate back to the host's namespace.
-        step(
-            "make mounts private",
-            libc::mount(core::ptr::null(), c"/".as_ptr(), core::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, core::ptr::null()),
-        )?;
+        step("make mounts private", libc::mount(core::ptr::null(), c"/".as_ptr(), core::ptr::null(), libc::MS_REC | libc::MS_PRIVATE, core::ptr::null()))?;
         // An empty tmpfs on any directory that exists, made the root with
         // pivot_root(".", ".") and the old root detached below it.
         let dir = c"/tmp";
@@ -174,10 +167,7 @@ pub fn drop_root(parent: Option<i32>) -> Result<(), ConfineError> {
             ),
         )?;
         step("enter the empty root", libc::chdir(dir.as_ptr()))?;
-        step(
-            "pivot to the empty root",
-            libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) as libc::c_int,
-        )?;
+        step("pivot to the empty root", libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) as libc::c_int)?;
         step("detach the host's file system", libc::umount2(c".".as_ptr(), libc::MNT_DETACH))?;
         step("enter the empty root", libc::chdir(c"/".as_ptr()))?;
         // Drop to nobody: with no keep-caps, setresuid from root to
@@ -197,10 +187,7 @@ pub fn drop_root(parent: Option<i32>) -> Result<(), ConfineError> {
                 step("drop a capability from the bounding set", libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0))?;
             }
         }
-        step(
-            "clear ambient capabilities",
-            libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0),
-        )?;
+        step("clear ambient capabilities", libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0))?;
         #[repr(C)]
         struct CapHeader {
             version: u32,
@@ -216,10 +203,7 @@ pub fn drop_root(parent: Option<i32>) -> Result<(), ConfineError> {
         const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
         let header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
         let data = [CapData { effective: 0, permitted: 0, inheritable: 0 }; 2];
-        step(
-            "clear capabilities",
-            libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) as libc::c_int,
-        )?;
+        step("clear capabilities", libc::syscall(libc::SYS_capset, &header as *const CapHeader, data.as_ptr()) as libc::c_int)?;
         // Each change of credentials above (user, user namespace) cleared
         // the parent-death signal: arm it again, then make sure the parent
         // did not die in between.

@@ -83,11 +83,8 @@
 //! `exit_group`), `clock_gettime` (the guest reads the TSC; glibc's
 //! `clock_gettime` goes through the vDSO without a system call anyway).
 
-use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule,
-};
 use crate::net::{NetPolicy, FIRST_SOCKET_FD};
+use seccompiler::{BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule};
 use std::collections::BTreeMap;
 
 /// Why the filter could not be built (a bug in this file, never the
@@ -152,12 +149,7 @@ fn mprotect_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
             break;
         }
         let lo = g.mem_size.saturating_sub(step << 1).max(g.heap_start);
-        rules.push(SeccompRule::new(vec![
-            qword(0, SeccompCmpOp::Ge, lo)?,
-            qword(0, SeccompCmpOp::Lt, hi)?,
-            qword(1, SeccompCmpOp::Le, step)?,
-            prot_ok()?,
-        ])?);
+        rules.push(SeccompRule::new(vec![qword(0, SeccompCmpOp::Ge, lo)?, qword(0, SeccompCmpOp::Lt, hi)?, qword(1, SeccompCmpOp::Le, step)?, prot_ok()?])?);
     }
     Ok(rules)
 }
@@ -213,23 +205,11 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     // only, from the alias file only, never executable).
     r.insert(libc::SYS_mmap, alias_rules(g)?);
     // Console hypercall and the tender's messages: stdout and stderr only.
-    r.insert(
-        libc::SYS_write,
-        vec![
-            SeccompRule::new(vec![eq32(0, 1)?])?,
-            SeccompRule::new(vec![eq32(0, 2)?])?,
-        ],
-    );
+    r.insert(libc::SYS_write, vec![SeccompRule::new(vec![eq32(0, 1)?])?, SeccompRule::new(vec![eq32(0, 2)?])?]);
     // Halt and fault hypercalls, and the tender stopping the instance.
     r.insert(libc::SYS_exit_group, vec![]);
     // Poll hypercall: a relative sleep on the monotonic clock.
-    r.insert(
-        libc::SYS_clock_nanosleep,
-        vec![SeccompRule::new(vec![
-            eq32(0, libc::CLOCK_MONOTONIC as u64)?,
-            eq32(1, 0)?,
-        ])?],
-    );
+    r.insert(libc::SYS_clock_nanosleep, vec![SeccompRule::new(vec![eq32(0, libc::CLOCK_MONOTONIC as u64)?, eq32(1, 0)?])?]);
     // The kernel resumes a sleep interrupted by a stop and continue with
     // restart_syscall; without it a stopped and continued instance dies.
     r.insert(libc::SYS_restart_syscall, vec![]);
@@ -279,10 +259,7 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
         let nb = has_bits(1, libc::SOCK_NONBLOCK as u64)?;
         r.insert(
             libc::SYS_socket,
-            vec![
-                SeccompRule::new(vec![eq32(0, libc::AF_INET as u64)?, nb.clone()])?,
-                SeccompRule::new(vec![eq32(0, libc::AF_INET6 as u64)?, nb])?,
-            ],
+            vec![SeccompRule::new(vec![eq32(0, libc::AF_INET as u64)?, nb.clone()])?, SeccompRule::new(vec![eq32(0, libc::AF_INET6 as u64)?, nb])?],
         );
         r.insert(libc::SYS_bind, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
         r.insert(libc::SYS_connect, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
@@ -298,12 +275,7 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
 /// Compiles the filter for an instance with network policy `net`. Done
 /// before the point of no return, because it allocates.
 pub fn program(net: NetPolicy, g: GuestRange) -> Result<BpfProgram, FilterError> {
-    let filter = SeccompFilter::new(
-        rules_for(net, g)?,
-        SeccompAction::Trap,
-        SeccompAction::Allow,
-        seccompiler::TargetArch::x86_64,
-    )?;
+    let filter = SeccompFilter::new(rules_for(net, g)?, SeccompAction::Trap, SeccompAction::Allow, seccompiler::TargetArch::x86_64)?;
     filter.try_into()
 }
 

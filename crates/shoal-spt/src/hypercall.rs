@@ -22,8 +22,8 @@ use crate::EXIT_STOPPED;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use shoal_abi::{
-    ConsoleReadArgs, ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, NetArgs, NetPollArgs, PollArgs, ProtectArgs,
-    BOOT_INFO_ADDR, CONSOLE_STDERR, CONSOLE_STDOUT,
+    ConsoleReadArgs, ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, NetArgs, NetPollArgs, PollArgs, ProtectArgs, BOOT_INFO_ADDR, CONSOLE_STDERR,
+    CONSOLE_STDOUT,
 };
 use shoal_loader::{GuestAddr, GuestMemory, Pod};
 
@@ -86,10 +86,7 @@ pub(crate) struct Msg {
 
 impl Msg {
     pub(crate) fn new() -> Msg {
-        Msg {
-            buf: [0; 512],
-            len: 0,
-        }
+        Msg { buf: [0; 512], len: 0 }
     }
 
     /// The message so far.
@@ -171,11 +168,7 @@ fn name(nr: u64) -> &'static str {
 /// instance if it is not (writable, with `write`) guest memory.
 fn args<T: Pod>(nr: u64, arg: u64, write: bool) -> T {
     let len = core::mem::size_of::<T>() as u64;
-    let ok = if write {
-        writable(arg, len)
-    } else {
-        guest_mem().contains(GuestAddr(arg), len)
-    };
+    let ok = if write { writable(arg, len) } else { guest_mem().contains(GuestAddr(arg), len) };
     match guest_mem().read_obj::<T>(GuestAddr(arg)) {
         Ok(v) if ok => v,
         _ => stop(
@@ -316,10 +309,7 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
                 ),
             )
         }
-        None => stop(
-            EXIT_STOPPED,
-            format_args!("the guest made an invalid hypercall: number {nr} does not exist (argument {arg:#x})"),
-        ),
+        None => stop(EXIT_STOPPED, format_args!("the guest made an invalid hypercall: number {nr} does not exist (argument {arg:#x})")),
     }
 }
 
@@ -400,7 +390,9 @@ fn console_read(a: &ConsoleReadArgs) -> i64 {
     let mut p = libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 };
     let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: one valid pollfd, a valid timespec, no signal mask.
-    let rc = unsafe { libc::syscall(libc::SYS_ppoll, &mut p as *mut libc::pollfd, 1usize, &zero as *const libc::timespec, core::ptr::null::<libc::sigset_t>(), 8usize) };
+    let rc = unsafe {
+        libc::syscall(libc::SYS_ppoll, &mut p as *mut libc::pollfd, 1usize, &zero as *const libc::timespec, core::ptr::null::<libc::sigset_t>(), 8usize)
+    };
     if rc < 0 {
         return -i64::from(crate::sys::errno());
     }

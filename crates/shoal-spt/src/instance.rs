@@ -10,8 +10,8 @@
 //! same code as before ([`crate::child`]). A failure prints one `shoal: …`
 //! line and exits with [`crate::EXIT_TENDER_FAILED`].
 
-use crate::spec::{self, Spec};
 use crate::net::{NetPolicy, FIRST_SOCKET_FD};
+use crate::spec::{self, Spec};
 use crate::{child, confine, filter, hypercall, sys, SptError, EXIT_TENDER_FAILED};
 use shoal_abi::TenderKind;
 use shoal_loader::pool::{PoolMap, PoolPlan};

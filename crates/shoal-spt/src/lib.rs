@@ -81,8 +81,8 @@ mod confine;
 pub mod filter;
 mod front;
 mod hypercall;
-mod landlock;
 pub mod instance;
+mod landlock;
 mod net;
 mod preempt;
 mod protect;
@@ -239,11 +239,7 @@ pub fn instance_program() -> Result<PathBuf, SptError> {
             candidates.push(up.join(INSTANCE_PROGRAM));
         }
     }
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .ok_or_else(|| SptError::NoInstanceProgram(candidates.swap_remove(0)))
+    candidates.iter().find(|p| p.is_file()).cloned().ok_or_else(|| SptError::NoInstanceProgram(candidates.swap_remove(0)))
 }
 
 /// Name of the instance program, installed beside `shoal` and `shoal-tender`.
@@ -257,9 +253,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         return Err(SptError::NoFsgsbase);
     }
     if cfg.mem_size > MAX_MEM {
-        return Err(SptError::TooMuchMemory(shoal_loader::format_size(
-            cfg.mem_size,
-        )));
+        return Err(SptError::TooMuchMemory(shoal_loader::format_size(cfg.mem_size)));
     }
     let image = Image::open(&cfg.image)?;
     let archive = shoal_loader::root_archive(cfg)?;
@@ -274,22 +268,13 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     let volume_max = if cfg.volume.is_some() { cfg.mem_size } else { 0 };
     // Planned here for its errors (too little memory, arguments too
     // large); the instance plans the same layout again from the same input.
-    plan(
-        &image,
-        cfg.mem_size,
-        archive.len() as u64,
-        &cfg.argv,
-        &cfg.env,
-    )?;
+    plan(&image, cfg.mem_size, archive.len() as u64, &cfg.argv, &cfg.env)?;
     let tsc_hz = shoal_loader::tsc::tsc_hz()?;
     let mut pool_plan = None;
     if cfg.mode == MemoryMode::Pool {
         let (plan, warning) = shoal_loader::pool::prepare(cfg.pool.as_ref(), cfg.pool_fallback, &image)?;
         if let Some(w) = warning {
-            print_err(
-                cfg.stderr.as_ref().map(AsRawFd::as_raw_fd),
-                &format!("shoal: warning: {w}; falling back to memory mode copy\n"),
-            );
+            print_err(cfg.stderr.as_ref().map(AsRawFd::as_raw_fd), &format!("shoal: warning: {w}; falling back to memory mode copy\n"));
         }
         pool_plan = plan;
     }
@@ -308,10 +293,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         image_name: cfg.image.as_os_str().as_bytes().to_vec(),
         argv: cfg.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
         env: cfg.env.iter().map(|a| a.as_bytes().to_vec()).collect(),
-        pool: pool_plan
-            .as_ref()
-            .map(|p| p.maps.iter().map(|m| spec::PoolEntry { addr: m.addr, len: m.len, exec: m.exec }).collect())
-            .unwrap_or_default(),
+        pool: pool_plan.as_ref().map(|p| p.maps.iter().map(|m| spec::PoolEntry { addr: m.addr, len: m.len, exec: m.exec }).collect()).unwrap_or_default(),
         outbound: cfg.net.outbound,
         bind_any: cfg.net.bind_any,
         listeners: listeners.iter().map(|(_, l)| *l).collect(),
@@ -332,11 +314,8 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         None
     };
     // --net-bind-any: the parent binds for the instance (crate::net).
-    let channel = if cfg.net.bind_any {
-        Some(sys::seqpacket_pair().map_err(|source| SptError::Sys { what: "make the instance's bind channel", source })?)
-    } else {
-        None
-    };
+    let channel =
+        if cfg.net.bind_any { Some(sys::seqpacket_pair().map_err(|source| SptError::Sys { what: "make the instance's bind channel", source })?) } else { None };
     let handover = front::Handover::new(front::Parts {
         program: &program,
         spec: &spec.encode(),
@@ -355,23 +334,17 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     // Buffered output must not be written twice (once by the child).
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
-    let Some(report) = report else {
-        handover.become_instance(root)
-    };
+    let Some(report) = report else { handover.become_instance(root) };
     // SAFETY: the child runs only `Handover::exec_child`, which makes only
     // async-signal-safe system calls and never returns.
-    let pid = match unsafe { sys::fork_with(if root { confine::CLONE_NAMESPACES } else { 0 }) }.map_err(|source| SptError::Sys {
-        what: "start the instance process",
-        source,
-    })? {
+    let pid = match unsafe { sys::fork_with(if root { confine::CLONE_NAMESPACES } else { 0 }) }
+        .map_err(|source| SptError::Sys { what: "start the instance process", source })?
+    {
         sys::Fork::Child => handover.exec_child(),
         sys::Fork::Parent(pid) => pid,
     };
     // SIGTERM and SIGHUP for this process are the instance's.
-    signals::forward_to(pid).map_err(|source| SptError::Sys {
-        what: "forward SIGTERM and SIGHUP to the instance",
-        source,
-    })?;
+    signals::forward_to(pid).map_err(|source| SptError::Sys { what: "forward SIGTERM and SIGHUP to the instance", source })?;
     // The parent waits and, with --net-bind-any, binds for the instance;
     // the instance's end of the channel must close with the instance, so
     // this process keeps no copy of it.
@@ -386,10 +359,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     drop(handover);
     drop(image);
     sys::trim_heap();
-    let status = sys::waitpid(pid).map_err(|source| SptError::Sys {
-        what: "wait for the instance",
-        source,
-    })?;
+    let status = sys::waitpid(pid).map_err(|source| SptError::Sys { what: "wait for the instance", source })?;
     let err_fd = cfg.stderr.as_ref().map(AsRawFd::as_raw_fd);
     if std::env::var_os(PREEMPT_STATS_ENV).is_some() {
         let n = report.get().ticks.load(std::sync::atomic::Ordering::Relaxed);
@@ -432,7 +402,11 @@ fn save_volume(report: &ReportPage, max: u64, host: &Path) -> Result<(), shoal_l
         return Ok(());
     }
     if len > max {
-        return Err(shoal_loader::volume::VolumeError::Io { path: host.to_path_buf(), what: "take the instance's volume archive", source: std::io::Error::from_raw_os_error(libc::EFBIG) });
+        return Err(shoal_loader::volume::VolumeError::Io {
+            path: host.to_path_buf(),
+            what: "take the instance's volume archive",
+            source: std::io::Error::from_raw_os_error(libc::EFBIG),
+        });
     }
     let mut bytes = vec![0u8; len as usize];
     file.read_exact_at(&mut bytes, shoal_abi::PAGE_SIZE + VOLUME_HEADER as u64).map_err(io("read the instance's volume archive"))?;

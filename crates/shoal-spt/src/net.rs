@@ -391,9 +391,7 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
                 return Err(neg(libc::EINVAL));
             }
             // SAFETY: socket takes no pointers.
-            watch_new(sys_ret(unsafe {
-                libc::syscall(libc::SYS_socket, domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, op.flags as i32)
-            }))
+            watch_new(sys_ret(unsafe { libc::syscall(libc::SYS_socket, domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, op.flags as i32) }))
         }
         net_op::BIND | net_op::CONNECT => {
             let fd = handle_fd(op.handle)?;
@@ -425,9 +423,7 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             }
             let mut len = MAX_ADDR as libc::socklen_t;
             // SAFETY: `sa` and `len` are valid out-parameters of this size.
-            let rc = watch_new(sys_ret(unsafe {
-                libc::syscall(libc::SYS_accept4, fd, sa.as_mut_ptr(), &mut len, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)
-            }))?;
+            let rc = watch_new(sys_ret(unsafe { libc::syscall(libc::SYS_accept4, fd, sa.as_mut_ptr(), &mut len, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) }))?;
             if rc >= 0 && op.addr != 0 {
                 op.a = u64::from(len);
                 if let Err(e) = addr_out(op, &sa, len) {

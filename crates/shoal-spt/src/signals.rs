@@ -49,13 +49,7 @@ pub const SYSCALL: u64 = 1;
 pub const CRASH: u64 = 2;
 
 /// The signals reported as crashes.
-pub const CRASH_SIGNALS: [libc::c_int; 5] = [
-    libc::SIGSEGV,
-    libc::SIGBUS,
-    libc::SIGILL,
-    libc::SIGFPE,
-    libc::SIGTRAP,
-];
+pub const CRASH_SIGNALS: [libc::c_int; 5] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGTRAP];
 
 static REPORT: AtomicPtr<Report> = AtomicPtr::new(core::ptr::null_mut());
 
@@ -186,13 +180,7 @@ pub extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: 
     if !info.is_null() {
         // SAFETY: the kernel passes a valid siginfo; SigInfo is a prefix of it.
         let i = unsafe { &*info.cast::<SigInfo>() };
-        record(
-            SYSCALL,
-            i.syscall as u32 as u64,
-            u64::from(i.arch),
-            0,
-            rip_of(ctx),
-        );
+        record(SYSCALL, i.syscall as u32 as u64, u64::from(i.arch), 0, rip_of(ctx));
     }
     finish(libc::SIGSYS)
 }

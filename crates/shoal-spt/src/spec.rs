@@ -209,7 +209,24 @@ impl Spec {
         if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || !r.0.is_empty() {
             return Err(SpecError::Corrupt);
         }
-        Ok(Spec { mem_size, mode, tsc_hz, supervised, archive_len, image_name, argv, env, pool, outbound, bind_any, listeners, volume_path, volume_max, inject, rejuvenate_ns })
+        Ok(Spec {
+            mem_size,
+            mode,
+            tsc_hz,
+            supervised,
+            archive_len,
+            image_name,
+            argv,
+            env,
+            pool,
+            outbound,
+            bind_any,
+            listeners,
+            volume_path,
+            volume_max,
+            inject,
+            rejuvenate_ns,
+        })
     }
 }
 

@@ -86,23 +86,10 @@ pub unsafe fn mmap_fixed_noreplace(addr: u64, len: u64, prot: libc::c_int) -> io
 /// Maps `len` bytes of anonymous memory anywhere; `shared` makes it shared
 /// with children forked later.
 pub fn mmap_anon(len: usize, prot: libc::c_int, shared: bool) -> io::Result<*mut u8> {
-    let kind = if shared {
-        libc::MAP_SHARED
-    } else {
-        libc::MAP_PRIVATE
-    };
+    let kind = if shared { libc::MAP_SHARED } else { libc::MAP_PRIVATE };
     // SAFETY: a fresh mapping at an address the kernel chooses affects no
     // existing memory.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            len,
-            prot,
-            kind | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
+    let p = unsafe { libc::mmap(core::ptr::null_mut(), len, prot, kind | libc::MAP_ANONYMOUS, -1, 0) };
     if p == libc::MAP_FAILED {
         Err(io::Error::last_os_error())
     } else {
@@ -170,9 +157,7 @@ pub unsafe fn write_raw(fd: RawFd, ptr: *const u8, len: usize) -> Result<usize, 
     // checks it again anyway.
     let rc = unsafe { libc::syscall(libc::SYS_write, fd, ptr, len) };
     if rc < 0 {
-        Err(io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO))
+        Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
     } else {
         Ok(rc as usize)
     }
@@ -188,20 +173,9 @@ pub fn exit(status: i32) -> ! {
 /// remainder. Returns early on a signal. *Filtered*: exactly the
 /// `clock_nanosleep` call the filter allows.
 pub fn sleep_ns(ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-    };
+    let ts = libc::timespec { tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long };
     // SAFETY: `ts` is a valid timespec; no remainder pointer.
-    unsafe {
-        libc::syscall(
-            libc::SYS_clock_nanosleep,
-            libc::CLOCK_MONOTONIC,
-            0,
-            &ts,
-            core::ptr::null_mut::<libc::timespec>(),
-        )
-    };
+    unsafe { libc::syscall(libc::SYS_clock_nanosleep, libc::CLOCK_MONOTONIC, 0, &ts, core::ptr::null_mut::<libc::timespec>()) };
 }
 
 /// Sets every catchable signal's disposition to the default and unblocks
@@ -228,10 +202,7 @@ pub fn reset_signals() {
 /// # Safety
 /// `handler` must be async-signal-safe and must not rely on the thread
 /// pointer (FS base): it may run while the guest's is loaded.
-pub unsafe fn set_handler(
-    sig: libc::c_int,
-    handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void),
-) -> io::Result<()> {
+pub unsafe fn set_handler(sig: libc::c_int, handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)) -> io::Result<()> {
     // SAFETY: a zeroed sigaction is valid; the handler contract is the
     // caller's.
     unsafe {
@@ -249,11 +220,7 @@ pub unsafe fn set_handler(
 /// The range must be mapped writable for as long as signals may arrive and
 /// be used by nothing else.
 pub unsafe fn sigaltstack(base: *mut u8, len: usize) -> io::Result<()> {
-    let ss = libc::stack_t {
-        ss_sp: base.cast(),
-        ss_flags: 0,
-        ss_size: len,
-    };
+    let ss = libc::stack_t { ss_sp: base.cast(), ss_flags: 0, ss_size: len };
     // SAFETY: the caller vouches for the range.
     check(unsafe { libc::sigaltstack(&ss, core::ptr::null_mut()) })
 }
@@ -261,10 +228,7 @@ pub unsafe fn sigaltstack(base: *mut u8, len: usize) -> io::Result<()> {
 /// Forbids core dumps (a crashing guest must not leave a core file of the
 /// whole guest memory behind).
 pub fn no_core_dumps() -> io::Result<()> {
-    let r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `r` is a valid rlimit.
     check(unsafe { libc::setrlimit(libc::RLIMIT_CORE, &r) })
 }
@@ -293,9 +257,7 @@ pub fn rdfsbase() -> u64 {
     let v: u64;
     // SAFETY: allowed in user mode when `has_fsgsbase()`, which `run`
     // checks before forking; reads a register only.
-    unsafe {
-        core::arch::asm!("rdfsbase {}", out(reg) v, options(nomem, nostack, preserves_flags))
-    };
+    unsafe { core::arch::asm!("rdfsbase {}", out(reg) v, options(nomem, nostack, preserves_flags)) };
     v
 }
 
@@ -307,13 +269,7 @@ pub fn rdfsbase() -> u64 {
 pub unsafe fn madvise_mergeable(addr: u64, len: u64) -> io::Result<()> {
     // SAFETY: the caller vouches for the range; MADV_MERGEABLE never changes
     // what the memory holds.
-    check(unsafe {
-        libc::madvise(
-            addr as usize as *mut libc::c_void,
-            len as usize,
-            libc::MADV_MERGEABLE,
-        )
-    })
+    check(unsafe { libc::madvise(addr as usize as *mut libc::c_void, len as usize, libc::MADV_MERGEABLE) })
 }
 
 /// `mmap(dst, len, prot, MAP_SHARED | MAP_FIXED, fd, off)`: guest pages
@@ -387,7 +343,9 @@ pub fn seqpacket_pair() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedF
         return Err(io::Error::last_os_error());
     }
     // SAFETY: both were just created and are owned by nobody else.
-    Ok(unsafe { (<std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[0]), <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1])) })
+    Ok(unsafe {
+        (<std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[0]), <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1]))
+    })
 }
 
 /// The seals of the archive's memfd: no write, no resize, no further
@@ -434,9 +392,7 @@ pub fn seals(fd: RawFd) -> io::Result<libc::c_int> {
 /// reference points into (guest memory).
 pub unsafe fn mmap_file_fixed(addr: u64, len: u64, fd: RawFd) -> Result<(), i32> {
     // SAFETY: the caller vouches for the range; MAP_FIXED replaces exactly it.
-    let p = unsafe {
-        libc::mmap(addr as usize as *mut libc::c_void, len as usize, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, fd, 0)
-    };
+    let p = unsafe { libc::mmap(addr as usize as *mut libc::c_void, len as usize, libc::PROT_READ, libc::MAP_PRIVATE | libc::MAP_FIXED, fd, 0) };
     if p == libc::MAP_FAILED {
         return Err(errno());
     }
@@ -495,16 +451,7 @@ pub unsafe fn fork_with(flags: libc::c_int) -> io::Result<Fork> {
     // (the child continues on a copy of this stack); the caller upholds the
     // contract on the child. glibc's fork handlers do not run, so the child
     // must not touch glibc's locks, which the contract already forbids.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (flags | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    };
+    let pid = unsafe { libc::syscall(libc::SYS_clone, (flags | libc::SIGCHLD) as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) };
     match pid {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(Fork::Child),
@@ -549,9 +496,7 @@ pub fn mmap_shared_fd(fd: &std::os::fd::OwnedFd, len: usize) -> io::Result<*mut 
     use std::os::fd::AsRawFd;
     // SAFETY: a fresh mapping at an address the kernel chooses affects no
     // existing memory.
-    let p = unsafe {
-        libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
-    };
+    let p = unsafe { libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
     if p == libc::MAP_FAILED {
         Err(io::Error::last_os_error())
     } else {

@@ -20,21 +20,12 @@ fn build(name: &str, text_flags: u32, abi: u32) -> PathBuf {
     let dir = tmp();
     std::fs::create_dir_all(&dir).unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest");
-    let script = std::fs::read_to_string(src.join("guest.ld"))
-        .unwrap()
-        .replace("TEXT_FLAGS", &text_flags.to_string());
+    let script = std::fs::read_to_string(src.join("guest.ld")).unwrap().replace("TEXT_FLAGS", &text_flags.to_string());
     let ld_script = dir.join(format!("{name}.ld"));
     std::fs::write(&ld_script, script).unwrap();
     let obj = dir.join(format!("{name}.o"));
     let img = dir.join(format!("{name}.img"));
-    let st = Command::new("as")
-        .arg("--defsym")
-        .arg(format!("ABI={abi}"))
-        .arg("-o")
-        .arg(&obj)
-        .arg(src.join("guest.s"))
-        .status()
-        .expect("run `as` (binutils)");
+    let st = Command::new("as").arg("--defsym").arg(format!("ABI={abi}")).arg("-o").arg(&obj).arg(src.join("guest.s")).status().expect("run `as` (binutils)");
     assert!(st.success());
     let st = Command::new("ld")
         .args(["--build-id=none", "-static", "-nostdlib", "-T"])
@@ -44,11 +35,7 @@ fn build(name: &str, text_flags: u32, abi: u32) -> PathBuf {
         .arg(&obj)
         .output()
         .expect("run `ld` (binutils)");
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
     img
 }
 
@@ -65,25 +52,13 @@ fn run_guest(name: &str, img: &Path, argc: usize) -> Result<Outcome, SptError> {
     let out_path = dir.join(format!("{name}.stdout"));
     let err_path = dir.join(format!("{name}.stderr"));
     let mut cfg = RunConfig::new(img, MEM);
-    cfg.argv = (0..argc)
-        .map(|i| {
-            OsString::from(if i == 0 {
-                "guest".to_string()
-            } else {
-                format!("arg{i}")
-            })
-        })
-        .collect();
+    cfg.argv = (0..argc).map(|i| OsString::from(if i == 0 { "guest".to_string() } else { format!("arg{i}") })).collect();
     cfg.env = vec![OsString::from("HOME=/")];
     cfg.stdout = Some(OwnedFd::from(std::fs::File::create(&out_path).unwrap()));
     cfg.stderr = Some(OwnedFd::from(std::fs::File::create(&err_path).unwrap()));
     let status = run(&cfg)?;
     drop(cfg);
-    Ok(Outcome {
-        status,
-        stdout: std::fs::read_to_string(&out_path).unwrap(),
-        stderr: std::fs::read_to_string(&err_path).unwrap(),
-    })
+    Ok(Outcome { status, stdout: std::fs::read_to_string(&out_path).unwrap(), stderr: std::fs::read_to_string(&err_path).unwrap() })
 }
 
 fn guest(name: &str, argc: usize) -> Outcome {
@@ -103,10 +78,7 @@ fn hello_and_halt_status() {
 fn raw_syscall_is_killed() {
     let o = guest("syscall", 2);
     assert_eq!(o.status, EXIT_SIGSYS);
-    assert_eq!(
-        o.stderr,
-        "shoal: the guest made a system call that the spt sandbox forbids and was killed (system call 39, getpid)\n"
-    );
+    assert_eq!(o.stderr, "shoal: the guest made a system call that the spt sandbox forbids and was killed (system call 39, getpid)\n");
 }
 
 #[test]
@@ -125,39 +97,20 @@ fn bad_stream_and_device_are_einval() {
 fn out_of_range_hypercall_argument_stops_the_guest() {
     let o = guest("badarg", 5);
     assert_eq!(o.status, EXIT_STOPPED);
-    assert!(
-        o.stderr
-            .starts_with("shoal: the guest made an invalid hypercall: halt (2)"),
-        "{}",
-        o.stderr
-    );
+    assert!(o.stderr.starts_with("shoal: the guest made an invalid hypercall: halt (2)"), "{}", o.stderr);
     let o = guest("argincode", 9);
     assert_eq!(o.status, EXIT_STOPPED);
-    assert!(
-        o.stderr.contains("outside writable guest memory"),
-        "{}",
-        o.stderr
-    );
+    assert!(o.stderr.contains("outside writable guest memory"), "{}", o.stderr);
     let o = guest("unknown", 8);
     assert_eq!(o.status, EXIT_STOPPED);
-    assert!(
-        o.stderr.contains("number 99 does not exist"),
-        "{}",
-        o.stderr
-    );
+    assert!(o.stderr.contains("number 99 does not exist"), "{}", o.stderr);
 }
 
 #[test]
 fn crash_is_reported() {
     let o = guest("segv", 6);
     assert_eq!(o.status, 128 + libc::SIGSEGV);
-    assert!(
-        o.stderr.starts_with(
-            "shoal: the guest crashed: SIGSEGV (invalid memory access at 0x8, rip 0x10"
-        ),
-        "{}",
-        o.stderr
-    );
+    assert!(o.stderr.starts_with("shoal: the guest crashed: SIGSEGV (invalid memory access at 0x8, rip 0x10"), "{}", o.stderr);
     let o = guest("writecode", 13);
     assert_eq!(o.status, 128 + libc::SIGSEGV);
     assert!(o.stderr.contains("at 0x100000"), "{}", o.stderr);
@@ -169,34 +122,21 @@ fn poll_sleeps_and_blocking_forever_is_reported() {
     let o = guest("poll", 7);
     assert!(t.elapsed() >= std::time::Duration::from_millis(1));
     assert_eq!(o.status, EXIT_STOPPED);
-    assert_eq!(
-        o.stderr,
-        "shoal: the guest blocked forever with nothing to wake it\n"
-    );
+    assert_eq!(o.stderr, "shoal: the guest blocked forever with nothing to wake it\n");
 }
 
 #[test]
 fn fault_hypercall_is_reported() {
     let o = guest("fault", 12);
     assert_eq!(o.status, EXIT_STOPPED);
-    assert_eq!(
-        o.stderr,
-        "shoal: guest fault: vector 14 (#PF page fault) at rip 0x101234, rsp 0x7000, error code 0x2, address 0xbad\n"
-    );
+    assert_eq!(o.stderr, "shoal: guest fault: vector 14 (#PF page fault) at rip 0x101234, rsp 0x7000, error code 0x2, address 0xbad\n");
 }
 
 #[test]
 fn wrong_abi_version_is_refused_before_running() {
     let img = build("abi2", 5, shoal_abi::ABI_VERSION + 1);
     let e = run_guest("abi2", &img, 1).expect_err("refused").to_string();
-    assert!(
-        e.contains(&format!(
-            "was built for shoal ABI version {}, this tender speaks {}",
-            shoal_abi::ABI_VERSION + 1,
-            shoal_abi::ABI_VERSION
-        )),
-        "{e}"
-    );
+    assert!(e.contains(&format!("was built for shoal ABI version {}, this tender speaks {}", shoal_abi::ABI_VERSION + 1, shoal_abi::ABI_VERSION)), "{e}");
 }
 
 #[test]
@@ -223,9 +163,7 @@ fn archive_is_mapped() {
     std::fs::write(dir.join("motd"), "hi").unwrap();
     let mut cfg = RunConfig::new(&img, MEM);
     cfg.fs = Some(shoal_spt::FsSource::Dir(dir));
-    cfg.stdout = Some(OwnedFd::from(
-        std::fs::File::create(tmp().join("fs.stdout")).unwrap(),
-    ));
+    cfg.stdout = Some(OwnedFd::from(std::fs::File::create(tmp().join("fs.stdout")).unwrap()));
     assert_eq!(run(&cfg).unwrap(), 7);
     cfg.fs = Some(shoal_spt::FsSource::Packed(b"not an archive".to_vec()));
     assert!(run(&cfg).is_err());

@@ -208,7 +208,25 @@ impl RunArgs {
         if let Some(dir) = fs.as_ref().filter(|d| !d.is_dir()) {
             return Err(ArgsError::NoFsDir(dir.clone()));
         }
-        Ok(RunArgs { tender, fs, mem, env, mode, pool_fallback, single_process, publish: Vec::new(), listen_fds: Vec::new(), net_outbound: false, net_allow: Vec::new(), net_bind_any: false, volume: None, inject: None, rejuvenate_ns: 0, image, args })
+        Ok(RunArgs {
+            tender,
+            fs,
+            mem,
+            env,
+            mode,
+            pool_fallback,
+            single_process,
+            publish: Vec::new(),
+            listen_fds: Vec::new(),
+            net_outbound: false,
+            net_allow: Vec::new(),
+            net_bind_any: false,
+            volume: None,
+            inject: None,
+            rejuvenate_ns: 0,
+            image,
+            args,
+        })
     }
 
     /// Parses `shoal-tender`'s arguments (without the program name).
@@ -271,7 +289,13 @@ impl RunArgs {
         }
         let image = image.ok_or(ArgsError::NoImage)?;
         let a = RunArgs::new(tender, fs, &mem, env, mode, fallback, single, image, args)?;
-        a.with_net(&publish, &listen_fds, outbound)?.with_allow(&allow)?.with_bind_any(bind_any)?.with_volume(volume.as_deref())?.with_inject(inject.as_deref())?.with_rejuvenation(rejuvenate.as_deref()).map(Some)
+        a.with_net(&publish, &listen_fds, outbound)?
+            .with_allow(&allow)?
+            .with_bind_any(bind_any)?
+            .with_volume(volume.as_deref())?
+            .with_inject(inject.as_deref())?
+            .with_rejuvenation(rejuvenate.as_deref())
+            .map(Some)
     }
 
     /// Adds `--volume HOSTDIR:GUESTDIR` (HOSTDIR must exist; refused with
@@ -400,9 +424,25 @@ mod tests {
 
     #[test]
     fn parses_the_options_of_shoal_run() {
-        let a = parse(&["--tender", "hvt", "--mem=64M", "-e", "A=1", "--env", "B=2", "--mem-mode", "pool", "--pool-fallback", "--single-process", "img", "--", "x", "--y"])
-            .unwrap()
-            .unwrap();
+        let a = parse(&[
+            "--tender",
+            "hvt",
+            "--mem=64M",
+            "-e",
+            "A=1",
+            "--env",
+            "B=2",
+            "--mem-mode",
+            "pool",
+            "--pool-fallback",
+            "--single-process",
+            "img",
+            "--",
+            "x",
+            "--y",
+        ])
+        .unwrap()
+        .unwrap();
         assert_eq!(a.tender, Tender::Hvt);
         assert_eq!(a.mem, 64 << 20);
         assert_eq!(a.env, ["A=1", "B=2"]);

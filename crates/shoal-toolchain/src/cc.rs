@@ -64,9 +64,8 @@ fn parse(args: &[String]) -> Result<Parsed> {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let a = a.as_str();
-        let mut value = |flag: &str| -> Result<String> {
-            it.next().cloned().ok_or_else(|| ToolchainError::Usage(format!("shoal cc: {flag} needs an argument")))
-        };
+        let mut value =
+            |flag: &str| -> Result<String> { it.next().cloned().ok_or_else(|| ToolchainError::Usage(format!("shoal cc: {flag} needs an argument"))) };
         match a {
             "-c" | "-S" | "-E" | "-M" | "-MM" => {
                 p.compile_only = true;
@@ -76,9 +75,7 @@ fn parse(args: &[String]) -> Result<Parsed> {
             "-o" => p.output = Some(PathBuf::from(value("-o")?)),
             "-l" => p.libs.push(value("-l")?),
             "-L" => p.lib_dirs.push(PathBuf::from(value("-L")?)),
-            "-shared" | "-rdynamic" => {
-                return Err(ToolchainError::Usage(format!("shoal cc: {a} is not supported: shoal images are static")))
-            }
+            "-shared" | "-rdynamic" => return Err(ToolchainError::Usage(format!("shoal cc: {a} is not supported: shoal images are static"))),
             "-static" | "-pie" | "-no-pie" | "-static-pie" | "-pthread" => {
                 if a == "-pthread" {
                     p.compile_args.push(a.into());
@@ -137,10 +134,7 @@ pub fn cc(paths: &Paths, args: &[String]) -> Result<()> {
     if p.sources.is_empty() && p.objects.is_empty() && p.archives.is_empty() {
         return Err(ToolchainError::Usage("shoal cc: no input files".into()));
     }
-    let tmp = tempfile::Builder::new()
-        .prefix("shoal-cc-")
-        .tempdir()
-        .map_err(|e| ToolchainError::Io(std::env::temp_dir(), e))?;
+    let tmp = tempfile::Builder::new().prefix("shoal-cc-").tempdir().map_err(|e| ToolchainError::Io(std::env::temp_dir(), e))?;
     let mut objects = Vec::new();
     for (i, src) in p.sources.iter().enumerate() {
         if !src.is_file() {
@@ -148,10 +142,7 @@ pub fn cc(paths: &Paths, args: &[String]) -> Result<()> {
         }
         let stem = src.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
         let obj = tmp.path().join(format!("{i}-{stem}.o"));
-        run(
-            "gcc",
-            Command::new("gcc").args(&flags).args(&p.compile_args).arg("-c").arg(src).arg("-o").arg(&obj),
-        )?;
+        run("gcc", Command::new("gcc").args(&flags).args(&p.compile_args).arg("-c").arg(src).arg("-o").arg(&obj))?;
         objects.push(obj);
     }
     objects.extend(p.objects.iter().cloned());

@@ -42,9 +42,7 @@ pub struct LibrarySpec {
 
 /// The order of the kernel components in the address space (DESIGN §6);
 /// components not listed follow in the order found.
-pub const COMPONENT_ORDER: &[&str] = &[
-    "plat", "mm", "sched", "vfs", "ramfs", "time", "process", "sysinfo", "user", "net", "syscall", "recover", "kernel",
-];
+pub const COMPONENT_ORDER: &[&str] = &["plat", "mm", "sched", "vfs", "ramfs", "time", "process", "sysinfo", "user", "net", "syscall", "recover", "kernel"];
 
 /// Fixed start addresses, by output-section name (`.text.libc`), plus the
 /// pseudo-names [`MISC_RO`], [`MISC_RW`] for the per-image tables.
@@ -84,12 +82,8 @@ pub struct ScriptPlan {
 }
 
 /// The four region kinds and their input sections.
-pub const KINDS: [(&str, &str); 4] = [
-    ("text", ".text .text.*"),
-    ("rodata", ".rodata .rodata.* .data.rel.ro .data.rel.ro.*"),
-    ("data", ".data .data.*"),
-    ("bss", ".bss .bss.* COMMON"),
-];
+pub const KINDS: [(&str, &str); 4] =
+    [("text", ".text .text.*"), ("rodata", ".rodata .rodata.* .data.rel.ro .data.rel.ro.*"), ("data", ".data .data.*"), ("bss", ".bss .bss.* COMMON")];
 
 /// The rodata kind's input sections without relocations, and with
 /// (see [`ScriptPlan::split_relro`]).
@@ -230,10 +224,7 @@ mod tests {
     use super::*;
 
     fn lib(name: &str, inputs: &[&str], kind: LibraryKind) -> LibrarySpec {
-        LibrarySpec {
-            info: LibraryInfo { name: name.into(), version: "1".into(), kind },
-            inputs: inputs.iter().map(|s| s.to_string()).collect(),
-        }
+        LibrarySpec { info: LibraryInfo { name: name.into(), version: "1".into(), kind }, inputs: inputs.iter().map(|s| s.to_string()).collect() }
     }
 
     fn plan(page_align: bool, map: Option<AddressMap>) -> ScriptPlan {
@@ -271,9 +262,19 @@ mod tests {
     #[test]
     fn kernel_components_writable_regions_carry_bounds_symbols() {
         let s = plan(true, None).script();
-        assert!(s.contains(".data.mm ALIGN(0x1000) : { __shoal_region_mm_data_start = .; *shoal-kernel.a:shoal_mm-*(.data .data.*) __shoal_region_mm_data_end = .; }"), "{s}");
+        assert!(
+            s.contains(
+                ".data.mm ALIGN(0x1000) : { __shoal_region_mm_data_start = .; *shoal-kernel.a:shoal_mm-*(.data .data.*) __shoal_region_mm_data_end = .; }"
+            ),
+            "{s}"
+        );
         assert!(s.contains(".bss.mm ALIGN(0x1000) (NOLOAD) : { __shoal_region_mm_bss_start = .; *shoal-kernel.a:shoal_mm-*(.bss .bss.* COMMON) __shoal_region_mm_bss_end = .; }"), "{s}");
-        assert!(s.contains(".text.mm ALIGN(0x1000) : { __shoal_region_mm_text_start = .; *shoal-kernel.a:shoal_mm-*(.text .text.*) __shoal_region_mm_text_end = .; }"), "{s}");
+        assert!(
+            s.contains(
+                ".text.mm ALIGN(0x1000) : { __shoal_region_mm_text_start = .; *shoal-kernel.a:shoal_mm-*(.text .text.*) __shoal_region_mm_text_end = .; }"
+            ),
+            "{s}"
+        );
         assert!(!s.contains("__shoal_region_mm_rodata"), "{s}");
         assert!(!s.contains("__shoal_region_libc"), "only kernel components: {s}");
     }
@@ -306,7 +307,12 @@ mod tests {
             "{s}"
         );
         // Other kinds are unchanged.
-        assert!(s.contains(".text.mm ALIGN(0x1000) : { __shoal_region_mm_text_start = .; *shoal-kernel.a:shoal_mm-*(.text .text.*) __shoal_region_mm_text_end = .; }"), "{s}");
+        assert!(
+            s.contains(
+                ".text.mm ALIGN(0x1000) : { __shoal_region_mm_text_start = .; *shoal-kernel.a:shoal_mm-*(.text .text.*) __shoal_region_mm_text_end = .; }"
+            ),
+            "{s}"
+        );
     }
 
     #[test]

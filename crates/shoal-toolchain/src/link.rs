@@ -128,10 +128,7 @@ pub(crate) fn gcc_file(arg: &str) -> Result<PathBuf> {
             return Ok(p.clone());
         }
     }
-    let out = Command::new("gcc")
-        .arg(arg)
-        .output()
-        .map_err(|e| ToolchainError::Spawn("gcc".into(), e))?;
+    let out = Command::new("gcc").arg(arg).output().map_err(|e| ToolchainError::Spawn("gcc".into(), e))?;
     let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string());
     if !out.status.success() || !p.is_absolute() {
         return Err(ToolchainError::Failed(format!("gcc {arg}"), "no answer".into()));
@@ -167,11 +164,7 @@ fn trampoline_object(dir: &Path, library: &str, tpl: &[&Trampoline]) -> Result<P
 /// the libc and the kernel first if they are missing or stale.
 pub fn build(paths: &Paths, spec: &BuildSpec) -> Result<Manifest> {
     if !SINGLE_IMAGE_POLICIES.contains(&spec.layout.as_str()) {
-        return Err(ToolchainError::Usage(format!(
-            "unknown layout policy `{}` (this shoal knows: {})",
-            spec.layout,
-            SINGLE_IMAGE_POLICIES.join(", ")
-        )));
+        return Err(ToolchainError::Usage(format!("unknown layout policy `{}` (this shoal knows: {})", spec.layout, SINGLE_IMAGE_POLICIES.join(", "))));
     }
     for o in &spec.objects {
         if !o.is_file() {
@@ -189,10 +182,7 @@ pub fn build(paths: &Paths, spec: &BuildSpec) -> Result<Manifest> {
     ensure_libc(paths, false)?;
     ensure_kernel(paths, false)?;
 
-    let tmp = tempfile::Builder::new()
-        .prefix("shoal-build-")
-        .tempdir()
-        .map_err(|e| ToolchainError::Io(std::env::temp_dir(), e))?;
+    let tmp = tempfile::Builder::new().prefix("shoal-build-").tempdir().map_err(|e| ToolchainError::Io(std::env::temp_dir(), e))?;
     let t = tmp.path();
     let shared = match &spec.shared {
         Some(s) => s.clone(),
@@ -226,12 +216,7 @@ pub fn build(paths: &Paths, spec: &BuildSpec) -> Result<Manifest> {
     });
     libs.push(LibrarySpec {
         info: LibraryInfo { name: "libc".into(), version: LIBC_VERSION.into(), kind: LibraryKind::Libc },
-        inputs: vec![
-            "*shoal-crt1.o".into(),
-            "*shoal-crti.o".into(),
-            "*shoal-crtn.o".into(),
-            "*shoal-libc.a:*".into(),
-        ],
+        inputs: vec!["*shoal-crt1.o".into(), "*shoal-crti.o".into(), "*shoal-crtn.o".into(), "*shoal-libc.a:*".into()],
     });
     libs.push(LibrarySpec {
         info: LibraryInfo { name: "libgcc".into(), version: "gcc".into(), kind: LibraryKind::Runtime },
@@ -251,10 +236,7 @@ pub fn build(paths: &Paths, spec: &BuildSpec) -> Result<Manifest> {
         let link = t.join(file);
         symlink(&target, &link)?;
         user_links.push(link);
-        libs.push(LibrarySpec {
-            info: LibraryInfo { name: l.name.clone(), version: l.version.clone(), kind: LibraryKind::Library },
-            inputs: vec![pattern],
-        });
+        libs.push(LibrarySpec { info: LibraryInfo { name: l.name.clone(), version: l.version.clone(), kind: LibraryKind::Library }, inputs: vec![pattern] });
         Ok(())
     };
     let mut delta_libs = Vec::new();
@@ -316,10 +298,7 @@ pub fn build(paths: &Paths, spec: &BuildSpec) -> Result<Manifest> {
                 gaps.insert(l.info.name.clone(), rng.below(16) * 4096);
             }
         }
-        libs.push(LibrarySpec {
-            info: LibraryInfo { name: "rest".into(), version: "0".into(), kind: LibraryKind::App },
-            inputs: vec![],
-        });
+        libs.push(LibrarySpec { info: LibraryInfo { name: "rest".into(), version: "0".into(), kind: LibraryKind::App }, inputs: vec![] });
     } else {
         libs.push(LibrarySpec { info: app, inputs: vec![] });
     }

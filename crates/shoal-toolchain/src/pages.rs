@@ -140,9 +140,7 @@ impl PagesReport {
 
     /// The report as JSON.
     pub fn json(&self) -> serde_json::Value {
-        let lib = |x: &Sharing| {
-            serde_json::json!({"images": x.images, "pages": x.pages, "frames": x.frames, "max_per_image": x.max_per_image, "fully_shared": x.fully_shared()})
-        };
+        let lib = |x: &Sharing| serde_json::json!({"images": x.images, "pages": x.pages, "frames": x.frames, "max_per_image": x.max_per_image, "fully_shared": x.fully_shared()});
         serde_json::json!({
             "images": self.images,
             "total": lib(&self.total),

@@ -221,8 +221,7 @@ pub fn load(paths: &Paths, name: &str) -> Result<Recipe> {
         return Err(err(format!("there is no recipe named `{name}` (the recipes are: {known})")));
     }
     let text = io(&file, fs::read_to_string(&file))?;
-    let recipe: Recipe = serde_json::from_str(&text)
-        .map_err(|e| ToolchainError::Input(file.clone(), format!("not a valid recipe: {e}")))?;
+    let recipe: Recipe = serde_json::from_str(&text).map_err(|e| ToolchainError::Input(file.clone(), format!("not a valid recipe: {e}")))?;
     if recipe.name != name {
         return Err(ToolchainError::Input(file, format!("the recipe calls itself `{}`, not `{name}`", recipe.name)));
     }
@@ -297,9 +296,7 @@ impl Log {
 }
 
 fn has_program(name: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-        .unwrap_or(false)
+    std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file())).unwrap_or(false)
 }
 
 fn require_tool(recipe: &str, program: &str, package: &str) -> Result<()> {
@@ -365,18 +362,14 @@ pub fn fetch(paths: &Paths, recipe: &str, lib: &LibraryRecipe) -> Result<Source>
                 log.run("apt-get update", Command::new("apt-get").arg("update"))?;
                 if let Err(e) = get(pkg) {
                     let out = Command::new("apt-cache").args(["showsrc", pkg]).output().map_err(|e| ToolchainError::Spawn("apt-cache".into(), e))?;
-                    let versions: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                        .lines()
-                        .filter_map(|l| l.strip_prefix("Version:").map(|v| v.trim().to_string()))
-                        .collect();
+                    let versions: Vec<String> =
+                        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.strip_prefix("Version:").map(|v| v.trim().to_string())).collect();
                     if !versions.iter().any(|v| get(&format!("{pkg}={v}")).is_ok()) {
                         return Err(e);
                     }
                 }
             }
-            newest_dsc(&src_dir, pkg).ok_or_else(|| {
-                err(format!("apt-get source {pkg} (recipe {recipe}) left no {pkg}_*.dsc in {}", src_dir.display()))
-            })?
+            newest_dsc(&src_dir, pkg).ok_or_else(|| err(format!("apt-get source {pkg} (recipe {recipe}) left no {pkg}_*.dsc in {}", src_dir.display())))?
         }
     };
     let debian_version = dsc_version(&dsc)?;
@@ -396,14 +389,9 @@ pub fn fetch(paths: &Paths, recipe: &str, lib: &LibraryRecipe) -> Result<Source>
         io(&stamp, fs::write(&stamp, &dsc_name))?;
     }
     let wanted = &lib.version;
-    let matches = upstream_version == *wanted
-        || upstream_version.strip_prefix(wanted.as_str()).is_some_and(|rest| rest.starts_with('.'));
+    let matches = upstream_version == *wanted || upstream_version.strip_prefix(wanted.as_str()).is_some_and(|rest| rest.starts_with('.'));
     if !matches {
-        return Err(err(format!(
-            "recipe {recipe} expects {} {wanted}, but Debian's source package {pkg} is {upstream_version} ({})",
-            lib.name,
-            dsc.display()
-        )));
+        return Err(err(format!("recipe {recipe} expects {} {wanted}, but Debian's source package {pkg} is {upstream_version} ({})", lib.name, dsc.display())));
     }
     Ok(Source { package: pkg.clone(), debian_version, upstream_version, dir, dsc })
 }
@@ -559,11 +547,7 @@ fn hex(d: impl AsRef<[u8]>) -> String {
 /// What every compilation depends on besides its sources: shoal's flags,
 /// the libc build, the compiler.
 fn toolchain_identity(paths: &Paths, shoal_flags: &[String]) -> String {
-    let gcc = Command::new("gcc")
-        .arg("-dumpfullversion")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
+    let gcc = Command::new("gcc").arg("-dumpfullversion").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
     let stamp = fs::read_to_string(paths.sysroot().join(".shoal-stamp")).unwrap_or_default();
     format!("{FORMAT}\n{}\ngcc {gcc}\nlibc {}\n", shoal_flags.join(" "), stamp.trim())
 }
@@ -588,9 +572,7 @@ fn remove_stale(keep: &Path, prefix: &str) {
     for ent in fs::read_dir(root).into_iter().flatten().flatten() {
         let p = ent.path();
         let n = ent.file_name().to_string_lossy().to_string();
-        let other_key = n
-            .strip_prefix(prefix)
-            .is_some_and(|k| k.len() == 16 && k.chars().all(|c| c.is_ascii_hexdigit()));
+        let other_key = n.strip_prefix(prefix).is_some_and(|k| k.len() == 16 && k.chars().all(|c| c.is_ascii_hexdigit()));
         if p != keep && other_key && p.is_dir() {
             let _ = fs::remove_dir_all(&p);
         }
@@ -640,14 +622,7 @@ pub fn build_library(paths: &Paths, recipe: &Recipe) -> Result<Option<BuiltLibra
     for step in &lib.prepare {
         log.run(
             &format!("preparing the sources of {} for recipe {recipe} (`{step}`)", lib.name, recipe = recipe.name),
-            Command::new("sh")
-                .arg("-ec")
-                .arg(step)
-                .current_dir(&gen)
-                .env("SRC", &source.dir)
-                .env("GEN", &gen)
-                .env_remove("CFLAGS")
-                .env_remove("MAKEFLAGS"),
+            Command::new("sh").arg("-ec").arg(step).current_dir(&gen).env("SRC", &source.dir).env("GEN", &gen).env_remove("CFLAGS").env_remove("MAKEFLAGS"),
         )?;
     }
     let sources = source_files(&recipe.name, &lib.sources, &lib.exclude, &paths.home, Some(&source.dir), Some(&gen))?;
@@ -747,10 +722,7 @@ pub fn prepare(paths: &Paths, recipe: &Recipe) -> Result<()> {
 pub fn build(paths: &Paths, recipe: &Recipe, image: &Path) -> Result<Built> {
     let library = build_library(paths, recipe)?;
     let app = build_app(paths, recipe, library.as_ref())?;
-    let libraries = library
-        .iter()
-        .map(|l| UserLibrary { name: l.name.clone(), version: l.version.clone(), path: l.archive.clone() })
-        .collect();
+    let libraries = library.iter().map(|l| UserLibrary { name: l.name.clone(), version: l.version.clone(), path: l.archive.clone() }).collect();
     let spec = BuildSpec::new(image.to_path_buf(), app.objects, libraries);
     link_image(paths, &spec)?;
     Ok(Built { recipe: recipe.clone(), library, image: image.to_path_buf(), native: app.native })
@@ -788,16 +760,10 @@ pub fn invocation(paths: &Paths, recipe: &Recipe, side: Side, full: bool, tmp: &
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).to_string();
     let (tmp_s, root_s) = match side {
         Side::Shoal => ("/tmp".to_string(), String::new()),
-        Side::Native => (
-            tmp.display().to_string(),
-            fs_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
-        ),
+        Side::Native => (tmp.display().to_string(), fs_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default()),
     };
     let list = if full { &recipe.run.bench_args } else { &recipe.run.test_args };
-    let args = list
-        .iter()
-        .map(|a| a.replace("{tmp}", &tmp_s).replace("{root}", &root_s).replace("{ncpu}", &ncpu))
-        .collect();
+    let args = list.iter().map(|a| a.replace("{tmp}", &tmp_s).replace("{root}", &root_s).replace("{ncpu}", &ncpu)).collect();
     Invocation { args, fs: fs_dir, mem: recipe.run.mem.clone() }
 }
 

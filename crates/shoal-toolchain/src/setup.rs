@@ -10,20 +10,13 @@ use std::time::SystemTime;
 /// script even when the sysroot exists, so it can check its inputs.
 pub fn ensure_libc(paths: &Paths, force: bool) -> Result<()> {
     let libc = paths.sysroot().join("lib/libc.a");
-    if libc.is_file()
-        && !force
-        && !newer_than(&paths.home.join("libc/overlay"), &libc)?
-        && !newer_than(&paths.home.join("libc/build-musl.sh"), &libc)?
-    {
+    if libc.is_file() && !force && !newer_than(&paths.home.join("libc/overlay"), &libc)? && !newer_than(&paths.home.join("libc/build-musl.sh"), &libc)? {
         return Ok(());
     }
     let script = paths.home.join("libc/build-musl.sh");
     // Its progress goes to stderr: this runs on the first use of any
     // command, and `shoal bench … --json` promises JSON alone on stdout.
-    run(
-        "libc/build-musl.sh",
-        Command::new("bash").arg(&script).env("SHOAL_CACHE", &paths.cache).stdout(std::io::stderr()),
-    )
+    run("libc/build-musl.sh", Command::new("bash").arg(&script).env("SHOAL_CACHE", &paths.cache).stdout(std::io::stderr()))
 }
 
 /// Builds the kernel staticlib with cargo if any kernel (or ABI) source is
@@ -59,9 +52,7 @@ pub fn ensure_kernel(paths: &Paths, force: bool) -> Result<()> {
 }
 
 fn mtime(p: &Path) -> Result<SystemTime> {
-    std::fs::metadata(p)
-        .and_then(|m| m.modified())
-        .map_err(|e| ToolchainError::Io(p.to_path_buf(), e))
+    std::fs::metadata(p).and_then(|m| m.modified()).map_err(|e| ToolchainError::Io(p.to_path_buf(), e))
 }
 
 /// Whether any source file under `dir` (ignoring `target/`) is newer than
@@ -100,8 +91,7 @@ fn newer_than(dir: &Path, output: &Path) -> Result<bool> {
 /// form the `krt` library.
 pub fn kernel_components(lib: &Path) -> Result<Vec<String>> {
     let data = std::fs::read(lib).map_err(|e| ToolchainError::Io(lib.to_path_buf(), e))?;
-    let archive = object::read::archive::ArchiveFile::parse(&*data)
-        .map_err(|e| ToolchainError::Input(lib.to_path_buf(), format!("not an archive: {e}")))?;
+    let archive = object::read::archive::ArchiveFile::parse(&*data).map_err(|e| ToolchainError::Input(lib.to_path_buf(), format!("not an archive: {e}")))?;
     let mut comps = Vec::new();
     for m in archive.members() {
         let m = m.map_err(|e| ToolchainError::Input(lib.to_path_buf(), format!("bad archive member: {e}")))?;

@@ -155,10 +155,7 @@ pub fn speedtest1_object(paths: &Paths, shoal: &Path, oldest: &SqliteVersion) ->
         return Ok(obj);
     }
     let recipe = crate::recipe::load(paths, "sqlite-speedtest1")?;
-    let lib = recipe
-        .library
-        .as_ref()
-        .ok_or_else(|| ToolchainError::Usage("the sqlite-speedtest1 recipe has no library".into()))?;
+    let lib = recipe.library.as_ref().ok_or_else(|| ToolchainError::Usage("the sqlite-speedtest1 recipe has no library".into()))?;
     let src = crate::recipe::fetch(paths, "sqlite-speedtest1", lib)?;
     let c = src.dir.join("test/speedtest1.c");
     let tmp = obj.with_extension("o.tmp");
@@ -193,14 +190,9 @@ pub fn build_policy(paths: &Paths, dir: &Path, policy: &str, versions: &[SqliteV
     ws.push_str("]\n");
     let stem = app.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "app".into());
     for v in versions {
-        ws.push_str(&format!(
-            "\n[[image]]\noutput = \"{stem}-{0}\"\nobjects = [\"{1}\"]\nlibraries = [\"sqlite@{0}\"]\n",
-            v.version,
-            app.display()
-        ));
+        ws.push_str(&format!("\n[[image]]\noutput = \"{stem}-{0}\"\nobjects = [\"{1}\"]\nlibraries = [\"sqlite@{0}\"]\n", v.version, app.display()));
     }
     let file = dir.join("workspace.toml");
     std::fs::write(&file, ws).map_err(|e| ToolchainError::Io(file.clone(), e))?;
     crate::workspace::build_workspace(paths, &file)
 }
-

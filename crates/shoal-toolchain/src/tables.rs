@@ -91,8 +91,7 @@ fn scan(path: &Path, data: &[u8], library: &str, linked: bool) -> Result<Unit> {
 
 /// The member names of an archive with their bytes.
 fn members(path: &Path, data: &[u8]) -> Result<Vec<(String, Vec<u8>)>> {
-    let ar = object::read::archive::ArchiveFile::parse(data)
-        .map_err(|e| ToolchainError::Input(path.to_path_buf(), format!("not an archive: {e}")))?;
+    let ar = object::read::archive::ArchiveFile::parse(data).map_err(|e| ToolchainError::Input(path.to_path_buf(), format!("not an archive: {e}")))?;
     let mut out = Vec::new();
     for m in ar.members() {
         let m = m.map_err(|e| ToolchainError::Input(path.to_path_buf(), format!("bad archive member: {e}")))?;
@@ -194,8 +193,7 @@ pub fn relax_got_relocations(path: &Path, data: &mut [u8]) -> Result<usize> {
 /// many relocations were changed.
 pub fn relax_archive(path: &Path, data: &mut [u8]) -> Result<usize> {
     let ranges: Vec<(usize, usize)> = {
-        let ar = object::read::archive::ArchiveFile::parse(&*data)
-            .map_err(|e| ToolchainError::Input(path.to_path_buf(), format!("not an archive: {e}")))?;
+        let ar = object::read::archive::ArchiveFile::parse(&*data).map_err(|e| ToolchainError::Input(path.to_path_buf(), format!("not an archive: {e}")))?;
         let mut ranges = Vec::new();
         for m in ar.members() {
             let m = m.map_err(|e| ToolchainError::Input(path.to_path_buf(), format!("bad archive member: {e}")))?;
@@ -275,9 +273,8 @@ pub fn route(paths: &Paths, dir: &Path, owned: &[(String, Vec<PathBuf>)], taken:
     std::fs::create_dir_all(dir).map_err(|e| ToolchainError::Io(dir.to_path_buf(), e))?;
     let orig = default_shared_inputs(paths)?;
     let comps = kernel_components(&orig.kernel)?;
-    let kernel_library = |member: &str| -> String {
-        comps.iter().find(|c| member.starts_with(&format!("shoal_{c}-"))).cloned().unwrap_or_else(|| "krt".into())
-    };
+    let kernel_library =
+        |member: &str| -> String { comps.iter().find(|c| member.starts_with(&format!("shoal_{c}-"))).cloned().unwrap_or_else(|| "krt".into()) };
     let is_taken = |archive: &str, member: &str| taken.contains(&(archive.to_string(), member.to_string()));
 
     // Every unit, with the library it belongs to.
@@ -393,12 +390,7 @@ pub fn route(paths: &Paths, dir: &Path, owned: &[(String, Vec<PathBuf>)], taken:
             i += 1;
         }
     }
-    Ok(Routing {
-        shared: SharedInputs { crt, libc: libc_out, kernel: kernel_out, libgcc: libgcc_out },
-        objects,
-        tables,
-        defs,
-    })
+    Ok(Routing { shared: SharedInputs { crt, libc: libc_out, kernel: kernel_out, libgcc: libgcc_out }, objects, tables, defs })
 }
 
 #[cfg(test)]

@@ -116,8 +116,7 @@ impl Workspace {
     /// Reads a workspace file; relative paths become relative to its folder.
     pub fn read(path: &Path) -> Result<Workspace> {
         let text = std::fs::read_to_string(path).map_err(|e| ToolchainError::Io(path.to_path_buf(), e))?;
-        let mut ws: Workspace =
-            toml::from_str(&text).map_err(|e| ToolchainError::Input(path.to_path_buf(), format!("invalid workspace: {}", e.message())))?;
+        let mut ws: Workspace = toml::from_str(&text).map_err(|e| ToolchainError::Input(path.to_path_buf(), format!("invalid workspace: {}", e.message())))?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let fix = |p: &mut PathBuf| {
             if p.is_relative() {
@@ -469,8 +468,7 @@ fn by_change_history(set: Option<&shoal_delta::DeltaSet>, names: impl IntoIterat
             history.entry(f.as_str()).or_default().push(d.index);
         }
     }
-    let mut keyed: Vec<(Vec<usize>, String)> =
-        names.into_iter().map(|n| (history.get(n.as_str()).cloned().unwrap_or_default(), n)).collect();
+    let mut keyed: Vec<(Vec<usize>, String)> = names.into_iter().map(|n| (history.get(n.as_str()).cloned().unwrap_or_default(), n)).collect();
     keyed.sort();
     keyed.into_iter().map(|(_, n)| n).collect()
 }
@@ -569,10 +567,7 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
             }
         }
     }
-    let scratch = tempfile::Builder::new()
-        .prefix("shoal-ws-")
-        .tempdir()
-        .map_err(|e| ToolchainError::Io(std::env::temp_dir(), e))?;
+    let scratch = tempfile::Builder::new().prefix("shoal-ws-").tempdir().map_err(|e| ToolchainError::Io(std::env::temp_dir(), e))?;
     let delta_sets = if matches!(ws.policy.as_str(), "delta" | "aslr") {
         let mut sets = BTreeMap::new();
         for l in &ws.libraries {
@@ -657,11 +652,7 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
                     }
                 }
                 None => {
-                    spec.libraries.push(UserLibrary {
-                        name: lib.name.clone(),
-                        version: version.version.clone(),
-                        path: version.object.clone(),
-                    });
+                    spec.libraries.push(UserLibrary { name: lib.name.clone(), version: version.version.clone(), path: version.object.clone() });
                 }
             }
             if let Some(ext) = externals.get(&(lib.name.clone(), idx)) {
@@ -767,10 +758,7 @@ fn archive_members_taken(map: &Path) -> Result<BTreeSet<(String, String)>> {
 /// One global symbol defined by each of `members`, so that `-u SYMBOL`
 /// takes that member into every link.
 fn forcing_symbols(paths: &Paths, members: &BTreeSet<(String, String)>) -> Result<Vec<String>> {
-    let files = [
-        ("shoal-libc.a", paths.sysroot().join("lib/libc.a")),
-        ("shoal-kernel.a", paths.kernel_lib()),
-    ];
+    let files = [("shoal-libc.a", paths.sysroot().join("lib/libc.a")), ("shoal-kernel.a", paths.kernel_lib())];
     let mut out = Vec::new();
     for (name, file) in files {
         let wanted: BTreeSet<&str> = members.iter().filter(|(a, _)| a == name).map(|(_, m)| m.as_str()).collect();
@@ -778,8 +766,7 @@ fn forcing_symbols(paths: &Paths, members: &BTreeSet<(String, String)>) -> Resul
             continue;
         }
         let data = std::fs::read(&file).map_err(|e| ToolchainError::Io(file.clone(), e))?;
-        let ar = object::read::archive::ArchiveFile::parse(&*data)
-            .map_err(|e| ToolchainError::Input(file.clone(), format!("not an archive: {e}")))?;
+        let ar = object::read::archive::ArchiveFile::parse(&*data).map_err(|e| ToolchainError::Input(file.clone(), format!("not an archive: {e}")))?;
         let mut offsets = BTreeMap::new();
         for m in ar.members() {
             let m = m.map_err(|e| ToolchainError::Input(file.clone(), format!("bad member: {e}")))?;

@@ -344,9 +344,8 @@ pub fn shows_file(addr: u64, len: u64) -> bool {
 pub(crate) fn outside_shared(a: u64, b: u64, mut f: impl FnMut(u64, u64)) {
     let mut pos = a;
     while pos < b {
-        let hit = MAPS.with(|t| {
-            t.iter().filter_map(|s| s.get()).filter(|m| m.shared && m.start < b && pos < m.live).map(|m| (m.start.max(pos), m.live.min(b))).min()
-        });
+        let hit = MAPS
+            .with(|t| t.iter().filter_map(|s| s.get()).filter(|m| m.shared && m.start < b && pos < m.live).map(|m| (m.start.max(pos), m.live.min(b))).min());
         match hit {
             Some((x, y)) => {
                 if pos < x {

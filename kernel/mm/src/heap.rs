@@ -65,9 +65,7 @@ pub struct KernelHeap {
 impl KernelHeap {
     /// A heap that takes its pages from `get`.
     pub const fn new(get: PageFn) -> KernelHeap {
-        KernelHeap {
-            talc: Global::new(Talc::new(PageSource { get, next_chunk: FIRST_CHUNK, bytes: 0 })),
-        }
+        KernelHeap { talc: Global::new(Talc::new(PageSource { get, next_chunk: FIRST_CHUNK, bytes: 0 })) }
     }
 
     /// The kernel heap backed by mm's page allocator.

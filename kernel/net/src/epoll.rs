@@ -109,16 +109,11 @@ fn scan(id: u64, vfs: &Vfs, max: usize, consume: bool) -> Vec<(u32, u64)> {
         DEPTH.fetch_sub(1, Ordering::Relaxed);
         return Vec::new();
     }
-    let (items, synced): (Vec<Entry>, u64) = crate::with(|n| {
-        epoll_mut(n, id).map(|e| (e.items.iter().map(|(k, v)| (*k, *v)).collect(), e.synced)).unwrap_or_default()
-    });
+    let (items, synced): (Vec<Entry>, u64) =
+        crate::with(|n| epoll_mut(n, id).map(|e| (e.items.iter().map(|(k, v)| (*k, *v)).collect(), e.synced)).unwrap_or_default());
     let any_quiet = items.iter().any(|(_, it)| it.quiet);
     let any_host = items.iter().any(|(_, it)| it.host.is_some());
-    let (now, gains) = if any_host {
-        crate::with(|n| n.inet.as_ref().map(|b| b.gains_since(synced)).unwrap_or((0, None)))
-    } else {
-        (0, None)
-    };
+    let (now, gains) = if any_host { crate::with(|n| n.inet.as_ref().map(|b| b.gains_since(synced)).unwrap_or((0, None))) } else { (0, None) };
     let gained: Option<alloc::collections::BTreeSet<u64>> = if any_quiet { gains.map(|g| g.into_iter().collect()) } else { None };
     let mut out = Vec::new();
     // (key, generation reported, quiet now)
@@ -197,8 +192,7 @@ pub(crate) fn deadline(id: u64, vfs: &Vfs) -> Option<u64> {
         DEPTH.fetch_sub(1, Ordering::Relaxed);
         return None;
     }
-    let ofds: Vec<usize> =
-        crate::with(|n| epoll_mut(n, id).map(|e| e.items.iter().filter(|(_, it)| it.timed).map(|(k, _)| k.0).collect()).unwrap_or_default());
+    let ofds: Vec<usize> = crate::with(|n| epoll_mut(n, id).map(|e| e.items.iter().filter(|(_, it)| it.timed).map(|(k, _)| k.0).collect()).unwrap_or_default());
     let d = ofds.into_iter().filter_map(|o| vfs.ofd_deadline(o)).min();
     DEPTH.fetch_sub(1, Ordering::Relaxed);
     d

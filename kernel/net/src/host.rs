@@ -96,7 +96,20 @@ struct HostSock {
 
 impl HostSock {
     fn new(domain: i32, ty: i32, proto: i32) -> HostSock {
-        HostSock { domain, ty, proto, host: None, listener: None, local: None, opts: SockOpts::default(), ready: 0, gen: 0, listening: false, guest_port: None, v6only: false }
+        HostSock {
+            domain,
+            ty,
+            proto,
+            host: None,
+            listener: None,
+            local: None,
+            opts: SockOpts::default(),
+            ready: 0,
+            gen: 0,
+            listening: false,
+            guest_port: None,
+            v6only: false,
+        }
     }
 
     /// Adds newly learned readiness bits.
@@ -346,7 +359,16 @@ impl State {
             flags |= net_op::BIND_V6ONLY;
         }
         let opts = s.opts.clone();
-        let fd = op(NetOp { op: net_op::BIND_NEW, a: domain as u64, b: ty as u64, flags, addr: addr.as_ptr() as u64, addrlen: addr.len() as u64, ..NetOp::default() }).0?;
+        let fd = op(NetOp {
+            op: net_op::BIND_NEW,
+            a: domain as u64,
+            b: ty as u64,
+            flags,
+            addr: addr.as_ptr() as u64,
+            addrlen: addr.len() as u64,
+            ..NetOp::default()
+        })
+        .0?;
         let mut buf = [0u8; 128];
         let local = match op(NetOp { op: net_op::GETSOCKNAME, handle: fd, addr: buf.as_mut_ptr() as u64, addrlen: buf.len() as u64, ..NetOp::default() }).0 {
             Ok(n) => buf[..(n as usize).min(buf.len())].to_vec(),
@@ -677,7 +699,17 @@ impl Backend for HostBackend {
                 if b.is_empty() && total > 0 {
                     continue;
                 }
-                let r = op(NetOp { op: net_op::SEND, handle: fd, flags: flags as u32, buf: b.as_ptr() as u64, len: b.len() as u64, addr: ap, addrlen: al, ..NetOp::default() }).0;
+                let r = op(NetOp {
+                    op: net_op::SEND,
+                    handle: fd,
+                    flags: flags as u32,
+                    buf: b.as_ptr() as u64,
+                    len: b.len() as u64,
+                    addr: ap,
+                    addrlen: al,
+                    ..NetOp::default()
+                })
+                .0;
                 match r {
                     Ok(n) => {
                         total += n as usize;
@@ -859,7 +891,16 @@ impl Backend for HostBackend {
                 };
             };
             let mut buf = [0u8; 256];
-            let n = op(NetOp { op: net_op::GETSOCKOPT, handle: fd, a: level as u64, b: name as u64, buf: buf.as_mut_ptr() as u64, len: buf.len() as u64, ..NetOp::default() }).0?;
+            let n = op(NetOp {
+                op: net_op::GETSOCKOPT,
+                handle: fd,
+                a: level as u64,
+                b: name as u64,
+                buf: buf.as_mut_ptr() as u64,
+                len: buf.len() as u64,
+                ..NetOp::default()
+            })
+            .0?;
             Ok(buf[..(n as usize).min(buf.len())].to_vec())
         })
     }

@@ -192,10 +192,7 @@ fn epoll_edge_triggered_through_the_entry_points() {
     shoal_vfs::with(|v| v.close_fd(sv[1])).unwrap();
     shoal_vfs::with(|v| v.close_fd(sv[0])).unwrap();
     assert_eq!(wait(&mut out), 0);
-    assert_eq!(
-        sys::epoll_ctl(&args(&[ep, EPOLL_CTL_DEL as u64, sv[1] as u64, 0])),
-        Err(Errno::EBADF)
-    );
+    assert_eq!(sys::epoll_ctl(&args(&[ep, EPOLL_CTL_DEL as u64, sv[1] as u64, 0])), Err(Errno::EBADF));
     assert_eq!(sys::socket(&args(&[AF_INET as u64, SOCK_STREAM as u64, 0])), Err(Errno::EAFNOSUPPORT));
     shoal_vfs::with(|v| v.close_fd(ep as i32)).unwrap();
 }

@@ -98,11 +98,7 @@ impl TimerFd {
         self.next = if value == 0 {
             None
         } else if abs {
-            let mono = if self.clock == CLOCK_REALTIME {
-                value.saturating_sub(shoal_time::realtime_offset_ns())
-            } else {
-                value
-            };
+            let mono = if self.clock == CLOCK_REALTIME { value.saturating_sub(shoal_time::realtime_offset_ns()) } else { value };
             Some(mono)
         } else {
             Some(now.saturating_add(value))

@@ -521,11 +521,7 @@ impl Backend for Unix {
                     // Datagram senders blocked on a full queue re-check.
                     crate::wake();
                 }
-                Ok(Received {
-                    len: if trunc && flags & MSG_TRUNC != 0 { full } else { copied },
-                    from,
-                    flags: if trunc { MSG_TRUNC } else { 0 },
-                })
+                Ok(Received { len: if trunc && flags & MSG_TRUNC != 0 { full } else { copied }, from, flags: if trunc { MSG_TRUNC } else { 0 } })
             }
         }
     }
@@ -625,10 +621,7 @@ impl Backend for Unix {
         let writable = match (s.ty, s.peer) {
             (_, _) if s.shut_snd => true,
             (Ty::Stream, Some(p)) => self.socks.get(&p).is_none_or(|p| p.rx.len() * 4 <= s.opts.sndbuf as usize),
-            (_, Some(p)) => self
-                .socks
-                .get(&p)
-                .is_none_or(|p| p.msgs.len() < MAX_DGRAMS && p.msg_bytes * 4 <= p.opts.rcvbuf as usize),
+            (_, Some(p)) => self.socks.get(&p).is_none_or(|p| p.msgs.len() < MAX_DGRAMS && p.msg_bytes * 4 <= p.opts.rcvbuf as usize),
             (_, None) => true,
         };
         if writable {

@@ -174,11 +174,7 @@ fn host_write(stream: u64, bytes: &[u8]) -> i64 {
 #[cfg(test)]
 fn host_write(stream: u64, bytes: &[u8]) -> i64 {
     use std::io::Write;
-    let _ = if stream == CONSOLE_STDOUT {
-        std::io::stdout().write_all(bytes)
-    } else {
-        std::io::stderr().write_all(bytes)
-    };
+    let _ = if stream == CONSOLE_STDOUT { std::io::stdout().write_all(bytes) } else { std::io::stderr().write_all(bytes) };
     bytes.len() as i64
 }
 
@@ -260,10 +256,7 @@ static STDIN: crate::Global<Option<Stdin>> = crate::Global::new(None);
 /// Runs `f` on the standard-input state.
 pub fn with_stdin<R>(f: impl FnOnce(&mut Stdin) -> R) -> R {
     STDIN.with(|s| {
-        let s = s.get_or_insert_with(|| Stdin {
-            tty: crate::boot::info().console_flags & shoal_abi::CONSOLE_STDIN_TTY != 0,
-            ..Stdin::default()
-        });
+        let s = s.get_or_insert_with(|| Stdin { tty: crate::boot::info().console_flags & shoal_abi::CONSOLE_STDIN_TTY != 0, ..Stdin::default() });
         f(s)
     })
 }

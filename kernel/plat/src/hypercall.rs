@@ -6,12 +6,12 @@
 //! caller's stack frame; results come back in the same structure.
 
 use core::sync::atomic::{AtomicU64, Ordering};
-use shoal_abi::{
-    AliasArgs, AliasListArgs, AliasPair, ConsoleBufferArgs, ConsoleReadArgs, ConsoleWriteArgs, HaltArgs, Hypercall, NetArgs, NetOp, NetPollArgs, NetPollFd, PollArgs, ProtectArgs,
-    SignalWordArgs,
-};
 #[cfg(not(test))]
 use shoal_abi::HYPERCALL_PORT_BASE;
+use shoal_abi::{
+    AliasArgs, AliasListArgs, AliasPair, ConsoleBufferArgs, ConsoleReadArgs, ConsoleWriteArgs, HaltArgs, Hypercall, NetArgs, NetOp, NetPollArgs, NetPollFd,
+    PollArgs, ProtectArgs, SignalWordArgs,
+};
 
 static ENTRY: AtomicU64 = AtomicU64::new(0);
 

@@ -264,13 +264,7 @@ mod tests {
             b[40..48].copy_from_slice(&memsz.to_le_bytes());
             b
         };
-        let phdrs = [
-            ph(1, 5, 0x100000, 0x1234),
-            ph(1, 4, 0x102000, 0x10),
-            ph(1, 6, 0x103000, 0x5000),
-            ph(7, 4, 0x103000, 0x40),
-            ph(1, 4, 0x109000, 0),
-        ];
+        let phdrs = [ph(1, 5, 0x100000, 0x1234), ph(1, 4, 0x102000, 0x10), ph(1, 6, 0x103000, 0x5000), ph(7, 4, 0x103000, 0x40), ph(1, 4, 0x109000, 0)];
         let mut info = crate::boot::info();
         info.phdr_addr = phdrs.as_ptr() as u64;
         info.phnum = phdrs.len() as u64;
@@ -278,10 +272,7 @@ mod tests {
         info.fs_archive_size = 0x1001;
         let mut out = [(0, 0); MAX_READ_ONLY];
         let n = read_only_ranges(&info, &mut out);
-        assert_eq!(
-            &out[..n],
-            &[(BOOT_INFO_ADDR, BOOT_INFO_ADDR + 0x1000), (0x200000, 0x202000), (0x100000, 0x102000), (0x102000, 0x103000)]
-        );
+        assert_eq!(&out[..n], &[(BOOT_INFO_ADDR, BOOT_INFO_ADDR + 0x1000), (0x200000, 0x202000), (0x100000, 0x102000), (0x102000, 0x103000)]);
         info.fs_archive_size = 0;
         info.phnum = 0;
         assert_eq!(read_only_ranges(&info, &mut out), 1);

@@ -391,14 +391,8 @@ pub fn shmctl(a: &Args) -> SysResult {
         match cmd {
             IPC_STAT => {
                 let b = &o.body;
-                let ds = ShmidDs {
-                    perm: o.perm,
-                    segsz: b.size,
-                    times: [b.times[0], b.times[1], o.ctime],
-                    pids: [PID, b.lpid],
-                    nattch: b.nattch,
-                    unused: [0; 2],
-                };
+                let ds =
+                    ShmidDs { perm: o.perm, segsz: b.size, times: [b.times[0], b.times[1], o.ctime], pids: [PID, b.lpid], nattch: b.nattch, unused: [0; 2] };
                 umem::write(buf, ds)?;
                 Ok(None)
             }
@@ -460,11 +454,7 @@ fn read_sops(addr: u64, n: usize) -> Result<Vec<SemBuf>, Errno> {
     let bytes = umem::slice(addr, n.checked_mul(6).ok_or(Errno::E2BIG)?)?;
     Ok(bytes
         .chunks_exact(6)
-        .map(|c| SemBuf {
-            num: u16::from_ne_bytes([c[0], c[1]]),
-            op: i16::from_ne_bytes([c[2], c[3]]),
-            flg: i16::from_ne_bytes([c[4], c[5]]),
-        })
+        .map(|c| SemBuf { num: u16::from_ne_bytes([c[0], c[1]]), op: i16::from_ne_bytes([c[2], c[3]]), flg: i16::from_ne_bytes([c[4], c[5]]) })
         .collect())
 }
 
@@ -648,14 +638,7 @@ pub fn semctl(a: &Args) -> SysResult {
 /// `msgget(key, flags)`.
 pub fn msgget(a: &Args) -> SysResult {
     let (key, flags) = (a.int(0), a.uint(1));
-    IPC.with(|t| {
-        t.msg.lookup(
-            key,
-            flags,
-            || Ok(Msq { msgs: VecDeque::new(), cbytes: 0, qbytes: MSGMNB, times: [0, 0], pids: [0, 0] }),
-            |_| Ok(()),
-        )
-    })
+    IPC.with(|t| t.msg.lookup(key, flags, || Ok(Msq { msgs: VecDeque::new(), cbytes: 0, qbytes: MSGMNB, times: [0, 0], pids: [0, 0] }), |_| Ok(())))
 }
 
 /// `msgsnd(id, msgp, size, flags)`: waits while the queue is full.

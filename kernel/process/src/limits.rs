@@ -55,22 +55,22 @@ pub const DEFAULT_NOFILE: u64 = 1024;
 pub fn defaults(mem: u64, stack: u64) -> [Rlimit; NLIMITS] {
     let r = |cur, max| Rlimit { cur, max };
     [
-        r(INF, INF),             // CPU
-        r(INF, INF),             // FSIZE
-        r(mem, INF),             // DATA
-        r(stack, INF),           // STACK
-        r(0, INF),               // CORE
-        r(INF, INF),             // RSS
-        r(INF, INF),             // NPROC
+        r(INF, INF),                // CPU
+        r(INF, INF),                // FSIZE
+        r(mem, INF),                // DATA
+        r(stack, INF),              // STACK
+        r(0, INF),                  // CORE
+        r(INF, INF),                // RSS
+        r(INF, INF),                // NPROC
         r(DEFAULT_NOFILE, MAX_FDS), // NOFILE
-        r(8 << 20, 8 << 20),     // MEMLOCK
-        r(mem, INF),             // AS
-        r(INF, INF),             // LOCKS
-        r(INF, INF),             // SIGPENDING
-        r(819_200, 819_200),     // MSGQUEUE
-        r(0, 0),                 // NICE
-        r(0, 0),                 // RTPRIO
-        r(INF, INF),             // RTTIME
+        r(8 << 20, 8 << 20),        // MEMLOCK
+        r(mem, INF),                // AS
+        r(INF, INF),                // LOCKS
+        r(INF, INF),                // SIGPENDING
+        r(819_200, 819_200),        // MSGQUEUE
+        r(0, 0),                    // NICE
+        r(0, 0),                    // RTPRIO
+        r(INF, INF),                // RTTIME
     ]
 }
 

@@ -306,8 +306,26 @@ pub fn interrupted_rsp(frame: u64) -> u64 {
 /// Frame index of each of `ucontext_t`'s first 18 `gregs` (Linux x86-64
 /// order: r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, eflags);
 /// `None`: rsp, which comes from the frame's address.
-const GREG_FROM_FRAME: [Option<usize>; 18] =
-    [Some(7), Some(6), Some(5), Some(4), Some(3), Some(2), Some(1), Some(0), Some(8), Some(9), Some(10), Some(11), Some(12), Some(14), Some(13), None, Some(16), Some(15)];
+const GREG_FROM_FRAME: [Option<usize>; 18] = [
+    Some(7),
+    Some(6),
+    Some(5),
+    Some(4),
+    Some(3),
+    Some(2),
+    Some(1),
+    Some(0),
+    Some(8),
+    Some(9),
+    Some(10),
+    Some(11),
+    Some(12),
+    Some(14),
+    Some(13),
+    None,
+    Some(16),
+    Some(15),
+];
 /// Offset of `uc_mcontext.gregs` in `ucontext_t`, in words.
 const UC_GREGS: usize = 5;
 /// The flags a handler may change through its context (Linux's
@@ -433,15 +451,7 @@ pub fn on_stack(st: &StackT, sp: u64) -> bool {
 }
 
 fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64, mut frame: Option<&mut Interrupted>) -> u64 {
-    let mut info = SigInfo {
-        si_signo: sig,
-        si_errno: 0,
-        si_code: code,
-        pad: 0,
-        si_pid: crate::PID as i32,
-        si_uid: 0,
-        rest: [0; 13],
-    };
+    let mut info = SigInfo { si_signo: sig, si_errno: 0, si_code: code, pad: 0, si_pid: crate::PID as i32, si_uid: 0, rest: [0; 13] };
     let mut uc = [0u64; 128];
     if let Some(f) = frame.as_deref() {
         let rsp = interrupted_rsp(core::ptr::from_ref(f) as u64);

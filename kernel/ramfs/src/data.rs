@@ -148,11 +148,7 @@ impl FileData {
                 dst.copy_from_slice(&c[in_page..in_page + len]);
             } else {
                 // From the base up to base_len, zeros after.
-                let from_base = if pos < self.base_len {
-                    core::cmp::min(len as u64, self.base_len - pos) as usize
-                } else {
-                    0
-                };
+                let from_base = if pos < self.base_len { core::cmp::min(len as u64, self.base_len - pos) as usize } else { 0 };
                 if from_base > 0 {
                     let p = pos as usize;
                     dst[..from_base].copy_from_slice(&self.base[p..p + from_base]);

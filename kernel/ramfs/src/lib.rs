@@ -25,8 +25,8 @@ extern crate alloc;
 pub mod data;
 pub mod dir;
 
-use alloc::collections::BTreeMap;
 use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
 use shoal_archive::{Archive, ArchiveError, Kind};
 use shoal_plat::Errno;
 
@@ -343,10 +343,7 @@ impl Fs {
         self.next_ino += 1;
         let t = self.now();
         let nlink = if matches!(node, Node::Dir(_)) { 2 } else { 1 };
-        self.inodes.insert(
-            ino,
-            Inode { perm: perm & 0o7777, nlink, refs: 0, uid: 0, gid: 0, atime: t, mtime: t, ctime: t, btime: t, node },
-        );
+        self.inodes.insert(ino, Inode { perm: perm & 0o7777, nlink, refs: 0, uid: 0, gid: 0, atime: t, mtime: t, ctime: t, btime: t, node });
         ino
     }
 
@@ -639,9 +636,7 @@ impl Fs {
             if oino == nino {
                 return Ok(());
             }
-            if (otype == FileType::Directory && self.is_ancestor(oino, ndir))
-                || (ntype == FileType::Directory && self.is_ancestor(nino, odir))
-            {
+            if (otype == FileType::Directory && self.is_ancestor(oino, ndir)) || (ntype == FileType::Directory && self.is_ancestor(nino, odir)) {
                 return Err(Errno::EINVAL);
             }
             self.dir_mut(odir)?.replace(oname, nino);

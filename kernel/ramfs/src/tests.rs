@@ -275,8 +275,7 @@ fn pack_holds_the_current_tree_below_a_directory() {
     fs.mkfifo(d, b"pipe", 0o600).unwrap();
     let bytes = fs.pack(etc).unwrap();
     let a = Archive::parse(&bytes).unwrap();
-    let list: Vec<(String, Kind, u32, usize)> =
-        a.entries().map(|e| (String::from_utf8(e.path.to_vec()).unwrap(), e.kind, e.mode, e.data.len())).collect();
+    let list: Vec<(String, Kind, u32, usize)> = a.entries().map(|e| (String::from_utf8(e.path.to_vec()).unwrap(), e.kind, e.mode, e.data.len())).collect();
     let want = [
         ("counter", Kind::File, 0o640, 2),
         ("d", Kind::Dir, 0o700, 0),

@@ -136,7 +136,8 @@ struct Once<T>(UnsafeCell<T>);
 unsafe impl<T> Sync for Once<T> {}
 
 /// Every component's regions (all empty until [`init`]).
-static REGIONS: Once<[Regions; N]> = Once(UnsafeCell::new([Regions { text: Range { start: 0, end: 0 }, data: Range { start: 0, end: 0 }, bss: Range { start: 0, end: 0 } }; N]));
+static REGIONS: Once<[Regions; N]> =
+    Once(UnsafeCell::new([Regions { text: Range { start: 0, end: 0 }, data: Range { start: 0, end: 0 }, bss: Range { start: 0, end: 0 } }; N]));
 
 fn regions() -> &'static [Regions; N] {
     // SAFETY: written only in `init_with`, before the first system call;
@@ -651,11 +652,7 @@ mod tests {
         let start = m.as_ptr() as usize;
         let mut t = [Regions::default(); N];
         let c = by_name("time");
-        t[c as usize - 1] = Regions {
-            text: Range::default(),
-            data: Range { start, end: start + 16 },
-            bss: Range { start: start + 16, end: start + 32 },
-        };
+        t[c as usize - 1] = Regions { text: Range::default(), data: Range { start, end: start + 16 }, bss: Range { start: start + 16, end: start + 32 } };
         init_with(t, &[(c, Some(hook))], 1_000_000_000);
         assert!(rebootable(c) && !rebootable(by_name("vfs")));
 

@@ -89,26 +89,46 @@ macro_rules! table {
 
 /// The component of each `sys` module the table calls into.
 macro_rules! component {
-    (vfs) => { shoal_recover::id::VFS };
-    (net) => { shoal_recover::id::NET };
-    (mm) => { shoal_recover::id::MM };
-    (time) => { shoal_recover::id::TIME };
-    (sched) => { shoal_recover::id::SCHED };
-    (itimer) => { shoal_recover::id::SCHED };
-    (process) => { shoal_recover::id::PROCESS };
-    (ipc) => { shoal_recover::id::PROCESS };
-    (user) => { shoal_recover::id::USER };
-    (sysinfo) => { shoal_recover::id::SYSINFO };
+    (vfs) => {
+        shoal_recover::id::VFS
+    };
+    (net) => {
+        shoal_recover::id::NET
+    };
+    (mm) => {
+        shoal_recover::id::MM
+    };
+    (time) => {
+        shoal_recover::id::TIME
+    };
+    (sched) => {
+        shoal_recover::id::SCHED
+    };
+    (itimer) => {
+        shoal_recover::id::SCHED
+    };
+    (process) => {
+        shoal_recover::id::PROCESS
+    };
+    (ipc) => {
+        shoal_recover::id::PROCESS
+    };
+    (user) => {
+        shoal_recover::id::USER
+    };
+    (sysinfo) => {
+        shoal_recover::id::SYSINFO
+    };
 }
 
 /// The function for system call `n` and the component it belongs to.
 fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
     use nr_net as nn;
-    use shoal_sched::itimer;
     use shoal_mm::sys as mm;
     use shoal_net::sys as net;
     use shoal_process::ipc;
     use shoal_process::sys as process;
+    use shoal_sched::itimer;
     use shoal_sched::sys as sched;
     use shoal_sysinfo::sys as sysinfo;
     use shoal_time::sys as time;
@@ -320,11 +340,7 @@ fn report_unknown(n: u64) {
     });
     if first {
         use core::fmt::Write;
-        let _ = writeln!(
-            shoal_plat::console::Stderr,
-            "shoal: unsupported system call {n} ({}), returning ENOSYS",
-            nr::name(n).unwrap_or("?")
-        );
+        let _ = writeln!(shoal_plat::console::Stderr, "shoal: unsupported system call {n} ({}), returning ENOSYS", nr::name(n).unwrap_or("?"));
     }
 }
 
@@ -425,15 +441,10 @@ mod tests {
     #[test]
     fn docs_list_exactly_the_unimplemented_system_calls() {
         let doc = include_str!("../../../docs/syscalls.md");
-        let listed: std::collections::BTreeSet<u64> = doc
-            .lines()
-            .filter_map(|l| l.strip_prefix("| "))
-            .filter_map(|l| l.split(' ').next())
-            .filter_map(|n| n.parse().ok())
-            .collect();
+        let listed: std::collections::BTreeSet<u64> =
+            doc.lines().filter_map(|l| l.strip_prefix("| ")).filter_map(|l| l.split(' ').next()).filter_map(|n| n.parse().ok()).collect();
         // 0..=335 and 424..=462: the x86-64 table (335..424 are unused).
-        let missing: std::collections::BTreeSet<u64> =
-            (0..=335u64).chain(424..=462).filter(|&n| super::lookup(n).is_none()).collect();
+        let missing: std::collections::BTreeSet<u64> = (0..=335u64).chain(424..=462).filter(|&n| super::lookup(n).is_none()).collect();
         let undocumented: Vec<u64> = missing.difference(&listed).copied().collect();
         let stale: Vec<u64> = listed.difference(&missing).copied().collect();
         assert!(undocumented.is_empty(), "answered with ENOSYS but not in docs/syscalls.md: {undocumented:?}");

@@ -87,14 +87,8 @@ pub struct Sysinfo {
 /// process; load averages 0 (not tracked).
 pub fn sysinfo(a: &Args) -> SysResult {
     let (total, free) = shoal_mm::stats();
-    let info = Sysinfo {
-        uptime: (shoal_time::monotonic_ns() / 1_000_000_000) as i64,
-        totalram: total,
-        freeram: free,
-        procs: 1,
-        mem_unit: 1,
-        ..Sysinfo::default()
-    };
+    let info =
+        Sysinfo { uptime: (shoal_time::monotonic_ns() / 1_000_000_000) as i64, totalram: total, freeram: free, procs: 1, mem_unit: 1, ..Sysinfo::default() };
     umem::write(a.u(0), info)?;
     Ok(0)
 }
@@ -109,9 +103,7 @@ pub const GETRANDOM_MAX: usize = 0x1ff_ffff;
 /// boot); returns at most [`GETRANDOM_MAX`] bytes, as Linux.
 pub fn getrandom(a: &Args) -> SysResult {
     let flags = a.uint(2);
-    if flags & !(GRND_NONBLOCK | GRND_RANDOM | GRND_INSECURE) != 0
-        || flags & (GRND_RANDOM | GRND_INSECURE) == (GRND_RANDOM | GRND_INSECURE)
-    {
+    if flags & !(GRND_NONBLOCK | GRND_RANDOM | GRND_INSECURE) != 0 || flags & (GRND_RANDOM | GRND_INSECURE) == (GRND_RANDOM | GRND_INSECURE) {
         return Err(Errno::EINVAL);
     }
     let n = a.usize(1).min(GETRANDOM_MAX);

@@ -105,9 +105,7 @@ pub enum Kind {
 pub fn kind(id: i32) -> Result<Kind, Errno> {
     match id {
         CLOCK_REALTIME | CLOCK_REALTIME_COARSE | CLOCK_REALTIME_ALARM | CLOCK_TAI => Ok(Kind::Real),
-        CLOCK_MONOTONIC | CLOCK_MONOTONIC_RAW | CLOCK_MONOTONIC_COARSE | CLOCK_BOOTTIME | CLOCK_BOOTTIME_ALARM => {
-            Ok(Kind::Mono)
-        }
+        CLOCK_MONOTONIC | CLOCK_MONOTONIC_RAW | CLOCK_MONOTONIC_COARSE | CLOCK_BOOTTIME | CLOCK_BOOTTIME_ALARM => Ok(Kind::Mono),
         CLOCK_PROCESS_CPUTIME_ID | CLOCK_THREAD_CPUTIME_ID => Ok(Kind::Cpu),
         id if id < 0 => {
             // Dynamic CPU clock: ~pid << 3 | thread << 2 | which (which < 3).

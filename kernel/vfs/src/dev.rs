@@ -51,12 +51,9 @@ pub fn populate(fs: &mut Fs) {
         for (name, major, minor, _) in DEVICES {
             let _ = fs.mkchardev(dev, name, 0o666, makedev(major, minor));
         }
-        for (name, target) in [
-            (&b"stdin"[..], &b"/proc/self/fd/0"[..]),
-            (b"stdout", b"/proc/self/fd/1"),
-            (b"stderr", b"/proc/self/fd/2"),
-            (b"fd", b"/proc/self/fd"),
-        ] {
+        for (name, target) in
+            [(&b"stdin"[..], &b"/proc/self/fd/0"[..]), (b"stdout", b"/proc/self/fd/1"), (b"stderr", b"/proc/self/fd/2"), (b"fd", b"/proc/self/fd")]
+        {
             let _ = fs.symlink(dev, name, target);
         }
         // POSIX shared memory and named semaphores (musl's shm_open and

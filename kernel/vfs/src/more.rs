@@ -258,11 +258,7 @@ impl Vfs {
         let append = self.rw_flags(i, flags, write)?;
         let mut total = 0usize;
         for (base, len) in iov {
-            let r = if write {
-                self.do_write_as(i, umem::slice(base, len)?, pos, append)
-            } else {
-                self.do_read(i, umem::slice_mut(base, len)?, pos)
-            };
+            let r = if write { self.do_write_as(i, umem::slice(base, len)?, pos, append) } else { self.do_read(i, umem::slice_mut(base, len)?, pos) };
             let n = match r {
                 Ok(n) => n,
                 Err(e) if total == 0 => return Err(e),
@@ -301,7 +297,14 @@ impl Vfs {
 
     /// Copies up to `count` bytes from description `src` (at `*src_pos`
     /// if given, else its offset) to `dst` (at `dst_pos`, else its offset).
-    fn copy(&mut self, src: usize, mut src_pos: Option<u64>, dst: usize, mut dst_pos: Option<u64>, count: usize) -> Result<(usize, Option<u64>, Option<u64>), Errno> {
+    fn copy(
+        &mut self,
+        src: usize,
+        mut src_pos: Option<u64>,
+        dst: usize,
+        mut dst_pos: Option<u64>,
+        count: usize,
+    ) -> Result<(usize, Option<u64>, Option<u64>), Errno> {
         let mut buf = alloc::vec![0u8; count.min(65536)];
         let mut total = 0;
         while total < count {
@@ -534,8 +537,7 @@ pub const RWF_DONTCACHE: u32 = 0x80;
 /// No `SIGPIPE` on `EPIPE`.
 pub const RWF_NOSIGNAL: u32 = 0x100;
 /// Every flag Linux knows.
-const RWF_SUPPORTED: u32 =
-    RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_NOWAIT | RWF_APPEND | RWF_NOAPPEND | RWF_ATOMIC | RWF_DONTCACHE | RWF_NOSIGNAL;
+const RWF_SUPPORTED: u32 = RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_NOWAIT | RWF_APPEND | RWF_NOAPPEND | RWF_ATOMIC | RWF_DONTCACHE | RWF_NOSIGNAL;
 
 fn path(addr: u64) -> Result<&'static [u8], Errno> {
     umem::cstr(addr, PATH_MAX - 1)

@@ -549,9 +549,7 @@ impl Vfs {
         let acc = flags & O_ACCMODE;
         match self.fs.file_type(ino)? {
             FileType::Symlink if !path_only => return Err(Errno::ELOOP),
-            FileType::Directory if !path_only && (acc != O_RDONLY || flags & O_CREAT != 0) => {
-                return Err(Errno::EISDIR)
-            }
+            FileType::Directory if !path_only && (acc != O_RDONLY || flags & O_CREAT != 0) => return Err(Errno::EISDIR),
             FileType::Regular | FileType::Symlink if flags & O_DIRECTORY != 0 => return Err(Errno::ENOTDIR),
             FileType::Regular if flags & O_TRUNC != 0 && !path_only && !created => self.fs.truncate(ino, 0)?,
             _ => {}
@@ -833,9 +831,7 @@ impl Vfs {
             return Err(Errno::EBADF);
         }
         match o.target {
-            Target::Node(ino) if o.writable() && self.fs.file_type(ino)? == FileType::Regular => {
-                self.do_truncate(ino, a.i(1))
-            }
+            Target::Node(ino) if o.writable() && self.fs.file_type(ino)? == FileType::Regular => self.do_truncate(ino, a.i(1)),
             _ => Err(Errno::EINVAL),
         }
     }
@@ -850,12 +846,7 @@ impl Vfs {
     /// `encode` makes, from the descriptor's position on. A buffer too
     /// small for the next entry is `EINVAL`; with `empty_buffer_fails`
     /// also when the buffer has no room at all.
-    pub(crate) fn list_dir(
-        &mut self,
-        a: &Args,
-        encode: DirentEncoder,
-        empty_buffer_fails: bool,
-    ) -> SysResult {
+    pub(crate) fn list_dir(&mut self, a: &Args, encode: DirentEncoder, empty_buffer_fails: bool) -> SysResult {
         let i = self.ofd_of(a.int(0))?;
         let o = self.ofd(i);
         if o.is_path() {
@@ -989,10 +980,7 @@ impl Vfs {
     }
 
     fn do_rename(&mut self, odirfd: i32, old: u64, ndirfd: i32, new: u64, flags: u32) -> SysResult {
-        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0
-            || flags & RENAME_WHITEOUT != 0
-            || flags == RENAME_NOREPLACE | RENAME_EXCHANGE
-        {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0 || flags & RENAME_WHITEOUT != 0 || flags == RENAME_NOREPLACE | RENAME_EXCHANGE {
             return Err(Errno::EINVAL);
         }
         let (old, new) = (path_arg(old)?, path_arg(new)?);
@@ -1055,11 +1043,7 @@ impl Vfs {
             return Err(Errno::EINVAL);
         }
         let path = path_arg(path)?;
-        let ino = if path.is_empty() && dirfd != AT_FDCWD {
-            self.resolve_at(dirfd, path, false, true)?
-        } else {
-            self.resolve_at(dirfd, path, false, false)?
-        };
+        let ino = if path.is_empty() && dirfd != AT_FDCWD { self.resolve_at(dirfd, path, false, true)? } else { self.resolve_at(dirfd, path, false, false)? };
         let target = self.fs.readlink(ino)?;
         let n = target.len().min(size as usize);
         umem::slice_mut(buf, n)?.copy_from_slice(&target[..n]);

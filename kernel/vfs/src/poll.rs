@@ -72,11 +72,7 @@ impl Vfs {
     pub(crate) fn poll_scan(&self, fds: &mut [PollFd]) -> usize {
         let mut n = 0;
         for p in fds.iter_mut() {
-            p.revents = if p.fd < 0 {
-                0
-            } else {
-                self.ready_mask(p.fd) & (p.events | POLLERR | POLLHUP | POLLNVAL)
-            };
+            p.revents = if p.fd < 0 { 0 } else { self.ready_mask(p.fd) & (p.events | POLLERR | POLLHUP | POLLNVAL) };
             if p.revents != 0 {
                 n += 1;
             }

@@ -1054,9 +1054,7 @@ fn ppoll_applies_its_signal_mask() {
     let empty = 0u64;
     let zero = [0i64, 0];
     let mut pf = PollFd { fd: r, events: POLLIN, revents: 0 };
-    let call = |pf: &mut PollFd, mask: &u64, size: u64| {
-        ppoll(&args(&[pf as *mut PollFd as u64, 1, zero.as_ptr() as u64, mask as *const u64 as u64, size]))
-    };
+    let call = |pf: &mut PollFd, mask: &u64, size: u64| ppoll(&args(&[pf as *mut PollFd as u64, 1, zero.as_ptr() as u64, mask as *const u64 as u64, size]));
     // Blocked and pending; the empty mask lets it through: EINTR, and the
     // temporary mask stays until the syscall table delivered the signal.
     shoal_sched::set_sig_state(usr1, usr1);
@@ -1084,7 +1082,13 @@ fn pwritev2_rwf_flags() {
     // RWF_APPEND: at the end whatever the offset; the offset stays.
     assert_eq!(pw(&mut v, f, 2, RWF_APPEND), Ok(2));
     assert_eq!(lseek(&mut v, f, 0, SEEK_CUR), Ok(10));
-    assert_eq!(v.fs.size(match v.ofd(v.ofd_of(f).unwrap()).target { Target::Node(i) => i, _ => unreachable!() }), Ok(12));
+    assert_eq!(
+        v.fs.size(match v.ofd(v.ofd_of(f).unwrap()).target {
+            Target::Node(i) => i,
+            _ => unreachable!(),
+        }),
+        Ok(12)
+    );
     // At offset -1 (the description's): the offset moves to the end.
     assert_eq!(pw(&mut v, f, -1, RWF_APPEND), Ok(2));
     assert_eq!(lseek(&mut v, f, 0, SEEK_CUR), Ok(14));

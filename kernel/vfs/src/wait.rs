@@ -62,10 +62,7 @@ pub fn block(what: &str, deadline: Option<u64>) -> Result<(), Errno> {
         None => {
             if !WARNED.swap(true, Ordering::Relaxed) {
                 use core::fmt::Write;
-                let _ = writeln!(
-                    shoal_plat::console::Stderr,
-                    "shoal: deadlock: the only thread would wait forever on {what}; failing with EDEADLK"
-                );
+                let _ = writeln!(shoal_plat::console::Stderr, "shoal: deadlock: the only thread would wait forever on {what}; failing with EDEADLK");
             }
             Err(Errno::EDEADLK)
         }

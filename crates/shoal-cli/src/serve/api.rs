@@ -71,9 +71,7 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
         if f.mem_mode == "pool" {
             // The pool holds the image's read-only pages from now on (once
             // per library version; a second deploy of it adds nothing).
-            shoal_loader::pool::Pool::default_pool()
-                .add(&f.image)
-                .map_err(|e| ApiError::Internal(format!("cannot add the image to the library pool: {e}")))?;
+            shoal_loader::pool::Pool::default_pool().add(&f.image).map_err(|e| ApiError::Internal(format!("cannot add the image to the library pool: {e}")))?;
         }
         let store = app2.store.lock().unwrap_or_else(|e| e.into_inner());
         let before = app2.dispatcher.specs();
@@ -169,7 +167,10 @@ impl hyper::body::Body for ChannelBody {
     type Data = Bytes;
     type Error = std::convert::Infallible;
 
-    fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
         self.0.poll_recv(cx).map(|o| o.map(|b| Ok(hyper::body::Frame::data(b))))
     }
 }

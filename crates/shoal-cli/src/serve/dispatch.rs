@@ -20,8 +20,8 @@ use bytes::Bytes;
 use hyper::client::conn::http1::SendRequest;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
-use std::net::SocketAddr;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -154,7 +154,13 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// A dispatcher with no functions yet.
     pub fn new(launcher: Launcher) -> Dispatcher {
-        Dispatcher { functions: Mutex::new(BTreeMap::new()), metrics: Metrics::default(), launcher, next_id: AtomicU64::new(1), stopping: AtomicBool::new(false) }
+        Dispatcher {
+            functions: Mutex::new(BTreeMap::new()),
+            metrics: Metrics::default(),
+            launcher,
+            next_id: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+        }
     }
 
     /// Adds or replaces a function; a replaced function's instances are
@@ -165,7 +171,10 @@ impl Dispatcher {
         let logs = old.as_ref().map(|o| o.logs.clone()).unwrap_or_else(|| Arc::new(Logs::new()));
         let permits = spec.concurrency as usize * spec.max_instances as usize;
         let name = spec.name.clone();
-        fns.insert(name, Arc::new(FnRuntime { spec, permits: Arc::new(Semaphore::new(permits)), queued: AtomicUsize::new(0), slots: Mutex::new(Vec::new()), logs }));
+        fns.insert(
+            name,
+            Arc::new(FnRuntime { spec, permits: Arc::new(Semaphore::new(permits)), queued: AtomicUsize::new(0), slots: Mutex::new(Vec::new()), logs }),
+        );
         drop(fns);
         if let Some(o) = &old {
             o.stop_all();
@@ -220,7 +229,13 @@ impl Dispatcher {
             .map(|f| {
                 let slots = lock(&f.slots);
                 let count = |st: &str| slots.iter().filter(|s| state_of(s) == st).count();
-                Gauges { function: f.spec.name.clone(), starting: count("starting"), warm: count("warm"), busy: count("busy"), queued: f.queued.load(Ordering::Relaxed) }
+                Gauges {
+                    function: f.spec.name.clone(),
+                    starting: count("starting"),
+                    warm: count("warm"),
+                    busy: count("busy"),
+                    queued: f.queued.load(Ordering::Relaxed),
+                }
             })
             .collect()
     }
@@ -298,7 +313,9 @@ impl Dispatcher {
                 match got {
                     Ok(Ok(p)) => p,
                     Ok(Err(_)) => return Err(ApiError::Unavailable(format!("function {} was removed or replaced", f.spec.name))),
-                    Err(_) => return Err(ApiError::Unavailable(format!("no instance of {} became free within its timeout of {} ms", f.spec.name, f.spec.timeout_ms))),
+                    Err(_) => {
+                        return Err(ApiError::Unavailable(format!("no instance of {} became free within its timeout of {} ms", f.spec.name, f.spec.timeout_ms)))
+                    }
                 }
             }
         };
@@ -317,7 +334,12 @@ impl Dispatcher {
                 parts.headers.insert(HeaderName::from_static("x-shoal-cold-start"), HeaderValue::from_static(if cold { "true" } else { "false" }));
                 let mut guard = guard;
                 guard.sender = Some(sender);
-                let body = GuardedBody { inner: body, guard: Some(guard), deadline: Box::pin(tokio::time::sleep_until(deadline.into())), timeout_ms: f.spec.timeout_ms };
+                let body = GuardedBody {
+                    inner: body,
+                    guard: Some(guard),
+                    deadline: Box::pin(tokio::time::sleep_until(deadline.into())),
+                    timeout_ms: f.spec.timeout_ms,
+                };
                 Ok(Response::from_parts(parts, Body::new(body)))
             }
             Ok(Err(e)) => {
@@ -328,7 +350,10 @@ impl Dispatcher {
             Err(_) => {
                 f.logs.push(inst.id, "gateway", format!("stopping: no answer within the timeout of {} ms", f.spec.timeout_ms));
                 f.drop_instance(inst.id);
-                Err(ApiError::Timeout(format!("function {} did not answer within its timeout of {} ms; its instance was stopped", f.spec.name, f.spec.timeout_ms)))
+                Err(ApiError::Timeout(format!(
+                    "function {} did not answer within its timeout of {} ms; its instance was stopped",
+                    f.spec.name, f.spec.timeout_ms
+                )))
             }
         }
     }
@@ -371,7 +396,13 @@ impl Dispatcher {
     }
 
     /// Sends the request on a kept-alive connection or a new one.
-    async fn forward(&self, inst: &Instance, rest: String, req: Request<Body>, deadline: Instant) -> Result<(Response<hyper::body::Incoming>, SendRequest<Body>), String> {
+    async fn forward(
+        &self,
+        inst: &Instance,
+        rest: String,
+        req: Request<Body>,
+        deadline: Instant,
+    ) -> Result<(Response<hyper::body::Incoming>, SendRequest<Body>), String> {
         let mut sender = None;
         loop {
             let Some(mut s) = lock(&inst.idle).pop() else { break };

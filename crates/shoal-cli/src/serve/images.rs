@@ -104,7 +104,8 @@ impl ImageStore {
     /// checked, then renamed into place (mode 0700: native images are run
     /// as programs).
     pub async fn upload(&self, body: Body) -> Result<Stored, ApiError> {
-        let spool = tempfile::Builder::new().prefix("upload-").tempfile_in(&self.scratch).map_err(|e| internal("cannot make a scratch file for the upload", e))?;
+        let spool =
+            tempfile::Builder::new().prefix("upload-").tempfile_in(&self.scratch).map_err(|e| internal("cannot make a scratch file for the upload", e))?;
         let mut file = tokio::fs::File::from_std(spool.reopen().map_err(|e| internal("cannot open the scratch file", e))?);
         let mut hash = Sha256::new();
         let mut size = 0u64;

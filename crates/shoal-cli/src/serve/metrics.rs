@@ -111,7 +111,9 @@ impl Metrics {
         for (f, h) in &m.cold_start_seconds {
             h.write(&mut out, "shoal_cold_start_duration_seconds", f);
         }
-        out.push_str("# HELP shoal_request_duration_seconds From receiving an invocation to the response head.\n# TYPE shoal_request_duration_seconds histogram\n");
+        out.push_str(
+            "# HELP shoal_request_duration_seconds From receiving an invocation to the response head.\n# TYPE shoal_request_duration_seconds histogram\n",
+        );
         for (f, h) in &m.request_seconds {
             h.write(&mut out, "shoal_request_duration_seconds", f);
         }

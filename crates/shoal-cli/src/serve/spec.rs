@@ -198,7 +198,9 @@ impl Function {
             }
         }
         let backend = Backend::parse(req.backend.as_deref().unwrap_or("spt"))?;
-        let mut image = req.image.ok_or_else(|| unprocessable("the body has no \"image\": give the image's absolute path or the sha256: name of an uploaded one".into()))?;
+        let mut image = req
+            .image
+            .ok_or_else(|| unprocessable("the body has no \"image\": give the image's absolute path or the sha256: name of an uploaded one".into()))?;
         if let Some(r) = image.to_str().filter(|s| s.starts_with(super::images::REF_PREFIX)) {
             image = images.resolve(r)?;
         }
@@ -280,9 +282,7 @@ impl Store {
     pub fn load(&self) -> anyhow::Result<Vec<Function>> {
         use anyhow::Context;
         match std::fs::read(self.file()) {
-            Ok(b) => Ok(serde_json::from_slice::<StateFile>(&b)
-                .with_context(|| format!("the state file {} is not valid", self.file().display()))?
-                .functions),
+            Ok(b) => Ok(serde_json::from_slice::<StateFile>(&b).with_context(|| format!("the state file {} is not valid", self.file().display()))?.functions),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(e).with_context(|| format!("cannot read {}", self.file().display())),
         }
