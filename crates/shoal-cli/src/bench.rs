@@ -253,6 +253,49 @@ fn absolute_dir(flag: &'static str, dir: PathBuf) -> Result<PathBuf, BenchError>
     std::path::absolute(&dir).map_err(|source| BenchError::Directory { flag, path: dir, source })
 }
 
+/// How the instance programs beside `shoal` are linked, for the benches'
+/// headers: "shoal-tender static, shoal-spt static" (what scripts/setup
+/// leaves) or "dynamic" (what a plain `cargo build` leaves; slower start).
+pub fn tender_linking() -> String {
+    let exe = std::env::current_exe().unwrap_or_default();
+    ["shoal-tender", "shoal-spt"]
+        .iter()
+        .map(|name| {
+            let how = match linked_statically(&exe.with_file_name(name)) {
+                Some(true) => "static",
+                Some(false) => "dynamic",
+                None => "missing",
+            };
+            format!("{name} {how}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether the ELF file at `path` has no program interpreter (no
+/// `PT_INTERP`: statically linked); `None` when it cannot be read as a
+/// 64-bit little-endian ELF file.
+pub fn linked_statically(path: &Path) -> Option<bool> {
+    const PT_INTERP: u32 = 3;
+    let bytes = std::fs::read(path).ok()?;
+    if bytes.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let word = |at: usize, n: usize| -> Option<u64> {
+        let b = bytes.get(at..at.checked_add(n)?)?;
+        Some(b.iter().rev().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)))
+    };
+    let phoff = usize::try_from(word(0x20, 8)?).ok()?;
+    let phentsize = usize::try_from(word(0x36, 2)?).ok()?;
+    let phnum = usize::try_from(word(0x38, 2)?).ok()?;
+    for i in 0..phnum {
+        if word(phoff.checked_add(i.checked_mul(phentsize)?)?, 4)? == u64::from(PT_INTERP) {
+            return Some(false);
+        }
+    }
+    Some(true)
+}
+
 /// The lean `shoal-tender` command, which `cargo build` puts beside
 /// `shoal`; an error saying so when it is not there.
 pub fn tender_binary() -> Result<PathBuf> {
