@@ -174,6 +174,27 @@ impl GuestMemory {
         Ok(())
     }
 
+    /// Asks the host kernel to back the pages of `[addr, addr + len)` with
+    /// writable memory now (`MADV_POPULATE_WRITE`, Linux 5.14), in one
+    /// system call instead of one page fault per page on the first write:
+    /// for what the loader is about to write anyway. Only an
+    /// optimisation: on an older kernel, a range outside guest memory or
+    /// any other failure nothing happens and the writes fault as before.
+    pub fn populate_write(&self, addr: GuestAddr, len: u64) {
+        /// `MADV_POPULATE_WRITE` (include/uapi/asm-generic/mman-common.h).
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        let start = addr.0 & !(shoal_abi::PAGE_SIZE - 1);
+        let Some(end) = addr.0.checked_add(len).and_then(|e| e.checked_next_multiple_of(shoal_abi::PAGE_SIZE)) else { return };
+        let len = end - start;
+        let Ok(ptr) = self.host_ptr(GuestAddr(start), len) else { return };
+        let Ok(len) = usize::try_from(len) else { return };
+        // SAFETY: madvise on a range `host_ptr` checked to lie in the
+        // mapping the constructor's caller vouched for; populating changes
+        // no byte of it (fresh pages read as zero, present pages are kept).
+        // The host mapping is page aligned (mmap), so `start` is too.
+        unsafe { libc::madvise(ptr.cast(), len, MADV_POPULATE_WRITE) };
+    }
+
     /// Fills `[addr, addr + len)` with zeros.
     pub fn zero(&self, addr: GuestAddr, len: u64) -> Result<(), MemError> {
         let dst = self.host_ptr(addr, len)?;
