@@ -6,9 +6,10 @@
 //! (issue "Harden the tenders", item 2; Firecracker's jailer does the same
 //! for its VMM).
 //!
-//! [`Handover::new`] does everything that allocates before the fork:
+//! [`Handover::new`] does everything that allocates before the child starts:
 //! memfds for the spec and the archive, close-on-exec copies of every
-//! descriptor at high numbers, the argv array. The forked child (or, in
+//! descriptor at high numbers, the argv array. The child (which shares
+//! this process's memory until its `exec`: `sys::spawn_with`; or, in
 //! place, the caller itself) then only moves descriptors to their fixed
 //! numbers with `dup3`, closes the rest with `close_range` and calls
 //! `execveat` on the instance program's descriptor: async-signal-safe
@@ -84,7 +85,7 @@ fn memfd_sealed(name: &core::ffi::CStr, bytes: &[u8]) -> Result<OwnedFd, SptErro
 
 impl Handover {
     /// Prepares everything the hand-over needs (allocates; call before the
-    /// fork).
+    /// child starts).
     pub(crate) fn new(p: Parts<'_>) -> Result<Handover, SptError> {
         let listen_fd0 = spec::POOL_FD0 + p.pool.len() as i32;
         let program_fd = listen_fd0 + p.listeners.len() as i32 + i32::from(p.channel.is_some());
@@ -135,7 +136,7 @@ impl Handover {
         Ok(Handover { held, moves, program_fd, program: p.program.to_path_buf(), parent: sys::getpid(), netns: p.netns })
     }
 
-    /// In the forked child: dies with the parent, then [`Self::exec`].
+    /// In the child (`sys::spawn_with`): dies with the parent, then [`Self::exec`].
     pub(crate) fn exec_child(&self) -> ! {
         sys::reset_signals();
         // If the parent is gone already, PDEATHSIG will never come: leave.

@@ -7,8 +7,9 @@
 //!    pack or check the file-system archive, plan the guest layout,
 //!    calibrate the TSC (cached per host boot), open and verify the pool
 //!    files. Any failure here is an [`SptError`]; nothing has run yet.
-//! 2. Fork (as root: `clone` into new PID, mount and IPC namespaces) and
-//!    `exec` the instance program [`INSTANCE_PROGRAM`] (`shoal-spt`, built
+//! 2. Start a child (`clone` sharing memory until its `exec`, as
+//!    `posix_spawn` does; as root into new PID, mount and IPC namespaces) that
+//!    `exec`s the instance program [`INSTANCE_PROGRAM`] (`shoal-spt`, built
 //!    beside `shoal`) with an empty environment, no arguments, and only
 //!    the descriptors it boots from (`front`, `spec`): the guest shares its
 //!    address space with this process, so it must start from a clean image
@@ -335,14 +336,12 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
     let Some(report) = report else { handover.become_instance(root) };
-    // SAFETY: the child runs only `Handover::exec_child`, which makes only
-    // async-signal-safe system calls and never returns.
-    let pid = match unsafe { sys::fork_with(if root { confine::CLONE_NAMESPACES } else { 0 }) }
-        .map_err(|source| SptError::Sys { what: "start the instance process", source })?
-    {
-        sys::Fork::Child => handover.exec_child(),
-        sys::Fork::Parent(pid) => pid,
-    };
+    // SAFETY: the child runs only `Handover::exec_child`, which resets the
+    // signal dispositions first, makes only async-signal-safe system calls
+    // on its own stack, writes no memory of this process's and ends in
+    // exec or _exit.
+    let pid = unsafe { sys::spawn_with(if root { confine::CLONE_NAMESPACES } else { 0 }, &|| handover.exec_child()) }
+        .map_err(|source| SptError::Sys { what: "start the instance process", source })?;
     // SIGTERM and SIGHUP for this process are the instance's.
     signals::forward_to(pid).map_err(|source| SptError::Sys { what: "forward SIGTERM and SIGHUP to the instance", source })?;
     // The parent waits and, with --net-bind-any, binds for the instance;
