@@ -236,19 +236,26 @@ pub fn pool_libs(manifest: &Manifest) -> Vec<PoolLib> {
 /// `out`; false if no segment covers any of it. Reads only this page's
 /// bytes from the image file.
 fn image_page(image: &Image, addr: u64, out: &mut [u8]) -> std::io::Result<bool> {
+    image_bytes(image, addr, &mut out[..PAGE as usize])?;
+    Ok(image.segments().iter().any(|s| s.page_start() <= addr && addr < s.page_end()))
+}
+
+/// Pages [`Pool::verify`] compares at a time (64 KiB).
+const VERIFY_CHUNK: u64 = 16;
+
+/// The bytes the image loads at `[addr, addr + out.len())` (zero where no
+/// segment's file bytes are), into `out`: one read per segment it meets.
+fn image_bytes(image: &Image, addr: u64, out: &mut [u8]) -> std::io::Result<()> {
     out.fill(0);
-    let mut any = false;
+    let end = addr + out.len() as u64;
     for s in image.segments() {
         let lo = addr.max(s.vaddr);
-        let hi = (addr + PAGE).min(s.vaddr + s.filesz);
-        if s.page_start() <= addr && addr < s.page_end() {
-            any = true;
-        }
+        let hi = end.min(s.vaddr + s.filesz);
         if lo < hi {
             image.read_segment(s, lo - s.vaddr, &mut out[(lo - addr) as usize..(hi - addr) as usize])?;
         }
     }
-    Ok(any)
+    Ok(())
 }
 
 /// Whether a page of the image lies in a segment without write permission
@@ -270,17 +277,25 @@ struct FileMap {
 
 impl FileMap {
     fn new(fd: &OwnedFd, len: u64, path: &Path) -> Result<FileMap, PoolError> {
+        Self::map(fd, len, path, 0)
+    }
+    fn map(fd: &OwnedFd, len: u64, path: &Path, flags: libc::c_int) -> Result<FileMap, PoolError> {
         if len == 0 {
             return Ok(FileMap { ptr: core::ptr::null_mut(), len: 0 });
         }
         let len = usize::try_from(len).map_err(|_| PoolError::Unsafe { path: path.into(), reason: "too large".into() })?;
         // SAFETY: a fresh shared read-only mapping of a file we opened; it
         // does not overlap anything Rust references.
-        let p = unsafe { libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        let p = unsafe { libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED | flags, fd.as_raw_fd(), 0) };
         if p == libc::MAP_FAILED {
             return Err(io_err(path)(std::io::Error::last_os_error()));
         }
         Ok(FileMap { ptr: p.cast(), len })
+    }
+    /// Like [`FileMap::new`], with every page mapped at once
+    /// (`MAP_POPULATE`) for a caller that reads them all.
+    fn new_populated(fd: &OwnedFd, len: u64, path: &Path) -> Result<FileMap, PoolError> {
+        Self::map(fd, len, path, libc::MAP_POPULATE)
     }
     fn bytes(&self) -> &[u8] {
         if self.len == 0 {
@@ -393,16 +408,32 @@ impl Pool {
     }
 
     /// Checks every page of an opened pool file against the image.
-    fn verify(lib: &PoolLib, fd: &OwnedFd, path: &Path, image: &Image) -> Result<(), PoolError> {
-        let map = FileMap::new(fd, lib.size(), path)?;
+    fn verify(lib: &PoolLib, fd: &OwnedFd, path: &Path, image: &Image, buf: &mut Vec<u8>) -> Result<(), PoolError> {
+        // Every start verifies every pool page, so this is on the start
+        // path: the pool file is mapped with its pages populated (one
+        // system call, not a page fault per 16 pages) and the image is read
+        // VERIFY_CHUNK pages at a time (not a `pread` per page).
+        let map = FileMap::new_populated(fd, lib.size(), path)?;
         let bytes = map.bytes();
-        let mut page = vec![0u8; PAGE as usize];
-        for (i, addr) in lib.page_addrs().enumerate() {
-            let off = i * PAGE as usize;
-            image_page(image, addr, &mut page).map_err(io_err(image.path()))?;
-            if bytes.get(off..off + PAGE as usize) != Some(&page[..]) {
-                return Err(PoolError::Tampered { path: path.to_path_buf(), addr });
+        buf.resize((lib.pages.min(VERIFY_CHUNK) * PAGE) as usize, 0);
+        let mut done = 0u64;
+        while done < lib.pages {
+            let n = (lib.pages - done).min(VERIFY_CHUNK);
+            let (addr, off, len) = (lib.addr + done * PAGE, (done * PAGE) as usize, (n * PAGE) as usize);
+            let chunk = &mut buf[..len];
+            image_bytes(image, addr, chunk).map_err(io_err(image.path()))?;
+            match bytes.get(off..off + len) {
+                Some(pooled) if pooled == &chunk[..] => {}
+                // The first page that differs, for the message.
+                _ => {
+                    let bad = (0..n).find(|&i| {
+                        let (a, b) = ((i * PAGE) as usize, ((i + 1) * PAGE) as usize);
+                        bytes.get(off + a..off + b) != Some(&chunk[a..b])
+                    });
+                    return Err(PoolError::Tampered { path: path.to_path_buf(), addr: addr + bad.unwrap_or(0) * PAGE });
+                }
             }
+            done += n;
         }
         Ok(())
     }
@@ -421,7 +452,7 @@ impl Pool {
         for lib in pool_libs(&manifest) {
             // Check the manifest against the image before writing anything.
             lib.check_read_only(&image, image_path)?;
-            match self.open_checked(&lib).and_then(|(fd, path)| Self::verify(&lib, &fd, &path, &image).map(|_| path)) {
+            match self.open_checked(&lib).and_then(|(fd, path)| Self::verify(&lib, &fd, &path, &image, &mut Vec::new()).map(|_| path)) {
                 Ok(path) => {
                     out.push(Added { lib: lib.lib.clone(), path, bytes: lib.size(), written: false });
                     continue;
@@ -533,10 +564,11 @@ impl Pool {
         }
         self.check_dir()?;
         let mut plan = PoolPlan::default();
+        let mut buf = Vec::new();
         for lib in libs {
             lib.check_read_only(image, image.path())?;
             let (fd, path) = self.open_checked(&lib)?;
-            Self::verify(&lib, &fd, &path, image)?;
+            Self::verify(&lib, &fd, &path, image, &mut buf)?;
             let idx = plan.files.len();
             plan.maps.push(PoolMap { file: idx, addr: lib.addr, len: lib.size(), exec: lib.exec });
             plan.bytes += lib.size();
