@@ -231,7 +231,13 @@ pub fn load_segments_except(mem: &GuestMemory, image: &Image, skip: &[(u64, u64)
                     if !zero && run.is_none() {
                         run = Some(piece);
                     }
-                    let run_end = if zero { Some(piece) } else if piece_end == chunk_end { Some(piece_end) } else { None };
+                    let run_end = if zero {
+                        Some(piece)
+                    } else if piece_end == chunk_end {
+                        Some(piece_end)
+                    } else {
+                        None
+                    };
                     if let (Some(start), Some(end)) = (run, run_end) {
                         mem.populate_write(GuestAddr(start), end - start);
                         let from = (start - chunk) as usize;

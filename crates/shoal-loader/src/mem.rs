@@ -244,4 +244,33 @@ mod tests {
         assert_eq!(&b, b"abc");
         drop(backing);
     }
+
+    #[test]
+    fn populating_changes_no_byte_and_ignores_what_it_cannot_do() {
+        let len = 4 * shoal_abi::PAGE_SIZE as usize;
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let p = unsafe { libc::mmap(core::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: the mapping outlives the view; nothing else uses it.
+        let m = unsafe { GuestMemory::new(p.cast(), GuestMemory::LOW + len as u64) };
+        let at = GuestAddr(GuestMemory::LOW + 100);
+        m.write(at, b"kept").unwrap();
+        // Unaligned start and length: whole pages around them.
+        m.populate_write(GuestAddr(GuestMemory::LOW + 5), 2 * shoal_abi::PAGE_SIZE + 7);
+        let mut b = [0u8; 4];
+        m.read(at, &mut b).unwrap();
+        assert_eq!(&b, b"kept");
+        assert_eq!(m.read_obj::<u64>(GuestAddr(GuestMemory::LOW + shoal_abi::PAGE_SIZE)).unwrap(), 0);
+        // Outside guest memory, overflowing, or on memory not page aligned:
+        // nothing happens.
+        m.populate_write(GuestAddr(GuestMemory::LOW + len as u64), shoal_abi::PAGE_SIZE);
+        m.populate_write(GuestAddr(u64::MAX - 1), 16);
+        let mut backing = vec![1u8; 64];
+        // SAFETY: the vector outlives the view and is not otherwise borrowed.
+        let v = unsafe { GuestMemory::new(backing.as_mut_ptr().wrapping_add(1), GuestMemory::LOW + 32) };
+        v.populate_write(GuestAddr(GuestMemory::LOW), 32);
+        assert!(backing.iter().all(|&x| x == 1));
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(p, len) };
+    }
 }

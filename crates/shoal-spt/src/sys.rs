@@ -29,7 +29,6 @@ pub fn has_fsgsbase() -> bool {
     unsafe { libc::getauxval(AT_HWCAP2) & HWCAP2_FSGSBASE != 0 }
 }
 
-
 /// `waitpid(pid, 0)`, retried on `EINTR`; returns the raw wait status.
 pub fn waitpid(pid: libc::pid_t) -> io::Result<libc::c_int> {
     loop {
@@ -471,11 +470,12 @@ pub unsafe fn spawn_with(flags: libc::c_int, child: &dyn Fn()) -> io::Result<lib
     // The stack grows down from its 16-byte aligned top.
     let top = (stack.as_mut_ptr().wrapping_add(SPAWN_STACK) as usize & !15) as *mut libc::c_void;
     let mut arg: &dyn Fn() = child;
+    // SAFETY: a sigset_t is plain data; all zero is a valid (empty) set.
+    let mut all: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
     // SAFETY: sigset operations on initialised sets; the old mask is
     // restored below whatever clone returns.
-    let mut all: libc::sigset_t = unsafe { core::mem::zeroed() };
-    let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
-    // SAFETY: as above.
     unsafe {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
@@ -484,9 +484,7 @@ pub unsafe fn spawn_with(flags: libc::c_int, child: &dyn Fn()) -> io::Result<lib
     // SPAWN_STACK bytes that outlives the child's use of it (CLONE_VFORK
     // keeps this thread, and so `stack` and `arg`, waiting until the child
     // has exec'd or exited); the caller upholds the contract on `child`.
-    let pid = unsafe {
-        libc::clone(trampoline, top, libc::CLONE_VM | libc::CLONE_VFORK | flags | libc::SIGCHLD, (&mut arg as *mut &dyn Fn()).cast())
-    };
+    let pid = unsafe { libc::clone(trampoline, top, libc::CLONE_VM | libc::CLONE_VFORK | flags | libc::SIGCHLD, (&mut arg as *mut &dyn Fn()).cast()) };
     let err = io::Error::last_os_error();
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
@@ -591,4 +589,36 @@ pub fn pidfd_ended(fd: RawFd) -> bool {
     // SAFETY: one valid pollfd, no waiting.
     let n = unsafe { libc::poll(&mut p, 1, 0) };
     n > 0 && p.revents != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spawned_child_runs_in_its_own_process_and_its_status_comes_back() {
+        // The child reads the parent's memory (it shares it until exec)
+        // and leaves it through _exit with a status taken from it.
+        let status_for_child = 7;
+        // SAFETY: the child only reads a local and calls _exit.
+        let pid = unsafe { spawn_with(0, &|| exit(status_for_child)) }.unwrap();
+        assert!(pid > 0 && pid != getpid());
+        let status = waitpid(pid).unwrap();
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 7);
+        // Signals are unblocked again in the parent after the spawn.
+        // SAFETY: a valid out-pointer for the current mask.
+        let mut mask: libc::sigset_t = unsafe { core::mem::zeroed() };
+        // SAFETY: as above; no change to the mask (how = SIG_BLOCK, set = null).
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, core::ptr::null(), &mut mask) };
+        // SAFETY: an initialised set.
+        assert_eq!(unsafe { libc::sigismember(&mask, libc::SIGTERM) }, 0);
+    }
+
+    #[test]
+    fn a_spawned_child_that_returns_exits_with_the_tender_failure_status() {
+        // SAFETY: the child does nothing; spawn_with's trampoline exits.
+        let pid = unsafe { spawn_with(0, &|| {}) }.unwrap();
+        let status = waitpid(pid).unwrap();
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == crate::EXIT_TENDER_FAILED);
+    }
 }
