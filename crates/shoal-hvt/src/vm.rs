@@ -112,8 +112,7 @@ impl Vm {
         // `vcpu` too.
         unsafe { vm.set_user_memory_region(region) }.map_err(ioctl_err("register the page-table pool"))?;
         let vcpu = vm.create_vcpu(0).map_err(ioctl_err("create a vCPU"))?;
-        let mut cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES).map_err(ioctl_err("list the supported CPUID"))?;
-        adjust_cpuid(&mut cpuid);
+        let cpuid = guest_cpuid(&kvm)?;
         vcpu.set_cpuid2(&cpuid).map_err(ioctl_err("set the guest CPUID"))?;
         Ok(Vm { vcpu, _vm: vm, _kvm: kvm, memory, tables })
     }
@@ -305,6 +304,92 @@ pub fn xcr0() -> u64 {
     3 | (host & 4)
 }
 
+/// Name of the per-boot cache of the guest CPUID in the runtime directory.
+const CPUID_CACHE: &str = "kvm-cpuid";
+
+/// The guest CPUID ([`adjust_cpuid`] of what KVM supports), from a cache
+/// kept per host boot and KVM module load in shoal's private runtime
+/// directory (beside the TSC calibration, with the same checks), or asked
+/// of KVM and cached. `KVM_GET_SUPPORTED_CPUID` runs the CPUID instruction
+/// dozens of times in the host kernel, and on a nested host each one is a
+/// VM exit (4-6 µs here): about 0.2 ms of every hvt start. The answer
+/// cannot change while the KVM module stays loaded, which the key says
+/// (boot id, and the inode of `/sys/module/kvm`, new at every load).
+/// Whoever can write the cache (this user, root) could also run the
+/// tender under a debugger; a file that does not parse is ignored.
+fn guest_cpuid(kvm: &Kvm) -> Result<CpuId, KvmError> {
+    let dir = shoal_loader::hostdir::runtime_dir().ok();
+    let key = cpuid_cache_key();
+    if let (Some(dir), Some(key)) = (&dir, &key) {
+        let cached = shoal_loader::hostdir::read_owned(&dir.join(CPUID_CACHE), CPUID_CACHE_MAX).ok();
+        if let Some(entries) = cached.as_deref().and_then(|b| decode_cpuid(b, key)) {
+            if let Ok(c) = CpuId::from_entries(&entries) {
+                return Ok(c);
+            }
+        }
+    }
+    let mut cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES).map_err(ioctl_err("list the supported CPUID"))?;
+    adjust_cpuid(&mut cpuid);
+    if let (Some(dir), Some(key)) = (&dir, &key) {
+        // Best effort: a failure only means asking KVM again next time.
+        let _ = shoal_loader::hostdir::write_atomic(dir, CPUID_CACHE, &encode_cpuid(key, cpuid.as_slice()), 0o600);
+    }
+    Ok(cpuid)
+}
+
+/// Largest cache file read: the key line and KVM_MAX_CPUID_ENTRIES entries.
+const CPUID_CACHE_MAX: u64 = 256 + 40 * KVM_MAX_CPUID_ENTRIES as u64;
+
+/// `BOOT_ID KVM_MODULE_INODE`, or `None` when either is unknown (then
+/// nothing is cached).
+fn cpuid_cache_key() -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let boot = shoal_loader::tsc::boot_id()?;
+    let module = std::fs::metadata("/sys/module/kvm").ok()?.ino();
+    Some(format!("{boot} {module}"))
+}
+
+/// The cache file: the key, a newline, then each entry as ten
+/// little-endian 32-bit words (function, index, flags, eax, ebx, ecx, edx,
+/// padding).
+fn encode_cpuid(key: &str, entries: &[kvm_cpuid_entry2]) -> Vec<u8> {
+    let mut out = format!("{key}\n").into_bytes();
+    for e in entries {
+        for w in [e.function, e.index, e.flags, e.eax, e.ebx, e.ecx, e.edx, e.padding[0], e.padding[1], e.padding[2]] {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// The entries of a cache file written for `key`; `None` for another key,
+/// a truncated file, no entries or too many.
+fn decode_cpuid(bytes: &[u8], key: &str) -> Option<Vec<kvm_cpuid_entry2>> {
+    let nl = bytes.iter().position(|&b| b == b'\n')?;
+    if &bytes[..nl] != key.as_bytes() {
+        return None;
+    }
+    let body = &bytes[nl + 1..];
+    if body.is_empty() || body.len() % 40 != 0 || body.len() / 40 > KVM_MAX_CPUID_ENTRIES {
+        return None;
+    }
+    let word = |c: &[u8], i: usize| u32::from_le_bytes([c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3]]);
+    Some(
+        body.chunks_exact(40)
+            .map(|c| kvm_cpuid_entry2 {
+                function: word(c, 0),
+                index: word(c, 1),
+                flags: word(c, 2),
+                eax: word(c, 3),
+                ebx: word(c, 4),
+                ecx: word(c, 5),
+                edx: word(c, 6),
+                padding: [word(c, 7), word(c, 8), word(c, 9)],
+            })
+            .collect(),
+    )
+}
+
 /// The guest CPUID: what KVM supports, plus the features the host really
 /// has that this nested KVM does not advertise but does run natively at
 /// CPL 3 (DESIGN §1): XSAVE, AVX, FSGSBASE, AVX2, and the XSAVE leaf 0xd.
@@ -401,6 +486,25 @@ mod tests {
         let m = e.to_string();
         assert!(m.starts_with("/dev/kvm is not usable ("), "{m}");
         assert!(m.contains("--tender spt") && !m.contains('\n'), "{m}");
+    }
+
+    #[test]
+    fn the_cpuid_cache_reads_back_what_was_written_for_its_key_only() {
+        let e = |function, index, eax| kvm_cpuid_entry2 { function, index, flags: 1, eax, ebx: 2, ecx: 3, edx: 4, padding: [0; 3] };
+        let entries = [e(0, 0, 0xd), e(7, 0, 0x1234_5678), e(0xd, 1, u32::MAX)];
+        let bytes = encode_cpuid("boot 42", &entries);
+        let back = decode_cpuid(&bytes, "boot 42").unwrap();
+        assert_eq!(back.len(), 3);
+        for (a, b) in back.iter().zip(&entries) {
+            assert_eq!((a.function, a.index, a.flags, a.eax, a.ebx, a.ecx, a.edx), (b.function, b.index, b.flags, b.eax, b.ebx, b.ecx, b.edx));
+        }
+        // Another boot or module load, a truncated file, no entries: ignored.
+        assert!(decode_cpuid(&bytes, "boot 43").is_none());
+        assert!(decode_cpuid(&bytes[..bytes.len() - 1], "boot 42").is_none());
+        assert!(decode_cpuid(b"boot 42\n", "boot 42").is_none());
+        assert!(decode_cpuid(b"no newline", "boot 42").is_none());
+        let too_many = vec![e(1, 0, 0); KVM_MAX_CPUID_ENTRIES + 1];
+        assert!(decode_cpuid(&encode_cpuid("k", &too_many), "k").is_none());
     }
 
     #[test]

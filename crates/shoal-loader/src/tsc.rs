@@ -97,7 +97,9 @@ pub fn measure_tsc_hz() -> Result<u64, TscError> {
     Ok((hz + 50_000) / 100_000 * 100_000)
 }
 
-fn boot_id() -> Option<String> {
+/// This boot's id (`/proc/sys/kernel/random/boot_id`): the key of the
+/// per-boot caches (this one, and hvt's CPUID list).
+pub fn boot_id() -> Option<String> {
     let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let id = id.trim();
     (!id.is_empty() && id.len() <= 64).then(|| id.to_string())
