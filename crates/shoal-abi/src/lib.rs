@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 11;
+pub const ABI_VERSION: u32 = 12;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -353,6 +353,11 @@ pub enum Hypercall {
     /// instead of ending the instance; the kernel reboots the failed
     /// component.
     FaultHandler = 15,
+    /// Give guest pages back to the host: [`ReleaseArgs`] (ABI 12). The
+    /// kernel calls it for memory it freed (`munmap`, a shrinking break or
+    /// `mremap`) and for `madvise(MADV_DONTNEED | MADV_FREE)`, so freed
+    /// guest memory stops costing the host memory.
+    Release = 16,
 }
 
 /// Arguments of [`Hypercall::FaultHandler`].
@@ -490,13 +495,14 @@ impl Hypercall {
             13 => Some(Hypercall::Alias),
             14 => Some(Hypercall::AliasList),
             15 => Some(Hypercall::FaultHandler),
+            16 => Some(Hypercall::Release),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 16;
+pub const HYPERCALL_MAX: u64 = 17;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;
@@ -668,6 +674,47 @@ pub struct AliasListArgs {
     /// Out: 0, or a negative Linux errno (`EINVAL` for a pair or
     /// protection the tender does not allow, `EFAULT` for a list outside
     /// guest memory).
+    pub ret: i64,
+}
+
+/// One range of a [`ReleaseArgs`] list.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReleaseRange {
+    /// First address (page aligned).
+    pub addr: u64,
+    /// Length in bytes (page aligned, not 0).
+    pub len: u64,
+}
+
+/// The most ranges one [`Hypercall::Release`] takes.
+pub const RELEASE_LIST_MAX: u64 = 64;
+
+/// Arguments of [`Hypercall::Release`]: the `count` (at most
+/// [`RELEASE_LIST_MAX`]) [`ReleaseRange`]s at guest address `ranges` are
+/// given back to the host. Each lies inside `[heap_start, mem_size)` (the
+/// kernel's free memory and the main stack), like [`ProtectArgs`]. After
+/// the call the pages read as zero, and the host memory behind them is
+/// freed until they are touched again; their protection is unchanged.
+///
+/// The kernel releases only pages that show their own memory (never a
+/// page [`Hypercall::Alias`] pointed elsewhere, nor a page another page
+/// shows). spt: host `madvise(MADV_DONTNEED)` on the guest's private
+/// anonymous memory (a page that shows the alias file would keep showing
+/// it, unchanged). hvt: the VMM's `madvise(MADV_DONTNEED)` on the host
+/// memory behind the guest-physical pages; no TLB flush is needed (the
+/// guest's page tables do not change). The tender applies the ranges in
+/// order and stops at the first it refuses.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReleaseArgs {
+    /// Guest address of the [`ReleaseRange`] array.
+    pub ranges: u64,
+    /// Number of ranges.
+    pub count: u64,
+    /// Out: 0, or a negative Linux errno (`EINVAL` for a range the tender
+    /// does not allow or a count above [`RELEASE_LIST_MAX`], `EFAULT` for a
+    /// list outside guest memory).
     pub ret: i64,
 }
 
@@ -861,6 +908,8 @@ mod tests {
         assert_eq!(size_of::<AliasArgs>(), 40);
         assert_eq!(size_of::<AliasPair>(), 16);
         assert_eq!(size_of::<AliasListArgs>(), 32);
+        assert_eq!(size_of::<ReleaseRange>(), 16);
+        assert_eq!(size_of::<ReleaseArgs>(), 24);
         assert_eq!(size_of::<FaultArgs>(), 40);
         assert_eq!(size_of::<NetOp>(), 72);
         assert_eq!(size_of::<NetPollFd>(), 8);

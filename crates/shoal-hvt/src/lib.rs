@@ -478,6 +478,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         changed.set(changed.get() || r == 0);
         Ok(r)
     };
+    let release = |addr: u64, len: u64| tables.release(addr, len);
     let kept = std::cell::RefCell::new(None);
     let volume = cfg.volume.as_ref().map(|_| (&kept, p.params.volume_max));
     let fault_handler = std::cell::Cell::new(None);
@@ -487,6 +488,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         read_only: &p.read_only,
         protect: Some(&apply),
         alias: Some(&alias),
+        release: Some(&release),
         volume,
         fault: Some(&fault_handler),
     };

@@ -17,6 +17,13 @@
 //! undo it. A page without access keeps its address in the entry, with
 //! the present bit clear.
 //!
+//! The `Release` hypercall ([`Tables::release`]) gives the host memory
+//! behind guest-physical pages of the same range back
+//! (`madvise(MADV_DONTNEED)` on the VMM's mapping of guest memory, which
+//! is private and anonymous there: the pages read as zero when touched
+//! again). The page tables do not change, so no TLB flush is needed; KVM
+//! drops its translations of the pages through the host's MMU notifier.
+//!
 //! **TLB.** The guest cannot `invlpg` at CPL 3, and the VMM cannot make
 //! KVM flush the guest's TLB cheaply: rewriting CR3 through
 //! `KVM_SET_SREGS`, even with a changed PWT bit, left stale translations
@@ -118,6 +125,31 @@ impl Tables<'_> {
             let pt = self.table_of(page)?;
             self.write(pt + ((page % MIB2) / PAGE_SIZE) * 8, (a.src + off) | bits)?;
             off += PAGE_SIZE;
+        }
+        Ok(0)
+    }
+
+    /// Gives the host memory behind the guest-physical pages `[addr, addr +
+    /// len)` back (they read as zero afterwards). The range must lie in
+    /// `[heap_start, mem_size)`, page aligned, not empty: the image, the
+    /// boot information and the tender's tables are out of reach (and the
+    /// pool's private file mappings lie below `heap_start`). Results as
+    /// [`Tables::protect`].
+    pub fn release(&self, addr: u64, len: u64) -> Result<i64, String> {
+        let aligned = |x: u64| x.is_multiple_of(PAGE_SIZE);
+        let inside = addr >= self.heap_start && addr.checked_add(len).is_some_and(|e| e <= self.mem_size);
+        if len == 0 || !aligned(addr) || !aligned(len) || !inside {
+            return Ok(-i64::from(libc::EINVAL));
+        }
+        let (Ok(off), Ok(n)) = (usize::try_from(addr), usize::try_from(len)) else { return Ok(-i64::from(libc::EINVAL)) };
+        // SAFETY: [off, off + n) lies inside the guest memory mapping
+        // (checked above against mem_size, its length); the guest asked
+        // for the contents to go, and no Rust reference points into guest
+        // memory across a hypercall. MADV_DONTNEED on private anonymous
+        // memory only drops pages.
+        let r = unsafe { libc::madvise(self.low.as_ptr().add(off).cast(), n, libc::MADV_DONTNEED) };
+        if r != 0 {
+            return Ok(-i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)));
         }
         Ok(0)
     }

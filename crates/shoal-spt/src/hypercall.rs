@@ -160,6 +160,7 @@ fn name(nr: u64) -> &'static str {
         Some(Hypercall::Alias) => "alias",
         Some(Hypercall::AliasList) => "alias list",
         Some(Hypercall::FaultHandler) => "fault handler",
+        Some(Hypercall::Release) => "release",
         None => "unknown",
     }
 }
@@ -245,6 +246,11 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
         Some(Hypercall::AliasList) => {
             let mut a: shoal_abi::AliasListArgs = args(nr, arg, true);
             a.ret = crate::protect::alias_list(&a);
+            put(arg, &a);
+        }
+        Some(Hypercall::Release) => {
+            let mut a: shoal_abi::ReleaseArgs = args(nr, arg, true);
+            a.ret = crate::protect::release(&a);
             put(arg, &a);
         }
         // Console writes are plain function calls here, as cheap as the
