@@ -349,6 +349,16 @@ mod tests {
     }
 
     #[test]
+    fn madvise_is_the_mprotect_ladder_with_dontneed_only() {
+        // One rule per rung of the mprotect ladder (whose bounds the next
+        // test checks), each pinning the advice instead of a protection.
+        let release = super::release_rules(G).unwrap();
+        assert_eq!(release.len(), super::mprotect_rules(G).unwrap().len());
+        let r = super::rules(G).unwrap();
+        assert_eq!(r[&libc::SYS_madvise].len(), release.len());
+    }
+
+    #[test]
     fn the_mprotect_ladder_covers_the_guest_range_and_nothing_past_it() {
         // Each rule: [lo, hi) for addr and a maximum len; lo >= heap_start
         // and hi - 1 + len <= mem_size, and the rules tile [heap_start, mem_size).

@@ -39,7 +39,8 @@
 
 use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use shoal_abi::{
-    AliasArgs, AliasListArgs, AliasPair, ProtectArgs, ReleaseArgs, ReleaseRange, ALIAS_LIST_MAX, ALIAS_SHAREABLE, PAGE_SIZE, PROT_READ, PROT_WRITE, RELEASE_LIST_MAX,
+    AliasArgs, AliasListArgs, AliasPair, ProtectArgs, ReleaseArgs, ReleaseRange, ALIAS_LIST_MAX, ALIAS_SHAREABLE, PAGE_SIZE, PROT_READ, PROT_WRITE,
+    RELEASE_LIST_MAX,
 };
 
 static HEAP_START: AtomicU64 = AtomicU64::new(u64::MAX);
