@@ -6,7 +6,13 @@
  *   3. 64 MiB mapped, written, madvise(MADV_DONTNEED): "discarded" (and the
  *      memory reads as zero, still mapped and writable)
  *   4. 64 MiB of malloc'd blocks of 256 KiB, written, then freed: "freed"
- * Natively the same steps drop the resident set the same way. */
+ * Natively the same steps drop the resident set the same way.
+ *
+ * With an argument, the guest calls the host's madvise itself (spt, a raw
+ * `syscall`): "raw-ok" MADV_DONTNEED on its own heap page (the Release
+ * hypercall's call: allowed, prints 0 and the page reads as zero),
+ * "raw-advice" MADV_DONTFORK there and "raw-code" MADV_DONTNEED over its
+ * own code (both killed by the seccomp filter). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +28,32 @@ static void step(const char *what) {
         exit(3);
 }
 
-int main(void) {
+static long sys3(long n, long a, long b, long c) {
+    long r;
+    __asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+    return r;
+}
+
+static int raw(const char *mode) {
+    unsigned char *page = aligned_alloc(4096, 4096);
+    if (!page)
+        return 1;
+    memset(page, 7, 4096);
+    long code = (long)raw & ~4095L;
+    long r = -1;
+    if (!strcmp(mode, "raw-ok"))
+        r = sys3(28, (long)page, 4096, MADV_DONTNEED);
+    else if (!strcmp(mode, "raw-advice"))
+        r = sys3(28, (long)page, 4096, 10 /* MADV_DONTFORK */);
+    else if (!strcmp(mode, "raw-code"))
+        r = sys3(28, code, 4096, MADV_DONTNEED);
+    printf("%ld %d\n", r, page[100]);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1)
+        return raw(argv[1]);
     unsigned char *p = mmap(0, SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return 1;

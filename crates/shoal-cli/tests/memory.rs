@@ -58,3 +58,18 @@ fn freed_guest_memory_leaves_the_host_resident_set() {
         }
     }
 }
+
+#[test]
+fn the_guests_own_madvise_is_bounded_by_the_sandbox() {
+    // spt only: an hvt guest cannot make host system calls at all.
+    let dir = scratch();
+    let img = build_image(&test_app("mem_release.c"), dir.path(), &[]);
+    let ok = output(shoal_run("spt").arg(&img).args(["--", "raw-ok"]));
+    assert_eq!(stdout(&ok), "0 0\n", "MADV_DONTNEED on its own heap: allowed, the page reads as zero: {}", stderr(&ok));
+    assert!(ok.status.success());
+    for mode in ["raw-advice", "raw-code"] {
+        let s = output(shoal_run("spt").arg(&img).args(["--", mode]));
+        assert_eq!(s.status.code(), Some(159), "{mode}: {} {}", stdout(&s), stderr(&s));
+        assert!(stderr(&s).contains("(system call 28, madvise)"), "{mode}: {}", stderr(&s));
+    }
+}
