@@ -392,7 +392,7 @@ pub fn ctl(epfd: i32, op: i32, fd: i32, event: u64) -> SysResult {
     let src = match obj {
         Some(id) => crate::with(|n| match n.objs.get(&id) {
             Some(Obj::Socket(s)) if s.fam == crate::Fam::Inet => Src::Host(s.h),
-            Some(Obj::Socket(s)) => Src::Local(crate::unix::unix_src(s.h)),
+            Some(Obj::Socket(s)) if s.fam == crate::Fam::Unix => Src::Local(crate::unix::unix_src(s.h)),
             Some(Obj::Event(e)) => Src::Local(e.src),
             _ => Src::Always,
         }),
