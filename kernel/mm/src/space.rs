@@ -20,24 +20,29 @@
 //! not already all zero.
 //!
 //! Giving memory back: freed pages (`munmap`, a shrinking break or
-//! `mremap`) become dirty free pages, and once [`RELEASE_SLACK`] bytes have
-//! been freed since the last time, every dirty free range goes back to the
-//! tender in one `Release` hypercall per [`shoal_abi::RELEASE_LIST_MAX`]
-//! ranges ([`Space::release_free`]): the host frees the memory behind
-//! them, and they are clean again (zero, untouched). The slack keeps a
-//! program that frees and maps again at once from paying a hypercall (on
-//! hvt a VM exit) and the host page faults every time; at most that much
-//! freed memory stays with the host. `madvise(MADV_DONTNEED)` and
-//! `MADV_FREE` release their range at once ([`Space::dontneed`]).
+//! `mremap`) become dirty free pages. When more than [`RELEASE_HIGH`]
+//! bytes are dirty, dirty ranges go back to the tender, lowest addresses
+//! first, until [`RELEASE_LOW`] bytes are left, in one `Release` hypercall
+//! per [`shoal_abi::RELEASE_LIST_MAX`] ranges ([`Space::release_down_to`]):
+//! the host frees the memory behind them, and they are clean again (zero,
+//! untouched). The dirty pages kept are the highest ones, which top-down
+//! placement hands out first: a program that frees and maps again at once
+//! (allocators do; a 2 MiB buffer per request) reuses resident memory
+//! instead of paying a hypercall (on hvt a VM exit) and the host page
+//! faults every time, and at most [`RELEASE_HIGH`] of freed memory stays
+//! with the host. `madvise(MADV_DONTNEED)` and `MADV_FREE` release their
+//! range at once ([`Space::dontneed`]).
 
 use shoal_plat::Errno;
 
 /// Page size.
 pub const PAGE: u64 = shoal_abi::PAGE_SIZE;
 
-/// Bytes of memory freed since the last release after which the kernel
-/// gives every dirty free range back to the tender (see the module docs).
-pub const RELEASE_SLACK: u64 = 1 << 20;
+/// Dirty free bytes above which the kernel gives freed memory back to the
+/// tender (see the module docs).
+pub const RELEASE_HIGH: u64 = 2 << 20;
+/// Dirty free bytes a release leaves (the highest ones).
+pub const RELEASE_LOW: u64 = 1 << 20;
 
 /// Capacity of the segment table. When it is full, operations that would
 /// split a segment fail with `ENOMEM` instead of crashing.
@@ -205,8 +210,8 @@ pub struct Space {
     len: usize,
     free_pages: u64,
     brk_cur: u64,
-    /// Bytes freed since the last [`Space::release_free`].
-    unreleased: u64,
+    /// Bytes of dirty free pages (`Use::Free { dirty: true }`).
+    dirty: u64,
     /// The tender refused a release: stop asking (memory is then zeroed
     /// by the kernel when handed out again, as before).
     release_off: bool,
@@ -215,7 +220,7 @@ pub struct Space {
 impl Space {
     /// An empty space (manages nothing until [`Space::init`]).
     pub const fn new() -> Space {
-        Space { lo: 0, hi: 0, base: 0, end: 0, segs: [EMPTY; MAX_SEGS], len: 0, free_pages: 0, brk_cur: 0, unreleased: 0, release_off: false }
+        Space { lo: 0, hi: 0, base: 0, end: 0, segs: [EMPTY; MAX_SEGS], len: 0, free_pages: 0, brk_cur: 0, dirty: 0, release_off: false }
     }
 
     /// Manages `[base, end)` (rounded inwards to pages); guest memory as a
@@ -235,6 +240,7 @@ impl Space {
             self.len = 0;
         }
         self.free_pages = (end - base) / PAGE;
+        self.dirty = 0;
     }
 
     /// `(total, free)` bytes of the managed range.
@@ -315,12 +321,15 @@ impl Space {
             if s.what.is_free() {
                 self.free_pages -= (s.end - s.start) / PAGE;
             }
+            if s.what == (Use::Free { dirty: true }) {
+                self.dirty -= s.end - s.start;
+            }
         }
         if what.is_free() {
             self.free_pages += (end - start) / PAGE;
         }
         if what == (Use::Free { dirty: true }) {
-            self.unreleased = self.unreleased.saturating_add(end - start);
+            self.dirty += end - start;
         }
         self.segs[i] = Seg { start, end, what };
         if j > i + 1 {
@@ -547,34 +556,54 @@ impl Space {
         Ok(())
     }
 
-    /// Gives the freed memory back once [`RELEASE_SLACK`] bytes were freed
-    /// since the last time (module docs).
+    /// Gives freed memory back when more than [`RELEASE_HIGH`] bytes are
+    /// dirty (module docs).
     fn settle(&mut self) {
-        if self.unreleased >= RELEASE_SLACK {
-            self.release_free();
+        if self.dirty > RELEASE_HIGH {
+            self.release_down_to(RELEASE_LOW);
         }
     }
 
-    /// Gives every dirty free range back to the tender (one hypercall per
-    /// [`shoal_abi::RELEASE_LIST_MAX`] ranges) and marks it clean. Returns
-    /// the bytes released.
+    /// Bytes of dirty free pages: freed memory the host still backs.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.dirty
+    }
+
+    /// Gives every dirty free range back to the tender; returns the bytes
+    /// released.
     pub fn release_free(&mut self) -> u64 {
-        self.unreleased = 0;
+        self.release_down_to(0)
+    }
+
+    /// Gives dirty free ranges back to the tender, lowest first, until at
+    /// most `keep` dirty bytes are left (one hypercall per
+    /// [`shoal_abi::RELEASE_LIST_MAX`] ranges; the last range may be cut,
+    /// page aligned, keeping its upper part), and marks them clean.
+    /// Returns the bytes released.
+    pub fn release_down_to(&mut self, keep: u64) -> u64 {
         let mut total = 0;
         const MAX: usize = shoal_abi::RELEASE_LIST_MAX as usize;
-        while !self.release_off {
+        while !self.release_off && self.dirty > keep {
             let mut batch = [shoal_abi::ReleaseRange::default(); MAX];
             let mut n = 0;
+            let mut want = self.dirty - keep;
             for s in &self.segs[..self.len] {
-                if s.what == (Use::Free { dirty: true }) {
-                    batch[n] = shoal_abi::ReleaseRange { addr: s.start, len: s.end - s.start };
-                    n += 1;
-                    if n == MAX {
-                        break;
-                    }
+                if s.what != (Use::Free { dirty: true }) {
+                    continue;
+                }
+                let len = (s.end - s.start).min(page_up(want).unwrap_or(u64::MAX));
+                batch[n] = shoal_abi::ReleaseRange { addr: s.start, len };
+                n += 1;
+                want = want.saturating_sub(len);
+                if n == MAX || want == 0 {
+                    break;
                 }
             }
             if n == 0 {
+                break;
+            }
+            // Cutting a range splits its segment: keep one slot free.
+            if self.room(2).is_err() {
                 break;
             }
             if !give_back(&batch[..n]) {
@@ -582,12 +611,10 @@ impl Space {
                 break;
             }
             for r in &batch[..n] {
-                // Whole segments change state: no split, only merges.
                 self.assign(r.addr, r.addr + r.len, Use::Free { dirty: false });
                 total += r.len;
             }
         }
-        self.unreleased = 0;
         total
     }
 
@@ -880,6 +907,8 @@ impl Space {
         }
         assert_eq!(pos, self.end);
         assert_eq!(free, self.free_pages);
+        let dirty: u64 = self.segs[..self.len].iter().filter(|s| s.what == (Use::Free { dirty: true })).map(|s| s.end - s.start).sum();
+        assert_eq!(dirty, self.dirty);
     }
 }
 

@@ -238,7 +238,7 @@ fn random_operations_keep_invariants() {
     }
     s.check();
     // Freed memory went back to the host on the way (16 MiB managed, far
-    // more than RELEASE_SLACK freed); what is still dirty goes now.
+    // more than RELEASE_HIGH freed); what is still dirty goes now.
     assert!(RELEASED.with(|r| !r.borrow().is_empty()));
     s.release_free();
     s.check();
@@ -252,14 +252,33 @@ fn freed_memory_goes_back_to_the_host_in_batches() {
     let released = || RELEASED.with(|r| core::mem::take(&mut *r.borrow_mut()));
     let (mut s, _) = space(2048);
     released();
-    // Below the slack: freed pages stay dirty, nothing is released.
-    let a = s.map_anywhere(64 * PAGE, 3).unwrap();
-    fill(a, 64 * PAGE, 9);
-    s.unmap(a, 64 * PAGE).unwrap();
-    assert_eq!(released(), vec![]);
-    assert_eq!(s.use_at(a), Some(Use::Free { dirty: true }));
-    // 200 scattered mappings of 2 pages, every other one unmapped: 100
-    // dirty holes, then RELEASE_SLACK more freed at once.
+    // Up to RELEASE_HIGH of freed memory stays resident: a 2 MiB buffer
+    // mapped and unmapped again and again reuses the same pages.
+    for _ in 0..3 {
+        let a = s.map_anywhere(RELEASE_HIGH, 3).unwrap();
+        fill(a, RELEASE_HIGH, 9);
+        s.unmap(a, RELEASE_HIGH).unwrap();
+        assert_eq!(released(), vec![]);
+        assert_eq!(s.use_at(a), Some(Use::Free { dirty: true }));
+    }
+    assert_eq!(s.dirty_bytes(), RELEASE_HIGH);
+    // More freed below it: past RELEASE_HIGH, the lowest dirty pages go
+    // back until RELEASE_LOW is left (the last range cut, its upper part
+    // kept), and read as zero.
+    let top = s.map_anywhere(RELEASE_HIGH, 3).unwrap();
+    let low = s.map_anywhere(RELEASE_HIGH, 3).unwrap();
+    assert!(low < top);
+    fill(low, RELEASE_HIGH, 4);
+    s.unmap(top, RELEASE_HIGH).unwrap();
+    s.unmap(low, RELEASE_HIGH).unwrap();
+    assert_eq!(released(), vec![(low, low + 2 * RELEASE_HIGH - RELEASE_LOW)]);
+    assert_eq!(s.dirty_bytes(), RELEASE_LOW);
+    assert!(all(low, 2 * RELEASE_HIGH - RELEASE_LOW, 0));
+    assert_eq!(s.use_at(low + RELEASE_HIGH + RELEASE_LOW), Some(Use::Free { dirty: true }), "the highest stays");
+    s.check();
+    // Many holes go back in batches of at most 64 ranges.
+    s.release_free();
+    released();
     let maps: Vec<u64> = (0..200).map(|_| s.map_anywhere(2 * PAGE, 3).unwrap()).collect();
     for &m in &maps {
         fill(m, 2 * PAGE, 5);
@@ -267,33 +286,26 @@ fn freed_memory_goes_back_to_the_host_in_batches() {
     for &m in maps.iter().step_by(2) {
         s.unmap(m, 2 * PAGE).unwrap();
     }
-    let big = s.map_anywhere(RELEASE_SLACK, 3).unwrap();
-    fill(big, RELEASE_SLACK, 7);
-    s.unmap(big, RELEASE_SLACK).unwrap();
+    assert_eq!(released(), vec![], "800 KiB freed: below RELEASE_HIGH");
+    assert_eq!(s.release_free(), 100 * 2 * PAGE);
     let r = released();
-    // Every dirty range went, in more than one batch of at most 64.
-    assert!(r.len() > shoal_abi::RELEASE_LIST_MAX as usize, "{} ranges", r.len());
+    assert_eq!(r.len(), 100);
     for &m in maps.iter().step_by(2) {
-        assert!(r.iter().any(|&(x, y)| x <= m && m + 2 * PAGE <= y));
+        assert!(r.contains(&(m, m + 2 * PAGE)));
         assert_eq!(s.use_at(m), Some(Use::Free { dirty: false }));
+        assert!(all(m, 2 * PAGE, 0));
     }
-    assert!(r.iter().any(|&(x, y)| x <= big && big + RELEASE_SLACK <= y));
     for &m in maps.iter().skip(1).step_by(2) {
         assert!(all(m, 2 * PAGE, 5), "mapped memory is untouched");
-        assert!(!r.iter().any(|&(x, y)| x < m + 2 * PAGE && m < y));
     }
     s.check();
-    // Released memory is handed out again without being zeroed by the
-    // kernel (it is zero), and reads as zero.
-    let again = s.map_anywhere(RELEASE_SLACK, 3).unwrap();
-    assert!(all(again, RELEASE_SLACK, 0));
     // A shrinking break is freed memory too.
     let base = s.brk(0);
-    assert_eq!(s.brk(base + 2 * RELEASE_SLACK), base + 2 * RELEASE_SLACK);
-    fill(base, 2 * RELEASE_SLACK, 3);
-    released();
+    assert_eq!(s.brk(base + 2 * RELEASE_HIGH), base + 2 * RELEASE_HIGH);
+    fill(base, 2 * RELEASE_HIGH, 3);
     s.brk(base);
-    assert!(released().iter().any(|&(x, y)| x <= base && base + 2 * RELEASE_SLACK <= y));
+    assert_eq!(released(), vec![(base, base + 2 * RELEASE_HIGH - RELEASE_LOW)]);
+    assert!(all(base, 2 * RELEASE_HIGH - RELEASE_LOW, 0));
     s.check();
 }
 
