@@ -51,7 +51,7 @@ fn freed_guest_memory_leaves_the_host_resident_set() {
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "{t}: {}", stderr(&out));
         eprintln!("{t}: resident KiB touched {touched}, unmapped {unmapped}, discarded {discarded}, freed {freed}");
-        // Everything but about RELEASE_SLACK (1 MiB) and what is not guest
+        // Everything but RELEASE_LOW (1 MiB) of freed memory and what is not guest
         // data (the tender, the image) went back: at least 56 of the 64 MiB.
         for (what, kib) in [("munmap", unmapped), ("madvise(MADV_DONTNEED)", discarded), ("free", freed)] {
             assert!(kib + (56 << 10) <= touched, "{t}: after {what} still {kib} KiB resident (64 MiB written: {touched} KiB)");
