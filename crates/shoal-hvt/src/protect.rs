@@ -198,4 +198,33 @@ mod tests {
         assert_eq!(pool_size((64 << 20) + 4096), 33 * PAGE_SIZE);
         const { assert!(POOL_ADDR >= x86::MAX_MEM) };
     }
+
+    #[test]
+    fn release_drops_only_guest_free_memory_and_refuses_the_rest() {
+        use vm_memory::{GuestAddress, MmapRegion};
+        let mem = 4u64 << 20;
+        let low = GuestRegionMmap::new(MmapRegion::<()>::new(mem as usize).unwrap(), GuestAddress(0)).unwrap();
+        let pool = GuestRegionMmap::new(MmapRegion::<()>::new(pool_size(mem) as usize).unwrap(), GuestAddress(POOL_ADDR)).unwrap();
+        let t = Tables { low: &low, pool: &pool, heap_start: 1 << 20, mem_size: mem };
+        for page in [0u64, 1 << 20, 2 << 20, mem - PAGE_SIZE] {
+            low.write_obj(0x5a5a_5a5a_u32, MemoryRegionAddress(page)).unwrap();
+        }
+        assert_eq!(t.release(2 << 20, 1 << 20), Ok(0));
+        assert_eq!(low.read_obj::<u32>(MemoryRegionAddress(2 << 20)).unwrap(), 0, "released pages read as zero");
+        assert_eq!(low.read_obj::<u32>(MemoryRegionAddress(1 << 20)).unwrap(), 0x5a5a_5a5a, "the rest is kept");
+        let einval = Ok(-i64::from(libc::EINVAL));
+        for (addr, len) in [
+            (0, PAGE_SIZE),
+            ((1 << 20) - PAGE_SIZE, 2 * PAGE_SIZE),
+            (mem - PAGE_SIZE, 2 * PAGE_SIZE),
+            (2 << 20, 0),
+            ((2 << 20) + 1, PAGE_SIZE),
+            (2 << 20, 100),
+            (u64::MAX - 4095, PAGE_SIZE),
+        ] {
+            assert_eq!(t.release(addr, len), einval, "{addr:#x}+{len:#x}");
+        }
+        assert_eq!(low.read_obj::<u32>(MemoryRegionAddress(0)).unwrap(), 0x5a5a_5a5a, "below heap_start: untouched");
+        assert_eq!(low.read_obj::<u32>(MemoryRegionAddress(mem - PAGE_SIZE)).unwrap(), 0x5a5a_5a5a);
+    }
 }

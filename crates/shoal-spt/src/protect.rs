@@ -212,6 +212,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn release_and_protect_ranges_stay_in_free_memory_and_stack() {
+        let (lo, mem) = (0x40_0000u64, 64u64 << 20);
+        assert!(range_ok(lo, PAGE_SIZE, lo, mem));
+        assert!(range_ok(mem - PAGE_SIZE, PAGE_SIZE, lo, mem));
+        for (addr, len) in
+            [(lo - PAGE_SIZE, PAGE_SIZE), (mem - PAGE_SIZE, 2 * PAGE_SIZE), (lo, 0), (lo + 1, PAGE_SIZE), (lo, 100), (u64::MAX - 4095, PAGE_SIZE)]
+        {
+            assert!(!range_ok(addr, len, lo, mem), "{addr:#x}+{len:#x}");
+        }
+        // Too many ranges: refused before guest memory is read.
+        let a = ReleaseArgs { ranges: 0, count: RELEASE_LIST_MAX + 1, ret: 0 };
+        assert_eq!(release(&a), -i64::from(libc::EINVAL));
+    }
+
+    #[test]
     fn pieces_never_reach_past_guest_memory_and_cover_the_request() {
         let mem = 64 << 20;
         for &(addr, len) in &[(0x20_0000u64, mem - 0x20_0000), (mem - 4096, 4096), (mem - 3 * 4096, 3 * 4096), (0x123000, 0x5000)] {
