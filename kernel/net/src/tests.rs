@@ -14,9 +14,15 @@ fn args(v: &[u64]) -> Args {
     Args(a)
 }
 
-fn setup() {
+/// The tests through the entry points share the kernel's global state
+/// (descriptor table, objects, readiness log): one at a time.
+static ENTRY_POINTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn setup() -> std::sync::MutexGuard<'static, ()> {
+    let guard = ENTRY_POINTS.lock().unwrap_or_else(|e| e.into_inner());
     shoal_plat::umem::set_bounds(1, u64::MAX);
     init();
+    guard
 }
 
 #[test]
@@ -168,7 +174,7 @@ fn timerfd_counts_expirations_lazily() {
 
 #[test]
 fn epoll_edge_triggered_through_the_entry_points() {
-    setup();
+    let _one_at_a_time = setup();
     let mut sv = [0i32; 2];
     sys::socketpair(&args(&[AF_UNIX as u64, SOCK_STREAM as u64, 0, sv.as_mut_ptr() as u64])).unwrap();
     let ep = sys::epoll_create1(&args(&[0])).unwrap();
@@ -205,7 +211,7 @@ fn event(out: &[u8], k: usize) -> (u32, u64) {
 
 #[test]
 fn epoll_ready_list_looks_only_at_what_changed() {
-    setup();
+    let _one_at_a_time = setup();
     let ep = sys::epoll_create1(&args(&[0])).unwrap();
     let add = |fd: i32, events: u32, data: u64| {
         let mut ev = [0u8; 12];
