@@ -8,6 +8,9 @@
  *                      least SECONDS (sleeping between rounds); prints
  *                      "ok ROUNDS rounds"
  *   recover crash      a fault in the application itself (a null write)
+ *   recover spin N     the application computes alone for N million
+ *                      iterations without a system call (long, but not a
+ *                      component's hang); prints "spun N"
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +38,14 @@ int main(int argc, char **argv) {
         volatile int *p = (int *)0;
         *p = 1;
         printf("survived\n");
+        return 0;
+    }
+    if (argc > 2 && !strcmp(argv[1], "spin")) {
+        long n = atol(argv[2]);
+        volatile unsigned long x = 1;
+        for (long i = 0; i < n * 1000000; i++)
+            x = x * 6364136223846793005ul + 1442695040888963407ul;
+        printf("spun %ld\n", n);
         return 0;
     }
     int rounds = argc > 1 ? atoi(argv[1]) : 200;
