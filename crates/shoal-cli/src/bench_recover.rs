@@ -324,8 +324,8 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     println!("{head}");
     for (oi, (_, label)) in OPS.iter().enumerate() {
         let mut line = format!("{label:<28}");
-        for si in 0..sys.len() {
-            line.push_str(&format!(" {:>16}", fmt(&cyc[si][oi], 1)));
+        for per_op in &cyc {
+            line.push_str(&format!(" {:>16}", fmt(&per_op[oi], 1)));
         }
         println!("{line}");
     }
@@ -339,8 +339,8 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     println!("{head}");
     for (oi, (_, label)) in OPS.iter().enumerate().skip(2) {
         let mut line = format!("{label:<28}");
-        for si in 0..sys.len() {
-            line.push_str(&format!(" {:>16}", fmt(&ns[si][oi], 1)));
+        for per_op in &ns {
+            line.push_str(&format!(" {:>16}", fmt(&per_op[oi], 1)));
         }
         println!("{line}");
     }
