@@ -215,6 +215,18 @@ fn an_injected_hang_is_stopped_by_the_watchdog_and_the_component_rebooted() {
             assert_eq!(preempt, 0, "{t} {component}: one thread: no preemption tick: {err}");
             assert!(watch >= 1, "{t} {component}: the watchdog ticked: {err}");
         }
+        // Beside a second, spinning thread the tick runs at the preemption
+        // period (10 ms) and ages the hung call all the same; the tick
+        // never switches threads inside the kernel, so the spinner waits.
+        let o = output(
+            shoal_run(t).env("SHOAL_PREEMPT_STATS", "1").args(["--watchdog", "100", "--inject", "time:hang@300"]).arg(&image).args(["--", "threads", "2000"]),
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{t} threads: {err}");
+        assert_eq!(stdout(&o), "threads ok 2000\n", "{t} threads: {err}");
+        assert!(err.contains("shoal: hang in time: "), "{t} threads: {err}");
+        assert_eq!(reboot_lines(&err, "time"), 1, "{t} threads: {err}");
+        assert!(ticks(&err).0 >= 10, "{t} threads: 100 ms of 10 ms preemption ticks at least: {err}");
     }
 }
 
