@@ -119,9 +119,15 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     let (image, native) = build_pair(&paths.home.join("apps/bench/recover.c"), &o.out, &["-O2"])?;
     let mut cyc: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); OPS.len()]; sys.len()];
     let mut ns = cyc.clone();
+    // A system that fails is skipped from then on, with its reason; the
+    // others' results still count.
+    let mut skipped: Vec<Option<String>> = vec![None; sys.len()];
     for rep in 0..o.repeat {
         say(quiet, &format!("system calls, run {}/{}", rep + 1, o.repeat));
         for (si, (name, flags)) in sys.iter().enumerate() {
+            if skipped[si].is_some() {
+                continue;
+            }
             let mut cmd = match flags {
                 None => Command::new(&native),
                 Some(f) => {
@@ -134,7 +140,10 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
             let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output().context("cannot start the benchmark program")?;
             let err = String::from_utf8_lossy(&out.stderr);
             if !out.status.success() {
-                bail!("{name}: the benchmark program failed ({}): {}", out.status, err.trim());
+                let why = format!("the benchmark program failed ({}): {}", out.status, err.trim());
+                say(quiet, &format!("warning: {name} skipped: {why}"));
+                skipped[si] = Some(why);
+                continue;
             }
             let kv = parse_kv(&err);
             for (oi, (op, _)) in OPS.iter().enumerate() {
@@ -152,8 +161,12 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     let (recover_image, _) = build_pair(&paths.home.join("apps/tests/recover.c"), &o.out, &["-O2"])?;
     let tenders: Vec<&str> = if hvt.is_ok() { vec!["spt", "hvt"] } else { vec!["spt"] };
     let mut reboots: Vec<(&str, Vec<Vec<f64>>)> = tenders.iter().map(|t| (*t, vec![Vec::new(); COMPONENTS.len()])).collect();
+    let mut reboot_skip: Vec<Option<String>> = vec![None; tenders.len()];
     for _ in 0..o.repeat {
-        for (t, per) in &mut reboots {
+        for (ti, (t, per)) in reboots.iter_mut().enumerate() {
+            if reboot_skip[ti].is_some() {
+                continue;
+            }
             let out = Command::new(&shoal)
                 .args(["run", "--tender", t, "--rejuvenate-every", "0.005"])
                 .arg(&recover_image)
@@ -163,7 +176,8 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
                 .output()
                 .context("cannot start shoal run")?;
             if !out.status.success() {
-                bail!("{t}: the rejuvenation run failed ({})", out.status);
+                reboot_skip[ti] = Some(format!("the rejuvenation run failed ({})", out.status));
+                continue;
             }
             for (c, us) in reboot_times(&String::from_utf8_lossy(&out.stderr)) {
                 if let Some(i) = COMPONENTS.iter().position(|x| *x == c) {
@@ -176,6 +190,7 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     // Fig. 7 SQLite: 10,000 inserts.
     say(quiet, "SQLite: building the sqlite-shell recipe");
     let mut sqlite: Vec<Vec<f64>> = vec![Vec::new(); sys.len()];
+    let mut sqlite_failed: Vec<Option<String>> = vec![None; sys.len()];
     let mut sqlite_skip = None;
     let script = o.out.join("inserts.sql");
     let mut sql = String::from("CREATE TABLE t(x);\n");
@@ -194,6 +209,9 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
             for rep in 0..o.repeat {
                 say(quiet, &format!("SQLite 10,000 inserts, run {}/{}", rep + 1, o.repeat));
                 for (si, (_, flags)) in sys.iter().enumerate() {
+                    if sqlite_failed[si].is_some() {
+                        continue;
+                    }
                     let db = tmp.path().join(format!("bench-{rep}-{si}.db"));
                     let mut cmd = match flags {
                         None => {
@@ -207,10 +225,18 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
                             c
                         }
                     };
-                    sqlite[si].push(sqlite_run(&mut cmd, &script)?);
+                    match sqlite_run(&mut cmd, &script) {
+                        Ok(s) => sqlite[si].push(s),
+                        Err(e) => sqlite_failed[si] = Some(format!("{e:#}")),
+                    }
                 }
             }
         }
+    }
+
+    if skipped.iter().all(Option::is_some) {
+        let reasons: Vec<String> = sys.iter().zip(&skipped).map(|((n, _), w)| format!("{n}: {}", w.as_deref().unwrap_or(""))).collect();
+        return Err(super::BenchError::nothing_measured("recover", &reasons).into());
     }
 
     // CSV and plot.
@@ -260,11 +286,11 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     let col = |n: &str| sys.iter().position(|(s, _)| *s == n);
     let gate = |t: &str| -> Option<f64> {
         let (on, off) = (col(&format!("{t} gates"))?, col(&format!("{t} no gates"))?);
-        Some(mean_sd(&cyc[on][1]).0 - mean_sd(&cyc[off][1]).0)
+        (!cyc[on][1].is_empty() && !cyc[off][1].is_empty()).then(|| mean_sd(&cyc[on][1]).0 - mean_sd(&cyc[off][1]).0)
     };
     let sqlite_ratio = |t: &str| -> Option<f64> {
         let (on, off) = (col(&format!("{t} gates"))?, col(&format!("{t} no gates"))?);
-        (!sqlite[on].is_empty()).then(|| mean_sd(&sqlite[on]).0 / mean_sd(&sqlite[off]).0)
+        (!sqlite[on].is_empty() && !sqlite[off].is_empty()).then(|| mean_sd(&sqlite[on]).0 / mean_sd(&sqlite[off]).0)
     };
 
     if o.json {
@@ -277,11 +303,23 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
                 m.insert(op.to_string(), json!({"cycles": {"mean": cm, "sd": csd}, "ns": {"mean": nm, "sd": nsd}}));
             }
             let (qm, qsd) = mean_sd(&sqlite[si]);
-            sc.insert(name.to_string(), json!({"syscalls": m, "sqlite_10000_inserts_s": {"mean": qm, "sd": qsd, "runs": sqlite[si]}}));
+            let q = match &sqlite_failed[si] {
+                Some(why) => json!({"skipped": why}),
+                None => json!({"mean": qm, "sd": qsd, "runs": sqlite[si]}),
+            };
+            let v = match &skipped[si] {
+                Some(why) => json!({"skipped": why, "sqlite_10000_inserts_s": q}),
+                None => json!({"syscalls": m, "sqlite_10000_inserts_s": q}),
+            };
+            sc.insert(name.to_string(), v);
         }
         let rb: serde_json::Map<String, serde_json::Value> = reboots
             .iter()
-            .map(|(t, per)| {
+            .zip(&reboot_skip)
+            .map(|((t, per), skip)| {
+                if let Some(why) = skip {
+                    return (t.to_string(), json!({"skipped": why}));
+                }
                 let m: serde_json::Map<String, serde_json::Value> = COMPONENTS
                     .iter()
                     .enumerate()
@@ -315,6 +353,11 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     if let Err(why) = &hvt {
         println!("hvt: skipped: {why}");
     }
+    for ((name, _), why) in sys.iter().zip(&skipped) {
+        if let Some(why) = why {
+            println!("{name}: skipped: {why}");
+        }
+    }
     println!();
     println!("Gate cost (cycles per call; rdtsc around {} calls, lowest of 5 loops per run, mean ± SD of runs)", o.iterations);
     let mut head = format!("{:<28}", "operation");
@@ -347,7 +390,11 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     println!("(VampOS over Unikraft: getpid +21.0 µs (Noop), open 1.32×, read 1.23×; its gates are message passing between component threads. Here getpid, open, read, write, close and the socket pair cross a gate that records and counts only — vfs, ramfs, net and process are not rebootable yet; the socket pair is AF_UNIX inside the kernel, not the paper's network socket.)");
     println!();
     println!("Reboot time of each stateless component (µs; from the reboot lines of --rejuvenate-every 0.005 runs; mean ± SD, samples)");
-    for (t, per) in &reboots {
+    for ((t, per), skip) in reboots.iter().zip(&reboot_skip) {
+        if let Some(why) = skip {
+            println!("  {t:<4} skipped: {why}");
+            continue;
+        }
         let cells: Vec<String> = COMPONENTS.iter().enumerate().map(|(ci, c)| format!("{c} {} (n={})", fmt(&per[ci], 2), per[ci].len())).collect();
         println!("  {t:<4} {}", cells.join("   "));
     }
@@ -358,7 +405,10 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
         None => {
             println!("Fig. 7 SQLite, 10,000 inserts (autocommit, database file in memory: ramfs / tmpfs), whole run in seconds");
             for (si, (name, _)) in sys.iter().enumerate() {
-                println!("  {name:<14} {:>18}", fmt(&sqlite[si], 4));
+                match &sqlite_failed[si] {
+                    Some(why) => println!("  {name:<14} skipped: {why}"),
+                    None => println!("  {name:<14} {:>18}", fmt(&sqlite[si], 4)),
+                }
             }
             for t in &tenders {
                 if let Some(r) = sqlite_ratio(t) {
