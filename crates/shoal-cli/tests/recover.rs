@@ -270,3 +270,27 @@ fn short_calls_get_no_ticks_and_no_recover_runs_without_gates() {
         assert_eq!(stderr(&o), "", "{t}");
     }
 }
+
+/// A hostile guest and the watchdog (`apps/tests/watchdog_hostile.c`):
+/// it registers a preemption area and a fault entry of its own, lies in
+/// the watch words (a call into `time` that never ends), asks the tender
+/// to watch and spins. The watchdog sends it to its own fault entry with
+/// `FAULT_HANG` — lying only redirects itself — and the tender goes on.
+/// Under `timeout 300`: a tender that never redirected would hang the
+/// test (the bound only turns that into a failure; nothing is timed).
+#[test]
+fn a_guest_lying_in_the_watch_words_only_redirects_itself() {
+    let dir = scratch();
+    let image = build_image(&home().join("apps/tests/watchdog_hostile.c"), dir.path(), &[]);
+    for t in tenders() {
+        let o = output(std::process::Command::new("timeout").args(["300", env!("CARGO_BIN_EXE_shoal"), "run", "--tender", t, "--watchdog", "50"]).arg(&image));
+        assert_eq!(
+            stdout(&o),
+            "own area: 0\nown fault entry: 0\nthe watchdog sent the program to its own fault entry with FAULT_HANG\n",
+            "{t}: {}",
+            stderr(&o)
+        );
+        assert_eq!(o.status.code(), Some(0), "{t}: {}", stderr(&o));
+        assert_eq!(stderr(&o), "", "{t}");
+    }
+}
