@@ -7,9 +7,11 @@
 //!   difference is the gate. FlexOS's MPK gate costs 62–74 cycles, a
 //!   function call 2–5 (the app measures one too).
 //! - **Fig. 5**: getpid, open, 1-byte write and read, close of a file, and a
-//!   222-byte write + read on an `AF_UNIX` socket pair, per call, native,
-//!   and on spt and hvt without and with the gates (`apps/bench/recover.c`,
-//!   the lowest of 5 loops per run, as the machine is shared).
+//!   222-byte write + read on an `AF_UNIX` socket pair and on a TCP
+//!   connection over 127.0.0.1 (host sockets through the tender:
+//!   `--net-bind-any --net-outbound`), per call, native, and on spt and
+//!   hvt without and with the gates (`apps/bench/recover.c`, the lowest of
+//!   5 loops per run, as the machine is shared).
 //! - **reboot time** of each rebootable (stateless) component, from the
 //!   reboot lines of `--rejuvenate-every` runs of `apps/tests/recover.c`
 //!   (VampOS: 7.4 µs for PROCESS; goal ≤ 10 µs).
@@ -40,7 +42,7 @@ pub struct RecoverOpts {
 }
 
 /// The operations `apps/bench/recover.c` reports, with their labels.
-const OPS: [(&str, &str); 8] = [
+const OPS: [(&str, &str); 9] = [
     ("call", "function call"),
     ("getuid", "getuid (user: whole gate)"),
     ("getpid", "getpid"),
@@ -48,7 +50,8 @@ const OPS: [(&str, &str); 8] = [
     ("write", "write 1 byte"),
     ("read", "read 1 byte"),
     ("close", "close"),
-    ("sock", "socket write+read 222 B"),
+    ("sock", "socketpair write+read 222 B"),
+    ("tcp", "TCP write+read 222 B"),
 ];
 
 /// The rebootable components.
@@ -56,10 +59,16 @@ const COMPONENTS: [&str; 3] = ["time", "sysinfo", "user"];
 
 /// The systems measured: a name and the `shoal run` flags (None: native).
 fn systems(hvt: bool) -> Vec<(&'static str, Option<Vec<&'static str>>)> {
-    let mut s = vec![("native", None), ("spt no gates", Some(vec!["--tender", "spt", "--no-recover"])), ("spt gates", Some(vec!["--tender", "spt"]))];
+    // The TCP case binds and connects on 127.0.0.1 through the tender.
+    const NET: [&str; 2] = ["--net-bind-any", "--net-outbound"];
+    let mut s = vec![
+        ("native", None),
+        ("spt no gates", Some([&["--tender", "spt", "--no-recover"][..], &NET].concat())),
+        ("spt gates", Some([&["--tender", "spt"][..], &NET].concat())),
+    ];
     if hvt {
-        s.push(("hvt no gates", Some(vec!["--tender", "hvt", "--no-recover"])));
-        s.push(("hvt gates", Some(vec!["--tender", "hvt"])));
+        s.push(("hvt no gates", Some([&["--tender", "hvt", "--no-recover"][..], &NET].concat())));
+        s.push(("hvt gates", Some([&["--tender", "hvt"][..], &NET].concat())));
     }
     s
 }
@@ -93,6 +102,18 @@ fn sqlite_run(cmd: &mut Command, script: &Path) -> Result<f64> {
         bail!("sqlite3 failed ({}): {} {}", out.status, text.trim(), String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(secs)
+}
+
+/// The median of `v` (NaN when empty): reboot times have rare outliers (the
+/// host preempting the instance mid-reboot) that move the mean.
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
 }
 
 fn fmt(v: &[f64], digits: usize) -> String {
@@ -325,7 +346,7 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
                     .enumerate()
                     .map(|(ci, c)| {
                         let (m, sd) = mean_sd(&per[ci]);
-                        (c.to_string(), json!({"mean_us": m, "sd_us": sd, "samples": per[ci].len()}))
+                        (c.to_string(), json!({"mean_us": m, "sd_us": sd, "median_us": median(&per[ci]), "samples": per[ci].len()}))
                     })
                     .collect();
                 (t.to_string(), serde_json::Value::Object(m))
@@ -387,15 +408,16 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
         }
         println!("{line}");
     }
-    println!("(VampOS over Unikraft: getpid +21.0 µs (Noop), open 1.32×, read 1.23×; its gates are message passing between component threads. Here getpid, open, read, write, close and the socket pair cross a gate that records and counts only — vfs, ramfs, net and process are not rebootable yet; the socket pair is AF_UNIX inside the kernel, not the paper's network socket.)");
+    println!("(VampOS over Unikraft: getpid +21.0 µs (Noop), open 1.32×, read 1.23×; its gates are message passing between component threads. Here getpid, open, read, write, close and the sockets cross a gate that records and counts only — vfs, ramfs, net and process are not rebootable yet; the socket pair is AF_UNIX inside the kernel, the TCP connection the host's loopback through the tender.)");
     println!();
-    println!("Reboot time of each stateless component (µs; from the reboot lines of --rejuvenate-every 0.005 runs; mean ± SD, samples)");
+    println!("Reboot time of each stateless component (µs; from the reboot lines of --rejuvenate-every 0.005 runs; mean ± SD, median, samples)");
     for ((t, per), skip) in reboots.iter().zip(&reboot_skip) {
         if let Some(why) = skip {
             println!("  {t:<4} skipped: {why}");
             continue;
         }
-        let cells: Vec<String> = COMPONENTS.iter().enumerate().map(|(ci, c)| format!("{c} {} (n={})", fmt(&per[ci], 2), per[ci].len())).collect();
+        let cells: Vec<String> =
+            COMPONENTS.iter().enumerate().map(|(ci, c)| format!("{c} {} (median {:.2}, n={})", fmt(&per[ci], 2), median(&per[ci]), per[ci].len())).collect();
         println!("  {t:<4} {}", cells.join("   "));
     }
     println!("(goal ≤ 10 µs; VampOS: PROCESS, stateless, 7.4 µs; its stateful components up to 48 ms)");
@@ -425,6 +447,13 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn median_of_odd_even_and_empty() {
+        assert_eq!(super::median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(super::median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(super::median(&[]).is_nan());
+    }
+
     #[test]
     fn reads_reboot_lines() {
         let err = "shoal: rebooted time in 0.4 µs (replayed 0 calls)\nother\nshoal: rebooted user in 12.5 µs (replayed 0 calls)\n";

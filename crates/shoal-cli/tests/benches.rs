@@ -150,7 +150,7 @@ fn bench_recover_from_any_directory() {
     let tmp = scratch();
     let v = json_of("recover", &bench(tmp.path(), &["recover", "--iterations", "500", "--repeat", "2", "--json"]));
     for system in ["native", "spt no gates", "spt gates"] {
-        for op in ["getuid", "getpid", "open", "write", "read", "close"] {
+        for op in ["getuid", "getpid", "open", "write", "read", "close", "sock", "tcp"] {
             positive(&v, &format!("/systems/{system}/syscalls/{op}/ns/mean"));
         }
         positive(&v, &format!("/systems/{system}/sqlite_10000_inserts_s/mean"));
