@@ -195,6 +195,28 @@ pub fn watch_end() {
 /// The tender refused `PREEMPT_WATCH` once: not asked again.
 static WATCH_REFUSED: AtomicBool = AtomicBool::new(false);
 
+/// The running thread blocks (a switch, the idle wait): takes the gated
+/// call in progress out of the watchdog's sight and returns it (0: none),
+/// for [`watch_resume`] when this thread runs again. A blocked call is not
+/// a hang, and the thread switched to is not in it.
+#[inline]
+pub fn watch_pause() -> u64 {
+    let w = SHOAL_PREEMPT_AREA.watch.load(Ordering::Relaxed);
+    if w != 0 {
+        watch_end();
+    }
+    w
+}
+
+/// The thread runs again: its gated call (if [`watch_pause`] returned one)
+/// is watched again, as a new call (its age starts afresh).
+#[inline]
+pub fn watch_resume(w: u64) {
+    if w != 0 {
+        watch_begin(w);
+    }
+}
+
 #[cfg(not(test))]
 fn arm_watch() {
     // A tender that refuses leaves calls unwatched (hangs are not
@@ -288,6 +310,16 @@ mod tests {
         assert_eq!(a.watch.load(Ordering::SeqCst), 6);
         assert_eq!(a.watch_seq.load(Ordering::SeqCst), seq + 1);
         assert_eq!(a.armed.load(Ordering::SeqCst), shoal_abi::PREEMPT_ARMED_WATCHDOG, "armed for the watchdog");
+        // Blocking inside the call hides it; running again shows it as a
+        // new call.
+        assert_eq!(watch_pause(), 6);
+        assert_eq!(a.watch.load(Ordering::SeqCst), 0);
+        assert_eq!(watch_pause(), 0, "the thread switched to is in no call");
+        watch_resume(0);
+        assert_eq!(a.watch.load(Ordering::SeqCst), 0);
+        watch_resume(6);
+        assert_eq!(a.watch.load(Ordering::SeqCst), 6);
+        assert_eq!(a.watch_seq.load(Ordering::SeqCst), seq + 2, "a new call: its age starts afresh");
         watch_end();
         assert_eq!(a.watch.load(Ordering::SeqCst), 0);
         // A second thread must still get the preemption tick.
