@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 12;
+pub const ABI_VERSION: u32 = 13;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -193,7 +193,31 @@ pub struct BootInfo {
     /// components one by one, one every this many nanoseconds (software
     /// rejuvenation); 0: never.
     pub rejuvenate_ns: u64,
+    /// The hang watchdog's limit (`shoal run --watchdog MS`, ABI 13): a
+    /// gated call into a rebootable kernel component that runs longer than
+    /// this many nanoseconds is stopped and the component rebooted; 0: no
+    /// watchdog. The tender enforces it (with the preemption tick, see
+    /// [`PreemptArea::watch`]); the kernel only arms it and names it.
+    pub watchdog_ns: u64,
+    /// Recovery flags ([`RECOVER_OFF`]; ABI 13).
+    pub recover_flags: u64,
 }
+
+/// [`BootInfo::recover_flags`]: no component gates (`shoal run
+/// --no-recover`): system calls go straight to their component, nothing
+/// is counted, snapshotted or rebooted, and a component's failure ends the
+/// instance as a kernel panic does. What `shoal bench recover` compares
+/// the gates against.
+pub const RECOVER_OFF: u64 = 1;
+
+/// The watchdog limit unless told otherwise: 1 s (issue 19).
+pub const DEFAULT_WATCHDOG_NS: u64 = 1_000_000_000;
+
+/// What the tender passes as the first argument (`rdi`, where a CPU fault
+/// passes its signal number) when it sends the guest to the kernel's fault
+/// entry ([`Hypercall::FaultHandler`]) because a gated call outran the
+/// watchdog: not a signal number.
+pub const FAULT_HANG: u64 = 0x100;
 
 /// The kernel components, in the order of their numbers (index + 1) in
 /// [`Inject::component`] and in the kernel's recovery records (DESIGN §6).
@@ -221,6 +245,9 @@ pub const INJECT_PANIC: u32 = 1;
 /// memory inside the call (a CPU fault: SIGSEGV on spt, a page fault on
 /// hvt).
 pub const INJECT_WILD_WRITE: u32 = 2;
+/// [`Inject::kind`]: the component spins forever inside the call (a hang,
+/// for the watchdog; ABI 13).
+pub const INJECT_HANG: u32 = 3;
 
 /// Room for [`BootInfo::volume_path`] (a longer guest path is refused by
 /// the tender).
@@ -378,6 +405,14 @@ pub struct FaultHandlerArgs {
 pub const PREEMPT_REGISTER: u64 = 0;
 /// [`PreemptArgs::op`]: arm the tick.
 pub const PREEMPT_ARM: u64 = 1;
+/// [`PreemptArgs::op`]: a gated call began while the tick was off: arm it
+/// at the watchdog's period (ABI 13; see [`PreemptArea::watch`]).
+pub const PREEMPT_WATCH: u64 = 2;
+/// [`PreemptArea::armed`]: the tick runs at the preemption period.
+pub const PREEMPT_ARMED_TICK: u64 = 1;
+/// [`PreemptArea::armed`]: the tick runs at the watchdog's period only
+/// (no thread to preempt; a gated call to watch).
+pub const PREEMPT_ARMED_WATCHDOG: u64 = 2;
 /// The tick the kernel asks for unless told otherwise: 10 ms.
 pub const PREEMPT_TICK_NS: u64 = 10_000_000;
 /// Shortest tick a tender accepts (a shorter one is raised to it).
@@ -425,10 +460,27 @@ pub struct PreemptArea {
     /// running one included), plus one while a lone running thread has a
     /// deadline to see pass (a sleeping thread's, the interval timer's).
     pub runnable: u64,
-    /// Tender: nonzero while the tick is armed.
+    /// Tender: nonzero while the tick is armed: [`PREEMPT_ARMED_TICK`]
+    /// or [`PREEMPT_ARMED_WATCHDOG`].
     pub armed: u64,
     /// Tender: ticks that reached the instance (a statistic).
     pub ticks: u64,
+    /// Kernel (ABI 13): the component (1 + its index in [`COMPONENTS`])
+    /// of the gated call into a rebootable component in progress, 0 when
+    /// none. The hang watchdog: at each tick the tender compares `watch`
+    /// and `watch_seq` with the last tick's; the same call still in
+    /// progress adds the tick's period to its age, and once the age reaches
+    /// [`BootInfo::watchdog_ns`] the tender sends the guest to the kernel's
+    /// fault entry with [`FAULT_HANG`] (only an instruction in guest
+    /// memory, at CPL 3 on hvt, and only while the fault entry's armed word
+    /// is set). While no thread needs preempting, the tick keeps running
+    /// at the watchdog's period only while a gated call is in progress
+    /// ([`PREEMPT_ARMED_WATCHDOG`]); the kernel arms it with
+    /// [`PREEMPT_WATCH`] when a gated call begins and the tick is off.
+    pub watch: u64,
+    /// Kernel (ABI 13): gated calls begun so far (tells one long call
+    /// from many short ones).
+    pub watch_seq: u64,
 }
 
 /// Byte offset of [`PreemptArea::resume_rip`] (the entry reads it).
@@ -452,6 +504,10 @@ pub mod preempt_word {
     pub const ARMED: usize = 4;
     /// [`PreemptArea::ticks`].
     pub const TICKS: usize = 5;
+    /// [`PreemptArea::watch`].
+    pub const WATCH: usize = 6;
+    /// [`PreemptArea::watch_seq`].
+    pub const WATCH_SEQ: usize = 7;
 
     const _: () = assert!(offset_of!(PreemptArea, in_kernel) == IN_KERNEL * 8);
     const _: () = assert!(offset_of!(PreemptArea, pending) == PENDING * 8);
@@ -459,6 +515,8 @@ pub mod preempt_word {
     const _: () = assert!(offset_of!(PreemptArea, runnable) == RUNNABLE * 8);
     const _: () = assert!(offset_of!(PreemptArea, armed) == ARMED * 8);
     const _: () = assert!(offset_of!(PreemptArea, ticks) == TICKS * 8);
+    const _: () = assert!(offset_of!(PreemptArea, watch) == WATCH * 8);
+    const _: () = assert!(offset_of!(PreemptArea, watch_seq) == WATCH_SEQ * 8);
     const _: () = assert!(super::PREEMPT_RESUME_RIP_OFFSET as usize == RESUME_RIP * 8);
 }
 

@@ -397,6 +397,7 @@ pub fn handle(
                     Err(_) => EFAULT,
                 },
                 shoal_abi::PREEMPT_ARM => crate::preempt::arm(a.tick_ns),
+                shoal_abi::PREEMPT_WATCH => crate::preempt::watch(),
                 _ => EINVAL,
             };
             put(g, call, arg, &a)

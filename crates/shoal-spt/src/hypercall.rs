@@ -291,6 +291,7 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
             a.ret = match a.op {
                 shoal_abi::PREEMPT_REGISTER => crate::preempt::register(a.area, a.entry, writable),
                 shoal_abi::PREEMPT_ARM => crate::preempt::arm(a.tick_ns),
+                shoal_abi::PREEMPT_WATCH => crate::preempt::watch(),
                 _ => -i64::from(libc::EINVAL),
             };
             put(arg, &a);
