@@ -189,7 +189,16 @@ pub extern "C" fn shoal_sched_thread_return(status: i32) -> ! {
 
 /// Gives up the vCPU after the running thread blocked, yielded or exited
 /// (already recorded in the table); returns when this thread runs again.
+/// A gated call that blocks here is not running meanwhile: the hang
+/// watchdog must neither age it nor see it in the thread switched to
+/// ([`preempt::watch_pause`]).
 fn reschedule() {
+    let watched = preempt::watch_pause();
+    reschedule_now();
+    preempt::watch_resume(watched);
+}
+
+fn reschedule_now() {
     loop {
         if let Some(d) = table(|t| t.next_deadline()) {
             let now = shoal_time::monotonic_ns();
@@ -270,10 +279,12 @@ pub fn set_idle_wait(f: IdleWait) {
 /// `shoal_vfs::wait`); `false` if there is none or it has nothing to wait
 /// for.
 pub fn idle_wait(deadline: Option<u64>) -> bool {
+    let watched = preempt::watch_pause();
     let r = match IDLE_WAIT.with(|w| *w) {
         Some(f) => f(deadline),
         None => false,
     };
+    preempt::watch_resume(watched);
     // A signal the tender forwarded is what may have ended the wait.
     raise_host_signals();
     r

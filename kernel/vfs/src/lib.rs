@@ -67,6 +67,7 @@ mod ops;
 mod path;
 mod pipe;
 mod poll;
+pub mod readylog;
 pub mod sys;
 pub mod wait;
 
