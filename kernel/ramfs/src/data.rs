@@ -242,6 +242,40 @@ impl FileData {
         }
     }
 
+    /// A copy of the file: the same base (borrowed), copies of the owned
+    /// pages (for recovery's log, `crate::heal`; the copy's pages are new,
+    /// never handed out for mapping).
+    pub fn duplicate(&self) -> Result<FileData, Errno> {
+        let mut chunks = BTreeMap::new();
+        for (page, c) in &self.chunks {
+            let mut d = Chunk::new()?;
+            d.copy_from_slice(c);
+            chunks.insert(*page, d);
+        }
+        Ok(FileData { base: self.base, base_len: self.base_len, chunks, size: self.size })
+    }
+
+    /// Writes the bytes `[off, off + len)` of `src` at the same place here
+    /// (what a logged write put there; `src` is the file written, this its
+    /// copy in the log). Bytes past `src`'s end are not copied.
+    pub fn copy_range(&mut self, src: &FileData, off: u64, len: u64) -> Result<(), Errno> {
+        let end = core::cmp::min(off.saturating_add(len), src.size);
+        let mut pos = off;
+        let mut buf = [0u8; 512];
+        while pos < end {
+            let n = core::cmp::min(buf.len() as u64, end - pos) as usize;
+            let got = src.read(pos, &mut buf[..n]);
+            if got == 0 {
+                break;
+            }
+            if self.write(pos, &buf[..got])? != got {
+                return Err(Errno::ENOSPC);
+            }
+            pos += got as u64;
+        }
+        Ok(())
+    }
+
     /// Sets the size to `size`: shrinking drops the contents past it,
     /// growing adds zeros.
     pub fn truncate(&mut self, size: u64) -> Result<(), Errno> {

@@ -42,6 +42,9 @@
 
 extern crate alloc;
 
+mod log;
+pub use log::{enter, enter_quiet, log_bytes, resume, set_log_bytes, set_replayed, suspend, Entered, Suspended, LOGS};
+
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
@@ -200,6 +203,10 @@ static STATE: Global<State> = Global::new(State { snapshots: [const { None }; N]
 static REBOOTABLE: AtomicU16 = AtomicU16::new(0);
 /// The component the current system call entered (0: none).
 static CURRENT: AtomicU8 = AtomicU8::new(0);
+/// The component whose failure returned to the armed gate (it is the one
+/// rebooted, which may not be the one the gate entered: vfs called from
+/// net, ramfs from vfs).
+static FAILED: AtomicU8 = AtomicU8::new(0);
 /// Non-zero while a gate's return context is saved and a failure may
 /// return to it. An 8-byte word: the spt tender reads it to decide whether
 /// a CPU fault is the kernel's to handle (`Hypercall::FaultHandler`).
@@ -372,7 +379,11 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
     // A gate inside a gate (a rebootable component's call never calls back
     // into the table, so this does not happen today) runs unprotected: one
     // saved context at a time.
-    let r = if rebootable(c) && ARMED.load(Relaxed) == 0 {
+    // Every gate is armed once a component is rebootable: a call into one
+    // component may reach a rebootable one that fails (net's read reaches
+    // vfs, vfs reaches ramfs); a failure in a component that is not
+    // rebootable ends the instance as before.
+    let r = if REBOOTABLE.load(Relaxed) != 0 && ARMED.load(Relaxed) == 0 {
         protected(c, f, args, inject, n)
     } else {
         if inject {
@@ -498,7 +509,10 @@ fn protected(c: Component, f: SyscallFn, args: &Args, inject: bool, n: u64) -> S
         if aborted == 0 {
             return frame.out;
         }
-        reboot(c);
+        reboot(match FAILED.swap(0, Relaxed) {
+            0 => c,
+            f => f,
+        });
         frame.inject = false;
     }
     Err(Errno::EIO)
@@ -508,6 +522,7 @@ fn protected(c: Component, f: SyscallFn, args: &Args, inject: bool, n: u64) -> S
 /// rebootable component; otherwise returns.
 fn abort_to_gate() {
     if ARMED.swap(0, Relaxed) != 0 && rebootable(current()) {
+        FAILED.store(current(), Relaxed);
         // SAFETY: the gate is armed, so `CONTEXT` holds the context
         // `shoal_recover_call` saved for the call still in progress below
         // us on this stack.
@@ -526,6 +541,31 @@ pub fn on_panic(info: &core::panic::PanicInfo) {
         let _ = writeln!(shoal_plat::console::Stderr, "shoal: kernel panic in {}: {info}", name(c));
         abort_to_gate();
     }
+}
+
+/// Copies component `c`'s post-initialisation snapshot back over its data
+/// and bss, without counting a reboot or printing (an after-reboot hook
+/// uses it for a component whose value holds the rebooted one's state:
+/// ramfs's tree is part of vfs's `Vfs`). `false` if `c` has no snapshot.
+pub fn restore_regions(c: Component) -> bool {
+    let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) else { return false };
+    let r = regions()[i];
+    STATE
+        .try_with(|s| {
+            let snap = s.snapshots[i].as_deref()?;
+            let mut off = 0;
+            for range in [r.data, r.bss] {
+                let part = snap.get(off..off + range.len())?;
+                // SAFETY: as in `reboot`: the component's own regions, no
+                // reference into them alive (the failed call was
+                // abandoned), one flow of control.
+                unsafe { core::ptr::copy_nonoverlapping(part.as_ptr(), range.start as *mut u8, range.len()) };
+                off += range.len();
+            }
+            Some(())
+        })
+        .flatten()
+        .is_some()
 }
 
 /// Restores component `c`'s post-initialisation snapshot, runs its hook
@@ -562,7 +602,15 @@ fn reboot(c: Component) -> u64 {
     // Unit tests on the host have no tender to print to.
     if shoal_plat::boot::booted() {
         use core::fmt::Write;
-        let _ = writeln!(shoal_plat::console::Stderr, "shoal: rebooted {} in {}.{} µs (replayed 0 calls)", name(c), ns / 1000, ns % 1000 / 100);
+        let replayed = log::take_replayed();
+        match log::log_bytes(c) {
+            0 => {
+                let _ = writeln!(shoal_plat::console::Stderr, "shoal: rebooted {} in {}.{} µs (replayed {replayed} calls)", name(c), ns / 1000, ns % 1000 / 100);
+            }
+            b => {
+                let _ = writeln!(shoal_plat::console::Stderr, "shoal: rebooted {} in {}.{} µs (replayed {replayed} calls, log {b} bytes)", name(c), ns / 1000, ns % 1000 / 100);
+            }
+        }
     }
     ns
 }

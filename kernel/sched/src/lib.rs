@@ -206,10 +206,14 @@ fn reschedule() {
                     let save = prev.and_then(|p| t.rsp_slot(p)).unwrap_or(DEAD_RSP.as_ptr());
                     (save, t.get(next).map_or(0, |n| n.rsp))
                 });
+                // recover's armed gate is this thread's: put aside while
+                // others run.
+                let gate = shoal_recover::suspend();
                 // SAFETY: `save` is a boxed TCB's rsp slot (stable while the
                 // thread exists) or the dead slot; `rsp` was saved by a
                 // switch or built by __shoal_clone. No Global is borrowed.
                 unsafe { switch(save, rsp) };
+                shoal_recover::resume(gate);
                 shoal_sched_after_switch();
                 return;
             }

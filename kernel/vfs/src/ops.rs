@@ -1123,6 +1123,16 @@ const DEFAULT_TERMIOS: [u8; 36] = {
 /// them back as set.
 static TERMIOS: shoal_plat::Global<[u8; 36]> = shoal_plat::Global::new(DEFAULT_TERMIOS);
 
+/// The terminal settings descriptor 0 answers with (for module `heal`).
+pub(crate) fn termios() -> [u8; 36] {
+    TERMIOS.try_with(|t| *t).unwrap_or(DEFAULT_TERMIOS)
+}
+
+/// Puts back terminal settings (module `heal`, after a reboot).
+pub(crate) fn set_termios(t: [u8; 36]) {
+    TERMIOS.with(|cur| *cur = t);
+}
+
 const TCGETS: u32 = 0x5401;
 const TCSETS: u32 = 0x5402;
 const TCSETSW: u32 = 0x5403;
