@@ -13,17 +13,34 @@ use common::*;
 const ROUNDS: &str = "300";
 
 /// The reboot lines in `err` for `component`: each must have the form
-/// `shoal: rebooted COMPONENT in T µs (replayed 0 calls)`.
+/// `shoal: rebooted COMPONENT in T µs (replayed 0 calls)` for a stateless
+/// component.
 fn reboot_lines(err: &str, component: &str) -> usize {
+    let lines = reboots(err, component);
+    for (replayed, log) in &lines {
+        assert!(*replayed == 0 && log.is_none(), "a stateless component replays nothing: {err}");
+    }
+    lines.len()
+}
+
+/// The reboot lines in `err` for `component`, as (calls replayed, log
+/// bytes): `shoal: rebooted COMPONENT in T µs (replayed N calls)`, with
+/// `, log B bytes` before the `)` for a component with a log.
+fn reboots(err: &str, component: &str) -> Vec<(u64, Option<u64>)> {
     let prefix = format!("shoal: rebooted {component} in ");
     err.lines()
         .filter_map(|l| l.strip_prefix(&prefix))
-        .inspect(|rest| {
+        .map(|rest| {
             let (t, tail) = rest.split_once(' ').unwrap();
             assert!(t.parse::<f64>().is_ok(), "reboot time `{t}` is not a number");
-            assert_eq!(tail, "µs (replayed 0 calls)");
+            let inner = tail.strip_prefix("µs (replayed ").and_then(|r| r.strip_suffix(")")).unwrap_or_else(|| panic!("reboot line `{rest}`"));
+            let (n, log) = match inner.split_once(" calls, log ") {
+                Some((n, b)) => (n, Some(b.strip_suffix(" bytes").unwrap().parse().unwrap())),
+                None => (inner.strip_suffix(" calls").unwrap(), None),
+            };
+            (n.parse().unwrap(), log)
         })
-        .count()
+        .collect()
 }
 
 #[test]
@@ -77,7 +94,7 @@ fn an_injected_wild_write_reboots_the_component() {
 
 /// `--rejuvenate-every`: the rebootable components are rebooted one by
 /// one, in turn, while the program runs (here for at least 0.6 s, twelve
-/// periods of 0.05 s, so at least three reboots are due whatever the
+/// periods of 0.05 s, so at least five reboots are due whatever the
 /// machine's speed), and its results stay right.
 #[test]
 fn rejuvenation_reboots_the_components_in_turn() {
@@ -88,13 +105,14 @@ fn rejuvenation_reboots_the_components_in_turn() {
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(0), "{t}: {err}");
         assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"), "{t}: {err}");
-        let counts: Vec<usize> = ["time", "sysinfo", "user"].iter().map(|c| reboot_lines(&err, c)).collect();
+        let all = ["vfs", "ramfs", "time", "sysinfo", "user"];
+        let counts: Vec<usize> = all.iter().map(|c| reboots(&err, c).len()).collect();
         assert!(counts.iter().all(|n| *n >= 1), "{t}: every component in turn: {counts:?}\n{err}");
         assert_eq!(counts.iter().sum::<usize>(), err.lines().count(), "{t}: only reboot lines: {err}");
-        // In turn: time, sysinfo, user, time, …
+        // In turn: vfs, ramfs, time, sysinfo, user, vfs, …
         let order: Vec<&str> = err.lines().map(|l| l.split(' ').nth(2).unwrap()).collect();
         for (i, c) in order.iter().enumerate() {
-            assert_eq!(*c, ["time", "sysinfo", "user"][i % 3], "{t}: {err}");
+            assert_eq!(*c, all[i % all.len()], "{t}: {err}");
         }
     }
 }
@@ -164,5 +182,93 @@ fn bad_inject_and_rejuvenate_flags_are_one_line_and_125() {
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(125), "shoal-tender {spec}: {err}");
         assert!(!err.contains("panicked") && err.lines().count() == 1 && err.contains(needle), "{spec}: {err}");
+    }
+}
+
+/// SQLite inserts into a database in ramfs, in many transactions, with a
+/// panic or a wild write injected into vfs or ramfs (both rebuild their
+/// state from the call log, `shoal_vfs::heal`): the shell finishes, the
+/// database passes `PRAGMA integrity_check` and holds every committed row
+/// (the same answers as a run without a fault), and the reboot line names
+/// the component.
+#[test]
+fn sqlite_survives_a_reboot_of_vfs_or_ramfs() {
+    use std::io::Write;
+    let dir = scratch();
+    let image = dir.path().join("sqlite-shell.img");
+    let o = output(shoal().args(["recipe", "build", "sqlite-shell", "-o"]).arg(&image));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut script = String::from(".open /tmp/rows.db\ncreate table t(a integer primary key, b text, c blob);\n");
+    for i in 1..=150 {
+        // Transactions of one and of several rows.
+        if i % 10 == 0 {
+            script += &format!("begin; insert into t values ({i}, 'row {i}', zeroblob({})); insert into t values ({}, 'extra', x'ff'); commit;\n", i * 7, i + 1000);
+        } else {
+            script += &format!("insert into t values ({i}, printf('row %d', {i}), zeroblob({}));\n", i % 500);
+        }
+    }
+    script += "select count(*), sum(a), sum(length(b)), sum(length(c)) from t;\nPRAGMA integrity_check;\n";
+    let run = |cmd: &mut std::process::Command| {
+        let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    for t in tenders() {
+        let plain = run(shoal_run(t).args(["-e", "HOME=/tmp"]).arg(&image));
+        let want = stdout(&plain);
+        assert!(want.starts_with("165|") && want.ends_with("\nok\n") && stderr(&plain).is_empty(), "{t}: {want} {}", stderr(&plain));
+        for spec in ["vfs:panic@3", "vfs:panic@400", "vfs:wild-write@250", "ramfs:panic@5", "ramfs:panic@1500", "ramfs:wild-write@900"] {
+            let o = run(shoal_run(t).args(["-e", "HOME=/tmp", "--inject", spec]).arg(&image));
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(0), "{t} {spec}: {err}");
+            assert_eq!(stdout(&o), want, "{t} {spec}: {err}");
+            let component = spec.split(':').next().unwrap();
+            let lines = reboots(&err, component);
+            assert_eq!(lines.len(), 1, "{t} {spec}: {err}");
+            assert!(lines[0].1.is_some_and(|b| b > 0), "{t} {spec}: the log's size is reported: {err}");
+        }
+    }
+}
+
+/// What the program can observe of vfs and ramfs — descriptors, shared
+/// offsets, status and close-on-exec flags, an unlinked open file, a
+/// pipe's unread bytes, a renamed directory, contents, umask, working
+/// directory — survives a reboot of either, early or late in the run
+/// (`apps/tests/heal.c` checks it all after every round).
+#[test]
+fn descriptors_offsets_and_contents_survive_a_reboot() {
+    let dir = scratch();
+    let image = build_image(&test_app("heal.c"), dir.path(), &[]);
+    for t in tenders() {
+        for spec in ["vfs:panic@20", "vfs:panic@2500", "vfs:wild-write@1200", "ramfs:panic@40", "ramfs:panic@3000", "ramfs:wild-write@1500"] {
+            let o = output(shoal_run(t).args(["--inject", spec]).arg(&image).args(["--", "300"]));
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(0), "{t} {spec}: {err}");
+            assert_eq!(stdout(&o), "ok 300 rounds\n", "{t} {spec}: {err}");
+            assert_eq!(reboots(&err, spec.split(':').next().unwrap()).len(), 1, "{t} {spec}: {err}");
+        }
+    }
+}
+
+/// Session-aware shrinking: 1,000,000 rounds of open/write/close of one
+/// file leave a log the size of the state, not of the history. vfs and
+/// ramfs are rebooted every 0.05 s meanwhile (each reboot replays the
+/// log and reports its size), and the file's last contents are right.
+#[test]
+fn the_log_stays_bounded_under_a_million_open_write_close() {
+    let dir = scratch();
+    let image = build_image(&test_app("heal.c"), dir.path(), &[]);
+    for t in tenders() {
+        let o = output(shoal_run(t).args(["--rejuvenate-every", "0.05"]).arg(&image).args(["--", "loop", "1000000"]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{t}: {err}");
+        assert_eq!(stdout(&o), "ok 1000000 loops\n", "{t}: {err}");
+        let lines: Vec<_> = reboots(&err, "vfs").into_iter().chain(reboots(&err, "ramfs")).collect();
+        assert!(lines.len() >= 2, "{t}: reboots of vfs and ramfs during the loop: {err}");
+        for (replayed, log) in lines {
+            let log = log.unwrap();
+            assert!(log < 16 * 1024, "{t}: the log holds {log} bytes: {err}");
+            assert!(replayed < 64, "{t}: {replayed} entries replayed: {err}");
+        }
     }
 }

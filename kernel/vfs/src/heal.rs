@@ -191,14 +191,13 @@ pub(crate) fn start(v: &mut Vfs) {
         broken: None,
     };
     shoal_recover::LOGS[id::VFS as usize - 1].with(|s| *s = Some(Box::new(log)));
-    report();
 }
 
 /// Brings the log up to date with what the call that is leaving vfs
 /// changed (called by [`crate::with`] after every call).
 pub(crate) fn commit(v: &mut Vfs) {
     let journal = (!v.fs.journal_is_empty()).then(|| v.fs.take_journal());
-    let changed = slot(|log| {
+    slot(|log| {
         let mut changed = false;
         if let Some((touched, changes)) = &journal {
             changed = true;
@@ -233,11 +232,7 @@ pub(crate) fn commit(v: &mut Vfs) {
         if changed {
             log.calls += 1;
         }
-        changed
     });
-    if changed == Some(true) {
-        report();
-    }
 }
 
 impl Log {
@@ -317,7 +312,9 @@ impl Log {
     }
 }
 
-/// Tells recover the log's size (for the reboot line).
+/// Tells recover the log's size (for the reboot line: measured when a
+/// reboot replays it, not after every call, which would cost a walk over
+/// the entries each time).
 fn report() {
     if let Some(b) = slot(|l| l.bytes()) {
         shoal_recover::set_log_bytes(id::VFS, b);
