@@ -143,18 +143,7 @@ impl Fs {
             Node::Fifo => NodeImage::Fifo,
             Node::CharDevice(r) => NodeImage::CharDevice(*r),
         };
-        Some(Image {
-            perm: i.perm,
-            nlink: i.nlink,
-            refs: i.refs,
-            uid: i.uid,
-            gid: i.gid,
-            atime: i.atime,
-            mtime: i.mtime,
-            ctime: i.ctime,
-            btime: i.btime,
-            node,
-        })
+        Some(Image { perm: i.perm, nlink: i.nlink, refs: i.refs, uid: i.uid, gid: i.gid, atime: i.atime, mtime: i.mtime, ctime: i.ctime, btime: i.btime, node })
     }
 
     /// Makes `ino` what `image` says, with `data` as the contents of a

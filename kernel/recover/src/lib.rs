@@ -610,10 +610,17 @@ fn reboot(c: Component) -> u64 {
         let replayed = log::take_replayed();
         match log::log_bytes(c) {
             0 => {
-                let _ = writeln!(shoal_plat::console::Stderr, "shoal: rebooted {} in {}.{} µs (replayed {replayed} calls)", name(c), ns / 1000, ns % 1000 / 100);
+                let _ =
+                    writeln!(shoal_plat::console::Stderr, "shoal: rebooted {} in {}.{} µs (replayed {replayed} calls)", name(c), ns / 1000, ns % 1000 / 100);
             }
             b => {
-                let _ = writeln!(shoal_plat::console::Stderr, "shoal: rebooted {} in {}.{} µs (replayed {replayed} calls, log {b} bytes)", name(c), ns / 1000, ns % 1000 / 100);
+                let _ = writeln!(
+                    shoal_plat::console::Stderr,
+                    "shoal: rebooted {} in {}.{} µs (replayed {replayed} calls, log {b} bytes)",
+                    name(c),
+                    ns / 1000,
+                    ns % 1000 / 100
+                );
             }
         }
     }

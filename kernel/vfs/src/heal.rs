@@ -71,6 +71,7 @@ use crate::{lock, pipe, FdEntry, Ofd, Target, Vfs};
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
+#[cfg(not(test))]
 use shoal_plat::Global;
 use shoal_ramfs::heal::{Change, Image};
 use shoal_ramfs::{FileData, Ino, Timespec};
@@ -87,38 +88,59 @@ enum Clock {
     Replay(Vec<u64>, usize),
 }
 
+#[cfg(not(test))]
 static CLOCK: Global<Clock> = Global::new(Clock::Live);
+
+#[cfg(not(test))]
+fn with_clock<R>(f: impl FnOnce(&mut Clock) -> R) -> Option<R> {
+    CLOCK.try_with(f)
+}
+
+// Unit tests run in parallel threads, each with its own file systems.
+#[cfg(test)]
+std::thread_local! {
+    static CLOCK: core::cell::RefCell<Clock> = const { core::cell::RefCell::new(Clock::Live) };
+}
+
+#[cfg(test)]
+fn with_clock<R>(f: impl FnOnce(&mut Clock) -> R) -> Option<R> {
+    CLOCK.with(|c| c.try_borrow_mut().ok().map(|mut c| f(&mut c)))
+}
 
 /// The file system's clock (see [`Clock`]).
 pub(crate) fn clock(live: fn() -> u64) -> u64 {
-    CLOCK
-        .try_with(|c| match c {
-            Clock::Live => live(),
-            Clock::Record(v) => {
-                let t = live();
-                v.push(t);
-                t
-            }
-            Clock::Replay(v, i) => {
-                let t = v.get(*i).copied().unwrap_or_else(live);
-                *i += 1;
-                t
-            }
-        })
-        .unwrap_or_else(live)
+    with_clock(|c| match c {
+        Clock::Live => live(),
+        Clock::Record(v) => {
+            let t = live();
+            v.push(t);
+            t
+        }
+        Clock::Replay(v, i) => {
+            let t = v.get(*i).copied().unwrap_or_else(live);
+            *i += 1;
+            t
+        }
+    })
+    .unwrap_or_else(live)
 }
 
 /// Starts keeping the clock readings (vfs's initialisation).
 pub(crate) fn record_clock() {
-    CLOCK.with(|c| *c = Clock::Record(Vec::new()));
+    with_clock(|c| *c = Clock::Record(Vec::new()));
 }
 
 /// The readings kept since [`record_clock`] (the clock is live again).
 fn take_clock() -> Vec<u64> {
-    match CLOCK.with(|c| core::mem::replace(c, Clock::Live)) {
-        Clock::Record(v) | Clock::Replay(v, _) => v,
-        Clock::Live => Vec::new(),
+    match with_clock(|c| core::mem::replace(c, Clock::Live)) {
+        Some(Clock::Record(v) | Clock::Replay(v, _)) => v,
+        _ => Vec::new(),
     }
+}
+
+/// Feeds `boot` to the clock (a rebuild), until [`take_clock`].
+fn replay_clock(boot: Vec<u64>) {
+    with_clock(|c| *c = Clock::Replay(boot, 0));
 }
 
 /// The log entry of one inode.
@@ -174,34 +196,45 @@ fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
 /// Starts the log right after vfs's initialisation (which ran after
 /// [`record_clock`]): the state of `v` is the replay's base.
 pub(crate) fn start(v: &mut Vfs) {
-    let boot_clock = take_clock();
-    v.fs.set_journal(true);
-    let log = Log {
-        boot_clock,
-        boot_next_ino: v.fs.next_ino(),
-        inodes: BTreeMap::new(),
-        next_ino: v.fs.next_ino(),
-        fds: v.fds.clone(),
-        ofds: v.ofds.clone(),
-        scalars: Scalars::of(v),
-        pipes: v.pipes.clone(),
-        locks: v.locks.clone(),
-        termios: crate::ops::termios(),
-        calls: 0,
-        broken: None,
-    };
+    let log = Log::new(v, take_clock());
     shoal_recover::LOGS[id::VFS as usize - 1].with(|s| *s = Some(Box::new(log)));
 }
 
 /// Brings the log up to date with what the call that is leaving vfs
 /// changed (called by [`crate::with`] after every call).
 pub(crate) fn commit(v: &mut Vfs) {
-    let journal = (!v.fs.journal_is_empty()).then(|| v.fs.take_journal());
-    slot(|log| {
+    slot(|log| log.record(v));
+}
+
+impl Log {
+    /// The log of a state just built (`v`, whose build read the clock
+    /// `boot_clock`): empty, `v` is the replay's base.
+    fn new(v: &mut Vfs, boot_clock: Vec<u64>) -> Log {
+        v.fs.set_journal(true);
+        Log {
+            boot_clock,
+            boot_next_ino: v.fs.next_ino(),
+            inodes: BTreeMap::new(),
+            next_ino: v.fs.next_ino(),
+            fds: v.fds.clone(),
+            ofds: v.ofds.clone(),
+            scalars: Scalars::of(v),
+            pipes: v.pipes.clone(),
+            locks: v.locks.clone(),
+            termios: crate::ops::termios(),
+            calls: 0,
+            broken: None,
+        }
+    }
+
+    /// Records what the last call changed in `v`.
+    fn record(&mut self, v: &mut Vfs) {
+        let log = self;
         let mut changed = false;
-        if let Some((touched, changes)) = &journal {
+        if !v.fs.journal_is_empty() {
+            let (touched, changes) = v.fs.take_journal();
             changed = true;
-            log.inodes_changed(v, touched, changes);
+            log.inodes_changed(v, &touched, &changes);
         }
         if log.fds != v.fds {
             log.fds.clone_from(&v.fds);
@@ -232,10 +265,37 @@ pub(crate) fn commit(v: &mut Vfs) {
         if changed {
             log.calls += 1;
         }
-    });
-}
+    }
 
-impl Log {
+    /// Replays the log over `v`, the state as the boot built it (built
+    /// again with the boot's clock readings); returns the number of
+    /// entries applied.
+    fn replay(&self, v: &mut Vfs) -> Result<u64, &'static str> {
+        if let Some(why) = self.broken {
+            return Err(why);
+        }
+        let fs = &mut v.fs;
+        fs.set_journal(false);
+        for (&ino, e) in &self.inodes {
+            let data = match (&e.image, &e.data) {
+                (Some(im), Some(d)) if im.is_file() => Some(d.duplicate().map_err(|_| "no memory for the files' contents")?),
+                _ => None,
+            };
+            fs.import(ino, e.image.as_ref().map(|im| (im, data))).map_err(|_| "a file's contents are missing from the log")?;
+        }
+        fs.set_next_ino(self.next_ino);
+        let _ = fs.take_resized();
+        fs.set_journal(true);
+        v.fds.clone_from(&self.fds);
+        v.ofds.clone_from(&self.ofds);
+        let s = &self.scalars;
+        (v.cwd, v.umask, v.pipe_time, v.console, v.fd_dir, v.nofile, v.fsize) = (s.cwd, s.umask, s.pipe_time, s.console, s.fd_dir, s.nofile, s.fsize);
+        v.pipes.clone_from(&self.pipes);
+        v.locks = self.locks.clone();
+        crate::ops::set_termios(self.termios);
+        Ok(self.entries())
+    }
+
     fn inodes_changed(&mut self, v: &Vfs, touched: &alloc::collections::BTreeSet<Ino>, changes: &[Change]) {
         let mut fresh = Vec::new();
         for &ino in touched {
@@ -359,31 +419,12 @@ fn rebuild() {
     }) else {
         fail(slot(|l| l.broken).flatten().unwrap_or("there is no log"))
     };
-    CLOCK.with(|c| *c = Clock::Replay(boot, 0));
+    replay_clock(boot);
     let mut v = Vfs::new(crate::root_fs());
     let boot = take_clock();
     let replayed = slot(|log| {
         log.boot_clock = boot;
-        let fs = &mut v.fs;
-        fs.set_journal(false);
-        for (&ino, e) in &log.inodes {
-            let data = match (&e.image, &e.data) {
-                (Some(im), Some(d)) if im.is_file() => Some(d.duplicate().map_err(|_| "no memory for the files' contents")?),
-                _ => None,
-            };
-            fs.import(ino, e.image.as_ref().map(|im| (im, data))).map_err(|_| "a file's contents are missing from the log")?;
-        }
-        fs.set_next_ino(log.next_ino);
-        let _ = fs.take_resized();
-        fs.set_journal(true);
-        v.fds.clone_from(&log.fds);
-        v.ofds.clone_from(&log.ofds);
-        let s = &log.scalars;
-        (v.cwd, v.umask, v.pipe_time, v.console, v.fd_dir, v.nofile, v.fsize) = (s.cwd, s.umask, s.pipe_time, s.console, s.fd_dir, s.nofile, s.fsize);
-        v.pipes.clone_from(&log.pipes);
-        v.locks = log.locks.clone();
-        crate::ops::set_termios(log.termios);
-        Ok::<u64, &str>(log.entries())
+        log.replay(&mut v)
     });
     let n = match replayed {
         Some(Ok(n)) => n,
@@ -395,3 +436,7 @@ fn rebuild() {
     shoal_recover::set_replayed(n);
     report();
 }
+
+#[cfg(test)]
+#[path = "heal_tests.rs"]
+mod tests;
