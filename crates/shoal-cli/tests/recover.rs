@@ -202,7 +202,8 @@ fn sqlite_survives_a_reboot_of_vfs_or_ramfs() {
     for i in 1..=150 {
         // Transactions of one and of several rows.
         if i % 10 == 0 {
-            script += &format!("begin; insert into t values ({i}, 'row {i}', zeroblob({})); insert into t values ({}, 'extra', x'ff'); commit;\n", i * 7, i + 1000);
+            script +=
+                &format!("begin; insert into t values ({i}, 'row {i}', zeroblob({})); insert into t values ({}, 'extra', x'ff'); commit;\n", i * 7, i + 1000);
         } else {
             script += &format!("insert into t values ({i}, printf('row %d', {i}), zeroblob({}));\n", i % 500);
         }
