@@ -260,18 +260,30 @@ impl FileData {
     /// copy in the log). Bytes past `src`'s end are not copied.
     pub fn copy_range(&mut self, src: &FileData, off: u64, len: u64) -> Result<(), Errno> {
         let end = core::cmp::min(off.saturating_add(len), src.size);
+        if off >= end {
+            return Ok(());
+        }
+        if off > self.size {
+            self.zero_tail();
+        }
+        // Page by page, straight from the source's page (or base) into
+        // this file's: one copy per byte.
         let mut pos = off;
-        let mut buf = [0u8; 512];
         while pos < end {
-            let n = core::cmp::min(buf.len() as u64, end - pos) as usize;
-            let got = src.read(pos, &mut buf[..n]);
-            if got == 0 {
-                break;
+            let page = pos / CHUNK64;
+            let in_page = (pos % CHUNK64) as usize;
+            let n = core::cmp::min(CHUNK64 - in_page as u64, end - pos) as usize;
+            let dst = &mut self.chunk_mut(page)?[in_page..in_page + n];
+            match src.chunks.get(&page) {
+                Some(c) => dst.copy_from_slice(&c[in_page..in_page + n]),
+                None => {
+                    if src.read(pos, dst) != n {
+                        return Err(Errno::EIO);
+                    }
+                }
             }
-            if self.write(pos, &buf[..got])? != got {
-                return Err(Errno::ENOSPC);
-            }
-            pos += got as u64;
+            pos += n as u64;
+            self.size = core::cmp::max(self.size, pos);
         }
         Ok(())
     }

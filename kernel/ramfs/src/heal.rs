@@ -4,14 +4,13 @@
 //! - **The journal**: every inode a call changed (created, written,
 //!   renamed into, destroyed, its times or reference count moved) and the
 //!   ranges of file data it wrote or the sizes it truncated to, in order.
-//!   vfs drains it after each call ([`Fs::take_journal`]) into its log.
+//!   vfs drains it after each call ([`Fs::swap_journal`]) into its log.
 //! - **Images**: an inode without its file contents ([`Image`], from
 //!   [`Fs::export`]), which the log keeps per inode; [`Fs::import`] puts one
 //!   back (or removes the inode) when the file system is rebuilt after a
 //!   reboot, with the contents the log kept ([`FileData::duplicate`]).
 
 use super::{Bytes, Dir, FileData, Fs, Ino, Inode, Node, Timespec};
-use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 use shoal_plat::Errno;
 
@@ -40,14 +39,16 @@ pub enum Change {
 #[derive(Debug, Default)]
 pub struct Journal {
     on: bool,
-    touched: BTreeSet<Ino>,
-    changes: Vec<Change>,
+    /// Inodes changed (each once; a call changes a handful).
+    pub touched: Vec<Ino>,
+    /// Data changes, in order.
+    pub changes: Vec<Change>,
 }
 
 impl Journal {
     pub(crate) fn touched(&mut self, ino: Ino) {
-        if self.on {
-            self.touched.insert(ino);
+        if self.on && !self.touched.contains(&ino) {
+            self.touched.push(ino);
         }
     }
 
@@ -111,10 +112,15 @@ impl Fs {
         }
     }
 
-    /// The inodes changed and the data changes made since the last call
-    /// (and forgets them).
-    pub fn take_journal(&mut self) -> (BTreeSet<Ino>, Vec<Change>) {
-        (core::mem::take(&mut self.journal.touched), core::mem::take(&mut self.journal.changes))
+    /// Swaps the journal's lists with `spare` (emptied first): `spare`
+    /// then holds the inodes changed and the data changes made since the
+    /// last call, and the journal goes on in `spare`'s old buffers (no
+    /// allocation once they have grown).
+    pub fn swap_journal(&mut self, spare: &mut Journal) {
+        spare.touched.clear();
+        spare.changes.clear();
+        core::mem::swap(&mut self.journal.touched, &mut spare.touched);
+        core::mem::swap(&mut self.journal.changes, &mut spare.changes);
     }
 
     /// Whether the journal holds anything.

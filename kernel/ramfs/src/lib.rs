@@ -218,7 +218,7 @@ pub struct Fs {
     next_ino: Ino,
     clock: fn() -> u64,
     resized: Resized,
-    /// What changed since the last [`Fs::take_journal`] (module [`heal`]).
+    /// What changed since the last [`Fs::swap_journal`] (module [`heal`]).
     journal: heal::Journal,
 }
 

@@ -41,7 +41,7 @@
 //!   settings.
 //!
 //! The log is updated when a call leaves vfs ([`crate::with`]), from the
-//! journal ramfs keeps of what the call changed (`Fs::take_journal`) and
+//! journal ramfs keeps of what the call changed (`Fs::swap_journal`) and
 //! a comparison of the descriptor tables: its size is that of the live
 //! state it describes, never that of the history, so there is no
 //! threshold to wait for (VampOS shrinks every 100 entries because it
@@ -187,6 +187,8 @@ pub(crate) struct Log {
     calls: u64,
     /// Why the log cannot rebuild the state (a copy failed).
     broken: Option<&'static str>,
+    /// The journal's lists, swapped with ramfs's on every call.
+    spare: shoal_ramfs::heal::Journal,
 }
 
 fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
@@ -224,6 +226,7 @@ impl Log {
             termios: crate::ops::termios(),
             calls: 0,
             broken: None,
+            spare: Default::default(),
         }
     }
 
@@ -232,9 +235,11 @@ impl Log {
         let log = self;
         let mut changed = false;
         if !v.fs.journal_is_empty() {
-            let (touched, changes) = v.fs.take_journal();
+            let mut j = core::mem::take(&mut log.spare);
+            v.fs.swap_journal(&mut j);
             changed = true;
-            log.inodes_changed(v, &touched, &changes);
+            log.inodes_changed(v, &j.touched, &j.changes);
+            log.spare = j;
         }
         if log.fds != v.fds {
             log.fds.clone_from(&v.fds);
@@ -296,7 +301,7 @@ impl Log {
         Ok(self.entries())
     }
 
-    fn inodes_changed(&mut self, v: &Vfs, touched: &alloc::collections::BTreeSet<Ino>, changes: &[Change]) {
+    fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
         let mut fresh = Vec::new();
         for &ino in touched {
             match v.fs.export(ino) {
