@@ -8,12 +8,20 @@
  *   heal [ROUNDS]   the checked loop (default 300); prints "ok ROUNDS rounds"
  *   heal loop N     N rounds of open/write/close of one file (the log must
  *                   stay bounded); prints "ok N loops"
+ *   heal process [ROUNDS]  the same for process's state: signal handlers,
+ *                   ignored, blocked and pending signals, the alternate
+ *                   stack, resource limits, a System V semaphore and message
+ *                   queue; prints "ok ROUNDS process rounds"
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/msg.h>
+#include <sys/resource.h>
+#include <sys/sem.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,9 +51,71 @@ static int loop(long n) {
     return 0;
 }
 
+static volatile int usr1, usr2;
+static void on_usr1(int sig) { usr1 += sig == SIGUSR1; }
+static void on_usr2(int sig) { usr2 += sig == SIGUSR2; }
+
+struct msg {
+    long type;
+    char text[8];
+};
+
+static int process(int rounds) {
+    static char alt[16384];
+    struct sigaction sa = {0};
+    sa.sa_handler = on_usr1;
+    stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt};
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    struct rlimit rl = {100, 4096};
+    if (sigaction(SIGUSR1, &sa, 0) || signal(SIGTERM, SIG_IGN) == SIG_ERR || sigprocmask(SIG_BLOCK, &set, 0) || raise(SIGUSR2) ||
+        setrlimit(RLIMIT_NOFILE, &rl) || sigaltstack(&ss, 0))
+        return fail("setup signals", 0);
+    int sem = semget(IPC_PRIVATE, 1, 0600), q = msgget(IPC_PRIVATE, 0600);
+    struct msg m = {7, "kept"};
+    if (sem < 0 || q < 0 || semctl(sem, 0, SETVAL, 3) || msgsnd(q, &m, sizeof m.text, 0))
+        return fail("setup ipc", 0);
+    for (int i = 0; i < rounds; i++) {
+        if (raise(SIGUSR1) || usr1 != i + 1)
+            return fail("the SIGUSR1 handler", i);
+        struct sigaction old;
+        if (sigaction(SIGTERM, 0, &old) || old.sa_handler != SIG_IGN || sigaction(SIGUSR1, 0, &old) || old.sa_handler != on_usr1)
+            return fail("dispositions", i);
+        sigset_t cur, pend;
+        if (sigprocmask(SIG_BLOCK, 0, &cur) || !sigismember(&cur, SIGUSR2) || sigpending(&pend) || !sigismember(&pend, SIGUSR2) || usr2)
+            return fail("blocked and pending SIGUSR2", i);
+        stack_t got;
+        if (sigaltstack(0, &got) || got.ss_sp != alt || got.ss_size != sizeof alt)
+            return fail("the alternate stack", i);
+        if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur != 100 || rl.rlim_max != 4096)
+            return fail("RLIMIT_NOFILE", i);
+        struct sembuf up = {0, 1, 0};
+        if (semop(sem, &up, 1) || semctl(sem, 0, GETVAL) != 4 + i)
+            return fail("the semaphore", i);
+        struct msg in = {0};
+        m.type = 8 + i;
+        if (msgsnd(q, &m, sizeof m.text, 0) || msgrcv(q, &in, sizeof in.text, 8 + i, 0) != sizeof in.text || strcmp(in.text, "kept"))
+            return fail("the message queue's round trip", i);
+        struct msqid_ds ds;
+        if (msgctl(q, IPC_STAT, &ds) || ds.msg_qnum != 1)
+            return fail("the queued message", i);
+    }
+    struct msg in = {0};
+    if (msgrcv(q, &in, sizeof in.text, 7, 0) != sizeof in.text || strcmp(in.text, "kept"))
+        return fail("the first message", rounds);
+    signal(SIGUSR2, on_usr2);
+    if (sigprocmask(SIG_UNBLOCK, &set, 0) || usr2 != 1)
+        return fail("SIGUSR2 delivered once unblocked", rounds);
+    printf("ok %d process rounds\n", rounds);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "loop"))
         return loop(atol(argv[2]));
+    if (argc > 1 && !strcmp(argv[1], "process"))
+        return process(argc > 2 ? atoi(argv[2]) : 300);
     int rounds = argc > 1 ? atoi(argv[1]) : 300;
     umask(027);
     if (mkdir("/tmp/w", 0755) || mkdir("/tmp/w/d1", 0700) || chdir("/tmp/w"))

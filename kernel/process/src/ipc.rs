@@ -68,7 +68,7 @@ const WAIT_KEY: u64 = shoal_sched::KERNEL_KEY | 0x6970_6300;
 
 /// `struct ipc64_perm` (48 bytes).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IpcPerm {
     /// The key (`IPC_PRIVATE` once removed).
     pub key: i32,
@@ -148,6 +148,7 @@ pub struct MsqidDs {
     pub unused: [u64; 2],
 }
 
+#[derive(Clone, PartialEq, Eq)]
 struct Shm {
     addr: u64,
     size: u64,
@@ -156,7 +157,7 @@ struct Shm {
     lpid: i32,
 }
 
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 struct Sem {
     val: i32,
     pid: i32,
@@ -164,11 +165,13 @@ struct Sem {
     zcnt: u32,
 }
 
+#[derive(Clone, PartialEq, Eq)]
 struct SemSet {
     sems: Vec<Sem>,
     otime: i64,
 }
 
+#[derive(Clone, PartialEq, Eq)]
 struct Msq {
     msgs: VecDeque<(i64, Vec<u8>)>,
     cbytes: u64,
@@ -177,6 +180,7 @@ struct Msq {
     pids: [i32; 2],
 }
 
+#[derive(Clone, PartialEq, Eq)]
 struct Obj<T> {
     perm: IpcPerm,
     ctime: i64,
@@ -185,6 +189,7 @@ struct Obj<T> {
 
 /// The objects of one kind, by index; a slot's sequence number makes a
 /// stale id invalid.
+#[derive(Clone, PartialEq, Eq)]
 struct Table<T> {
     slots: Vec<Option<Obj<T>>>,
     seqs: Vec<u16>,
@@ -257,13 +262,51 @@ impl<T> Table<T> {
     }
 }
 
-struct Ipc {
+/// The System V IPC objects of the process (module `heal` keeps a copy).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Ipc {
     shm: Table<Shm>,
     sem: Table<SemSet>,
     msg: Table<Msq>,
 }
 
-static IPC: Global<Ipc> = Global::new(Ipc { shm: Table::new(), sem: Table::new(), msg: Table::new() });
+static IPC: Global<Ipc> = Global::new(Ipc::new());
+
+impl Ipc {
+    pub(crate) const fn new() -> Ipc {
+        Ipc { shm: Table::new(), sem: Table::new(), msg: Table::new() }
+    }
+
+    /// Bytes on the heap (for the log's memory report).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let msgs: usize = self.msg.slots.iter().flatten().map(|o| o.body.msgs.iter().map(|(_, m)| m.len() + 32).sum::<usize>()).sum();
+        let sems: usize = self.sem.slots.iter().flatten().map(|o| o.body.sems.len() * core::mem::size_of::<Sem>()).sum();
+        msgs + sems + (self.shm.slots.len() + self.sem.slots.len() + self.msg.slots.len()) * 96
+    }
+}
+
+/// Copies the IPC objects into `copy` if they differ from it (module
+/// `heal`); `None` if they are in use.
+pub(crate) fn copy_if_changed(copy: &mut Ipc) -> Option<bool> {
+    IPC.try_with(|i| {
+        let changed = *i != *copy;
+        if changed {
+            copy.clone_from(i);
+        }
+        changed
+    })
+}
+
+/// Installs `ipc` after a reboot (module `heal`). The value the restored
+/// snapshot left points at heap objects since changed or freed: it is
+/// overwritten, never dropped.
+pub(crate) fn install(ipc: Ipc) {
+    IPC.with(|i| {
+        // SAFETY: `i` is the valid, exclusive reference `with` gives;
+        // writing without dropping the old value only leaks it.
+        unsafe { core::ptr::write(i, ipc) }
+    });
+}
 
 #[cfg(not(test))]
 fn now() -> i64 {

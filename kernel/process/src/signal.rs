@@ -128,7 +128,7 @@ pub enum Disposition {
 }
 
 /// The signal state of the process.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Signals {
     /// Actions of signals 1..=64 (index sig-1).
     pub actions: [KSigaction; NSIG as usize],

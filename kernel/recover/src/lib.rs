@@ -57,7 +57,7 @@
 extern crate alloc;
 
 mod log;
-pub use log::{enter, enter_quiet, log_bytes, resume, set_log_bytes, set_replayed, suspend, Entered, Suspended, LOGS};
+pub use log::{enter, enter_quiet, log_bytes, resume, set_log_bytes, set_logger, set_replayed, suspend, Entered, Suspended, LOGS};
 
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
@@ -403,6 +403,9 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
     // vfs, vfs reaches ramfs); a failure in a component that is not
     // rebootable ends the instance as before.
     let r = if REBOOTABLE.load(Relaxed) != 0 && ARMED.load(Relaxed) == 0 {
+        if rebootable(c) {
+            log::before_call(c);
+        }
         protected(c, f, args, inject, n)
     } else {
         if inject {
@@ -441,6 +444,7 @@ fn rejuvenate() {
         }
     }
     REJUVENATE_LAST.store(i as u8, Relaxed);
+    log::before_call(i as Component + 1);
     reboot(i as Component + 1);
 }
 

@@ -114,3 +114,27 @@ pub fn resume(s: Suspended) {
     CURRENT.store(s.current, Relaxed);
     ARMED.store(s.armed, Relaxed);
 }
+
+/// What a stateful component runs to bring its log up to date before a
+/// call into it begins (`process`: see `shoal_process::heal`), by
+/// component.
+static LOGGERS: Global<[Logger; N]> = Global::new([None; N]);
+
+/// A component's logger, if it has one.
+type Logger = Option<fn()>;
+
+/// Registers `f` to run before every gated call into `c` and before a
+/// rejuvenation reboots it.
+pub fn set_logger(c: Component, f: fn()) {
+    if let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) {
+        LOGGERS.with(|l| l[i] = Some(f));
+    }
+}
+
+/// Runs `c`'s logger, if it has one.
+pub(crate) fn before_call(c: Component) {
+    let f = (c as usize).checked_sub(1).and_then(|i| LOGGERS.try_with(|l| l.get(i).copied().flatten()).flatten());
+    if let Some(f) = f {
+        f();
+    }
+}

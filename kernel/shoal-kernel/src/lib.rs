@@ -85,15 +85,18 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
     shoal_syscall::preempt::init();
     // Last: the snapshots are the components' state right after
     // initialisation. Rebootable are the components whose state the
-    // snapshot restores whole (see shoal_recover), and vfs and ramfs, whose
-    // hooks rebuild their state from their log (shoal_vfs::heal); sysinfo's
+    // snapshot restores whole (see shoal_recover), and vfs, ramfs and
+    // process, whose hooks rebuild their state from their log
+    // (shoal_vfs::heal, shoal_process::heal); sysinfo's
     // hook moves its random generator to a fresh stream, so a reboot never
     // repeats bytes.
     use shoal_recover::id;
+    shoal_process::heal::start();
     shoal_recover::init(&[
         (id::VFS, Some(shoal_vfs::heal::after_reboot)),
         (id::RAMFS, Some(shoal_vfs::heal::after_ramfs_reboot)),
         (id::TIME, None),
+        (id::PROCESS, Some(shoal_process::heal::after_reboot)),
         (id::SYSINFO, Some(shoal_sysinfo::after_reboot)),
         (id::USER, None),
     ]);
