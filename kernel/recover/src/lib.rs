@@ -39,12 +39,13 @@
 //!
 //! Rebootable so far (the list is `shoal-kernel`'s): the components whose
 //! memory holds nothing the application can observe beyond what the
-//! snapshot restores (`time`, `sysinfo`, `user`), and `vfs` and `ramfs`,
-//! whose state lives on the heap: their hooks build it afresh and replay
-//! their call log (`shoal_vfs::heal` has the design). `process` is not: it
-//! holds signal dispositions, resource limits and System V IPC objects,
-//! which need a log of their own (not built yet). A panic in any other
-//! component ends the instance as before, now naming the component.
+//! snapshot restores (`time`, `sysinfo`, `user`), and `vfs`, `ramfs` and
+//! `process`, whose state lives (partly) on the heap: their hooks build it
+//! afresh from their call log (`shoal_vfs::heal` has the design;
+//! `shoal_process::heal` logs before each call into process, through
+//! [`set_logger`], since its signal state also changes outside its calls).
+//! A panic in any other component (`net`, `mm`, `sched`, …) ends the
+//! instance as before, now naming the component.
 //!
 //! What a reboot does not undo: heap blocks the failed call allocated
 //! (leaked), and `Global` cells of *other* components that the failed call
