@@ -62,6 +62,11 @@ pub fn log_state() {
             log.calls += 1;
         }
     });
+    // Before a rejuvenation the IPC objects are sound: freed here (the
+    // reboot installs the log's copy) rather than leaked.
+    if shoal_recover::rejuvenating() {
+        ipc::clear();
+    }
 }
 
 /// After-reboot hook of process: its memory is its snapshot again; the

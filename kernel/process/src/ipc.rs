@@ -297,6 +297,12 @@ pub(crate) fn copy_if_changed(copy: &mut Ipc) -> Option<bool> {
     })
 }
 
+/// Frees the IPC objects (module `heal`, before a rejuvenation).
+pub(crate) fn clear() {
+    let old = IPC.try_with(|i| core::mem::replace(i, Ipc::new()));
+    drop(old);
+}
+
 /// Installs `ipc` after a reboot (module `heal`). The value the restored
 /// snapshot left points at heap objects since changed or freed: it is
 /// overwritten, never dropped.

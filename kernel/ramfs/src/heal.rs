@@ -139,6 +139,16 @@ impl Fs {
         self.next_ino = ino;
     }
 
+    /// Takes the contents of regular file `ino` out (leaving it empty): a
+    /// rejuvenation moves them into the rebuilt tree, so their pages (and
+    /// shared mappings of them) stay where they are.
+    pub fn take_data(&mut self, ino: Ino) -> Option<FileData> {
+        match &mut self.inodes.get_mut(&ino)?.node {
+            Node::File(f) => Some(core::mem::take(f)),
+            _ => None,
+        }
+    }
+
     /// The image of `ino`, `None` if it does not exist.
     pub fn export(&self, ino: Ino) -> Option<Image> {
         let i = self.inodes.get(&ino)?;

@@ -58,7 +58,7 @@
 extern crate alloc;
 
 mod log;
-pub use log::{enter, enter_quiet, log_bytes, resume, set_log_bytes, set_logger, set_replayed, suspend, Entered, Suspended, LOGS};
+pub use log::{enter, enter_quiet, log_bytes, rejuvenating, resume, set_log_bytes, set_logger, set_replayed, suspend, Entered, Suspended, LOGS};
 
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
@@ -445,8 +445,12 @@ fn rejuvenate() {
         }
     }
     REJUVENATE_LAST.store(i as u8, Relaxed);
+    // The component did not fail: its logger brings the log up to date
+    // and may set its sound state aside (see `log::rejuvenating`).
+    log::set_rejuvenating(true);
     log::before_call(i as Component + 1);
     reboot(i as Component + 1);
+    log::set_rejuvenating(false);
 }
 
 fn injected(c: Component, n: u64) -> ! {

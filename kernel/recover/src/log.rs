@@ -131,6 +131,19 @@ pub fn set_logger(c: Component, f: fn()) {
     }
 }
 
+/// Set while a rejuvenation reboots a component (no failure: its state
+/// is sound, and its logger may set it aside to reuse or free it).
+static REJUVENATING: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether the reboot under way is a rejuvenation (see [`set_logger`]).
+pub fn rejuvenating() -> bool {
+    REJUVENATING.load(Relaxed)
+}
+
+pub(crate) fn set_rejuvenating(on: bool) {
+    REJUVENATING.store(on, Relaxed);
+}
+
 /// Runs `c`'s logger, if it has one.
 pub(crate) fn before_call(c: Component) {
     let f = (c as usize).checked_sub(1).and_then(|i| LOGGERS.try_with(|l| l.get(i).copied().flatten()).flatten());

@@ -92,6 +92,8 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
     // repeats bytes.
     use shoal_recover::id;
     shoal_process::heal::start();
+    shoal_recover::set_logger(id::VFS, shoal_vfs::heal::before_reboot);
+    shoal_recover::set_logger(id::RAMFS, shoal_vfs::heal::before_reboot);
     shoal_recover::init(&[
         (id::VFS, Some(shoal_vfs::heal::after_reboot)),
         (id::RAMFS, Some(shoal_vfs::heal::after_ramfs_reboot)),

@@ -189,6 +189,10 @@ pub(crate) struct Log {
     broken: Option<&'static str>,
     /// The journal's lists, swapped with ramfs's on every call.
     spare: shoal_ramfs::heal::Journal,
+    /// A rejuvenation's sound state, set aside before the reboot: the
+    /// rebuilt tree takes its files' contents (the same pages), the rest
+    /// is freed.
+    old: Option<Vfs>,
 }
 
 fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
@@ -227,6 +231,7 @@ impl Log {
             calls: 0,
             broken: None,
             spare: Default::default(),
+            old: None,
         }
     }
 
@@ -275,7 +280,7 @@ impl Log {
     /// Replays the log over `v`, the state as the boot built it (built
     /// again with the boot's clock readings); returns the number of
     /// entries applied.
-    fn replay(&self, v: &mut Vfs) -> Result<u64, &'static str> {
+    fn replay(&self, v: &mut Vfs, mut old: Option<&mut Vfs>) -> Result<u64, &'static str> {
         if let Some(why) = self.broken {
             return Err(why);
         }
@@ -283,7 +288,10 @@ impl Log {
         fs.set_journal(false);
         for (&ino, e) in &self.inodes {
             let data = match (&e.image, &e.data) {
-                (Some(im), Some(d)) if im.is_file() => Some(d.duplicate().map_err(|_| "no memory for the files' contents")?),
+                (Some(im), Some(d)) if im.is_file() => match old.as_mut().and_then(|o| o.fs.take_data(ino)) {
+                    Some(moved) => Some(moved),
+                    None => Some(d.duplicate().map_err(|_| "no memory for the files' contents")?),
+                },
                 _ => None,
             };
             fs.import(ino, e.image.as_ref().map(|im| (im, data))).map_err(|_| "a file's contents are missing from the log")?;
@@ -393,6 +401,17 @@ pub fn stats() -> Option<(u64, u64, u64)> {
     slot(|l| (l.bytes(), l.entries(), l.calls))
 }
 
+/// vfs's and ramfs's logger (`shoal_recover::set_logger`; their log is
+/// brought up to date as each call leaves vfs): before a rejuvenation,
+/// sets the sound state aside for the rebuild.
+pub fn before_reboot() {
+    if shoal_recover::rejuvenating() {
+        if let Some(old) = crate::take_state() {
+            slot(|log| log.old = Some(old));
+        }
+    }
+}
+
 /// After-reboot hook of vfs (`shoal_recover`): vfs's memory is its
 /// snapshot again; the state is rebuilt from the log.
 pub fn after_reboot(_count: u64) {
@@ -427,9 +446,10 @@ fn rebuild() {
     replay_clock(boot);
     let mut v = Vfs::new(crate::root_fs());
     let boot = take_clock();
+    let mut old = slot(|log| log.old.take()).flatten();
     let replayed = slot(|log| {
         log.boot_clock = boot;
-        log.replay(&mut v)
+        log.replay(&mut v, old.as_mut())
     });
     let n = match replayed {
         Some(Ok(n)) => n,
@@ -438,6 +458,9 @@ fn rebuild() {
     };
     crate::obj::set_live(v.ofds.iter().flatten().filter(|o| matches!(o.target, Target::Obj(_))).count());
     crate::install_rebuilt(v);
+    // A rejuvenation's old state, its files' contents moved out: sound,
+    // so freed.
+    drop(old);
     shoal_recover::set_replayed(n);
     report();
 }

@@ -31,7 +31,7 @@ fn rebuild(log: &mut Log) -> Vfs {
     replay_clock(core::mem::take(&mut log.boot_clock));
     let mut v = Vfs::new(crate::empty_root());
     log.boot_clock = take_clock();
-    log.replay(&mut v).unwrap();
+    log.replay(&mut v, None).unwrap();
     v
 }
 

@@ -476,6 +476,11 @@ fn root_fs() -> Fs {
     }
 }
 
+/// Takes the state out (a rejuvenation sets it aside: module `heal`).
+fn take_state() -> Option<Vfs> {
+    STATE.try_with(|s| s.take()).flatten()
+}
+
 /// Installs the state a reboot rebuilt (module `heal`) in place of the
 /// failed one, which is abandoned, never dropped: its heap objects may be
 /// corrupt, and a shared mapping may still map its file pages.
