@@ -58,12 +58,18 @@
 //! during the replay: reference counts, pipe ends and lock owners are
 //! taken from the log, not re-taken through the calls that made them.
 //!
+//! **Rejuvenation** (`--rejuvenate-every`) reboots a component that did
+//! not fail: its state is sound, so [`before_reboot`] sets it aside, the
+//! rebuilt tree takes the files' contents from it (the same pages: no
+//! copy, and shared mappings stay coherent) and the rest of it is freed —
+//! rejuvenation does not leak.
+//!
 //! **What is not restored.** Bytes a program stored through a *shared*
 //! mapping of a file (`mmap` `MAP_SHARED`, written without `write`) are
-//! not in the log, and after a reboot the mapping still shows the old
-//! pages while the file has new ones: such files are not recovered
-//! coherently. Heap objects of the failed state leak (a bounded amount per
-//! reboot). If the log cannot keep a copy (no memory), it says so once and
+//! not in the log, and after a failure's reboot the mapping still shows
+//! the old pages while the file has new ones: such files are not
+//! recovered coherently. Heap objects of a failed state leak (once per
+//! failure). If the log cannot keep a copy (no memory), it says so once and
 //! a later reboot of vfs or ramfs ends the instance instead of restoring
 //! a wrong state.
 
