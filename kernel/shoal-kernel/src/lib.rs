@@ -58,7 +58,7 @@ static ABI_NOTE: AbiNote = AbiNote::CURRENT;
 
 /// Keeps the syscall entry point referenced, so no linker drops it.
 #[used]
-static SYSCALL_ENTRY: extern "C" fn(i64, i64, i64, i64, i64, i64, i64) -> i64 = shoal_syscall::__shoal_syscall;
+static SYSCALL_ENTRY: unsafe extern "C" fn(i64, i64, i64, i64, i64, i64, i64) -> i64 = shoal_syscall::__shoal_syscall;
 
 /// Initialises the kernel. Called once by `_shoal_start` (plat), with the
 /// boot-info address the tender passed, before libc's `_start`.
