@@ -80,7 +80,7 @@ use alloc::vec::Vec;
 #[cfg(not(test))]
 use shoal_plat::Global;
 use shoal_ramfs::heal::{Change, Image};
-use shoal_ramfs::{FileData, Ino, Timespec};
+use shoal_ramfs::{FileData, Ino};
 use shoal_recover::id;
 
 /// Where the file system's clock readings go (module documentation:
@@ -157,21 +157,21 @@ struct InodeEntry {
     data: Option<FileData>,
 }
 
-/// Everything of vfs's that is not in ramfs's tree, as one entry each.
-#[derive(Clone, PartialEq)]
+/// What vfs holds besides its tables and ramfs's tree and that calls
+/// change, as one entry. (The standard streams' inodes, `/proc/self/fd`
+/// and the pipes' times are set at boot only: the rebuild makes them
+/// again.)
+#[derive(Clone, Copy, PartialEq)]
 struct Scalars {
     cwd: Ino,
     umask: u32,
-    pipe_time: Timespec,
-    console: [Ino; 3],
-    fd_dir: Option<Ino>,
     nofile: usize,
     fsize: u64,
 }
 
 impl Scalars {
     fn of(v: &Vfs) -> Scalars {
-        Scalars { cwd: v.cwd, umask: v.umask, pipe_time: v.pipe_time, console: v.console, fd_dir: v.fd_dir, nofile: v.nofile, fsize: v.fsize }
+        Scalars { cwd: v.cwd, umask: v.umask, nofile: v.nofile, fsize: v.fsize }
     }
 }
 
@@ -189,6 +189,8 @@ pub(crate) struct Log {
     pipes: BTreeMap<Ino, pipe::Pipe>,
     locks: lock::Locks,
     termios: [u8; 36],
+    /// `ops::termios_changes` when `termios` was copied.
+    termios_changes: u64,
     /// State-changing calls logged since boot.
     calls: u64,
     /// Why the log cannot rebuild the state (a copy failed).
@@ -234,6 +236,7 @@ impl Log {
             pipes: v.pipes.clone(),
             locks: v.locks.clone(),
             termios: crate::ops::termios(),
+            termios_changes: crate::ops::termios_changes(),
             calls: 0,
             broken: None,
             spare: Default::default(),
@@ -273,9 +276,10 @@ impl Log {
             log.locks = v.locks.clone();
             changed = true;
         }
-        let t = crate::ops::termios();
-        if log.termios != t {
-            log.termios = t;
+        let n = crate::ops::termios_changes();
+        if log.termios_changes != n {
+            log.termios_changes = n;
+            log.termios = crate::ops::termios();
             changed = true;
         }
         if changed {
@@ -308,7 +312,7 @@ impl Log {
         v.fds.clone_from(&self.fds);
         v.ofds.clone_from(&self.ofds);
         let s = &self.scalars;
-        (v.cwd, v.umask, v.pipe_time, v.console, v.fd_dir, v.nofile, v.fsize) = (s.cwd, s.umask, s.pipe_time, s.console, s.fd_dir, s.nofile, s.fsize);
+        (v.cwd, v.umask, v.nofile, v.fsize) = (s.cwd, s.umask, s.nofile, s.fsize);
         v.pipes.clone_from(&self.pipes);
         v.locks = self.locks.clone();
         crate::ops::set_termios(self.termios);
