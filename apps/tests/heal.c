@@ -8,6 +8,9 @@
  *   heal [ROUNDS]   the checked loop (default 300); prints "ok ROUNDS rounds"
  *   heal loop N     N rounds of open/write/close of one file (the log must
  *                   stay bounded); prints "ok N loops"
+ *   heal fill MIB   writes a file 1 MiB at a time, up to MIB MiB or until
+ *                   the memory runs out, then opens it 50 times; prints
+ *                   "wrote N MiB" and "done"
  *   heal process [ROUNDS]  the same for process's state: signal handlers,
  *                   ignored, blocked and pending signals, the alternate
  *                   stack, resource limits, a System V semaphore and message
@@ -111,7 +114,27 @@ static int process(int rounds) {
     return 0;
 }
 
+static int fill(int max) {
+    static char buf[1 << 20];
+    int fd = open("/tmp/big", O_WRONLY | O_CREAT, 0644);
+    if (fd < 0)
+        return fail("open", 0);
+    memset(buf, 'x', sizeof buf);
+    int mb = 0;
+    while (mb < max && write(fd, buf, sizeof buf) == sizeof buf)
+        mb++;
+    close(fd);
+    printf("wrote %d MiB\n", mb);
+    fflush(stdout);
+    for (int i = 0; i < 50; i++)
+        close(open("/tmp/big", O_RDONLY));
+    printf("done\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 2 && !strcmp(argv[1], "fill"))
+        return fill(atoi(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "loop"))
         return loop(atol(argv[2]));
     if (argc > 1 && !strcmp(argv[1], "process"))

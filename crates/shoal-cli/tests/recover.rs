@@ -301,3 +301,29 @@ fn process_state_survives_a_reboot_of_process() {
         }
     }
 }
+
+/// A log that runs out of memory for its copy of a file says so once,
+/// frees its copies — the program can fill guest memory with a file as
+/// without the log (a 64 MiB guest: well past the half a copy would
+/// leave) — and a later reboot of vfs ends the instance with a message
+/// rather than restoring a wrong state.
+#[test]
+fn a_log_without_memory_gives_it_back_and_a_reboot_then_ends_the_instance() {
+    let dir = scratch();
+    let image = build_image(&test_app("heal.c"), dir.path(), &[]);
+    let warning = "shoal: the file system's recovery log is incomplete (no memory for the copy of a file): a reboot of vfs or ramfs would end the instance";
+    for t in tenders() {
+        let o = output(shoal_run(t).args(["--mem", "64M"]).arg(&image).args(["--", "fill", "60"]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{t}: {err}");
+        let out = stdout(&o);
+        let mib: u32 = out.strip_prefix("wrote ").and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{t}: {out}"));
+        assert!(mib > 18 && out.ends_with(" MiB\ndone\n"), "{t}: {out}");
+        assert_eq!(err.trim_end(), warning, "{t}");
+        let o = output(shoal_run(t).args(["--mem", "64M", "--inject", "vfs:panic@40"]).arg(&image).args(["--", "fill", "60"]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(134), "{t}: {err}");
+        assert!(err.contains("shoal: cannot rebuild the file system after a reboot: no memory for the copy of a file"), "{t}: {err}");
+        assert_eq!(reboots(&err, "vfs").len(), 0, "{t}: {err}");
+    }
+}

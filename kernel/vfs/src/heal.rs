@@ -69,9 +69,10 @@
 //! not in the log, and after a failure's reboot the mapping still shows
 //! the old pages while the file has new ones: such files are not
 //! recovered coherently. Heap objects of a failed state leak (once per
-//! failure). If the log cannot keep a copy (no memory), it says so once and
-//! a later reboot of vfs or ramfs ends the instance instead of restoring
-//! a wrong state.
+//! failure). If the log cannot keep a copy (no memory), it says so once,
+//! frees its copies (the program gets the memory back: writing files
+//! then fills guest memory as without the log) and stops; a later reboot
+//! of vfs or ramfs ends the instance instead of restoring a wrong state.
 
 use crate::{lock, pipe, FdEntry, Ofd, Target, Vfs};
 use alloc::boxed::Box;
@@ -247,6 +248,10 @@ impl Log {
     /// Records what the last call changed in `v`.
     fn record(&mut self, v: &mut Vfs) {
         let log = self;
+        if log.broken.is_some() {
+            v.fs.set_journal(false);
+            return;
+        }
         let mut changed = false;
         if !v.fs.journal_is_empty() {
             let mut j = core::mem::take(&mut log.spare);
@@ -319,8 +324,22 @@ impl Log {
         Ok(self.entries())
     }
 
+    /// The log can no longer rebuild the state (`why`): said once on
+    /// stderr; the copies of file contents are freed (the program gets
+    /// that memory back) and nothing more is logged; a later reboot of vfs
+    /// or ramfs ends the instance.
+    fn break_down(&mut self, why: &'static str) {
+        if self.broken.is_none() {
+            use core::fmt::Write;
+            let _ = writeln!(shoal_plat::console::Stderr, "shoal: the file system's recovery log is incomplete ({why}): a reboot of vfs or ramfs would end the instance");
+        }
+        self.broken = Some(why);
+        self.inodes.clear();
+    }
+
     fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
         let mut fresh = Vec::new();
+        let mut failed = false;
         for &ino in touched {
             match v.fs.export(ino) {
                 Some(image) => {
@@ -330,7 +349,7 @@ impl Log {
                         // contents now; later calls bring in their ranges.
                         match v.fs.file_data(ino).and_then(|d| d.duplicate()) {
                             Ok(d) => e.data = Some(d),
-                            Err(_) => self.broken = Some("no memory for the copy of a file"),
+                            Err(_) => failed = true,
                         }
                         fresh.push(ino);
                     }
@@ -349,6 +368,10 @@ impl Log {
                 }
             }
         }
+        if failed {
+            self.break_down("no memory for the copy of a file");
+            return;
+        }
         for c in changes {
             let ino = match *c {
                 Change::Write { ino, .. } | Change::Truncate { ino, .. } => ino,
@@ -362,7 +385,8 @@ impl Log {
                 Change::Truncate { size, .. } => copy.truncate(size),
             };
             if r.is_err() {
-                self.broken = Some("no memory for the copy of a file");
+                self.break_down("no memory for the copy of a file");
+                return;
             }
         }
         self.next_ino = v.fs.next_ino();
