@@ -22,7 +22,7 @@ struct preempt_args {
 	int64_t ret;
 };
 
-static volatile uint64_t area[6] __attribute__((aligned(8)));
+static volatile uint64_t area[8] __attribute__((aligned(8)));
 
 static long preempt(uint64_t op, uint64_t at, uint64_t entry, uint64_t tick)
 {

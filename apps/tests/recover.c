@@ -8,7 +8,14 @@
  *                      least SECONDS (sleeping between rounds); prints
  *                      "ok ROUNDS rounds"
  *   recover crash      a fault in the application itself (a null write)
+ *   recover spin N     the application computes alone for N million
+ *                      iterations without a system call (long, but not a
+ *                      component's hang); prints "spun N"
+ *   recover threads N  a second thread spins (so the preemption tick runs)
+ *                      while main makes N rounds of clock_gettime and
+ *                      getuid calls, checking each; prints "threads ok N"
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +30,16 @@
 
 static unsigned char seen[MAX_ROUNDS][16];
 
+static volatile int stop_spinner;
+static volatile unsigned long spins;
+
+static void *spinner(void *arg) {
+    (void)arg;
+    while (!stop_spinner)
+        spins++;
+    return 0;
+}
+
 static int fail(const char *what, int i) {
     printf("FAIL %s in round %d\n", what, i);
     return 1;
@@ -35,6 +52,35 @@ int main(int argc, char **argv) {
         volatile int *p = (int *)0;
         *p = 1;
         printf("survived\n");
+        return 0;
+    }
+    if (argc > 2 && !strcmp(argv[1], "spin")) {
+        long n = atol(argv[2]);
+        volatile unsigned long x = 1;
+        for (long i = 0; i < n * 1000000; i++)
+            x = x * 6364136223846793005ul + 1442695040888963407ul;
+        printf("spun %ld\n", n);
+        return 0;
+    }
+    if (argc > 2 && !strcmp(argv[1], "threads")) {
+        int n = atoi(argv[2]);
+        pthread_t t;
+        if (pthread_create(&t, 0, spinner, 0) != 0)
+            return fail("pthread_create", 0);
+        struct timespec last = {0, 0};
+        for (int i = 0; i < n; i++) {
+            struct timespec ts;
+            if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+                return fail("clock_gettime", i);
+            if (ts.tv_sec < last.tv_sec || (ts.tv_sec == last.tv_sec && ts.tv_nsec < last.tv_nsec))
+                return fail("monotonic", i);
+            last = ts;
+            if (getuid() != 0)
+                return fail("getuid", i);
+        }
+        stop_spinner = 1;
+        pthread_join(t, 0);
+        printf("threads ok %d\n", n);
         return 0;
     }
     int rounds = argc > 1 ? atoi(argv[1]) : 200;

@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 11;
+pub const ABI_VERSION: u32 = 13;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -193,7 +193,31 @@ pub struct BootInfo {
     /// components one by one, one every this many nanoseconds (software
     /// rejuvenation); 0: never.
     pub rejuvenate_ns: u64,
+    /// The hang watchdog's limit (`shoal run --watchdog MS`, ABI 13): a
+    /// gated call into a rebootable kernel component that runs longer than
+    /// this many nanoseconds is stopped and the component rebooted; 0: no
+    /// watchdog. The tender enforces it (with the preemption tick, see
+    /// [`PreemptArea::watch`]); the kernel only arms it and names it.
+    pub watchdog_ns: u64,
+    /// Recovery flags ([`RECOVER_OFF`]; ABI 13).
+    pub recover_flags: u64,
 }
+
+/// [`BootInfo::recover_flags`]: no component gates (`shoal run
+/// --no-recover`): system calls go straight to their component, nothing
+/// is counted, snapshotted or rebooted, and a component's failure ends the
+/// instance as a kernel panic does. What `shoal bench recover` compares
+/// the gates against.
+pub const RECOVER_OFF: u64 = 1;
+
+/// The watchdog limit unless told otherwise: 1 s (issue 19).
+pub const DEFAULT_WATCHDOG_NS: u64 = 1_000_000_000;
+
+/// What the tender passes as the first argument (`rdi`, where a CPU fault
+/// passes its signal number) when it sends the guest to the kernel's fault
+/// entry ([`Hypercall::FaultHandler`]) because a gated call outran the
+/// watchdog: not a signal number.
+pub const FAULT_HANG: u64 = 0x100;
 
 /// The kernel components, in the order of their numbers (index + 1) in
 /// [`Inject::component`] and in the kernel's recovery records (DESIGN §6).
@@ -221,6 +245,9 @@ pub const INJECT_PANIC: u32 = 1;
 /// memory inside the call (a CPU fault: SIGSEGV on spt, a page fault on
 /// hvt).
 pub const INJECT_WILD_WRITE: u32 = 2;
+/// [`Inject::kind`]: the component spins forever inside the call (a hang,
+/// for the watchdog; ABI 13).
+pub const INJECT_HANG: u32 = 3;
 
 /// Room for [`BootInfo::volume_path`] (a longer guest path is refused by
 /// the tender).
@@ -353,6 +380,11 @@ pub enum Hypercall {
     /// instead of ending the instance; the kernel reboots the failed
     /// component.
     FaultHandler = 15,
+    /// Give guest pages back to the host: [`ReleaseArgs`] (ABI 12). The
+    /// kernel calls it for memory it freed (`munmap`, a shrinking break or
+    /// `mremap`) and for `madvise(MADV_DONTNEED | MADV_FREE)`, so freed
+    /// guest memory stops costing the host memory.
+    Release = 16,
 }
 
 /// Arguments of [`Hypercall::FaultHandler`].
@@ -373,6 +405,14 @@ pub struct FaultHandlerArgs {
 pub const PREEMPT_REGISTER: u64 = 0;
 /// [`PreemptArgs::op`]: arm the tick.
 pub const PREEMPT_ARM: u64 = 1;
+/// [`PreemptArgs::op`]: a gated call began while the tick was off: arm it
+/// at the watchdog's period (ABI 13; see [`PreemptArea::watch`]).
+pub const PREEMPT_WATCH: u64 = 2;
+/// [`PreemptArea::armed`]: the tick runs at the preemption period.
+pub const PREEMPT_ARMED_TICK: u64 = 1;
+/// [`PreemptArea::armed`]: the tick runs at the watchdog's period only
+/// (no thread to preempt; a gated call to watch).
+pub const PREEMPT_ARMED_WATCHDOG: u64 = 2;
 /// The tick the kernel asks for unless told otherwise: 10 ms.
 pub const PREEMPT_TICK_NS: u64 = 10_000_000;
 /// Shortest tick a tender accepts (a shorter one is raised to it).
@@ -420,10 +460,27 @@ pub struct PreemptArea {
     /// running one included), plus one while a lone running thread has a
     /// deadline to see pass (a sleeping thread's, the interval timer's).
     pub runnable: u64,
-    /// Tender: nonzero while the tick is armed.
+    /// Tender: nonzero while the tick is armed: [`PREEMPT_ARMED_TICK`]
+    /// or [`PREEMPT_ARMED_WATCHDOG`].
     pub armed: u64,
     /// Tender: ticks that reached the instance (a statistic).
     pub ticks: u64,
+    /// Kernel (ABI 13): the component (1 + its index in [`COMPONENTS`])
+    /// of the gated call into a rebootable component in progress, 0 when
+    /// none. The hang watchdog: at each tick the tender compares `watch`
+    /// and `watch_seq` with the last tick's; the same call still in
+    /// progress adds the tick's period to its age, and once the age reaches
+    /// [`BootInfo::watchdog_ns`] the tender sends the guest to the kernel's
+    /// fault entry with [`FAULT_HANG`] (only an instruction in guest
+    /// memory, at CPL 3 on hvt, and only while the fault entry's armed word
+    /// is set). While no thread needs preempting, the tick keeps running
+    /// at the watchdog's period only while a gated call is in progress
+    /// ([`PREEMPT_ARMED_WATCHDOG`]); the kernel arms it with
+    /// [`PREEMPT_WATCH`] when a gated call begins and the tick is off.
+    pub watch: u64,
+    /// Kernel (ABI 13): gated calls begun so far (tells one long call
+    /// from many short ones).
+    pub watch_seq: u64,
 }
 
 /// Byte offset of [`PreemptArea::resume_rip`] (the entry reads it).
@@ -447,6 +504,10 @@ pub mod preempt_word {
     pub const ARMED: usize = 4;
     /// [`PreemptArea::ticks`].
     pub const TICKS: usize = 5;
+    /// [`PreemptArea::watch`].
+    pub const WATCH: usize = 6;
+    /// [`PreemptArea::watch_seq`].
+    pub const WATCH_SEQ: usize = 7;
 
     const _: () = assert!(offset_of!(PreemptArea, in_kernel) == IN_KERNEL * 8);
     const _: () = assert!(offset_of!(PreemptArea, pending) == PENDING * 8);
@@ -454,6 +515,8 @@ pub mod preempt_word {
     const _: () = assert!(offset_of!(PreemptArea, runnable) == RUNNABLE * 8);
     const _: () = assert!(offset_of!(PreemptArea, armed) == ARMED * 8);
     const _: () = assert!(offset_of!(PreemptArea, ticks) == TICKS * 8);
+    const _: () = assert!(offset_of!(PreemptArea, watch) == WATCH * 8);
+    const _: () = assert!(offset_of!(PreemptArea, watch_seq) == WATCH_SEQ * 8);
     const _: () = assert!(super::PREEMPT_RESUME_RIP_OFFSET as usize == RESUME_RIP * 8);
 }
 
@@ -490,13 +553,14 @@ impl Hypercall {
             13 => Some(Hypercall::Alias),
             14 => Some(Hypercall::AliasList),
             15 => Some(Hypercall::FaultHandler),
+            16 => Some(Hypercall::Release),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 16;
+pub const HYPERCALL_MAX: u64 = 17;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;
@@ -668,6 +732,47 @@ pub struct AliasListArgs {
     /// Out: 0, or a negative Linux errno (`EINVAL` for a pair or
     /// protection the tender does not allow, `EFAULT` for a list outside
     /// guest memory).
+    pub ret: i64,
+}
+
+/// One range of a [`ReleaseArgs`] list.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReleaseRange {
+    /// First address (page aligned).
+    pub addr: u64,
+    /// Length in bytes (page aligned, not 0).
+    pub len: u64,
+}
+
+/// The most ranges one [`Hypercall::Release`] takes.
+pub const RELEASE_LIST_MAX: u64 = 64;
+
+/// Arguments of [`Hypercall::Release`]: the `count` (at most
+/// [`RELEASE_LIST_MAX`]) [`ReleaseRange`]s at guest address `ranges` are
+/// given back to the host. Each lies inside `[heap_start, mem_size)` (the
+/// kernel's free memory and the main stack), like [`ProtectArgs`]. After
+/// the call the pages read as zero, and the host memory behind them is
+/// freed until they are touched again; their protection is unchanged.
+///
+/// The kernel releases only pages that show their own memory (never a
+/// page [`Hypercall::Alias`] pointed elsewhere, nor a page another page
+/// shows). spt: host `madvise(MADV_DONTNEED)` on the guest's private
+/// anonymous memory (a page that shows the alias file would keep showing
+/// it, unchanged). hvt: the VMM's `madvise(MADV_DONTNEED)` on the host
+/// memory behind the guest-physical pages; no TLB flush is needed (the
+/// guest's page tables do not change). The tender applies the ranges in
+/// order and stops at the first it refuses.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReleaseArgs {
+    /// Guest address of the [`ReleaseRange`] array.
+    pub ranges: u64,
+    /// Number of ranges.
+    pub count: u64,
+    /// Out: 0, or a negative Linux errno (`EINVAL` for a range the tender
+    /// does not allow or a count above [`RELEASE_LIST_MAX`], `EFAULT` for a
+    /// list outside guest memory).
     pub ret: i64,
 }
 
@@ -861,6 +966,8 @@ mod tests {
         assert_eq!(size_of::<AliasArgs>(), 40);
         assert_eq!(size_of::<AliasPair>(), 16);
         assert_eq!(size_of::<AliasListArgs>(), 32);
+        assert_eq!(size_of::<ReleaseRange>(), 16);
+        assert_eq!(size_of::<ReleaseArgs>(), 24);
         assert_eq!(size_of::<FaultArgs>(), 40);
         assert_eq!(size_of::<NetOp>(), 72);
         assert_eq!(size_of::<NetPollFd>(), 8);

@@ -16,6 +16,8 @@ mod echo;
 mod faas;
 #[path = "bench_memory.rs"]
 mod memory;
+#[path = "bench_recover.rs"]
+mod recover;
 #[path = "bench_servers.rs"]
 mod servers;
 
@@ -209,6 +211,21 @@ pub enum Bench {
         #[arg(long)]
         keep: Option<PathBuf>,
     },
+    /// Seed 003 (VampOS): gate cost in cycles, Fig. 5 system calls and SQLite 10,000 inserts without and with the component gates (`--no-recover`), and the reboot time of each rebootable component, on spt, hvt and a native process.
+    Recover {
+        /// Runs of each system (at least 2; mean ± SD).
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+        /// Calls of each operation per loop (each run times 5 loops and keeps the lowest).
+        #[arg(long, default_value_t = 20_000)]
+        iterations: u64,
+        /// Directory for the builds, the CSV and the plot.
+        #[arg(long, default_value = "shoal-bench-recover")]
+        out: PathBuf,
+        /// Print JSON instead of the tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// Cost of getpid and of a 1-byte write through shoal (spt) and a native Linux process.
     Syscall {
         /// Calls per run.
@@ -302,6 +319,9 @@ pub fn run(which: Bench) -> Result<()> {
         Bench::Size { out, json } => memory::size(json, absolute_dir("--out", out)?),
         Bench::Pages { json, keep } => crate::bench_pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),
         Bench::Syscall { iterations, repeat, json } => syscall(iterations, repeat, json),
+        Bench::Recover { repeat, iterations, out, json } => {
+            recover::recover(recover::RecoverOpts { repeat, iterations, out: absolute_dir("--out", out)?, json })
+        }
     }
 }
 

@@ -125,12 +125,18 @@ enum Cmd {
         /// HOSTDIR's files at GUESTDIR in the guest; what the program leaves there is written back to HOSTDIR when it exits (not after a crash or a kill).
         #[arg(long, value_name = "HOSTDIR:GUESTDIR")]
         volume: Option<String>,
-        /// Make kernel COMPONENT fail at its N-th call, for tests of component recovery: COMPONENT:KIND@N, KIND panic or wild-write.
+        /// Make kernel COMPONENT fail at its N-th call, for tests of component recovery: COMPONENT:KIND@N, KIND panic, wild-write or hang.
         #[arg(long, value_name = "COMPONENT:KIND@N")]
         inject: Option<String>,
         /// Reboot the rebootable kernel components (vfs, ramfs, time, process, sysinfo, user) one by one, one every SECONDS (software rejuvenation).
         #[arg(long = "rejuvenate-every", value_name = "SECONDS")]
         rejuvenate_every: Option<String>,
+        /// Reboot a rebootable kernel component whose call runs longer than MS milliseconds (the hang watchdog; default 1000; `off` turns it off).
+        #[arg(long, value_name = "MS")]
+        watchdog: Option<String>,
+        /// No component gates: system calls go straight to the kernel components; nothing is rebooted (a component's failure ends the instance).
+        #[arg(long)]
+        no_recover: bool,
         /// The image.
         image: PathBuf,
         /// Arguments for the program (after `--`).
@@ -205,7 +211,7 @@ fn run_image(
     single_process: bool,
     net: (Vec<String>, Vec<String>, bool, Vec<String>, bool),
     volume: Option<String>,
-    recover: (Option<String>, Option<String>),
+    recover: (Option<String>, Option<String>, Option<String>, bool),
     image: PathBuf,
     args: Vec<String>,
 ) -> Result<i32> {
@@ -219,7 +225,8 @@ fn run_image(
         .with_bind_any(net.4)?
         .with_volume(volume.as_deref())?
         .with_inject(recover.0.as_deref())?
-        .with_rejuvenation(recover.1.as_deref())?;
+        .with_rejuvenation(recover.1.as_deref())?
+        .with_watchdog(recover.2.as_deref(), recover.3)?;
     Ok(shoal_tender::run(&args)?)
 }
 
@@ -296,6 +303,8 @@ fn real_main() -> Result<i32> {
             volume,
             inject,
             rejuvenate_every,
+            watchdog,
+            no_recover,
             image,
             args,
         } => run_image(
@@ -308,7 +317,7 @@ fn real_main() -> Result<i32> {
             single_process,
             (publish, listen_fd, net_outbound, net_allow, net_bind_any),
             volume,
-            (inject, rejuvenate_every),
+            (inject, rejuvenate_every, watchdog, no_recover),
             image,
             args,
         ),

@@ -141,6 +141,29 @@ fn bench_syscall_from_any_directory() {
     assert!(hvt["mean_ms"].as_f64().is_some_and(|x| x > 0.0) || hvt["skipped"].is_string(), "hvt neither measured nor skipped: {v:#}");
 }
 
+/// The quickest `bench recover` (issue 19): every system's system calls,
+/// the gate's cost, reboot times from rejuvenation and the SQLite inserts
+/// measured, with the default relative `--out` (its CSV written there).
+#[test]
+fn bench_recover_from_any_directory() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("recover", &bench(tmp.path(), &["recover", "--iterations", "500", "--repeat", "2", "--json"]));
+    for system in ["native", "spt no gates", "spt gates"] {
+        for op in ["getuid", "getpid", "open", "write", "read", "close", "sock", "tcp"] {
+            positive(&v, &format!("/systems/{system}/syscalls/{op}/ns/mean"));
+        }
+        positive(&v, &format!("/systems/{system}/sqlite_10000_inserts_s/mean"));
+    }
+    assert!(v.pointer("/gate_cycles/spt").and_then(Value::as_f64).is_some_and(f64::is_finite), "{v:#}");
+    for c in ["time", "sysinfo", "user"] {
+        // A reboot may print 0.0 µs (its resolution is 0.1): samples count.
+        positive(&v, &format!("/reboot_us/spt/{c}/samples"));
+        assert!(v.pointer(&format!("/reboot_us/spt/{c}/mean_us")).and_then(Value::as_f64).is_some_and(|x| x >= 0.0), "{v:#}");
+    }
+    assert!(tmp.path().join("shoal-bench-recover/recover.csv").is_file());
+}
+
 /// The quickest density run: two instances of each configuration, PSS
 /// measured for every one that ran (hvt skipped with its reason only
 /// without /dev/kvm); a bad --only is one line and non-zero.

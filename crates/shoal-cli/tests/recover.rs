@@ -2,10 +2,13 @@
 //! injected into a stateless kernel component (`shoal run --inject
 //! COMPONENT:panic@N`, which also overwrites the component's memory before
 //! panicking), or a wild write there (`wild-write`), reboots that
-//! component alone and the program goes on with correct results; so does
-//! one into a stateful component (vfs, ramfs, process), whose state is
-//! rebuilt from its call log; a component that cannot be rebooted yet (net), and a fault in
-//! the application, still end the instance as before. The program is
+//! component alone and the program goes on with correct results, and so
+//! does a hang there (`hang`: the call spins until the tender's watchdog,
+//! `--watchdog MS`, stops it); so does a fault in a stateful component
+//! (vfs, ramfs, process), whose state is rebuilt from its call log; a
+//! component that cannot be rebooted yet (net), and a fault in the
+//! application, still end the instance as before, and a long computation
+//! in the application is not a hang. The program is
 //! `apps/tests/recover.c`. Every test runs on each tender
 //! `common::tenders()` finds (hvt with a visible skip otherwise).
 
@@ -170,18 +173,25 @@ fn bad_inject_and_rejuvenate_flags_are_one_line_and_125() {
     for (spec, needle) in [
         ("time", "expected COMPONENT:KIND@N"),
         ("disk:panic@1", "unknown component (one of: plat, mm,"),
-        ("time:hang@1", "fault kind `hang` is not supported"),
         ("time:segv@1", "fault kind `segv` is not supported"),
         ("time:panic@0", "N must be a call number"),
         ("every=0", "--rejuvenate-every 0: expected seconds"),
         ("every=soon", "--rejuvenate-every soon: expected seconds"),
+        ("watchdog=0", "--watchdog 0: expected milliseconds"),
+        ("watchdog=1.5", "--watchdog 1.5: expected milliseconds"),
+        ("no-recover=time:panic@1", "--no-recover turns component recovery off; it cannot be used with --inject"),
     ] {
-        let flag = if spec.starts_with("every=") { "--rejuvenate-every" } else { "--inject" };
-        let spec = spec.trim_start_matches("every=");
-        let o = output(shoal().args(["run", flag, spec]).arg(&image));
+        let (flag, spec) = match spec.split_once('=') {
+            Some(("every", v)) => ("--rejuvenate-every", v),
+            Some(("watchdog", v)) => ("--watchdog", v),
+            Some(("no-recover", v)) => ("--inject", v),
+            _ => ("--inject", spec),
+        };
+        let extra: &[&str] = if needle.starts_with("--no-recover") { &["--no-recover"] } else { &[] };
+        let o = output(shoal().args(["run", flag, spec]).args(extra).arg(&image));
         assert_eq!(o.status.code(), Some(125), "{spec}: {}", stderr(&o));
         assert_clean_error(&o, needle);
-        let o = output(std::process::Command::new(env!("CARGO_BIN_EXE_shoal-tender")).args([flag, spec]).arg(&image));
+        let o = output(std::process::Command::new(env!("CARGO_BIN_EXE_shoal-tender")).args([flag, spec]).args(extra).arg(&image));
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(125), "shoal-tender {spec}: {err}");
         assert!(!err.contains("panicked") && err.lines().count() == 1 && err.contains(needle), "{spec}: {err}");
@@ -325,5 +335,123 @@ fn a_log_without_memory_gives_it_back_and_a_reboot_then_ends_the_instance() {
         assert_eq!(o.status.code(), Some(134), "{t}: {err}");
         assert!(err.contains("shoal: cannot rebuild the file system after a reboot: no memory for the copy of a file"), "{t}: {err}");
         assert_eq!(reboots(&err, "vfs").len(), 0, "{t}: {err}");
+    }
+}
+
+/// The ticks `SHOAL_PREEMPT_STATS` made the tender report: (preemption,
+/// watchdog-only).
+fn ticks(err: &str) -> (u64, u64) {
+    let n =
+        |prefix: &str| err.lines().find_map(|l| l.strip_prefix(prefix)).and_then(|n| n.trim().parse().ok()).unwrap_or_else(|| panic!("no `{prefix}`: {err}"));
+    (n("shoal: preemption ticks: "), n("shoal: watchdog ticks: "))
+}
+
+/// A hang (`--inject COMPONENT:hang@N`: the N-th call spins forever) in a
+/// stateless component: the tender's watchdog (here 100 ms) stops the call
+/// on the preemption tick, the kernel reboots the component and retries
+/// the call, and the program ends with correct results.
+#[test]
+fn an_injected_hang_is_stopped_by_the_watchdog_and_the_component_rebooted() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        for component in ["time", "sysinfo", "user"] {
+            let o = output(
+                shoal_run(t)
+                    .env("SHOAL_PREEMPT_STATS", "1")
+                    .args(["--watchdog", "100", "--inject"])
+                    .arg(format!("{component}:hang@20"))
+                    .arg(&image)
+                    .args(["--", ROUNDS]),
+            );
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(0), "{t} {component}: {err}");
+            assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"), "{t} {component}: {err}");
+            assert!(
+                err.contains(&format!("shoal: hang in {component}: a call ran longer than the watchdog's 100 ms (stopped at rip 0x")),
+                "{t} {component}: {err}"
+            );
+            assert_eq!(reboot_lines(&err, component), 1, "{t} {component}: {err}");
+            let (preempt, watch) = ticks(&err);
+            assert_eq!(preempt, 0, "{t} {component}: one thread: no preemption tick: {err}");
+            assert!(watch >= 1, "{t} {component}: the watchdog ticked: {err}");
+        }
+        // Beside a second, spinning thread the tick runs at the preemption
+        // period (10 ms) and ages the hung call all the same; the tick
+        // never switches threads inside the kernel, so the spinner waits.
+        let o = output(
+            shoal_run(t).env("SHOAL_PREEMPT_STATS", "1").args(["--watchdog", "100", "--inject", "time:hang@300"]).arg(&image).args(["--", "threads", "2000"]),
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{t} threads: {err}");
+        assert_eq!(stdout(&o), "threads ok 2000\n", "{t} threads: {err}");
+        assert!(err.contains("shoal: hang in time: "), "{t} threads: {err}");
+        assert_eq!(reboot_lines(&err, "time"), 1, "{t} threads: {err}");
+        assert!(ticks(&err).0 >= 10, "{t} threads: 100 ms of 10 ms preemption ticks at least: {err}");
+    }
+}
+
+/// A long computation in the application (no system call for longer than
+/// the watchdog's limit) is not a hang: no call into a component is in
+/// progress, nothing is rebooted, the program ends as it would natively,
+/// and no tick reaches it beyond the one that finds nothing to watch.
+#[test]
+fn a_long_computation_in_the_application_is_not_a_hang() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        let o = output(shoal_run(t).env("SHOAL_PREEMPT_STATS", "1").args(["--watchdog", "20"]).arg(&image).args(["--", "spin", "300"]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{t}: {err}");
+        assert_eq!(stdout(&o), "spun 300\n", "{t}: {err}");
+        assert!(!err.contains("rebooted") && !err.contains("hang in"), "{t}: {err}");
+        let (preempt, watch) = ticks(&err);
+        assert_eq!(preempt, 0, "{t}: {err}");
+        assert!(watch <= 1, "{t}: at most the tick that disarms: {err}");
+    }
+}
+
+/// Short gated calls only, in a run shorter than the default limit (1 s):
+/// no tick at all, as before the watchdog (see also
+/// `item7_a_single_thread_gets_no_ticks`). `--no-recover` runs the same
+/// program without gates, with the same results.
+#[test]
+fn short_calls_get_no_ticks_and_no_recover_runs_without_gates() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        let o = output(shoal_run(t).env("SHOAL_PREEMPT_STATS", "1").arg(&image).args(["--", "100"]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{t}: {err}");
+        assert_eq!(stdout(&o), "ok 100 rounds\n", "{t}: {err}");
+        assert_eq!(ticks(&err), (0, 0), "{t}: {err}");
+        let o = output(shoal_run(t).arg("--no-recover").arg(&image).args(["--", ROUNDS]));
+        assert_eq!(o.status.code(), Some(0), "{t}: {}", stderr(&o));
+        assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"));
+        assert_eq!(stderr(&o), "", "{t}");
+    }
+}
+
+/// A hostile guest and the watchdog (`apps/tests/watchdog_hostile.c`):
+/// it registers a preemption area and a fault entry of its own, lies in
+/// the watch words (a call into `time` that never ends), asks the tender
+/// to watch and spins. The watchdog sends it to its own fault entry with
+/// `FAULT_HANG` — lying only redirects itself — and the tender goes on.
+/// Under `timeout 300`: a tender that never redirected would hang the
+/// test (the bound only turns that into a failure; nothing is timed).
+#[test]
+fn a_guest_lying_in_the_watch_words_only_redirects_itself() {
+    let dir = scratch();
+    let image = build_image(&home().join("apps/tests/watchdog_hostile.c"), dir.path(), &[]);
+    for t in tenders() {
+        let o = output(std::process::Command::new("timeout").args(["300", env!("CARGO_BIN_EXE_shoal"), "run", "--tender", t, "--watchdog", "50"]).arg(&image));
+        assert_eq!(
+            stdout(&o),
+            "own area: 0\nown fault entry: 0\nthe watchdog sent the program to its own fault entry with FAULT_HANG\n",
+            "{t}: {}",
+            stderr(&o)
+        );
+        assert_eq!(o.status.code(), Some(0), "{t}: {}", stderr(&o));
+        assert_eq!(stderr(&o), "", "{t}");
     }
 }

@@ -151,6 +151,9 @@ pub struct Guest<'a> {
     /// Applies an `Alias` request (`crate::protect`); `None`: not
     /// available (`ENOSYS`).
     pub alias: Option<&'a AliasFn<'a>>,
+    /// Applies one range of a `Release` request (`crate::protect`):
+    /// `(addr, len)`; `None`: not available (`ENOSYS`).
+    pub release: Option<&'a ReleaseFn<'a>>,
     /// Where a `VolumeSave` archive is kept until the guest has ended
     /// (`--volume`), and the largest taken; `None`: no volume (`ENOSYS`).
     pub volume: Option<(&'a std::cell::RefCell<Option<Vec<u8>>>, u64)>,
@@ -158,6 +161,10 @@ pub struct Guest<'a> {
     /// registered; `None` as a field: not supported here (`ENOSYS`).
     pub fault: Option<&'a std::cell::Cell<Option<(u64, u64)>>>,
 }
+
+/// How the run loop gives one range of a `Release` request back: as
+/// [`ProtectFn`].
+pub type ReleaseFn<'a> = dyn Fn(u64, u64) -> Result<i64, String> + 'a;
 
 /// How the run loop applies an `Alias` request: as [`ProtectFn`].
 pub type AliasFn<'a> = dyn Fn(&shoal_abi::AliasArgs) -> Result<i64, String> + 'a;
@@ -390,6 +397,7 @@ pub fn handle(
                     Err(_) => EFAULT,
                 },
                 shoal_abi::PREEMPT_ARM => crate::preempt::arm(a.tick_ns),
+                shoal_abi::PREEMPT_WATCH => crate::preempt::watch(),
                 _ => EINVAL,
             };
             put(g, call, arg, &a)
@@ -475,6 +483,35 @@ pub fn handle(
                         break;
                     };
                     r = f(&shoal_abi::AliasArgs { dst: p.dst, src: p.src, len: shoal_abi::PAGE_SIZE, prot: a.prot, ret: 0 });
+                    if r != Ok(0) {
+                        break;
+                    }
+                }
+            } else {
+                r = Ok(-i64::from(libc::ENOSYS));
+            }
+            answer(g, call, arg, r, |ret| {
+                a.ret = ret;
+                a
+            })
+        }
+        Hypercall::Release => {
+            // One exit for up to RELEASE_LIST_MAX ranges.
+            let mut a: shoal_abi::ReleaseArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            let size = core::mem::size_of::<shoal_abi::ReleaseRange>() as u64;
+            let mut r = Ok(0);
+            if a.count > shoal_abi::RELEASE_LIST_MAX {
+                r = Ok(-i64::from(libc::EINVAL));
+            } else if let Some(f) = g.release {
+                for i in 0..a.count {
+                    let Ok(x) = g.mem.read_obj::<shoal_abi::ReleaseRange>(GuestAddr(a.ranges.wrapping_add(i * size))) else {
+                        r = Ok(-i64::from(libc::EFAULT));
+                        break;
+                    };
+                    r = f(x.addr, x.len);
                     if r != Ok(0) {
                         break;
                     }

@@ -341,6 +341,8 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
     let mut params = BootParams::new(TenderKind::Hvt, 0, Clock::now(hz))?;
     params.inject = cfg.inject.unwrap_or_default();
     params.rejuvenate_ns = cfg.rejuvenate_ns;
+    params.watchdog_ns = cfg.watchdog_ns;
+    params.recover_flags = if cfg.no_recover { shoal_abi::RECOVER_OFF } else { 0 };
     if let Some(v) = &cfg.volume {
         params.volume_path = v.boot_path();
         // The whole volume archive lies in guest memory: it cannot be larger.
@@ -478,6 +480,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         changed.set(changed.get() || r == 0);
         Ok(r)
     };
+    let release = |addr: u64, len: u64| tables.release(addr, len);
     let kept = std::cell::RefCell::new(None);
     let volume = cfg.volume.as_ref().map(|_| (&kept, p.params.volume_max));
     let fault_handler = std::cell::Cell::new(None);
@@ -487,6 +490,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         read_only: &p.read_only,
         protect: Some(&apply),
         alias: Some(&alias),
+        release: Some(&release),
         volume,
         fault: Some(&fault_handler),
     };
@@ -502,11 +506,12 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     }
     let _forgets = Forgets;
     forward::install().map_err(HvtError::Signals)?;
-    preempt::install().map_err(HvtError::Signals)?;
+    preempt::install(cfg.watchdog_ns).map_err(HvtError::Signals)?;
     let outcome = loop {
         // A preemption tick stopped KVM_RUN (EINTR) or came during an exit.
         if preempt::take_tick() {
-            if let Err(e) = preempt::tick(&vm.vcpu, GuestMemory::LOW, mem_size) {
+            let hang = preempt::HangExit { handler: fault_handler.get(), mem: &mem };
+            if let Err(e) = preempt::tick(&vm.vcpu, GuestMemory::LOW, mem_size, &hang) {
                 break Outcome::Stopped(e);
             }
         }
@@ -574,7 +579,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     // How many preemption ticks reached the instance, when asked (the
     // tests check that a program with one thread gets none).
     if std::env::var_os("SHOAL_PREEMPT_STATS").is_some() {
-        let _ = writeln!(console.stderr, "shoal: preemption ticks: {}", preempt::ticks());
+        let _ = writeln!(console.stderr, "shoal: preemption ticks: {}\nshoal: watchdog ticks: {}", preempt::ticks(), preempt::watchdog_ticks());
     }
     // Only a guest that halted keeps its volume (a fault, a refused
     // hypercall or a stop leaves the host directory as it was).

@@ -16,6 +16,15 @@
 //! to save. A signal that lands just before `KVM_RUN` starts is seen at the
 //! next exit (at worst one tick later).
 //!
+//! The same tick is the hang watchdog's (issue 19; see spt's
+//! `preempt` module for the protocol): while a gated call into a rebootable
+//! kernel component is in progress the tick runs even with one thread, at
+//! the watchdog's period when nobody needs preempting, and a call that
+//! stays in progress for the limit is stopped: the vCPU (at CPL 3, at an
+//! instruction in guest memory, with the kernel's fault entry armed)
+//! continues at the kernel's fault entry with `shoal_abi::FAULT_HANG`,
+//! which reboots the component.
+//!
 //! The area is guest memory, written through the VMM's mapping with
 //! atomics; the guest can lie in it only to itself. Like `crate::forward`,
 //! one instance per process at a time (the state is static).
@@ -27,15 +36,24 @@ static AREA: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
 static ENTRY: AtomicU64 = AtomicU64::new(0);
 /// A tick arrived and is not yet handled by the run loop.
 static TICK: AtomicBool = AtomicBool::new(false);
-/// Ticks handled (the statistic `SHOAL_PREEMPT_STATS` prints).
+/// Ticks handled (the statistic `SHOAL_PREEMPT_STATS` prints): preemption
+/// ticks, and watchdog-only ticks apart.
 static TICKS: AtomicU64 = AtomicU64::new(0);
+static WATCH_TICKS: AtomicU64 = AtomicU64::new(0);
+/// The watchdog's limit (ns; 0: off), the timer's period now, the
+/// preemption period asked for, and the watchdog's state between ticks.
+static LIMIT: AtomicU64 = AtomicU64::new(0);
+static PERIOD: AtomicU64 = AtomicU64::new(0);
+static TICK_NS: AtomicU64 = AtomicU64::new(shoal_abi::PREEMPT_TICK_NS);
+static WATCH: std::sync::Mutex<shoal_loader::watchdog::Watch> = std::sync::Mutex::new(shoal_loader::watchdog::Watch { seq: 0, age_ns: 0 });
 /// The timer (`timer_t`), 0 before the first arm.
 static TIMER: AtomicU64 = AtomicU64::new(0);
 static TIMER_MADE: AtomicBool = AtomicBool::new(false);
 /// The thread that runs the vCPU.
 static RUN_TID: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
 
-use shoal_abi::preempt_word::{ARMED, IN_KERNEL, PENDING, RESUME_RIP, RUNNABLE, TICKS as AREA_TICKS};
+use shoal_abi::preempt_word::{ARMED, IN_KERNEL, PENDING, RESUME_RIP, RUNNABLE, TICKS as AREA_TICKS, WATCH as AREA_WATCH, WATCH_SEQ};
+use shoal_abi::{PREEMPT_ARMED_TICK, PREEMPT_ARMED_WATCHDOG};
 /// Size of the area in bytes.
 pub const AREA_BYTES: u64 = core::mem::size_of::<shoal_abi::PreemptArea>() as u64;
 
@@ -51,8 +69,11 @@ extern "C" fn on_tick(_sig: libc::c_int) {
 }
 
 /// Installs the tick's handler (no `SA_RESTART`: `KVM_RUN` must return);
-/// the calling thread is the one that runs the vCPU.
-pub fn install() -> std::io::Result<()> {
+/// the calling thread is the one that runs the vCPU. `watchdog_ns` is the
+/// hang watchdog's limit (0: off).
+pub fn install(watchdog_ns: u64) -> std::io::Result<()> {
+    LIMIT.store(watchdog_ns, Ordering::SeqCst);
+    WATCH_TICKS.store(0, Ordering::SeqCst);
     // SAFETY: gettid has no arguments and cannot fail.
     RUN_TID.store(unsafe { libc::syscall(libc::SYS_gettid) } as i32, Ordering::SeqCst);
     TICK.store(false, Ordering::SeqCst);
@@ -78,6 +99,7 @@ pub fn register(host: *mut u8, entry: u64) {
 }
 
 fn set_timer(period_ns: u64) -> i64 {
+    PERIOD.store(period_ns, Ordering::SeqCst);
     let ts = libc::timespec { tv_sec: (period_ns / 1_000_000_000) as libc::time_t, tv_nsec: (period_ns % 1_000_000_000) as libc::c_long };
     let it = libc::itimerspec { it_interval: ts, it_value: ts };
     let t = TIMER.load(Ordering::SeqCst) as usize as libc::timer_t;
@@ -88,12 +110,8 @@ fn set_timer(period_ns: u64) -> i64 {
     0
 }
 
-/// `Preempt`/`PREEMPT_ARM`: makes the timer the first time, then starts it
-/// (every `tick_ns`, at least `shoal_abi::PREEMPT_MIN_TICK_NS`).
-pub fn arm(tick_ns: u64) -> i64 {
-    let Some(armed) = word(ARMED) else {
-        return -i64::from(libc::EINVAL);
-    };
+/// Makes the timer, the first time.
+fn make_timer() -> Result<(), i64> {
     if !TIMER_MADE.load(Ordering::SeqCst) {
         // SAFETY: a zeroed sigevent is valid; the fields set make it a
         // thread-directed signal to the vCPU thread; `id` receives the
@@ -107,14 +125,52 @@ pub fn arm(tick_ns: u64) -> i64 {
             (libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut id), id)
         };
         if rc != 0 {
-            return -i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
+            return Err(-i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)));
         }
         TIMER.store(id as usize as u64, Ordering::SeqCst);
         TIMER_MADE.store(true, Ordering::SeqCst);
     }
-    let rc = set_timer(tick_ns.clamp(shoal_abi::PREEMPT_MIN_TICK_NS, 1_000_000_000));
+    Ok(())
+}
+
+/// `Preempt`/`PREEMPT_ARM`: makes the timer the first time, then starts it
+/// (every `tick_ns`, at least `shoal_abi::PREEMPT_MIN_TICK_NS`).
+pub fn arm(tick_ns: u64) -> i64 {
+    let Some(armed) = word(ARMED) else {
+        return -i64::from(libc::EINVAL);
+    };
+    if let Err(e) = make_timer() {
+        return e;
+    }
+    let tick = tick_ns.clamp(shoal_abi::PREEMPT_MIN_TICK_NS, 1_000_000_000);
+    TICK_NS.store(tick, Ordering::SeqCst);
+    let rc = set_timer(tick);
     if rc == 0 {
-        armed.store(1, Ordering::SeqCst);
+        armed.store(PREEMPT_ARMED_TICK, Ordering::SeqCst);
+    }
+    rc
+}
+
+/// `Preempt`/`PREEMPT_WATCH`: a gated call began with the tick off: run
+/// the tick at the watchdog's period, counting the call's age from now.
+/// Nothing to do when the tick runs already or there is no watchdog.
+pub fn watch() -> i64 {
+    let (Some(armed), Some(seq)) = (word(ARMED), word(WATCH_SEQ)) else {
+        return -i64::from(libc::EINVAL);
+    };
+    let limit = LIMIT.load(Ordering::SeqCst);
+    if limit == 0 || armed.load(Ordering::SeqCst) != 0 {
+        return 0;
+    }
+    if let Ok(mut w) = WATCH.lock() {
+        *w = shoal_loader::watchdog::Watch { seq: seq.load(Ordering::SeqCst), age_ns: 0 };
+    }
+    if let Err(e) = make_timer() {
+        return e;
+    }
+    let rc = set_timer(limit);
+    if rc == 0 {
+        armed.store(PREEMPT_ARMED_WATCHDOG, Ordering::SeqCst);
     }
     rc
 }
@@ -124,29 +180,69 @@ pub fn take_tick() -> bool {
     TICK.load(Ordering::Relaxed) && TICK.swap(false, Ordering::SeqCst)
 }
 
-/// Ticks handled in this run.
+/// Preemption ticks handled in this run.
 pub fn ticks() -> u64 {
     TICKS.load(Ordering::SeqCst)
 }
 
+/// Watchdog-only ticks handled in this run.
+pub fn watchdog_ticks() -> u64 {
+    WATCH_TICKS.load(Ordering::SeqCst)
+}
+
+/// Where the kernel takes a hang back: its fault entry and armed word
+/// (`Hypercall::FaultHandler`), and guest memory to check them against.
+pub struct HangExit<'a> {
+    /// The registered fault entry and armed word, if any.
+    pub handler: Option<(u64, u64)>,
+    /// Guest memory.
+    pub mem: &'a shoal_loader::GuestMemory,
+}
+
 /// One tick, with the vCPU stopped (see the module documentation).
 /// `mem_size` bounds the instruction pointers that may be redirected.
-pub fn tick(vcpu: &kvm_ioctls::VcpuFd, low: u64, mem_size: u64) -> Result<(), String> {
-    TICKS.fetch_add(1, Ordering::SeqCst);
-    let (Some(runnable), Some(in_kernel), Some(pending), Some(resume), Some(armed), Some(ticks)) =
-        (word(RUNNABLE), word(IN_KERNEL), word(PENDING), word(RESUME_RIP), word(ARMED), word(AREA_TICKS))
+pub fn tick(vcpu: &kvm_ioctls::VcpuFd, low: u64, mem_size: u64, hang: &HangExit) -> Result<(), String> {
+    let (Some(runnable), Some(in_kernel), Some(pending), Some(resume), Some(armed), Some(ticks), Some(watch), Some(seq)) =
+        (word(RUNNABLE), word(IN_KERNEL), word(PENDING), word(RESUME_RIP), word(ARMED), word(AREA_TICKS), word(AREA_WATCH), word(WATCH_SEQ))
     else {
+        TICKS.fetch_add(1, Ordering::SeqCst);
         return Ok(());
     };
+    let mode = armed.load(Ordering::SeqCst);
+    if mode == PREEMPT_ARMED_WATCHDOG { &WATCH_TICKS } else { &TICKS }.fetch_add(1, Ordering::SeqCst);
     ticks.fetch_add(1, Ordering::Relaxed);
-    if runnable.load(Ordering::SeqCst) <= 1 {
-        set_timer(0);
-        armed.store(0, Ordering::SeqCst);
-        return Ok(());
-    }
+    let limit = LIMIT.load(Ordering::SeqCst);
+    let verdict = match WATCH.lock() {
+        Ok(mut w) => {
+            let (next, v) = shoal_loader::watchdog::step(*w, watch.load(Ordering::SeqCst), seq.load(Ordering::SeqCst), PERIOD.load(Ordering::SeqCst), limit);
+            *w = next;
+            v
+        }
+        Err(_) => shoal_loader::watchdog::Verdict::Idle,
+    };
     let mut regs = vcpu.get_regs().map_err(|e| format!("KVM refused to read the registers: {e}"))?;
     let sregs = vcpu.get_sregs().map_err(|e| format!("KVM refused to read the special registers: {e}"))?;
     let user = sregs.cs.selector & 3 == 3;
+    if verdict == shoal_loader::watchdog::Verdict::Hang && user && redirect_hang(vcpu, &mut regs, hang)? {
+        if let Ok(mut w) = WATCH.lock() {
+            w.age_ns = 0;
+        }
+        return Ok(());
+    }
+    if runnable.load(Ordering::SeqCst) <= 1 {
+        if verdict == shoal_loader::watchdog::Verdict::Idle {
+            set_timer(0);
+            armed.store(0, Ordering::SeqCst);
+        } else if mode != PREEMPT_ARMED_WATCHDOG {
+            set_timer(limit);
+            armed.store(PREEMPT_ARMED_WATCHDOG, Ordering::SeqCst);
+        }
+        return Ok(());
+    }
+    if mode != PREEMPT_ARMED_TICK {
+        set_timer(TICK_NS.load(Ordering::SeqCst));
+        armed.store(PREEMPT_ARMED_TICK, Ordering::SeqCst);
+    }
     if in_kernel.load(Ordering::SeqCst) != 0 || !user || !(low..mem_size).contains(&regs.rip) {
         pending.store(1, Ordering::SeqCst);
         return Ok(());
@@ -155,6 +251,30 @@ pub fn tick(vcpu: &kvm_ioctls::VcpuFd, low: u64, mem_size: u64) -> Result<(), St
     in_kernel.store(1, Ordering::SeqCst);
     regs.rip = ENTRY.load(Ordering::SeqCst);
     vcpu.set_regs(&regs).map_err(|e| format!("KVM refused to set the registers: {e}"))
+}
+
+/// Sends the vCPU (stopped at CPL 3) to the kernel's fault entry with
+/// `FAULT_HANG`, as a fault's hand-back does (`crate::hand_back`): only
+/// with the entry registered and its armed word set, the interrupted
+/// instruction and the new stack (below the red zone) in guest memory.
+/// Returns whether it did; otherwise the next tick tries again.
+fn redirect_hang(vcpu: &kvm_ioctls::VcpuFd, regs: &mut kvm_bindings::kvm_regs, hang: &HangExit) -> Result<bool, String> {
+    let Some((entry, armed)) = hang.handler else { return Ok(false) };
+    if !matches!(hang.mem.read_obj::<u64>(shoal_loader::GuestAddr(armed)), Ok(w) if w != 0) {
+        return Ok(false);
+    }
+    let new_sp = (regs.rsp.wrapping_sub(128) & !15).wrapping_sub(8);
+    if !hang.mem.contains(shoal_loader::GuestAddr(regs.rip), 1) || !hang.mem.contains(shoal_loader::GuestAddr(new_sp), 8) {
+        return Ok(false);
+    }
+    let rip = regs.rip;
+    regs.rip = entry;
+    regs.rsp = new_sp;
+    regs.rdi = shoal_abi::FAULT_HANG;
+    regs.rsi = 0;
+    regs.rdx = rip;
+    vcpu.set_regs(regs).map_err(|e| format!("KVM refused to set the registers: {e}"))?;
+    Ok(true)
 }
 
 /// Stops the timer and forgets the area (before guest memory is unmapped).

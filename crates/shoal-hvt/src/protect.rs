@@ -17,6 +17,13 @@
 //! undo it. A page without access keeps its address in the entry, with
 //! the present bit clear.
 //!
+//! The `Release` hypercall ([`Tables::release`]) gives the host memory
+//! behind guest-physical pages of the same range back
+//! (`madvise(MADV_DONTNEED)` on the VMM's mapping of guest memory, which
+//! is private and anonymous there: the pages read as zero when touched
+//! again). The page tables do not change, so no TLB flush is needed; KVM
+//! drops its translations of the pages through the host's MMU notifier.
+//!
 //! **TLB.** The guest cannot `invlpg` at CPL 3, and the VMM cannot make
 //! KVM flush the guest's TLB cheaply: rewriting CR3 through
 //! `KVM_SET_SREGS`, even with a changed PWT bit, left stale translations
@@ -122,6 +129,31 @@ impl Tables<'_> {
         Ok(0)
     }
 
+    /// Gives the host memory behind the guest-physical pages `[addr, addr +
+    /// len)` back (they read as zero afterwards). The range must lie in
+    /// `[heap_start, mem_size)`, page aligned, not empty: the image, the
+    /// boot information and the tender's tables are out of reach (and the
+    /// pool's private file mappings lie below `heap_start`). Results as
+    /// [`Tables::protect`].
+    pub fn release(&self, addr: u64, len: u64) -> Result<i64, String> {
+        let aligned = |x: u64| x.is_multiple_of(PAGE_SIZE);
+        let inside = addr >= self.heap_start && addr.checked_add(len).is_some_and(|e| e <= self.mem_size);
+        if len == 0 || !aligned(addr) || !aligned(len) || !inside {
+            return Ok(-i64::from(libc::EINVAL));
+        }
+        let (Ok(off), Ok(n)) = (usize::try_from(addr), usize::try_from(len)) else { return Ok(-i64::from(libc::EINVAL)) };
+        // SAFETY: [off, off + n) lies inside the guest memory mapping
+        // (checked above against mem_size, its length); the guest asked
+        // for the contents to go, and no Rust reference points into guest
+        // memory across a hypercall. MADV_DONTNEED on private anonymous
+        // memory only drops pages.
+        let r = unsafe { libc::madvise(self.low.as_ptr().add(off).cast(), n, libc::MADV_DONTNEED) };
+        if r != 0 {
+            return Ok(-i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)));
+        }
+        Ok(0)
+    }
+
     /// The 4 KiB page table mapping `addr`, splitting its 2 MiB page into
     /// one from the pool first if needed.
     fn table_of(&self, addr: u64) -> Result<u64, String> {
@@ -165,5 +197,34 @@ mod tests {
         assert_eq!(pool_size(64 << 20), 32 * PAGE_SIZE);
         assert_eq!(pool_size((64 << 20) + 4096), 33 * PAGE_SIZE);
         const { assert!(POOL_ADDR >= x86::MAX_MEM) };
+    }
+
+    #[test]
+    fn release_drops_only_guest_free_memory_and_refuses_the_rest() {
+        use vm_memory::{GuestAddress, MmapRegion};
+        let mem = 4u64 << 20;
+        let low = GuestRegionMmap::new(MmapRegion::<()>::new(mem as usize).unwrap(), GuestAddress(0)).unwrap();
+        let pool = GuestRegionMmap::new(MmapRegion::<()>::new(pool_size(mem) as usize).unwrap(), GuestAddress(POOL_ADDR)).unwrap();
+        let t = Tables { low: &low, pool: &pool, heap_start: 1 << 20, mem_size: mem };
+        for page in [0u64, 1 << 20, 2 << 20, mem - PAGE_SIZE] {
+            low.write_obj(0x5a5a_5a5a_u32, MemoryRegionAddress(page)).unwrap();
+        }
+        assert_eq!(t.release(2 << 20, 1 << 20), Ok(0));
+        assert_eq!(low.read_obj::<u32>(MemoryRegionAddress(2 << 20)).unwrap(), 0, "released pages read as zero");
+        assert_eq!(low.read_obj::<u32>(MemoryRegionAddress(1 << 20)).unwrap(), 0x5a5a_5a5a, "the rest is kept");
+        let einval = Ok(-i64::from(libc::EINVAL));
+        for (addr, len) in [
+            (0, PAGE_SIZE),
+            ((1 << 20) - PAGE_SIZE, 2 * PAGE_SIZE),
+            (mem - PAGE_SIZE, 2 * PAGE_SIZE),
+            (2 << 20, 0),
+            ((2 << 20) + 1, PAGE_SIZE),
+            (2 << 20, 100),
+            (u64::MAX - 4095, PAGE_SIZE),
+        ] {
+            assert_eq!(t.release(addr, len), einval, "{addr:#x}+{len:#x}");
+        }
+        assert_eq!(low.read_obj::<u32>(MemoryRegionAddress(0)).unwrap(), 0x5a5a_5a5a, "below heap_start: untouched");
+        assert_eq!(low.read_obj::<u32>(MemoryRegionAddress(mem - PAGE_SIZE)).unwrap(), 0x5a5a_5a5a);
     }
 }

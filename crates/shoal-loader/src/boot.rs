@@ -105,6 +105,10 @@ pub struct BootParams {
     pub inject: shoal_abi::Inject,
     /// Rejuvenation period in nanoseconds (`--rejuvenate-every`; 0: none).
     pub rejuvenate_ns: u64,
+    /// The hang watchdog's limit in nanoseconds (`--watchdog`; 0: off).
+    pub watchdog_ns: u64,
+    /// `shoal_abi::RECOVER_OFF` for `--no-recover`.
+    pub recover_flags: u64,
 }
 
 /// What the guest is told about the tender's standard input and output:
@@ -150,6 +154,8 @@ impl BootParams {
             volume_max: 0,
             inject: shoal_abi::Inject::default(),
             rejuvenate_ns: 0,
+            watchdog_ns: shoal_abi::DEFAULT_WATCHDOG_NS,
+            recover_flags: 0,
         })
     }
 }
@@ -303,6 +309,8 @@ pub fn write_boot_state(
         volume_max: params.volume_max,
         inject: params.inject,
         rejuvenate_ns: params.rejuvenate_ns,
+        watchdog_ns: params.watchdog_ns,
+        recover_flags: params.recover_flags,
     };
     mem.write_obj(GuestAddr(BOOT_INFO_ADDR), &info).map_err(mem_err("boot info"))?;
     mem.write(GuestAddr(phdr_addr), image.phdrs()).map_err(mem_err("program headers"))?;

@@ -4,8 +4,8 @@
 //! purpose and watch the kernel reboot it; the kernel receives it in the
 //! boot information ([`shoal_abi::Inject`]).
 
-pub use shoal_abi::Inject;
-use shoal_abi::{COMPONENTS, INJECT_PANIC, INJECT_WILD_WRITE};
+pub use shoal_abi::{Inject, DEFAULT_WATCHDOG_NS};
+use shoal_abi::{COMPONENTS, INJECT_HANG, INJECT_PANIC, INJECT_WILD_WRITE};
 
 /// An `--inject` value that cannot be used, in one sentence.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -17,7 +17,7 @@ pub enum InjectError {
     #[error("--inject {0}: unknown component (one of: {list})", list = COMPONENTS.join(", "))]
     Component(String),
     /// A kind of fault not known, or not injected yet.
-    #[error("--inject {0}: fault kind `{1}` is not supported (supported: panic, wild-write; hang is not implemented yet)")]
+    #[error("--inject {0}: fault kind `{1}` is not supported (supported: panic, wild-write, hang)")]
     Kind(String, String),
     /// N is not a call number (1 or more).
     #[error("--inject {0}: N must be a call number, 1 or more")]
@@ -39,6 +39,21 @@ pub fn parse_period(s: &str) -> Result<u64, PeriodError> {
     Ok(((secs * 1e9) as u64).max(1))
 }
 
+/// A `--watchdog` value that is not a limit.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("--watchdog {0}: expected milliseconds, 1 to 3600000, or `off` (e.g. 1000)")]
+pub struct WatchdogError(pub String);
+
+/// Parses `--watchdog MS` (whole milliseconds, or `off`) into nanoseconds
+/// (0: off).
+pub fn parse_watchdog(s: &str) -> Result<u64, WatchdogError> {
+    if s.trim() == "off" {
+        return Ok(0);
+    }
+    let ms: u64 = s.trim().parse().ok().filter(|ms| (1..=3_600_000).contains(ms)).ok_or_else(|| WatchdogError(s.into()))?;
+    Ok(ms * 1_000_000)
+}
+
 /// Parses `COMPONENT:KIND@N`.
 pub fn parse(spec: &str) -> Result<Inject, InjectError> {
     let syntax = || InjectError::Syntax(spec.into());
@@ -48,6 +63,7 @@ pub fn parse(spec: &str) -> Result<Inject, InjectError> {
     let kind = match kind {
         "panic" => INJECT_PANIC,
         "wild-write" => INJECT_WILD_WRITE,
+        "hang" => INJECT_HANG,
         k => return Err(InjectError::Kind(spec.into(), k.into())),
     };
     let at: u64 = at.parse().ok().filter(|n| *n >= 1).ok_or_else(|| InjectError::At(spec.into()))?;
@@ -66,7 +82,13 @@ mod tests {
         assert_eq!(parse("time"), Err(InjectError::Syntax("time".into())));
         assert_eq!(parse("time:panic"), Err(InjectError::Syntax("time:panic".into())));
         assert_eq!(parse("disk:panic@1"), Err(InjectError::Component("disk:panic@1".into())));
-        assert_eq!(parse("vfs:hang@1"), Err(InjectError::Kind("vfs:hang@1".into(), "hang".into())));
+        assert_eq!(parse("vfs:hang@1"), Ok(Inject { component: 4, kind: INJECT_HANG, at: 1 }));
+        assert_eq!(parse("vfs:spin@1"), Err(InjectError::Kind("vfs:spin@1".into(), "spin".into())));
+        assert_eq!(parse_watchdog("1000"), Ok(1_000_000_000));
+        assert_eq!(parse_watchdog("off"), Ok(0));
+        for bad in ["0", "-1", "x", "1.5", "3600001"] {
+            assert_eq!(parse_watchdog(bad), Err(WatchdogError(bad.into())), "{bad}");
+        }
         assert_eq!(parse("vfs:panic@0"), Err(InjectError::At("vfs:panic@0".into())));
         assert_eq!(parse("vfs:panic@x"), Err(InjectError::At("vfs:panic@x".into())));
         assert!(parse("disk:panic@1").unwrap_err().to_string().contains("one of: plat, mm"));

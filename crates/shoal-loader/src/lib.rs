@@ -43,6 +43,7 @@ pub mod net;
 pub mod pool;
 pub mod tsc;
 pub mod volume;
+pub mod watchdog;
 
 pub use boot::{auxv, hwcap, load_archive, load_segments, load_segments_except, write_boot_state, BootError, BootParams, EntryState, HOSTNAME};
 pub use image::{Image, ImageError, Perms, Segment, Tls, IMAGE_ADDR_LIMIT, MAX_PHNUM, PHDR_SIZE};
@@ -154,6 +155,11 @@ pub struct RunConfig {
     /// Reboot the rebootable kernel components one by one, one every this
     /// many nanoseconds (`--rejuvenate-every`; [`inject::parse_period`]).
     pub rejuvenate_ns: u64,
+    /// The hang watchdog's limit in nanoseconds (`--watchdog MS`; 0: off;
+    /// default `shoal_abi::DEFAULT_WATCHDOG_NS`; [`inject::parse_watchdog`]).
+    pub watchdog_ns: u64,
+    /// `--no-recover`: no component gates (`shoal_abi::RECOVER_OFF`).
+    pub no_recover: bool,
 }
 
 impl RunConfig {
@@ -177,6 +183,8 @@ impl RunConfig {
             volume: None,
             inject: None,
             rejuvenate_ns: 0,
+            watchdog_ns: shoal_abi::DEFAULT_WATCHDOG_NS,
+            no_recover: false,
         }
     }
 }

@@ -82,6 +82,10 @@ unsafe impl Pod for shoal_abi::AliasListArgs {}
 // SAFETY: as above (two 8-byte fields).
 unsafe impl Pod for shoal_abi::AliasPair {}
 // SAFETY: as above (three 8-byte fields).
+unsafe impl Pod for shoal_abi::ReleaseArgs {}
+// SAFETY: as above (two 8-byte fields).
+unsafe impl Pod for shoal_abi::ReleaseRange {}
+// SAFETY: as above (three 8-byte fields).
 unsafe impl Pod for shoal_abi::ConsoleBufferArgs {}
 // SAFETY: as above (two 8-byte fields).
 unsafe impl Pod for shoal_abi::SignalWordArgs {}

@@ -244,7 +244,7 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
         // one runnable thread).
         crate::preempt::install_handler().map_err(setup_err)?;
     }
-    crate::preempt::install(BOOT_INFO_ADDR, mem_size, signals::ticks_counter());
+    crate::preempt::install(BOOT_INFO_ADDR, mem_size, params.watchdog_ns, signals::ticks_counter());
     hypercall::install(sys::rdfsbase(), stack_top, mem_size, &ro[..n]);
     crate::protect::install(p.layout.heap_start, mem_size, if alias_ok { alias_fd } else { -1 });
 

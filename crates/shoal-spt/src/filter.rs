@@ -21,7 +21,8 @@
 //! | `ppoll` (271) | any | `NetPoll` hypercall: an idle instance waits here for stdin (and host sockets); polling fds 0-2 tells it nothing it does not know, every other fd is its own socket |
 //! | `mprotect` (10) | `heap_start <= addr`, `addr + len <= mem_size` (a ladder of rules, below), prot only `PROT_READ`/`PROT_WRITE` bits | `Protect` hypercall (the kernel's `mprotect`: guard pages, `PROT_NONE`) |
 //! | `mmap` (9) | fd (32-bit) == the alias memory file ([`GuestRange::alias_fd`]), flags (32-bit) == `MAP_SHARED \| MAP_FIXED`, prot only `PROT_READ`/`PROT_WRITE` bits, `heap_start <= addr` and `heap_start <= offset`, `addr + len <= mem_size` and `offset + len <= mem_size` (a ladder of rules, below); or flags == `MAP_PRIVATE \| MAP_ANONYMOUS \| MAP_FIXED \| MAP_NORESERVE`, prot as before, `heap_start <= addr`, `addr + len <= mem_size` | `Alias` hypercall (`crate::protect::alias`: a shared file mapping shows the file's pages; pages leaving it get fresh private memory) |
-//! | `setitimer` (38) | which (32-bit) == `ITIMER_REAL` (0) | `Preempt` hypercall and the tick handler (`crate::preempt`): the preemption tick, `SIGALRM`, armed while the guest has more than one runnable thread. A hostile guest can set the period of this process's own `SIGALRM` (and so interrupt itself as often as it likes, which costs only its own CPU time, as a spin loop would) or stop it (and so lose its own preemption); the handler redirects only guest code, inside guest memory |
+//! | `madvise` (28) | advice (32-bit) == `MADV_DONTNEED` (4), `heap_start <= addr`, `addr + len <= mem_size` (the `mprotect` ladder) | `Release` hypercall (`crate::protect::release`: the host memory behind pages the guest kernel freed or the program discarded goes back to the host) |
+//! | `setitimer` (38) | which (32-bit) == `ITIMER_REAL` (0) | `Preempt` hypercall and the tick handler (`crate::preempt`): the preemption tick, `SIGALRM`, armed while the guest has more than one runnable thread, or (at the hang watchdog's period) while a gated call into a rebootable component is in progress. A hostile guest can set the period of this process's own `SIGALRM` (and so interrupt itself as often as it likes, which costs only its own CPU time, as a spin loop would) or stop it (and so lose its own preemption); the handler redirects only guest code, inside guest memory |
 //! | `rt_sigreturn` (15) | none (it takes none) | the return of the handler of the signals handed to the guest (SIGTERM, SIGHUP: `crate::signals::on_forwarded`) and of the preemption tick (`crate::preempt::on_tick`); a guest calling it itself can only load a register frame and signal mask of its choosing from its own stack — registers it controls anyway; the kernel checks the segment selectors, and seccomp still applies to everything after |
 //!
 //! **Why `mprotect` is safe to allow.** The tender makes the call in the
@@ -60,6 +61,17 @@
 //! the socket calls allowed on descriptors from 3 up (below): they fail on
 //! a memory file, and `close` would only break its own shared mappings.
 //!
+//! **Why `madvise(MADV_DONTNEED)` is safe to allow.** Over the same range
+//! as `mprotect` (the same ladder of rules) and with that one advice
+//! value, a guest calling it itself can only make its own free memory and
+//! stack read as zero again (private anonymous pages; what it could do by
+//! storing zeros) or, over pages that show the alias file, drop their
+//! mapping until the next touch maps the same file page back (nothing
+//! changes). It cannot reach the image, the archive, the boot-info page or
+//! any tender mapping, and no other advice (`MADV_DONTFORK`,
+//! `MADV_HWPOISON`, `MADV_MERGEABLE`, …) passes. The cost it can cause is
+//! the host page faults of touching the pages again: its own CPU time.
+//!
 //! An instance with networking (listening sockets handed over with
 //! `--publish`/`--listen-fd`, `--net-outbound` or `--net-bind-any`;
 //! DESIGN §3.1) also gets,
@@ -78,7 +90,7 @@
 //! | `epoll_ctl` (233) | epfd == the watch set's descriptor (`3 + listeners` + 1 with `--net-bind-any` + 1 for the alias file, `crate::net::watch_fd`), op == `EPOLL_CTL_ADD` | `Net` hypercall: `socket` and `accept` register the new socket in the watch set | add its own descriptors (sockets, stdio) to the watch set: the reports name descriptor numbers it already has, and the guest kernel ignores numbers it does not know. No `MOD`/`DEL` (closing a socket removes it) |
 //! | `epoll_pwait2` (441) | epfd == the watch set's descriptor | `NetPoll` hypercall: waiting for the sockets whose readiness rose | learn which of its own sockets are ready; sleep (as in `ppoll`). Like `close` on that descriptor (allowed, fd >= 3), it can only break its own instance's waiting |
 //!
-//! Ten system calls without networking; Solo5's spt allows seven to nine because it also has
+//! Eleven system calls without networking; Solo5's spt allows seven to nine because it also has
 //! block and network devices. Not needed and so not allowed: `exit` (glibc's `_exit` uses
 //! `exit_group`), `clock_gettime` (the guest reads the TSC; glibc's
 //! `clock_gettime` goes through the vDSO without a system call anyway).
@@ -128,8 +140,14 @@ fn qword(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Filt
 /// `mem_size`, each also bounded below by `heap_start` and refusing every
 /// protection bit but `PROT_READ | PROT_WRITE`.
 fn mprotect_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
+    ladder(g, || SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xffff_fffc), 0))
+}
+
+/// The ladder of `[addr, addr + len)` rules inside `[heap_start,
+/// mem_size)` (module docs), each with the third argument's check `third`.
+fn ladder(g: GuestRange, third: impl Fn() -> Result<SeccompCondition, FilterError>) -> Result<Vec<SeccompRule>, FilterError> {
     let page = shoal_abi::PAGE_SIZE;
-    let prot_ok = || SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xffff_fffc), 0);
+    let prot_ok = third;
     let mut rules = Vec::new();
     if g.mem_size < g.heap_start + page {
         return Ok(rules);
@@ -152,6 +170,12 @@ fn mprotect_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
         rules.push(SeccompRule::new(vec![qword(0, SeccompCmpOp::Ge, lo)?, qword(0, SeccompCmpOp::Lt, hi)?, qword(1, SeccompCmpOp::Le, step)?, prot_ok()?])?);
     }
     Ok(rules)
+}
+
+/// The `madvise` rules (module docs): the `mprotect` ladder, with the
+/// advice `MADV_DONTNEED` instead of a protection.
+fn release_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
+    ladder(g, || eq32(2, libc::MADV_DONTNEED as u64))
 }
 
 /// The `mmap` ladder for the alias file (module docs): rule `j` allows a
@@ -204,6 +228,9 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     // Alias: shared file mappings show the file's pages (guest memory
     // only, from the alias file only, never executable).
     r.insert(libc::SYS_mmap, alias_rules(g)?);
+    // Release: freed guest memory goes back to the host (guest memory
+    // only, MADV_DONTNEED only).
+    r.insert(libc::SYS_madvise, release_rules(g)?);
     // Console hypercall and the tender's messages: stdout and stderr only.
     r.insert(libc::SYS_write, vec![SeccompRule::new(vec![eq32(0, 1)?])?, SeccompRule::new(vec![eq32(0, 2)?])?]);
     // Halt and fault hypercalls, and the tender stopping the instance.
@@ -299,7 +326,7 @@ mod tests {
     }
 
     #[test]
-    fn allow_list_is_ten_calls() {
+    fn allow_list_is_eleven_calls() {
         let r = super::rules(G).unwrap();
         let mut nrs: Vec<i64> = r.keys().copied().collect();
         nrs.sort_unstable();
@@ -308,6 +335,7 @@ mod tests {
             libc::SYS_write,
             libc::SYS_mprotect,
             libc::SYS_mmap,
+            libc::SYS_madvise,
             libc::SYS_restart_syscall,
             libc::SYS_clock_nanosleep,
             libc::SYS_exit_group,
@@ -318,6 +346,16 @@ mod tests {
         want.sort_unstable();
         assert_eq!(nrs, want);
         assert!(!super::program(super::NetPolicy::default(), G).unwrap().is_empty());
+    }
+
+    #[test]
+    fn madvise_is_the_mprotect_ladder_with_dontneed_only() {
+        // One rule per rung of the mprotect ladder (whose bounds the next
+        // test checks), each pinning the advice instead of a protection.
+        let release = super::release_rules(G).unwrap();
+        assert_eq!(release.len(), super::mprotect_rules(G).unwrap().len());
+        let r = super::rules(G).unwrap();
+        assert_eq!(r[&libc::SYS_madvise].len(), release.len());
     }
 
     #[test]

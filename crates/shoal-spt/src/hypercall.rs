@@ -160,6 +160,7 @@ fn name(nr: u64) -> &'static str {
         Some(Hypercall::Alias) => "alias",
         Some(Hypercall::AliasList) => "alias list",
         Some(Hypercall::FaultHandler) => "fault handler",
+        Some(Hypercall::Release) => "release",
         None => "unknown",
     }
 }
@@ -247,6 +248,11 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
             a.ret = crate::protect::alias_list(&a);
             put(arg, &a);
         }
+        Some(Hypercall::Release) => {
+            let mut a: shoal_abi::ReleaseArgs = args(nr, arg, true);
+            a.ret = crate::protect::release(&a);
+            put(arg, &a);
+        }
         // Console writes are plain function calls here, as cheap as the
         // host write they make: the guest need not buffer (and its output
         // is then never held back from a crash report).
@@ -285,6 +291,7 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
             a.ret = match a.op {
                 shoal_abi::PREEMPT_REGISTER => crate::preempt::register(a.area, a.entry, writable),
                 shoal_abi::PREEMPT_ARM => crate::preempt::arm(a.tick_ns),
+                shoal_abi::PREEMPT_WATCH => crate::preempt::watch(),
                 _ => -i64::from(libc::EINVAL),
             };
             put(arg, &a);

@@ -110,6 +110,8 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     params.net_flags = if spec.outbound { shoal_abi::NET_OUTBOUND } else { 0 } | if spec.bind_any { shoal_abi::NET_BIND_ANY } else { 0 };
     params.inject = spec.inject;
     params.rejuvenate_ns = spec.rejuvenate_ns;
+    params.watchdog_ns = spec.watchdog_ns;
+    params.recover_flags = spec.recover_flags;
     crate::net::install(policy);
     // The alias file comes right after the listening sockets and the bind
     // channel once the last step has closed everything else (crate::child).

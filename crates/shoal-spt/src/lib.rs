@@ -301,6 +301,8 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         volume_max,
         inject: cfg.inject.unwrap_or_default(),
         rejuvenate_ns: cfg.rejuvenate_ns,
+        watchdog_ns: cfg.watchdog_ns,
+        recover_flags: if cfg.no_recover { shoal_abi::RECOVER_OFF } else { 0 },
     };
     let listener_fds: Vec<OwnedFd> = listeners.into_iter().map(|(fd, _)| fd).collect();
     let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };
@@ -363,7 +365,8 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     let err_fd = cfg.stderr.as_ref().map(AsRawFd::as_raw_fd);
     if std::env::var_os(PREEMPT_STATS_ENV).is_some() {
         let n = report.get().ticks.load(std::sync::atomic::Ordering::Relaxed);
-        print_err(err_fd, &format!("shoal: preemption ticks: {n}\n"));
+        let w = report.get().watchdog_ticks.load(std::sync::atomic::Ordering::Relaxed);
+        print_err(err_fd, &format!("shoal: preemption ticks: {n}\nshoal: watchdog ticks: {w}\n"));
     }
     let code = outcome(status, report.get(), err_fd);
     // Only an instance that exited has a volume to keep: its kernel hands

@@ -17,6 +17,17 @@
 //! The area and the entry are the guest's; a guest that lies in them
 //! redirects only itself, inside its own memory. `sigreturn` restores the
 //! rest of the interrupted state (registers, FPU/SSE/AVX, signal mask).
+//!
+//! The same tick is the hang watchdog's (issue 19): while a gated call into
+//! a rebootable kernel component is in progress (`watch`), the tick runs
+//! even with one thread — at the watchdog's period when nobody needs
+//! preempting ([`shoal_abi::PREEMPT_ARMED_WATCHDOG`], armed by the kernel's
+//! `PREEMPT_WATCH`) — and [`shoal_loader::watchdog::step`] ages the call;
+//! a call older than the limit is stopped: the thread goes to the kernel's
+//! fault entry (`crate::signals::redirect_hang`), which reboots the
+//! component. A tick that finds neither a thread to preempt nor a call in
+//! progress disarms, so a program whose gated calls are short gets at most
+//! one watchdog tick per period of its run.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,19 +38,34 @@ static ENTRY: AtomicU64 = AtomicU64::new(0);
 /// Guest memory `[LOW, HIGH)`: the instruction pointers a tick may redirect.
 static LOW: AtomicU64 = AtomicU64::new(0);
 static HIGH: AtomicU64 = AtomicU64::new(0);
-/// Ticks that reached the instance (reported to the waiting parent).
+/// Preemption ticks that reached the instance (reported to the waiting
+/// parent).
 static TICKS: core::sync::atomic::AtomicPtr<AtomicU64> = core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+/// Watchdog-only ticks (the timer at the watchdog's period), reported apart.
+static WATCH_TICKS: core::sync::atomic::AtomicPtr<AtomicU64> = core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+/// The watchdog's limit (ns; 0: off), the period the timer runs at now
+/// (ns), the preemption period the kernel asked for, and the watchdog's
+/// state between ticks (`shoal_loader::watchdog::Watch`).
+static LIMIT: AtomicU64 = AtomicU64::new(0);
+static PERIOD: AtomicU64 = AtomicU64::new(0);
+static TICK_NS: AtomicU64 = AtomicU64::new(shoal_abi::PREEMPT_TICK_NS);
+static WATCH_SEQ: AtomicU64 = AtomicU64::new(0);
+static WATCH_AGE: AtomicU64 = AtomicU64::new(0);
 
-use shoal_abi::preempt_word::{ARMED, IN_KERNEL, PENDING, RESUME_RIP, RUNNABLE, TICKS as AREA_TICKS};
+use shoal_abi::preempt_word::{ARMED, IN_KERNEL, PENDING, RESUME_RIP, RUNNABLE, TICKS as AREA_TICKS, WATCH, WATCH_SEQ as AREA_WATCH_SEQ};
+use shoal_abi::{PREEMPT_ARMED_TICK, PREEMPT_ARMED_WATCHDOG};
 const AREA_WORDS: u64 = (core::mem::size_of::<shoal_abi::PreemptArea>() / 8) as u64;
 
-/// Sets guest memory's bounds and where ticks are counted for the parent
-/// (in the child, before the guest runs).
-pub fn install(low: u64, high: u64, ticks: Option<&'static AtomicU64>) {
+/// Sets guest memory's bounds, the watchdog's limit (ns, 0: off) and
+/// where ticks are counted for the parent (in the child, before the guest
+/// runs): preemption ticks and watchdog-only ticks.
+pub fn install(low: u64, high: u64, watchdog_ns: u64, ticks: Option<(&'static AtomicU64, &'static AtomicU64)>) {
     LOW.store(low, Ordering::Relaxed);
     HIGH.store(high, Ordering::Relaxed);
-    if let Some(t) = ticks {
+    LIMIT.store(watchdog_ns, Ordering::Relaxed);
+    if let Some((t, w)) = ticks {
         TICKS.store(core::ptr::from_ref(t).cast_mut(), Ordering::Relaxed);
+        WATCH_TICKS.store(core::ptr::from_ref(w).cast_mut(), Ordering::Relaxed);
     }
 }
 
@@ -71,6 +97,7 @@ pub fn register(area: u64, entry: u64, writable: impl Fn(u64, u64) -> bool) -> i
 /// `setitimer(ITIMER_REAL, period)` as a raw system call (the filter
 /// allows exactly this; no errno, no thread pointer). 0 stops the timer.
 fn set_timer(period_ns: u64) -> i64 {
+    PERIOD.store(period_ns, Ordering::Relaxed);
     let us = (period_ns / 1000) as i64;
     let tv = libc::timeval { tv_sec: us / 1_000_000, tv_usec: us % 1_000_000 };
     let it = libc::itimerval { it_interval: tv, it_value: tv };
@@ -98,31 +125,80 @@ pub fn arm(tick_ns: u64) -> i64 {
     let Some(armed) = word(ARMED) else {
         return -i64::from(libc::EINVAL);
     };
-    let rc = set_timer(tick_ns.clamp(shoal_abi::PREEMPT_MIN_TICK_NS, 1_000_000_000));
+    let tick = tick_ns.clamp(shoal_abi::PREEMPT_MIN_TICK_NS, 1_000_000_000);
+    TICK_NS.store(tick, Ordering::Relaxed);
+    let rc = set_timer(tick);
     if rc == 0 {
-        armed.store(1, Ordering::SeqCst);
+        armed.store(PREEMPT_ARMED_TICK, Ordering::SeqCst);
     }
     rc
 }
 
-/// The `SIGALRM` handler: one tick (see the module documentation).
-pub extern "C" fn on_tick(_sig: libc::c_int, _info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let t = TICKS.load(Ordering::Relaxed);
+/// `Preempt`/`PREEMPT_WATCH`: a gated call began with the tick off: run
+/// the tick at the watchdog's period, counting the call's age from now.
+/// Nothing to do when the tick runs already or there is no watchdog.
+pub fn watch() -> i64 {
+    let (Some(armed), Some(seq)) = (word(ARMED), word(AREA_WATCH_SEQ)) else {
+        return -i64::from(libc::EINVAL);
+    };
+    let limit = LIMIT.load(Ordering::Relaxed);
+    if limit == 0 || armed.load(Ordering::SeqCst) != 0 {
+        return 0;
+    }
+    WATCH_SEQ.store(seq.load(Ordering::SeqCst), Ordering::Relaxed);
+    WATCH_AGE.store(0, Ordering::Relaxed);
+    let rc = set_timer(limit);
+    if rc == 0 {
+        armed.store(PREEMPT_ARMED_WATCHDOG, Ordering::SeqCst);
+    }
+    rc
+}
+
+fn count(counter: &core::sync::atomic::AtomicPtr<AtomicU64>) {
+    let t = counter.load(Ordering::Relaxed);
     if !t.is_null() {
         // SAFETY: the report page, mapped for the process's life.
         unsafe { (*t).fetch_add(1, Ordering::Relaxed) };
     }
-    let (Some(runnable), Some(in_kernel), Some(pending), Some(resume), Some(armed), Some(ticks)) =
-        (word(RUNNABLE), word(IN_KERNEL), word(PENDING), word(RESUME_RIP), word(ARMED), word(AREA_TICKS))
+}
+
+/// The `SIGALRM` handler: one tick (see the module documentation).
+pub extern "C" fn on_tick(_sig: libc::c_int, _info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let (Some(runnable), Some(in_kernel), Some(pending), Some(resume), Some(armed), Some(ticks), Some(watch), Some(seq)) =
+        (word(RUNNABLE), word(IN_KERNEL), word(PENDING), word(RESUME_RIP), word(ARMED), word(AREA_TICKS), word(WATCH), word(AREA_WATCH_SEQ))
     else {
+        count(&TICKS);
         set_timer(0);
         return;
     };
+    let mode = armed.load(Ordering::SeqCst);
+    count(if mode == PREEMPT_ARMED_WATCHDOG { &WATCH_TICKS } else { &TICKS });
     ticks.fetch_add(1, Ordering::Relaxed);
-    if runnable.load(Ordering::SeqCst) <= 1 {
-        set_timer(0);
-        armed.store(0, Ordering::SeqCst);
+    // The watchdog first: a hang is stopped whether or not other threads
+    // wait.
+    let limit = LIMIT.load(Ordering::Relaxed);
+    let prev = shoal_loader::watchdog::Watch { seq: WATCH_SEQ.load(Ordering::Relaxed), age_ns: WATCH_AGE.load(Ordering::Relaxed) };
+    let (w, verdict) = shoal_loader::watchdog::step(prev, watch.load(Ordering::SeqCst), seq.load(Ordering::SeqCst), PERIOD.load(Ordering::Relaxed), limit);
+    WATCH_SEQ.store(w.seq, Ordering::Relaxed);
+    WATCH_AGE.store(w.age_ns, Ordering::Relaxed);
+    if verdict == shoal_loader::watchdog::Verdict::Hang && crate::signals::redirect_hang(ctx) {
+        WATCH_AGE.store(0, Ordering::Relaxed);
         return;
+    }
+    if runnable.load(Ordering::SeqCst) <= 1 {
+        if verdict == shoal_loader::watchdog::Verdict::Idle {
+            set_timer(0);
+            armed.store(0, Ordering::SeqCst);
+        } else if mode != PREEMPT_ARMED_WATCHDOG {
+            // Nobody to preempt, a call to watch: the watchdog's period.
+            set_timer(limit);
+            armed.store(PREEMPT_ARMED_WATCHDOG, Ordering::SeqCst);
+        }
+        return;
+    }
+    if mode != PREEMPT_ARMED_TICK {
+        set_timer(TICK_NS.load(Ordering::Relaxed));
+        armed.store(PREEMPT_ARMED_TICK, Ordering::SeqCst);
     }
     if ctx.is_null() {
         return;

@@ -27,10 +27,21 @@
 //! apply to both addresses, and the filter bounds the guest's own `mmap`
 //! calls the same way.
 //!
+//! The `Release` hypercall ([`release`]) lives here too: the kernel gives
+//! back pages it freed (`munmap`, a shrinking break) or that the program
+//! discarded (`madvise(MADV_DONTNEED)`), and the handler frees the host
+//! memory behind them with `madvise(MADV_DONTNEED)` (the pages read as
+//! zero afterwards, as Linux gives them). The same range rules and the
+//! same ladder of pieces as `mprotect` apply, and the filter allows the
+//! guest's own `madvise` with that advice only, over that range only.
+//!
 //! Like every hypercall handler, nothing here allocates.
 
 use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use shoal_abi::{AliasArgs, AliasListArgs, AliasPair, ProtectArgs, ALIAS_LIST_MAX, ALIAS_SHAREABLE, PAGE_SIZE, PROT_READ, PROT_WRITE};
+use shoal_abi::{
+    AliasArgs, AliasListArgs, AliasPair, ProtectArgs, ReleaseArgs, ReleaseRange, ALIAS_LIST_MAX, ALIAS_SHAREABLE, PAGE_SIZE, PROT_READ, PROT_WRITE,
+    RELEASE_LIST_MAX,
+};
 
 static HEAP_START: AtomicU64 = AtomicU64::new(u64::MAX);
 static MEM_SIZE: AtomicU64 = AtomicU64::new(0);
@@ -141,15 +152,47 @@ pub fn pieces(mut addr: u64, len: u64, mem_size: u64, mut f: impl FnMut(u64, u64
     Ok(())
 }
 
+/// Whether `[addr, addr + len)` is a non-empty page-aligned range inside
+/// `[lo, mem_size)`.
+fn range_ok(addr: u64, len: u64, lo: u64, mem_size: u64) -> bool {
+    len != 0 && addr.is_multiple_of(PAGE_SIZE) && len.is_multiple_of(PAGE_SIZE) && addr >= lo && addr.checked_add(len).is_some_and(|e| e <= mem_size)
+}
+
+/// The `Release` handler: each range checked (the same rules as
+/// [`protect`]) and given back with `madvise(MADV_DONTNEED)` in the pieces
+/// the filter allows, in order, stopping at the first refused.
+pub fn release(a: &ReleaseArgs) -> i64 {
+    let (lo, mem_size) = (HEAP_START.load(Ordering::Relaxed), MEM_SIZE.load(Ordering::Relaxed));
+    if a.count > RELEASE_LIST_MAX {
+        return -i64::from(libc::EINVAL);
+    }
+    let size = core::mem::size_of::<ReleaseRange>() as u64;
+    let mem = crate::hypercall::guest_mem();
+    for i in 0..a.count {
+        let Ok(r) = mem.read_obj::<ReleaseRange>(shoal_loader::GuestAddr(a.ranges.wrapping_add(i * size))) else {
+            return -i64::from(libc::EFAULT);
+        };
+        if !range_ok(r.addr, r.len, lo, mem_size) {
+            return -i64::from(libc::EINVAL);
+        }
+        let done = pieces(r.addr, r.len, mem_size, |addr, len| {
+            // SAFETY: [addr, addr + len) lies in the guest's own memory above
+            // everything the tender keeps (checked above), which no Rust code
+            // references; the guest asked for its contents to go.
+            unsafe { crate::sys::madvise_dontneed(addr, len) }.map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))
+        });
+        if let Err(e) = done {
+            return -i64::from(e);
+        }
+    }
+    0
+}
+
 /// The handler: checks the request and applies it.
 pub fn protect(a: &ProtectArgs) -> i64 {
     let (lo, mem_size) = (HEAP_START.load(Ordering::Relaxed), MEM_SIZE.load(Ordering::Relaxed));
     let einval = -i64::from(libc::EINVAL);
-    if a.prot & !(PROT_READ | PROT_WRITE) != 0 || a.len == 0 || !a.addr.is_multiple_of(PAGE_SIZE) || !a.len.is_multiple_of(PAGE_SIZE) {
-        return einval;
-    }
-    let Some(end) = a.addr.checked_add(a.len) else { return einval };
-    if a.addr < lo || end > mem_size {
+    if a.prot & !(PROT_READ | PROT_WRITE) != 0 || !range_ok(a.addr, a.len, lo, mem_size) {
         return einval;
     }
     let prot = a.prot as libc::c_int;
@@ -167,6 +210,21 @@ pub fn protect(a: &ProtectArgs) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn release_and_protect_ranges_stay_in_free_memory_and_stack() {
+        let (lo, mem) = (0x40_0000u64, 64u64 << 20);
+        assert!(range_ok(lo, PAGE_SIZE, lo, mem));
+        assert!(range_ok(mem - PAGE_SIZE, PAGE_SIZE, lo, mem));
+        for (addr, len) in
+            [(lo - PAGE_SIZE, PAGE_SIZE), (mem - PAGE_SIZE, 2 * PAGE_SIZE), (lo, 0), (lo + 1, PAGE_SIZE), (lo, 100), (u64::MAX - 4095, PAGE_SIZE)]
+        {
+            assert!(!range_ok(addr, len, lo, mem), "{addr:#x}+{len:#x}");
+        }
+        // Too many ranges: refused before guest memory is read.
+        let a = ReleaseArgs { ranges: 0, count: RELEASE_LIST_MAX + 1, ret: 0 };
+        assert_eq!(release(&a), -i64::from(libc::EINVAL));
+    }
 
     #[test]
     fn pieces_never_reach_past_guest_memory_and_cover_the_request() {

@@ -41,6 +41,8 @@ pub struct Report {
     pub rip: AtomicU64,
     /// Preemption ticks that reached the instance (`crate::preempt`).
     pub ticks: AtomicU64,
+    /// Ticks of the hang watchdog alone (`crate::preempt`).
+    pub watchdog_ticks: AtomicU64,
 }
 
 /// A forbidden system call.
@@ -62,15 +64,16 @@ static OWN_REPORT: Report = Report {
     addr: AtomicU64::new(0),
     rip: AtomicU64::new(0),
     ticks: AtomicU64::new(0),
+    watchdog_ticks: AtomicU64::new(0),
 };
 
 /// Where the preemption ticks are counted: the report's `ticks` (set by
 /// [`set_report`]).
-pub fn ticks_counter() -> Option<&'static AtomicU64> {
+pub fn ticks_counter() -> Option<(&'static AtomicU64, &'static AtomicU64)> {
     let r = REPORT.load(Ordering::Relaxed);
     // SAFETY: the report page (or OWN_REPORT) stays mapped for the
     // process's life.
-    (!r.is_null()).then(|| unsafe { &(*r).ticks })
+    (!r.is_null()).then(|| unsafe { (&(*r).ticks, &(*r).watchdog_ticks) })
 }
 
 /// Whether the handlers end the process themselves, with the message.
@@ -212,9 +215,25 @@ pub fn register_fault_handler(entry: u64, armed: u64, lo: u64, hi: u64) {
 /// gives a hostile guest nothing: it could jump to any of its own code
 /// anyway, and everything it runs stays under the same filter.
 fn hand_back(sig: libc::c_int, addr: u64, ctx: *mut libc::c_void) -> bool {
+    (sig == libc::SIGSEGV || sig == libc::SIGBUS) && redirect(sig as u64, addr, ctx)
+}
+
+/// Sends the guest thread interrupted by the preemption tick (`ctx`) to
+/// the kernel's fault entry with `shoal_abi::FAULT_HANG`: the hang
+/// watchdog found a gated call older than its limit (`crate::preempt`).
+/// Same conditions as a fault's hand-back (the entry registered, its armed
+/// word set, the interrupted instruction and the new stack in guest
+/// memory): a thread inside the tender's own code (a hypercall) is left
+/// alone, and the next tick tries again. Returns whether it did.
+pub fn redirect_hang(ctx: *mut libc::c_void) -> bool {
+    redirect(shoal_abi::FAULT_HANG, 0, ctx)
+}
+
+/// The hand-back itself: `what` is the signal, or `FAULT_HANG`.
+fn redirect(what: u64, addr: u64, ctx: *mut libc::c_void) -> bool {
     let entry = FAULT_ENTRY.load(Ordering::SeqCst);
     let armed = FAULT_ARMED.load(Ordering::SeqCst);
-    if entry == 0 || armed.is_null() || ctx.is_null() || !(sig == libc::SIGSEGV || sig == libc::SIGBUS) {
+    if entry == 0 || armed.is_null() || ctx.is_null() {
         return false;
     }
     // SAFETY: `armed` was checked as an 8-aligned, writable guest word
@@ -235,7 +254,7 @@ fn hand_back(sig: libc::c_int, addr: u64, ctx: *mut libc::c_void) -> bool {
     }
     g[libc::REG_RIP as usize] = entry as i64;
     g[libc::REG_RSP as usize] = new_sp as i64;
-    g[libc::REG_RDI as usize] = sig as i64;
+    g[libc::REG_RDI as usize] = what as i64;
     g[libc::REG_RSI as usize] = addr as i64;
     g[libc::REG_RDX as usize] = rip as i64;
     true

@@ -38,7 +38,7 @@ pub const POOL_FD0: i32 = 8;
 pub const MAX_POOL_FILES: usize = 900;
 
 const MAGIC: &[u8; 8] = b"SHOALSPT";
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 /// Largest spec accepted: argv and environment are bounded by the guest's
 /// argument area (under 1 MiB), pool maps by [`MAX_POOL_FILES`].
 pub const MAX_SPEC: usize = 4 << 20;
@@ -93,6 +93,10 @@ pub struct Spec {
     pub inject: shoal_abi::Inject,
     /// Rejuvenation period in nanoseconds (`--rejuvenate-every`; 0: none).
     pub rejuvenate_ns: u64,
+    /// The hang watchdog's limit in nanoseconds (`--watchdog`; 0: off).
+    pub watchdog_ns: u64,
+    /// `shoal_abi::RECOVER_OFF` for `--no-recover`.
+    pub recover_flags: u64,
 }
 
 /// Why a spec could not be read.
@@ -156,6 +160,8 @@ impl Spec {
         b.extend_from_slice(&self.inject.kind.to_le_bytes());
         b.extend_from_slice(&self.inject.at.to_le_bytes());
         b.extend_from_slice(&self.rejuvenate_ns.to_le_bytes());
+        b.extend_from_slice(&self.watchdog_ns.to_le_bytes());
+        b.extend_from_slice(&self.recover_flags.to_le_bytes());
         b
     }
 
@@ -206,6 +212,8 @@ impl Spec {
         let volume_max = r.u64()?;
         let inject = shoal_abi::Inject { component: r.u32()?, kind: r.u32()?, at: r.u64()? };
         let rejuvenate_ns = r.u64()?;
+        let watchdog_ns = r.u64()?;
+        let recover_flags = r.u64()?;
         if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || !r.0.is_empty() {
             return Err(SpecError::Corrupt);
         }
@@ -226,6 +234,8 @@ impl Spec {
             volume_max,
             inject,
             rejuvenate_ns,
+            watchdog_ns,
+            recover_flags,
         })
     }
 }
@@ -298,6 +308,8 @@ mod tests {
             volume_max: 64 << 20,
             inject: shoal_abi::Inject { component: 6, kind: shoal_abi::INJECT_PANIC, at: 3 },
             rejuvenate_ns: 500_000_000,
+            watchdog_ns: 250_000_000,
+            recover_flags: shoal_abi::RECOVER_OFF,
         }
     }
 

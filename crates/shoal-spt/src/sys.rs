@@ -272,6 +272,19 @@ pub unsafe fn madvise_mergeable(addr: u64, len: u64) -> io::Result<()> {
     check(unsafe { libc::madvise(addr as usize as *mut libc::c_void, len as usize, libc::MADV_MERGEABLE) })
 }
 
+/// `madvise(MADV_DONTNEED)`: the `Release` hypercall (`crate::protect::
+/// release`). The host frees the private anonymous pages of the range;
+/// they read as zero when touched again.
+///
+/// # Safety
+/// The range must be guest memory whose contents nobody needs (the guest
+/// kernel freed it or the program discarded it); no Rust code may hold a
+/// reference into it.
+pub unsafe fn madvise_dontneed(addr: u64, len: u64) -> io::Result<()> {
+    // SAFETY: the caller vouches that the contents may be dropped.
+    check(unsafe { libc::madvise(addr as usize as *mut libc::c_void, len as usize, libc::MADV_DONTNEED) })
+}
+
 /// `mmap(dst, len, prot, MAP_SHARED | MAP_FIXED, fd, off)`: guest pages
 /// `[dst, dst + len)` show the alias file from `off` (`crate::protect`).
 ///

@@ -73,6 +73,12 @@ pub enum ArgsError {
     /// A `--rejuvenate-every` that does not parse.
     #[error(transparent)]
     Period(#[from] shoal_loader::inject::PeriodError),
+    /// A `--watchdog` that does not parse.
+    #[error(transparent)]
+    Watchdog(#[from] shoal_loader::inject::WatchdogError),
+    /// `--no-recover` with an option that needs the gates.
+    #[error("--no-recover turns component recovery off; it cannot be used with {0}")]
+    NoRecover(&'static str),
     /// More than one image given.
     #[error("more than one image given ({0} and {1}); program arguments go after --")]
     TwoImages(PathBuf, PathBuf),
@@ -123,6 +129,10 @@ pub struct RunArgs {
     pub inject: Option<shoal_loader::inject::Inject>,
     /// `--rejuvenate-every SECONDS`, in nanoseconds (0: none).
     pub rejuvenate_ns: u64,
+    /// `--watchdog MS`, in nanoseconds (0: off).
+    pub watchdog_ns: u64,
+    /// `--no-recover`.
+    pub no_recover: bool,
     /// The image.
     pub image: PathBuf,
     /// The program's arguments (after `--`).
@@ -153,9 +163,13 @@ Runs one shoal image (the lean form of `shoal run`).
                              namespace; on the host's namespace the guest may take any free port)
   --volume HOSTDIR:GUESTDIR  HOSTDIR's files at GUESTDIR; what the program leaves there is written
                              back to HOSTDIR when it exits (not after a crash or a kill)
-  --inject COMPONENT:KIND@N  make kernel COMPONENT fail at its N-th call, KIND panic or wild-write
-                             (tests of component recovery)
+  --inject COMPONENT:KIND@N  make kernel COMPONENT fail at its N-th call, KIND panic, wild-write or
+                             hang (tests of component recovery)
   --rejuvenate-every SECONDS reboot the rebootable kernel components one by one, one every SECONDS
+  --watchdog MS|off          reboot a rebootable kernel component whose call runs longer than MS
+                             milliseconds (default 1000)
+  --no-recover               no component gates: nothing is rebooted (a component's failure ends
+                             the instance)
 ";
 
 /// Parses a size: bytes, or a number with a K, M or G suffix.
@@ -224,6 +238,8 @@ impl RunArgs {
             volume: None,
             inject: None,
             rejuvenate_ns: 0,
+            watchdog_ns: shoal_loader::inject::DEFAULT_WATCHDOG_NS,
+            no_recover: false,
             image,
             args,
         })
@@ -240,6 +256,7 @@ impl RunArgs {
         let (mut volume, mut bind_any) = (None, false);
         let mut inject = None;
         let mut rejuvenate = None;
+        let (mut watchdog, mut no_recover) = (None, false);
         while let Some(a) = it.next() {
             let text = a.to_string_lossy().into_owned();
             // `--opt=value` and `--opt value` are both accepted.
@@ -276,6 +293,8 @@ impl RunArgs {
                 "--volume" => volume = Some(value("--volume")?),
                 "--inject" => inject = Some(value("--inject")?),
                 "--rejuvenate-every" => rejuvenate = Some(value("--rejuvenate-every")?),
+                "--watchdog" => watchdog = Some(value("--watchdog")?),
+                "--no-recover" if inline.is_none() => no_recover = true,
                 "--" => {
                     args.extend(it.by_ref());
                     break;
@@ -294,7 +313,8 @@ impl RunArgs {
             .with_bind_any(bind_any)?
             .with_volume(volume.as_deref())?
             .with_inject(inject.as_deref())?
-            .with_rejuvenation(rejuvenate.as_deref())
+            .with_rejuvenation(rejuvenate.as_deref())?
+            .with_watchdog(watchdog.as_deref(), no_recover)
             .map(Some)
     }
 
@@ -322,6 +342,24 @@ impl RunArgs {
     /// rebootable kernel components).
     pub fn with_rejuvenation(mut self, period: Option<&str>) -> Result<RunArgs, ArgsError> {
         self.rejuvenate_ns = period.map(shoal_loader::inject::parse_period).transpose()?.unwrap_or(0);
+        Ok(self)
+    }
+
+    /// Adds `--watchdog MS|off` and `--no-recover` (refused with
+    /// `--inject`, `--rejuvenate-every` or `--watchdog`, which need the
+    /// gates).
+    pub fn with_watchdog(mut self, limit: Option<&str>, no_recover: bool) -> Result<RunArgs, ArgsError> {
+        if let Some(l) = limit {
+            self.watchdog_ns = shoal_loader::inject::parse_watchdog(l)?;
+        }
+        if no_recover {
+            let clash = [(self.inject.is_some(), "--inject"), (self.rejuvenate_ns != 0, "--rejuvenate-every"), (limit.is_some(), "--watchdog")];
+            if let Some((_, opt)) = clash.iter().find(|(on, _)| *on) {
+                return Err(ArgsError::NoRecover(opt));
+            }
+            self.watchdog_ns = 0;
+        }
+        self.no_recover = no_recover;
         Ok(self)
     }
 
@@ -375,6 +413,8 @@ impl RunArgs {
         cfg.volume = self.volume.clone();
         cfg.inject = self.inject;
         cfg.rejuvenate_ns = self.rejuvenate_ns;
+        cfg.watchdog_ns = self.watchdog_ns;
+        cfg.no_recover = self.no_recover;
         cfg.net.listen_fds = self
             .listen_fds
             .iter()
@@ -482,7 +522,20 @@ mod tests {
         assert_eq!(msg(&["--volume", "/tmp:/data", "--single-process", "img"]), ArgsError::VolumeSingleProcess.to_string());
         assert!(parse(&["--volume", "/tmp:/data", "--single-process", "--tender", "hvt", "img"]).is_ok());
         assert_eq!(msg(&["--inject", "disk:panic@1", "img"]).lines().count(), 1);
-        assert!(msg(&["--inject", "time:hang@1", "img"]).contains("not implemented yet"));
+        assert!(msg(&["--inject", "time:spin@1", "img"]).contains("fault kind `spin` is not supported"));
+        assert_eq!(
+            parse(&["--inject", "time:hang@1", "img"]).unwrap().unwrap().inject.map(|i| i.kind),
+            Some(shoal_loader::inject::Inject { component: 6, kind: 3, at: 1 }.kind)
+        );
+        assert_eq!(msg(&["--watchdog", "0", "img"]), "--watchdog 0: expected milliseconds, 1 to 3600000, or `off` (e.g. 1000)");
+        assert_eq!(
+            msg(&["--no-recover", "--rejuvenate-every", "1", "img"]),
+            "--no-recover turns component recovery off; it cannot be used with --rejuvenate-every"
+        );
+        let w = parse(&["--watchdog", "250", "img"]).unwrap().unwrap();
+        assert_eq!((w.config().watchdog_ns, w.config().no_recover), (250_000_000, false));
+        let off = parse(&["--no-recover", "img"]).unwrap().unwrap();
+        assert_eq!((off.config().watchdog_ns, off.config().no_recover), (0, true));
         assert!(msg(&["--rejuvenate-every", "0", "img"]).starts_with("--rejuvenate-every 0: expected seconds"));
         assert_eq!(parse(&["--rejuvenate-every", "0.25", "img"]).unwrap().unwrap().rejuvenate_ns, 250_000_000);
         let a = parse(&["--inject=time:panic@2", "img"]).unwrap().unwrap();

@@ -18,11 +18,31 @@
 //! them would make the tender back them with host memory); dirty ones are
 //! zeroed when handed out again, a page at a time and only when the page is
 //! not already all zero.
+//!
+//! Giving memory back: freed pages (`munmap`, a shrinking break or
+//! `mremap`) become dirty free pages. When more than [`RELEASE_HIGH`]
+//! bytes are dirty, dirty ranges go back to the tender, lowest addresses
+//! first, until [`RELEASE_LOW`] bytes are left, in one `Release` hypercall
+//! per [`shoal_abi::RELEASE_LIST_MAX`] ranges ([`Space::release_down_to`]):
+//! the host frees the memory behind them, and they are clean again (zero,
+//! untouched). The dirty pages kept are the highest ones, which top-down
+//! placement hands out first: a program that frees and maps again at once
+//! (allocators do; a 2 MiB buffer per request) reuses resident memory
+//! instead of paying a hypercall (on hvt a VM exit) and the host page
+//! faults every time, and at most [`RELEASE_HIGH`] of freed memory stays
+//! with the host. `madvise(MADV_DONTNEED)` and `MADV_FREE` release their
+//! range at once ([`Space::dontneed`]).
 
 use shoal_plat::Errno;
 
 /// Page size.
 pub const PAGE: u64 = shoal_abi::PAGE_SIZE;
+
+/// Dirty free bytes above which the kernel gives freed memory back to the
+/// tender (see the module docs).
+pub const RELEASE_HIGH: u64 = 2 << 20;
+/// Dirty free bytes a release leaves (the highest ones).
+pub const RELEASE_LOW: u64 = 1 << 20;
 
 /// Capacity of the segment table. When it is full, operations that would
 /// split a segment fail with `ENOMEM` instead of crashing.
@@ -96,6 +116,36 @@ fn set_real_prot(a: u64, b: u64, prot: u64) {
     PROTECTED.with(|p| p.borrow_mut().push((a, b, prot)));
 }
 
+/// Asks the tender to give the host memory behind `ranges` back (they read
+/// as zero afterwards); whether it did. Without a tender (unit tests) the
+/// request is recorded in [`RELEASED`] and the pages are zeroed, as the
+/// host would leave them.
+fn give_back(ranges: &[shoal_abi::ReleaseRange]) -> bool {
+    if ranges.is_empty() {
+        return true;
+    }
+    #[cfg(test)]
+    {
+        RELEASED.with(|r| r.borrow_mut().extend(ranges.iter().map(|x| (x.addr, x.addr + x.len))));
+        for x in ranges {
+            // SAFETY: test memory the Space manages, which its caller freed
+            // or discarded.
+            unsafe { core::ptr::write_bytes(x.addr as *mut u8, 0, x.len as usize) };
+        }
+        true
+    }
+    #[cfg(not(test))]
+    {
+        shoal_plat::boot::booted() && shoal_plat::hypercall::release(ranges) == 0
+    }
+}
+
+#[cfg(test)]
+std::thread_local! {
+    /// Every range given back to the host, for the unit tests.
+    pub static RELEASED: core::cell::RefCell<std::vec::Vec<(u64, u64)>> = const { core::cell::RefCell::new(std::vec::Vec::new()) };
+}
+
 #[cfg(test)]
 std::thread_local! {
     /// Every real-protection change requested, for the unit tests.
@@ -160,12 +210,17 @@ pub struct Space {
     len: usize,
     free_pages: u64,
     brk_cur: u64,
+    /// Bytes of dirty free pages (`Use::Free { dirty: true }`).
+    dirty: u64,
+    /// The tender refused a release: stop asking (memory is then zeroed
+    /// by the kernel when handed out again, as before).
+    release_off: bool,
 }
 
 impl Space {
     /// An empty space (manages nothing until [`Space::init`]).
     pub const fn new() -> Space {
-        Space { lo: 0, hi: 0, base: 0, end: 0, segs: [EMPTY; MAX_SEGS], len: 0, free_pages: 0, brk_cur: 0 }
+        Space { lo: 0, hi: 0, base: 0, end: 0, segs: [EMPTY; MAX_SEGS], len: 0, free_pages: 0, brk_cur: 0, dirty: 0, release_off: false }
     }
 
     /// Manages `[base, end)` (rounded inwards to pages); guest memory as a
@@ -185,6 +240,7 @@ impl Space {
             self.len = 0;
         }
         self.free_pages = (end - base) / PAGE;
+        self.dirty = 0;
     }
 
     /// `(total, free)` bytes of the managed range.
@@ -265,9 +321,15 @@ impl Space {
             if s.what.is_free() {
                 self.free_pages -= (s.end - s.start) / PAGE;
             }
+            if s.what == (Use::Free { dirty: true }) {
+                self.dirty -= s.end - s.start;
+            }
         }
         if what.is_free() {
             self.free_pages += (end - start) / PAGE;
+        }
+        if what == (Use::Free { dirty: true }) {
+            self.dirty += end - start;
         }
         self.segs[i] = Seg { start, end, what };
         if j > i + 1 {
@@ -396,6 +458,7 @@ impl Space {
             self.assign(cur_top, new_top, Use::Brk);
         } else if new_top < cur_top {
             self.assign(new_top, cur_top, Use::Free { dirty: true });
+            self.settle();
         }
         self.brk_cur = new;
         new
@@ -489,7 +552,70 @@ impl Space {
             }
             pos = e;
         }
+        self.settle();
         Ok(())
+    }
+
+    /// Gives freed memory back when more than [`RELEASE_HIGH`] bytes are
+    /// dirty (module docs).
+    fn settle(&mut self) {
+        if self.dirty > RELEASE_HIGH {
+            self.release_down_to(RELEASE_LOW);
+        }
+    }
+
+    /// Bytes of dirty free pages: freed memory the host still backs.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.dirty
+    }
+
+    /// Gives every dirty free range back to the tender; returns the bytes
+    /// released.
+    pub fn release_free(&mut self) -> u64 {
+        self.release_down_to(0)
+    }
+
+    /// Gives dirty free ranges back to the tender, lowest first, until at
+    /// most `keep` dirty bytes are left (one hypercall per
+    /// [`shoal_abi::RELEASE_LIST_MAX`] ranges; the last range may be cut,
+    /// page aligned, keeping its upper part), and marks them clean.
+    /// Returns the bytes released.
+    pub fn release_down_to(&mut self, keep: u64) -> u64 {
+        let mut total = 0;
+        const MAX: usize = shoal_abi::RELEASE_LIST_MAX as usize;
+        while !self.release_off && self.dirty > keep {
+            let mut batch = [shoal_abi::ReleaseRange::default(); MAX];
+            let mut n = 0;
+            let mut want = self.dirty - keep;
+            for s in &self.segs[..self.len] {
+                if s.what != (Use::Free { dirty: true }) {
+                    continue;
+                }
+                let len = (s.end - s.start).min(page_up(want).unwrap_or(u64::MAX));
+                batch[n] = shoal_abi::ReleaseRange { addr: s.start, len };
+                n += 1;
+                want = want.saturating_sub(len);
+                if n == MAX || want == 0 {
+                    break;
+                }
+            }
+            if n == 0 {
+                break;
+            }
+            // Cutting a range splits its segment: keep one slot free.
+            if self.room(2).is_err() {
+                break;
+            }
+            if !give_back(&batch[..n]) {
+                self.release_off = true;
+                break;
+            }
+            for r in &batch[..n] {
+                self.assign(r.addr, r.addr + r.len, Use::Free { dirty: false });
+                total += r.len;
+            }
+        }
+        total
     }
 
     /// Checks `[addr, addr+len)` is entirely mapped (managed parts: the
@@ -549,9 +675,17 @@ impl Space {
     /// `madvise(MADV_DONTNEED)`: the program's memory in the range reads as
     /// zero afterwards (private anonymous memory on Linux). Unmapped parts:
     /// `ENOMEM`.
+    ///
+    /// The pages go back to the tender (`Release`: the host frees them and
+    /// they read as zero, whatever their protection), up to
+    /// [`shoal_abi::RELEASE_LIST_MAX`] pieces per hypercall; without that
+    /// (a tender that refuses) the kernel writes zeros over them.
     pub fn dontneed(&mut self, addr: u64, len: u64) -> Result<(), Errno> {
         let end = self.check_mapped(addr, len)?;
         let (a, b) = self.clip(addr, end);
+        if !self.release_off && self.release_program(a, b) {
+            return Ok(());
+        }
         self.pieces(a, b, |x, y, w| {
             if matches!(w, Use::Anon { .. } | Use::Brk) {
                 // Zeroing needs write access: lend it for the moment.
@@ -568,6 +702,32 @@ impl Space {
             }
         });
         Ok(())
+    }
+
+    /// Gives the program's memory (mappings and the break) in `[a, b)` back
+    /// to the tender; whether it was all given back (`false`: from the
+    /// first refused batch on, nothing more was, and releasing is off).
+    fn release_program(&mut self, a: u64, b: u64) -> bool {
+        const MAX: usize = shoal_abi::RELEASE_LIST_MAX as usize;
+        let mut batch = [shoal_abi::ReleaseRange::default(); MAX];
+        let mut n = 0;
+        let mut ok = true;
+        self.pieces(a, b, |x, y, w| {
+            if !ok || !matches!(w, Use::Anon { .. } | Use::Brk) {
+                return;
+            }
+            batch[n] = shoal_abi::ReleaseRange { addr: x, len: y - x };
+            n += 1;
+            if n == MAX {
+                ok = give_back(&batch[..n]);
+                n = 0;
+            }
+        });
+        ok = ok && give_back(&batch[..n]);
+        if !ok {
+            self.release_off = true;
+        }
+        ok
     }
 
     /// Makes the program's pages in `[a, b)` writable for the kernel for a
@@ -644,6 +804,7 @@ impl Space {
         }
         if new_len <= old_len && !dontunmap {
             self.assign(old + new_len, old_end, Use::Free { dirty: true });
+            self.settle();
             return Ok(old);
         }
         let grow_end = old.checked_add(new_len);
@@ -690,6 +851,7 @@ impl Space {
             }
         } else {
             self.assign(old, old + old_len, Use::Free { dirty: true });
+            self.settle();
         }
     }
 
@@ -745,6 +907,8 @@ impl Space {
         }
         assert_eq!(pos, self.end);
         assert_eq!(free, self.free_pages);
+        let dirty: u64 = self.segs[..self.len].iter().filter(|s| s.what == (Use::Free { dirty: true })).map(|s| s.end - s.start).sum();
+        assert_eq!(dirty, self.dirty);
     }
 }
 

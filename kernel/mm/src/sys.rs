@@ -249,10 +249,15 @@ pub fn mprotect(a: &Args) -> SysResult {
 }
 
 /// `madvise(addr, len, advice)`. `MADV_DONTNEED` zero-fills the program's
-/// memory in the range (Linux semantics for private anonymous memory);
-/// `MADV_REMOVE` is `EACCES` (no shared mappings); other known advice is
-/// accepted after checking the range is mapped (`ENOMEM` otherwise);
-/// unknown advice is `EINVAL`.
+/// memory in the range (Linux semantics for private anonymous memory) by
+/// giving its pages back to the host (`Release` hypercall; see
+/// [`crate::space::Space::dontneed`]); `MADV_FREE` does the same at once
+/// (Linux frees such pages when it likes before their next write, and
+/// they read as zero after that: freeing them now is one of the outcomes
+/// Linux allows). Pages that show a file (shared file mappings) are left
+/// as they are by both. `MADV_REMOVE` is `EACCES` (no shared mappings);
+/// other known advice is accepted after checking the range is mapped
+/// (`ENOMEM` otherwise); unknown advice is `EINVAL`.
 pub fn madvise(a: &Args) -> SysResult {
     let (addr, len, advice) = (a.u(0), a.u(1), a.int(2));
     if addr % PAGE != 0 {
@@ -270,9 +275,9 @@ pub fn madvise(a: &Args) -> SysResult {
         return Ok(0);
     }
     with_space(|s| match advice {
-        // MADV_DONTNEED, MADV_DONTNEED_LOCKED: pages that show a file keep
-        // showing it (Linux would read them from the file again).
-        4 | 24 => s.advise_check(addr, len).and_then(|_| {
+        // MADV_DONTNEED, MADV_FREE, MADV_DONTNEED_LOCKED: pages that show a
+        // file keep showing it (Linux would read them from the file again).
+        4 | 8 | 24 => s.advise_check(addr, len).and_then(|_| {
             let mut r = Ok(());
             let end = addr.saturating_add(rounded);
             file::outside_shared(addr, end, |x, y| r = r.and(s.dontneed(x, y - x)));

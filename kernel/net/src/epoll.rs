@@ -4,11 +4,32 @@
 //!
 //! An epoll instance is a set of watched *open file descriptions* (as on
 //! Linux: the key is the description and the descriptor number it was
-//! added with), each with its event mask and user data. There is no ready
-//! list kept up to date by callbacks: `epoll_wait` asks each watched
-//! description for its [`Readiness`] (the one interface of
-//! `shoal_vfs::obj`), which is cheap in one address space and cannot miss
-//! an event. Semantics follow Linux:
+//! added with), each with its event mask and user data, and a **ready
+//! list**: the entries that may have something to report, in the order
+//! they became so. `epoll_wait` looks only at the ready list, never at
+//! every entry, so a server's many idle connections cost it nothing:
+//!
+//! - an entry goes on the list when it is added or modified, and when its
+//!   source notes a change that can make it newly ready: host sockets in
+//!   the host backend's gain log ([`Backend::gains_since`](crate::Backend::gains_since),
+//!   fed by the tender's watch set), pipes and FIFOs, `AF_UNIX` sockets and
+//!   eventfds in vfs's readiness log (`shoal_vfs::readylog`). Each wait
+//!   first reads both logs from where this instance last read them and
+//!   queues the entries of every source named (an index maps sources to
+//!   entries); a log that forgot (it is a bounded ring) queues every entry
+//!   of its kind once;
+//! - entries whose readiness can change with no such note (timerfds and
+//!   nested epolls, which become ready at a deadline; the standard
+//!   streams and devices) are kept apart and asked at every wait; there
+//!   are few of them;
+//! - a queued entry is asked for its [`Readiness`] (the one interface of
+//!   `shoal_vfs::obj`) when the wait reaches it: with nothing to report it
+//!   leaves the list; level-triggered entries that were reported go to the
+//!   back of the list (they are asked again next time, as Linux re-queues
+//!   them, and leave once drained), edge-triggered and one-shot ones leave
+//!   it until their source notes a new change.
+//!
+//! Semantics follow Linux:
 //!
 //! - level-triggered: reported while ready;
 //! - `EPOLLET`: reported when ready and its event generation has moved on
@@ -28,7 +49,7 @@
 //!
 //! The signal mask of `epoll_pwait` is not applied (as `ppoll` in vfs).
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU32, Ordering};
 use shoal_plat::{umem, Errno, SysResult};
@@ -43,6 +64,19 @@ const MAX_NESTS: u32 = 4;
 /// `sizeof(struct epoll_event)` on x86-64 (packed).
 const EVENT_SIZE: usize = 12;
 
+/// Where an entry learns that it may have become ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Src {
+    /// A host socket: the host backend's gain log names its handle.
+    Host(u64),
+    /// A pipe, FIFO, `AF_UNIX` socket or eventfd: vfs's readiness log
+    /// names this key.
+    Local(u64),
+    /// Nothing notes its changes (timerfds and epolls, which become ready
+    /// at a deadline; the standard streams; devices): asked at every wait.
+    Always,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Item {
     events: u32,
@@ -53,33 +87,88 @@ struct Item {
     armed: bool,
     /// Whether the description can become ready by itself at a deadline
     /// (a timerfd or an epoll instance; what it is never changes), so
-    /// [`deadline`] asks only these instead of every entry.
+    /// [`deadline`] asks only these.
     timed: bool,
-    /// The host-backend handle, for an `AF_INET`/`AF_INET6` socket.
-    host: Option<u64>,
-    /// A host socket found with nothing to report (nothing ready, or, ET,
-    /// nothing new) at the last scan: skipped until the backend logs a
-    /// gain for it ([`Backend::gains_since`](crate::Backend::gains_since)).
-    quiet: bool,
+    /// Where its changes are noted.
+    src: Src,
+    /// On the ready list.
+    queued: bool,
 }
 
-/// An entry: its (description, descriptor) key and what it watches.
-type Entry = ((usize, i32), Item);
+type Key = (usize, i32);
 
 /// One epoll instance.
 #[derive(Debug, Default)]
 pub(crate) struct Epoll {
     /// Watched (description, descriptor) pairs.
-    items: BTreeMap<(usize, i32), Item>,
-    /// The host backend's gain sequence number at the last scan: every
-    /// `quiet` entry was quiet then and has logged no gain since.
-    synced: u64,
+    items: BTreeMap<Key, Item>,
+    /// The ready list (entries with `queued`), oldest first.
+    queue: VecDeque<Key>,
+    /// Entries by source, for the logs' notes (`Src::Always` ones too).
+    by_src: BTreeSet<(Src, Key)>,
+    /// Number of host-socket entries (whether to read the host log).
+    hosts: usize,
+    /// The host backend's gain sequence number read up to.
+    synced_host: u64,
+    /// vfs's readiness-log sequence number read up to.
+    synced_local: u64,
 }
 
 impl Epoll {
     /// Drops every entry of description `ofd` (it was closed for good).
     pub fn forget(&mut self, ofd: usize) {
-        self.items.retain(|&(o, _), _| o != ofd);
+        let keys: Vec<Key> = self.items.range((ofd, i32::MIN)..=(ofd, i32::MAX)).map(|(k, _)| *k).collect();
+        for k in keys {
+            self.remove(&k);
+        }
+    }
+
+    fn insert(&mut self, key: Key, it: Item) {
+        if matches!(it.src, Src::Host(_)) {
+            self.hosts += 1;
+        }
+        self.by_src.insert((it.src, key));
+        self.items.insert(key, Item { queued: false, ..it });
+        self.enqueue(key);
+    }
+
+    fn remove(&mut self, key: &Key) -> Option<Item> {
+        let it = self.items.remove(key)?;
+        if matches!(it.src, Src::Host(_)) {
+            self.hosts -= 1;
+        }
+        self.by_src.remove(&(it.src, *key));
+        if it.queued {
+            self.queue.retain(|k| k != key);
+        }
+        Some(it)
+    }
+
+    /// Puts `key` on the ready list (if armed and not there yet; entries
+    /// asked at every wait never go there).
+    fn enqueue(&mut self, key: Key) {
+        if let Some(it) = self.items.get_mut(&key) {
+            if !it.queued && it.armed && it.src != Src::Always {
+                it.queued = true;
+                self.queue.push_back(key);
+            }
+        }
+    }
+
+    /// Queues every entry of source `src`.
+    fn enqueue_src(&mut self, src: Src) {
+        let keys: Vec<Key> = self.by_src.range((src, (0, i32::MIN))..=(src, (usize::MAX, i32::MAX))).map(|(_, k)| *k).collect();
+        for k in keys {
+            self.enqueue(k);
+        }
+    }
+
+    /// Queues every entry whose source matches `pred` (a log forgot).
+    fn enqueue_all(&mut self, pred: impl Fn(Src) -> bool) {
+        let keys: Vec<Key> = self.items.iter().filter(|(_, it)| pred(it.src)).map(|(k, _)| *k).collect();
+        for k in keys {
+            self.enqueue(k);
+        }
     }
 }
 
@@ -94,86 +183,128 @@ fn epoll_mut(n: &mut Net, id: u64) -> Option<&mut Epoll> {
 /// epoll); guards against runaway recursion (cycles are refused anyway).
 static DEPTH: AtomicU32 = AtomicU32::new(0);
 
-/// Scans epoll `id`: the events to report, at most `max`. With `consume`,
-/// records what was reported (ET generations, ONESHOT disarming).
-///
-/// A server's set holds mostly idle connections, so asking every entry
-/// for its readiness on every wait costs time in proportion to all of
-/// them. Host sockets found with nothing to report are marked `quiet` and
-/// skipped by later scans until the host backend's gain log names them;
-/// the log is asked first (it also brings the backend's readiness up to
-/// date). An entry not looked at (the scan stopped at `max`, or it is
-/// disarmed) loses its mark, so every mark is as recent as `synced`.
+/// Reads the host backend's gain log and vfs's readiness log from where
+/// epoll `id` last read them and queues the entries they name.
+fn catch_up(id: u64) {
+    let (hosts, synced_host, synced_local) = crate::with(|n| epoll_mut(n, id).map(|e| (e.hosts, e.synced_host, e.synced_local)).unwrap_or_default());
+    let host = if hosts > 0 { crate::with(|n| n.inet.as_ref().map(|b| b.gains_since(synced_host))) } else { None };
+    let (local_now, local) = shoal_vfs::readylog::since(synced_local);
+    crate::with(|n| {
+        let Some(e) = epoll_mut(n, id) else { return };
+        if let Some((now, gains)) = host {
+            match gains {
+                Some(hs) => hs.into_iter().for_each(|h| e.enqueue_src(Src::Host(h))),
+                None => e.enqueue_all(|s| matches!(s, Src::Host(_))),
+            }
+            e.synced_host = now;
+        }
+        match local {
+            Some(srcs) => srcs.into_iter().for_each(|s| e.enqueue_src(Src::Local(s))),
+            None => e.enqueue_all(|s| matches!(s, Src::Local(_))),
+        }
+        e.synced_local = local_now;
+    });
+}
+
+/// Scans epoll `id`'s ready list (and its always-asked entries): the
+/// events to report, at most `max`. With `consume`, records what was
+/// reported (ET generations, ONESHOT disarming) and moves reported
+/// level-triggered entries to the back of the list; entries found with
+/// nothing to report leave the list either way.
 fn scan(id: u64, vfs: &Vfs, max: usize, consume: bool) -> Vec<(u32, u64)> {
     if DEPTH.fetch_add(1, Ordering::Relaxed) > MAX_NESTS {
         DEPTH.fetch_sub(1, Ordering::Relaxed);
         return Vec::new();
     }
-    let (items, synced): (Vec<Entry>, u64) =
-        crate::with(|n| epoll_mut(n, id).map(|e| (e.items.iter().map(|(k, v)| (*k, *v)).collect(), e.synced)).unwrap_or_default());
-    let any_quiet = items.iter().any(|(_, it)| it.quiet);
-    let any_host = items.iter().any(|(_, it)| it.host.is_some());
-    let (now, gains) = if any_host { crate::with(|n| n.inet.as_ref().map(|b| b.gains_since(synced)).unwrap_or((0, None))) } else { (0, None) };
-    let gained: Option<alloc::collections::BTreeSet<u64>> = if any_quiet { gains.map(|g| g.into_iter().collect()) } else { None };
+    catch_up(id);
+    // The list as it is now, then the always-asked entries.
+    let cands: Vec<(Key, Item)> = crate::with(|n| {
+        epoll_mut(n, id)
+            .map(|e| {
+                let always = e.by_src.range((Src::Always, (0, i32::MIN))..).map(|(_, k)| *k);
+                e.queue.iter().copied().chain(always).filter_map(|k| e.items.get(&k).map(|it| (k, *it))).collect()
+            })
+            .unwrap_or_default()
+    });
     let mut out = Vec::new();
-    // (key, generation reported, quiet now)
-    let mut marks: Vec<((usize, i32), Option<u64>, bool)> = Vec::new();
-    let mut stopped = items.len();
-    for (i, (key, it)) in items.iter().enumerate() {
+    // What became of each entry looked at: (key, generation reported,
+    // stays on the list).
+    let mut looked: Vec<(Key, Option<u64>, bool)> = Vec::new();
+    for (key, it) in cands {
         if out.len() >= max {
-            stopped = i;
             break;
         }
         if !it.armed {
-            if it.quiet {
-                marks.push((*key, None, false));
-            }
+            looked.push((key, None, false));
             continue;
         }
-        if it.quiet {
-            if let (Some(h), Some(g)) = (it.host, &gained) {
-                if !g.contains(&h) {
-                    continue;
-                }
-            }
-        }
-        let Some(r) = vfs.ofd_ready(key.0) else { continue };
+        let Some(r) = vfs.ofd_ready(key.0) else {
+            looked.push((key, None, false));
+            continue;
+        };
         let m = r.mask & (it.events | EPOLLERR | EPOLLHUP);
         let et_seen = it.events & EPOLLET != 0 && it.seen == Some(r.gen);
         if m == 0 || et_seen {
-            let quiet = it.host.is_some();
-            if quiet != it.quiet {
-                marks.push((*key, None, quiet));
-            }
+            looked.push((key, None, false));
             continue;
         }
         out.push((m, it.data));
-        // Reported: an ET entry has nothing new once consumed.
-        marks.push((*key, Some(r.gen), consume && it.host.is_some() && it.events & EPOLLET != 0));
+        // Reported: level-triggered entries stay (at the back when
+        // consumed); edge-triggered and one-shot ones leave once consumed.
+        let stays = !consume || it.events & (EPOLLET | EPOLLONESHOT) == 0;
+        looked.push((key, Some(r.gen), stays));
     }
     DEPTH.fetch_sub(1, Ordering::Relaxed);
     crate::with(|n| {
-        if let Some(e) = epoll_mut(n, id) {
-            for (key, gen, quiet) in marks {
-                if let Some(it) = e.items.get_mut(&key) {
-                    if let (Some(gen), true) = (gen, consume) {
-                        it.seen = Some(gen);
-                        if it.events & EPOLLONESHOT != 0 {
-                            it.armed = false;
-                        }
-                    }
-                    it.quiet = quiet;
+        let Some(e) = epoll_mut(n, id) else { return };
+        // The entries looked at from the list are the list's first ones,
+        // in order (nothing else changes this instance's list meanwhile:
+        // a nested epoll's scan changes only its own).
+        let mut front = Vec::new();
+        let mut back = Vec::new();
+        for (key, gen, stays) in looked {
+            let Some(it) = e.items.get_mut(&key) else { continue };
+            if let (Some(gen), true) = (gen, consume) {
+                it.seen = Some(gen);
+                if it.events & EPOLLONESHOT != 0 {
+                    it.armed = false;
                 }
             }
-            for (key, _) in &items[stopped..] {
-                if let Some(it) = e.items.get_mut(key) {
-                    it.quiet = false;
-                }
+            if it.src == Src::Always || !it.queued {
+                continue;
             }
-            e.synced = now;
+            if e.queue.front() == Some(&key) {
+                e.queue.pop_front();
+            } else {
+                e.queue.retain(|k| *k != key);
+            }
+            it.queued = false;
+            match (stays, consume) {
+                (true, false) => front.push(key),
+                (true, true) => back.push(key),
+                (false, _) => {}
+            }
+        }
+        // Asked but not consumed: they keep their places.
+        for key in front.into_iter().rev() {
+            if let Some(it) = e.items.get_mut(&key) {
+                it.queued = true;
+                e.queue.push_front(key);
+            }
+        }
+        for key in back {
+            e.enqueue(key);
         }
     });
     out
+}
+
+/// The length of epoll `epfd`'s ready list (tests: that idle entries stay
+/// off it).
+#[cfg(test)]
+pub(crate) fn queued(epfd: i32) -> usize {
+    let id = epoll_of(epfd).unwrap();
+    crate::with(|n| epoll_mut(n, id).map_or(0, |e| e.queue.len()))
 }
 
 /// Readiness of epoll `id` itself: readable when a wait would report
@@ -192,7 +323,11 @@ pub(crate) fn deadline(id: u64, vfs: &Vfs) -> Option<u64> {
         DEPTH.fetch_sub(1, Ordering::Relaxed);
         return None;
     }
-    let ofds: Vec<usize> = crate::with(|n| epoll_mut(n, id).map(|e| e.items.iter().filter(|(_, it)| it.timed).map(|(k, _)| k.0).collect()).unwrap_or_default());
+    let ofds: Vec<usize> = crate::with(|n| {
+        epoll_mut(n, id)
+            .map(|e| e.by_src.range((Src::Always, (0, i32::MIN))..).filter(|(_, k)| e.items.get(k).is_some_and(|it| it.timed)).map(|(_, k)| k.0).collect())
+            .unwrap_or_default()
+    });
     let d = ofds.into_iter().filter_map(|o| vfs.ofd_deadline(o)).min();
     DEPTH.fetch_sub(1, Ordering::Relaxed);
     d
@@ -203,7 +338,8 @@ pub fn create1(flags: i32) -> SysResult {
     if flags & !EPOLL_CLOEXEC != 0 {
         return Err(Errno::EINVAL);
     }
-    let id = crate::with(|n| n.add(Obj::Epoll(Epoll::default())));
+    let ep = Epoll { synced_local: shoal_vfs::readylog::now(), ..Epoll::default() };
+    let id = crate::with(|n| n.add(Obj::Epoll(ep)));
     let fd = shoal_vfs::with(|v| v.install_obj(id, false, flags & EPOLL_CLOEXEC != 0))?;
     Ok(fd as u64)
 }
@@ -253,12 +389,15 @@ pub fn ctl(epfd: i32, op: i32, fd: i32, event: u64) -> SysResult {
     // asked before our state is borrowed).
     let target_is_epoll = obj.is_some_and(|id| crate::with(|n| epoll_mut(n, id).is_some()));
     let timed = obj.is_some_and(|id| crate::with(|n| matches!(n.objs.get(&id), Some(Obj::Timer(_) | Obj::Epoll(_)))));
-    let host = obj.and_then(|id| {
-        crate::with(|n| match n.objs.get(&id) {
-            Some(Obj::Socket(s)) if s.fam == crate::Fam::Inet => Some(s.h),
-            _ => None,
-        })
-    });
+    let src = match obj {
+        Some(id) => crate::with(|n| match n.objs.get(&id) {
+            Some(Obj::Socket(s)) if s.fam == crate::Fam::Inet => Src::Host(s.h),
+            Some(Obj::Socket(s)) if s.fam == crate::Fam::Unix => Src::Local(crate::unix::unix_src(s.h)),
+            Some(Obj::Event(e)) => Src::Local(e.src),
+            _ => Src::Always,
+        }),
+        None => shoal_vfs::with(|v| v.ofd_source(ofd)).map_or(Src::Always, Src::Local),
+    };
     if let Some((events, _)) = ev {
         if events & EPOLLEXCLUSIVE != 0 && (op == EPOLL_CTL_MOD || target_is_epoll || events & EPOLLONESHOT != 0) {
             return Err(Errno::EINVAL);
@@ -275,22 +414,24 @@ pub fn ctl(epfd: i32, op: i32, fd: i32, event: u64) -> SysResult {
     let key = (ofd, fd);
     crate::with(|n| {
         let e = epoll_mut(n, ep).ok_or(Errno::EINVAL)?;
+        let fresh = |events, data| Item { events, data, seen: None, armed: true, timed, src, queued: false };
         match (op, ev) {
             (EPOLL_CTL_ADD, Some((events, data))) => {
                 if e.items.contains_key(&key) {
                     return Err(Errno::EEXIST);
                 }
-                e.items.insert(key, Item { events, data, seen: None, armed: true, timed, host, quiet: false });
+                e.insert(key, fresh(events, data));
             }
             (EPOLL_CTL_MOD, Some((events, data))) => {
-                let it = e.items.get_mut(&key).ok_or(Errno::ENOENT)?;
+                let it = e.items.get(&key).ok_or(Errno::ENOENT)?;
                 if it.events & EPOLLEXCLUSIVE != 0 {
                     return Err(Errno::EINVAL);
                 }
-                *it = Item { events, data, seen: None, armed: true, timed, host, quiet: false };
+                e.remove(&key);
+                e.insert(key, fresh(events, data));
             }
             (EPOLL_CTL_DEL, None) => {
-                e.items.remove(&key).ok_or(Errno::ENOENT)?;
+                e.remove(&key).ok_or(Errno::ENOENT)?;
             }
             _ => return Err(Errno::EINVAL),
         }

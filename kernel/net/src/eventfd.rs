@@ -21,11 +21,26 @@ pub(crate) struct EventFd {
     count: u64,
     semaphore: bool,
     gen: u64,
+    /// Its readiness-log source key (`shoal_vfs::readylog::TAG_EVENT`).
+    pub src: u64,
 }
+
+/// Serial numbers of eventfds, for their readiness-log keys.
+static SERIAL: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
 impl EventFd {
     pub fn new(init: u64, semaphore: bool) -> EventFd {
-        EventFd { count: init, semaphore, gen: 0 }
+        let serial = SERIAL.fetch_add(1, core::sync::atomic::Ordering::Relaxed) + 1;
+        let src = shoal_vfs::readylog::TAG_EVENT | (serial & (shoal_vfs::readylog::TAG_PIPE - 1));
+        EventFd { count: init, semaphore, gen: 0, src }
+    }
+
+    /// Its state changed: the generation moves on, waiters and the
+    /// readiness log learn of it.
+    fn changed(&mut self) {
+        self.gen += 1;
+        shoal_vfs::readylog::note(self.src);
+        crate::wake();
     }
 
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, Errno> {
@@ -36,8 +51,7 @@ impl EventFd {
         let v = if self.semaphore { 1 } else { self.count };
         self.count -= v;
         out.copy_from_slice(&v.to_ne_bytes());
-        self.gen += 1;
-        crate::wake();
+        self.changed();
         Ok(8)
     }
 
@@ -51,8 +65,7 @@ impl EventFd {
             return Err(Errno::EAGAIN);
         }
         self.count += v;
-        self.gen += 1;
-        crate::wake();
+        self.changed();
         Ok(8)
     }
 

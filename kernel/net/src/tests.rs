@@ -14,9 +14,15 @@ fn args(v: &[u64]) -> Args {
     Args(a)
 }
 
-fn setup() {
+/// The tests through the entry points share the kernel's global state
+/// (descriptor table, objects, readiness log): one at a time.
+static ENTRY_POINTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn setup() -> std::sync::MutexGuard<'static, ()> {
+    let guard = ENTRY_POINTS.lock().unwrap_or_else(|e| e.into_inner());
     shoal_plat::umem::set_bounds(1, u64::MAX);
     init();
+    guard
 }
 
 #[test]
@@ -168,7 +174,7 @@ fn timerfd_counts_expirations_lazily() {
 
 #[test]
 fn epoll_edge_triggered_through_the_entry_points() {
-    setup();
+    let _one_at_a_time = setup();
     let mut sv = [0i32; 2];
     sys::socketpair(&args(&[AF_UNIX as u64, SOCK_STREAM as u64, 0, sv.as_mut_ptr() as u64])).unwrap();
     let ep = sys::epoll_create1(&args(&[0])).unwrap();
@@ -195,4 +201,94 @@ fn epoll_edge_triggered_through_the_entry_points() {
     assert_eq!(sys::epoll_ctl(&args(&[ep, EPOLL_CTL_DEL as u64, sv[1] as u64, 0])), Err(Errno::EBADF));
     assert_eq!(sys::socket(&args(&[AF_INET as u64, SOCK_STREAM as u64, 0])), Err(Errno::EAFNOSUPPORT));
     shoal_vfs::with(|v| v.close_fd(ep as i32)).unwrap();
+}
+
+/// One `epoll_event` as written by `epoll_wait`: (events, data).
+fn event(out: &[u8], k: usize) -> (u32, u64) {
+    let e = &out[k * 12..(k + 1) * 12];
+    (u32::from_ne_bytes(e[..4].try_into().unwrap()), u64::from_ne_bytes(e[4..].try_into().unwrap()))
+}
+
+#[test]
+fn epoll_ready_list_looks_only_at_what_changed() {
+    let _one_at_a_time = setup();
+    let ep = sys::epoll_create1(&args(&[0])).unwrap();
+    let add = |fd: i32, events: u32, data: u64| {
+        let mut ev = [0u8; 12];
+        ev[..4].copy_from_slice(&events.to_ne_bytes());
+        ev[4..].copy_from_slice(&data.to_ne_bytes());
+        sys::epoll_ctl(&args(&[ep, EPOLL_CTL_ADD as u64, fd as u64, ev.as_ptr() as u64])).unwrap();
+    };
+    let modify = |fd: i32, events: u32, data: u64| {
+        let mut ev = [0u8; 12];
+        ev[..4].copy_from_slice(&events.to_ne_bytes());
+        ev[4..].copy_from_slice(&data.to_ne_bytes());
+        sys::epoll_ctl(&args(&[ep, EPOLL_CTL_MOD as u64, fd as u64, ev.as_ptr() as u64])).unwrap();
+    };
+    let mut out = [0u8; 12 * 8];
+    let mut wait = |max: u64| {
+        let n = sys::epoll_wait(&args(&[ep, out.as_mut_ptr() as u64, max, 0])).unwrap() as usize;
+        (0..n).map(|k| event(&out, k)).collect::<Vec<_>>()
+    };
+    // 200 idle AF_UNIX pairs: after one wait, none of them is on the list.
+    let mut idle = Vec::new();
+    for i in 0..200u64 {
+        let mut sv = [0i32; 2];
+        sys::socketpair(&args(&[AF_UNIX as u64, SOCK_STREAM as u64, 0, sv.as_mut_ptr() as u64])).unwrap();
+        add(sv[1], EPOLLIN, 1000 + i);
+        idle.push(sv);
+    }
+    assert_eq!(epoll::queued(ep as i32), 200, "added entries are looked at once");
+    assert_eq!(wait(8), vec![]);
+    assert_eq!(epoll::queued(ep as i32), 0, "idle entries leave the ready list");
+    // Level-triggered: reported while readable, and stays on the list.
+    let data = *b"0123456789";
+    sys::write(&args(&[idle[7][0] as u64, data.as_ptr() as u64, 10])).unwrap();
+    assert_eq!(epoll::queued(ep as i32), 0, "queued by the next wait, from the log");
+    assert_eq!(wait(8), vec![(EPOLLIN, 1007)]);
+    assert_eq!(epoll::queued(ep as i32), 1);
+    assert_eq!(wait(8), vec![(EPOLLIN, 1007)], "LT: still readable");
+    let mut b = [0u8; 16];
+    sys::read(&args(&[idle[7][1] as u64, b.as_mut_ptr() as u64, 16])).unwrap();
+    assert_eq!(wait(8), vec![], "drained");
+    assert_eq!(epoll::queued(ep as i32), 0);
+    // A pipe and an eventfd.
+    let mut p = [0i32; 2];
+    shoal_vfs::sys::pipe(&args(&[p.as_mut_ptr() as u64])).unwrap();
+    add(p[0], EPOLLIN | EPOLLET, 1);
+    let efd = sys::eventfd2(&args(&[0, 0])).unwrap() as i32;
+    add(efd, EPOLLIN | EPOLLONESHOT, 2);
+    assert_eq!(wait(8), vec![]);
+    sys::write(&args(&[p[1] as u64, data.as_ptr() as u64, 3])).unwrap();
+    let one = 1u64.to_ne_bytes();
+    sys::write(&args(&[efd as u64, one.as_ptr() as u64, 8])).unwrap();
+    assert_eq!(wait(8), vec![(EPOLLIN, 1), (EPOLLIN, 2)], "in the order they became ready");
+    assert_eq!(wait(8), vec![], "ET: nothing new; ONESHOT: disarmed");
+    assert_eq!(epoll::queued(ep as i32), 0);
+    sys::write(&args(&[p[1] as u64, data.as_ptr() as u64, 1])).unwrap();
+    sys::write(&args(&[efd as u64, one.as_ptr() as u64, 8])).unwrap();
+    assert_eq!(wait(8), vec![(EPOLLIN, 1)], "ET: new data; ONESHOT: still disarmed");
+    modify(efd, EPOLLIN | EPOLLONESHOT, 3);
+    assert_eq!(wait(8), vec![(EPOLLIN, 3)], "re-armed by EPOLL_CTL_MOD");
+    // maxevents smaller than what is ready: the rest comes next, and a
+    // level-triggered entry reported goes to the back (no starvation).
+    for &i in &[3usize, 4, 5] {
+        sys::write(&args(&[idle[i][0] as u64, data.as_ptr() as u64, 1])).unwrap();
+    }
+    assert_eq!(wait(2), vec![(EPOLLIN, 1003), (EPOLLIN, 1004)]);
+    assert_eq!(wait(2), vec![(EPOLLIN, 1005), (EPOLLIN, 1003)]);
+    assert_eq!(wait(8), vec![(EPOLLIN, 1004), (EPOLLIN, 1005), (EPOLLIN, 1003)]);
+    // A hang-up is a change too; closing the watched end removes it.
+    shoal_vfs::with(|v| v.close_fd(idle[9][0])).unwrap();
+    let got = wait(8);
+    assert!(got.contains(&(EPOLLIN | EPOLLHUP, 1009)), "{got:?}");
+    shoal_vfs::with(|v| v.close_fd(idle[9][1])).unwrap();
+    assert!(!wait(8).iter().any(|e| e.1 == 1009));
+    for sv in idle.iter().filter(|sv| sv[0] != idle[9][0]) {
+        shoal_vfs::with(|v| v.close_fd(sv[0])).unwrap();
+        shoal_vfs::with(|v| v.close_fd(sv[1])).unwrap();
+    }
+    for fd in [p[0], p[1], efd, ep as i32] {
+        shoal_vfs::with(|v| v.close_fd(fd)).unwrap();
+    }
 }

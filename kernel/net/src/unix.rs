@@ -183,11 +183,13 @@ impl Unix {
         self.next
     }
 
-    /// Marks `h` changed (readiness may differ) and wakes waiters.
+    /// Marks `h` changed (readiness may differ), notes it in the readiness
+    /// log (`shoal_vfs::readylog`) and wakes waiters.
     fn touch(&mut self, h: u64) {
         if let Some(s) = self.socks.get_mut(&h) {
             s.gen += 1;
         }
+        shoal_vfs::readylog::note(unix_src(h));
         crate::wake();
     }
 
@@ -668,4 +670,9 @@ impl Backend for Unix {
         // its handle (never reused) and get ECONNREFUSED sending to it.
         crate::wake();
     }
+}
+
+/// The readiness-log source key of `AF_UNIX` socket `h`.
+pub(crate) fn unix_src(h: u64) -> u64 {
+    shoal_vfs::readylog::TAG_UNIX | (h & (shoal_vfs::readylog::TAG_PIPE - 1))
 }

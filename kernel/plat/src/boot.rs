@@ -108,6 +108,8 @@ pub fn info() -> BootInfo {
             volume_max: 0,
             inject: shoal_abi::Inject { component: 0, kind: 0, at: 0 },
             rejuvenate_ns: 0,
+            watchdog_ns: 0,
+            recover_flags: 0,
         },
     })
 }

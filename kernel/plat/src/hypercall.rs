@@ -150,6 +150,18 @@ pub fn alias(dst: u64, src: u64, len: u64, prot: u64) -> i64 {
     a.ret
 }
 
+/// Gives the guest pages of `ranges` (at most
+/// `shoal_abi::RELEASE_LIST_MAX`) back to the host
+/// ([`shoal_abi::Hypercall::Release`]): they read as zero afterwards and
+/// cost the host nothing until touched again. 0, or a negative errno
+/// (`-ENOSYS`: this tender cannot release; the ranges before a refused
+/// one are released).
+pub fn release(ranges: &[shoal_abi::ReleaseRange]) -> i64 {
+    let mut a = shoal_abi::ReleaseArgs { ranges: ranges.as_ptr() as u64, count: ranges.len() as u64, ret: 0 };
+    raw(Hypercall::Release, &mut a);
+    a.ret
+}
+
 /// Registers the console buffer at `addr` (a `ConsoleBufferHeader` and
 /// `cap` bytes) with the tender; 0 if it will drain it when the guest ends
 /// unflushed, a negative errno if the guest must not buffer.

@@ -38,6 +38,10 @@ fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
 /// Starts the log (at the end of kernel initialisation) and registers
 /// [`log_state`] with the gate.
 pub fn start() {
+    // `shoal run --no-recover`: nothing is rebooted, so nothing is logged.
+    if shoal_plat::boot::info().recover_flags & shoal_abi::RECOVER_OFF != 0 {
+        return;
+    }
     let log = Log { signals: SIGNALS.with(|s| *s), limits: crate::sys::limits_now().flatten(), ipc: Ipc::new(), calls: 0 };
     shoal_recover::LOGS[id::PROCESS as usize - 1].with(|s| *s = Some(Box::new(log)));
     shoal_recover::set_logger(id::PROCESS, log_state);

@@ -51,13 +51,19 @@
 //! (leaked), and `Global` cells of *other* components that the failed call
 //! held borrowed (a later use panics in turn). A CPU fault in the call
 //! (a wild write) comes back the same way when the tender hands it to
-//! `shoal_recover_fault` (`Hypercall::FaultHandler`); a hang is not
-//! detected yet.
+//! `shoal_recover_fault` (`Hypercall::FaultHandler`); so does a hang: a
+//! call that outruns the tender's watchdog ([`watchdog`]).
+//!
+//! `shoal run --no-recover` ([`shoal_abi::RECOVER_OFF`]) turns the gates
+//! off: system calls go straight to their component, nothing is
+//! snapshotted, counted, watched or rebooted (what `shoal bench recover`
+//! measures the gates against).
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;
 
 mod log;
+pub mod watchdog;
 pub use log::{enter, enter_quiet, log_bytes, rejuvenating, resume, set_log_bytes, set_logger, set_replayed, suspend, Entered, Suspended, LOGS};
 
 use alloc::vec::Vec;
@@ -228,6 +234,8 @@ static FAILED: AtomicU8 = AtomicU8::new(0);
 static ARMED: AtomicU64 = AtomicU64::new(0);
 /// Calls per component, through the system-call table.
 static CALLS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+/// `--no-recover`: no gates at all.
+static OFF: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 /// `--inject`: the component (0: none) and the call number.
 static INJECT_COMPONENT: AtomicU8 = AtomicU8::new(0);
 static INJECT_AT: AtomicU64 = AtomicU64::new(0);
@@ -305,11 +313,19 @@ extern "C" {
 #[cfg(not(test))]
 pub fn init(rebootable: &[Rebootable]) {
     let bi = shoal_plat::boot::info();
+    if bi.recover_flags & shoal_abi::RECOVER_OFF != 0 {
+        OFF.store(true, Relaxed);
+        return;
+    }
+    // An armed gate is its thread's: the scheduler puts it aside at a
+    // switch (see `log::suspend`).
+    shoal_sched::set_switch_hooks((log::suspend_raw, log::resume_raw));
     init_with(image_regions(), rebootable, bi.tsc_hz);
+    watchdog::init(bi.watchdog_ns);
     let inj = bi.inject;
     if inj.component != 0 {
         let c = inj.component as usize;
-        if c > N || !matches!(inj.kind, shoal_abi::INJECT_PANIC | shoal_abi::INJECT_WILD_WRITE) || inj.at == 0 {
+        if c > N || !matches!(inj.kind, shoal_abi::INJECT_PANIC | shoal_abi::INJECT_WILD_WRITE | shoal_abi::INJECT_HANG) || inj.at == 0 {
             use core::fmt::Write;
             let _ = writeln!(shoal_plat::console::Stderr, "shoal: ignoring an injection the kernel does not know (component {c}, kind {})", inj.kind);
         } else {
@@ -387,6 +403,9 @@ pub fn reboots(c: Component) -> u64 {
 /// rebootable component recovers from a panic (see the crate
 /// documentation).
 pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
+    if OFF.load(Relaxed) {
+        return f(args);
+    }
     if REJUVENATE_TICKS.load(Relaxed) != 0 && CURRENT.load(Relaxed) == 0 && ARMED.load(Relaxed) == 0 {
         rejuvenate();
     }
@@ -465,6 +484,13 @@ fn injected(c: Component, n: u64) -> ! {
             unsafe { core::ptr::write_bytes(range.start as *mut u8, 0xa5, range.len()) };
         }
     }
+    if INJECT_KIND.load(Relaxed) == shoal_abi::INJECT_HANG {
+        // Spins until the watchdog stops the call (without one, forever:
+        // what a hung component does).
+        loop {
+            core::hint::spin_loop();
+        }
+    }
     if wild {
         // SAFETY: deliberately not: address 8 lies below guest memory (the
         // boot-info page is the lowest), so this write faults (SIGSEGV on
@@ -490,6 +516,16 @@ extern "C" fn shoal_recover_fault(sig: u64, addr: u64, rip: u64) -> ! {
         _ => "signal",
     };
     let c = current();
+    if sig == shoal_abi::FAULT_HANG {
+        // The tender's watchdog stopped a gated call (it sends this only
+        // while the gate is armed; a guest that fakes it ends here).
+        if ARMED.load(Relaxed) != 0 && rebootable(c) {
+            watchdog::describe(&mut shoal_plat::console::Stderr, name(c), rip);
+            abort_to_gate();
+        }
+        let _ = writeln!(shoal_plat::console::Stderr, "shoal: the watchdog stopped the kernel outside a gated call (rip {rip:#x})");
+        shoal_plat::hypercall::halt(134)
+    }
     if ARMED.load(Relaxed) != 0 && rebootable(c) {
         let _ = writeln!(shoal_plat::console::Stderr, "shoal: fault in {}: {what} (invalid memory access at {addr:#x}, rip {rip:#x})", name(c));
         abort_to_gate();
@@ -527,12 +563,19 @@ fn protected(c: Component, f: SyscallFn, args: &Args, inject: bool, n: u64) -> S
     let mut frame = Frame { c, n, f, args, inject, out: Err(Errno::EIO) };
     for _ in 0..2 {
         ARMED.store(1, Relaxed);
+        // Watched for a hang: calls into a rebootable component (every
+        // gate is armed, but a long call elsewhere — net, mm — is not
+        // one the kernel could recover from).
+        if rebootable(c) {
+            watchdog::begin(c);
+        }
         // SAFETY: `body` is a plain `extern "C" fn(*mut u8)` and the frame
         // outlives the call. If the component fails, `abort_to_gate`
         // returns here with 1: the frames above are abandoned (no
         // destructor of theirs runs: what they held leaks, which is safe)
         // and every callee-saved register holds what it held at the call.
         let aborted = unsafe { shoal_recover_call(body, (&raw mut frame).cast(), CONTEXT.0.get()) };
+        watchdog::end();
         ARMED.store(0, Relaxed);
         if aborted == 0 {
             return frame.out;

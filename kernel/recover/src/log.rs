@@ -106,6 +106,23 @@ pub fn suspend() -> Suspended {
     Suspended { armed: ARMED.swap(0, Relaxed), current: CURRENT.swap(0, Relaxed), context }
 }
 
+/// [`suspend`] as the scheduler's switch hook keeps it.
+pub(crate) fn suspend_raw() -> [u64; 10] {
+    let s = suspend();
+    let mut w = [0u64; 10];
+    w[0] = s.armed;
+    w[1] = u64::from(s.current);
+    w[2..].copy_from_slice(&s.context);
+    w
+}
+
+/// [`resume`] from what [`suspend_raw`] kept.
+pub(crate) fn resume_raw(w: [u64; 10]) {
+    let mut context = [0u64; 8];
+    context.copy_from_slice(&w[2..]);
+    resume(Suspended { armed: w[0], current: w[1] as Component, context });
+}
+
 /// Puts back what [`suspend`] put aside (the thread runs again).
 pub fn resume(s: Suspended) {
     // SAFETY: as in `suspend`; the other threads' gates are all suspended

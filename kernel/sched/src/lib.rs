@@ -187,9 +187,31 @@ pub extern "C" fn shoal_sched_thread_return(status: i32) -> ! {
     exit_thread(status)
 }
 
+/// What a thread keeps of another component's across a switch: taken
+/// right before the switch (and cleared for the thread switched to), put
+/// back when the thread runs again. recover registers its armed gate
+/// (the gate's saved context, armed word and current component).
+pub type SwitchHooks = (fn() -> [u64; 10], fn([u64; 10]));
+
+static SWITCH_HOOKS: Global<Option<SwitchHooks>> = Global::new(None);
+
+/// Registers the [`SwitchHooks`] (once, at boot).
+pub fn set_switch_hooks(h: SwitchHooks) {
+    SWITCH_HOOKS.with(|s| *s = Some(h));
+}
+
 /// Gives up the vCPU after the running thread blocked, yielded or exited
 /// (already recorded in the table); returns when this thread runs again.
+/// A gated call that blocks here is not running meanwhile: the hang
+/// watchdog must neither age it nor see it in the thread switched to
+/// ([`preempt::watch_pause`]).
 fn reschedule() {
+    let watched = preempt::watch_pause();
+    reschedule_now();
+    preempt::watch_resume(watched);
+}
+
+fn reschedule_now() {
     loop {
         if let Some(d) = table(|t| t.next_deadline()) {
             let now = shoal_time::monotonic_ns();
@@ -206,14 +228,16 @@ fn reschedule() {
                     let save = prev.and_then(|p| t.rsp_slot(p)).unwrap_or(DEAD_RSP.as_ptr());
                     (save, t.get(next).map_or(0, |n| n.rsp))
                 });
-                // recover's armed gate is this thread's: put aside while
-                // others run.
-                let gate = shoal_recover::suspend();
+                // What another component keeps per thread (recover's armed
+                // gate) is put aside while others run.
+                let kept = SWITCH_HOOKS.with(|h| *h).map(|(put_aside, back)| (put_aside(), back));
                 // SAFETY: `save` is a boxed TCB's rsp slot (stable while the
                 // thread exists) or the dead slot; `rsp` was saved by a
                 // switch or built by __shoal_clone. No Global is borrowed.
                 unsafe { switch(save, rsp) };
-                shoal_recover::resume(gate);
+                if let Some((state, back)) = kept {
+                    back(state);
+                }
                 shoal_sched_after_switch();
                 return;
             }
@@ -274,10 +298,12 @@ pub fn set_idle_wait(f: IdleWait) {
 /// `shoal_vfs::wait`); `false` if there is none or it has nothing to wait
 /// for.
 pub fn idle_wait(deadline: Option<u64>) -> bool {
+    let watched = preempt::watch_pause();
     let r = match IDLE_WAIT.with(|w| *w) {
         Some(f) => f(deadline),
         None => false,
     };
+    preempt::watch_resume(watched);
     // A signal the tender forwarded is what may have ended the wait.
     raise_host_signals();
     r

@@ -48,6 +48,10 @@ pub struct Area {
     pub armed: AtomicU64,
     /// See [`shoal_abi::PreemptArea::ticks`].
     pub ticks: AtomicU64,
+    /// See [`shoal_abi::PreemptArea::watch`].
+    pub watch: AtomicU64,
+    /// See [`shoal_abi::PreemptArea::watch_seq`].
+    pub watch_seq: AtomicU64,
 }
 
 const _: () = assert!(core::mem::size_of::<Area>() == core::mem::size_of::<shoal_abi::PreemptArea>());
@@ -62,6 +66,8 @@ pub static SHOAL_PREEMPT_AREA: Area = Area {
     runnable: AtomicU64::new(1),
     armed: AtomicU64::new(0),
     ticks: AtomicU64::new(0),
+    watch: AtomicU64::new(0),
+    watch_seq: AtomicU64::new(0),
 };
 
 /// Whether the tender took the area (and so can preempt).
@@ -156,9 +162,73 @@ pub fn publish(runnable: usize) {
         return;
     }
     a.runnable.store(runnable as u64, Ordering::SeqCst);
-    if must_arm(runnable as u64, a.armed.load(Ordering::SeqCst) != 0, registered()) {
+    // A tick at the watchdog's period only is not a preemption tick.
+    if must_arm(runnable as u64, a.armed.load(Ordering::SeqCst) == shoal_abi::PREEMPT_ARMED_TICK, registered()) {
         arm();
     }
+}
+
+/// A gated call into rebootable component `c` begins (the hang
+/// watchdog, issue 19; [`shoal_abi::PreemptArea::watch`]): numbers it and
+/// publishes it; when the tick is off, one `Preempt`/`PREEMPT_WATCH`
+/// hypercall has the tender run it at the watchdog's period. Cheap
+/// otherwise: two stores and a load (the tender reads the words only
+/// while this vCPU is interrupted; see the ordering note above).
+#[inline]
+pub fn watch_begin(c: u64) {
+    let a = &SHOAL_PREEMPT_AREA;
+    a.watch_seq.store(a.watch_seq.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    a.watch.store(c, Ordering::Relaxed);
+    compiler_fence(Ordering::SeqCst);
+    if a.armed.load(Ordering::Relaxed) == 0 && registered() && !WATCH_REFUSED.load(Ordering::Relaxed) {
+        arm_watch();
+    }
+}
+
+/// The gated call [`watch_begin`] announced has ended (or was abandoned).
+#[inline]
+pub fn watch_end() {
+    compiler_fence(Ordering::SeqCst);
+    SHOAL_PREEMPT_AREA.watch.store(0, Ordering::Relaxed);
+}
+
+/// The tender refused `PREEMPT_WATCH` once: not asked again.
+static WATCH_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// The running thread blocks (a switch, the idle wait): takes the gated
+/// call in progress out of the watchdog's sight and returns it (0: none),
+/// for [`watch_resume`] when this thread runs again. A blocked call is not
+/// a hang, and the thread switched to is not in it.
+#[inline]
+pub fn watch_pause() -> u64 {
+    let w = SHOAL_PREEMPT_AREA.watch.load(Ordering::Relaxed);
+    if w != 0 {
+        watch_end();
+    }
+    w
+}
+
+/// The thread runs again: its gated call (if [`watch_pause`] returned one)
+/// is watched again, as a new call (its age starts afresh).
+#[inline]
+pub fn watch_resume(w: u64) {
+    if w != 0 {
+        watch_begin(w);
+    }
+}
+
+#[cfg(not(test))]
+fn arm_watch() {
+    // A tender that refuses leaves calls unwatched (hangs are not
+    // detected), nothing else.
+    if shoal_plat::hypercall::preempt(shoal_abi::PREEMPT_WATCH, 0, 0, 0) != 0 {
+        WATCH_REFUSED.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+fn arm_watch() {
+    SHOAL_PREEMPT_AREA.armed.store(shoal_abi::PREEMPT_ARMED_WATCHDOG, Ordering::SeqCst);
 }
 
 #[cfg(not(test))]
@@ -227,6 +297,37 @@ mod tests {
         assert_eq!(contenders(1, true), 2, "alone beside a sleeper: ticks, to wake it");
         assert_eq!(contenders(0, true), 0, "idle: the idle wait sleeps to the deadline");
         assert_eq!(contenders(2, true), 2);
+    }
+
+    #[test]
+    fn a_watchdog_tick_does_not_count_as_a_preemption_tick() {
+        register_for_tests();
+        let a = &SHOAL_PREEMPT_AREA;
+        publish(1);
+        a.armed.store(0, Ordering::SeqCst);
+        let seq = a.watch_seq.load(Ordering::SeqCst);
+        watch_begin(6);
+        assert_eq!(a.watch.load(Ordering::SeqCst), 6);
+        assert_eq!(a.watch_seq.load(Ordering::SeqCst), seq + 1);
+        assert_eq!(a.armed.load(Ordering::SeqCst), shoal_abi::PREEMPT_ARMED_WATCHDOG, "armed for the watchdog");
+        // Blocking inside the call hides it; running again shows it as a
+        // new call.
+        assert_eq!(watch_pause(), 6);
+        assert_eq!(a.watch.load(Ordering::SeqCst), 0);
+        assert_eq!(watch_pause(), 0, "the thread switched to is in no call");
+        watch_resume(0);
+        assert_eq!(a.watch.load(Ordering::SeqCst), 0);
+        watch_resume(6);
+        assert_eq!(a.watch.load(Ordering::SeqCst), 6);
+        assert_eq!(a.watch_seq.load(Ordering::SeqCst), seq + 2, "a new call: its age starts afresh");
+        watch_end();
+        assert_eq!(a.watch.load(Ordering::SeqCst), 0);
+        // A second thread must still get the preemption tick.
+        let n = ARMS.load(Ordering::SeqCst);
+        publish(2);
+        assert_eq!(ARMS.load(Ordering::SeqCst), n + 1);
+        publish(1);
+        a.armed.store(0, Ordering::SeqCst);
     }
 
     #[test]

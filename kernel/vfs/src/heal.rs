@@ -211,7 +211,12 @@ fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
 /// Starts the log right after vfs's initialisation (which ran after
 /// [`record_clock`]): the state of `v` is the replay's base.
 pub(crate) fn start(v: &mut Vfs) {
-    let log = Log::new(v, take_clock());
+    let boot_clock = take_clock();
+    // `shoal run --no-recover`: nothing is rebooted, so nothing is logged.
+    if shoal_plat::boot::info().recover_flags & shoal_abi::RECOVER_OFF != 0 {
+        return;
+    }
+    let log = Log::new(v, boot_clock);
     shoal_recover::LOGS[id::VFS as usize - 1].with(|s| *s = Some(Box::new(log)));
 }
 
@@ -331,7 +336,10 @@ impl Log {
     fn break_down(&mut self, why: &'static str) {
         if self.broken.is_none() {
             use core::fmt::Write;
-            let _ = writeln!(shoal_plat::console::Stderr, "shoal: the file system's recovery log is incomplete ({why}): a reboot of vfs or ramfs would end the instance");
+            let _ = writeln!(
+                shoal_plat::console::Stderr,
+                "shoal: the file system's recovery log is incomplete ({why}): a reboot of vfs or ramfs would end the instance"
+            );
         }
         self.broken = Some(why);
         self.inodes.clear();

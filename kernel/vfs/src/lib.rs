@@ -68,6 +68,7 @@ mod ops;
 mod path;
 mod pipe;
 mod poll;
+pub mod readylog;
 pub mod sys;
 pub mod wait;
 

@@ -153,6 +153,15 @@ impl Vfs {
         }
     }
 
+    /// The readiness-log source (`crate::readylog`) of description `ofd`
+    /// when it is a pipe or FIFO; `None` for anything else.
+    pub fn ofd_source(&self, ofd: usize) -> Option<u64> {
+        match self.ofds.get(ofd)?.as_ref()?.target {
+            Target::Fifo(ino) => Some(crate::readylog::pipe_src(ino)),
+            _ => None,
+        }
+    }
+
     /// Every open description of an object, with the object.
     pub fn obj_ofds(&self) -> alloc::collections::BTreeMap<usize, u64> {
         let objs = self.ofds.iter().enumerate();

@@ -43,6 +43,7 @@ impl Vfs {
             }
         }
         p.gen += 1;
+        crate::readylog::note(crate::readylog::pipe_src(ino));
         crate::wait::wake(ino);
     }
 
@@ -59,6 +60,7 @@ impl Vfs {
             }
         }
         p.gen += 1;
+        crate::readylog::note(crate::readylog::pipe_src(ino));
         if p.readers == 0 && p.writers == 0 {
             self.pipes.remove(&ino);
         }
@@ -84,6 +86,7 @@ impl Vfs {
             *d = s;
         }
         p.gen += 1;
+        crate::readylog::note(crate::readylog::pipe_src(ino));
         crate::wait::wake(ino);
         Ok(n)
     }
@@ -106,6 +109,7 @@ impl Vfs {
         let n = data.len().min(space);
         p.buf.extend(&data[..n]);
         p.gen += 1;
+        crate::readylog::note(crate::readylog::pipe_src(ino));
         crate::wait::wake(ino);
         Ok(n)
     }

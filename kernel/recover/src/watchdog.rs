@@ -1,0 +1,58 @@
+//! The hang watchdog's kernel side (issue 19): a gated call into a
+//! rebootable component that runs longer than the limit
+//! (`shoal run --watchdog MS`, default 1 s: [`shoal_abi::BootInfo::watchdog_ns`])
+//! is stopped and the component rebooted, as after a panic (retry once,
+//! then `EIO`).
+//!
+//! The kernel cannot watch itself (a component that spins never gives it
+//! the vCPU back), so the tender does, with the preemption tick
+//! (`shoal_sched::preempt`): the gate publishes which component it entered
+//! and numbers the call ([`begin`], [`end`]: the `watch` and `watch_seq`
+//! words of [`shoal_abi::PreemptArea`]); the tick ages the call in
+//! progress, and once it is older than the limit the tender sends the
+//! vCPU to the kernel's fault entry (`shoal_recover_fault`) with
+//! [`shoal_abi::FAULT_HANG`] instead of a signal number. [`on_hang`] then
+//! abandons the call like a fault.
+//!
+//! Only calls into rebootable components are watched: a long computation
+//! in the application, or a call into a component that cannot be rebooted
+//! yet, is never interrupted (the instance runs on, as before). None of the
+//! rebootable components blocks (`time`, `sysinfo`, `user` answer at once:
+//! `nanosleep` is `sched`'s), so a call's wall-clock age is its running
+//! time; a stateful component made rebootable later must end the watch
+//! while it waits.
+
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+/// Whether calls are watched (the tender runs a watchdog).
+static ON: AtomicBool = AtomicBool::new(false);
+/// The limit, for the message (ns).
+static LIMIT_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Turns the watchdog on with the tender's limit (ns; 0: off). At boot.
+pub fn init(limit_ns: u64) {
+    LIMIT_NS.store(limit_ns, Relaxed);
+    ON.store(limit_ns != 0, Relaxed);
+}
+
+/// A gated call into rebootable component `c` begins.
+#[inline]
+pub fn begin(c: u8) {
+    if ON.load(Relaxed) {
+        shoal_sched::preempt::watch_begin(u64::from(c));
+    }
+}
+
+/// The gated call has ended, or was abandoned after a failure.
+#[inline]
+pub fn end() {
+    if ON.load(Relaxed) {
+        shoal_sched::preempt::watch_end();
+    }
+}
+
+/// The message for a call into `name` stopped by the watchdog at `rip`.
+pub fn describe(w: &mut impl core::fmt::Write, name: &str, rip: u64) {
+    let ms = LIMIT_NS.load(Relaxed) / 1_000_000;
+    let _ = writeln!(w, "shoal: hang in {name}: a call ran longer than the watchdog's {ms} ms (stopped at rip {rip:#x})");
+}
