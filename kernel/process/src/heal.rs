@@ -27,6 +27,8 @@ struct Log {
     signals: Signals,
     limits: Option<[Rlimit; NLIMITS]>,
     ipc: Ipc,
+    /// `ipc::IPC_CHANGES` when `ipc` was copied.
+    ipc_seen: u64,
     /// Calls that changed one of the entries.
     calls: u64,
 }
@@ -42,7 +44,7 @@ pub fn start() {
     if shoal_plat::boot::info().recover_flags & shoal_abi::RECOVER_OFF != 0 {
         return;
     }
-    let log = Log { signals: SIGNALS.with(|s| *s), limits: crate::sys::limits_now().flatten(), ipc: Ipc::new(), calls: 0 };
+    let log = Log { signals: SIGNALS.with(|s| *s), limits: crate::sys::limits_now().flatten(), ipc: Ipc::new(), ipc_seen: u64::MAX, calls: 0 };
     shoal_recover::LOGS[id::PROCESS as usize - 1].with(|s| *s = Some(Box::new(log)));
     shoal_recover::set_logger(id::PROCESS, log_state);
     log_state();
@@ -51,11 +53,17 @@ pub fn start() {
 /// Brings the log up to date (the gate calls this before every call into
 /// process).
 pub fn log_state() {
-    let (Some(signals), Some(limits)) = (SIGNALS.try_with(|s| *s), crate::sys::limits_now()) else { return };
+    let Some(limits) = crate::sys::limits_now() else { return };
     slot(|log| {
-        let mut changed = ipc::copy_if_changed(&mut log.ipc) == Some(true);
-        if log.signals != signals {
-            log.signals = signals;
+        let mut changed = ipc::copy_if_changed(&mut log.ipc, &mut log.ipc_seen) == Some(true);
+        let copied = SIGNALS.try_with(|s| {
+            let differs = !log.signals.same(s);
+            if differs {
+                log.signals = *s;
+            }
+            differs
+        });
+        if copied == Some(true) {
             changed = true;
         }
         if log.limits != limits {
