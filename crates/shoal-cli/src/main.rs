@@ -128,7 +128,7 @@ enum Cmd {
         /// Make kernel COMPONENT fail at its N-th call, for tests of component recovery: COMPONENT:KIND@N, KIND panic, wild-write or hang.
         #[arg(long, value_name = "COMPONENT:KIND@N")]
         inject: Option<String>,
-        /// Reboot the rebootable kernel components (time, sysinfo, user) one by one, one every SECONDS (software rejuvenation).
+        /// Reboot the rebootable kernel components (vfs, ramfs, time, process, sysinfo, user) one by one, one every SECONDS (software rejuvenation).
         #[arg(long = "rejuvenate-every", value_name = "SECONDS")]
         rejuvenate_every: Option<String>,
         /// Reboot a rebootable kernel component whose call runs longer than MS milliseconds (the hang watchdog; default 1000; `off` turns it off).

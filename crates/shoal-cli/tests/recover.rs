@@ -4,9 +4,11 @@
 //! panicking), or a wild write there (`wild-write`), reboots that
 //! component alone and the program goes on with correct results, and so
 //! does a hang there (`hang`: the call spins until the tender's watchdog,
-//! `--watchdog MS`, stops it); a component that cannot be rebooted yet, and
-//! a fault in the application, still end the instance as before, and a long
-//! computation in the application is not a hang. The program is
+//! `--watchdog MS`, stops it); so does a fault in a stateful component
+//! (vfs, ramfs, process), whose state is rebuilt from its call log; a
+//! component that cannot be rebooted yet (net), and a fault in the
+//! application, still end the instance as before, and a long computation
+//! in the application is not a hang. The program is
 //! `apps/tests/recover.c`. Every test runs on each tender
 //! `common::tenders()` finds (hvt with a visible skip otherwise).
 
@@ -16,17 +18,34 @@ use common::*;
 const ROUNDS: &str = "300";
 
 /// The reboot lines in `err` for `component`: each must have the form
-/// `shoal: rebooted COMPONENT in T µs (replayed 0 calls)`.
+/// `shoal: rebooted COMPONENT in T µs (replayed 0 calls)` for a stateless
+/// component.
 fn reboot_lines(err: &str, component: &str) -> usize {
+    let lines = reboots(err, component);
+    for (replayed, log) in &lines {
+        assert!(*replayed == 0 && log.is_none(), "a stateless component replays nothing: {err}");
+    }
+    lines.len()
+}
+
+/// The reboot lines in `err` for `component`, as (calls replayed, log
+/// bytes): `shoal: rebooted COMPONENT in T µs (replayed N calls)`, with
+/// `, log B bytes` before the `)` for a component with a log.
+fn reboots(err: &str, component: &str) -> Vec<(u64, Option<u64>)> {
     let prefix = format!("shoal: rebooted {component} in ");
     err.lines()
         .filter_map(|l| l.strip_prefix(&prefix))
-        .inspect(|rest| {
+        .map(|rest| {
             let (t, tail) = rest.split_once(' ').unwrap();
             assert!(t.parse::<f64>().is_ok(), "reboot time `{t}` is not a number");
-            assert_eq!(tail, "µs (replayed 0 calls)");
+            let inner = tail.strip_prefix("µs (replayed ").and_then(|r| r.strip_suffix(")")).unwrap_or_else(|| panic!("reboot line `{rest}`"));
+            let (n, log) = match inner.split_once(" calls, log ") {
+                Some((n, b)) => (n, Some(b.strip_suffix(" bytes").unwrap().parse().unwrap())),
+                None => (inner.strip_suffix(" calls").unwrap(), None),
+            };
+            (n.parse().unwrap(), log)
         })
-        .count()
+        .collect()
 }
 
 #[test]
@@ -71,16 +90,16 @@ fn an_injected_wild_write_reboots_the_component() {
             assert_eq!(reboot_lines(&err, component), 1, "{t} {component}: {err}");
         }
         // A component that cannot be rebooted yet: the usual crash.
-        let o = output(shoal_run(t).args(["--inject", "process:wild-write@3"]).arg(&image).args(["--", ROUNDS]));
+        let o = output(shoal_run(t).args(["--inject", "net:wild-write@1"]).arg(&image).args(["--", ROUNDS]));
         assert_eq!(o.status.code(), Some(139), "{t}: {}", stderr(&o));
         assert_eq!(stdout(&o), "", "{t}");
-        assert_eq!(reboot_lines(&stderr(&o), "process"), 0, "{t}: {}", stderr(&o));
+        assert_eq!(reboot_lines(&stderr(&o), "net"), 0, "{t}: {}", stderr(&o));
     }
 }
 
 /// `--rejuvenate-every`: the rebootable components are rebooted one by
 /// one, in turn, while the program runs (here for at least 0.6 s, twelve
-/// periods of 0.05 s, so at least three reboots are due whatever the
+/// periods of 0.05 s, so at least six reboots are due whatever the
 /// machine's speed), and its results stay right.
 #[test]
 fn rejuvenation_reboots_the_components_in_turn() {
@@ -91,13 +110,14 @@ fn rejuvenation_reboots_the_components_in_turn() {
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(0), "{t}: {err}");
         assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"), "{t}: {err}");
-        let counts: Vec<usize> = ["time", "sysinfo", "user"].iter().map(|c| reboot_lines(&err, c)).collect();
+        let all = ["vfs", "ramfs", "time", "process", "sysinfo", "user"];
+        let counts: Vec<usize> = all.iter().map(|c| reboots(&err, c).len()).collect();
         assert!(counts.iter().all(|n| *n >= 1), "{t}: every component in turn: {counts:?}\n{err}");
         assert_eq!(counts.iter().sum::<usize>(), err.lines().count(), "{t}: only reboot lines: {err}");
-        // In turn: time, sysinfo, user, time, …
+        // In turn: vfs, ramfs, time, process, sysinfo, user, vfs, …
         let order: Vec<&str> = err.lines().map(|l| l.split(' ').nth(2).unwrap()).collect();
         for (i, c) in order.iter().enumerate() {
-            assert_eq!(*c, ["time", "sysinfo", "user"][i % 3], "{t}: {err}");
+            assert_eq!(*c, all[i % all.len()], "{t}: {err}");
         }
     }
 }
@@ -119,12 +139,13 @@ fn a_panic_in_a_component_not_rebootable_yet_ends_the_instance_naming_it() {
     let dir = scratch();
     let image = build_image(&test_app("recover.c"), dir.path(), &[]);
     for t in tenders() {
-        let o = output(shoal_run(t).args(["--inject", "process:panic@3"]).arg(&image).args(["--", ROUNDS]));
+        // net: its first call is the program's only write.
+        let o = output(shoal_run(t).args(["--inject", "net:panic@1"]).arg(&image).args(["--", ROUNDS]));
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(134), "{t}: {err}");
         assert_eq!(stdout(&o), "", "{t}");
-        assert!(err.contains("shoal: kernel panic in process: "), "{t}: {err}");
-        assert_eq!(reboot_lines(&err, "process"), 0, "{t}: {err}");
+        assert!(err.contains("shoal: kernel panic in net: "), "{t}: {err}");
+        assert_eq!(reboot_lines(&err, "net"), 0, "{t}: {err}");
     }
 }
 
@@ -174,6 +195,146 @@ fn bad_inject_and_rejuvenate_flags_are_one_line_and_125() {
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(125), "shoal-tender {spec}: {err}");
         assert!(!err.contains("panicked") && err.lines().count() == 1 && err.contains(needle), "{spec}: {err}");
+    }
+}
+
+/// SQLite inserts into a database in ramfs, in many transactions, with a
+/// panic or a wild write injected into vfs or ramfs (both rebuild their
+/// state from the call log, `shoal_vfs::heal`): the shell finishes, the
+/// database passes `PRAGMA integrity_check` and holds every committed row
+/// (the same answers as a run without a fault), and the reboot line names
+/// the component.
+#[test]
+fn sqlite_survives_a_reboot_of_vfs_or_ramfs() {
+    use std::io::Write;
+    let dir = scratch();
+    let image = dir.path().join("sqlite-shell.img");
+    let o = output(shoal().args(["recipe", "build", "sqlite-shell", "-o"]).arg(&image));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut script = String::from(".open /tmp/rows.db\ncreate table t(a integer primary key, b text, c blob);\n");
+    for i in 1..=150 {
+        // Transactions of one and of several rows.
+        if i % 10 == 0 {
+            script +=
+                &format!("begin; insert into t values ({i}, 'row {i}', zeroblob({})); insert into t values ({}, 'extra', x'ff'); commit;\n", i * 7, i + 1000);
+        } else {
+            script += &format!("insert into t values ({i}, printf('row %d', {i}), zeroblob({}));\n", i % 500);
+        }
+    }
+    script += "select count(*), sum(a), sum(length(b)), sum(length(c)) from t;\nPRAGMA integrity_check;\n";
+    let run = |cmd: &mut std::process::Command| {
+        let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    for t in tenders() {
+        let plain = run(shoal_run(t).args(["-e", "HOME=/tmp"]).arg(&image));
+        let want = stdout(&plain);
+        assert!(want.starts_with("165|") && want.ends_with("\nok\n") && stderr(&plain).is_empty(), "{t}: {want} {}", stderr(&plain));
+        for spec in ["vfs:panic@3", "vfs:panic@400", "vfs:wild-write@250", "ramfs:panic@5", "ramfs:panic@1500", "ramfs:wild-write@900"] {
+            let o = run(shoal_run(t).args(["-e", "HOME=/tmp", "--inject", spec]).arg(&image));
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(0), "{t} {spec}: {err}");
+            assert_eq!(stdout(&o), want, "{t} {spec}: {err}");
+            let component = spec.split(':').next().unwrap();
+            let lines = reboots(&err, component);
+            assert_eq!(lines.len(), 1, "{t} {spec}: {err}");
+            assert!(lines[0].1.is_some_and(|b| b > 0), "{t} {spec}: the log's size is reported: {err}");
+        }
+    }
+}
+
+/// What the program can observe of vfs and ramfs — descriptors, shared
+/// offsets, status and close-on-exec flags, an unlinked open file, a
+/// pipe's unread bytes, a renamed directory, contents, umask, working
+/// directory — survives a reboot of either, early or late in the run
+/// (`apps/tests/heal.c` checks it all after every round).
+#[test]
+fn descriptors_offsets_and_contents_survive_a_reboot() {
+    let dir = scratch();
+    let image = build_image(&test_app("heal.c"), dir.path(), &[]);
+    for t in tenders() {
+        for spec in ["vfs:panic@20", "vfs:panic@2500", "vfs:wild-write@1200", "ramfs:panic@40", "ramfs:panic@3000", "ramfs:wild-write@1500"] {
+            let o = output(shoal_run(t).args(["--inject", spec]).arg(&image).args(["--", "300"]));
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(0), "{t} {spec}: {err}");
+            assert_eq!(stdout(&o), "ok 300 rounds\n", "{t} {spec}: {err}");
+            assert_eq!(reboots(&err, spec.split(':').next().unwrap()).len(), 1, "{t} {spec}: {err}");
+        }
+    }
+}
+
+/// Session-aware shrinking: 1,000,000 rounds of open/write/close of one
+/// file leave a log the size of the state, not of the history. vfs and
+/// ramfs are rebooted every 0.05 s meanwhile (each reboot replays the
+/// log and reports its size), and the file's last contents are right.
+#[test]
+fn the_log_stays_bounded_under_a_million_open_write_close() {
+    let dir = scratch();
+    let image = build_image(&test_app("heal.c"), dir.path(), &[]);
+    for t in tenders() {
+        let o = output(shoal_run(t).args(["--rejuvenate-every", "0.05"]).arg(&image).args(["--", "loop", "1000000"]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{t}: {err}");
+        assert_eq!(stdout(&o), "ok 1000000 loops\n", "{t}: {err}");
+        let lines: Vec<_> = reboots(&err, "vfs").into_iter().chain(reboots(&err, "ramfs")).collect();
+        assert!(lines.len() >= 2, "{t}: reboots of vfs and ramfs during the loop: {err}");
+        for (replayed, log) in lines {
+            let log = log.unwrap();
+            assert!(log < 16 * 1024, "{t}: the log holds {log} bytes: {err}");
+            assert!(replayed < 64, "{t}: {replayed} entries replayed: {err}");
+        }
+    }
+}
+
+/// process is rebooted from its log (`shoal_process::heal`): signal
+/// handlers, ignored, blocked and pending signals, the alternate stack,
+/// resource limits, a semaphore and a message queue survive a panic or a
+/// wild write in it (`apps/tests/heal.c process` checks them every round),
+/// and `recover.c`'s calls go on too.
+#[test]
+fn process_state_survives_a_reboot_of_process() {
+    let dir = scratch();
+    let heal = build_image(&test_app("heal.c"), dir.path(), &[]);
+    let recover = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        for spec in ["process:panic@5", "process:panic@1500", "process:wild-write@700"] {
+            let o = output(shoal_run(t).args(["--inject", spec]).arg(&heal).args(["--", "process", "300"]));
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(0), "{t} {spec}: {err}");
+            assert_eq!(stdout(&o), "ok 300 process rounds\n", "{t} {spec}: {err}");
+            let lines = reboots(&err, "process");
+            assert!(lines.len() == 1 && lines[0].1.is_some(), "{t} {spec}: {err}");
+            let o = output(shoal_run(t).args(["--inject", spec]).arg(&recover).args(["--", ROUNDS]));
+            assert_eq!(o.status.code(), Some(0), "{t} {spec}: {}", stderr(&o));
+            assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"), "{t} {spec}");
+        }
+    }
+}
+
+/// A log that runs out of memory for its copy of a file says so once,
+/// frees its copies — the program can fill guest memory with a file as
+/// without the log (a 64 MiB guest: well past the half a copy would
+/// leave) — and a later reboot of vfs ends the instance with a message
+/// rather than restoring a wrong state.
+#[test]
+fn a_log_without_memory_gives_it_back_and_a_reboot_then_ends_the_instance() {
+    let dir = scratch();
+    let image = build_image(&test_app("heal.c"), dir.path(), &[]);
+    let warning = "shoal: the file system's recovery log is incomplete (no memory for the copy of a file): a reboot of vfs or ramfs would end the instance";
+    for t in tenders() {
+        let o = output(shoal_run(t).args(["--mem", "64M"]).arg(&image).args(["--", "fill", "60"]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{t}: {err}");
+        let out = stdout(&o);
+        let mib: u32 = out.strip_prefix("wrote ").and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{t}: {out}"));
+        assert!(mib > 18 && out.ends_with(" MiB\ndone\n"), "{t}: {out}");
+        assert_eq!(err.trim_end(), warning, "{t}");
+        let o = output(shoal_run(t).args(["--mem", "64M", "--inject", "vfs:panic@40"]).arg(&image).args(["--", "fill", "60"]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(134), "{t}: {err}");
+        assert!(err.contains("shoal: cannot rebuild the file system after a reboot: no memory for the copy of a file"), "{t}: {err}");
+        assert_eq!(reboots(&err, "vfs").len(), 0, "{t}: {err}");
     }
 }
 

@@ -231,9 +231,14 @@ impl Nginx {
     }
 
     fn shoal(tender: &str, image: &Path, scratch: &Path) -> Nginx {
+        Nginx::shoal_with(tender, image, scratch, &[])
+    }
+
+    /// [`Nginx::shoal`] with more `shoal run` flags.
+    fn shoal_with(tender: &str, image: &Path, scratch: &Path, flags: &[&str]) -> Nginx {
         let port = free_port();
         let mut cmd = shoal_run(tender);
-        cmd.arg("--fs").arg(nginx_dir()).args(["-p", &format!("{port}:8080")]).arg(image);
+        cmd.args(flags).arg("--fs").arg(nginx_dir()).args(["-p", &format!("{port}:8080")]).arg(image);
         cmd.args(["--", "-p", "/", "-c", "nginx.conf", "-g", "pid /tmp/nginx.pid;"]);
         Nginx::start(cmd, port, scratch, tender)
     }
@@ -322,6 +327,33 @@ fn nginx_serves_static_files_and_404_like_native_on_one_connection() {
         let s = Nginx::shoal(tender, &image, dir.path());
         let got = keep_alive_gets(s.port, &paths);
         assert_eq!(got, want, "{tender}: responses differ from native; log:\n{}", s.log());
+    }
+}
+
+/// Issue 19: vfs or ramfs fails while nginx serves a kept-alive
+/// connection (an injected panic, a wild write): the component is rebooted
+/// from its log, and the connection opened before — a socket descriptor in
+/// vfs's table — goes on carrying the same answers, on every tender.
+#[test]
+fn nginx_keeps_its_connection_across_a_reboot_of_vfs_or_ramfs() {
+    let dir = scratch();
+    let (image, _) = build_recipe_into("nginx", dir.path());
+    let paths: Vec<&str> = (0..80).map(|i| if i % 2 == 0 { "/index.html" } else { "/no-such-file" }).collect();
+    let index = std::fs::read(nginx_dir().join("html/index.html")).unwrap();
+    for tender in tenders() {
+        for spec in ["vfs:panic@150", "ramfs:panic@300", "vfs:wild-write@120"] {
+            let s = Nginx::shoal_with(tender, &image, dir.path(), &["--inject", spec]);
+            let got = keep_alive_gets(s.port, &paths);
+            for (i, (status, conn, body)) in got.iter().enumerate() {
+                let want = if i % 2 == 0 { "HTTP/1.1 200 OK" } else { "HTTP/1.1 404 Not Found" };
+                assert!(status == want && conn == "keep-alive", "{tender} {spec}: answer {i}: {status} {conn}; log:\n{}", s.log());
+                if i % 2 == 0 {
+                    assert_eq!(body, &index, "{tender} {spec}: answer {i}");
+                }
+            }
+            let component = spec.split(':').next().unwrap();
+            assert!(s.log().contains(&format!("shoal: rebooted {component} in ")), "{tender} {spec}: no reboot; log:\n{}", s.log());
+        }
     }
 }
 

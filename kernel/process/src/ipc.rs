@@ -68,7 +68,7 @@ const WAIT_KEY: u64 = shoal_sched::KERNEL_KEY | 0x6970_6300;
 
 /// `struct ipc64_perm` (48 bytes).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IpcPerm {
     /// The key (`IPC_PRIVATE` once removed).
     pub key: i32,
@@ -148,6 +148,7 @@ pub struct MsqidDs {
     pub unused: [u64; 2],
 }
 
+#[derive(Clone, PartialEq, Eq)]
 struct Shm {
     addr: u64,
     size: u64,
@@ -156,7 +157,7 @@ struct Shm {
     lpid: i32,
 }
 
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 struct Sem {
     val: i32,
     pid: i32,
@@ -164,11 +165,13 @@ struct Sem {
     zcnt: u32,
 }
 
+#[derive(Clone, PartialEq, Eq)]
 struct SemSet {
     sems: Vec<Sem>,
     otime: i64,
 }
 
+#[derive(Clone, PartialEq, Eq)]
 struct Msq {
     msgs: VecDeque<(i64, Vec<u8>)>,
     cbytes: u64,
@@ -177,6 +180,7 @@ struct Msq {
     pids: [i32; 2],
 }
 
+#[derive(Clone, PartialEq, Eq)]
 struct Obj<T> {
     perm: IpcPerm,
     ctime: i64,
@@ -185,6 +189,7 @@ struct Obj<T> {
 
 /// The objects of one kind, by index; a slot's sequence number makes a
 /// stale id invalid.
+#[derive(Clone, PartialEq, Eq)]
 struct Table<T> {
     slots: Vec<Option<Obj<T>>>,
     seqs: Vec<u16>,
@@ -257,13 +262,71 @@ impl<T> Table<T> {
     }
 }
 
-struct Ipc {
+/// The System V IPC objects of the process (module `heal` keeps a copy).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Ipc {
     shm: Table<Shm>,
     sem: Table<SemSet>,
     msg: Table<Msq>,
 }
 
-static IPC: Global<Ipc> = Global::new(Ipc { shm: Table::new(), sem: Table::new(), msg: Table::new() });
+static IPC: Global<Ipc> = Global::new(Ipc::new());
+
+/// Counts the calls that may have changed the IPC objects (module `heal`
+/// copies them when it moved, not comparing them before every call).
+static IPC_CHANGES: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// The IPC objects, for a call that may change them (counted).
+fn with_ipc<R>(f: impl FnOnce(&mut Ipc) -> R) -> R {
+    IPC_CHANGES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    IPC.with(f)
+}
+
+impl Ipc {
+    pub(crate) const fn new() -> Ipc {
+        Ipc { shm: Table::new(), sem: Table::new(), msg: Table::new() }
+    }
+
+    /// Bytes on the heap (for the log's memory report).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let msgs: usize = self.msg.slots.iter().flatten().map(|o| o.body.msgs.iter().map(|(_, m)| m.len() + 32).sum::<usize>()).sum();
+        let sems: usize = self.sem.slots.iter().flatten().map(|o| o.body.sems.len() * core::mem::size_of::<Sem>()).sum();
+        msgs + sems + (self.shm.slots.len() + self.sem.slots.len() + self.msg.slots.len()) * 96
+    }
+}
+
+/// Copies the IPC objects into `copy` if they may have changed since the
+/// copy (`seen`: [`IPC_CHANGES`] then; module `heal`); `None` if they are
+/// in use.
+pub(crate) fn copy_if_changed(copy: &mut Ipc, seen: &mut u64) -> Option<bool> {
+    let n = IPC_CHANGES.load(core::sync::atomic::Ordering::Relaxed);
+    if n == *seen {
+        return Some(false);
+    }
+    IPC.try_with(|i| {
+        copy.clone_from(i);
+        *seen = n;
+        true
+    })
+}
+
+/// Frees the IPC objects (module `heal`, before a rejuvenation).
+pub(crate) fn clear() {
+    let old = IPC.try_with(|i| core::mem::replace(i, Ipc::new()));
+    IPC_CHANGES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    drop(old);
+}
+
+/// Installs `ipc` after a reboot (module `heal`). The value the restored
+/// snapshot left points at heap objects since changed or freed: it is
+/// overwritten, never dropped.
+pub(crate) fn install(ipc: Ipc) {
+    IPC.with(|i| {
+        // SAFETY: `i` is the valid, exclusive reference `with` gives;
+        // writing without dropping the old value only leaks it.
+        unsafe { core::ptr::write(i, ipc) }
+    });
+}
 
 #[cfg(not(test))]
 fn now() -> i64 {
@@ -323,7 +386,7 @@ fn wake() {
 /// `shmget(key, size, flags)`.
 pub fn shmget(a: &Args) -> SysResult {
     let (key, size, flags) = (a.int(0), a.u(1), a.uint(2));
-    IPC.with(|t| {
+    with_ipc(|t| {
         t.shm.lookup(
             key,
             flags,
@@ -343,7 +406,7 @@ pub fn shmget(a: &Args) -> SysResult {
 /// documentation).
 pub fn shmat(a: &Args) -> SysResult {
     let (id, addr, flags) = (a.int(0), a.u(1), a.uint(2));
-    IPC.with(|t| {
+    with_ipc(|t| {
         // A removed segment that is still attached can be attached again
         // by its id, as on Linux.
         let o = t.shm.get(id)?;
@@ -364,7 +427,7 @@ pub fn shmat(a: &Args) -> SysResult {
 /// goes with its last attach.
 pub fn shmdt(a: &Args) -> SysResult {
     let addr = a.u(0);
-    let gone = IPC.with(|t| {
+    let gone = with_ipc(|t| {
         let i = t.shm.slots.iter().position(|s| s.as_ref().is_some_and(|o| o.body.addr == addr && o.body.nattch > 0));
         let Some(i) = i else { return Err(Errno::EINVAL) };
         let id = t.shm.id_of(i);
@@ -386,7 +449,7 @@ pub fn shmdt(a: &Args) -> SysResult {
 /// `shmctl(id, cmd, buf)`: `IPC_STAT`, `IPC_SET`, `IPC_RMID`.
 pub fn shmctl(a: &Args) -> SysResult {
     let (id, cmd, buf) = (a.int(0), a.int(1) & !IPC_64, a.u(2));
-    let gone = IPC.with(|t| -> Result<Option<(u64, u64)>, Errno> {
+    let gone = with_ipc(|t| -> Result<Option<(u64, u64)>, Errno> {
         let o = t.shm.get(id)?;
         match cmd {
             IPC_STAT => {
@@ -427,7 +490,7 @@ pub fn semget(a: &Args) -> SysResult {
     if !(0..=SEMMSL).contains(&n) {
         return Err(Errno::EINVAL);
     }
-    IPC.with(|t| {
+    with_ipc(|t| {
         t.sem.lookup(
             key,
             flags,
@@ -502,7 +565,7 @@ fn do_semop(id: i32, addr: u64, n: usize, deadline: Option<u64>) -> SysResult {
     let sops = read_sops(addr, n)?;
     let mut waited = false;
     loop {
-        let r = IPC.with(|t| {
+        let r = with_ipc(|t| {
             let set = match t.sem.get(id) {
                 Ok(o) => &mut o.body,
                 // Removed while this thread waited.
@@ -532,7 +595,7 @@ fn do_semop(id: i32, addr: u64, n: usize, deadline: Option<u64>) -> SysResult {
         };
         let w = wait(deadline);
         waited = true;
-        IPC.with(|t| {
+        with_ipc(|t| {
             if let Ok(o) = t.sem.get(id) {
                 if let Some(s) = o.body.sems.get_mut(num) {
                     if zero {
@@ -568,7 +631,7 @@ pub fn semtimedop(a: &Args) -> SysResult {
 /// `GETVAL`, `SETVAL`, `GETALL`, `SETALL`, `GETPID`, `GETNCNT`, `GETZCNT`.
 pub fn semctl(a: &Args) -> SysResult {
     let (id, num, cmd, arg) = (a.int(0), a.int(1), a.int(2) & !IPC_64, a.u(3));
-    let r = IPC.with(|t| {
+    let r = with_ipc(|t| {
         if cmd == IPC_RMID {
             t.sem.remove(id)?;
             return Ok(0);
@@ -638,7 +701,7 @@ pub fn semctl(a: &Args) -> SysResult {
 /// `msgget(key, flags)`.
 pub fn msgget(a: &Args) -> SysResult {
     let (key, flags) = (a.int(0), a.uint(1));
-    IPC.with(|t| t.msg.lookup(key, flags, || Ok(Msq { msgs: VecDeque::new(), cbytes: 0, qbytes: MSGMNB, times: [0, 0], pids: [0, 0] }), |_| Ok(())))
+    with_ipc(|t| t.msg.lookup(key, flags, || Ok(Msq { msgs: VecDeque::new(), cbytes: 0, qbytes: MSGMNB, times: [0, 0], pids: [0, 0] }), |_| Ok(())))
 }
 
 /// `msgsnd(id, msgp, size, flags)`: waits while the queue is full.
@@ -654,7 +717,7 @@ pub fn msgsnd(a: &Args) -> SysResult {
     let text = umem::slice(p.checked_add(8).ok_or(Errno::EFAULT)?, size as usize)?.to_vec();
     let mut waited = false;
     loop {
-        let sent = IPC.with(|t| {
+        let sent = with_ipc(|t| {
             let q = match t.msg.get(id) {
                 Ok(o) => &mut o.body,
                 Err(_) if waited => return Err(Errno::EIDRM),
@@ -695,7 +758,7 @@ pub fn msgrcv(a: &Args) -> SysResult {
     }
     let mut waited = false;
     loop {
-        let got = IPC.with(|t| {
+        let got = with_ipc(|t| {
             let q = match t.msg.get(id) {
                 Ok(o) => &mut o.body,
                 Err(_) if waited => return Err(Errno::EIDRM),
@@ -742,7 +805,7 @@ pub fn msgrcv(a: &Args) -> SysResult {
 /// `msgctl(id, cmd, buf)`: `IPC_STAT`, `IPC_SET`, `IPC_RMID`.
 pub fn msgctl(a: &Args) -> SysResult {
     let (id, cmd, buf) = (a.int(0), a.int(1) & !IPC_64, a.u(2));
-    IPC.with(|t| {
+    with_ipc(|t| {
         if cmd == IPC_RMID {
             return t.msg.remove(id).map(|_| ());
         }

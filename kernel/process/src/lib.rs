@@ -12,6 +12,7 @@
 
 extern crate alloc;
 
+pub mod heal;
 pub mod ipc;
 pub mod limits;
 pub mod signal;

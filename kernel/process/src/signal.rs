@@ -128,7 +128,7 @@ pub enum Disposition {
 }
 
 /// The signal state of the process.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Signals {
     /// Actions of signals 1..=64 (index sig-1).
     pub actions: [KSigaction; NSIG as usize],
@@ -140,6 +140,9 @@ pub struct Signals {
     pub codes: [i8; NSIG as usize],
     /// The alternate signal stack.
     pub altstack: StackT,
+    /// Counts the changes of `actions` (module `heal` compares this, not
+    /// the 64 actions, before every call into process).
+    pub actions_changed: u64,
 }
 
 const NO_ALTSTACK: StackT = StackT { ss_sp: 0, ss_flags: SS_DISABLE, pad: 0, ss_size: 0 };
@@ -168,6 +171,7 @@ impl Signals {
             pending: 0,
             codes: [0; NSIG as usize],
             altstack: NO_ALTSTACK,
+            actions_changed: 0,
         }
     }
 
@@ -206,6 +210,16 @@ impl Signals {
         Some((sig, self.codes[(sig - 1) as usize] as i32))
     }
 
+    /// Whether `other` is the same state, cheaply: the actions by their
+    /// change count, the codes only of pending signals (module `heal`).
+    pub fn same(&self, other: &Signals) -> bool {
+        self.mask == other.mask
+            && self.pending == other.pending
+            && self.altstack == other.altstack
+            && self.actions_changed == other.actions_changed
+            && (0..64).filter(|i| self.pending & (1 << i) != 0).all(|i| self.codes[i] == other.codes[i])
+    }
+
     /// Sets the blocked mask (SIGKILL and SIGSTOP cannot be blocked).
     pub fn set_mask(&mut self, mask: u64) {
         self.mask = mask & !UNBLOCKABLE;
@@ -215,6 +229,7 @@ impl Signals {
     pub fn set_action(&mut self, sig: i32, mut act: KSigaction) {
         act.mask &= !UNBLOCKABLE;
         self.actions[(sig - 1) as usize] = act;
+        self.actions_changed += 1;
         if self.disposition(sig) == Disposition::Ignore {
             self.pending &= !bit(sig);
         }
@@ -375,6 +390,7 @@ fn deliver_pending_in(mut frame: Option<&mut Interrupted>) {
             if let Disposition::Handle(act) = d {
                 if act.flags & SA_RESETHAND != 0 {
                     s.actions[(sig - 1) as usize] = KSigaction::default();
+                    s.actions_changed += 1;
                 }
                 let own = if act.flags & SA_NODEFER != 0 { 0 } else { bit(sig) };
                 s.set_mask(old_mask | act.mask | own);

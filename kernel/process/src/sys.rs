@@ -265,6 +265,16 @@ pub fn tgkill(a: &Args) -> SysResult {
 
 static LIMITS: Global<Option<[Rlimit; NLIMITS]>> = Global::new(None);
 
+/// The limits as they are (`None`: still the defaults; module `heal`).
+pub(crate) fn limits_now() -> Option<Option<[Rlimit; NLIMITS]>> {
+    LIMITS.try_with(|l| *l)
+}
+
+/// Puts back limits after a reboot (module `heal`).
+pub(crate) fn set_limits_now(v: Option<[Rlimit; NLIMITS]>) {
+    LIMITS.with(|l| *l = v);
+}
+
 fn with_limits<R>(f: impl FnOnce(&mut [Rlimit; NLIMITS]) -> R) -> R {
     LIMITS.with(|l| {
         let t = l.get_or_insert_with(|| {

@@ -242,6 +242,52 @@ impl FileData {
         }
     }
 
+    /// A copy of the file: the same base (borrowed), copies of the owned
+    /// pages (for recovery's log, `crate::heal`; the copy's pages are new,
+    /// never handed out for mapping).
+    pub fn duplicate(&self) -> Result<FileData, Errno> {
+        let mut chunks = BTreeMap::new();
+        for (page, c) in &self.chunks {
+            let mut d = Chunk::new()?;
+            d.copy_from_slice(c);
+            chunks.insert(*page, d);
+        }
+        Ok(FileData { base: self.base, base_len: self.base_len, chunks, size: self.size })
+    }
+
+    /// Writes the bytes `[off, off + len)` of `src` at the same place here
+    /// (what a logged write put there; `src` is the file written, this its
+    /// copy in the log). Bytes past `src`'s end are not copied.
+    pub fn copy_range(&mut self, src: &FileData, off: u64, len: u64) -> Result<(), Errno> {
+        let end = core::cmp::min(off.saturating_add(len), src.size);
+        if off >= end {
+            return Ok(());
+        }
+        if off > self.size {
+            self.zero_tail();
+        }
+        // Page by page, straight from the source's page (or base) into
+        // this file's: one copy per byte.
+        let mut pos = off;
+        while pos < end {
+            let page = pos / CHUNK64;
+            let in_page = (pos % CHUNK64) as usize;
+            let n = core::cmp::min(CHUNK64 - in_page as u64, end - pos) as usize;
+            let dst = &mut self.chunk_mut(page)?[in_page..in_page + n];
+            match src.chunks.get(&page) {
+                Some(c) => dst.copy_from_slice(&c[in_page..in_page + n]),
+                None => {
+                    if src.read(pos, dst) != n {
+                        return Err(Errno::EIO);
+                    }
+                }
+            }
+            pos += n as u64;
+            self.size = core::cmp::max(self.size, pos);
+        }
+        Ok(())
+    }
+
     /// Sets the size to `size`: shrinking drops the contents past it,
     /// growing adds zeros.
     pub fn truncate(&mut self, size: u64) -> Result<(), Errno> {

@@ -21,7 +21,7 @@ pub const POS_DOTDOT: u64 = 1;
 pub const FIRST_COOKIE: u64 = 2;
 
 /// The entries of one directory.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dir {
     /// The parent directory (the root is its own parent).
     pub parent: Ino,

@@ -24,6 +24,7 @@ extern crate alloc;
 
 pub mod data;
 pub mod dir;
+pub mod heal;
 
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
@@ -152,7 +153,7 @@ pub struct Attr {
 }
 
 /// Bytes that are either borrowed from the archive or owned.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Bytes {
     Static(&'static [u8]),
     Owned(Box<[u8]>),
@@ -217,6 +218,8 @@ pub struct Fs {
     next_ino: Ino,
     clock: fn() -> u64,
     resized: Resized,
+    /// What changed since the last [`Fs::swap_journal`] (module [`heal`]).
+    journal: heal::Journal,
 }
 
 /// Which regular files changed size since the last [`Fs::take_resized`]
@@ -247,10 +250,10 @@ impl Fs {
     /// An empty file system: a root directory (mode 0755) and nothing else.
     /// `clock` gives the time in nanoseconds since the epoch.
     pub fn new(clock: fn() -> u64) -> Fs {
-        let mut fs = Fs { inodes: BTreeMap::new(), next_ino: ROOT_INO, clock, resized: Resized::None };
+        let mut fs = Fs { inodes: BTreeMap::new(), next_ino: ROOT_INO, clock, resized: Resized::None, journal: heal::Journal::default() };
         let root = fs.alloc(Node::Dir(Dir::new(ROOT_INO)), 0o755);
         debug_assert_eq!(root, ROOT_INO);
-        fs.inodes.get_mut(&root).expect("root").nlink = 2;
+        fs.touch(&root).expect("root").nlink = 2;
         fs
     }
 
@@ -343,6 +346,7 @@ impl Fs {
         self.next_ino += 1;
         let t = self.now();
         let nlink = if matches!(node, Node::Dir(_)) { 2 } else { 1 };
+        self.journal.touched(ino);
         self.inodes.insert(ino, Inode { perm: perm & 0o7777, nlink, refs: 0, uid: 0, gid: 0, atime: t, mtime: t, ctime: t, btime: t, node });
         ino
     }
@@ -351,7 +355,7 @@ impl Fs {
     fn attach(&mut self, dir: Ino, name: &[u8], ino: Ino) {
         let is_dir = matches!(self.inodes[&ino].node, Node::Dir(_));
         let t = self.now();
-        let d = self.inodes.get_mut(&dir).expect("dir");
+        let d = self.touch(&dir).expect("dir");
         if let Node::Dir(dd) = &mut d.node {
             dd.insert(name, ino);
         }
@@ -367,7 +371,15 @@ impl Fs {
     }
 
     fn inode_mut(&mut self, ino: Ino) -> Result<&mut Inode, Errno> {
-        self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)
+        self.touch(&ino).ok_or(Errno::ENOENT)
+    }
+
+    /// The inode `ino` for changing it: the journal notes it (module
+    /// [`heal`]).
+    fn touch(&mut self, ino: &Ino) -> Option<&mut Inode> {
+        let i = self.inodes.get_mut(ino)?;
+        self.journal.touched(*ino);
+        Some(i)
     }
 
     fn dir(&self, ino: Ino) -> Result<&Dir, Errno> {
@@ -396,6 +408,7 @@ impl Fs {
 
     /// The attributes of `ino`.
     pub fn attr(&self, ino: Ino) -> Result<Attr, Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         let i = self.inode(ino)?;
         let (size, blocks) = match &i.node {
             Node::File(f) => (f.size(), f.blocks()),
@@ -432,6 +445,7 @@ impl Fs {
     /// In a removed directory `.` and `..` still resolve (as on Linux, where
     /// `cd ..` works from a deleted working directory); other names do not.
     pub fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Ino, Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         let d = self.dir(dir)?;
         match name {
             b"." => Ok(dir),
@@ -481,16 +495,19 @@ impl Fs {
 
     /// Creates an empty regular file `name` in `dir` with permissions `perm`.
     pub fn create_file(&mut self, dir: Ino, name: &[u8], perm: u32) -> Result<Ino, Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         self.create_node(dir, name, Node::File(FileData::new()), perm)
     }
 
     /// Creates a directory.
     pub fn mkdir(&mut self, dir: Ino, name: &[u8], perm: u32) -> Result<Ino, Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         self.create_node(dir, name, Node::Dir(Dir::new(dir)), perm)
     }
 
     /// Creates a symbolic link to `target`.
     pub fn symlink(&mut self, dir: Ino, name: &[u8], target: &[u8]) -> Result<Ino, Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         if target.is_empty() {
             return Err(Errno::ENOENT);
         }
@@ -515,7 +532,7 @@ impl Fs {
     /// the caller; it disappears when that is dropped.
     pub fn create_unnamed_fifo(&mut self) -> Ino {
         let ino = self.alloc(Node::Fifo, 0o600);
-        let i = self.inodes.get_mut(&ino).expect("new inode");
+        let i = self.touch(&ino).expect("new inode");
         i.nlink = 0;
         i.refs = 1;
         ino
@@ -535,6 +552,7 @@ impl Fs {
     /// Adds the name `name` in `dir` for the existing file `ino` (hard
     /// link). Directories: `EPERM`; a removed file: `ENOENT`.
     pub fn link(&mut self, dir: Ino, name: &[u8], ino: Ino) -> Result<(), Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         check_name(name)?;
         let i = self.inode(ino)?;
         if i.ftype() == FileType::Directory {
@@ -557,7 +575,7 @@ impl Fs {
     /// Drops one name of `ino` (already removed from its directory).
     fn drop_link(&mut self, ino: Ino) {
         let t = self.now();
-        if let Some(i) = self.inodes.get_mut(&ino) {
+        if let Some(i) = self.touch(&ino) {
             i.nlink = if matches!(i.node, Node::Dir(_)) { 0 } else { i.nlink.saturating_sub(1) };
             i.ctime = t;
         }
@@ -570,6 +588,7 @@ impl Fs {
         }
         if let Some(i) = self.inodes.get(&ino) {
             if i.nlink == 0 && i.refs == 0 {
+                self.journal.touched(ino);
                 self.inodes.remove(&ino);
             }
         }
@@ -577,7 +596,7 @@ impl Fs {
 
     fn touch_dir(&mut self, dir: Ino, subdir_delta: i32) {
         let t = self.now();
-        if let Some(d) = self.inodes.get_mut(&dir) {
+        if let Some(d) = self.touch(&dir) {
             d.mtime = t;
             d.ctime = t;
             d.nlink = (d.nlink as i64 + subdir_delta as i64) as u32;
@@ -587,6 +606,7 @@ impl Fs {
     /// Removes the non-directory entry `name` from `dir` (`EISDIR` for a
     /// directory).
     pub fn unlink(&mut self, dir: Ino, name: &[u8]) -> Result<(), Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         if name == b"." || name == b".." {
             return Err(Errno::EISDIR);
         }
@@ -602,6 +622,7 @@ impl Fs {
 
     /// Removes the empty directory `name` from `dir`.
     pub fn rmdir(&mut self, dir: Ino, name: &[u8]) -> Result<(), Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         match name {
             b"." => return Err(Errno::EINVAL),
             b".." => return Err(Errno::ENOTEMPTY),
@@ -621,6 +642,7 @@ impl Fs {
     /// Renames `odir/oname` to `ndir/nname` with Linux `renameat2`
     /// semantics (the caller rejects `.`/`..` with `EBUSY`).
     pub fn rename(&mut self, odir: Ino, oname: &[u8], ndir: Ino, nname: &[u8], flags: RenameFlags) -> Result<(), Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         check_name(oname).map_err(|e| if e == Errno::EINVAL { Errno::EBUSY } else { e })?;
         check_name(nname).map_err(|e| if e == Errno::EINVAL { Errno::EBUSY } else { e })?;
         if flags.noreplace && flags.exchange {
@@ -705,14 +727,14 @@ impl Fs {
     /// Takes a reference on `ino` (an open file, the working directory):
     /// it stays alive after its last name is removed.
     pub fn get_ref(&mut self, ino: Ino) {
-        if let Some(i) = self.inodes.get_mut(&ino) {
+        if let Some(i) = self.touch(&ino) {
             i.refs += 1;
         }
     }
 
     /// Drops a reference taken with [`Fs::get_ref`].
     pub fn put_ref(&mut self, ino: Ino) {
-        if let Some(i) = self.inodes.get_mut(&ino) {
+        if let Some(i) = self.touch(&ino) {
             i.refs = i.refs.saturating_sub(1);
         }
         self.maybe_free(ino);
@@ -774,6 +796,7 @@ impl Fs {
     /// Reads from regular file `ino` at `off`; updates the access time the
     /// way Linux's default `relatime` does.
     pub fn read(&mut self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         let n = self.file(ino)?.read(off, buf);
         self.touch_atime(ino);
         Ok(n)
@@ -783,7 +806,7 @@ impl Fs {
     /// modification or change time, or than a day (`relatime`).
     pub fn touch_atime(&mut self, ino: Ino) {
         let t = self.now();
-        if let Some(i) = self.inodes.get_mut(&ino) {
+        if let Some(i) = self.touch(&ino) {
             if i.atime <= i.mtime || i.atime <= i.ctime || t.sec - i.atime.sec >= 24 * 3600 {
                 i.atime = t;
             }
@@ -792,6 +815,7 @@ impl Fs {
 
     /// Writes `data` to regular file `ino` at `off`.
     pub fn write(&mut self, ino: Ino, off: u64, data: &[u8]) -> Result<usize, Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         if data.is_empty() {
             self.file(ino)?;
             return Ok(0);
@@ -803,6 +827,7 @@ impl Fs {
         if f.size() != before {
             self.note_resized(ino);
         }
+        self.journal.changed(heal::Change::Write { ino, off, len: n as u64 });
         let i = self.inode_mut(ino)?;
         i.mtime = t;
         i.ctime = t;
@@ -814,6 +839,7 @@ impl Fs {
     /// Sets the size of regular file `ino` (`EISDIR` for a directory,
     /// `EINVAL` for others).
     pub fn truncate(&mut self, ino: Ino, size: u64) -> Result<(), Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         let t = self.now();
         let f = self.file_mut(ino)?;
         let before = f.size();
@@ -821,6 +847,7 @@ impl Fs {
         if size != before {
             self.note_resized(ino);
         }
+        self.journal.changed(heal::Change::Truncate { ino, size });
         let i = self.inode_mut(ino)?;
         i.mtime = t;
         i.ctime = t;
@@ -829,6 +856,7 @@ impl Fs {
 
     /// The target of symbolic link `ino` (`EINVAL` if it is not one).
     pub fn readlink(&self, ino: Ino) -> Result<&[u8], Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         match &self.inode(ino)?.node {
             Node::Symlink(b) => Ok(b.as_slice()),
             _ => Err(Errno::EINVAL),
@@ -839,6 +867,7 @@ impl Fs {
     /// ino, d_type)` for `.`, `..` and each entry until `f` returns false.
     /// `ENOENT` if the directory was removed.
     pub fn readdir(&self, dir: Ino, pos: u64, mut f: impl FnMut(u64, &[u8], Ino, u8) -> bool) -> Result<(), Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         let d = self.live_dir(dir)?;
         let dt = FileType::Directory.dirent_type();
         if pos == dir::POS_DOT && !f(dir::POS_DOTDOT, b".", dir, dt) {
@@ -858,6 +887,7 @@ impl Fs {
 
     /// Sets the permission bits of `ino`.
     pub fn chmod(&mut self, ino: Ino, perm: u32) -> Result<(), Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         let t = self.now();
         let i = self.inode_mut(ino)?;
         i.perm = perm & 0o7777;
@@ -867,6 +897,7 @@ impl Fs {
 
     /// Sets the owner and group of `ino` (`None`: unchanged).
     pub fn chown(&mut self, ino: Ino, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         let t = self.now();
         let i = self.inode_mut(ino)?;
         if let Some(u) = uid {
@@ -882,6 +913,7 @@ impl Fs {
     /// Sets the access and/or modification time (`None`: unchanged); the
     /// change time becomes now.
     pub fn set_times(&mut self, ino: Ino, atime: Option<Timespec>, mtime: Option<Timespec>) -> Result<(), Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         let t = self.now();
         let i = self.inode_mut(ino)?;
         if let Some(a) = atime {

@@ -187,6 +187,19 @@ pub extern "C" fn shoal_sched_thread_return(status: i32) -> ! {
     exit_thread(status)
 }
 
+/// What a thread keeps of another component's across a switch: taken
+/// right before the switch (and cleared for the thread switched to), put
+/// back when the thread runs again. recover registers its armed gate
+/// (the gate's saved context, armed word and current component).
+pub type SwitchHooks = (fn() -> [u64; 10], fn([u64; 10]));
+
+static SWITCH_HOOKS: Global<Option<SwitchHooks>> = Global::new(None);
+
+/// Registers the [`SwitchHooks`] (once, at boot).
+pub fn set_switch_hooks(h: SwitchHooks) {
+    SWITCH_HOOKS.with(|s| *s = Some(h));
+}
+
 /// Gives up the vCPU after the running thread blocked, yielded or exited
 /// (already recorded in the table); returns when this thread runs again.
 /// A gated call that blocks here is not running meanwhile: the hang
@@ -215,10 +228,16 @@ fn reschedule_now() {
                     let save = prev.and_then(|p| t.rsp_slot(p)).unwrap_or(DEAD_RSP.as_ptr());
                     (save, t.get(next).map_or(0, |n| n.rsp))
                 });
+                // What another component keeps per thread (recover's armed
+                // gate) is put aside while others run.
+                let kept = SWITCH_HOOKS.with(|h| *h).map(|(put_aside, back)| (put_aside(), back));
                 // SAFETY: `save` is a boxed TCB's rsp slot (stable while the
                 // thread exists) or the dead slot; `rsp` was saved by a
                 // switch or built by __shoal_clone. No Global is borrowed.
                 unsafe { switch(save, rsp) };
+                if let Some((state, back)) = kept {
+                    back(state);
+                }
                 shoal_sched_after_switch();
                 return;
             }

@@ -58,7 +58,7 @@ static ABI_NOTE: AbiNote = AbiNote::CURRENT;
 
 /// Keeps the syscall entry point referenced, so no linker drops it.
 #[used]
-static SYSCALL_ENTRY: extern "C" fn(i64, i64, i64, i64, i64, i64, i64) -> i64 = shoal_syscall::__shoal_syscall;
+static SYSCALL_ENTRY: unsafe extern "C" fn(i64, i64, i64, i64, i64, i64, i64) -> i64 = shoal_syscall::__shoal_syscall;
 
 /// Initialises the kernel. Called once by `_shoal_start` (plat), with the
 /// boot-info address the tender passed, before libc's `_start`.
@@ -85,10 +85,23 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
     shoal_syscall::preempt::init();
     // Last: the snapshots are the components' state right after
     // initialisation. Rebootable are the components whose state the
-    // snapshot restores whole (see shoal_recover); sysinfo's hook moves its
-    // random generator to a fresh stream, so a reboot never repeats bytes.
+    // snapshot restores whole (see shoal_recover), and vfs, ramfs and
+    // process, whose hooks rebuild their state from their log
+    // (shoal_vfs::heal, shoal_process::heal); sysinfo's
+    // hook moves its random generator to a fresh stream, so a reboot never
+    // repeats bytes.
     use shoal_recover::id;
-    shoal_recover::init(&[(id::TIME, None), (id::SYSINFO, Some(shoal_sysinfo::after_reboot)), (id::USER, None)]);
+    shoal_process::heal::start();
+    shoal_recover::set_logger(id::VFS, shoal_vfs::heal::before_reboot);
+    shoal_recover::set_logger(id::RAMFS, shoal_vfs::heal::before_reboot);
+    shoal_recover::init(&[
+        (id::VFS, Some(shoal_vfs::heal::after_reboot)),
+        (id::RAMFS, Some(shoal_vfs::heal::after_ramfs_reboot)),
+        (id::TIME, None),
+        (id::PROCESS, Some(shoal_process::heal::after_reboot)),
+        (id::SYSINFO, Some(shoal_sysinfo::after_reboot)),
+        (id::USER, None),
+    ]);
 }
 
 /// The personality routine the `.eh_frame` of the precompiled `core`

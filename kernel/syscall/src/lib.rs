@@ -420,10 +420,42 @@ pub fn dispatch(n: u64, args: &Args) -> i64 {
     r
 }
 
-/// The entry point shoal's libc calls instead of the `syscall` instruction.
+// The entry point shoal's libc calls instead of the `syscall` instruction,
+// `__shoal_syscall(n, a, b, c, d, e, f)`: it aligns the stack to 16 bytes
+// and calls `shoal_syscall_aligned` with the same arguments (the seventh,
+// on the stack, copied). The program may call with the stack misaligned —
+// code a preemption tick entered at whatever alignment it interrupted
+// (a SIGCANCEL handler, a hostile program's own redirect) — and kernel
+// code must not depend on it: the compiler keeps 16-byte values on the
+// stack with aligned SSE moves, which fault on a misaligned stack.
 #[cfg(not(test))]
-#[no_mangle]
-pub extern "C" fn __shoal_syscall(n: i64, a: i64, b: i64, c: i64, d: i64, e: i64, f: i64) -> i64 {
+core::arch::global_asm!(
+    ".section .text.__shoal_syscall,\"ax\",@progbits",
+    ".globl __shoal_syscall",
+    ".type __shoal_syscall,@function",
+    "__shoal_syscall:",
+    "    push rbp",
+    "    mov rbp, rsp",
+    "    and rsp, -16",
+    "    sub rsp, 16",
+    "    mov rax, [rbp + 16]",
+    "    mov [rsp], rax",
+    "    call {aligned}",
+    "    leave",
+    "    ret",
+    ".size __shoal_syscall, . - __shoal_syscall",
+    aligned = sym shoal_syscall_aligned,
+);
+
+#[cfg(not(test))]
+extern "C" {
+    /// The entry point shoal's libc calls (the assembly above).
+    pub fn __shoal_syscall(n: i64, a: i64, b: i64, c: i64, d: i64, e: i64, f: i64) -> i64;
+}
+
+/// The system call, on a 16-byte aligned stack (from `__shoal_syscall`).
+#[cfg(not(test))]
+extern "C" fn shoal_syscall_aligned(n: i64, a: i64, b: i64, c: i64, d: i64, e: i64, f: i64) -> i64 {
     // Kernel code from here to the return: no preemption (see `preempt`).
     shoal_sched::preempt::enter();
     let args = Args([a as u64, b as u64, c as u64, d as u64, e as u64, f as u64]);

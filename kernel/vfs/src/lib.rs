@@ -59,6 +59,7 @@ extern crate alloc;
 
 pub mod abi;
 mod dev;
+pub mod heal;
 mod lock;
 mod mmap;
 mod more;
@@ -133,7 +134,7 @@ impl Target {
 }
 
 /// An open file description: shared by the descriptors `dup` made.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Ofd {
     /// Descriptors that refer to it.
     pub refs: u32,
@@ -156,7 +157,7 @@ impl Ofd {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FdEntry {
     pub ofd: usize,
     pub cloexec: bool,
@@ -370,14 +371,19 @@ impl Vfs {
 /// The process's file-system state.
 static STATE: Global<Option<Vfs>> = Global::new(None);
 
-/// The clock of the file system (file times).
-#[cfg(not(test))]
+/// The clock of the file system (file times), through module `heal`,
+/// which keeps the boot's readings for a rebuild.
 fn clock() -> u64 {
+    heal::clock(live_clock)
+}
+
+#[cfg(not(test))]
+fn live_clock() -> u64 {
     shoal_time::realtime_ns()
 }
 
 #[cfg(test)]
-fn clock() -> u64 {
+fn live_clock() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static T: AtomicU64 = AtomicU64::new(1_700_000_000_000_000_000);
     T.fetch_add(1000, Ordering::Relaxed)
@@ -435,7 +441,21 @@ fn fatal(what: core::fmt::Arguments<'_>) -> ! {
 /// addresses unless the archive brings its own.
 pub fn init() {
     let bi = shoal_plat::boot::info();
-    let fs = if bi.fs_archive_addr != 0 {
+    heal::record_clock();
+    let mut v = Vfs::new(root_fs());
+    heal::start(&mut v);
+    STATE.with(|s| *s = Some(v));
+    shoal_mm::file::register(&mmap::OPS);
+    if bi.volume_path[0] != 0 {
+        shoal_plat::before_halt(save_volume);
+    }
+}
+
+/// The root file system as the boot info describes it (see [`init`]); a
+/// reboot builds it again (module `heal`), from the same archive.
+fn root_fs() -> Fs {
+    let bi = shoal_plat::boot::info();
+    if bi.fs_archive_addr != 0 {
         let bytes = match shoal_plat::umem::slice(bi.fs_archive_addr, bi.fs_archive_size as usize) {
             Ok(b) => b,
             Err(_) => fatal(format_args!("the archive lies outside guest memory")),
@@ -454,12 +474,23 @@ pub fn init() {
         }
     } else {
         empty_root()
-    };
-    STATE.with(|s| *s = Some(Vfs::new(fs)));
-    shoal_mm::file::register(&mmap::OPS);
-    if bi.volume_path[0] != 0 {
-        shoal_plat::before_halt(save_volume);
     }
+}
+
+/// Takes the state out (a rejuvenation sets it aside: module `heal`).
+fn take_state() -> Option<Vfs> {
+    STATE.try_with(|s| s.take()).flatten()
+}
+
+/// Installs the state a reboot rebuilt (module `heal`) in place of the
+/// failed one, which is abandoned, never dropped: its heap objects may be
+/// corrupt, and a shared mapping may still map its file pages.
+fn install_rebuilt(v: Vfs) {
+    STATE.with(|s| {
+        // SAFETY: `s` is the valid, exclusive reference `with` gives;
+        // writing without dropping the old value only leaks it.
+        unsafe { core::ptr::write(s, Some(v)) }
+    });
 }
 
 /// Packs the volume's guest directory (`shoal run --volume`) and hands it
@@ -511,7 +542,15 @@ fn empty_archive() -> Result<alloc::vec::Vec<u8>, shoal_plat::Errno> {
 /// new end stop showing the file before its freed pages can be reused,
 /// pages inside a grown file start showing it.
 pub fn with<R>(f: impl FnOnce(&mut Vfs) -> R) -> R {
-    let r = STATE.with(|s| f(s.get_or_insert_with(|| Vfs::new(empty_root()))));
+    // The code below is vfs's (recover: a failure here reboots vfs), and
+    // what the call changed goes to the log before it returns.
+    let _in = shoal_recover::enter_quiet(shoal_recover::id::VFS);
+    let r = STATE.with(|s| {
+        let v = s.get_or_insert_with(|| Vfs::new(empty_root()));
+        let r = f(v);
+        heal::commit(v);
+        r
+    });
     match STATE.with(|s| s.as_mut().map_or(shoal_ramfs::Resized::None, |v| v.fs.take_resized())) {
         shoal_ramfs::Resized::None => {}
         shoal_ramfs::Resized::One(ino) => shoal_mm::file::resized(Some(ino)),

@@ -54,7 +54,7 @@ impl Range {
 }
 
 /// The locks of the process's files, by file ([`key`]).
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug, PartialEq, Eq)]
 pub(crate) struct Locks {
     /// Record locks (POSIX and OFD), sorted by start.
     records: alloc::collections::BTreeMap<u64, Vec<Range>>,

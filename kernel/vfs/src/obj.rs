@@ -95,6 +95,12 @@ static OPS: Global<Option<&'static dyn ObjOps>> = Global::new(None);
 /// consult the table when there is nothing to forget.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
+/// Sets the count of objects' descriptions (module `heal`, after a
+/// reboot rebuilt the descriptions).
+pub(crate) fn set_live(n: usize) {
+    LIVE.store(n, Ordering::Relaxed);
+}
+
 /// Registers the owner of objects (once, at boot).
 pub fn register(ops: &'static dyn ObjOps) {
     OPS.with(|o| *o = Some(ops));

@@ -1123,6 +1123,25 @@ const DEFAULT_TERMIOS: [u8; 36] = {
 /// them back as set.
 static TERMIOS: shoal_plat::Global<[u8; 36]> = shoal_plat::Global::new(DEFAULT_TERMIOS);
 
+/// Counts the changes of the terminal settings (module `heal` copies them
+/// when the count moved, not comparing 36 bytes after every call).
+static TERMIOS_SET: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// How many times the terminal settings were set (module `heal`).
+pub(crate) fn termios_changes() -> u64 {
+    TERMIOS_SET.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// The terminal settings descriptor 0 answers with (for module `heal`).
+pub(crate) fn termios() -> [u8; 36] {
+    TERMIOS.try_with(|t| *t).unwrap_or(DEFAULT_TERMIOS)
+}
+
+/// Puts back terminal settings (module `heal`, after a reboot).
+pub(crate) fn set_termios(t: [u8; 36]) {
+    TERMIOS.with(|cur| *cur = t);
+}
+
 const TCGETS: u32 = 0x5401;
 const TCSETS: u32 = 0x5402;
 const TCSETSW: u32 = 0x5403;
@@ -1143,6 +1162,7 @@ fn tty_ioctl(req: u32, arg: u64) -> SysResult {
         TCSETS | TCSETSW | TCSETSF => {
             let t: [u8; 36] = umem::read(arg)?;
             TERMIOS.with(|cur| *cur = t);
+            TERMIOS_SET.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
             Ok(0)
         }
         // The host terminal's size is not passed in: the classic 80x24.

@@ -13,7 +13,7 @@ pub const PIPE_CAP: usize = 65536;
 pub const PIPE_BUF: usize = 4096;
 
 /// The state of one pipe with at least one open end.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Pipe {
     pub buf: VecDeque<u8>,
     /// Open file descriptions that can read / write it.

@@ -46,7 +46,7 @@ extern "C" fn test_hypercall(nr: u64, arg: u64) {
 
 /// Boots `plat` once: application memory is all of the host's address
 /// space above the boot-info page, hypercalls go to [`test_hypercall`].
-fn boot_plat() {
+pub(crate) fn boot_plat() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let mut bi: shoal_abi::BootInfo = shoal_plat::boot::info();

@@ -1,0 +1,100 @@
+//! Rebooting process (issue 19, VampOS seed 003): its log and the replay.
+//!
+//! process's state is the signal state ([`crate::signal::SIGNALS`]:
+//! dispositions, blocked mask, pending signals, alternate stack), the
+//! resource limits and the System V IPC objects (on the heap: a restored
+//! snapshot would point at freed memory). The log (in
+//! `shoal_recover::LOGS`, outside process's memory) holds one entry for
+//! each, as they were when the last call into process *began*: the gate
+//! calls [`log_state`] before every call into process (and rejuvenation
+//! before it reboots it), because the signal state also changes outside
+//! process's calls (the system-call table delivers signals, the scheduler
+//! raises the host's). Each entry is superseded in place when its part
+//! changed — the log's size is that of the state. A reboot restores the
+//! snapshot, then [`after_reboot`] puts the three entries back (the IPC
+//! objects as a fresh copy; the abandoned ones leak), and the gate retries
+//! the call that failed from the state it began with. Shared-memory
+//! segments keep their pages (they belong to `mm`); threads blocked in a
+//! `semop` stay blocked and are woken as before.
+
+use crate::ipc::{self, Ipc};
+use crate::limits::{Rlimit, NLIMITS};
+use crate::signal::{Signals, SIGNALS};
+use alloc::boxed::Box;
+use shoal_recover::id;
+
+struct Log {
+    signals: Signals,
+    limits: Option<[Rlimit; NLIMITS]>,
+    ipc: Ipc,
+    /// `ipc::IPC_CHANGES` when `ipc` was copied.
+    ipc_seen: u64,
+    /// Calls that changed one of the entries.
+    calls: u64,
+}
+
+fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
+    shoal_recover::LOGS[id::PROCESS as usize - 1].try_with(|s| s.as_mut().and_then(|b| b.downcast_mut::<Log>()).map(f)).flatten()
+}
+
+/// Starts the log (at the end of kernel initialisation) and registers
+/// [`log_state`] with the gate.
+pub fn start() {
+    // `shoal run --no-recover`: nothing is rebooted, so nothing is logged.
+    if shoal_plat::boot::info().recover_flags & shoal_abi::RECOVER_OFF != 0 {
+        return;
+    }
+    let log = Log { signals: SIGNALS.with(|s| *s), limits: crate::sys::limits_now().flatten(), ipc: Ipc::new(), ipc_seen: u64::MAX, calls: 0 };
+    shoal_recover::LOGS[id::PROCESS as usize - 1].with(|s| *s = Some(Box::new(log)));
+    shoal_recover::set_logger(id::PROCESS, log_state);
+    log_state();
+}
+
+/// Brings the log up to date (the gate calls this before every call into
+/// process).
+pub fn log_state() {
+    let Some(limits) = crate::sys::limits_now() else { return };
+    slot(|log| {
+        let mut changed = ipc::copy_if_changed(&mut log.ipc, &mut log.ipc_seen) == Some(true);
+        let copied = SIGNALS.try_with(|s| {
+            let differs = !log.signals.same(s);
+            if differs {
+                log.signals = *s;
+            }
+            differs
+        });
+        if copied == Some(true) {
+            changed = true;
+        }
+        if log.limits != limits {
+            log.limits = limits;
+            changed = true;
+        }
+        if changed {
+            log.calls += 1;
+        }
+    });
+    // Before a rejuvenation the IPC objects are sound: freed here (the
+    // reboot installs the log's copy) rather than leaked.
+    if shoal_recover::rejuvenating() {
+        ipc::clear();
+    }
+}
+
+/// After-reboot hook of process: its memory is its snapshot again; the
+/// logged state goes back.
+pub fn after_reboot(_count: u64) {
+    let done = slot(|log| {
+        SIGNALS.with(|s| *s = log.signals);
+        crate::sys::set_limits_now(log.limits);
+        ipc::install(log.ipc.clone());
+        core::mem::size_of::<Log>() + log.ipc.heap_bytes()
+    });
+    let Some(bytes) = done else {
+        use core::fmt::Write;
+        let _ = writeln!(shoal_plat::console::Stderr, "shoal: cannot rebuild process after a reboot: its log is unavailable");
+        shoal_plat::halt(134)
+    };
+    shoal_recover::set_replayed(3);
+    shoal_recover::set_log_bytes(id::PROCESS, bytes as u64);
+}

@@ -1,0 +1,195 @@
+//! What recovery needs from ramfs (issue 19, seed 003; the log and the
+//! replay are `shoal-vfs`'s module `heal`, see there for the design).
+//!
+//! - **The journal**: every inode a call changed (created, written,
+//!   renamed into, destroyed, its times or reference count moved) and the
+//!   ranges of file data it wrote or the sizes it truncated to, in order.
+//!   vfs drains it after each call ([`Fs::swap_journal`]) into its log.
+//! - **Images**: an inode without its file contents ([`Image`], from
+//!   [`Fs::export`]), which the log keeps per inode; [`Fs::import`] puts one
+//!   back (or removes the inode) when the file system is rebuilt after a
+//!   reboot, with the contents the log kept ([`FileData::duplicate`]).
+
+use super::{Bytes, Dir, FileData, Fs, Ino, Inode, Node, Timespec};
+use alloc::vec::Vec;
+use shoal_plat::Errno;
+
+/// A change to file data, in the order the calls made them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// `len` bytes written at `off`.
+    Write {
+        /// The file.
+        ino: Ino,
+        /// Where.
+        off: u64,
+        /// How many bytes.
+        len: u64,
+    },
+    /// Truncated (or extended) to `size`.
+    Truncate {
+        /// The file.
+        ino: Ino,
+        /// The new size.
+        size: u64,
+    },
+}
+
+/// What changed since the journal was last drained.
+#[derive(Debug, Default)]
+pub struct Journal {
+    on: bool,
+    /// Inodes changed (each once; a call changes a handful).
+    pub touched: Vec<Ino>,
+    /// Data changes, in order.
+    pub changes: Vec<Change>,
+}
+
+impl Journal {
+    pub(crate) fn touched(&mut self, ino: Ino) {
+        if self.on && !self.touched.contains(&ino) {
+            self.touched.push(ino);
+        }
+    }
+
+    pub(crate) fn changed(&mut self, c: Change) {
+        if self.on {
+            self.changes.push(c);
+        }
+    }
+}
+
+/// An inode as the log keeps it: its attributes and what it is, without
+/// the contents of a regular file (the log keeps those apart).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Image {
+    perm: u32,
+    nlink: u32,
+    refs: u32,
+    uid: u32,
+    gid: u32,
+    atime: Timespec,
+    mtime: Timespec,
+    ctime: Timespec,
+    btime: Timespec,
+    node: NodeImage,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum NodeImage {
+    File,
+    Dir(Dir),
+    Symlink(Bytes),
+    Fifo,
+    CharDevice(u64),
+}
+
+impl Image {
+    /// Whether it is a regular file (its contents are kept apart).
+    pub fn is_file(&self) -> bool {
+        self.node == NodeImage::File
+    }
+
+    /// Bytes the image holds on the heap besides itself (directory
+    /// entries, a link target): for the log's memory report.
+    pub fn heap_bytes(&self) -> usize {
+        match &self.node {
+            NodeImage::Dir(d) => d.entries_from(0).map(|(_, n, _)| n.len() * 2 + 48).sum(),
+            NodeImage::Symlink(Bytes::Owned(b)) => b.len(),
+            _ => 0,
+        }
+    }
+}
+
+impl Fs {
+    /// Turns the journal on or off (off: nothing is noted; it starts off,
+    /// so building the file system at boot notes nothing).
+    pub fn set_journal(&mut self, on: bool) {
+        self.journal.on = on;
+        if !on {
+            self.journal.touched.clear();
+            self.journal.changes.clear();
+        }
+    }
+
+    /// Swaps the journal's lists with `spare` (emptied first): `spare`
+    /// then holds the inodes changed and the data changes made since the
+    /// last call, and the journal goes on in `spare`'s old buffers (no
+    /// allocation once they have grown).
+    pub fn swap_journal(&mut self, spare: &mut Journal) {
+        spare.touched.clear();
+        spare.changes.clear();
+        core::mem::swap(&mut self.journal.touched, &mut spare.touched);
+        core::mem::swap(&mut self.journal.changes, &mut spare.changes);
+    }
+
+    /// Whether the journal holds anything.
+    pub fn journal_is_empty(&self) -> bool {
+        self.journal.touched.is_empty() && self.journal.changes.is_empty()
+    }
+
+    /// The next inode number a creation takes.
+    pub fn next_ino(&self) -> Ino {
+        self.next_ino
+    }
+
+    /// Sets the next inode number (a rebuilt file system continues where
+    /// the failed one was).
+    pub fn set_next_ino(&mut self, ino: Ino) {
+        self.next_ino = ino;
+    }
+
+    /// Takes the contents of regular file `ino` out (leaving it empty): a
+    /// rejuvenation moves them into the rebuilt tree, so their pages (and
+    /// shared mappings of them) stay where they are.
+    pub fn take_data(&mut self, ino: Ino) -> Option<FileData> {
+        match &mut self.inodes.get_mut(&ino)?.node {
+            Node::File(f) => Some(core::mem::take(f)),
+            _ => None,
+        }
+    }
+
+    /// The image of `ino`, `None` if it does not exist.
+    pub fn export(&self, ino: Ino) -> Option<Image> {
+        let i = self.inodes.get(&ino)?;
+        let node = match &i.node {
+            Node::File(_) => NodeImage::File,
+            Node::Dir(d) => NodeImage::Dir(d.clone()),
+            Node::Symlink(b) => NodeImage::Symlink(b.clone()),
+            Node::Fifo => NodeImage::Fifo,
+            Node::CharDevice(r) => NodeImage::CharDevice(*r),
+        };
+        Some(Image { perm: i.perm, nlink: i.nlink, refs: i.refs, uid: i.uid, gid: i.gid, atime: i.atime, mtime: i.mtime, ctime: i.ctime, btime: i.btime, node })
+    }
+
+    /// Makes `ino` what `image` says, with `data` as the contents of a
+    /// regular file (`EINVAL` if a file image comes without contents), or
+    /// removes it (`None`). Not journaled.
+    pub fn import(&mut self, ino: Ino, image: Option<(&Image, Option<FileData>)>) -> Result<(), Errno> {
+        let Some((im, data)) = image else {
+            self.inodes.remove(&ino);
+            return Ok(());
+        };
+        let node = match &im.node {
+            NodeImage::File => Node::File(data.ok_or(Errno::EINVAL)?),
+            NodeImage::Dir(d) => Node::Dir(d.clone()),
+            NodeImage::Symlink(b) => Node::Symlink(b.clone()),
+            NodeImage::Fifo => Node::Fifo,
+            NodeImage::CharDevice(r) => Node::CharDevice(*r),
+        };
+        let inode = Inode {
+            perm: im.perm,
+            nlink: im.nlink,
+            refs: im.refs,
+            uid: im.uid,
+            gid: im.gid,
+            atime: im.atime,
+            mtime: im.mtime,
+            ctime: im.ctime,
+            btime: im.btime,
+            node,
+        };
+        self.inodes.insert(ino, inode);
+        Ok(())
+    }
+}

@@ -1,0 +1,170 @@
+//! Calls from one component into another that do not pass the system-call
+//! table, and the memory a stateful component keeps outside its own
+//! regions (its call log).
+//!
+//! - [`enter`]: code of component `c` runs from here until the guard is
+//!   dropped (vfs's entry `shoal_vfs::with`, which `net`, `mm` and the
+//!   table's own read and write reach; ramfs's entry points, called by
+//!   vfs). A failure there is `c`'s: the gate below (whatever component
+//!   the system call entered) reboots `c` and retries the system call.
+//!   With `count`, the call is counted for `--inject COMPONENT:…@N`.
+//! - [`LOGS`]: one slot per component for its log, which restoring the
+//!   component's snapshot leaves alone (this crate's memory is no
+//!   component's). What a log holds is the component's business (vfs's
+//!   module `heal`); it reports its size with [`set_log_bytes`] and the
+//!   number of calls a reboot replayed with [`set_replayed`], for the
+//!   reboot line.
+
+use super::{injected, rebootable, Component, ARMED, CALLS, CURRENT, INJECT_AT, INJECT_COMPONENT, N};
+use alloc::boxed::Box;
+use core::any::Any;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use shoal_plat::Global;
+
+/// While alive, the code running is component `c`'s; dropping it returns
+/// to the component that called.
+pub struct Entered(Component);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        CURRENT.store(self.0, Relaxed);
+    }
+}
+
+/// Enters component `c` (see the module documentation), counting the call
+/// for `--inject` and injecting the fault at its call: only when a gate
+/// is armed and `c` is rebootable, so that a fault at that count is
+/// always one the kernel can recover from (otherwise the count goes on).
+pub fn enter(c: Component) -> Entered {
+    let prev = CURRENT.swap(c, Relaxed);
+    if c != prev {
+        if let Some(calls) = (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
+            let n = calls.fetch_add(1, Relaxed) + 1;
+            if INJECT_COMPONENT.load(Relaxed) == c && INJECT_AT.load(Relaxed) == n && ARMED.load(Relaxed) != 0 && rebootable(c) {
+                injected(c, n);
+            }
+        }
+    }
+    Entered(prev)
+}
+
+/// Like [`enter`], without counting the call (vfs's `with`: the table
+/// counts the calls it makes into vfs).
+pub fn enter_quiet(c: Component) -> Entered {
+    Entered(CURRENT.swap(c, Relaxed))
+}
+
+/// Each component's log (see the module documentation).
+pub static LOGS: [Global<Option<Box<dyn Any>>>; N] = [const { Global::new(None) }; N];
+
+/// Bytes each component's log holds, as it last reported.
+static LOG_BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
+/// Calls the last reboot's replay applied (set by the after-reboot hook).
+static REPLAYED: AtomicU64 = AtomicU64::new(0);
+
+/// Component `c`'s log now holds `bytes` bytes.
+pub fn set_log_bytes(c: Component, bytes: u64) {
+    if let Some(b) = (c as usize).checked_sub(1).and_then(|i| LOG_BYTES.get(i)) {
+        b.store(bytes, Relaxed);
+    }
+}
+
+/// The size component `c`'s log last reported (0: none).
+pub fn log_bytes(c: Component) -> u64 {
+    (c as usize).checked_sub(1).and_then(|i| LOG_BYTES.get(i)).map_or(0, |b| b.load(Relaxed))
+}
+
+/// The reboot's replay applied `n` logged calls (called by an
+/// after-reboot hook).
+pub fn set_replayed(n: u64) {
+    REPLAYED.store(n, Relaxed);
+}
+
+/// Takes the count [`set_replayed`] left (0 if none).
+pub(crate) fn take_replayed() -> u64 {
+    REPLAYED.swap(0, Relaxed)
+}
+
+/// The gate state of a thread that gives up the vCPU inside a system call
+/// (see [`suspend`]).
+pub struct Suspended {
+    armed: u64,
+    current: Component,
+    context: [u64; 8],
+}
+
+/// Called by the scheduler right before it switches to another thread:
+/// the armed gate, its saved context and the current component belong to
+/// the thread leaving, so they are put aside (the next thread starts with
+/// none armed) and [`resume`] puts them back when the thread runs again.
+/// Without this, a failure in another thread would return to this
+/// thread's gate, on the wrong stack.
+pub fn suspend() -> Suspended {
+    // SAFETY: one flow of control; the context is read here and written
+    // only by a gate, which cannot run during this copy.
+    let context = unsafe { *super::CONTEXT.0.get() };
+    Suspended { armed: ARMED.swap(0, Relaxed), current: CURRENT.swap(0, Relaxed), context }
+}
+
+/// [`suspend`] as the scheduler's switch hook keeps it.
+pub(crate) fn suspend_raw() -> [u64; 10] {
+    let s = suspend();
+    let mut w = [0u64; 10];
+    w[0] = s.armed;
+    w[1] = u64::from(s.current);
+    w[2..].copy_from_slice(&s.context);
+    w
+}
+
+/// [`resume`] from what [`suspend_raw`] kept.
+pub(crate) fn resume_raw(w: [u64; 10]) {
+    let mut context = [0u64; 8];
+    context.copy_from_slice(&w[2..]);
+    resume(Suspended { armed: w[0], current: w[1] as Component, context });
+}
+
+/// Puts back what [`suspend`] put aside (the thread runs again).
+pub fn resume(s: Suspended) {
+    // SAFETY: as in `suspend`; the other threads' gates are all suspended
+    // or finished, so nothing else uses the context now.
+    unsafe { *super::CONTEXT.0.get() = s.context };
+    CURRENT.store(s.current, Relaxed);
+    ARMED.store(s.armed, Relaxed);
+}
+
+/// What a stateful component runs to bring its log up to date before a
+/// call into it begins (`process`: see `shoal_process::heal`), by
+/// component.
+static LOGGERS: Global<[Logger; N]> = Global::new([None; N]);
+
+/// A component's logger, if it has one.
+type Logger = Option<fn()>;
+
+/// Registers `f` to run before every gated call into `c` and before a
+/// rejuvenation reboots it.
+pub fn set_logger(c: Component, f: fn()) {
+    if let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) {
+        LOGGERS.with(|l| l[i] = Some(f));
+    }
+}
+
+/// Set while a rejuvenation reboots a component (no failure: its state
+/// is sound, and its logger may set it aside to reuse or free it).
+static REJUVENATING: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether the reboot under way is a rejuvenation (see [`set_logger`]).
+pub fn rejuvenating() -> bool {
+    REJUVENATING.load(Relaxed)
+}
+
+pub(crate) fn set_rejuvenating(on: bool) {
+    REJUVENATING.store(on, Relaxed);
+}
+
+/// Runs `c`'s logger, if it has one.
+pub(crate) fn before_call(c: Component) {
+    let f = (c as usize).checked_sub(1).and_then(|i| LOGGERS.try_with(|l| l.get(i).copied().flatten()).flatten());
+    if let Some(f) = f {
+        f();
+    }
+}

@@ -1,0 +1,512 @@
+//! Rebooting vfs and ramfs (issue 19, VampOS seed 003): the call log,
+//! its shrinking, and the replay that rebuilds the state after a reboot.
+//!
+//! **Why not the memory snapshot alone.** `shoal-recover` restores a
+//! component's data and bss from its post-initialisation snapshot. For
+//! vfs and ramfs that is not enough: their state — the descriptor table,
+//! the open file descriptions, the inode tree, file contents — lives on
+//! the shared kernel heap, reached from one `Global` in vfs's bss. After
+//! the restore that `Global` points at the heap objects of the moment the
+//! snapshot was taken, long since changed or freed. So a reboot
+//! **abandons** the old heap objects (never dropped: they may be
+//! corrupt; they leak) and builds a fresh state: ramfs's tree and vfs's
+//! descriptors exactly as the kernel built them at boot, then the log
+//! replayed over them.
+//!
+//! **The log** (kept in `shoal_recover::LOGS`, outside both components'
+//! memory, so restoring their snapshots leaves it alone) records each
+//! state-changing call by its *results*, per session, as VampOS shrinks
+//! its logs:
+//! - per **inode** a call changed (created, renamed, linked, truncated,
+//!   written, its times, mode, owner or reference count changed): the
+//!   inode's image after the call (`shoal_ramfs::heal::Image`: attributes,
+//!   directory entries, link target) — a later call on the same inode
+//!   supersedes it; an inode the program destroyed drops its entry (one
+//!   that existed at boot leaves a tombstone);
+//! - per **regular file** written since boot: its contents, as a copy
+//!   kept up to date by replaying each write's range and each truncation
+//!   (VampOS: "shrink a series of write() by preserving the offset and
+//!   contents"); removing the file drops it. File contents are the one
+//!   part of the state that cannot be recomputed from small records, and
+//!   logging every write's bytes would grow without bound; the copy is
+//!   bounded by the live files' sizes (the price: written files take
+//!   their size twice in memory);
+//! - per **descriptor** and **open file description**: the entry after
+//!   the call (description, close-on-exec; target, status flags, offset):
+//!   every read, write or `lseek` supersedes the offset in place, and
+//!   closing a descriptor drops its entry (and its description's, with
+//!   the last reference) — session-aware shrinking;
+//! - one entry each for the working directory, umask, the enforced
+//!   limits, the pipes' buffers, the advisory locks and the terminal
+//!   settings.
+//!
+//! The log is updated when a call leaves vfs ([`crate::with`]), from the
+//! journal ramfs keeps of what the call changed (`Fs::swap_journal`) and
+//! a comparison of the descriptor tables: its size is that of the live
+//! state it describes, never that of the history, so there is no
+//! threshold to wait for (VampOS shrinks every 100 entries because it
+//! appends first and prunes later).
+//!
+//! **Replay and encapsulated restoration.** A reboot runs vfs's
+//! initialisation again — building the root file system from the archive,
+//! the standard streams — feeding it the clock readings the boot made
+//! (the time component is not asked again: its answers are the logged
+//! ones), so every inode nobody changed comes back identical, with its
+//! inode number and times. Then each entry is applied: inode images and
+//! file contents imported, the next inode number set, the descriptor
+//! tables and the rest put back. Nothing outside vfs and ramfs is called
+//! during the replay: reference counts, pipe ends and lock owners are
+//! taken from the log, not re-taken through the calls that made them.
+//!
+//! **Rejuvenation** (`--rejuvenate-every`) reboots a component that did
+//! not fail: its state is sound, so [`before_reboot`] sets it aside, the
+//! rebuilt tree takes the files' contents from it (the same pages: no
+//! copy, and shared mappings stay coherent) and the rest of it is freed —
+//! rejuvenation does not leak.
+//!
+//! **What is not restored.** Bytes a program stored through a *shared*
+//! mapping of a file (`mmap` `MAP_SHARED`, written without `write`) are
+//! not in the log, and after a failure's reboot the mapping still shows
+//! the old pages while the file has new ones: such files are not
+//! recovered coherently. Heap objects of a failed state leak (once per
+//! failure). If the log cannot keep a copy (no memory), it says so once,
+//! frees its copies (the program gets the memory back: writing files
+//! then fills guest memory as without the log) and stops; a later reboot
+//! of vfs or ramfs ends the instance instead of restoring a wrong state.
+
+use crate::{lock, pipe, FdEntry, Ofd, Target, Vfs};
+use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+#[cfg(not(test))]
+use shoal_plat::Global;
+use shoal_ramfs::heal::{Change, Image};
+use shoal_ramfs::{FileData, Ino};
+use shoal_recover::id;
+
+/// Where the file system's clock readings go (module documentation:
+/// the boot's readings are fed back to a rebuild).
+enum Clock {
+    /// Read the clock.
+    Live,
+    /// Read it and keep what it said (while vfs initialises).
+    Record(Vec<u64>),
+    /// Answer from the boot's readings, in order (while rebuilding).
+    Replay(Vec<u64>, usize),
+}
+
+#[cfg(not(test))]
+static CLOCK: Global<Clock> = Global::new(Clock::Live);
+
+#[cfg(not(test))]
+fn with_clock<R>(f: impl FnOnce(&mut Clock) -> R) -> Option<R> {
+    CLOCK.try_with(f)
+}
+
+// Unit tests run in parallel threads, each with its own file systems.
+#[cfg(test)]
+std::thread_local! {
+    static CLOCK: core::cell::RefCell<Clock> = const { core::cell::RefCell::new(Clock::Live) };
+}
+
+#[cfg(test)]
+fn with_clock<R>(f: impl FnOnce(&mut Clock) -> R) -> Option<R> {
+    CLOCK.with(|c| c.try_borrow_mut().ok().map(|mut c| f(&mut c)))
+}
+
+/// The file system's clock (see [`Clock`]).
+pub(crate) fn clock(live: fn() -> u64) -> u64 {
+    with_clock(|c| match c {
+        Clock::Live => live(),
+        Clock::Record(v) => {
+            let t = live();
+            v.push(t);
+            t
+        }
+        Clock::Replay(v, i) => {
+            let t = v.get(*i).copied().unwrap_or_else(live);
+            *i += 1;
+            t
+        }
+    })
+    .unwrap_or_else(live)
+}
+
+/// Starts keeping the clock readings (vfs's initialisation).
+pub(crate) fn record_clock() {
+    with_clock(|c| *c = Clock::Record(Vec::new()));
+}
+
+/// The readings kept since [`record_clock`] (the clock is live again).
+fn take_clock() -> Vec<u64> {
+    match with_clock(|c| core::mem::replace(c, Clock::Live)) {
+        Some(Clock::Record(v) | Clock::Replay(v, _)) => v,
+        _ => Vec::new(),
+    }
+}
+
+/// Feeds `boot` to the clock (a rebuild), until [`take_clock`].
+fn replay_clock(boot: Vec<u64>) {
+    with_clock(|c| *c = Clock::Replay(boot, 0));
+}
+
+/// The log entry of one inode.
+struct InodeEntry {
+    /// Its image after the last call that changed it; `None`: destroyed.
+    image: Option<Image>,
+    /// A regular file's contents (a copy kept in step with the file).
+    data: Option<FileData>,
+}
+
+/// What vfs holds besides its tables and ramfs's tree and that calls
+/// change, as one entry. (The standard streams' inodes, `/proc/self/fd`
+/// and the pipes' times are set at boot only: the rebuild makes them
+/// again.)
+#[derive(Clone, Copy, PartialEq)]
+struct Scalars {
+    cwd: Ino,
+    umask: u32,
+    nofile: usize,
+    fsize: u64,
+}
+
+impl Scalars {
+    fn of(v: &Vfs) -> Scalars {
+        Scalars { cwd: v.cwd, umask: v.umask, nofile: v.nofile, fsize: v.fsize }
+    }
+}
+
+/// The log of vfs and ramfs (module documentation).
+pub(crate) struct Log {
+    /// The clock readings of vfs's initialisation.
+    boot_clock: Vec<u64>,
+    /// Inodes below this number existed at boot.
+    boot_next_ino: Ino,
+    inodes: BTreeMap<Ino, InodeEntry>,
+    next_ino: Ino,
+    fds: Vec<Option<FdEntry>>,
+    ofds: Vec<Option<Ofd>>,
+    scalars: Scalars,
+    pipes: BTreeMap<Ino, pipe::Pipe>,
+    locks: lock::Locks,
+    termios: [u8; 36],
+    /// `ops::termios_changes` when `termios` was copied.
+    termios_changes: u64,
+    /// State-changing calls logged since boot.
+    calls: u64,
+    /// Why the log cannot rebuild the state (a copy failed).
+    broken: Option<&'static str>,
+    /// The journal's lists, swapped with ramfs's on every call.
+    spare: shoal_ramfs::heal::Journal,
+    /// A rejuvenation's sound state, set aside before the reboot: the
+    /// rebuilt tree takes its files' contents (the same pages), the rest
+    /// is freed.
+    old: Option<Vfs>,
+}
+
+fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
+    shoal_recover::LOGS[id::VFS as usize - 1].try_with(|s| s.as_mut().and_then(|b| b.downcast_mut::<Log>()).map(f)).flatten()
+}
+
+/// Starts the log right after vfs's initialisation (which ran after
+/// [`record_clock`]): the state of `v` is the replay's base.
+pub(crate) fn start(v: &mut Vfs) {
+    let boot_clock = take_clock();
+    // `shoal run --no-recover`: nothing is rebooted, so nothing is logged.
+    if shoal_plat::boot::info().recover_flags & shoal_abi::RECOVER_OFF != 0 {
+        return;
+    }
+    let log = Log::new(v, boot_clock);
+    shoal_recover::LOGS[id::VFS as usize - 1].with(|s| *s = Some(Box::new(log)));
+}
+
+/// Brings the log up to date with what the call that is leaving vfs
+/// changed (called by [`crate::with`] after every call).
+pub(crate) fn commit(v: &mut Vfs) {
+    slot(|log| log.record(v));
+}
+
+impl Log {
+    /// The log of a state just built (`v`, whose build read the clock
+    /// `boot_clock`): empty, `v` is the replay's base.
+    fn new(v: &mut Vfs, boot_clock: Vec<u64>) -> Log {
+        v.fs.set_journal(true);
+        Log {
+            boot_clock,
+            boot_next_ino: v.fs.next_ino(),
+            inodes: BTreeMap::new(),
+            next_ino: v.fs.next_ino(),
+            fds: v.fds.clone(),
+            ofds: v.ofds.clone(),
+            scalars: Scalars::of(v),
+            pipes: v.pipes.clone(),
+            locks: v.locks.clone(),
+            termios: crate::ops::termios(),
+            termios_changes: crate::ops::termios_changes(),
+            calls: 0,
+            broken: None,
+            spare: Default::default(),
+            old: None,
+        }
+    }
+
+    /// Records what the last call changed in `v`.
+    fn record(&mut self, v: &mut Vfs) {
+        let log = self;
+        if log.broken.is_some() {
+            v.fs.set_journal(false);
+            return;
+        }
+        let mut changed = false;
+        if !v.fs.journal_is_empty() {
+            let mut j = core::mem::take(&mut log.spare);
+            v.fs.swap_journal(&mut j);
+            changed = true;
+            log.inodes_changed(v, &j.touched, &j.changes);
+            log.spare = j;
+        }
+        if log.fds != v.fds {
+            log.fds.clone_from(&v.fds);
+            changed = true;
+        }
+        if log.ofds != v.ofds {
+            log.ofds.clone_from(&v.ofds);
+            changed = true;
+        }
+        let s = Scalars::of(v);
+        if log.scalars != s {
+            log.scalars = s;
+            changed = true;
+        }
+        if log.pipes != v.pipes {
+            log.pipes.clone_from(&v.pipes);
+            changed = true;
+        }
+        if log.locks != v.locks {
+            log.locks = v.locks.clone();
+            changed = true;
+        }
+        let n = crate::ops::termios_changes();
+        if log.termios_changes != n {
+            log.termios_changes = n;
+            log.termios = crate::ops::termios();
+            changed = true;
+        }
+        if changed {
+            log.calls += 1;
+        }
+    }
+
+    /// Replays the log over `v`, the state as the boot built it (built
+    /// again with the boot's clock readings); returns the number of
+    /// entries applied.
+    fn replay(&self, v: &mut Vfs, mut old: Option<&mut Vfs>) -> Result<u64, &'static str> {
+        if let Some(why) = self.broken {
+            return Err(why);
+        }
+        let fs = &mut v.fs;
+        fs.set_journal(false);
+        for (&ino, e) in &self.inodes {
+            let data = match (&e.image, &e.data) {
+                (Some(im), Some(d)) if im.is_file() => match old.as_mut().and_then(|o| o.fs.take_data(ino)) {
+                    Some(moved) => Some(moved),
+                    None => Some(d.duplicate().map_err(|_| "no memory for the files' contents")?),
+                },
+                _ => None,
+            };
+            fs.import(ino, e.image.as_ref().map(|im| (im, data))).map_err(|_| "a file's contents are missing from the log")?;
+        }
+        fs.set_next_ino(self.next_ino);
+        let _ = fs.take_resized();
+        fs.set_journal(true);
+        v.fds.clone_from(&self.fds);
+        v.ofds.clone_from(&self.ofds);
+        let s = &self.scalars;
+        (v.cwd, v.umask, v.nofile, v.fsize) = (s.cwd, s.umask, s.nofile, s.fsize);
+        v.pipes.clone_from(&self.pipes);
+        v.locks = self.locks.clone();
+        crate::ops::set_termios(self.termios);
+        Ok(self.entries())
+    }
+
+    /// The log can no longer rebuild the state (`why`): said once on
+    /// stderr; the copies of file contents are freed (the program gets
+    /// that memory back) and nothing more is logged; a later reboot of vfs
+    /// or ramfs ends the instance.
+    fn break_down(&mut self, why: &'static str) {
+        if self.broken.is_none() {
+            use core::fmt::Write;
+            let _ = writeln!(
+                shoal_plat::console::Stderr,
+                "shoal: the file system's recovery log is incomplete ({why}): a reboot of vfs or ramfs would end the instance"
+            );
+        }
+        self.broken = Some(why);
+        self.inodes.clear();
+    }
+
+    fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
+        let mut fresh = Vec::new();
+        let mut failed = false;
+        for &ino in touched {
+            match v.fs.export(ino) {
+                Some(image) => {
+                    let e = self.inodes.entry(ino).or_insert(InodeEntry { image: None, data: None });
+                    if image.is_file() && e.data.is_none() {
+                        // First change to this file since boot: its whole
+                        // contents now; later calls bring in their ranges.
+                        match v.fs.file_data(ino).and_then(|d| d.duplicate()) {
+                            Ok(d) => e.data = Some(d),
+                            Err(_) => failed = true,
+                        }
+                        fresh.push(ino);
+                    }
+                    if !image.is_file() {
+                        e.data = None;
+                    }
+                    e.image = Some(image);
+                }
+                // Destroyed: one made since boot leaves nothing; one from
+                // boot leaves a tombstone.
+                None if ino >= self.boot_next_ino => {
+                    self.inodes.remove(&ino);
+                }
+                None => {
+                    self.inodes.insert(ino, InodeEntry { image: None, data: None });
+                }
+            }
+        }
+        if failed {
+            self.break_down("no memory for the copy of a file");
+            return;
+        }
+        for c in changes {
+            let ino = match *c {
+                Change::Write { ino, .. } | Change::Truncate { ino, .. } => ino,
+            };
+            if fresh.contains(&ino) {
+                continue;
+            }
+            let (Some(copy), Ok(live)) = (self.inodes.get_mut(&ino).and_then(|e| e.data.as_mut()), v.fs.file_data(ino)) else { continue };
+            let r = match *c {
+                Change::Write { off, len, .. } => copy.copy_range(live, off, len),
+                Change::Truncate { size, .. } => copy.truncate(size),
+            };
+            if r.is_err() {
+                self.break_down("no memory for the copy of a file");
+                return;
+            }
+        }
+        self.next_ino = v.fs.next_ino();
+    }
+
+    /// Bytes the log holds (an estimate of its heap use: entries, images,
+    /// file copies by pages, tables).
+    fn bytes(&self) -> u64 {
+        let mut b = core::mem::size_of::<Log>() + self.boot_clock.capacity() * 8;
+        for e in self.inodes.values() {
+            b += core::mem::size_of::<InodeEntry>() + core::mem::size_of::<Image>() + 16;
+            b += e.image.as_ref().map_or(0, |i| i.heap_bytes());
+            b += e.data.as_ref().map_or(0, |d| d.owned_pages() as usize * 4096);
+        }
+        b += self.fds.capacity() * core::mem::size_of::<Option<FdEntry>>();
+        b += self.ofds.capacity() * core::mem::size_of::<Option<Ofd>>();
+        b += self.pipes.values().map(|p| p.buf.capacity() + 64).sum::<usize>();
+        b as u64
+    }
+
+    /// Entries the log holds (what a reboot replays).
+    fn entries(&self) -> u64 {
+        let live = |n: usize| n as u64;
+        live(self.inodes.len())
+            + self.inodes.values().filter(|e| e.data.is_some()).count() as u64
+            + self.fds.iter().filter(|e| e.is_some()).count() as u64
+            + self.ofds.iter().filter(|e| e.is_some()).count() as u64
+            + live(self.pipes.len())
+            + 3
+    }
+}
+
+/// Tells recover the log's size (for the reboot line: measured when a
+/// reboot replays it, not after every call, which would cost a walk over
+/// the entries each time).
+fn report() {
+    if let Some(b) = slot(|l| l.bytes()) {
+        shoal_recover::set_log_bytes(id::VFS, b);
+        shoal_recover::set_log_bytes(id::RAMFS, b);
+    }
+}
+
+/// The log's size in bytes and entries, and the calls it has logged
+/// (tests, diagnostics); `None` without a log.
+pub fn stats() -> Option<(u64, u64, u64)> {
+    slot(|l| (l.bytes(), l.entries(), l.calls))
+}
+
+/// vfs's and ramfs's logger (`shoal_recover::set_logger`; their log is
+/// brought up to date as each call leaves vfs): before a rejuvenation,
+/// sets the sound state aside for the rebuild.
+pub fn before_reboot() {
+    if shoal_recover::rejuvenating() {
+        if let Some(old) = crate::take_state() {
+            slot(|log| log.old = Some(old));
+        }
+    }
+}
+
+/// After-reboot hook of vfs (`shoal_recover`): vfs's memory is its
+/// snapshot again; the state is rebuilt from the log.
+pub fn after_reboot(_count: u64) {
+    rebuild();
+}
+
+/// After-reboot hook of ramfs: its tree is part of vfs's state (the
+/// failed call was inside vfs, which holds it), so vfs's memory is
+/// restored too and the whole state rebuilt from the log.
+pub fn after_ramfs_reboot(_count: u64) {
+    shoal_recover::restore_regions(id::VFS);
+    rebuild();
+}
+
+fn fail(why: &str) -> ! {
+    use core::fmt::Write;
+    let _ = writeln!(shoal_plat::console::Stderr, "shoal: cannot rebuild the file system after a reboot: {why}");
+    shoal_plat::halt(134)
+}
+
+/// Builds vfs's state afresh and replays the log over it (module
+/// documentation), then installs it, abandoning the old one.
+fn rebuild() {
+    let Some(Some(boot)) = slot(|l| {
+        if l.broken.is_some() {
+            return None;
+        }
+        Some(core::mem::take(&mut l.boot_clock))
+    }) else {
+        fail(slot(|l| l.broken).flatten().unwrap_or("there is no log"))
+    };
+    replay_clock(boot);
+    let mut v = Vfs::new(crate::root_fs());
+    let boot = take_clock();
+    let mut old = slot(|log| log.old.take()).flatten();
+    let replayed = slot(|log| {
+        log.boot_clock = boot;
+        log.replay(&mut v, old.as_mut())
+    });
+    let n = match replayed {
+        Some(Ok(n)) => n,
+        Some(Err(why)) => fail(why),
+        None => fail("the log is in use"),
+    };
+    crate::obj::set_live(v.ofds.iter().flatten().filter(|o| matches!(o.target, Target::Obj(_))).count());
+    crate::install_rebuilt(v);
+    // A rejuvenation's old state, its files' contents moved out: sound,
+    // so freed.
+    drop(old);
+    shoal_recover::set_replayed(n);
+    report();
+}
+
+#[cfg(test)]
+#[path = "heal_tests.rs"]
+mod tests;
