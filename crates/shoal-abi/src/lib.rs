@@ -199,7 +199,7 @@ pub struct BootInfo {
     /// watchdog. The tender enforces it (with the preemption tick, see
     /// [`PreemptArea::watch`]); the kernel only arms it and names it.
     pub watchdog_ns: u64,
-    /// Recovery flags ([`RECOVER_OFF`]; ABI 13).
+    /// Recovery flags ([`RECOVER_OFF`], [`RECOVER_STATEFUL`]; ABI 13).
     pub recover_flags: u64,
 }
 
@@ -209,6 +209,15 @@ pub struct BootInfo {
 /// instance as a kernel panic does. What `shoal bench recover` compares
 /// the gates against.
 pub const RECOVER_OFF: u64 = 1;
+
+/// [`BootInfo::recover_flags`]: the stateful components (`vfs`, `ramfs`,
+/// `process`) are rebootable too (`shoal run --recover-stateful`, implied
+/// by an `--inject` into one of them and by `--rejuvenate-every`): calls
+/// into them are logged and every gate is armed, which costs about 1.5×
+/// CPU on a program that makes many file-system calls (`shoal bench
+/// recover`), so it is not the default. Without it only the stateless
+/// components (`time`, `sysinfo`, `user`) are rebooted.
+pub const RECOVER_STATEFUL: u64 = 2;
 
 /// The watchdog limit unless told otherwise: 1 s (issue 19).
 pub const DEFAULT_WATCHDOG_NS: u64 = 1_000_000_000;

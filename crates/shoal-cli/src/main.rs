@@ -128,7 +128,7 @@ enum Cmd {
         /// Make kernel COMPONENT fail at its N-th call, for tests of component recovery: COMPONENT:KIND@N, KIND panic, wild-write or hang.
         #[arg(long, value_name = "COMPONENT:KIND@N")]
         inject: Option<String>,
-        /// Reboot the rebootable kernel components (vfs, ramfs, time, process, sysinfo, user) one by one, one every SECONDS (software rejuvenation).
+        /// Reboot the rebootable kernel components (vfs, ramfs, time, process, sysinfo, user; implies --recover-stateful) one by one, one every SECONDS (software rejuvenation).
         #[arg(long = "rejuvenate-every", value_name = "SECONDS")]
         rejuvenate_every: Option<String>,
         /// Reboot a rebootable kernel component whose call runs longer than MS milliseconds (the hang watchdog; default 1000; `off` turns it off).
@@ -137,6 +137,9 @@ enum Cmd {
         /// No component gates: system calls go straight to the kernel components; nothing is rebooted (a component's failure ends the instance).
         #[arg(long)]
         no_recover: bool,
+        /// Make vfs, ramfs and process rebootable too: their calls are logged and replayed after a reboot (costs about 1.5× CPU on file-system-heavy programs; implied by --inject into one of them and by --rejuvenate-every).
+        #[arg(long)]
+        recover_stateful: bool,
         /// The image.
         image: PathBuf,
         /// Arguments for the program (after `--`).
@@ -211,7 +214,7 @@ fn run_image(
     single_process: bool,
     net: (Vec<String>, Vec<String>, bool, Vec<String>, bool),
     volume: Option<String>,
-    recover: (Option<String>, Option<String>, Option<String>, bool),
+    recover: (Option<String>, Option<String>, Option<String>, bool, bool),
     image: PathBuf,
     args: Vec<String>,
 ) -> Result<i32> {
@@ -226,7 +229,8 @@ fn run_image(
         .with_volume(volume.as_deref())?
         .with_inject(recover.0.as_deref())?
         .with_rejuvenation(recover.1.as_deref())?
-        .with_watchdog(recover.2.as_deref(), recover.3)?;
+        .with_watchdog(recover.2.as_deref(), recover.3)?
+        .with_stateful_recovery(recover.4)?;
     Ok(shoal_tender::run(&args)?)
 }
 
@@ -305,6 +309,7 @@ fn real_main() -> Result<i32> {
             rejuvenate_every,
             watchdog,
             no_recover,
+            recover_stateful,
             image,
             args,
         } => run_image(
@@ -317,7 +322,7 @@ fn real_main() -> Result<i32> {
             single_process,
             (publish, listen_fd, net_outbound, net_allow, net_bind_any),
             volume,
-            (inject, rejuvenate_every, watchdog, no_recover),
+            (inject, rejuvenate_every, watchdog, no_recover, recover_stateful),
             image,
             args,
         ),

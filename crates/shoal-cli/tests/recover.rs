@@ -323,13 +323,19 @@ fn a_log_without_memory_gives_it_back_and_a_reboot_then_ends_the_instance() {
     let image = build_image(&test_app("heal.c"), dir.path(), &[]);
     let warning = "shoal: the file system's recovery log is incomplete (no memory for the copy of a file): a reboot of vfs or ramfs would end the instance";
     for t in tenders() {
-        let o = output(shoal_run(t).args(["--mem", "64M"]).arg(&image).args(["--", "fill", "60"]));
+        let o = output(shoal_run(t).args(["--mem", "64M", "--recover-stateful"]).arg(&image).args(["--", "fill", "60"]));
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(0), "{t}: {err}");
         let out = stdout(&o);
-        let mib: u32 = out.strip_prefix("wrote ").and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{t}: {out}"));
+        let written = |out: &str| -> u32 { out.strip_prefix("wrote ").and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{t}: {out}")) };
+        let mib = written(&out);
         assert!(mib > 18 && out.ends_with(" MiB\ndone\n"), "{t}: {out}");
         assert_eq!(err.trim_end(), warning, "{t}");
+        // Without --recover-stateful nothing is logged: no warning, and
+        // the program fills as much.
+        let o = output(shoal_run(t).args(["--mem", "64M"]).arg(&image).args(["--", "fill", "60"]));
+        assert_eq!((o.status.code(), stderr(&o).as_str()), (Some(0), ""), "{t}");
+        assert!(written(&stdout(&o)) >= mib, "{t}: {}", stdout(&o));
         let o = output(shoal_run(t).args(["--mem", "64M", "--inject", "vfs:panic@40"]).arg(&image).args(["--", "fill", "60"]));
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(134), "{t}: {err}");

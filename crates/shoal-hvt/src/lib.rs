@@ -342,7 +342,7 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
     params.inject = cfg.inject.unwrap_or_default();
     params.rejuvenate_ns = cfg.rejuvenate_ns;
     params.watchdog_ns = cfg.watchdog_ns;
-    params.recover_flags = if cfg.no_recover { shoal_abi::RECOVER_OFF } else { 0 };
+    params.recover_flags = cfg.recover_flags();
     if let Some(v) = &cfg.volume {
         params.volume_path = v.boot_path();
         // The whole volume archive lies in guest memory: it cannot be larger.

@@ -160,6 +160,9 @@ pub struct RunConfig {
     pub watchdog_ns: u64,
     /// `--no-recover`: no component gates (`shoal_abi::RECOVER_OFF`).
     pub no_recover: bool,
+    /// `--recover-stateful`: vfs, ramfs and process are rebootable too
+    /// (`shoal_abi::RECOVER_STATEFUL`; see [`RunConfig::recover_flags`]).
+    pub recover_stateful: bool,
 }
 
 impl RunConfig {
@@ -185,6 +188,28 @@ impl RunConfig {
             rejuvenate_ns: 0,
             watchdog_ns: shoal_abi::DEFAULT_WATCHDOG_NS,
             no_recover: false,
+            recover_stateful: false,
+        }
+    }
+
+    /// The kernel's [`shoal_abi::BootInfo::recover_flags`] for this run.
+    /// Logging the stateful components is asked for explicitly or implied
+    /// by what needs it: an injected fault in one of them (a test that it
+    /// recovers) and rejuvenation (which reboots every rebootable
+    /// component in turn).
+    pub fn recover_flags(&self) -> u64 {
+        if self.no_recover {
+            return shoal_abi::RECOVER_OFF;
+        }
+        let stateful_component = |c: u32| {
+            let name = (c as usize).checked_sub(1).and_then(|i| shoal_abi::COMPONENTS.get(i));
+            matches!(name, Some(&"vfs" | &"ramfs" | &"process"))
+        };
+        let injected = self.inject.is_some_and(|i| stateful_component(i.component));
+        if self.recover_stateful || injected || self.rejuvenate_ns != 0 {
+            shoal_abi::RECOVER_STATEFUL
+        } else {
+            0
         }
     }
 }

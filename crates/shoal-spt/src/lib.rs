@@ -303,7 +303,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         inject: cfg.inject.unwrap_or_default(),
         rejuvenate_ns: cfg.rejuvenate_ns,
         watchdog_ns: cfg.watchdog_ns,
-        recover_flags: if cfg.no_recover { shoal_abi::RECOVER_OFF } else { 0 },
+        recover_flags: cfg.recover_flags(),
     };
     let listener_fds: Vec<OwnedFd> = listeners.into_iter().map(|(fd, _)| fd).collect();
     let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };

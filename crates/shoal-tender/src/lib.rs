@@ -133,6 +133,8 @@ pub struct RunArgs {
     pub watchdog_ns: u64,
     /// `--no-recover`.
     pub no_recover: bool,
+    /// `--recover-stateful`.
+    pub recover_stateful: bool,
     /// The image.
     pub image: PathBuf,
     /// The program's arguments (after `--`).
@@ -170,6 +172,8 @@ Runs one shoal image (the lean form of `shoal run`).
                              milliseconds (default 1000)
   --no-recover               no component gates: nothing is rebooted (a component's failure ends
                              the instance)
+  --recover-stateful         make vfs, ramfs and process rebootable too (their calls are logged;
+                             implied by --inject into one of them and by --rejuvenate-every)
 ";
 
 /// Parses a size: bytes, or a number with a K, M or G suffix.
@@ -240,6 +244,7 @@ impl RunArgs {
             rejuvenate_ns: 0,
             watchdog_ns: shoal_loader::inject::DEFAULT_WATCHDOG_NS,
             no_recover: false,
+            recover_stateful: false,
             image,
             args,
         })
@@ -256,7 +261,7 @@ impl RunArgs {
         let (mut volume, mut bind_any) = (None, false);
         let mut inject = None;
         let mut rejuvenate = None;
-        let (mut watchdog, mut no_recover) = (None, false);
+        let (mut watchdog, mut no_recover, mut stateful) = (None, false, false);
         while let Some(a) = it.next() {
             let text = a.to_string_lossy().into_owned();
             // `--opt=value` and `--opt value` are both accepted.
@@ -295,6 +300,7 @@ impl RunArgs {
                 "--rejuvenate-every" => rejuvenate = Some(value("--rejuvenate-every")?),
                 "--watchdog" => watchdog = Some(value("--watchdog")?),
                 "--no-recover" if inline.is_none() => no_recover = true,
+                "--recover-stateful" if inline.is_none() => stateful = true,
                 "--" => {
                     args.extend(it.by_ref());
                     break;
@@ -314,7 +320,8 @@ impl RunArgs {
             .with_volume(volume.as_deref())?
             .with_inject(inject.as_deref())?
             .with_rejuvenation(rejuvenate.as_deref())?
-            .with_watchdog(watchdog.as_deref(), no_recover)
+            .with_watchdog(watchdog.as_deref(), no_recover)?
+            .with_stateful_recovery(stateful)
             .map(Some)
     }
 
@@ -360,6 +367,16 @@ impl RunArgs {
             self.watchdog_ns = 0;
         }
         self.no_recover = no_recover;
+        Ok(self)
+    }
+
+    /// Adds `--recover-stateful` (vfs, ramfs and process rebootable too,
+    /// their calls logged; refused with `--no-recover`).
+    pub fn with_stateful_recovery(mut self, on: bool) -> Result<RunArgs, ArgsError> {
+        if on && self.no_recover {
+            return Err(ArgsError::NoRecover("--recover-stateful"));
+        }
+        self.recover_stateful = on;
         Ok(self)
     }
 
@@ -415,6 +432,7 @@ impl RunArgs {
         cfg.rejuvenate_ns = self.rejuvenate_ns;
         cfg.watchdog_ns = self.watchdog_ns;
         cfg.no_recover = self.no_recover;
+        cfg.recover_stateful = self.recover_stateful;
         cfg.net.listen_fds = self
             .listen_fds
             .iter()
@@ -536,6 +554,19 @@ mod tests {
         assert_eq!((w.config().watchdog_ns, w.config().no_recover), (250_000_000, false));
         let off = parse(&["--no-recover", "img"]).unwrap().unwrap();
         assert_eq!((off.config().watchdog_ns, off.config().no_recover), (0, true));
+        // Logging the stateful components: asked for, or implied by what needs it.
+        let flags = |args: &[&str]| parse(args).unwrap().unwrap().config().recover_flags();
+        assert_eq!(flags(&["img"]), 0);
+        assert_eq!(flags(&["--inject", "time:panic@1", "img"]), 0);
+        assert_eq!(flags(&["--recover-stateful", "img"]), shoal_abi::RECOVER_STATEFUL);
+        assert_eq!(flags(&["--inject", "ramfs:panic@1", "img"]), shoal_abi::RECOVER_STATEFUL);
+        assert_eq!(flags(&["--inject", "process:hang@1", "img"]), shoal_abi::RECOVER_STATEFUL);
+        assert_eq!(flags(&["--rejuvenate-every", "1", "img"]), shoal_abi::RECOVER_STATEFUL);
+        assert_eq!(flags(&["--no-recover", "img"]), shoal_abi::RECOVER_OFF);
+        assert_eq!(
+            msg(&["--no-recover", "--recover-stateful", "img"]),
+            "--no-recover turns component recovery off; it cannot be used with --recover-stateful"
+        );
         assert!(msg(&["--rejuvenate-every", "0", "img"]).starts_with("--rejuvenate-every 0: expected seconds"));
         assert_eq!(parse(&["--rejuvenate-every", "0.25", "img"]).unwrap().unwrap().rejuvenate_ns, 250_000_000);
         let a = parse(&["--inject=time:panic@2", "img"]).unwrap().unwrap();

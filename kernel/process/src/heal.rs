@@ -40,8 +40,9 @@ fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
 /// Starts the log (at the end of kernel initialisation) and registers
 /// [`log_state`] with the gate.
 pub fn start() {
-    // `shoal run --no-recover`: nothing is rebooted, so nothing is logged.
-    if shoal_plat::boot::info().recover_flags & shoal_abi::RECOVER_OFF != 0 {
+    // Only when process is rebootable (`--recover-stateful`): otherwise
+    // nothing would ever replay the log.
+    if !shoal_recover::stateful() {
         return;
     }
     let log = Log { signals: SIGNALS.with(|s| *s), limits: crate::sys::limits_now().flatten(), ipc: Ipc::new(), ipc_seen: u64::MAX, calls: 0 };

@@ -236,6 +236,21 @@ static ARMED: AtomicU64 = AtomicU64::new(0);
 static CALLS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// `--no-recover`: no gates at all.
 static OFF: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether every gate is armed, not only those of rebootable components:
+/// with the stateful components rebootable ([`shoal_abi::RECOVER_STATEFUL`]),
+/// a call into one component may reach one of them (net's read reaches
+/// vfs, vfs reaches ramfs), and that one must be rebooted when it fails.
+/// Without them, only a call straight into `time`, `sysinfo` or `user`
+/// needs a return context, and the others' gates stay a counter.
+static ARM_ALL: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether the stateful components (`vfs`, `ramfs`, `process`) are
+/// rebootable in this run: their calls are logged only then.
+pub fn stateful() -> bool {
+    let flags = shoal_plat::boot::info().recover_flags;
+    flags & shoal_abi::RECOVER_OFF == 0 && flags & shoal_abi::RECOVER_STATEFUL != 0
+}
 /// `--inject`: the component (0: none) and the call number.
 static INJECT_COMPONENT: AtomicU8 = AtomicU8::new(0);
 static INJECT_AT: AtomicU64 = AtomicU64::new(0);
@@ -317,6 +332,7 @@ pub fn init(rebootable: &[Rebootable]) {
         OFF.store(true, Relaxed);
         return;
     }
+    ARM_ALL.store(bi.recover_flags & shoal_abi::RECOVER_STATEFUL != 0, Relaxed);
     // An armed gate is its thread's: the scheduler puts it aside at a
     // switch (see `log::suspend`).
     shoal_sched::set_switch_hooks((log::suspend_raw, log::resume_raw));
@@ -418,11 +434,10 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
     // A gate inside a gate (a rebootable component's call never calls back
     // into the table, so this does not happen today) runs unprotected: one
     // saved context at a time.
-    // Every gate is armed once a component is rebootable: a call into one
-    // component may reach a rebootable one that fails (net's read reaches
-    // vfs, vfs reaches ramfs); a failure in a component that is not
-    // rebootable ends the instance as before.
-    let r = if REBOOTABLE.load(Relaxed) != 0 && ARMED.load(Relaxed) == 0 {
+    // With the stateful components rebootable every gate is armed (see
+    // ARM_ALL); a failure in a component that is not rebootable ends the
+    // instance as before.
+    let r = if REBOOTABLE.load(Relaxed) != 0 && ARMED.load(Relaxed) == 0 && (ARM_ALL.load(Relaxed) || rebootable(c)) {
         if rebootable(c) {
             log::before_call(c);
         }

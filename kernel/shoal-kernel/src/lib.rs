@@ -90,18 +90,24 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
     // (shoal_vfs::heal, shoal_process::heal); sysinfo's
     // hook moves its random generator to a fresh stream, so a reboot never
     // repeats bytes.
+    // vfs, ramfs and process only with `--recover-stateful` (their logs
+    // cost CPU on every call into them; shoal_abi::RECOVER_STATEFUL).
     use shoal_recover::id;
-    shoal_process::heal::start();
-    shoal_recover::set_logger(id::VFS, shoal_vfs::heal::before_reboot);
-    shoal_recover::set_logger(id::RAMFS, shoal_vfs::heal::before_reboot);
-    shoal_recover::init(&[
-        (id::VFS, Some(shoal_vfs::heal::after_reboot)),
-        (id::RAMFS, Some(shoal_vfs::heal::after_ramfs_reboot)),
-        (id::TIME, None),
-        (id::PROCESS, Some(shoal_process::heal::after_reboot)),
-        (id::SYSINFO, Some(shoal_sysinfo::after_reboot)),
-        (id::USER, None),
-    ]);
+    if shoal_recover::stateful() {
+        shoal_process::heal::start();
+        shoal_recover::set_logger(id::VFS, shoal_vfs::heal::before_reboot);
+        shoal_recover::set_logger(id::RAMFS, shoal_vfs::heal::before_reboot);
+        shoal_recover::init(&[
+            (id::VFS, Some(shoal_vfs::heal::after_reboot)),
+            (id::RAMFS, Some(shoal_vfs::heal::after_ramfs_reboot)),
+            (id::TIME, None),
+            (id::PROCESS, Some(shoal_process::heal::after_reboot)),
+            (id::SYSINFO, Some(shoal_sysinfo::after_reboot)),
+            (id::USER, None),
+        ]);
+    } else {
+        shoal_recover::init(&[(id::TIME, None), (id::SYSINFO, Some(shoal_sysinfo::after_reboot)), (id::USER, None)]);
+    }
 }
 
 /// The personality routine the `.eh_frame` of the precompiled `core`

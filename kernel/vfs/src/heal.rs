@@ -212,8 +212,9 @@ fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
 /// [`record_clock`]): the state of `v` is the replay's base.
 pub(crate) fn start(v: &mut Vfs) {
     let boot_clock = take_clock();
-    // `shoal run --no-recover`: nothing is rebooted, so nothing is logged.
-    if shoal_plat::boot::info().recover_flags & shoal_abi::RECOVER_OFF != 0 {
+    // Only when vfs and ramfs are rebootable (`--recover-stateful`):
+    // otherwise nothing would ever replay the log.
+    if !shoal_recover::stateful() {
         return;
     }
     let log = Log::new(v, boot_clock);
