@@ -1796,7 +1796,9 @@ pub fn faas(o: FaasOpts) -> Result<()> {
             }
         }
         std::fs::write(o.out.join(format!("{e}.md")), &out.table)?;
-        outcomes.push((e, out, t0.elapsed().as_secs_f64()));
+        let secs = t0.elapsed().as_secs_f64();
+        say(&format!("experiment {e} took {secs:.0} s ({:.1} minutes since the start)", t_start.elapsed().as_secs_f64() / 60.0));
+        outcomes.push((e, out, secs));
     }
     drop(gw);
     let minutes = t_start.elapsed().as_secs_f64() / 60.0;

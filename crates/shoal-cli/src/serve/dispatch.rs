@@ -32,6 +32,10 @@ use tokio::sync::{broadcast, Notify, Semaphore};
 /// Lines of instance output kept per function for `GET …/logs`.
 const LOG_LINES: usize = 2000;
 
+/// How long a killed container's `runc run`/`runsc run` may take to exit
+/// before the gateway kills it (it exits within tens of ms here).
+const CONTAINER_EXIT: Duration = Duration::from_secs(10);
+
 /// One line an instance wrote.
 #[derive(Clone, Debug, Serialize)]
 pub struct LogLine {
@@ -334,9 +338,12 @@ impl Dispatcher {
                 parts.headers.insert(HeaderName::from_static("x-shoal-cold-start"), HeaderValue::from_static(if cold { "true" } else { "false" }));
                 let mut guard = guard;
                 guard.sender = Some(sender);
+                // An empty body is never polled (hyper sees its end at
+                // once): the connection is free for the next request now.
+                guard.done = hyper::body::Body::is_end_stream(&body);
                 let body = GuardedBody {
                     inner: body,
-                    guard: Some(guard),
+                    guard: (!guard.done).then_some(guard),
                     deadline: Box::pin(tokio::time::sleep_until(deadline.into())),
                     timeout_ms: f.spec.timeout_ms,
                 };
@@ -540,7 +547,22 @@ impl hyper::body::Body for GuardedBody {
                 }
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(frame)) => Poll::Ready(Some(frame.map_err(BodyError::Instance))),
+            Poll::Ready(Some(frame)) => {
+                // hyper's server stops polling a body as soon as
+                // `is_end_stream` says it has ended (a Content-Length body
+                // after its last bytes), so the end is seen here, not at a
+                // `Ready(None)` that never comes: without this the
+                // connection to the instance was never reused, and every
+                // request opened a new one (on hvt each costs the guest
+                // an accept and a thread, and the gateway stayed at a
+                // tenth of hey's rate straight to the instance).
+                if frame.is_ok() && self.inner.is_end_stream() {
+                    if let Some(mut g) = self.guard.take() {
+                        g.done = true;
+                    }
+                }
+                Poll::Ready(Some(frame.map_err(BodyError::Instance)))
+            }
             Poll::Pending => {
                 if self.deadline.as_mut().poll(cx).is_pending() {
                     return Poll::Pending;
@@ -595,11 +617,24 @@ async fn watch(mut started: instance::Started, inst: Arc<Instance>, f: std::sync
     let status = tokio::select! {
         s = started.child.wait() => s,
         _ = inst.kill.notified() => {
+            // A container is killed through its runtime and given a
+            // moment to exit with its `run` process (see
+            // instance::kill_container: `delete --force` of a running
+            // runsc container takes 5 s); the runtime process itself is
+            // killed only if that does not do it.
             if let Some((rt, id)) = &started.container {
-                instance::remove_container(rt, id).await;
+                instance::kill_container(rt, id).await;
+                match tokio::time::timeout(CONTAINER_EXIT, started.child.wait()).await {
+                    Ok(s) => s,
+                    Err(_) => {
+                        let _ = started.child.start_kill();
+                        started.child.wait().await
+                    }
+                }
+            } else {
+                let _ = started.child.start_kill();
+                started.child.wait().await
             }
-            let _ = started.child.start_kill();
-            started.child.wait().await
         }
     };
     if let Some((rt, id)) = &started.container {
