@@ -36,6 +36,10 @@ const LOG_LINES: usize = 2000;
 /// before the gateway kills it (it exits within tens of ms here).
 const CONTAINER_EXIT: Duration = Duration::from_secs(10);
 
+/// How long after a failed request the gateway waits to see whether the
+/// instance exited (crashed) before it decides it is still serving.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+
 /// One line an instance wrote.
 #[derive(Clone, Debug, Serialize)]
 pub struct LogLine {
@@ -350,8 +354,20 @@ impl Dispatcher {
                 Ok(Response::from_parts(parts, Body::new(body)))
             }
             Ok(Err(e)) => {
-                f.logs.push(inst.id, "gateway", format!("stopping: the instance failed a request: {e}"));
-                f.drop_instance(inst.id);
+                // A crashed instance exits: its watch task removes it, so
+                // the next request starts a new one. One still running
+                // after EXIT_GRACE closed this connection without an
+                // answer but serves others (an overloaded instance: the
+                // example functions close a connection they cannot start
+                // a thread for): it is kept, since stopping it would fail
+                // every request it is serving (at 1,024 clients it did).
+                let t = Instant::now();
+                while !inst.exited.load(Ordering::SeqCst) && t.elapsed() < EXIT_GRACE {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                if !inst.exited.load(Ordering::SeqCst) {
+                    f.logs.push(inst.id, "gateway", format!("a request failed ({e}); the instance is still running and is kept"));
+                }
                 Err(ApiError::BadGateway(format!("the instance of {} failed to answer: {e}", f.spec.name)))
             }
             Err(_) => {
@@ -403,6 +419,12 @@ impl Dispatcher {
     }
 
     /// Sends the request on a kept-alive connection or a new one.
+    ///
+    /// A kept-alive connection the instance closed meanwhile (the close
+    /// not yet seen when the connection was taken from the pool) gives the
+    /// request back unsent: it then goes on a new connection, as any proxy
+    /// retries a request that never reached the server, instead of being
+    /// answered 502 and the instance stopped as failed.
     async fn forward(
         &self,
         inst: &Instance,
@@ -410,30 +432,30 @@ impl Dispatcher {
         req: Request<Body>,
         deadline: Instant,
     ) -> Result<(Response<hyper::body::Incoming>, SendRequest<Body>), String> {
-        let mut sender = None;
-        loop {
-            let Some(mut s) = lock(&inst.idle).pop() else { break };
-            if !s.is_closed() && s.ready().await.is_ok() {
-                sender = Some(s);
-                break;
-            }
-        }
-        let mut sender = match sender {
-            Some(s) => s,
-            None => {
-                let stream = instance::connect(inst.addr, inst.listening, deadline).await.map_err(|e| format!("cannot connect to {}: {e}", inst.addr))?;
-                let (s, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
-                s
-            }
-        };
         let (mut parts, body) = req.into_parts();
         parts.uri = rest.parse().map_err(|e| format!("bad path {rest:?}: {e}"))?;
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.insert(header::HOST, HeaderValue::from_str(&inst.addr.to_string()).map_err(|e| e.to_string())?);
-        let resp = sender.send_request(Request::from_parts(parts, body)).await.map_err(|e| e.to_string())?;
+        let mut req = Request::from_parts(parts, body);
+        loop {
+            let Some(mut s) = lock(&inst.idle).pop() else { break };
+            if s.is_closed() || s.ready().await.is_err() {
+                continue;
+            }
+            match s.try_send_request(req).await {
+                Ok(resp) => return Ok((resp, s)),
+                Err(mut e) => match e.take_message() {
+                    Some(back) => req = back,
+                    None => return Err(e.into_error().to_string()),
+                },
+            }
+        }
+        let stream = instance::connect(inst.addr, inst.listening, deadline).await.map_err(|e| format!("cannot connect to {}: {e}", inst.addr))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
         Ok((resp, sender))
     }
 }
