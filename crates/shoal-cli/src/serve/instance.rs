@@ -136,9 +136,8 @@ pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
         }
         Backend::Runc | Backend::Runsc => {
             let rt = runtime(f.backend)?;
-            // A free port: bound and released; the function binds it on
-            // the host network.
-            addr = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+            // A free port the function binds on the host network.
+            addr = SocketAddr::from(([127, 0, 0, 1], container_port()?));
             let bundle = l.scratch.join(format!("{}-{id}", f.name));
             make_bundle(&rt, &bundle, f, addr.port())?;
             let cid = format!("{CONTAINER_PREFIX}{}-{}-{id}", std::process::id(), f.name);
@@ -165,6 +164,40 @@ pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
     let listening = listener.is_some();
     drop(listener);
     Ok(Started { child, addr, container, listening })
+}
+
+/// How many ports below the kernel's ephemeral range container instances
+/// take their ports from, in turn.
+const CONTAINER_PORTS: u32 = 8192;
+
+/// A free port for a container instance, which binds it itself (on
+/// 0.0.0.0) once its runtime has started it.
+///
+/// Not port 0's choice, bound and released, as before: that comes from the
+/// ephemeral range, where the gateway's own connections (the connect retries
+/// of every container starting at once) take their local ports, and a burst
+/// of runsc starts had functions fail with "fn_http: listen: Address in
+/// use". These ports lie just below that range (ip_local_port_range) and
+/// are handed out in turn, so a port is given again only after
+/// [`CONTAINER_PORTS`] others; each is checked free when handed out.
+fn container_port() -> Result<u16> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<u32>().ok()))
+        .unwrap_or(32768);
+    let base = low.saturating_sub(CONTAINER_PORTS).max(1024);
+    let span = low.saturating_sub(base).max(1);
+    // Gateways started one after the other begin at different ports.
+    let start = std::process::id().wrapping_mul(2654435761) % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = (base + (start + n) % span) as u16;
+        if TcpListener::bind(("0.0.0.0", port)).is_ok() && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port in {base}..{low} for a container instance")
 }
 
 /// An OCI bundle in `dir` that runs `f`'s native build on the host network
