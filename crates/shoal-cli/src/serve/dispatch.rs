@@ -361,6 +361,9 @@ impl Dispatcher {
                 // example functions close a connection they cannot start
                 // a thread for): it is kept, since stopping it would fail
                 // every request it is serving (at 1,024 clients it did).
+                // The slot and the permit go back first: the wait must not
+                // hold up the requests behind this one.
+                drop(guard);
                 let t = Instant::now();
                 while !inst.exited.load(Ordering::SeqCst) && t.elapsed() < EXIT_GRACE {
                     tokio::time::sleep(Duration::from_millis(5)).await;
