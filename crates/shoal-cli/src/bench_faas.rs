@@ -49,6 +49,13 @@ pub const BACKENDS: [&str; 5] = ["spt", "hvt", "process", "runc", "runsc"];
 /// How long one request may take before it counts as failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// The gateway's timeout for the no-op's cold starts (cold-start, burst,
+/// startup-cost, idle-cpu, idle-memory): a start that has not answered by
+/// then has failed. With the 180 s of [`REQUEST_TIMEOUT`], one runsc
+/// start that never answered (2026-11-26, load average 9) cost the full
+/// run three minutes.
+const COLD_TIMEOUT_MS: u64 = 60_000;
+
 /// How long stopped instances may take to disappear.
 const GONE_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -752,7 +759,7 @@ fn deploy_many(c: &Ctx, prefix: &str, backend: &str, n: usize) -> Result<Vec<Str
 /// [`deploy_many`] with a memory mode for spt/hvt (`copy`, `ksm`, `pool`).
 fn deploy_many_in(c: &Ctx, prefix: &str, backend: &str, mem_mode: &str, n: usize) -> Result<Vec<String>> {
     let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
-    let mut extra = json!({"concurrency": 1, "max_instances": 1});
+    let mut extra = json!({"concurrency": 1, "max_instances": 1, "timeout_ms": COLD_TIMEOUT_MS});
     if mem_mode != "copy" {
         extra["mem_mode"] = json!(mem_mode);
     }
@@ -821,7 +828,7 @@ fn cold_start(c: &Ctx) -> Result<Outcome> {
         for &k in &kinds {
             for &b in &c.backends {
                 let name = format!("cs-{k}-{b}");
-                match one_cold(c.gw, &name, &c.fns.settings(k, b, json!({"concurrency": 1, "max_instances": 1}))) {
+                match one_cold(c.gw, &name, &c.fns.settings(k, b, json!({"concurrency": 1, "max_instances": 1, "timeout_ms": COLD_TIMEOUT_MS}))) {
                     Ok(dt) => {
                         samples.entry((k, b)).or_default().push(dt * 1e3);
                         csv.push(format!("{k},{b},{rep},{:.3}", dt * 1e3));
@@ -1023,7 +1030,7 @@ fn startup_cost(c: &Ctx) -> Result<Outcome> {
     for rep in 0..c.o.repeat {
         for &b in &c.backends {
             let name = format!("sc-{b}");
-            if let Err(e) = one_cold(c.gw, &name, &c.fns.settings("noop", b, json!({"concurrency": 1, "max_instances": 1}))) {
+            if let Err(e) = one_cold(c.gw, &name, &c.fns.settings("noop", b, json!({"concurrency": 1, "max_instances": 1, "timeout_ms": COLD_TIMEOUT_MS}))) {
                 note_failure(&mut failures, format!("start-up cost on {b}, run {rep}: {e}"));
                 continue;
             }
@@ -1084,7 +1091,7 @@ fn idle_cpu(c: &Ctx) -> Result<Outcome> {
     let mut up = Vec::new();
     for &b in &c.backends {
         let name = format!("ic-{b}");
-        match one_cold(c.gw, &name, &c.fns.settings("noop", b, json!({"concurrency": 1, "max_instances": 1}))) {
+        match one_cold(c.gw, &name, &c.fns.settings("noop", b, json!({"concurrency": 1, "max_instances": 1, "timeout_ms": COLD_TIMEOUT_MS}))) {
             Ok(_) => up.push(b),
             Err(e) => note_failure(&mut failures, format!("idle CPU on {b}: {e}")),
         }
