@@ -800,10 +800,14 @@ fn fire(gw: &Gateway, names: &[String]) -> Vec<Result<(f64, u64), String>> {
 fn one_cold(gw: &Gateway, name: &str, settings: &Value) -> Result<f64, String> {
     gw.deploy_cold(name, settings).map_err(|e| format!("{e:#}"))?;
     let t0 = Instant::now();
-    let r = gw.invoke(name, "/", false).map_err(|e| e.to_string())?;
+    let r = gw.invoke(name, "/", true).map_err(|e| e.to_string())?;
     let dt = t0.elapsed().as_secs_f64();
     if r.status != 200 || !r.cold() {
-        return Err(format!("status {} (cold start: {})", r.status, r.cold()));
+        // What the gateway and the instance said, before the function (and
+        // its logs) is removed by the next deploy.
+        let logs = gw.call("GET", &format!("/functions/{name}/logs"), None).map(|l| String::from_utf8_lossy(&l.body).into_owned()).unwrap_or_default();
+        let tail: Vec<&str> = logs.lines().rev().take(4).collect::<Vec<_>>().into_iter().rev().collect();
+        return Err(format!("status {} (cold start: {}): {}; logs: {}", r.status, r.cold(), r.text(), tail.join(" ")));
     }
     Ok(dt)
 }

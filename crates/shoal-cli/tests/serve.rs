@@ -798,6 +798,17 @@ fn runc_and_runsc_backends() {
         assert_eq!(gw.deploy(&alloc, &format!(r#"{{"image":"{}","backend":"{rt}","memory":"32M"}}"#, image("alloc.native"))).status, 201);
         assert_eq!(gw.get(&format!("/fn/{alloc}/?mb=4")).status, 200, "{rt}");
         assert_eq!(gw.get(&format!("/fn/{alloc}/?mb=50")).status, 502, "{rt}: 50 MiB under a 32 MiB limit");
+        // A container that exits before it listens (the Lua runtime with
+        // no handler.lua) answers 502 once it has exited, not 504 after the
+        // whole timeout spent retrying its port.
+        let empty = dir.path().join("empty-fs");
+        std::fs::create_dir_all(&empty).unwrap();
+        let gone = format!("gone-{rt}");
+        let settings = format!(r#"{{"image":"{}","backend":"{rt}","fs":"{}","timeout_ms":20000}}"#, image("lua.native"), empty.display());
+        assert_eq!(gw.deploy(&gone, &settings).status, 201);
+        let r = gw.get(&format!("/fn/{gone}/"));
+        assert_eq!(r.status, 502, "{rt}: {}", r.text());
+        assert!(r.text().contains("exited before it listened"), "{rt}: {}", r.text());
     }
     assert_eq!(gw.stop(), Some(0));
 }

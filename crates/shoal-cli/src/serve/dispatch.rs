@@ -453,7 +453,7 @@ impl Dispatcher {
                 },
             }
         }
-        let stream = instance::connect(inst.addr, inst.listening, deadline).await.map_err(|e| format!("cannot connect to {}: {e}", inst.addr))?;
+        let stream = instance::connect(inst.addr, inst.listening, &inst.exited, deadline).await.map_err(|e| format!("cannot connect to {}: {e}", inst.addr))?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
         tokio::spawn(async move {
             let _ = conn.await;

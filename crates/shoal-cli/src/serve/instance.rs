@@ -21,6 +21,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
@@ -236,13 +237,18 @@ fn make_bundle(rt: &Path, dir: &Path, f: &Function, port: u16) -> Result<()> {
 }
 
 /// Connects to an instance; for one without a handed-over socket, retries
-/// until it listens or `deadline` passes.
-pub async fn connect(addr: SocketAddr, listening: bool, deadline: Instant) -> std::io::Result<tokio::net::TcpStream> {
+/// until it listens, exits (`exited`: a container whose runtime failed
+/// must not be waited for until the request's timeout) or `deadline`
+/// passes.
+pub async fn connect(addr: SocketAddr, listening: bool, exited: &AtomicBool, deadline: Instant) -> std::io::Result<tokio::net::TcpStream> {
     loop {
         match tokio::net::TcpStream::connect(addr).await {
             Ok(s) => {
                 let _ = s.set_nodelay(true);
                 return Ok(s);
+            }
+            Err(e) if !listening && e.kind() == std::io::ErrorKind::ConnectionRefused && exited.load(Ordering::SeqCst) => {
+                return Err(std::io::Error::new(e.kind(), "the instance exited before it listened"));
             }
             Err(e) if !listening && e.kind() == std::io::ErrorKind::ConnectionRefused && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(5)).await;
