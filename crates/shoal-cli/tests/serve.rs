@@ -790,6 +790,12 @@ fn runc_and_runsc_backends() {
         assert_eq!((r.status, r.text().as_str()), (200, "noop\n"), "{rt}");
         let r = gw.get(&format!("/fn/{name}/"));
         assert_eq!(r.header("x-shoal-cold-start"), Some("false"), "{rt}");
+        // Another gateway starting removes only the containers of gateways
+        // that are gone, not this one's running container.
+        let other = Gateway::start(&dir.path().join(format!("state-other-{rt}")));
+        drop(other);
+        let r = gw.get(&format!("/fn/{name}/"));
+        assert_eq!((r.status, r.header("x-shoal-cold-start")), (200, Some("false")), "{rt}: another gateway's start stopped this one's container");
         let fib = format!("fib-{rt}");
         assert_eq!(gw.deploy(&fib, &format!(r#"{{"image":"{}","backend":"{rt}"}}"#, image("fib.native"))).status, 201);
         assert_eq!(gw.get(&format!("/fn/{fib}?n=20")).text(), "fib(20) = 6765\n", "{rt}");

@@ -275,13 +275,28 @@ pub async fn remove_container(rt: &Path, id: &str) {
     let _ = Command::new(rt).args(["delete", "--force", id]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().await;
 }
 
+/// Whether the gateway that made container `id` (`shoal-fn-PID-…`) is
+/// still running: its containers are its own, not stale. (Every gateway
+/// used to remove every `shoal-fn-` container at its start, so a test's
+/// gateway stopped a running bench's containers.) A pid reused by another
+/// process keeps a stale container until the next start after it.
+fn owner_alive(id: &str) -> bool {
+    let Some(pid) = id.strip_prefix(CONTAINER_PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// Removes the containers a gateway that crashed left behind (their ids
-/// start with [`CONTAINER_PREFIX`]). `--quiet`: runsc has no `-q`.
+/// start with [`CONTAINER_PREFIX`] and name a gateway no longer running). `--quiet`: runsc has no `-q`.
 pub async fn remove_stale_containers() {
     for backend in [Backend::Runc, Backend::Runsc] {
         let Ok(rt) = runtime(backend) else { continue };
         let Ok(out) = Command::new(&rt).args(["list", "--quiet"]).stdin(Stdio::null()).stderr(Stdio::null()).output().await else { continue };
         for id in String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with(CONTAINER_PREFIX)) {
+            if owner_alive(id) {
+                continue;
+            }
             remove_container(&rt, id).await;
         }
     }
