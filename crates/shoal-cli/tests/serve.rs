@@ -584,7 +584,8 @@ fn tcp_to_port(port: u16, state: &str) -> usize {
 
 /// Sequential requests through the gateway reuse one kept-alive
 /// connection to the instance: after 20 of them exactly one connection to
-/// the instance is open and none was closed (no TIME_WAIT). Before, every
+/// the instance is open and none was closed (no TIME_WAIT); left unused,
+/// it is closed and the instance stays warm. Before, every
 /// request opened its own (hyper's server stops polling a body at its
 /// Content-Length, so the connection never went back to the pool).
 #[test]
@@ -602,6 +603,9 @@ fn sequential_requests_reuse_one_connection_to_the_instance() {
         let addr: SocketAddr = v.as_array().unwrap().iter().find(|i| i["function"] == name.as_str()).unwrap()["address"].as_str().unwrap().parse().unwrap();
         assert_eq!(tcp_to_port(addr.port(), "01"), 1, "{b}: connections open to the instance at {addr}");
         assert_eq!(tcp_to_port(addr.port(), "06"), 0, "{b}: connections to the instance at {addr} were closed");
+        // Unused, it is closed (after 2 s: serve::dispatch::POOL_IDLE).
+        wait_until(&format!("{b}: the idle connection to {addr} is closed"), || tcp_to_port(addr.port(), "01") == 0);
+        assert_eq!(gw.get(&format!("/fn/{name}/")).header("x-shoal-cold-start"), Some("false"), "{b}");
     }
 }
 
@@ -878,9 +882,9 @@ fn hey_load_against_noop_on_spt() {
     let url = format!("http://{}/fn/noop/", gw.addr);
     let pid = gw.child.id();
     assert_eq!(gw.get("/fn/noop/").status, 200);
-    // The idle size includes the kept-alive connections to the instances,
-    // at most concurrency × max_instances (32) of them: fill that pool
-    // first (4 instances, 8 connections each).
+    // Warm up at the pool's size (4 instances, 8 connections each) before
+    // the idle size is taken; the kept-alive connections to the instances
+    // are closed 2 s after their last use.
     let (statuses, errors, _) = hey(&url, 2000, 32);
     assert!(errors.is_empty() && statuses.iter().all(|(s, _)| *s == 200), "warm-up: {statuses:?} {errors:?}");
     std::thread::sleep(Duration::from_millis(2500));

@@ -36,6 +36,14 @@ const LOG_LINES: usize = 2000;
 /// before the gateway kills it (it exits within tens of ms here).
 const CONTAINER_EXIT: Duration = Duration::from_secs(10);
 
+/// How long a kept-alive connection to an instance may stay unused before
+/// the gateway closes it. Under load connections are reused at once; an
+/// idle one costs the instance a thread (the example functions: a 256 KiB
+/// stack) and, on spt and hvt, host CPU while it waits: with one idle
+/// connection open a warm no-op used 6.3 ms of CPU per second on spt and
+/// 18 ms on hvt (2026-11-26), against none without (see README, bench faas).
+const POOL_IDLE: Duration = Duration::from_secs(2);
+
 /// How long after a failed request the gateway waits to see whether the
 /// instance exited (crashed) before it decides it is still serving.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
@@ -104,7 +112,8 @@ pub struct Instance {
     /// Told to stop (the wait task kills it).
     kill: Notify,
     /// Kept-alive connections to it, free for the next request.
-    idle: Mutex<Vec<SendRequest<Body>>>,
+    /// Each with the time it was put back.
+    idle: Mutex<Vec<(SendRequest<Body>, Instant)>>,
     /// Set once it has exited.
     pub exited: AtomicBool,
 }
@@ -254,13 +263,17 @@ impl Dispatcher {
         fns.iter().map(|f| lock(&f.slots).len()).sum()
     }
 
-    /// Stops instances idle for longer than their function's keep-warm.
+    /// Stops instances idle for longer than their function's keep-warm, and
+    /// closes kept-alive connections unused for [`POOL_IDLE`].
     pub fn reap_idle(&self) {
         let now = Instant::now();
         let fns: Vec<_> = lock(&self.functions).values().cloned().collect();
         for f in fns {
             let keep = Duration::from_millis(f.spec.keep_warm_ms);
             let mut slots = lock(&f.slots);
+            for s in slots.iter() {
+                lock(&s.inst.idle).retain(|(_, put)| now.duration_since(*put) < POOL_IDLE);
+            }
             slots.retain(|s| {
                 let idle = s.inflight == 0 && now.duration_since(s.last_used) >= keep;
                 if idle {
@@ -441,7 +454,7 @@ impl Dispatcher {
         parts.headers.insert(header::HOST, HeaderValue::from_str(&inst.addr.to_string()).map_err(|e| e.to_string())?);
         let mut req = Request::from_parts(parts, body);
         loop {
-            let Some(mut s) = lock(&inst.idle).pop() else { break };
+            let Some((mut s, _)) = lock(&inst.idle).pop() else { break };
             if s.is_closed() || s.ready().await.is_err() {
                 continue;
             }
@@ -528,7 +541,7 @@ impl Drop for SlotGuard {
     fn drop(&mut self) {
         if self.done {
             if let Some(s) = self.sender.take() {
-                lock(&self.inst.idle).push(s);
+                lock(&self.inst.idle).push((s, Instant::now()));
             }
         }
         self.f.release(self.inst.id);
