@@ -1,6 +1,7 @@
 /* crash (a test helper): GET /crash writes through a null pointer (the
- * instance dies: SIGSEGV natively, a guest page fault under shoal); any
- * other path answers "alive" and the instance's process id. */
+ * instance dies: SIGSEGV natively, a guest page fault under shoal); GET
+ * /drop closes the connection without an answer (the instance lives on,
+ * as an overloaded one does); any other path answers "alive". */
 #include "fn_http.h"
 #include <string.h>
 #include <unistd.h>
@@ -12,6 +13,8 @@ int handle(const char *method, const char *path, const char *query, const char *
 		*(volatile int *)0 = 1;
 		return -1;
 	}
+	if (!strcmp(path, "/drop"))
+		return -1;
 	fn_printf(r, "alive\n");
 	return 0;
 }

@@ -49,8 +49,22 @@ pub const BACKENDS: [&str; 5] = ["spt", "hvt", "process", "runc", "runsc"];
 /// How long one request may take before it counts as failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// The gateway's timeout for the no-op's cold starts (cold-start, burst,
+/// startup-cost, idle-cpu, idle-memory): a start that has not answered by
+/// then has failed. With the 180 s of [`REQUEST_TIMEOUT`], one runsc
+/// start that never answered (2026-11-26, load average 9) cost the full
+/// run three minutes.
+const COLD_TIMEOUT_MS: u64 = 60_000;
+
 /// How long stopped instances may take to disappear.
 const GONE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Requests the gateway forwards at once to the concurrency experiment's
+/// instance (more wait in its queue): the example functions start a thread
+/// with a 256 KiB stack per connection, so 1,024 connections fill a 256 MiB
+/// instance and it drops connections (hey straight to it sees EOFs at 1,024
+/// clients); 512 leave it room.
+const CC_CONCURRENCY: u32 = 512;
 
 /// `fib?n=` of the CPU workload: about 0.1 s natively here (the paper's
 /// iterative Fibonacci of 10^9 is a loop of the same kind: no system calls).
@@ -745,7 +759,7 @@ fn deploy_many(c: &Ctx, prefix: &str, backend: &str, n: usize) -> Result<Vec<Str
 /// [`deploy_many`] with a memory mode for spt/hvt (`copy`, `ksm`, `pool`).
 fn deploy_many_in(c: &Ctx, prefix: &str, backend: &str, mem_mode: &str, n: usize) -> Result<Vec<String>> {
     let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
-    let mut extra = json!({"concurrency": 1, "max_instances": 1});
+    let mut extra = json!({"concurrency": 1, "max_instances": 1, "timeout_ms": COLD_TIMEOUT_MS});
     if mem_mode != "copy" {
         extra["mem_mode"] = json!(mem_mode);
     }
@@ -786,10 +800,14 @@ fn fire(gw: &Gateway, names: &[String]) -> Vec<Result<(f64, u64), String>> {
 fn one_cold(gw: &Gateway, name: &str, settings: &Value) -> Result<f64, String> {
     gw.deploy_cold(name, settings).map_err(|e| format!("{e:#}"))?;
     let t0 = Instant::now();
-    let r = gw.invoke(name, "/", false).map_err(|e| e.to_string())?;
+    let r = gw.invoke(name, "/", true).map_err(|e| e.to_string())?;
     let dt = t0.elapsed().as_secs_f64();
     if r.status != 200 || !r.cold() {
-        return Err(format!("status {} (cold start: {})", r.status, r.cold()));
+        // What the gateway and the instance said, before the function (and
+        // its logs) is removed by the next deploy.
+        let logs = gw.call("GET", &format!("/functions/{name}/logs"), None).map(|l| String::from_utf8_lossy(&l.body).into_owned()).unwrap_or_default();
+        let tail: Vec<&str> = logs.lines().rev().take(4).collect::<Vec<_>>().into_iter().rev().collect();
+        return Err(format!("status {} (cold start: {}): {}; logs: {}", r.status, r.cold(), r.text(), tail.join(" ")));
     }
     Ok(dt)
 }
@@ -814,7 +832,7 @@ fn cold_start(c: &Ctx) -> Result<Outcome> {
         for &k in &kinds {
             for &b in &c.backends {
                 let name = format!("cs-{k}-{b}");
-                match one_cold(c.gw, &name, &c.fns.settings(k, b, json!({"concurrency": 1, "max_instances": 1}))) {
+                match one_cold(c.gw, &name, &c.fns.settings(k, b, json!({"concurrency": 1, "max_instances": 1, "timeout_ms": COLD_TIMEOUT_MS}))) {
                     Ok(dt) => {
                         samples.entry((k, b)).or_default().push(dt * 1e3);
                         csv.push(format!("{k},{b},{rep},{:.3}", dt * 1e3));
@@ -1016,7 +1034,7 @@ fn startup_cost(c: &Ctx) -> Result<Outcome> {
     for rep in 0..c.o.repeat {
         for &b in &c.backends {
             let name = format!("sc-{b}");
-            if let Err(e) = one_cold(c.gw, &name, &c.fns.settings("noop", b, json!({"concurrency": 1, "max_instances": 1}))) {
+            if let Err(e) = one_cold(c.gw, &name, &c.fns.settings("noop", b, json!({"concurrency": 1, "max_instances": 1, "timeout_ms": COLD_TIMEOUT_MS}))) {
                 note_failure(&mut failures, format!("start-up cost on {b}, run {rep}: {e}"));
                 continue;
             }
@@ -1077,7 +1095,7 @@ fn idle_cpu(c: &Ctx) -> Result<Outcome> {
     let mut up = Vec::new();
     for &b in &c.backends {
         let name = format!("ic-{b}");
-        match one_cold(c.gw, &name, &c.fns.settings("noop", b, json!({"concurrency": 1, "max_instances": 1}))) {
+        match one_cold(c.gw, &name, &c.fns.settings("noop", b, json!({"concurrency": 1, "max_instances": 1, "timeout_ms": COLD_TIMEOUT_MS}))) {
             Ok(_) => up.push(b),
             Err(e) => note_failure(&mut failures, format!("idle CPU on {b}: {e}")),
         }
@@ -1545,7 +1563,7 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
     for &b in &c.backends {
         let name = format!("cc-{b}");
         let r =
-            c.gw.deploy_cold(&name, &c.fns.settings("noop", b, json!({"concurrency": 1024, "max_instances": 1, "queue": 100_000})))
+            c.gw.deploy_cold(&name, &c.fns.settings("noop", b, json!({"concurrency": CC_CONCURRENCY, "max_instances": 1, "queue": 100_000})))
                 .map_err(|e| format!("{e:#}"))
                 .and_then(|_| {
                     let r = c.gw.invoke(&name, "/", false).map_err(|e| e.to_string())?;
@@ -1796,7 +1814,9 @@ pub fn faas(o: FaasOpts) -> Result<()> {
             }
         }
         std::fs::write(o.out.join(format!("{e}.md")), &out.table)?;
-        outcomes.push((e, out, t0.elapsed().as_secs_f64()));
+        let secs = t0.elapsed().as_secs_f64();
+        say(&format!("experiment {e} took {secs:.0} s ({:.1} minutes since the start)", t_start.elapsed().as_secs_f64() / 60.0));
+        outcomes.push((e, out, secs));
     }
     drop(gw);
     let minutes = t_start.elapsed().as_secs_f64() / 60.0;

@@ -32,6 +32,22 @@ use tokio::sync::{broadcast, Notify, Semaphore};
 /// Lines of instance output kept per function for `GET …/logs`.
 const LOG_LINES: usize = 2000;
 
+/// How long a killed container's `runc run`/`runsc run` may take to exit
+/// before the gateway kills it (it exits within tens of ms here).
+const CONTAINER_EXIT: Duration = Duration::from_secs(10);
+
+/// How long a kept-alive connection to an instance may stay unused before
+/// the gateway closes it. Under load connections are reused at once; an
+/// idle one costs the instance a thread (the example functions: a 256 KiB
+/// stack) and, on spt and hvt, host CPU while it waits: with one idle
+/// connection open a warm no-op used 6.3 ms of CPU per second on spt and
+/// 18 ms on hvt (2026-11-26), against none without (see README, bench faas).
+const POOL_IDLE: Duration = Duration::from_secs(2);
+
+/// How long after a failed request the gateway waits to see whether the
+/// instance exited (crashed) before it decides it is still serving.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+
 /// One line an instance wrote.
 #[derive(Clone, Debug, Serialize)]
 pub struct LogLine {
@@ -96,7 +112,8 @@ pub struct Instance {
     /// Told to stop (the wait task kills it).
     kill: Notify,
     /// Kept-alive connections to it, free for the next request.
-    idle: Mutex<Vec<SendRequest<Body>>>,
+    /// Each with the time it was put back.
+    idle: Mutex<Vec<(SendRequest<Body>, Instant)>>,
     /// Set once it has exited.
     pub exited: AtomicBool,
 }
@@ -246,13 +263,17 @@ impl Dispatcher {
         fns.iter().map(|f| lock(&f.slots).len()).sum()
     }
 
-    /// Stops instances idle for longer than their function's keep-warm.
+    /// Stops instances idle for longer than their function's keep-warm, and
+    /// closes kept-alive connections unused for [`POOL_IDLE`].
     pub fn reap_idle(&self) {
         let now = Instant::now();
         let fns: Vec<_> = lock(&self.functions).values().cloned().collect();
         for f in fns {
             let keep = Duration::from_millis(f.spec.keep_warm_ms);
             let mut slots = lock(&f.slots);
+            for s in slots.iter() {
+                lock(&s.inst.idle).retain(|(_, put)| now.duration_since(*put) < POOL_IDLE);
+            }
             slots.retain(|s| {
                 let idle = s.inflight == 0 && now.duration_since(s.last_used) >= keep;
                 if idle {
@@ -334,17 +355,35 @@ impl Dispatcher {
                 parts.headers.insert(HeaderName::from_static("x-shoal-cold-start"), HeaderValue::from_static(if cold { "true" } else { "false" }));
                 let mut guard = guard;
                 guard.sender = Some(sender);
+                // An empty body is never polled (hyper sees its end at
+                // once): the connection is free for the next request now.
+                guard.done = hyper::body::Body::is_end_stream(&body);
                 let body = GuardedBody {
                     inner: body,
-                    guard: Some(guard),
+                    guard: (!guard.done).then_some(guard),
                     deadline: Box::pin(tokio::time::sleep_until(deadline.into())),
                     timeout_ms: f.spec.timeout_ms,
                 };
                 Ok(Response::from_parts(parts, Body::new(body)))
             }
             Ok(Err(e)) => {
-                f.logs.push(inst.id, "gateway", format!("stopping: the instance failed a request: {e}"));
-                f.drop_instance(inst.id);
+                // A crashed instance exits: its watch task removes it, so
+                // the next request starts a new one. One still running
+                // after EXIT_GRACE closed this connection without an
+                // answer but serves others (an overloaded instance: the
+                // example functions close a connection they cannot start
+                // a thread for): it is kept, since stopping it would fail
+                // every request it is serving (at 1,024 clients it did).
+                // The slot and the permit go back first: the wait must not
+                // hold up the requests behind this one.
+                drop(guard);
+                let t = Instant::now();
+                while !inst.exited.load(Ordering::SeqCst) && t.elapsed() < EXIT_GRACE {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                if !inst.exited.load(Ordering::SeqCst) {
+                    f.logs.push(inst.id, "gateway", format!("a request failed ({e}); the instance is still running and is kept"));
+                }
                 Err(ApiError::BadGateway(format!("the instance of {} failed to answer: {e}", f.spec.name)))
             }
             Err(_) => {
@@ -396,6 +435,12 @@ impl Dispatcher {
     }
 
     /// Sends the request on a kept-alive connection or a new one.
+    ///
+    /// A kept-alive connection the instance closed meanwhile (the close
+    /// not yet seen when the connection was taken from the pool) gives the
+    /// request back unsent: it then goes on a new connection, as any proxy
+    /// retries a request that never reached the server, instead of being
+    /// answered 502 and the instance stopped as failed.
     async fn forward(
         &self,
         inst: &Instance,
@@ -403,30 +448,30 @@ impl Dispatcher {
         req: Request<Body>,
         deadline: Instant,
     ) -> Result<(Response<hyper::body::Incoming>, SendRequest<Body>), String> {
-        let mut sender = None;
-        loop {
-            let Some(mut s) = lock(&inst.idle).pop() else { break };
-            if !s.is_closed() && s.ready().await.is_ok() {
-                sender = Some(s);
-                break;
-            }
-        }
-        let mut sender = match sender {
-            Some(s) => s,
-            None => {
-                let stream = instance::connect(inst.addr, inst.listening, deadline).await.map_err(|e| format!("cannot connect to {}: {e}", inst.addr))?;
-                let (s, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
-                s
-            }
-        };
         let (mut parts, body) = req.into_parts();
         parts.uri = rest.parse().map_err(|e| format!("bad path {rest:?}: {e}"))?;
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.insert(header::HOST, HeaderValue::from_str(&inst.addr.to_string()).map_err(|e| e.to_string())?);
-        let resp = sender.send_request(Request::from_parts(parts, body)).await.map_err(|e| e.to_string())?;
+        let mut req = Request::from_parts(parts, body);
+        loop {
+            let Some((mut s, _)) = lock(&inst.idle).pop() else { break };
+            if s.is_closed() || s.ready().await.is_err() {
+                continue;
+            }
+            match s.try_send_request(req).await {
+                Ok(resp) => return Ok((resp, s)),
+                Err(mut e) => match e.take_message() {
+                    Some(back) => req = back,
+                    None => return Err(e.into_error().to_string()),
+                },
+            }
+        }
+        let stream = instance::connect(inst.addr, inst.listening, &inst.exited, deadline).await.map_err(|e| format!("cannot connect to {}: {e}", inst.addr))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
         Ok((resp, sender))
     }
 }
@@ -496,7 +541,7 @@ impl Drop for SlotGuard {
     fn drop(&mut self) {
         if self.done {
             if let Some(s) = self.sender.take() {
-                lock(&self.inst.idle).push(s);
+                lock(&self.inst.idle).push((s, Instant::now()));
             }
         }
         self.f.release(self.inst.id);
@@ -540,7 +585,22 @@ impl hyper::body::Body for GuardedBody {
                 }
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(frame)) => Poll::Ready(Some(frame.map_err(BodyError::Instance))),
+            Poll::Ready(Some(frame)) => {
+                // hyper's server stops polling a body as soon as
+                // `is_end_stream` says it has ended (a Content-Length body
+                // after its last bytes), so the end is seen here, not at a
+                // `Ready(None)` that never comes: without this the
+                // connection to the instance was never reused, and every
+                // request opened a new one (on hvt each costs the guest
+                // an accept and a thread, and the gateway stayed at a
+                // tenth of hey's rate straight to the instance).
+                if frame.is_ok() && self.inner.is_end_stream() {
+                    if let Some(mut g) = self.guard.take() {
+                        g.done = true;
+                    }
+                }
+                Poll::Ready(Some(frame.map_err(BodyError::Instance)))
+            }
             Poll::Pending => {
                 if self.deadline.as_mut().poll(cx).is_pending() {
                     return Poll::Pending;
@@ -595,11 +655,24 @@ async fn watch(mut started: instance::Started, inst: Arc<Instance>, f: std::sync
     let status = tokio::select! {
         s = started.child.wait() => s,
         _ = inst.kill.notified() => {
+            // A container is killed through its runtime and given a
+            // moment to exit with its `run` process (see
+            // instance::kill_container: `delete --force` of a running
+            // runsc container takes 5 s); the runtime process itself is
+            // killed only if that does not do it.
             if let Some((rt, id)) = &started.container {
-                instance::remove_container(rt, id).await;
+                instance::kill_container(rt, id).await;
+                match tokio::time::timeout(CONTAINER_EXIT, started.child.wait()).await {
+                    Ok(s) => s,
+                    Err(_) => {
+                        let _ = started.child.start_kill();
+                        started.child.wait().await
+                    }
+                }
+            } else {
+                let _ = started.child.start_kill();
+                started.child.wait().await
             }
-            let _ = started.child.start_kill();
-            started.child.wait().await
         }
     };
     if let Some((rt, id)) = &started.container {

@@ -21,6 +21,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
@@ -136,9 +137,8 @@ pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
         }
         Backend::Runc | Backend::Runsc => {
             let rt = runtime(f.backend)?;
-            // A free port: bound and released; the function binds it on
-            // the host network.
-            addr = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+            // A free port the function binds on the host network.
+            addr = SocketAddr::from(([127, 0, 0, 1], container_port()?));
             let bundle = l.scratch.join(format!("{}-{id}", f.name));
             make_bundle(&rt, &bundle, f, addr.port())?;
             let cid = format!("{CONTAINER_PREFIX}{}-{}-{id}", std::process::id(), f.name);
@@ -165,6 +165,40 @@ pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
     let listening = listener.is_some();
     drop(listener);
     Ok(Started { child, addr, container, listening })
+}
+
+/// How many ports below the kernel's ephemeral range container instances
+/// take their ports from, in turn.
+const CONTAINER_PORTS: u32 = 8192;
+
+/// A free port for a container instance, which binds it itself (on
+/// 0.0.0.0) once its runtime has started it.
+///
+/// Not port 0's choice, bound and released, as before: that comes from the
+/// ephemeral range, where the gateway's own connections (the connect retries
+/// of every container starting at once) take their local ports, and a burst
+/// of runsc starts had functions fail with "fn_http: listen: Address in
+/// use". These ports lie just below that range (ip_local_port_range) and
+/// are handed out in turn, so a port is given again only after
+/// [`CONTAINER_PORTS`] others; each is checked free when handed out.
+fn container_port() -> Result<u16> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<u32>().ok()))
+        .unwrap_or(32768);
+    let base = low.saturating_sub(CONTAINER_PORTS).max(1024);
+    let span = low.saturating_sub(base).max(1);
+    // Gateways started one after the other begin at different ports.
+    let start = std::process::id().wrapping_mul(2654435761) % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = (base + (start + n) % span) as u16;
+        if TcpListener::bind(("0.0.0.0", port)).is_ok() && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port in {base}..{low} for a container instance")
 }
 
 /// An OCI bundle in `dir` that runs `f`'s native build on the host network
@@ -203,13 +237,18 @@ fn make_bundle(rt: &Path, dir: &Path, f: &Function, port: u16) -> Result<()> {
 }
 
 /// Connects to an instance; for one without a handed-over socket, retries
-/// until it listens or `deadline` passes.
-pub async fn connect(addr: SocketAddr, listening: bool, deadline: Instant) -> std::io::Result<tokio::net::TcpStream> {
+/// until it listens, exits (`exited`: a container whose runtime failed
+/// must not be waited for until the request's timeout) or `deadline`
+/// passes.
+pub async fn connect(addr: SocketAddr, listening: bool, exited: &AtomicBool, deadline: Instant) -> std::io::Result<tokio::net::TcpStream> {
     loop {
         match tokio::net::TcpStream::connect(addr).await {
             Ok(s) => {
                 let _ = s.set_nodelay(true);
                 return Ok(s);
+            }
+            Err(e) if !listening && e.kind() == std::io::ErrorKind::ConnectionRefused && exited.load(Ordering::SeqCst) => {
+                return Err(std::io::Error::new(e.kind(), "the instance exited before it listened"));
             }
             Err(e) if !listening && e.kind() == std::io::ErrorKind::ConnectionRefused && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -219,18 +258,45 @@ pub async fn connect(addr: SocketAddr, listening: bool, deadline: Instant) -> st
     }
 }
 
+/// Sends SIGKILL to what runs in a container (`RUNTIME kill ID KILL`).
+///
+/// This comes before [`remove_container`] when the gateway stops a
+/// container: `runsc delete --force` of a running container waits for it to
+/// stop and gives up after 5 s ("destroying container: stopping container:
+/// context deadline exceeded", runsc here, measured 5.1–5.2 s each time),
+/// while `runsc kill ID KILL` ends it and its `runsc run` in tens of
+/// milliseconds, after which `delete --force` only removes the state.
+pub async fn kill_container(rt: &Path, id: &str) {
+    let _ = Command::new(rt).args(["kill", id, "KILL"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().await;
+}
+
 /// Removes a container (killing what runs in it).
 pub async fn remove_container(rt: &Path, id: &str) {
     let _ = Command::new(rt).args(["delete", "--force", id]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().await;
 }
 
+/// Whether the gateway that made container `id` (`shoal-fn-PID-…`) is
+/// still running: its containers are its own, not stale. (Every gateway
+/// used to remove every `shoal-fn-` container at its start, so a test's
+/// gateway stopped a running bench's containers.) A pid reused by another
+/// process keeps a stale container until the next start after it.
+fn owner_alive(id: &str) -> bool {
+    let Some(pid) = id.strip_prefix(CONTAINER_PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// Removes the containers a gateway that crashed left behind (their ids
-/// start with [`CONTAINER_PREFIX`]).
+/// start with [`CONTAINER_PREFIX`] and name a gateway no longer running). `--quiet`: runsc has no `-q`.
 pub async fn remove_stale_containers() {
     for backend in [Backend::Runc, Backend::Runsc] {
         let Ok(rt) = runtime(backend) else { continue };
-        let Ok(out) = Command::new(&rt).args(["list", "-q"]).stdin(Stdio::null()).stderr(Stdio::null()).output().await else { continue };
+        let Ok(out) = Command::new(&rt).args(["list", "--quiet"]).stdin(Stdio::null()).stderr(Stdio::null()).output().await else { continue };
         for id in String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with(CONTAINER_PREFIX)) {
+            if owner_alive(id) {
+                continue;
+            }
             remove_container(&rt, id).await;
         }
     }

@@ -97,7 +97,7 @@ pub fn serve(listen: &str, state: Option<PathBuf>) -> Result<()> {
         let reaper = dispatcher.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
-            let (mut seen, mut n) = ((0, 0), 0u32);
+            let (mut seen, mut n, mut again) = ((0, 0), 0u32, false);
             loop {
                 tick.tick().await;
                 reaper.reap_idle();
@@ -108,9 +108,14 @@ pub fn serve(listen: &str, state: Option<PathBuf>) -> Result<()> {
                 // stopped or started (a stopped instance frees the buffers
                 // of its kept-alive connections, often long after the
                 // last request).
+                // One more trim a second after the last change: the
+                // clients' connections of a burst often close after its
+                // last request was counted, and their buffers are freed
+                // only then.
                 n += 1;
                 let now = (reaper.metrics.requests(), reaper.instance_count());
-                if n % 10 == 0 && now != seen {
+                if n % 10 == 0 && (now != seen || again) {
+                    again = now != seen;
                     seen = now;
                     // SAFETY: malloc_trim only releases free heap memory.
                     unsafe {
