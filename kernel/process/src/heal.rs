@@ -34,7 +34,7 @@ struct Log {
 }
 
 fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
-    shoal_recover::LOGS[id::PROCESS as usize - 1].try_with(|s| s.as_mut().and_then(|b| b.downcast_mut::<Log>()).map(f)).flatten()
+    shoal_recover::log_cell(id::PROCESS)?.try_with(|s| s.as_mut().and_then(|b| b.downcast_mut::<Log>()).map(f)).flatten()
 }
 
 /// Starts the log (at the end of kernel initialisation) and registers
@@ -46,7 +46,9 @@ pub fn start() {
         return;
     }
     let log = Log { signals: SIGNALS.with(|s| *s), limits: crate::sys::limits_now().flatten(), ipc: Ipc::new(), ipc_seen: u64::MAX, calls: 0 };
-    shoal_recover::LOGS[id::PROCESS as usize - 1].with(|s| *s = Some(Box::new(log)));
+    if let Some(cell) = shoal_recover::log_cell(id::PROCESS) {
+        cell.with(|s| *s = Some(Box::new(log)));
+    }
     shoal_recover::set_logger(id::PROCESS, log_state);
     log_state();
 }

@@ -25,7 +25,16 @@ use shoal_plat::Global;
 /// to the component that called.
 pub struct Entered(Component);
 
+// `enter`, `enter_quiet`, the guard's drop and `log_cell` are called from
+// every entry point of vfs and ramfs. Kept out of line (rustc would inline
+// such small functions across crates): inlined, each caller would address
+// recover's statics PC-relatively, a distance that changes with every
+// image's layout under the `aslr` policy, and the callers' code pages
+// would no longer be shared between images (docs/versioning.md; the
+// `versions` test checks vfs). Out of line, the call goes through vfs's
+// trampoline table and the code bytes stay the same.
 impl Drop for Entered {
+    #[inline(never)]
     fn drop(&mut self) {
         CURRENT.store(self.0, Relaxed);
     }
@@ -35,6 +44,7 @@ impl Drop for Entered {
 /// for `--inject` and injecting the fault at its call: only when a gate
 /// is armed and `c` is rebootable, so that a fault at that count is
 /// always one the kernel can recover from (otherwise the count goes on).
+#[inline(never)]
 pub fn enter(c: Component) -> Entered {
     let prev = CURRENT.swap(c, Relaxed);
     if c != prev {
@@ -50,12 +60,20 @@ pub fn enter(c: Component) -> Entered {
 
 /// Like [`enter`], without counting the call (vfs's `with`: the table
 /// counts the calls it makes into vfs).
+#[inline(never)]
 pub fn enter_quiet(c: Component) -> Entered {
     Entered(CURRENT.swap(c, Relaxed))
 }
 
-/// Each component's log (see the module documentation).
+/// Each component's log (see the module documentation). Other components
+/// reach their slot through [`log_cell`].
 pub static LOGS: [Global<Option<Box<dyn Any>>>; N] = [const { Global::new(None) }; N];
+
+/// Component `c`'s slot in [`LOGS`] (out of line: see `Entered`'s drop).
+#[inline(never)]
+pub fn log_cell(c: Component) -> Option<&'static Global<Option<Box<dyn Any>>>> {
+    (c as usize).checked_sub(1).and_then(|i| LOGS.get(i))
+}
 
 /// Bytes each component's log holds, as it last reported.
 static LOG_BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];

@@ -205,7 +205,7 @@ pub(crate) struct Log {
 }
 
 fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
-    shoal_recover::LOGS[id::VFS as usize - 1].try_with(|s| s.as_mut().and_then(|b| b.downcast_mut::<Log>()).map(f)).flatten()
+    shoal_recover::log_cell(id::VFS)?.try_with(|s| s.as_mut().and_then(|b| b.downcast_mut::<Log>()).map(f)).flatten()
 }
 
 /// Starts the log right after vfs's initialisation (which ran after
@@ -218,7 +218,9 @@ pub(crate) fn start(v: &mut Vfs) {
         return;
     }
     let log = Log::new(v, boot_clock);
-    shoal_recover::LOGS[id::VFS as usize - 1].with(|s| *s = Some(Box::new(log)));
+    if let Some(cell) = shoal_recover::log_cell(id::VFS) {
+        cell.with(|s| *s = Some(Box::new(log)));
+    }
 }
 
 /// Brings the log up to date with what the call that is leaving vfs
