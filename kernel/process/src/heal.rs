@@ -10,7 +10,9 @@
 //! before it reboots it), because the signal state also changes outside
 //! process's calls (the system-call table delivers signals, the scheduler
 //! raises the host's). Each entry is superseded in place when its part
-//! changed — the log's size is that of the state. A reboot restores the
+//! changed — the log's size is that of the state. Whether a part changed
+//! is known from a change count its mutators bump, not by comparing it:
+//! the check before a call that changes nothing is three loads. A reboot restores the
 //! snapshot, then [`after_reboot`] puts the three entries back (the IPC
 //! objects as a fresh copy; the abandoned ones leak), and the gate retries
 //! the call that failed from the state it began with. Shared-memory
@@ -25,7 +27,11 @@ use shoal_recover::id;
 
 struct Log {
     signals: Signals,
+    /// `signal::CHANGES` when `signals` was copied.
+    signals_seen: u64,
     limits: Option<[Rlimit; NLIMITS]>,
+    /// `sys::LIMIT_CHANGES` when `limits` was copied.
+    limits_seen: u64,
     ipc: Ipc,
     /// `ipc::IPC_CHANGES` when `ipc` was copied.
     ipc_seen: u64,
@@ -45,31 +51,49 @@ pub fn start() {
     if !shoal_recover::stateful() {
         return;
     }
-    let log = Log { signals: SIGNALS.with(|s| *s), limits: crate::sys::limits_now().flatten(), ipc: Ipc::new(), ipc_seen: u64::MAX, calls: 0 };
+    // The `_seen` counts start unequal to the live ones: the first
+    // `log_state` copies everything.
+    let log = Log {
+        signals: SIGNALS.with(|s| *s),
+        signals_seen: u64::MAX,
+        limits: crate::sys::limits_now().flatten(),
+        limits_seen: u64::MAX,
+        ipc: Ipc::new(),
+        ipc_seen: u64::MAX,
+        calls: 0,
+    };
     shoal_recover::LOGS[id::PROCESS as usize - 1].with(|s| *s = Some(Box::new(log)));
     shoal_recover::set_logger(id::PROCESS, log_state);
     log_state();
 }
 
 /// Brings the log up to date (the gate calls this before every call into
-/// process).
+/// process). Each part is copied only when its change count moved since
+/// the last copy (the mutators count: `signal::signals_mut`,
+/// `sys::LIMIT_CHANGES`, `ipc::IPC_CHANGES`), so a call that changed
+/// nothing — `getpid`, nearly every call — costs three loads and
+/// compares, not a comparison of the whole state.
 pub fn log_state() {
-    let Some(limits) = crate::sys::limits_now() else { return };
+    use core::sync::atomic::Ordering::Relaxed;
+    let sig_n = crate::signal::CHANGES.load(Relaxed);
+    let lim_n = crate::sys::LIMIT_CHANGES.load(Relaxed);
     slot(|log| {
         let mut changed = ipc::copy_if_changed(&mut log.ipc, &mut log.ipc_seen) == Some(true);
-        let copied = SIGNALS.try_with(|s| {
-            let differs = !log.signals.same(s);
-            if differs {
-                log.signals = *s;
+        if log.signals_seen != sig_n {
+            // Borrowed elsewhere (a failed call abandoned its borrow):
+            // the copy waits for a later call.
+            if let Some(s) = SIGNALS.try_with(|s| *s) {
+                log.signals = s;
+                log.signals_seen = sig_n;
+                changed = true;
             }
-            differs
-        });
-        if copied == Some(true) {
-            changed = true;
         }
-        if log.limits != limits {
-            log.limits = limits;
-            changed = true;
+        if log.limits_seen != lim_n {
+            if let Some(limits) = crate::sys::limits_now() {
+                log.limits = limits;
+                log.limits_seen = lim_n;
+                changed = true;
+            }
         }
         if changed {
             log.calls += 1;
