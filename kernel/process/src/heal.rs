@@ -23,6 +23,7 @@ use crate::ipc::{self, Ipc};
 use crate::limits::{Rlimit, NLIMITS};
 use crate::signal::{Signals, SIGNALS};
 use alloc::boxed::Box;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use shoal_recover::id;
 
 struct Log {
@@ -42,6 +43,25 @@ struct Log {
 fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
     shoal_recover::LOGS[id::PROCESS as usize - 1].try_with(|s| s.as_mut().and_then(|b| b.downcast_mut::<Log>()).map(f)).flatten()
 }
+
+/// The change counts the log was last brought up to date with (all
+/// three parts copied): [`log_state`]'s fast path.
+struct Seen([AtomicU64; 3]);
+
+impl Seen {
+    fn with_counts(&self, sig: u64, lim: u64, ipc: u64) -> bool {
+        self.0[0].load(Relaxed) == sig && self.0[1].load(Relaxed) == lim && self.0[2].load(Relaxed) == ipc
+    }
+
+    fn set(&self, sig: u64, lim: u64, ipc: u64) {
+        self.0[0].store(sig, Relaxed);
+        self.0[1].store(lim, Relaxed);
+        self.0[2].store(ipc, Relaxed);
+    }
+}
+
+/// Starts unequal to every live count (those start at 0 and only grow).
+static UP_TO_DATE: Seen = Seen([const { AtomicU64::new(u64::MAX) }; 3]);
 
 /// Starts the log (at the end of kernel initialisation) and registers
 /// [`log_state`] with the gate.
@@ -74,10 +94,15 @@ pub fn start() {
 /// nothing — `getpid`, nearly every call — costs three loads and
 /// compares, not a comparison of the whole state.
 pub fn log_state() {
-    use core::sync::atomic::Ordering::Relaxed;
     let sig_n = crate::signal::CHANGES.load(Relaxed);
     let lim_n = crate::sys::LIMIT_CHANGES.load(Relaxed);
-    slot(|log| {
+    let ipc_n = ipc::changes();
+    // Nothing moved since the log was last brought up to date: not even
+    // the log's cell is borrowed (the common case: getpid and the like).
+    if !shoal_recover::rejuvenating() && UP_TO_DATE.with_counts(sig_n, lim_n, ipc_n) {
+        return;
+    }
+    let done = slot(|log| {
         let mut changed = ipc::copy_if_changed(&mut log.ipc, &mut log.ipc_seen) == Some(true);
         if log.signals_seen != sig_n {
             // Borrowed elsewhere (a failed call abandoned its borrow):
@@ -98,7 +123,11 @@ pub fn log_state() {
         if changed {
             log.calls += 1;
         }
+        log.signals_seen == sig_n && log.limits_seen == lim_n && log.ipc_seen == ipc_n
     });
+    if done == Some(true) {
+        UP_TO_DATE.set(sig_n, lim_n, ipc_n);
+    }
     // Before a rejuvenation the IPC objects are sound: freed here (the
     // reboot installs the log's copy) rather than leaked.
     if shoal_recover::rejuvenating() {
