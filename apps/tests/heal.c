@@ -33,6 +33,33 @@ static int fail(const char *what, int i) {
     return 1;
 }
 
+/* `rw N`: one open, then only write, one lseek and read: after the open
+ * every call that reaches vfs comes through net's read and write (which
+ * serve sockets and hand other descriptors to vfs), whose gate is not a
+ * rebootable component's: a fault or hang injected there is vfs's. */
+static int rw(int n) {
+    int fd = open("/tmp/rw", O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0)
+        return fail("rw open", 0);
+    char line[16], got[16];
+    for (int i = 0; i < n; i++) {
+        int len = snprintf(line, sizeof line, "%07d\n", i);
+        if (write(fd, line, len) != len)
+            return fail("rw write", i);
+    }
+    if (lseek(fd, 0, SEEK_SET) != 0)
+        return fail("rw lseek", n);
+    for (int i = 0; i < n; i++) {
+        int len = snprintf(line, sizeof line, "%07d\n", i);
+        if (read(fd, got, len) != len || memcmp(got, line, len))
+            return fail("rw read", i);
+    }
+    if (read(fd, got, 1) != 0)
+        return fail("rw end of file", n);
+    printf("ok %d rw\n", n);
+    return 0;
+}
+
 static int loop(long n) {
     char buf[64];
     for (long i = 0; i < n; i++) {
@@ -135,6 +162,8 @@ static int fill(int max) {
 int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "fill"))
         return fill(atoi(argv[2]));
+    if (argc > 2 && !strcmp(argv[1], "rw"))
+        return rw(atoi(argv[2]));
     if (argc > 2 && !strcmp(argv[1], "loop"))
         return loop(atol(argv[2]));
     if (argc > 1 && !strcmp(argv[1], "process"))

@@ -10,7 +10,9 @@
 //! before it reboots it), because the signal state also changes outside
 //! process's calls (the system-call table delivers signals, the scheduler
 //! raises the host's). Each entry is superseded in place when its part
-//! changed — the log's size is that of the state. A reboot restores the
+//! changed — the log's size is that of the state. Whether a part changed
+//! is known from a change count its mutators bump, not by comparing it:
+//! the check before a call that changes nothing is three loads. A reboot restores the
 //! snapshot, then [`after_reboot`] puts the three entries back (the IPC
 //! objects as a fresh copy; the abandoned ones leak), and the gate retries
 //! the call that failed from the state it began with. Shared-memory
@@ -21,11 +23,16 @@ use crate::ipc::{self, Ipc};
 use crate::limits::{Rlimit, NLIMITS};
 use crate::signal::{Signals, SIGNALS};
 use alloc::boxed::Box;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use shoal_recover::id;
 
 struct Log {
     signals: Signals,
+    /// `signal::CHANGES` when `signals` was copied.
+    signals_seen: u64,
     limits: Option<[Rlimit; NLIMITS]>,
+    /// `sys::LIMIT_CHANGES` when `limits` was copied.
+    limits_seen: u64,
     ipc: Ipc,
     /// `ipc::IPC_CHANGES` when `ipc` was copied.
     ipc_seen: u64,
@@ -37,6 +44,25 @@ fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
     shoal_recover::log_cell(id::PROCESS)?.try_with(|s| s.as_mut().and_then(|b| b.downcast_mut::<Log>()).map(f)).flatten()
 }
 
+/// The change counts the log was last brought up to date with (all
+/// three parts copied): [`log_state`]'s fast path.
+struct Seen([AtomicU64; 3]);
+
+impl Seen {
+    fn with_counts(&self, sig: u64, lim: u64, ipc: u64) -> bool {
+        self.0[0].load(Relaxed) == sig && self.0[1].load(Relaxed) == lim && self.0[2].load(Relaxed) == ipc
+    }
+
+    fn set(&self, sig: u64, lim: u64, ipc: u64) {
+        self.0[0].store(sig, Relaxed);
+        self.0[1].store(lim, Relaxed);
+        self.0[2].store(ipc, Relaxed);
+    }
+}
+
+/// Starts unequal to every live count (those start at 0 and only grow).
+static UP_TO_DATE: Seen = Seen([const { AtomicU64::new(u64::MAX) }; 3]);
+
 /// Starts the log (at the end of kernel initialisation) and registers
 /// [`log_state`] with the gate.
 pub fn start() {
@@ -45,7 +71,17 @@ pub fn start() {
     if !shoal_recover::stateful() {
         return;
     }
-    let log = Log { signals: SIGNALS.with(|s| *s), limits: crate::sys::limits_now().flatten(), ipc: Ipc::new(), ipc_seen: u64::MAX, calls: 0 };
+    // The `_seen` counts start unequal to the live ones: the first
+    // `log_state` copies everything.
+    let log = Log {
+        signals: SIGNALS.with(|s| *s),
+        signals_seen: u64::MAX,
+        limits: crate::sys::limits_now().flatten(),
+        limits_seen: u64::MAX,
+        ipc: Ipc::new(),
+        ipc_seen: u64::MAX,
+        calls: 0,
+    };
     if let Some(cell) = shoal_recover::log_cell(id::PROCESS) {
         cell.with(|s| *s = Some(Box::new(log)));
     }
@@ -54,29 +90,46 @@ pub fn start() {
 }
 
 /// Brings the log up to date (the gate calls this before every call into
-/// process).
+/// process). Each part is copied only when its change count moved since
+/// the last copy (the mutators count: `signal::signals_mut`,
+/// `sys::LIMIT_CHANGES`, `ipc::IPC_CHANGES`), so a call that changed
+/// nothing — `getpid`, nearly every call — costs three loads and
+/// compares, not a comparison of the whole state.
 pub fn log_state() {
-    let Some(limits) = crate::sys::limits_now() else { return };
-    slot(|log| {
+    let sig_n = crate::signal::CHANGES.load(Relaxed);
+    let lim_n = crate::sys::LIMIT_CHANGES.load(Relaxed);
+    let ipc_n = ipc::changes();
+    // Nothing moved since the log was last brought up to date: not even
+    // the log's cell is borrowed (the common case: getpid and the like).
+    if !shoal_recover::rejuvenating() && UP_TO_DATE.with_counts(sig_n, lim_n, ipc_n) {
+        return;
+    }
+    let done = slot(|log| {
         let mut changed = ipc::copy_if_changed(&mut log.ipc, &mut log.ipc_seen) == Some(true);
-        let copied = SIGNALS.try_with(|s| {
-            let differs = !log.signals.same(s);
-            if differs {
-                log.signals = *s;
+        if log.signals_seen != sig_n {
+            // Borrowed elsewhere (a failed call abandoned its borrow):
+            // the copy waits for a later call.
+            if let Some(s) = SIGNALS.try_with(|s| *s) {
+                log.signals = s;
+                log.signals_seen = sig_n;
+                changed = true;
             }
-            differs
-        });
-        if copied == Some(true) {
-            changed = true;
         }
-        if log.limits != limits {
-            log.limits = limits;
-            changed = true;
+        if log.limits_seen != lim_n {
+            if let Some(limits) = crate::sys::limits_now() {
+                log.limits = limits;
+                log.limits_seen = lim_n;
+                changed = true;
+            }
         }
         if changed {
             log.calls += 1;
         }
+        log.signals_seen == sig_n && log.limits_seen == lim_n && log.ipc_seen == ipc_n
     });
+    if done == Some(true) {
+        UP_TO_DATE.set(sig_n, lim_n, ipc_n);
+    }
     // Before a rejuvenation the IPC objects are sound: freed here (the
     // reboot installs the log's copy) rather than leaked.
     if shoal_recover::rejuvenating() {

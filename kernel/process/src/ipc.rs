@@ -276,6 +276,11 @@ static IPC: Global<Ipc> = Global::new(Ipc::new());
 /// copies them when it moved, not comparing them before every call).
 static IPC_CHANGES: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
+/// [`IPC_CHANGES`] now (module `heal`'s fast path).
+pub(crate) fn changes() -> u64 {
+    IPC_CHANGES.load(core::sync::atomic::Ordering::Relaxed)
+}
+
 /// The IPC objects, for a call that may change them (counted).
 fn with_ipc<R>(f: impl FnOnce(&mut Ipc) -> R) -> R {
     IPC_CHANGES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);

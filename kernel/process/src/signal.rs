@@ -140,8 +140,8 @@ pub struct Signals {
     pub codes: [i8; NSIG as usize],
     /// The alternate signal stack.
     pub altstack: StackT,
-    /// Counts the changes of `actions` (module `heal` compares this, not
-    /// the 64 actions, before every call into process).
+    /// Counts the changes of `actions` (a change of an action is also
+    /// one of [`CHANGES`], which module `heal` watches).
     pub actions_changed: u64,
 }
 
@@ -210,16 +210,6 @@ impl Signals {
         Some((sig, self.codes[(sig - 1) as usize] as i32))
     }
 
-    /// Whether `other` is the same state, cheaply: the actions by their
-    /// change count, the codes only of pending signals (module `heal`).
-    pub fn same(&self, other: &Signals) -> bool {
-        self.mask == other.mask
-            && self.pending == other.pending
-            && self.altstack == other.altstack
-            && self.actions_changed == other.actions_changed
-            && (0..64).filter(|i| self.pending & (1 << i) != 0).all(|i| self.codes[i] == other.codes[i])
-    }
-
     /// Sets the blocked mask (SIGKILL and SIGSTOP cannot be blocked).
     pub fn set_mask(&mut self, mask: u64) {
         self.mask = mask & !UNBLOCKABLE;
@@ -245,6 +235,21 @@ impl Default for Signals {
 /// The process's signal state.
 pub static SIGNALS: Global<Signals> = Global::new(Signals::new());
 
+/// Counts the borrows of [`SIGNALS`] that may change it ([`signals_mut`],
+/// [`with_signals`]): process's log (module `heal`) copies the signal
+/// state only when this moved since its last copy, instead of comparing
+/// the state before every call into process. Such borrows are rare (a
+/// signal sent, delivered or its action, mask or stack changed), so an
+/// unconditional count costs nothing measurable.
+pub(crate) static CHANGES: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Runs `f` on the signal state, which it may change (counted in
+/// [`CHANGES`]; read-only uses borrow [`SIGNALS`] directly).
+pub(crate) fn signals_mut<R>(f: impl FnOnce(&mut Signals) -> R) -> R {
+    CHANGES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    SIGNALS.with(f)
+}
+
 /// Checks a signal number for sending (0 allowed: existence check).
 pub fn check_sig(sig: i32) -> Result<(), Errno> {
     if (0..=NSIG).contains(&sig) {
@@ -258,7 +263,7 @@ pub fn check_sig(sig: i32) -> Result<(), Errno> {
 /// pending set (kept per thread in sched's thread control blocks) loaded
 /// into `mask`/`pending`, and stores them back afterwards.
 pub fn with_signals<R>(f: impl FnOnce(&mut Signals) -> R) -> R {
-    SIGNALS.with(|s| {
+    signals_mut(|s| {
         (s.mask, s.pending) = shoal_sched::sig_state();
         let r = f(s);
         shoal_sched::set_sig_state(s.mask, s.pending);
@@ -291,7 +296,7 @@ pub fn send_thread(tid: u32, sig: i32, code: i32) -> Result<(), Errno> {
     if sig == 0 {
         return Ok(());
     }
-    let ignored = SIGNALS.with(|s| {
+    let ignored = signals_mut(|s| {
         s.codes[(sig - 1) as usize] = code as i8;
         s.disposition(sig) == Disposition::Ignore
     });
@@ -482,7 +487,7 @@ fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64, mut frame: 
     // the thread already runs on it (a nested signal stays there).
     let switch = act.flags & SA_ONSTACK != 0 && alt.ss_flags & SS_DISABLE == 0 && !on_stack(&alt, current_sp());
     if switch && alt.ss_flags & SS_AUTODISARM != 0 {
-        SIGNALS.with(|s| s.altstack = NO_ALTSTACK);
+        signals_mut(|s| s.altstack = NO_ALTSTACK);
     }
     if switch {
         // The handler is the program's code: preemptible while it runs.
@@ -493,7 +498,7 @@ fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64, mut frame: 
         unsafe { shoal_process_call_on_stack(act.handler, sig, &mut info, uc.as_mut_ptr(), alt.ss_sp.wrapping_add(alt.ss_size)) };
         shoal_sched::preempt::enter();
         if alt.ss_flags & SS_AUTODISARM != 0 {
-            SIGNALS.with(|s| s.altstack = alt);
+            signals_mut(|s| s.altstack = alt);
         }
         if let Some(f) = frame.as_deref_mut() {
             context_to(&uc, f);

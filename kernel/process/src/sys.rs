@@ -216,7 +216,7 @@ pub fn sigaltstack(a: &Args) -> SysResult {
         if n.ss_flags & signal::SS_DISABLE != 0 {
             n = StackT { ss_sp: 0, ss_flags: signal::SS_DISABLE, pad: 0, ss_size: 0 };
         }
-        SIGNALS.with(|s| s.altstack = n);
+        signal::signals_mut(|s| s.altstack = n);
     }
     Ok(0)
 }
@@ -266,6 +266,10 @@ pub fn tgkill(a: &Args) -> SysResult {
 static LIMITS: Global<Option<[Rlimit; NLIMITS]>> = Global::new(None);
 
 /// The limits as they are (`None`: still the defaults; module `heal`).
+/// Counts the changes of the limits (`prlimit64`, `setrlimit`): process's
+/// log (module `heal`) copies them only when this moved.
+pub(crate) static LIMIT_CHANGES: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
 pub(crate) fn limits_now() -> Option<Option<[Rlimit; NLIMITS]>> {
     LIMITS.try_with(|l| *l)
 }
@@ -309,6 +313,7 @@ fn prlimit(pid: i32, resource: u32, new: u64, old: u64) -> SysResult {
     }
     if let Some(n) = n {
         with_limits(|t| t[r] = n);
+        LIMIT_CHANGES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     }
     Ok(0)
 }

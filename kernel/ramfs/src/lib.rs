@@ -806,8 +806,12 @@ impl Fs {
     /// modification or change time, or than a day (`relatime`).
     pub fn touch_atime(&mut self, ino: Ino) {
         let t = self.now();
-        if let Some(i) = self.touch(&ino) {
-            if i.atime <= i.mtime || i.atime <= i.ctime || t.sec - i.atime.sec >= 24 * 3600 {
+        let due = self.inodes.get(&ino).is_some_and(|i| i.atime <= i.mtime || i.atime <= i.ctime || t.sec - i.atime.sec >= 24 * 3600);
+        // Journalled (for vfs's call log) only when the access time
+        // changes: under relatime most reads change nothing, and a
+        // journalled inode costs the log an export of its image.
+        if due {
+            if let Some(i) = self.touch(&ino) {
                 i.atime = t;
             }
         }

@@ -22,8 +22,9 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use shoal_plat::Global;
 
 /// While alive, the code running is component `c`'s; dropping it returns
-/// to the component that called.
-pub struct Entered(Component);
+/// to the component that called (and ends the hang watch it started, if
+/// it started one).
+pub struct Entered(Component, bool);
 
 // `enter`, `enter_quiet`, the guard's drop and `log_cell` are called from
 // every entry point of vfs and ramfs. Kept out of line (rustc would inline
@@ -36,8 +37,20 @@ pub struct Entered(Component);
 impl Drop for Entered {
     #[inline(never)]
     fn drop(&mut self) {
+        if self.1 {
+            super::watchdog::end();
+        }
         CURRENT.store(self.0, Relaxed);
     }
+}
+
+/// Whether entering `c` from `prev` starts a hang watch: `c` is
+/// rebootable, a gate is armed (so the watchdog's stop has a gate to
+/// return to), and no call is watched yet (the gate entered a component
+/// that is not rebootable: net). See [`super::watchdog::begin_nested`].
+#[inline]
+fn watch_from(prev: Component, c: Component) -> bool {
+    c != prev && ARMED.load(Relaxed) != 0 && rebootable(c) && super::watchdog::begin_nested(c)
 }
 
 /// Enters component `c` (see the module documentation), counting the call
@@ -47,6 +60,7 @@ impl Drop for Entered {
 #[inline(never)]
 pub fn enter(c: Component) -> Entered {
     let prev = CURRENT.swap(c, Relaxed);
+    let watched = watch_from(prev, c);
     if c != prev {
         if let Some(calls) = (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
             let n = calls.fetch_add(1, Relaxed) + 1;
@@ -55,14 +69,15 @@ pub fn enter(c: Component) -> Entered {
             }
         }
     }
-    Entered(prev)
+    Entered(prev, watched)
 }
 
-/// Like [`enter`], without counting the call (vfs's `with`: the table
-/// counts the calls it makes into vfs).
+/// Like [`enter`], without counting the call.
 #[inline(never)]
 pub fn enter_quiet(c: Component) -> Entered {
-    Entered(CURRENT.swap(c, Relaxed))
+    let prev = CURRENT.swap(c, Relaxed);
+    let watched = watch_from(prev, c);
+    Entered(prev, watched)
 }
 
 /// Each component's log (see the module documentation). Other components

@@ -16,11 +16,17 @@
 //!
 //! Only calls into rebootable components are watched: a long computation
 //! in the application, or a call into a component that cannot be rebooted
-//! yet, is never interrupted (the instance runs on, as before). None of the
-//! rebootable components blocks (`time`, `sysinfo`, `user` answer at once:
-//! `nanosleep` is `sched`'s), so a call's wall-clock age is its running
-//! time; a stateful component made rebootable later must end the watch
-//! while it waits.
+//! yet, is never interrupted (the instance runs on, as before). A
+//! rebootable component reached from one that is not (vfs from net's
+//! `read` and `write`, which serve sockets and hand every other descriptor
+//! to vfs) is watched from the moment it is entered ([`begin_nested`],
+//! through `shoal_recover::enter`) until it returns, so a hang there is
+//! caught while a long wait in net itself is not. A call that blocks —
+//! vfs waiting on a pipe, process in `sigsuspend` or `semop` — is taken
+//! out of the watchdog's sight while it waits (the scheduler's
+//! `reschedule` and `idle_wait`: `shoal_sched::preempt::watch_pause`), and
+//! watched again, with a fresh age, once it runs: a call's watched age is
+//! its running time.
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
@@ -41,6 +47,21 @@ pub fn begin(c: u8) {
     if ON.load(Relaxed) {
         shoal_sched::preempt::watch_begin(u64::from(c));
     }
+}
+
+/// Component `c` (rebootable) is entered without passing the system-call
+/// table (vfs from net's `read` and `write` gate, or from `mm`): watched
+/// from here if no call is watched yet — the gate of a component that
+/// cannot be rebooted watches nothing, yet a hang in the rebootable one
+/// it reaches is recoverable. `true` if this started the watch (the
+/// caller ends it with [`end`] when it leaves `c`).
+#[inline]
+pub fn begin_nested(c: u8) -> bool {
+    if ON.load(Relaxed) && shoal_sched::preempt::watching() == 0 {
+        shoal_sched::preempt::watch_begin(u64::from(c));
+        return true;
+    }
+    false
 }
 
 /// The gated call has ended, or was abandoned after a failure.

@@ -192,6 +192,12 @@ pub fn watch_end() {
     SHOAL_PREEMPT_AREA.watch.store(0, Ordering::Relaxed);
 }
 
+/// The component of the gated call being watched (0: none).
+#[inline]
+pub fn watching() -> u64 {
+    SHOAL_PREEMPT_AREA.watch.load(Ordering::Relaxed)
+}
+
 /// The tender refused `PREEMPT_WATCH` once: not asked again.
 static WATCH_REFUSED: AtomicBool = AtomicBool::new(false);
 

@@ -42,7 +42,9 @@
 //!
 //! The log is updated when a call leaves vfs ([`crate::with`]), from the
 //! journal ramfs keeps of what the call changed (`Fs::swap_journal`) and
-//! a comparison of the descriptor tables: its size is that of the live
+//! a comparison of those tables (descriptors, descriptions, pipes, locks)
+//! the call borrowed mutably (each is a `Tracked` value, whose flag tells;
+//! the others are not looked at): its size is that of the live
 //! state it describes, never that of the history, so there is no
 //! threshold to wait for (VampOS shrinks every 100 entries because it
 //! appends first and prunes later).
@@ -239,11 +241,11 @@ impl Log {
             boot_next_ino: v.fs.next_ino(),
             inodes: BTreeMap::new(),
             next_ino: v.fs.next_ino(),
-            fds: v.fds.clone(),
-            ofds: v.ofds.clone(),
+            fds: (*v.fds).clone(),
+            ofds: (*v.ofds).clone(),
             scalars: Scalars::of(v),
-            pipes: v.pipes.clone(),
-            locks: v.locks.clone(),
+            pipes: (*v.pipes).clone(),
+            locks: (*v.locks).clone(),
             termios: crate::ops::termios(),
             termios_changes: crate::ops::termios_changes(),
             calls: 0,
@@ -268,11 +270,13 @@ impl Log {
             log.inodes_changed(v, &j.touched, &j.changes);
             log.spare = j;
         }
-        if log.fds != v.fds {
+        // Each table is compared with its copy only if the call borrowed
+        // it mutably (`Tracked`): most calls leave most of them alone.
+        if v.fds.take_dirty() && log.fds != *v.fds {
             log.fds.clone_from(&v.fds);
             changed = true;
         }
-        if log.ofds != v.ofds {
+        if v.ofds.take_dirty() && log.ofds != *v.ofds {
             log.ofds.clone_from(&v.ofds);
             changed = true;
         }
@@ -281,12 +285,12 @@ impl Log {
             log.scalars = s;
             changed = true;
         }
-        if log.pipes != v.pipes {
+        if v.pipes.take_dirty() && log.pipes != *v.pipes {
             log.pipes.clone_from(&v.pipes);
             changed = true;
         }
-        if log.locks != v.locks {
-            log.locks = v.locks.clone();
+        if v.locks.take_dirty() && log.locks != *v.locks {
+            log.locks = (*v.locks).clone();
             changed = true;
         }
         let n = crate::ops::termios_changes();
@@ -327,7 +331,7 @@ impl Log {
         let s = &self.scalars;
         (v.cwd, v.umask, v.nofile, v.fsize) = (s.cwd, s.umask, s.nofile, s.fsize);
         v.pipes.clone_from(&self.pipes);
-        v.locks = self.locks.clone();
+        *v.locks = self.locks.clone();
         crate::ops::set_termios(self.termios);
         Ok(self.entries())
     }

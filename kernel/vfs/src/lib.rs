@@ -70,12 +70,14 @@ mod pipe;
 mod poll;
 pub mod readylog;
 pub mod sys;
+mod tracked;
 pub mod wait;
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use shoal_plat::{Errno, Global};
 use shoal_ramfs::{Fs, Ino, Timespec};
+use tracked::Tracked;
 
 pub use more::RWF_NOSIGNAL;
 pub use shoal_ramfs::ROOT_INO;
@@ -166,20 +168,22 @@ pub(crate) struct FdEntry {
 /// The file-system state of the process.
 pub struct Vfs {
     pub(crate) fs: Fs,
-    pub(crate) fds: Vec<Option<FdEntry>>,
-    pub(crate) ofds: Vec<Option<Ofd>>,
+    /// Descriptors (changes tracked for the log, module `heal`).
+    pub(crate) fds: Tracked<Vec<Option<FdEntry>>>,
+    /// Open file descriptions (tracked likewise).
+    pub(crate) ofds: Tracked<Vec<Option<Ofd>>>,
     pub(crate) cwd: Ino,
     pub(crate) umask: u32,
     pub(crate) pipe_time: Timespec,
     /// Buffers of the pipes that have an open end, by inode.
-    pub(crate) pipes: BTreeMap<Ino, pipe::Pipe>,
+    pub(crate) pipes: Tracked<BTreeMap<Ino, pipe::Pipe>>,
     /// Unnamed inodes standing for stdin, stdout and stderr, so that
     /// `/proc/self/fd/N` can name them.
     pub(crate) console: [Ino; 3],
     /// `/proc/self/fd`, if the root has it.
     pub(crate) fd_dir: Option<Ino>,
     /// Advisory locks (record, OFD, `flock`).
-    pub(crate) locks: lock::Locks,
+    pub(crate) locks: Tracked<lock::Locks>,
     /// `RLIMIT_NOFILE` (soft): descriptors are below it.
     pub(crate) nofile: usize,
     /// `RLIMIT_FSIZE` (soft): regular files do not grow past it.
@@ -197,15 +201,15 @@ impl Vfs {
         let fd_dir = dev::fd_dir(&fs);
         let mut v = Vfs {
             fs,
-            fds: Vec::new(),
-            ofds: Vec::new(),
+            fds: Tracked::new(Vec::new()),
+            ofds: Tracked::new(Vec::new()),
             cwd: root,
             umask: 0o022,
             pipe_time,
-            pipes: BTreeMap::new(),
+            pipes: Tracked::new(BTreeMap::new()),
             console,
             fd_dir,
-            locks: lock::Locks::default(),
+            locks: Tracked::new(lock::Locks::default()),
             nofile: DEFAULT_NOFILE,
             fsize: u64::MAX,
         };
@@ -543,8 +547,11 @@ fn empty_archive() -> Result<alloc::vec::Vec<u8>, shoal_plat::Errno> {
 /// pages inside a grown file start showing it.
 pub fn with<R>(f: impl FnOnce(&mut Vfs) -> R) -> R {
     // The code below is vfs's (recover: a failure here reboots vfs), and
-    // what the call changed goes to the log before it returns.
-    let _in = shoal_recover::enter_quiet(shoal_recover::id::VFS);
+    // what the call changed goes to the log before it returns. Entered
+    // from another component (net's read and write, mm), this counts as a
+    // call into vfs (`--inject vfs:…@N`) and is watched for a hang; from
+    // the table's own vfs gate it is neither again.
+    let _in = shoal_recover::enter(shoal_recover::id::VFS);
     let r = STATE.with(|s| {
         let v = s.get_or_insert_with(|| Vfs::new(empty_root()));
         let r = f(v);
