@@ -213,7 +213,7 @@ pub enum Bench {
         #[arg(long)]
         keep: Option<PathBuf>,
     },
-    /// Seed 003 (VampOS): gate cost in cycles, Fig. 5 system calls and SQLite 10,000 inserts without and with the component gates (`--no-recover`), the reboot time of each rebootable component, nginx and Redis throughput (Fig. 7), nginx's reboot times after 1,000 GETs (Fig. 6) and failed requests under rejuvenation vs whole restarts (Table V), on spt, hvt and a native process.
+    /// Seed 003 (VampOS): gate cost in cycles, Fig. 5 system calls and SQLite 10,000 inserts without and with the component gates (`--no-recover`), the reboot time of each rebootable component, nginx and Redis throughput (Fig. 7), nginx's reboot times after 1,000 GETs (Fig. 6) and failed requests under rejuvenation vs whole restarts (Table V), Redis latency across a ramfs panic vs a restart (Fig. 8), on spt, hvt and a native process.
     Recover {
         /// Runs of each system (at least 2; mean ± SD).
         #[arg(long, default_value_t = 5)]
@@ -227,7 +227,7 @@ pub enum Bench {
         /// Print JSON instead of the tables.
         #[arg(long)]
         json: bool,
-        /// Run only these parts, comma-separated: syscalls (gate cost and Fig. 5), reboot, sqlite, servers (Fig. 7 nginx and Redis), nginx-reboot (Fig. 6), rejuvenation (Table V). Default: all.
+        /// Run only these parts, comma-separated: syscalls (gate cost and Fig. 5), reboot, sqlite, servers (Fig. 7 nginx and Redis), nginx-reboot (Fig. 6), rejuvenation (Table V), redis-latency (Fig. 8). Default: all.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// Seconds of each wrk run of the Fig. 7 nginx runs (0.5-60).

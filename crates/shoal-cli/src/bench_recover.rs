@@ -48,14 +48,14 @@ pub struct RecoverOpts {
 }
 
 /// The parts `--only` selects from.
-const PARTS: [&str; 6] = ["syscalls", "reboot", "sqlite", "servers", "nginx-reboot", "rejuvenation"];
+const PARTS: [&str; 7] = ["syscalls", "reboot", "sqlite", "servers", "nginx-reboot", "rejuvenation", "redis-latency"];
 
 /// The bench's bad options.
 #[derive(Debug, thiserror::Error)]
 pub enum RecoverError {
     #[error("--repeat must be at least 2 (mean ± SD) and --iterations at least 1")]
     Counts,
-    #[error("unknown part `{0}` for --only (the parts are syscalls, reboot, sqlite, servers, nginx-reboot, rejuvenation)")]
+    #[error("unknown part `{0}` for --only (the parts are syscalls, reboot, sqlite, servers, nginx-reboot, rejuvenation, redis-latency)")]
     Part(String),
     #[error("--duration must be between 0.5 and 60 seconds and --requests between 1 and 10,000,000")]
     Load,
@@ -320,8 +320,8 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     }
 
     // The server experiments (Fig. 7, Fig. 6, Table V).
-    let sections = recover_servers::Sections { fig7: want("servers"), fig6: want("nginx-reboot"), table5: want("rejuvenation") };
-    let srv = if sections.fig7 || sections.fig6 || sections.table5 {
+    let sections = recover_servers::Sections { fig7: want("servers"), fig6: want("nginx-reboot"), table5: want("rejuvenation"), fig8: want("redis-latency") };
+    let srv = if sections.fig7 || sections.fig6 || sections.table5 || sections.fig8 {
         let so = recover_servers::Opts {
             repeat: o.repeat,
             duration: o.duration,

@@ -20,6 +20,14 @@
 //!   again every second: failed requests (wrk's socket errors and non-2xx
 //!   answers) and requests answered.
 //!
+//! - **Fig. 8**: Redis with its append-only file (`appendfsync always`, so
+//!   every SET writes and syncs a file in ramfs, as VampOS's Redis did)
+//!   answering one SET every 10 ms on one connection for 4 s while either
+//!   ramfs panics (`--inject ramfs:panic@250`, its 250th call, mid-run)
+//!   or the whole instance is killed and started again 2 s in: each
+//!   request's latency, the longest gap between answers, the failed
+//!   requests and whether the keys written before survive.
+//!
 //! The results come back as JSON, CSV rows and text for `bench_recover.rs`
 //! to print beside its own.
 
@@ -60,6 +68,7 @@ pub struct Sections {
     pub fig7: bool,
     pub fig6: bool,
     pub table5: bool,
+    pub fig8: bool,
 }
 
 /// What the server experiments need.
@@ -185,6 +194,12 @@ struct Images {
 /// Starts `app` on `tender` with `flags`, its port on 127.0.0.1:`port`,
 /// its output appended to `log`, and waits (bounded) until it accepts.
 fn start(o: &Opts, image: &Path, app: App, tender: &str, flags: &[&str], port: u16, log: &Path) -> Result<Instance> {
+    start_with(o, image, app, tender, flags, port, log, false)
+}
+
+/// `start`, with Redis's append-only file on (`aof`; synced at every write).
+#[allow(clippy::too_many_arguments)]
+fn start_with(o: &Opts, image: &Path, app: App, tender: &str, flags: &[&str], port: u16, log: &Path, aof: bool) -> Result<Instance> {
     let mut c = Command::new(o.shoal);
     c.args(["run", "--tender", tender, "--mem", "512M"]).args(flags).arg("--fs").arg(o.home.join("apps/recipes").join(app.recipe()));
     match app {
@@ -194,7 +209,12 @@ fn start(o: &Opts, image: &Path, app: App, tender: &str, flags: &[&str], port: u
         }
         App::Redis => {
             c.args(["-p", &format!("{port}:6379")]).arg(image);
-            c.args(["--", "/redis.conf"]).args(redis_args(6379, "/tmp"));
+            c.args(["--", "/redis.conf"]);
+            if aof {
+                c.args(["--port", "6379", "--dir", "/tmp", "--appendonly", "yes", "--appendfsync", "always", "--save", ""]);
+            } else {
+                c.args(redis_args(6379, "/tmp"));
+            }
         }
     }
     let f = fs::OpenOptions::new().create(true).append(true).open(log).with_context(|| format!("cannot open {}", log.display()))?;
@@ -212,6 +232,19 @@ fn start(o: &Opts, image: &Path, app: App, tender: &str, flags: &[&str], port: u
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(inst)
+}
+
+/// Waits (bounded) until `port` on 127.0.0.1 can be bound again: a killed
+/// instance's tender may hold its listening socket a moment longer.
+fn wait_port_free(port: u16) -> Result<()> {
+    let t0 = Instant::now();
+    while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+        if t0.elapsed() > Duration::from_secs(10) {
+            bail!("127.0.0.1:{port} was still in use 10 s after the instance was killed");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
 }
 
 /// Runs `cmd` to its end, killing it after `limit`.
@@ -334,7 +367,7 @@ pub fn run(o: &Opts) -> Report {
     let nginx_ok = if missing("wrk") { Err("wrk is not installed (Debian package wrk; scripts/setup installs it)".to_string()) } else { Ok(()) };
     let redis_ok = if missing("redis-benchmark") { Err("redis-benchmark is not installed (Debian package redis-tools)".to_string()) } else { Ok(()) };
     say(o.quiet, "building the nginx and redis recipes");
-    let needs_redis = o.sections.fig7;
+    let needs_redis = o.sections.fig7 || o.sections.fig8;
     let images = Images {
         nginx: nginx_ok.clone().map_err(anyhow::Error::msg).and_then(|_| build(o, App::Nginx)).map_err(|e| say(o.quiet, &format!("warning: nginx: {e:#}"))).ok(),
         redis: if needs_redis {
@@ -351,6 +384,9 @@ pub fn run(o: &Opts) -> Report {
     }
     if o.sections.table5 {
         table5(o, &images, &dir, &mut r);
+    }
+    if o.sections.fig8 {
+        fig8(o, &images, &dir, &mut r);
     }
     r
 }
@@ -650,6 +686,7 @@ fn table5_run(o: &Opts, image: &Path, t: &str, mode: &str, port: u16, log: &Path
         if mode == "restart" && now >= next && now < TABLE5_SECONDS - 0.2 {
             // The whole instance: kill it and start it again on the same port.
             drop(inst);
+            wait_port_free(port)?;
             inst = start(o, image, App::Nginx, t, &[], port, log)?;
             restarts += 1;
             next = t0.elapsed().as_secs_f64() + TABLE5_PERIOD;
@@ -667,6 +704,230 @@ fn table5_run(o: &Opts, image: &Path, t: &str, mode: &str, port: u16, log: &Path
     }
     drop(inst);
     Ok((w, restarts))
+}
+
+/// Fig. 8: how long the Fig. 8 client runs, its request period, when the
+/// whole instance is restarted, and ramfs's call that panics.
+const FIG8_SECONDS: f64 = 4.0;
+const FIG8_PERIOD: Duration = Duration::from_millis(10);
+const FIG8_RESTART_AT: f64 = 2.0;
+const FIG8_PANIC_AT: u32 = 250;
+
+/// One Fig. 8 run: (seconds since the start, latency in ms or None for a
+/// failed request) per request, when the failure happened (seconds; the
+/// reboot line's appearance or the restart), and whether the first key
+/// written was still there at the end.
+struct Fig8Run {
+    samples: Vec<(f64, Option<f64>)>,
+    event_s: Option<f64>,
+    first_key_kept: bool,
+}
+
+/// Sends `cmd` (an inline Redis command) on `s` and reads one reply line.
+fn redis_line(s: &mut TcpStream, cmd: &str) -> Result<String> {
+    s.write_all(cmd.as_bytes())?;
+    s.write_all(b"\r\n")?;
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n") {
+        if s.read(&mut b)? == 0 {
+            bail!("connection closed");
+        }
+        buf.push(b[0]);
+        if buf.len() > 4096 {
+            bail!("reply too long");
+        }
+    }
+    Ok(String::from_utf8_lossy(&buf).trim_end().to_string())
+}
+
+fn connect(port: u16) -> Result<TcpStream> {
+    let s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+/// The longest time (ms) between two answered requests (from the previous
+/// answer's send time to the next answer's completion), and the largest
+/// latency (ms).
+pub fn fig8_gap_and_max(samples: &[(f64, Option<f64>)]) -> (f64, f64) {
+    let mut gap: f64 = 0.0;
+    let mut max: f64 = 0.0;
+    let mut last: Option<f64> = None;
+    for (t, lat) in samples {
+        if let Some(l) = lat {
+            let done = t + l / 1000.0;
+            if let Some(p) = last {
+                gap = gap.max((done - p) * 1000.0);
+            }
+            last = Some(done);
+            max = max.max(*l);
+        }
+    }
+    (gap, max)
+}
+
+fn fig8_run(o: &Opts, image: &Path, t: &str, mode: &str, port: u16, log: &Path) -> Result<Fig8Run> {
+    let inject = format!("ramfs:panic@{FIG8_PANIC_AT}");
+    let flags: Vec<&str> = if mode == "component" { vec!["--inject", &inject] } else { vec![] };
+    let first = start_with(o, image, App::Redis, t, &flags, port, log, true)?;
+    std::thread::scope(|scope| fig8_client(o, image, t, mode, port, log, first, scope))
+}
+
+/// The client loop of `fig8_run`; a restart runs in a thread of `scope`
+/// so the client keeps sending (and failing) while the instance is down.
+#[allow(clippy::too_many_arguments)]
+fn fig8_client<'s, 'e: 's>(
+    o: &'e Opts,
+    image: &'e Path,
+    t: &'e str,
+    mode: &str,
+    port: u16,
+    log: &'e Path,
+    first: Instance,
+    scope: &'s std::thread::Scope<'s, 'e>,
+) -> Result<Fig8Run> {
+    let mut inst = Some(first);
+    let mut restarting: Option<std::thread::ScopedJoinHandle<'s, Result<Instance>>> = None;
+    let mut conn = Some(connect(port)?);
+    let t0 = Instant::now();
+    let mut samples = Vec::new();
+    let mut event_s = None;
+    let mut restarted = false;
+    let mut i = 0u64;
+    while t0.elapsed().as_secs_f64() < FIG8_SECONDS {
+        let at = t0.elapsed().as_secs_f64();
+        if mode == "restart" && !restarted && at >= FIG8_RESTART_AT {
+            // The whole instance: killed and started again on the same port.
+            drop(conn.take());
+            drop(inst.take());
+            event_s = Some(t0.elapsed().as_secs_f64());
+            restarting = Some(scope.spawn(move || {
+                wait_port_free(port)?;
+                start_with(o, image, App::Redis, t, &[], port, log, true)
+            }));
+            restarted = true;
+        }
+        if restarting.as_ref().is_some_and(|h| h.is_finished()) {
+            let h = restarting.take().ok_or_else(|| anyhow::anyhow!("no restart"))?;
+            inst = Some(h.join().map_err(|_| anyhow::anyhow!("the restart thread panicked"))??);
+        }
+        let sent = Instant::now();
+        let ok = (|| -> Result<()> {
+            if conn.is_none() {
+                conn = Some(connect(port)?);
+            }
+            let s = conn.as_mut().ok_or_else(|| anyhow::anyhow!("no connection"))?;
+            let reply = redis_line(s, &format!("SET key:{i} v{i}"))?;
+            anyhow::ensure!(reply == "+OK", "SET answered {reply}");
+            Ok(())
+        })();
+        let lat = sent.elapsed().as_secs_f64() * 1000.0;
+        match ok {
+            Ok(()) => samples.push((at, Some(lat))),
+            Err(_) => {
+                conn = None;
+                samples.push((at, None));
+            }
+        }
+        if mode == "component" && event_s.is_none() && inst.as_ref().is_some_and(|i| i.log_text().contains("shoal: rebooted ramfs")) {
+            event_s = Some(t0.elapsed().as_secs_f64());
+        }
+        i += 1;
+        std::thread::sleep(FIG8_PERIOD.saturating_sub(sent.elapsed()));
+    }
+    if let Some(h) = restarting.take() {
+        inst = Some(h.join().map_err(|_| anyhow::anyhow!("the restart thread panicked"))??);
+    }
+    let inst = inst.as_mut().ok_or_else(|| anyhow::anyhow!("no instance"))?;
+    if let Some(st) = inst.child.try_wait()? {
+        bail!("redis ended ({st}): {}", inst.log_tail());
+    }
+    let s = match conn.as_mut() {
+        Some(s) => s,
+        None => conn.insert(connect(port)?),
+    };
+    let first_key_kept = redis_line(s, "EXISTS key:0")? == ":1";
+    Ok(Fig8Run { samples, event_s, first_key_kept })
+}
+
+/// Fig. 8: Redis latency across an injected ramfs panic vs a full restart.
+fn fig8(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
+    let mut j = serde_json::Map::new();
+    r.text.push_str(&format!(
+        "Fig. 8: Redis (append-only file synced at every write) answering one SET every {} ms on one connection for {FIG8_SECONDS} s, across a ramfs panic (--inject ramfs:panic@{FIG8_PANIC_AT}) vs the whole instance restarted at {FIG8_RESTART_AT} s; {} runs: median and max latency, the longest gap between answers, failed requests, keys kept\n",
+        FIG8_PERIOD.as_millis(),
+        o.repeat
+    ));
+    let Some(image) = &images.redis else {
+        r.text.push_str("  skipped: redis was not built\n\n");
+        r.json.insert("fig8_redis_latency".into(), json!({"skipped": "redis was not built"}));
+        return;
+    };
+    for t in o.tenders {
+        let mut tj = serde_json::Map::new();
+        for mode in ["component", "restart"] {
+            let mut runs = Vec::new();
+            let mut failure = None;
+            for rep in 0..o.repeat {
+                say(o.quiet, &format!("Fig. 8 on {t}, {mode}, run {}/{}", rep + 1, o.repeat));
+                let log = dir.join(format!("fig8-{t}-{mode}-{rep}.log"));
+                match free_port().and_then(|port| fig8_run(o, image, t, mode, port, &log)) {
+                    Ok(run) => {
+                        for (at, lat) in &run.samples {
+                            let v = lat.map_or("failed".to_string(), |l| format!("{l:.3}"));
+                            r.csv.push_str(&format!("fig8_{mode},{t},latency_ms_at_{at:.3}s,{},{v}\n", rep + 1));
+                        }
+                        runs.push(run);
+                    }
+                    Err(e) => {
+                        say(o.quiet, &format!("warning: Fig. 8 on {t} ({mode}) skipped: {e:#}"));
+                        failure = Some(format!("{e:#}"));
+                        break;
+                    }
+                }
+            }
+            let label = if mode == "component" { "ramfs panic, reboot" } else { "whole-instance restart" };
+            if let Some(why) = failure {
+                r.text.push_str(&format!("  {t:<4} {label:<23} skipped: {why}\n"));
+                tj.insert(mode.into(), json!({"skipped": why}));
+                continue;
+            }
+            let mut medians = Vec::new();
+            let mut maxes = Vec::new();
+            let mut gaps = Vec::new();
+            let mut failed = Vec::new();
+            let mut kept = 0;
+            let mut events = Vec::new();
+            for run in &runs {
+                let lats: Vec<f64> = run.samples.iter().filter_map(|(_, l)| *l).collect();
+                medians.push(super::recover::median(&lats));
+                let (gap, max) = fig8_gap_and_max(&run.samples);
+                gaps.push(gap);
+                maxes.push(max);
+                failed.push(run.samples.iter().filter(|(_, l)| l.is_none()).count() as f64);
+                kept += usize::from(run.first_key_kept);
+                events.push(run.event_s);
+            }
+            r.text.push_str(&format!(
+                "  {t:<4} {label:<23} median {} ms, max {} ms, longest gap {} ms, failed {} per run, first key kept in {kept}/{} runs, failure at {:?} s\n",
+                fmt(&medians, 3),
+                fmt(&maxes, 2),
+                fmt(&gaps, 2),
+                fmt(&failed, 1),
+                runs.len(),
+                events.iter().map(|e| e.map(|x| (x * 100.0).round() / 100.0)).collect::<Vec<_>>()
+            ));
+            tj.insert(
+                mode.into(),
+                json!({"median_ms": medians, "max_ms": maxes, "gap_ms": gaps, "failed_requests": failed, "first_key_kept_runs": kept, "runs": runs.len(), "failure_at_s": events}),
+            );
+        }
+        j.insert(t.to_string(), Value::Object(tj));
+    }
+    r.text.push_str("  (VampOS: Redis kept its latency across a 9PFS panic; Unikraft's full reboot failed requests and restored its keys from the AOF. Here a restart loses the instance's ramfs and with it the AOF: the keys are gone)\n\n");
+    r.json.insert("fig8_redis_latency".into(), Value::Object(j));
 }
 
 #[cfg(test)]
@@ -695,5 +956,15 @@ mod tests {
         let t = "  Socket errors: connect 7, read 100, write 2, timeout 1\n  Non-2xx or 3xx responses: 4\n";
         assert_eq!(wrk_error_kinds(t), [7, 100, 2, 1, 4]);
         assert_eq!(wrk_error_kinds("Requests/sec: 1\n"), [0; 5]);
+    }
+
+    #[test]
+    fn fig8_gap_spans_failed_requests() {
+        // Answers at 0.001 s and 0.012 s, two failures, one at 0.041 s.
+        let s = [(0.0, Some(1.0)), (0.01, Some(2.0)), (0.02, None), (0.03, None), (0.04, Some(1.0))];
+        let (gap, max) = fig8_gap_and_max(&s);
+        assert!((gap - 29.0).abs() < 1e-9, "{gap}");
+        assert_eq!(max, 2.0);
+        assert_eq!(fig8_gap_and_max(&[]), (0.0, 0.0));
     }
 }

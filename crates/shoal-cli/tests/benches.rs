@@ -168,7 +168,9 @@ fn bench_recover_from_any_directory() {
 /// Redis throughput without gates, with gates and with gates and logs
 /// (Fig. 7), nginx's component reboot times after 1,000 GETs (Fig. 6), and
 /// nginx under wrk while every component is rebooted in turn, which loses
-/// no request, vs restarted whole (Table V); a bad --only is one line.
+/// no request, vs restarted whole (Table V); Redis across a ramfs panic
+/// (no failed request, its keys kept) vs restarted whole (its keys, in
+/// the instance's ramfs, gone) (Fig. 8); a bad --only is one line.
 #[test]
 fn bench_recover_servers() {
     if !["wrk", "redis-benchmark"].iter().all(|p| std::process::Command::new(p).arg("-v").output().is_ok()) {
@@ -177,7 +179,7 @@ fn bench_recover_servers() {
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
-    let args = ["recover", "--repeat", "2", "--only", "servers,nginx-reboot,rejuvenation", "--duration", "1", "--requests", "2000", "--json"];
+    let args = ["recover", "--repeat", "2", "--only", "servers,nginx-reboot,rejuvenation,redis-latency", "--duration", "1", "--requests", "2000", "--json"];
     let v = json_of("recover", &bench(tmp.path(), &args));
     for config in ["no gates", "gates", "gates+logs"] {
         positive(&v, &format!("/fig7_servers/spt/nginx_wrk40/{config}/mean"));
@@ -190,6 +192,11 @@ fn bench_recover_servers() {
     assert!(failed.len() == 2 && failed.iter().all(|f| f.as_f64() == Some(0.0)), "requests failed during rejuvenation: {v:#}");
     positive(&v, "/table5_rejuvenation/spt/components/reboots_or_restarts/0");
     positive(&v, "/table5_rejuvenation/spt/restart/reboots_or_restarts/0");
+    let fig8 = |p: &str| v.pointer(&format!("/fig8_redis_latency/spt/{p}")).cloned().unwrap_or_else(|| panic!("no {p}: {v:#}"));
+    assert_eq!(fig8("component/failed_requests"), serde_json::json!([0.0, 0.0]), "{v:#}");
+    assert_eq!(fig8("component/first_key_kept_runs"), 2, "{v:#}");
+    assert!(fig8("component/failure_at_s").as_array().is_some_and(|a| a.iter().all(Value::is_number)), "no ramfs reboot seen: {v:#}");
+    assert_eq!(fig8("restart/first_key_kept_runs"), 0, "{v:#}");
     let o = bench(tmp.path(), &["recover", "--only", "nonsense"]);
     assert_clean_error(&o, "unknown part `nonsense`");
 }
