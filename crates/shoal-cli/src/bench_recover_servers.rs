@@ -911,13 +911,13 @@ fn fig8(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
                 events.push(run.event_s);
             }
             r.text.push_str(&format!(
-                "  {t:<4} {label:<23} median {} ms, max {} ms, longest gap {} ms, failed {} per run, first key kept in {kept}/{} runs, failure at {:?} s\n",
+                "  {t:<4} {label:<23} median {} ms, max {} ms, longest gap {} ms, failed {} per run, first key kept in {kept}/{} runs, failure at {} s\n",
                 fmt(&medians, 3),
                 fmt(&maxes, 2),
                 fmt(&gaps, 2),
                 fmt(&failed, 1),
                 runs.len(),
-                events.iter().map(|e| e.map(|x| (x * 100.0).round() / 100.0)).collect::<Vec<_>>()
+                events.iter().map(|e| e.map_or("-".to_string(), |x| format!("{x:.2}"))).collect::<Vec<_>>().join(", ")
             ));
             tj.insert(
                 mode.into(),
