@@ -18,10 +18,10 @@ mod faas;
 mod memory;
 #[path = "bench_recover.rs"]
 mod recover;
-#[path = "bench_servers.rs"]
-mod servers;
 #[path = "bench_recover_servers.rs"]
 mod recover_servers;
+#[path = "bench_servers.rs"]
+mod servers;
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;

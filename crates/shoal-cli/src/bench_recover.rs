@@ -384,7 +384,11 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
         log_x: false,
         log_y: true,
     };
-    let plotted = if want("syscalls") { plot::bars(&svg, &frame, &categories, &series).map_err(anyhow::Error::from) } else { Err(anyhow::anyhow!("no system calls measured (--only)")) };
+    let plotted = if want("syscalls") {
+        plot::bars(&svg, &frame, &categories, &series).map_err(anyhow::Error::from)
+    } else {
+        Err(anyhow::anyhow!("no system calls measured (--only)"))
+    };
     if let (Err(e), true) = (&plotted, want("syscalls")) {
         say(quiet, &format!("warning: {e}"));
     }
@@ -516,8 +520,11 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
                 println!("  {t:<4} skipped: {why}");
                 continue;
             }
-            let cells: Vec<String> =
-                COMPONENTS.iter().enumerate().map(|(ci, c)| format!("{c} {} (median {:.2}, n={})", fmt(&per[ci], 2), median(&per[ci]), per[ci].len())).collect();
+            let cells: Vec<String> = COMPONENTS
+                .iter()
+                .enumerate()
+                .map(|(ci, c)| format!("{c} {} (median {:.2}, n={})", fmt(&per[ci], 2), median(&per[ci]), per[ci].len()))
+                .collect();
             println!("  {t:<4} {}", cells.join("   "));
         }
         println!("(goals: stateless ≤ 10 µs, stateful ≤ 1 ms; VampOS: PROCESS, stateless, 7.4 µs; its stateful components up to 48 ms)");

@@ -369,7 +369,12 @@ pub fn run(o: &Opts) -> Report {
     say(o.quiet, "building the nginx and redis recipes");
     let needs_redis = o.sections.fig7 || o.sections.fig8;
     let images = Images {
-        nginx: nginx_ok.clone().map_err(anyhow::Error::msg).and_then(|_| build(o, App::Nginx)).map_err(|e| say(o.quiet, &format!("warning: nginx: {e:#}"))).ok(),
+        nginx: nginx_ok
+            .clone()
+            .map_err(anyhow::Error::msg)
+            .and_then(|_| build(o, App::Nginx))
+            .map_err(|e| say(o.quiet, &format!("warning: nginx: {e:#}")))
+            .ok(),
         redis: if needs_redis {
             redis_ok.clone().map_err(anyhow::Error::msg).and_then(|_| build(o, App::Redis)).map_err(|e| say(o.quiet, &format!("warning: redis: {e:#}"))).ok()
         } else {
@@ -478,7 +483,10 @@ fn fig7(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
     }
     j.insert("wrk_failed_requests".into(), json!(errors));
     j.insert("goal_max_overhead".into(), json!(1.10));
-    j.insert("vampos_overhead".into(), json!({"nginx": "up to 1.46 (Fig. 7)", "redis": "up to 1.46 (Fig. 7)", "note": "VampOS-DaS over Unikraft; its Redis ran with AOF and fsync"}));
+    j.insert(
+        "vampos_overhead".into(),
+        json!({"nginx": "up to 1.46 (Fig. 7)", "redis": "up to 1.46 (Fig. 7)", "note": "VampOS-DaS over Unikraft; its Redis ran with AOF and fsync"}),
+    );
     r.text.push_str(&format!(
         "  (goal ≤ 1.10×; VampOS over Unikraft up to 1.46× across SQLite, nginx, Redis and echo; wrk reported {errors} failed requests in these runs)\n\n"
     ));
@@ -663,12 +671,8 @@ fn table5_run(o: &Opts, image: &Path, t: &str, mode: &str, port: u16, log: &Path
     let period = TABLE5_PERIOD.to_string();
     let flags: Vec<&str> = if mode == "components" { vec!["--rejuvenate-every", &period] } else { vec![] };
     let mut inst = start(o, image, App::Nginx, t, &flags, port, log)?;
-    let mut client = wrk_cmd(port, TABLE5_CLIENTS, TABLE5_SECONDS)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("cannot start wrk")?;
+    let mut client =
+        wrk_cmd(port, TABLE5_CLIENTS, TABLE5_SECONDS).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().context("cannot start wrk")?;
     let t0 = Instant::now();
     let mut restarts = 0;
     let mut next = TABLE5_PERIOD;
@@ -939,10 +943,7 @@ mod tests {
         let err = "nginx: ready\nshoal: rebooted vfs in 27.5 µs (replayed 37 calls)\nshoal: rebooted time in 0.4 µs\n";
         assert_eq!(
             reboot_lines(err),
-            vec![
-                Reboot { component: "vfs".into(), us: 27.5, replayed: 37 },
-                Reboot { component: "time".into(), us: 0.4, replayed: 0 }
-            ]
+            vec![Reboot { component: "vfs".into(), us: 27.5, replayed: 37 }, Reboot { component: "time".into(), us: 0.4, replayed: 0 }]
         );
         assert!(reboot_lines("shoal: rebooted vfs in soon\n").is_empty());
     }
