@@ -21,6 +21,10 @@
 //!   time of the whole run natively and on spt and hvt without and with
 //!   the gates (VampOS: 1.24×; goal ≤ 1.10×).
 //!
+//! - **the server experiments** (Fig. 7 nginx and Redis, Fig. 6, Table V,
+//!   Fig. 8): `bench_recover_servers.rs`.
+//!
+//! `--only` runs some of these parts (see `PARTS`).
 //! Writes `recover.csv` and `recover-syscalls.svg` (via `crate::plot`) in
 //! `--out`; `--json` prints the numbers as JSON.
 
