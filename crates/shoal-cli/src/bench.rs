@@ -18,6 +18,8 @@ mod faas;
 mod memory;
 #[path = "bench_recover.rs"]
 mod recover;
+#[path = "bench_recover_servers.rs"]
+mod recover_servers;
 #[path = "bench_servers.rs"]
 mod servers;
 
@@ -211,7 +213,7 @@ pub enum Bench {
         #[arg(long)]
         keep: Option<PathBuf>,
     },
-    /// Seed 003 (VampOS): gate cost in cycles, Fig. 5 system calls and SQLite 10,000 inserts without and with the component gates (`--no-recover`), and the reboot time of each rebootable component, on spt, hvt and a native process.
+    /// Seed 003 (VampOS): gate cost in cycles, Fig. 5 system calls and SQLite 10,000 inserts without and with the component gates (`--no-recover`), the reboot time of each rebootable component, nginx and Redis throughput (Fig. 7), nginx's reboot times after 1,000 GETs (Fig. 6) and failed requests under rejuvenation vs whole restarts (Table V), Redis latency across a ramfs panic vs a restart (Fig. 8), on spt, hvt and a native process.
     Recover {
         /// Runs of each system (at least 2; mean ± SD).
         #[arg(long, default_value_t = 5)]
@@ -225,6 +227,15 @@ pub enum Bench {
         /// Print JSON instead of the tables.
         #[arg(long)]
         json: bool,
+        /// Run only these parts, comma-separated: syscalls (gate cost and Fig. 5), reboot, sqlite, servers (Fig. 7 nginx and Redis), nginx-reboot (Fig. 6), rejuvenation (Table V), redis-latency (Fig. 8). Default: all.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Seconds of each wrk run of the Fig. 7 nginx runs (0.5-60).
+        #[arg(long, default_value_t = 3.0)]
+        duration: f64,
+        /// SET requests of each redis-benchmark run of Fig. 7 (1-10,000,000).
+        #[arg(long, default_value_t = 50_000)]
+        requests: u64,
     },
     /// Cost of getpid and of a 1-byte write through shoal (spt) and a native Linux process.
     Syscall {
@@ -362,8 +373,8 @@ pub fn run(which: Bench) -> Result<()> {
         Bench::Size { out, json } => memory::size(json, absolute_dir("--out", out)?),
         Bench::Pages { json, keep } => crate::bench_pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),
         Bench::Syscall { iterations, repeat, json } => syscall(iterations, repeat, json),
-        Bench::Recover { repeat, iterations, out, json } => {
-            recover::recover(recover::RecoverOpts { repeat, iterations, out: absolute_dir("--out", out)?, json })
+        Bench::Recover { repeat, iterations, out, json, only, duration, requests } => {
+            recover::recover(recover::RecoverOpts { repeat, iterations, out: absolute_dir("--out", out)?, json, only, duration, requests })
         }
     }
 }

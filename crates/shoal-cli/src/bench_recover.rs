@@ -21,10 +21,14 @@
 //!   time of the whole run natively and on spt and hvt without and with
 //!   the gates (VampOS: 1.24×; goal ≤ 1.10×).
 //!
+//! - **the server experiments** (Fig. 7 nginx and Redis, Fig. 6, Table V,
+//!   Fig. 8): `bench_recover_servers.rs`.
+//!
+//! `--only` runs some of these parts (see `PARTS`).
 //! Writes `recover.csv` and `recover-syscalls.svg` (via `crate::plot`) in
 //! `--out`; `--json` prints the numbers as JSON.
 
-use super::{build_pair, mean_sd, parse_kv};
+use super::{build_pair, mean_sd, parse_kv, recover_servers};
 use crate::plot::{self, BarSeries, Frame};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -39,6 +43,26 @@ pub struct RecoverOpts {
     pub iterations: u64,
     pub out: PathBuf,
     pub json: bool,
+    /// The parts to run (`--only`; empty: all).
+    pub only: Vec<String>,
+    /// Seconds of each Fig. 7 wrk run.
+    pub duration: f64,
+    /// SET requests of each Fig. 7 redis-benchmark run.
+    pub requests: u64,
+}
+
+/// The parts `--only` selects from.
+const PARTS: [&str; 7] = ["syscalls", "reboot", "sqlite", "servers", "nginx-reboot", "rejuvenation", "redis-latency"];
+
+/// The bench's bad options.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoverError {
+    #[error("--repeat must be at least 2 (mean ± SD) and --iterations at least 1")]
+    Counts,
+    #[error("unknown part `{0}` for --only (the parts are syscalls, reboot, sqlite, servers, nginx-reboot, rejuvenation, redis-latency)")]
+    Part(String),
+    #[error("--duration must be between 0.5 and 60 seconds and --requests between 1 and 10,000,000")]
+    Load,
 }
 
 /// The operations `apps/bench/recover.c` reports, with their labels.
@@ -124,7 +148,7 @@ fn sqlite_run(cmd: &mut Command, script: &Path) -> Result<(f64, f64)> {
 
 /// The median of `v` (NaN when empty): reboot times have rare outliers (the
 /// host preempting the instance mid-reboot) that move the mean.
-fn median(v: &[f64]) -> f64 {
+pub(super) fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     match s.len() {
@@ -144,8 +168,15 @@ fn fmt(v: &[f64], digits: usize) -> String {
 
 pub fn recover(o: RecoverOpts) -> Result<()> {
     if o.repeat < 2 || o.iterations == 0 {
-        bail!("--repeat must be at least 2 (mean ± SD) and --iterations at least 1");
+        return Err(RecoverError::Counts.into());
     }
+    if let Some(p) = o.only.iter().find(|p| !PARTS.contains(&p.as_str())) {
+        return Err(RecoverError::Part(p.clone()).into());
+    }
+    if !(0.5..=60.0).contains(&o.duration) || !(1..=10_000_000).contains(&o.requests) {
+        return Err(RecoverError::Load.into());
+    }
+    let want = |part: &str| o.only.is_empty() || o.only.iter().any(|p| p == part);
     let quiet = o.json;
     let paths = shoal_toolchain::Paths::discover()?;
     fs::create_dir_all(&o.out).with_context(|| format!("cannot create {}", o.out.display()))?;
@@ -154,14 +185,19 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     let sys = systems(hvt.is_ok());
 
     // Fig. 5 and the gate: per system and operation, cycles and ns per call (one value per run).
-    say(quiet, "building apps/bench/recover.c (image and native)");
-    let (image, native) = build_pair(&paths.home.join("apps/bench/recover.c"), &o.out, &["-O2"])?;
     let mut cyc: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); OPS.len()]; sys.len()];
     let mut ns = cyc.clone();
     // A system that fails is skipped from then on, with its reason; the
     // others' results still count.
     let mut skipped: Vec<Option<String>> = vec![None; sys.len()];
-    for rep in 0..o.repeat {
+    let syscall_runs = if want("syscalls") { o.repeat } else { 0 };
+    let (image, native) = if want("syscalls") {
+        say(quiet, "building apps/bench/recover.c (image and native)");
+        build_pair(&paths.home.join("apps/bench/recover.c"), &o.out, &["-O2"])?
+    } else {
+        (PathBuf::new(), PathBuf::new())
+    };
+    for rep in 0..syscall_runs {
         say(quiet, &format!("system calls, run {}/{}", rep + 1, o.repeat));
         for (si, (name, flags)) in sys.iter().enumerate() {
             if skipped[si].is_some() {
@@ -196,12 +232,17 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     }
 
     // Reboot times, from rejuvenation (every 5 ms for 0.3 s per run).
-    say(quiet, "reboot times (--rejuvenate-every 0.005)");
-    let (recover_image, _) = build_pair(&paths.home.join("apps/tests/recover.c"), &o.out, &["-O2"])?;
-    let tenders: Vec<&str> = if hvt.is_ok() { vec!["spt", "hvt"] } else { vec!["spt"] };
+    let tenders: Vec<&'static str> = if hvt.is_ok() { vec!["spt", "hvt"] } else { vec!["spt"] };
     let mut reboots: Vec<(&str, Vec<Vec<f64>>)> = tenders.iter().map(|t| (*t, vec![Vec::new(); COMPONENTS.len()])).collect();
     let mut reboot_skip: Vec<Option<String>> = vec![None; tenders.len()];
-    for _ in 0..o.repeat {
+    let reboot_runs = if want("reboot") { o.repeat } else { 0 };
+    let recover_image = if want("reboot") {
+        say(quiet, "reboot times (--rejuvenate-every 0.005)");
+        build_pair(&paths.home.join("apps/tests/recover.c"), &o.out, &["-O2"])?.0
+    } else {
+        PathBuf::new()
+    };
+    for _ in 0..reboot_runs {
         for (ti, (t, per)) in reboots.iter_mut().enumerate() {
             if reboot_skip[ti].is_some() {
                 continue;
@@ -227,7 +268,6 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     }
 
     // Fig. 7 SQLite: 10,000 inserts.
-    say(quiet, "SQLite: building the sqlite-shell recipe");
     let mut sqlite: Vec<Vec<f64>> = vec![Vec::new(); sys.len()];
     let mut sqlite_cpu: Vec<Vec<f64>> = vec![Vec::new(); sys.len()];
     let mut sqlite_failed: Vec<Option<String>> = vec![None; sys.len()];
@@ -240,7 +280,13 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     sql.push_str("SELECT count(*) FROM t;\n");
     fs::write(&script, sql)?;
     let recipe = shoal_toolchain::recipe::load(&paths, "sqlite-shell")?;
-    match shoal_toolchain::recipe::build(&paths, &recipe, &o.out.join("sqlite3.img")) {
+    let built = if want("sqlite") {
+        say(quiet, "SQLite: building the sqlite-shell recipe");
+        shoal_toolchain::recipe::build(&paths, &recipe, &o.out.join("sqlite3.img")).map_err(anyhow::Error::from)
+    } else {
+        Err(anyhow::anyhow!("not selected (--only)"))
+    };
+    match built {
         Err(e) => sqlite_skip = Some(format!("{e:#}")),
         Ok(built) => {
             // The native side's database lives in memory too (tmpfs), as the instance's does (ramfs).
@@ -277,7 +323,26 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
         }
     }
 
-    if skipped.iter().all(Option::is_some) {
+    // The server experiments (Fig. 7, Fig. 6, Table V).
+    let sections = recover_servers::Sections { fig7: want("servers"), fig6: want("nginx-reboot"), table5: want("rejuvenation"), fig8: want("redis-latency") };
+    let srv = if sections.fig7 || sections.fig6 || sections.table5 || sections.fig8 {
+        let so = recover_servers::Opts {
+            repeat: o.repeat,
+            duration: o.duration,
+            requests: o.requests,
+            out: &o.out,
+            shoal: &shoal,
+            home: &paths.home,
+            tenders: &tenders,
+            quiet,
+            sections,
+        };
+        Some(recover_servers::run(&so))
+    } else {
+        None
+    };
+
+    if want("syscalls") && skipped.iter().all(Option::is_some) {
         let reasons: Vec<String> = sys.iter().zip(&skipped).map(|((n, _), w)| format!("{n}: {}", w.as_deref().unwrap_or(""))).collect();
         return Err(super::BenchError::nothing_measured("recover", &reasons).into());
     }
@@ -301,6 +366,9 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
             }
         }
     }
+    if let Some(srv) = &srv {
+        csv.push_str(&srv.csv);
+    }
     let csv_path = o.out.join("recover.csv");
     fs::write(&csv_path, csv).with_context(|| format!("cannot write {}", csv_path.display()))?;
     let svg = o.out.join("recover-syscalls.svg");
@@ -320,8 +388,12 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
         log_x: false,
         log_y: true,
     };
-    let plotted = plot::bars(&svg, &frame, &categories, &series);
-    if let Err(e) = &plotted {
+    let plotted = if want("syscalls") {
+        plot::bars(&svg, &frame, &categories, &series).map_err(anyhow::Error::from)
+    } else {
+        Err(anyhow::anyhow!("no system calls measured (--only)"))
+    };
+    if let (Err(e), true) = (&plotted, want("syscalls")) {
         say(quiet, &format!("warning: {e}"));
     }
 
@@ -379,7 +451,7 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
                 (t.to_string(), serde_json::Value::Object(m))
             })
             .collect();
-        let doc = json!({
+        let mut doc = json!({
             "iterations": o.iterations,
             "repeat": o.repeat,
             "systems": sc,
@@ -396,6 +468,9 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
             "csv": csv_path,
             "plot": plotted.is_ok().then_some(&svg),
         });
+        if let (Some(srv), Some(m)) = (&srv, doc.as_object_mut()) {
+            m.extend(srv.json.clone());
+        }
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
@@ -409,67 +484,80 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
             println!("{name}: skipped: {why}");
         }
     }
-    println!();
-    println!("Gate cost (cycles per call; rdtsc around {} calls, lowest of 5 loops per run, mean ± SD of runs)", o.iterations);
-    let mut head = format!("{:<28}", "operation");
-    for (name, _) in &sys {
-        head.push_str(&format!(" {:>16}", name));
-    }
-    println!("{head}");
-    for (oi, (_, label)) in OPS.iter().enumerate() {
-        let mut line = format!("{label:<28}");
-        for per_op in &cyc {
-            line.push_str(&format!(" {:>16}", fmt(&per_op[oi], 1)));
+    if want("syscalls") {
+        println!();
+        println!("Gate cost (cycles per call; rdtsc around {} calls, lowest of 5 loops per run, mean ± SD of runs)", o.iterations);
+        let mut head = format!("{:<28}", "operation");
+        for (name, _) in &sys {
+            head.push_str(&format!(" {:>16}", name));
         }
-        println!("{line}");
-    }
-    for t in &tenders {
-        if let Some(g) = gate(t) {
-            println!("{t}: the gate of a rebootable component costs {g:.1} cycles (getuid with − without gates); goal ≤ 100; FlexOS MPK gate 62–74, function call 2–5");
-        }
-    }
-    println!();
-    println!("Fig. 5 system calls (ns per call, same runs)");
-    println!("{head}");
-    for (oi, (_, label)) in OPS.iter().enumerate().skip(2) {
-        let mut line = format!("{label:<28}");
-        for per_op in &ns {
-            line.push_str(&format!(" {:>16}", fmt(&per_op[oi], 1)));
-        }
-        println!("{line}");
-    }
-    println!("(VampOS over Unikraft: getpid +21.0 µs (Noop), open 1.32×, read 1.23×; its gates are message passing between component threads. With `gates` (the default) only time, sysinfo and user are rebootable and every other gate only counts; with `gates+logs` (--recover-stateful) open, read, write and close cross vfs's armed gate and update its call log, getpid process's (its log of signal state, limits and IPC objects is brought up to date before each call), the sockets net's armed gate (net is not rebootable yet); the socket pair is AF_UNIX inside the kernel, the TCP connection the host's loopback through the tender.)");
-    println!();
-    println!("Reboot time of each rebootable component (µs; from the reboot lines of --rejuvenate-every 0.005 runs of recover.c; mean ± SD, median, samples; vfs, ramfs and process rebuild their state from their call log)");
-    for ((t, per), skip) in reboots.iter().zip(&reboot_skip) {
-        if let Some(why) = skip {
-            println!("  {t:<4} skipped: {why}");
-            continue;
-        }
-        let cells: Vec<String> =
-            COMPONENTS.iter().enumerate().map(|(ci, c)| format!("{c} {} (median {:.2}, n={})", fmt(&per[ci], 2), median(&per[ci]), per[ci].len())).collect();
-        println!("  {t:<4} {}", cells.join("   "));
-    }
-    println!("(goals: stateless ≤ 10 µs, stateful ≤ 1 ms; VampOS: PROCESS, stateless, 7.4 µs; its stateful components up to 48 ms)");
-    println!();
-    match &sqlite_skip {
-        Some(why) => println!("SQLite 10,000 inserts: skipped: {why}"),
-        None => {
-            println!("Fig. 7 SQLite, 10,000 inserts (autocommit, database file in memory: ramfs / tmpfs), whole run: wall and CPU seconds");
-            for (si, (name, _)) in sys.iter().enumerate() {
-                match &sqlite_failed[si] {
-                    Some(why) => println!("  {name:<15} skipped: {why}"),
-                    None => println!("  {name:<15} wall {:>18}   CPU {:>18}", fmt(&sqlite[si], 4), fmt(&sqlite_cpu[si], 4)),
-                }
+        println!("{head}");
+        for (oi, (_, label)) in OPS.iter().enumerate() {
+            let mut line = format!("{label:<28}");
+            for per_op in &cyc {
+                line.push_str(&format!(" {:>16}", fmt(&per_op[oi], 1)));
             }
-            for t in &tenders {
-                for (with, what) in [("gates", "gates (stateless components rebootable)"), ("gates+logs", "gates and logs (--recover-stateful)")] {
-                    if let (Some(r), Some(c)) = (sqlite_ratio(t, with), sqlite_cpu_ratio(t, with)) {
-                        println!("  {t}: with {what} / without = {r:.3} wall, {c:.3} CPU (goal ≤ 1.10; VampOS-FSm 1.24, up to 1.46)");
+            println!("{line}");
+        }
+        for t in &tenders {
+            if let Some(g) = gate(t) {
+                println!("{t}: the gate of a rebootable component costs {g:.1} cycles (getuid with − without gates); goal ≤ 100; FlexOS MPK gate 62–74, function call 2–5");
+            }
+        }
+        println!();
+        println!("Fig. 5 system calls (ns per call, same runs)");
+        println!("{head}");
+        for (oi, (_, label)) in OPS.iter().enumerate().skip(2) {
+            let mut line = format!("{label:<28}");
+            for per_op in &ns {
+                line.push_str(&format!(" {:>16}", fmt(&per_op[oi], 1)));
+            }
+            println!("{line}");
+        }
+        println!("(VampOS over Unikraft: getpid +21.0 µs (Noop), open 1.32×, read 1.23×; its gates are message passing between component threads. With `gates` (the default) only time, sysinfo and user are rebootable and every other gate only counts; with `gates+logs` (--recover-stateful) open, read, write and close cross vfs's armed gate and update its call log, getpid process's (its log of signal state, limits and IPC objects is brought up to date before each call), the sockets net's armed gate (net is not rebootable yet); the socket pair is AF_UNIX inside the kernel, the TCP connection the host's loopback through the tender.)");
+    }
+    if want("reboot") {
+        println!();
+        println!("Reboot time of each rebootable component (µs; from the reboot lines of --rejuvenate-every 0.005 runs of recover.c; mean ± SD, median, samples; vfs, ramfs and process rebuild their state from their call log)");
+        for ((t, per), skip) in reboots.iter().zip(&reboot_skip) {
+            if let Some(why) = skip {
+                println!("  {t:<4} skipped: {why}");
+                continue;
+            }
+            let cells: Vec<String> = COMPONENTS
+                .iter()
+                .enumerate()
+                .map(|(ci, c)| format!("{c} {} (median {:.2}, n={})", fmt(&per[ci], 2), median(&per[ci]), per[ci].len()))
+                .collect();
+            println!("  {t:<4} {}", cells.join("   "));
+        }
+        println!("(goals: stateless ≤ 10 µs, stateful ≤ 1 ms; VampOS: PROCESS, stateless, 7.4 µs; its stateful components up to 48 ms)");
+    }
+    if want("sqlite") {
+        println!();
+        match &sqlite_skip {
+            Some(why) => println!("SQLite 10,000 inserts: skipped: {why}"),
+            None => {
+                println!("Fig. 7 SQLite, 10,000 inserts (autocommit, database file in memory: ramfs / tmpfs), whole run: wall and CPU seconds");
+                for (si, (name, _)) in sys.iter().enumerate() {
+                    match &sqlite_failed[si] {
+                        Some(why) => println!("  {name:<15} skipped: {why}"),
+                        None => println!("  {name:<15} wall {:>18}   CPU {:>18}", fmt(&sqlite[si], 4), fmt(&sqlite_cpu[si], 4)),
+                    }
+                }
+                for t in &tenders {
+                    for (with, what) in [("gates", "gates (stateless components rebootable)"), ("gates+logs", "gates and logs (--recover-stateful)")] {
+                        if let (Some(r), Some(c)) = (sqlite_ratio(t, with), sqlite_cpu_ratio(t, with)) {
+                            println!("  {t}: with {what} / without = {r:.3} wall, {c:.3} CPU (goal ≤ 1.10; VampOS-FSm 1.24, up to 1.46)");
+                        }
                     }
                 }
             }
         }
+    }
+    if let Some(srv) = &srv {
+        println!();
+        print!("{}", srv.text);
     }
     println!();
     println!("CSV: {}{}", csv_path.display(), if plotted.is_ok() { format!("; plot: {}", svg.display()) } else { String::new() });

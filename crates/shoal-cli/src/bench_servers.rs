@@ -141,13 +141,13 @@ fn unavailable(sys: &str) -> Option<String> {
     }
 }
 
-fn free_port() -> Result<u16> {
+pub(super) fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0").context("cannot find a free port on 127.0.0.1")?.local_addr()?.port())
 }
 
 /// Raises the soft limit on open descriptors to the hard one: servers and
 /// clients inherit it, and 1000 clients need more than the usual 1024.
-fn raise_nofile() {
+pub(super) fn raise_nofile() {
     let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
     unsafe {
@@ -162,7 +162,7 @@ fn raise_nofile() {
 /// (`shoal-tender`, `shoal-spt`) into `dir`: the servers run from these
 /// copies, so a rebuild of the tree during a long run (an ABI change)
 /// cannot change the tender under the images halfway through.
-fn pin_binaries(dir: &Path) -> Result<PathBuf> {
+pub(super) fn pin_binaries(dir: &Path) -> Result<PathBuf> {
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let exe = std::env::current_exe()?;
     let shoal = dir.join("shoal");
@@ -197,7 +197,7 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 
 /// Redis's arguments after the configuration file: cache-only, as in the
 /// paper (the recipe's configuration turns persistence on).
-fn redis_args(port: u16, dir: &str) -> Vec<String> {
+pub(super) fn redis_args(port: u16, dir: &str) -> Vec<String> {
     ["--port", &port.to_string(), "--dir", dir, "--appendonly", "no", "--save", ""].iter().map(|s| s.to_string()).collect()
 }
 
@@ -434,12 +434,12 @@ struct RunResult {
 }
 
 /// The number after `key` on wrk's output line that starts with it.
-fn wrk_value(text: &str, key: &str) -> Option<f64> {
+pub(super) fn wrk_value(text: &str, key: &str) -> Option<f64> {
     text.lines().find_map(|l| l.trim().strip_prefix(key)).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok())
 }
 
 /// wrk's socket errors and non-2xx answers, summed.
-fn wrk_errors(text: &str) -> u64 {
+pub(super) fn wrk_errors(text: &str) -> u64 {
     let mut n = 0;
     for l in text.lines().map(str::trim) {
         if let Some(rest) = l.strip_prefix("Socket errors:") {
@@ -453,7 +453,7 @@ fn wrk_errors(text: &str) -> u64 {
 }
 
 /// The requests per second of `op`'s row in redis-benchmark's --csv output.
-fn redis_rps(csv: &str, op: &str) -> Option<f64> {
+pub(super) fn redis_rps(csv: &str, op: &str) -> Option<f64> {
     csv.lines().find(|l| l.starts_with(&format!("\"{op}\","))).and_then(|l| l.split(',').nth(1)).and_then(|v| v.trim_matches('"').parse().ok())
 }
 

@@ -148,7 +148,7 @@ fn bench_syscall_from_any_directory() {
 fn bench_recover_from_any_directory() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
-    let v = json_of("recover", &bench(tmp.path(), &["recover", "--iterations", "500", "--repeat", "2", "--json"]));
+    let v = json_of("recover", &bench(tmp.path(), &["recover", "--iterations", "500", "--repeat", "2", "--only", "syscalls,reboot,sqlite", "--json"]));
     for system in ["native", "spt no gates", "spt gates"] {
         for op in ["getuid", "getpid", "open", "write", "read", "close", "sock", "tcp"] {
             positive(&v, &format!("/systems/{system}/syscalls/{op}/ns/mean"));
@@ -162,6 +162,43 @@ fn bench_recover_from_any_directory() {
         assert!(v.pointer(&format!("/reboot_us/spt/{c}/mean_us")).and_then(Value::as_f64).is_some_and(|x| x >= 0.0), "{v:#}");
     }
     assert!(tmp.path().join("shoal-bench-recover/recover.csv").is_file());
+}
+
+/// `bench recover`'s server parts, at their shortest (issue 19): nginx and
+/// Redis throughput without gates, with gates and with gates and logs
+/// (Fig. 7), nginx's component reboot times after 1,000 GETs (Fig. 6), and
+/// nginx under wrk while every component is rebooted in turn, which loses
+/// no request, vs restarted whole (Table V); Redis across a ramfs panic
+/// (no failed request, its keys kept) vs restarted whole (its keys, in
+/// the instance's ramfs, gone) (Fig. 8); a bad --only is one line.
+#[test]
+fn bench_recover_servers() {
+    if !["wrk", "redis-benchmark"].iter().all(|p| std::process::Command::new(p).arg("-v").output().is_ok()) {
+        eprintln!("skipped: bench_recover_servers needs wrk and redis-benchmark (scripts/setup installs them)");
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let args = ["recover", "--repeat", "2", "--only", "servers,nginx-reboot,rejuvenation,redis-latency", "--duration", "1", "--requests", "2000", "--json"];
+    let v = json_of("recover", &bench(tmp.path(), &args));
+    for config in ["no gates", "gates", "gates+logs"] {
+        positive(&v, &format!("/fig7_servers/spt/nginx_wrk40/{config}/mean"));
+        positive(&v, &format!("/fig7_servers/spt/redis_set/{config}/mean"));
+    }
+    for c in ["vfs", "ramfs", "time", "process", "sysinfo", "user"] {
+        positive(&v, &format!("/fig6_nginx_reboot_us/spt/{c}/samples"));
+    }
+    let failed = v.pointer("/table5_rejuvenation/spt/components/failed_requests").and_then(Value::as_array).unwrap_or_else(|| panic!("{v:#}"));
+    assert!(failed.len() == 2 && failed.iter().all(|f| f.as_f64() == Some(0.0)), "requests failed during rejuvenation: {v:#}");
+    positive(&v, "/table5_rejuvenation/spt/components/reboots_or_restarts/0");
+    positive(&v, "/table5_rejuvenation/spt/restart/reboots_or_restarts/0");
+    let fig8 = |p: &str| v.pointer(&format!("/fig8_redis_latency/spt/{p}")).cloned().unwrap_or_else(|| panic!("no {p}: {v:#}"));
+    assert_eq!(fig8("component/failed_requests"), serde_json::json!([0.0, 0.0]), "{v:#}");
+    assert_eq!(fig8("component/first_key_kept_runs"), 2, "{v:#}");
+    assert!(fig8("component/failure_at_s").as_array().is_some_and(|a| a.iter().all(Value::is_number)), "no ramfs reboot seen: {v:#}");
+    assert_eq!(fig8("restart/first_key_kept_runs"), 0, "{v:#}");
+    let o = bench(tmp.path(), &["recover", "--only", "nonsense"]);
+    assert_clean_error(&o, "unknown part `nonsense`");
 }
 
 /// The quickest density run: two instances of each configuration, PSS
