@@ -327,7 +327,9 @@ fn a_log_without_memory_gives_it_back_and_a_reboot_then_ends_the_instance() {
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(0), "{t}: {err}");
         let out = stdout(&o);
-        let written = |out: &str| -> u32 { out.strip_prefix("wrote ").and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{t}: {out}")) };
+        let written = |out: &str| -> u32 {
+            out.strip_prefix("wrote ").and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{t}: {out}"))
+        };
         let mib = written(&out);
         assert!(mib > 18 && out.ends_with(" MiB\ndone\n"), "{t}: {out}");
         assert_eq!(err.trim_end(), warning, "{t}");

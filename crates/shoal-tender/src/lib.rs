@@ -563,10 +563,7 @@ mod tests {
         assert_eq!(flags(&["--inject", "process:hang@1", "img"]), shoal_abi::RECOVER_STATEFUL);
         assert_eq!(flags(&["--rejuvenate-every", "1", "img"]), shoal_abi::RECOVER_STATEFUL);
         assert_eq!(flags(&["--no-recover", "img"]), shoal_abi::RECOVER_OFF);
-        assert_eq!(
-            msg(&["--no-recover", "--recover-stateful", "img"]),
-            "--no-recover turns component recovery off; it cannot be used with --recover-stateful"
-        );
+        assert_eq!(msg(&["--no-recover", "--recover-stateful", "img"]), "--no-recover turns component recovery off; it cannot be used with --recover-stateful");
         assert!(msg(&["--rejuvenate-every", "0", "img"]).starts_with("--rejuvenate-every 0: expected seconds"));
         assert_eq!(parse(&["--rejuvenate-every", "0.25", "img"]).unwrap().unwrap().rejuvenate_ns, 250_000_000);
         let a = parse(&["--inject=time:panic@2", "img"]).unwrap().unwrap();

@@ -636,22 +636,24 @@ pub fn on_panic(info: &core::panic::PanicInfo) {
 pub fn restore_regions(c: Component) -> bool {
     let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) else { return false };
     let r = regions()[i];
-    STATE
-        .try_with(|s| {
-            let snap = s.snapshots[i].as_deref()?;
-            let mut off = 0;
-            for range in [r.data, r.bss] {
-                let part = snap.get(off..off + range.len())?;
-                // SAFETY: as in `reboot`: the component's own regions, no
-                // reference into them alive (the failed call was
-                // abandoned), one flow of control.
-                unsafe { core::ptr::copy_nonoverlapping(part.as_ptr(), range.start as *mut u8, range.len()) };
-                off += range.len();
-            }
-            Some(())
-        })
-        .flatten()
-        .is_some()
+    STATE.try_with(|s| copy_back(s, i, r)).flatten().is_some()
+}
+
+/// Copies snapshot `i` back over the regions `r` it was taken from (data,
+/// then bss); `None` when there is no snapshot or it does not fit.
+fn copy_back(s: &State, i: usize, r: Regions) -> Option<()> {
+    let snap = s.snapshots.get(i)?.as_deref()?;
+    let mut off = 0;
+    for range in [r.data, r.bss] {
+        let part = snap.get(off..off + range.len())?;
+        // SAFETY: the range is the component's own data or bss region
+        // (callers: a reboot, or an after-reboot hook); the failed call's
+        // frames were abandoned, so no reference into the component's
+        // memory is alive, and no other flow of control runs.
+        unsafe { core::ptr::copy_nonoverlapping(part.as_ptr(), range.start as *mut u8, range.len()) };
+        off += range.len();
+    }
+    Some(())
 }
 
 /// Restores component `c`'s post-initialisation snapshot, runs its hook
@@ -661,17 +663,7 @@ fn reboot(c: Component) -> u64 {
     let t0 = shoal_plat::cpu::rdtsc();
     let r = regions()[i];
     let done = STATE.try_with(|s| {
-        let snap = s.snapshots[i].as_deref()?;
-        let mut off = 0;
-        for range in [r.data, r.bss] {
-            let part = snap.get(off..off + range.len())?;
-            // SAFETY: the range is the component's own data or bss region;
-            // the failed call's frames were abandoned, so no reference into
-            // the component's memory is alive, and no other flow of control
-            // runs.
-            unsafe { core::ptr::copy_nonoverlapping(part.as_ptr(), range.start as *mut u8, range.len()) };
-            off += range.len();
-        }
+        copy_back(s, i, r)?;
         s.reboots[i] += 1;
         Some((s.hooks[i], s.reboots[i], s.tsc_hz))
     });

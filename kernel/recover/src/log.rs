@@ -139,7 +139,9 @@ pub fn suspend() -> Suspended {
     Suspended { armed: ARMED.swap(0, Relaxed), current: CURRENT.swap(0, Relaxed), context }
 }
 
-/// [`suspend`] as the scheduler's switch hook keeps it.
+/// [`suspend`] as the scheduler's switch hook keeps it (installed by
+/// `init`, which unit tests do not build).
+#[cfg_attr(test, allow(dead_code))]
 pub(crate) fn suspend_raw() -> [u64; 10] {
     let s = suspend();
     let mut w = [0u64; 10];
@@ -150,6 +152,7 @@ pub(crate) fn suspend_raw() -> [u64; 10] {
 }
 
 /// [`resume`] from what [`suspend_raw`] kept.
+#[cfg_attr(test, allow(dead_code))]
 pub(crate) fn resume_raw(w: [u64; 10]) {
     let mut context = [0u64; 8];
     context.copy_from_slice(&w[2..]);
