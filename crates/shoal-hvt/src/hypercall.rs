@@ -198,6 +198,35 @@ fn put<T: shoal_loader::Pod>(g: &Guest<'_>, call: Hypercall, arg: GuestAddr, v: 
     }
 }
 
+/// Applies `each` to the `count` records of type `T` the guest lists at
+/// `base` (the batched hypercalls: one exit for many pages or ranges),
+/// stopping at the first answer other than `Ok(0)`: `EINVAL` for more
+/// than `max` records, `ENOSYS` when this VMM has no handler (`each` is
+/// `None`), `EFAULT` for a record outside guest memory.
+fn each_listed<T: shoal_loader::Pod>(
+    g: &Guest<'_>,
+    base: u64,
+    count: u64,
+    max: u64,
+    each: Option<impl FnMut(T) -> Result<i64, String>>,
+) -> Result<i64, String> {
+    if count > max {
+        return Ok(-i64::from(libc::EINVAL));
+    }
+    let Some(mut each) = each else { return Ok(-i64::from(libc::ENOSYS)) };
+    let size = core::mem::size_of::<T>() as u64;
+    for i in 0..count {
+        let Ok(record) = g.mem.read_obj::<T>(GuestAddr(base.wrapping_add(i * size))) else {
+            return Ok(-i64::from(libc::EFAULT));
+        };
+        let r = each(record);
+        if r != Ok(0) {
+            return r;
+        }
+    }
+    Ok(0)
+}
+
 /// Ends a hypercall whose handler answered `r`: its result written back
 /// into the argument structure `with_ret` makes (`Ok`), or the instance
 /// stopped (`Err`: the tender could not carry the request out).
@@ -472,24 +501,10 @@ pub fn handle(
                 Ok(a) => a,
                 Err(r) => return Action::Refused(r),
             };
-            let size = core::mem::size_of::<shoal_abi::AliasPair>() as u64;
-            let mut r = Ok(0);
-            if a.count > shoal_abi::ALIAS_LIST_MAX {
-                r = Ok(-i64::from(libc::EINVAL));
-            } else if let Some(f) = g.alias {
-                for i in 0..a.count {
-                    let Ok(p) = g.mem.read_obj::<shoal_abi::AliasPair>(GuestAddr(a.pairs.wrapping_add(i * size))) else {
-                        r = Ok(-i64::from(libc::EFAULT));
-                        break;
-                    };
-                    r = f(&shoal_abi::AliasArgs { dst: p.dst, src: p.src, len: shoal_abi::PAGE_SIZE, prot: a.prot, ret: 0 });
-                    if r != Ok(0) {
-                        break;
-                    }
-                }
-            } else {
-                r = Ok(-i64::from(libc::ENOSYS));
-            }
+            let prot = a.prot;
+            let each =
+                g.alias.map(|f| move |p: shoal_abi::AliasPair| f(&shoal_abi::AliasArgs { dst: p.dst, src: p.src, len: shoal_abi::PAGE_SIZE, prot, ret: 0 }));
+            let r = each_listed(g, a.pairs, a.count, shoal_abi::ALIAS_LIST_MAX, each);
             answer(g, call, arg, r, |ret| {
                 a.ret = ret;
                 a
@@ -501,24 +516,8 @@ pub fn handle(
                 Ok(a) => a,
                 Err(r) => return Action::Refused(r),
             };
-            let size = core::mem::size_of::<shoal_abi::ReleaseRange>() as u64;
-            let mut r = Ok(0);
-            if a.count > shoal_abi::RELEASE_LIST_MAX {
-                r = Ok(-i64::from(libc::EINVAL));
-            } else if let Some(f) = g.release {
-                for i in 0..a.count {
-                    let Ok(x) = g.mem.read_obj::<shoal_abi::ReleaseRange>(GuestAddr(a.ranges.wrapping_add(i * size))) else {
-                        r = Ok(-i64::from(libc::EFAULT));
-                        break;
-                    };
-                    r = f(x.addr, x.len);
-                    if r != Ok(0) {
-                        break;
-                    }
-                }
-            } else {
-                r = Ok(-i64::from(libc::ENOSYS));
-            }
+            let each = g.release.map(|f| move |x: shoal_abi::ReleaseRange| f(x.addr, x.len));
+            let r = each_listed(g, a.ranges, a.count, shoal_abi::RELEASE_LIST_MAX, each);
             answer(g, call, arg, r, |ret| {
                 a.ret = ret;
                 a

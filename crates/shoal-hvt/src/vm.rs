@@ -148,22 +148,7 @@ impl Vm {
     /// Sets the vCPU's registers so that it starts at CPL 3 at `entry`.
     pub fn set_entry_state(&self, entry: &EntryState) -> Result<(), KvmError> {
         let mut sregs = self.vcpu.get_sregs().map_err(ioctl_err("read the special registers"))?;
-        let code = kvm_segment {
-            base: 0,
-            limit: 0xffff_ffff,
-            selector: x86::USER_CS,
-            type_: 0xb, // execute/read, accessed
-            present: 1,
-            dpl: 3,
-            db: 0,
-            s: 1,
-            l: 1,
-            g: 1,
-            avl: 0,
-            unusable: 0,
-            padding: 0,
-        };
-        let data = kvm_segment { selector: x86::USER_DS, type_: 0x3, db: 1, l: 0, ..code };
+        let (code, data) = user_segments();
         sregs.cs = code;
         sregs.ds = data;
         sregs.es = data;
@@ -232,22 +217,7 @@ impl Vm {
     /// guest's kernel (`crate::hand_back`).
     pub fn resume_at_cpl3(&self, rip: u64, rsp: u64, args: [u64; 3]) -> Result<(), KvmError> {
         let mut sregs = self.vcpu.get_sregs().map_err(ioctl_err("read the special registers"))?;
-        sregs.cs = kvm_segment {
-            selector: x86::USER_CS,
-            type_: 0xb,
-            present: 1,
-            dpl: 3,
-            db: 0,
-            s: 1,
-            l: 1,
-            g: 1,
-            avl: 0,
-            unusable: 0,
-            padding: 0,
-            base: 0,
-            limit: 0xffff_ffff,
-        };
-        sregs.ss = kvm_segment { selector: x86::USER_DS, type_: 0x3, db: 1, l: 0, ..sregs.cs };
+        (sregs.cs, sregs.ss) = user_segments();
         self.vcpu.set_sregs(&sregs).map_err(ioctl_err("set the special registers"))?;
         let mut regs = self.vcpu.get_regs().map_err(ioctl_err("read the registers"))?;
         regs.rip = rip;
@@ -474,6 +444,28 @@ pub fn prepare(vm: &Vm, private: &[u8], entry: &EntryState) -> Result<(), KvmErr
     vm.set_entry_state(entry)?;
     vm.sync_tsc()?;
     Ok(())
+}
+
+/// The flat CPL-3 segments the guest runs in: 64-bit code (`USER_CS`) and
+/// data (`USER_DS`), base 0, limit 4 GiB, DPL 3 — at boot and whenever the
+/// VMM sends the vCPU back to guest code.
+fn user_segments() -> (kvm_segment, kvm_segment) {
+    let code = kvm_segment {
+        base: 0,
+        limit: 0xffff_ffff,
+        selector: x86::USER_CS,
+        type_: 0xb, // execute/read, accessed
+        present: 1,
+        dpl: 3,
+        db: 0,
+        s: 1,
+        l: 1,
+        g: 1,
+        avl: 0,
+        unusable: 0,
+        padding: 0,
+    };
+    (code, kvm_segment { selector: x86::USER_DS, type_: 0x3, db: 1, l: 0, ..code })
 }
 
 #[cfg(test)]
