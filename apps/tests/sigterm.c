@@ -5,7 +5,9 @@
  * one nap of 120 s (the signal must cut the sleep short, as on Linux).
  * With "pause": the same, waiting in pause(); with "suspend": in
  * sigsuspend() with SIGTERM blocked outside it (the classic daemon loop).
- * With "default": no handler, so SIGTERM ends it as on Linux (status 143). */
+ * With "default": no handler, so SIGTERM ends it as on Linux (status 143).
+ * With "spin" and "spin-default": the same two, but the program computes
+ * in a loop without a system call (the signal must stop it where it is). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,7 +22,8 @@ static void on_term(int sig)
 
 int main(int argc, char **argv)
 {
-	int dfl = argc > 1 && strcmp(argv[1], "default") == 0;
+	int dfl = argc > 1 && (strcmp(argv[1], "default") == 0 || strcmp(argv[1], "spin-default") == 0);
+	int spin = argc > 1 && strncmp(argv[1], "spin", 4) == 0;
 	if (!dfl) {
 		struct sigaction sa;
 		memset(&sa, 0, sizeof sa);
@@ -43,6 +46,12 @@ int main(int argc, char **argv)
 			else
 				sigsuspend(&old);
 		}
+		printf("got signal %d\n", (int)got);
+		return 3;
+	}
+	if (spin) {
+		while (!got)
+			;
 		printf("got signal %d\n", (int)got);
 		return 3;
 	}

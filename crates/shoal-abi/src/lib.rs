@@ -176,7 +176,8 @@ pub struct BootInfo {
     /// (`--publish`, `--listen-fd`); a guest `bind` + `listen` on the
     /// matching port is attached to one of them.
     pub listeners: [Listener; MAX_LISTENERS],
-    /// Console flags ([`CONSOLE_STDIN_TTY`], [`CONSOLE_STDOUT_TTY`]).
+    /// Console flags ([`CONSOLE_STDIN_TTY`], [`CONSOLE_STDOUT_TTY`],
+    /// [`CONSOLE_STDOUT_LINES`]).
     pub console_flags: u64,
     /// The guest directory of a volume (`--volume HOSTDIR:GUESTDIR`):
     /// absolute, NUL padded; empty (all zero) without a volume. When the
@@ -282,6 +283,13 @@ pub const CONSOLE_STDIN_TTY: u64 = 1;
 /// [`BootInfo::console_flags`]: the tender's standard output is a terminal
 /// (a buffering guest flushes its stdout at every newline, as stdio does).
 pub const CONSOLE_STDOUT_TTY: u64 = 2;
+/// [`BootInfo::console_flags`]: the tender's standard output is something
+/// a reader may be waiting on as it comes — a terminal, a pipe, a socket
+/// (anything but a regular file): a buffering guest flushes its stdout at
+/// every newline (a program that prints "ready" and then computes must not
+/// keep its reader waiting; output into a file is held until the buffer
+/// fills or the guest makes another hypercall).
+pub const CONSOLE_STDOUT_LINES: u64 = 4;
 
 /// [`BootInfo::net_flags`]: the guest may open sockets of its own and
 /// connect out (`--net-outbound`).

@@ -428,7 +428,9 @@ fn servers_fail_cleanly_on_bad_input() {
 /// one without dies of it as on Linux (143), on every tender. A program
 /// asleep in one long `nanosleep` (120 s) is woken by it, as on Linux,
 /// instead of at the end of its sleep; so is one waiting in `pause()` or
-/// `sigsuspend()` (not a deadlock: a signal can come from outside).
+/// `sigsuspend()` (not a deadlock: a signal can come from outside), and
+/// one that computes in a loop without any system call is stopped where
+/// it is (the tender sends it to the kernel's preemption entry).
 #[test]
 fn sigterm_to_shoal_run_reaches_the_program() {
     use std::io::{BufRead, BufReader, Read};
@@ -441,6 +443,8 @@ fn sigterm_to_shoal_run_reaches_the_program() {
             ("pause", 3, "got signal 15\n"),
             ("suspend", 3, "got signal 15\n"),
             ("default", 143, ""),
+            ("spin", 3, "got signal 15\n"),
+            ("spin-default", 143, ""),
         ];
         for (arg, status, says) in cases {
             let mut child = shoal_run(tender).arg(&image).args(["--", arg]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();

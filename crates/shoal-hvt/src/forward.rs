@@ -5,15 +5,20 @@
 //! handler sets the signal's bit in the word the guest registered with the
 //! `SignalWord` hypercall (through the VMM's mapping of guest memory,
 //! atomically; the guest kernel swaps it out) and, by arriving, ends the
-//! VMM's `ppoll` in `NetPoll` (or `KVM_RUN`, which the run loop re-enters),
-//! so an idle guest looks at the word at once. The kernel then raises the
+//! VMM's `ppoll` in `NetPoll` (or `KVM_RUN`), so an idle guest looks at
+//! the word at once; a guest interrupted in the program's code is sent to
+//! the kernel's preemption entry by the run loop, as a tick does, so a
+//! program busy in a loop gets the signal too. The kernel then raises the
 //! signal in the program, which stops the way it does on Linux. Signals
 //! that arrive before the guest registers its word are kept and handed
 //! over at registration.
 
-use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
 static PENDING: AtomicU64 = AtomicU64::new(0);
+/// A forwarded signal arrived and the run loop has not yet sent the vCPU
+/// to look at it.
+static ARRIVED: AtomicBool = AtomicBool::new(false);
 static WORD: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
 /// The thread that runs the vCPU and sleeps in the guest's waits.
 static RUN_TID: AtomicI32 = AtomicI32::new(0);
@@ -35,6 +40,10 @@ extern "C" fn on_forwarded(sig: libc::c_int) {
         // registration; `clear` removes it before that memory is unmapped.
         unsafe { (*w).fetch_or(bit, Ordering::SeqCst) };
     }
+    // A program busy in a loop makes no exit that would look at the word:
+    // the run loop stops it where it is (`crate::preempt::interrupt`).
+    ARRIVED.store(true, Ordering::SeqCst);
+    crate::preempt::kick();
     // A process-directed signal may land on another thread of this process
     // (the caller of `run` may have some): then the run thread, asleep in
     // the guest's `Poll` or `NetPoll`, would sleep on. Send it there too;
@@ -73,6 +82,11 @@ pub fn register(host: *mut u8) {
     WORD.store(w, Ordering::SeqCst);
     // SAFETY: as in `on_forwarded`.
     unsafe { (*w).fetch_or(PENDING.load(Ordering::SeqCst), Ordering::SeqCst) };
+}
+
+/// Whether a forwarded signal arrived since the last call (taking it).
+pub fn take_arrived() -> bool {
+    ARRIVED.load(Ordering::Relaxed) && ARRIVED.swap(false, Ordering::SeqCst)
 }
 
 /// Forgets the guest's word (before guest memory is unmapped).

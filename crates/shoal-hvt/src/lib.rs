@@ -507,11 +507,21 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     let _forgets = Forgets;
     forward::install().map_err(HvtError::Signals)?;
     preempt::install(cfg.watchdog_ns).map_err(HvtError::Signals)?;
+    preempt::set_immediate_exit(&mut vm.vcpu.get_kvm_run().immediate_exit);
     let outcome = loop {
+        // What a signal arriving from here on asks for is seen below or
+        // ends the next KVM_RUN at once.
+        preempt::unkick();
         // A preemption tick stopped KVM_RUN (EINTR) or came during an exit.
         if preempt::take_tick() {
             let hang = preempt::HangExit { handler: fault_handler.get(), mem: &mem };
             if let Err(e) = preempt::tick(&vm.vcpu, GuestMemory::LOW, mem_size, &hang) {
+                break Outcome::Stopped(e);
+            }
+        }
+        // So did a forwarded SIGTERM or SIGHUP.
+        if forward::take_arrived() {
+            if let Err(e) = preempt::interrupt(&vm.vcpu, GuestMemory::LOW, mem_size) {
                 break Outcome::Stopped(e);
             }
         }

@@ -66,6 +66,39 @@ fn word(i: usize) -> Option<&'static AtomicU64> {
 
 extern "C" fn on_tick(_sig: libc::c_int) {
     TICK.store(true, Ordering::SeqCst);
+    kick();
+}
+
+/// The vCPU's `kvm_run.immediate_exit` byte, while the run loop runs.
+static IMMEDIATE_EXIT: AtomicPtr<core::sync::atomic::AtomicU8> = AtomicPtr::new(core::ptr::null_mut());
+
+/// From a signal handler on the run thread: makes the next `KVM_RUN`
+/// return at once (`EINTR`). A signal that lands between the run loop's
+/// look at its flags and the `KVM_RUN` ioctl would otherwise wait for the
+/// guest's next exit — forever for a program busy in a loop.
+pub fn kick() {
+    let p = IMMEDIATE_EXIT.load(Ordering::SeqCst);
+    if !p.is_null() {
+        // SAFETY: `set_immediate_exit` took the byte of the vCPU's mapped
+        // `kvm_run`, which stays mapped until `clear` forgets it.
+        unsafe { (*p).store(1, Ordering::SeqCst) };
+    }
+}
+
+/// Where [`kick`] writes: the vCPU's `kvm_run.immediate_exit`, mapped for
+/// as long as the vCPU lives (the run loop calls [`clear`] before it goes).
+pub fn set_immediate_exit(byte: *mut u8) {
+    IMMEDIATE_EXIT.store(byte.cast(), Ordering::SeqCst);
+}
+
+/// The run loop, before it looks at its flags: the kicks it is about to
+/// serve are served.
+pub fn unkick() {
+    let p = IMMEDIATE_EXIT.load(Ordering::SeqCst);
+    if !p.is_null() {
+        // SAFETY: as in `kick`.
+        unsafe { (*p).store(0, Ordering::SeqCst) };
+    }
 }
 
 /// Installs the tick's handler (no `SA_RESTART`: `KVM_RUN` must return);
@@ -243,6 +276,29 @@ pub fn tick(vcpu: &kvm_ioctls::VcpuFd, low: u64, mem_size: u64, hang: &HangExit)
         set_timer(TICK_NS.load(Ordering::SeqCst));
         armed.store(PREEMPT_ARMED_TICK, Ordering::SeqCst);
     }
+    redirect(vcpu, &mut regs, user, low, mem_size, (in_kernel, pending, resume))
+}
+
+/// With the vCPU stopped after a forwarded signal arrived: makes the
+/// guest's kernel look at it now — the vCPU sent to the preemption entry
+/// if it was in the program's code (the entry raises forwarded signals and
+/// delivers them, so a program busy in a loop gets its SIGTERM as on
+/// Linux), `pending` set if it was in the kernel (taken on the way out of
+/// the system call). Nothing before the guest registered its area.
+pub fn interrupt(vcpu: &kvm_ioctls::VcpuFd, low: u64, mem_size: u64) -> Result<(), String> {
+    let (Some(in_kernel), Some(pending), Some(resume)) = (word(IN_KERNEL), word(PENDING), word(RESUME_RIP)) else {
+        return Ok(());
+    };
+    let mut regs = vcpu.get_regs().map_err(|e| format!("KVM refused to read the registers: {e}"))?;
+    let sregs = vcpu.get_sregs().map_err(|e| format!("KVM refused to read the special registers: {e}"))?;
+    redirect(vcpu, &mut regs, sregs.cs.selector & 3 == 3, low, mem_size, (in_kernel, pending, resume))
+}
+
+/// The common end of [`tick`] and [`interrupt`]: the vCPU to the
+/// preemption entry if it is at CPL 3 in guest memory outside the kernel,
+/// else `pending` for the kernel to take on its way out.
+fn redirect(vcpu: &kvm_ioctls::VcpuFd, regs: &mut kvm_bindings::kvm_regs, user: bool, low: u64, mem_size: u64, words: (&AtomicU64, &AtomicU64, &AtomicU64)) -> Result<(), String> {
+    let (in_kernel, pending, resume) = words;
     if in_kernel.load(Ordering::SeqCst) != 0 || !user || !(low..mem_size).contains(&regs.rip) {
         pending.store(1, Ordering::SeqCst);
         return Ok(());
@@ -250,7 +306,7 @@ pub fn tick(vcpu: &kvm_ioctls::VcpuFd, low: u64, mem_size: u64, hang: &HangExit)
     resume.store(regs.rip, Ordering::SeqCst);
     in_kernel.store(1, Ordering::SeqCst);
     regs.rip = ENTRY.load(Ordering::SeqCst);
-    vcpu.set_regs(&regs).map_err(|e| format!("KVM refused to set the registers: {e}"))
+    vcpu.set_regs(regs).map_err(|e| format!("KVM refused to set the registers: {e}"))
 }
 
 /// Sends the vCPU (stopped at CPL 3) to the kernel's fault entry with
@@ -280,6 +336,7 @@ fn redirect_hang(vcpu: &kvm_ioctls::VcpuFd, regs: &mut kvm_bindings::kvm_regs, h
 /// Stops the timer and forgets the area (before guest memory is unmapped).
 pub fn clear() {
     AREA.store(core::ptr::null_mut(), Ordering::SeqCst);
+    IMMEDIATE_EXIT.store(core::ptr::null_mut(), Ordering::SeqCst);
     if TIMER_MADE.swap(false, Ordering::SeqCst) {
         let t = TIMER.swap(0, Ordering::SeqCst) as usize as libc::timer_t;
         // SAFETY: made by timer_create in this run and deleted once.

@@ -94,7 +94,8 @@ pub struct BootParams {
     pub listeners: [shoal_abi::Listener; shoal_abi::MAX_LISTENERS],
     /// How many of `listeners` are used.
     pub listener_count: u64,
-    /// Console flags (`shoal_abi::CONSOLE_STDIN_TTY`, `CONSOLE_STDOUT_TTY`).
+    /// Console flags (`shoal_abi::CONSOLE_STDIN_TTY`, `CONSOLE_STDOUT_TTY`,
+    /// `CONSOLE_STDOUT_LINES`).
     pub console_flags: u64,
     /// The volume's guest directory, NUL padded (all zero: no volume).
     pub volume_path: [u8; shoal_abi::VOLUME_PATH_MAX],
@@ -114,7 +115,7 @@ pub struct BootParams {
 /// What the guest is told about the tender's standard input and output:
 /// whether each is a terminal (so the guest's `isatty(0)` answers as the
 /// program would natively, and a guest that buffers its output flushes it
-/// line by line on a terminal).
+/// line by line on a terminal, a pipe or a socket).
 fn console_flags() -> u64 {
     // SAFETY: isatty only inspects the descriptor, which may be closed
     // (then it answers 0).
@@ -125,6 +126,13 @@ fn console_flags() -> u64 {
     }
     if tty(1) {
         f |= shoal_abi::CONSOLE_STDOUT_TTY;
+    }
+    // SAFETY: a zeroed stat is valid; fstat only writes it.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: fstat on a descriptor number (EBADF if closed) into `st`.
+    let regular = unsafe { libc::fstat(1, &mut st) } == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG;
+    if !regular {
+        f |= shoal_abi::CONSOLE_STDOUT_LINES;
     }
     f
 }

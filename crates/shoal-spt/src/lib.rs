@@ -338,13 +338,14 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
     let Some(report) = report else { handover.become_instance(root) };
+    // SIGTERM and SIGHUP for this process are the instance's, from now on.
+    signals::catch_for_child().map_err(|source| SptError::Sys { what: "catch SIGTERM and SIGHUP for the instance", source })?;
     // SAFETY: the child runs only `Handover::exec_child`, which resets the
     // signal dispositions first, makes only async-signal-safe system calls
     // on its own stack, writes no memory of this process's and ends in
     // exec or _exit.
     let pid = unsafe { sys::spawn_with(if root { confine::CLONE_NAMESPACES } else { 0 }, &|| handover.exec_child()) }
         .map_err(|source| SptError::Sys { what: "start the instance process", source })?;
-    // SIGTERM and SIGHUP for this process are the instance's.
     signals::forward_to(pid).map_err(|source| SptError::Sys { what: "forward SIGTERM and SIGHUP to the instance", source })?;
     // The parent waits and, with --net-bind-any, binds for the instance;
     // the instance's end of the channel must close with the instance, so

@@ -200,6 +200,24 @@ pub extern "C" fn on_tick(_sig: libc::c_int, _info: *mut libc::siginfo_t, ctx: *
         set_timer(TICK_NS.load(Ordering::Relaxed));
         armed.store(PREEMPT_ARMED_TICK, Ordering::SeqCst);
     }
+    interrupt_with(ctx, in_kernel, pending, resume);
+}
+
+/// Makes the guest's kernel look at what came for it now, from a signal
+/// handler whose `ctx` is the interrupted guest's context: sent to the
+/// preemption entry if the signal landed in the program's code (the entry
+/// yields, raises forwarded host signals and delivers what is pending —
+/// so a SIGTERM reaches a program that computes in a loop, as on Linux);
+/// in the kernel or the tender, `pending` makes the kernel do the same on
+/// its way out of the system call. Nothing before the guest registered
+/// its area.
+pub fn interrupt(ctx: *mut libc::c_void) {
+    if let (Some(in_kernel), Some(pending), Some(resume)) = (word(IN_KERNEL), word(PENDING), word(RESUME_RIP)) {
+        interrupt_with(ctx, in_kernel, pending, resume);
+    }
+}
+
+fn interrupt_with(ctx: *mut libc::c_void, in_kernel: &AtomicU64, pending: &AtomicU64, resume: &AtomicU64) {
     if ctx.is_null() {
         return;
     }

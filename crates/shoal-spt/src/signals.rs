@@ -372,10 +372,12 @@ static FORWARD_WORD: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut()
 
 /// The handler of the forwarded signals in the instance process: sets the
 /// signal's bit in the guest's word (or keeps it until the guest registers
-/// one). Its only other effect is the one that matters: it interrupts the
-/// tender's `ppoll`/`clock_nanosleep`, so an idle guest looks at the word
-/// now. Atomics only: it may run with the guest's FS base and stack state.
-pub extern "C" fn on_forwarded(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+/// one). Arriving, it interrupts the tender's `ppoll`/`clock_nanosleep`,
+/// so an idle guest looks at the word now; landing in the program's code,
+/// it sends the vCPU to the kernel's preemption entry
+/// ([`crate::preempt::interrupt`]), so a program busy in a loop gets it
+/// too. Atomics only: it may run with the guest's FS base and stack state.
+pub extern "C" fn on_forwarded(sig: libc::c_int, _info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     if !(1..=64).contains(&sig) {
         return;
     }
@@ -387,6 +389,9 @@ pub extern "C" fn on_forwarded(sig: libc::c_int, _info: *mut libc::siginfo_t, _c
         // registered; guest memory stays mapped for the process's life.
         unsafe { (*w).fetch_or(bit, Ordering::SeqCst) };
     }
+    // A program that only computes makes no system call that would look
+    // at the word: stop it where it is, as a preemption tick does.
+    crate::preempt::interrupt(ctx);
 }
 
 /// Registers the guest's host-signal word at `addr` (checked by the
@@ -402,26 +407,65 @@ pub fn register_signal_word(addr: u64) {
 /// The instance's pid, for the waiting parent's forwarding handler.
 static CHILD: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
 
+/// Forwarded signals that reached the parent before the instance's pid
+/// was known (bit `signal - 1`).
+static EARLY: AtomicU64 = AtomicU64::new(0);
+
 /// The parent's handler of the forwarded signals: passes the signal on to
 /// the instance process (`kill`, async-signal-safe), whose own handler
-/// hands it to the guest.
+/// hands it to the guest; before the instance exists, keeps it for
+/// [`forward_to`].
 extern "C" fn forward_to_child(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     let pid = CHILD.load(Ordering::SeqCst);
     if pid > 0 {
         // SAFETY: kill is async-signal-safe; `pid` is our child.
         unsafe { libc::kill(pid, sig) };
+    } else if (1..=64).contains(&sig) {
+        EARLY.fetch_or(1 << (sig - 1), Ordering::SeqCst);
     }
 }
 
-/// In the waiting parent: forward [`shoal_abi::FORWARDED_SIGNALS`] to the
-/// instance process `pid` instead of dying of them (the instance then
-/// stops the way its program does on Linux, and the parent reports its
-/// status).
-pub fn forward_to(pid: libc::pid_t) -> std::io::Result<()> {
-    CHILD.store(pid, Ordering::SeqCst);
+/// In the parent, before it starts the instance: catch
+/// [`shoal_abi::FORWARDED_SIGNALS`] instead of dying of them, keeping what
+/// arrives until [`forward_to`] knows where to send it. (Installed after
+/// the start, a SIGTERM sent as soon as the guest had printed something
+/// could still find this process unprepared on a loaded machine: the
+/// instance runs on while the parent waits for a CPU.)
+pub fn catch_for_child() -> std::io::Result<()> {
     for sig in shoal_abi::FORWARDED_SIGNALS {
-        // SAFETY: the handler only loads an atomic and calls kill.
+        // SAFETY: the handler only uses atomics and calls kill.
         unsafe { crate::sys::set_handler(sig, forward_to_child)? };
+    }
+    Ok(())
+}
+
+/// In the waiting parent, once the instance process `pid` runs: forward
+/// the signals [`catch_for_child`] catches to it, those that came already
+/// first (the instance then stops the way its program does on Linux, and
+/// the parent reports its status).
+pub fn forward_to(pid: libc::pid_t) -> std::io::Result<()> {
+    // SAFETY: sigset operations on initialised sets.
+    let (mut set, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { (core::mem::zeroed(), core::mem::zeroed()) };
+    // SAFETY: as above; the mask is restored below. With the signals
+    // blocked, none can see the pid unset after EARLY was taken.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for sig in shoal_abi::FORWARDED_SIGNALS {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+    }
+    CHILD.store(pid, Ordering::SeqCst);
+    let early = EARLY.swap(0, Ordering::SeqCst);
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+    for sig in 1..=64 {
+        if early & (1 << (sig - 1)) != 0 {
+            // SAFETY: kill to our own child.
+            if unsafe { libc::kill(pid, sig) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
     }
     Ok(())
 }

@@ -4,7 +4,9 @@
 //! On hvt every console write is a VM exit (about 28 µs here, DESIGN §1),
 //! so stdout is collected in a buffer ([`OutBuf`], registered with the VMM
 //! by [`init_buffer`]) and written with one exit when it fills, at every
-//! newline when stdout is a terminal, before stderr is written, and before
+//! newline when stdout is a terminal, a pipe or a socket (a reader may be
+//! waiting for the line; only output into a regular file is held back
+//! longer), before stderr is written, and before
 //! any other hypercall — so before the guest blocks, reads its input, sends
 //! on a socket or halts, and output keeps its order with everything else
 //! the instance does outside. If the guest ends without flushing (a CPU
@@ -104,7 +106,8 @@ impl Default for OutBuf {
 static OUT: crate::Global<OutBuf> = crate::Global::new(OutBuf::new());
 /// Whether stdout is buffered (hvt, after the VMM accepted the buffer).
 static BUFFERED: AtomicBool = AtomicBool::new(false);
-/// Whether stdout is a terminal (then the buffer is flushed at newlines).
+/// Whether stdout is not a regular file (then the buffer is flushed at
+/// newlines).
 static LINE_BUFFERED: AtomicBool = AtomicBool::new(false);
 /// Whether a flush has bytes to write (checked before every hypercall).
 static PENDING: AtomicBool = AtomicBool::new(false);
@@ -118,8 +121,8 @@ static FLUSH_ERROR: AtomicI64 = AtomicI64::new(0);
 pub fn init_buffer() {
     let addr = OUT.with(|b| core::ptr::addr_of!(*b) as u64);
     if crate::hypercall::console_buffer(addr, OUT_CAP as u64) == 0 {
-        let tty = crate::boot::info().console_flags & shoal_abi::CONSOLE_STDOUT_TTY != 0;
-        LINE_BUFFERED.store(tty, Ordering::Relaxed);
+        let lines = crate::boot::info().console_flags & (shoal_abi::CONSOLE_STDOUT_TTY | shoal_abi::CONSOLE_STDOUT_LINES) != 0;
+        LINE_BUFFERED.store(lines, Ordering::Relaxed);
         BUFFERED.store(true, Ordering::Relaxed);
     }
 }
