@@ -8,7 +8,8 @@
 //! - **Images**: an inode without its file contents ([`Image`], from
 //!   [`Fs::export`]), which the log keeps per inode; [`Fs::import`] puts one
 //!   back (or removes the inode) when the file system is rebuilt after a
-//!   reboot, with the contents the log kept ([`FileData::duplicate`]).
+//!   reboot, with the contents the log kept: a second handle on the
+//!   file's own pages ([`FileData::share`]), never a copy of them.
 
 use super::{Bytes, Dir, FileData, Fs, Ino, Inode, Node, Timespec};
 use alloc::vec::Vec;

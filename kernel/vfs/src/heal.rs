@@ -23,14 +23,16 @@
 //!   directory entries, link target) — a later call on the same inode
 //!   supersedes it; an inode the program destroyed drops its entry (one
 //!   that existed at boot leaves a tombstone);
-//! - per **regular file** written since boot: its contents, as a copy
-//!   kept up to date by replaying each write's range and each truncation
-//!   (VampOS: "shrink a series of write() by preserving the offset and
-//!   contents"); removing the file drops it. File contents are the one
-//!   part of the state that cannot be recomputed from small records, and
-//!   logging every write's bytes would grow without bound; the copy is
-//!   bounded by the live files' sizes (the price: written files take
-//!   their size twice in memory);
+//! - per **regular file** written since boot: its contents — not a copy,
+//!   a second handle on the file's own pages (`FileData::share`: the
+//!   pages are reference counted, the log's handle lists the same ones as
+//!   the file's, with the size as of the last logged call). Each write's
+//!   range and each truncation only bring the handle's page list in step
+//!   (`mirror_write`, `mirror_truncate`: a page reference, never a byte,
+//!   moves); removing the file drops it. (VampOS shrinks "a series of
+//!   write() by preserving the offset and contents"; here the contents
+//!   are the live file's, like a page cache under the log.) File data
+//!   thus costs the log a few bytes per page, not the file's size again;
 //! - per **descriptor** and **open file description**: the entry after
 //!   the call (description, close-on-exec; target, status flags, offset):
 //!   every read, write or `lseek` supersedes the offset in place, and
@@ -66,15 +68,31 @@
 //! copy, and shared mappings stay coherent) and the rest of it is freed —
 //! rejuvenation does not leak.
 //!
-//! **What is not restored.** Bytes a program stored through a *shared*
-//! mapping of a file (`mmap` `MAP_SHARED`, written without `write`) are
-//! not in the log, and after a failure's reboot the mapping still shows
-//! the old pages while the file has new ones: such files are not
-//! recovered coherently. Heap objects of a failed state leak (once per
-//! failure). If the log cannot keep a copy (no memory), it says so once,
-//! frees its copies (the program gets the memory back: writing files
-//! then fills guest memory as without the log) and stops; a later reboot
-//! of vfs or ramfs ends the instance instead of restoring a wrong state.
+//! **File data across a failure.** The rebuilt file gets the log's handle:
+//! its pages and its size as of the last call that completed. So a
+//! failure in the middle of a write leaves the bytes that call already
+//! stored in the file's pages (the retried call stores the same bytes at
+//! the same offset: descriptors' offsets and `O_APPEND`'s end of file
+//! come from the log, not from the half-done call) and pages it added
+//! past the end are not attached (the size is the logged one; the tail
+//! of the last page is zeroed, `FileData::settle`). A failed truncation
+//! loses no page: the log still holds those it dropped, and the retry
+//! drops them again; only the tail of a partial last page, zeroed in
+//! place, stays zeroed (the retry zeroes it anyway; a call that fails
+//! twice returns `EIO` with that tail gone, as a failed write leaves its
+//! bytes). Pages a program mapped `MAP_SHARED` are the
+//! very pages the rebuilt file has, so the mapping stays coherent.
+//! The price: file data is not the component's memory but shared,
+//! application-visible data, like a page cache. A wild write of a failing
+//! vfs or ramfs into a file's page is not undone by the reboot (which
+//! rebuilds the metadata: the tree, the sizes, the page lists), just as a
+//! kernel bug scribbling on Linux's page cache corrupts the file.
+//!
+//! **What is not restored.** Heap objects of a failed state leak (once
+//! per failure), and with them the references the abandoned tree held on
+//! file pages: pages of files that existed at the failure stay allocated
+//! after those files are removed (the same memory as before this log
+//! shared pages, when the abandoned tree's pages leaked instead).
 
 use crate::{lock, pipe, FdEntry, Ofd, Target, Vfs};
 use alloc::boxed::Box;
@@ -156,7 +174,8 @@ fn replay_clock(boot: Vec<u64>) {
 struct InodeEntry {
     /// Its image after the last call that changed it; `None`: destroyed.
     image: Option<Image>,
-    /// A regular file's contents (a copy kept in step with the file).
+    /// A regular file's contents: a handle on the file's own pages, in
+    /// step with the file as of the last logged call (`FileData::share`).
     data: Option<FileData>,
 }
 
@@ -196,8 +215,6 @@ pub(crate) struct Log {
     termios_changes: u64,
     /// State-changing calls logged since boot.
     calls: u64,
-    /// Why the log cannot rebuild the state (a copy failed).
-    broken: Option<&'static str>,
     /// The journal's lists, swapped with ramfs's on every call.
     spare: shoal_ramfs::heal::Journal,
     /// A rejuvenation's sound state, set aside before the reboot: the
@@ -249,7 +266,6 @@ impl Log {
             termios: crate::ops::termios(),
             termios_changes: crate::ops::termios_changes(),
             calls: 0,
-            broken: None,
             spare: Default::default(),
             old: None,
         }
@@ -258,10 +274,6 @@ impl Log {
     /// Records what the last call changed in `v`.
     fn record(&mut self, v: &mut Vfs) {
         let log = self;
-        if log.broken.is_some() {
-            v.fs.set_journal(false);
-            return;
-        }
         let mut changed = false;
         if !v.fs.journal_is_empty() {
             let mut j = core::mem::take(&mut log.spare);
@@ -308,16 +320,17 @@ impl Log {
     /// again with the boot's clock readings); returns the number of
     /// entries applied.
     fn replay(&self, v: &mut Vfs, mut old: Option<&mut Vfs>) -> Result<u64, &'static str> {
-        if let Some(why) = self.broken {
-            return Err(why);
-        }
         let fs = &mut v.fs;
         fs.set_journal(false);
         for (&ino, e) in &self.inodes {
             let data = match (&e.image, &e.data) {
                 (Some(im), Some(d)) if im.is_file() => match old.as_mut().and_then(|o| o.fs.take_data(ino)) {
                     Some(moved) => Some(moved),
-                    None => Some(d.duplicate().map_err(|_| "no memory for the files' contents")?),
+                    None => {
+                        let mut d = d.share();
+                        d.settle();
+                        Some(d)
+                    }
                 },
                 _ => None,
             };
@@ -336,36 +349,17 @@ impl Log {
         Ok(self.entries())
     }
 
-    /// The log can no longer rebuild the state (`why`): said once on
-    /// stderr; the copies of file contents are freed (the program gets
-    /// that memory back) and nothing more is logged; a later reboot of vfs
-    /// or ramfs ends the instance.
-    fn break_down(&mut self, why: &'static str) {
-        if self.broken.is_none() {
-            use core::fmt::Write;
-            let _ = writeln!(
-                shoal_plat::console::Stderr,
-                "shoal: the file system's recovery log is incomplete ({why}): a reboot of vfs or ramfs would end the instance"
-            );
-        }
-        self.broken = Some(why);
-        self.inodes.clear();
-    }
-
     fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
         let mut fresh = Vec::new();
-        let mut failed = false;
         for &ino in touched {
             match v.fs.export(ino) {
                 Some(image) => {
                     let e = self.inodes.entry(ino).or_insert(InodeEntry { image: None, data: None });
                     if image.is_file() && e.data.is_none() {
-                        // First change to this file since boot: its whole
-                        // contents now; later calls bring in their ranges.
-                        match v.fs.file_data(ino).and_then(|d| d.duplicate()) {
-                            Ok(d) => e.data = Some(d),
-                            Err(_) => failed = true,
-                        }
+                        // First change to this file since boot: a handle
+                        // on all its pages now; later calls bring in the
+                        // ranges they changed.
+                        e.data = v.fs.file_data(ino).ok().map(FileData::share);
                         fresh.push(ino);
                     }
                     if !image.is_file() {
@@ -383,10 +377,6 @@ impl Log {
                 }
             }
         }
-        if failed {
-            self.break_down("no memory for the copy of a file");
-            return;
-        }
         for c in changes {
             let ino = match *c {
                 Change::Write { ino, .. } | Change::Truncate { ino, .. } => ino,
@@ -394,27 +384,24 @@ impl Log {
             if fresh.contains(&ino) {
                 continue;
             }
-            let (Some(copy), Ok(live)) = (self.inodes.get_mut(&ino).and_then(|e| e.data.as_mut()), v.fs.file_data(ino)) else { continue };
-            let r = match *c {
-                Change::Write { off, len, .. } => copy.copy_range(live, off, len),
-                Change::Truncate { size, .. } => copy.truncate(size),
-            };
-            if r.is_err() {
-                self.break_down("no memory for the copy of a file");
-                return;
+            let (Some(handle), Ok(live)) = (self.inodes.get_mut(&ino).and_then(|e| e.data.as_mut()), v.fs.file_data(ino)) else { continue };
+            match *c {
+                Change::Write { off, len, .. } => handle.mirror_write(live, off, len),
+                Change::Truncate { size, .. } => handle.mirror_truncate(live, size),
             }
         }
         self.next_ino = v.fs.next_ino();
     }
 
     /// Bytes the log holds (an estimate of its heap use: entries, images,
-    /// file copies by pages, tables).
+    /// the page lists of the files' handles, tables). The pages those
+    /// lists reference are the files' own, not counted here.
     fn bytes(&self) -> u64 {
         let mut b = core::mem::size_of::<Log>() + self.boot_clock.capacity() * 8;
         for e in self.inodes.values() {
             b += core::mem::size_of::<InodeEntry>() + core::mem::size_of::<Image>() + 16;
             b += e.image.as_ref().map_or(0, |i| i.heap_bytes());
-            b += e.data.as_ref().map_or(0, |d| d.owned_pages() as usize * 4096);
+            b += e.data.as_ref().map_or(0, |d| d.owned_pages() as usize * PAGE_REF_BYTES);
         }
         b += self.fds.capacity() * core::mem::size_of::<Option<FdEntry>>();
         b += self.ofds.capacity() * core::mem::size_of::<Option<Ofd>>();
@@ -433,6 +420,11 @@ impl Log {
             + 3
     }
 }
+
+/// What one page reference in a file handle's page list costs the log:
+/// the list's entry (page index and pointer) and its share of the tree's
+/// nodes.
+const PAGE_REF_BYTES: usize = 32;
 
 /// Tells recover the log's size (for the reboot line: measured when a
 /// reboot replays it, not after every call, which would cost a walk over
@@ -484,14 +476,7 @@ fn fail(why: &str) -> ! {
 /// Builds vfs's state afresh and replays the log over it (module
 /// documentation), then installs it, abandoning the old one.
 fn rebuild() {
-    let Some(Some(boot)) = slot(|l| {
-        if l.broken.is_some() {
-            return None;
-        }
-        Some(core::mem::take(&mut l.boot_clock))
-    }) else {
-        fail(slot(|l| l.broken).flatten().unwrap_or("there is no log"))
-    };
+    let Some(boot) = slot(|l| core::mem::take(&mut l.boot_clock)) else { fail("there is no log") };
     replay_clock(boot);
     let mut v = Vfs::new(crate::root_fs());
     let boot = take_clock();
