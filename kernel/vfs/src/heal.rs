@@ -209,7 +209,7 @@ pub(crate) struct Log {
     ofds: Vec<Option<Ofd>>,
     scalars: Scalars,
     pipes: BTreeMap<Ino, pipe::Pipe>,
-    locks: lock::Locks,
+    locks: lock::Flat,
     termios: [u8; 36],
     /// `ops::termios_changes` when `termios` was copied.
     termios_changes: u64,
@@ -217,6 +217,8 @@ pub(crate) struct Log {
     calls: u64,
     /// The journal's lists, swapped with ramfs's on every call.
     spare: shoal_ramfs::heal::Journal,
+    /// A buffer for `inodes_changed`.
+    fresh: Vec<Ino>,
     /// A rejuvenation's sound state, set aside before the reboot: the
     /// rebuilt tree takes its files' contents (the same pages), the rest
     /// is freed.
@@ -248,6 +250,23 @@ pub(crate) fn commit(v: &mut Vfs) {
     slot(|log| log.record(v));
 }
 
+/// Makes `dst` equal to `src`, copying only the entries that differ;
+/// whether any did (one pass, where comparing and then cloning the whole
+/// table took two and copied every entry).
+fn sync<T: Clone + PartialEq>(dst: &mut Vec<T>, src: &[T]) -> bool {
+    let mut changed = dst.len() != src.len();
+    dst.truncate(src.len());
+    for (d, s) in dst.iter_mut().zip(src) {
+        if d != s {
+            d.clone_from(s);
+            changed = true;
+        }
+    }
+    let n = dst.len();
+    dst.extend_from_slice(&src[n..]);
+    changed
+}
+
 impl Log {
     /// The log of a state just built (`v`, whose build read the clock
     /// `boot_clock`): empty, `v` is the replay's base.
@@ -262,11 +281,16 @@ impl Log {
             ofds: (*v.ofds).clone(),
             scalars: Scalars::of(v),
             pipes: (*v.pipes).clone(),
-            locks: (*v.locks).clone(),
+            locks: {
+                let mut f = lock::Flat::default();
+                v.locks.flatten_into(&mut f);
+                f
+            },
             termios: crate::ops::termios(),
             termios_changes: crate::ops::termios_changes(),
             calls: 0,
             spare: Default::default(),
+            fresh: Vec::new(),
             old: None,
         }
     }
@@ -284,12 +308,10 @@ impl Log {
         }
         // Each table is compared with its copy only if the call borrowed
         // it mutably (`Tracked`): most calls leave most of them alone.
-        if v.fds.take_dirty() && log.fds != *v.fds {
-            log.fds.clone_from(&v.fds);
+        if v.fds.take_dirty() && sync(&mut log.fds, &v.fds) {
             changed = true;
         }
-        if v.ofds.take_dirty() && log.ofds != *v.ofds {
-            log.ofds.clone_from(&v.ofds);
+        if v.ofds.take_dirty() && sync(&mut log.ofds, &v.ofds) {
             changed = true;
         }
         let s = Scalars::of(v);
@@ -301,8 +323,8 @@ impl Log {
             log.pipes.clone_from(&v.pipes);
             changed = true;
         }
-        if v.locks.take_dirty() && log.locks != *v.locks {
-            log.locks = (*v.locks).clone();
+        if v.locks.take_dirty() && !v.locks.same_as(&log.locks) {
+            v.locks.flatten_into(&mut log.locks);
             changed = true;
         }
         let n = crate::ops::termios_changes();
@@ -344,37 +366,36 @@ impl Log {
         let s = &self.scalars;
         (v.cwd, v.umask, v.nofile, v.fsize) = (s.cwd, s.umask, s.nofile, s.fsize);
         v.pipes.clone_from(&self.pipes);
-        *v.locks = self.locks.clone();
+        *v.locks = lock::Locks::from_flat(&self.locks);
         crate::ops::set_termios(self.termios);
         Ok(self.entries())
     }
 
     fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
-        let mut fresh = Vec::new();
+        // Files whose handle is taken whole in this update (their changes
+        // below are already in it); a buffer of the log's, reused.
+        let mut fresh = core::mem::take(&mut self.fresh);
+        fresh.clear();
         for &ino in touched {
-            match v.fs.export(ino) {
-                Some(image) => {
-                    let e = self.inodes.entry(ino).or_insert(InodeEntry { image: None, data: None });
-                    if image.is_file() && e.data.is_none() {
+            let e = self.inodes.entry(ino).or_insert(InodeEntry { image: None, data: None });
+            if v.fs.export_into(ino, &mut e.image) {
+                if e.image.as_ref().is_some_and(Image::is_file) {
+                    if e.data.is_none() {
                         // First change to this file since boot: a handle
                         // on all its pages now; later calls bring in the
                         // ranges they changed.
                         e.data = v.fs.file_data(ino).ok().map(FileData::share);
                         fresh.push(ino);
                     }
-                    if !image.is_file() {
-                        e.data = None;
-                    }
-                    e.image = Some(image);
+                } else {
+                    e.data = None;
                 }
+            } else if ino >= self.boot_next_ino {
                 // Destroyed: one made since boot leaves nothing; one from
-                // boot leaves a tombstone.
-                None if ino >= self.boot_next_ino => {
-                    self.inodes.remove(&ino);
-                }
-                None => {
-                    self.inodes.insert(ino, InodeEntry { image: None, data: None });
-                }
+                // boot leaves a tombstone (image None).
+                self.inodes.remove(&ino);
+            } else {
+                e.data = None;
             }
         }
         for c in changes {
@@ -390,6 +411,7 @@ impl Log {
                 Change::Truncate { size, .. } => handle.mirror_truncate(live, size),
             }
         }
+        self.fresh = fresh;
         self.next_ino = v.fs.next_ino();
     }
 
