@@ -94,6 +94,7 @@
 //! after those files are removed (the same memory as before this log
 //! shared pages, when the abandoned tree's pages leaked instead).
 
+use crate::tracked::Dirty;
 use crate::{lock, pipe, FdEntry, Ofd, Target, Vfs};
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
@@ -102,6 +103,7 @@ use alloc::vec::Vec;
 use shoal_plat::Global;
 use shoal_ramfs::heal::{Change, Image};
 use shoal_ramfs::{FileData, Ino};
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
 use shoal_recover::id;
 
 /// Where the file system's clock readings go (module documentation:
@@ -225,8 +227,30 @@ pub(crate) struct Log {
     old: Option<Vfs>,
 }
 
+/// The log in its slot (`shoal_recover::LOGS`), found by [`start`]: the
+/// `dyn Any` downcast that reaching it through the slot costs (an
+/// indirect call and a comparison) is not paid after every call. Kept in
+/// vfs's own data, which the snapshot taken after initialisation holds,
+/// so a reboot restores it; the `Log` it points at never moves.
+static LOG_AT: AtomicPtr<Log> = AtomicPtr::new(core::ptr::null_mut());
+/// Set while [`slot`] lends the log out: a nested `slot` gets `None`, as
+/// a borrowed cell would answer.
+static LENT: AtomicBool = AtomicBool::new(false);
+
 fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
-    shoal_recover::log_cell(id::VFS)?.try_with(|s| s.as_mut().and_then(|b| b.downcast_mut::<Log>()).map(f)).flatten()
+    let p = LOG_AT.load(Relaxed);
+    if p.is_null() || LENT.load(Relaxed) {
+        return None;
+    }
+    LENT.store(true, Relaxed);
+    // SAFETY: `start` set `p` to the `Log` boxed in vfs's slot of
+    // `shoal_recover::LOGS`, which nothing replaces or frees afterwards;
+    // `LENT` makes this the only reference to it (one flow of control).
+    // A failure inside `f` abandons the reference and leaves `LENT` set,
+    // but the reboot that follows restores vfs's data, clearing it.
+    let r = f(unsafe { &mut *p });
+    LENT.store(false, Relaxed);
+    Some(r)
 }
 
 /// Starts the log right after vfs's initialisation (which ran after
@@ -240,7 +264,8 @@ pub(crate) fn start(v: &mut Vfs) {
     }
     let log = Log::new(v, boot_clock);
     if let Some(cell) = shoal_recover::log_cell(id::VFS) {
-        cell.with(|s| *s = Some(Box::new(log)));
+        let p = cell.with(|s| s.insert(Box::new(log)).downcast_mut::<Log>().map(|l| l as *mut Log));
+        LOG_AT.store(p.unwrap_or(core::ptr::null_mut()), Relaxed);
     }
 }
 
@@ -311,9 +336,20 @@ impl Log {
         if v.fds.take_dirty() && sync(&mut log.fds, &v.fds) {
             changed = true;
         }
-        if v.ofds.take_dirty() && sync(&mut log.ofds, &v.ofds) {
-            changed = true;
-        }
+        let synced = match v.ofds.take_dirty_entries() {
+            Dirty::Clean => false,
+            // One description (a read or write moved its offset): that
+            // entry alone.
+            Dirty::One(i) if log.ofds.len() == v.ofds.len() => match (log.ofds.get_mut(i), v.ofds.get(i)) {
+                (Some(d), Some(s)) if d != s => {
+                    d.clone_from(s);
+                    true
+                }
+                _ => false,
+            },
+            _ => sync(&mut log.ofds, &v.ofds),
+        };
+        changed |= synced;
         let s = Scalars::of(v);
         if log.scalars != s {
             log.scalars = s;

@@ -313,7 +313,8 @@ impl Vfs {
     }
 
     pub(crate) fn ofd_mut(&mut self, i: usize) -> &mut Ofd {
-        self.ofds[i].as_mut().expect("live ofd")
+        // Only this entry is marked changed for the log (module `heal`).
+        self.ofds.at_mut(i).and_then(|o| o.as_mut()).expect("live ofd")
     }
 
     /// Closes `fd`.
