@@ -221,6 +221,16 @@ pub(crate) struct Log {
     spare: shoal_ramfs::heal::Journal,
     /// A buffer for `inodes_changed`.
     fresh: Vec<Ino>,
+    /// The log-shrink threshold (`--log-shrink`, VampOS's Table IV): the
+    /// records of closed sessions are dropped when this many are pending;
+    /// 1 (the default): at close; `u32::MAX`: never.
+    shrink_at: u32,
+    /// Records of closed sessions not dropped yet (module documentation,
+    /// "Shrinking"): the description as it was when its last descriptor
+    /// closed.
+    closed: Vec<Ofd>,
+    /// Times the closed sessions were dropped.
+    shrinks: u64,
     /// A rejuvenation's sound state, set aside before the reboot: the
     /// rebuilt tree takes its files' contents (the same pages), the rest
     /// is freed.
@@ -262,7 +272,11 @@ pub(crate) fn start(v: &mut Vfs) {
     if !shoal_recover::stateful() {
         return;
     }
-    let log = Log::new(v, boot_clock);
+    let mut log = Log::new(v, boot_clock);
+    log.shrink_at = match (shoal_plat::boot::info().recover_flags >> shoal_abi::RECOVER_LOG_SHRINK_SHIFT) as u32 {
+        0 => 1,
+        n => n,
+    };
     if let Some(cell) = shoal_recover::log_cell(id::VFS) {
         let p = cell.with(|s| s.insert(Box::new(log)).downcast_mut::<Log>().map(|l| l as *mut Log));
         LOG_AT.store(p.unwrap_or(core::ptr::null_mut()), Relaxed);
@@ -316,6 +330,9 @@ impl Log {
             calls: 0,
             spare: Default::default(),
             fresh: Vec::new(),
+            shrink_at: 1,
+            closed: Vec::new(),
+            shrinks: 0,
             old: None,
         }
     }
@@ -347,7 +364,7 @@ impl Log {
                 }
                 _ => false,
             },
-            _ => sync(&mut log.ofds, &v.ofds),
+            _ => log.sync_ofds(&v.ofds),
         };
         changed |= synced;
         let s = Scalars::of(v);
@@ -407,6 +424,30 @@ impl Log {
         Ok(self.entries())
     }
 
+    /// [`sync`] for the descriptions, keeping the record of each session
+    /// that ended (a description gone, or its slot reused) while the
+    /// shrink threshold is above 1, and dropping them all when it is
+    /// reached.
+    fn sync_ofds(&mut self, live: &[Option<Ofd>]) -> bool {
+        if self.shrink_at > 1 {
+            for (i, old) in self.ofds.iter().enumerate() {
+                let Some(old) = old else { continue };
+                let ended = match live.get(i) {
+                    Some(Some(now)) => now.target != old.target,
+                    _ => true,
+                };
+                if ended {
+                    self.closed.push(old.clone());
+                }
+            }
+            if self.closed.len() >= self.shrink_at as usize {
+                self.closed.clear();
+                self.shrinks += 1;
+            }
+        }
+        sync(&mut self.ofds, live)
+    }
+
     fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
         // Files whose handle is taken whole in this update (their changes
         // below are already in it); a buffer of the log's, reused.
@@ -464,6 +505,7 @@ impl Log {
         b += self.fds.capacity() * core::mem::size_of::<Option<FdEntry>>();
         b += self.ofds.capacity() * core::mem::size_of::<Option<Ofd>>();
         b += self.pipes.values().map(|p| p.buf.capacity() + 64).sum::<usize>();
+        b += self.closed.capacity() * core::mem::size_of::<Ofd>();
         b as u64
     }
 
@@ -475,6 +517,7 @@ impl Log {
             + self.fds.iter().filter(|e| e.is_some()).count() as u64
             + self.ofds.iter().filter(|e| e.is_some()).count() as u64
             + live(self.pipes.len())
+            + live(self.closed.len())
             + 3
     }
 }
@@ -491,6 +534,22 @@ fn report() {
     if let Some(b) = slot(|l| l.bytes()) {
         shoal_recover::set_log_bytes(id::VFS, b);
         shoal_recover::set_log_bytes(id::RAMFS, b);
+    }
+}
+
+/// Whether `--log-report` asked for the log's size at exit.
+pub(crate) fn report_at_exit_wanted() -> bool {
+    shoal_recover::stateful() && shoal_plat::boot::info().recover_flags & shoal_abi::RECOVER_LOG_REPORT != 0
+}
+
+/// Prints the log's size (`--log-report`, when the instance ends).
+pub(crate) fn report_at_exit() {
+    use core::fmt::Write;
+    if let Some((bytes, entries, calls, pending, shrinks)) = slot(|l| (l.bytes(), l.entries(), l.calls, l.closed.len(), l.shrinks)) {
+        let _ = writeln!(
+            shoal_plat::console::Stderr,
+            "shoal: recovery log at exit: vfs+ramfs {bytes} bytes, {entries} entries ({calls} calls logged, {pending} closed sessions pending, {shrinks} shrinks)"
+        );
     }
 }
 

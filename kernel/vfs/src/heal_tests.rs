@@ -288,3 +288,41 @@ fn a_write_or_truncate_cut_short_by_a_failure_is_undone_to_the_logged_size() {
     let v = rebuild(&mut log);
     assert_eq!(observe(&v, true), logged, "the pages the truncation dropped are back");
 }
+
+/// The log-shrink threshold (`--log-shrink`, VampOS's Table IV): closed
+/// sessions' records wait until the threshold is reached, then go
+/// together; at 1 (the default) they never wait; `never` keeps them all.
+/// What a rebuild restores does not depend on it.
+#[test]
+fn closed_sessions_wait_for_the_shrink_threshold() {
+    let name = CString::new("/tmp/t").unwrap();
+    let at = AT_FDCWD as i64 as u64;
+    let mut seen = Vec::new();
+    for threshold in [1u32, 10, 100, u32::MAX] {
+        let (mut v, mut log) = boot();
+        log.shrink_at = threshold;
+        let mut most = 0;
+        for _ in 0..250 {
+            let fd = v.openat(&args(&[at, name.as_ptr() as u64, (O_RDWR | O_CREAT) as u64, 0o600])).unwrap();
+            log.record(&mut v);
+            v.close(&args(&[fd])).unwrap();
+            log.record(&mut v);
+            most = most.max(log.closed.len());
+        }
+        let pending = log.closed.len();
+        match threshold {
+            1 => assert_eq!((most, log.shrinks), (0, 0)),
+            u32::MAX => assert_eq!((pending, log.shrinks), (250, 0)),
+            n => {
+                assert_eq!(most, n as usize - 1, "dropped when the threshold is reached");
+                assert_eq!(log.shrinks, 250 / n as u64);
+                assert_eq!(pending, 250 % n as usize);
+            }
+        }
+        let before = observe(&v, true);
+        let v = rebuild(&mut log);
+        assert_eq!(observe(&v, true), before);
+        seen.push(log.bytes());
+    }
+    assert!(seen[0] < seen[1] && seen[1] < seen[2] && seen[2] < seen[3], "{seen:?}");
+}
