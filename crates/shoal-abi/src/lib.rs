@@ -213,7 +213,7 @@ pub const RECOVER_OFF: u64 = 1;
 /// [`BootInfo::recover_flags`]: the stateful components (`vfs`, `ramfs`,
 /// `process`) are rebootable too (`shoal run --recover-stateful`, implied
 /// by an `--inject` into one of them and by `--rejuvenate-every`): calls
-/// into them are logged and every gate is armed, which costs about 1.5×
+/// into them are logged and every gate is armed, which costs about 1.25×
 /// CPU on a program that makes many file-system calls (`shoal bench
 /// recover`), so it is not the default. Without it only the stateless
 /// components (`time`, `sysinfo`, `user`) are rebooted.

@@ -70,10 +70,10 @@ struct Cell {
     failed: Option<String>,
 }
 
-/// The bytes and entries of `shoal: recovery log at exit: vfs+ramfs B
-/// bytes, E entries …` in `err`.
-fn log_at_exit(err: &str) -> Option<(f64, f64)> {
-    let line = err.lines().find_map(|l| l.strip_prefix("shoal: recovery log at exit: vfs+ramfs "))?;
+/// The bytes and entries of the last `shoal: recovery log at exit:
+/// vfs+ramfs B bytes, E entries …` line in `err`.
+pub(super) fn log_at_exit(err: &str) -> Option<(f64, f64)> {
+    let line = err.lines().rev().find_map(|l| l.strip_prefix("shoal: recovery log at exit: vfs+ramfs "))?;
     let mut w = line.split_whitespace();
     let bytes = w.next()?.parse().ok()?;
     w.next()?;

@@ -137,7 +137,7 @@ enum Cmd {
         /// No component gates: system calls go straight to the kernel components; nothing is rebooted (a component's failure ends the instance).
         #[arg(long)]
         no_recover: bool,
-        /// Make vfs, ramfs and process rebootable too: their calls are logged and replayed after a reboot (costs about 1.5× CPU on file-system-heavy programs; implied by --inject into one of them and by --rejuvenate-every).
+        /// Make vfs, ramfs and process rebootable too: their calls are logged and replayed after a reboot (costs about 1.25× CPU on file-system-heavy programs; implied by --inject into one of them and by --rejuvenate-every).
         #[arg(long)]
         recover_stateful: bool,
         /// vfs's call log drops the records of closed descriptors when N of them are pending (VampOS's log-shrink threshold, Table IV); default 1 (at close); `never` keeps them (implies --recover-stateful).

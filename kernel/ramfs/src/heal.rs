@@ -60,6 +60,16 @@ impl Journal {
     }
 }
 
+/// What [`Fs::export_file_into`] found.
+pub enum Exported<'a> {
+    /// The inode does not exist.
+    Gone,
+    /// A regular file, with its contents.
+    File(&'a FileData),
+    /// Another kind of inode.
+    Other,
+}
+
 /// An inode as the log keeps it: its attributes and what it is, without
 /// the contents of a regular file (the log keeps those apart).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -157,6 +167,20 @@ impl Fs {
         im
     }
 
+    /// [`Fs::export_into`], telling what `ino` is: gone, a regular file
+    /// (with its contents, found by the same lookup) or something else.
+    pub fn export_file_into(&self, ino: Ino, slot: &mut Option<Image>) -> Exported<'_> {
+        let Some(i) = self.inodes.get(&ino) else {
+            *slot = None;
+            return Exported::Gone;
+        };
+        fill_image(i, slot);
+        match &i.node {
+            Node::File(f) => Exported::File(f),
+            _ => Exported::Other,
+        }
+    }
+
     /// Makes `slot` the image of `ino` (`None` if it does not exist),
     /// refreshing an image already there in place: a directory's entry
     /// list keeps its buffers ([`Dir::image_into`]), so the log's update
@@ -167,50 +191,57 @@ impl Fs {
             *slot = None;
             return false;
         };
-        // The same kind of node as the image already there: refreshed in
-        // place (a directory's list, the attributes).
-        let in_place = match (&i.node, slot.as_mut().map(|im| &mut im.node)) {
-            (Node::Dir(d), Some(NodeImage::Dir(di))) => {
-                d.image_into(di);
-                true
-            }
-            (Node::File(_), Some(NodeImage::File)) => true,
-            _ => false,
-        };
-        match slot.as_mut() {
-            Some(im) if in_place => {
-                (im.perm, im.nlink, im.refs, im.uid, im.gid) = (i.perm, i.nlink, i.refs, i.uid, i.gid);
-                (im.atime, im.mtime, im.ctime, im.btime) = (i.atime, i.mtime, i.ctime, i.btime);
-            }
-            _ => {
-                let node = match &i.node {
-                    Node::File(_) => NodeImage::File,
-                    Node::Dir(d) => {
-                        let mut di = DirImage::default();
-                        d.image_into(&mut di);
-                        NodeImage::Dir(di)
-                    }
-                    Node::Symlink(b) => NodeImage::Symlink(b.clone()),
-                    Node::Fifo => NodeImage::Fifo,
-                    Node::CharDevice(r) => NodeImage::CharDevice(*r),
-                };
-                *slot = Some(Image {
-                    perm: i.perm,
-                    nlink: i.nlink,
-                    refs: i.refs,
-                    uid: i.uid,
-                    gid: i.gid,
-                    atime: i.atime,
-                    mtime: i.mtime,
-                    ctime: i.ctime,
-                    btime: i.btime,
-                    node,
-                });
-            }
-        }
+        fill_image(i, slot);
         true
     }
+}
 
+/// Makes `slot` the image of `i` (see [`Fs::export_into`]).
+fn fill_image(i: &Inode, slot: &mut Option<Image>) {
+    // The same kind of node as the image already there: refreshed in
+    // place (a directory's list, the attributes).
+    let in_place = match (&i.node, slot.as_mut().map(|im| &mut im.node)) {
+        (Node::Dir(d), Some(NodeImage::Dir(di))) => {
+            d.image_into(di);
+            true
+        }
+        (Node::File(_), Some(NodeImage::File)) => true,
+        _ => false,
+    };
+    match slot.as_mut() {
+        Some(im) if in_place => {
+            (im.perm, im.nlink, im.refs, im.uid, im.gid) = (i.perm, i.nlink, i.refs, i.uid, i.gid);
+            (im.atime, im.mtime, im.ctime, im.btime) = (i.atime, i.mtime, i.ctime, i.btime);
+        }
+        _ => {
+            let node = match &i.node {
+                Node::File(_) => NodeImage::File,
+                Node::Dir(d) => {
+                    let mut di = DirImage::default();
+                    d.image_into(&mut di);
+                    NodeImage::Dir(di)
+                }
+                Node::Symlink(b) => NodeImage::Symlink(b.clone()),
+                Node::Fifo => NodeImage::Fifo,
+                Node::CharDevice(r) => NodeImage::CharDevice(*r),
+            };
+            *slot = Some(Image {
+                perm: i.perm,
+                nlink: i.nlink,
+                refs: i.refs,
+                uid: i.uid,
+                gid: i.gid,
+                atime: i.atime,
+                mtime: i.mtime,
+                ctime: i.ctime,
+                btime: i.btime,
+                node,
+            });
+        }
+    }
+}
+
+impl Fs {
     /// Makes `ino` what `image` says, with `data` as the contents of a
     /// regular file (`EINVAL` if a file image comes without contents), or
     /// removes it (`None`). Not journaled.

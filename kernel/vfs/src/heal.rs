@@ -99,11 +99,11 @@ use crate::{lock, pipe, FdEntry, Ofd, Target, Vfs};
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
 #[cfg(not(test))]
 use shoal_plat::Global;
-use shoal_ramfs::heal::{Change, Image};
+use shoal_ramfs::heal::{Change, Exported, Image};
 use shoal_ramfs::{FileData, Ino};
-use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
 use shoal_recover::id;
 
 /// Where the file system's clock readings go (module documentation:
@@ -219,8 +219,6 @@ pub(crate) struct Log {
     calls: u64,
     /// The journal's lists, swapped with ramfs's on every call.
     spare: shoal_ramfs::heal::Journal,
-    /// A buffer for `inodes_changed`.
-    fresh: Vec<Ino>,
     /// The log-shrink threshold (`--log-shrink`, VampOS's Table IV): the
     /// records of closed sessions are dropped when this many are pending;
     /// 1 (the default): at close; `u32::MAX`: never.
@@ -329,7 +327,6 @@ impl Log {
             termios_changes: crate::ops::termios_changes(),
             calls: 0,
             spare: Default::default(),
-            fresh: Vec::new(),
             shrink_at: 1,
             closed: Vec::new(),
             shrinks: 0,
@@ -449,46 +446,35 @@ impl Log {
     }
 
     fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
-        // Files whose handle is taken whole in this update (their changes
-        // below are already in it); a buffer of the log's, reused.
-        let mut fresh = core::mem::take(&mut self.fresh);
-        fresh.clear();
         for &ino in touched {
             let e = self.inodes.entry(ino).or_insert(InodeEntry { image: None, data: None });
-            if v.fs.export_into(ino, &mut e.image) {
-                if e.image.as_ref().is_some_and(Image::is_file) {
-                    if e.data.is_none() {
-                        // First change to this file since boot: a handle
-                        // on all its pages now; later calls bring in the
-                        // ranges they changed.
-                        e.data = v.fs.file_data(ino).ok().map(FileData::share);
-                        fresh.push(ino);
+            match v.fs.export_file_into(ino, &mut e.image) {
+                Exported::File(live) => match &mut e.data {
+                    // First change to this file since boot: a handle on
+                    // all its pages now (the call's changes are in it).
+                    None => e.data = Some(live.share()),
+                    // The call's changes to this file, in order (every
+                    // data change journals its inode, so each is reached
+                    // here, from the lookup the export made).
+                    Some(handle) => {
+                        for c in changes {
+                            match *c {
+                                Change::Write { ino: i, off, len } if i == ino => handle.mirror_write(live, off, len),
+                                Change::Truncate { ino: i, size } if i == ino => handle.mirror_truncate(live, size),
+                                _ => {}
+                            }
+                        }
                     }
-                } else {
-                    e.data = None;
-                }
-            } else if ino >= self.boot_next_ino {
+                },
+                Exported::Other => e.data = None,
                 // Destroyed: one made since boot leaves nothing; one from
                 // boot leaves a tombstone (image None).
-                self.inodes.remove(&ino);
-            } else {
-                e.data = None;
+                Exported::Gone if ino >= self.boot_next_ino => {
+                    self.inodes.remove(&ino);
+                }
+                Exported::Gone => e.data = None,
             }
         }
-        for c in changes {
-            let ino = match *c {
-                Change::Write { ino, .. } | Change::Truncate { ino, .. } => ino,
-            };
-            if fresh.contains(&ino) {
-                continue;
-            }
-            let (Some(handle), Ok(live)) = (self.inodes.get_mut(&ino).and_then(|e| e.data.as_mut()), v.fs.file_data(ino)) else { continue };
-            match *c {
-                Change::Write { off, len, .. } => handle.mirror_write(live, off, len),
-                Change::Truncate { size, .. } => handle.mirror_truncate(live, size),
-            }
-        }
-        self.fresh = fresh;
         self.next_ino = v.fs.next_ino();
     }
 
