@@ -558,3 +558,35 @@ fn a_hang_in_a_stateful_component_is_stopped_and_its_state_survives() {
         }
     }
 }
+
+/// `--log-shrink N` keeps closed sessions' records until N are pending
+/// (VampOS's threshold) and `--log-report` prints the log's size at exit;
+/// bad values are one line and 125.
+#[test]
+fn log_shrink_threshold_and_log_report() {
+    let dir = scratch();
+    let image = build_image(&test_app("heal.c"), dir.path(), &[]);
+    for t in tenders() {
+        for (n, pending_max, shrinks_min) in [("1", 0, 0), ("100", 99, 9), ("never", 1000, 0)] {
+            let o = output(shoal_run(t).args(["--log-shrink", n, "--log-report"]).arg(&image).args(["--", "loop", "1000"]));
+            let err = stderr(&o);
+            assert_eq!((o.status.code(), stdout(&o).as_str()), (Some(0), "ok 1000 loops\n"), "{t} {n}: {err}");
+            let line = err.lines().find_map(|l| l.strip_prefix("shoal: recovery log at exit: vfs+ramfs ")).unwrap_or_else(|| panic!("{t} {n}: {err}"));
+            let num = |after: &str| -> u64 {
+                let i = line.find(after).unwrap_or_else(|| panic!("{line}"));
+                line[..i].rsplit([' ', '(']).next().and_then(|w| w.parse().ok()).unwrap_or_else(|| panic!("{line}"))
+            };
+            let (pending, shrinks) = (num(" closed sessions pending"), num(" shrinks"));
+            assert!(pending <= pending_max && shrinks >= shrinks_min, "{t} {n}: {line}");
+            if n == "never" {
+                assert!(pending >= 1000, "{t}: {line}");
+            }
+        }
+    }
+    for bad in [&["--log-shrink", "0"][..], &["--log-shrink", "x"], &["--no-recover", "--log-report"], &["--no-recover", "--log-shrink", "5"]] {
+        let o = output(shoal_run("spt").args(bad).arg(&image));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(125), "{bad:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{bad:?}: {err}");
+    }
+}
