@@ -410,7 +410,10 @@ pub fn run(o: &Opts) -> Report {
             None
         },
         echo: if o.sections.fig7 {
-            super::build_pair(&o.home.join("apps/net/echo.c"), o.out, &["-O2"]).map(|(image, _)| image).map_err(|e| say(o.quiet, &format!("warning: echo: {e:#}"))).ok()
+            super::build_pair(&o.home.join("apps/net/echo.c"), o.out, &["-O2"])
+                .map(|(image, _)| image)
+                .map_err(|e| say(o.quiet, &format!("warning: echo: {e:#}")))
+                .ok()
         } else {
             None
         },

@@ -172,7 +172,14 @@ pub fn run(o: &Opts) -> Report {
         for (hi, h) in THRESHOLDS.iter().enumerate() {
             let c = &cells[ti][hi];
             let sys = format!("{t} shrink {h}");
-            for (measure, v) in [("open_cycles", &c.open), ("close_cycles", &c.close), ("log_bytes", &c.log_bytes), ("log_entries", &c.log_entries), ("sqlite_cpu_s", &c.sqlite_cpu), ("sqlite_log_bytes", &c.sqlite_log)] {
+            for (measure, v) in [
+                ("open_cycles", &c.open),
+                ("close_cycles", &c.close),
+                ("log_bytes", &c.log_bytes),
+                ("log_entries", &c.log_entries),
+                ("sqlite_cpu_s", &c.sqlite_cpu),
+                ("sqlite_log_bytes", &c.sqlite_log),
+            ] {
                 for (r, x) in v.iter().enumerate() {
                     csv.push_str(&format!("shrink_threshold,{sys},{measure},{},{x}\n", r + 1));
                 }
