@@ -27,6 +27,14 @@ pub enum Change {
         /// How many bytes.
         len: u64,
     },
+    /// The page holding `off` was handed to a shared mapping (and made
+    /// the file's own if it was not).
+    Mapped {
+        /// The file.
+        ino: Ino,
+        /// An offset in the page.
+        off: u64,
+    },
     /// Truncated (or extended) to `size`.
     Truncate {
         /// The file.

@@ -461,6 +461,7 @@ impl Log {
                             match *c {
                                 Change::Write { ino: i, off, len } if i == ino => handle.mirror_write(live, off, len),
                                 Change::Truncate { ino: i, size } if i == ino => handle.mirror_truncate(live, size),
+                                Change::Mapped { ino: i, off } if i == ino => handle.mirror_write(live, off, 1),
                                 _ => {}
                             }
                         }

@@ -326,3 +326,26 @@ fn closed_sessions_wait_for_the_shrink_threshold() {
     }
     assert!(seen[0] < seen[1] && seen[1] < seen[2] && seen[2] < seen[3], "{seen:?}");
 }
+
+/// A page first handed to a shared mapping (a hole made the file's own)
+/// is in the log's handle too: what the program stored through the
+/// mapping is in the rebuilt file, in the same page.
+#[test]
+fn a_page_made_for_a_shared_mapping_survives_a_rebuild() {
+    let (mut v, mut log) = boot();
+    let name = CString::new("/tmp/mapped").unwrap();
+    let at = AT_FDCWD as i64 as u64;
+    let fd = v.openat(&args(&[at, name.as_ptr() as u64, (O_RDWR | O_CREAT) as u64, 0o600])).unwrap();
+    v.ftruncate(&args(&[fd, 3 * 4096])).unwrap();
+    log.record(&mut v);
+    let ino = v.ofds[v.fds[fd as usize].as_ref().unwrap().ofd].as_ref().unwrap().target.ino().unwrap();
+    let (page, _) = v.fs.page_addr(ino, 2 * 4096 + 5).unwrap().unwrap();
+    log.record(&mut v);
+    // SAFETY: the file's own page, as a shared mapping would map it.
+    unsafe { *((page + 7) as *mut u8) = b'm' };
+    let mut v = rebuild(&mut log);
+    assert_eq!(v.fs.page_addr(ino, 2 * 4096).unwrap().unwrap().0, page, "the same page");
+    let mut b = [0u8; 1];
+    v.fs.file_data(ino).unwrap().read(2 * 4096 + 7, &mut b);
+    assert_eq!(&b, b"m");
+}
