@@ -46,10 +46,20 @@
 //! journal ramfs keeps of what the call changed (`Fs::swap_journal`) and
 //! a comparison of those tables (descriptors, descriptions, pipes, locks)
 //! the call borrowed mutably (each is a `Tracked` value, whose flag tells;
-//! the others are not looked at): its size is that of the live
-//! state it describes, never that of the history, so there is no
-//! threshold to wait for (VampOS shrinks every 100 entries because it
-//! appends first and prunes later).
+//! the others are not looked at; a read or write that only moved one
+//! description's offset marks that entry alone, `Tracked::at_mut`): its
+//! size is that of the live state it describes, never that of the
+//! history, so there is no threshold to wait for (VampOS shrinks every
+//! 100 entries because it appends first and prunes later).
+//!
+//! **Shrinking.** A closed session's records go when the call that
+//! closed it is logged. `shoal run --log-shrink N` (VampOS's threshold,
+//! its Table IV) keeps them instead — the description as it was when
+//! its last descriptor closed — until N are pending, then drops them
+//! together; `never` keeps them all. They are never replayed (the state
+//! they describe is gone); the knob exists to measure what batching the
+//! shrink costs and saves (`shoal bench recover --only
+//! shrink-threshold`: memory grows with N, the calls cost the same).
 //!
 //! **Replay and encapsulated restoration.** A reboot runs vfs's
 //! initialisation again — building the root file system from the archive,
