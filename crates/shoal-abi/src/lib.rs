@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 13;
+pub const ABI_VERSION: u32 = 14;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -214,11 +214,27 @@ pub const RECOVER_OFF: u64 = 1;
 /// [`BootInfo::recover_flags`]: the stateful components (`vfs`, `ramfs`,
 /// `process`) are rebootable too (`shoal run --recover-stateful`, implied
 /// by an `--inject` into one of them and by `--rejuvenate-every`): calls
-/// into them are logged and every gate is armed, which costs about 1.5×
+/// into them are logged and every gate is armed, which costs about 1.25×
 /// CPU on a program that makes many file-system calls (`shoal bench
 /// recover`), so it is not the default. Without it only the stateless
 /// components (`time`, `sysinfo`, `user`) are rebooted.
 pub const RECOVER_STATEFUL: u64 = 2;
+
+/// [`BootInfo::recover_flags`] (ABI 14): when the instance ends, the kernel
+/// prints the size of the stateful components' call log on stderr
+/// (`shoal: recovery log at exit: …`; `shoal run --log-report`, used by
+/// `shoal bench recover` for the log memory of each workload).
+pub const RECOVER_LOG_REPORT: u64 = 4;
+
+/// [`BootInfo::recover_flags`], bits 32–63 (ABI 14): the threshold of vfs's
+/// call log for shrinking closed sessions (`shoal run --log-shrink N`,
+/// VampOS's Table IV): the records of closed descriptors are kept until N
+/// of them are pending, then dropped together. 0: not given, which means 1
+/// (dropped at close, the default); [`LOG_SHRINK_NEVER`]: never dropped.
+pub const RECOVER_LOG_SHRINK_SHIFT: u32 = 32;
+
+/// The [`RECOVER_LOG_SHRINK_SHIFT`] value for "never shrink".
+pub const LOG_SHRINK_NEVER: u32 = u32::MAX;
 
 /// The watchdog limit unless told otherwise: 1 s (issue 19).
 pub const DEFAULT_WATCHDOG_NS: u64 = 1_000_000_000;

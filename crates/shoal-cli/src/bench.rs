@@ -20,6 +20,8 @@ mod memory;
 mod recover;
 #[path = "bench_recover_servers.rs"]
 mod recover_servers;
+#[path = "bench_recover_shrink.rs"]
+mod recover_shrink;
 #[path = "bench_servers.rs"]
 mod servers;
 

@@ -23,12 +23,13 @@
 //!
 //! - **the server experiments** (Fig. 7 nginx and Redis, Fig. 6, Table V,
 //!   Fig. 8): `bench_recover_servers.rs`.
+//! - **Table IV**, the log-shrink threshold: `bench_recover_shrink.rs`.
 //!
 //! `--only` runs some of these parts (see `PARTS`).
 //! Writes `recover.csv` and `recover-syscalls.svg` (via `crate::plot`) in
 //! `--out`; `--json` prints the numbers as JSON.
 
-use super::{build_pair, mean_sd, parse_kv, recover_servers};
+use super::{build_pair, mean_sd, parse_kv, recover_servers, recover_shrink};
 use crate::plot::{self, BarSeries, Frame};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -52,14 +53,14 @@ pub struct RecoverOpts {
 }
 
 /// The parts `--only` selects from.
-const PARTS: [&str; 7] = ["syscalls", "reboot", "sqlite", "servers", "nginx-reboot", "rejuvenation", "redis-latency"];
+const PARTS: [&str; 8] = ["syscalls", "reboot", "sqlite", "servers", "nginx-reboot", "rejuvenation", "redis-latency", "shrink-threshold"];
 
 /// The bench's bad options.
 #[derive(Debug, thiserror::Error)]
 pub enum RecoverError {
     #[error("--repeat must be at least 2 (mean ± SD) and --iterations at least 1")]
     Counts,
-    #[error("unknown part `{0}` for --only (the parts are syscalls, reboot, sqlite, servers, nginx-reboot, rejuvenation, redis-latency)")]
+    #[error("unknown part `{0}` for --only (the parts are syscalls, reboot, sqlite, servers, nginx-reboot, rejuvenation, redis-latency, shrink-threshold)")]
     Part(String),
     #[error("--duration must be between 0.5 and 60 seconds and --requests between 1 and 10,000,000")]
     Load,
@@ -120,7 +121,7 @@ fn say(quiet: bool, msg: &str) {
 /// CPU time (user + system, seconds) of this process's children that have
 /// ended and been waited for, their own waited-for children included (the
 /// instance behind `shoal run`).
-fn children_cpu() -> f64 {
+pub(super) fn children_cpu() -> f64 {
     // SAFETY: getrusage writes the zeroed struct it is given.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: as above; RUSAGE_CHILDREN cannot fail with a valid pointer.
@@ -191,7 +192,7 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     // others' results still count.
     let mut skipped: Vec<Option<String>> = vec![None; sys.len()];
     let syscall_runs = if want("syscalls") { o.repeat } else { 0 };
-    let (image, native) = if want("syscalls") {
+    let (image, native) = if want("syscalls") || want("shrink-threshold") {
         say(quiet, "building apps/bench/recover.c (image and native)");
         build_pair(&paths.home.join("apps/bench/recover.c"), &o.out, &["-O2"])?
     } else {
@@ -280,14 +281,16 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     sql.push_str("SELECT count(*) FROM t;\n");
     fs::write(&script, sql)?;
     let recipe = shoal_toolchain::recipe::load(&paths, "sqlite-shell")?;
-    let built = if want("sqlite") {
+    let built = if want("sqlite") || want("shrink-threshold") {
         say(quiet, "SQLite: building the sqlite-shell recipe");
         shoal_toolchain::recipe::build(&paths, &recipe, &o.out.join("sqlite3.img")).map_err(anyhow::Error::from)
     } else {
         Err(anyhow::anyhow!("not selected (--only)"))
     };
+    let sqlite_image = built.as_ref().ok().map(|b| b.image.clone());
     match built {
         Err(e) => sqlite_skip = Some(format!("{e:#}")),
+        Ok(_) if !want("sqlite") => {}
         Ok(built) => {
             // The native side's database lives in memory too (tmpfs), as the instance's does (ramfs).
             let shm = Path::new("/dev/shm");
@@ -322,6 +325,19 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
             }
         }
     }
+
+    // Table IV: the log-shrink threshold.
+    let shrink = want("shrink-threshold").then(|| {
+        recover_shrink::run(&recover_shrink::Opts {
+            repeat: o.repeat,
+            iterations: o.iterations,
+            shoal: &shoal,
+            tenders: &tenders,
+            quiet,
+            bench_image: &image,
+            sqlite: sqlite_image.as_deref().map(|i| (i, script.as_path())),
+        })
+    });
 
     // The server experiments (Fig. 7, Fig. 6, Table V).
     let sections = recover_servers::Sections { fig7: want("servers"), fig6: want("nginx-reboot"), table5: want("rejuvenation"), fig8: want("redis-latency") };
@@ -368,6 +384,9 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     }
     if let Some(srv) = &srv {
         csv.push_str(&srv.csv);
+    }
+    if let Some(s) = &shrink {
+        csv.push_str(&s.csv);
     }
     let csv_path = o.out.join("recover.csv");
     fs::write(&csv_path, csv).with_context(|| format!("cannot write {}", csv_path.display()))?;
@@ -471,6 +490,9 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
         if let (Some(srv), Some(m)) = (&srv, doc.as_object_mut()) {
             m.extend(srv.json.clone());
         }
+        if let (Some(s), Some(m)) = (&shrink, doc.as_object_mut()) {
+            m.extend(s.json.clone());
+        }
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
@@ -558,6 +580,10 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     if let Some(srv) = &srv {
         println!();
         print!("{}", srv.text);
+    }
+    if let Some(sh) = &shrink {
+        println!();
+        print!("{}", sh.text);
     }
     println!();
     println!("CSV: {}{}", csv_path.display(), if plotted.is_ok() { format!("; plot: {}", svg.display()) } else { String::new() });

@@ -4,9 +4,13 @@
 //! request counts and durations:
 //!
 //! - **Fig. 7 servers**: nginx serving its static page to `wrk -c 40` for
-//!   `--duration` seconds, and Redis SET from `redis-benchmark -c 50 -n
-//!   --requests`, without gates (`--no-recover`), with gates (default) and
-//!   with gates and logs (`--recover-stateful`): requests/s and the ratios.
+//!   `--duration` seconds, Redis SET from `redis-benchmark -c 50 -n
+//!   --requests`, and the echo server `apps/net/echo.c` (epoll) answering
+//!   2,000 64-byte messages, one connection each (VampOS's echo closes
+//!   every connection after its answer), without gates (`--no-recover`),
+//!   with gates (default) and with gates and logs (`--recover-stateful`,
+//!   with `--log-report`): requests/s, the ratios, and the log's memory
+//!   when the server ends (stopped with SIGTERM after the load).
 //! - **Fig. 6**: the reboot time of each rebootable component of a running
 //!   nginx after 1,000 GET requests (one connection each): nginx runs with
 //!   `--rejuvenate-every 0.2`; the first reboot line of each component
@@ -98,6 +102,7 @@ pub struct Report {
 enum App {
     Nginx,
     Redis,
+    Echo,
 }
 
 impl App {
@@ -105,6 +110,7 @@ impl App {
         match self {
             App::Nginx => "nginx",
             App::Redis => "redis",
+            App::Echo => "echo",
         }
     }
 }
@@ -175,6 +181,22 @@ impl Drop for Instance {
 }
 
 impl Instance {
+    /// Stops the server with SIGTERM (so the kernel's exit report is
+    /// printed) and waits for it, bounded; the log's size it reported, if
+    /// any (`--log-report`).
+    fn stop(mut self) -> Option<(f64, f64)> {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        super::recover_shrink::log_at_exit(&self.log_text())
+    }
+
     fn log_text(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -189,6 +211,7 @@ impl Instance {
 struct Images {
     nginx: Option<PathBuf>,
     redis: Option<PathBuf>,
+    echo: Option<PathBuf>,
 }
 
 /// Starts `app` on `tender` with `flags`, its port on 127.0.0.1:`port`,
@@ -201,8 +224,14 @@ fn start(o: &Opts, image: &Path, app: App, tender: &str, flags: &[&str], port: u
 #[allow(clippy::too_many_arguments)]
 fn start_with(o: &Opts, image: &Path, app: App, tender: &str, flags: &[&str], port: u16, log: &Path, aof: bool) -> Result<Instance> {
     let mut c = Command::new(o.shoal);
-    c.args(["run", "--tender", tender, "--mem", "512M"]).args(flags).arg("--fs").arg(o.home.join("apps/recipes").join(app.recipe()));
+    c.args(["run", "--tender", tender, "--mem", "512M"]).args(flags);
+    if app != App::Echo {
+        c.arg("--fs").arg(o.home.join("apps/recipes").join(app.recipe()));
+    }
     match app {
+        App::Echo => {
+            c.args(["-p", &format!("{port}:7000")]).arg(image).args(["--", "epoll", "7000"]);
+        }
         App::Nginx => {
             c.args(["-p", &format!("{port}:8080")]).arg(image);
             c.args(["--", "-p", "/", "-c", "nginx.conf", "-g", "pid /tmp/nginx.pid;"]);
@@ -380,6 +409,14 @@ pub fn run(o: &Opts) -> Report {
         } else {
             None
         },
+        echo: if o.sections.fig7 {
+            super::build_pair(&o.home.join("apps/net/echo.c"), o.out, &["-O2"])
+                .map(|(image, _)| image)
+                .map_err(|e| say(o.quiet, &format!("warning: echo: {e:#}")))
+                .ok()
+        } else {
+            None
+        },
     };
     if o.sections.fig7 {
         fig7(o, &images, &dir, &mut r);
@@ -399,17 +436,20 @@ pub fn run(o: &Opts) -> Report {
 /// Fig. 7: nginx and Redis SET throughput without and with the gates and logs.
 fn fig7(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
     // [tender][config] -> runs (requests/s), and the first failure.
-    let mut rps: Vec<Vec<[Vec<f64>; 2]>> = vec![vec![[Vec::new(), Vec::new()]; CONFIGS.len()]; o.tenders.len()];
-    let mut failed: Vec<Vec<[Option<String>; 2]>> = vec![vec![[None, None]; CONFIGS.len()]; o.tenders.len()];
+    let mut rps: Vec<Vec<[Vec<f64>; 3]>> = vec![vec![[Vec::new(), Vec::new(), Vec::new()]; CONFIGS.len()]; o.tenders.len()];
+    let mut failed: Vec<Vec<[Option<String>; 3]>> = vec![vec![[None, None, None]; CONFIGS.len()]; o.tenders.len()];
+    // The log's bytes at exit, gates+logs only.
+    let mut log_mem: Vec<[Vec<f64>; 3]> = vec![[Vec::new(), Vec::new(), Vec::new()]; o.tenders.len()];
     let mut errors = 0u64;
     for rep in 0..o.repeat {
         say(o.quiet, &format!("Fig. 7 servers, run {}/{}", rep + 1, o.repeat));
         for (ti, t) in o.tenders.iter().enumerate() {
             for (ci, (cname, flags)) in CONFIGS.iter().enumerate() {
-                for (ai, app) in [App::Nginx, App::Redis].into_iter().enumerate() {
+                for (ai, app) in [App::Nginx, App::Redis, App::Echo].into_iter().enumerate() {
                     let image = match app {
                         App::Nginx => &images.nginx,
                         App::Redis => &images.redis,
+                        App::Echo => &images.echo,
                     };
                     let Some(image) = image else {
                         failed[ti][ci][ai].get_or_insert_with(|| "not built".into());
@@ -419,8 +459,10 @@ fn fig7(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
                         continue;
                     }
                     let log = dir.join(format!("fig7-{}-{t}-{}.log", app.recipe(), cname.replace([' ', '+'], "-")));
+                    let logs = flags.contains(&"--recover-stateful");
+                    let with_report: Vec<&str> = flags.iter().copied().chain(logs.then_some("--log-report")).collect();
                     let res = free_port().and_then(|port| {
-                        let inst = start(o, image, app, t, flags, port, &log)?;
+                        let inst = start(o, image, app, t, &with_report, port, &log)?;
                         let v = match app {
                             App::Nginx => {
                                 let w = wrk(port, 40, o.duration)?;
@@ -428,12 +470,18 @@ fn fig7(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
                                 w.rps
                             }
                             App::Redis => redis_set(port, o.requests)?,
+                            App::Echo => echo_load(port, ECHO_REQUESTS)?,
                         };
-                        drop(inst);
-                        Ok(v)
+                        let mem = if logs { inst.stop() } else { None };
+                        Ok((v, mem))
                     });
                     match res {
-                        Ok(v) => rps[ti][ci][ai].push(v),
+                        Ok((v, mem)) => {
+                            rps[ti][ci][ai].push(v);
+                            if let Some((bytes, _)) = mem {
+                                log_mem[ti][ai].push(bytes);
+                            }
+                        }
                         Err(e) => {
                             say(o.quiet, &format!("warning: {} {t} {cname} skipped: {e:#}", app.recipe()));
                             failed[ti][ci][ai] = Some(format!("{e:#}"));
@@ -443,14 +491,14 @@ fn fig7(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
             }
         }
     }
-    let apps = [("nginx_wrk40", "nginx, wrk -c 40"), ("redis_set", "Redis SET, redis-benchmark -c 50")];
+    let apps = [("nginx_wrk40", "nginx, wrk -c 40"), ("redis_set", "Redis SET, redis-benchmark -c 50"), ("echo", "echo, 64 B, a connection each")];
     let ratio = |ti: usize, ci: usize, ai: usize| -> Option<f64> {
         let (on, off) = (&rps[ti][ci][ai], &rps[ti][0][ai]);
         (!on.is_empty() && !off.is_empty()).then(|| mean_sd(off).0 / mean_sd(on).0)
     };
     let mut j = serde_json::Map::new();
     r.text.push_str(&format!(
-        "Fig. 7 servers: requests/s, mean ± SD of {} runs (nginx: wrk -c 40 -t 2 for {} s on its static page; Redis: {} SETs from redis-benchmark -c 50); overhead = requests/s without gates / with\n",
+        "Fig. 7 servers: requests/s, mean ± SD of {} runs (nginx: wrk -c 40 -t 2 for {} s on its static page; Redis: {} SETs from redis-benchmark -c 50; echo: {ECHO_REQUESTS} messages of 64 bytes, one connection each); overhead = requests/s without gates / with; log = vfs+ramfs's call log when the server ended (--log-report, after SIGTERM)\n",
         o.repeat, o.duration, o.requests
     ));
     for (ti, t) in o.tenders.iter().enumerate() {
@@ -476,6 +524,15 @@ fn fig7(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
                 };
                 cells.push(cell);
             }
+            let mem = &log_mem[ti][ai];
+            for (run, x) in mem.iter().enumerate() {
+                r.csv.push_str(&format!("{key},{t} gates+logs,log_bytes_at_exit,{},{x:.0}\n", run + 1));
+            }
+            if !mem.is_empty() {
+                let (m, sd) = mean_sd(mem);
+                aj.insert("log_bytes_at_exit".into(), json!({"mean": m, "sd": sd, "runs": mem}));
+                cells.push(format!("log {} B", fmt(mem, 0)));
+            }
             tj.insert(key.to_string(), Value::Object(aj));
             r.text.push_str(&format!("  {t:<4} {label:<34} {}\n", cells.join("   ")));
         }
@@ -491,6 +548,28 @@ fn fig7(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
         "  (goal ≤ 1.10×; VampOS over Unikraft up to 1.46× across SQLite, nginx, Redis and echo; wrk reported {errors} failed requests in these runs)\n\n"
     ));
     r.json.insert("fig7_servers".into(), Value::Object(j));
+}
+
+/// Fig. 7 echo: the messages sent, one connection each.
+const ECHO_REQUESTS: usize = 2000;
+
+/// Sends `n` 64-byte messages to the echo server on `port`, each on its own
+/// connection (connect, write, read the echo back, close), one after the
+/// other; requests per second.
+fn echo_load(port: u16, n: usize) -> Result<f64> {
+    let msg = [b'e'; 64];
+    let mut back = [0u8; 64];
+    let t0 = Instant::now();
+    for i in 0..n {
+        let mut s = connect(port).with_context(|| format!("echo: connection {}", i + 1))?;
+        s.set_nodelay(true)?;
+        s.write_all(&msg)?;
+        s.read_exact(&mut back).with_context(|| format!("echo: no answer on connection {}", i + 1))?;
+        if back != msg {
+            bail!("echo: connection {} answered other bytes", i + 1);
+        }
+    }
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
 }
 
 /// Fig. 6: reboot time of each component of nginx after 1,000 GETs.

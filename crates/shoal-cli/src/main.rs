@@ -137,9 +137,15 @@ enum Cmd {
         /// No component gates: system calls go straight to the kernel components; nothing is rebooted (a component's failure ends the instance).
         #[arg(long)]
         no_recover: bool,
-        /// Make vfs, ramfs and process rebootable too: their calls are logged and replayed after a reboot (costs about 1.5× CPU on file-system-heavy programs; implied by --inject into one of them and by --rejuvenate-every).
+        /// Make vfs, ramfs and process rebootable too: their calls are logged and replayed after a reboot (costs about 1.25× CPU on file-system-heavy programs; implied by --inject into one of them and by --rejuvenate-every).
         #[arg(long)]
         recover_stateful: bool,
+        /// vfs's call log drops the records of closed descriptors when N of them are pending (VampOS's log-shrink threshold, Table IV); default 1 (at close); `never` keeps them (implies --recover-stateful).
+        #[arg(long = "log-shrink", value_name = "N")]
+        log_shrink: Option<String>,
+        /// When the instance ends, print the size of vfs's call log on stderr (implies --recover-stateful).
+        #[arg(long)]
+        log_report: bool,
         /// The image.
         image: PathBuf,
         /// Arguments for the program (after `--`).
@@ -214,7 +220,7 @@ fn run_image(
     single_process: bool,
     net: (Vec<String>, Vec<String>, bool, Vec<String>, bool),
     volume: Option<String>,
-    recover: (Option<String>, Option<String>, Option<String>, bool, bool),
+    recover: (Option<String>, Option<String>, Option<String>, bool, bool, Option<String>, bool),
     image: PathBuf,
     args: Vec<String>,
 ) -> Result<i32> {
@@ -230,7 +236,8 @@ fn run_image(
         .with_inject(recover.0.as_deref())?
         .with_rejuvenation(recover.1.as_deref())?
         .with_watchdog(recover.2.as_deref(), recover.3)?
-        .with_stateful_recovery(recover.4)?;
+        .with_stateful_recovery(recover.4)?
+        .with_log_shrink(recover.5.as_deref(), recover.6)?;
     Ok(shoal_tender::run(&args)?)
 }
 
@@ -310,6 +317,8 @@ fn real_main() -> Result<i32> {
             watchdog,
             no_recover,
             recover_stateful,
+            log_shrink,
+            log_report,
             image,
             args,
         } => run_image(
@@ -322,7 +331,7 @@ fn real_main() -> Result<i32> {
             single_process,
             (publish, listen_fd, net_outbound, net_allow, net_bind_any),
             volume,
-            (inject, rejuvenate_every, watchdog, no_recover, recover_stateful),
+            (inject, rejuvenate_every, watchdog, no_recover, recover_stateful, log_shrink, log_report),
             image,
             args,
         ),

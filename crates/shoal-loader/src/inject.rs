@@ -39,6 +39,20 @@ pub fn parse_period(s: &str) -> Result<u64, PeriodError> {
     Ok(((secs * 1e9) as u64).max(1))
 }
 
+/// A `--log-shrink` value that is not a threshold.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("--log-shrink {0}: expected a number of closed sessions, 1 to 1000000, or `never` (e.g. 100)")]
+pub struct LogShrinkError(pub String);
+
+/// Parses `--log-shrink N|never` into the value of
+/// [`shoal_abi::RECOVER_LOG_SHRINK_SHIFT`].
+pub fn parse_log_shrink(s: &str) -> Result<u32, LogShrinkError> {
+    if s.trim() == "never" {
+        return Ok(shoal_abi::LOG_SHRINK_NEVER);
+    }
+    s.trim().parse().ok().filter(|n| (1..=1_000_000).contains(n)).ok_or_else(|| LogShrinkError(s.into()))
+}
+
 /// A `--watchdog` value that is not a limit.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("--watchdog {0}: expected milliseconds, 1 to 3600000, or `off` (e.g. 1000)")]

@@ -163,6 +163,11 @@ pub struct RunConfig {
     /// `--recover-stateful`: vfs, ramfs and process are rebootable too
     /// (`shoal_abi::RECOVER_STATEFUL`; see [`RunConfig::recover_flags`]).
     pub recover_stateful: bool,
+    /// `--log-shrink N|never` (0: not given; see
+    /// `shoal_abi::RECOVER_LOG_SHRINK_SHIFT`).
+    pub log_shrink: u32,
+    /// `--log-report` (`shoal_abi::RECOVER_LOG_REPORT`).
+    pub log_report: bool,
 }
 
 impl RunConfig {
@@ -189,6 +194,8 @@ impl RunConfig {
             watchdog_ns: shoal_abi::DEFAULT_WATCHDOG_NS,
             no_recover: false,
             recover_stateful: false,
+            log_shrink: 0,
+            log_report: false,
         }
     }
 
@@ -206,8 +213,10 @@ impl RunConfig {
             matches!(name, Some(&"vfs" | &"ramfs" | &"process"))
         };
         let injected = self.inject.is_some_and(|i| stateful_component(i.component));
-        if self.recover_stateful || injected || self.rejuvenate_ns != 0 {
-            shoal_abi::RECOVER_STATEFUL
+        let shrink = u64::from(self.log_shrink) << shoal_abi::RECOVER_LOG_SHRINK_SHIFT;
+        let report = if self.log_report { shoal_abi::RECOVER_LOG_REPORT } else { 0 };
+        if self.recover_stateful || injected || self.rejuvenate_ns != 0 || self.log_shrink != 0 || self.log_report {
+            shoal_abi::RECOVER_STATEFUL | shrink | report
         } else {
             0
         }

@@ -76,6 +76,9 @@ pub enum ArgsError {
     /// A `--watchdog` that does not parse.
     #[error(transparent)]
     Watchdog(#[from] shoal_loader::inject::WatchdogError),
+    /// A `--log-shrink` that does not parse.
+    #[error(transparent)]
+    LogShrink(#[from] shoal_loader::inject::LogShrinkError),
     /// `--no-recover` with an option that needs the gates.
     #[error("--no-recover turns component recovery off; it cannot be used with {0}")]
     NoRecover(&'static str),
@@ -135,6 +138,10 @@ pub struct RunArgs {
     pub no_recover: bool,
     /// `--recover-stateful`.
     pub recover_stateful: bool,
+    /// `--log-shrink` (0: not given).
+    pub log_shrink: u32,
+    /// `--log-report`.
+    pub log_report: bool,
     /// The image.
     pub image: PathBuf,
     /// The program's arguments (after `--`).
@@ -245,6 +252,8 @@ impl RunArgs {
             watchdog_ns: shoal_loader::inject::DEFAULT_WATCHDOG_NS,
             no_recover: false,
             recover_stateful: false,
+            log_shrink: 0,
+            log_report: false,
             image,
             args,
         })
@@ -380,6 +389,23 @@ impl RunArgs {
         Ok(self)
     }
 
+    /// Adds `--log-shrink N|never` (vfs's log keeps closed sessions until
+    /// N are pending) and `--log-report` (the log's size at exit); each
+    /// implies `--recover-stateful` and is refused with `--no-recover`.
+    pub fn with_log_shrink(mut self, n: Option<&str>, report: bool) -> Result<RunArgs, ArgsError> {
+        if report && self.no_recover {
+            return Err(ArgsError::NoRecover("--log-report"));
+        }
+        self.log_report = report;
+        if let Some(n) = n {
+            if self.no_recover {
+                return Err(ArgsError::NoRecover("--log-shrink"));
+            }
+            self.log_shrink = shoal_loader::inject::parse_log_shrink(n)?;
+        }
+        Ok(self)
+    }
+
     /// Adds the network options: `--publish` specs, `--listen-fd`
     /// descriptor numbers (which must be open, above 2), `--net-outbound`.
     pub fn with_net(mut self, publish: &[String], listen_fds: &[String], outbound: bool) -> Result<RunArgs, ArgsError> {
@@ -433,6 +459,8 @@ impl RunArgs {
         cfg.watchdog_ns = self.watchdog_ns;
         cfg.no_recover = self.no_recover;
         cfg.recover_stateful = self.recover_stateful;
+        cfg.log_shrink = self.log_shrink;
+        cfg.log_report = self.log_report;
         cfg.net.listen_fds = self
             .listen_fds
             .iter()

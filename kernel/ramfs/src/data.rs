@@ -14,15 +14,18 @@
 //! exactly as Linux does, without storing the holes.
 //!
 //! Owned chunks are whole, page-aligned guest pages ([`Chunk`]) that stay
-//! where they are until the file drops them: a `MAP_SHARED` mapping of the
-//! file maps these very pages (`shoal_mm::file`), so loads and stores
+//! where they are until the file (and recovery's log, which references
+//! the same pages instead of copying them: [`FileData::share`]) drops
+//! them: a `MAP_SHARED` mapping of the file maps these very pages (`shoal_mm::file`), so loads and stores
 //! through the mapping and `read`/`write` touch the same bytes. Because a
 //! mapping may store past the end of the file in the last page, growing
 //! the file zeroes that page's tail first, so the invariant above holds.
 
 use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
 use core::alloc::Layout;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use shoal_plat::Errno;
 
 /// Size of a storage chunk (one page).
@@ -46,10 +49,21 @@ pub struct FileData {
 }
 
 /// One owned page of file data: a zero-filled, page-aligned page of the
-/// kernel heap, which never moves while the file holds it (shared mappings
-/// map it by address).
+/// kernel heap, which never moves while anyone holds it (shared mappings
+/// map it by address). Reference counted: recovery's log (`crate::heal`)
+/// holds the same pages as the live file instead of a copy of them, so a
+/// page lives until the file *and* the log have let it go.
+#[derive(Debug, Clone)]
+pub struct Chunk(Arc<Page>);
+
+/// The page behind a [`Chunk`] and whether it was handed out for mapping
+/// (a property of the page, so a file rebuilt around the same pages after
+/// a reboot keeps it).
 #[derive(Debug)]
-pub struct Chunk(NonNull<u8>, bool);
+struct Page {
+    ptr: NonNull<u8>,
+    handed_out: AtomicBool,
+}
 
 const CHUNK_LAYOUT: Layout = match Layout::from_size_align(CHUNK, CHUNK) {
     Ok(l) => l,
@@ -60,43 +74,54 @@ impl Chunk {
     fn new() -> Result<Chunk, Errno> {
         // SAFETY: CHUNK_LAYOUT has a non-zero size.
         let p = unsafe { alloc::alloc::alloc_zeroed(CHUNK_LAYOUT) };
-        NonNull::new(p).map(|p| Chunk(p, false)).ok_or(Errno::ENOSPC)
+        NonNull::new(p).map(|ptr| Chunk(Arc::new(Page { ptr, handed_out: AtomicBool::new(false) }))).ok_or(Errno::ENOSPC)
     }
 
     /// The page's address.
     pub fn addr(&self) -> u64 {
-        self.0.as_ptr() as u64
+        self.0.ptr.as_ptr() as u64
+    }
+
+    /// Whether `self` and `other` are the same page.
+    fn same(&self, other: &Chunk) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
 impl core::ops::Deref for Chunk {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: the chunk owns CHUNK initialised bytes at self.0.
-        unsafe { core::slice::from_raw_parts(self.0.as_ptr(), CHUNK) }
+        // SAFETY: the page holds CHUNK initialised bytes at ptr and lives
+        // as long as any Chunk refers to it.
+        unsafe { core::slice::from_raw_parts(self.0.ptr.as_ptr(), CHUNK) }
     }
 }
 
 impl core::ops::DerefMut for Chunk {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in deref, and `&mut self` makes the access unique
-        // within the kernel (a shared mapping may store into the page too,
-        // but the program does not run while the kernel holds this).
-        unsafe { core::slice::from_raw_parts_mut(self.0.as_ptr(), CHUNK) }
+        // SAFETY: as in deref. The page may have other holders (the log's
+        // image of the file, a shared mapping), but none of them reads or
+        // writes it while the kernel holds this borrow: the kernel runs
+        // one flow of control, the log only ever reads the page when a
+        // reboot rebuilds the file, and the program does not run while
+        // the kernel holds this.
+        unsafe { core::slice::from_raw_parts_mut(self.0.ptr.as_ptr(), CHUNK) }
     }
 }
 
-impl Drop for Chunk {
+impl Drop for Page {
     fn drop(&mut self) {
-        // SAFETY: allocated in Chunk::new with CHUNK_LAYOUT, freed once.
-        unsafe { alloc::alloc::dealloc(self.0.as_ptr(), CHUNK_LAYOUT) }
+        // SAFETY: allocated in Chunk::new with CHUNK_LAYOUT; the last
+        // reference frees it, once.
+        unsafe { alloc::alloc::dealloc(self.ptr.as_ptr(), CHUNK_LAYOUT) }
     }
 }
 
-// SAFETY: a Chunk owns its page like a Box does.
-unsafe impl Send for Chunk {}
-// SAFETY: as above; shared access only reads.
-unsafe impl Sync for Chunk {}
+// SAFETY: a Page owns its allocation like a Box does.
+unsafe impl Send for Page {}
+// SAFETY: as above; the kernel runs one flow of control, and shared
+// access only reads (writes go through `&mut Chunk`, see DerefMut).
+unsafe impl Sync for Page {}
 
 impl FileData {
     /// An empty file.
@@ -231,61 +256,74 @@ impl FileData {
             return Ok(None);
         }
         let c = self.chunk_mut(page)?;
-        Ok(Some((c.addr(), !c.1)))
+        Ok(Some((c.addr(), !c.0.handed_out.load(Relaxed))))
     }
 
     /// Records that the page holding `off` has been handed out for mapping
     /// (so [`FileData::page_addr`] no longer calls it the first time).
     pub fn page_handed_out(&mut self, off: u64) {
-        if let Some(c) = self.chunks.get_mut(&(off / CHUNK64)) {
-            c.1 = true;
+        if let Some(c) = self.chunks.get(&(off / CHUNK64)) {
+            c.0.handed_out.store(true, Relaxed);
         }
     }
 
-    /// A copy of the file: the same base (borrowed), copies of the owned
-    /// pages (for recovery's log, `crate::heal`; the copy's pages are new,
-    /// never handed out for mapping).
-    pub fn duplicate(&self) -> Result<FileData, Errno> {
-        let mut chunks = BTreeMap::new();
-        for (page, c) in &self.chunks {
-            let mut d = Chunk::new()?;
-            d.copy_from_slice(c);
-            chunks.insert(*page, d);
-        }
-        Ok(FileData { base: self.base, base_len: self.base_len, chunks, size: self.size })
+    /// A second handle on the same contents: the same base (borrowed) and
+    /// the same pages (referenced, not copied). Recovery's log keeps one
+    /// per written file (`crate::heal`) and rebuilds the file from it
+    /// after a reboot; from then on each holds its own list of pages, kept
+    /// in step by [`FileData::mirror_write`] and
+    /// [`FileData::mirror_truncate`].
+    pub fn share(&self) -> FileData {
+        FileData { base: self.base, base_len: self.base_len, chunks: self.chunks.clone(), size: self.size }
     }
 
-    /// Writes the bytes `[off, off + len)` of `src` at the same place here
-    /// (what a logged write put there; `src` is the file written, this its
-    /// copy in the log). Bytes past `src`'s end are not copied.
-    pub fn copy_range(&mut self, src: &FileData, off: u64, len: u64) -> Result<(), Errno> {
-        let end = core::cmp::min(off.saturating_add(len), src.size);
-        if off >= end {
-            return Ok(());
-        }
-        if off > self.size {
-            self.zero_tail();
-        }
-        // Page by page, straight from the source's page (or base) into
-        // this file's: one copy per byte.
-        let mut pos = off;
-        while pos < end {
-            let page = pos / CHUNK64;
-            let in_page = (pos % CHUNK64) as usize;
-            let n = core::cmp::min(CHUNK64 - in_page as u64, end - pos) as usize;
-            let dst = &mut self.chunk_mut(page)?[in_page..in_page + n];
-            match src.chunks.get(&page) {
-                Some(c) => dst.copy_from_slice(&c[in_page..in_page + n]),
-                None => {
-                    if src.read(pos, dst) != n {
-                        return Err(Errno::EIO);
-                    }
+    /// Brings pages `[first, end)` of this handle in step with `live` (the
+    /// file's handle): the same page where `live` has one, none where it
+    /// has none; then the size. Only page references move, never bytes.
+    fn mirror_pages(&mut self, live: &FileData, first: u64, end: u64) {
+        for page in first..end {
+            match (self.chunks.get(&page), live.chunks.get(&page)) {
+                (Some(a), Some(b)) if a.same(b) => {}
+                (_, Some(b)) => {
+                    self.chunks.insert(page, b.clone());
                 }
+                (Some(_), None) => {
+                    self.chunks.remove(&page);
+                }
+                (None, None) => {}
             }
-            pos += n as u64;
-            self.size = core::cmp::max(self.size, pos);
         }
-        Ok(())
+        self.size = live.size;
+        self.base_len = live.base_len;
+    }
+
+    /// After `live` (the file this handle shares, see [`FileData::share`])
+    /// was written `len` bytes at `off`: takes its pages in that range.
+    pub fn mirror_write(&mut self, live: &FileData, off: u64, len: u64) {
+        let first = off / CHUNK64;
+        let end = off.saturating_add(len).div_ceil(CHUNK64);
+        self.mirror_pages(live, first, end);
+    }
+
+    /// After `live` was truncated (or extended) to `size`: drops the pages
+    /// past it and takes those `live` has there now (written later in the
+    /// same call). The partial page at `size` is the same page in both.
+    pub fn mirror_truncate(&mut self, live: &FileData, size: u64) {
+        let first = size.div_ceil(CHUNK64);
+        drop(self.chunks.split_off(&first));
+        for (page, c) in live.chunks.range(first..) {
+            self.chunks.insert(*page, c.clone());
+        }
+        self.size = live.size;
+        self.base_len = live.base_len;
+    }
+
+    /// Zeroes what lies past the end of the file in its last page: a file
+    /// rebuilt after a reboot from the log's handle may find bytes there
+    /// that the failed call wrote before its size was logged (the retried
+    /// call writes them again).
+    pub fn settle(&mut self) {
+        self.zero_tail();
     }
 
     /// Sets the size to `size`: shrinking drops the contents past it,
@@ -404,5 +442,40 @@ mod tests {
         assert_eq!(&b, b"\0\0\0\0tail");
         assert_eq!(f.read((1 << 40) + 4, &mut b), 0);
         assert_eq!(f.write(MAX_FILE_SIZE, b"x"), Err(Errno::EFBIG));
+    }
+
+    /// Recovery's handle (`share`) references the file's pages; the
+    /// mirror calls keep its page list and size in step with the file's
+    /// without copying a byte, through writes, truncation and holes.
+    #[test]
+    fn a_shared_handle_follows_the_file_by_reference() {
+        let mut f = FileData::from_base(leak(vec![3u8; CHUNK + 7]));
+        f.write(5, b"abc").unwrap();
+        let mut h = f.share();
+        assert_eq!(all(&h), all(&f));
+        assert_eq!(h.chunks[&0].addr(), f.chunks[&0].addr(), "the same page");
+        // A write past a hole, then a truncation and a rewrite in one call.
+        f.write(5 * CHUNK64 + 1, b"far").unwrap();
+        h.mirror_write(&f, 5 * CHUNK64 + 1, 3);
+        assert_eq!(all(&h), all(&f));
+        f.truncate(CHUNK64 + 2).unwrap();
+        f.write(3 * CHUNK64, b"again").unwrap();
+        h.mirror_truncate(&f, CHUNK64 + 2);
+        h.mirror_write(&f, 3 * CHUNK64, 5);
+        assert_eq!(all(&h), all(&f));
+        assert_eq!(h.owned_pages(), f.owned_pages());
+        for (p, c) in &f.chunks {
+            assert!(h.chunks[p].same(c));
+        }
+        // Bytes a half-done write left past the logged size: settle zeroes
+        // them in the shared last page.
+        let size = f.size();
+        let mut g = h.share();
+        f.write(size, b"zz").unwrap();
+        g.settle();
+        assert_eq!(g.size(), size);
+        let mut b = [9u8; 2];
+        f.read(size, &mut b);
+        assert_eq!(b, [0, 0]);
     }
 }

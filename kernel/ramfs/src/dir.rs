@@ -10,6 +10,7 @@
 
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
 
 use crate::Ino;
 
@@ -80,5 +81,55 @@ impl Dir {
     /// Entries at positions `>= pos`, with the position that follows each.
     pub fn entries_from(&self, pos: u64) -> impl Iterator<Item = (u64, &[u8], Ino)> + '_ {
         self.by_cookie.range(core::cmp::max(pos, FIRST_COOKIE)..).map(|(c, (n, i))| (c + 1, &n[..], *i))
+    }
+
+    /// Makes `im` this directory's image, reusing its buffers: an entry
+    /// whose name has the same length keeps its allocation, so refreshing
+    /// the image after a call that added or removed one entry allocates
+    /// at most that entry's name.
+    pub fn image_into(&self, im: &mut DirImage) {
+        im.parent = self.parent;
+        im.next_cookie = self.next_cookie;
+        let mut n = 0;
+        for (c, (name, ino)) in &self.by_cookie {
+            match im.entries.get_mut(n) {
+                Some(e) => {
+                    e.0 = *c;
+                    e.2 = *ino;
+                    if e.1 != *name {
+                        e.1.clone_from(name);
+                    }
+                }
+                None => im.entries.push((*c, name.clone(), *ino)),
+            }
+            n += 1;
+        }
+        im.entries.truncate(n);
+    }
+
+    /// The directory `im` is the image of.
+    pub fn from_image(im: &DirImage) -> Dir {
+        let mut d = Dir { parent: im.parent, next_cookie: im.next_cookie, by_cookie: BTreeMap::new(), by_name: BTreeMap::new() };
+        for (c, name, ino) in &im.entries {
+            d.by_cookie.insert(*c, (name.clone(), *ino));
+            d.by_name.insert(name.clone(), *c);
+        }
+        d
+    }
+}
+
+/// A directory as recovery's log keeps it (`crate::heal`): its entries
+/// in position order in one list, refreshed in place ([`Dir::image_into`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DirImage {
+    parent: Ino,
+    next_cookie: u64,
+    entries: Vec<(u64, Box<[u8]>, Ino)>,
+}
+
+impl DirImage {
+    /// Bytes it holds on the heap (for the log's memory report).
+    pub fn heap_bytes(&self) -> usize {
+        self.entries.capacity() * core::mem::size_of::<(u64, Box<[u8]>, Ino)>() + self.entries.iter().map(|e| e.1.len()).sum::<usize>()
     }
 }

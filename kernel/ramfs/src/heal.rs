@@ -8,9 +8,10 @@
 //! - **Images**: an inode without its file contents ([`Image`], from
 //!   [`Fs::export`]), which the log keeps per inode; [`Fs::import`] puts one
 //!   back (or removes the inode) when the file system is rebuilt after a
-//!   reboot, with the contents the log kept ([`FileData::duplicate`]).
+//!   reboot, with the contents the log kept: a second handle on the
+//!   file's own pages ([`FileData::share`]), never a copy of them.
 
-use super::{Bytes, Dir, FileData, Fs, Ino, Inode, Node, Timespec};
+use super::{dir::DirImage, Bytes, Dir, FileData, Fs, Ino, Inode, Node, Timespec};
 use alloc::vec::Vec;
 use shoal_plat::Errno;
 
@@ -25,6 +26,14 @@ pub enum Change {
         off: u64,
         /// How many bytes.
         len: u64,
+    },
+    /// The page holding `off` was handed to a shared mapping (and made
+    /// the file's own if it was not).
+    Mapped {
+        /// The file.
+        ino: Ino,
+        /// An offset in the page.
+        off: u64,
     },
     /// Truncated (or extended) to `size`.
     Truncate {
@@ -59,6 +68,16 @@ impl Journal {
     }
 }
 
+/// What [`Fs::export_file_into`] found.
+pub enum Exported<'a> {
+    /// The inode does not exist.
+    Gone,
+    /// A regular file, with its contents.
+    File(&'a FileData),
+    /// Another kind of inode.
+    Other,
+}
+
 /// An inode as the log keeps it: its attributes and what it is, without
 /// the contents of a regular file (the log keeps those apart).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,7 +97,7 @@ pub struct Image {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum NodeImage {
     File,
-    Dir(Dir),
+    Dir(DirImage),
     Symlink(Bytes),
     Fifo,
     CharDevice(u64),
@@ -94,7 +113,7 @@ impl Image {
     /// entries, a link target): for the log's memory report.
     pub fn heap_bytes(&self) -> usize {
         match &self.node {
-            NodeImage::Dir(d) => d.entries_from(0).map(|(_, n, _)| n.len() * 2 + 48).sum(),
+            NodeImage::Dir(d) => d.heap_bytes(),
             NodeImage::Symlink(Bytes::Owned(b)) => b.len(),
             _ => 0,
         }
@@ -151,17 +170,86 @@ impl Fs {
 
     /// The image of `ino`, `None` if it does not exist.
     pub fn export(&self, ino: Ino) -> Option<Image> {
-        let i = self.inodes.get(&ino)?;
-        let node = match &i.node {
-            Node::File(_) => NodeImage::File,
-            Node::Dir(d) => NodeImage::Dir(d.clone()),
-            Node::Symlink(b) => NodeImage::Symlink(b.clone()),
-            Node::Fifo => NodeImage::Fifo,
-            Node::CharDevice(r) => NodeImage::CharDevice(*r),
-        };
-        Some(Image { perm: i.perm, nlink: i.nlink, refs: i.refs, uid: i.uid, gid: i.gid, atime: i.atime, mtime: i.mtime, ctime: i.ctime, btime: i.btime, node })
+        let mut im = None;
+        self.export_into(ino, &mut im);
+        im
     }
 
+    /// [`Fs::export_into`], telling what `ino` is: gone, a regular file
+    /// (with its contents, found by the same lookup) or something else.
+    pub fn export_file_into(&self, ino: Ino, slot: &mut Option<Image>) -> Exported<'_> {
+        let Some(i) = self.inodes.get(&ino) else {
+            *slot = None;
+            return Exported::Gone;
+        };
+        fill_image(i, slot);
+        match &i.node {
+            Node::File(f) => Exported::File(f),
+            _ => Exported::Other,
+        }
+    }
+
+    /// Makes `slot` the image of `ino` (`None` if it does not exist),
+    /// refreshing an image already there in place: a directory's entry
+    /// list keeps its buffers ([`Dir::image_into`]), so the log's update
+    /// after a call that created or removed a file does not copy the
+    /// directory afresh. Whether `ino` exists.
+    pub fn export_into(&self, ino: Ino, slot: &mut Option<Image>) -> bool {
+        let Some(i) = self.inodes.get(&ino) else {
+            *slot = None;
+            return false;
+        };
+        fill_image(i, slot);
+        true
+    }
+}
+
+/// Makes `slot` the image of `i` (see [`Fs::export_into`]).
+fn fill_image(i: &Inode, slot: &mut Option<Image>) {
+    // The same kind of node as the image already there: refreshed in
+    // place (a directory's list, the attributes).
+    let in_place = match (&i.node, slot.as_mut().map(|im| &mut im.node)) {
+        (Node::Dir(d), Some(NodeImage::Dir(di))) => {
+            d.image_into(di);
+            true
+        }
+        (Node::File(_), Some(NodeImage::File)) => true,
+        _ => false,
+    };
+    match slot.as_mut() {
+        Some(im) if in_place => {
+            (im.perm, im.nlink, im.refs, im.uid, im.gid) = (i.perm, i.nlink, i.refs, i.uid, i.gid);
+            (im.atime, im.mtime, im.ctime, im.btime) = (i.atime, i.mtime, i.ctime, i.btime);
+        }
+        _ => {
+            let node = match &i.node {
+                Node::File(_) => NodeImage::File,
+                Node::Dir(d) => {
+                    let mut di = DirImage::default();
+                    d.image_into(&mut di);
+                    NodeImage::Dir(di)
+                }
+                Node::Symlink(b) => NodeImage::Symlink(b.clone()),
+                Node::Fifo => NodeImage::Fifo,
+                Node::CharDevice(r) => NodeImage::CharDevice(*r),
+            };
+            *slot = Some(Image {
+                perm: i.perm,
+                nlink: i.nlink,
+                refs: i.refs,
+                uid: i.uid,
+                gid: i.gid,
+                atime: i.atime,
+                mtime: i.mtime,
+                ctime: i.ctime,
+                btime: i.btime,
+                node,
+            });
+        }
+    }
+}
+
+impl Fs {
     /// Makes `ino` what `image` says, with `data` as the contents of a
     /// regular file (`EINVAL` if a file image comes without contents), or
     /// removes it (`None`). Not journaled.
@@ -172,7 +260,7 @@ impl Fs {
         };
         let node = match &im.node {
             NodeImage::File => Node::File(data.ok_or(Errno::EINVAL)?),
-            NodeImage::Dir(d) => Node::Dir(d.clone()),
+            NodeImage::Dir(d) => Node::Dir(Dir::from_image(d)),
             NodeImage::Symlink(b) => Node::Symlink(b.clone()),
             NodeImage::Fifo => Node::Fifo,
             NodeImage::CharDevice(r) => Node::CharDevice(*r),

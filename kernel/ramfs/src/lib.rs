@@ -773,7 +773,14 @@ impl Fs {
     /// file `ino`, which a shared mapping may map (see
     /// [`FileData::page_addr`]); `None` past the end of the file.
     pub fn page_addr(&mut self, ino: Ino, off: u64) -> Result<Option<(u64, bool)>, Errno> {
-        self.file_mut(ino)?.page_addr(off)
+        let r = self.file_mut(ino)?.page_addr(off)?;
+        if r.is_some() {
+            // The page may have just become the file's own (a copy of the
+            // archive's bytes, or zeros for a hole): the log's handle of
+            // the file takes it too (module `heal`).
+            self.journal.changed(heal::Change::Mapped { ino, off });
+        }
+        Ok(r)
     }
 
     /// See [`FileData::page_handed_out`].

@@ -400,6 +400,27 @@ pub fn component_at(a: usize) -> Component {
     regions().iter().position(|r| r.text.contains(a)).map_or(0, |i| i as Component + 1)
 }
 
+/// Makes `c` the current component; returns the one before. A load and
+/// a store, not an atomic swap (`xchg`, a locked instruction that costs
+/// some 20 cycles on every gate and every entry): the kernel runs one
+/// flow of control and is never preempted inside (`shoal_sched::preempt`),
+/// so nothing can come between the two.
+#[inline]
+fn swap_current(c: Component) -> Component {
+    let prev = CURRENT.load(Relaxed);
+    CURRENT.store(c, Relaxed);
+    prev
+}
+
+/// Adds one to a call counter and returns the new count (a load and a
+/// store, for the reason [`swap_current`] gives).
+#[inline]
+fn bump(calls: &AtomicU64) -> u64 {
+    let n = calls.load(Relaxed) + 1;
+    calls.store(n, Relaxed);
+    n
+}
+
 /// The component the current system call entered (0: none).
 pub fn current() -> Component {
     CURRENT.load(Relaxed)
@@ -425,9 +446,9 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
     if REJUVENATE_TICKS.load(Relaxed) != 0 && CURRENT.load(Relaxed) == 0 && ARMED.load(Relaxed) == 0 {
         rejuvenate();
     }
-    let prev = CURRENT.swap(c, Relaxed);
+    let prev = swap_current(c);
     let n = match (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
-        Some(calls) => calls.fetch_add(1, Relaxed) + 1,
+        Some(calls) => bump(calls),
         None => 0,
     };
     let inject = c != 0 && INJECT_COMPONENT.load(Relaxed) == c && INJECT_AT.load(Relaxed) == n;

@@ -15,7 +15,7 @@
 //!   number of calls a reboot replayed with [`set_replayed`], for the
 //!   reboot line.
 
-use super::{injected, rebootable, Component, ARMED, CALLS, CURRENT, INJECT_AT, INJECT_COMPONENT, N};
+use super::{bump, injected, rebootable, swap_current, Component, ARMED, CALLS, CURRENT, INJECT_AT, INJECT_COMPONENT, N};
 use alloc::boxed::Box;
 use core::any::Any;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -59,11 +59,11 @@ fn watch_from(prev: Component, c: Component) -> bool {
 /// always one the kernel can recover from (otherwise the count goes on).
 #[inline(never)]
 pub fn enter(c: Component) -> Entered {
-    let prev = CURRENT.swap(c, Relaxed);
+    let prev = swap_current(c);
     let watched = watch_from(prev, c);
     if c != prev {
         if let Some(calls) = (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
-            let n = calls.fetch_add(1, Relaxed) + 1;
+            let n = bump(calls);
             if INJECT_COMPONENT.load(Relaxed) == c && INJECT_AT.load(Relaxed) == n && ARMED.load(Relaxed) != 0 && rebootable(c) {
                 injected(c, n);
             }
@@ -75,7 +75,7 @@ pub fn enter(c: Component) -> Entered {
 /// Like [`enter`], without counting the call.
 #[inline(never)]
 pub fn enter_quiet(c: Component) -> Entered {
-    let prev = CURRENT.swap(c, Relaxed);
+    let prev = swap_current(c);
     let watched = watch_from(prev, c);
     Entered(prev, watched)
 }

@@ -23,14 +23,16 @@
 //!   directory entries, link target) — a later call on the same inode
 //!   supersedes it; an inode the program destroyed drops its entry (one
 //!   that existed at boot leaves a tombstone);
-//! - per **regular file** written since boot: its contents, as a copy
-//!   kept up to date by replaying each write's range and each truncation
-//!   (VampOS: "shrink a series of write() by preserving the offset and
-//!   contents"); removing the file drops it. File contents are the one
-//!   part of the state that cannot be recomputed from small records, and
-//!   logging every write's bytes would grow without bound; the copy is
-//!   bounded by the live files' sizes (the price: written files take
-//!   their size twice in memory);
+//! - per **regular file** written since boot: its contents — not a copy,
+//!   a second handle on the file's own pages (`FileData::share`: the
+//!   pages are reference counted, the log's handle lists the same ones as
+//!   the file's, with the size as of the last logged call). Each write's
+//!   range and each truncation only bring the handle's page list in step
+//!   (`mirror_write`, `mirror_truncate`: a page reference, never a byte,
+//!   moves); removing the file drops it. (VampOS shrinks "a series of
+//!   write() by preserving the offset and contents"; here the contents
+//!   are the live file's, like a page cache under the log.) File data
+//!   thus costs the log a few bytes per page, not the file's size again;
 //! - per **descriptor** and **open file description**: the entry after
 //!   the call (description, close-on-exec; target, status flags, offset):
 //!   every read, write or `lseek` supersedes the offset in place, and
@@ -44,10 +46,20 @@
 //! journal ramfs keeps of what the call changed (`Fs::swap_journal`) and
 //! a comparison of those tables (descriptors, descriptions, pipes, locks)
 //! the call borrowed mutably (each is a `Tracked` value, whose flag tells;
-//! the others are not looked at): its size is that of the live
-//! state it describes, never that of the history, so there is no
-//! threshold to wait for (VampOS shrinks every 100 entries because it
-//! appends first and prunes later).
+//! the others are not looked at; a read or write that only moved one
+//! description's offset marks that entry alone, `Tracked::at_mut`): its
+//! size is that of the live state it describes, never that of the
+//! history, so there is no threshold to wait for (VampOS shrinks every
+//! 100 entries because it appends first and prunes later).
+//!
+//! **Shrinking.** A closed session's records go when the call that
+//! closed it is logged. `shoal run --log-shrink N` (VampOS's threshold,
+//! its Table IV) keeps them instead — the description as it was when
+//! its last descriptor closed — until N are pending, then drops them
+//! together; `never` keeps them all. They are never replayed (the state
+//! they describe is gone); the knob exists to measure what batching the
+//! shrink costs and saves (`shoal bench recover --only
+//! shrink-threshold`: memory grows with N, the calls cost the same).
 //!
 //! **Replay and encapsulated restoration.** A reboot runs vfs's
 //! initialisation again — building the root file system from the archive,
@@ -66,23 +78,41 @@
 //! copy, and shared mappings stay coherent) and the rest of it is freed —
 //! rejuvenation does not leak.
 //!
-//! **What is not restored.** Bytes a program stored through a *shared*
-//! mapping of a file (`mmap` `MAP_SHARED`, written without `write`) are
-//! not in the log, and after a failure's reboot the mapping still shows
-//! the old pages while the file has new ones: such files are not
-//! recovered coherently. Heap objects of a failed state leak (once per
-//! failure). If the log cannot keep a copy (no memory), it says so once,
-//! frees its copies (the program gets the memory back: writing files
-//! then fills guest memory as without the log) and stops; a later reboot
-//! of vfs or ramfs ends the instance instead of restoring a wrong state.
+//! **File data across a failure.** The rebuilt file gets the log's handle:
+//! its pages and its size as of the last call that completed. So a
+//! failure in the middle of a write leaves the bytes that call already
+//! stored in the file's pages (the retried call stores the same bytes at
+//! the same offset: descriptors' offsets and `O_APPEND`'s end of file
+//! come from the log, not from the half-done call) and pages it added
+//! past the end are not attached (the size is the logged one; the tail
+//! of the last page is zeroed, `FileData::settle`). A failed truncation
+//! loses no page: the log still holds those it dropped, and the retry
+//! drops them again; only the tail of a partial last page, zeroed in
+//! place, stays zeroed (the retry zeroes it anyway; a call that fails
+//! twice returns `EIO` with that tail gone, as a failed write leaves its
+//! bytes). Pages a program mapped `MAP_SHARED` are the
+//! very pages the rebuilt file has, so the mapping stays coherent.
+//! The price: file data is not the component's memory but shared,
+//! application-visible data, like a page cache. A wild write of a failing
+//! vfs or ramfs into a file's page is not undone by the reboot (which
+//! rebuilds the metadata: the tree, the sizes, the page lists), just as a
+//! kernel bug scribbling on Linux's page cache corrupts the file.
+//!
+//! **What is not restored.** Heap objects of a failed state leak (once
+//! per failure), and with them the references the abandoned tree held on
+//! file pages: pages of files that existed at the failure stay allocated
+//! after those files are removed (the same memory as before this log
+//! shared pages, when the abandoned tree's pages leaked instead).
 
+use crate::tracked::Dirty;
 use crate::{lock, pipe, FdEntry, Ofd, Target, Vfs};
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
 #[cfg(not(test))]
 use shoal_plat::Global;
-use shoal_ramfs::heal::{Change, Image};
+use shoal_ramfs::heal::{Change, Exported, Image};
 use shoal_ramfs::{FileData, Ino};
 use shoal_recover::id;
 
@@ -156,7 +186,8 @@ fn replay_clock(boot: Vec<u64>) {
 struct InodeEntry {
     /// Its image after the last call that changed it; `None`: destroyed.
     image: Option<Image>,
-    /// A regular file's contents (a copy kept in step with the file).
+    /// A regular file's contents: a handle on the file's own pages, in
+    /// step with the file as of the last logged call (`FileData::share`).
     data: Option<FileData>,
 }
 
@@ -190,24 +221,54 @@ pub(crate) struct Log {
     ofds: Vec<Option<Ofd>>,
     scalars: Scalars,
     pipes: BTreeMap<Ino, pipe::Pipe>,
-    locks: lock::Locks,
+    locks: lock::Flat,
     termios: [u8; 36],
     /// `ops::termios_changes` when `termios` was copied.
     termios_changes: u64,
     /// State-changing calls logged since boot.
     calls: u64,
-    /// Why the log cannot rebuild the state (a copy failed).
-    broken: Option<&'static str>,
     /// The journal's lists, swapped with ramfs's on every call.
     spare: shoal_ramfs::heal::Journal,
+    /// The log-shrink threshold (`--log-shrink`, VampOS's Table IV): the
+    /// records of closed sessions are dropped when this many are pending;
+    /// 1 (the default): at close; `u32::MAX`: never.
+    shrink_at: u32,
+    /// Records of closed sessions not dropped yet (module documentation,
+    /// "Shrinking"): the description as it was when its last descriptor
+    /// closed.
+    closed: Vec<Ofd>,
+    /// Times the closed sessions were dropped.
+    shrinks: u64,
     /// A rejuvenation's sound state, set aside before the reboot: the
     /// rebuilt tree takes its files' contents (the same pages), the rest
     /// is freed.
     old: Option<Vfs>,
 }
 
+/// The log in its slot (`shoal_recover::LOGS`), found by [`start`]: the
+/// `dyn Any` downcast that reaching it through the slot costs (an
+/// indirect call and a comparison) is not paid after every call. Kept in
+/// vfs's own data, which the snapshot taken after initialisation holds,
+/// so a reboot restores it; the `Log` it points at never moves.
+static LOG_AT: AtomicPtr<Log> = AtomicPtr::new(core::ptr::null_mut());
+/// Set while [`slot`] lends the log out: a nested `slot` gets `None`, as
+/// a borrowed cell would answer.
+static LENT: AtomicBool = AtomicBool::new(false);
+
 fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
-    shoal_recover::log_cell(id::VFS)?.try_with(|s| s.as_mut().and_then(|b| b.downcast_mut::<Log>()).map(f)).flatten()
+    let p = LOG_AT.load(Relaxed);
+    if p.is_null() || LENT.load(Relaxed) {
+        return None;
+    }
+    LENT.store(true, Relaxed);
+    // SAFETY: `start` set `p` to the `Log` boxed in vfs's slot of
+    // `shoal_recover::LOGS`, which nothing replaces or frees afterwards;
+    // `LENT` makes this the only reference to it (one flow of control).
+    // A failure inside `f` abandons the reference and leaves `LENT` set,
+    // but the reboot that follows restores vfs's data, clearing it.
+    let r = f(unsafe { &mut *p });
+    LENT.store(false, Relaxed);
+    Some(r)
 }
 
 /// Starts the log right after vfs's initialisation (which ran after
@@ -219,9 +280,14 @@ pub(crate) fn start(v: &mut Vfs) {
     if !shoal_recover::stateful() {
         return;
     }
-    let log = Log::new(v, boot_clock);
+    let mut log = Log::new(v, boot_clock);
+    log.shrink_at = match (shoal_plat::boot::info().recover_flags >> shoal_abi::RECOVER_LOG_SHRINK_SHIFT) as u32 {
+        0 => 1,
+        n => n,
+    };
     if let Some(cell) = shoal_recover::log_cell(id::VFS) {
-        cell.with(|s| *s = Some(Box::new(log)));
+        let p = cell.with(|s| s.insert(Box::new(log)).downcast_mut::<Log>().map(|l| l as *mut Log));
+        LOG_AT.store(p.unwrap_or(core::ptr::null_mut()), Relaxed);
     }
 }
 
@@ -229,6 +295,23 @@ pub(crate) fn start(v: &mut Vfs) {
 /// changed (called by [`crate::with`] after every call).
 pub(crate) fn commit(v: &mut Vfs) {
     slot(|log| log.record(v));
+}
+
+/// Makes `dst` equal to `src`, copying only the entries that differ;
+/// whether any did (one pass, where comparing and then cloning the whole
+/// table took two and copied every entry).
+fn sync<T: Clone + PartialEq>(dst: &mut Vec<T>, src: &[T]) -> bool {
+    let mut changed = dst.len() != src.len();
+    dst.truncate(src.len());
+    for (d, s) in dst.iter_mut().zip(src) {
+        if d != s {
+            d.clone_from(s);
+            changed = true;
+        }
+    }
+    let n = dst.len();
+    dst.extend_from_slice(&src[n..]);
+    changed
 }
 
 impl Log {
@@ -245,12 +328,18 @@ impl Log {
             ofds: (*v.ofds).clone(),
             scalars: Scalars::of(v),
             pipes: (*v.pipes).clone(),
-            locks: (*v.locks).clone(),
+            locks: {
+                let mut f = lock::Flat::default();
+                v.locks.flatten_into(&mut f);
+                f
+            },
             termios: crate::ops::termios(),
             termios_changes: crate::ops::termios_changes(),
             calls: 0,
-            broken: None,
             spare: Default::default(),
+            shrink_at: 1,
+            closed: Vec::new(),
+            shrinks: 0,
             old: None,
         }
     }
@@ -258,10 +347,6 @@ impl Log {
     /// Records what the last call changed in `v`.
     fn record(&mut self, v: &mut Vfs) {
         let log = self;
-        if log.broken.is_some() {
-            v.fs.set_journal(false);
-            return;
-        }
         let mut changed = false;
         if !v.fs.journal_is_empty() {
             let mut j = core::mem::take(&mut log.spare);
@@ -272,14 +357,23 @@ impl Log {
         }
         // Each table is compared with its copy only if the call borrowed
         // it mutably (`Tracked`): most calls leave most of them alone.
-        if v.fds.take_dirty() && log.fds != *v.fds {
-            log.fds.clone_from(&v.fds);
+        if v.fds.take_dirty() && sync(&mut log.fds, &v.fds) {
             changed = true;
         }
-        if v.ofds.take_dirty() && log.ofds != *v.ofds {
-            log.ofds.clone_from(&v.ofds);
-            changed = true;
-        }
+        let synced = match v.ofds.take_dirty_entries() {
+            Dirty::Clean => false,
+            // One description (a read or write moved its offset): that
+            // entry alone.
+            Dirty::One(i) if log.ofds.len() == v.ofds.len() => match (log.ofds.get_mut(i), v.ofds.get(i)) {
+                (Some(d), Some(s)) if d != s => {
+                    d.clone_from(s);
+                    true
+                }
+                _ => false,
+            },
+            _ => log.sync_ofds(&v.ofds),
+        };
+        changed |= synced;
         let s = Scalars::of(v);
         if log.scalars != s {
             log.scalars = s;
@@ -289,8 +383,8 @@ impl Log {
             log.pipes.clone_from(&v.pipes);
             changed = true;
         }
-        if v.locks.take_dirty() && log.locks != *v.locks {
-            log.locks = (*v.locks).clone();
+        if v.locks.take_dirty() && !v.locks.same_as(&log.locks) {
+            v.locks.flatten_into(&mut log.locks);
             changed = true;
         }
         let n = crate::ops::termios_changes();
@@ -308,16 +402,17 @@ impl Log {
     /// again with the boot's clock readings); returns the number of
     /// entries applied.
     fn replay(&self, v: &mut Vfs, mut old: Option<&mut Vfs>) -> Result<u64, &'static str> {
-        if let Some(why) = self.broken {
-            return Err(why);
-        }
         let fs = &mut v.fs;
         fs.set_journal(false);
         for (&ino, e) in &self.inodes {
             let data = match (&e.image, &e.data) {
                 (Some(im), Some(d)) if im.is_file() => match old.as_mut().and_then(|o| o.fs.take_data(ino)) {
                     Some(moved) => Some(moved),
-                    None => Some(d.duplicate().map_err(|_| "no memory for the files' contents")?),
+                    None => {
+                        let mut d = d.share();
+                        d.settle();
+                        Some(d)
+                    }
                 },
                 _ => None,
             };
@@ -331,94 +426,83 @@ impl Log {
         let s = &self.scalars;
         (v.cwd, v.umask, v.nofile, v.fsize) = (s.cwd, s.umask, s.nofile, s.fsize);
         v.pipes.clone_from(&self.pipes);
-        *v.locks = self.locks.clone();
+        *v.locks = lock::Locks::from_flat(&self.locks);
         crate::ops::set_termios(self.termios);
         Ok(self.entries())
     }
 
-    /// The log can no longer rebuild the state (`why`): said once on
-    /// stderr; the copies of file contents are freed (the program gets
-    /// that memory back) and nothing more is logged; a later reboot of vfs
-    /// or ramfs ends the instance.
-    fn break_down(&mut self, why: &'static str) {
-        if self.broken.is_none() {
-            use core::fmt::Write;
-            let _ = writeln!(
-                shoal_plat::console::Stderr,
-                "shoal: the file system's recovery log is incomplete ({why}): a reboot of vfs or ramfs would end the instance"
-            );
+    /// [`sync`] for the descriptions, keeping the record of each session
+    /// that ended (a description gone, or its slot reused) while the
+    /// shrink threshold is above 1, and dropping them all when it is
+    /// reached.
+    fn sync_ofds(&mut self, live: &[Option<Ofd>]) -> bool {
+        if self.shrink_at > 1 {
+            for (i, old) in self.ofds.iter().enumerate() {
+                let Some(old) = old else { continue };
+                let ended = match live.get(i) {
+                    Some(Some(now)) => now.target != old.target,
+                    _ => true,
+                };
+                if ended {
+                    self.closed.push(old.clone());
+                }
+            }
+            if self.closed.len() >= self.shrink_at as usize {
+                self.closed.clear();
+                self.shrinks += 1;
+            }
         }
-        self.broken = Some(why);
-        self.inodes.clear();
+        sync(&mut self.ofds, live)
     }
 
     fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
-        let mut fresh = Vec::new();
-        let mut failed = false;
         for &ino in touched {
-            match v.fs.export(ino) {
-                Some(image) => {
-                    let e = self.inodes.entry(ino).or_insert(InodeEntry { image: None, data: None });
-                    if image.is_file() && e.data.is_none() {
-                        // First change to this file since boot: its whole
-                        // contents now; later calls bring in their ranges.
-                        match v.fs.file_data(ino).and_then(|d| d.duplicate()) {
-                            Ok(d) => e.data = Some(d),
-                            Err(_) => failed = true,
+            let e = self.inodes.entry(ino).or_insert(InodeEntry { image: None, data: None });
+            match v.fs.export_file_into(ino, &mut e.image) {
+                Exported::File(live) => match &mut e.data {
+                    // First change to this file since boot: a handle on
+                    // all its pages now (the call's changes are in it).
+                    None => e.data = Some(live.share()),
+                    // The call's changes to this file, in order (every
+                    // data change journals its inode, so each is reached
+                    // here, from the lookup the export made).
+                    Some(handle) => {
+                        for c in changes {
+                            match *c {
+                                Change::Write { ino: i, off, len } if i == ino => handle.mirror_write(live, off, len),
+                                Change::Truncate { ino: i, size } if i == ino => handle.mirror_truncate(live, size),
+                                Change::Mapped { ino: i, off } if i == ino => handle.mirror_write(live, off, 1),
+                                _ => {}
+                            }
                         }
-                        fresh.push(ino);
                     }
-                    if !image.is_file() {
-                        e.data = None;
-                    }
-                    e.image = Some(image);
-                }
+                },
+                Exported::Other => e.data = None,
                 // Destroyed: one made since boot leaves nothing; one from
-                // boot leaves a tombstone.
-                None if ino >= self.boot_next_ino => {
+                // boot leaves a tombstone (image None).
+                Exported::Gone if ino >= self.boot_next_ino => {
                     self.inodes.remove(&ino);
                 }
-                None => {
-                    self.inodes.insert(ino, InodeEntry { image: None, data: None });
-                }
-            }
-        }
-        if failed {
-            self.break_down("no memory for the copy of a file");
-            return;
-        }
-        for c in changes {
-            let ino = match *c {
-                Change::Write { ino, .. } | Change::Truncate { ino, .. } => ino,
-            };
-            if fresh.contains(&ino) {
-                continue;
-            }
-            let (Some(copy), Ok(live)) = (self.inodes.get_mut(&ino).and_then(|e| e.data.as_mut()), v.fs.file_data(ino)) else { continue };
-            let r = match *c {
-                Change::Write { off, len, .. } => copy.copy_range(live, off, len),
-                Change::Truncate { size, .. } => copy.truncate(size),
-            };
-            if r.is_err() {
-                self.break_down("no memory for the copy of a file");
-                return;
+                Exported::Gone => e.data = None,
             }
         }
         self.next_ino = v.fs.next_ino();
     }
 
     /// Bytes the log holds (an estimate of its heap use: entries, images,
-    /// file copies by pages, tables).
+    /// the page lists of the files' handles, tables). The pages those
+    /// lists reference are the files' own, not counted here.
     fn bytes(&self) -> u64 {
         let mut b = core::mem::size_of::<Log>() + self.boot_clock.capacity() * 8;
         for e in self.inodes.values() {
             b += core::mem::size_of::<InodeEntry>() + core::mem::size_of::<Image>() + 16;
             b += e.image.as_ref().map_or(0, |i| i.heap_bytes());
-            b += e.data.as_ref().map_or(0, |d| d.owned_pages() as usize * 4096);
+            b += e.data.as_ref().map_or(0, |d| d.owned_pages() as usize * PAGE_REF_BYTES);
         }
         b += self.fds.capacity() * core::mem::size_of::<Option<FdEntry>>();
         b += self.ofds.capacity() * core::mem::size_of::<Option<Ofd>>();
         b += self.pipes.values().map(|p| p.buf.capacity() + 64).sum::<usize>();
+        b += self.closed.capacity() * core::mem::size_of::<Ofd>();
         b as u64
     }
 
@@ -430,9 +514,15 @@ impl Log {
             + self.fds.iter().filter(|e| e.is_some()).count() as u64
             + self.ofds.iter().filter(|e| e.is_some()).count() as u64
             + live(self.pipes.len())
+            + live(self.closed.len())
             + 3
     }
 }
+
+/// What one page reference in a file handle's page list costs the log:
+/// the list's entry (page index and pointer) and its share of the tree's
+/// nodes.
+const PAGE_REF_BYTES: usize = 32;
 
 /// Tells recover the log's size (for the reboot line: measured when a
 /// reboot replays it, not after every call, which would cost a walk over
@@ -441,6 +531,22 @@ fn report() {
     if let Some(b) = slot(|l| l.bytes()) {
         shoal_recover::set_log_bytes(id::VFS, b);
         shoal_recover::set_log_bytes(id::RAMFS, b);
+    }
+}
+
+/// Whether `--log-report` asked for the log's size at exit.
+pub(crate) fn report_at_exit_wanted() -> bool {
+    shoal_recover::stateful() && shoal_plat::boot::info().recover_flags & shoal_abi::RECOVER_LOG_REPORT != 0
+}
+
+/// Prints the log's size (`--log-report`, when the instance ends).
+pub(crate) fn report_at_exit() {
+    use core::fmt::Write;
+    if let Some((bytes, entries, calls, pending, shrinks)) = slot(|l| (l.bytes(), l.entries(), l.calls, l.closed.len(), l.shrinks)) {
+        let _ = writeln!(
+            shoal_plat::console::Stderr,
+            "shoal: recovery log at exit: vfs+ramfs {bytes} bytes, {entries} entries ({calls} calls logged, {pending} closed sessions pending, {shrinks} shrinks)"
+        );
     }
 }
 
@@ -484,14 +590,7 @@ fn fail(why: &str) -> ! {
 /// Builds vfs's state afresh and replays the log over it (module
 /// documentation), then installs it, abandoning the old one.
 fn rebuild() {
-    let Some(Some(boot)) = slot(|l| {
-        if l.broken.is_some() {
-            return None;
-        }
-        Some(core::mem::take(&mut l.boot_clock))
-    }) else {
-        fail(slot(|l| l.broken).flatten().unwrap_or("there is no log"))
-    };
+    let Some(boot) = slot(|l| core::mem::take(&mut l.boot_clock)) else { fail("there is no log") };
     replay_clock(boot);
     let mut v = Vfs::new(crate::root_fs());
     let boot = take_clock();

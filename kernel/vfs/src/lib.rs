@@ -313,7 +313,8 @@ impl Vfs {
     }
 
     pub(crate) fn ofd_mut(&mut self, i: usize) -> &mut Ofd {
-        self.ofds[i].as_mut().expect("live ofd")
+        // Only this entry is marked changed for the log (module `heal`).
+        self.ofds.at_mut(i).and_then(|o| o.as_mut()).expect("live ofd")
     }
 
     /// Closes `fd`.
@@ -450,8 +451,19 @@ pub fn init() {
     heal::start(&mut v);
     STATE.with(|s| *s = Some(v));
     shoal_mm::file::register(&mmap::OPS);
-    if bi.volume_path[0] != 0 {
-        shoal_plat::before_halt(save_volume);
+    if bi.volume_path[0] != 0 || heal::report_at_exit_wanted() {
+        shoal_plat::before_halt(at_halt);
+    }
+}
+
+/// What runs when the instance ends: the log's report (`--log-report`)
+/// and the volume's save (`--volume`), each if asked for.
+fn at_halt() {
+    if heal::report_at_exit_wanted() {
+        heal::report_at_exit();
+    }
+    if shoal_plat::boot::info().volume_path[0] != 0 {
+        save_volume();
     }
 }
 

@@ -74,6 +74,52 @@ pub(crate) fn key(t: Target) -> u64 {
     }
 }
 
+/// [`Locks`] as two flat lists, in key order: how recovery's log keeps
+/// them (module `heal`). Refilling it after a call that changed a lock
+/// reuses its buffers, where a clone of `Locks` would allocate its maps
+/// and lists again on every `fcntl(F_SETLK)`.
+#[derive(Clone, Default, Debug, PartialEq, Eq)]
+pub(crate) struct Flat {
+    records: Vec<(u64, Range)>,
+    flocks: Vec<(u64, (usize, bool))>,
+}
+
+impl Locks {
+    fn flat_records(&self) -> impl Iterator<Item = (u64, Range)> + '_ {
+        self.records.iter().flat_map(|(k, v)| v.iter().map(move |r| (*k, *r)))
+    }
+
+    fn flat_flocks(&self) -> impl Iterator<Item = (u64, (usize, bool))> + '_ {
+        self.flocks.iter().flat_map(|(k, v)| v.iter().map(move |f| (*k, *f)))
+    }
+
+    /// Whether `f` holds exactly these locks.
+    pub(crate) fn same_as(&self, f: &Flat) -> bool {
+        self.flat_records().eq(f.records.iter().copied()) && self.flat_flocks().eq(f.flocks.iter().copied())
+    }
+
+    /// Makes `f` hold these locks (no allocation once its lists have
+    /// grown to the number of locks).
+    pub(crate) fn flatten_into(&self, f: &mut Flat) {
+        f.records.clear();
+        f.records.extend(self.flat_records());
+        f.flocks.clear();
+        f.flocks.extend(self.flat_flocks());
+    }
+
+    /// The locks `f` holds.
+    pub(crate) fn from_flat(f: &Flat) -> Locks {
+        let mut l = Locks::default();
+        for (k, r) in &f.records {
+            l.records.entry(*k).or_default().push(*r);
+        }
+        for (k, x) in &f.flocks {
+            l.flocks.entry(*k).or_default().push(*x);
+        }
+        l
+    }
+}
+
 impl Locks {
     /// The first lock of another owner than `owner` that conflicts with
     /// a lock of kind `write` on `[start, end)` of file `k`.
