@@ -203,7 +203,7 @@ impl RunConfig {
         }
         let stateful_component = |c: u32| {
             let name = (c as usize).checked_sub(1).and_then(|i| shoal_abi::COMPONENTS.get(i));
-            matches!(name, Some(&"vfs" | &"ramfs" | &"process"))
+            matches!(name, Some(&"vfs" | &"ramfs" | &"process" | &"net"))
         };
         let injected = self.inject.is_some_and(|i| stateful_component(i.component));
         if self.recover_stateful || injected || self.rejuvenate_ns != 0 {

@@ -69,6 +69,7 @@ const POLLHUP: u32 = 0x010;
 const POLLRDHUP: u32 = 0x2000;
 
 /// One guest socket of this family.
+#[derive(Clone)]
 struct HostSock {
     domain: i32,
     ty: i32,
@@ -141,7 +142,7 @@ impl HostSock {
 /// Most reports collected by one `NetPoll` (more wait for the next).
 const WATCH_BATCH: usize = 256;
 
-struct State {
+pub(crate) struct State {
     socks: BTreeMap<u64, HostSock>,
     next: u64,
     /// The tender's listeners and whether a guest socket took each.
@@ -173,10 +174,46 @@ const MAX_GAINS: usize = 4096;
 static STATE: Global<Option<State>> = Global::new(None);
 
 fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
+    crate::heal::touched();
     STATE.with(|s| {
         let s = s.get_or_insert_with(State::new);
         f(s)
     })
+}
+
+/// A copy of the backend's state for the recovery log (`crate::heal`):
+/// everything but the scratch buffer and the gain log, which a rebuild
+/// starts afresh ([`install_image`]). `None`: no backend state yet.
+pub(crate) fn image() -> Option<State> {
+    STATE.try_with(|s| s.as_ref().map(State::image)).flatten()
+}
+
+/// Installs `img` as the backend's state after net was rebooted: its
+/// memory is the boot snapshot again, whose state points at heap objects
+/// long since changed or freed; they are abandoned, not dropped. The host
+/// sockets are the tender's and still open: the handles in `img` are
+/// reattached as they are (nothing is reopened or re-bound). What the
+/// tender's watch set reported since the log was written went to the
+/// abandoned state, so each socket's readiness is asked once, with a
+/// zero-timeout level-triggered `NetPoll` (a question, not an operation
+/// repeated), and every epoll instance looks at all its host sockets
+/// once (the gain log starts empty, above every instance's position).
+pub(crate) fn install_image(img: Option<State>) {
+    let Some(mut s) = img else {
+        STATE.with(|g| core::mem::forget(g.take()));
+        return;
+    };
+    s.refreshed = u64::MAX;
+    s.seq += 1;
+    s.floor = s.seq;
+    s.relearn();
+    STATE.with(|g| core::mem::forget(core::mem::replace(g, Some(s))));
+}
+
+/// Frees the backend's state (before a rejuvenation: it is sound, and the
+/// reboot installs the log's copy).
+pub(crate) fn drop_state() {
+    drop(STATE.try_with(|s| s.take()).flatten());
 }
 
 /// Installs the backend if the tender handed the instance any network
@@ -282,6 +319,60 @@ impl State {
             seq: 0,
             gains: VecDeque::new(),
             floor: 0,
+        }
+    }
+
+    /// Guest sockets it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.socks.len()
+    }
+
+    /// Bytes its tables take on the heap (an estimate).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let per = core::mem::size_of::<HostSock>() + 32;
+        let addrs: usize = self.socks.values().map(|s| s.local.as_ref().map_or(0, |a| a.capacity())).sum();
+        self.socks.len() * per + addrs + self.by_host.len() * 32 + self.listeners.len() * core::mem::size_of::<(Listener, bool)>()
+    }
+
+    /// See [`image`].
+    pub(crate) fn image(&self) -> State {
+        State {
+            socks: self.socks.clone(),
+            next: self.next,
+            listeners: self.listeners.clone(),
+            outbound: self.outbound,
+            bind_any: self.bind_any,
+            refreshed: u64::MAX,
+            noted: self.noted,
+            watch: self.watch,
+            by_host: self.by_host.clone(),
+            events: Vec::new(),
+            seq: self.seq,
+            gains: VecDeque::new(),
+            floor: self.seq,
+        }
+    }
+
+    /// Asks the tender for the current readiness of every host socket
+    /// (see [`install_image`]); each one is marked as possibly gained.
+    fn relearn(&mut self) {
+        let all: Vec<(u64, i64)> = self.socks.iter().filter_map(|(&id, s)| s.host.map(|fd| (id, fd))).collect();
+        for chunk in all.chunks(NET_MAX_POLL as usize) {
+            let mut fds: Vec<NetPollFd> =
+                chunk.iter().map(|&(_, fd)| NetPollFd { handle: fd as i32, events: (POLLIN | POLLOUT | POLLRDHUP) as i16, revents: 0 }).collect();
+            let rc = shoal_plat::hypercall::net_poll(&mut fds, 0);
+            for (f, &(id, _)) in fds.iter().zip(chunk) {
+                if let Some(s) = self.socks.get_mut(&id) {
+                    if rc >= 0 {
+                        // The current bits replace the cached ones; the
+                        // generation moves on, so edge-triggered entries
+                        // are looked at again.
+                        s.ready = f.revents as u16 as u32;
+                    }
+                    s.gen += 1;
+                }
+                self.gained(id);
+            }
         }
     }
 

@@ -40,6 +40,7 @@ pub mod abi;
 pub mod backend;
 mod epoll;
 mod eventfd;
+pub mod heal;
 pub mod host;
 mod socket;
 pub mod sys;
@@ -69,6 +70,7 @@ pub(crate) enum Fam {
 }
 
 /// An object behind a descriptor.
+#[derive(Clone)]
 pub(crate) enum Obj {
     Socket(Sock),
     Epoll(epoll::Epoll),
@@ -110,7 +112,9 @@ static NET: Global<Option<Net>> = Global::new(None);
 
 /// Runs `f` on the component's state. Never call vfs (`shoal_vfs::with`)
 /// inside: vfs calls back into this component (see `shoal_vfs::obj`).
+/// Marks the state as possibly changed, for the recovery log (`heal`).
 pub(crate) fn with<R>(f: impl FnOnce(&mut Net) -> R) -> R {
+    heal::touched();
     NET.with(|n| f(n.get_or_insert_with(Net::new)))
 }
 

@@ -67,13 +67,13 @@ impl Ty {
 }
 
 /// One message of a datagram or seqpacket socket, with its sender's name.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Msg {
     data: Vec<u8>,
     from: Option<Vec<u8>>,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Sock {
     ty: Ty,
     /// The bound name (the bytes after `sun_family`).
@@ -128,7 +128,7 @@ impl Sock {
 }
 
 /// The `AF_UNIX` sockets of the instance and their names.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Unix {
     socks: BTreeMap<u64, Sock>,
     next: u64,
@@ -170,6 +170,29 @@ pub fn parse(addr: &[u8]) -> Result<Option<Vec<u8>>, Errno> {
 }
 
 impl Unix {
+    /// Sockets it holds.
+    pub fn len(&self) -> usize {
+        self.socks.len()
+    }
+
+    /// Whether it holds no socket.
+    pub fn is_empty(&self) -> bool {
+        self.socks.is_empty()
+    }
+
+    /// Bytes its sockets take on the heap, buffered data included (an
+    /// estimate, for the recovery log's size).
+    pub fn heap_bytes(&self) -> usize {
+        let per = core::mem::size_of::<Sock>() + 32;
+        let data: usize = self
+            .socks
+            .values()
+            .map(|s| s.rx.capacity() + s.msgs.iter().map(|m| m.data.capacity() + m.from.as_ref().map_or(0, |f| f.capacity()) + 48).sum::<usize>())
+            .sum();
+        let names: usize = self.names.keys().map(|k| k.capacity() + 32).sum();
+        self.socks.len() * per + data + names
+    }
+
     fn sock(&self, h: u64) -> Result<&Sock, Errno> {
         self.socks.get(&h).ok_or(Errno::EBADF)
     }

@@ -64,7 +64,7 @@ extern crate alloc;
 
 mod log;
 pub mod watchdog;
-pub use log::{enter, enter_quiet, log_bytes, log_cell, rejuvenating, resume, set_log_bytes, set_logger, set_replayed, suspend, Entered, Suspended, LOGS};
+pub use log::{enter, enter_quiet, log_bytes, log_cell, rejuvenating, resume, set_committer, set_log_bytes, set_logger, set_replayed, suspend, Entered, Suspended, LOGS};
 
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
@@ -441,7 +441,9 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
         if rebootable(c) {
             log::before_call(c);
         }
-        protected(c, f, args, inject, n)
+        let r = protected(c, f, args, inject, n);
+        log::after_call();
+        r
     } else {
         if inject {
             injected(c, n);

@@ -197,6 +197,35 @@ pub(crate) fn set_rejuvenating(on: bool) {
     REJUVENATING.store(on, Relaxed);
 }
 
+/// What a stateful component runs after every gated call, whichever
+/// component the call entered (`net`: its state also changes in calls
+/// into vfs — `close`, `poll` — that reach it through vfs's object
+/// table; see `shoal_net::heal`), by component.
+static COMMITTERS: Global<[Logger; N]> = Global::new([None; N]);
+
+/// Registers `f` to run after every gated system call (any component's):
+/// it brings `c`'s log up to date with what the call changed.
+pub fn set_committer(c: Component, f: fn()) {
+    if let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) {
+        COMMITTERS.with(|l| l[i] = Some(f));
+        ANY_COMMITTER.store(true, Relaxed);
+    }
+}
+
+/// Whether a committer is registered (the check every gate makes).
+static ANY_COMMITTER: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Runs every registered committer (after a gated call).
+pub(crate) fn after_call() {
+    if !ANY_COMMITTER.load(Relaxed) {
+        return;
+    }
+    let Some(fs) = COMMITTERS.try_with(|l| *l) else { return };
+    for f in fs.into_iter().flatten() {
+        f();
+    }
+}
+
 /// Runs `c`'s logger, if it has one.
 pub(crate) fn before_call(c: Component) {
     let f = (c as usize).checked_sub(1).and_then(|i| LOGGERS.try_with(|l| l.get(i).copied().flatten()).flatten());
