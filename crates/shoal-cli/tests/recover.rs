@@ -5,8 +5,8 @@
 //! component alone and the program goes on with correct results, and so
 //! does a hang there (`hang`: the call spins until the tender's watchdog,
 //! `--watchdog MS`, stops it); so does a fault in a stateful component
-//! (vfs, ramfs, process), whose state is rebuilt from its call log; a
-//! component that cannot be rebooted yet (net), and a fault in the
+//! (vfs, ramfs, process, net), whose state is rebuilt from its log; a
+//! component that cannot be rebooted yet (mm), and a fault in the
 //! application, still end the instance as before, and a long computation
 //! in the application is not a hang. The program is
 //! `apps/tests/recover.c`. Every test runs on each tender
@@ -90,10 +90,11 @@ fn an_injected_wild_write_reboots_the_component() {
             assert_eq!(reboot_lines(&err, component), 1, "{t} {component}: {err}");
         }
         // A component that cannot be rebooted yet: the usual crash.
-        let o = output(shoal_run(t).args(["--inject", "net:wild-write@1"]).arg(&image).args(["--", ROUNDS]));
+        // (mm's first call is the stack of `threads`' second thread.)
+        let o = output(shoal_run(t).args(["--inject", "mm:wild-write@1"]).arg(&image).args(["--", "threads", "10"]));
         assert_eq!(o.status.code(), Some(139), "{t}: {}", stderr(&o));
         assert_eq!(stdout(&o), "", "{t}");
-        assert_eq!(reboot_lines(&stderr(&o), "net"), 0, "{t}: {}", stderr(&o));
+        assert_eq!(reboot_lines(&stderr(&o), "mm"), 0, "{t}: {}", stderr(&o));
     }
 }
 
@@ -110,7 +111,7 @@ fn rejuvenation_reboots_the_components_in_turn() {
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(0), "{t}: {err}");
         assert_eq!(stdout(&o), format!("ok {ROUNDS} rounds\n"), "{t}: {err}");
-        let all = ["vfs", "ramfs", "time", "process", "sysinfo", "user"];
+        let all = ["vfs", "ramfs", "time", "process", "sysinfo", "user", "net"];
         let counts: Vec<usize> = all.iter().map(|c| reboots(&err, c).len()).collect();
         assert!(counts.iter().all(|n| *n >= 1), "{t}: every component in turn: {counts:?}\n{err}");
         assert_eq!(counts.iter().sum::<usize>(), err.lines().count(), "{t}: only reboot lines: {err}");
@@ -139,13 +140,13 @@ fn a_panic_in_a_component_not_rebootable_yet_ends_the_instance_naming_it() {
     let dir = scratch();
     let image = build_image(&test_app("recover.c"), dir.path(), &[]);
     for t in tenders() {
-        // net: its first call is the program's only write.
-        let o = output(shoal_run(t).args(["--inject", "net:panic@1"]).arg(&image).args(["--", ROUNDS]));
+        // mm: its first call maps the stack of `threads`' second thread.
+        let o = output(shoal_run(t).args(["--inject", "mm:panic@1"]).arg(&image).args(["--", "threads", "10"]));
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(134), "{t}: {err}");
         assert_eq!(stdout(&o), "", "{t}");
-        assert!(err.contains("shoal: kernel panic in net: "), "{t}: {err}");
-        assert_eq!(reboot_lines(&err, "net"), 0, "{t}: {err}");
+        assert!(err.contains("shoal: kernel panic in mm: "), "{t}: {err}");
+        assert_eq!(reboot_lines(&err, "mm"), 0, "{t}: {err}");
     }
 }
 

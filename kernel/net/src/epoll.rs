@@ -118,7 +118,9 @@ impl Epoll {
     /// Bytes its tables take on the heap (an estimate, for the recovery
     /// log's size).
     pub fn heap_bytes(&self) -> usize {
-        self.items.len() * (core::mem::size_of::<(Key, Item)>() + 16) + self.queue.capacity() * core::mem::size_of::<Key>() + self.by_src.len() * (core::mem::size_of::<(Src, Key)>() + 16)
+        self.items.len() * (core::mem::size_of::<(Key, Item)>() + 16)
+            + self.queue.capacity() * core::mem::size_of::<Key>()
+            + self.by_src.len() * (core::mem::size_of::<(Src, Key)>() + 16)
     }
 
     /// Drops every entry of description `ofd` (it was closed for good).

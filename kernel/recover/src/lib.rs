@@ -64,7 +64,9 @@ extern crate alloc;
 
 mod log;
 pub mod watchdog;
-pub use log::{enter, enter_quiet, log_bytes, log_cell, rejuvenating, resume, set_committer, set_log_bytes, set_logger, set_replayed, suspend, Entered, Suspended, LOGS};
+pub use log::{
+    enter, enter_quiet, log_bytes, log_cell, rejuvenating, resume, set_committer, set_log_bytes, set_logger, set_replayed, suspend, Entered, Suspended, LOGS,
+};
 
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
