@@ -313,6 +313,27 @@ fn process_state_survives_a_reboot_of_process() {
     }
 }
 
+/// net is rebooted from its log (`shoal_net::heal`): AF_UNIX pairs with
+/// unread bytes, a queued datagram and a shut-down end, a socket option,
+/// an eventfd counter, an armed timerfd and an epoll set with level- and
+/// edge-triggered entries survive a panic, a wild write or a hang in it
+/// (`apps/tests/heal.c net` checks them every round), early or late.
+#[test]
+fn epoll_eventfd_timerfd_and_unix_sockets_survive_a_reboot_of_net() {
+    let dir = scratch();
+    let image = build_image(&test_app("heal.c"), dir.path(), &[]);
+    for t in tenders() {
+        for spec in ["net:panic@5", "net:panic@2000", "net:wild-write@1000", "net:hang@1500"] {
+            let o = output(shoal_run(t).args(["--watchdog", "100", "--inject", spec]).arg(&image).args(["--", "net", "300"]));
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(0), "{t} {spec}: {err}");
+            assert_eq!(stdout(&o), "ok 300 net rounds\n", "{t} {spec}: {err}");
+            let lines = reboots(&err, "net");
+            assert!(lines.len() == 1 && lines[0].0 > 0 && lines[0].1.is_some(), "{t} {spec}: {err}");
+        }
+    }
+}
+
 /// A log that runs out of memory for its copy of a file says so once,
 /// frees its copies — the program can fill guest memory with a file as
 /// without the log (a 64 MiB guest: well past the half a copy would
