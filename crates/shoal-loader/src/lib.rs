@@ -160,7 +160,7 @@ pub struct RunConfig {
     pub watchdog_ns: u64,
     /// `--no-recover`: no component gates (`shoal_abi::RECOVER_OFF`).
     pub no_recover: bool,
-    /// `--recover-stateful`: vfs, ramfs and process are rebootable too
+    /// `--recover-stateful`: vfs, ramfs, process and net are rebootable too
     /// (`shoal_abi::RECOVER_STATEFUL`; see [`RunConfig::recover_flags`]).
     pub recover_stateful: bool,
 }

@@ -172,8 +172,9 @@ Runs one shoal image (the lean form of `shoal run`).
                              milliseconds (default 1000)
   --no-recover               no component gates: nothing is rebooted (a component's failure ends
                              the instance)
-  --recover-stateful         make vfs, ramfs and process rebootable too (their calls are logged;
-                             implied by --inject into one of them and by --rejuvenate-every)
+  --recover-stateful         make vfs, ramfs, process and net rebootable too (their calls are
+                             logged; implied by --inject into one of them and by
+                             --rejuvenate-every)
 ";
 
 /// Parses a size: bytes, or a number with a K, M or G suffix.
@@ -370,7 +371,7 @@ impl RunArgs {
         Ok(self)
     }
 
-    /// Adds `--recover-stateful` (vfs, ramfs and process rebootable too,
+    /// Adds `--recover-stateful` (vfs, ramfs, process and net rebootable too,
     /// their calls logged; refused with `--no-recover`).
     pub fn with_stateful_recovery(mut self, on: bool) -> Result<RunArgs, ArgsError> {
         if on && self.no_recover {
