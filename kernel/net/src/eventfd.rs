@@ -16,7 +16,7 @@ use crate::abi::*;
 const MAX: u64 = u64::MAX - 1;
 
 /// One eventfd.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct EventFd {
     count: u64,
     semaphore: bool,

@@ -66,6 +66,16 @@ use shoal_recover::id;
 /// Set by every access to net's state since the last [`commit`].
 static TOUCHED: AtomicBool = AtomicBool::new(false);
 
+/// Whether the log runs: the maps of net's state note changed entries
+/// only then (`crate::tracked`).
+static LOGGING: AtomicBool = AtomicBool::new(false);
+
+/// Whether the log runs (see [`LOGGING`]).
+#[inline]
+pub(crate) fn logging() -> bool {
+    LOGGING.load(Relaxed)
+}
+
 /// net's state was (or may have been) changed: the next [`commit`]
 /// copies it.
 #[inline]
@@ -85,12 +95,64 @@ struct Image {
     serial: u64,
 }
 
+/// Brings map `log` up to date with `live`: entries gone from `live`
+/// are dropped, changed ones copied over, new ones added. Comparing
+/// allocates nothing; only what changed is copied (a server's idle
+/// connections cost a comparison each, not a copy).
+pub(crate) fn sync_map<K: Ord + Clone, V: PartialEq + Clone>(log: &mut BTreeMap<K, V>, live: &BTreeMap<K, V>) {
+    if log.len() > live.len() || log.keys().any(|k| !live.contains_key(k)) {
+        log.retain(|k, _| live.contains_key(k));
+    }
+    for (k, v) in live {
+        match log.get_mut(k) {
+            Some(l) if l == v => {}
+            Some(l) => l.clone_from(v),
+            None => {
+                log.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
 impl Image {
-    /// The copy of the live state; `None` while it is borrowed.
+    /// A whole copy of the live state (the log's start); `None` while it
+    /// is borrowed. Later calls bring it up to date ([`Image::update`]).
     fn take() -> Option<Image> {
-        let net = NET.try_with(|n| n.as_ref().map(|n| (n.objs.clone(), n.next, n.unix.clone(), n.inet.is_some())))?;
+        let net = NET.try_with(|n| {
+            n.as_mut().map(|n| {
+                // Whole copies: what was noted is in them.
+                n.objs.forget_notes();
+                n.unix.forget_notes();
+                (n.objs.to_map(), n.next, n.unix.clone(), n.inet.is_some())
+            })
+        })?;
         let (objs, next, unix, inet) = net.unwrap_or_default();
-        Some(Image { objs, next, unix, inet, host: host::image(), serial: eventfd::serial() })
+        let mut host = None;
+        host::sync_image(&mut host)?;
+        Some(Image { objs, next, unix, inet, host, serial: eventfd::serial() })
+    }
+
+    /// Brings the copy up to date with the live state (see [`sync_map`]);
+    /// `None` while it is borrowed (then the copy may be half updated: the
+    /// caller tries again at the next call).
+    fn update(&mut self) -> Option<()> {
+        NET.try_with(|n| match n {
+            Some(n) => {
+                n.objs.sync_into(&mut self.objs);
+                self.next = n.next;
+                self.unix.sync_from(&mut n.unix);
+                self.inet = n.inet.is_some();
+            }
+            None => {
+                self.objs.clear();
+                self.next = 0;
+                self.unix = Default::default();
+                self.inet = false;
+            }
+        })?;
+        host::sync_image(&mut self.host)?;
+        self.serial = eventfd::serial();
+        Some(())
     }
 
     /// Bytes the copy holds (an estimate of its heap use).
@@ -137,6 +199,7 @@ pub fn start() {
 
 /// Starts the log: the state now is its first entry.
 pub(crate) fn start_log() {
+    LOGGING.store(true, Relaxed);
     let Some(image) = Image::take() else { return };
     TOUCHED.store(false, Relaxed);
     if let Some(cell) = shoal_recover::log_cell(id::NET) {
@@ -152,16 +215,12 @@ pub fn commit() {
     }
     // Borrowed (a thread switched out inside a call holds no borrow, so
     // this means a failed call abandoned one): the copy waits.
-    let Some(image) = Image::take() else {
-        touched();
-        return;
-    };
-    if slot(|log| {
-        log.image = image;
-        log.calls += 1;
-    })
-    .is_none()
-    {
+    let done = slot(|log| {
+        let ok = log.image.update().is_some();
+        log.calls += u64::from(ok);
+        ok
+    });
+    if done != Some(true) {
         touched();
     }
 }
@@ -193,7 +252,7 @@ pub fn after_reboot(_count: u64) {
 /// returns the number of entries applied (`None`: net's state is in use).
 fn rebuild(img: &Image) -> Option<u64> {
     let mut net = Net::new();
-    net.objs = img.objs.clone();
+    net.objs = crate::tracked::TrackedMap::from_map(img.objs.clone());
     net.next = img.next;
     net.unix = img.unix.clone();
     if img.inet {

@@ -49,7 +49,7 @@
 //! bits not already known, so a readable socket nobody reads does not wake
 //! the instance again and again.
 
-use alloc::collections::{BTreeMap, VecDeque};
+use alloc::collections::VecDeque;
 use alloc::vec;
 use alloc::vec::Vec;
 use shoal_abi::{net_op, Listener, NetOp, NetPollFd, LISTENER_ANY_PORT, NET_BIND_ANY, NET_MAX_POLL, NET_OUTBOUND, NET_WATCH};
@@ -58,6 +58,7 @@ use shoal_vfs::obj::Readiness;
 
 use crate::abi::*;
 use crate::backend::{Backend, Received, SockAddr, SockOpts};
+use crate::tracked::TrackedMap;
 
 /// `EINPROGRESS`: a non-blocking connect goes on by itself.
 const EINPROGRESS: Errno = Errno(115);
@@ -69,7 +70,7 @@ const POLLHUP: u32 = 0x010;
 const POLLRDHUP: u32 = 0x2000;
 
 /// One guest socket of this family.
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 struct HostSock {
     domain: i32,
     ty: i32,
@@ -143,7 +144,7 @@ impl HostSock {
 const WATCH_BATCH: usize = 256;
 
 pub(crate) struct State {
-    socks: BTreeMap<u64, HostSock>,
+    socks: TrackedMap<u64, HostSock>,
     next: u64,
     /// The tender's listeners and whether a guest socket took each.
     listeners: Vec<(Listener, bool)>,
@@ -157,7 +158,7 @@ pub(crate) struct State {
     /// Whether the tender keeps a watch set (`NET_WATCH`).
     watch: bool,
     /// Host handle → guest socket, for the watch set's reports.
-    by_host: BTreeMap<i64, u64>,
+    by_host: TrackedMap<i64, u64>,
     /// Scratch for the reports.
     events: Vec<NetPollFd>,
     /// Sequence number of the last readiness gain (see [`State::gained`]).
@@ -181,11 +182,20 @@ fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
     })
 }
 
-/// A copy of the backend's state for the recovery log (`crate::heal`):
-/// everything but the scratch buffer and the gain log, which a rebuild
-/// starts afresh ([`install_image`]). `None`: no backend state yet.
-pub(crate) fn image() -> Option<State> {
-    STATE.try_with(|s| s.as_ref().map(State::image)).flatten()
+/// Brings `log`, the recovery log's copy of the backend's state
+/// (`crate::heal`: everything but the scratch buffer and the gain log,
+/// which a rebuild starts afresh, [`install_image`]), up to date: only
+/// the sockets that changed are copied. `None`: the state is borrowed.
+pub(crate) fn sync_image(log: &mut Option<State>) -> Option<()> {
+    STATE.try_with(|s| match (log.as_mut(), s.as_mut()) {
+        (Some(l), Some(s)) => l.sync_from(s),
+        (_, Some(s)) => {
+            *log = Some(s.image());
+            s.socks.forget_notes();
+            s.by_host.forget_notes();
+        }
+        (_, None) => *log = None,
+    })
 }
 
 /// Installs `img` as the backend's state after net was rebooted: its
@@ -306,7 +316,7 @@ fn with_port(mut addr: SockAddr, port: u16) -> SockAddr {
 impl State {
     fn new() -> State {
         State {
-            socks: BTreeMap::new(),
+            socks: TrackedMap::default(),
             next: 0,
             listeners: Vec::new(),
             outbound: false,
@@ -314,12 +324,28 @@ impl State {
             refreshed: u64::MAX,
             noted: false,
             watch: false,
-            by_host: BTreeMap::new(),
+            by_host: TrackedMap::default(),
             events: Vec::new(),
             seq: 0,
             gains: VecDeque::new(),
             floor: 0,
         }
+    }
+
+    /// See [`sync_image`].
+    fn sync_from(&mut self, live: &mut State) {
+        live.socks.sync_into(self.socks.raw_mut());
+        live.by_host.sync_into(self.by_host.raw_mut());
+        if self.listeners != live.listeners {
+            self.listeners.clone_from(&live.listeners);
+        }
+        self.next = live.next;
+        self.outbound = live.outbound;
+        self.bind_any = live.bind_any;
+        self.noted = live.noted;
+        self.watch = live.watch;
+        self.seq = live.seq;
+        self.floor = live.seq;
     }
 
     /// Guest sockets it holds.

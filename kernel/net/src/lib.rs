@@ -45,10 +45,10 @@ pub mod host;
 mod socket;
 pub mod sys;
 mod timerfd;
+mod tracked;
 pub mod unix;
 
 use alloc::boxed::Box;
-use alloc::collections::BTreeMap;
 use shoal_plat::{Errno, Global};
 use shoal_vfs::obj::{ObjMeta, ObjOps, Readiness};
 use shoal_vfs::Vfs;
@@ -70,7 +70,7 @@ pub(crate) enum Fam {
 }
 
 /// An object behind a descriptor.
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub(crate) enum Obj {
     Socket(Sock),
     Epoll(epoll::Epoll),
@@ -80,7 +80,8 @@ pub(crate) enum Obj {
 
 /// The state of the component.
 pub(crate) struct Net {
-    pub objs: BTreeMap<u64, Obj>,
+    /// The objects by id (changes noted for the recovery log).
+    pub objs: tracked::TrackedMap<u64, Obj>,
     next: u64,
     pub unix: unix::Unix,
     /// The `AF_INET`/`AF_INET6` backend, once a tender provides one.
@@ -89,7 +90,7 @@ pub(crate) struct Net {
 
 impl Net {
     fn new() -> Net {
-        Net { objs: BTreeMap::new(), next: 0, unix: unix::Unix::default(), inet: None }
+        Net { objs: Default::default(), next: 0, unix: unix::Unix::default(), inet: None }
     }
 
     /// Adds an object; returns its id.
@@ -232,11 +233,10 @@ impl ObjOps for Ops {
 
     fn ofd_released(&self, ofd: usize) {
         with(|n| {
-            for o in n.objs.values_mut() {
-                if let Obj::Epoll(e) = o {
-                    e.forget(ofd);
-                }
-            }
+            n.objs.update_each(|o| match o {
+                Obj::Epoll(e) => e.forget(ofd),
+                _ => false,
+            });
         });
     }
 }

@@ -25,13 +25,14 @@
 //! (`EPOLLHUP`, end of file, `EPIPE`), with `ECONNRESET` if it left data
 //! unread. No credentials or descriptors are passed (`SCM_RIGHTS`).
 
-use alloc::collections::{BTreeMap, VecDeque};
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use shoal_plat::Errno;
 use shoal_vfs::obj::*;
 
 use crate::abi::*;
 use crate::backend::{Backend, Received, SockAddr, SockOpts};
+use crate::tracked::TrackedMap;
 
 /// Datagrams a receiver queues at most (`net.unix.max_dgram_qlen`).
 const MAX_DGRAMS: usize = 512;
@@ -67,13 +68,13 @@ impl Ty {
 }
 
 /// One message of a datagram or seqpacket socket, with its sender's name.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 struct Msg {
     data: Vec<u8>,
     from: Option<Vec<u8>>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 struct Sock {
     ty: Ty,
     /// The bound name (the bytes after `sun_family`).
@@ -130,9 +131,9 @@ impl Sock {
 /// The `AF_UNIX` sockets of the instance and their names.
 #[derive(Clone, Default)]
 pub struct Unix {
-    socks: BTreeMap<u64, Sock>,
+    socks: TrackedMap<u64, Sock>,
     next: u64,
-    names: BTreeMap<Vec<u8>, u64>,
+    names: TrackedMap<Vec<u8>, u64>,
     /// The next abstract name `bind` picks for an address without a name.
     autobind: u32,
 }
@@ -170,6 +171,21 @@ pub fn parse(addr: &[u8]) -> Result<Option<Vec<u8>>, Errno> {
 }
 
 impl Unix {
+    /// Brings `self`, the recovery log's copy, up to date with `live`:
+    /// only the sockets a call touched are looked at (`crate::tracked`).
+    pub(crate) fn sync_from(&mut self, live: &mut Unix) {
+        live.socks.sync_into(self.socks.raw_mut());
+        live.names.sync_into(self.names.raw_mut());
+        self.next = live.next;
+        self.autobind = live.autobind;
+    }
+
+    /// Forgets what its maps noted (a whole copy was just taken).
+    pub(crate) fn forget_notes(&mut self) {
+        self.socks.forget_notes();
+        self.names.forget_notes();
+    }
+
     /// Sockets it holds.
     pub fn len(&self) -> usize {
         self.socks.len()
