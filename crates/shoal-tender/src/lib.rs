@@ -562,6 +562,8 @@ mod tests {
         assert_eq!(flags(&["--recover-stateful", "img"]), shoal_abi::RECOVER_STATEFUL);
         assert_eq!(flags(&["--inject", "ramfs:panic@1", "img"]), shoal_abi::RECOVER_STATEFUL);
         assert_eq!(flags(&["--inject", "process:hang@1", "img"]), shoal_abi::RECOVER_STATEFUL);
+        assert_eq!(flags(&["--inject", "net:wild-write@9", "img"]), shoal_abi::RECOVER_STATEFUL);
+        assert_eq!(flags(&["--inject", "mm:panic@1", "img"]), 0);
         assert_eq!(flags(&["--rejuvenate-every", "1", "img"]), shoal_abi::RECOVER_STATEFUL);
         assert_eq!(flags(&["--no-recover", "img"]), shoal_abi::RECOVER_OFF);
         assert_eq!(msg(&["--no-recover", "--recover-stateful", "img"]), "--no-recover turns component recovery off; it cannot be used with --recover-stateful");

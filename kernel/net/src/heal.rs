@@ -259,7 +259,7 @@ fn rebuild(img: &Image) -> Option<u64> {
         net.inet = Some(Box::new(host::HostBackend));
     }
     // The restored cells point at boot's heap objects: abandoned.
-    NET.try_with(|n| core::mem::forget(core::mem::replace(n, Some(net))))?;
+    NET.try_with(|n| core::mem::forget(n.replace(net)))?;
     host::install_image(img.host.as_ref().map(|h| h.image()));
     eventfd::set_serial(img.serial);
     TOUCHED.store(false, Relaxed);

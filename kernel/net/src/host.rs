@@ -217,7 +217,7 @@ pub(crate) fn install_image(img: Option<State>) {
     s.seq += 1;
     s.floor = s.seq;
     s.relearn();
-    STATE.with(|g| core::mem::forget(core::mem::replace(g, Some(s))));
+    STATE.with(|g| core::mem::forget(g.replace(s)));
 }
 
 /// Frees the backend's state (before a rejuvenation: it is sound, and the
