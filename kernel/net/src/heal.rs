@@ -28,10 +28,15 @@
 //! into vfs that reach it through vfs's object table (`close` releases a
 //! socket, `poll` refreshes readiness) and in the scheduler's idle wait
 //! (host readiness reports). So the gate runs [`commit`] after *every*
-//! gated system call (`shoal_recover::set_committer`); it copies the state
-//! only when something touched it since the last copy (every access
-//! through `crate::with` or the host backend's sets a flag): a `read` of
-//! a file, which passes net's gate, costs a load.
+//! gated system call (`shoal_recover::set_committer`); it does anything
+//! only when something touched the state since the last time (every
+//! access through `crate::with` or the host backend's sets a flag): a
+//! `read` of a file, which passes net's gate, costs a load. Then it
+//! copies only the entries the call touched: the maps of objects,
+//! `AF_UNIX` sockets and names, host sockets and handles note the key of
+//! every mutable access, insertion and removal (`crate::tracked`), and an
+//! entry is copied only if it differs from the log's — a server's idle
+//! connections cost nothing.
 //!
 //! **Replay and encapsulated restoration.** A reboot restores net's
 //! snapshot, then [`after_reboot`] installs a copy of the log's state
@@ -52,9 +57,9 @@
 //! send handed to the host are sent again by the retry). The heap objects
 //! of a failed state leak (once per failure); a rejuvenation frees them.
 //! The `AF_INET` backend is rebuilt as the host-socket backend (the only
-//! one there is). Copying the whole live state costs time in proportion
-//! to it after each call that touched net (`shoal bench recover`
-//! measures it).
+//! one there is). An epoll instance is one entry: a wait that changed its
+//! ready list copies the whole instance (its interest set included). The
+//! log holds a second copy of the bytes buffered in `AF_UNIX` sockets.
 
 use crate::host;
 use crate::{eventfd, Net, Obj, NET};
