@@ -47,7 +47,7 @@ impl Drop for Entered {
 /// Whether entering `c` from `prev` starts a hang watch: `c` is
 /// rebootable, a gate is armed (so the watchdog's stop has a gate to
 /// return to), and no call is watched yet (the gate entered a component
-/// that is not rebootable: `mm`, or `net` without `--recover-stateful`). See [`super::watchdog::begin_nested`].
+/// that is not rebootable: `mm`). See [`super::watchdog::begin_nested`].
 #[inline]
 fn watch_from(prev: Component, c: Component) -> bool {
     c != prev && ARMED.load(Relaxed) != 0 && rebootable(c) && super::watchdog::begin_nested(c)
