@@ -215,9 +215,12 @@ pub(crate) fn start_log() {
 /// Brings the log up to date if net's state was touched since the last
 /// copy (the gate calls this after every system call).
 pub fn commit() {
-    if !TOUCHED.swap(false, Relaxed) {
+    // A load, not a swap: the common case (nothing touched) must not pay
+    // for a locked instruction on every system call.
+    if !TOUCHED.load(Relaxed) {
         return;
     }
+    TOUCHED.store(false, Relaxed);
     // Borrowed (a thread switched out inside a call holds no borrow, so
     // this means a failed call abandoned one): the copy waits.
     let done = slot(|log| {

@@ -74,7 +74,7 @@ struct Msg {
     from: Option<Vec<u8>>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug, PartialEq)]
 struct Sock {
     ty: Ty,
     /// The bound name (the bytes after `sun_family`).
@@ -98,6 +98,49 @@ struct Sock {
     opts: SockOpts,
     /// Counts changes that can make the socket newly ready.
     gen: u64,
+}
+
+// By hand: `clone_from` reuses the copy's buffers (the recovery log
+// brings its copy of a socket up to date after every call that touched
+// it; a derived `clone_from` would allocate its buffers afresh).
+impl Clone for Sock {
+    fn clone(&self) -> Sock {
+        Sock {
+            ty: self.ty,
+            name: self.name.clone(),
+            listen: self.listen.clone(),
+            peer: self.peer,
+            connected: self.connected,
+            rx: self.rx.clone(),
+            msgs: self.msgs.clone(),
+            msg_bytes: self.msg_bytes,
+            shut_rcv: self.shut_rcv,
+            shut_snd: self.shut_snd,
+            err: self.err,
+            opts: self.opts.clone(),
+            gen: self.gen,
+        }
+    }
+
+    fn clone_from(&mut self, s: &Sock) {
+        self.ty = s.ty;
+        self.name.clone_from(&s.name);
+        self.listen.clone_from(&s.listen);
+        self.peer = s.peer;
+        self.connected = s.connected;
+        // As slices: `extend` copies a slice of bytes in one go.
+        self.rx.clear();
+        let (a, b) = s.rx.as_slices();
+        self.rx.extend(a);
+        self.rx.extend(b);
+        self.msgs.clone_from(&s.msgs);
+        self.msg_bytes = s.msg_bytes;
+        self.shut_rcv = s.shut_rcv;
+        self.shut_snd = s.shut_snd;
+        self.err = s.err;
+        self.opts.clone_from(&s.opts);
+        self.gen = s.gen;
+    }
 }
 
 impl Sock {

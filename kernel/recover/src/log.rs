@@ -18,7 +18,7 @@
 use super::{injected, rebootable, Component, ARMED, CALLS, CURRENT, INJECT_AT, INJECT_COMPONENT, N};
 use alloc::boxed::Box;
 use core::any::Any;
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use shoal_plat::Global;
 
 /// While alive, the code running is component `c`'s; dropping it returns
@@ -200,29 +200,37 @@ pub(crate) fn set_rejuvenating(on: bool) {
 /// What a stateful component runs after every gated call, whichever
 /// component the call entered (`net`: its state also changes in calls
 /// into vfs — `close`, `poll` — that reach it through vfs's object
-/// table; see `shoal_net::heal`), by component.
-static COMMITTERS: Global<[Logger; N]> = Global::new([None; N]);
+/// table; see `shoal_net::heal`), by component: function addresses (0:
+/// none) in plain atomics, so the check every gate makes is a load or
+/// two, with nothing borrowed.
+static COMMITTERS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
+
+/// Bit `c - 1` set: component `c` has a committer.
+static COMMITTER_MASK: AtomicU16 = AtomicU16::new(0);
 
 /// Registers `f` to run after every gated system call (any component's):
 /// it brings `c`'s log up to date with what the call changed.
 pub fn set_committer(c: Component, f: fn()) {
     if let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) {
-        COMMITTERS.with(|l| l[i] = Some(f));
-        ANY_COMMITTER.store(true, Relaxed);
+        COMMITTERS[i].store(f as usize, Relaxed);
+        COMMITTER_MASK.fetch_or(1 << i, Relaxed);
     }
 }
 
-/// Whether a committer is registered (the check every gate makes).
-static ANY_COMMITTER: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-
 /// Runs every registered committer (after a gated call).
+#[inline]
 pub(crate) fn after_call() {
-    if !ANY_COMMITTER.load(Relaxed) {
-        return;
-    }
-    let Some(fs) = COMMITTERS.try_with(|l| *l) else { return };
-    for f in fs.into_iter().flatten() {
-        f();
+    let mut mask = COMMITTER_MASK.load(Relaxed);
+    while mask != 0 {
+        let i = mask.trailing_zeros() as usize;
+        mask &= mask - 1;
+        let a = COMMITTERS.get(i).map_or(0, |c| c.load(Relaxed));
+        if a != 0 {
+            // SAFETY: `a` was stored by `set_committer` from a `fn()`, and
+            // is never anything else (0 is checked above).
+            let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(a) };
+            f();
+        }
     }
 }
 
