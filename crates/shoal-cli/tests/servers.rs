@@ -468,6 +468,43 @@ fn nginx_keeps_its_connections_across_a_reboot_of_net_under_load() {
     }
 }
 
+/// Rejuvenation (`--rejuvenate-every 0.05`) reboots every rebootable
+/// component in turn, net among them, while nginx answers on one
+/// kept-alive connection for 1.5 s: every answer right, and net rebooted
+/// at least twice meanwhile (its log frees the sound state it replaces:
+/// rejuvenation does not leak), on every tender.
+#[test]
+fn nginx_keeps_its_connection_while_every_component_is_rejuvenated() {
+    let dir = scratch();
+    let (image, _) = build_recipe_into("nginx", dir.path());
+    let index = std::fs::read(nginx_dir().join("html/index.html")).unwrap();
+    for tender in tenders() {
+        let s = Nginx::shoal_with(tender, &image, dir.path(), &["--rejuvenate-every", "0.05"]);
+        let mut ka = KeepAlive::open(s.port);
+        let t0 = Instant::now();
+        let mut i = 0;
+        while t0.elapsed() < Duration::from_millis(1500) {
+            let (status, conn, body) = ka.get(if i % 2 == 0 { "/index.html" } else { "/no-such-file" });
+            let want = if i % 2 == 0 { "HTTP/1.1 200 OK" } else { "HTTP/1.1 404 Not Found" };
+            assert!(status == want && conn == "keep-alive", "{tender}: answer {i}: {status} {conn}; log:\n{}", s.log());
+            if i % 2 == 0 {
+                assert!(body == index, "{tender}: answer {i}: wrong body");
+            }
+            i += 1;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // One more answer after the last period, so the last reboots are in.
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(ka.get("/index.html").0, "HTTP/1.1 200 OK", "{tender}; log:\n{}", s.log());
+        let log = s.log();
+        let net = log.lines().filter(|l| l.starts_with("shoal: rebooted net in ")).count();
+        assert!(net >= 2, "{tender}: net rebooted {net} times; log:\n{log}");
+        // Besides the reboot lines, only nginx's own log of the 404s.
+        let other = |l: &&str| !l.starts_with("shoal: rebooted ") && !l.contains("\"/html/no-such-file\" failed");
+        assert_eq!(log.lines().filter(other).count(), 0, "{tender}: unexpected lines; log:\n{log}");
+    }
+}
+
 /// Item 1: 200 concurrent keep-alive clients from wrk for 5 s: requests
 /// answered, no socket errors (connect, read, write, timeout) and no
 /// non-2xx answers, on every tender. wrk's own request timeout (2 s by
