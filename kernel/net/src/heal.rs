@@ -59,7 +59,8 @@
 //! The `AF_INET` backend is rebuilt as the host-socket backend (the only
 //! one there is). An epoll instance is one entry: a wait that changed its
 //! ready list copies the whole instance (its interest set included). The
-//! log holds a second copy of the bytes buffered in `AF_UNIX` sockets.
+//! log holds a second copy of the bytes buffered in `AF_UNIX` sockets, and
+//! a call that changes a socket's unread bytes copies all of them.
 
 use crate::host;
 use crate::{eventfd, Net, Obj, NET};
