@@ -20,6 +20,9 @@
  *                   a socket option, an eventfd counter, an armed timerfd
  *                   and an epoll set (level- and edge-triggered entries);
  *                   prints "ok ROUNDS net rounds"
+ *   heal netloop N  N rounds of socketpair, eventfd, epoll_create1 with
+ *                   both added, a write and a read, then all closed (net's
+ *                   log must stay bounded); prints "ok N net loops"
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -238,6 +241,29 @@ static int net(int rounds) {
     return 0;
 }
 
+/* `netloop N`: sessions of net's objects opened and closed. */
+static int netloop(long n) {
+    for (long i = 0; i < n; i++) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+            return fail("socketpair", (int)i);
+        int ev = eventfd(1, 0), ep = epoll_create1(0);
+        struct epoll_event e = {.events = EPOLLIN, .data.u64 = 1};
+        if (ev < 0 || ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, sv[1], &e) || epoll_ctl(ep, EPOLL_CTL_ADD, ev, &e))
+            return fail("eventfd/epoll", (int)i);
+        char b[8];
+        struct epoll_event out[2];
+        if (write(sv[0], "ping", 4) != 4 || epoll_wait(ep, out, 2, 0) != 2 || read(sv[1], b, sizeof b) != 4)
+            return fail("write/epoll_wait/read", (int)i);
+        close(ep);
+        close(ev);
+        close(sv[0]);
+        close(sv[1]);
+    }
+    printf("ok %ld net loops\n", n);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "fill"))
         return fill(atoi(argv[2]));
@@ -247,6 +273,8 @@ int main(int argc, char **argv) {
         return loop(atol(argv[2]));
     if (argc > 1 && !strcmp(argv[1], "process"))
         return process(argc > 2 ? atoi(argv[2]) : 300);
+    if (argc > 2 && !strcmp(argv[1], "netloop"))
+        return netloop(atol(argv[2]));
     if (argc > 1 && !strcmp(argv[1], "net"))
         return net(argc > 2 ? atoi(argv[2]) : 300);
     int rounds = argc > 1 ? atoi(argv[1]) : 300;

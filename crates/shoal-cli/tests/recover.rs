@@ -334,6 +334,30 @@ fn epoll_eventfd_timerfd_and_unix_sockets_survive_a_reboot_of_net() {
     }
 }
 
+/// Session-aware shrinking in net's log: 100,000 rounds of a socket pair,
+/// an eventfd and an epoll instance opened, used and closed leave a log
+/// the size of the live state; net is rebooted every so often meanwhile
+/// (rejuvenation every 0.05 s: each reboot replays the log and reports
+/// its size).
+#[test]
+fn net_log_stays_bounded_under_many_socket_sessions() {
+    let dir = scratch();
+    let image = build_image(&test_app("heal.c"), dir.path(), &[]);
+    for t in tenders() {
+        let o = output(shoal_run(t).args(["--rejuvenate-every", "0.05"]).arg(&image).args(["--", "netloop", "100000"]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{t}: {err}");
+        assert_eq!(stdout(&o), "ok 100000 net loops\n", "{t}: {err}");
+        let lines = reboots(&err, "net");
+        assert!(!lines.is_empty(), "{t}: net rebooted during the loop: {err}");
+        for (replayed, log) in lines {
+            let log = log.unwrap();
+            assert!(log < 8 * 1024, "{t}: net's log holds {log} bytes: {err}");
+            assert!(replayed <= 8, "{t}: {replayed} entries replayed: {err}");
+        }
+    }
+}
+
 /// A log that runs out of memory for its copy of a file says so once,
 /// frees its copies — the program can fill guest memory with a file as
 /// without the log (a 64 MiB guest: well past the half a copy would
