@@ -15,16 +15,29 @@
  *                   ignored, blocked and pending signals, the alternate
  *                   stack, resource limits, a System V semaphore and message
  *                   queue; prints "ok ROUNDS process rounds"
+ *   heal net [ROUNDS]  the same for net's state: AF_UNIX stream and
+ *                   datagram pairs with unread bytes and a shut-down end,
+ *                   a socket option, an eventfd counter, an armed timerfd
+ *                   and an epoll set (level- and edge-triggered entries);
+ *                   prints "ok ROUNDS net rounds"
+ *   heal netloop N  N rounds of socketpair, eventfd, epoll_create1 with
+ *                   both added, a write and a read, then all closed (net's
+ *                   log must stay bounded); prints "ok N net loops"
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
 #include <sys/msg.h>
 #include <sys/resource.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/sem.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -159,6 +172,98 @@ static int fill(int max) {
     return 0;
 }
 
+/* `net N`: net's objects, each changed and checked every round. */
+static int net(int rounds) {
+    int sv[2], keep[2], shut[2], dg[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) || socketpair(AF_UNIX, SOCK_STREAM, 0, keep) ||
+        socketpair(AF_UNIX, SOCK_STREAM, 0, shut) || socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0, dg))
+        return fail("socketpair", 0);
+    int ev = eventfd(0, EFD_NONBLOCK);
+    int tf = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ev < 0 || tf < 0 || ep < 0)
+        return fail("eventfd/timerfd/epoll", 0);
+    /* Far in the future: nothing expires during the run. */
+    struct itimerspec its = {{100, 0}, {1000, 0}};
+    int rcv = 10000;
+    if (timerfd_settime(tf, 0, &its, 0) || setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv))
+        return fail("settime/setsockopt", 0);
+    if (write(keep[0], "unread", 6) != 6 || shutdown(shut[0], SHUT_WR) || send(dg[0], "dgram", 5, 0) != 5)
+        return fail("setup sockets", 0);
+    struct epoll_event e = {.events = EPOLLIN, .data.u64 = 1};
+    struct epoll_event f = {.events = EPOLLIN | EPOLLET, .data.u64 = 2};
+    struct epoll_event g = {.events = EPOLLIN, .data.u64 = 3};
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, sv[1], &e) || epoll_ctl(ep, EPOLL_CTL_ADD, ev, &f) || epoll_ctl(ep, EPOLL_CTL_ADD, tf, &g))
+        return fail("epoll_ctl", 0);
+    for (int i = 0; i < rounds; i++) {
+        char msg[8], got[16];
+        int len = snprintf(msg, sizeof msg, "%05d", i);
+        uint64_t v = i + 1, r = 0;
+        if (write(sv[0], msg, len) != len || write(ev, &v, 8) != 8)
+            return fail("write", i);
+        /* Both reported (the timer is not due); the eventfd, edge-
+         * triggered, only once. */
+        struct epoll_event out[4];
+        int n = epoll_wait(ep, out, 4, 0);
+        uint64_t seen = 0;
+        for (int k = 0; k < n; k++)
+            seen |= 1u << out[k].data.u64;
+        if (n != 2 || seen != 6)
+            return fail("epoll_wait", i);
+        n = epoll_wait(ep, out, 4, 0);
+        if (n != 1 || out[0].data.u64 != 1)
+            return fail("epoll_wait edge-triggered", i);
+        if (read(sv[1], got, sizeof got) != len || memcmp(got, msg, len))
+            return fail("stream bytes", i);
+        if (read(sv[1], got, sizeof got) != -1 || errno != EAGAIN)
+            return fail("stream drained", i);
+        if (read(ev, &r, 8) != 8 || r != v)
+            return fail("eventfd counter", i);
+        if (epoll_wait(ep, out, 4, 0) != 0)
+            return fail("epoll_wait empty", i);
+        /* What stays: unread bytes, a queued datagram, end of file after
+         * the peer's shutdown, the option, the timer's setting. */
+        if (recv(keep[1], got, sizeof got, MSG_PEEK) != 6 || memcmp(got, "unread", 6))
+            return fail("unread bytes", i);
+        if (recv(dg[1], got, sizeof got, MSG_PEEK) != 5 || memcmp(got, "dgram", 5))
+            return fail("queued datagram", i);
+        if (read(shut[1], got, sizeof got) != 0)
+            return fail("end of file after shutdown", i);
+        int val = 0;
+        socklen_t vl = sizeof val;
+        if (getsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &val, &vl) || val != 2 * rcv)
+            return fail("SO_RCVBUF", i);
+        struct itimerspec cur;
+        if (timerfd_gettime(tf, &cur) || cur.it_interval.tv_sec != 100 || cur.it_value.tv_sec < 900)
+            return fail("timerfd setting", i);
+    }
+    printf("ok %d net rounds\n", rounds);
+    return 0;
+}
+
+/* `netloop N`: sessions of net's objects opened and closed. */
+static int netloop(long n) {
+    for (long i = 0; i < n; i++) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+            return fail("socketpair", (int)i);
+        int ev = eventfd(1, 0), ep = epoll_create1(0);
+        struct epoll_event e = {.events = EPOLLIN, .data.u64 = 1};
+        if (ev < 0 || ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, sv[1], &e) || epoll_ctl(ep, EPOLL_CTL_ADD, ev, &e))
+            return fail("eventfd/epoll", (int)i);
+        char b[8];
+        struct epoll_event out[2];
+        if (write(sv[0], "ping", 4) != 4 || epoll_wait(ep, out, 2, 0) != 2 || read(sv[1], b, sizeof b) != 4)
+            return fail("write/epoll_wait/read", (int)i);
+        close(ep);
+        close(ev);
+        close(sv[0]);
+        close(sv[1]);
+    }
+    printf("ok %ld net loops\n", n);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "fill"))
         return fill(atoi(argv[2]));
@@ -168,6 +273,10 @@ int main(int argc, char **argv) {
         return loop(atol(argv[2]));
     if (argc > 1 && !strcmp(argv[1], "process"))
         return process(argc > 2 ? atoi(argv[2]) : 300);
+    if (argc > 2 && !strcmp(argv[1], "netloop"))
+        return netloop(atol(argv[2]));
+    if (argc > 1 && !strcmp(argv[1], "net"))
+        return net(argc > 2 ? atoi(argv[2]) : 300);
     int rounds = argc > 1 ? atoi(argv[1]) : 300;
     umask(027);
     if (mkdir("/tmp/w", 0755) || mkdir("/tmp/w/d1", 0700) || chdir("/tmp/w"))

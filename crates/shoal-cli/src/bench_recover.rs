@@ -12,7 +12,7 @@
 //!   `--net-bind-any --net-outbound`), per call, native, and on spt and
 //!   hvt without and with the gates (`apps/bench/recover.c`, the lowest of
 //!   5 loops per run, as the machine is shared).
-//! - **reboot time** of each rebootable component (vfs, ramfs and process rebuilt from their logs), from the
+//! - **reboot time** of each rebootable component (vfs, ramfs, process and net rebuilt from their logs), from the
 //!   reboot lines of `--rejuvenate-every` runs of `apps/tests/recover.c`
 //!   (VampOS: 7.4 µs for PROCESS; goal ≤ 10 µs).
 //! - **Fig. 7 SQLite**: 10,000 single-row inserts (autocommit, so each one
@@ -80,7 +80,7 @@ const OPS: [(&str, &str); 9] = [
 ];
 
 /// The rebootable components.
-const COMPONENTS: [&str; 6] = ["vfs", "ramfs", "time", "process", "sysinfo", "user"];
+const COMPONENTS: [&str; 7] = ["vfs", "ramfs", "time", "process", "sysinfo", "user", "net"];
 
 /// The systems measured: a name and the `shoal run` flags (None: native).
 fn systems(hvt: bool) -> Vec<(&'static str, Option<Vec<&'static str>>)> {
@@ -423,7 +423,7 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
         (!cyc[on][1].is_empty() && !cyc[off][1].is_empty()).then(|| mean_sd(&cyc[on][1]).0 - mean_sd(&cyc[off][1]).0)
     };
     // `with`: "gates" (the default: stateless components rebootable) or
-    // "gates+logs" (`--recover-stateful`: vfs, ramfs and process too).
+    // "gates+logs" (`--recover-stateful`: vfs, ramfs, process and net too).
     let ratio = |v: &[Vec<f64>], t: &str, with: &str| -> Option<f64> {
         let (on, off) = (col(&format!("{t} {with}"))?, col(&format!("{t} no gates"))?);
         (!v[on].is_empty() && !v[off].is_empty()).then(|| mean_sd(&v[on]).0 / mean_sd(&v[off]).0)
@@ -536,11 +536,11 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
             }
             println!("{line}");
         }
-        println!("(VampOS over Unikraft: getpid +21.0 µs (Noop), open 1.32×, read 1.23×; its gates are message passing between component threads. With `gates` (the default) only time, sysinfo and user are rebootable and every other gate only counts; with `gates+logs` (--recover-stateful) open, read, write and close cross vfs's armed gate and update its call log, getpid process's (its log of signal state, limits and IPC objects is brought up to date before each call), the sockets net's armed gate (net is not rebootable yet); the socket pair is AF_UNIX inside the kernel, the TCP connection the host's loopback through the tender.)");
+        println!("(VampOS over Unikraft: getpid +21.0 µs (Noop), open 1.32×, read 1.23×; its gates are message passing between component threads. With `gates` (the default) only time, sysinfo and user are rebootable and every other gate only counts; with `gates+logs` (--recover-stateful) open, read, write and close cross vfs's armed gate and update its call log, getpid process's (its log of signal state, limits and IPC objects is brought up to date before each call), the sockets net's armed gate and its log (a copy of its live state after each call that touched it); the socket pair is AF_UNIX inside the kernel, the TCP connection the host's loopback through the tender.)");
     }
     if want("reboot") {
         println!();
-        println!("Reboot time of each rebootable component (µs; from the reboot lines of --rejuvenate-every 0.005 runs of recover.c; mean ± SD, median, samples; vfs, ramfs and process rebuild their state from their call log)");
+        println!("Reboot time of each rebootable component (µs; from the reboot lines of --rejuvenate-every 0.005 runs of recover.c; mean ± SD, median, samples; vfs, ramfs, process and net rebuild their state from their log)");
         for ((t, per), skip) in reboots.iter().zip(&reboot_skip) {
             if let Some(why) = skip {
                 println!("  {t:<4} skipped: {why}");

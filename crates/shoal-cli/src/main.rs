@@ -128,7 +128,7 @@ enum Cmd {
         /// Make kernel COMPONENT fail at its N-th call, for tests of component recovery: COMPONENT:KIND@N, KIND panic, wild-write or hang.
         #[arg(long, value_name = "COMPONENT:KIND@N")]
         inject: Option<String>,
-        /// Reboot the rebootable kernel components (vfs, ramfs, time, process, sysinfo, user; implies --recover-stateful) one by one, one every SECONDS (software rejuvenation).
+        /// Reboot the rebootable kernel components (vfs, ramfs, time, process, sysinfo, user, net; implies --recover-stateful) one by one, one every SECONDS (software rejuvenation).
         #[arg(long = "rejuvenate-every", value_name = "SECONDS")]
         rejuvenate_every: Option<String>,
         /// Reboot a rebootable kernel component whose call runs longer than MS milliseconds (the hang watchdog; default 1000; `off` turns it off).
@@ -137,7 +137,7 @@ enum Cmd {
         /// No component gates: system calls go straight to the kernel components; nothing is rebooted (a component's failure ends the instance).
         #[arg(long)]
         no_recover: bool,
-        /// Make vfs, ramfs and process rebootable too: their calls are logged and replayed after a reboot (costs about 1.25× CPU on file-system-heavy programs; implied by --inject into one of them and by --rejuvenate-every).
+        /// Make vfs, ramfs, process and net rebootable too: their calls are logged and replayed after a reboot (costs about 1.25× CPU on file-system-heavy programs; implied by --inject into one of them and by --rejuvenate-every).
         #[arg(long)]
         recover_stateful: bool,
         /// vfs's call log drops the records of closed descriptors when N of them are pending (VampOS's log-shrink threshold, Table IV); default 1 (at close); `never` keeps them (implies --recover-stateful).

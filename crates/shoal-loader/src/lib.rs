@@ -160,7 +160,7 @@ pub struct RunConfig {
     pub watchdog_ns: u64,
     /// `--no-recover`: no component gates (`shoal_abi::RECOVER_OFF`).
     pub no_recover: bool,
-    /// `--recover-stateful`: vfs, ramfs and process are rebootable too
+    /// `--recover-stateful`: vfs, ramfs, process and net are rebootable too
     /// (`shoal_abi::RECOVER_STATEFUL`; see [`RunConfig::recover_flags`]).
     pub recover_stateful: bool,
     /// `--log-shrink N|never` (0: not given; see
@@ -210,7 +210,7 @@ impl RunConfig {
         }
         let stateful_component = |c: u32| {
             let name = (c as usize).checked_sub(1).and_then(|i| shoal_abi::COMPONENTS.get(i));
-            matches!(name, Some(&"vfs" | &"ramfs" | &"process"))
+            matches!(name, Some(&"vfs" | &"ramfs" | &"process" | &"net"))
         };
         let injected = self.inject.is_some_and(|i| stateful_component(i.component));
         let shrink = u64::from(self.log_shrink) << shoal_abi::RECOVER_LOG_SHRINK_SHIFT;

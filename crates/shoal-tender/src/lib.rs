@@ -179,8 +179,9 @@ Runs one shoal image (the lean form of `shoal run`).
                              milliseconds (default 1000)
   --no-recover               no component gates: nothing is rebooted (a component's failure ends
                              the instance)
-  --recover-stateful         make vfs, ramfs and process rebootable too (their calls are logged;
-                             implied by --inject into one of them and by --rejuvenate-every)
+  --recover-stateful         make vfs, ramfs, process and net rebootable too (their calls are
+                             logged; implied by --inject into one of them and by
+                             --rejuvenate-every)
 ";
 
 /// Parses a size: bytes, or a number with a K, M or G suffix.
@@ -379,7 +380,7 @@ impl RunArgs {
         Ok(self)
     }
 
-    /// Adds `--recover-stateful` (vfs, ramfs and process rebootable too,
+    /// Adds `--recover-stateful` (vfs, ramfs, process and net rebootable too,
     /// their calls logged; refused with `--no-recover`).
     pub fn with_stateful_recovery(mut self, on: bool) -> Result<RunArgs, ArgsError> {
         if on && self.no_recover {
@@ -589,6 +590,8 @@ mod tests {
         assert_eq!(flags(&["--recover-stateful", "img"]), shoal_abi::RECOVER_STATEFUL);
         assert_eq!(flags(&["--inject", "ramfs:panic@1", "img"]), shoal_abi::RECOVER_STATEFUL);
         assert_eq!(flags(&["--inject", "process:hang@1", "img"]), shoal_abi::RECOVER_STATEFUL);
+        assert_eq!(flags(&["--inject", "net:wild-write@9", "img"]), shoal_abi::RECOVER_STATEFUL);
+        assert_eq!(flags(&["--inject", "mm:panic@1", "img"]), 0);
         assert_eq!(flags(&["--rejuvenate-every", "1", "img"]), shoal_abi::RECOVER_STATEFUL);
         assert_eq!(flags(&["--no-recover", "img"]), shoal_abi::RECOVER_OFF);
         assert_eq!(msg(&["--no-recover", "--recover-stateful", "img"]), "--no-recover turns component recovery off; it cannot be used with --recover-stateful");

@@ -99,7 +99,7 @@ pub trait Backend {
 
 /// The `SOL_SOCKET` options every socket keeps and reports back as set
 /// (the host backend will pass them on to its host socket instead).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SockOpts {
     /// `SO_RCVBUF` as `getsockopt` reports it (Linux doubles the value set).
     pub rcvbuf: i32,

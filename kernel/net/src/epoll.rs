@@ -77,7 +77,7 @@ enum Src {
     Always,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Item {
     events: u32,
     data: u64,
@@ -98,7 +98,7 @@ struct Item {
 type Key = (usize, i32);
 
 /// One epoll instance.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Epoll {
     /// Watched (description, descriptor) pairs.
     items: BTreeMap<Key, Item>,
@@ -115,12 +115,22 @@ pub(crate) struct Epoll {
 }
 
 impl Epoll {
-    /// Drops every entry of description `ofd` (it was closed for good).
-    pub fn forget(&mut self, ofd: usize) {
+    /// Bytes its tables take on the heap (an estimate, for the recovery
+    /// log's size).
+    pub fn heap_bytes(&self) -> usize {
+        self.items.len() * (core::mem::size_of::<(Key, Item)>() + 16)
+            + self.queue.capacity() * core::mem::size_of::<Key>()
+            + self.by_src.len() * (core::mem::size_of::<(Src, Key)>() + 16)
+    }
+
+    /// Drops every entry of description `ofd` (it was closed for good);
+    /// whether there was one.
+    pub fn forget(&mut self, ofd: usize) -> bool {
         let keys: Vec<Key> = self.items.range((ofd, i32::MIN)..=(ofd, i32::MAX)).map(|(k, _)| *k).collect();
-        for k in keys {
-            self.remove(&k);
+        for k in &keys {
+            self.remove(k);
         }
+        !keys.is_empty()
     }
 
     fn insert(&mut self, key: Key, it: Item) {

@@ -16,7 +16,7 @@ use crate::abi::*;
 const MAX: u64 = u64::MAX - 1;
 
 /// One eventfd.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct EventFd {
     count: u64,
     semaphore: bool,
@@ -27,6 +27,17 @@ pub(crate) struct EventFd {
 
 /// Serial numbers of eventfds, for their readiness-log keys.
 static SERIAL: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// The last serial number given (the recovery log keeps it: a rebooted
+/// component must not hand out a readiness-log tag again).
+pub(crate) fn serial() -> u64 {
+    SERIAL.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sets the last serial number given (after a reboot, from the log).
+pub(crate) fn set_serial(n: u64) {
+    SERIAL.store(n, core::sync::atomic::Ordering::Relaxed);
+}
 
 impl EventFd {
     pub fn new(init: u64, semaphore: bool) -> EventFd {

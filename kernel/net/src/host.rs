@@ -49,7 +49,7 @@
 //! bits not already known, so a readable socket nobody reads does not wake
 //! the instance again and again.
 
-use alloc::collections::{BTreeMap, VecDeque};
+use alloc::collections::VecDeque;
 use alloc::vec;
 use alloc::vec::Vec;
 use shoal_abi::{net_op, Listener, NetOp, NetPollFd, LISTENER_ANY_PORT, NET_BIND_ANY, NET_MAX_POLL, NET_OUTBOUND, NET_WATCH};
@@ -58,6 +58,7 @@ use shoal_vfs::obj::Readiness;
 
 use crate::abi::*;
 use crate::backend::{Backend, Received, SockAddr, SockOpts};
+use crate::tracked::TrackedMap;
 
 /// `EINPROGRESS`: a non-blocking connect goes on by itself.
 const EINPROGRESS: Errno = Errno(115);
@@ -69,6 +70,7 @@ const POLLHUP: u32 = 0x010;
 const POLLRDHUP: u32 = 0x2000;
 
 /// One guest socket of this family.
+#[derive(Clone, PartialEq)]
 struct HostSock {
     domain: i32,
     ty: i32,
@@ -141,8 +143,8 @@ impl HostSock {
 /// Most reports collected by one `NetPoll` (more wait for the next).
 const WATCH_BATCH: usize = 256;
 
-struct State {
-    socks: BTreeMap<u64, HostSock>,
+pub(crate) struct State {
+    socks: TrackedMap<u64, HostSock>,
     next: u64,
     /// The tender's listeners and whether a guest socket took each.
     listeners: Vec<(Listener, bool)>,
@@ -156,7 +158,7 @@ struct State {
     /// Whether the tender keeps a watch set (`NET_WATCH`).
     watch: bool,
     /// Host handle → guest socket, for the watch set's reports.
-    by_host: BTreeMap<i64, u64>,
+    by_host: TrackedMap<i64, u64>,
     /// Scratch for the reports.
     events: Vec<NetPollFd>,
     /// Sequence number of the last readiness gain (see [`State::gained`]).
@@ -173,10 +175,55 @@ const MAX_GAINS: usize = 4096;
 static STATE: Global<Option<State>> = Global::new(None);
 
 fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
+    crate::heal::touched();
     STATE.with(|s| {
         let s = s.get_or_insert_with(State::new);
         f(s)
     })
+}
+
+/// Brings `log`, the recovery log's copy of the backend's state
+/// (`crate::heal`: everything but the scratch buffer and the gain log,
+/// which a rebuild starts afresh, [`install_image`]), up to date: only
+/// the sockets that changed are copied. `None`: the state is borrowed.
+pub(crate) fn sync_image(log: &mut Option<State>) -> Option<()> {
+    STATE.try_with(|s| match (log.as_mut(), s.as_mut()) {
+        (Some(l), Some(s)) => l.sync_from(s),
+        (_, Some(s)) => {
+            *log = Some(s.image());
+            s.socks.forget_notes();
+            s.by_host.forget_notes();
+        }
+        (_, None) => *log = None,
+    })
+}
+
+/// Installs `img` as the backend's state after net was rebooted: its
+/// memory is the boot snapshot again, whose state points at heap objects
+/// long since changed or freed; they are abandoned, not dropped. The host
+/// sockets are the tender's and still open: the handles in `img` are
+/// reattached as they are (nothing is reopened or re-bound). What the
+/// tender's watch set reported since the log was written went to the
+/// abandoned state, so each socket's readiness is asked once, with a
+/// zero-timeout level-triggered `NetPoll` (a question, not an operation
+/// repeated), and every epoll instance looks at all its host sockets
+/// once (the gain log starts empty, above every instance's position).
+pub(crate) fn install_image(img: Option<State>) {
+    let Some(mut s) = img else {
+        STATE.with(|g| core::mem::forget(g.take()));
+        return;
+    };
+    s.refreshed = u64::MAX;
+    s.seq += 1;
+    s.floor = s.seq;
+    s.relearn();
+    STATE.with(|g| core::mem::forget(g.replace(s)));
+}
+
+/// Frees the backend's state (before a rejuvenation: it is sound, and the
+/// reboot installs the log's copy).
+pub(crate) fn drop_state() {
+    drop(STATE.try_with(|s| s.take()).flatten());
 }
 
 /// Installs the backend if the tender handed the instance any network
@@ -269,7 +316,7 @@ fn with_port(mut addr: SockAddr, port: u16) -> SockAddr {
 impl State {
     fn new() -> State {
         State {
-            socks: BTreeMap::new(),
+            socks: TrackedMap::default(),
             next: 0,
             listeners: Vec::new(),
             outbound: false,
@@ -277,11 +324,81 @@ impl State {
             refreshed: u64::MAX,
             noted: false,
             watch: false,
-            by_host: BTreeMap::new(),
+            by_host: TrackedMap::default(),
             events: Vec::new(),
             seq: 0,
             gains: VecDeque::new(),
             floor: 0,
+        }
+    }
+
+    /// See [`sync_image`].
+    fn sync_from(&mut self, live: &mut State) {
+        live.socks.sync_into(self.socks.raw_mut());
+        live.by_host.sync_into(self.by_host.raw_mut());
+        if self.listeners != live.listeners {
+            self.listeners.clone_from(&live.listeners);
+        }
+        self.next = live.next;
+        self.outbound = live.outbound;
+        self.bind_any = live.bind_any;
+        self.noted = live.noted;
+        self.watch = live.watch;
+        self.seq = live.seq;
+        self.floor = live.seq;
+    }
+
+    /// Guest sockets it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.socks.len()
+    }
+
+    /// Bytes its tables take on the heap (an estimate).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let per = core::mem::size_of::<HostSock>() + 32;
+        let addrs: usize = self.socks.values().map(|s| s.local.as_ref().map_or(0, |a| a.capacity())).sum();
+        self.socks.len() * per + addrs + self.by_host.len() * 32 + self.listeners.len() * core::mem::size_of::<(Listener, bool)>()
+    }
+
+    /// See [`image`].
+    pub(crate) fn image(&self) -> State {
+        State {
+            socks: self.socks.clone(),
+            next: self.next,
+            listeners: self.listeners.clone(),
+            outbound: self.outbound,
+            bind_any: self.bind_any,
+            refreshed: u64::MAX,
+            noted: self.noted,
+            watch: self.watch,
+            by_host: self.by_host.clone(),
+            events: Vec::new(),
+            seq: self.seq,
+            gains: VecDeque::new(),
+            floor: self.seq,
+        }
+    }
+
+    /// Asks the tender for the current readiness of every host socket
+    /// (see [`install_image`]); each one is marked as possibly gained.
+    fn relearn(&mut self) {
+        let all: Vec<(u64, i64)> = self.socks.iter().filter_map(|(&id, s)| s.host.map(|fd| (id, fd))).collect();
+        for chunk in all.chunks(NET_MAX_POLL as usize) {
+            let mut fds: Vec<NetPollFd> =
+                chunk.iter().map(|&(_, fd)| NetPollFd { handle: fd as i32, events: (POLLIN | POLLOUT | POLLRDHUP) as i16, revents: 0 }).collect();
+            let rc = shoal_plat::hypercall::net_poll(&mut fds, 0);
+            for (f, &(id, _)) in fds.iter().zip(chunk) {
+                if let Some(s) = self.socks.get_mut(&id) {
+                    if rc >= 0 {
+                        // The current bits replace the cached ones; the
+                        // generation moves on, so edge-triggered entries
+                        // are looked at again.
+                        s.ready = f.revents as u16 as u32;
+                    }
+                    s.gen += 1;
+                }
+                self.gained(id);
+            }
         }
     }
 

@@ -40,14 +40,15 @@ pub mod abi;
 pub mod backend;
 mod epoll;
 mod eventfd;
+pub mod heal;
 pub mod host;
 mod socket;
 pub mod sys;
 mod timerfd;
+mod tracked;
 pub mod unix;
 
 use alloc::boxed::Box;
-use alloc::collections::BTreeMap;
 use shoal_plat::{Errno, Global};
 use shoal_vfs::obj::{ObjMeta, ObjOps, Readiness};
 use shoal_vfs::Vfs;
@@ -69,6 +70,7 @@ pub(crate) enum Fam {
 }
 
 /// An object behind a descriptor.
+#[derive(Clone, PartialEq)]
 pub(crate) enum Obj {
     Socket(Sock),
     Epoll(epoll::Epoll),
@@ -78,7 +80,8 @@ pub(crate) enum Obj {
 
 /// The state of the component.
 pub(crate) struct Net {
-    pub objs: BTreeMap<u64, Obj>,
+    /// The objects by id (changes noted for the recovery log).
+    pub objs: tracked::TrackedMap<u64, Obj>,
     next: u64,
     pub unix: unix::Unix,
     /// The `AF_INET`/`AF_INET6` backend, once a tender provides one.
@@ -87,7 +90,7 @@ pub(crate) struct Net {
 
 impl Net {
     fn new() -> Net {
-        Net { objs: BTreeMap::new(), next: 0, unix: unix::Unix::default(), inet: None }
+        Net { objs: Default::default(), next: 0, unix: unix::Unix::default(), inet: None }
     }
 
     /// Adds an object; returns its id.
@@ -110,7 +113,9 @@ static NET: Global<Option<Net>> = Global::new(None);
 
 /// Runs `f` on the component's state. Never call vfs (`shoal_vfs::with`)
 /// inside: vfs calls back into this component (see `shoal_vfs::obj`).
+/// Marks the state as possibly changed, for the recovery log (`heal`).
 pub(crate) fn with<R>(f: impl FnOnce(&mut Net) -> R) -> R {
+    heal::touched();
     NET.with(|n| f(n.get_or_insert_with(Net::new)))
 }
 
@@ -228,11 +233,10 @@ impl ObjOps for Ops {
 
     fn ofd_released(&self, ofd: usize) {
         with(|n| {
-            for o in n.objs.values_mut() {
-                if let Obj::Epoll(e) = o {
-                    e.forget(ofd);
-                }
-            }
+            n.objs.update_each(|o| match o {
+                Obj::Epoll(e) => e.forget(ofd),
+                _ => false,
+            });
         });
     }
 }

@@ -18,7 +18,7 @@ fn args(v: &[u64]) -> Args {
 /// (descriptor table, objects, readiness log): one at a time.
 static ENTRY_POINTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn setup() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn setup() -> std::sync::MutexGuard<'static, ()> {
     let guard = ENTRY_POINTS.lock().unwrap_or_else(|e| e.into_inner());
     shoal_plat::umem::set_bounds(1, u64::MAX);
     init();

@@ -18,7 +18,7 @@ use crate::abi::*;
 const NS: u64 = 1_000_000_000;
 
 /// One timerfd.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct TimerFd {
     clock: i32,
     /// Next expiry (monotonic ns), if armed.

@@ -25,13 +25,14 @@
 //! (`EPOLLHUP`, end of file, `EPIPE`), with `ECONNRESET` if it left data
 //! unread. No credentials or descriptors are passed (`SCM_RIGHTS`).
 
-use alloc::collections::{BTreeMap, VecDeque};
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use shoal_plat::Errno;
 use shoal_vfs::obj::*;
 
 use crate::abi::*;
 use crate::backend::{Backend, Received, SockAddr, SockOpts};
+use crate::tracked::TrackedMap;
 
 /// Datagrams a receiver queues at most (`net.unix.max_dgram_qlen`).
 const MAX_DGRAMS: usize = 512;
@@ -67,13 +68,13 @@ impl Ty {
 }
 
 /// One message of a datagram or seqpacket socket, with its sender's name.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq)]
 struct Msg {
     data: Vec<u8>,
     from: Option<Vec<u8>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct Sock {
     ty: Ty,
     /// The bound name (the bytes after `sun_family`).
@@ -97,6 +98,49 @@ struct Sock {
     opts: SockOpts,
     /// Counts changes that can make the socket newly ready.
     gen: u64,
+}
+
+// By hand: `clone_from` reuses the copy's buffers (the recovery log
+// brings its copy of a socket up to date after every call that touched
+// it; a derived `clone_from` would allocate its buffers afresh).
+impl Clone for Sock {
+    fn clone(&self) -> Sock {
+        Sock {
+            ty: self.ty,
+            name: self.name.clone(),
+            listen: self.listen.clone(),
+            peer: self.peer,
+            connected: self.connected,
+            rx: self.rx.clone(),
+            msgs: self.msgs.clone(),
+            msg_bytes: self.msg_bytes,
+            shut_rcv: self.shut_rcv,
+            shut_snd: self.shut_snd,
+            err: self.err,
+            opts: self.opts.clone(),
+            gen: self.gen,
+        }
+    }
+
+    fn clone_from(&mut self, s: &Sock) {
+        self.ty = s.ty;
+        self.name.clone_from(&s.name);
+        self.listen.clone_from(&s.listen);
+        self.peer = s.peer;
+        self.connected = s.connected;
+        // As slices: `extend` copies a slice of bytes in one go.
+        self.rx.clear();
+        let (a, b) = s.rx.as_slices();
+        self.rx.extend(a);
+        self.rx.extend(b);
+        self.msgs.clone_from(&s.msgs);
+        self.msg_bytes = s.msg_bytes;
+        self.shut_rcv = s.shut_rcv;
+        self.shut_snd = s.shut_snd;
+        self.err = s.err;
+        self.opts.clone_from(&s.opts);
+        self.gen = s.gen;
+    }
 }
 
 impl Sock {
@@ -128,11 +172,11 @@ impl Sock {
 }
 
 /// The `AF_UNIX` sockets of the instance and their names.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Unix {
-    socks: BTreeMap<u64, Sock>,
+    socks: TrackedMap<u64, Sock>,
     next: u64,
-    names: BTreeMap<Vec<u8>, u64>,
+    names: TrackedMap<Vec<u8>, u64>,
     /// The next abstract name `bind` picks for an address without a name.
     autobind: u32,
 }
@@ -170,6 +214,44 @@ pub fn parse(addr: &[u8]) -> Result<Option<Vec<u8>>, Errno> {
 }
 
 impl Unix {
+    /// Brings `self`, the recovery log's copy, up to date with `live`:
+    /// only the sockets a call touched are looked at (`crate::tracked`).
+    pub(crate) fn sync_from(&mut self, live: &mut Unix) {
+        live.socks.sync_into(self.socks.raw_mut());
+        live.names.sync_into(self.names.raw_mut());
+        self.next = live.next;
+        self.autobind = live.autobind;
+    }
+
+    /// Forgets what its maps noted (a whole copy was just taken).
+    pub(crate) fn forget_notes(&mut self) {
+        self.socks.forget_notes();
+        self.names.forget_notes();
+    }
+
+    /// Sockets it holds.
+    pub fn len(&self) -> usize {
+        self.socks.len()
+    }
+
+    /// Whether it holds no socket.
+    pub fn is_empty(&self) -> bool {
+        self.socks.is_empty()
+    }
+
+    /// Bytes its sockets take on the heap, buffered data included (an
+    /// estimate, for the recovery log's size).
+    pub fn heap_bytes(&self) -> usize {
+        let per = core::mem::size_of::<Sock>() + 32;
+        let data: usize = self
+            .socks
+            .values()
+            .map(|s| s.rx.capacity() + s.msgs.iter().map(|m| m.data.capacity() + m.from.as_ref().map_or(0, |f| f.capacity()) + 48).sum::<usize>())
+            .sum();
+        let names: usize = self.names.keys().map(|k| k.capacity() + 32).sum();
+        self.socks.len() * per + data + names
+    }
+
     fn sock(&self, h: u64) -> Result<&Sock, Errno> {
         self.socks.get(&h).ok_or(Errno::EBADF)
     }

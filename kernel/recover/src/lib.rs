@@ -39,12 +39,14 @@
 //!
 //! Rebootable so far (the list is `shoal-kernel`'s): the components whose
 //! memory holds nothing the application can observe beyond what the
-//! snapshot restores (`time`, `sysinfo`, `user`), and `vfs`, `ramfs` and
-//! `process`, whose state lives (partly) on the heap: their hooks build it
-//! afresh from their call log (`shoal_vfs::heal` has the design;
+//! snapshot restores (`time`, `sysinfo`, `user`), and `vfs`, `ramfs`,
+//! `process` and `net`, whose state lives (partly) on the heap: their
+//! hooks build it afresh from their log (`shoal_vfs::heal` has the design;
 //! `shoal_process::heal` logs before each call into process, through
-//! [`set_logger`], since its signal state also changes outside its calls).
-//! A panic in any other component (`net`, `mm`, `sched`, …) ends the
+//! [`set_logger`], since its signal state also changes outside its calls;
+//! `shoal_net::heal` after every gated call, through [`set_committer`],
+//! since its state also changes in calls into vfs).
+//! A panic in any other component (`mm`, `sched`, …) ends the
 //! instance as before, now naming the component.
 //!
 //! What a reboot does not undo: heap blocks the failed call allocated
@@ -64,7 +66,9 @@ extern crate alloc;
 
 mod log;
 pub mod watchdog;
-pub use log::{enter, enter_quiet, log_bytes, log_cell, rejuvenating, resume, set_log_bytes, set_logger, set_replayed, suspend, Entered, Suspended, LOGS};
+pub use log::{
+    enter, enter_quiet, log_bytes, log_cell, rejuvenating, resume, set_committer, set_log_bytes, set_logger, set_replayed, suspend, Entered, Suspended, LOGS,
+};
 
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
@@ -245,7 +249,7 @@ static OFF: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new
 /// needs a return context, and the others' gates stay a counter.
 static ARM_ALL: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
-/// Whether the stateful components (`vfs`, `ramfs`, `process`) are
+/// Whether the stateful components (`vfs`, `ramfs`, `process`, `net`) are
 /// rebootable in this run: their calls are logged only then.
 pub fn stateful() -> bool {
     let flags = shoal_plat::boot::info().recover_flags;
@@ -462,7 +466,9 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
         if rebootable(c) {
             log::before_call(c);
         }
-        protected(c, f, args, inject, n)
+        let r = protected(c, f, args, inject, n);
+        log::after_call();
+        r
     } else {
         if inject {
             injected(c, n);
@@ -600,7 +606,7 @@ fn protected(c: Component, f: SyscallFn, args: &Args, inject: bool, n: u64) -> S
     for _ in 0..2 {
         ARMED.store(1, Relaxed);
         // Watched for a hang: calls into a rebootable component (every
-        // gate is armed, but a long call elsewhere — net, mm — is not
+        // gate is armed, but a long call elsewhere — mm, sched — is not
         // one the kernel could recover from).
         if rebootable(c) {
             watchdog::begin(c);

@@ -18,7 +18,7 @@
 use super::{bump, injected, rebootable, swap_current, Component, ARMED, CALLS, CURRENT, INJECT_AT, INJECT_COMPONENT, N};
 use alloc::boxed::Box;
 use core::any::Any;
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use shoal_plat::Global;
 
 /// While alive, the code running is component `c`'s; dropping it returns
@@ -47,7 +47,7 @@ impl Drop for Entered {
 /// Whether entering `c` from `prev` starts a hang watch: `c` is
 /// rebootable, a gate is armed (so the watchdog's stop has a gate to
 /// return to), and no call is watched yet (the gate entered a component
-/// that is not rebootable: net). See [`super::watchdog::begin_nested`].
+/// that is not rebootable: `mm`). See [`super::watchdog::begin_nested`].
 #[inline]
 fn watch_from(prev: Component, c: Component) -> bool {
     c != prev && ARMED.load(Relaxed) != 0 && rebootable(c) && super::watchdog::begin_nested(c)
@@ -195,6 +195,43 @@ pub fn rejuvenating() -> bool {
 
 pub(crate) fn set_rejuvenating(on: bool) {
     REJUVENATING.store(on, Relaxed);
+}
+
+/// What a stateful component runs after every gated call, whichever
+/// component the call entered (`net`: its state also changes in calls
+/// into vfs — `close`, `poll` — that reach it through vfs's object
+/// table; see `shoal_net::heal`), by component: function addresses (0:
+/// none) in plain atomics, so the check every gate makes is a load or
+/// two, with nothing borrowed.
+static COMMITTERS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
+
+/// Bit `c - 1` set: component `c` has a committer.
+static COMMITTER_MASK: AtomicU16 = AtomicU16::new(0);
+
+/// Registers `f` to run after every gated system call (any component's):
+/// it brings `c`'s log up to date with what the call changed.
+pub fn set_committer(c: Component, f: fn()) {
+    if let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) {
+        COMMITTERS[i].store(f as usize, Relaxed);
+        COMMITTER_MASK.fetch_or(1 << i, Relaxed);
+    }
+}
+
+/// Runs every registered committer (after a gated call).
+#[inline]
+pub(crate) fn after_call() {
+    let mut mask = COMMITTER_MASK.load(Relaxed);
+    while mask != 0 {
+        let i = mask.trailing_zeros() as usize;
+        mask &= mask - 1;
+        let a = COMMITTERS.get(i).map_or(0, |c| c.load(Relaxed));
+        if a != 0 {
+            // SAFETY: `a` was stored by `set_committer` from a `fn()`, and
+            // is never anything else (0 is checked above).
+            let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(a) };
+            f();
+        }
+    }
 }
 
 /// Runs `c`'s logger, if it has one.

@@ -17,11 +17,14 @@
 //! Only calls into rebootable components are watched: a long computation
 //! in the application, or a call into a component that cannot be rebooted
 //! yet, is never interrupted (the instance runs on, as before). A
-//! rebootable component reached from one that is not (vfs from net's
-//! `read` and `write`, which serve sockets and hand every other descriptor
-//! to vfs) is watched from the moment it is entered ([`begin_nested`],
-//! through `shoal_recover::enter`) until it returns, so a hang there is
-//! caught while a long wait in net itself is not. A call that blocks —
+//! rebootable component reached from one that is not (vfs from `mm`) is
+//! watched from the moment it is entered ([`begin_nested`], through
+//! `shoal_recover::enter`) until it returns, so a hang there is caught
+//! while a long wait in the other component is not. (vfs reached from
+//! net's `read` and `write`, which serve sockets and hand every other
+//! descriptor to vfs, is inside net's own watched call since net is
+//! rebootable too; a hang there is still vfs's: the component the call
+//! is in when the watchdog stops it.) A call that blocks —
 //! vfs waiting on a pipe, process in `sigsuspend` or `semop` — is taken
 //! out of the watchdog's sight while it waits (the scheduler's
 //! `reschedule` and `idle_wait`: `shoal_sched::preempt::watch_pause`), and

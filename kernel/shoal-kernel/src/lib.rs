@@ -85,18 +85,20 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
     shoal_syscall::preempt::init();
     // Last: the snapshots are the components' state right after
     // initialisation. Rebootable are the components whose state the
-    // snapshot restores whole (see shoal_recover), and vfs, ramfs and
-    // process, whose hooks rebuild their state from their log
-    // (shoal_vfs::heal, shoal_process::heal); sysinfo's
+    // snapshot restores whole (see shoal_recover), and vfs, ramfs,
+    // process and net, whose hooks rebuild their state from their log
+    // (shoal_vfs::heal, shoal_process::heal, shoal_net::heal); sysinfo's
     // hook moves its random generator to a fresh stream, so a reboot never
     // repeats bytes.
-    // vfs, ramfs and process only with `--recover-stateful` (their logs
+    // vfs, ramfs, process and net only with `--recover-stateful` (their logs
     // cost CPU on every call into them; shoal_abi::RECOVER_STATEFUL).
     use shoal_recover::id;
     if shoal_recover::stateful() {
         shoal_process::heal::start();
+        shoal_net::heal::start();
         shoal_recover::set_logger(id::VFS, shoal_vfs::heal::before_reboot);
         shoal_recover::set_logger(id::RAMFS, shoal_vfs::heal::before_reboot);
+        shoal_recover::set_logger(id::NET, shoal_net::heal::before_reboot);
         shoal_recover::init(&[
             (id::VFS, Some(shoal_vfs::heal::after_reboot)),
             (id::RAMFS, Some(shoal_vfs::heal::after_ramfs_reboot)),
@@ -104,6 +106,7 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
             (id::PROCESS, Some(shoal_process::heal::after_reboot)),
             (id::SYSINFO, Some(shoal_sysinfo::after_reboot)),
             (id::USER, None),
+            (id::NET, Some(shoal_net::heal::after_reboot)),
         ]);
     } else {
         shoal_recover::init(&[(id::TIME, None), (id::SYSINFO, Some(shoal_sysinfo::after_reboot)), (id::USER, None)]);
