@@ -155,11 +155,19 @@ impl Epoll {
         }
     }
 
-    /// Queues every entry of source `src`.
+    /// Queues every entry of source `src` ([`Epoll::enqueue`] for each; done
+    /// in place, as this runs for every readiness gain a wait reads).
     fn enqueue_src(&mut self, src: Src) {
-        let keys: Vec<Key> = self.by_src.range((src, (0, i32::MIN))..=(src, (usize::MAX, i32::MAX))).map(|(_, k)| *k).collect();
-        for k in keys {
-            self.enqueue(k);
+        if src == Src::Always {
+            return;
+        }
+        for (_, key) in self.by_src.range((src, (0, i32::MIN))..=(src, (usize::MAX, i32::MAX))) {
+            if let Some(it) = self.items.get_mut(key) {
+                if !it.queued && it.armed {
+                    it.queued = true;
+                    self.queue.push_back(*key);
+                }
+            }
         }
     }
 
@@ -461,19 +469,33 @@ pub fn wait(epfd: i32, events: u64, max: i32, timeout_ns: Option<u64>) -> SysRes
     umem::check_write(events, (max * EVENT_SIZE) as u64)?;
     let ep = epoll_of(epfd)?;
     let dl = timeout_ns.map(|t| shoal_time::monotonic_ns().saturating_add(t));
+    // A wait that may block, with no other thread to run: if what is
+    // known already has nothing to report, block at once. Blocking goes
+    // straight to the idle wait, which asks the tender for the host
+    // sockets with this wait's deadline (returning at once if one is
+    // ready), so asking it first with a zero timeout, as the scan below
+    // does, would be one more host call per wake-up for nothing. Anything
+    // known is reported only after that ask (the scan below), so a socket
+    // that stays ready cannot hide new arrivals elsewhere.
+    let mut known_empty = timeout_ns != Some(0)
+        && !shoal_sched::others_runnable()
+        && crate::host::without_refresh(|| shoal_vfs::with(|v| scan(ep, v, 1, false).is_empty()));
     loop {
-        let got = shoal_vfs::with(|v| scan(ep, v, max, true));
-        if !got.is_empty() {
-            let out = umem::slice_mut(events, got.len() * EVENT_SIZE)?;
-            for (k, (m, data)) in got.iter().enumerate() {
-                out[k * EVENT_SIZE..k * EVENT_SIZE + 4].copy_from_slice(&m.to_ne_bytes());
-                out[k * EVENT_SIZE + 4..(k + 1) * EVENT_SIZE].copy_from_slice(&data.to_ne_bytes());
+        if !known_empty {
+            let got = shoal_vfs::with(|v| scan(ep, v, max, true));
+            if !got.is_empty() {
+                let out = umem::slice_mut(events, got.len() * EVENT_SIZE)?;
+                for (k, (m, data)) in got.iter().enumerate() {
+                    out[k * EVENT_SIZE..k * EVENT_SIZE + 4].copy_from_slice(&m.to_ne_bytes());
+                    out[k * EVENT_SIZE + 4..(k + 1) * EVENT_SIZE].copy_from_slice(&data.to_ne_bytes());
+                }
+                return Ok(got.len() as u64);
             }
-            return Ok(got.len() as u64);
+            if dl.is_some_and(|d| shoal_time::monotonic_ns() >= d) {
+                return Ok(0);
+            }
         }
-        if dl.is_some_and(|d| shoal_time::monotonic_ns() >= d) {
-            return Ok(0);
-        }
+        known_empty = false;
         let timers = shoal_vfs::with(|v| deadline(ep, v));
         shoal_vfs::wait::block("epoll_wait", earlier(dl, timers))?;
         // The instance may have been closed meanwhile (by another thread).

@@ -156,7 +156,7 @@ struct State {
     /// Whether the tender keeps a watch set (`NET_WATCH`).
     watch: bool,
     /// Host handle → guest socket, for the watch set's reports.
-    by_host: BTreeMap<i64, u64>,
+    by_host: HostIndex,
     /// Scratch for the reports.
     events: Vec<NetPollFd>,
     /// Sequence number of the last readiness gain (see [`State::gained`]).
@@ -165,6 +165,64 @@ struct State {
     gains: VecDeque<(u64, u64)>,
     /// The log holds every gain after this sequence number.
     floor: u64,
+}
+
+/// Host handles below this are indexed directly in [`HostIndex`].
+const DENSE_HANDLES: i64 = 1 << 14;
+
+/// Host handle → guest socket (ids start at 1; 0 marks a free slot). Host
+/// handles are small and dense (host descriptors on spt, table handles on
+/// hvt), so they index a vector: the watch set reports every socket that
+/// became ready, and each report costs one index instead of a tree search
+/// over every connection. A handle past [`DENSE_HANDLES`] (a host with a
+/// huge descriptor limit) goes to a map.
+#[derive(Default)]
+struct HostIndex {
+    dense: Vec<u64>,
+    sparse: BTreeMap<i64, u64>,
+    len: usize,
+}
+
+impl HostIndex {
+    fn insert(&mut self, fd: i64, h: u64) {
+        if (0..DENSE_HANDLES).contains(&fd) {
+            let i = fd as usize;
+            if self.dense.len() <= i {
+                self.dense.resize(i + 1, 0);
+            }
+            if self.dense[i] == 0 {
+                self.len += 1;
+            }
+            self.dense[i] = h;
+        } else if self.sparse.insert(fd, h).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn get(&self, fd: i64) -> Option<u64> {
+        if (0..DENSE_HANDLES).contains(&fd) {
+            self.dense.get(fd as usize).copied().filter(|&h| h != 0)
+        } else {
+            self.sparse.get(&fd).copied()
+        }
+    }
+
+    fn remove(&mut self, fd: i64) {
+        if (0..DENSE_HANDLES).contains(&fd) {
+            if let Some(slot) = self.dense.get_mut(fd as usize) {
+                if *slot != 0 {
+                    *slot = 0;
+                    self.len -= 1;
+                }
+            }
+        } else if self.sparse.remove(&fd).is_some() {
+            self.len -= 1;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// Most gains the log keeps (older ones make `epoll_wait` ask every socket).
@@ -277,7 +335,7 @@ impl State {
             refreshed: u64::MAX,
             noted: false,
             watch: false,
-            by_host: BTreeMap::new(),
+            by_host: HostIndex::default(),
             events: Vec::new(),
             seq: 0,
             gains: VecDeque::new(),
@@ -429,7 +487,7 @@ impl State {
             shoal_plat::console::with_stdin(|s| s.learn(revents));
         }
         for e in &events[..n] {
-            if let Some(&id) = self.by_host.get(&i64::from(e.handle)) {
+            if let Some(id) = self.by_host.get(i64::from(e.handle)) {
                 if let Some(s) = self.socks.get_mut(&id) {
                     let gen = s.gen;
                     s.report(e.revents as u16 as u32);
@@ -501,6 +559,23 @@ impl State {
     }
 }
 
+/// What `ready` reports for a guest socket (`None`: no such socket).
+fn readiness(sock: Option<&HostSock>) -> Readiness {
+    match sock {
+        Some(sock) if sock.host.is_some() => {
+            let mut m = sock.ready;
+            if sock.listening {
+                m &= !POLLOUT;
+            }
+            Readiness { mask: m, gen: sock.gen }
+        }
+        // No host socket yet: an unconnected socket is writable (a send
+        // fails at once) as on Linux, never readable.
+        Some(sock) => Readiness { mask: if sock.ty == SOCK_DGRAM { POLLOUT } else { POLLOUT | POLLHUP }, gen: sock.gen },
+        None => Readiness { mask: POLLERR | POLLHUP, gen: 0 },
+    }
+}
+
 fn set_host_opt(fd: i64, level: i32, name: i32, val: &[u8]) -> Result<i64, Errno> {
     op(NetOp { op: net_op::SETSOCKOPT, handle: fd, a: level as u64, b: name as u64, buf: val.as_ptr() as u64, len: val.len() as u64, ..NetOp::default() }).0
 }
@@ -514,7 +589,17 @@ pub fn idle_wait(deadline: Option<u64>) -> bool {
         None => u64::MAX,
     };
     let t0 = shoal_time::monotonic_ns();
-    let Some(rc) = with(|s| s.poll(timeout)) else { return false };
+    // What the tender reports is fresh: the wait's own system call (the
+    // `epoll_wait` that blocked) need not ask again when it wakes.
+    let Some(rc) = with(|s| {
+        let rc = s.poll(timeout);
+        if rc.is_some() {
+            s.refreshed = shoal_plat::syscall_epoch();
+        }
+        rc
+    }) else {
+        return false;
+    };
     shoal_time::account_sleep(shoal_time::monotonic_ns().saturating_sub(t0));
     // Wake the waiters only when something may have changed for them: a
     // host object became ready (rc > 0), the wait failed, or a signal
@@ -528,6 +613,25 @@ pub fn idle_wait(deadline: Option<u64>) -> bool {
         crate::wake();
     }
     true
+}
+
+/// Runs `f` with the cache taken as it is: no refresh during `f` (the
+/// caller blocks next if `f` finds nothing, and the idle wait then asks
+/// the tender with the caller's deadline, returning at once if something
+/// is ready). Afterwards the system call's refresh is still to come, so
+/// whatever the caller does next sees the tender's news. This saves a
+/// blocking `epoll_wait` one zero-timeout `NetPoll` (a host
+/// `epoll_pwait2`) per wake-up.
+pub(crate) fn without_refresh<R>(f: impl FnOnce() -> R) -> R {
+    let epoch = shoal_plat::syscall_epoch();
+    let prev = with(|s| core::mem::replace(&mut s.refreshed, epoch));
+    let r = f();
+    with(|s| {
+        if prev != epoch && s.refreshed == epoch {
+            s.refreshed = prev;
+        }
+    });
+    r
 }
 
 /// Refreshes the cache once per system call, when a socket is asked about
@@ -694,15 +798,17 @@ impl Backend for HostBackend {
             // One buffer for a datagram (it must go in one call); a stream
             // takes the pieces in order until one is short.
             let joined: Vec<u8>;
-            let bufs: Vec<&[u8]> = if data.len() > 1 && s.get(h)?.ty == SOCK_DGRAM {
+            let one: [&[u8]; 1];
+            let bufs: &[&[u8]] = if data.len() > 1 && s.get(h)?.ty == SOCK_DGRAM {
                 joined = data.concat();
-                vec![&joined[..]]
+                one = [&joined[..]];
+                &one
             } else {
-                data.to_vec()
+                data
             };
             let (ap, al) = to.map_or((0, 0), |a| (a.as_ptr() as u64, a.len() as u64));
             let mut total = 0usize;
-            for b in bufs {
+            for &b in bufs {
                 if b.is_empty() && total > 0 {
                     continue;
                 }
@@ -750,17 +856,11 @@ impl Backend for HostBackend {
             if bufs.is_empty() {
                 return Ok(got);
             }
+            // Only a datagram's sender is reported (a stream's peer is
+            // fixed): a stream receive asks the tender for no address.
             let recv_into = |buf: &mut [u8], flags: i32, from: &mut [u8; 128]| {
-                op(NetOp {
-                    op: net_op::RECV,
-                    handle: fd,
-                    flags: flags as u32,
-                    buf: buf.as_mut_ptr() as u64,
-                    len: buf.len() as u64,
-                    addr: from.as_mut_ptr() as u64,
-                    addrlen: from.len() as u64,
-                    ..NetOp::default()
-                })
+                let (addr, addrlen) = if dgram { (from.as_mut_ptr() as u64, from.len() as u64) } else { (0, 0) };
+                op(NetOp { op: net_op::RECV, handle: fd, flags: flags as u32, buf: buf.as_mut_ptr() as u64, len: buf.len() as u64, addr, addrlen, ..NetOp::default() })
             };
             let first = if dgram && bufs.len() > 1 {
                 // A datagram must come in one call: gather, then scatter.
@@ -914,26 +1014,16 @@ impl Backend for HostBackend {
 
     fn ready(&self, h: u64) -> Readiness {
         with(|s| {
-            let missing = match s.socks.get(&h) {
-                Some(sock) => sock.host.is_some() && sock.ready & (POLLIN | POLLOUT) != (POLLIN | POLLOUT),
-                None => false,
-            };
-            if missing {
-                refresh_if_stale(s);
-            }
-            match s.socks.get(&h) {
-                Some(sock) if sock.host.is_some() => {
-                    let mut m = sock.ready;
-                    if sock.listening {
-                        m &= !POLLOUT;
-                    }
-                    Readiness { mask: m, gen: sock.gen }
+            // A socket lacking a bit refreshes the cache (once per system
+            // call) and is looked up again; otherwise one lookup.
+            if let Some(sock) = s.socks.get(&h) {
+                let missing = sock.host.is_some() && sock.ready & (POLLIN | POLLOUT) != (POLLIN | POLLOUT);
+                if !missing || s.refreshed == shoal_plat::syscall_epoch() {
+                    return readiness(Some(sock));
                 }
-                // No host socket yet: an unconnected socket is writable
-                // (a send fails at once) as on Linux, never readable.
-                Some(sock) => Readiness { mask: if sock.ty == SOCK_DGRAM { POLLOUT } else { POLLOUT | POLLHUP }, gen: sock.gen },
-                None => Readiness { mask: POLLERR | POLLHUP, gen: 0 },
             }
+            refresh_if_stale(s);
+            readiness(s.socks.get(&h))
         })
     }
 
@@ -958,8 +1048,8 @@ impl Backend for HostBackend {
         with(|s| {
             if let Some(sock) = s.socks.remove(&h) {
                 if let Some(fd) = sock.host {
-                    if s.by_host.get(&fd) == Some(&h) {
-                        s.by_host.remove(&fd);
+                    if s.by_host.get(fd) == Some(h) {
+                        s.by_host.remove(fd);
                     }
                 }
                 if let Some(i) = sock.listener {
@@ -1045,6 +1135,50 @@ mod tests {
         }
         assert_eq!(s.gains_after(at), None, "older than the log: ask every socket");
         assert_eq!(s.gains_after(s.seq - 1), Some(vec![MAX_GAINS as u64 - 1]));
+    }
+
+    #[test]
+    fn the_host_index_maps_small_and_large_handles() {
+        let mut x = HostIndex::default();
+        assert!(x.is_empty());
+        x.insert(5, 1);
+        x.insert(DENSE_HANDLES + 3, 2);
+        x.insert(5, 3);
+        assert_eq!((x.get(5), x.get(DENSE_HANDLES + 3), x.get(4), x.get(-1), x.get(100_000)), (Some(3), Some(2), None, None, None));
+        assert_eq!(x.len, 2, "a handle mapped again counts once");
+        x.remove(5);
+        x.remove(5);
+        x.remove(7);
+        assert_eq!((x.get(5), x.len), (None, 1));
+        x.remove(DENSE_HANDLES + 3);
+        assert!(x.is_empty());
+    }
+
+    #[test]
+    fn without_refresh_asks_no_one_and_leaves_the_refresh_to_come() {
+        // A connected socket whose cache lacks "readable": asked about, it
+        // would make the system call's one refresh (a NetPoll hypercall,
+        // which panics in a unit test) — not inside `without_refresh`.
+        shoal_plat::next_syscall_epoch();
+        let epoch = shoal_plat::syscall_epoch();
+        let id = with(|s| {
+            s.refreshed = epoch - 1;
+            s.next += 1;
+            let mut k = HostSock::new(AF_INET, SOCK_STREAM, 0);
+            k.host = Some(1000);
+            k.ready = POLLOUT;
+            s.socks.insert(s.next, k);
+            s.next
+        });
+        let r = without_refresh(|| HostBackend.ready(id));
+        assert_eq!(r.mask, POLLOUT, "the cache as it is");
+        assert_eq!(with(|s| s.refreshed), epoch - 1, "the refresh is still to come");
+        // A system call that refreshed already stays refreshed.
+        with(|s| s.refreshed = epoch);
+        without_refresh(|| ());
+        assert_eq!(with(|s| s.refreshed), epoch);
+        assert_eq!(HostBackend.ready(id).mask, POLLOUT, "refreshed: asks no one again");
+        with(|s| s.socks.remove(&id));
     }
 
     #[test]
