@@ -22,6 +22,12 @@
 //!   nested epolls, which become ready at a deadline; the standard
 //!   streams and devices) are kept apart and asked at every wait; there
 //!   are few of them;
+//! - a wait that may block, when no other thread could run, first looks
+//!   only at what is already known (no zero-timeout `NetPoll` to the
+//!   tender for the host sockets, see `crate::host::without_refresh`); if
+//!   that has nothing to report it blocks at once — the idle wait asks the
+//!   tender with the wait's deadline — otherwise it asks the tender and
+//!   reports as usual, so a socket that stays ready cannot hide news;
 //! - a queued entry is asked for its [`Readiness`] (the one interface of
 //!   `shoal_vfs::obj`) when the wait reaches it: with nothing to report it
 //!   leaves the list; level-triggered entries that were reported go to the
@@ -246,7 +252,14 @@ fn scan(id: u64, vfs: &Vfs, max: usize, consume: bool) -> Vec<(u32, u64)> {
             looked.push((key, None, false));
             continue;
         }
-        let Some(r) = vfs.ofd_ready(key.0) else {
+        // A host socket's entry asks the backend directly (what vfs would
+        // reach through the description and the object table; the entry
+        // leaves the set when its description closes).
+        let r = match it.src {
+            Src::Host(h) => crate::with(|n| n.backend(crate::Fam::Inet).ok().map(|b| b.ready(h))),
+            _ => vfs.ofd_ready(key.0),
+        };
+        let Some(r) = r else {
             looked.push((key, None, false));
             continue;
         };

@@ -31,7 +31,12 @@
 //! receive clears "readable", on a send "writable"). A descriptor asked
 //! about while a bit is missing refreshes the whole cache with one
 //! zero-timeout `NetPoll`, at most once per system call, so `poll`,
-//! `select` and `epoll_wait` never miss data that arrived.
+//! `select` and `epoll_wait` never miss data that arrived. The one
+//! exception is a blocking `epoll_wait` with no other thread to run whose
+//! entries have nothing to report from the cache: it blocks at once
+//! ([`without_refresh`]), since the idle wait then asks the tender anyway
+//! (with the wait's deadline) and counts as the call's refresh — one host
+//! call per wake-up, as a native `epoll_wait`, instead of two.
 //!
 //! With the tender's **watch set** (boot info `NET_WATCH`, both tenders
 //! on Linux >= 5.11) a `NetPoll` returns only the sockets whose readiness
