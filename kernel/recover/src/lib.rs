@@ -409,6 +409,27 @@ fn rebootable(c: Component) -> bool {
     c != 0 && REBOOTABLE.load(Relaxed) & (1 << (c - 1)) != 0
 }
 
+/// Whether the syscall table may answer a call into component `c`
+/// without its gate (the clock reads, which Linux answers in the vDSO
+/// without entering the kernel: `shoal_syscall`'s fast path); if so,
+/// counts the call as [`call_in`] would, so `--inject` numbers stay the
+/// same. Not while another call is in progress, nor when an `--inject`
+/// targets `c` or software rejuvenation is on (those need the gate). Out
+/// of line: the statics are this crate's (see `log::log_cell`).
+#[inline(never)]
+pub fn ungated_call(c: Component) -> bool {
+    if OFF.load(Relaxed) {
+        return true;
+    }
+    if CURRENT.load(Relaxed) != 0 || INJECT_COMPONENT.load(Relaxed) == c || REJUVENATE_TICKS.load(Relaxed) != 0 {
+        return false;
+    }
+    if let Some(calls) = (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
+        calls.fetch_add(1, Relaxed);
+    }
+    true
+}
+
 /// Reboots so far of component `c`.
 pub fn reboots(c: Component) -> u64 {
     (c as usize).checked_sub(1).filter(|i| *i < N).map_or(0, |i| STATE.with(|s| s.reboots[i]))
