@@ -490,9 +490,8 @@ pub fn wait(epfd: i32, events: u64, max: i32, timeout_ns: Option<u64>) -> SysRes
     // does, would be one more host call per wake-up for nothing. Anything
     // known is reported only after that ask (the scan below), so a socket
     // that stays ready cannot hide new arrivals elsewhere.
-    let mut known_empty = timeout_ns != Some(0)
-        && !shoal_sched::others_runnable()
-        && crate::host::without_refresh(|| shoal_vfs::with(|v| scan(ep, v, 1, false).is_empty()));
+    let mut known_empty =
+        timeout_ns != Some(0) && !shoal_sched::others_runnable() && crate::host::without_refresh(|| shoal_vfs::with(|v| scan(ep, v, 1, false).is_empty()));
     loop {
         if !known_empty {
             let got = shoal_vfs::with(|v| scan(ep, v, max, true));

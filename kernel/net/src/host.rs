@@ -865,7 +865,16 @@ impl Backend for HostBackend {
             // fixed): a stream receive asks the tender for no address.
             let recv_into = |buf: &mut [u8], flags: i32, from: &mut [u8; 128]| {
                 let (addr, addrlen) = if dgram { (from.as_mut_ptr() as u64, from.len() as u64) } else { (0, 0) };
-                op(NetOp { op: net_op::RECV, handle: fd, flags: flags as u32, buf: buf.as_mut_ptr() as u64, len: buf.len() as u64, addr, addrlen, ..NetOp::default() })
+                op(NetOp {
+                    op: net_op::RECV,
+                    handle: fd,
+                    flags: flags as u32,
+                    buf: buf.as_mut_ptr() as u64,
+                    len: buf.len() as u64,
+                    addr,
+                    addrlen,
+                    ..NetOp::default()
+                })
             };
             let first = if dgram && bufs.len() > 1 {
                 // A datagram must come in one call: gather, then scatter.
