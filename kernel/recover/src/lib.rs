@@ -726,6 +726,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_clock_read_goes_ungated_and_counted_unless_an_injection_or_a_call_needs_the_gate() {
+        let calls = || CALLS[id::TIME as usize - 1].load(Relaxed);
+        let n = calls();
+        assert!(ungated_call(id::TIME));
+        assert_eq!(calls(), n + 1, "counted as the gate counts, so --inject numbers stay");
+        INJECT_COMPONENT.store(id::TIME, Relaxed);
+        assert!(!ungated_call(id::TIME), "an injection into time takes the gate");
+        INJECT_COMPONENT.store(id::VFS, Relaxed);
+        assert!(ungated_call(id::TIME));
+        INJECT_COMPONENT.store(0, Relaxed);
+        CURRENT.store(id::NET, Relaxed);
+        assert!(!ungated_call(id::TIME), "inside another call");
+        CURRENT.store(0, Relaxed);
+        REJUVENATE_TICKS.store(5, Relaxed);
+        assert!(!ungated_call(id::TIME), "rejuvenation runs at the gate");
+        REJUVENATE_TICKS.store(0, Relaxed);
+        assert_eq!(calls(), n + 2);
+    }
+
+    #[test]
     fn every_component_has_a_name_and_a_number() {
         for (i, n) in COMPONENTS.iter().enumerate() {
             assert_eq!(by_name(n) as usize, i + 1);
