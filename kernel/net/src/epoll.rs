@@ -22,6 +22,12 @@
 //!   nested epolls, which become ready at a deadline; the standard
 //!   streams and devices) are kept apart and asked at every wait; there
 //!   are few of them;
+//! - a wait that may block, when no other thread could run, first looks
+//!   only at what is already known (no zero-timeout `NetPoll` to the
+//!   tender for the host sockets, see `crate::host::without_refresh`); if
+//!   that has nothing to report it blocks at once — the idle wait asks the
+//!   tender with the wait's deadline — otherwise it asks the tender and
+//!   reports as usual, so a socket that stays ready cannot hide news;
 //! - a queued entry is asked for its [`Readiness`] (the one interface of
 //!   `shoal_vfs::obj`) when the wait reaches it: with nothing to report it
 //!   leaves the list; level-triggered entries that were reported go to the
@@ -165,11 +171,19 @@ impl Epoll {
         }
     }
 
-    /// Queues every entry of source `src`.
+    /// Queues every entry of source `src` ([`Epoll::enqueue`] for each; done
+    /// in place, as this runs for every readiness gain a wait reads).
     fn enqueue_src(&mut self, src: Src) {
-        let keys: Vec<Key> = self.by_src.range((src, (0, i32::MIN))..=(src, (usize::MAX, i32::MAX))).map(|(_, k)| *k).collect();
-        for k in keys {
-            self.enqueue(k);
+        if src == Src::Always {
+            return;
+        }
+        for (_, key) in self.by_src.range((src, (0, i32::MIN))..=(src, (usize::MAX, i32::MAX))) {
+            if let Some(it) = self.items.get_mut(key) {
+                if !it.queued && it.armed {
+                    it.queued = true;
+                    self.queue.push_back(*key);
+                }
+            }
         }
     }
 
@@ -248,7 +262,14 @@ fn scan(id: u64, vfs: &Vfs, max: usize, consume: bool) -> Vec<(u32, u64)> {
             looked.push((key, None, false));
             continue;
         }
-        let Some(r) = vfs.ofd_ready(key.0) else {
+        // A host socket's entry asks the backend directly (what vfs would
+        // reach through the description and the object table; the entry
+        // leaves the set when its description closes).
+        let r = match it.src {
+            Src::Host(h) => crate::with(|n| n.backend(crate::Fam::Inet).ok().map(|b| b.ready(h))),
+            _ => vfs.ofd_ready(key.0),
+        };
+        let Some(r) = r else {
             looked.push((key, None, false));
             continue;
         };
@@ -471,19 +492,32 @@ pub fn wait(epfd: i32, events: u64, max: i32, timeout_ns: Option<u64>) -> SysRes
     umem::check_write(events, (max * EVENT_SIZE) as u64)?;
     let ep = epoll_of(epfd)?;
     let dl = timeout_ns.map(|t| shoal_time::monotonic_ns().saturating_add(t));
+    // A wait that may block, with no other thread to run: if what is
+    // known already has nothing to report, block at once. Blocking goes
+    // straight to the idle wait, which asks the tender for the host
+    // sockets with this wait's deadline (returning at once if one is
+    // ready), so asking it first with a zero timeout, as the scan below
+    // does, would be one more host call per wake-up for nothing. Anything
+    // known is reported only after that ask (the scan below), so a socket
+    // that stays ready cannot hide new arrivals elsewhere.
+    let mut known_empty =
+        timeout_ns != Some(0) && !shoal_sched::others_runnable() && crate::host::without_refresh(|| shoal_vfs::with(|v| scan(ep, v, 1, false).is_empty()));
     loop {
-        let got = shoal_vfs::with(|v| scan(ep, v, max, true));
-        if !got.is_empty() {
-            let out = umem::slice_mut(events, got.len() * EVENT_SIZE)?;
-            for (k, (m, data)) in got.iter().enumerate() {
-                out[k * EVENT_SIZE..k * EVENT_SIZE + 4].copy_from_slice(&m.to_ne_bytes());
-                out[k * EVENT_SIZE + 4..(k + 1) * EVENT_SIZE].copy_from_slice(&data.to_ne_bytes());
+        if !known_empty {
+            let got = shoal_vfs::with(|v| scan(ep, v, max, true));
+            if !got.is_empty() {
+                let out = umem::slice_mut(events, got.len() * EVENT_SIZE)?;
+                for (k, (m, data)) in got.iter().enumerate() {
+                    out[k * EVENT_SIZE..k * EVENT_SIZE + 4].copy_from_slice(&m.to_ne_bytes());
+                    out[k * EVENT_SIZE + 4..(k + 1) * EVENT_SIZE].copy_from_slice(&data.to_ne_bytes());
+                }
+                return Ok(got.len() as u64);
             }
-            return Ok(got.len() as u64);
+            if dl.is_some_and(|d| shoal_time::monotonic_ns() >= d) {
+                return Ok(0);
+            }
         }
-        if dl.is_some_and(|d| shoal_time::monotonic_ns() >= d) {
-            return Ok(0);
-        }
+        known_empty = false;
         let timers = shoal_vfs::with(|v| deadline(ep, v));
         shoal_vfs::wait::block("epoll_wait", earlier(dl, timers))?;
         // The instance may have been closed meanwhile (by another thread).

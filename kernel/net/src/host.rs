@@ -31,7 +31,12 @@
 //! receive clears "readable", on a send "writable"). A descriptor asked
 //! about while a bit is missing refreshes the whole cache with one
 //! zero-timeout `NetPoll`, at most once per system call, so `poll`,
-//! `select` and `epoll_wait` never miss data that arrived.
+//! `select` and `epoll_wait` never miss data that arrived. The one
+//! exception is a blocking `epoll_wait` with no other thread to run whose
+//! entries have nothing to report from the cache: it blocks at once
+//! ([`without_refresh`]), since the idle wait then asks the tender anyway
+//! (with the wait's deadline) and counts as the call's refresh — one host
+//! call per wake-up, as a native `epoll_wait`, instead of two.
 //!
 //! With the tender's **watch set** (boot info `NET_WATCH`, both tenders
 //! on Linux >= 5.11) a `NetPoll` returns only the sockets whose readiness
@@ -158,7 +163,7 @@ pub(crate) struct State {
     /// Whether the tender keeps a watch set (`NET_WATCH`).
     watch: bool,
     /// Host handle → guest socket, for the watch set's reports.
-    by_host: TrackedMap<i64, u64>,
+    by_host: HostIndex,
     /// Scratch for the reports.
     events: Vec<NetPollFd>,
     /// Sequence number of the last readiness gain (see [`State::gained`]).
@@ -167,6 +172,64 @@ pub(crate) struct State {
     gains: VecDeque<(u64, u64)>,
     /// The log holds every gain after this sequence number.
     floor: u64,
+}
+
+/// Host handles below this are indexed directly in [`HostIndex`].
+const DENSE_HANDLES: i64 = 1 << 14;
+
+/// Host handle → guest socket (ids start at 1; 0 marks a free slot). Host
+/// handles are small and dense (host descriptors on spt, table handles on
+/// hvt), so they index a vector: the watch set reports every socket that
+/// became ready, and each report costs one index instead of a tree search
+/// over every connection. A handle past [`DENSE_HANDLES`] (a host with a
+/// huge descriptor limit) goes to a map.
+#[derive(Default)]
+struct HostIndex {
+    dense: Vec<u64>,
+    sparse: BTreeMap<i64, u64>,
+    len: usize,
+}
+
+impl HostIndex {
+    fn insert(&mut self, fd: i64, h: u64) {
+        if (0..DENSE_HANDLES).contains(&fd) {
+            let i = fd as usize;
+            if self.dense.len() <= i {
+                self.dense.resize(i + 1, 0);
+            }
+            if self.dense[i] == 0 {
+                self.len += 1;
+            }
+            self.dense[i] = h;
+        } else if self.sparse.insert(fd, h).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn get(&self, fd: i64) -> Option<u64> {
+        if (0..DENSE_HANDLES).contains(&fd) {
+            self.dense.get(fd as usize).copied().filter(|&h| h != 0)
+        } else {
+            self.sparse.get(&fd).copied()
+        }
+    }
+
+    fn remove(&mut self, fd: i64) {
+        if (0..DENSE_HANDLES).contains(&fd) {
+            if let Some(slot) = self.dense.get_mut(fd as usize) {
+                if *slot != 0 {
+                    *slot = 0;
+                    self.len -= 1;
+                }
+            }
+        } else if self.sparse.remove(&fd).is_some() {
+            self.len -= 1;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// Most gains the log keeps (older ones make `epoll_wait` ask every socket).
@@ -192,7 +255,6 @@ pub(crate) fn sync_image(log: &mut Option<State>) -> Option<()> {
         (_, Some(s)) => {
             *log = Some(s.image());
             s.socks.forget_notes();
-            s.by_host.forget_notes();
         }
         (_, None) => *log = None,
     })
@@ -216,6 +278,12 @@ pub(crate) fn install_image(img: Option<State>) {
     s.refreshed = u64::MAX;
     s.seq += 1;
     s.floor = s.seq;
+    s.by_host = HostIndex::default();
+    for (&id, sock) in s.socks.iter() {
+        if let Some(fd) = sock.host {
+            s.by_host.insert(fd, id);
+        }
+    }
     s.relearn();
     STATE.with(|g| core::mem::forget(g.replace(s)));
 }
@@ -324,7 +392,7 @@ impl State {
             refreshed: u64::MAX,
             noted: false,
             watch: false,
-            by_host: TrackedMap::default(),
+            by_host: HostIndex::default(),
             events: Vec::new(),
             seq: 0,
             gains: VecDeque::new(),
@@ -335,7 +403,6 @@ impl State {
     /// See [`sync_image`].
     fn sync_from(&mut self, live: &mut State) {
         live.socks.sync_into(self.socks.raw_mut());
-        live.by_host.sync_into(self.by_host.raw_mut());
         if self.listeners != live.listeners {
             self.listeners.clone_from(&live.listeners);
         }
@@ -357,7 +424,7 @@ impl State {
     pub(crate) fn heap_bytes(&self) -> usize {
         let per = core::mem::size_of::<HostSock>() + 32;
         let addrs: usize = self.socks.values().map(|s| s.local.as_ref().map_or(0, |a| a.capacity())).sum();
-        self.socks.len() * per + addrs + self.by_host.len() * 32 + self.listeners.len() * core::mem::size_of::<(Listener, bool)>()
+        self.socks.len() * per + addrs + self.by_host.len * 32 + self.listeners.len() * core::mem::size_of::<(Listener, bool)>()
     }
 
     /// See [`image`].
@@ -371,7 +438,9 @@ impl State {
             refreshed: u64::MAX,
             noted: self.noted,
             watch: self.watch,
-            by_host: self.by_host.clone(),
+            // Derived from the sockets' handles: rebuilt by
+            // `install_image`, not kept in the log.
+            by_host: HostIndex::default(),
             events: Vec::new(),
             seq: self.seq,
             gains: VecDeque::new(),
@@ -546,7 +615,7 @@ impl State {
             shoal_plat::console::with_stdin(|s| s.learn(revents));
         }
         for e in &events[..n] {
-            if let Some(&id) = self.by_host.get(&i64::from(e.handle)) {
+            if let Some(id) = self.by_host.get(i64::from(e.handle)) {
                 if let Some(s) = self.socks.get_mut(&id) {
                     let gen = s.gen;
                     s.report(e.revents as u16 as u32);
@@ -618,6 +687,23 @@ impl State {
     }
 }
 
+/// What `ready` reports for a guest socket (`None`: no such socket).
+fn readiness(sock: Option<&HostSock>) -> Readiness {
+    match sock {
+        Some(sock) if sock.host.is_some() => {
+            let mut m = sock.ready;
+            if sock.listening {
+                m &= !POLLOUT;
+            }
+            Readiness { mask: m, gen: sock.gen }
+        }
+        // No host socket yet: an unconnected socket is writable (a send
+        // fails at once) as on Linux, never readable.
+        Some(sock) => Readiness { mask: if sock.ty == SOCK_DGRAM { POLLOUT } else { POLLOUT | POLLHUP }, gen: sock.gen },
+        None => Readiness { mask: POLLERR | POLLHUP, gen: 0 },
+    }
+}
+
 fn set_host_opt(fd: i64, level: i32, name: i32, val: &[u8]) -> Result<i64, Errno> {
     op(NetOp { op: net_op::SETSOCKOPT, handle: fd, a: level as u64, b: name as u64, buf: val.as_ptr() as u64, len: val.len() as u64, ..NetOp::default() }).0
 }
@@ -631,7 +717,17 @@ pub fn idle_wait(deadline: Option<u64>) -> bool {
         None => u64::MAX,
     };
     let t0 = shoal_time::monotonic_ns();
-    let Some(rc) = with(|s| s.poll(timeout)) else { return false };
+    // What the tender reports is fresh: the wait's own system call (the
+    // `epoll_wait` that blocked) need not ask again when it wakes.
+    let Some(rc) = with(|s| {
+        let rc = s.poll(timeout);
+        if rc.is_some() {
+            s.refreshed = shoal_plat::syscall_epoch();
+        }
+        rc
+    }) else {
+        return false;
+    };
     shoal_time::account_sleep(shoal_time::monotonic_ns().saturating_sub(t0));
     // Wake the waiters only when something may have changed for them: a
     // host object became ready (rc > 0), the wait failed, or a signal
@@ -645,6 +741,25 @@ pub fn idle_wait(deadline: Option<u64>) -> bool {
         crate::wake();
     }
     true
+}
+
+/// Runs `f` with the cache taken as it is: no refresh during `f` (the
+/// caller blocks next if `f` finds nothing, and the idle wait then asks
+/// the tender with the caller's deadline, returning at once if something
+/// is ready). Afterwards the system call's refresh is still to come, so
+/// whatever the caller does next sees the tender's news. This saves a
+/// blocking `epoll_wait` one zero-timeout `NetPoll` (a host
+/// `epoll_pwait2`) per wake-up.
+pub(crate) fn without_refresh<R>(f: impl FnOnce() -> R) -> R {
+    let epoch = shoal_plat::syscall_epoch();
+    let prev = with(|s| core::mem::replace(&mut s.refreshed, epoch));
+    let r = f();
+    with(|s| {
+        if prev != epoch && s.refreshed == epoch {
+            s.refreshed = prev;
+        }
+    });
+    r
 }
 
 /// Refreshes the cache once per system call, when a socket is asked about
@@ -811,15 +926,17 @@ impl Backend for HostBackend {
             // One buffer for a datagram (it must go in one call); a stream
             // takes the pieces in order until one is short.
             let joined: Vec<u8>;
-            let bufs: Vec<&[u8]> = if data.len() > 1 && s.get(h)?.ty == SOCK_DGRAM {
+            let one: [&[u8]; 1];
+            let bufs: &[&[u8]] = if data.len() > 1 && s.get(h)?.ty == SOCK_DGRAM {
                 joined = data.concat();
-                vec![&joined[..]]
+                one = [&joined[..]];
+                &one
             } else {
-                data.to_vec()
+                data
             };
             let (ap, al) = to.map_or((0, 0), |a| (a.as_ptr() as u64, a.len() as u64));
             let mut total = 0usize;
-            for b in bufs {
+            for &b in bufs {
                 if b.is_empty() && total > 0 {
                     continue;
                 }
@@ -867,15 +984,18 @@ impl Backend for HostBackend {
             if bufs.is_empty() {
                 return Ok(got);
             }
+            // Only a datagram's sender is reported (a stream's peer is
+            // fixed): a stream receive asks the tender for no address.
             let recv_into = |buf: &mut [u8], flags: i32, from: &mut [u8; 128]| {
+                let (addr, addrlen) = if dgram { (from.as_mut_ptr() as u64, from.len() as u64) } else { (0, 0) };
                 op(NetOp {
                     op: net_op::RECV,
                     handle: fd,
                     flags: flags as u32,
                     buf: buf.as_mut_ptr() as u64,
                     len: buf.len() as u64,
-                    addr: from.as_mut_ptr() as u64,
-                    addrlen: from.len() as u64,
+                    addr,
+                    addrlen,
                     ..NetOp::default()
                 })
             };
@@ -1031,26 +1151,16 @@ impl Backend for HostBackend {
 
     fn ready(&self, h: u64) -> Readiness {
         with(|s| {
-            let missing = match s.socks.get(&h) {
-                Some(sock) => sock.host.is_some() && sock.ready & (POLLIN | POLLOUT) != (POLLIN | POLLOUT),
-                None => false,
-            };
-            if missing {
-                refresh_if_stale(s);
-            }
-            match s.socks.get(&h) {
-                Some(sock) if sock.host.is_some() => {
-                    let mut m = sock.ready;
-                    if sock.listening {
-                        m &= !POLLOUT;
-                    }
-                    Readiness { mask: m, gen: sock.gen }
+            // A socket lacking a bit refreshes the cache (once per system
+            // call) and is looked up again; otherwise one lookup.
+            if let Some(sock) = s.socks.get(&h) {
+                let missing = sock.host.is_some() && sock.ready & (POLLIN | POLLOUT) != (POLLIN | POLLOUT);
+                if !missing || s.refreshed == shoal_plat::syscall_epoch() {
+                    return readiness(Some(sock));
                 }
-                // No host socket yet: an unconnected socket is writable
-                // (a send fails at once) as on Linux, never readable.
-                Some(sock) => Readiness { mask: if sock.ty == SOCK_DGRAM { POLLOUT } else { POLLOUT | POLLHUP }, gen: sock.gen },
-                None => Readiness { mask: POLLERR | POLLHUP, gen: 0 },
             }
+            refresh_if_stale(s);
+            readiness(s.socks.get(&h))
         })
     }
 
@@ -1075,8 +1185,8 @@ impl Backend for HostBackend {
         with(|s| {
             if let Some(sock) = s.socks.remove(&h) {
                 if let Some(fd) = sock.host {
-                    if s.by_host.get(&fd) == Some(&h) {
-                        s.by_host.remove(&fd);
+                    if s.by_host.get(fd) == Some(h) {
+                        s.by_host.remove(fd);
                     }
                 }
                 if let Some(i) = sock.listener {
@@ -1162,6 +1272,50 @@ mod tests {
         }
         assert_eq!(s.gains_after(at), None, "older than the log: ask every socket");
         assert_eq!(s.gains_after(s.seq - 1), Some(vec![MAX_GAINS as u64 - 1]));
+    }
+
+    #[test]
+    fn the_host_index_maps_small_and_large_handles() {
+        let mut x = HostIndex::default();
+        assert!(x.is_empty());
+        x.insert(5, 1);
+        x.insert(DENSE_HANDLES + 3, 2);
+        x.insert(5, 3);
+        assert_eq!((x.get(5), x.get(DENSE_HANDLES + 3), x.get(4), x.get(-1), x.get(100_000)), (Some(3), Some(2), None, None, None));
+        assert_eq!(x.len, 2, "a handle mapped again counts once");
+        x.remove(5);
+        x.remove(5);
+        x.remove(7);
+        assert_eq!((x.get(5), x.len), (None, 1));
+        x.remove(DENSE_HANDLES + 3);
+        assert!(x.is_empty());
+    }
+
+    #[test]
+    fn without_refresh_asks_no_one_and_leaves_the_refresh_to_come() {
+        // A connected socket whose cache lacks "readable": asked about, it
+        // would make the system call's one refresh (a NetPoll hypercall,
+        // which panics in a unit test) — not inside `without_refresh`.
+        shoal_plat::next_syscall_epoch();
+        let epoch = shoal_plat::syscall_epoch();
+        let id = with(|s| {
+            s.refreshed = epoch - 1;
+            s.next += 1;
+            let mut k = HostSock::new(AF_INET, SOCK_STREAM, 0);
+            k.host = Some(1000);
+            k.ready = POLLOUT;
+            s.socks.insert(s.next, k);
+            s.next
+        });
+        let r = without_refresh(|| HostBackend.ready(id));
+        assert_eq!(r.mask, POLLOUT, "the cache as it is");
+        assert_eq!(with(|s| s.refreshed), epoch - 1, "the refresh is still to come");
+        // A system call that refreshed already stays refreshed.
+        with(|s| s.refreshed = epoch);
+        without_refresh(|| ());
+        assert_eq!(with(|s| s.refreshed), epoch);
+        assert_eq!(HostBackend.ready(id).mask, POLLOUT, "refreshed: asks no one again");
+        with(|s| s.socks.remove(&id));
     }
 
     #[test]

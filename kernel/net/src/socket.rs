@@ -237,21 +237,32 @@ fn advance<T: AsRef<[u8]>>(bufs: &mut Vec<T>, mut n: usize, split: impl Fn(T, us
 }
 
 /// Sends the buffers `data` (to `to`) on `fd` with `flags`.
-fn do_send(fd: i32, mut data: Vec<&'static [u8]>, to: Option<(u64, u32)>, flags: i32) -> Result<usize, Errno> {
+fn do_send(fd: i32, data: Vec<&'static [u8]>, to: Option<(u64, u32)>, flags: i32) -> Result<usize, Errno> {
     let (s, _, nb) = sock_of(fd)?;
+    send_on(s, nb, data, to, flags)
+}
+
+/// [`do_send`] on socket `s` (non-blocking descriptor: `nb`), already
+/// looked up.
+fn send_on(s: Sock, nb: bool, mut data: Vec<&'static [u8]>, to: Option<(u64, u32)>, flags: i32) -> Result<usize, Errno> {
     let nb = nb || flags & MSG_DONTWAIT != 0;
     let to = match to {
         Some((addr, len)) if addr != 0 => Some(read_addr(s.fam, addr, len)?),
         _ => None,
     };
     let total: usize = data.iter().map(|d| d.len()).sum();
-    let stream = call(s, |b, h| Ok(b.is_stream(h)))?;
+    // Whether the socket is a stream matters only after a short send
+    // (asked then: most sends are whole).
+    let mut stream = None;
     let mut sent = 0;
     loop {
         match call(s, |b, h| b.send(h, &data, to.as_deref(), flags)) {
             Ok(k) => {
                 sent += k;
-                if sent >= total || !stream {
+                if sent >= total {
+                    return Ok(sent);
+                }
+                if !*stream.get_or_insert(call(s, |b, h| Ok(b.is_stream(h)))?) {
                     return Ok(sent);
                 }
                 advance(&mut data, k, |b, n| &b[n..]);
@@ -264,12 +275,18 @@ fn do_send(fd: i32, mut data: Vec<&'static [u8]>, to: Option<(u64, u32)>, flags:
 }
 
 /// Receives into `bufs` on `fd` with `flags`.
-fn do_recv(fd: i32, mut bufs: Vec<&'static mut [u8]>, flags: i32) -> Result<Received, Errno> {
+fn do_recv(fd: i32, bufs: Vec<&'static mut [u8]>, flags: i32) -> Result<Received, Errno> {
     let (s, _, nb) = sock_of(fd)?;
+    recv_on(s, nb, bufs, flags)
+}
+
+/// [`do_recv`] on socket `s` (non-blocking descriptor: `nb`), already
+/// looked up.
+fn recv_on(s: Sock, nb: bool, mut bufs: Vec<&'static mut [u8]>, flags: i32) -> Result<Received, Errno> {
     let nb = nb || flags & MSG_DONTWAIT != 0;
     let total: usize = bufs.iter().map(|b| b.len()).sum();
-    let stream = call(s, |b, h| Ok(b.is_stream(h)))?;
-    let waitall = stream && flags & MSG_WAITALL != 0 && flags & MSG_PEEK == 0 && !nb;
+    // Whether it is a stream matters only for a blocking MSG_WAITALL.
+    let waitall = flags & MSG_WAITALL != 0 && flags & MSG_PEEK == 0 && !nb && call(s, |b, h| Ok(b.is_stream(h)))?;
     let mut got: Option<Received> = None;
     loop {
         match call(s, |b, h| b.recv(h, &mut bufs, flags)) {
@@ -478,13 +495,13 @@ pub fn getsockopt(fd: i32, level: i32, name: i32, val: u64, lenp: u64) -> SysRes
 }
 
 /// `read`/`readv` on a socket: `recv` without flags.
-pub(crate) fn read_iov(fd: i32, iov: &[(u64, usize)]) -> SysResult {
-    do_recv(fd, out_bufs(iov)?, 0).map(|r| r.len as u64)
+pub(crate) fn read_iov(s: Sock, nb: bool, iov: &[(u64, usize)]) -> SysResult {
+    recv_on(s, nb, out_bufs(iov)?, 0).map(|r| r.len as u64)
 }
 
 /// `write`/`writev` on a socket: `send` without flags.
-pub(crate) fn write_iov(fd: i32, iov: &[(u64, usize)]) -> SysResult {
-    do_send(fd, in_bufs(iov)?, None, 0).map(|n| n as u64)
+pub(crate) fn write_iov(s: Sock, nb: bool, iov: &[(u64, usize)]) -> SysResult {
+    send_on(s, nb, in_bufs(iov)?, None, 0).map(|n| n as u64)
 }
 
 /// The iovec array of `readv`/`writev` (Linux's checks).

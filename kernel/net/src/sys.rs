@@ -12,7 +12,9 @@ use crate::{epoll, eventfd, socket, timerfd, Obj};
 
 /// What kind of object `fd` is, if it is one of ours.
 enum Kind {
-    Socket,
+    /// A socket, and whether its descriptor is non-blocking (looked up
+    /// once here, not again by the socket layer).
+    Socket(crate::Sock, bool),
     /// Eventfd, timerfd, epoll: one 8-byte read or write through the
     /// object table; with the object id and whether it is non-blocking.
     Other(u64, bool),
@@ -21,7 +23,7 @@ enum Kind {
 fn kind(fd: i32) -> Option<Kind> {
     let (id, nb) = shoal_vfs::with(|v| v.obj_of(fd)).ok()?;
     crate::with(|n| match n.objs.get(&id) {
-        Some(Obj::Socket(_)) => Some(Kind::Socket),
+        Some(Obj::Socket(s)) => Some(Kind::Socket(*s, nb)),
         Some(_) => Some(Kind::Other(id, nb)),
         None => None,
     })
@@ -45,7 +47,7 @@ fn obj_io(id: u64, nb: bool, mut f: impl FnMut(&dyn shoal_vfs::obj::ObjOps) -> R
 /// `read(fd, buf, count)`.
 pub fn read(a: &Args) -> SysResult {
     match kind(a.int(0)) {
-        Some(Kind::Socket) => socket::read_iov(a.int(0), &[(a.u(1), a.usize(2).min(0x7fff_f000))]),
+        Some(Kind::Socket(s, nb)) => socket::read_iov(s, nb, &[(a.u(1), a.usize(2).min(0x7fff_f000))]),
         Some(Kind::Other(id, nb)) => {
             let buf = shoal_plat::umem::slice_mut(a.u(1), a.usize(2).min(0x7fff_f000))?;
             obj_io(id, nb, |o| o.read(id, buf))
@@ -57,7 +59,7 @@ pub fn read(a: &Args) -> SysResult {
 /// `write(fd, buf, count)`.
 pub fn write(a: &Args) -> SysResult {
     match kind(a.int(0)) {
-        Some(Kind::Socket) => socket::write_iov(a.int(0), &[(a.u(1), a.usize(2).min(0x7fff_f000))]),
+        Some(Kind::Socket(s, nb)) => socket::write_iov(s, nb, &[(a.u(1), a.usize(2).min(0x7fff_f000))]),
         Some(Kind::Other(id, nb)) => {
             let buf = shoal_plat::umem::slice(a.u(1), a.usize(2).min(0x7fff_f000))?;
             obj_io(id, nb, |o| o.write(id, buf))
@@ -69,7 +71,7 @@ pub fn write(a: &Args) -> SysResult {
 /// `readv(fd, iov, cnt)`.
 pub fn readv(a: &Args) -> SysResult {
     match kind(a.int(0)) {
-        Some(Kind::Socket) => socket::read_iov(a.int(0), &socket::rw_iovecs(a.u(1), a.int(2))?),
+        Some(Kind::Socket(s, nb)) => socket::read_iov(s, nb, &socket::rw_iovecs(a.u(1), a.int(2))?),
         Some(Kind::Other(id, nb)) => {
             // One 8-byte value: the first buffer must hold it.
             let iov = socket::rw_iovecs(a.u(1), a.int(2))?;
@@ -84,7 +86,7 @@ pub fn readv(a: &Args) -> SysResult {
 /// `writev(fd, iov, cnt)`.
 pub fn writev(a: &Args) -> SysResult {
     match kind(a.int(0)) {
-        Some(Kind::Socket) => socket::write_iov(a.int(0), &socket::rw_iovecs(a.u(1), a.int(2))?),
+        Some(Kind::Socket(s, nb)) => socket::write_iov(s, nb, &socket::rw_iovecs(a.u(1), a.int(2))?),
         Some(Kind::Other(id, nb)) => {
             let iov = socket::rw_iovecs(a.u(1), a.int(2))?;
             let &(base, len) = iov.first().ok_or(Errno::EINVAL)?;

@@ -434,6 +434,27 @@ fn rebootable(c: Component) -> bool {
     c != 0 && REBOOTABLE.load(Relaxed) & (1 << (c - 1)) != 0
 }
 
+/// Whether the syscall table may answer a call into component `c`
+/// without its gate (the clock reads, which Linux answers in the vDSO
+/// without entering the kernel: `shoal_syscall`'s fast path); if so,
+/// counts the call as [`call_in`] would, so `--inject` numbers stay the
+/// same. Not while another call is in progress, nor when an `--inject`
+/// targets `c` or software rejuvenation is on (those need the gate). Out
+/// of line: the statics are this crate's (see `log::log_cell`).
+#[inline(never)]
+pub fn ungated_call(c: Component) -> bool {
+    if OFF.load(Relaxed) {
+        return true;
+    }
+    if CURRENT.load(Relaxed) != 0 || INJECT_COMPONENT.load(Relaxed) == c || REJUVENATE_TICKS.load(Relaxed) != 0 {
+        return false;
+    }
+    if let Some(calls) = (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
+        calls.fetch_add(1, Relaxed);
+    }
+    true
+}
+
 /// Reboots so far of component `c`.
 pub fn reboots(c: Component) -> u64 {
     (c as usize).checked_sub(1).filter(|i| *i < N).map_or(0, |i| STATE.with(|s| s.reboots[i]))
@@ -730,6 +751,26 @@ fn reboot(c: Component) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clock_read_goes_ungated_and_counted_unless_an_injection_or_a_call_needs_the_gate() {
+        let calls = || CALLS[id::TIME as usize - 1].load(Relaxed);
+        let n = calls();
+        assert!(ungated_call(id::TIME));
+        assert_eq!(calls(), n + 1, "counted as the gate counts, so --inject numbers stay");
+        INJECT_COMPONENT.store(id::TIME, Relaxed);
+        assert!(!ungated_call(id::TIME), "an injection into time takes the gate");
+        INJECT_COMPONENT.store(id::VFS, Relaxed);
+        assert!(ungated_call(id::TIME));
+        INJECT_COMPONENT.store(0, Relaxed);
+        CURRENT.store(id::NET, Relaxed);
+        assert!(!ungated_call(id::TIME), "inside another call");
+        CURRENT.store(0, Relaxed);
+        REJUVENATE_TICKS.store(5, Relaxed);
+        assert!(!ungated_call(id::TIME), "rejuvenation runs at the gate");
+        REJUVENATE_TICKS.store(0, Relaxed);
+        assert_eq!(calls(), n + 2);
+    }
 
     #[test]
     fn every_component_has_a_name_and_a_number() {

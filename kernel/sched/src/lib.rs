@@ -360,6 +360,16 @@ pub fn thread_count() -> usize {
     TABLE.with(|t| t.len())
 }
 
+/// Whether a thread other than the running one could run now (one is on
+/// the run queue). When none can, a thread that blocks goes straight to
+/// the idle wait, which asks the tender anyway: `net`'s `epoll_wait` then
+/// skips asking the tender once more before it blocks. Out of line: the
+/// table is this crate's static (see `shoal_recover::log`).
+#[inline(never)]
+pub fn others_runnable() -> bool {
+    TABLE.with(|t| t.runnable() > 1)
+}
+
 /// `set_tid_address` for the running thread.
 pub fn set_clear_child_tid(addr: u64) {
     TABLE.with(|t| t.cur().clear_child_tid = addr);

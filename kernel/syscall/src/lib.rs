@@ -459,10 +459,44 @@ extern "C" fn shoal_syscall_aligned(n: i64, a: i64, b: i64, c: i64, d: i64, e: i
     // Kernel code from here to the return: no preemption (see `preempt`).
     shoal_sched::preempt::enter();
     let args = Args([a as u64, b as u64, c as u64, d as u64, e as u64, f as u64]);
+    if let Some(r) = clock_read(n as u64, &args) {
+        preempt::leave_syscall();
+        return r;
+    }
     shoal_plat::next_syscall_epoch();
     let r = dispatch(n as u64, &args);
     preempt::leave_syscall();
     r
+}
+
+/// The clock reads `clock_gettime` and `gettimeofday`, answered without
+/// the table's gate and signal handling when nothing is waiting for
+/// them: on Linux the vDSO answers them in the process, without entering
+/// the kernel, and a server reads the clock several times per request
+/// (Redis: around each command, and in its event loop). Taken only when
+/// no signal is pending or deliverable and no interval timer is armed
+/// (the full path raises and delivers those, and a program may poll the
+/// clock waiting for them), and when recover lets the call go ungated
+/// (`shoal_recover::ungated_call`: not with an `--inject` into `time`).
+/// `None`: take the full path.
+#[cfg(not(test))]
+fn clock_read(n: u64, args: &Args) -> Option<i64> {
+    use shoal_time::sys as time;
+    let f: SyscallFn = match n {
+        nr::CLOCK_GETTIME => time::clock_gettime,
+        nr::GETTIMEOFDAY => time::gettimeofday,
+        _ => return None,
+    };
+    if shoal_plat::hostsig::pending() || shoal_sched::itimer::deadline().is_some() || shoal_sched::has_deliverable() {
+        return None;
+    }
+    if !shoal_recover::ungated_call(shoal_recover::id::TIME) {
+        return None;
+    }
+    Some(match f(args) {
+        Ok(v) => v as i64,
+        Err(e) => e.to_ret(),
+    })
 }
 
 #[cfg(test)]
