@@ -424,7 +424,7 @@ impl Dispatcher {
         });
         self.metrics.cold_start(&f.spec.name);
         f.logs.push(id, "gateway", format!("started on {} ({}), pid {}", inst.addr, f.spec.backend.name(), inst.pid.unwrap_or(0)));
-        for (stream, pipe) in [("stdout", started.child.stdout.take().map(Pipe::Out)), ("stderr", started.child.stderr.take().map(Pipe::Err))] {
+        for (stream, pipe) in [("stdout", started.child.stdout.take()), ("stderr", started.child.stderr.take())] {
             if let Some(p) = pipe {
                 tokio::spawn(read_lines(p, f.logs.clone(), id, stream));
             }
@@ -623,19 +623,10 @@ impl hyper::body::Body for GuardedBody {
     }
 }
 
-enum Pipe {
-    Out(tokio::process::ChildStdout),
-    Err(tokio::process::ChildStderr),
-}
-
 /// Copies an instance's output into its function's logs, line by line.
-async fn read_lines(p: Pipe, logs: Arc<Logs>, id: u64, stream: &'static str) {
+async fn read_lines(p: tokio::net::unix::pipe::Receiver, logs: Arc<Logs>, id: u64, stream: &'static str) {
     use tokio::io::AsyncBufReadExt;
-    let r: Pin<Box<dyn tokio::io::AsyncRead + Send>> = match p {
-        Pipe::Out(o) => Box::pin(o),
-        Pipe::Err(e) => Box::pin(e),
-    };
-    let mut r = tokio::io::BufReader::new(r);
+    let mut r = tokio::io::BufReader::new(p);
     let mut buf = Vec::new();
     loop {
         buf.clear();
