@@ -53,6 +53,9 @@ pub struct Started {
     pub container: Option<(PathBuf, String)>,
     /// Whether the port accepts from the start (a handed-over socket).
     pub listening: bool,
+    /// How long the spawn itself took (`clone` to the child's `exec`),
+    /// for the gateway's trace (`SHOAL_SERVE_TRACE`).
+    pub spawn_time: Duration,
 }
 
 /// The runtime binary of a container backend.
@@ -129,12 +132,14 @@ pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
             listener = None;
         }
     }
+    let t = Instant::now();
     let child = cmd.spawn().with_context(|| format!("cannot start an instance of {}", f.name))?;
+    let spawn_time = t.elapsed();
     // The gateway's copy is closed now: once the instance exits, the
     // socket is gone and a waiting connection is refused, not left hanging.
     let listening = listener.is_some();
     drop(listener);
-    Ok(Started { child, addr, container, listening })
+    Ok(Started { child, addr, container, listening, spawn_time })
 }
 
 /// How many ports below the kernel's ephemeral range container instances
