@@ -16,6 +16,7 @@
 //! so runc/runsc containers are also removed by name at the gateway's next
 //! start ([`remove_stale_containers`]).
 
+use super::spawn::{Proc, Spec};
 use super::spec::{Backend, Function};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -25,7 +26,6 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use super::spawn::{Proc, Spec};
 use tokio::process::Command;
 
 /// The descriptor number an instance inherits its listening socket at.

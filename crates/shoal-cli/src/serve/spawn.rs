@@ -51,8 +51,8 @@ pub struct Spec {
     program: CString,
     args: Vec<CString>,
     env: Vec<CString>,
-    /// A descriptor the child gets at [`Spec::listen_at`], without
-    /// close-on-exec.
+    /// A descriptor the child gets at [`Spec::listen_at`] (3 or above),
+    /// without close-on-exec.
     pub listen: Option<RawFd>,
     /// The descriptor number of `listen` in the child.
     pub listen_at: RawFd,
@@ -92,6 +92,10 @@ impl Spec {
     /// pipes are registered with its reactor).
     pub fn spawn(&self) -> Result<Proc, SpawnError> {
         let name = || self.program.to_string_lossy().into_owned();
+        if self.listen.is_some() && self.listen_at <= 2 {
+            // It would overwrite the child's standard descriptors.
+            return Err(SpawnError::Sys("hand over the listening socket at descriptor 0, 1 or 2", io::Error::from_raw_os_error(libc::EINVAL)));
+        }
         // Everything the child uses is built here, before the clone.
         let mut argv: Vec<*const libc::c_char> = Vec::with_capacity(self.args.len() + 2);
         argv.push(self.program.as_ptr());
@@ -99,13 +103,20 @@ impl Spec {
         argv.push(std::ptr::null());
         let mut envp: Vec<*const libc::c_char> = self.env.iter().map(|e| e.as_ptr()).collect();
         envp.push(std::ptr::null());
-        let null = std::fs::File::open("/dev/null").map_err(|e| SpawnError::Sys("open /dev/null", e))?;
+        let null = above_stdio(std::fs::File::open("/dev/null").map_err(|e| SpawnError::Sys("open /dev/null", e))?.into())?;
         let (out_r, out_w) = pipe_pair()?;
         let (err_r, err_w) = pipe_pair()?;
+        let (out_w, err_w) = (above_stdio(out_w)?, above_stdio(err_w)?);
+        // A listening socket at 0-2 (a gateway started with those closed)
+        // would be overwritten by the child's stdio: hand over a copy.
+        let listen_copy = match self.listen {
+            Some(fd) if fd <= 2 => Some(dup_above_stdio(fd)?),
+            _ => None,
+        };
         let plan = ChildPlan {
             parent: std::process::id() as libc::pid_t,
             stdio: [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
-            listen: self.listen.map(|fd| (fd, self.listen_at)),
+            listen: listen_copy.as_ref().map(|c| c.as_raw_fd()).or(self.listen).map(|fd| (fd, self.listen_at)),
             address_space: self.address_space,
             program: self.program.as_ptr(),
             argv: argv.as_ptr(),
@@ -118,7 +129,7 @@ impl Spec {
         // dispositions before it unblocks signals, and ends in execve or
         // _exit.
         let pid = unsafe { shoal_spt::spawn_with(0, &|| plan.run()) }.map_err(|e| SpawnError::Sys("clone", e))?;
-        drop((null, out_w, err_w));
+        drop((null, out_w, err_w, listen_copy));
         let failed = plan.failed.load(Ordering::SeqCst);
         if failed != 0 {
             // The child has exited (CLONE_VFORK returned): reap it.
@@ -155,8 +166,8 @@ impl Spec {
 /// live `CString`s.
 struct ChildPlan {
     parent: libc::pid_t,
-    /// Descriptors for 0, 1 and 2; all are above 2 (the gateway's own 0,
-    /// 1 and 2 are open), so no `dup2` here overwrites a later source.
+    /// Descriptors for 0, 1 and 2; all are above 2 (`above_stdio`), so no
+    /// `dup2` here overwrites a later source, and `listen` is above 2 too.
     stdio: [RawFd; 3],
     listen: Option<(RawFd, RawFd)>,
     address_space: Option<u64>,
@@ -244,6 +255,28 @@ fn pipe_pair() -> Result<(OwnedFd, OwnedFd), SpawnError> {
         return Err(SpawnError::Sys("make a pipe", io::Error::last_os_error()));
     }
     Ok((r, w))
+}
+
+/// A close-on-exec duplicate of `fd` numbered 3 or above.
+fn dup_above_stdio(fd: RawFd) -> Result<OwnedFd, SpawnError> {
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) makes a new descriptor.
+    let n = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if n < 0 {
+        return Err(SpawnError::Sys("duplicate a descriptor", io::Error::last_os_error()));
+    }
+    // SAFETY: a new descriptor, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
+}
+
+/// `fd` itself if it is numbered 3 or above, else a duplicate that is:
+/// the child's `dup2`s onto 0, 1 and 2 must not overwrite a source they
+/// have yet to copy (only possible in a gateway started with some of its
+/// standard descriptors closed).
+fn above_stdio(fd: OwnedFd) -> Result<OwnedFd, SpawnError> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    dup_above_stdio(fd.as_raw_fd())
 }
 
 /// `pidfd_open(pid, 0)` of a child not yet reaped (so `pid` is still it).
@@ -425,6 +458,31 @@ mod tests {
             // Waiting again gives the same status; killing again is harmless.
             assert_eq!(p.wait().await.unwrap().signal(), Some(libc::SIGKILL));
             p.start_kill().unwrap();
+        });
+    }
+
+    #[test]
+    fn dropping_an_unwaited_process_kills_and_reaps_it() {
+        rt().block_on(async {
+            let p = Spec::new("/bin/sleep").unwrap().arg("30").unwrap().spawn().unwrap();
+            let pid = p.id().unwrap();
+            drop(p);
+            // Gone from /proc once killed and reaped (a zombie would stay).
+            let t = std::time::Instant::now();
+            while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                assert!(t.elapsed() < std::time::Duration::from_secs(10), "process {pid} still there");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        });
+    }
+
+    #[test]
+    fn a_listen_descriptor_over_stdio_is_refused() {
+        rt().block_on(async {
+            let mut s = Spec::new("/bin/true").unwrap();
+            s.listen = Some(0);
+            s.listen_at = 1;
+            assert!(matches!(s.spawn(), Err(SpawnError::Sys(..))));
         });
     }
 
