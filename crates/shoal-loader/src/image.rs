@@ -238,6 +238,82 @@ pub(crate) fn page_down(a: u64) -> u64 {
     a & !(PAGE_SIZE - 1)
 }
 
+/// How `object`'s `ReadCache` reads an image file while it is checked:
+/// `pread` at a position kept here (a seek is no system call), and small
+/// reads served from the last block read. `ReadCache` looks up each
+/// section's name with a read of its own at the name's offset (an `lseek`
+/// and a 256-byte `read` per section with `File`: about 120 system calls
+/// per image, in the tender and again in the spt instance process, on
+/// every cold start); with the block, the whole section-name table comes
+/// from one `pread`.
+struct BlockReader<'a> {
+    file: &'a std::fs::File,
+    pos: u64,
+    /// The file's bytes from `block_at`.
+    block: Vec<u8>,
+    block_at: u64,
+}
+
+/// Bytes read at once for a small read (one page).
+const BLOCK: usize = 4096;
+
+impl<'a> BlockReader<'a> {
+    fn new(file: &'a std::fs::File) -> BlockReader<'a> {
+        BlockReader { file, pos: 0, block: Vec::new(), block_at: 0 }
+    }
+}
+
+impl object::read::ReadCacheOps for BlockReader<'_> {
+    fn len(&mut self) -> Result<u64, ()> {
+        self.file.metadata().map(|m| m.len()).map_err(|_| ())
+    }
+
+    fn seek(&mut self, pos: u64) -> Result<u64, ()> {
+        self.pos = pos;
+        Ok(pos)
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, ()> {
+        let in_block = |r: &Self| r.pos >= r.block_at && r.pos < r.block_at + r.block.len() as u64;
+        if !in_block(self) && buf.len() < BLOCK {
+            self.block.resize(BLOCK, 0);
+            let n = loop {
+                match self.file.read_at(&mut self.block, self.pos) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    r => break r.map_err(|_| ())?,
+                }
+            };
+            self.block.truncate(n);
+            self.block_at = self.pos;
+        }
+        let n = if in_block(self) {
+            let from = (self.pos - self.block_at) as usize;
+            let n = buf.len().min(self.block.len() - from);
+            buf[..n].copy_from_slice(&self.block[from..from + n]);
+            n
+        } else {
+            loop {
+                match self.file.read_at(buf, self.pos) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    r => break r.map_err(|_| ())?,
+                }
+            }
+        };
+        self.pos += n as u64;
+        Ok(n)
+    }
+
+    fn read_exact(&mut self, mut buf: &mut [u8]) -> Result<(), ()> {
+        while !buf.is_empty() {
+            match self.read(buf)? {
+                0 => return Err(()),
+                n => buf = &mut buf[n..],
+            }
+        }
+        Ok(())
+    }
+}
+
 pub(crate) fn page_up(a: u64) -> u64 {
     a.saturating_add(PAGE_SIZE - 1) & !(PAGE_SIZE - 1)
 }
@@ -259,7 +335,7 @@ impl Image {
     /// process gets its image as a descriptor); `path` only names it in
     /// messages.
     pub fn from_file(file: std::fs::File, path: &Path) -> Result<Image, ImageError> {
-        let cache = object::ReadCache::new(&file);
+        let cache = object::ReadCache::new(BlockReader::new(&file));
         let mut image = Image::parse_from(path, &cache)?;
         drop(cache);
         image.source = Source::File(Arc::new(file));

@@ -111,6 +111,11 @@ pub const MAX_MEM: u64 = 1 << 40;
 
 pub use shoal_loader::{FsSource, MemoryMode};
 
+/// The `posix_spawn`-style start (no copy of the caller's address space)
+/// and the signal reset its child needs: `shoal serve` starts its
+/// instances the same way (`serve::spawn`).
+pub use sys::{reset_signals, spawn_with};
+
 /// What to run (shared with the other tender).
 pub use shoal_loader::RunConfig;
 

@@ -185,6 +185,28 @@ impl FileData {
         n
     }
 
+    /// The bytes at `off`, up to `max`, as a slice of the read-only base
+    /// when they all still come from it (none of their pages was written
+    /// since): what `sendfile` writes straight from the base instead of
+    /// copying through a buffer. `None` at or past the end of the base, or
+    /// when the page at `off` is an owned copy; otherwise the slice stops
+    /// before the first owned page.
+    pub fn base_slice(&self, off: u64, max: usize) -> Option<&'static [u8]> {
+        let end = core::cmp::min(self.base_len, self.size);
+        if off >= end || max == 0 {
+            return None;
+        }
+        let mut stop = core::cmp::min(end, off.saturating_add(max as u64));
+        if let Some((&page, _)) = self.chunks.range(off / CHUNK64..stop.div_ceil(CHUNK64)).next() {
+            stop = core::cmp::min(stop, page * CHUNK64);
+        }
+        if stop <= off {
+            return None;
+        }
+        let base: &'static [u8] = self.base;
+        base.get(off as usize..stop as usize)
+    }
+
     /// The owned chunk for `page`, creating it (copy of the base page) if
     /// needed.
     fn chunk_mut(&mut self, page: u64) -> Result<&mut Chunk, Errno> {
@@ -383,6 +405,23 @@ mod tests {
         assert_eq!(all(&f), expect);
         // The archive bytes are untouched.
         assert_eq!(b, &base[..]);
+    }
+
+    #[test]
+    fn base_slice_stops_at_written_pages_and_the_end() {
+        let base: Vec<u8> = (0..3 * CHUNK + 100).map(|i| (i % 251) as u8).collect();
+        let mut f = FileData::from_base(leak(base.clone()));
+        assert_eq!(f.base_slice(10, usize::MAX), Some(&base[10..]));
+        assert_eq!(f.base_slice(10, 5), Some(&base[10..15]));
+        assert_eq!(f.base_slice(base.len() as u64, 5), None);
+        f.write(CHUNK64 + 10, b"XYZ").unwrap();
+        // Up to the owned page; none inside it; the base again after it.
+        assert_eq!(f.base_slice(0, usize::MAX), Some(&base[..CHUNK]));
+        assert_eq!(f.base_slice(CHUNK64, 10), None);
+        assert_eq!(f.base_slice(2 * CHUNK64, usize::MAX), Some(&base[2 * CHUNK..]));
+        // A truncated file ends the slice at its size.
+        f.truncate(2 * CHUNK64 + 5).unwrap();
+        assert_eq!(f.base_slice(2 * CHUNK64, usize::MAX), Some(&base[2 * CHUNK..2 * CHUNK + 5]));
     }
 
     #[test]

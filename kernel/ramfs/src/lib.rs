@@ -809,6 +809,15 @@ impl Fs {
         Ok(n)
     }
 
+    /// The bytes of regular file `ino` at `off` (up to `max`) as a slice
+    /// of the read-only root archive, when they still come from it
+    /// ([`data::FileData::base_slice`]); `None` otherwise (read them with
+    /// [`Fs::read`]). Does not touch the access time.
+    pub fn base_slice(&self, ino: Ino, off: u64, max: usize) -> Option<&'static [u8]> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
+        self.file(ino).ok()?.base_slice(off, max)
+    }
+
     /// Updates the access time of `ino` if it is older than its
     /// modification or change time, or than a day (`relatime`).
     pub fn touch_atime(&mut self, ino: Ino) {

@@ -305,9 +305,39 @@ impl Vfs {
         mut dst_pos: Option<u64>,
         count: usize,
     ) -> Result<(usize, Option<u64>, Option<u64>), Errno> {
-        let mut buf = alloc::vec![0u8; count.min(65536)];
+        let mut buf = alloc::vec::Vec::new();
         let mut total = 0;
         while total < count {
+            // A file still as the root archive has it (what `static`
+            // servers send) is written straight from the archive's bytes
+            // in guest memory: no copy through `buf` (the process backend's
+            // sendfile sends from the page cache without one either).
+            if let Some(data) = self.archive_bytes(src, src_pos, count - total) {
+                let n = data.len();
+                let w = match self.do_write(dst, data, dst_pos) {
+                    Ok(w) => w,
+                    Err(e) if total == 0 => return Err(e),
+                    Err(_) => 0,
+                };
+                total += w;
+                match src_pos.as_mut() {
+                    Some(p) => *p += w as u64,
+                    None => self.ofd_mut(src).offset += w as u64,
+                }
+                if let Some(p) = dst_pos.as_mut() {
+                    *p += w as u64;
+                }
+                if let Target::Node(ino) = self.ofd(src).target {
+                    self.fs.touch_atime(ino);
+                }
+                if w < n {
+                    break;
+                }
+                continue;
+            }
+            if buf.is_empty() {
+                buf = alloc::vec![0u8; count.min(65536)];
+            }
             let want = (count - total).min(buf.len());
             let n = match self.do_read(src, &mut buf[..want], src_pos) {
                 Ok(n) => n,
@@ -341,6 +371,17 @@ impl Vfs {
             }
         }
         Ok((total, src_pos, dst_pos))
+    }
+
+    /// Up to `max` bytes of description `src` at `pos` (else its offset)
+    /// as a slice of the read-only root archive, if `src` is a regular
+    /// file whose bytes there still come from the archive.
+    fn archive_bytes(&self, src: usize, pos: Option<u64>, max: usize) -> Option<&'static [u8]> {
+        let o = self.ofd(src);
+        match o.target {
+            Target::Node(ino) => self.fs.base_slice(ino, pos.unwrap_or(o.offset), max),
+            _ => None,
+        }
     }
 
     /// `sendfile(out_fd, in_fd, offset, count)`: the input must be a

@@ -722,6 +722,41 @@ fn archive_root_copy_on_write() {
     assert_eq!(bytes, &pristine[..], "the archive is never written");
 }
 
+/// sendfile of a file still as the archive has it writes the archive's
+/// bytes straight (no bounce buffer); a page written since comes from the
+/// file's own copy; the file offset advances by what was sent.
+#[test]
+fn sendfile_from_the_archive_and_from_written_pages() {
+    let dir = std::env::temp_dir().join(format!("shoal-vfs-sendfile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let data: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.join("data"), &data).unwrap();
+    let bytes: &'static [u8] = Box::leak(shoal_archive::pack_dir(&dir).unwrap().into_boxed_slice());
+    std::fs::remove_dir_all(&dir).unwrap();
+    boot_plat();
+    let mut v = Vfs::new(shoal_ramfs::Fs::from_archive(bytes, clock).unwrap());
+    let f = open(&mut v, "/data", O_RDWR, 0).unwrap();
+    let out = open(&mut v, "/copy", O_CREAT | O_RDWR, 0o644).unwrap();
+    // Straight from the archive, through the file's offset.
+    assert_eq!(v.sendfile(&args(&[out as u64, f as u64, 0, 5000])), Ok(5000));
+    assert_eq!(lseek(&mut v, f, 0, SEEK_CUR), Ok(5000));
+    // Page 1 written: the rest comes partly from the copy, partly the archive.
+    let w = open(&mut v, "/data", O_WRONLY, 0).unwrap();
+    lseek(&mut v, w, 4096 + 10, SEEK_SET).unwrap();
+    write(&mut v, w, b"XYZ").unwrap();
+    let mut expect = data.clone();
+    expect[4096 + 10..4096 + 13].copy_from_slice(b"XYZ");
+    let mut off: i64 = 4000;
+    assert_eq!(v.sendfile(&args(&[out as u64, f as u64, &mut off as *mut i64 as u64, 100_000])), Ok((data.len() - 4000) as u64));
+    assert_eq!(off, data.len() as i64);
+    assert_eq!(lseek(&mut v, f, 0, SEEK_CUR), Ok(5000), "an offset pointer leaves the file offset");
+    lseek(&mut v, out, 0, SEEK_SET).unwrap();
+    let mut got = data[..5000].to_vec();
+    got.extend_from_slice(&expect[4000..]);
+    assert_eq!(read(&mut v, out, 100_000).unwrap(), got);
+}
+
 fn pipe2(v: &mut Vfs, flags: u32) -> (i32, i32) {
     let mut fds = [0i32; 2];
     v.pipe2(&args(&[fds.as_mut_ptr() as u64, flags as u64])).unwrap();

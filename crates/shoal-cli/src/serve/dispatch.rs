@@ -116,6 +116,8 @@ pub struct Instance {
     idle: Mutex<Vec<(SendRequest<Body>, Instant)>>,
     /// Set once it has exited.
     pub exited: AtomicBool,
+    /// How long its spawn took (for the trace).
+    spawn_time: Duration,
 }
 
 impl Instance {
@@ -340,13 +342,31 @@ impl Dispatcher {
                 }
             }
         };
+        let t_slot = Instant::now();
         let (inst, cold) = self.take_slot(f)?;
+        let t_forward = Instant::now();
         let guard = SlotGuard { f: f.clone(), inst: inst.clone(), permit: Some(permit), sender: None, done: false };
         let answer = tokio::time::timeout_at(deadline.into(), self.forward(&inst, rest, req, deadline)).await;
         match answer {
             Ok(Ok((resp, sender))) => {
                 if cold {
                     self.metrics.cold_start_answered(&f.spec.name, inst.started.elapsed().as_secs_f64());
+                    if *TRACE {
+                        let us = |a: Instant, b: Instant| b.duration_since(a).as_micros();
+                        let now = Instant::now();
+                        f.logs.push(
+                            inst.id,
+                            "gateway",
+                            format!(
+                                "trace: cold start: admission {} µs, start (socket + spawn) {} µs (spawn {} µs), connect + request + answer head {} µs, in all {} µs",
+                                us(t0, t_slot),
+                                us(t_slot, t_forward),
+                                inst.spawn_time.as_micros(),
+                                us(t_forward, now),
+                                us(t0, now)
+                            ),
+                        );
+                    }
                 }
                 f.mark_answered(inst.id);
                 let (mut parts, body) = resp.into_parts();
@@ -421,10 +441,11 @@ impl Dispatcher {
             kill: Notify::new(),
             idle: Mutex::new(Vec::new()),
             exited: AtomicBool::new(false),
+            spawn_time: started.spawn_time,
         });
         self.metrics.cold_start(&f.spec.name);
         f.logs.push(id, "gateway", format!("started on {} ({}), pid {}", inst.addr, f.spec.backend.name(), inst.pid.unwrap_or(0)));
-        for (stream, pipe) in [("stdout", started.child.stdout.take().map(Pipe::Out)), ("stderr", started.child.stderr.take().map(Pipe::Err))] {
+        for (stream, pipe) in [("stdout", started.child.stdout.take()), ("stderr", started.child.stderr.take())] {
             if let Some(p) = pipe {
                 tokio::spawn(read_lines(p, f.logs.clone(), id, stream));
             }
@@ -623,19 +644,17 @@ impl hyper::body::Body for GuardedBody {
     }
 }
 
-enum Pipe {
-    Out(tokio::process::ChildStdout),
-    Err(tokio::process::ChildStderr),
-}
+/// With `SHOAL_SERVE_TRACE` set in the gateway's environment, each cold
+/// start's answer adds a `trace:` line to the instance's logs: how long
+/// admission, the start (socket and spawn) and the first exchange took
+/// (monotonic clock). Off by default: reading the clock is cheap, the log
+/// line is not.
+pub static TRACE: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| std::env::var_os("SHOAL_SERVE_TRACE").is_some());
 
 /// Copies an instance's output into its function's logs, line by line.
-async fn read_lines(p: Pipe, logs: Arc<Logs>, id: u64, stream: &'static str) {
+async fn read_lines(p: tokio::net::unix::pipe::Receiver, logs: Arc<Logs>, id: u64, stream: &'static str) {
     use tokio::io::AsyncBufReadExt;
-    let r: Pin<Box<dyn tokio::io::AsyncRead + Send>> = match p {
-        Pipe::Out(o) => Box::pin(o),
-        Pipe::Err(e) => Box::pin(e),
-    };
-    let mut r = tokio::io::BufReader::new(r);
+    let mut r = tokio::io::BufReader::new(p);
     let mut buf = Vec::new();
     loop {
         buf.clear();

@@ -8,12 +8,15 @@
 //! in their environment; for them the gateway connects with retries until
 //! the function listens.
 //!
-//! Every instance's process gets `PR_SET_PDEATHSIG` (SIGKILL): if the
+//! Every instance's process is started without copying the gateway
+//! ([`super::spawn`]: `posix_spawn`-style, no `fork`) and gets
+//! `PR_SET_PDEATHSIG` (SIGKILL): if the
 //! gateway dies, so do its instances (the spt tender's guest dies with the
 //! tender; hvt is one process). A container's init is not runc's child,
 //! so runc/runsc containers are also removed by name at the gateway's next
 //! start ([`remove_stale_containers`]).
 
+use super::spawn::{Proc, Spec};
 use super::spec::{Backend, Function};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -23,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 /// The descriptor number an instance inherits its listening socket at.
 const LISTEN_FD: i32 = 3;
@@ -43,13 +46,16 @@ pub struct Launcher {
 /// A started instance's process and how to reach it.
 pub struct Started {
     /// The process the gateway waits on (tender, program or runtime).
-    pub child: Child,
+    pub child: Proc,
     /// Where the function listens.
     pub addr: SocketAddr,
     /// The container id, for runc/runsc.
     pub container: Option<(PathBuf, String)>,
     /// Whether the port accepts from the start (a handed-over socket).
     pub listening: bool,
+    /// How long the spawn itself took (`clone` to the child's `exec`),
+    /// for the gateway's trace (`SHOAL_SERVE_TRACE`).
+    pub spawn_time: Duration,
 }
 
 /// The runtime binary of a container backend.
@@ -64,43 +70,6 @@ fn runtime(backend: Backend) -> Result<PathBuf> {
     bail!("{name} is not installed (scripts/setup installs it)")
 }
 
-/// Sets the parent-death signal, puts `fd` at [`LISTEN_FD`] without
-/// close-on-exec and applies an address-space limit if given (the
-/// `process` backend's counterpart of a guest's memory size), in the child
-/// between fork and exec.
-fn prepare(cmd: &mut Command, fd: Option<i32>, address_space: Option<u64>) {
-    let parent = std::process::id() as i32;
-    // SAFETY: only async-signal-safe calls (prctl, getppid, setrlimit,
-    // dup2, fcntl, _exit) run between fork and exec; nothing is allocated.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The gateway died before the prctl: do not outlive it.
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            if let Some(limit) = address_space {
-                let r = libc::rlimit { rlim_cur: limit, rlim_max: limit };
-                if libc::setrlimit(libc::RLIMIT_AS, &r) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if let Some(fd) = fd {
-                if fd == LISTEN_FD {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                } else if libc::dup2(fd, LISTEN_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-}
-
 /// Starts instance `id` of `f`.
 pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
     let mut cmd;
@@ -112,27 +81,34 @@ pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
             let sock = TcpListener::bind("127.0.0.1:0").context("cannot open a listening socket for the instance")?;
             addr = sock.local_addr()?;
             if f.backend == Backend::Process {
-                cmd = Command::new(&f.image);
-                cmd.env_clear().env("LISTEN_FD", LISTEN_FD.to_string()).env("PORT", addr.port().to_string());
+                cmd = Spec::new(&f.image)?;
+                cmd.env("LISTEN_FD", LISTEN_FD.to_string())?.env("PORT", addr.port().to_string())?;
                 if let Some(fs) = &f.fs {
-                    cmd.env("FN_ROOT", fs);
-                }
-            } else {
-                cmd = Command::new(&l.tender);
-                cmd.env_clear().arg("--tender").arg(f.backend.name()).arg("--mem").arg(&f.memory).arg("--mem-mode").arg(&f.mem_mode);
-                // The pool the gateway added the image to at deploy.
-                if let Some(dir) = std::env::var_os("SHOAL_POOL_DIR") {
-                    cmd.env("SHOAL_POOL_DIR", dir);
-                }
-                cmd.arg("--listen-fd").arg(LISTEN_FD.to_string()).arg("-e").arg(format!("PORT={}", addr.port()));
-                if let Some(fs) = &f.fs {
-                    cmd.arg("--fs").arg(fs);
+                    cmd.env("FN_ROOT", fs)?;
                 }
                 for (k, v) in &f.env {
-                    cmd.arg("-e").arg(format!("{k}={v}"));
+                    cmd.env(k, v)?;
                 }
-                cmd.arg(&f.image);
+                // The counterpart of a guest's memory size.
+                cmd.address_space = Some(f.memory_bytes());
+            } else {
+                cmd = Spec::new(&l.tender)?;
+                cmd.arg("--tender")?.arg(f.backend.name())?.arg("--mem")?.arg(&f.memory)?.arg("--mem-mode")?.arg(&f.mem_mode)?;
+                // The pool the gateway added the image to at deploy.
+                if let Some(dir) = std::env::var_os("SHOAL_POOL_DIR") {
+                    cmd.env("SHOAL_POOL_DIR", dir)?;
+                }
+                cmd.arg("--listen-fd")?.arg(LISTEN_FD.to_string())?.arg("-e")?.arg(format!("PORT={}", addr.port()))?;
+                if let Some(fs) = &f.fs {
+                    cmd.arg("--fs")?.arg(fs)?;
+                }
+                for (k, v) in &f.env {
+                    cmd.arg("-e")?.arg(format!("{k}={v}"))?;
+                }
+                cmd.arg(&f.image)?;
             }
+            cmd.listen = Some(sock.as_raw_fd());
+            cmd.listen_at = LISTEN_FD;
             listener = Some(sock);
         }
         Backend::Runc | Backend::Runsc => {
@@ -142,29 +118,28 @@ pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
             let bundle = l.scratch.join(format!("{}-{id}", f.name));
             make_bundle(&rt, &bundle, f, addr.port())?;
             let cid = format!("{CONTAINER_PREFIX}{}-{}-{id}", std::process::id(), f.name);
-            cmd = Command::new(&rt);
-            // The gateway's own allocator settings (see serve::MALLOC_TUNABLES) are not the runtime's.
-            cmd.env_remove("GLIBC_TUNABLES");
-            if f.backend == Backend::Runsc {
-                cmd.arg("--network=host");
+            cmd = Spec::new(&rt)?;
+            // The gateway's environment, but not its own allocator
+            // settings (see serve::MALLOC_TUNABLES): they are not the runtime's.
+            for (k, v) in std::env::vars_os().filter(|(k, _)| k != "GLIBC_TUNABLES") {
+                cmd.env(k, v)?;
             }
-            cmd.arg("run").arg("--bundle").arg(&bundle).arg(&cid);
+            if f.backend == Backend::Runsc {
+                cmd.arg("--network=host")?;
+            }
+            cmd.arg("run")?.arg("--bundle")?.arg(&bundle)?.arg(&cid)?;
             container = Some((rt, cid));
             listener = None;
         }
     }
-    if f.backend == Backend::Process {
-        cmd.envs(&f.env);
-    }
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let address_space = (f.backend == Backend::Process).then(|| f.memory_bytes());
-    prepare(&mut cmd, listener.as_ref().map(|s| s.as_raw_fd()), address_space);
+    let t = Instant::now();
     let child = cmd.spawn().with_context(|| format!("cannot start an instance of {}", f.name))?;
+    let spawn_time = t.elapsed();
     // The gateway's copy is closed now: once the instance exits, the
     // socket is gone and a waiting connection is refused, not left hanging.
     let listening = listener.is_some();
     drop(listener);
-    Ok(Started { child, addr, container, listening })
+    Ok(Started { child, addr, container, listening, spawn_time })
 }
 
 /// How many ports below the kernel's ephemeral range container instances

@@ -8,6 +8,7 @@
 //! - [`dispatch`]: instances, slots, the queue, proxying, logs;
 //! - [`images`]: uploaded images, stored by digest under `--state`;
 //! - [`instance`]: starting and stopping one instance per backend;
+//! - [`spawn`]: the instance's process, started without copying the gateway;
 //! - [`api`]: the routes; [`metrics`]: `/metrics`; [`error`]: JSON errors.
 
 pub mod api;
@@ -16,6 +17,7 @@ pub mod error;
 pub mod images;
 pub mod instance;
 pub mod metrics;
+pub mod spawn;
 pub mod spec;
 
 use anyhow::{Context, Result};
