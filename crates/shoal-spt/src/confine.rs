@@ -10,7 +10,7 @@
 //! sees in `ps` and `/proc`:
 //!
 //! - **every run**: a fresh process image (`exec` of `shoal-spt` with an
-//!   empty environment and no arguments; the front end in `crate::front`),
+//!   environment of one fixed malloc tunable and no arguments; the front end in `crate::front`),
 //!   no inherited descriptor but the console and what the instance needs
 //!   to boot (closed after use), no core dumps, `no_new_privs`.
 //! - **when started as root** (what a FaaS host or `sudo shoal run` does),

@@ -1,5 +1,5 @@
 //! The instance process: `shoal-spt`, exec'd by the front end
-//! ([`crate::run`], [`crate::run_in_place`]) with an empty environment and
+//! ([`crate::run`], [`crate::run_in_place`]) with no environment but one fixed variable (malloc tunables) and
 //! no arguments, so that the process the guest shares its address space
 //! with holds nothing of the host it must not see (no environment, no
 //! caller's argv, no host paths, no heap of the caller's command line).
@@ -41,6 +41,7 @@ enum InstanceError {
 
 /// Runs the instance; never returns. The `shoal-spt` binary's `main`.
 pub fn main() -> ! {
+    sys::lean_malloc();
     match boot() {
         Ok(never) => match never {},
         Err(e) => {

@@ -10,7 +10,7 @@
 //! 2. Start a child (`clone` sharing memory until its `exec`, as
 //!    `posix_spawn` does; as root into new PID, mount and IPC namespaces) that
 //!    `exec`s the instance program [`INSTANCE_PROGRAM`] (`shoal-spt`, built
-//!    beside `shoal`) with an empty environment, no arguments, and only
+//!    beside `shoal`) with no environment but one fixed variable (malloc tunables), no arguments, and only
 //!    the descriptors it boots from (`front`, `spec`): the guest shares its
 //!    address space with this process, so it must start from a clean image
 //!    that holds nothing of the caller's.

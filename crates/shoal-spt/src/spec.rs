@@ -1,7 +1,7 @@
 //! The boot spec: what the front end (`shoal run`, `shoal-tender`, a
 //! library caller of [`crate::run`]) hands to the instance process it
 //! `exec`s, on descriptor [`SPEC_FD`], so that the instance starts from a
-//! clean process image with an empty environment and no arguments.
+//! clean process image with no environment but one fixed variable (malloc tunables) and no arguments.
 //!
 //! It holds only what the guest gets anyway (its argv and environment, the
 //! memory size) and what the tender needs to boot it; everything else is

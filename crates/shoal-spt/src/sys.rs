@@ -107,6 +107,24 @@ pub unsafe fn mprotect(addr: u64, len: u64, prot: libc::c_int) -> io::Result<()>
     check(unsafe { libc::mprotect(addr as usize as *mut libc::c_void, len as usize, prot) })
 }
 
+/// Tunes glibc's malloc for an instance process, which allocates a little
+/// while it boots and then, once the guest runs, never again: every
+/// allocation of a page or more gets its own mapping (`M_MMAP_THRESHOLD`),
+/// given back whole when freed, so the short-lived buffers of booting (the
+/// image's headers, the filter's rule tables, `/proc/self/maps` read by the
+/// runtime) leave no partly used pages behind the small objects that stay
+/// alive; the heap grows by what is asked only (`M_TOP_PAD` 0) and
+/// [`trim_heap`] returns every free page at its top.
+pub fn lean_malloc() {
+    // SAFETY: mallopt only changes allocator parameters; called first
+    // thing, single-threaded.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4096);
+        libc::mallopt(libc::M_TOP_PAD, 0);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 4096);
+    }
+}
+
 /// Returns the free memory of the heap to the kernel (`malloc_trim`): the
 /// waiting parent keeps little, and what it (or an instance before it
 /// enters the guest) freed should not stay resident.
