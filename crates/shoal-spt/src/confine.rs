@@ -169,6 +169,7 @@ pub fn drop_root(parent: Option<i32>) -> Result<(), ConfineError> {
         step("enter the empty root", libc::chdir(dir.as_ptr()))?;
         step("pivot to the empty root", libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) as libc::c_int)?;
         step("detach the host's file system", libc::umount2(c".".as_ptr(), libc::MNT_DETACH))?;
+        sys::start_step("instance: in the empty root (mount namespace private, tmpfs, pivot_root, host detached)");
         step("enter the empty root", libc::chdir(c"/".as_ptr()))?;
         // Drop to nobody: with no keep-caps, setresuid from root to
         // non-root clears every capability.

@@ -243,6 +243,14 @@ pub fn instance_program() -> Result<PathBuf, SptError> {
     candidates.iter().find(|p| p.is_file()).cloned().ok_or_else(|| SptError::NoInstanceProgram(candidates.swap_remove(0)))
 }
 
+/// With this variable set in its environment, `shoal run` and
+/// `shoal-tender --tender spt` print on stderr, as `shoal: start: MS ms
+/// STEP`, the time each step of an instance's start ends (front end and
+/// instance process, milliseconds from the front end's first step): what
+/// shoal spends above `shoal bench boot`'s floor, broken down. Off by
+/// default; it costs a `write` per step.
+pub const START_TIMING_ENV: &str = "SHOAL_DEBUG_START";
+
 /// Name of the instance program, installed beside `shoal` and `shoal-tender`.
 pub const INSTANCE_PROGRAM: &str = "shoal-spt";
 
@@ -250,6 +258,8 @@ pub const INSTANCE_PROGRAM: &str = "shoal-spt";
 /// the instance (not `supervised`: never returns `Ok`). Either way the
 /// instance is a fresh `exec` of [`INSTANCE_PROGRAM`] (`crate::front`).
 fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
+    let t0 = if std::env::var_os(START_TIMING_ENV).is_some() { sys::monotonic_ns().max(1) } else { 0 };
+    sys::start_timing(t0);
     if !sys::has_fsgsbase() {
         return Err(SptError::NoFsgsbase);
     }
@@ -257,6 +267,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         return Err(SptError::TooMuchMemory(shoal_loader::format_size(cfg.mem_size)));
     }
     let image = Image::open(&cfg.image)?;
+    sys::start_step("front: image checked");
     let archive = shoal_loader::root_archive(cfg)?;
     let archive: &[u8] = &archive;
     if cfg.volume.is_some() && !supervised {
@@ -270,7 +281,9 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     // Planned here for its errors (too little memory, arguments too
     // large); the instance plans the same layout again from the same input.
     plan(&image, cfg.mem_size, archive.len() as u64, &cfg.argv, &cfg.env)?;
+    sys::start_step("front: archive packed, layout planned");
     let tsc_hz = shoal_loader::tsc::tsc_hz()?;
+    sys::start_step("front: TSC frequency read");
     let mut pool_plan = None;
     if cfg.mode == MemoryMode::Pool {
         let (plan, warning) = shoal_loader::pool::prepare(cfg.pool.as_ref(), cfg.pool_fallback, &image)?;
@@ -283,6 +296,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     if pool_files > spec::MAX_POOL_FILES {
         return Err(SptError::TooManyPoolFiles(pool_files));
     }
+    sys::start_step("front: pool files opened and verified");
     let listeners = shoal_loader::net::open_listeners(&cfg.net)?;
     let program = instance_program()?;
     let spec = spec::Spec {
@@ -304,6 +318,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         rejuvenate_ns: cfg.rejuvenate_ns,
         watchdog_ns: cfg.watchdog_ns,
         recover_flags: cfg.recover_flags(),
+        timing_t0_ns: t0,
     };
     let listener_fds: Vec<OwnedFd> = listeners.into_iter().map(|(fd, _)| fd).collect();
     let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };
@@ -334,6 +349,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     })?;
     drop(pool_plan);
     drop(listener_fds);
+    sys::start_step("front: hand-over ready (spec, archive and descriptors)");
     // Buffered output must not be written twice (once by the child).
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
