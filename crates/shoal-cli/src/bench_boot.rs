@@ -474,11 +474,8 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
     let native_exit = systems.iter().find(|s| s.kind == Kind::Native && s.skipped.is_none()).map(|s| median(&s.exit_ms));
     // Every measured system's exit time over the native process's: the
     // floor rows beside shoal's show how much of the ratio the host alone costs.
-    let exit_ratio_to_native: serde_json::Map<String, Value> = systems
-        .iter()
-        .filter(|s| s.skipped.is_none())
-        .map(|s| (s.kind.key().to_string(), json!(ratio(median(&s.exit_ms), native_exit))))
-        .collect();
+    let exit_ratio_to_native: serde_json::Map<String, Value> =
+        systems.iter().filter(|s| s.skipped.is_none()).map(|s| (s.kind.key().to_string(), json!(ratio(median(&s.exit_ms), native_exit)))).collect();
     if as_json {
         let mut out = serde_json::Map::new();
         for s in &systems {
@@ -561,10 +558,10 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
         );
     }
     if let Some(native) = med_exit(Kind::Native) {
-        let row = |k: Kind| med_exit(k).map(|m| format!("{} {m:.2} ms = {:.2}× native", k.key(), m / native)).unwrap_or_else(|| format!("{} not measured", k.key()));
-        let above = |k: Kind, f: Kind| {
-            med_exit(k).zip(med_exit(f)).map(|(m, fl)| format!("{} spends {:.2} ms above {}", k.key(), m - fl, f.key())).unwrap_or_default()
-        };
+        let row =
+            |k: Kind| med_exit(k).map(|m| format!("{} {m:.2} ms = {:.2}× native", k.key(), m / native)).unwrap_or_else(|| format!("{} not measured", k.key()));
+        let above =
+            |k: Kind, f: Kind| med_exit(k).zip(med_exit(f)).map(|(m, fl)| format!("{} spends {:.2} ms above {}", k.key(), m - fl, f.key())).unwrap_or_default();
         let mut parts = vec![row(Kind::Floor), row(Kind::FloorNs)];
         // Each tender row beside the floor that confines as much.
         let pairs = if med_exit(Kind::FloorNs).is_some() {

@@ -148,7 +148,12 @@ fn start_steps_are_printed_on_request_only() {
         })
         .collect();
     let names: Vec<&str> = steps.iter().map(|(_, w)| w.as_str()).collect();
-    for want in ["front: image checked", "instance: exec'd, boot spec read", "instance: segments loaded", "instance: handlers installed (the filter and the guest next)"] {
+    for want in [
+        "front: image checked",
+        "instance: exec'd, boot spec read",
+        "instance: segments loaded",
+        "instance: handlers installed (the filter and the guest next)",
+    ] {
         assert!(names.contains(&want), "no step `{want}` in {names:?}");
     }
     assert!(steps.windows(2).all(|w| w[0].0 <= w[1].0), "steps out of order: {steps:?}");
