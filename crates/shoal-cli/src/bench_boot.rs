@@ -4,6 +4,14 @@
 //! `shoal run` and through the lean `shoal-tender` command), a native
 //! process, runc and runsc (gVisor, ptrace platform), side by side.
 //!
+//! The `floor` rows (issue 18) run `apps/bench/floor.c`, a static musl
+//! program that does only what any spt-style sandbox must around the
+//! program's first output — exec, reserve guest memory, read the image's
+//! segments into it, install spt's own seccomp filter, write, exit — and
+//! `floor + ns` the same in a forked child in new mount, IPC and PID
+//! namespaces (root only): the cheapest sandboxed start this host allows,
+//! beside which shoal's own rows show what shoal spends above it.
+//!
 //! Each round runs every available system once (the order rotates from round
 //! to round); a system that cannot run here (no `/dev/kvm`, runtime missing,
 //! not root, a failing run) is reported as skipped with the reason, and the
@@ -39,12 +47,17 @@ enum Kind {
     /// empty root, dropping to nobody): shows what that confinement costs.
     LeanSptUser,
     Native,
+    /// apps/bench/floor.c: exec, load, filter, write, exit.
+    Floor,
+    /// The floor in new mount, IPC and PID namespaces (a forked child).
+    FloorNs,
     Runc,
     Runsc,
 }
 
 impl Kind {
-    const ALL: [Kind; 8] = [Kind::Spt, Kind::Hvt, Kind::LeanSpt, Kind::LeanHvt, Kind::LeanSptUser, Kind::Native, Kind::Runc, Kind::Runsc];
+    const ALL: [Kind; 10] =
+        [Kind::Spt, Kind::Hvt, Kind::LeanSpt, Kind::LeanHvt, Kind::LeanSptUser, Kind::Native, Kind::Floor, Kind::FloorNs, Kind::Runc, Kind::Runsc];
 
     fn key(self) -> &'static str {
         match self {
@@ -54,6 +67,8 @@ impl Kind {
             Kind::LeanHvt => "tender-hvt",
             Kind::LeanSptUser => "tender-spt-user",
             Kind::Native => "native",
+            Kind::Floor => "floor",
+            Kind::FloorNs => "floor-ns",
             Kind::Runc => "runc",
             Kind::Runsc => "runsc",
         }
@@ -67,6 +82,8 @@ impl Kind {
             Kind::LeanHvt => "shoal-tender hvt",
             Kind::LeanSptUser => "  spt, not root",
             Kind::Native => "native process",
+            Kind::Floor => "floor",
+            Kind::FloorNs => "floor + ns",
             Kind::Runc => "runc",
             Kind::Runsc => "runsc (ptrace)",
         }
@@ -164,6 +181,8 @@ struct Setup {
     tender: Option<PathBuf>,
     image: PathBuf,
     native: PathBuf,
+    /// apps/bench/floor.c built static, and spt's filter for the image.
+    floor: Option<(PathBuf, PathBuf)>,
     bundle: PathBuf,
     stderr_file: PathBuf,
 }
@@ -193,6 +212,15 @@ fn measure(sys: &System, s: &Setup, tag: &str) -> Result<(f64, f64, u64)> {
         Kind::Native => {
             let mut c = Command::new(&s.native);
             c.env_clear();
+            c
+        }
+        Kind::Floor | Kind::FloorNs => {
+            let (floor, filter) = s.floor.as_ref().ok_or_else(|| anyhow!("the floor program is missing"))?;
+            let mut c = Command::new(floor);
+            c.env_clear().arg(&s.image).arg(filter);
+            if sys.kind == Kind::FloorNs {
+                c.arg("ns");
+            }
             c
         }
         Kind::Runc | Kind::Runsc => {
@@ -315,8 +343,33 @@ fn unavailable(kind: Kind, runtime: Option<&Path>) -> Option<String> {
                 crate::bench::tender_binary().err().map(|e| e.to_string())
             }
         }
-        Kind::Spt | Kind::Native => None,
+        Kind::FloorNs if effective_uid() != Some(0) => Some("new namespaces need root here and shoal bench boot is not running as root".into()),
+        Kind::Spt | Kind::Native | Kind::Floor | Kind::FloorNs => None,
     }
+}
+
+/// Builds apps/bench/floor.c (static musl, linked at 1 GiB so that the
+/// guest's addresses below stay free) and writes spt's filter for `image`
+/// with the default guest memory beside it.
+fn build_floor(home: &Path, dir: &Path, image: &Path) -> Result<(PathBuf, PathBuf)> {
+    let floor = dir.join("floor");
+    let status = Command::new("musl-gcc")
+        .args(["-static", "-O2", "-Wl,-Ttext-segment=0x40000000"])
+        .arg(home.join("apps/bench/floor.c"))
+        .arg("-o")
+        .arg(&floor)
+        .status()
+        .context("cannot run musl-gcc (install Debian's musl-tools)")?;
+    if !status.success() {
+        bail!("musl-gcc failed to build apps/bench/floor.c");
+    }
+    let mem = shoal_tender::parse_size(shoal_tender::DEFAULT_MEM).map_err(|e| anyhow!("the default --mem: {e}"))?;
+    let img = shoal_loader::Image::open(image)?;
+    let layout = shoal_loader::plan(&img, mem, 0, &["hello".into()], &[])?;
+    let bytes = shoal_spt::filter::plain_instance_bytes(layout.heap_start, layout.mem_size).map_err(|e| anyhow!("cannot build spt's filter: {e}"))?;
+    let filter = dir.join("filter.bpf");
+    fs::write(&filter, bytes)?;
+    Ok((floor, filter))
 }
 
 fn ratio(x: f64, base: Option<f64>) -> Option<f64> {
@@ -355,8 +408,24 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
             }
         }
     }
-    let setup =
-        Setup { shoal: std::env::current_exe()?, tender: crate::bench::tender_binary().ok(), image, native, bundle, stderr_file: tmp.path().join("stderr") };
+    let floor = match build_floor(&paths.home, tmp.path(), &image) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            for s in systems.iter_mut().filter(|s| matches!(s.kind, Kind::Floor | Kind::FloorNs) && s.skipped.is_none()) {
+                s.skipped = Some(format!("{e:#}"));
+            }
+            None
+        }
+    };
+    let setup = Setup {
+        shoal: std::env::current_exe()?,
+        tender: crate::bench::tender_binary().ok(),
+        image,
+        native,
+        floor,
+        bundle,
+        stderr_file: tmp.path().join("stderr"),
+    };
 
     // An untimed warm-up run of each system checks that it works here.
     for s in systems.iter_mut().filter(|s| s.skipped.is_none()) {
@@ -402,6 +471,11 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
         .collect();
     let hvt_minus_spt = med_first(Kind::Hvt).zip(med_first(Kind::Spt)).map(|(h, s)| h - s);
 
+    let native_exit = systems.iter().find(|s| s.kind == Kind::Native && s.skipped.is_none()).map(|s| median(&s.exit_ms));
+    // Every measured system's exit time over the native process's: the
+    // floor rows beside shoal's show how much of the ratio the host alone costs.
+    let exit_ratio_to_native: serde_json::Map<String, Value> =
+        systems.iter().filter(|s| s.skipped.is_none()).map(|s| (s.kind.key().to_string(), json!(ratio(median(&s.exit_ms), native_exit)))).collect();
     if as_json {
         let mut out = serde_json::Map::new();
         for s in &systems {
@@ -431,6 +505,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
             "goal_first_byte_faster_than_runc": goal_json,
             "hvt_minus_spt_first_byte_ms": hvt_minus_spt,
             "design_vm_creation_ms": 0.7,
+            "exit_ratio_to_native": exit_ratio_to_native,
             "tender_linking": crate::bench::tender_linking(),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -481,6 +556,21 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
             vs(Kind::LeanSpt, 2.0),
             vs(Kind::LeanHvt, 3.0)
         );
+    }
+    if let Some(native) = med_exit(Kind::Native) {
+        let row =
+            |k: Kind| med_exit(k).map(|m| format!("{} {m:.2} ms = {:.2}× native", k.key(), m / native)).unwrap_or_else(|| format!("{} not measured", k.key()));
+        let above =
+            |k: Kind, f: Kind| med_exit(k).zip(med_exit(f)).map(|(m, fl)| format!("{} spends {:.2} ms above {}", k.key(), m - fl, f.key())).unwrap_or_default();
+        let mut parts = vec![row(Kind::Floor), row(Kind::FloorNs)];
+        // Each tender row beside the floor that confines as much.
+        let pairs = if med_exit(Kind::FloorNs).is_some() {
+            [(Kind::LeanSptUser, Kind::Floor), (Kind::LeanSpt, Kind::FloorNs)]
+        } else {
+            [(Kind::LeanSpt, Kind::Floor), (Kind::LeanSptUser, Kind::Floor)]
+        };
+        parts.extend(pairs.iter().map(|&(k, f)| above(k, f)).filter(|t| !t.is_empty()));
+        println!("floor (issue 18): the cheapest sandboxed start here (exec, load, spt's filter, write, exit): {}", parts.join("; "));
     }
     println!(
         "context (DESIGN §1): creating a VM (1 vCPU, 4 MiB) takes ~0.7 ms on this nested KVM and a VM exit ~27 µs (the first ~150 µs); {}",

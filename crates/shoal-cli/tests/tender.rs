@@ -127,3 +127,34 @@ fn single_process_is_the_instance_itself() {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(st.signal(), Some(libc::SIGKILL));
 }
+
+/// SHOAL_DEBUG_START prints each start step of an spt instance, front end
+/// and instance process, in order of time, and nothing without it.
+#[test]
+fn start_steps_are_printed_on_request_only() {
+    let dir = scratch();
+    let image = build_image(&app("hello.c"), dir.path(), &[]);
+    let plain = output(tender().args(["--tender", "spt", "--mem=32M"]).arg(&image));
+    assert!(plain.status.success() && !stderr(&plain).contains("shoal: start:"), "{}", stderr(&plain));
+    let timed = output(tender().env("SHOAL_DEBUG_START", "1").args(["--tender", "spt", "--mem=32M"]).arg(&image));
+    assert!(timed.status.success(), "{}", stderr(&timed));
+    assert_eq!(stdout(&timed), stdout(&plain), "the guest's output changed");
+    let steps: Vec<(f64, String)> = stderr(&timed)
+        .lines()
+        .filter_map(|l| l.strip_prefix("shoal: start: "))
+        .map(|l| {
+            let (ms, what) = l.split_once(" ms ").expect("MS ms STEP");
+            (ms.parse::<f64>().expect("a number of ms"), what.to_string())
+        })
+        .collect();
+    let names: Vec<&str> = steps.iter().map(|(_, w)| w.as_str()).collect();
+    for want in [
+        "front: image checked",
+        "instance: exec'd, boot spec read",
+        "instance: segments loaded",
+        "instance: handlers installed (the filter and the guest next)",
+    ] {
+        assert!(names.contains(&want), "no step `{want}` in {names:?}");
+    }
+    assert!(steps.windows(2).all(|w| w[0].0 <= w[1].0), "steps out of order: {steps:?}");
+}

@@ -138,7 +138,9 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     }
     // The segments straight from the image's descriptor into guest memory
     // (before the descriptors are closed below).
+    sys::start_step("instance: guest memory reserved, pool mapped");
     load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
+    sys::start_step("instance: segments loaded");
     // The archive: its sealed memfd mapped read-only and private at its
     // place (the guest only reads it; the file can never change), so it
     // costs neither a copy in this process nor one in guest memory, and
@@ -187,6 +189,7 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     }
     params.clock = Clock::now(params.clock.tsc_hz);
     let entry = write_boot_state(&mem, p.image, &p.layout, p.argv, p.env, &params).map_err(ChildError::Boot)?;
+    sys::start_step("instance: boot state written");
     // What parsing the image's headers and the boot spec freed would
     // otherwise stay resident in the instance's heap for its whole life.
     sys::trim_heap();
@@ -248,6 +251,8 @@ fn setup(p: &Prepared<'_>) -> Result<EntryState, ChildError> {
     hypercall::install(sys::rdfsbase(), stack_top, mem_size, &ro[..n]);
     crate::protect::install(p.layout.heap_start, mem_size, if alias_ok { alias_fd } else { -1 });
 
+    // Before the filter: the vDSO's clock may fall back to a system call.
+    sys::start_step("instance: handlers installed (the filter and the guest next)");
     // Last: no_new_privs and the filter. From here on only the allow-list.
     seccompiler::apply_filter(p.filter).map_err(|e| {
         ChildError::Filter(match e {

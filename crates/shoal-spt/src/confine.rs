@@ -10,7 +10,7 @@
 //! sees in `ps` and `/proc`:
 //!
 //! - **every run**: a fresh process image (`exec` of `shoal-spt` with an
-//!   empty environment and no arguments; the front end in `crate::front`),
+//!   environment of one fixed malloc tunable and no arguments; the front end in `crate::front`),
 //!   no inherited descriptor but the console and what the instance needs
 //!   to boot (closed after use), no core dumps, `no_new_privs`.
 //! - **when started as root** (what a FaaS host or `sudo shoal run` does),
@@ -169,6 +169,7 @@ pub fn drop_root(parent: Option<i32>) -> Result<(), ConfineError> {
         step("enter the empty root", libc::chdir(dir.as_ptr()))?;
         step("pivot to the empty root", libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) as libc::c_int)?;
         step("detach the host's file system", libc::umount2(c".".as_ptr(), libc::MNT_DETACH))?;
+        sys::start_step("instance: in the empty root (mount namespace private, tmpfs, pivot_root, host detached)");
         step("enter the empty root", libc::chdir(c"/".as_ptr()))?;
         // Drop to nobody: with no keep-caps, setresuid from root to
         // non-root clears every capability.

@@ -306,6 +306,24 @@ pub fn program(net: NetPolicy, g: GuestRange) -> Result<BpfProgram, FilterError>
     filter.try_into()
 }
 
+/// The program spt installs in an instance without networking whose guest
+/// memory ends at `mem_size` with free memory from `heap_start`, as raw
+/// `sock_filter` records (8 bytes each, host byte order): what `shoal bench
+/// boot`'s floor rows install, to measure what the host charges for the
+/// filter alone.
+pub fn plain_instance_bytes(heap_start: u64, mem_size: u64) -> Result<Vec<u8>, FilterError> {
+    let net = NetPolicy::default();
+    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd() })?;
+    let mut out = Vec::with_capacity(prog.len() * 8);
+    for f in &prog {
+        out.extend_from_slice(&f.code.to_ne_bytes());
+        out.push(f.jt);
+        out.push(f.jf);
+        out.extend_from_slice(&f.k.to_ne_bytes());
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::GuestRange;

@@ -1,7 +1,7 @@
 //! The front end's last step: hand the prepared instance over to a fresh
 //! `exec` of the instance program ([`crate::INSTANCE_PROGRAM`]), so that
 //! the process the guest lives in starts from a clean image: no
-//! environment, no arguments, no heap or stack of the caller's command
+//! environment (but one fixed malloc tunable: [`INSTANCE_ENV`]), no arguments, no heap or stack of the caller's command
 //! line, and no descriptor but the console and what [`crate::spec`] lists
 //! (issue "Harden the tenders", item 2; Firecracker's jailer does the same
 //! for its VMM).
@@ -21,6 +21,10 @@ use crate::{confine, spec, sys, SptError, EXIT_TENDER_FAILED};
 use std::io::{Seek, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+
+/// The instance program's whole environment: glibc's per-thread malloc
+/// cache off (see `Handover::exec`); it holds nothing of the host.
+pub const INSTANCE_ENV: &std::ffi::CStr = c"GLIBC_TUNABLES=glibc.malloc.tcache_count=0";
 
 /// What the instance process is given.
 pub(crate) struct Parts<'a> {
@@ -162,7 +166,7 @@ impl Handover {
     }
 
     /// Moves the descriptors, closes every other one and runs the instance
-    /// program with an empty environment. Async-signal-safe.
+    /// program with an environment of [`INSTANCE_ENV`] only. Async-signal-safe.
     fn exec(&self) -> ! {
         debug_assert!(!self.held.is_empty());
         // Before the moves, which may land on the namespace's descriptor.
@@ -183,7 +187,12 @@ impl Handover {
             sys::exit(EXIT_TENDER_FAILED);
         }
         let argv: [*const libc::c_char; 2] = [c"shoal-spt".as_ptr(), core::ptr::null()];
-        let envp: [*const libc::c_char; 1] = [core::ptr::null()];
+        // One fixed variable, nothing of the host's: glibc's malloc without
+        // its per-thread cache, which would keep the chunks booting freed
+        // (tens of KiB here) looking allocated, out of `malloc_trim`'s reach,
+        // for the instance's whole life (it cannot be turned off after
+        // start: tunables are read once, at exec).
+        let envp: [*const libc::c_char; 2] = [INSTANCE_ENV.as_ptr(), core::ptr::null()];
         // SAFETY: both arrays are null-terminated and point at static C
         // strings.
         let e = unsafe { sys::execveat(self.program_fd, argv.as_ptr(), envp.as_ptr()) };

@@ -1,5 +1,5 @@
 //! The instance process: `shoal-spt`, exec'd by the front end
-//! ([`crate::run`], [`crate::run_in_place`]) with an empty environment and
+//! ([`crate::run`], [`crate::run_in_place`]) with no environment but one fixed variable (malloc tunables) and
 //! no arguments, so that the process the guest shares its address space
 //! with holds nothing of the host it must not see (no environment, no
 //! caller's argv, no host paths, no heap of the caller's command line).
@@ -41,6 +41,7 @@ enum InstanceError {
 
 /// Runs the instance; never returns. The `shoal-spt` binary's `main`.
 pub fn main() -> ! {
+    sys::lean_malloc();
     match boot() {
         Ok(never) => match never {},
         Err(e) => {
@@ -80,12 +81,15 @@ fn sealed_archive(len: u64) -> Result<OwnedFd, InstanceError> {
 
 fn boot() -> Result<std::convert::Infallible, InstanceError> {
     let spec = Spec::decode(&read_fd(spec::SPEC_FD, spec::MAX_SPEC as u64 + 1)?)?;
+    sys::start_timing(spec.timing_t0_ns);
+    sys::start_step("instance: exec'd, boot spec read");
     let name = PathBuf::from(OsString::from_vec(spec.image_name.clone()));
     let image = Image::from_file(std::fs::File::from(owned(spec::IMAGE_FD)), &name).map_err(SptError::from)?;
     let archive = if spec.archive_len > 0 { Some(sealed_archive(spec.archive_len)?) } else { None };
     let argv: Vec<OsString> = spec.argv.iter().cloned().map(OsString::from_vec).collect();
     let env: Vec<OsString> = spec.env.iter().cloned().map(OsString::from_vec).collect();
     let layout = plan(&image, spec.mem_size, spec.archive_len, &argv, &env).map_err(SptError::from)?;
+    sys::start_step("instance: image checked again, layout planned");
     let entry = hypercall::entry as unsafe extern "C" fn(u64, u64) as usize as u64;
     let params = BootParams::new(TenderKind::Spt, entry, Clock { tsc_hz: spec.tsc_hz, ..Clock::default() }).map_err(SptError::from)?;
     let pool = (!spec.pool.is_empty()).then(|| {
@@ -117,6 +121,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     // channel once the last step has closed everything else (crate::child).
     let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd() };
     let filter = filter::program(policy, guest).map_err(SptError::from)?;
+    sys::start_step("instance: seccomp filter built");
     let report = if spec.supervised {
         let fd = owned(spec::REPORT_FD);
         let volume = if spec.volume_max > 0 { crate::VOLUME_HEADER as u64 + spec.volume_max } else { 0 };
@@ -139,6 +144,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
         confine::drop_root(spec.supervised.then_some(spec::PARENT_FD))?;
     }
     crate::landlock::restrict(policy).map_err(SptError::from)?;
+    sys::start_step("instance: confined (namespaces, root, Landlock)");
     let prepared = child::Prepared {
         image: &image,
         layout,

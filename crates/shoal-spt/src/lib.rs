@@ -10,7 +10,7 @@
 //! 2. Start a child (`clone` sharing memory until its `exec`, as
 //!    `posix_spawn` does; as root into new PID, mount and IPC namespaces) that
 //!    `exec`s the instance program [`INSTANCE_PROGRAM`] (`shoal-spt`, built
-//!    beside `shoal`) with an empty environment, no arguments, and only
+//!    beside `shoal`) with no environment but one fixed variable (malloc tunables), no arguments, and only
 //!    the descriptors it boots from (`front`, `spec`): the guest shares its
 //!    address space with this process, so it must start from a clean image
 //!    that holds nothing of the caller's.
@@ -248,6 +248,14 @@ pub fn instance_program() -> Result<PathBuf, SptError> {
     candidates.iter().find(|p| p.is_file()).cloned().ok_or_else(|| SptError::NoInstanceProgram(candidates.swap_remove(0)))
 }
 
+/// With this variable set in its environment, `shoal run` and
+/// `shoal-tender --tender spt` print on stderr, as `shoal: start: MS ms
+/// STEP`, the time each step of an instance's start ends (front end and
+/// instance process, milliseconds from the front end's first step): what
+/// shoal spends above `shoal bench boot`'s floor, broken down. Off by
+/// default; it costs a `write` per step.
+pub const START_TIMING_ENV: &str = "SHOAL_DEBUG_START";
+
 /// Name of the instance program, installed beside `shoal` and `shoal-tender`.
 pub const INSTANCE_PROGRAM: &str = "shoal-spt";
 
@@ -255,6 +263,8 @@ pub const INSTANCE_PROGRAM: &str = "shoal-spt";
 /// the instance (not `supervised`: never returns `Ok`). Either way the
 /// instance is a fresh `exec` of [`INSTANCE_PROGRAM`] (`crate::front`).
 fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
+    let t0 = if std::env::var_os(START_TIMING_ENV).is_some() { sys::monotonic_ns().max(1) } else { 0 };
+    sys::start_timing(t0);
     if !sys::has_fsgsbase() {
         return Err(SptError::NoFsgsbase);
     }
@@ -262,6 +272,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         return Err(SptError::TooMuchMemory(shoal_loader::format_size(cfg.mem_size)));
     }
     let image = Image::open(&cfg.image)?;
+    sys::start_step("front: image checked");
     let archive = shoal_loader::root_archive(cfg)?;
     let archive: &[u8] = &archive;
     if cfg.volume.is_some() && !supervised {
@@ -275,7 +286,9 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     // Planned here for its errors (too little memory, arguments too
     // large); the instance plans the same layout again from the same input.
     plan(&image, cfg.mem_size, archive.len() as u64, &cfg.argv, &cfg.env)?;
+    sys::start_step("front: archive packed, layout planned");
     let tsc_hz = shoal_loader::tsc::tsc_hz()?;
+    sys::start_step("front: TSC frequency read");
     let mut pool_plan = None;
     if cfg.mode == MemoryMode::Pool {
         let (plan, warning) = shoal_loader::pool::prepare(cfg.pool.as_ref(), cfg.pool_fallback, &image)?;
@@ -288,6 +301,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     if pool_files > spec::MAX_POOL_FILES {
         return Err(SptError::TooManyPoolFiles(pool_files));
     }
+    sys::start_step("front: pool files opened and verified");
     let listeners = shoal_loader::net::open_listeners(&cfg.net)?;
     let program = instance_program()?;
     let spec = spec::Spec {
@@ -309,6 +323,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         rejuvenate_ns: cfg.rejuvenate_ns,
         watchdog_ns: cfg.watchdog_ns,
         recover_flags: cfg.recover_flags(),
+        timing_t0_ns: t0,
     };
     let listener_fds: Vec<OwnedFd> = listeners.into_iter().map(|(fd, _)| fd).collect();
     let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };
@@ -339,6 +354,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     })?;
     drop(pool_plan);
     drop(listener_fds);
+    sys::start_step("front: hand-over ready (spec, archive and descriptors)");
     // Buffered output must not be written twice (once by the child).
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();

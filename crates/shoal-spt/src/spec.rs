@@ -1,7 +1,7 @@
 //! The boot spec: what the front end (`shoal run`, `shoal-tender`, a
 //! library caller of [`crate::run`]) hands to the instance process it
 //! `exec`s, on descriptor [`SPEC_FD`], so that the instance starts from a
-//! clean process image with an empty environment and no arguments.
+//! clean process image with no environment but one fixed variable (malloc tunables) and no arguments.
 //!
 //! It holds only what the guest gets anyway (its argv and environment, the
 //! memory size) and what the tender needs to boot it; everything else is
@@ -38,7 +38,7 @@ pub const POOL_FD0: i32 = 8;
 pub const MAX_POOL_FILES: usize = 900;
 
 const MAGIC: &[u8; 8] = b"SHOALSPT";
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
 /// Largest spec accepted: argv and environment are bounded by the guest's
 /// argument area (under 1 MiB), pool maps by [`MAX_POOL_FILES`].
 pub const MAX_SPEC: usize = 4 << 20;
@@ -97,6 +97,9 @@ pub struct Spec {
     pub watchdog_ns: u64,
     /// `shoal_abi::RECOVER_OFF` for `--no-recover`.
     pub recover_flags: u64,
+    /// `CLOCK_MONOTONIC` ns the front end's start steps count from, when
+    /// [`crate::START_TIMING_ENV`] asked for them (0: the instance prints none).
+    pub timing_t0_ns: u64,
 }
 
 /// Why a spec could not be read.
@@ -162,6 +165,7 @@ impl Spec {
         b.extend_from_slice(&self.rejuvenate_ns.to_le_bytes());
         b.extend_from_slice(&self.watchdog_ns.to_le_bytes());
         b.extend_from_slice(&self.recover_flags.to_le_bytes());
+        b.extend_from_slice(&self.timing_t0_ns.to_le_bytes());
         b
     }
 
@@ -214,6 +218,7 @@ impl Spec {
         let rejuvenate_ns = r.u64()?;
         let watchdog_ns = r.u64()?;
         let recover_flags = r.u64()?;
+        let timing_t0_ns = r.u64()?;
         if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || !r.0.is_empty() {
             return Err(SpecError::Corrupt);
         }
@@ -236,6 +241,7 @@ impl Spec {
             rejuvenate_ns,
             watchdog_ns,
             recover_flags,
+            timing_t0_ns,
         })
     }
 }
@@ -310,6 +316,7 @@ mod tests {
             rejuvenate_ns: 500_000_000,
             watchdog_ns: 250_000_000,
             recover_flags: shoal_abi::RECOVER_OFF,
+            timing_t0_ns: 7,
         }
     }
 

@@ -107,6 +107,54 @@ pub unsafe fn mprotect(addr: u64, len: u64, prot: libc::c_int) -> io::Result<()>
     check(unsafe { libc::mprotect(addr as usize as *mut libc::c_void, len as usize, prot) })
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds (one clock for every process of the
+/// host, so the front end's and the instance's start steps line up).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes only the timespec given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// Start of the steps [`start_step`] times (`CLOCK_MONOTONIC` ns; 0: off).
+static START_T0: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Turns the start-step timing on, counting from `t0_ns` (see
+/// [`crate::START_TIMING_ENV`]); 0 leaves it off.
+pub fn start_timing(t0_ns: u64) {
+    START_T0.store(t0_ns, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// With start-step timing on, prints `shoal: start: MS ms WHAT` on
+/// stderr (milliseconds since the front end began). Allocates nothing;
+/// not for use under the filter (`clock_gettime` may be a system call
+/// when the host's clock source has no vDSO path).
+pub fn start_step(what: &str) {
+    let t0 = START_T0.load(std::sync::atomic::Ordering::Relaxed);
+    if t0 != 0 {
+        let us = monotonic_ns().saturating_sub(t0) / 1000;
+        crate::hypercall::say(format_args!("start: {}.{:03} ms {what}", us / 1000, us % 1000));
+    }
+}
+
+/// Tunes glibc's malloc for an instance process, which allocates a little
+/// while it boots and then, once the guest runs, never again: every
+/// allocation of a page or more gets its own mapping (`M_MMAP_THRESHOLD`),
+/// given back whole when freed, so the short-lived buffers of booting (the
+/// image's headers, the filter's rule tables, `/proc/self/maps` read by the
+/// runtime) leave no partly used pages behind the small objects that stay
+/// alive; the heap grows by what is asked only (`M_TOP_PAD` 0) and
+/// [`trim_heap`] returns every free page at its top.
+pub fn lean_malloc() {
+    // SAFETY: mallopt only changes allocator parameters; called first
+    // thing, single-threaded.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4096);
+        libc::mallopt(libc::M_TOP_PAD, 0);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 4096);
+    }
+}
+
 /// Returns the free memory of the heap to the kernel (`malloc_trim`): the
 /// waiting parent keeps little, and what it (or an instance before it
 /// enters the guest) freed should not stay resident.
