@@ -297,7 +297,14 @@ pub fn interrupt(vcpu: &kvm_ioctls::VcpuFd, low: u64, mem_size: u64) -> Result<(
 /// The common end of [`tick`] and [`interrupt`]: the vCPU to the
 /// preemption entry if it is at CPL 3 in guest memory outside the kernel,
 /// else `pending` for the kernel to take on its way out.
-fn redirect(vcpu: &kvm_ioctls::VcpuFd, regs: &mut kvm_bindings::kvm_regs, user: bool, low: u64, mem_size: u64, words: (&AtomicU64, &AtomicU64, &AtomicU64)) -> Result<(), String> {
+fn redirect(
+    vcpu: &kvm_ioctls::VcpuFd,
+    regs: &mut kvm_bindings::kvm_regs,
+    user: bool,
+    low: u64,
+    mem_size: u64,
+    words: (&AtomicU64, &AtomicU64, &AtomicU64),
+) -> Result<(), String> {
     let (in_kernel, pending, resume) = words;
     if in_kernel.load(Ordering::SeqCst) != 0 || !user || !(low..mem_size).contains(&regs.rip) {
         pending.store(1, Ordering::SeqCst);

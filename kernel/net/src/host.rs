@@ -54,7 +54,7 @@
 //! bits not already known, so a readable socket nobody reads does not wake
 //! the instance again and again.
 
-use alloc::collections::VecDeque;
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec;
 use alloc::vec::Vec;
 use shoal_abi::{net_op, Listener, NetOp, NetPollFd, LISTENER_ANY_PORT, NET_BIND_ANY, NET_MAX_POLL, NET_OUTBOUND, NET_WATCH};
