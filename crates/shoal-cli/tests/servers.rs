@@ -275,36 +275,8 @@ impl Drop for Nginx {
 /// (keep-alive) and returns, per response, its status line, its
 /// `Connection` header and its body (read by `Content-Length`).
 fn keep_alive_gets(port: u16, paths: &[&str]) -> Vec<(String, String, Vec<u8>)> {
-    use std::io::{BufRead, BufReader, Read, Write};
-    let s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(DEADLINE)).unwrap();
-    let mut w = s.try_clone().unwrap();
-    let mut r = BufReader::new(s);
-    let mut out = Vec::new();
-    for p in paths {
-        write!(w, "GET {p} HTTP/1.1\r\nHost: localhost\r\nUser-Agent: shoal-test\r\n\r\n").unwrap();
-        let mut status = String::new();
-        r.read_line(&mut status).unwrap();
-        let (mut len, mut conn) = (0usize, String::new());
-        loop {
-            let mut h = String::new();
-            r.read_line(&mut h).unwrap();
-            if h == "\r\n" || h.is_empty() {
-                break;
-            }
-            let lower = h.to_ascii_lowercase();
-            if let Some(v) = lower.strip_prefix("content-length:") {
-                len = v.trim().parse().unwrap();
-            }
-            if let Some(v) = lower.strip_prefix("connection:") {
-                conn = v.trim().to_string();
-            }
-        }
-        let mut body = vec![0u8; len];
-        r.read_exact(&mut body).unwrap();
-        out.push((status.trim_end().to_string(), conn, body));
-    }
-    out
+    let mut c = KeepAlive::open(port);
+    paths.iter().map(|p| c.get(p)).collect()
 }
 
 /// Item 1 and parity: a static file, its index, a 404 and the file again,
