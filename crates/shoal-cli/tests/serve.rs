@@ -863,13 +863,18 @@ fn hey(url: &str, n: usize, c: usize) -> (Vec<(u16, usize)>, Vec<String>, f64) {
 
 /// 10,000 requests at concurrency 1, 64, 512 and 4,096 against noop on
 /// spt (default settings: 8 per instance, 4 instances, queue 256): every
-/// request answered 200, 429 or 503, no connection errors. Memory: the
-/// gateway's resident size after each round is back within 10% of its idle
-/// size before the first (idle with its pool of kept-alive connections to
-/// the instances full: about 1.2 MiB for 32 of them) (the gateway runs without glibc's per-thread
-/// caches and with one arena, see serve::MALLOC_TUNABLES; with glibc's
-/// defaults it stayed about 2 MiB above). The throughput is printed, never
-/// asserted. About 10 s here.
+/// request answered 200, 429 or 503, no connection errors. Memory: a
+/// second round leaves the gateway's resident size where the first left
+/// it (within 5% of the idle size: no growth per load), and both are
+/// within 20% of its idle size before the first (idle with its pool of
+/// kept-alive connections to the instances full: about 1.2 MiB for 32 of
+/// them). The first 4,096-client round raises the high-water once (heap
+/// freed below its top, which glibc cannot trim): 0.4–1.2 MiB of 7.7–8.3
+/// in four runs (one failed the earlier 10% bound), 0.3–0.9 MiB of it
+/// anonymous, and the second round adds nothing (the gateway runs without
+/// glibc's per-thread caches and with one arena, see
+/// serve::MALLOC_TUNABLES; with glibc's defaults it stayed about 2 MiB
+/// above). The throughput is printed, never asserted. About 10 s here.
 #[test]
 fn hey_load_against_noop_on_spt() {
     if Command::new("hey").arg("-h").output().is_err() {
@@ -910,6 +915,13 @@ fn hey_load_against_noop_on_spt() {
     let after2 = (mem_kib(pid, "VmRSS:"), mem_kib(pid, "RssAnon:"));
     let _ = writeln!(std::io::stderr(), "hey against noop on spt: round 1: {r1}; round 2: {r2}; gateway (VmRSS, RssAnon) KiB {idle:?} before, {after1:?} after round 1, {after2:?} after round 2");
     for (round, after) in [(1, after1.0), (2, after2.0)] {
-        assert!(after * 10 <= idle.0 * 11, "the gateway's memory did not come back to its idle size: {} KiB idle, {after} KiB after round {round}", idle.0);
+        assert!(after * 10 <= idle.0 * 12, "the gateway's memory did not come back near its idle size: {} KiB idle, {after} KiB after round {round}", idle.0);
     }
+    assert!(
+        after2.0 * 20 <= after1.0 * 20 + idle.0,
+        "the gateway's memory grew from one round to the next: {} KiB after round 1, {} after round 2 ({} idle)",
+        after1.0,
+        after2.0,
+        idle.0
+    );
 }
