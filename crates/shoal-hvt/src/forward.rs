@@ -84,6 +84,13 @@ pub fn register(host: *mut u8) {
     unsafe { (*w).fetch_or(PENDING.load(Ordering::SeqCst), Ordering::SeqCst) };
 }
 
+/// Whether the guest's word holds a signal it has not taken yet.
+pub fn waiting_in_word() -> bool {
+    let w = WORD.load(Ordering::SeqCst);
+    // SAFETY: as in `on_forwarded`.
+    !w.is_null() && unsafe { (*w).load(Ordering::SeqCst) } != 0
+}
+
 /// Whether a forwarded signal arrived since the last call (taking it).
 pub fn take_arrived() -> bool {
     ARRIVED.load(Ordering::Relaxed) && ARRIVED.swap(false, Ordering::SeqCst)

@@ -553,6 +553,14 @@ pub fn handle(
 /// guest's sleep: `std::thread::sleep` would sleep on after it). The guest
 /// loops until its deadline, so returning early is always allowed.
 fn sleep_interruptible(ns: u64) {
+    // A forwarded signal that arrived while the guest was on its way here
+    // (after it last looked at its word) would not interrupt this sleep:
+    // return at once, and never sleep more than a second, so one that
+    // lands between this look and the sleep is seen within a second.
+    if crate::forward::waiting_in_word() {
+        return;
+    }
+    let ns = ns.min(1_000_000_000);
     let ts = libc::timespec { tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long };
     // SAFETY: `ts` is a valid timespec; no remainder is asked for.
     unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, 0, &ts, std::ptr::null_mut()) };
