@@ -67,7 +67,7 @@ extern crate alloc;
 mod log;
 pub mod watchdog;
 pub use log::{
-    enter, enter_quiet, log_bytes, log_cell, rejuvenating, resume, set_committer, set_log_bytes, set_logger, set_replayed, suspend, Entered, Suspended, LOGS,
+    enter, enter_quiet, log_bytes, log_cell, rejuvenating, resume, set_committer, set_log_bytes, set_logger, set_rejuvenator, set_replayed, suspend, Entered, Suspended, LOGS,
 };
 
 use alloc::vec::Vec;
@@ -527,10 +527,11 @@ fn rejuvenate() {
         }
     }
     REJUVENATE_LAST.store(i as u8, Relaxed);
-    // The component did not fail: its logger brings the log up to date
-    // and may set its sound state aside (see `log::rejuvenating`).
+    // The component did not fail: its logger and its rejuvenation hook
+    // bring the log up to date and may set its sound state aside (see
+    // `log::rejuvenating`, `set_rejuvenator`).
     log::set_rejuvenating(true);
-    log::before_call(i as Component + 1);
+    log::before_rejuvenation(i as Component + 1);
     reboot(i as Component + 1);
     log::set_rejuvenating(false);
 }

@@ -170,17 +170,31 @@ pub fn resume(s: Suspended) {
 
 /// What a stateful component runs to bring its log up to date before a
 /// call into it begins (`process`: see `shoal_process::heal`), by
-/// component.
-static LOGGERS: Global<[Logger; N]> = Global::new([None; N]);
+/// component: function addresses (0: none) in plain atomics, as
+/// [`COMMITTERS`], so a gate's look is a load with nothing borrowed.
+static LOGGERS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 
-/// A component's logger, if it has one.
-type Logger = Option<fn()>;
+/// What a component runs only before a rejuvenation reboots it (vfs,
+/// ramfs and net: their logs are brought up to date as each call
+/// leaves them, so before an ordinary call there is nothing to do; a
+/// rejuvenation sets their sound state aside). Kept apart from
+/// [`LOGGERS`] so that the gates of those components do not call a hook
+/// that would only check [`rejuvenating`] and return.
+static REJUVENATORS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 
 /// Registers `f` to run before every gated call into `c` and before a
 /// rejuvenation reboots it.
 pub fn set_logger(c: Component, f: fn()) {
-    if let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) {
-        LOGGERS.with(|l| l[i] = Some(f));
+    if let Some(l) = (c as usize).checked_sub(1).and_then(|i| LOGGERS.get(i)) {
+        l.store(f as usize, Relaxed);
+    }
+}
+
+/// Registers `f` to run before a rejuvenation reboots `c` (after its
+/// logger, if it has one), never before an ordinary call.
+pub fn set_rejuvenator(c: Component, f: fn()) {
+    if let Some(l) = (c as usize).checked_sub(1).and_then(|i| REJUVENATORS.get(i)) {
+        l.store(f as usize, Relaxed);
     }
 }
 
@@ -234,10 +248,27 @@ pub(crate) fn after_call() {
     }
 }
 
-/// Runs `c`'s logger, if it has one.
-pub(crate) fn before_call(c: Component) {
-    let f = (c as usize).checked_sub(1).and_then(|i| LOGGERS.try_with(|l| l.get(i).copied().flatten()).flatten());
-    if let Some(f) = f {
+/// Runs the hook `c` registered in `hooks`, if any.
+#[inline]
+fn run_hook(hooks: &[AtomicUsize; N], c: Component) {
+    let a = (c as usize).checked_sub(1).and_then(|i| hooks.get(i)).map_or(0, |h| h.load(Relaxed));
+    if a != 0 {
+        // SAFETY: `a` was stored by `set_logger` or `set_rejuvenator` from
+        // a `fn()`, and is never anything else (0 is checked above).
+        let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(a) };
         f();
     }
+}
+
+/// Runs `c`'s logger, if it has one (before a gated call into `c`).
+#[inline]
+pub(crate) fn before_call(c: Component) {
+    run_hook(&LOGGERS, c);
+}
+
+/// Runs `c`'s logger and its rejuvenation hook (before a rejuvenation
+/// reboots it).
+pub(crate) fn before_rejuvenation(c: Component) {
+    run_hook(&LOGGERS, c);
+    run_hook(&REJUVENATORS, c);
 }

@@ -556,8 +556,9 @@ pub fn stats() -> Option<(u64, u64, u64)> {
     slot(|l| (l.bytes(), l.entries(), l.calls))
 }
 
-/// vfs's and ramfs's logger (`shoal_recover::set_logger`; their log is
-/// brought up to date as each call leaves vfs): before a rejuvenation,
+/// vfs's and ramfs's rejuvenation hook (`shoal_recover::set_rejuvenator`,
+/// run before a rejuvenation only: their log is brought up to date as
+/// each call leaves vfs, so an ordinary call needs nothing before it):
 /// sets the sound state aside for the rebuild.
 pub fn before_reboot() {
     if shoal_recover::rejuvenating() {

@@ -578,5 +578,16 @@ pub fn with<R>(f: impl FnOnce(&mut Vfs) -> R) -> R {
     r
 }
 
+/// Runs `f` on the process's file-system state without changing it: a
+/// look (net asking what object a descriptor is, on every `read` and
+/// `write`) that, unlike [`with`], leaves the log alone — a shared
+/// borrow changes nothing, so there is nothing to bring up to date — and
+/// cannot resize a file. The code is still vfs's (a failure in it reboots
+/// vfs).
+pub fn with_ref<R>(f: impl FnOnce(&Vfs) -> R) -> R {
+    let _in = shoal_recover::enter(shoal_recover::id::VFS);
+    STATE.with(|s| f(s.get_or_insert_with(|| Vfs::new(empty_root()))))
+}
+
 #[cfg(test)]
 mod tests;
