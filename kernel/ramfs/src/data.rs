@@ -327,6 +327,13 @@ impl FileData {
         self.mirror_pages(live, first, end);
     }
 
+    /// After `live` was written in pages both already shared (no page
+    /// added: [`crate::heal::Change::InPlace`]): takes its size.
+    pub fn mirror_size(&mut self, live: &FileData) {
+        self.size = live.size;
+        self.base_len = live.base_len;
+    }
+
     /// After `live` was truncated (or extended) to `size`: drops the pages
     /// past it and takes those `live` has there now (written later in the
     /// same call). The partial page at `size` is the same page in both.

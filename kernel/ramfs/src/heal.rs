@@ -27,6 +27,13 @@ pub enum Change {
         /// How many bytes.
         len: u64,
     },
+    /// Written in pages the file already had: no page was added (so a
+    /// handle kept in step with the file — recovery's log — already
+    /// holds every page the write touched); only the size may have moved.
+    InPlace {
+        /// The file.
+        ino: Ino,
+    },
     /// The page holding `off` was handed to a shared mapping (and made
     /// the file's own if it was not).
     Mapped {

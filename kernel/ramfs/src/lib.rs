@@ -842,12 +842,15 @@ impl Fs {
         }
         let t = self.now();
         let f = self.file_mut(ino)?;
-        let before = f.size();
+        let (before, pages) = (f.size(), f.owned_pages());
         let n = f.write(off, data)?;
+        let grew = f.owned_pages() != pages;
         if f.size() != before {
             self.note_resized(ino);
         }
-        self.journal.changed(heal::Change::Write { ino, off, len: n as u64 });
+        // Most writes (a database's pages, rewritten in place) add no
+        // page: the log then has nothing to look up page by page.
+        self.journal.changed(if grew { heal::Change::Write { ino, off, len: n as u64 } } else { heal::Change::InPlace { ino } });
         let i = self.inode_mut(ino)?;
         i.mtime = t;
         i.ctime = t;

@@ -365,7 +365,9 @@ impl Log {
             // One description (a read or write moved its offset): that
             // entry alone.
             Dirty::One(i) if log.ofds.len() == v.ofds.len() => match (log.ofds.get_mut(i), v.ofds.get(i)) {
-                (Some(d), Some(s)) if d != s => {
+                // The offset first: the field a read or write moves,
+                // so the whole comparison is rarely needed.
+                (Some(d), Some(s)) if d.as_ref().map(|o| o.offset) != s.as_ref().map(|o| o.offset) || d != s => {
                     d.clone_from(s);
                     true
                 }
@@ -457,7 +459,7 @@ impl Log {
 
     fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
         for &ino in touched {
-            let e = self.inodes.entry(ino).or_insert(InodeEntry { image: None, data: None });
+            let e = self.inodes.entry(ino).or_insert_with(|| InodeEntry { image: None, data: None });
             match v.fs.export_file_into(ino, &mut e.image) {
                 Exported::File(live) => match &mut e.data {
                     // First change to this file since boot: a handle on
@@ -470,6 +472,7 @@ impl Log {
                         for c in changes {
                             match *c {
                                 Change::Write { ino: i, off, len } if i == ino => handle.mirror_write(live, off, len),
+                                Change::InPlace { ino: i } if i == ino => handle.mirror_size(live),
                                 Change::Truncate { ino: i, size } if i == ino => handle.mirror_truncate(live, size),
                                 Change::Mapped { ino: i, off } if i == ino => handle.mirror_write(live, off, 1),
                                 _ => {}
