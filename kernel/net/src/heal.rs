@@ -200,7 +200,7 @@ pub fn start() {
         return;
     }
     start_log();
-    shoal_recover::set_committer(id::NET, commit);
+    shoal_recover::set_committer(id::NET, commit, &TOUCHED);
 }
 
 /// Starts the log: the state now is its first entry.

@@ -18,7 +18,7 @@
 use super::{bump, injected, rebootable, swap_current, Component, ARMED, CALLS, CURRENT, INJECT_AT, INJECT_COMPONENT, N};
 use alloc::boxed::Box;
 use core::any::Any;
-use core::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use shoal_plat::Global;
 
 /// While alive, the code running is component `c`'s; dropping it returns
@@ -219,25 +219,37 @@ pub(crate) fn set_rejuvenating(on: bool) {
 /// two, with nothing borrowed.
 static COMMITTERS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 
+/// Each committer's "something to commit" flag (see [`set_committer`]).
+static PENDING: [AtomicPtr<AtomicBool>; N] = [const { AtomicPtr::new(core::ptr::null_mut()) }; N];
+
 /// Bit `c - 1` set: component `c` has a committer.
 static COMMITTER_MASK: AtomicU16 = AtomicU16::new(0);
 
-/// Registers `f` to run after every gated system call (any component's):
-/// it brings `c`'s log up to date with what the call changed.
-pub fn set_committer(c: Component, f: fn()) {
+/// Registers `f` to run after every gated system call (any component's)
+/// that set `pending`: it brings `c`'s log up to date with what the call
+/// changed (and clears `pending`). The gate looks at the flag itself, so a
+/// call that left the component alone costs a load, not a call.
+pub fn set_committer(c: Component, f: fn(), pending: &'static AtomicBool) {
     if let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) {
         COMMITTERS[i].store(f as usize, Relaxed);
+        PENDING[i].store(core::ptr::from_ref(pending).cast_mut(), Relaxed);
         COMMITTER_MASK.fetch_or(1 << i, Relaxed);
     }
 }
 
-/// Runs every registered committer (after a gated call).
+/// Runs every registered committer whose flag is set (after a gated call).
 #[inline]
 pub(crate) fn after_call() {
     let mut mask = COMMITTER_MASK.load(Relaxed);
     while mask != 0 {
         let i = mask.trailing_zeros() as usize;
         mask &= mask - 1;
+        let p = PENDING.get(i).map_or(core::ptr::null_mut(), |p| p.load(Relaxed));
+        // SAFETY: a non-null pointer was stored by `set_committer` from a
+        // `&'static AtomicBool`.
+        if p.is_null() || !unsafe { &*p }.load(Relaxed) {
+            continue;
+        }
         let a = COMMITTERS.get(i).map_or(0, |c| c.load(Relaxed));
         if a != 0 {
             // SAFETY: `a` was stored by `set_committer` from a `fn()`, and

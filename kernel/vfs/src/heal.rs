@@ -293,7 +293,37 @@ pub(crate) fn start(v: &mut Vfs) {
 
 /// Brings the log up to date with what the call that is leaving vfs
 /// changed (called by [`crate::with`] after every call).
+///
+/// Most calls change nothing the log holds (`stat`, `fstat`,
+/// `fdatasync`, a read at end of file, an `lseek` to where the file
+/// is): they are told apart here, with a few loads and no borrow, before
+/// [`Log::record`] — a large function whose entry and exit alone (its
+/// saved registers and frame) cost more than these checks — is called.
+/// Out of line: see `shoal_recover::log_cell`.
+#[inline(never)]
 pub(crate) fn commit(v: &mut Vfs) {
+    let p = LOG_AT.load(Relaxed);
+    if p.is_null() || LENT.load(Relaxed) {
+        return;
+    }
+    // SAFETY: as in `slot` (the log is not lent: `LENT` is clear); only
+    // read here, and the reference ends before `commit_changes` borrows it.
+    let log = unsafe { &*p };
+    let quiet = v.fs.journal_is_empty()
+        && !v.fds.is_dirty()
+        && !v.ofds.is_dirty()
+        && !v.pipes.is_dirty()
+        && !v.locks.is_dirty()
+        && log.scalars == Scalars::of(v)
+        && log.termios_changes == crate::ops::termios_changes();
+    if !quiet {
+        commit_changes(v);
+    }
+}
+
+/// [`commit`] of a call that may have changed something.
+#[inline(never)]
+fn commit_changes(v: &mut Vfs) {
     slot(|log| log.record(v));
 }
 
@@ -385,8 +415,7 @@ impl Log {
             log.pipes.clone_from(&v.pipes);
             changed = true;
         }
-        if v.locks.take_dirty() && !v.locks.same_as(&log.locks) {
-            v.locks.flatten_into(&mut log.locks);
+        if v.locks.take_dirty() && v.locks.sync_into(&mut log.locks) {
             changed = true;
         }
         let n = crate::ops::termios_changes();

@@ -312,6 +312,16 @@ impl Vfs {
         self.ofds[i].as_ref().expect("live ofd")
     }
 
+    /// Moves description `i`'s offset to `off`; an offset that does not
+    /// move (an `lseek` to where the file already is: SQLite seeks before
+    /// every write) leaves the entry unmarked, so the log has nothing to
+    /// look at.
+    pub(crate) fn set_offset(&mut self, i: usize, off: u64) {
+        if self.ofd(i).offset != off {
+            self.ofd_mut(i).offset = off;
+        }
+    }
+
     pub(crate) fn ofd_mut(&mut self, i: usize) -> &mut Ofd {
         // Only this entry is marked changed for the log (module `heal`).
         self.ofds.at_mut(i).and_then(|o| o.as_mut()).expect("live ofd")

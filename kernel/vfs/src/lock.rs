@@ -93,9 +93,12 @@ impl Locks {
         self.flocks.iter().flat_map(|(k, v)| v.iter().map(move |f| (*k, *f)))
     }
 
-    /// Whether `f` holds exactly these locks.
-    pub(crate) fn same_as(&self, f: &Flat) -> bool {
-        self.flat_records().eq(f.records.iter().copied()) && self.flat_flocks().eq(f.flocks.iter().copied())
+    /// Makes `f` hold these locks in one pass, overwriting only the
+    /// entries that differ; whether any did (the log's update after a
+    /// call that may have changed a lock: comparing first and then
+    /// copying walked the map twice).
+    pub(crate) fn sync_into(&self, f: &mut Flat) -> bool {
+        sync_list(&mut f.records, self.flat_records()) | sync_list(&mut f.flocks, self.flat_flocks())
     }
 
     /// Makes `f` hold these locks (no allocation once its lists have
@@ -118,6 +121,32 @@ impl Locks {
         }
         l
     }
+}
+
+/// Makes `dst` the items of `src`, writing only those that differ;
+/// whether any did.
+fn sync_list<T: PartialEq>(dst: &mut Vec<T>, src: impl Iterator<Item = T>) -> bool {
+    let mut changed = false;
+    let mut n = 0;
+    for x in src {
+        match dst.get_mut(n) {
+            Some(d) if *d == x => {}
+            Some(d) => {
+                *d = x;
+                changed = true;
+            }
+            None => {
+                dst.push(x);
+                changed = true;
+            }
+        }
+        n += 1;
+    }
+    if dst.len() != n {
+        dst.truncate(n);
+        changed = true;
+    }
+    changed
 }
 
 impl Locks {
