@@ -334,6 +334,13 @@ impl FileData {
         self.base_len = live.base_len;
     }
 
+    /// After the file this handle shares was written in pages both
+    /// already hold ([`crate::heal::Change::InPlace`], which brings the
+    /// size): takes that size. (A write never moves `base_len`.)
+    pub fn mirror_in_place(&mut self, size: u64) {
+        self.size = size;
+    }
+
     /// After `live` was truncated (or extended) to `size`: drops the pages
     /// past it and takes those `live` has there now (written later in the
     /// same call). The partial page at `size` is the same page in both.

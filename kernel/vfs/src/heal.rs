@@ -501,7 +501,7 @@ impl Log {
                         for c in changes {
                             match *c {
                                 Change::Write { ino: i, off, len } if i == ino => handle.mirror_write(live, off, len),
-                                Change::InPlace { ino: i } if i == ino => handle.mirror_size(live),
+                                Change::InPlace { ino: i, .. } if i == ino => handle.mirror_size(live),
                                 Change::Truncate { ino: i, size } if i == ino => handle.mirror_truncate(live, size),
                                 Change::Mapped { ino: i, off } if i == ino => handle.mirror_write(live, off, 1),
                                 _ => {}
@@ -516,6 +516,27 @@ impl Log {
                     self.inodes.remove(&ino);
                 }
                 Exported::Gone => e.data = None,
+            }
+        }
+        // Writes in place to files not otherwise changed by the call:
+        // the image and the handle's size from the change itself (module
+        // `shoal_ramfs::heal`, `Change::InPlace`); a file the log has no
+        // image or handle of yet is exported as a touched one is.
+        for c in changes {
+            let Change::InPlace { ino, size, .. } = *c else { continue };
+            if touched.contains(&ino) {
+                continue;
+            }
+            let applied = match self.inodes.get_mut(&ino) {
+                Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
+                    im.apply_in_place(c);
+                    d.mirror_in_place(size);
+                    true
+                }
+                _ => false,
+            };
+            if !applied {
+                self.inodes_changed(v, &[ino], &[]);
             }
         }
         self.next_ino = v.fs.next_ino();
