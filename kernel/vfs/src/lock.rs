@@ -210,6 +210,13 @@ impl Locks {
         }
     }
 
+    /// Whether file `k` has any lock (record or `flock`): a close looks
+    /// before it releases, so closing a file without locks leaves the
+    /// table unborrowed (and the log with nothing to compare).
+    pub fn any_on(&self, k: u64) -> bool {
+        self.records.contains_key(&k) || self.flocks.contains_key(&k)
+    }
+
     /// Drops every record lock of `owner` on `k`; whether there were any.
     pub fn release(&mut self, k: u64, owner: Owner) -> bool {
         let Some(list) = self.records.get_mut(&k) else { return false };
@@ -380,7 +387,7 @@ impl Vfs {
     /// A descriptor of `target` is being closed: the process's POSIX locks
     /// on that file go (Linux drops them on any close).
     pub(crate) fn locks_fd_closed(&mut self, target: Target) {
-        if self.locks.release(key(target), Owner::Process) {
+        if self.locks.any_on(key(target)) && self.locks.release(key(target), Owner::Process) {
             crate::wait::wake(key(target));
         }
     }
@@ -389,6 +396,9 @@ impl Vfs {
     /// `flock` locks go.
     pub(crate) fn locks_ofd_released(&mut self, i: usize, target: Target) {
         let k = key(target);
+        if !self.locks.any_on(k) {
+            return;
+        }
         let a = self.locks.release(k, Owner::Ofd(i));
         let b = self.locks.funlock(k, i);
         if a || b {
