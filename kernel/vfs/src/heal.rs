@@ -387,14 +387,25 @@ impl Log {
         }
         // Each table is compared with its copy only if the call borrowed
         // it mutably (`Tracked`): most calls leave most of them alone.
-        if v.fds.take_dirty() && sync(&mut log.fds, &v.fds) {
-            changed = true;
-        }
+        changed |= match v.fds.take_dirty_entries() {
+            Dirty::Clean => false,
+            // One descriptor (an open, a close, a dup2): that entry alone.
+            Dirty::One(i) if log.fds.len() == v.fds.len() => match (log.fds.get_mut(i), v.fds.get(i)) {
+                (Some(d), Some(s)) if d != s => {
+                    *d = *s;
+                    true
+                }
+                _ => false,
+            },
+            _ => sync(&mut log.fds, &v.fds),
+        };
         let synced = match v.ofds.take_dirty_entries() {
             Dirty::Clean => false,
             // One description (a read or write moved its offset): that
             // entry alone.
-            Dirty::One(i) if log.ofds.len() == v.ofds.len() => match (log.ofds.get_mut(i), v.ofds.get(i)) {
+            // (With a shrink threshold above 1 the whole table is
+            // synced, which keeps the record of a session that ended.)
+            Dirty::One(i) if log.ofds.len() == v.ofds.len() && log.shrink_at <= 1 => match (log.ofds.get_mut(i), v.ofds.get(i)) {
                 // The offset first: the field a read or write moves,
                 // so the whole comparison is rarely needed.
                 (Some(d), Some(s)) if d.as_ref().map(|o| o.offset) != s.as_ref().map(|o| o.offset) || d != s => {

@@ -235,7 +235,10 @@ impl Vfs {
         let ofd = Ofd { refs: 0, target, flags, offset: 0 };
         match self.ofds.iter().position(|o| o.is_none()) {
             Some(i) => {
-                self.ofds[i] = Some(ofd);
+                // One entry marked for the log (module `heal`), not the table.
+                if let Some(slot) = self.ofds.at_mut(i) {
+                    *slot = Some(ofd);
+                }
                 i
             }
             None => {
@@ -247,7 +250,7 @@ impl Vfs {
 
     /// Drops one descriptor's reference to description `i`.
     pub(crate) fn put_ofd(&mut self, i: usize) {
-        let gone = match self.ofds[i].as_mut() {
+        let gone = match self.ofds.at_mut(i).and_then(|o| o.as_mut()) {
             Some(o) => {
                 o.refs = o.refs.saturating_sub(1);
                 o.refs == 0
@@ -255,7 +258,7 @@ impl Vfs {
             None => false,
         };
         if gone {
-            if let Some(o) = self.ofds[i].take() {
+            if let Some(o) = self.ofds.at_mut(i).and_then(|o| o.take()) {
                 self.locks_ofd_released(i, o.target);
                 if let Target::Fifo(ino) = o.target {
                     self.pipe_close(ino, o.flags);
@@ -288,8 +291,8 @@ impl Vfs {
         if self.fds.len() <= fd {
             self.fds.resize(fd + 1, None);
         }
-        self.ofds[ofd].as_mut().expect("ofd").refs += 1;
-        if let Some(old) = self.fds[fd].replace(FdEntry { ofd, cloexec }) {
+        self.ofds.at_mut(ofd).and_then(|o| o.as_mut()).expect("ofd").refs += 1;
+        if let Some(old) = self.fds.at_mut(fd).and_then(|e| e.replace(FdEntry { ofd, cloexec })) {
             self.fd_closing(old.ofd);
             self.put_ofd(old.ofd);
         }
@@ -330,7 +333,9 @@ impl Vfs {
     /// Closes `fd`.
     pub fn close_fd(&mut self, fd: i32) -> Result<(), Errno> {
         let e = self.entry(fd)?;
-        self.fds[fd as usize] = None;
+        if let Some(slot) = self.fds.at_mut(fd as usize) {
+            *slot = None;
+        }
         self.fd_closing(e.ofd);
         self.put_ofd(e.ofd);
         Ok(())
