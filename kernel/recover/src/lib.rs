@@ -67,7 +67,8 @@ extern crate alloc;
 mod log;
 pub mod watchdog;
 pub use log::{
-    enter, enter_quiet, log_bytes, log_cell, rejuvenating, resume, set_committer, set_log_bytes, set_logger, set_rejuvenator, set_replayed, suspend, Entered, Suspended, LOGS,
+    enter, enter_quiet, log_bytes, log_cell, rejuvenating, resume, set_committer, set_log_bytes, set_logger, set_rejuvenator, set_replayed, suspend, Entered,
+    Suspended, LOGS,
 };
 
 use alloc::vec::Vec;
