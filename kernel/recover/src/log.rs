@@ -244,19 +244,25 @@ pub(crate) fn after_call() {
     while mask != 0 {
         let i = mask.trailing_zeros() as usize;
         mask &= mask - 1;
-        let p = PENDING.get(i).map_or(core::ptr::null_mut(), |p| p.load(Relaxed));
-        // SAFETY: a non-null pointer was stored by `set_committer` from a
-        // `&'static AtomicBool`.
-        if p.is_null() || !unsafe { &*p }.load(Relaxed) {
-            continue;
-        }
-        let a = COMMITTERS.get(i).map_or(0, |c| c.load(Relaxed));
-        if a != 0 {
-            // SAFETY: `a` was stored by `set_committer` from a `fn()`, and
-            // is never anything else (0 is checked above).
-            let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(a) };
-            f();
-        }
+        commit_if_pending(i);
+    }
+}
+
+/// Runs committer `i` (component `i + 1`'s) if its flag is set.
+#[inline]
+fn commit_if_pending(i: usize) {
+    let p = PENDING.get(i).map_or(core::ptr::null_mut(), |p| p.load(Relaxed));
+    // SAFETY: a non-null pointer was stored by `set_committer` from a
+    // `&'static AtomicBool`.
+    if p.is_null() || !unsafe { &*p }.load(Relaxed) {
+        return;
+    }
+    let a = COMMITTERS.get(i).map_or(0, |c| c.load(Relaxed));
+    if a != 0 {
+        // SAFETY: `a` was stored by `set_committer` from a `fn()`, and
+        // is never anything else (0 is checked above).
+        let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(a) };
+        f();
     }
 }
 
@@ -272,10 +278,16 @@ fn run_hook(hooks: &[AtomicUsize; N], c: Component) {
     }
 }
 
-/// Runs `c`'s logger, if it has one (before a gated call into `c`).
+/// Runs `c`'s logger, if it has one, and its committer if something is
+/// pending (before a gated call into `c`: a change to `c`'s state made
+/// outside every gated call — net's, in the scheduler's idle wait — is
+/// in its log before the call can fail).
 #[inline]
 pub(crate) fn before_call(c: Component) {
     run_hook(&LOGGERS, c);
+    if let Some(i) = (c as usize).checked_sub(1) {
+        commit_if_pending(i);
+    }
 }
 
 /// Runs `c`'s logger and its rejuvenation hook (before a rejuvenation
