@@ -377,7 +377,7 @@ pub fn create1(flags: i32) -> SysResult {
 
 /// The epoll instance behind `epfd` (`EINVAL` if it is not one).
 fn epoll_of(epfd: i32) -> Result<u64, Errno> {
-    let (id, _) = shoal_vfs::with(|v| v.obj_of(epfd)).map_err(|e| if e == Errno::ENOTSOCK { Errno::EINVAL } else { e })?;
+    let (id, _) = shoal_vfs::with_ref(|v| v.obj_of(epfd)).map_err(|e| if e == Errno::ENOTSOCK { Errno::EINVAL } else { e })?;
     crate::with(|n| epoll_mut(n, id).map(|_| id).ok_or(Errno::EINVAL))
 }
 
@@ -412,7 +412,7 @@ pub fn ctl(epfd: i32, op: i32, fd: i32, event: u64) -> SysResult {
         Some((events, u64::from_ne_bytes(d)))
     };
     let ep = epoll_of(epfd)?;
-    let (ofd, obj) = shoal_vfs::with(|v| v.watchable(fd))?;
+    let (ofd, obj) = shoal_vfs::with_ref(|v| v.watchable(fd))?;
     if fd == epfd {
         return Err(Errno::EINVAL);
     }
@@ -427,7 +427,7 @@ pub fn ctl(epfd: i32, op: i32, fd: i32, event: u64) -> SysResult {
             Some(Obj::Event(e)) => Src::Local(e.src),
             _ => Src::Always,
         }),
-        None => shoal_vfs::with(|v| v.ofd_source(ofd)).map_or(Src::Always, Src::Local),
+        None => shoal_vfs::with_ref(|v| v.ofd_source(ofd)).map_or(Src::Always, Src::Local),
     };
     if let Some((events, _)) = ev {
         if events & EPOLLEXCLUSIVE != 0 && (op == EPOLL_CTL_MOD || target_is_epoll || events & EPOLLONESHOT != 0) {
@@ -435,7 +435,7 @@ pub fn ctl(epfd: i32, op: i32, fd: i32, event: u64) -> SysResult {
         }
     }
     if op == EPOLL_CTL_ADD && target_is_epoll {
-        let map: BTreeMap<usize, u64> = shoal_vfs::with(|v| v.obj_ofds());
+        let map: BTreeMap<usize, u64> = shoal_vfs::with_ref(|v| v.obj_ofds());
         let look = |o: usize| map.get(&o).copied();
         let target = obj.unwrap_or(0);
         if crate::with(|n| reaches(n, target, ep, &look, 0))? {

@@ -200,7 +200,7 @@ pub fn start() {
         return;
     }
     start_log();
-    shoal_recover::set_committer(id::NET, commit);
+    shoal_recover::set_committer(id::NET, commit, &TOUCHED);
 }
 
 /// Starts the log: the state now is its first entry.
@@ -234,8 +234,9 @@ pub fn commit() {
     }
 }
 
-/// net's logger (`shoal_recover::set_logger`): before a rejuvenation,
-/// brings the log up to date and frees the sound state (the reboot
+/// net's rejuvenation hook (`shoal_recover::set_rejuvenator`: it runs
+/// before a rejuvenation only, never before an ordinary call): brings the
+/// log up to date and frees the sound state (the reboot
 /// installs the log's copy): rejuvenation does not leak.
 pub fn before_reboot() {
     commit();

@@ -29,7 +29,7 @@ const OPT_MAX: usize = 256;
 
 /// The socket behind `fd`, its object id and whether it is non-blocking.
 pub(crate) fn sock_of(fd: i32) -> Result<(Sock, u64, bool), Errno> {
-    let (id, nb) = shoal_vfs::with(|v| v.obj_of(fd))?;
+    let (id, nb) = shoal_vfs::with_ref(|v| v.obj_of(fd))?;
     let s = crate::with(|n| match n.objs.get(&id) {
         Some(Obj::Socket(s)) => Ok(*s),
         _ => Err(Errno::ENOTSOCK),

@@ -21,7 +21,7 @@ enum Kind {
 }
 
 fn kind(fd: i32) -> Option<Kind> {
-    let (id, nb) = shoal_vfs::with(|v| v.obj_of(fd)).ok()?;
+    let (id, nb) = shoal_vfs::with_ref(|v| v.obj_of(fd)).ok()?;
     crate::with(|n| match n.objs.get(&id) {
         Some(Obj::Socket(s)) => Some(Kind::Socket(*s, nb)),
         Some(_) => Some(Kind::Other(id, nb)),

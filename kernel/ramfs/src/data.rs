@@ -327,6 +327,20 @@ impl FileData {
         self.mirror_pages(live, first, end);
     }
 
+    /// After `live` was written in pages both already shared (no page
+    /// added: [`crate::heal::Change::InPlace`]): takes its size.
+    pub fn mirror_size(&mut self, live: &FileData) {
+        self.size = live.size;
+        self.base_len = live.base_len;
+    }
+
+    /// After the file this handle shares was written in pages both
+    /// already hold ([`crate::heal::Change::InPlace`], which brings the
+    /// size): takes that size. (A write never moves `base_len`.)
+    pub fn mirror_in_place(&mut self, size: u64) {
+        self.size = size;
+    }
+
     /// After `live` was truncated (or extended) to `size`: drops the pages
     /// past it and takes those `live` has there now (written later in the
     /// same call). The partial page at `size` is the same page in both.

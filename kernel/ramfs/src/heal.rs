@@ -27,6 +27,25 @@ pub enum Change {
         /// How many bytes.
         len: u64,
     },
+    /// Written in pages the file already had: no page was added (so a
+    /// handle kept in step with the file — recovery's log — already
+    /// holds every page the write touched). What else the write changed
+    /// comes with it — the size, the modification and change time, the
+    /// mode (set-ID bits cleared) — and the inode is *not* in the
+    /// journal's `touched` list for it: the log updates its image of the
+    /// file from these ([`Image::apply_in_place`]) without looking the
+    /// inode up and exporting it again. (If the same call changed the
+    /// inode otherwise, it is in `touched` as well.)
+    InPlace {
+        /// The file.
+        ino: Ino,
+        /// Its size after the write.
+        size: u64,
+        /// Its new modification and change time.
+        time: Timespec,
+        /// Its mode after the write.
+        perm: u32,
+    },
     /// The page holding `off` was handed to a shared mapping (and made
     /// the file's own if it was not).
     Mapped {
@@ -104,6 +123,18 @@ enum NodeImage {
 }
 
 impl Image {
+    /// Applies a write in place ([`Change::InPlace`]) to the image of a
+    /// regular file; `false` (nothing changed) if this is not one.
+    pub fn apply_in_place(&mut self, c: &Change) -> bool {
+        match *c {
+            Change::InPlace { time, perm, .. } if self.is_file() => {
+                (self.mtime, self.ctime, self.perm) = (time, time, perm);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Whether it is a regular file (its contents are kept apart).
     pub fn is_file(&self) -> bool {
         self.node == NodeImage::File

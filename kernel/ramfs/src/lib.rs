@@ -841,18 +841,35 @@ impl Fs {
             return Ok(0);
         }
         let t = self.now();
-        let f = self.file_mut(ino)?;
-        let before = f.size();
+        // Looked up once and not journaled as touched here: the journal
+        // gets the change itself (below), which tells the log all it
+        // needs when no page was added.
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+        let f = match &mut i.node {
+            Node::File(f) => f,
+            Node::Dir(_) => return Err(Errno::EISDIR),
+            _ => return Err(Errno::EINVAL),
+        };
+        let (before, pages) = (f.size(), f.owned_pages());
         let n = f.write(off, data)?;
-        if f.size() != before {
-            self.note_resized(ino);
-        }
-        self.journal.changed(heal::Change::Write { ino, off, len: n as u64 });
-        let i = self.inode_mut(ino)?;
+        let (size, grew) = (f.size(), f.owned_pages() != pages);
         i.mtime = t;
         i.ctime = t;
         // Writing clears set-user-ID and set-group-ID bits, as on Linux.
         i.perm &= !0o6000;
+        let perm = i.perm;
+        if size != before {
+            self.note_resized(ino);
+        }
+        // Most writes (a database's pages, rewritten in place) add no
+        // page: the log then updates its image from the change alone,
+        // with no lookup of the inode or of its pages.
+        if grew {
+            self.journal.touched(ino);
+            self.journal.changed(heal::Change::Write { ino, off, len: n as u64 });
+        } else {
+            self.journal.changed(heal::Change::InPlace { ino, size, time: t, perm });
+        }
         Ok(n)
     }
 

@@ -18,7 +18,7 @@
 use super::{bump, injected, rebootable, swap_current, Component, ARMED, CALLS, CURRENT, INJECT_AT, INJECT_COMPONENT, N};
 use alloc::boxed::Box;
 use core::any::Any;
-use core::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use shoal_plat::Global;
 
 /// While alive, the code running is component `c`'s; dropping it returns
@@ -170,17 +170,31 @@ pub fn resume(s: Suspended) {
 
 /// What a stateful component runs to bring its log up to date before a
 /// call into it begins (`process`: see `shoal_process::heal`), by
-/// component.
-static LOGGERS: Global<[Logger; N]> = Global::new([None; N]);
+/// component: function addresses (0: none) in plain atomics, as
+/// [`COMMITTERS`], so a gate's look is a load with nothing borrowed.
+static LOGGERS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 
-/// A component's logger, if it has one.
-type Logger = Option<fn()>;
+/// What a component runs only before a rejuvenation reboots it (vfs,
+/// ramfs and net: their logs are brought up to date as each call
+/// leaves them, so before an ordinary call there is nothing to do; a
+/// rejuvenation sets their sound state aside). Kept apart from
+/// [`LOGGERS`] so that the gates of those components do not call a hook
+/// that would only check [`rejuvenating`] and return.
+static REJUVENATORS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 
 /// Registers `f` to run before every gated call into `c` and before a
 /// rejuvenation reboots it.
 pub fn set_logger(c: Component, f: fn()) {
-    if let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) {
-        LOGGERS.with(|l| l[i] = Some(f));
+    if let Some(l) = (c as usize).checked_sub(1).and_then(|i| LOGGERS.get(i)) {
+        l.store(f as usize, Relaxed);
+    }
+}
+
+/// Registers `f` to run before a rejuvenation reboots `c` (after its
+/// logger, if it has one), never before an ordinary call.
+pub fn set_rejuvenator(c: Component, f: fn()) {
+    if let Some(l) = (c as usize).checked_sub(1).and_then(|i| REJUVENATORS.get(i)) {
+        l.store(f as usize, Relaxed);
     }
 }
 
@@ -205,39 +219,80 @@ pub(crate) fn set_rejuvenating(on: bool) {
 /// two, with nothing borrowed.
 static COMMITTERS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 
+/// Each committer's "something to commit" flag (see [`set_committer`]).
+static PENDING: [AtomicPtr<AtomicBool>; N] = [const { AtomicPtr::new(core::ptr::null_mut()) }; N];
+
 /// Bit `c - 1` set: component `c` has a committer.
 static COMMITTER_MASK: AtomicU16 = AtomicU16::new(0);
 
-/// Registers `f` to run after every gated system call (any component's):
-/// it brings `c`'s log up to date with what the call changed.
-pub fn set_committer(c: Component, f: fn()) {
+/// Registers `f` to run after every gated system call (any component's)
+/// that set `pending`: it brings `c`'s log up to date with what the call
+/// changed (and clears `pending`). The gate looks at the flag itself, so a
+/// call that left the component alone costs a load, not a call.
+pub fn set_committer(c: Component, f: fn(), pending: &'static AtomicBool) {
     if let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) {
         COMMITTERS[i].store(f as usize, Relaxed);
+        PENDING[i].store(core::ptr::from_ref(pending).cast_mut(), Relaxed);
         COMMITTER_MASK.fetch_or(1 << i, Relaxed);
     }
 }
 
-/// Runs every registered committer (after a gated call).
+/// Runs every registered committer whose flag is set (after a gated call).
 #[inline]
 pub(crate) fn after_call() {
     let mut mask = COMMITTER_MASK.load(Relaxed);
     while mask != 0 {
         let i = mask.trailing_zeros() as usize;
         mask &= mask - 1;
-        let a = COMMITTERS.get(i).map_or(0, |c| c.load(Relaxed));
-        if a != 0 {
-            // SAFETY: `a` was stored by `set_committer` from a `fn()`, and
-            // is never anything else (0 is checked above).
-            let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(a) };
-            f();
-        }
+        commit_if_pending(i);
     }
 }
 
-/// Runs `c`'s logger, if it has one.
-pub(crate) fn before_call(c: Component) {
-    let f = (c as usize).checked_sub(1).and_then(|i| LOGGERS.try_with(|l| l.get(i).copied().flatten()).flatten());
-    if let Some(f) = f {
+/// Runs committer `i` (component `i + 1`'s) if its flag is set.
+#[inline]
+fn commit_if_pending(i: usize) {
+    let p = PENDING.get(i).map_or(core::ptr::null_mut(), |p| p.load(Relaxed));
+    // SAFETY: a non-null pointer was stored by `set_committer` from a
+    // `&'static AtomicBool`.
+    if p.is_null() || !unsafe { &*p }.load(Relaxed) {
+        return;
+    }
+    let a = COMMITTERS.get(i).map_or(0, |c| c.load(Relaxed));
+    if a != 0 {
+        // SAFETY: `a` was stored by `set_committer` from a `fn()`, and
+        // is never anything else (0 is checked above).
+        let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(a) };
         f();
     }
+}
+
+/// Runs the hook `c` registered in `hooks`, if any.
+#[inline]
+fn run_hook(hooks: &[AtomicUsize; N], c: Component) {
+    let a = (c as usize).checked_sub(1).and_then(|i| hooks.get(i)).map_or(0, |h| h.load(Relaxed));
+    if a != 0 {
+        // SAFETY: `a` was stored by `set_logger` or `set_rejuvenator` from
+        // a `fn()`, and is never anything else (0 is checked above).
+        let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(a) };
+        f();
+    }
+}
+
+/// Runs `c`'s logger, if it has one, and its committer if something is
+/// pending (before a gated call into `c`: a change to `c`'s state made
+/// outside every gated call — net's, in the scheduler's idle wait — is
+/// in its log before the call can fail).
+#[inline]
+pub(crate) fn before_call(c: Component) {
+    run_hook(&LOGGERS, c);
+    if let Some(i) = (c as usize).checked_sub(1) {
+        commit_if_pending(i);
+    }
+}
+
+/// Runs `c`'s logger and its rejuvenation hook (before a rejuvenation
+/// reboots it).
+pub(crate) fn before_rejuvenation(c: Component) {
+    run_hook(&LOGGERS, c);
+    run_hook(&REJUVENATORS, c);
 }

@@ -96,9 +96,11 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
     if shoal_recover::stateful() {
         shoal_process::heal::start();
         shoal_net::heal::start();
-        shoal_recover::set_logger(id::VFS, shoal_vfs::heal::before_reboot);
-        shoal_recover::set_logger(id::RAMFS, shoal_vfs::heal::before_reboot);
-        shoal_recover::set_logger(id::NET, shoal_net::heal::before_reboot);
+        // Their logs are brought up to date as each call leaves them:
+        // the hooks run before a rejuvenation only.
+        shoal_recover::set_rejuvenator(id::VFS, shoal_vfs::heal::before_reboot);
+        shoal_recover::set_rejuvenator(id::RAMFS, shoal_vfs::heal::before_reboot);
+        shoal_recover::set_rejuvenator(id::NET, shoal_net::heal::before_reboot);
         shoal_recover::init(&[
             (id::VFS, Some(shoal_vfs::heal::after_reboot)),
             (id::RAMFS, Some(shoal_vfs::heal::after_ramfs_reboot)),

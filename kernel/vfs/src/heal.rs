@@ -293,7 +293,37 @@ pub(crate) fn start(v: &mut Vfs) {
 
 /// Brings the log up to date with what the call that is leaving vfs
 /// changed (called by [`crate::with`] after every call).
+///
+/// Most calls change nothing the log holds (`stat`, `fstat`,
+/// `fdatasync`, a read at end of file, an `lseek` to where the file
+/// is): they are told apart here, with a few loads and no borrow, before
+/// [`Log::record`] — a large function whose entry and exit alone (its
+/// saved registers and frame) cost more than these checks — is called.
+/// Out of line: see `shoal_recover::log_cell`.
+#[inline(never)]
 pub(crate) fn commit(v: &mut Vfs) {
+    let p = LOG_AT.load(Relaxed);
+    if p.is_null() || LENT.load(Relaxed) {
+        return;
+    }
+    // SAFETY: as in `slot` (the log is not lent: `LENT` is clear); only
+    // read here, and the reference ends before `commit_changes` borrows it.
+    let log = unsafe { &*p };
+    let quiet = v.fs.journal_is_empty()
+        && !v.fds.is_dirty()
+        && !v.ofds.is_dirty()
+        && !v.pipes.is_dirty()
+        && !v.locks.is_dirty()
+        && log.scalars == Scalars::of(v)
+        && log.termios_changes == crate::ops::termios_changes();
+    if !quiet {
+        commit_changes(v);
+    }
+}
+
+/// [`commit`] of a call that may have changed something.
+#[inline(never)]
+fn commit_changes(v: &mut Vfs) {
     slot(|log| log.record(v));
 }
 
@@ -357,15 +387,28 @@ impl Log {
         }
         // Each table is compared with its copy only if the call borrowed
         // it mutably (`Tracked`): most calls leave most of them alone.
-        if v.fds.take_dirty() && sync(&mut log.fds, &v.fds) {
-            changed = true;
-        }
+        changed |= match v.fds.take_dirty_entries() {
+            Dirty::Clean => false,
+            // One descriptor (an open, a close, a dup2): that entry alone.
+            Dirty::One(i) if log.fds.len() == v.fds.len() => match (log.fds.get_mut(i), v.fds.get(i)) {
+                (Some(d), Some(s)) if d != s => {
+                    *d = *s;
+                    true
+                }
+                _ => false,
+            },
+            _ => sync(&mut log.fds, &v.fds),
+        };
         let synced = match v.ofds.take_dirty_entries() {
             Dirty::Clean => false,
             // One description (a read or write moved its offset): that
             // entry alone.
-            Dirty::One(i) if log.ofds.len() == v.ofds.len() => match (log.ofds.get_mut(i), v.ofds.get(i)) {
-                (Some(d), Some(s)) if d != s => {
+            // (With a shrink threshold above 1 the whole table is
+            // synced, which keeps the record of a session that ended.)
+            Dirty::One(i) if log.ofds.len() == v.ofds.len() && log.shrink_at <= 1 => match (log.ofds.get_mut(i), v.ofds.get(i)) {
+                // The offset first: the field a read or write moves,
+                // so the whole comparison is rarely needed.
+                (Some(d), Some(s)) if d.as_ref().map(|o| o.offset) != s.as_ref().map(|o| o.offset) || d != s => {
                     d.clone_from(s);
                     true
                 }
@@ -383,8 +426,7 @@ impl Log {
             log.pipes.clone_from(&v.pipes);
             changed = true;
         }
-        if v.locks.take_dirty() && !v.locks.same_as(&log.locks) {
-            v.locks.flatten_into(&mut log.locks);
+        if v.locks.take_dirty() && v.locks.sync_into(&mut log.locks) {
             changed = true;
         }
         let n = crate::ops::termios_changes();
@@ -457,7 +499,7 @@ impl Log {
 
     fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
         for &ino in touched {
-            let e = self.inodes.entry(ino).or_insert(InodeEntry { image: None, data: None });
+            let e = self.inodes.entry(ino).or_insert_with(|| InodeEntry { image: None, data: None });
             match v.fs.export_file_into(ino, &mut e.image) {
                 Exported::File(live) => match &mut e.data {
                     // First change to this file since boot: a handle on
@@ -470,6 +512,7 @@ impl Log {
                         for c in changes {
                             match *c {
                                 Change::Write { ino: i, off, len } if i == ino => handle.mirror_write(live, off, len),
+                                Change::InPlace { ino: i, .. } if i == ino => handle.mirror_size(live),
                                 Change::Truncate { ino: i, size } if i == ino => handle.mirror_truncate(live, size),
                                 Change::Mapped { ino: i, off } if i == ino => handle.mirror_write(live, off, 1),
                                 _ => {}
@@ -484,6 +527,27 @@ impl Log {
                     self.inodes.remove(&ino);
                 }
                 Exported::Gone => e.data = None,
+            }
+        }
+        // Writes in place to files not otherwise changed by the call:
+        // the image and the handle's size from the change itself (module
+        // `shoal_ramfs::heal`, `Change::InPlace`); a file the log has no
+        // image or handle of yet is exported as a touched one is.
+        for c in changes {
+            let Change::InPlace { ino, size, .. } = *c else { continue };
+            if touched.contains(&ino) {
+                continue;
+            }
+            let applied = match self.inodes.get_mut(&ino) {
+                Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
+                    im.apply_in_place(c);
+                    d.mirror_in_place(size);
+                    true
+                }
+                _ => false,
+            };
+            if !applied {
+                self.inodes_changed(v, &[ino], &[]);
             }
         }
         self.next_ino = v.fs.next_ino();
@@ -556,8 +620,9 @@ pub fn stats() -> Option<(u64, u64, u64)> {
     slot(|l| (l.bytes(), l.entries(), l.calls))
 }
 
-/// vfs's and ramfs's logger (`shoal_recover::set_logger`; their log is
-/// brought up to date as each call leaves vfs): before a rejuvenation,
+/// vfs's and ramfs's rejuvenation hook (`shoal_recover::set_rejuvenator`,
+/// run before a rejuvenation only: their log is brought up to date as
+/// each call leaves vfs, so an ordinary call needs nothing before it):
 /// sets the sound state aside for the rebuild.
 pub fn before_reboot() {
     if shoal_recover::rejuvenating() {

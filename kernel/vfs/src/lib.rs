@@ -235,7 +235,10 @@ impl Vfs {
         let ofd = Ofd { refs: 0, target, flags, offset: 0 };
         match self.ofds.iter().position(|o| o.is_none()) {
             Some(i) => {
-                self.ofds[i] = Some(ofd);
+                // One entry marked for the log (module `heal`), not the table.
+                if let Some(slot) = self.ofds.at_mut(i) {
+                    *slot = Some(ofd);
+                }
                 i
             }
             None => {
@@ -247,7 +250,7 @@ impl Vfs {
 
     /// Drops one descriptor's reference to description `i`.
     pub(crate) fn put_ofd(&mut self, i: usize) {
-        let gone = match self.ofds[i].as_mut() {
+        let gone = match self.ofds.at_mut(i).and_then(|o| o.as_mut()) {
             Some(o) => {
                 o.refs = o.refs.saturating_sub(1);
                 o.refs == 0
@@ -255,7 +258,7 @@ impl Vfs {
             None => false,
         };
         if gone {
-            if let Some(o) = self.ofds[i].take() {
+            if let Some(o) = self.ofds.at_mut(i).and_then(|o| o.take()) {
                 self.locks_ofd_released(i, o.target);
                 if let Target::Fifo(ino) = o.target {
                     self.pipe_close(ino, o.flags);
@@ -288,8 +291,8 @@ impl Vfs {
         if self.fds.len() <= fd {
             self.fds.resize(fd + 1, None);
         }
-        self.ofds[ofd].as_mut().expect("ofd").refs += 1;
-        if let Some(old) = self.fds[fd].replace(FdEntry { ofd, cloexec }) {
+        self.ofds.at_mut(ofd).and_then(|o| o.as_mut()).expect("ofd").refs += 1;
+        if let Some(old) = self.fds.at_mut(fd).and_then(|e| e.replace(FdEntry { ofd, cloexec })) {
             self.fd_closing(old.ofd);
             self.put_ofd(old.ofd);
         }
@@ -312,6 +315,16 @@ impl Vfs {
         self.ofds[i].as_ref().expect("live ofd")
     }
 
+    /// Moves description `i`'s offset to `off`; an offset that does not
+    /// move (an `lseek` to where the file already is: SQLite seeks before
+    /// every write) leaves the entry unmarked, so the log has nothing to
+    /// look at.
+    pub(crate) fn set_offset(&mut self, i: usize, off: u64) {
+        if self.ofd(i).offset != off {
+            self.ofd_mut(i).offset = off;
+        }
+    }
+
     pub(crate) fn ofd_mut(&mut self, i: usize) -> &mut Ofd {
         // Only this entry is marked changed for the log (module `heal`).
         self.ofds.at_mut(i).and_then(|o| o.as_mut()).expect("live ofd")
@@ -320,7 +333,9 @@ impl Vfs {
     /// Closes `fd`.
     pub fn close_fd(&mut self, fd: i32) -> Result<(), Errno> {
         let e = self.entry(fd)?;
-        self.fds[fd as usize] = None;
+        if let Some(slot) = self.fds.at_mut(fd as usize) {
+            *slot = None;
+        }
         self.fd_closing(e.ofd);
         self.put_ofd(e.ofd);
         Ok(())
@@ -576,6 +591,17 @@ pub fn with<R>(f: impl FnOnce(&mut Vfs) -> R) -> R {
         shoal_ramfs::Resized::Many => shoal_mm::file::resized(None),
     }
     r
+}
+
+/// Runs `f` on the process's file-system state without changing it: a
+/// look (net asking what object a descriptor is, on every `read` and
+/// `write`) that, unlike [`with`], leaves the log alone — a shared
+/// borrow changes nothing, so there is nothing to bring up to date — and
+/// cannot resize a file. The code is still vfs's (a failure in it reboots
+/// vfs).
+pub fn with_ref<R>(f: impl FnOnce(&Vfs) -> R) -> R {
+    let _in = shoal_recover::enter(shoal_recover::id::VFS);
+    STATE.with(|s| f(s.get_or_insert_with(|| Vfs::new(empty_root()))))
 }
 
 #[cfg(test)]

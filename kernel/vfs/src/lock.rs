@@ -93,9 +93,12 @@ impl Locks {
         self.flocks.iter().flat_map(|(k, v)| v.iter().map(move |f| (*k, *f)))
     }
 
-    /// Whether `f` holds exactly these locks.
-    pub(crate) fn same_as(&self, f: &Flat) -> bool {
-        self.flat_records().eq(f.records.iter().copied()) && self.flat_flocks().eq(f.flocks.iter().copied())
+    /// Makes `f` hold these locks in one pass, overwriting only the
+    /// entries that differ; whether any did (the log's update after a
+    /// call that may have changed a lock: comparing first and then
+    /// copying walked the map twice).
+    pub(crate) fn sync_into(&self, f: &mut Flat) -> bool {
+        sync_list(&mut f.records, self.flat_records()) | sync_list(&mut f.flocks, self.flat_flocks())
     }
 
     /// Makes `f` hold these locks (no allocation once its lists have
@@ -120,6 +123,32 @@ impl Locks {
     }
 }
 
+/// Makes `dst` the items of `src`, writing only those that differ;
+/// whether any did.
+fn sync_list<T: PartialEq>(dst: &mut Vec<T>, src: impl Iterator<Item = T>) -> bool {
+    let mut changed = false;
+    let mut n = 0;
+    for x in src {
+        match dst.get_mut(n) {
+            Some(d) if *d == x => {}
+            Some(d) => {
+                *d = x;
+                changed = true;
+            }
+            None => {
+                dst.push(x);
+                changed = true;
+            }
+        }
+        n += 1;
+    }
+    if dst.len() != n {
+        dst.truncate(n);
+        changed = true;
+    }
+    changed
+}
+
 impl Locks {
     /// The first lock of another owner than `owner` that conflicts with
     /// a lock of kind `write` on `[start, end)` of file `k`.
@@ -133,13 +162,23 @@ impl Locks {
     /// ranges there are cut away, the new one inserted and merged with
     /// adjacent or overlapping ranges of the same owner and kind, as
     /// Linux does.
+    ///
+    /// In place: the ranges that stay are appended behind the old ones,
+    /// which are then drained, so no list is allocated per call (SQLite
+    /// takes and drops a lock some ten times per transaction).
     pub fn set(&mut self, k: u64, owner: Owner, kind: Option<bool>, start: u64, end: u64) {
+        if kind.is_none() && !self.records.contains_key(&k) {
+            // Unlocking a file without locks: nothing to cut (and no
+            // list to make and drop again).
+            return;
+        }
         let list = self.records.entry(k).or_default();
-        let mut out: Vec<Range> = Vec::with_capacity(list.len() + 2);
+        let n = list.len();
         let (mut s, mut e) = (start, end);
-        for r in list.drain(..) {
+        for i in 0..n {
+            let r = list[i];
             if r.owner != owner {
-                out.push(r);
+                list.push(r);
                 continue;
             }
             // Same owner, same kind, touching or overlapping: merge.
@@ -151,25 +190,31 @@ impl Locks {
                 }
             }
             if !r.overlaps(start, end) {
-                out.push(r);
+                list.push(r);
                 continue;
             }
             if r.start < start {
-                out.push(Range { end: start, ..r });
+                list.push(Range { end: start, ..r });
             }
             if r.end > end {
-                out.push(Range { start: end, ..r });
+                list.push(Range { start: end, ..r });
             }
         }
+        list.drain(..n);
         if let Some(w) = kind {
-            out.push(Range { owner, write: w, start: s, end: e });
+            list.push(Range { owner, write: w, start: s, end: e });
         }
-        out.sort_by_key(|r| (r.start, r.end));
-        if out.is_empty() {
+        list.sort_by_key(|r| (r.start, r.end));
+        if list.is_empty() {
             self.records.remove(&k);
-        } else {
-            *list = out;
         }
+    }
+
+    /// Whether file `k` has any lock (record or `flock`): a close looks
+    /// before it releases, so closing a file without locks leaves the
+    /// table unborrowed (and the log with nothing to compare).
+    pub fn any_on(&self, k: u64) -> bool {
+        self.records.contains_key(&k) || self.flocks.contains_key(&k)
     }
 
     /// Drops every record lock of `owner` on `k`; whether there were any.
@@ -342,7 +387,7 @@ impl Vfs {
     /// A descriptor of `target` is being closed: the process's POSIX locks
     /// on that file go (Linux drops them on any close).
     pub(crate) fn locks_fd_closed(&mut self, target: Target) {
-        if self.locks.release(key(target), Owner::Process) {
+        if self.locks.any_on(key(target)) && self.locks.release(key(target), Owner::Process) {
             crate::wait::wake(key(target));
         }
     }
@@ -351,6 +396,9 @@ impl Vfs {
     /// `flock` locks go.
     pub(crate) fn locks_ofd_released(&mut self, i: usize, target: Target) {
         let k = key(target);
+        if !self.locks.any_on(k) {
+            return;
+        }
         let a = self.locks.release(k, Owner::Ofd(i));
         let b = self.locks.funlock(k, i);
         if a || b {

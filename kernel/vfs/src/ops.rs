@@ -202,7 +202,7 @@ impl Vfs {
                 let off = pos.unwrap_or(o.offset);
                 let n = self.fs.read(ino, off, buf)?;
                 if pos.is_none() {
-                    self.ofd_mut(i).offset = off + n as u64;
+                    self.set_offset(i, off + n as u64);
                 }
                 Ok(n)
             }
@@ -249,7 +249,7 @@ impl Vfs {
                 }
                 let n = self.fs.write(ino, off, data)?;
                 if pos.is_none() {
-                    self.ofd_mut(i).offset = off + n as u64;
+                    self.set_offset(i, off + n as u64);
                 }
                 Ok(n)
             }
@@ -387,7 +387,7 @@ impl Vfs {
             Target::Node(ino) => ino,
             // Linux's null and zero devices accept any seek and stay at 0.
             Target::Dev(..) => {
-                self.ofd_mut(i).offset = 0;
+                self.set_offset(i, 0);
                 return Ok(0);
             }
             _ => return Err(Errno::ESPIPE),
@@ -419,7 +419,7 @@ impl Vfs {
         if new < 0 {
             return Err(Errno::EINVAL);
         }
-        self.ofd_mut(i).offset = new as u64;
+        self.set_offset(i, new as u64);
         Ok(new as u64)
     }
 
@@ -877,7 +877,7 @@ impl Vfs {
             return Err(Errno::EINVAL);
         }
         buf[..out.len()].copy_from_slice(&out);
-        self.ofd_mut(i).offset = pos;
+        self.set_offset(i, pos);
         self.fs.touch_atime(dir);
         Ok(out.len() as u64)
     }

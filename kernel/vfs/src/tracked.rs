@@ -39,6 +39,13 @@ impl<T> Tracked<T> {
         Tracked { value, dirty: false, one: NONE }
     }
 
+    /// Whether it was borrowed mutably (the whole value, or one entry
+    /// of a table) since the last look, without clearing anything.
+    #[inline]
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.dirty || self.one != NONE
+    }
+
     /// Whether it was borrowed mutably since the last call; clears the
     /// flag.
     #[inline]
