@@ -34,7 +34,7 @@ pub mod sys;
 use shoal_plat::{Errno, Global};
 use space::Space;
 
-pub use heap::KernelHeap;
+pub use heap::{KernelHeap, KERNEL_HEAP};
 
 static SPACE: Global<Space> = Global::new(Space::new());
 
