@@ -325,7 +325,7 @@ pub(crate) fn copy_if_changed(copy: &mut Ipc, seen: &mut u64) -> Option<bool> {
 
 /// Frees the IPC objects (module `heal`, before a rejuvenation).
 pub(crate) fn clear() {
-    let old = IPC.try_with(|i| core::mem::replace(i, Ipc::new()));
+    let old = IPC.try_with(core::mem::take);
     IPC_CHANGES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     drop(old);
 }
