@@ -176,7 +176,11 @@ impl ScriptPlan {
             Some(a) => format!("{a:#x}"),
             None => "ALIGN(16)".into(),
         };
-        let _ = writeln!(s, "  .note.shoal {misc_ro} : {{ KEEP(*(.note.shoal)) }} :rodata");
+        // The ABI note is read from the file by the tenders (by section
+        // name) and by nothing in the guest: `INFO` keeps it out of every
+        // loaded segment. Loaded, it was a page of its own in the workspace
+        // policies (at `MISC_RO`), copied into every instance for 16 bytes.
+        let _ = writeln!(s, "  .note.shoal {misc_ro} (INFO) : {{ KEEP(*(.note.shoal)) }}");
         let _ = writeln!(s, "  . = ALIGN(0x1000);");
         let misc_rw = match self.map.as_ref().and_then(|m| m.get(MISC_RW)) {
             Some(a) => format!("{a:#x}"),
@@ -292,7 +296,7 @@ mod tests {
         assert!(s.contains(".text.libc 0x100000 : {"));
         assert!(s.contains(".text.mm 0x200000 : {"));
         assert!(s.find(".text.libc").unwrap() < s.find(".text.mm").unwrap());
-        assert!(s.contains(".note.shoal 0x900000 :"));
+        assert!(s.contains(".note.shoal 0x900000 (INFO) :"), "{s}");
     }
 
     #[test]

@@ -10,9 +10,10 @@
 //! allocator (growing geometrically from 256 KiB to 8 MiB per chunk, or the
 //! size of a larger request) and claims it. Chunks are not returned.
 //!
-//! `shoal-kernel` declares the `#[global_allocator]` (a static
-//! [`KernelHeap`]); declaring it here would replace the allocator of every
-//! host test binary that links mm.
+//! The heap is [`KERNEL_HEAP`], a static of mm; `shoal-kernel` declares
+//! the `#[global_allocator]` (a zero-sized forwarder to it): declaring it
+//! here would replace the allocator of every host test binary that links
+//! mm.
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::NonNull;
@@ -30,9 +31,13 @@ const MAX_CHUNK: u64 = 8 << 20;
 pub type PageFn = fn(bytes: u64) -> Option<u64>;
 
 /// talc's memory source: chunks of pages from mm.
+///
+/// All zero for the heap backed by mm (`get` `None`: mm's page allocator;
+/// `next_chunk` 0: [`FIRST_CHUNK`]), so that [`KERNEL_HEAP`] lies in mm's
+/// `.bss`.
 #[derive(Debug)]
 pub struct PageSource {
-    get: PageFn,
+    get: Option<PageFn>,
     next_chunk: u64,
     bytes: u64,
 }
@@ -44,18 +49,26 @@ unsafe impl Source for PageSource {
     fn acquire<B: Binning>(talc: &mut Talc<Self, B>, layout: Layout) -> Result<(), ()> {
         let overhead = talc::min_first_heap_size::<B>() as u64 + 4 * layout.align() as u64 + 256;
         let need = (layout.size() as u64).checked_add(overhead).ok_or(())?;
-        let chunk = talc.source.next_chunk.max(need);
+        let next = talc.source.next_chunk.max(FIRST_CHUNK);
+        let chunk = next.max(need);
         let chunk = crate::space::page_up(chunk).ok_or(())?;
-        let base = (talc.source.get)(chunk).ok_or(())?;
+        let base = talc.source.get.unwrap_or(crate::alloc_kernel_pages)(chunk).ok_or(())?;
         // SAFETY: [base, base + chunk) was just handed to the kernel heap by
         // the page allocator and is used by nothing else, for good.
         let claimed = unsafe { talc.claim(base as *mut u8, chunk as usize) };
         claimed.ok_or(())?;
         talc.source.bytes += chunk;
-        talc.source.next_chunk = (talc.source.next_chunk * 2).min(MAX_CHUNK);
+        talc.source.next_chunk = (next * 2).min(MAX_CHUNK);
         Ok(())
     }
 }
+
+/// The kernel's heap, backed by mm's page allocator: a static of mm, all
+/// zero, so it lies in the bss page mm touches anyway (in the kernel
+/// crate, which has no other writable state, it gave that library a data
+/// page of its own in every instance). `shoal-kernel`'s
+/// `#[global_allocator]` forwards to it.
+pub static KERNEL_HEAP: KernelHeap = KernelHeap::from_mm();
 
 /// The kernel heap as a `GlobalAlloc`.
 pub struct KernelHeap {
@@ -65,12 +78,12 @@ pub struct KernelHeap {
 impl KernelHeap {
     /// A heap that takes its pages from `get`.
     pub const fn new(get: PageFn) -> KernelHeap {
-        KernelHeap { talc: Global::new(Talc::new(PageSource { get, next_chunk: FIRST_CHUNK, bytes: 0 })) }
+        KernelHeap { talc: Global::new(Talc::new(PageSource { get: Some(get), next_chunk: 0, bytes: 0 })) }
     }
 
-    /// The kernel heap backed by mm's page allocator.
+    /// The kernel heap backed by mm's page allocator (all zero).
     pub const fn from_mm() -> KernelHeap {
-        KernelHeap::new(crate::alloc_kernel_pages)
+        KernelHeap { talc: Global::new(Talc::new(PageSource { get: None, next_chunk: 0, bytes: 0 })) }
     }
 
     /// Bytes of pages the heap has taken so far.
@@ -83,16 +96,22 @@ impl KernelHeap {
 // sized and disjoint); the Global cell serialises access (one flow of
 // control in the kernel).
 unsafe impl GlobalAlloc for KernelHeap {
+    // `#[inline(never)]`: the allocator's code stays in mm's text (the
+    // recover gate attributes code by component), also when shoal-kernel's
+    // `#[global_allocator]` forwards to [`KERNEL_HEAP`].
+    #[inline(never)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: GlobalAlloc callers never pass a zero size.
         self.talc.with(|t| unsafe { t.allocate(layout) }).map_or(core::ptr::null_mut(), NonNull::as_ptr)
     }
 
+    #[inline(never)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: the caller passes a pointer this heap allocated with `layout`.
         self.talc.with(|t| unsafe { t.deallocate(ptr, layout) })
     }
 
+    #[inline(never)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller passes a live allocation of `layout` and a
         // nonzero `new_size`.

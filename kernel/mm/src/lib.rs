@@ -34,17 +34,20 @@ pub mod sys;
 use shoal_plat::{Errno, Global};
 use space::Space;
 
-pub use heap::KernelHeap;
+pub use heap::{KernelHeap, KERNEL_HEAP};
 
 static SPACE: Global<Space> = Global::new(Space::new());
 
-/// The enforced `(RLIMIT_AS, RLIMIT_DATA)` soft limits, in bytes.
-static LIMITS: Global<(u64, u64)> = Global::new((u64::MAX, u64::MAX));
+/// The enforced `(RLIMIT_AS, RLIMIT_DATA)` soft limits, in bytes, each
+/// stored inverted (`!limit`): unlimited (`u64::MAX`) is then all zero, so
+/// the cell lies in `.bss` instead of putting mm's `.data` on a page of its
+/// own in every instance.
+static LIMITS: Global<(u64, u64)> = Global::new((0, 0));
 
 /// Sets the `RLIMIT_AS` and `RLIMIT_DATA` soft limits mm enforces
 /// (`u64::MAX`: unlimited). Existing memory is kept, as on Linux.
 pub fn set_limits(as_limit: u64, data_limit: u64) {
-    LIMITS.with(|l| *l = (as_limit, data_limit));
+    LIMITS.with(|l| *l = (!as_limit, !data_limit));
 }
 
 /// Address space that is always mapped outside mm's range: the image and
@@ -57,7 +60,7 @@ fn fixed_bytes() -> u64 {
 /// Whether `more` bytes of new address space, `data` of them writable
 /// private memory, fit the limits (`ENOMEM` if not).
 pub(crate) fn check_limits(s: &Space, more: u64, data: u64) -> Result<(), Errno> {
-    let (as_limit, data_limit) = LIMITS.with(|l| *l);
+    let (as_limit, data_limit) = LIMITS.with(|l| (!l.0, !l.1));
     if as_limit == u64::MAX && data_limit == u64::MAX {
         return Ok(());
     }

@@ -198,6 +198,12 @@ pub(crate) unsafe fn zero_range(a: u64, b: u64) {
 }
 
 /// The managed memory and its segments.
+///
+/// `repr(C)` with the segment table last: the scalars and the first
+/// segments (all an idle program has) share one page of mm's bss. Laid out
+/// by Rust, the scalars went after the 192 KiB table, so every instance
+/// wrote a page at each end of it.
+#[repr(C)]
 pub struct Space {
     /// Lowest guest address that counts as mapped (outside the managed range
     /// it is the image, the archive or the stack: mapped, never released).
@@ -206,7 +212,6 @@ pub struct Space {
     hi: u64,
     base: u64,
     end: u64,
-    segs: [Seg; MAX_SEGS],
     len: usize,
     free_pages: u64,
     brk_cur: u64,
@@ -215,12 +220,13 @@ pub struct Space {
     /// The tender refused a release: stop asking (memory is then zeroed
     /// by the kernel when handed out again, as before).
     release_off: bool,
+    segs: [Seg; MAX_SEGS],
 }
 
 impl Space {
     /// An empty space (manages nothing until [`Space::init`]).
     pub const fn new() -> Space {
-        Space { lo: 0, hi: 0, base: 0, end: 0, segs: [EMPTY; MAX_SEGS], len: 0, free_pages: 0, brk_cur: 0, dirty: 0, release_off: false }
+        Space { lo: 0, hi: 0, base: 0, end: 0, len: 0, free_pages: 0, brk_cur: 0, dirty: 0, release_off: false, segs: [EMPTY; MAX_SEGS] }
     }
 
     /// Manages `[base, end)` (rounded inwards to pages); guest memory as a

@@ -58,7 +58,7 @@ use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec;
 use alloc::vec::Vec;
 use shoal_abi::{net_op, Listener, NetOp, NetPollFd, LISTENER_ANY_PORT, NET_BIND_ANY, NET_MAX_POLL, NET_OUTBOUND, NET_WATCH};
-use shoal_plat::{Errno, Global};
+use shoal_plat::Errno;
 use shoal_vfs::obj::Readiness;
 
 use crate::abi::*;
@@ -235,7 +235,8 @@ impl HostIndex {
 /// Most gains the log keeps (older ones make `epoll_wait` ask every socket).
 const MAX_GAINS: usize = 4096;
 
-static STATE: Global<Option<State>> = Global::new(None);
+// A `ZeroGlobal` (all zero, in `.bss`): see `NET`.
+static STATE: shoal_plat::ZeroGlobal<Option<State>> = shoal_plat::ZeroGlobal::new();
 
 fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
     crate::heal::touched();

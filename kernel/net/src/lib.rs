@@ -49,7 +49,7 @@ mod tracked;
 pub mod unix;
 
 use alloc::boxed::Box;
-use shoal_plat::{Errno, Global};
+use shoal_plat::Errno;
 use shoal_vfs::obj::{ObjMeta, ObjOps, Readiness};
 use shoal_vfs::Vfs;
 
@@ -109,7 +109,9 @@ impl Net {
     }
 }
 
-static NET: Global<Option<Net>> = Global::new(None);
+// A `ZeroGlobal`: `None` of `Option<Net>` is a non-zero niche, which put
+// net's `.data` on a page of its own in every instance.
+static NET: shoal_plat::ZeroGlobal<Option<Net>> = shoal_plat::ZeroGlobal::new();
 
 /// Runs `f` on the component's state. Never call vfs (`shoal_vfs::with`)
 /// inside: vfs calls back into this component (see `shoal_vfs::obj`).

@@ -254,12 +254,18 @@ impl Stdin {
     }
 }
 
-static STDIN: crate::Global<Option<Stdin>> = crate::Global::new(None);
+// (set up, state): all zero at first, so the cell lies in `.bss` (an
+// `Option<Stdin>` would take `None` from a bool's niche, a non-zero byte
+// that put plat's `.data` on a page of its own in every instance).
+static STDIN: crate::Global<(bool, Stdin)> = crate::Global::new((false, Stdin { wanted: false, ready: false, eof: false, tty: false }));
 
 /// Runs `f` on the standard-input state.
 pub fn with_stdin<R>(f: impl FnOnce(&mut Stdin) -> R) -> R {
-    STDIN.with(|s| {
-        let s = s.get_or_insert_with(|| Stdin { tty: crate::boot::info().console_flags & shoal_abi::CONSOLE_STDIN_TTY != 0, ..Stdin::default() });
+    STDIN.with(|(set, s)| {
+        if !*set {
+            *s = Stdin { tty: crate::boot::info().console_flags & shoal_abi::CONSOLE_STDIN_TTY != 0, ..Stdin::default() };
+            *set = true;
+        }
         f(s)
     })
 }

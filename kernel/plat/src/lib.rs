@@ -32,7 +32,7 @@ pub fn syscall_epoch() -> u64 {
 pub fn next_syscall_epoch() {
     SYSCALL_EPOCH.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
 }
-pub use global::Global;
+pub use global::{Global, ZeroGlobal};
 
 /// The six raw argument registers of a system call (`rdi, rsi, rdx, r10,
 /// r8, r9` in the Linux x86-64 convention).

@@ -21,8 +21,11 @@ use crate::Errno;
 use core::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use shoal_abi::{BootInfo, BOOT_INFO_ADDR, PAGE_SIZE};
 
+// Before `set_bounds` every non-empty range fails on `HIGH` = 0; `LOW`
+// starts at 0 rather than `u64::MAX` so that it lies in `.bss` (a non-zero
+// start put plat's `.data` on a page of its own in every instance).
 #[cfg(not(test))]
-static LOW: AtomicU64 = AtomicU64::new(u64::MAX);
+static LOW: AtomicU64 = AtomicU64::new(0);
 #[cfg(not(test))]
 static HIGH: AtomicU64 = AtomicU64::new(0);
 // Unit tests run on the host and pass host pointers.

@@ -45,23 +45,27 @@ fn slot<R>(f: impl FnOnce(&mut Log) -> R) -> Option<R> {
 }
 
 /// The change counts the log was last brought up to date with (all
-/// three parts copied): [`log_state`]'s fast path.
+/// three parts copied): [`log_state`]'s fast path. Each is stored
+/// inverted (`!count`), so the start value `u64::MAX` is all zero and the
+/// cell lies in `.bss` (a non-zero start put process's `.data` on a page
+/// of its own in every instance).
 struct Seen([AtomicU64; 3]);
 
 impl Seen {
     fn with_counts(&self, sig: u64, lim: u64, ipc: u64) -> bool {
-        self.0[0].load(Relaxed) == sig && self.0[1].load(Relaxed) == lim && self.0[2].load(Relaxed) == ipc
+        !self.0[0].load(Relaxed) == sig && !self.0[1].load(Relaxed) == lim && !self.0[2].load(Relaxed) == ipc
     }
 
     fn set(&self, sig: u64, lim: u64, ipc: u64) {
-        self.0[0].store(sig, Relaxed);
-        self.0[1].store(lim, Relaxed);
-        self.0[2].store(ipc, Relaxed);
+        self.0[0].store(!sig, Relaxed);
+        self.0[1].store(!lim, Relaxed);
+        self.0[2].store(!ipc, Relaxed);
     }
 }
 
-/// Starts unequal to every live count (those start at 0 and only grow).
-static UP_TO_DATE: Seen = Seen([const { AtomicU64::new(u64::MAX) }; 3]);
+/// Starts unequal to every live count (those start at 0 and only grow):
+/// `u64::MAX`, stored inverted.
+static UP_TO_DATE: Seen = Seen([const { AtomicU64::new(0) }; 3]);
 
 /// Starts the log (at the end of kernel initialisation) and registers
 /// [`log_state`] with the gate.

@@ -26,7 +26,7 @@
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
-use shoal_plat::{umem, Args, Errno, Global, SysResult};
+use shoal_plat::{umem, Args, Errno, SysResult};
 
 const IPC_PRIVATE: i32 = 0;
 const IPC_CREAT: u32 = 0o1000;
@@ -270,7 +270,9 @@ pub(crate) struct Ipc {
     msg: Table<Msq>,
 }
 
-static IPC: Global<Ipc> = Global::new(Ipc::new());
+// A `ZeroGlobal`: `Ipc::new()` holds `Vec::new()`s (dangling, non-null
+// pointers), which put process's `.data` on a page of its own.
+static IPC: shoal_plat::ZeroGlobal<Ipc> = shoal_plat::ZeroGlobal::new();
 
 /// Counts the calls that may have changed the IPC objects (module `heal`
 /// copies them when it moved, not comparing them before every call).
@@ -285,6 +287,12 @@ pub(crate) fn changes() -> u64 {
 fn with_ipc<R>(f: impl FnOnce(&mut Ipc) -> R) -> R {
     IPC_CHANGES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     IPC.with(f)
+}
+
+impl Default for Ipc {
+    fn default() -> Self {
+        Ipc::new()
+    }
 }
 
 impl Ipc {
@@ -317,7 +325,7 @@ pub(crate) fn copy_if_changed(copy: &mut Ipc, seen: &mut u64) -> Option<bool> {
 
 /// Frees the IPC objects (module `heal`, before a rejuvenation).
 pub(crate) fn clear() {
-    let old = IPC.try_with(|i| core::mem::replace(i, Ipc::new()));
+    let old = IPC.try_with(core::mem::take);
     IPC_CHANGES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     drop(old);
 }

@@ -34,7 +34,7 @@
 //! changes (`EPERM`) while the caller runs on it. Faults (SIGSEGV,
 //! SIGFPE…) are not turned into signals.
 
-use shoal_plat::{Errno, Global};
+use shoal_plat::Errno;
 
 /// Number of signals (1..=64).
 pub const NSIG: i32 = 64;
@@ -233,7 +233,9 @@ impl Default for Signals {
 }
 
 /// The process's signal state.
-pub static SIGNALS: Global<Signals> = Global::new(Signals::new());
+// A `ZeroGlobal`: the default alternate stack is `SS_DISABLE`, a non-zero
+// start that put process's `.data` on a page of its own.
+pub static SIGNALS: shoal_plat::ZeroGlobal<Signals> = shoal_plat::ZeroGlobal::new();
 
 /// Counts the borrows of [`SIGNALS`] that may change it ([`signals_mut`],
 /// [`with_signals`]): process's log (module `heal`) copies the signal

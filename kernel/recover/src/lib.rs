@@ -71,6 +71,7 @@ pub use log::{
     Suspended, LOGS,
 };
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
@@ -212,8 +213,11 @@ fn image_regions() -> [Regions; N] {
 
 /// What [`init`] keeps per component.
 struct State {
-    /// The snapshot of data then bss of each rebootable component.
-    snapshots: [Option<Vec<u8>>; N],
+    /// The snapshot of data then bss of each rebootable component (boxed
+    /// slices: `None` is then a null pointer, so the whole state starts all
+    /// zero and lies in `.bss`; an `Option<Vec>`'s `None` is a non-zero
+    /// capacity niche, which put recover's `.data` on a page of its own).
+    snapshots: [Option<Box<[u8]>>; N],
     /// What runs after a component's memory is restored, with the number
     /// of its reboots so far (1 for the first).
     hooks: [Option<fn(u64)>; N],
@@ -261,10 +265,12 @@ static INJECT_COMPONENT: AtomicU8 = AtomicU8::new(0);
 static INJECT_AT: AtomicU64 = AtomicU64::new(0);
 static INJECT_KIND: AtomicU32 = AtomicU32::new(0);
 /// `--rejuvenate-every`: the period in TSC ticks (0: off), the next
-/// deadline, and the index of the component rebooted last.
+/// deadline, and the index the search for the next component to reboot
+/// starts at (the one after the component rebooted last; 0 at first, so
+/// that recover's `.data` is empty and costs no page of its own).
 static REJUVENATE_TICKS: AtomicU64 = AtomicU64::new(0);
 static REJUVENATE_NEXT: AtomicU64 = AtomicU64::new(0);
-static REJUVENATE_LAST: AtomicU8 = AtomicU8::new(N as u8 - 1);
+static REJUVENATE_FROM: AtomicU8 = AtomicU8::new(0);
 
 /// The saved context of the armed gate: rbx, rbp, r12–r15, the stack
 /// pointer after the gate's return, and its return address.
@@ -384,7 +390,7 @@ fn init_with(regions: [Regions; N], rebootable: &[Rebootable], tsc_hz: u64) {
                 // writes it during the copy.
                 snap.extend_from_slice(unsafe { core::slice::from_raw_parts(range.start as *const u8, range.len()) });
             }
-            s.snapshots[i] = Some(snap);
+            s.snapshots[i] = Some(snap.into_boxed_slice());
             s.hooks[i] = hook;
             mask |= 1 << i;
         }
@@ -520,14 +526,11 @@ fn rejuvenate() {
     if mask == 0 {
         return;
     }
-    let mut i = REJUVENATE_LAST.load(Relaxed) as usize;
-    loop {
+    let mut i = REJUVENATE_FROM.load(Relaxed) as usize % N;
+    while mask & (1 << i) == 0 {
         i = (i + 1) % N;
-        if mask & (1 << i) != 0 {
-            break;
-        }
     }
-    REJUVENATE_LAST.store(i as u8, Relaxed);
+    REJUVENATE_FROM.store(((i + 1) % N) as u8, Relaxed);
     // The component did not fail: its logger and its rejuvenation hook
     // bring the log up to date and may set its sound state aside (see
     // `log::rejuvenating`, `set_rejuvenator`).

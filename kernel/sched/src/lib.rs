@@ -65,7 +65,9 @@ use table::{Block, Pick, Table, Wake};
 /// The exit status of an instance stopped for a deadlock.
 pub const DEADLOCK_STATUS: i64 = 255;
 
-static TABLE: Global<Table> = Global::new(Table::new());
+// A `ZeroGlobal`: `Table::new()` holds `Vec::new()`s (dangling, non-null
+// pointers), which put sched's `.data` on a page of its own.
+static TABLE: shoal_plat::ZeroGlobal<Table> = shoal_plat::ZeroGlobal::new();
 
 /// Runs `f` on the thread table, then publishes the number of runnable
 /// threads for the tick ([`preempt::publish`]: arms it when that goes

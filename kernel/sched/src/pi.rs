@@ -29,7 +29,7 @@
 use crate::table::Block;
 use crate::{reschedule, table, wake_result};
 use alloc::vec::Vec;
-use shoal_plat::{umem, Errno, Global};
+use shoal_plat::{umem, Errno};
 
 /// The word has waiters that wait in the kernel.
 pub const FUTEX_WAITERS: u32 = 0x8000_0000;
@@ -46,7 +46,7 @@ const PI_KEY: u64 = 1 << 62;
 
 /// Words of PI futexes that have (or had) blocked waiters, to look at when
 /// a thread exits.
-static WAITED: Global<Vec<u64>> = Global::new(Vec::new());
+static WAITED: shoal_plat::ZeroGlobal<Vec<u64>> = shoal_plat::ZeroGlobal::new();
 
 fn word(addr: u64) -> Result<u32, Errno> {
     if !addr.is_multiple_of(4) {

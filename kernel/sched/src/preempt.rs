@@ -63,7 +63,10 @@ pub static SHOAL_PREEMPT_AREA: Area = Area {
     in_kernel: AtomicU64::new(0),
     pending: AtomicU64::new(0),
     resume_rip: AtomicU64::new(0),
-    runnable: AtomicU64::new(1),
+    // 1 (the main thread) is set by `init`, before the tender sees the
+    // area: an all-zero area lies in sched's `.bss` instead of giving
+    // sched's `.data` a page of its own in every instance.
+    runnable: AtomicU64::new(0),
     armed: AtomicU64::new(0),
     ticks: AtomicU64::new(0),
     watch: AtomicU64::new(0),
@@ -81,6 +84,8 @@ static TICK_NS: AtomicU64 = AtomicU64::new(shoal_abi::PREEMPT_TICK_NS);
 #[cfg(not(test))]
 pub fn init(entry: u64) {
     let area = core::ptr::addr_of!(SHOAL_PREEMPT_AREA) as u64;
+    // The main thread runs (unless a count was published already).
+    let _ = SHOAL_PREEMPT_AREA.runnable.compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed);
     let r = shoal_plat::hypercall::preempt(shoal_abi::PREEMPT_REGISTER, area, entry, 0);
     REGISTERED.store(r == 0, Ordering::Relaxed);
 }

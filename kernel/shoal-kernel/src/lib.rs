@@ -42,10 +42,34 @@ use shoal_vfs as _;
 
 use shoal_abi::{AbiNote, BootInfo};
 
-/// The kernel heap.
+/// The kernel heap: mm's [`shoal_mm::KERNEL_HEAP`], reached through a
+/// zero-sized forwarder, so that this crate has no writable data of its own
+/// (a data region costs every instance a page; mm's heap lies in mm's bss).
+#[cfg(not(test))]
+struct Heap;
+
+// SAFETY: every call goes to `KERNEL_HEAP`, which upholds the contract.
+#[cfg(not(test))]
+unsafe impl core::alloc::GlobalAlloc for Heap {
+    unsafe fn alloc(&self, layout: core::alloc::Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { shoal_mm::KERNEL_HEAP.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: core::alloc::Layout) {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { shoal_mm::KERNEL_HEAP.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: core::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { shoal_mm::KERNEL_HEAP.realloc(ptr, layout, new_size) }
+    }
+}
+
 #[cfg(not(test))]
 #[global_allocator]
-static HEAP: shoal_mm::KernelHeap = shoal_mm::KernelHeap::from_mm();
+static HEAP: Heap = Heap;
 
 /// The image's ABI note (DESIGN §3): tenders read this section before
 /// running anything and refuse an image built for another ABI version.

@@ -22,9 +22,11 @@
 use core::sync::atomic::Ordering;
 
 /// Bytes of the FPU/SSE/AVX save area (`xsave` for XCR0's components, or
-/// 512 for `fxsave`), set at boot; the entry reserves this plus 64.
+/// 512 for `fxsave`), set at boot by [`init`] before the entry is
+/// registered; the entry reserves this plus 64. It starts at 0 so that
+/// syscall's `.data` is empty and costs no page of its own.
 #[no_mangle]
-pub static SHOAL_PREEMPT_SAVE_SIZE: AtomicU64Cell = AtomicU64Cell::new(512);
+pub static SHOAL_PREEMPT_SAVE_SIZE: AtomicU64Cell = AtomicU64Cell::new(0);
 /// Nonzero: the entry uses `xsave`/`xrstor` (the OS enabled XSAVE).
 #[no_mangle]
 pub static SHOAL_PREEMPT_XSAVE: AtomicU64Cell = AtomicU64Cell::new(0);
@@ -135,6 +137,7 @@ pub fn init() {
     // CPUID exists on every x86-64 CPU; leaf 1 always.
     let l1 = __cpuid_count(1, 0);
     const OSXSAVE: u32 = 1 << 27;
+    SHOAL_PREEMPT_SAVE_SIZE.0.store(512, Ordering::Relaxed);
     if l1.ecx & OSXSAVE != 0 {
         // Leaf 0xD exists when XSAVE is enabled; EBX is the size of the
         // save area for the components XCR0 enables now.

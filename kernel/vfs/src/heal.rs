@@ -110,16 +110,16 @@ use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
-#[cfg(not(test))]
-use shoal_plat::Global;
 use shoal_ramfs::heal::{Change, Exported, Image};
 use shoal_ramfs::{FileData, Ino};
 use shoal_recover::id;
 
 /// Where the file system's clock readings go (module documentation:
 /// the boot's readings are fed back to a rebuild).
+#[derive(Default)]
 enum Clock {
     /// Read the clock.
+    #[default]
     Live,
     /// Read it and keep what it said (while vfs initialises).
     Record(Vec<u64>),
@@ -128,7 +128,7 @@ enum Clock {
 }
 
 #[cfg(not(test))]
-static CLOCK: Global<Clock> = Global::new(Clock::Live);
+static CLOCK: shoal_plat::ZeroGlobal<Clock> = shoal_plat::ZeroGlobal::new();
 
 #[cfg(not(test))]
 fn with_clock<R>(f: impl FnOnce(&mut Clock) -> R) -> Option<R> {

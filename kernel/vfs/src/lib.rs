@@ -75,7 +75,7 @@ pub mod wait;
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
-use shoal_plat::{Errno, Global};
+use shoal_plat::Errno;
 use shoal_ramfs::{Fs, Ino, Timespec};
 use tracked::Tracked;
 
@@ -389,7 +389,9 @@ impl Vfs {
 }
 
 /// The process's file-system state.
-static STATE: Global<Option<Vfs>> = Global::new(None);
+// A `ZeroGlobal`: `None` of `Option<Vfs>` is a non-zero niche, which put
+// vfs's `.data` on a page of its own in every instance.
+static STATE: shoal_plat::ZeroGlobal<Option<Vfs>> = shoal_plat::ZeroGlobal::new();
 
 /// The clock of the file system (file times), through module `heal`,
 /// which keeps the boot's readings for a rebuild.

@@ -1121,7 +1121,18 @@ const DEFAULT_TERMIOS: [u8; 36] = {
 /// applied to the host's terminal (the tender does not let the guest
 /// change the host's terminal), so a program that turns echo off reads
 /// them back as set.
-static TERMIOS: shoal_plat::Global<[u8; 36]> = shoal_plat::Global::new(DEFAULT_TERMIOS);
+/// The terminal settings bytes (a newtype so that the cell can start all
+/// zero, in vfs's `.bss`, and hold [`DEFAULT_TERMIOS`] from first use).
+#[derive(Clone, Copy)]
+struct Termios([u8; 36]);
+
+impl Default for Termios {
+    fn default() -> Self {
+        Termios(DEFAULT_TERMIOS)
+    }
+}
+
+static TERMIOS: shoal_plat::ZeroGlobal<Termios> = shoal_plat::ZeroGlobal::new();
 
 /// Counts the changes of the terminal settings (module `heal` copies them
 /// when the count moved, not comparing 36 bytes after every call).
@@ -1134,12 +1145,12 @@ pub(crate) fn termios_changes() -> u64 {
 
 /// The terminal settings descriptor 0 answers with (for module `heal`).
 pub(crate) fn termios() -> [u8; 36] {
-    TERMIOS.try_with(|t| *t).unwrap_or(DEFAULT_TERMIOS)
+    TERMIOS.try_with(|t| t.0).unwrap_or(DEFAULT_TERMIOS)
 }
 
 /// Puts back terminal settings (module `heal`, after a reboot).
 pub(crate) fn set_termios(t: [u8; 36]) {
-    TERMIOS.with(|cur| *cur = t);
+    TERMIOS.with(|cur| cur.0 = t);
 }
 
 const TCGETS: u32 = 0x5401;
@@ -1155,13 +1166,13 @@ const TCFLSH: u32 = 0x540b;
 fn tty_ioctl(req: u32, arg: u64) -> SysResult {
     match req {
         TCGETS => {
-            let t = TERMIOS.with(|t| *t);
+            let t = TERMIOS.with(|t| t.0);
             umem::write(arg, t)?;
             Ok(0)
         }
         TCSETS | TCSETSW | TCSETSF => {
             let t: [u8; 36] = umem::read(arg)?;
-            TERMIOS.with(|cur| *cur = t);
+            TERMIOS.with(|cur| cur.0 = t);
             TERMIOS_SET.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
             Ok(0)
         }
