@@ -6,7 +6,8 @@
 //! hypercall), each against another SQLite version, are launched one every
 //! `--interval` seconds and kept alive; every 500 ms the host's memory use
 //! (MemTotal − MemAvailable, relative to a baseline taken before the
-//! configuration's pool was filled) and the instances' PSS (from
+//! configuration's pool began to fill; a `pool` configuration adds each
+//! version's libraries to the pool just before its first instance starts) and the instances' PSS (from
 //! `/proc/PID/smaps`, tender processes included) are sampled. Instances
 //! run from the lean `shoal-tender` command (the same code as `shoal run`
 //! without the toolchain and benchmarks; crate `shoal-tender`): a tender's
@@ -316,28 +317,34 @@ fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> 
     // O_EXCL mkdir), not a predictable name another user could claim first.
     let scratch = tempfile::Builder::new().prefix("shoal-pool-bench-").tempdir_in(if Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" })?;
     let pool_dir = scratch.path().to_path_buf();
+    // The pool fills as versions arrive: each image's libraries are added
+    // just before its first instance starts (as `shoal serve` adds them at
+    // deploy and `shoal pool add` before a first run), so a sample counts
+    // the pool files of the versions launched so far, not all eight from
+    // the first instance on.
+    let pool = (c.mode == "pool").then(|| Pool::new(&pool_dir));
     let mut pool_kib = 0;
     let mut pool_verify_ms = None;
-    if c.mode == "pool" {
-        let pool = Pool::new(&pool_dir);
-        for img in images {
-            pool.add(img)?;
-        }
-        pool_kib = pool.list()?.iter().map(|e| e.bytes).sum::<u64>() / 1024;
+    if let Some(pool) = &pool {
+        // How long one instance's check of its pool pages takes, measured
+        // in a pool of its own so the run's pool starts empty.
+        let probe = tempfile::Builder::new().prefix("shoal-pool-probe-").tempdir_in(scratch.path().parent().unwrap_or(Path::new("/tmp")))?;
+        let probe_pool = Pool::new(probe.path());
+        probe_pool.add(&images[0])?;
         let image = shoal_loader::Image::open(&images[0])?;
-        let (cmp, hash, bytes) = shoal_loader::pool::verify_cost(&pool, &image)?;
+        let (cmp, hash, bytes) = shoal_loader::pool::verify_cost(&probe_pool, &image)?;
         pool_verify_ms = Some(cmp.as_secs_f64() * 1e3);
+        drop(probe);
         say(
             o.json,
             &format!(
-                "pool: {:.2} MiB in {} files; verifying one instance's {:.2} MiB of pool pages: {:.2} ms by comparison with the image (SHA-256 would take {:.2} ms)",
-                mib(pool_kib),
-                pool.list()?.len(),
+                "pool: filled as the versions start; verifying one instance's {:.2} MiB of pool pages: {:.2} ms by comparison with the image (SHA-256 would take {:.2} ms)",
                 bytes as f64 / 1048576.0,
                 cmp.as_secs_f64() * 1e3,
                 hash.as_secs_f64() * 1e3
             ),
         );
+        debug_assert!(pool.list()?.is_empty());
     }
     let ksm = if c.mode == "ksm" { Some(KsmGuard::on()?) } else { None };
     let ksm_settings = ksm.as_ref().map(|k| (k.setting("pages_to_scan"), k.setting("sleep_millisecs")));
@@ -359,6 +366,10 @@ fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> 
             let t = t0.elapsed().as_secs_f64();
             while children.len() < images.len() && t >= o.interval * children.len() as f64 {
                 let img = &images[children.len()];
+                if let Some(pool) = &pool {
+                    pool.add(img)?;
+                    pool_kib = pool.list()?.iter().map(|e| e.bytes).sum::<u64>() / 1024;
+                }
                 let log = std::fs::File::create(logs.join(format!("{}-{}.log", c.name, children.len())))?;
                 let mut cmd = Command::new(&tender);
                 cmd.args(["--tender", &o.tender, "--mem", &o.mem, "--mem-mode", c.mode]);
