@@ -472,13 +472,22 @@ impl State {
     }
 
     /// The sockets that gained after sequence number `since`, or `None` if
-    /// the log no longer reaches back that far.
+    /// the log no longer reaches back that far (tests).
+    #[cfg(test)]
     fn gains_after(&self, since: u64) -> Option<Vec<u64>> {
+        let mut v = Vec::new();
+        self.gains_after_into(since, &mut v).then_some(v)
+    }
+
+    /// [`State::gains_after`] into the caller's buffer (appended; `false`
+    /// when the log no longer reaches back that far).
+    fn gains_after_into(&self, since: u64, out: &mut Vec<u64>) -> bool {
         if since < self.floor {
-            return None;
+            return false;
         }
         // The log is in sequence order: walk back to `since`.
-        Some(self.gains.iter().rev().take_while(|(q, _)| *q > since).map(|(_, h)| *h).collect())
+        out.extend(self.gains.iter().rev().take_while(|(q, _)| *q > since).map(|(_, h)| *h));
+        true
     }
 
     /// Notes that socket `h` may have gained readiness bits or a new event
@@ -1164,10 +1173,10 @@ impl Backend for HostBackend {
         })
     }
 
-    fn gains_since(&self, since: u64) -> (u64, Option<Vec<u64>>) {
+    fn gains_since(&self, since: u64, out: &mut Vec<u64>) -> (u64, bool) {
         with(|s| {
             refresh_if_stale(s);
-            (s.seq, s.gains_after(since))
+            (s.seq, s.gains_after_into(since, out))
         })
     }
 
