@@ -721,11 +721,13 @@ fn set_host_opt(fd: i64, level: i32, name: i32, val: &[u8]) -> Result<i64, Errno
 /// tender until a host socket or standard input has news or the deadline
 /// passes.
 pub fn idle_wait(deadline: Option<u64>) -> bool {
+    // One clock read for both (each is a `rdtsc`; a busy server's every
+    // request passes here).
+    let t0 = shoal_time::monotonic_ns();
     let timeout = match deadline {
-        Some(d) => d.saturating_sub(shoal_time::monotonic_ns()),
+        Some(d) => d.saturating_sub(t0),
         None => u64::MAX,
     };
-    let t0 = shoal_time::monotonic_ns();
     // What the tender reports is fresh: the wait's own system call (the
     // `epoll_wait` that blocked) need not ask again when it wakes.
     let Some(rc) = with(|s| {

@@ -212,11 +212,17 @@ fn reschedule() {
 }
 
 fn reschedule_now() {
+    // Whether the deadlines were just expired (after an idle wait): then
+    // the loop does not read the clock again at once (a busy server's
+    // every request comes through here).
+    let mut expired = false;
     loop {
-        if let Some(d) = table(|t| t.next_deadline()) {
-            let now = shoal_time::monotonic_ns();
-            if now >= d {
-                table(|t| t.expire(now));
+        if !core::mem::take(&mut expired) {
+            if let Some(d) = table(|t| t.next_deadline()) {
+                let now = shoal_time::monotonic_ns();
+                if now >= d {
+                    table(|t| t.expire(now));
+                }
             }
         }
         match table(|t| t.pick()) {
@@ -249,6 +255,7 @@ fn reschedule_now() {
                 }
                 let now = shoal_time::monotonic_ns();
                 table(|t| t.expire(now));
+                expired = true;
             }
             // Threads that wait for something outside the guest (a host
             // socket) are not deadlocked: the idle wait blocks for it.
