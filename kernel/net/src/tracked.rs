@@ -101,10 +101,6 @@ impl<K: Ord + Clone, V> TrackedMap<K, V> {
         self.map.is_empty()
     }
 
-    pub fn iter(&self) -> btree_map::Iter<'_, K, V> {
-        self.map.iter()
-    }
-
     pub fn keys(&self) -> btree_map::Keys<'_, K, V> {
         self.map.keys()
     }
@@ -259,6 +255,10 @@ impl<V> TrackedSlab<V> {
         Some(v)
     }
 
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
     /// The values with their ids, in slot order.
     pub fn iter(&self) -> impl Iterator<Item = (&u64, &V)> {
         self.slots.iter().filter_map(|s| s.as_ref().map(|(i, v)| (i, v)))
@@ -323,6 +323,52 @@ impl<V> TrackedSlab<V> {
         self.dirty.clear();
     }
 
+    /// Brings `log`, a copy of this table kept by the recovery log (which
+    /// never adds to it), up to date: only the ids noted since the last
+    /// call, unless the list overflowed (then a whole copy); forgets the
+    /// notes. Each value goes to the slot its id names; the copy's list of
+    /// free slots is not kept ([`Self::from_map`] rebuilds a table from it).
+    pub fn sync_into_slab(&mut self, log: &mut TrackedSlab<V>)
+    where
+        V: PartialEq + Clone,
+    {
+        if core::mem::take(&mut self.all) {
+            self.dirty.clear();
+            log.clone_from(self);
+            return;
+        }
+        self.dirty.sort_unstable();
+        self.dirty.dedup();
+        let dirty = core::mem::take(&mut self.dirty);
+        for &id in &dirty {
+            let Some(k) = slot_of(id) else { continue };
+            if log.slots.len() <= k {
+                log.slots.resize_with(k + 1, || None);
+            }
+            let cur = self.get(&id);
+            let slot = &mut log.slots[k];
+            match (cur, slot.as_mut()) {
+                (Some(v), Some((i, l))) if *i == id => {
+                    if l != v {
+                        l.clone_from(v);
+                    }
+                }
+                (Some(v), _) => {
+                    if slot.replace((id, v.clone())).is_none() {
+                        log.len += 1;
+                    }
+                }
+                (None, Some((i, _))) if *i == id => {
+                    *slot = None;
+                    log.len -= 1;
+                }
+                (None, _) => {}
+            }
+        }
+        self.dirty = dirty;
+        self.dirty.clear();
+    }
+
     /// Forgets what was noted (a whole copy was just taken).
     pub fn forget_notes(&mut self) {
         self.dirty.clear();
@@ -353,6 +399,19 @@ impl<V> TrackedSlab<V> {
         }
         t.free = (0..t.slots.len()).rev().filter(|&k| t.slots[k].is_none()).map(|k| k as u32).collect();
         t
+    }
+}
+
+impl<V: Clone> Clone for TrackedSlab<V> {
+    /// A copy of the values (nothing noted in it).
+    fn clone(&self) -> Self {
+        TrackedSlab { slots: self.slots.clone(), free: self.free.clone(), len: self.len, dirty: Vec::new(), all: false }
+    }
+
+    fn clone_from(&mut self, src: &Self) {
+        self.slots.clone_from(&src.slots);
+        self.free.clone_from(&src.free);
+        self.len = src.len;
     }
 }
 
@@ -434,5 +493,20 @@ mod tests {
         t.all = true;
         t.sync_into(&mut log);
         assert_eq!(log, t.to_map());
+        // Into a copy that is itself a table (the host backend's log).
+        let mut copy = t.clone();
+        let d = t.add(4, 4);
+        *t.get_mut(&c).unwrap() = 30;
+        t.remove(&a);
+        let e = t.add(5, 5);
+        t.dirty.extend([d, c, a, e]);
+        t.sync_into_slab(&mut copy);
+        assert!(copy == t);
+        assert_eq!(copy.to_map(), t.to_map());
+        assert_eq!(TrackedSlab::from_map(copy.to_map()).add(6, 6) >> SLOT_BITS, 6);
+        t.all = true;
+        t.remove(&d);
+        t.sync_into_slab(&mut copy);
+        assert!(copy == t);
     }
 }
