@@ -339,23 +339,28 @@ fn with_iovecs<R>(addr: u64, cnt: usize, f: impl FnOnce(&[(u64, usize)]) -> Resu
     if cnt > IOV_MAX {
         return Err(EMSGSIZE);
     }
-    let mut inline = [(0u64, 0usize); INLINE_BUFS];
-    let mut heap = Vec::new();
     let mut total = 0usize;
-    for k in 0..cnt {
+    // Entry `k`, its length cut so that the total stays below Linux's
+    // limit.
+    let mut entry = |k: usize| -> Result<(u64, usize), Errno> {
         let [base, len]: [u64; 2] = umem::read(addr.checked_add(16 * k as u64).ok_or(Errno::EFAULT)?)?;
         if (len as i64) < 0 {
             return Err(Errno::EINVAL);
         }
         let len = (len as usize).min(0x7fff_f000 - total);
         total += len;
-        if cnt <= INLINE_BUFS {
-            inline[k] = (base, len);
-        } else {
-            heap.push((base, len));
+        Ok((base, len))
+    };
+    if cnt <= INLINE_BUFS {
+        let mut inline = [(0u64, 0usize); INLINE_BUFS];
+        for (k, slot) in inline.iter_mut().enumerate().take(cnt) {
+            *slot = entry(k)?;
         }
+        f(&inline[..cnt])
+    } else {
+        let heap = (0..cnt).map(entry).collect::<Result<Vec<_>, Errno>>()?;
+        f(&heap)
     }
-    f(if cnt <= INLINE_BUFS { &inline[..cnt] } else { &heap })
 }
 
 /// `sendto(fd, buf, len, flags, addr, addrlen)`.
