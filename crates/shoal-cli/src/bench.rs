@@ -131,9 +131,12 @@ pub enum Bench {
         /// Seconds of each wrk run.
         #[arg(long, default_value_t = 2.0)]
         duration: f64,
-        /// Systems to compare (comma-separated: native, runc, runsc, spt, hvt; default all; one that cannot run here is skipped with its reason).
+        /// Systems to compare (comma-separated: native, runc, runsc, spt, hvt, spt-other; default all; one that cannot run here is skipped with its reason).
         #[arg(long, value_delimiter = ',')]
         systems: Vec<String>,
+        /// Another shoal build (the `shoal` binary of another tree, its tenders beside it) to compare with this one in the same interleaved run: adds the system `spt-other`, the server on spt with that build's tender and an image that build makes from its own tree's kernel.
+        #[arg(long)]
+        shoal_bin: Option<PathBuf>,
         /// Directory for the builds, logs, CSVs, plot and table.
         #[arg(long, default_value = "shoal-bench-http")]
         out: PathBuf,
@@ -155,9 +158,12 @@ pub enum Bench {
         /// Requests each client pipelines (redis-benchmark -P; the paper pipelined but gives no depth).
         #[arg(long, default_value_t = 1)]
         pipeline: usize,
-        /// Systems to compare (comma-separated: native, runc, runsc, spt, hvt; default all; one that cannot run here is skipped with its reason).
+        /// Systems to compare (comma-separated: native, runc, runsc, spt, hvt, spt-other; default all; one that cannot run here is skipped with its reason).
         #[arg(long, value_delimiter = ',')]
         systems: Vec<String>,
+        /// Another shoal build (the `shoal` binary of another tree, its tenders beside it) to compare with this one in the same interleaved run: adds the system `spt-other`, the server on spt with that build's tender and an image that build makes from its own tree's kernel.
+        #[arg(long)]
+        shoal_bin: Option<PathBuf>,
         /// Directory for the builds, logs, CSVs, plots and table.
         #[arg(long, default_value = "shoal-bench-kv")]
         out: PathBuf,
@@ -362,15 +368,15 @@ pub fn run(which: Bench) -> Result<()> {
             let out = absolute_dir("--out", out)?;
             faas::faas(faas::FaasOpts { only, backends, repeat, requests, bursts, instances, max_clients, out, json })
         }
-        Bench::Http { clients, repeat, duration, systems, out, json } => {
+        Bench::Http { clients, repeat, duration, systems, shoal_bin, out, json } => {
             let out = absolute_dir("--out", out)?;
             let which = servers::Which::Http;
-            servers::servers(servers::ServersOpts { which, clients, repeat, duration, requests: 1, pipeline: 1, systems, out, json })
+            servers::servers(servers::ServersOpts { which, clients, repeat, duration, requests: 1, pipeline: 1, systems, shoal_bin, out, json })
         }
-        Bench::Kv { clients, repeat, requests, pipeline, systems, out, json } => {
+        Bench::Kv { clients, repeat, requests, pipeline, systems, shoal_bin, out, json } => {
             let out = absolute_dir("--out", out)?;
             let which = servers::Which::Kv;
-            servers::servers(servers::ServersOpts { which, clients, repeat, duration: 2.0, requests, pipeline, systems, out, json })
+            servers::servers(servers::ServersOpts { which, clients, repeat, duration: 2.0, requests, pipeline, systems, shoal_bin, out, json })
         }
         Bench::Size { out, json } => memory::size(json, absolute_dir("--out", out)?),
         Bench::Pages { json, keep } => crate::bench_pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),

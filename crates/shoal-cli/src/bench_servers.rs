@@ -49,7 +49,11 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The systems, in the order of every table.
-pub const SYSTEMS: [&str; 5] = ["native", "runc", "runsc", "spt", "hvt"];
+pub const SYSTEMS: [&str; 6] = ["native", "runc", "runsc", "spt", "hvt", OTHER];
+
+/// The system that runs the server on spt with another shoal build
+/// (`--shoal-bin`): two builds compared in one interleaved run.
+pub const OTHER: &str = "spt-other";
 
 /// Which of the two benches.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -99,6 +103,8 @@ pub struct ServersOpts {
     pub requests: usize,
     pub pipeline: usize,
     pub systems: Vec<String>,
+    /// Another shoal build to compare (system [`OTHER`]).
+    pub shoal_bin: Option<PathBuf>,
     pub out: PathBuf,
     pub json: bool,
 }
@@ -114,8 +120,12 @@ pub enum ServersError {
     Duration,
     #[error("--requests must be at least 1 and --pipeline between 1 and 1000")]
     Requests,
-    #[error("unknown system `{0}` (the systems are native, runc, runsc, spt, hvt)")]
+    #[error("unknown system `{0}` (the systems are native, runc, runsc, spt, hvt, and spt-other with --shoal-bin)")]
     System(String),
+    #[error("the system spt-other needs --shoal-bin PATH (another build's shoal binary)")]
+    NoOtherBin,
+    #[error("--shoal-bin {0}: not a file")]
+    OtherBin(PathBuf),
     #[error("this bench needs `{0}` (Debian package {1}; scripts/setup installs it)")]
     Client(&'static str, &'static str),
 }
@@ -180,6 +190,24 @@ pub(super) fn pin_binaries(dir: &Path) -> Result<PathBuf> {
     Ok(shoal)
 }
 
+/// Copies another build's `shoal` (`--shoal-bin`) and the tenders beside
+/// it into `dir`, as [`pin_binaries`] does for this one; returns the copy.
+fn pin_other(bin: &Path, dir: &Path) -> Result<PathBuf> {
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let shoal = dir.join("shoal");
+    let _ = fs::remove_file(&shoal);
+    fs::copy(bin, &shoal).with_context(|| format!("cannot copy {} to {}", bin.display(), shoal.display()))?;
+    for name in ["shoal-tender", "shoal-spt"] {
+        let from = bin.with_file_name(name);
+        let to = dir.join(name);
+        let _ = fs::remove_file(&to);
+        if from.is_file() {
+            fs::copy(&from, &to).with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
+        }
+    }
+    Ok(shoal)
+}
+
 /// Copies the files of directory `from` into `to`, recursively.
 fn copy_tree(from: &Path, to: &Path) -> Result<()> {
     fs::create_dir_all(to)?;
@@ -219,6 +247,8 @@ struct Setup {
     image: PathBuf,
     native: PathBuf,
     dir: PathBuf,
+    /// The other build's pinned `shoal` and the image it made (`--shoal-bin`).
+    other: Option<(PathBuf, PathBuf)>,
 }
 
 /// A running server of one system.
@@ -362,16 +392,21 @@ fn start(s: &Setup, sys: &'static str) -> Result<Server> {
             c.arg(format!("pid {}/nginx.pid;", prefix.display()));
             c
         }
-        ("spt" | "hvt", which) => {
-            let mut c = Command::new(&s.shoal);
-            c.args(["run", "--tender", sys, "--mem", "512M", "--fs"]);
+        ("spt" | "hvt" | OTHER, which) => {
+            let (shoal, image, tender) = match (sys, &s.other) {
+                (OTHER, Some((shoal, image))) => (shoal, image, "spt"),
+                (OTHER, None) => bail!("{}", ServersError::NoOtherBin),
+                _ => (&s.shoal, &s.image, sys),
+            };
+            let mut c = Command::new(shoal);
+            c.args(["run", "--tender", tender, "--mem", "512M", "--fs"]);
             match which {
                 Which::Kv => {
-                    c.arg(s.home.join("apps/recipes/redis")).args(["-p", &format!("{port}:6379")]).arg(&s.image);
+                    c.arg(s.home.join("apps/recipes/redis")).args(["-p", &format!("{port}:6379")]).arg(image);
                     c.args(["--", "/redis.conf"]).args(redis_args(6379, "/tmp"));
                 }
                 Which::Http => {
-                    c.arg(s.home.join("apps/recipes/nginx")).args(["-p", &format!("{port}:8080")]).arg(&s.image);
+                    c.arg(s.home.join("apps/recipes/nginx")).args(["-p", &format!("{port}:8080")]).arg(image);
                     c.args(["--", "-p", "/", "-c", "nginx.conf", "-g", "pid /tmp/nginx.pid;"]);
                 }
             }
@@ -550,16 +585,32 @@ fn check(o: &ServersOpts) -> Result<Vec<&'static str>> {
     if o.requests == 0 || !(1..=1000).contains(&o.pipeline) {
         return Err(ServersError::Requests.into());
     }
-    for s in &o.systems {
-        if !SYSTEMS.contains(&s.as_str()) {
-            return Err(ServersError::System(s.clone()).into());
-        }
-    }
+    let wanted = selected(&o.systems, o.shoal_bin.as_deref())?;
     let (prog, pkg) = o.which.client();
     if find_program(prog).is_none() {
         return Err(ServersError::Client(prog, pkg).into());
     }
-    Ok(SYSTEMS.iter().copied().filter(|s| o.systems.is_empty() || o.systems.iter().any(|x| x == s)).collect())
+    Ok(wanted)
+}
+
+/// The systems to run, in table order: those `--systems` names (all if
+/// none), spt-other only with another build (`--shoal-bin`).
+fn selected(systems: &[String], other_bin: Option<&Path>) -> Result<Vec<&'static str>, ServersError> {
+    for s in systems {
+        if !SYSTEMS.contains(&s.as_str()) {
+            return Err(ServersError::System(s.clone()));
+        }
+        if s == OTHER && other_bin.is_none() {
+            return Err(ServersError::NoOtherBin);
+        }
+    }
+    if let Some(b) = other_bin {
+        if !b.is_file() {
+            return Err(ServersError::OtherBin(b.to_path_buf()));
+        }
+    }
+    let named = |s: &str| systems.is_empty() || systems.iter().any(|x| x == s);
+    Ok(SYSTEMS.iter().copied().filter(|&s| named(s) && (s != OTHER || other_bin.is_some())).collect())
 }
 
 /// `shoal bench http` / `shoal bench kv`.
@@ -588,7 +639,23 @@ pub fn servers(o: ServersOpts) -> Result<()> {
     let run_dir = o.out.join("run");
     let _ = fs::remove_dir_all(&run_dir);
     fs::create_dir_all(&run_dir)?;
-    let setup = Setup { which, home: paths.home.clone(), shoal, image, native, dir: run_dir };
+    let other = match &o.shoal_bin {
+        Some(bin) if wanted.contains(&OTHER) => {
+            // Pinned like this build's; the image is made by the other
+            // build (its tree's kernel and libc).
+            let pinned = pin_other(bin, &o.out.join("bin-other"))?;
+            let img = o.out.join(format!("{}-other.img", which.recipe()));
+            say(which, &format!("building the {} recipe with {}", which.recipe(), bin.display()));
+            let b = Command::new(&pinned).args(["recipe", "build", which.recipe(), "-o"]).arg(&img).stdin(Stdio::null()).output().with_context(|| format!("cannot run {}", pinned.display()))?;
+            if !b.status.success() {
+                let err = String::from_utf8_lossy(&b.stderr);
+                bail!("{} recipe build {} failed: {}", bin.display(), which.recipe(), err.lines().last().unwrap_or("").trim());
+            }
+            Some((pinned, img))
+        }
+        _ => None,
+    };
+    let setup = Setup { which, home: paths.home.clone(), shoal, image, native, dir: run_dir, other };
 
     let mut systems: Vec<Sys> = wanted
         .iter()
@@ -860,8 +927,15 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
         for s in &shown {
             t.push_str(&format!(" {} |", s.name));
         }
-        t.push_str(" spt/native | spt/runsc |\n|---|");
-        t.push_str(&"---|".repeat(shown.len() + 2));
+        // With another build (--shoal-bin): its ratio to native, and this
+        // build's to it.
+        let other = shown.iter().any(|s| s.name == OTHER);
+        t.push_str(" spt/native | spt/runsc |");
+        if other {
+            t.push_str(" spt-other/native | spt/spt-other |");
+        }
+        t.push_str("\n|---|");
+        t.push_str(&"---|".repeat(shown.len() + if other { 4 } else { 2 }));
         t.push('\n');
         for &c in &o.clients {
             t.push_str(&format!("| {c} |"));
@@ -874,8 +948,12 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
                     None => t.push_str(" – |"),
                 }
             }
-            let r = |b: &str| mean_of("spt", i, c).zip(mean_of(b, i, c)).map(|(a, b)| format!("{:.2}", a / b)).unwrap_or_else(|| "–".into());
-            t.push_str(&format!(" {} | {} |\n", r("native"), r("runsc")));
+            let r = |a: &str, b: &str| mean_of(a, i, c).zip(mean_of(b, i, c)).map(|(a, b)| format!("{:.2}", a / b)).unwrap_or_else(|| "–".into());
+            t.push_str(&format!(" {} | {} |", r("spt", "native"), r("spt", "runsc")));
+            if other {
+                t.push_str(&format!(" {} | {} |", r(OTHER, "native"), r("spt", OTHER)));
+            }
+            t.push('\n');
         }
     }
     t.push_str("\n| memory (MiB) | idle PSS | PSS under load | idle cgroup | cgroup under load |\n|---|---|---|---|---|\n");
@@ -926,6 +1004,20 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_build_runs_as_spt_other_only_when_named() {
+        let none: &[String] = &[];
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(selected(none, None).unwrap(), vec!["native", "runc", "runsc", "spt", "hvt"]);
+        let bin = std::env::current_exe().unwrap();
+        assert_eq!(selected(none, Some(&bin)).unwrap(), SYSTEMS.to_vec());
+        assert_eq!(selected(&names(&["spt", OTHER]), Some(&bin)).unwrap(), vec!["spt", OTHER]);
+        assert_eq!(selected(&names(&["native", "spt"]), Some(&bin)).unwrap(), vec!["native", "spt"]);
+        assert!(matches!(selected(&names(&[OTHER]), None), Err(ServersError::NoOtherBin)));
+        assert!(matches!(selected(none, Some(Path::new("/nonexistent/shoal"))), Err(ServersError::OtherBin(_))));
+        assert!(matches!(selected(&names(&["qemu"]), None), Err(ServersError::System(_))));
+    }
 
     #[test]
     fn parses_wrk_output() {

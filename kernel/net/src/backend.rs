@@ -82,11 +82,13 @@ pub trait Backend {
     /// The log of readiness gains, for `epoll_wait` to skip the sockets
     /// that stayed quiet: brings the backend's readiness up to date (as
     /// `ready` would), then returns the current sequence number and, if
-    /// the log still covers everything after `since`, the handles whose
-    /// readiness may have gained bits (or a new event generation) since.
-    /// `None`: no log — every socket must be asked.
-    fn gains_since(&self, _since: u64) -> (u64, Option<Vec<u64>>) {
-        (0, None)
+    /// the log still covers everything after `since`, appends to `out`
+    /// the handles whose readiness may have gained bits (or a new event
+    /// generation) since, and says `true`. `false`: no log (or it forgot)
+    /// — every socket must be asked. The caller's `out` is a buffer it
+    /// keeps, so a wait allocates nothing.
+    fn gains_since(&self, _since: u64, _out: &mut Vec<u64>) -> (u64, bool) {
+        (0, false)
     }
     /// Whether `h` is a byte stream (a blocking send goes on until it has
     /// sent everything; `MSG_WAITALL` applies).

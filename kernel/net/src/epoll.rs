@@ -55,10 +55,11 @@
 //!
 //! The signal mask of `epoll_pwait` is not applied (as `ppoll` in vfs).
 
+use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU32, Ordering};
-use shoal_plat::{umem, Errno, SysResult};
+use shoal_plat::{umem, Errno, Global, SysResult};
 use shoal_vfs::obj::*;
 use shoal_vfs::Vfs;
 
@@ -203,63 +204,126 @@ fn epoll_mut(n: &mut Net, id: u64) -> Option<&mut Epoll> {
     }
 }
 
+/// [`epoll_mut`] for reading (not noted as a change for the recovery log).
+fn epoll_ref(n: &Net, id: u64) -> Option<&Epoll> {
+    match n.objs.get(&id) {
+        Some(Obj::Epoll(e)) => Some(e),
+        _ => None,
+    }
+}
+
 /// How deep nested epoll readiness checks have gone (an epoll inside an
 /// epoll); guards against runaway recursion (cycles are refused anyway).
 static DEPTH: AtomicU32 = AtomicU32::new(0);
 
+/// The lists a scan builds, kept from one wait to the next so that a
+/// wait allocates nothing once they have grown to the server's size. A
+/// scan takes them and gives them back; a nested scan meanwhile (an epoll
+/// inside an epoll) finds them taken and starts with empty ones. Not
+/// state: nothing in them outlives a call, so the recovery log ignores
+/// them (a reboot restores them empty).
+struct Scratch {
+    /// Sockets the host log named.
+    hosts: Vec<u64>,
+    /// Sources vfs's readiness log named.
+    locals: Vec<u64>,
+    /// The entries to look at, in order.
+    cands: Vec<(Key, Item)>,
+    /// What became of each: (key, generation reported, stays on the list).
+    looked: Vec<(Key, Option<u64>, bool)>,
+    /// Entries asked but not consumed (they keep their places).
+    front: Vec<Key>,
+    /// Reported level-triggered entries (to the back of the list).
+    back: Vec<Key>,
+}
+
+impl Scratch {
+    const fn new() -> Scratch {
+        Scratch { hosts: Vec::new(), locals: Vec::new(), cands: Vec::new(), looked: Vec::new(), front: Vec::new(), back: Vec::new() }
+    }
+
+    /// Takes the kept lists (empty ones if a scan has them). Boxed, so
+    /// taking and giving back move a pointer, not the lists.
+    fn take() -> Box<Scratch> {
+        SCRATCH.try_with(|s| s.take()).flatten().unwrap_or_else(|| Box::new(Scratch::new()))
+    }
+
+    /// Gives the lists back, emptied (their memory kept).
+    fn give(mut self: Box<Self>) {
+        self.hosts.clear();
+        self.locals.clear();
+        self.cands.clear();
+        self.looked.clear();
+        self.front.clear();
+        self.back.clear();
+        SCRATCH.try_with(|s| *s = Some(self));
+    }
+}
+
+static SCRATCH: Global<Option<Box<Scratch>>> = Global::new(None);
+
+/// The events a wait found, kept from one wait to the next (as
+/// [`Scratch`]; a wait in another thread meanwhile starts with an empty
+/// list).
+static EVENTS: Global<Vec<(u32, u64)>> = Global::new(Vec::new());
+
 /// Reads the host backend's gain log and vfs's readiness log from where
 /// epoll `id` last read them and queues the entries they name.
-fn catch_up(id: u64) {
-    let (hosts, synced_host, synced_local) = crate::with(|n| epoll_mut(n, id).map(|e| (e.hosts, e.synced_host, e.synced_local)).unwrap_or_default());
-    let host = if hosts > 0 { crate::with(|n| n.inet.as_ref().map(|b| b.gains_since(synced_host))) } else { None };
-    let (local_now, local) = shoal_vfs::readylog::since(synced_local);
+fn catch_up(id: u64, sc: &mut Scratch) {
+    let (hosts, synced_host, synced_local) = crate::with(|n| epoll_ref(n, id).map(|e| (e.hosts, e.synced_host, e.synced_local)).unwrap_or_default());
+    sc.hosts.clear();
+    sc.locals.clear();
+    let host = if hosts > 0 { crate::with(|n| n.inet.as_ref().map(|b| b.gains_since(synced_host, &mut sc.hosts))) } else { None };
+    let (local_now, local_all) = shoal_vfs::readylog::since_into(synced_local, &mut sc.locals);
+    if host.is_none_or(|(now, all)| all && now == synced_host) && local_all && sc.locals.is_empty() && local_now == synced_local {
+        // Nothing new in either log: the instance is as it was.
+        return;
+    }
     crate::with(|n| {
         let Some(e) = epoll_mut(n, id) else { return };
-        if let Some((now, gains)) = host {
-            match gains {
-                Some(hs) => hs.into_iter().for_each(|h| e.enqueue_src(Src::Host(h))),
-                None => e.enqueue_all(|s| matches!(s, Src::Host(_))),
+        if let Some((now, all)) = host {
+            if all {
+                sc.hosts.iter().for_each(|&h| e.enqueue_src(Src::Host(h)));
+            } else {
+                e.enqueue_all(|s| matches!(s, Src::Host(_)));
             }
             e.synced_host = now;
         }
-        match local {
-            Some(srcs) => srcs.into_iter().for_each(|s| e.enqueue_src(Src::Local(s))),
-            None => e.enqueue_all(|s| matches!(s, Src::Local(_))),
+        if local_all {
+            sc.locals.iter().for_each(|&s| e.enqueue_src(Src::Local(s)));
+        } else {
+            e.enqueue_all(|s| matches!(s, Src::Local(_)));
         }
         e.synced_local = local_now;
     });
 }
 
-/// Scans epoll `id`'s ready list (and its always-asked entries): the
-/// events to report, at most `max`. With `consume`, records what was
-/// reported (ET generations, ONESHOT disarming) and moves reported
-/// level-triggered entries to the back of the list; entries found with
-/// nothing to report leave the list either way.
-fn scan(id: u64, vfs: &Vfs, max: usize, consume: bool) -> Vec<(u32, u64)> {
+/// Scans epoll `id`'s ready list (and its always-asked entries): appends
+/// to `out` the events to report, at most `max`. With `consume`, records
+/// what was reported (ET generations, ONESHOT disarming) and moves
+/// reported level-triggered entries to the back of the list; entries
+/// found with nothing to report leave the list either way.
+fn scan(id: u64, vfs: &Vfs, max: usize, consume: bool, out: &mut Vec<(u32, u64)>) {
     if DEPTH.fetch_add(1, Ordering::Relaxed) > MAX_NESTS {
         DEPTH.fetch_sub(1, Ordering::Relaxed);
-        return Vec::new();
+        return;
     }
-    catch_up(id);
+    let mut sc = Scratch::take();
+    catch_up(id, &mut sc);
     // The list as it is now, then the always-asked entries.
-    let cands: Vec<(Key, Item)> = crate::with(|n| {
-        epoll_mut(n, id)
-            .map(|e| {
-                let always = e.by_src.range((Src::Always, (0, i32::MIN))..).map(|(_, k)| *k);
-                e.queue.iter().copied().chain(always).filter_map(|k| e.items.get(&k).map(|it| (k, *it))).collect()
-            })
-            .unwrap_or_default()
+    crate::with(|n| {
+        if let Some(e) = epoll_ref(n, id) {
+            let always = e.by_src.range((Src::Always, (0, i32::MIN))..).map(|(_, k)| *k);
+            sc.cands.extend(e.queue.iter().copied().chain(always).filter_map(|k| e.items.get(&k).map(|it| (k, *it))));
+        }
     });
-    let mut out = Vec::new();
-    // What became of each entry looked at: (key, generation reported,
-    // stays on the list).
-    let mut looked: Vec<(Key, Option<u64>, bool)> = Vec::new();
-    for (key, it) in cands {
-        if out.len() >= max {
+    let first = out.len();
+    for &(key, it) in &sc.cands {
+        if out.len() - first >= max {
             break;
         }
         if !it.armed {
-            looked.push((key, None, false));
+            sc.looked.push((key, None, false));
             continue;
         }
         // A host socket's entry asks the backend directly (what vfs would
@@ -270,64 +334,67 @@ fn scan(id: u64, vfs: &Vfs, max: usize, consume: bool) -> Vec<(u32, u64)> {
             _ => vfs.ofd_ready(key.0),
         };
         let Some(r) = r else {
-            looked.push((key, None, false));
+            sc.looked.push((key, None, false));
             continue;
         };
         let m = r.mask & (it.events | EPOLLERR | EPOLLHUP);
         let et_seen = it.events & EPOLLET != 0 && it.seen == Some(r.gen);
         if m == 0 || et_seen {
-            looked.push((key, None, false));
+            sc.looked.push((key, None, false));
             continue;
         }
         out.push((m, it.data));
         // Reported: level-triggered entries stay (at the back when
         // consumed); edge-triggered and one-shot ones leave once consumed.
         let stays = !consume || it.events & (EPOLLET | EPOLLONESHOT) == 0;
-        looked.push((key, Some(r.gen), stays));
+        sc.looked.push((key, Some(r.gen), stays));
     }
     DEPTH.fetch_sub(1, Ordering::Relaxed);
-    crate::with(|n| {
-        let Some(e) = epoll_mut(n, id) else { return };
-        // The entries looked at from the list are the list's first ones,
-        // in order (nothing else changes this instance's list meanwhile:
-        // a nested epoll's scan changes only its own).
-        let mut front = Vec::new();
-        let mut back = Vec::new();
-        for (key, gen, stays) in looked {
-            let Some(it) = e.items.get_mut(&key) else { continue };
-            if let (Some(gen), true) = (gen, consume) {
-                it.seen = Some(gen);
-                if it.events & EPOLLONESHOT != 0 {
-                    it.armed = false;
+    let Scratch { looked, front, back, .. } = &mut *sc;
+    // A scan that looked at nothing changes nothing (no borrow marked as
+    // a change for the recovery log).
+    if !looked.is_empty() {
+        crate::with(|n| {
+            let Some(e) = epoll_mut(n, id) else { return };
+            // The entries looked at from the list are the list's first
+            // ones, in order (nothing else changes this instance's list
+            // meanwhile: a nested epoll's scan changes only its own).
+            for &(key, gen, stays) in looked.iter() {
+                let Some(it) = e.items.get_mut(&key) else { continue };
+                if let (Some(gen), true) = (gen, consume) {
+                    it.seen = Some(gen);
+                    if it.events & EPOLLONESHOT != 0 {
+                        it.armed = false;
+                    }
+                }
+                if it.src == Src::Always || !it.queued {
+                    continue;
+                }
+                if e.queue.front() == Some(&key) {
+                    e.queue.pop_front();
+                } else {
+                    e.queue.retain(|k| *k != key);
+                }
+                it.queued = false;
+                match (stays, consume) {
+                    (true, false) => front.push(key),
+                    (true, true) => back.push(key),
+                    (false, _) => {}
                 }
             }
-            if it.src == Src::Always || !it.queued {
-                continue;
+            // Asked but not consumed: they keep their places.
+            for &key in front.iter().rev() {
+                if let Some(it) = e.items.get_mut(&key) {
+                    it.queued = true;
+                    e.queue.push_front(key);
+                }
             }
-            if e.queue.front() == Some(&key) {
-                e.queue.pop_front();
-            } else {
-                e.queue.retain(|k| *k != key);
+            for &key in back.iter() {
+                e.enqueue(key);
             }
-            it.queued = false;
-            match (stays, consume) {
-                (true, false) => front.push(key),
-                (true, true) => back.push(key),
-                (false, _) => {}
-            }
-        }
-        // Asked but not consumed: they keep their places.
-        for key in front.into_iter().rev() {
-            if let Some(it) = e.items.get_mut(&key) {
-                it.queued = true;
-                e.queue.push_front(key);
-            }
-        }
-        for key in back {
-            e.enqueue(key);
-        }
-    });
-    out
+        });
+    }
+    sc.give();
 }
 
 /// The length of epoll `epfd`'s ready list (tests: that idle entries stay
@@ -342,7 +409,9 @@ pub(crate) fn queued(epfd: i32) -> usize {
 /// something. Its generation sums its entries' (so an epoll watched
 /// edge-triggered reports again when one of them moves on).
 pub(crate) fn ready(id: u64, vfs: &Vfs) -> Readiness {
-    let any = !scan(id, vfs, 1, false).is_empty();
+    let mut one = Vec::new();
+    scan(id, vfs, 1, false, &mut one);
+    let any = !one.is_empty();
     let ofds: Vec<usize> = crate::with(|n| epoll_mut(n, id).map(|e| e.items.keys().map(|k| k.0).collect()).unwrap_or_default());
     let gen = ofds.into_iter().filter_map(|o| vfs.ofd_ready(o)).fold(0u64, |a, r| a.wrapping_add(r.gen));
     Readiness { mask: if any { EPOLLIN | EPOLLRDNORM } else { 0 }, gen }
@@ -377,7 +446,7 @@ pub fn create1(flags: i32) -> SysResult {
 
 /// The epoll instance behind `epfd` (`EINVAL` if it is not one).
 fn epoll_of(epfd: i32) -> Result<u64, Errno> {
-    let (id, _) = shoal_vfs::with_ref(|v| v.obj_of(epfd)).map_err(|e| if e == Errno::ENOTSOCK { Errno::EINVAL } else { e })?;
+    let (id, _) = shoal_vfs::obj_of_fd(epfd).map_err(|e| if e == Errno::ENOTSOCK { Errno::EINVAL } else { e })?;
     crate::with(|n| epoll_mut(n, id).map(|_| id).ok_or(Errno::EINVAL))
 }
 
@@ -500,27 +569,44 @@ pub fn wait(epfd: i32, events: u64, max: i32, timeout_ns: Option<u64>) -> SysRes
     // does, would be one more host call per wake-up for nothing. Anything
     // known is reported only after that ask (the scan below), so a socket
     // that stays ready cannot hide new arrivals elsewhere.
-    let mut known_empty =
-        timeout_ns != Some(0) && !shoal_sched::others_runnable() && crate::host::without_refresh(|| shoal_vfs::with(|v| scan(ep, v, 1, false).is_empty()));
-    loop {
+    let mut got = EVENTS.try_with(core::mem::take).unwrap_or_default();
+    got.clear();
+    let mut known_empty = timeout_ns != Some(0)
+        && !shoal_sched::others_runnable()
+        && crate::host::without_refresh(|| {
+            shoal_vfs::with(|v| scan(ep, v, 1, false, &mut got));
+            got.is_empty()
+        });
+    let r = loop {
         if !known_empty {
-            let got = shoal_vfs::with(|v| scan(ep, v, max, true));
+            got.clear();
+            shoal_vfs::with(|v| scan(ep, v, max, true, &mut got));
             if !got.is_empty() {
-                let out = umem::slice_mut(events, got.len() * EVENT_SIZE)?;
+                let out = match umem::slice_mut(events, got.len() * EVENT_SIZE) {
+                    Ok(o) => o,
+                    Err(e) => break Err(e),
+                };
                 for (k, (m, data)) in got.iter().enumerate() {
                     out[k * EVENT_SIZE..k * EVENT_SIZE + 4].copy_from_slice(&m.to_ne_bytes());
                     out[k * EVENT_SIZE + 4..(k + 1) * EVENT_SIZE].copy_from_slice(&data.to_ne_bytes());
                 }
-                return Ok(got.len() as u64);
+                break Ok(got.len() as u64);
             }
             if dl.is_some_and(|d| shoal_time::monotonic_ns() >= d) {
-                return Ok(0);
+                break Ok(0);
             }
         }
         known_empty = false;
         let timers = shoal_vfs::with(|v| deadline(ep, v));
-        shoal_vfs::wait::block("epoll_wait", earlier(dl, timers))?;
+        if let Err(e) = shoal_vfs::wait::block("epoll_wait", earlier(dl, timers)) {
+            break Err(e);
+        }
         // The instance may have been closed meanwhile (by another thread).
-        epoll_of(epfd)?;
-    }
+        if let Err(e) = epoll_of(epfd) {
+            break Err(e);
+        }
+    };
+    got.clear();
+    EVENTS.try_with(|g| *g = got);
+    r
 }

@@ -262,7 +262,7 @@ pub fn after_reboot(_count: u64) {
 /// returns the number of entries applied (`None`: net's state is in use).
 fn rebuild(img: &Image) -> Option<u64> {
     let mut net = Net::new();
-    net.objs = crate::tracked::TrackedMap::from_map(img.objs.clone());
+    net.objs = crate::tracked::TrackedSlab::from_map(img.objs.clone());
     net.next = img.next;
     net.unix = img.unix.clone();
     if img.inet {

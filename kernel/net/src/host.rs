@@ -63,7 +63,7 @@ use shoal_vfs::obj::Readiness;
 
 use crate::abi::*;
 use crate::backend::{Backend, Received, SockAddr, SockOpts};
-use crate::tracked::TrackedMap;
+use crate::tracked::TrackedSlab;
 
 /// `EINPROGRESS`: a non-blocking connect goes on by itself.
 const EINPROGRESS: Errno = Errno(115);
@@ -149,7 +149,9 @@ impl HostSock {
 const WATCH_BATCH: usize = 256;
 
 pub(crate) struct State {
-    socks: TrackedMap<u64, HostSock>,
+    /// The guest sockets by handle (a slab: every request looks its
+    /// socket up; see `crate::tracked::TrackedSlab`).
+    socks: TrackedSlab<HostSock>,
     next: u64,
     /// The tender's listeners and whether a guest socket took each.
     listeners: Vec<(Listener, bool)>,
@@ -279,6 +281,8 @@ pub(crate) fn install_image(img: Option<State>) {
     s.refreshed = u64::MAX;
     s.seq += 1;
     s.floor = s.seq;
+    // The log's copy keeps no list of free slots: rebuilt from the ids.
+    s.socks = TrackedSlab::from_map(s.socks.to_map());
     s.by_host = HostIndex::default();
     for (&id, sock) in s.socks.iter() {
         if let Some(fd) = sock.host {
@@ -385,7 +389,7 @@ fn with_port(mut addr: SockAddr, port: u16) -> SockAddr {
 impl State {
     fn new() -> State {
         State {
-            socks: TrackedMap::default(),
+            socks: TrackedSlab::default(),
             next: 0,
             listeners: Vec::new(),
             outbound: false,
@@ -403,7 +407,7 @@ impl State {
 
     /// See [`sync_image`].
     fn sync_from(&mut self, live: &mut State) {
-        live.socks.sync_into(self.socks.raw_mut());
+        live.socks.sync_into_slab(&mut self.socks);
         if self.listeners != live.listeners {
             self.listeners.clone_from(&live.listeners);
         }
@@ -424,7 +428,7 @@ impl State {
     /// Bytes its tables take on the heap (an estimate).
     pub(crate) fn heap_bytes(&self) -> usize {
         let per = core::mem::size_of::<HostSock>() + 32;
-        let addrs: usize = self.socks.values().map(|s| s.local.as_ref().map_or(0, |a| a.capacity())).sum();
+        let addrs: usize = self.socks.iter().map(|(_, s)| s.local.as_ref().map_or(0, |a| a.capacity())).sum();
         self.socks.len() * per + addrs + self.by_host.len * 32 + self.listeners.len() * core::mem::size_of::<(Listener, bool)>()
     }
 
@@ -473,13 +477,22 @@ impl State {
     }
 
     /// The sockets that gained after sequence number `since`, or `None` if
-    /// the log no longer reaches back that far.
+    /// the log no longer reaches back that far (tests).
+    #[cfg(test)]
     fn gains_after(&self, since: u64) -> Option<Vec<u64>> {
+        let mut v = Vec::new();
+        self.gains_after_into(since, &mut v).then_some(v)
+    }
+
+    /// [`State::gains_after`] into the caller's buffer (appended; `false`
+    /// when the log no longer reaches back that far).
+    fn gains_after_into(&self, since: u64, out: &mut Vec<u64>) -> bool {
         if since < self.floor {
-            return None;
+            return false;
         }
         // The log is in sequence order: walk back to `since`.
-        Some(self.gains.iter().rev().take_while(|(q, _)| *q > since).map(|(_, h)| *h).collect())
+        out.extend(self.gains.iter().rev().take_while(|(q, _)| *q > since).map(|(_, h)| *h));
+        true
     }
 
     /// Notes that socket `h` may have gained readiness bits or a new event
@@ -639,7 +652,7 @@ impl State {
         }
         let mut fds: Vec<NetPollFd> = Vec::new();
         let mut ids: Vec<u64> = Vec::new();
-        for (&id, s) in &self.socks {
+        for (&id, s) in self.socks.iter() {
             let Some(fd) = s.host else { continue };
             if s.ready & (POLLHUP | POLLERR) != 0 {
                 continue;
@@ -713,11 +726,13 @@ fn set_host_opt(fd: i64, level: i32, name: i32, val: &[u8]) -> Result<i64, Errno
 /// tender until a host socket or standard input has news or the deadline
 /// passes.
 pub fn idle_wait(deadline: Option<u64>) -> bool {
+    // One clock read for both (each is a `rdtsc`; a busy server's every
+    // request passes here).
+    let t0 = shoal_time::monotonic_ns();
     let timeout = match deadline {
-        Some(d) => d.saturating_sub(shoal_time::monotonic_ns()),
+        Some(d) => d.saturating_sub(t0),
         None => u64::MAX,
     };
-    let t0 = shoal_time::monotonic_ns();
     // What the tender reports is fresh: the wait's own system call (the
     // `epoll_wait` that blocked) need not ask again when it wakes.
     let Some(rc) = with(|s| {
@@ -786,9 +801,7 @@ impl Backend for HostBackend {
         }
         Ok(with(|s| {
             s.next += 1;
-            let id = s.next;
-            s.socks.insert(id, HostSock::new(domain, ty, protocol));
-            id
+            s.socks.add(s.next, HostSock::new(domain, ty, protocol))
         }))
     }
 
@@ -881,13 +894,12 @@ impl Backend for HostBackend {
                     return Err(e);
                 }
             };
-            s.next += 1;
-            let id = s.next;
             let mut c = HostSock::new(domain, ty, proto);
             c.host = Some(nfd);
             c.ready = POLLOUT;
             c.guest_port = guest_port;
-            s.socks.insert(id, c);
+            s.next += 1;
+            let id = s.socks.add(s.next, c);
             s.by_host.insert(nfd, id);
             let n = (o.a as usize).min(peer.len());
             Ok((id, peer[..n].to_vec()))
@@ -1165,10 +1177,10 @@ impl Backend for HostBackend {
         })
     }
 
-    fn gains_since(&self, since: u64) -> (u64, Option<Vec<u64>>) {
+    fn gains_since(&self, since: u64, out: &mut Vec<u64>) -> (u64, bool) {
         with(|s| {
             refresh_if_stale(s);
-            (s.seq, s.gains_after(since))
+            (s.seq, s.gains_after_into(since, out))
         })
     }
 
@@ -1305,8 +1317,7 @@ mod tests {
             let mut k = HostSock::new(AF_INET, SOCK_STREAM, 0);
             k.host = Some(1000);
             k.ready = POLLOUT;
-            s.socks.insert(s.next, k);
-            s.next
+            s.socks.add(s.next, k)
         });
         let r = without_refresh(|| HostBackend.ready(id));
         assert_eq!(r.mask, POLLOUT, "the cache as it is");

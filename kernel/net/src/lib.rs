@@ -80,8 +80,9 @@ pub(crate) enum Obj {
 
 /// The state of the component.
 pub(crate) struct Net {
-    /// The objects by id (changes noted for the recovery log).
-    pub objs: tracked::TrackedMap<u64, Obj>,
+    /// The objects by id (changes noted for the recovery log): a slab, so
+    /// a socket's every read and write finds its object by an index.
+    pub objs: tracked::TrackedSlab<Obj>,
     next: u64,
     pub unix: unix::Unix,
     /// The `AF_INET`/`AF_INET6` backend, once a tender provides one.
@@ -93,11 +94,11 @@ impl Net {
         Net { objs: Default::default(), next: 0, unix: unix::Unix::default(), inet: None }
     }
 
-    /// Adds an object; returns its id.
+    /// Adds an object; returns its id (unique: the number of objects
+    /// made so far and a slot of the table, see `tracked::TrackedSlab`).
     pub fn add(&mut self, o: Obj) -> u64 {
         self.next += 1;
-        self.objs.insert(self.next, o);
-        self.next
+        self.objs.add(self.next, o)
     }
 
     /// The backend of family `f` (`EAFNOSUPPORT` if there is none yet).

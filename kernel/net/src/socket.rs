@@ -29,7 +29,7 @@ const OPT_MAX: usize = 256;
 
 /// The socket behind `fd`, its object id and whether it is non-blocking.
 pub(crate) fn sock_of(fd: i32) -> Result<(Sock, u64, bool), Errno> {
-    let (id, nb) = shoal_vfs::with_ref(|v| v.obj_of(fd))?;
+    let (id, nb) = shoal_vfs::obj_of_fd(fd)?;
     let s = crate::with(|n| match n.objs.get(&id) {
         Some(Obj::Socket(s)) => Ok(*s),
         _ => Err(Errno::ENOTSOCK),
@@ -221,30 +221,52 @@ pub fn connect(fd: i32, addr: u64, len: u32) -> SysResult {
     }
 }
 
-/// Drops the first `n` bytes of a list of buffers.
-fn advance<T: AsRef<[u8]>>(bufs: &mut Vec<T>, mut n: usize, split: impl Fn(T, usize) -> T) {
-    while n > 0 && !bufs.is_empty() {
-        let l = bufs[0].as_ref().len();
+/// Drops the first `n` bytes of a list of buffers: whole ones are
+/// skipped (`start` moves past them), a partly consumed one is cut in
+/// place.
+fn advance<T: AsRef<[u8]> + Default>(bufs: &mut [T], start: &mut usize, mut n: usize, split: impl Fn(T, usize) -> T) {
+    while n > 0 && *start < bufs.len() {
+        let l = bufs[*start].as_ref().len();
         if n >= l {
-            bufs.remove(0);
+            *start += 1;
             n -= l;
         } else {
-            let b = bufs.remove(0);
-            bufs.insert(0, split(b, n));
+            let b = core::mem::take(&mut bufs[*start]);
+            bufs[*start] = split(b, n);
             n = 0;
         }
     }
 }
 
+/// Most buffers a call keeps on the stack (more go to the heap): reads
+/// and writes of one buffer, and most `readv`/`writev`/`sendmsg` calls,
+/// allocate nothing.
+const INLINE_BUFS: usize = 8;
+
+/// Runs `f` on the buffers of `iov`, each made by `conv` (a user-memory
+/// check), on the stack when there are few.
+fn with_bufs<T: Default, R>(iov: &[(u64, usize)], conv: impl Fn(u64, usize) -> Result<T, Errno>, f: impl FnOnce(&mut [T]) -> Result<R, Errno>) -> Result<R, Errno> {
+    if iov.len() <= INLINE_BUFS {
+        let mut a: [T; INLINE_BUFS] = core::array::from_fn(|_| T::default());
+        for (slot, &(b, l)) in a.iter_mut().zip(iov) {
+            *slot = conv(b, l)?;
+        }
+        f(&mut a[..iov.len()])
+    } else {
+        let mut v = iov.iter().map(|&(b, l)| conv(b, l)).collect::<Result<Vec<T>, Errno>>()?;
+        f(&mut v)
+    }
+}
+
 /// Sends the buffers `data` (to `to`) on `fd` with `flags`.
-fn do_send(fd: i32, data: Vec<&'static [u8]>, to: Option<(u64, u32)>, flags: i32) -> Result<usize, Errno> {
+fn do_send(fd: i32, data: &mut [&'static [u8]], to: Option<(u64, u32)>, flags: i32) -> Result<usize, Errno> {
     let (s, _, nb) = sock_of(fd)?;
     send_on(s, nb, data, to, flags)
 }
 
 /// [`do_send`] on socket `s` (non-blocking descriptor: `nb`), already
 /// looked up.
-fn send_on(s: Sock, nb: bool, mut data: Vec<&'static [u8]>, to: Option<(u64, u32)>, flags: i32) -> Result<usize, Errno> {
+fn send_on(s: Sock, nb: bool, data: &mut [&'static [u8]], to: Option<(u64, u32)>, flags: i32) -> Result<usize, Errno> {
     let nb = nb || flags & MSG_DONTWAIT != 0;
     let to = match to {
         Some((addr, len)) if addr != 0 => Some(read_addr(s.fam, addr, len)?),
@@ -255,8 +277,9 @@ fn send_on(s: Sock, nb: bool, mut data: Vec<&'static [u8]>, to: Option<(u64, u32
     // (asked then: most sends are whole).
     let mut stream = None;
     let mut sent = 0;
+    let mut start = 0;
     loop {
-        match call(s, |b, h| b.send(h, &data, to.as_deref(), flags)) {
+        match call(s, |b, h| b.send(h, &data[start..], to.as_deref(), flags)) {
             Ok(k) => {
                 sent += k;
                 if sent >= total {
@@ -265,7 +288,7 @@ fn send_on(s: Sock, nb: bool, mut data: Vec<&'static [u8]>, to: Option<(u64, u32
                 if !*stream.get_or_insert(call(s, |b, h| Ok(b.is_stream(h)))?) {
                     return Ok(sent);
                 }
-                advance(&mut data, k, |b, n| &b[n..]);
+                advance(data, &mut start, k, |b, n| &b[n..]);
             }
             Err(Errno::EAGAIN) if !nb => shoal_vfs::wait::block("a socket", None)?,
             Err(e) if sent > 0 && e != Errno::EFAULT => return Ok(sent),
@@ -275,21 +298,22 @@ fn send_on(s: Sock, nb: bool, mut data: Vec<&'static [u8]>, to: Option<(u64, u32
 }
 
 /// Receives into `bufs` on `fd` with `flags`.
-fn do_recv(fd: i32, bufs: Vec<&'static mut [u8]>, flags: i32) -> Result<Received, Errno> {
+fn do_recv(fd: i32, bufs: &mut [&'static mut [u8]], flags: i32) -> Result<Received, Errno> {
     let (s, _, nb) = sock_of(fd)?;
     recv_on(s, nb, bufs, flags)
 }
 
 /// [`do_recv`] on socket `s` (non-blocking descriptor: `nb`), already
 /// looked up.
-fn recv_on(s: Sock, nb: bool, mut bufs: Vec<&'static mut [u8]>, flags: i32) -> Result<Received, Errno> {
+fn recv_on(s: Sock, nb: bool, bufs: &mut [&'static mut [u8]], flags: i32) -> Result<Received, Errno> {
     let nb = nb || flags & MSG_DONTWAIT != 0;
     let total: usize = bufs.iter().map(|b| b.len()).sum();
     // Whether it is a stream matters only for a blocking MSG_WAITALL.
     let waitall = flags & MSG_WAITALL != 0 && flags & MSG_PEEK == 0 && !nb && call(s, |b, h| Ok(b.is_stream(h)))?;
     let mut got: Option<Received> = None;
+    let mut start = 0;
     loop {
-        match call(s, |b, h| b.recv(h, &mut bufs, flags)) {
+        match call(s, |b, h| b.recv(h, &mut bufs[start..], flags)) {
             Ok(r) => {
                 let n = r.len;
                 let acc = got.get_or_insert_with(Received::default);
@@ -301,7 +325,7 @@ fn recv_on(s: Sock, nb: bool, mut bufs: Vec<&'static mut [u8]>, flags: i32) -> R
                 if !waitall || n == 0 || acc.len >= total {
                     return Ok(got.unwrap_or_default());
                 }
-                advance(&mut bufs, n, |b, k| &mut b[k..]);
+                advance(bufs, &mut start, n, |b, k| &mut b[k..]);
             }
             Err(Errno::EAGAIN) if !nb => shoal_vfs::wait::block("a socket", None)?,
             Err(e) => return got.ok_or(e),
@@ -309,43 +333,46 @@ fn recv_on(s: Sock, nb: bool, mut bufs: Vec<&'static mut [u8]>, flags: i32) -> R
     }
 }
 
-/// The buffers of the iovec array at `addr` (`cnt` entries).
-fn iovecs(addr: u64, cnt: usize) -> Result<Vec<(u64, usize)>, Errno> {
+/// Runs `f` on the iovec array at `addr` (`cnt` entries) as (base,
+/// length) pairs, on the stack when there are few.
+fn with_iovecs<R>(addr: u64, cnt: usize, f: impl FnOnce(&[(u64, usize)]) -> Result<R, Errno>) -> Result<R, Errno> {
     if cnt > IOV_MAX {
         return Err(EMSGSIZE);
     }
-    let mut v = Vec::with_capacity(cnt);
     let mut total = 0usize;
-    for k in 0..cnt as u64 {
-        let [base, len]: [u64; 2] = umem::read(addr.checked_add(16 * k).ok_or(Errno::EFAULT)?)?;
+    // Entry `k`, its length cut so that the total stays below Linux's
+    // limit.
+    let mut entry = |k: usize| -> Result<(u64, usize), Errno> {
+        let [base, len]: [u64; 2] = umem::read(addr.checked_add(16 * k as u64).ok_or(Errno::EFAULT)?)?;
         if (len as i64) < 0 {
             return Err(Errno::EINVAL);
         }
         let len = (len as usize).min(0x7fff_f000 - total);
         total += len;
-        v.push((base, len));
+        Ok((base, len))
+    };
+    if cnt <= INLINE_BUFS {
+        let mut inline = [(0u64, 0usize); INLINE_BUFS];
+        for (k, slot) in inline.iter_mut().enumerate().take(cnt) {
+            *slot = entry(k)?;
+        }
+        f(&inline[..cnt])
+    } else {
+        let heap = (0..cnt).map(entry).collect::<Result<Vec<_>, Errno>>()?;
+        f(&heap)
     }
-    Ok(v)
-}
-
-fn in_bufs(iov: &[(u64, usize)]) -> Result<Vec<&'static [u8]>, Errno> {
-    iov.iter().map(|&(b, l)| umem::slice(b, l)).collect()
-}
-
-fn out_bufs(iov: &[(u64, usize)]) -> Result<Vec<&'static mut [u8]>, Errno> {
-    iov.iter().map(|&(b, l)| umem::slice_mut(b, l)).collect()
 }
 
 /// `sendto(fd, buf, len, flags, addr, addrlen)`.
 pub fn sendto(fd: i32, buf: u64, len: usize, flags: i32, addr: u64, alen: u32) -> SysResult {
     let data = umem::slice(buf, len.min(0x7fff_f000))?;
-    do_send(fd, alloc::vec![data], Some((addr, alen)), flags).map(|n| n as u64)
+    do_send(fd, &mut [data], Some((addr, alen)), flags).map(|n| n as u64)
 }
 
 /// `recvfrom(fd, buf, len, flags, addr, addrlen)`.
 pub fn recvfrom(fd: i32, buf: u64, len: usize, flags: i32, addr: u64, lenp: u64) -> SysResult {
     let b = umem::slice_mut(buf, len.min(0x7fff_f000))?;
-    let r = do_recv(fd, alloc::vec![b], flags)?;
+    let r = do_recv(fd, &mut [b], flags)?;
     write_addr(addr, lenp, r.from.as_deref().unwrap_or(&[]))?;
     Ok(r.len as u64)
 }
@@ -367,14 +394,12 @@ struct MsgHdr {
 
 fn sendmsg_at(fd: i32, msg: u64, flags: i32) -> Result<usize, Errno> {
     let m: MsgHdr = umem::read(msg)?;
-    let iov = iovecs(m.iov, m.iovlen as usize)?;
-    do_send(fd, in_bufs(&iov)?, Some((m.name, m.namelen)), flags)
+    with_iovecs(m.iov, m.iovlen as usize, |iov| with_bufs(iov, umem::slice, |b| do_send(fd, b, Some((m.name, m.namelen)), flags)))
 }
 
 fn recvmsg_at(fd: i32, msg: u64, flags: i32) -> Result<usize, Errno> {
     let m: MsgHdr = umem::read(msg)?;
-    let iov = iovecs(m.iov, m.iovlen as usize)?;
-    let r = do_recv(fd, out_bufs(&iov)?, flags)?;
+    let r = with_iovecs(m.iov, m.iovlen as usize, |iov| with_bufs(iov, umem::slice_mut, |b| do_recv(fd, b, flags)))?;
     let from = r.from.unwrap_or_default();
     let mut namelen = 0u32;
     if m.name != 0 {
@@ -496,18 +521,18 @@ pub fn getsockopt(fd: i32, level: i32, name: i32, val: u64, lenp: u64) -> SysRes
 
 /// `read`/`readv` on a socket: `recv` without flags.
 pub(crate) fn read_iov(s: Sock, nb: bool, iov: &[(u64, usize)]) -> SysResult {
-    recv_on(s, nb, out_bufs(iov)?, 0).map(|r| r.len as u64)
+    with_bufs(iov, umem::slice_mut, |b| recv_on(s, nb, b, 0)).map(|r| r.len as u64)
 }
 
 /// `write`/`writev` on a socket: `send` without flags.
 pub(crate) fn write_iov(s: Sock, nb: bool, iov: &[(u64, usize)]) -> SysResult {
-    send_on(s, nb, in_bufs(iov)?, None, 0).map(|n| n as u64)
+    with_bufs(iov, umem::slice, |b| send_on(s, nb, b, None, 0)).map(|n| n as u64)
 }
 
-/// The iovec array of `readv`/`writev` (Linux's checks).
-pub(crate) fn rw_iovecs(addr: u64, cnt: i32) -> Result<Vec<(u64, usize)>, Errno> {
+/// Runs `f` on the iovec array of `readv`/`writev` (Linux's checks).
+pub(crate) fn with_rw_iovecs<R>(addr: u64, cnt: i32, f: impl FnOnce(&[(u64, usize)]) -> Result<R, Errno>) -> Result<R, Errno> {
     if cnt < 0 || cnt as usize > IOV_MAX {
         return Err(Errno::EINVAL);
     }
-    iovecs(addr, cnt as usize)
+    with_iovecs(addr, cnt as usize, f)
 }

@@ -21,7 +21,7 @@ enum Kind {
 }
 
 fn kind(fd: i32) -> Option<Kind> {
-    let (id, nb) = shoal_vfs::with_ref(|v| v.obj_of(fd)).ok()?;
+    let (id, nb) = shoal_vfs::obj_of_fd(fd).ok()?;
     crate::with(|n| match n.objs.get(&id) {
         Some(Obj::Socket(s)) => Some(Kind::Socket(*s, nb)),
         Some(_) => Some(Kind::Other(id, nb)),
@@ -71,11 +71,10 @@ pub fn write(a: &Args) -> SysResult {
 /// `readv(fd, iov, cnt)`.
 pub fn readv(a: &Args) -> SysResult {
     match kind(a.int(0)) {
-        Some(Kind::Socket(s, nb)) => socket::read_iov(s, nb, &socket::rw_iovecs(a.u(1), a.int(2))?),
+        Some(Kind::Socket(s, nb)) => socket::with_rw_iovecs(a.u(1), a.int(2), |iov| socket::read_iov(s, nb, iov)),
         Some(Kind::Other(id, nb)) => {
             // One 8-byte value: the first buffer must hold it.
-            let iov = socket::rw_iovecs(a.u(1), a.int(2))?;
-            let &(base, len) = iov.first().ok_or(Errno::EINVAL)?;
+            let (base, len) = socket::with_rw_iovecs(a.u(1), a.int(2), |iov| iov.first().copied().ok_or(Errno::EINVAL))?;
             let buf = shoal_plat::umem::slice_mut(base, len)?;
             obj_io(id, nb, |o| o.read(id, buf))
         }
@@ -86,10 +85,9 @@ pub fn readv(a: &Args) -> SysResult {
 /// `writev(fd, iov, cnt)`.
 pub fn writev(a: &Args) -> SysResult {
     match kind(a.int(0)) {
-        Some(Kind::Socket(s, nb)) => socket::write_iov(s, nb, &socket::rw_iovecs(a.u(1), a.int(2))?),
+        Some(Kind::Socket(s, nb)) => socket::with_rw_iovecs(a.u(1), a.int(2), |iov| socket::write_iov(s, nb, iov)),
         Some(Kind::Other(id, nb)) => {
-            let iov = socket::rw_iovecs(a.u(1), a.int(2))?;
-            let &(base, len) = iov.first().ok_or(Errno::EINVAL)?;
+            let (base, len) = socket::with_rw_iovecs(a.u(1), a.int(2), |iov| iov.first().copied().ok_or(Errno::EINVAL))?;
             let buf = shoal_plat::umem::slice(base, len)?;
             obj_io(id, nb, |o| o.write(id, buf))
         }

@@ -126,7 +126,7 @@ pub fn create(clock: i32, flags: i32) -> SysResult {
 
 /// Runs `f` on the timer behind `fd` (`EINVAL` if it is not one).
 fn with_timer<R>(fd: i32, f: impl FnOnce(&mut TimerFd) -> R) -> Result<R, Errno> {
-    let (id, _) = shoal_vfs::with_ref(|v| v.obj_of(fd)).map_err(|e| if e == Errno::ENOTSOCK { Errno::EINVAL } else { e })?;
+    let (id, _) = shoal_vfs::obj_of_fd(fd).map_err(|e| if e == Errno::ENOTSOCK { Errno::EINVAL } else { e })?;
     crate::with(|n| match n.objs.get_mut(&id) {
         Some(crate::Obj::Timer(t)) => Ok(f(t)),
         _ => Err(Errno::EINVAL),

@@ -214,11 +214,17 @@ fn reschedule() {
 }
 
 fn reschedule_now() {
+    // Whether the deadlines were just expired (after an idle wait): then
+    // the loop does not read the clock again at once (a busy server's
+    // every request comes through here).
+    let mut expired = false;
     loop {
-        if let Some(d) = table(|t| t.next_deadline()) {
-            let now = shoal_time::monotonic_ns();
-            if now >= d {
-                table(|t| t.expire(now));
+        if !core::mem::take(&mut expired) {
+            if let Some(d) = table(|t| t.next_deadline()) {
+                let now = shoal_time::monotonic_ns();
+                if now >= d {
+                    table(|t| t.expire(now));
+                }
             }
         }
         match table(|t| t.pick()) {
@@ -251,6 +257,7 @@ fn reschedule_now() {
                 }
                 let now = shoal_time::monotonic_ns();
                 table(|t| t.expire(now));
+                expired = true;
             }
             // Threads that wait for something outside the guest (a host
             // socket) are not deadlocked: the idle wait blocks for it.
@@ -309,6 +316,35 @@ pub fn idle_wait(deadline: Option<u64>) -> bool {
     // A signal the tender forwarded is what may have ended the wait.
     raise_host_signals();
     r
+}
+
+/// The idle wait in place of blocking the running thread, when no other
+/// thread can run (a server whose other threads all sleep, as Redis's
+/// background threads do): what a single-threaded instance does
+/// (`shoal_vfs::wait`), with the earliest of `deadline`, the other
+/// threads' deadlines and the interval timer; deadlines that passed are
+/// expired afterwards, so their threads run when this one blocks next.
+/// It skips the run queue's block, pick and wake-up (several table
+/// passes and clock reads per wake-up of a busy server). `None` when
+/// another thread is runnable or there is no idle wait: the caller blocks
+/// on its wait queue as usual; otherwise whether a signal is now
+/// deliverable (the call ends with `EINTR`). Out of line: vfs calls it
+/// (see `shoal_recover::log`).
+#[inline(never)]
+pub fn idle_for(deadline: Option<u64>) -> Option<bool> {
+    let (others, next) = TABLE.with(|t| (t.runnable() > 1, t.next_deadline()));
+    if others {
+        return None;
+    }
+    let d = [deadline, next, itimer::deadline()].into_iter().flatten().min();
+    if !idle_wait(d) {
+        return None;
+    }
+    if next.is_some() {
+        let now = shoal_time::monotonic_ns();
+        table(|t| t.expire(now));
+    }
+    Some(has_deliverable())
 }
 
 /// Raises the signals the tender forwarded (`shoal_plat::hostsig`) and the
@@ -632,4 +668,36 @@ pub extern "C" fn __shoal_unmapself(base: usize, size: usize) -> ! {
         PENDING_UNMAP.with(|p| *p = Some((base as u64, size as u64)));
     }
     exit_thread(0)
+}
+
+#[cfg(test)]
+mod idle_tests {
+    use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    /// The deadline the fake idle wait was given (u64::MAX: none; 0: not
+    /// called).
+    static SEEN: AtomicU64 = AtomicU64::new(0);
+
+    fn waits(d: Option<u64>) -> bool {
+        SEEN.store(d.unwrap_or(u64::MAX), Relaxed);
+        true
+    }
+
+    fn nothing_to_wait_for(d: Option<u64>) -> bool {
+        SEEN.store(d.unwrap_or(u64::MAX), Relaxed);
+        false
+    }
+
+    #[test]
+    fn with_no_other_thread_to_run_a_block_is_the_idle_wait() {
+        // Only the main thread (running), no deadlines in the table.
+        super::set_idle_wait(waits);
+        assert_eq!(super::idle_for(Some(1234)), Some(false), "waited; no signal");
+        assert_eq!(SEEN.load(Relaxed), 1234, "with the caller's deadline");
+        assert_eq!(super::idle_for(None), Some(false));
+        assert_eq!(SEEN.load(Relaxed), u64::MAX, "no deadline: none");
+        // No idle wait (nothing to wait for): the caller blocks as usual.
+        super::set_idle_wait(nothing_to_wait_for);
+        assert_eq!(super::idle_for(Some(5)), None);
+    }
 }

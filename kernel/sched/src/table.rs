@@ -136,6 +136,11 @@ pub struct Table {
     /// `(deadline, tid)` of blocked threads with a deadline.
     timers: Vec<(u64, u32)>,
     next_tid: u32,
+    /// Where the running thread's TCB was last found in `threads`: the
+    /// running thread is looked up several times per system call (its
+    /// signal mask and pending set), and a hint is checked before use, so
+    /// a stale one costs only the search it would have saved.
+    hint: usize,
 }
 
 impl Default for Table {
@@ -147,7 +152,7 @@ impl Default for Table {
 impl Table {
     /// An empty table; the initial thread is added on first use.
     pub const fn new() -> Table {
-        Table { threads: Vec::new(), current: MAIN_TID, runq: VecDeque::new(), waiters: Vec::new(), timers: Vec::new(), next_tid: MAIN_TID + 1 }
+        Table { threads: Vec::new(), current: MAIN_TID, runq: VecDeque::new(), waiters: Vec::new(), timers: Vec::new(), next_tid: MAIN_TID + 1, hint: 0 }
     }
 
     fn ensure_main(&mut self) {
@@ -158,6 +163,9 @@ impl Table {
     }
 
     fn index(&self, tid: u32) -> Option<usize> {
+        if self.threads.get(self.hint).is_some_and(|t| t.tid == tid) {
+            return Some(self.hint);
+        }
         self.threads.binary_search_by_key(&tid, |t| t.tid).ok()
     }
 
@@ -182,6 +190,9 @@ impl Table {
     pub fn get(&mut self, tid: u32) -> Option<&mut Tcb> {
         self.ensure_main();
         let i = self.index(tid)?;
+        if tid == self.current {
+            self.hint = i;
+        }
         Some(&mut self.threads[i])
     }
 

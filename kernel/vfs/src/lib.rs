@@ -606,5 +606,21 @@ pub fn with_ref<R>(f: impl FnOnce(&Vfs) -> R) -> R {
     STATE.with(|s| f(s.get_or_insert_with(|| Vfs::new(empty_root()))))
 }
 
+/// The object behind descriptor `fd` and whether its description is
+/// non-blocking ([`Vfs::obj_of`]): a read of the descriptor table, which
+/// changes nothing, so it skips what [`with`] does after a call that may
+/// have changed something (the recovery log's commit, the resized-file
+/// check). net's every socket read, write and `epoll_wait` starts here.
+/// Out of line: it reaches vfs's static (see `shoal_recover::log`).
+#[inline(never)]
+pub fn obj_of_fd(fd: i32) -> Result<(u64, bool), Errno> {
+    let _in = shoal_recover::enter(shoal_recover::id::VFS);
+    match STATE.with(|s| s.as_ref().map(|v| v.obj_of(fd))) {
+        Some(r) => r,
+        // Not made yet (nothing was opened): the general way makes it.
+        None => with(|v| v.obj_of(fd)),
+    }
+}
+
 #[cfg(test)]
 mod tests;

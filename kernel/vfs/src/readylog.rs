@@ -59,15 +59,25 @@ pub fn now() -> u64 {
 /// (oldest first, possibly repeated), or `None` if the ring no longer
 /// holds all of them (look at everything).
 pub fn since(after: u64) -> (u64, Option<Vec<u64>>) {
+    let mut v = Vec::new();
+    let (now, all) = since_into(after, &mut v);
+    (now, all.then_some(v))
+}
+
+/// [`since`] into the caller's buffer (appended), so a reader that keeps
+/// its buffer allocates nothing: `(now, false)` when the ring no longer
+/// holds all of them. Out of line: net calls it (see `shoal_recover::log`).
+#[inline(never)]
+pub fn since_into(after: u64, out: &mut Vec<u64>) -> (u64, bool) {
     LOG.with(|l| {
         if after >= l.seq {
-            return (l.seq, Some(Vec::new()));
+            return (l.seq, true);
         }
         if l.seq - after > LOG_LEN as u64 {
-            return (l.seq, None);
+            return (l.seq, false);
         }
-        let v = (after + 1..=l.seq).map(|q| l.ring[(q as usize) % LOG_LEN].1).collect();
-        (l.seq, Some(v))
+        out.extend((after + 1..=l.seq).map(|q| l.ring[(q as usize) % LOG_LEN].1));
+        (l.seq, true)
     })
 }
 

@@ -20,6 +20,11 @@
 //!   `EAGAIN`), and a one-line `shoal:` warning goes to stderr once. With
 //!   several threads, a wait that nothing can end is reported by the
 //!   scheduler's deadlock detection (every thread blocked, no deadline).
+//!
+//! With several threads of which none other can run, the wait is the idle
+//! wait too (`shoal_sched::idle_for`): only the tender (a host socket,
+//! standard input, a signal) or time can change anything, so blocking in
+//! the run queue first would only cost a block, a pick and a wake-up.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use shoal_plat::Errno;
@@ -33,6 +38,11 @@ const WAIT_KEY: u64 = shoal_sched::KERNEL_KEY | 0x7666_7300; // "vfs"
 /// woken. `what` names the wait for the deadlock warning. `Ok`: try again.
 pub fn block(what: &str, deadline: Option<u64>) -> Result<(), Errno> {
     if shoal_sched::thread_count() > 1 {
+        // No other thread can run: straight to the idle wait, as below
+        // (the others' deadlines included; see shoal_sched::idle_for).
+        if let Some(interrupted) = shoal_sched::idle_for(deadline) {
+            return if interrupted { Err(Errno::EINTR) } else { Ok(()) };
+        }
         return match shoal_sched::wait_key(WAIT_KEY, deadline) {
             Ok(()) | Err(Errno::ETIMEDOUT) => Ok(()),
             Err(e) => Err(e),
