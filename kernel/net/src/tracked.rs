@@ -124,19 +124,8 @@ impl<K: Ord + Clone, V> TrackedMap<K, V> {
         self.dirty.sort_unstable();
         self.dirty.dedup();
         for k in self.dirty.drain(..) {
-            match (self.map.get(&k), log.get_mut(&k)) {
-                (Some(v), Some(l)) => {
-                    if l != v {
-                        l.clone_from(v);
-                    }
-                }
-                (Some(v), None) => {
-                    log.insert(k, v.clone());
-                }
-                (None, _) => {
-                    log.remove(&k);
-                }
-            }
+            let live = self.map.get(&k);
+            sync_entry(log, k, live);
         }
     }
 
@@ -305,19 +294,8 @@ impl<V> TrackedSlab<V> {
         self.dirty.dedup();
         let dirty = core::mem::take(&mut self.dirty);
         for &k in &dirty {
-            match (self.get(&k), log.get_mut(&k)) {
-                (Some(v), Some(l)) => {
-                    if l != v {
-                        l.clone_from(v);
-                    }
-                }
-                (Some(v), None) => {
-                    log.insert(k, v.clone());
-                }
-                (None, _) => {
-                    log.remove(&k);
-                }
-            }
+            let live = self.get(&k);
+            sync_entry(log, k, live);
         }
         self.dirty = dirty;
         self.dirty.clear();
@@ -421,6 +399,24 @@ impl<V: PartialEq> PartialEq for TrackedSlab<V> {
     }
 }
 
+/// Makes the log's entry for `k` what the live table holds (`None`: the
+/// entry is gone), copying only when it differs.
+fn sync_entry<K: Ord, V: PartialEq + Clone>(log: &mut BTreeMap<K, V>, k: K, live: Option<&V>) {
+    match (live, log.get_mut(&k)) {
+        (Some(v), Some(l)) => {
+            if l != v {
+                l.clone_from(v);
+            }
+        }
+        (Some(v), None) => {
+            log.insert(k, v.clone());
+        }
+        (None, _) => {
+            log.remove(&k);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -510,3 +506,4 @@ mod tests {
         assert!(copy == t);
     }
 }
+
