@@ -33,6 +33,10 @@
 //!    exits with [`EXIT_TENDER_FAILED`].
 //! 4. The front end waits and maps the instance's end to a status.
 //!
+//! [`Prepared`] does step 1 once for many instances (`shoal serve`'s
+//! functions) and then step 2 for each, with the caller as the
+//! instance's parent instead of a waiting front end.
+//!
 //! [`run_in_place`] does step 2 without the fork (Solo5's spt is always one
 //! process): the calling process `exec`s the instance program itself; no
 //! waiting parent, the signal handlers print the messages and pick the
@@ -86,6 +90,7 @@ pub mod instance;
 mod landlock;
 mod net;
 mod preempt;
+mod prepared;
 mod protect;
 mod signals;
 mod spec;
@@ -115,6 +120,10 @@ pub use shoal_loader::{FsSource, MemoryMode};
 /// and the signal reset its child needs: `shoal serve` starts its
 /// instances the same way (`serve::spawn`).
 pub use sys::{reset_signals, spawn_with};
+
+/// A function prepared once for many instances (`shoal serve`), started
+/// with one `exec` each and confined as [`run`] confines.
+pub use prepared::{InstanceIo, Prepared};
 
 /// What to run (shared with the other tender).
 pub use shoal_loader::RunConfig;
@@ -343,7 +352,11 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         program: &program,
         spec: &spec.encode(),
         image: image.path(),
+        image_fd: None,
         archive,
+        archive_fd: None,
+        program_fd: None,
+        stdin: None,
         report: report.as_ref().map(|r| &r.fd),
         pool: pool_plan.as_ref().map(|p| &p.files[..]).unwrap_or_default(),
         listeners: &listener_fds,

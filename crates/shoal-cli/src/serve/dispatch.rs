@@ -13,7 +13,7 @@
 use super::error::ApiError;
 use super::instance::{self, Launcher};
 use super::metrics::{Gauges, Metrics};
-use super::spec::Function;
+use super::spec::{Backend, Function};
 use axum::body::Body;
 use axum::http::{header, HeaderName, HeaderValue, Request, Response};
 use bytes::Bytes;
@@ -144,6 +144,25 @@ pub struct FnRuntime {
     slots: Mutex<Vec<Slot>>,
     /// Its instances' output.
     pub logs: Arc<Logs>,
+    /// spt: the image and settings checked and prepared once
+    /// (`shoal_spt::Prepared`), dropped with the function when it is
+    /// removed or replaced; `None` until the first cold start when the
+    /// function was loaded from the state file.
+    prepared: Mutex<Option<Arc<shoal_spt::Prepared>>>,
+}
+
+impl FnRuntime {
+    /// The prepared spt function, made now if not yet (a function loaded
+    /// at the gateway's start is prepared at its first cold start).
+    fn prepared(&self) -> Result<Arc<shoal_spt::Prepared>, ApiError> {
+        let mut p = lock(&self.prepared);
+        if let Some(p) = &*p {
+            return Ok(p.clone());
+        }
+        let made = Arc::new(instance::prepare(&self.spec).map_err(|e| ApiError::Internal(format!("{e:#}")))?);
+        *p = Some(made.clone());
+        Ok(made)
+    }
 }
 
 /// What `GET /instances` shows of one instance.
@@ -184,7 +203,9 @@ impl Dispatcher {
 
     /// Adds or replaces a function; a replaced function's instances are
     /// stopped (its output history is kept). Returns whether it existed.
-    pub fn put(&self, spec: Function) -> bool {
+    /// `prepared`: an spt function's prepared instance (see
+    /// [`instance::prepare`]), if made at deploy.
+    pub fn put(&self, spec: Function, prepared: Option<shoal_spt::Prepared>) -> bool {
         let mut fns = lock(&self.functions);
         let old = fns.remove(&spec.name);
         let logs = old.as_ref().map(|o| o.logs.clone()).unwrap_or_else(|| Arc::new(Logs::new()));
@@ -192,7 +213,14 @@ impl Dispatcher {
         let name = spec.name.clone();
         fns.insert(
             name,
-            Arc::new(FnRuntime { spec, permits: Arc::new(Semaphore::new(permits)), queued: AtomicUsize::new(0), slots: Mutex::new(Vec::new()), logs }),
+            Arc::new(FnRuntime {
+                spec,
+                permits: Arc::new(Semaphore::new(permits)),
+                queued: AtomicUsize::new(0),
+                slots: Mutex::new(Vec::new()),
+                logs,
+                prepared: Mutex::new(prepared.map(Arc::new)),
+            }),
         );
         drop(fns);
         if let Some(o) = &old {
@@ -431,7 +459,8 @@ impl Dispatcher {
         }
         // The permit guarantees room for one more instance.
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        let mut started = instance::start(&self.launcher, &f.spec, id).map_err(|e| ApiError::Internal(format!("{e:#}")))?;
+        let prepared = if f.spec.backend == Backend::Spt { Some(f.prepared()?) } else { None };
+        let mut started = instance::start(&self.launcher, &f.spec, prepared.as_deref(), id).map_err(|e| ApiError::Internal(format!("{e:#}")))?;
         let inst = Arc::new(Instance {
             id,
             addr: started.addr,

@@ -89,7 +89,7 @@ pub fn serve(listen: &str, state: Option<PathBuf>) -> Result<()> {
         instance::remove_stale_containers().await;
         let dispatcher = Arc::new(dispatch::Dispatcher::new(instance::Launcher { tender, scratch: scratch.path().to_path_buf() }));
         for f in functions {
-            dispatcher.put(f);
+            dispatcher.put(f, None);
         }
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
