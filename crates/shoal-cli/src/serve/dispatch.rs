@@ -91,6 +91,17 @@ impl Logs {
     }
 }
 
+/// With this variable set in the gateway's environment, spt instances
+/// start as before functions were prepared: through `shoal-tender`, which
+/// checks the image and `exec`s the instance program (two `exec`s per cold
+/// start). For comparisons (`shoal bench faas`, README); off by default.
+pub const SPT_VIA_TENDER_ENV: &str = "SHOAL_SERVE_SPT_VIA_TENDER";
+
+fn spt_via_tender() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os(SPT_VIA_TENDER_ENV).is_some())
+}
+
 /// Locks a mutex, going on after a panic elsewhere (the data are counters
 /// and lists that stay usable).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -459,7 +470,7 @@ impl Dispatcher {
         }
         // The permit guarantees room for one more instance.
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        let prepared = if f.spec.backend == Backend::Spt { Some(f.prepared()?) } else { None };
+        let prepared = if f.spec.backend == Backend::Spt && !spt_via_tender() { Some(f.prepared()?) } else { None };
         let mut started = instance::start(&self.launcher, &f.spec, prepared.as_deref(), id).map_err(|e| ApiError::Internal(format!("{e:#}")))?;
         let inst = Arc::new(Instance {
             id,
