@@ -48,6 +48,10 @@ pub(crate) struct Parts<'a> {
     pub stdin: Option<&'a OwnedFd>,
     /// The report page's memfd, when a parent waits.
     pub report: Option<&'a OwnedFd>,
+    /// Pass a pidfd of this process at [`spec::PARENT_FD`] without a
+    /// report page (`shoal serve`'s instances; with `report` it is passed
+    /// anyway).
+    pub parent_pidfd: bool,
     /// Verified pool files, in the spec's order.
     pub pool: &'a [OwnedFd],
     /// Listening sockets, in the spec's order.
@@ -141,7 +145,9 @@ impl Handover {
         }
         if let Some(fd) = p.report {
             hold(fd.as_raw_fd(), spec::REPORT_FD, 0)?;
-            let me = sys::pidfd_self().map_err(sys_err("make a pidfd of the front end"))?;
+        }
+        if p.report.is_some() || p.parent_pidfd {
+            let me = sys::pidfd_self().map_err(sys_err("make a pidfd of the instance's parent"))?;
             hold(me.as_raw_fd(), spec::PARENT_FD, 0)?;
         }
         for (i, fd) in p.pool.iter().enumerate() {

@@ -141,7 +141,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     // as many as the hard limit (what servers do for themselves natively).
     sys::raise_nofile();
     if confine::is_root() {
-        confine::drop_root(spec.supervised.then_some(spec::PARENT_FD))?;
+        confine::drop_root((spec.supervised || spec.parent_pidfd).then_some(spec::PARENT_FD))?;
     }
     crate::landlock::restrict(policy).map_err(SptError::from)?;
     sys::start_step("instance: confined (namespaces, root, Landlock)");

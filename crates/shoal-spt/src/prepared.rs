@@ -19,8 +19,10 @@
 //! process: it checks the image again, drops to `nobody` in an empty root
 //! and a new user namespace, applies Landlock, `no_new_privs` and the
 //! seccomp filter (`crate::instance`). What differs from [`crate::run`] is
-//! only that no front end waits: the caller is the instance's parent and
-//! the instance reports its own end (the statuses and messages of
+//! only that no front end waits: the caller is the instance's parent (it
+//! passes a pidfd of itself, as the front end does, so that the instance
+//! sees a parent that died while it dropped its credentials) and the
+//! instance reports its own end (the statuses and messages of
 //! [`crate::run_in_place`]).
 
 use crate::front::{self, Handover};
@@ -131,6 +133,7 @@ impl Prepared {
             mode: if pool.is_none() && cfg.mode == MemoryMode::Pool { MemoryMode::Copy } else { cfg.mode },
             tsc_hz,
             supervised: false,
+            parent_pidfd: true,
             archive_len: archive_bytes.len() as u64,
             image_name: cfg.image.as_os_str().as_bytes().to_vec(),
             argv: cfg.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
@@ -202,6 +205,7 @@ impl Prepared {
             program_fd: Some(&self.program_fd),
             stdin: Some(io.stdin),
             report: None,
+            parent_pidfd: true,
             pool: self.pool.as_ref().map(|p| &p.files[..]).unwrap_or_default(),
             listeners: io.listeners,
             channel: None,

@@ -38,7 +38,7 @@ pub const POOL_FD0: i32 = 8;
 pub const MAX_POOL_FILES: usize = 900;
 
 const MAGIC: &[u8; 8] = b"SHOALSPT";
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 /// Largest spec accepted: argv and environment are bounded by the guest's
 /// argument area (under 1 MiB), pool maps by [`MAX_POOL_FILES`].
 pub const MAX_SPEC: usize = 4 << 20;
@@ -63,8 +63,14 @@ pub struct Spec {
     pub mode: MemoryMode,
     /// TSC frequency measured (or cached) by the front end.
     pub tsc_hz: u64,
-    /// Whether a parent waits (report page at [`REPORT_FD`]).
+    /// Whether a parent waits (report page at [`REPORT_FD`] and its pidfd
+    /// at [`PARENT_FD`]).
     pub supervised: bool,
+    /// Without `supervised`: a pidfd of the parent is at [`PARENT_FD`]
+    /// all the same (`shoal serve`'s gateway, which reaps the instance
+    /// itself), so a parent that dies while the instance drops its
+    /// credentials is still seen.
+    pub parent_pidfd: bool,
     /// Size of the packed archive at [`ARCHIVE_FD`] (0: none).
     pub archive_len: u64,
     /// Name of the image for messages (what the caller called it).
@@ -130,6 +136,7 @@ impl Spec {
         b.extend_from_slice(&self.mem_size.to_le_bytes());
         b.push(mode_code(self.mode));
         b.push(u8::from(self.supervised));
+        b.push(u8::from(self.parent_pidfd));
         b.extend_from_slice(&self.tsc_hz.to_le_bytes());
         b.extend_from_slice(&self.archive_len.to_le_bytes());
         let bytes = |b: &mut Vec<u8>, s: &[u8]| {
@@ -183,6 +190,7 @@ impl Spec {
             _ => return Err(SpecError::Corrupt),
         };
         let supervised = r.flag()?;
+        let parent_pidfd = r.flag()?;
         let tsc_hz = r.u64()?;
         let archive_len = r.u64()?;
         let image_name = r.bytes()?.to_vec();
@@ -227,6 +235,7 @@ impl Spec {
             mode,
             tsc_hz,
             supervised,
+            parent_pidfd,
             archive_len,
             image_name,
             argv,
@@ -302,6 +311,7 @@ mod tests {
             mode: MemoryMode::Pool,
             tsc_hz: 2_000_000_000,
             supervised: true,
+            parent_pidfd: false,
             archive_len: 4096,
             image_name: b"build/apps/hello".to_vec(),
             argv: vec![b"hello".to_vec(), b"".to_vec(), b"two".to_vec()],
