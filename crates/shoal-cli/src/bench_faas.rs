@@ -646,11 +646,7 @@ fn cpu_ns(pids: &[u32]) -> u64 {
 /// reaped children's: for the gateway, whose children are the instances.
 fn threads_cpu_ns(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok()?.split_whitespace().next()?.parse::<u64>().ok())
-                .sum()
-        })
+        .map(|rd| rd.flatten().filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok()?.split_whitespace().next()?.parse::<u64>().ok()).sum())
         .unwrap_or(0)
 }
 
@@ -1087,13 +1083,14 @@ fn startup_cost(c: &Ctx) -> Result<Outcome> {
     for rep in 0..c.o.repeat {
         for &b in &c.backends {
             let name = format!("sc-{b}");
-            let gw_ms = match one_cold_cpu(c.gw, &name, &c.fns.settings("noop", b, json!({"concurrency": 1, "max_instances": 1, "timeout_ms": COLD_TIMEOUT_MS}))) {
-                Ok((_, ns)) => ns as f64 / 1e6,
-                Err(e) => {
-                    note_failure(&mut failures, format!("start-up cost on {b}, run {rep}: {e}"));
-                    continue;
-                }
-            };
+            let gw_ms =
+                match one_cold_cpu(c.gw, &name, &c.fns.settings("noop", b, json!({"concurrency": 1, "max_instances": 1, "timeout_ms": COLD_TIMEOUT_MS}))) {
+                    Ok((_, ns)) => ns as f64 / 1e6,
+                    Err(e) => {
+                        note_failure(&mut failures, format!("start-up cost on {b}, run {rep}: {e}"));
+                        continue;
+                    }
+                };
             let pids = c.gw.pids(&name)?;
             let ms = cpu_ns(&pids) as f64 / 1e6;
             res.entry(b).or_default().push(ms);

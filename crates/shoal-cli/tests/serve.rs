@@ -1032,6 +1032,7 @@ fn an_spt_instance_is_confined_as_shoal_run_confines_it() {
     let _ = run.wait();
     assert_eq!(a, b, "the gateway's instance (left) is confined otherwise than shoal run's (right)");
     assert!(a.iter().any(|l| l == "Seccomp: 2") && a.iter().any(|l| l == "NoNewPrivs: 1"), "{a:?}");
+    // SAFETY: geteuid takes no arguments and cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         assert!(a.iter().any(|l| l == "ns pid: readable true, the host's false"), "{a:?}");
         assert!(a.iter().any(|l| l.starts_with("Uid: 65534")), "{a:?}");

@@ -123,11 +123,8 @@ impl Prepared {
         let program = instance_program()?;
         let program_fd = OwnedFd::from(std::fs::File::open(&program).map_err(sys_err("open the instance program"))?);
         let root = confine::is_root();
-        let netns = if root && !cfg.net.outbound {
-            Some(confine::empty_netns().map_err(sys_err("open the instances' empty network namespace"))?)
-        } else {
-            None
-        };
+        let netns =
+            if root && !cfg.net.outbound { Some(confine::empty_netns().map_err(sys_err("open the instances' empty network namespace"))?) } else { None };
         let spec = spec::Spec {
             mem_size: cfg.mem_size,
             mode: if pool.is_none() && cfg.mode == MemoryMode::Pool { MemoryMode::Copy } else { cfg.mode },

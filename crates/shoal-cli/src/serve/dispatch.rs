@@ -220,6 +220,11 @@ impl Dispatcher {
         let mut fns = lock(&self.functions);
         let old = fns.remove(&spec.name);
         let logs = old.as_ref().map(|o| o.logs.clone()).unwrap_or_else(|| Arc::new(Logs::new()));
+        // What shoal-tender printed at each start (the pool cannot serve
+        // the image: mode copy instead) is said once, at the deploy.
+        if let Some(w) = prepared.as_ref().and_then(|p| p.warning.as_ref()) {
+            logs.push(0, "gateway", format!("warning: {w}"));
+        }
         let permits = spec.concurrency as usize * spec.max_instances as usize;
         let name = spec.name.clone();
         fns.insert(
