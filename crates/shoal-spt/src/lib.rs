@@ -334,6 +334,8 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         watchdog_ns: cfg.watchdog_ns,
         recover_flags: cfg.recover_flags(),
         timing_t0_ns: t0,
+        filter: Vec::new(),
+        filter_key: [0; 6],
     };
     let listener_fds: Vec<OwnedFd> = listeners.into_iter().map(|(fd, _)| fd).collect();
     let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };

@@ -26,7 +26,8 @@
 //! [`crate::run_in_place`]).
 
 use crate::front::{self, Handover};
-use crate::{confine, instance_program, spec, sys, SptError, MAX_MEM};
+use crate::net::NetPolicy;
+use crate::{confine, filter, instance_program, spec, sys, SptError, MAX_MEM};
 use shoal_loader::pool::PoolPlan;
 use shoal_loader::{plan, Image, MemoryMode, RunConfig};
 use std::ffi::OsString;
@@ -54,6 +55,13 @@ pub struct Prepared {
     argv: Vec<OsString>,
     env: Vec<OsString>,
     mem_size: u64,
+    /// The seccomp program last compiled for an instance, with its key
+    /// (`filter::key`): every instance of a function with the same number
+    /// of listening sockets and the same layout has the same program.
+    filter: std::sync::Mutex<Option<([u64; 6], std::sync::Arc<Vec<u8>>)>>,
+    /// [`crate::START_TIMING_ENV`] was set when the function was
+    /// prepared: each instance prints its start's steps (from the spawn).
+    timing: bool,
     /// A warning to show once (the pool could not serve the image and the
     /// function falls back to mode copy).
     pub warning: Option<String>,
@@ -146,6 +154,8 @@ impl Prepared {
             watchdog_ns: cfg.watchdog_ns,
             recover_flags: cfg.recover_flags(),
             timing_t0_ns: 0,
+            filter: Vec::new(),
+            filter_key: [0; 6],
         };
         Ok(Prepared {
             image,
@@ -161,6 +171,8 @@ impl Prepared {
             argv: cfg.argv.clone(),
             env: cfg.env.clone(),
             mem_size: cfg.mem_size,
+            filter: std::sync::Mutex::new(None),
+            timing: std::env::var_os(crate::START_TIMING_ENV).is_some(),
             warning,
         })
     }
@@ -177,7 +189,7 @@ impl Prepared {
         env.extend(self.env.iter().cloned());
         // Planned again for the errors the added variables may cause (an
         // argument area too small); the instance plans the same.
-        plan(&self.image, self.mem_size, self.archive_len, &self.argv, &env)?;
+        let layout = plan(&self.image, self.mem_size, self.archive_len, &self.argv, &env)?;
         let mut listeners = Vec::with_capacity(io.listeners.len());
         for fd in io.listeners {
             listeners.push(shoal_loader::net::adopt_listen_fd(fd)?);
@@ -187,6 +199,28 @@ impl Prepared {
         }
         let mut spec = self.spec.clone();
         spec.env = env.iter().map(|a| a.as_bytes().to_vec()).collect();
+        // The seccomp program the instance would compile (`crate::instance`:
+        // same policy, same guest range), compiled once per function: the
+        // instance checks the key and compiles its own if it differs.
+        let policy = NetPolicy { listeners: listeners.len() as u32, outbound: spec.outbound, bind_any: false };
+        let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd() };
+        let key = filter::key(policy, guest);
+        let program = {
+            let mut cached = self.filter.lock().unwrap_or_else(|e| e.into_inner());
+            match &*cached {
+                Some((k, p)) if *k == key => p.clone(),
+                _ => {
+                    let p = std::sync::Arc::new(filter::to_bytes(&filter::program(policy, guest)?));
+                    *cached = Some((key, p.clone()));
+                    p
+                }
+            }
+        };
+        if self.timing {
+            spec.timing_t0_ns = sys::monotonic_ns().max(1);
+        }
+        spec.filter = program.to_vec();
+        spec.filter_key = key;
         spec.listeners = listeners;
         let netns = match &self.netns {
             Some(ns) => Some(ns.try_clone().map_err(sys_err("pass the empty network namespace to the instance"))?),

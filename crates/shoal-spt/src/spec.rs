@@ -38,7 +38,7 @@ pub const POOL_FD0: i32 = 8;
 pub const MAX_POOL_FILES: usize = 900;
 
 const MAGIC: &[u8; 8] = b"SHOALSPT";
-const VERSION: u32 = 6;
+const VERSION: u32 = 7;
 /// Largest spec accepted: argv and environment are bounded by the guest's
 /// argument area (under 1 MiB), pool maps by [`MAX_POOL_FILES`].
 pub const MAX_SPEC: usize = 4 << 20;
@@ -106,6 +106,12 @@ pub struct Spec {
     /// `CLOCK_MONOTONIC` ns the front end's start steps count from, when
     /// [`crate::START_TIMING_ENV`] asked for them (0: the instance prints none).
     pub timing_t0_ns: u64,
+    /// A seccomp program compiled ahead (`crate::Prepared`; empty: none),
+    /// as `sock_filter` records, and what it was compiled for
+    /// (`crate::filter::key`): the instance uses it only for that key.
+    pub filter: Vec<u8>,
+    /// The key of `filter`.
+    pub filter_key: [u64; 6],
 }
 
 /// Why a spec could not be read.
@@ -173,6 +179,10 @@ impl Spec {
         b.extend_from_slice(&self.watchdog_ns.to_le_bytes());
         b.extend_from_slice(&self.recover_flags.to_le_bytes());
         b.extend_from_slice(&self.timing_t0_ns.to_le_bytes());
+        bytes(&mut b, &self.filter);
+        for k in self.filter_key {
+            b.extend_from_slice(&k.to_le_bytes());
+        }
         b
     }
 
@@ -227,6 +237,11 @@ impl Spec {
         let watchdog_ns = r.u64()?;
         let recover_flags = r.u64()?;
         let timing_t0_ns = r.u64()?;
+        let filter = r.bytes()?.to_vec();
+        let mut filter_key = [0u64; 6];
+        for k in &mut filter_key {
+            *k = r.u64()?;
+        }
         if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || !r.0.is_empty() {
             return Err(SpecError::Corrupt);
         }
@@ -251,6 +266,8 @@ impl Spec {
             watchdog_ns,
             recover_flags,
             timing_t0_ns,
+            filter,
+            filter_key,
         })
     }
 }
@@ -327,6 +344,8 @@ mod tests {
             watchdog_ns: 250_000_000,
             recover_flags: shoal_abi::RECOVER_OFF,
             timing_t0_ns: 7,
+            filter: vec![1, 2, 3, 4, 5, 6, 7, 8],
+            filter_key: [1, 2, 3, 4, 5, 6],
         }
     }
 
