@@ -331,7 +331,7 @@ pub(crate) fn to_bytes(prog: &BpfProgram) -> Vec<u8> {
 
 /// The program of [`to_bytes`]'s records (`None` if not whole records).
 pub(crate) fn from_bytes(b: &[u8]) -> Option<BpfProgram> {
-    if b.is_empty() || b.len() % 8 != 0 {
+    if b.is_empty() || !b.len().is_multiple_of(8) {
         return None;
     }
     Some(

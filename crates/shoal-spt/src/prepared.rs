@@ -35,6 +35,9 @@ use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
+/// A compiled seccomp program and its key (`filter::key`).
+type CompiledFilter = ([u64; 6], std::sync::Arc<Vec<u8>>);
+
 /// One function's image and settings, checked and ready to start
 /// instances from (see the module docs). Dropping it closes the image,
 /// the archive's memfd and the pool files.
@@ -58,7 +61,7 @@ pub struct Prepared {
     /// The seccomp program last compiled for an instance, with its key
     /// (`filter::key`): every instance of a function with the same number
     /// of listening sockets and the same layout has the same program.
-    filter: std::sync::Mutex<Option<([u64; 6], std::sync::Arc<Vec<u8>>)>>,
+    filter: std::sync::Mutex<Option<CompiledFilter>>,
     /// [`crate::START_TIMING_ENV`] was set when the function was
     /// prepared: each instance prints its start's steps (from the spawn).
     timing: bool,
