@@ -936,3 +936,186 @@ fn hey_load_against_noop_on_spt() {
         idle.0
     );
 }
+
+/// What a host sees of a process's confinement: credentials,
+/// capabilities, `no_new_privs`, seccomp, limits, environment, its open
+/// descriptors (number and kind, without inode numbers) and, for each
+/// namespace, whether it is the test's own (and the network namespace's
+/// identity: the shared empty one when root).
+fn confinement(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    const FIELDS: [&str; 12] =
+        ["Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:", "NSpid:"];
+    for l in status.lines().filter(|l| FIELDS.iter().any(|f| l.starts_with(f))) {
+        // NSpid: only the depth (and the pid inside: 1) can match.
+        if let Some(rest) = l.strip_prefix("NSpid:") {
+            let ids: Vec<&str> = rest.split_whitespace().collect();
+            out.push(format!("NSpid depth {} inner {}", ids.len(), ids.last().unwrap_or(&"")));
+        } else {
+            out.push(l.split_whitespace().collect::<Vec<_>>().join(" "));
+        }
+    }
+    out.push(std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default());
+    out.push(format!("environ {:?}", std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default()));
+    let mut fds: Vec<(u32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    let n = e.file_name().to_str()?.parse().ok()?;
+                    let t = std::fs::read_link(e.path()).ok()?.display().to_string();
+                    // socket:[123] → socket; pipe:[…] → pipe; paths stay.
+                    Some((n, t.split(":[").next().unwrap_or("").to_string()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    fds.sort();
+    out.push(format!("fds {fds:?}"));
+    for ns in ["cgroup", "ipc", "mnt", "net", "pid", "time", "user", "uts"] {
+        let theirs = std::fs::read_link(format!("/proc/{pid}/ns/{ns}")).ok();
+        let ours = std::fs::read_link(format!("/proc/self/ns/{ns}")).ok();
+        out.push(format!("ns {ns}: readable {}, the host's {}", theirs.is_some(), theirs == ours));
+        if ns == "net" {
+            out.push(format!("ns net {:?}", theirs));
+        }
+    }
+    out
+}
+
+/// An spt instance the gateway starts (the instance program spawned
+/// straight from the function prepared at deploy, no `shoal-tender` in
+/// between) is confined exactly as one `shoal run` starts from the same
+/// image and options with a handed-over socket: same user, capabilities,
+/// `no_new_privs`, seccomp filter, limits, environment, descriptors and
+/// namespaces (as root: its own PID, mount, IPC and user namespaces and
+/// the shared empty network namespace).
+#[test]
+fn an_spt_instance_is_confined_as_shoal_run_confines_it() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    assert_eq!(gw.deploy("noop", &format!(r#"{{"image":"{}"}}"#, image("noop"))).status, 201);
+    assert_eq!(gw.get("/fn/noop/").text(), "noop\n");
+    let (_, pid) = gw.instances("noop")[0];
+    // The gateway's instance is the instance program itself.
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    assert_eq!(comm.trim(), "shoal-spt", "the gateway's instance process");
+    // The same function under `shoal run`, its socket at descriptor 3 as the gateway hands it over.
+    let sock = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = sock.local_addr().unwrap().port();
+    let fd = sock.as_raw_fd();
+    let mut cmd = shoal_run("spt");
+    cmd.args(["--mem", "256M", "--mem-mode", "copy", "--listen-fd", "3", "-e", &format!("PORT={port}")])
+        .arg(image("noop"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: dup and dup2 are async-signal-safe; they only place the
+    // socket at 3 in the child (through a copy without close-on-exec, since
+    // a dup2 of the socket onto itself, should it be 3, would keep the flag).
+    unsafe {
+        cmd.pre_exec(move || {
+            let copy = libc::dup(fd);
+            if copy < 0 || (copy != 3 && libc::dup2(copy, 3) < 0) {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut run = cmd.spawn().unwrap();
+    drop(sock);
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let r = http(addr, "GET", "/", None);
+    assert_eq!(r.text(), "noop\n");
+    let tender = run.id();
+    let child = || -> Option<u32> { std::fs::read_to_string(format!("/proc/{tender}/task/{tender}/children")).ok()?.split_whitespace().next()?.parse().ok() };
+    let reference = child().expect("shoal run's instance process");
+    // Both have closed their connections (the gateway after 2 s unused).
+    let t0 = Instant::now();
+    let (mut a, mut b) = (confinement(pid), confinement(reference));
+    while a != b && t0.elapsed() < DEADLINE {
+        std::thread::sleep(Duration::from_millis(100));
+        (a, b) = (confinement(pid), confinement(reference));
+    }
+    let _ = run.kill();
+    let _ = run.wait();
+    assert_eq!(a, b, "the gateway's instance (left) is confined otherwise than shoal run's (right)");
+    assert!(a.iter().any(|l| l == "Seccomp: 2") && a.iter().any(|l| l == "NoNewPrivs: 1"), "{a:?}");
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(a.iter().any(|l| l == "ns pid: readable true, the host's false"), "{a:?}");
+        assert!(a.iter().any(|l| l.starts_with("Uid: 65534")), "{a:?}");
+    } else {
+        let _ = writeln!(std::io::stderr(), "skipped: the namespace checks need root (the instance makes none otherwise)");
+    }
+}
+
+/// spt functions are prepared at deploy: an image that is not a shoal
+/// image, or settings spt cannot boot (an environment larger than the
+/// guest's argument area), are refused then with 422 and a one-line
+/// error, and nothing is stored.
+#[test]
+fn what_spt_cannot_run_is_refused_at_deploy_with_one_line() {
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let gw = Gateway::start(&state);
+    let truncated = dir.path().join("truncated");
+    let noop = std::fs::read(image("noop")).unwrap();
+    std::fs::write(&truncated, &noop[..noop.len() / 3]).unwrap();
+    let big = "x".repeat(1536 << 10);
+    for (body, needle) in [
+        (format!(r#"{{"image":"{}"}}"#, truncated.display()), "truncated"),
+        (format!(r#"{{"image":"{}","memory":"4M","env":{{"BIG":"{big}"}}}}"#, image("noop")), "noop"),
+    ] {
+        let r = gw.deploy("f", &body);
+        let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert_eq!(r.status, 422, "{}", &e[..e.len().min(300)]);
+        assert!(!e.contains('\n') && e.contains(needle), "not one line naming {needle}: {e:?}");
+    }
+    assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
+    assert!(std::fs::read_dir(&state).map(|d| d.count()).unwrap_or(0) == 0, "a refused deploy wrote to the state directory");
+}
+
+/// The gateway's descriptors of a kind (`/proc/PID/fd` link targets that
+/// contain `what`).
+fn open_fds(pid: u32, what: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|rd| rd.flatten().filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.display().to_string().contains(what))).count())
+        .unwrap_or(0)
+}
+
+/// What a deploy prepares (the image kept open, the root file system in
+/// one sealed memory file shared by the instances) lives as long as the
+/// deployment: a replaced function's is dropped for the new one's, a
+/// removed function's is closed, and the instances still start from the
+/// current one.
+#[test]
+fn the_prepared_function_is_dropped_when_replaced_or_removed() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let gpid = gw.child.id();
+    let fs = dir.path().join("fs");
+    std::fs::create_dir_all(&fs).unwrap();
+    std::fs::write(fs.join("data.bin"), vec![7u8; 10000]).unwrap();
+    let img = image("fileread");
+    let deploy = |status| {
+        let r = gw.deploy("fr", &format!(r#"{{"image":"{img}","fs":"{}"}}"#, fs.display()));
+        assert_eq!(r.status, status, "{}", r.text());
+    };
+    deploy(201);
+    let held = open_fds(gpid, &img);
+    assert!(held > 0, "the prepared function keeps its image open");
+    assert_eq!(open_fds(gpid, "memfd:shoal-archive"), 1, "after the deploy");
+    assert_eq!(gw.get("/fn/fr/").status, 200);
+    // A new fs: packed again at the redeploy, the old archive closed.
+    std::fs::write(fs.join("data.bin"), vec![7u8; 20000]).unwrap();
+    deploy(200);
+    assert_eq!((open_fds(gpid, "memfd:shoal-archive"), open_fds(gpid, &img)), (1, held), "after the replacement");
+    let r = gw.get("/fn/fr/");
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("20000"), "the new instance reads the new fs: {}", r.text());
+    assert_eq!(gw.req("DELETE", "/functions/fr", None).status, 200);
+    wait_until("the removed function's prepared files closed", || open_fds(gpid, "memfd:shoal-archive") == 0 && open_fds(gpid, &img) == 0);
+}

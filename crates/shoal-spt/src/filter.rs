@@ -314,19 +314,63 @@ pub fn program(net: NetPolicy, g: GuestRange) -> Result<BpfProgram, FilterError>
 pub fn plain_instance_bytes(heap_start: u64, mem_size: u64) -> Result<Vec<u8>, FilterError> {
     let net = NetPolicy::default();
     let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd() })?;
+    Ok(to_bytes(&prog))
+}
+
+/// A program as raw `sock_filter` records (8 bytes each, host byte order).
+pub(crate) fn to_bytes(prog: &BpfProgram) -> Vec<u8> {
     let mut out = Vec::with_capacity(prog.len() * 8);
-    for f in &prog {
+    for f in prog {
         out.extend_from_slice(&f.code.to_ne_bytes());
         out.push(f.jt);
         out.push(f.jf);
         out.extend_from_slice(&f.k.to_ne_bytes());
     }
-    Ok(out)
+    out
+}
+
+/// The program of [`to_bytes`]'s records (`None` if not whole records).
+pub(crate) fn from_bytes(b: &[u8]) -> Option<BpfProgram> {
+    if b.is_empty() || !b.len().is_multiple_of(8) {
+        return None;
+    }
+    Some(
+        b.chunks_exact(8)
+            .map(|r| seccompiler::sock_filter { code: u16::from_ne_bytes([r[0], r[1]]), jt: r[2], jf: r[3], k: u32::from_ne_bytes([r[4], r[5], r[6], r[7]]) })
+            .collect(),
+    )
+}
+
+/// Everything [`program`] depends on, as numbers: a program compiled for
+/// one key is the program for any input with the same key. `shoal serve`
+/// compiles a function's filter once (`crate::Prepared`) and hands it to
+/// each instance with its key; the instance uses it only if the key is the
+/// one it computes itself, and compiles its own otherwise.
+pub(crate) fn key(net: NetPolicy, g: GuestRange) -> [u64; 6] {
+    [g.heap_start, g.mem_size, g.alias_fd as u32 as u64, u64::from(net.listeners), u64::from(net.outbound), u64::from(net.bind_any)]
 }
 
 #[cfg(test)]
 mod tests {
     use super::GuestRange;
+
+    /// A program compiled ahead travels as bytes and comes back the same;
+    /// the key changes with every input the program depends on.
+    #[test]
+    fn a_program_round_trips_through_bytes_and_its_key_names_its_inputs() {
+        let net = crate::net::NetPolicy { listeners: 1, outbound: false, bind_any: false };
+        let g = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: net.alias_fd() };
+        let p = super::program(net, g).unwrap();
+        assert_eq!(super::from_bytes(&super::to_bytes(&p)), Some(p));
+        assert_eq!(super::from_bytes(&[1, 2, 3]), None);
+        assert_eq!(super::from_bytes(&[]), None);
+        let k = super::key(net, g);
+        assert_ne!(k, super::key(net, GuestRange { heap_start: 0x40_1000, ..g }));
+        assert_ne!(k, super::key(net, GuestRange { mem_size: 128 << 20, ..g }));
+        assert_ne!(k, super::key(crate::net::NetPolicy { outbound: true, ..net }, g));
+        assert_ne!(k, super::key(crate::net::NetPolicy { listeners: 2, ..net }, g));
+        assert_ne!(k, super::key(crate::net::NetPolicy { bind_any: true, ..net }, g));
+    }
 
     const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: 3 };
 

@@ -34,10 +34,24 @@ pub(crate) struct Parts<'a> {
     pub spec: &'a [u8],
     /// The image file (opened again here: the instance checks it again).
     pub image: &'a Path,
+    /// The image already open (a [`crate::Prepared`] function's): passed
+    /// instead of opening `image` again.
+    pub image_fd: Option<&'a OwnedFd>,
     /// The packed root file-system archive (empty: none).
     pub archive: &'a [u8],
+    /// The archive already in a sealed memfd (a [`crate::Prepared`]
+    /// function's, shared by all its instances): passed instead of `archive`.
+    pub archive_fd: Option<&'a OwnedFd>,
+    /// The instance program already open (a [`crate::Prepared`] function's).
+    pub program_fd: Option<&'a OwnedFd>,
+    /// Where the instance's stdin comes from, if not this process's fd 0.
+    pub stdin: Option<&'a OwnedFd>,
     /// The report page's memfd, when a parent waits.
     pub report: Option<&'a OwnedFd>,
+    /// Pass a pidfd of this process at [`spec::PARENT_FD`] without a
+    /// report page (`shoal serve`'s instances; with `report` it is passed
+    /// anyway).
+    pub parent_pidfd: bool,
     /// Verified pool files, in the spec's order.
     pub pool: &'a [OwnedFd],
     /// Listening sockets, in the spec's order.
@@ -79,7 +93,7 @@ fn memfd_with(name: &core::ffi::CStr, bytes: &[u8]) -> Result<OwnedFd, SptError>
 }
 
 /// A memfd holding `bytes`, sealed with [`sys::ARCHIVE_SEALS`].
-fn memfd_sealed(name: &core::ffi::CStr, bytes: &[u8]) -> Result<OwnedFd, SptError> {
+pub(crate) fn memfd_sealed(name: &core::ffi::CStr, bytes: &[u8]) -> Result<OwnedFd, SptError> {
     let fd = sys::memfd_sealable(name).map_err(sys_err("make a memory file for the instance"))?;
     let mut f = std::fs::File::from(fd);
     f.write_all(bytes).map_err(sys_err("fill a memory file for the instance"))?;
@@ -103,6 +117,9 @@ impl Handover {
             held.push(copy);
             Ok(())
         };
+        if let Some(fd) = p.stdin {
+            hold(fd.as_raw_fd(), 0, 0)?;
+        }
         if let Some(fd) = p.stdout {
             hold(fd.as_raw_fd(), 1, 0)?;
         }
@@ -111,9 +128,16 @@ impl Handover {
         }
         let spec_fd = memfd_with(c"shoal-spec", p.spec)?;
         hold(spec_fd.as_raw_fd(), spec::SPEC_FD, 0)?;
-        let image = std::fs::File::open(p.image).map_err(sys_err("open the image for the instance"))?;
-        hold(image.as_raw_fd(), spec::IMAGE_FD, 0)?;
-        if !p.archive.is_empty() {
+        match p.image_fd {
+            Some(fd) => hold(fd.as_raw_fd(), spec::IMAGE_FD, 0)?,
+            None => {
+                let image = std::fs::File::open(p.image).map_err(sys_err("open the image for the instance"))?;
+                hold(image.as_raw_fd(), spec::IMAGE_FD, 0)?;
+            }
+        }
+        if let Some(fd) = p.archive_fd {
+            hold(fd.as_raw_fd(), spec::ARCHIVE_FD, 0)?;
+        } else if !p.archive.is_empty() {
             // Sealed: the instance maps it into guest memory instead of
             // reading it (a private mapping of a file that never changes).
             let a = memfd_sealed(c"shoal-archive", p.archive)?;
@@ -121,7 +145,9 @@ impl Handover {
         }
         if let Some(fd) = p.report {
             hold(fd.as_raw_fd(), spec::REPORT_FD, 0)?;
-            let me = sys::pidfd_self().map_err(sys_err("make a pidfd of the front end"))?;
+        }
+        if p.report.is_some() || p.parent_pidfd {
+            let me = sys::pidfd_self().map_err(sys_err("make a pidfd of the instance's parent"))?;
             hold(me.as_raw_fd(), spec::PARENT_FD, 0)?;
         }
         for (i, fd) in p.pool.iter().enumerate() {
@@ -133,10 +159,15 @@ impl Handover {
         if let Some(fd) = p.channel {
             hold(fd.as_raw_fd(), listen_fd0 + p.listeners.len() as i32, 0)?;
         }
-        let program = std::fs::File::open(p.program).map_err(sys_err("open the instance program"))?;
         // Close-on-exec: execveat runs it from the descriptor, which the
         // new program then does not inherit.
-        hold(program.as_raw_fd(), program_fd, libc::O_CLOEXEC)?;
+        match p.program_fd {
+            Some(fd) => hold(fd.as_raw_fd(), program_fd, libc::O_CLOEXEC)?,
+            None => {
+                let program = std::fs::File::open(p.program).map_err(sys_err("open the instance program"))?;
+                hold(program.as_raw_fd(), program_fd, libc::O_CLOEXEC)?;
+            }
+        }
         Ok(Handover { held, moves, program_fd, program: p.program.to_path_buf(), parent: sys::getpid(), netns: p.netns })
     }
 

@@ -120,8 +120,20 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     // The alias file comes right after the listening sockets and the bind
     // channel once the last step has closed everything else (crate::child).
     let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd() };
-    let filter = filter::program(policy, guest).map_err(SptError::from)?;
-    sys::start_step("instance: seccomp filter built");
+    // The program compiled ahead by a prepared function (`shoal serve`)
+    // if it was compiled for exactly this instance's layout and network;
+    // otherwise (and for `shoal run`) compiled here.
+    let filter = match filter::from_bytes(&spec.filter) {
+        Some(p) if spec.filter_key == filter::key(policy, guest) => {
+            sys::start_step("instance: seccomp filter taken from the spec (compiled ahead for this layout)");
+            p
+        }
+        _ => {
+            let p = filter::program(policy, guest).map_err(SptError::from)?;
+            sys::start_step("instance: seccomp filter built");
+            p
+        }
+    };
     let report = if spec.supervised {
         let fd = owned(spec::REPORT_FD);
         let volume = if spec.volume_max > 0 { crate::VOLUME_HEADER as u64 + spec.volume_max } else { 0 };
@@ -141,7 +153,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     // as many as the hard limit (what servers do for themselves natively).
     sys::raise_nofile();
     if confine::is_root() {
-        confine::drop_root(spec.supervised.then_some(spec::PARENT_FD))?;
+        confine::drop_root((spec.supervised || spec.parent_pidfd).then_some(spec::PARENT_FD))?;
     }
     crate::landlock::restrict(policy).map_err(SptError::from)?;
     sys::start_step("instance: confined (namespaces, root, Landlock)");

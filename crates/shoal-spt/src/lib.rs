@@ -33,6 +33,10 @@
 //!    exits with [`EXIT_TENDER_FAILED`].
 //! 4. The front end waits and maps the instance's end to a status.
 //!
+//! [`Prepared`] does step 1 once for many instances (`shoal serve`'s
+//! functions) and then step 2 for each, with the caller as the
+//! instance's parent instead of a waiting front end.
+//!
 //! [`run_in_place`] does step 2 without the fork (Solo5's spt is always one
 //! process): the calling process `exec`s the instance program itself; no
 //! waiting parent, the signal handlers print the messages and pick the
@@ -86,6 +90,7 @@ pub mod instance;
 mod landlock;
 mod net;
 mod preempt;
+mod prepared;
 mod protect;
 mod signals;
 mod spec;
@@ -115,6 +120,10 @@ pub use shoal_loader::{FsSource, MemoryMode};
 /// and the signal reset its child needs: `shoal serve` starts its
 /// instances the same way (`serve::spawn`).
 pub use sys::{reset_signals, spawn_with};
+
+/// A function prepared once for many instances (`shoal serve`), started
+/// with one `exec` each and confined as [`run`] confines.
+pub use prepared::{InstanceIo, Prepared};
 
 /// What to run (shared with the other tender).
 pub use shoal_loader::RunConfig;
@@ -309,6 +318,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         mode: if pool_plan.is_none() && cfg.mode == MemoryMode::Pool { MemoryMode::Copy } else { cfg.mode },
         tsc_hz,
         supervised,
+        parent_pidfd: false,
         archive_len: archive.len() as u64,
         image_name: cfg.image.as_os_str().as_bytes().to_vec(),
         argv: cfg.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
@@ -324,6 +334,8 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         watchdog_ns: cfg.watchdog_ns,
         recover_flags: cfg.recover_flags(),
         timing_t0_ns: t0,
+        filter: Vec::new(),
+        filter_key: [0; 6],
     };
     let listener_fds: Vec<OwnedFd> = listeners.into_iter().map(|(fd, _)| fd).collect();
     let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };
@@ -343,8 +355,13 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         program: &program,
         spec: &spec.encode(),
         image: image.path(),
+        image_fd: None,
         archive,
+        archive_fd: None,
+        program_fd: None,
+        stdin: None,
         report: report.as_ref().map(|r| &r.fd),
+        parent_pidfd: false,
         pool: pool_plan.as_ref().map(|p| &p.files[..]).unwrap_or_default(),
         listeners: &listener_fds,
         channel: channel.as_ref().map(|(_, theirs)| theirs),

@@ -233,7 +233,7 @@ fn bind_through_parent(channel: i32, req: &BindRequest) -> Result<i64, i64> {
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = ctl.0.as_mut_ptr().cast();
-    msg.msg_controllen = ctl.0.len();
+    msg.msg_controllen = ctl.0.len() as _;
     let got = loop {
         // SAFETY: `msg` points at `reply` and `ctl`, both live and of the
         // sizes given.
@@ -301,13 +301,18 @@ pub fn serve_binds(channel: std::os::fd::OwnedFd) {
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         if let Ok(sock) = &answer {
-            let hdr = libc::cmsghdr { cmsg_len: 20, cmsg_level: libc::SOL_SOCKET, cmsg_type: libc::SCM_RIGHTS };
+            // Field by field: musl's cmsghdr has padding fields glibc's has not.
+            // SAFETY: an all-zero cmsghdr is valid.
+            let mut hdr: libc::cmsghdr = unsafe { core::mem::zeroed() };
+            hdr.cmsg_len = 20;
+            hdr.cmsg_level = libc::SOL_SOCKET;
+            hdr.cmsg_type = libc::SCM_RIGHTS;
             // SAFETY: `ctl` is 24 bytes aligned for a cmsghdr (16 bytes),
             // followed by the descriptor.
             unsafe { core::ptr::write(ctl.0.as_mut_ptr().cast::<libc::cmsghdr>(), hdr) };
             ctl.0[16..20].copy_from_slice(&sock.as_raw_fd().to_ne_bytes());
             msg.msg_control = ctl.0.as_mut_ptr().cast();
-            msg.msg_controllen = ctl.0.len();
+            msg.msg_controllen = ctl.0.len() as _;
         }
         loop {
             // SAFETY: `msg` points at `reply` and (maybe) `ctl`, both live.
@@ -579,7 +584,7 @@ pub fn poll(a: &mut NetPollArgs) -> Result<i64, ()> {
 }
 
 fn timespec(ns: u64) -> libc::timespec {
-    libc::timespec { tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
+    libc::timespec { tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as _, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
 }
 
 /// `NetPoll` with the watch set: waits for the guest's few level-triggered

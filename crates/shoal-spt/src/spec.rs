@@ -38,7 +38,7 @@ pub const POOL_FD0: i32 = 8;
 pub const MAX_POOL_FILES: usize = 900;
 
 const MAGIC: &[u8; 8] = b"SHOALSPT";
-const VERSION: u32 = 5;
+const VERSION: u32 = 7;
 /// Largest spec accepted: argv and environment are bounded by the guest's
 /// argument area (under 1 MiB), pool maps by [`MAX_POOL_FILES`].
 pub const MAX_SPEC: usize = 4 << 20;
@@ -63,8 +63,14 @@ pub struct Spec {
     pub mode: MemoryMode,
     /// TSC frequency measured (or cached) by the front end.
     pub tsc_hz: u64,
-    /// Whether a parent waits (report page at [`REPORT_FD`]).
+    /// Whether a parent waits (report page at [`REPORT_FD`] and its pidfd
+    /// at [`PARENT_FD`]).
     pub supervised: bool,
+    /// Without `supervised`: a pidfd of the parent is at [`PARENT_FD`]
+    /// all the same (`shoal serve`'s gateway, which reaps the instance
+    /// itself), so a parent that dies while the instance drops its
+    /// credentials is still seen.
+    pub parent_pidfd: bool,
     /// Size of the packed archive at [`ARCHIVE_FD`] (0: none).
     pub archive_len: u64,
     /// Name of the image for messages (what the caller called it).
@@ -100,6 +106,12 @@ pub struct Spec {
     /// `CLOCK_MONOTONIC` ns the front end's start steps count from, when
     /// [`crate::START_TIMING_ENV`] asked for them (0: the instance prints none).
     pub timing_t0_ns: u64,
+    /// A seccomp program compiled ahead (`crate::Prepared`; empty: none),
+    /// as `sock_filter` records, and what it was compiled for
+    /// (`crate::filter::key`): the instance uses it only for that key.
+    pub filter: Vec<u8>,
+    /// The key of `filter`.
+    pub filter_key: [u64; 6],
 }
 
 /// Why a spec could not be read.
@@ -130,6 +142,7 @@ impl Spec {
         b.extend_from_slice(&self.mem_size.to_le_bytes());
         b.push(mode_code(self.mode));
         b.push(u8::from(self.supervised));
+        b.push(u8::from(self.parent_pidfd));
         b.extend_from_slice(&self.tsc_hz.to_le_bytes());
         b.extend_from_slice(&self.archive_len.to_le_bytes());
         let bytes = |b: &mut Vec<u8>, s: &[u8]| {
@@ -166,6 +179,10 @@ impl Spec {
         b.extend_from_slice(&self.watchdog_ns.to_le_bytes());
         b.extend_from_slice(&self.recover_flags.to_le_bytes());
         b.extend_from_slice(&self.timing_t0_ns.to_le_bytes());
+        bytes(&mut b, &self.filter);
+        for k in self.filter_key {
+            b.extend_from_slice(&k.to_le_bytes());
+        }
         b
     }
 
@@ -183,6 +200,7 @@ impl Spec {
             _ => return Err(SpecError::Corrupt),
         };
         let supervised = r.flag()?;
+        let parent_pidfd = r.flag()?;
         let tsc_hz = r.u64()?;
         let archive_len = r.u64()?;
         let image_name = r.bytes()?.to_vec();
@@ -219,6 +237,11 @@ impl Spec {
         let watchdog_ns = r.u64()?;
         let recover_flags = r.u64()?;
         let timing_t0_ns = r.u64()?;
+        let filter = r.bytes()?.to_vec();
+        let mut filter_key = [0u64; 6];
+        for k in &mut filter_key {
+            *k = r.u64()?;
+        }
         if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || !r.0.is_empty() {
             return Err(SpecError::Corrupt);
         }
@@ -227,6 +250,7 @@ impl Spec {
             mode,
             tsc_hz,
             supervised,
+            parent_pidfd,
             archive_len,
             image_name,
             argv,
@@ -242,6 +266,8 @@ impl Spec {
             watchdog_ns,
             recover_flags,
             timing_t0_ns,
+            filter,
+            filter_key,
         })
     }
 }
@@ -302,6 +328,7 @@ mod tests {
             mode: MemoryMode::Pool,
             tsc_hz: 2_000_000_000,
             supervised: true,
+            parent_pidfd: false,
             archive_len: 4096,
             image_name: b"build/apps/hello".to_vec(),
             argv: vec![b"hello".to_vec(), b"".to_vec(), b"two".to_vec()],
@@ -317,6 +344,8 @@ mod tests {
             watchdog_ns: 250_000_000,
             recover_flags: shoal_abi::RECOVER_OFF,
             timing_t0_ns: 7,
+            filter: vec![1, 2, 3, 4, 5, 6, 7, 8],
+            filter_key: [1, 2, 3, 4, 5, 6],
         }
     }
 

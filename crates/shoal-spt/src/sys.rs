@@ -145,9 +145,13 @@ pub fn start_step(what: &str) {
 /// runtime) leave no partly used pages behind the small objects that stay
 /// alive; the heap grows by what is asked only (`M_TOP_PAD` 0) and
 /// [`trim_heap`] returns every free page at its top.
+/// A no-op with musl (the instance program built for
+/// `x86_64-unknown-linux-musl`), whose allocator gives freed pages back by
+/// itself and has no such parameters.
 pub fn lean_malloc() {
     // SAFETY: mallopt only changes allocator parameters; called first
     // thing, single-threaded.
+    #[cfg(target_env = "gnu")]
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 4096);
         libc::mallopt(libc::M_TOP_PAD, 0);
@@ -161,6 +165,7 @@ pub fn lean_malloc() {
 pub fn trim_heap() {
     // SAFETY: malloc_trim only releases free heap memory; both callers are
     // single-threaded.
+    #[cfg(target_env = "gnu")]
     unsafe {
         libc::malloc_trim(0);
     }
@@ -213,7 +218,7 @@ pub fn exit(status: i32) -> ! {
 /// remainder. Returns early on a signal. *Filtered*: exactly the
 /// `clock_nanosleep` call the filter allows.
 pub fn sleep_ns(ns: u64) {
-    let ts = libc::timespec { tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long };
+    let ts = libc::timespec { tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as _, tv_nsec: (ns % 1_000_000_000) as libc::c_long };
     // SAFETY: `ts` is a valid timespec; no remainder pointer.
     unsafe { libc::syscall(libc::SYS_clock_nanosleep, libc::CLOCK_MONOTONIC, 0, &ts, core::ptr::null_mut::<libc::timespec>()) };
 }

@@ -4,7 +4,8 @@
 use super::dispatch::Dispatcher;
 use super::error::ApiError;
 use super::images::ImageStore;
-use super::spec::{check_name, DeployRequest, Function, Store};
+use super::instance;
+use super::spec::{check_name, Backend, DeployRequest, Function, Store};
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, Request, StatusCode};
@@ -66,13 +67,17 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
     let req: DeployRequest = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("the body is not valid deploy settings (JSON): {e}")))?;
     let app2 = app.clone();
     // Checking the image reads it: off the async threads.
-    let f = tokio::task::spawn_blocking(move || -> Result<Function, ApiError> {
+    let (f, prepared) = tokio::task::spawn_blocking(move || -> Result<(Function, Option<shoal_spt::Prepared>), ApiError> {
         let f = Function::from_request(&name, req, &app2.images)?;
         if f.mem_mode == "pool" {
             // The pool holds the image's read-only pages from now on (once
             // per library version; a second deploy of it adds nothing).
             shoal_loader::pool::Pool::default_pool().add(&f.image).map_err(|e| ApiError::Internal(format!("cannot add the image to the library pool: {e}")))?;
         }
+        // spt: everything an instance's start needs of the image and the
+        // settings, checked and made once, here; an image or setting spt
+        // cannot run is refused now (422), not at the first invocation.
+        let prepared = if f.backend == Backend::Spt { Some(instance::prepare(&f).map_err(|e| ApiError::Unprocessable(format!("{e:#}")))?) } else { None };
         let store = app2.store.lock().unwrap_or_else(|e| e.into_inner());
         let before = app2.dispatcher.specs();
         let mut all: Vec<Function> = before.iter().filter(|o| o.name != f.name).cloned().collect();
@@ -82,14 +87,14 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
         if let Some(old) = before.iter().find(|o| o.name == f.name) {
             app2.images.forget_unused(old, &all);
         }
-        Ok(f)
+        Ok((f, prepared))
     })
     .await
     .map_err(|e| ApiError::Internal(format!("the deploy failed: {e}")))??;
     // The same lock as the save, so two deploys land in the order saved.
     let existed = {
         let _store = app.store.lock().unwrap_or_else(|e| e.into_inner());
-        app.dispatcher.put(f.clone())
+        app.dispatcher.put(f.clone(), prepared)
     };
     let status = if existed { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(f)).into_response())

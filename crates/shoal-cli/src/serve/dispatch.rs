@@ -13,7 +13,7 @@
 use super::error::ApiError;
 use super::instance::{self, Launcher};
 use super::metrics::{Gauges, Metrics};
-use super::spec::Function;
+use super::spec::{Backend, Function};
 use axum::body::Body;
 use axum::http::{header, HeaderName, HeaderValue, Request, Response};
 use bytes::Bytes;
@@ -91,6 +91,17 @@ impl Logs {
     }
 }
 
+/// With this variable set in the gateway's environment, spt instances
+/// start as before functions were prepared: through `shoal-tender`, which
+/// checks the image and `exec`s the instance program (two `exec`s per cold
+/// start). For comparisons (`shoal bench faas`, README); off by default.
+pub const SPT_VIA_TENDER_ENV: &str = "SHOAL_SERVE_SPT_VIA_TENDER";
+
+fn spt_via_tender() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os(SPT_VIA_TENDER_ENV).is_some())
+}
+
 /// Locks a mutex, going on after a panic elsewhere (the data are counters
 /// and lists that stay usable).
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -144,6 +155,25 @@ pub struct FnRuntime {
     slots: Mutex<Vec<Slot>>,
     /// Its instances' output.
     pub logs: Arc<Logs>,
+    /// spt: the image and settings checked and prepared once
+    /// (`shoal_spt::Prepared`), dropped with the function when it is
+    /// removed or replaced; `None` until the first cold start when the
+    /// function was loaded from the state file.
+    prepared: Mutex<Option<Arc<shoal_spt::Prepared>>>,
+}
+
+impl FnRuntime {
+    /// The prepared spt function, made now if not yet (a function loaded
+    /// at the gateway's start is prepared at its first cold start).
+    fn prepared(&self) -> Result<Arc<shoal_spt::Prepared>, ApiError> {
+        let mut p = lock(&self.prepared);
+        if let Some(p) = &*p {
+            return Ok(p.clone());
+        }
+        let made = Arc::new(instance::prepare(&self.spec).map_err(|e| ApiError::Internal(format!("{e:#}")))?);
+        *p = Some(made.clone());
+        Ok(made)
+    }
 }
 
 /// What `GET /instances` shows of one instance.
@@ -184,15 +214,29 @@ impl Dispatcher {
 
     /// Adds or replaces a function; a replaced function's instances are
     /// stopped (its output history is kept). Returns whether it existed.
-    pub fn put(&self, spec: Function) -> bool {
+    /// `prepared`: an spt function's prepared instance (see
+    /// [`instance::prepare`]), if made at deploy.
+    pub fn put(&self, spec: Function, prepared: Option<shoal_spt::Prepared>) -> bool {
         let mut fns = lock(&self.functions);
         let old = fns.remove(&spec.name);
         let logs = old.as_ref().map(|o| o.logs.clone()).unwrap_or_else(|| Arc::new(Logs::new()));
+        // What shoal-tender printed at each start (the pool cannot serve
+        // the image: mode copy instead) is said once, at the deploy.
+        if let Some(w) = prepared.as_ref().and_then(|p| p.warning.as_ref()) {
+            logs.push(0, "gateway", format!("warning: {w}"));
+        }
         let permits = spec.concurrency as usize * spec.max_instances as usize;
         let name = spec.name.clone();
         fns.insert(
             name,
-            Arc::new(FnRuntime { spec, permits: Arc::new(Semaphore::new(permits)), queued: AtomicUsize::new(0), slots: Mutex::new(Vec::new()), logs }),
+            Arc::new(FnRuntime {
+                spec,
+                permits: Arc::new(Semaphore::new(permits)),
+                queued: AtomicUsize::new(0),
+                slots: Mutex::new(Vec::new()),
+                logs,
+                prepared: Mutex::new(prepared.map(Arc::new)),
+            }),
         );
         drop(fns);
         if let Some(o) = &old {
@@ -431,7 +475,8 @@ impl Dispatcher {
         }
         // The permit guarantees room for one more instance.
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        let mut started = instance::start(&self.launcher, &f.spec, id).map_err(|e| ApiError::Internal(format!("{e:#}")))?;
+        let prepared = if f.spec.backend == Backend::Spt && !spt_via_tender() { Some(f.prepared()?) } else { None };
+        let mut started = instance::start(&self.launcher, &f.spec, prepared.as_deref(), id).map_err(|e| ApiError::Internal(format!("{e:#}")))?;
         let inst = Arc::new(Instance {
             id,
             addr: started.addr,

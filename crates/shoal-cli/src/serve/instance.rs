@@ -70,8 +70,38 @@ fn runtime(backend: Backend) -> Result<PathBuf> {
     bail!("{name} is not installed (scripts/setup installs it)")
 }
 
-/// Starts instance `id` of `f`.
-pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
+/// The tender options that run `f` (spt and hvt), without the
+/// per-instance ones (the listening socket and `PORT`) and the image.
+fn tender_options(f: &Function) -> Vec<std::ffi::OsString> {
+    let mut a: Vec<std::ffi::OsString> =
+        vec!["--tender".into(), f.backend.name().into(), "--mem".into(), f.memory.clone().into(), "--mem-mode".into(), f.mem_mode.clone().into()];
+    if let Some(fs) = &f.fs {
+        a.push("--fs".into());
+        a.push(fs.into());
+    }
+    for (k, v) in &f.env {
+        a.push("-e".into());
+        a.push(format!("{k}={v}").into());
+    }
+    a
+}
+
+/// Checks and prepares an spt function once for all its instances
+/// (`shoal_spt::Prepared`: the image checked, the layout planned, the
+/// root file system packed into a sealed memory file, the pool files
+/// verified), from the same options `shoal-tender` would be given, so an
+/// instance runs as it would from `shoal run` with those options.
+pub fn prepare(f: &Function) -> Result<shoal_spt::Prepared> {
+    let mut args = tender_options(f);
+    args.push(f.image.clone().into());
+    let parsed = shoal_tender::RunArgs::parse(args).map_err(|e| anyhow::anyhow!("{e}"))?.context("no run options")?;
+    let p = shoal_spt::Prepared::new(&parsed.config()).map_err(|e| anyhow::anyhow!("{}: {e}", f.image.display()))?;
+    Ok(p)
+}
+
+/// Starts instance `id` of `f`; an spt function starts from `prepared`
+/// (see [`prepare`]), the instance program spawned directly.
+pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>, id: u64) -> Result<Started> {
     let mut cmd;
     let mut container = None;
     let listener;
@@ -80,6 +110,14 @@ pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
         Backend::Spt | Backend::Hvt | Backend::Process => {
             let sock = TcpListener::bind("127.0.0.1:0").context("cannot open a listening socket for the instance")?;
             addr = sock.local_addr()?;
+            if let (Backend::Spt, Some(p)) = (f.backend, prepared) {
+                let t = Instant::now();
+                let env = [std::ffi::OsString::from(format!("PORT={}", addr.port()))];
+                let child = super::spawn::spawn_spt(p, &sock.into(), &env).with_context(|| format!("cannot start an instance of {}", f.name))?;
+                // The gateway's copy of the socket was closed by the call:
+                // once the instance exits, a waiting connection is refused.
+                return Ok(Started { child, addr, container: None, listening: true, spawn_time: t.elapsed() });
+            }
             if f.backend == Backend::Process {
                 cmd = Spec::new(&f.image)?;
                 cmd.env("LISTEN_FD", LISTEN_FD.to_string())?.env("PORT", addr.port().to_string())?;
@@ -93,17 +131,13 @@ pub fn start(l: &Launcher, f: &Function, id: u64) -> Result<Started> {
                 cmd.address_space = Some(f.memory_bytes());
             } else {
                 cmd = Spec::new(&l.tender)?;
-                cmd.arg("--tender")?.arg(f.backend.name())?.arg("--mem")?.arg(&f.memory)?.arg("--mem-mode")?.arg(&f.mem_mode)?;
                 // The pool the gateway added the image to at deploy.
                 if let Some(dir) = std::env::var_os("SHOAL_POOL_DIR") {
                     cmd.env("SHOAL_POOL_DIR", dir)?;
                 }
                 cmd.arg("--listen-fd")?.arg(LISTEN_FD.to_string())?.arg("-e")?.arg(format!("PORT={}", addr.port()))?;
-                if let Some(fs) = &f.fs {
-                    cmd.arg("--fs")?.arg(fs)?;
-                }
-                for (k, v) in &f.env {
-                    cmd.arg("-e")?.arg(format!("{k}={v}"))?;
+                for a in tender_options(f) {
+                    cmd.arg(a)?;
                 }
                 cmd.arg(&f.image)?;
             }

@@ -89,7 +89,27 @@ pub fn serve(listen: &str, state: Option<PathBuf>) -> Result<()> {
         instance::remove_stale_containers().await;
         let dispatcher = Arc::new(dispatch::Dispatcher::new(instance::Launcher { tender, scratch: scratch.path().to_path_buf() }));
         for f in functions {
-            dispatcher.put(f);
+            // spt functions are prepared now, as at their deploy (off the
+            // async threads: it reads the image and packs the fs); one that
+            // cannot be any more (its image gone) is kept and its
+            // invocations say why (500).
+            let prepared = if f.backend == spec::Backend::Spt {
+                let g = f.clone();
+                match tokio::task::spawn_blocking(move || instance::prepare(&g)).await {
+                    Ok(Ok(p)) => Some(p),
+                    Ok(Err(e)) => {
+                        eprintln!("shoal serve: warning: function {}: {e:#}", f.name);
+                        None
+                    }
+                    Err(e) => {
+                        eprintln!("shoal serve: warning: function {}: {e}", f.name);
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            dispatcher.put(f, prepared);
         }
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;

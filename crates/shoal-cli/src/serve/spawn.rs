@@ -136,27 +136,52 @@ impl Spec {
             reap(pid);
             return Err(SpawnError::Exec(name(), io::Error::from_raw_os_error(failed)));
         }
-        let pidfd = match pidfd_open(pid) {
-            Ok(fd) => fd,
-            Err(e) => {
-                kill(pid);
-                reap(pid);
-                return Err(SpawnError::Sys("open a pidfd of the instance", e));
-            }
-        };
-        let registered = (|| {
-            // SAFETY: the AsyncFd owns the OwnedFd, which stays open and
-            // the same descriptor until the AsyncFd is dropped.
-            let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }?;
-            Ok::<_, io::Error>((pidfd, pipe::Receiver::from_owned_fd_unchecked(out_r)?, pipe::Receiver::from_owned_fd_unchecked(err_r)?))
-        })();
-        match registered {
-            Ok((pidfd, stdout, stderr)) => Ok(Proc { pid: pid as u32, pidfd: Some(pidfd), status: None, stdout: Some(stdout), stderr: Some(stderr) }),
-            Err(e) => {
-                kill(pid);
-                reap(pid);
-                Err(SpawnError::Sys("watch the instance", e))
-            }
+        adopt(pid, out_r, err_r)
+    }
+}
+
+/// Starts an instance of a prepared spt function (`shoal_spt::Prepared`):
+/// the instance program itself, with stdin from `/dev/null`, stdout and
+/// stderr into pipes, `listen` as its listening socket and `env` added
+/// to the guest's environment. One `clone` and one `exec`, no front end
+/// (`shoal-tender`) in between; the instance is confined exactly as
+/// `shoal run` confines it and dies with this process (see
+/// `shoal_spt::Prepared::spawn`). Must run inside the tokio runtime.
+pub fn spawn_spt(prepared: &shoal_spt::Prepared, listen: &OwnedFd, env: &[std::ffi::OsString]) -> Result<Proc, SpawnError> {
+    let null: OwnedFd = std::fs::File::open("/dev/null").map_err(|e| SpawnError::Sys("open /dev/null", e))?.into();
+    let (out_r, out_w) = pipe_pair()?;
+    let (err_r, err_w) = pipe_pair()?;
+    let listeners = [listen.try_clone().map_err(|e| SpawnError::Sys("duplicate the listening socket", e))?];
+    let io = shoal_spt::InstanceIo { stdin: &null, stdout: &out_w, stderr: &err_w, listeners: &listeners, env };
+    let pid = prepared.spawn(&io).map_err(|e| SpawnError::Exec(shoal_spt::INSTANCE_PROGRAM.into(), io::Error::other(e.to_string())))?;
+    drop((null, out_w, err_w, listeners));
+    adopt(pid, out_r, err_r)
+}
+
+/// The handle of a started child `pid` whose stdout and stderr are the
+/// read ends given: a pidfd registered with the reactor; the child is
+/// killed and reaped if that fails.
+fn adopt(pid: libc::pid_t, out_r: OwnedFd, err_r: OwnedFd) -> Result<Proc, SpawnError> {
+    let pidfd = match pidfd_open(pid) {
+        Ok(fd) => fd,
+        Err(e) => {
+            kill(pid);
+            reap(pid);
+            return Err(SpawnError::Sys("open a pidfd of the instance", e));
+        }
+    };
+    let registered = (|| {
+        // SAFETY: the AsyncFd owns the OwnedFd, which stays open and
+        // the same descriptor until the AsyncFd is dropped.
+        let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }?;
+        Ok::<_, io::Error>((pidfd, pipe::Receiver::from_owned_fd_unchecked(out_r)?, pipe::Receiver::from_owned_fd_unchecked(err_r)?))
+    })();
+    match registered {
+        Ok((pidfd, stdout, stderr)) => Ok(Proc { pid: pid as u32, pidfd: Some(pidfd), status: None, stdout: Some(stdout), stderr: Some(stderr) }),
+        Err(e) => {
+            kill(pid);
+            reap(pid);
+            Err(SpawnError::Sys("watch the instance", e))
         }
     }
 }
