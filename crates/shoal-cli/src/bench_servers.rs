@@ -646,7 +646,12 @@ pub fn servers(o: ServersOpts) -> Result<()> {
             let pinned = pin_other(bin, &o.out.join("bin-other"))?;
             let img = o.out.join(format!("{}-other.img", which.recipe()));
             say(which, &format!("building the {} recipe with {}", which.recipe(), bin.display()));
-            let b = Command::new(&pinned).args(["recipe", "build", which.recipe(), "-o"]).arg(&img).stdin(Stdio::null()).output().with_context(|| format!("cannot run {}", pinned.display()))?;
+            let b = Command::new(&pinned)
+                .args(["recipe", "build", which.recipe(), "-o"])
+                .arg(&img)
+                .stdin(Stdio::null())
+                .output()
+                .with_context(|| format!("cannot run {}", pinned.display()))?;
             if !b.status.success() {
                 let err = String::from_utf8_lossy(&b.stderr);
                 bail!("{} recipe build {} failed: {}", bin.display(), which.recipe(), err.lines().last().unwrap_or("").trim());

@@ -654,7 +654,17 @@ fn poll_watch(a: &mut NetPollArgs) -> i64 {
     };
     // SAFETY: `evs` has room for `max` events; `wait_tsp` is null or a
     // valid timespec; no signal mask.
-    let rc = unsafe { libc::syscall(libc::SYS_epoll_pwait2, set, evs.as_mut_ptr().cast::<libc::epoll_event>(), max as i32, wait_tsp, core::ptr::null::<libc::sigset_t>(), 8usize) };
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_epoll_pwait2,
+            set,
+            evs.as_mut_ptr().cast::<libc::epoll_event>(),
+            max as i32,
+            wait_tsp,
+            core::ptr::null::<libc::sigset_t>(),
+            8usize,
+        )
+    };
     if rc < 0 {
         let e = crate::sys::errno();
         return if e == libc::EINTR { ret } else { neg(e) };

@@ -245,7 +245,11 @@ const INLINE_BUFS: usize = 8;
 
 /// Runs `f` on the buffers of `iov`, each made by `conv` (a user-memory
 /// check), on the stack when there are few.
-fn with_bufs<T: Default, R>(iov: &[(u64, usize)], conv: impl Fn(u64, usize) -> Result<T, Errno>, f: impl FnOnce(&mut [T]) -> Result<R, Errno>) -> Result<R, Errno> {
+fn with_bufs<T: Default, R>(
+    iov: &[(u64, usize)],
+    conv: impl Fn(u64, usize) -> Result<T, Errno>,
+    f: impl FnOnce(&mut [T]) -> Result<R, Errno>,
+) -> Result<R, Errno> {
     if iov.len() <= INLINE_BUFS {
         let mut a: [T; INLINE_BUFS] = core::array::from_fn(|_| T::default());
         for (slot, &(b, l)) in a.iter_mut().zip(iov) {

@@ -506,4 +506,3 @@ mod tests {
         assert!(copy == t);
     }
 }
-
