@@ -173,26 +173,12 @@ pub(super) fn raise_nofile() {
 /// copies, so a rebuild of the tree during a long run (an ABI change)
 /// cannot change the tender under the images halfway through.
 pub(super) fn pin_binaries(dir: &Path) -> Result<PathBuf> {
-    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let exe = std::env::current_exe()?;
-    let shoal = dir.join("shoal");
-    let _ = fs::remove_file(&shoal);
-    fs::copy(&exe, &shoal).with_context(|| format!("cannot copy {} to {}", exe.display(), shoal.display()))?;
-    for name in ["shoal-tender", "shoal-spt"] {
-        let from = exe.with_file_name(name);
-        let to = dir.join(name);
-        let _ = fs::remove_file(&to);
-        // One that was not built is reported by `shoal run` when needed.
-        if from.is_file() {
-            fs::copy(&from, &to).with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
-        }
-    }
-    Ok(shoal)
+    pin_build(&std::env::current_exe()?, dir)
 }
 
-/// Copies another build's `shoal` (`--shoal-bin`) and the tenders beside
-/// it into `dir`, as [`pin_binaries`] does for this one; returns the copy.
-fn pin_other(bin: &Path, dir: &Path) -> Result<PathBuf> {
+/// Copies the `shoal` at `bin` (this one, or another build's for
+/// `--shoal-bin`) and the tenders beside it into `dir`; returns the copy.
+fn pin_build(bin: &Path, dir: &Path) -> Result<PathBuf> {
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let shoal = dir.join("shoal");
     let _ = fs::remove_file(&shoal);
@@ -201,6 +187,7 @@ fn pin_other(bin: &Path, dir: &Path) -> Result<PathBuf> {
         let from = bin.with_file_name(name);
         let to = dir.join(name);
         let _ = fs::remove_file(&to);
+        // One that was not built is reported by `shoal run` when needed.
         if from.is_file() {
             fs::copy(&from, &to).with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
         }
@@ -643,7 +630,7 @@ pub fn servers(o: ServersOpts) -> Result<()> {
         Some(bin) if wanted.contains(&OTHER) => {
             // Pinned like this build's; the image is made by the other
             // build (its tree's kernel and libc).
-            let pinned = pin_other(bin, &o.out.join("bin-other"))?;
+            let pinned = pin_build(bin, &o.out.join("bin-other"))?;
             let img = o.out.join(format!("{}-other.img", which.recipe()));
             say(which, &format!("building the {} recipe with {}", which.recipe(), bin.display()));
             let b = Command::new(&pinned)

@@ -268,18 +268,54 @@ pub const START_TIMING_ENV: &str = "SHOAL_DEBUG_START";
 /// Name of the instance program, installed beside `shoal` and `shoal-tender`.
 pub const INSTANCE_PROGRAM: &str = "shoal-spt";
 
-/// Prepares the instance; then forks and waits (`supervised`), or becomes
-/// the instance (not `supervised`: never returns `Ok`). Either way the
-/// instance is a fresh `exec` of [`INSTANCE_PROGRAM`] (`crate::front`).
-fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
-    let t0 = if std::env::var_os(START_TIMING_ENV).is_some() { sys::monotonic_ns().max(1) } else { 0 };
-    sys::start_timing(t0);
+/// What this host and `cfg`'s memory size must allow before anything is
+/// prepared (the front end's and [`Prepared::new`]'s first checks).
+fn check_host(cfg: &RunConfig) -> Result<(), SptError> {
     if !sys::has_fsgsbase() {
         return Err(SptError::NoFsgsbase);
     }
     if cfg.mem_size > MAX_MEM {
         return Err(SptError::TooMuchMemory(shoal_loader::format_size(cfg.mem_size)));
     }
+    Ok(())
+}
+
+/// The pool plan of memory mode `pool` (`None` in other modes, or after
+/// a fallback to `copy`, whose warning comes second), its file count
+/// checked against what a boot spec carries.
+fn prepare_pool(cfg: &RunConfig, image: &Image) -> Result<(Option<shoal_loader::pool::PoolPlan>, Option<String>), SptError> {
+    if cfg.mode != MemoryMode::Pool {
+        return Ok((None, None));
+    }
+    let (plan, warning) = shoal_loader::pool::prepare(cfg.pool.as_ref(), cfg.pool_fallback, image)?;
+    let files = plan.as_ref().map_or(0, |p| p.files.len());
+    if files > spec::MAX_POOL_FILES {
+        return Err(SptError::TooManyPoolFiles(files));
+    }
+    Ok((plan, warning.map(|w| format!("{w}; falling back to memory mode copy"))))
+}
+
+/// The memory mode the instance runs in: `copy` when `pool` fell back.
+fn spec_mode(cfg: &RunConfig, pool: Option<&shoal_loader::pool::PoolPlan>) -> MemoryMode {
+    if pool.is_none() && cfg.mode == MemoryMode::Pool {
+        MemoryMode::Copy
+    } else {
+        cfg.mode
+    }
+}
+
+/// The boot spec's list of pool mappings.
+fn spec_pool(pool: Option<&shoal_loader::pool::PoolPlan>) -> Vec<spec::PoolEntry> {
+    pool.map(|p| p.maps.iter().map(|m| spec::PoolEntry { addr: m.addr, len: m.len, exec: m.exec }).collect()).unwrap_or_default()
+}
+
+/// Prepares the instance; then forks and waits (`supervised`), or becomes
+/// the instance (not `supervised`: never returns `Ok`). Either way the
+/// instance is a fresh `exec` of [`INSTANCE_PROGRAM`] (`crate::front`).
+fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
+    let t0 = if std::env::var_os(START_TIMING_ENV).is_some() { sys::monotonic_ns().max(1) } else { 0 };
+    sys::start_timing(t0);
+    check_host(cfg)?;
     let image = Image::open(&cfg.image)?;
     sys::start_step("front: image checked");
     let archive = shoal_loader::root_archive(cfg)?;
@@ -298,24 +334,16 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     sys::start_step("front: archive packed, layout planned");
     let tsc_hz = shoal_loader::tsc::tsc_hz()?;
     sys::start_step("front: TSC frequency read");
-    let mut pool_plan = None;
-    if cfg.mode == MemoryMode::Pool {
-        let (plan, warning) = shoal_loader::pool::prepare(cfg.pool.as_ref(), cfg.pool_fallback, &image)?;
-        if let Some(w) = warning {
-            print_err(cfg.stderr.as_ref().map(AsRawFd::as_raw_fd), &format!("shoal: warning: {w}; falling back to memory mode copy\n"));
-        }
-        pool_plan = plan;
-    }
-    let pool_files = pool_plan.as_ref().map_or(0, |p| p.files.len());
-    if pool_files > spec::MAX_POOL_FILES {
-        return Err(SptError::TooManyPoolFiles(pool_files));
+    let (pool_plan, warning) = prepare_pool(cfg, &image)?;
+    if let Some(w) = warning {
+        print_err(cfg.stderr.as_ref().map(AsRawFd::as_raw_fd), &format!("shoal: warning: {w}\n"));
     }
     sys::start_step("front: pool files opened and verified");
     let listeners = shoal_loader::net::open_listeners(&cfg.net)?;
     let program = instance_program()?;
     let spec = spec::Spec {
         mem_size: cfg.mem_size,
-        mode: if pool_plan.is_none() && cfg.mode == MemoryMode::Pool { MemoryMode::Copy } else { cfg.mode },
+        mode: spec_mode(cfg, pool_plan.as_ref()),
         tsc_hz,
         supervised,
         parent_pidfd: false,
@@ -323,7 +351,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         image_name: cfg.image.as_os_str().as_bytes().to_vec(),
         argv: cfg.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
         env: cfg.env.iter().map(|a| a.as_bytes().to_vec()).collect(),
-        pool: pool_plan.as_ref().map(|p| p.maps.iter().map(|m| spec::PoolEntry { addr: m.addr, len: m.len, exec: m.exec }).collect()).unwrap_or_default(),
+        pool: spec_pool(pool_plan.as_ref()),
         outbound: cfg.net.outbound,
         bind_any: cfg.net.bind_any,
         listeners: listeners.iter().map(|(_, l)| *l).collect(),

@@ -27,9 +27,9 @@
 
 use crate::front::{self, Handover};
 use crate::net::NetPolicy;
-use crate::{confine, filter, instance_program, spec, sys, SptError, MAX_MEM};
+use crate::{confine, filter, instance_program, spec, sys, SptError};
 use shoal_loader::pool::PoolPlan;
-use shoal_loader::{plan, Image, MemoryMode, RunConfig};
+use shoal_loader::{plan, Image, RunConfig};
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
@@ -107,12 +107,7 @@ impl Prepared {
                 source: std::io::Error::from_raw_os_error(libc::EINVAL),
             });
         }
-        if !sys::has_fsgsbase() {
-            return Err(SptError::NoFsgsbase);
-        }
-        if cfg.mem_size > MAX_MEM {
-            return Err(SptError::TooMuchMemory(shoal_loader::format_size(cfg.mem_size)));
-        }
+        crate::check_host(cfg)?;
         let file = std::fs::File::open(&cfg.image).map_err(|e| shoal_loader::ImageError::Io { path: cfg.image.clone(), source: e })?;
         let image_fd = OwnedFd::from(file.try_clone().map_err(sys_err("keep the image open"))?);
         let image = Image::from_file(file, &cfg.image)?;
@@ -120,17 +115,7 @@ impl Prepared {
         plan(&image, cfg.mem_size, archive_bytes.len() as u64, &cfg.argv, &cfg.env)?;
         let archive = if archive_bytes.is_empty() { None } else { Some(front::memfd_sealed(c"shoal-archive", &archive_bytes)?) };
         let tsc_hz = shoal_loader::tsc::tsc_hz()?;
-        let mut pool = None;
-        let mut warning = None;
-        if cfg.mode == MemoryMode::Pool {
-            let (p, w) = shoal_loader::pool::prepare(cfg.pool.as_ref(), cfg.pool_fallback, &image)?;
-            warning = w.map(|w| format!("{w}; falling back to memory mode copy"));
-            pool = p;
-        }
-        let pool_files = pool.as_ref().map_or(0, |p| p.files.len());
-        if pool_files > spec::MAX_POOL_FILES {
-            return Err(SptError::TooManyPoolFiles(pool_files));
-        }
+        let (pool, warning) = crate::prepare_pool(cfg, &image)?;
         let program = instance_program()?;
         let program_fd = OwnedFd::from(std::fs::File::open(&program).map_err(sys_err("open the instance program"))?);
         let root = confine::is_root();
@@ -138,7 +123,7 @@ impl Prepared {
             if root && !cfg.net.outbound { Some(confine::empty_netns().map_err(sys_err("open the instances' empty network namespace"))?) } else { None };
         let spec = spec::Spec {
             mem_size: cfg.mem_size,
-            mode: if pool.is_none() && cfg.mode == MemoryMode::Pool { MemoryMode::Copy } else { cfg.mode },
+            mode: crate::spec_mode(cfg, pool.as_ref()),
             tsc_hz,
             supervised: false,
             parent_pidfd: true,
@@ -146,7 +131,7 @@ impl Prepared {
             image_name: cfg.image.as_os_str().as_bytes().to_vec(),
             argv: cfg.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
             env: Vec::new(),
-            pool: pool.as_ref().map(|p| p.maps.iter().map(|m| spec::PoolEntry { addr: m.addr, len: m.len, exec: m.exec }).collect()).unwrap_or_default(),
+            pool: crate::spec_pool(pool.as_ref()),
             outbound: cfg.net.outbound,
             bind_any: false,
             listeners: Vec::new(),

@@ -610,16 +610,12 @@ pub fn with_ref<R>(f: impl FnOnce(&Vfs) -> R) -> R {
 /// non-blocking ([`Vfs::obj_of`]): a read of the descriptor table, which
 /// changes nothing, so it skips what [`with`] does after a call that may
 /// have changed something (the recovery log's commit, the resized-file
-/// check). net's every socket read, write and `epoll_wait` starts here.
-/// Out of line: it reaches vfs's static (see `shoal_recover::log`).
+/// check): [`with_ref`]. net's every socket read, write and `epoll_wait`
+/// starts here. Out of line: it reaches vfs's static (see
+/// `shoal_recover::log`).
 #[inline(never)]
 pub fn obj_of_fd(fd: i32) -> Result<(u64, bool), Errno> {
-    let _in = shoal_recover::enter(shoal_recover::id::VFS);
-    match STATE.with(|s| s.as_ref().map(|v| v.obj_of(fd))) {
-        Some(r) => r,
-        // Not made yet (nothing was opened): the general way makes it.
-        None => with(|v| v.obj_of(fd)),
-    }
+    with_ref(|v| v.obj_of(fd))
 }
 
 #[cfg(test)]
