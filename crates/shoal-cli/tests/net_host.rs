@@ -54,10 +54,16 @@ impl Server {
         cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::inherit());
         if let Some(l) = listener {
             let fd = l.as_raw_fd();
-            // SAFETY: dup2 is async-signal-safe; it puts the listener at
-            // descriptor 10 without close-on-exec for the child only.
+            // SAFETY: dup2 and fcntl are async-signal-safe; they put the
+            // listener at descriptor 10 without close-on-exec for the child
+            // only. A dup2 of the listener onto itself (when it already is
+            // 10, as it is now and then with tests running side by side)
+            // would keep close-on-exec, so that case clears the flag.
             unsafe {
-                cmd.pre_exec(move || if libc::dup2(fd, 10) < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
+                cmd.pre_exec(move || {
+                    let r = if fd == 10 { libc::fcntl(10, libc::F_SETFD, 0) } else { libc::dup2(fd, 10) };
+                    if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+                });
             }
         }
         let mut child = cmd.spawn().unwrap();
