@@ -107,45 +107,13 @@ enum Cmd {
         /// spt: this process becomes the instance, with no waiting parent (less memory per instance; a kill from outside gets no message).
         #[arg(long)]
         single_process: bool,
-        /// Publish a port: [HOSTADDR:]HOSTPORT:GUESTPORT[/udp] (host address 127.0.0.1 unless given; repeatable).
-        #[arg(long, short = 'p', value_name = "[HOSTADDR:]HOSTPORT:GUESTPORT[/udp]")]
-        publish: Vec<String>,
-        /// A listening socket inherited as descriptor N, attached to the guest's first listen (repeatable).
-        #[arg(long = "listen-fd", value_name = "N")]
-        listen_fd: Vec<String>,
-        /// Let the guest open sockets of its own and connect out.
-        #[arg(long)]
-        net_outbound: bool,
-        /// hvt: outbound connections and datagrams only to CIDR[:PORT] (repeatable; implies --net-outbound).
-        #[arg(long = "net-allow", value_name = "CIDR[:PORT]")]
-        net_allow: Vec<String>,
-        /// The guest may bind any port: the tender binds that host address and port when the guest does, with its own rights (for an instance in a network namespace of its own, as shoal-oci runs containers; on the host's namespace the guest may take any free port).
-        #[arg(long)]
-        net_bind_any: bool,
+        #[command(flatten)]
+        net: NetOpts,
         /// HOSTDIR's files at GUESTDIR in the guest; what the program leaves there is written back to HOSTDIR when it exits (not after a crash or a kill).
         #[arg(long, value_name = "HOSTDIR:GUESTDIR")]
         volume: Option<String>,
-        /// Make kernel COMPONENT fail at its N-th call, for tests of component recovery: COMPONENT:KIND@N, KIND panic, wild-write or hang.
-        #[arg(long, value_name = "COMPONENT:KIND@N")]
-        inject: Option<String>,
-        /// Reboot the rebootable kernel components (vfs, ramfs, time, process, sysinfo, user, net; implies --recover-stateful) one by one, one every SECONDS (software rejuvenation).
-        #[arg(long = "rejuvenate-every", value_name = "SECONDS")]
-        rejuvenate_every: Option<String>,
-        /// Reboot a rebootable kernel component whose call runs longer than MS milliseconds (the hang watchdog; default 1000; `off` turns it off).
-        #[arg(long, value_name = "MS")]
-        watchdog: Option<String>,
-        /// No component gates: system calls go straight to the kernel components; nothing is rebooted (a component's failure ends the instance).
-        #[arg(long)]
-        no_recover: bool,
-        /// Make vfs, ramfs, process and net rebootable too: their calls are logged and replayed after a reboot (costs about 1.25× CPU on file-system-heavy programs; implied by --inject into one of them and by --rejuvenate-every).
-        #[arg(long)]
-        recover_stateful: bool,
-        /// vfs's call log drops the records of closed descriptors when N of them are pending (VampOS's log-shrink threshold, Table IV); default 1 (at close); `never` keeps them (implies --recover-stateful).
-        #[arg(long = "log-shrink", value_name = "N")]
-        log_shrink: Option<String>,
-        /// When the instance ends, print the size of vfs's call log on stderr (implies --recover-stateful).
-        #[arg(long)]
-        log_report: bool,
+        #[command(flatten)]
+        recover: RecoverOpts,
         /// The image.
         image: PathBuf,
         /// Arguments for the program (after `--`).
@@ -207,6 +175,52 @@ enum Cmd {
     },
 }
 
+/// `shoal run`'s network options.
+#[derive(clap::Args)]
+struct NetOpts {
+    /// Publish a port: [HOSTADDR:]HOSTPORT:GUESTPORT[/udp] (host address 127.0.0.1 unless given; repeatable).
+    #[arg(long, short = 'p', value_name = "[HOSTADDR:]HOSTPORT:GUESTPORT[/udp]")]
+    publish: Vec<String>,
+    /// A listening socket inherited as descriptor N, attached to the guest's first listen (repeatable).
+    #[arg(long = "listen-fd", value_name = "N")]
+    listen_fd: Vec<String>,
+    /// Let the guest open sockets of its own and connect out.
+    #[arg(long)]
+    net_outbound: bool,
+    /// hvt: outbound connections and datagrams only to CIDR[:PORT] (repeatable; implies --net-outbound).
+    #[arg(long = "net-allow", value_name = "CIDR[:PORT]")]
+    net_allow: Vec<String>,
+    /// The guest may bind any port: the tender binds that host address and port when the guest does, with its own rights (for an instance in a network namespace of its own, as shoal-oci runs containers; on the host's namespace the guest may take any free port).
+    #[arg(long)]
+    net_bind_any: bool,
+}
+
+/// `shoal run`'s options for component recovery (issue 19).
+#[derive(clap::Args)]
+struct RecoverOpts {
+    /// Make kernel COMPONENT fail at its N-th call, for tests of component recovery: COMPONENT:KIND@N, KIND panic, wild-write or hang.
+    #[arg(long, value_name = "COMPONENT:KIND@N")]
+    inject: Option<String>,
+    /// Reboot the rebootable kernel components (vfs, ramfs, time, process, sysinfo, user, net; implies --recover-stateful) one by one, one every SECONDS (software rejuvenation).
+    #[arg(long = "rejuvenate-every", value_name = "SECONDS")]
+    rejuvenate_every: Option<String>,
+    /// Reboot a rebootable kernel component whose call runs longer than MS milliseconds (the hang watchdog; default 1000; `off` turns it off).
+    #[arg(long, value_name = "MS")]
+    watchdog: Option<String>,
+    /// No component gates: system calls go straight to the kernel components; nothing is rebooted (a component's failure ends the instance).
+    #[arg(long)]
+    no_recover: bool,
+    /// Make vfs, ramfs, process and net rebootable too: their calls are logged and replayed after a reboot (costs about 1.25× CPU on file-system-heavy programs; implied by --inject into one of them and by --rejuvenate-every).
+    #[arg(long)]
+    recover_stateful: bool,
+    /// vfs's call log drops the records of closed descriptors when N of them are pending (VampOS's log-shrink threshold, Table IV); default 1 (at close); `never` keeps them (implies --recover-stateful).
+    #[arg(long = "log-shrink", value_name = "N")]
+    log_shrink: Option<String>,
+    /// When the instance ends, print the size of vfs's call log on stderr (implies --recover-stateful).
+    #[arg(long)]
+    log_report: bool,
+}
+
 /// `shoal run`: the options are checked and the image run by the same code
 /// as the lean `shoal-tender` command (crate `shoal-tender`).
 #[allow(clippy::too_many_arguments)]
@@ -218,9 +232,9 @@ fn run_image(
     mode: pool_cmd::MemMode,
     pool_fallback: bool,
     single_process: bool,
-    net: (Vec<String>, Vec<String>, bool, Vec<String>, bool),
+    net: NetOpts,
     volume: Option<String>,
-    recover: (Option<String>, Option<String>, Option<String>, bool, bool, Option<String>, bool),
+    recover: RecoverOpts,
     image: PathBuf,
     args: Vec<String>,
 ) -> Result<i32> {
@@ -229,15 +243,15 @@ fn run_image(
         Tender::Hvt => shoal_tender::Tender::Hvt,
     };
     let args = shoal_tender::RunArgs::new(tender, fs, mem, env, mode.into(), pool_fallback, single_process, image, args.into_iter().map(Into::into).collect())?
-        .with_net(&net.0, &net.1, net.2)?
-        .with_allow(&net.3)?
-        .with_bind_any(net.4)?
+        .with_net(&net.publish, &net.listen_fd, net.net_outbound)?
+        .with_allow(&net.net_allow)?
+        .with_bind_any(net.net_bind_any)?
         .with_volume(volume.as_deref())?
-        .with_inject(recover.0.as_deref())?
-        .with_rejuvenation(recover.1.as_deref())?
-        .with_watchdog(recover.2.as_deref(), recover.3)?
-        .with_stateful_recovery(recover.4)?
-        .with_log_shrink(recover.5.as_deref(), recover.6)?;
+        .with_inject(recover.inject.as_deref())?
+        .with_rejuvenation(recover.rejuvenate_every.as_deref())?
+        .with_watchdog(recover.watchdog.as_deref(), recover.no_recover)?
+        .with_stateful_recovery(recover.recover_stateful)?
+        .with_log_shrink(recover.log_shrink.as_deref(), recover.log_report)?;
     Ok(shoal_tender::run(&args)?)
 }
 
@@ -306,19 +320,9 @@ fn real_main() -> Result<i32> {
             mem_mode,
             pool_fallback,
             single_process,
-            publish,
-            listen_fd,
-            net_outbound,
-            net_allow,
-            net_bind_any,
+            net,
             volume,
-            inject,
-            rejuvenate_every,
-            watchdog,
-            no_recover,
-            recover_stateful,
-            log_shrink,
-            log_report,
+            recover,
             image,
             args,
         } => run_image(
@@ -329,9 +333,9 @@ fn real_main() -> Result<i32> {
             mem_mode,
             pool_fallback,
             single_process,
-            (publish, listen_fd, net_outbound, net_allow, net_bind_any),
+            net,
             volume,
-            (inject, rejuvenate_every, watchdog, no_recover, recover_stateful, log_shrink, log_report),
+            recover,
             image,
             args,
         ),

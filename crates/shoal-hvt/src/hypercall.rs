@@ -331,7 +331,7 @@ pub fn handle(
                 Ok(a) => a,
                 Err(r) => return Action::Refused(r),
             };
-            a.ret = if a.addr % 8 != 0 {
+            a.ret = if !a.addr.is_multiple_of(8) {
                 EINVAL
             } else if !g.read_only.writable(g.mem, a.addr, 8) {
                 EFAULT

@@ -353,7 +353,7 @@ fn decode_cpuid(bytes: &[u8], key: &str) -> Option<Vec<kvm_cpuid_entry2>> {
         return None;
     }
     let body = &bytes[nl + 1..];
-    if body.is_empty() || body.len() % 40 != 0 || body.len() / 40 > KVM_MAX_CPUID_ENTRIES {
+    if body.is_empty() || !body.len().is_multiple_of(40) || body.len() / 40 > KVM_MAX_CPUID_ENTRIES {
         return None;
     }
     let word = |c: &[u8], i: usize| u32::from_le_bytes([c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3]]);
