@@ -312,33 +312,9 @@ fn real_main() -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Run {
-            tender,
-            fs,
-            mem,
-            env,
-            mem_mode,
-            pool_fallback,
-            single_process,
-            net,
-            volume,
-            recover,
-            image,
-            args,
-        } => run_image(
-            tender,
-            fs,
-            &mem,
-            env,
-            mem_mode,
-            pool_fallback,
-            single_process,
-            net,
-            volume,
-            recover,
-            image,
-            args,
-        ),
+        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, single_process, net, volume, recover, image, args } => {
+            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, single_process, net, volume, recover, image, args)
+        }
         Cmd::Pool { which } => {
             pool_cmd::run(which)?;
             Ok(0)

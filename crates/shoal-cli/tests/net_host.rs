@@ -62,7 +62,11 @@ impl Server {
             unsafe {
                 cmd.pre_exec(move || {
                     let r = if fd == 10 { libc::fcntl(10, libc::F_SETFD, 0) } else { libc::dup2(fd, 10) };
-                    if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+                    if r < 0 {
+                        Err(std::io::Error::last_os_error())
+                    } else {
+                        Ok(())
+                    }
                 });
             }
         }

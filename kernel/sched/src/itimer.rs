@@ -85,13 +85,9 @@ pub fn deadline() -> Option<u64> {
 pub fn expired(now: u64) -> bool {
     TIMER.with(|t| match *t {
         Some((at, every)) if now >= at => {
-            *t = if every == 0 {
-                None
-            } else {
-                // The next expiry after `now`, on the original grid.
-                let late = (now - at) / every + 1;
-                Some((at.saturating_add(late.saturating_mul(every)), every))
-            };
+            // A one-shot timer (interval 0) is disarmed; a periodic one
+            // moves to its next expiry after `now`, on the original grid.
+            *t = (now - at).checked_div(every).map(|late| (at.saturating_add((late + 1).saturating_mul(every)), every));
             true
         }
         _ => false,
