@@ -43,7 +43,7 @@
 //!   settings.
 //!
 //! The log is updated when a call leaves vfs ([`crate::with`]), from the
-//! journal ramfs keeps of what the call changed (`Fs::swap_journal`) and
+//! journal ramfs keeps of what the call changed (`Fs::journal`) and
 //! a comparison of those tables (descriptors, descriptions, pipes, locks)
 //! the call borrowed mutably (each is a `Tracked` value, whose flag tells;
 //! the others are not looked at; a read or write that only moved one
@@ -227,8 +227,6 @@ pub(crate) struct Log {
     termios_changes: u64,
     /// State-changing calls logged since boot.
     calls: u64,
-    /// The journal's lists, swapped with ramfs's on every call.
-    spare: shoal_ramfs::heal::Journal,
     /// The log-shrink threshold (`--log-shrink`, VampOS's Table IV): the
     /// records of closed sessions are dropped when this many are pending;
     /// 1 (the default): at close; `u32::MAX`: never.
@@ -321,10 +319,31 @@ pub(crate) fn commit(v: &mut Vfs) {
     }
 }
 
-/// [`commit`] of a call that may have changed something.
+/// [`commit`] of a call that may have changed something: what it
+/// changed goes into the log. Kept small — the calls that get here are
+/// mostly a `write` or `lseek` that moved one description's offset, an
+/// `F_SETLK`, a write into a file's pages, each changing one thing — so
+/// the common cases are a few compares and copies here and each table's
+/// whole comparison is a function of its own, called only when the call
+/// changed that table (one large function with every case inlined paid
+/// a wide frame and saved registers on every call).
 #[inline(never)]
 fn commit_changes(v: &mut Vfs) {
-    slot(|log| log.record(v));
+    let p = LOG_AT.load(Relaxed);
+    if p.is_null() || LENT.load(Relaxed) {
+        return;
+    }
+    LENT.store(true, Relaxed);
+    // SAFETY: as in `slot` (`LENT` was clear and is set: this is the only
+    // reference to the log until it is cleared below).
+    unsafe { &mut *p }.record(v);
+    LENT.store(false, Relaxed);
+}
+
+/// [`sync`] of the descriptor table, out of line (see [`commit_changes`]).
+#[inline(never)]
+fn sync_table(dst: &mut Vec<Option<FdEntry>>, src: &[Option<FdEntry>]) -> bool {
+    sync(dst, src)
 }
 
 /// Makes `dst` equal to `src`, copying only the entries that differ;
@@ -366,7 +385,6 @@ impl Log {
             termios: crate::ops::termios(),
             termios_changes: crate::ops::termios_changes(),
             calls: 0,
-            spare: Default::default(),
             shrink_at: 1,
             closed: Vec::new(),
             shrinks: 0,
@@ -374,19 +392,17 @@ impl Log {
         }
     }
 
-    /// Records what the last call changed in `v`.
+    /// Records what the last call changed in `v` (see [`commit_changes`]).
+    #[inline]
     fn record(&mut self, v: &mut Vfs) {
         let log = self;
         let mut changed = false;
         if !v.fs.journal_is_empty() {
-            let mut j = core::mem::take(&mut log.spare);
-            v.fs.swap_journal(&mut j);
+            log.journal_changes(v);
             changed = true;
-            log.inodes_changed(v, &j.touched, &j.changes);
-            log.spare = j;
         }
-        // Each table is compared with its copy only if the call borrowed
-        // it mutably (`Tracked`): most calls leave most of them alone.
+        // Each table is compared with its copy only if the call borrowed it
+        // mutably (`Tracked`): most calls leave most of them alone.
         changed |= match v.fds.take_dirty_entries() {
             Dirty::Clean => false,
             // One descriptor (an open, a close, a dup2): that entry alone.
@@ -397,17 +413,16 @@ impl Log {
                 }
                 _ => false,
             },
-            _ => sync(&mut log.fds, &v.fds),
+            _ => sync_table(&mut log.fds, &v.fds),
         };
-        let synced = match v.ofds.take_dirty_entries() {
+        changed |= match v.ofds.take_dirty_entries() {
             Dirty::Clean => false,
-            // One description (a read or write moved its offset): that
-            // entry alone.
-            // (With a shrink threshold above 1 the whole table is
+            // One description (a read or write moved its offset): that entry
+            // alone. (With a shrink threshold above 1 the whole table is
             // synced, which keeps the record of a session that ended.)
             Dirty::One(i) if log.ofds.len() == v.ofds.len() && log.shrink_at <= 1 => match (log.ofds.get_mut(i), v.ofds.get(i)) {
-                // The offset first: the field a read or write moves,
-                // so the whole comparison is rarely needed.
+                // The offset first: the field a read or write moves, so the
+                // whole comparison is rarely needed.
                 (Some(d), Some(s)) if d.as_ref().map(|o| o.offset) != s.as_ref().map(|o| o.offset) || d != s => {
                     d.clone_from(s);
                     true
@@ -416,7 +431,30 @@ impl Log {
             },
             _ => log.sync_ofds(&v.ofds),
         };
-        changed |= synced;
+        if v.pipes.is_dirty() || v.locks.is_dirty() || log.scalars != Scalars::of(v) || log.termios_changes != crate::ops::termios_changes() {
+            changed |= log.record_rest(v);
+        }
+        if changed {
+            log.calls += 1;
+        }
+    }
+
+    /// The inodes and file data the last call changed, from ramfs's
+    /// journal (read in place, then emptied).
+    #[inline(never)]
+    fn journal_changes(&mut self, v: &mut Vfs) {
+        let (touched, changes) = v.fs.journal();
+        self.inodes_changed(v, touched, changes);
+        v.fs.clear_journal();
+    }
+
+    /// The pipes, locks, scalars and terminal settings the last call
+    /// changed (of these only the locks change often, at each
+    /// `F_SETLK`: out of line, see [`commit_changes`]).
+    #[inline(never)]
+    fn record_rest(&mut self, v: &mut Vfs) -> bool {
+        let log = self;
+        let mut changed = false;
         let s = Scalars::of(v);
         if log.scalars != s {
             log.scalars = s;
@@ -435,9 +473,7 @@ impl Log {
             log.termios = crate::ops::termios();
             changed = true;
         }
-        if changed {
-            log.calls += 1;
-        }
+        changed
     }
 
     /// Replays the log over `v`, the state as the boot built it (built
@@ -477,6 +513,7 @@ impl Log {
     /// that ended (a description gone, or its slot reused) while the
     /// shrink threshold is above 1, and dropping them all when it is
     /// reached.
+    #[inline(never)]
     fn sync_ofds(&mut self, live: &[Option<Ofd>]) -> bool {
         if self.shrink_at > 1 {
             for (i, old) in self.ofds.iter().enumerate() {
@@ -531,20 +568,24 @@ impl Log {
         }
         // Writes in place to files not otherwise changed by the call:
         // the image and the handle's size from the change itself (module
-        // `shoal_ramfs::heal`, `Change::InPlace`); a file the log has no
-        // image or handle of yet is exported as a touched one is.
+        // `shoal_ramfs::heal`, `Change::InPlace`); likewise a reference
+        // count taken or dropped (`Change::Refs`). An inode the log has
+        // no image (or file handle) of yet is exported as a touched one is.
         for c in changes {
-            let Change::InPlace { ino, size, .. } = *c else { continue };
-            if touched.contains(&ino) {
-                continue;
-            }
-            let applied = match self.inodes.get_mut(&ino) {
-                Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
-                    im.apply_in_place(c);
-                    d.mirror_in_place(size);
-                    true
-                }
-                _ => false,
+            let (ino, applied) = match *c {
+                Change::InPlace { ino, size, .. } if !touched.contains(&ino) => match self.inodes.get_mut(&ino) {
+                    Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
+                        im.apply_in_place(c);
+                        d.mirror_in_place(size);
+                        (ino, true)
+                    }
+                    _ => (ino, false),
+                },
+                Change::Refs { ino, .. } if !touched.contains(&ino) => match self.inodes.get_mut(&ino) {
+                    Some(InodeEntry { image: Some(im), .. }) => (ino, im.apply_refs(c)),
+                    _ => (ino, false),
+                },
+                _ => continue,
             };
             if !applied {
                 self.inodes_changed(v, &[ino], &[]);
