@@ -191,6 +191,68 @@ struct InodeEntry {
     data: Option<FileData>,
 }
 
+/// The log's inode entries: inode number → a slot of `slots`. The map
+/// holds small pairs and the entries (some 190 bytes: an image and a file
+/// handle) stay put in their slots, so adding or removing one moves
+/// neither it nor its neighbours in a tree node; the slot of a removed
+/// entry, with its image's buffers, is the next new inode's (SQLite makes
+/// and removes its journal file once per transaction). A reused slot's
+/// image is stale until [`Fs::export_file_into`] refreshes it, which the
+/// only caller of [`Entries::get_or_insert`] does at once.
+///
+/// [`Fs::export_file_into`]: shoal_ramfs::Fs::export_file_into
+#[derive(Default)]
+struct Entries {
+    map: BTreeMap<Ino, usize>,
+    slots: Vec<InodeEntry>,
+    /// Slots of removed entries (their `data` dropped).
+    free: Vec<usize>,
+}
+
+impl Entries {
+    fn get_mut(&mut self, ino: Ino) -> Option<&mut InodeEntry> {
+        let i = *self.map.get(&ino)?;
+        self.slots.get_mut(i)
+    }
+
+    /// The entry of `ino`, made if there is none (in a free slot, whose
+    /// image is stale: see [`Entries`]).
+    fn get_or_insert(&mut self, ino: Ino) -> &mut InodeEntry {
+        let i = match self.map.get(&ino) {
+            Some(&i) => i,
+            None => {
+                let i = self.free.pop().unwrap_or_else(|| {
+                    self.slots.push(InodeEntry { image: None, data: None });
+                    self.slots.len() - 1
+                });
+                self.map.insert(ino, i);
+                i
+            }
+        };
+        &mut self.slots[i]
+    }
+
+    /// Drops the entry of `ino`: its file handle (the pages' references)
+    /// now, its slot kept for the next new inode.
+    fn remove(&mut self, ino: Ino) {
+        if let Some(i) = self.map.remove(&ino) {
+            if let Some(e) = self.slots.get_mut(i) {
+                e.data = None;
+            }
+            self.free.push(i);
+        }
+    }
+
+    /// The entries, by inode number.
+    fn iter(&self) -> impl Iterator<Item = (Ino, &InodeEntry)> {
+        self.map.iter().filter_map(|(&ino, &i)| self.slots.get(i).map(|e| (ino, e)))
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
 /// What vfs holds besides its tables and ramfs's tree and that calls
 /// change, as one entry. (The standard streams' inodes, `/proc/self/fd`
 /// and the pipes' times are set at boot only: the rebuild makes them
@@ -215,7 +277,7 @@ pub(crate) struct Log {
     boot_clock: Vec<u64>,
     /// Inodes below this number existed at boot.
     boot_next_ino: Ino,
-    inodes: BTreeMap<Ino, InodeEntry>,
+    inodes: Entries,
     next_ino: Ino,
     fds: Vec<Option<FdEntry>>,
     ofds: Vec<Option<Ofd>>,
@@ -371,7 +433,7 @@ impl Log {
         Log {
             boot_clock,
             boot_next_ino: v.fs.next_ino(),
-            inodes: BTreeMap::new(),
+            inodes: Entries::default(),
             next_ino: v.fs.next_ino(),
             fds: (*v.fds).clone(),
             ofds: (*v.ofds).clone(),
@@ -482,7 +544,7 @@ impl Log {
     fn replay(&self, v: &mut Vfs, mut old: Option<&mut Vfs>) -> Result<u64, &'static str> {
         let fs = &mut v.fs;
         fs.set_journal(false);
-        for (&ino, e) in &self.inodes {
+        for (ino, e) in self.inodes.iter() {
             let data = match (&e.image, &e.data) {
                 (Some(im), Some(d)) if im.is_file() => match old.as_mut().and_then(|o| o.fs.take_data(ino)) {
                     Some(moved) => Some(moved),
@@ -536,7 +598,7 @@ impl Log {
 
     fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
         for &ino in touched {
-            let e = self.inodes.entry(ino).or_insert_with(|| InodeEntry { image: None, data: None });
+            let e = self.inodes.get_or_insert(ino);
             match v.fs.export_file_into(ino, &mut e.image) {
                 Exported::File(live) => match &mut e.data {
                     // First change to this file since boot: a handle on
@@ -561,7 +623,7 @@ impl Log {
                 // Destroyed: one made since boot leaves nothing; one from
                 // boot leaves a tombstone (image None).
                 Exported::Gone if ino >= self.boot_next_ino => {
-                    self.inodes.remove(&ino);
+                    self.inodes.remove(ino);
                 }
                 Exported::Gone => e.data = None,
             }
@@ -573,7 +635,7 @@ impl Log {
         // no image (or file handle) of yet is exported as a touched one is.
         for c in changes {
             let (ino, applied) = match *c {
-                Change::InPlace { ino, size, .. } if !touched.contains(&ino) => match self.inodes.get_mut(&ino) {
+                Change::InPlace { ino, size, .. } if !touched.contains(&ino) => match self.inodes.get_mut(ino) {
                     Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
                         im.apply_in_place(c);
                         d.mirror_in_place(size);
@@ -581,7 +643,7 @@ impl Log {
                     }
                     _ => (ino, false),
                 },
-                Change::Refs { ino, .. } if !touched.contains(&ino) => match self.inodes.get_mut(&ino) {
+                Change::Refs { ino, .. } if !touched.contains(&ino) => match self.inodes.get_mut(ino) {
                     Some(InodeEntry { image: Some(im), .. }) => (ino, im.apply_refs(c)),
                     _ => (ino, false),
                 },
@@ -599,10 +661,14 @@ impl Log {
     /// lists reference are the files' own, not counted here.
     fn bytes(&self) -> u64 {
         let mut b = core::mem::size_of::<Log>() + self.boot_clock.capacity() * 8;
-        for e in self.inodes.values() {
+        for (_, e) in self.inodes.iter() {
             b += core::mem::size_of::<InodeEntry>() + core::mem::size_of::<Image>() + 16;
             b += e.image.as_ref().map_or(0, |i| i.heap_bytes());
             b += e.data.as_ref().map_or(0, |d| d.owned_pages() as usize * PAGE_REF_BYTES);
+        }
+        // Free slots, kept for the next new inode.
+        for e in self.inodes.free.iter().filter_map(|&i| self.inodes.slots.get(i)) {
+            b += core::mem::size_of::<InodeEntry>() + e.image.as_ref().map_or(0, |i| i.heap_bytes());
         }
         b += self.fds.capacity() * core::mem::size_of::<Option<FdEntry>>();
         b += self.ofds.capacity() * core::mem::size_of::<Option<Ofd>>();
@@ -615,7 +681,7 @@ impl Log {
     fn entries(&self) -> u64 {
         let live = |n: usize| n as u64;
         live(self.inodes.len())
-            + self.inodes.values().filter(|e| e.data.is_some()).count() as u64
+            + self.inodes.iter().filter(|(_, e)| e.data.is_some()).count() as u64
             + self.fds.iter().filter(|e| e.is_some()).count() as u64
             + self.ofds.iter().filter(|e| e.is_some()).count() as u64
             + live(self.pipes.len())
