@@ -2,8 +2,11 @@
 //! replay are `shoal-vfs`'s module `heal`, see there for the design).
 //!
 //! - **The journal**: every inode a call changed (created, written,
-//!   renamed into, destroyed, its times or reference count moved) and the
-//!   ranges of file data it wrote or the sizes it truncated to, in order.
+//!   renamed into, destroyed, its times moved) and the ranges of file
+//!   data it wrote or the sizes it truncated to, in order; a write into
+//!   pages the file had and a reference taken or dropped come as the
+//!   change alone ([`Change::InPlace`], [`Change::Refs`]), the inode not
+//!   listed for them.
 //!   vfs reads it after each call ([`Fs::journal`]) into its log and
 //!   empties it ([`Fs::clear_journal`]).
 //! - **Images**: an inode without its file contents ([`Image`], from
