@@ -506,8 +506,41 @@ impl Log {
     #[inline(never)]
     fn journal_changes(&mut self, v: &mut Vfs) {
         let (touched, changes) = v.fs.journal();
-        self.inodes_changed(v, touched, changes);
+        // The common case — one write into pages the file had (a database
+        // page, a journal record), or a reference taken or dropped —
+        // applied here, without the general walk.
+        let done = match (touched, changes) {
+            ([], [c]) => self.apply_alone(c),
+            _ => false,
+        };
+        if done {
+            self.next_ino = v.fs.next_ino();
+        } else {
+            self.inodes_changed(v, touched, changes);
+        }
         v.fs.clear_journal();
+    }
+
+    /// Applies a change that comes without its inode
+    /// (`Change::InPlace`, `Change::Refs`) to the log's image (and file
+    /// handle); `false` if the log has no image of that inode yet (or
+    /// the change is another kind), to be exported instead.
+    fn apply_alone(&mut self, c: &Change) -> bool {
+        match *c {
+            Change::InPlace { ino, size, .. } => match self.inodes.get_mut(ino) {
+                Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
+                    im.apply_in_place(c);
+                    d.mirror_in_place(size);
+                    true
+                }
+                _ => false,
+            },
+            Change::Refs { ino, .. } => match self.inodes.get_mut(ino) {
+                Some(InodeEntry { image: Some(im), .. }) => im.apply_refs(c),
+                _ => false,
+            },
+            _ => false,
+        }
     }
 
     /// The pipes, locks, scalars and terminal settings the last call
@@ -634,22 +667,11 @@ impl Log {
         // count taken or dropped (`Change::Refs`). An inode the log has
         // no image (or file handle) of yet is exported as a touched one is.
         for c in changes {
-            let (ino, applied) = match *c {
-                Change::InPlace { ino, size, .. } if !touched.contains(&ino) => match self.inodes.get_mut(ino) {
-                    Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
-                        im.apply_in_place(c);
-                        d.mirror_in_place(size);
-                        (ino, true)
-                    }
-                    _ => (ino, false),
-                },
-                Change::Refs { ino, .. } if !touched.contains(&ino) => match self.inodes.get_mut(ino) {
-                    Some(InodeEntry { image: Some(im), .. }) => (ino, im.apply_refs(c)),
-                    _ => (ino, false),
-                },
+            let ino = match *c {
+                Change::InPlace { ino, .. } | Change::Refs { ino, .. } if !touched.contains(&ino) => ino,
                 _ => continue,
             };
-            if !applied {
+            if !self.apply_alone(c) {
                 self.inodes_changed(v, &[ino], &[]);
             }
         }
