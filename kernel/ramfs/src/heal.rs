@@ -2,9 +2,13 @@
 //! replay are `shoal-vfs`'s module `heal`, see there for the design).
 //!
 //! - **The journal**: every inode a call changed (created, written,
-//!   renamed into, destroyed, its times or reference count moved) and the
-//!   ranges of file data it wrote or the sizes it truncated to, in order.
-//!   vfs drains it after each call ([`Fs::swap_journal`]) into its log.
+//!   renamed into, destroyed, its times moved) and the ranges of file
+//!   data it wrote or the sizes it truncated to, in order; a write into
+//!   pages the file had and a reference taken or dropped come as the
+//!   change alone ([`Change::InPlace`], [`Change::Refs`]), the inode not
+//!   listed for them.
+//!   vfs reads it after each call ([`Fs::journal`]) into its log and
+//!   empties it ([`Fs::clear_journal`]).
 //! - **Images**: an inode without its file contents ([`Image`], from
 //!   [`Fs::export`]), which the log keeps per inode; [`Fs::import`] puts one
 //!   back (or removes the inode) when the file system is rebuilt after a
@@ -53,6 +57,19 @@ pub enum Change {
         ino: Ino,
         /// An offset in the page.
         off: u64,
+    },
+    /// A reference taken or dropped ([`Fs::get_ref`], [`Fs::put_ref`]:
+    /// an open or close of the inode, the working directory moved): its
+    /// count after the change. Like [`Change::InPlace`], the inode is not
+    /// in `touched` for it — the log sets the count in its image without
+    /// exporting the inode again (for a directory, a walk over its
+    /// entries; SQLite opens and closes its database's directory once
+    /// per transaction). An inode the drop freed is in `touched`.
+    Refs {
+        /// The inode.
+        ino: Ino,
+        /// Its reference count after the change.
+        refs: u32,
     },
     /// Truncated (or extended) to `size`.
     Truncate {
@@ -135,6 +152,18 @@ impl Image {
         }
     }
 
+    /// Applies a reference count's change ([`Change::Refs`]); `false`
+    /// (nothing changed) for another change.
+    pub fn apply_refs(&mut self, c: &Change) -> bool {
+        match *c {
+            Change::Refs { refs, .. } => {
+                self.refs = refs;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Whether it is a regular file (its contents are kept apart).
     pub fn is_file(&self) -> bool {
         self.node == NodeImage::File
@@ -162,15 +191,17 @@ impl Fs {
         }
     }
 
-    /// Swaps the journal's lists with `spare` (emptied first): `spare`
-    /// then holds the inodes changed and the data changes made since the
-    /// last call, and the journal goes on in `spare`'s old buffers (no
-    /// allocation once they have grown).
-    pub fn swap_journal(&mut self, spare: &mut Journal) {
-        spare.touched.clear();
-        spare.changes.clear();
-        core::mem::swap(&mut self.journal.touched, &mut spare.touched);
-        core::mem::swap(&mut self.journal.changes, &mut spare.changes);
+    /// The inodes changed and the data changes made since the journal
+    /// was last emptied ([`Fs::clear_journal`]): read in place, where
+    /// moving the lists out and back cost more.
+    pub fn journal(&self) -> (&[Ino], &[Change]) {
+        (&self.journal.touched, &self.journal.changes)
+    }
+
+    /// Empties the journal (its buffers kept).
+    pub fn clear_journal(&mut self) {
+        self.journal.touched.clear();
+        self.journal.changes.clear();
     }
 
     /// Whether the journal holds anything.

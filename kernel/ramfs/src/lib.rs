@@ -218,7 +218,7 @@ pub struct Fs {
     next_ino: Ino,
     clock: fn() -> u64,
     resized: Resized,
-    /// What changed since the last [`Fs::swap_journal`] (module [`heal`]).
+    /// What changed since the last [`Fs::clear_journal`] (module [`heal`]).
     journal: heal::Journal,
 }
 
@@ -726,16 +726,29 @@ impl Fs {
 
     /// Takes a reference on `ino` (an open file, the working directory):
     /// it stays alive after its last name is removed.
+    /// Journaled as [`heal::Change::Refs`], not as a touched inode.
     pub fn get_ref(&mut self, ino: Ino) {
-        if let Some(i) = self.touch(&ino) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
             i.refs += 1;
+            let refs = i.refs;
+            self.journal.changed(heal::Change::Refs { ino, refs });
         }
     }
 
+    /// The references taken on `ino` ([`Fs::get_ref`]); `None` if it
+    /// does not exist.
+    pub fn refs(&self, ino: Ino) -> Option<u32> {
+        self.inodes.get(&ino).map(|i| i.refs)
+    }
+
     /// Drops a reference taken with [`Fs::get_ref`].
+    /// Journaled as [`heal::Change::Refs`] (and as touched if it freed
+    /// the inode).
     pub fn put_ref(&mut self, ino: Ino) {
-        if let Some(i) = self.touch(&ino) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
             i.refs = i.refs.saturating_sub(1);
+            let refs = i.refs;
+            self.journal.changed(heal::Change::Refs { ino, refs });
         }
         self.maybe_free(ino);
     }

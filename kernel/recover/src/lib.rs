@@ -282,11 +282,16 @@ unsafe impl Sync for Context {}
 
 static CONTEXT: Context = Context(UnsafeCell::new([0; 8]));
 
-// shoal_recover_call(body, arg, ctx): saves the callee-saved registers, the
-// stack pointer and the return address in ctx, calls body(arg) and returns
-// 0. shoal_recover_unwind(ctx) restores them and returns 1 from that
-// shoal_recover_call: to its caller, the call simply returned 1, with every
-// callee-saved register as the C ABI promises.
+// shoal_recover_call(f, args, ctx): saves the callee-saved registers, the
+// stack pointer and the return address in ctx, then jumps to
+// `body(f, args)`, which returns straight to shoal_recover_call's caller
+// with the call's result in rax and rdx ([`Raw`]).
+// shoal_recover_unwind(ctx) restores them and returns [`Raw`]'s "aborted"
+// (rax 0, rdx 2) from that shoal_recover_call: to its caller, the call
+// simply returned, with every callee-saved register as the C ABI
+// promises. (The jump instead of a call keeps the frame and the result
+// out of memory: a frame in the gate's stack that `body` filled and the
+// gate read back cost a few cycles on every gated call.)
 core::arch::global_asm!(
     ".section .text.shoal_recover_call,\"ax\",@progbits",
     ".globl shoal_recover_call",
@@ -302,13 +307,7 @@ core::arch::global_asm!(
     "    mov [rdx + 48], rax",
     "    mov rax, [rsp]",
     "    mov [rdx + 56], rax",
-    "    mov rax, rdi",
-    "    mov rdi, rsi",
-    "    sub rsp, 8",
-    "    call rax",
-    "    add rsp, 8",
-    "    xor eax, eax",
-    "    ret",
+    "    jmp {body}",
     ".size shoal_recover_call, . - shoal_recover_call",
     ".section .text.shoal_recover_unwind,\"ax\",@progbits",
     ".globl shoal_recover_unwind",
@@ -321,13 +320,31 @@ core::arch::global_asm!(
     "    mov r14, [rdi + 32]",
     "    mov r15, [rdi + 40]",
     "    mov rsp, [rdi + 48]",
-    "    mov eax, 1",
+    "    xor eax, eax",
+    "    mov edx, 2",
     "    jmp qword ptr [rdi + 56]",
     ".size shoal_recover_unwind, . - shoal_recover_unwind",
+    body = sym body,
 );
 
+/// A gated call's result as `shoal_recover_call` returns it, in two
+/// registers (rax, rdx: the SysV ABI's return of a two-word struct):
+/// `Ok(val)` (`err` 0), `Err(Errno(val))` (1), or [`RAW_ABORTED`].
+#[repr(C)]
+struct Raw {
+    val: u64,
+    err: u64,
+}
+
+/// [`Raw::err`] when the component failed and `shoal_recover_unwind` came
+/// back to the gate.
+const RAW_ABORTED: u64 = 2;
+
+// The function pointer and the arguments only pass through the assembly
+// in registers, to `body`, which calls `f` with Rust's ABI.
+#[allow(improper_ctypes)]
 extern "C" {
-    fn shoal_recover_call(body: extern "C" fn(*mut u8), arg: *mut u8, ctx: *mut [u64; 8]) -> u64;
+    fn shoal_recover_call(f: SyscallFn, args: &Args, ctx: *mut [u64; 8]) -> Raw;
     fn shoal_recover_unwind(ctx: *const [u64; 8]) -> !;
 }
 
@@ -494,7 +511,7 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
         if rebootable(c) {
             log::before_call(c);
         }
-        let r = protected(c, f, args, inject, n);
+        let r = protected(c, f, args, inject);
         log::after_call();
         r
     } else {
@@ -604,42 +621,28 @@ extern "C" fn shoal_recover_fault(sig: u64, addr: u64, rip: u64) -> ! {
     shoal_plat::hypercall::halt(128 + (sig & 0x7f) as i64)
 }
 
-/// What the gate hands to [`body`] across `shoal_recover_call`.
-struct Frame<'a> {
-    c: Component,
-    n: u64,
-    f: SyscallFn,
-    args: &'a Args,
-    inject: bool,
-    /// The call's result, as two plain words (see [`body`]).
-    out_val: u64,
-    out_err: bool,
+/// The gated call, entered by `shoal_recover_call`'s jump: calls `f` and
+/// returns its result in registers ([`Raw`]).
+#[allow(improper_ctypes_definitions)]
+extern "C" fn body(f: SyscallFn, args: &Args) -> Raw {
+    match f(args) {
+        Ok(v) => Raw { val: v, err: 0 },
+        Err(e) => Raw { val: e.0 as u32 as u64, err: 1 },
+    }
 }
 
-extern "C" fn body(p: *mut u8) {
-    // SAFETY: `protected` passes a pointer to its own `Frame`, alive for
-    // the whole call, and touches it only after `shoal_recover_call`
-    // returns.
-    let fr = unsafe { &mut *p.cast::<Frame>() };
-    if fr.inject {
-        injected(fr.c, fr.n);
-    }
-    // Taken apart field by field rather than copied whole: the callee
-    // stores the result's tag and value with two scalar stores, and a
-    // 16-byte copy of them (what `fr.out = …` compiled to) loads them
-    // back with one vector load, which cannot be forwarded from those
-    // stores — a store-forwarding stall of some 12 cycles on every gated
-    // call.
-    match (fr.f)(fr.args) {
-        Ok(v) => (fr.out_val, fr.out_err) = (v, false),
-        Err(e) => (fr.out_val, fr.out_err) = (e.0 as u32 as u64, true),
-    }
+/// The `--inject` fault, run in place of the call it hits (inside the
+/// armed gate, so its failure returns there): `INJECT_COMPONENT` and
+/// `INJECT_AT` are that call's component and number.
+fn inject_now(_: &Args) -> SysResult {
+    injected(INJECT_COMPONENT.load(Relaxed), INJECT_AT.load(Relaxed))
 }
 
 /// Runs `f` with a saved return context; after a failure, reboots `c` and
-/// retries once; a second failure is `EIO`.
-fn protected(c: Component, f: SyscallFn, args: &Args, inject: bool, n: u64) -> SysResult {
-    let mut frame = Frame { c, n, f, args, inject, out_val: 0, out_err: true };
+/// retries once; a second failure is `EIO`. `inject`: the first attempt
+/// is the injected fault instead.
+fn protected(c: Component, f: SyscallFn, args: &Args, inject: bool) -> SysResult {
+    let mut now: SyscallFn = if inject { inject_now } else { f };
     for _ in 0..2 {
         ARMED.store(1, Relaxed);
         // Watched for a hang: calls into a rebootable component (every
@@ -648,25 +651,24 @@ fn protected(c: Component, f: SyscallFn, args: &Args, inject: bool, n: u64) -> S
         if rebootable(c) {
             watchdog::begin(c);
         }
-        // SAFETY: `body` is a plain `extern "C" fn(*mut u8)` and the frame
-        // outlives the call. If the component fails, `abort_to_gate`
-        // returns here with 1: the frames above are abandoned (no
+        // SAFETY: `body` is entered with `now` and `args`, alive for the
+        // whole call. If the component fails, `abort_to_gate` returns here
+        // with `RAW_ABORTED`: the frames above are abandoned (no
         // destructor of theirs runs: what they held leaks, which is safe)
         // and every callee-saved register holds what it held at the call.
-        let aborted = unsafe { shoal_recover_call(body, (&raw mut frame).cast(), CONTEXT.0.get()) };
+        let r = unsafe { shoal_recover_call(now, args, CONTEXT.0.get()) };
         watchdog::end();
         ARMED.store(0, Relaxed);
-        if aborted == 0 {
-            return match frame.out_err {
-                false => Ok(frame.out_val),
-                true => Err(Errno(frame.out_val as u32 as i32)),
-            };
+        match r.err {
+            0 => return Ok(r.val),
+            1 => return Err(Errno(r.val as u32 as i32)),
+            _ => debug_assert_eq!(r.err, RAW_ABORTED),
         }
         reboot(match FAILED.swap(0, Relaxed) {
             0 => c,
             f => f,
         });
-        frame.inject = false;
+        now = f;
     }
     Err(Errno::EIO)
 }
@@ -811,16 +813,14 @@ mod tests {
 
     static SEEN: AtomicU64 = AtomicU64::new(0);
 
-    extern "C" fn unwinds(p: *mut u8) {
-        // SAFETY: the test passes a pointer to a u64.
-        unsafe { *p.cast::<u64>() = 7 };
+    fn unwinds(_: &Args) -> SysResult {
+        SEEN.store(7, Relaxed);
         // SAFETY: the test's shoal_recover_call saved CONTEXT just below.
         unsafe { shoal_recover_unwind(CONTEXT.0.get()) }
     }
 
-    extern "C" fn returns(p: *mut u8) {
-        // SAFETY: the test passes a pointer to a u64.
-        unsafe { *p.cast::<u64>() = 9 };
+    fn returns(_: &Args) -> SysResult {
+        Err(Errno(9))
     }
 
     /// The component memory of the gate test: 16 bytes of "data" and 16 of
@@ -856,14 +856,16 @@ mod tests {
     /// test, since they share the gate's global state.
     #[test]
     fn the_gate_reboots_a_failed_component_and_retries_once() {
-        let mut x = 0u64;
-        // SAFETY: `returns` and `unwinds` write the u64 they are given;
-        // CONTEXT is saved by the call before `unwinds` uses it.
-        assert_eq!(unsafe { shoal_recover_call(returns, (&raw mut x).cast(), CONTEXT.0.get()) }, 0);
-        assert_eq!(x, 9);
+        let args = Args::default();
+        // SAFETY: CONTEXT is saved by the call before `unwinds` uses it.
+        let r = unsafe { shoal_recover_call(returns, &args, CONTEXT.0.get()) };
+        assert_eq!((r.val, r.err), (9, 1), "the result comes back in registers");
+        let r = unsafe { shoal_recover_call(|_| Ok(u64::MAX), &args, CONTEXT.0.get()) };
+        assert_eq!((r.val, r.err), (u64::MAX, 0));
         // SAFETY: as above; `unwinds` returns through the saved context.
-        assert_eq!(unsafe { shoal_recover_call(unwinds, (&raw mut x).cast(), CONTEXT.0.get()) }, 1);
-        assert_eq!(x, 7);
+        let r = unsafe { shoal_recover_call(unwinds, &args, CONTEXT.0.get()) };
+        assert_eq!(r.err, RAW_ABORTED);
+        assert_eq!(SEEN.swap(0, Relaxed), 7);
 
         let m = mem();
         for (i, b) in m.iter_mut().enumerate() {

@@ -43,7 +43,7 @@
 //!   settings.
 //!
 //! The log is updated when a call leaves vfs ([`crate::with`]), from the
-//! journal ramfs keeps of what the call changed (`Fs::swap_journal`) and
+//! journal ramfs keeps of what the call changed (`Fs::journal`) and
 //! a comparison of those tables (descriptors, descriptions, pipes, locks)
 //! the call borrowed mutably (each is a `Tracked` value, whose flag tells;
 //! the others are not looked at; a read or write that only moved one
@@ -191,6 +191,68 @@ struct InodeEntry {
     data: Option<FileData>,
 }
 
+/// The log's inode entries: inode number → a slot of `slots`. The map
+/// holds small pairs and the entries (some 190 bytes: an image and a file
+/// handle) stay put in their slots, so adding or removing one moves
+/// neither it nor its neighbours in a tree node; the slot of a removed
+/// entry, with its image's buffers, is the next new inode's (SQLite makes
+/// and removes its journal file once per transaction). A reused slot's
+/// image is stale until [`Fs::export_file_into`] refreshes it, which the
+/// only caller of [`Entries::get_or_insert`] does at once.
+///
+/// [`Fs::export_file_into`]: shoal_ramfs::Fs::export_file_into
+#[derive(Default)]
+struct Entries {
+    map: BTreeMap<Ino, usize>,
+    slots: Vec<InodeEntry>,
+    /// Slots of removed entries (their `data` dropped).
+    free: Vec<usize>,
+}
+
+impl Entries {
+    fn get_mut(&mut self, ino: Ino) -> Option<&mut InodeEntry> {
+        let i = *self.map.get(&ino)?;
+        self.slots.get_mut(i)
+    }
+
+    /// The entry of `ino`, made if there is none (in a free slot, whose
+    /// image is stale: see [`Entries`]).
+    fn get_or_insert(&mut self, ino: Ino) -> &mut InodeEntry {
+        let i = match self.map.get(&ino) {
+            Some(&i) => i,
+            None => {
+                let i = self.free.pop().unwrap_or_else(|| {
+                    self.slots.push(InodeEntry { image: None, data: None });
+                    self.slots.len() - 1
+                });
+                self.map.insert(ino, i);
+                i
+            }
+        };
+        &mut self.slots[i]
+    }
+
+    /// Drops the entry of `ino`: its file handle (the pages' references)
+    /// now, its slot kept for the next new inode.
+    fn remove(&mut self, ino: Ino) {
+        if let Some(i) = self.map.remove(&ino) {
+            if let Some(e) = self.slots.get_mut(i) {
+                e.data = None;
+            }
+            self.free.push(i);
+        }
+    }
+
+    /// The entries, by inode number.
+    fn iter(&self) -> impl Iterator<Item = (Ino, &InodeEntry)> {
+        self.map.iter().filter_map(|(&ino, &i)| self.slots.get(i).map(|e| (ino, e)))
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
 /// What vfs holds besides its tables and ramfs's tree and that calls
 /// change, as one entry. (The standard streams' inodes, `/proc/self/fd`
 /// and the pipes' times are set at boot only: the rebuild makes them
@@ -215,7 +277,7 @@ pub(crate) struct Log {
     boot_clock: Vec<u64>,
     /// Inodes below this number existed at boot.
     boot_next_ino: Ino,
-    inodes: BTreeMap<Ino, InodeEntry>,
+    inodes: Entries,
     next_ino: Ino,
     fds: Vec<Option<FdEntry>>,
     ofds: Vec<Option<Ofd>>,
@@ -227,8 +289,6 @@ pub(crate) struct Log {
     termios_changes: u64,
     /// State-changing calls logged since boot.
     calls: u64,
-    /// The journal's lists, swapped with ramfs's on every call.
-    spare: shoal_ramfs::heal::Journal,
     /// The log-shrink threshold (`--log-shrink`, VampOS's Table IV): the
     /// records of closed sessions are dropped when this many are pending;
     /// 1 (the default): at close; `u32::MAX`: never.
@@ -321,10 +381,31 @@ pub(crate) fn commit(v: &mut Vfs) {
     }
 }
 
-/// [`commit`] of a call that may have changed something.
+/// [`commit`] of a call that may have changed something: what it
+/// changed goes into the log. Kept small — the calls that get here are
+/// mostly a `write` or `lseek` that moved one description's offset, an
+/// `F_SETLK`, a write into a file's pages, each changing one thing — so
+/// the common cases are a few compares and copies here and each table's
+/// whole comparison is a function of its own, called only when the call
+/// changed that table (one large function with every case inlined paid
+/// a wide frame and saved registers on every call).
 #[inline(never)]
 fn commit_changes(v: &mut Vfs) {
-    slot(|log| log.record(v));
+    let p = LOG_AT.load(Relaxed);
+    if p.is_null() || LENT.load(Relaxed) {
+        return;
+    }
+    LENT.store(true, Relaxed);
+    // SAFETY: as in `slot` (`LENT` was clear and is set: this is the only
+    // reference to the log until it is cleared below).
+    unsafe { &mut *p }.record(v);
+    LENT.store(false, Relaxed);
+}
+
+/// [`sync`] of the descriptor table, out of line (see [`commit_changes`]).
+#[inline(never)]
+fn sync_table(dst: &mut Vec<Option<FdEntry>>, src: &[Option<FdEntry>]) -> bool {
+    sync(dst, src)
 }
 
 /// Makes `dst` equal to `src`, copying only the entries that differ;
@@ -352,7 +433,7 @@ impl Log {
         Log {
             boot_clock,
             boot_next_ino: v.fs.next_ino(),
-            inodes: BTreeMap::new(),
+            inodes: Entries::default(),
             next_ino: v.fs.next_ino(),
             fds: (*v.fds).clone(),
             ofds: (*v.ofds).clone(),
@@ -366,7 +447,6 @@ impl Log {
             termios: crate::ops::termios(),
             termios_changes: crate::ops::termios_changes(),
             calls: 0,
-            spare: Default::default(),
             shrink_at: 1,
             closed: Vec::new(),
             shrinks: 0,
@@ -374,19 +454,17 @@ impl Log {
         }
     }
 
-    /// Records what the last call changed in `v`.
+    /// Records what the last call changed in `v` (see [`commit_changes`]).
+    #[inline]
     fn record(&mut self, v: &mut Vfs) {
         let log = self;
         let mut changed = false;
         if !v.fs.journal_is_empty() {
-            let mut j = core::mem::take(&mut log.spare);
-            v.fs.swap_journal(&mut j);
+            log.journal_changes(v);
             changed = true;
-            log.inodes_changed(v, &j.touched, &j.changes);
-            log.spare = j;
         }
-        // Each table is compared with its copy only if the call borrowed
-        // it mutably (`Tracked`): most calls leave most of them alone.
+        // Each table is compared with its copy only if the call borrowed it
+        // mutably (`Tracked`): most calls leave most of them alone.
         changed |= match v.fds.take_dirty_entries() {
             Dirty::Clean => false,
             // One descriptor (an open, a close, a dup2): that entry alone.
@@ -397,17 +475,16 @@ impl Log {
                 }
                 _ => false,
             },
-            _ => sync(&mut log.fds, &v.fds),
+            _ => sync_table(&mut log.fds, &v.fds),
         };
-        let synced = match v.ofds.take_dirty_entries() {
+        changed |= match v.ofds.take_dirty_entries() {
             Dirty::Clean => false,
-            // One description (a read or write moved its offset): that
-            // entry alone.
-            // (With a shrink threshold above 1 the whole table is
+            // One description (a read or write moved its offset): that entry
+            // alone. (With a shrink threshold above 1 the whole table is
             // synced, which keeps the record of a session that ended.)
             Dirty::One(i) if log.ofds.len() == v.ofds.len() && log.shrink_at <= 1 => match (log.ofds.get_mut(i), v.ofds.get(i)) {
-                // The offset first: the field a read or write moves,
-                // so the whole comparison is rarely needed.
+                // The offset first: the field a read or write moves, so the
+                // whole comparison is rarely needed.
                 (Some(d), Some(s)) if d.as_ref().map(|o| o.offset) != s.as_ref().map(|o| o.offset) || d != s => {
                     d.clone_from(s);
                     true
@@ -416,7 +493,63 @@ impl Log {
             },
             _ => log.sync_ofds(&v.ofds),
         };
-        changed |= synced;
+        if v.pipes.is_dirty() || v.locks.is_dirty() || log.scalars != Scalars::of(v) || log.termios_changes != crate::ops::termios_changes() {
+            changed |= log.record_rest(v);
+        }
+        if changed {
+            log.calls += 1;
+        }
+    }
+
+    /// The inodes and file data the last call changed, from ramfs's
+    /// journal (read in place, then emptied).
+    #[inline(never)]
+    fn journal_changes(&mut self, v: &mut Vfs) {
+        let (touched, changes) = v.fs.journal();
+        // The common case — one write into pages the file had (a database
+        // page, a journal record), or a reference taken or dropped —
+        // applied here, without the general walk.
+        let done = match (touched, changes) {
+            ([], [c]) => self.apply_alone(c),
+            _ => false,
+        };
+        if done {
+            self.next_ino = v.fs.next_ino();
+        } else {
+            self.inodes_changed(v, touched, changes);
+        }
+        v.fs.clear_journal();
+    }
+
+    /// Applies a change that comes without its inode
+    /// (`Change::InPlace`, `Change::Refs`) to the log's image (and file
+    /// handle); `false` if the log has no image of that inode yet (or
+    /// the change is another kind), to be exported instead.
+    fn apply_alone(&mut self, c: &Change) -> bool {
+        match *c {
+            Change::InPlace { ino, size, .. } => match self.inodes.get_mut(ino) {
+                Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
+                    im.apply_in_place(c);
+                    d.mirror_in_place(size);
+                    true
+                }
+                _ => false,
+            },
+            Change::Refs { ino, .. } => match self.inodes.get_mut(ino) {
+                Some(InodeEntry { image: Some(im), .. }) => im.apply_refs(c),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// The pipes, locks, scalars and terminal settings the last call
+    /// changed (of these only the locks change often, at each
+    /// `F_SETLK`: out of line, see [`commit_changes`]).
+    #[inline(never)]
+    fn record_rest(&mut self, v: &mut Vfs) -> bool {
+        let log = self;
+        let mut changed = false;
         let s = Scalars::of(v);
         if log.scalars != s {
             log.scalars = s;
@@ -435,9 +568,7 @@ impl Log {
             log.termios = crate::ops::termios();
             changed = true;
         }
-        if changed {
-            log.calls += 1;
-        }
+        changed
     }
 
     /// Replays the log over `v`, the state as the boot built it (built
@@ -446,7 +577,7 @@ impl Log {
     fn replay(&self, v: &mut Vfs, mut old: Option<&mut Vfs>) -> Result<u64, &'static str> {
         let fs = &mut v.fs;
         fs.set_journal(false);
-        for (&ino, e) in &self.inodes {
+        for (ino, e) in self.inodes.iter() {
             let data = match (&e.image, &e.data) {
                 (Some(im), Some(d)) if im.is_file() => match old.as_mut().and_then(|o| o.fs.take_data(ino)) {
                     Some(moved) => Some(moved),
@@ -477,6 +608,7 @@ impl Log {
     /// that ended (a description gone, or its slot reused) while the
     /// shrink threshold is above 1, and dropping them all when it is
     /// reached.
+    #[inline(never)]
     fn sync_ofds(&mut self, live: &[Option<Ofd>]) -> bool {
         if self.shrink_at > 1 {
             for (i, old) in self.ofds.iter().enumerate() {
@@ -499,7 +631,7 @@ impl Log {
 
     fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
         for &ino in touched {
-            let e = self.inodes.entry(ino).or_insert_with(|| InodeEntry { image: None, data: None });
+            let e = self.inodes.get_or_insert(ino);
             match v.fs.export_file_into(ino, &mut e.image) {
                 Exported::File(live) => match &mut e.data {
                     // First change to this file since boot: a handle on
@@ -524,29 +656,22 @@ impl Log {
                 // Destroyed: one made since boot leaves nothing; one from
                 // boot leaves a tombstone (image None).
                 Exported::Gone if ino >= self.boot_next_ino => {
-                    self.inodes.remove(&ino);
+                    self.inodes.remove(ino);
                 }
                 Exported::Gone => e.data = None,
             }
         }
         // Writes in place to files not otherwise changed by the call:
         // the image and the handle's size from the change itself (module
-        // `shoal_ramfs::heal`, `Change::InPlace`); a file the log has no
-        // image or handle of yet is exported as a touched one is.
+        // `shoal_ramfs::heal`, `Change::InPlace`); likewise a reference
+        // count taken or dropped (`Change::Refs`). An inode the log has
+        // no image (or file handle) of yet is exported as a touched one is.
         for c in changes {
-            let Change::InPlace { ino, size, .. } = *c else { continue };
-            if touched.contains(&ino) {
-                continue;
-            }
-            let applied = match self.inodes.get_mut(&ino) {
-                Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
-                    im.apply_in_place(c);
-                    d.mirror_in_place(size);
-                    true
-                }
-                _ => false,
+            let ino = match *c {
+                Change::InPlace { ino, .. } | Change::Refs { ino, .. } if !touched.contains(&ino) => ino,
+                _ => continue,
             };
-            if !applied {
+            if !self.apply_alone(c) {
                 self.inodes_changed(v, &[ino], &[]);
             }
         }
@@ -558,10 +683,14 @@ impl Log {
     /// lists reference are the files' own, not counted here.
     fn bytes(&self) -> u64 {
         let mut b = core::mem::size_of::<Log>() + self.boot_clock.capacity() * 8;
-        for e in self.inodes.values() {
+        for (_, e) in self.inodes.iter() {
             b += core::mem::size_of::<InodeEntry>() + core::mem::size_of::<Image>() + 16;
             b += e.image.as_ref().map_or(0, |i| i.heap_bytes());
             b += e.data.as_ref().map_or(0, |d| d.owned_pages() as usize * PAGE_REF_BYTES);
+        }
+        // Free slots, kept for the next new inode.
+        for e in self.inodes.free.iter().filter_map(|&i| self.inodes.slots.get(i)) {
+            b += core::mem::size_of::<InodeEntry>() + e.image.as_ref().map_or(0, |i| i.heap_bytes());
         }
         b += self.fds.capacity() * core::mem::size_of::<Option<FdEntry>>();
         b += self.ofds.capacity() * core::mem::size_of::<Option<Ofd>>();
@@ -574,7 +703,7 @@ impl Log {
     fn entries(&self) -> u64 {
         let live = |n: usize| n as u64;
         live(self.inodes.len())
-            + self.inodes.values().filter(|e| e.data.is_some()).count() as u64
+            + self.inodes.iter().filter(|(_, e)| e.data.is_some()).count() as u64
             + self.fds.iter().filter(|e| e.is_some()).count() as u64
             + self.ofds.iter().filter(|e| e.is_some()).count() as u64
             + live(self.pipes.len())

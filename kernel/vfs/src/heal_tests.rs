@@ -44,7 +44,18 @@ fn observe(v: &Vfs, times: bool) -> String {
     let mut out = String::new();
     let node = |out: &mut String, ino: u64| {
         let a = fs.attr(ino).unwrap();
-        let _ = write!(out, " ino {} mode {:o} nlink {} size {} blocks {} uid {} gid {}", a.ino, a.mode, a.nlink, a.size, a.blocks, a.uid, a.gid);
+        let _ = write!(
+            out,
+            " ino {} mode {:o} nlink {} refs {:?} size {} blocks {} uid {} gid {}",
+            a.ino,
+            a.mode,
+            a.nlink,
+            fs.refs(ino),
+            a.size,
+            a.blocks,
+            a.uid,
+            a.gid
+        );
         if times {
             let _ = write!(out, " {:?} {:?} {:?} {:?}", a.atime, a.mtime, a.ctime, a.btime);
         }

@@ -97,8 +97,38 @@ impl Locks {
     /// entries that differ; whether any did (the log's update after a
     /// call that may have changed a lock: comparing first and then
     /// copying walked the map twice).
+    ///
+    /// The record locks (SQLite's, changed by nearly every `F_SETLK`)
+    /// are walked list by list and copied field by field: through the
+    /// flattening iterator each entry was built on the stack and copied
+    /// with overlapping partial loads (a store-forwarding stall per
+    /// changed entry).
     pub(crate) fn sync_into(&self, f: &mut Flat) -> bool {
-        sync_list(&mut f.records, self.flat_records()) | sync_list(&mut f.flocks, self.flat_flocks())
+        let mut changed = false;
+        let mut n = 0;
+        for (&k, list) in &self.records {
+            for r in list {
+                match f.records.get_mut(n) {
+                    Some((dk, d)) => {
+                        if *dk != k || d != r {
+                            *dk = k;
+                            (d.owner, d.write, d.start, d.end) = (r.owner, r.write, r.start, r.end);
+                            changed = true;
+                        }
+                    }
+                    None => {
+                        f.records.push((k, *r));
+                        changed = true;
+                    }
+                }
+                n += 1;
+            }
+        }
+        if f.records.len() != n {
+            f.records.truncate(n);
+            changed = true;
+        }
+        changed | sync_list(&mut f.flocks, self.flat_flocks())
     }
 
     /// Makes `f` hold these locks (no allocation once its lists have

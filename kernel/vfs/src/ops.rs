@@ -620,8 +620,14 @@ impl Vfs {
             }
             F_GETFD => Ok(if e.cloexec { FD_CLOEXEC } else { 0 }),
             F_SETFD => {
-                if let Some(Some(en)) = self.fds.get_mut(fd as usize) {
-                    en.cloexec = a.u(2) & FD_CLOEXEC != 0;
+                // The one entry, and only if the flag changes: SQLite sets
+                // close-on-exec on descriptors it opened with O_CLOEXEC,
+                // and an unmarked table leaves the log nothing to compare.
+                let cloexec = a.u(2) & FD_CLOEXEC != 0;
+                if e.cloexec != cloexec {
+                    if let Some(Some(en)) = self.fds.at_mut(fd as usize) {
+                        en.cloexec = cloexec;
+                    }
                 }
                 Ok(0)
             }
