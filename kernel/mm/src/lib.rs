@@ -108,6 +108,22 @@ pub fn map_anon(len: u64) -> Result<u64, Errno> {
     SPACE.with(|s| s.map_anywhere(len, space::PROT_READ | space::PROT_WRITE))
 }
 
+/// Bytes of freed memory the host still backs (dirty free pages, kept
+/// for reuse: [`space`]'s module docs). 0 while mm is in use further up
+/// the stack.
+#[inline(never)]
+pub fn dirty_bytes() -> u64 {
+    SPACE.try_with(|s| s.dirty_bytes()).unwrap_or(0)
+}
+
+/// Gives all freed memory back to the host (`sched`, when the instance
+/// has gone idle); returns the bytes released (0 while mm is in use
+/// further up the stack).
+#[inline(never)]
+pub fn release_free() -> u64 {
+    SPACE.try_with(|s| s.release_free()).unwrap_or(0)
+}
+
 /// Gives the kernel heap `bytes` (a multiple of the page size) of pages.
 pub fn alloc_kernel_pages(bytes: u64) -> Option<u64> {
     SPACE.with(|s| s.alloc_kernel(bytes))
