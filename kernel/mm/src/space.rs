@@ -120,7 +120,7 @@ fn set_real_prot(a: u64, b: u64, prot: u64) {
 /// as zero afterwards); whether it did. Without a tender (unit tests) the
 /// request is recorded in [`RELEASED`] and the pages are zeroed, as the
 /// host would leave them.
-fn give_back(ranges: &[shoal_abi::ReleaseRange]) -> bool {
+pub(crate) fn give_back(ranges: &[shoal_abi::ReleaseRange]) -> bool {
     if ranges.is_empty() {
         return true;
     }
