@@ -108,13 +108,15 @@ pub fn map_anon(len: u64) -> Result<u64, Errno> {
     SPACE.with(|s| s.map_anywhere(len, space::PROT_READ | space::PROT_WRITE))
 }
 
-/// Bytes of freed memory the host still backs: dirty free pages, kept
-/// for reuse ([`space`]'s module docs), and the free top of the kernel
-/// heap ([`KernelHeap::trim`]). 0 while mm is in use further up the stack.
+/// Bytes of freed memory the host still backs that [`release_free`] can
+/// give back: dirty free pages, kept for reuse ([`space`]'s module docs;
+/// none once the tender refused a release, so an idle wait is not cut
+/// short again and again for them), and the free top of the kernel heap
+/// ([`KernelHeap::trim`]). 0 while mm is in use further up the stack.
 #[inline(never)]
 pub fn dirty_bytes() -> u64 {
     let top = KERNEL_HEAP.free_top();
-    SPACE.try_with(|s| s.dirty_bytes()).unwrap_or(0) + if top >= space::PAGE { top } else { 0 }
+    SPACE.try_with(|s| s.releasable_bytes()).unwrap_or(0) + if top >= space::PAGE { top } else { 0 }
 }
 
 /// Gives all freed memory back to the host (`sched`, when the instance

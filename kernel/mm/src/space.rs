@@ -575,6 +575,16 @@ impl Space {
         self.dirty
     }
 
+    /// Dirty free bytes that [`Space::release_free`] could give back: none
+    /// once the tender refused a release.
+    pub fn releasable_bytes(&self) -> u64 {
+        if self.release_off {
+            0
+        } else {
+            self.dirty
+        }
+    }
+
     /// Gives every dirty free range back to the tender; returns the bytes
     /// released.
     pub fn release_free(&mut self) -> u64 {

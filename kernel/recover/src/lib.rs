@@ -387,7 +387,9 @@ fn init_with(regions: [Regions; N], rebootable: &[Rebootable], tsc_hz: u64) {
             // (linker-script symbols), mapped and readable; nothing writes
             // them while the snapshot is taken (reading a bss page never
             // touched maps the zero page: it costs no memory).
-            let parts = unsafe { [core::slice::from_raw_parts(r.data.start as *const u8, r.data.len()), core::slice::from_raw_parts(r.bss.start as *const u8, r.bss.len())] };
+            let parts = unsafe {
+                [core::slice::from_raw_parts(r.data.start as *const u8, r.data.len()), core::slice::from_raw_parts(r.bss.start as *const u8, r.bss.len())]
+            };
             let Some(snap) = snapshot::encode(&parts) else { continue };
             s.snapshots[i] = Some(snap);
             s.hooks[i] = hook;
