@@ -73,3 +73,52 @@ fn the_guests_own_madvise_is_bounded_by_the_sandbox() {
         assert!(stderr(&s).contains("(system call 28, madvise)"), "{mode}: {}", stderr(&s));
     }
 }
+
+/// Resident KiB of `pid` and its descendants once it is at most `want`,
+/// or the last reading after 10 s.
+fn rss_falls_to(pid: u32, want: u64) -> u64 {
+    let mut kib = rss_kib(pid);
+    for _ in 0..100 {
+        if kib <= want {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        kib = rss_kib(pid);
+    }
+    kib
+}
+
+/// Issue 18: the freed memory mm keeps resident for reuse (under 2 MiB)
+/// goes back to the host when the instance idles: after a second of an
+/// idle wait without a deadline (waiting for input), and at once before a
+/// long sleep.
+#[test]
+fn an_idle_instance_gives_back_the_memory_its_program_freed() {
+    let dir = scratch();
+    let img = build_image(&test_app("mem_idle.c"), dir.path(), &[]);
+    for t in tenders() {
+        let mut child = shoal_run(t).args(["--mem", "64M"]).arg(&img).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let pid = child.id();
+        let mut input = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut next = |want: &str| {
+            let line = lines.next().expect("the guest ended early").unwrap();
+            assert_eq!(line, want, "{t}");
+        };
+        next("touched");
+        let touched = rss_kib(pid);
+        input.write_all(b"\n").unwrap();
+        next("unmapped");
+        // 1 MiB written then unmapped: at least 768 KiB of it must leave.
+        let idle = rss_falls_to(pid, touched - 768);
+        assert!(idle + 768 <= touched, "{t}: idle after munmap, still {idle} KiB resident (with the 1 MiB written: {touched})");
+        input.write_all(b"\n").unwrap();
+        next("unmapped again");
+        let again = rss_falls_to(pid, idle + 256);
+        assert!(again <= idle + 256, "{t}: asleep after munmap, still {again} KiB resident ({idle} before the 1 MiB was written again)");
+        next("slept");
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{t}: {}", stderr(&out));
+        eprintln!("{t}: resident KiB touched {touched}, idle {idle}, asleep {again}");
+    }
+}

@@ -35,11 +35,20 @@ pub type PageFn = fn(bytes: u64) -> Option<u64>;
 /// All zero for the heap backed by mm (`get` `None`: mm's page allocator;
 /// `next_chunk` 0: [`FIRST_CHUNK`]), so that [`KERNEL_HEAP`] lies in mm's
 /// `.bss`.
+///
+/// A chunk is claimed a little at a time: talc keeps a tag at the end of
+/// each heap, so a chunk claimed whole wrote its top page at once — a
+/// page of every instance's memory for one word (the first chunk is 256
+/// KiB; an idle instance uses about 24 KiB of it). The heap grows in place
+/// by whole pages, up to the end of the chunk it was reserved in (`end`,
+/// `limit`; 0: none yet), before a new chunk is taken.
 #[derive(Debug)]
 pub struct PageSource {
     get: Option<PageFn>,
     next_chunk: u64,
     bytes: u64,
+    end: u64,
+    limit: u64,
 }
 
 // SAFETY: `acquire` only calls `claim` on memory it took from the page
@@ -49,14 +58,32 @@ unsafe impl Source for PageSource {
     fn acquire<B: Binning>(talc: &mut Talc<Self, B>, layout: Layout) -> Result<(), ()> {
         let overhead = talc::min_first_heap_size::<B>() as u64 + 4 * layout.align() as u64 + 256;
         let need = (layout.size() as u64).checked_add(overhead).ok_or(())?;
+        // Grow the current heap in place while its chunk has room.
+        let src = &talc.source;
+        if let Some(heap_end) = NonNull::new(src.end as *mut u8) {
+            let want = src.end.checked_add(need).and_then(crate::space::page_up).ok_or(())?;
+            if want <= src.limit {
+                // SAFETY: [end, want) lies in the chunk the page allocator
+                // handed to this heap for good (below `limit`), unclaimed so
+                // far; `heap_end` is the heap's current end.
+                let new_end = unsafe { talc.extend(heap_end, want as *mut u8) };
+                talc.source.end = new_end.as_ptr() as u64;
+                return Ok(());
+            }
+        }
         let next = talc.source.next_chunk.max(FIRST_CHUNK);
         let chunk = next.max(need);
         let chunk = crate::space::page_up(chunk).ok_or(())?;
         let base = talc.source.get.unwrap_or(crate::alloc_kernel_pages)(chunk).ok_or(())?;
+        // The part needed now; the rest of the chunk is claimed as the heap
+        // grows (above).
+        let first = crate::space::page_up(need).ok_or(())?.min(chunk);
         // SAFETY: [base, base + chunk) was just handed to the kernel heap by
         // the page allocator and is used by nothing else, for good.
-        let claimed = unsafe { talc.claim(base as *mut u8, chunk as usize) };
-        claimed.ok_or(())?;
+        let claimed = unsafe { talc.claim(base as *mut u8, first as usize) };
+        let heap_end = claimed.ok_or(())?;
+        talc.source.end = heap_end.as_ptr() as u64;
+        talc.source.limit = base + chunk;
         talc.source.bytes += chunk;
         talc.source.next_chunk = (next * 2).min(MAX_CHUNK);
         Ok(())
@@ -78,12 +105,49 @@ pub struct KernelHeap {
 impl KernelHeap {
     /// A heap that takes its pages from `get`.
     pub const fn new(get: PageFn) -> KernelHeap {
-        KernelHeap { talc: Global::new(Talc::new(PageSource { get: Some(get), next_chunk: 0, bytes: 0 })) }
+        KernelHeap { talc: Global::new(Talc::new(PageSource { get: Some(get), next_chunk: 0, bytes: 0, end: 0, limit: 0 })) }
     }
 
     /// The kernel heap backed by mm's page allocator (all zero).
     pub const fn from_mm() -> KernelHeap {
-        KernelHeap { talc: Global::new(Talc::new(PageSource { get: None, next_chunk: 0, bytes: 0 })) }
+        KernelHeap { talc: Global::new(Talc::new(PageSource { get: None, next_chunk: 0, bytes: 0, end: 0, limit: 0 })) }
+    }
+
+    /// Bytes at the top of the current chunk's claimed part that no
+    /// allocation holds (what [`KernelHeap::trim`] would give back, before
+    /// rounding to pages). 0 while the heap is in use further up the stack.
+    pub fn free_top(&self) -> u64 {
+        self.talc
+            .try_with(|t| {
+                let end = NonNull::new(t.source.end as *mut u8)?;
+                // SAFETY: `end` is the current heap's end (kept by acquire).
+                let r = unsafe { t.reserved(end) };
+                Some(t.source.end - r.up_to.as_ptr() as u64)
+            })
+            .flatten()
+            .unwrap_or(0)
+    }
+
+    /// Shrinks the current heap to what its allocations hold (the free
+    /// space at its top is unclaimed again, and claimed again as the heap
+    /// grows) and returns the whole pages that left it, `[from, to)`, for
+    /// the caller to give back to the host: a transient allocation at boot
+    /// (a buffer freed again) left pages of every instance's heap written,
+    /// and talc's tag at the heap's end on a page of its own. `None` when
+    /// no whole page is free or the heap is in use further up the stack.
+    pub fn trim(&self) -> Option<(u64, u64)> {
+        self.talc
+            .try_with(|t| {
+                let end = NonNull::new(t.source.end as *mut u8)?;
+                // SAFETY: `end` is the current heap's end; truncation keeps
+                // every allocation (it stops at the reserved part).
+                let new_end = unsafe { t.truncate(end, core::ptr::null_mut()) }?;
+                let old = t.source.end;
+                t.source.end = new_end.as_ptr() as u64;
+                let from = crate::space::page_up(t.source.end)?;
+                (from < old).then_some((from, crate::space::page_up(old)?))
+            })
+            .flatten()
     }
 
     /// Bytes of pages the heap has taken so far.

@@ -108,6 +108,32 @@ pub fn map_anon(len: u64) -> Result<u64, Errno> {
     SPACE.with(|s| s.map_anywhere(len, space::PROT_READ | space::PROT_WRITE))
 }
 
+/// Bytes of freed memory the host still backs that [`release_free`] can
+/// give back: dirty free pages, kept for reuse ([`space`]'s module docs;
+/// none once the tender refused a release, so an idle wait is not cut
+/// short again and again for them), and the free top of the kernel heap
+/// ([`KernelHeap::trim`]). 0 while mm is in use further up the stack.
+#[inline(never)]
+pub fn dirty_bytes() -> u64 {
+    let top = KERNEL_HEAP.free_top();
+    SPACE.try_with(|s| s.releasable_bytes()).unwrap_or(0) + if top >= space::PAGE { top } else { 0 }
+}
+
+/// Gives all freed memory back to the host (`sched`, when the instance
+/// has gone idle): the dirty free pages, and the whole pages at the
+/// kernel heap's free top; returns the bytes released (0 while mm is in
+/// use further up the stack).
+#[inline(never)]
+pub fn release_free() -> u64 {
+    let mut n = SPACE.try_with(|s| s.release_free()).unwrap_or(0);
+    if let Some((from, to)) = KERNEL_HEAP.trim() {
+        if space::give_back(&[shoal_abi::ReleaseRange { addr: from, len: to - from }]) {
+            n += to - from;
+        }
+    }
+    n
+}
+
 /// Gives the kernel heap `bytes` (a multiple of the page size) of pages.
 pub fn alloc_kernel_pages(bytes: u64) -> Option<u64> {
     SPACE.with(|s| s.alloc_kernel(bytes))

@@ -120,7 +120,7 @@ fn set_real_prot(a: u64, b: u64, prot: u64) {
 /// as zero afterwards); whether it did. Without a tender (unit tests) the
 /// request is recorded in [`RELEASED`] and the pages are zeroed, as the
 /// host would leave them.
-fn give_back(ranges: &[shoal_abi::ReleaseRange]) -> bool {
+pub(crate) fn give_back(ranges: &[shoal_abi::ReleaseRange]) -> bool {
     if ranges.is_empty() {
         return true;
     }
@@ -573,6 +573,16 @@ impl Space {
     /// Bytes of dirty free pages: freed memory the host still backs.
     pub fn dirty_bytes(&self) -> u64 {
         self.dirty
+    }
+
+    /// Dirty free bytes that [`Space::release_free`] could give back: none
+    /// once the tender refused a release.
+    pub fn releasable_bytes(&self) -> u64 {
+        if self.release_off {
+            0
+        } else {
+            self.dirty
+        }
     }
 
     /// Gives every dirty free range back to the tender; returns the bytes

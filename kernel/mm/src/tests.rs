@@ -386,6 +386,48 @@ fn kernel_heap_grows_from_pages() {
     TEST_SPACE.with(|s| s.as_ref().unwrap().check());
 }
 
+static TRIM_SPACE: Global<Option<Box<Space>>> = Global::new(None);
+
+fn trim_pages(bytes: u64) -> Option<u64> {
+    TRIM_SPACE.with(|s| s.as_mut().unwrap().alloc_kernel(bytes))
+}
+
+/// The heap claims its chunk as it grows and gives its free top back:
+/// what a transient allocation took leaves, the live blocks stay.
+#[test]
+fn kernel_heap_claims_as_it_grows_and_trims_its_free_top() {
+    use std::alloc::GlobalAlloc;
+    let (s, _) = space(32 << 8); // 32 MiB
+    TRIM_SPACE.with(|t| *t = Some(s));
+    let heap = KernelHeap::new(trim_pages);
+    let small = Layout::from_size_align(100, 8).unwrap();
+    let big = Layout::from_size_align(40 << 10, 8).unwrap();
+    // SAFETY: nonzero sizes; blocks freed with their layouts.
+    unsafe {
+        let a = heap.alloc(small);
+        assert!(!a.is_null());
+        assert!(heap.free_top() < 2 * PAGE, "only what is needed is claimed: {} free at the top", heap.free_top());
+        let b = heap.alloc(big);
+        assert!(!b.is_null());
+        std::ptr::write_bytes(b, 0x5a, big.size());
+        heap.dealloc(b, big);
+        assert!(heap.free_top() >= 40 << 10);
+        let (from, to) = heap.trim().expect("the big block's pages are free");
+        assert!(to - from >= 36 << 10 && from % PAGE == 0 && to % PAGE == 0, "{from:#x}..{to:#x}");
+        assert!((a as u64) < from, "the live block stays below what was trimmed");
+        assert_eq!(heap.trim(), None, "nothing left to trim");
+        *a = 7;
+        // Growing again claims the trimmed pages again.
+        let c = heap.alloc(big);
+        assert!(!c.is_null());
+        std::ptr::write_bytes(c, 0x11, big.size());
+        assert_eq!(*a, 7);
+        heap.dealloc(c, big);
+        heap.dealloc(a, small);
+    }
+    assert_eq!(heap.bytes(), 256 << 10, "one chunk");
+}
+
 /// A fake file system for the file-mapping tests: file 7 is a list of
 /// page-aligned host pages of which the first `SIZE` bytes are the file;
 /// references are counted.

@@ -59,7 +59,7 @@ use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU32, Ordering};
-use shoal_plat::{umem, Errno, Global, SysResult};
+use shoal_plat::{umem, Errno, Global, SysResult, ZeroGlobal};
 use shoal_vfs::obj::*;
 use shoal_vfs::Vfs;
 
@@ -264,8 +264,9 @@ static SCRATCH: Global<Option<Box<Scratch>>> = Global::new(None);
 
 /// The events a wait found, kept from one wait to the next (as
 /// [`Scratch`]; a wait in another thread meanwhile starts with an empty
-/// list).
-static EVENTS: Global<Vec<(u32, u64)>> = Global::new(Vec::new());
+/// list). A `ZeroGlobal`: an empty `Vec` is not all zero, and this cell
+/// alone put net's `.data` on a page of its own in every instance.
+static EVENTS: ZeroGlobal<Vec<(u32, u64)>> = ZeroGlobal::new();
 
 /// Reads the host backend's gain log and vfs's readiness log from where
 /// epoll `id` last read them and queues the entries they name.

@@ -58,11 +58,7 @@ pub unsafe fn init(bi: *const BootInfo) -> Result<(), BootError> {
     crate::umem::set_read_only(&ro[..n]);
     crate::hypercall::set_entry(info.hypercall_entry);
     BOOT.with(|b| *b = Some(info));
-    // hvt (no entry function): console writes are exits, so stdout is buffered.
-    #[cfg(not(test))]
-    if info.hypercall_entry == 0 {
-        crate::console::init_buffer();
-    }
+    // hvt's stdout buffer comes once mm is up (console::init_buffer).
     #[cfg(not(test))]
     crate::hostsig::init();
     Ok(())

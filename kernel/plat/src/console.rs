@@ -2,8 +2,8 @@
 //! standard input comes from the tender's (module docs of [`Stdin`]).
 //!
 //! On hvt every console write is a VM exit (about 28 µs here, DESIGN §1),
-//! so stdout is collected in a buffer ([`OutBuf`], registered with the VMM
-//! by [`init_buffer`]) and written with one exit when it fills, at every
+//! so stdout is collected in a buffer ([`OutBuf`], on pages of its own,
+//! registered with the VMM by [`init_buffer`]) and written with one exit when it fills, at every
 //! newline when stdout is a terminal, a pipe or a socket (a reader may be
 //! waiting for the line; only output into a regular file is held back
 //! longer), before stderr is written, and before
@@ -40,10 +40,9 @@ pub struct OutBuf {
 }
 
 impl OutBuf {
-    /// An empty buffer. All zero, so that it lies in `.bss` and costs an
-    /// instance no memory until it is used (in `.data` its 32 KiB would be
-    /// copied into every instance, spt's too); the stream is set by the
-    /// first [`OutBuf::add`].
+    /// An empty buffer (the stream is set by the first [`OutBuf::add`]).
+    /// The kernel's own lies on fresh pages ([`init_buffer`]), written only
+    /// as output fills it.
     pub const fn new() -> OutBuf {
         OutBuf { head: ConsoleBufferHeader { stream: 0, len: 0 }, data: [0; OUT_CAP] }
     }
@@ -103,7 +102,10 @@ impl Default for OutBuf {
     }
 }
 
-static OUT: crate::Global<OutBuf> = crate::Global::new(OutBuf::new());
+/// The stdout buffer, on hvt only: pages of its own from mm, taken by
+/// [`init_buffer`] after mm is up (in plat's `.bss` its 32 KiB lay between
+/// two pages plat writes, one more page in every instance, spt's too).
+static OUT: crate::Global<Option<&'static mut OutBuf>> = crate::Global::new(None);
 /// Whether stdout is buffered (hvt, after the VMM accepted the buffer).
 static BUFFERED: AtomicBool = AtomicBool::new(false);
 /// Whether stdout is not a regular file (then the buffer is flushed at
@@ -115,11 +117,28 @@ static PENDING: AtomicBool = AtomicBool::new(false);
 /// write reports its own error, one write later).
 static FLUSH_ERROR: AtomicI64 = AtomicI64::new(0);
 
-/// hvt: registers the stdout buffer with the VMM (at boot); stdout is
-/// buffered from then on if the VMM accepts it.
+/// hvt (no hypercall entry function: console writes are exits): takes
+/// pages for the stdout buffer from `pages` (mm's page allocator: fresh,
+/// zero pages, touched only as output fills them) and registers it with
+/// the VMM; stdout is buffered from then on if the VMM accepts it. Does
+/// nothing on spt. Called at boot, once mm is up.
 #[cfg(not(test))]
-pub fn init_buffer() {
-    let addr = OUT.with(|b| core::ptr::addr_of!(*b) as u64);
+pub fn init_buffer(pages: fn(u64) -> Option<u64>) {
+    if crate::boot::info().hypercall_entry != 0 {
+        return;
+    }
+    let size = (core::mem::size_of::<OutBuf>() as u64).next_multiple_of(shoal_abi::PAGE_SIZE);
+    let Some(addr) = pages(size) else { return };
+    // SAFETY: [addr, addr + size) was just handed to the kernel by the page
+    // allocator, for good, and is used by nothing else; it is page aligned
+    // (OutBuf's alignment is 4) and every byte pattern is a valid OutBuf
+    // but for the header, which is written here.
+    let buf = unsafe {
+        let p = addr as *mut OutBuf;
+        core::ptr::addr_of_mut!((*p).head).write(ConsoleBufferHeader { stream: 0, len: 0 });
+        &mut *p
+    };
+    OUT.with(|o| *o = Some(buf));
     if crate::hypercall::console_buffer(addr, OUT_CAP as u64) == 0 {
         let lines = crate::boot::info().console_flags & (shoal_abi::CONSOLE_STDOUT_TTY | shoal_abi::CONSOLE_STDOUT_LINES) != 0;
         LINE_BUFFERED.store(lines, Ordering::Relaxed);
@@ -135,7 +154,7 @@ pub fn flush() {
     }
     // In use further up the stack (a kernel panic while adding): leave it;
     // the VMM writes what is left when the guest ends.
-    let r = OUT.try_with(|b| b.flush(&mut |bytes| host_write(CONSOLE_STDOUT, bytes)));
+    let r = OUT.try_with(|o| o.as_deref_mut().map_or(0, |b| b.flush(&mut |bytes| host_write(CONSOLE_STDOUT, bytes))));
     if let Some(r) = r {
         PENDING.store(false, Ordering::Relaxed);
         if r < 0 {
@@ -157,15 +176,16 @@ fn write(stream: u64, bytes: &[u8]) -> i64 {
         return err;
     }
     let tty = LINE_BUFFERED.load(Ordering::Relaxed);
-    match OUT.try_with(|b| {
+    match OUT.try_with(|o| {
+        let b = o.as_deref_mut()?;
         let r = b.add(bytes, tty, &mut |out| host_write(CONSOLE_STDOUT, out));
-        (r, b.head.len != 0)
+        Some((r, b.head.len != 0))
     }) {
-        Some((r, pending)) => {
+        Some(Some((r, pending))) => {
             PENDING.store(pending, Ordering::Relaxed);
             r
         }
-        None => host_write(stream, bytes),
+        Some(None) | None => host_write(stream, bytes),
     }
 }
 

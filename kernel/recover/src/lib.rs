@@ -65,6 +65,7 @@
 extern crate alloc;
 
 mod log;
+mod snapshot;
 pub mod watchdog;
 pub use log::{
     enter, enter_quiet, log_bytes, log_cell, rejuvenating, resume, set_committer, set_log_bytes, set_logger, set_rejuvenator, set_replayed, suspend, Entered,
@@ -72,7 +73,6 @@ pub use log::{
 };
 
 use alloc::boxed::Box;
-use alloc::vec::Vec;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 use shoal_abi::COMPONENTS;
@@ -213,8 +213,8 @@ fn image_regions() -> [Regions; N] {
 
 /// What [`init`] keeps per component.
 struct State {
-    /// The snapshot of data then bss of each rebootable component (boxed
-    /// slices: `None` is then a null pointer, so the whole state starts all
+    /// The snapshot of data then bss of each rebootable component, its
+    /// all-zero stretches left out (module `snapshot`; boxed slices: `None` is then a null pointer, so the whole state starts all
     /// zero and lies in `.bss`; an `Option<Vec>`'s `None` is a non-zero
     /// capacity niche, which put recover's `.data` on a page of its own).
     snapshots: [Option<Box<[u8]>>; N],
@@ -400,14 +400,15 @@ fn init_with(regions: [Regions; N], rebootable: &[Rebootable], tsc_hz: u64) {
         for &(c, hook) in rebootable {
             let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) else { continue };
             let r = regions[i];
-            let mut snap = Vec::with_capacity(r.data.len() + r.bss.len());
-            for range in [r.data, r.bss] {
-                // SAFETY: the range is the component's data or bss region
-                // (linker-script symbols), mapped and readable; nothing
-                // writes it during the copy.
-                snap.extend_from_slice(unsafe { core::slice::from_raw_parts(range.start as *const u8, range.len()) });
-            }
-            s.snapshots[i] = Some(snap.into_boxed_slice());
+            // SAFETY: the ranges are the component's data and bss regions
+            // (linker-script symbols), mapped and readable; nothing writes
+            // them while the snapshot is taken (reading a bss page never
+            // touched maps the zero page: it costs no memory).
+            let parts = unsafe {
+                [core::slice::from_raw_parts(r.data.start as *const u8, r.data.len()), core::slice::from_raw_parts(r.bss.start as *const u8, r.bss.len())]
+            };
+            let Some(snap) = snapshot::encode(&parts) else { continue };
+            s.snapshots[i] = Some(snap);
             s.hooks[i] = hook;
             mask |= 1 << i;
         }
@@ -712,17 +713,15 @@ pub fn restore_regions(c: Component) -> bool {
 /// then bss); `None` when there is no snapshot or it does not fit.
 fn copy_back(s: &State, i: usize, r: Regions) -> Option<()> {
     let snap = s.snapshots.get(i)?.as_deref()?;
-    let mut off = 0;
-    for range in [r.data, r.bss] {
-        let part = snap.get(off..off + range.len())?;
-        // SAFETY: the range is the component's own data or bss region
-        // (callers: a reboot, or an after-reboot hook); the failed call's
-        // frames were abandoned, so no reference into the component's
-        // memory is alive, and no other flow of control runs.
-        unsafe { core::ptr::copy_nonoverlapping(part.as_ptr(), range.start as *mut u8, range.len()) };
-        off += range.len();
-    }
-    Some(())
+    // SAFETY: the ranges are the component's own data and bss regions
+    // (callers: a reboot, or an after-reboot hook), disjoint from each
+    // other and from the snapshot (on the kernel heap); the failed call's
+    // frames were abandoned, so no reference into the component's memory
+    // is alive, and no other flow of control runs.
+    let mut parts = unsafe {
+        [core::slice::from_raw_parts_mut(r.data.start as *mut u8, r.data.len()), core::slice::from_raw_parts_mut(r.bss.start as *mut u8, r.bss.len())]
+    };
+    snapshot::restore(snap, &mut parts)
 }
 
 /// Restores component `c`'s post-initialisation snapshot, runs its hook

@@ -58,7 +58,7 @@ pub mod preempt;
 pub mod sys;
 pub mod table;
 
-use core::sync::atomic::AtomicU64;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use shoal_plat::{umem, Errno, Global};
 use table::{Block, Pick, Table, Wake};
 
@@ -275,6 +275,9 @@ fn reschedule_now() {
                         // (SIGTERM, SIGHUP): not a deadlock. The sleep ends
                         // when one arrives (or, idly, after an hour).
                         None if shoal_plat::hostsig::registered() && table(|t| t.awaits_signal()) => {
+                            // Idle until a signal comes: freed memory goes
+                            // back to the host first (IDLE_RELEASE_NS).
+                            shoal_mm::release_free();
                             shoal_time::sleep_until(shoal_time::monotonic_ns().saturating_add(SIGNAL_WAIT_NS));
                             raise_host_signals();
                         }
@@ -309,13 +312,60 @@ pub fn set_idle_wait(f: IdleWait) {
 pub fn idle_wait(deadline: Option<u64>) -> bool {
     let watched = preempt::watch_pause();
     let r = match IDLE_WAIT.with(|w| *w) {
-        Some(f) => f(deadline),
+        Some(f) => f(idle_deadline(deadline)),
         None => false,
     };
     preempt::watch_resume(watched);
     // A signal the tender forwarded is what may have ended the wait.
     raise_host_signals();
     r
+}
+
+/// How long an instance must have been idle before the memory its
+/// program freed goes back to the host (`shoal_mm::release_free`).
+///
+/// mm keeps up to 2 MiB of freed pages resident so that a program that
+/// frees and maps again at once (a thread stack per request, an
+/// allocator's buffer) reuses them without a hypercall and host page
+/// faults; an idle instance keeps them for nothing (issue 18: an idle
+/// function instance held a finished request thread's stack pages).
+pub const IDLE_RELEASE_NS: u64 = 1_000_000_000;
+
+/// The idle wait's start and the system-call epoch then, when it was cut
+/// to [`IDLE_RELEASE_NS`] (0, 0: none).
+static LONG_IDLE: (AtomicU64, AtomicU64) = (AtomicU64::new(0), AtomicU64::new(0));
+
+/// The deadline an idle wait until `deadline` uses, giving freed memory
+/// back first when the instance is idle for long: at once when the wait
+/// lasts [`IDLE_RELEASE_NS`] or more, and for a wait without a deadline
+/// when the previous one was cut to [`IDLE_RELEASE_NS`] and ran out with
+/// no system call since (the callers loop: a wake without news is a wait
+/// that reached its deadline).
+fn idle_deadline(deadline: Option<u64>) -> Option<u64> {
+    if shoal_mm::dirty_bytes() == 0 {
+        return deadline;
+    }
+    let now = shoal_time::monotonic_ns();
+    let soon = now.saturating_add(IDLE_RELEASE_NS);
+    let epoch = shoal_plat::syscall_epoch();
+    match deadline {
+        Some(d) if d < soon => deadline,
+        Some(_) => {
+            shoal_mm::release_free();
+            deadline
+        }
+        None => {
+            let (cut, at) = (LONG_IDLE.0.load(Relaxed), LONG_IDLE.1.load(Relaxed));
+            if cut != 0 && at == epoch && now >= cut {
+                LONG_IDLE.0.store(0, Relaxed);
+                shoal_mm::release_free();
+                return None;
+            }
+            LONG_IDLE.0.store(soon, Relaxed);
+            LONG_IDLE.1.store(epoch, Relaxed);
+            Some(soon)
+        }
+    }
 }
 
 /// The idle wait in place of blocking the running thread, when no other

@@ -101,6 +101,8 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
         shoal_plat::halt(255);
     }
     shoal_mm::init();
+    // hvt: console writes are exits, so stdout is buffered (pages of its own).
+    shoal_plat::console::init_buffer(shoal_mm::alloc_kernel_pages);
     shoal_time::init();
     shoal_sysinfo::init();
     shoal_vfs::init();
