@@ -475,9 +475,12 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             let p = range(mem, op.buf, len, true)?;
             let mut alen = MAX_ADDR as libc::socklen_t;
             let flags = op.flags as i32 | libc::MSG_DONTWAIT;
-            // SAFETY: `p` is `len` bytes of writable guest memory; `sa` and
-            // `alen` are valid out-parameters.
-            let rc = unsafe { sc!(libc::SYS_recvfrom, fd, p, len, flags, sa.as_mut_ptr(), &mut alen as *mut libc::socklen_t) };
+            // The sender's address only when the guest asked for it (a
+            // stream socket's read does not: the host then copies none).
+            let (ap, lp) = if op.addr != 0 { (sa.as_mut_ptr(), &mut alen as *mut libc::socklen_t) } else { (core::ptr::null_mut(), core::ptr::null_mut()) };
+            // SAFETY: `p` is `len` bytes of writable guest memory; `ap` and
+            // `lp` are null or valid out-parameters.
+            let rc = unsafe { sc!(libc::SYS_recvfrom, fd, p, len, flags, ap, lp) };
             if rc >= 0 && op.addr != 0 {
                 op.a = u64::from(alen);
                 addr_out(op, &sa, alen)?;
