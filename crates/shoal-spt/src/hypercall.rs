@@ -322,7 +322,7 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
         }
         Some(Hypercall::SignalWord) => {
             let mut a: shoal_abi::SignalWordArgs = args(nr, arg, true);
-            a.ret = if a.addr % 8 != 0 {
+            a.ret = if !a.addr.is_multiple_of(8) {
                 -i64::from(libc::EINVAL)
             } else if !writable(a.addr, 8) {
                 -i64::from(libc::EFAULT)
