@@ -49,6 +49,32 @@ use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use shoal_abi::{net_op, NetArgs, NetOp, NetPollArgs, NetPollFd, NET_MAX_OPS, NET_MAX_POLL, NET_MAX_POLL_WATCH};
 use shoal_loader::{GuestAddr, GuestMemory};
 
+/// A system call through [`crate::sys::raw_syscall`] with up to six
+/// arguments, each cast to `u64`: the result or the negative errno. The
+/// hypercall handlers here run with the guest's FS base loaded
+/// (`crate::hypercall::fast`), so they make every system call this way:
+/// libc's wrappers would store `errno` through the guest's thread pointer.
+macro_rules! sc {
+    ($nr:expr, $a:expr) => {
+        crate::sys::raw_syscall($nr, [$a as u64, 0, 0, 0, 0, 0])
+    };
+    ($nr:expr, $a:expr, $b:expr) => {
+        crate::sys::raw_syscall($nr, [$a as u64, $b as u64, 0, 0, 0, 0])
+    };
+    ($nr:expr, $a:expr, $b:expr, $c:expr) => {
+        crate::sys::raw_syscall($nr, [$a as u64, $b as u64, $c as u64, 0, 0, 0])
+    };
+    ($nr:expr, $a:expr, $b:expr, $c:expr, $d:expr) => {
+        crate::sys::raw_syscall($nr, [$a as u64, $b as u64, $c as u64, $d as u64, 0, 0])
+    };
+    ($nr:expr, $a:expr, $b:expr, $c:expr, $d:expr, $e:expr) => {
+        crate::sys::raw_syscall($nr, [$a as u64, $b as u64, $c as u64, $d as u64, $e as u64, 0])
+    };
+    ($nr:expr, $a:expr, $b:expr, $c:expr, $d:expr, $e:expr, $f:expr) => {
+        crate::sys::raw_syscall($nr, [$a as u64, $b as u64, $c as u64, $d as u64, $e as u64, $f as u64])
+    };
+}
+
 /// The lowest descriptor number a guest socket can have.
 pub const FIRST_SOCKET_FD: i32 = 3;
 /// Largest `sockaddr` the tender copies (`sizeof(struct sockaddr_storage)`).
@@ -151,8 +177,9 @@ pub fn open_watch(pol: &NetPolicy) -> Result<bool, i32> {
 fn watch(set: i32, sock: i32) -> Result<(), i32> {
     let mut ev = libc::epoll_event { events: WATCH_EVENTS, u64: sock as u64 };
     // SAFETY: `ev` is a valid event; epoll_ctl only reads it.
-    if unsafe { libc::epoll_ctl(set, libc::EPOLL_CTL_ADD, sock, &mut ev) } < 0 {
-        return Err(crate::sys::errno());
+    let rc = unsafe { sc!(libc::SYS_epoll_ctl, set, libc::EPOLL_CTL_ADD, sock, &mut ev as *mut libc::epoll_event) };
+    if rc < 0 {
+        return Err(-rc as i32);
     }
     Ok(())
 }
@@ -170,7 +197,7 @@ fn watch_new(fd: i64) -> Result<i64, i64> {
         Err(e) => {
             // SAFETY: closes the descriptor just made, which the guest
             // never saw.
-            unsafe { libc::close(fd as i32) };
+            unsafe { sc!(libc::SYS_close, fd) };
             Err(neg(if e == libc::ENOSPC { libc::ENOMEM } else { e }))
         }
     }
@@ -221,9 +248,9 @@ struct OneFdControl([u8; 24]);
 fn bind_through_parent(channel: i32, req: &BindRequest) -> Result<i64, i64> {
     let len = core::mem::size_of::<BindRequest>();
     // SAFETY: `req` is `len` initialised bytes; no address.
-    let sent = unsafe { libc::syscall(libc::SYS_sendto, channel, (req as *const BindRequest).cast::<u8>(), len, libc::MSG_NOSIGNAL, 0usize, 0usize) };
-    if sent != len as libc::c_long {
-        return Err(if sent < 0 { neg(crate::sys::errno()) } else { neg(libc::EIO) });
+    let sent = unsafe { sc!(libc::SYS_sendto, channel, (req as *const BindRequest).cast::<u8>(), len, libc::MSG_NOSIGNAL, 0, 0) };
+    if sent != len as i64 {
+        return Err(if sent < 0 { sent } else { neg(libc::EIO) });
     }
     let mut reply = BindReply { errno: libc::EIO };
     let mut ctl = OneFdControl([0; 24]);
@@ -237,14 +264,14 @@ fn bind_through_parent(channel: i32, req: &BindRequest) -> Result<i64, i64> {
     let got = loop {
         // SAFETY: `msg` points at `reply` and `ctl`, both live and of the
         // sizes given.
-        let rc = unsafe { libc::syscall(libc::SYS_recvmsg, channel, &mut msg as *mut libc::msghdr, libc::MSG_CMSG_CLOEXEC) };
-        if rc < 0 && crate::sys::errno() == libc::EINTR {
+        let rc = unsafe { sc!(libc::SYS_recvmsg, channel, &mut msg as *mut libc::msghdr, libc::MSG_CMSG_CLOEXEC) };
+        if rc == neg(libc::EINTR) {
             continue;
         }
         break rc;
     };
     if got < 0 {
-        return Err(neg(crate::sys::errno()));
+        return Err(got);
     }
     // The descriptor, if one came: one SCM_RIGHTS message of one int.
     let mut fd = -1;
@@ -260,7 +287,7 @@ fn bind_through_parent(channel: i32, req: &BindRequest) -> Result<i64, i64> {
     if got as usize != core::mem::size_of::<BindReply>() || (reply.errno == 0) != (fd >= 0) {
         if fd >= 0 {
             // SAFETY: a descriptor just received that nothing else knows.
-            unsafe { libc::close(fd) };
+            unsafe { sc!(libc::SYS_close, fd) };
         }
         return Err(neg(libc::EIO));
     }
@@ -332,15 +359,6 @@ fn neg(e: i32) -> i64 {
     -i64::from(e)
 }
 
-/// A raw system call's result as a value or a negative errno.
-fn sys_ret(rc: libc::c_long) -> i64 {
-    if rc < 0 {
-        neg(crate::sys::errno())
-    } else {
-        rc
-    }
-}
-
 fn handle_fd(h: i64) -> Result<i32, i64> {
     match i32::try_from(h) {
         Ok(fd) if fd >= FIRST_SOCKET_FD && fd != WATCH.load(Ordering::Relaxed) => Ok(fd),
@@ -396,7 +414,7 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
                 return Err(neg(libc::EINVAL));
             }
             // SAFETY: socket takes no pointers.
-            watch_new(sys_ret(unsafe { libc::syscall(libc::SYS_socket, domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, op.flags as i32) }))
+            watch_new(unsafe { sc!(libc::SYS_socket, domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, op.flags as i32) })
         }
         net_op::BIND | net_op::CONNECT => {
             let fd = handle_fd(op.handle)?;
@@ -406,7 +424,7 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             let len = addr_in(mem, op, &mut sa)?;
             let nr = if op.op == net_op::BIND { libc::SYS_bind } else { libc::SYS_connect };
             // SAFETY: `sa` holds `len` initialised bytes.
-            Ok(sys_ret(unsafe { libc::syscall(nr, fd, sa.as_ptr(), len) }))
+            Ok(unsafe { sc!(nr, fd, sa.as_ptr(), len) })
         }
         net_op::BIND_NEW => {
             let Some(channel) = pol.channel_fd().filter(|_| pol.bind_any) else {
@@ -419,7 +437,7 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
         net_op::LISTEN => {
             let fd = handle_fd(op.handle)?;
             // SAFETY: listen takes no pointers.
-            Ok(sys_ret(unsafe { libc::syscall(libc::SYS_listen, fd, op.a.min(4096) as i32) }))
+            Ok(unsafe { sc!(libc::SYS_listen, fd, op.a.min(4096) as i32) })
         }
         net_op::ACCEPT => {
             let fd = handle_fd(op.handle)?;
@@ -428,13 +446,14 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             }
             let mut len = MAX_ADDR as libc::socklen_t;
             // SAFETY: `sa` and `len` are valid out-parameters of this size.
-            let rc = watch_new(sys_ret(unsafe { libc::syscall(libc::SYS_accept4, fd, sa.as_mut_ptr(), &mut len, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) }))?;
+            let rc =
+                watch_new(unsafe { sc!(libc::SYS_accept4, fd, sa.as_mut_ptr(), &mut len as *mut libc::socklen_t, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) })?;
             if rc >= 0 && op.addr != 0 {
                 op.a = u64::from(len);
                 if let Err(e) = addr_out(op, &sa, len) {
                     // SAFETY: closes the descriptor just accepted, which
                     // the guest never saw.
-                    unsafe { libc::close(rc as i32) };
+                    unsafe { sc!(libc::SYS_close, rc) };
                     return Err(e);
                 }
             }
@@ -448,7 +467,7 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             let flags = op.flags as i32 | libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
             // SAFETY: `p` is `len` bytes of mapped guest memory; `ap` is
             // null or `alen` initialised bytes.
-            Ok(sys_ret(unsafe { libc::syscall(libc::SYS_sendto, fd, p, len, flags, ap, alen) }))
+            Ok(unsafe { sc!(libc::SYS_sendto, fd, p, len, flags, ap, alen) })
         }
         net_op::RECV => {
             let fd = handle_fd(op.handle)?;
@@ -456,9 +475,12 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             let p = range(mem, op.buf, len, true)?;
             let mut alen = MAX_ADDR as libc::socklen_t;
             let flags = op.flags as i32 | libc::MSG_DONTWAIT;
-            // SAFETY: `p` is `len` bytes of writable guest memory; `sa` and
-            // `alen` are valid out-parameters.
-            let rc = sys_ret(unsafe { libc::syscall(libc::SYS_recvfrom, fd, p, len, flags, sa.as_mut_ptr(), &mut alen) });
+            // The sender's address only when the guest asked for it (a
+            // stream socket's read does not: the host then copies none).
+            let (ap, lp) = if op.addr != 0 { (sa.as_mut_ptr(), &mut alen as *mut libc::socklen_t) } else { (core::ptr::null_mut(), core::ptr::null_mut()) };
+            // SAFETY: `p` is `len` bytes of writable guest memory; `ap` and
+            // `lp` are null or valid out-parameters.
+            let rc = unsafe { sc!(libc::SYS_recvfrom, fd, p, len, flags, ap, lp) };
             if rc >= 0 && op.addr != 0 {
                 op.a = u64::from(alen);
                 addr_out(op, &sa, alen)?;
@@ -468,13 +490,13 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
         net_op::SHUTDOWN => {
             let fd = handle_fd(op.handle)?;
             // SAFETY: shutdown takes no pointers.
-            Ok(sys_ret(unsafe { libc::syscall(libc::SYS_shutdown, fd, op.a as i32) }))
+            Ok(unsafe { sc!(libc::SYS_shutdown, fd, op.a as i32) })
         }
         net_op::CLOSE => {
             let fd = handle_fd(op.handle)?;
             // SAFETY: the descriptor is a guest socket, which the guest
             // gives up; nothing of the tender uses it.
-            Ok(sys_ret(unsafe { libc::syscall(libc::SYS_close, fd) }))
+            Ok(unsafe { sc!(libc::SYS_close, fd) })
         }
         net_op::SETSOCKOPT => {
             let fd = handle_fd(op.handle)?;
@@ -484,14 +506,14 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             let mut v = [0u8; MAX_OPT as usize];
             mem.read(GuestAddr(op.buf), &mut v[..op.len as usize]).map_err(|_| neg(libc::EFAULT))?;
             // SAFETY: `v` holds `len` initialised bytes.
-            Ok(sys_ret(unsafe { libc::syscall(libc::SYS_setsockopt, fd, op.a as i32, op.b as i32, v.as_ptr(), op.len as u32) }))
+            Ok(unsafe { sc!(libc::SYS_setsockopt, fd, op.a as i32, op.b as i32, v.as_ptr(), op.len as u32) })
         }
         net_op::GETSOCKOPT => {
             let fd = handle_fd(op.handle)?;
             let mut v = [0u8; MAX_OPT as usize];
             let mut len = op.len.min(MAX_OPT) as libc::socklen_t;
             // SAFETY: `v` and `len` are valid out-parameters of this size.
-            let rc = sys_ret(unsafe { libc::syscall(libc::SYS_getsockopt, fd, op.a as i32, op.b as i32, v.as_mut_ptr(), &mut len) });
+            let rc = unsafe { sc!(libc::SYS_getsockopt, fd, op.a as i32, op.b as i32, v.as_mut_ptr(), &mut len as *mut libc::socklen_t) };
             if rc < 0 {
                 return Ok(rc);
             }
@@ -507,7 +529,7 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             let nr = if op.op == net_op::GETSOCKNAME { libc::SYS_getsockname } else { libc::SYS_getpeername };
             let mut len = MAX_ADDR as libc::socklen_t;
             // SAFETY: `sa` and `len` are valid out-parameters.
-            let rc = sys_ret(unsafe { libc::syscall(nr, fd, sa.as_mut_ptr(), &mut len) });
+            let rc = unsafe { sc!(nr, fd, sa.as_mut_ptr(), &mut len as *mut libc::socklen_t) };
             if rc < 0 {
                 return Ok(rc);
             }
@@ -576,11 +598,11 @@ pub fn poll(a: &mut NetPollArgs) -> Result<i64, ()> {
     // SAFETY: `p` is `nfds` writable `pollfd`-shaped entries of guest
     // memory (NetPollFd has pollfd's layout); `tsp` is null or a valid
     // timespec; no signal mask.
-    let rc = unsafe { libc::syscall(libc::SYS_ppoll, p, a.nfds, tsp, core::ptr::null::<libc::sigset_t>(), 8usize) };
-    if rc < 0 && crate::sys::errno() == libc::EINTR {
+    let rc = unsafe { sc!(libc::SYS_ppoll, p, a.nfds, tsp, core::ptr::null::<libc::sigset_t>(), 8) };
+    if rc == neg(libc::EINTR) {
         return Ok(0);
     }
-    Ok(sys_ret(rc))
+    Ok(rc)
 }
 
 fn timespec(ns: u64) -> libc::timespec {
@@ -633,10 +655,9 @@ fn poll_watch(a: &mut NetPollArgs) -> i64 {
         pfds[n] = libc::pollfd { fd: set, events: libc::POLLIN, revents: 0 };
         // SAFETY: `pfds` holds `n + 1` valid entries; `tsp` is null or a
         // valid timespec; no signal mask.
-        let rc = unsafe { libc::syscall(libc::SYS_ppoll, pfds.as_mut_ptr(), n + 1, tsp, core::ptr::null::<libc::sigset_t>(), 8usize) };
+        let rc = unsafe { sc!(libc::SYS_ppoll, pfds.as_mut_ptr(), n + 1, tsp, core::ptr::null::<libc::sigset_t>(), 8) };
         if rc < 0 {
-            let e = crate::sys::errno();
-            return if e == libc::EINTR { 0 } else { neg(e) };
+            return if rc == neg(libc::EINTR) { 0 } else { rc };
         }
         for (i, p) in pfds.iter().enumerate().take(n) {
             let mut e = mem.read_obj::<NetPollFd>(GuestAddr(a.fds + i as u64 * size)).unwrap_or_default();
@@ -654,20 +675,9 @@ fn poll_watch(a: &mut NetPollArgs) -> i64 {
     };
     // SAFETY: `evs` has room for `max` events; `wait_tsp` is null or a
     // valid timespec; no signal mask.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_epoll_pwait2,
-            set,
-            evs.as_mut_ptr().cast::<libc::epoll_event>(),
-            max as i32,
-            wait_tsp,
-            core::ptr::null::<libc::sigset_t>(),
-            8usize,
-        )
-    };
+    let rc = unsafe { sc!(libc::SYS_epoll_pwait2, set, evs.as_mut_ptr().cast::<libc::epoll_event>(), max, wait_tsp, core::ptr::null::<libc::sigset_t>(), 8) };
     if rc < 0 {
-        let e = crate::sys::errno();
-        return if e == libc::EINTR { ret } else { neg(e) };
+        return if rc == neg(libc::EINTR) { ret } else { rc };
     }
     let got = (rc as usize).min(max);
     // SAFETY: epoll_pwait2 wrote `rc` entries (at most `max`) at the

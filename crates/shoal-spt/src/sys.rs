@@ -297,6 +297,39 @@ pub fn getpid() -> libc::pid_t {
     unsafe { libc::getpid() }
 }
 
+/// A system call made with the `syscall` instruction itself, not through
+/// libc: returns the result or the negative errno, and touches no
+/// thread-local storage (glibc's wrappers store `errno` through the thread
+/// pointer). For code that runs with the guest's FS base loaded: the
+/// `Net` and `NetPoll` handlers (`crate::hypercall::fast`), which the
+/// guest calls without the FS base switch. *Filtered* like any other call.
+///
+/// # Safety
+/// As for the system call `nr` with these arguments: pointers among them
+/// must be valid for what that call reads and writes.
+#[inline(always)]
+pub unsafe fn raw_syscall(nr: libc::c_long, a: [u64; 6]) -> i64 {
+    let rc: i64;
+    // SAFETY: the caller vouches for the arguments; the instruction
+    // clobbers rcx and r11 and the kernel preserves the other registers.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => rc,
+            in("rdi") a[0],
+            in("rsi") a[1],
+            in("rdx") a[2],
+            in("r10") a[3],
+            in("r8") a[4],
+            in("r9") a[5],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack)
+        )
+    };
+    rc
+}
+
 /// Reads the FS base (the thread pointer).
 pub fn rdfsbase() -> u64 {
     let v: u64;

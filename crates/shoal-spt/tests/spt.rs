@@ -106,6 +106,21 @@ fn out_of_range_hypercall_argument_stops_the_guest() {
     assert!(o.stderr.contains("number 99 does not exist"), "{}", o.stderr);
 }
 
+/// `Net` and `NetPoll` are answered without switching to the tender's FS
+/// base (`hypercall::fast`): the guest's FS base and callee-saved
+/// registers survive them, their results come back, and a bad argument or
+/// a wait for nothing still stops the guest with the full path's message.
+#[test]
+fn net_hypercalls_without_the_fs_switch() {
+    assert_eq!(guest("netfast", 14).status, (-libc::EINVAL) & 0xff);
+    let o = guest("netbadarg", 15);
+    assert_eq!(o.status, EXIT_STOPPED);
+    assert!(o.stderr.starts_with("shoal: the guest made an invalid hypercall: net (5)"), "{}", o.stderr);
+    let o = guest("netpollforever", 16);
+    assert_eq!(o.status, EXIT_STOPPED);
+    assert_eq!(o.stderr, "shoal: the guest blocked forever with nothing to wake it\n");
+}
+
 #[test]
 fn crash_is_reported() {
     let o = guest("segv", 6);

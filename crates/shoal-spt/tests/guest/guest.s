@@ -17,6 +17,11 @@
 # 11  poll with a device in the wait set        -> halt(-EINVAL) = 234
 # 12  fault hypercall (page fault report)       -> 255
 # 13  store into its own code                   -> SIGSEGV, 139
+# 14  net batch of none and a 1 µs net poll (the hypercalls answered
+#     without the FS base switch): FS base and callee-saved registers
+#     survive; then a net batch of too many   -> halt(-EINVAL) = 234
+# 15  net with its argument pointer at 0x8      -> invalid hypercall, 255
+# 16  net poll forever with nothing to wait for -> blocked forever, 255
 #
 # Assembled with `as` (--defsym ABI=N changes the ABI note) and linked with
 # guest.ld (whose text segment flags the test substitutes).
@@ -77,6 +82,12 @@ _start:
         je mode_fault
         cmp rax, 13
         je mode_write_code
+        cmp rax, 14
+        je mode_net_fast
+        cmp rax, 15
+        je mode_net_bad_arg
+        cmp rax, 16
+        je mode_net_poll_forever
         mov eax, 100
         jmp halt_rax
 
@@ -245,5 +256,70 @@ mode_fault:
 
 mode_write_code:
         mov byte ptr [_start], 0xcc
+        mov eax, 98
+        jmp halt_rax
+
+mode_net_fast:
+        mov rax, 0x12345000
+        wrfsbase rax
+        mov rbx, 0x1111
+        mov rbp, 0x2222
+        mov r12, 0x3333
+        lea rax, [zeroes]
+        mov [rsp], rax                  # ops
+        mov qword ptr [rsp + 8], 0      # count
+        mov qword ptr [rsp + 16], -1    # ret (the tender sets 0)
+        mov edi, 5
+        mov rsi, rsp
+        call r14
+        cmp qword ptr [rsp + 16], 0
+        jne fail
+        mov qword ptr [rsp], 0          # fds
+        mov qword ptr [rsp + 8], 0      # nfds
+        mov qword ptr [rsp + 16], 1000  # timeout_ns
+        mov qword ptr [rsp + 24], -1    # ret (the tender sets 0)
+        mov qword ptr [rsp + 32], 0     # events
+        mov qword ptr [rsp + 40], 0     # max_events
+        mov qword ptr [rsp + 48], -1    # nevents (the tender sets 0)
+        mov edi, 6
+        mov rsi, rsp
+        call r14
+        cmp qword ptr [rsp + 24], 0
+        jne fail
+        cmp qword ptr [rsp + 48], 0
+        jne fail
+        rdfsbase rax
+        cmp rax, 0x12345000
+        jne fail
+        cmp rbx, 0x1111
+        jne fail
+        cmp rbp, 0x2222
+        jne fail
+        cmp r12, 0x3333
+        jne fail
+        mov qword ptr [rsp], 0
+        mov qword ptr [rsp + 8], 100000 # count: more than NET_MAX_OPS
+        mov edi, 5
+        mov rsi, rsp
+        call r14
+        mov rax, [rsp + 16]
+        jmp halt_rax
+
+mode_net_bad_arg:
+        mov edi, 5
+        mov esi, 8
+        call r14
+        mov eax, 98
+        jmp halt_rax
+
+mode_net_poll_forever:
+        mov qword ptr [rsp], 0          # fds
+        mov qword ptr [rsp + 8], 0      # nfds
+        mov qword ptr [rsp + 16], -1    # no deadline
+        mov qword ptr [rsp + 32], 0     # events
+        mov qword ptr [rsp + 40], 0     # max_events
+        mov edi, 6
+        mov rsi, rsp
+        call r14
         mov eax, 98
         jmp halt_rax
