@@ -290,6 +290,31 @@ fn bench_faas_cold_start_from_any_directory() {
     assert!(csv.lines().count() > 4, "{csv}");
 }
 
+/// `bench faas --only workloads`, one round on spt and process: each
+/// warm call is timed after the warm instances went quiet, and the
+/// instance's own CPU time per call is reported beside the wall-clock time.
+#[test]
+fn bench_faas_workloads_report_instance_cpu_and_quiet_waits() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("faas", &bench(tmp.path(), &["faas", "--only", "workloads", "--backends", "spt,process", "--repeat", "1", "--json"]));
+    for w in ["fib", "matmul", "alloc", "fileread"] {
+        for b in ["spt", "process"] {
+            positive(&v, &format!("/experiments/workloads/results/{w}/{b}/mean"));
+            // fib and matmul compute inside the instance: its CPU time is
+            // most of the call.
+            if w == "fib" || w == "matmul" {
+                positive(&v, &format!("/experiments/workloads/results/{w}/{b}/instance_cpu_ms"));
+            }
+            assert!(v.pointer(&format!("/experiments/workloads/results/{w}/{b}/quiet_wait_ms")).and_then(Value::as_f64).is_some(), "{v:#}");
+        }
+    }
+    assert!(v.pointer("/experiments/workloads/calls_timed_without_quiet").and_then(Value::as_u64).is_some(), "{v:#}");
+    let csv = std::fs::read_to_string(tmp.path().join("shoal-bench-faas/workloads.csv")).unwrap();
+    assert!(csv.lines().next().is_some_and(|h| h.ends_with(",quiet_wait_ms")), "{csv}");
+    assert!(csv.lines().filter(|l| l.starts_with("fib,")).count() == 2, "{csv}");
+}
+
 #[test]
 fn bench_faas_bad_options_are_one_line_errors() {
     let tmp = scratch();
