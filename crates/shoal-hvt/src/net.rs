@@ -121,6 +121,19 @@ const WATCH_EVENTS: u32 = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | l
 /// The bits a report carries to the guest (`POLL*` values).
 const REPORTED: u32 = (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLERR | libc::EPOLLHUP) as u32;
 
+/// The wait a `NetPoll` asking for `ns` makes: none when a forwarded
+/// signal already waits in the guest's word (it came before this wait, so
+/// it would not cut it short; the guest checks the word before asking
+/// too, and this narrows what is left of that window to the instructions
+/// between here and the host call).
+fn wait_ns(ns: u64) -> u64 {
+    if ns > 0 && crate::forward::waiting_in_word() {
+        0
+    } else {
+        ns
+    }
+}
+
 fn timespec(ns: u64) -> libc::timespec {
     libc::timespec { tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
 }
@@ -641,7 +654,9 @@ impl Net {
             self.entries.push(e);
             self.pollfds.push(libc::pollfd { fd, events: e.events, revents: 0 });
         }
-        let timeout = if invalid > 0 { 0 } else { a.timeout_ns };
+        // A forwarded signal already in the guest's word came before this
+        // wait and would not end it: no wait then (see `wait_ns`).
+        let timeout = if invalid > 0 { 0 } else { wait_ns(a.timeout_ns) };
         if timeout > 0 {
             self.stats.waits += 1;
         }
@@ -694,9 +709,10 @@ impl Net {
         if !g.read_only.writable(g.mem, a.events, a.max_events * size) || (a.nfds > 0 && !g.read_only.writable(g.mem, a.fds, a.nfds * size)) {
             return neg(libc::EFAULT);
         }
-        let ts = timespec(a.timeout_ns);
+        let timeout_ns = wait_ns(a.timeout_ns);
+        let ts = timespec(timeout_ns);
         let zero = timespec(0);
-        let tsp = if a.timeout_ns == u64::MAX { core::ptr::null() } else { &ts as *const libc::timespec };
+        let tsp = if timeout_ns == u64::MAX { core::ptr::null() } else { &ts as *const libc::timespec };
         if a.timeout_ns > 0 {
             self.stats.waits += 1;
         }

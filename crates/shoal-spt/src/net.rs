@@ -593,8 +593,9 @@ pub fn poll(a: &mut NetPollArgs) -> Result<i64, ()> {
             Err(e) => return Ok(e),
         }
     };
-    let ts = timespec(a.timeout_ns);
-    let tsp = if a.timeout_ns == u64::MAX { core::ptr::null() } else { &ts as *const libc::timespec };
+    let timeout_ns = wait_ns(a.timeout_ns);
+    let ts = timespec(timeout_ns);
+    let tsp = if timeout_ns == u64::MAX { core::ptr::null() } else { &ts as *const libc::timespec };
     // SAFETY: `p` is `nfds` writable `pollfd`-shaped entries of guest
     // memory (NetPollFd has pollfd's layout); `tsp` is null or a valid
     // timespec; no signal mask.
@@ -603,6 +604,19 @@ pub fn poll(a: &mut NetPollArgs) -> Result<i64, ()> {
         return Ok(0);
     }
     Ok(rc)
+}
+
+/// The wait a `NetPoll` asking for `ns` makes: none when a forwarded
+/// signal already waits in the guest's word (it came before this wait,
+/// so it would not cut it short; the guest checks the word before asking
+/// too, and this narrows what is left of that window to the instructions
+/// between here and the host call).
+fn wait_ns(ns: u64) -> u64 {
+    if ns > 0 && crate::signals::forward_waiting() {
+        0
+    } else {
+        ns
+    }
 }
 
 fn timespec(ns: u64) -> libc::timespec {
@@ -630,8 +644,9 @@ fn poll_watch(a: &mut NetPollArgs) -> i64 {
     if !crate::hypercall::writable(a.events, a.max_events * size) || (a.nfds > 0 && !crate::hypercall::writable(a.fds, a.nfds * size)) {
         return neg(libc::EFAULT);
     }
-    let ts = timespec(a.timeout_ns);
-    let tsp = if a.timeout_ns == u64::MAX { core::ptr::null() } else { &ts as *const libc::timespec };
+    let timeout_ns = wait_ns(a.timeout_ns);
+    let ts = timespec(timeout_ns);
+    let tsp = if timeout_ns == u64::MAX { core::ptr::null() } else { &ts as *const libc::timespec };
     let max = (a.max_events as usize).min(WATCH_BATCH);
     // Not zeroed (1.5 KiB a call, every wake-up of a busy server): the
     // host writes the first `rc` entries and only those are read.

@@ -394,6 +394,16 @@ pub extern "C" fn on_forwarded(sig: libc::c_int, _info: *mut libc::siginfo_t, ct
     crate::preempt::interrupt(ctx);
 }
 
+/// Whether the guest's host-signal word holds a signal the guest has not
+/// taken yet: a `NetPoll` that would block then returns at once, since
+/// that signal arrived before the wait and would not end it (atomics
+/// only: `NetPoll` may run without the tender's FS base).
+pub fn forward_waiting() -> bool {
+    let w = FORWARD_WORD.load(Ordering::SeqCst);
+    // SAFETY: as in `on_forwarded`.
+    !w.is_null() && unsafe { (*w).load(Ordering::SeqCst) } != 0
+}
+
 /// Registers the guest's host-signal word at `addr` (checked by the
 /// caller: 8-aligned, writable guest memory) and hands it what arrived
 /// before.

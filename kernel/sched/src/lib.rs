@@ -316,9 +316,13 @@ pub fn idle_wait(deadline: Option<u64>) -> bool {
         None => false,
     };
     preempt::watch_resume(watched);
-    // A signal the tender forwarded is what may have ended the wait.
-    raise_host_signals();
-    r
+    // A signal the tender forwarded is what may have ended the wait. One
+    // raised here may have woken a thread, so the caller must pick again
+    // rather than sleep on: the signal is taken out of the word now, and
+    // `shoal_time::sleep_until` would not see it (a SIGTERM that came
+    // while the idle path gave memory back slept to the program's 120 s
+    // deadline).
+    raise_host_signals() || r
 }
 
 /// How long an instance must have been idle before the memory its
@@ -401,15 +405,16 @@ pub fn idle_for(deadline: Option<u64>) -> Option<bool> {
 /// interval timer's `SIGALRM` ([`itimer`]) in the process: each goes to the thread [`table::Table::process_signal_target`]
 /// picks and, if that thread is blocked in a system call and does not
 /// block the signal, interrupts it (`EINTR`); the syscall table delivers
-/// it when the call returns. Called after every idle wait and system call.
-pub fn raise_host_signals() {
+/// it when the call returns. Called after every idle wait and system
+/// call; returns whether it raised any (a thread may have woken).
+pub fn raise_host_signals() -> bool {
     let mut bits = shoal_plat::hostsig::take();
     // The real-time interval timer's SIGALRM takes the same path.
     if itimer::deadline().is_some() && itimer::expired(shoal_time::monotonic_ns()) {
         bits |= 1 << (itimer::SIGALRM - 1);
     }
     if bits == 0 {
-        return;
+        return false;
     }
     for sig in 0..64 {
         let bit = 1u64 << sig;
@@ -418,6 +423,7 @@ pub fn raise_host_signals() {
             let _ = post_signal(tid, bit);
         }
     }
+    true
 }
 
 /// Reports that all `n` threads are blocked for good and stops the
@@ -749,5 +755,30 @@ mod idle_tests {
         // No idle wait (nothing to wait for): the caller blocks as usual.
         super::set_idle_wait(nothing_to_wait_for);
         assert_eq!(super::idle_for(Some(5)), None);
+    }
+
+    /// An idle wait with nothing to wait for that a forwarded signal
+    /// overtook (it arrived while the idle path gave memory back, whose
+    /// hypercall first flushed the program's output): the signal is taken
+    /// out of the word and raised, so the caller must pick again instead
+    /// of sleeping to its deadline, where the word no longer shows it.
+    fn nothing_to_wait_for_but_a_signal_came(d: Option<u64>) -> bool {
+        SEEN.store(d.unwrap_or(u64::MAX), Relaxed);
+        shoal_plat::hostsig::arrive(15);
+        false
+    }
+
+    #[test]
+    fn a_signal_raised_after_the_idle_wait_makes_the_caller_pick_again() {
+        let term = 1u64 << 14;
+        let (mask, pending) = super::sig_state();
+        super::set_idle_wait(nothing_to_wait_for_but_a_signal_came);
+        assert!(super::idle_wait(Some(5)), "the caller picks again");
+        assert!(!shoal_plat::hostsig::pending(), "the signal left the word");
+        assert_eq!(super::sig_state().1 & term, term, "and is pending in the program");
+        assert_eq!(super::idle_for(Some(5)), Some(true), "a single thread's call ends with EINTR");
+        super::set_sig_state(mask, pending);
+        super::set_idle_wait(nothing_to_wait_for);
+        assert!(!super::idle_wait(Some(5)), "no signal: nothing to wait for");
     }
 }
