@@ -20,14 +20,19 @@ const HANDLER_STACK: usize = 256 << 10;
 const SIGNAL_STACK: usize = 64 << 10;
 
 /// Everything the last steps need, prepared by `crate::instance`.
+///
+/// It owns what lives on the heap, so that `setup` can free each piece
+/// once used: the instance never returns from entering the guest, so
+/// nothing it still held there would ever be freed, and once the filter is
+/// in `munmap` is refused (a freed allocation's pages could not go back).
 pub(crate) struct Prepared<'a> {
-    pub image: &'a Image,
+    pub image: Image,
     pub layout: Layout,
     /// The file-system archive: a sealed memfd of `layout.archive_size`
     /// bytes (checked by `crate::instance`), mapped, not copied.
     pub archive: Option<&'a std::os::fd::OwnedFd>,
-    pub argv: &'a [OsString],
-    pub env: &'a [OsString],
+    pub argv: Vec<OsString>,
+    pub env: Vec<OsString>,
     pub params: BootParams,
     /// The seccomp program: owned, so that its heap copy can be freed
     /// before the filter forbids `munmap` ([`install_filter`]).
@@ -36,8 +41,8 @@ pub(crate) struct Prepared<'a> {
     /// instance runs in place.
     pub report: Option<*mut Report>,
     pub mode: MemoryMode,
-    pub pool: Option<&'a shoal_loader::pool::PoolPlan>,
-    pub pool_ranges: &'a [(u64, u64)],
+    pub pool: Option<shoal_loader::pool::PoolPlan>,
+    pub pool_ranges: Vec<(u64, u64)>,
     /// Listening sockets, and after them the bind channel if any: (first
     /// descriptor, count); moved down to `FIRST_SOCKET_FD..` before the
     /// guest runs.
@@ -100,8 +105,8 @@ pub(crate) enum ChildError {
 }
 
 /// Runs the child; never returns.
-pub(crate) fn start(mut p: Prepared<'_>) -> ! {
-    match setup(&mut p) {
+pub(crate) fn start(p: Prepared<'_>) -> ! {
+    match setup(p) {
         Ok(entry) => enter(entry),
         Err(e) => {
             say(format_args!("{e}"));
@@ -110,7 +115,7 @@ pub(crate) fn start(mut p: Prepared<'_>) -> ! {
     }
 }
 
-fn setup(p: &mut Prepared<'_>) -> Result<EntryState, ChildError> {
+fn setup(mut p: Prepared<'_>) -> Result<EntryState, ChildError> {
     sys::reset_signals();
     sys::no_core_dumps().map_err(|e| ChildError::Setup(Errno::last(e)))?;
 
@@ -130,7 +135,7 @@ fn setup(p: &mut Prepared<'_>) -> Result<EntryState, ChildError> {
     let base = core::ptr::with_exposed_provenance_mut::<u8>(BOOT_INFO_ADDR as usize);
     // SAFETY: just mapped read-write; nothing in the tender refers to it.
     let mem = unsafe { GuestMemory::new(base, mem_size) };
-    if let Some(plan) = p.pool {
+    if let Some(plan) = &p.pool {
         // SAFETY: every pool range lies in the guest mapping made above
         // (the parent checked them against the image's read-only segments,
         // which `plan` placed inside guest memory); guest addresses are host
@@ -141,7 +146,13 @@ fn setup(p: &mut Prepared<'_>) -> Result<EntryState, ChildError> {
     // The segments straight from the image's descriptor into guest memory
     // (before the descriptors are closed below).
     sys::start_step("instance: guest memory reserved, pool mapped");
-    load_segments_except(&mem, p.image, p.pool_ranges).map_err(ChildError::Boot)?;
+    load_segments_except(&mem, &p.image, &p.pool_ranges).map_err(ChildError::Boot)?;
+    // The image file and the pool files are mapped or copied: closed here
+    // (their numbers are taken by the sockets and the alias file next),
+    // their heap freed.
+    p.image.release_data();
+    drop(p.pool.take());
+    drop(core::mem::take(&mut p.pool_ranges));
     sys::start_step("instance: segments loaded");
     // The archive: its sealed memfd mapped read-only and private at its
     // place (the guest only reads it; the file can never change), so it
@@ -190,7 +201,9 @@ fn setup(p: &mut Prepared<'_>) -> Result<EntryState, ChildError> {
         params.net_flags |= shoal_abi::NET_WATCH;
     }
     params.clock = Clock::now(params.clock.tsc_hz);
-    let entry = write_boot_state(&mem, p.image, &p.layout, p.argv, p.env, &params).map_err(ChildError::Boot)?;
+    let entry = write_boot_state(&mem, &p.image, &p.layout, &p.argv, &p.env, &params).map_err(ChildError::Boot)?;
+    drop(core::mem::take(&mut p.argv));
+    drop(core::mem::take(&mut p.env));
     sys::start_step("instance: boot state written");
     // What parsing the image's headers and the boot spec freed would
     // otherwise stay resident in the instance's heap for its whole life.
@@ -223,6 +236,8 @@ fn setup(p: &mut Prepared<'_>) -> Result<EntryState, ChildError> {
         protect(p.layout.archive_addr, end, libc::PROT_READ)?;
     }
     protect(BOOT_INFO_ADDR, BOOT_INFO_ADDR + PAGE_SIZE, libc::PROT_READ)?;
+    // The last use of the image (its file was closed above).
+    drop(p.image);
 
     // The handlers' stack (with a guard page below) and the signal stack.
     let setup_err = |e: std::io::Error| ChildError::Setup(Errno::last(e));

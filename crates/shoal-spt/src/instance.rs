@@ -159,21 +159,25 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     }
     crate::landlock::restrict(policy).map_err(SptError::from)?;
     sys::start_step("instance: confined (namespaces, root, Landlock)");
+    let mode = spec.mode;
+    let listeners = (listen_fd0, spec.listeners.len() as i32 + i32::from(spec.bind_any));
+    // Everything needed is copied out of the spec: its heap goes now.
+    drop(spec);
     let prepared = child::Prepared {
-        image: &image,
+        image,
         layout,
         archive: archive.as_ref(),
-        argv: &argv,
-        env: &env,
+        argv,
+        env,
         params,
         filter,
         report,
-        mode: spec.mode,
-        pool: pool.as_ref(),
-        pool_ranges: &pool_ranges,
+        mode,
+        pool,
+        pool_ranges,
         // The bind channel (--net-bind-any) follows the listening sockets
         // and moves with them: it lands at `policy.channel_fd()`.
-        listeners: (listen_fd0, spec.listeners.len() as i32 + i32::from(spec.bind_any)),
+        listeners,
         net: policy,
     };
     child::start(prepared)
