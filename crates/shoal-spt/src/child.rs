@@ -359,3 +359,41 @@ fn enter(e: EntryState) -> ! {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(stack_base: u64, mem_size: u64) -> Layout {
+        Layout {
+            mem_size,
+            image_start: 0x10_0000,
+            image_end: 0x20_0000,
+            archive_addr: 0,
+            archive_size: 0,
+            heap_start: 0x20_0000,
+            heap_end: stack_base,
+            stack_base,
+            stack_top: mem_size,
+            args_len: 0,
+        }
+    }
+
+    #[test]
+    fn the_filter_scratch_lies_in_the_stack_below_the_stack_pointer() {
+        let l = layout(28 << 20, 32 << 20);
+        let rsp = (32 << 20) - 0x1e8;
+        // 14 KiB of program: four pages right below the stack pointer's page.
+        assert_eq!(filter_scratch(&l, rsp, 14 << 10), Some((32 << 20) - PAGE_SIZE - (16 << 10)));
+        let start = filter_scratch(&l, rsp, 14 << 10).unwrap_or(0);
+        assert!(start >= l.stack_base && start + (16 << 10) <= rsp);
+    }
+
+    #[test]
+    fn no_filter_scratch_when_the_program_does_not_fit_the_stack() {
+        let l = layout((32 << 20) - (64 << 10), 32 << 20);
+        let rsp = (32 << 20) - 0x100;
+        assert_eq!(filter_scratch(&l, rsp, 64 << 10), None);
+        assert!(filter_scratch(&l, rsp, 32 << 10).is_some());
+    }
+}
