@@ -80,7 +80,7 @@ fn sealed_archive(len: u64) -> Result<OwnedFd, InstanceError> {
 }
 
 fn boot() -> Result<std::convert::Infallible, InstanceError> {
-    let spec = Spec::decode(&read_fd(spec::SPEC_FD, spec::MAX_SPEC as u64 + 1)?)?;
+    let mut spec = Spec::decode(&read_fd(spec::SPEC_FD, spec::MAX_SPEC as u64 + 1)?)?;
     sys::start_timing(spec.timing_t0_ns);
     sys::start_step("instance: exec'd, boot spec read");
     let name = PathBuf::from(OsString::from_vec(spec.image_name.clone()));
@@ -134,6 +134,8 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
             p
         }
     };
+    // Its bytes are in `filter` now; the heap copy need not outlive boot.
+    drop(core::mem::take(&mut spec.filter));
     let report = if spec.supervised {
         let fd = owned(spec::REPORT_FD);
         let volume = if spec.volume_max > 0 { crate::VOLUME_HEADER as u64 + spec.volume_max } else { 0 };
@@ -157,22 +159,26 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     }
     crate::landlock::restrict(policy).map_err(SptError::from)?;
     sys::start_step("instance: confined (namespaces, root, Landlock)");
+    let mode = spec.mode;
+    let listeners = (listen_fd0, spec.listeners.len() as i32 + i32::from(spec.bind_any));
+    // Everything needed is copied out of the spec: its heap goes now.
+    drop(spec);
     let prepared = child::Prepared {
-        image: &image,
+        image,
         layout,
         archive: archive.as_ref(),
-        argv: &argv,
-        env: &env,
+        argv,
+        env,
         params,
-        filter: &filter,
+        filter,
         report,
-        mode: spec.mode,
-        pool: pool.as_ref(),
-        pool_ranges: &pool_ranges,
+        mode,
+        pool,
+        pool_ranges,
         // The bind channel (--net-bind-any) follows the listening sockets
         // and moves with them: it lands at `policy.channel_fd()`.
-        listeners: (listen_fd0, spec.listeners.len() as i32 + i32::from(spec.bind_any)),
+        listeners,
         net: policy,
     };
-    child::start(&prepared)
+    child::start(prepared)
 }

@@ -126,7 +126,45 @@ impl Slot {
     }
 }
 
-pub(crate) static MAPS: Global<[Slot; MAX_FILE_MAPS]> = Global::new([Slot::EMPTY; MAX_FILE_MAPS]);
+/// The table of [`MAPS`]: a cell without a borrow flag of its own (that is
+/// [`MAPS_LOCK`]), so that an instance without file mappings never writes
+/// its pages: it only reads them (the host's zero page). A `Global` would
+/// put its flag, written at every look-up, in front of the table, on a
+/// page of its own. The linker lays mm's statics out in the order of their
+/// symbol names, which puts this one (`10MAPS_TABLE` in the mangled name)
+/// first, at the page-aligned start of mm's bss, and the written cells
+/// together after it: one private bss page less per instance (`bench
+/// density`). Were the order ever different, a page would be lost, nothing
+/// else.
+struct MapsTable(core::cell::UnsafeCell<[Slot; MAX_FILE_MAPS]>);
+
+// SAFETY: reached only through `Maps::with`/`try_with`, under a borrow of
+// MAPS_LOCK (see `Global`: one flow of control runs kernel code at a time).
+unsafe impl Sync for MapsTable {}
+
+static MAPS_TABLE: MapsTable = MapsTable(core::cell::UnsafeCell::new([Slot::EMPTY; MAX_FILE_MAPS]));
+static MAPS_LOCK: Global<()> = Global::new(());
+
+/// The file mappings: [`MAPS_TABLE`] under [`MAPS_LOCK`].
+pub(crate) struct Maps;
+
+pub(crate) static MAPS: Maps = Maps;
+
+impl Maps {
+    /// Runs `f` with the table (a kernel panic if it is in use further up
+    /// the stack, as `Global::with`).
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut [Slot; MAX_FILE_MAPS]) -> R) -> R {
+        // SAFETY: the lock's borrow makes this the only reference to the
+        // table until `f` returns.
+        MAPS_LOCK.with(|_| f(unsafe { &mut *MAPS_TABLE.0.get() }))
+    }
+
+    /// Runs `f` with the table, or `None` if it is in use further up the stack.
+    pub(crate) fn try_with<R>(&self, f: impl FnOnce(&mut [Slot; MAX_FILE_MAPS]) -> R) -> Option<R> {
+        // SAFETY: as in `with`.
+        MAPS_LOCK.try_with(|_| f(unsafe { &mut *MAPS_TABLE.0.get() }))
+    }
+}
 
 /// Copies the file range of `m` into its memory.
 pub(crate) fn fill(m: &FileMap, from: u64, to: u64) -> Result<(), Errno> {
