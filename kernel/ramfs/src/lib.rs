@@ -803,7 +803,8 @@ impl Fs {
         }
     }
 
-    /// The contents of `ino` for inspection (tests, diagnostics).
+    /// The contents of regular file `ino` (tests, diagnostics; the
+    /// recovery log takes the pages a write added from it).
     pub fn file_data(&self, ino: Ino) -> Result<&FileData, Errno> {
         self.file(ino)
     }
@@ -876,10 +877,11 @@ impl Fs {
         }
         // Most writes (a database's pages, rewritten in place) add no
         // page: the log then updates its image from the change alone,
-        // with no lookup of the inode or of its pages.
+        // with no lookup of the inode or of its pages. One that adds
+        // pages brings the same and its range (the log takes the new
+        // pages from the file), still without an export of the inode.
         if grew {
-            self.journal.touched(ino);
-            self.journal.changed(heal::Change::Write { ino, off, len: n as u64 });
+            self.journal.changed(heal::Change::Write { ino, off, len: n as u64, size, time: t, perm });
         } else {
             self.journal.changed(heal::Change::InPlace { ino, size, time: t, perm });
         }
