@@ -516,20 +516,21 @@ impl Log {
 
     /// The offset of the one description the last call moved without
     /// marking it (`Vfs::moved`, see `Vfs::set_offset`): copied into the
-    /// log's entry. If the table was changed otherwise too (the same
-    /// call opened or closed something, which marked it), the entry is
-    /// marked instead and the table's comparison that follows takes it;
-    /// if not, the log's table is the live one but for this offset.
+    /// log's entry. If the log's table is not in step with the live one
+    /// (the same call opened or closed something, which marked the
+    /// table), the entry is marked instead and the table's comparison
+    /// that follows takes it.
     #[inline]
     fn offset_moved(&mut self, v: &mut Vfs) {
         let i = core::mem::replace(&mut v.moved, NO_MOVE);
-        if !v.ofds.is_dirty() {
-            if let (Some(Some(d)), Some(Some(s))) = (self.ofds.get_mut(i), v.ofds.get(i)) {
+        match (self.ofds.get_mut(i), v.ofds.get(i)) {
+            (Some(Some(d)), Some(Some(s))) if d.target == s.target => {
                 d.offset = s.offset;
-                return;
+            }
+            _ => {
+                let _ = v.ofds.at_mut(i);
             }
         }
-        let _ = v.ofds.at_mut(i);
     }
 
     /// The inodes and file data the last call changed, from ramfs's
@@ -567,29 +568,21 @@ impl Log {
                 }
                 _ => false,
             },
-            Change::Write { .. } => self.apply_write(fs, c),
+            Change::Write { ino, off, len, size, .. } => match (self.inodes.get_mut(ino), fs.file_data(ino)) {
+                (Some(InodeEntry { image: Some(im), data: Some(d) }), Ok(live)) if im.is_file() => {
+                    im.apply_in_place(c);
+                    d.mirror_write(live, off, len);
+                    // The size as of this write (a later change of the
+                    // same call brings its own).
+                    d.mirror_in_place(size);
+                    true
+                }
+                _ => false,
+            },
             Change::Refs { ino, .. } => match self.inodes.get_mut(ino) {
                 Some(InodeEntry { image: Some(im), .. }) => im.apply_refs(c),
                 _ => false,
             },
-            _ => false,
-        }
-    }
-
-    /// [`Log::apply_alone`] of a write that added pages: out of line,
-    /// so that the in-place case stays small enough to be inlined.
-    #[inline(never)]
-    fn apply_write(&mut self, fs: &shoal_ramfs::Fs, c: &Change) -> bool {
-        let Change::Write { ino, off, len, size, .. } = *c else { return false };
-        match (self.inodes.get_mut(ino), fs.file_data(ino)) {
-            (Some(InodeEntry { image: Some(im), data: Some(d) }), Ok(live)) if im.is_file() => {
-                im.apply_in_place(c);
-                d.mirror_write(live, off, len);
-                // The size as of this write (a later change of the same
-                // call brings its own).
-                d.mirror_in_place(size);
-                true
-            }
             _ => false,
         }
     }
