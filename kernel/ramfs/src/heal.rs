@@ -3,10 +3,10 @@
 //!
 //! - **The journal**: every inode a call changed (created, written,
 //!   renamed into, destroyed, its times moved) and the ranges of file
-//!   data it wrote or the sizes it truncated to, in order; a write (into
-//!   pages the file had or adding some) and a reference taken or dropped
-//!   come as the change alone ([`Change::InPlace`], [`Change::Write`],
-//!   [`Change::Refs`]), the inode not listed for them.
+//!   data it wrote or the sizes it truncated to, in order; a write into
+//!   pages the file had and a reference taken or dropped come as the
+//!   change alone ([`Change::InPlace`], [`Change::Refs`]), the inode not
+//!   listed for them.
 //!   vfs reads it after each call ([`Fs::journal`]) into its log and
 //!   empties it ([`Fs::clear_journal`]).
 //! - **Images**: an inode without its file contents ([`Image`], from
@@ -22,13 +22,7 @@ use shoal_plat::Errno;
 /// A change to file data, in the order the calls made them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
-    /// `len` bytes written at `off`, adding pages to the file. Like
-    /// [`Change::InPlace`] it brings what else the write changed (the
-    /// size, the modification and change time, the mode) and the inode is
-    /// *not* in `touched` for it: the log updates its image from these
-    /// and takes the new pages into its handle ([`FileData::mirror_write`])
-    /// without exporting the inode again (SQLite's journal file gets
-    /// three such writes per transaction).
+    /// `len` bytes written at `off`.
     Write {
         /// The file.
         ino: Ino,
@@ -36,12 +30,6 @@ pub enum Change {
         off: u64,
         /// How many bytes.
         len: u64,
-        /// Its size after the write.
-        size: u64,
-        /// Its new modification and change time.
-        time: Timespec,
-        /// Its mode after the write.
-        perm: u32,
     },
     /// Written in pages the file already had: no page was added (so a
     /// handle kept in step with the file — recovery's log — already
@@ -152,11 +140,11 @@ enum NodeImage {
 }
 
 impl Image {
-    /// Applies a write's attributes ([`Change::InPlace`],
-    /// [`Change::Write`]) to the image of a regular file; `false` (nothing changed) if this is not one.
+    /// Applies a write in place ([`Change::InPlace`]) to the image of a
+    /// regular file; `false` (nothing changed) if this is not one.
     pub fn apply_in_place(&mut self, c: &Change) -> bool {
         match *c {
-            Change::InPlace { time, perm, .. } | Change::Write { time, perm, .. } if self.is_file() => {
+            Change::InPlace { time, perm, .. } if self.is_file() => {
                 (self.mtime, self.ctime, self.perm) = (time, time, perm);
                 true
             }

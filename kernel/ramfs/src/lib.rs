@@ -803,8 +803,7 @@ impl Fs {
         }
     }
 
-    /// The contents of regular file `ino` (tests, diagnostics; the
-    /// recovery log takes the pages a write added from it).
+    /// The contents of `ino` for inspection (tests, diagnostics).
     pub fn file_data(&self, ino: Ino) -> Result<&FileData, Errno> {
         self.file(ino)
     }
@@ -877,11 +876,10 @@ impl Fs {
         }
         // Most writes (a database's pages, rewritten in place) add no
         // page: the log then updates its image from the change alone,
-        // with no lookup of the inode or of its pages. One that adds
-        // pages brings the same and its range (the log takes the new
-        // pages from the file), still without an export of the inode.
+        // with no lookup of the inode or of its pages.
         if grew {
-            self.journal.changed(heal::Change::Write { ino, off, len: n as u64, size, time: t, perm });
+            self.journal.touched(ino);
+            self.journal.changed(heal::Change::Write { ino, off, len: n as u64 });
         } else {
             self.journal.changed(heal::Change::InPlace { ino, size, time: t, perm });
         }

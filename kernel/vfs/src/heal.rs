@@ -105,7 +105,7 @@
 //! shared pages, when the abandoned tree's pages leaked instead).
 
 use crate::tracked::Dirty;
-use crate::{lock, pipe, FdEntry, Ofd, Target, Vfs, NO_MOVE};
+use crate::{lock, pipe, FdEntry, Ofd, Target, Vfs};
 use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
@@ -378,15 +378,6 @@ pub(crate) fn commit(v: &mut Vfs) {
         && log.termios_changes == crate::ops::termios_changes();
     if !quiet {
         commit_changes(v);
-    } else if v.moved != NO_MOVE {
-        // Only an offset moved (a read, an lseek): copied here, without
-        // the general update.
-        LENT.store(true, Relaxed);
-        // SAFETY: as in `commit_changes`.
-        let log = unsafe { &mut *p };
-        log.offset_moved(v);
-        log.calls += 1;
-        LENT.store(false, Relaxed);
     }
 }
 
@@ -472,10 +463,6 @@ impl Log {
             log.journal_changes(v);
             changed = true;
         }
-        if v.moved != NO_MOVE {
-            log.offset_moved(v);
-            changed = true;
-        }
         // Each table is compared with its copy only if the call borrowed it
         // mutably (`Tracked`): most calls leave most of them alone.
         changed |= match v.fds.take_dirty_entries() {
@@ -514,25 +501,6 @@ impl Log {
         }
     }
 
-    /// The offset of the one description the last call moved without
-    /// marking it (`Vfs::moved`, see `Vfs::set_offset`): copied into the
-    /// log's entry. If the log's table is not in step with the live one
-    /// (the same call opened or closed something, which marked the
-    /// table), the entry is marked instead and the table's comparison
-    /// that follows takes it.
-    #[inline]
-    fn offset_moved(&mut self, v: &mut Vfs) {
-        let i = core::mem::replace(&mut v.moved, NO_MOVE);
-        match (self.ofds.get_mut(i), v.ofds.get(i)) {
-            (Some(Some(d)), Some(Some(s))) if d.target == s.target => {
-                d.offset = s.offset;
-            }
-            _ => {
-                let _ = v.ofds.at_mut(i);
-            }
-        }
-    }
-
     /// The inodes and file data the last call changed, from ramfs's
     /// journal (read in place, then emptied).
     #[inline(never)]
@@ -542,7 +510,7 @@ impl Log {
         // page, a journal record), or a reference taken or dropped —
         // applied here, without the general walk.
         let done = match (touched, changes) {
-            ([], [c]) => self.apply_alone(&v.fs, c),
+            ([], [c]) => self.apply_alone(c),
             _ => false,
         };
         if done {
@@ -554,26 +522,14 @@ impl Log {
     }
 
     /// Applies a change that comes without its inode
-    /// (`Change::InPlace`, `Change::Write`, `Change::Refs`) to the log's
-    /// image (and file handle: a write that added pages takes them from
-    /// the live file, `fs`); `false` if the log has no image of that
-    /// inode yet (or the change is another kind), to be exported instead.
-    fn apply_alone(&mut self, fs: &shoal_ramfs::Fs, c: &Change) -> bool {
+    /// (`Change::InPlace`, `Change::Refs`) to the log's image (and file
+    /// handle); `false` if the log has no image of that inode yet (or
+    /// the change is another kind), to be exported instead.
+    fn apply_alone(&mut self, c: &Change) -> bool {
         match *c {
             Change::InPlace { ino, size, .. } => match self.inodes.get_mut(ino) {
                 Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
                     im.apply_in_place(c);
-                    d.mirror_in_place(size);
-                    true
-                }
-                _ => false,
-            },
-            Change::Write { ino, off, len, size, .. } => match (self.inodes.get_mut(ino), fs.file_data(ino)) {
-                (Some(InodeEntry { image: Some(im), data: Some(d) }), Ok(live)) if im.is_file() => {
-                    im.apply_in_place(c);
-                    d.mirror_write(live, off, len);
-                    // The size as of this write (a later change of the
-                    // same call brings its own).
                     d.mirror_in_place(size);
                     true
                 }
@@ -687,7 +643,7 @@ impl Log {
                     Some(handle) => {
                         for c in changes {
                             match *c {
-                                Change::Write { ino: i, off, len, .. } if i == ino => handle.mirror_write(live, off, len),
+                                Change::Write { ino: i, off, len } if i == ino => handle.mirror_write(live, off, len),
                                 Change::InPlace { ino: i, .. } if i == ino => handle.mirror_size(live),
                                 Change::Truncate { ino: i, size } if i == ino => handle.mirror_truncate(live, size),
                                 Change::Mapped { ino: i, off } if i == ino => handle.mirror_write(live, off, 1),
@@ -705,20 +661,18 @@ impl Log {
                 Exported::Gone => e.data = None,
             }
         }
-        // Writes to files not otherwise changed by the call: the image
-        // and the handle's size from the change itself, the pages a write
-        // added from the live file (module `shoal_ramfs::heal`,
-        // `Change::InPlace`, `Change::Write`); likewise a reference count
-        // taken or dropped (`Change::Refs`). An inode the log has no
-        // image (or file handle) of yet is exported as a touched one is
-        // (a first handle shares all the file's pages).
+        // Writes in place to files not otherwise changed by the call:
+        // the image and the handle's size from the change itself (module
+        // `shoal_ramfs::heal`, `Change::InPlace`); likewise a reference
+        // count taken or dropped (`Change::Refs`). An inode the log has
+        // no image (or file handle) of yet is exported as a touched one is.
         for c in changes {
             let ino = match *c {
-                Change::InPlace { ino, .. } | Change::Write { ino, .. } | Change::Refs { ino, .. } if !touched.contains(&ino) => ino,
+                Change::InPlace { ino, .. } | Change::Refs { ino, .. } if !touched.contains(&ino) => ino,
                 _ => continue,
             };
-            if !self.apply_alone(&v.fs, c) {
-                self.inodes_changed(v, &[ino], core::slice::from_ref(c));
+            if !self.apply_alone(c) {
+                self.inodes_changed(v, &[ino], &[]);
             }
         }
         self.next_ino = v.fs.next_ino();

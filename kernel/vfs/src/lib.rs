@@ -165,9 +165,6 @@ pub(crate) struct FdEntry {
     pub cloexec: bool,
 }
 
-/// [`Vfs::moved`] when no offset moved.
-pub(crate) const NO_MOVE: usize = usize::MAX;
-
 /// The file-system state of the process.
 pub struct Vfs {
     pub(crate) fs: Fs,
@@ -175,10 +172,6 @@ pub struct Vfs {
     pub(crate) fds: Tracked<Vec<Option<FdEntry>>>,
     /// Open file descriptions (tracked likewise).
     pub(crate) ofds: Tracked<Vec<Option<Ofd>>>,
-    /// The one description whose offset alone a call moved, unmarked in
-    /// `ofds` ([`Vfs::set_offset`]; `NO_MOVE`: none): the log copies that
-    /// offset and looks at nothing else of the table.
-    pub(crate) moved: usize,
     pub(crate) cwd: Ino,
     pub(crate) umask: u32,
     pub(crate) pipe_time: Timespec,
@@ -210,7 +203,6 @@ impl Vfs {
             fs,
             fds: Tracked::new(Vec::new()),
             ofds: Tracked::new(Vec::new()),
-            moved: NO_MOVE,
             cwd: root,
             umask: 0o022,
             pipe_time,
@@ -327,21 +319,9 @@ impl Vfs {
     /// move (an `lseek` to where the file already is: SQLite seeks before
     /// every write) leaves the entry unmarked, so the log has nothing to
     /// look at.
-    ///
-    /// The first description moved in a call is noted in `moved`, not
-    /// marked in the table: the log's update after a `read`, `write` or
-    /// `lseek` then copies that one offset (module `heal`). A second
-    /// description moved in the same call is marked as any change is.
     pub(crate) fn set_offset(&mut self, i: usize, off: u64) {
         if self.ofd(i).offset != off {
-            if self.moved == NO_MOVE || self.moved == i {
-                self.moved = i;
-                if let Some(Some(o)) = self.ofds.get_mut_unmarked(i) {
-                    o.offset = off;
-                }
-            } else {
-                self.ofd_mut(i).offset = off;
-            }
+            self.ofd_mut(i).offset = off;
         }
     }
 

@@ -3,10 +3,8 @@
 //! descriptor tables, the pipes and the locks a call may have changed
 //! without comparing each of them with its copy after every call.
 //!
-//! Every mutable access goes through [`DerefMut`] (or
-//! [`Tracked::at_mut`]), which sets the flag, so no change can slip past
-//! it — except through [`Tracked::get_mut_unmarked`], whose one caller
-//! (`Vfs::set_offset`) tells the log itself (the flag may be set by a borrow that
+//! Every mutable access goes through [`DerefMut`], which sets the flag,
+//! so no change can slip past it (the flag may be set by a borrow that
 //! changed nothing: then the log compares, finds the copy equal and
 //! moves on). Reads through [`Deref`] leave it alone.
 
@@ -69,13 +67,6 @@ impl<T> Tracked<alloc::vec::Vec<T>> {
                 self.dirty = true;
             }
         }
-        self.value.get_mut(i)
-    }
-
-    /// Entry `i` for changing it *without* marking it: for a change the
-    /// caller tells the log of itself (`Vfs::moved`, an offset alone).
-    #[inline]
-    pub(crate) fn get_mut_unmarked(&mut self, i: usize) -> Option<&mut T> {
         self.value.get_mut(i)
     }
 
