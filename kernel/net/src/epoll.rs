@@ -115,6 +115,10 @@ pub(crate) struct Epoll {
     by_src: BTreeSet<(Src, Key)>,
     /// Number of host-socket entries (whether to read the host log).
     hosts: usize,
+    /// Number of always-asked entries (`Src::Always`): with none, a scan
+    /// skips looking them up in `by_src` (most servers watch only
+    /// sockets).
+    always: usize,
     /// The host backend's gain sequence number read up to.
     synced_host: u64,
     /// vfs's readiness-log sequence number read up to.
@@ -141,8 +145,10 @@ impl Epoll {
     }
 
     fn insert(&mut self, key: Key, it: Item) {
-        if matches!(it.src, Src::Host(_)) {
-            self.hosts += 1;
+        match it.src {
+            Src::Host(_) => self.hosts += 1,
+            Src::Always => self.always += 1,
+            Src::Local(_) => {}
         }
         self.by_src.insert((it.src, key));
         self.items.insert(key, Item { queued: false, ..it });
@@ -151,8 +157,10 @@ impl Epoll {
 
     fn remove(&mut self, key: &Key) -> Option<Item> {
         let it = self.items.remove(key)?;
-        if matches!(it.src, Src::Host(_)) {
-            self.hosts -= 1;
+        match it.src {
+            Src::Host(_) => self.hosts -= 1,
+            Src::Always => self.always -= 1,
+            Src::Local(_) => {}
         }
         self.by_src.remove(&(it.src, *key));
         if it.queued {
@@ -314,8 +322,11 @@ fn scan(id: u64, vfs: &Vfs, max: usize, consume: bool, out: &mut Vec<(u32, u64)>
     // The list as it is now, then the always-asked entries.
     crate::with(|n| {
         if let Some(e) = epoll_ref(n, id) {
-            let always = e.by_src.range((Src::Always, (0, i32::MIN))..).map(|(_, k)| *k);
-            sc.cands.extend(e.queue.iter().copied().chain(always).filter_map(|k| e.items.get(&k).map(|it| (k, *it))));
+            sc.cands.extend(e.queue.iter().filter_map(|&k| e.items.get(&k).map(|it| (k, *it))));
+            if e.always > 0 {
+                let always = e.by_src.range((Src::Always, (0, i32::MIN))..).map(|(_, k)| *k);
+                sc.cands.extend(always.filter_map(|k| e.items.get(&k).map(|it| (k, *it))));
+            }
         }
     });
     let first = out.len();

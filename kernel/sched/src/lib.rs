@@ -511,6 +511,17 @@ pub fn take_saved_mask() -> Option<u64> {
     TABLE.with(|t| t.cur().saved_mask.take())
 }
 
+/// What the end of every system call asks, in one look at the running
+/// thread: takes the mask [`set_saved_mask`] recorded (if any) and says
+/// whether a pending signal is not blocked (as [`take_saved_mask`], then
+/// [`has_deliverable`]: two lookups of the thread per call before).
+pub fn after_call() -> (Option<u64>, bool) {
+    TABLE.with(|t| {
+        let c = t.cur();
+        (c.saved_mask.take(), c.sig_pending & !c.sig_mask != 0)
+    })
+}
+
 /// Whether the running thread has a pending signal it does not block.
 pub fn has_deliverable() -> bool {
     let (m, p) = sig_state();
