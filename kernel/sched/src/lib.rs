@@ -602,7 +602,15 @@ pub fn wait_key(key: u64, deadline: Option<u64>) -> Result<(), Errno> {
 /// Wakes every thread waiting on the kernel wait queue `key`; they run
 /// later (the caller keeps the vCPU). Returns how many were woken.
 pub fn wake_key(key: u64) -> u32 {
-    table(|t| t.wake(key | KERNEL_KEY, u32::MAX, u32::MAX))
+    // Most of these wake no one (net and vfs wake the queue at every
+    // change, whether or not a thread waits on it; a single-threaded
+    // server's waits go straight to the idle wait): the count of runnable
+    // threads is published again only when one woke.
+    let woken = TABLE.with(|t| t.wake(key | KERNEL_KEY, u32::MAX, u32::MAX));
+    if woken > 0 {
+        table(|_| ());
+    }
+    woken
 }
 
 /// `FUTEX_WAKE`: wakes up to `n` waiters on `addr` whose bitset meets
