@@ -424,7 +424,7 @@ pub(crate) fn ready(id: u64, vfs: &Vfs) -> Readiness {
     let mut one = Vec::new();
     scan(id, vfs, 1, false, &mut one);
     let any = !one.is_empty();
-    let ofds: Vec<usize> = crate::with(|n| epoll_mut(n, id).map(|e| e.items.keys().map(|k| k.0).collect()).unwrap_or_default());
+    let ofds: Vec<usize> = crate::with(|n| epoll_ref(n, id).map(|e| e.items.keys().map(|k| k.0).collect()).unwrap_or_default());
     let gen = ofds.into_iter().filter_map(|o| vfs.ofd_ready(o)).fold(0u64, |a, r| a.wrapping_add(r.gen));
     Readiness { mask: if any { EPOLLIN | EPOLLRDNORM } else { 0 }, gen }
 }
@@ -436,7 +436,8 @@ pub(crate) fn deadline(id: u64, vfs: &Vfs) -> Option<u64> {
         return None;
     }
     let ofds: Vec<usize> = crate::with(|n| {
-        epoll_mut(n, id)
+        epoll_ref(n, id)
+            .filter(|e| e.always > 0)
             .map(|e| e.by_src.range((Src::Always, (0, i32::MIN))..).filter(|(_, k)| e.items.get(k).is_some_and(|it| it.timed)).map(|(_, k)| k.0).collect())
             .unwrap_or_default()
     });
@@ -459,7 +460,7 @@ pub fn create1(flags: i32) -> SysResult {
 /// The epoll instance behind `epfd` (`EINVAL` if it is not one).
 fn epoll_of(epfd: i32) -> Result<u64, Errno> {
     let (id, _) = shoal_vfs::obj_of_fd(epfd).map_err(|e| if e == Errno::ENOTSOCK { Errno::EINVAL } else { e })?;
-    crate::with(|n| epoll_mut(n, id).map(|_| id).ok_or(Errno::EINVAL))
+    crate::with(|n| epoll_ref(n, id).map(|_| id).ok_or(Errno::EINVAL))
 }
 
 /// Whether epoll `from` reaches epoll `to` through watched epolls.
@@ -470,10 +471,10 @@ fn reaches(n: &mut Net, from: u64, to: u64, vfs_obj: &dyn Fn(usize) -> Option<u6
     if depth > MAX_NESTS {
         return Err(Errno::ELOOP);
     }
-    let ofds: Vec<usize> = epoll_mut(n, from).map(|e| e.items.keys().map(|k| k.0).collect()).unwrap_or_default();
+    let ofds: Vec<usize> = epoll_ref(n, from).map(|e| e.items.keys().map(|k| k.0).collect()).unwrap_or_default();
     for o in ofds {
         if let Some(id) = vfs_obj(o) {
-            if epoll_mut(n, id).is_some() && reaches(n, id, to, vfs_obj, depth + 1)? {
+            if epoll_ref(n, id).is_some() && reaches(n, id, to, vfs_obj, depth + 1)? {
                 return Ok(true);
             }
         }
@@ -499,7 +500,7 @@ pub fn ctl(epfd: i32, op: i32, fd: i32, event: u64) -> SysResult {
     }
     // Descriptions that are epoll instances, for the cycle check (vfs is
     // asked before our state is borrowed).
-    let target_is_epoll = obj.is_some_and(|id| crate::with(|n| epoll_mut(n, id).is_some()));
+    let target_is_epoll = obj.is_some_and(|id| crate::with(|n| epoll_ref(n, id).is_some()));
     let timed = obj.is_some_and(|id| crate::with(|n| matches!(n.objs.get(&id), Some(Obj::Timer(_) | Obj::Epoll(_)))));
     let src = match obj {
         Some(id) => crate::with(|n| match n.objs.get(&id) {
