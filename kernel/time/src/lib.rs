@@ -183,7 +183,10 @@ mod tests {
         for hz in [1u64, 1_000, 999_999_999, 1_000_000_000, 1_000_000_001, 2_399_999_999, 2_893_202_000, 3_000_000_000, 3_600_000_000, 17_999_999_999] {
             let c = Clock::new(hz, 0, 0);
             // u128 reference.
-            for t in [0u64, 1, 2, 3, hz - 1, hz, hz + 1, 3 * hz - 1, 3 * hz, 1 << 40, u64::MAX / 3, u64::MAX - 1, u64::MAX].into_iter().chain((0..2000u64).map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (k % 40))) {
+            for t in [0u64, 1, 2, 3, hz - 1, hz, hz + 1, 3 * hz - 1, 3 * hz, 1 << 40, u64::MAX / 3, u64::MAX - 1, u64::MAX]
+                .into_iter()
+                .chain((0..2000u64).map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (k % 40)))
+            {
                 let exact = (t as u128 * NS_PER_SEC as u128 / hz as u128).min(u64::MAX as u128) as u64;
                 assert_eq!(c.ticks_to_ns(t), exact, "hz {hz} ticks {t}");
             }
