@@ -115,6 +115,10 @@ pub(crate) struct Epoll {
     by_src: BTreeSet<(Src, Key)>,
     /// Number of host-socket entries (whether to read the host log).
     hosts: usize,
+    /// Number of always-asked entries (`Src::Always`): with none, a scan
+    /// skips looking them up in `by_src` (most servers watch only
+    /// sockets).
+    always: usize,
     /// The host backend's gain sequence number read up to.
     synced_host: u64,
     /// vfs's readiness-log sequence number read up to.
@@ -141,8 +145,10 @@ impl Epoll {
     }
 
     fn insert(&mut self, key: Key, it: Item) {
-        if matches!(it.src, Src::Host(_)) {
-            self.hosts += 1;
+        match it.src {
+            Src::Host(_) => self.hosts += 1,
+            Src::Always => self.always += 1,
+            Src::Local(_) => {}
         }
         self.by_src.insert((it.src, key));
         self.items.insert(key, Item { queued: false, ..it });
@@ -151,8 +157,10 @@ impl Epoll {
 
     fn remove(&mut self, key: &Key) -> Option<Item> {
         let it = self.items.remove(key)?;
-        if matches!(it.src, Src::Host(_)) {
-            self.hosts -= 1;
+        match it.src {
+            Src::Host(_) => self.hosts -= 1,
+            Src::Always => self.always -= 1,
+            Src::Local(_) => {}
         }
         self.by_src.remove(&(it.src, *key));
         if it.queued {
@@ -314,8 +322,11 @@ fn scan(id: u64, vfs: &Vfs, max: usize, consume: bool, out: &mut Vec<(u32, u64)>
     // The list as it is now, then the always-asked entries.
     crate::with(|n| {
         if let Some(e) = epoll_ref(n, id) {
-            let always = e.by_src.range((Src::Always, (0, i32::MIN))..).map(|(_, k)| *k);
-            sc.cands.extend(e.queue.iter().copied().chain(always).filter_map(|k| e.items.get(&k).map(|it| (k, *it))));
+            sc.cands.extend(e.queue.iter().filter_map(|&k| e.items.get(&k).map(|it| (k, *it))));
+            if e.always > 0 {
+                let always = e.by_src.range((Src::Always, (0, i32::MIN))..).map(|(_, k)| *k);
+                sc.cands.extend(always.filter_map(|k| e.items.get(&k).map(|it| (k, *it))));
+            }
         }
     });
     let first = out.len();
@@ -413,7 +424,7 @@ pub(crate) fn ready(id: u64, vfs: &Vfs) -> Readiness {
     let mut one = Vec::new();
     scan(id, vfs, 1, false, &mut one);
     let any = !one.is_empty();
-    let ofds: Vec<usize> = crate::with(|n| epoll_mut(n, id).map(|e| e.items.keys().map(|k| k.0).collect()).unwrap_or_default());
+    let ofds: Vec<usize> = crate::with(|n| epoll_ref(n, id).map(|e| e.items.keys().map(|k| k.0).collect()).unwrap_or_default());
     let gen = ofds.into_iter().filter_map(|o| vfs.ofd_ready(o)).fold(0u64, |a, r| a.wrapping_add(r.gen));
     Readiness { mask: if any { EPOLLIN | EPOLLRDNORM } else { 0 }, gen }
 }
@@ -425,7 +436,8 @@ pub(crate) fn deadline(id: u64, vfs: &Vfs) -> Option<u64> {
         return None;
     }
     let ofds: Vec<usize> = crate::with(|n| {
-        epoll_mut(n, id)
+        epoll_ref(n, id)
+            .filter(|e| e.always > 0)
             .map(|e| e.by_src.range((Src::Always, (0, i32::MIN))..).filter(|(_, k)| e.items.get(k).is_some_and(|it| it.timed)).map(|(_, k)| k.0).collect())
             .unwrap_or_default()
     });
@@ -448,7 +460,7 @@ pub fn create1(flags: i32) -> SysResult {
 /// The epoll instance behind `epfd` (`EINVAL` if it is not one).
 fn epoll_of(epfd: i32) -> Result<u64, Errno> {
     let (id, _) = shoal_vfs::obj_of_fd(epfd).map_err(|e| if e == Errno::ENOTSOCK { Errno::EINVAL } else { e })?;
-    crate::with(|n| epoll_mut(n, id).map(|_| id).ok_or(Errno::EINVAL))
+    crate::with(|n| epoll_ref(n, id).map(|_| id).ok_or(Errno::EINVAL))
 }
 
 /// Whether epoll `from` reaches epoll `to` through watched epolls.
@@ -459,10 +471,10 @@ fn reaches(n: &mut Net, from: u64, to: u64, vfs_obj: &dyn Fn(usize) -> Option<u6
     if depth > MAX_NESTS {
         return Err(Errno::ELOOP);
     }
-    let ofds: Vec<usize> = epoll_mut(n, from).map(|e| e.items.keys().map(|k| k.0).collect()).unwrap_or_default();
+    let ofds: Vec<usize> = epoll_ref(n, from).map(|e| e.items.keys().map(|k| k.0).collect()).unwrap_or_default();
     for o in ofds {
         if let Some(id) = vfs_obj(o) {
-            if epoll_mut(n, id).is_some() && reaches(n, id, to, vfs_obj, depth + 1)? {
+            if epoll_ref(n, id).is_some() && reaches(n, id, to, vfs_obj, depth + 1)? {
                 return Ok(true);
             }
         }
@@ -488,7 +500,7 @@ pub fn ctl(epfd: i32, op: i32, fd: i32, event: u64) -> SysResult {
     }
     // Descriptions that are epoll instances, for the cycle check (vfs is
     // asked before our state is borrowed).
-    let target_is_epoll = obj.is_some_and(|id| crate::with(|n| epoll_mut(n, id).is_some()));
+    let target_is_epoll = obj.is_some_and(|id| crate::with(|n| epoll_ref(n, id).is_some()));
     let timed = obj.is_some_and(|id| crate::with(|n| matches!(n.objs.get(&id), Some(Obj::Timer(_) | Obj::Epoll(_)))));
     let src = match obj {
         Some(id) => crate::with(|n| match n.objs.get(&id) {

@@ -517,6 +517,17 @@ pub fn take_saved_mask() -> Option<u64> {
     TABLE.with(|t| t.cur().saved_mask.take())
 }
 
+/// What the end of every system call asks, in one look at the running
+/// thread: takes the mask [`set_saved_mask`] recorded (if any) and says
+/// whether a pending signal is not blocked (as [`take_saved_mask`], then
+/// [`has_deliverable`]: two lookups of the thread per call before).
+pub fn after_call() -> (Option<u64>, bool) {
+    TABLE.with(|t| {
+        let c = t.cur();
+        (c.saved_mask.take(), c.sig_pending & !c.sig_mask != 0)
+    })
+}
+
 /// Whether the running thread has a pending signal it does not block.
 pub fn has_deliverable() -> bool {
     let (m, p) = sig_state();
@@ -597,7 +608,15 @@ pub fn wait_key(key: u64, deadline: Option<u64>) -> Result<(), Errno> {
 /// Wakes every thread waiting on the kernel wait queue `key`; they run
 /// later (the caller keeps the vCPU). Returns how many were woken.
 pub fn wake_key(key: u64) -> u32 {
-    table(|t| t.wake(key | KERNEL_KEY, u32::MAX, u32::MAX))
+    // Most of these wake no one (net and vfs wake the queue at every
+    // change, whether or not a thread waits on it; a single-threaded
+    // server's waits go straight to the idle wait): the count of runnable
+    // threads is published again only when one woke.
+    let woken = TABLE.with(|t| t.wake(key | KERNEL_KEY, u32::MAX, u32::MAX));
+    if woken > 0 {
+        table(|_| ());
+    }
+    woken
 }
 
 /// `FUTEX_WAKE`: wakes up to `n` waiters on `addr` whose bitset meets

@@ -406,8 +406,8 @@ pub fn dispatch(n: u64, args: &Args) -> i64 {
     shoal_sched::raise_host_signals();
     // A ppoll/pselect6 interrupted under its temporary mask: deliver with
     // that mask, then restore the caller's (Linux's saved sigmask).
-    let saved = shoal_sched::take_saved_mask();
-    if shoal_sched::has_deliverable() {
+    let (saved, deliverable) = shoal_sched::after_call();
+    if deliverable {
         shoal_process::signal::deliver_pending();
     }
     if let Some(m) = saved {

@@ -219,7 +219,7 @@ pub(crate) mod tests {
     /// Everything that uses the global clock state, in one test (tests run
     /// in parallel threads; kernel state is single-threaded).
     pub(crate) fn uses_state() {
-        crate::STATE.with(|s| s.clock = crate::Clock { hz: 1_000_000_000, tsc0: 0, real0: 1_000 * NS_PER_SEC });
+        crate::STATE.with(|s| s.clock = crate::Clock::new(1_000_000_000, 0, 1_000 * NS_PER_SEC));
         let t = Timespec { tv_sec: 1_005, tv_nsec: 0 };
         assert_eq!(deadline(CLOCK_REALTIME, TIMER_ABSTIME, t), Ok(5 * NS_PER_SEC));
         assert_eq!(deadline(CLOCK_MONOTONIC, TIMER_ABSTIME, t), Ok(1_005 * NS_PER_SEC));
