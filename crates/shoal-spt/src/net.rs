@@ -607,10 +607,10 @@ pub fn poll(a: &mut NetPollArgs) -> Result<i64, ()> {
 }
 
 /// The wait a `NetPoll` asking for `ns` makes: none when a forwarded
-/// signal already waits in the guest's word (it came before this wait,
-/// so it would not cut it short; the guest checks the word before asking
-/// too, and this narrows what is left of that window to the instructions
-/// between here and the host call).
+/// signal already waits in the guest's word (it came before this wait, so
+/// it would not cut it short). Checked here, just before the host call,
+/// the window left is the few instructions in between; the guest's
+/// scheduler picks again after any wait that raised a signal.
 fn wait_ns(ns: u64) -> u64 {
     if ns > 0 && crate::signals::forward_waiting() {
         0

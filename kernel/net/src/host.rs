@@ -730,11 +730,6 @@ pub fn idle_wait(deadline: Option<u64>) -> bool {
     // request passes here).
     let t0 = shoal_time::monotonic_ns();
     let timeout = match deadline {
-        // A signal forwarded by the tender that is still in the word must
-        // not wait for the deadline: the tender's `ppoll` only ends for a
-        // signal that arrives while it waits, and this one came earlier
-        // (e.g. while the idle path gave freed memory back). Poll at once.
-        _ if shoal_plat::hostsig::pending() => 0,
         Some(d) => d.saturating_sub(t0),
         None => u64::MAX,
     };
