@@ -178,6 +178,14 @@ impl KernelHeap {
             .flatten()
     }
 
+    /// Whether the heap is in use further up the stack (an allocation,
+    /// a release or a trim in progress): a failure then happened inside
+    /// the allocator (`shoal_recover` ends the instance instead of
+    /// rebooting the component whose call it was).
+    pub fn in_use(&self) -> bool {
+        self.talc.try_with(|_| ()).is_none()
+    }
+
     /// Bytes of pages the heap has taken so far.
     pub fn bytes(&self) -> u64 {
         self.talc.with(|t| t.source.bytes)

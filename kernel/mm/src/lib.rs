@@ -134,6 +134,13 @@ pub fn release_free() -> u64 {
     n
 }
 
+/// Whether the kernel heap is in use further up the stack
+/// ([`KernelHeap::in_use`]; `shoal_recover`'s heap check).
+#[inline(never)]
+pub fn heap_in_use() -> bool {
+    KERNEL_HEAP.in_use()
+}
+
 /// Gives the kernel heap `bytes` (a multiple of the page size) of pages.
 pub fn alloc_kernel_pages(bytes: u64) -> Option<u64> {
     SPACE.with(|s| s.alloc_kernel(bytes))

@@ -496,6 +496,36 @@ fn kernel_heap_trims_a_chunk_that_holds_nothing() {
     }
 }
 
+static IN_USE_SPACE: Global<Option<Box<Space>>> = Global::new(None);
+static IN_USE_HEAP: KernelHeap = KernelHeap::new(in_use_pages);
+static SEEN_IN_USE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Pages for [`IN_USE_HEAP`], noting whether the heap said it was in use
+/// while it asked for them (it is: an allocation is in progress).
+fn in_use_pages(bytes: u64) -> Option<u64> {
+    SEEN_IN_USE.store(IN_USE_HEAP.in_use(), std::sync::atomic::Ordering::Relaxed);
+    IN_USE_SPACE.with(|s| s.as_mut().unwrap().alloc_kernel(bytes))
+}
+
+/// `in_use` is what recover asks after a failure: true only inside the
+/// allocator.
+#[test]
+fn kernel_heap_says_when_it_is_in_use() {
+    use std::alloc::GlobalAlloc;
+    let (s, _) = space(1 << 8); // 1 MiB
+    IN_USE_SPACE.with(|t| *t = Some(s));
+    assert!(!IN_USE_HEAP.in_use());
+    let l = Layout::from_size_align(64, 8).unwrap();
+    // SAFETY: nonzero size; freed with its layout.
+    unsafe {
+        let p = IN_USE_HEAP.alloc(l);
+        assert!(!p.is_null());
+        assert!(SEEN_IN_USE.load(std::sync::atomic::Ordering::Relaxed), "in use while it grows");
+        assert!(!IN_USE_HEAP.in_use());
+        IN_USE_HEAP.dealloc(p, l);
+    }
+}
+
 /// A fake file system for the file-mapping tests: file 7 is a list of
 /// page-aligned host pages of which the first `SIZE` bytes are the file;
 /// references are counted.
