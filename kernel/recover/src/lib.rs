@@ -923,6 +923,7 @@ mod tests {
         // SAFETY: CONTEXT is saved by the call before `unwinds` uses it.
         let r = unsafe { shoal_recover_call(returns, &args, CONTEXT.0.get()) };
         assert_eq!((r.val, r.err), (9, 1), "the result comes back in registers");
+        // SAFETY: as above.
         let r = unsafe { shoal_recover_call(|_| Ok(u64::MAX), &args, CONTEXT.0.get()) };
         assert_eq!((r.val, r.err), (u64::MAX, 0));
         // SAFETY: as above; `unwinds` returns through the saved context.
