@@ -352,18 +352,39 @@ impl Fs {
     }
 
     /// Adds entry `name` → `ino` to directory `dir`, counting the link.
+    /// Journaled as the entry added ([`heal::Change::Added`]), the
+    /// directory not marked touched (the log edits its image by that one
+    /// entry).
     fn attach(&mut self, dir: Ino, name: &[u8], ino: Ino) {
-        let is_dir = matches!(self.inodes[&ino].node, Node::Dir(_));
+        let is_dir = matches!(self.inodes.get(&ino).map(|i| &i.node), Some(Node::Dir(_)));
         let t = self.now();
-        let d = self.touch(&dir).expect("dir");
-        if let Node::Dir(dd) = &mut d.node {
-            dd.insert(name, ino);
-        }
+        let Some(d) = self.inodes.get_mut(&dir) else { return };
+        let Node::Dir(dd) = &mut d.node else { return };
+        let cookie = dd.insert(name, ino);
         if is_dir {
             d.nlink += 1;
         }
         d.mtime = t;
         d.ctime = t;
+        let nlink = d.nlink;
+        self.journal.added(dir, cookie, ino, name, t, nlink);
+    }
+
+    /// Removes entry `name` from directory `dir` (the caller looked it
+    /// up), moving the directory's times and its link count by
+    /// `subdir_delta`; journaled as the entry removed
+    /// ([`heal::Change::Removed`]), the directory not marked touched.
+    fn detach(&mut self, dir: Ino, name: &[u8], subdir_delta: i32) -> Result<(), Errno> {
+        let t = self.now();
+        let d = self.inodes.get_mut(&dir).ok_or(Errno::ENOENT)?;
+        let Node::Dir(dd) = &mut d.node else { return Err(Errno::ENOTDIR) };
+        let (cookie, _) = dd.remove_entry(name).ok_or(Errno::ENOENT)?;
+        d.mtime = t;
+        d.ctime = t;
+        d.nlink = (d.nlink as i64 + subdir_delta as i64) as u32;
+        let nlink = d.nlink;
+        self.journal.changed(heal::Change::Removed { dir, cookie, time: t, nlink });
+        Ok(())
     }
 
     fn inode(&self, ino: Ino) -> Result<&Inode, Errno> {
@@ -614,8 +635,7 @@ impl Fs {
         if self.file_type(ino)? == FileType::Directory {
             return Err(Errno::EISDIR);
         }
-        self.dir_mut(dir)?.remove(name);
-        self.touch_dir(dir, 0);
+        self.detach(dir, name, 0)?;
         self.drop_link(ino);
         Ok(())
     }
@@ -633,8 +653,7 @@ impl Fs {
         if !self.dir(ino)?.is_empty() {
             return Err(Errno::ENOTEMPTY);
         }
-        self.dir_mut(dir)?.remove(name);
-        self.touch_dir(dir, -1);
+        self.detach(dir, name, -1)?;
         self.drop_link(ino);
         Ok(())
     }

@@ -299,6 +299,9 @@ pub(crate) struct Log {
     closed: Vec<Ofd>,
     /// Times the closed sessions were dropped.
     shrinks: u64,
+    /// The name buffer of the last directory entry removed from an
+    /// image, for the next one added (`DirImage::add`).
+    spare_name: Option<Box<[u8]>>,
     /// A rejuvenation's sound state, set aside before the reboot: the
     /// rebuilt tree takes its files' contents (the same pages), the rest
     /// is freed.
@@ -450,6 +453,7 @@ impl Log {
             shrink_at: 1,
             closed: Vec::new(),
             shrinks: 0,
+            spare_name: None,
             old: None,
         }
     }
@@ -510,7 +514,7 @@ impl Log {
         // page, a journal record), or a reference taken or dropped —
         // applied here, without the general walk.
         let done = match (touched, changes) {
-            ([], [c]) => self.apply_alone(c),
+            ([], [c]) => self.apply_alone(c, v.fs.journal_names()),
             _ => false,
         };
         if done {
@@ -522,11 +526,17 @@ impl Log {
     }
 
     /// Applies a change that comes without its inode
-    /// (`Change::InPlace`, `Change::Refs`) to the log's image (and file
-    /// handle); `false` if the log has no image of that inode yet (or
-    /// the change is another kind), to be exported instead.
-    fn apply_alone(&mut self, c: &Change) -> bool {
+    /// (`Change::InPlace`, `Change::Refs`, a directory's
+    /// `Change::Added` or `Change::Removed`, whose names are in `names`)
+    /// to the log's image (and file handle); `false` if the log has no
+    /// image of that inode yet (or the change is another kind), to be
+    /// exported instead.
+    fn apply_alone(&mut self, c: &Change, names: &[u8]) -> bool {
         match *c {
+            Change::Added { dir, .. } | Change::Removed { dir, .. } => match self.inodes.get_mut(dir) {
+                Some(InodeEntry { image: Some(im), .. }) => im.apply_dirent(c, names, &mut self.spare_name),
+                _ => false,
+            },
             Change::InPlace { ino, size, .. } => match self.inodes.get_mut(ino) {
                 Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
                     im.apply_in_place(c);
@@ -664,15 +674,30 @@ impl Log {
         // Writes in place to files not otherwise changed by the call:
         // the image and the handle's size from the change itself (module
         // `shoal_ramfs::heal`, `Change::InPlace`); likewise a reference
-        // count taken or dropped (`Change::Refs`). An inode the log has
-        // no image (or file handle) of yet is exported as a touched one is.
+        // count taken or dropped (`Change::Refs`) and a name added to or
+        // removed from a directory (`Change::Added`, `Change::Removed`:
+        // one entry of the directory's image, not a walk over all of
+        // them). An inode the log has no image (or file handle) of yet is
+        // exported as a touched one is — its state after the call, so
+        // the directory changes that follow for it in this call are in
+        // that image already and are not applied again.
+        // (Rarely anything: a Vec allocates only when pushed to.)
+        let mut exported: Vec<Ino> = Vec::new();
+        let names = v.fs.journal_names();
         for c in changes {
-            let ino = match *c {
-                Change::InPlace { ino, .. } | Change::Refs { ino, .. } if !touched.contains(&ino) => ino,
+            let (ino, dirent) = match *c {
+                Change::InPlace { ino, .. } | Change::Refs { ino, .. } if !touched.contains(&ino) => (ino, false),
+                Change::Added { dir, .. } | Change::Removed { dir, .. } if !touched.contains(&dir) => (dir, true),
                 _ => continue,
             };
-            if !self.apply_alone(c) {
+            if dirent && exported.contains(&ino) {
+                continue;
+            }
+            if !self.apply_alone(c, names) {
                 self.inodes_changed(v, &[ino], &[]);
+                if dirent {
+                    exported.push(ino);
+                }
             }
         }
         self.next_ino = v.fs.next_ino();
