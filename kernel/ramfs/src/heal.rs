@@ -108,6 +108,26 @@ pub enum Change {
         /// The directory's link count after the change.
         nlink: u32,
     },
+    /// An empty regular file made ([`Fs::create_file`]), with what its
+    /// image holds: the log builds the image and an empty file handle
+    /// from this ([`Image::new_file`]) instead of looking the inode up
+    /// and exporting it. The inode is not in `touched` for it (unless the
+    /// same call changed it otherwise).
+    Created {
+        /// The file.
+        ino: Ino,
+        /// Its permission bits.
+        perm: u32,
+        /// Its four times.
+        time: Timespec,
+    },
+    /// The inode was destroyed (its last name and reference gone): the
+    /// log drops its entry without looking it up. Not in `touched` for
+    /// it (unless the same call changed it before destroying it).
+    Freed {
+        /// The inode.
+        ino: Ino,
+    },
     /// Truncated (or extended) to `size`.
     Truncate {
         /// The file.
@@ -237,6 +257,19 @@ impl Image {
             _ => return false,
         };
         (self.mtime, self.ctime, self.nlink) = (time, time, nlink);
+        true
+    }
+
+    /// The image of a regular file just made ([`Change::Created`]),
+    /// written into `slot` (an image already there is overwritten in
+    /// place); `false` for another change.
+    pub fn new_file(c: &Change, slot: &mut Option<Image>) -> bool {
+        let Change::Created { perm, time, .. } = *c else { return false };
+        let im = Image { perm, nlink: 1, refs: 0, uid: 0, gid: 0, atime: time, mtime: time, ctime: time, btime: time, node: NodeImage::File };
+        match slot {
+            Some(old) => *old = im,
+            None => *slot = Some(im),
+        }
         true
     }
 

@@ -341,13 +341,19 @@ impl Fs {
         self.inodes.len()
     }
 
+    /// Journaled as touched, but an empty regular file as
+    /// [`heal::Change::Created`] (the log builds its image from that).
     fn alloc(&mut self, node: Node, perm: u32) -> Ino {
         let ino = self.next_ino;
         self.next_ino += 1;
         let t = self.now();
         let nlink = if matches!(node, Node::Dir(_)) { 2 } else { 1 };
-        self.journal.touched(ino);
-        self.inodes.insert(ino, Inode { perm: perm & 0o7777, nlink, refs: 0, uid: 0, gid: 0, atime: t, mtime: t, ctime: t, btime: t, node });
+        let perm = perm & 0o7777;
+        match &node {
+            Node::File(f) if f.size() == 0 && f.owned_pages() == 0 => self.journal.changed(heal::Change::Created { ino, perm, time: t }),
+            _ => self.journal.touched(ino),
+        }
+        self.inodes.insert(ino, Inode { perm, nlink, refs: 0, uid: 0, gid: 0, atime: t, mtime: t, ctime: t, btime: t, node });
         ino
     }
 
@@ -594,22 +600,30 @@ impl Fs {
     }
 
     /// Drops one name of `ino` (already removed from its directory).
+    /// Journaled as touched, or as [`heal::Change::Freed`] alone when
+    /// that was its last name and nobody holds it (SQLite's journal file
+    /// at its unlink).
     fn drop_link(&mut self, ino: Ino) {
         let t = self.now();
-        if let Some(i) = self.touch(&ino) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
             i.nlink = if matches!(i.node, Node::Dir(_)) { 0 } else { i.nlink.saturating_sub(1) };
             i.ctime = t;
+            if i.nlink != 0 || i.refs != 0 || ino == ROOT_INO {
+                self.journal.touched(ino);
+            }
         }
         self.maybe_free(ino);
     }
 
+    /// Destroys `ino` if it has neither a name nor a reference left
+    /// (journaled as [`heal::Change::Freed`]).
     fn maybe_free(&mut self, ino: Ino) {
         if ino == ROOT_INO {
             return;
         }
         if let Some(i) = self.inodes.get(&ino) {
             if i.nlink == 0 && i.refs == 0 {
-                self.journal.touched(ino);
+                self.journal.changed(heal::Change::Freed { ino });
                 self.inodes.remove(&ino);
             }
         }

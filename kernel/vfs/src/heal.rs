@@ -533,6 +533,24 @@ impl Log {
     /// exported instead.
     fn apply_alone(&mut self, c: &Change, names: &[u8]) -> bool {
         match *c {
+            Change::Created { ino, .. } => {
+                let e = self.inodes.get_or_insert(ino);
+                Image::new_file(c, &mut e.image);
+                e.data = Some(FileData::new());
+                true
+            }
+            // Destroyed: one made since boot leaves nothing; one from
+            // boot leaves a tombstone (as `inodes_changed` does for a
+            // touched inode that is gone).
+            Change::Freed { ino } if ino >= self.boot_next_ino => {
+                self.inodes.remove(ino);
+                true
+            }
+            Change::Freed { ino } => {
+                let e = self.inodes.get_or_insert(ino);
+                (e.image, e.data) = (None, None);
+                true
+            }
             Change::Added { dir, .. } | Change::Removed { dir, .. } => match self.inodes.get_mut(dir) {
                 Some(InodeEntry { image: Some(im), .. }) => im.apply_dirent(c, names, &mut self.spare_name),
                 _ => false,
@@ -686,7 +704,9 @@ impl Log {
         let names = v.fs.journal_names();
         for c in changes {
             let (ino, dirent) = match *c {
-                Change::InPlace { ino, .. } | Change::Refs { ino, .. } if !touched.contains(&ino) => (ino, false),
+                Change::InPlace { ino, .. } | Change::Refs { ino, .. } | Change::Created { ino, .. } | Change::Freed { ino } if !touched.contains(&ino) => {
+                    (ino, false)
+                }
                 Change::Added { dir, .. } | Change::Removed { dir, .. } if !touched.contains(&dir) => (dir, true),
                 _ => continue,
             };

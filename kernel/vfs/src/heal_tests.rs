@@ -114,8 +114,10 @@ impl Rng {
     }
 }
 
-const PATHS: [&str; 7] = ["/tmp/a", "/tmp/b", "/tmp/d/c", "/tmp/d/e", "/x", "/tmp/d/sub/f", "a"];
-const DIRS: [&str; 3] = ["/tmp/d", "/tmp/d/sub", "/tmp/e"];
+// "/etc/hosts" and "/home" exist at boot: removing them leaves a
+// tombstone in the log (`Change::Freed` of a boot inode).
+const PATHS: [&str; 8] = ["/tmp/a", "/tmp/b", "/tmp/d/c", "/tmp/d/e", "/x", "/tmp/d/sub/f", "a", "/etc/hosts"];
+const DIRS: [&str; 4] = ["/tmp/d", "/tmp/d/sub", "/tmp/e", "/home"];
 
 /// One random call (the same `r` state gives the same call on any
 /// state), with its result.
