@@ -22,7 +22,14 @@
 //!   inode's image after the call (`shoal_ramfs::heal::Image`: attributes,
 //!   directory entries, link target) — a later call on the same inode
 //!   supersedes it; an inode the program destroyed drops its entry (one
-//!   that existed at boot leaves a tombstone);
+//!   that existed at boot leaves a tombstone). Most changes reach the
+//!   image as the change itself, from ramfs's journal, never as a fresh
+//!   export: a write in place, a reference count, a name added to or
+//!   removed from a directory (one entry of the directory's image, not a
+//!   walk over all of them), an empty file made (its image built from
+//!   the change), an inode destroyed (its entry dropped without a
+//!   lookup) — SQLite's journal file, made and removed each
+//!   transaction, is logged that way;
 //! - per **regular file** written since boot: its contents — not a copy,
 //!   a second handle on the file's own pages (`FileData::share`: the
 //!   pages are reference counted, the log's handle lists the same ones as
