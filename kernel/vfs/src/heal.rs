@@ -31,11 +31,11 @@
 //!   lookup) — SQLite's journal file, made and removed each
 //!   transaction, is logged that way;
 //! - per **regular file** written since boot: its contents — not a copy,
-//!   a second handle on the file's own pages (`FileData::share`: the
+//!   a second handle on the file's own pages (`shoal_ramfs::data::Mirror`: the
 //!   pages are reference counted, the log's handle lists the same ones as
 //!   the file's, with the size as of the last logged call). Each write's
 //!   range and each truncation only bring the handle's page list in step
-//!   (`mirror_write`, `mirror_truncate`: a page reference, never a byte,
+//!   (`Mirror::write`, `Mirror::truncate`: a page reference, never a byte,
 //!   moves); removing the file drops it. (VampOS shrinks "a series of
 //!   write() by preserving the offset and contents"; here the contents
 //!   are the live file's, like a page cache under the log.) File data
@@ -117,8 +117,9 @@ use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
+use shoal_ramfs::data::Mirror;
 use shoal_ramfs::heal::{Change, Exported, Image};
-use shoal_ramfs::{FileData, Ino};
+use shoal_ramfs::Ino;
 use shoal_recover::id;
 
 /// Where the file system's clock readings go (module documentation:
@@ -194,8 +195,8 @@ struct InodeEntry {
     /// Its image after the last call that changed it; `None`: destroyed.
     image: Option<Image>,
     /// A regular file's contents: a handle on the file's own pages, in
-    /// step with the file as of the last logged call (`FileData::share`).
-    data: Option<FileData>,
+    /// step with the file as of the last logged call (`Mirror`).
+    data: Option<Mirror>,
 }
 
 /// The log's inode entries: inode number → a slot of `slots`. The map
@@ -212,8 +213,11 @@ struct InodeEntry {
 struct Entries {
     map: BTreeMap<Ino, usize>,
     slots: Vec<InodeEntry>,
-    /// Slots of removed entries (their `data` dropped).
+    /// Slots of removed entries (their `data` moved to `spare`).
     free: Vec<usize>,
+    /// Emptied file handles of removed entries, their lists' buffers
+    /// kept for the next files (a few at most).
+    spare: Vec<Mirror>,
 }
 
 impl Entries {
@@ -225,29 +229,43 @@ impl Entries {
     /// The entry of `ino`, made if there is none (in a free slot, whose
     /// image is stale: see [`Entries`]).
     fn get_or_insert(&mut self, ino: Ino) -> &mut InodeEntry {
-        let i = match self.map.get(&ino) {
+        Entries::slot_of(&mut self.map, &mut self.slots, &mut self.free, ino)
+    }
+
+    /// [`Entries::get_or_insert`] on the fields, so the caller may use
+    /// `spare` beside the entry.
+    fn slot_of<'a>(map: &mut BTreeMap<Ino, usize>, slots: &'a mut Vec<InodeEntry>, free: &mut Vec<usize>, ino: Ino) -> &'a mut InodeEntry {
+        let i = match map.get(&ino) {
             Some(&i) => i,
             None => {
-                let i = self.free.pop().unwrap_or_else(|| {
-                    self.slots.push(InodeEntry { image: None, data: None });
-                    self.slots.len() - 1
+                let i = free.pop().unwrap_or_else(|| {
+                    slots.push(InodeEntry { image: None, data: None });
+                    slots.len() - 1
                 });
-                self.map.insert(ino, i);
+                map.insert(ino, i);
                 i
             }
         };
-        &mut self.slots[i]
+        &mut slots[i]
     }
 
     /// Drops the entry of `ino`: its file handle (the pages' references)
     /// now, its slot kept for the next new inode.
     fn remove(&mut self, ino: Ino) {
         if let Some(i) = self.map.remove(&ino) {
-            if let Some(e) = self.slots.get_mut(i) {
-                e.data = None;
+            if let Some(mut d) = self.slots.get_mut(i).and_then(|e| e.data.take()) {
+                if self.spare.len() < SPARE_HANDLES {
+                    d.clear();
+                    self.spare.push(d);
+                }
             }
             self.free.push(i);
         }
+    }
+
+    /// An empty file handle, a spare one if there is one.
+    fn handle(&mut self) -> Mirror {
+        self.spare.pop().unwrap_or_default()
     }
 
     /// The entries, by inode number.
@@ -259,6 +277,10 @@ impl Entries {
         self.map.len()
     }
 }
+
+/// Emptied file handles the log keeps for the next new files
+/// ([`Entries::remove`]).
+const SPARE_HANDLES: usize = 4;
 
 /// What vfs holds besides its tables and ramfs's tree and that calls
 /// change, as one entry. (The standard streams' inodes, `/proc/self/fd`
@@ -541,9 +563,10 @@ impl Log {
     fn apply_alone(&mut self, c: &Change, names: &[u8]) -> bool {
         match *c {
             Change::Created { ino, .. } => {
+                let d = self.inodes.handle();
                 let e = self.inodes.get_or_insert(ino);
                 Image::new_file(c, &mut e.image);
-                e.data = Some(FileData::new());
+                e.data = Some(d);
                 true
             }
             // Destroyed: one made since boot leaves nothing; one from
@@ -565,7 +588,7 @@ impl Log {
             Change::InPlace { ino, size, .. } => match self.inodes.get_mut(ino) {
                 Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
                     im.apply_in_place(c);
-                    d.mirror_in_place(size);
+                    d.in_place(size);
                     true
                 }
                 _ => false,
@@ -616,11 +639,7 @@ impl Log {
             let data = match (&e.image, &e.data) {
                 (Some(im), Some(d)) if im.is_file() => match old.as_mut().and_then(|o| o.fs.take_data(ino)) {
                     Some(moved) => Some(moved),
-                    None => {
-                        let mut d = d.share();
-                        d.settle();
-                        Some(d)
-                    }
+                    None => Some(d.to_file()),
                 },
                 _ => None,
             };
@@ -666,22 +685,27 @@ impl Log {
 
     fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
         for &ino in touched {
-            let e = self.inodes.get_or_insert(ino);
+            let Entries { map, slots, free, spare } = &mut self.inodes;
+            let e = Entries::slot_of(map, slots, free, ino);
             match v.fs.export_file_into(ino, &mut e.image) {
                 Exported::File(live) => match &mut e.data {
                     // First change to this file since boot: a handle on
                     // all its pages now (the call's changes are in it).
-                    None => e.data = Some(live.share()),
+                    None => {
+                        let mut d = spare.pop().unwrap_or_default();
+                        live.mirror_into(&mut d);
+                        e.data = Some(d);
+                    }
                     // The call's changes to this file, in order (every
                     // data change journals its inode, so each is reached
                     // here, from the lookup the export made).
                     Some(handle) => {
                         for c in changes {
                             match *c {
-                                Change::Write { ino: i, off, len } if i == ino => handle.mirror_write(live, off, len),
-                                Change::InPlace { ino: i, .. } if i == ino => handle.mirror_size(live),
-                                Change::Truncate { ino: i, size } if i == ino => handle.mirror_truncate(live, size),
-                                Change::Mapped { ino: i, off } if i == ino => handle.mirror_write(live, off, 1),
+                                Change::Write { ino: i, off, len } if i == ino => handle.write(live, off, len),
+                                Change::InPlace { ino: i, .. } if i == ino => handle.size_from(live),
+                                Change::Truncate { ino: i, size } if i == ino => handle.truncate(live, size),
+                                Change::Mapped { ino: i, off } if i == ino => handle.write(live, off, 1),
                                 _ => {}
                             }
                         }
@@ -740,10 +764,12 @@ impl Log {
             b += e.image.as_ref().map_or(0, |i| i.heap_bytes());
             b += e.data.as_ref().map_or(0, |d| d.owned_pages() as usize * PAGE_REF_BYTES);
         }
-        // Free slots, kept for the next new inode.
+        // Free slots and emptied file handles, kept for the next new
+        // inodes.
         for e in self.inodes.free.iter().filter_map(|&i| self.inodes.slots.get(i)) {
             b += core::mem::size_of::<InodeEntry>() + e.image.as_ref().map_or(0, |i| i.heap_bytes());
         }
+        b += self.inodes.spare.iter().map(|d| d.heap_bytes()).sum::<usize>();
         b += self.fds.capacity() * core::mem::size_of::<Option<FdEntry>>();
         b += self.ofds.capacity() * core::mem::size_of::<Option<Ofd>>();
         b += self.pipes.values().map(|p| p.buf.capacity() + 64).sum::<usize>();

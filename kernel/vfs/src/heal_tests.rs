@@ -224,8 +224,12 @@ fn closed_sessions_and_removed_files_leave_nothing_in_the_log() {
     // One round first: /tmp's entry is then in the log for good (its
     // times changed).
     // Recorded call by call, as in the loop, so the buffers of /tmp's
-    // image have grown to what the loop needs.
+    // image and of the spare file handle have grown to what the loop
+    // needs (its largest file: three pages).
     let fd = open(&mut v);
+    log.record(&mut v);
+    let most = vec![b'x'; 8999];
+    v.write(&args(&[fd, most.as_ptr() as u64, most.len() as u64])).unwrap();
     log.record(&mut v);
     v.close(&args(&[fd])).unwrap();
     log.record(&mut v);
@@ -245,7 +249,7 @@ fn closed_sessions_and_removed_files_leave_nothing_in_the_log() {
     }
     assert_eq!((log.bytes(), log.entries()), (bytes, entries));
     // Every call changed something, but the two empty writes (i = 0, 9000).
-    assert_eq!(log.calls, 3 + 40_000 - 2);
+    assert_eq!(log.calls, 4 + 40_000 - 2);
 }
 
 /// The log's image of a written file is a second handle on the file's own
