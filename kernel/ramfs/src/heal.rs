@@ -15,7 +15,8 @@
 //!   [`Fs::export`]), which the log keeps per inode; [`Fs::import`] puts one
 //!   back (or removes the inode) when the file system is rebuilt after a
 //!   reboot, with the contents the log kept: a second handle on the
-//!   file's own pages ([`FileData::share`]), never a copy of them.
+//!   file's own pages ([`crate::data::Mirror`], made a file again by
+//!   [`crate::data::Mirror::to_file`]), never a copy of them.
 
 use super::{dir::DirImage, Bytes, Dir, FileData, Fs, Ino, Inode, Node, Timespec};
 use alloc::vec::Vec;
