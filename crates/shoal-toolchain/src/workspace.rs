@@ -333,11 +333,12 @@ impl Sizes {
     /// Where a writable (data or bss) region `name` goes after
     /// `cursor`: the first of an area on a page of its own (the pages
     /// before it are read-only), the others packed after it at their
-    /// alignment. Writable regions are copied into every instance whatever
-    /// their layout, so page-aligning them shares nothing and costs a page
-    /// per library: packed, the kernel components' and libc's data and bss
-    /// take 4 pages of an idle instance instead of 14 (docs/versioning.md,
-    /// "Memory at run time").
+    /// alignment. Writable pages are private to every instance whatever
+    /// their layout (only KSM merges those written alike, at a scanner's
+    /// cost), so a page per library costs memory and shares nothing under
+    /// the pool: packed, the data and bss an idle SQLite instance writes
+    /// lie on 9 pages instead of 16 (docs/versioning.md, "Memory at run
+    /// time").
     fn packed_at(&self, name: &str, cursor: u64, first: bool) -> u64 {
         if first {
             return page_up(cursor);
