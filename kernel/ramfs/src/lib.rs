@@ -526,6 +526,17 @@ impl Fs {
         self.create_node(dir, name, Node::File(FileData::new()), perm)
     }
 
+    /// Creates a regular file `name` in `dir` holding `data`, which it
+    /// borrows as an archive file borrows the archive's bytes: nothing is
+    /// copied until a write (copy-on-write per page, [`data`]). For files
+    /// every instance makes alike at boot (`/etc/hosts`): their bytes stay
+    /// in the image's read-only data, shared by every instance through the
+    /// library pool, instead of a kernel heap page of each instance.
+    pub fn create_file_static(&mut self, dir: Ino, name: &[u8], perm: u32, data: &'static [u8]) -> Result<Ino, Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
+        self.create_node(dir, name, Node::File(FileData::from_base(data)), perm)
+    }
+
     /// Creates a directory.
     pub fn mkdir(&mut self, dir: Ino, name: &[u8], perm: u32) -> Result<Ino, Errno> {
         let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
