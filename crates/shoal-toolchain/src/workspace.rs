@@ -55,6 +55,7 @@ use crate::link::{build, BuildSpec, Trampoline, UserLibrary};
 use crate::{Paths, Result, ToolchainError};
 use object::{Object, ObjectSection, ObjectSymbol};
 use serde::Deserialize;
+use shoal_manifest::LibraryKind;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -298,6 +299,9 @@ struct Sizes {
     aligns: BTreeMap<String, u64>,
     lib_order: Vec<String>,
     delta_order: Vec<String>,
+    /// The kernel's libraries (components and krt): their writable
+    /// regions keep pages of their own ([`Sizes::map`]).
+    kernel: BTreeSet<String>,
     misc_ro: u64,
     misc_rw: u64,
 }
@@ -384,17 +388,28 @@ impl Sizes {
         // Data and bss right after the writable tables, packed (unless
         // randomised: then every region keeps its page and random gap).
         let packed = rng.is_none();
+        let mut after_kernel = false;
         for (kind, _) in &KINDS[2..] {
             for l in &order {
                 let name = format!(".{kind}.{l}");
                 let size = self.regions.get(&name).copied().unwrap_or(0);
-                if packed && size > 0 {
-                    let at = self.packed_at(&name, cursor, false);
+                if size == 0 {
+                    continue;
+                }
+                // A kernel library's data and bss keep pages of their
+                // own, and the region after one starts a fresh page:
+                // DESIGN §6 gives every component its own protection key,
+                // which needs page-separated regions (the copies a packed
+                // kernel would save are written per instance anyway).
+                let kernel = self.kernel.contains(l);
+                if packed && !kernel {
+                    let at = self.packed_at(&name, cursor, after_kernel);
                     m.insert(name, at);
                     cursor = at + size;
                 } else {
                     place(&mut m, name, size, &mut rng, &mut cursor);
                 }
+                after_kernel = kernel;
             }
         }
         let mut first_rw = true;
@@ -769,6 +784,7 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
                 spec.output = scratch.path().join(format!("pass1-{i}"));
                 let m = build(paths, &spec)?;
                 let all: Vec<String> = m.libraries.iter().map(|l| l.info.name.clone()).filter(|n| !p.deltas.contains(n)).collect();
+                sizes.kernel.extend(m.libraries.iter().filter(|l| l.info.kind == LibraryKind::Kernel).map(|l| l.info.name.clone()));
                 sizes.measure(&section_extents(&spec.output)?, &all, &p.deltas);
                 sizes.measure_aligns(&section_aligns(&spec.output)?);
             }
@@ -924,9 +940,14 @@ mod tests {
         ext.insert(".text.s-delta2".to_string(), (0, 50));
         ext.insert(".data.s-delta2".to_string(), (0, 0x628));
         ext.insert(".bss.s-delta2".to_string(), (0, 0x10));
-        s.measure(&ext, &["mm".into(), "libc".into()], &["s-delta2".into()]);
+        ext.insert(".data.app".to_string(), (0, 0x20));
+        ext.insert(".bss.app".to_string(), (0, 0x30));
+        s.measure(&ext, &["mm".into(), "libc".into(), "app".into()], &["s-delta2".into()]);
+        s.kernel.insert("mm".into());
         let mut aligns = BTreeMap::new();
-        for (n, a) in [(".data.mm", 8), (".data.libc", 32), (".bss.libc", 32), (".data.s-delta2", 32), (".bss.s-delta2", 16)] {
+        for (n, a) in
+            [(".data.mm", 8), (".data.libc", 32), (".bss.libc", 32), (".data.app", 16), (".bss.app", 8), (".data.s-delta2", 32), (".bss.s-delta2", 16)]
+        {
             aligns.insert(n.to_string(), a);
         }
         aligns.insert(".bss.mm".to_string(), 0x1000);
@@ -934,10 +955,12 @@ mod tests {
         let m = s.map(0x100000, None);
         let rw = m[MISC_RW];
         assert_eq!(rw % 4096, 0);
-        assert_eq!(m[".data.mm"], rw + 64, "after the 16-byte writable tables, at a cache line");
-        assert_eq!(m[".data.libc"], rw + 128);
-        assert_eq!(m[".bss.mm"], rw + 4096, "a region keeps its own alignment");
-        assert_eq!(m[".bss.libc"], rw + 4096 + 0x6c0);
+        assert_eq!(m[".data.mm"], rw + 4096, "a kernel component's data on a page of its own");
+        assert_eq!(m[".data.libc"], rw + 2 * 4096, "the region after a kernel component's starts a page");
+        assert_eq!(m[".data.app"], rw + 2 * 4096 + 0x240, "packed after libc's, at a cache line");
+        assert_eq!(m[".bss.mm"], rw + 3 * 4096, "a kernel component's bss on a page of its own");
+        assert_eq!(m[".bss.libc"], rw + 4 * 4096);
+        assert_eq!(m[".bss.app"], rw + 4 * 4096 + 64, "at a cache line at least");
         let dtext = m[".text.s-delta2"];
         assert_eq!(dtext % 4096, 0);
         assert_eq!(m[".data.s-delta2"], dtext + 4096, "the delta area's first writable region starts a page");
