@@ -340,9 +340,8 @@ impl Sizes {
     /// alignment. Writable pages are private to every instance whatever
     /// their layout (only KSM merges those written alike, at a scanner's
     /// cost), so a page per library costs memory and shares nothing under
-    /// the pool: packed, the data and bss an idle SQLite instance writes
-    /// lie on 9 pages instead of 16 (docs/versioning.md, "Memory at run
-    /// time").
+    /// the pool. Kernel libraries are not packed ([`Sizes::map`]); `first`
+    /// is also set for the region after a kernel library's.
     fn packed_at(&self, name: &str, cursor: u64, first: bool) -> u64 {
         if first {
             return page_up(cursor);
