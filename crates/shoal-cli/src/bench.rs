@@ -134,6 +134,9 @@ pub enum Bench {
         /// Systems to compare (comma-separated: native, runc, runsc, spt, hvt, spt-other; default all; one that cannot run here is skipped with its reason).
         #[arg(long, value_delimiter = ',')]
         systems: Vec<String>,
+        /// Pin the servers to one CPU and the client to another (the first two CPUs this process may use; runc/runsc also get that CPU as their container's cpuset): at 1 client, unpinned runs mostly measure whether client and server share a core.
+        #[arg(long)]
+        pin: bool,
         /// Another shoal build (the `shoal` binary of another tree, its tenders beside it) to compare with this one in the same interleaved run: adds the system `spt-other`, the server on spt with that build's tender and an image that build makes from its own tree's kernel.
         #[arg(long)]
         shoal_bin: Option<PathBuf>,
@@ -161,6 +164,9 @@ pub enum Bench {
         /// Systems to compare (comma-separated: native, runc, runsc, spt, hvt, spt-other; default all; one that cannot run here is skipped with its reason).
         #[arg(long, value_delimiter = ',')]
         systems: Vec<String>,
+        /// Pin the servers to one CPU and the client to another (the first two CPUs this process may use; runc/runsc also get that CPU as their container's cpuset): at 1 client, unpinned runs mostly measure whether client and server share a core.
+        #[arg(long)]
+        pin: bool,
         /// Another shoal build (the `shoal` binary of another tree, its tenders beside it) to compare with this one in the same interleaved run: adds the system `spt-other`, the server on spt with that build's tender and an image that build makes from its own tree's kernel.
         #[arg(long)]
         shoal_bin: Option<PathBuf>,
@@ -368,15 +374,15 @@ pub fn run(which: Bench) -> Result<()> {
             let out = absolute_dir("--out", out)?;
             faas::faas(faas::FaasOpts { only, backends, repeat, requests, bursts, instances, max_clients, out, json })
         }
-        Bench::Http { clients, repeat, duration, systems, shoal_bin, out, json } => {
+        Bench::Http { clients, repeat, duration, systems, pin, shoal_bin, out, json } => {
             let out = absolute_dir("--out", out)?;
             let which = servers::Which::Http;
-            servers::servers(servers::ServersOpts { which, clients, repeat, duration, requests: 1, pipeline: 1, systems, shoal_bin, out, json })
+            servers::servers(servers::ServersOpts { which, clients, repeat, duration, requests: 1, pipeline: 1, systems, pin, shoal_bin, out, json })
         }
-        Bench::Kv { clients, repeat, requests, pipeline, systems, shoal_bin, out, json } => {
+        Bench::Kv { clients, repeat, requests, pipeline, systems, pin, shoal_bin, out, json } => {
             let out = absolute_dir("--out", out)?;
             let which = servers::Which::Kv;
-            servers::servers(servers::ServersOpts { which, clients, repeat, duration: 2.0, requests, pipeline, systems, shoal_bin, out, json })
+            servers::servers(servers::ServersOpts { which, clients, repeat, duration: 2.0, requests, pipeline, systems, pin, shoal_bin, out, json })
         }
         Bench::Size { out, json } => memory::size(json, absolute_dir("--out", out)?),
         Bench::Pages { json, keep } => crate::bench_pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),

@@ -29,6 +29,15 @@
 //! is reported beside it. Idle: after start-up, before any load; under
 //! load: during each run at the largest concurrency, the largest of the
 //! samples taken 0.1 s into the run and every 0.5 s after.
+//!
+//! Pinned mode (`--pin`): every server's whole process tree runs on one CPU
+//! and the client on another (the first two CPUs the bench may use), set
+//! with `sched_setaffinity` before the server or client program starts, so
+//! that it is inherited by everything they start (the tender and instance,
+//! the runtime's sandbox); runc and runsc also get that CPU as their
+//! container's cpuset. The bench reads every server process's allowed CPUs
+//! back from /proc and reports them. Unpinned, a single client's rate on a
+//! small machine is mostly set by whether client and server share a core.
 
 use super::{effective_uid, find_program, mean_sd, BenchError};
 use crate::plot::{self, Frame, Line};
@@ -103,6 +112,8 @@ pub struct ServersOpts {
     pub requests: usize,
     pub pipeline: usize,
     pub systems: Vec<String>,
+    /// Servers on one CPU, the client on another (`--pin`).
+    pub pin: bool,
     /// Another shoal build to compare (system [`OTHER`]).
     pub shoal_bin: Option<PathBuf>,
     pub out: PathBuf,
@@ -128,6 +139,10 @@ pub enum ServersError {
     OtherBin(PathBuf),
     #[error("this bench needs `{0}` (Debian package {1}; scripts/setup installs it)")]
     Client(&'static str, &'static str),
+    #[error("--pin needs two CPUs, one for the servers and one for the client; this process may use {0}")]
+    PinCpus(String),
+    #[error("cannot read this process's CPU affinity: {0}")]
+    Affinity(std::io::Error),
 }
 
 fn say(which: Which, msg: &str) {
@@ -166,6 +181,58 @@ pub(super) fn raise_nofile() {
             libc::setrlimit(libc::RLIMIT_NOFILE, &r);
         }
     }
+}
+
+/// The CPUs of `--pin`: the servers on one, the client on the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Pin {
+    pub server: usize,
+    pub client: usize,
+}
+
+/// The first two CPUs this process may use (its affinity mask), as
+/// [`Pin`]; an error when it may use fewer than two.
+pub(super) fn pin_cpus() -> Result<Pin, ServersError> {
+    // SAFETY: cpu_set_t is plain bits; all zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity of our own process into a set of the size
+    // passed.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Err(ServersError::Affinity(std::io::Error::last_os_error()));
+    }
+    // SAFETY: CPU_ISSET reads a bit of the set, the index below CPU_SETSIZE.
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect();
+    match cpus[..] {
+        [server, client, ..] => Ok(Pin { server, client }),
+        _ => Err(ServersError::PinCpus(format!("{cpus:?}"))),
+    }
+}
+
+/// Makes `cmd`'s process (and so everything it starts, which inherits the
+/// mask) run only on `cpu`.
+pub(super) fn pin_command(cmd: &mut Command, cpu: usize) {
+    // SAFETY: cpu_set_t is plain bits; all zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes a bit of the set; `cpu` came from pin_cpus,
+    // below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: the closure runs in the child between fork and exec; it only
+    // makes the sched_setaffinity system call (async-signal-safe, no
+    // allocation) on the child itself, with a set copied into the closure.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The `Cpus_allowed_list` of `pid` (e.g. "0" or "0-1"), if readable.
+fn cpus_allowed(pid: u32) -> Option<String> {
+    let s = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|v| v.trim().to_string())
 }
 
 /// Copies `shoal` and the programs beside it that run instances
@@ -236,6 +303,8 @@ struct Setup {
     dir: PathBuf,
     /// The other build's pinned `shoal` and the image it made (`--shoal-bin`).
     other: Option<(PathBuf, PathBuf)>,
+    /// `--pin`'s CPUs.
+    pin: Option<Pin>,
 }
 
 /// A running server of one system.
@@ -289,6 +358,14 @@ impl Server {
         bytes.trim().parse::<u64>().ok().map(|b| b / 1024)
     }
 
+    /// The distinct CPU lists the server's processes may run on.
+    fn cpus(&self) -> Vec<String> {
+        let mut v: Vec<String> = tree(self.child.id()).into_iter().filter_map(cpus_allowed).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
     /// Summed PSS (KiB) of the server's process and its descendants.
     fn pss_kib(&self) -> u64 {
         tree(self.child.id()).into_iter().map(pss_kib).sum()
@@ -330,7 +407,7 @@ fn pss_kib(pid: u32) -> u64 {
 /// An OCI bundle in `bundle` from `RUNTIME spec`: root `rootfs` (already
 /// filled, writable: the servers write their pid file and temporary
 /// files), `args`, the host network (no network namespace of its own).
-fn make_bundle(rt: &Path, bundle: &Path, args: &[String]) -> Result<()> {
+fn make_bundle(rt: &Path, bundle: &Path, args: &[String], cpu: Option<usize>) -> Result<()> {
     let out =
         Command::new(rt).arg("spec").arg("--bundle").arg(bundle).stdin(Stdio::null()).output().with_context(|| format!("cannot run {} spec", rt.display()))?;
     if !out.status.success() {
@@ -354,6 +431,10 @@ fn make_bundle(rt: &Path, bundle: &Path, args: &[String]) -> Result<()> {
     c["hostname"] = json!("shoal-bench");
     if let Some(ns) = c["linux"]["namespaces"].as_array_mut() {
         ns.retain(|n| n["type"] != "network");
+    }
+    // --pin: the container's cpuset (besides the inherited affinity).
+    if let Some(cpu) = cpu {
+        c["linux"]["resources"]["cpu"]["cpus"] = json!(cpu.to_string());
     }
     fs::write(&path, serde_json::to_string_pretty(&c)?)?;
     Ok(())
@@ -419,7 +500,7 @@ fn start(s: &Setup, sys: &'static str) -> Result<Server> {
                     ["/nginx", "-p", "/", "-c", "nginx.conf", "-g", "pid /tmp/nginx.pid;"].iter().map(|a| a.to_string()).collect()
                 }
             };
-            make_bundle(&rt, &bundle, &args)?;
+            make_bundle(&rt, &bundle, &args, s.pin.map(|p| p.server))?;
             let id = format!("shoal-bench-{}-{}-{rt_name}", which.name(), std::process::id());
             let mut c = Command::new(&rt);
             if rt_name == "runsc" {
@@ -433,6 +514,9 @@ fn start(s: &Setup, sys: &'static str) -> Result<Server> {
     let log = s.dir.join(format!("{}-{sys}.log", s.which.recipe()));
     let f = File::create(&log)?;
     cmd.stdin(Stdio::null()).stdout(f.try_clone()?).stderr(f).process_group(0);
+    if let Some(p) = s.pin {
+        pin_command(&mut cmd, p.server);
+    }
     let child = cmd.spawn().with_context(|| format!("cannot start {sys}"))?;
     let mut server = Server { sys, child, port, log, container };
     let t0 = Instant::now();
@@ -481,7 +565,7 @@ pub(super) fn redis_rps(csv: &str, op: &str) -> Option<f64> {
 
 /// Runs the client against `server` with `clients` connections, sampling
 /// the server's PSS every 0.5 s if `sample`.
-fn run_client(o: &ServersOpts, server: &Server, clients: usize, sample: bool) -> Result<RunResult> {
+fn run_client(o: &ServersOpts, server: &Server, clients: usize, sample: bool, pin: Option<Pin>) -> Result<RunResult> {
     let mut cmd = match o.which {
         Which::Http => {
             let mut c = Command::new("wrk");
@@ -503,6 +587,9 @@ fn run_client(o: &ServersOpts, server: &Server, clients: usize, sample: bool) ->
     let out_path = server.log.with_extension("client.out");
     let err_path = server.log.with_extension("client.err");
     cmd.stdin(Stdio::null()).stdout(File::create(&out_path)?).stderr(File::create(&err_path)?);
+    if let Some(p) = pin {
+        pin_command(&mut cmd, p.client);
+    }
     let t0 = Instant::now();
     let mut child = cmd.spawn().with_context(|| format!("cannot start {}", o.which.client().0))?;
     let mut load_kib = 0;
@@ -557,6 +644,8 @@ struct Sys {
     idle_cgroup_kib: Vec<f64>,
     load_kib: Vec<f64>,
     load_cgroup_kib: Vec<f64>,
+    /// The CPU lists its server's processes may run on (read after start).
+    cpus: Vec<String>,
 }
 
 fn check(o: &ServersOpts) -> Result<Vec<&'static str>> {
@@ -576,6 +665,9 @@ fn check(o: &ServersOpts) -> Result<Vec<&'static str>> {
     let (prog, pkg) = o.which.client();
     if find_program(prog).is_none() {
         return Err(ServersError::Client(prog, pkg).into());
+    }
+    if o.pin {
+        pin_cpus()?;
     }
     Ok(wanted)
 }
@@ -647,7 +739,11 @@ pub fn servers(o: ServersOpts) -> Result<()> {
         }
         _ => None,
     };
-    let setup = Setup { which, home: paths.home.clone(), shoal, image, native, dir: run_dir, other };
+    let pin = if o.pin { Some(pin_cpus()?) } else { None };
+    if let Some(p) = pin {
+        say(which, &format!("pinned: servers on CPU {}, the client on CPU {}", p.server, p.client));
+    }
+    let setup = Setup { which, home: paths.home.clone(), shoal, image, native, dir: run_dir, other, pin };
 
     let mut systems: Vec<Sys> = wanted
         .iter()
@@ -660,6 +756,7 @@ pub fn servers(o: ServersOpts) -> Result<()> {
             idle_cgroup_kib: Vec::new(),
             load_kib: Vec::new(),
             load_cgroup_kib: Vec::new(),
+            cpus: Vec::new(),
         })
         .collect();
     // Start every server once; a failed start skips its system.
@@ -668,6 +765,7 @@ pub fn servers(o: ServersOpts) -> Result<()> {
         say(which, &format!("starting {} on {}", which.recipe(), s.name));
         match start(&setup, s.name) {
             Ok(srv) => {
+                s.cpus = srv.cpus();
                 servers.insert(s.name, srv);
             }
             Err(e) => s.skipped = Some(format!("cannot start {}: {e:#}", which.recipe())),
@@ -691,7 +789,7 @@ pub fn servers(o: ServersOpts) -> Result<()> {
         let Some(srv) = servers.get(s.name) else {
             continue;
         };
-        if let Err(e) = run_client(&o, srv, o.clients[0], false) {
+        if let Err(e) = run_client(&o, srv, o.clients[0], false, pin) {
             s.skipped = Some(format!("the warm-up run failed: {e:#}; server: {}", srv.log_tail()));
             servers.remove(s.name);
         }
@@ -708,7 +806,7 @@ pub fn servers(o: ServersOpts) -> Result<()> {
                     continue;
                 };
                 let sample = c == max_clients;
-                match run_client(&o, srv, c, sample) {
+                match run_client(&o, srv, c, sample, pin) {
                     Ok(r) => {
                         for (i, v) in r.rps.iter().enumerate() {
                             s.rps.entry((i, c)).or_default().push(*v);
@@ -735,7 +833,7 @@ pub fn servers(o: ServersOpts) -> Result<()> {
         let reasons: Vec<String> = systems.iter().map(|s| format!("{}: {}", s.name, s.skipped.as_deref().unwrap_or(""))).collect();
         return Err(BenchError::nothing_measured(if which == Which::Http { "http" } else { "kv" }, &reasons).into());
     }
-    report(&o, &systems)
+    report(&o, &systems, pin)
 }
 
 fn fmt0(x: f64) -> String {
@@ -777,7 +875,7 @@ fn paper(which: Which) -> &'static [(&'static str, &'static str)] {
     }
 }
 
-fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
+fn report(o: &ServersOpts, systems: &[Sys], pin: Option<Pin>) -> Result<()> {
     let which = o.which;
     let ops = which.ops();
     let get = |name: &str| systems.iter().find(|s| s.name == name && !s.rps.is_empty());
@@ -873,6 +971,7 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
                 }
                 v.insert("requests_per_s".into(), Value::Object(t));
                 v.insert("client_errors".into(), json!(s.errors));
+                v.insert("server_cpus".into(), json!(s.cpus));
                 v.insert(
                     "memory_kib".into(),
                     json!({"idle_pss": ms(&s.idle_kib), "load_pss": ms(&s.load_kib), "idle_cgroup": ms(&s.idle_cgroup_kib), "load_cgroup": ms(&s.load_cgroup_kib)}),
@@ -889,6 +988,7 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
             "duration_s": if which == Which::Http { json!(o.duration) } else { Value::Null },
             "requests": if which == Which::Kv { json!(o.requests) } else { Value::Null },
             "pipeline": if which == Which::Kv { json!(o.pipeline) } else { Value::Null },
+            "pinned": pin.map(|p| json!({"server_cpu": p.server, "client_cpu": p.client})),
             "memory_measure": "pss: summed PSS of the command's process tree; cgroup: the container's cgroup memory usage (runc, runsc)",
             "systems": sys,
             "ratios": goal_rows,
@@ -913,6 +1013,10 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
         Which::Kv => format!("Redis (cache-only), redis-benchmark -n {} -P {} per run", o.requests, o.pipeline),
     };
     t.push_str(&format!("shoal bench {}: {what}, {} rounds, systems interleaved; requests/s, mean ± SD\n", which.name(), o.repeat));
+    match pin {
+        Some(p) => t.push_str(&format!("pinned: every server on CPU {}, the client on CPU {}\n", p.server, p.client)),
+        None => t.push_str("not pinned: servers and client go where the host's scheduler puts them (--pin to pin)\n"),
+    }
     let shown: Vec<&Sys> = systems.iter().filter(|s| !s.rps.is_empty()).collect();
     for (i, op) in ops.iter().enumerate() {
         t.push_str(&format!("\n| {} {op}: clients |", which.recipe()));
@@ -959,6 +1063,11 @@ fn report(o: &ServersOpts, systems: &[Sys]) -> Result<()> {
     };
     for s in &shown {
         t.push_str(&format!("| {} | {} | {} | {} | {} |\n", s.name, mib(&s.idle_kib), mib(&s.load_kib), mib(&s.idle_cgroup_kib), mib(&s.load_cgroup_kib)));
+    }
+    if pin.is_some() {
+        for s in &shown {
+            t.push_str(&format!("{}: server processes may run on CPU {}\n", s.name, s.cpus.join(" / ")));
+        }
     }
     let max_c = o.clients.iter().max().copied().unwrap_or(0);
     t.push_str(&format!("(PSS: the command's whole process tree; cgroup: the container's memory cgroup, page cache included; under load: largest sample during the {max_c}-client runs)\n"));

@@ -365,3 +365,36 @@ fn bench_http_and_kv_from_any_directory() {
     let o = bench(tmp.path(), &["kv", "--systems", "docker"]);
     assert_clean_error(&o, "unknown system `docker`");
 }
+
+/// `bench kv --pin` and `bench http --pin`: every server's processes (the
+/// native program; `shoal run`, the tender and the instance on spt) may run
+/// on one CPU only, the report says which and that the client has another.
+#[test]
+fn bench_http_and_kv_pinned() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("skipped: --pin needs two CPUs and this machine has one");
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    for which in ["http", "kv"] {
+        let mut args = vec![which, "--pin", "--repeat", "1", "--clients", "1", "--systems", "native,spt", "--json"];
+        if which == "http" {
+            args.extend(["--duration", "1"]);
+        } else {
+            args.extend(["--requests", "5000"]);
+        }
+        let v = json_of(which, &bench(tmp.path(), &args));
+        let server = v.pointer("/pinned/server_cpu").and_then(Value::as_u64).unwrap_or_else(|| panic!("{which}: not pinned: {v:#}"));
+        let client = v.pointer("/pinned/client_cpu").and_then(Value::as_u64).unwrap_or_else(|| panic!("{which}: not pinned: {v:#}"));
+        assert_ne!(server, client, "{v:#}");
+        for s in ["native", "spt"] {
+            assert!(v["systems"][s]["skipped"].is_null(), "{which}: {s} skipped: {v:#}");
+            positive(&v, &format!("/systems/{s}/requests_per_s/GET/0/mean"));
+            assert_eq!(v["systems"][s]["server_cpus"], serde_json::json!([server.to_string()]), "{which}: {s}: {v:#}");
+        }
+    }
+    // Unpinned runs say so too (null), and the servers may use every CPU.
+    let v = json_of("kv", &bench(tmp.path(), &["kv", "--repeat", "1", "--clients", "1", "--systems", "native", "--requests", "2000", "--json"]));
+    assert!(v["pinned"].is_null(), "{v:#}");
+}

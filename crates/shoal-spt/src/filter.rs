@@ -90,6 +90,10 @@
 //! | `epoll_ctl` (233) | epfd == the watch set's descriptor (`3 + listeners` + 1 with `--net-bind-any` + 1 for the alias file, `crate::net::watch_fd`), op == `EPOLL_CTL_ADD` | `Net` hypercall: `socket` and `accept` register the new socket in the watch set | add its own descriptors (sockets, stdio) to the watch set: the reports name descriptor numbers it already has, and the guest kernel ignores numbers it does not know. No `MOD`/`DEL` (closing a socket removes it) |
 //! | `epoll_pwait2` (441) | epfd == the watch set's descriptor | `NetPoll` hypercall: waiting for the sockets whose readiness rose | learn which of its own sockets are ready; sleep (as in `ppoll`). Like `close` on that descriptor (allowed, fd >= 3), it can only break its own instance's waiting |
 //!
+//! The per-request calls of a server (`recvfrom`, `sendto`, `epoll_pwait2`)
+//! are checked first by a short hand-written prefix with the same checks
+//! (`with_hot_path`): the table above is still what is allowed.
+//!
 //! Eleven system calls without networking; Solo5's spt allows seven to nine because it also has
 //! block and network devices. Not needed and so not allowed: `exit` (glibc's `_exit` uses
 //! `exit_group`), `clock_gettime` (the guest reads the TSC; glibc's
@@ -302,8 +306,86 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
 /// Compiles the filter for an instance with network policy `net`. Done
 /// before the point of no return, because it allocates.
 pub fn program(net: NetPolicy, g: GuestRange) -> Result<BpfProgram, FilterError> {
+    let prog = compiled(net, g)?;
+    Ok(if net.any() { with_hot_path(prog, crate::net::watch_fd(&net) as u32) } else { prog })
+}
+
+/// seccompiler's program for [`rules_for`], without the hot path.
+fn compiled(net: NetPolicy, g: GuestRange) -> Result<BpfProgram, FilterError> {
     let filter = SeccompFilter::new(rules_for(net, g)?, SeccompAction::Trap, SeccompAction::Allow, seccompiler::TargetArch::x86_64)?;
     filter.try_into()
+}
+
+/// BPF opcodes of the hot path (classic BPF, linux/bpf_common.h):
+/// `BPF_LD | BPF_W | BPF_ABS`, `BPF_JMP | BPF_JEQ | BPF_K`, `BPF_JMP |
+/// BPF_JGE | BPF_K`, `BPF_RET | BPF_K`.
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JEQ_K: u16 = 0x15;
+const BPF_JGE_K: u16 = 0x35;
+const BPF_RET_K: u16 = 0x06;
+/// `AUDIT_ARCH_X86_64` (linux/audit.h), what seccompiler's check compares.
+const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+/// Offsets in `struct seccomp_data`: the call number, the architecture,
+/// the low 32 bits of the first argument (little-endian x86_64).
+const DATA_NR: u32 = 0;
+const DATA_ARCH: u32 = 4;
+const DATA_ARG0_LO: u32 = 16;
+
+fn insn(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
+    seccompiler::sock_filter { code, jt, jf, k }
+}
+
+/// The three host calls a server makes per request (`recvfrom`, `sendto`,
+/// `epoll_pwait2` on the watch set) checked first. seccompiler tests the
+/// call numbers one after the other in numeric order (three instructions
+/// per call that does not match), so these took 92–120 BPF instructions
+/// each; with this prefix they take 7–9. The checks are exactly those of
+/// [`rules_for`] (first argument's low 32 bits `>= FIRST_SOCKET_FD`, or
+/// `== watch`); a call that fails them falls through to seccompiler's
+/// program, which decides it as before (and traps it). Measured with
+/// `examples/filter_cost.rs`: the filter's cost per call fell from about
+/// 85 to 55 ns. The prefix goes right after seccompiler's architecture
+/// check and its load of the call number, which it leaves loaded for the
+/// rest; if seccompiler's program does not start that way (a new version),
+/// the program is returned unchanged (the unit test catches that).
+fn with_hot_path(prog: BpfProgram, watch: u32) -> BpfProgram {
+    let starts_as_expected = prog.len() > 4
+        && prog[0] == insn(BPF_LD_W_ABS, 0, 0, DATA_ARCH)
+        && prog[1].code == BPF_JEQ_K
+        && prog[1].k == AUDIT_ARCH_X86_64
+        && prog[1].jt == 1
+        && prog[1].jf == 0
+        && prog[2].code == BPF_RET_K
+        && prog[3] == insn(BPF_LD_W_ABS, 0, 0, DATA_NR);
+    if !starts_as_expected {
+        return prog;
+    }
+    let first = FIRST_SOCKET_FD as u32;
+    let hot = [
+        // 0: recvfrom → 3 (fd check), else 1.
+        insn(BPF_JEQ_K, 2, 0, libc::SYS_recvfrom as u32),
+        // 1: sendto → 3, else 2.
+        insn(BPF_JEQ_K, 1, 0, libc::SYS_sendto as u32),
+        // 2: epoll_pwait2 → 5 (epfd check), else seccompiler's program (9).
+        insn(BPF_JEQ_K, 2, 6, libc::SYS_epoll_pwait2 as u32),
+        // 3-4: fd >= FIRST_SOCKET_FD → allow (7), else reload (8).
+        insn(BPF_LD_W_ABS, 0, 0, DATA_ARG0_LO),
+        insn(BPF_JGE_K, 2, 3, first),
+        // 5-6: epfd == the watch set → allow (7), else reload (8).
+        insn(BPF_LD_W_ABS, 0, 0, DATA_ARG0_LO),
+        insn(BPF_JEQ_K, 0, 1, watch),
+        // 7: allow.
+        insn(BPF_RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+        // 8: the call number again, as seccompiler's program expects it.
+        insn(BPF_LD_W_ABS, 0, 0, DATA_NR),
+    ];
+    // Every jump is relative and forward; nothing in prog[..4] jumps past
+    // index 3, so inserting at 4 moves no target.
+    let mut out = Vec::with_capacity(prog.len() + hot.len());
+    out.extend_from_slice(&prog[..4]);
+    out.extend_from_slice(&hot);
+    out.extend_from_slice(&prog[4..]);
+    out
 }
 
 /// The program spt installs in an instance without networking whose guest
@@ -315,6 +397,22 @@ pub fn plain_instance_bytes(heap_start: u64, mem_size: u64) -> Result<Vec<u8>, F
     let net = NetPolicy::default();
     let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd() })?;
     Ok(to_bytes(&prog))
+}
+
+/// The program spt installs in a server instance: `listeners` listening
+/// sockets handed over (`--publish`), no outbound networking, guest memory
+/// as for [`plain_instance_bytes`]. What `examples/filter_cost.rs` installs
+/// to measure what the filter adds to each of a server's host calls.
+pub fn server_instance_bytes(listeners: u32, heap_start: u64, mem_size: u64) -> Result<Vec<u8>, FilterError> {
+    let net = NetPolicy { listeners, outbound: false, bind_any: false };
+    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd() })?;
+    Ok(to_bytes(&prog))
+}
+
+/// The watch set's descriptor in a server instance with `listeners`
+/// listening sockets (the one descriptor its epoll calls are pinned to).
+pub fn server_watch_fd(listeners: u32) -> i32 {
+    crate::net::watch_fd(&NetPolicy { listeners, outbound: false, bind_any: false })
 }
 
 /// A program as raw `sock_filter` records (8 bytes each, host byte order).
@@ -476,5 +574,106 @@ mod tests {
         want.sort_unstable();
         assert_eq!(extra, want);
         assert!(!super::program(any, G).unwrap().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod hot_path_tests {
+    use super::{GuestRange, NetPolicy};
+    use seccompiler::sock_filter;
+
+    /// Runs a classic BPF seccomp program (the instructions seccompiler and
+    /// the hot path emit) on `struct seccomp_data` of x86_64 call `nr` with
+    /// `args`; returns the action and the instructions executed.
+    fn run(prog: &[sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> (u32, usize) {
+        let word = |k: u32| -> u32 {
+            match k {
+                0 => nr,
+                4 => arch,
+                8 | 12 => 0,
+                k if (16..64).contains(&k) && k % 4 == 0 => {
+                    let a = args[((k - 16) / 8) as usize];
+                    if k % 8 == 0 {
+                        a as u32
+                    } else {
+                        (a >> 32) as u32
+                    }
+                }
+                k => panic!("load of offset {k}"),
+            }
+        };
+        let (mut pc, mut a, mut steps) = (0usize, 0u32, 0usize);
+        loop {
+            let i = &prog[pc];
+            steps += 1;
+            match i.code {
+                0x20 => {
+                    a = word(i.k);
+                    pc += 1;
+                }
+                0x54 => {
+                    a &= i.k;
+                    pc += 1;
+                }
+                0x05 => pc += 1 + i.k as usize,
+                0x06 => return (i.k, steps),
+                0x15 | 0x25 | 0x35 | 0x45 => {
+                    let t = match i.code {
+                        0x15 => a == i.k,
+                        0x25 => a > i.k,
+                        0x35 => a >= i.k,
+                        _ => a & i.k != 0,
+                    };
+                    pc += 1 + if t { i.jt } else { i.jf } as usize;
+                }
+                c => panic!("opcode {c:#x} at {pc}"),
+            }
+        }
+    }
+
+    /// The hot path decides every call as seccompiler's program alone does
+    /// (allowed, trapped, killed), and the three per-request calls take 9
+    /// instructions at most instead of about a hundred.
+    #[test]
+    fn the_hot_path_decides_as_the_plain_program_and_is_short() {
+        for net in [NetPolicy { listeners: 1, outbound: false, bind_any: false }, NetPolicy { listeners: 2, outbound: true, bind_any: true }] {
+            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd() };
+            let plain = super::compiled(net, g).unwrap();
+            let hot = super::program(net, g).unwrap();
+            assert_eq!(hot.len(), plain.len() + 9, "the hot path was not inserted: seccompiler's program starts differently");
+            let watch = crate::net::watch_fd(&net) as u64;
+            let x86 = super::AUDIT_ARCH_X86_64;
+            let (recv, send, wait) = (libc::SYS_recvfrom as u32, libc::SYS_sendto as u32, libc::SYS_epoll_pwait2 as u32);
+            let mut cases: Vec<(u32, u32, [u64; 6])> = Vec::new();
+            for nr in [recv, send, wait, libc::SYS_read as u32, libc::SYS_write as u32, libc::SYS_close as u32, libc::SYS_epoll_ctl as u32] {
+                for a0 in [0u64, 1, 2, 3, 4, watch - 1, watch, watch + 1, 1000, 0xffff_ffff, (1 << 32) | 3, (1 << 32) | watch, 1 << 32] {
+                    cases.push((x86, nr, [a0, 0, 64, 0, 0, 8]));
+                    // With an argument pattern that passes the other rules' checks.
+                    cases.push((x86, nr, [a0, watch, libc::EPOLL_CTL_ADD as u64, 0, 0, 0]));
+                }
+            }
+            // x32 numbers, another architecture, calls never allowed.
+            cases.push((x86, recv | 0x4000_0000, [3, 0, 0, 0, 0, 0]));
+            cases.push((x86, wait | 0x4000_0000, [watch, 0, 0, 0, 0, 0]));
+            cases.push((0x4000_0003, recv, [3, 0, 0, 0, 0, 0]));
+            cases.push((0x4000_0003, wait, [watch, 0, 0, 0, 0, 0]));
+            cases.push((x86, libc::SYS_execve as u32, [3, 0, 0, 0, 0, 0]));
+            cases.push((x86, libc::SYS_mprotect as u32, [g.heap_start, 4096, 3, 0, 0, 0]));
+            for (arch, nr, args) in cases {
+                let (want, _) = run(&plain, arch, nr, args);
+                let (got, _) = run(&hot, arch, nr, args);
+                assert_eq!(got, want, "arch {arch:#x} nr {nr} args {args:x?}");
+            }
+            for (nr, a0) in [(recv, 3), (send, 7), (wait, watch)] {
+                let (act, n_hot) = run(&hot, x86, nr, [a0, 0, 64, 0, 0, 8]);
+                let (_, n_plain) = run(&plain, x86, nr, [a0, 0, 64, 0, 0, 8]);
+                assert_eq!(act, libc::SECCOMP_RET_ALLOW);
+                assert!(n_hot <= 9, "nr {nr}: {n_hot}");
+                assert!(n_plain > 50, "nr {nr}: {n_plain}");
+            }
+        }
+        // Without networking there is nothing to put first.
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3 };
+        assert_eq!(super::program(NetPolicy::default(), g).unwrap(), super::compiled(NetPolicy::default(), g).unwrap());
     }
 }

@@ -131,8 +131,12 @@ pub struct Table {
     threads: Vec<Box<Tcb>>,
     current: u32,
     runq: VecDeque<u32>,
-    /// Futex waiters in arrival order (FIFO wakes).
-    waiters: Vec<u32>,
+    /// Futex waiters in arrival order (FIFO wakes): `(tid, address)`, the
+    /// address as in the thread's `Block::Futex`. Kept beside the tid so
+    /// that a wake of an address nobody waits on (most wakes of kernel
+    /// wait queues: net and vfs wake theirs at every change) compares a few
+    /// numbers and looks no thread up.
+    waiters: Vec<(u32, u64)>,
     /// `(deadline, tid)` of blocked threads with a deadline.
     timers: Vec<(u64, u32)>,
     next_tid: u32,
@@ -246,8 +250,8 @@ impl Table {
         t.state = State::Blocked(block);
         t.deadline = deadline;
         t.wake = Wake::Woken;
-        if matches!(block, Block::Futex { .. }) {
-            self.waiters.push(tid);
+        if let Block::Futex { addr, .. } = block {
+            self.waiters.push((tid, addr));
         }
         if let Some(d) = deadline {
             self.timers.push((d, tid));
@@ -273,7 +277,7 @@ impl Table {
         t.state = State::Runnable;
         t.wake = why;
         if was_futex {
-            self.waiters.retain(|&w| w != tid);
+            self.waiters.retain(|&(w, _)| w != tid);
         }
         if let Some(d) = deadline {
             if let Some(p) = self.timers.iter().position(|&e| e == (d, tid)) {
@@ -289,7 +293,11 @@ impl Table {
         let mut woken = 0u32;
         let mut i = 0;
         while i < self.waiters.len() && woken < n {
-            let tid = self.waiters[i];
+            let (tid, a) = self.waiters[i];
+            if a != addr {
+                i += 1;
+                continue;
+            }
             let hit = match self.index(tid).map(|j| self.threads[j].state) {
                 Some(State::Blocked(Block::Futex { addr: a, bitset: b })) => a == addr && b & bitset != 0,
                 _ => false,
@@ -306,8 +314,11 @@ impl Table {
 
     /// The first waiter (in arrival order) on `addr`, if any.
     pub fn first_waiter(&mut self, addr: u64) -> Option<u32> {
-        let waiters = self.waiters.clone();
-        waiters.into_iter().find(|&tid| matches!(self.get(tid).map(|t| t.state), Some(State::Blocked(Block::Futex { addr: a, .. })) if a == addr))
+        self.waiters
+            .iter()
+            .filter(|&&(_, a)| a == addr)
+            .map(|&(tid, _)| tid)
+            .find(|&tid| matches!(self.index(tid).map(|j| self.threads[j].state), Some(State::Blocked(Block::Futex { addr: a, .. })) if a == addr))
     }
 
     /// Wakes blocked thread `tid` ([`Wake::Woken`]).
@@ -324,11 +335,12 @@ impl Table {
             if moved >= n_move {
                 break;
             }
-            let tid = self.waiters[k];
+            let (tid, _) = self.waiters[k];
             if let Some(j) = self.index(tid) {
                 if let State::Blocked(Block::Futex { addr, bitset }) = self.threads[j].state {
                     if addr == from {
                         self.threads[j].state = State::Blocked(Block::Futex { addr: to, bitset });
+                        self.waiters[k].1 = to;
                         moved += 1;
                     }
                 }
@@ -544,6 +556,10 @@ mod tests {
         assert_eq!(t.wake(0x2000, 1, u32::MAX), 1);
         assert_eq!(t.get(a).unwrap().state, State::Runnable);
         assert_eq!(t.get(b).unwrap().state, State::Blocked(Block::Futex { addr: 0x2000, bitset: u32::MAX }));
+        // The queue's addresses follow the requeue: b is the first (only)
+        // waiter on 0x2000, nobody waits on 0x1000 any more.
+        assert_eq!(t.first_waiter(0x2000), Some(b));
+        assert_eq!(t.first_waiter(0x1000), None);
     }
 
     #[test]
