@@ -13,8 +13,9 @@
 //! chunks are placed top-down (highest free run that fits), as Linux places
 //! mmaps below the stack, so the two meet only when memory is exhausted.
 //! One exception: in a managed range of at least [`KERNEL_LOW_MIN`], the
-//! lowest [`KERNEL_LOW`] bytes are kept for the kernel heap's first chunk
-//! and the break starts above them. The host's page tables cover guest
+//! lowest [`KERNEL_LOW`] bytes are kept for the kernel's own pages (the
+//! heap's first chunk, hvt's console buffer), placed there bottom-up while
+//! they fit, and the break starts above them. The host's page tables cover guest
 //! memory in 2 MiB ranges (a 4 KiB table each, in every spt instance's
 //! process; hvt's guest tables likewise): right above the image, the first
 //! chunk shares the range the image's data and bss need anyway, where at
@@ -46,9 +47,10 @@ use shoal_plat::Errno;
 /// Page size.
 pub const PAGE: u64 = shoal_abi::PAGE_SIZE;
 
-/// Bytes at the bottom of the managed range kept for the kernel heap's
-/// first chunk (module docs), below the start of the break.
-pub const KERNEL_LOW: u64 = 256 << 10;
+/// Bytes at the bottom of the managed range kept for the kernel's first
+/// pages (module docs), below the start of the break: the heap's first
+/// chunk (256 KiB) and hvt's console buffer (32 KiB), with room to spare.
+pub const KERNEL_LOW: u64 = 320 << 10;
 
 /// Smallest managed range that keeps [`KERNEL_LOW`] for the kernel heap
 /// (below it every byte of the break counts more than a page table).
@@ -433,6 +435,27 @@ impl Space {
         ok
     }
 
+    /// The lowest start of `pages` free pages inside the range kept for the
+    /// kernel, `[base, brk_base)`, if any.
+    fn find_free_low(&self, pages: u64) -> Option<u64> {
+        let want = pages.checked_mul(PAGE)?;
+        let mut run_start: Option<u64> = None;
+        for s in &self.segs[..self.len] {
+            if s.start >= self.brk_base {
+                break;
+            }
+            if !s.what.is_free() {
+                run_start = None;
+                continue;
+            }
+            let b = *run_start.get_or_insert(s.start);
+            if s.end.min(self.brk_base) - b >= want {
+                return Some(b);
+            }
+        }
+        None
+    }
+
     /// The highest page-aligned start of `pages` free pages, if any.
     fn find_free(&self, pages: u64) -> Option<u64> {
         let want = pages.checked_mul(PAGE)?;
@@ -491,15 +514,13 @@ impl Space {
 
     // ------------------------------------------------------- kernel heap
 
-    /// Takes `bytes` (rounded up to pages) for the kernel heap; not zeroed.
-    /// The lowest [`KERNEL_LOW`] bytes if they are kept and free (module
-    /// docs), else top-down.
+    /// Takes `bytes` (rounded up to pages) for the kernel; not zeroed:
+    /// the lowest free run of the range kept below the break if it fits
+    /// there (module docs), else top-down.
     pub fn alloc_kernel(&mut self, bytes: u64) -> Option<u64> {
         let pages = page_up(bytes)? / PAGE;
         self.room(2).ok()?;
-        let len = pages.checked_mul(PAGE)?;
-        let low = (len <= self.brk_base - self.base && self.all_free(self.base, self.base + len)).then_some(self.base);
-        let a = match low {
+        let a = match self.find_free_low(pages) {
             Some(a) => a,
             None => self.find_free(pages)?,
         };

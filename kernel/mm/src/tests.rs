@@ -54,16 +54,18 @@ fn brk_linux_semantics() {
 }
 
 #[test]
-fn the_kernel_heaps_first_chunk_lies_below_the_break_in_a_large_space() {
+fn the_kernels_first_pages_lie_below_the_break_in_a_large_space() {
     let pages = KERNEL_LOW_MIN / PAGE;
     let (mut s, base) = space(pages);
-    // The break starts above the kept range; the first kernel chunk takes it.
+    // The break starts above the kept range.
     assert_eq!(s.brk(0), base + KERNEL_LOW);
     assert_eq!(s.brk_start(), base + KERNEL_LOW);
     assert_eq!(s.brk(base + KERNEL_LOW - PAGE), base + KERNEL_LOW, "the break cannot reach into the kept range");
-    assert_eq!(s.alloc_kernel(KERNEL_LOW), Some(base));
-    // Later chunks (and larger first ones) go top-down, as mappings do.
-    assert_eq!(s.alloc_kernel(2 * PAGE), Some(base + pages * PAGE - 2 * PAGE));
+    // hvt's console buffer, then the heap's first chunk: bottom-up in it.
+    assert_eq!(s.alloc_kernel(8 * PAGE), Some(base));
+    assert_eq!(s.alloc_kernel(256 << 10), Some(base + 8 * PAGE));
+    // What no longer fits goes top-down, as mappings do.
+    assert_eq!(s.alloc_kernel(KERNEL_LOW), Some(base + pages * PAGE - KERNEL_LOW));
     assert_eq!(s.brk(base + KERNEL_LOW + 3 * PAGE), base + KERNEL_LOW + 3 * PAGE);
     s.check();
     let (mut big, big_base) = space(pages);
