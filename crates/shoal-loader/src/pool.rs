@@ -188,6 +188,22 @@ fn sanitize(s: &str) -> String {
 /// way).
 pub const PAGES_PER_FILE: u64 = 8;
 
+/// Pages per pool file of library `name`: 1 for the trampoline tables
+/// (`tpl`, and `tpl-LIB` under `aslr`), [`PAGES_PER_FILE`] otherwise. A
+/// table is a few pages whose entries differ per image by design, but
+/// whose pages of entries no version redefines are the same in every
+/// image (`shoal_toolchain` groups entries by change history); in runs,
+/// the one differing page made every image's run a file of its own (8
+/// SQLite images: the table's first page, the same in all 8, was 8 pages
+/// of the pool).
+fn pages_per_file(name: &str) -> usize {
+    if name == "tpl" || name.starts_with("tpl-") {
+        1
+    } else {
+        PAGES_PER_FILE as usize
+    }
+}
+
 /// The read-only regions of `manifest`'s libraries, as pool entries: runs
 /// of up to [`PAGES_PER_FILE`] pages of one region of one library version
 /// (`NAME@VERSION-text-HASH`, `NAME@VERSION-rodata-HASH`; the hash covers
@@ -205,7 +221,8 @@ pub fn pool_libs(manifest: &Manifest) -> Vec<PoolLib> {
             }
             let exec = r.kind == RegionKind::Text;
             let kind = if exec { "text" } else { "rodata" };
-            for (i, run) in r.page_hashes.chunks(PAGES_PER_FILE as usize).enumerate() {
+            let per_file = pages_per_file(&l.info.name);
+            for (i, run) in r.page_hashes.chunks(per_file).enumerate() {
                 let pages = run.len() as u64;
                 let mut h = Sha256::new();
                 h.update(b"shoal-pool-4\0");
@@ -221,7 +238,7 @@ pub fn pool_libs(manifest: &Manifest) -> Vec<PoolLib> {
                 out.push(PoolLib {
                     file_name: format!("{}-{kind}-{digest}", sanitize(&lib)),
                     lib: lib.clone(),
-                    addr: page_down(r.start) + i as u64 * PAGES_PER_FILE * PAGE,
+                    addr: page_down(r.start) + (i * per_file) as u64 * PAGE,
                     pages,
                     exec,
                 });

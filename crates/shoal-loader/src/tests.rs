@@ -513,3 +513,40 @@ fn argument_strings_go_to_the_stack_top_page_when_they_fit_there() {
     // Long ones: below the image, as before.
     assert_eq!(initial_frame(top, 100_000, 300).1, ARGS_ADDR);
 }
+
+/// The trampoline tables are pooled page by page, so a table page that is
+/// the same in two images is one pool file; other regions in runs.
+#[test]
+fn trampoline_tables_are_pooled_page_by_page() {
+    use shoal_manifest::{Library, LibraryInfo, LibraryKind, Manifest, PageHash, Region, RegionKind};
+    let manifest = |tpl_pages: &[&[u8]]| Manifest {
+        format: shoal_manifest::FORMAT,
+        layout: "delta".into(),
+        entry: 0x100000,
+        image_sha256: "00".into(),
+        libraries: vec![
+            Library {
+                info: LibraryInfo { name: "libc".into(), version: "1".into(), kind: LibraryKind::Libc },
+                regions: vec![Region { kind: RegionKind::Text, start: 0x100000, end: 0x10a000, page_hashes: (0..10u8).map(|i| PageHash::of(&[i])).collect() }],
+            },
+            Library {
+                info: LibraryInfo { name: "tpl".into(), version: "image".into(), kind: LibraryKind::Library },
+                regions: vec![Region {
+                    kind: RegionKind::Text,
+                    start: 0x200000,
+                    end: 0x200000 + 0x1000 * tpl_pages.len() as u64,
+                    page_hashes: tpl_pages.iter().map(|p| PageHash::of(p)).collect(),
+                }],
+            },
+        ],
+    };
+    let a = pool::pool_libs(&manifest(&[b"same", b"a1", b"a2"]));
+    let b = pool::pool_libs(&manifest(&[b"same", b"b1", b"b2"]));
+    let libc: Vec<_> = a.iter().filter(|l| l.lib == "libc@1").map(|l| (l.addr, l.pages)).collect();
+    assert_eq!(libc, vec![(0x100000, 8), (0x108000, 2)], "other libraries in runs of PAGES_PER_FILE");
+    let tpl = |v: &[pool::PoolLib]| v.iter().filter(|l| l.lib == "tpl@image").map(|l| (l.addr, l.pages, l.file_name.clone())).collect::<Vec<_>>();
+    let (ta, tb) = (tpl(&a), tpl(&b));
+    assert_eq!(ta.iter().map(|t| (t.0, t.1)).collect::<Vec<_>>(), vec![(0x200000, 1), (0x201000, 1), (0x202000, 1)]);
+    assert_eq!(ta[0].2, tb[0].2, "the page both images share is one pool file");
+    assert_ne!(ta[1].2, tb[1].2);
+}

@@ -55,6 +55,7 @@ use crate::link::{build, BuildSpec, Trampoline, UserLibrary};
 use crate::{Paths, Result, ToolchainError};
 use object::{Object, ObjectSection, ObjectSymbol};
 use serde::Deserialize;
+use shoal_manifest::LibraryKind;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -194,6 +195,26 @@ pub fn defined_functions(obj: &Path) -> Result<BTreeSet<String>> {
     Ok(out)
 }
 
+/// The alignment of every allocated section of a linked image (for an
+/// output section: the largest alignment of its input sections).
+pub fn section_aligns(image: &Path) -> Result<BTreeMap<String, u64>> {
+    let data = std::fs::read(image).map_err(|e| ToolchainError::Io(image.to_path_buf(), e))?;
+    let file = object::File::parse(&*data).map_err(|e| ToolchainError::Input(image.to_path_buf(), format!("not an image: {e}")))?;
+    let mut out = BTreeMap::new();
+    for s in file.sections() {
+        if s.address() != 0 {
+            if let Ok(n) = s.name() {
+                out.insert(n.to_string(), s.align().max(1));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The alignment of a packed writable region at least (a cache line:
+/// components' state does not share lines).
+const PACKED_ALIGN: u64 = 64;
+
 /// Address and size of every allocated section of a linked image.
 pub fn section_extents(image: &Path) -> Result<BTreeMap<String, (u64, u64)>> {
     let data = std::fs::read(image).map_err(|e| ToolchainError::Io(image.to_path_buf(), e))?;
@@ -274,8 +295,13 @@ fn image_seed(seed: u64, i: usize) -> u64 {
 struct Sizes {
     /// `.KIND.LIB` → size, and the order libraries were first seen in.
     regions: BTreeMap<String, u64>,
+    /// `.KIND.LIB` → the largest alignment any image's section needs.
+    aligns: BTreeMap<String, u64>,
     lib_order: Vec<String>,
     delta_order: Vec<String>,
+    /// The kernel's libraries (components and krt): their writable
+    /// regions keep pages of their own ([`Sizes::map`]).
+    kernel: BTreeSet<String>,
     misc_ro: u64,
     misc_rw: u64,
 }
@@ -298,6 +324,31 @@ impl Sizes {
         }
         self.misc_ro = self.misc_ro.max(ext.get(".note.shoal").map(|x| x.1).unwrap_or(0));
         self.misc_rw = self.misc_rw.max(misc_rw_size(ext));
+    }
+
+    /// Records the sections' alignments (see [`section_aligns`]).
+    fn measure_aligns(&mut self, aligns: &BTreeMap<String, u64>) {
+        for (name, &a) in aligns {
+            let e = self.aligns.entry(name.clone()).or_insert(1);
+            *e = (*e).max(a);
+        }
+    }
+
+    /// Where a writable (data or bss) region `name` goes after
+    /// `cursor`: the first of an area on a page of its own (the pages
+    /// before it are read-only), the others packed after it at their
+    /// alignment. Writable pages are private to every instance whatever
+    /// their layout (only KSM merges those written alike, at a scanner's
+    /// cost), so a page per library costs memory and shares nothing under
+    /// the pool: packed, the data and bss an idle SQLite instance writes
+    /// lie on 9 pages instead of 16 (docs/versioning.md, "Memory at run
+    /// time").
+    fn packed_at(&self, name: &str, cursor: u64, first: bool) -> u64 {
+        if first {
+            return page_up(cursor);
+        }
+        let align = self.aligns.get(name).copied().unwrap_or(PAGE).max(PACKED_ALIGN);
+        cursor.next_multiple_of(align)
     }
 
     /// Assigns addresses: text, rodata, misc ro, misc rw, data, bss, then
@@ -334,18 +385,46 @@ impl Sizes {
         }
         place(&mut m, MISC_RO.into(), self.misc_ro.max(16), &mut None, &mut cursor);
         place(&mut m, MISC_RW.into(), self.misc_rw.max(16), &mut None, &mut cursor);
+        // Data and bss right after the writable tables, packed (unless
+        // randomised: then every region keeps its page and random gap).
+        let packed = rng.is_none();
+        let mut after_kernel = false;
         for (kind, _) in &KINDS[2..] {
             for l in &order {
                 let name = format!(".{kind}.{l}");
                 let size = self.regions.get(&name).copied().unwrap_or(0);
-                place(&mut m, name, size, &mut rng, &mut cursor);
+                if size == 0 {
+                    continue;
+                }
+                // A kernel library's data and bss keep pages of their
+                // own, and the region after one starts a fresh page:
+                // DESIGN §6 gives every component its own protection key,
+                // which needs page-separated regions (the copies a packed
+                // kernel would save are written per instance anyway).
+                let kernel = self.kernel.contains(l);
+                if packed && !kernel {
+                    let at = self.packed_at(&name, cursor, after_kernel);
+                    m.insert(name, at);
+                    cursor = at + size;
+                } else {
+                    place(&mut m, name, size, &mut rng, &mut cursor);
+                }
+                after_kernel = kernel;
             }
         }
+        let mut first_rw = true;
         for (kind, _) in &KINDS {
             for d in &self.delta_order {
                 let name = format!(".{kind}.{d}");
                 let size = self.regions.get(&name).copied().unwrap_or(0);
-                place(&mut m, name, size, &mut None, &mut cursor);
+                if packed && size > 0 && matches!(*kind, "data" | "bss") {
+                    let at = self.packed_at(&name, cursor, first_rw);
+                    first_rw = false;
+                    m.insert(name, at);
+                    cursor = at + size;
+                } else {
+                    place(&mut m, name, size, &mut None, &mut cursor);
+                }
             }
         }
         m
@@ -705,7 +784,9 @@ pub fn build_workspace(paths: &Paths, path: &Path) -> Result<Vec<PathBuf>> {
                 spec.output = scratch.path().join(format!("pass1-{i}"));
                 let m = build(paths, &spec)?;
                 let all: Vec<String> = m.libraries.iter().map(|l| l.info.name.clone()).filter(|n| !p.deltas.contains(n)).collect();
+                sizes.kernel.extend(m.libraries.iter().filter(|l| l.info.kind == LibraryKind::Kernel).map(|l| l.info.name.clone()));
                 sizes.measure(&section_extents(&spec.output)?, &all, &p.deltas);
+                sizes.measure_aligns(&section_aligns(&spec.output)?);
             }
             // Canonical order: the first image's libraries (kernel, libc,
             // runtime first), then libraries only later images have, the
@@ -838,11 +919,51 @@ mod tests {
         let m = s.map(0x100000, None);
         assert_eq!(m[".text.libc"], 0x100000);
         assert_eq!(m[".text.app"], 0x100000 + 3 * 4096, "the largest libc decides");
-        assert!(m.values().all(|a| a % 4096 == 0));
+        assert!(m.iter().filter(|(n, _)| !n.starts_with(".data.") && !n.starts_with(".bss.")).all(|(_, a)| a % 4096 == 0));
         let r1 = s.map(0x100000, Some(&mut SplitMix(1)));
         let r1b = s.map(0x100000, Some(&mut SplitMix(1)));
         assert_eq!(r1, r1b, "a seed gives one layout");
         let differs = (2..20).any(|seed| s.map(0x100000, Some(&mut SplitMix(seed))) != r1);
         assert!(differs, "seeds give different layouts");
+        assert!(r1.values().all(|a| a % 4096 == 0), "randomised maps keep every region on its pages");
+    }
+
+    #[test]
+    fn writable_regions_are_packed_at_their_alignment() {
+        let mut s = Sizes::default();
+        let mut ext = BTreeMap::new();
+        ext.insert(".text.mm".to_string(), (0, 100));
+        ext.insert(".data.mm".to_string(), (0, 0x38));
+        ext.insert(".data.libc".to_string(), (0, 0x220));
+        ext.insert(".bss.mm".to_string(), (0, 0x6c0));
+        ext.insert(".bss.libc".to_string(), (0, 0x10));
+        ext.insert(".text.s-delta2".to_string(), (0, 50));
+        ext.insert(".data.s-delta2".to_string(), (0, 0x628));
+        ext.insert(".bss.s-delta2".to_string(), (0, 0x10));
+        ext.insert(".data.app".to_string(), (0, 0x20));
+        ext.insert(".bss.app".to_string(), (0, 0x30));
+        s.measure(&ext, &["mm".into(), "libc".into(), "app".into()], &["s-delta2".into()]);
+        s.kernel.insert("mm".into());
+        let mut aligns = BTreeMap::new();
+        for (n, a) in
+            [(".data.mm", 8), (".data.libc", 32), (".bss.libc", 32), (".data.app", 16), (".bss.app", 8), (".data.s-delta2", 32), (".bss.s-delta2", 16)]
+        {
+            aligns.insert(n.to_string(), a);
+        }
+        aligns.insert(".bss.mm".to_string(), 0x1000);
+        s.measure_aligns(&aligns);
+        let m = s.map(0x100000, None);
+        let rw = m[MISC_RW];
+        assert_eq!(rw % 4096, 0);
+        assert_eq!(m[".data.mm"], rw + 4096, "a kernel component's data on a page of its own");
+        assert_eq!(m[".data.libc"], rw + 2 * 4096, "the region after a kernel component's starts a page");
+        assert_eq!(m[".data.app"], rw + 2 * 4096 + 0x240, "packed after libc's, at a cache line");
+        assert_eq!(m[".bss.mm"], rw + 3 * 4096, "a kernel component's bss on a page of its own");
+        assert_eq!(m[".bss.libc"], rw + 4 * 4096);
+        assert_eq!(m[".bss.app"], rw + 4 * 4096 + 64, "at a cache line at least");
+        let dtext = m[".text.s-delta2"];
+        assert_eq!(dtext % 4096, 0);
+        assert_eq!(m[".data.s-delta2"], dtext + 4096, "the delta area's first writable region starts a page");
+        assert_eq!(m[".bss.s-delta2"], dtext + 4096 + 0x640);
     }
 }

@@ -137,19 +137,55 @@ impl KernelHeap {
     /// (a buffer freed again) left pages of every instance's heap written,
     /// and talc's tag at the heap's end on a page of its own. `None` when
     /// no whole page is free or the heap is in use further up the stack.
+    ///
+    /// A heap that holds no allocation at all (a later chunk whose blocks
+    /// were all freed: a rejuvenation frees all of net's state at once)
+    /// keeps its first page: truncated to nothing, talc would *delete* it,
+    /// and `source.end` would name a heap talc no longer knows — the next
+    /// growth in place then "extended" it, unlinking a gap that was no
+    /// longer in talc's free lists through its stale links, and the lists
+    /// were corrupt (the null free-list node, at 0x18, that nginx faulted
+    /// on under `--rejuvenate-every`).
     pub fn trim(&self) -> Option<(u64, u64)> {
         self.talc
             .try_with(|t| {
                 let end = NonNull::new(t.source.end as *mut u8)?;
+                // SAFETY: `end` is the current heap's end (kept by acquire).
+                let r = unsafe { t.reserved(end) };
+                let keep = if r.any {
+                    // Down to the highest allocation (talc stops there).
+                    core::ptr::null_mut()
+                } else {
+                    // Nothing allocated: keep the gap on the heap's first
+                    // page, so the heap stays a heap.
+                    crate::space::page_up(r.up_to.as_ptr() as u64 + 1)? as *mut u8
+                };
+                let old = t.source.end;
                 // SAFETY: `end` is the current heap's end; truncation keeps
                 // every allocation (it stops at the reserved part).
-                let new_end = unsafe { t.truncate(end, core::ptr::null_mut()) }?;
-                let old = t.source.end;
-                t.source.end = new_end.as_ptr() as u64;
+                match unsafe { t.truncate(end, keep) } {
+                    Some(new_end) => t.source.end = new_end.as_ptr() as u64,
+                    None => {
+                        // talc deleted the heap (it should not, with a
+                        // page kept): never grow it in place again; the
+                        // next growth takes a fresh chunk.
+                        t.source.end = 0;
+                        t.source.limit = 0;
+                        return None;
+                    }
+                }
                 let from = crate::space::page_up(t.source.end)?;
                 (from < old).then_some((from, crate::space::page_up(old)?))
             })
             .flatten()
+    }
+
+    /// Whether the heap is in use further up the stack (an allocation,
+    /// a release or a trim in progress): a failure then happened inside
+    /// the allocator (`shoal_recover` ends the instance instead of
+    /// rebooting the component whose call it was).
+    pub fn in_use(&self) -> bool {
+        self.talc.try_with(|_| ()).is_none()
     }
 
     /// Bytes of pages the heap has taken so far.

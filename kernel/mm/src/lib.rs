@@ -113,26 +113,34 @@ pub fn map_anon(len: u64) -> Result<u64, Errno> {
 /// Bytes of freed memory the host still backs that [`release_free`] can
 /// give back: dirty free pages, kept for reuse ([`space`]'s module docs;
 /// none once the tender refused a release, so an idle wait is not cut
-/// short again and again for them). 0 while mm is in use further up the
-/// stack.
+/// short again and again for them), and the free top of the kernel heap
+/// ([`KernelHeap::trim`]). 0 while mm is in use further up the stack.
 #[inline(never)]
 pub fn dirty_bytes() -> u64 {
-    SPACE.try_with(|s| s.releasable_bytes()).unwrap_or(0)
+    let top = KERNEL_HEAP.free_top();
+    SPACE.try_with(|s| s.releasable_bytes()).unwrap_or(0) + if top >= space::PAGE { top } else { 0 }
 }
 
 /// Gives all freed memory back to the host (`sched`, when the instance
-/// has gone idle): the dirty free pages; returns the bytes released (0
-/// while mm is in use further up the stack).
-///
-/// Not the kernel heap's free top ([`KernelHeap::trim`], about 4 KiB per
-/// idle instance): trimming it at idle points made nginx under
-/// `--rejuvenate-every 0.02` and `wrk -c 100` fault in talc's free-list
-/// search (a null pointer, then "RefCell already borrowed" while
-/// recovering) in at least three runs of seven, and in none of ten
-/// without it; the cause is not found yet.
+/// has gone idle): the dirty free pages, and the whole pages at the
+/// kernel heap's free top ([`KernelHeap::trim`]); returns the bytes
+/// released (0 while mm is in use further up the stack).
 #[inline(never)]
 pub fn release_free() -> u64 {
-    SPACE.try_with(|s| s.release_free()).unwrap_or(0)
+    let mut n = SPACE.try_with(|s| s.release_free()).unwrap_or(0);
+    if let Some((from, to)) = KERNEL_HEAP.trim() {
+        if space::give_back(&[shoal_abi::ReleaseRange { addr: from, len: to - from }]) {
+            n += to - from;
+        }
+    }
+    n
+}
+
+/// Whether the kernel heap is in use further up the stack
+/// ([`KernelHeap::in_use`]; `shoal_recover`'s heap check).
+#[inline(never)]
+pub fn heap_in_use() -> bool {
+    KERNEL_HEAP.in_use()
 }
 
 /// Gives the kernel `bytes` (a multiple of the page size) of pages: in

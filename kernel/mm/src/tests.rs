@@ -451,6 +451,104 @@ fn kernel_heap_claims_as_it_grows_and_trims_its_free_top() {
     assert_eq!(heap.bytes(), 256 << 10, "one chunk");
 }
 
+static TRIM2_SPACE: Global<Option<Box<Space>>> = Global::new(None);
+
+fn trim2_pages(bytes: u64) -> Option<u64> {
+    TRIM2_SPACE.with(|s| s.as_mut().unwrap().alloc_kernel(bytes))
+}
+
+/// A trim when the heap's current chunk (not the first) holds no
+/// allocation at all: talc would delete that heap, and the heap must
+/// still know where its end is (it grew in place from a stale end, on a
+/// gap talc no longer listed, and corrupted its free lists: the fault
+/// nginx saw under `--rejuvenate-every`, whose rejuvenations free all of
+/// net's state at once). Then the heap grows and shrinks again, and every
+/// block keeps its contents.
+#[test]
+fn kernel_heap_trims_a_chunk_that_holds_nothing() {
+    use std::alloc::GlobalAlloc;
+    let (s, _) = space(32 << 8); // 32 MiB
+    TRIM2_SPACE.with(|t| *t = Some(s));
+    let heap = KernelHeap::new(trim2_pages);
+    let small = Layout::from_size_align(100, 8).unwrap();
+    let big = Layout::from_size_align(300 << 10, 8).unwrap();
+    let mid = Layout::from_size_align(20 << 10, 8).unwrap();
+    // SAFETY: nonzero sizes; blocks freed with their layouts, written
+    // only within their sizes.
+    unsafe {
+        let a = heap.alloc(small);
+        assert!(!a.is_null());
+        *a = 7;
+        for round in 0..4u8 {
+            // Too big for the first chunk: a chunk of its own.
+            let b = heap.alloc(big);
+            assert!(!b.is_null(), "round {round}");
+            std::ptr::write_bytes(b, 0x5a, big.size());
+            heap.dealloc(b, big);
+            // The second chunk holds nothing now: all but its first page
+            // leave (the first keeps the heap a heap), and the host gives
+            // them back as zeroes.
+            let trimmed = heap.trim();
+            if let Some((from, to)) = trimmed {
+                std::ptr::write_bytes(from as *mut u8, 0, (to - from) as usize);
+            }
+            // Growing again finds sound free lists (talc's consistency scan
+            // runs in every allocation of the host tests).
+            let mut blocks = Vec::new();
+            for i in 0..10u8 {
+                let p = heap.alloc(mid);
+                assert!(!p.is_null(), "round {round} block {i}");
+                std::ptr::write_bytes(p, i, mid.size());
+                blocks.push((p, i));
+            }
+            let (from, to) = trimmed.expect("the freed block's pages");
+            assert!(to - from >= 290 << 10 && from % PAGE == 0 && to % PAGE == 0, "round {round}: {from:#x}..{to:#x}");
+            assert!((b as u64) < from && from - (b as u64) < PAGE, "round {round}: {b:p}, {from:#x}");
+            for &(p, i) in &blocks {
+                assert!(std::slice::from_raw_parts(p, mid.size()).iter().all(|&x| x == i), "round {round} block {i}");
+            }
+            for (p, _) in blocks {
+                heap.dealloc(p, mid);
+            }
+            heap.trim();
+            // The chunk is grown in place again, not replaced by a new one.
+            assert_eq!(heap.bytes(), (256 << 10) + (512 << 10), "round {round}");
+        }
+        assert_eq!(*a, 7);
+        heap.dealloc(a, small);
+    }
+}
+
+static IN_USE_SPACE: Global<Option<Box<Space>>> = Global::new(None);
+static IN_USE_HEAP: KernelHeap = KernelHeap::new(in_use_pages);
+static SEEN_IN_USE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Pages for [`IN_USE_HEAP`], noting whether the heap said it was in use
+/// while it asked for them (it is: an allocation is in progress).
+fn in_use_pages(bytes: u64) -> Option<u64> {
+    SEEN_IN_USE.store(IN_USE_HEAP.in_use(), std::sync::atomic::Ordering::Relaxed);
+    IN_USE_SPACE.with(|s| s.as_mut().unwrap().alloc_kernel(bytes))
+}
+
+/// `in_use` is what recover asks after a failure: true only inside the
+/// allocator.
+#[test]
+fn kernel_heap_says_when_it_is_in_use() {
+    use std::alloc::GlobalAlloc;
+    let (s, _) = space(1 << 8); // 1 MiB
+    IN_USE_SPACE.with(|t| *t = Some(s));
+    assert!(!IN_USE_HEAP.in_use());
+    let l = Layout::from_size_align(64, 8).unwrap();
+    // SAFETY: nonzero size; freed with its layout.
+    unsafe {
+        let p = IN_USE_HEAP.alloc(l);
+        assert!(!p.is_null());
+        assert!(SEEN_IN_USE.load(std::sync::atomic::Ordering::Relaxed), "in use while it grows");
+        assert!(!IN_USE_HEAP.in_use());
+        IN_USE_HEAP.dealloc(p, l);
+    }
+}
+
 /// A fake file system for the file-mapping tests: file 7 is a list of
 /// page-aligned host pages of which the first `SIZE` bytes are the file;
 /// references are counted.

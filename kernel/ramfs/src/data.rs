@@ -15,7 +15,7 @@
 //!
 //! Owned chunks are whole, page-aligned guest pages ([`Chunk`]) that stay
 //! where they are until the file (and recovery's log, which references
-//! the same pages instead of copying them: [`FileData::share`]) drops
+//! the same pages instead of copying them: [`Mirror`]) drops
 //! them: a `MAP_SHARED` mapping of the file maps these very pages (`shoal_mm::file`), so loads and stores
 //! through the mapping and `read`/`write` touch the same bytes. Because a
 //! mapping may store past the end of the file in the last page, growing
@@ -289,69 +289,12 @@ impl FileData {
         }
     }
 
-    /// A second handle on the same contents: the same base (borrowed) and
-    /// the same pages (referenced, not copied). Recovery's log keeps one
-    /// per written file (`crate::heal`) and rebuilds the file from it
-    /// after a reboot; from then on each holds its own list of pages, kept
-    /// in step by [`FileData::mirror_write`] and
-    /// [`FileData::mirror_truncate`].
-    pub fn share(&self) -> FileData {
-        FileData { base: self.base, base_len: self.base_len, chunks: self.chunks.clone(), size: self.size }
-    }
-
-    /// Brings pages `[first, end)` of this handle in step with `live` (the
-    /// file's handle): the same page where `live` has one, none where it
-    /// has none; then the size. Only page references move, never bytes.
-    fn mirror_pages(&mut self, live: &FileData, first: u64, end: u64) {
-        for page in first..end {
-            match (self.chunks.get(&page), live.chunks.get(&page)) {
-                (Some(a), Some(b)) if a.same(b) => {}
-                (_, Some(b)) => {
-                    self.chunks.insert(page, b.clone());
-                }
-                (Some(_), None) => {
-                    self.chunks.remove(&page);
-                }
-                (None, None) => {}
-            }
-        }
-        self.size = live.size;
-        self.base_len = live.base_len;
-    }
-
-    /// After `live` (the file this handle shares, see [`FileData::share`])
-    /// was written `len` bytes at `off`: takes its pages in that range.
-    pub fn mirror_write(&mut self, live: &FileData, off: u64, len: u64) {
-        let first = off / CHUNK64;
-        let end = off.saturating_add(len).div_ceil(CHUNK64);
-        self.mirror_pages(live, first, end);
-    }
-
-    /// After `live` was written in pages both already shared (no page
-    /// added: [`crate::heal::Change::InPlace`]): takes its size.
-    pub fn mirror_size(&mut self, live: &FileData) {
-        self.size = live.size;
-        self.base_len = live.base_len;
-    }
-
-    /// After the file this handle shares was written in pages both
-    /// already hold ([`crate::heal::Change::InPlace`], which brings the
-    /// size): takes that size. (A write never moves `base_len`.)
-    pub fn mirror_in_place(&mut self, size: u64) {
-        self.size = size;
-    }
-
-    /// After `live` was truncated (or extended) to `size`: drops the pages
-    /// past it and takes those `live` has there now (written later in the
-    /// same call). The partial page at `size` is the same page in both.
-    pub fn mirror_truncate(&mut self, live: &FileData, size: u64) {
-        let first = size.div_ceil(CHUNK64);
-        drop(self.chunks.split_off(&first));
-        for (page, c) in live.chunks.range(first..) {
-            self.chunks.insert(*page, c.clone());
-        }
-        self.size = live.size;
-        self.base_len = live.base_len;
+    /// A [`Mirror`] of these contents, its list in `into`'s buffer (the
+    /// pages referenced, not copied).
+    pub fn mirror_into(&self, into: &mut Mirror) {
+        (into.base, into.base_len, into.size) = (self.base, self.base_len, self.size);
+        into.pages.clear();
+        into.pages.extend(self.chunks.iter().map(|(p, c)| (*p, c.clone())));
     }
 
     /// Zeroes what lies past the end of the file in its last page: a file
@@ -383,6 +326,122 @@ impl FileData {
         }
         self.size = size;
         Ok(())
+    }
+}
+
+/// Recovery's handle on a regular file's contents (`crate::heal`, the
+/// log in `shoal-vfs`): the same base and the same pages as the file —
+/// references, never copies — as one flat list sorted by page index,
+/// with the size as of the last logged call. Kept in step after each
+/// call ([`Mirror::write`], [`Mirror::truncate`], …) and made a file
+/// again when a reboot rebuilds it ([`Mirror::to_file`]).
+///
+/// A list rather than the file's own tree: the log's common files are
+/// small and grow at their end (SQLite's journal file: three pages,
+/// made and removed each transaction), where a tree allocated a node for
+/// each new file and looked every page up twice; a list takes a page at
+/// its end in one comparison, and an emptied one keeps its buffer
+/// ([`Mirror::clear`]) for the next file, so the log allocates nothing
+/// in that loop. A page put between others moves those after it (a
+/// file written back to front: the list's length in moves per page).
+#[derive(Debug, Default)]
+pub struct Mirror {
+    base: &'static [u8],
+    base_len: u64,
+    size: u64,
+    pages: alloc::vec::Vec<(u64, Chunk)>,
+}
+
+impl Mirror {
+    /// Empty (size 0, no pages), its buffer kept.
+    pub fn clear(&mut self) {
+        (self.base, self.base_len, self.size) = (&[], 0, 0);
+        self.pages.clear();
+    }
+
+    /// Number of pages it references.
+    pub fn owned_pages(&self) -> u64 {
+        self.pages.len() as u64
+    }
+
+    /// Bytes its list's buffer holds (for the log's memory report).
+    pub fn heap_bytes(&self) -> usize {
+        self.pages.capacity() * core::mem::size_of::<(u64, Chunk)>()
+    }
+
+    /// Where page `page` is in the list (`Err`: where it would go); the
+    /// last first, where a growing file's pages land.
+    fn find(&self, page: u64) -> Result<usize, usize> {
+        match self.pages.last() {
+            None => Err(0),
+            Some((p, _)) if *p < page => Err(self.pages.len()),
+            Some((p, _)) if *p == page => Ok(self.pages.len() - 1),
+            _ => self.pages.binary_search_by_key(&page, |e| e.0),
+        }
+    }
+
+    /// Brings pages `[first, end)` in step with `live` (the file): the
+    /// same page where `live` has one, none where it has none; then the
+    /// size. Only page references move, never bytes.
+    fn pages_from(&mut self, live: &FileData, first: u64, end: u64) {
+        for page in first..end {
+            match (self.find(page), live.chunks.get(&page)) {
+                (Ok(i), Some(b)) => {
+                    if !self.pages[i].1.same(b) {
+                        self.pages[i].1 = b.clone();
+                    }
+                }
+                (Err(i), Some(b)) => self.pages.insert(i, (page, b.clone())),
+                (Ok(i), None) => {
+                    self.pages.remove(i);
+                }
+                (Err(_), None) => {}
+            }
+        }
+        self.size = live.size;
+        self.base_len = live.base_len;
+    }
+
+    /// After `live` (the file) was written `len` bytes at `off`: takes
+    /// its pages in that range.
+    pub fn write(&mut self, live: &FileData, off: u64, len: u64) {
+        let first = off / CHUNK64;
+        let end = off.saturating_add(len).div_ceil(CHUNK64);
+        self.pages_from(live, first, end);
+    }
+
+    /// After `live` was written in pages both already hold: takes its size.
+    pub fn size_from(&mut self, live: &FileData) {
+        self.size = live.size;
+        self.base_len = live.base_len;
+    }
+
+    /// After the file was written in pages both already hold
+    /// ([`crate::heal::Change::InPlace`], which brings the size): takes
+    /// that size. (A write never moves `base_len`.)
+    pub fn in_place(&mut self, size: u64) {
+        self.size = size;
+    }
+
+    /// After `live` was truncated (or extended) to `size`: drops the
+    /// pages past it and takes those `live` has there now (written later
+    /// in the same call). The partial page at `size` is the same page in
+    /// both.
+    pub fn truncate(&mut self, live: &FileData, size: u64) {
+        let first = size.div_ceil(CHUNK64);
+        let keep = self.pages.partition_point(|e| e.0 < first);
+        self.pages.truncate(keep);
+        self.pages.extend(live.chunks.range(first..).map(|(p, c)| (*p, c.clone())));
+        self.size = live.size;
+        self.base_len = live.base_len;
+    }
+
+    /// The file these contents make (a reboot's rebuild), with what lies
+    /// past the end in its last page zeroed ([`FileData::settle`]).
+    pub fn to_file(&self) -> FileData {
+        let mut f = FileData { base: self.base, base_len: self.base_len, chunks: self.pages.iter().map(|(p, c)| (*p, c.clone())).collect(), size: self.size };
+        f.settle();
+        f
     }
 }
 
@@ -497,38 +556,68 @@ mod tests {
         assert_eq!(f.write(MAX_FILE_SIZE, b"x"), Err(Errno::EFBIG));
     }
 
-    /// Recovery's handle (`share`) references the file's pages; the
-    /// mirror calls keep its page list and size in step with the file's
-    /// without copying a byte, through writes, truncation and holes.
+    /// Recovery's handle ([`Mirror`]) references the file's pages; its
+    /// calls keep its page list and size in step with the file's without
+    /// copying a byte, through writes, truncation, holes and pages put
+    /// between others, and an emptied handle serves another file.
     #[test]
-    fn a_shared_handle_follows_the_file_by_reference() {
+    fn a_mirror_follows_the_file_by_reference() {
+        let same = |h: &Mirror, f: &FileData| {
+            let g = h.to_file();
+            assert_eq!(all(&g), all(f));
+            assert_eq!(h.owned_pages(), f.owned_pages());
+            for (p, c) in &f.chunks {
+                assert!(g.chunks[p].same(c), "page {p} is the file's own");
+            }
+        };
         let mut f = FileData::from_base(leak(vec![3u8; CHUNK + 7]));
         f.write(5, b"abc").unwrap();
-        let mut h = f.share();
-        assert_eq!(all(&h), all(&f));
-        assert_eq!(h.chunks[&0].addr(), f.chunks[&0].addr(), "the same page");
+        let mut h = Mirror::default();
+        f.mirror_into(&mut h);
+        same(&h, &f);
         // A write past a hole, then a truncation and a rewrite in one call.
         f.write(5 * CHUNK64 + 1, b"far").unwrap();
-        h.mirror_write(&f, 5 * CHUNK64 + 1, 3);
-        assert_eq!(all(&h), all(&f));
+        h.write(&f, 5 * CHUNK64 + 1, 3);
+        same(&h, &f);
         f.truncate(CHUNK64 + 2).unwrap();
         f.write(3 * CHUNK64, b"again").unwrap();
-        h.mirror_truncate(&f, CHUNK64 + 2);
-        h.mirror_write(&f, 3 * CHUNK64, 5);
-        assert_eq!(all(&h), all(&f));
-        assert_eq!(h.owned_pages(), f.owned_pages());
-        for (p, c) in &f.chunks {
-            assert!(h.chunks[p].same(c));
+        h.truncate(&f, CHUNK64 + 2);
+        h.write(&f, 3 * CHUNK64, 5);
+        same(&h, &f);
+        // Pages put between and before others, back to front.
+        for p in [2u64, 1, 0, 4] {
+            f.write(p * CHUNK64 + 9, b"mid").unwrap();
+            h.write(&f, p * CHUNK64 + 9, 3);
+            same(&h, &f);
         }
-        // Bytes a half-done write left past the logged size: settle zeroes
-        // them in the shared last page.
-        let size = f.size();
-        let mut g = h.share();
-        f.write(size, b"zz").unwrap();
-        g.settle();
+        // Pages the file no longer has in a range brought in step are
+        // dropped from the handle too.
+        let mut t = FileData::new();
+        t.write(0, &[1; 4 * CHUNK]).unwrap();
+        let mut k = Mirror::default();
+        t.mirror_into(&mut k);
+        t.truncate(CHUNK64).unwrap();
+        k.write(&t, 0, 4 * CHUNK64);
+        same(&k, &t);
+        // Emptied, it serves a new file.
+        h.clear();
+        let mut n = FileData::new();
+        n.mirror_into(&mut h);
+        for p in [0u64, 1, 2] {
+            n.write(p * CHUNK64, &[7; CHUNK]).unwrap();
+            h.write(&n, p * CHUNK64, CHUNK64);
+        }
+        same(&h, &n);
+        // Bytes a half-done write left past the logged size: the file
+        // made from the handle has them zeroed in the shared last page.
+        n.truncate(2 * CHUNK64 + 5).unwrap();
+        h.truncate(&n, 2 * CHUNK64 + 5);
+        let size = n.size();
+        n.write(size, b"zz").unwrap();
+        let g = h.to_file();
         assert_eq!(g.size(), size);
         let mut b = [9u8; 2];
-        f.read(size, &mut b);
+        n.read(size, &mut b);
         assert_eq!(b, [0, 0]);
     }
 }

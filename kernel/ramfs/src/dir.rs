@@ -53,17 +53,24 @@ impl Dir {
     }
 
     /// Adds `name` → `ino`; the caller checked that `name` is free.
-    pub fn insert(&mut self, name: &[u8], ino: Ino) {
+    /// Returns the entry's position (cookie).
+    pub fn insert(&mut self, name: &[u8], ino: Ino) -> u64 {
         let c = self.next_cookie;
         self.next_cookie += 1;
         self.by_cookie.insert(c, (Box::from(name), ino));
         self.by_name.insert(Box::from(name), c);
+        c
     }
 
     /// Removes `name`; returns its inode.
     pub fn remove(&mut self, name: &[u8]) -> Option<Ino> {
+        self.remove_entry(name).map(|(_, ino)| ino)
+    }
+
+    /// Removes `name`; returns its position (cookie) and inode.
+    pub fn remove_entry(&mut self, name: &[u8]) -> Option<(u64, Ino)> {
         let c = self.by_name.remove(name)?;
-        self.by_cookie.remove(&c).map(|(_, ino)| ino)
+        self.by_cookie.remove(&c).map(|(_, ino)| (c, ino))
     }
 
     /// Points the existing entry `name` at `ino` (keeps its position).
@@ -128,6 +135,39 @@ pub struct DirImage {
 }
 
 impl DirImage {
+    /// Adds the entry `name` → `ino` at position `cookie` (what
+    /// [`Dir::insert`] did), taking `spare`'s buffer for the name when it
+    /// has the same length (the name a removal left: SQLite removes and
+    /// makes again the same journal file each transaction).
+    pub fn add(&mut self, cookie: u64, name: &[u8], ino: Ino, spare: &mut Option<Box<[u8]>>) {
+        let name = match spare.take() {
+            Some(mut b) if b.len() == name.len() => {
+                b.copy_from_slice(name);
+                b
+            }
+            _ => Box::from(name),
+        };
+        // Positions only grow, so a new entry is almost always the last.
+        let at = match self.entries.last() {
+            Some(e) if e.0 >= cookie => self.entries.partition_point(|e| e.0 < cookie),
+            _ => self.entries.len(),
+        };
+        self.entries.insert(at, (cookie, name, ino));
+        self.next_cookie = self.next_cookie.max(cookie + 1);
+    }
+
+    /// Removes the entry at position `cookie` (what [`Dir::remove_entry`]
+    /// did), its name's buffer kept in `spare`; `false` if there is none.
+    pub fn remove(&mut self, cookie: u64, spare: &mut Option<Box<[u8]>>) -> bool {
+        match self.entries.binary_search_by_key(&cookie, |e| e.0) {
+            Ok(i) => {
+                *spare = Some(self.entries.remove(i).1);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Bytes it holds on the heap (for the log's memory report).
     pub fn heap_bytes(&self) -> usize {
         self.entries.capacity() * core::mem::size_of::<(u64, Box<[u8]>, Ino)>() + self.entries.iter().map(|e| e.1.len()).sum::<usize>()

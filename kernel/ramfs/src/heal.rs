@@ -6,14 +6,17 @@
 //!   data it wrote or the sizes it truncated to, in order; a write into
 //!   pages the file had and a reference taken or dropped come as the
 //!   change alone ([`Change::InPlace`], [`Change::Refs`]), the inode not
-//!   listed for them.
+//!   listed for them; so does a name added to or removed from a
+//!   directory ([`Change::Added`], [`Change::Removed`]: the log edits its
+//!   image of the directory by that one entry instead of exporting it).
 //!   vfs reads it after each call ([`Fs::journal`]) into its log and
 //!   empties it ([`Fs::clear_journal`]).
 //! - **Images**: an inode without its file contents ([`Image`], from
 //!   [`Fs::export`]), which the log keeps per inode; [`Fs::import`] puts one
 //!   back (or removes the inode) when the file system is rebuilt after a
 //!   reboot, with the contents the log kept: a second handle on the
-//!   file's own pages ([`FileData::share`]), never a copy of them.
+//!   file's own pages ([`crate::data::Mirror`], made a file again by
+//!   [`crate::data::Mirror::to_file`]), never a copy of them.
 
 use super::{dir::DirImage, Bytes, Dir, FileData, Fs, Ino, Inode, Node, Timespec};
 use alloc::vec::Vec;
@@ -71,6 +74,61 @@ pub enum Change {
         /// Its reference count after the change.
         refs: u32,
     },
+    /// A name added to directory `dir` (a file, directory, link or node
+    /// created, a hard link made). Like [`Change::InPlace`], the
+    /// directory is not in `touched` for it: the log adds the entry to
+    /// its image of the directory ([`Image::apply_dirent`]) instead of
+    /// exporting the directory again (a walk over all its entries).
+    Added {
+        /// The directory.
+        dir: Ino,
+        /// The entry's position ([`Dir::insert`]).
+        cookie: u64,
+        /// The inode it names.
+        ino: Ino,
+        /// Where its name is in the journal's name buffer
+        /// ([`Fs::journal_names`]).
+        name_at: u32,
+        /// The name's length.
+        name_len: u32,
+        /// The directory's new modification and change time.
+        time: Timespec,
+        /// The directory's link count after the change.
+        nlink: u32,
+    },
+    /// The name at position `cookie` removed from directory `dir` (an
+    /// unlink, an rmdir); the directory is not in `touched` for it (see
+    /// [`Change::Added`]).
+    Removed {
+        /// The directory.
+        dir: Ino,
+        /// The removed entry's position.
+        cookie: u64,
+        /// The directory's new modification and change time.
+        time: Timespec,
+        /// The directory's link count after the change.
+        nlink: u32,
+    },
+    /// An empty regular file made ([`Fs::create_file`]), with what its
+    /// image holds: the log builds the image and an empty file handle
+    /// from this ([`Image::new_file`]) instead of looking the inode up
+    /// and exporting it. The inode is not in `touched` for it (unless the
+    /// same call changed it otherwise).
+    Created {
+        /// The file.
+        ino: Ino,
+        /// Its permission bits.
+        perm: u32,
+        /// Its four times.
+        time: Timespec,
+    },
+    /// The inode was destroyed (its last name and reference gone): the
+    /// log drops its entry without looking it up. Not in `touched` for
+    /// it (unless the same call changed it before destroying it).
+    Freed {
+        /// The inode.
+        ino: Ino,
+    },
     /// Truncated (or extended) to `size`.
     Truncate {
         /// The file.
@@ -88,6 +146,8 @@ pub struct Journal {
     pub touched: Vec<Ino>,
     /// Data changes, in order.
     pub changes: Vec<Change>,
+    /// The names of [`Change::Added`] entries, one after the other.
+    pub names: Vec<u8>,
 }
 
 impl Journal {
@@ -100,6 +160,16 @@ impl Journal {
     pub(crate) fn changed(&mut self, c: Change) {
         if self.on {
             self.changes.push(c);
+        }
+    }
+
+    /// Notes the entry `name` → `ino` added to `dir` at `cookie`
+    /// ([`Change::Added`]).
+    pub(crate) fn added(&mut self, dir: Ino, cookie: u64, ino: Ino, name: &[u8], time: Timespec, nlink: u32) {
+        if self.on {
+            let name_at = self.names.len() as u32;
+            self.names.extend_from_slice(name);
+            self.changes.push(Change::Added { dir, cookie, ino, name_at, name_len: name.len() as u32, time, nlink });
         }
     }
 }
@@ -164,6 +234,46 @@ impl Image {
         }
     }
 
+    /// Applies a directory entry's change ([`Change::Added`],
+    /// [`Change::Removed`]) to the image of that directory, `names` being
+    /// the journal's name buffer ([`Fs::journal_names`]) and `spare` a
+    /// name buffer to reuse or keep ([`DirImage::add`]); `false` (nothing
+    /// changed) if this is not a directory's image, the removed entry is
+    /// not in it or the change is another kind: the caller exports the
+    /// directory instead.
+    pub fn apply_dirent(&mut self, c: &Change, names: &[u8], spare: &mut Option<alloc::boxed::Box<[u8]>>) -> bool {
+        let NodeImage::Dir(d) = &mut self.node else { return false };
+        let (time, nlink) = match *c {
+            Change::Added { cookie, ino, name_at, name_len, time, nlink, .. } => {
+                let Some(name) = names.get(name_at as usize..name_at as usize + name_len as usize) else { return false };
+                d.add(cookie, name, ino, spare);
+                (time, nlink)
+            }
+            Change::Removed { cookie, time, nlink, .. } => {
+                if !d.remove(cookie, spare) {
+                    return false;
+                }
+                (time, nlink)
+            }
+            _ => return false,
+        };
+        (self.mtime, self.ctime, self.nlink) = (time, time, nlink);
+        true
+    }
+
+    /// The image of a regular file just made ([`Change::Created`]),
+    /// written into `slot` (an image already there is overwritten in
+    /// place); `false` for another change.
+    pub fn new_file(c: &Change, slot: &mut Option<Image>) -> bool {
+        let Change::Created { perm, time, .. } = *c else { return false };
+        let im = Image { perm, nlink: 1, refs: 0, uid: 0, gid: 0, atime: time, mtime: time, ctime: time, btime: time, node: NodeImage::File };
+        match slot {
+            Some(old) => *old = im,
+            None => *slot = Some(im),
+        }
+        true
+    }
+
     /// Whether it is a regular file (its contents are kept apart).
     pub fn is_file(&self) -> bool {
         self.node == NodeImage::File
@@ -186,8 +296,7 @@ impl Fs {
     pub fn set_journal(&mut self, on: bool) {
         self.journal.on = on;
         if !on {
-            self.journal.touched.clear();
-            self.journal.changes.clear();
+            self.clear_journal();
         }
     }
 
@@ -202,6 +311,13 @@ impl Fs {
     pub fn clear_journal(&mut self) {
         self.journal.touched.clear();
         self.journal.changes.clear();
+        self.journal.names.clear();
+    }
+
+    /// The names of the journal's [`Change::Added`] entries (each
+    /// change says where its name is).
+    pub fn journal_names(&self) -> &[u8] {
+        &self.journal.names
     }
 
     /// Whether the journal holds anything.

@@ -341,29 +341,56 @@ impl Fs {
         self.inodes.len()
     }
 
+    /// Journaled as touched, but an empty regular file as
+    /// [`heal::Change::Created`] (the log builds its image from that).
     fn alloc(&mut self, node: Node, perm: u32) -> Ino {
         let ino = self.next_ino;
         self.next_ino += 1;
         let t = self.now();
         let nlink = if matches!(node, Node::Dir(_)) { 2 } else { 1 };
-        self.journal.touched(ino);
-        self.inodes.insert(ino, Inode { perm: perm & 0o7777, nlink, refs: 0, uid: 0, gid: 0, atime: t, mtime: t, ctime: t, btime: t, node });
+        let perm = perm & 0o7777;
+        match &node {
+            Node::File(f) if f.size() == 0 && f.owned_pages() == 0 => self.journal.changed(heal::Change::Created { ino, perm, time: t }),
+            _ => self.journal.touched(ino),
+        }
+        self.inodes.insert(ino, Inode { perm, nlink, refs: 0, uid: 0, gid: 0, atime: t, mtime: t, ctime: t, btime: t, node });
         ino
     }
 
     /// Adds entry `name` → `ino` to directory `dir`, counting the link.
+    /// Journaled as the entry added ([`heal::Change::Added`]), the
+    /// directory not marked touched (the log edits its image by that one
+    /// entry).
     fn attach(&mut self, dir: Ino, name: &[u8], ino: Ino) {
-        let is_dir = matches!(self.inodes[&ino].node, Node::Dir(_));
+        let is_dir = matches!(self.inodes.get(&ino).map(|i| &i.node), Some(Node::Dir(_)));
         let t = self.now();
-        let d = self.touch(&dir).expect("dir");
-        if let Node::Dir(dd) = &mut d.node {
-            dd.insert(name, ino);
-        }
+        let Some(d) = self.inodes.get_mut(&dir) else { return };
+        let Node::Dir(dd) = &mut d.node else { return };
+        let cookie = dd.insert(name, ino);
         if is_dir {
             d.nlink += 1;
         }
         d.mtime = t;
         d.ctime = t;
+        let nlink = d.nlink;
+        self.journal.added(dir, cookie, ino, name, t, nlink);
+    }
+
+    /// Removes entry `name` from directory `dir` (the caller looked it
+    /// up), moving the directory's times and its link count by
+    /// `subdir_delta`; journaled as the entry removed
+    /// ([`heal::Change::Removed`]), the directory not marked touched.
+    fn detach(&mut self, dir: Ino, name: &[u8], subdir_delta: i32) -> Result<(), Errno> {
+        let t = self.now();
+        let d = self.inodes.get_mut(&dir).ok_or(Errno::ENOENT)?;
+        let Node::Dir(dd) = &mut d.node else { return Err(Errno::ENOTDIR) };
+        let (cookie, _) = dd.remove_entry(name).ok_or(Errno::ENOENT)?;
+        d.mtime = t;
+        d.ctime = t;
+        d.nlink = (d.nlink as i64 + subdir_delta as i64) as u32;
+        let nlink = d.nlink;
+        self.journal.changed(heal::Change::Removed { dir, cookie, time: t, nlink });
+        Ok(())
     }
 
     fn inode(&self, ino: Ino) -> Result<&Inode, Errno> {
@@ -499,6 +526,17 @@ impl Fs {
         self.create_node(dir, name, Node::File(FileData::new()), perm)
     }
 
+    /// Creates a regular file `name` in `dir` holding `data`, which it
+    /// borrows as an archive file borrows the archive's bytes: nothing is
+    /// copied until a write (copy-on-write per page, [`data`]). For files
+    /// every instance makes alike at boot (`/etc/hosts`): their bytes stay
+    /// in the image's read-only data, shared by every instance through the
+    /// library pool, instead of a kernel heap page of each instance.
+    pub fn create_file_static(&mut self, dir: Ino, name: &[u8], perm: u32, data: &'static [u8]) -> Result<Ino, Errno> {
+        let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
+        self.create_node(dir, name, Node::File(FileData::from_base(data)), perm)
+    }
+
     /// Creates a directory.
     pub fn mkdir(&mut self, dir: Ino, name: &[u8], perm: u32) -> Result<Ino, Errno> {
         let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
@@ -573,22 +611,30 @@ impl Fs {
     }
 
     /// Drops one name of `ino` (already removed from its directory).
+    /// Journaled as touched, or as [`heal::Change::Freed`] alone when
+    /// that was its last name and nobody holds it (SQLite's journal file
+    /// at its unlink).
     fn drop_link(&mut self, ino: Ino) {
         let t = self.now();
-        if let Some(i) = self.touch(&ino) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
             i.nlink = if matches!(i.node, Node::Dir(_)) { 0 } else { i.nlink.saturating_sub(1) };
             i.ctime = t;
+            if i.nlink != 0 || i.refs != 0 || ino == ROOT_INO {
+                self.journal.touched(ino);
+            }
         }
         self.maybe_free(ino);
     }
 
+    /// Destroys `ino` if it has neither a name nor a reference left
+    /// (journaled as [`heal::Change::Freed`]).
     fn maybe_free(&mut self, ino: Ino) {
         if ino == ROOT_INO {
             return;
         }
         if let Some(i) = self.inodes.get(&ino) {
             if i.nlink == 0 && i.refs == 0 {
-                self.journal.touched(ino);
+                self.journal.changed(heal::Change::Freed { ino });
                 self.inodes.remove(&ino);
             }
         }
@@ -614,8 +660,7 @@ impl Fs {
         if self.file_type(ino)? == FileType::Directory {
             return Err(Errno::EISDIR);
         }
-        self.dir_mut(dir)?.remove(name);
-        self.touch_dir(dir, 0);
+        self.detach(dir, name, 0)?;
         self.drop_link(ino);
         Ok(())
     }
@@ -633,8 +678,7 @@ impl Fs {
         if !self.dir(ino)?.is_empty() {
             return Err(Errno::ENOTEMPTY);
         }
-        self.dir_mut(dir)?.remove(name);
-        self.touch_dir(dir, -1);
+        self.detach(dir, name, -1)?;
         self.drop_link(ino);
         Ok(())
     }

@@ -294,3 +294,24 @@ fn pack_holds_the_current_tree_below_a_directory() {
     assert!(Archive::parse(&fs.pack(e).unwrap()).unwrap().is_empty());
     assert_eq!(fs.pack(motd).unwrap_err(), Errno::ENOTDIR);
 }
+
+/// A file made from static bytes owns no page until written, and a write
+/// copies the page without changing the borrowed bytes.
+#[test]
+fn a_static_file_borrows_its_bytes_until_written() {
+    static HOSTS: &[u8] = b"127.0.0.1\tlocalhost\n";
+    let mut fs = Fs::new(clock);
+    let f = fs.create_file_static(ROOT_INO, b"hosts", 0o644, HOSTS).unwrap();
+    assert_eq!(fs.file_data(f).unwrap().owned_pages(), 0);
+    assert_eq!(fs.attr(f).unwrap().size, HOSTS.len() as u64);
+    assert_eq!(fs.attr(f).unwrap().mode & 0o7777, 0o644);
+    let mut b = [0u8; 64];
+    assert_eq!(fs.read(f, 0, &mut b).unwrap(), HOSTS.len());
+    assert_eq!(&b[..HOSTS.len()], HOSTS);
+    fs.write(f, 0, b"10").unwrap();
+    assert_eq!(fs.file_data(f).unwrap().owned_pages(), 1);
+    assert_eq!(fs.read(f, 0, &mut b).unwrap(), HOSTS.len());
+    assert_eq!(&b[..4], b"107.");
+    assert_eq!(HOSTS, b"127.0.0.1\tlocalhost\n");
+    assert_eq!(fs.create_file_static(ROOT_INO, b"hosts", 0o644, HOSTS), Err(Errno::EEXIST));
+}

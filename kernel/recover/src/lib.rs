@@ -51,7 +51,9 @@
 //!
 //! What a reboot does not undo: heap blocks the failed call allocated
 //! (leaked), and `Global` cells of *other* components that the failed call
-//! held borrowed (a later use panics in turn). A CPU fault in the call
+//! held borrowed (a later use panics in turn); a failure while the
+//! kernel heap's cell is borrowed is mm's, inside the allocator every
+//! component shares, and ends the instance ([`set_heap_check`]). A CPU fault in the call
 //! (a wild write) comes back the same way when the tender hands it to
 //! `shoal_recover_fault` (`Hypercall::FaultHandler`); so does a hang: a
 //! call that outruns the tender's watchdog ([`watchdog`]).
@@ -271,6 +273,37 @@ static INJECT_KIND: AtomicU32 = AtomicU32::new(0);
 static REJUVENATE_TICKS: AtomicU64 = AtomicU64::new(0);
 static REJUVENATE_NEXT: AtomicU64 = AtomicU64::new(0);
 static REJUVENATE_FROM: AtomicU8 = AtomicU8::new(0);
+
+/// The check "is the kernel heap in use further up the stack" (mm's
+/// `heap_in_use`, registered by `shoal-kernel` through
+/// [`set_heap_check`]; 0: none). See [`in_shared_heap`].
+static HEAP_CHECK: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// Registers `f`, which says whether the kernel heap is in use further
+/// up the stack (a failure there is not the current component's to
+/// reboot: [`in_shared_heap`]).
+pub fn set_heap_check(f: fn() -> bool) {
+    HEAP_CHECK.store(f as usize, Relaxed);
+}
+
+/// Whether a failure happened inside the kernel heap's allocator (its
+/// cell is borrowed): the heap is mm's and shared by every component, it
+/// is never rebooted, and a reboot of the component whose call was in
+/// progress could not run (its hook allocates, and the cell stays
+/// borrowed: it panicked with "RefCell already borrowed"). The instance
+/// ends instead, naming mm (issue 19: a corrupted free list of the heap,
+/// found under `--rejuvenate-every`, faulted inside a call into net).
+fn in_shared_heap() -> bool {
+    match HEAP_CHECK.load(Relaxed) {
+        0 => false,
+        f => {
+            // SAFETY: the only non-zero value is a `fn() -> bool` stored by
+            // `set_heap_check`.
+            let f: fn() -> bool = unsafe { core::mem::transmute::<usize, fn() -> bool>(f) };
+            f()
+        }
+    }
+}
 
 /// The saved context of the armed gate: rbx, rbp, r12–r15, the stack
 /// pointer after the gate's return, and its return address.
@@ -613,6 +646,14 @@ extern "C" fn shoal_recover_fault(sig: u64, addr: u64, rip: u64) -> ! {
         shoal_plat::hypercall::halt(134)
     }
     if ARMED.load(Relaxed) != 0 && rebootable(c) {
+        if in_shared_heap() {
+            let _ = writeln!(
+                shoal_plat::console::Stderr,
+                "shoal: fault in mm's kernel heap during a call into {}: {what} (invalid memory access at {addr:#x}, rip {rip:#x}); mm is not rebootable",
+                name(c)
+            );
+            shoal_plat::hypercall::halt(128 + (sig & 0x7f) as i64)
+        }
         let _ = writeln!(shoal_plat::console::Stderr, "shoal: fault in {}: {what} (invalid memory access at {addr:#x}, rip {rip:#x})", name(c));
         abort_to_gate();
     }
@@ -694,6 +735,11 @@ pub fn on_panic(info: &core::panic::PanicInfo) {
     let c = current();
     if ARMED.load(Relaxed) != 0 && rebootable(c) {
         use core::fmt::Write;
+        if in_shared_heap() {
+            let _ =
+                writeln!(shoal_plat::console::Stderr, "shoal: kernel panic in mm's kernel heap during a call into {}: {info}; mm is not rebootable", name(c));
+            shoal_plat::halt(134)
+        }
         let _ = writeln!(shoal_plat::console::Stderr, "shoal: kernel panic in {}: {info}", name(c));
         abort_to_gate();
     }
@@ -792,6 +838,24 @@ mod tests {
         assert_eq!(calls(), n + 2);
     }
 
+    static HEAP_BUSY: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+    fn heap_busy() -> bool {
+        HEAP_BUSY.load(Relaxed)
+    }
+
+    #[test]
+    fn a_failure_inside_the_kernel_heap_is_no_components_to_reboot() {
+        assert!(!in_shared_heap(), "no check registered: every failure is the component's");
+        set_heap_check(heap_busy);
+        assert!(!in_shared_heap());
+        HEAP_BUSY.store(true, Relaxed);
+        assert!(in_shared_heap(), "the heap is in use: the failure is mm's");
+        HEAP_BUSY.store(false, Relaxed);
+        assert!(!in_shared_heap());
+        HEAP_CHECK.store(0, Relaxed);
+    }
+
     #[test]
     fn every_component_has_a_name_and_a_number() {
         for (i, n) in COMPONENTS.iter().enumerate() {
@@ -859,6 +923,7 @@ mod tests {
         // SAFETY: CONTEXT is saved by the call before `unwinds` uses it.
         let r = unsafe { shoal_recover_call(returns, &args, CONTEXT.0.get()) };
         assert_eq!((r.val, r.err), (9, 1), "the result comes back in registers");
+        // SAFETY: as above.
         let r = unsafe { shoal_recover_call(|_| Ok(u64::MAX), &args, CONTEXT.0.get()) };
         assert_eq!((r.val, r.err), (u64::MAX, 0));
         // SAFETY: as above; `unwinds` returns through the saved context.

@@ -119,6 +119,9 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
     // vfs, ramfs, process and net only with `--recover-stateful` (their logs
     // cost CPU on every call into them; shoal_abi::RECOVER_STATEFUL).
     use shoal_recover::id;
+    // A failure inside the kernel heap (mm's, shared) ends the instance:
+    // no component's reboot can repair it.
+    shoal_recover::set_heap_check(shoal_mm::heap_in_use);
     if shoal_recover::stateful() {
         shoal_process::heal::start();
         shoal_net::heal::start();

@@ -22,13 +22,20 @@
 //!   inode's image after the call (`shoal_ramfs::heal::Image`: attributes,
 //!   directory entries, link target) — a later call on the same inode
 //!   supersedes it; an inode the program destroyed drops its entry (one
-//!   that existed at boot leaves a tombstone);
+//!   that existed at boot leaves a tombstone). Most changes reach the
+//!   image as the change itself, from ramfs's journal, never as a fresh
+//!   export: a write in place, a reference count, a name added to or
+//!   removed from a directory (one entry of the directory's image, not a
+//!   walk over all of them), an empty file made (its image built from
+//!   the change), an inode destroyed (its entry dropped without a
+//!   lookup) — SQLite's journal file, made and removed each
+//!   transaction, is logged that way;
 //! - per **regular file** written since boot: its contents — not a copy,
-//!   a second handle on the file's own pages (`FileData::share`: the
+//!   a second handle on the file's own pages (`shoal_ramfs::data::Mirror`: the
 //!   pages are reference counted, the log's handle lists the same ones as
 //!   the file's, with the size as of the last logged call). Each write's
 //!   range and each truncation only bring the handle's page list in step
-//!   (`mirror_write`, `mirror_truncate`: a page reference, never a byte,
+//!   (`Mirror::write`, `Mirror::truncate`: a page reference, never a byte,
 //!   moves); removing the file drops it. (VampOS shrinks "a series of
 //!   write() by preserving the offset and contents"; here the contents
 //!   are the live file's, like a page cache under the log.) File data
@@ -110,8 +117,9 @@ use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
+use shoal_ramfs::data::Mirror;
 use shoal_ramfs::heal::{Change, Exported, Image};
-use shoal_ramfs::{FileData, Ino};
+use shoal_ramfs::Ino;
 use shoal_recover::id;
 
 /// Where the file system's clock readings go (module documentation:
@@ -187,8 +195,8 @@ struct InodeEntry {
     /// Its image after the last call that changed it; `None`: destroyed.
     image: Option<Image>,
     /// A regular file's contents: a handle on the file's own pages, in
-    /// step with the file as of the last logged call (`FileData::share`).
-    data: Option<FileData>,
+    /// step with the file as of the last logged call (`Mirror`).
+    data: Option<Mirror>,
 }
 
 /// The log's inode entries: inode number → a slot of `slots`. The map
@@ -205,8 +213,11 @@ struct InodeEntry {
 struct Entries {
     map: BTreeMap<Ino, usize>,
     slots: Vec<InodeEntry>,
-    /// Slots of removed entries (their `data` dropped).
+    /// Slots of removed entries (their `data` moved to `spare`).
     free: Vec<usize>,
+    /// Emptied file handles of removed entries, their lists' buffers
+    /// kept for the next files (a few at most).
+    spare: Vec<Mirror>,
 }
 
 impl Entries {
@@ -218,29 +229,43 @@ impl Entries {
     /// The entry of `ino`, made if there is none (in a free slot, whose
     /// image is stale: see [`Entries`]).
     fn get_or_insert(&mut self, ino: Ino) -> &mut InodeEntry {
-        let i = match self.map.get(&ino) {
+        Entries::slot_of(&mut self.map, &mut self.slots, &mut self.free, ino)
+    }
+
+    /// [`Entries::get_or_insert`] on the fields, so the caller may use
+    /// `spare` beside the entry.
+    fn slot_of<'a>(map: &mut BTreeMap<Ino, usize>, slots: &'a mut Vec<InodeEntry>, free: &mut Vec<usize>, ino: Ino) -> &'a mut InodeEntry {
+        let i = match map.get(&ino) {
             Some(&i) => i,
             None => {
-                let i = self.free.pop().unwrap_or_else(|| {
-                    self.slots.push(InodeEntry { image: None, data: None });
-                    self.slots.len() - 1
+                let i = free.pop().unwrap_or_else(|| {
+                    slots.push(InodeEntry { image: None, data: None });
+                    slots.len() - 1
                 });
-                self.map.insert(ino, i);
+                map.insert(ino, i);
                 i
             }
         };
-        &mut self.slots[i]
+        &mut slots[i]
     }
 
     /// Drops the entry of `ino`: its file handle (the pages' references)
     /// now, its slot kept for the next new inode.
     fn remove(&mut self, ino: Ino) {
         if let Some(i) = self.map.remove(&ino) {
-            if let Some(e) = self.slots.get_mut(i) {
-                e.data = None;
+            if let Some(mut d) = self.slots.get_mut(i).and_then(|e| e.data.take()) {
+                if self.spare.len() < SPARE_HANDLES {
+                    d.clear();
+                    self.spare.push(d);
+                }
             }
             self.free.push(i);
         }
+    }
+
+    /// An empty file handle, a spare one if there is one.
+    fn handle(&mut self) -> Mirror {
+        self.spare.pop().unwrap_or_default()
     }
 
     /// The entries, by inode number.
@@ -252,6 +277,10 @@ impl Entries {
         self.map.len()
     }
 }
+
+/// Emptied file handles the log keeps for the next new files
+/// ([`Entries::remove`]).
+const SPARE_HANDLES: usize = 4;
 
 /// What vfs holds besides its tables and ramfs's tree and that calls
 /// change, as one entry. (The standard streams' inodes, `/proc/self/fd`
@@ -299,6 +328,9 @@ pub(crate) struct Log {
     closed: Vec<Ofd>,
     /// Times the closed sessions were dropped.
     shrinks: u64,
+    /// The name buffer of the last directory entry removed from an
+    /// image, for the next one added (`DirImage::add`).
+    spare_name: Option<Box<[u8]>>,
     /// A rejuvenation's sound state, set aside before the reboot: the
     /// rebuilt tree takes its files' contents (the same pages), the rest
     /// is freed.
@@ -450,6 +482,7 @@ impl Log {
             shrink_at: 1,
             closed: Vec::new(),
             shrinks: 0,
+            spare_name: None,
             old: None,
         }
     }
@@ -510,7 +543,7 @@ impl Log {
         // page, a journal record), or a reference taken or dropped —
         // applied here, without the general walk.
         let done = match (touched, changes) {
-            ([], [c]) => self.apply_alone(c),
+            ([], [c]) => self.apply_alone(c, v.fs.journal_names()),
             _ => false,
         };
         if done {
@@ -522,15 +555,40 @@ impl Log {
     }
 
     /// Applies a change that comes without its inode
-    /// (`Change::InPlace`, `Change::Refs`) to the log's image (and file
-    /// handle); `false` if the log has no image of that inode yet (or
-    /// the change is another kind), to be exported instead.
-    fn apply_alone(&mut self, c: &Change) -> bool {
+    /// (`Change::InPlace`, `Change::Refs`, a directory's
+    /// `Change::Added` or `Change::Removed`, whose names are in `names`)
+    /// to the log's image (and file handle); `false` if the log has no
+    /// image of that inode yet (or the change is another kind), to be
+    /// exported instead.
+    fn apply_alone(&mut self, c: &Change, names: &[u8]) -> bool {
         match *c {
+            Change::Created { ino, .. } => {
+                let d = self.inodes.handle();
+                let e = self.inodes.get_or_insert(ino);
+                Image::new_file(c, &mut e.image);
+                e.data = Some(d);
+                true
+            }
+            // Destroyed: one made since boot leaves nothing; one from
+            // boot leaves a tombstone (as `inodes_changed` does for a
+            // touched inode that is gone).
+            Change::Freed { ino } if ino >= self.boot_next_ino => {
+                self.inodes.remove(ino);
+                true
+            }
+            Change::Freed { ino } => {
+                let e = self.inodes.get_or_insert(ino);
+                (e.image, e.data) = (None, None);
+                true
+            }
+            Change::Added { dir, .. } | Change::Removed { dir, .. } => match self.inodes.get_mut(dir) {
+                Some(InodeEntry { image: Some(im), .. }) => im.apply_dirent(c, names, &mut self.spare_name),
+                _ => false,
+            },
             Change::InPlace { ino, size, .. } => match self.inodes.get_mut(ino) {
                 Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
                     im.apply_in_place(c);
-                    d.mirror_in_place(size);
+                    d.in_place(size);
                     true
                 }
                 _ => false,
@@ -581,11 +639,7 @@ impl Log {
             let data = match (&e.image, &e.data) {
                 (Some(im), Some(d)) if im.is_file() => match old.as_mut().and_then(|o| o.fs.take_data(ino)) {
                     Some(moved) => Some(moved),
-                    None => {
-                        let mut d = d.share();
-                        d.settle();
-                        Some(d)
-                    }
+                    None => Some(d.to_file()),
                 },
                 _ => None,
             };
@@ -631,22 +685,27 @@ impl Log {
 
     fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
         for &ino in touched {
-            let e = self.inodes.get_or_insert(ino);
+            let Entries { map, slots, free, spare } = &mut self.inodes;
+            let e = Entries::slot_of(map, slots, free, ino);
             match v.fs.export_file_into(ino, &mut e.image) {
                 Exported::File(live) => match &mut e.data {
                     // First change to this file since boot: a handle on
                     // all its pages now (the call's changes are in it).
-                    None => e.data = Some(live.share()),
+                    None => {
+                        let mut d = spare.pop().unwrap_or_default();
+                        live.mirror_into(&mut d);
+                        e.data = Some(d);
+                    }
                     // The call's changes to this file, in order (every
                     // data change journals its inode, so each is reached
                     // here, from the lookup the export made).
                     Some(handle) => {
                         for c in changes {
                             match *c {
-                                Change::Write { ino: i, off, len } if i == ino => handle.mirror_write(live, off, len),
-                                Change::InPlace { ino: i, .. } if i == ino => handle.mirror_size(live),
-                                Change::Truncate { ino: i, size } if i == ino => handle.mirror_truncate(live, size),
-                                Change::Mapped { ino: i, off } if i == ino => handle.mirror_write(live, off, 1),
+                                Change::Write { ino: i, off, len } if i == ino => handle.write(live, off, len),
+                                Change::InPlace { ino: i, .. } if i == ino => handle.size_from(live),
+                                Change::Truncate { ino: i, size } if i == ino => handle.truncate(live, size),
+                                Change::Mapped { ino: i, off } if i == ino => handle.write(live, off, 1),
                                 _ => {}
                             }
                         }
@@ -664,15 +723,32 @@ impl Log {
         // Writes in place to files not otherwise changed by the call:
         // the image and the handle's size from the change itself (module
         // `shoal_ramfs::heal`, `Change::InPlace`); likewise a reference
-        // count taken or dropped (`Change::Refs`). An inode the log has
-        // no image (or file handle) of yet is exported as a touched one is.
+        // count taken or dropped (`Change::Refs`) and a name added to or
+        // removed from a directory (`Change::Added`, `Change::Removed`:
+        // one entry of the directory's image, not a walk over all of
+        // them). An inode the log has no image (or file handle) of yet is
+        // exported as a touched one is — its state after the call, so
+        // the directory changes that follow for it in this call are in
+        // that image already and are not applied again.
+        // (Rarely anything: a Vec allocates only when pushed to.)
+        let mut exported: Vec<Ino> = Vec::new();
+        let names = v.fs.journal_names();
         for c in changes {
-            let ino = match *c {
-                Change::InPlace { ino, .. } | Change::Refs { ino, .. } if !touched.contains(&ino) => ino,
+            let (ino, dirent) = match *c {
+                Change::InPlace { ino, .. } | Change::Refs { ino, .. } | Change::Created { ino, .. } | Change::Freed { ino } if !touched.contains(&ino) => {
+                    (ino, false)
+                }
+                Change::Added { dir, .. } | Change::Removed { dir, .. } if !touched.contains(&dir) => (dir, true),
                 _ => continue,
             };
-            if !self.apply_alone(c) {
+            if dirent && exported.contains(&ino) {
+                continue;
+            }
+            if !self.apply_alone(c, names) {
                 self.inodes_changed(v, &[ino], &[]);
+                if dirent {
+                    exported.push(ino);
+                }
             }
         }
         self.next_ino = v.fs.next_ino();
@@ -688,10 +764,12 @@ impl Log {
             b += e.image.as_ref().map_or(0, |i| i.heap_bytes());
             b += e.data.as_ref().map_or(0, |d| d.owned_pages() as usize * PAGE_REF_BYTES);
         }
-        // Free slots, kept for the next new inode.
+        // Free slots and emptied file handles, kept for the next new
+        // inodes.
         for e in self.inodes.free.iter().filter_map(|&i| self.inodes.slots.get(i)) {
             b += core::mem::size_of::<InodeEntry>() + e.image.as_ref().map_or(0, |i| i.heap_bytes());
         }
+        b += self.inodes.spare.iter().map(|d| d.heap_bytes()).sum::<usize>();
         b += self.fds.capacity() * core::mem::size_of::<Option<FdEntry>>();
         b += self.ofds.capacity() * core::mem::size_of::<Option<Ofd>>();
         b += self.pipes.values().map(|p| p.buf.capacity() + 64).sum::<usize>();
