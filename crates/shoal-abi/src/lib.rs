@@ -16,7 +16,7 @@
 //! |---|---|
 //! | `[0, TENDER_PRIVATE_END)` | tender-private (hvt page tables, GDT, IDT, TSS); unmapped on spt |
 //! | `BOOT_INFO_ADDR` | one page: [`BootInfo`], then the program headers of the image |
-//! | `[ARGS_ADDR, IMAGE_BASE)` | argv and environment strings |
+//! | `[ARGS_ADDR, IMAGE_BASE)` | argv and environment strings, when they and the initial stack frame do not fit the stack's top page (else they lie there, above the frame, as on Linux; the kernel only follows the pointers, so either place works with every kernel) |
 //! | `[IMAGE_BASE, image_end)` | the image, at its link addresses |
 //! | `[fs_archive_addr, +size)` | the read-only root file-system archive, if any |
 //! | `[heap_start, heap_end)` | free memory the kernel manages (brk, mmap, kernel heap) |

@@ -122,3 +122,53 @@ fn an_idle_instance_gives_back_the_memory_its_program_freed() {
         eprintln!("{t}: resident KiB touched {touched}, idle {idle}, asleep {again}");
     }
 }
+
+/// `pid` and its descendants.
+fn tree(pid: u32) -> Vec<u32> {
+    let mut all = vec![pid];
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            all.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()).flat_map(tree));
+        }
+    }
+    all
+}
+
+/// Issue 18: a running spt instance has given back the initial stack the
+/// kernel made for it at exec (its last steps run on the hypercall
+/// handlers' stack, docs/architecture.md), and its guest runs on.
+#[test]
+fn a_running_spt_instance_holds_no_initial_stack() {
+    let dir = scratch();
+    let img = build_image(&test_app("mem_idle.c"), dir.path(), &[]);
+    let mut child = shoal_run("spt").args(["--mem", "64M"]).arg(&img).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().expect("the guest ended early").unwrap(), "touched");
+    let instances: Vec<u32> =
+        tree(child.id()).into_iter().filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "shoal-spt")).collect();
+    assert!(!instances.is_empty(), "no shoal-spt process under shoal run");
+    let mut checked = 0;
+    for p in &instances {
+        match std::fs::read_to_string(format!("/proc/{p}/maps")) {
+            Ok(maps) => {
+                assert!(!maps.lines().any(|l| l.ends_with("[stack]")), "the instance {p} still maps its initial stack:\n{maps}");
+                checked += 1;
+            }
+            Err(e) => {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "skipped: cannot read /proc/{p}/maps ({e}; the instance is not dumpable, root reads it)");
+            }
+        }
+    }
+    for _ in 0..2 {
+        input.write_all(b"\n").unwrap();
+    }
+    drop(input);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert_eq!(rest, ["unmapped", "unmapped again", "slept"], "the guest runs on");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    eprintln!("checked {checked} of {} instance processes", instances.len());
+}

@@ -298,6 +298,24 @@ pub fn hwcap() -> u64 {
     u64::from(r.edx)
 }
 
+/// Where the initial stack frame (`frame` bytes without the 16 random
+/// bytes) and the argument and environment strings (`args_len` bytes) go:
+/// `(rsp, first string)`. As Linux does, the strings sit at the top of the
+/// stack, right below the random bytes, with the frame below them, when
+/// all of it fits the stack's top page, which the frame touches anyway;
+/// otherwise they go to `ARGS_ADDR`, below the image (a page of its own:
+/// in every instance before, 4 KiB of guest memory for a few bytes).
+pub(crate) fn initial_frame(stack_top: u64, args_len: u64, frame: u64) -> (u64, u64) {
+    let random_addr = stack_top - 16;
+    let strings = random_addr.saturating_sub(args_len);
+    let rsp = strings.saturating_sub(frame) & !15;
+    if rsp >= stack_top.saturating_sub(shoal_abi::PAGE_SIZE) {
+        (rsp, strings)
+    } else {
+        ((random_addr - frame) & !15, ARGS_ADDR)
+    }
+}
+
 /// Writes the boot info, the program headers, the argv/env strings and the
 /// initial process stack; returns where the guest starts.
 ///
@@ -351,7 +369,7 @@ pub fn write_boot_state(
     let nenv = env.len() as u64;
     let random_addr = layout.stack_top - 16;
     let frame = initial_stack_bytes(nargs, nenv) - 16;
-    let rsp = (random_addr - frame) & !15;
+    let (rsp, strings) = initial_frame(layout.stack_top, layout.args_len, frame);
     mem.write(GuestAddr(random_addr), &params.at_random).map_err(mem_err("AT_RANDOM bytes"))?;
 
     let mut word = GuestAddr(rsp);
@@ -361,7 +379,7 @@ pub fn write_boot_state(
         Ok(())
     };
     push(nargs)?;
-    let mut string = GuestAddr(ARGS_ADDR);
+    let mut string = GuestAddr(strings);
     for list in [argv, env] {
         for s in list {
             let b = s.as_bytes();

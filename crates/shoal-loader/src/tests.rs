@@ -402,7 +402,8 @@ fn writes_boot_state() {
         }
     };
     assert_eq!(word(0), 2);
-    assert_eq!(word(1), ARGS_ADDR);
+    // Few and short: the strings lie on the stack's top page, above the frame.
+    assert!(word(1) > e.rsp && word(1) < l.stack_top - 16 && word(1) >= l.stack_top - shoal_abi::PAGE_SIZE);
     assert_eq!(cstr(word(1)), "prog");
     assert_eq!(cstr(word(2)), "hello");
     assert_eq!(word(3), 0);
@@ -492,6 +493,25 @@ fn an_image_that_shrinks_after_its_check_fails_to_load() {
     assert!(img.segment_bytes(&img.segments()[0].clone()).is_err());
     drop(backing);
     let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn argument_strings_go_to_the_stack_top_page_when_they_fit_there() {
+    use crate::boot::initial_frame;
+    let top = 32 << 20;
+    let page = shoal_abi::PAGE_SIZE;
+    // Short strings: right below the 16 random bytes, the frame below them.
+    let (rsp, strings) = initial_frame(top, 20, 300);
+    assert_eq!(strings, top - 16 - 20);
+    assert!(rsp + 300 <= strings && rsp.is_multiple_of(16) && rsp >= top - page);
+    // Exactly filling the page still fits; one more byte does not.
+    let (rsp, strings) = initial_frame(top, page - 16 - 304, 304);
+    assert_eq!((rsp, strings), (top - page, top - page + 304));
+    let (rsp, strings) = initial_frame(top, page - 16 - 304 + 1, 304);
+    assert_eq!(strings, ARGS_ADDR);
+    assert_eq!(rsp, (top - 16 - 304) & !15);
+    // Long ones: below the image, as before.
+    assert_eq!(initial_frame(top, 100_000, 300).1, ARGS_ADDR);
 }
 
 /// The trampoline tables are pooled page by page, so a table page that is

@@ -35,7 +35,7 @@ pub(crate) struct Prepared<'a> {
     pub env: Vec<OsString>,
     pub params: BootParams,
     /// The seccomp program: owned, so that its heap copy can be freed
-    /// before the filter forbids `munmap` ([`install_filter`]).
+    /// before the filter forbids `munmap` ([`stage_filter`]).
     pub filter: BpfProgram,
     /// The page shared with the waiting parent; `None`: no parent, the
     /// instance runs in place.
@@ -107,15 +107,101 @@ pub(crate) enum ChildError {
 /// Runs the child; never returns.
 pub(crate) fn start(p: Prepared<'_>) -> ! {
     match setup(p) {
-        Ok(entry) => enter(entry),
-        Err(e) => {
-            say(format_args!("{e}"));
-            sys::exit(EXIT_TENDER_FAILED)
-        }
+        Ok(last) => leave_initial_stack(last),
+        Err(e) => fail(e),
     }
 }
 
-fn setup(mut p: Prepared<'_>) -> Result<EntryState, ChildError> {
+/// Prints why the guest could not start and ends the instance.
+fn fail(e: ChildError) -> ! {
+    say(format_args!("{e}"));
+    sys::exit(EXIT_TENDER_FAILED)
+}
+
+/// The seccomp program, ready to be installed ([`stage_filter`]).
+enum StagedFilter {
+    /// Copied into guest stack pages `[start, start + len)`: `n` records.
+    Scratch { start: u64, n: usize, len: u64 },
+    /// Still on the heap (no room in the guest stack).
+    Heap(BpfProgram),
+}
+
+/// What the last steps need once the guest is ready: they run on the
+/// handlers' stack ([`leave_initial_stack`]).
+struct Last {
+    entry: EntryState,
+    filter: StagedFilter,
+    mem_size: u64,
+    /// Top of the hypercall handlers' stack.
+    handler_stack_top: u64,
+}
+
+/// What [`finish_off_stack`] gets: the last steps and the initial stack
+/// to give back.
+struct OffStack {
+    last: Last,
+    initial_stack: (u64, u64),
+}
+
+/// Leaves the process's initial stack for good: the rest runs on the
+/// hypercall handlers' stack (whose frames the first hypercall reuses:
+/// these never return), which gives the initial stack's mapping back —
+/// its pages (12–16 KiB touched while booting) and the page tables that
+/// map it (a middle and a bottom table of its own, 8 KiB: nothing else
+/// lies within 1 GiB of the top of the address space) — while `munmap` is
+/// still allowed, then installs the filter and enters the guest. Once the
+/// guest runs, nothing returns to the initial stack: hypercalls run on the
+/// handlers' stack, signal handlers on the alternate one, and the exit is
+/// `_exit` from there. If the stack's mapping cannot be told exactly
+/// ([`sys::initial_stack`]), it is kept and the steps run here.
+fn leave_initial_stack(last: Last) -> ! {
+    // musl resolves the vDSO's clock_gettime on first use through the
+    // auxiliary vector, which lies on the initial stack: resolved now
+    // (the hypercalls and the time handlers call it later).
+    let _ = sys::monotonic_ns();
+    let Some(initial_stack) = sys::initial_stack(sys::stack_pointer()) else { finish(last) };
+    let top = last.handler_stack_top;
+    let mut off = core::mem::ManuallyDrop::new(OffStack { last, initial_stack });
+    // SAFETY: the handlers' stack is mapped, read-write and unused until
+    // the guest's first hypercall, which comes after `finish` has entered
+    // the guest; `off` stays valid until `finish_off_stack` has moved it
+    // out (first thing, before the initial stack goes).
+    unsafe { sys::run_on_stack(top, finish_off_stack, (&raw mut *off).cast()) }
+}
+
+/// [`leave_initial_stack`]'s second half, on the handlers' stack.
+extern "C" fn finish_off_stack(arg: *mut u8) -> ! {
+    // SAFETY: `arg` is the `OffStack` on the initial stack, still mapped,
+    // moved out exactly once (the caller never drops its copy).
+    let off = unsafe { core::ptr::read(arg.cast::<OffStack>()) };
+    let (lo, hi) = off.initial_stack;
+    // SAFETY: no pointer into the initial stack is used from here on: the
+    // environment (`environ`, on that stack) is emptied first, so a
+    // `getenv` finds nothing instead of reading unmapped memory; argv and
+    // the auxiliary vector are never read again (the vDSO was resolved in
+    // leave_initial_stack). If munmap fails, the stack simply stays.
+    unsafe {
+        environ = core::ptr::null_mut();
+        let _ = sys::unmap_range(lo, hi);
+    }
+    finish(off.last)
+}
+
+unsafe extern "C" {
+    /// The C library's environment (musl and glibc): a pointer into the
+    /// initial stack.
+    static mut environ: *mut *mut libc::c_char;
+}
+
+/// Installs the filter and enters the guest.
+fn finish(last: Last) -> ! {
+    if let Err(e) = install_filter(last.filter, last.mem_size) {
+        fail(e)
+    }
+    enter(last.entry)
+}
+
+fn setup(mut p: Prepared<'_>) -> Result<Last, ChildError> {
     sys::reset_signals();
     sys::no_core_dumps().map_err(|e| ChildError::Setup(Errno::last(e)))?;
 
@@ -270,9 +356,10 @@ fn setup(mut p: Prepared<'_>) -> Result<EntryState, ChildError> {
 
     // Before the filter: the vDSO's clock may fall back to a system call.
     sys::start_step("instance: handlers installed (the filter and the guest next)");
-    // Last: no_new_privs and the filter. From here on only the allow-list.
-    install_filter(core::mem::take(&mut p.filter), &p.layout, entry.rsp)?;
-    Ok(entry)
+    // Last: no_new_privs and the filter (staged here, installed by
+    // `finish`). From there on only the allow-list.
+    let filter = stage_filter(core::mem::take(&mut p.filter), &p.layout, entry.rsp);
+    Ok(Last { entry, filter, mem_size, handler_stack_top: stack_top })
 }
 
 /// Where the seccomp program is copied before it is installed: the guest
@@ -284,26 +371,20 @@ fn filter_scratch(layout: &Layout, rsp: u64, bytes: u64) -> Option<u64> {
     (start >= layout.stack_base && start >= layout.heap_start).then_some(start)
 }
 
-/// Installs the seccomp filter (and `no_new_privs`). The program's heap
+/// Stages the seccomp program for [`install_filter`]. The program's heap
 /// copy (about 14 KiB) would otherwise stay resident for the instance's
 /// whole life: once the filter is in, `munmap` is refused, so the
 /// allocator can never give its pages back. So it is copied into unused
-/// guest stack ([`filter_scratch`]), freed while `munmap` is still
-/// allowed, installed from there, and those guest pages are then
-/// discarded with `madvise(MADV_DONTNEED)` (which the filter allows on
-/// guest memory above `heap_start`): the guest finds them zero, as a fresh
-/// stack is. Saves 16 KiB per idle instance (smaps). Without room in the
-/// stack the program is installed from the heap, as before.
-fn install_filter(prog: BpfProgram, layout: &Layout, rsp: u64) -> Result<(), ChildError> {
-    let filter_err = |e: seccompiler::Error| {
-        ChildError::Filter(match e {
-            seccompiler::Error::Prctl(e) | seccompiler::Error::Seccomp(e) => Errno::last(e),
-            _ => Errno(0),
-        })
-    };
+/// guest stack ([`filter_scratch`]) and freed while `munmap` is still
+/// allowed; [`install_filter`] installs it from there and then discards
+/// those guest pages with `madvise(MADV_DONTNEED)` (which the filter
+/// allows on guest memory above `heap_start`): the guest finds them zero,
+/// as a fresh stack is. Saves 16 KiB per idle instance (smaps). Without
+/// room in the stack the program is installed from the heap, as before.
+fn stage_filter(prog: BpfProgram, layout: &Layout, rsp: u64) -> StagedFilter {
     let bytes = core::mem::size_of_val(prog.as_slice()) as u64;
     let Some(start) = filter_scratch(layout, rsp, bytes) else {
-        return seccompiler::apply_filter(&prog).map_err(filter_err);
+        return StagedFilter::Heap(prog);
     };
     let n = prog.len();
     let at = core::ptr::with_exposed_provenance_mut::<seccompiler::sock_filter>(start as usize);
@@ -312,12 +393,29 @@ fn install_filter(prog: BpfProgram, layout: &Layout, rsp: u64) -> Result<(), Chi
     // aligned (sock_filter needs 4), and no Rust reference points into it.
     unsafe { core::ptr::copy_nonoverlapping(prog.as_ptr(), at, n) };
     drop(prog);
-    // SAFETY: the `n` records just written; read only until the guest runs.
+    StagedFilter::Scratch { start, n, len: bytes.next_multiple_of(PAGE_SIZE) }
+}
+
+/// Installs the staged seccomp filter (and `no_new_privs`) and clears
+/// its guest scratch pages ([`stage_filter`]).
+fn install_filter(filter: StagedFilter, mem_size: u64) -> Result<(), ChildError> {
+    let filter_err = |e: seccompiler::Error| {
+        ChildError::Filter(match e {
+            seccompiler::Error::Prctl(e) | seccompiler::Error::Seccomp(e) => Errno::last(e),
+            _ => Errno(0),
+        })
+    };
+    let (start, n, len) = match filter {
+        StagedFilter::Heap(prog) => return seccompiler::apply_filter(&prog).map_err(filter_err),
+        StagedFilter::Scratch { start, n, len } => (start, n, len),
+    };
+    let at = core::ptr::with_exposed_provenance::<seccompiler::sock_filter>(start as usize);
+    // SAFETY: the `n` records stage_filter wrote there; read only until
+    // the guest runs.
     let copy = unsafe { core::slice::from_raw_parts(at, n) };
     let installed = seccompiler::apply_filter(copy).map_err(filter_err);
-    let len = bytes.next_multiple_of(PAGE_SIZE);
     // (In the pieces the filter's ladder allows: crate::protect::pieces.)
-    let cleared = crate::protect::pieces(start, len, layout.mem_size, |addr, len| {
+    let cleared = crate::protect::pieces(start, len, mem_size, |addr, len| {
         // SAFETY: part of [start, start + len): guest pages below the stack
         // pointer the guest has not run on yet; they read as zero
         // afterwards, as untouched stack does.

@@ -98,6 +98,100 @@ pub unsafe fn munmap(addr: *mut u8, len: usize) {
     unsafe { libc::munmap(addr.cast(), len) };
 }
 
+/// Whether the page at `addr` is mapped (`mincore(2)` answers `ENOMEM`
+/// for an unmapped page; it reads no memory).
+fn page_mapped(addr: u64) -> bool {
+    let mut vec = [0u8; 1];
+    // SAFETY: mincore writes one byte per page of the range: one page
+    // here, and `vec` holds one byte.
+    unsafe { libc::mincore(addr as usize as *mut libc::c_void, PAGE as usize, vec.as_mut_ptr()) == 0 }
+}
+
+const PAGE: u64 = shoal_abi::PAGE_SIZE;
+
+/// Most pages [`initial_stack`] looks down from the stack pointer for the
+/// stack mapping's low end (8 MiB, the usual `RLIMIT_STACK`).
+const INITIAL_STACK_MAX_PAGES: u64 = 2048;
+
+/// `[lo, hi)`: the mapping the kernel made at `exec` for this process's
+/// initial stack (`[stack]` in its maps), found from the stack pointer
+/// `sp` (which must lie in it). Its top is the page end of the file name
+/// the kernel copied last (`AT_EXECFN`: the name and one null pointer end
+/// the mapping), checked mapped page by page from `sp` up; its bottom is
+/// the first unmapped page below `sp` (the kernel keeps a guard gap below
+/// a stack, so nothing lies right under it). `None` if the shape is not
+/// that (no `AT_EXECFN` above `sp`, a hole between, more than 8 MiB below
+/// `sp`): then nothing is released.
+pub fn initial_stack(sp: u64) -> Option<(u64, u64)> {
+    // SAFETY: getauxval only reads the auxiliary vector.
+    let name = unsafe { libc::getauxval(libc::AT_EXECFN) } as u64;
+    if name <= sp {
+        return None;
+    }
+    // SAFETY: AT_EXECFN points at the NUL-terminated name on the stack.
+    let len = unsafe { libc::strlen(name as usize as *const libc::c_char) } as u64;
+    let hi = name.checked_add(len + 1)?.checked_next_multiple_of(PAGE)?;
+    let sp_page = sp & !(PAGE - 1);
+    let mut p = sp_page;
+    while p < hi {
+        if !page_mapped(p) {
+            return None;
+        }
+        p += PAGE;
+    }
+    let mut lo = sp_page;
+    for _ in 0..INITIAL_STACK_MAX_PAGES {
+        let below = lo.checked_sub(PAGE)?;
+        if !page_mapped(below) {
+            return Some((lo, hi));
+        }
+        lo = below;
+    }
+    None
+}
+
+/// The current stack pointer.
+#[inline(always)]
+pub fn stack_pointer() -> u64 {
+    let sp: u64;
+    // SAFETY: reads rsp only.
+    unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
+    sp
+}
+
+/// Calls `f(arg)` on a stack whose top is `top` (rounded down to 16
+/// bytes); `f` never returns. The caller's frames stay where they are, so
+/// `f` must copy what it needs from `arg` before that memory goes.
+///
+/// # Safety
+/// The memory below `top` that `f` runs on must be writable and used by
+/// nothing else while `f` runs.
+pub unsafe fn run_on_stack(top: u64, f: extern "C" fn(*mut u8) -> !, arg: *mut u8) -> ! {
+    // SAFETY: the caller vouches for the new stack; `f` does not return,
+    // so the old frames are never resumed.
+    unsafe {
+        core::arch::asm!(
+            "mov rsp, {top}",
+            "xor ebp, ebp",
+            "call {f}",
+            "ud2",
+            top = in(reg) top & !15,
+            f = in(reg) f,
+            in("rdi") arg,
+            options(noreturn)
+        )
+    }
+}
+
+/// `munmap(2)` of `[lo, hi)`.
+///
+/// # Safety
+/// Nothing may use `[lo, hi)` afterwards.
+pub unsafe fn unmap_range(lo: u64, hi: u64) -> io::Result<()> {
+    // SAFETY: the caller guarantees the range is no longer used.
+    check(unsafe { libc::munmap(lo as usize as *mut libc::c_void, hi.saturating_sub(lo) as usize) })
+}
+
 /// `mprotect(2)`.
 ///
 /// # Safety

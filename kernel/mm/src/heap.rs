@@ -23,6 +23,8 @@ use talc::base::Talc;
 use talc::source::Source;
 use talc::DefaultBinning;
 
+/// The first chunk (mm keeps room for it at the bottom of free memory:
+/// [`crate::space::KERNEL_LOW`]).
 const FIRST_CHUNK: u64 = 256 << 10;
 const MAX_CHUNK: u64 = 8 << 20;
 

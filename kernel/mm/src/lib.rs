@@ -3,11 +3,13 @@
 //! mm owns the free memory the tender gives the kernel,
 //! `[BootInfo::heap_start, heap_end)`, and hands it out three ways:
 //!
-//! - the program break (`brk`), growing up from `heap_start`;
+//! - the program break (`brk`), growing up from `heap_start` (from 320
+//!   KiB above it in 4 MiB or more: [`space::KERNEL_LOW`]);
 //! - anonymous mappings (`mmap`, `munmap`, `mremap`, `mprotect`,
 //!   `madvise`), placed top-down;
 //! - the kernel's own heap ([`heap::KernelHeap`], the `talc` allocator),
-//!   which grows by chunks of pages taken top-down like mappings.
+//!   which grows by chunks of pages: the first near `heap_start`, below
+//!   the break, the next ones taken top-down like mappings.
 //!
 //! All three come from one page-range allocator ([`space::Space`]): a
 //! sorted, coalescing table of segments, so the break and the mappings never
@@ -141,7 +143,9 @@ pub fn heap_in_use() -> bool {
     KERNEL_HEAP.in_use()
 }
 
-/// Gives the kernel heap `bytes` (a multiple of the page size) of pages.
+/// Gives the kernel `bytes` (a multiple of the page size) of pages: in
+/// the range kept at the bottom of free memory while they fit there
+/// ([`space::KERNEL_LOW`]), else top-down.
 pub fn alloc_kernel_pages(bytes: u64) -> Option<u64> {
     SPACE.with(|s| s.alloc_kernel(bytes))
 }

@@ -12,6 +12,15 @@
 //! Placement: the break grows up from `base`; mappings and kernel-heap
 //! chunks are placed top-down (highest free run that fits), as Linux places
 //! mmaps below the stack, so the two meet only when memory is exhausted.
+//! One exception: in a managed range of at least [`KERNEL_LOW_MIN`], the
+//! lowest [`KERNEL_LOW`] bytes are kept for the kernel's own pages (the
+//! heap's first chunk, hvt's console buffer), placed there bottom-up while
+//! they fit, and the break starts above them. The host's page tables cover guest
+//! memory in 2 MiB ranges (a 4 KiB table each, in every spt instance's
+//! process; hvt's guest tables likewise): right above the image, the first
+//! chunk shares the range the image's data and bss need anyway, where at
+//! the top, 4 MiB below the stack's top, it needed one of its own (an idle
+//! spt instance: page tables 4 KiB smaller, `bench density`).
 //!
 //! Zero-fill: memory given to the program reads as zero the first time, as
 //! on Linux. Clean free pages are zero already and are not touched (touching
@@ -37,6 +46,15 @@ use shoal_plat::Errno;
 
 /// Page size.
 pub const PAGE: u64 = shoal_abi::PAGE_SIZE;
+
+/// Bytes at the bottom of the managed range kept for the kernel's first
+/// pages (module docs), below the start of the break: the heap's first
+/// chunk (256 KiB) and hvt's console buffer (32 KiB), with room to spare.
+pub const KERNEL_LOW: u64 = 320 << 10;
+
+/// Smallest managed range that keeps [`KERNEL_LOW`] for the kernel heap
+/// (below it every byte of the break counts more than a page table).
+pub const KERNEL_LOW_MIN: u64 = 4 << 20;
 
 /// Dirty free bytes above which the kernel gives freed memory back to the
 /// tender (see the module docs).
@@ -214,6 +232,8 @@ pub struct Space {
     end: u64,
     len: usize,
     free_pages: u64,
+    /// Lowest address of the break: `base`, or `base + KERNEL_LOW`.
+    brk_base: u64,
     brk_cur: u64,
     /// Bytes of dirty free pages (`Use::Free { dirty: true }`).
     dirty: u64,
@@ -226,7 +246,7 @@ pub struct Space {
 impl Space {
     /// An empty space (manages nothing until [`Space::init`]).
     pub const fn new() -> Space {
-        Space { lo: 0, hi: 0, base: 0, end: 0, len: 0, free_pages: 0, brk_cur: 0, dirty: 0, release_off: false, segs: [EMPTY; MAX_SEGS] }
+        Space { lo: 0, hi: 0, base: 0, end: 0, len: 0, free_pages: 0, brk_base: 0, brk_cur: 0, dirty: 0, release_off: false, segs: [EMPTY; MAX_SEGS] }
     }
 
     /// Manages `[base, end)` (rounded inwards to pages); guest memory as a
@@ -238,7 +258,8 @@ impl Space {
         self.hi = hi;
         self.base = base;
         self.end = end;
-        self.brk_cur = base;
+        self.brk_base = if end - base >= KERNEL_LOW_MIN { base + KERNEL_LOW } else { base };
+        self.brk_cur = self.brk_base;
         if end > base {
             self.segs[0] = Seg { start: base, end, what: Use::Free { dirty: false } };
             self.len = 1;
@@ -414,6 +435,27 @@ impl Space {
         ok
     }
 
+    /// The lowest start of `pages` free pages inside the range kept for the
+    /// kernel, `[base, brk_base)`, if any.
+    fn find_free_low(&self, pages: u64) -> Option<u64> {
+        let want = pages.checked_mul(PAGE)?;
+        let mut run_start: Option<u64> = None;
+        for s in &self.segs[..self.len] {
+            if s.start >= self.brk_base {
+                break;
+            }
+            if !s.what.is_free() {
+                run_start = None;
+                continue;
+            }
+            let b = *run_start.get_or_insert(s.start);
+            if s.end.min(self.brk_base) - b >= want {
+                return Some(b);
+            }
+        }
+        None
+    }
+
     /// The highest page-aligned start of `pages` free pages, if any.
     fn find_free(&self, pages: u64) -> Option<u64> {
         let want = pages.checked_mul(PAGE)?;
@@ -445,14 +487,14 @@ impl Space {
 
     /// The start of the program break (its lowest address).
     pub fn brk_start(&self) -> u64 {
-        self.base
+        self.brk_base
     }
 
     /// `brk(2)`: sets the break to `new` if possible; returns the break.
     /// `0` or an impossible value leaves it unchanged (Linux semantics).
     pub fn brk(&mut self, new: u64) -> u64 {
         let cur = self.brk_cur;
-        if new < self.base || new > self.end || self.room(2).is_err() {
+        if new < self.brk_base || new > self.end || self.room(2).is_err() {
             return cur;
         }
         let (Some(cur_top), Some(new_top)) = (page_up(cur), page_up(new)) else { return cur };
@@ -472,11 +514,16 @@ impl Space {
 
     // ------------------------------------------------------- kernel heap
 
-    /// Takes `bytes` (rounded up to pages) for the kernel heap; not zeroed.
+    /// Takes `bytes` (rounded up to pages) for the kernel; not zeroed:
+    /// the lowest free run of the range kept below the break if it fits
+    /// there (module docs), else top-down.
     pub fn alloc_kernel(&mut self, bytes: u64) -> Option<u64> {
         let pages = page_up(bytes)? / PAGE;
         self.room(2).ok()?;
-        let a = self.find_free(pages)?;
+        let a = match self.find_free_low(pages) {
+            Some(a) => a,
+            None => self.find_free(pages)?,
+        };
         self.assign(a, a + pages * PAGE, Use::Kernel);
         Some(a)
     }

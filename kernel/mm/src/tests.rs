@@ -54,6 +54,29 @@ fn brk_linux_semantics() {
 }
 
 #[test]
+fn the_kernels_first_pages_lie_below_the_break_in_a_large_space() {
+    let pages = KERNEL_LOW_MIN / PAGE;
+    let (mut s, base) = space(pages);
+    // The break starts above the kept range.
+    assert_eq!(s.brk(0), base + KERNEL_LOW);
+    assert_eq!(s.brk_start(), base + KERNEL_LOW);
+    assert_eq!(s.brk(base + KERNEL_LOW - PAGE), base + KERNEL_LOW, "the break cannot reach into the kept range");
+    // hvt's console buffer, then the heap's first chunk: bottom-up in it.
+    assert_eq!(s.alloc_kernel(8 * PAGE), Some(base));
+    assert_eq!(s.alloc_kernel(256 << 10), Some(base + 8 * PAGE));
+    // What no longer fits goes top-down, as mappings do.
+    assert_eq!(s.alloc_kernel(KERNEL_LOW), Some(base + pages * PAGE - KERNEL_LOW));
+    assert_eq!(s.brk(base + KERNEL_LOW + 3 * PAGE), base + KERNEL_LOW + 3 * PAGE);
+    s.check();
+    let (mut big, big_base) = space(pages);
+    assert_eq!(big.alloc_kernel(KERNEL_LOW + PAGE), Some(big_base + pages * PAGE - KERNEL_LOW - PAGE));
+    // A smaller space keeps every byte for the break.
+    let (mut small, small_base) = space(pages - 1);
+    assert_eq!(small.brk(0), small_base);
+    assert_eq!(small.alloc_kernel(PAGE), Some(small_base + (pages - 2) * PAGE));
+}
+
+#[test]
 fn mmap_top_down_zeroed_and_reused() {
     let (mut s, base) = space(64);
     let a = s.map_anywhere(3 * PAGE, 3).unwrap();
