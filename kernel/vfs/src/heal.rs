@@ -312,7 +312,7 @@ pub(crate) struct Log {
     ofds: Vec<Option<Ofd>>,
     scalars: Scalars,
     pipes: BTreeMap<Ino, pipe::Pipe>,
-    locks: lock::Locks,
+    locks: lock::Flat,
     termios: [u8; 36],
     /// `ops::termios_changes` when `termios` was copied.
     termios_changes: u64,
@@ -406,7 +406,6 @@ pub(crate) fn commit(v: &mut Vfs) {
         && !v.ofds.is_dirty()
         && !v.pipes.is_dirty()
         && !v.locks.is_dirty()
-        && v.lock_op.is_none()
         && log.scalars == Scalars::of(v)
         && log.termios_changes == crate::ops::termios_changes();
     if !quiet {
@@ -473,8 +472,9 @@ impl Log {
             scalars: Scalars::of(v),
             pipes: (*v.pipes).clone(),
             locks: {
-                v.lock_op = None;
-                (*v.locks).clone()
+                let mut f = lock::Flat::default();
+                v.locks.flatten_into(&mut f);
+                f
             },
             termios: crate::ops::termios(),
             termios_changes: crate::ops::termios_changes(),
@@ -526,15 +526,6 @@ impl Log {
             },
             _ => log.sync_ofds(&v.ofds),
         };
-        // One record lock set (`F_SETLK`), the table not marked otherwise:
-        // the same change on the copy (`lock::LockOp`). Marked, the table
-        // is compared whole below, and the op is in it already.
-        if let Some(op) = v.lock_op.take() {
-            if !v.locks.is_dirty() {
-                op.apply(&mut log.locks);
-                changed = true;
-            }
-        }
         if v.pipes.is_dirty() || v.locks.is_dirty() || log.scalars != Scalars::of(v) || log.termios_changes != crate::ops::termios_changes() {
             changed |= log.record_rest(v);
         }
@@ -615,8 +606,8 @@ impl Log {
     }
 
     /// The pipes, locks, scalars and terminal settings the last call
-    /// changed (all rare: an `F_SETLK` comes as `Vfs::lock_op`, applied
-    /// in [`Log::record`]; out of line, see [`commit_changes`]).
+    /// changed (of these only the locks change often, at each
+    /// `F_SETLK`: out of line, see [`commit_changes`]).
     #[inline(never)]
     fn record_rest(&mut self, v: &mut Vfs) -> bool {
         let log = self;
@@ -630,10 +621,7 @@ impl Log {
             log.pipes.clone_from(&v.pipes);
             changed = true;
         }
-        // Rare (a close releasing locks, `flock`, two lock changes in
-        // one call): the whole table compared and cloned.
-        if v.locks.take_dirty() && log.locks != *v.locks {
-            log.locks.clone_from(&v.locks);
+        if v.locks.take_dirty() && v.locks.sync_into(&mut log.locks) {
             changed = true;
         }
         let n = crate::ops::termios_changes();
@@ -669,8 +657,7 @@ impl Log {
         let s = &self.scalars;
         (v.cwd, v.umask, v.nofile, v.fsize) = (s.cwd, s.umask, s.nofile, s.fsize);
         v.pipes.clone_from(&self.pipes);
-        *v.locks = self.locks.clone();
-        v.lock_op = None;
+        *v.locks = lock::Locks::from_flat(&self.locks);
         crate::ops::set_termios(self.termios);
         Ok(self.entries())
     }

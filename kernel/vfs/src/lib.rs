@@ -184,10 +184,6 @@ pub struct Vfs {
     pub(crate) fd_dir: Option<Ino>,
     /// Advisory locks (record, OFD, `flock`).
     pub(crate) locks: Tracked<lock::Locks>,
-    /// The one record lock set since the log last looked, made without
-    /// marking `locks` (module `lock`, [`lock::LockOp`]): the log repeats
-    /// it on its copy instead of comparing the whole table.
-    pub(crate) lock_op: Option<lock::LockOp>,
     /// `RLIMIT_NOFILE` (soft): descriptors are below it.
     pub(crate) nofile: usize,
     /// `RLIMIT_FSIZE` (soft): regular files do not grow past it.
@@ -214,7 +210,6 @@ impl Vfs {
             console,
             fd_dir,
             locks: Tracked::new(lock::Locks::default()),
-            lock_op: None,
             nofile: DEFAULT_NOFILE,
             fsize: u64::MAX,
         };

@@ -62,26 +62,6 @@ pub(crate) struct Locks {
     flocks: alloc::collections::BTreeMap<u64, Vec<(usize, bool)>>,
 }
 
-/// One [`Locks::set`] (`F_SETLK` and its kin), as recovery's log repeats
-/// it on its copy of the locks (module `heal`): SQLite takes and drops a
-/// lock some ten times per transaction, and repeating the one change is
-/// cheaper than comparing the table with the copy after each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct LockOp {
-    pub k: u64,
-    pub owner: Owner,
-    pub kind: Option<bool>,
-    pub start: u64,
-    pub end: u64,
-}
-
-impl LockOp {
-    /// Makes the change on `l`.
-    pub(crate) fn apply(&self, l: &mut Locks) {
-        l.set(self.k, self.owner, self.kind, self.start, self.end);
-    }
-}
-
 /// The file a description's locks are kept under: its inode, or for the
 /// targets without one (standard streams, objects) a key of their own.
 pub(crate) fn key(t: Target) -> u64 {
@@ -92,6 +72,111 @@ pub(crate) fn key(t: Target) -> u64 {
         Target::Stderr => (1 << 62) | 2,
         Target::Obj(id) => (1 << 63) | id,
     }
+}
+
+/// [`Locks`] as two flat lists, in key order: how recovery's log keeps
+/// them (module `heal`). Refilling it after a call that changed a lock
+/// reuses its buffers, where a clone of `Locks` would allocate its maps
+/// and lists again on every `fcntl(F_SETLK)`.
+#[derive(Clone, Default, Debug, PartialEq, Eq)]
+pub(crate) struct Flat {
+    records: Vec<(u64, Range)>,
+    flocks: Vec<(u64, (usize, bool))>,
+}
+
+impl Locks {
+    fn flat_records(&self) -> impl Iterator<Item = (u64, Range)> + '_ {
+        self.records.iter().flat_map(|(k, v)| v.iter().map(move |r| (*k, *r)))
+    }
+
+    fn flat_flocks(&self) -> impl Iterator<Item = (u64, (usize, bool))> + '_ {
+        self.flocks.iter().flat_map(|(k, v)| v.iter().map(move |f| (*k, *f)))
+    }
+
+    /// Makes `f` hold these locks in one pass, overwriting only the
+    /// entries that differ; whether any did (the log's update after a
+    /// call that may have changed a lock: comparing first and then
+    /// copying walked the map twice).
+    ///
+    /// The record locks (SQLite's, changed by nearly every `F_SETLK`)
+    /// are walked list by list and copied field by field: through the
+    /// flattening iterator each entry was built on the stack and copied
+    /// with overlapping partial loads (a store-forwarding stall per
+    /// changed entry).
+    pub(crate) fn sync_into(&self, f: &mut Flat) -> bool {
+        let mut changed = false;
+        let mut n = 0;
+        for (&k, list) in &self.records {
+            for r in list {
+                match f.records.get_mut(n) {
+                    Some((dk, d)) => {
+                        if *dk != k || d != r {
+                            *dk = k;
+                            (d.owner, d.write, d.start, d.end) = (r.owner, r.write, r.start, r.end);
+                            changed = true;
+                        }
+                    }
+                    None => {
+                        f.records.push((k, *r));
+                        changed = true;
+                    }
+                }
+                n += 1;
+            }
+        }
+        if f.records.len() != n {
+            f.records.truncate(n);
+            changed = true;
+        }
+        changed | sync_list(&mut f.flocks, self.flat_flocks())
+    }
+
+    /// Makes `f` hold these locks (no allocation once its lists have
+    /// grown to the number of locks).
+    pub(crate) fn flatten_into(&self, f: &mut Flat) {
+        f.records.clear();
+        f.records.extend(self.flat_records());
+        f.flocks.clear();
+        f.flocks.extend(self.flat_flocks());
+    }
+
+    /// The locks `f` holds.
+    pub(crate) fn from_flat(f: &Flat) -> Locks {
+        let mut l = Locks::default();
+        for (k, r) in &f.records {
+            l.records.entry(*k).or_default().push(*r);
+        }
+        for (k, x) in &f.flocks {
+            l.flocks.entry(*k).or_default().push(*x);
+        }
+        l
+    }
+}
+
+/// Makes `dst` the items of `src`, writing only those that differ;
+/// whether any did.
+fn sync_list<T: PartialEq>(dst: &mut Vec<T>, src: impl Iterator<Item = T>) -> bool {
+    let mut changed = false;
+    let mut n = 0;
+    for x in src {
+        match dst.get_mut(n) {
+            Some(d) if *d == x => {}
+            Some(d) => {
+                *d = x;
+                changed = true;
+            }
+            None => {
+                dst.push(x);
+                changed = true;
+            }
+        }
+        n += 1;
+    }
+    if dst.len() != n {
+        dst.truncate(n);
+        changed = true;
+    }
+    changed
 }
 
 impl Locks {
@@ -294,17 +379,7 @@ impl Vfs {
             Some(w) if self.locks.conflict(k, owner, w, start, end).is_some() => return Err(Errno::EAGAIN),
             _ => {}
         }
-        let op = LockOp { k, owner, kind, start, end };
-        if self.lock_op.is_none() && !self.locks.is_dirty() {
-            // The first change since the log looked: made unmarked and
-            // told to the log as the change itself (`Vfs::lock_op`).
-            op.apply(self.locks.untracked_mut());
-            self.lock_op = Some(op);
-        } else {
-            // Another change is pending: marked, so the log compares the
-            // whole table (which holds this one too).
-            op.apply(&mut self.locks);
-        }
+        self.locks.set(k, owner, kind, start, end);
         // Unlocking or downgrading may let a waiter in.
         if kind != Some(true) {
             crate::wait::wake(k);

@@ -46,16 +46,6 @@ impl<T> Tracked<T> {
         self.dirty || self.one != NONE
     }
 
-    /// The value for a change the caller reports itself, the flag left
-    /// alone: only for a change the log is told of another way (vfs's
-    /// `lock_op`, one `Locks::set` the log repeats on its copy), so
-    /// nothing slips past it. A later mutable borrow in the same call
-    /// still sets the flag, and the log then compares the whole value.
-    #[inline]
-    pub(crate) fn untracked_mut(&mut self) -> &mut T {
-        &mut self.value
-    }
-
     /// Whether it was borrowed mutably since the last call; clears the
     /// flag.
     #[inline]
