@@ -4,8 +4,9 @@
 //! - **The journal**: every inode a call changed (created, written,
 //!   renamed into, destroyed, its times moved) and the ranges of file
 //!   data it wrote or the sizes it truncated to, in order; a write into
-//!   pages the file had and a reference taken or dropped come as the
-//!   change alone ([`Change::InPlace`], [`Change::Refs`]), the inode not
+//!   pages the file had, a reference taken or dropped and a mode or
+//!   owner changed come as the change alone ([`Change::InPlace`],
+//!   [`Change::Refs`], [`Change::Attr`]), the inode not
 //!   listed for them; so does a name added to or removed from a
 //!   directory ([`Change::Added`], [`Change::Removed`]: the log edits its
 //!   image of the directory by that one entry instead of exporting it).
