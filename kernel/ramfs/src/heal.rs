@@ -4,8 +4,9 @@
 //! - **The journal**: every inode a call changed (created, written,
 //!   renamed into, destroyed, its times moved) and the ranges of file
 //!   data it wrote or the sizes it truncated to, in order; a write into
-//!   pages the file had and a reference taken or dropped come as the
-//!   change alone ([`Change::InPlace`], [`Change::Refs`]), the inode not
+//!   pages the file had, a reference taken or dropped and a mode or
+//!   owner changed come as the change alone ([`Change::InPlace`],
+//!   [`Change::Refs`], [`Change::Attr`]), the inode not
 //!   listed for them; so does a name added to or removed from a
 //!   directory ([`Change::Added`], [`Change::Removed`]: the log edits its
 //!   image of the directory by that one entry instead of exporting it).
@@ -129,6 +130,23 @@ pub enum Change {
         /// The inode.
         ino: Ino,
     },
+    /// The permission bits or the owner changed (`chmod`, `chown` and
+    /// their kin; SQLite `fchown`s its journal every transaction): the
+    /// attributes after the change. Like [`Change::InPlace`], the inode
+    /// is not in `touched` for it: the log sets them in its image
+    /// ([`Image::apply_attr`]) instead of exporting the inode again.
+    Attr {
+        /// The inode.
+        ino: Ino,
+        /// Its permission bits.
+        perm: u32,
+        /// Its owner.
+        uid: u32,
+        /// Its group.
+        gid: u32,
+        /// Its new change time.
+        ctime: Timespec,
+    },
     /// Truncated (or extended) to `size`.
     Truncate {
         /// The file.
@@ -228,6 +246,18 @@ impl Image {
         match *c {
             Change::Refs { refs, .. } => {
                 self.refs = refs;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Applies a change of attributes ([`Change::Attr`]); `false`
+    /// (nothing changed) for another change.
+    pub fn apply_attr(&mut self, c: &Change) -> bool {
+        match *c {
+            Change::Attr { perm, uid, gid, ctime, .. } => {
+                (self.perm, self.uid, self.gid, self.ctime) = (perm, uid, gid, ctime);
                 true
             }
             _ => false,

@@ -983,9 +983,12 @@ impl Fs {
     pub fn chmod(&mut self, ino: Ino, perm: u32) -> Result<(), Errno> {
         let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         let t = self.now();
-        let i = self.inode_mut(ino)?;
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
         i.perm = perm & 0o7777;
         i.ctime = t;
+        // The change itself, not the inode (`heal::Change::Attr`).
+        let c = heal::Change::Attr { ino, perm: i.perm, uid: i.uid, gid: i.gid, ctime: t };
+        self.journal.changed(c);
         Ok(())
     }
 
@@ -993,7 +996,7 @@ impl Fs {
     pub fn chown(&mut self, ino: Ino, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
         let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
         let t = self.now();
-        let i = self.inode_mut(ino)?;
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
         if let Some(u) = uid {
             i.uid = u;
         }
@@ -1001,6 +1004,9 @@ impl Fs {
             i.gid = g;
         }
         i.ctime = t;
+        // The change itself, not the inode (`heal::Change::Attr`).
+        let c = heal::Change::Attr { ino, perm: i.perm, uid: i.uid, gid: i.gid, ctime: t };
+        self.journal.changed(c);
         Ok(())
     }
 

@@ -597,6 +597,10 @@ impl Log {
                 Some(InodeEntry { image: Some(im), .. }) => im.apply_refs(c),
                 _ => false,
             },
+            Change::Attr { ino, .. } => match self.inodes.get_mut(ino) {
+                Some(InodeEntry { image: Some(im), .. }) => im.apply_attr(c),
+                _ => false,
+            },
             _ => false,
         }
     }
@@ -735,7 +739,9 @@ impl Log {
         let names = v.fs.journal_names();
         for c in changes {
             let (ino, dirent) = match *c {
-                Change::InPlace { ino, .. } | Change::Refs { ino, .. } | Change::Created { ino, .. } | Change::Freed { ino } if !touched.contains(&ino) => {
+                Change::InPlace { ino, .. } | Change::Refs { ino, .. } | Change::Attr { ino, .. } | Change::Created { ino, .. } | Change::Freed { ino }
+                    if !touched.contains(&ino) =>
+                {
                     (ino, false)
                 }
                 Change::Added { dir, .. } | Change::Removed { dir, .. } if !touched.contains(&dir) => (dir, true),

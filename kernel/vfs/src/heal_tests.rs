@@ -132,7 +132,7 @@ fn step(v: &mut Vfs, r: &mut Rng) -> Result<u64, Errno> {
     let data: Vec<u8> = (0..n).map(|i| b'a' + ((i * 7 + n) % 26) as u8).collect();
     let at = AT_FDCWD as i64 as u64;
     let p = |s: &CString| s.as_ptr() as u64;
-    match r.below(22) {
+    match r.below(25) {
         0..=2 => {
             let flags =
                 [O_RDWR | O_CREAT, O_WRONLY | O_CREAT | O_TRUNC, O_RDONLY, O_RDWR | O_APPEND | O_CREAT, O_RDWR | O_CREAT | O_CLOEXEC][r.below(5) as usize];
@@ -171,7 +171,35 @@ fn step(v: &mut Vfs, r: &mut Rng) -> Result<u64, Errno> {
             v.umask(&args(&[r.below(0o777)]))?;
             v.chdir(&args(&[p(&dir)]))
         }
-        _ => v.flock(&args(&[fd, [2 | 4, 1 | 4, 8][r.below(3) as usize]])), // LOCK_EX|NB, LOCK_SH|NB, LOCK_UN
+        21 => v.flock(&args(&[fd, [2 | 4, 1 | 4, 8][r.below(3) as usize]])), // LOCK_EX|NB, LOCK_SH|NB, LOCK_UN
+        // Record locks, POSIX and OFD, over a few overlapping ranges;
+        // sometimes two in one call.
+        22 | 23 => {
+            let lock = |v: &mut Vfs, r: &mut Rng| {
+                let fl = Flock {
+                    l_type: [F_RDLCK, F_WRLCK, F_UNLCK][r.below(3) as usize],
+                    l_whence: 0,
+                    l_start: r.below(8) as i64 * 100,
+                    l_len: r.below(5) as i64 * 100,
+                    l_pid: 0,
+                };
+                let cmd = [F_SETLK, F_OFD_SETLK][r.below(2) as usize];
+                v.fcntl(&args(&[fd, cmd as u64, &fl as *const Flock as u64]))
+            };
+            let a = lock(v, r);
+            if r.below(4) == 0 {
+                lock(v, r)
+            } else {
+                a
+            }
+        }
+        _ => {
+            if r.below(2) == 0 {
+                v.fchown(&args(&[fd, r.below(3), [r.below(3), u32::MAX as u64][r.below(2) as usize]]))
+            } else {
+                v.chmod(&args(&[p(&path), r.below(0o10000)]))
+            }
+        }
     }
 }
 
@@ -202,6 +230,9 @@ fn replaying_the_log_rebuilds_exactly_the_state() {
             log.record(&mut healed);
             assert_eq!(a, b, "seed {seed} step {i}: the same call answers the same");
             images_are_the_live_inodes(&log, &healed, &format!("seed {seed} step {i}"));
+            let mut flat = lock::Flat::default();
+            healed.locks.flatten_into(&mut flat);
+            assert_eq!(log.locks, flat, "seed {seed} step {i}: the log's copy of the locks");
             if reboots.contains(&i) {
                 let before = observe(&healed, true);
                 healed = rebuild(&mut log);
