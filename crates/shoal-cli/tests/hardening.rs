@@ -146,14 +146,20 @@ fn check_instance_holds_nothing_of_the_host(single_process: bool) {
     let _ = child.wait();
 
     // One fixed variable (glibc's malloc tunables, shoal_spt::front), and
-    // nothing of the caller's.
-    assert_eq!(
-        environ,
-        b"GLIBC_TUNABLES=glibc.malloc.tcache_count=0\0",
+    // nothing of the caller's; or nothing at all once the instance has
+    // given its initial stack back (shoal_spt's child module: environment
+    // and argv lie there, and /proc reads them from there), which it does
+    // just before entering the guest, so either can be seen here.
+    assert!(
+        environ.is_empty() || environ == b"GLIBC_TUNABLES=glibc.malloc.tcache_count=0\0",
         "the instance process has more environment than its malloc tunable: {:?}",
         String::from_utf8_lossy(&environ)
     );
-    assert_eq!(cmdline, b"shoal-spt\0", "the instance's argv holds more than its name");
+    assert!(
+        cmdline.is_empty() || cmdline == b"shoal-spt\0",
+        "the instance's argv holds more than its name: {:?}",
+        String::from_utf8_lossy(&cmdline)
+    );
     let mut fds = fds;
     fds.sort();
     // Besides the console: the alias memory file (guest pages that shared
