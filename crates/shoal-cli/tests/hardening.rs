@@ -155,11 +155,7 @@ fn check_instance_holds_nothing_of_the_host(single_process: bool) {
         "the instance process has more environment than its malloc tunable: {:?}",
         String::from_utf8_lossy(&environ)
     );
-    assert!(
-        cmdline.is_empty() || cmdline == b"shoal-spt\0",
-        "the instance's argv holds more than its name: {:?}",
-        String::from_utf8_lossy(&cmdline)
-    );
+    assert!(cmdline.is_empty() || cmdline == b"shoal-spt\0", "the instance's argv holds more than its name: {:?}", String::from_utf8_lossy(&cmdline));
     let mut fds = fds;
     fds.sort();
     // Besides the console: the alias memory file (guest pages that shared
