@@ -182,7 +182,7 @@ extern "C" fn finish_off_stack(arg: *mut u8) -> ! {
     // leave_initial_stack). If munmap fails, the stack simply stays.
     unsafe {
         environ = core::ptr::null_mut();
-        let _ = sys::unmap_range(lo, hi);
+        sys::munmap(lo as usize as *mut u8, hi.saturating_sub(lo) as usize);
     }
     finish(off.last)
 }

@@ -183,15 +183,6 @@ pub unsafe fn run_on_stack(top: u64, f: extern "C" fn(*mut u8) -> !, arg: *mut u
     }
 }
 
-/// `munmap(2)` of `[lo, hi)`.
-///
-/// # Safety
-/// Nothing may use `[lo, hi)` afterwards.
-pub unsafe fn unmap_range(lo: u64, hi: u64) -> io::Result<()> {
-    // SAFETY: the caller guarantees the range is no longer used.
-    check(unsafe { libc::munmap(lo as usize as *mut libc::c_void, hi.saturating_sub(lo) as usize) })
-}
-
 /// `mprotect(2)`.
 ///
 /// # Safety

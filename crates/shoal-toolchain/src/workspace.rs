@@ -375,6 +375,11 @@ impl Sizes {
             m.insert(name, at);
             *cursor = at + size;
         };
+        let pack = |m: &mut AddressMap, name: String, size: u64, first: bool, cursor: &mut u64| {
+            let at = self.packed_at(&name, *cursor, first);
+            m.insert(name, at);
+            *cursor = at + size;
+        };
         for (kind, _) in &KINDS[..2] {
             for l in &order {
                 let name = format!(".{kind}.{l}");
@@ -402,9 +407,7 @@ impl Sizes {
                 // kernel would save are written per instance anyway).
                 let kernel = self.kernel.contains(l);
                 if packed && !kernel {
-                    let at = self.packed_at(&name, cursor, after_kernel);
-                    m.insert(name, at);
-                    cursor = at + size;
+                    pack(&mut m, name, size, after_kernel, &mut cursor);
                 } else {
                     place(&mut m, name, size, &mut rng, &mut cursor);
                 }
@@ -417,10 +420,8 @@ impl Sizes {
                 let name = format!(".{kind}.{d}");
                 let size = self.regions.get(&name).copied().unwrap_or(0);
                 if packed && size > 0 && matches!(*kind, "data" | "bss") {
-                    let at = self.packed_at(&name, cursor, first_rw);
+                    pack(&mut m, name, size, first_rw, &mut cursor);
                     first_rw = false;
-                    m.insert(name, at);
-                    cursor = at + size;
                 } else {
                     place(&mut m, name, size, &mut None, &mut cursor);
                 }

@@ -292,15 +292,12 @@ impl Image {
     }
 
     /// The image of a regular file just made ([`Change::Created`]),
-    /// written into `slot` (an image already there is overwritten in
-    /// place); `false` for another change.
+    /// written into `slot` (replacing a stale image a reused slot holds);
+    /// `false` for another change.
     pub fn new_file(c: &Change, slot: &mut Option<Image>) -> bool {
         let Change::Created { perm, time, .. } = *c else { return false };
         let im = Image { perm, nlink: 1, refs: 0, uid: 0, gid: 0, atime: time, mtime: time, ctime: time, btime: time, node: NodeImage::File };
-        match slot {
-            Some(old) => *old = im,
-            None => *slot = Some(im),
-        }
+        *slot = Some(im);
         true
     }
 
