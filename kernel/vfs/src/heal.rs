@@ -117,7 +117,7 @@ use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
-use shoal_ramfs::data::Mirror;
+use shoal_ramfs::data::{Chunk, Mirror};
 use shoal_ramfs::heal::{Change, Exported, Image};
 use shoal_ramfs::Ino;
 use shoal_recover::id;
@@ -550,7 +550,7 @@ impl Log {
         // page, a journal record), or a reference taken or dropped —
         // applied here, without the general walk.
         let done = match (touched, changes) {
-            ([], [c]) => self.apply_alone(c, v.fs.journal_names()),
+            ([], [c]) => self.apply_alone(c, v.fs.journal_names(), v.fs.journal_pages()),
             _ => false,
         };
         if done {
@@ -567,7 +567,7 @@ impl Log {
     /// to the log's image (and file handle); `false` if the log has no
     /// image of that inode yet (or the change is another kind), to be
     /// exported instead.
-    fn apply_alone(&mut self, c: &Change, names: &[u8]) -> bool {
+    fn apply_alone(&mut self, c: &Change, names: &[u8], pages: &[(u64, Chunk)]) -> bool {
         match *c {
             Change::Created { ino, .. } => {
                 let d = self.inodes.handle();
@@ -600,6 +600,18 @@ impl Log {
                 }
                 _ => false,
             },
+            // A write that added pages: they came with it.
+            Change::Grew { ino, size, pages_at, pages_n, .. } => {
+                let Some(added) = pages.get(pages_at as usize..pages_at as usize + pages_n as usize) else { return false };
+                match self.inodes.get_mut(ino) {
+                    Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
+                        im.apply_in_place(c);
+                        d.grew(size, added);
+                        true
+                    }
+                    _ => false,
+                }
+            }
             Change::Refs { ino, .. } => match self.inodes.get_mut(ino) {
                 Some(InodeEntry { image: Some(im), .. }) => im.apply_refs(c),
                 _ => false,
@@ -717,7 +729,7 @@ impl Log {
                     Some(handle) => {
                         for c in changes {
                             match *c {
-                                Change::Write { ino: i, off, len } if i == ino => handle.write(live, off, len),
+                                Change::Grew { ino: i, off, len, .. } if i == ino => handle.write(live, off, len),
                                 Change::InPlace { ino: i, .. } if i == ino => handle.size_from(live),
                                 Change::Truncate { ino: i, size } if i == ino => handle.truncate(live, size),
                                 Change::Mapped { ino: i, off } if i == ino => handle.write(live, off, 1),
@@ -747,10 +759,16 @@ impl Log {
         // that image already and are not applied again.
         // (Rarely anything: a Vec allocates only when pushed to.)
         let mut exported: Vec<Ino> = Vec::new();
-        let names = v.fs.journal_names();
+        let (names, pages) = (v.fs.journal_names(), v.fs.journal_pages());
         for c in changes {
             let (ino, dirent) = match *c {
-                Change::InPlace { ino, .. } | Change::Refs { ino, .. } | Change::Attr { ino, .. } | Change::Atime { ino, .. } | Change::Created { ino, .. } | Change::Freed { ino }
+                Change::InPlace { ino, .. }
+                | Change::Grew { ino, .. }
+                | Change::Refs { ino, .. }
+                | Change::Attr { ino, .. }
+                | Change::Atime { ino, .. }
+                | Change::Created { ino, .. }
+                | Change::Freed { ino }
                     if !touched.contains(&ino) =>
                 {
                     (ino, false)
@@ -761,8 +779,11 @@ impl Log {
             if dirent && exported.contains(&ino) {
                 continue;
             }
-            if !self.apply_alone(c, names) {
-                self.inodes_changed(v, &[ino], &[]);
+            if !self.apply_alone(c, names, pages) {
+                // Exported with this change, so that a file's handle
+                // takes what a write changed (`Change::Grew`) when the
+                // log already has one.
+                self.inodes_changed(v, &[ino], core::slice::from_ref(c));
                 if dirent {
                     exported.push(ino);
                 }
