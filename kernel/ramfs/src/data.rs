@@ -651,4 +651,33 @@ mod tests {
         n.read(size, &mut b);
         assert_eq!(b, [0, 0]);
     }
+
+    /// The pages a write adds are noted as it makes them (a write into
+    /// pages the file has notes none), and a handle that takes just those
+    /// ([`Mirror::grew`]) holds the file's pages: at the end, in a hole
+    /// between others, over a page of the base copied on write.
+    #[test]
+    fn a_mirror_takes_the_pages_a_write_noted() {
+        let mut f = FileData::from_base(leak(vec![5u8; CHUNK + 9]));
+        let mut h = Mirror::default();
+        f.mirror_into(&mut h);
+        let mut added = Vec::new();
+        let mut write = |f: &mut FileData, h: &mut Mirror, off: u64, data: &[u8]| {
+            added.clear();
+            f.write_noting(off, data, Some(&mut added)).unwrap();
+            h.grew(f.size(), &added);
+            added.len()
+        };
+        assert_eq!(write(&mut f, &mut h, 3, b"base"), 1, "the base's page copied");
+        assert_eq!(write(&mut f, &mut h, 7, b"again"), 0, "in place");
+        assert_eq!(write(&mut f, &mut h, 4 * CHUNK64 - 2, b"span"), 2, "two pages past a hole");
+        assert_eq!(write(&mut f, &mut h, 2 * CHUNK64, &[1; 10]), 1, "into the hole");
+        assert_eq!(write(&mut f, &mut h, CHUNK64 + 1, &[2; CHUNK]), 1, "the base's second page, and page 2 in place");
+        let g = h.to_file();
+        assert_eq!(all(&g), all(&f));
+        assert_eq!(h.owned_pages(), f.owned_pages());
+        for (p, c) in &f.chunks {
+            assert!(g.chunks[p].same(c), "page {p} is the file's own");
+        }
+    }
 }

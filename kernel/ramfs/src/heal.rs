@@ -1,12 +1,13 @@
 //! What recovery needs from ramfs (issue 19, seed 003; the log and the
 //! replay are `shoal-vfs`'s module `heal`, see there for the design).
 //!
-//! - **The journal**: every inode a call changed (created, written,
-//!   renamed into, destroyed, its times moved) and the ranges of file
-//!   data it wrote or the sizes it truncated to, in order; a write into
-//!   pages the file had, a reference taken or dropped, a mode or owner
-//!   changed and an access time moved by a read come as the change
-//!   alone ([`Change::InPlace`], [`Change::Refs`], [`Change::Attr`],
+//! - **The journal**: every inode a call changed (created, renamed
+//!   into, destroyed, its times moved) and the data changes it made
+//!   (writes, truncations), in order; a write into pages the file had, a
+//!   write that added pages (with a reference to each new page), a
+//!   reference taken or dropped, a mode or owner changed and an access
+//!   time moved by a read come as the change alone ([`Change::InPlace`],
+//!   [`Change::Grew`], [`Change::Refs`], [`Change::Attr`],
 //!   [`Change::Atime`]), the inode not
 //!   listed for them; so does a name added to or removed from a
 //!   directory ([`Change::Added`], [`Change::Removed`]: the log edits its

@@ -24,7 +24,9 @@
 //!   supersedes it; an inode the program destroyed drops its entry (one
 //!   that existed at boot leaves a tombstone). Most changes reach the
 //!   image as the change itself, from ramfs's journal, never as a fresh
-//!   export: a write in place, a reference count, a name added to or
+//!   export: a write in place, a write that added pages (the new pages
+//!   come with it, into the file's handle below), an access time a read
+//!   moved, a reference count, a name added to or
 //!   removed from a directory (one entry of the directory's image, not a
 //!   walk over all of them), an empty file made (its image built from
 //!   the change), an inode destroyed (its entry dropped without a
@@ -723,9 +725,12 @@ impl Log {
                         live.mirror_into(&mut d);
                         e.data = Some(d);
                     }
-                    // The call's changes to this file, in order (every
-                    // data change journals its inode, so each is reached
-                    // here, from the lookup the export made).
+                    // The call's changes to this file, in order, from
+                    // the lookup the export made (a truncation or a
+                    // mapped page journals the inode; a write, which
+                    // comes alone — `Change::Grew`, `Change::InPlace` —
+                    // is brought here when the call touched the inode
+                    // otherwise or its entry could not take it alone).
                     Some(handle) => {
                         for c in changes {
                             match *c {
