@@ -4,9 +4,10 @@
 //! - **The journal**: every inode a call changed (created, written,
 //!   renamed into, destroyed, its times moved) and the ranges of file
 //!   data it wrote or the sizes it truncated to, in order; a write into
-//!   pages the file had, a reference taken or dropped and a mode or
-//!   owner changed come as the change alone ([`Change::InPlace`],
-//!   [`Change::Refs`], [`Change::Attr`]), the inode not
+//!   pages the file had, a reference taken or dropped, a mode or
+//!   owner changed and an access time moved by a read come as the change
+//!   alone ([`Change::InPlace`], [`Change::Refs`], [`Change::Attr`],
+//!   [`Change::Atime`]), the inode not
 //!   listed for them; so does a name added to or removed from a
 //!   directory ([`Change::Added`], [`Change::Removed`]: the log edits its
 //!   image of the directory by that one entry instead of exporting it).
@@ -147,6 +148,16 @@ pub enum Change {
         /// Its new change time.
         ctime: Timespec,
     },
+    /// The access time moved (a read under `relatime`, [`Fs::touch_atime`]):
+    /// its new value. Like [`Change::InPlace`], the inode is not in
+    /// `touched` for it: the log sets it in its image
+    /// ([`Image::apply_atime`]) instead of exporting the inode again.
+    Atime {
+        /// The inode.
+        ino: Ino,
+        /// Its access time after the read.
+        atime: Timespec,
+    },
     /// Truncated (or extended) to `size`.
     Truncate {
         /// The file.
@@ -258,6 +269,18 @@ impl Image {
         match *c {
             Change::Attr { perm, uid, gid, ctime, .. } => {
                 (self.perm, self.uid, self.gid, self.ctime) = (perm, uid, gid, ctime);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Applies an access time's change ([`Change::Atime`]); `false`
+    /// (nothing changed) for another change.
+    pub fn apply_atime(&mut self, c: &Change) -> bool {
+        match *c {
+            Change::Atime { atime, .. } => {
+                self.atime = atime;
                 true
             }
             _ => false,

@@ -608,6 +608,10 @@ impl Log {
                 Some(InodeEntry { image: Some(im), .. }) => im.apply_attr(c),
                 _ => false,
             },
+            Change::Atime { ino, .. } => match self.inodes.get_mut(ino) {
+                Some(InodeEntry { image: Some(im), .. }) => im.apply_atime(c),
+                _ => false,
+            },
             _ => false,
         }
     }
@@ -746,7 +750,7 @@ impl Log {
         let names = v.fs.journal_names();
         for c in changes {
             let (ino, dirent) = match *c {
-                Change::InPlace { ino, .. } | Change::Refs { ino, .. } | Change::Attr { ino, .. } | Change::Created { ino, .. } | Change::Freed { ino }
+                Change::InPlace { ino, .. } | Change::Refs { ino, .. } | Change::Attr { ino, .. } | Change::Atime { ino, .. } | Change::Created { ino, .. } | Change::Freed { ino }
                     if !touched.contains(&ino) =>
                 {
                     (ino, false)
