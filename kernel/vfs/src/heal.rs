@@ -26,10 +26,10 @@
 //!   image as the change itself, from ramfs's journal, never as a fresh
 //!   export: a write in place, a reference count, a name added to or
 //!   removed from a directory (one entry of the directory's image, not a
-//!   walk over all of them), an empty file made (its image built from
-//!   the change), an inode destroyed (its entry dropped without a
-//!   lookup) — SQLite's journal file, made and removed each
-//!   transaction, is logged that way;
+//!   walk over all of them), an access time a read moved, an empty file
+//!   made (its image built from the change), an inode destroyed (its
+//!   entry dropped without a lookup) — SQLite's journal file, made and
+//!   removed each transaction, is logged that way;
 //! - per **regular file** written since boot: its contents — not a copy,
 //!   a second handle on the file's own pages (`shoal_ramfs::data::Mirror`: the
 //!   pages are reference counted, the log's handle lists the same ones as
@@ -750,7 +750,12 @@ impl Log {
         let names = v.fs.journal_names();
         for c in changes {
             let (ino, dirent) = match *c {
-                Change::InPlace { ino, .. } | Change::Refs { ino, .. } | Change::Attr { ino, .. } | Change::Atime { ino, .. } | Change::Created { ino, .. } | Change::Freed { ino }
+                Change::InPlace { ino, .. }
+                | Change::Refs { ino, .. }
+                | Change::Attr { ino, .. }
+                | Change::Atime { ino, .. }
+                | Change::Created { ino, .. }
+                | Change::Freed { ino }
                     if !touched.contains(&ino) =>
                 {
                     (ino, false)
