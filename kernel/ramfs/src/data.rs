@@ -56,10 +56,6 @@ pub struct FileData {
 #[derive(Debug, Clone)]
 pub struct Chunk(Arc<Page>);
 
-/// Pages a write made, each with a reference on it until taken
-/// ([`FileData::write_noting`], [`Mirror::take_added`]).
-pub type Added = alloc::vec::Vec<(u64, Option<Chunk>)>;
-
 /// The page behind a [`Chunk`] and whether it was handed out for mapping
 /// (a property of the page, so a file rebuilt around the same pages after
 /// a reboot keeps it).
@@ -213,9 +209,7 @@ impl FileData {
 
     /// The owned chunk for `page`, creating it (copy of the base page) if
     /// needed.
-    /// A page made is noted in `added` (with a reference on it), if
-    /// given ([`FileData::write_noting`]).
-    fn chunk_mut(&mut self, page: u64, added: Option<&mut Added>) -> Result<&mut Chunk, Errno> {
+    fn chunk_mut(&mut self, page: u64) -> Result<&mut Chunk, Errno> {
         if !self.chunks.contains_key(&page) {
             let mut c = Chunk::new()?;
             let start = page * CHUNK64;
@@ -223,9 +217,6 @@ impl FileData {
                 let len = core::cmp::min(CHUNK64, self.base_len - start) as usize;
                 let s = start as usize;
                 c[..len].copy_from_slice(&self.base[s..s + len]);
-            }
-            if let Some(a) = added {
-                a.push((page, Some(c.clone())));
             }
             self.chunks.insert(page, c);
         }
@@ -235,13 +226,6 @@ impl FileData {
     /// Writes `data` at `off`, extending the file (holes read as zeros).
     /// Returns the number of bytes written (all of them, or an error).
     pub fn write(&mut self, off: u64, data: &[u8]) -> Result<usize, Errno> {
-        self.write_noting(off, data, None)
-    }
-
-    /// [`FileData::write`], noting each page it makes in `added` (ramfs's
-    /// journal: recovery's log takes those pages from there, without
-    /// looking the file up, [`Mirror::take_added`]).
-    pub(crate) fn write_noting(&mut self, off: u64, data: &[u8], mut added: Option<&mut Added>) -> Result<usize, Errno> {
         if data.is_empty() {
             return Ok(0);
         }
@@ -258,7 +242,7 @@ impl FileData {
             let page = pos / CHUNK64;
             let in_page = (pos % CHUNK64) as usize;
             let len = core::cmp::min(CHUNK - in_page, data.len() - done);
-            let c = match self.chunk_mut(page, added.as_deref_mut()) {
+            let c = match self.chunk_mut(page) {
                 Ok(c) => c,
                 Err(e) if done == 0 => return Err(e),
                 Err(_) => break, // short write: out of memory part-way
@@ -293,7 +277,7 @@ impl FileData {
         if page.saturating_mul(CHUNK64) >= self.size {
             return Ok(None);
         }
-        let c = self.chunk_mut(page, None)?;
+        let c = self.chunk_mut(page)?;
         Ok(Some((c.addr(), !c.0.handed_out.load(Relaxed))))
     }
 
@@ -430,21 +414,6 @@ impl Mirror {
     pub fn size_from(&mut self, live: &FileData) {
         self.size = live.size;
         self.base_len = live.base_len;
-    }
-
-    /// After the file was written and grew by the pages in `added`
-    /// (and no others: the handle was in step with it), whose references
-    /// move here: takes them and the file's `size`. The pages the write
-    /// found are the same in both already.
-    pub fn take_added(&mut self, added: &mut [(u64, Option<Chunk>)], size: u64) {
-        for (page, c) in added {
-            let Some(c) = c.take() else { continue };
-            match self.find(*page) {
-                Ok(i) => self.pages[i].1 = c,
-                Err(i) => self.pages.insert(i, (*page, c)),
-            }
-        }
-        self.size = size;
     }
 
     /// After the file was written in pages both already hold

@@ -21,38 +21,20 @@
 //!   [`crate::data::Mirror::to_file`]), never a copy of them.
 
 use super::{dir::DirImage, Bytes, Dir, FileData, Fs, Ino, Inode, Node, Timespec};
-use crate::data::{Added, Mirror};
 use alloc::vec::Vec;
 use shoal_plat::Errno;
 
 /// A change to file data, in the order the calls made them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
-    /// `len` bytes written at `off`, which made pages the file did not
-    /// have: those pages are in the journal's `added` list (entries `at`
-    /// to `at + pages`, each with a reference on the page), and what else
-    /// the write changed comes with it as with [`Change::InPlace`]. The
-    /// inode is not in `touched` for it: a log with a handle kept in step
-    /// with the file takes the pages from the journal
-    /// ([`Fs::take_added`]) and the rest from the change, without looking
-    /// the file up and exporting it.
-    Grown {
+    /// `len` bytes written at `off`.
+    Write {
         /// The file.
         ino: Ino,
         /// Where.
         off: u64,
         /// How many bytes.
         len: u64,
-        /// Its size after the write.
-        size: u64,
-        /// Its new modification and change time.
-        time: Timespec,
-        /// Its mode after the write.
-        perm: u32,
-        /// The first of its pages in the journal's `added` list.
-        at: u32,
-        /// How many.
-        pages: u32,
     },
     /// Written in pages the file already had: no page was added (so a
     /// handle kept in step with the file — recovery's log — already
@@ -195,8 +177,6 @@ pub struct Journal {
     pub changes: Vec<Change>,
     /// The names of [`Change::Added`] entries, one after the other.
     pub names: Vec<u8>,
-    /// The pages [`Change::Grown`] writes made.
-    pub(crate) added: Added,
 }
 
 impl Journal {
@@ -204,12 +184,6 @@ impl Journal {
         if self.on && !self.touched.contains(&ino) {
             self.touched.push(ino);
         }
-    }
-
-    /// Where a write notes the pages it makes (`None` while the journal
-    /// is off).
-    pub(crate) fn pages_buf(&mut self) -> Option<&mut Added> {
-        self.on.then_some(&mut self.added)
     }
 
     pub(crate) fn changed(&mut self, c: Change) {
@@ -265,12 +239,11 @@ enum NodeImage {
 }
 
 impl Image {
-    /// Applies a write in place ([`Change::InPlace`]) or one that added
-    /// pages ([`Change::Grown`]) to the image of a
+    /// Applies a write in place ([`Change::InPlace`]) to the image of a
     /// regular file; `false` (nothing changed) if this is not one.
     pub fn apply_in_place(&mut self, c: &Change) -> bool {
         match *c {
-            Change::InPlace { time, perm, .. } | Change::Grown { time, perm, .. } if self.is_file() => {
+            Change::InPlace { time, perm, .. } if self.is_file() => {
                 (self.mtime, self.ctime, self.perm) = (time, time, perm);
                 true
             }
@@ -389,20 +362,6 @@ impl Fs {
         self.journal.touched.clear();
         self.journal.changes.clear();
         self.journal.names.clear();
-        // Pages the log did not take (it exported the file instead):
-        // their references dropped.
-        self.journal.added.clear();
-    }
-
-    /// Moves the pages of write `c` ([`Change::Grown`]) from the journal
-    /// into `m`, a handle in step with the file before the write, with
-    /// the file's size after it; `false` (nothing done) for another
-    /// change.
-    pub fn take_added(&mut self, c: &Change, m: &mut Mirror) -> bool {
-        let Change::Grown { size, at, pages, .. } = *c else { return false };
-        let Some(added) = self.journal.added.get_mut(at as usize..at as usize + pages as usize) else { return false };
-        m.take_added(added, size);
-        true
     }
 
     /// The names of the journal's [`Change::Added`] entries (each

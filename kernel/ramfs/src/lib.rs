@@ -912,14 +912,7 @@ impl Fs {
             _ => return Err(Errno::EINVAL),
         };
         let (before, pages) = (f.size(), f.owned_pages());
-        let at = self.journal.added.len();
-        let n = match f.write_noting(off, data, self.journal.pages_buf()) {
-            Ok(n) => n,
-            Err(e) => {
-                self.journal.added.truncate(at);
-                return Err(e);
-            }
-        };
+        let n = f.write(off, data)?;
         let (size, grew) = (f.size(), f.owned_pages() != pages);
         i.mtime = t;
         i.ctime = t;
@@ -931,11 +924,10 @@ impl Fs {
         }
         // Most writes (a database's pages, rewritten in place) add no
         // page: the log then updates its image from the change alone,
-        // with no lookup of the inode or of its pages. One that added
-        // pages (a journal growing) comes with them, for the same reason.
+        // with no lookup of the inode or of its pages.
         if grew {
-            let added = (self.journal.added.len() - at) as u32;
-            self.journal.changed(heal::Change::Grown { ino, off, len: n as u64, size, time: t, perm, at: at as u32, pages: added });
+            self.journal.touched(ino);
+            self.journal.changed(heal::Change::Write { ino, off, len: n as u64 });
         } else {
             self.journal.changed(heal::Change::InPlace { ino, size, time: t, perm });
         }

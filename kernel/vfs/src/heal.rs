@@ -119,7 +119,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
 use shoal_ramfs::data::Mirror;
 use shoal_ramfs::heal::{Change, Exported, Image};
-use shoal_ramfs::{Fs, Ino};
+use shoal_ramfs::Ino;
 use shoal_recover::id;
 
 /// Where the file system's clock readings go (module documentation:
@@ -545,21 +545,18 @@ impl Log {
     /// journal (read in place, then emptied).
     #[inline(never)]
     fn journal_changes(&mut self, v: &mut Vfs) {
+        let (touched, changes) = v.fs.journal();
         // The common case — one write into pages the file had (a database
-        // page, a journal record) or that added some, or a reference taken
-        // or dropped — applied here, without the general walk.
-        let alone = match v.fs.journal() {
-            ([], [c]) => Some(*c),
-            _ => None,
-        };
-        let done = match alone {
-            Some(c) => self.apply_alone(&c, &mut v.fs),
-            None => false,
+        // page, a journal record), or a reference taken or dropped —
+        // applied here, without the general walk.
+        let done = match (touched, changes) {
+            ([], [c]) => self.apply_alone(c, v.fs.journal_names()),
+            _ => false,
         };
         if done {
             self.next_ino = v.fs.next_ino();
         } else {
-            self.inodes_changed(v);
+            self.inodes_changed(v, touched, changes);
         }
         v.fs.clear_journal();
     }
@@ -570,7 +567,7 @@ impl Log {
     /// to the log's image (and file handle); `false` if the log has no
     /// image of that inode yet (or the change is another kind), to be
     /// exported instead.
-    fn apply_alone(&mut self, c: &Change, fs: &mut Fs) -> bool {
+    fn apply_alone(&mut self, c: &Change, names: &[u8]) -> bool {
         match *c {
             Change::Created { ino, .. } => {
                 let d = self.inodes.handle();
@@ -592,7 +589,7 @@ impl Log {
                 true
             }
             Change::Added { dir, .. } | Change::Removed { dir, .. } => match self.inodes.get_mut(dir) {
-                Some(InodeEntry { image: Some(im), .. }) => im.apply_dirent(c, fs.journal_names(), &mut self.spare_name),
+                Some(InodeEntry { image: Some(im), .. }) => im.apply_dirent(c, names, &mut self.spare_name),
                 _ => false,
             },
             Change::InPlace { ino, size, .. } => match self.inodes.get_mut(ino) {
@@ -600,16 +597,6 @@ impl Log {
                     im.apply_in_place(c);
                     d.in_place(size);
                     true
-                }
-                _ => false,
-            },
-            // A write that made pages: they move from the journal into the
-            // handle (in step with the file before the write, so it lacks
-            // exactly those).
-            Change::Grown { ino, .. } => match self.inodes.get_mut(ino) {
-                Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
-                    im.apply_in_place(c);
-                    fs.take_added(c, d)
                 }
                 _ => false,
             },
@@ -711,33 +698,59 @@ impl Log {
         sync(&mut self.ofds, live)
     }
 
-    /// The inodes the last call changed (the general walk over ramfs's
-    /// journal, see [`Log::journal_changes`]).
-    fn inodes_changed(&mut self, v: &mut Vfs) {
-        let (touched, changes) = v.fs.journal();
+    fn inodes_changed(&mut self, v: &Vfs, touched: &[Ino], changes: &[Change]) {
         for &ino in touched {
-            self.export(v, ino, changes);
+            let Entries { map, slots, free, spare } = &mut self.inodes;
+            let e = Entries::slot_of(map, slots, free, ino);
+            match v.fs.export_file_into(ino, &mut e.image) {
+                Exported::File(live) => match &mut e.data {
+                    // First change to this file since boot: a handle on
+                    // all its pages now (the call's changes are in it).
+                    None => {
+                        let mut d = spare.pop().unwrap_or_default();
+                        live.mirror_into(&mut d);
+                        e.data = Some(d);
+                    }
+                    // The call's changes to this file, in order (every
+                    // data change journals its inode, so each is reached
+                    // here, from the lookup the export made).
+                    Some(handle) => {
+                        for c in changes {
+                            match *c {
+                                Change::Write { ino: i, off, len } if i == ino => handle.write(live, off, len),
+                                Change::InPlace { ino: i, .. } if i == ino => handle.size_from(live),
+                                Change::Truncate { ino: i, size } if i == ino => handle.truncate(live, size),
+                                Change::Mapped { ino: i, off } if i == ino => handle.write(live, off, 1),
+                                _ => {}
+                            }
+                        }
+                    }
+                },
+                Exported::Other => e.data = None,
+                // Destroyed: one made since boot leaves nothing; one from
+                // boot leaves a tombstone (image None).
+                Exported::Gone if ino >= self.boot_next_ino => {
+                    self.inodes.remove(ino);
+                }
+                Exported::Gone => e.data = None,
+            }
         }
         // Writes in place to files not otherwise changed by the call:
         // the image and the handle's size from the change itself (module
-        // `shoal_ramfs::heal`, `Change::InPlace`); likewise a write that
-        // made pages (`Change::Grown`, the pages from the journal), a
-        // reference count taken or dropped (`Change::Refs`) and a name
-        // added to or removed from a directory (`Change::Added`,
-        // `Change::Removed`: one entry of the directory's image, not a
-        // walk over all of them). An inode the log has no image (or file
-        // handle) of yet is exported as a touched one is — its state
-        // after the call, so the directory changes that follow for it in
-        // this call are in that image already and are not applied again.
-        // (Rarely anything: a Vec allocates only when pushed to.) By
-        // index: taking a write's pages changes the journal.
+        // `shoal_ramfs::heal`, `Change::InPlace`); likewise a reference
+        // count taken or dropped (`Change::Refs`) and a name added to or
+        // removed from a directory (`Change::Added`, `Change::Removed`:
+        // one entry of the directory's image, not a walk over all of
+        // them). An inode the log has no image (or file handle) of yet is
+        // exported as a touched one is — its state after the call, so
+        // the directory changes that follow for it in this call are in
+        // that image already and are not applied again.
+        // (Rarely anything: a Vec allocates only when pushed to.)
         let mut exported: Vec<Ino> = Vec::new();
-        for k in 0..v.fs.journal().1.len() {
-            let (touched, changes) = v.fs.journal();
-            let c = changes[k];
-            let (ino, dirent) = match c {
+        let names = v.fs.journal_names();
+        for c in changes {
+            let (ino, dirent) = match *c {
                 Change::InPlace { ino, .. }
-                | Change::Grown { ino, .. }
                 | Change::Refs { ino, .. }
                 | Change::Attr { ino, .. }
                 | Change::Atime { ino, .. }
@@ -753,55 +766,14 @@ impl Log {
             if dirent && exported.contains(&ino) {
                 continue;
             }
-            if !self.apply_alone(&c, &mut v.fs) {
-                self.export(v, ino, &[]);
+            if !self.apply_alone(c, names) {
+                self.inodes_changed(v, &[ino], &[]);
                 if dirent {
                     exported.push(ino);
                 }
             }
         }
         self.next_ino = v.fs.next_ino();
-    }
-
-    /// Makes the log's entry of `ino` its state after the call: its image
-    /// exported, its file handle brought in step by the call's `changes`
-    /// (or made, on its first change since boot), or the entry dropped.
-    fn export(&mut self, v: &Vfs, ino: Ino, changes: &[Change]) {
-        let Entries { map, slots, free, spare } = &mut self.inodes;
-        let e = Entries::slot_of(map, slots, free, ino);
-        match v.fs.export_file_into(ino, &mut e.image) {
-            Exported::File(live) => match &mut e.data {
-                // First change to this file since boot: a handle on
-                // all its pages now (the call's changes are in it).
-                None => {
-                    let mut d = spare.pop().unwrap_or_default();
-                    live.mirror_into(&mut d);
-                    e.data = Some(d);
-                }
-                // The call's changes to this file, in order (a file
-                // touched otherwise by the call, so exported: its
-                // writes are applied here, from the lookup the export
-                // made, and not again alone).
-                Some(handle) => {
-                    for c in changes {
-                        match *c {
-                            Change::Grown { ino: i, off, len, .. } if i == ino => handle.write(live, off, len),
-                            Change::InPlace { ino: i, .. } if i == ino => handle.size_from(live),
-                            Change::Truncate { ino: i, size } if i == ino => handle.truncate(live, size),
-                            Change::Mapped { ino: i, off } if i == ino => handle.write(live, off, 1),
-                            _ => {}
-                        }
-                    }
-                }
-            },
-            Exported::Other => e.data = None,
-            // Destroyed: one made since boot leaves nothing; one from
-            // boot leaves a tombstone (image None).
-            Exported::Gone if ino >= self.boot_next_ino => {
-                self.inodes.remove(ino);
-            }
-            Exported::Gone => e.data = None,
-        }
     }
 
     /// Bytes the log holds (an estimate of its heap use: entries, images,
