@@ -168,12 +168,10 @@ pub enum Change {
         /// Its new change time.
         ctime: Timespec,
     },
-    /// The access time moved (a read under `relatime`,
-    /// [`Fs::touch_atime`]; SQLite reads its database's header and its
-    /// journal's end right after writing them): its new value. Like
-    /// [`Change::InPlace`], the inode is not in `touched` for it: the
-    /// log sets it in its image ([`Image::apply_atime`]) instead of
-    /// exporting the inode again.
+    /// The access time moved (a read under `relatime`, [`Fs::touch_atime`]):
+    /// its new value. Like [`Change::InPlace`], the inode is not in
+    /// `touched` for it: the log sets it in its image
+    /// ([`Image::apply_atime`]) instead of exporting the inode again.
     Atime {
         /// The inode.
         ino: Ino,

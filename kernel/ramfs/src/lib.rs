@@ -882,10 +882,10 @@ impl Fs {
         let due = self.inodes.get(&ino).is_some_and(|i| i.atime <= i.mtime || i.atime <= i.ctime || t.sec - i.atime.sec >= 24 * 3600);
         // Journalled (for vfs's call log) only when the access time
         // changes: under relatime most reads change nothing. And then as
-        // the change itself (`heal::Change::Atime`), not the inode: a read
-        // after a write (SQLite reads its database's header and its
+        // the change itself (`heal::Change::Atime`), not the inode: a
+        // read after a write (SQLite reads its database's header and its
         // journal's end in every transaction) would otherwise cost the
-        // log a lookup of its entry and an export of the inode's image.
+        // log a lookup and an export of the image.
         if due {
             if let Some(i) = self.inodes.get_mut(&ino) {
                 i.atime = t;

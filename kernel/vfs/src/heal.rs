@@ -25,13 +25,13 @@
 //!   that existed at boot leaves a tombstone). Most changes reach the
 //!   image as the change itself, from ramfs's journal, never as a fresh
 //!   export: a write in place, a write that added pages (the new pages
-//!   come with it, into the file's handle below), an access time a read
-//!   moved, a reference count, a name added to or
-//!   removed from a directory (one entry of the directory's image, not a
-//!   walk over all of them), an empty file made (its image built from
-//!   the change), an inode destroyed (its entry dropped without a
-//!   lookup) — SQLite's journal file, made and removed each
-//!   transaction, is logged that way;
+//!   come with it, into the file's handle below), a reference count, a
+//!   name added to or removed from a directory (one entry of the
+//!   directory's image, not a walk over all of them), an access time a
+//!   read moved, an empty file
+//!   made (its image built from the change), an inode destroyed (its
+//!   entry dropped without a lookup) — SQLite's journal file, made and
+//!   removed each transaction, is logged that way;
 //! - per **regular file** written since boot: its contents — not a copy,
 //!   a second handle on the file's own pages (`shoal_ramfs::data::Mirror`: the
 //!   pages are reference counted, the log's handle lists the same ones as
