@@ -210,12 +210,6 @@ impl FileData {
     /// The owned chunk for `page`, creating it (copy of the base page) if
     /// needed.
     fn chunk_mut(&mut self, page: u64) -> Result<&mut Chunk, Errno> {
-        self.chunk_mut_noting(page, None)
-    }
-
-    /// [`FileData::chunk_mut`], a new chunk also noted in `added` (page
-    /// index and a reference).
-    fn chunk_mut_noting(&mut self, page: u64, added: Option<&mut alloc::vec::Vec<(u64, Chunk)>>) -> Result<&mut Chunk, Errno> {
         if !self.chunks.contains_key(&page) {
             let mut c = Chunk::new()?;
             let start = page * CHUNK64;
@@ -223,9 +217,6 @@ impl FileData {
                 let len = core::cmp::min(CHUNK64, self.base_len - start) as usize;
                 let s = start as usize;
                 c[..len].copy_from_slice(&self.base[s..s + len]);
-            }
-            if let Some(added) = added {
-                added.push((page, c.clone()));
             }
             self.chunks.insert(page, c);
         }
@@ -235,14 +226,6 @@ impl FileData {
     /// Writes `data` at `off`, extending the file (holes read as zeros).
     /// Returns the number of bytes written (all of them, or an error).
     pub fn write(&mut self, off: u64, data: &[u8]) -> Result<usize, Errno> {
-        self.write_noting(off, data, None)
-    }
-
-    /// [`FileData::write`], each page it adds also noted in `added` (its
-    /// index and a reference, in the order added): what recovery's log
-    /// takes into its handle on the file ([`Mirror::grew`]) without
-    /// looking the pages up in the file again.
-    pub fn write_noting(&mut self, off: u64, data: &[u8], mut added: Option<&mut alloc::vec::Vec<(u64, Chunk)>>) -> Result<usize, Errno> {
         if data.is_empty() {
             return Ok(0);
         }
@@ -259,7 +242,7 @@ impl FileData {
             let page = pos / CHUNK64;
             let in_page = (pos % CHUNK64) as usize;
             let len = core::cmp::min(CHUNK - in_page, data.len() - done);
-            let c = match self.chunk_mut_noting(page, added.as_deref_mut()) {
+            let c = match self.chunk_mut(page) {
                 Ok(c) => c,
                 Err(e) if done == 0 => return Err(e),
                 Err(_) => break, // short write: out of memory part-way
@@ -425,20 +408,6 @@ impl Mirror {
         let first = off / CHUNK64;
         let end = off.saturating_add(len).div_ceil(CHUNK64);
         self.pages_from(live, first, end);
-    }
-
-    /// After the file was written and grew by `added` (the pages the
-    /// write made, [`FileData::write_noting`]; the others it wrote are
-    /// the same pages in both): takes them and the file's `size`. (A
-    /// write never moves `base_len`.)
-    pub fn grew(&mut self, size: u64, added: &[(u64, Chunk)]) {
-        for (page, c) in added {
-            match self.find(*page) {
-                Ok(i) => self.pages[i].1 = c.clone(),
-                Err(i) => self.pages.insert(i, (*page, c.clone())),
-            }
-        }
-        self.size = size;
     }
 
     /// After `live` was written in pages both already hold: takes its size.
@@ -650,34 +619,5 @@ mod tests {
         let mut b = [9u8; 2];
         n.read(size, &mut b);
         assert_eq!(b, [0, 0]);
-    }
-
-    /// The pages a write adds are noted as it makes them (a write into
-    /// pages the file has notes none), and a handle that takes just those
-    /// ([`Mirror::grew`]) holds the file's pages: at the end, in a hole
-    /// between others, over a page of the base copied on write.
-    #[test]
-    fn a_mirror_takes_the_pages_a_write_noted() {
-        let mut f = FileData::from_base(leak(vec![5u8; CHUNK + 9]));
-        let mut h = Mirror::default();
-        f.mirror_into(&mut h);
-        let mut added = Vec::new();
-        let mut write = |f: &mut FileData, h: &mut Mirror, off: u64, data: &[u8]| {
-            added.clear();
-            f.write_noting(off, data, Some(&mut added)).unwrap();
-            h.grew(f.size(), &added);
-            added.len()
-        };
-        assert_eq!(write(&mut f, &mut h, 3, b"base"), 1, "the base's page copied");
-        assert_eq!(write(&mut f, &mut h, 7, b"again"), 0, "in place");
-        assert_eq!(write(&mut f, &mut h, 4 * CHUNK64 - 2, b"span"), 2, "two pages past a hole");
-        assert_eq!(write(&mut f, &mut h, 2 * CHUNK64, &[1; 10]), 1, "into the hole");
-        assert_eq!(write(&mut f, &mut h, CHUNK64 + 1, &[2; CHUNK]), 1, "the base's second page, and page 2 in place");
-        let g = h.to_file();
-        assert_eq!(all(&g), all(&f));
-        assert_eq!(h.owned_pages(), f.owned_pages());
-        for (p, c) in &f.chunks {
-            assert!(g.chunks[p].same(c), "page {p} is the file's own");
-        }
     }
 }

@@ -1,13 +1,12 @@
 //! What recovery needs from ramfs (issue 19, seed 003; the log and the
 //! replay are `shoal-vfs`'s module `heal`, see there for the design).
 //!
-//! - **The journal**: every inode a call changed (created, renamed
-//!   into, destroyed, its times moved) and the data changes it made
-//!   (writes, truncations), in order; a write into pages the file had, a
-//!   write that added pages (with a reference to each new page), a
-//!   reference taken or dropped, a mode or owner changed and an access
-//!   time moved by a read come as the change alone ([`Change::InPlace`],
-//!   [`Change::Grew`], [`Change::Refs`], [`Change::Attr`],
+//! - **The journal**: every inode a call changed (created, written,
+//!   renamed into, destroyed, its times moved) and the ranges of file
+//!   data it wrote or the sizes it truncated to, in order; a write into
+//!   pages the file had, a reference taken or dropped, a mode or
+//!   owner changed and an access time moved by a read come as the change
+//!   alone ([`Change::InPlace`], [`Change::Refs`], [`Change::Attr`],
 //!   [`Change::Atime`]), the inode not
 //!   listed for them; so does a name added to or removed from a
 //!   directory ([`Change::Added`], [`Change::Removed`]: the log edits its
@@ -28,6 +27,15 @@ use shoal_plat::Errno;
 /// A change to file data, in the order the calls made them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
+    /// `len` bytes written at `off`.
+    Write {
+        /// The file.
+        ino: Ino,
+        /// Where.
+        off: u64,
+        /// How many bytes.
+        len: u64,
+    },
     /// Written in pages the file already had: no page was added (so a
     /// handle kept in step with the file — recovery's log — already
     /// holds every page the write touched). What else the write changed
@@ -46,34 +54,6 @@ pub enum Change {
         time: Timespec,
         /// Its mode after the write.
         perm: u32,
-    },
-    /// Written, adding pages (`pages_n` of them, in the journal's page
-    /// list from `pages_at`: index and a reference each,
-    /// [`Fs::journal_pages`]). Like [`Change::InPlace`] the inode is not
-    /// in `touched` for it and the change brings what else the write
-    /// changed; the log applies it to its image and takes the new pages
-    /// into its handle on the file ([`crate::data::Mirror::grew`]; the
-    /// other pages the write touched are the same pages in both) without
-    /// looking the inode or its pages up. `off` and `len` serve a log
-    /// that exports the inode instead (it has no handle yet, or the same
-    /// call changed the inode otherwise).
-    Grew {
-        /// The file.
-        ino: Ino,
-        /// Where.
-        off: u64,
-        /// How many bytes.
-        len: u64,
-        /// Its size after the write.
-        size: u64,
-        /// Its new modification and change time.
-        time: Timespec,
-        /// Its mode after the write.
-        perm: u32,
-        /// Its first page's place in the journal's page list.
-        pages_at: u32,
-        /// How many pages it added.
-        pages_n: u32,
     },
     /// The page holding `off` was handed to a shared mapping (and made
     /// the file's own if it was not).
@@ -190,15 +170,13 @@ pub enum Change {
 /// What changed since the journal was last drained.
 #[derive(Debug, Default)]
 pub struct Journal {
-    pub(crate) on: bool,
+    on: bool,
     /// Inodes changed (each once; a call changes a handful).
     pub touched: Vec<Ino>,
     /// Data changes, in order.
     pub changes: Vec<Change>,
     /// The names of [`Change::Added`] entries, one after the other.
     pub names: Vec<u8>,
-    /// The pages [`Change::Grew`] entries added, one after the other.
-    pub pages: Vec<(u64, crate::data::Chunk)>,
 }
 
 impl Journal {
@@ -261,12 +239,11 @@ enum NodeImage {
 }
 
 impl Image {
-    /// Applies a write ([`Change::InPlace`], [`Change::Grew`]) to the
-    /// image of a regular file; `false` (nothing changed) if this is not
-    /// one.
+    /// Applies a write in place ([`Change::InPlace`]) to the image of a
+    /// regular file; `false` (nothing changed) if this is not one.
     pub fn apply_in_place(&mut self, c: &Change) -> bool {
         match *c {
-            Change::InPlace { time, perm, .. } | Change::Grew { time, perm, .. } if self.is_file() => {
+            Change::InPlace { time, perm, .. } if self.is_file() => {
                 (self.mtime, self.ctime, self.perm) = (time, time, perm);
                 true
             }
@@ -385,19 +362,12 @@ impl Fs {
         self.journal.touched.clear();
         self.journal.changes.clear();
         self.journal.names.clear();
-        self.journal.pages.clear();
     }
 
     /// The names of the journal's [`Change::Added`] entries (each
     /// change says where its name is).
     pub fn journal_names(&self) -> &[u8] {
         &self.journal.names
-    }
-
-    /// The pages of the journal's [`Change::Grew`] entries (each change
-    /// says where its own are).
-    pub fn journal_pages(&self) -> &[(u64, crate::data::Chunk)] {
-        &self.journal.pages
     }
 
     /// Whether the journal holds anything.

@@ -911,12 +911,9 @@ impl Fs {
             Node::Dir(_) => return Err(Errno::EISDIR),
             _ => return Err(Errno::EINVAL),
         };
-        let before = f.size();
-        // The pages the write adds go into the journal with it (for the
-        // log's handle on the file: no lookup of them there).
-        let at = self.journal.pages.len();
-        let n = f.write_noting(off, data, self.journal.on.then_some(&mut self.journal.pages))?;
-        let size = f.size();
+        let (before, pages) = (f.size(), f.owned_pages());
+        let n = f.write(off, data)?;
+        let (size, grew) = (f.size(), f.owned_pages() != pages);
         i.mtime = t;
         i.ctime = t;
         // Writing clears set-user-ID and set-group-ID bits, as on Linux.
@@ -927,12 +924,10 @@ impl Fs {
         }
         // Most writes (a database's pages, rewritten in place) add no
         // page: the log then updates its image from the change alone,
-        // with no lookup of the inode or of its pages; one that adds
-        // pages (SQLite's journal file, three pages each transaction)
-        // brings them along.
-        let added = self.journal.pages.len() - at;
-        if added != 0 {
-            self.journal.changed(heal::Change::Grew { ino, off, len: n as u64, size, time: t, perm, pages_at: at as u32, pages_n: added as u32 });
+        // with no lookup of the inode or of its pages.
+        if grew {
+            self.journal.touched(ino);
+            self.journal.changed(heal::Change::Write { ino, off, len: n as u64 });
         } else {
             self.journal.changed(heal::Change::InPlace { ino, size, time: t, perm });
         }

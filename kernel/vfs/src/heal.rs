@@ -24,11 +24,9 @@
 //!   supersedes it; an inode the program destroyed drops its entry (one
 //!   that existed at boot leaves a tombstone). Most changes reach the
 //!   image as the change itself, from ramfs's journal, never as a fresh
-//!   export: a write in place, a write that added pages (the new pages
-//!   come with it, into the file's handle below), a reference count, a
-//!   name added to or removed from a directory (one entry of the
-//!   directory's image, not a walk over all of them), an access time a
-//!   read moved, an empty file
+//!   export: a write in place, a reference count, a name added to or
+//!   removed from a directory (one entry of the directory's image, not a
+//!   walk over all of them), an access time a read moved, an empty file
 //!   made (its image built from the change), an inode destroyed (its
 //!   entry dropped without a lookup) — SQLite's journal file, made and
 //!   removed each transaction, is logged that way;
@@ -119,7 +117,7 @@ use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
-use shoal_ramfs::data::{Chunk, Mirror};
+use shoal_ramfs::data::Mirror;
 use shoal_ramfs::heal::{Change, Exported, Image};
 use shoal_ramfs::Ino;
 use shoal_recover::id;
@@ -552,7 +550,7 @@ impl Log {
         // page, a journal record), or a reference taken or dropped —
         // applied here, without the general walk.
         let done = match (touched, changes) {
-            ([], [c]) => self.apply_alone(c, v.fs.journal_names(), v.fs.journal_pages()),
+            ([], [c]) => self.apply_alone(c, v.fs.journal_names()),
             _ => false,
         };
         if done {
@@ -569,7 +567,7 @@ impl Log {
     /// to the log's image (and file handle); `false` if the log has no
     /// image of that inode yet (or the change is another kind), to be
     /// exported instead.
-    fn apply_alone(&mut self, c: &Change, names: &[u8], pages: &[(u64, Chunk)]) -> bool {
+    fn apply_alone(&mut self, c: &Change, names: &[u8]) -> bool {
         match *c {
             Change::Created { ino, .. } => {
                 let d = self.inodes.handle();
@@ -602,18 +600,6 @@ impl Log {
                 }
                 _ => false,
             },
-            // A write that added pages: they came with it.
-            Change::Grew { ino, size, pages_at, pages_n, .. } => {
-                let Some(added) = pages.get(pages_at as usize..pages_at as usize + pages_n as usize) else { return false };
-                match self.inodes.get_mut(ino) {
-                    Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
-                        im.apply_in_place(c);
-                        d.grew(size, added);
-                        true
-                    }
-                    _ => false,
-                }
-            }
             Change::Refs { ino, .. } => match self.inodes.get_mut(ino) {
                 Some(InodeEntry { image: Some(im), .. }) => im.apply_refs(c),
                 _ => false,
@@ -725,16 +711,13 @@ impl Log {
                         live.mirror_into(&mut d);
                         e.data = Some(d);
                     }
-                    // The call's changes to this file, in order, from
-                    // the lookup the export made (a truncation or a
-                    // mapped page journals the inode; a write, which
-                    // comes alone — `Change::Grew`, `Change::InPlace` —
-                    // is brought here when the call touched the inode
-                    // otherwise or its entry could not take it alone).
+                    // The call's changes to this file, in order (every
+                    // data change journals its inode, so each is reached
+                    // here, from the lookup the export made).
                     Some(handle) => {
                         for c in changes {
                             match *c {
-                                Change::Grew { ino: i, off, len, .. } if i == ino => handle.write(live, off, len),
+                                Change::Write { ino: i, off, len } if i == ino => handle.write(live, off, len),
                                 Change::InPlace { ino: i, .. } if i == ino => handle.size_from(live),
                                 Change::Truncate { ino: i, size } if i == ino => handle.truncate(live, size),
                                 Change::Mapped { ino: i, off } if i == ino => handle.write(live, off, 1),
@@ -764,11 +747,10 @@ impl Log {
         // that image already and are not applied again.
         // (Rarely anything: a Vec allocates only when pushed to.)
         let mut exported: Vec<Ino> = Vec::new();
-        let (names, pages) = (v.fs.journal_names(), v.fs.journal_pages());
+        let names = v.fs.journal_names();
         for c in changes {
             let (ino, dirent) = match *c {
                 Change::InPlace { ino, .. }
-                | Change::Grew { ino, .. }
                 | Change::Refs { ino, .. }
                 | Change::Attr { ino, .. }
                 | Change::Atime { ino, .. }
@@ -784,11 +766,8 @@ impl Log {
             if dirent && exported.contains(&ino) {
                 continue;
             }
-            if !self.apply_alone(c, names, pages) {
-                // Exported with this change, so that a file's handle
-                // takes what a write changed (`Change::Grew`) when the
-                // log already has one.
-                self.inodes_changed(v, &[ino], core::slice::from_ref(c));
+            if !self.apply_alone(c, names) {
+                self.inodes_changed(v, &[ino], &[]);
                 if dirent {
                     exported.push(ino);
                 }
