@@ -3,8 +3,8 @@
 //! descriptor tables, the pipes and the locks a call may have changed
 //! without comparing each of them with its copy after every call.
 //!
-//! Every mutable access goes through [`DerefMut`], which sets the flag,
-//! so no change can slip past it (the flag may be set by a borrow that
+//! Every mutable access goes through [`DerefMut`], which sets the mark,
+//! so no change can slip past it (the mark may be set by a borrow that
 //! changed nothing: then the log compares, finds the copy equal and
 //! moves on). Reads through [`Deref`] leave it alone.
 
