@@ -21,8 +21,10 @@ pub(crate) struct Tracked<T> {
     mark: usize,
 }
 
-/// [`Tracked::mark`]: nothing borrowed mutably.
-const CLEAN: usize = usize::MAX;
+/// [`Tracked::mark`]: nothing borrowed mutably. All ones, so several
+/// marks are all clean exactly when their bitwise and is `CLEAN` (every
+/// other mark has a zero bit): [`Tracked::mark`].
+pub(crate) const CLEAN: usize = usize::MAX;
 /// [`Tracked::mark`]: the whole value borrowed mutably (or two entries
 /// of a table). No table has this many entries (a `Vec`'s length is at
 /// most `isize::MAX`).
@@ -52,6 +54,14 @@ impl<T> Tracked<T> {
     #[inline]
     pub(crate) fn is_dirty(&self) -> bool {
         self.mark != CLEAN
+    }
+
+    /// The mark itself ([`CLEAN`] when nothing was borrowed mutably),
+    /// for a check of several tables at once without a branch per table
+    /// (`heal::changed_nothing`: `a.mark() & b.mark() == CLEAN`).
+    #[inline]
+    pub(crate) fn mark(&self) -> usize {
+        self.mark
     }
 
     /// Whether it was borrowed mutably since the last call; clears the
