@@ -83,10 +83,14 @@ pub(crate) fn logging() -> bool {
 }
 
 /// net's state was (or may have been) changed: the next [`commit`]
-/// copies it.
+/// copies it. The gate learns it from recover's pending word, told once
+/// per commit (not on every access: net's own flag is the common check).
 #[inline]
 pub(crate) fn touched() {
-    TOUCHED.store(true, Relaxed);
+    if !TOUCHED.load(Relaxed) {
+        TOUCHED.store(true, Relaxed);
+        shoal_recover::set_pending(id::NET);
+    }
 }
 
 /// A copy of net's state (module documentation).
@@ -200,7 +204,7 @@ pub fn start() {
         return;
     }
     start_log();
-    shoal_recover::set_committer(id::NET, commit, &TOUCHED);
+    shoal_recover::set_committer(id::NET, commit);
 }
 
 /// Starts the log: the state now is its first entry.

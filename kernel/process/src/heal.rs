@@ -6,10 +6,11 @@
 //! snapshot would point at freed memory). The log (in
 //! `shoal_recover::LOGS`, outside process's memory) holds one entry for
 //! each, as they were when the last call into process *began*: the gate
-//! calls [`log_state`] before every call into process (and rejuvenation
-//! before it reboots it), because the signal state also changes outside
-//! process's calls (the system-call table delivers signals, the scheduler
-//! raises the host's). Each entry is superseded in place when its part
+//! calls [`log_state`] before a call into process once a mutator said
+//! the state changed ([`changed`], recover's pending word; and
+//! rejuvenation before it reboots it), because the signal state also
+//! changes outside process's calls (the system-call table delivers
+//! signals, the scheduler raises the host's). Each entry is superseded in place when its part
 //! changed — the log's size is that of the state. Whether a part changed
 //! is known from a change count its mutators bump, not by comparing it:
 //! the check before a call that changes nothing is three loads. A reboot restores the
@@ -93,8 +94,17 @@ pub fn start() {
     log_state();
 }
 
-/// Brings the log up to date (the gate calls this before every call into
-/// process). Each part is copied only when its change count moved since
+/// Something the log holds changed (a mutator bumped its count): the
+/// gate runs [`log_state`] before the next call into process. Out of
+/// line: it is rare, and keeps recover's call in one place.
+#[inline(never)]
+pub(crate) fn changed() {
+    shoal_recover::set_pending(id::PROCESS);
+}
+
+/// Brings the log up to date (the gate calls this before a call into
+/// process once a mutator called [`changed`], and before a
+/// rejuvenation). Each part is copied only when its change count moved since
 /// the last copy (the mutators count: `signal::signals_mut`,
 /// `sys::LIMIT_CHANGES`, `ipc::IPC_CHANGES`), so a call that changed
 /// nothing — `getpid`, nearly every call — costs three loads and
@@ -133,6 +143,10 @@ pub fn log_state() {
     });
     if done == Some(true) {
         UP_TO_DATE.set(sig_n, lim_n, ipc_n);
+    } else {
+        // Borrowed (a failed call abandoned the borrow): the copy waits
+        // for the next call into process.
+        changed();
     }
     // Before a rejuvenation the IPC objects are sound: freed here (the
     // reboot installs the log's copy) rather than leaked.
@@ -157,4 +171,7 @@ pub fn after_reboot(_count: u64) {
     };
     shoal_recover::set_replayed(3);
     shoal_recover::set_log_bytes(id::PROCESS, bytes as u64);
+    // The restored counts are the snapshot's: the next call into process
+    // compares them with the log's afresh.
+    changed();
 }

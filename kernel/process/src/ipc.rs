@@ -286,6 +286,7 @@ pub(crate) fn changes() -> u64 {
 /// The IPC objects, for a call that may change them (counted).
 fn with_ipc<R>(f: impl FnOnce(&mut Ipc) -> R) -> R {
     IPC_CHANGES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    crate::heal::changed();
     IPC.with(f)
 }
 
@@ -327,6 +328,7 @@ pub(crate) fn copy_if_changed(copy: &mut Ipc, seen: &mut u64) -> Option<bool> {
 pub(crate) fn clear() {
     let old = IPC.try_with(core::mem::take);
     IPC_CHANGES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    crate::heal::changed();
     drop(old);
 }
 

@@ -249,6 +249,7 @@ pub(crate) static CHANGES: core::sync::atomic::AtomicU64 = core::sync::atomic::A
 /// [`CHANGES`]; read-only uses borrow [`SIGNALS`] directly).
 pub(crate) fn signals_mut<R>(f: impl FnOnce(&mut Signals) -> R) -> R {
     CHANGES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    crate::heal::changed();
     SIGNALS.with(f)
 }
 

@@ -314,6 +314,7 @@ fn prlimit(pid: i32, resource: u32, new: u64, old: u64) -> SysResult {
     if let Some(n) = n {
         with_limits(|t| t[r] = n);
         LIMIT_CHANGES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        crate::heal::changed();
     }
     Ok(0)
 }

@@ -45,7 +45,8 @@
 //! `shoal_process::heal` logs before each call into process, through
 //! [`set_logger`], since its signal state also changes outside its calls;
 //! `shoal_net::heal` after every gated call, through [`set_committer`],
-//! since its state also changes in calls into vfs).
+//! since its state also changes in calls into vfs; both run only once
+//! their component called [`set_pending`]).
 //! A panic in any other component (`mm`, `sched`, …) ends the
 //! instance as before, now naming the component.
 //!
@@ -70,8 +71,8 @@ mod log;
 mod snapshot;
 pub mod watchdog;
 pub use log::{
-    enter, enter_quiet, log_bytes, log_cell, rejuvenating, resume, set_committer, set_log_bytes, set_logger, set_rejuvenator, set_replayed, suspend, Entered,
-    Suspended, LOGS,
+    enter, enter_quiet, log_bytes, log_cell, rejuvenating, resume, set_committer, set_log_bytes, set_logger, set_pending, set_rejuvenator, set_replayed,
+    suspend, Entered, Suspended, LOGS,
 };
 
 use alloc::boxed::Box;
@@ -243,7 +244,9 @@ static FAILED: AtomicU8 = AtomicU8::new(0);
 /// return to it. An 8-byte word: the spt tender reads it to decide whether
 /// a CPU fault is the kernel's to handle (`Hypercall::FaultHandler`).
 static ARMED: AtomicU64 = AtomicU64::new(0);
-/// Calls per component, through the system-call table.
+/// Calls per component, through the system-call table: counted only
+/// when an `--inject` is set (its N-th call), which [`init`] reads before
+/// the program's first call.
 static CALLS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
 /// `--no-recover`: no gates at all.
 static OFF: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
@@ -507,8 +510,10 @@ pub fn ungated_call(c: Component) -> bool {
     if CURRENT.load(Relaxed) != 0 || INJECT_COMPONENT.load(Relaxed) == c || REJUVENATE_TICKS.load(Relaxed) != 0 {
         return false;
     }
-    if let Some(calls) = (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
-        calls.fetch_add(1, Relaxed);
+    if INJECT_COMPONENT.load(Relaxed) != 0 {
+        if let Some(calls) = (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
+            calls.fetch_add(1, Relaxed);
+        }
     }
     true
 }
@@ -530,11 +535,14 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
         rejuvenate();
     }
     let prev = swap_current(c);
-    let n = match (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
-        Some(calls) => bump(calls),
-        None => 0,
+    // Counted only for an `--inject` (see `CALLS`).
+    let inject = match INJECT_COMPONENT.load(Relaxed) {
+        0 => false,
+        i => {
+            let n = (c as usize).checked_sub(1).and_then(|k| CALLS.get(k)).map_or(0, bump);
+            c != 0 && i == c && INJECT_AT.load(Relaxed) == n
+        }
     };
-    let inject = c != 0 && INJECT_COMPONENT.load(Relaxed) == c && INJECT_AT.load(Relaxed) == n;
     // A gate inside a gate (a rebootable component's call never calls back
     // into the table, so this does not happen today) runs unprotected: one
     // saved context at a time.
@@ -550,7 +558,7 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
         r
     } else {
         if inject {
-            injected(c, n);
+            injected(c, INJECT_AT.load(Relaxed));
         }
         f(args)
     };
@@ -823,18 +831,21 @@ mod tests {
         let calls = || CALLS[id::TIME as usize - 1].load(Relaxed);
         let n = calls();
         assert!(ungated_call(id::TIME));
+        assert_eq!(calls(), n, "no --inject: nothing counts calls");
+        INJECT_COMPONENT.store(id::VFS, Relaxed);
+        assert!(ungated_call(id::TIME));
         assert_eq!(calls(), n + 1, "counted as the gate counts, so --inject numbers stay");
         INJECT_COMPONENT.store(id::TIME, Relaxed);
         assert!(!ungated_call(id::TIME), "an injection into time takes the gate");
         INJECT_COMPONENT.store(id::VFS, Relaxed);
         assert!(ungated_call(id::TIME));
-        INJECT_COMPONENT.store(0, Relaxed);
         CURRENT.store(id::NET, Relaxed);
         assert!(!ungated_call(id::TIME), "inside another call");
         CURRENT.store(0, Relaxed);
         REJUVENATE_TICKS.store(5, Relaxed);
         assert!(!ungated_call(id::TIME), "rejuvenation runs at the gate");
         REJUVENATE_TICKS.store(0, Relaxed);
+        INJECT_COMPONENT.store(0, Relaxed);
         assert_eq!(calls(), n + 2);
     }
 
@@ -941,6 +952,10 @@ mod tests {
         t[c as usize - 1] = Regions { text: Range::default(), data: Range { start, end: start + 16 }, bss: Range { start: start + 16, end: start + 32 } };
         init_with(t, &[(c, Some(hook))], 1_000_000_000);
         assert!(rebootable(c) && !rebootable(by_name("vfs")));
+        // Calls are counted only for an `--inject` (here one into vfs,
+        // which never comes).
+        INJECT_COMPONENT.store(id::VFS, Relaxed);
+        INJECT_AT.store(u64::MAX, Relaxed);
 
         // A component that fails every time: rebooted twice, EIO.
         assert_eq!(call_in(c, fails_after_scribbling, &Args::default()), Err(Errno::EIO));
@@ -959,7 +974,49 @@ mod tests {
         // An injected panic needs the kernel's panic handler; here the
         // count that triggers it is checked instead.
         assert_eq!(CALLS[c as usize - 1].load(Relaxed), 2);
+        INJECT_COMPONENT.store(0, Relaxed);
         // An ordinary call is not disturbed.
         assert_eq!(call_in(c, |_| Ok(5), &Args::default()), Ok(5));
+        assert_eq!(CALLS[c as usize - 1].load(Relaxed), 2, "no --inject: not counted");
+    }
+
+    static LOGGED: AtomicU64 = AtomicU64::new(0);
+    static COMMITTED: AtomicU64 = AtomicU64::new(0);
+
+    /// A committer that cannot bring its log up to date the first time
+    /// (as net's, when its log is borrowed) and asks again.
+    fn committer() {
+        if COMMITTED.fetch_add(1, Relaxed) == 0 {
+            set_pending(id::NET);
+        }
+    }
+
+    #[test]
+    fn loggers_and_committers_run_only_when_their_component_has_something_pending() {
+        set_logger(id::PROCESS, || {
+            LOGGED.fetch_add(1, Relaxed);
+        });
+        set_committer(id::NET, committer);
+        log::before_call(id::PROCESS);
+        log::after_call();
+        assert_eq!((LOGGED.load(Relaxed), COMMITTED.load(Relaxed)), (0, 0), "nothing pending: neither runs");
+        set_pending(id::PROCESS);
+        log::after_call();
+        assert_eq!(LOGGED.load(Relaxed), 0, "a logger runs before a call into its component, not after calls");
+        log::before_call(id::VFS);
+        assert_eq!(LOGGED.load(Relaxed), 0, "nor before calls into others");
+        log::before_call(id::PROCESS);
+        log::before_call(id::PROCESS);
+        assert_eq!(LOGGED.load(Relaxed), 1, "once per set_pending");
+        set_pending(id::NET);
+        log::after_call();
+        assert_eq!(COMMITTED.load(Relaxed), 1);
+        log::after_call();
+        assert_eq!(COMMITTED.load(Relaxed), 2, "asked again: it runs after the next call too");
+        log::after_call();
+        assert_eq!(COMMITTED.load(Relaxed), 2);
+        set_pending(id::NET);
+        log::before_call(id::NET);
+        assert_eq!(COMMITTED.load(Relaxed), 3, "and before a call into its own component");
     }
 }

@@ -18,7 +18,7 @@
 use super::{bump, injected, rebootable, swap_current, Component, ARMED, CALLS, CURRENT, INJECT_AT, INJECT_COMPONENT, N};
 use alloc::boxed::Box;
 use core::any::Any;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use shoal_plat::Global;
 
 /// While alive, the code running is component `c`'s; dropping it returns
@@ -61,7 +61,7 @@ fn watch_from(prev: Component, c: Component) -> bool {
 pub fn enter(c: Component) -> Entered {
     let prev = swap_current(c);
     let watched = watch_from(prev, c);
-    if c != prev {
+    if c != prev && INJECT_COMPONENT.load(Relaxed) != 0 {
         if let Some(calls) = (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
             let n = bump(calls);
             if INJECT_COMPONENT.load(Relaxed) == c && INJECT_AT.load(Relaxed) == n && ARMED.load(Relaxed) != 0 && rebootable(c) {
@@ -169,9 +169,9 @@ pub fn resume(s: Suspended) {
 }
 
 /// What a stateful component runs to bring its log up to date before a
-/// call into it begins (`process`: see `shoal_process::heal`), by
-/// component: function addresses (0: none) in plain atomics, as
-/// [`COMMITTERS`], so a gate's look is a load with nothing borrowed.
+/// call into it begins, once something is pending ([`set_pending`];
+/// `process`: see `shoal_process::heal`), by component: function
+/// addresses (0: none) in plain atomics, as [`COMMITTERS`].
 static LOGGERS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 
 /// What a component runs only before a rejuvenation reboots it (vfs,
@@ -182,8 +182,9 @@ static LOGGERS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 /// that would only check [`rejuvenating`] and return.
 static REJUVENATORS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
 
-/// Registers `f` to run before every gated call into `c` and before a
-/// rejuvenation reboots it.
+/// Registers `f` to run before a gated call into `c` when `c` has called
+/// [`set_pending`] since `f` last ran, and before a rejuvenation reboots
+/// it.
 pub fn set_logger(c: Component, f: fn()) {
     if let Some(l) = (c as usize).checked_sub(1).and_then(|i| LOGGERS.get(i)) {
         l.store(f as usize, Relaxed);
@@ -211,58 +212,54 @@ pub(crate) fn set_rejuvenating(on: bool) {
     REJUVENATING.store(on, Relaxed);
 }
 
-/// What a stateful component runs after every gated call, whichever
-/// component the call entered (`net`: its state also changes in calls
-/// into vfs — `close`, `poll` — that reach it through vfs's object
-/// table; see `shoal_net::heal`), by component: function addresses (0:
-/// none) in plain atomics, so the check every gate makes is a load or
-/// two, with nothing borrowed.
+/// What a stateful component runs after a gated call that left something
+/// pending for it, whichever component the call entered (`net`: its
+/// state also changes in calls into vfs — `close`, `poll` — that reach
+/// it through vfs's object table; see `shoal_net::heal`), by component:
+/// function addresses (0: none) in plain atomics.
 static COMMITTERS: [AtomicUsize; N] = [const { AtomicUsize::new(0) }; N];
-
-/// Each committer's "something to commit" flag (see [`set_committer`]).
-static PENDING: [AtomicPtr<AtomicBool>; N] = [const { AtomicPtr::new(core::ptr::null_mut()) }; N];
 
 /// Bit `c - 1` set: component `c` has a committer.
 static COMMITTER_MASK: AtomicU16 = AtomicU16::new(0);
 
-/// Registers `f` to run after every gated system call (any component's)
-/// that set `pending`: it brings `c`'s log up to date with what the call
-/// changed (and clears `pending`). The gate looks at the flag itself, so a
-/// call that left the component alone costs a load, not a call.
-pub fn set_committer(c: Component, f: fn(), pending: &'static AtomicBool) {
+/// Bit `c - 1` set: component `c` changed state its log does not hold
+/// yet ([`set_pending`]). One word on recover's own page, beside the
+/// gate's other words, so the check after every gated call is this load.
+/// (A flag of each component's own, read through a pointer, put a load
+/// from that component's page on every gated call: the gate's hottest
+/// instruction in a profile of SQLite's inserts.)
+static PENDING: AtomicU16 = AtomicU16::new(0);
+
+/// Component `c` changed state its log does not hold yet: its logger runs
+/// before the next gated call into it, its committer after the next gated
+/// call (any component's). Out of line: see `Entered`'s drop.
+#[inline(never)]
+pub fn set_pending(c: Component) {
+    if let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) {
+        PENDING.store(PENDING.load(Relaxed) | 1 << i, Relaxed);
+    }
+}
+
+/// Registers `f` to run after a gated system call (any component's) once
+/// `c` has called [`set_pending`]: it brings `c`'s log up to date with
+/// what changed (and calls [`set_pending`] again if it could not).
+pub fn set_committer(c: Component, f: fn()) {
     if let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) {
         COMMITTERS[i].store(f as usize, Relaxed);
-        PENDING[i].store(core::ptr::from_ref(pending).cast_mut(), Relaxed);
         COMMITTER_MASK.fetch_or(1 << i, Relaxed);
     }
 }
 
-/// Runs every registered committer whose flag is set (after a gated call).
+/// Runs every committer whose component has something pending (after a
+/// gated call): a load and a branch when none has.
 #[inline]
 pub(crate) fn after_call() {
-    let mut mask = COMMITTER_MASK.load(Relaxed);
+    let mut mask = PENDING.load(Relaxed) & COMMITTER_MASK.load(Relaxed);
     while mask != 0 {
         let i = mask.trailing_zeros() as usize;
         mask &= mask - 1;
-        commit_if_pending(i);
-    }
-}
-
-/// Runs committer `i` (component `i + 1`'s) if its flag is set.
-#[inline]
-fn commit_if_pending(i: usize) {
-    let p = PENDING.get(i).map_or(core::ptr::null_mut(), |p| p.load(Relaxed));
-    // SAFETY: a non-null pointer was stored by `set_committer` from a
-    // `&'static AtomicBool`.
-    if p.is_null() || !unsafe { &*p }.load(Relaxed) {
-        return;
-    }
-    let a = COMMITTERS.get(i).map_or(0, |c| c.load(Relaxed));
-    if a != 0 {
-        // SAFETY: `a` was stored by `set_committer` from a `fn()`, and
-        // is never anything else (0 is checked above).
-        let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(a) };
-        f();
+        PENDING.store(PENDING.load(Relaxed) & !(1 << i), Relaxed);
+        run_hook(&COMMITTERS, i as Component + 1);
     }
 }
 
@@ -271,23 +268,28 @@ fn commit_if_pending(i: usize) {
 fn run_hook(hooks: &[AtomicUsize; N], c: Component) {
     let a = (c as usize).checked_sub(1).and_then(|i| hooks.get(i)).map_or(0, |h| h.load(Relaxed));
     if a != 0 {
-        // SAFETY: `a` was stored by `set_logger` or `set_rejuvenator` from
-        // a `fn()`, and is never anything else (0 is checked above).
+        // SAFETY: `a` was stored by `set_logger`, `set_rejuvenator` or
+        // `set_committer` from a `fn()`, and is never anything else (0 is
+        // checked above).
         let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(a) };
         f();
     }
 }
 
-/// Runs `c`'s logger, if it has one, and its committer if something is
-/// pending (before a gated call into `c`: a change to `c`'s state made
-/// outside every gated call — net's, in the scheduler's idle wait — is
-/// in its log before the call can fail).
+/// Before a gated call into `c`: if `c` has something pending, runs its
+/// logger and its committer (a change to `c`'s state made outside every
+/// gated call — process's signals, net's in the scheduler's idle wait —
+/// is in its log before the call can fail).
 #[inline]
 pub(crate) fn before_call(c: Component) {
-    run_hook(&LOGGERS, c);
-    if let Some(i) = (c as usize).checked_sub(1) {
-        commit_if_pending(i);
+    let Some(i) = (c as usize).checked_sub(1).filter(|i| *i < N) else { return };
+    let p = PENDING.load(Relaxed);
+    if p & 1 << i == 0 {
+        return;
     }
+    PENDING.store(p & !(1 << i), Relaxed);
+    run_hook(&LOGGERS, c);
+    run_hook(&COMMITTERS, c);
 }
 
 /// Runs `c`'s logger and its rejuvenation hook (before a rejuvenation

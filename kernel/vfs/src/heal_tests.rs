@@ -230,7 +230,7 @@ fn replaying_the_log_rebuilds_exactly_the_state() {
             // As `commit` does after every call: a call the quick check
             // calls quiet is not recorded, so a change it misses shows.
             if !changed_nothing(&log, &healed) {
-                log.record(&mut healed);
+                record_call(&mut log, &mut healed);
             }
             assert_eq!(a, b, "seed {seed} step {i}: the same call answers the same");
             images_are_the_live_inodes(&log, &healed, &format!("seed {seed} step {i}"));

@@ -188,6 +188,14 @@ pub struct Vfs {
     pub(crate) nofile: usize,
     /// `RLIMIT_FSIZE` (soft): regular files do not grow past it.
     pub(crate) fsize: u64,
+    /// Set by every change of `cwd`, `umask`, `nofile` or `fsize` (the
+    /// log's `Scalars`: `set_cwd`, `umask`, `set_limits`), cleared when
+    /// the log has recorded the call: the after-call check
+    /// (`heal::changed_nothing`) reads this one word instead of comparing
+    /// the four with the log's copy. (In test builds that check also
+    /// compares them, so a change that does not set it fails the
+    /// property test.)
+    pub(crate) scalars_set: bool,
 }
 
 impl Vfs {
@@ -212,6 +220,7 @@ impl Vfs {
             locks: Tracked::new(lock::Locks::default()),
             nofile: DEFAULT_NOFILE,
             fsize: u64::MAX,
+            scalars_set: false,
         };
         for (t, fl) in [(Target::Stdin, abi::O_RDONLY), (Target::Stdout, abi::O_WRONLY), (Target::Stderr, abi::O_WRONLY)] {
             let o = v.new_ofd(t, fl);
@@ -356,6 +365,7 @@ impl Vfs {
     pub fn set_limits(&mut self, nofile: u64, fsize: u64) {
         self.nofile = nofile.min(MAX_FDS as u64) as usize;
         self.fsize = fsize;
+        self.scalars_set = true;
     }
 
     /// `RLIMIT_FSIZE`: a regular file may grow to `end` bytes; otherwise

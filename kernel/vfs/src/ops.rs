@@ -775,6 +775,7 @@ impl Vfs {
     pub(crate) fn umask(&mut self, a: &Args) -> SysResult {
         let old = self.umask;
         self.umask = a.uint(0) & 0o777;
+        self.scalars_set = true;
         Ok(old as u64)
     }
 
@@ -905,6 +906,7 @@ impl Vfs {
         }
         self.fs.get_ref(ino);
         let old = core::mem::replace(&mut self.cwd, ino);
+        self.scalars_set = true;
         self.fs.put_ref(old);
         Ok(0)
     }

@@ -3,23 +3,32 @@
 //! descriptor tables, the pipes and the locks a call may have changed
 //! without comparing each of them with its copy after every call.
 //!
-//! Every mutable access goes through [`DerefMut`], which sets the flag,
-//! so no change can slip past it (the flag may be set by a borrow that
+//! Every mutable access goes through [`DerefMut`], which sets the mark,
+//! so no change can slip past it (the mark may be set by a borrow that
 //! changed nothing: then the log compares, finds the copy equal and
 //! moves on). Reads through [`Deref`] leave it alone.
 
 use core::ops::{Deref, DerefMut};
 
-/// `T` with a "mutably borrowed since [`Tracked::take_dirty`]" flag.
+/// `T` with a "mutably borrowed since [`Tracked::take_dirty`]" mark.
 pub(crate) struct Tracked<T> {
     value: T,
-    dirty: bool,
-    /// For a table (`Tracked<Vec<_>>`): the one entry borrowed mutably
-    /// through [`Tracked::at_mut`] while `dirty` is clear (`NONE`: none).
-    one: usize,
+    /// What was borrowed mutably since the last look, in one word (so
+    /// that vfs's after-call check, `heal::changed_nothing`, reads one
+    /// word per table): [`CLEAN`], [`ALL`], or for a table
+    /// (`Tracked<Vec<_>>`) the index of the one entry borrowed through
+    /// [`Tracked::at_mut`].
+    mark: usize,
 }
 
-const NONE: usize = usize::MAX;
+/// [`Tracked::mark`]: nothing borrowed mutably. All ones, so several
+/// marks are all clean exactly when their bitwise and is `CLEAN` (every
+/// other mark has a zero bit): [`Tracked::mark`].
+pub(crate) const CLEAN: usize = usize::MAX;
+/// [`Tracked::mark`]: the whole value borrowed mutably (or two entries
+/// of a table). No table has this many entries (a `Vec`'s length is at
+/// most `isize::MAX`).
+const ALL: usize = usize::MAX - 1;
 
 /// What of a tracked table was borrowed mutably since the last look
 /// ([`Tracked::take_dirty_entries`]).
@@ -36,21 +45,30 @@ pub(crate) enum Dirty {
 impl<T> Tracked<T> {
     /// `value`, not dirty.
     pub(crate) const fn new(value: T) -> Self {
-        Tracked { value, dirty: false, one: NONE }
+        Tracked { value, mark: CLEAN }
     }
 
     /// Whether it was borrowed mutably (the whole value, or one entry
-    /// of a table) since the last look, without clearing anything.
+    /// of a table) since the last look, without clearing anything: one
+    /// load and a compare.
     #[inline]
     pub(crate) fn is_dirty(&self) -> bool {
-        self.dirty || self.one != NONE
+        self.mark != CLEAN
+    }
+
+    /// The mark itself ([`CLEAN`] when nothing was borrowed mutably),
+    /// for a check of several tables at once without a branch per table
+    /// (`heal::changed_nothing`: `a.mark() & b.mark() == CLEAN`).
+    #[inline]
+    pub(crate) fn mark(&self) -> usize {
+        self.mark
     }
 
     /// Whether it was borrowed mutably since the last call; clears the
-    /// flag.
+    /// mark.
     #[inline]
     pub(crate) fn take_dirty(&mut self) -> bool {
-        (core::mem::replace(&mut self.one, NONE) != NONE) | core::mem::replace(&mut self.dirty, false)
+        core::mem::replace(&mut self.mark, CLEAN) != CLEAN
     }
 }
 
@@ -60,12 +78,10 @@ impl<T> Tracked<alloc::vec::Vec<T>> {
     /// alone.
     #[inline]
     pub(crate) fn at_mut(&mut self, i: usize) -> Option<&mut T> {
-        if !self.dirty {
-            if self.one == NONE || self.one == i {
-                self.one = i;
-            } else {
-                self.dirty = true;
-            }
+        if self.mark == CLEAN {
+            self.mark = i;
+        } else if self.mark != i {
+            self.mark = ALL;
         }
         self.value.get_mut(i)
     }
@@ -73,13 +89,10 @@ impl<T> Tracked<alloc::vec::Vec<T>> {
     /// What was borrowed mutably since the last look; clears it.
     #[inline]
     pub(crate) fn take_dirty_entries(&mut self) -> Dirty {
-        let one = core::mem::replace(&mut self.one, NONE);
-        if core::mem::replace(&mut self.dirty, false) {
-            Dirty::All
-        } else if one != NONE {
-            Dirty::One(one)
-        } else {
-            Dirty::Clean
+        match core::mem::replace(&mut self.mark, CLEAN) {
+            CLEAN => Dirty::Clean,
+            ALL => Dirty::All,
+            i => Dirty::One(i),
         }
     }
 }
@@ -90,7 +103,7 @@ impl<T: Default> Default for Tracked<T> {
     }
 }
 
-/// Shows the value only: the flag is bookkeeping, not state.
+/// Shows the value only: the mark is bookkeeping, not state.
 impl<T: core::fmt::Debug> core::fmt::Debug for Tracked<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         self.value.fmt(f)
@@ -108,7 +121,7 @@ impl<T> Deref for Tracked<T> {
 impl<T> DerefMut for Tracked<T> {
     #[inline]
     fn deref_mut(&mut self) -> &mut T {
-        self.dirty = true;
+        self.mark = ALL;
         &mut self.value
     }
 }
