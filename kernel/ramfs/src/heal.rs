@@ -42,7 +42,7 @@ pub enum Change {
     /// comes with it — the size, the modification and change time, the
     /// mode (set-ID bits cleared) — and the inode is *not* in the
     /// journal's `touched` list for it: the log updates its image of the
-    /// file from these ([`Image::apply_in_place`]) without looking the
+    /// file from these ([`Image::apply_fields`]) without looking the
     /// inode up and exporting it again. (If the same call changed the
     /// inode otherwise, it is in `touched` as well.)
     InPlace {
@@ -135,7 +135,7 @@ pub enum Change {
     /// their kin; SQLite `fchown`s its journal every transaction): the
     /// attributes after the change. Like [`Change::InPlace`], the inode
     /// is not in `touched` for it: the log sets them in its image
-    /// ([`Image::apply_attr`]) instead of exporting the inode again.
+    /// ([`Image::apply_fields`]) instead of exporting the inode again.
     Attr {
         /// The inode.
         ino: Ino,
@@ -151,7 +151,7 @@ pub enum Change {
     /// The access time moved (a read under `relatime`, [`Fs::touch_atime`]):
     /// its new value. Like [`Change::InPlace`], the inode is not in
     /// `touched` for it: the log sets it in its image
-    /// ([`Image::apply_atime`]) instead of exporting the inode again.
+    /// ([`Image::apply_fields`]) instead of exporting the inode again.
     Atime {
         /// The inode.
         ino: Ino,
@@ -239,52 +239,20 @@ enum NodeImage {
 }
 
 impl Image {
-    /// Applies a write in place ([`Change::InPlace`]) to the image of a
-    /// regular file; `false` (nothing changed) if this is not one.
-    pub fn apply_in_place(&mut self, c: &Change) -> bool {
+    /// Applies a change of the inode's own fields: a write in place
+    /// ([`Change::InPlace`], to the image of a regular file), a reference
+    /// count ([`Change::Refs`]), attributes ([`Change::Attr`]) or an
+    /// access time ([`Change::Atime`]); `false` (nothing changed) for
+    /// another change, or a write in place to another kind of inode.
+    pub fn apply_fields(&mut self, c: &Change) -> bool {
         match *c {
-            Change::InPlace { time, perm, .. } if self.is_file() => {
-                (self.mtime, self.ctime, self.perm) = (time, time, perm);
-                true
-            }
-            _ => false,
+            Change::InPlace { time, perm, .. } if self.is_file() => (self.mtime, self.ctime, self.perm) = (time, time, perm),
+            Change::Refs { refs, .. } => self.refs = refs,
+            Change::Attr { perm, uid, gid, ctime, .. } => (self.perm, self.uid, self.gid, self.ctime) = (perm, uid, gid, ctime),
+            Change::Atime { atime, .. } => self.atime = atime,
+            _ => return false,
         }
-    }
-
-    /// Applies a reference count's change ([`Change::Refs`]); `false`
-    /// (nothing changed) for another change.
-    pub fn apply_refs(&mut self, c: &Change) -> bool {
-        match *c {
-            Change::Refs { refs, .. } => {
-                self.refs = refs;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Applies a change of attributes ([`Change::Attr`]); `false`
-    /// (nothing changed) for another change.
-    pub fn apply_attr(&mut self, c: &Change) -> bool {
-        match *c {
-            Change::Attr { perm, uid, gid, ctime, .. } => {
-                (self.perm, self.uid, self.gid, self.ctime) = (perm, uid, gid, ctime);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Applies an access time's change ([`Change::Atime`]); `false`
-    /// (nothing changed) for another change.
-    pub fn apply_atime(&mut self, c: &Change) -> bool {
-        match *c {
-            Change::Atime { atime, .. } => {
-                self.atime = atime;
-                true
-            }
-            _ => false,
-        }
+        true
     }
 
     /// Applies a directory entry's change ([`Change::Added`],

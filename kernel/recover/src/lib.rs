@@ -486,6 +486,18 @@ fn bump(calls: &AtomicU64) -> u64 {
     n
 }
 
+/// Counts a call into component `c` for `--inject` (only when one is
+/// set: see [`CALLS`]); whether it is the call the injection targets.
+#[inline]
+fn count_call(c: Component) -> bool {
+    let target = INJECT_COMPONENT.load(Relaxed);
+    if target == 0 {
+        return false;
+    }
+    let n = (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)).map_or(0, bump);
+    target == c && INJECT_AT.load(Relaxed) == n
+}
+
 /// The component the current system call entered (0: none).
 pub fn current() -> Component {
     CURRENT.load(Relaxed)
@@ -510,11 +522,8 @@ pub fn ungated_call(c: Component) -> bool {
     if CURRENT.load(Relaxed) != 0 || INJECT_COMPONENT.load(Relaxed) == c || REJUVENATE_TICKS.load(Relaxed) != 0 {
         return false;
     }
-    if INJECT_COMPONENT.load(Relaxed) != 0 {
-        if let Some(calls) = (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
-            calls.fetch_add(1, Relaxed);
-        }
-    }
+    // Never the injected call: an injection into `c` took the gate above.
+    count_call(c);
     true
 }
 
@@ -535,14 +544,7 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
         rejuvenate();
     }
     let prev = swap_current(c);
-    // Counted only for an `--inject` (see `CALLS`).
-    let inject = match INJECT_COMPONENT.load(Relaxed) {
-        0 => false,
-        i => {
-            let n = (c as usize).checked_sub(1).and_then(|k| CALLS.get(k)).map_or(0, bump);
-            c != 0 && i == c && INJECT_AT.load(Relaxed) == n
-        }
-    };
+    let inject = count_call(c);
     // A gate inside a gate (a rebootable component's call never calls back
     // into the table, so this does not happen today) runs unprotected: one
     // saved context at a time.

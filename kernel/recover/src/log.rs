@@ -15,7 +15,7 @@
 //!   number of calls a reboot replayed with [`set_replayed`], for the
 //!   reboot line.
 
-use super::{bump, injected, rebootable, swap_current, Component, ARMED, CALLS, CURRENT, INJECT_AT, INJECT_COMPONENT, N};
+use super::{count_call, injected, rebootable, swap_current, Component, ARMED, CURRENT, INJECT_AT, N};
 use alloc::boxed::Box;
 use core::any::Any;
 use core::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -61,13 +61,8 @@ fn watch_from(prev: Component, c: Component) -> bool {
 pub fn enter(c: Component) -> Entered {
     let prev = swap_current(c);
     let watched = watch_from(prev, c);
-    if c != prev && INJECT_COMPONENT.load(Relaxed) != 0 {
-        if let Some(calls) = (c as usize).checked_sub(1).and_then(|i| CALLS.get(i)) {
-            let n = bump(calls);
-            if INJECT_COMPONENT.load(Relaxed) == c && INJECT_AT.load(Relaxed) == n && ARMED.load(Relaxed) != 0 && rebootable(c) {
-                injected(c, n);
-            }
-        }
+    if c != prev && count_call(c) && ARMED.load(Relaxed) != 0 && rebootable(c) {
+        injected(c, INJECT_AT.load(Relaxed));
     }
     Entered(prev, watched)
 }

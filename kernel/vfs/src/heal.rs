@@ -617,22 +617,14 @@ impl Log {
             },
             Change::InPlace { ino, size, .. } => match self.inodes.get_mut(ino) {
                 Some(InodeEntry { image: Some(im), data: Some(d) }) if im.is_file() => {
-                    im.apply_in_place(c);
+                    im.apply_fields(c);
                     d.in_place(size);
                     true
                 }
                 _ => false,
             },
-            Change::Refs { ino, .. } => match self.inodes.get_mut(ino) {
-                Some(InodeEntry { image: Some(im), .. }) => im.apply_refs(c),
-                _ => false,
-            },
-            Change::Attr { ino, .. } => match self.inodes.get_mut(ino) {
-                Some(InodeEntry { image: Some(im), .. }) => im.apply_attr(c),
-                _ => false,
-            },
-            Change::Atime { ino, .. } => match self.inodes.get_mut(ino) {
-                Some(InodeEntry { image: Some(im), .. }) => im.apply_atime(c),
+            Change::Refs { ino, .. } | Change::Attr { ino, .. } | Change::Atime { ino, .. } => match self.inodes.get_mut(ino) {
+                Some(InodeEntry { image: Some(im), .. }) => im.apply_fields(c),
                 _ => false,
             },
             _ => false,
