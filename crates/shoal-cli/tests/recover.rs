@@ -728,10 +728,7 @@ fn a_second_sigterm_stops_a_guest_whose_kernel_does_not_return_at_once() {
         sigterm(&child);
         let (code, err) = finish(t, child);
         assert_eq!(code, Some(143), "{t}: {err}");
-        assert!(
-            err.contains("shoal: the guest did not take SIGTERM before a second signal came (its kernel is not returning); stopping it\n"),
-            "{t}: {err}"
-        );
+        assert!(err.contains("shoal: the guest did not take SIGTERM before a second signal came (its kernel is not returning); stopping it\n"), "{t}: {err}");
     }
 }
 

@@ -602,6 +602,9 @@ mod tests {
             msg(&["--no-recover", "--rejuvenate-every", "1", "img"]),
             "--no-recover turns component recovery off; it cannot be used with --rejuvenate-every"
         );
+        assert_eq!(msg(&["--stop-timeout", "0", "img"]), "--stop-timeout 0: expected whole seconds, 1 to 86400 (e.g. 5)");
+        assert_eq!(parse(&["img"]).unwrap().unwrap().config().stop_timeout_ns, 5_000_000_000);
+        assert_eq!(parse(&["--stop-timeout=30", "img"]).unwrap().unwrap().config().stop_timeout_ns, 30_000_000_000);
         let w = parse(&["--watchdog", "250", "img"]).unwrap().unwrap();
         assert_eq!((w.config().watchdog_ns, w.config().no_recover), (250_000_000, false));
         let off = parse(&["--no-recover", "img"]).unwrap().unwrap();
