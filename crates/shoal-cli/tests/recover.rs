@@ -716,20 +716,42 @@ fn sigterm_stops_a_guest_whose_kernel_does_not_return() {
 
 /// A second SIGTERM while the first is untaken stops such a guest at once
 /// (as a second Ctrl-C or `docker stop` after its timeout would): with a
-/// grace of an hour, the line names the second signal as the reason.
+/// grace of an hour, the line names the second signal as the reason. The
+/// status is that of the untaken signal: SIGHUP then SIGTERM ends with
+/// 129.
 #[test]
 fn a_second_sigterm_stops_a_guest_whose_kernel_does_not_return_at_once() {
     let dir = scratch();
     let image = build_image(&test_app("recover.c"), dir.path(), &[]);
     for t in tenders() {
-        let (child, _out) = spinning_kernel(t, &image, &["--stop-timeout", "3600"]);
-        sigterm(&child);
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        sigterm(&child);
-        let (code, err) = finish(t, child);
-        assert_eq!(code, Some(143), "{t}: {err}");
-        assert!(err.contains("shoal: the guest did not take SIGTERM before a second signal came (its kernel is not returning); stopping it\n"), "{t}: {err}");
+        for (first, status, name) in [(libc::SIGTERM, 143, "SIGTERM"), (libc::SIGHUP, 129, "SIGHUP")] {
+            let (child, _out) = spinning_kernel(t, &image, &["--stop-timeout", "3600"]);
+            // SAFETY: kill on our own child's pid.
+            assert_eq!(unsafe { libc::kill(child.id() as i32, first) }, 0);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            sigterm(&child);
+            let (code, err) = finish(t, child);
+            assert_eq!(code, Some(status), "{t} {name}: {err}");
+            let line = format!("shoal: the guest did not take {name} before a second signal came (its kernel is not returning); stopping it\n");
+            assert!(err.contains(&line), "{t} {name}: {err}");
+        }
     }
+}
+
+/// spt with `--single-process` has no waiting parent to time the grace:
+/// there the second signal stops such a guest (the instance's own handler
+/// finds the first still untaken, writes the line and exits with 143).
+#[test]
+fn a_second_sigterm_stops_a_single_process_instance_whose_kernel_does_not_return() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    let (child, _out) = spinning_kernel("spt", &image, &["--single-process"]);
+    sigterm(&child);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    sigterm(&child);
+    let (code, err) = finish("spt --single-process", child);
+    assert_eq!(code, Some(143), "{err}");
+    assert!(err.contains("shoal: the guest did not take SIGTERM before a second signal came (its kernel is not returning); stopping it\n"), "{err}");
 }
 
 /// `--stop-timeout` takes whole seconds; anything else is a one-line error.
