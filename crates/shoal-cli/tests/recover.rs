@@ -8,7 +8,9 @@
 //! (vfs, ramfs, process, net), whose state is rebuilt from its log; a
 //! component that cannot be rebooted yet (mm), and a fault in the
 //! application, still end the instance as before, and a long computation
-//! in the application is not a hang. The program is
+//! in the application is not a hang; and a guest whose kernel never
+//! returns (a hang with `--watchdog off`) is still stopped by SIGTERM from
+//! the host (`--stop-timeout`, or a second signal). The program is
 //! `apps/tests/recover.c`. Every test runs on each tender
 //! `common::tenders()` finds (hvt with a visible skip otherwise).
 
