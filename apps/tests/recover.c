@@ -14,6 +14,10 @@
  *   recover threads N  a second thread spins (so the preemption tick runs)
  *                      while main makes N rounds of clock_gettime and
  *                      getuid calls, checking each; prints "threads ok N"
+ *   recover ready N    prints "ready" (flushed) and then makes N
+ *                      clock_gettime calls; prints "clock ok N" (with
+ *                      --watchdog off --inject time:hang@K, K <= N, the
+ *                      kernel spins in the K-th call, after "ready")
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -60,6 +64,18 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n * 1000000; i++)
             x = x * 6364136223846793005ul + 1442695040888963407ul;
         printf("spun %ld\n", n);
+        return 0;
+    }
+    if (argc > 2 && !strcmp(argv[1], "ready")) {
+        int n = atoi(argv[2]);
+        printf("ready\n");
+        fflush(stdout);
+        for (int i = 0; i < n; i++) {
+            struct timespec ts;
+            if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+                return fail("clock_gettime", i);
+        }
+        printf("clock ok %d\n", n);
         return 0;
     }
     if (argc > 2 && !strcmp(argv[1], "threads")) {

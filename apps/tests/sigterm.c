@@ -7,7 +7,10 @@
  * sigsuspend() with SIGTERM blocked outside it (the classic daemon loop).
  * With "default": no handler, so SIGTERM ends it as on Linux (status 143).
  * With "spin" and "spin-default": the same two, but the program computes
- * in a loop without a system call (the signal must stop it where it is). */
+ * in a loop without a system call (the signal must stop it where it is).
+ * With "slow": as with no argument, but once the signal came the program
+ * takes 3 s more to stop (a handler's work, like Redis saving its
+ * snapshot: `shoal run --stop-timeout 1` must not cut it short). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,6 +63,10 @@ int main(int argc, char **argv)
 		nap = (struct timespec){120, 0};
 	while (!got)
 		nanosleep(&nap, 0);
+	if (argc > 1 && strcmp(argv[1], "slow") == 0) {
+		struct timespec work = {3, 0};
+		nanosleep(&work, 0);
+	}
 	printf("got signal %d\n", (int)got);
 	return 3;
 }

@@ -207,6 +207,9 @@ struct RecoverOpts {
     /// Reboot a rebootable kernel component whose call runs longer than MS milliseconds (the hang watchdog; default 1000; `off` turns it off).
     #[arg(long, value_name = "MS")]
     watchdog: Option<String>,
+    /// Stop the guest from the host when a SIGTERM or SIGHUP sent to `shoal run` is still untaken by its kernel after SECONDS (default 5; a second signal while one is untaken stops it at once); status 128+n as a death by it.
+    #[arg(long = "stop-timeout", value_name = "SECONDS")]
+    stop_timeout: Option<String>,
     /// No component gates: system calls go straight to the kernel components; nothing is rebooted (a component's failure ends the instance).
     #[arg(long)]
     no_recover: bool,
@@ -251,6 +254,7 @@ fn run_image(
         .with_rejuvenation(recover.rejuvenate_every.as_deref())?
         .with_watchdog(recover.watchdog.as_deref(), recover.no_recover)?
         .with_stateful_recovery(recover.recover_stateful)?
+        .with_stop_timeout(recover.stop_timeout.as_deref())?
         .with_log_shrink(recover.log_shrink.as_deref(), recover.log_report)?;
     Ok(shoal_tender::run(&args)?)
 }

@@ -8,7 +8,9 @@
 //! (vfs, ramfs, process, net), whose state is rebuilt from its log; a
 //! component that cannot be rebooted yet (mm), and a fault in the
 //! application, still end the instance as before, and a long computation
-//! in the application is not a hang. The program is
+//! in the application is not a hang; and a guest whose kernel never
+//! returns (a hang with `--watchdog off`) is still stopped by SIGTERM from
+//! the host (`--stop-timeout`, or a second signal). The program is
 //! `apps/tests/recover.c`. Every test runs on each tender
 //! `common::tenders()` finds (hvt with a visible skip otherwise).
 
@@ -635,5 +637,132 @@ fn log_shrink_threshold_and_log_report() {
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(125), "{bad:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{bad:?}: {err}");
+    }
+}
+
+/// Starts `recover ready 1000` with the kernel's time component spinning
+/// forever in its 50th call (`--watchdog off --inject time:hang@50`: a
+/// kernel that never returns) and `extra` options, and waits for
+/// "ready" (the spin comes right after it).
+fn spinning_kernel(t: &str, image: &std::path::Path, extra: &[&str]) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut child = shoal_run(t)
+        .args(["--watchdog", "off", "--inject", "time:hang@50"])
+        .args(extra)
+        .arg(image)
+        .args(["--", "ready", "1000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n", "{t}");
+    // The 50th clock call comes microseconds after "ready"; a signal that
+    // came before it would be taken (and the program die of it without
+    // the tender's line).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    (child, out)
+}
+
+/// Waits for `child` (under a generous bound that only detects a hang:
+/// the child is killed and the test fails) and returns its status and
+/// stderr.
+fn finish(t: &str, mut child: std::process::Child) -> (Option<i32>, String) {
+    use std::io::Read;
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{t}: shoal run did not end within 120 s of SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    (status.code(), err)
+}
+
+fn sigterm(child: &std::process::Child) {
+    // SAFETY: kill on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+}
+
+/// A guest whose kernel never returns (a hang with the watchdog off) does
+/// not take a forwarded SIGTERM: after `--stop-timeout` (here 2 s) the
+/// tender stops it itself, with one line saying why and the status of a
+/// death by SIGTERM (143), on every tender. Nothing after "ready" reaches
+/// stdout.
+#[test]
+fn sigterm_stops_a_guest_whose_kernel_does_not_return() {
+    use std::io::Read;
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        let (child, mut out) = spinning_kernel(t, &image, &["--stop-timeout", "2"]);
+        sigterm(&child);
+        let (code, err) = finish(t, child);
+        assert_eq!(code, Some(143), "{t}: {err}");
+        assert!(err.contains("shoal: the guest did not take SIGTERM within 2 s (its kernel is not returning); stopping it\n"), "{t}: {err}");
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "", "{t}");
+    }
+}
+
+/// A second SIGTERM while the first is untaken stops such a guest at once
+/// (as a second Ctrl-C or `docker stop` after its timeout would): with a
+/// grace of an hour, the line names the second signal as the reason. The
+/// status is that of the untaken signal: SIGHUP then SIGTERM ends with
+/// 129.
+#[test]
+fn a_second_sigterm_stops_a_guest_whose_kernel_does_not_return_at_once() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for t in tenders() {
+        for (first, status, name) in [(libc::SIGTERM, 143, "SIGTERM"), (libc::SIGHUP, 129, "SIGHUP")] {
+            let (child, _out) = spinning_kernel(t, &image, &["--stop-timeout", "3600"]);
+            // SAFETY: kill on our own child's pid.
+            assert_eq!(unsafe { libc::kill(child.id() as i32, first) }, 0);
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            sigterm(&child);
+            let (code, err) = finish(t, child);
+            assert_eq!(code, Some(status), "{t} {name}: {err}");
+            let line = format!("shoal: the guest did not take {name} before a second signal came (its kernel is not returning); stopping it\n");
+            assert!(err.contains(&line), "{t} {name}: {err}");
+        }
+    }
+}
+
+/// spt with `--single-process` has no waiting parent to time the grace:
+/// there the second signal stops such a guest (the instance's own handler
+/// finds the first still untaken, writes the line and exits with 143).
+#[test]
+fn a_second_sigterm_stops_a_single_process_instance_whose_kernel_does_not_return() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    let (child, _out) = spinning_kernel("spt", &image, &["--single-process"]);
+    sigterm(&child);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    sigterm(&child);
+    let (code, err) = finish("spt --single-process", child);
+    assert_eq!(code, Some(143), "{err}");
+    assert!(err.contains("shoal: the guest did not take SIGTERM before a second signal came (its kernel is not returning); stopping it\n"), "{err}");
+}
+
+/// `--stop-timeout` takes whole seconds; anything else is a one-line error.
+#[test]
+fn stop_timeout_must_be_whole_seconds() {
+    let dir = scratch();
+    let image = build_image(&test_app("recover.c"), dir.path(), &[]);
+    for bad in ["0", "1.5", "soon"] {
+        let o = output(shoal_run("spt").args(["--stop-timeout", bad]).arg(&image));
+        assert_clean_error(&o, &format!("--stop-timeout {bad}: expected whole seconds, 1 to 86400 (e.g. 5)"));
     }
 }

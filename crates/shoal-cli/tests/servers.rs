@@ -587,6 +587,35 @@ fn sigterm_to_shoal_run_reaches_the_program() {
     }
 }
 
+/// The grace of `--stop-timeout` counts only while the signal waits
+/// untaken: a program whose kernel took SIGTERM may stop as slowly as it
+/// likes (here 3 s of a handler's work against a grace of 1 s) and ends
+/// with its own status, on every tender.
+#[test]
+fn a_program_that_took_sigterm_may_stop_slower_than_the_stop_timeout() {
+    use std::io::{BufRead, BufReader, Read};
+    let dir = scratch();
+    let image = build_image(&test_app("sigterm.c"), dir.path(), &[]);
+    for tender in tenders() {
+        let mut child =
+            shoal_run(tender).args(["--stop-timeout", "1"]).arg(&image).args(["--", "slow"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n", "{tender}");
+        // SAFETY: kill on our own child's pid.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+        let st = child.wait().unwrap();
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert_eq!(st.code(), Some(3), "{tender}: stderr {err}");
+        assert_eq!(rest, "got signal 15\n", "{tender}");
+        assert!(!err.contains("did not take"), "{tender}: {err}");
+    }
+}
+
 /// Clean stop of redis: after SIGTERM the server saves its RDB snapshot
 /// and the AOF, and `shoal run` exits with its status, 0, on every tender.
 #[test]

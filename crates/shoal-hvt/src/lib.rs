@@ -197,6 +197,9 @@ pub enum Outcome {
     /// The guest exited, but its volume could not be written (the
     /// message says why; the host directory is as it was).
     VolumeNotSaved(String),
+    /// The VMM stopped the guest because its kernel did not take a
+    /// forwarded signal (`shoal_loader::stop`): that signal and why.
+    NotTaken(i32, shoal_loader::stop::NotTaken),
 }
 
 impl Outcome {
@@ -209,6 +212,7 @@ impl Outcome {
             Outcome::Fault { cpu: false, .. } => EXIT_STOPPED,
             Outcome::Refused(_) | Outcome::BlockedForever | Outcome::Stopped(_) => EXIT_STOPPED,
             Outcome::VolumeNotSaved(_) => EXIT_TENDER_FAILED,
+            Outcome::NotTaken(sig, _) => shoal_loader::stop::status(*sig),
         }
     }
 
@@ -239,6 +243,7 @@ impl Outcome {
             Outcome::BlockedForever => Some("the guest blocked forever with nothing to wake it".into()),
             Outcome::Stopped(s) => Some(format!("hvt stopped the guest: {s}")),
             Outcome::VolumeNotSaved(s) => Some(s.clone()),
+            Outcome::NotTaken(sig, why) => Some(shoal_loader::stop::message(*sig, *why)),
         }
     }
 }
@@ -516,6 +521,8 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     // SAFETY: malloc_trim only releases free heap memory.
     unsafe { libc::malloc_trim(0) };
     preempt::set_immediate_exit(&mut vm.vcpu.get_kvm_run().immediate_exit);
+    // A forwarded signal the kernel does not take in time ends the run here.
+    let mut grace = forward::Grace::new(cfg.stop_timeout_ns);
     let outcome = loop {
         // What a signal arriving from here on asks for is seen below or
         // ends the next KVM_RUN at once.
@@ -532,6 +539,11 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
             if let Err(e) = preempt::interrupt(&vm.vcpu, GuestMemory::LOW, mem_size) {
                 break Outcome::Stopped(e);
             }
+        }
+        match grace.check() {
+            Ok(None) => {}
+            Ok(Some((sig, why))) => break Outcome::NotTaken(sig, why),
+            Err(e) => break Outcome::Stopped(e),
         }
         let exit = match vm.vcpu.run() {
             Ok(e) => e,

@@ -41,6 +41,7 @@ mod layout;
 mod mem;
 pub mod net;
 pub mod pool;
+pub mod stop;
 pub mod tsc;
 pub mod volume;
 pub mod watchdog;
@@ -158,6 +159,10 @@ pub struct RunConfig {
     /// The hang watchdog's limit in nanoseconds (`--watchdog MS`; 0: off;
     /// default `shoal_abi::DEFAULT_WATCHDOG_NS`; [`inject::parse_watchdog`]).
     pub watchdog_ns: u64,
+    /// How long a forwarded SIGTERM or SIGHUP may wait untaken before the
+    /// tender stops the guest itself (`--stop-timeout SECONDS`, ns;
+    /// [`stop`]).
+    pub stop_timeout_ns: u64,
     /// `--no-recover`: no component gates (`shoal_abi::RECOVER_OFF`).
     pub no_recover: bool,
     /// `--recover-stateful`: vfs, ramfs, process and net are rebootable too
@@ -192,6 +197,7 @@ impl RunConfig {
             inject: None,
             rejuvenate_ns: 0,
             watchdog_ns: shoal_abi::DEFAULT_WATCHDOG_NS,
+            stop_timeout_ns: stop::DEFAULT_STOP_TIMEOUT_NS,
             no_recover: false,
             recover_stateful: false,
             log_shrink: 0,

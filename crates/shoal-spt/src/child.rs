@@ -346,6 +346,9 @@ fn setup(mut p: Prepared<'_>) -> Result<Last, ChildError> {
         for sig in shoal_abi::FORWARDED_SIGNALS {
             sys::set_handler(sig, signals::on_forwarded).map_err(setup_err)?;
         }
+        // The waiting parent's question whether the guest took them
+        // (crate::supervise).
+        sys::set_handler(signals::QUERY_SIGNAL, signals::on_query).map_err(setup_err)?;
         // The preemption tick (armed only while the guest has more than
         // one runnable thread).
         crate::preempt::install_handler().map_err(setup_err)?;

@@ -94,6 +94,7 @@ mod prepared;
 mod protect;
 mod signals;
 mod spec;
+mod supervise;
 mod sys;
 
 use shoal_loader::{plan, Image};
@@ -405,14 +406,13 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     let _ = std::io::stderr().flush();
     let Some(report) = report else { handover.become_instance(root) };
     // SIGTERM and SIGHUP for this process are the instance's, from now on.
-    signals::catch_for_child().map_err(|source| SptError::Sys { what: "catch SIGTERM and SIGHUP for the instance", source })?;
+    let wake = signals::catch_for_child().map_err(|source| SptError::Sys { what: "catch SIGTERM and SIGHUP for the instance", source })?;
     // SAFETY: the child runs only `Handover::exec_child`, which resets the
     // signal dispositions first, makes only async-signal-safe system calls
     // on its own stack, writes no memory of this process's and ends in
     // exec or _exit.
     let pid = unsafe { sys::spawn_with(if root { confine::CLONE_NAMESPACES } else { 0 }, &|| handover.exec_child()) }
         .map_err(|source| SptError::Sys { what: "start the instance process", source })?;
-    signals::forward_to(pid).map_err(|source| SptError::Sys { what: "forward SIGTERM and SIGHUP to the instance", source })?;
     // The parent waits and, with --net-bind-any, binds for the instance;
     // the instance's end of the channel must close with the instance, so
     // this process keeps no copy of it.
@@ -427,14 +427,20 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     drop(handover);
     drop(image);
     sys::trim_heap();
-    let status = sys::waitpid(pid).map_err(|source| SptError::Sys { what: "wait for the instance", source })?;
     let err_fd = cfg.stderr.as_ref().map(AsRawFd::as_raw_fd);
+    // Waits, forwarding SIGTERM and SIGHUP; an instance whose kernel does
+    // not take them is stopped here (crate::supervise).
+    let (status, stopped) = supervise::wait(pid, &wake, report.get(), cfg.stop_timeout_ns, &|m| print_err(err_fd, m))
+        .map_err(|source| SptError::Sys { what: "wait for the instance", source })?;
     if std::env::var_os(PREEMPT_STATS_ENV).is_some() {
         let n = report.get().ticks.load(std::sync::atomic::Ordering::Relaxed);
         let w = report.get().watchdog_ticks.load(std::sync::atomic::Ordering::Relaxed);
         print_err(err_fd, &format!("shoal: preemption ticks: {n}\nshoal: watchdog ticks: {w}\n"));
     }
-    let code = outcome(status, report.get(), err_fd);
+    let code = match stopped {
+        Some((sig, _)) => shoal_loader::stop::status(sig),
+        None => outcome(status, report.get(), err_fd),
+    };
     // Only an instance that exited has a volume to keep: its kernel hands
     // the archive over right before the Halt hypercall (exit, a signal's
     // default action). A guest killed by a signal (a CPU fault, a

@@ -43,6 +43,14 @@ pub struct Report {
     pub ticks: AtomicU64,
     /// Ticks of the hang watchdog alone (`crate::preempt`).
     pub watchdog_ticks: AtomicU64,
+    /// The waiting parent's question "is a forwarded signal untaken?":
+    /// its number, written before it sends [`QUERY_SIGNAL`].
+    pub query: AtomicU64,
+    /// The forwarded signals the guest had not taken (bit `signal - 1`)
+    /// when the instance answered the query …
+    pub untaken: AtomicU64,
+    /// … whose number the instance writes here after [`Report::untaken`].
+    pub answered: AtomicU64,
 }
 
 /// A forbidden system call.
@@ -65,6 +73,9 @@ static OWN_REPORT: Report = Report {
     rip: AtomicU64::new(0),
     ticks: AtomicU64::new(0),
     watchdog_ticks: AtomicU64::new(0),
+    query: AtomicU64::new(0),
+    untaken: AtomicU64::new(0),
+    answered: AtomicU64::new(0),
 };
 
 /// Where the preemption ticks are counted: the report's `ticks` (set by
@@ -149,7 +160,15 @@ fn die(sig: libc::c_int) -> ! {
 fn end_in_place(sig: libc::c_int) -> ! {
     let mut m = crate::hypercall::Msg::new();
     let status = describe(&mut m, sig, &OWN_REPORT);
-    let mut bytes = m.as_bytes();
+    write_stderr(m.as_bytes());
+    // SAFETY: exit_group does not return; the filter allows it.
+    unsafe {
+        core::arch::asm!("syscall", in("rax") libc::SYS_exit_group, in("rdi") status, options(noreturn, nostack));
+    }
+}
+
+/// Writes `bytes` to fd 2 with raw system calls (from a handler).
+fn write_stderr(mut bytes: &[u8]) {
     while !bytes.is_empty() {
         let rc: i64;
         // SAFETY: write(2, bytes): the buffer is on this stack and readable
@@ -163,10 +182,6 @@ fn end_in_place(sig: libc::c_int) -> ! {
             _ if rc == -i64::from(libc::EINTR) => {}
             _ => break,
         }
-    }
-    // SAFETY: exit_group does not return; the filter allows it.
-    unsafe {
-        core::arch::asm!("syscall", in("rax") libc::SYS_exit_group, in("rdi") status, options(noreturn, nostack));
     }
 }
 
@@ -370,6 +385,19 @@ static FORWARD_PENDING: AtomicU64 = AtomicU64::new(0);
 /// The guest's host-signal word (`Hypercall::SignalWord`), once registered.
 static FORWARD_WORD: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
 
+/// The forwarded signals the guest has not taken (bit `signal - 1`): its
+/// word once registered (the kernel swaps it to 0 when it takes them),
+/// before that all that came.
+fn untaken() -> u64 {
+    let w = FORWARD_WORD.load(Ordering::SeqCst);
+    if w.is_null() {
+        return FORWARD_PENDING.load(Ordering::SeqCst);
+    }
+    // SAFETY: `w` was checked as an 8-aligned, writable guest word when
+    // registered; guest memory stays mapped for the process's life.
+    unsafe { (*w).load(Ordering::SeqCst) }
+}
+
 /// The handler of the forwarded signals in the instance process: sets the
 /// signal's bit in the guest's word (or keeps it until the guest registers
 /// one). Arriving, it interrupts the tender's `ppoll`/`clock_nanosleep`,
@@ -377,21 +405,72 @@ static FORWARD_WORD: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut()
 /// it sends the vCPU to the kernel's preemption entry
 /// ([`crate::preempt::interrupt`]), so a program busy in a loop gets it
 /// too. Atomics only: it may run with the guest's FS base and stack state.
+///
+/// An instance that runs in place has no parent to stop it when its
+/// kernel does not take the signal (`shoal_loader::stop`): a second
+/// signal that finds an earlier one untaken ends it here, with the line
+/// and the status of death by the first.
 pub extern "C" fn on_forwarded(sig: libc::c_int, _info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     if !(1..=64).contains(&sig) {
         return;
     }
     let bit = 1u64 << (sig - 1);
-    FORWARD_PENDING.fetch_or(bit, Ordering::SeqCst);
+    let before = FORWARD_PENDING.fetch_or(bit, Ordering::SeqCst);
     let w = FORWARD_WORD.load(Ordering::SeqCst);
-    if !w.is_null() {
+    let earlier = if w.is_null() {
+        before
+    } else {
         // SAFETY: `w` was checked as an 8-aligned, writable guest word when
         // registered; guest memory stays mapped for the process's life.
-        unsafe { (*w).fetch_or(bit, Ordering::SeqCst) };
+        unsafe { (*w).fetch_or(bit, Ordering::SeqCst) }
+    };
+    if earlier != 0 && IN_PLACE.load(Ordering::Relaxed) {
+        stop_in_place(shoal_loader::stop::first_signal(earlier));
     }
     // A program that only computes makes no system call that would look
     // at the word: stop it where it is, as a preemption tick does.
     crate::preempt::interrupt(ctx);
+}
+
+/// Ends an instance that runs in place whose kernel did not take `sig`
+/// before a second signal came: the line on fd 2 and status 128 + `sig`.
+fn stop_in_place(sig: i32) -> ! {
+    let mut m = crate::hypercall::Msg::new();
+    let _ = m.write_str("shoal: ");
+    let _ = shoal_loader::stop::write_message(&mut m, sig, shoal_loader::stop::NotTaken::Second);
+    let _ = m.write_str("\n");
+    write_stderr(m.as_bytes());
+    // SAFETY: exit_group does not return; the filter allows it.
+    unsafe {
+        core::arch::asm!("syscall", in("rax") libc::SYS_exit_group, in("rdi") shoal_loader::stop::status(sig), options(noreturn, nostack));
+    }
+}
+
+/// The signal the waiting parent asks with whether a forwarded signal is
+/// still untaken ([`on_query`]). Ignored by default, so one that came
+/// before the handler was installed harms nothing (the parent then hears
+/// no answer and takes the signal as untaken).
+pub const QUERY_SIGNAL: libc::c_int = libc::SIGURG;
+
+/// The handler of [`QUERY_SIGNAL`] in the instance process: answers in
+/// the report page which forwarded signals the guest has not taken. It
+/// runs even while the guest's kernel spins (a host signal handler, not
+/// guest code). Atomics only, as [`on_forwarded`]. The parent sends the
+/// query after the forwarded signal; pending together, the lower number
+/// (SIGHUP 1, SIGTERM 15 < SIGURG 23) is delivered first, and each
+/// handler blocks every signal, so the answer sees the signal in the word.
+/// A guest may write the page itself and claim it took the signal: then
+/// it is like a program whose handler ignores SIGTERM (its own loss; the
+/// user still has a second signal and SIGKILL).
+pub extern "C" fn on_query(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    let r = REPORT.load(Ordering::Relaxed);
+    if r.is_null() {
+        return;
+    }
+    // SAFETY: the report page (or OWN_REPORT), mapped for the process's life.
+    let r = unsafe { &*r };
+    r.untaken.store(untaken(), Ordering::SeqCst);
+    r.answered.store(r.query.load(Ordering::SeqCst), Ordering::SeqCst);
 }
 
 /// Whether the guest's host-signal word holds a signal the guest has not
@@ -414,68 +493,55 @@ pub fn register_signal_word(addr: u64) {
     unsafe { (*w).fetch_or(FORWARD_PENDING.load(Ordering::SeqCst), Ordering::SeqCst) };
 }
 
-/// The instance's pid, for the waiting parent's forwarding handler.
-static CHILD: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+/// Forwarded signals that reached the waiting parent and that its loop
+/// ([`crate::supervise`]) has not handled yet (bit `signal - 1`).
+static ARRIVED: AtomicU64 = AtomicU64::new(0);
+/// The write end of the parent's self-pipe: a byte per arrival wakes its
+/// loop (-1 before [`catch_for_child`]).
+static WAKE_FD: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(-1);
 
-/// Forwarded signals that reached the parent before the instance's pid
-/// was known (bit `signal - 1`).
-static EARLY: AtomicU64 = AtomicU64::new(0);
-
-/// The parent's handler of the forwarded signals: passes the signal on to
-/// the instance process (`kill`, async-signal-safe), whose own handler
-/// hands it to the guest; before the instance exists, keeps it for
-/// [`forward_to`].
-extern "C" fn forward_to_child(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    let pid = CHILD.load(Ordering::SeqCst);
-    if pid > 0 {
-        // SAFETY: kill is async-signal-safe; `pid` is our child.
-        unsafe { libc::kill(pid, sig) };
-    } else if (1..=64).contains(&sig) {
-        EARLY.fetch_or(1 << (sig - 1), Ordering::SeqCst);
+/// The parent's handler of the forwarded signals: notes the signal and
+/// wakes the parent's loop, which forwards it to the instance (`kill`) —
+/// or, when the instance has not taken the previous one, stops it.
+/// Async-signal-safe: atomics and `write`.
+extern "C" fn note_for_child(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    if (1..=64).contains(&sig) {
+        ARRIVED.fetch_or(1 << (sig - 1), Ordering::SeqCst);
+    }
+    let fd = WAKE_FD.load(Ordering::SeqCst);
+    if fd >= 0 {
+        // SAFETY: write of one byte from a local to our own pipe
+        // (non-blocking: a full pipe already holds a wake-up).
+        unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) };
     }
 }
 
 /// In the parent, before it starts the instance: catch
 /// [`shoal_abi::FORWARDED_SIGNALS`] instead of dying of them, keeping what
-/// arrives until [`forward_to`] knows where to send it. (Installed after
+/// arrives for the loop that waits for the instance. (Installed after
 /// the start, a SIGTERM sent as soon as the guest had printed something
 /// could still find this process unprepared on a loaded machine: the
-/// instance runs on while the parent waits for a CPU.)
-pub fn catch_for_child() -> std::io::Result<()> {
-    for sig in shoal_abi::FORWARDED_SIGNALS {
-        // SAFETY: the handler only uses atomics and calls kill.
-        unsafe { crate::sys::set_handler(sig, forward_to_child)? };
+/// instance runs on while the parent waits for a CPU.) Returns the read
+/// end of the self-pipe the handler wakes the loop with.
+pub fn catch_for_child() -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
-    Ok(())
+    // SAFETY: fresh descriptors owned by nothing else. The write end lives
+    // as long as the process (the handler may write it at any time).
+    let read = unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[0]) };
+    WAKE_FD.store(fds[1], Ordering::SeqCst);
+    for sig in shoal_abi::FORWARDED_SIGNALS {
+        // SAFETY: the handler only uses atomics and calls write.
+        unsafe { crate::sys::set_handler(sig, note_for_child)? };
+    }
+    Ok(read)
 }
 
-/// In the waiting parent, once the instance process `pid` runs: forward
-/// the signals [`catch_for_child`] catches to it, those that came already
-/// first (the instance then stops the way its program does on Linux, and
-/// the parent reports its status).
-pub fn forward_to(pid: libc::pid_t) -> std::io::Result<()> {
-    // SAFETY: sigset operations on initialised sets.
-    let (mut set, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { (core::mem::zeroed(), core::mem::zeroed()) };
-    // SAFETY: as above; the mask is restored below. With the signals
-    // blocked, none can see the pid unset after EARLY was taken.
-    unsafe {
-        libc::sigemptyset(&mut set);
-        for sig in shoal_abi::FORWARDED_SIGNALS {
-            libc::sigaddset(&mut set, sig);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-    }
-    CHILD.store(pid, Ordering::SeqCst);
-    let early = EARLY.swap(0, Ordering::SeqCst);
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
-    for sig in 1..=64 {
-        if early & (1 << (sig - 1)) != 0 {
-            // SAFETY: kill to our own child.
-            if unsafe { libc::kill(pid, sig) } != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-    }
-    Ok(())
+/// The forwarded signals that arrived since the last call (taking them).
+pub fn take_arrived() -> u64 {
+    ARRIVED.swap(0, Ordering::SeqCst)
 }

@@ -76,6 +76,9 @@ pub enum ArgsError {
     /// A `--watchdog` that does not parse.
     #[error(transparent)]
     Watchdog(#[from] shoal_loader::inject::WatchdogError),
+    /// A `--stop-timeout` that does not parse.
+    #[error(transparent)]
+    StopTimeout(#[from] shoal_loader::stop::StopTimeoutError),
     /// A `--log-shrink` that does not parse.
     #[error(transparent)]
     LogShrink(#[from] shoal_loader::inject::LogShrinkError),
@@ -134,6 +137,8 @@ pub struct RunArgs {
     pub rejuvenate_ns: u64,
     /// `--watchdog MS`, in nanoseconds (0: off).
     pub watchdog_ns: u64,
+    /// `--stop-timeout SECONDS`, in nanoseconds.
+    pub stop_timeout_ns: u64,
     /// `--no-recover`.
     pub no_recover: bool,
     /// `--recover-stateful`.
@@ -177,6 +182,9 @@ Runs one shoal image (the lean form of `shoal run`).
   --rejuvenate-every SECONDS reboot the rebootable kernel components one by one, one every SECONDS
   --watchdog MS|off          reboot a rebootable kernel component whose call runs longer than MS
                              milliseconds (default 1000)
+  --stop-timeout SECONDS     stop the guest from the host when a SIGTERM or SIGHUP sent to this
+                             process is still untaken by its kernel after SECONDS (default 5; a
+                             second signal while one is untaken stops it at once)
   --no-recover               no component gates: nothing is rebooted (a component's failure ends
                              the instance)
   --recover-stateful         make vfs, ramfs, process and net rebootable too (their calls are
@@ -251,6 +259,7 @@ impl RunArgs {
             inject: None,
             rejuvenate_ns: 0,
             watchdog_ns: shoal_loader::inject::DEFAULT_WATCHDOG_NS,
+            stop_timeout_ns: shoal_loader::stop::DEFAULT_STOP_TIMEOUT_NS,
             no_recover: false,
             recover_stateful: false,
             log_shrink: 0,
@@ -272,6 +281,7 @@ impl RunArgs {
         let mut inject = None;
         let mut rejuvenate = None;
         let (mut watchdog, mut no_recover, mut stateful) = (None, false, false);
+        let mut stop_timeout = None;
         while let Some(a) = it.next() {
             let text = a.to_string_lossy().into_owned();
             // `--opt=value` and `--opt value` are both accepted.
@@ -309,6 +319,7 @@ impl RunArgs {
                 "--inject" => inject = Some(value("--inject")?),
                 "--rejuvenate-every" => rejuvenate = Some(value("--rejuvenate-every")?),
                 "--watchdog" => watchdog = Some(value("--watchdog")?),
+                "--stop-timeout" => stop_timeout = Some(value("--stop-timeout")?),
                 "--no-recover" if inline.is_none() => no_recover = true,
                 "--recover-stateful" if inline.is_none() => stateful = true,
                 "--" => {
@@ -331,7 +342,8 @@ impl RunArgs {
             .with_inject(inject.as_deref())?
             .with_rejuvenation(rejuvenate.as_deref())?
             .with_watchdog(watchdog.as_deref(), no_recover)?
-            .with_stateful_recovery(stateful)
+            .with_stateful_recovery(stateful)?
+            .with_stop_timeout(stop_timeout.as_deref())
             .map(Some)
     }
 
@@ -377,6 +389,16 @@ impl RunArgs {
             self.watchdog_ns = 0;
         }
         self.no_recover = no_recover;
+        Ok(self)
+    }
+
+    /// Adds `--stop-timeout SECONDS`: how long a forwarded SIGTERM or
+    /// SIGHUP may wait untaken by the guest's kernel before the tender
+    /// stops the guest itself (`shoal_loader::stop`).
+    pub fn with_stop_timeout(mut self, secs: Option<&str>) -> Result<RunArgs, ArgsError> {
+        if let Some(s) = secs {
+            self.stop_timeout_ns = shoal_loader::stop::parse_stop_timeout(s)?;
+        }
         Ok(self)
     }
 
@@ -458,6 +480,7 @@ impl RunArgs {
         cfg.inject = self.inject;
         cfg.rejuvenate_ns = self.rejuvenate_ns;
         cfg.watchdog_ns = self.watchdog_ns;
+        cfg.stop_timeout_ns = self.stop_timeout_ns;
         cfg.no_recover = self.no_recover;
         cfg.recover_stateful = self.recover_stateful;
         cfg.log_shrink = self.log_shrink;
@@ -579,6 +602,9 @@ mod tests {
             msg(&["--no-recover", "--rejuvenate-every", "1", "img"]),
             "--no-recover turns component recovery off; it cannot be used with --rejuvenate-every"
         );
+        assert_eq!(msg(&["--stop-timeout", "0", "img"]), "--stop-timeout 0: expected whole seconds, 1 to 86400 (e.g. 5)");
+        assert_eq!(parse(&["img"]).unwrap().unwrap().config().stop_timeout_ns, 5_000_000_000);
+        assert_eq!(parse(&["--stop-timeout=30", "img"]).unwrap().unwrap().config().stop_timeout_ns, 30_000_000_000);
         let w = parse(&["--watchdog", "250", "img"]).unwrap().unwrap();
         assert_eq!((w.config().watchdog_ns, w.config().no_recover), (250_000_000, false));
         let off = parse(&["--no-recover", "img"]).unwrap().unwrap();
