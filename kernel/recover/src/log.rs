@@ -32,7 +32,7 @@ pub struct Entered(Component, bool);
 /// is this large).
 const UNTRACKED: Component = Component::MAX;
 
-// `enter`, `enter_quiet`, the guard's drop (its `leave`) and `log_cell` are called from
+// `enter`, `enter_quiet`, the guard's drop and `log_cell` are called from
 // every entry point of vfs and ramfs. Kept out of line (rustc would inline
 // such small functions across crates): inlined, each caller would address
 // recover's statics PC-relatively, a distance that changes with every
@@ -41,26 +41,22 @@ const UNTRACKED: Component = Component::MAX;
 // `versions` test checks vfs). Out of line, the call goes through vfs's
 // trampoline table and the code bytes stay the same.
 //
-// The drop's own check reads only the guard, no static, so it is inline:
-// under `--no-recover` leaving a component costs a compare in the
-// caller, not a call.
+// The drop's check for UNTRACKED could be inline (it reads only the
+// guard), which saves the call under `--no-recover`; measured, it saved
+// nothing beyond the noise there (SQLite's transaction call by call) and
+// cost the file-system calls of `--recover-stateful` some 20 to 50 cycles
+// each (vfs's entry points grew by the check), so it stays out of line.
 impl Drop for Entered {
-    #[inline]
+    #[inline(never)]
     fn drop(&mut self) {
-        if self.0 != UNTRACKED {
-            leave(self.0, self.1);
+        if self.0 == UNTRACKED {
+            return;
         }
+        if self.1 {
+            super::watchdog::end();
+        }
+        CURRENT.store(self.0, Relaxed);
     }
-}
-
-/// Returns to component `prev`, ending the hang watch if `watched` (an
-/// [`Entered`]'s drop).
-#[inline(never)]
-fn leave(prev: Component, watched: bool) {
-    if watched {
-        super::watchdog::end();
-    }
-    CURRENT.store(prev, Relaxed);
 }
 
 /// Whether entering `c` from `prev` starts a hang watch: `c` is
@@ -79,10 +75,9 @@ fn watch_from(prev: Component, c: Component) -> bool {
 ///
 /// Under `--no-recover` nothing is tracked (no gate sets the current
 /// component either, nothing is counted, watched or rebooted): one load
-/// of recover's `OFF` word and back, and the guard's drop is a compare.
-/// (Every file-system call enters vfs and ramfs this way: the swap of
-/// the current component, the watch and count checks and the drop's
-/// call were about 1.7% of SQLite's guest samples in that mode.)
+/// of recover's `OFF` word and back, and the guard's drop a compare.
+/// (Every file-system call enters vfs and ramfs this way; the whole
+/// `enter` was about 1.7% of SQLite's guest samples in that mode.)
 #[inline(never)]
 pub fn enter(c: Component) -> Entered {
     if OFF.load(Relaxed) {
