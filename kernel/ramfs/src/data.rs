@@ -208,19 +208,25 @@ impl FileData {
     }
 
     /// The owned chunk for `page`, creating it (copy of the base page) if
-    /// needed.
+    /// needed. One walk of the tree either way (the entry API): a write
+    /// into a page the file owns, the common case (a database's pages
+    /// rewritten in place), looked it up twice before, and a new page
+    /// three times.
     fn chunk_mut(&mut self, page: u64) -> Result<&mut Chunk, Errno> {
-        if !self.chunks.contains_key(&page) {
-            let mut c = Chunk::new()?;
-            let start = page * CHUNK64;
-            if start < self.base_len {
-                let len = core::cmp::min(CHUNK64, self.base_len - start) as usize;
-                let s = start as usize;
-                c[..len].copy_from_slice(&self.base[s..s + len]);
+        use alloc::collections::btree_map::Entry;
+        match self.chunks.entry(page) {
+            Entry::Occupied(e) => Ok(e.into_mut()),
+            Entry::Vacant(v) => {
+                let mut c = Chunk::new()?;
+                let start = page * CHUNK64;
+                if start < self.base_len {
+                    let len = core::cmp::min(CHUNK64, self.base_len - start) as usize;
+                    let s = start as usize;
+                    c[..len].copy_from_slice(&self.base[s..s + len]);
+                }
+                Ok(v.insert(c))
             }
-            self.chunks.insert(page, c);
         }
-        Ok(self.chunks.get_mut(&page).expect("chunk just inserted"))
     }
 
     /// Writes `data` at `off`, extending the file (holes read as zeros).

@@ -192,6 +192,12 @@ struct Inode {
 }
 
 impl Inode {
+    /// Whether a read at time `t` updates the access time (`relatime`:
+    /// it is older than the modification or change time, or than a day).
+    fn atime_due(&self, t: Timespec) -> bool {
+        self.atime <= self.mtime || self.atime <= self.ctime || t.sec - self.atime.sec >= 24 * 3600
+    }
+
     fn ftype(&self) -> FileType {
         match self.node {
             Node::File(_) => FileType::Regular,
@@ -861,8 +867,19 @@ impl Fs {
     /// way Linux's default `relatime` does.
     pub fn read(&mut self, ino: Ino, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
         let _in = shoal_recover::enter(shoal_recover::id::RAMFS);
-        let n = self.file(ino)?.read(off, buf);
-        self.touch_atime(ino);
+        // The inode looked up once for the read and its access time (a
+        // read and then `touch_atime` walked the tree two or three times).
+        let i = self.inodes.get_mut(&ino).ok_or(Errno::ENOENT)?;
+        let n = match &i.node {
+            Node::File(f) => f.read(off, buf),
+            Node::Dir(_) => return Err(Errno::EISDIR),
+            _ => return Err(Errno::EINVAL),
+        };
+        let t = Timespec::from_ns((self.clock)());
+        if i.atime_due(t) {
+            i.atime = t;
+            self.journal.changed(heal::Change::Atime { ino, atime: t });
+        }
         Ok(n)
     }
 
@@ -879,7 +896,7 @@ impl Fs {
     /// modification or change time, or than a day (`relatime`).
     pub fn touch_atime(&mut self, ino: Ino) {
         let t = self.now();
-        let due = self.inodes.get(&ino).is_some_and(|i| i.atime <= i.mtime || i.atime <= i.ctime || t.sec - i.atime.sec >= 24 * 3600);
+        let due = self.inodes.get(&ino).is_some_and(|i| i.atime_due(t));
         // Journalled (for vfs's call log) only when the access time
         // changes: under relatime most reads change nothing. And then as
         // the change itself (`heal::Change::Atime`), not the inode: a

@@ -232,6 +232,33 @@ fn times_move() {
     assert!(t2.ctime > t1.ctime);
 }
 
+/// A read moves the access time the way `relatime` does (only when it is
+/// not newer than the modification and change times, or a day old), and
+/// a read of what is not a regular file fails without moving it.
+#[test]
+fn reads_move_the_access_time_as_relatime_does() {
+    let mut fs = Fs::new(clock);
+    let f = fs.create_file(ROOT_INO, b"a", 0o644).unwrap();
+    fs.write(f, 0, b"xyz").unwrap();
+    let mut b = [0u8; 8];
+    assert_eq!(fs.read(f, 1, &mut b).unwrap(), 2);
+    assert_eq!(&b[..2], b"yz");
+    let a1 = fs.attr(f).unwrap();
+    assert!(a1.atime > a1.mtime, "the first read after a write moves it");
+    assert_eq!(fs.read(f, 0, &mut b).unwrap(), 3);
+    assert_eq!(fs.read(f, 3, &mut b).unwrap(), 0, "at the end");
+    assert_eq!(fs.attr(f).unwrap().atime, a1.atime, "later reads do not");
+    // A day later (the clock only moves forward, so other tests are
+    // unaffected).
+    CLOCK.fetch_add(24 * 3600 * 1_000_000_000, Ordering::Relaxed);
+    fs.read(f, 0, &mut b).unwrap();
+    assert!(fs.attr(f).unwrap().atime.sec >= a1.atime.sec + 24 * 3600, "a day-old access time moves");
+    let d = fs.attr(ROOT_INO).unwrap();
+    assert_eq!(fs.read(ROOT_INO, 0, &mut b), Err(Errno::EISDIR));
+    assert_eq!(fs.read(ROOT_INO + 1000, 0, &mut b), Err(Errno::ENOENT));
+    assert_eq!(fs.attr(ROOT_INO).unwrap().atime, d.atime);
+}
+
 #[test]
 fn fifos_and_character_devices() {
     let mut fs = Fs::new(clock);

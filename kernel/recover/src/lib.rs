@@ -62,7 +62,8 @@
 //! `shoal run --no-recover` ([`shoal_abi::RECOVER_OFF`]) turns the gates
 //! off: system calls go straight to their component, nothing is
 //! snapshotted, counted, watched or rebooted (what `shoal bench recover`
-//! measures the gates against).
+//! measures the gates against), and [`enter`] tracks no current component
+//! (a kernel panic is reported without one).
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;

@@ -15,7 +15,7 @@
 //!   number of calls a reboot replayed with [`set_replayed`], for the
 //!   reboot line.
 
-use super::{count_call, injected, rebootable, swap_current, Component, ARMED, CURRENT, INJECT_AT, N};
+use super::{count_call, injected, rebootable, swap_current, Component, ARMED, CURRENT, INJECT_AT, N, OFF};
 use alloc::boxed::Box;
 use core::any::Any;
 use core::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -23,8 +23,14 @@ use shoal_plat::Global;
 
 /// While alive, the code running is component `c`'s; dropping it returns
 /// to the component that called (and ends the hang watch it started, if
-/// it started one).
+/// it started one). Under `--no-recover` it holds [`UNTRACKED`] and its
+/// drop does nothing.
 pub struct Entered(Component, bool);
+
+/// The component an [`Entered`] returns to when recovery is off
+/// (`--no-recover`): none, and nothing to put back (no component number
+/// is this large).
+const UNTRACKED: Component = Component::MAX;
 
 // `enter`, `enter_quiet`, the guard's drop and `log_cell` are called from
 // every entry point of vfs and ramfs. Kept out of line (rustc would inline
@@ -34,9 +40,18 @@ pub struct Entered(Component, bool);
 // would no longer be shared between images (docs/versioning.md; the
 // `versions` test checks vfs). Out of line, the call goes through vfs's
 // trampoline table and the code bytes stay the same.
+//
+// The drop's check for UNTRACKED could be inline (it reads only the
+// guard), which saves the call under `--no-recover`; measured, it saved
+// nothing beyond the noise there (SQLite's transaction call by call) and
+// cost the file-system calls of `--recover-stateful` some 20 to 50 cycles
+// each (vfs's entry points grew by the check), so it stays out of line.
 impl Drop for Entered {
     #[inline(never)]
     fn drop(&mut self) {
+        if self.0 == UNTRACKED {
+            return;
+        }
         if self.1 {
             super::watchdog::end();
         }
@@ -57,11 +72,36 @@ fn watch_from(prev: Component, c: Component) -> bool {
 /// for `--inject` and injecting the fault at its call: only when a gate
 /// is armed and `c` is rebootable, so that a fault at that count is
 /// always one the kernel can recover from (otherwise the count goes on).
+///
+/// Under `--no-recover` nothing is tracked (no gate sets the current
+/// component either, nothing is counted, watched or rebooted): one load
+/// of recover's `OFF` word and back, and the guard's drop a compare.
+/// (Every file-system call enters vfs and ramfs this way: `enter` was
+/// about 1.8% of SQLite's guest samples in that mode, 0.5% now. The
+/// early return alone did not move it: the function saved three
+/// registers before the check, for the calls further down; those calls
+/// are in `enter_from` now.)
 #[inline(never)]
 pub fn enter(c: Component) -> Entered {
+    if OFF.load(Relaxed) {
+        return Entered(UNTRACKED, false);
+    }
     let prev = swap_current(c);
+    if c == prev {
+        // Already in `c` (vfs's `with` under vfs's own gate): nothing to
+        // watch or count.
+        return Entered(prev, false);
+    }
+    enter_from(prev, c)
+}
+
+/// [`enter`] from another component `prev`: the hang watch, the count
+/// and the injection. Apart, so that the two paths above it need no
+/// saved registers.
+#[inline(never)]
+fn enter_from(prev: Component, c: Component) -> Entered {
     let watched = watch_from(prev, c);
-    if c != prev && count_call(c) && ARMED.load(Relaxed) != 0 && rebootable(c) {
+    if count_call(c) && ARMED.load(Relaxed) != 0 && rebootable(c) {
         injected(c, INJECT_AT.load(Relaxed));
     }
     Entered(prev, watched)
@@ -70,6 +110,9 @@ pub fn enter(c: Component) -> Entered {
 /// Like [`enter`], without counting the call.
 #[inline(never)]
 pub fn enter_quiet(c: Component) -> Entered {
+    if OFF.load(Relaxed) {
+        return Entered(UNTRACKED, false);
+    }
     let prev = swap_current(c);
     let watched = watch_from(prev, c);
     Entered(prev, watched)
