@@ -98,25 +98,24 @@ pub fn install() -> std::io::Result<()> {
     FRESH.store(0, Ordering::SeqCst);
     SECOND.store(0, Ordering::SeqCst);
     EXPIRED.store(false, Ordering::SeqCst);
-    // SAFETY: a zeroed sigaction is valid; the handler only touches atomics.
+    catch(GRACE_SIGNAL, on_grace)?;
+    for sig in shoal_abi::FORWARDED_SIGNALS {
+        catch(sig, on_forwarded)?;
+    }
+    Ok(())
+}
+
+/// Installs `handler` for `sig`, without `SA_RESTART` (see [`install`]).
+/// Only for handlers that touch nothing but atomics (async-signal-safe).
+fn catch(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) -> std::io::Result<()> {
+    // SAFETY: a zeroed sigaction is valid (no flags, empty mask after
+    // sigemptyset); the handlers passed here only touch atomics.
     unsafe {
         let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = on_grace as extern "C" fn(libc::c_int) as usize;
+        sa.sa_sigaction = handler as usize;
         libc::sigemptyset(&mut sa.sa_mask);
-        if libc::sigaction(GRACE_SIGNAL, &sa, core::ptr::null_mut()) != 0 {
+        if libc::sigaction(sig, &sa, core::ptr::null_mut()) != 0 {
             return Err(std::io::Error::last_os_error());
-        }
-    }
-    for sig in shoal_abi::FORWARDED_SIGNALS {
-        // SAFETY: a zeroed sigaction is valid; the handler only touches
-        // atomics (async-signal-safe).
-        unsafe {
-            let mut sa: libc::sigaction = core::mem::zeroed();
-            sa.sa_sigaction = on_forwarded as extern "C" fn(libc::c_int) as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            if libc::sigaction(sig, &sa, core::ptr::null_mut()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
         }
     }
     Ok(())
