@@ -16,7 +16,7 @@
 use crate::signals::{self, Report};
 use shoal_loader::stop::NotTaken;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -42,7 +42,7 @@ pub type Stop = (i32, NotTaken);
 /// line before that. Returns the raw wait status and, if the parent
 /// stopped it, why.
 pub fn wait(pid: libc::pid_t, wake: &OwnedFd, report: &Report, limit_ns: u64, say: &dyn Fn(&str)) -> io::Result<(libc::c_int, Option<Stop>)> {
-    let pidfd = pidfd_open(pid);
+    let pidfd = crate::sys::pidfd_open(pid).ok();
     let limit = Duration::from_nanos(limit_ns);
     let mut waiting: Option<(i32, Instant)> = None;
     let mut ask = Asker { pid, report, pidfd: pidfd.as_ref(), seq: 0 };
@@ -71,7 +71,7 @@ pub fn wait(pid: libc::pid_t, wake: &OwnedFd, report: &Report, limit_ns: u64, sa
                 waiting = None;
             }
         }
-        if let Some(status) = reap(pid, libc::WNOHANG)? {
+        if let Some(status) = crate::sys::try_waitpid(pid)? {
             return Ok((status, None));
         }
         let mut timeout = waiting.map(|(_, end)| end.saturating_duration_since(Instant::now()));
@@ -134,9 +134,7 @@ fn stop(pid: libc::pid_t, why: Stop, say: &dyn Fn(&str)) -> io::Result<(libc::c_
 /// Whether the instance has ended (not reaping it).
 fn exited(pid: libc::pid_t, pidfd: Option<&OwnedFd>) -> io::Result<bool> {
     if let Some(fd) = pidfd {
-        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: poll on one valid pollfd, no wait.
-        return Ok(unsafe { libc::poll(&mut p, 1, 0) } > 0);
+        return Ok(crate::sys::pidfd_ended(fd.as_raw_fd()));
     }
     // SAFETY: a zeroed siginfo_t is valid for waitid to fill.
     let mut info: libc::siginfo_t = unsafe { core::mem::zeroed() };
@@ -147,34 +145,6 @@ fn exited(pid: libc::pid_t, pidfd: Option<&OwnedFd>) -> io::Result<bool> {
     }
     // SAFETY: filled by waitid (0 when nothing has changed).
     Ok(unsafe { info.si_pid() } == pid)
-}
-
-/// `waitpid(pid, flags)`, retried on `EINTR`: the raw status, or `None`
-/// with `WNOHANG` when it still runs.
-fn reap(pid: libc::pid_t, flags: libc::c_int) -> io::Result<Option<libc::c_int>> {
-    loop {
-        let mut status = 0;
-        // SAFETY: `status` is a valid out-pointer.
-        let rc = unsafe { libc::waitpid(pid, &mut status, flags) };
-        if rc == pid {
-            return Ok(Some(status));
-        }
-        if rc == 0 {
-            return Ok(None);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
-/// A pidfd of our child `pid` (Linux 5.3), or `None` without them.
-fn pidfd_open(pid: libc::pid_t) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    // SAFETY: a fresh descriptor owned by nothing else.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Sleeps until one of `fds` is readable, a signal arrives or `ms` pass

@@ -32,11 +32,30 @@ pub fn has_fsgsbase() -> bool {
 /// `waitpid(pid, 0)`, retried on `EINTR`; returns the raw wait status.
 pub fn waitpid(pid: libc::pid_t) -> io::Result<libc::c_int> {
     loop {
+        if let Some(status) = waitpid_flags(pid, 0)? {
+            return Ok(status);
+        }
+    }
+}
+
+/// `waitpid(pid, WNOHANG)`, retried on `EINTR`: the raw wait status, or
+/// `None` while `pid` still runs.
+pub fn try_waitpid(pid: libc::pid_t) -> io::Result<Option<libc::c_int>> {
+    waitpid_flags(pid, libc::WNOHANG)
+}
+
+/// `waitpid(pid, flags)`, retried on `EINTR`: the raw status, or `None`
+/// when the call returned 0 (`WNOHANG` and `pid` still runs).
+fn waitpid_flags(pid: libc::pid_t, flags: libc::c_int) -> io::Result<Option<libc::c_int>> {
+    loop {
         let mut status = 0;
         // SAFETY: `status` is a valid out-pointer.
-        let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
+        let rc = unsafe { libc::waitpid(pid, &mut status, flags) };
         if rc == pid {
-            return Ok(status);
+            return Ok(Some(status));
+        }
+        if rc == 0 {
+            return Ok(None);
         }
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
@@ -758,8 +777,14 @@ pub fn raise_nofile() {
 /// `pidfd_open(getpid(), 0)`: a descriptor that becomes readable when this
 /// process ends, valid in any PID namespace.
 pub fn pidfd_self() -> io::Result<std::os::fd::OwnedFd> {
+    pidfd_open(getpid())
+}
+
+/// `pidfd_open(pid, 0)` (Linux 5.3): a descriptor that becomes readable
+/// when process `pid` ends.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<std::os::fd::OwnedFd> {
     // SAFETY: pidfd_open takes no pointers; the result is a new descriptor.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, getpid(), 0) };
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
