@@ -16,10 +16,16 @@
 //! cannot, so the rules Landlock enforces there are enforced here: a TCP
 //! socket of the guest binds port 0 only; and with an allow-list
 //! (`--net-allow`) every `connect` and `sendto` destination must match a
-//! rule. The VMM may run as root (a FaaS host), so what only privilege
-//! allows is refused too: a UDP bind below port 1024, and socket options
-//! outside a list of ordinary ones ([`option_allowed`]; `ENOPROTOOPT`, as
-//! for an option the host does not know).
+//! rule (a send to `AF_UNSPEC`, which Linux's UDP takes as `AF_INET`,
+//! matches none). Without outbound the guest has no traffic of its own:
+//! no `MSG_FASTOPEN` (a send that connects) and no addressed send but a
+//! UDP listener's reply to a recent sender (`EACCES`). Socket protocols
+//! are the default, TCP and UDP ([`protocol_allowed`]). The VMM may run
+//! as root (a FaaS host), so what only privilege allows is refused too: a
+//! UDP bind below port 1024, and socket options outside a list of
+//! ordinary ones ([`option_allowed`]; `ENOPROTOOPT`, as for an option the
+//! host does not know); `SO_REUSEADDR` on UDP is accepted but not applied
+//! (it would let the guest share a port a host service bound).
 //!
 //! With `--net-bind-any` ([`Net::with_bind_any`]) the guest may also ask
 //! for a host socket bound to any address and port (`BIND_NEW`): the VMM
@@ -75,6 +81,47 @@ enum Kind {
 struct Sock {
     fd: OwnedFd,
     kind: Kind,
+    /// A datagram (UDP) socket.
+    dgram: bool,
+    /// Without outbound, a UDP listener's recent senders: the only
+    /// destinations an addressed send on it may name (a reply; at most
+    /// [`MAX_PEERS`], the oldest forgotten first).
+    peers: Vec<SocketAddr>,
+}
+
+impl Sock {
+    fn new(fd: OwnedFd, kind: Kind, dgram: bool) -> Sock {
+        Sock { fd, kind, dgram, peers: Vec::new() }
+    }
+}
+
+/// How many senders a UDP listener remembers for replies: a server
+/// answers a datagram soon after it came, so a short memory is enough.
+const MAX_PEERS: usize = 64;
+
+/// Whether `fd` is a datagram socket (`SO_TYPE`).
+fn is_dgram(fd: RawFd) -> bool {
+    let mut ty: libc::c_int = 0;
+    let mut len = core::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `ty` and `len` are valid out-parameters of this size.
+    let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE, (&mut ty as *mut libc::c_int).cast(), &mut len) };
+    rc == 0 && ty == libc::SOCK_DGRAM
+}
+
+/// Whether a guest socket of type `ty` (`SOCK_STREAM`/`SOCK_DGRAM`) may
+/// have protocol `proto`: the default, TCP or UDP only. Anything else
+/// (`IPPROTO_MPTCP`, whose ports Landlock's TCP rules do not cover on spt;
+/// `IPPROTO_ICMP` ping sockets; `IPPROTO_UDPLITE`, `IPPROTO_SCTP`) is
+/// `EPROTONOSUPPORT`, what Linux answers for a protocol it lacks and what
+/// Go falls back from when it probes MPTCP.
+pub fn protocol_allowed(ty: i32, proto: i32) -> bool {
+    proto == 0 || (ty == libc::SOCK_STREAM && proto == libc::IPPROTO_TCP) || (ty == libc::SOCK_DGRAM && proto == libc::IPPROTO_UDP)
+}
+
+/// The address a peer is remembered and matched by: an IPv4-mapped IPv6
+/// address as IPv4 (a reply may name either form).
+fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
 /// Exit counts of the network hypercalls, for `SHOAL_HVT_STATS`.
@@ -254,7 +301,9 @@ pub fn option_allowed(level: i32, name: i32) -> bool {
 enum Dest {
     /// An `AF_INET`/`AF_INET6` address.
     Addr(SocketAddr),
-    /// `AF_UNSPEC`: `connect` dissolves an association; it reaches nothing.
+    /// `AF_UNSPEC`: `connect` dissolves an association and reaches
+    /// nothing; but a UDP `sendto` takes it as `AF_INET` and sends to the
+    /// IPv4 address that follows, so a send to it is refused.
     Unspec,
     /// Anything else (another family, too short).
     Other,
@@ -286,7 +335,13 @@ impl Net {
     /// With `outbound`, the guest may make sockets of its own; a non-empty
     /// `allow` limits where they go.
     pub fn new(listeners: Vec<OwnedFd>, outbound: bool, allow: Vec<Allow>) -> Net {
-        let socks: Vec<Option<Sock>> = listeners.into_iter().map(|fd| Some(Sock { fd, kind: Kind::Listener })).collect();
+        let socks: Vec<Option<Sock>> = listeners
+            .into_iter()
+            .map(|fd| {
+                let dgram = is_dgram(fd.as_raw_fd());
+                Some(Sock::new(fd, Kind::Listener, dgram))
+            })
+            .collect();
         let watch = open_watch()
             .filter(|set| socks.iter().enumerate().all(|(i, s)| s.as_ref().is_none_or(|s| watch(set, s.fd.as_raw_fd(), FIRST_HANDLE + i as i64).is_ok())));
         Net { socks, outbound, allow, bind_any: false, pollfds: Vec::new(), entries: Vec::new(), watch, evbuf: Vec::new(), stats: NetStats::default() }
@@ -316,17 +371,17 @@ impl Net {
     /// Puts `fd` in the lowest free slot and in the watch set; returns its
     /// handle, or (closing `fd`) `-ENOMEM` when the watch set cannot take
     /// it (what `accept` and `socket` give for want of resources).
-    fn insert(&mut self, fd: OwnedFd, kind: Kind) -> Result<i64, i64> {
+    fn insert(&mut self, fd: OwnedFd, kind: Kind, dgram: bool) -> Result<i64, i64> {
         let next = FIRST_HANDLE + self.socks.iter().position(Option::is_none).unwrap_or(self.socks.len()) as i64;
         if let Some(set) = &self.watch {
             watch(set, fd.as_raw_fd(), next).map_err(|_| neg(libc::ENOMEM))?;
         }
-        Ok(self.put(fd, kind))
+        Ok(self.put(fd, kind, dgram))
     }
 
     /// Puts `fd` in the lowest free slot; returns its handle.
-    fn put(&mut self, fd: OwnedFd, kind: Kind) -> i64 {
-        let s = Some(Sock { fd, kind });
+    fn put(&mut self, fd: OwnedFd, kind: Kind, dgram: bool) -> i64 {
+        let s = Some(Sock::new(fd, kind, dgram));
         let i = match self.socks.iter().position(Option::is_none) {
             Some(i) => {
                 self.socks[i] = s;
@@ -340,15 +395,33 @@ impl Net {
         FIRST_HANDLE + i as i64
     }
 
-    /// Whether the allow-list (if any) lets the guest reach `sa`.
-    fn allowed(&self, sa: &[u8]) -> bool {
+    /// Whether the allow-list (if any) lets the guest reach `sa` with a
+    /// `connect` (`send` false) or an addressed send (`send` true): an
+    /// `AF_UNSPEC` destination passes only in a `connect`, which dissolves.
+    fn allowed(&self, sa: &[u8], send: bool) -> bool {
         if self.allow.is_empty() {
             return true;
         }
         match dest(sa) {
             Dest::Addr(a) => self.allow.iter().any(|r| r.matches(&a)),
-            Dest::Unspec => true,
+            Dest::Unspec => !send,
             Dest::Other => false,
+        }
+    }
+
+    /// Whether an addressed send on `s` may go to `sa`. With outbound, where
+    /// the allow-list lets it. Without, the guest has no traffic of its
+    /// own: only a UDP socket from a bind (a published port or
+    /// `--net-bind-any`) may send, and only a reply to one of its recent
+    /// senders (on a TCP socket the address is ignored, but with
+    /// `MSG_FASTOPEN` it connects, which `send` refuses before).
+    fn send_allowed(&self, s: &Sock, sa: &[u8]) -> bool {
+        if self.outbound {
+            return self.allowed(sa, true);
+        }
+        match dest(sa) {
+            Dest::Addr(a) => s.kind == Kind::Listener && s.dgram && s.peers.contains(&canonical(a)),
+            Dest::Unspec | Dest::Other => false,
         }
     }
 
@@ -414,6 +487,24 @@ impl Net {
         g.mem.write(GuestAddr(op.addr), &buf[..n as usize]).map_err(|_| neg(libc::EFAULT))
     }
 
+    /// Remembers `from`, the sender of a datagram received on `handle`, if
+    /// that is a UDP listener (the replies [`Net::send_allowed`] lets go
+    /// without outbound).
+    fn heard(&mut self, handle: i64, from: &[u8]) {
+        let Dest::Addr(a) = dest(from) else { return };
+        let Some(Some(s)) = usize::try_from(handle - FIRST_HANDLE).ok().and_then(|i| self.socks.get_mut(i)) else { return };
+        if s.kind != Kind::Listener || !s.dgram {
+            return;
+        }
+        let a = canonical(a);
+        if let Some(i) = s.peers.iter().position(|p| *p == a) {
+            s.peers.remove(i);
+        } else if s.peers.len() >= MAX_PEERS {
+            s.peers.remove(0);
+        }
+        s.peers.push(a);
+    }
+
     fn one(&mut self, g: &Guest<'_>, op: &mut NetOp) -> Result<i64, i64> {
         let mut sa = [0u8; MAX_ADDR as usize];
         match op.op {
@@ -429,6 +520,9 @@ impl Net {
                 if ty != libc::SOCK_STREAM && ty != libc::SOCK_DGRAM {
                     return Err(neg(libc::EINVAL));
                 }
+                if !protocol_allowed(ty, op.flags as i32) {
+                    return Err(neg(libc::EPROTONOSUPPORT));
+                }
                 // SAFETY: socket takes no pointers.
                 let fd = unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, op.flags as i32) };
                 if fd < 0 {
@@ -436,7 +530,7 @@ impl Net {
                 }
                 // SAFETY: `fd` was just created and nothing else owns it.
                 let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-                self.insert(fd, Kind::Own { tcp: ty == libc::SOCK_STREAM })
+                self.insert(fd, Kind::Own { tcp: ty == libc::SOCK_STREAM }, ty == libc::SOCK_DGRAM)
             }
             net_op::BIND | net_op::CONNECT => {
                 let s = self.get(op.handle)?;
@@ -457,7 +551,7 @@ impl Net {
                     if port != 0 && (!udp || port < FIRST_UNPRIVILEGED_PORT) {
                         return Err(neg(libc::EACCES));
                     }
-                } else if !self.allowed(addr) {
+                } else if !self.allowed(addr, false) {
                     return Err(neg(libc::EACCES));
                 }
                 let p = addr.as_ptr().cast::<libc::sockaddr>();
@@ -477,7 +571,7 @@ impl Net {
                 }
                 let len = Self::addr_in(g, op, &mut sa)?;
                 let fd = shoal_loader::net::bind_new(op.a as i32, op.b as i32, op.flags, &sa[..len]).map_err(neg)?;
-                self.insert(fd, Kind::Listener)
+                self.insert(fd, Kind::Listener, op.b as i32 == libc::SOCK_DGRAM)
             }
             net_op::LISTEN => {
                 let fd = self.fd(op.handle)?;
@@ -504,15 +598,20 @@ impl Net {
                     // saw it.
                     Self::addr_out(g, op, &sa, len)?;
                 }
-                self.insert(nfd, Kind::Accepted)
+                self.insert(nfd, Kind::Accepted, false)
             }
             net_op::SEND => {
-                let fd = self.fd(op.handle)?;
+                let s = self.get(op.handle)?;
+                let fd = s.fd.as_raw_fd();
+                // A TCP Fast Open send connects: outbound only.
+                if op.flags as i32 & libc::MSG_FASTOPEN != 0 && !self.outbound {
+                    return Err(neg(libc::EACCES));
+                }
                 let len = op.len.min(MAX_IO);
                 let p = Self::range(g, op.buf, len, false)?;
                 let (ap, alen) = if op.addr != 0 {
                     let n = Self::addr_in(g, op, &mut sa)?;
-                    if !self.allowed(&sa[..n]) {
+                    if !self.send_allowed(s, &sa[..n]) {
                         return Err(neg(libc::EACCES));
                     }
                     (sa.as_ptr().cast::<libc::sockaddr>(), n as libc::socklen_t)
@@ -534,6 +633,9 @@ impl Net {
                 // and `alen` are valid out-parameters.
                 let rc = unsafe { libc::recvfrom(fd, p.cast(), len as usize, flags, sa.as_mut_ptr().cast(), &mut alen) };
                 let rc = ret(rc as libc::c_long);
+                if rc >= 0 && !self.outbound {
+                    self.heard(op.handle, &sa[..(alen as usize).min(sa.len())]);
+                }
                 if rc >= 0 && op.addr != 0 {
                     op.a = u64::from(alen);
                     Self::addr_out(g, op, &sa, alen)?;
@@ -565,6 +667,16 @@ impl Net {
                 let (level, name) = (op.a as i32, op.b as i32);
                 if !option_allowed(level, name) {
                     return Err(neg(libc::ENOPROTOOPT));
+                }
+                // On UDP, SO_REUSEADDR lets a second socket bind a port in
+                // use with no owner check, and the newest takes the
+                // unicast datagrams: a guest could take a host service's.
+                // Accepted and not applied (the bind then answers
+                // EADDRINUSE), as programs set it before binding and do
+                // not expect it to fail; on TCP it only reuses a port in
+                // TIME_WAIT, and a guest's TCP bind is port 0 anyway.
+                if level == libc::SOL_SOCKET && name == libc::SO_REUSEADDR && self.get(op.handle)?.dgram {
+                    return Ok(0);
                 }
                 // SAFETY: `v` holds `len` (<= 256) initialised bytes.
                 Ok(ret(unsafe { libc::setsockopt(fd, level, name, v.as_ptr().cast(), op.len as libc::socklen_t) }.into()))
@@ -806,10 +918,10 @@ mod tests {
             assert_eq!(n.fd(h), Err(neg(libc::EBADF)), "handle {h}");
         }
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), Ok(4));
+        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }, true), Ok(4));
         n.socks[0] = None;
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), Ok(3), "the lowest free handle");
+        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }, true), Ok(3), "the lowest free handle");
     }
 
     /// Reads `n` reports from guest address `at`.
