@@ -1130,6 +1130,102 @@ mod tests {
         });
     }
 
+    /// Issue 31 items 3-6, at the VMM: an `AF_UNSPEC` send outside the
+    /// allow-list, a protocol but TCP/UDP, `MSG_FASTOPEN` and a datagram of
+    /// its own without outbound are refused; a UDP listener still replies
+    /// to its senders; `SO_REUSEADDR` on UDP does not let a bind share a
+    /// port.
+    #[test]
+    fn the_policy_holds_against_unspec_fast_open_mptcp_and_address_reuse() {
+        with_guest(|g| {
+            let low = GuestMemory::LOW;
+            g.mem.write(GuestAddr(low + 0x4000), b"datagram").unwrap();
+            let target = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            target.set_read_timeout(Some(std::time::Duration::from_millis(200))).unwrap();
+            let tp = target.local_addr().unwrap().port();
+            // AF_UNSPEC with the target's address after it, allow-list elsewhere.
+            let mut n = Net::new(Vec::new(), true, vec![Allow::parse("127.0.0.1:9").unwrap()]);
+            let udp = run(&mut n, g, NetOp { op: net_op::SOCKET, a: libc::AF_INET as u64, b: libc::SOCK_DGRAM as u64, ..NetOp::default() });
+            let (addr, addrlen) = put_addr(g, low + 0x3000, &format!("127.0.0.1:{tp}"));
+            g.mem.write(GuestAddr(addr), &(libc::AF_UNSPEC as u16).to_ne_bytes()).unwrap();
+            let send = NetOp { op: net_op::SEND, handle: udp, buf: low + 0x4000, len: 8, addr, addrlen, ..NetOp::default() };
+            assert_eq!(run(&mut n, g, send), neg(libc::EACCES));
+            let connect = NetOp { op: net_op::CONNECT, handle: udp, addr, addrlen, ..NetOp::default() };
+            assert_eq!(run(&mut n, g, connect), 0, "a connect to AF_UNSPEC dissolves");
+            assert!(target.recv(&mut [0u8; 16]).is_err(), "the refused datagram arrived");
+            // Protocols: TCP and UDP only.
+            for (ty, proto, want) in [
+                (libc::SOCK_STREAM, 262, neg(libc::EPROTONOSUPPORT)),
+                (libc::SOCK_STREAM, libc::IPPROTO_UDP, neg(libc::EPROTONOSUPPORT)),
+                (libc::SOCK_DGRAM, libc::IPPROTO_ICMP, neg(libc::EPROTONOSUPPORT)),
+                (libc::SOCK_STREAM, libc::IPPROTO_TCP, FIRST_HANDLE + 1),
+            ] {
+                let op = NetOp { op: net_op::SOCKET, a: libc::AF_INET as u64, b: ty as u64, flags: proto as u32, ..NetOp::default() };
+                assert_eq!(run(&mut n, g, op), want, "{ty}/{proto}");
+            }
+            // SO_REUSEADDR on UDP: accepted, not applied.
+            let service = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let one = 1i32;
+            // SAFETY: a valid int option of its size on an owned socket.
+            assert_eq!(unsafe { libc::setsockopt(service.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, (&one as *const i32).cast(), 4) }, 0);
+            let sp = service.local_addr().unwrap().port();
+            let mut n = Net::new(Vec::new(), true, Vec::new());
+            let udp = run(&mut n, g, NetOp { op: net_op::SOCKET, a: libc::AF_INET as u64, b: libc::SOCK_DGRAM as u64, ..NetOp::default() });
+            g.mem.write(GuestAddr(low + 0x5000), &1i32.to_ne_bytes()).unwrap();
+            let opt = |name: i32| NetOp {
+                op: net_op::SETSOCKOPT,
+                handle: udp,
+                a: libc::SOL_SOCKET as u64,
+                b: name as u64,
+                buf: low + 0x5000,
+                len: 4,
+                ..NetOp::default()
+            };
+            assert_eq!(run(&mut n, g, opt(libc::SO_REUSEADDR)), 0);
+            assert_eq!(run(&mut n, g, opt(libc::SO_REUSEPORT)), neg(libc::ENOPROTOOPT));
+            let (addr, addrlen) = put_addr(g, low + 0x3000, &format!("127.0.0.1:{sp}"));
+            assert_eq!(run(&mut n, g, NetOp { op: net_op::BIND, handle: udp, addr, addrlen, ..NetOp::default() }), neg(libc::EADDRINUSE));
+            // Without outbound: a UDP socket from a bind replies to its
+            // senders only; no Fast Open.
+            let mut n = Net::new(Vec::new(), false, Vec::new()).with_bind_any(true);
+            let (addr, addrlen) = put_addr(g, low + 0x3000, "127.0.0.1:0");
+            let bind_new = |ty: i32| NetOp { op: net_op::BIND_NEW, a: libc::AF_INET as u64, b: ty as u64, addr, addrlen, ..NetOp::default() };
+            let h = run(&mut n, g, bind_new(libc::SOCK_DGRAM));
+            assert_eq!(h, FIRST_HANDLE);
+            let send_to = |n: &mut Net, h: i64, to: &str, flags: i32| {
+                let (addr, addrlen) = put_addr(g, low + 0x3000, to);
+                run(n, g, NetOp { op: net_op::SEND, handle: h, buf: low + 0x4000, len: 8, addr, addrlen, flags: flags as u32, ..NetOp::default() })
+            };
+            assert_eq!(send_to(&mut n, h, &format!("127.0.0.1:{tp}"), 0), neg(libc::EACCES), "a datagram of its own");
+            assert!(target.recv(&mut [0u8; 16]).is_err(), "the refused datagram arrived");
+            let len = run(&mut n, g, NetOp { op: net_op::GETSOCKNAME, handle: h, addr: low + 0x3000, addrlen: 128, ..NetOp::default() });
+            assert_eq!(len, 16);
+            let mut sa = [0u8; 16];
+            g.mem.read(GuestAddr(low + 0x3000), &mut sa).unwrap();
+            let hp = u16::from_be_bytes([sa[2], sa[3]]);
+            target.send_to(b"question", ("127.0.0.1", hp)).unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let got = loop {
+                let rc =
+                    run(&mut n, g, NetOp { op: net_op::RECV, handle: h, buf: low + 0x6000, len: 64, addr: low + 0x7000, addrlen: 128, ..NetOp::default() });
+                if rc != neg(libc::EAGAIN) || std::time::Instant::now() > deadline {
+                    break rc;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            };
+            assert_eq!(got, 8);
+            assert_eq!(send_to(&mut n, h, &format!("127.0.0.1:{tp}"), 0), 8, "a reply");
+            assert_eq!(send_to(&mut n, h, &format!("127.0.0.1:{}", tp ^ 1), 0), neg(libc::EACCES), "another port of the sender's host");
+            let mut buf = [0u8; 16];
+            assert_eq!(target.recv(&mut buf).unwrap(), 8);
+            let tcp_peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let t = run(&mut n, g, bind_new(libc::SOCK_STREAM));
+            let to = tcp_peer.local_addr().unwrap().to_string();
+            assert_eq!(send_to(&mut n, t, &to, libc::MSG_FASTOPEN), neg(libc::EACCES), "Fast Open connects");
+            assert_eq!(send_to(&mut n, t, &to, 0), neg(libc::EACCES), "an addressed send on TCP");
+        });
+    }
+
     #[test]
     fn only_ordinary_options_may_be_set() {
         assert!(option_allowed(libc::IPPROTO_TCP, libc::TCP_NODELAY));

@@ -663,6 +663,45 @@ mod hot_path_tests {
         }
     }
 
+    /// Issue 31 items 4-6: socket protocols are TCP and UDP only, address
+    /// reuse options trap (the handler answers them), and `MSG_FASTOPEN`
+    /// traps without outbound — in the program as installed.
+    #[test]
+    fn the_filter_pins_protocols_address_reuse_and_fast_open() {
+        let x86 = super::AUDIT_ARCH_X86_64;
+        let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
+        for outbound in [false, true] {
+            let net = NetPolicy { listeners: 1, outbound, bind_any: !outbound };
+            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd() };
+            let prog = super::program(net, g).unwrap();
+            let act = |nr: i64, args: [u64; 6]| run(&prog, x86, nr as u32, args).0;
+            let nb = libc::SOCK_NONBLOCK as u64;
+            for (domain, ty, proto, ok) in [
+                (libc::AF_INET, libc::SOCK_STREAM, 0, true),
+                (libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_TCP, true),
+                (libc::AF_INET6, libc::SOCK_DGRAM, 0, true),
+                (libc::AF_INET6, libc::SOCK_DGRAM, libc::IPPROTO_UDP, true),
+                (libc::AF_INET, libc::SOCK_STREAM, 262, false),
+                (libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_UDP, false),
+                (libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_ICMP, false),
+                (libc::AF_INET, libc::SOCK_RAW, 0, false),
+                (libc::AF_INET, libc::SOCK_SEQPACKET, 0, false),
+            ] {
+                let want = if ok && outbound { allow } else { trap };
+                assert_eq!(act(libc::SYS_socket, [domain as u64, ty as u64 | nb, proto as u64, 0, 0, 0]), want, "{outbound} {domain}/{ty}/{proto}");
+            }
+            let one = |level: i32, name: i32| [3u64, level as u64, name as u64, 0x1000, 4, 0];
+            assert_eq!(act(libc::SYS_setsockopt, one(libc::SOL_SOCKET, libc::SO_REUSEADDR)), trap);
+            assert_eq!(act(libc::SYS_setsockopt, one(libc::SOL_SOCKET, libc::SO_REUSEPORT)), trap);
+            assert_eq!(act(libc::SYS_setsockopt, one(libc::SOL_SOCKET, libc::SO_KEEPALIVE)), allow);
+            assert_eq!(act(libc::SYS_setsockopt, one(libc::IPPROTO_TCP, libc::SO_REUSEADDR)), allow, "TCP_MAXSEG has SO_REUSEADDR's number");
+            assert_eq!(act(libc::SYS_setsockopt, one(libc::IPPROTO_IPV6, libc::SO_REUSEPORT)), allow);
+            let fast_open = [3u64, 0x1000, 1, (libc::MSG_FASTOPEN | libc::MSG_NOSIGNAL) as u64, 0x2000, 16];
+            assert_eq!(act(libc::SYS_sendto, fast_open), if outbound { allow } else { trap });
+            assert_eq!(act(libc::SYS_sendto, [3, 0x1000, 1, libc::MSG_NOSIGNAL as u64, 0x2000, 16]), allow);
+        }
+    }
+
     /// The hot path decides every call as seccompiler's program alone does
     /// (allowed, trapped, killed), and the three per-request calls take 9
     /// instructions at most instead of about a hundred.
