@@ -17,9 +17,10 @@
 //! socket of the guest binds port 0 only; and with an allow-list
 //! (`--net-allow`) every `connect` and `sendto` destination must match a
 //! rule (a send to `AF_UNSPEC`, which Linux's UDP takes as `AF_INET`,
-//! matches none). Without outbound the guest has no traffic of its own:
-//! no `MSG_FASTOPEN` (a send that connects) and no addressed send but a
-//! UDP listener's reply to a recent sender (`EACCES`). Socket protocols
+//! matches none), except a UDP listener's reply to a recent sender.
+//! Without outbound the guest has no traffic of its own: no
+//! `MSG_FASTOPEN` (a send that connects) and no addressed send but such a
+//! reply (`EACCES`). Socket protocols
 //! are the default, TCP and UDP ([`protocol_allowed`]). The VMM may run
 //! as root (a FaaS host), so what only privilege allows is refused too: a
 //! UDP bind below port 1024, and socket options outside a list of
@@ -83,9 +84,9 @@ struct Sock {
     kind: Kind,
     /// A datagram (UDP) socket.
     dgram: bool,
-    /// Without outbound, a UDP listener's recent senders: the only
-    /// destinations an addressed send on it may name (a reply; at most
-    /// [`MAX_PEERS`], the oldest forgotten first).
+    /// A UDP listener's recent senders, to which it may always reply
+    /// (without outbound, the only destinations an addressed send on it
+    /// may name; at most [`MAX_PEERS`], the oldest forgotten first).
     peers: Vec<SocketAddr>,
 }
 
@@ -409,20 +410,15 @@ impl Net {
         }
     }
 
-    /// Whether an addressed send on `s` may go to `sa`. With outbound, where
-    /// the allow-list lets it. Without, the guest has no traffic of its
-    /// own: only a UDP socket from a bind (a published port or
-    /// `--net-bind-any`) may send, and only a reply to one of its recent
-    /// senders (on a TCP socket the address is ignored, but with
-    /// `MSG_FASTOPEN` it connects, which `send` refuses before).
+    /// Whether an addressed send on `s` may go to `sa`: a UDP socket from a
+    /// bind (a published port or `--net-bind-any`) may reply to one of its
+    /// recent senders; anything else needs outbound and the allow-list.
+    /// Without outbound the guest has no traffic of its own (on a TCP
+    /// socket the address is ignored, but with `MSG_FASTOPEN` it connects,
+    /// which `send` refuses before).
     fn send_allowed(&self, s: &Sock, sa: &[u8]) -> bool {
-        if self.outbound {
-            return self.allowed(sa, true);
-        }
-        match dest(sa) {
-            Dest::Addr(a) => s.kind == Kind::Listener && s.dgram && s.peers.contains(&canonical(a)),
-            Dest::Unspec | Dest::Other => false,
-        }
+        let reply = matches!(dest(sa), Dest::Addr(a) if s.kind == Kind::Listener && s.dgram && s.peers.contains(&canonical(a)));
+        reply || (self.outbound && self.allowed(sa, true))
     }
 
     /// The `Net` hypercall: carries out each operation of the batch, writing
@@ -488,8 +484,7 @@ impl Net {
     }
 
     /// Remembers `from`, the sender of a datagram received on `handle`, if
-    /// that is a UDP listener (the replies [`Net::send_allowed`] lets go
-    /// without outbound).
+    /// that is a UDP listener (the replies [`Net::send_allowed`] lets go).
     fn heard(&mut self, handle: i64, from: &[u8]) {
         let Dest::Addr(a) = dest(from) else { return };
         let Some(Some(s)) = usize::try_from(handle - FIRST_HANDLE).ok().and_then(|i| self.socks.get_mut(i)) else { return };
@@ -633,7 +628,7 @@ impl Net {
                 // and `alen` are valid out-parameters.
                 let rc = unsafe { libc::recvfrom(fd, p.cast(), len as usize, flags, sa.as_mut_ptr().cast(), &mut alen) };
                 let rc = ret(rc as libc::c_long);
-                if rc >= 0 && !self.outbound {
+                if rc >= 0 {
                     self.heard(op.handle, &sa[..(alen as usize).min(sa.len())]);
                 }
                 if rc >= 0 && op.addr != 0 {
@@ -1188,8 +1183,10 @@ mod tests {
             // Without outbound: a UDP socket from a bind replies to its
             // senders only; no Fast Open.
             let mut n = Net::new(Vec::new(), false, Vec::new()).with_bind_any(true);
-            let (addr, addrlen) = put_addr(g, low + 0x3000, "127.0.0.1:0");
-            let bind_new = |ty: i32| NetOp { op: net_op::BIND_NEW, a: libc::AF_INET as u64, b: ty as u64, addr, addrlen, ..NetOp::default() };
+            let bind_new = |ty: i32| {
+                let (addr, addrlen) = put_addr(g, low + 0x3000, "127.0.0.1:0");
+                NetOp { op: net_op::BIND_NEW, a: libc::AF_INET as u64, b: ty as u64, addr, addrlen, ..NetOp::default() }
+            };
             let h = run(&mut n, g, bind_new(libc::SOCK_DGRAM));
             assert_eq!(h, FIRST_HANDLE);
             let send_to = |n: &mut Net, h: i64, to: &str, flags: i32| {
@@ -1220,9 +1217,31 @@ mod tests {
             assert_eq!(target.recv(&mut buf).unwrap(), 8);
             let tcp_peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             let t = run(&mut n, g, bind_new(libc::SOCK_STREAM));
+            assert_eq!(t, FIRST_HANDLE + 1);
             let to = tcp_peer.local_addr().unwrap().to_string();
             assert_eq!(send_to(&mut n, t, &to, libc::MSG_FASTOPEN), neg(libc::EACCES), "Fast Open connects");
             assert_eq!(send_to(&mut n, t, &to, 0), neg(libc::EACCES), "an addressed send on TCP");
+            // A published UDP port replies to its senders even when the
+            // allow-list does not name them.
+            let published = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let pp = published.local_addr().unwrap().port();
+            let mut n = Net::new(vec![OwnedFd::from(published)], true, vec![Allow::parse("127.0.0.1:9").unwrap()]);
+            assert_eq!(send_to(&mut n, FIRST_HANDLE, &format!("127.0.0.1:{tp}"), 0), neg(libc::EACCES), "not a sender yet");
+            target.send_to(b"question", ("127.0.0.1", pp)).unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let got = loop {
+                let rc = run(
+                    &mut n,
+                    g,
+                    NetOp { op: net_op::RECV, handle: FIRST_HANDLE, buf: low + 0x6000, len: 64, addr: low + 0x7000, addrlen: 128, ..NetOp::default() },
+                );
+                if rc != neg(libc::EAGAIN) || std::time::Instant::now() > deadline {
+                    break rc;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            };
+            assert_eq!(got, 8);
+            assert_eq!(send_to(&mut n, FIRST_HANDLE, &format!("127.0.0.1:{tp}"), 0), 8, "a reply");
         });
     }
 
