@@ -183,13 +183,13 @@ enum Cmd {
     /// Functions on a running gateway: `shoal fn deploy|ls|rm|logs|invoke`.
     Fn {
         /// The gateway's URL.
-        #[arg(long, default_value = concat!("http://", "127.0.0.1:8640"))]
+        #[arg(long, global = true, default_value = concat!("http://", "127.0.0.1:8640"))]
         gateway: String,
         /// The gateway's API token (default: $SHOAL_TOKEN, else the `token` file of --state for a gateway on loopback).
-        #[arg(long, env = "SHOAL_TOKEN", hide_env_values = true)]
+        #[arg(long, global = true, env = "SHOAL_TOKEN", hide_env_values = true)]
         token: Option<String>,
         /// The gateway's state directory, where its token is (default as `shoal serve`'s).
-        #[arg(long, env = "SHOAL_STATE")]
+        #[arg(long, global = true, env = "SHOAL_STATE")]
         state: Option<PathBuf>,
         #[command(subcommand)]
         which: fn_cmd::FnCmd,

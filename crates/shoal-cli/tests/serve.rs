@@ -773,7 +773,7 @@ fn bad_input_is_a_json_error_and_nothing_is_written() {
     std::fs::write(&corrupt, b"\x7fELF this is not an image").unwrap();
     let noop = image("noop");
     let cases: Vec<(&str, &str, String, u16, &str)> = vec![
-        ("PUT", "/functions/f", r#"{"image":"/nonexistent/image"}"#.into(), 422, "No such file"),
+        ("PUT", "/functions/f", format!(r#"{{"image":"{}"}}"#, dir.path().join("nonexistent").display()), 422, "No such file"),
         ("PUT", "/functions/f", format!(r#"{{"image":"{}"}}"#, corrupt.display()), 422, "not a usable shoal image"),
         ("PUT", "/functions/f", format!(r#"{{"image":"{}","backend":"process"}}"#, functions().join("fs/data.bin").display()), 422, "not an ELF"),
         ("PUT", "/functions/f", format!(r#"{{"image":"{noop}","backend":"docker"}}"#), 422, "unknown backend"),

@@ -214,6 +214,9 @@ impl ImageStore {
             let path = dir.join(&hex);
             let image = format!("{REF_PREFIX}{hex}");
             if path.is_file() {
+                // Uploaded again: young again, so an update elsewhere does
+                // not collect it before its deploy (see UPLOAD_GRACE).
+                let _ = std::fs::File::options().write(true).open(&path).and_then(|f| f.set_modified(std::time::SystemTime::now()));
                 return Ok(Stored { image, path, size, kind, created: false });
             }
             make_private_dir(&dir)?;
