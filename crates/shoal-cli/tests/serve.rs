@@ -787,16 +787,13 @@ fn the_fn_command_deploys_lists_invokes_and_removes() {
 /// and the runtimes (scripts/setup installs them).
 #[test]
 fn runc_and_runsc_backends() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        let _ = writeln!(std::io::stderr(), "skipped: runc_and_runsc_backends: needs root");
+    if !shoal_testkit::need(&["root"]) {
         return;
     }
     let dir = scratch();
     let gw = Gateway::start(&dir.path().join("state"));
     for rt in ["runc", "runsc"] {
-        if !["/usr/sbin", "/usr/bin"].iter().any(|d| Path::new(d).join(rt).is_file()) {
-            let _ = writeln!(std::io::stderr(), "skipped: the {rt} backend: {rt} is not installed");
+        if !shoal_testkit::need(&[rt]) {
             continue;
         }
         let name = format!("noop-{rt}");
@@ -888,8 +885,7 @@ fn hey(url: &str, n: usize, c: usize) -> (Vec<(u16, usize)>, Vec<String>, f64) {
 /// above). The throughput is printed, never asserted. About 10 s here.
 #[test]
 fn hey_load_against_noop_on_spt() {
-    if Command::new("hey").arg("-h").output().is_err() {
-        let _ = writeln!(std::io::stderr(), "skipped: hey_load_against_noop_on_spt: `hey` is not installed (scripts/setup installs it)");
+    if !shoal_testkit::need(&["hey"]) {
         return;
     }
     let dir = scratch();
@@ -1043,12 +1039,10 @@ fn an_spt_instance_is_confined_as_shoal_run_confines_it() {
     let _ = run.wait();
     assert_eq!(a, b, "the gateway's instance (left) is confined otherwise than shoal run's (right)");
     assert!(a.iter().any(|l| l == "Seccomp: 2") && a.iter().any(|l| l == "NoNewPrivs: 1"), "{a:?}");
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
+    // Only root's instances make namespaces and drop to nobody.
+    if shoal_testkit::need(&["root"]) {
         assert!(a.iter().any(|l| l == "ns pid: readable true, the host's false"), "{a:?}");
         assert!(a.iter().any(|l| l.starts_with("Uid: 65534")), "{a:?}");
-    } else {
-        let _ = writeln!(std::io::stderr(), "skipped: the namespace checks need root (the instance makes none otherwise)");
     }
 }
 
