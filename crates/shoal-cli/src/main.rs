@@ -272,8 +272,28 @@ fn inspect(image: PathBuf) -> Result<()> {
     Ok(())
 }
 
+/// Parses the command line; a word after `shoal run`'s image that clap
+/// does not know is most likely meant for the program, so the error says
+/// where a program's arguments go.
+fn parse_cli() -> Cli {
+    let e = match Cli::try_parse() {
+        Ok(cli) => return cli,
+        Err(e) => e,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if e.kind() == clap::error::ErrorKind::UnknownArgument && argv.first().map(String::as_str) == Some("run") {
+        if let Some(clap::error::ContextValue::String(arg)) = e.get(clap::error::ContextKind::InvalidArg) {
+            if !arg.starts_with('-') {
+                eprintln!("shoal: unexpected argument '{arg}': a program's arguments go after `--` (shoal run [OPTIONS] IMAGE -- {arg} ...)");
+                std::process::exit(2);
+            }
+        }
+    }
+    e.exit()
+}
+
 fn real_main() -> Result<i32> {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     match cli.command {
         Cmd::Cc { args } => {
             let paths = shoal_toolchain::Paths::discover()?;

@@ -799,6 +799,13 @@ impl Backend for HostBackend {
         if ty != SOCK_STREAM && ty != SOCK_DGRAM {
             return Err(ESOCKTNOSUPPORT);
         }
+        // TCP and UDP only, as the tenders allow (they refuse the host
+        // socket later, at the first bind or send): refused here, at
+        // `socket`, where a program probing for a protocol looks. Go
+        // probes IPPROTO_MPTCP once and listens with TCP after this error.
+        if protocol != 0 && protocol != if ty == SOCK_STREAM { IPPROTO_TCP } else { IPPROTO_UDP } {
+            return Err(EPROTONOSUPPORT);
+        }
         Ok(with(|s| {
             s.next += 1;
             s.socks.add(s.next, HostSock::new(domain, ty, protocol))
