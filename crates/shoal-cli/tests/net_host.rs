@@ -603,9 +603,18 @@ fn net_bind_any_binds_the_guests_ports_on_demand() {
         let p = free_port().to_string();
         let s = output(shoal_run(t).arg(&image).args(["--", "bind", "127.0.0.1", &p]));
         assert_eq!(stdout(&s), "bind: Address family not supported by protocol\n", "{t}");
+        assert_eq!(
+            stderr(&s),
+            "shoal: the program's Internet socket was refused: this instance has no network (shoal run --publish HOSTPORT:GUESTPORT for a server, --net-outbound for connections out)\n",
+            "{t}"
+        );
         let s = output(shoal_run(t).arg("--net-outbound").arg(&image).args(["--", "bind", "127.0.0.1", &p]));
         assert_eq!(stdout(&s), "bind: Permission denied\n", "{t}");
-        assert!(stderr(&s).contains(&format!("bind to port {p} was refused")) && stderr(&s).contains("--net-bind-any"), "{t}: {}", stderr(&s));
+        assert_eq!(
+            stderr(&s),
+            format!("shoal: the guest's bind to 127.0.0.1:{p} was refused: port {p} is not published (shoal run --publish HOSTPORT:{p}, or --net-bind-any)\n"),
+            "{t}"
+        );
     }
     // spt binds through its waiting parent, which --single-process drops.
     let o = output(shoal().args(["run", "--single-process", "--net-bind-any"]).arg(&image));
@@ -778,4 +787,35 @@ fn raw_host_socket_calls_with_outbound_keep_to_tcp_and_udp() {
     let publ = format!("{}:80", free_port());
     let o = output(shoal().args(["run", "-p", &publ]).arg(&image).args(["--", "fastopen"]));
     assert_eq!((o.status.code(), stderr(&o)), (Some(159), killed("44, sendto")));
+}
+
+/// A server that binds its port on IPv4 and on IPv6 (as Redis does) when
+/// the port is published once: the second bind is refused, and the hint
+/// names the address and says why (the one published socket is taken),
+/// not that the port is unpublished.
+#[test]
+fn a_second_bind_of_a_published_port_says_it_is_taken() {
+    let dir = scratch();
+    let src = dir.path().join("bind2.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <string.h>\n#include <errno.h>\n#include <netinet/in.h>\n#include <sys/socket.h>\n#include <stdlib.h>\n\
+         int main(int c, char **v){ int port = atoi(v[1]);\n\
+         int a = socket(AF_INET, SOCK_STREAM, 0); struct sockaddr_in s4 = {0}; s4.sin_family = AF_INET; s4.sin_port = htons(port);\n\
+         printf(\"ipv4: %d\\n\", bind(a, (void *)&s4, sizeof s4) ? errno : 0);\n\
+         int b = socket(AF_INET6, SOCK_STREAM, 0); struct sockaddr_in6 s6 = {0}; s6.sin6_family = AF_INET6; s6.sin6_port = htons(port);\n\
+         printf(\"ipv6: %s\\n\", bind(b, (void *)&s6, sizeof s6) ? strerror(errno) : \"bound\"); return 0; }\n",
+    )
+    .unwrap();
+    let image = build_image(&src, dir.path(), &[]);
+    for t in tenders() {
+        let p = free_port().to_string();
+        let s = output(shoal_run(t).args(["-p", &format!("{p}:6379")]).arg(&image).args(["--", "6379"]));
+        assert_eq!(stdout(&s), "ipv4: 0\nipv6: Permission denied\n", "{t}: {}", stderr(&s));
+        assert_eq!(
+            stderr(&s),
+            "shoal: the guest's bind to [::]:6379 was refused: published port 6379 is taken by another of its sockets (one --publish gives one socket; publish it once more on another host address, e.g. --publish [::1]:HOSTPORT:6379)\n",
+            "{t}"
+        );
+    }
 }
