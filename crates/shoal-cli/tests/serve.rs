@@ -1179,13 +1179,6 @@ fn the_prepared_function_is_dropped_when_replaced_or_removed() {
 
 // ------------------------------------------------- issue 31: the gateway
 
-/// Whether the test runs as root (the checks as `nobody` and the
-/// container backends need it).
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// `curl` run as `nobody` (`setpriv`): the HTTP status it got.
 fn curl_as_nobody(args: &[&str]) -> String {
     let o = Command::new("setpriv")
@@ -1237,11 +1230,8 @@ fn the_management_api_needs_the_gateway_token() {
     assert_eq!(gw.deploy("noop", &deploy).status, 201);
     let r = http_as(gw.addr, "GET", "/fn/noop/", None, None, None);
     assert_eq!((r.status, r.text().as_str()), (200, "noop\n"));
-    if !root() {
-        let _ = writeln!(std::io::stderr(), "skipped: the checks as nobody: they need root");
-    } else if Command::new("curl").arg("--version").output().is_err() {
-        let _ = writeln!(std::io::stderr(), "skipped: the checks as nobody: curl is not installed");
-    } else {
+    // As nobody: curl through setpriv, which needs root.
+    if shoal_testkit::need(&["root", "setpriv", "curl"]) {
         let url = format!("http://{}/functions/pwn", gw.addr);
         let native = format!(r#"{{"image":"{}","backend":"process"}}"#, image("noop.native"));
         let code = curl_as_nobody(&["-X", "PUT", "-H", "Content-Type: application/json", "--data", &native, &url]);
@@ -1349,13 +1339,12 @@ fn netprobe() -> &'static Path {
 /// management API.
 #[test]
 fn container_functions_reach_neither_the_gateway_nor_other_functions() {
-    if !root() {
-        let _ = writeln!(std::io::stderr(), "skipped: container_functions_reach_neither_the_gateway_nor_other_functions: needs root");
+    if !shoal_testkit::need(&["root"]) {
         return;
     }
-    let rts: Vec<&str> = ["runc", "runsc"].into_iter().filter(|rt| ["/usr/sbin", "/usr/bin"].iter().any(|d| Path::new(d).join(rt).is_file())).collect();
+    // Each runtime that is missing is a skip of its part.
+    let rts: Vec<&str> = ["runc", "runsc"].into_iter().filter(|rt| shoal_testkit::need(&[rt])).collect();
     if rts.is_empty() {
-        let _ = writeln!(std::io::stderr(), "skipped: container_functions_reach_neither_the_gateway_nor_other_functions: neither runc nor runsc is installed");
         return;
     }
     let dir = scratch();

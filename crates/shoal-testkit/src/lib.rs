@@ -28,6 +28,7 @@ pub const FEATURES: &[(&str, &str)] = &[
     ("wrk", "wrk (HTTP load generator) is installed"),
     ("redis-benchmark", "redis-benchmark is installed"),
     ("setpriv", "setpriv is installed"),
+    ("curl", "curl is installed"),
     ("two-cpus", "at least two CPUs are available"),
     ("shm", "/dev/shm is a directory"),
 ];
@@ -79,7 +80,7 @@ pub fn probe(feature: &str) -> Result<(), String> {
             n => Err(format!("this machine has {n} CPU")),
         },
         "shm" => Path::new("/dev/shm").is_dir().then_some(()).ok_or_else(|| "/dev/shm is not a directory".into()),
-        "runc" | "runsc" | "podman" | "hey" | "wrk" | "redis-benchmark" | "setpriv" => program(feature).map(|_| ()),
+        "runc" | "runsc" | "podman" | "hey" | "wrk" | "redis-benchmark" | "setpriv" | "curl" => program(feature).map(|_| ()),
         other => panic!("shoal-testkit: unknown feature `{other}`"),
     }
 }
