@@ -838,8 +838,17 @@ fn the_fn_command_deploys_lists_invokes_and_removes() {
     follow.wait().unwrap();
     let o = fnc().args(["invoke", "nothere"]).output().unwrap();
     assert_clean_error(&o, "404");
-    let o = fnc().args(["rm", "fib"]).output().unwrap();
-    assert!(o.status.success());
+    // A name with a slash is the gateway's name error (400), not a
+    // missing route (404).
+    let o = fnc().args(["deploy", "a/b", &image("fib")]).output().unwrap();
+    assert_clean_error(&o, "400");
+    assert_clean_error(&o, "invalid function name \"a/b\"");
+    // rm takes several names.
+    let o = fnc().args(["deploy", "fib2", &image("fib")]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = fnc().args(["rm", "fib", "fib2"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "removed fib\nremoved fib2\n");
     assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
 }
 
