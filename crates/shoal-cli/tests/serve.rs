@@ -691,6 +691,22 @@ fn a_restart_keeps_the_deployments_and_stops_instances() {
     assert_eq!(gw.get("/functions/noop").status, 404, "a removed function came back after a restart");
 }
 
+/// Two gateways on one state directory would overwrite each other's
+/// deployments and collect each other's uploads: the second is refused in
+/// one line while the first runs, and starts once the first has stopped.
+#[test]
+fn a_second_gateway_on_the_same_state_is_refused() {
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let gw = Gateway::start(&state);
+    let o = shoal().args(["serve", "--listen", "127.0.0.1:0", "--state"]).arg(&state).stdin(Stdio::null()).output().unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    assert_eq!(stderr(&o), format!("shoal: the state directory {} is in use by another shoal serve; give each gateway its own --state\n", state.display()));
+    assert_eq!(gw.stop(), Some(0));
+    let gw = Gateway::start(&state);
+    assert_eq!(gw.get("/functions").status, 200);
+}
+
 #[test]
 fn instances_die_with_a_killed_gateway() {
     let dir = scratch();
@@ -795,7 +811,7 @@ fn bad_input_is_a_json_error_and_nothing_is_written() {
         let e = r.json()["error"].as_str().unwrap_or_else(|| panic!("no error message: {}", r.text())).to_string();
         assert!(e.contains(needle), "{method} {path}: {e:?} does not mention {needle:?}");
     }
-    let left: Vec<_> = std::fs::read_dir(&state).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n != "token").collect();
+    let left: Vec<_> = std::fs::read_dir(&state).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n != "token" && n != "lock").collect();
     assert!(left.is_empty(), "bad input wrote to the state directory: {left:?}");
     assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
 }
@@ -1139,7 +1155,7 @@ fn what_spt_cannot_run_is_refused_at_deploy_with_one_line() {
     }
     assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
     assert!(
-        std::fs::read_dir(&state).map(|d| d.flatten().filter(|e| e.file_name() != "token").count()).unwrap_or(0) == 0,
+        std::fs::read_dir(&state).map(|d| d.flatten().filter(|e| e.file_name() != "token" && e.file_name() != "lock").count()).unwrap_or(0) == 0,
         "a refused deploy wrote to the state directory"
     );
 }

@@ -274,10 +274,39 @@ struct StateFile {
 /// The functions file under the state directory.
 pub struct Store {
     dir: PathBuf,
+    /// The state directory's lock ([`LOCK_FILE`]), held while the store is.
+    _lock: std::fs::File,
+}
+
+/// The file a gateway holds an exclusive `flock` on for as long as it
+/// runs: two gateways on one state directory would overwrite each
+/// other's `functions.json` and collect each other's uploads.
+pub const LOCK_FILE: &str = "lock";
+
+/// Opens `path` (created, 0600) and takes an exclusive `flock` on it
+/// without waiting: `Ok(None)` when another process holds it. The lock
+/// lasts as long as the file stays open (and is not inherited by the
+/// instances: the descriptor is close-on-exec).
+fn lock_exclusive(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(path)?;
+    // SAFETY: flock on a descriptor this function owns; no memory is
+    // passed.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(Some(f));
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(None)
+    } else {
+        Err(e)
+    }
 }
 
 impl Store {
-    /// Opens (creating it, mode 0700, if needed) the state directory.
+    /// Opens (creating it, mode 0700, if needed) the state directory and
+    /// locks it for this gateway (a second one on it is refused).
     pub fn open(dir: &Path) -> anyhow::Result<Store> {
         use anyhow::Context;
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -290,7 +319,10 @@ impl Store {
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         }
         anyhow::ensure!(dir.is_dir(), "the state directory {} is not a directory", dir.display());
-        Ok(Store { dir: dir.to_path_buf() })
+        let lock = lock_exclusive(&dir.join(LOCK_FILE))
+            .with_context(|| format!("cannot lock the state directory {}", dir.display()))?
+            .with_context(|| format!("the state directory {} is in use by another shoal serve; give each gateway its own --state", dir.display()))?;
+        Ok(Store { dir: dir.to_path_buf(), _lock: lock })
     }
 
     fn file(&self) -> PathBuf {
