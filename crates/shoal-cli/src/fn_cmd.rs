@@ -214,8 +214,8 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                             if let Ok(l) = serde_json::from_slice::<Value>(&line) {
                                 writeln!(
                                     out,
-                                    "{:.3} instance {} {}: {}",
-                                    l["time"].as_f64().unwrap_or(0.0),
+                                    "{} instance {} {}: {}",
+                                    rfc3339(l["time"].as_f64().unwrap_or(0.0)),
                                     l["instance"],
                                     l["stream"].as_str().unwrap_or(""),
                                     l["line"].as_str().unwrap_or("")
@@ -307,4 +307,24 @@ fn segment(name: &str) -> String {
         }
     }
     out
+}
+
+/// A log line's time (seconds since the Unix epoch, as the gateway sends
+/// it) as RFC 3339 in UTC with milliseconds; a time out of range prints as
+/// the epoch.
+fn rfc3339(secs: f64) -> String {
+    let t = if secs.is_finite() && secs >= 0.0 && secs < 1e12 { std::time::Duration::from_secs_f64(secs) } else { std::time::Duration::ZERO };
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn log_times_are_rfc3339_utc_with_milliseconds() {
+        assert_eq!(super::rfc3339(0.0), "1970-01-01T00:00:00.000Z");
+        // `date -u -d @1796526000.25 +%FT%T.%3NZ`
+        assert_eq!(super::rfc3339(1_796_526_000.25), "2026-12-06T03:00:00.250Z");
+        assert_eq!(super::rfc3339(f64::NAN), "1970-01-01T00:00:00.000Z");
+        assert_eq!(super::rfc3339(-5.0), "1970-01-01T00:00:00.000Z");
+    }
 }
