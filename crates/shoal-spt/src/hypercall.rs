@@ -495,6 +495,7 @@ static CONSOLE_FDS: [AtomicI32; 2] = [AtomicI32::new(1), AtomicI32::new(2)];
 
 /// Sends the guest's stdout and stderr to the host descriptors `out` and
 /// `err` instead of 1 and 2.
+#[cfg(feature = "fuzz")]
 pub fn set_console_fds(out: i32, err: i32) {
     CONSOLE_FDS[0].store(out, Ordering::Relaxed);
     CONSOLE_FDS[1].store(err, Ordering::Relaxed);
