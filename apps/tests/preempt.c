@@ -15,6 +15,13 @@
  *   preempt fpu      three threads compute with SSE doubles and x87 long
  *                    doubles while ticks switch between them: the results
  *                    are exact only if every switch keeps their FPU state
+ *   preempt xstate   three threads fill every vector register the CPU
+ *                    runs with (AVX-512's zmm0-31 and k0-7 where XCR0
+ *                    enables them, else AVX's ymm0-15, else xmm0-15) and
+ *                    spin while ticks switch between them: the registers
+ *                    must come back exactly (the save area must be sized
+ *                    for the XCR0 the CPU really has, and nothing may
+ *                    write past it)
  *
  * Every case prints the same on Linux (only results, never counts that
  * depend on timing). */
@@ -183,6 +190,131 @@ static int fpu(void)
 	return 0;
 }
 
+/* The register classes preempt xstate fills: what XCR0 enables decides
+ * (a bit can only be set where the CPU has the state), not CPUID leaf 7,
+ * which a VMM may not pass on. */
+enum vclass { V_SSE, V_AVX, V_AVX512 };
+
+static enum vclass vclass(void)
+{
+	unsigned a, b, c, d;
+	__asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+	if (!(c & (1u << 27)))
+		return V_SSE; /* no OSXSAVE */
+	unsigned lo, hi;
+	__asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+	if ((lo & 0xe6) == 0xe6)
+		return V_AVX512;
+	if (lo & 4)
+		return V_AVX;
+	return V_SSE;
+}
+
+#define XS_SPIN 200000000UL
+#define XS_ROUNDS 4
+
+static unsigned char xs_in[3][32 * 64 + 8 * 8] __attribute__((aligned(64)));
+static unsigned char xs_out[3][32 * 64 + 8 * 8] __attribute__((aligned(64)));
+static int xs_started;
+static int xs_bad[3];
+
+#define L16(op, r, i) op " " #i "*64(%0), %%" r #i "\n\t"
+#define S16(op, r, i) op " %%" r #i ", " #i "*64(%1)\n\t"
+#define ALL16(m, op, r)                                                            \
+	m(op, r, 0) m(op, r, 1) m(op, r, 2) m(op, r, 3) m(op, r, 4) m(op, r, 5)    \
+	m(op, r, 6) m(op, r, 7) m(op, r, 8) m(op, r, 9) m(op, r, 10) m(op, r, 11) \
+	m(op, r, 12) m(op, r, 13) m(op, r, 14) m(op, r, 15)
+#define ALL16HI(m, op, r)                                                             \
+	m(op, r, 16) m(op, r, 17) m(op, r, 18) m(op, r, 19) m(op, r, 20) m(op, r, 21) \
+	m(op, r, 22) m(op, r, 23) m(op, r, 24) m(op, r, 25) m(op, r, 26) m(op, r, 27) \
+	m(op, r, 28) m(op, r, 29) m(op, r, 30) m(op, r, 31)
+#define LK(i) "kmovq 2048+" #i "*8(%0), %%k" #i "\n\t"
+#define SK(i) "kmovq %%k" #i ", 2048+" #i "*8(%1)\n\t"
+#define SPIN "mov %2, %%rcx\n\t1: dec %%rcx\n\tjnz 1b\n\t"
+
+static void xs_sse(const void *in, void *out)
+{
+	__asm__ volatile(ALL16(L16, "movdqu", "xmm") SPIN ALL16(S16, "movdqu", "xmm")
+			 :
+			 : "r"(in), "r"(out), "r"(XS_SPIN)
+			 : "rcx", "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
+			   "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+}
+
+__attribute__((target("avx"))) static void xs_avx(const void *in, void *out)
+{
+	__asm__ volatile(ALL16(L16, "vmovdqu", "ymm") SPIN ALL16(S16, "vmovdqu", "ymm") "vzeroupper\n\t"
+			 :
+			 : "r"(in), "r"(out), "r"(XS_SPIN)
+			 : "rcx", "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
+			   "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void xs_avx512(const void *in, void *out)
+{
+	__asm__ volatile(ALL16(L16, "vmovdqu64", "zmm") ALL16HI(L16, "vmovdqu64", "zmm")
+			 LK(1) LK(2) LK(3) LK(4) LK(5) LK(6) LK(7) SPIN
+			 ALL16(S16, "vmovdqu64", "zmm") ALL16HI(S16, "vmovdqu64", "zmm")
+			 SK(1) SK(2) SK(3) SK(4) SK(5) SK(6) SK(7) "vzeroupper\n\t"
+			 :
+			 : "r"(in), "r"(out), "r"(XS_SPIN)
+			 : "rcx", "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
+			   "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16",
+			   "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25",
+			   "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "k1", "k2", "k3", "k4", "k5",
+			   "k6", "k7");
+}
+
+static void *xs_work(void *arg)
+{
+	long k = (long)arg;
+	enum vclass v = vclass();
+	__atomic_fetch_add(&xs_started, 1, __ATOMIC_SEQ_CST);
+	while (__atomic_load_n(&xs_started, __ATOMIC_SEQ_CST) < 3)
+		; /* everyone spins at the same time */
+	for (int r = 0; r < XS_ROUNDS; r++) {
+		for (size_t j = 0; j < sizeof xs_in[k]; j++)
+			xs_in[k][j] = (unsigned char)(k * 71 + j * 13 + r * 7 + 1);
+		memset(xs_out[k], 0, sizeof xs_out[k]);
+		if (v == V_AVX512)
+			xs_avx512(xs_in[k], xs_out[k]);
+		else if (v == V_AVX)
+			xs_avx(xs_in[k], xs_out[k]);
+		else
+			xs_sse(xs_in[k], xs_out[k]);
+		for (int i = 0; i < (v == V_AVX512 ? 32 : 16); i++) {
+			/* xmm: 16 bytes of each 64, ymm: 32, zmm: all. */
+			size_t w = v == V_AVX512 ? 64 : v == V_AVX ? 32 : 16;
+			if (memcmp(xs_in[k] + i * 64, xs_out[k] + i * 64, w))
+				xs_bad[k]++;
+		}
+		if (v == V_AVX512 && memcmp(xs_in[k] + 2048 + 8, xs_out[k] + 2048 + 8, 7 * 8))
+			xs_bad[k]++;
+	}
+	return 0;
+}
+
+static int xstate(void)
+{
+	pthread_t t[3];
+	for (long i = 0; i < 3; i++)
+		if (pthread_create(&t[i], 0, xs_work, (void *)i)) {
+			printf("pthread_create failed\n");
+			return 1;
+		}
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], 0);
+	int bad = 0;
+	for (int i = 0; i < 3; i++)
+		if (xs_bad[i]) {
+			printf("thread %d: %d registers changed while it was switched out\n", i, xs_bad[i]);
+			bad = 1;
+		}
+	if (!bad)
+		printf("xstate: 3 threads kept every vector register over %d rounds\n", XS_ROUNDS);
+	return bad;
+}
+
 static volatile int woke;
 
 static void *sleeper_thread(void *arg)
@@ -241,10 +373,12 @@ int main(int argc, char **argv)
 		return single();
 	if (!strcmp(c, "fpu"))
 		return fpu();
+	if (!strcmp(c, "xstate"))
+		return xstate();
 	if (!strcmp(c, "sleeper"))
 		return sleeper();
 	if (!strcmp(c, "alarm"))
 		return alarm_case();
-	printf("usage: preempt two|three|watchdog|cancel|single|fpu|sleeper|alarm\n");
+	printf("usage: preempt two|three|watchdog|cancel|single|fpu|xstate|sleeper|alarm\n");
 	return 2;
 }

@@ -188,6 +188,29 @@ fn item7_two_busy_threads_both_make_progress() {
     }
 }
 
+/// The FPU save of the preemption entry is sized for the XCR0 the CPU
+/// really runs with (on an AMD host with AVX-512 the nested KVM runs guest
+/// code with the host's XCR0, not the VMM's, and the save is three times
+/// what CPUID's sub-leaf 0 says): three threads fill every vector register
+/// that XCR0 enables (zmm0-31 and k1-7 with AVX-512) and spin while ticks
+/// switch between them; every register comes back, and the instance does
+/// not fault on its own stack.
+#[test]
+fn item7_preempted_threads_keep_every_vector_register_xcr0_enables() {
+    let dir = scratch();
+    let src = home().join("apps/tests/preempt.c");
+    let image = build_image(&src, dir.path(), &[]);
+    let native = build_native(&src, dir.path(), &["-lpthread"]);
+    let n = output(Command::new(&native).arg("xstate"));
+    assert!(n.status.success(), "native: {}", stdout(&n));
+    for tender in tenders() {
+        let s = run_bounded(tender, &image, &["xstate"], true);
+        assert_eq!(stdout(&s), stdout(&n), "{tender}: shoal stderr: {}", stderr(&s));
+        assert_eq!(s.status.code(), Some(0), "{tender}: {}", stderr(&s));
+        assert!(ticks_reported(tender, &s) > 0, "{tender}: spinning threads switched without a tick?");
+    }
+}
+
 /// Item 7, no cost while one thread runs alone: a program that computes
 /// on one thread gets no preemption tick at all (the tick is armed only
 /// while more than one thread is runnable).

@@ -17,6 +17,10 @@ pub enum KvmError {
     /// The kernel's KVM API is too old or lacks a capability hvt needs.
     #[error("this host's KVM lacks {0}, which the hvt tender needs")]
     MissingCapability(&'static str),
+    /// The host CPU lacks an instruction set the guest's kernel uses at
+    /// CPL 3 (see [`check_host_cpu`]).
+    #[error("this host's CPU lacks {0}, which the hvt guest's kernel uses; use --tender spt")]
+    MissingCpuFeature(&'static str),
     /// A KVM call failed.
     #[error("KVM refused to {what}: {source}")]
     Ioctl {
@@ -276,6 +280,12 @@ impl Vm {
 
 /// XCR0 for the guest: x87 and SSE, plus AVX when the host enables it.
 pub fn xcr0() -> u64 {
+    3 | (host_xcr0() & 4)
+}
+
+/// The host's XCR0 (x87 and SSE only where the host OS did not enable
+/// XSAVE).
+pub fn host_xcr0() -> u64 {
     let leaf1 = core::arch::x86_64::__cpuid(1);
     let osxsave = leaf1.ecx & (1 << 27) != 0;
     if !osxsave {
@@ -283,8 +293,25 @@ pub fn xcr0() -> u64 {
     }
     // SAFETY: the host OS enabled XSAVE (CPUID.1:ECX.OSXSAVE), so xgetbv
     // with ECX = 0 is defined.
-    let host = unsafe { core::arch::x86_64::_xgetbv(0) };
-    3 | (host & 4)
+    unsafe { core::arch::x86_64::_xgetbv(0) }
+}
+
+/// The host CPU features the guest's kernel needs at CPL 3: FSGSBASE (it
+/// switches thread pointers with `wrfsbase`, and CR4.FSGSBASE is set) and
+/// XSAVE enabled by the host OS (CR4.OSXSAVE and XCR0 are set, and the
+/// preemption entry saves with `xsave`). Every x86-64 CPU of the last ten
+/// years has both; a host without them gets one sentence instead of a
+/// refused `KVM_SET_SREGS` or a guest fault later.
+pub fn check_host_cpu() -> Result<(), KvmError> {
+    let h1 = core::arch::x86_64::__cpuid(1);
+    if h1.ecx & (1 << 26) == 0 || h1.ecx & (1 << 27) == 0 {
+        return Err(KvmError::MissingCpuFeature("XSAVE enabled by the host OS (CPUID.1:ECX.XSAVE and OSXSAVE)"));
+    }
+    let max = core::arch::x86_64::__cpuid(0).eax;
+    if max < 7 || core::arch::x86_64::__cpuid_count(7, 0).ebx & 1 == 0 {
+        return Err(KvmError::MissingCpuFeature("FSGSBASE (CPUID.7:EBX bit 0)"));
+    }
+    Ok(())
 }
 
 /// Name of the per-boot cache of the guest CPUID in the runtime directory.
@@ -311,6 +338,9 @@ fn guest_cpuid(kvm: &Kvm) -> Result<CpuId, KvmError> {
             }
         }
     }
+    // Not cached yet: the first start on this boot checks the host CPU
+    // (a failed check caches nothing, so every start checks again).
+    check_host_cpu()?;
     let mut cpuid = kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES).map_err(ioctl_err("list the supported CPUID"))?;
     adjust_cpuid(&mut cpuid);
     if let (Some(dir), Some(key)) = (&dir, &key) {
@@ -323,14 +353,19 @@ fn guest_cpuid(kvm: &Kvm) -> Result<CpuId, KvmError> {
 /// Largest cache file read: the key line and KVM_MAX_CPUID_ENTRIES entries.
 const CPUID_CACHE_MAX: u64 = 256 + 40 * KVM_MAX_CPUID_ENTRIES as u64;
 
-/// `BOOT_ID KVM_MODULE_INODE`, or `None` when either is unknown (then
+/// `BOOT_ID KVM_MODULE_INODE ADJUST_VERSION`, or `None` when either is unknown (then
 /// nothing is cached).
 fn cpuid_cache_key() -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let boot = shoal_loader::tsc::boot_id()?;
     let module = std::fs::metadata("/sys/module/kvm").ok()?.ino();
-    Some(format!("{boot} {module}"))
+    Some(format!("{boot} {module} {CPUID_ADJUST_VERSION}"))
 }
+
+/// What [`adjust_cpuid`] does, as part of the cache key: a new version of
+/// it must not read an older one's answer (version 2 copies the XSAVE
+/// sub-leaf of every component the host enables).
+const CPUID_ADJUST_VERSION: &str = "adjust-2";
 
 /// The cache file: the key, a newline, then each entry as ten
 /// little-endian 32-bit words (function, index, flags, eax, ebx, ecx, edx,
@@ -382,9 +417,6 @@ fn adjust_cpuid(cpuid: &mut CpuId) {
     let h1 = host(1, 0);
     let h7 = host(7, 0);
     let avx_on = xcr0() & 4 != 0;
-    let mut have_d0 = false;
-    let mut have_d1 = false;
-    let mut have_d2 = false;
     for e in cpuid.as_mut_slice() {
         match (e.function, e.index) {
             (1, _) => {
@@ -403,14 +435,17 @@ fn adjust_cpuid(cpuid: &mut CpuId) {
                 // No PKU (ecx bit 3): keys are not enforced here.
                 e.ecx &= !(1 << 3);
             }
-            (0xd, 0) => have_d0 = true,
-            (0xd, 1) => have_d1 = true,
-            (0xd, 2) => have_d2 = true,
             _ => {}
         }
     }
-    // The XSAVE leaf, from the host, limited to the XCR0 bits the guest gets.
+    // The XSAVE leaf, from the host. Sub-leaf 0 announces the XCR0 bits
+    // the guest is meant to get; but on some nested KVMs (an AMD host with
+    // AVX-512) the XCR0 set below is not applied and guest code runs with
+    // the host's, so every component the host enables gets its sub-leaf
+    // (size and offset): the guest kernel sizes its FPU save from the XCR0
+    // it reads (`shoal_plat::xsave`), and needs them for that.
     let mask = xcr0();
+    let host_xcr0 = host_xcr0();
     let mut extra: Vec<kvm_cpuid_entry2> = Vec::new();
     let flags = kvm_bindings::KVM_CPUID_FLAG_SIGNIFCANT_INDEX;
     if h1.ecx & (1 << 26) != 0 {
@@ -419,24 +454,20 @@ fn adjust_cpuid(cpuid: &mut CpuId) {
         let d1 = host(0xd, 1);
         // Only XSAVEOPT/XSAVEC/XGETBV1 (bits 0-2) of eax; no XSS features.
         let d1 = kvm_cpuid_entry2 { function: 0xd, index: 1, flags, eax: d1.eax & 0x7, ebx: 0, ecx: 0, edx: 0, padding: [0; 3] };
-        let d2 = host(0xd, 2);
-        let d2 = kvm_cpuid_entry2 { function: 0xd, index: 2, flags, eax: d2.eax, ebx: d2.ebx, ecx: 0, edx: 0, padding: [0; 3] };
-        for e in cpuid.as_mut_slice() {
-            match (e.function, e.index) {
-                (0xd, 0) => *e = d0,
-                (0xd, 1) => *e = d1,
-                (0xd, 2) if mask & 4 != 0 => *e = d2,
-                _ => {}
+        let mut wanted = vec![d0, d1];
+        for i in 2..63u32 {
+            if host_xcr0 & (1 << i) != 0 {
+                let d = host(0xd, i);
+                // eax: size, ebx: offset; ecx bit 1 (64-byte alignment in
+                // the compacted form) only; edx reserved.
+                wanted.push(kvm_cpuid_entry2 { function: 0xd, index: i, flags, eax: d.eax, ebx: d.ebx, ecx: d.ecx & 2, edx: 0, padding: [0; 3] });
             }
         }
-        if !have_d0 {
-            extra.push(d0);
-        }
-        if !have_d1 {
-            extra.push(d1);
-        }
-        if !have_d2 && mask & 4 != 0 {
-            extra.push(d2);
+        for w in wanted {
+            match cpuid.as_mut_slice().iter_mut().find(|e| e.function == 0xd && e.index == w.index) {
+                Some(e) => *e = w,
+                None => extra.push(w),
+            }
         }
     }
     for e in extra {
@@ -510,6 +541,39 @@ mod tests {
         assert!(decode_cpuid(b"no newline", "boot 42").is_none());
         let too_many = vec![e(1, 0, 0); KVM_MAX_CPUID_ENTRIES + 1];
         assert!(decode_cpuid(&encode_cpuid("k", &too_many), "k").is_none());
+    }
+
+    /// Every host these tests run on has what the guest needs (the check
+    /// exists for hosts that do not), and the message is one sentence.
+    #[test]
+    fn this_host_cpu_passes_and_a_missing_feature_is_one_sentence() {
+        check_host_cpu().unwrap();
+        let m = KvmError::MissingCpuFeature("FSGSBASE (CPUID.7:EBX bit 0)").to_string();
+        assert!(m.contains("FSGSBASE") && m.contains("--tender spt") && !m.contains('\n'), "{m}");
+    }
+
+    /// The guest sees the size and offset of every XSAVE component the host
+    /// enables, beyond the XCR0 the VMM sets: on hosts where guest code
+    /// runs with the host's XCR0, the guest kernel sizes its FPU save from
+    /// these (`shoal_plat::xsave`).
+    #[test]
+    fn the_guest_cpuid_describes_every_component_the_host_enables() {
+        let e = |function, index| kvm_cpuid_entry2 { function, index, ..Default::default() };
+        let mut cpuid = CpuId::from_entries(&[e(0, 0), e(1, 0), e(7, 0)]).unwrap();
+        adjust_cpuid(&mut cpuid);
+        let host = host_xcr0();
+        for i in 2..63u32 {
+            if host & (1 << i) == 0 {
+                continue;
+            }
+            let g = cpuid.as_slice().iter().find(|x| x.function == 0xd && x.index == i);
+            let h = core::arch::x86_64::__cpuid_count(0xd, i);
+            let g = g.unwrap_or_else(|| panic!("no sub-leaf {i} for host XCR0 {host:#x}"));
+            assert_eq!((g.eax, g.ebx), (h.eax, h.ebx), "sub-leaf {i}");
+        }
+        let d0 = cpuid.as_slice().iter().find(|x| x.function == 0xd && x.index == 0).unwrap();
+        assert_eq!(d0.ecx, core::arch::x86_64::__cpuid_count(0xd, 0).ecx, "the maximum size stands in for undescribed components");
+        assert!(cpuid.as_slice().iter().any(|x| x.function == 0 && x.eax >= 0xd));
     }
 
     #[test]

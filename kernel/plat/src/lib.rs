@@ -4,7 +4,8 @@
 //! It holds the image entry point (`_shoal_start`, [`boot`]), the binding to
 //! the tender's hypercalls ([`hypercall`]), the console ([`console`]),
 //! checked access to application memory ([`umem`]), the few CPU instructions
-//! the kernel needs ([`cpu`]), and the vocabulary of system calls: [`Errno`],
+//! the kernel needs ([`cpu`]), the size of the FPU state save on the CPU it
+//! really runs on ([`xsave`]), and the vocabulary of system calls: [`Errno`],
 //! [`Args`], [`SysResult`] and [`SyscallFn`]. State cells are [`Global`]s.
 #![cfg_attr(not(test), no_std)]
 
@@ -16,6 +17,7 @@ mod global;
 pub mod hostsig;
 pub mod hypercall;
 pub mod umem;
+pub mod xsave;
 
 pub use errno::Errno;
 

@@ -8,6 +8,8 @@
 //! returns `-ENOSYS` and is reported once on stderr.
 #![cfg_attr(not(test), no_std)]
 
+extern crate alloc;
+
 use shoal_plat::{Args, Errno, Global, SyscallFn};
 
 pub mod preempt;

@@ -11,7 +11,9 @@
 //! flags), pushes `resume_rip`, the flags and the 15 general-purpose
 //! registers, saves the FPU/SSE/AVX state with `xsave` (every component
 //! XCR0 enables; `fxsave` where the OS did not enable XSAVE) in a 64-byte
-//! aligned area below, and calls [`shoal_preempted`], which yields the vCPU
+//! aligned area below, sized at boot for the XCR0 the CPU really runs with
+//! (`shoal_plat::xsave`: on some nested hosts that is not the XCR0 the VMM
+//! set, and AVX-512's state makes it three times larger), and calls [`shoal_preempted`], which yields the vCPU
 //! and, when this thread runs again, delivers the signals that came for it
 //! meanwhile (an asynchronous `pthread_cancel`). Then it restores
 //! everything and returns to `resume_rip` with `ret 128`, which also
@@ -129,25 +131,69 @@ extern "C" {
     fn shoal_preempt_entry();
 }
 
-/// Sizes the FPU state save of the entry and registers the area and the
-/// entry with the tender (at boot).
+/// Sizes the FPU state save of the entry for the XCR0 the CPU really runs
+/// with (`shoal_plat::xsave`), checks the size with a canary, and
+/// registers the area and the entry with the tender (at boot). A CPU whose
+/// save cannot be sized or overruns the area stops the boot with a
+/// `shoal:` line: a preempted thread would otherwise overwrite its own
+/// saved registers.
 #[cfg(not(test))]
 pub fn init() {
-    use core::arch::x86_64::__cpuid_count;
-    // CPUID exists on every x86-64 CPU; leaf 1 always.
-    let l1 = __cpuid_count(1, 0);
-    const OSXSAVE: u32 = 1 << 27;
-    SHOAL_PREEMPT_SAVE_SIZE.0.store(512, Ordering::Relaxed);
-    if l1.ecx & OSXSAVE != 0 {
-        // Leaf 0xD exists when XSAVE is enabled; EBX is the size of the
-        // save area for the components XCR0 enables now.
-        let d = __cpuid_count(0xd, 0);
-        if d.ebx >= 576 {
-            SHOAL_PREEMPT_SAVE_SIZE.0.store(u64::from(d.ebx), Ordering::Relaxed);
+    use shoal_plat::xsave::SaveArea;
+    match shoal_plat::xsave::probe() {
+        Err(e) => refuse(format_args!("{e}")),
+        Ok(SaveArea::Fxsave) => SHOAL_PREEMPT_SAVE_SIZE.0.store(u64::from(shoal_plat::xsave::FXSAVE_SIZE), Ordering::Relaxed),
+        Ok(SaveArea::Xsave { size, xcr0 }) => {
+            if !xsave_stays_inside(size) {
+                refuse(format_args!("an xsave of every component of XCR0 {xcr0:#x} wrote past the {size} bytes that CPUID leaf 0xd describes, so the FPU save area cannot be sized"));
+            }
+            SHOAL_PREEMPT_SAVE_SIZE.0.store(u64::from(size), Ordering::Relaxed);
             SHOAL_PREEMPT_XSAVE.0.store(1, Ordering::Relaxed);
         }
     }
     shoal_sched::preempt::init(shoal_preempt_entry as *const () as u64);
+}
+
+/// Stops a boot whose FPU state save cannot be made safe.
+#[cfg(not(test))]
+fn refuse(why: core::fmt::Arguments<'_>) -> ! {
+    use core::fmt::Write;
+    let _ = writeln!(shoal_plat::console::Stderr, "shoal: this CPU cannot run threads safely: {why}");
+    shoal_plat::halt(255)
+}
+
+/// Bytes of the canary after the area in the boot check.
+#[cfg(not(test))]
+const CANARY: usize = 256;
+
+/// Does `xsave` of every enabled component into a `size`-byte area leave
+/// the bytes after it alone? Run once at boot, on the heap (pages the
+/// kernel heap uses anyway). `xsave` (unlike `xsaveopt`) writes every
+/// requested component whether in use or not, so one run shows the extent.
+#[cfg(not(test))]
+fn xsave_stays_inside(size: u32) -> bool {
+    let size = size as usize;
+    let Ok(layout) = core::alloc::Layout::from_size_align(size + CANARY, 64) else {
+        return false;
+    };
+    // SAFETY: the layout's size is non-zero.
+    let p = unsafe { alloc::alloc::alloc(layout) };
+    if p.is_null() {
+        return false;
+    }
+    // SAFETY: `p` is valid for `size + CANARY` bytes (just allocated) and
+    // 64-byte aligned; the header (512..576, within `size`) is zeroed as
+    // xsave's caller must, the canary follows the area. xsave writes the
+    // area only, and the slice is dropped before the block is freed.
+    let intact = unsafe {
+        core::ptr::write_bytes(p.add(512), 0, 64);
+        core::ptr::write_bytes(p.add(size), 0xa5, CANARY);
+        core::arch::asm!("xsave64 [{}]", in(reg) p, in("eax") u32::MAX, in("edx") u32::MAX, options(nostack));
+        core::slice::from_raw_parts(p.add(size), CANARY).iter().all(|&b| b == 0xa5)
+    };
+    // SAFETY: allocated above with this layout.
+    unsafe { alloc::alloc::dealloc(p, layout) };
+    intact
 }
 
 /// Where the preemption entry calls in, with `frame` the interrupted

@@ -430,7 +430,7 @@ fn empty_root() -> Fs {
         let _ = fs.mkdir(root, name, perm);
     }
     dev::populate(&mut fs);
-    default_hosts(&mut fs);
+    default_etc(&mut fs);
     fs
 }
 
@@ -439,8 +439,30 @@ fn empty_root() -> Fs {
 /// Linux host without asking a name server.
 pub const DEFAULT_HOSTS: &[u8] = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
 
-/// Adds `/etc/hosts` (and `/etc`) when the root has none.
-fn default_hosts(fs: &mut Fs) {
+/// What `/etc/passwd` holds when the root file system brings none: root
+/// (what the program runs as, see `shoal_user`) and `nobody`, which
+/// servers started as root switch to (nginx's default `user nobody`
+/// calls `getpwnam("nobody")` and stops without it).
+pub const DEFAULT_PASSWD: &[u8] = b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+
+/// What `/etc/group` holds when the root file system brings none: the
+/// groups of [`DEFAULT_PASSWD`]'s users (`nogroup` as Debian names it).
+pub const DEFAULT_GROUP: &[u8] = b"root:x:0:\nnogroup:x:65534:\n";
+
+/// What `/etc/nsswitch.conf` holds when the root file system brings none:
+/// users, groups and hosts from the files above first (glibc programs read
+/// it; musl ignores it).
+pub const DEFAULT_NSSWITCH: &[u8] = b"passwd: files\ngroup: files\nhosts: files dns\n";
+
+/// The files [`default_etc`] adds to `/etc` when the root lacks them.
+const DEFAULT_ETC: [(&[u8], &[u8]); 4] =
+    [(b"hosts", DEFAULT_HOSTS), (b"passwd", DEFAULT_PASSWD), (b"group", DEFAULT_GROUP), (b"nsswitch.conf", DEFAULT_NSSWITCH)];
+
+/// Adds `/etc/hosts`, `/etc/passwd`, `/etc/group` and
+/// `/etc/nsswitch.conf` (and `/etc`) where the root has none: a program
+/// finds localhost, root and nobody as on a Linux host. A file the root
+/// file system brings is never replaced.
+fn default_etc(fs: &mut Fs) {
     let root = fs.root();
     let etc = match fs.lookup(root, b"etc") {
         Ok(i) => i,
@@ -449,10 +471,13 @@ fn default_hosts(fs: &mut Fs) {
             Err(_) => return,
         },
     };
-    if fs.lookup(etc, b"hosts").is_err() {
-        // Borrowed, not written: its bytes stay in the image's read-only
-        // data (pooled), not in a heap page of every instance.
-        let _ = fs.create_file_static(etc, b"hosts", 0o644, DEFAULT_HOSTS);
+    for (name, data) in DEFAULT_ETC {
+        if fs.lookup(etc, name).is_err() {
+            // Borrowed, not written: the bytes stay in the image's
+            // read-only data (pooled), not in a heap page of every
+            // instance.
+            let _ = fs.create_file_static(etc, name, 0o644, data);
+        }
     }
 }
 
@@ -469,8 +494,9 @@ fn fatal(what: core::fmt::Arguments<'_>) -> ! {
 /// With a root archive in the boot info, `/` is the archive (validated
 /// first: a corrupt one halts the instance with a `shoal:` message), plus
 /// `/tmp` if the archive has none; without one, an empty root with `/tmp`,
-/// `/etc`, `/home` and `/dev`. Either way `/etc/hosts` names the loopback
-/// addresses unless the archive brings its own.
+/// `/etc`, `/home` and `/dev`. Either way `/etc/hosts`, `/etc/passwd`,
+/// `/etc/group` and `/etc/nsswitch.conf` are there ([`default_etc`])
+/// unless the archive brings its own.
 pub fn init() {
     let bi = shoal_plat::boot::info();
     heal::record_clock();
@@ -510,7 +536,7 @@ fn root_fs() -> Fs {
                     let _ = fs.mkdir(root, b"tmp", 0o1777);
                 }
                 dev::populate(&mut fs);
-                default_hosts(&mut fs);
+                default_etc(&mut fs);
                 fs
             }
             Err(e) => fatal(format_args!("{e}")),

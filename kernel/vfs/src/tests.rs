@@ -1057,6 +1057,27 @@ fn the_empty_root_has_an_etc_hosts_for_localhost() {
     assert!(core::str::from_utf8(&buf[..n]).unwrap().contains("127.0.0.1\tlocalhost"));
 }
 
+/// An empty root has root and nobody in /etc/passwd and /etc/group (nginx
+/// as root looks up "nobody"), and an nsswitch.conf that reads them.
+#[test]
+fn the_empty_root_has_passwd_group_and_nsswitch() {
+    let mut fs = super::empty_root();
+    let root = fs.root();
+    let etc = fs.lookup(root, b"etc").unwrap();
+    let mut read = |name: &[u8]| {
+        let ino = fs.lookup(etc, name).unwrap();
+        let mut buf = [0u8; 256];
+        let n = fs.read(ino, 0, &mut buf).unwrap();
+        String::from_utf8(buf[..n].to_vec()).unwrap()
+    };
+    let passwd = read(b"passwd");
+    assert!(passwd.lines().any(|l| l == "root:x:0:0:root:/root:/bin/sh"), "{passwd}");
+    assert!(passwd.lines().any(|l| l.starts_with("nobody:x:65534:65534:")), "{passwd}");
+    let group = read(b"group");
+    assert!(group.lines().any(|l| l == "root:x:0:") && group.lines().any(|l| l == "nogroup:x:65534:"), "{group}");
+    assert!(read(b"nsswitch.conf").lines().any(|l| l == "passwd: files"));
+}
+
 #[test]
 fn descriptor_and_file_size_limits() {
     let mut v = vfs();
