@@ -143,8 +143,10 @@ impl Harness {
         // (which owns the mapping) is borrowed.
         let mem = unsafe { GuestMemory::new(self.low.as_ptr().wrapping_add(GuestMemory::LOW as usize), MEM_SIZE) };
         match call {
-            Hypercall::Poll => cut_wait::<PollArgs>(&mem, addr, |a| &mut a.timeout_ns),
-            Hypercall::NetPoll => cut_wait::<NetPollArgs>(&mem, addr, |a| &mut a.timeout_ns),
+            // Poll refuses "never" without waiting; NetPoll only with
+            // nothing listed.
+            Hypercall::Poll => cut_wait::<PollArgs>(&mem, addr, |a| &mut a.timeout_ns, |_| true),
+            Hypercall::NetPoll => cut_wait::<NetPollArgs>(&mem, addr, |a| &mut a.timeout_ns, |a| a.nfds == 0 && a.max_events == 0),
             Hypercall::Preempt => {
                 let op = mem.read_obj::<shoal_abi::PreemptArgs>(addr).map(|a| a.op);
                 if matches!(op, Ok(shoal_abi::PREEMPT_ARM | shoal_abi::PREEMPT_WATCH)) {
@@ -195,29 +197,18 @@ fn new_net(network: bool) -> net::Net {
     net::Net::new(Vec::new(), network, allow).with_bind_any(network)
 }
 
-/// Cuts the deadline of the wait at `arg` to [`MAX_WAIT_NS`] (a deadline
-/// of "never" stays when this process has no socket: the handlers refuse it
-/// without waiting).
-fn cut_wait<T: shoal_loader::Pod>(mem: &GuestMemory, arg: GuestAddr, deadline: impl Fn(&mut T) -> &mut u64) {
+/// Cuts the deadline of the wait at `arg` to [`MAX_WAIT_NS`]; a deadline
+/// of "never" stays where `refused` says the handler refuses it without
+/// waiting.
+fn cut_wait<T: shoal_loader::Pod>(mem: &GuestMemory, arg: GuestAddr, deadline: impl Fn(&mut T) -> &mut u64, refused: impl Fn(&T) -> bool) {
     let Ok(mut a) = mem.read_obj::<T>(arg) else { return };
+    let keep = refused(&a);
     let d = deadline(&mut a);
-    if *d == u64::MAX && !has_sockets() {
+    if *d == u64::MAX && keep {
         return;
     }
     *d = (*d).min(MAX_WAIT_NS);
     let _ = mem.write_obj(arg, &a);
-}
-
-/// Whether this process holds a socket (the fuzzer has none of its own:
-/// any is the guest's).
-fn has_sockets() -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return true };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()).any(|fd| {
-        // SAFETY: an all-zero stat is valid; fstat writes one.
-        let mut st: libc::stat = unsafe { core::mem::zeroed() };
-        // SAFETY: `st` is a writable stat.
-        unsafe { libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK }
-    })
 }
 
 /// Moves this process into a network namespace of its own, whose only

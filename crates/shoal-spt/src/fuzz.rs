@@ -120,8 +120,12 @@ impl Harness {
     pub fn call(&mut self, nr: u64, arg: u64) -> Result<(), End> {
         let call = Hypercall::from_nr(nr);
         match call {
-            Some(Hypercall::Poll) => cut_wait::<PollArgs>(arg, |a| &mut a.timeout_ns),
-            Some(Hypercall::NetPoll) => cut_wait::<NetPollArgs>(arg, |a| &mut a.timeout_ns),
+            // Poll refuses "never" without waiting.
+            Some(Hypercall::Poll) => cut_wait::<PollArgs>(arg, |a| &mut a.timeout_ns, |_| true),
+            // NetPoll refuses "never" without waiting only with nothing
+            // listed; with entries it would sleep until a signal, even if
+            // none names a socket (the guest's own hang).
+            Some(Hypercall::NetPoll) => cut_wait::<NetPollArgs>(arg, |a| &mut a.timeout_ns, |a| a.nfds == 0 && a.max_events == 0),
             Some(Hypercall::Net) if !hide_own_descriptors(arg) => return Ok(()),
             Some(Hypercall::Preempt) => {
                 let op = mem().read_obj::<shoal_abi::PreemptArgs>(GuestAddr(arg)).map(|a| a.op);
@@ -172,18 +176,19 @@ fn mem() -> GuestMemory {
     hypercall::guest_mem()
 }
 
-/// Cuts the deadline of the wait at `arg` to [`MAX_WAIT_NS`] (a deadline
-/// of "never" stays: the handlers refuse it without waiting when nothing
-/// can wake the guest, and a guest with sockets gets the cut).
-fn cut_wait<T: shoal_loader::Pod>(arg: u64, deadline: impl Fn(&mut T) -> &mut u64) {
+/// Cuts the deadline of the wait at `arg` to [`MAX_WAIT_NS`]; a deadline
+/// of "never" stays where `refused` says the handler refuses it without
+/// waiting.
+fn cut_wait<T: shoal_loader::Pod>(arg: u64, deadline: impl Fn(&mut T) -> &mut u64, refused: impl Fn(&T) -> bool) {
     let m = mem();
     // Outside writable memory the handler refuses the call before waiting.
     if !hypercall::writable(arg, core::mem::size_of::<T>() as u64) {
         return;
     }
     let Ok(mut a) = m.read_obj::<T>(GuestAddr(arg)) else { return };
+    let keep = refused(&a);
     let d = deadline(&mut a);
-    if *d == u64::MAX && open_sockets() == 0 {
+    if *d == u64::MAX && keep {
         return;
     }
     *d = (*d).min(MAX_WAIT_NS);
@@ -209,10 +214,6 @@ fn is_socket(fd: i32) -> bool {
 fn sockets() -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return Vec::new() };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()).filter(|&fd| is_socket(fd)).collect()
-}
-
-fn open_sockets() -> usize {
-    sockets().len()
 }
 
 fn close_guest_sockets() {
