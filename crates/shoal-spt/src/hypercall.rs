@@ -219,6 +219,15 @@ pub enum End {
         /// Whether results are written back into it.
         write: bool,
     },
+    /// A `Protect`, `Alias` or `AliasList` that would take write access
+    /// from its own argument structure, where the result is written (the
+    /// write would fault in the tender).
+    ProtectsOwnArgs {
+        /// The hypercall number.
+        nr: u64,
+        /// Guest address of the argument structure.
+        arg: u64,
+    },
     /// A `Poll` or `NetPoll` that nothing could ever wake.
     BlockedForever,
     /// The guest kernel reported a CPU exception.
@@ -257,6 +266,13 @@ impl End {
                     if write { "writable guest memory" } else { "guest memory" }
                 ),
             ),
+            End::ProtectsOwnArgs { nr, arg } => stop(
+                EXIT_STOPPED,
+                format_args!(
+                    "the guest made an invalid hypercall: {} ({nr}) would take write access from its own argument structure at {arg:#x}, where the result is written",
+                    name(nr)
+                ),
+            ),
             End::BlockedForever => stop(EXIT_STOPPED, format_args!("the guest blocked forever with nothing to wake it")),
             End::Fault { vector, error_code, rip, rsp, cr2 } => stop(
                 EXIT_STOPPED,
@@ -268,6 +284,21 @@ impl End {
             End::Unknown { nr, arg } => stop(EXIT_STOPPED, format_args!("the guest made an invalid hypercall: number {nr} does not exist (argument {arg:#x})")),
         }
     }
+}
+
+/// Refuses a protection change of `[addr, addr + len)` to `prot` that
+/// would leave the argument structure (a `T` at `arg`) without write
+/// access: the tender writes the result there afterwards, and guest
+/// addresses are its own, so the write would fault in the tender. (hvt's
+/// VMM writes through its own mapping and needs no such rule.)
+fn keeps_own_args<T>(nr: u64, arg: u64, addr: u64, len: u64, prot: u64) -> Result<(), End> {
+    let size = core::mem::size_of::<T>() as u64;
+    // No overflow: `args` checked [arg, arg + size) lies in guest memory.
+    let overlaps = addr < arg + size && arg < addr.saturating_add(len);
+    if prot & shoal_abi::PROT_WRITE == 0 && overlaps {
+        return Err(End::ProtectsOwnArgs { nr, arg });
+    }
+    Ok(())
 }
 
 fn put<T: Pod>(arg: u64, v: &T) {
@@ -375,16 +406,26 @@ pub fn dispatch(nr: u64, arg: u64) -> Result<(), End> {
         }
         Some(Hypercall::Protect) => {
             let mut a: ProtectArgs = args(nr, arg, true)?;
+            keeps_own_args::<ProtectArgs>(nr, arg, a.addr, a.len, a.prot)?;
             a.ret = crate::protect::protect(&a);
             put(arg, &a);
         }
         Some(Hypercall::Alias) => {
             let mut a: shoal_abi::AliasArgs = args(nr, arg, true)?;
+            keeps_own_args::<shoal_abi::AliasArgs>(nr, arg, a.dst, a.len, a.prot)?;
             a.ret = crate::protect::alias(&a);
             put(arg, &a);
         }
         Some(Hypercall::AliasList) => {
             let mut a: shoal_abi::AliasListArgs = args(nr, arg, true)?;
+            let size = core::mem::size_of::<shoal_abi::AliasPair>() as u64;
+            // Pairs beyond the limit or outside guest memory are refused by
+            // the handler before any is mapped.
+            for i in 0..a.count.min(shoal_abi::ALIAS_LIST_MAX) {
+                if let Ok(p) = guest_mem().read_obj::<shoal_abi::AliasPair>(GuestAddr(a.pairs.wrapping_add(i * size))) {
+                    keeps_own_args::<shoal_abi::AliasListArgs>(nr, arg, p.dst, shoal_abi::PAGE_SIZE, a.prot)?;
+                }
+            }
             a.ret = crate::protect::alias_list(&a);
             put(arg, &a);
         }
