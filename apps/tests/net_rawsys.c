@@ -18,6 +18,16 @@ static long sys(long n, long a, long b, long c, long d)
 	return r;
 }
 
+static long sys6(long n, long a, long b, long c, long d, long e, long f)
+{
+	long r;
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	__asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9) : "rcx", "r11", "memory");
+	return r;
+}
+
 /* recvmsg(fd) of one int and one descriptor; prints what came. */
 static void recv_reply(int fd, const char *what)
 {
@@ -74,6 +84,29 @@ int main(int argc, char **argv)
 		req[18] = req[19] = 0;
 		printf("request sent: %ld\n", sys(44, 3, (long)req, sizeof req, 0x4000));
 		recv_reply(3, "AF_INET");
+	} else if (!strcmp(w, "mptcp")) {
+		/* IPPROTO_MPTCP: its ports are outside Landlock's TCP rules. */
+		long s = sys(41, 2, 1 | 04000, 262, 0);
+		printf("mptcp socket: %s\n", s >= 3 ? "ok" : "failed");
+	} else if (!strcmp(w, "tcp")) {
+		printf("tcp socket: %s\n", sys(41, 2, 1 | 04000, 6, 0) >= 3 ? "ok" : "failed");
+		printf("udp socket: %s\n", sys(41, 10, 2 | 04000, 17, 0) >= 3 ? "ok" : "failed");
+	} else if (!strcmp(w, "reuseaddr") || !strcmp(w, "reuseport")) {
+		/* Address reuse on a UDP socket: sharing a port a host service
+		 * bound. */
+		long s = sys(41, 2, 2 | 04000, 0, 0);
+		int one = 1;
+		printf("socket: %s\n", s >= 3 ? "ok" : "failed");
+		fflush(stdout);
+		printf("setsockopt: %ld\n", sys6(54, s, 1, w[5] == 'a' ? 2 : 15, (long)&one, 4, 0));
+	} else if (!strcmp(w, "nodelay")) {
+		long s = sys(41, 2, 1 | 04000, 0, 0);
+		int one = 1;
+		printf("setsockopt TCP_NODELAY: %ld\n", sys6(54, s, 6, 1, (long)&one, 4, 0));
+		printf("setsockopt SO_KEEPALIVE: %ld\n", sys6(54, s, 1, 9, (long)&one, 4, 0));
+	} else if (!strcmp(w, "fastopen")) {
+		/* A send that connects (TCP Fast Open), on the listener. */
+		printf("sendto MSG_FASTOPEN: %ld\n", sys6(44, 3, (long)"x", 1, 0x20000000 | 0x40, (long)sin, 16));
 	} else if (!strcmp(w, "bind")) {
 		long s = sys(41, 2, 1 | 04000, 0, 0);
 		printf("socket: %s\n", s >= 3 ? "ok" : "failed");

@@ -351,7 +351,8 @@ impl Reply {
 
 /// One HTTP/1.1 request on its own connection (`Connection: close`), read
 /// to the end: the time measured is the whole exchange, as a client sees it.
-fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>, keep: bool, timeout: Duration) -> Result<Reply, FaasError> {
+/// `token`: the gateway's, for its management API (invocations need none).
+fn http(addr: SocketAddr, token: Option<&str>, method: &str, path: &str, body: Option<&[u8]>, keep: bool, timeout: Duration) -> Result<Reply, FaasError> {
     let wire = |source| FaasError::Http { method: method.into(), path: path.into(), source };
     let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(wire)?;
     s.set_read_timeout(Some(timeout)).map_err(wire)?;
@@ -359,7 +360,8 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>, keep: b
     let _ = s.set_nodelay(true);
     let b = body.unwrap_or_default();
     let ct = if body.is_some() { "Content-Type: application/json\r\n" } else { "" };
-    let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{ct}Content-Length: {}\r\n\r\n", b.len());
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{ct}{auth}Content-Length: {}\r\n\r\n", b.len());
     s.write_all(head.as_bytes()).and_then(|_| s.write_all(b)).map_err(wire)?;
     let mut r = BufReader::with_capacity(1 << 16, s);
     let mut line = String::new();
@@ -394,6 +396,8 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>, keep: b
 struct Gateway {
     child: Child,
     addr: SocketAddr,
+    /// Its API token (`STATE/token`).
+    token: String,
     _state: tempfile::TempDir,
 }
 
@@ -401,14 +405,20 @@ struct Gateway {
 struct Inst {
     pid: u32,
     addr: SocketAddr,
+    /// runc/runsc: its own network namespace, where `addr` is.
+    netns: Option<String>,
 }
 
 impl Gateway {
-    /// Starts `shoal serve` on 127.0.0.1, port 0, its stderr into `log`.
-    fn start(shoal: &Path, log: &Path) -> Result<Gateway> {
+    /// Starts `shoal serve` on 127.0.0.1, port 0, its stderr into `log`,
+    /// with the `process` backend (the comparison) and deploys from the
+    /// functions' directory `fns` allowed.
+    fn start(shoal: &Path, log: &Path, fns: &Path) -> Result<Gateway> {
         let state = tempfile::Builder::new().prefix("shoal-bench-faas-state-").tempdir().context("cannot make a state directory")?;
         let mut child = Command::new(shoal)
-            .args(["serve", "--listen", "127.0.0.1:0", "--state"])
+            .args(["serve", "--listen", "127.0.0.1:0", "--allow-process", "--allow-path"])
+            .arg(fns)
+            .arg("--state")
             .arg(state.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -429,13 +439,14 @@ impl Gateway {
         std::thread::spawn(move || {
             let _ = std::io::copy(&mut out, &mut std::io::sink());
         });
-        Ok(Gateway { child, addr, _state: state })
+        let token = std::fs::read_to_string(state.path().join("token")).context("the gateway wrote no token file")?.trim().to_string();
+        Ok(Gateway { child, addr, token, _state: state })
     }
 
     /// A management request whose answer must be 2xx.
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Reply, FaasError> {
         let b = body.map(|v| v.to_string().into_bytes());
-        let r = http(self.addr, method, path, b.as_deref(), true, Duration::from_secs(60))?;
+        let r = http(self.addr, Some(&self.token), method, path, b.as_deref(), true, Duration::from_secs(60))?;
         if !(200..300).contains(&r.status) {
             return Err(FaasError::Refused { method: method.into(), path: path.into(), status: r.status, body: r.text() });
         }
@@ -462,13 +473,15 @@ impl Gateway {
             .unwrap_or_default()
             .iter()
             .filter(|i| i["function"] == name)
-            .filter_map(|i| Some(Inst { pid: i["pid"].as_u64()? as u32, addr: i["address"].as_str()?.parse().ok()? }))
+            .filter_map(|i| {
+                Some(Inst { pid: i["pid"].as_u64()? as u32, addr: i["address"].as_str()?.parse().ok()?, netns: i["netns"].as_str().map(str::to_string) })
+            })
             .collect())
     }
 
     /// Invokes `/fn/NAME{rest}` and returns the answer, whatever its status.
     fn invoke(&self, name: &str, rest: &str, keep: bool) -> Result<Reply, FaasError> {
-        http(self.addr, "GET", &format!("/fn/{name}{rest}"), None, keep, REQUEST_TIMEOUT)
+        http(self.addr, None, "GET", &format!("/fn/{name}{rest}"), None, keep, REQUEST_TIMEOUT)
     }
 
     /// Writes the instance output of `names` (`GET /functions/NAME/logs`)
@@ -494,7 +507,9 @@ impl Gateway {
             .unwrap_or_default()
             .iter()
             .filter(|i| i["function"].as_str().is_some_and(|f| want.contains(f)))
-            .filter_map(|i| Some(Inst { pid: i["pid"].as_u64()? as u32, addr: i["address"].as_str()?.parse().ok()? }))
+            .filter_map(|i| {
+                Some(Inst { pid: i["pid"].as_u64()? as u32, addr: i["address"].as_str()?.parse().ok()?, netns: i["netns"].as_str().map(str::to_string) })
+            })
             .collect())
     }
 
@@ -927,7 +942,7 @@ fn fire(gw: &Gateway, names: &[String]) -> Vec<Result<(f64, u64), String>> {
             std::thread::spawn(move || {
                 b.wait();
                 let t0 = Instant::now();
-                let r = http(addr, "GET", &p, None, true, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
+                let r = http(addr, None, "GET", &p, None, true, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
                 let dt = t0.elapsed().as_secs_f64();
                 if r.status != 200 || !r.cold() {
                     let (st, cold, body) = (r.status, r.cold(), r.text());
@@ -1592,7 +1607,7 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
                 std::thread::spawn(move || -> Result<u64, String> {
                     let mut bytes = 0;
                     for _ in 0..downloads / 4 {
-                        let r = http(gw_addr, "GET", &path, None, false, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
+                        let r = http(gw_addr, None, "GET", &path, None, false, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
                         if r.status != 200 || r.bytes != 50 << 20 {
                             return Err(format!("status {}, {} bytes", r.status, r.bytes));
                         }
@@ -1777,8 +1792,17 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
 }
 
 /// Runs `hey` with a bound on its wall time.
-fn run_hey(n: usize, clients: usize, url: &str) -> Result<HeyResult, String> {
-    let mut child = Command::new("hey")
+/// `netns`: run hey in that network namespace (a runc/runsc instance's own).
+fn run_hey(n: usize, clients: usize, url: &str, netns: Option<&str>) -> Result<HeyResult, String> {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net={ns}")).arg("hey");
+            c
+        }
+        None => Command::new("hey"),
+    };
+    let mut child = cmd
         .args(["-n", &n.to_string(), "-c", &clients.to_string(), "-t", "30", url])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -1821,6 +1845,8 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
     let levels: Vec<usize> = (0..).map(|i| 1usize << i).take_while(|&l| l <= c.o.max_clients).collect();
     let mut failures = Vec::new();
     let mut targets: Vec<(&str, SocketAddr)> = Vec::new();
+    // Where each backend's instance is when it has a network namespace of its own.
+    let mut netns: BTreeMap<&str, Option<String>> = BTreeMap::new();
     for &b in &c.backends {
         let name = format!("cc-{b}");
         let r =
@@ -1853,10 +1879,15 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
                 // the direct runs follow the one running now.
                 let name = format!("cc-{b}");
                 let direct = match c.gw.instances(&name)?.first() {
-                    Some(i) => i.addr,
+                    Some(i) => {
+                        netns.insert(b, i.netns.clone());
+                        i.addr
+                    }
                     None => {
                         let _ = c.gw.invoke(&name, "/", false);
-                        c.gw.instances(&name)?.first().map(|i| i.addr).unwrap_or(*first)
+                        let i = c.gw.instances(&name)?.into_iter().next();
+                        netns.insert(b, i.as_ref().and_then(|i| i.netns.clone()));
+                        i.map(|i| i.addr).unwrap_or(*first)
                     }
                 };
                 if via == "direct" && direct != *first {
@@ -1869,7 +1900,8 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
                     );
                 }
                 let url = if via == "direct" { format!("http://{direct}/") } else { format!("http://{}/fn/cc-{b}/", c.gw.addr) };
-                match run_hey(c.o.requests.max(l), l, &url) {
+                let ns = if via == "direct" { netns.get(b).cloned().flatten() } else { None };
+                match run_hey(c.o.requests.max(l), l, &url, ns.as_deref()) {
                     Ok(h) => {
                         let n = c.o.requests.max(l) as u64;
                         csv.push(format!("{b},{via},{l},{n},{:.1},{},{},{}", h.ok_rps(), h.ok(), n - h.ok(), h.errors));
@@ -2029,7 +2061,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
     let t_start = Instant::now();
     let shoal = pin_binaries(&o.out.join("bin"))?;
     let fns = Fns::build(&shoal, &o.out.join("functions"))?;
-    let gw = Gateway::start(&shoal, &o.out.join("gateway.log"))?;
+    let gw = Gateway::start(&shoal, &o.out.join("gateway.log"), &fns.dir)?;
     say(&format!("shoal serve on {} (log {})", gw.addr, o.out.join("gateway.log").display()));
     let mut skipped: BTreeMap<&str, String> = BTreeMap::new();
     let mut backends = Vec::new();

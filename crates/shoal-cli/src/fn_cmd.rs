@@ -1,5 +1,9 @@
 //! `shoal fn`: deploy, list, remove, follow and invoke functions through
-//! a running `shoal serve` (its HTTP API; `--gateway URL`).
+//! a running `shoal serve` (its HTTP API; `--gateway URL`), authenticated
+//! with the gateway's token: `--token`/`SHOAL_TOKEN`, or for a gateway on
+//! loopback the `token` file of its state directory (`--state`, default
+//! the gateway's default), which this user can read when it is the
+//! gateway's. The file's token is never sent to another host.
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
@@ -85,9 +89,33 @@ pub enum FnCmd {
     },
 }
 
+/// Whether `gateway` (a URL) names this machine's loopback.
+fn is_loopback(gateway: &str) -> bool {
+    let Ok(uri) = gateway.parse::<hyper::Uri>() else { return false };
+    let Some(host) = uri.host() else { return false };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The token to send: the one given, else (loopback only) the gateway's
+/// `token` file, if this user can read it.
+fn find_token(gateway: &str, token: Option<String>, state: Option<PathBuf>) -> Option<String> {
+    if let Some(t) = token.filter(|t| !t.trim().is_empty()) {
+        return Some(t.trim().to_string());
+    }
+    if !is_loopback(gateway) {
+        return None;
+    }
+    let dir = state.or_else(|| crate::serve::spec::default_state_dir().ok())?;
+    crate::serve::auth::read_token(&dir)
+}
+
 /// Runs a `shoal fn` subcommand against `gateway`.
-pub fn run(gateway: &str, cmd: FnCmd) -> Result<i32> {
+pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: FnCmd) -> Result<i32> {
     let gw = gateway.trim_end_matches('/').to_string();
+    let token = find_token(&gw, token, state);
+    let auth = token.as_deref().map(|t| format!("Bearer {t}"));
+    let auth = auth.as_deref();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         match cmd {
@@ -95,7 +123,7 @@ pub fn run(gateway: &str, cmd: FnCmd) -> Result<i32> {
                 let abs = |p: PathBuf| std::path::absolute(&p).with_context(|| format!("cannot resolve {}", p.display()));
                 let image = if upload {
                     let bytes = std::fs::read(&image).with_context(|| format!("cannot read the image {}", image.display()))?;
-                    let (status, b) = call(&gw, "POST", "/images", Some(("application/octet-stream", bytes))).await?;
+                    let (status, b) = call(&gw, auth, "POST", "/images", Some(("application/octet-stream", bytes))).await?;
                     let v = api_ok(status, &b)?;
                     json!(v["image"].as_str().ok_or_else(|| anyhow!("the gateway's answer to the upload names no image"))?)
                 } else {
@@ -126,7 +154,7 @@ pub fn run(gateway: &str, cmd: FnCmd) -> Result<i32> {
                     }
                     set("env", Value::Object(m));
                 }
-                let (status, b) = call(&gw, "PUT", &format!("/functions/{name}"), Some(("application/json", body.to_string().into_bytes()))).await?;
+                let (status, b) = call(&gw, auth, "PUT", &format!("/functions/{name}"), Some(("application/json", body.to_string().into_bytes()))).await?;
                 let v = api_ok(status, &b)?;
                 println!(
                     "{} {} ({}, image {})",
@@ -138,7 +166,7 @@ pub fn run(gateway: &str, cmd: FnCmd) -> Result<i32> {
                 Ok(0)
             }
             FnCmd::Ls => {
-                let (status, b) = call(&gw, "GET", "/functions", None).await?;
+                let (status, b) = call(&gw, auth, "GET", "/functions", None).await?;
                 let v = api_ok(status, &b)?;
                 println!("{:<20} {:<8} {:>5} {:>5} {:>9} {:>10}  IMAGE", "NAME", "BACKEND", "CONC", "MAX", "TIMEOUT", "KEEP-WARM");
                 for f in v.as_array().into_iter().flatten() {
@@ -156,14 +184,14 @@ pub fn run(gateway: &str, cmd: FnCmd) -> Result<i32> {
                 Ok(0)
             }
             FnCmd::Rm { name } => {
-                let (status, b) = call(&gw, "DELETE", &format!("/functions/{name}"), None).await?;
+                let (status, b) = call(&gw, auth, "DELETE", &format!("/functions/{name}"), None).await?;
                 api_ok(status, &b)?;
                 println!("removed {name}");
                 Ok(0)
             }
             FnCmd::Logs { name, follow } => {
                 let path = format!("/functions/{name}/logs{}", if follow { "?follow=1" } else { "" });
-                let resp = send(&gw, "GET", &path, None).await?;
+                let resp = send(&gw, auth, "GET", &path, None).await?;
                 let status = resp.status().as_u16();
                 if status != 200 {
                     let b = resp.into_body().collect().await?.to_bytes();
@@ -204,7 +232,7 @@ pub fn run(gateway: &str, cmd: FnCmd) -> Result<i32> {
                 };
                 let method = method.unwrap_or_else(|| if body.is_some() { "POST".into() } else { "GET".into() });
                 let path = if path.starts_with('/') { path } else { format!("/{path}") };
-                let (status, b) = call(&gw, &method, &format!("/fn/{name}{path}"), body.map(|b| ("application/octet-stream", b))).await?;
+                let (status, b) = call(&gw, auth, &method, &format!("/fn/{name}{path}"), body.map(|b| ("application/octet-stream", b))).await?;
                 if !(200..300).contains(&status) {
                     if let Ok(v) = serde_json::from_slice::<Value>(&b) {
                         if let Some(e) = v["error"].as_str() {
@@ -229,7 +257,7 @@ fn api_ok(status: u16, body: &[u8]) -> Result<Value> {
     Ok(v)
 }
 
-async fn send(gw: &str, method: &str, path: &str, body: Option<(&str, Vec<u8>)>) -> Result<hyper::Response<hyper::body::Incoming>> {
+async fn send(gw: &str, auth: Option<&str>, method: &str, path: &str, body: Option<(&str, Vec<u8>)>) -> Result<hyper::Response<hyper::body::Incoming>> {
     let uri: hyper::Uri = format!("{gw}{path}").parse().with_context(|| format!("--gateway {gw}: not a URL"))?;
     anyhow::ensure!(uri.scheme_str() == Some("http"), "--gateway {gw}: only http:// URLs are supported");
     let host = uri.host().ok_or_else(|| anyhow!("--gateway {gw}: no host"))?.to_string();
@@ -241,6 +269,9 @@ async fn send(gw: &str, method: &str, path: &str, body: Option<(&str, Vec<u8>)>)
         let _ = conn.await;
     });
     let mut req = Request::builder().method(method).uri(uri.path_and_query().map(|p| p.as_str()).unwrap_or("/")).header("host", format!("{host}:{port}"));
+    if let Some(a) = auth {
+        req = req.header("authorization", a);
+    }
     let body = match body {
         Some((ct, b)) => {
             req = req.header("content-type", ct);
@@ -251,8 +282,8 @@ async fn send(gw: &str, method: &str, path: &str, body: Option<(&str, Vec<u8>)>)
     sender.send_request(req.body(body)?).await.with_context(|| format!("the gateway at {gw} did not answer"))
 }
 
-async fn call(gw: &str, method: &str, path: &str, body: Option<(&str, Vec<u8>)>) -> Result<(u16, Bytes)> {
-    let resp = send(gw, method, path, body).await?;
+async fn call(gw: &str, auth: Option<&str>, method: &str, path: &str, body: Option<(&str, Vec<u8>)>) -> Result<(u16, Bytes)> {
+    let resp = send(gw, auth, method, path, body).await?;
     let status = resp.status().as_u16();
     Ok((status, resp.into_body().collect().await?.to_bytes()))
 }

@@ -156,20 +156,41 @@ enum Cmd {
         #[command(subcommand)]
         which: recipe_cmd::RecipeCmd,
     },
-    /// The FaaS gateway: `shoal serve [--listen ADDR:PORT] [--state DIR]` starts function instances on demand.
+    /// The FaaS gateway: `shoal serve [--listen ADDR:PORT] [--state DIR] [--allow-path DIR]…` starts function instances on demand.
     Serve {
-        /// Where the API and invocations are served.
+        /// Where the API and invocations are served (loopback unless --insecure-listen).
         #[arg(long, default_value = serve::DEFAULT_LISTEN)]
         listen: String,
-        /// Where deployed functions are kept (default $XDG_STATE_HOME/shoal/serve or ~/.local/state/shoal/serve).
+        /// Where deployed functions and the API token (`token`) are kept (default $XDG_STATE_HOME/shoal/serve or ~/.local/state/shoal/serve).
         #[arg(long)]
         state: Option<PathBuf>,
+        /// Allow a --listen address other than loopback (plain HTTP: the token crosses the network unencrypted).
+        #[arg(long)]
+        insecure_listen: bool,
+        /// Allow the `process` backend, which runs a function's program unsandboxed as the gateway's user (for comparisons).
+        #[arg(long)]
+        allow_process: bool,
+        /// A directory beneath which deploys may name `image` and `fs` paths (repeatable; uploads are always allowed).
+        #[arg(long = "allow-path", value_name = "DIR")]
+        allow_path: Vec<PathBuf>,
+        /// Require the token for /fn/NAME invocations too (by default only the management API needs it).
+        #[arg(long)]
+        auth_invoke: bool,
+        /// The most bytes all uploaded images together may hold (e.g. 2G).
+        #[arg(long, default_value = "2G")]
+        upload_quota: String,
     },
     /// Functions on a running gateway: `shoal fn deploy|ls|rm|logs|invoke`.
     Fn {
         /// The gateway's URL.
-        #[arg(long, default_value = concat!("http://", "127.0.0.1:8640"))]
+        #[arg(long, global = true, default_value = concat!("http://", "127.0.0.1:8640"))]
         gateway: String,
+        /// The gateway's API token (default: $SHOAL_TOKEN, else the `token` file of --state for a gateway on loopback).
+        #[arg(long, global = true, env = "SHOAL_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// The gateway's state directory, where its token is (default as `shoal serve`'s).
+        #[arg(long, global = true, env = "SHOAL_STATE")]
+        state: Option<PathBuf>,
         #[command(subcommand)]
         which: fn_cmd::FnCmd,
     },
@@ -272,8 +293,28 @@ fn inspect(image: PathBuf) -> Result<()> {
     Ok(())
 }
 
+/// Parses the command line; a word after `shoal run`'s image that clap
+/// does not know is most likely meant for the program, so the error says
+/// where a program's arguments go.
+fn parse_cli() -> Cli {
+    let e = match Cli::try_parse() {
+        Ok(cli) => return cli,
+        Err(e) => e,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if e.kind() == clap::error::ErrorKind::UnknownArgument && argv.first().map(String::as_str) == Some("run") {
+        if let Some(clap::error::ContextValue::String(arg)) = e.get(clap::error::ContextKind::InvalidArg) {
+            if !arg.starts_with('-') {
+                eprintln!("shoal: unexpected argument '{arg}': a program's arguments go after `--` (shoal run [OPTIONS] IMAGE -- {arg} ...)");
+                std::process::exit(2);
+            }
+        }
+    }
+    e.exit()
+}
+
 fn real_main() -> Result<i32> {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     match cli.command {
         Cmd::Cc { args } => {
             let paths = shoal_toolchain::Paths::discover()?;
@@ -348,11 +389,12 @@ fn real_main() -> Result<i32> {
             recipe_cmd::run(which)?;
             Ok(0)
         }
-        Cmd::Serve { listen, state } => {
-            serve::serve(&listen, state)?;
+        Cmd::Serve { listen, state, insecure_listen, allow_process, allow_path, auth_invoke, upload_quota } => {
+            let upload_quota = shoal_tender::parse_size(&upload_quota).map_err(|e| anyhow::anyhow!("--upload-quota {upload_quota}: {e}"))?;
+            serve::serve(serve::Options { listen, state, insecure_listen, allow_process, allow_paths: allow_path, auth_invoke, upload_quota })?;
             Ok(0)
         }
-        Cmd::Fn { gateway, which } => fn_cmd::run(&gateway, which),
+        Cmd::Fn { gateway, token, state, which } => fn_cmd::run(&gateway, token, state, which),
     }
 }
 

@@ -96,3 +96,35 @@ fn output_comes_out_before_the_program_waits() {
         watchdog.join().unwrap();
     }
 }
+
+/// A reader that goes away (`shoal run IMG | head -1`): the program's next
+/// write fails with `EPIPE` and its kernel raises `SIGPIPE`, on hvt as on
+/// spt (hvt's VMM used to die of the signal itself, silently), so the
+/// instance ends with status 141 and one line saying why; a program that
+/// ignores `SIGPIPE` sees `EPIPE` and goes on.
+#[test]
+fn a_reader_that_goes_away_ends_the_program_by_sigpipe_on_both_tenders() {
+    let dir = scratch();
+    let src = dir.path().join("yes.c");
+    std::fs::write(
+        &src,
+        "#include <errno.h>\n#include <signal.h>\n#include <stdio.h>\n#include <string.h>\n#include <unistd.h>\n\
+         int main(int c, char **v){ if (c > 1) signal(SIGPIPE, SIG_IGN);\n\
+         for (int i = 0; i < 10000000; i++) if (write(1, \"line\\n\", 5) < 0) { fprintf(stderr, \"write: %s\\n\", strerror(errno)); return 3; }\n\
+         return 0; }\n",
+    )
+    .unwrap();
+    let image = build_image(&src, dir.path(), &[]);
+    for tender in tenders() {
+        for (args, status, err) in [(&[][..], 141, "shoal: killed by signal 13\n"), (&["ignore"][..], 3, "write: Broken pipe\n")] {
+            let mut child =
+                shoal().args(["run", "--tender", tender]).arg(&image).arg("--").args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+            // Read one line, then close the pipe, as `head -1` does.
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+            assert_eq!(line, "line\n", "{tender}");
+            let o = child.wait_with_output().unwrap();
+            assert_eq!((o.status.code(), stderr(&o).as_str()), (Some(status), err), "{tender} {args:?}");
+        }
+    }
+}

@@ -116,3 +116,44 @@ fn guest_crashes_are_reported_with_their_cause() {
         }
     }
 }
+
+/// The mistakes a new user makes on `shoal run` and `shoal cc` get one
+/// line that says what to do (each asserted whole): program arguments
+/// without `--`, a directory for an image, a size without its unit, one
+/// host port published twice, `shoal cc --help`/`--version`, a C++ source.
+#[test]
+fn newcomer_mistakes_get_a_line_that_says_what_to_do() {
+    let dir = scratch();
+    let image = build_image(&app("hello.c"), dir.path(), &[]);
+    let line = |args: &[&std::ffi::OsStr]| {
+        let o = output(shoal().args(args));
+        assert!(!o.status.success() && !stderr(&o).contains("panicked"), "{args:?}: {}", stderr(&o));
+        (o.status.code(), stderr(&o))
+    };
+    let img = image.as_os_str();
+    let s = |x: &'static str| std::ffi::OsStr::new(x);
+    assert_eq!(
+        line(&[s("run"), img, s("arg1")]),
+        (Some(2), "shoal: unexpected argument 'arg1': a program's arguments go after `--` (shoal run [OPTIONS] IMAGE -- arg1 ...)\n".to_string())
+    );
+    assert_eq!(line(&[s("run"), dir.path().as_os_str()]), (Some(125), format!("shoal: {} is a directory, not an image\n", dir.path().display())));
+    assert_eq!(
+        line(&[s("run"), s("--mem"), s("10"), img]),
+        (Some(125), "shoal: --mem 10 is too small for any instance (at least 1M; a size without K, M or G is in bytes: did you mean 10M?)\n".to_string())
+    );
+    assert_eq!(
+        line(&[s("run"), s("-p"), s("18096:8080"), s("-p"), s("18096:8081"), img]),
+        (Some(125), "shoal: --publish 18096:8081: host port 127.0.0.1:18096 is published twice\n".to_string())
+    );
+    let cpp = dir.path().join("hi.cpp");
+    std::fs::write(&cpp, "int main() { return 0; }\n").unwrap();
+    assert_eq!(
+        line(&[s("cc"), s("-o"), dir.path().join("hi").as_os_str(), cpp.as_os_str()]),
+        (Some(125), format!("shoal: shoal cc: {}: C++ is not supported (shoal's libc has no C++ runtime); shoal cc compiles C\n", cpp.display()))
+    );
+    let help = output(shoal().args(["cc", "--help"]));
+    assert!(help.status.success() && stdout(&help).starts_with("usage: shoal cc [GCC OPTIONS] FILE...\n"), "{}", stdout(&help));
+    let version = output(shoal().args(["cc", "--version"]));
+    let v = stdout(&version);
+    assert!(version.status.success() && v.starts_with("shoal cc ") && v.lines().nth(1).is_some_and(|l| l.starts_with("gcc")), "{v}");
+}

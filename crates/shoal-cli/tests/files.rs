@@ -46,7 +46,8 @@ fn devices_pipes_and_mappings_match_native() {
 fn etc_defaults_for_a_root_without_them_and_the_root_s_own_files_win() {
     let dir = scratch();
     let image = build_image(&app("tests/etc_defaults.c"), dir.path(), &[]);
-    let defaults = "user root: uid 0 gid 0 home /root\nuser nobody: uid 65534 gid 65534 home /nonexistent\nuser www-data: none\ngroup 65534: nogroup\nlocalhost: found\n";
+    let defaults =
+        "user root: uid 0 gid 0 home /root\nuser nobody: uid 65534 gid 65534 home /nonexistent\nuser www-data: none\ngroup 65534: nogroup\nlocalhost: found\n";
     // A root with an /etc of its own but none of the four files.
     let bare = dir.path().join("bare");
     std::fs::create_dir_all(bare.join("etc")).unwrap();

@@ -50,6 +50,12 @@ fn internet_sockets_are_refused_until_the_host_backend_exists() {
             "{tender}: {}",
             stderr(&s)
         );
+        // Said once, however many sockets were refused.
+        assert_eq!(
+            stderr(&s),
+            "shoal: the program's Internet socket was refused: this instance has no network (shoal run --publish HOSTPORT:GUESTPORT for a server, --net-outbound for connections out)\n",
+            "{tender}"
+        );
         assert_eq!(s.status.code(), Some(0), "{tender}");
     }
 }

@@ -39,6 +39,22 @@ struct Gateway {
     addr: SocketAddr,
     /// Its stderr.
     log: PathBuf,
+    /// Its API token (`STATE/token`).
+    token: String,
+}
+
+/// The tokens of the gateways started, by address: [`http`] sends the
+/// token of the gateway it talks to (`http_as` chooses).
+fn tokens() -> &'static std::sync::Mutex<std::collections::HashMap<SocketAddr, String>> {
+    static T: OnceLock<std::sync::Mutex<std::collections::HashMap<SocketAddr, String>>> = OnceLock::new();
+    T.get_or_init(Default::default)
+}
+
+/// The options the tests' gateways run with unless a test says otherwise:
+/// the process backend on, and deploys may name paths under the temporary
+/// directory (where every test's files are).
+fn test_options() -> Vec<String> {
+    vec!["--allow-process".into(), "--allow-path".into(), std::env::temp_dir().display().to_string()]
 }
 
 impl Gateway {
@@ -48,12 +64,19 @@ impl Gateway {
 
     /// With extra environment variables for the gateway.
     fn start_with(state: &Path, env: &[(&str, &Path)]) -> Gateway {
+        Gateway::start_opts(state, env, &test_options())
+    }
+
+    /// With extra environment variables and the given options.
+    fn start_opts(state: &Path, env: &[(&str, &Path)], options: &[String]) -> Gateway {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let log = std::env::temp_dir().join(format!("shoal-serve-test-{}-{n}.log", std::process::id()));
         let mut child = shoal()
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .args(["serve", "--listen", "127.0.0.1:0", "--state"])
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(options)
+            .arg("--state")
             .arg(state)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -72,7 +95,9 @@ impl Gateway {
         std::thread::spawn(move || {
             let _ = std::io::copy(&mut out, &mut std::io::sink());
         });
-        Gateway { child, addr, log }
+        let token = std::fs::read_to_string(state.join("token")).expect("the gateway wrote no token file").trim().to_string();
+        tokens().lock().unwrap().insert(addr, token.clone());
+        Gateway { child, addr, log, token }
     }
 
     fn req(&self, method: &str, path: &str, body: Option<&[u8]>) -> Resp {
@@ -142,24 +167,45 @@ impl Resp {
     }
 }
 
-/// One HTTP/1.1 request on its own connection (`Connection: close`).
+/// One HTTP/1.1 request on its own connection (`Connection: close`),
+/// with the gateway's token.
 fn http(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>) -> Resp {
     http_typed(addr, method, path, body, "application/json")
 }
 
 /// [`http`] with the body's Content-Type.
 fn http_typed(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>, content_type: &str) -> Resp {
+    let token = tokens().lock().unwrap().get(&addr).cloned();
+    http_as(addr, method, path, body, Some(content_type), token.as_deref())
+}
+
+/// One request with the given Content-Type (none: no header) and token
+/// (none: no `Authorization`).
+fn http_as(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>, content_type: Option<&str>, token: Option<&str>) -> Resp {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(DEADLINE)).unwrap();
     let body = body.unwrap_or(b"");
     write!(s, "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len()).unwrap();
-    if !body.is_empty() {
-        write!(s, "Content-Type: {content_type}\r\n").unwrap();
+    if let (false, Some(ct)) = (body.is_empty(), content_type) {
+        write!(s, "Content-Type: {ct}\r\n").unwrap();
+    }
+    if let Some(t) = token {
+        write!(s, "Authorization: Bearer {t}\r\n").unwrap();
     }
     write!(s, "\r\n").unwrap();
-    s.write_all(body).unwrap();
+    // A refusal (401, 413, 415) may come before the body is read, and the
+    // gateway then closes: the write fails, the answer is still there.
+    let _ = s.write_all(body);
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
+    let mut buf = [0u8; 65536];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) if raw.is_empty() => panic!("{method} {path}: no answer: {e}"),
+            Err(_) => break,
+        }
+    }
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or_else(|| panic!("no response head in {:?}", String::from_utf8_lossy(&raw)));
     let head = String::from_utf8_lossy(&raw[..end]).to_string();
     let mut lines = head.split("\r\n");
@@ -517,7 +563,7 @@ fn an_uploaded_image_is_stored_by_digest_and_deployed() {
     assert_eq!(gw.deploy("up", &format!(r#"{{"image":"{}"}}"#, image("noop"))).status, 200);
     assert!(!stored.exists(), "the unused upload was kept");
     let url = format!("http://{}", gw.addr);
-    let o = shoal().args(["fn", "--gateway", &url, "deploy", "fib-up", &image("fib"), "--upload"]).output().unwrap();
+    let o = shoal().args(["fn", "--gateway", &url, "deploy", "fib-up", &image("fib"), "--upload"]).arg("--state").arg(&state).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains(&format!("image {}", state.join("images").display())), "{}", stdout(&o));
     assert_eq!(gw.get("/fn/fib-up/?n=10").text(), "fib(10) = 55\n");
@@ -727,7 +773,7 @@ fn bad_input_is_a_json_error_and_nothing_is_written() {
     std::fs::write(&corrupt, b"\x7fELF this is not an image").unwrap();
     let noop = image("noop");
     let cases: Vec<(&str, &str, String, u16, &str)> = vec![
-        ("PUT", "/functions/f", r#"{"image":"/nonexistent/image"}"#.into(), 422, "No such file"),
+        ("PUT", "/functions/f", format!(r#"{{"image":"{}"}}"#, dir.path().join("nonexistent").display()), 422, "No such file"),
         ("PUT", "/functions/f", format!(r#"{{"image":"{}"}}"#, corrupt.display()), 422, "not a usable shoal image"),
         ("PUT", "/functions/f", format!(r#"{{"image":"{}","backend":"process"}}"#, functions().join("fs/data.bin").display()), 422, "not an ELF"),
         ("PUT", "/functions/f", format!(r#"{{"image":"{noop}","backend":"docker"}}"#), 422, "unknown backend"),
@@ -749,7 +795,7 @@ fn bad_input_is_a_json_error_and_nothing_is_written() {
         let e = r.json()["error"].as_str().unwrap_or_else(|| panic!("no error message: {}", r.text())).to_string();
         assert!(e.contains(needle), "{method} {path}: {e:?} does not mention {needle:?}");
     }
-    let left: Vec<_> = std::fs::read_dir(&state).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let left: Vec<_> = std::fs::read_dir(&state).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n != "token").collect();
     assert!(left.is_empty(), "bad input wrote to the state directory: {left:?}");
     assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
 }
@@ -757,28 +803,42 @@ fn bad_input_is_a_json_error_and_nothing_is_written() {
 #[test]
 fn the_fn_command_deploys_lists_invokes_and_removes() {
     let dir = scratch();
-    let gw = Gateway::start(&dir.path().join("state"));
+    let state = dir.path().join("state");
+    let gw = Gateway::start(&state);
     let url = format!("http://{}", gw.addr);
-    let o = shoal().args(["fn", "--gateway", &url, "deploy", "fib", &image("fib"), "--concurrency", "2", "--keep-warm-ms", "5000"]).output().unwrap();
+    // The token is found in the gateway's state directory (--state or
+    // SHOAL_STATE), or given (--token or SHOAL_TOKEN).
+    let fnc = || {
+        let mut c = shoal();
+        c.env_remove("SHOAL_TOKEN").env("SHOAL_STATE", &state).args(["fn", "--gateway", &url]);
+        c
+    };
+    let o = fnc().args(["deploy", "fib", &image("fib"), "--concurrency", "2", "--keep-warm-ms", "5000"]).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("deployed fib"));
-    let o = shoal().args(["fn", "--gateway", &url, "ls"]).output().unwrap();
+    let o = shoal().env_remove("SHOAL_STATE").env("SHOAL_TOKEN", &gw.token).args(["fn", "--gateway", &url, "ls"]).output().unwrap();
     assert!(stdout(&o).lines().any(|l| l.starts_with("fib ") && l.contains("spt")), "{}", stdout(&o));
-    let o = shoal().args(["fn", "--gateway", &url, "invoke", "fib", "--path", "/?n=10"]).output().unwrap();
+    let o = shoal().env_remove("SHOAL_STATE").env_remove("SHOAL_TOKEN").args(["fn", "--gateway", &url, "--token", &gw.token, "ls"]).output().unwrap();
+    assert!(stdout(&o).lines().any(|l| l.starts_with("fib ")), "{}", stdout(&o));
+    // Without the token: refused with the gateway's one-line reason.
+    let nowhere = dir.path().join("no-state");
+    let o = shoal().env_remove("SHOAL_TOKEN").args(["fn", "--gateway", &url, "--state"]).arg(&nowhere).arg("ls").output().unwrap();
+    assert_clean_error(&o, "401");
+    let o = fnc().args(["invoke", "fib", "--path", "/?n=10"]).output().unwrap();
     assert_eq!(stdout(&o), "fib(10) = 55\n");
-    let o = shoal().args(["fn", "--gateway", &url, "logs", "fib"]).output().unwrap();
+    let o = fnc().args(["logs", "fib"]).output().unwrap();
     assert!(stdout(&o).contains("gateway: started on"), "{}", stdout(&o));
     // logs -f: follows until killed (bounded by the read below).
-    let mut follow = shoal().args(["fn", "--gateway", &url, "logs", "-f", "fib"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut follow = fnc().args(["logs", "-f", "fib"]).stdout(Stdio::piped()).spawn().unwrap();
     let mut out = BufReader::new(follow.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert!(line.contains("started on"), "{line}");
     follow.kill().unwrap();
     follow.wait().unwrap();
-    let o = shoal().args(["fn", "--gateway", &url, "invoke", "nothere"]).output().unwrap();
+    let o = fnc().args(["invoke", "nothere"]).output().unwrap();
     assert_clean_error(&o, "404");
-    let o = shoal().args(["fn", "--gateway", &url, "rm", "fib"]).output().unwrap();
+    let o = fnc().args(["rm", "fib"]).output().unwrap();
     assert!(o.status.success());
     assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
 }
@@ -1075,7 +1135,10 @@ fn what_spt_cannot_run_is_refused_at_deploy_with_one_line() {
         assert!(!e.contains('\n') && e.contains(needle), "not one line naming {needle}: {e:?}");
     }
     assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
-    assert!(std::fs::read_dir(&state).map(|d| d.count()).unwrap_or(0) == 0, "a refused deploy wrote to the state directory");
+    assert!(
+        std::fs::read_dir(&state).map(|d| d.flatten().filter(|e| e.file_name() != "token").count()).unwrap_or(0) == 0,
+        "a refused deploy wrote to the state directory"
+    );
 }
 
 /// The gateway's descriptors of a kind (`/proc/PID/fd` link targets that
@@ -1118,4 +1181,298 @@ fn the_prepared_function_is_dropped_when_replaced_or_removed() {
     assert!(r.text().contains("20000"), "the new instance reads the new fs: {}", r.text());
     assert_eq!(gw.req("DELETE", "/functions/fr", None).status, 200);
     wait_until("the removed function's prepared files closed", || open_fds(gpid, "memfd:shoal-archive") == 0 && open_fds(gpid, &img) == 0);
+}
+
+// ------------------------------------------------- issue 31: the gateway
+
+/// Whether the test runs as root (the checks as `nobody` and the
+/// container backends need it).
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `curl` run as `nobody` (`setpriv`): the HTTP status it got.
+fn curl_as_nobody(args: &[&str]) -> String {
+    let o = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "30"])
+        .args(args)
+        .output()
+        .unwrap();
+    stdout(&o)
+}
+
+/// The management API answers only requests with the gateway's token
+/// (401 otherwise, with `WWW-Authenticate: Bearer` and a one-line JSON
+/// error); a local user who is not the gateway's (`nobody`, with curl)
+/// can neither read the token nor deploy; invocations stay open unless
+/// the gateway is started with `--auth-invoke`; a listen address beyond
+/// loopback needs `--insecure-listen`. Before, anyone who could connect
+/// deployed a `process` function that ran as the gateway's user.
+#[test]
+fn the_management_api_needs_the_gateway_token() {
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let gw = Gateway::start(&state);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(state.join("token")).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(gw.token.len(), 64);
+    let deploy = format!(r#"{{"image":"{}"}}"#, image("noop"));
+    let wrong = "0".repeat(64);
+    for (method, path, body) in [
+        ("PUT", "/functions/pwn", Some(deploy.as_bytes())),
+        ("GET", "/functions", None),
+        ("GET", "/functions/pwn", None),
+        ("DELETE", "/functions/pwn", None),
+        ("GET", "/functions/pwn/logs", None),
+        ("GET", "/instances", None),
+        ("GET", "/metrics", None),
+        ("POST", "/images", Some(b"\x7fELF".as_slice())),
+        ("GET", "/nothere", None),
+    ] {
+        for token in [None, Some(wrong.as_str()), Some(&gw.token[..63])] {
+            let r = http_as(gw.addr, method, path, body, Some("application/json"), token);
+            assert_eq!(r.status, 401, "{method} {path} with token {token:?}: {}", r.text());
+            assert_eq!(r.header("www-authenticate"), Some("Bearer"), "{method} {path}");
+            let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+            assert!(e.contains("token") && !e.contains('\n'), "{e:?}");
+        }
+    }
+    assert_eq!(gw.get("/functions").json(), serde_json::json!([]), "a refused deploy was stored");
+    // With the token: deployed; the invocation needs none.
+    assert_eq!(gw.deploy("noop", &deploy).status, 201);
+    let r = http_as(gw.addr, "GET", "/fn/noop/", None, None, None);
+    assert_eq!((r.status, r.text().as_str()), (200, "noop\n"));
+    if !root() {
+        let _ = writeln!(std::io::stderr(), "skipped: the checks as nobody: they need root");
+    } else if Command::new("curl").arg("--version").output().is_err() {
+        let _ = writeln!(std::io::stderr(), "skipped: the checks as nobody: curl is not installed");
+    } else {
+        let url = format!("http://{}/functions/pwn", gw.addr);
+        let native = format!(r#"{{"image":"{}","backend":"process"}}"#, image("noop.native"));
+        let code = curl_as_nobody(&["-X", "PUT", "-H", "Content-Type: application/json", "--data", &native, &url]);
+        assert_eq!(code, "401", "a deploy as nobody");
+        let code =
+            curl_as_nobody(&["-X", "PUT", "-H", "Content-Type: application/json", "-H", &format!("Authorization: Bearer {wrong}"), "--data", &native, &url]);
+        assert_eq!(code, "401", "a deploy as nobody with a guessed token");
+        let o = Command::new("setpriv").args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "cat"]).arg(state.join("token")).output().unwrap();
+        assert!(!o.status.success() && o.stdout.is_empty(), "nobody read the token: {}", stdout(&o));
+        assert_eq!(curl_as_nobody(&[&format!("http://{}/fn/noop/", gw.addr)]), "200", "an invocation as nobody");
+        assert_eq!(gw.get("/functions/pwn").status, 404, "nobody's deploy was stored");
+    }
+    drop(gw);
+    // The same token after a restart; with --auth-invoke, invocations need it too.
+    let mut opts = test_options();
+    opts.push("--auth-invoke".into());
+    let gw = Gateway::start_opts(&state, &[], &opts);
+    assert_eq!(gw.token.len(), 64);
+    let r = http_as(gw.addr, "GET", "/fn/noop/", None, None, None);
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert_eq!(gw.get("/fn/noop/").text(), "noop\n");
+    // Plain HTTP beyond loopback only when asked for.
+    let o = shoal().args(["serve", "--listen", "0.0.0.0:0", "--state"]).arg(dir.path().join("other")).output().unwrap();
+    assert_clean_error(&o, "--insecure-listen");
+}
+
+/// Without `--allow-process` the process backend is refused (403), by
+/// path or upload; `image` and `fs` must lie beneath an `--allow-path`
+/// directory (403 otherwise: outside, through `..`, through a link out of
+/// it, or not existing — the answer tells nothing about the file), while
+/// uploads are always allowed. A deployment the gateway's options no
+/// longer allow after a restart stays, and its invocations answer 403.
+#[test]
+fn the_process_backend_and_host_paths_need_the_operator() {
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let allowed = dir.path().join("allowed");
+    std::fs::create_dir_all(allowed.join("fs")).unwrap();
+    std::fs::copy(image("noop"), allowed.join("noop")).unwrap();
+    std::fs::copy(image("noop.native"), allowed.join("noop.native")).unwrap();
+    std::os::unix::fs::symlink(image("noop"), allowed.join("link")).unwrap();
+    std::os::unix::fs::symlink("/", allowed.join("root")).unwrap();
+    let opts = vec!["--allow-path".to_string(), allowed.display().to_string()];
+    let gw = Gateway::start_opts(&state, &[], &opts);
+    let forbidden = |body: String, needle: &str| {
+        let r = gw.deploy("f", &body);
+        assert_eq!(r.status, 403, "{body}: {}", r.text());
+        let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(e.contains(needle) && !e.contains('\n'), "{body}: {e:?} does not mention {needle:?}");
+    };
+    let a = allowed.display();
+    forbidden(format!(r#"{{"image":"{a}/noop.native","backend":"process"}}"#), "--allow-process");
+    forbidden(format!(r#"{{"image":"{}"}}"#, image("noop")), "--allow-path");
+    forbidden(r#"{"image":"/nonexistent/image"}"#.into(), "--allow-path");
+    forbidden(r#"{"image":"/usr/bin/true","backend":"runc"}"#.into(), "--allow-path");
+    forbidden(format!(r#"{{"image":"{a}/../allowed/noop"}}"#), "..");
+    forbidden(format!(r#"{{"image":"{a}/link"}}"#), "--allow-path");
+    forbidden(format!(r#"{{"image":"{a}/root/etc/passwd"}}"#), "--allow-path");
+    forbidden(format!(r#"{{"image":"{a}/noop","fs":"/etc"}}"#), "--allow-path");
+    forbidden(format!(r#"{{"image":"{a}/noop","fs":"{a}/root/etc"}}"#), "--allow-path");
+    // An upload of a native program is no way around the process opt-in.
+    let bytes = std::fs::read(image("noop.native")).unwrap();
+    let up = http_typed(gw.addr, "POST", "/images", Some(&bytes), "application/octet-stream");
+    assert_eq!(up.status, 201, "{}", up.text());
+    forbidden(format!(r#"{{"image":"{}","backend":"process"}}"#, up.json()["image"].as_str().unwrap()), "--allow-process");
+    assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
+    // Allowed: a path beneath the directory, and an upload.
+    assert_eq!(gw.deploy("noop", &format!(r#"{{"image":"{a}/noop","fs":"{a}/fs"}}"#)).status, 201);
+    assert_eq!(gw.get("/fn/noop/").text(), "noop\n");
+    let shoal_image = std::fs::read(image("noop")).unwrap();
+    let up = http_typed(gw.addr, "POST", "/images", Some(&shoal_image), "application/octet-stream");
+    assert_eq!(gw.deploy("up", &format!(r#"{{"image":"{}"}}"#, up.json()["image"].as_str().unwrap())).status, 201);
+    assert_eq!(gw.get("/fn/up/").text(), "noop\n");
+    drop(gw);
+    // A process function deployed with the opt-in, the gateway restarted without it.
+    let mut with = opts.clone();
+    with.push("--allow-process".into());
+    let gw = Gateway::start_opts(&state, &[], &with);
+    assert_eq!(gw.deploy("native", &format!(r#"{{"image":"{a}/noop.native","backend":"process"}}"#)).status, 201);
+    assert_eq!(gw.get("/fn/native/").text(), "noop\n");
+    drop(gw);
+    let gw = Gateway::start_opts(&state, &[], &opts);
+    let r = gw.get("/fn/native/");
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.json()["error"].as_str().unwrap_or_default().contains("--allow-process"), "{}", r.text());
+    assert_eq!(gw.get("/fn/noop/").text(), "noop\n");
+}
+
+/// A static C program that tries to connect to the ports it is given
+/// (apps/functions/netprobe.c), built natively.
+fn netprobe() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = scratch().keep();
+        let here = home().join("apps/functions");
+        build_native(&here.join("netprobe.c"), &dir, &[here.join("fn_http.c").to_str().unwrap(), "-lpthread"])
+    })
+}
+
+/// runc and runsc functions run in a network namespace of their own: a
+/// function that connects to the gateway's address, to another
+/// function's instance (spt) and to the other container function's port
+/// is refused each time (ECONNREFUSED: nothing listens on those ports in
+/// its namespace). Before, they shared the host's network and reached the
+/// management API.
+#[test]
+fn container_functions_reach_neither_the_gateway_nor_other_functions() {
+    if !root() {
+        let _ = writeln!(std::io::stderr(), "skipped: container_functions_reach_neither_the_gateway_nor_other_functions: needs root");
+        return;
+    }
+    let rts: Vec<&str> = ["runc", "runsc"].into_iter().filter(|rt| ["/usr/sbin", "/usr/bin"].iter().any(|d| Path::new(d).join(rt).is_file())).collect();
+    if rts.is_empty() {
+        let _ = writeln!(std::io::stderr(), "skipped: container_functions_reach_neither_the_gateway_nor_other_functions: neither runc nor runsc is installed");
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    assert_eq!(gw.deploy("other", &format!(r#"{{"image":"{}"}}"#, image("noop"))).status, 201);
+    assert_eq!(gw.get("/fn/other/").text(), "noop\n");
+    let port_of = |name: &str| -> u16 {
+        let v = gw.get("/instances").json();
+        let a = v.as_array().unwrap().iter().find(|i| i["function"] == name).unwrap_or_else(|| panic!("no instance of {name}: {v}"))["address"].clone();
+        a.as_str().unwrap().parse::<SocketAddr>().unwrap().port()
+    };
+    let other = port_of("other");
+    for rt in &rts {
+        let r = gw.deploy(&format!("probe-{rt}"), &format!(r#"{{"image":"{}","backend":"{rt}"}}"#, netprobe().display()));
+        assert_eq!(r.status, 201, "{}", r.text());
+        // Started, so that the other probe has its port to try.
+        assert_eq!(gw.get(&format!("/fn/probe-{rt}/")).status, 200, "{rt}");
+    }
+    for rt in &rts {
+        let mut ports = vec![gw.addr.port(), other];
+        ports.extend(rts.iter().filter(|o| *o != rt).map(|o| port_of(&format!("probe-{o}"))));
+        let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+        let r = gw.get(&format!("/fn/probe-{rt}/?to={}", list.join(",")));
+        assert_eq!(r.status, 200, "{rt}: {}", r.text());
+        let want: String = ports.iter().map(|p| format!("{p} refused: Connection refused (errno 111)\n")).collect();
+        assert_eq!(r.text(), want, "{rt}: the function reached the gateway ({}) or another function", gw.addr.port());
+        // The gateway's instance list says where the instance is.
+        let v = gw.get("/instances").json();
+        let i = v.as_array().unwrap().iter().find(|i| i["function"] == format!("probe-{rt}").as_str()).unwrap().clone();
+        assert!(i["netns"].as_str().is_some_and(|p| p.starts_with("/proc/")), "{rt}: {i}");
+    }
+    assert_eq!(gw.stop(), Some(0));
+}
+
+/// A function that writes 768 MiB to stdout without a newline leaves the
+/// gateway under 64 MiB resident (its peak too): a log line is kept up to
+/// 16 KiB, the rest dropped with a marker, and a function's log up to
+/// 1 MiB. Before, the gateway kept the whole line (795 MB).
+#[test]
+fn a_flood_without_newline_leaves_the_gateway_small() {
+    let dir = scratch();
+    let here = home().join("apps/functions");
+    let flood = build_image(&here.join("flood.c"), dir.path(), &[here.join("fn_http.c").to_str().unwrap(), "-lpthread"]);
+    let gw = Gateway::start(&dir.path().join("state"));
+    let pid = gw.child.id();
+    let settings = format!(r#"{{"image":"{}","timeout_ms":600000}}"#, flood.display());
+    assert_eq!(gw.deploy("flood", &settings).status, 201);
+    let t0 = Instant::now();
+    let r = gw.get("/fn/flood/?mb=768");
+    assert_eq!((r.status, r.text().as_str()), (200, "flooded 768 MiB\n"), "{}", r.text());
+    let (rss, peak) = (mem_kib(pid, "VmRSS:"), mem_kib(pid, "VmHWM:"));
+    let _ = writeln!(std::io::stderr(), "768 MiB flood in {:?}: gateway VmRSS {rss} KiB, VmHWM {peak} KiB", t0.elapsed());
+    assert!(rss < 64 << 10 && peak < 64 << 10, "the gateway grew to {rss} KiB (peak {peak} KiB)");
+    // A redeploy stops the instance: its unfinished line is logged, cut.
+    assert_eq!(gw.deploy("flood", &settings).status, 200);
+    let mut logs = String::new();
+    wait_until("the cut line is in the logs", || {
+        logs = gw.get("/functions/flood/logs").text();
+        logs.contains("more bytes of this line dropped")
+    });
+    assert!(logs.len() < 2 << 20, "the logs are {} bytes", logs.len());
+    let line = logs.lines().find(|l| l.contains("dropped")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let text = v["line"].as_str().unwrap();
+    assert!(text.starts_with(&"x".repeat(16 << 10)) && !text.starts_with(&"x".repeat((16 << 10) + 1)), "the kept line is not 16 KiB of output");
+    assert!(text.contains(&format!("{} more bytes", (768u64 << 20) - (16 << 10))), "{}", &text[16 << 10..]);
+    assert!(mem_kib(pid, "VmHWM:") < 64 << 10);
+}
+
+/// `POST /images` takes only `application/octet-stream` (415 for none, or
+/// a type a web page can send without asking); all uploads together stay
+/// within `--upload-quota` (413 beyond); an upload no function uses is
+/// deleted when a function stops using it, and at the gateway's start.
+#[test]
+fn uploads_have_a_type_a_quota_and_unused_ones_are_collected() {
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let noop = std::fs::read(image("noop")).unwrap();
+    let fib = std::fs::read(image("fib")).unwrap();
+    // Room for one of the two, not for both.
+    let quota = (noop.len().max(fib.len()) * 3 / 2).to_string();
+    let mut opts = test_options();
+    opts.extend(["--upload-quota".to_string(), quota.clone()]);
+    let gw = Gateway::start_opts(&state, &[], &opts);
+    for ct in [None, Some("text/plain"), Some("application/x-www-form-urlencoded"), Some("multipart/form-data; boundary=x")] {
+        let r = http_as(gw.addr, "POST", "/images", Some(&noop), ct, Some(&gw.token));
+        assert_eq!(r.status, 415, "{ct:?}: {}", r.text());
+        assert!(r.json()["error"].as_str().unwrap_or_default().contains("application/octet-stream"));
+    }
+    let r = http_as(gw.addr, "PUT", "/functions/f", Some(format!(r#"{{"image":"{}"}}"#, image("noop")).as_bytes()), Some("text/plain"), Some(&gw.token));
+    assert_eq!(r.status, 415, "{}", r.text());
+    assert!(!state.join("images").exists(), "a refused upload stored something");
+    let up = |bytes: &[u8]| http_typed(gw.addr, "POST", "/images", Some(bytes), "application/octet-stream");
+    let first = up(&noop);
+    assert_eq!(first.status, 201, "{}", first.text());
+    let r = up(&fib);
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert!(r.json()["error"].as_str().unwrap_or_default().contains("quota"), "{}", r.text());
+    let count = || std::fs::read_dir(state.join("images")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(count(), 1, "the refused upload left a file");
+    // Deployed, then replaced by a path: the upload goes, the quota has room.
+    assert_eq!(gw.deploy("f", &format!(r#"{{"image":"{}"}}"#, first.json()["image"].as_str().unwrap())).status, 201);
+    assert_eq!(gw.deploy("f", &format!(r#"{{"image":"{}"}}"#, image("noop"))).status, 200);
+    assert_eq!(count(), 0);
+    let second = up(&fib);
+    assert_eq!(second.status, 201, "{}", second.text());
+    assert_eq!(count(), 1);
+    // Never deployed: deleted at the next start.
+    drop(gw);
+    let gw = Gateway::start_opts(&state, &[], &opts);
+    assert_eq!(count(), 0, "an unused upload survived the restart");
+    assert!(std::fs::read_to_string(&gw.log).unwrap_or_default().contains("deleted 1 uploaded image"));
+    assert_eq!(gw.get("/fn/f/").text(), "noop\n");
 }

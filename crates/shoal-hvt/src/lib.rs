@@ -250,10 +250,23 @@ impl Outcome {
     }
 }
 
+/// Makes a console write to a reader that went away fail with `EPIPE`
+/// instead of killing the VMM with `SIGPIPE` (the `shoal` command restores
+/// the default disposition for its own output): the error goes back to the
+/// guest, whose kernel raises `SIGPIPE` in the program as Linux does, and
+/// the instance ends as on spt (`shoal: killed by signal 13`, status 141),
+/// or goes on where the program ignores or handles the signal.
+fn console_errors_not_signals() {
+    // SAFETY: setting SIGPIPE's disposition to SIG_IGN has no memory-safety
+    // preconditions; no handler is involved.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
 /// Runs the image described by `cfg` with the process's stdout and stderr
 /// as console; returns the exit status (see the crate docs). A guest that
 /// ends abnormally gets one `shoal: …` line on stderr.
 pub fn run(cfg: &RunConfig) -> Result<i32, HvtError> {
+    console_errors_not_signals();
     let file = |fd: &Option<OwnedFd>| -> Result<Option<std::fs::File>, HvtError> {
         fd.as_ref().map(|f| f.try_clone().map(std::fs::File::from)).transpose().map_err(HvtError::Console)
     };

@@ -16,10 +16,17 @@
 //! cannot, so the rules Landlock enforces there are enforced here: a TCP
 //! socket of the guest binds port 0 only; and with an allow-list
 //! (`--net-allow`) every `connect` and `sendto` destination must match a
-//! rule. The VMM may run as root (a FaaS host), so what only privilege
-//! allows is refused too: a UDP bind below port 1024, and socket options
-//! outside a list of ordinary ones ([`option_allowed`]; `ENOPROTOOPT`, as
-//! for an option the host does not know).
+//! rule (a send to `AF_UNSPEC`, which Linux's UDP takes as `AF_INET`,
+//! matches none), except a UDP listener's reply to a recent sender.
+//! Without outbound the guest has no traffic of its own: no
+//! `MSG_FASTOPEN` (a send that connects) and no addressed send but such a
+//! reply (`EACCES`). Socket protocols
+//! are the default, TCP and UDP ([`protocol_allowed`]). The VMM may run
+//! as root (a FaaS host), so what only privilege allows is refused too: a
+//! UDP bind below port 1024, and socket options outside a list of
+//! ordinary ones ([`option_allowed`]; `ENOPROTOOPT`, as for an option the
+//! host does not know); `SO_REUSEADDR` on UDP is accepted but not applied
+//! (it would let the guest share a port a host service bound).
 //!
 //! With `--net-bind-any` ([`Net::with_bind_any`]) the guest may also ask
 //! for a host socket bound to any address and port (`BIND_NEW`): the VMM
@@ -75,6 +82,47 @@ enum Kind {
 struct Sock {
     fd: OwnedFd,
     kind: Kind,
+    /// A datagram (UDP) socket.
+    dgram: bool,
+    /// A UDP listener's recent senders, to which it may always reply
+    /// (without outbound, the only destinations an addressed send on it
+    /// may name; at most [`MAX_PEERS`], the oldest forgotten first).
+    peers: Vec<SocketAddr>,
+}
+
+impl Sock {
+    fn new(fd: OwnedFd, kind: Kind, dgram: bool) -> Sock {
+        Sock { fd, kind, dgram, peers: Vec::new() }
+    }
+}
+
+/// How many senders a UDP listener remembers for replies: a server
+/// answers a datagram soon after it came, so a short memory is enough.
+const MAX_PEERS: usize = 64;
+
+/// Whether `fd` is a datagram socket (`SO_TYPE`).
+fn is_dgram(fd: RawFd) -> bool {
+    let mut ty: libc::c_int = 0;
+    let mut len = core::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `ty` and `len` are valid out-parameters of this size.
+    let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE, (&mut ty as *mut libc::c_int).cast(), &mut len) };
+    rc == 0 && ty == libc::SOCK_DGRAM
+}
+
+/// Whether a guest socket of type `ty` (`SOCK_STREAM`/`SOCK_DGRAM`) may
+/// have protocol `proto`: the default, TCP or UDP only. Anything else
+/// (`IPPROTO_MPTCP`, whose ports Landlock's TCP rules do not cover on spt;
+/// `IPPROTO_ICMP` ping sockets; `IPPROTO_UDPLITE`, `IPPROTO_SCTP`) is
+/// `EPROTONOSUPPORT`, what Linux answers for a protocol it lacks and what
+/// Go falls back from when it probes MPTCP.
+pub fn protocol_allowed(ty: i32, proto: i32) -> bool {
+    proto == 0 || (ty == libc::SOCK_STREAM && proto == libc::IPPROTO_TCP) || (ty == libc::SOCK_DGRAM && proto == libc::IPPROTO_UDP)
+}
+
+/// The address a peer is remembered and matched by: an IPv4-mapped IPv6
+/// address as IPv4 (a reply may name either form).
+fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
 /// Exit counts of the network hypercalls, for `SHOAL_HVT_STATS`.
@@ -254,7 +302,9 @@ pub fn option_allowed(level: i32, name: i32) -> bool {
 enum Dest {
     /// An `AF_INET`/`AF_INET6` address.
     Addr(SocketAddr),
-    /// `AF_UNSPEC`: `connect` dissolves an association; it reaches nothing.
+    /// `AF_UNSPEC`: `connect` dissolves an association and reaches
+    /// nothing; but a UDP `sendto` takes it as `AF_INET` and sends to the
+    /// IPv4 address that follows, so a send to it is refused.
     Unspec,
     /// Anything else (another family, too short).
     Other,
@@ -286,7 +336,13 @@ impl Net {
     /// With `outbound`, the guest may make sockets of its own; a non-empty
     /// `allow` limits where they go.
     pub fn new(listeners: Vec<OwnedFd>, outbound: bool, allow: Vec<Allow>) -> Net {
-        let socks: Vec<Option<Sock>> = listeners.into_iter().map(|fd| Some(Sock { fd, kind: Kind::Listener })).collect();
+        let socks: Vec<Option<Sock>> = listeners
+            .into_iter()
+            .map(|fd| {
+                let dgram = is_dgram(fd.as_raw_fd());
+                Some(Sock::new(fd, Kind::Listener, dgram))
+            })
+            .collect();
         let watch = open_watch()
             .filter(|set| socks.iter().enumerate().all(|(i, s)| s.as_ref().is_none_or(|s| watch(set, s.fd.as_raw_fd(), FIRST_HANDLE + i as i64).is_ok())));
         Net { socks, outbound, allow, bind_any: false, pollfds: Vec::new(), entries: Vec::new(), watch, evbuf: Vec::new(), stats: NetStats::default() }
@@ -316,17 +372,17 @@ impl Net {
     /// Puts `fd` in the lowest free slot and in the watch set; returns its
     /// handle, or (closing `fd`) `-ENOMEM` when the watch set cannot take
     /// it (what `accept` and `socket` give for want of resources).
-    fn insert(&mut self, fd: OwnedFd, kind: Kind) -> Result<i64, i64> {
+    fn insert(&mut self, fd: OwnedFd, kind: Kind, dgram: bool) -> Result<i64, i64> {
         let next = FIRST_HANDLE + self.socks.iter().position(Option::is_none).unwrap_or(self.socks.len()) as i64;
         if let Some(set) = &self.watch {
             watch(set, fd.as_raw_fd(), next).map_err(|_| neg(libc::ENOMEM))?;
         }
-        Ok(self.put(fd, kind))
+        Ok(self.put(fd, kind, dgram))
     }
 
     /// Puts `fd` in the lowest free slot; returns its handle.
-    fn put(&mut self, fd: OwnedFd, kind: Kind) -> i64 {
-        let s = Some(Sock { fd, kind });
+    fn put(&mut self, fd: OwnedFd, kind: Kind, dgram: bool) -> i64 {
+        let s = Some(Sock::new(fd, kind, dgram));
         let i = match self.socks.iter().position(Option::is_none) {
             Some(i) => {
                 self.socks[i] = s;
@@ -340,16 +396,29 @@ impl Net {
         FIRST_HANDLE + i as i64
     }
 
-    /// Whether the allow-list (if any) lets the guest reach `sa`.
-    fn allowed(&self, sa: &[u8]) -> bool {
+    /// Whether the allow-list (if any) lets the guest reach `sa` with a
+    /// `connect` (`send` false) or an addressed send (`send` true): an
+    /// `AF_UNSPEC` destination passes only in a `connect`, which dissolves.
+    fn allowed(&self, sa: &[u8], send: bool) -> bool {
         if self.allow.is_empty() {
             return true;
         }
         match dest(sa) {
             Dest::Addr(a) => self.allow.iter().any(|r| r.matches(&a)),
-            Dest::Unspec => true,
+            Dest::Unspec => !send,
             Dest::Other => false,
         }
+    }
+
+    /// Whether an addressed send on `s` may go to `sa`: a UDP socket from a
+    /// bind (a published port or `--net-bind-any`) may reply to one of its
+    /// recent senders; anything else needs outbound and the allow-list.
+    /// Without outbound the guest has no traffic of its own (on a TCP
+    /// socket the address is ignored, but with `MSG_FASTOPEN` it connects,
+    /// which `send` refuses before).
+    fn send_allowed(&self, s: &Sock, sa: &[u8]) -> bool {
+        let reply = matches!(dest(sa), Dest::Addr(a) if s.kind == Kind::Listener && s.dgram && s.peers.contains(&canonical(a)));
+        reply || (self.outbound && self.allowed(sa, true))
     }
 
     /// The `Net` hypercall: carries out each operation of the batch, writing
@@ -414,6 +483,23 @@ impl Net {
         g.mem.write(GuestAddr(op.addr), &buf[..n as usize]).map_err(|_| neg(libc::EFAULT))
     }
 
+    /// Remembers `from`, the sender of a datagram received on `handle`, if
+    /// that is a UDP listener (the replies [`Net::send_allowed`] lets go).
+    fn heard(&mut self, handle: i64, from: &[u8]) {
+        let Dest::Addr(a) = dest(from) else { return };
+        let Some(Some(s)) = usize::try_from(handle - FIRST_HANDLE).ok().and_then(|i| self.socks.get_mut(i)) else { return };
+        if s.kind != Kind::Listener || !s.dgram {
+            return;
+        }
+        let a = canonical(a);
+        if let Some(i) = s.peers.iter().position(|p| *p == a) {
+            s.peers.remove(i);
+        } else if s.peers.len() >= MAX_PEERS {
+            s.peers.remove(0);
+        }
+        s.peers.push(a);
+    }
+
     fn one(&mut self, g: &Guest<'_>, op: &mut NetOp) -> Result<i64, i64> {
         let mut sa = [0u8; MAX_ADDR as usize];
         match op.op {
@@ -429,6 +515,9 @@ impl Net {
                 if ty != libc::SOCK_STREAM && ty != libc::SOCK_DGRAM {
                     return Err(neg(libc::EINVAL));
                 }
+                if !protocol_allowed(ty, op.flags as i32) {
+                    return Err(neg(libc::EPROTONOSUPPORT));
+                }
                 // SAFETY: socket takes no pointers.
                 let fd = unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, op.flags as i32) };
                 if fd < 0 {
@@ -436,7 +525,7 @@ impl Net {
                 }
                 // SAFETY: `fd` was just created and nothing else owns it.
                 let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-                self.insert(fd, Kind::Own { tcp: ty == libc::SOCK_STREAM })
+                self.insert(fd, Kind::Own { tcp: ty == libc::SOCK_STREAM }, ty == libc::SOCK_DGRAM)
             }
             net_op::BIND | net_op::CONNECT => {
                 let s = self.get(op.handle)?;
@@ -457,7 +546,7 @@ impl Net {
                     if port != 0 && (!udp || port < FIRST_UNPRIVILEGED_PORT) {
                         return Err(neg(libc::EACCES));
                     }
-                } else if !self.allowed(addr) {
+                } else if !self.allowed(addr, false) {
                     return Err(neg(libc::EACCES));
                 }
                 let p = addr.as_ptr().cast::<libc::sockaddr>();
@@ -477,7 +566,7 @@ impl Net {
                 }
                 let len = Self::addr_in(g, op, &mut sa)?;
                 let fd = shoal_loader::net::bind_new(op.a as i32, op.b as i32, op.flags, &sa[..len]).map_err(neg)?;
-                self.insert(fd, Kind::Listener)
+                self.insert(fd, Kind::Listener, op.b as i32 == libc::SOCK_DGRAM)
             }
             net_op::LISTEN => {
                 let fd = self.fd(op.handle)?;
@@ -504,15 +593,20 @@ impl Net {
                     // saw it.
                     Self::addr_out(g, op, &sa, len)?;
                 }
-                self.insert(nfd, Kind::Accepted)
+                self.insert(nfd, Kind::Accepted, false)
             }
             net_op::SEND => {
-                let fd = self.fd(op.handle)?;
+                let s = self.get(op.handle)?;
+                let fd = s.fd.as_raw_fd();
+                // A TCP Fast Open send connects: outbound only.
+                if op.flags as i32 & libc::MSG_FASTOPEN != 0 && !self.outbound {
+                    return Err(neg(libc::EACCES));
+                }
                 let len = op.len.min(MAX_IO);
                 let p = Self::range(g, op.buf, len, false)?;
                 let (ap, alen) = if op.addr != 0 {
                     let n = Self::addr_in(g, op, &mut sa)?;
-                    if !self.allowed(&sa[..n]) {
+                    if !self.send_allowed(s, &sa[..n]) {
                         return Err(neg(libc::EACCES));
                     }
                     (sa.as_ptr().cast::<libc::sockaddr>(), n as libc::socklen_t)
@@ -534,6 +628,9 @@ impl Net {
                 // and `alen` are valid out-parameters.
                 let rc = unsafe { libc::recvfrom(fd, p.cast(), len as usize, flags, sa.as_mut_ptr().cast(), &mut alen) };
                 let rc = ret(rc as libc::c_long);
+                if rc >= 0 {
+                    self.heard(op.handle, &sa[..(alen as usize).min(sa.len())]);
+                }
                 if rc >= 0 && op.addr != 0 {
                     op.a = u64::from(alen);
                     Self::addr_out(g, op, &sa, alen)?;
@@ -565,6 +662,16 @@ impl Net {
                 let (level, name) = (op.a as i32, op.b as i32);
                 if !option_allowed(level, name) {
                     return Err(neg(libc::ENOPROTOOPT));
+                }
+                // On UDP, SO_REUSEADDR lets a second socket bind a port in
+                // use with no owner check, and the newest takes the
+                // unicast datagrams: a guest could take a host service's.
+                // Accepted and not applied (the bind then answers
+                // EADDRINUSE), as programs set it before binding and do
+                // not expect it to fail; on TCP it only reuses a port in
+                // TIME_WAIT, and a guest's TCP bind is port 0 anyway.
+                if level == libc::SOL_SOCKET && name == libc::SO_REUSEADDR && self.get(op.handle)?.dgram {
+                    return Ok(0);
                 }
                 // SAFETY: `v` holds `len` (<= 256) initialised bytes.
                 Ok(ret(unsafe { libc::setsockopt(fd, level, name, v.as_ptr().cast(), op.len as libc::socklen_t) }.into()))
@@ -806,10 +913,10 @@ mod tests {
             assert_eq!(n.fd(h), Err(neg(libc::EBADF)), "handle {h}");
         }
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), Ok(4));
+        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }, true), Ok(4));
         n.socks[0] = None;
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }), Ok(3), "the lowest free handle");
+        assert_eq!(n.insert(OwnedFd::from(s), Kind::Own { tcp: false }, true), Ok(3), "the lowest free handle");
     }
 
     /// Reads `n` reports from guest address `at`.
@@ -1015,6 +1122,126 @@ mod tests {
             assert_eq!(acc, FIRST_HANDLE + 1, "a bound socket is a listener, even without outbound");
             drop(c);
             assert_eq!(bind_new(&mut n, "127.0.0.1:0", libc::SOCK_RAW), neg(libc::EINVAL));
+        });
+    }
+
+    /// Issue 31 items 3-6, at the VMM: an `AF_UNSPEC` send outside the
+    /// allow-list, a protocol but TCP/UDP, `MSG_FASTOPEN` and a datagram of
+    /// its own without outbound are refused; a UDP listener still replies
+    /// to its senders; `SO_REUSEADDR` on UDP does not let a bind share a
+    /// port.
+    #[test]
+    fn the_policy_holds_against_unspec_fast_open_mptcp_and_address_reuse() {
+        with_guest(|g| {
+            let low = GuestMemory::LOW;
+            g.mem.write(GuestAddr(low + 0x4000), b"datagram").unwrap();
+            let target = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            target.set_read_timeout(Some(std::time::Duration::from_millis(200))).unwrap();
+            let tp = target.local_addr().unwrap().port();
+            // AF_UNSPEC with the target's address after it, allow-list elsewhere.
+            let mut n = Net::new(Vec::new(), true, vec![Allow::parse("127.0.0.1:9").unwrap()]);
+            let udp = run(&mut n, g, NetOp { op: net_op::SOCKET, a: libc::AF_INET as u64, b: libc::SOCK_DGRAM as u64, ..NetOp::default() });
+            let (addr, addrlen) = put_addr(g, low + 0x3000, &format!("127.0.0.1:{tp}"));
+            g.mem.write(GuestAddr(addr), &(libc::AF_UNSPEC as u16).to_ne_bytes()).unwrap();
+            let send = NetOp { op: net_op::SEND, handle: udp, buf: low + 0x4000, len: 8, addr, addrlen, ..NetOp::default() };
+            assert_eq!(run(&mut n, g, send), neg(libc::EACCES));
+            let connect = NetOp { op: net_op::CONNECT, handle: udp, addr, addrlen, ..NetOp::default() };
+            assert_eq!(run(&mut n, g, connect), 0, "a connect to AF_UNSPEC dissolves");
+            assert!(target.recv(&mut [0u8; 16]).is_err(), "the refused datagram arrived");
+            // Protocols: TCP and UDP only.
+            for (ty, proto, want) in [
+                (libc::SOCK_STREAM, 262, neg(libc::EPROTONOSUPPORT)),
+                (libc::SOCK_STREAM, libc::IPPROTO_UDP, neg(libc::EPROTONOSUPPORT)),
+                (libc::SOCK_DGRAM, libc::IPPROTO_ICMP, neg(libc::EPROTONOSUPPORT)),
+                (libc::SOCK_STREAM, libc::IPPROTO_TCP, FIRST_HANDLE + 1),
+            ] {
+                let op = NetOp { op: net_op::SOCKET, a: libc::AF_INET as u64, b: ty as u64, flags: proto as u32, ..NetOp::default() };
+                assert_eq!(run(&mut n, g, op), want, "{ty}/{proto}");
+            }
+            // SO_REUSEADDR on UDP: accepted, not applied.
+            let service = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let one = 1i32;
+            // SAFETY: a valid int option of its size on an owned socket.
+            assert_eq!(unsafe { libc::setsockopt(service.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, (&one as *const i32).cast(), 4) }, 0);
+            let sp = service.local_addr().unwrap().port();
+            let mut n = Net::new(Vec::new(), true, Vec::new());
+            let udp = run(&mut n, g, NetOp { op: net_op::SOCKET, a: libc::AF_INET as u64, b: libc::SOCK_DGRAM as u64, ..NetOp::default() });
+            g.mem.write(GuestAddr(low + 0x5000), &1i32.to_ne_bytes()).unwrap();
+            let opt = |name: i32| NetOp {
+                op: net_op::SETSOCKOPT,
+                handle: udp,
+                a: libc::SOL_SOCKET as u64,
+                b: name as u64,
+                buf: low + 0x5000,
+                len: 4,
+                ..NetOp::default()
+            };
+            assert_eq!(run(&mut n, g, opt(libc::SO_REUSEADDR)), 0);
+            assert_eq!(run(&mut n, g, opt(libc::SO_REUSEPORT)), neg(libc::ENOPROTOOPT));
+            let (addr, addrlen) = put_addr(g, low + 0x3000, &format!("127.0.0.1:{sp}"));
+            assert_eq!(run(&mut n, g, NetOp { op: net_op::BIND, handle: udp, addr, addrlen, ..NetOp::default() }), neg(libc::EADDRINUSE));
+            // Without outbound: a UDP socket from a bind replies to its
+            // senders only; no Fast Open.
+            let mut n = Net::new(Vec::new(), false, Vec::new()).with_bind_any(true);
+            let bind_new = |ty: i32| {
+                let (addr, addrlen) = put_addr(g, low + 0x3000, "127.0.0.1:0");
+                NetOp { op: net_op::BIND_NEW, a: libc::AF_INET as u64, b: ty as u64, addr, addrlen, ..NetOp::default() }
+            };
+            let h = run(&mut n, g, bind_new(libc::SOCK_DGRAM));
+            assert_eq!(h, FIRST_HANDLE);
+            let send_to = |n: &mut Net, h: i64, to: &str, flags: i32| {
+                let (addr, addrlen) = put_addr(g, low + 0x3000, to);
+                run(n, g, NetOp { op: net_op::SEND, handle: h, buf: low + 0x4000, len: 8, addr, addrlen, flags: flags as u32, ..NetOp::default() })
+            };
+            assert_eq!(send_to(&mut n, h, &format!("127.0.0.1:{tp}"), 0), neg(libc::EACCES), "a datagram of its own");
+            assert!(target.recv(&mut [0u8; 16]).is_err(), "the refused datagram arrived");
+            let len = run(&mut n, g, NetOp { op: net_op::GETSOCKNAME, handle: h, addr: low + 0x3000, addrlen: 128, ..NetOp::default() });
+            assert_eq!(len, 16);
+            let mut sa = [0u8; 16];
+            g.mem.read(GuestAddr(low + 0x3000), &mut sa).unwrap();
+            let hp = u16::from_be_bytes([sa[2], sa[3]]);
+            target.send_to(b"question", ("127.0.0.1", hp)).unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let got = loop {
+                let rc =
+                    run(&mut n, g, NetOp { op: net_op::RECV, handle: h, buf: low + 0x6000, len: 64, addr: low + 0x7000, addrlen: 128, ..NetOp::default() });
+                if rc != neg(libc::EAGAIN) || std::time::Instant::now() > deadline {
+                    break rc;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            };
+            assert_eq!(got, 8);
+            assert_eq!(send_to(&mut n, h, &format!("127.0.0.1:{tp}"), 0), 8, "a reply");
+            assert_eq!(send_to(&mut n, h, &format!("127.0.0.1:{}", tp ^ 1), 0), neg(libc::EACCES), "another port of the sender's host");
+            let mut buf = [0u8; 16];
+            assert_eq!(target.recv(&mut buf).unwrap(), 8);
+            let tcp_peer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let t = run(&mut n, g, bind_new(libc::SOCK_STREAM));
+            assert_eq!(t, FIRST_HANDLE + 1);
+            let to = tcp_peer.local_addr().unwrap().to_string();
+            assert_eq!(send_to(&mut n, t, &to, libc::MSG_FASTOPEN), neg(libc::EACCES), "Fast Open connects");
+            assert_eq!(send_to(&mut n, t, &to, 0), neg(libc::EACCES), "an addressed send on TCP");
+            // A published UDP port replies to its senders even when the
+            // allow-list does not name them.
+            let published = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let pp = published.local_addr().unwrap().port();
+            let mut n = Net::new(vec![OwnedFd::from(published)], true, vec![Allow::parse("127.0.0.1:9").unwrap()]);
+            assert_eq!(send_to(&mut n, FIRST_HANDLE, &format!("127.0.0.1:{tp}"), 0), neg(libc::EACCES), "not a sender yet");
+            target.send_to(b"question", ("127.0.0.1", pp)).unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let got = loop {
+                let rc = run(
+                    &mut n,
+                    g,
+                    NetOp { op: net_op::RECV, handle: FIRST_HANDLE, buf: low + 0x6000, len: 64, addr: low + 0x7000, addrlen: 128, ..NetOp::default() },
+                );
+                if rc != neg(libc::EAGAIN) || std::time::Instant::now() > deadline {
+                    break rc;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            };
+            assert_eq!(got, 8);
+            assert_eq!(send_to(&mut n, FIRST_HANDLE, &format!("127.0.0.1:{tp}"), 0), 8, "a reply");
         });
     }
 

@@ -303,7 +303,7 @@ pub fn open_listeners(cfg: &NetConfig) -> Result<Vec<(OwnedFd, Listener)>, NetEr
 /// The host half of a guest's `bind` under `--net-bind-any`
 /// (`net_op::BIND_NEW`): a non-blocking, close-on-exec socket of `domain`
 /// (`AF_INET`/`AF_INET6`) and `ty` (`SOCK_STREAM`/`SOCK_DGRAM`), with the
-/// options of `flags` (`net_op::BIND_REUSEADDR`, `net_op::BIND_V6ONLY`),
+/// options of `flags` (`net_op::BIND_REUSEADDR`, on TCP only; `net_op::BIND_V6ONLY`),
 /// bound to the guest's `addr` (a `sockaddr` of at most 128 bytes, which
 /// the host checks). Every value comes from the guest: anything else is the
 /// errno Linux gives (`EAFNOSUPPORT`, `EINVAL`); the host's own refusals
@@ -335,7 +335,11 @@ pub fn bind_new(domain: i32, ty: i32, flags: u32, addr: &[u8]) -> Result<OwnedFd
         }
         Ok(())
     };
-    if flags & BIND_REUSEADDR != 0 {
+    // On UDP, SO_REUSEADDR lets a socket share a port another process
+    // bound (with no owner check, and the newest takes the unicast
+    // datagrams): never for the guest. On TCP it only reuses a port in
+    // TIME_WAIT, which a server restarting needs.
+    if flags & BIND_REUSEADDR != 0 && ty == libc::SOCK_STREAM {
         set(libc::SOL_SOCKET, libc::SO_REUSEADDR)?;
     }
     if flags & BIND_V6ONLY != 0 && domain == libc::AF_INET6 {

@@ -80,12 +80,13 @@
 //!
 //! | system call | arguments allowed | who needs it | what a hostile guest can do with it |
 //! |---|---|---|---|
-//! | `sendto` (44), `recvfrom` (45) | fd >= 3 | `Net` hypercall: data on guest sockets | send and receive on its own connections |
+//! | `sendto` (44), `recvfrom` (45) | fd >= 3; without outbound, `sendto`'s flags (32-bit) without `MSG_FASTOPEN` | `Net` hypercall: data on guest sockets | send and receive on its own connections; no TCP Fast Open connect (which Landlock's connect rule does not see) without outbound. The address of a `sendto` is not checked (seccomp cannot read it): a UDP socket it holds (a published `/udp` port, a `--net-bind-any` bind) can send to any address |
 //! | `shutdown` (48), `close` (3), `listen` (50) | fd >= 3 | `Net` hypercall | end or resize its own sockets |
-//! | `getsockname` (51), `getpeername` (52), `getsockopt` (55), `setsockopt` (54) | fd >= 3 | `Net` hypercall | read and set options of its own sockets; options that need privilege (`SO_BINDTODEVICE`, `IP_TRANSPARENT`, …) fail for want of capabilities |
+//! | `getsockname` (51), `getpeername` (52), `getsockopt` (55) | fd >= 3 | `Net` hypercall | read options and addresses of its own sockets |
+//! | `setsockopt` (54) | fd >= 3, and level (32-bit) != `SOL_SOCKET` or option (32-bit) neither `SO_REUSEADDR` nor `SO_REUSEPORT` | `Net` hypercall (which answers address reuse itself: `crate::net`) | set options of its own sockets; options that need privilege (`SO_BINDTODEVICE`, `IP_TRANSPARENT`, …) fail for want of capabilities; no sharing of a port another process bound |
 //! | `accept4` (288) | 3 <= fd < 3 + listeners, flags include `SOCK_NONBLOCK` (any fd >= 3 with outbound or bind-any) | `Net` hypercall | take connections from the ports it was given (or bound) |
 //! | `recvmsg` (47) | fd == the bind channel (3 + listeners); `--net-bind-any` only | `Net` hypercall `BIND_NEW`: the socket the parent bound comes back with `SCM_RIGHTS` (`crate::net`) | ask the parent for sockets bound to any port of its network namespace with the caller's rights, which is what `--net-bind-any` gives the guest anyway; it receives nothing else there |
-//! | `socket` (41) | domain `AF_INET` or `AF_INET6`, type includes `SOCK_NONBLOCK`; outbound only | `Net` hypercall | make TCP/UDP sockets |
+//! | `socket` (41) | domain `AF_INET` or `AF_INET6`, type includes `SOCK_NONBLOCK` and is `SOCK_STREAM` with protocol 0 or `IPPROTO_TCP` or `SOCK_DGRAM` with 0 or `IPPROTO_UDP`; outbound only | `Net` hypercall | make TCP/UDP sockets (not `IPPROTO_MPTCP`, whose ports Landlock's TCP rules do not cover) |
 //! | `bind` (49), `connect` (42) | fd >= 3; outbound only | `Net` hypercall | bind and connect where Landlock allows (TCP: no bind but port 0, connect to any port; UDP is not covered by Landlock: with outbound on, any UDP destination) |
 //! | `epoll_ctl` (233) | epfd == the watch set's descriptor (`3 + listeners` + 1 with `--net-bind-any` + 1 for the alias file, `crate::net::watch_fd`), op == `EPOLL_CTL_ADD` | `Net` hypercall: `socket` and `accept` register the new socket in the watch set | add its own descriptors (sockets, stdio) to the watch set: the reports name descriptor numbers it already has, and the guest kernel ignores numbers it does not know. No `MOD`/`DEL` (closing a socket removes it) |
 //! | `epoll_pwait2` (441) | epfd == the watch set's descriptor | `NetPoll` hypercall: waiting for the sockets whose readiness rose | learn which of its own sockets are ready; sleep (as in `ppoll`). Like `close` on that descriptor (allowed, fd >= 3), it can only break its own instance's waiting |
@@ -256,19 +257,33 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     let first = FIRST_SOCKET_FD;
     // Data and control calls on guest sockets: every descriptor from
     // FIRST_SOCKET_FD up is one (the instance holds nothing else there).
-    for nr in [
-        libc::SYS_sendto,
-        libc::SYS_recvfrom,
-        libc::SYS_listen,
-        libc::SYS_shutdown,
-        libc::SYS_close,
-        libc::SYS_setsockopt,
-        libc::SYS_getsockopt,
-        libc::SYS_getsockname,
-        libc::SYS_getpeername,
-    ] {
+    for nr in [libc::SYS_recvfrom, libc::SYS_listen, libc::SYS_shutdown, libc::SYS_close, libc::SYS_getsockopt, libc::SYS_getsockname, libc::SYS_getpeername] {
         r.insert(nr, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
     }
+    // sendto: without outbound, never MSG_FASTOPEN (a send that connects,
+    // which Landlock's connect rule does not see).
+    let mut send = vec![fd_at_least(first)?];
+    if !net.outbound {
+        send.push(SeccompCondition::new(3, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(libc::MSG_FASTOPEN as u64), 0)?);
+    }
+    r.insert(libc::SYS_sendto, vec![SeccompRule::new(send)?]);
+    // setsockopt: anything but address reuse at SOL_SOCKET (SO_REUSEADDR
+    // shares a UDP port another process bound; SO_REUSEPORT joins a port
+    // group of this user). The handler answers those without the call.
+    let level = |op, v| SeccompCondition::new(1, SeccompCmpArgLen::Dword, op, v);
+    let name_ne = |v: i32| SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, v as u64);
+    r.insert(
+        libc::SYS_setsockopt,
+        vec![
+            SeccompRule::new(vec![fd_at_least(first)?, level(SeccompCmpOp::Ne, libc::SOL_SOCKET as u64)?])?,
+            SeccompRule::new(vec![
+                fd_at_least(first)?,
+                level(SeccompCmpOp::Eq, libc::SOL_SOCKET as u64)?,
+                name_ne(libc::SO_REUSEADDR)?,
+                name_ne(libc::SO_REUSEPORT)?,
+            ])?,
+        ],
+    );
     // accept4, non-blocking only: on the handed-over listening sockets, or
     // with outbound on, on any guest socket.
     let nonblock = has_bits(3, libc::SOCK_NONBLOCK as u64)?;
@@ -285,13 +300,22 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
         r.insert(libc::SYS_recvmsg, vec![SeccompRule::new(vec![eq32(0, channel as u64)?])?]);
     }
     if net.outbound {
-        // Sockets of its own, IPv4 and IPv6, non-blocking (what bind and
-        // connect may reach is Landlock's decision: see crate::landlock).
-        let nb = has_bits(1, libc::SOCK_NONBLOCK as u64)?;
-        r.insert(
-            libc::SYS_socket,
-            vec![SeccompRule::new(vec![eq32(0, libc::AF_INET as u64)?, nb.clone()])?, SeccompRule::new(vec![eq32(0, libc::AF_INET6 as u64)?, nb])?],
-        );
+        // Sockets of its own, IPv4 and IPv6, non-blocking, TCP or UDP and
+        // no other protocol (IPPROTO_MPTCP's ports are outside Landlock's
+        // TCP rules); what bind and connect may reach is Landlock's
+        // decision: see crate::landlock.
+        let mut socket = Vec::new();
+        for domain in [libc::AF_INET, libc::AF_INET6] {
+            for (ty, proto) in [(libc::SOCK_STREAM, 0), (libc::SOCK_STREAM, libc::IPPROTO_TCP), (libc::SOCK_DGRAM, 0), (libc::SOCK_DGRAM, libc::IPPROTO_UDP)] {
+                socket.push(SeccompRule::new(vec![
+                    eq32(0, domain as u64)?,
+                    has_bits(1, libc::SOCK_NONBLOCK as u64)?,
+                    SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xf), ty as u64)?,
+                    eq32(2, proto as u64)?,
+                ])?);
+            }
+        }
+        r.insert(libc::SYS_socket, socket);
         r.insert(libc::SYS_bind, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
         r.insert(libc::SYS_connect, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
     }
@@ -318,10 +342,11 @@ fn compiled(net: NetPolicy, g: GuestRange) -> Result<BpfProgram, FilterError> {
 
 /// BPF opcodes of the hot path (classic BPF, linux/bpf_common.h):
 /// `BPF_LD | BPF_W | BPF_ABS`, `BPF_JMP | BPF_JEQ | BPF_K`, `BPF_JMP |
-/// BPF_JGE | BPF_K`, `BPF_RET | BPF_K`.
+/// BPF_JGE | BPF_K`, `BPF_JMP | BPF_JSET | BPF_K`, `BPF_RET | BPF_K`.
 const BPF_LD_W_ABS: u16 = 0x20;
 const BPF_JEQ_K: u16 = 0x15;
 const BPF_JGE_K: u16 = 0x35;
+const BPF_JSET_K: u16 = 0x45;
 const BPF_RET_K: u16 = 0x06;
 /// `AUDIT_ARCH_X86_64` (linux/audit.h), what seccompiler's check compares.
 const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
@@ -330,6 +355,8 @@ const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
 const DATA_NR: u32 = 0;
 const DATA_ARCH: u32 = 4;
 const DATA_ARG0_LO: u32 = 16;
+/// The low 32 bits of the fourth argument (`sendto`'s flags).
+const DATA_ARG3_LO: u32 = 40;
 
 fn insn(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
     seccompiler::sock_filter { code, jt, jf, k }
@@ -339,9 +366,10 @@ fn insn(code: u16, jt: u8, jf: u8, k: u32) -> seccompiler::sock_filter {
 /// `epoll_pwait2` on the watch set) checked first. seccompiler tests the
 /// call numbers one after the other in numeric order (three instructions
 /// per call that does not match), so these took 92–120 BPF instructions
-/// each; with this prefix they take 7–9. The checks are exactly those of
+/// each; with this prefix they take 8–9. The checks are exactly those of
 /// [`rules_for`] (first argument's low 32 bits `>= FIRST_SOCKET_FD`, or
-/// `== watch`); a call that fails them falls through to seccompiler's
+/// `== watch`; a `sendto` with `MSG_FASTOPEN` is left to seccompiler's
+/// program, which allows it only with outbound); a call that fails them falls through to seccompiler's
 /// program, which decides it as before (and traps it). Measured with
 /// `examples/filter_cost.rs`: the filter's cost per call fell from about
 /// 85 to 55 ns. The prefix goes right after seccompiler's architecture
@@ -362,21 +390,25 @@ fn with_hot_path(prog: BpfProgram, watch: u32) -> BpfProgram {
     }
     let first = FIRST_SOCKET_FD as u32;
     let hot = [
-        // 0: recvfrom → 3 (fd check), else 1.
-        insn(BPF_JEQ_K, 2, 0, libc::SYS_recvfrom as u32),
-        // 1: sendto → 3, else 2.
-        insn(BPF_JEQ_K, 1, 0, libc::SYS_sendto as u32),
-        // 2: epoll_pwait2 → 5 (epfd check), else seccompiler's program (9).
-        insn(BPF_JEQ_K, 2, 6, libc::SYS_epoll_pwait2 as u32),
-        // 3-4: fd >= FIRST_SOCKET_FD → allow (7), else reload (8).
+        // 0: sendto → 3 (flags check), else 1.
+        insn(BPF_JEQ_K, 2, 0, libc::SYS_sendto as u32),
+        // 1: recvfrom → 5 (fd check), else 2.
+        insn(BPF_JEQ_K, 3, 0, libc::SYS_recvfrom as u32),
+        // 2: epoll_pwait2 → 7 (epfd check), else seccompiler's program (11).
+        insn(BPF_JEQ_K, 4, 8, libc::SYS_epoll_pwait2 as u32),
+        // 3-4: a sendto with MSG_FASTOPEN → reload (10): seccompiler's
+        // program decides it (allowed only with outbound); else 5.
+        insn(BPF_LD_W_ABS, 0, 0, DATA_ARG3_LO),
+        insn(BPF_JSET_K, 5, 0, libc::MSG_FASTOPEN as u32),
+        // 5-6: fd >= FIRST_SOCKET_FD → allow (9), else reload (10).
         insn(BPF_LD_W_ABS, 0, 0, DATA_ARG0_LO),
         insn(BPF_JGE_K, 2, 3, first),
-        // 5-6: epfd == the watch set → allow (7), else reload (8).
+        // 7-8: epfd == the watch set → allow (9), else reload (10).
         insn(BPF_LD_W_ABS, 0, 0, DATA_ARG0_LO),
         insn(BPF_JEQ_K, 0, 1, watch),
-        // 7: allow.
+        // 9: allow.
         insn(BPF_RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
-        // 8: the call number again, as seccompiler's program expects it.
+        // 10: the call number again, as seccompiler's program expects it.
         insn(BPF_LD_W_ABS, 0, 0, DATA_NR),
     ];
     // Every jump is relative and forward; nothing in prog[..4] jumps past
@@ -631,16 +663,59 @@ mod hot_path_tests {
         }
     }
 
+    /// Issue 31 items 4-6: socket protocols are TCP and UDP only, address
+    /// reuse options trap (the handler answers them), and `MSG_FASTOPEN`
+    /// traps without outbound — in the program as installed.
+    #[test]
+    fn the_filter_pins_protocols_address_reuse_and_fast_open() {
+        let x86 = super::AUDIT_ARCH_X86_64;
+        let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
+        for outbound in [false, true] {
+            let net = NetPolicy { listeners: 1, outbound, bind_any: !outbound };
+            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd() };
+            let prog = super::program(net, g).unwrap();
+            let act = |nr: i64, args: [u64; 6]| run(&prog, x86, nr as u32, args).0;
+            let nb = libc::SOCK_NONBLOCK as u64;
+            for (domain, ty, proto, ok) in [
+                (libc::AF_INET, libc::SOCK_STREAM, 0, true),
+                (libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_TCP, true),
+                (libc::AF_INET6, libc::SOCK_DGRAM, 0, true),
+                (libc::AF_INET6, libc::SOCK_DGRAM, libc::IPPROTO_UDP, true),
+                (libc::AF_INET, libc::SOCK_STREAM, 262, false),
+                (libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_UDP, false),
+                (libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_ICMP, false),
+                (libc::AF_INET, libc::SOCK_RAW, 0, false),
+                (libc::AF_INET, libc::SOCK_SEQPACKET, 0, false),
+            ] {
+                let want = if ok && outbound { allow } else { trap };
+                assert_eq!(act(libc::SYS_socket, [domain as u64, ty as u64 | nb, proto as u64, 0, 0, 0]), want, "{outbound} {domain}/{ty}/{proto}");
+            }
+            let one = |level: i32, name: i32| [3u64, level as u64, name as u64, 0x1000, 4, 0];
+            assert_eq!(act(libc::SYS_setsockopt, one(libc::SOL_SOCKET, libc::SO_REUSEADDR)), trap);
+            assert_eq!(act(libc::SYS_setsockopt, one(libc::SOL_SOCKET, libc::SO_REUSEPORT)), trap);
+            assert_eq!(act(libc::SYS_setsockopt, one(libc::SOL_SOCKET, libc::SO_KEEPALIVE)), allow);
+            assert_eq!(act(libc::SYS_setsockopt, one(libc::IPPROTO_TCP, libc::SO_REUSEADDR)), allow, "TCP_MAXSEG has SO_REUSEADDR's number");
+            assert_eq!(act(libc::SYS_setsockopt, one(libc::IPPROTO_IPV6, libc::SO_REUSEPORT)), allow);
+            let fast_open = [3u64, 0x1000, 1, (libc::MSG_FASTOPEN | libc::MSG_NOSIGNAL) as u64, 0x2000, 16];
+            assert_eq!(act(libc::SYS_sendto, fast_open), if outbound { allow } else { trap });
+            assert_eq!(act(libc::SYS_sendto, [3, 0x1000, 1, libc::MSG_NOSIGNAL as u64, 0x2000, 16]), allow);
+        }
+    }
+
     /// The hot path decides every call as seccompiler's program alone does
     /// (allowed, trapped, killed), and the three per-request calls take 9
     /// instructions at most instead of about a hundred.
     #[test]
     fn the_hot_path_decides_as_the_plain_program_and_is_short() {
-        for net in [NetPolicy { listeners: 1, outbound: false, bind_any: false }, NetPolicy { listeners: 2, outbound: true, bind_any: true }] {
+        for net in [
+            NetPolicy { listeners: 1, outbound: false, bind_any: false },
+            NetPolicy { listeners: 1, outbound: false, bind_any: true },
+            NetPolicy { listeners: 2, outbound: true, bind_any: true },
+        ] {
             let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd() };
             let plain = super::compiled(net, g).unwrap();
             let hot = super::program(net, g).unwrap();
-            assert_eq!(hot.len(), plain.len() + 9, "the hot path was not inserted: seccompiler's program starts differently");
+            assert_eq!(hot.len(), plain.len() + 11, "the hot path was not inserted: seccompiler's program starts differently");
             let watch = crate::net::watch_fd(&net) as u64;
             let x86 = super::AUDIT_ARCH_X86_64;
             let (recv, send, wait) = (libc::SYS_recvfrom as u32, libc::SYS_sendto as u32, libc::SYS_epoll_pwait2 as u32);
@@ -650,6 +725,10 @@ mod hot_path_tests {
                     cases.push((x86, nr, [a0, 0, 64, 0, 0, 8]));
                     // With an argument pattern that passes the other rules' checks.
                     cases.push((x86, nr, [a0, watch, libc::EPOLL_CTL_ADD as u64, 0, 0, 0]));
+                    // A send that connects (TCP Fast Open), and other flags.
+                    cases.push((x86, nr, [a0, 0, 64, libc::MSG_FASTOPEN as u64, 0, 0]));
+                    cases.push((x86, nr, [a0, 0, 64, (libc::MSG_FASTOPEN | libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) as u64, 0, 0]));
+                    cases.push((x86, nr, [a0, 0, 64, (libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) as u64, 0, 0]));
                 }
             }
             // x32 numbers, another architecture, calls never allowed.

@@ -22,7 +22,12 @@
 //!
 //! UDP is outside what Landlock restricts: with `--net-outbound` a guest
 //! may send UDP anywhere; without it the seccomp filter allows no
-//! `socket` call at all.
+//! `socket` call at all, but a UDP socket it was handed (a published
+//! `/udp` port, a `--net-bind-any` bind) can still send to any address.
+//! Nor do the TCP rules cover `IPPROTO_MPTCP` sockets or a Fast Open send
+//! (`MSG_FASTOPEN`, which connects without `connect`): the filter pins
+//! `socket`'s protocol to TCP and UDP and refuses the flag without
+//! outbound (`crate::filter`).
 //!
 //! On a kernel without Landlock network rules (before Linux 6.7) an
 //! instance with networking is refused rather than run without them; one

@@ -75,6 +75,12 @@ macro_rules! sc {
     };
 }
 
+/// Whether a guest socket of type `ty` may have protocol `proto`: the
+/// default, TCP or UDP (`shoal_hvt`'s rule; the filter pins the same).
+pub fn protocol_allowed(ty: i32, proto: i32) -> bool {
+    proto == 0 || (ty == libc::SOCK_STREAM && proto == libc::IPPROTO_TCP) || (ty == libc::SOCK_DGRAM && proto == libc::IPPROTO_UDP)
+}
+
 /// The lowest descriptor number a guest socket can have.
 pub const FIRST_SOCKET_FD: i32 = 3;
 /// Largest `sockaddr` the tender copies (`sizeof(struct sockaddr_storage)`).
@@ -413,6 +419,12 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             if ty != libc::SOCK_STREAM && ty != libc::SOCK_DGRAM {
                 return Err(neg(libc::EINVAL));
             }
+            // The filter traps any other protocol (IPPROTO_MPTCP, whose
+            // ports Landlock's TCP rules do not cover): answered here as
+            // Linux answers a protocol it lacks.
+            if !protocol_allowed(ty, op.flags as i32) {
+                return Err(neg(libc::EPROTONOSUPPORT));
+            }
             // SAFETY: socket takes no pointers.
             watch_new(unsafe { sc!(libc::SYS_socket, domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, op.flags as i32) })
         }
@@ -461,6 +473,11 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
         }
         net_op::SEND => {
             let fd = handle_fd(op.handle)?;
+            // A TCP Fast Open send connects, which Landlock does not see:
+            // outbound only (the filter traps the flag otherwise).
+            if op.flags as i32 & libc::MSG_FASTOPEN != 0 && !pol.outbound {
+                return Err(neg(libc::EACCES));
+            }
             let len = op.len.min(MAX_IO);
             let p = range(mem, op.buf, len, false)?;
             let (ap, alen) = if op.addr != 0 { (sa.as_ptr(), addr_in(mem, op, &mut sa)?) } else { (core::ptr::null(), 0) };
@@ -505,6 +522,23 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             }
             let mut v = [0u8; MAX_OPT as usize];
             mem.read(GuestAddr(op.buf), &mut v[..op.len as usize]).map_err(|_| neg(libc::EFAULT))?;
+            // Address reuse, which the filter traps (it cannot tell UDP
+            // from TCP): SO_REUSEPORT would join a port group of another
+            // process of this user, and SO_REUSEADDR on UDP shares a port
+            // another process bound with no owner check (the newest socket
+            // takes the unicast datagrams). SO_REUSEPORT is ENOPROTOOPT,
+            // as on hvt; SO_REUSEADDR is accepted and not applied, since
+            // programs set it before binding and do not expect it to fail
+            // (Go on every TCP listener), and on TCP it changes nothing
+            // here: a guest's TCP bind is port 0, a published port is
+            // bound, and `--net-bind-any` binds carry it in the request.
+            if op.a as i32 == libc::SOL_SOCKET {
+                match op.b as i32 {
+                    libc::SO_REUSEPORT => return Err(neg(libc::ENOPROTOOPT)),
+                    libc::SO_REUSEADDR => return Ok(0),
+                    _ => {}
+                }
+            }
             // SAFETY: `v` holds `len` initialised bytes.
             Ok(unsafe { sc!(libc::SYS_setsockopt, fd, op.a as i32, op.b as i32, v.as_ptr(), op.len as u32) })
         }

@@ -40,6 +40,15 @@ pub enum ArgsError {
     /// A `--mem` value that is not a size.
     #[error("--mem {0} is not a size (bytes, or a number with K, M or G)")]
     BadSize(String),
+    /// A `--mem` value below a megabyte: most likely a unit left out.
+    #[error("--mem {0} is too small for any instance (at least 1M; {1})")]
+    SizeTooSmall(String, String),
+    /// The image path is a directory.
+    #[error("{0} is a directory, not an image")]
+    ImageIsDirectory(PathBuf),
+    /// The same host port given to two `--publish` options.
+    #[error("--publish {0}: host port {1} is published twice")]
+    PublishedTwice(String, String),
     /// A `--mem` value that does not fit in 64 bits.
     #[error("--mem {0} is too large")]
     SizeTooLarge(String),
@@ -240,7 +249,20 @@ impl RunArgs {
         image: PathBuf,
         args: Vec<OsString>,
     ) -> Result<RunArgs, ArgsError> {
-        let mem = parse_size(mem)?;
+        let bytes = parse_size(mem)?;
+        if bytes < 1 << 20 {
+            let m = mem.trim();
+            let hint = if m.bytes().all(|b| b.is_ascii_digit()) {
+                format!("a size without K, M or G is in bytes: did you mean {m}M?")
+            } else {
+                "a size is bytes, or a number with K, M or G".into()
+            };
+            return Err(ArgsError::SizeTooSmall(m.to_string(), hint));
+        }
+        let mem = bytes;
+        if image.is_dir() {
+            return Err(ArgsError::ImageIsDirectory(image));
+        }
         if let Some(e) = env.iter().find(|e| !e.contains('=')) {
             return Err(ArgsError::BadEnv(e.clone()));
         }
@@ -442,7 +464,21 @@ impl RunArgs {
     /// descriptor numbers (which must be open, above 2), `--net-outbound`.
     pub fn with_net(mut self, publish: &[String], listen_fds: &[String], outbound: bool) -> Result<RunArgs, ArgsError> {
         for p in publish {
-            self.publish.push(shoal_loader::net::Publish::parse(p)?);
+            let new = shoal_loader::net::Publish::parse(p)?;
+            // Two sockets cannot take one host port: say so, rather than
+            // "in use" from the second bind. Port 0 (any free port) can
+            // be given any number of times.
+            let twice = self.publish.iter().any(|o| {
+                new.host_port != 0
+                    && o.host_port == new.host_port
+                    && o.udp == new.udp
+                    && (o.host == new.host || o.host.is_unspecified() || new.host.is_unspecified())
+            });
+            if twice {
+                let proto = if new.udp { "/udp" } else { "" };
+                return Err(ArgsError::PublishedTwice(p.clone(), format!("{}{proto}", std::net::SocketAddr::new(new.host, new.host_port))));
+            }
+            self.publish.push(new);
         }
         for v in listen_fds {
             // SAFETY: F_GETFD only asks whether the descriptor is open.
@@ -644,5 +680,18 @@ mod tests {
         assert_eq!(parse_size("64M").unwrap(), 64 << 20);
         assert_eq!(parse_size("1g").unwrap(), 1 << 30);
         assert!(parse_size("M").is_err());
+        assert_eq!(
+            msg(&["--mem", "10", "img"]),
+            "--mem 10 is too small for any instance (at least 1M; a size without K, M or G is in bytes: did you mean 10M?)"
+        );
+        assert_eq!(msg(&["--mem", "512K", "img"]), "--mem 512K is too small for any instance (at least 1M; a size is bytes, or a number with K, M or G)");
+        assert_eq!(msg(&["-p", "18096:8080", "-p", "18096:8081", "img"]), "--publish 18096:8081: host port 127.0.0.1:18096 is published twice");
+        assert_eq!(
+            msg(&["-p", "0.0.0.0:18096:80", "-p", "127.0.0.1:18096:81", "img"]),
+            "--publish 127.0.0.1:18096:81: host port 127.0.0.1:18096 is published twice"
+        );
+        assert!(parse(&["-p", "18096:80", "-p", "18096:80/udp", "-p", "0:81", "-p", "0:82", "img"]).unwrap().is_some(), "TCP and UDP, and any free port twice");
+        let dir = std::env::temp_dir();
+        assert_eq!(msg(&[dir.to_str().unwrap()]), format!("{} is a directory, not an image", dir.display()));
     }
 }

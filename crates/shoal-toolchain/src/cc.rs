@@ -55,6 +55,30 @@ struct Parsed {
     link_args: Vec<String>,
 }
 
+/// What `shoal cc --help` prints.
+pub const CC_HELP: &str = "\
+usage: shoal cc [GCC OPTIONS] FILE...
+
+A C compiler for shoal: gcc with shoal's libc (musl 1.2.3, whose system
+calls are function calls into shoal's kernel) and -ffunction-sections
+-fdata-sections. With -c, -S or -E it compiles as gcc does; otherwise it
+links a shoal image (and IMAGE.manifest.json) that `shoal run` runs.
+
+  -o FILE         the object or image to write
+  -lNAME, -LDIR   libNAME.a from the -L directories (-lm, -lpthread, -lrt and
+                  -ldl are shoal's libc)
+  --versioned     compile a library whose versions a workspace shares with
+                  the delta layout (fewer inlining optimisations)
+  --version       shoal's version and gcc's
+
+C only: C++ sources, -shared and -rdynamic are refused (images are static).
+";
+
+/// A C++ source (`shoal cc` refuses it: shoal's libc has no C++ runtime).
+fn is_cplusplus(p: &str) -> bool {
+    [".cpp", ".cc", ".cxx", ".c++", ".C", ".cp", ".CPP", ".ii"].iter().any(|e| p.ends_with(e))
+}
+
 fn is_source(p: &str) -> bool {
     [".c", ".s", ".S", ".i"].iter().any(|e| p.ends_with(e))
 }
@@ -90,6 +114,9 @@ fn parse(args: &[String]) -> Result<Parsed> {
             _ if a.starts_with("-L") => p.lib_dirs.push(PathBuf::from(&a[2..])),
             _ if a.starts_with("-Wl,") => p.link_args.push(a.into()),
             _ if a.starts_with('-') => p.compile_args.push(a.into()),
+            _ if is_cplusplus(a) => {
+                return Err(ToolchainError::Usage(format!("shoal cc: {a}: C++ is not supported (shoal's libc has no C++ runtime); shoal cc compiles C")))
+            }
             _ if is_source(a) => p.sources.push(PathBuf::from(a)),
             _ if a.ends_with(".a") => p.archives.push(PathBuf::from(a)),
             _ => p.objects.push(PathBuf::from(a)),
@@ -113,8 +140,17 @@ pub fn cc(paths: &Paths, args: &[String]) -> Result<()> {
     if args.is_empty() {
         return Err(ToolchainError::Usage("shoal cc: no input files".into()));
     }
-    // Queries (e.g. --version, -print-*, -dumpmachine) go to gcc as they are.
-    if args.iter().any(|a| a == "--version" || a.starts_with("-print-") || a.starts_with("-dump")) {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{CC_HELP}");
+        return Ok(());
+    }
+    if args.iter().any(|a| a == "--version") {
+        // shoal's version first: the compiler a bug report is about.
+        println!("shoal cc {} (shoal's libc: musl 1.2.3, system calls as function calls); the C compiler:", env!("CARGO_PKG_VERSION"));
+        return run("gcc", Command::new("gcc").arg("--version"));
+    }
+    // Other queries (-print-*, -dumpmachine) go to gcc as they are.
+    if args.iter().any(|a| a.starts_with("-print-") || a.starts_with("-dump")) {
         return run("gcc", Command::new("gcc").args(args));
     }
     ensure_libc(paths, false)?;
@@ -189,6 +225,9 @@ mod tests {
         let v = parse(&s(&["--versioned", "-c", "x.c"])).unwrap();
         assert!(v.versioned && v.compile_args == s(&["-c"]));
         assert!(parse(&s(&["-shared", "x.c"])).is_err());
+        let e = parse(&s(&["-O2", "hi.cpp"])).unwrap_err().to_string();
+        assert_eq!(e, "shoal cc: hi.cpp: C++ is not supported (shoal's libc has no C++ runtime); shoal cc compiles C");
+        assert!(parse(&s(&["x.cc"])).is_err() && parse(&s(&["x.cxx", "-c"])).is_err());
         assert!(parse(&s(&["x.c", "-o"])).is_err());
         assert_eq!(lib_name_of(Path::new("/x/libsqlite3.a")), "sqlite3");
     }

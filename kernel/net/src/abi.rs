@@ -18,6 +18,8 @@ pub const SOCK_NONBLOCK: i32 = 0o4000;
 pub const SOCK_CLOEXEC: i32 = 0o2000000;
 
 pub const SOL_SOCKET: i32 = 1;
+pub const IPPROTO_TCP: i32 = 6;
+pub const IPPROTO_UDP: i32 = 17;
 pub const IPPROTO_IPV6: i32 = 41;
 pub const IPV6_V6ONLY: i32 = 26;
 pub const SO_DEBUG: i32 = 1;

@@ -378,6 +378,26 @@ fn port_of(addr: &[u8]) -> Result<u16, Errno> {
     Ok(u16::from_be_bytes([addr[2], addr[3]]))
 }
 
+/// A socket address as people write it (`0.0.0.0:80`, `[::]:6379`, with
+/// `/udp` for a datagram socket left to the caller), for messages.
+struct SockAddrText<'a>(&'a [u8]);
+
+impl core::fmt::Display for SockAddrText<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let a = self.0;
+        let port = |a: &[u8]| u16::from_be_bytes([a[2], a[3]]);
+        match (a.len(), a.first().zip(a.get(1)).map(|(x, y)| i32::from(u16::from_ne_bytes([*x, *y])))) {
+            (16.., Some(AF_INET)) => write!(f, "{}:{}", core::net::Ipv4Addr::new(a[4], a[5], a[6], a[7]), port(a)),
+            (28.., Some(AF_INET6)) => {
+                let mut ip = [0u8; 16];
+                ip.copy_from_slice(&a[8..24]);
+                write!(f, "[{}]:{}", core::net::Ipv6Addr::from(ip), port(a))
+            }
+            _ => write!(f, "an address of family {:?}", a.first()),
+        }
+    }
+}
+
 /// `addr` with its port replaced.
 fn with_port(mut addr: SockAddr, port: u16) -> SockAddr {
     if addr.len() >= 4 {
@@ -799,6 +819,13 @@ impl Backend for HostBackend {
         if ty != SOCK_STREAM && ty != SOCK_DGRAM {
             return Err(ESOCKTNOSUPPORT);
         }
+        // TCP and UDP only, as the tenders allow (they refuse the host
+        // socket later, at the first bind or send): refused here, at
+        // `socket`, where a program probing for a protocol looks. Go
+        // probes IPPROTO_MPTCP once and listens with TCP after this error.
+        if protocol != 0 && protocol != if ty == SOCK_STREAM { IPPROTO_TCP } else { IPPROTO_UDP } {
+            return Err(EPROTONOSUPPORT);
+        }
         Ok(with(|s| {
             s.next += 1;
             s.socks.add(s.next, HostSock::new(domain, ty, protocol))
@@ -827,11 +854,22 @@ impl Backend for HostBackend {
             if !s.outbound || port != 0 {
                 if !s.noted {
                     s.noted = true;
+                    // Published, but its one socket already went to
+                    // another bind (a server binding IPv4 and IPv6 alike).
+                    let taken = s.listeners.iter().any(|(l, t)| *t && l.sock_type == ty as u32 && l.port == u32::from(port));
+                    let what = SockAddrText(addr);
                     use core::fmt::Write;
-                    let _ = writeln!(
-                        shoal_plat::console::Stderr,
-                        "shoal: the guest's bind to port {port} was refused: that port is not published (shoal run --publish HOSTPORT:{port}, or --net-bind-any)"
-                    );
+                    let _ = if taken {
+                        writeln!(
+                            shoal_plat::console::Stderr,
+                            "shoal: the guest's bind to {what} was refused: published port {port} is taken by another of its sockets (one --publish gives one socket; publish it once more on another host address, e.g. --publish [::1]:HOSTPORT:{port})"
+                        )
+                    } else {
+                        writeln!(
+                            shoal_plat::console::Stderr,
+                            "shoal: the guest's bind to {what} was refused: port {port} is not published (shoal run --publish HOSTPORT:{port}, or --net-bind-any)"
+                        )
+                    };
                 }
                 return Err(Errno::EACCES);
             }

@@ -79,10 +79,30 @@ fn family(domain: i32) -> Result<Fam, Errno> {
             if crate::with(|n| n.inet.is_some()) {
                 Ok(Fam::Inet)
             } else {
+                no_network_hint();
                 Err(Errno::EAFNOSUPPORT)
             }
         }
         _ => Err(Errno::EAFNOSUPPORT),
+    }
+}
+
+/// Says once, on stderr, why an Internet socket was refused and which
+/// options give the instance a network: the program itself only sees
+/// `EAFNOSUPPORT` and often reports something unrelated (`bind: Bad file
+/// descriptor`, `getaddrinfo: System error`).
+fn no_network_hint() {
+    // Host unit tests have no console (plat's writes are hypercalls).
+    if cfg!(test) {
+        return;
+    }
+    static SAID: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, core::sync::atomic::Ordering::Relaxed) {
+        use core::fmt::Write;
+        let _ = writeln!(
+            shoal_plat::console::Stderr,
+            "shoal: the program's Internet socket was refused: this instance has no network (shoal run --publish HOSTPORT:GUESTPORT for a server, --net-outbound for connections out)"
+        );
     }
 }
 

@@ -1,6 +1,7 @@
 //! The gateway's HTTP routes: the management API (`/functions`,
 //! `/instances`, `/metrics`) and invocation (`/fn/NAME/…`).
 
+use super::auth::{self, Guard, Policy};
 use super::dispatch::Dispatcher;
 use super::error::ApiError;
 use super::images::ImageStore;
@@ -24,12 +25,14 @@ pub struct App {
     pub store: Mutex<Store>,
     /// Uploaded images (`POST /images`).
     pub images: ImageStore,
+    /// What deploys may name.
+    pub policy: Policy,
 }
 
 type Shared = State<Arc<App>>;
 
-/// The router.
-pub fn router(app: Arc<App>) -> Router {
+/// The router: every route behind the token (see [`auth::require_token`]).
+pub fn router(app: Arc<App>, guard: Arc<Guard>) -> Router {
     Router::new()
         .route("/functions", get(list))
         .route("/functions/{name}", get(show).put(deploy).delete(remove))
@@ -42,6 +45,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/fn/{name}/{*rest}", any(invoke))
         .fallback(|| async { ApiError::NotFound("no such route: the API has /functions, /images, /instances, /metrics and /fn/NAME/…".into()) })
         .with_state(app)
+        .layer(axum::middleware::from_fn_with_state(guard, auth::require_token))
 }
 
 async fn list(State(app): Shared) -> Json<Vec<Function>> {
@@ -59,16 +63,12 @@ fn not_found(name: &str) -> ApiError {
 
 async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     check_name(&name)?;
-    if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
-        if !ct.starts_with("application/json") {
-            return Err(ApiError::BadRequest(format!("Content-Type {ct}: send the settings as application/json")));
-        }
-    }
+    content_type(&headers, "application/json", "the settings")?;
     let req: DeployRequest = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("the body is not valid deploy settings (JSON): {e}")))?;
     let app2 = app.clone();
     // Checking the image reads it: off the async threads.
     let (f, prepared) = tokio::task::spawn_blocking(move || -> Result<(Function, Option<shoal_spt::Prepared>), ApiError> {
-        let f = Function::from_request(&name, req, &app2.images)?;
+        let f = Function::from_request(&name, req, &app2.images, &app2.policy)?;
         if f.mem_mode == "pool" {
             // The pool holds the image's read-only pages from now on (once
             // per library version; a second deploy of it adds nothing).
@@ -183,14 +183,26 @@ impl hyper::body::Body for ChannelBody {
 /// `POST /images`: the request body is an image; it is stored under its
 /// SHA-256 and answered with the name a deploy uses (`sha256:HEX`).
 async fn upload(State(app): Shared, req: Request<Body>) -> Result<Response, ApiError> {
-    if let Some(ct) = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
-        if !ct.starts_with("application/octet-stream") {
-            return Err(ApiError::BadRequest(format!("Content-Type {ct}: send the image as application/octet-stream")));
-        }
-    }
+    content_type(req.headers(), "application/octet-stream", "the image")?;
     let stored = app.images.upload(req.into_body()).await?;
     let status = if stored.created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(stored)).into_response())
+}
+
+/// 415 unless the body is declared as `want` (parameters aside). A body
+/// with no type or a form's type is refused too: a web page can make a
+/// browser send those to loopback without asking (`no-cors`), never
+/// `application/octet-stream` or `application/json`.
+fn content_type(headers: &HeaderMap, want: &str, what: &str) -> Result<(), ApiError> {
+    let ct = headers.get(header::CONTENT_TYPE).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let ok = ct.as_deref().is_some_and(|c| c.split(';').next().unwrap_or("").trim().eq_ignore_ascii_case(want));
+    if ok {
+        return Ok(());
+    }
+    Err(ApiError::UnsupportedMediaType(match ct {
+        Some(c) => format!("Content-Type {c}: send {what} as {want}"),
+        None => format!("the request has no Content-Type: send {what} as {want}"),
+    }))
 }
 
 async fn instances(State(app): Shared) -> impl IntoResponse {

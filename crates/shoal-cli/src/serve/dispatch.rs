@@ -32,6 +32,20 @@ use tokio::sync::{broadcast, Notify, Semaphore};
 /// Lines of instance output kept per function for `GET …/logs`.
 const LOG_LINES: usize = 2000;
 
+/// Bytes of instance output kept per function: the oldest lines go first.
+/// Output is the function's to choose, so the gateway's memory must not
+/// follow it (an spt function writing 768 MiB without a newline took the
+/// gateway to 795 MB, issue 31).
+const LOG_BYTES: usize = 1 << 20;
+
+/// The longest line kept; the rest of a longer one is dropped and a marker
+/// says how much.
+pub const LOG_LINE_MAX: usize = 16 << 10;
+
+/// Lines the live feed (`logs -f`) holds for a follower that is behind;
+/// beyond that it misses lines ("lagged") instead of the gateway keeping them.
+const FEED_LINES: usize = 256;
+
 /// How long a killed container's `runc run`/`runsc run` may take to exit
 /// before the gateway kills it (it exits within tens of ms here).
 const CONTAINER_EXIT: Duration = Duration::from_secs(10);
@@ -63,31 +77,37 @@ pub struct LogLine {
 
 /// A function's recent output and its live feed (for `logs -f`).
 pub struct Logs {
-    lines: Mutex<VecDeque<LogLine>>,
+    /// The kept lines and their total size in bytes.
+    lines: Mutex<(VecDeque<LogLine>, usize)>,
     /// Every new line, for followers.
     pub feed: broadcast::Sender<LogLine>,
 }
 
 impl Logs {
     fn new() -> Logs {
-        Logs { lines: Mutex::new(VecDeque::new()), feed: broadcast::channel(1024).0 }
+        Logs { lines: Mutex::new((VecDeque::new(), 0)), feed: broadcast::channel(FEED_LINES).0 }
     }
 
     /// Adds a line.
     pub fn push(&self, instance: u64, stream: &'static str, line: String) {
         let time = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as f64 / 1000.0).unwrap_or(0.0);
         let l = LogLine { time, instance, stream, line };
-        let mut q = lock(&self.lines);
-        if q.len() == LOG_LINES {
-            q.pop_front();
-        }
+        let mut guard = lock(&self.lines);
+        let (q, bytes) = &mut *guard;
+        *bytes += l.line.len();
         q.push_back(l.clone());
+        while q.len() > LOG_LINES || (*bytes > LOG_BYTES && q.len() > 1) {
+            if let Some(old) = q.pop_front() {
+                *bytes -= old.line.len();
+            }
+        }
+        drop(guard);
         let _ = self.feed.send(l);
     }
 
     /// The kept lines, oldest first.
     pub fn snapshot(&self) -> Vec<LogLine> {
-        lock(&self.lines).iter().cloned().collect()
+        lock(&self.lines).0.iter().cloned().collect()
     }
 }
 
@@ -129,6 +149,8 @@ pub struct Instance {
     pub exited: AtomicBool,
     /// How long its spawn took (for the trace).
     spawn_time: Duration,
+    /// runc/runsc: its own network namespace, where `addr` is.
+    netns: Option<Arc<super::netns::NetNs>>,
 }
 
 impl Instance {
@@ -160,6 +182,10 @@ pub struct FnRuntime {
     /// removed or replaced; `None` until the first cold start when the
     /// function was loaded from the state file.
     prepared: Mutex<Option<Arc<shoal_spt::Prepared>>>,
+    /// Why the gateway's policy no longer allows the function (one loaded
+    /// from the state file after a restart with other options): its
+    /// invocations answer 403 with this.
+    refused: std::sync::OnceLock<String>,
 }
 
 impl FnRuntime {
@@ -184,6 +210,10 @@ pub struct InstanceInfo {
     backend: &'static str,
     pid: Option<u32>,
     address: String,
+    /// runc/runsc: the instance's own network namespace, where `address`
+    /// is (`nsenter --net=PATH` reaches it while the gateway runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    netns: Option<String>,
     state: &'static str,
     inflight: u32,
     age_seconds: f64,
@@ -236,6 +266,7 @@ impl Dispatcher {
                 slots: Mutex::new(Vec::new()),
                 logs,
                 prepared: Mutex::new(prepared.map(Arc::new)),
+                refused: std::sync::OnceLock::new(),
             }),
         );
         drop(fns);
@@ -243,6 +274,15 @@ impl Dispatcher {
             o.stop_all();
         }
         old.is_some()
+    }
+
+    /// Marks function `name` as refused by the gateway's policy: its
+    /// invocations answer 403 with `why` (it stays deployed, so the
+    /// operator can restart the gateway with the options it needs).
+    pub fn refuse(&self, name: &str, why: String) {
+        if let Some(f) = self.get(name) {
+            let _ = f.refused.set(why);
+        }
     }
 
     /// Removes a function and stops its instances.
@@ -275,6 +315,7 @@ impl Dispatcher {
                     backend: f.spec.backend.name(),
                     pid: s.inst.pid,
                     address: s.inst.addr.to_string(),
+                    netns: s.inst.netns.as_ref().map(|n| n.path()),
                     state: state_of(s),
                     inflight: s.inflight,
                     age_seconds: (now - s.inst.started).as_secs_f64(),
@@ -364,6 +405,9 @@ impl Dispatcher {
     async fn invoke_on(self: &Arc<Self>, f: &Arc<FnRuntime>, rest: String, req: Request<Body>, t0: Instant) -> Result<Response<Body>, ApiError> {
         if self.stopping.load(Ordering::SeqCst) {
             return Err(ApiError::Unavailable("the gateway is shutting down".into()));
+        }
+        if let Some(why) = f.refused.get() {
+            return Err(ApiError::Forbidden(why.clone()));
         }
         let timeout = Duration::from_millis(f.spec.timeout_ms);
         let deadline = t0 + timeout;
@@ -487,6 +531,7 @@ impl Dispatcher {
             idle: Mutex::new(Vec::new()),
             exited: AtomicBool::new(false),
             spawn_time: started.spawn_time,
+            netns: started.netns.clone(),
         });
         self.metrics.cold_start(&f.spec.name);
         f.logs.push(id, "gateway", format!("started on {} ({}), pid {}", inst.addr, f.spec.backend.name(), inst.pid.unwrap_or(0)));
@@ -532,7 +577,9 @@ impl Dispatcher {
                 },
             }
         }
-        let stream = instance::connect(inst.addr, inst.listening, &inst.exited, deadline).await.map_err(|e| format!("cannot connect to {}: {e}", inst.addr))?;
+        let stream = instance::connect(inst.addr, inst.netns.as_deref(), inst.listening, &inst.exited, deadline)
+            .await
+            .map_err(|e| format!("cannot connect to {}: {e}", inst.addr))?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
         tokio::spawn(async move {
             let _ = conn.await;
@@ -696,19 +743,45 @@ impl hyper::body::Body for GuardedBody {
 /// line is not.
 pub static TRACE: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| std::env::var_os("SHOAL_SERVE_TRACE").is_some());
 
-/// Copies an instance's output into its function's logs, line by line.
+/// Copies an instance's output into its function's logs, line by line,
+/// each line cut at [`LOG_LINE_MAX`] bytes: the gateway holds at most one
+/// such line per stream while it reads, however long the instance's line.
 async fn read_lines(p: tokio::net::unix::pipe::Receiver, logs: Arc<Logs>, id: u64, stream: &'static str) {
     use tokio::io::AsyncBufReadExt;
-    let mut r = tokio::io::BufReader::new(p);
-    let mut buf = Vec::new();
+    let mut r = tokio::io::BufReader::with_capacity(LOG_LINE_MAX.min(64 << 10), p);
+    let mut line = Vec::new();
+    let mut dropped = 0u64;
+    let push = |line: &mut Vec<u8>, dropped: &mut u64| {
+        let mut text = String::from_utf8_lossy(line).trim_end_matches(['\n', '\r']).to_string();
+        if *dropped > 0 {
+            text.push_str(&format!(" [… {} more bytes of this line dropped: a line is kept up to {} bytes]", *dropped, LOG_LINE_MAX));
+        }
+        logs.push(id, stream, text);
+        line.clear();
+        *dropped = 0;
+    };
     loop {
-        buf.clear();
-        match r.read_until(b'\n', &mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                let line = String::from_utf8_lossy(&buf);
-                logs.push(id, stream, line.trim_end_matches(['\n', '\r']).to_string());
+        let chunk = match r.fill_buf().await {
+            Ok([]) | Err(_) => {
+                if !line.is_empty() || dropped > 0 {
+                    push(&mut line, &mut dropped);
+                }
+                return;
             }
+            Ok(c) => c,
+        };
+        let (part, end) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (&chunk[..=i], true),
+            None => (chunk, false),
+        };
+        let n = part.len();
+        let room = LOG_LINE_MAX.saturating_sub(line.len());
+        let keep = n.min(room);
+        line.extend_from_slice(&part[..keep]);
+        dropped += (n - keep) as u64;
+        r.consume(n);
+        if end {
+            push(&mut line, &mut dropped);
         }
     }
 }

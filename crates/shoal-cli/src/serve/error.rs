@@ -10,6 +10,16 @@ pub enum ApiError {
     /// The request itself is malformed (400).
     #[error("{0}")]
     BadRequest(String),
+    /// The request lacks the gateway's token (401).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The gateway's policy refuses it (403): a backend or a path the
+    /// operator did not allow.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The body is not of the type the route takes (415).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     /// No such function (404).
     #[error("{0}")]
     NotFound(String),
@@ -44,6 +54,9 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,

@@ -9,7 +9,12 @@
 //! then moved into the state directory with one rename: a corrupt,
 //! truncated or oversized upload leaves nothing there. An image that a
 //! removed or updated function no longer uses, and no other function uses,
-//! is deleted ([`ImageStore::forget_unused`]).
+//! is deleted ([`ImageStore::forget_unused`]); so is, at the gateway's
+//! start and after each removal or update, any upload no function uses
+//! (at a removal or update only once it is older than [`UPLOAD_GRACE`], so
+//! an upload is not taken away between its `POST` and its deploy). All
+//! uploads together, stored and streaming, stay within a quota
+//! (`--upload-quota`): before, each was capped but not their sum.
 
 use super::error::ApiError;
 use super::spec::Function;
@@ -17,11 +22,16 @@ use axum::body::Body;
 use http_body_util::BodyExt;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::AsyncWriteExt;
 
 /// The largest image an upload may carry (a shoal image of SQLite with its
 /// kernel is about 3 MiB; a native build with a big runtime stays far below).
 pub const MAX_IMAGE: u64 = 512 << 20;
+
+/// How old an upload no function uses must be before a removal or update
+/// of another function deletes it.
+pub const UPLOAD_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The prefix that names an uploaded image in a deploy request.
 pub const REF_PREFIX: &str = "sha256:";
@@ -40,6 +50,43 @@ pub enum Kind {
 pub struct ImageStore {
     dir: PathBuf,
     scratch: PathBuf,
+    /// The most bytes all uploads may hold.
+    quota: u64,
+    /// Bytes of the stored uploads (recounted after each change).
+    stored: AtomicU64,
+    /// Bytes of the uploads streaming now.
+    inflight: AtomicU64,
+}
+
+/// An upload's share of the quota while it streams; given back when
+/// dropped (the stored file, if any, is counted in `stored` by then).
+struct Reservation<'a> {
+    store: &'a ImageStore,
+    bytes: u64,
+}
+
+impl Reservation<'_> {
+    /// Adds `n` bytes, or 413 if all uploads would exceed the quota.
+    fn grow(&mut self, n: u64) -> Result<(), ApiError> {
+        let s = self.store;
+        let before = s.inflight.fetch_add(n, Ordering::SeqCst);
+        self.bytes += n;
+        if s.stored.load(Ordering::SeqCst) + before + n > s.quota {
+            return Err(ApiError::TooLarge(format!(
+                "the uploads would exceed the gateway's quota of {} MiB ({} MiB stored): remove functions whose images are uploads, \
+                 or start the gateway with a larger --upload-quota",
+                s.quota >> 20,
+                s.stored.load(Ordering::SeqCst) >> 20
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.store.inflight.fetch_sub(self.bytes, Ordering::SeqCst);
+    }
 }
 
 /// An image stored by [`ImageStore::upload`].
@@ -82,8 +129,41 @@ pub fn kind_of(path: &Path) -> Result<Kind, ApiError> {
 impl ImageStore {
     /// The store under `state` (its `images` directory is made on the first
     /// upload); uploads are spooled in `scratch`.
-    pub fn new(state: &Path, scratch: &Path) -> ImageStore {
-        ImageStore { dir: state.join("images"), scratch: scratch.to_path_buf() }
+    /// All uploads together may hold `quota` bytes.
+    pub fn new(state: &Path, scratch: &Path, quota: u64) -> ImageStore {
+        let s = ImageStore { dir: state.join("images"), scratch: scratch.to_path_buf(), quota, stored: AtomicU64::new(0), inflight: AtomicU64::new(0) };
+        s.recount();
+        s
+    }
+
+    /// Counts the stored uploads' bytes again.
+    fn recount(&self) {
+        let total =
+            std::fs::read_dir(&self.dir).map(|rd| rd.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()).unwrap_or(0);
+        self.stored.store(total, Ordering::SeqCst);
+    }
+
+    /// Deletes every upload none of `functions` uses that is older than
+    /// `grace` (and scratch copies left by a crash); returns how many.
+    pub fn collect_garbage(&self, functions: &[Function], grace: std::time::Duration) -> usize {
+        let Ok(rd) = std::fs::read_dir(&self.dir) else { return 0 };
+        let now = std::time::SystemTime::now();
+        let mut n = 0;
+        for e in rd.flatten() {
+            let p = e.path();
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let upload = is_digest(&name) || (name.starts_with('.') && name.ends_with(".tmp"));
+            if !upload || functions.iter().any(|f| f.image == p) {
+                continue;
+            }
+            let age = e.metadata().and_then(|m| m.modified()).ok().and_then(|m| now.duration_since(m).ok()).unwrap_or_default();
+            if age >= grace && std::fs::remove_file(&p).is_ok() {
+                n += 1;
+            }
+        }
+        self.recount();
+        n
     }
 
     /// The stored file a deploy's `sha256:HEX` names; 422 if the reference
@@ -110,6 +190,7 @@ impl ImageStore {
         let mut hash = Sha256::new();
         let mut size = 0u64;
         let mut body = body;
+        let mut share = Reservation { store: self, bytes: 0 };
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| ApiError::BadRequest(format!("the upload was cut off: {e}")))?;
             let Ok(chunk) = frame.into_data() else { continue };
@@ -117,6 +198,7 @@ impl ImageStore {
             if size > MAX_IMAGE {
                 return Err(ApiError::TooLarge(format!("the image is larger than the limit of {} MiB", MAX_IMAGE >> 20)));
             }
+            share.grow(chunk.len() as u64)?;
             hash.update(&chunk);
             file.write_all(&chunk).await.map_err(|e| internal("cannot write the scratch file", e))?;
         }
@@ -127,11 +209,14 @@ impl ImageStore {
         drop(file);
         let hex: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
         let dir = self.dir.clone();
-        tokio::task::spawn_blocking(move || -> Result<Stored, ApiError> {
+        let stored = tokio::task::spawn_blocking(move || -> Result<Stored, ApiError> {
             let kind = kind_of(spool.path())?;
             let path = dir.join(&hex);
             let image = format!("{REF_PREFIX}{hex}");
             if path.is_file() {
+                // Uploaded again: young again, so an update elsewhere does
+                // not collect it before its deploy (see UPLOAD_GRACE).
+                let _ = std::fs::File::options().write(true).open(&path).and_then(|f| f.set_modified(std::time::SystemTime::now()));
                 return Ok(Stored { image, path, size, kind, created: false });
             }
             make_private_dir(&dir)?;
@@ -148,16 +233,21 @@ impl ImageStore {
             Ok(Stored { image, path, size, kind, created: true })
         })
         .await
-        .map_err(|e| internal("the upload failed", e))?
+        .map_err(|e| internal("the upload failed", e))?;
+        // The stored file counts from now on (before the reservation goes).
+        self.recount();
+        drop(share);
+        stored
     }
 
     /// Deletes the stored image `old` used, unless it is still the image
     /// of one of `now` (the functions after a removal or an update).
+    /// Other uploads no function uses go too once older than [`UPLOAD_GRACE`].
     pub fn forget_unused(&self, old: &Function, now: &[Function]) {
-        if old.image.parent() != Some(self.dir.as_path()) || now.iter().any(|f| f.image == old.image) {
-            return;
+        if old.image.parent() == Some(self.dir.as_path()) && !now.iter().any(|f| f.image == old.image) {
+            let _ = std::fs::remove_file(&old.image);
         }
-        let _ = std::fs::remove_file(&old.image);
+        self.collect_garbage(now, UPLOAD_GRACE);
     }
 }
 
@@ -191,7 +281,7 @@ mod tests {
     #[test]
     fn a_malformed_or_unknown_reference_is_refused() {
         let d = tempfile::tempdir().unwrap();
-        let s = ImageStore::new(d.path(), d.path());
+        let s = ImageStore::new(d.path(), d.path(), 2 << 30);
         assert!(matches!(s.resolve("sha256:../x"), Err(ApiError::Unprocessable(_))));
         assert!(matches!(s.resolve(&format!("sha256:{}", "b".repeat(64))), Err(ApiError::Unprocessable(_))));
         assert!(!d.path().join("images").exists());

@@ -4,9 +4,10 @@
 //! the gateway opens on 127.0.0.1:0 and hands over (descriptor 3): a
 //! connection made right after the spawn waits in the host's backlog
 //! until the function accepts, so a cold start needs no polling. runc and
-//! runsc instances run in an OCI bundle on the host network with `PORT`
-//! in their environment; for them the gateway connects with retries until
-//! the function listens.
+//! runsc instances run in an OCI bundle in a network namespace of their
+//! own ([`super::netns`]) with `PORT` in their environment; for them the
+//! gateway connects, from inside that namespace, with retries until the
+//! function listens.
 //!
 //! Every instance's process is started without copying the gateway
 //! ([`super::spawn`]: `posix_spawn`-style, no `fork`) and gets
@@ -16,6 +17,7 @@
 //! so runc/runsc containers are also removed by name at the gateway's next
 //! start ([`remove_stale_containers`]).
 
+use super::netns::NetNs;
 use super::spawn::{Proc, Spec};
 use super::spec::{Backend, Function};
 use anyhow::{bail, Context, Result};
@@ -25,6 +27,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::process::Command;
 
@@ -56,6 +59,8 @@ pub struct Started {
     /// How long the spawn itself took (`clone` to the child's `exec`),
     /// for the gateway's trace (`SHOAL_SERVE_TRACE`).
     pub spawn_time: Duration,
+    /// runc/runsc: the instance's network namespace (`addr` is in it).
+    pub netns: Option<Arc<NetNs>>,
 }
 
 /// The runtime binary of a container backend.
@@ -104,6 +109,7 @@ pub fn prepare(f: &Function) -> Result<shoal_spt::Prepared> {
 pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>, id: u64) -> Result<Started> {
     let mut cmd;
     let mut container = None;
+    let mut netns = None;
     let listener;
     let addr;
     match f.backend {
@@ -116,7 +122,7 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
                 let child = super::spawn::spawn_spt(p, &sock.into(), &env).with_context(|| format!("cannot start an instance of {}", f.name))?;
                 // The gateway's copy of the socket was closed by the call:
                 // once the instance exits, a waiting connection is refused.
-                return Ok(Started { child, addr, container: None, listening: true, spawn_time: t.elapsed() });
+                return Ok(Started { child, addr, container: None, listening: true, spawn_time: t.elapsed(), netns: None });
             }
             if f.backend == Backend::Process {
                 cmd = Spec::new(&f.image)?;
@@ -147,10 +153,12 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
         }
         Backend::Runc | Backend::Runsc => {
             let rt = runtime(f.backend)?;
-            // A free port the function binds on the host network.
-            addr = SocketAddr::from(([127, 0, 0, 1], container_port()?));
+            // The namespace is the instance's alone: any port is free in it.
+            let ns = NetNs::new().context("cannot make a network namespace for the instance")?;
+            addr = SocketAddr::from(([127, 0, 0, 1], container_port(id)));
             let bundle = l.scratch.join(format!("{}-{id}", f.name));
-            make_bundle(&rt, &bundle, f, addr.port())?;
+            make_bundle(&rt, &bundle, f, addr.port(), &ns.path())?;
+            netns = Some(Arc::new(ns));
             let cid = format!("{CONTAINER_PREFIX}{}-{}-{id}", std::process::id(), f.name);
             cmd = Spec::new(&rt)?;
             // The gateway's environment, but not its own allocator
@@ -159,6 +167,8 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
                 cmd.env(k, v)?;
             }
             if f.backend == Backend::Runsc {
+                // Host networking inside the instance's own namespace (see
+                // serve::netns): the sandbox's sockets are that namespace's.
                 cmd.arg("--network=host")?;
             }
             cmd.arg("run")?.arg("--bundle")?.arg(&bundle)?.arg(&cid)?;
@@ -173,46 +183,19 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
     // socket is gone and a waiting connection is refused, not left hanging.
     let listening = listener.is_some();
     drop(listener);
-    Ok(Started { child, addr, container, listening, spawn_time })
+    Ok(Started { child, addr, container, listening, spawn_time, netns })
 }
 
-/// How many ports below the kernel's ephemeral range container instances
-/// take their ports from, in turn.
-const CONTAINER_PORTS: u32 = 8192;
-
-/// A free port for a container instance, which binds it itself (on
-/// 0.0.0.0) once its runtime has started it.
-///
-/// Not port 0's choice, bound and released, as before: that comes from the
-/// ephemeral range, where the gateway's own connections (the connect retries
-/// of every container starting at once) take their local ports, and a burst
-/// of runsc starts had functions fail with "fn_http: listen: Address in
-/// use". These ports lie just below that range (ip_local_port_range) and
-/// are handed out in turn, so a port is given again only after
-/// [`CONTAINER_PORTS`] others; each is checked free when handed out.
-fn container_port() -> Result<u16> {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<u32>().ok()))
-        .unwrap_or(32768);
-    let base = low.saturating_sub(CONTAINER_PORTS).max(1024);
-    let span = low.saturating_sub(base).max(1);
-    // Gateways started one after the other begin at different ports.
-    let start = std::process::id().wrapping_mul(2654435761) % span;
-    for _ in 0..span {
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let port = (base + (start + n) % span) as u16;
-        if TcpListener::bind(("0.0.0.0", port)).is_ok() && TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
-    }
-    bail!("no free port in {base}..{low} for a container instance")
+/// The port a container instance listens on, in its own namespace: any
+/// would do; a different one per instance keeps `/instances` unambiguous.
+fn container_port(id: u64) -> u16 {
+    (20000 + id % 40000) as u16
 }
 
-/// An OCI bundle in `dir` that runs `f`'s native build on the host network
-/// with `PORT` (and `FN_ROOT=/fs`, the function's `fs` mounted read-only).
-fn make_bundle(rt: &Path, dir: &Path, f: &Function, port: u16) -> Result<()> {
+/// An OCI bundle in `dir` that runs `f`'s native build in the network
+/// namespace at `netns` with `PORT` (and `FN_ROOT=/fs`, the function's
+/// `fs` mounted read-only).
+fn make_bundle(rt: &Path, dir: &Path, f: &Function, port: u16, netns: &str) -> Result<()> {
     let rootfs = dir.join("rootfs");
     std::fs::create_dir_all(&rootfs)?;
     std::fs::copy(&f.image, rootfs.join("fn")).with_context(|| format!("cannot copy {} into the bundle", f.image.display()))?;
@@ -234,9 +217,11 @@ fn make_bundle(rt: &Path, dir: &Path, f: &Function, port: u16) -> Result<()> {
     c["root"] = json!({"path": "rootfs", "readonly": true});
     c["hostname"] = json!(f.name);
     c["linux"]["resources"]["memory"] = json!({ "limit": f.memory_bytes() });
-    // The host network: no network namespace of its own.
+    // The namespace the gateway made (runc then leaves `lo` as it is:
+    // the gateway brought it up).
     if let Some(ns) = c["linux"]["namespaces"].as_array_mut() {
         ns.retain(|n| n["type"] != "network");
+        ns.push(json!({"type": "network", "path": netns}));
     }
     if let (Some(fs), Some(mounts)) = (&f.fs, c["mounts"].as_array_mut()) {
         mounts.push(json!({"destination": "/fs", "type": "bind", "source": fs, "options": ["rbind", "ro"]}));
@@ -245,13 +230,30 @@ fn make_bundle(rt: &Path, dir: &Path, f: &Function, port: u16) -> Result<()> {
     Ok(())
 }
 
-/// Connects to an instance; for one without a handed-over socket, retries
-/// until it listens, exits (`exited`: a container whose runtime failed
-/// must not be waited for until the request's timeout) or `deadline`
-/// passes.
-pub async fn connect(addr: SocketAddr, listening: bool, exited: &AtomicBool, deadline: Instant) -> std::io::Result<tokio::net::TcpStream> {
+/// One connection to `addr`, made from inside `netns` if given.
+async fn connect_once(addr: SocketAddr, netns: Option<&NetNs>) -> std::io::Result<tokio::net::TcpStream> {
+    match netns {
+        None => tokio::net::TcpStream::connect(addr).await,
+        Some(ns) => {
+            let fd = ns.tcp_socket()?;
+            tokio::net::TcpSocket::from_std_stream(std::net::TcpStream::from(fd)).connect(addr).await
+        }
+    }
+}
+
+/// Connects to an instance (from inside its network namespace if it has
+/// one); for one without a handed-over socket, retries until it listens,
+/// exits (`exited`: a container whose runtime failed must not be waited
+/// for until the request's timeout) or `deadline` passes.
+pub async fn connect(
+    addr: SocketAddr,
+    netns: Option<&NetNs>,
+    listening: bool,
+    exited: &AtomicBool,
+    deadline: Instant,
+) -> std::io::Result<tokio::net::TcpStream> {
     loop {
-        match tokio::net::TcpStream::connect(addr).await {
+        match connect_once(addr, netns).await {
             Ok(s) => {
                 let _ = s.set_nodelay(true);
                 return Ok(s);

@@ -9,14 +9,18 @@
 //! - [`images`]: uploaded images, stored by digest under `--state`;
 //! - [`instance`]: starting and stopping one instance per backend;
 //! - [`spawn`]: the instance's process, started without copying the gateway;
-//! - [`api`]: the routes; [`metrics`]: `/metrics`; [`error`]: JSON errors.
+//! - [`api`]: the routes; [`metrics`]: `/metrics`; [`error`]: JSON errors;
+//! - [`auth`]: the token and the operator's policy for deploys;
+//! - [`netns`]: the network namespace of each runc/runsc instance.
 
 pub mod api;
+pub mod auth;
 pub mod dispatch;
 pub mod error;
 pub mod images;
 pub mod instance;
 pub mod metrics;
+pub mod netns;
 pub mod spawn;
 pub mod spec;
 
@@ -71,16 +75,47 @@ fn reexec_with_malloc_tunables() {
     eprintln!("shoal: note: cannot re-execute with allocator settings ({err}); the gateway keeps glibc's defaults");
 }
 
+/// How `shoal serve` was started.
+pub struct Options {
+    /// `--listen ADDR:PORT`.
+    pub listen: String,
+    /// `--state DIR`.
+    pub state: Option<PathBuf>,
+    /// `--insecure-listen`: a listen address other than loopback is allowed.
+    pub insecure_listen: bool,
+    /// `--allow-process`: the `process` backend may be deployed.
+    pub allow_process: bool,
+    /// `--allow-path DIR`: where deploys' `image` and `fs` may lie.
+    pub allow_paths: Vec<PathBuf>,
+    /// `--auth-invoke`: invocations need the token too.
+    pub auth_invoke: bool,
+    /// `--upload-quota SIZE`: all uploads together, in bytes.
+    pub upload_quota: u64,
+}
+
 /// Runs the gateway until SIGTERM or SIGINT.
-pub fn serve(listen: &str, state: Option<PathBuf>) -> Result<()> {
+pub fn serve(o: Options) -> Result<()> {
     reexec_with_malloc_tunables();
+    let listen = o.listen.as_str();
     let addr: SocketAddr = listen.parse().with_context(|| format!("--listen {listen}: expected ADDR:PORT, e.g. {DEFAULT_LISTEN}"))?;
-    let state = match state {
+    if !addr.ip().is_loopback() {
+        anyhow::ensure!(
+            o.insecure_listen,
+            "--listen {listen}: the gateway speaks plain HTTP; listening beyond loopback sends the token and every request unencrypted \
+             (give --insecure-listen to do it anyway, e.g. behind a TLS proxy on a private network)"
+        );
+        eprintln!("shoal serve: warning: listening on {addr} over plain HTTP: the token and requests cross the network unencrypted");
+    }
+    let state = match o.state {
         Some(s) => s,
         None => spec::default_state_dir()?,
     };
     let store = spec::Store::open(&state)?;
     let functions = store.load()?;
+    let token = auth::load_or_create(&state)?;
+    let real_state = state.canonicalize().with_context(|| format!("cannot resolve the state directory {}", state.display()))?;
+    let policy = auth::Policy::new(o.allow_process, &o.allow_paths, real_state.join("images"))?;
+    netns::init().context("cannot open the gateway's network namespace")?;
     let tender = crate::bench::tender_binary()?;
     raise_nofile();
     let scratch = tempfile::Builder::new().prefix("shoal-serve-").tempdir().context("cannot make a scratch directory for bundles")?;
@@ -88,7 +123,21 @@ pub fn serve(listen: &str, state: Option<PathBuf>) -> Result<()> {
     let result = rt.block_on(async move {
         instance::remove_stale_containers().await;
         let dispatcher = Arc::new(dispatch::Dispatcher::new(instance::Launcher { tender, scratch: scratch.path().to_path_buf() }));
+        let images = images::ImageStore::new(&state, scratch.path(), o.upload_quota);
+        let gone = images.collect_garbage(&functions, Duration::ZERO);
+        if gone > 0 {
+            eprintln!("shoal serve: deleted {gone} uploaded image(s) no function uses");
+        }
         for f in functions {
+            // A deployment the options no longer allow stays, refused:
+            // the operator restarts with the options it needs.
+            if let Err(e) = f.check_policy(&policy) {
+                eprintln!("shoal serve: warning: function {}: {e}", f.name);
+                let name = f.name.clone();
+                dispatcher.put(f, None);
+                dispatcher.refuse(&name, e.to_string());
+                continue;
+            }
             // spt functions are prepared now, as at their deploy (off the
             // async threads: it reads the image and packs the fs); one that
             // cannot be any more (its image gone) is kept and its
@@ -113,8 +162,8 @@ pub fn serve(listen: &str, state: Option<PathBuf>) -> Result<()> {
         }
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
-        let images = images::ImageStore::new(&state, scratch.path());
-        let app = Arc::new(api::App { dispatcher: dispatcher.clone(), store: Mutex::new(store), images });
+        let app = Arc::new(api::App { dispatcher: dispatcher.clone(), store: Mutex::new(store), images, policy });
+        let guard = Arc::new(auth::Guard { token, invocations: o.auth_invoke });
         // Keep-warm: a tick well below any sensible keep-warm time.
         let reaper = dispatcher.clone();
         tokio::spawn(async move {
@@ -155,7 +204,7 @@ pub fn serve(listen: &str, state: Option<PathBuf>) -> Result<()> {
         let listener = listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        let server = axum::serve(listener, api::router(app));
+        let server = axum::serve(listener, api::router(app, guard));
         tokio::select! {
             r = server => r.context("the gateway's server failed")?,
             _ = term.recv() => eprintln!("shoal: SIGTERM: stopping the instances"),

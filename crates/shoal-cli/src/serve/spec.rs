@@ -183,14 +183,27 @@ fn check_image(image: &Path, backend: Backend) -> Result<(), ApiError> {
 }
 
 impl Function {
+    /// 403 if `policy` (the gateway's options now) no longer allows this
+    /// function: a deployment loaded from the state file at start.
+    pub fn check_policy(&self, policy: &super::auth::Policy) -> Result<(), ApiError> {
+        policy.check_backend(self.backend)?;
+        policy.check_path("image", &self.image)?;
+        if let Some(fs) = &self.fs {
+            policy.check_path("fs", fs)?;
+        }
+        Ok(())
+    }
+
     /// [`Function::memory`] in bytes (checked when the function was deployed).
     pub fn memory_bytes(&self) -> u64 {
         shoal_tender::parse_size(&self.memory).unwrap_or(256 << 20)
     }
 
     /// The function a deploy request describes, after every check; an
-    /// uploaded image (`sha256:HEX`) is looked up in `images`.
-    pub fn from_request(name: &str, req: DeployRequest, images: &super::images::ImageStore) -> Result<Function, ApiError> {
+    /// uploaded image (`sha256:HEX`) is looked up in `images`; what the
+    /// operator's `policy` does not allow is refused (403) before any
+    /// named path is opened.
+    pub fn from_request(name: &str, req: DeployRequest, images: &super::images::ImageStore, policy: &super::auth::Policy) -> Result<Function, ApiError> {
         check_name(name)?;
         if let Some(n) = &req.name {
             if n != name {
@@ -198,17 +211,23 @@ impl Function {
             }
         }
         let backend = Backend::parse(req.backend.as_deref().unwrap_or("spt"))?;
+        policy.check_backend(backend)?;
         let mut image = req
             .image
             .ok_or_else(|| unprocessable("the body has no \"image\": give the image's absolute path or the sha256: name of an uploaded one".into()))?;
         if let Some(r) = image.to_str().filter(|s| s.starts_with(super::images::REF_PREFIX)) {
             image = images.resolve(r)?;
+        } else if image.is_absolute() {
+            policy.check_path("image", &image)?;
         }
         check_image(&image, backend)?;
         let memory = req.memory.unwrap_or_else(|| "256M".into());
         let bytes = shoal_tender::parse_size(&memory).map_err(|e| unprocessable(format!("memory: {e}")))?;
         range("memory (bytes)", bytes, 4 << 20, 64 << 30)?;
         if let Some(fs) = &req.fs {
+            if fs.is_absolute() {
+                policy.check_path("fs", fs)?;
+            }
             if !fs.is_absolute() || !fs.is_dir() {
                 return Err(unprocessable(format!("fs {}: give the absolute path of an existing directory", fs.display())));
             }
