@@ -265,9 +265,42 @@ pub enum Bench {
     },
 }
 
+/// Why a bench has no measurement of a system or configuration: it cannot
+/// run on this machine (no `/dev/kvm`, a runtime not installed, not root),
+/// or it could and failed. The two are reported apart, in the JSON
+/// (`{"unavailable": WHY}` or `{"failed": WHY}`) and in the table: a
+/// failure is a fault to look into, not a property of the machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Missing {
+    /// This machine lacks what the system needs.
+    Unavailable(String),
+    /// The system could run here and failed.
+    Failed(String),
+}
+
+impl Missing {
+    /// The JSON entry in place of the measurement.
+    pub(crate) fn json(&self) -> serde_json::Value {
+        match self {
+            Missing::Unavailable(why) => json!({ "unavailable": why }),
+            Missing::Failed(why) => json!({ "failed": why }),
+        }
+    }
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Missing::Unavailable(why) => write!(f, "unavailable here: {why}"),
+            Missing::Failed(why) => write!(f, "FAILED: {why}"),
+        }
+    }
+}
+
 /// Failures of a bench as a whole. One configuration's or system's failure
-/// is only a warning and a `skipped: REASON` entry, so that the others'
-/// results are still printed; these end the command with an error.
+/// is only a warning and a `failed: REASON` entry (one that cannot run here
+/// an `unavailable: REASON` entry), so that the others' results are still
+/// printed; these end the command with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// Every configuration failed or was unavailable: an empty table with
@@ -486,7 +519,7 @@ fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
                         let (m, sd) = mean_sd(xs);
                         json!({"mean_ms": m, "sd_ms": sd})
                     }
-                    Err(why) => json!({"skipped": why}),
+                    Err(why) => json!({"unavailable": why}),
                 };
                 (k.to_string(), v)
             })
@@ -516,7 +549,7 @@ fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
                 };
                 println!("  {name:<8} {:>16}  {note}", format!("{m:.1} ± {sd:.1}"));
             }
-            Err(why) => println!("  {name:<8} skipped: {why}"),
+            Err(why) => println!("  {name:<8} unavailable here: {why}"),
         }
     }
     println!("UKL (seed 001) replaces the syscall instruction by a function call; its echo server halves average latency.");
@@ -524,7 +557,7 @@ fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
 }
 
 /// Whether hvt can run here (`/dev/kvm` opens read-write), or why not:
-/// the reason a bench prints beside a skipped hvt column.
+/// the reason a bench prints beside an unavailable hvt column.
 pub(crate) fn kvm_usable() -> Result<(), String> {
     std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").map(|_| ()).map_err(|e| format!("/dev/kvm is not usable: {e}"))
 }
@@ -547,9 +580,9 @@ pub(crate) fn effective_uid() -> Option<u32> {
 const CONSOLE_WRITES: u64 = 20_000;
 
 /// apps/bench/console.c start to exit, stdout in a file: native, spt and
-/// hvt alternating, `repeat` runs each (ms); hvt is skipped with the reason
-/// when /dev/kvm is not usable.
-/// A system's runs in ms, or why it was skipped.
+/// hvt alternating, `repeat` runs each (ms); hvt is unavailable, with the
+/// reason, when /dev/kvm is not usable (a failed run fails the bench).
+/// A system's runs in ms, or why it cannot run here.
 type Runs = Result<Vec<f64>, String>;
 
 fn console_writes(home: &Path, dir: &Path, shoal: &Path, repeat: usize) -> Result<Vec<(&'static str, Runs)>> {

@@ -83,7 +83,7 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
             Ok(b) => b,
             Err(e) => {
                 if !as_json {
-                    eprintln!("shoal bench apps: warning: {} skipped: {e:#}", r.name);
+                    eprintln!("shoal bench apps: warning: {} failed: {e:#}", r.name);
                 }
                 let spt = modes.iter().map(|m| (m.clone(), vec![])).collect();
                 rows.push(Row { name: r.name.clone(), native: vec![], spt, hvt: vec![], failure: Some(format!("{e:#}")), same_output: true });
@@ -165,7 +165,7 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
                     let (hm, hsd) = mean_sd(&r.hvt);
                     json!({"mean": hm, "sd": hsd, "runs": r.hvt, "ratio_over_native": hm / nm})
                 }
-                Err(why) => json!({"skipped": why}),
+                Err(why) => json!({"unavailable": why}),
             };
             let mut spt = serde_json::Map::new();
             for (m, v) in &r.spt {
@@ -191,7 +191,7 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
     }
     println!("shoal bench apps: total execution time in seconds, {repeat} runs of each, all sides alternating, full sizes");
     if let Err(why) = &hvt {
-        println!("hvt: skipped: {why}");
+        println!("hvt: unavailable here: {why}");
     }
     let mut header = format!("{:<20} {:>18}", "application", "native process");
     for m in &modes {

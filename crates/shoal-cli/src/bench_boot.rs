@@ -14,12 +14,12 @@
 //!
 //! Each round runs every available system once (the order rotates from round
 //! to round); a system that cannot run here (no `/dev/kvm`, runtime missing,
-//! not root, a failing run) is reported as skipped with the reason, and the
-//! others go on. Times are wall-clock (`Instant`) around spawning the command
+//! not root) is reported as unavailable with the reason, a failing run as
+//! failed with its error, and the others go on. Times are wall-clock (`Instant`) around spawning the command
 //! with stdout piped: first byte = the first `read` that returns data, exit =
 //! `wait` returning.
 
-use super::{build_pair, effective_uid, find_program};
+use super::{build_pair, effective_uid, find_program, Missing};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use std::fs::{self, File};
@@ -116,7 +116,8 @@ struct System {
     kind: Kind,
     /// The runtime's absolute path (runc, runsc).
     runtime: Option<PathBuf>,
-    skipped: Option<String>,
+    /// Why it has no measurement, once it has none.
+    missing: Option<Missing>,
     first_ms: Vec<f64>,
     exit_ms: Vec<f64>,
     /// Minor page faults of each run (the command and the processes it
@@ -393,26 +394,26 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
                 Kind::Runc | Kind::Runsc => find_program(kind.key()),
                 _ => None,
             };
-            let skipped = unavailable(kind, runtime.as_deref());
-            System { kind, runtime, skipped, first_ms: Vec::new(), exit_ms: Vec::new(), faults: Vec::new() }
+            let missing = unavailable(kind, runtime.as_deref()).map(Missing::Unavailable);
+            System { kind, runtime, missing, first_ms: Vec::new(), exit_ms: Vec::new(), faults: Vec::new() }
         })
         .collect();
 
     // One bundle for both runtimes, its config.json from `runc spec` (or `runsc spec`).
     let bundle = tmp.path().join("bundle");
-    let spec_from = systems.iter().filter(|s| s.skipped.is_none()).find_map(|s| s.runtime.clone());
+    let spec_from = systems.iter().filter(|s| s.missing.is_none()).find_map(|s| s.runtime.clone());
     if let Some(rt) = spec_from {
         if let Err(e) = make_bundle(&rt, &bundle, &native) {
-            for s in systems.iter_mut().filter(|s| s.runtime.is_some() && s.skipped.is_none()) {
-                s.skipped = Some(format!("cannot make the OCI bundle: {e:#}"));
+            for s in systems.iter_mut().filter(|s| s.runtime.is_some() && s.missing.is_none()) {
+                s.missing = Some(Missing::Failed(format!("cannot make the OCI bundle: {e:#}")));
             }
         }
     }
     let floor = match build_floor(&paths.home, tmp.path(), &image) {
         Ok(f) => Some(f),
         Err(e) => {
-            for s in systems.iter_mut().filter(|s| matches!(s.kind, Kind::Floor | Kind::FloorNs) && s.skipped.is_none()) {
-                s.skipped = Some(format!("{e:#}"));
+            for s in systems.iter_mut().filter(|s| matches!(s.kind, Kind::Floor | Kind::FloorNs) && s.missing.is_none()) {
+                s.missing = Some(Missing::Failed(format!("{e:#}")));
             }
             None
         }
@@ -428,9 +429,9 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
     };
 
     // An untimed warm-up run of each system checks that it works here.
-    for s in systems.iter_mut().filter(|s| s.skipped.is_none()) {
+    for s in systems.iter_mut().filter(|s| s.missing.is_none()) {
         if let Err(e) = measure(s, &setup, "warmup") {
-            s.skipped = Some(format!("the warm-up run failed: {e:#}"));
+            s.missing = Some(Missing::Failed(format!("the warm-up run failed: {e:#}")));
         }
     }
     if !as_json {
@@ -440,7 +441,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
     for round in 0..runs {
         for k in 0..n {
             let s = &mut systems[(round + k) % n];
-            if s.skipped.is_some() {
+            if s.missing.is_some() {
                 continue;
             }
             match measure(s, &setup, &round.to_string()) {
@@ -449,19 +450,20 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
                     s.exit_ms.push(e);
                     s.faults.push(pf as f64);
                 }
-                Err(e) => s.skipped = Some(format!("run {} failed: {e:#}", round + 1)),
+                Err(e) => s.missing = Some(Missing::Failed(format!("run {} failed: {e:#}", round + 1))),
             }
         }
     }
 
-    // A system that cannot run here is only skipped, but with none left
-    // there is no result at all.
-    if systems.iter().all(|s| s.skipped.is_some()) {
-        let reasons: Vec<String> = systems.iter().map(|s| format!("{}: {}", s.kind.key(), s.skipped.as_deref().unwrap_or(""))).collect();
+    // A system that cannot run here or failed is only reported, but with
+    // none left there is no result at all.
+    if systems.iter().all(|s| s.missing.is_some()) {
+        let reasons: Vec<String> =
+            systems.iter().map(|s| format!("{}: {}", s.kind.key(), s.missing.as_ref().map(Missing::to_string).unwrap_or_default())).collect();
         return Err(crate::bench::BenchError::nothing_measured("boot", &reasons).into());
     }
-    let runc_med = systems.iter().find(|s| s.kind == Kind::Runc && s.skipped.is_none()).map(|s| (median(&s.first_ms), median(&s.exit_ms)));
-    let med_first = |k: Kind| systems.iter().find(|s| s.kind == k && s.skipped.is_none()).map(|s| median(&s.first_ms));
+    let runc_med = systems.iter().find(|s| s.kind == Kind::Runc && s.missing.is_none()).map(|s| (median(&s.first_ms), median(&s.exit_ms)));
+    let med_first = |k: Kind| systems.iter().find(|s| s.kind == k && s.missing.is_none()).map(|s| median(&s.first_ms));
     let goal: Vec<(Kind, Option<bool>, Option<f64>)> = [Kind::Spt, Kind::Hvt]
         .iter()
         .map(|&k| {
@@ -471,16 +473,16 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
         .collect();
     let hvt_minus_spt = med_first(Kind::Hvt).zip(med_first(Kind::Spt)).map(|(h, s)| h - s);
 
-    let native_exit = systems.iter().find(|s| s.kind == Kind::Native && s.skipped.is_none()).map(|s| median(&s.exit_ms));
+    let native_exit = systems.iter().find(|s| s.kind == Kind::Native && s.missing.is_none()).map(|s| median(&s.exit_ms));
     // Every measured system's exit time over the native process's: the
     // floor rows beside shoal's show how much of the ratio the host alone costs.
     let exit_ratio_to_native: serde_json::Map<String, Value> =
-        systems.iter().filter(|s| s.skipped.is_none()).map(|s| (s.kind.key().to_string(), json!(ratio(median(&s.exit_ms), native_exit)))).collect();
+        systems.iter().filter(|s| s.missing.is_none()).map(|s| (s.kind.key().to_string(), json!(ratio(median(&s.exit_ms), native_exit)))).collect();
     if as_json {
         let mut out = serde_json::Map::new();
         for s in &systems {
-            let v = if let Some(why) = &s.skipped {
-                json!({ "skipped": why })
+            let v = if let Some(m) = &s.missing {
+                m.json()
             } else {
                 let (fm, em) = (median(&s.first_ms), median(&s.exit_ms));
                 json!({
@@ -520,8 +522,8 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
     println!("{:<16} {:>18} {:>18} {:>13} {:>12} {:>13}", "system", "first stdout byte", "exit", "first / runc", "exit / runc", "minor faults");
     let fmt_ratio = |r: Option<f64>| r.map(|r| format!("{r:.2}×")).unwrap_or_else(|| "—".into());
     for s in &systems {
-        if let Some(why) = &s.skipped {
-            println!("{:<16} skipped: {why}", s.kind.label());
+        if let Some(m) = &s.missing {
+            println!("{:<16} {m}", s.kind.label());
             continue;
         }
         let (fm, em) = (median(&s.first_ms), median(&s.exit_ms));
@@ -543,7 +545,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
         })
         .collect();
     println!("goal (issue #4): spt and hvt faster to first byte than runc: {}", goal_text.join(", "));
-    let med_exit = |k: Kind| systems.iter().find(|s| s.kind == k && s.skipped.is_none()).map(|s| median(&s.exit_ms));
+    let med_exit = |k: Kind| systems.iter().find(|s| s.kind == k && s.missing.is_none()).map(|s| median(&s.exit_ms));
     if let Some(native) = med_exit(Kind::Native) {
         let vs = |k: Kind, limit: f64| match med_exit(k) {
             Some(m) => format!("{} {:.2}× ({})", k.key(), m / native, if m / native <= limit { "met" } else { "not met" }),

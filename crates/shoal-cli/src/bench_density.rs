@@ -188,14 +188,15 @@ pub fn density(o: DensityOpts) -> Result<()> {
     let tender = super::tender_binary()?;
     let kvm = super::kvm_usable();
     let mut rows = Vec::new();
-    let mut skipped = Vec::new();
+    // Configurations this machine cannot run, and those that failed.
+    let (mut unavailable, mut failed) = (Vec::new(), Vec::new());
     for config in CONFIGS {
         if !o.only.is_empty() && !o.only.iter().any(|c| c == config) {
             continue;
         }
         if config.starts_with("hvt") {
             if let Err(why) = &kvm {
-                skipped.push(format!("{config}: {why}"));
+                unavailable.push(format!("{config}: {why}"));
                 continue;
             }
         }
@@ -204,14 +205,17 @@ pub fn density(o: DensityOpts) -> Result<()> {
         }
         match run_config(config, &o, &image, &native, &tender) {
             Ok(r) => rows.push(r),
-            Err(e) => skipped.push(format!("{config}: {e:#}")),
+            Err(e) => failed.push(format!("{config}: {e:#}")),
         }
     }
-    for s in &skipped {
-        eprintln!("bench density: skipped {s}");
+    for s in &unavailable {
+        eprintln!("bench density: unavailable here: {s}");
+    }
+    for s in &failed {
+        eprintln!("bench density: FAILED: {s}");
     }
     if rows.is_empty() {
-        return Err(BenchError::nothing_measured("density", &skipped).into());
+        return Err(BenchError::nothing_measured("density", &[failed, unavailable].concat()).into());
     }
     let per = |kib: u64, n: usize| kib as f64 / n as f64;
     if o.json {
@@ -228,7 +232,7 @@ pub fn density(o: DensityOpts) -> Result<()> {
                 })
             })
             .collect();
-        let doc = json!({"count": o.count, "mem": o.mem, "goal_spt_pool_kib": GOAL_KIB, "results": results, "skipped": skipped});
+        let doc = json!({"count": o.count, "mem": o.mem, "goal_spt_pool_kib": GOAL_KIB, "results": results, "unavailable": unavailable, "failed": failed});
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }

@@ -12,15 +12,16 @@
 //!   SIZE-byte message, each timed with `Instant` (a monotonic clock);
 //! - per connection: N/10 requests, each connect, send, receive, close.
 //!
-//! A system that cannot run here (no usable /dev/kvm, a tender that refuses
-//! networking, a failing run) is reported as `skipped: REASON`, the reason
-//! being the server's own error line; nothing is ever estimated for it.
+//! A system that cannot run here (no usable /dev/kvm) is reported as
+//! `unavailable: REASON`, a failing run (a tender that refuses networking
+//! included) as `failed: REASON`, the reason being the server's own error
+//! line; nothing is ever estimated for either.
 //! With hvt measured and `perf` allowed to count the `kvm_userspace_exit`
 //! tracepoint, one more untimed hvt run per mode counts the VM exits the
 //! tender handles per round trip.
 
 use super::boot::percentile;
-use super::{build_pair, find_program, mean_sd};
+use super::{build_pair, find_program, mean_sd, Missing};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use std::fs::{self, File};
@@ -108,7 +109,8 @@ impl Mode {
 /// One system's samples (ms per round trip), per mode; `runs[mode][run]`.
 struct System {
     kind: Kind,
-    skipped: Option<String>,
+    /// Why it has no measurement, once it has none.
+    missing: Option<Missing>,
     runs: [Vec<Vec<f64>>; 2],
 }
 
@@ -497,11 +499,13 @@ pub fn echo(o: EchoOpts) -> Result<()> {
     let mut systems: Vec<System> = Kind::ALL
         .iter()
         .map(|&kind| {
-            let skipped = match kind {
-                Kind::Hvt => fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").err().map(|e| format!("/dev/kvm is not usable ({e})")),
+            let missing = match kind {
+                Kind::Hvt => {
+                    fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").err().map(|e| Missing::Unavailable(format!("/dev/kvm is not usable ({e})")))
+                }
                 _ => None,
             };
-            System { kind, skipped, runs: [Vec::new(), Vec::new()] }
+            System { kind, missing, runs: [Vec::new(), Vec::new()] }
         })
         .collect();
 
@@ -509,7 +513,7 @@ pub fn echo(o: EchoOpts) -> Result<()> {
         eprintln!("shoal bench echo: {} run(s) of each system, interleaved", o.repeat);
     }
     for run in 0..o.repeat {
-        for s in systems.iter_mut().filter(|s| s.skipped.is_none()) {
+        for s in systems.iter_mut().filter(|s| s.missing.is_none()) {
             match measure(s.kind, &setup) {
                 Ok((p, c)) => {
                     s.runs[0].push(p);
@@ -517,35 +521,36 @@ pub fn echo(o: EchoOpts) -> Result<()> {
                 }
                 // The first run's error is the reason as the server gave it
                 // (hvt: its one-line refusal of networking).
-                Err(e) if run == 0 => s.skipped = Some(format!("{e:#}")),
-                Err(e) => s.skipped = Some(format!("run {} failed: {e:#}", run + 1)),
+                Err(e) if run == 0 => s.missing = Some(Missing::Failed(format!("{e:#}"))),
+                Err(e) => s.missing = Some(Missing::Failed(format!("run {} failed: {e:#}", run + 1))),
             }
         }
     }
-    if systems.iter().all(|s| s.skipped.is_some()) {
-        let reasons: Vec<String> = systems.iter().map(|s| format!("{}: {}", s.kind.key(), s.skipped.as_deref().unwrap_or(""))).collect();
+    if systems.iter().all(|s| s.missing.is_some()) {
+        let reasons: Vec<String> =
+            systems.iter().map(|s| format!("{}: {}", s.kind.key(), s.missing.as_ref().map(Missing::to_string).unwrap_or_default())).collect();
         return Err(crate::bench::BenchError::nothing_measured("echo", &reasons).into());
     }
 
     // VM exits per round trip, only where hvt itself ran.
-    let hvt_ran = systems.iter().any(|s| s.kind == Kind::Hvt && s.skipped.is_none());
-    let exits: Result<[f64; 2], String> = if !hvt_ran {
-        Err("hvt was not measured".into())
+    let hvt_ran = systems.iter().any(|s| s.kind == Kind::Hvt && s.missing.is_none());
+    let exits: Result<[f64; 2], Missing> = if !hvt_ran {
+        Err(Missing::Unavailable("hvt was not measured".into()))
     } else {
-        perf_for_exits().and_then(|perf| {
+        perf_for_exits().map_err(Missing::Unavailable).and_then(|perf| {
             if !o.json {
                 eprintln!("shoal bench echo: counting hvt's VM exits (untimed runs under perf stat)");
             }
             let mut per = [0.0; 2];
             for (i, m) in Mode::ALL.iter().enumerate() {
-                per[i] = count_exits(&perf, &setup, tmp.path(), *m).map_err(|e| format!("{} mode: {e:#}", m.key()))?;
+                per[i] = count_exits(&perf, &setup, tmp.path(), *m).map_err(|e| Missing::Failed(format!("{} mode: {e:#}", m.key())))?;
             }
             Ok(per)
         })
     };
 
     let stat: Vec<[Option<Stats>; 2]> =
-        systems.iter().map(|s| if s.skipped.is_some() { [None, None] } else { [Some(stats(&s.runs[0])), Some(stats(&s.runs[1]))] }).collect();
+        systems.iter().map(|s| if s.missing.is_some() { [None, None] } else { [Some(stats(&s.runs[0])), Some(stats(&s.runs[1]))] }).collect();
     let native_idx = systems.iter().position(|s| s.kind == Kind::Native).unwrap_or(0);
 
     if o.json {
@@ -554,9 +559,9 @@ pub fn echo(o: EchoOpts) -> Result<()> {
             let base = stat[native_idx][mi].as_ref();
             let mut sys = serde_json::Map::new();
             for (s, st) in systems.iter().zip(&stat) {
-                let v = match (&s.skipped, &st[mi]) {
-                    (Some(why), _) => json!({ "skipped": why }),
-                    (None, None) => json!({ "skipped": "not measured" }),
+                let v = match (&s.missing, &st[mi]) {
+                    (Some(m), _) => m.json(),
+                    (None, None) => Missing::Failed("not measured".into()).json(),
                     (None, Some(x)) => {
                         let per_run: Vec<Value> =
                             s.runs[mi].iter().map(|r| json!({"average": mean_sd(r).0, "p50": percentile(r, 50.0), "p99": percentile(r, 99.0)})).collect();
@@ -583,7 +588,7 @@ pub fn echo(o: EchoOpts) -> Result<()> {
         }
         let exits_json = match &exits {
             Ok([p, c]) => json!({ "event": EXIT_EVENT, "persistent": p, "per_connection": c }),
-            Err(why) => json!({ "skipped": why }),
+            Err(m) => m.json(),
         };
         let report = json!({
             "program": "apps/net/echo.c epoll",
@@ -624,7 +629,7 @@ pub fn echo(o: EchoOpts) -> Result<()> {
         let base = stat[native_idx][mi].as_ref();
         for (s, st) in systems.iter().zip(&stat) {
             let Some(x) = &st[mi] else {
-                println!("{:<15} skipped: {}", s.kind.label(), s.skipped.as_deref().unwrap_or("not measured"));
+                println!("{:<15} {}", s.kind.label(), s.missing.clone().unwrap_or(Missing::Failed("not measured".into())));
                 continue;
             };
             let paper = match (m, s.kind) {
@@ -646,7 +651,7 @@ pub fn echo(o: EchoOpts) -> Result<()> {
     println!();
     match &exits {
         Ok([p, c]) => println!("hvt VM exits to the tender ({EXIT_EVENT}): {p:.2} per round trip (persistent), {c:.2} per request"),
-        Err(why) => println!("hvt VM exits per round trip: skipped: {why}"),
+        Err(m) => println!("hvt VM exits per round trip: {m}"),
     }
     println!(
         "(paper: UKL/Linux {:.2}× average, {:.2}× p99, both servers in a QEMU/KVM VM with the client on the host and the \

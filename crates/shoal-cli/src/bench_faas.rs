@@ -101,7 +101,7 @@ pub struct FaasOpts {
 }
 
 /// Failures of the bench's own machinery (not of one backend, which is
-/// only skipped or noted).
+/// only reported as unavailable or failed).
 #[derive(Debug, thiserror::Error)]
 pub enum FaasError {
     /// hey printed something without a line the bench needs.
@@ -692,11 +692,18 @@ fn pss_kib(pid: u32) -> u64 {
 /// one [`QUIET_WINDOW`], at most [`QUIET_TIMEOUT`]: how long it waited and
 /// whether they went quiet.
 fn wait_quiet(pids: &[u32]) -> (Duration, bool) {
+    wait_quiet_by(|| cpu_ns(pids))
+}
+
+/// [`wait_quiet`] over any CPU-time reading (`cpu`, in ns), so that its
+/// give-up path can be tested without a process that must win the CPU on
+/// a loaded machine.
+fn wait_quiet_by(mut cpu: impl FnMut() -> u64) -> (Duration, bool) {
     let t0 = Instant::now();
-    let mut before = cpu_ns(pids);
+    let mut before = cpu();
     loop {
         std::thread::sleep(QUIET_WINDOW);
-        let now = cpu_ns(pids);
+        let now = cpu();
         if now.saturating_sub(before) < QUIET_CPU.as_nanos() as u64 {
             return (t0.elapsed(), true);
         }
@@ -2028,6 +2035,17 @@ fn probe(gw: &Gateway, fns: &Fns, backend: &str) -> Result<(), String> {
     r
 }
 
+/// Why `backend` cannot run on this machine, if it cannot: hvt needs a
+/// usable /dev/kvm, runc and runsc need to be installed and root.
+fn lacks(backend: &str) -> Option<String> {
+    match backend {
+        "hvt" => super::kvm_usable().err(),
+        "runc" | "runsc" if super::find_program(backend).is_none() => Some(format!("{backend} is not installed (scripts/setup installs it)")),
+        "runc" | "runsc" if super::effective_uid() != Some(0) => Some(format!("{backend} needs root and shoal bench faas is not running as root")),
+        _ => None,
+    }
+}
+
 /// Copies `shoal`, `shoal-tender` (and `shoal-spt`) into `dir` and returns the copy of
 /// `shoal`: the functions are built and the gateway (which runs the
 /// `shoal-tender` beside it) started from these copies, so a rebuild of the
@@ -2063,19 +2081,26 @@ pub fn faas(o: FaasOpts) -> Result<()> {
     let fns = Fns::build(&shoal, &o.out.join("functions"))?;
     let gw = Gateway::start(&shoal, &o.out.join("gateway.log"), &fns.dir)?;
     say(&format!("shoal serve on {} (log {})", gw.addr, o.out.join("gateway.log").display()));
-    let mut skipped: BTreeMap<&str, String> = BTreeMap::new();
+    // Backends this machine lacks, and those that could run and failed.
+    let mut unavailable: BTreeMap<&str, String> = BTreeMap::new();
+    let mut failed: BTreeMap<&str, String> = BTreeMap::new();
     let mut backends = Vec::new();
     for b in wanted {
+        if let Some(why) = lacks(b) {
+            say(&format!("{b} unavailable: it cannot run here: {why}"));
+            unavailable.insert(b, why);
+            continue;
+        }
         match probe(&gw, &fns, b) {
             Ok(()) => backends.push(b),
             Err(why) => {
-                say(&format!("{b} skipped: it cannot run here: {why}"));
-                skipped.insert(b, why);
+                say(&format!("{b} FAILED: {why}"));
+                failed.insert(b, why);
             }
         }
     }
     if backends.is_empty() {
-        let reasons: Vec<String> = skipped.iter().map(|(b, w)| format!("{b}: {w}")).collect();
+        let reasons: Vec<String> = failed.iter().chain(&unavailable).map(|(b, w)| format!("{b}: {w}")).collect();
         return Err(BenchError::nothing_measured("faas", &reasons).into());
     }
     let c = Ctx { gw: &gw, fns: &fns, backends: backends.clone(), o: &o };
@@ -2122,9 +2147,17 @@ pub fn faas(o: FaasOpts) -> Result<()> {
     for (_, out, _) in &outcomes {
         for r in &out.rows {
             let mut row = vec![r.what.clone(), r.paper.unikernel.into(), r.paper.runc.into(), r.paper.gvisor.into()];
-            row.extend(
-                BACKENDS.iter().map(|b| r.values.get(b).cloned().unwrap_or_else(|| if skipped.contains_key(b) { "skipped".into() } else { "–".into() })),
-            );
+            row.extend(BACKENDS.iter().map(|b| {
+                r.values.get(b).cloned().unwrap_or_else(|| {
+                    if unavailable.contains_key(b) {
+                        "unavailable".into()
+                    } else if failed.contains_key(b) {
+                        "failed".into()
+                    } else {
+                        "–".into()
+                    }
+                })
+            }));
             rows.push(row);
         }
         goals.extend(out.goals.iter());
@@ -2139,8 +2172,11 @@ pub fn faas(o: FaasOpts) -> Result<()> {
         };
         summary.push_str(&format!("- {}: {} — {verdict}\n", g.what, g.measured));
     }
-    for (b, why) in &skipped {
-        summary.push_str(&format!("- {b} skipped: {why}\n"));
+    for (b, why) in &unavailable {
+        summary.push_str(&format!("- {b} unavailable here: {why}\n"));
+    }
+    for (b, why) in &failed {
+        summary.push_str(&format!("- {b} FAILED: {why}\n"));
     }
     summary.push_str(&format!(
         "\n{} runs (--repeat), {} hey requests per level; {:.1} minutes in all. CPU times come from /proc: hardware counters are not available here.\n",
@@ -2161,7 +2197,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
             .collect();
         let goals_json: Vec<Value> = goals.iter().map(|g| json!({"goal": g.what, "measured": g.measured, "met": g.met})).collect();
         let v = json!({
-            "backends": backends, "skipped": skipped, "repeat": o.repeat, "requests": o.requests, "minutes": minutes,
+            "backends": backends, "unavailable": unavailable, "failed": failed, "repeat": o.repeat, "requests": o.requests, "minutes": minutes,
             "cpu_source": "/proc (schedstat, cutime/cstime); hardware counters unavailable",
             "experiments": exps, "goals": goals_json, "summary": summary_path, "out": o.out,
         });
@@ -2200,14 +2236,17 @@ mod tests {
         assert!(quiet && spun, "quiet {quiet}, spin over {spun}");
     }
 
-    /// A process that never stops computing is never quiet: the wait ends
-    /// at QUIET_TIMEOUT and says so.
+    /// Processes that never stop computing are never quiet: the wait ends
+    /// at QUIET_TIMEOUT and says so. Their CPU time is a reading that
+    /// grows by a whole window each time (a real spinner on a loaded
+    /// machine may get less than QUIET_CPU of a window and look quiet).
     #[test]
     fn wait_quiet_gives_up_on_a_spinning_process() {
-        let mut child = Command::new("sh").arg("-c").arg("while :; do :; done").spawn().unwrap();
-        let (waited, quiet) = wait_quiet(&[child.id()]);
-        let _ = child.kill();
-        let _ = child.wait();
+        let mut spent = 0u64;
+        let (waited, quiet) = wait_quiet_by(|| {
+            spent += QUIET_WINDOW.as_nanos() as u64;
+            spent
+        });
         assert!(!quiet && waited >= QUIET_TIMEOUT, "quiet {quiet} after {waited:?}");
     }
 

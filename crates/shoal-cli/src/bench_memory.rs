@@ -152,7 +152,7 @@ fn build_all(json_out: bool, root: &Path, configs: &[Config]) -> Result<Built> {
                 Ok(images) => built.push((p.to_string(), images)),
                 // Another policy's failure must not hide the others' results.
                 Err(e) => {
-                    eprintln!("shoal bench: warning: policy {p} cannot be built, its configurations are skipped: {e:#}");
+                    eprintln!("shoal bench: warning: policy {p} cannot be built, its configurations failed: {e:#}");
                     failures.push(format!("policy {p}: {e:#}"));
                 }
             }
@@ -524,9 +524,8 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
     let built = build_all(o.json, &o.out.join("images"), &configs)?;
     let versions = &built.versions;
     let mut outcomes = Vec::new();
-    // (configuration, why it gave no result): in the output beside the
-    // results.
-    let mut skipped: Vec<(&str, String)> = Vec::new();
+    // (configuration, why it failed): in the output beside the results.
+    let mut failed: Vec<(&str, String)> = Vec::new();
     // Why nothing was measured, if so: the policies that failed to build
     // (once each, not once per configuration) and the runs that failed.
     let mut reasons: Vec<String> = built.failures.clone();
@@ -535,7 +534,7 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
     catch_interrupts();
     for c in &configs {
         let Some(images) = built.images_of(c.policy).filter(|i| !i.is_empty()) else {
-            skipped.push((c.name, format!("policy {} cannot be built", c.policy)));
+            failed.push((c.name, format!("policy {} cannot be built", c.policy)));
             continue;
         };
         say(o.json, &format!("{}: launching 8 instances, one every {} s…", c.name, o.interval));
@@ -550,9 +549,9 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
             Err(e) if INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) => return Err(e),
             Err(e) => format!("{e:#}"),
         };
-        eprintln!("shoal bench: warning: {} skipped: {why}", c.name);
+        eprintln!("shoal bench: warning: {} failed: {why}", c.name);
         reasons.push(format!("{}: {why}", c.name));
-        skipped.push((c.name, why));
+        failed.push((c.name, why));
     }
     if outcomes.is_empty() {
         return Err(crate::bench::BenchError::nothing_measured("memory", &reasons).into());
@@ -577,7 +576,7 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
     let final_named = |n: &str| outcomes.iter().find(|x| x.config.name == n).map(|x| final_of(x).0);
     let def = final_named("default");
     if o.json {
-        let skip_json: serde_json::Map<String, serde_json::Value> = skipped.iter().map(|(n, w)| (n.to_string(), json!(w))).collect();
+        let failed_json: serde_json::Map<String, serde_json::Value> = failed.iter().map(|(n, w)| (n.to_string(), json!(w))).collect();
         let mut m = serde_json::Map::new();
         for oc in &outcomes {
             let (a, h) = final_of(oc);
@@ -605,7 +604,7 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &json!({"interval_s": o.interval, "tender": o.tender, "supervised": o.supervised, "sqlite_versions": versions, "csv": csv_path, "plot": svg_path, "configs": m, "skipped": skip_json})
+                &json!({"interval_s": o.interval, "tender": o.tender, "supervised": o.supervised, "sqlite_versions": versions, "csv": csv_path, "plot": svg_path, "configs": m, "failed": failed_json})
             )?
         );
         return Ok(());
@@ -632,8 +631,8 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
             oc.alive
         );
     }
-    for (n, why) in &skipped {
-        println!("{n:<13} skipped: {why}");
+    for (n, why) in &failed {
+        println!("{n:<13} FAILED: {why}");
     }
     println!("final MiB: the instances' PSS (tenders included; for pool, pool mappings replaced by the whole pool files) at the end; mean MiB: the same averaged over the run; host MiB: MemTotal−MemAvailable above the memory baseline.");
     println!("seed 000 Fig. 8: Spacer-Δ+KSM 2.8× below Default (+KSM), 2.5× below DCE; the loader+pool 1.4× above Spacer-Δ+KSM (2.0× below Default); with ASLR, Spacer-Δ+KSM 2× below Default and 1.8× below DCE.");
@@ -685,8 +684,8 @@ pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
                     "default_over_this": def / (stripped + pool) as f64, "dce_over_this": dce / (stripped + pool) as f64, "ksm_over_this": *total as f64 / (stripped + pool) as f64}));
             }
         }
-        let skipped: Vec<&String> = built.failures.iter().collect();
-        println!("{}", serde_json::to_string_pretty(&json!({"configs": js, "skipped": skipped}))?);
+        let failed: Vec<&String> = built.failures.iter().collect();
+        println!("{}", serde_json::to_string_pretty(&json!({"configs": js, "failed": failed}))?);
         return Ok(());
     }
     println!("shoal bench size: 8 idle images (one per SQLite version), disk use per configuration (seed 000 Fig. 9)");
@@ -709,7 +708,7 @@ pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
         }
     }
     for why in &built.failures {
-        println!("skipped: {why}");
+        println!("FAILED: {why}");
     }
     println!("pool: images without their pooled pages (what a pool-aware build would ship) plus the distinct pool files.");
     println!("seed 000 Fig. 9: Spacer-Δ(+KSM) 1.3× above Default, 1.6× above DCE; with the pool 3.6× below Default, 3× below DCE, 4.8× below Spacer-Δ+KSM (ASLR: 2.6×, 2.2×, 3.9×).");

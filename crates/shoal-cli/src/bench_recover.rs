@@ -188,9 +188,9 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     // Fig. 5 and the gate: per system and operation, cycles and ns per call (one value per run).
     let mut cyc: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); OPS.len()]; sys.len()];
     let mut ns = cyc.clone();
-    // A system that fails is skipped from then on, with its reason; the
-    // others' results still count.
-    let mut skipped: Vec<Option<String>> = vec![None; sys.len()];
+    // A system that fails is reported as failed, with its reason, and not
+    // run again; the others' results still count.
+    let mut failed: Vec<Option<String>> = vec![None; sys.len()];
     let syscall_runs = if want("syscalls") { o.repeat } else { 0 };
     let (image, native) = if want("syscalls") || want("shrink-threshold") {
         say(quiet, "building apps/bench/recover.c (image and native)");
@@ -201,7 +201,7 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     for rep in 0..syscall_runs {
         say(quiet, &format!("system calls, run {}/{}", rep + 1, o.repeat));
         for (si, (name, flags)) in sys.iter().enumerate() {
-            if skipped[si].is_some() {
+            if failed[si].is_some() {
                 continue;
             }
             let mut cmd = match flags {
@@ -217,8 +217,8 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
             let err = String::from_utf8_lossy(&out.stderr);
             if !out.status.success() {
                 let why = format!("the benchmark program failed ({}): {}", out.status, err.trim());
-                say(quiet, &format!("warning: {name} skipped: {why}"));
-                skipped[si] = Some(why);
+                say(quiet, &format!("warning: {name} failed: {why}"));
+                failed[si] = Some(why);
                 continue;
             }
             let kv = parse_kv(&err);
@@ -235,7 +235,7 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     // Reboot times, from rejuvenation (every 5 ms for 0.3 s per run).
     let tenders: Vec<&'static str> = if hvt.is_ok() { vec!["spt", "hvt"] } else { vec!["spt"] };
     let mut reboots: Vec<(&str, Vec<Vec<f64>>)> = tenders.iter().map(|t| (*t, vec![Vec::new(); COMPONENTS.len()])).collect();
-    let mut reboot_skip: Vec<Option<String>> = vec![None; tenders.len()];
+    let mut reboot_failed: Vec<Option<String>> = vec![None; tenders.len()];
     let reboot_runs = if want("reboot") { o.repeat } else { 0 };
     let recover_image = if want("reboot") {
         say(quiet, "reboot times (--rejuvenate-every 0.005)");
@@ -245,7 +245,7 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     };
     for _ in 0..reboot_runs {
         for (ti, (t, per)) in reboots.iter_mut().enumerate() {
-            if reboot_skip[ti].is_some() {
+            if reboot_failed[ti].is_some() {
                 continue;
             }
             let out = Command::new(&shoal)
@@ -257,7 +257,7 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
                 .output()
                 .context("cannot start shoal run")?;
             if !out.status.success() {
-                reboot_skip[ti] = Some(format!("the rejuvenation run failed ({})", out.status));
+                reboot_failed[ti] = Some(format!("the rejuvenation run failed ({})", out.status));
                 continue;
             }
             for (c, us) in reboot_times(&String::from_utf8_lossy(&out.stderr)) {
@@ -272,7 +272,8 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     let mut sqlite: Vec<Vec<f64>> = vec![Vec::new(); sys.len()];
     let mut sqlite_cpu: Vec<Vec<f64>> = vec![Vec::new(); sys.len()];
     let mut sqlite_failed: Vec<Option<String>> = vec![None; sys.len()];
-    let mut sqlite_skip = None;
+    // Why the SQLite shell could not be built, when it was wanted.
+    let mut sqlite_build_failed = None;
     let script = o.out.join("inserts.sql");
     let mut sql = String::from("CREATE TABLE t(x);\n");
     for _ in 0..10_000 {
@@ -289,7 +290,8 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     };
     let sqlite_image = built.as_ref().ok().map(|b| b.image.clone());
     match built {
-        Err(e) => sqlite_skip = Some(format!("{e:#}")),
+        Err(e) if want("sqlite") || want("shrink-threshold") => sqlite_build_failed = Some(format!("{e:#}")),
+        Err(_) => {}
         Ok(_) if !want("sqlite") => {}
         Ok(built) => {
             // The native side's database lives in memory too (tmpfs), as the instance's does (ramfs).
@@ -358,8 +360,8 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
         None
     };
 
-    if want("syscalls") && skipped.iter().all(Option::is_some) {
-        let reasons: Vec<String> = sys.iter().zip(&skipped).map(|((n, _), w)| format!("{n}: {}", w.as_deref().unwrap_or(""))).collect();
+    if want("syscalls") && failed.iter().all(Option::is_some) {
+        let reasons: Vec<String> = sys.iter().zip(&failed).map(|((n, _), w)| format!("{n}: {}", w.as_deref().unwrap_or(""))).collect();
         return Err(super::BenchError::nothing_measured("recover", &reasons).into());
     }
 
@@ -443,21 +445,21 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
             let (qm, qsd) = mean_sd(&sqlite[si]);
             let (cm, csd) = mean_sd(&sqlite_cpu[si]);
             let q = match &sqlite_failed[si] {
-                Some(why) => json!({"skipped": why}),
+                Some(why) => json!({"failed": why}),
                 None => json!({"mean": qm, "sd": qsd, "runs": sqlite[si], "cpu": {"mean": cm, "sd": csd, "runs": sqlite_cpu[si]}}),
             };
-            let v = match &skipped[si] {
-                Some(why) => json!({"skipped": why, "sqlite_10000_inserts_s": q}),
+            let v = match &failed[si] {
+                Some(why) => json!({"failed": why, "sqlite_10000_inserts_s": q}),
                 None => json!({"syscalls": m, "sqlite_10000_inserts_s": q}),
             };
             sc.insert(name.to_string(), v);
         }
         let rb: serde_json::Map<String, serde_json::Value> = reboots
             .iter()
-            .zip(&reboot_skip)
-            .map(|((t, per), skip)| {
-                if let Some(why) = skip {
-                    return (t.to_string(), json!({"skipped": why}));
+            .zip(&reboot_failed)
+            .map(|((t, per), failed)| {
+                if let Some(why) = failed {
+                    return (t.to_string(), json!({"failed": why}));
                 }
                 let m: serde_json::Map<String, serde_json::Value> = COMPONENTS
                     .iter()
@@ -482,8 +484,8 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
             "sqlite_cpu_ratio_gates_over_none": {"spt": sqlite_cpu_ratio("spt", "gates"), "hvt": sqlite_cpu_ratio("hvt", "gates")},
             "sqlite_ratio_gates_logs_over_none": {"spt": sqlite_ratio("spt", "gates+logs"), "hvt": sqlite_ratio("hvt", "gates+logs"), "goal_max": 1.10, "vampos_fsm": 1.24},
             "sqlite_cpu_ratio_gates_logs_over_none": {"spt": sqlite_cpu_ratio("spt", "gates+logs"), "hvt": sqlite_cpu_ratio("hvt", "gates+logs")},
-            "sqlite_skipped": sqlite_skip,
-            "hvt_skipped": hvt.as_ref().err(),
+            "sqlite_failed": sqlite_build_failed,
+            "hvt_unavailable": hvt.as_ref().err(),
             "csv": csv_path,
             "plot": plotted.is_ok().then_some(&svg),
         });
@@ -499,11 +501,11 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
 
     println!("shoal bench recover: VampOS (seed 003) experiments, {} runs of each system, interleaved", o.repeat);
     if let Err(why) = &hvt {
-        println!("hvt: skipped: {why}");
+        println!("hvt: unavailable here: {why}");
     }
-    for ((name, _), why) in sys.iter().zip(&skipped) {
+    for ((name, _), why) in sys.iter().zip(&failed) {
         if let Some(why) = why {
-            println!("{name}: skipped: {why}");
+            println!("{name}: FAILED: {why}");
         }
     }
     if want("syscalls") {
@@ -541,9 +543,9 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     if want("reboot") {
         println!();
         println!("Reboot time of each rebootable component (µs; from the reboot lines of --rejuvenate-every 0.005 runs of recover.c; mean ± SD, median, samples; vfs, ramfs, process and net rebuild their state from their log)");
-        for ((t, per), skip) in reboots.iter().zip(&reboot_skip) {
-            if let Some(why) = skip {
-                println!("  {t:<4} skipped: {why}");
+        for ((t, per), failed) in reboots.iter().zip(&reboot_failed) {
+            if let Some(why) = failed {
+                println!("  {t:<4} FAILED: {why}");
                 continue;
             }
             let cells: Vec<String> = COMPONENTS
@@ -557,13 +559,13 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     }
     if want("sqlite") {
         println!();
-        match &sqlite_skip {
-            Some(why) => println!("SQLite 10,000 inserts: skipped: {why}"),
+        match &sqlite_build_failed {
+            Some(why) => println!("SQLite 10,000 inserts: FAILED: {why}"),
             None => {
                 println!("Fig. 7 SQLite, 10,000 inserts (autocommit, database file in memory: ramfs / tmpfs), whole run: wall and CPU seconds");
                 for (si, (name, _)) in sys.iter().enumerate() {
                     match &sqlite_failed[si] {
-                        Some(why) => println!("  {name:<15} skipped: {why}"),
+                        Some(why) => println!("  {name:<15} FAILED: {why}"),
                         None => println!("  {name:<15} wall {:>18}   CPU {:>18}", fmt(&sqlite[si], 4), fmt(&sqlite_cpu[si], 4)),
                     }
                 }

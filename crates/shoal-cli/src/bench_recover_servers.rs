@@ -35,8 +35,8 @@
 //! The results come back as JSON, CSV rows and text for `bench_recover.rs`
 //! to print beside its own.
 
-use super::mean_sd;
 use super::servers::{free_port, redis_args, redis_rps, wrk_errors, wrk_value};
+use super::{mean_sd, Missing};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::fs;
@@ -212,6 +212,10 @@ struct Images {
     nginx: Option<PathBuf>,
     redis: Option<PathBuf>,
     echo: Option<PathBuf>,
+    /// Why there is no nginx or no Redis image: its load generator is not
+    /// installed (unavailable) or its build failed.
+    nginx_missing: Missing,
+    redis_missing: Missing,
 }
 
 /// Starts `app` on `tender` with `flags`, its port on 127.0.0.1:`port`,
@@ -389,7 +393,7 @@ pub fn run(o: &Opts) -> Report {
     let dir = o.out.join("servers");
     let _ = fs::remove_dir_all(&dir);
     if let Err(e) = fs::create_dir_all(&dir) {
-        r.text.push_str(&format!("Server experiments: skipped: cannot create {}: {e}\n", dir.display()));
+        r.text.push_str(&format!("Server experiments: FAILED: cannot create {}: {e}\n", dir.display()));
         return r;
     }
     let missing = |p: &str| super::find_program(p).is_none();
@@ -397,7 +401,13 @@ pub fn run(o: &Opts) -> Report {
     let redis_ok = if missing("redis-benchmark") { Err("redis-benchmark is not installed (Debian package redis-tools)".to_string()) } else { Ok(()) };
     say(o.quiet, "building the nginx and redis recipes");
     let needs_redis = o.sections.fig7 || o.sections.fig8;
+    let missing = |ok: &Result<(), String>, app: &str| match ok {
+        Err(why) => Missing::Unavailable(why.clone()),
+        Ok(()) => Missing::Failed(format!("{app} was not built")),
+    };
     let images = Images {
+        nginx_missing: missing(&nginx_ok, "nginx"),
+        redis_missing: missing(&redis_ok, "redis"),
         nginx: nginx_ok
             .clone()
             .map_err(anyhow::Error::msg)
@@ -483,7 +493,7 @@ fn fig7(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
                             }
                         }
                         Err(e) => {
-                            say(o.quiet, &format!("warning: {} {t} {cname} skipped: {e:#}", app.recipe()));
+                            say(o.quiet, &format!("warning: {} {t} {cname} failed: {e:#}", app.recipe()));
                             failed[ti][ci][ai] = Some(format!("{e:#}"));
                         }
                     }
@@ -513,12 +523,12 @@ fn fig7(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
                 }
                 let (m, sd) = mean_sd(v);
                 let val = match &failed[ti][ci][ai] {
-                    Some(why) => json!({"skipped": why}),
+                    Some(why) => json!({"failed": why}),
                     None => json!({"mean": m, "sd": sd, "runs": v, "overhead": ratio(ti, ci, ai)}),
                 };
                 aj.insert(cname.to_string(), val);
                 let cell = match (&failed[ti][ci][ai], ratio(ti, ci, ai)) {
-                    (Some(why), _) => format!("{cname}: skipped ({})", why.lines().next().unwrap_or("")),
+                    (Some(why), _) => format!("{cname}: FAILED ({})", why.lines().next().unwrap_or("")),
                     (None, Some(x)) if ci > 0 => format!("{cname} {} ({x:.3}×)", fmt(v, 0)),
                     (None, _) => format!("{cname} {}", fmt(v, 0)),
                 };
@@ -580,8 +590,8 @@ fn fig6(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
         o.repeat
     ));
     let Some(image) = &images.nginx else {
-        r.text.push_str("  skipped: nginx was not built\n\n");
-        r.json.insert("fig6_nginx_reboot_us".into(), json!({"skipped": "nginx was not built"}));
+        r.text.push_str(&format!("  {}\n\n", images.nginx_missing));
+        r.json.insert("fig6_nginx_reboot_us".into(), images.nginx_missing.json());
         return;
     };
     for t in o.tenders {
@@ -630,15 +640,15 @@ fn fig6(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
                     }
                 }
                 Err(e) => {
-                    say(o.quiet, &format!("warning: Fig. 6 on {t} skipped: {e:#}"));
+                    say(o.quiet, &format!("warning: Fig. 6 on {t} failed: {e:#}"));
                     failure = Some(format!("{e:#}"));
                     break;
                 }
             }
         }
         if let Some(why) = failure {
-            r.text.push_str(&format!("  {t:<4} skipped: {why}\n"));
-            j.insert(t.to_string(), json!({"skipped": why}));
+            r.text.push_str(&format!("  {t:<4} FAILED: {why}\n"));
+            j.insert(t.to_string(), json!({"failed": why}));
             continue;
         }
         let mut tj = serde_json::Map::new();
@@ -667,8 +677,8 @@ fn table5(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
         o.repeat
     ));
     let Some(image) = &images.nginx else {
-        r.text.push_str("  skipped: nginx was not built\n\n");
-        r.json.insert("table5_rejuvenation".into(), json!({"skipped": "nginx was not built"}));
+        r.text.push_str(&format!("  {}\n\n", images.nginx_missing));
+        r.json.insert("table5_rejuvenation".into(), images.nginx_missing.json());
         return;
     };
     for t in o.tenders {
@@ -697,7 +707,7 @@ fn table5(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
                         r.csv.push_str(&format!("table5_{mode},{t},reboots_or_restarts,{},{n}\n", rep + 1));
                     }
                     Err(e) => {
-                        say(o.quiet, &format!("warning: Table V on {t} ({mode}) skipped: {e:#}"));
+                        say(o.quiet, &format!("warning: Table V on {t} ({mode}) failed: {e:#}"));
                         failure = Some(format!("{e:#}"));
                         break;
                     }
@@ -706,8 +716,8 @@ fn table5(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
             let label = if mode == "components" { "component reboots" } else { "whole-instance restarts" };
             match failure {
                 Some(why) => {
-                    r.text.push_str(&format!("  {t:<4} {label:<24} skipped: {why}\n"));
-                    tj.insert(mode.into(), json!({"skipped": why}));
+                    r.text.push_str(&format!("  {t:<4} {label:<24} FAILED: {why}\n"));
+                    tj.insert(mode.into(), json!({"failed": why}));
                 }
                 None => {
                     let total_failed: f64 = failed.iter().sum();
@@ -944,8 +954,8 @@ fn fig8(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
         o.repeat
     ));
     let Some(image) = &images.redis else {
-        r.text.push_str("  skipped: redis was not built\n\n");
-        r.json.insert("fig8_redis_latency".into(), json!({"skipped": "redis was not built"}));
+        r.text.push_str(&format!("  {}\n\n", images.redis_missing));
+        r.json.insert("fig8_redis_latency".into(), images.redis_missing.json());
         return;
     };
     for t in o.tenders {
@@ -965,7 +975,7 @@ fn fig8(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
                         runs.push(run);
                     }
                     Err(e) => {
-                        say(o.quiet, &format!("warning: Fig. 8 on {t} ({mode}) skipped: {e:#}"));
+                        say(o.quiet, &format!("warning: Fig. 8 on {t} ({mode}) failed: {e:#}"));
                         failure = Some(format!("{e:#}"));
                         break;
                     }
@@ -973,8 +983,8 @@ fn fig8(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
             }
             let label = if mode == "component" { "ramfs panic, reboot" } else { "whole-instance restart" };
             if let Some(why) = failure {
-                r.text.push_str(&format!("  {t:<4} {label:<23} skipped: {why}\n"));
-                tj.insert(mode.into(), json!({"skipped": why}));
+                r.text.push_str(&format!("  {t:<4} {label:<23} FAILED: {why}\n"));
+                tj.insert(mode.into(), json!({"failed": why}));
                 continue;
             }
             let mut medians = Vec::new();

@@ -186,8 +186,8 @@ pub fn run(o: &Opts) -> Report {
             }
             let vampos = vampos_sqlite(h).map_or("-".to_string(), |v| format!("{v:.2}"));
             if let Some(why) = &c.failed {
-                text.push_str(&format!("  {t:<4} {h:>9} skipped: {why}\n"));
-                per.insert(h.to_string(), json!({"skipped": why}));
+                text.push_str(&format!("  {t:<4} {h:>9} FAILED: {why}\n"));
+                per.insert(h.to_string(), json!({"failed": why}));
                 continue;
             }
             text.push_str(&format!(

@@ -39,7 +39,7 @@
 //! back from /proc and reports them. Unpinned, a single client's rate on a
 //! small machine is mostly set by whether client and server share a core.
 
-use super::{effective_uid, find_program, mean_sd, BenchError};
+use super::{effective_uid, find_program, mean_sd, BenchError, Missing};
 use crate::plot::{self, Frame, Line};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -120,7 +120,8 @@ pub struct ServersOpts {
     pub json: bool,
 }
 
-/// Failures of the bench's set-up (a system's own failure is a skip).
+/// Failures of the bench's set-up (a system's own failure is reported, as
+/// failed, beside the others' results).
 #[derive(Debug, thiserror::Error)]
 pub enum ServersError {
     #[error("--clients needs at least one level and every level at least 1 client")]
@@ -636,7 +637,8 @@ fn run_client(o: &ServersOpts, server: &Server, clients: usize, sample: bool, pi
 /// One system's results.
 struct Sys {
     name: &'static str,
-    skipped: Option<String>,
+    /// Why it has (some) measurements missing, once it has.
+    missing: Option<Missing>,
     /// (op index, clients) -> requests per second of each run.
     rps: BTreeMap<(usize, usize), Vec<f64>>,
     errors: u64,
@@ -749,7 +751,7 @@ pub fn servers(o: ServersOpts) -> Result<()> {
         .iter()
         .map(|&name| Sys {
             name,
-            skipped: unavailable(name),
+            missing: unavailable(name).map(Missing::Unavailable),
             rps: BTreeMap::new(),
             errors: 0,
             idle_kib: Vec::new(),
@@ -761,14 +763,14 @@ pub fn servers(o: ServersOpts) -> Result<()> {
         .collect();
     // Start every server once; a failed start skips its system.
     let mut servers: HashMap<&'static str, Server> = HashMap::new();
-    for s in systems.iter_mut().filter(|s| s.skipped.is_none()) {
+    for s in systems.iter_mut().filter(|s| s.missing.is_none()) {
         say(which, &format!("starting {} on {}", which.recipe(), s.name));
         match start(&setup, s.name) {
             Ok(srv) => {
                 s.cpus = srv.cpus();
                 servers.insert(s.name, srv);
             }
-            Err(e) => s.skipped = Some(format!("cannot start {}: {e:#}", which.recipe())),
+            Err(e) => s.missing = Some(Missing::Failed(format!("cannot start {}: {e:#}", which.recipe()))),
         }
     }
     // Idle footprint: five samples 0.2 s apart once all are up and settled.
@@ -790,7 +792,7 @@ pub fn servers(o: ServersOpts) -> Result<()> {
             continue;
         };
         if let Err(e) = run_client(&o, srv, o.clients[0], false, pin) {
-            s.skipped = Some(format!("the warm-up run failed: {e:#}; server: {}", srv.log_tail()));
+            s.missing = Some(Missing::Failed(format!("the warm-up run failed: {e:#}; server: {}", srv.log_tail())));
             servers.remove(s.name);
         }
     }
@@ -821,7 +823,7 @@ pub fn servers(o: ServersOpts) -> Result<()> {
                         }
                     }
                     Err(e) => {
-                        s.skipped = Some(format!("round {}, {c} clients: {e:#}; server: {}", round + 1, srv.log_tail()));
+                        s.missing = Some(Missing::Failed(format!("round {}, {c} clients: {e:#}; server: {}", round + 1, srv.log_tail())));
                         servers.remove(s.name);
                     }
                 }
@@ -829,8 +831,8 @@ pub fn servers(o: ServersOpts) -> Result<()> {
         }
     }
     drop(servers);
-    if systems.iter().all(|s| s.skipped.is_some()) {
-        let reasons: Vec<String> = systems.iter().map(|s| format!("{}: {}", s.name, s.skipped.as_deref().unwrap_or(""))).collect();
+    if systems.iter().all(|s| s.missing.is_some()) {
+        let reasons: Vec<String> = systems.iter().map(|s| format!("{}: {}", s.name, s.missing.as_ref().map(Missing::to_string).unwrap_or_default())).collect();
         return Err(BenchError::nothing_measured(if which == Which::Http { "http" } else { "kv" }, &reasons).into());
     }
     report(&o, &systems, pin)
@@ -952,8 +954,8 @@ fn report(o: &ServersOpts, systems: &[Sys], pin: Option<Pin>) -> Result<()> {
         let mut sys = serde_json::Map::new();
         for s in systems {
             let mut v = serde_json::Map::new();
-            if let Some(why) = &s.skipped {
-                v.insert("skipped".into(), json!(why));
+            if let Some(Value::Object(m)) = s.missing.as_ref().map(Missing::json) {
+                v.extend(m);
             }
             if !s.rps.is_empty() {
                 let mut t = serde_json::Map::new();
@@ -1072,8 +1074,8 @@ fn report(o: &ServersOpts, systems: &[Sys], pin: Option<Pin>) -> Result<()> {
     let max_c = o.clients.iter().max().copied().unwrap_or(0);
     t.push_str(&format!("(PSS: the command's whole process tree; cgroup: the container's memory cgroup, page cache included; under load: largest sample during the {max_c}-client runs)\n"));
     for s in systems {
-        if let Some(why) = &s.skipped {
-            t.push_str(&format!("{} skipped: {why}\n", s.name));
+        if let Some(m) = &s.missing {
+            t.push_str(&format!("{} {m}\n", s.name));
         }
         if s.errors > 0 {
             t.push_str(&format!("{}: wrk reported {} socket errors or error answers in total\n", s.name, s.errors));

@@ -60,10 +60,11 @@ pub enum FnCmd {
     },
     /// List the deployed functions.
     Ls,
-    /// Remove a function (its instances are stopped).
+    /// Remove functions (their instances are stopped).
     Rm {
-        /// The function's name.
-        name: String,
+        /// The functions' names.
+        #[arg(required = true)]
+        names: Vec<String>,
     },
     /// Print a function's instance output; `-f` keeps following it.
     Logs {
@@ -154,7 +155,8 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                     }
                     set("env", Value::Object(m));
                 }
-                let (status, b) = call(&gw, auth, "PUT", &format!("/functions/{name}"), Some(("application/json", body.to_string().into_bytes()))).await?;
+                let (status, b) =
+                    call(&gw, auth, "PUT", &format!("/functions/{}", segment(&name)), Some(("application/json", body.to_string().into_bytes()))).await?;
                 let v = api_ok(status, &b)?;
                 println!(
                     "{} {} ({}, image {})",
@@ -183,14 +185,17 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                 }
                 Ok(0)
             }
-            FnCmd::Rm { name } => {
-                let (status, b) = call(&gw, auth, "DELETE", &format!("/functions/{name}"), None).await?;
-                api_ok(status, &b)?;
-                println!("removed {name}");
+            FnCmd::Rm { names } => {
+                // Each in turn; the first refusal ends the command.
+                for name in names {
+                    let (status, b) = call(&gw, auth, "DELETE", &format!("/functions/{}", segment(&name)), None).await?;
+                    api_ok(status, &b)?;
+                    println!("removed {name}");
+                }
                 Ok(0)
             }
             FnCmd::Logs { name, follow } => {
-                let path = format!("/functions/{name}/logs{}", if follow { "?follow=1" } else { "" });
+                let path = format!("/functions/{}/logs{}", segment(&name), if follow { "?follow=1" } else { "" });
                 let resp = send(&gw, auth, "GET", &path, None).await?;
                 let status = resp.status().as_u16();
                 if status != 200 {
@@ -232,7 +237,7 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                 };
                 let method = method.unwrap_or_else(|| if body.is_some() { "POST".into() } else { "GET".into() });
                 let path = if path.starts_with('/') { path } else { format!("/{path}") };
-                let (status, b) = call(&gw, auth, &method, &format!("/fn/{name}{path}"), body.map(|b| ("application/octet-stream", b))).await?;
+                let (status, b) = call(&gw, auth, &method, &format!("/fn/{}{path}", segment(&name)), body.map(|b| ("application/octet-stream", b))).await?;
                 if !(200..300).contains(&status) {
                     if let Ok(v) = serde_json::from_slice::<Value>(&b) {
                         if let Some(e) = v["error"].as_str() {
@@ -286,4 +291,20 @@ async fn call(gw: &str, auth: Option<&str>, method: &str, path: &str, body: Opti
     let resp = send(gw, auth, method, path, body).await?;
     let status = resp.status().as_u16();
     Ok((status, resp.into_body().collect().await?.to_bytes()))
+}
+
+/// `name` as one URL path segment: every byte but unreserved ones
+/// percent-encoded, so that a name with `/` or `?` reaches the gateway as
+/// that name (which answers 400 with what a name may hold) instead of as
+/// another route.
+fn segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

@@ -281,7 +281,16 @@ fn run_image(
 }
 
 fn inspect(image: PathBuf) -> Result<()> {
-    let m = shoal_manifest::Manifest::read(&shoal_manifest::Manifest::path_for(&image))?;
+    let path = shoal_manifest::Manifest::path_for(&image);
+    let m = shoal_manifest::Manifest::read(&path)?;
+    let bytes = std::fs::read(&image).with_context(|| format!("cannot read image {}", image.display()))?;
+    if !m.describes(&bytes) {
+        bail!(
+            "{} belongs to another image than {} (its image_sha256 differs): rebuild the image, or copy it together with its manifest",
+            path.display(),
+            image.display()
+        );
+    }
     println!("image {} (layout {}, entry {:#x})", image.display(), m.layout, m.entry);
     println!("{:<10} {:<24} {:<8} {:>12} {:>12} {:>8}", "library", "version", "region", "start", "end", "pages");
     for l in &m.libraries {

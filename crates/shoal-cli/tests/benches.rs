@@ -11,9 +11,12 @@
 //!
 //! The benches use what `scripts/setup` prepares (the recipes' sources) and
 //! the SQLite versions `tests/versions.rs` compiles too; with those cached
-//! the whole file takes well under a minute. None of these needs root or
-//! KVM: a bench skips the systems it cannot run here (hvt, runc, runsc) by
-//! itself, and these tests only check what runs everywhere (spt, native).
+//! the whole file takes well under a minute. A bench reports a system it
+//! cannot run here (hvt without KVM, runc and runsc without root or
+//! installed) as unavailable and one that failed as failed: here a failed
+//! system fails the test, and an unavailable one is a skip through
+//! shoal_testkit with the feature it lacks (so a failure too when
+//! SHOAL_REQUIRE says the machine has that feature).
 
 mod common;
 use common::*;
@@ -37,6 +40,27 @@ fn json_of(what: &str, o: &Output) -> Value {
     serde_json::from_str(&stdout(o)).unwrap_or_else(|e| panic!("shoal bench {what}: stdout is not JSON ({e}): {}", stdout(o)))
 }
 
+/// Whether the system (or configuration) at `path` in `v` was measured:
+/// a failed one fails the test; an unavailable one is a skip for the first
+/// of `needs` this machine lacks (a failure if it lacks none, or if
+/// SHOAL_REQUIRE names it).
+fn measured(v: &Value, path: &str, needs: &[&str]) -> bool {
+    let sys = v.pointer(path).unwrap_or_else(|| panic!("nothing at {path} in {v:#}"));
+    if let Some(why) = sys.get("failed") {
+        panic!("{path} failed: {why}");
+    }
+    let Some(why) = sys.get("unavailable") else {
+        return true;
+    };
+    match needs.iter().find(|f| shoal_testkit::probe(f).is_err()) {
+        Some(f) => {
+            shoal_testkit::skip(f, &format!("{path} is unavailable here: {why}"));
+            false
+        }
+        None => panic!("{path} is unavailable ({why}), yet this machine has all it needs ({needs:?})"),
+    }
+}
+
 /// A number in `v` at `path` that is a real measurement: finite and above 0.
 fn positive(v: &Value, path: &str) -> f64 {
     let x = v.pointer(path).and_then(Value::as_f64).unwrap_or_else(|| panic!("no number at {path} in {v:#}"));
@@ -58,6 +82,7 @@ fn bench_memory_default_out_from_any_directory() {
     assert!(out.join("memory.csv").is_file() && out.join("memory.svg").is_file(), "no CSV or plot in {}", out.display());
     assert!(out.join("images/default/idle-3.35.4").is_file(), "no images in {}", out.display());
     assert_eq!(v["csv"].as_str().map(Path::new), Some(out.join("memory.csv").as_path()));
+    assert_eq!(v["failed"].as_object().map(|f| f.len()), Some(0), "{v:#}");
 }
 
 #[test]
@@ -86,7 +111,7 @@ fn bench_size_default_out_from_any_directory() {
         positive(&v, &format!("/configs/{c}/images_mib"));
     }
     positive(&v, "/configs/delta+pool/pool_mib");
-    assert_eq!(v["skipped"].as_array().map(Vec::len), Some(0), "{v:#}");
+    assert_eq!(v["failed"].as_array().map(Vec::len), Some(0), "{v:#}");
     assert!(tmp.path().join("shoal-bench-size/images/default").is_dir());
 }
 
@@ -114,15 +139,23 @@ fn bench_boot_from_any_directory() {
         positive(&v, &format!("/systems/{s}/first_byte_ms/median"));
         positive(&v, &format!("/systems/{s}/exit_ms/median"));
     }
-    // The others run only with KVM, root and the runtimes: reported either way.
-    for s in ["hvt", "tender-spt", "tender-hvt", "runc", "runsc"] {
-        let sys = &v["systems"][s];
-        if let Some(why) = sys["skipped"].as_str() {
-            eprintln!("bench boot: {s} skipped here: {why}");
-        } else {
+    // The others run only with KVM, root and the runtimes.
+    let needs: &[(&str, &[&str])] = &[
+        ("tender-spt", &[]),
+        ("floor", &[]),
+        ("hvt", &["kvm"]),
+        ("tender-hvt", &["kvm"]),
+        ("tender-spt-user", &["root"]),
+        ("floor-ns", &["root"]),
+        ("runc", &["runc", "root"]),
+        ("runsc", &["runsc", "root"]),
+    ];
+    for (s, features) in needs {
+        if measured(&v, &format!("/systems/{s}"), features) {
             positive(&v, &format!("/systems/{s}/first_byte_ms/median"));
         }
     }
+    assert_eq!(v["systems"].as_object().map(|m| m.len()), Some(needs.len() + 2), "a system this test does not know: {v:#}");
 }
 
 #[test]
@@ -137,8 +170,9 @@ fn bench_syscall_from_any_directory() {
     for system in ["native", "spt"] {
         positive(&v, &format!("/console_20000_writes/{system}/mean_ms"));
     }
-    let hvt = &v["console_20000_writes"]["hvt"];
-    assert!(hvt["mean_ms"].as_f64().is_some_and(|x| x > 0.0) || hvt["skipped"].is_string(), "hvt neither measured nor skipped: {v:#}");
+    if measured(&v, "/console_20000_writes/hvt", &["kvm"]) {
+        positive(&v, "/console_20000_writes/hvt/mean_ms");
+    }
 }
 
 /// The quickest `bench recover` (issue 19): every system's system calls,
@@ -161,6 +195,17 @@ fn bench_recover_from_any_directory() {
         positive(&v, &format!("/reboot_us/spt/{c}/samples"));
         assert!(v.pointer(&format!("/reboot_us/spt/{c}/mean_us")).and_then(Value::as_f64).is_some_and(|x| x >= 0.0), "{v:#}");
     }
+    // hvt's systems run when KVM is usable; none may have failed.
+    if let Some(why) = v["hvt_unavailable"].as_str() {
+        shoal_testkit::skip("kvm", &format!("the hvt systems: {why}"));
+    }
+    for (name, sys) in v["systems"].as_object().unwrap_or_else(|| panic!("{v:#}")) {
+        assert!(sys.get("failed").is_none() && sys["sqlite_10000_inserts_s"].get("failed").is_none(), "{name} failed: {v:#}");
+    }
+    for (t, r) in v["reboot_us"].as_object().unwrap_or_else(|| panic!("{v:#}")) {
+        assert!(r.get("failed").is_none(), "{t}'s reboots failed: {v:#}");
+    }
+    assert!(v["sqlite_failed"].is_null(), "{v:#}");
     assert!(tmp.path().join("shoal-bench-recover/recover.csv").is_file());
 }
 
@@ -173,8 +218,7 @@ fn bench_recover_from_any_directory() {
 /// the instance's ramfs, gone) (Fig. 8); a bad --only is one line.
 #[test]
 fn bench_recover_servers() {
-    if !["wrk", "redis-benchmark"].iter().all(|p| std::process::Command::new(p).arg("-v").output().is_ok()) {
-        eprintln!("skipped: bench_recover_servers needs wrk and redis-benchmark (scripts/setup installs them)");
+    if !shoal_testkit::need(&["wrk", "redis-benchmark"]) {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -202,8 +246,8 @@ fn bench_recover_servers() {
 }
 
 /// The quickest density run: two instances of each configuration, PSS
-/// measured for every one that ran (hvt skipped with its reason only
-/// without /dev/kvm); a bad --only is one line and non-zero.
+/// measured for every one that ran (hvt unavailable, with its reason, only
+/// without /dev/kvm; none failed); a bad --only is one line and non-zero.
 #[test]
 fn bench_density_from_any_directory() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -217,7 +261,14 @@ fn bench_density_from_any_directory() {
     for (i, _) in results.iter().enumerate() {
         positive(&v, &format!("/results/{i}/pss_kib_per_instance"));
     }
-    assert_eq!(configs.len() + v["skipped"].as_array().map_or(0, Vec::len), 5, "{v:#}");
+    assert_eq!(v["failed"].as_array().map(Vec::len), Some(0), "{v:#}");
+    let unavailable = v["unavailable"].as_array().unwrap_or_else(|| panic!("{v:#}"));
+    for why in unavailable {
+        let why = why.as_str().unwrap_or_default();
+        assert!(why.starts_with("hvt"), "only hvt's configurations may be unavailable: {v:#}");
+        shoal_testkit::skip("kvm", &format!("density configuration {why}"));
+    }
+    assert_eq!(configs.len() + unavailable.len(), 5, "{v:#}");
     let o = bench(tmp.path(), &["density", "--only", "nonsense"]);
     assert_clean_error(&o, "--only nonsense: no such configuration");
 }
@@ -233,9 +284,7 @@ fn bench_apps_from_any_directory() {
     positive(&v, "/results/lua/native_s/mean");
     positive(&v, "/results/lua/spt_s/mean");
     assert_eq!(v.pointer("/results/lua/spt_s/runs").and_then(Value::as_array).map(Vec::len), Some(2));
-    if let Some(why) = v.pointer("/results/lua/hvt_s/skipped").and_then(Value::as_str) {
-        eprintln!("bench apps: hvt skipped here: {why}");
-    } else {
+    if measured(&v, "/results/lua/hvt_s", &["kvm"]) {
         positive(&v, "/results/lua/hvt_s/mean");
     }
 }
@@ -252,12 +301,7 @@ fn bench_echo_from_any_directory() {
             }
         }
         positive(&v, &format!("/modes/{mode}/systems/spt/ratio_over_native/average"));
-        // hvt has no networking yet: it must be reported as skipped with the
-        // tender's reason, and measured once it can run.
-        if let Some(why) = v.pointer(&format!("/modes/{mode}/systems/hvt/skipped")).and_then(Value::as_str) {
-            assert!(!why.is_empty(), "{v:#}");
-            eprintln!("bench echo: hvt skipped here: {why}");
-        } else {
+        if measured(&v, &format!("/modes/{mode}/systems/hvt"), &["kvm"]) {
             positive(&v, &format!("/modes/{mode}/systems/hvt/average_ms"));
         }
     }
@@ -281,7 +325,8 @@ fn bench_faas_cold_start_from_any_directory() {
             positive(&v, &format!("/experiments/cold-start/results/lua/{b}/mean"));
         }
     }
-    assert_eq!(v["skipped"].as_object().map(|s| s.len()), Some(0), "{v:#}");
+    assert_eq!(v["unavailable"].as_object().map(|s| s.len()), Some(0), "{v:#}");
+    assert_eq!(v["failed"].as_object().map(|s| s.len()), Some(0), "{v:#}");
     let out = tmp.path().join("shoal-bench-faas");
     for f in ["cold-start.csv", "cold-start.svg", "cold-start.md", "summary.md"] {
         assert!(out.join(f).is_file(), "no {f} in {}", out.display());
@@ -345,7 +390,7 @@ fn bench_http_and_kv_from_any_directory() {
         }
         let v = json_of(which, &bench(tmp.path(), &args));
         for s in ["native", "spt"] {
-            assert!(v["systems"][s]["skipped"].is_null(), "{which}: {s} skipped: {v:#}");
+            assert!(v["systems"][s]["unavailable"].is_null() && v["systems"][s]["failed"].is_null(), "{which}: {s} not measured: {v:#}");
             for op in ops {
                 for i in 0..2 {
                     positive(&v, &format!("/systems/{s}/requests_per_s/{op}/{i}/mean"));
@@ -371,8 +416,7 @@ fn bench_http_and_kv_from_any_directory() {
 /// on one CPU only, the report says which and that the client has another.
 #[test]
 fn bench_http_and_kv_pinned() {
-    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        eprintln!("skipped: --pin needs two CPUs and this machine has one");
+    if !shoal_testkit::need(&["two-cpus"]) {
         return;
     }
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -389,7 +433,7 @@ fn bench_http_and_kv_pinned() {
         let client = v.pointer("/pinned/client_cpu").and_then(Value::as_u64).unwrap_or_else(|| panic!("{which}: not pinned: {v:#}"));
         assert_ne!(server, client, "{v:#}");
         for s in ["native", "spt"] {
-            assert!(v["systems"][s]["skipped"].is_null(), "{which}: {s} skipped: {v:#}");
+            assert!(v["systems"][s]["unavailable"].is_null() && v["systems"][s]["failed"].is_null(), "{which}: {s} not measured: {v:#}");
             positive(&v, &format!("/systems/{s}/requests_per_s/GET/0/mean"));
             assert_eq!(v["systems"][s]["server_cpus"], serde_json::json!([server.to_string()]), "{which}: {s}: {v:#}");
         }

@@ -157,3 +157,35 @@ fn newcomer_mistakes_get_a_line_that_says_what_to_do() {
     let v = stdout(&version);
     assert!(version.status.success() && v.starts_with("shoal cc ") && v.lines().nth(1).is_some_and(|l| l.starts_with("gcc")), "{v}");
 }
+
+/// A manifest beside an image that is another image's (copied without
+/// its image, or left from an older build): `shoal inspect` and a pool
+/// run say so in one line, instead of describing the wrong image or
+/// calling the pool tampered with.
+#[test]
+fn a_manifest_of_another_image_is_named_as_such() {
+    let dir = scratch();
+    let a = build_image(&app("hello.c"), dir.path(), &[]);
+    let b_dir = dir.path().join("b");
+    std::fs::create_dir_all(&b_dir).unwrap();
+    let b = build_image(&test_app("sleep.c"), &b_dir, &["-lpthread"]);
+    let manifest = |i: &std::path::Path| std::path::PathBuf::from(format!("{}.manifest.json", i.display()));
+    std::fs::copy(manifest(&b), manifest(&a)).unwrap();
+    let o = output(shoal().arg("inspect").arg(&a));
+    assert_eq!(o.status.code(), Some(125));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "shoal: {} belongs to another image than {} (its image_sha256 differs): rebuild the image, or copy it together with its manifest\n",
+            manifest(&a).display(),
+            a.display()
+        )
+    );
+    let pool = dir.path().join("pool");
+    let o = output(shoal().args(["run", "--mem-mode", "pool"]).arg(&a).env("SHOAL_POOL_DIR", &pool));
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o),
+        format!("shoal: pool: the manifest beside {} belongs to another image (its image_sha256 differs): rebuild the image, or copy it together with its manifest\n", a.display())
+    );
+}

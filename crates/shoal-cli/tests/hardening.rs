@@ -91,11 +91,6 @@ fn status_field(pid: u32, key: &str) -> String {
     s.lines().find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string())).unwrap_or_default()
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// Starts `cmd` with a secret in its environment, an inherited descriptor
 /// (fd 9 through bash) and a secret in the --fs path; checks the instance
 /// process holds none of it; kills it.
@@ -135,7 +130,7 @@ fn check_instance_holds_nothing_of_the_host(single_process: bool) {
     let fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     let fd3 = std::fs::read_link(format!("/proc/{pid}/fd/3")).map(|p| p.display().to_string()).unwrap_or_default();
     let found = search_memory(pid, &[&secret, &fs_secret, "SHOAL_TEST_SECRET", &visible]);
-    let root_view = is_root().then(|| {
+    let root_view = shoal_testkit::probe("root").is_ok().then(|| {
         let ns = |p: String, n: &str| std::fs::read_link(format!("/proc/{p}/ns/{n}")).unwrap();
         let differs: Vec<(&str, bool)> =
             ["mnt", "pid", "ipc", "net", "user"].into_iter().map(|n| (n, ns(pid.to_string(), n) != ns("self".into(), n))).collect();
@@ -167,7 +162,7 @@ fn check_instance_holds_nothing_of_the_host(single_process: bool) {
     assert!(!control.is_empty(), "the memory scan did not even find the guest's own environment");
     assert!(found.is_empty(), "host secrets readable in the instance's memory: {found:?}");
     match root_view {
-        None => eprintln!("note: not root: the drop to nobody, the namespaces and the empty root (root-only confinement) are not checked"),
+        None => shoal_testkit::skip("root", "the drop to nobody, the namespaces and the empty root (root-only confinement) are not checked"),
         Some((differs, root_entries, uid, gid, cap_eff, cap_bnd)) => {
             for (n, d) in differs {
                 // In place, only children could enter a new PID namespace.

@@ -117,8 +117,7 @@ fn measure(images: &[PathBuf; 2], mode: &str, pool: &Path) -> (u64, u64, Vec<(St
 
 #[test]
 fn instances_of_two_versions_share_common_library_frames() {
-    if !Path::new("/dev/shm").is_dir() {
-        eprintln!("skipped: no /dev/shm");
+    if !shoal_testkit::need(&["shm"]) {
         return;
     }
     let dir = scratch();

@@ -838,8 +838,17 @@ fn the_fn_command_deploys_lists_invokes_and_removes() {
     follow.wait().unwrap();
     let o = fnc().args(["invoke", "nothere"]).output().unwrap();
     assert_clean_error(&o, "404");
-    let o = fnc().args(["rm", "fib"]).output().unwrap();
-    assert!(o.status.success());
+    // A name with a slash is the gateway's name error (400), not a
+    // missing route (404).
+    let o = fnc().args(["deploy", "a/b", &image("fib")]).output().unwrap();
+    assert_clean_error(&o, "400");
+    assert_clean_error(&o, "invalid function name \"a/b\"");
+    // rm takes several names.
+    let o = fnc().args(["deploy", "fib2", &image("fib")]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = fnc().args(["rm", "fib", "fib2"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "removed fib\nremoved fib2\n");
     assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
 }
 
@@ -847,16 +856,13 @@ fn the_fn_command_deploys_lists_invokes_and_removes() {
 /// and the runtimes (scripts/setup installs them).
 #[test]
 fn runc_and_runsc_backends() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        let _ = writeln!(std::io::stderr(), "skipped: runc_and_runsc_backends: needs root");
+    if !shoal_testkit::need(&["root"]) {
         return;
     }
     let dir = scratch();
     let gw = Gateway::start(&dir.path().join("state"));
     for rt in ["runc", "runsc"] {
-        if !["/usr/sbin", "/usr/bin"].iter().any(|d| Path::new(d).join(rt).is_file()) {
-            let _ = writeln!(std::io::stderr(), "skipped: the {rt} backend: {rt} is not installed");
+        if !shoal_testkit::need(&[rt]) {
             continue;
         }
         let name = format!("noop-{rt}");
@@ -948,8 +954,7 @@ fn hey(url: &str, n: usize, c: usize) -> (Vec<(u16, usize)>, Vec<String>, f64) {
 /// above). The throughput is printed, never asserted. About 10 s here.
 #[test]
 fn hey_load_against_noop_on_spt() {
-    if Command::new("hey").arg("-h").output().is_err() {
-        let _ = writeln!(std::io::stderr(), "skipped: hey_load_against_noop_on_spt: `hey` is not installed (scripts/setup installs it)");
+    if !shoal_testkit::need(&["hey"]) {
         return;
     }
     let dir = scratch();
@@ -1103,12 +1108,10 @@ fn an_spt_instance_is_confined_as_shoal_run_confines_it() {
     let _ = run.wait();
     assert_eq!(a, b, "the gateway's instance (left) is confined otherwise than shoal run's (right)");
     assert!(a.iter().any(|l| l == "Seccomp: 2") && a.iter().any(|l| l == "NoNewPrivs: 1"), "{a:?}");
-    // SAFETY: geteuid takes no arguments and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
+    // Only root's instances make namespaces and drop to nobody.
+    if shoal_testkit::need(&["root"]) {
         assert!(a.iter().any(|l| l == "ns pid: readable true, the host's false"), "{a:?}");
         assert!(a.iter().any(|l| l.starts_with("Uid: 65534")), "{a:?}");
-    } else {
-        let _ = writeln!(std::io::stderr(), "skipped: the namespace checks need root (the instance makes none otherwise)");
     }
 }
 
@@ -1185,13 +1188,6 @@ fn the_prepared_function_is_dropped_when_replaced_or_removed() {
 
 // ------------------------------------------------- issue 31: the gateway
 
-/// Whether the test runs as root (the checks as `nobody` and the
-/// container backends need it).
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// `curl` run as `nobody` (`setpriv`): the HTTP status it got.
 fn curl_as_nobody(args: &[&str]) -> String {
     let o = Command::new("setpriv")
@@ -1243,11 +1239,8 @@ fn the_management_api_needs_the_gateway_token() {
     assert_eq!(gw.deploy("noop", &deploy).status, 201);
     let r = http_as(gw.addr, "GET", "/fn/noop/", None, None, None);
     assert_eq!((r.status, r.text().as_str()), (200, "noop\n"));
-    if !root() {
-        let _ = writeln!(std::io::stderr(), "skipped: the checks as nobody: they need root");
-    } else if Command::new("curl").arg("--version").output().is_err() {
-        let _ = writeln!(std::io::stderr(), "skipped: the checks as nobody: curl is not installed");
-    } else {
+    // As nobody: curl through setpriv, which needs root.
+    if shoal_testkit::need(&["root", "setpriv", "curl"]) {
         let url = format!("http://{}/functions/pwn", gw.addr);
         let native = format!(r#"{{"image":"{}","backend":"process"}}"#, image("noop.native"));
         let code = curl_as_nobody(&["-X", "PUT", "-H", "Content-Type: application/json", "--data", &native, &url]);
@@ -1355,13 +1348,12 @@ fn netprobe() -> &'static Path {
 /// management API.
 #[test]
 fn container_functions_reach_neither_the_gateway_nor_other_functions() {
-    if !root() {
-        let _ = writeln!(std::io::stderr(), "skipped: container_functions_reach_neither_the_gateway_nor_other_functions: needs root");
+    if !shoal_testkit::need(&["root"]) {
         return;
     }
-    let rts: Vec<&str> = ["runc", "runsc"].into_iter().filter(|rt| ["/usr/sbin", "/usr/bin"].iter().any(|d| Path::new(d).join(rt).is_file())).collect();
+    // Each runtime that is missing is a skip of its part.
+    let rts: Vec<&str> = ["runc", "runsc"].into_iter().filter(|rt| shoal_testkit::need(&[rt])).collect();
     if rts.is_empty() {
-        let _ = writeln!(std::io::stderr(), "skipped: container_functions_reach_neither_the_gateway_nor_other_functions: neither runc nor runsc is installed");
         return;
     }
     let dir = scratch();

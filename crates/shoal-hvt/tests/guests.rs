@@ -1,8 +1,8 @@
 //! Hand-made guests (tests/guests/*.s) run on the hvt tender.
 //!
 //! Each guest is assembled with `as` and linked with `ld` at 0x100000 by
-//! the test itself. Without a usable `/dev/kvm` every test prints
-//! "skipped: /dev/kvm not usable: …" and returns.
+//! the test itself. Without a usable `/dev/kvm` every test skips through
+//! shoal_testkit (a failure when SHOAL_REQUIRE names kvm).
 
 use shoal_hvt::{Console, Outcome, Refusal, RunConfig, Timings};
 use std::path::{Path, PathBuf};
@@ -14,11 +14,7 @@ fn kvm_usable() -> bool {
     match shoal_hvt::vm::check_kvm() {
         Ok(()) => true,
         Err(e) => {
-            // Written to the stderr handle, not with eprintln!: the test
-            // harness captures the print macros of passing tests, and a skip
-            // must be visible.
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "skipped: /dev/kvm not usable: {e}");
+            shoal_testkit::skip("kvm", &format!("/dev/kvm not usable: {e}"));
             false
         }
     }

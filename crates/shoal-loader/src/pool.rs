@@ -84,7 +84,7 @@ pub enum PoolError {
     #[error("pool: {0}")]
     Manifest(#[from] shoal_manifest::ManifestError),
     /// The manifest does not belong to the image.
-    #[error("pool: the manifest of {0} does not match the image (rebuild it)")]
+    #[error("pool: the manifest beside {0} belongs to another image (its image_sha256 differs): rebuild the image, or copy it together with its manifest")]
     ManifestMismatch(PathBuf),
     /// The manifest describes pages the image does not have.
     #[error("pool: the manifest of {image} describes {what}, which the image does not match")]
@@ -571,9 +571,24 @@ impl Pool {
     /// names the libraries and their pages: every page is compared with the
     /// image's own bytes.
     pub fn plan(&self, image: &Image) -> Result<PoolPlan, PoolError> {
-        let t0 = std::time::Instant::now();
         let manifest = Manifest::read(&Manifest::path_for(image.path()))?;
-        let libs = pool_libs(&manifest);
+        self.plan_with(image, &manifest).map_err(|e| match e {
+            // A pool file that is missing or differs may only mean that the
+            // manifest beside the image is another image's (copied without
+            // its image, or left from an older build): say that instead.
+            // Hashing the image costs milliseconds, so only on this path.
+            PoolError::Missing { .. } | PoolError::Tampered { .. } | PoolError::Truncated { .. } | PoolError::BadRegion { .. }
+                if sha256_file(image.path()).is_ok_and(|h| h != manifest.image_sha256) =>
+            {
+                PoolError::ManifestMismatch(image.path().to_path_buf())
+            }
+            e => e,
+        })
+    }
+
+    fn plan_with(&self, image: &Image, manifest: &Manifest) -> Result<PoolPlan, PoolError> {
+        let t0 = std::time::Instant::now();
+        let libs = pool_libs(manifest);
         if !self.dir.exists() {
             if let Some(l) = libs.first() {
                 return Err(PoolError::Missing { lib: l.lib.clone(), path: self.dir.join(&l.file_name) });

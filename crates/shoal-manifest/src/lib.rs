@@ -261,6 +261,12 @@ impl Manifest {
         Ok(Manifest { format: FORMAT, layout: layout.to_string(), entry: elf.entry(), image_sha256: hex(&Sha256::digest(data)), libraries })
     }
 
+    /// Whether this manifest was written for the image whose bytes are
+    /// `image` (its `image_sha256`).
+    pub fn describes(&self, image: &[u8]) -> bool {
+        hex(&Sha256::digest(image)) == self.image_sha256
+    }
+
     /// The images a command line names, each once and in order: a shell
     /// glob such as `out/*` also names the manifests, and a manifest
     /// (`IMAGE.manifest.json`) stands for its image.

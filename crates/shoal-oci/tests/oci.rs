@@ -1,8 +1,8 @@
 //! End-to-end tests of `shoal-oci` (issue 20): the OCI lifecycle called
 //! directly, the errors runc gives for bad input, the console socket, and
 //! then podman and containerd running shoal images through it. They need
-//! root (namespaces, cgroups, the engines); without it each test says so
-//! and passes without checking anything.
+//! root (namespaces, cgroups, the engines); without it each test skips
+//! through shoal_testkit (a failure when SHOAL_REQUIRE names root).
 //!
 //! The container process outlives `shoal-oci create`, as with runc; this
 //! test process makes itself a child subreaper, so the tender becomes its
@@ -28,11 +28,9 @@ fn home() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
-/// Whether the test can run; prints why not.
-fn root_or_skip(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED {test}: shoal-oci needs root (namespaces, cgroups); run the tests as root");
+/// Whether the test can run (as root); skips through shoal_testkit otherwise.
+fn root_or_skip() -> bool {
+    if !shoal_testkit::need(&["root"]) {
         return false;
     }
     // SAFETY: PR_SET_CHILD_SUBREAPER takes one integer argument.
@@ -184,7 +182,7 @@ fn save_hook(file: &Path, name: &str, order: &Path) -> serde_json::Value {
 
 #[test]
 fn lifecycle_create_start_state_kill_delete_with_hooks() {
-    if !root_or_skip("lifecycle_create_start_state_kill_delete_with_hooks") {
+    if !root_or_skip() {
         return;
     }
     let t = scratch();
@@ -244,7 +242,7 @@ fn lifecycle_create_start_state_kill_delete_with_hooks() {
 
 #[test]
 fn exit_status_output_env_and_args_pass_through() {
-    if !root_or_skip("exit_status_output_env_and_args_pass_through") {
+    if !root_or_skip() {
         return;
     }
     let t = scratch();
@@ -320,7 +318,7 @@ fn image_symlinks_resolve_inside_the_root_file_system() {
 
 #[test]
 fn delete_force_kills_and_delete_of_created_needs_force() {
-    if !root_or_skip("delete_force_kills_and_delete_of_created_needs_force") {
+    if !root_or_skip() {
         return;
     }
     let t = scratch();
@@ -352,7 +350,7 @@ fn delete_force_kills_and_delete_of_created_needs_force() {
 
 #[test]
 fn bad_input_gives_runc_errors_and_leaves_no_state() {
-    if !root_or_skip("bad_input_gives_runc_errors_and_leaves_no_state") {
+    if !root_or_skip() {
         return;
     }
     let t = scratch();
@@ -437,7 +435,7 @@ fn recv_fd(conn: &std::os::unix::net::UnixStream) -> OwnedFd {
 
 #[test]
 fn console_socket_receives_the_terminal() {
-    if !root_or_skip("console_socket_receives_the_terminal") {
+    if !root_or_skip() {
         return;
     }
     let t = scratch();
@@ -506,15 +504,9 @@ fn archives() -> &'static (PathBuf, PathBuf) {
     })
 }
 
-/// Whether `tool` runs (`tool --version`, `go version`); prints why not.
-fn have(tool: &str, test: &str) -> bool {
-    match Command::new(tool).arg(if tool == "go" { "version" } else { "--version" }).output() {
-        Ok(o) if o.status.success() => true,
-        _ => {
-            eprintln!("SKIPPED {test}: {tool} is not installed (scripts/setup installs it)");
-            false
-        }
-    }
+/// Whether `tool` (a shoal_testkit feature) is here; skips otherwise.
+fn have(tool: &str) -> bool {
+    shoal_testkit::need(&[tool])
 }
 
 /// `podman --runtime …/shoal-oci ARGS` with the test images loaded.
@@ -562,8 +554,7 @@ fn text(o: &Output) -> String {
 
 #[test]
 fn podman_run_rm_prints_hello_world_and_passes_exit_status() {
-    let test = "podman_run_rm_prints_hello_world_and_passes_exit_status";
-    if !root_or_skip(test) || !have("podman", test) {
+    if !root_or_skip() || !have("podman") {
         return;
     }
     let o = podman(&["run", "--rm", "localhost/shoal-oci-test/hello", "from-podman"]);
@@ -581,7 +572,7 @@ fn podman_run_rm_prints_hello_world_and_passes_exit_status() {
             let o = podman(&["run", "--rm", "--annotation", "org.shoal.tender=hvt", "localhost/shoal-oci-test/app", "exit", "7"]);
             assert_eq!(o.status.code(), Some(7), "hvt: {}", text(&o));
         }
-        Err(e) => eprintln!("SKIPPED the hvt part of {test}: /dev/kvm: {e}"),
+        Err(e) => shoal_testkit::skip("kvm", &format!("the hvt part: /dev/kvm: {e}")),
     }
     let o = podman(&["run", "--rm", "--annotation", "org.shoal.tender=xen", "localhost/shoal-oci-test/app"]);
     assert_ne!(o.status.code(), Some(0));
@@ -590,8 +581,7 @@ fn podman_run_rm_prints_hello_world_and_passes_exit_status() {
 
 #[test]
 fn podman_run_detached_logs_ps_stop_rm() {
-    let test = "podman_run_detached_logs_ps_stop_rm";
-    if !root_or_skip(test) || !have("podman", test) {
+    if !root_or_skip() || !have("podman") {
         return;
     }
     let name = format!("shoal-oci-test-d{}", std::process::id());
@@ -628,8 +618,7 @@ fn podman_run_detached_logs_ps_stop_rm() {
 
 #[test]
 fn podman_run_t_gets_a_terminal() {
-    let test = "podman_run_t_gets_a_terminal";
-    if !root_or_skip(test) || !have("podman", test) {
+    if !root_or_skip() || !have("podman") {
         return;
     }
     let o = podman(&["run", "--rm", "-t", "localhost/shoal-oci-test/app", "tty"]);
@@ -660,8 +649,7 @@ state = "{d}/state"
 
 #[test]
 fn containerd_ctr_runs_shoal_images_through_the_runc_shim() {
-    let test = "containerd_ctr_runs_shoal_images_through_the_runc_shim";
-    if !root_or_skip(test) || !have("containerd", test) {
+    if !root_or_skip() || !have("containerd") {
         return;
     }
     let t = scratch();
@@ -746,7 +734,7 @@ fn containerd_ctr_runs_shoal_images_through_the_runc_shim() {
 #[test]
 fn podman_run_p_reaches_the_http_example() {
     let test = "podman_run_p_reaches_the_http_example";
-    if !root_or_skip(test) || !have("podman", test) {
+    if !root_or_skip() || !have("podman") {
         return;
     }
     let t = scratch();
@@ -768,7 +756,7 @@ fn podman_run_p_reaches_the_http_example() {
     podman_p_on(test, &[]);
     match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
         Ok(_) => podman_p_on(test, &["--annotation", "org.shoal.tender=hvt"]),
-        Err(e) => eprintln!("SKIPPED the hvt part of {test}: /dev/kvm: {e}"),
+        Err(e) => shoal_testkit::skip("kvm", &format!("the hvt part: /dev/kvm: {e}")),
     }
 }
 
@@ -806,20 +794,12 @@ fn podman_p_on(test: &str, extra: &[&str]) {
 }
 
 /// The opencontainers runtime-tools validation tests that apply
-/// (scripts/oci-validate). The script fetches runtime-tools' Go module once
-/// into ~/.cache/shoal; this test runs it only when that was done, so the
-/// test suite itself fetches nothing.
+/// (scripts/oci-validate). scripts/setup fetches runtime-tools' Go module
+/// into ~/.cache/shoal when go is installed (the testkit feature `go` is
+/// both), so the test suite itself fetches nothing.
 #[test]
 fn runtime_tools_validation_tests_pass() {
-    let test = "runtime_tools_validation_tests_pass";
-    if !root_or_skip(test) || !have("go", test) {
-        return;
-    }
-    let cache = PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/shoal");
-    let fetched =
-        std::fs::read_dir(&cache).map(|d| d.filter_map(Result::ok).any(|e| e.file_name().to_string_lossy().starts_with("runtime-tools-"))).unwrap_or(false);
-    if !fetched {
-        eprintln!("SKIPPED {test}: runtime-tools is not fetched; run scripts/oci-validate once (it fetches the Go module into ~/.cache/shoal)");
+    if !root_or_skip() || !have("go") {
         return;
     }
     let o = Command::new(home().join("scripts/oci-validate")).stdin(Stdio::null()).output().unwrap();

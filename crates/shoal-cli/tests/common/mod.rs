@@ -72,21 +72,16 @@ pub fn assert_clean_error(o: &Output, needle: &str) {
 }
 
 /// The tenders to test on: spt always; hvt when /dev/kvm can be opened
-/// read-write, otherwise a visible skip message (never a silent pass).
+/// read-write, otherwise a visible skip of the hvt column (a failure when
+/// SHOAL_REQUIRE names kvm).
 pub fn tenders() -> Vec<&'static str> {
-    let mut t = vec!["spt"];
-    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
-        Ok(_) => t.push("hvt"),
-        Err(e) => {
-            use std::io::Write;
-            // Straight to the terminal: libtest hides eprintln! of passing tests.
-            let _ = writeln!(std::io::stderr().lock(), "skipped: the hvt column: /dev/kvm is not usable: {e}");
-            if let Ok(mut tty) = std::fs::OpenOptions::new().write(true).open("/dev/tty") {
-                let _ = writeln!(tty, "skipped: the hvt column: /dev/kvm is not usable: {e}");
-            }
+    match shoal_testkit::probe("kvm") {
+        Ok(()) => vec!["spt", "hvt"],
+        Err(why) => {
+            shoal_testkit::skip("kvm", &format!("the hvt column: {why}"));
+            vec!["spt"]
         }
     }
-    t
 }
 
 /// `shoal run --tender T` plus the rest.

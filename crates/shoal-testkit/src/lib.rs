@@ -1,0 +1,153 @@
+//! What shoal's integration tests share about the machine they run on.
+//!
+//! A test that needs something the machine may lack (KVM, root, a container
+//! runtime, a load generator) asks for it by its feature name with [`need`]
+//! or, when it probed by itself, reports the skip with [`skip`]. Either way
+//! the skip is one visible line, `skipped: TEST: WHY (needs FEATURE)`,
+//! written to the stderr handle (the test harness captures the print
+//! macros of passing tests, so `eprintln!` would hide it).
+//!
+//! `SHOAL_REQUIRE` (comma-separated feature names, set by `scripts/test`
+//! from what the machine has) turns a skip into a failure: when a feature
+//! is present (the device node exists, the program is installed) a test
+//! that finds it unusable has found a fault, not a gap.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The features a test can need, with what makes each present.
+pub const FEATURES: &[(&str, &str)] = &[
+    ("kvm", "/dev/kvm opens read-write (the hvt tender)"),
+    ("root", "the tests run as uid 0"),
+    ("runc", "runc is installed"),
+    ("runsc", "runsc (gVisor) is installed"),
+    ("podman", "podman is installed"),
+    ("containerd", "containerd and ctr are installed"),
+    ("go", "go is installed and scripts/setup fetched runtime-tools with it"),
+    ("hey", "hey (HTTP load generator) is installed"),
+    ("wrk", "wrk (HTTP load generator) is installed"),
+    ("redis-benchmark", "redis-benchmark is installed"),
+    ("setpriv", "setpriv is installed"),
+    ("curl", "curl is installed"),
+    ("two-cpus", "at least two CPUs are available"),
+    ("shm", "/dev/shm is a directory"),
+];
+
+/// Whether `SHOAL_REQUIRE` names `feature`.
+pub fn required(feature: &str) -> bool {
+    std::env::var("SHOAL_REQUIRE").is_ok_and(|r| names(&r, feature))
+}
+
+/// Whether the comma-separated `list` names `feature`.
+fn names(list: &str, feature: &str) -> bool {
+    list.split(',').any(|f| f.trim() == feature)
+}
+
+/// The name of the running test (libtest names each test's thread after it).
+fn test_name() -> String {
+    std::thread::current().name().unwrap_or("a test").to_string()
+}
+
+/// Skips (part of) the running test that needs `feature`, for `why`: one
+/// visible line on stderr, or, when `SHOAL_REQUIRE` names the feature, a
+/// panic that fails the test.
+#[track_caller]
+pub fn skip(feature: &str, why: &str) {
+    assert!(FEATURES.iter().any(|(f, _)| *f == feature), "shoal-testkit: unknown feature `{feature}`");
+    let test = test_name();
+    if required(feature) {
+        panic!("{test}: {why}; SHOAL_REQUIRE names `{feature}` (present on this machine), so this is a failure, not a skip");
+    }
+    let _ = writeln!(std::io::stderr().lock(), "skipped: {test}: {why} (needs {feature})");
+}
+
+/// Whether `feature` is usable here, or why not.
+pub fn probe(feature: &str) -> Result<(), String> {
+    match feature {
+        "kvm" => std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").map(|_| ()).map_err(|e| format!("/dev/kvm is not usable: {e}")),
+        "root" => match effective_uid() {
+            Some(0) => Ok(()),
+            Some(uid) => Err(format!("the tests run as uid {uid}, not root")),
+            None => Err("the effective uid cannot be read from /proc/self/status".into()),
+        },
+        "containerd" => ["containerd", "ctr"].iter().try_for_each(|p| program(p).map(|_| ())),
+        "go" => {
+            program("go")?;
+            runtime_tools().map(|_| ()).ok_or_else(|| "runtime-tools is not fetched into ~/.cache/shoal (scripts/setup fetches it with go)".into())
+        }
+        "two-cpus" => match std::thread::available_parallelism().map_or(1, |n| n.get()) {
+            n if n >= 2 => Ok(()),
+            n => Err(format!("this machine has {n} CPU")),
+        },
+        "shm" => Path::new("/dev/shm").is_dir().then_some(()).ok_or_else(|| "/dev/shm is not a directory".into()),
+        "runc" | "runsc" | "podman" | "hey" | "wrk" | "redis-benchmark" | "setpriv" | "curl" => program(feature).map(|_| ()),
+        other => panic!("shoal-testkit: unknown feature `{other}`"),
+    }
+}
+
+/// Whether every one of `features` is usable; for the first that is not,
+/// [`skip`] (which fails the test when `SHOAL_REQUIRE` names it).
+#[track_caller]
+pub fn need(features: &[&str]) -> bool {
+    for f in features {
+        if let Err(why) = probe(f) {
+            skip(f, &why);
+            return false;
+        }
+    }
+    true
+}
+
+/// `name` in PATH or in the sbin directories (runc lives in /usr/sbin), or
+/// why not.
+pub fn program(name: &str) -> Result<PathBuf, String> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("{name} is not installed (scripts/setup installs it)"))
+}
+
+/// The runtime-tools source scripts/setup fetched into ~/.cache/shoal, if
+/// it did.
+pub fn runtime_tools() -> Option<PathBuf> {
+    let cache = PathBuf::from(std::env::var_os("HOME")?).join(".cache/shoal");
+    std::fs::read_dir(cache)
+        .ok()?
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with("runtime-tools-") && e.path().is_dir())
+        .map(|e| e.path())
+}
+
+/// The effective uid, from /proc/self/status.
+fn effective_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find(|l| l.starts_with("Uid:"))?.split_whitespace().nth(2)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_feature_can_be_probed() {
+        for (f, _) in FEATURES {
+            // Either answer is fine; an unknown name would panic.
+            let _ = probe(f);
+        }
+    }
+
+    #[test]
+    fn the_require_list_names_whole_features() {
+        assert!(names("kvm,root,runc", "root"));
+        assert!(names(" kvm , runsc", "runsc"));
+        assert!(!names("runsc", "runc"));
+        assert!(!names("", "kvm"));
+    }
+
+    #[test]
+    fn a_missing_program_says_so() {
+        assert_eq!(program("shoal-no-such-program"), Err("shoal-no-such-program is not installed (scripts/setup installs it)".to_string()));
+    }
+}
