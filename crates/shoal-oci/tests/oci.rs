@@ -279,7 +279,7 @@ fn exit_status_output_env_and_args_pass_through() {
 /// the file found, not a path to resolve again.
 #[test]
 fn image_symlinks_resolve_inside_the_root_file_system() {
-    if !root_or_skip("image_symlinks_resolve_inside_the_root_file_system") {
+    if !root_or_skip() {
         return;
     }
     let t = scratch();
