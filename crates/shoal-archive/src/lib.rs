@@ -290,6 +290,55 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A directory swapped for a symlink to a directory outside the tree
+    /// while packing (`renameat2(RENAME_EXCHANGE)` in a loop, as a process
+    /// in a container could do during `shoal-oci create`) never makes the
+    /// packer read the outside file: each pack either stores what it
+    /// opened or fails.
+    #[test]
+    fn a_symlink_swapped_in_while_packing_is_not_followed() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let base = std::env::temp_dir().join(format!("shoal-archive-swap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (root, outside) = (base.join("root"), base.join("outside"));
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(root.join("d/f"), b"inside").unwrap();
+        std::fs::write(outside.join("f"), b"SECRET").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("x")).unwrap();
+        let stop = AtomicBool::new(false);
+        let (mut packed, mut failed) = (0, 0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let d = std::ffi::CString::new(root.join("d").as_os_str().as_encoded_bytes()).unwrap();
+                let x = std::ffi::CString::new(root.join("x").as_os_str().as_encoded_bytes()).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: two valid paths; renameat2 takes no other pointers.
+                    unsafe { libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, d.as_ptr(), libc::AT_FDCWD, x.as_ptr(), libc::RENAME_EXCHANGE) };
+                }
+            });
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < std::time::Duration::from_secs(3) {
+                match pack_dir(&root) {
+                    Ok(bytes) => {
+                        packed += 1;
+                        let a = Archive::parse(&bytes).unwrap();
+                        let leaked = a.entries().find(|e| e.data == b"SECRET").map(|e| String::from_utf8_lossy(e.path).into_owned());
+                        if let Some(path) = leaked {
+                            stop.store(true, Ordering::Relaxed);
+                            panic!("the packer followed a symlink out of the tree: {path} holds the outside file");
+                        }
+                    }
+                    Err(_) => failed += 1,
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        eprintln!("{packed} packs, {failed} refused (the tree changed under them)");
+        assert!(packed > 0, "no pack succeeded in 3 s");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
     #[test]
     fn rejects_damage() {
         assert_eq!(Archive::parse(b"short").unwrap_err(), ArchiveError::Truncated);

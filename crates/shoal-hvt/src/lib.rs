@@ -72,6 +72,8 @@
 #![deny(missing_docs)]
 
 mod forward;
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
 mod hypercall;
 mod net;
 mod preempt;

@@ -50,8 +50,14 @@ pub enum ConfigError {
     #[error("root.path {0}: no such directory")]
     NoRootDir(PathBuf),
     /// The image is not in the root.
-    #[error("process.args[0] {0}: no such file in the root file system ({1})")]
+    #[error("process.args[0] {0}: no such file in the root file system ({1}; symlinks resolve inside it)")]
     NoImage(String, PathBuf),
+    /// The root directory could not be opened.
+    #[error("root.path {0}: cannot open it: {1}")]
+    OpenRoot(PathBuf, std::io::Error),
+    /// The kernel lacks openat2, which finds the image safely.
+    #[error("this kernel has no openat2 (Linux 5.6 or later), which shoal-oci needs to find process.args[0] inside the root file system safely")]
+    NoOpenat2,
     /// An image path that leaves the root.
     #[error("process.args[0] {0}: the image path must stay inside the root file system (no ..)")]
     ImageEscapes(String),
@@ -330,6 +336,12 @@ pub struct Plan {
     pub rootfs: PathBuf,
     /// `shoal-tender` arguments (the program name not included).
     pub tender_args: Vec<String>,
+    /// The image, opened inside the root file system: create hands the
+    /// tender this descriptor (`/proc/self/fd/N` in place of
+    /// `tender_args[image_arg]`, the path it was found at).
+    pub image: std::sync::Arc<std::fs::File>,
+    /// Where the image is in `tender_args`.
+    pub image_arg: usize,
     /// A network namespace to join; `None` with `new_netns` false: stay.
     pub netns: Option<PathBuf>,
     /// Create a new, empty network namespace.
@@ -384,26 +396,34 @@ fn rlimit_resource(name: &str) -> Option<libc::__rlimit_resource_t> {
     })
 }
 
-/// Finds the image named by `args[0]` inside `rootfs`: a path (absolute
-/// or relative to /, the guest's working directory), or a bare name looked
-/// up in the container's `PATH`, as runc looks up the program.
-fn find_image(rootfs: &Path, name: &str, env: &[String]) -> Result<PathBuf, ConfigError> {
-    let inside = |p: &str| -> Result<PathBuf, ConfigError> {
+/// Finds and opens the image named by `args[0]` inside `rootfs`: a path
+/// (absolute or relative to /, the guest's working directory), or a bare
+/// name looked up in the container's `PATH`, as runc looks up the program.
+/// Symlinks on the way resolve inside the root file system, as they do in
+/// the guest (`sys::open_beneath`): one naming a host file outside it
+/// finds nothing there. Returns the path shown for it and the opened file,
+/// which the tender reads (a symlink swapped in later changes nothing).
+fn find_image(rootfs: &Path, name: &str, env: &[String]) -> Result<(PathBuf, std::fs::File), ConfigError> {
+    let root = std::fs::File::open(rootfs).map_err(|e| ConfigError::OpenRoot(rootfs.into(), e))?;
+    let open = |p: &str| -> Result<Option<(PathBuf, std::fs::File)>, ConfigError> {
         let rel = Path::new(p.trim_start_matches('/'));
         if rel.components().any(|c| matches!(c, Component::ParentDir)) {
             return Err(ConfigError::ImageEscapes(name.into()));
         }
-        Ok(rootfs.join(rel))
+        match crate::sys::open_beneath(&root, rel) {
+            Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => Ok(Some((rootfs.join(rel), f))),
+            Ok(_) => Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Err(ConfigError::NoOpenat2),
+            Err(_) => Ok(None),
+        }
     };
     if name.contains('/') {
-        let p = inside(name)?;
-        return if p.is_file() { Ok(p) } else { Err(ConfigError::NoImage(name.into(), rootfs.into())) };
+        return open(name)?.ok_or_else(|| ConfigError::NoImage(name.into(), rootfs.into()));
     }
     let path = env.iter().find_map(|e| e.strip_prefix("PATH=")).unwrap_or("/usr/local/bin:/usr/bin:/bin");
     for dir in path.split(':').filter(|d| !d.is_empty()) {
-        let p = inside(&format!("{dir}/{name}"))?;
-        if p.is_file() {
-            return Ok(p);
+        if let Some(found) = open(&format!("{dir}/{name}"))? {
+            return Ok(found);
         }
     }
     Err(ConfigError::NoImage(name.into(), rootfs.into()))
@@ -426,7 +446,7 @@ impl Spec {
             return Err(ConfigError::Cwd(process.cwd.clone()));
         }
         self.check_mounts()?;
-        let image = find_image(&rootfs, first, &process.env)?;
+        let (image_path, image) = find_image(&rootfs, first, &process.env)?;
 
         let mut tender_args = Vec::new();
         if let Some(v) = self.annotations.get(ANN_TENDER) {
@@ -483,7 +503,11 @@ impl Spec {
         for e in process.env.iter().filter(|e| e.contains('=')) {
             tender_args.extend(["-e".to_string(), e.clone()]);
         }
-        tender_args.push(image.to_string_lossy().into_owned());
+        // The guest's argv[0] is what the container asked for, as runc's
+        // process gets it (the tender is handed the image as a descriptor).
+        tender_args.extend(["--argv0".to_string(), first.clone()]);
+        let image_arg = tender_args.len();
+        tender_args.push(image_path.to_string_lossy().into_owned());
         tender_args.push("--".into());
         tender_args.extend(process.args[1..].iter().cloned());
 
@@ -500,6 +524,8 @@ impl Spec {
         Ok(Plan {
             rootfs,
             tender_args,
+            image: std::sync::Arc::new(image),
+            image_arg,
             netns,
             new_netns,
             rlimits,
@@ -576,6 +602,8 @@ mod tests {
             "PATH=/bin",
             "-e",
             "X=1",
+            "--argv0",
+            "app",
             &root.join("bin/app").to_string_lossy(),
             "--",
             "a",

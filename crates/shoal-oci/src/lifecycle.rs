@@ -190,6 +190,9 @@ struct ChildPlan {
     new_netns: bool,
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
     keep_fds: i32,
+    /// The image's descriptor (at or above `keep_fds`), left open for the
+    /// tender, which reads it as `/proc/self/fd/N`.
+    image_fd: i32,
 }
 
 fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mut Saved, child: &mut Option<i32>, warn: Warn) -> Result<(), LifeError> {
@@ -209,9 +212,17 @@ fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mu
     };
 
     let cstr = |s: &str| CString::new(s).map_err(|_| LifeError::Sys { what: "pass an argument", source: std::io::ErrorKind::InvalidInput.into() });
+    let keep_fds = 3 + a.preserve_fds as i32;
+    // The image goes to the tender as the file found inside the root file
+    // system (config::find_image), not as a path it would resolve again.
+    let image = sys::dup_at_least(&*plan.image, keep_fds).map_err(sys_err("pass the image"))?;
     let mut argv = vec![CString::new(tender.as_os_str().as_bytes()).unwrap_or_default()];
-    for t in &plan.tender_args {
-        argv.push(cstr(t)?);
+    for (i, t) in plan.tender_args.iter().enumerate() {
+        if i == plan.image_arg {
+            argv.push(cstr(&format!("/proc/self/fd/{}", image.as_raw_fd()))?);
+        } else {
+            argv.push(cstr(t)?);
+        }
     }
     // The tender needs no environment of the engine's; shoal's own
     // settings (SHOAL_POOL_DIR for the pool mode) pass through.
@@ -243,7 +254,8 @@ fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mu
         netns: plan.netns.as_deref().map(sys::cstr).transpose().map_err(sys_err("name the network namespace"))?,
         new_netns: plan.new_netns,
         rlimits,
-        keep_fds: 3 + a.preserve_fds as i32,
+        keep_fds,
+        image_fd: image.as_raw_fd(),
     };
     let (sync_r, sync_w) = sys::pipe().map_err(sys_err("make a pipe"))?;
 
@@ -341,6 +353,9 @@ fn container_process(cp: &ChildPlan, terminal: Option<&OwnedFd>, sync: OwnedFd) 
         // Whatever the engine left open beyond stdio and the preserved
         // descriptors must not reach the tender.
         libc::syscall(libc::SYS_close_range, cp.keep_fds as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC);
+        if libc::fcntl(cp.image_fd, libc::F_SETFD, 0) != 0 {
+            fail("pass the image to the tender");
+        }
         libc::write(sync.as_raw_fd(), [0u8].as_ptr().cast(), 1);
         drop(sync);
         let fd = libc::open(cp.fifo.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);

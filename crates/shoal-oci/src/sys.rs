@@ -1,7 +1,8 @@
 //! The few system calls shoal-oci needs that std does not wrap: the FIFO
 //! that holds a created container, the pseudo-terminal and its hand-over
 //! over the console socket (SCM_RIGHTS, as runc's `--console-socket`),
-//! signal names, and walking a process's descendants for `kill --all`.
+//! signal names, walking a process's descendants for `kill --all`, and
+//! opening a file beneath the root file system (`openat2`).
 
 use std::ffi::CString;
 use std::io;
@@ -22,6 +23,37 @@ pub fn check(r: libc::c_int) -> io::Result<libc::c_int> {
 /// no NUL; one that does is refused as invalid input).
 pub fn cstr(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))
+}
+
+/// Opens `path` (relative, or absolute meaning relative) beneath the
+/// directory `root` with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`:
+/// every symlink and `..` on the way is resolved as if `root` were `/`, so
+/// no symlink of the root file system can name a host file outside it, and
+/// the descriptor is the file found (no path is resolved again later).
+/// Read-only, close-on-exec.
+pub fn open_beneath(root: &std::fs::File, path: &Path) -> io::Result<std::fs::File> {
+    let c = cstr(path)?;
+    // SAFETY: an all-zero open_how is valid (no flags, mode or resolve bits).
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: `c` is NUL-terminated and `how` a valid open_how whose size
+    // is passed; the result is a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_openat2, root.as_raw_fd(), c.as_ptr(), &how as *const libc::open_how, std::mem::size_of::<libc::open_how>()) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned here.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd as libc::c_int) })
+}
+
+/// A duplicate of `fd` at the lowest free number `>= min`, close-on-exec.
+pub fn dup_at_least(fd: &impl AsRawFd, min: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC takes an integer; the result is a new
+    // descriptor or -1.
+    let n = check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) })?;
+    // SAFETY: `n` was just made and is owned here.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
 }
 
 /// Makes the FIFO a created container waits on.

@@ -273,6 +273,49 @@ fn exit_status_output_env_and_args_pass_through() {
     assert!(!Path::new("/sys/fs/cgroup/memory/shoal-oci/hello").exists(), "cgroup left behind");
 }
 
+/// Issue 31: `process.args[0]` is found inside the root file system with
+/// its symlinks resolved there (as the guest resolves them), so a symlink
+/// naming a host file outside it finds nothing, and the tender is handed
+/// the file found, not a path to resolve again.
+#[test]
+fn image_symlinks_resolve_inside_the_root_file_system() {
+    if !root_or_skip() {
+        return;
+    }
+    let t = scratch();
+    let d = t.path();
+    let oci = Oci::new(d);
+    // A runnable image outside the root file system.
+    let outside = d.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::copy(&images().0, outside.join("app")).unwrap();
+    let b = bundle(&d.join("abs"), &["exit", "7"], |_| {});
+    std::fs::remove_file(b.join("rootfs/app")).unwrap();
+    std::os::unix::fs::symlink(outside.join("app"), b.join("rootfs/app")).unwrap();
+    oci.fails(&["create", "--bundle", b.to_str().unwrap(), "abs"], "process.args[0] /app: no such file in the root file system");
+    let b = bundle(&d.join("rel"), &["exit", "7"], |c| c["process"]["args"][0] = "/rel".into());
+    std::os::unix::fs::symlink("../../../outside/app", b.join("rootfs/rel")).unwrap();
+    assert!(b.join("rootfs/rel").is_file(), "the relative symlink names the outside image on the host");
+    oci.fails(&["create", "--bundle", b.to_str().unwrap(), "rel"], "process.args[0] /rel: no such file in the root file system");
+    // A host file that is not an image, named by a symlink through a
+    // directory of the root file system.
+    let b = bundle(&d.join("etc"), &[], |c| c["process"]["args"][0] = "/etc/passwd".into());
+    std::os::unix::fs::symlink("/etc", b.join("rootfs/etc")).unwrap();
+    oci.fails(&["create", "--bundle", b.to_str().unwrap(), "etc"], "process.args[0] /etc/passwd: no such file in the root file system");
+    assert!(oci.entries().is_empty(), "failed creates left state: {:?}", oci.entries());
+
+    // Symlinks that stay inside still lead to the image: bin/app -> /app
+    // (the root file system's /app), found through PATH.
+    let b = bundle(&d.join("inside"), &["exit", "42"], |c| c["process"]["args"][0] = "app".into());
+    std::fs::create_dir(b.join("rootfs/bin")).unwrap();
+    std::os::unix::fs::symlink("/app", b.join("rootfs/bin/app")).unwrap();
+    let pid = oci.create("inside", &b);
+    oci.ok(&["start", "inside"]);
+    assert_eq!(wait_child(pid), Ok(42));
+    assert!(oci.log("inside").contains("exiting with 42"), "{}", oci.log("inside"));
+    oci.ok(&["delete", "inside"]);
+}
+
 #[test]
 fn delete_force_kills_and_delete_of_created_needs_force() {
     if !root_or_skip() {

@@ -34,7 +34,7 @@
 
 use crate::EXIT_STOPPED;
 use core::fmt::Write;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use shoal_abi::{
     ConsoleReadArgs, ConsoleWriteArgs, FaultArgs, HaltArgs, Hypercall, NetArgs, NetPollArgs, PollArgs, ProtectArgs, BOOT_INFO_ADDR, CONSOLE_STDERR,
     CONSOLE_STDOUT,
@@ -189,22 +189,116 @@ fn name(nr: u64) -> &'static str {
     }
 }
 
-/// Reads the argument structure of hypercall `nr` at `arg`, stopping the
-/// instance if it is not (writable, with `write`) guest memory.
-fn args<T: Pod>(nr: u64, arg: u64, write: bool) -> T {
+/// Reads the argument structure of hypercall `nr` at `arg`: an [`End`]
+/// that stops the instance if it is not (writable, with `write`) guest
+/// memory.
+fn args<T: Pod>(nr: u64, arg: u64, write: bool) -> Result<T, End> {
     let len = core::mem::size_of::<T>() as u64;
     let ok = if write { writable(arg, len) } else { guest_mem().contains(GuestAddr(arg), len) };
     match guest_mem().read_obj::<T>(GuestAddr(arg)) {
-        Ok(v) if ok => v,
-        _ => stop(
-            EXIT_STOPPED,
-            format_args!(
-                "the guest made an invalid hypercall: {} ({nr}) with its {len}-byte argument at {arg:#x}, outside {}",
-                name(nr),
-                if write { "writable guest memory" } else { "guest memory" }
-            ),
-        ),
+        Ok(v) if ok => Ok(v),
+        _ => Err(End::BadArgs { nr, arg, len, write }),
     }
+}
+
+/// Why a hypercall ends the instance instead of returning to the guest.
+/// [`dispatch`] returns it, so a harness (the fuzz targets) sees the end
+/// as a value; [`handle`] carries it out ([`End::finish`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// `Halt` with this exit status.
+    Exit(i32),
+    /// An argument structure outside (writable, with `write`) guest memory.
+    BadArgs {
+        /// The hypercall number.
+        nr: u64,
+        /// Guest address of the argument structure.
+        arg: u64,
+        /// Its size.
+        len: u64,
+        /// Whether results are written back into it.
+        write: bool,
+    },
+    /// A `Protect`, `Alias` or `AliasList` that would take write access
+    /// from its own argument structure, where the result is written (the
+    /// write would fault in the tender).
+    ProtectsOwnArgs {
+        /// The hypercall number.
+        nr: u64,
+        /// Guest address of the argument structure.
+        arg: u64,
+    },
+    /// A `Poll` or `NetPoll` that nothing could ever wake.
+    BlockedForever,
+    /// The guest kernel reported a CPU exception.
+    Fault {
+        /// The exception vector.
+        vector: u64,
+        /// Its error code.
+        error_code: u64,
+        /// Where it happened.
+        rip: u64,
+        /// The stack pointer then.
+        rsp: u64,
+        /// The faulting address (page faults).
+        cr2: u64,
+    },
+    /// A hypercall number that does not exist.
+    Unknown {
+        /// The number.
+        nr: u64,
+        /// Its argument.
+        arg: u64,
+    },
+}
+
+impl End {
+    /// Ends the instance: the halt's status, or a message and
+    /// [`EXIT_STOPPED`].
+    pub fn finish(self) -> ! {
+        match self {
+            End::Exit(status) => crate::sys::exit(status),
+            End::BadArgs { nr, arg, len, write } => stop(
+                EXIT_STOPPED,
+                format_args!(
+                    "the guest made an invalid hypercall: {} ({nr}) with its {len}-byte argument at {arg:#x}, outside {}",
+                    name(nr),
+                    if write { "writable guest memory" } else { "guest memory" }
+                ),
+            ),
+            End::ProtectsOwnArgs { nr, arg } => stop(
+                EXIT_STOPPED,
+                format_args!(
+                    "the guest made an invalid hypercall: {} ({nr}) would take write access from its own argument structure at {arg:#x}, where the result is written",
+                    name(nr)
+                ),
+            ),
+            End::BlockedForever => stop(EXIT_STOPPED, format_args!("the guest blocked forever with nothing to wake it")),
+            End::Fault { vector, error_code, rip, rsp, cr2 } => stop(
+                EXIT_STOPPED,
+                format_args!(
+                    "guest fault: vector {vector} ({}) at rip {rip:#x}, rsp {rsp:#x}, error code {error_code:#x}, address {cr2:#x}",
+                    vector_name(vector)
+                ),
+            ),
+            End::Unknown { nr, arg } => stop(EXIT_STOPPED, format_args!("the guest made an invalid hypercall: number {nr} does not exist (argument {arg:#x})")),
+        }
+    }
+}
+
+/// Refuses a protection change of `[addr, addr + len)` to `prot` that
+/// would leave the argument structure (a `T` at `arg`) without write
+/// access: the tender writes the result there afterwards, and guest
+/// addresses are its own, so the write would fault in the tender. (hvt's
+/// VMM writes through its own mapping and needs no such rule.)
+fn keeps_own_args<T>(nr: u64, arg: u64, addr: u64, len: u64, prot: u64) -> Result<(), End> {
+    let size = core::mem::size_of::<T>() as u64;
+    // No overflow: `args` checked [arg, arg + size) lies in guest memory.
+    let overlaps = addr < arg + size && arg < addr.saturating_add(len);
+    if prot & shoal_abi::PROT_WRITE == 0 && overlaps {
+        return Err(End::ProtectsOwnArgs { nr, arg });
+    }
+    Ok(())
 }
 
 fn put<T: Pod>(arg: u64, v: &T) {
@@ -253,27 +347,38 @@ pub extern "C" fn fast(nr: u64, arg: u64) -> bool {
 }
 
 /// The hypercall dispatcher, called by [`entry`] on the tender's stack with
-/// the tender's FS base.
+/// the tender's FS base: [`dispatch`], and the instance ended if the call
+/// ends it.
 pub extern "C" fn handle(nr: u64, arg: u64) {
+    if let Err(end) = dispatch(nr, arg) {
+        end.finish()
+    }
+}
+
+/// Carries out hypercall `nr` with its argument structure at `arg`:
+/// `Ok` to resume the guest, or why the instance ends. Guest memory and
+/// the handlers' state are those [`install`] (and the other modules'
+/// `install`) set.
+pub fn dispatch(nr: u64, arg: u64) -> Result<(), End> {
     match Hypercall::from_nr(nr) {
         Some(Hypercall::ConsoleWrite) => {
-            let mut a: ConsoleWriteArgs = args(nr, arg, true);
+            let mut a: ConsoleWriteArgs = args(nr, arg, true)?;
             a.ret = console_write(&a);
             put(arg, &a);
         }
         Some(Hypercall::Halt) => {
-            let a: HaltArgs = args(nr, arg, false);
-            crate::sys::exit((a.status & 0xff) as i32)
+            let a: HaltArgs = args(nr, arg, false)?;
+            return Err(End::Exit((a.status & 0xff) as i32));
         }
         Some(Hypercall::Poll) => {
-            let mut a: PollArgs = args(nr, arg, true);
+            let mut a: PollArgs = args(nr, arg, true)?;
             a.ready_set = 0;
             a.ret = 0;
             if a.wait_set != 0 {
                 // No devices yet: nothing can be waited for.
                 a.ret = -i64::from(libc::EINVAL);
             } else if a.timeout_ns == u64::MAX {
-                stop(EXIT_STOPPED, format_args!("the guest blocked forever with nothing to wake it"));
+                return Err(End::BlockedForever);
             } else if !crate::signals::forward_waiting() {
                 // (A forwarded signal already in the guest's word would
                 // not end this sleep: the guest looks at it first.)
@@ -282,40 +387,50 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
             put(arg, &a);
         }
         Some(Hypercall::Net) => {
-            let mut a: NetArgs = args(nr, arg, true);
+            let mut a: NetArgs = args(nr, arg, true)?;
             a.ret = crate::net::batch(&a);
             put(arg, &a);
         }
         Some(Hypercall::NetPoll) => {
-            let mut a: NetPollArgs = args(nr, arg, true);
+            let mut a: NetPollArgs = args(nr, arg, true)?;
             a.ret = match crate::net::poll(&mut a) {
                 Ok(r) => r,
-                Err(()) => stop(EXIT_STOPPED, format_args!("the guest blocked forever with nothing to wake it")),
+                Err(()) => return Err(End::BlockedForever),
             };
             put(arg, &a);
         }
         Some(Hypercall::ConsoleRead) => {
-            let mut a: ConsoleReadArgs = args(nr, arg, true);
+            let mut a: ConsoleReadArgs = args(nr, arg, true)?;
             a.ret = console_read(&a);
             put(arg, &a);
         }
         Some(Hypercall::Protect) => {
-            let mut a: ProtectArgs = args(nr, arg, true);
+            let mut a: ProtectArgs = args(nr, arg, true)?;
+            keeps_own_args::<ProtectArgs>(nr, arg, a.addr, a.len, a.prot)?;
             a.ret = crate::protect::protect(&a);
             put(arg, &a);
         }
         Some(Hypercall::Alias) => {
-            let mut a: shoal_abi::AliasArgs = args(nr, arg, true);
+            let mut a: shoal_abi::AliasArgs = args(nr, arg, true)?;
+            keeps_own_args::<shoal_abi::AliasArgs>(nr, arg, a.dst, a.len, a.prot)?;
             a.ret = crate::protect::alias(&a);
             put(arg, &a);
         }
         Some(Hypercall::AliasList) => {
-            let mut a: shoal_abi::AliasListArgs = args(nr, arg, true);
+            let mut a: shoal_abi::AliasListArgs = args(nr, arg, true)?;
+            let size = core::mem::size_of::<shoal_abi::AliasPair>() as u64;
+            // Pairs beyond the limit or outside guest memory are refused by
+            // the handler before any is mapped.
+            for i in 0..a.count.min(shoal_abi::ALIAS_LIST_MAX) {
+                if let Ok(p) = guest_mem().read_obj::<shoal_abi::AliasPair>(GuestAddr(a.pairs.wrapping_add(i * size))) {
+                    keeps_own_args::<shoal_abi::AliasListArgs>(nr, arg, p.dst, shoal_abi::PAGE_SIZE, a.prot)?;
+                }
+            }
             a.ret = crate::protect::alias_list(&a);
             put(arg, &a);
         }
         Some(Hypercall::Release) => {
-            let mut a: shoal_abi::ReleaseArgs = args(nr, arg, true);
+            let mut a: shoal_abi::ReleaseArgs = args(nr, arg, true)?;
             a.ret = crate::protect::release(&a);
             put(arg, &a);
         }
@@ -323,12 +438,12 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
         // host write they make: the guest need not buffer (and its output
         // is then never held back from a crash report).
         Some(Hypercall::ConsoleBuffer) => {
-            let mut a: shoal_abi::ConsoleBufferArgs = args(nr, arg, true);
+            let mut a: shoal_abi::ConsoleBufferArgs = args(nr, arg, true)?;
             a.ret = -i64::from(libc::ENOSYS);
             put(arg, &a);
         }
         Some(Hypercall::SignalWord) => {
-            let mut a: shoal_abi::SignalWordArgs = args(nr, arg, true);
+            let mut a: shoal_abi::SignalWordArgs = args(nr, arg, true)?;
             a.ret = if !a.addr.is_multiple_of(8) {
                 -i64::from(libc::EINVAL)
             } else if !writable(a.addr, 8) {
@@ -340,7 +455,7 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
             put(arg, &a);
         }
         Some(Hypercall::FaultHandler) => {
-            let mut a: shoal_abi::FaultHandlerArgs = args(nr, arg, true);
+            let mut a: shoal_abi::FaultHandlerArgs = args(nr, arg, true)?;
             let mem = guest_mem();
             a.ret = if !a.armed.is_multiple_of(8) {
                 -i64::from(libc::EINVAL)
@@ -353,7 +468,7 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
             put(arg, &a);
         }
         Some(Hypercall::Preempt) => {
-            let mut a: shoal_abi::PreemptArgs = args(nr, arg, true);
+            let mut a: shoal_abi::PreemptArgs = args(nr, arg, true)?;
             a.ret = match a.op {
                 shoal_abi::PREEMPT_REGISTER => crate::preempt::register(a.area, a.entry, writable),
                 shoal_abi::PREEMPT_ARM => crate::preempt::arm(a.tick_ns),
@@ -363,27 +478,17 @@ pub extern "C" fn handle(nr: u64, arg: u64) {
             put(arg, &a);
         }
         Some(Hypercall::VolumeSave) => {
-            let mut a: shoal_abi::VolumeSaveArgs = args(nr, arg, true);
+            let mut a: shoal_abi::VolumeSaveArgs = args(nr, arg, true)?;
             a.ret = volume_save(&a);
             put(arg, &a);
         }
         Some(Hypercall::Fault) => {
-            let a: FaultArgs = args(nr, arg, false);
-            stop(
-                EXIT_STOPPED,
-                format_args!(
-                    "guest fault: vector {} ({}) at rip {:#x}, rsp {:#x}, error code {:#x}, address {:#x}",
-                    a.vector,
-                    vector_name(a.vector),
-                    a.rip,
-                    a.rsp,
-                    a.error_code,
-                    a.cr2
-                ),
-            )
+            let a: FaultArgs = args(nr, arg, false)?;
+            return Err(End::Fault { vector: a.vector, error_code: a.error_code, rip: a.rip, rsp: a.rsp, cr2: a.cr2 });
         }
-        None => stop(EXIT_STOPPED, format_args!("the guest made an invalid hypercall: number {nr} does not exist (argument {arg:#x})")),
+        None => return Err(End::Unknown { nr, arg }),
     }
+    Ok(())
 }
 
 /// The volume area shared with the waiting parent (a mapping of the
@@ -424,10 +529,23 @@ fn volume_save(a: &shoal_abi::VolumeSaveArgs) -> i64 {
     0
 }
 
+/// The host descriptors of the guest's stdout and stderr: 1 and 2, except
+/// in a harness that must keep its own (the fuzz targets,
+/// [`set_console_fds`]).
+static CONSOLE_FDS: [AtomicI32; 2] = [AtomicI32::new(1), AtomicI32::new(2)];
+
+/// Sends the guest's stdout and stderr to the host descriptors `out` and
+/// `err` instead of 1 and 2.
+#[cfg(feature = "fuzz")]
+pub fn set_console_fds(out: i32, err: i32) {
+    CONSOLE_FDS[0].store(out, Ordering::Relaxed);
+    CONSOLE_FDS[1].store(err, Ordering::Relaxed);
+}
+
 fn console_write(a: &ConsoleWriteArgs) -> i64 {
     let fd = match a.stream {
-        CONSOLE_STDOUT => 1,
-        CONSOLE_STDERR => 2,
+        CONSOLE_STDOUT => CONSOLE_FDS[0].load(Ordering::Relaxed),
+        CONSOLE_STDERR => CONSOLE_FDS[1].load(Ordering::Relaxed),
         _ => return -i64::from(libc::EINVAL),
     };
     let Ok(ptr) = guest_mem().host_ptr(GuestAddr(a.buf), a.len) else {

@@ -85,6 +85,8 @@ mod child;
 mod confine;
 pub mod filter;
 mod front;
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
 mod hypercall;
 pub mod instance;
 mod landlock;

@@ -114,6 +114,10 @@ pub enum Tender {
 pub struct RunArgs {
     /// Which tender.
     pub tender: Tender,
+    /// The guest's `argv[0]` (default: the image path). `shoal-oci` passes
+    /// the image as a descriptor (`/proc/self/fd/N`) and the name the
+    /// container asked for here, as runc gives `process.args[0]`.
+    pub argv0: Option<OsString>,
     /// A directory served as the root file system.
     pub fs: Option<PathBuf>,
     /// Guest memory in bytes, rounded up to whole pages.
@@ -170,6 +174,7 @@ pub const USAGE: &str = "usage: shoal-tender [OPTIONS] IMAGE [-- ARGS...]
 Runs one shoal image (the lean form of `shoal run`).
   --tender spt|hvt           which tender runs the image (default spt)
   --fs DIR                   a directory to serve as the root file system
+  --argv0 NAME               the program's argv[0] (default: IMAGE)
   --mem SIZE                 guest memory: bytes, or with K, M, G (default 256M)
   -e, --env KEY=VALUE        an environment variable for the program (repeatable)
   --mem-mode copy|ksm|pool   how guest memory is filled (default copy)
@@ -266,6 +271,7 @@ impl RunArgs {
         }
         Ok(RunArgs {
             tender,
+            argv0: None,
             fs,
             mem,
             env,
@@ -304,6 +310,7 @@ impl RunArgs {
         let mut rejuvenate = None;
         let (mut watchdog, mut no_recover, mut stateful) = (None, false, false);
         let mut stop_timeout = None;
+        let mut argv0 = None;
         while let Some(a) = it.next() {
             let text = a.to_string_lossy().into_owned();
             // `--opt=value` and `--opt value` are both accepted.
@@ -327,6 +334,7 @@ impl RunArgs {
                     }
                 }
                 "--fs" => fs = Some(PathBuf::from(value("--fs")?)),
+                "--argv0" => argv0 = Some(OsString::from(value("--argv0")?)),
                 "--mem" => mem = value("--mem")?,
                 "-e" | "--env" => env.push(value(&opt)?),
                 "--mem-mode" => mode = parse_mode(&value("--mem-mode")?)?,
@@ -356,7 +364,8 @@ impl RunArgs {
             }
         }
         let image = image.ok_or(ArgsError::NoImage)?;
-        let a = RunArgs::new(tender, fs, &mem, env, mode, fallback, single, image, args)?;
+        let mut a = RunArgs::new(tender, fs, &mem, env, mode, fallback, single, image, args)?;
+        a.argv0 = argv0;
         a.with_net(&publish, &listen_fds, outbound)?
             .with_allow(&allow)?
             .with_bind_any(bind_any)?
@@ -503,6 +512,9 @@ impl RunArgs {
     /// descriptor is taken over: this process must not use it afterwards.
     pub fn config(&self) -> RunConfig {
         let mut cfg = RunConfig::new(self.image.clone(), self.mem);
+        if let Some(a0) = &self.argv0 {
+            cfg.argv = vec![a0.clone()];
+        }
         cfg.argv.extend(self.args.iter().cloned());
         cfg.env = self.env.iter().map(Into::into).collect();
         cfg.fs = self.fs.clone().map(FsSource::Dir);
@@ -597,6 +609,9 @@ mod tests {
         assert!(a.single_process);
         assert_eq!(a.image, PathBuf::from("img"));
         assert_eq!(a.args, [OsString::from("x"), OsString::from("--y")]);
+        assert_eq!(a.config().argv, [OsString::from("img"), OsString::from("x"), OsString::from("--y")], "argv[0] is the image by default");
+        let named = parse(&["--argv0", "sleep", "/proc/self/fd/5", "--", "1"]).unwrap().unwrap();
+        assert_eq!(named.config().argv, [OsString::from("sleep"), OsString::from("1")]);
         let d = parse(&["img"]).unwrap().unwrap();
         assert_eq!((d.tender, d.mem, d.mode, d.single_process), (Tender::Spt, 256 << 20, MemoryMode::Copy, false));
         assert!(parse(&["--help"]).unwrap().is_none());

@@ -22,6 +22,8 @@
 #     survive; then a net batch of too many   -> halt(-EINVAL) = 234
 # 15  net with its argument pointer at 0x8      -> invalid hypercall, 255
 # 16  net poll forever with nothing to wait for -> blocked forever, 255
+# 17  protect the stack page holding its own argument structure read-only
+#                                               -> invalid hypercall, 255
 #
 # Assembled with `as` (--defsym ABI=N changes the ABI note) and linked with
 # guest.ld (whose text segment flags the test substitutes).
@@ -88,6 +90,8 @@ _start:
         je mode_net_bad_arg
         cmp rax, 16
         je mode_net_poll_forever
+        cmp rax, 17
+        je mode_protect_own_args
         mov eax, 100
         jmp halt_rax
 
@@ -308,6 +312,19 @@ mode_net_fast:
 mode_net_bad_arg:
         mov edi, 5
         mov esi, 8
+        call r14
+        mov eax, 98
+        jmp halt_rax
+
+mode_protect_own_args:
+        mov rax, rsp
+        and rax, -4096
+        mov [rsp], rax                  # addr: the page holding this structure
+        mov qword ptr [rsp + 8], 4096   # len
+        mov qword ptr [rsp + 16], 1     # PROT_READ
+        mov qword ptr [rsp + 24], 0     # ret
+        mov edi, 8
+        mov rsi, rsp
         call r14
         mov eax, 98
         jmp halt_rax
