@@ -139,7 +139,7 @@ static int send_reply(int c, struct reply *r, int keep)
 	int rc;
 	char *one = NULL;
 	/* A small answer goes out in one write: head and body in one segment. */
-	if (f < 0 && !r->body_delay_ms && r->len && r->len <= 65536 && (one = malloc((size_t)n + r->len))) {
+	if (f < 0 && !r->body_delay_ms && !r->two_writes && r->len && r->len <= 65536 && (one = malloc((size_t)n + r->len))) {
 		memcpy(one, head, (size_t)n);
 		memcpy(one + n, r->body, r->len);
 		rc = write_all(c, one, (size_t)n + r->len);
@@ -293,7 +293,8 @@ int main(void)
 			return 1;
 		}
 		int one = 1;
-		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		if (!&fn_nagle || !fn_nagle)
+			setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 		pthread_t t;
 		if (pthread_create(&t, &at, serve, (void *)(long)c))
 			close(c);

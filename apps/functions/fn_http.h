@@ -27,6 +27,9 @@ struct reply {
 	 * is slow to finish its answer (sleep.c's ?stall=, for the gateway's
 	 * whole-response timeout). */
 	long body_delay_ms;
+	/* Non-zero: the head and the body go out in two write() calls, as
+	 * many hand-written servers send them (twowrite.c). */
+	int two_writes;
 };
 
 /* The function: called once per request with the method, the path (after
@@ -39,6 +42,11 @@ int handle(const char *method, const char *path, const char *query, const char *
  * listens; a non-zero result ends the program with status 1 (it writes its
  * own one-line reason to stderr). */
 int fn_init(void) __attribute__((weak));
+
+/* Optional: a function that defines fn_nagle as non-zero keeps Nagle's
+ * algorithm on its connections (fn_http sets TCP_NODELAY otherwise), as a
+ * hand-written server that never sets it does (twowrite.c). */
+extern const int fn_nagle __attribute__((weak));
 
 /* The value of KEY in a query string "a=1&b=2" as a number, or dflt. */
 long fn_query_long(const char *query, const char *key, long dflt);

@@ -18,6 +18,10 @@
 //!   instances;
 //! - workloads (Figs. 8–10, 12–13): warm fib, matmul, alloc, fileread and
 //!   the static file's throughput with 4 clients;
+//! - two-write (not in the paper): warm requests of the no-op, whose
+//!   answer is one `write`, beside `twowrite`, which writes its head and
+//!   body in two (Nagle on the function's side against delayed ACKs on the
+//!   gateway's upstream connection);
 //! - concurrency (Fig. 11): `hey` straight to one instance and through the
 //!   gateway at 1 … 4096 clients.
 //!
@@ -41,7 +45,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 /// The experiments, in the order they run (`--only` names).
-pub const EXPERIMENTS: [&str; 7] = ["cold-start", "burst", "startup-cost", "idle-cpu", "idle-memory", "workloads", "concurrency"];
+pub const EXPERIMENTS: [&str; 8] = ["cold-start", "burst", "startup-cost", "idle-cpu", "idle-memory", "workloads", "two-write", "concurrency"];
 
 /// The backends, in the order of every table.
 pub const BACKENDS: [&str; 5] = ["spt", "hvt", "process", "runc", "runsc"];
@@ -806,7 +810,7 @@ impl Fns {
         let o = Command::new("bash").arg(&script).arg(dir).env("SHOAL", shoal).stdin(Stdio::null()).output().context("cannot run apps/functions/build.sh")?;
         let err = String::from_utf8_lossy(&o.stderr);
         let tail: Vec<&str> = err.lines().rev().take(3).collect();
-        for f in ["noop", "noop.native", "fib", "matmul", "alloc", "static", "fileread", "fs/data.bin"] {
+        for f in ["noop", "noop.native", "twowrite", "twowrite.native", "fib", "matmul", "alloc", "static", "fileread", "fs/data.bin"] {
             anyhow::ensure!(dir.join(f).is_file(), "apps/functions/build.sh did not make {} ({}): {}", dir.join(f).display(), o.status, tail.join(" / "));
         }
         let lua_missing = if dir.join("lua").is_file() && dir.join("lua.native").is_file() && dir.join("lua-fs/handler.lua").is_file() {
@@ -1278,6 +1282,124 @@ fn startup_cost(c: &Ctx) -> Result<Outcome> {
         table,
         rows,
         goals: vec![],
+    })
+}
+
+/// Warm calls per function and backend in each round of [`two_write`].
+const TWO_WRITE_CALLS: usize = 20;
+
+/// The gap between the two-write function's median warm latency and the
+/// no-op's that counts as no penalty (issue 37's target).
+const TWO_WRITE_TARGET_MS: f64 = 0.5;
+
+/// Warm requests through the gateway of the no-op (head and body in one
+/// `write`) and of `twowrite` (the same answer in two): a function that
+/// answers in two small writes must not pay for its Nagle meeting the
+/// gateway's delayed ACK (40 ms a request on Linux). Calls alternate
+/// between the two, so both see the same machine.
+fn two_write(c: &Ctx) -> Result<Outcome> {
+    const KINDS: [(&str, &str); 2] = [("one-write", "noop"), ("two-writes", "twowrite")];
+    let mut failures = Vec::new();
+    let mut up = Vec::new();
+    for &b in &c.backends {
+        let mut ok = true;
+        for (kind, func) in KINDS {
+            let name = format!("tw-{kind}-{b}");
+            let r =
+                c.gw.deploy_cold(&name, &c.fns.settings(func, b, json!({"concurrency": 1, "max_instances": 1}))).map_err(|e| format!("{e:#}")).and_then(|_| {
+                    let r = c.gw.invoke(&name, "/", true).map_err(|e| e.to_string())?;
+                    if r.status == 200 {
+                        Ok(())
+                    } else {
+                        Err(format!("status {}: {}", r.status, r.text()))
+                    }
+                });
+            if let Err(e) = r {
+                note_failure(&mut failures, format!("{func} on {b}: {e}"));
+                ok = false;
+            }
+        }
+        if ok {
+            up.push(b);
+        }
+    }
+    let mut res: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
+    let mut csv = Vec::new();
+    for rep in 0..c.o.repeat {
+        for &b in &up {
+            for i in 0..TWO_WRITE_CALLS {
+                for (kind, _) in KINDS {
+                    let t0 = Instant::now();
+                    let r = c.gw.invoke(&format!("tw-{kind}-{b}"), "/", true);
+                    let ms = t0.elapsed().as_secs_f64() * 1e3;
+                    match r {
+                        Ok(r) if r.status == 200 && !r.cold() => {
+                            res.entry((kind, b)).or_default().push(ms);
+                            csv.push(format!("{b},{kind},{rep},{i},{ms:.4}"));
+                        }
+                        Ok(r) => note_failure(&mut failures, format!("{kind} on {b}: status {} (cold start: {}): {}", r.status, r.cold(), r.text())),
+                        Err(e) => note_failure(&mut failures, format!("{kind} on {b}: {e}")),
+                    }
+                }
+            }
+        }
+    }
+    for &b in &c.backends {
+        for (kind, _) in KINDS {
+            c.gw.clear(&format!("tw-{kind}-{b}"))?;
+        }
+    }
+    let csv_path = c.o.out.join("two-write.csv");
+    write_csv(&csv_path, "backend,function,round,call,ms", &csv)?;
+    let st = |kind: &str, b: &str| res.get(&(kind, b)).map(|v| stats(v));
+    let mut results = serde_json::Map::new();
+    let mut rows = Vec::new();
+    let mut values = BTreeMap::new();
+    let mut series = Vec::new();
+    for &b in &c.backends {
+        let (Some(one), Some(two)) = (st("one-write", b), st("two-writes", b)) else { continue };
+        let gap = two.median - one.median;
+        results
+            .insert(b.to_string(), json!({"one_write": one.json(), "two_writes": two.json(), "median_gap_ms": gap, "median_ratio": two.median / one.median}));
+        rows.push(vec![
+            b.to_string(),
+            fmt(one.median, 3),
+            fmt(one.p95, 3),
+            fmt(two.median, 3),
+            fmt(two.p95, 3),
+            format!("{:+.3}", gap),
+            fmt(two.median / one.median, 2),
+        ]);
+        values.insert(b, format!("{} vs {}", fmt(two.median, 2), fmt(one.median, 2)));
+        series.push(BarSeries { name: b.into(), values: vec![Some((one.median, 0.0)), Some((two.median, 0.0))] });
+    }
+    let svg = c.o.out.join("two-write.svg");
+    warn_plot(plot::bars(
+        &svg,
+        &Frame { title: "Warm request through the gateway, median: answer in one write vs two", x_desc: "", y_desc: "ms", log_x: false, log_y: false },
+        &["one write (noop)".into(), "two writes (twowrite)".into()],
+        &series,
+    ));
+    let header: Vec<String> =
+        ["backend", "one write median ms", "p95", "two writes median ms", "p95", "gap (ms)", "×one write"].iter().map(|s| s.to_string()).collect();
+    let mut table = md_table(&header, &rows);
+    table.push_str(&format!(
+        "\n{} rounds of {TWO_WRITE_CALLS} warm calls per function and backend, alternating, each on a new client connection (the gateway keeps its own to the \
+         instance). Target: the two-write function within {TWO_WRITE_TARGET_MS} ms of the one-write one.\n",
+        c.o.repeat
+    ));
+    let gap = results.get("spt").and_then(|r| r["median_gap_ms"].as_f64());
+    let goals = vec![Goal {
+        what: format!("two writes within {TWO_WRITE_TARGET_MS} ms of one on spt (median)"),
+        measured: gap.map(|g| format!("{g:+.3} ms")).unwrap_or_else(|| "–".into()),
+        met: gap.map(|g| g <= TWO_WRITE_TARGET_MS),
+    }];
+    let srow = Row { what: "Warm request, two writes vs one (median ms)".into(), paper: Paper { unikernel: "–", runc: "–", gvisor: "–" }, values };
+    Ok(Outcome {
+        json: json!({"unit": "ms", "runs": c.o.repeat, "calls_per_run": TWO_WRITE_CALLS, "results": results, "failures": failures, "csv": csv_path, "plot": svg}),
+        table,
+        rows: vec![srow],
+        goals,
     })
 }
 
@@ -2115,6 +2237,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
             "idle-cpu" => idle_cpu(&c),
             "idle-memory" => idle_memory(&c),
             "workloads" => workloads(&c),
+            "two-write" => two_write(&c),
             _ => {
                 if Command::new("hey").arg("-h").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
                     say("concurrency skipped: hey is not installed (scripts/setup installs it)");

@@ -360,6 +360,25 @@ fn bench_faas_workloads_report_instance_cpu_and_quiet_waits() {
     assert!(csv.lines().filter(|l| l.starts_with("fib,")).count() == 2, "{csv}");
 }
 
+/// `bench faas --only two-write`, one round on spt: the warm latency of
+/// the one-write no-op and of the two-write function through the gateway,
+/// both reported with their gap (the numbers are not judged here).
+#[test]
+fn bench_faas_two_write_reports_both_functions() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("faas", &bench(tmp.path(), &["faas", "--only", "two-write", "--backends", "spt", "--repeat", "1", "--json"]));
+    for f in ["one_write", "two_writes"] {
+        positive(&v, &format!("/experiments/two-write/results/spt/{f}/median"));
+        positive(&v, &format!("/experiments/two-write/results/spt/{f}/p95"));
+        assert_eq!(v.pointer(&format!("/experiments/two-write/results/spt/{f}/n")).and_then(Value::as_u64), Some(20), "{v:#}");
+    }
+    assert!(v.pointer("/experiments/two-write/results/spt/median_gap_ms").and_then(Value::as_f64).is_some(), "{v:#}");
+    assert_eq!(v.pointer("/experiments/two-write/failures").and_then(Value::as_array).map(Vec::len), Some(0), "{v:#}");
+    let csv = std::fs::read_to_string(tmp.path().join("shoal-bench-faas/two-write.csv")).unwrap();
+    assert_eq!(csv.lines().filter(|l| l.starts_with("spt,two-writes,")).count(), 20, "{csv}");
+}
+
 #[test]
 fn bench_faas_bad_options_are_one_line_errors() {
     let tmp = scratch();
