@@ -14,6 +14,7 @@ use super::error::ApiError;
 use super::instance::{self, Launcher};
 use super::metrics::{Gauges, Metrics};
 use super::spec::{Backend, Function};
+use super::upstream::Upstream;
 use axum::body::Body;
 use axum::http::{header, HeaderName, HeaderValue, Request, Response};
 use bytes::Bytes;
@@ -580,6 +581,8 @@ impl Dispatcher {
         let stream = instance::connect(inst.addr, inst.netns.as_deref(), inst.listening, &inst.exited, deadline)
             .await
             .map_err(|e| format!("cannot connect to {}: {e}", inst.addr))?;
+        // Upstream: no delayed ACK may hold back a function's answer.
+        let stream = Upstream::new(stream).map_err(|e| format!("cannot set up the connection to {}: {e}", inst.addr))?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
         tokio::spawn(async move {
             let _ = conn.await;

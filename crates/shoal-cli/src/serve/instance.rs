@@ -254,10 +254,8 @@ pub async fn connect(
 ) -> std::io::Result<tokio::net::TcpStream> {
     loop {
         match connect_once(addr, netns).await {
-            Ok(s) => {
-                let _ = s.set_nodelay(true);
-                return Ok(s);
-            }
+            // TCP_NODELAY and TCP_QUICKACK: super::upstream::Upstream.
+            Ok(s) => return Ok(s),
             Err(e) if !listening && e.kind() == std::io::ErrorKind::ConnectionRefused && exited.load(Ordering::SeqCst) => {
                 return Err(std::io::Error::new(e.kind(), "the instance exited before it listened"));
             }

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod netns;
 pub mod spawn;
 pub mod spec;
+pub mod upstream;
 
 use anyhow::{Context, Result};
 use std::io::Write;
