@@ -329,7 +329,7 @@ fn segment(name: &str) -> String {
 /// it) as RFC 3339 in UTC with milliseconds; a time out of range prints as
 /// the epoch.
 fn rfc3339(secs: f64) -> String {
-    let t = if secs.is_finite() && secs >= 0.0 && secs < 1e12 { std::time::Duration::from_secs_f64(secs) } else { std::time::Duration::ZERO };
+    let t = if secs.is_finite() && (0.0..1e12).contains(&secs) { std::time::Duration::from_secs_f64(secs) } else { std::time::Duration::ZERO };
     humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + t).to_string()
 }
 
