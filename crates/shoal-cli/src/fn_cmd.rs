@@ -1,5 +1,6 @@
 //! `shoal fn`: deploy, list, remove, follow and invoke functions through
-//! a running `shoal serve` (its HTTP API; `--gateway URL`), authenticated
+//! a running `shoal serve` (its HTTP API; `--gateway`/`SHOAL_GATEWAY`:
+//! `http://HOST:PORT` or `HOST:PORT`), authenticated
 //! with the gateway's token: `--token`/`SHOAL_TOKEN`, or for a gateway on
 //! loopback the `token` file of its state directory (`--state`, default
 //! the gateway's default), which this user can read when it is the
@@ -111,9 +112,25 @@ fn find_token(gateway: &str, token: Option<String>, state: Option<PathBuf>) -> O
     crate::serve::auth::read_token(&dir)
 }
 
+/// `--gateway`/`SHOAL_GATEWAY` as the URL requests are made to (no
+/// trailing `/`): `http://HOST:PORT`, or `HOST:PORT` (`localhost`
+/// included), which means the same over http.
+fn gateway_url(gateway: &str) -> Result<String> {
+    let g = gateway.trim().trim_end_matches('/');
+    let url = if g.contains("://") { g.to_string() } else { format!("http://{g}") };
+    let uri: hyper::Uri = url.parse().map_err(|_| anyhow!("--gateway {gateway}: expected http://HOST:PORT, HOST:PORT or localhost:PORT"))?;
+    anyhow::ensure!(uri.scheme_str() == Some("http"), "--gateway {gateway}: only http:// is supported (the gateway speaks plain HTTP)");
+    anyhow::ensure!(uri.host().is_some_and(|h| !h.is_empty()), "--gateway {gateway}: no host: expected http://HOST:PORT, HOST:PORT or localhost:PORT");
+    anyhow::ensure!(
+        uri.path_and_query().is_none_or(|p| p.as_str() == "/"),
+        "--gateway {gateway}: give the gateway's address only, without a path (e.g. http://127.0.0.1:8640)"
+    );
+    Ok(url)
+}
+
 /// Runs a `shoal fn` subcommand against `gateway`.
 pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: FnCmd) -> Result<i32> {
-    let gw = gateway.trim_end_matches('/').to_string();
+    let gw = gateway_url(gateway)?;
     let token = find_token(&gw, token, state);
     let auth = token.as_deref().map(|t| format!("Bearer {t}"));
     let auth = auth.as_deref();
@@ -263,8 +280,7 @@ fn api_ok(status: u16, body: &[u8]) -> Result<Value> {
 }
 
 async fn send(gw: &str, auth: Option<&str>, method: &str, path: &str, body: Option<(&str, Vec<u8>)>) -> Result<hyper::Response<hyper::body::Incoming>> {
-    let uri: hyper::Uri = format!("{gw}{path}").parse().with_context(|| format!("--gateway {gw}: not a URL"))?;
-    anyhow::ensure!(uri.scheme_str() == Some("http"), "--gateway {gw}: only http:// URLs are supported");
+    let uri: hyper::Uri = format!("{gw}{path}").parse().with_context(|| format!("--gateway {gw}: cannot make a request URL with {path}"))?;
     let host = uri.host().ok_or_else(|| anyhow!("--gateway {gw}: no host"))?.to_string();
     let port = uri.port_u16().unwrap_or(80);
     let stream =
@@ -313,12 +329,25 @@ fn segment(name: &str) -> String {
 /// it) as RFC 3339 in UTC with milliseconds; a time out of range prints as
 /// the epoch.
 fn rfc3339(secs: f64) -> String {
-    let t = if secs.is_finite() && secs >= 0.0 && secs < 1e12 { std::time::Duration::from_secs_f64(secs) } else { std::time::Duration::ZERO };
+    let t = if secs.is_finite() && (0.0..1e12).contains(&secs) { std::time::Duration::from_secs_f64(secs) } else { std::time::Duration::ZERO };
     humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + t).to_string()
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn gateway_addresses_are_urls() {
+        let ok = |g: &str| super::gateway_url(g).unwrap();
+        assert_eq!(ok("127.0.0.1:18640"), "http://127.0.0.1:18640");
+        assert_eq!(ok("localhost:18640"), "http://localhost:18640");
+        assert_eq!(ok("http://127.0.0.1:18640/"), "http://127.0.0.1:18640");
+        assert_eq!(ok("[::1]:18640"), "http://[::1]:18640");
+        let err = |g: &str| super::gateway_url(g).unwrap_err().to_string();
+        assert_eq!(err("https://h:1"), "--gateway https://h:1: only http:// is supported (the gateway speaks plain HTTP)");
+        assert_eq!(err("h:1/x"), "--gateway h:1/x: give the gateway's address only, without a path (e.g. http://127.0.0.1:8640)");
+        assert_eq!(err("a b"), "--gateway a b: expected http://HOST:PORT, HOST:PORT or localhost:PORT");
+    }
+
     #[test]
     fn log_times_are_rfc3339_utc_with_milliseconds() {
         assert_eq!(super::rfc3339(0.0), "1970-01-01T00:00:00.000Z");

@@ -182,8 +182,8 @@ enum Cmd {
     },
     /// Functions on a running gateway: `shoal fn deploy|ls|rm|logs|invoke`.
     Fn {
-        /// The gateway's URL.
-        #[arg(long, global = true, default_value = concat!("http://", "127.0.0.1:8640"))]
+        /// The gateway: http://HOST:PORT, HOST:PORT or localhost:PORT (before or after the subcommand).
+        #[arg(long, global = true, env = "SHOAL_GATEWAY", default_value = concat!("http://", "127.0.0.1:8640"))]
         gateway: String,
         /// The gateway's API token (default: $SHOAL_TOKEN, else the `token` file of --state for a gateway on loopback).
         #[arg(long, global = true, env = "SHOAL_TOKEN", hide_env_values = true)]

@@ -69,12 +69,17 @@ impl Gateway {
 
     /// With extra environment variables and the given options.
     fn start_opts(state: &Path, env: &[(&str, &Path)], options: &[String]) -> Gateway {
+        Gateway::start_on("127.0.0.1:0", state, env, options)
+    }
+
+    /// Listening on `listen`, with extra environment variables and the given options.
+    fn start_on(listen: &str, state: &Path, env: &[(&str, &Path)], options: &[String]) -> Gateway {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let log = std::env::temp_dir().join(format!("shoal-serve-test-{}-{n}.log", std::process::id()));
         let mut child = shoal()
             .envs(env.iter().map(|(k, v)| (k, v)))
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .args(options)
             .arg("--state")
             .arg(state)
@@ -866,6 +871,125 @@ fn the_fn_command_deploys_lists_invokes_and_removes() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), "removed fib\nremoved fib2\n");
     assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
+}
+
+/// `--gateway` goes before or after the subcommand or comes from
+/// `SHOAL_GATEWAY`, as `HOST:PORT`, `localhost:PORT` or a URL; the
+/// gateway itself listens on `localhost:0` (loopback: no
+/// `--insecure-listen` needed).
+#[test]
+fn the_gateway_address_is_accepted_in_every_form_and_order() {
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let gw = Gateway::start_on("localhost:0", &state, &[], &test_options());
+    assert!(gw.addr.ip().is_loopback() && gw.addr.is_ipv4(), "localhost:0 listened on {}", gw.addr);
+    assert_eq!(gw.deploy("noop", &format!(r#"{{"image":"{}"}}"#, image("noop"))).status, 201);
+    let port = gw.addr.port();
+    let forms = [format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("http://127.0.0.1:{port}"), format!("http://localhost:{port}/")];
+    for x in &forms {
+        let base = || {
+            let mut c = shoal();
+            c.env_remove("SHOAL_TOKEN").env_remove("SHOAL_GATEWAY").env("SHOAL_STATE", &state);
+            c
+        };
+        let orders: [(&str, Command); 3] = [
+            ("fn --gateway X ls", {
+                let mut c = base();
+                c.args(["fn", "--gateway", x, "ls"]);
+                c
+            }),
+            ("fn ls --gateway X", {
+                let mut c = base();
+                c.args(["fn", "ls", "--gateway", x]);
+                c
+            }),
+            ("SHOAL_GATEWAY=X fn ls", {
+                let mut c = base();
+                c.env("SHOAL_GATEWAY", x).args(["fn", "ls"]);
+                c
+            }),
+        ];
+        for (how, mut c) in orders {
+            let o = c.output().unwrap();
+            assert!(o.status.success(), "{how} with X = {x}: {}", stderr(&o));
+            assert!(stdout(&o).lines().any(|l| l.starts_with("noop ")), "{how} with X = {x}: {}", stdout(&o));
+        }
+        // After a subcommand's own arguments and options too.
+        let o = base().args(["fn", "invoke", "noop", "--path", "/", "--gateway", x]).output().unwrap();
+        assert_eq!((stdout(&o).as_str(), stderr(&o).as_str()), ("noop\n", ""), "invoke … --gateway {x}");
+    }
+    let o = shoal().env_remove("SHOAL_TOKEN").env("SHOAL_STATE", &state).args(["fn", "deploy", "fib", &image("fib"), "--gateway", &forms[0]]).output().unwrap();
+    assert!(o.status.success() && stdout(&o).starts_with("deployed fib "), "{}", stderr(&o));
+    // A wrong address is one line naming the forms, not clap's tip.
+    let o = shoal().args(["fn", "ls", "--gateway", "https://127.0.0.1:1"]).output().unwrap();
+    assert_clean_error(&o, "--gateway https://127.0.0.1:1: only http:// is supported");
+    let o = shoal().args(["serve", "--listen", "example.com:0", "--state"]).arg(dir.path().join("s2")).output().unwrap();
+    assert_clean_error(&o, "--listen example.com:0: expected ADDR:PORT or localhost:PORT");
+    assert_eq!(gw.stop(), Some(0));
+}
+
+/// A deploy its tender would refuse is refused at deploy (422, one line
+/// with the tender's reason); the hvt checks need no /dev/kvm.
+#[test]
+fn what_hvt_cannot_run_is_refused_at_deploy_with_the_tenders_reason() {
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let gw = Gateway::start(&state);
+    let r = gw.deploy("big", &format!(r#"{{"image":"{}","backend":"hvt","memory":"8G"}}"#, image("noop")));
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert_eq!(
+        r.json()["error"].as_str().unwrap_or_default(),
+        format!("{}: --mem 8G is too large for the hvt tender: hypercalls pass 32-bit addresses, so guest memory is at most 4G", image("noop"))
+    );
+    // Not a shoal image (the native build) on hvt.
+    let r = gw.deploy("native", &format!(r#"{{"image":"{}","backend":"hvt"}}"#, image("noop.native")));
+    assert_eq!(r.status, 422, "{}", r.text());
+    let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+    assert!(e.starts_with(&format!("image {} is not a usable shoal image: ", image("noop.native"))) && !e.contains('\n'), "{e}");
+    // Through `shoal fn`: the gateway's reason in one line.
+    let o = shoal()
+        .env_remove("SHOAL_TOKEN")
+        .env("SHOAL_STATE", &state)
+        .args(["fn", "deploy", "big", &image("noop"), "--backend", "hvt", "--memory", "8G"])
+        .arg("--gateway")
+        .arg(gw.addr.to_string())
+        .output()
+        .unwrap();
+    assert_clean_error(&o, "the gateway answered 422: ");
+    assert_clean_error(&o, "--mem 8G is too large for the hvt tender");
+    assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
+    // 4G is what hvt can give: accepted.
+    if tenders().contains(&"hvt") {
+        let r = gw.deploy("big", &format!(r#"{{"image":"{}","backend":"hvt","memory":"4G"}}"#, image("noop")));
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    assert_eq!(gw.stop(), Some(0));
+}
+
+/// An instance that exits without answering: the 502's body ends with
+/// the last line it wrote to stderr (no need for `fn logs`).
+#[test]
+fn a_502_carries_the_instances_last_words() {
+    let dir = scratch();
+    let src = dir.path().join("quitter.c");
+    std::fs::write(&src, "#include <stdio.h>\nint main(void) {\n    fprintf(stderr, \"starting\\n\");\n    fprintf(stderr, \"quitter: no port for me today\\n\");\n    return 3;\n}\n").unwrap();
+    let shoal_img = build_image(&src, dir.path(), &[]);
+    let native = build_native(&src, dir.path(), &[]);
+    let gw = Gateway::start(&dir.path().join("state"));
+    for b in backends() {
+        let img = if b == "process" { &native } else { &shoal_img };
+        let name = format!("quitter-{b}");
+        let r = gw.deploy(&name, &format!(r#"{{"image":"{}","backend":"{b}"}}"#, img.display()));
+        assert_eq!(r.status, 201, "{b}: {}", r.text());
+        let r = gw.get(&format!("/fn/{name}/"));
+        assert_eq!(r.status, 502, "{b}: {}", r.text());
+        let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(
+            e.starts_with(&format!("the instance of {name} failed to answer: ")) && e.ends_with("; its last words: quitter: no port for me today"),
+            "{b}: {e}"
+        );
+    }
+    assert_eq!(gw.stop(), Some(0));
 }
 
 /// runc and runsc run the native build in an OCI bundle; they need root

@@ -331,10 +331,29 @@ struct Prepared {
     net: net::Net,
 }
 
-fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
-    if cfg.mem_size > x86::MAX_MEM {
-        return Err(HvtError::MemTooLarge(shoal_loader::format_size(cfg.mem_size)));
+/// Refuses a guest memory size this tender cannot give.
+fn check_mem(mem_size: u64) -> Result<(), HvtError> {
+    if mem_size > x86::MAX_MEM {
+        return Err(HvtError::MemTooLarge(shoal_loader::format_size(mem_size)));
     }
+    Ok(())
+}
+
+/// What [`run`] would refuse of `cfg` before it creates a VM: a memory
+/// size this tender cannot give, an image the loader rejects, a root file
+/// system that cannot be packed, or an image, archive, arguments and
+/// environment that do not fit the memory. For callers that must refuse
+/// ahead of the run (`shoal serve` at deploy); `run` makes the same checks.
+pub fn check(cfg: &RunConfig) -> Result<(), HvtError> {
+    check_mem(cfg.mem_size)?;
+    let image = Image::open(&cfg.image)?;
+    let archive = shoal_loader::root_archive(cfg)?;
+    shoal_loader::plan(&image, cfg.mem_size, archive.len() as u64, &cfg.argv, &cfg.env)?;
+    Ok(())
+}
+
+fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
+    check_mem(cfg.mem_size)?;
     let image = Image::open(&cfg.image)?;
     let archive = shoal_loader::root_archive(cfg)?.into_owned();
     let argv = cfg.argv.clone();

@@ -77,7 +77,15 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
         // spt: everything an instance's start needs of the image and the
         // settings, checked and made once, here; an image or setting spt
         // cannot run is refused now (422), not at the first invocation.
-        let prepared = if f.backend == Backend::Spt { Some(instance::prepare(&f).map_err(|e| ApiError::Unprocessable(format!("{e:#}")))?) } else { None };
+        // hvt: the same checks its tender makes before it creates a VM.
+        let prepared = match f.backend {
+            Backend::Spt => Some(instance::prepare(&f).map_err(|e| ApiError::Unprocessable(format!("{e:#}")))?),
+            Backend::Hvt => {
+                instance::check_hvt(&f).map_err(|e| ApiError::Unprocessable(format!("{e:#}")))?;
+                None
+            }
+            _ => None,
+        };
         let store = app2.store.lock().unwrap_or_else(|e| e.into_inner());
         let before = app2.dispatcher.specs();
         let mut all: Vec<Function> = before.iter().filter(|o| o.name != f.name).cloned().collect();

@@ -59,6 +59,13 @@ const CONTAINER_EXIT: Duration = Duration::from_secs(10);
 /// 18 ms on hvt (2026-11-26), against none without (see README, bench faas).
 const POOL_IDLE: Duration = Duration::from_secs(2);
 
+/// The most of an instance's last line a 502 repeats, in bytes.
+const LAST_WORDS_MAX: usize = 300;
+
+/// How long a 502 for an instance that exited waits for its last line
+/// to reach the logs.
+const LAST_WORDS_WAIT: Duration = Duration::from_millis(200);
+
 /// How long after a failed request the gateway waits to see whether the
 /// instance exited (crashed) before it decides it is still serving.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
@@ -104,6 +111,25 @@ impl Logs {
         }
         drop(guard);
         let _ = self.feed.send(l);
+    }
+
+    /// The last line instance `id` itself wrote (stderr before stdout:
+    /// a program says why it failed there), cut to [`LAST_WORDS_MAX`]
+    /// bytes, for a 502's body.
+    pub fn last_words(&self, id: u64) -> Option<String> {
+        let g = lock(&self.lines);
+        let last = |stream: &str| g.0.iter().rev().find(|l| l.instance == id && l.stream == stream && !l.line.trim().is_empty());
+        let l = last("stderr").or_else(|| last("stdout"))?;
+        let mut w = l.line.trim().to_string();
+        if w.len() > LAST_WORDS_MAX {
+            let mut end = LAST_WORDS_MAX;
+            while !w.is_char_boundary(end) {
+                end -= 1;
+            }
+            w.truncate(end);
+            w.push('…');
+        }
+        Some(w)
     }
 
     /// The kept lines, oldest first.
@@ -493,7 +519,23 @@ impl Dispatcher {
                 if !inst.exited.load(Ordering::SeqCst) {
                     f.logs.push(inst.id, "gateway", format!("a request failed ({e}); the instance is still running and is kept"));
                 }
-                Err(ApiError::BadGateway(format!("the instance of {} failed to answer: {e}", f.spec.name)))
+                let words = match f.logs.last_words(inst.id) {
+                    Some(w) => format!("; its last words: {w}"),
+                    None if inst.exited.load(Ordering::SeqCst) => {
+                        // Its pipes are read by other tasks: the line
+                        // written just before the exit may still be on
+                        // its way.
+                        let t = Instant::now();
+                        let mut w = None;
+                        while w.is_none() && t.elapsed() < LAST_WORDS_WAIT {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            w = f.logs.last_words(inst.id);
+                        }
+                        w.map(|w| format!("; its last words: {w}")).unwrap_or_default()
+                    }
+                    None => String::new(),
+                };
+                Err(ApiError::BadGateway(format!("the instance of {} failed to answer: {e}{words}", f.spec.name)))
             }
             Err(_) => {
                 f.logs.push(inst.id, "gateway", format!("stopping: no answer within the timeout of {} ms", f.spec.timeout_ms));

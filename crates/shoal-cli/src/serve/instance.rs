@@ -104,6 +104,16 @@ pub fn prepare(f: &Function) -> Result<shoal_spt::Prepared> {
     Ok(p)
 }
 
+/// Checks an hvt function as the hvt tender checks it before it creates
+/// a VM ([`shoal_hvt::check`]), from the same options an instance is
+/// given: what it would refuse is refused at deploy.
+pub fn check_hvt(f: &Function) -> Result<()> {
+    let mut args = tender_options(f);
+    args.push(f.image.clone().into());
+    let parsed = shoal_tender::RunArgs::parse(args).map_err(|e| anyhow::anyhow!("{e}"))?.context("no run options")?;
+    shoal_hvt::check(&parsed.config()).map_err(|e| anyhow::anyhow!("{}: {e}", f.image.display()))
+}
+
 /// Starts instance `id` of `f`; an spt function starts from `prepared`
 /// (see [`prepare`]), the instance program spawned directly.
 pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>, id: u64) -> Result<Started> {

@@ -94,11 +94,25 @@ pub struct Options {
     pub upload_quota: u64,
 }
 
+/// `--listen ADDR:PORT` as an address; `localhost:PORT` is
+/// 127.0.0.1:PORT (so it counts as loopback), no other name is looked up.
+fn listen_addr(listen: &str) -> Result<SocketAddr> {
+    let bad = || anyhow::anyhow!("--listen {listen}: expected ADDR:PORT or localhost:PORT, e.g. {DEFAULT_LISTEN}");
+    if let Ok(a) = listen.parse() {
+        return Ok(a);
+    }
+    let (host, port) = listen.rsplit_once(':').ok_or_else(bad)?;
+    if !host.eq_ignore_ascii_case("localhost") {
+        return Err(bad());
+    }
+    Ok(SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port.parse::<u16>().map_err(|_| bad())?)))
+}
+
 /// Runs the gateway until SIGTERM or SIGINT.
 pub fn serve(o: Options) -> Result<()> {
     reexec_with_malloc_tunables();
     let listen = o.listen.as_str();
-    let addr: SocketAddr = listen.parse().with_context(|| format!("--listen {listen}: expected ADDR:PORT, e.g. {DEFAULT_LISTEN}"))?;
+    let addr = listen_addr(listen)?;
     if !addr.ip().is_loopback() {
         anyhow::ensure!(
             o.insecure_listen,
@@ -219,4 +233,19 @@ pub fn serve(o: Options) -> Result<()> {
     // waited for: the instances are gone, the gateway is done.
     rt.shutdown_timeout(Duration::from_millis(100));
     result
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn localhost_is_a_loopback_listen_address() {
+        assert_eq!(super::listen_addr("localhost:18642").unwrap(), "127.0.0.1:18642".parse().unwrap());
+        assert!(super::listen_addr("LOCALHOST:0").unwrap().ip().is_loopback());
+        assert_eq!(super::listen_addr("[::1]:1").unwrap(), "[::1]:1".parse().unwrap());
+        assert_eq!(
+            super::listen_addr("example.com:1").unwrap_err().to_string(),
+            "--listen example.com:1: expected ADDR:PORT or localhost:PORT, e.g. 127.0.0.1:8640"
+        );
+        assert!(super::listen_addr("localhost:x").is_err());
+    }
 }
