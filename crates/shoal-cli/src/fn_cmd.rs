@@ -182,21 +182,28 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                     v["backend"].as_str().unwrap_or("?"),
                     v["image"].as_str().unwrap_or("?")
                 );
+                if status != 201 {
+                    // A deploy replaces the function's settings whole.
+                    println!("(settings not given on this command line are back to their defaults: see `shoal fn ls`)");
+                }
                 Ok(0)
             }
             FnCmd::Ls => {
                 let (status, b) = call(&gw, auth, "GET", "/functions", None).await?;
                 let v = api_ok(status, &b)?;
-                println!("{:<20} {:<8} {:>5} {:>5} {:>9} {:>10}  IMAGE", "NAME", "BACKEND", "CONC", "MAX", "TIMEOUT", "KEEP-WARM");
+                println!("{:<20} {:<8} {:>5} {:>5} {:>9} {:>10} {:>7} {:>4}  IMAGE", "NAME", "BACKEND", "CONC", "MAX", "TIMEOUT", "KEEP-WARM", "MEMORY", "ENV");
                 for f in v.as_array().into_iter().flatten() {
                     println!(
-                        "{:<20} {:<8} {:>5} {:>5} {:>7}ms {:>8}ms  {}",
+                        "{:<20} {:<8} {:>5} {:>5} {:>7}ms {:>8}ms {:>7} {:>4}  {}",
                         f["name"].as_str().unwrap_or(""),
                         f["backend"].as_str().unwrap_or(""),
                         f["concurrency"].to_string(),
                         f["max_instances"].to_string(),
                         f["timeout_ms"].to_string(),
                         f["keep_warm_ms"].to_string(),
+                        f["memory"].as_str().unwrap_or("-"),
+                        // How many variables; their values may be secrets.
+                        f["env"].as_object().map_or(0, |m| m.len()),
                         f["image"].as_str().unwrap_or("")
                     );
                 }

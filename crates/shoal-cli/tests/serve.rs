@@ -839,6 +839,17 @@ fn the_fn_command_deploys_lists_invokes_and_removes() {
     assert!(stdout(&o).contains("deployed fib"));
     let o = shoal().env_remove("SHOAL_STATE").env("SHOAL_TOKEN", &gw.token).args(["fn", "--gateway", &url, "ls"]).output().unwrap();
     assert!(stdout(&o).lines().any(|l| l.starts_with("fib ") && l.contains("spt")), "{}", stdout(&o));
+    // ls shows memory and how many environment variables (not their values).
+    let o = fnc().args(["deploy", "fib", &image("fib"), "--memory", "48M", "-e", "SECRET=hunter2", "-e", "B=1"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("updated fib (spt, image ") && stdout(&o).contains("back to their defaults"), "{}", stdout(&o));
+    let o = fnc().arg("ls").output().unwrap();
+    let head = stdout(&o).lines().next().unwrap_or("").to_string();
+    assert!(head.contains("MEMORY") && head.contains("ENV"), "{head}");
+    let row = stdout(&o).lines().find(|l| l.starts_with("fib ")).unwrap_or("").to_string();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols.get(6..8), Some(&["48M", "2"][..]), "{row}");
+    assert!(!stdout(&o).contains("hunter2"), "ls printed an environment value");
     let o = shoal().env_remove("SHOAL_STATE").env_remove("SHOAL_TOKEN").args(["fn", "--gateway", &url, "--token", &gw.token, "ls"]).output().unwrap();
     assert!(stdout(&o).lines().any(|l| l.starts_with("fib ")), "{}", stdout(&o));
     // Without the token: refused with the gateway's one-line reason.
