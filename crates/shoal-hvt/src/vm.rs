@@ -280,7 +280,12 @@ impl Vm {
 
 /// XCR0 for the guest: x87 and SSE, plus AVX when the host enables it.
 pub fn xcr0() -> u64 {
-    3 | (host_xcr0() & 4)
+    guest_xcr0(host_xcr0())
+}
+
+/// The guest's XCR0 for a host XCR0 of `host`.
+fn guest_xcr0(host: u64) -> u64 {
+    3 | (host & 4)
 }
 
 /// The host's XCR0 (x87 and SSE only where the host OS did not enable
@@ -416,7 +421,10 @@ fn adjust_cpuid(cpuid: &mut CpuId) {
     let host = |leaf: u32, sub: u32| core::arch::x86_64::__cpuid_count(leaf, sub);
     let h1 = host(1, 0);
     let h7 = host(7, 0);
-    let avx_on = xcr0() & 4 != 0;
+    // Read once: what the guest is meant to get derives from it.
+    let host_xcr0 = host_xcr0();
+    let mask = guest_xcr0(host_xcr0);
+    let avx_on = mask & 4 != 0;
     for e in cpuid.as_mut_slice() {
         match (e.function, e.index) {
             (1, _) => {
@@ -444,8 +452,6 @@ fn adjust_cpuid(cpuid: &mut CpuId) {
     // the host's, so every component the host enables gets its sub-leaf
     // (size and offset): the guest kernel sizes its FPU save from the XCR0
     // it reads (`shoal_plat::xsave`), and needs them for that.
-    let mask = xcr0();
-    let host_xcr0 = host_xcr0();
     let mut extra: Vec<kvm_cpuid_entry2> = Vec::new();
     let flags = kvm_bindings::KVM_CPUID_FLAG_SIGNIFCANT_INDEX;
     if h1.ecx & (1 << 26) != 0 {

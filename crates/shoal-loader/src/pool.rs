@@ -281,9 +281,9 @@ fn read_only_page(image: &Image, addr: u64) -> bool {
     image.segments().iter().any(|s| !s.perms.write && s.page_start() <= addr && addr < s.page_end())
 }
 
-fn sha256_file(path: &Path) -> Result<String, PoolError> {
-    let bytes = std::fs::read(path).map_err(io_err(path))?;
-    Ok(Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect())
+/// Whether `manifest` was written for the image at `path` (its hash).
+fn describes(manifest: &Manifest, path: &Path) -> Result<bool, PoolError> {
+    Ok(manifest.describes(&std::fs::read(path).map_err(io_err(path))?))
 }
 
 /// A read-only view of a whole file (`mmap`), unmapped on drop.
@@ -459,7 +459,7 @@ impl Pool {
     /// the pool (files already there and intact are kept).
     pub fn add(&self, image_path: &Path) -> Result<Vec<Added>, PoolError> {
         let manifest = Manifest::read(&Manifest::path_for(image_path))?;
-        if sha256_file(image_path)? != manifest.image_sha256 {
+        if !describes(&manifest, image_path)? {
             return Err(PoolError::ManifestMismatch(image_path.to_path_buf()));
         }
         let image = Image::open(image_path).map_err(|e| PoolError::BadRegion { image: image_path.into(), what: e.to_string() })?;
@@ -578,7 +578,7 @@ impl Pool {
             // its image, or left from an older build): say that instead.
             // Hashing the image costs milliseconds, so only on this path.
             PoolError::Missing { .. } | PoolError::Tampered { .. } | PoolError::Truncated { .. } | PoolError::BadRegion { .. }
-                if sha256_file(image.path()).is_ok_and(|h| h != manifest.image_sha256) =>
+                if describes(&manifest, image.path()).is_ok_and(|d| !d) =>
             {
                 PoolError::ManifestMismatch(image.path().to_path_buf())
             }
