@@ -9,6 +9,7 @@
 
 mod bench;
 mod bench_pages;
+mod exec_cmd;
 mod fn_cmd;
 mod oci_image;
 mod plot;
@@ -266,21 +267,36 @@ fn run_image(
         Tender::Spt => shoal_tender::Tender::Spt,
         Tender::Hvt => shoal_tender::Tender::Hvt,
     };
-    let args = shoal_tender::RunArgs::new(tender, fs, mem, env, mode.into(), pool_fallback, single_process, image, args.into_iter().map(Into::into).collect())?
-        .with_net(&net.publish, &net.listen_fd, net.net_outbound)?
-        .with_allow(&net.net_allow)?
-        .with_bind_any(net.net_bind_any)?
-        .with_volume(volume.as_deref())?
-        .with_inject(recover.inject.as_deref())?
-        .with_rejuvenation(recover.rejuvenate_every.as_deref())?
-        .with_watchdog(recover.watchdog.as_deref(), recover.no_recover)?
-        .with_stateful_recovery(recover.recover_stateful)?
-        .with_stop_timeout(recover.stop_timeout.as_deref())?
-        .with_log_shrink(recover.log_shrink.as_deref(), recover.log_report)?;
+    // An unmodified Linux executable runs as an image built around it
+    // (cached by content); its argv[0] stays the path given.
+    let (image, argv0) = if exec_cmd::is_executable(&image) {
+        let (built, _) = exec_cmd::prepare(&image)?;
+        (built, Some(image.into_os_string()))
+    } else {
+        (image, None)
+    };
+    let mut args =
+        shoal_tender::RunArgs::new(tender, fs, mem, env, mode.into(), pool_fallback, single_process, image, args.into_iter().map(Into::into).collect())?
+            .with_net(&net.publish, &net.listen_fd, net.net_outbound)?
+            .with_allow(&net.net_allow)?
+            .with_bind_any(net.net_bind_any)?
+            .with_volume(volume.as_deref())?
+            .with_inject(recover.inject.as_deref())?
+            .with_rejuvenation(recover.rejuvenate_every.as_deref())?
+            .with_watchdog(recover.watchdog.as_deref(), recover.no_recover)?
+            .with_stateful_recovery(recover.recover_stateful)?
+            .with_stop_timeout(recover.stop_timeout.as_deref())?
+            .with_log_shrink(recover.log_shrink.as_deref(), recover.log_report)?;
+    if argv0.is_some() {
+        args.argv0 = argv0;
+    }
     Ok(shoal_tender::run(&args)?)
 }
 
 fn inspect(image: PathBuf) -> Result<()> {
+    if exec_cmd::is_executable(&image) {
+        return exec_cmd::inspect(&image);
+    }
     let path = shoal_manifest::Manifest::path_for(&image);
     let m = shoal_manifest::Manifest::read(&path)?;
     let bytes = std::fs::read(&image).with_context(|| format!("cannot read image {}", image.display()))?;
