@@ -152,6 +152,11 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
     };
     // SAFETY: top is the end of pages just given to the kernel.
     unsafe { shoal_plat::cpu::wrgsbase(top) };
+    // The tender added address space for reservations (never-touched
+    // PROT_NONE mappings, which cost nothing); --mem limits what the
+    // program makes writable.
+    let mem = shoal_plat::boot::info().mem_size.saturating_sub(shoal_abi::EXEC_ADDRESS_RESERVE);
+    shoal_mm::set_limits(u64::MAX, mem);
     // argc, argv[], NULL, envp[], NULL, then the auxv pairs.
     let fix = || -> Result<(), Errno> {
         let argc: u64 = umem::read(sp)?;
