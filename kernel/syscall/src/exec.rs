@@ -19,7 +19,9 @@
 //! stack with `rax = 0` and the child's stack pointer, so the child
 //! resumes after the call site on its own stack, as on Linux.
 
-use shoal_plat::{umem, Args, Errno};
+#[cfg(not(test))]
+use shoal_plat::Args;
+use shoal_plat::{umem, Errno};
 
 /// Bytes of each thread's kernel stack.
 const KSTACK: u64 = 128 << 10;
@@ -184,12 +186,16 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
     entry
 }
 
+#[cfg(not(test))]
 const CLONE: u64 = 56;
+#[cfg(not(test))]
 const RSEQ: u64 = 334;
+#[cfg(not(test))]
 const CLONE3: u64 = 435;
 
 /// The system call of the frame at `f` (from the entry above), on the
 /// thread's kernel stack.
+#[cfg(not(test))]
 extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     shoal_sched::preempt::enter();
     let n = f.rax;
@@ -217,6 +223,7 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
 /// Raw `clone(flags, stack, ptid, ctid, tls)` of a thread: the child
 /// resumes after the call site with `rax = 0` on `stack` (the parent's
 /// stack when 0).
+#[cfg_attr(test, allow(dead_code))]
 fn clone(f: &Frame) -> Result<u32, Errno> {
     use shoal_sched::{CLONE_SETTLS, CLONE_SIGHAND, CLONE_THREAD, CLONE_VFORK, CLONE_VM};
     let (flags, stack, ptid, ctid, tls) = (f.rdi as i32, f.rsi, f.rdx, f.r10, f.r8);
