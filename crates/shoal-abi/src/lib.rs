@@ -1,7 +1,7 @@
 //! The hypercall ABI between a shoal image (its kernel) and a tender.
 //!
 //! This crate is the one place where the two sides of the trust boundary
-//! agree on bytes (DESIGN §3), in the spirit of Solo5's `hvt_abi.h`: it holds
+//! agree on bytes (docs/design.md "Tenders and hypercalls"), in the spirit of Solo5's `hvt_abi.h`: it holds
 //! only `#[repr(C)]` structures and constants, has no dependencies, and is
 //! `no_std` so the guest kernel and the host tenders both build it.
 //!
@@ -236,7 +236,7 @@ pub const RECOVER_LOG_SHRINK_SHIFT: u32 = 32;
 /// The [`RECOVER_LOG_SHRINK_SHIFT`] value for "never shrink".
 pub const LOG_SHRINK_NEVER: u32 = u32::MAX;
 
-/// The watchdog limit unless told otherwise: 1 s (issue 19).
+/// The watchdog limit unless told otherwise: 1 s.
 pub const DEFAULT_WATCHDOG_NS: u64 = 1_000_000_000;
 
 /// What the tender passes as the first argument (`rdi`, where a CPU fault
@@ -246,7 +246,7 @@ pub const DEFAULT_WATCHDOG_NS: u64 = 1_000_000_000;
 pub const FAULT_HANG: u64 = 0x100;
 
 /// The kernel components, in the order of their numbers (index + 1) in
-/// [`Inject::component`] and in the kernel's recovery records (DESIGN §6).
+/// [`Inject::component`] and in the kernel's recovery records (docs/design.md "Components and recovery").
 pub const COMPONENTS: [&str; 11] = ["plat", "mm", "sched", "vfs", "ramfs", "time", "process", "sysinfo", "user", "net", "syscall"];
 
 /// A fault the kernel injects into one of its components at the

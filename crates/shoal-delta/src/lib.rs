@@ -1,4 +1,4 @@
-//! The Δ-versioner (DESIGN §5, seed 000 §IV-A): turns the relocatable
+//! The Δ-versioner (docs/design.md "Layout policies"; Spacer-Δ's section IV-A): turns the relocatable
 //! x86-64 objects of versions 1..k of **one** library into
 //!
 //! - `base.o` — version 1, rewritten;
@@ -16,7 +16,7 @@
 //!
 //! # Design
 //!
-//! The work is done on relocatable objects, before linking (DESIGN §5
+//! The work is done on relocatable objects, before linking (docs/design.md "Layout policies"
 //! allows this instead of the paper's binary rewriting): no disassembler is
 //! needed, because every place that names a function is a relocation.
 //!

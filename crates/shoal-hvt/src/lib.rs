@@ -1,4 +1,4 @@
-//! The hvt tender: runs a shoal image in a KVM virtual machine (DESIGN §3).
+//! The hvt tender: runs a shoal image in a KVM virtual machine (docs/design.md "Tenders and hypercalls").
 //!
 //! The guest runs entirely at **CPL 3 with IOPL 3**, entered straight from
 //! `KVM_SET_SREGS`: on the nested, paravirtual KVM shoal targets, CPL-3 code
@@ -32,7 +32,7 @@
 //!
 //! # Networking
 //!
-//! Host-socket passthrough (DESIGN §3.1), as on spt, with the VMM as the
+//! Host-socket passthrough (docs/design.md "Networking"), as on spt, with the VMM as the
 //! owner of the sockets (`src/net.rs`): [`run`] opens the published ports and
 //! adopts `--listen-fd` sockets before boot and hands them to the guest as
 //! handles of the VMM's table (never its descriptor numbers); the `Net`
@@ -49,7 +49,7 @@
 //! # Protection keys
 //!
 //! This nested KVM does not enforce protection keys in guest page tables
-//! (DESIGN §1), so hvt neither advertises PKU to the guest nor relies on
+//! (docs/design.md "Host facts"), so hvt neither advertises PKU to the guest nor relies on
 //! it: component isolation with keys is not available on hvt.
 //!
 //! # Dependencies
@@ -286,7 +286,7 @@ pub fn run(cfg: &RunConfig) -> Result<i32, HvtError> {
     if let Some(m) = outcome.message() {
         let _ = writeln!(console.stderr, "shoal: {m}");
     }
-    // Exits are what hvt's hot paths cost (DESIGN §1: ~27 µs each here);
+    // Exits are what hvt's hot paths cost (docs/design.md "Host facts": ~27 µs each here);
     // SHOAL_HVT_STATS=1 counts them, to measure and compare.
     if std::env::var_os("SHOAL_HVT_STATS").is_some_and(|v| v == "1") {
         let _ = writeln!(console.stderr, "shoal: hvt stats: {}", t.stats_line());

@@ -1,4 +1,4 @@
-//! End-to-end tests of `shoal-oci` (issue 20): the OCI lifecycle called
+//! End-to-end tests of `shoal-oci`: the OCI lifecycle called
 //! directly, the errors runc gives for bad input, the console socket, and
 //! then podman and containerd running shoal images through it. They need
 //! root (namespaces, cgroups, the engines); without it each test skips

@@ -689,7 +689,7 @@ fn private_file_mappings_copy_and_remap() {
     crate::with_space(|s| s.check());
 }
 
-/// Item 4 of issue 17: a MAP_SHARED mapping's pages are made to show the
+/// A MAP_SHARED mapping's pages are made to show the
 /// file's own pages (the Alias hypercall; recorded here), every mapping of
 /// a page shows the same file page, the mapping follows the file's size
 /// (growth shows new pages, shrinking gives pages past the end their own
@@ -799,7 +799,7 @@ fn address_space_and_data_limits() {
     assert_eq!(crate::check_limits(&s, 1 << 40, 1 << 40), Ok(()));
 }
 
-/// Item 1 of issue 17: protection changes reach the tender (real pages),
+/// Protection changes reach the tender (real pages),
 /// only where they differ, and whatever leaves a protected mapping
 /// (munmap, a MAP_FIXED replacement) makes its pages read-write again, so
 /// memory handed out later never faults.

@@ -1,4 +1,4 @@
-//! The binding to the tender: one function, two mechanisms (DESIGN §3).
+//! The binding to the tender: one function, two mechanisms (docs/design.md "Tenders and hypercalls").
 //!
 //! On spt the tender's hypercall function is called directly (its address is
 //! in the boot info); on hvt the guest writes the argument address to the
