@@ -131,7 +131,7 @@ pub use emit::TPL_PREFIX;
 /// macros it uses); `inline` and `always_inline` functions are still
 /// inlined. On SQLite 3.35.4 → 3.36.0 the delta's code goes from 77% of
 /// version 1's to 57% (3.38.0 → 3.38.2: from 27% to 5%), for up to 10%
-/// of speedtest1's speed (docs/versioning.md). Correctness does not
+/// of speedtest1's speed (docs/results/pages.md). Correctness does not
 /// depend on them: whatever gcc decides shows in the compiled code the
 /// versioner compares.
 pub const VERSIONED_CFLAGS: &[&str] = &[

@@ -627,7 +627,7 @@ fn podman_run_t_gets_a_terminal() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("isatty 1 "), "{}", text(&o));
 }
 
-/// The containerd configuration the README shows (a CRI runtime class
+/// The containerd configuration docs/oci.md shows (a CRI runtime class
 /// `shoal` whose runc shim calls shoal-oci), with this test's own root,
 /// state and socket.
 fn containerd_config(dir: &Path) -> String {
