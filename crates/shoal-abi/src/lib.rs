@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 14;
+pub const ABI_VERSION: u32 = 15;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -689,10 +689,32 @@ pub struct ProtectArgs {
     pub len: u64,
     /// [`PROT_READ`] and [`PROT_WRITE`] bits.
     pub prot: u64,
-    /// Out: 0, or a negative Linux errno (`EINVAL` for a range or
-    /// protection the tender does not allow).
+    /// Out: 0, [`PROTECT_FLUSH`], or a negative Linux errno (`EINVAL`
+    /// for a range or protection the tender does not allow).
     pub ret: i64,
 }
+
+/// The result of a [`Hypercall::Protect`] or [`Hypercall::Alias`] that
+/// took away access a page had (or showed another page there): done, and
+/// the guest must flush its TLB (on hvt: `int3` with
+/// [`HVT_TLB_FLUSH_MAGIC`]). 0 means done with access only added, where
+/// no translation can be stale: a page that was not present or read-only
+/// faults, and the fault makes the CPU (and KVM, which shadows the tables
+/// on a host without EPT) read the new entry. So a change that only grants
+/// costs neither a flush nor, on hvt, KVM dropping its shadow of the
+/// tables (which every later page touch would pay for).
+pub const PROTECT_FLUSH: i64 = 1;
+
+/// A flag in [`ProtectArgs::prot`]: no page of the range has been touched
+/// since the host last backed it (the kernel's *clean* free memory: never
+/// handed out, or given back with [`Hypercall::Release`], whose host pages
+/// were dropped with every translation of them). So no translation of it
+/// can be stale, and taking access away needs no flush: the answer is 0.
+/// A guest that sets it wrongly only keeps its own stale translations of
+/// its own memory. Placing mappings without access (a thread stack's
+/// guard, a runtime's address-space reservation) on clean memory makes
+/// them cost no flush on hvt.
+pub const PROTECT_UNTOUCHED: u64 = 1 << 8;
 
 /// Arguments of [`Hypercall::Alias`]: from now on the guest pages
 /// `[dst, dst + len)` show the guest pages `[src, src + len)` (the same
@@ -727,8 +749,8 @@ pub struct AliasArgs {
     pub len: u64,
     /// [`PROT_READ`] and [`PROT_WRITE`] bits.
     pub prot: u64,
-    /// Out: 0, or a negative Linux errno (`EINVAL` for a range or
-    /// protection the tender does not allow).
+    /// Out: 0, [`PROTECT_FLUSH`], or a negative Linux errno (`EINVAL`
+    /// for a range or protection the tender does not allow).
     pub ret: i64,
 }
 

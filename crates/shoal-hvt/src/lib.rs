@@ -508,18 +508,19 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
 
     let mut wrote = false;
     let tables = protect::Tables { low: &vm.memory, pool: &vm.tables, heap_start: p.layout.heap_start, mem_size };
-    // KVM's shadow of the page tables is dropped after the handler, in
-    // this loop; the guest flushes its TLB itself afterwards (int3 with
-    // shoal_abi::HVT_TLB_FLUSH_MAGIC).
+    // Whether a hypercall took access away from some page: then KVM's
+    // shadow of the page tables is dropped after the handler, in this loop
+    // (`protect` says why only then); the guest flushes its TLB itself
+    // afterwards (int3 with shoal_abi::HVT_TLB_FLUSH_MAGIC).
     let changed = std::cell::Cell::new(false);
     let apply = |a: &shoal_abi::ProtectArgs| {
         let r = tables.protect(a)?;
-        changed.set(changed.get() || r == 0);
+        changed.set(changed.get() || r == shoal_abi::PROTECT_FLUSH);
         Ok(r)
     };
     let alias = |a: &shoal_abi::AliasArgs| {
         let r = tables.alias(a)?;
-        changed.set(changed.get() || r == 0);
+        changed.set(changed.get() || r == shoal_abi::PROTECT_FLUSH);
         Ok(r)
     };
     let release = |addr: u64, len: u64| tables.release(addr, len);

@@ -825,3 +825,22 @@ fn mprotect_changes_the_real_protection_and_unmap_restores_it() {
     assert_eq!(taken(), vec![(b, b + 2 * PAGE, 3)], "replaced read-write before it is zeroed");
     s.check();
 }
+
+/// A mapping without access goes to clean memory when there is room, and
+/// one with access to the dirty memory freed last (reused while resident):
+/// a thread's stack, mapped without access before its guard is cut, then
+/// costs hvt no TLB flush (see `shoal_abi::PROTECT_UNTOUCHED`).
+#[test]
+fn mappings_without_access_prefer_clean_memory() {
+    let (mut s, _) = space(64);
+    let rw = s.map_anywhere(8 * PAGE, PROT_READ | PROT_WRITE).unwrap();
+    fill(rw, 8 * PAGE, 1);
+    s.unmap(rw, 8 * PAGE).unwrap();
+    assert_eq!(s.use_at(rw), Some(Use::Free { dirty: true }));
+    let none = s.map_anywhere(4 * PAGE, 0).unwrap();
+    assert!(none + 4 * PAGE <= rw, "placed below the dirty pages, on clean ones: {none:#x} {rw:#x}");
+    let again = s.map_anywhere(8 * PAGE, PROT_READ | PROT_WRITE).unwrap();
+    assert_eq!(again, rw, "a mapping with access reuses the dirty pages");
+    assert!(all(again, 8 * PAGE, 0), "zeroed");
+    s.check();
+}
