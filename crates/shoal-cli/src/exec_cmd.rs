@@ -35,7 +35,18 @@ fn kernel_image(paths: &shoal_toolchain::Paths) -> Result<PathBuf> {
         std::fs::write(&src, KERNEL_STUB).with_context(|| format!("cannot write {}", src.display()))?;
         let tmp = dir.join(format!("kernel.img.{}", std::process::id()));
         shoal_toolchain::cc::cc(paths, &["-O2".into(), "-o".into(), tmp.display().to_string(), src.display().to_string()])?;
-        std::fs::rename(&tmp, &image).with_context(|| format!("cannot write {}", image.display()))?;
+        // The image and what `shoal cc` writes beside it (manifest, debug
+        // information), each put in place by one rename: a concurrent
+        // start sees an old or a new kernel image, never half of one.
+        for (from, to) in [
+            (shoal_manifest::Manifest::path_for(&tmp), shoal_manifest::Manifest::path_for(&image)),
+            (dir.join(format!("kernel.img.{}.debug", std::process::id())), dir.join("kernel.img.debug")),
+            (tmp.clone(), image.clone()),
+        ] {
+            if from.exists() {
+                std::fs::rename(&from, &to).with_context(|| format!("cannot write {}", to.display()))?;
+            }
+        }
     }
     Ok(image)
 }

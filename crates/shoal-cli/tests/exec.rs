@@ -1,5 +1,6 @@
 //! Unmodified Linux executables (`shoal run EXECUTABLE`): programs built
-//! here with `gcc -static` (glibc) and `CGO_ENABLED=0 go build` from the
+//! here with `gcc -static` (glibc), `rustc -C target-feature=+crt-static`
+//! and `CGO_ENABLED=0 go build` from the
 //! sources in apps/exec/, run natively and on each tender, compared by
 //! output and exit status; hostile ELF files refused with one line and
 //! status 125.
@@ -72,6 +73,16 @@ fn rewritten_and_trapped_sites_agree() {
         assert_eq!(stdout(&s), "getpid agrees: yes\nregisters kept: yes\n", "{t}: {}", stderr(&s));
         assert_eq!(s.status.code(), Some(0), "{t}: {}", stderr(&s));
     }
+}
+
+#[test]
+fn rust_static_threads_match_native() {
+    let dir = scratch();
+    let exe = dir.path().join("channels");
+    let src = home().join("apps/exec/rust/channels.rs");
+    let o = Command::new("rustc").args(["-O", "-C", "target-feature=+crt-static", "-o"]).arg(&exe).arg(&src).output().unwrap();
+    assert!(o.status.success(), "rustc: {}", stderr(&o));
+    matches_native(&exe, &["x", "y"], 5);
 }
 
 #[test]

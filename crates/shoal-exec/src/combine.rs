@@ -229,3 +229,30 @@ pub fn combine(k: &KernelImage, exe: &Executable, exe_bytes: &[u8]) -> Result<Ve
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The trampoline decodes as the three instructions it is meant to be,
+    /// with their targets.
+    #[test]
+    fn trampoline_is_mov_lea_jmp() {
+        let (at, back, entry) = (0x5b_b000, 0x40_1234, 0x10_2000);
+        let t = trampoline(at, 39, back, entry);
+        let mut d = iced_x86::Decoder::with_ip(64, &t, at, iced_x86::DecoderOptions::NONE);
+        let mov = d.decode();
+        assert_eq!(mov.code(), iced_x86::Code::Mov_r32_imm32);
+        assert_eq!(mov.op0_register(), iced_x86::Register::EAX);
+        assert_eq!(mov.immediate32(), 39);
+        let lea = d.decode();
+        assert_eq!(lea.code(), iced_x86::Code::Lea_r64_m);
+        assert_eq!(lea.op0_register(), iced_x86::Register::RCX);
+        assert!(lea.is_ip_rel_memory_operand());
+        assert_eq!(lea.ip_rel_memory_address(), back);
+        let jmp = d.decode();
+        assert_eq!(jmp.code(), iced_x86::Code::Jmp_rel32_64);
+        assert_eq!(jmp.near_branch_target(), entry);
+        assert!(t[17..].iter().all(|&b| b == 0xcc), "the rest is int3");
+    }
+}

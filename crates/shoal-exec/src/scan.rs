@@ -231,3 +231,67 @@ fn find_sites(h: &elf::FileHeader64<LE>, bytes: &[u8], segments: &[Segment], bas
     sites.dedup_by_key(|s| s.addr);
     sites
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal ELF: one R+X segment at `vaddr` holding `code`, entry at
+    /// its start, program headers in the segment.
+    fn elf(e_type: u16, vaddr: u64, code: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; 0x1000];
+        b[..4].copy_from_slice(b"\x7fELF");
+        b[4] = 2;
+        b[5] = 1;
+        b[6] = 1;
+        b[16..18].copy_from_slice(&e_type.to_le_bytes());
+        b[18..20].copy_from_slice(&62u16.to_le_bytes());
+        b[20..24].copy_from_slice(&1u32.to_le_bytes());
+        b[24..32].copy_from_slice(&(vaddr + 0x100).to_le_bytes());
+        b[32..40].copy_from_slice(&64u64.to_le_bytes());
+        b[52..54].copy_from_slice(&64u16.to_le_bytes());
+        b[54..56].copy_from_slice(&56u16.to_le_bytes());
+        b[56..58].copy_from_slice(&1u16.to_le_bytes());
+        let size = 0x100 + code.len() as u64;
+        let ph = &mut b[64..120];
+        ph[0..4].copy_from_slice(&1u32.to_le_bytes());
+        ph[4..8].copy_from_slice(&5u32.to_le_bytes());
+        ph[16..24].copy_from_slice(&vaddr.to_le_bytes());
+        ph[24..32].copy_from_slice(&vaddr.to_le_bytes());
+        ph[32..40].copy_from_slice(&size.to_le_bytes());
+        ph[40..48].copy_from_slice(&size.to_le_bytes());
+        ph[48..56].copy_from_slice(&0x1000u64.to_le_bytes());
+        b[0x100..0x100 + code.len()].copy_from_slice(code);
+        b
+    }
+
+    #[test]
+    fn sites_come_from_instructions_not_bytes() {
+        let code = [
+            0xb8, 0x27, 0, 0, 0, 0x0f, 0x05, // mov eax, 39; syscall: rewritten
+            0x0f, 0x05, // syscall: trap path
+            0x48, 0xb8, 0x0f, 0x05, 0, 0, 0, 0, 0, 0, // mov rax, imm64 holding 0f 05: no site
+            0xc3,
+        ];
+        let a = analyse(Path::new("t"), &elf(elf::ET_EXEC, 0x40_0000, &code)).unwrap();
+        assert_eq!(a.kind, Kind::Static);
+        assert_eq!(a.sites, vec![Site { addr: 0x40_0105, nr: Some(39) }, Site { addr: 0x40_0107, nr: None }]);
+        assert_eq!(a.phdr, 0x40_0040);
+    }
+
+    #[test]
+    fn a_pie_is_placed_at_the_fixed_base() {
+        let a = analyse(Path::new("t"), &elf(elf::ET_DYN, 0, &[0xc3])).unwrap();
+        assert_eq!((a.kind, a.base, a.entry), (Kind::Pie, PIE_BASE, PIE_BASE + 0x100));
+    }
+
+    #[test]
+    fn low_segments_and_bad_entries_are_refused() {
+        let low = analyse(Path::new("t"), &elf(elf::ET_EXEC, 0x10_0000, &[0xc3])).unwrap_err();
+        assert!(matches!(low, ExecError::OverShoal { vaddr: 0x10_0000, .. }), "{low}");
+        let mut b = elf(elf::ET_EXEC, 0x40_0000, &[0xc3]);
+        b[24..32].copy_from_slice(&0x50_0000u64.to_le_bytes());
+        let e = analyse(Path::new("t"), &b).unwrap_err();
+        assert!(matches!(e, ExecError::BadEntry { entry: 0x50_0000, .. }), "{e}");
+    }
+}
