@@ -271,6 +271,11 @@ fn run_image(
     // (cached by content); its argv[0] stays the path given.
     let (image, argv0) = if exec_cmd::is_executable(&image) {
         let (built, _) = exec_cmd::prepare(&image)?;
+        if matches!(mode, pool_cmd::MemMode::Pool) {
+            // Its read-only pages (the kernel's and the rewritten
+            // executable's) go to the pool once, like `shoal pool add`.
+            shoal_loader::pool::Pool::default_pool().add(&built)?;
+        }
         (built, Some(image.into_os_string()))
     } else {
         (image, None)

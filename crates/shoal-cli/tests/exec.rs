@@ -57,6 +57,26 @@ fn glibc_static_pie_matches_native() {
     matches_native(&exe, &[], 7);
 }
 
+/// With `--mem-mode pool` the read-only pages of the built image (the
+/// kernel's and the rewritten executable's) go to the pool at the first
+/// start and come from it at every start; the program runs the same.
+#[test]
+fn executables_share_pages_through_the_pool() {
+    if !shoal_testkit::need(&["shm"]) {
+        return;
+    }
+    let dir = scratch();
+    let pool = tempfile::Builder::new().prefix("shoal-exec-pool-").tempdir_in("/dev/shm").unwrap();
+    let exe = gcc_static("threads", dir.path(), &["-pthread"]);
+    let n = output(Command::new(&exe).env_clear());
+    for t in tenders() {
+        let s = output(shoal_run(t).args(["--mem-mode", "pool"]).arg(&exe).env("SHOAL_POOL_DIR", pool.path()));
+        assert_eq!((stdout(&s), s.status.code()), (stdout(&n), Some(7)), "{t}: {}", stderr(&s));
+    }
+    let names: Vec<String> = std::fs::read_dir(pool.path()).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.iter().any(|n| n.starts_with("exec@")), "no pool file of the executable: {names:?}");
+}
+
 /// A rewritten pair, a jump into the middle of one (its `syscall` kept:
 /// the trap path) and a bare `syscall` all answer the same, and a trapped
 /// call keeps every register but rcx and r11.

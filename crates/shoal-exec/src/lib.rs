@@ -218,8 +218,64 @@ pub fn prepare(exe: &Path, kernel: &Path, cache_dir: &Path) -> Result<(PathBuf, 
     let image = combine(&k, &analysed, &exe_bytes)?;
     let cache = |source| ExecError::Cache { path: out.clone(), source };
     std::fs::create_dir_all(cache_dir).map_err(cache)?;
+    // The manifest first, then the image: a start that finds the image
+    // finds its manifest (the pool needs it; copy mode does not).
+    let kernel_manifest = shoal_manifest::Manifest::read(&shoal_manifest::Manifest::path_for(kernel)).ok();
+    if let Some(m) = kernel_manifest.and_then(|m| manifest(m, &image, &key[..16])) {
+        let tmp = cache_dir.join(format!(".{key}.{}.manifest.tmp", std::process::id()));
+        m.write(&tmp).map_err(|e| ExecError::Cache { path: tmp.clone(), source: std::io::Error::other(e.to_string()) })?;
+        std::fs::rename(&tmp, shoal_manifest::Manifest::path_for(&out)).map_err(cache)?;
+    }
     let tmp = cache_dir.join(format!(".{key}.{}.tmp", std::process::id()));
     std::fs::write(&tmp, &image).map_err(cache)?;
     std::fs::rename(&tmp, &out).map_err(cache)?;
     Ok((out, analysed))
+}
+
+/// The manifest of the built image `image`: the kernel image's libraries
+/// (at the same addresses, with the same read-only pages) and one library
+/// `exec` (version: the start of the cache key) whose regions are the
+/// executable's read-only segments and the trampolines, each only when no
+/// writable segment shares its pages. `None` if the built image cannot
+/// be read back (it was just written by [`combine`]).
+fn manifest(kernel: shoal_manifest::Manifest, image: &[u8], version: &str) -> Option<shoal_manifest::Manifest> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    use sha2::{Digest, Sha256};
+    use shoal_manifest::{Library, LibraryInfo, LibraryKind, PageHash, Region, RegionKind};
+    let e = object::LittleEndian;
+    let h = object::elf::FileHeader64::<object::LittleEndian>::parse(image).ok()?;
+    let loads: Vec<(u64, u64, u64, u64, u32)> = h
+        .program_headers(e, image)
+        .ok()?
+        .iter()
+        .filter(|p| p.p_type(e) == object::elf::PT_LOAD)
+        .map(|p| (p.p_vaddr(e), p.p_memsz(e), p.p_offset(e), p.p_filesz(e), p.p_flags(e)))
+        .collect();
+    let page_down = |a: u64| a & !0xfff;
+    let page_up = |a: u64| (a + 0xfff) & !0xfff;
+    let mut regions = Vec::new();
+    for &(vaddr, memsz, off, filesz, flags) in loads.iter().filter(|l| l.0 >= LOWEST_ADDRESS && l.4 & object::elf::PF_W == 0) {
+        let (lo, hi) = (page_down(vaddr), page_up(vaddr + memsz));
+        if loads.iter().any(|o| o.4 & object::elf::PF_W != 0 && page_down(o.0) < hi && lo < page_up(o.0 + o.1)) {
+            continue;
+        }
+        let mut page_hashes = Vec::new();
+        let mut a = lo;
+        while a < hi {
+            let mut page = [0u8; 0x1000];
+            let (from, to) = (a.max(vaddr), (a + 0x1000).min(vaddr + filesz));
+            if from < to {
+                let src = (off + from - vaddr) as usize;
+                page[(from - a) as usize..(to - a) as usize].copy_from_slice(image.get(src..src + (to - from) as usize)?);
+            }
+            page_hashes.push(PageHash::of(&page));
+            a += 0x1000;
+        }
+        let kind = if flags & object::elf::PF_X != 0 { RegionKind::Text } else { RegionKind::Rodata };
+        regions.push(Region { kind, start: vaddr, end: vaddr + memsz, page_hashes });
+    }
+    let mut libraries = kernel.libraries;
+    libraries.push(Library { info: LibraryInfo { name: "exec".into(), version: version.into(), kind: LibraryKind::App }, regions });
+    let image_sha256 = Sha256::digest(image).iter().map(|b| format!("{b:02x}")).collect();
+    Some(shoal_manifest::Manifest { format: kernel.format, layout: kernel.layout, entry: kernel.entry, image_sha256, libraries })
 }
