@@ -49,6 +49,13 @@ fn glibc_static_threads_match_native() {
 }
 
 #[test]
+fn auxiliary_vector_matches_native() {
+    let dir = scratch();
+    let exe = gcc_static("auxv", dir.path(), &[]);
+    matches_native(&exe, &[], 0);
+}
+
+#[test]
 fn glibc_static_pie_matches_native() {
     let dir = scratch();
     let exe = gcc_static("threads", dir.path(), &["-static-pie", "-fPIE", "-pthread"]);
