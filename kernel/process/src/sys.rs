@@ -94,8 +94,15 @@ pub fn arch_prctl(a: &Args) -> SysResult {
     .map(|_| 0)
 }
 
+const PR_SET_PDEATHSIG: i32 = 1;
+const PR_GET_PDEATHSIG: i32 = 2;
 const PR_SET_NAME: i32 = 15;
 const PR_GET_NAME: i32 = 16;
+
+/// The parent-death signal (`PR_SET_PDEATHSIG`). The instance's process
+/// has no parent inside it that could die first, so it is only kept and
+/// reported back.
+static PDEATHSIG: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
 
 /// `prctl(option, …)`: the calling thread's name — `PR_SET_NAME` copies
 /// up to 15 bytes of the string at `arg2` (longer names are truncated, as
@@ -103,12 +110,23 @@ const PR_GET_NAME: i32 = 16;
 /// musl's `pthread_setname_np`/`pthread_getname_np` of the calling thread
 /// use these (Redis names its background threads). A thread starts with
 /// its creator's name; the main thread's is empty, since an instance has
-/// no executable file to take it from. The other options, which control
-/// process machinery an instance does not have, are `EINVAL`, Linux's
-/// answer to an option it does not know.
+/// no executable file to take it from. `PR_SET_PDEATHSIG` takes a signal
+/// number (0..=64, else `EINVAL`) and `PR_GET_PDEATHSIG` writes it back as
+/// an `int` (Go's `os/exec` and glibc programs set it). The other options,
+/// which control process machinery an instance does not have, are
+/// `EINVAL`, Linux's answer to an option it does not know.
 pub fn prctl(a: &Args) -> SysResult {
     let addr = a.u(1);
     match a.int(0) {
+        PR_SET_PDEATHSIG => {
+            let sig = a.u(1);
+            if sig > signal::NSIG as u64 {
+                return Err(Errno::EINVAL);
+            }
+            PDEATHSIG.store(sig as i32, core::sync::atomic::Ordering::Relaxed);
+            Ok(0)
+        }
+        PR_GET_PDEATHSIG => umem::write(addr, PDEATHSIG.load(core::sync::atomic::Ordering::Relaxed)).map(|_| 0),
         PR_SET_NAME => {
             let mut name = [0u8; 16];
             for (i, b) in name.iter_mut().take(15).enumerate() {

@@ -40,6 +40,12 @@ mod nr_signal {
     pub const RT_SIGSUSPEND: u64 = 130;
 }
 
+/// Numbers of the scheduling calls that `shoal_abi::linux` does not name
+/// (x86-64).
+mod nr_sched {
+    pub const SCHED_SETAFFINITY: u64 = 203;
+}
+
 /// Numbers of the interval-timer calls, which `shoal_abi::linux` does not
 /// name (x86-64).
 mod nr_time {
@@ -276,6 +282,8 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::SCHED_YIELD => sched::sched_yield,
         nr::FUTEX => sched::futex,
         nr::SCHED_GETAFFINITY => sched::sched_getaffinity,
+        nr_sched::SCHED_SETAFFINITY => sched::sched_setaffinity,
+        nr::MEMBARRIER => sched::membarrier,
         // process
         nr::EXIT => process::exit,
         nr::EXIT_GROUP => process::exit_group,

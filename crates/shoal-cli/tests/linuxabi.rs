@@ -1,0 +1,38 @@
+//! The Linux process ABI that unmodified executables rely on, checked
+//! with C programs built by `shoal cc` against the same source built as a
+//! native static musl program, on spt and hvt (hvt skips visibly without
+//! /dev/kvm): real-time signals queued with their own siginfo,
+//! `rt_sigtimedwait` and `signalfd`, Linux's signal frames, the files
+//! runtimes read to size themselves, and the scheduling, memory and
+//! process-control calls they make.
+
+mod common;
+use common::*;
+
+/// sched_getaffinity/sched_setaffinity, getrandom's flags, prctl,
+/// madvise, mincore, membarrier, and the /proc and /sys files (cpu
+/// online, cpuinfo, meminfo, stat, transparent huge pages, the cgroup v2
+/// quota, /proc/self/{exe,auxv,maps,fd}) agree with what the system calls
+/// say, as on Linux.
+#[test]
+fn sizing_files_and_calls_agree_with_the_system_calls() {
+    matches_native("linux_sizing.c");
+}
+
+/// fork, vfork, execve and execveat give ENOSYS (each reported once on
+/// stderr, as every unimplemented call is) and the program goes on.
+#[test]
+fn fork_and_exec_give_enosys() {
+    let dir = scratch();
+    let image = build_image(&test_app("linux_nofork.c"), dir.path(), &[]);
+    let want_out = "fork: -1 Function not implemented\nvfork: -1 Function not implemented\nexecve: -1 Function not implemented\n\
+execveat: -1 Function not implemented\nfork(): -1 Function not implemented\nposix_spawn: Function not implemented\nstill running\n";
+    let want_err = "shoal: unsupported system call 57 (fork), returning ENOSYS\nshoal: unsupported system call 58 (vfork), returning ENOSYS\n\
+shoal: unsupported system call 59 (execve), returning ENOSYS\nshoal: unsupported system call 322 (?), returning ENOSYS\n";
+    for tender in tenders() {
+        let o = output(shoal_run(tender).arg(&image));
+        assert_eq!(stdout(&o), want_out, "{tender}: stderr {}", stderr(&o));
+        assert_eq!(stderr(&o), want_err, "{tender}");
+        assert_eq!(o.status.code(), Some(0), "{tender}");
+    }
+}
