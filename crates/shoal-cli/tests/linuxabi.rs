@@ -36,3 +36,13 @@ shoal: unsupported system call 59 (execve), returning ENOSYS\nshoal: unsupported
         assert_eq!(o.status.code(), Some(0), "{tender}");
     }
 }
+
+/// A blocked SIGRTMIN+1 sent 100 times (sigqueue, kill, raise) runs its
+/// handler 100 times once unblocked, each with its own siginfo, a
+/// thread's own signals first as on Linux; a standard signal sent three
+/// times runs once; sigtimedwait, sigwaitinfo and sigwait take queued
+/// signals, wait for one from another thread, time out and poll.
+#[test]
+fn real_time_signals_are_queued_and_waited_for() {
+    matches_native("linux_rtsig.c");
+}

@@ -134,15 +134,123 @@ pub struct Signals {
     pub actions: [KSigaction; NSIG as usize],
     /// Blocked signals (bit sig-1).
     pub mask: u64,
-    /// Pending signals (bit sig-1), with the `si_code` of the last send.
+    /// Pending signals (bit sig-1).
     pub pending: u64,
-    /// `si_code` each pending signal was sent with.
-    pub codes: [i8; NSIG as usize],
     /// The alternate signal stack.
     pub altstack: StackT,
     /// Counts the changes of `actions` (a change of an action is also
     /// one of [`CHANGES`], which module `heal` watches).
     pub actions_changed: u64,
+}
+
+/// Signals queued at most, for all threads together: what
+/// `RLIMIT_SIGPENDING` reports (Linux's limit counts the same thing). A
+/// real-time signal sent beyond it with `sigqueue` fails with `EAGAIN`; a
+/// `kill` beyond it is still made pending, without its information.
+pub const QUEUE_MAX: usize = 512;
+
+/// `SIGRTMIN` as the kernel numbers it (libcs reserve the first few).
+pub const SIGRTMIN: i32 = 32;
+
+/// What a signal carries besides its number: the first words of its
+/// `siginfo_t` after `si_signo`, `si_errno` and `si_code`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Info {
+    /// `si_code`.
+    pub code: i32,
+    /// Bytes 16..24: `si_pid` and `si_uid` (a send), or `si_addr` (a fault).
+    pub a: u64,
+    /// Bytes 24..32: `si_value` (`sigqueue`, timers).
+    pub b: u64,
+}
+
+impl Info {
+    /// A signal the process sent itself with `code` (`kill`, `tgkill`):
+    /// from pid 1, uid 0.
+    pub fn sent(code: i32) -> Info {
+        Info { code, a: crate::PID, b: 0 }
+    }
+
+    /// The `siginfo_t` of signal `sig` with this information.
+    pub fn siginfo(&self, sig: i32) -> SigInfo {
+        let mut rest = [0u64; 13];
+        rest[0] = self.b;
+        SigInfo { si_signo: sig, si_errno: 0, si_code: self.code, pad: 0, si_pid: self.a as u32 as i32, si_uid: (self.a >> 32) as u32, rest }
+    }
+}
+
+/// What each pending signal carries, oldest first, for every thread:
+/// one entry per pending standard signal (a second send while one is
+/// pending is lost, as on Linux) and one per send of a real-time signal,
+/// which Linux queues. Kept apart from [`Signals`], which process's
+/// recovery log copies whole (a reboot of process loses the queued
+/// information, not the pending signals).
+#[derive(Clone, Copy, Debug)]
+pub struct Queue {
+    entries: [Queued; QUEUE_MAX],
+    len: usize,
+}
+
+impl Queue {
+    /// An empty queue.
+    pub const fn new() -> Queue {
+        Queue { entries: [Queued { tid: 0, sig: 0, info: Info { code: 0, a: 0, b: 0 }, shared: false }; QUEUE_MAX], len: 0 }
+    }
+
+    /// Entries in use.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn used(&self) -> &[Queued] {
+        &self.entries[..self.len]
+    }
+
+    /// Removes up to `n` entries for which `f` holds, oldest first;
+    /// returns the first removed.
+    fn remove_where(&mut self, f: impl Fn(&Queued) -> bool, n: usize) -> Option<Queued> {
+        let (mut first, mut removed, mut keep) = (None, 0, 0);
+        for i in 0..self.len {
+            let q = self.entries[i];
+            if removed < n && f(&q) {
+                first = first.or(Some(q));
+                removed += 1;
+            } else {
+                self.entries[keep] = q;
+                keep += 1;
+            }
+        }
+        self.len = keep;
+        first
+    }
+}
+
+impl Default for Queue {
+    fn default() -> Self {
+        Queue::new()
+    }
+}
+
+/// The signal queue of the process.
+pub static QUEUE: shoal_plat::Global<Queue> = shoal_plat::Global::new(Queue::new());
+
+/// One entry of the signal queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Queued {
+    /// The thread it is pending for.
+    pub tid: u32,
+    /// The signal.
+    pub sig: i32,
+    /// What it carries.
+    pub info: Info,
+    /// Sent to the process (`kill`, `sigqueue`) rather than to the thread
+    /// (`tgkill`, `raise`): Linux takes a thread's own signals first.
+    pub shared: bool,
 }
 
 const NO_ALTSTACK: StackT = StackT { ss_sp: 0, ss_flags: SS_DISABLE, pad: 0, ss_size: 0 };
@@ -169,7 +277,6 @@ impl Signals {
             actions: [KSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 }; NSIG as usize],
             mask: 0,
             pending: 0,
-            codes: [0; NSIG as usize],
             altstack: NO_ALTSTACK,
             actions_changed: 0,
         }
@@ -189,25 +296,49 @@ impl Signals {
         }
     }
 
-    /// Generates `sig` (1..=64) for the process: queued unless it would be
-    /// ignored (blocked signals are always queued, their action may change).
-    pub fn generate(&mut self, sig: i32, code: i32) {
+    /// Generates `sig` (1..=64) for the calling thread (`tid`, whose mask
+    /// and pending set are loaded): pending unless it would be ignored
+    /// (blocked signals are always kept, their action may change), with
+    /// `info` queued as [`Signals::enqueue`] says.
+    pub fn generate(&mut self, queue: &mut Queue, tid: u32, sig: i32, info: Info, shared: bool) -> Result<(), Errno> {
         if self.mask & bit(sig) == 0 && self.disposition(sig) == Disposition::Ignore {
-            return;
+            return Ok(());
         }
+        enqueue(queue, Queued { tid, sig, info, shared }, self.pending & bit(sig) != 0)?;
         self.pending |= bit(sig);
-        self.codes[(sig - 1) as usize] = code as i8;
+        Ok(())
     }
 
-    /// Takes the lowest pending signal that is not blocked.
-    pub fn next_deliverable(&mut self) -> Option<(i32, i32)> {
-        let ready = self.pending & !self.mask;
+    /// Takes pending signal `sig` of thread `tid` (whose pending set is
+    /// loaded): its oldest queued information (a signal raised without
+    /// any, such as one the tender forwarded, comes from outside the
+    /// instance: `SI_USER` from pid 0); the signal stays pending while
+    /// more of it are queued.
+    fn take(&mut self, queue: &mut Queue, tid: u32, sig: i32) -> Info {
+        let own = queue.used().iter().any(|q| q.tid == tid && q.sig == sig && !q.shared);
+        let got = queue.remove_where(|q| q.tid == tid && q.sig == sig && (!own || !q.shared), 1);
+        if !queue.used().iter().any(|q| q.tid == tid && q.sig == sig) {
+            self.pending &= !bit(sig);
+        }
+        got.map_or(Info { code: SI_USER, a: 0, b: 0 }, |q| q.info)
+    }
+
+    /// Takes the lowest pending signal of thread `tid` in `set`: of those
+    /// sent to the thread itself first, then of those sent to the process,
+    /// as Linux dequeues them.
+    pub fn take_from(&mut self, queue: &mut Queue, tid: u32, set: u64) -> Option<(i32, Info)> {
+        let ready = self.pending & set;
         if ready == 0 {
             return None;
         }
-        let sig = ready.trailing_zeros() as i32 + 1;
-        self.pending &= !bit(sig);
-        Some((sig, self.codes[(sig - 1) as usize] as i32))
+        let own = queue.used().iter().filter(|q| q.tid == tid && !q.shared && ready & bit(q.sig) != 0).map(|q| q.sig).min();
+        let sig = own.unwrap_or(ready.trailing_zeros() as i32 + 1);
+        Some((sig, self.take(queue, tid, sig)))
+    }
+
+    /// Takes the lowest pending signal of thread `tid` that is not blocked.
+    pub fn next_deliverable(&mut self, queue: &mut Queue, tid: u32) -> Option<(i32, Info)> {
+        self.take_from(queue, tid, !self.mask)
     }
 
     /// Sets the blocked mask (SIGKILL and SIGSTOP cannot be blocked).
@@ -222,6 +353,7 @@ impl Signals {
         self.actions_changed += 1;
         if self.disposition(sig) == Disposition::Ignore {
             self.pending &= !bit(sig);
+            QUEUE.with(|q| q.remove_where(|e| e.sig == sig, usize::MAX));
         }
     }
 }
@@ -232,7 +364,33 @@ impl Default for Signals {
     }
 }
 
+/// Queues `q` (`already`: its signal is pending for its thread now). A standard signal already pending
+/// keeps its first information; a real-time one is queued again. With
+/// the queue full, a real-time signal sent with information of its
+/// own (`si_code` other than `SI_USER`) is `EAGAIN`, anything else is
+/// made pending without it, as on Linux.
+pub fn enqueue(queue: &mut Queue, q: Queued, already: bool) -> Result<(), Errno> {
+    let Queued { tid, sig, info, .. } = q;
+    if sig < SIGRTMIN && already {
+        return Ok(());
+    }
+    if !already {
+        // Left by a thread that ended with the signal pending, whose
+        // id was given again.
+        queue.remove_where(|q| q.tid == tid && q.sig == sig, usize::MAX);
+    }
+    if queue.len < QUEUE_MAX {
+        queue.entries[queue.len] = q;
+        queue.len += 1;
+        return Ok(());
+    }
+    if sig >= SIGRTMIN && info.code != SI_USER {
+        return Err(Errno::EAGAIN);
+    }
+    Ok(())
+}
 /// The process's signal state.
+
 // A `ZeroGlobal`: the default alternate stack is `SS_DISABLE`, a non-zero
 // start that put process's `.data` on a page of its own.
 pub static SIGNALS: shoal_plat::ZeroGlobal<Signals> = shoal_plat::ZeroGlobal::new();
@@ -275,12 +433,22 @@ pub fn with_signals<R>(f: impl FnOnce(&mut Signals) -> R) -> R {
 }
 
 /// Sends `sig` to the calling thread and delivers what is deliverable.
+/// (as a thread-directed signal: SIGPIPE, SIGXFSZ).
 pub fn send_self(sig: i32, code: i32) {
+    let _ = send_self_info(sig, Info::sent(code), false);
+}
+
+/// [`send_self`] with the information the signal carries, sent to the
+/// process (`shared`: `kill`, `sigqueue`; it reaches the calling thread)
+/// or the thread (`EAGAIN`: the queue is full, see [`Signals::enqueue`]).
+pub fn send_self_info(sig: i32, info: Info, shared: bool) -> Result<(), Errno> {
     if sig == 0 {
-        return;
+        return Ok(());
     }
-    with_signals(|s| s.generate(sig, code));
+    let tid = shoal_sched::current_tid();
+    let r = with_signals(|s| QUEUE.with(|q| s.generate(q, tid, sig, info, shared)));
     deliver_pending();
+    r
 }
 
 /// Sends `sig` to thread `tid` (`ESRCH` if there is none). To the calling
@@ -291,21 +459,23 @@ pub fn send_self(sig: i32, code: i32) {
 /// `pthread_cancel` need: musl turns `EINTR` at a cancellation point of a
 /// thread with a pending cancellation into the cancellation.
 pub fn send_thread(tid: u32, sig: i32, code: i32) -> Result<(), Errno> {
+    send_thread_info(tid, sig, Info::sent(code))
+}
+
+/// [`send_thread`] with the information the signal carries.
+pub fn send_thread_info(tid: u32, sig: i32, info: Info) -> Result<(), Errno> {
     if tid == shoal_sched::current_tid() {
-        send_self(sig, code);
-        return Ok(());
+        return send_self_info(sig, info, false);
     }
-    let mask = shoal_sched::sig_mask_of(tid).ok_or(Errno::ESRCH)?;
+    let (mask, pending) = shoal_sched::sig_state_of(tid).ok_or(Errno::ESRCH)?;
     if sig == 0 {
         return Ok(());
     }
-    let ignored = signals_mut(|s| {
-        s.codes[(sig - 1) as usize] = code as i8;
-        s.disposition(sig) == Disposition::Ignore
-    });
+    let ignored = SIGNALS.with(|s| s.disposition(sig) == Disposition::Ignore);
     if ignored && mask & bit(sig) == 0 {
         return Ok(());
     }
+    signals_mut(|_| QUEUE.with(|q| enqueue(q, Queued { tid, sig, info, shared: false }, pending & bit(sig) != 0)))?;
     shoal_sched::post_signal(tid, bit(sig))
 }
 
@@ -391,8 +561,9 @@ fn deliver_pending_in(mut frame: Option<&mut Interrupted>) {
     loop {
         // Decide with the state borrowed; run handlers without it (they
         // make system calls of their own).
+        let tid = shoal_sched::current_tid();
         let step = with_signals(|s| {
-            let (sig, code) = s.next_deliverable()?;
+            let (sig, info) = QUEUE.with(|q| s.next_deliverable(q, tid))?;
             let d = s.disposition(sig);
             let old_mask = s.mask;
             if let Disposition::Handle(act) = d {
@@ -403,9 +574,9 @@ fn deliver_pending_in(mut frame: Option<&mut Interrupted>) {
                 let own = if act.flags & SA_NODEFER != 0 { 0 } else { bit(sig) };
                 s.set_mask(old_mask | act.mask | own);
             }
-            Some((sig, code, d, old_mask))
+            Some((sig, info, d, old_mask))
         });
-        let Some((sig, code, d, old_mask)) = step else { return };
+        let Some((sig, info, d, old_mask)) = step else { return };
         match d {
             Disposition::Ignore => {}
             Disposition::Terminate => terminate(sig),
@@ -413,7 +584,7 @@ fn deliver_pending_in(mut frame: Option<&mut Interrupted>) {
                 // As sigreturn does, the mask afterwards is the context's
                 // (the handler may change it there; musl's cancellation
                 // handler does).
-                let mask = call_handler(sig, code, act, old_mask, frame.as_deref_mut());
+                let mask = call_handler(sig, info, act, old_mask, frame.as_deref_mut());
                 with_signals(|s| s.set_mask(mask));
             }
         }
@@ -474,8 +645,8 @@ pub fn on_stack(st: &StackT, sp: u64) -> bool {
     st.ss_size != 0 && sp > st.ss_sp && sp - st.ss_sp <= st.ss_size
 }
 
-fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64, mut frame: Option<&mut Interrupted>) -> u64 {
-    let mut info = SigInfo { si_signo: sig, si_errno: 0, si_code: code, pad: 0, si_pid: crate::PID as i32, si_uid: 0, rest: [0; 13] };
+fn call_handler(sig: i32, from: Info, act: KSigaction, old_mask: u64, mut frame: Option<&mut Interrupted>) -> u64 {
+    let mut info = from.siginfo(sig);
     let mut uc = [0u64; 128];
     if let Some(f) = frame.as_deref() {
         let rsp = interrupted_rsp(core::ptr::from_ref(f) as u64);
@@ -551,13 +722,13 @@ mod tests {
         frame[16] = 0x1234; // rip
         let at = core::ptr::from_ref(&frame) as u64;
         let act = KSigaction { handler: redirecting as extern "C" fn(i32, *mut SigInfo, *mut u64) as usize as u64, flags: SA_SIGINFO, ..Default::default() };
-        call_handler(10, SI_USER, act, 0, Some(&mut frame));
+        call_handler(10, Info::sent(SI_USER), act, 0, Some(&mut frame));
         assert_eq!(*SEEN.lock().unwrap(), (0x1234, 42, interrupted_rsp(at)));
         assert_eq!(frame[16], 0x4000, "the new rip");
         assert_eq!(frame[14], 7, "the new rax");
         assert_eq!(frame[15], 0x202 | USER_FLAGS, "IF kept, user flags set");
         // Without an interrupted frame the context is zero and nothing is taken.
-        call_handler(10, SI_USER, act, 0, None);
+        call_handler(10, Info::sent(SI_USER), act, 0, None);
         assert_eq!(*SEEN.lock().unwrap(), (0, 0, 0));
     }
 
@@ -582,20 +753,48 @@ mod tests {
     #[test]
     fn pending_and_mask() {
         let mut s = Signals::new();
+        let q = &mut Box::new(Queue::new());
         // Unblocked and ignored: discarded.
-        s.generate(17, SI_USER);
+        let _ = s.generate(q, 1, 17, Info::sent(SI_USER), true);
         assert_eq!(s.pending, 0);
         // Blocked: queued even if ignored; discarded when set to SIG_IGN.
         s.set_mask(bit(6) | bit(17) | UNBLOCKABLE);
         assert_eq!(s.mask, bit(6) | bit(17));
-        s.generate(6, SI_TKILL);
-        s.generate(17, SI_USER);
+        let _ = s.generate(q, 1, 6, Info::sent(SI_TKILL), false);
+        let _ = s.generate(q, 1, 17, Info::sent(SI_USER), true);
         assert_eq!(s.pending, bit(6) | bit(17));
-        assert_eq!(s.next_deliverable(), None);
+        assert_eq!(s.next_deliverable(q, 1), None);
         s.set_action(17, KSigaction { handler: SIG_IGN, ..Default::default() });
         assert_eq!(s.pending, bit(6));
         s.set_mask(0);
-        assert_eq!(s.next_deliverable(), Some((6, SI_TKILL)));
-        assert_eq!(s.next_deliverable(), None);
+        assert_eq!(s.next_deliverable(q, 1), Some((6, Info::sent(SI_TKILL))));
+        assert_eq!(s.next_deliverable(q, 1), None);
+    }
+
+    #[test]
+    fn real_time_signals_queue_and_standard_ones_coalesce() {
+        let mut s = Box::new(Signals::new());
+        let q = &mut Box::new(Queue::new());
+        s.set_mask(bit(10) | bit(34));
+        for v in 0..100u64 {
+            s.generate(q, 1, 34, Info { code: -1, a: 1, b: v }, true).unwrap();
+            s.generate(q, 1, 10, Info { code: -1, a: 1, b: v }, true).unwrap();
+        }
+        assert_eq!(q.len(), 101);
+        s.set_mask(0);
+        assert_eq!(s.next_deliverable(q, 1), Some((10, Info { code: -1, a: 1, b: 0 })), "the first send's information");
+        for v in 0..100u64 {
+            assert_eq!(s.next_deliverable(q, 1), Some((34, Info { code: -1, a: 1, b: v })));
+        }
+        assert_eq!(s.next_deliverable(q, 1), None);
+        // A full queue: sigqueue is refused, kill still makes it pending.
+        s.set_mask(bit(34));
+        for _ in 0..QUEUE_MAX {
+            s.generate(q, 1, 34, Info { code: -1, a: 1, b: 0 }, true).unwrap();
+        }
+        assert_eq!(s.generate(q, 1, 34, Info { code: -1, a: 1, b: 0 }, true), Err(Errno::EAGAIN));
+        assert_eq!(s.generate(q, 1, 35, Info::sent(SI_USER), true), Ok(()));
+        assert_eq!(s.pending, bit(34) | bit(35));
+        assert_eq!(s.take_from(q, 1, bit(35)), Some((35, Info { code: SI_USER, a: 0, b: 0 })));
     }
 }

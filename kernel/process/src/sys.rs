@@ -240,7 +240,8 @@ pub fn sigaltstack(a: &Args) -> SysResult {
 }
 
 fn send(sig: i32, code: i32) -> SysResult {
-    signal::send_self(sig, code);
+    // To the process: kill's signals are taken after the thread's own.
+    let _ = signal::send_self_info(sig, signal::Info::sent(code), true);
     Ok(0)
 }
 
@@ -279,6 +280,112 @@ pub fn tgkill(a: &Args) -> SysResult {
         return Err(Errno::ESRCH);
     }
     signal::send_thread(tid as u32, sig, signal::SI_TKILL).map(|_| 0)
+}
+
+/// The `siginfo_t` a program hands `rt_sigqueueinfo`: `si_code` and the
+/// two words after it (the rest is not kept).
+fn user_info(addr: u64) -> Result<signal::Info, Errno> {
+    let si: signal::SigInfo = umem::read(addr)?;
+    let a = (si.si_pid as u32 as u64) | (u64::from(si.si_uid) << 32);
+    Ok(signal::Info { code: si.si_code, a, b: si.rest[0] })
+}
+
+/// Whether a program may send `info` itself: not with a code the kernel
+/// or `kill`/`tkill` would set (`si_code >= 0` or `SI_TKILL`) to another
+/// process, as Linux rules; to itself anything goes.
+fn may_queue(pid: i32, info: &signal::Info) -> Result<(), Errno> {
+    if (info.code >= 0 || info.code == signal::SI_TKILL) && pid as u64 != PID {
+        return Err(Errno::EPERM);
+    }
+    Ok(())
+}
+
+/// `rt_sigqueueinfo(pid, sig, info)` (musl's `sigqueue`): `sig` with the
+/// program's `si_code`, `si_pid`/`si_uid` and `si_value` to the process
+/// (the calling thread, as `kill`); real-time signals are queued, each
+/// with its own information. `EAGAIN` when the queue is full.
+pub fn rt_sigqueueinfo(a: &Args) -> SysResult {
+    let (pid, sig) = (a.int(0), a.int(1));
+    let info = user_info(a.u(2))?;
+    signal::check_sig(sig)?;
+    may_queue(pid, &info)?;
+    if pid as u64 != PID {
+        return Err(Errno::ESRCH);
+    }
+    signal::send_self_info(sig, info, true).map(|_| 0)
+}
+
+/// `rt_tgsigqueueinfo(tgid, tid, sig, info)`: as [`rt_sigqueueinfo`], to
+/// thread `tid`.
+pub fn rt_tgsigqueueinfo(a: &Args) -> SysResult {
+    let (tgid, tid, sig) = (a.int(0), a.int(1), a.int(2));
+    if tgid <= 0 || tid <= 0 {
+        return Err(Errno::EINVAL);
+    }
+    let info = user_info(a.u(3))?;
+    signal::check_sig(sig)?;
+    may_queue(tgid, &info)?;
+    if tgid as u64 != PID {
+        return Err(Errno::ESRCH);
+    }
+    signal::send_thread_info(tid as u32, sig, info).map(|_| 0)
+}
+
+/// `rt_sigtimedwait(set, info, timeout, sigsetsize)` (musl's
+/// `sigwaitinfo`, `sigtimedwait`, `sigwait`): takes the lowest pending
+/// signal of `set` (its oldest queued information, written to `info`)
+/// and returns its number, without running a handler. With none
+/// pending, the signals of `set` are unblocked while the thread waits (so
+/// that one sent to it ends the wait), up to `timeout` (`EAGAIN` when it
+/// passes; a zero timeout only polls); a signal outside `set` that is not
+/// blocked ends the wait with `EINTR` and is delivered. SIGKILL and
+/// SIGSTOP cannot be waited for.
+pub fn rt_sigtimedwait(a: &Args) -> SysResult {
+    if a.u(3) != 8 {
+        return Err(Errno::EINVAL);
+    }
+    let set = umem::read::<u64>(a.u(0))? & !signal::UNBLOCKABLE;
+    let timeout: Option<shoal_time::sys::Timespec> = if a.u(2) != 0 { Some(umem::read(a.u(2))?) } else { None };
+    let deadline = match timeout {
+        Some(t) if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) => return Err(Errno::EINVAL),
+        Some(t) => Some(shoal_time::monotonic_ns().saturating_add((t.tv_sec as u64).saturating_mul(1_000_000_000)).saturating_add(t.tv_nsec as u64)),
+        None => None,
+    };
+    let tid = shoal_sched::current_tid();
+    let taken = |a: &Args| -> Result<Option<u64>, Errno> {
+        match signal::with_signals(|s| signal::QUEUE.with(|q| s.take_from(q, tid, set))) {
+            Some((sig, info)) => {
+                if a.u(1) != 0 {
+                    umem::write(a.u(1), info.siginfo(sig))?;
+                }
+                Ok(Some(sig as u64))
+            }
+            None => Ok(None),
+        }
+    };
+    if let Some(sig) = taken(a)? {
+        return Ok(sig);
+    }
+    if matches!(timeout, Some(t) if t.tv_sec == 0 && t.tv_nsec == 0) {
+        return Err(Errno::EAGAIN);
+    }
+    let old = signal::with_signals(|s| {
+        let m = s.mask;
+        s.mask = m & !set;
+        m
+    });
+    let r = match deadline {
+        Some(d) => shoal_sched::sleep_until(d),
+        None => Err(shoal_sched::wait_for_signal()),
+    };
+    signal::with_signals(|s| s.mask = old);
+    if let Some(sig) = taken(a)? {
+        return Ok(sig);
+    }
+    match r {
+        Err(Errno::EINTR) => Err(Errno::EINTR),
+        _ => Err(Errno::EAGAIN),
+    }
 }
 
 static LIMITS: Global<Option<[Rlimit; NLIMITS]>> = Global::new(None);

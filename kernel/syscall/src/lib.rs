@@ -38,6 +38,9 @@ mod nr_ipc {
 mod nr_signal {
     pub const PAUSE: u64 = 34;
     pub const RT_SIGSUSPEND: u64 = 130;
+    pub const RT_SIGTIMEDWAIT: u64 = 128;
+    pub const RT_SIGQUEUEINFO: u64 = 129;
+    pub const RT_TGSIGQUEUEINFO: u64 = 297;
 }
 
 /// Numbers of the scheduling calls that `shoal_abi::linux` does not name
@@ -306,6 +309,9 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::KILL => process::kill,
         nr::TKILL => process::tkill,
         nr::RT_SIGPENDING => process::rt_sigpending,
+        nr_signal::RT_SIGTIMEDWAIT => process::rt_sigtimedwait,
+        nr_signal::RT_SIGQUEUEINFO => process::rt_sigqueueinfo,
+        nr_signal::RT_TGSIGQUEUEINFO => process::rt_tgsigqueueinfo,
         // System V IPC (process)
         nr_ipc::SHMGET => ipc::shmget,
         nr_ipc::SHMAT => ipc::shmat,
