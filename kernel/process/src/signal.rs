@@ -389,8 +389,8 @@ pub fn enqueue(queue: &mut Queue, q: Queued, already: bool) -> Result<(), Errno>
     }
     Ok(())
 }
-/// The process's signal state.
 
+/// The process's signal state.
 // A `ZeroGlobal`: the default alternate stack is `SS_DISABLE`, a non-zero
 // start that put process's `.data` on a page of its own.
 pub static SIGNALS: shoal_plat::ZeroGlobal<Signals> = shoal_plat::ZeroGlobal::new();
@@ -496,9 +496,32 @@ pub fn interrupted_rsp(frame: u64) -> u64 {
     frame + 17 * 8 + 128
 }
 
-/// Frame index of each of `ucontext_t`'s first 18 `gregs` (Linux x86-64
-/// order: r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, eflags);
-/// `None`: rsp, which comes from the frame's address.
+/// The registers of interrupted code in `mcontext_t.gregs` order (Linux
+/// x86-64): r8, r9, r10, r11, r12, r13, r14, r15, rdi, rsi, rbp, rbx,
+/// rdx, rax, rcx, rsp, rip, eflags. What [`build_frame`] takes and
+/// [`read_frame`] gives back.
+pub type Regs = [u64; 18];
+
+/// Indices into [`Regs`].
+pub mod reg {
+    /// rdi.
+    pub const RDI: usize = 8;
+    /// rsi.
+    pub const RSI: usize = 9;
+    /// rdx.
+    pub const RDX: usize = 12;
+    /// rax.
+    pub const RAX: usize = 13;
+    /// rsp.
+    pub const RSP: usize = 15;
+    /// rip.
+    pub const RIP: usize = 16;
+    /// eflags.
+    pub const EFLAGS: usize = 17;
+}
+
+/// Index in an [`Interrupted`] frame of each of [`Regs`]; `None`: rsp,
+/// which comes from the frame's address.
 const GREG_FROM_FRAME: [Option<usize>; 18] = [
     Some(7),
     Some(6),
@@ -525,27 +548,157 @@ const UC_GREGS: usize = 5;
 /// `FIX_EFLAGS`: CF, PF, AF, ZF, SF, TF, DF, OF, RF, AC).
 const USER_FLAGS: u64 = 0x50dd5;
 
-/// Fills the handler's context with the interrupted registers.
-fn context_from(uc: &mut [u64; 128], frame: &Interrupted, rsp: u64) {
+/// The registers of an interrupted frame.
+fn regs_of(frame: &Interrupted, rsp: u64) -> Regs {
+    let mut r = [0u64; 18];
     for (i, f) in GREG_FROM_FRAME.iter().enumerate() {
-        uc[UC_GREGS + i] = match f {
+        r[i] = match f {
             Some(k) => frame[*k],
             None => rsp,
         };
     }
+    r
 }
 
-/// Takes back what the handler changed in its context, as `rt_sigreturn`
-/// does: the general-purpose registers, rip and the user flags; a changed
-/// rsp is not taken (the entry returns on the interrupted stack).
-fn context_to(uc: &[u64; 128], frame: &mut Interrupted) {
+/// Takes back what the handler changed, as `rt_sigreturn` does: the
+/// general-purpose registers, rip and the user flags; a changed rsp is
+/// not taken (the preemption exit returns on the interrupted stack).
+fn regs_to(r: &Regs, frame: &mut Interrupted) {
     for (i, f) in GREG_FROM_FRAME.iter().enumerate() {
         match f {
-            Some(15) => frame[15] = (frame[15] & !USER_FLAGS) | (uc[UC_GREGS + i] & USER_FLAGS),
-            Some(k) => frame[*k] = uc[UC_GREGS + i],
+            Some(15) => frame[15] = (frame[15] & !USER_FLAGS) | (r[i] & USER_FLAGS),
+            Some(k) => frame[*k] = r[i],
             None => {}
         }
     }
+}
+
+/// What a fault adds to a signal frame (`mcontext_t`'s `err`, `trapno`
+/// and `cr2`); zero for a signal that was sent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fault {
+    /// The CPU's error code.
+    pub err: u64,
+    /// The exception vector.
+    pub trapno: u64,
+    /// The faulting address of a page fault.
+    pub cr2: u64,
+}
+
+/// Size of Linux's `struct ucontext` on x86-64: flags, link, stack (24),
+/// mcontext (256), the 8-byte signal mask.
+pub const UC_SIZE: u64 = 304;
+/// Offset of `uc_sigmask` in `ucontext_t` (flags, link, stack, mcontext).
+const UC_SIGMASK: usize = 8 + 8 + 24 + 256;
+/// Offset of `uc_stack` in `ucontext_t`.
+const UC_STACK: usize = 16;
+/// Offset of `uc_mcontext.fpstate` (after the 23 `gregs`).
+const UC_FPSTATE: usize = 40 + 23 * 8;
+/// Size of the `fxsave` area `fpstate` points at.
+pub const FPSTATE_SIZE: u64 = 512;
+/// `uc_flags`: the frame saved ss (`UC_SIGCONTEXT_SS`) and sigreturn
+/// restores it strictly (`UC_STRICT_RESTORE_SS`), as 64-bit Linux sets.
+const UC_FLAGS: u64 = 2 | 4;
+/// `cs | gs << 16 | fs << 32 | ss << 48` of 64-bit user code.
+const CSGSFS: u64 = 0x33 | (0x2b << 48);
+/// `sa_flags`: `sa_restorer` is set.
+pub const SA_RESTORER: u64 = 0x0400_0000;
+
+/// Where a signal frame was built ([`build_frame`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The handler's stack pointer: the return address (`pretcode`).
+    pub sp: u64,
+    /// The `siginfo_t` (the handler's second argument).
+    pub info: u64,
+    /// The `ucontext_t` (its third argument).
+    pub uc: u64,
+}
+
+/// What a signal frame holds besides the interrupted registers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Delivery {
+    /// The `siginfo_t` (its `si_signo` is the signal).
+    pub info: SigInfo,
+    /// The fault that raised it, if any.
+    pub fault: Fault,
+    /// The signal mask before delivery (`uc_sigmask`).
+    pub old_mask: u64,
+    /// The alternate stack as set (`uc_stack`).
+    pub altstack: StackT,
+    /// The return address of the handler (`sa_restorer`).
+    pub restorer: u64,
+}
+
+/// Builds Linux's x86-64 `rt_sigframe` for a signal below `top`
+/// (the interrupted stack pointer less the 128-byte red zone, or the top
+/// of the alternate stack), as Linux lays it out: the `fxsave` area
+/// (64-byte aligned) highest, then the frame at a stack pointer 8 below
+/// a 16-byte boundary, holding the return address `restorer`, the
+/// `ucontext_t` (`uc_flags`, `uc_link` 0, `uc_stack` = the alternate
+/// stack, `uc_mcontext` with `regs` in `gregs` order, `csgsfs`, the
+/// fault's `err`/`trapno`/`cr2`, `oldmask` and the `fpstate` pointer, then
+/// `uc_sigmask` = the old mask) and the `siginfo_t`. The handler is then
+/// entered with rsp = [`Frame::sp`], rdi = the signal, rsi = [`Frame::info`],
+/// rdx = [`Frame::uc`], rax = 0 and rip = the handler; its `ret` reaches
+/// the restorer, whose `rt_sigreturn` [`read_frame`]s the context back.
+/// Fails (`EFAULT`) if the frame does not fit in writable memory, as
+/// Linux's setup does (it then kills with SIGSEGV).
+pub fn build_frame(top: u64, regs: &Regs, d: &Delivery) -> Result<Frame, Errno> {
+    let Delivery { info, fault, old_mask, altstack, restorer } = d;
+    let (old_mask, restorer) = (*old_mask, *restorer);
+    use shoal_plat::umem;
+    let fp = top.checked_sub(FPSTATE_SIZE).ok_or(Errno::EFAULT)? & !63;
+    let size = 8 + UC_SIZE + core::mem::size_of::<SigInfo>() as u64;
+    let sp = (fp.checked_sub(size).ok_or(Errno::EFAULT)? & !15).wrapping_sub(8);
+    let (uc, si) = (sp + 8, sp + 8 + UC_SIZE);
+    umem::check_write(sp, top - sp)?;
+    let mut u = [0u64; (UC_SIZE / 8) as usize];
+    u[0] = UC_FLAGS;
+    u[UC_STACK / 8] = altstack.ss_sp;
+    u[UC_STACK / 8 + 1] = altstack.ss_flags as u32 as u64;
+    u[UC_STACK / 8 + 2] = altstack.ss_size;
+    u[UC_GREGS..UC_GREGS + 18].copy_from_slice(regs);
+    u[UC_GREGS + 18] = CSGSFS;
+    u[UC_GREGS + 19] = fault.err;
+    u[UC_GREGS + 20] = fault.trapno;
+    u[UC_GREGS + 21] = old_mask;
+    u[UC_GREGS + 22] = fault.cr2;
+    u[UC_FPSTATE / 8] = fp;
+    u[UC_SIGMASK / 8] = old_mask;
+    let mut fx = Fxsave([0; 512]);
+    fxsave(&mut fx);
+    umem::write(fp, fx)?;
+    umem::write(uc, u)?;
+    umem::write(si, *info)?;
+    umem::write(sp, restorer)?;
+    Ok(Frame { sp, info: si, uc })
+}
+
+/// What `rt_sigreturn` takes back from the `ucontext_t` at `uc`: the
+/// registers (eflags: only the user flags, over `old_flags`) and the
+/// signal mask (SIGKILL and SIGSTOP taken out).
+pub fn read_frame(uc: u64, old_flags: u64) -> Result<(Regs, u64), Errno> {
+    let u: [u64; (UC_SIZE / 8) as usize] = shoal_plat::umem::read(uc)?;
+    let mut r = [0u64; 18];
+    r.copy_from_slice(&u[UC_GREGS..UC_GREGS + 18]);
+    r[reg::EFLAGS] = (old_flags & !USER_FLAGS) | (r[reg::EFLAGS] & USER_FLAGS);
+    Ok((r, u[UC_SIGMASK / 8] & !UNBLOCKABLE))
+}
+
+/// An `fxsave` area.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Fxsave([u8; 512]);
+
+/// Saves the x87 and SSE state into `area`.
+fn fxsave(area: &mut Fxsave) {
+    // SAFETY: fxsave writes the 512 bytes of `area`, which is 16-byte
+    // aligned (64 here), and changes no register.
+    unsafe { core::arch::asm!("fxsave64 [{}]", in(reg) area.0.as_mut_ptr(), options(nostack, preserves_flags)) };
 }
 
 /// [`deliver_pending`] for a thread a preemption tick interrupted in its
@@ -598,37 +751,195 @@ pub fn terminate(sig: i32) -> ! {
     shoal_plat::halt(128 + sig as i64)
 }
 
-/// Offset of `uc_sigmask` in `ucontext_t` (flags, link, stack, mcontext).
-const UC_SIGMASK: usize = 8 + 8 + 24 + 256;
-/// Offset of `uc_stack` in `ucontext_t`.
-const UC_STACK: usize = 16;
-
 #[cfg(target_arch = "x86_64")]
 core::arch::global_asm!(
-    // shoal_process_call_on_stack(f: rdi, sig: esi, info: rdx, uc: rcx,
-    // sp: r8): calls f(sig, info, uc) with the stack pointer at `sp`
-    // (aligned down to 16 bytes), then returns on the caller's stack.
-    ".section .text.shoal_process_call_on_stack,\"ax\",@progbits",
-    ".globl shoal_process_call_on_stack",
-    ".type shoal_process_call_on_stack,@function",
-    "shoal_process_call_on_stack:",
-    "    push rbp",
-    "    mov rbp, rsp",
-    "    mov rsp, r8",
+    // shoal_process_enter_handler(jb: rdi, ctx: rsi): saves the
+    // callee-saved registers, the stack pointer and the return address in
+    // `jb`; reserves ENTER_AREA bytes below everything the caller has on
+    // the stack and has shoal_process_build_frame(ctx, area_top) build the
+    // signal frame there (or on the alternate stack); then enters the
+    // handler as Linux does: rsp = the frame (holding the return address,
+    // the restorer), rdi = sig, rsi = info, rdx = uc, rax = 0, DF clear.
+    // It comes back (returns to its caller) only through
+    // shoal_process_resume(jb).
+    ".section .text.shoal_process_enter_handler,\"ax\",@progbits",
+    ".globl shoal_process_enter_handler",
+    ".type shoal_process_enter_handler,@function",
+    "shoal_process_enter_handler:",
+    "    mov [rdi], rbx",
+    "    mov [rdi + 8], rbp",
+    "    mov [rdi + 16], r12",
+    "    mov [rdi + 24], r13",
+    "    mov [rdi + 32], r14",
+    "    mov [rdi + 40], r15",
+    "    lea rax, [rsp + 8]",
+    "    mov [rdi + 48], rax",
+    "    mov rax, [rsp]",
+    "    mov [rdi + 56], rax",
+    "    mov rbx, rsi",
+    "    mov rsi, rsp",
+    "    and rsi, -64",
+    "    lea rsp, [rsi - {area}]",
+    "    mov rdi, rbx",
+    "    call {build}",
+    "    mov rsp, rax",
+    "    mov r11, [rbx + {handler}]",
+    "    mov edi, [rbx + {sig}]",
+    "    mov rsi, [rbx + {info}]",
+    "    mov rdx, [rbx + {uc}]",
+    "    xor eax, eax",
+    "    cld",
+    "    jmp r11",
+    ".size shoal_process_enter_handler, . - shoal_process_enter_handler",
+    // shoal_process_resume(jb: rdi): returns from the
+    // shoal_process_enter_handler that filled `jb`.
+    ".section .text.shoal_process_resume,\"ax\",@progbits",
+    ".globl shoal_process_resume",
+    ".type shoal_process_resume,@function",
+    "shoal_process_resume:",
+    "    mov rbx, [rdi]",
+    "    mov rbp, [rdi + 8]",
+    "    mov r12, [rdi + 16]",
+    "    mov r13, [rdi + 24]",
+    "    mov r14, [rdi + 32]",
+    "    mov r15, [rdi + 40]",
+    "    mov rsp, [rdi + 48]",
+    "    jmp qword ptr [rdi + 56]",
+    ".size shoal_process_resume, . - shoal_process_resume",
+    // shoal_process_restorer: the return address of a handler whose
+    // action has no SA_RESTORER (Linux refuses to deliver then; shoal's
+    // own callers, the kernel's tests, set none): rt_sigreturn at once.
+    ".section .text.shoal_process_restorer,\"ax\",@progbits",
+    ".globl shoal_process_restorer",
+    ".type shoal_process_restorer,@function",
+    "shoal_process_restorer:",
     "    and rsp, -16",
-    "    mov rax, rdi",
-    "    mov edi, esi",
-    "    mov rsi, rdx",
-    "    mov rdx, rcx",
-    "    call rax",
-    "    mov rsp, rbp",
-    "    pop rbp",
-    "    ret",
-    ".size shoal_process_call_on_stack, . - shoal_process_call_on_stack",
+    "    call {sigreturn}",
+    "    ud2",
+    ".size shoal_process_restorer, . - shoal_process_restorer",
+    sigreturn = sym sigreturn_from_restorer,
+    build = sym shoal_process_build_frame,
+    area = const ENTER_AREA,
+    handler = const core::mem::offset_of!(EnterCtx, handler),
+    sig = const core::mem::offset_of!(EnterCtx, sig),
+    info = const core::mem::offset_of!(EnterCtx, frame) + core::mem::offset_of!(Frame, info),
+    uc = const core::mem::offset_of!(EnterCtx, frame) + core::mem::offset_of!(Frame, uc),
 );
 
+/// Stack bytes [`shoal_process_enter_handler`] sets aside for a signal
+/// frame below its caller's stack: the `fxsave` area, the `rt_sigframe`
+/// and their alignment, and a red zone above them.
+const ENTER_AREA: usize = 1280;
+
+/// What [`shoal_process_enter_handler`] needs to build a frame and enter
+/// a handler ([`shoal_process_build_frame`] fills `frame`).
+#[repr(C)]
+struct EnterCtx {
+    handler: u64,
+    sig: i32,
+    regs: Regs,
+    delivery: Delivery,
+    /// The alternate stack's top, or 0: in the reserved area.
+    top: u64,
+    frame: Frame,
+}
+
+/// Builds the frame for [`shoal_process_enter_handler`] below `ctx.top`,
+/// or below `area_top` less a red zone; returns its stack pointer. A
+/// frame that does not fit ends the process with SIGSEGV, as on Linux.
+extern "C" fn shoal_process_build_frame(ctx: *mut EnterCtx, area_top: u64) -> u64 {
+    // SAFETY: shoal_process_enter_handler passes call_handler's context,
+    // which lives until the handler returns.
+    let c = unsafe { &mut *ctx };
+    let top = if c.top != 0 { c.top } else { area_top - 128 };
+    match build_frame(top, &c.regs, &c.delivery) {
+        Ok(f) => {
+            c.frame = f;
+            f.sp
+        }
+        Err(_) => terminate(11),
+    }
+}
+
 extern "C" {
-    fn shoal_process_call_on_stack(f: u64, sig: i32, info: *mut SigInfo, uc: *mut u64, sp: u64);
+    fn shoal_process_enter_handler(jb: *mut JumpBuf, ctx: *mut EnterCtx);
+    fn shoal_process_resume(jb: *const JumpBuf) -> !;
+    fn shoal_process_restorer();
+}
+
+/// Where a handler's `rt_sigreturn` returns to in the kernel: the
+/// callee-saved registers, stack pointer and return address of
+/// [`call_handler`]'s entry into it, and the previous one of the thread
+/// (handlers nest).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct JumpBuf {
+    regs: [u64; 8],
+    prev: u64,
+}
+
+/// The innermost handler's [`JumpBuf`] of each thread that runs one.
+#[cfg(not(test))]
+static HANDLERS: shoal_plat::Global<alloc::collections::BTreeMap<u32, u64>> = shoal_plat::Global::new(alloc::collections::BTreeMap::new());
+
+/// The innermost handler's [`JumpBuf`] of thread `tid` (0: none).
+#[cfg(not(test))]
+fn handler_top(tid: u32) -> u64 {
+    HANDLERS.with(|h| h.get(&tid).copied()).unwrap_or(0)
+}
+
+/// Sets the innermost handler's [`JumpBuf`] of thread `tid` (0: none).
+#[cfg(not(test))]
+fn set_handler_top(tid: u32, jb: u64) {
+    HANDLERS.with(|h| {
+        if jb == 0 {
+            h.remove(&tid);
+        } else {
+            h.insert(tid, jb);
+        }
+    });
+}
+
+// Unit tests run on several host threads that all look like one thread
+// to sched: each keeps its own.
+#[cfg(test)]
+std::thread_local! {
+    static HANDLER_TOP: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+fn handler_top(_: u32) -> u64 {
+    HANDLER_TOP.with(|c| c.get())
+}
+
+#[cfg(test)]
+fn set_handler_top(_: u32, jb: u64) {
+    HANDLER_TOP.with(|c| c.set(jb));
+}
+
+/// `rt_sigreturn` of a program linked with the kernel (a handler's return
+/// through musl's `__restore_rt` or the kernel's own restorer): resumes
+/// the kernel where it entered the thread's innermost handler, which
+/// then takes the context back ([`read_frame`]). A thread in no handler
+/// (a forged `rt_sigreturn`) is killed with SIGSEGV, as Linux kills one
+/// whose frame is bad. An executable not linked with the kernel has its
+/// own entry path, which restores its saved registers from the frame at
+/// its stack pointer with [`read_frame`].
+pub fn sigreturn_from_image() -> ! {
+    let tid = shoal_sched::current_tid();
+    let jb = handler_top(tid);
+    if jb == 0 {
+        terminate(11);
+    }
+    // SAFETY: `jb` was registered by call_handler for this thread and lies
+    // in its frame, which is live while its handler runs (a handler left
+    // by siglongjmp leaves a stale entry only under newer ones, which are
+    // taken first).
+    unsafe { shoal_process_resume(jb as *const JumpBuf) }
+}
+
+extern "C" fn sigreturn_from_restorer() -> ! {
+    sigreturn_from_image()
 }
 
 /// The stack pointer of the caller (close enough: this frame's).
@@ -645,56 +956,59 @@ pub fn on_stack(st: &StackT, sp: u64) -> bool {
     st.ss_size != 0 && sp > st.ss_sp && sp - st.ss_sp <= st.ss_size
 }
 
-fn call_handler(sig: i32, from: Info, act: KSigaction, old_mask: u64, mut frame: Option<&mut Interrupted>) -> u64 {
-    let mut info = from.siginfo(sig);
-    let mut uc = [0u64; 128];
-    if let Some(f) = frame.as_deref() {
-        let rsp = interrupted_rsp(core::ptr::from_ref(f) as u64);
-        context_from(&mut uc, f, rsp);
-    }
-    uc[UC_SIGMASK / 8] = old_mask;
+fn call_handler(sig: i32, from: Info, act: KSigaction, old_mask: u64, frame: Option<&mut Interrupted>) -> u64 {
+    let info = from.siginfo(sig);
+    let here = current_sp();
+    // The interrupted registers: a preempted thread's; inside a system
+    // call of a program linked with the kernel, none are saved (the call
+    // is a function call): zero, and what the handler changes is not taken.
+    let regs = frame.as_deref().map_or([0; 18], |f| regs_of(f, interrupted_rsp(core::ptr::from_ref(f) as u64)));
     let alt = SIGNALS.with(|s| s.altstack);
-    uc[UC_STACK / 8] = alt.ss_sp;
-    uc[UC_STACK / 8 + 1] = alt.ss_flags as u32 as u64;
-    uc[UC_STACK / 8 + 2] = alt.ss_size;
-    // SA_ONSTACK: switch to the alternate stack unless it is disabled or
-    // the thread already runs on it (a nested signal stays there).
-    let switch = act.flags & SA_ONSTACK != 0 && alt.ss_flags & SS_DISABLE == 0 && !on_stack(&alt, current_sp());
+    // SA_ONSTACK: on the alternate stack unless it is disabled or the
+    // thread already runs on it (a nested signal stays there); otherwise
+    // below this kernel code's stack.
+    let switch = act.flags & SA_ONSTACK != 0 && alt.ss_flags & SS_DISABLE == 0 && !on_stack(&alt, here);
+    let restorer = if act.flags & SA_RESTORER != 0 && act.restorer != 0 { act.restorer } else { shoal_process_restorer as *const () as u64 };
+    let mut ctx = EnterCtx {
+        handler: act.handler,
+        sig,
+        regs,
+        delivery: Delivery { info, fault: Fault::default(), old_mask, altstack: alt, restorer },
+        top: if switch { alt.ss_sp.wrapping_add(alt.ss_size) } else { 0 },
+        frame: Frame { sp: 0, info: 0, uc: 0 },
+    };
     if switch && alt.ss_flags & SS_AUTODISARM != 0 {
         signals_mut(|s| s.altstack = NO_ALTSTACK);
     }
-    if switch {
-        // The handler is the program's code: preemptible while it runs.
-        shoal_sched::preempt::leave();
-        // SAFETY: as below; the program registered [ss_sp, ss_sp + ss_size)
-        // with sigaltstack as memory its handlers may run on, and the
-        // helper returns on this stack.
-        unsafe { shoal_process_call_on_stack(act.handler, sig, &mut info, uc.as_mut_ptr(), alt.ss_sp.wrapping_add(alt.ss_size)) };
-        shoal_sched::preempt::enter();
-        if alt.ss_flags & SS_AUTODISARM != 0 {
-            signals_mut(|s| s.altstack = alt);
-        }
-        if let Some(f) = frame.as_deref_mut() {
-            context_to(&uc, f);
-        }
-        return uc[UC_SIGMASK / 8];
-    }
+    let tid = shoal_sched::current_tid();
+    let mut jb = JumpBuf::default();
+    let at = core::ptr::from_mut(&mut jb) as u64;
+    jb.prev = handler_top(tid);
+    set_handler_top(tid, at);
+    // The handler is the program's code: preemptible while it runs.
+    shoal_sched::preempt::leave();
     // SAFETY: the program installed `act.handler` as the handler of `sig`
-    // with rt_sigaction; it is a C function taking (int, siginfo_t *,
-    // void *), and one installed without SA_SIGINFO takes only the first
-    // argument, which the C calling convention allows passing the others
-    // to. `info` and `uc` live for the call.
-    unsafe {
-        let f: extern "C" fn(i32, *mut SigInfo, *mut u64) = core::mem::transmute(act.handler as usize);
-        // The handler is the program's code: preemptible while it runs.
-        shoal_sched::preempt::leave();
-        f(sig, &mut info, uc.as_mut_ptr());
-        shoal_sched::preempt::enter();
+    // with rt_sigaction; it is entered as Linux enters it, on a frame
+    // built below this function's stack in memory the program may write
+    // (checked), and comes back only through its rt_sigreturn, which
+    // resumes here with this function's registers and stack as they were
+    // (`jb` and `ctx` live until then).
+    unsafe { shoal_process_enter_handler(&mut jb, &mut ctx) };
+    shoal_sched::preempt::enter();
+    // SAFETY: `jb` was written by the entry above through a raw pointer.
+    let prev = unsafe { core::ptr::read_volatile(&raw const jb.prev) };
+    set_handler_top(tid, prev);
+    if switch && alt.ss_flags & SS_AUTODISARM != 0 {
+        signals_mut(|s| s.altstack = alt);
     }
-    if let Some(f) = frame {
-        context_to(&uc, f);
+    let flags = frame.as_deref().map_or(0, |f| f[15]);
+    // SAFETY: written by the entry above through a raw pointer.
+    let uc = unsafe { core::ptr::read_volatile(&raw const ctx.frame.uc) };
+    let Ok((back, mask)) = read_frame(uc, flags) else { terminate(11) };
+    if let Some(fr) = frame {
+        regs_to(&back, fr);
     }
-    uc[UC_SIGMASK / 8]
+    mask
 }
 
 #[cfg(test)]
@@ -706,7 +1020,7 @@ mod tests {
 
     extern "C" fn redirecting(_sig: i32, _info: *mut SigInfo, uc: *mut u64) {
         // SAFETY: call_handler passes its 128-word context.
-        let uc = unsafe { core::slice::from_raw_parts_mut(uc, 128) };
+        let uc = unsafe { core::slice::from_raw_parts_mut(uc, (UC_SIZE / 8) as usize) };
         *SEEN.lock().unwrap() = (uc[UC_GREGS + 16], uc[UC_GREGS + 13], uc[UC_GREGS + 15]);
         uc[UC_GREGS + 16] = 0x4000; // rip: elsewhere, as musl's cancel handler does
         uc[UC_GREGS + 13] = 7; // rax
@@ -716,6 +1030,7 @@ mod tests {
 
     #[test]
     fn a_handler_sees_and_changes_the_interrupted_registers() {
+        shoal_plat::umem::set_bounds(1, u64::MAX);
         let mut frame: Interrupted = [0; 17];
         frame[14] = 42; // rax
         frame[15] = 0x202; // rflags: IF

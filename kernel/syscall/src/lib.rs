@@ -296,6 +296,7 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::SET_TID_ADDRESS => process::set_tid_address,
         nr::ARCH_PRCTL => process::arch_prctl,
         nr::PRCTL => process::prctl,
+        nr::RT_SIGRETURN => process::rt_sigreturn,
         nr::RT_SIGACTION => process::rt_sigaction,
         nr::RT_SIGPROCMASK => process::rt_sigprocmask,
         nr::SIGALTSTACK => process::sigaltstack,
@@ -472,6 +473,12 @@ extern "C" {
 /// The system call, on a 16-byte aligned stack (from `__shoal_syscall`).
 #[cfg(not(test))]
 extern "C" fn shoal_syscall_aligned(n: i64, a: i64, b: i64, c: i64, d: i64, e: i64, f: i64) -> i64 {
+    if n as u64 == nr::RT_SIGRETURN {
+        // A handler returns to the kernel code that entered it, which is
+        // outside this call: nothing here may be entered first (the
+        // preemption state, a recovery gate).
+        shoal_process::signal::sigreturn_from_image();
+    }
     // Kernel code from here to the return: no preemption (see `preempt`).
     shoal_sched::preempt::enter();
     let args = Args([a as u64, b as u64, c as u64, d as u64, e as u64, f as u64]);

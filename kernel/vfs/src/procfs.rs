@@ -31,9 +31,11 @@ pub enum Gen {
     Maps,
 }
 
-/// Each regenerated file: its directory path from the root and its name.
-const GENERATED: [(&[&[u8]], &[u8], Gen); 3] =
-    [(&[b"proc"], b"meminfo", Gen::Meminfo), (&[b"proc"], b"stat", Gen::Stat), (&[b"proc", b"self"], b"maps", Gen::Maps)];
+/// A file: its directory's path from the root, its name, and more.
+type Named<T> = (&'static [&'static [u8]], &'static [u8], T);
+
+/// Each regenerated file.
+const GENERATED: [Named<Gen>; 3] = [(&[b"proc"], b"meminfo", Gen::Meminfo), (&[b"proc"], b"stat", Gen::Stat), (&[b"proc", b"self"], b"maps", Gen::Maps)];
 
 /// The page size of a transparent huge page on x86-64 (2 MiB).
 const HPAGE_PMD_SIZE: &[u8] = b"2097152\n";
