@@ -46,3 +46,13 @@ shoal: unsupported system call 59 (execve), returning ENOSYS\nshoal: unsupported
 fn real_time_signals_are_queued_and_waited_for() {
     matches_native("linux_rtsig.c");
 }
+
+/// Handlers get Linux's x86-64 rt_sigframe: the return address is
+/// sa_restorer, the ucontext_t (uc_flags, uc_stack, uc_sigmask, the
+/// segment word, fpstate to an fxsave area) and the siginfo_t lie where
+/// Linux puts them; a handler's change of the interrupted registers takes
+/// effect; SA_NODEFER, SA_RESETHAND and SA_ONSTACK behave as on Linux.
+#[test]
+fn signal_frames_are_laid_out_as_linux_lays_them_out() {
+    matches_native("linux_sigframe.c");
+}

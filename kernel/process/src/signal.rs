@@ -659,7 +659,10 @@ pub fn build_frame(top: u64, regs: &Regs, d: &Delivery) -> Result<Frame, Errno> 
     let mut u = [0u64; (UC_SIZE / 8) as usize];
     u[0] = UC_FLAGS;
     u[UC_STACK / 8] = altstack.ss_sp;
-    u[UC_STACK / 8 + 1] = altstack.ss_flags as u32 as u64;
+    // Linux copies the flags the thread last set, 0 before any
+    // sigaltstack; shoal keeps no difference between that and a stack
+    // disabled later, and gives 0 for both.
+    u[UC_STACK / 8 + 1] = if altstack.ss_size == 0 { 0 } else { altstack.ss_flags as u32 as u64 };
     u[UC_STACK / 8 + 2] = altstack.ss_size;
     u[UC_GREGS..UC_GREGS + 18].copy_from_slice(regs);
     u[UC_GREGS + 18] = CSGSFS;
