@@ -56,3 +56,12 @@ fn real_time_signals_are_queued_and_waited_for() {
 fn signal_frames_are_laid_out_as_linux_lays_them_out() {
     matches_native("linux_sigframe.c");
 }
+
+/// signalfd and signalfd4 read blocked pending signals as
+/// signalfd_siginfo records (queued real-time signals once per send, with
+/// their values), are readable for poll and epoll, block until another
+/// thread's signal comes, take a new mask, and give Linux's errors.
+#[test]
+fn signalfd_reads_pending_signals() {
+    matches_native("linux_signalfd.c");
+}

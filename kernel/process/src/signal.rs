@@ -432,6 +432,38 @@ pub fn with_signals<R>(f: impl FnOnce(&mut Signals) -> R) -> R {
     })
 }
 
+/// Counts the signals generated (sent and kept pending): the readiness
+/// generation of signalfd descriptors.
+static GENERATED: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// What to call when a signal was made pending (net's signalfd: waiters
+/// re-check), set once at boot.
+static ON_SIGNAL: shoal_plat::Global<Option<fn()>> = shoal_plat::Global::new(None);
+
+/// Sets what to call when a signal was made pending.
+pub fn set_on_signal(f: fn()) {
+    ON_SIGNAL.with(|o| *o = Some(f));
+}
+
+/// How many signals were generated so far.
+pub fn generated() -> u64 {
+    GENERATED.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+fn note_generated() {
+    GENERATED.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    if let Some(f) = ON_SIGNAL.try_with(|o| *o).flatten() {
+        f();
+    }
+}
+
+/// Takes the calling thread's lowest pending signal in `set` with its
+/// information, without running a handler (signalfd's read).
+pub fn take_pending(set: u64) -> Option<(i32, Info)> {
+    let tid = shoal_sched::current_tid();
+    with_signals(|s| QUEUE.with(|q| s.take_from(q, tid, set & !UNBLOCKABLE)))
+}
+
 /// Sends `sig` to the calling thread and delivers what is deliverable.
 /// (as a thread-directed signal: SIGPIPE, SIGXFSZ).
 pub fn send_self(sig: i32, code: i32) {
@@ -447,6 +479,7 @@ pub fn send_self_info(sig: i32, info: Info, shared: bool) -> Result<(), Errno> {
     }
     let tid = shoal_sched::current_tid();
     let r = with_signals(|s| QUEUE.with(|q| s.generate(q, tid, sig, info, shared)));
+    note_generated();
     deliver_pending();
     r
 }
@@ -476,7 +509,9 @@ pub fn send_thread_info(tid: u32, sig: i32, info: Info) -> Result<(), Errno> {
         return Ok(());
     }
     signals_mut(|_| QUEUE.with(|q| enqueue(q, Queued { tid, sig, info, shared: false }, pending & bit(sig) != 0)))?;
-    shoal_sched::post_signal(tid, bit(sig))
+    shoal_sched::post_signal(tid, bit(sig))?;
+    note_generated();
+    Ok(())
 }
 
 /// Delivers every pending, unblocked signal (lowest number first).

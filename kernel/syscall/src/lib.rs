@@ -74,11 +74,13 @@ mod nr_net {
     pub const EPOLL_WAIT: u64 = 232;
     pub const EPOLL_CTL: u64 = 233;
     pub const EPOLL_PWAIT: u64 = 281;
+    pub const SIGNALFD: u64 = 282;
     pub const TIMERFD_CREATE: u64 = 283;
     pub const EVENTFD: u64 = 284;
     pub const TIMERFD_SETTIME: u64 = 286;
     pub const TIMERFD_GETTIME: u64 = 287;
     pub const ACCEPT4: u64 = 288;
+    pub const SIGNALFD4: u64 = 289;
     pub const EVENTFD2: u64 = 290;
     pub const EPOLL_CREATE1: u64 = 291;
     pub const RECVMMSG: u64 = 299;
@@ -257,6 +259,8 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nn::EPOLL_PWAIT2 => net::epoll_pwait2,
         nn::EVENTFD => net::eventfd,
         nn::EVENTFD2 => net::eventfd2,
+        nn::SIGNALFD => net::signalfd,
+        nn::SIGNALFD4 => net::signalfd4,
         nn::TIMERFD_CREATE => net::timerfd_create,
         nn::TIMERFD_SETTIME => net::timerfd_settime,
         nn::TIMERFD_GETTIME => net::timerfd_gettime,
