@@ -14,25 +14,36 @@
 //! (`EINTR`, no `SA_RESTART`) and is delivered when that call returns (see
 //! [`send_thread`]).
 //!
+//! Queueing, as Linux: each pending signal keeps what it carries
+//! ([`Info`]: `si_code`, `si_pid`/`si_uid`, `si_value`) in the process's
+//! [`QUEUE`]; a standard signal sent again while pending is lost, a
+//! real-time one (32 and up) is queued once per send, up to
+//! [`QUEUE_MAX`] for all threads. A thread's own signals (`tgkill`,
+//! `raise`) are taken before those sent to the process (`kill`,
+//! `sigqueue`), lowest number first, as Linux dequeues them;
+//! `rt_sigtimedwait` and signalfd take them without a handler.
+//!
 //! Delivery: ignored signals are discarded; a default-terminate (or core)
 //! action prints `shoal: killed by signal N` and ends the instance with
 //! status 128+N, what a shell reports for such a death (this is how
 //! `abort()` ends); stop signals are ignored (nobody could continue the
-//! process); a handler is called on the current stack with the signal
-//! number, a `siginfo_t` and a zeroed `ucontext_t` (holding the previous
-//! mask, which becomes the mask again when the handler returns, as with
-//! sigreturn), with `sa_mask` (and the signal unless `SA_NODEFER`) blocked
-//! during the call and `SA_RESETHAND` honoured. The context's program
-//! counter is 0 (a handler cannot redirect the interrupted code), except
-//! for a signal delivered to a thread a preemption tick interrupted in its
-//! own code ([`deliver_pending_interrupted`]): then the context holds the
-//! interrupted registers and what the handler changes there takes effect,
-//! as with `rt_sigreturn` (musl's asynchronous `pthread_cancel`). With
-//! `SA_ONSTACK` and an alternate stack set (`sigaltstack`), the handler
-//! runs on that stack (unless the thread is already on it), with
-//! `SS_AUTODISARM` honoured; `sigaltstack` reports `SS_ONSTACK` and refuses
-//! changes (`EPERM`) while the caller runs on it. Faults (SIGSEGV,
-//! SIGFPE…) are not turned into signals.
+//! process); a handler is entered as Linux enters it on x86-64, on an
+//! `rt_sigframe` ([`build_frame`]) below the kernel's stack or on the
+//! alternate stack (`SA_ONSTACK` and `sigaltstack`, unless the thread
+//! already runs on it; `SS_AUTODISARM` honoured), with `sa_mask` (and the
+//! signal unless `SA_NODEFER`) blocked and `SA_RESETHAND` honoured. Its
+//! return reaches `sa_restorer`, whose `rt_sigreturn` resumes the kernel
+//! code that entered it ([`sigreturn_from_image`]), which takes the mask
+//! and, for a thread a preemption tick interrupted in its own code
+//! ([`deliver_pending_interrupted`]), the registers back from the frame:
+//! what the handler changed there takes effect (musl's asynchronous
+//! `pthread_cancel`). Inside a system call of a program linked with the
+//! kernel no registers are saved (the call is a function call): the
+//! frame's are zero and are not taken back. [`build_frame`] and
+//! [`read_frame`] take and give a register set for an entry path that
+//! saves one. `sigaltstack` reports `SS_ONSTACK` and refuses changes
+//! (`EPERM`) while the caller runs on it. Faults (SIGSEGV, SIGFPE…) are
+//! not yet turned into signals.
 
 use shoal_plat::Errno;
 
