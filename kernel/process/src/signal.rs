@@ -651,6 +651,16 @@ const CSGSFS: u64 = 0x33 | (0x2b << 48);
 /// `sa_flags`: `sa_restorer` is set.
 pub const SA_RESTORER: u64 = 0x0400_0000;
 
+/// Where the frame of a handler with action `act` goes when the thread
+/// runs at `sp`, as Linux decides: the top of the alternate stack `alt`
+/// with `SA_ONSTACK`, unless it is disabled or `sp` is already on it (a
+/// nested signal stays there); `None`: below `sp` less the 128-byte red
+/// zone (what an entry path that saved the interrupted registers passes
+/// to [`build_frame`]).
+pub fn alt_stack_top(act: &KSigaction, alt: &StackT, sp: u64) -> Option<u64> {
+    (act.flags & SA_ONSTACK != 0 && alt.ss_flags & SS_DISABLE == 0 && !on_stack(alt, sp)).then(|| alt.ss_sp.wrapping_add(alt.ss_size))
+}
+
 /// Where a signal frame was built ([`build_frame`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1013,10 +1023,8 @@ fn call_handler(sig: i32, from: Info, act: KSigaction, old_mask: u64, frame: Opt
     // is a function call): zero, and what the handler changes is not taken.
     let regs = frame.as_deref().map_or([0; 18], |f| regs_of(f, interrupted_rsp(core::ptr::from_ref(f) as u64)));
     let alt = SIGNALS.with(|s| s.altstack);
-    // SA_ONSTACK: on the alternate stack unless it is disabled or the
-    // thread already runs on it (a nested signal stays there); otherwise
-    // below this kernel code's stack.
-    let switch = act.flags & SA_ONSTACK != 0 && alt.ss_flags & SS_DISABLE == 0 && !on_stack(&alt, here);
+    // Below this kernel code's stack unless on the alternate stack.
+    let switch = alt_stack_top(&act, &alt, here).is_some();
     let restorer = if act.flags & SA_RESTORER != 0 && act.restorer != 0 { act.restorer } else { shoal_process_restorer as *const () as u64 };
     let mut ctx = EnterCtx {
         handler: act.handler,

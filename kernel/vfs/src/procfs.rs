@@ -200,6 +200,10 @@ fn maps() -> Vec<u8> {
     };
     let mut regions: Vec<(u64, u64, u32, &str)> = Vec::new();
     let bi = shoal_plat::boot::info();
+    // The image's segments are named by the program's path, as Linux
+    // names an executable's.
+    let exe = initial_stack().1;
+    let exe = core::str::from_utf8(&exe).unwrap_or("");
     // The image's loadable segments (PF_X 1, PF_W 2, PF_R 4).
     for i in 0..bi.phnum.min(64) {
         let Some(at) = bi.phdr_addr.checked_add(i * 56) else { break };
@@ -207,7 +211,7 @@ fn maps() -> Vec<u8> {
         let (ptype, flags, vaddr, memsz) = (ph[0] as u32, (ph[0] >> 32) as u32, ph[2], ph[5]);
         if ptype == 1 && memsz > 0 {
             let prot = (if flags & 4 != 0 { 1 } else { 0 }) | (if flags & 2 != 0 { 2 } else { 0 }) | (if flags & 1 != 0 { 4 } else { 0 });
-            regions.push((vaddr & !0xfff, (vaddr + memsz + 0xfff) & !0xfff, prot, "[image]"));
+            regions.push((vaddr & !0xfff, (vaddr + memsz + 0xfff) & !0xfff, prot, exe));
         }
     }
     shoal_mm::for_each_mapping(|a, e, p, brk| regions.push((a, e, p & 7, if brk { "[heap]" } else { "" })));
