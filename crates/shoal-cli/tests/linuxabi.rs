@@ -28,7 +28,7 @@ fn fork_and_exec_give_enosys() {
     let want_out = "fork: -1 Function not implemented\nvfork: -1 Function not implemented\nexecve: -1 Function not implemented\n\
 execveat: -1 Function not implemented\nfork(): -1 Function not implemented\nposix_spawn: Function not implemented\nstill running\n";
     let want_err = "shoal: unsupported system call 57 (fork), returning ENOSYS\nshoal: unsupported system call 58 (vfork), returning ENOSYS\n\
-shoal: unsupported system call 59 (execve), returning ENOSYS\nshoal: unsupported system call 322 (?), returning ENOSYS\n";
+shoal: unsupported system call 59 (execve), returning ENOSYS\nshoal: unsupported system call 322 (execveat), returning ENOSYS\n";
     for tender in tenders() {
         let o = output(shoal_run(tender).arg(&image));
         assert_eq!(stdout(&o), want_out, "{tender}: stderr {}", stderr(&o));
