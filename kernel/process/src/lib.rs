@@ -18,6 +18,12 @@ pub mod limits;
 pub mod signal;
 pub mod sys;
 
+/// Serializes the unit tests: the kernel's state (signals, sched's
+/// thread table) is one flow of control's, and the test harness runs
+/// tests on several threads.
+#[cfg(test)]
+pub(crate) static TEST_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The process id.
 pub const PID: u64 = 1;
 /// The parent's process id (none: 0, like a container's init).

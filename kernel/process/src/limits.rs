@@ -100,6 +100,7 @@ mod tests {
 
     #[test]
     fn defaults_and_checks() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let d = defaults(1 << 30, 8 << 20);
         assert_eq!(d[RLIMIT_STACK], Rlimit { cur: 8 << 20, max: INF });
         assert_eq!(check(RLIMIT_STACK, Rlimit { cur: 64 << 20, max: INF }), Ok(()));

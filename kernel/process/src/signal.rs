@@ -1087,6 +1087,7 @@ mod tests {
 
     #[test]
     fn a_handler_sees_and_changes_the_interrupted_registers() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         shoal_plat::umem::set_bounds(1, u64::MAX);
         let mut frame: Interrupted = [0; 17];
         frame[14] = 42; // rax
@@ -1106,6 +1107,7 @@ mod tests {
 
     #[test]
     fn layouts() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         assert_eq!(core::mem::size_of::<KSigaction>(), 32);
         assert_eq!(core::mem::size_of::<StackT>(), 24);
         assert_eq!(core::mem::size_of::<SigInfo>(), 128);
@@ -1113,6 +1115,7 @@ mod tests {
 
     #[test]
     fn dispositions() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let mut s = Signals::new();
         assert_eq!(s.disposition(6), Disposition::Terminate);
         assert_eq!(s.disposition(17), Disposition::Ignore);
@@ -1124,6 +1127,7 @@ mod tests {
 
     #[test]
     fn pending_and_mask() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let mut s = Signals::new();
         let q = &mut Box::new(Queue::new());
         // Unblocked and ignored: discarded.
@@ -1145,6 +1149,7 @@ mod tests {
 
     #[test]
     fn real_time_signals_queue_and_standard_ones_coalesce() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let mut s = Box::new(Signals::new());
         let q = &mut Box::new(Queue::new());
         s.set_mask(bit(10) | bit(34));

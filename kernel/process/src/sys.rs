@@ -532,6 +532,7 @@ mod tests {
     /// One test for the global signal state (tests run on several threads).
     #[test]
     fn signals_through_syscalls() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let act = KSigaction { handler: handler as extern "C" fn(i32) as usize as u64, flags: 0, restorer: 0, mask: 0 };
         let mut old = KSigaction::default();
@@ -595,6 +596,7 @@ mod tests {
 
     #[test]
     fn sa_onstack_handlers_run_on_the_alternate_stack() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let buf = vec![0u8; 1 << 16];
         let (lo, hi) = (buf.as_ptr() as u64, buf.as_ptr() as u64 + (1 << 16));
@@ -621,6 +623,7 @@ mod tests {
 
     #[test]
     fn robust_list_get_and_set() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let head = [0u64; 3];
         let hp = head.as_ptr() as u64;
@@ -639,6 +642,7 @@ mod tests {
 
     #[test]
     fn prctl_names_the_calling_thread() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let mut out = [0xffu8; 16];
         let op = out.as_mut_ptr() as u64;
@@ -659,6 +663,7 @@ mod tests {
 
     #[test]
     fn sigaltstack_rules() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let small = StackT { ss_sp: 0x1000, ss_flags: 0, pad: 0, ss_size: 100 };
         assert_eq!(sigaltstack(&args([&small as *const _ as u64, 0, 0, 0, 0, 0])), Err(Errno::ENOMEM));
@@ -668,6 +673,7 @@ mod tests {
 
     #[test]
     fn limits_syscalls() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let mut r = Rlimit { cur: 0, max: 0 };
         let p = &mut r as *mut Rlimit as u64;
