@@ -16,6 +16,7 @@ core::arch::global_asm!(
     ".type _shoal_start,@function",
     "_shoal_start:",
     "    mov r12, rsp",
+    "    mov [rip + {initial_sp}], rsp",
     "    and rsp, -16",
     "    call shoal_kernel_init",
     "    mov rdi, r12",
@@ -44,6 +45,7 @@ core::arch::global_asm!(
     "    xor r15d, r15d",
     "    jmp r11",
     ".size _shoal_start, . - _shoal_start",
+    initial_sp = sym INITIAL_SP,
 );
 
 /// `SHOAL_EXEC_INFO[0]` as linked: this image runs its own program
@@ -74,6 +76,16 @@ pub fn exec_info() -> Option<[u64; 7]> {
     let mut r = [0; 7];
     r.copy_from_slice(&w[1..]);
     Some(r)
+}
+
+/// The stack pointer the tender started the image with: it points at
+/// `argc`, above which lie argv, envp and the auxiliary vector (what
+/// `/proc/self/auxv` and `/proc/self/exe` are made from).
+static INITIAL_SP: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// The image's initial stack pointer (0 in unit tests).
+pub fn initial_sp() -> u64 {
+    INITIAL_SP.load(core::sync::atomic::Ordering::Relaxed)
 }
 
 static BOOT: Global<Option<BootInfo>> = Global::new(None);
