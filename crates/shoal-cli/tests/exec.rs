@@ -55,6 +55,15 @@ fn auxiliary_vector_matches_native() {
     matches_native(&exe, &[], 0);
 }
 
+/// A handler that makes system calls (re-entering the kernel from a
+/// handler the kernel called) and one on an alternate stack.
+#[test]
+fn signal_handlers_match_native() {
+    let dir = scratch();
+    let exe = gcc_static("signals", dir.path(), &[]);
+    matches_native(&exe, &[], 0);
+}
+
 #[test]
 fn glibc_static_pie_matches_native() {
     let dir = scratch();

@@ -9,7 +9,8 @@
 //! for every `syscall` instruction in guest memory, whose SIGSYS the
 //! tender turns into a jump here). Nothing is pushed on the
 //! program's stack (its red zone and Go's small goroutine stacks are the
-//! program's): the entry switches at once to the thread's own kernel stack,
+//! program's; the entry writes only its flags, below the red zone): the
+//! entry switches at once to the thread's own kernel stack,
 //! whose top is the thread's GS base (the program owns FS; the scheduler's
 //! switch keeps GS per thread), and saves a full [`Frame`] there. It
 //! returns with every register restored but `rax` (the result), `rcx`
@@ -23,8 +24,15 @@
 use shoal_plat::Args;
 use shoal_plat::{umem, Errno};
 
-/// Bytes of each thread's kernel stack.
-const KSTACK: u64 = 128 << 10;
+/// Bytes of each thread's kernel stack (touched only as deep as used).
+const KSTACK: u64 = 256 << 10;
+
+/// Room the kernel code of one system call may use below its frame: a
+/// system call a signal handler makes (the kernel called the handler, on
+/// the alternate stack or its own) starts this far below the frame of the
+/// call that is delivering, so it never overwrites what that call still
+/// needs.
+const NEST_GAP: u64 = 48 << 10;
 
 /// The registers of a thread in the executable at a system call, as the
 /// entry pushes them (lowest address first).
@@ -74,11 +82,27 @@ core::arch::global_asm!(
     ".globl shoal_exec_entry",
     ".type shoal_exec_entry,@function",
     "shoal_exec_entry:",
-    "    mov r11, rsp",
+    // The flags first (what follows changes them), below the caller's red
+    // zone: the only 8 bytes the entry writes on the caller's stack.
+    "    lea rsp, [rsp - 136]",
+    "    pushfq",
+    "    lea r11, [rsp + 144]",
+    // A caller already on this thread's kernel stack (a signal handler
+    // the kernel called from a system call) continues below its red zone;
+    // any other starts at the top.
     "    rdgsbase rsp",
+    "    sub rsp, r11",
+    "    cmp rsp, {kstack}",
+    "    ja 1f",
+    "    lea rsp, [r11 - 144]",
+    "    and rsp, -16",
+    "    jmp 2f",
+    "1:",
+    "    rdgsbase rsp",
+    "2:",
     "    push r11",
     "    push rcx",
-    "    pushfq",
+    "    push qword ptr [r11 - 144]",
     "    push rax",
     "    push rbx",
     "    push rdx",
@@ -125,6 +149,7 @@ core::arch::global_asm!(
     "    jmp shoal_exec_return",
     ".size shoal_exec_thread_start, . - shoal_exec_thread_start",
     syscall = sym shoal_exec_syscall,
+    kstack = const KSTACK,
 );
 
 #[cfg(not(test))]
@@ -200,6 +225,12 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     shoal_sched::preempt::enter();
     let n = f.rax;
     let args = Args([f.rdi, f.rsi, f.rdx, f.r10, f.r8, f.r9]);
+    // Nested entries (from a handler this call runs) go below this call.
+    let top = shoal_plat::cpu::rdgsbase();
+    let nested = ((f as *const Frame as u64) & !15).saturating_sub(NEST_GAP);
+    // SAFETY: the GS base is the kernel's per-thread state in this mode;
+    // `nested` lies in this thread's kernel stack below what is in use.
+    unsafe { shoal_plat::cpu::wrgsbase(nested) };
     let r = if n == RSEQ || n == CLONE3 {
         // Asked by glibc and Go at start; ENOSYS is their fallback
         // (restartable sequences off, clone instead of clone3), so it is
@@ -218,6 +249,8 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     };
     f.rax = r as u64;
     super::preempt::leave_syscall();
+    // SAFETY: back to this thread's kernel stack top for its next entry.
+    unsafe { shoal_plat::cpu::wrgsbase(top) };
 }
 
 /// Raw `clone(flags, stack, ptid, ctid, tls)` of a thread: the child
