@@ -1,10 +1,13 @@
-//! Plots of the benchmarks (DESIGN §8: every experiment writes a CSV and a
-//! plot beside its table), drawn as SVG with the `plotters` crate.
+//! Plots of the experiments (each writes a CSV and a plot beside its
+//! table, so that a result can be seen and re-analysed), drawn with the
+//! `plotters` crate as SVG and, beside it with the same name, PNG.
 //!
 //! Two shapes cover the experiments: [`lines`] (a measure against a
 //! varied parameter, one line per system, optionally on log axes) and
 //! [`bars`] (one group of bars per category, one bar per system, with
-//! optional error whiskers). Both write one SVG file; a failure is one
+//! optional error whiskers). Text is laid out with a TrueType font found
+//! at run time ([`FONTS`], or the file named by `SHOAL_PLOT_FONT`), so
+//! that no font library of the system is linked. A failure is one
 //! [`PlotError`] sentence, and a bench treats it as a warning, not as a
 //! failed measurement.
 
@@ -12,6 +15,7 @@ use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// A plot could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +26,38 @@ pub enum PlotError {
     /// There was nothing with a finite value to draw.
     #[error("cannot draw the plot {}: no finite values", path.display())]
     Empty { path: PathBuf },
+    /// No font to lay the text out with.
+    #[error("cannot draw the plot {}: no TrueType font at {} (install fonts-dejavu-core, or name one in SHOAL_PLOT_FONT)", path.display(), FONTS.join(", "))]
+    NoFont { path: PathBuf },
+}
+
+/// Where the plots' font is looked for, in this order (Debian's and
+/// Fedora's DejaVu and Liberation sans fonts).
+pub const FONTS: [&str; 4] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu-sans-fonts/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+    "/usr/share/fonts/liberation-sans/LiberationSans-Regular.ttf",
+];
+
+/// Registers the first font found as plotters' "sans-serif", once per
+/// process; whether there is one.
+fn font() -> bool {
+    static FOUND: OnceLock<bool> = OnceLock::new();
+    *FOUND.get_or_init(|| {
+        let named = std::env::var_os("SHOAL_PLOT_FONT").map(PathBuf::from);
+        let candidates = named.into_iter().chain(FONTS.iter().map(PathBuf::from));
+        candidates.filter_map(|p| std::fs::read(p).ok()).any(|bytes| {
+            // plotters keeps the font for the life of the process: leaked once.
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok()
+        })
+    })
+}
+
+/// The PNG beside an SVG path.
+fn png_of(svg: &Path) -> PathBuf {
+    svg.with_extension("png")
 }
 
 /// One line of a [`lines`] plot: its legend and its (x, y) points.
@@ -89,26 +125,36 @@ fn span(xs: impl Iterator<Item = f64>, log: bool, from_zero: bool) -> Option<(f6
     Some((if from_zero && lo >= 0.0 { 0.0 } else { lo - pad }, hi + pad))
 }
 
-/// Draws `lines` into the SVG file `path`.
+/// Draws `lines` into the SVG file `path` and the PNG file beside it.
 pub fn lines(path: &Path, frame: &Frame, lines: &[Line]) -> Result<(), PlotError> {
     let all = || lines.iter().flat_map(|l| l.points.iter());
     let (x0, x1) = span(all().map(|p| p.0), frame.log_x, false).ok_or_else(|| PlotError::Empty { path: path.to_path_buf() })?;
     let (y0, y1) = span(all().map(|p| p.1), frame.log_y, true).ok_or_else(|| PlotError::Empty { path: path.to_path_buf() })?;
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    let e = draw_err(path);
-    root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
-    // The four axis combinations are four chart types in plotters.
-    match (frame.log_x, frame.log_y) {
-        (false, false) => draw_lines(&root, frame, lines, x0..x1, y0..y1),
-        (true, false) => draw_lines(&root, frame, lines, (x0..x1).log_scale(), y0..y1),
-        (false, true) => draw_lines(&root, frame, lines, x0..x1, (y0..y1).log_scale()),
-        (true, true) => draw_lines(&root, frame, lines, (x0..x1).log_scale(), (y0..y1).log_scale()),
+    if !font() {
+        return Err(PlotError::NoFont { path: path.to_path_buf() });
     }
-    .map_err(&e)?;
-    root.present().map_err(|x| e(x.to_string()))
+    let r = (x0, x1, y0, y1);
+    lines_on(&SVGBackend::new(path, SIZE).into_drawing_area(), frame, lines, r).map_err(draw_err(path))?;
+    let png = png_of(path);
+    let drawn = lines_on(&BitMapBackend::new(&png, SIZE).into_drawing_area(), frame, lines, r);
+    drawn.map_err(draw_err(&png))
 }
 
-fn draw_lines<X, Y>(root: &DrawingArea<SVGBackend, Shift>, frame: &Frame, lines: &[Line], x: X, y: Y) -> Result<(), String>
+/// [`lines`] on one backend, with the axes' ranges `r` (x0, x1, y0, y1).
+fn lines_on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, frame: &Frame, lines: &[Line], r: (f64, f64, f64, f64)) -> Result<(), String> {
+    let (x0, x1, y0, y1) = r;
+    root.fill(&WHITE).map_err(|x| x.to_string())?;
+    // The four axis combinations are four chart types in plotters.
+    match (frame.log_x, frame.log_y) {
+        (false, false) => draw_lines(root, frame, lines, x0..x1, y0..y1),
+        (true, false) => draw_lines(root, frame, lines, (x0..x1).log_scale(), y0..y1),
+        (false, true) => draw_lines(root, frame, lines, x0..x1, (y0..y1).log_scale()),
+        (true, true) => draw_lines(root, frame, lines, (x0..x1).log_scale(), (y0..y1).log_scale()),
+    }?;
+    root.present().map_err(|x| x.to_string())
+}
+
+fn draw_lines<DB: DrawingBackend, X, Y>(root: &DrawingArea<DB, Shift>, frame: &Frame, lines: &[Line], x: X, y: Y) -> Result<(), String>
 where
     X: AsRangedCoord<Value = f64>,
     Y: AsRangedCoord<Value = f64>,
@@ -142,28 +188,38 @@ where
         .map_err(|e| e.to_string())
 }
 
-/// Draws grouped bars (one group per category) into the SVG file `path`;
-/// `frame.log_x` is ignored.
+/// Draws grouped bars (one group per category) into the SVG file `path`
+/// and the PNG file beside it; `frame.log_x` is ignored.
 pub fn bars(path: &Path, frame: &Frame, categories: &[String], series: &[BarSeries]) -> Result<(), PlotError> {
     let tops = series.iter().flat_map(|s| s.values.iter().flatten().map(|(v, e)| v + e.max(0.0)));
     let bottoms = series.iter().flat_map(|s| s.values.iter().flatten().map(|(v, _)| *v));
     let (_, y1) = span(tops, frame.log_y, true).ok_or_else(|| PlotError::Empty { path: path.to_path_buf() })?;
     let (y0, _) = span(bottoms, frame.log_y, true).ok_or_else(|| PlotError::Empty { path: path.to_path_buf() })?;
-    let root = SVGBackend::new(path, SIZE).into_drawing_area();
-    let e = draw_err(path);
-    root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
-    let n = categories.len() as f64;
-    if frame.log_y {
-        draw_bars(&root, frame, categories, series, 0.0..n, (y0..y1).log_scale(), y0)
-    } else {
-        draw_bars(&root, frame, categories, series, 0.0..n, y0..y1, 0.0)
+    if !font() {
+        return Err(PlotError::NoFont { path: path.to_path_buf() });
     }
-    .map_err(&e)?;
-    root.present().map_err(|x| e(x.to_string()))
+    let y = (y0, y1);
+    bars_on(&SVGBackend::new(path, SIZE).into_drawing_area(), frame, categories, series, y).map_err(draw_err(path))?;
+    let png = png_of(path);
+    let drawn = bars_on(&BitMapBackend::new(&png, SIZE).into_drawing_area(), frame, categories, series, y);
+    drawn.map_err(draw_err(&png))
 }
 
-fn draw_bars<Y>(
-    root: &DrawingArea<SVGBackend, Shift>,
+/// [`bars`] on one backend, with the y axis from `y.0` to `y.1`.
+fn bars_on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, frame: &Frame, categories: &[String], series: &[BarSeries], y: (f64, f64)) -> Result<(), String> {
+    let (y0, y1) = y;
+    let n = categories.len() as f64;
+    root.fill(&WHITE).map_err(|x| x.to_string())?;
+    if frame.log_y {
+        draw_bars(root, frame, categories, series, 0.0..n, (y0..y1).log_scale(), y0)
+    } else {
+        draw_bars(root, frame, categories, series, 0.0..n, y0..y1, 0.0)
+    }?;
+    root.present().map_err(|x| x.to_string())
+}
+
+fn draw_bars<DB: DrawingBackend, Y>(
+    root: &DrawingArea<DB, Shift>,
     frame: &Frame,
     categories: &[String],
     series: &[BarSeries],
@@ -240,7 +296,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn draws_lines_and_bars_as_svg() {
+    fn draws_lines_and_bars_as_svg_and_png() {
+        if !font() {
+            // No fonts-dejavu-core or the like: nothing to draw text with.
+            eprintln!("skipped: plots: no TrueType font at {}", FONTS.join(", "));
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("l.svg");
         let frame = Frame { title: "t", x_desc: "clients", y_desc: "req/s", log_x: true, log_y: false };
@@ -253,6 +314,10 @@ mod tests {
         bars(&b, &frame, &["noop".into(), "lua".into()], &series).unwrap();
         let s = std::fs::read_to_string(&b).unwrap();
         assert!(s.contains("runc") && s.contains("noop") && s.contains("<rect"), "{s}");
+        for png in [dir.path().join("l.png"), dir.path().join("b.png")] {
+            let bytes = std::fs::read(&png).unwrap();
+            assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n") && bytes.len() > 1000, "{}: {} bytes", png.display(), bytes.len());
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! `shoal serve`: the FaaS gateway (DESIGN §7, seed 002's harness after
-//! tinyFaaS). One async HTTP server (tokio + hyper, routes with axum)
+//! `shoal serve`: the FaaS gateway (in the manner of tinyFaaS, the gateway
+//! of the FaaS comparison the benches reproduce), and `shoal fn`, its
+//! client. One async HTTP server (tokio + hyper, routes with axum)
 //! holds the management API and proxies invocations to function
 //! instances, started on demand on a backend (spt, hvt, process, runc,
 //! runsc) and stopped when idle.
@@ -11,10 +12,14 @@
 //! - [`spawn`]: the instance's process, started without copying the gateway;
 //! - [`api`]: the routes; [`metrics`]: `/metrics`; [`error`]: JSON errors;
 //! - [`auth`]: the token and the operator's policy for deploys;
-//! - [`netns`]: the network namespace of each runc/runsc instance.
+//! - [`netns`]: the network namespace of each runc/runsc instance;
+//! - [`bundle`]: OCI bundles for runc and runsc (the benches' too);
+//! - [`client`]: `shoal fn`, the management API's command-line client.
 
 pub mod api;
 pub mod auth;
+pub mod bundle;
+pub mod client;
 pub mod dispatch;
 pub mod error;
 pub mod images;
@@ -39,9 +44,18 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8640";
 /// How long stopping instances may take on SIGTERM/SIGINT.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// The lean `shoal-tender` command, which `cargo build` puts beside
+/// `shoal`; an error saying so when it is not there.
+pub fn tender_binary() -> Result<PathBuf> {
+    let t = std::env::current_exe()?.with_file_name("shoal-tender");
+    anyhow::ensure!(t.is_file(), "{} is missing: `cargo build --release` builds it beside shoal", t.display());
+    Ok(t)
+}
+
 /// Raises the soft descriptor limit to the hard one: every client
-/// connection and every instance connection is a descriptor.
-fn raise_nofile() {
+/// connection and every instance connection is a descriptor (and the
+/// benches' servers and clients, which inherit it, need more than 1024).
+pub fn raise_nofile() {
     let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit/setrlimit write or read only the struct given.
     unsafe {
@@ -131,7 +145,7 @@ pub fn serve(o: Options) -> Result<()> {
     let real_state = state.canonicalize().with_context(|| format!("cannot resolve the state directory {}", state.display()))?;
     let policy = auth::Policy::new(o.allow_process, &o.allow_paths, real_state.join("images"))?;
     netns::init().context("cannot open the gateway's network namespace")?;
-    let tender = crate::bench::tender_binary()?;
+    let tender = tender_binary()?;
     raise_nofile();
     let scratch = tempfile::Builder::new().prefix("shoal-serve-").tempdir().context("cannot make a scratch directory for bundles")?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;

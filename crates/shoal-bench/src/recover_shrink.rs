@@ -1,6 +1,6 @@
 //! `shoal bench recover --only shrink-threshold`: VampOS's Table IV (seed
 //! 003) on shoal — the log-shrink threshold against the log's memory and
-//! the cost of the calls that feed it (issue 19 item 4).
+//! the cost of the calls that feed it.
 //!
 //! VampOS appends a log entry per call and shrinks the entries of closed
 //! sessions when the log reaches a threshold (default 100; its Table IV:
@@ -17,7 +17,7 @@
 //! - SQLite's 10,000 autocommit inserts (each opens and closes its
 //!   journal): CPU seconds of the whole run and the log at exit.
 
-use super::mean_sd;
+use crate::stats::{fmt, mean_sd};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::fs;
@@ -97,7 +97,7 @@ fn measure(o: &Opts, tender: &str, threshold: &str, c: &mut Cell) -> Result<()> 
         bail!("recover.c failed ({}): {}", out.status, err.trim());
     }
     // The program's line (the log's report follows it).
-    let kv = super::parse_kv(err.lines().find(|l| l.contains("open_cyc=")).unwrap_or(""));
+    let kv = crate::syscall::parse_kv(err.lines().find(|l| l.contains("open_cyc=")).unwrap_or(""));
     let get = |k: &str| kv.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
     let (Some(open), Some(close), Some((bytes, entries))) = (get("open_cyc"), get("close_cyc"), log_at_exit(&err)) else {
         bail!("recover.c's output lacks open, close or the log's size: {}", err.trim());
@@ -108,7 +108,7 @@ fn measure(o: &Opts, tender: &str, threshold: &str, c: &mut Cell) -> Result<()> 
     c.log_entries.push(entries);
     if let Some((image, script)) = o.sqlite {
         let input = fs::File::open(script).with_context(|| format!("cannot open {}", script.display()))?;
-        let cpu0 = super::recover::children_cpu();
+        let cpu0 = crate::sample::children_cpu();
         let out = Command::new(o.shoal)
             .args(flags)
             .arg(image)
@@ -118,7 +118,7 @@ fn measure(o: &Opts, tender: &str, threshold: &str, c: &mut Cell) -> Result<()> 
             .stderr(Stdio::piped())
             .output()
             .context("cannot start sqlite3")?;
-        let cpu = super::recover::children_cpu() - cpu0;
+        let cpu = crate::sample::children_cpu() - cpu0;
         let err = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() || String::from_utf8_lossy(&out.stdout).trim() != "10000" {
             bail!("sqlite3 failed ({}): {}", out.status, err.trim());
@@ -128,14 +128,6 @@ fn measure(o: &Opts, tender: &str, threshold: &str, c: &mut Cell) -> Result<()> 
         c.sqlite_log.push(bytes);
     }
     Ok(())
-}
-
-fn fmt(v: &[f64], digits: usize) -> String {
-    if v.is_empty() {
-        return "-".into();
-    }
-    let (m, sd) = mean_sd(v);
-    format!("{m:.digits$} ± {sd:.digits$}")
 }
 
 /// Runs the part.

@@ -1,4 +1,4 @@
-//! `shoal bench recover`'s server experiments (issue 19, VampOS seed 003),
+//! `shoal bench recover`'s server experiments (VampOS),
 //! beside the paper's numbers. Every server is the `nginx` or `redis`
 //! recipe on spt or hvt, reached over 127.0.0.1 only, with bounded
 //! request counts and durations:
@@ -35,8 +35,10 @@
 //! The results come back as JSON, CSV rows and text for `bench_recover.rs`
 //! to print beside its own.
 
-use super::servers::{free_port, redis_args, redis_rps, wrk_errors, wrk_value};
-use super::{mean_sd, Missing};
+use crate::load::{free_port, redis_rps, wrk_error_kinds, wrk_errors, wrk_requests, wrk_value};
+use crate::servers::redis_args;
+use crate::stats::{fmt, mean_sd};
+use crate::Missing;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::fs;
@@ -134,36 +136,6 @@ pub fn reboot_lines(err: &str) -> Vec<Reboot> {
             Some(Reboot { component: c.to_string(), us: t.parse().ok()?, replayed })
         })
         .collect()
-}
-
-/// The number of requests in wrk's `N requests in T, B read` line.
-pub fn wrk_requests(text: &str) -> Option<u64> {
-    text.lines().find_map(|l| l.trim().split_once(" requests in ").and_then(|(n, _)| n.trim().parse().ok()))
-}
-
-/// wrk's failed requests by kind: connect, read, write and timeout errors
-/// (its `Socket errors:` line) and non-2xx or 3xx answers.
-pub fn wrk_error_kinds(text: &str) -> [u64; 5] {
-    let mut k = [0; 5];
-    for l in text.lines().map(str::trim) {
-        if let Some(rest) = l.strip_prefix("Socket errors:") {
-            for part in rest.split(',') {
-                let mut w = part.split_whitespace();
-                let i = match w.next() {
-                    Some("connect") => 0,
-                    Some("read") => 1,
-                    Some("write") => 2,
-                    Some("timeout") => 3,
-                    _ => continue,
-                };
-                k[i] += w.next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
-            }
-        }
-        if let Some(rest) = l.strip_prefix("Non-2xx or 3xx responses:") {
-            k[4] += rest.trim().parse::<u64>().unwrap_or(0);
-        }
-    }
-    k
 }
 
 /// A server instance (`shoal run` in its own process group).
@@ -361,16 +333,8 @@ fn gets(port: u16, n: usize) -> Result<()> {
 
 fn say(quiet: bool, msg: &str) {
     if !quiet {
-        eprintln!("shoal bench recover: {msg}");
+        crate::progress::say(&format!("shoal bench recover: {msg}"));
     }
-}
-
-fn fmt(v: &[f64], digits: usize) -> String {
-    if v.is_empty() {
-        return "-".into();
-    }
-    let (m, sd) = mean_sd(v);
-    format!("{m:.digits$} ± {sd:.digits$}")
 }
 
 fn build(o: &Opts, app: App) -> Result<PathBuf> {
@@ -396,7 +360,7 @@ pub fn run(o: &Opts) -> Report {
         r.text.push_str(&format!("Server experiments: FAILED: cannot create {}: {e}\n", dir.display()));
         return r;
     }
-    let missing = |p: &str| super::find_program(p).is_none();
+    let missing = |p: &str| crate::host::find_program(p).is_none();
     let nginx_ok = if missing("wrk") { Err("wrk is not installed (Debian package wrk; scripts/setup installs it)".to_string()) } else { Ok(()) };
     let redis_ok = if missing("redis-benchmark") { Err("redis-benchmark is not installed (Debian package redis-tools)".to_string()) } else { Ok(()) };
     say(o.quiet, "building the nginx and redis recipes");
@@ -420,7 +384,7 @@ pub fn run(o: &Opts) -> Report {
             None
         },
         echo: if o.sections.fig7 {
-            super::build_pair(&o.home.join("apps/net/echo.c"), o.out, &["-O2"])
+            crate::host::build_pair(&o.home.join("apps/net/echo.c"), o.out, &["-O2"])
                 .map(|(image, _)| image)
                 .map_err(|e| say(o.quiet, &format!("warning: echo: {e:#}")))
                 .ok()
@@ -471,7 +435,7 @@ fn fig7(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
                     let log = dir.join(format!("fig7-{}-{t}-{}.log", app.recipe(), cname.replace([' ', '+'], "-")));
                     let logs = flags.contains(&"--recover-stateful");
                     let with_report: Vec<&str> = flags.iter().copied().chain(logs.then_some("--log-report")).collect();
-                    let res = free_port().and_then(|port| {
+                    let res = free_port().map_err(anyhow::Error::from).and_then(|port| {
                         let inst = start(o, image, app, t, &with_report, port, &log)?;
                         let v = match app {
                             App::Nginx => {
@@ -601,7 +565,7 @@ fn fig6(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
         for rep in 0..o.repeat {
             say(o.quiet, &format!("Fig. 6 on {t}, run {}/{}", rep + 1, o.repeat));
             let log = dir.join(format!("fig6-{t}-{rep}.log"));
-            let res = free_port().and_then(|port| {
+            let res = free_port().map_err(anyhow::Error::from).and_then(|port| {
                 let mut inst = start(o, image, App::Nginx, t, &["--rejuvenate-every", &FIG6_PERIOD.to_string()], port, &log)?;
                 gets(port, FIG6_REQUESTS)?;
                 let mark = inst.log_text().len();
@@ -655,7 +619,7 @@ fn fig6(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
         let mut cells = Vec::new();
         for (ci, c) in COMPONENTS.iter().enumerate() {
             let (m, sd) = mean_sd(&per[ci]);
-            let med = super::recover::median(&per[ci]);
+            let med = crate::stats::median(&per[ci]);
             let rep_mean = if replayed[ci].is_empty() { f64::NAN } else { mean_sd(&replayed[ci]).0 };
             tj.insert(c.to_string(), json!({"mean_us": m, "sd_us": sd, "median_us": med, "samples": per[ci].len(), "replayed_calls_mean": rep_mean}));
             cells.push(format!("{c} {} (median {med:.2}, n={}, replayed {rep_mean:.0})", fmt(&per[ci], 2), per[ci].len()));
@@ -692,7 +656,7 @@ fn table5(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
             for rep in 0..o.repeat {
                 say(o.quiet, &format!("Table V on {t}, {mode}, run {}/{}", rep + 1, o.repeat));
                 let log = dir.join(format!("table5-{t}-{mode}-{rep}.log"));
-                let res = free_port().and_then(|port| table5_run(o, image, t, mode, port, &log));
+                let res = free_port().map_err(anyhow::Error::from).and_then(|port| table5_run(o, image, t, mode, port, &log));
                 match res {
                     Ok((w, n)) => {
                         failed.push(w.errors as f64);
@@ -966,7 +930,7 @@ fn fig8(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
             for rep in 0..o.repeat {
                 say(o.quiet, &format!("Fig. 8 on {t}, {mode}, run {}/{}", rep + 1, o.repeat));
                 let log = dir.join(format!("fig8-{t}-{mode}-{rep}.log"));
-                match free_port().and_then(|port| fig8_run(o, image, t, mode, port, &log)) {
+                match free_port().map_err(anyhow::Error::from).and_then(|port| fig8_run(o, image, t, mode, port, &log)) {
                     Ok(run) => {
                         for (at, lat) in &run.samples {
                             let v = lat.map_or("failed".to_string(), |l| format!("{l:.3}"));
@@ -995,7 +959,7 @@ fn fig8(o: &Opts, images: &Images, dir: &Path, r: &mut Report) {
             let mut events = Vec::new();
             for run in &runs {
                 let lats: Vec<f64> = run.samples.iter().filter_map(|(_, l)| *l).collect();
-                medians.push(super::recover::median(&lats));
+                medians.push(crate::stats::median(&lats));
                 let (gap, max) = fig8_gap_and_max(&run.samples);
                 gaps.push(gap);
                 maxes.push(max);

@@ -36,7 +36,7 @@ const LOG_LINES: usize = 2000;
 /// Bytes of instance output kept per function: the oldest lines go first.
 /// Output is the function's to choose, so the gateway's memory must not
 /// follow it (an spt function writing 768 MiB without a newline took the
-/// gateway to 795 MB, issue 31).
+/// gateway to 795 MB).
 const LOG_BYTES: usize = 1 << 20;
 
 /// The longest line kept; the rest of a longer one is dropped and a marker

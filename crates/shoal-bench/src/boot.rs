@@ -1,10 +1,10 @@
 //! `shoal bench boot`: start-up time of a hello-world program (issue #4,
-//! seed 002's cold start): from the start of the command to the program's
+//! the FaaS paper's cold start): from the start of the command to the program's
 //! first stdout byte and to its exit, on shoal spt, shoal hvt (both through
 //! `shoal run` and through the lean `shoal-tender` command), a native
 //! process, runc and runsc (gVisor, ptrace platform), side by side.
 //!
-//! The `floor` rows (issue 18) run `apps/bench/floor.c`, a static musl
+//! The `floor` rows run `apps/bench/floor.c`, a static musl
 //! program that does only what any spt-style sandbox must around the
 //! program's first output — exec, reserve guest memory, read the image's
 //! segments into it, install spt's own seccomp filter, write, exit — and
@@ -19,9 +19,13 @@
 //! with stdout piped: first byte = the first `read` that returns data, exit =
 //! `wait` returning.
 
-use super::{build_pair, effective_uid, find_program, Missing};
+use crate::host::{build_pair, effective_uid, find_program};
+use crate::stats::{median, p95};
+use crate::table::Table;
+use crate::Missing;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
+use shoal_serve::bundle::{self, BundleError, Network, Process};
 use std::fs::{self, File};
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -90,28 +94,6 @@ impl Kind {
     }
 }
 
-/// Linear-interpolated percentile (`p` in 0..=100) of `xs`, as NumPy's
-/// default; NaN for no samples.
-pub fn percentile(xs: &[f64], p: f64) -> f64 {
-    if xs.is_empty() {
-        return f64::NAN;
-    }
-    let mut v = xs.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let rank = (p.clamp(0.0, 100.0) / 100.0) * (v.len() - 1) as f64;
-    let lo = rank.floor() as usize;
-    let hi = rank.ceil() as usize;
-    v[lo] + (v[hi] - v[lo]) * (rank - lo as f64)
-}
-
-pub fn median(xs: &[f64]) -> f64 {
-    percentile(xs, 50.0)
-}
-
-pub fn p95(xs: &[f64]) -> f64 {
-    percentile(xs, 95.0)
-}
-
 struct System {
     kind: Kind,
     /// The runtime's absolute path (runc, runsc).
@@ -147,33 +129,19 @@ impl Drop for Container {
     }
 }
 
-/// An OCI bundle in `dir`: `rootfs/hello` (the static binary) and
-/// `config.json` from `RUNTIME spec`, adjusted: the program as args,
-/// no terminal, read-only root, empty environment. The spec's own
-/// namespaces stay (the new network namespace has only loopback).
-fn make_bundle(runtime: &Path, dir: &Path, native: &Path) -> Result<()> {
-    let rootfs = dir.join("rootfs");
-    fs::create_dir_all(&rootfs)?;
-    fs::copy(native, rootfs.join("hello")).context("cannot copy hello into the bundle")?;
-    let out = Command::new(runtime)
-        .arg("spec")
-        .arg("--bundle")
-        .arg(dir)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {} spec", runtime.display()))?;
-    if !out.status.success() {
-        bail!("{} spec failed: {}", runtime.display(), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    let path = dir.join("config.json");
-    let mut c: Value = serde_json::from_str(&fs::read_to_string(&path)?).context("config.json from spec")?;
-    c["process"]["terminal"] = json!(false);
-    c["process"]["args"] = json!(["/hello"]);
-    c["process"]["env"] = json!([]);
-    c["root"] = json!({"path": "rootfs", "readonly": true});
-    c["hostname"] = json!("shoal-bench");
-    fs::write(&path, serde_json::to_string_pretty(&c)?)?;
-    Ok(())
+/// An OCI bundle in `dir`: `rootfs/hello` (the static binary), no
+/// terminal, read-only root, empty environment. The spec's own namespaces
+/// stay (the new network namespace has only loopback).
+fn make_bundle(runtime: &Path, dir: &Path, native: &Path) -> Result<(), BundleError> {
+    let process = Process {
+        args: vec!["/hello".into()],
+        env: Vec::new(),
+        files: vec![(native, "hello")],
+        readonly_root: true,
+        hostname: "shoal-bench",
+        network: Network::Own,
+    };
+    bundle::make_bundle(runtime, dir, &process, |_| {})
 }
 
 struct Setup {
@@ -322,7 +290,7 @@ fn wait_with_faults(child: &std::process::Child) -> Result<(std::process::ExitSt
 fn unavailable(kind: Kind, runtime: Option<&Path>) -> Option<String> {
     match kind {
         Kind::Hvt | Kind::LeanHvt => match fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
-            Ok(_) if kind == Kind::LeanHvt => crate::bench::tender_binary().err().map(|e| e.to_string()),
+            Ok(_) if kind == Kind::LeanHvt => crate::host::tender_binary().err().map(|e| e.to_string()),
             Ok(_) => None,
             Err(e) => Some(format!("/dev/kvm is not usable ({e})")),
         },
@@ -336,12 +304,12 @@ fn unavailable(kind: Kind, runtime: Option<&Path>) -> Option<String> {
                 None
             }
         }
-        Kind::LeanSpt => crate::bench::tender_binary().err().map(|e| e.to_string()),
+        Kind::LeanSpt => crate::host::tender_binary().err().map(|e| e.to_string()),
         Kind::LeanSptUser => {
             if effective_uid() != Some(0) {
                 Some("shoal bench boot is not running as root, so every spt row already runs without root's confinement".into())
             } else {
-                crate::bench::tender_binary().err().map(|e| e.to_string())
+                crate::host::tender_binary().err().map(|e| e.to_string())
             }
         }
         Kind::FloorNs if effective_uid() != Some(0) => Some("new namespaces need root here and shoal bench boot is not running as root".into()),
@@ -420,7 +388,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
     };
     let setup = Setup {
         shoal: std::env::current_exe()?,
-        tender: crate::bench::tender_binary().ok(),
+        tender: crate::host::tender_binary().ok(),
         image,
         native,
         floor,
@@ -460,7 +428,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
     if systems.iter().all(|s| s.missing.is_some()) {
         let reasons: Vec<String> =
             systems.iter().map(|s| format!("{}: {}", s.kind.key(), s.missing.as_ref().map(Missing::to_string).unwrap_or_default())).collect();
-        return Err(crate::bench::BenchError::nothing_measured("boot", &reasons).into());
+        return Err(crate::BenchError::nothing_measured("boot", &reasons).into());
     }
     let runc_med = systems.iter().find(|s| s.kind == Kind::Runc && s.missing.is_none()).map(|s| (median(&s.first_ms), median(&s.exit_ms)));
     let med_first = |k: Kind| systems.iter().find(|s| s.kind == k && s.missing.is_none()).map(|s| median(&s.first_ms));
@@ -508,7 +476,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
             "hvt_minus_spt_first_byte_ms": hvt_minus_spt,
             "design_vm_creation_ms": 0.7,
             "exit_ratio_to_native": exit_ratio_to_native,
-            "tender_linking": crate::bench::tender_linking(),
+            "tender_linking": crate::host::tender_linking(),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
@@ -517,26 +485,26 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
     println!(
         "shoal bench boot: apps/hello.c, {runs} runs of each, all systems alternating within each round; \
          ms from command start (median / p95); {}",
-        crate::bench::tender_linking()
+        crate::host::tender_linking()
     );
-    println!("{:<16} {:>18} {:>18} {:>13} {:>12} {:>13}", "system", "first stdout byte", "exit", "first / runc", "exit / runc", "minor faults");
+    let mut table = Table::new(["system", "first stdout byte", "exit", "first / runc", "exit / runc", "minor faults"]);
     let fmt_ratio = |r: Option<f64>| r.map(|r| format!("{r:.2}×")).unwrap_or_else(|| "—".into());
     for s in &systems {
         if let Some(m) = &s.missing {
-            println!("{:<16} {m}", s.kind.label());
+            table.note(s.kind.label(), m.to_string());
             continue;
         }
         let (fm, em) = (median(&s.first_ms), median(&s.exit_ms));
-        println!(
-            "{:<16} {:>18} {:>18} {:>13} {:>12} {:>13.0}",
-            s.kind.label(),
+        table.row([
+            s.kind.label().to_string(),
             format!("{fm:.2} / {:.2}", p95(&s.first_ms)),
             format!("{em:.2} / {:.2}", p95(&s.exit_ms)),
             fmt_ratio(ratio(fm, runc_med.map(|r| r.0))),
             fmt_ratio(ratio(em, runc_med.map(|r| r.1))),
-            median(&s.faults),
-        );
+            format!("{:.0}", median(&s.faults)),
+        ]);
     }
+    print!("{}", table.text());
     let goal_text: Vec<String> = goal
         .iter()
         .map(|(k, ok, r)| match (ok, r) {
@@ -552,7 +520,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
             None => format!("{} not measured", k.key()),
         };
         println!(
-            "goal (issue 18): start to exit at most 2× the native process on spt, 3× on hvt: {}, {}; the lean tender: {}, {}",
+            "goal: start to exit at most 2× the native process on spt, 3× on hvt: {}, {}; the lean tender: {}, {}",
             vs(Kind::Spt, 2.0),
             vs(Kind::Hvt, 3.0),
             vs(Kind::LeanSpt, 2.0),
@@ -572,10 +540,10 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
             [(Kind::LeanSpt, Kind::Floor), (Kind::LeanSptUser, Kind::Floor)]
         };
         parts.extend(pairs.iter().map(|&(k, f)| above(k, f)).filter(|t| !t.is_empty()));
-        println!("floor (issue 18): the cheapest sandboxed start here (exec, load, spt's filter, write, exit): {}", parts.join("; "));
+        println!("floor: the cheapest sandboxed start here (exec, load, spt's filter, write, exit): {}", parts.join("; "));
     }
     println!(
-        "context (DESIGN §1): creating a VM (1 vCPU, 4 MiB) takes ~0.7 ms on this nested KVM and a VM exit ~27 µs (the first ~150 µs); {}",
+        "context: creating a VM (1 vCPU, 4 MiB) takes ~0.7 ms on this nested KVM and a VM exit ~27 µs (the first ~150 µs); {}",
         match hvt_minus_spt {
             Some(d) => format!("hvt − spt to first byte here: {d:.2} ms."),
             None => "hvt − spt not measured.".into(),
@@ -587,44 +555,6 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn median_and_p95() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(median(&[7.0]), 7.0);
-        assert_eq!(p95(&[7.0]), 7.0);
-        assert!(median(&[]).is_nan());
-        assert!(p95(&[]).is_nan());
-        // 1..=20: rank 0.95 * 19 = 18.05, between 19 and 20.
-        let xs: Vec<f64> = (1..=20).rev().map(f64::from).collect();
-        assert!((p95(&xs) - 19.05).abs() < 1e-9);
-        assert_eq!(percentile(&xs, 0.0), 1.0);
-        assert_eq!(percentile(&xs, 100.0), 20.0);
-        // 1..=21: rank 0.95 * 20 = 19 exactly.
-        let ys: Vec<f64> = (1..=21).map(f64::from).collect();
-        assert_eq!(p95(&ys), 20.0);
-        assert_eq!(median(&ys), 11.0);
-    }
-
-    #[test]
-    fn linking_of_elf_files() {
-        // The test program itself: cargo links tests dynamically.
-        let me = std::env::current_exe().unwrap();
-        assert_eq!(crate::bench::linked_statically(&me), Some(false));
-        let dir = tempfile::tempdir().unwrap();
-        let not_elf = dir.path().join("not-elf");
-        std::fs::write(&not_elf, b"#!/bin/sh\n").unwrap();
-        assert_eq!(crate::bench::linked_statically(&not_elf), None);
-        assert_eq!(crate::bench::linked_statically(&dir.path().join("missing")), None);
-        // An ELF header whose program headers lie outside the file.
-        let mut bad = b"\x7fELF\x02\x01".to_vec();
-        bad.resize(64, 0);
-        bad[0x20] = 0xff;
-        bad[0x38] = 1;
-        std::fs::write(&not_elf, &bad).unwrap();
-        assert_eq!(crate::bench::linked_statically(&not_elf), None);
-    }
 
     #[test]
     fn ratios() {

@@ -17,11 +17,12 @@
 //! so runc/runsc containers are also removed by name at the gateway's next
 //! start ([`remove_stale_containers`]).
 
+use super::bundle::{self, Network, Process};
 use super::netns::NetNs;
 use super::spawn::{Proc, Spec};
 use super::spec::{Backend, Function};
 use anyhow::{bail, Context, Result};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -206,37 +207,20 @@ fn container_port(id: u64) -> u16 {
 /// namespace at `netns` with `PORT` (and `FN_ROOT=/fs`, the function's
 /// `fs` mounted read-only).
 fn make_bundle(rt: &Path, dir: &Path, f: &Function, port: u16, netns: &str) -> Result<()> {
-    let rootfs = dir.join("rootfs");
-    std::fs::create_dir_all(&rootfs)?;
-    std::fs::copy(&f.image, rootfs.join("fn")).with_context(|| format!("cannot copy {} into the bundle", f.image.display()))?;
-    std::fs::create_dir_all(rootfs.join("fs"))?;
-    let out = std::process::Command::new(rt).arg("spec").arg("--bundle").arg(dir).stdin(Stdio::null()).output()?;
-    if !out.status.success() {
-        bail!("{} spec failed: {}", rt.display(), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    let path = dir.join("config.json");
-    let mut c: Value = serde_json::from_str(&std::fs::read_to_string(&path)?).context("the runtime's config.json")?;
     let mut env = vec![format!("PORT={port}")];
     if f.fs.is_some() {
         env.push("FN_ROOT=/fs".into());
     }
     env.extend(f.env.iter().map(|(k, v)| format!("{k}={v}")));
-    c["process"]["terminal"] = json!(false);
-    c["process"]["args"] = json!(["/fn"]);
-    c["process"]["env"] = json!(env);
-    c["root"] = json!({"path": "rootfs", "readonly": true});
-    c["hostname"] = json!(f.name);
-    c["linux"]["resources"]["memory"] = json!({ "limit": f.memory_bytes() });
-    // The namespace the gateway made (runc then leaves `lo` as it is:
-    // the gateway brought it up).
-    if let Some(ns) = c["linux"]["namespaces"].as_array_mut() {
-        ns.retain(|n| n["type"] != "network");
-        ns.push(json!({"type": "network", "path": netns}));
-    }
-    if let (Some(fs), Some(mounts)) = (&f.fs, c["mounts"].as_array_mut()) {
-        mounts.push(json!({"destination": "/fs", "type": "bind", "source": fs, "options": ["rbind", "ro"]}));
-    }
-    std::fs::write(&path, serde_json::to_string_pretty(&c)?)?;
+    std::fs::create_dir_all(dir.join("rootfs/fs"))?;
+    let process =
+        Process { args: vec!["/fn".into()], env, files: vec![(&f.image, "fn")], readonly_root: true, hostname: &f.name, network: Network::Join(netns) };
+    bundle::make_bundle(rt, dir, &process, |c| {
+        c["linux"]["resources"]["memory"] = json!({ "limit": f.memory_bytes() });
+        if let (Some(fs), Some(mounts)) = (&f.fs, c["mounts"].as_array_mut()) {
+            mounts.push(json!({"destination": "/fs", "type": "bind", "source": fs, "options": ["rbind", "ro"]}));
+        }
+    })?;
     Ok(())
 }
 

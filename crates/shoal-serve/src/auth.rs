@@ -9,7 +9,7 @@
 //! and account reads it there; a client elsewhere is given it by hand
 //! (`--token`, `SHOAL_TOKEN`). Before, any local user (and any function
 //! sharing the host's network) could deploy a `process` function that ran
-//! as the gateway's user (issue 31).
+//! as the gateway's user.
 
 use super::error::ApiError;
 use axum::extract::{Request, State};

@@ -2,7 +2,7 @@
 //!
 //! Before, runc containers had none and runsc ran with `--network=host`:
 //! the function shared the gateway's loopback, so it could call the
-//! management API and every other instance's port (issue 31). Now the
+//! management API and every other instance's port. Now the
 //! gateway makes an empty namespace per instance (only `lo`, brought up
 //! here) and names it in the container's `config.json`; runc joins it,
 //! and runsc's sandbox does too (still `--network=host`: gVisor's own

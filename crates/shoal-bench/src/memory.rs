@@ -1,4 +1,4 @@
-//! `shoal bench memory` and `shoal bench size`: seed 000 §V-A (Fig. 8) and
+//! `shoal bench memory` and `shoal bench size`: the Spacer paper's §V-A (Fig. 8) and
 //! §V-B (Fig. 9).
 //!
 //! Memory: 8 instances of `apps/bench/idle.c` (links SQLite, runs one
@@ -27,15 +27,18 @@
 //! stops, its instances are killed, and the command exits with an error).
 //! ksmd's CPU time during the run is reported.
 //!
-//! `--workload ROWS` is the DESIGN's second variant: every instance first
+//! `--workload ROWS` is the design's second variant: every instance first
 //! inserts ROWS rows into an indexed in-memory table, then idles, showing
 //! how heap growth dilutes sharing.
-//! The ASLR variants (seed 000: "the libraries were rearranged, and a
+//! The ASLR variants (the Spacer paper: "the libraries were rearranged, and a
 //! random offset was introduced between each library") are the workspace
 //! policies `default-aslr`, `dce-aslr` (a shuffled plain link) and `aslr`
 //! (Spacer-Δ with a trampoline table per library); each ASLR configuration
 //! is compared with `default-aslr`, as the paper compares them.
 
+use crate::plot::{self, Frame, Line};
+use crate::progress::Progress;
+use crate::sample::{meminfo_used_kib, pss_split_kib, tree};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use shoal_loader::pool::{pool_libs, Pool};
@@ -95,7 +98,7 @@ pub struct MemoryOpts {
 
 fn say(quiet: bool, msg: &str) {
     if !quiet {
-        eprintln!("shoal bench: {msg}");
+        crate::progress::say(&format!("shoal bench: {msg}"));
     }
 }
 
@@ -237,51 +240,6 @@ fn ksmd_cpu() -> f64 {
 /// configuration.
 const CLK_TCK: f64 = 100.0;
 
-// ---------------------------------------------------------------- sampling
-
-pub(super) fn meminfo_used_kib() -> u64 {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let get = |k: &str| -> u64 { text.lines().find(|l| l.starts_with(k)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0) };
-    get("MemTotal:").saturating_sub(get("MemAvailable:"))
-}
-
-/// A process and its descendants.
-pub(super) fn tree(pid: u32) -> Vec<u32> {
-    let mut out = vec![pid];
-    let mut i = 0;
-    while i < out.len() {
-        let p = out[i];
-        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
-            for t in tasks.flatten() {
-                if let Ok(c) = std::fs::read_to_string(t.path().join("children")) {
-                    out.extend(c.split_whitespace().filter_map(|s| s.parse::<u32>().ok()));
-                }
-            }
-        }
-        i += 1;
-    }
-    out
-}
-
-/// (total PSS, PSS of mappings of files under `pool_dir`), in KiB.
-pub(super) fn pss_kib(pid: u32, pool_dir: Option<&str>) -> (u64, u64) {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else { return (0, 0) };
-    let (mut total, mut pool) = (0, 0);
-    let mut in_pool = false;
-    for line in text.lines() {
-        if let Some(v) = line.strip_prefix("Pss:") {
-            let kib: u64 = v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
-            total += kib;
-            if in_pool {
-                pool += kib;
-            }
-        } else if line.split_whitespace().next().is_some_and(|f| f.contains('-') && !f.ends_with(':')) {
-            in_pool = pool_dir.is_some_and(|d| line.contains(d));
-        }
-    }
-    (total, pool)
-}
-
 /// One sample.
 #[derive(Clone, Debug)]
 struct Sample {
@@ -309,7 +267,7 @@ fn mib(kib: u64) -> f64 {
 }
 
 fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> {
-    let tender = crate::bench::tender_binary()?;
+    let tender = crate::host::tender_binary()?;
     // Let memory freed by the previous configuration settle.
     std::thread::sleep(Duration::from_millis(1500));
     let baseline = meminfo_used_kib();
@@ -389,7 +347,7 @@ fn run_config(c: Config, images: &[PathBuf], o: &MemoryOpts) -> Result<Outcome> 
                 let (mut pss, mut pool_pss) = (0, 0);
                 for ch in &children {
                     for p in tree(ch.id()) {
-                        let (a, b) = pss_kib(p, (c.mode == "pool").then_some(pool_dir_s.as_str()));
+                        let (a, b) = pss_split_kib(p, (c.mode == "pool").then_some(pool_dir_s.as_str()));
                         pss += a;
                         pool_pss += b;
                     }
@@ -443,46 +401,15 @@ fn first_log_line(out: &Path, config: &str) -> String {
 
 // ---------------------------------------------------------------- output
 
-fn svg(outcomes: &[Outcome], title: &str) -> String {
-    let (w, h, ml, mr, mt, mb) = (900.0, 520.0, 70.0, 190.0, 40.0, 50.0);
-    let tmax = outcomes.iter().flat_map(|o| o.samples.iter().map(|s| s.t)).fold(1.0, f64::max);
-    let ymax = outcomes.iter().flat_map(|o| o.samples.iter().map(|s| s.attributed_mib)).fold(1.0, f64::max) * 1.1;
-    let x = |t: f64| ml + (w - ml - mr) * t / tmax;
-    let y = |v: f64| h - mb - (h - mt - mb) * v / ymax;
-    let colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#7f7f7f"];
-    let mut s = format!("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
-    s += &format!("<text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">{title}</text>\n", w / 2.0);
-    s += &format!("<line x1=\"{ml}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n", h - mb, w - mr, h - mb);
-    s += &format!("<line x1=\"{ml}\" y1=\"{mt}\" x2=\"{ml}\" y2=\"{}\" stroke=\"black\"/>\n", h - mb);
-    for i in 0..=5 {
-        let v = ymax * i as f64 / 5.0;
-        s += &format!(
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.0}</text><line x1=\"{ml}\" y1=\"{1}\" x2=\"{}\" y2=\"{1}\" stroke=\"#eee\"/>\n",
-            ml - 6.0,
-            y(v),
-            w - mr
-        );
-        let t = tmax * i as f64 / 5.0;
-        s += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{t:.0}</text>\n", x(t), h - mb + 16.0);
+/// The memory of each configuration's instances over time, as
+/// OUT/memory.svg and .png; a plot that cannot be drawn is a warning.
+fn plot(path: &Path, outcomes: &[Outcome], title: &str) {
+    let lines: Vec<Line> =
+        outcomes.iter().map(|o| Line { name: o.config.name.to_string(), points: o.samples.iter().map(|p| (p.t, p.attributed_mib)).collect() }).collect();
+    let frame = Frame { title, x_desc: "time (s)", y_desc: "memory of the instances (MiB)", log_x: false, log_y: false };
+    if let Err(e) = plot::lines(path, &frame, &lines) {
+        eprintln!("shoal bench: warning: {e}");
     }
-    s += &format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">time (s)</text>\n", (ml + w - mr) / 2.0, h - 12.0);
-    s +=
-        &format!("<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {0})\" text-anchor=\"middle\">memory of the instances (MiB)</text>\n", (mt + h - mb) / 2.0);
-    for (i, o) in outcomes.iter().enumerate() {
-        let c = colors[i % colors.len()];
-        let pts: Vec<String> = o.samples.iter().map(|p| format!("{:.1},{:.1}", x(p.t), y(p.attributed_mib))).collect();
-        s += &format!("<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>\n", pts.join(" "));
-        let ly = mt + 18.0 * i as f64 + 10.0;
-        s += &format!(
-            "<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"3\"/><text x=\"{}\" y=\"{}\">{}</text>\n",
-            w - mr + 10.0,
-            w - mr + 30.0,
-            w - mr + 36.0,
-            ly + 4.0,
-            o.config.name
-        );
-    }
-    s + "</svg>\n"
 }
 
 /// The mean memory attributed over the whole run (what "after the same
@@ -532,7 +459,11 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
     // From here on Ctrl-C stops the run through its normal end (the builds
     // above had nothing to restore).
     catch_interrupts();
+    // Each configuration takes 8 × --interval and the settling time.
+    let progress = Progress::new("bench memory", configs.len() as u64, o.json);
     for c in &configs {
+        progress.step();
+        progress.doing(c.name);
         let Some(images) = built.images_of(c.policy).filter(|i| !i.is_empty()) else {
             failed.push((c.name, format!("policy {} cannot be built", c.policy)));
             continue;
@@ -553,8 +484,9 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
         reasons.push(format!("{}: {why}", c.name));
         failed.push((c.name, why));
     }
+    drop(progress);
     if outcomes.is_empty() {
-        return Err(crate::bench::BenchError::nothing_measured("memory", &reasons).into());
+        return Err(crate::BenchError::nothing_measured("memory", &reasons).into());
     }
     // CSV
     let mut csv = String::from("config,t_s,instances,host_mib,pss_mib,attributed_mib,ksm_pages_sharing\n");
@@ -572,7 +504,7 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
         (t, _) => t,
     };
     let (oldest, newest) = (versions.first().map_or("?", |v| v.as_str()), versions.last().map_or("?", |v| v.as_str()));
-    std::fs::write(&svg_path, svg(&outcomes, &format!("8 idle instances, SQLite {oldest} … {newest}, one every {} s ({tender_desc})", o.interval)))?;
+    plot(&svg_path, &outcomes, &format!("8 idle instances, SQLite {oldest} … {newest}, one every {} s ({tender_desc})", o.interval));
     let final_named = |n: &str| outcomes.iter().find(|x| x.config.name == n).map(|x| final_of(x).0);
     let def = final_named("default");
     if o.json {
@@ -635,7 +567,7 @@ pub fn memory(o: MemoryOpts) -> Result<()> {
         println!("{n:<13} FAILED: {why}");
     }
     println!("final MiB: the instances' PSS (tenders included; for pool, pool mappings replaced by the whole pool files) at the end; mean MiB: the same averaged over the run; host MiB: MemTotal−MemAvailable above the memory baseline.");
-    println!("seed 000 Fig. 8: Spacer-Δ+KSM 2.8× below Default (+KSM), 2.5× below DCE; the loader+pool 1.4× above Spacer-Δ+KSM (2.0× below Default); with ASLR, Spacer-Δ+KSM 2× below Default and 1.8× below DCE.");
+    println!("Spacer paper Fig. 8: Spacer-Δ+KSM 2.8× below Default (+KSM), 2.5× below DCE; the loader+pool 1.4× above Spacer-Δ+KSM (2.0× below Default); with ASLR, Spacer-Δ+KSM 2× below Default and 1.8× below DCE.");
     println!("CSV: {}  plot: {}", csv_path.display(), svg_path.display());
     Ok(())
 }
@@ -650,7 +582,7 @@ pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
         .collect();
     let built = build_all(json_out, &out.join("images"), &configs)?;
     if built.images.is_empty() {
-        return Err(crate::bench::BenchError::nothing_measured("size", &built.failures).into());
+        return Err(crate::BenchError::nothing_measured("size", &built.failures).into());
     }
     let mut rows = Vec::new();
     for (policy, images) in &built.images {
@@ -688,7 +620,7 @@ pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&json!({"configs": js, "failed": failed}))?);
         return Ok(());
     }
-    println!("shoal bench size: 8 idle images (one per SQLite version), disk use per configuration (seed 000 Fig. 9)");
+    println!("shoal bench size: 8 idle images (one per SQLite version), disk use per configuration (the Spacer paper's Fig. 9)");
     println!("{:<12} {:>12} {:>12} {:>14} {:>12} {:>10}", "config", "images MiB", "pool MiB", "total MiB", "default/this", "dce/this");
     for (p, total, stripped, pool, _) in &rows {
         let name = if matches!(p.as_str(), "default" | "dce" | "default-aslr" | "dce-aslr") { p.clone() } else { format!("{p}+ksm") };
@@ -711,6 +643,6 @@ pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
         println!("FAILED: {why}");
     }
     println!("pool: images without their pooled pages (what a pool-aware build would ship) plus the distinct pool files.");
-    println!("seed 000 Fig. 9: Spacer-Δ(+KSM) 1.3× above Default, 1.6× above DCE; with the pool 3.6× below Default, 3× below DCE, 4.8× below Spacer-Δ+KSM (ASLR: 2.6×, 2.2×, 3.9×).");
+    println!("Spacer paper Fig. 9: Spacer-Δ(+KSM) 1.3× above Default, 1.6× above DCE; with the pool 3.6× below Default, 3× below DCE, 4.8× below Spacer-Δ+KSM (ASLR: 2.6×, 2.2×, 3.9×).");
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! `shoal bench echo`: seed 001's (UKL) echo experiment (Fig. 1): latency
+//! `shoal bench echo`: the UKL paper's echo experiment (Fig. 1): latency
 //! of a TCP echo server (`apps/net/echo.c`, its edge-triggered epoll
 //! variant) on shoal spt, shoal hvt and as a native static musl process.
 //!
@@ -20,13 +20,16 @@
 //! tracepoint, one more untimed hvt run per mode counts the VM exits the
 //! tender handles per round trip.
 
-use super::boot::percentile;
-use super::{build_pair, find_program, mean_sd, Missing};
+use crate::host::{build_pair, find_program};
+use crate::load::free_port;
+use crate::stats::mean_sd;
+use crate::stats::percentile;
+use crate::Missing;
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
@@ -35,7 +38,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Seed 001, Fig. 1 (average and 99th percentile, ms): the UKL echo server
+/// The UKL paper, Fig. 1 (average and 99th percentile, ms): the UKL echo server
 /// and the same server as a Linux process, both in a QEMU/KVM VM with the
 /// client on the host. The paper states neither the message size nor
 /// whether the connection persists.
@@ -152,12 +155,6 @@ impl Drop for Server {
 struct StartError {
     reason: String,
     in_use: bool,
-}
-
-/// A port that is free on 127.0.0.1 now.
-fn free_port() -> Result<u16> {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("cannot find a free port on 127.0.0.1")?;
-    Ok(l.local_addr()?.port())
 }
 
 /// The server's command for `kind` on `port`; `max`: exit after that many
@@ -529,7 +526,7 @@ pub fn echo(o: EchoOpts) -> Result<()> {
     if systems.iter().all(|s| s.missing.is_some()) {
         let reasons: Vec<String> =
             systems.iter().map(|s| format!("{}: {}", s.kind.key(), s.missing.as_ref().map(Missing::to_string).unwrap_or_default())).collect();
-        return Err(crate::bench::BenchError::nothing_measured("echo", &reasons).into());
+        return Err(crate::BenchError::nothing_measured("echo", &reasons).into());
     }
 
     // VM exits per round trip, only where hvt itself ran.
@@ -598,7 +595,7 @@ pub fn echo(o: EchoOpts) -> Result<()> {
             "modes": modes,
             "hvt_exits_per_round_trip": exits_json,
             "paper": {
-                "source": "seed 001 (UKL) Fig. 1, server in a QEMU/KVM VM, client on the host",
+                "source": "the UKL paper's Fig. 1, server in a QEMU/KVM VM, client on the host",
                 "ukl_ms": { "average": PAPER_UKL_MS.0, "p99": PAPER_UKL_MS.1 },
                 "linux_process_ms": { "average": PAPER_LINUX_MS.0, "p99": PAPER_LINUX_MS.1 },
                 "ratio_ukl_over_linux": { "average": PAPER_UKL_MS.0 / PAPER_LINUX_MS.0, "p99": PAPER_UKL_MS.1 / PAPER_LINUX_MS.1 },
@@ -623,7 +620,7 @@ pub fn echo(o: EchoOpts) -> Result<()> {
             }
         }
         println!(
-            "{:<15} {:>19} {:>8} {:>8} {:>10} {:>10}   seed 001 Fig. 1 (avg / p99)",
+            "{:<15} {:>19} {:>8} {:>8} {:>10} {:>10}   UKL paper Fig. 1 (avg / p99)",
             "system", "average ± SD(runs)", "p50", "p99", "avg/native", "p99/native"
         );
         let base = stat[native_idx][mi].as_ref();

@@ -1,7 +1,8 @@
-//! `shoal bench pages`: seed 000's memory comparison, statically. Builds
+//! `shoal bench pages`: the Spacer paper's memory comparison, statically. Builds
 //! speedtest1 against 8 real SQLite versions under every layout policy and
 //! counts the distinct code + rodata frames the 8 images need.
 
+use crate::table::Table;
 use anyhow::Result;
 use serde_json::json;
 use shoal_toolchain::pages::{analyse, PagesReport};
@@ -94,19 +95,19 @@ pub fn run(json_out: bool, keep: Option<PathBuf>) -> Result<()> {
     }
     println!("shoal bench pages: speedtest1 linked against SQLite {}", versions.iter().map(|v| v.version.as_str()).collect::<Vec<_>>().join(", "));
     println!("distinct 4 KiB frames of code + rodata the 8 images need when identical pages are shared");
-    println!("{:<13} {:>8} {:>8} {:>14} {:>14} {:>22}", "policy", "pages", "frames", "default/this", "dce/this", "unchanged libs shared");
+    let mut table = Table::new(["policy", "pages", "frames", "default/this", "dce/this", "unchanged libs shared"]);
     for (p, r) in &reports {
-        println!(
-            "{:<13} {:>8} {:>8} {:>14.2} {:>14.2} {:>22}",
-            p,
-            r.total.pages,
-            r.total.frames,
-            def / r.total.frames as f64,
-            dce / r.total.frames as f64,
-            if unchanged_fully_shared(r) { "100%" } else { "no" }
-        );
+        table.row([
+            p.to_string(),
+            r.total.pages.to_string(),
+            r.total.frames.to_string(),
+            format!("{:.2}", def / r.total.frames as f64),
+            format!("{:.2}", dce / r.total.frames as f64),
+            (if unchanged_fully_shared(r) { "100%" } else { "no" }).to_string(),
+        ]);
     }
-    println!("seed 000 (memory of 8 versioned instances): Spacer-Δ needs 2.8× less than default and 2.5× less than DCE; with ASLR (aslr vs default-aslr, dce-aslr) 2× and 1.8×.");
+    print!("{}", table.text());
+    println!("the Spacer paper (memory of 8 versioned instances): Spacer-Δ needs 2.8× less than default and 2.5× less than DCE; with ASLR (aslr vs default-aslr, dce-aslr) 2× and 1.8×.");
     println!(
         "delta's floor: the code and read-only data of base and deltas (every function that differs, whole) fill {} KiB, {} pages if packed perfectly; \
          with the other libraries and tables as measured, no layout of whole-function deltas needs fewer than {} frames ({:.2}× below default; 3× would be {}).",

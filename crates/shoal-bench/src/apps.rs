@@ -1,9 +1,9 @@
 //! `shoal bench apps`: total execution time of the recipes' applications
 //! (SQLite speedtest1, Lua sort, PCRE2 grep, matmul) on shoal spt, on shoal
 //! hvt (when /dev/kvm is usable) and as native static musl programs built
-//! from the same sources (seed 000 Fig. 10–12).
+//! from the same sources (the Spacer paper's Fig. 10–12).
 
-use super::mean_sd;
+use crate::stats::mean_sd;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use shoal_toolchain::recipe::{self, Side};
@@ -70,7 +70,7 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
     // The native side's files live in memory too (tmpfs), as the instance's do (ramfs).
     let shm = Path::new("/dev/shm");
     let native_tmp = if shm.is_dir() { tempfile::tempdir_in(shm)? } else { tempfile::tempdir()? };
-    let hvt = crate::bench::kvm_usable();
+    let hvt = crate::host::kvm_usable();
     let mut rows = Vec::new();
     for r in &recipes {
         if !as_json {
@@ -154,7 +154,7 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
     }
     if rows.iter().all(|r| r.failure.is_some()) {
         let reasons: Vec<String> = rows.iter().map(|r| format!("{}: {}", r.name, r.failure.as_deref().unwrap_or(""))).collect();
-        return Err(crate::bench::BenchError::nothing_measured("apps", &reasons).into());
+        return Err(crate::BenchError::nothing_measured("apps", &reasons).into());
     }
     if as_json {
         let mut results = serde_json::Map::new();
@@ -224,7 +224,7 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
     println!("(wall time of the whole run: `shoal run` including the tender's start, vs. the native process; files in ramfs vs. tmpfs.)");
     println!("(goal: ratio ≤ 1.05. matmul uses 2 threads natively on 2 cores but shoal schedules its threads on one vCPU; short runs such as lua's are dominated by the tender's start-up.)");
     if modes.len() > 1 {
-        println!("(seed 000: its loader with the library pool ran 7–12% faster than KSM-based configurations; ksm here only marks memory mergeable: whether ksmd runs is /sys/kernel/mm/ksm/run.)");
+        println!("(the Spacer paper: its loader with the library pool ran 7–12% faster than KSM-based configurations; ksm here only marks memory mergeable: whether ksmd runs is /sys/kernel/mm/ksm/run.)");
     }
     Ok(())
 }

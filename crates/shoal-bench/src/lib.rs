@@ -1,35 +1,53 @@
-//! `shoal bench`: experiments, never tests (DESIGN §8).
+//! `shoal bench`: experiments, never tests. Each runs shoal and what it is
+//! compared with side by side in one run, alternating, repeats, and prints
+//! mean ± standard deviation and the ratio (`--json`: the same numbers as
+//! JSON); most also write CSVs of the raw samples, plots and Markdown
+//! tables into their `--out` directory.
 //!
-//! Each benchmark runs shoal and its comparison side by side in one run,
-//! alternating, repeats, and prints mean ± standard deviation and the ratio;
-//! `--json` prints the same numbers as JSON.
+//! One module per experiment ([`apps`], [`boot`], [`density`], [`echo`],
+//! [`faas`], [`memory`] with `size`, [`pages`], [`recover`] with
+//! [`recover_servers`] and [`recover_shrink`], [`servers`] for `http` and
+//! `kv`, [`syscall`]) over shared modules: [`stats`] (mean, SD,
+//! percentiles, confidence intervals), [`sample`] (process trees, CPU time
+//! and memory from /proc), [`load`] (the HTTP client, hey, wrk and
+//! redis-benchmark), [`host`] (what this machine can run, builds),
+//! [`table`] (the one table writer: text, Markdown, CSV), [`plot`] (SVG
+//! and PNG plots) and [`progress`] (progress bars). The OCI bundles of the
+//! container runs come from `shoal_serve::bundle`, shared with the gateway.
+//!
+//! Why each dependency: `plotters` draws the plots (axes, log scales,
+//! legends) in SVG and PNG from one description, instead of hand-written
+//! SVG; `indicatif` draws progress bars for the experiments that run for
+//! minutes, and only when stderr is a terminal; `clap` defines the
+//! subcommands that `shoal` flattens into its command line; `serde_json`
+//! writes `--json`; `thiserror`/`anyhow` the errors; `libc` the few system
+//! calls std lacks (getrusage, sysconf, setrlimit, affinity, signals);
+//! `tempfile` the scratch directories.
 
-#[path = "bench_apps.rs"]
-mod apps;
-#[path = "bench_boot.rs"]
-mod boot;
-#[path = "bench_density.rs"]
-mod density;
-#[path = "bench_echo.rs"]
-mod echo;
-#[path = "bench_faas.rs"]
-mod faas;
-#[path = "bench_memory.rs"]
-mod memory;
-#[path = "bench_recover.rs"]
-mod recover;
-#[path = "bench_recover_servers.rs"]
-mod recover_servers;
-#[path = "bench_recover_shrink.rs"]
-mod recover_shrink;
-#[path = "bench_servers.rs"]
-mod servers;
+pub mod apps;
+pub mod boot;
+pub mod density;
+pub mod echo;
+pub mod faas;
+pub mod host;
+pub mod load;
+pub mod memory;
+pub mod pages;
+pub mod plot;
+pub mod progress;
+pub mod recover;
+pub mod recover_servers;
+pub mod recover_shrink;
+pub mod sample;
+pub mod servers;
+pub mod stats;
+pub mod syscall;
+pub mod table;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use clap::Subcommand;
 use serde_json::json;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 
 #[derive(Subcommand)]
 pub enum Bench {
@@ -58,7 +76,7 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// Host memory per idle instance: N warm instances of apps/functions/noop on spt and hvt (copy and pool) beside N native processes (issue 18).
+    /// Host memory per idle instance: N warm instances of apps/functions/noop on spt and hvt (copy and pool) beside N native processes (the goal: a quarter MiB each).
     Density {
         /// Instances per configuration.
         #[arg(long, default_value_t = 100)]
@@ -73,7 +91,7 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// Echo latency of apps/net/echo.c (epoll) on spt, hvt and a native process: a persistent connection and a connection per request (seed 001 Fig. 1).
+    /// Echo latency of apps/net/echo.c (epoll) on spt, hvt and a native process: a persistent connection and a connection per request (the UKL paper's Fig. 1).
     Echo {
         /// Round trips on the persistent connection per run (the connection-per-request mode makes a tenth as many requests).
         #[arg(long, default_value_t = 10_000)]
@@ -88,7 +106,7 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// Seed 002's FaaS experiments through a real `shoal serve` on spt, hvt, process, runc and runsc:
+    /// The FaaS paper's experiments through a real `shoal serve` on spt, hvt, process, runc and runsc:
     /// cold-start, burst, startup-cost, idle-cpu, idle-memory, workloads, concurrency (a quick run, about
     /// 15 minutes here: --repeat 10 --requests 2048 --bursts 10,20,50,100 --instances 1,10,50,100).
     Faas {
@@ -120,7 +138,7 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// Seed 004 Fig. 3: nginx's requests/s serving a small static page (wrk) against concurrent clients, and the memory footprint, on a native process, runc, runsc, spt and hvt interleaved.
+    /// The servers paper's Fig. 3: nginx's requests/s serving a small static page (wrk) against concurrent clients, and the memory footprint, on a native process, runc, runsc, spt and hvt interleaved.
     Http {
         /// Concurrency levels (comma-separated; the paper's 1, 100, 200, …, 1000).
         #[arg(long, value_delimiter = ',', default_value = "1,100,200,300,400,500,600,700,800,900,1000")]
@@ -147,7 +165,7 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// Seed 004 Fig. 5: Redis GET and SET requests/s (redis-benchmark) against concurrent clients, and the memory footprint, on a native process, runc, runsc, spt and hvt interleaved.
+    /// The servers paper's Fig. 5: Redis GET and SET requests/s (redis-benchmark) against concurrent clients, and the memory footprint, on a native process, runc, runsc, spt and hvt interleaved.
     Kv {
         /// Concurrency levels (comma-separated; the paper's 1, 100, 200, …, 1000).
         #[arg(long, value_delimiter = ',', default_value = "1,100,200,300,400,500,600,700,800,900,1000")]
@@ -177,7 +195,7 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// Memory of 8 idle instances of different SQLite versions launched one every --interval s, per layout and memory mode (seed 000 Fig. 8).
+    /// Memory of 8 idle instances of different SQLite versions launched one every --interval s, per layout and memory mode (the Spacer paper's Fig. 8).
     Memory {
         /// Seconds between launches.
         #[arg(long, default_value_t = 10.0)]
@@ -209,7 +227,7 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// Disk use of the 8 idle images per configuration, and images + pool for the pool (seed 000 Fig. 9).
+    /// Disk use of the 8 idle images per configuration, and images + pool for the pool (the Spacer paper's Fig. 9).
     Size {
         /// Directory for the images.
         #[arg(long, default_value = "shoal-bench-size")]
@@ -218,7 +236,7 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// Distinct code+rodata frames of speedtest1 against 8 SQLite versions, per layout policy (seed 000).
+    /// Distinct code+rodata frames of speedtest1 against 8 SQLite versions, per layout policy (as in the Spacer paper).
     Pages {
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -227,7 +245,7 @@ pub enum Bench {
         #[arg(long)]
         keep: Option<PathBuf>,
     },
-    /// Seed 003 (VampOS): gate cost in cycles, Fig. 5 system calls and SQLite 10,000 inserts without and with the component gates (`--no-recover`), the reboot time of each rebootable component, nginx and Redis throughput (Fig. 7), nginx's reboot times after 1,000 GETs (Fig. 6) and failed requests under rejuvenation vs whole restarts (Table V), Redis latency across a ramfs panic vs a restart (Fig. 8), on spt, hvt and a native process.
+    /// The VampOS paper's experiments: gate cost in cycles, Fig. 5 system calls and SQLite 10,000 inserts without and with the component gates (`--no-recover`), the reboot time of each rebootable component, nginx and Redis throughput (Fig. 7), nginx's reboot times after 1,000 GETs (Fig. 6) and failed requests under rejuvenation vs whole restarts (Table V), Redis latency across a ramfs panic vs a restart (Fig. 8), on spt, hvt and a native process.
     Recover {
         /// Runs of each system (at least 2; mean ± SD).
         #[arg(long, default_value_t = 5)]
@@ -271,7 +289,7 @@ pub enum Bench {
 /// (`{"unavailable": WHY}` or `{"failed": WHY}`) and in the table: a
 /// failure is a fault to look into, not a property of the machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Missing {
+pub enum Missing {
     /// This machine lacks what the system needs.
     Unavailable(String),
     /// The system could run here and failed.
@@ -280,7 +298,7 @@ pub(crate) enum Missing {
 
 impl Missing {
     /// The JSON entry in place of the measurement.
-    pub(crate) fn json(&self) -> serde_json::Value {
+    pub fn json(&self) -> serde_json::Value {
         match self {
             Missing::Unavailable(why) => json!({ "unavailable": why }),
             Missing::Failed(why) => json!({ "failed": why }),
@@ -328,71 +346,6 @@ fn absolute_dir(flag: &'static str, dir: PathBuf) -> Result<PathBuf, BenchError>
     std::path::absolute(&dir).map_err(|source| BenchError::Directory { flag, path: dir, source })
 }
 
-/// How the instance programs beside `shoal` are linked, for the benches'
-/// headers: "shoal-tender static, shoal-spt static" (what scripts/setup
-/// leaves) or "dynamic" (what a plain `cargo build` leaves; slower start).
-pub fn tender_linking() -> String {
-    let exe = std::env::current_exe().unwrap_or_default();
-    ["shoal-tender", "shoal-spt"]
-        .iter()
-        .map(|name| {
-            let how = match linked_statically(&exe.with_file_name(name)) {
-                Some(true) => "static",
-                Some(false) => "dynamic",
-                None => "missing",
-            };
-            format!("{name} {how}")
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Whether the ELF file at `path` has no program interpreter (no
-/// `PT_INTERP`: statically linked); `None` when it cannot be read as a
-/// 64-bit little-endian ELF file.
-pub fn linked_statically(path: &Path) -> Option<bool> {
-    const PT_INTERP: u32 = 3;
-    let bytes = std::fs::read(path).ok()?;
-    if bytes.get(..6)? != b"\x7fELF\x02\x01" {
-        return None;
-    }
-    let word = |at: usize, n: usize| -> Option<u64> {
-        let b = bytes.get(at..at.checked_add(n)?)?;
-        Some(b.iter().rev().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)))
-    };
-    let phoff = usize::try_from(word(0x20, 8)?).ok()?;
-    let phentsize = usize::try_from(word(0x36, 2)?).ok()?;
-    let phnum = usize::try_from(word(0x38, 2)?).ok()?;
-    for i in 0..phnum {
-        if word(phoff.checked_add(i.checked_mul(phentsize)?)?, 4)? == u64::from(PT_INTERP) {
-            return Some(false);
-        }
-    }
-    Some(true)
-}
-
-/// The lean `shoal-tender` command, which `cargo build` puts beside
-/// `shoal`; an error saying so when it is not there.
-pub fn tender_binary() -> Result<PathBuf> {
-    let t = std::env::current_exe()?.with_file_name("shoal-tender");
-    anyhow::ensure!(t.is_file(), "{} is missing: `cargo build --release` builds it beside shoal", t.display());
-    Ok(t)
-}
-
-/// Mean and sample standard deviation.
-pub fn mean_sd(xs: &[f64]) -> (f64, f64) {
-    if xs.is_empty() {
-        return (f64::NAN, f64::NAN);
-    }
-    let n = xs.len() as f64;
-    let mean = xs.iter().sum::<f64>() / n;
-    if xs.len() < 2 {
-        return (mean, 0.0);
-    }
-    let var = xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0);
-    (mean, var.sqrt())
-}
-
 pub fn run(which: Bench) -> Result<()> {
     match which {
         Bench::Apps { repeat, only, mem_modes, json } => apps::apps(repeat, only, mem_modes, json),
@@ -418,218 +371,10 @@ pub fn run(which: Bench) -> Result<()> {
             servers::servers(servers::ServersOpts { which, clients, repeat, duration: 2.0, requests, pipeline, systems, pin, shoal_bin, out, json })
         }
         Bench::Size { out, json } => memory::size(json, absolute_dir("--out", out)?),
-        Bench::Pages { json, keep } => crate::bench_pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),
-        Bench::Syscall { iterations, repeat, json } => syscall(iterations, repeat, json),
+        Bench::Pages { json, keep } => pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),
+        Bench::Syscall { iterations, repeat, json } => syscall::syscall(iterations, repeat, json),
         Bench::Recover { repeat, iterations, out, json, only, duration, requests } => {
             recover::recover(recover::RecoverOpts { repeat, iterations, out: absolute_dir("--out", out)?, json, only, duration, requests })
         }
-    }
-}
-
-/// Builds `apps/SRC` as a shoal image and as a native static musl program
-/// in `dir`; returns (image, native).
-fn build_pair(src: &Path, dir: &Path, cflags: &[&str]) -> Result<(PathBuf, PathBuf)> {
-    let paths = shoal_toolchain::Paths::discover()?;
-    let stem = src.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
-    let image = dir.join(format!("{stem}.shoal"));
-    let native = dir.join(format!("{stem}.native"));
-    let mut args: Vec<String> = cflags.iter().map(|s| s.to_string()).collect();
-    args.extend([src.display().to_string(), "-o".into(), image.display().to_string()]);
-    shoal_toolchain::cc::cc(&paths, &args)?;
-    let status = Command::new("musl-gcc")
-        .args(["-static"])
-        .args(cflags)
-        .arg(src)
-        .arg("-o")
-        .arg(&native)
-        .status()
-        .context("cannot run musl-gcc (install Debian's musl-tools)")?;
-    if !status.success() {
-        bail!("musl-gcc failed to build {}", src.display());
-    }
-    Ok((image, native))
-}
-
-fn parse_kv(text: &str) -> Vec<(String, f64)> {
-    text.lines()
-        .last()
-        .unwrap_or("")
-        .split_whitespace()
-        .filter_map(|kv| {
-            let (k, v) = kv.split_once('=')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
-        .collect()
-}
-
-fn run_measure(cmd: &mut Command) -> Result<Vec<(String, f64)>> {
-    let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output().context("cannot start the benchmark program")?;
-    let err = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        bail!("the benchmark program failed ({}): {}", out.status, err.trim());
-    }
-    let kv = parse_kv(&err);
-    if kv.is_empty() {
-        bail!("the benchmark program printed no results: {}", err.trim());
-    }
-    Ok(kv)
-}
-
-fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
-    if repeat == 0 || iterations == 0 {
-        bail!("--repeat and --iterations must be at least 1");
-    }
-    let paths = shoal_toolchain::Paths::discover()?;
-    let tmp = tempfile::tempdir()?;
-    let src = paths.home.join("apps/bench/syscall.c");
-    let (image, native) = build_pair(&src, tmp.path(), &["-O2"])?;
-    let shoal = std::env::current_exe()?;
-    let ops = ["getpid", "write", "filewrite"];
-    let mut native_r: Vec<Vec<f64>> = vec![Vec::new(); ops.len()];
-    let mut spt_r: Vec<Vec<f64>> = vec![Vec::new(); ops.len()];
-    for _ in 0..repeat {
-        let n = run_measure(Command::new(&native).arg(iterations.to_string()))?;
-        let s = run_measure(Command::new(&shoal).arg("run").arg(&image).arg("--").arg(iterations.to_string()))?;
-        for (i, op) in ops.iter().enumerate() {
-            if let Some((_, v)) = n.iter().find(|(k, _)| k == op) {
-                native_r[i].push(*v);
-            }
-            if let Some((_, v)) = s.iter().find(|(k, _)| k == op) {
-                spt_r[i].push(*v);
-            }
-        }
-    }
-    let console = console_writes(&paths.home, tmp.path(), &shoal, repeat)?;
-    let labels = ["getpid()", "write(1 byte, stdout→/dev/null)", "write(1 byte, file)"];
-    let mut results = serde_json::Map::new();
-    let mut rows = Vec::new();
-    for (i, op) in ops.iter().enumerate() {
-        let (nm, nsd) = mean_sd(&native_r[i]);
-        let (sm, ssd) = mean_sd(&spt_r[i]);
-        let ratio = sm / nm;
-        results.insert(op.to_string(), json!({"native_ns": {"mean": nm, "sd": nsd}, "spt_ns": {"mean": sm, "sd": ssd}, "ratio_spt_over_native": ratio}));
-        rows.push((labels[i], nm, nsd, sm, ssd, ratio));
-    }
-    if as_json {
-        let console: serde_json::Map<String, serde_json::Value> = console
-            .iter()
-            .map(|(k, r)| {
-                let v = match r {
-                    Ok(xs) => {
-                        let (m, sd) = mean_sd(xs);
-                        json!({"mean_ms": m, "sd_ms": sd})
-                    }
-                    Err(why) => json!({"unavailable": why}),
-                };
-                (k.to_string(), v)
-            })
-            .collect();
-        let doc = json!({"iterations": iterations, "repeat": repeat, "results": results, "console_20000_writes": console});
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(());
-    }
-    println!("shoal bench syscall: {iterations} calls per run, {repeat} runs of each, native and spt alternating");
-    println!("{:<34} {:>20} {:>20} {:>12}", "operation (ns per call)", "native process", "shoal spt", "spt/native");
-    for (l, nm, nsd, sm, ssd, r) in rows {
-        println!("{:<34} {:>20} {:>20} {:>12.3}", l, format!("{nm:.1} ± {nsd:.1}"), format!("{sm:.1} ± {ssd:.1}"), r);
-    }
-    println!("(file writes: shoal's in-memory ramfs vs the host's /tmp; stdout: shoal's console hypercall vs write(2).)");
-    println!();
-    println!("console: {CONSOLE_WRITES} writes of 2 bytes to stdout (a file), start to exit, ms (mean ± SD of {repeat})");
-    let mean_of = |k: &str| console.iter().find(|(n, _)| *n == k).and_then(|(_, r)| r.as_ref().ok()).map(|xs| mean_sd(xs).0);
-    for (name, r) in &console {
-        match r {
-            Ok(xs) => {
-                let (m, sd) = mean_sd(xs);
-                let vs = |k: &str| mean_of(k).map(|b| format!("{:.2}x {k}", m / b)).unwrap_or_default();
-                let note = match *name {
-                    "spt" => vs("native"),
-                    "hvt" => format!("{}  (issue 18 goal: at most 2x spt)", vs("spt")),
-                    _ => String::new(),
-                };
-                println!("  {name:<8} {:>16}  {note}", format!("{m:.1} ± {sd:.1}"));
-            }
-            Err(why) => println!("  {name:<8} unavailable here: {why}"),
-        }
-    }
-    println!("UKL (seed 001) replaces the syscall instruction by a function call; its echo server halves average latency.");
-    Ok(())
-}
-
-/// Whether hvt can run here (`/dev/kvm` opens read-write), or why not:
-/// the reason a bench prints beside an unavailable hvt column.
-pub(crate) fn kvm_usable() -> Result<(), String> {
-    std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").map(|_| ()).map_err(|e| format!("/dev/kvm is not usable: {e}"))
-}
-
-/// `name` in PATH or in the sbin directories (runc lives in /usr/sbin).
-pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from)).map(|d| d.join(name)).find(|p| p.is_file())
-}
-
-/// The effective uid, from `/proc/self/status` (root runs runc/runsc).
-pub(crate) fn effective_uid() -> Option<u32> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(2)?.parse().ok()
-}
-
-/// Console writes per run in `bench syscall`'s console section (issue 18's
-/// measure: a program printing 20,000 short lines).
-const CONSOLE_WRITES: u64 = 20_000;
-
-/// apps/bench/console.c start to exit, stdout in a file: native, spt and
-/// hvt alternating, `repeat` runs each (ms); hvt is unavailable, with the
-/// reason, when /dev/kvm is not usable (a failed run fails the bench).
-/// A system's runs in ms, or why it cannot run here.
-type Runs = Result<Vec<f64>, String>;
-
-fn console_writes(home: &Path, dir: &Path, shoal: &Path, repeat: usize) -> Result<Vec<(&'static str, Runs)>> {
-    let (image, native) = build_pair(&home.join("apps/bench/console.c"), dir, &["-O2"])?;
-    let out = dir.join("console.out");
-    let hvt = kvm_usable();
-    let n = CONSOLE_WRITES.to_string();
-    let mut rows: Vec<(&'static str, Runs)> = vec![("native", Ok(Vec::new())), ("spt", Ok(Vec::new())), ("hvt", hvt.map(|_| Vec::new()))];
-    for _ in 0..repeat {
-        for (name, r) in rows.iter_mut() {
-            let Ok(xs) = r else { continue };
-            let mut cmd = if *name == "native" {
-                Command::new(&native)
-            } else {
-                let mut c = Command::new(shoal);
-                c.args(["run", "--tender", name]).arg(&image).arg("--");
-                c
-            };
-            cmd.arg(&n).stdout(std::fs::File::create(&out)?).stderr(Stdio::piped());
-            let t0 = std::time::Instant::now();
-            let o = cmd.output().with_context(|| format!("cannot start the console benchmark on {name}"))?;
-            let ms = t0.elapsed().as_secs_f64() * 1e3;
-            let len = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
-            if !o.status.success() || len != 2 * CONSOLE_WRITES {
-                bail!("the console benchmark failed on {name} ({}, {len} bytes written): {}", o.status, String::from_utf8_lossy(&o.stderr).trim());
-            }
-            xs.push(ms);
-        }
-    }
-    Ok(rows)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn statistics() {
-        let (m, sd) = mean_sd(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
-        assert!((m - 5.0).abs() < 1e-9);
-        assert!((sd - 2.138).abs() < 1e-3);
-        assert_eq!(mean_sd(&[3.0]), (3.0, 0.0));
-    }
-
-    #[test]
-    fn parses_results() {
-        let kv = parse_kv("noise\ngetpid=1.5 write=20.0");
-        assert_eq!(kv, vec![("getpid".to_string(), 1.5), ("write".to_string(), 20.0)]);
     }
 }

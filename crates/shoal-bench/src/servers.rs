@@ -1,5 +1,5 @@
-//! `shoal bench http` and `shoal bench kv`: seed 004's application study
-//! (§V–VI, Figs. 3–5) on this machine (DESIGN §8 benchmarks): throughput
+//! `shoal bench http` and `shoal bench kv`: the servers paper's application study
+//! (§V–VI, Figs. 3–5) on this machine: throughput
 //! in requests per second against the number of concurrent clients for
 //! nginx serving a small static page (`wrk`) and for Redis GET and SET
 //! (`redis-benchmark`), for a native process, runc, runsc, shoal spt and
@@ -39,13 +39,20 @@
 //! back from /proc and reports them. Unpinned, a single client's rate on a
 //! small machine is mostly set by whether client and server share a core.
 
-use super::{effective_uid, find_program, mean_sd, BenchError, Missing};
+use crate::host::{effective_uid, find_program, pin_binaries, pin_build};
+use crate::load::{free_port, redis_rps, wrk_errors, wrk_value};
 use crate::plot::{self, Frame, Line};
+use crate::progress::Progress;
+use crate::sample::{pss_kib, tree};
+use crate::stats::{fixed, mean_sd};
+use crate::{BenchError, Missing};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
+use shoal_serve::bundle::{self, BundleError, Network, Process};
+use shoal_serve::raise_nofile;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -147,7 +154,7 @@ pub enum ServersError {
 }
 
 fn say(which: Which, msg: &str) {
-    eprintln!("bench {}: {msg}", which.name());
+    crate::progress::say(&format!("bench {}: {msg}", which.name()));
 }
 
 /// Why `sys` cannot run here, if it cannot (checked before anything starts).
@@ -164,23 +171,6 @@ fn unavailable(sys: &str) -> Option<String> {
             }
         }
         _ => None,
-    }
-}
-
-pub(super) fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0").context("cannot find a free port on 127.0.0.1")?.local_addr()?.port())
-}
-
-/// Raises the soft limit on open descriptors to the hard one: servers and
-/// clients inherit it, and 1000 clients need more than the usual 1024.
-pub(super) fn raise_nofile() {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
-            r.rlim_cur = r.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
     }
 }
 
@@ -234,33 +224,6 @@ pub(super) fn pin_command(cmd: &mut Command, cpu: usize) {
 fn cpus_allowed(pid: u32) -> Option<String> {
     let s = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|v| v.trim().to_string())
-}
-
-/// Copies `shoal` and the programs beside it that run instances
-/// (`shoal-tender`, `shoal-spt`) into `dir`: the servers run from these
-/// copies, so a rebuild of the tree during a long run (an ABI change)
-/// cannot change the tender under the images halfway through.
-pub(super) fn pin_binaries(dir: &Path) -> Result<PathBuf> {
-    pin_build(&std::env::current_exe()?, dir)
-}
-
-/// Copies the `shoal` at `bin` (this one, or another build's for
-/// `--shoal-bin`) and the tenders beside it into `dir`; returns the copy.
-fn pin_build(bin: &Path, dir: &Path) -> Result<PathBuf> {
-    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let shoal = dir.join("shoal");
-    let _ = fs::remove_file(&shoal);
-    fs::copy(bin, &shoal).with_context(|| format!("cannot copy {} to {}", bin.display(), shoal.display()))?;
-    for name in ["shoal-tender", "shoal-spt"] {
-        let from = bin.with_file_name(name);
-        let to = dir.join(name);
-        let _ = fs::remove_file(&to);
-        // One that was not built is reported by `shoal run` when needed.
-        if from.is_file() {
-            fs::copy(&from, &to).with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
-        }
-    }
-    Ok(shoal)
 }
 
 /// Copies the files of directory `from` into `to`, recursively.
@@ -373,72 +336,26 @@ impl Server {
     }
 }
 
-/// `root` and all its descendants (from /proc/*/stat's parent field).
-fn tree(root: u32) -> Vec<u32> {
-    let mut parent: Vec<(u32, u32)> = Vec::new();
-    if let Ok(rd) = fs::read_dir("/proc") {
-        for e in rd.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            let ppid = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().nth(1)).and_then(|p| p.parse().ok());
-            if let Some(ppid) = ppid {
-                parent.push((pid, ppid));
-            }
-        }
-    }
-    let mut out = vec![root];
-    let mut i = 0;
-    while i < out.len() {
-        let p = out[i];
-        out.extend(parent.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
-        i += 1;
-    }
-    out
-}
-
-fn pss_kib(pid: u32) -> u64 {
-    let s = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    s.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0)
-}
-
 /// An OCI bundle in `bundle` from `RUNTIME spec`: root `rootfs` (already
 /// filled, writable: the servers write their pid file and temporary
 /// files), `args`, the host network (no network namespace of its own).
-fn make_bundle(rt: &Path, bundle: &Path, args: &[String], cpu: Option<usize>) -> Result<()> {
-    let out =
-        Command::new(rt).arg("spec").arg("--bundle").arg(bundle).stdin(Stdio::null()).output().with_context(|| format!("cannot run {} spec", rt.display()))?;
-    if !out.status.success() {
-        bail!("{} spec failed: {}", rt.display(), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    let path = bundle.join("config.json");
-    let mut c: Value = serde_json::from_str(&fs::read_to_string(&path)?).context("the runtime's config.json")?;
-    c["process"]["terminal"] = json!(false);
-    c["process"]["args"] = json!(args);
-    c["process"]["env"] = json!([]);
-    // The spec's default is 1024 open files, too few for 1000 clients.
-    c["process"]["rlimits"] = json!([{"type": "RLIMIT_NOFILE", "hard": 20000u64, "soft": 20000u64}]);
-    // nginx started as root chowns its temporary directories to `nobody`,
-    // as it does natively: the spec's default capabilities lack CAP_CHOWN.
-    for set in ["bounding", "effective", "permitted"] {
-        if let Some(caps) = c["process"]["capabilities"][set].as_array_mut() {
-            caps.push(json!("CAP_CHOWN"));
+fn make_bundle(rt: &Path, bundle: &Path, args: &[String], cpu: Option<usize>) -> Result<(), BundleError> {
+    let process = Process { args: args.to_vec(), env: Vec::new(), files: Vec::new(), readonly_root: false, hostname: "shoal-bench", network: Network::Host };
+    bundle::make_bundle(rt, bundle, &process, |c| {
+        // The spec's default is 1024 open files, too few for 1000 clients.
+        c["process"]["rlimits"] = json!([{"type": "RLIMIT_NOFILE", "hard": 20000u64, "soft": 20000u64}]);
+        // nginx started as root chowns its temporary directories to `nobody`,
+        // as it does natively: the spec's default capabilities lack CAP_CHOWN.
+        for set in ["bounding", "effective", "permitted"] {
+            if let Some(caps) = c["process"]["capabilities"][set].as_array_mut() {
+                caps.push(json!("CAP_CHOWN"));
+            }
         }
-    }
-    c["root"] = json!({"path": "rootfs", "readonly": false});
-    c["hostname"] = json!("shoal-bench");
-    if let Some(ns) = c["linux"]["namespaces"].as_array_mut() {
-        ns.retain(|n| n["type"] != "network");
-    }
-    // --pin: the container's cpuset (besides the inherited affinity).
-    if let Some(cpu) = cpu {
-        c["linux"]["resources"]["cpu"]["cpus"] = json!(cpu.to_string());
-    }
-    fs::write(&path, serde_json::to_string_pretty(&c)?)?;
-    Ok(())
+        // --pin: the container's cpuset (besides the inherited affinity).
+        if let Some(cpu) = cpu {
+            c["linux"]["resources"]["cpu"]["cpus"] = json!(cpu.to_string());
+        }
+    })
 }
 
 /// Starts `sys`'s server and waits (bounded) until it accepts connections.
@@ -538,30 +455,6 @@ struct RunResult {
     rps: Vec<f64>,
     errors: u64,
     load_kib: u64,
-}
-
-/// The number after `key` on wrk's output line that starts with it.
-pub(super) fn wrk_value(text: &str, key: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.trim().strip_prefix(key)).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok())
-}
-
-/// wrk's socket errors and non-2xx answers, summed.
-pub(super) fn wrk_errors(text: &str) -> u64 {
-    let mut n = 0;
-    for l in text.lines().map(str::trim) {
-        if let Some(rest) = l.strip_prefix("Socket errors:") {
-            n += rest.split(',').filter_map(|p| p.split_whitespace().last()?.parse::<u64>().ok()).sum::<u64>();
-        }
-        if let Some(rest) = l.strip_prefix("Non-2xx or 3xx responses:") {
-            n += rest.trim().parse::<u64>().unwrap_or(0);
-        }
-    }
-    n
-}
-
-/// The requests per second of `op`'s row in redis-benchmark's --csv output.
-pub(super) fn redis_rps(csv: &str, op: &str) -> Option<f64> {
-    csv.lines().find(|l| l.starts_with(&format!("\"{op}\","))).and_then(|l| l.split(',').nth(1)).and_then(|v| v.trim_matches('"').parse().ok())
 }
 
 /// Runs the client against `server` with `clients` connections, sampling
@@ -798,15 +691,19 @@ pub fn servers(o: ServersOpts) -> Result<()> {
     }
     let max_clients = o.clients.iter().copied().max().unwrap_or(1);
     let n = systems.len();
+    // One step per client run: rounds × levels × systems.
+    let progress = Progress::new(&format!("bench {}", which.name()), (o.repeat * o.clients.len() * n) as u64, false);
     for round in 0..o.repeat {
         say(which, &format!("round {} of {}", round + 1, o.repeat));
         for &c in &o.clients {
             // The order rotates from level to level and round to round.
             for k in 0..n {
                 let s = &mut systems[(round + c + k) % n];
+                progress.step();
                 let Some(srv) = servers.get(s.name) else {
                     continue;
                 };
+                progress.doing(&format!("{} at {c} clients", s.name));
                 let sample = c == max_clients;
                 match run_client(&o, srv, c, sample, pin) {
                     Ok(r) => {
@@ -831,19 +728,12 @@ pub fn servers(o: ServersOpts) -> Result<()> {
         }
     }
     drop(servers);
+    drop(progress);
     if systems.iter().all(|s| s.missing.is_some()) {
         let reasons: Vec<String> = systems.iter().map(|s| format!("{}: {}", s.name, s.missing.as_ref().map(Missing::to_string).unwrap_or_default())).collect();
         return Err(BenchError::nothing_measured(if which == Which::Http { "http" } else { "kv" }, &reasons).into());
     }
     report(&o, &systems, pin)
-}
-
-fn fmt0(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:.0}")
-    } else {
-        "–".into()
-    }
 }
 
 fn ms(xs: &[f64]) -> Value {
@@ -855,7 +745,7 @@ fn ms(xs: &[f64]) -> Value {
     }
 }
 
-/// Seed 004's observations (§VI, Figs. 3–5) for this bench: the paper gives
+/// The servers paper's observations (§VI, Figs. 3–5) for this bench: the paper gives
 /// its throughputs only as plots, so these are its statements.
 fn paper(which: Which) -> &'static [(&'static str, &'static str)] {
     match which {
@@ -916,8 +806,11 @@ fn report(o: &ServersOpts, systems: &[Sys], pin: Option<Pin>) -> Result<()> {
             .map(|s| Line { name: s.name.into(), points: o.clients.iter().filter_map(|&c| s.rps.get(&(i, c)).map(|v| (c as f64, mean_sd(v).0))).collect() })
             .collect();
         let svg = o.out.join(format!("{}-{}.svg", which.name(), if ops.len() == 1 { "throughput".to_string() } else { op.to_lowercase() }));
-        let title =
-            format!("{} {op}: requests per second against concurrent clients (seed 004 Fig. {})", which.recipe(), if which == Which::Http { 3 } else { 5 });
+        let title = format!(
+            "{} {op}: requests per second against concurrent clients (servers paper Fig. {})",
+            which.recipe(),
+            if which == Which::Http { 3 } else { 5 }
+        );
         if let Err(e) =
             plot::lines(&svg, &Frame { title: &title, x_desc: "concurrent clients", y_desc: "requests per second", log_x: false, log_y: false }, &lines)
         {
@@ -1041,7 +934,7 @@ fn report(o: &ServersOpts, systems: &[Sys], pin: Option<Pin>) -> Result<()> {
                 match s.rps.get(&(i, c)) {
                     Some(v) => {
                         let (m, sd) = mean_sd(v);
-                        t.push_str(&format!(" {} ± {} |", fmt0(m), fmt0(sd)));
+                        t.push_str(&format!(" {} ± {} |", fixed(m, 0), fixed(sd, 0)));
                     }
                     None => t.push_str(" – |"),
                 }
@@ -1093,7 +986,7 @@ fn report(o: &ServersOpts, systems: &[Sys], pin: Option<Pin>) -> Result<()> {
         yn(idle_ratio.map(|r| r <= 0.25)),
         idle_ratio.map(|r| format!(" ({r:.2})")).unwrap_or_default()
     ));
-    t.push_str("\n| seed 004 | observation |\n|---|---|\n");
+    t.push_str("\n| servers paper | observation |\n|---|---|\n");
     for (k, v) in paper(which) {
         t.push_str(&format!("| {k} | {v} |\n"));
     }

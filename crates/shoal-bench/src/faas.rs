@@ -1,7 +1,6 @@
-//! `shoal bench faas`: seed 002's experiments (§4, Figs. 3–13) run through
-//! a real `shoal serve` (DESIGN §7 the gateway, §8 benchmarks), on the
-//! backends spt, hvt, process, runc and runsc, each beside the paper's
-//! figure.
+//! `shoal bench faas`: the FaaS paper's experiments (§4, Figs. 3–13) run
+//! through a real `shoal serve`, on the backends spt, hvt, process, runc
+//! and runsc, each beside the paper's figure.
 //!
 //! The bench starts `shoal serve` on 127.0.0.1 (port 0, a temporary
 //! `--state`), deploys the example functions of apps/functions (built by
@@ -28,17 +27,22 @@
 //! CPU time is read from /proc (each thread's schedstat run time in ns,
 //! plus the CPU time of reaped children): hardware counters, which the
 //! paper's instruction counts come from, are not available here. Each
-//! experiment writes OUT/EXPERIMENT.csv (raw samples), OUT/EXPERIMENT.svg
+//! experiment writes OUT/EXPERIMENT.csv (raw samples), OUT/EXPERIMENT.svg and .png
 //! and OUT/EXPERIMENT.md (its table with the paper's column); the summary
 //! (one row per experiment) and the goals go to OUT/summary.md.
 
-use super::BenchError;
+use crate::load::{http, run_hey, HeyResult, LoadError, Reply};
 use crate::plot::{self, BarSeries, Frame, Line};
+use crate::progress::Progress;
+use crate::sample::{alive, children_map, cpu_ns, descendants, meminfo_kib, pss_kib, threads_cpu_ns, CallUsage, Usage};
+use crate::stats::{fixed, stats};
+use crate::table;
+use crate::BenchError;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
@@ -108,21 +112,12 @@ pub struct FaasOpts {
 /// only reported as unavailable or failed).
 #[derive(Debug, thiserror::Error)]
 pub enum FaasError {
-    /// hey printed something without a line the bench needs.
-    #[error("hey's output has no {0} line: it is not the summary hey prints")]
-    HeyMissing(&'static str),
-    /// A line hey printed could not be read.
-    #[error("hey's output has an unreadable {what} line: {line:?}")]
-    HeyBadLine { what: &'static str, line: String },
     /// An option's value makes no experiment possible.
     #[error("--{flag} {value}: {why}")]
     BadOption { flag: &'static str, value: String, why: &'static str },
-    /// A request to the gateway failed on the wire.
-    #[error("{method} {path} on the gateway failed: {source}")]
-    Http { method: String, path: String, source: std::io::Error },
-    /// The gateway's answer was not HTTP.
-    #[error("{method} {path}: the gateway's answer is not HTTP: {line:?}")]
-    NotHttp { method: String, path: String, line: String },
+    /// A request to the gateway failed, or hey's output could not be read.
+    #[error(transparent)]
+    Load(#[from] LoadError),
     /// The gateway refused a management request.
     #[error("{method} {path}: the gateway answered {status}: {body}")]
     Refused { method: String, path: String, status: u16, body: String },
@@ -132,266 +127,6 @@ pub enum FaasError {
     /// Instances did not go away after being stopped.
     #[error("{0} instance processes were still running {1} s after being stopped")]
     NotGone(usize, u64),
-}
-
-// ---------------------------------------------------------------- statistics
-
-/// Summary statistics of a sample.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Stats {
-    pub n: usize,
-    pub mean: f64,
-    /// Sample standard deviation.
-    pub sd: f64,
-    /// Half-width of the 95% confidence interval of the mean (Student's t).
-    pub ci95: f64,
-    pub median: f64,
-    pub p95: f64,
-    pub p99: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-impl Stats {
-    fn json(&self) -> Value {
-        json!({"n": self.n, "mean": self.mean, "sd": self.sd, "ci95": self.ci95, "median": self.median, "p95": self.p95, "p99": self.p99, "min": self.min, "max": self.max})
-    }
-}
-
-/// The 97.5% quantile of Student's t distribution with `df` degrees of
-/// freedom (two-sided 95%). Between table rows the smaller df's value is
-/// used, so the interval is never narrower than the exact one.
-pub fn t975(df: usize) -> f64 {
-    const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080,
-        2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-    ];
-    match df {
-        0 => f64::NAN,
-        1..=30 => T[df - 1],
-        31..=40 => 2.042,
-        41..=60 => 2.021,
-        61..=120 => 2.000,
-        _ => 1.980,
-    }
-}
-
-/// The `p`-th percentile (0–100) of sorted values, interpolated linearly
-/// between the closest ranks (R's and NumPy's default).
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    match sorted.len() {
-        0 => f64::NAN,
-        1 => sorted[0],
-        n => {
-            let h = (n - 1) as f64 * (p / 100.0).clamp(0.0, 1.0);
-            let lo = h.floor() as usize;
-            let hi = (lo + 1).min(n - 1);
-            sorted[lo] + (h - lo as f64) * (sorted[hi] - sorted[lo])
-        }
-    }
-}
-
-/// Statistics of `xs` (NaN everywhere for an empty sample).
-pub fn stats(xs: &[f64]) -> Stats {
-    let (mean, sd) = super::mean_sd(xs);
-    let mut s: Vec<f64> = xs.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = xs.len();
-    let ci95 = if n >= 2 { t975(n - 1) * sd / (n as f64).sqrt() } else { f64::NAN };
-    Stats {
-        n,
-        mean,
-        sd,
-        ci95,
-        median: percentile(&s, 50.0),
-        p95: percentile(&s, 95.0),
-        p99: percentile(&s, 99.0),
-        min: s.first().copied().unwrap_or(f64::NAN),
-        max: s.last().copied().unwrap_or(f64::NAN),
-    }
-}
-
-// ---------------------------------------------------------------------- hey
-
-/// What one `hey` run reports.
-#[derive(Clone, Debug, PartialEq)]
-pub struct HeyResult {
-    /// Wall time of the whole run.
-    pub total_s: f64,
-    /// hey's own rate: every request, failed ones included.
-    pub hey_rps: f64,
-    /// Mean latency (NaN if nothing was answered).
-    pub average_s: f64,
-    /// Latency percentiles hey prints (50% and 99%), if any.
-    pub p50_s: Option<f64>,
-    pub p99_s: Option<f64>,
-    /// Answers per HTTP status.
-    pub statuses: BTreeMap<u16, u64>,
-    /// Requests that got no answer (connection errors, timeouts).
-    pub errors: u64,
-}
-
-impl HeyResult {
-    /// Answers with a 2xx status.
-    pub fn ok(&self) -> u64 {
-        self.statuses.iter().filter(|(s, _)| (200..300).contains(*s)).map(|(_, n)| n).sum()
-    }
-
-    /// Successful requests per second (hey's Requests/sec counts failures too).
-    pub fn ok_rps(&self) -> f64 {
-        if self.total_s > 0.0 {
-            self.ok() as f64 / self.total_s
-        } else {
-            f64::NAN
-        }
-    }
-}
-
-/// Reads "  Name:\t1.234 secs"-like values.
-fn hey_value(line: &str) -> Option<f64> {
-    let v = line.split_once(':')?.1.split_whitespace().next()?;
-    v.parse().ok()
-}
-
-/// A "[N]\tREST" line of hey's distributions: (N, REST).
-fn hey_bracket(line: &str) -> Option<(u64, &str)> {
-    let l = line.trim_start();
-    let rest = l.strip_prefix('[')?;
-    let (n, rest) = rest.split_once(']')?;
-    Some((n.trim().parse().ok()?, rest.trim()))
-}
-
-/// Parses the summary `hey` prints.
-pub fn parse_hey(text: &str) -> Result<HeyResult, FaasError> {
-    #[derive(PartialEq)]
-    enum Sec {
-        Other,
-        Latency,
-        Status,
-        Errors,
-    }
-    let (mut total, mut rps, mut avg) = (None, None, None);
-    let (mut p50, mut p99) = (None, None);
-    let mut statuses = BTreeMap::new();
-    let mut errors = 0;
-    let mut sec = Sec::Other;
-    for line in text.lines() {
-        let t = line.trim();
-        if !line.starts_with([' ', '\t']) && !t.is_empty() {
-            sec = match t {
-                "Latency distribution:" => Sec::Latency,
-                "Status code distribution:" => Sec::Status,
-                "Error distribution:" => Sec::Errors,
-                _ => Sec::Other,
-            };
-            continue;
-        }
-        let bad = |what| FaasError::HeyBadLine { what, line: line.to_string() };
-        match sec {
-            Sec::Other if t.starts_with("Total:") => total = Some(hey_value(t).ok_or_else(|| bad("Total"))?),
-            Sec::Other if t.starts_with("Requests/sec:") => rps = Some(hey_value(t).ok_or_else(|| bad("Requests/sec"))?),
-            // "NaN" when nothing was answered; parse() reads it as NaN.
-            Sec::Other if t.starts_with("Average:") => avg = Some(hey_value(t).ok_or_else(|| bad("Average"))?),
-            Sec::Latency if !t.is_empty() => {
-                let (pct, rest) = t.split_once("% in ").ok_or_else(|| bad("latency distribution"))?;
-                let v: f64 = rest.split_whitespace().next().and_then(|v| v.parse().ok()).ok_or_else(|| bad("latency distribution"))?;
-                match pct.trim() {
-                    "50" => p50 = Some(v),
-                    "99" => p99 = Some(v),
-                    _ => {}
-                }
-            }
-            Sec::Status if !t.is_empty() => {
-                let (code, rest) = hey_bracket(t).ok_or_else(|| bad("status code"))?;
-                let n: u64 = rest.split_whitespace().next().and_then(|v| v.parse().ok()).ok_or_else(|| bad("status code"))?;
-                let code = u16::try_from(code).map_err(|_| bad("status code"))?;
-                *statuses.entry(code).or_insert(0) += n;
-            }
-            Sec::Errors if !t.is_empty() => errors += hey_bracket(t).ok_or_else(|| bad("error distribution"))?.0,
-            _ => {}
-        }
-    }
-    Ok(HeyResult {
-        total_s: total.ok_or(FaasError::HeyMissing("Total"))?,
-        hey_rps: rps.ok_or(FaasError::HeyMissing("Requests/sec"))?,
-        average_s: avg.ok_or(FaasError::HeyMissing("Average"))?,
-        p50_s: p50,
-        p99_s: p99,
-        statuses,
-        errors,
-    })
-}
-
-// --------------------------------------------------------------- HTTP client
-
-/// An HTTP answer (the body kept only when asked for).
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-    /// Body bytes received.
-    bytes: u64,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-
-    fn cold(&self) -> bool {
-        self.header("x-shoal-cold-start") == Some("true")
-    }
-
-    fn text(&self) -> String {
-        let s = String::from_utf8_lossy(&self.body);
-        let s = s.trim();
-        if s.len() > 300 {
-            format!("{}…", &s[..s.floor_char_boundary(300)])
-        } else {
-            s.to_string()
-        }
-    }
-}
-
-/// One HTTP/1.1 request on its own connection (`Connection: close`), read
-/// to the end: the time measured is the whole exchange, as a client sees it.
-/// `token`: the gateway's, for its management API (invocations need none).
-fn http(addr: SocketAddr, token: Option<&str>, method: &str, path: &str, body: Option<&[u8]>, keep: bool, timeout: Duration) -> Result<Reply, FaasError> {
-    let wire = |source| FaasError::Http { method: method.into(), path: path.into(), source };
-    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(wire)?;
-    s.set_read_timeout(Some(timeout)).map_err(wire)?;
-    s.set_write_timeout(Some(timeout)).map_err(wire)?;
-    let _ = s.set_nodelay(true);
-    let b = body.unwrap_or_default();
-    let ct = if body.is_some() { "Content-Type: application/json\r\n" } else { "" };
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{ct}{auth}Content-Length: {}\r\n\r\n", b.len());
-    s.write_all(head.as_bytes()).and_then(|_| s.write_all(b)).map_err(wire)?;
-    let mut r = BufReader::with_capacity(1 << 16, s);
-    let mut line = String::new();
-    r.read_line(&mut line).map_err(wire)?;
-    let status = line.strip_prefix("HTTP/1.1 ").and_then(|l| l.get(..3)).and_then(|c| c.parse().ok()).ok_or_else(|| FaasError::NotHttp {
-        method: method.into(),
-        path: path.into(),
-        line: line.trim().to_string(),
-    })?;
-    let mut headers = Vec::new();
-    loop {
-        line.clear();
-        if r.read_line(&mut line).map_err(wire)? == 0 {
-            break;
-        }
-        let l = line.trim_end();
-        if l.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = l.split_once(':') {
-            headers.push((k.trim().to_string(), v.trim().to_string()));
-        }
-    }
-    let mut body = Vec::new();
-    let bytes = if keep { r.read_to_end(&mut body).map_err(wire)? as u64 } else { std::io::copy(&mut r, &mut std::io::sink()).map_err(wire)? };
-    Ok(Reply { status, headers, body, bytes })
 }
 
 // ------------------------------------------------------------------ gateway
@@ -485,7 +220,7 @@ impl Gateway {
 
     /// Invokes `/fn/NAME{rest}` and returns the answer, whatever its status.
     fn invoke(&self, name: &str, rest: &str, keep: bool) -> Result<Reply, FaasError> {
-        http(self.addr, None, "GET", &format!("/fn/{name}{rest}"), None, keep, REQUEST_TIMEOUT)
+        Ok(http(self.addr, None, "GET", &format!("/fn/{name}{rest}"), None, keep, REQUEST_TIMEOUT)?)
     }
 
     /// Writes the instance output of `names` (`GET /functions/NAME/logs`)
@@ -520,8 +255,8 @@ impl Gateway {
     /// Removes every function of `names` and waits until their instances'
     /// processes are gone.
     fn clear_many(&self, names: &[String]) -> Result<()> {
-        let kids = proc_children();
-        let pids: Vec<u32> = self.instances_of(names)?.iter().flat_map(|i| tree(&kids, i.pid)).collect();
+        let kids = children_map();
+        let pids: Vec<u32> = self.instances_of(names)?.iter().flat_map(|i| descendants(&kids, i.pid)).collect();
         for name in names {
             self.remove(name)?;
         }
@@ -530,8 +265,8 @@ impl Gateway {
 
     /// Every process of `name`'s running instances.
     fn pids(&self, name: &str) -> Result<Vec<u32>> {
-        let kids = proc_children();
-        Ok(self.instances(name)?.iter().flat_map(|i| tree(&kids, i.pid)).collect())
+        let kids = children_map();
+        Ok(self.instances(name)?.iter().flat_map(|i| descendants(&kids, i.pid)).collect())
     }
 
     /// Removes `name` and waits until its instances' processes are gone.
@@ -552,7 +287,7 @@ impl Gateway {
     fn settle(&self) -> Result<()> {
         let t0 = Instant::now();
         loop {
-            let kids = proc_children().remove(&self.child.id()).unwrap_or_default();
+            let kids = children_map().remove(&self.child.id()).unwrap_or_default();
             let instances: BTreeSet<u32> = self.all_instances()?.into_iter().collect();
             let extra = kids.iter().filter(|k| !instances.contains(k) && alive(**k)).count();
             if extra == 0 {
@@ -597,50 +332,7 @@ impl Drop for Gateway {
     }
 }
 
-// -------------------------------------------------------------------- /proc
-
-/// Every process's children, from /proc/*/stat.
-fn proc_children() -> HashMap<u32, Vec<u32>> {
-    let mut m: HashMap<u32, Vec<u32>> = HashMap::new();
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return m;
-    };
-    for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if let Some(f) = stat_fields(pid) {
-            if let Some(ppid) = f.get(1).and_then(|p| p.parse().ok()) {
-                m.entry(ppid).or_default().push(pid);
-            }
-        }
-    }
-    m
-}
-
-/// `root` and its descendants.
-fn tree(kids: &HashMap<u32, Vec<u32>>, root: u32) -> Vec<u32> {
-    let mut out = vec![root];
-    let mut i = 0;
-    while i < out.len() {
-        if let Some(k) = kids.get(&out[i]) {
-            out.extend(k);
-        }
-        i += 1;
-    }
-    out
-}
-
-/// The fields of /proc/PID/stat after the command name (state first).
-fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 1..];
-    Some(rest.split_whitespace().map(str::to_string).collect())
-}
-
-fn alive(pid: u32) -> bool {
-    stat_fields(pid).is_some_and(|f| f.first().is_some_and(|s| s != "Z" && s != "X"))
-}
+// ------------------------------------------------------------------- waits
 
 fn wait_gone(pids: &[u32]) -> Result<()> {
     let t0 = Instant::now();
@@ -654,42 +346,6 @@ fn wait_gone(pids: &[u32]) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// Host CPU time (ns) spent by `pids`: each thread's run time from
-/// /proc/PID/task/TID/schedstat (ns resolution), plus the CPU time of
-/// their reaped children (cutime + cstime, clock ticks).
-fn cpu_ns(pids: &[u32]) -> u64 {
-    // SAFETY: sysconf only reads a configuration value.
-    let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    let mut total = 0u64;
-    for &pid in pids {
-        if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-            for t in rd.flatten() {
-                let ns = std::fs::read_to_string(t.path().join("schedstat")).ok().and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()));
-                total += ns.unwrap_or(0);
-            }
-        }
-        if let Some(f) = stat_fields(pid) {
-            let ticks: u64 = [13, 14].iter().filter_map(|&i| f.get(i).and_then(|v| v.parse::<u64>().ok())).sum();
-            total += ticks * 1_000_000_000 / tck;
-        }
-    }
-    total
-}
-
-/// CPU time (ns) of `pid`'s threads (schedstat run time), without its
-/// reaped children's: for the gateway, whose children are the instances.
-fn threads_cpu_ns(pid: u32) -> u64 {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|rd| rd.flatten().filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok()?.split_whitespace().next()?.parse::<u64>().ok()).sum())
-        .unwrap_or(0)
-}
-
-/// Proportional set size (KiB) of `pid`.
-fn pss_kib(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    s.lines().find_map(|l| l.strip_prefix("Pss:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// Waits until `pids` together use less than [`QUIET_CPU`] of CPU time in
@@ -716,80 +372,6 @@ fn wait_quiet_by(mut cpu: impl FnMut() -> u64) -> (Duration, bool) {
         }
         before = now;
     }
-}
-
-/// What a set of processes and the machine had done by some moment (see
-/// [`Usage::since`]).
-struct Usage {
-    /// The processes' CPU time (schedstat run time of their threads), ns.
-    cpu_ns: u64,
-    /// The machine's busy time (/proc/stat: every CPU's time not idle or
-    /// waiting for I/O), clock ticks.
-    machine_ticks: u64,
-    voluntary: u64,
-    involuntary: u64,
-    migrations: u64,
-}
-
-/// What a set of processes and the machine did during one call.
-struct CallUsage {
-    /// CPU time of the instance's processes.
-    cpu_ms: f64,
-    /// Busy time of all CPUs together (clock-tick resolution: 10 ms here).
-    machine_ms: f64,
-    /// Context switches of the instance's threads: waits (voluntary) and
-    /// preemptions by the host's scheduler (involuntary).
-    voluntary: u64,
-    involuntary: u64,
-    /// Moves of the instance's threads to another CPU.
-    migrations: u64,
-}
-
-impl Usage {
-    fn now(pids: &[u32]) -> Usage {
-        let mut u = Usage { cpu_ns: 0, machine_ticks: 0, voluntary: 0, involuntary: 0, migrations: 0 };
-        for &pid in pids {
-            let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-                continue;
-            };
-            for t in rd.flatten() {
-                let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
-                u.cpu_ns += read("schedstat").split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-                let field = |text: &str, key: &str| -> u64 {
-                    text.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim_start_matches([' ', '\t', ':']).trim().parse().ok()).unwrap_or(0)
-                };
-                let status = read("status");
-                u.voluntary += field(&status, "voluntary_ctxt_switches");
-                u.involuntary += field(&status, "nonvoluntary_ctxt_switches");
-                u.migrations += field(&read("sched"), "se.nr_migrations");
-            }
-        }
-        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-        if let Some(cpu) = stat.lines().next().and_then(|l| l.strip_prefix("cpu ")) {
-            let v: Vec<u64> = cpu.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-            // user nice system idle iowait irq softirq steal (guest time is
-            // already in user).
-            u.machine_ticks = [0, 1, 2, 5, 6, 7].iter().filter_map(|&i| v.get(i)).sum();
-        }
-        u
-    }
-
-    fn since(&self, before: &Usage) -> CallUsage {
-        // SAFETY: sysconf only reads a configuration value.
-        let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        CallUsage {
-            cpu_ms: self.cpu_ns.saturating_sub(before.cpu_ns) as f64 / 1e6,
-            machine_ms: self.machine_ticks.saturating_sub(before.machine_ticks) as f64 * 1e3 / tck,
-            voluntary: self.voluntary.saturating_sub(before.voluntary),
-            involuntary: self.involuntary.saturating_sub(before.involuntary),
-            migrations: self.migrations.saturating_sub(before.migrations),
-        }
-    }
-}
-
-fn mem_available_kib() -> u64 {
-    let s = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    s.lines().find_map(|l| l.strip_prefix("MemAvailable:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 // ---------------------------------------------------------------- functions
@@ -840,7 +422,7 @@ impl Fns {
 }
 
 fn say(msg: &str) {
-    eprintln!("bench faas: {msg}");
+    crate::progress::say(&format!("bench faas: {msg}"));
 }
 
 // ------------------------------------------------------------------ results
@@ -884,38 +466,11 @@ struct Ctx<'a> {
     o: &'a FaasOpts,
 }
 
-fn fmt(v: f64, digits: usize) -> String {
-    if v.is_finite() {
-        format!("{v:.digits$}")
-    } else {
-        "–".into()
-    }
-}
-
-fn write_csv(path: &Path, header: &str, rows: &[String]) -> Result<()> {
-    let mut s = String::from(header);
-    s.push('\n');
-    for r in rows {
-        s.push_str(r);
-        s.push('\n');
-    }
-    std::fs::write(path, s).with_context(|| format!("cannot write {}", path.display()))
-}
-
 /// Draws a plot; a failure is a warning (the numbers are still valid).
 fn warn_plot(r: Result<(), plot::PlotError>) {
     if let Err(e) = r {
         say(&format!("warning: {e}"));
     }
-}
-
-/// A markdown table.
-fn md_table(header: &[String], rows: &[Vec<String>]) -> String {
-    let mut s = format!("| {} |\n|{}|\n", header.join(" | "), header.iter().map(|_| "---").collect::<Vec<_>>().join("|"));
-    for r in rows {
-        s.push_str(&format!("| {} |\n", r.join(" | ")));
-    }
-    s
 }
 
 /// Deploys `n` functions PREFIX-0 … PREFIX-(n-1) of the no-op on `backend`,
@@ -1027,13 +582,13 @@ fn cold_start(c: &Ctx) -> Result<Outcome> {
         }
     }
     let csv_path = c.o.out.join("cold-start.csv");
-    write_csv(&csv_path, "function,backend,run,ms", &csv)?;
+    table::write_csv_lines(&csv_path, "function,backend,run,ms", &csv)?;
     let st = |k: &str, b: &str| samples.get(&(k, b)).map(|v| stats(v));
     let svg = c.o.out.join("cold-start.svg");
     let series: Vec<BarSeries> =
         c.backends.iter().map(|&b| BarSeries { name: b.to_string(), values: kinds.iter().map(|&k| st(k, b).map(|s| (s.mean, s.ci95))).collect() }).collect();
     let cats: Vec<String> = kinds.iter().map(|k| if *k == "noop" { "C no-op".to_string() } else { "Lua".to_string() }).collect();
-    let title = format!("Cold start through shoal serve, mean and 95% CI over {} runs (seed 002 Fig. 3)", c.o.repeat);
+    let title = format!("Cold start through shoal serve, mean and 95% CI over {} runs (FaaS paper Fig. 3)", c.o.repeat);
     warn_plot(plot::bars(&svg, &Frame { title: &title, x_desc: "function", y_desc: "ms (log scale)", log_x: false, log_y: true }, &cats, &series));
     let mut rows = Vec::new();
     let mut results = serde_json::Map::new();
@@ -1045,10 +600,10 @@ fn cold_start(c: &Ctx) -> Result<Outcome> {
                 rows.push(vec![
                     k.to_string(),
                     b.to_string(),
-                    fmt(s.mean, 1),
-                    format!("± {}", fmt(s.ci95, 1)),
-                    fmt(s.median, 1),
-                    fmt(s.p95, 1),
+                    fixed(s.mean, 1),
+                    format!("± {}", fixed(s.ci95, 1)),
+                    fixed(s.median, 1),
+                    fixed(s.p95, 1),
                     s.n.to_string(),
                 ]);
             }
@@ -1056,7 +611,7 @@ fn cold_start(c: &Ctx) -> Result<Outcome> {
         results.insert(k.into(), Value::Object(per));
     }
     let header: Vec<String> = ["function", "backend", "mean ms", "95% CI", "median ms", "p95 ms", "runs"].iter().map(|s| s.to_string()).collect();
-    let mut table = md_table(&header, &rows);
+    let mut table = table::markdown(&header, &rows);
     table.push_str("\nPaper (Fig. 3, Go no-op): Nanos and OSv about 110 ms, Docker/runc 362 ms, gVisor 654 ms; Node.js: no figures in the text.\n");
     if let Some(why) = &c.fns.lua_missing {
         table.push_str(&format!("Lua runtime not measured: {why}.\n"));
@@ -1069,11 +624,11 @@ fn cold_start(c: &Ctx) -> Result<Outcome> {
         ratios.insert(format!("{other}_over_spt"), json!(r));
         goals.push(Goal {
             what: format!("cold start of the C no-op on spt ≥ {want}× faster than {other}"),
-            measured: format!("{}×", fmt(r, 1)),
+            measured: format!("{}×", fixed(r, 1)),
             met: r.is_finite().then_some(r >= want),
         });
     }
-    let row_of = |k: &str| -> BTreeMap<&'static str, String> { c.backends.iter().filter_map(|&b| st(k, b).map(|s| (b, fmt(s.mean, 1)))).collect() };
+    let row_of = |k: &str| -> BTreeMap<&'static str, String> { c.backends.iter().filter_map(|&b| st(k, b).map(|s| (b, fixed(s.mean, 1)))).collect() };
     let mut summary = vec![Row {
         what: "Cold start, C no-op (ms, mean)".into(),
         paper: Paper { unikernel: "≈110 (OSv, Nanos; Go)", runc: "362", gvisor: "654" },
@@ -1140,14 +695,14 @@ fn burst(c: &Ctx) -> Result<Outcome> {
         }
     }
     let csv_path = c.o.out.join("burst.csv");
-    write_csv(&csv_path, "concurrent,backend,request,seconds", &csv)?;
+    table::write_csv_lines(&csv_path, "concurrent,backend,request,seconds", &csv)?;
     let mean = |n: usize, b: &str| res.get(&(n, b)).map(|v| stats(v).mean).unwrap_or(f64::NAN);
     let lines: Vec<Line> = c.backends.iter().map(|&b| Line { name: b.into(), points: c.o.bursts.iter().map(|&n| (n as f64, mean(n, b))).collect() }).collect();
     let svg = c.o.out.join("burst.svg");
     warn_plot(plot::lines(
         &svg,
         &Frame {
-            title: "Mean completion time of N concurrent cold starts (seed 002 Fig. 4)",
+            title: "Mean completion time of N concurrent cold starts (FaaS paper Fig. 4)",
             x_desc: "concurrent cold starts",
             y_desc: "seconds",
             log_x: false,
@@ -1166,12 +721,12 @@ fn burst(c: &Ctx) -> Result<Outcome> {
                     let s = res.get(&(n, b)).map(|v| stats(v));
                     let ok = s.as_ref().map(|s| s.n).unwrap_or(0);
                     let fail = if ok < n { format!(", {} failed", n - ok) } else { String::new() };
-                    r.push(s.map(|s| format!("{} ({}{fail})", fmt(s.mean, 3), fmt(s.max, 3))).unwrap_or_else(|| "all failed".into()));
+                    r.push(s.map(|s| format!("{} ({}{fail})", fixed(s.mean, 3), fixed(s.max, 3))).unwrap_or_else(|| "all failed".into()));
                 }
                 r
             })
             .collect();
-    let mut table = md_table(&header, &rows);
+    let mut table = table::markdown(&header, &rows);
     table.push_str("\nN copies of the no-op deployed as N functions with one instance each, one first request to each at once (so every request is a cold start on its own instance); mean and max completion time of the N requests, one batch per size.\n");
     table.push_str(
         "\nPaper (Fig. 4, Go no-op, 100 at once): OSv 0.63 s, Nanos 0.70 s, Linux microVM 4.3 s, runc 6.5 s, gVisor 7.5 s (Node.js: 3.6 / 6.4 / 16.7 s).\n",
@@ -1186,7 +741,7 @@ fn burst(c: &Ctx) -> Result<Outcome> {
     let goals = if big == 100 {
         vec![Goal {
             what: "100 concurrent cold starts on spt complete in ≤ 0.3 s (mean)".into(),
-            measured: format!("{} s", fmt(spt, 3)),
+            measured: format!("{} s", fixed(spt, 3)),
             met: spt.is_finite().then_some(spt <= 0.3),
         }]
     } else {
@@ -1196,7 +751,7 @@ fn burst(c: &Ctx) -> Result<Outcome> {
             met: None,
         }]
     };
-    let values = c.backends.iter().map(|&b| (b, fmt(mean(big, b), 3))).collect();
+    let values = c.backends.iter().map(|&b| (b, fixed(mean(big, b), 3))).collect();
     let rows = vec![Row {
         what: format!("{big} concurrent cold starts (s, mean)"),
         paper: Paper { unikernel: "0.63 (OSv; 100)", runc: "6.5", gvisor: "7.5" },
@@ -1233,7 +788,7 @@ fn startup_cost(c: &Ctx) -> Result<Outcome> {
         c.gw.clear(&format!("sc-{b}"))?;
     }
     let csv_path = c.o.out.join("startup-cost.csv");
-    write_csv(&csv_path, "backend,run,cpu_ms,processes,gateway_cpu_ms", &csv)?;
+    table::write_csv_lines(&csv_path, "backend,run,cpu_ms,processes,gateway_cpu_ms", &csv)?;
     let st = |b: &str| res.get(b).map(|v| stats(v));
     let gst = |b: &str| gw_res.get(b).map(|v| stats(v));
     let svg = c.o.out.join("startup-cost.svg");
@@ -1241,7 +796,7 @@ fn startup_cost(c: &Ctx) -> Result<Outcome> {
     warn_plot(plot::bars(
         &svg,
         &Frame {
-            title: "Host CPU time from launch to first answer, mean ± SD (seed 002 Fig. 5; CPU time, not instructions)",
+            title: "Host CPU time from launch to first answer, mean ± SD (FaaS paper Fig. 5; CPU time, not instructions)",
             x_desc: "",
             y_desc: "CPU ms (log scale)",
             log_x: false,
@@ -1256,10 +811,12 @@ fn startup_cost(c: &Ctx) -> Result<Outcome> {
         .backends
         .iter()
         .filter_map(|&b| {
-            st(b).map(|s| vec![b.into(), fmt(s.mean, 2), fmt(s.sd, 2), fmt(s.median, 2), s.n.to_string(), gst(b).map(|g| fmt(g.mean, 2)).unwrap_or_default()])
+            st(b).map(|s| {
+                vec![b.into(), fixed(s.mean, 2), fixed(s.sd, 2), fixed(s.median, 2), s.n.to_string(), gst(b).map(|g| fixed(g.mean, 2)).unwrap_or_default()]
+            })
         })
         .collect();
-    let mut table = md_table(&header, &rows);
+    let mut table = table::markdown(&header, &rows);
     table.push_str(
         "\nThe last column is the gateway's own threads' CPU time from the request to the answer: its part of the start (the spawn; for spt the \
          hand-over and the namespaces its `clone` makes, which `shoal-tender` made before the gateway started spt instances directly) and the \
@@ -1271,7 +828,7 @@ fn startup_cost(c: &Ctx) -> Result<Outcome> {
          instructions, shown only as a plot; Linux microVM 8.5× Nanos and 6× OSv, gVisor 61% fewer than the Linux microVM.\n",
     );
     let results: serde_json::Map<String, Value> = c.backends.iter().filter_map(|&b| st(b).map(|s| (b.to_string(), s.json()))).collect();
-    let values = c.backends.iter().filter_map(|&b| st(b).map(|s| (b, fmt(s.mean, 2)))).collect();
+    let values = c.backends.iter().filter_map(|&b| st(b).map(|s| (b, fixed(s.mean, 2)))).collect();
     let rows = vec![Row {
         what: "Start-up cost (host CPU ms; paper: instructions)".into(),
         paper: Paper { unikernel: "plot only (OSv 6× < Linux VM)", runc: "plot only", gvisor: "plot only" },
@@ -1289,7 +846,7 @@ fn startup_cost(c: &Ctx) -> Result<Outcome> {
 const TWO_WRITE_CALLS: usize = 20;
 
 /// The gap between the two-write function's median warm latency and the
-/// no-op's that counts as no penalty (issue 37's target).
+/// no-op's that counts as no penalty (the target).
 const TWO_WRITE_TARGET_MS: f64 = 0.5;
 
 /// Warm requests through the gateway of the no-op (head and body in one
@@ -1350,7 +907,7 @@ fn two_write(c: &Ctx) -> Result<Outcome> {
         }
     }
     let csv_path = c.o.out.join("two-write.csv");
-    write_csv(&csv_path, "backend,function,round,call,ms", &csv)?;
+    table::write_csv_lines(&csv_path, "backend,function,round,call,ms", &csv)?;
     let st = |kind: &str, b: &str| res.get(&(kind, b)).map(|v| stats(v));
     let mut results = serde_json::Map::new();
     let mut rows = Vec::new();
@@ -1363,14 +920,14 @@ fn two_write(c: &Ctx) -> Result<Outcome> {
             .insert(b.to_string(), json!({"one_write": one.json(), "two_writes": two.json(), "median_gap_ms": gap, "median_ratio": two.median / one.median}));
         rows.push(vec![
             b.to_string(),
-            fmt(one.median, 3),
-            fmt(one.p95, 3),
-            fmt(two.median, 3),
-            fmt(two.p95, 3),
+            fixed(one.median, 3),
+            fixed(one.p95, 3),
+            fixed(two.median, 3),
+            fixed(two.p95, 3),
             format!("{:+.3}", gap),
-            fmt(two.median / one.median, 2),
+            fixed(two.median / one.median, 2),
         ]);
-        values.insert(b, format!("{} vs {}", fmt(two.median, 2), fmt(one.median, 2)));
+        values.insert(b, format!("{} vs {}", fixed(two.median, 2), fixed(one.median, 2)));
         series.push(BarSeries { name: b.into(), values: vec![Some((one.median, 0.0)), Some((two.median, 0.0))] });
     }
     let svg = c.o.out.join("two-write.svg");
@@ -1382,7 +939,7 @@ fn two_write(c: &Ctx) -> Result<Outcome> {
     ));
     let header: Vec<String> =
         ["backend", "one write median ms", "p95", "two writes median ms", "p95", "gap (ms)", "×one write"].iter().map(|s| s.to_string()).collect();
-    let mut table = md_table(&header, &rows);
+    let mut table = table::markdown(&header, &rows);
     table.push_str(&format!(
         "\n{} rounds of {TWO_WRITE_CALLS} warm calls per function and backend, alternating, each on a new client connection (the gateway keeps its own to the \
          instance). Target: the two-write function within {TWO_WRITE_TARGET_MS} ms of the one-write one.\n",
@@ -1438,26 +995,27 @@ fn idle_cpu(c: &Ctx) -> Result<Outcome> {
         c.gw.clear(&format!("ic-{b}"))?;
     }
     let csv_path = c.o.out.join("idle-cpu.csv");
-    write_csv(&csv_path, "backend,window_s,cpu_ms", &csv)?;
+    table::write_csv_lines(&csv_path, "backend,window_s,cpu_ms", &csv)?;
     let svg = c.o.out.join("idle-cpu.svg");
     let series: Vec<BarSeries> = c.backends.iter().map(|&b| BarSeries { name: b.into(), values: vec![res.get(b).map(|v| (*v, 0.0))] }).collect();
     warn_plot(plot::bars(
         &svg,
-        &Frame { title: "Host CPU time of one warm idle instance over 10 s (seed 002 Fig. 6)", x_desc: "", y_desc: "CPU ms", log_x: false, log_y: false },
+        &Frame { title: "Host CPU time of one warm idle instance over 10 s (FaaS paper Fig. 6)", x_desc: "", y_desc: "CPU ms", log_x: false, log_y: false },
         &["C no-op".into()],
         &series,
     ));
     let header: Vec<String> = ["backend", "CPU ms in 10 s", "% of one core"].iter().map(|s| s.to_string()).collect();
     // In the backends' order, not the map's.
-    let rows: Vec<Vec<String>> = c.backends.iter().filter_map(|b| res.get(b).map(|ms| vec![b.to_string(), fmt(*ms, 3), fmt(ms / 100.0, 4)])).collect();
-    let mut table = md_table(&header, &rows);
+    let rows: Vec<Vec<String>> = c.backends.iter().filter_map(|b| res.get(b).map(|ms| vec![b.to_string(), fixed(*ms, 3), fixed(ms / 100.0, 4)])).collect();
+    let mut table = table::markdown(&header, &rows);
     table.push_str(
         "\nCPU time from /proc (schedstat, ns resolution); hardware counters are not available here. Paper (Fig. 6, instructions in 1 s idle, Go): gVisor \
          50k, Linux microVM 80k, Nanos 250k, OSv > 9M, runc too few to record.\n",
     );
     let spt = res.get("spt").copied().unwrap_or(f64::NAN);
-    let goals = vec![Goal { what: "zero idle CPU on spt".into(), measured: format!("{} ms in 10 s", fmt(spt, 3)), met: spt.is_finite().then_some(spt == 0.0) }];
-    let values = res.iter().map(|(b, ms)| (*b, fmt(*ms, 3))).collect();
+    let goals =
+        vec![Goal { what: "zero idle CPU on spt".into(), measured: format!("{} ms in 10 s", fixed(spt, 3)), met: spt.is_finite().then_some(spt == 0.0) }];
+    let values = res.iter().map(|(b, ms)| (*b, fixed(*ms, 3))).collect();
     let rows = vec![Row {
         what: "Idle CPU (host CPU ms per 10 s; paper: instructions per 1 s)".into(),
         paper: Paper { unikernel: "250k instr/s (Nanos)", runc: "≈0 (unmeasurable)", gvisor: "50k instr/s" },
@@ -1507,7 +1065,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
             } else {
                 None
             };
-            let base = mem_available_kib();
+            let base = meminfo_kib("MemAvailable:");
             let names = deploy_many_in(c, &name, b, mode, n)?;
             // One after the other: what is measured is the idle state, and
             // concurrent starts fail on runsc here (burst shows it).
@@ -1526,9 +1084,9 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
             }
             std::thread::sleep(if ksm.is_some() { KSM_SETTLE } else { Duration::from_secs(2) });
             let insts = c.gw.instances_of(&names)?;
-            let after = mem_available_kib();
-            let kids = proc_children();
-            let pss: u64 = insts.iter().flat_map(|i| tree(&kids, i.pid)).map(pss_kib).sum();
+            let after = meminfo_kib("MemAvailable:");
+            let kids = children_map();
+            let pss: u64 = insts.iter().flat_map(|i| descendants(&kids, i.pid)).map(pss_kib).sum();
             let k = insts.len();
             if k > 0 {
                 let delta = base.saturating_sub(after) as f64 / 1024.0;
@@ -1541,7 +1099,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
         }
     }
     let csv_path = c.o.out.join("idle-memory.csv");
-    write_csv(&csv_path, "requested,backend,instances,memavailable_delta_mib,pss_mib", &csv)?;
+    table::write_csv_lines(&csv_path, "requested,backend,instances,memavailable_delta_mib,pss_mib", &csv)?;
     let svg = c.o.out.join("idle-memory.svg");
     let labels: Vec<&str> = configs.iter().map(|(l, _, _)| l.as_str()).collect();
     let lines: Vec<Line> = labels
@@ -1551,7 +1109,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
     warn_plot(plot::lines(
         &svg,
         &Frame {
-            title: "Memory of N idle instances of the no-op, summed PSS (seed 002 Fig. 7)",
+            title: "Memory of N idle instances of the no-op, summed PSS (FaaS paper Fig. 7)",
             x_desc: "idle instances",
             y_desc: "MiB",
             log_x: false,
@@ -1571,7 +1129,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
                         res.get(&(n, b))
                             .map(|&(d, p, k)| {
                                 let k_of = if k == n { String::new() } else { format!(", {k} ran") };
-                                format!("{} ({}{k_of})", fmt(p / k as f64, 2), fmt(d / k as f64, 2))
+                                format!("{} ({}{k_of})", fixed(p / k as f64, 2), fixed(d / k as f64, 2))
                             })
                             .unwrap_or_else(|| "–".into()),
                     );
@@ -1579,7 +1137,7 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
                 r
             })
             .collect();
-    let mut table = md_table(&header, &rows);
+    let mut table = table::markdown(&header, &rows);
     table.push_str(
         "\nMiB per instance: summed PSS of every instance's processes (tender and guest, runtime and sandbox) / instances running; in parentheses the drop of MemAvailable / instances \
          (noisy when other work runs). spt and hvt run in each memory mode: copy (the default), pool (the gateway adds the image to the library pool; \
@@ -1611,10 +1169,10 @@ fn idle_memory(c: &Ctx) -> Result<Outcome> {
     });
     let goals = vec![Goal {
         what: "idle memory ≤ 1 MiB per instance on spt (tender and guest, PSS)".into(),
-        measured: format!("{} MiB at N={big} ({spt_mode})", fmt(spt, 2)),
+        measured: format!("{} MiB at N={big} ({spt_mode})", fixed(spt, 2)),
         met: spt.is_finite().then_some(spt <= 1.0),
     }];
-    let values = c.backends.iter().map(|&b| (b, fmt(per(b), 2))).collect();
+    let values = c.backends.iter().map(|&b| (b, fixed(per(b), 2))).collect();
     let rows = vec![Row {
         what: format!("Idle memory (MiB per instance, PSS, N={big})"),
         paper: Paper { unikernel: "23.8 (Nanos)", runc: "3.9", gvisor: "24.7" },
@@ -1765,7 +1323,7 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
         c.gw.clear(&name)?;
     }
     let csv_path = c.o.out.join("workloads.csv");
-    write_csv(
+    table::write_csv_lines(
         &csv_path,
         "workload,backend,run,value,unit,instance_cpu_ms,machine_cpu_ms,voluntary_switches,involuntary_switches,migrations,quiet_wait_ms",
         &csv,
@@ -1789,7 +1347,7 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
     warn_plot(plot::bars(
         &svg,
         &Frame {
-            title: "Warm workloads relative to a plain process (1 = process; seed 002 Figs. 8-10, 12, 13)",
+            title: "Warm workloads relative to a plain process (1 = process; FaaS paper Figs. 8-10, 12, 13)",
             x_desc: "workload",
             y_desc: "time relative to process",
             log_x: false,
@@ -1813,15 +1371,15 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
         let mut r = vec![if *w == "static" { "static 50 MiB, 4 clients (MiB/s)".to_string() } else { format!("{w} (ms, mean ± SD, ×process)") }];
         for &b in &c.backends {
             r.push(if *w == "static" {
-                thr.get(b).map(|v| format!("{} (×{})", fmt(*v, 0), fmt(slow(w, b), 2))).unwrap_or_else(|| "–".into())
+                thr.get(b).map(|v| format!("{} (×{})", fixed(*v, 0), fixed(slow(w, b), 2))).unwrap_or_else(|| "–".into())
             } else {
-                st(w, b).map(|s| format!("{} ± {} (×{})", fmt(s.mean, 1), fmt(s.sd, 1), fmt(slow(w, b), 2))).unwrap_or_else(|| "–".into())
+                st(w, b).map(|s| format!("{} ± {} (×{})", fixed(s.mean, 1), fixed(s.sd, 1), fixed(slow(w, b), 2))).unwrap_or_else(|| "–".into())
             });
         }
         r.push(paper_of(w).into());
         rows.push(r);
     }
-    let mut table = md_table(&header, &rows);
+    let mut table = table::markdown(&header, &rows);
     table.push_str(&format!(
         "\nfib: fib({FIB_N}) recursive; matmul: 1024×1024 doubles; alloc: 50 MiB, every page written; fileread: the 50 MiB file read into memory; \
          {} warm runs each, measured at the client through the gateway. ×process: time relative to the process backend (for static, process's rate over this one's).\n",
@@ -1838,18 +1396,18 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
             urows.push(vec![
                 w.to_string(),
                 b.to_string(),
-                fmt(s.mean, 2),
-                fmt(mean_of(v, &|u| u.cpu_ms), 2),
-                fmt(mean_of(v, &|u| u.machine_ms), 1),
-                fmt(mean_of(v, &|u| u.voluntary as f64), 1),
-                fmt(mean_of(v, &|u| u.involuntary as f64), 2),
-                fmt(mean_of(v, &|u| u.migrations as f64), 2),
-                fmt(waits.get(&(*w, b)).map(|x| x.iter().sum::<f64>() / x.len().max(1) as f64).unwrap_or(f64::NAN), 1),
+                fixed(s.mean, 2),
+                fixed(mean_of(v, &|u| u.cpu_ms), 2),
+                fixed(mean_of(v, &|u| u.machine_ms), 1),
+                fixed(mean_of(v, &|u| u.voluntary as f64), 1),
+                fixed(mean_of(v, &|u| u.involuntary as f64), 2),
+                fixed(mean_of(v, &|u| u.migrations as f64), 2),
+                fixed(waits.get(&(*w, b)).map(|x| x.iter().sum::<f64>() / x.len().max(1) as f64).unwrap_or(f64::NAN), 1),
             ]);
         }
     }
     table.push_str("\nPer warm call, means (the instance's processes, from /proc; the machine's busy time of all CPUs from /proc/stat, 10 ms ticks):\n\n");
-    table.push_str(&md_table(
+    table.push_str(&table::markdown(
         &[
             "workload",
             "backend",
@@ -1893,7 +1451,7 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
         results.insert(w.to_string(), Value::Object(per));
     }
     let worst = names.iter().map(|w| slow(w, "spt")).filter(|v| v.is_finite()).fold(f64::NAN, f64::max);
-    let detail: Vec<String> = names.iter().map(|w| format!("{w} ×{}", fmt(slow(w, "spt"), 3))).collect();
+    let detail: Vec<String> = names.iter().map(|w| format!("{w} ×{}", fixed(slow(w, "spt"), 3))).collect();
     let goals =
         vec![Goal { what: "workloads on spt within 5% of process".into(), measured: detail.join(", "), met: worst.is_finite().then_some(worst <= 1.05) }];
     let mut srows = Vec::new();
@@ -1908,7 +1466,7 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
         let values = c
             .backends
             .iter()
-            .filter_map(|&b| if *w == "static" { thr.get(b).map(|v| (b, fmt(*v, 0))) } else { st(w, b).map(|s| (b, fmt(s.mean, 1))) })
+            .filter_map(|&b| if *w == "static" { thr.get(b).map(|v| (b, fixed(*v, 0))) } else { st(w, b).map(|s| (b, fixed(s.mean, 1))) })
             .collect();
         srows.push(Row { what, paper, values });
     }
@@ -1922,52 +1480,6 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
 
 /// Runs `hey` with a bound on its wall time.
 /// `netns`: run hey in that network namespace (a runc/runsc instance's own).
-fn run_hey(n: usize, clients: usize, url: &str, netns: Option<&str>) -> Result<HeyResult, String> {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("nsenter");
-            c.arg(format!("--net={ns}")).arg("hey");
-            c
-        }
-        None => Command::new("hey"),
-    };
-    let mut child = cmd
-        .args(["-n", &n.to_string(), "-c", &clients.to_string(), "-t", "30", url])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run hey: {e}"))?;
-    let mut out = child.stdout.take().ok_or("no stdout of hey")?;
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t0 = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if t0.elapsed() > Duration::from_secs(600) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err("hey ran for more than 600 s and was stopped".into());
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(format!("cannot wait for hey: {e}")),
-        }
-    };
-    let text = reader.join().unwrap_or_default();
-    if !status.success() {
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        return Err(format!("hey failed ({status}): {}", err.trim()));
-    }
-    parse_hey(&text).map_err(|e| e.to_string())
-}
-
 /// Fig. 11: hey at 1 … max_clients clients, straight to one instance and
 /// through the gateway.
 fn concurrency(c: &Ctx) -> Result<Outcome> {
@@ -2045,7 +1557,7 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
         c.gw.clear(&format!("cc-{b}"))?;
     }
     let csv_path = c.o.out.join("concurrency.csv");
-    write_csv(&csv_path, "backend,via,clients,requests,ok_rps,ok,failed,connection_errors", &csv)?;
+    table::write_csv_lines(&csv_path, "backend,via,clients,requests,ok_rps,ok,failed,connection_errors", &csv)?;
     let svg = c.o.out.join("concurrency.svg");
     let mut lines = Vec::new();
     for (b, _) in &targets {
@@ -2056,7 +1568,7 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
             });
         }
     }
-    let title = format!("Successful requests per second, {} requests per level (seed 002 Fig. 11)", c.o.requests);
+    let title = format!("Successful requests per second, {} requests per level (FaaS paper Fig. 11)", c.o.requests);
     warn_plot(plot::lines(&svg, &Frame { title: &title, x_desc: "concurrent clients (log scale)", y_desc: "requests/s", log_x: true, log_y: false }, &lines));
     let mut header = vec!["clients".to_string()];
     for (b, _) in &targets {
@@ -2071,7 +1583,7 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
                 for via in ["direct", "gateway"] {
                     r.push(
                         res.get(&(*b, via, l))
-                            .map(|h| format!("{} ({})", fmt(h.ok_rps(), 0), c.o.requests.max(l) as u64 - h.ok()))
+                            .map(|h| format!("{} ({})", fixed(h.ok_rps(), 0), c.o.requests.max(l) as u64 - h.ok()))
                             .unwrap_or_else(|| "–".into()),
                     );
                 }
@@ -2079,7 +1591,7 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
             r
         })
         .collect();
-    let mut table = md_table(&header, &rows);
+    let mut table = table::markdown(&header, &rows);
     table.push_str(
         "\nreq/s counts 2xx answers only (hey's own Requests/sec counts failures too); failed: requests without a 2xx answer. Paper (Fig. 11, 2^15 requests): \
          OSv up to 44,793 req/s, Linux microVM 24,621; Nanos errors above 256 clients, gVisor cannot serve more than 512; runc falls behind the microVM above 2 clients.\n",
@@ -2103,12 +1615,12 @@ fn concurrency(c: &Ctx) -> Result<Outcome> {
         Row {
             what: "Max req/s, no-op, one instance direct".into(),
             paper: Paper { unikernel: "44,793 (OSv)", runc: "plot only", gvisor: "plot only (fails > 512 clients)" },
-            values: targets.iter().map(|(b, _)| (*b, fmt(best(b, "direct"), 0))).collect(),
+            values: targets.iter().map(|(b, _)| (*b, fixed(best(b, "direct"), 0))).collect(),
         },
         Row {
             what: "Max req/s, no-op, through the gateway".into(),
             paper: Paper { unikernel: "–", runc: "–", gvisor: "–" },
-            values: targets.iter().map(|(b, _)| (*b, fmt(best(b, "gateway"), 0))).collect(),
+            values: targets.iter().map(|(b, _)| (*b, fixed(best(b, "gateway"), 0))).collect(),
         },
     ];
     Ok(Outcome {
@@ -2161,33 +1673,11 @@ fn probe(gw: &Gateway, fns: &Fns, backend: &str) -> Result<(), String> {
 /// usable /dev/kvm, runc and runsc need to be installed and root.
 fn lacks(backend: &str) -> Option<String> {
     match backend {
-        "hvt" => super::kvm_usable().err(),
-        "runc" | "runsc" if super::find_program(backend).is_none() => Some(format!("{backend} is not installed (scripts/setup installs it)")),
-        "runc" | "runsc" if super::effective_uid() != Some(0) => Some(format!("{backend} needs root and shoal bench faas is not running as root")),
+        "hvt" => crate::host::kvm_usable().err(),
+        "runc" | "runsc" if crate::host::find_program(backend).is_none() => Some(format!("{backend} is not installed (scripts/setup installs it)")),
+        "runc" | "runsc" if crate::host::effective_uid() != Some(0) => Some(format!("{backend} needs root and shoal bench faas is not running as root")),
         _ => None,
     }
-}
-
-/// Copies `shoal`, `shoal-tender` (and `shoal-spt`) into `dir` and returns the copy of
-/// `shoal`: the functions are built and the gateway (which runs the
-/// `shoal-tender` beside it) started from these copies, so a rebuild of the
-/// tree during a long run (an ABI change) cannot leave the images and the
-/// tender at different versions halfway through.
-fn pin_binaries(dir: &Path) -> Result<PathBuf> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let shoal = dir.join("shoal");
-    let tender = super::tender_binary()?;
-    // The spt tender runs its instances from `shoal-spt` beside it.
-    let spt = tender.with_file_name("shoal-spt");
-    let mut copies = vec![(std::env::current_exe()?, shoal.clone()), (tender, dir.join("shoal-tender"))];
-    if spt.is_file() {
-        copies.push((spt, dir.join("shoal-spt")));
-    }
-    for (from, to) in copies {
-        let _ = std::fs::remove_file(&to);
-        std::fs::copy(&from, &to).with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
-    }
-    Ok(shoal)
 }
 
 /// `shoal bench faas`.
@@ -2199,7 +1689,9 @@ pub fn faas(o: FaasOpts) -> Result<()> {
         if o.backends.is_empty() { BACKENDS.to_vec() } else { BACKENDS.iter().copied().filter(|b| o.backends.iter().any(|x| x == b)).collect() };
     std::fs::create_dir_all(&o.out).with_context(|| format!("cannot create {}", o.out.display()))?;
     let t_start = Instant::now();
-    let shoal = pin_binaries(&o.out.join("bin"))?;
+    // The gateway needs the tender: say so before anything is built.
+    crate::host::tender_binary()?;
+    let shoal = crate::host::pin_binaries(&o.out.join("bin"))?;
     let fns = Fns::build(&shoal, &o.out.join("functions"))?;
     let gw = Gateway::start(&shoal, &o.out.join("gateway.log"), &fns.dir)?;
     say(&format!("shoal serve on {} (log {})", gw.addr, o.out.join("gateway.log").display()));
@@ -2227,7 +1719,10 @@ pub fn faas(o: FaasOpts) -> Result<()> {
     }
     let c = Ctx { gw: &gw, fns: &fns, backends: backends.clone(), o: &o };
     let mut outcomes: Vec<(&str, Outcome, f64)> = Vec::new();
+    // Minutes to hours: a bar of the experiments (messages go above it).
+    let progress = Progress::new("bench faas", only.len() as u64, false);
     for e in only {
+        progress.doing(e);
         say(&format!("experiment {e} on {}", backends.join(", ")));
         let t0 = Instant::now();
         let out = match e {
@@ -2257,6 +1752,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
         std::fs::write(o.out.join(format!("{e}.md")), &out.table)?;
         let secs = t0.elapsed().as_secs_f64();
         say(&format!("experiment {e} took {secs:.0} s ({:.1} minutes since the start)", t_start.elapsed().as_secs_f64() / 60.0));
+        progress.step();
         outcomes.push((e, out, secs));
     }
     drop(gw);
@@ -2285,7 +1781,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
         }
         goals.extend(out.goals.iter());
     }
-    let mut summary = md_table(&header, &rows);
+    let mut summary = table::markdown(&header, &rows);
     summary.push_str("\nGoals (shoal spt, this run):\n\n");
     for g in &goals {
         let verdict = match g.met {
@@ -2371,78 +1867,5 @@ mod tests {
             spent
         });
         assert!(!quiet && waited >= QUIET_TIMEOUT, "quiet {quiet} after {waited:?}");
-    }
-
-    #[test]
-    fn percentiles_interpolate_between_ranks() {
-        let s = [1.0, 2.0, 3.0, 4.0, 5.0];
-        assert_eq!(percentile(&s, 50.0), 3.0);
-        assert_eq!(percentile(&s, 0.0), 1.0);
-        assert_eq!(percentile(&s, 100.0), 5.0);
-        assert!((percentile(&s, 95.0) - 4.8).abs() < 1e-12);
-        assert!((percentile(&[10.0, 20.0], 25.0) - 12.5).abs() < 1e-12);
-        assert_eq!(percentile(&[7.0], 99.0), 7.0);
-        assert!(percentile(&[], 50.0).is_nan());
-    }
-
-    #[test]
-    fn mean_sd_and_confidence_interval() {
-        let s = stats(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
-        assert_eq!(s.n, 8);
-        assert!((s.mean - 5.0).abs() < 1e-12);
-        assert!((s.sd - 2.138_089_935).abs() < 1e-6);
-        // t(7) = 2.365: 2.365 × 2.138 / √8.
-        assert!((s.ci95 - 2.365 * 2.138_089_935 / 8f64.sqrt()).abs() < 1e-6, "{s:?}");
-        assert_eq!((s.min, s.max, s.median), (2.0, 9.0, 4.5));
-        // Large samples approach the normal 1.96, never below it.
-        assert_eq!(t975(1), 12.706);
-        assert_eq!(t975(35), 2.042);
-        assert_eq!(t975(99), 2.000);
-        assert_eq!(t975(10_000), 1.980);
-        let one = stats(&[3.0]);
-        assert_eq!((one.mean, one.sd), (3.0, 0.0));
-        assert!(one.ci95.is_nan());
-        assert!(stats(&[]).mean.is_nan());
-    }
-
-    #[test]
-    fn parses_hey_all_ok() {
-        let h = parse_hey(include_str!("testdata/hey-200.txt")).unwrap();
-        assert_eq!(h.statuses, BTreeMap::from([(200, 2000)]));
-        assert_eq!((h.ok(), h.errors), (2000, 0));
-        assert_eq!(h.total_s, 1.0079);
-        assert_eq!(h.hey_rps, 1984.4124);
-        assert_eq!(h.average_s, 0.0076);
-        assert_eq!((h.p50_s, h.p99_s), (Some(0.0059), Some(0.0262)));
-        assert!((h.ok_rps() - 2000.0 / 1.0079).abs() < 1e-9);
-    }
-
-    #[test]
-    fn parses_hey_with_refusals() {
-        let h = parse_hey(include_str!("testdata/hey-429.txt")).unwrap();
-        assert_eq!(h.statuses, BTreeMap::from([(200, 118), (429, 882)]));
-        assert_eq!(h.ok(), 118);
-        assert_eq!(h.errors, 0);
-        assert!(h.ok_rps() < h.hey_rps);
-    }
-
-    #[test]
-    fn parses_hey_with_connection_errors_only() {
-        let h = parse_hey(include_str!("testdata/hey-errors.txt")).unwrap();
-        assert!(h.statuses.is_empty());
-        assert_eq!(h.errors, 40);
-        assert!(h.average_s.is_nan());
-        assert_eq!((h.p50_s, h.p99_s), (None, None));
-        // hey reports a rate although nothing was answered; the bench does not.
-        assert!(h.hey_rps > 0.0);
-        assert_eq!(h.ok_rps(), 0.0);
-    }
-
-    #[test]
-    fn refuses_what_is_not_hey_output() {
-        assert!(matches!(parse_hey("hello\n"), Err(FaasError::HeyMissing("Total"))));
-        let bad = "Summary:\n  Total:\t1.0 secs\n  Average:\t0.1 secs\n  Requests/sec:\t10\n\nStatus code distribution:\n  [abc]\t3 responses\n";
-        let e = parse_hey(bad).unwrap_err();
-        assert!(e.to_string().contains("status code"), "{e}");
     }
 }

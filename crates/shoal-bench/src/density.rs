@@ -1,5 +1,5 @@
-//! `shoal bench density`: how many idle instances fit on the host (issue
-//! 18; seed 002 Fig. 7 measures the same per sandbox through its FaaS
+//! `shoal bench density`: how many idle instances fit on the host (the
+//! FaaS paper's Fig. 7 measures the same per sandbox through its FaaS
 //! harness). N instances of one small server — the `noop` function of
 //! apps/functions, each with its own listening socket handed over as
 //! descriptor 3, answered once so it is warm — are started on spt and hvt,
@@ -10,8 +10,8 @@
 //! counted once, as the pool files occupy RAM in /dev/shm whether mapped
 //! or not). Each is shown per instance.
 
-use super::memory::{meminfo_used_kib, pss_kib, tree};
-use super::BenchError;
+use crate::sample::{meminfo_used_kib, pss_split_kib, tree};
+use crate::BenchError;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use shoal_loader::pool::Pool;
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 /// The configurations, in the order they run.
 const CONFIGS: [&str; 5] = ["process", "spt+copy", "spt+pool", "hvt+copy", "hvt+pool"];
 
-/// The goal of issue 18 for an idle spt instance with `pool`, in KiB.
+/// The goal for an idle spt instance with `pool`, in KiB.
 const GOAL_KIB: f64 = 256.0;
 
 /// What one configuration measured.
@@ -152,7 +152,7 @@ fn run_config(config: &'static str, o: &DensityOpts, image: &Path, native: &Path
     let (mut pss, mut pool_pss, mut pte_kib) = (0, 0, 0);
     for c in &children {
         for p in tree(c.id()) {
-            let (a, b) = pss_kib(p, (mode == "pool").then_some(pool_dir.as_str()));
+            let (a, b) = pss_split_kib(p, (mode == "pool").then_some(pool_dir.as_str()));
             pss += a;
             pool_pss += b;
             pte_kib += vm_pte_kib(p);
@@ -184,9 +184,9 @@ pub fn density(o: DensityOpts) -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let fns = paths.home.join("apps/functions");
     let http = fns.join("fn_http.c").display().to_string();
-    let (image, native) = super::build_pair(&fns.join("noop.c"), tmp.path(), &["-O2", &http, "-lpthread"])?;
-    let tender = super::tender_binary()?;
-    let kvm = super::kvm_usable();
+    let (image, native) = crate::host::build_pair(&fns.join("noop.c"), tmp.path(), &["-O2", &http, "-lpthread"])?;
+    let tender = crate::host::tender_binary()?;
+    let kvm = crate::host::kvm_usable();
     let mut rows = Vec::new();
     // Configurations this machine cannot run, and those that failed.
     let (mut unavailable, mut failed) = (Vec::new(), Vec::new());
@@ -256,10 +256,10 @@ pub fn density(o: DensityOpts) -> Result<()> {
     if let Some(r) = rows.iter().find(|r| r.config == "spt+pool") {
         let v = per(r.pss_kib + r.pte_kib, r.count);
         println!(
-            "goal (issue 18): an idle spt instance with pool in at most {GOAL_KIB:.0} KiB (PSS + page tables): {v:.0} KiB measured ({})",
+            "goal: an idle spt instance with pool in at most {GOAL_KIB:.0} KiB (PSS + page tables): {v:.0} KiB measured ({})",
             if v <= GOAL_KIB { "met" } else { "not met" }
         );
     }
-    println!("(host: the drop of MemAvailable, which anything else running on the machine disturbs; PSS: summed over the instances' processes, pool pages once; PTE: their page tables, which PSS leaves out. Seed 002 Fig. 7: runc 3.9 MiB, gVisor 24.7, Nanos 23.8, OSv 31.4, Linux microVM 59.9 MiB per idle function.)");
+    println!("(host: the drop of MemAvailable, which anything else running on the machine disturbs; PSS: summed over the instances' processes, pool pages once; PTE: their page tables, which PSS leaves out. The FaaS paper's Fig. 7: runc 3.9 MiB, gVisor 24.7, Nanos 23.8, OSv 31.4, Linux microVM 59.9 MiB per idle function.)");
     Ok(())
 }

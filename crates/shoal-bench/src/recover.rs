@@ -1,5 +1,5 @@
-//! `shoal bench recover`: VampOS's (seed 003) experiments that shoal can
-//! run now, beside the paper's numbers (issue 19):
+//! `shoal bench recover`: VampOS's experiments that shoal can
+//! run now, beside the paper's numbers:
 //!
 //! - **gate cost** in cycles: `getuid` (a call into `user`, a rebootable
 //!   component: the whole gate — return context, armed word, watchdog
@@ -29,8 +29,13 @@
 //! Writes `recover.csv` and `recover-syscalls.svg` (via `crate::plot`) in
 //! `--out`; `--json` prints the numbers as JSON.
 
-use super::{build_pair, mean_sd, parse_kv, recover_servers, recover_shrink};
+use crate::host::build_pair;
 use crate::plot::{self, BarSeries, Frame};
+use crate::progress::Progress;
+use crate::sample::children_cpu;
+use crate::stats::{fmt, mean_sd, median};
+use crate::syscall::parse_kv;
+use crate::{recover_servers, recover_shrink};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::fs;
@@ -114,20 +119,8 @@ fn reboot_times(err: &str) -> Vec<(String, f64)> {
 
 fn say(quiet: bool, msg: &str) {
     if !quiet {
-        eprintln!("shoal bench recover: {msg}");
+        crate::progress::say(&format!("shoal bench recover: {msg}"));
     }
-}
-
-/// CPU time (user + system, seconds) of this process's children that have
-/// ended and been waited for, their own waited-for children included (the
-/// instance behind `shoal run`).
-pub(super) fn children_cpu() -> f64 {
-    // SAFETY: getrusage writes the zeroed struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_CHILDREN cannot fail with a valid pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
-    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    s(u.ru_utime) + s(u.ru_stime)
 }
 
 /// One run of the SQLite workload: (wall seconds, CPU seconds). CPU time
@@ -147,26 +140,6 @@ fn sqlite_run(cmd: &mut Command, script: &Path) -> Result<(f64, f64)> {
     Ok((secs, cpu))
 }
 
-/// The median of `v` (NaN when empty): reboot times have rare outliers (the
-/// host preempting the instance mid-reboot) that move the mean.
-pub(super) fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
-}
-
-fn fmt(v: &[f64], digits: usize) -> String {
-    if v.is_empty() {
-        return "-".into();
-    }
-    let (m, sd) = mean_sd(v);
-    format!("{m:.digits$} ± {sd:.digits$}")
-}
-
 pub fn recover(o: RecoverOpts) -> Result<()> {
     if o.repeat < 2 || o.iterations == 0 {
         return Err(RecoverError::Counts.into());
@@ -182,8 +155,18 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     let paths = shoal_toolchain::Paths::discover()?;
     fs::create_dir_all(&o.out).with_context(|| format!("cannot create {}", o.out.display()))?;
     let shoal = std::env::current_exe()?;
-    let hvt = super::kvm_usable();
+    let hvt = crate::host::kvm_usable();
     let sys = systems(hvt.is_ok());
+    // Minutes: a bar of the parts (system calls, reboots, SQLite, the log
+    // threshold, then the server parts as one step).
+    let server_parts = ["servers", "nginx-reboot", "rejuvenation", "redis-latency"];
+    let steps = ["syscalls", "reboot", "sqlite", "shrink-threshold"].iter().filter(|p| want(p)).count() + usize::from(server_parts.iter().any(|p| want(p)));
+    let progress = Progress::new("bench recover", steps as u64, quiet);
+    let part_done = |part: &str| {
+        if want(part) {
+            progress.step();
+        }
+    };
 
     // Fig. 5 and the gate: per system and operation, cycles and ns per call (one value per run).
     let mut cyc: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); OPS.len()]; sys.len()];
@@ -232,6 +215,8 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
         }
     }
 
+    part_done("syscalls");
+
     // Reboot times, from rejuvenation (every 5 ms for 0.3 s per run).
     let tenders: Vec<&'static str> = if hvt.is_ok() { vec!["spt", "hvt"] } else { vec!["spt"] };
     let mut reboots: Vec<(&str, Vec<Vec<f64>>)> = tenders.iter().map(|t| (*t, vec![Vec::new(); COMPONENTS.len()])).collect();
@@ -275,6 +260,7 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     // Why the SQLite shell could not be built, when it was wanted.
     let mut sqlite_build_failed = None;
     let script = o.out.join("inserts.sql");
+    part_done("reboot");
     let mut sql = String::from("CREATE TABLE t(x);\n");
     for _ in 0..10_000 {
         sql.push_str("INSERT INTO t VALUES('a');\n");
@@ -328,6 +314,8 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
         }
     }
 
+    part_done("sqlite");
+
     // Table IV: the log-shrink threshold.
     let shrink = want("shrink-threshold").then(|| {
         recover_shrink::run(&recover_shrink::Opts {
@@ -340,6 +328,8 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
             sqlite: sqlite_image.as_deref().map(|i| (i, script.as_path())),
         })
     });
+
+    part_done("shrink-threshold");
 
     // The server experiments (Fig. 7, Fig. 6, Table V).
     let sections = recover_servers::Sections { fig7: want("servers"), fig6: want("nginx-reboot"), table5: want("rejuvenation"), fig8: want("redis-latency") };
@@ -359,10 +349,11 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
     } else {
         None
     };
+    drop(progress);
 
     if want("syscalls") && failed.iter().all(Option::is_some) {
         let reasons: Vec<String> = sys.iter().zip(&failed).map(|((n, _), w)| format!("{n}: {}", w.as_deref().unwrap_or(""))).collect();
-        return Err(super::BenchError::nothing_measured("recover", &reasons).into());
+        return Err(crate::BenchError::nothing_measured("recover", &reasons).into());
     }
 
     // CSV and plot.
@@ -499,7 +490,7 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
         return Ok(());
     }
 
-    println!("shoal bench recover: VampOS (seed 003) experiments, {} runs of each system, interleaved", o.repeat);
+    println!("shoal bench recover: VampOS experiments, {} runs of each system, interleaved", o.repeat);
     if let Err(why) = &hvt {
         println!("hvt: unavailable here: {why}");
     }
@@ -595,13 +586,6 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn median_of_odd_even_and_empty() {
-        assert_eq!(super::median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(super::median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(super::median(&[]).is_nan());
-    }
-
     #[test]
     fn reads_reboot_lines() {
         let err = "shoal: rebooted time in 0.4 µs (replayed 0 calls)\nother\nshoal: rebooted user in 12.5 µs (replayed 0 calls)\n";

@@ -108,8 +108,8 @@ fn find_token(gateway: &str, token: Option<String>, state: Option<PathBuf>) -> O
     if !is_loopback(gateway) {
         return None;
     }
-    let dir = state.or_else(|| crate::serve::spec::default_state_dir().ok())?;
-    crate::serve::auth::read_token(&dir)
+    let dir = state.or_else(|| crate::spec::default_state_dir().ok())?;
+    crate::auth::read_token(&dir)
 }
 
 /// `--gateway`/`SHOAL_GATEWAY` as the URL requests are made to (no
