@@ -1,4 +1,4 @@
-//! The image manifest (DESIGN §4; the "description file" of seed 000).
+//! The image manifest (docs/design.md "Memory and sharing"; Spacer-Δ's "description file").
 //!
 //! `shoal build` writes `IMAGE.manifest.json` next to every image. It lists
 //! each library the image holds (kernel components, libc, the compiler
@@ -46,7 +46,7 @@ pub enum ManifestError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LibraryKind {
-    /// A kernel component (DESIGN §6) or the kernel's Rust runtime.
+    /// A kernel component (docs/design.md "Components and recovery") or the kernel's Rust runtime.
     Kernel,
     /// shoal's libc.
     Libc,

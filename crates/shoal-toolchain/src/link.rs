@@ -1,6 +1,6 @@
 //! `shoal build`: links application objects, application libraries, shoal's
 //! libc, the compiler runtime and the kernel into one static image, and
-//! writes the image manifest next to it (DESIGN §2, §4).
+//! writes the image manifest next to it (docs/design.md "The image", "Memory and sharing").
 
 use crate::layout::{AddressMap, LibrarySpec, ScriptPlan, COMPONENT_ORDER};
 use crate::setup::{ensure_kernel, ensure_libc, kernel_components};
@@ -93,7 +93,7 @@ pub struct BuildSpec {
     pub shared: Option<SharedInputs>,
     /// `default`/`dce` only: link-time ASLR with this seed — the libraries
     /// in a random order with a random gap of 0–15 pages before each
-    /// (seed 000 §V's ASLR variants of its baselines).
+    /// (the ASLR variants of Spacer-Δ's baselines, its section V).
     pub shuffle: Option<u64>,
     /// Symbols forced into the link (`-u`), so that every image of a
     /// workspace takes the same members from the shared archives.
