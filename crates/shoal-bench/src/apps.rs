@@ -3,6 +3,7 @@
 //! hvt (when /dev/kvm is usable) and as native static musl programs built
 //! from the same sources (the Spacer paper's Fig. 10–12).
 
+use crate::progress::Progress;
 use crate::stats::mean_sd;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -72,7 +73,10 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
     let native_tmp = if shm.is_dir() { tempfile::tempdir_in(shm)? } else { tempfile::tempdir()? };
     let hvt = crate::host::kvm_usable();
     let mut rows = Vec::new();
+    // Builds and timed runs of every recipe on every side.
+    let progress = Progress::new("bench apps", recipes.len() as u64, as_json);
     for r in &recipes {
+        progress.step();
         if !as_json {
             eprintln!("shoal bench apps: building {}", r.name);
         }
@@ -152,6 +156,7 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
         }
         rows.push(row);
     }
+    drop(progress);
     if rows.iter().all(|r| r.failure.is_some()) {
         let reasons: Vec<String> = rows.iter().map(|r| format!("{}: {}", r.name, r.failure.as_deref().unwrap_or(""))).collect();
         return Err(crate::BenchError::nothing_measured("apps", &reasons).into());

@@ -20,6 +20,7 @@
 //! `wait` returning.
 
 use crate::host::{build_pair, effective_uid, find_program};
+use crate::progress::Progress;
 use crate::stats::{median, p95};
 use crate::table::Table;
 use crate::Missing;
@@ -406,7 +407,10 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
         eprintln!("shoal bench boot: {runs} rounds");
     }
     let n = systems.len();
+    // Seconds to minutes: one step per round of all systems.
+    let progress = Progress::new("bench boot", runs as u64, as_json);
     for round in 0..runs {
+        progress.step();
         for k in 0..n {
             let s = &mut systems[(round + k) % n];
             if s.missing.is_some() {
@@ -422,6 +426,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
             }
         }
     }
+    drop(progress);
 
     // A system that cannot run here or failed is only reported, but with
     // none left there is no result at all.

@@ -10,6 +10,7 @@
 //! counted once, as the pool files occupy RAM in /dev/shm whether mapped
 //! or not). Each is shown per instance.
 
+use crate::progress::Progress;
 use crate::sample::{meminfo_used_kib, pss_split_kib, tree};
 use crate::BenchError;
 use anyhow::{bail, Context, Result};
@@ -190,10 +191,14 @@ pub fn density(o: DensityOpts) -> Result<()> {
     let mut rows = Vec::new();
     // Configurations this machine cannot run, and those that failed.
     let (mut unavailable, mut failed) = (Vec::new(), Vec::new());
+    // Starting and sampling --count instances per configuration.
+    let progress = Progress::new("bench density", CONFIGS.len() as u64, o.json);
     for config in CONFIGS {
+        progress.step();
         if !o.only.is_empty() && !o.only.iter().any(|c| c == config) {
             continue;
         }
+        progress.doing(config);
         if config.starts_with("hvt") {
             if let Err(why) = &kvm {
                 unavailable.push(format!("{config}: {why}"));
@@ -208,6 +213,7 @@ pub fn density(o: DensityOpts) -> Result<()> {
             Err(e) => failed.push(format!("{config}: {e:#}")),
         }
     }
+    drop(progress);
     for s in &unavailable {
         eprintln!("bench density: unavailable here: {s}");
     }

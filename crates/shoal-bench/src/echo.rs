@@ -22,6 +22,7 @@
 
 use crate::host::{build_pair, find_program};
 use crate::load::free_port;
+use crate::progress::Progress;
 use crate::stats::mean_sd;
 use crate::stats::percentile;
 use crate::Missing;
@@ -509,8 +510,12 @@ pub fn echo(o: EchoOpts) -> Result<()> {
     if !o.json {
         eprintln!("shoal bench echo: {} run(s) of each system, interleaved", o.repeat);
     }
+    // Each run of each system is thousands of round trips: one step each.
+    let progress = Progress::new("bench echo", (o.repeat * systems.len()) as u64, o.json);
     for run in 0..o.repeat {
         for s in systems.iter_mut().filter(|s| s.missing.is_none()) {
+            progress.step();
+            progress.doing(s.kind.label());
             match measure(s.kind, &setup) {
                 Ok((p, c)) => {
                     s.runs[0].push(p);
@@ -523,6 +528,7 @@ pub fn echo(o: EchoOpts) -> Result<()> {
             }
         }
     }
+    drop(progress);
     if systems.iter().all(|s| s.missing.is_some()) {
         let reasons: Vec<String> =
             systems.iter().map(|s| format!("{}: {}", s.kind.key(), s.missing.as_ref().map(Missing::to_string).unwrap_or_default())).collect();

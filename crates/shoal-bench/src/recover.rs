@@ -22,8 +22,8 @@
 //!   the gates (VampOS: 1.24×; goal ≤ 1.10×).
 //!
 //! - **the server experiments** (Fig. 7 nginx and Redis, Fig. 6, Table V,
-//!   Fig. 8): `bench_recover_servers.rs`.
-//! - **Table IV**, the log-shrink threshold: `bench_recover_shrink.rs`.
+//!   Fig. 8): `recover_servers.rs`.
+//! - **Table IV**, the log-shrink threshold: `recover_shrink.rs`.
 //!
 //! `--only` runs some of these parts (see `PARTS`).
 //! Writes `recover.csv` and `recover-syscalls.svg` (via `crate::plot`) in

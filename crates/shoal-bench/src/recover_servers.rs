@@ -32,7 +32,7 @@
 //!   request's latency, the longest gap between answers, the failed
 //!   requests and whether the keys written before survive.
 //!
-//! The results come back as JSON, CSV rows and text for `bench_recover.rs`
+//! The results come back as JSON, CSV rows and text for `recover.rs`
 //! to print beside its own.
 
 use crate::load::{free_port, redis_rps, wrk_error_kinds, wrk_errors, wrk_requests, wrk_value};
