@@ -39,6 +39,7 @@
 use crate::plot::{self, Frame, Line};
 use crate::progress::Progress;
 use crate::sample::{meminfo_used_kib, pss_split_kib, tree};
+use crate::table::Table;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use shoal_loader::pool::{pool_libs, Pool};
@@ -621,24 +622,33 @@ pub fn size(json_out: bool, out: PathBuf) -> Result<()> {
         return Ok(());
     }
     println!("shoal bench size: 8 idle images (one per SQLite version), disk use per configuration (the Spacer paper's Fig. 9)");
-    println!("{:<12} {:>12} {:>12} {:>14} {:>12} {:>10}", "config", "images MiB", "pool MiB", "total MiB", "default/this", "dce/this");
+    let mut table = Table::new(["config", "images MiB", "pool MiB", "total MiB", "default/this", "dce/this", "ksm/pool"]);
     for (p, total, stripped, pool, _) in &rows {
         let name = if matches!(p.as_str(), "default" | "dce" | "default-aslr" | "dce-aslr") { p.clone() } else { format!("{p}+ksm") };
-        println!("{:<12} {:>12.2} {:>12} {:>14.2} {:>12.2} {:>10.2}", name, m(*total), "-", m(*total), def / *total as f64, dce / *total as f64);
+        let tot = *total as f64;
+        table.row([
+            name,
+            format!("{:.2}", m(*total)),
+            "-".into(),
+            format!("{:.2}", m(*total)),
+            format!("{:.2}", def / tot),
+            format!("{:.2}", dce / tot),
+            String::new(),
+        ]);
         if p == "delta" || p == "aslr" {
             let t = (stripped + pool) as f64;
-            println!(
-                "{:<12} {:>12.2} {:>12.2} {:>14.2} {:>12.2} {:>10.2}   ksm/pool {:.2}",
+            table.row([
                 format!("{p}+pool"),
-                m(*stripped),
-                m(*pool),
-                t / 1048576.0,
-                def / t,
-                dce / t,
-                *total as f64 / t
-            );
+                format!("{:.2}", m(*stripped)),
+                format!("{:.2}", m(*pool)),
+                format!("{:.2}", t / 1048576.0),
+                format!("{:.2}", def / t),
+                format!("{:.2}", dce / t),
+                format!("{:.2}", tot / t),
+            ]);
         }
     }
+    print!("{}", table.text());
     for why in &built.failures {
         println!("FAILED: {why}");
     }

@@ -45,6 +45,7 @@ use crate::plot::{self, Frame, Line};
 use crate::progress::Progress;
 use crate::sample::{pss_kib, tree};
 use crate::stats::{fixed, mean_sd};
+use crate::table::Table;
 use crate::{BenchError, Missing};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -947,7 +948,6 @@ fn report(o: &ServersOpts, systems: &[Sys], pin: Option<Pin>) -> Result<()> {
             t.push('\n');
         }
     }
-    t.push_str("\n| memory (MiB) | idle PSS | PSS under load | idle cgroup | cgroup under load |\n|---|---|---|---|---|\n");
     let mib = |v: &[f64]| {
         if v.is_empty() {
             "–".to_string()
@@ -956,9 +956,12 @@ fn report(o: &ServersOpts, systems: &[Sys], pin: Option<Pin>) -> Result<()> {
             format!("{:.1} ± {:.1}", m / 1024.0, sd / 1024.0)
         }
     };
+    let mut memory = Table::new(["memory (MiB)", "idle PSS", "PSS under load", "idle cgroup", "cgroup under load"]);
     for s in &shown {
-        t.push_str(&format!("| {} | {} | {} | {} | {} |\n", s.name, mib(&s.idle_kib), mib(&s.load_kib), mib(&s.idle_cgroup_kib), mib(&s.load_cgroup_kib)));
+        memory.row([s.name.to_string(), mib(&s.idle_kib), mib(&s.load_kib), mib(&s.idle_cgroup_kib), mib(&s.load_cgroup_kib)]);
     }
+    t.push('\n');
+    t.push_str(&memory.markdown());
     if pin.is_some() {
         for s in &shown {
             t.push_str(&format!("{}: server processes may run on CPU {}\n", s.name, s.cpus.join(" / ")));
@@ -986,10 +989,12 @@ fn report(o: &ServersOpts, systems: &[Sys], pin: Option<Pin>) -> Result<()> {
         yn(idle_ratio.map(|r| r <= 0.25)),
         idle_ratio.map(|r| format!(" ({r:.2})")).unwrap_or_default()
     ));
-    t.push_str("\n| servers paper | observation |\n|---|---|\n");
+    let mut observations = Table::new(["servers paper", "observation"]);
     for (k, v) in paper(which) {
-        t.push_str(&format!("| {k} | {v} |\n"));
+        observations.row([*k, *v]);
     }
+    t.push('\n');
+    t.push_str(&observations.markdown());
     let md = o.out.join(format!("{}.md", which.name()));
     fs::write(&md, &t).with_context(|| format!("cannot write {}", md.display()))?;
     print!("{t}");
