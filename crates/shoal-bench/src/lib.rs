@@ -140,24 +140,11 @@ pub enum Bench {
     },
     /// The servers paper's Fig. 3: nginx's requests/s serving a small static page (wrk) against concurrent clients, and the memory footprint, on a native process, runc, runsc, spt and hvt interleaved.
     Http {
-        /// Concurrency levels (comma-separated; the paper's 1, 100, 200, …, 1000).
-        #[arg(long, value_delimiter = ',', default_value = "1,100,200,300,400,500,600,700,800,900,1000")]
-        clients: Vec<usize>,
-        /// Runs per system and level (the paper's n = 30; mean ± SD).
-        #[arg(long, default_value_t = 30)]
-        repeat: usize,
+        #[command(flatten)]
+        common: ServerArgs,
         /// Seconds of each wrk run.
         #[arg(long, default_value_t = 2.0)]
         duration: f64,
-        /// Systems to compare (comma-separated: native, runc, runsc, spt, hvt, spt-other; default all; one that cannot run here is skipped with its reason).
-        #[arg(long, value_delimiter = ',')]
-        systems: Vec<String>,
-        /// Pin the servers to one CPU and the client to another (the first two CPUs this process may use; runc/runsc also get that CPU as their container's cpuset): at 1 client, unpinned runs mostly measure whether client and server share a core.
-        #[arg(long)]
-        pin: bool,
-        /// Another shoal build (the `shoal` binary of another tree, its tenders beside it) to compare with this one in the same interleaved run: adds the system `spt-other`, the server on spt with that build's tender and an image that build makes from its own tree's kernel.
-        #[arg(long)]
-        shoal_bin: Option<PathBuf>,
         /// Directory for the builds, logs, CSVs, plot and table.
         #[arg(long, default_value = "shoal-bench-http")]
         out: PathBuf,
@@ -167,27 +154,14 @@ pub enum Bench {
     },
     /// The servers paper's Fig. 5: Redis GET and SET requests/s (redis-benchmark) against concurrent clients, and the memory footprint, on a native process, runc, runsc, spt and hvt interleaved.
     Kv {
-        /// Concurrency levels (comma-separated; the paper's 1, 100, 200, …, 1000).
-        #[arg(long, value_delimiter = ',', default_value = "1,100,200,300,400,500,600,700,800,900,1000")]
-        clients: Vec<usize>,
-        /// Runs per system and level (the paper's n = 30; mean ± SD).
-        #[arg(long, default_value_t = 30)]
-        repeat: usize,
+        #[command(flatten)]
+        common: ServerArgs,
         /// Requests per operation in each redis-benchmark run.
         #[arg(long, default_value_t = 20000)]
         requests: usize,
         /// Requests each client pipelines (redis-benchmark -P; the paper pipelined but gives no depth).
         #[arg(long, default_value_t = 1)]
         pipeline: usize,
-        /// Systems to compare (comma-separated: native, runc, runsc, spt, hvt, spt-other; default all; one that cannot run here is skipped with its reason).
-        #[arg(long, value_delimiter = ',')]
-        systems: Vec<String>,
-        /// Pin the servers to one CPU and the client to another (the first two CPUs this process may use; runc/runsc also get that CPU as their container's cpuset): at 1 client, unpinned runs mostly measure whether client and server share a core.
-        #[arg(long)]
-        pin: bool,
-        /// Another shoal build (the `shoal` binary of another tree, its tenders beside it) to compare with this one in the same interleaved run: adds the system `spt-other`, the server on spt with that build's tender and an image that build makes from its own tree's kernel.
-        #[arg(long)]
-        shoal_bin: Option<PathBuf>,
         /// Directory for the builds, logs, CSVs, plots and table.
         #[arg(long, default_value = "shoal-bench-kv")]
         out: PathBuf,
@@ -283,6 +257,26 @@ pub enum Bench {
     },
 }
 
+/// The options `shoal bench http` and `shoal bench kv` share.
+#[derive(clap::Args)]
+pub struct ServerArgs {
+    /// Concurrency levels (comma-separated; the paper's 1, 100, 200, …, 1000).
+    #[arg(long, value_delimiter = ',', default_value = "1,100,200,300,400,500,600,700,800,900,1000")]
+    pub clients: Vec<usize>,
+    /// Runs per system and level (the paper's n = 30; mean ± SD).
+    #[arg(long, default_value_t = 30)]
+    pub repeat: usize,
+    /// Systems to compare (comma-separated: native, runc, runsc, spt, hvt, spt-other; default all; one that cannot run here is skipped with its reason).
+    #[arg(long, value_delimiter = ',')]
+    pub systems: Vec<String>,
+    /// Pin the servers to one CPU and the client to another (the first two CPUs this process may use; runc/runsc also get that CPU as their container's cpuset): at 1 client, unpinned runs mostly measure whether client and server share a core.
+    #[arg(long)]
+    pub pin: bool,
+    /// Another shoal build (the `shoal` binary of another tree, its tenders beside it) to compare with this one in the same interleaved run: adds the system `spt-other`, the server on spt with that build's tender and an image that build makes from its own tree's kernel.
+    #[arg(long)]
+    pub shoal_bin: Option<PathBuf>,
+}
+
 /// Why a bench has no measurement of a system or configuration: it cannot
 /// run on this machine (no `/dev/kvm`, a runtime not installed, not root),
 /// or it could and failed. The two are reported apart, in the JSON
@@ -360,12 +354,12 @@ pub fn run(which: Bench) -> Result<()> {
             let out = absolute_dir("--out", out)?;
             faas::faas(faas::FaasOpts { only, backends, repeat, requests, bursts, instances, max_clients, out, json })
         }
-        Bench::Http { clients, repeat, duration, systems, pin, shoal_bin, out, json } => {
+        Bench::Http { common: ServerArgs { clients, repeat, systems, pin, shoal_bin }, duration, out, json } => {
             let out = absolute_dir("--out", out)?;
             let which = servers::Which::Http;
             servers::servers(servers::ServersOpts { which, clients, repeat, duration, requests: 1, pipeline: 1, systems, pin, shoal_bin, out, json })
         }
-        Bench::Kv { clients, repeat, requests, pipeline, systems, pin, shoal_bin, out, json } => {
+        Bench::Kv { common: ServerArgs { clients, repeat, systems, pin, shoal_bin }, requests, pipeline, out, json } => {
             let out = absolute_dir("--out", out)?;
             let which = servers::Which::Kv;
             servers::servers(servers::ServersOpts { which, clients, repeat, duration: 2.0, requests, pipeline, systems, pin, shoal_bin, out, json })

@@ -154,6 +154,13 @@ fn lines_on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, frame: &Frame, li
     root.present().map_err(|x| x.to_string())
 }
 
+/// The chart of every plot: its title, margin and room for the axes' labels.
+fn builder<'a, 'b, DB: DrawingBackend>(root: &'a DrawingArea<DB, Shift>, frame: &Frame) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(root);
+    b.caption(frame.title, ("sans-serif", 18)).margin(12).x_label_area_size(45).y_label_area_size(70);
+    b
+}
+
 fn draw_lines<DB: DrawingBackend, X, Y>(root: &DrawingArea<DB, Shift>, frame: &Frame, lines: &[Line], x: X, y: Y) -> Result<(), String>
 where
     X: AsRangedCoord<Value = f64>,
@@ -161,13 +168,7 @@ where
     X::CoordDescType: ValueFormatter<f64>,
     Y::CoordDescType: ValueFormatter<f64>,
 {
-    let mut chart = ChartBuilder::on(root)
-        .caption(frame.title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x, y)
-        .map_err(|e| e.to_string())?;
+    let mut chart = builder(root, frame).build_cartesian_2d(x, y).map_err(|e| e.to_string())?;
     chart.configure_mesh().x_desc(frame.x_desc).y_desc(frame.y_desc).light_line_style(WHITE).draw().map_err(|e| e.to_string())?;
     for (i, l) in lines.iter().enumerate() {
         let c = colour(i);
@@ -231,13 +232,7 @@ where
     Y: AsRangedCoord<Value = f64>,
     Y::CoordDescType: ValueFormatter<f64>,
 {
-    let mut chart = ChartBuilder::on(root)
-        .caption(frame.title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x, y)
-        .map_err(|e| e.to_string())?;
+    let mut chart = builder(root, frame).build_cartesian_2d(x, y).map_err(|e| e.to_string())?;
     let names: Vec<String> = categories.to_vec();
     chart
         .configure_mesh()
