@@ -11,7 +11,8 @@
 //! program's stack (its red zone and Go's small goroutine stacks are the
 //! program's; the entry writes only its flags, below the red zone): the
 //! entry switches at once to the thread's own kernel stack,
-//! whose top is the thread's GS base (the program owns FS; the scheduler's
+//! found through the thread's GS base, which points at the control word
+//! at its top: where the next entry starts (the program owns FS; the scheduler's
 //! switch keeps GS per thread), and saves a full [`Frame`] there. It
 //! returns with every register restored but `rax` (the result), `rcx`
 //! (the return address) and `r11` (the flags), as Linux does.
@@ -32,6 +33,7 @@ const KSTACK: u64 = 256 << 10;
 /// the alternate stack or its own) starts this far below the frame of the
 /// call that is delivering, so it never overwrites what that call still
 /// needs.
+#[cfg(not(test))]
 const NEST_GAP: u64 = 48 << 10;
 
 /// The registers of a thread in the executable at a system call, as the
@@ -90,7 +92,7 @@ core::arch::global_asm!(
     // A caller already on this thread's kernel stack (a signal handler
     // the kernel called from a system call) continues below its red zone;
     // any other starts at the top.
-    "    rdgsbase rsp",
+    "    mov rsp, qword ptr gs:[0]",
     "    sub rsp, r11",
     "    cmp rsp, {kstack}",
     "    ja 1f",
@@ -98,7 +100,7 @@ core::arch::global_asm!(
     "    and rsp, -16",
     "    jmp 2f",
     "1:",
-    "    rdgsbase rsp",
+    "    mov rsp, qword ptr gs:[0]",
     "2:",
     "    push r11",
     "    push rcx",
@@ -162,6 +164,21 @@ fn kernel_stack() -> Option<u64> {
     shoal_mm::alloc_kernel_pages(KSTACK).map(|base| base + KSTACK)
 }
 
+/// Bytes at the top of a kernel stack that hold its control word: where
+/// the next entry starts (the entry reads it as `gs:[0]`, a plain load:
+/// writing the GS base itself costs 14 ns here, a load nothing).
+const CONTROL: u64 = 16;
+
+/// Makes the kernel stack ending at `top` the running thread's: its GS
+/// base points at the control word, which says "start at the word".
+fn set_control(top: u64) -> Result<(), Errno> {
+    let ctl = top - CONTROL;
+    umem::write(ctl, ctl)?;
+    // SAFETY: the GS base is the kernel's per-thread state in this mode.
+    unsafe { shoal_plat::cpu::wrgsbase(ctl) };
+    Ok(())
+}
+
 /// Called by `_shoal_start` with the initial process stack once the
 /// kernel is up: for an image combined with a Linux executable, points
 /// the auxiliary vector at the executable (`AT_PHDR`, `AT_PHNUM`,
@@ -177,8 +194,9 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
         let _ = writeln!(shoal_plat::console::Stderr, "shoal: no memory for the executable's kernel stack");
         shoal_plat::halt(125);
     };
-    // SAFETY: top is the end of pages just given to the kernel.
-    unsafe { shoal_plat::cpu::wrgsbase(top) };
+    if set_control(top).is_err() {
+        shoal_plat::halt(125);
+    }
     // The tender added address space for reservations (never-touched
     // PROT_NONE mappings, which cost nothing); --mem limits what the
     // program makes writable.
@@ -226,11 +244,11 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     let n = f.rax;
     let args = Args([f.rdi, f.rsi, f.rdx, f.r10, f.r8, f.r9]);
     // Nested entries (from a handler this call runs) go below this call.
-    let top = shoal_plat::cpu::rdgsbase();
+    let ctl = shoal_plat::cpu::rdgsbase() as *mut u64;
     let nested = ((f as *const Frame as u64) & !15).saturating_sub(NEST_GAP);
-    // SAFETY: the GS base is the kernel's per-thread state in this mode;
-    // `nested` lies in this thread's kernel stack below what is in use.
-    unsafe { shoal_plat::cpu::wrgsbase(nested) };
+    // SAFETY: the GS base points at this thread's control word (set_control),
+    // in its kernel stack, which only this thread's entries use.
+    let start = unsafe { core::ptr::replace(ctl, nested) };
     let r = if n == RSEQ || n == CLONE3 {
         // Asked by glibc and Go at start; ENOSYS is their fallback
         // (restartable sequences off, clone instead of clone3), so it is
@@ -249,8 +267,8 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     };
     f.rax = r as u64;
     super::preempt::leave_syscall();
-    // SAFETY: back to this thread's kernel stack top for its next entry.
-    unsafe { shoal_plat::cpu::wrgsbase(top) };
+    // SAFETY: as above; the next entry starts where this one did.
+    unsafe { ctl.write(start) };
 }
 
 /// Raw `clone(flags, stack, ptid, ctid, tls)` of a thread: the child
@@ -271,7 +289,9 @@ fn clone(f: &Frame) -> Result<u32, Errno> {
     if stack != 0 {
         child.rsp = stack;
     }
-    let frame_at = top - FRAME_SIZE;
+    let ctl = top - CONTROL;
+    umem::write(ctl, ctl)?;
+    let frame_at = ctl - FRAME_SIZE;
     umem::write(frame_at, child)?;
     let fs = if flags & CLONE_SETTLS != 0 { tls } else { shoal_plat::cpu::rdfsbase() };
     #[cfg(not(test))]
@@ -279,8 +299,8 @@ fn clone(f: &Frame) -> Result<u32, Errno> {
     #[cfg(test)]
     let start = 0u64;
     // The scheduler's first frame: MXCSR and x87 CW (defaults), FS, GS
-    // (the child's kernel stack), r15…rbp, return address.
-    let first: [u64; 11] = [0x037f_0000_1f80, fs, top, 0, 0, 0, 0, 0, 0, 0, start];
+    // (the child's control word), r15…rbp, return address.
+    let first: [u64; 11] = [0x037f_0000_1f80, fs, ctl, 0, 0, 0, 0, 0, 0, 0, start];
     let rsp = frame_at - shoal_sched::FIRST_FRAME;
     umem::write(rsp, first)?;
     shoal_sched::spawn_first_frame(rsp, flags, ptid, ctid)
