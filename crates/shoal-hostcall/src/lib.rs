@@ -7,6 +7,8 @@
 //! decisions are made once, here, so the two tenders cannot drift apart.
 //!
 //! - [`preempt`]: preemption ticks and the hang watchdog.
+//! - [`net`]: the `Net` hypercall's batch, bounds and socket checks.
 #![deny(missing_docs)]
 
+pub mod net;
 pub mod preempt;
