@@ -94,3 +94,32 @@ pub fn batch(mem: &GuestMemory, writable: impl Fn(u64, u64) -> bool, a: &NetArgs
     }
     a.count as i64
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(domain: i32, ty: i32, proto: i32) -> NetOp {
+        NetOp { a: domain as u64, b: ty as u64, flags: proto as u32, ..Default::default() }
+    }
+
+    #[test]
+    fn socket_arguments_get_linux_errnos() {
+        let tcp = op(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert_eq!(socket_args(&tcp, true), Ok((libc::AF_INET, libc::SOCK_STREAM, 0)));
+        assert_eq!(socket_args(&tcp, false), Err(neg(libc::EACCES)), "outbound only");
+        assert_eq!(socket_args(&op(libc::AF_UNIX, libc::SOCK_STREAM, 0), true), Err(neg(libc::EAFNOSUPPORT)));
+        assert_eq!(socket_args(&op(libc::AF_INET6, libc::SOCK_RAW, 0), true), Err(neg(libc::EINVAL)));
+        assert_eq!(socket_args(&op(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_MPTCP), true), Err(neg(libc::EPROTONOSUPPORT)));
+        assert_eq!(socket_args(&op(libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_TCP), true), Err(neg(libc::EPROTONOSUPPORT)));
+        assert_eq!(socket_args(&op(libc::AF_INET6, libc::SOCK_DGRAM, libc::IPPROTO_UDP), true), Ok((libc::AF_INET6, libc::SOCK_DGRAM, libc::IPPROTO_UDP)));
+    }
+
+    #[test]
+    fn a_returned_address_is_truncated_as_linux_does() {
+        let o = NetOp { addrlen: 8, ..Default::default() };
+        assert_eq!(addr_out_len(&o, 16, 128), 8);
+        assert_eq!(addr_out_len(&o, 4, 128), 4);
+        assert_eq!(addr_out_len(&NetOp { addrlen: 1 << 40, ..Default::default() }, 200, 128), 128);
+    }
+}
