@@ -1,4 +1,4 @@
-//! The socket backend interface (DESIGN §3.1): what a family of sockets
+//! The socket backend interface (docs/design.md "Networking"): what a family of sockets
 //! must provide so that the socket layer (`socket.rs`) can serve the BSD
 //! socket calls over it.
 //!
