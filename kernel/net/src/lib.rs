@@ -42,6 +42,7 @@ mod epoll;
 mod eventfd;
 pub mod heal;
 pub mod host;
+mod signalfd;
 mod socket;
 pub mod sys;
 mod timerfd;
@@ -76,6 +77,7 @@ pub(crate) enum Obj {
     Epoll(epoll::Epoll),
     Event(eventfd::EventFd),
     Timer(timerfd::TimerFd),
+    Signal(signalfd::SignalFd),
 }
 
 /// The state of the component.
@@ -135,6 +137,8 @@ pub fn set_inet_backend(b: Box<dyn Backend>) {
 /// Registers the component with vfs. Called once at boot, after vfs.
 pub fn init() {
     shoal_vfs::obj::register(&OPS);
+    // A signal made pending may make a signalfd readable: waiters re-check.
+    shoal_process::signal::set_on_signal(wake);
 }
 
 /// The table vfs calls (see `shoal_vfs::obj`).
@@ -160,6 +164,7 @@ impl ObjOps for Ops {
                 }
                 Some(Obj::Event(e)) => e.ready(),
                 Some(Obj::Timer(t)) => t.ready(now()),
+                Some(Obj::Signal(s)) => s.ready(),
                 Some(Obj::Epoll(_)) => return K::Epoll,
                 None => Readiness::default(),
             };
@@ -191,6 +196,7 @@ impl ObjOps for Ops {
             }
             Some(Obj::Event(e)) => e.read(buf),
             Some(Obj::Timer(t)) => t.read(buf, shoal_time::monotonic_ns()),
+            Some(Obj::Signal(s)) => s.read(buf),
             _ => Err(Errno::EINVAL),
         })
     }
