@@ -321,6 +321,36 @@ pub fn init() {
     crate::set_inet_backend(alloc::boxed::Box::new(HostBackend));
 }
 
+/// Whether the host takes the first `bind` of an Internet socket of type
+/// `ty` to `addr` (see `socket::route`): a published port or handed-over
+/// listener, `--net-bind-any`, an address outside the instance (the host's
+/// answer, a refusal without the options, is the guest's), and with
+/// `--net-outbound` a port-0 bind (a client choosing its source port).
+/// Otherwise the socket stays inside the instance (loopback).
+pub(crate) fn takes_bind(ty: i32, addr: &[u8]) -> bool {
+    let Ok(port) = port_of(addr) else { return false };
+    with(|s| s.find_listener(ty, Some(port)).is_some() || s.bind_any || crate::lo::is_local(addr) == Some(false) || (s.outbound && port == 0))
+}
+
+/// Whether `port` is published for sockets of type `ty` and its one
+/// handed-over socket already went to another guest socket.
+pub(crate) fn published_and_taken(ty: i32, port: u16) -> bool {
+    STATE
+        .try_with(|s| s.as_ref().is_some_and(|s| s.listeners.iter().any(|(l, t)| *t && l.sock_type == ty as u32 && l.port == u32::from(port))))
+        .unwrap_or(false)
+}
+
+/// Whether the host takes the `listen` of an unbound socket of type `ty`:
+/// a `--listen-fd` listener, or `--net-bind-any`.
+pub(crate) fn takes_listen(ty: i32) -> bool {
+    with(|s| s.find_listener(ty, None).is_some() || s.bind_any)
+}
+
+/// Whether the instance may reach out (`--net-outbound`).
+pub(crate) fn outbound() -> bool {
+    with(|s| s.outbound)
+}
+
 /// The backend: a handle on [`STATE`].
 pub struct HostBackend;
 
@@ -380,7 +410,7 @@ fn port_of(addr: &[u8]) -> Result<u16, Errno> {
 
 /// A socket address as people write it (`0.0.0.0:80`, `[::]:6379`, with
 /// `/udp` for a datagram socket left to the caller), for messages.
-struct SockAddrText<'a>(&'a [u8]);
+pub(crate) struct SockAddrText<'a>(pub(crate) &'a [u8]);
 
 impl core::fmt::Display for SockAddrText<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {

@@ -42,6 +42,7 @@ mod epoll;
 mod eventfd;
 pub mod heal;
 pub mod host;
+pub mod lo;
 mod socket;
 pub mod sys;
 mod timerfd;
@@ -66,6 +67,9 @@ pub(crate) struct Sock {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fam {
     Unix,
+    /// Internet sockets inside the instance (module `lo`).
+    Lo,
+    /// Internet sockets over host sockets (module `host`).
     Inet,
 }
 
@@ -85,13 +89,15 @@ pub(crate) struct Net {
     pub objs: tracked::TrackedSlab<Obj>,
     next: u64,
     pub unix: unix::Unix,
+    /// The Internet sockets that stay inside the instance (loopback).
+    pub lo: lo::Lo,
     /// The `AF_INET`/`AF_INET6` backend, once a tender provides one.
     pub inet: Option<Box<dyn Backend>>,
 }
 
 impl Net {
     fn new() -> Net {
-        Net { objs: Default::default(), next: 0, unix: unix::Unix::default(), inet: None }
+        Net { objs: Default::default(), next: 0, unix: unix::Unix::default(), lo: lo::Lo::default(), inet: None }
     }
 
     /// Adds an object; returns its id (unique: the number of objects
@@ -105,6 +111,7 @@ impl Net {
     pub fn backend(&mut self, f: Fam) -> Result<&mut (dyn Backend + 'static), Errno> {
         match f {
             Fam::Unix => Ok(&mut self.unix),
+            Fam::Lo => Ok(&mut self.lo),
             Fam::Inet => self.inet.as_deref_mut().ok_or(Errno::EAFNOSUPPORT),
         }
     }
