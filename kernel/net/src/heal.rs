@@ -5,7 +5,8 @@
 //! ([`crate::Net`]: sockets with their family and backend handle, epoll
 //! instances with their interest sets and ready lists, eventfd counters,
 //! timerfd settings), the `AF_UNIX` sockets with their names, queues and
-//! buffered bytes, and the host backend's table of guest sockets over
+//! buffered bytes, the loopback sockets (module `lo`: an `AF_UNIX` table of
+//! their own plus ports, addresses and options), and the host backend's table of guest sockets over
 //! host handles (flags, options, bound and listening state, the
 //! handed-over listeners each took) — all on the shared heap, reached from
 //! two `Global`s in net's bss. Restoring net's snapshot makes those point

@@ -57,6 +57,9 @@ const UDP_MAX_V6: usize = 65527;
 const MAX_OPTS: usize = 32;
 const ENOBUFS: Errno = Errno(105);
 
+/// Options set on a socket: (level, name, value).
+pub(crate) type Opts = Vec<(i32, i32, Vec<u8>)>;
+
 /// What this module keeps of one socket beside its `AF_UNIX` twin.
 #[derive(Clone, Debug, PartialEq)]
 struct Meta {
@@ -75,7 +78,7 @@ struct Meta {
     settled: bool,
     /// Options of other levels than `SOL_SOCKET`, and, while unsettled,
     /// every option set (the host socket gets them if it moves there).
-    opts: Vec<(i32, i32, Vec<u8>)>,
+    opts: Opts,
 }
 
 /// The loopback sockets of the instance.
@@ -111,7 +114,12 @@ struct In {
 }
 
 fn parse(a: &[u8]) -> Result<In, Errno> {
-    let fam = i32::from(u16::from_ne_bytes([*a.first().ok_or(Errno::EINVAL)?, *a.get(1).ok_or(Errno::EINVAL)?]));
+    let fam = match i32::from(u16::from_ne_bytes([*a.first().ok_or(Errno::EINVAL)?, *a.get(1).ok_or(Errno::EINVAL)?])) {
+        // Linux reads an `AF_UNSPEC` address as `AF_INET` (a UDP send, a
+        // bind to the any-address).
+        AF_UNSPEC => AF_INET,
+        f => f,
+    };
     let v4kind = |ip: &[u8]| match ip {
         [0, 0, 0, 0] => Kind::Any,
         [127, ..] => Kind::Loopback,
@@ -239,7 +247,7 @@ impl Lo {
 
     /// A socket not yet bound, connected or listening: its domain, type,
     /// protocol and the options set on it (`None`: it stays here).
-    pub(crate) fn unsettled(&self, h: u64) -> Option<(i32, i32, i32, Vec<(i32, i32, Vec<u8>)>)> {
+    pub(crate) fn unsettled(&self, h: u64) -> Option<(i32, i32, i32, Opts)> {
         let m = self.meta.get(&h).filter(|m| !m.settled)?;
         Some((m.domain, m.ty, m.proto, m.opts.clone()))
     }
