@@ -538,8 +538,11 @@ fn nginx_handles_200_wrk_connections_without_socket_errors() {
 /// Bad input: a missing configuration file ends redis and nginx with their
 /// own message and status (1, as natively); a host port already in use
 /// is refused by shoal before the program starts (one `shoal:` line,
-/// status 125); a port the instance was not given ends redis with its own
-/// message about the failed `bind`.
+/// status 125); a bind to an address that is not the instance's ends
+/// redis with its own message about the failed `bind`. (A port the
+/// instance was not given on 127.0.0.1 binds inside the instance, as in a
+/// container whose port is not published: redis then runs, reachable
+/// only from inside.)
 #[test]
 fn servers_fail_cleanly_on_bad_input() {
     let dir = scratch();
@@ -565,6 +568,8 @@ fn servers_fail_cleanly_on_bad_input() {
             "/redis.conf",
             "--port",
             "6380",
+            "--bind",
+            "192.0.2.1",
             "--dir",
             "/tmp",
         ]));
