@@ -331,19 +331,24 @@ impl Lo {
         Ok(())
     }
 
-    /// Notes that `h` was set an option (`SOL_SOCKET` ones only while it
-    /// may still move to the host).
-    fn keep_opt(&mut self, h: u64, level: i32, name: i32, val: &[u8]) -> Result<(), Errno> {
+    /// Keeps an option whatever the socket's state (one nothing else keeps).
+    fn keep_any(&mut self, h: u64, level: i32, name: i32, val: &[u8]) -> Result<(), Errno> {
         let m = self.meta_mut(h)?;
-        if level == SOL_SOCKET && m.settled {
-            return Ok(());
-        }
         match m.opts.iter().position(|(l, n, _)| *l == level && *n == name) {
             Some(i) => m.opts[i].2 = val.to_vec(),
             None if m.opts.len() >= MAX_OPTS => return Err(ENOBUFS),
             None => m.opts.push((level, name, val.to_vec())),
         }
         Ok(())
+    }
+
+    /// Notes that `h` was set an option (`SOL_SOCKET` ones only while it
+    /// may still move to the host).
+    fn keep_opt(&mut self, h: u64, level: i32, name: i32, val: &[u8]) -> Result<(), Errno> {
+        if level == SOL_SOCKET && self.meta(h)?.settled {
+            return Ok(());
+        }
+        self.keep_any(h, level, name, val)
     }
 }
 
@@ -560,7 +565,18 @@ impl Backend for Lo {
         let m = self.meta(h)?;
         let (domain, settled) = (m.domain, m.settled);
         match level {
-            SOL_SOCKET => self.u.setsockopt(h, level, name, val)?,
+            SOL_SOCKET => match self.u.setsockopt(h, level, name, val) {
+                // One the table does not keep (`SO_PRIORITY`, `SO_MARK`,
+                // …): kept here, reported back, applied by nothing — or by
+                // the host socket if the socket moves there.
+                Err(e) if e == ENOPROTOOPT && !matches!(name, SO_TYPE | SO_ERROR | SO_ACCEPTCONN | SO_PROTOCOL | SO_DOMAIN) => {
+                    if val.len() > 256 {
+                        return Err(Errno::EINVAL);
+                    }
+                    return self.keep_any(h, level, name, val);
+                }
+                r => r?,
+            },
             IPPROTO_IPV6 if domain != AF_INET6 => return Err(ENOPROTOOPT),
             IPPROTO_IPV6 if name == IPV6_V6ONLY => {
                 let v = i32::from_ne_bytes(val.get(..4).and_then(|b| b.try_into().ok()).ok_or(Errno::EINVAL)?);
@@ -574,17 +590,23 @@ impl Backend for Lo {
                     return Err(Errno::EINVAL);
                 }
             }
+            // Any other level on a socket that may still move to the host
+            // is the host's to answer then (as before it moved).
+            _ if !settled && val.len() <= 256 => return self.keep_any(h, level, name, val),
             _ => return Err(ENOPROTOOPT),
         }
         self.keep_opt(h, level, name, val)
     }
 
     fn getsockopt(&mut self, h: u64, level: i32, name: i32) -> Result<Vec<u8>, Errno> {
-        let m = self.meta(h)?;
+        let m = self.meta(h)?.clone();
         match (level, name) {
             (SOL_SOCKET, SO_DOMAIN) => Ok(int(m.domain)),
             (SOL_SOCKET, SO_PROTOCOL) => Ok(int(m.proto)),
-            (SOL_SOCKET, _) => self.u.getsockopt(h, level, name),
+            (SOL_SOCKET, _) => match self.u.getsockopt(h, level, name) {
+                Err(e) if e == ENOPROTOOPT => m.opts.iter().find(|(l, n, _)| *l == level && *n == name).map(|o| o.2.clone()).ok_or(e),
+                r => r,
+            },
             (IPPROTO_IPV6, _) if m.domain != AF_INET6 => Err(ENOPROTOOPT),
             (IPPROTO_IPV6, IPV6_V6ONLY) => Ok(int(m.v6only as i32)),
             (IPPROTO_IP | IPPROTO_TCP | IPPROTO_UDP | IPPROTO_IPV6, _) => {
