@@ -1,5 +1,5 @@
 /* console N: N writes of two bytes ("x\n") to stdout, each its own
- * write(2) — a program printing many short lines (issue 18: on hvt every
+ * write(2) — a program printing many short lines (on hvt every
  * unbuffered console write was a VM exit). `shoal bench syscall` times it
  * start to exit with stdout in a file. */
 #include <stdlib.h>

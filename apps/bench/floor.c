@@ -1,5 +1,5 @@
 /* floor: the cheapest sandboxed start of an image this host allows, for
- * `shoal bench boot`'s floor rows (issue 18). Built native and static with
+ * `shoal bench boot`'s floor rows (what any sandbox costs before shoal's own work). Built native and static with
  * musl, it does only what any spt-style sandbox must do before and around
  * a program's first output, and nothing of shoal's own work (no tender, no
  * boot spec, no guest kernel):

@@ -1,4 +1,4 @@
-/* idle: the memory experiment's instance (shoal bench memory, seed 000
+/* idle: the memory experiment's instance (shoal bench memory, Spacer-Δ's
  * Fig. 8). Like the paper's Nginx instances, it links the versioned library
  * (SQLite) and then idles: it opens an in-memory database, runs one
  * statement, prints the library version, and sleeps until it is killed.
@@ -9,7 +9,7 @@
  * With an argument N > 0 it exits after N sleeps of 1 ms instead (used by
  * tests). With an argument work=ROWS it first runs a workload — ROWS
  * inserts into an indexed table and a few queries — so that its heap grows
- * before it idles (the experiment's second variant, DESIGN §8). */
+ * before it idles (the experiment's second variant, docs/design.md "Experiments"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * server, one epoll loop that reads a request and writes a fixed RESP reply
  * (nil for GET, +OK otherwise; one per command in the read), with no
  * application work. Run natively and on spt and measured like Redis
- * (README, `shoal bench kv`, "the floor"), the difference is the
+ * (docs/results/http-kv.md, "the floor"), the difference is the
  * platform's own per-request path. Usage: kvfloor [PORT] (default 6379).
  *   shoal cc -O2 apps/bench/kvfloor.c -o kvfloor.img
  *   musl-gcc -static -O2 apps/bench/kvfloor.c -o kvfloor

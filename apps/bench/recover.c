@@ -1,4 +1,4 @@
-/* The system calls of VampOS's Fig. 5 (seed 003) and the cost of a
+/* The system calls of VampOS's Fig. 5 and the cost of a
  * component gate, measured from inside a program: used by `shoal bench
  * recover`, built both as a shoal image (run with the gates, and with
  * `shoal run --no-recover`) and as a native static musl program from this

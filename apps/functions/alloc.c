@@ -1,5 +1,5 @@
 /* alloc: allocates 50 MiB (?mb=, at most 1024) and writes every page, then
- * frees it (a memory workload, seed 002 §4). */
+ * frees it (a memory workload of the serverless-on-the-edge paper, its section 4). */
 #include "fn_http.h"
 #include <stdlib.h>
 

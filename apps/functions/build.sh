@@ -7,7 +7,7 @@
 # and the Lua function runtime OUT/lua (+ OUT/lua.native) from the `lua-fn`
 # recipe (Debian's Lua 5.4 source), with the example handler in OUT/lua-fs
 # (deploy it with "fs": "OUT/lua-fs"; any directory holding a handler.lua
-# will do).
+# will do); and the Go functions OUT/go-NAME (below).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 OUT="${1:-$here/../../build/functions}"
@@ -17,6 +17,21 @@ for f in noop twowrite fib matmul alloc static fileread sleep crash; do
     "$SHOAL" cc -O2 -o "$OUT/$f" "$here/$f.c" "$here/fn_http.c" -lpthread
     musl-gcc -static -O2 -o "$OUT/$f.native" "$here/$f.c" "$here/fn_http.c" -lpthread
 done
+# The Go functions (apps/functions/go/, the paper's Go functions): one
+# static executable each, OUT/go-NAME, which shoal runs unmodified and the
+# process, runc and runsc backends run as it is (OUT/go-NAME.native is the
+# same file). Go >= 1.22 from PATH or /usr/local/go; without it they are
+# left out, and said so.
+GO="$(command -v go || true)"
+[ -n "$GO" ] || GO=/usr/local/go/bin/go
+if [ -x "$GO" ] && "$GO" version | grep -Eq 'go1\.(2[2-9]|[3-9][0-9])'; then
+    for f in noop fib matmul alloc static fileread; do
+        (cd "$here/go" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=mod "$GO" build -trimpath -o "$OUT/go-$f" "./$f")
+        ln -f "$OUT/go-$f" "$OUT/go-$f.native"
+    done
+else
+    echo "build.sh: no Go 1.22 or newer (PATH, /usr/local/go): the Go functions are not built" >&2
+fi
 "$SHOAL" recipe build lua-fn -o "$OUT/lua" --native "$OUT/lua.native"
 mkdir -p "$OUT/lua-fs"
 cp "$here/lua/handler.lua" "$OUT/lua-fs/handler.lua"

@@ -1,5 +1,5 @@
 /* fib: the n-th Fibonacci number, computed the slow recursive way (a pure
- * CPU workload, seed 002 §4). GET /?n=N, default 30, at most 45. */
+ * CPU workload of the serverless-on-the-edge paper, its section 4). GET /?n=N, default 30, at most 45. */
 #include "fn_http.h"
 
 static long fib(long n)

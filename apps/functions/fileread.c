@@ -1,6 +1,6 @@
 /* fileread: reads /data.bin of the function's root file system (50 MiB
  * from apps/functions/build.sh) into memory and answers its size and a
- * checksum (a file-system workload, seed 002 §4). */
+ * checksum (a file-system workload of the serverless-on-the-edge paper, its section 4). */
 #include "fn_http.h"
 #include <fcntl.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* lua_fn: the Lua function runtime of `shoal serve` — the counterpart of
- * seed 002's Node.js functions. One image (built by the `lua-fn` recipe from
+ * the Node.js functions of the serverless-on-the-edge paper. One image (built by the `lua-fn` recipe from
  * Debian's Lua 5.4 source plus fn_http.c) serves any handler script found in
  * the function's root file system, so deploying a Lua function is deploying
  * this image with an `fs` directory that holds `handler.lua`.

@@ -1,6 +1,6 @@
 /* matmul: multiplies two n x n matrices of doubles (default 1024, ?n=, at
  * most 2048) and answers the sum of the product (a CPU and memory
- * bandwidth workload, seed 002 §4). */
+ * bandwidth workload of the serverless-on-the-edge paper, its section 4). */
 #include "fn_http.h"
 #include <stdlib.h>
 

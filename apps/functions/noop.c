@@ -1,4 +1,4 @@
-/* noop: answers at once (seed 002's minimal function; the gateway's overhead). */
+/* noop: answers at once (the serverless-on-the-edge paper's minimal function; the gateway's overhead). */
 #include "fn_http.h"
 
 int handle(const char *method, const char *path, const char *query, const char *body, size_t len, struct reply *r)

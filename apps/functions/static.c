@@ -1,5 +1,5 @@
 /* static: serves a file of the function's root file system (a network
- * workload, seed 002 §4): GET / sends /data.bin (apps/functions/build.sh
+ * workload of the serverless-on-the-edge paper, its section 4): GET / sends /data.bin (apps/functions/build.sh
  * makes a 50 MiB one), GET /NAME sends /NAME. Under shoal the root is the
  * archive given with --fs (the gateway's per-function `fs`); natively it
  * is $FN_ROOT. */

@@ -1,4 +1,4 @@
-/* Console output order (issue 18: hvt buffers stdout in the guest). Modes:
+/* Console output order (hvt buffers stdout in the guest). Modes:
  *   lines N  N short writes to stdout, each its own write(2) of "i\n"
  *   crash    stdout, stderr, stdout, then a write through a null pointer
  *   wait     "ready" on stdout, then waits for a line on stdin and echoes it

@@ -1,7 +1,7 @@
 /* System calls asked to write into memory the program may not write must
- * fail with EFAULT, as on Linux, and leave the instance running (issue 12,
- * item 5): the image's code and read-only data, read-only and PROT_NONE
- * mappings, and unmapped memory. Each line names the call and what it
+ * fail with EFAULT, as on Linux, and leave the instance running: the
+ * image's code and read-only data, read-only and PROT_NONE mappings, and
+ * unmapped memory. Each line names the call and what it
  * returned (tests/hostile.rs expects EFAULT for each, on spt and hvt). A
  * native build cannot be compared: there clock_gettime runs in the vDSO,
  * which writes the result itself and faults. */

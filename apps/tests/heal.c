@@ -1,4 +1,4 @@
-/* Rebooting vfs and ramfs (issue 19): state the program can observe —
+/* Rebooting vfs and ramfs (docs/recovery.md): state the program can observe —
  * open descriptors, their offsets, status and close-on-exec flags, dup'ed
  * descriptors sharing an offset, an unlinked file still open, a pipe with
  * unread bytes, a renamed directory, file contents, the umask and the

@@ -1,4 +1,4 @@
-/* A hostile hvt guest (issue 12, item 3): it runs at CPL 3 with IOPL 3, so
+/* A hostile hvt guest: it runs at CPL 3 with IOPL 3, so
  * it can write the hypercall ports itself. `hvt_forged fault` writes a
  * made-up fault report to the fault port, pointing where the CPL-0
  * exception stub puts its real ones; `hvt_forged code` asks for a console

@@ -1,5 +1,5 @@
 /* Freed memory that the kernel keeps for reuse goes back to the host once
- * the instance idles (issue 18; shoal_sched::IDLE_RELEASE_NS). mm keeps up
+ * the instance idles (shoal_sched::IDLE_RELEASE_NS). mm keeps up
  * to 2 MiB of freed pages resident, so 1 MiB unmapped stays with the host
  * until then. The test reads the tender's resident set at each step, which
  * the program announces on stdout:

@@ -1,4 +1,4 @@
-/* Freed memory goes back to the host (issue 15, item 1): the test reads the
+/* Freed memory goes back to the host: the test reads the
  * tender's resident set (/proc/PID/status) at each step, which the program
  * announces on stdout and then waits for a line on stdin to leave.
  *   1. 64 MiB mapped and written: "touched"

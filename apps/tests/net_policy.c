@@ -1,7 +1,7 @@
 /* net_policy: what a guest tries against the tenders' network policy, for
- * the tests of issue 31 (items 3-6). Each mode prints one line per call:
- * "CALL: ok" (or the result) or "CALL: ERRNAME", so a test compares exact
- * errnos.
+ * the network-policy bypass tests (docs/architecture.md, threat model).
+ * Each mode prints one line per call: "CALL: ok" (or the result) or
+ * "CALL: ERRNAME", so a test compares exact errnos.
  *
  *   unspec PORT   a UDP sendto 127.0.0.1:PORT with the family AF_UNSPEC
  *                 (Linux's UDP takes it as AF_INET)

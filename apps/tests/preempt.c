@@ -1,4 +1,4 @@
-/* Threads that never block (issue 17, item 7): without preemption the
+/* Threads that never block: without preemption the
  * first one to spin keeps the only vCPU and the others never run.
  *
  *   preempt two      two threads spin on shared volatile counters while

@@ -1,4 +1,4 @@
-/* A hostile guest and the Preempt hypercall (issue 17, item 7): the
+/* A hostile guest and the Preempt hypercall: the
  * program makes the hypercall itself (spt: through the entry in the boot
  * info; hvt: the port, IOPL 3) with bad arguments, which the tender
  * refuses with an error, then registers an area of its own whose entry is

@@ -1,4 +1,4 @@
-/* Component recovery (issue 19): many calls into the stateless kernel
+/* Component recovery: many calls into the stateless kernel
  * components (user, sysinfo, time) and process, each result checked, so
  * that a component rebooted under the program (shoal run --inject
  * COMPONENT:panic@N) shows as a wrong or missing answer if anything was

@@ -1,4 +1,4 @@
-/* /dev/shm and System V IPC inside an instance (issue 17, item 9):
+/* /dev/shm and System V IPC inside an instance:
  * shm_open and sem_open in a memory-backed /dev/shm, System V shared
  * memory, semaphore sets and message queues, with blocking between
  * threads. Prints the same natively and on shoal. */

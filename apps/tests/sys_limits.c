@@ -1,4 +1,4 @@
-/* Resource limits enforced and signal masks applied (issue 17, item 5):
+/* Resource limits enforced and signal masks applied:
  * RLIMIT_NOFILE (EMFILE), RLIMIT_AS and RLIMIT_DATA (ENOMEM from mmap and
  * brk), RLIMIT_FSIZE (EFBIG and SIGXFSZ), handlers on the alternate
  * signal stack, and the signal masks of ppoll and pselect6. Prints the

@@ -1,4 +1,4 @@
-/* Advisory locks (issue 17, item 3): flock, POSIX record locks and
+/* Advisory locks: flock, POSIX record locks and
  * open-file-description locks conflict as on Linux, F_GETLK reports the
  * holder, blocking waits block only the calling thread, and locks go on
  * close (POSIX: any close of the file; OFD/flock: the description's last).

@@ -1,4 +1,4 @@
-/* MAP_SHARED file mappings (issue 17, item 4) are the file: stores through
+/* MAP_SHARED file mappings are the file: stores through
  * one mapping are seen through every other mapping of the same file (from
  * another descriptor, at another offset, in another thread) and by read();
  * write()/pwrite() are seen by the mappings; ftruncate and growth behave as

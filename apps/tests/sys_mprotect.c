@@ -1,4 +1,4 @@
-/* mprotect for real (issue 17, item 1).
+/* mprotect for real: protections reach the host's pages.
  *   sys_mprotect prot        PROT_NONE and back, read-only, contents kept: prints, exits 0
  *   sys_mprotect none        touches a PROT_NONE page: killed by SIGSEGV
  *   sys_mprotect readonly    writes a PROT_READ page: killed by SIGSEGV

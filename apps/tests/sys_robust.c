@@ -1,4 +1,4 @@
-/* Robust and priority-inheritance mutexes (issue 17, item 8): a robust
+/* Robust and priority-inheritance mutexes: a robust
  * mutex whose owner exited gives EOWNERDEAD (also to a waiter blocked at
  * the time), PI mutexes lock, contend and hand over, and the raw futex
  * protocol — FUTEX_LOCK_PI/TRYLOCK_PI/UNLOCK_PI, FUTEX_WAITERS, EDEADLK,

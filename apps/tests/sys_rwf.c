@@ -1,4 +1,4 @@
-/* preadv2/pwritev2 and their RWF_* flags (issue 17, item 2) as Linux
+/* preadv2/pwritev2 and their RWF_* flags as Linux
  * honours them on tmpfs, pipes and the memory devices. Prints the same
  * natively (the file in /dev/shm, a tmpfs) and on shoal. */
 #define _GNU_SOURCE

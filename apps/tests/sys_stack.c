@@ -1,4 +1,4 @@
-/* RLIMIT_STACK (issue 17, item 10): the hard limit is unlimited as on
+/* RLIMIT_STACK: the hard limit is unlimited as on
  * Linux, so a program may raise the soft limit above 8 MiB; what is set is
  * what is reported. Prints the same natively and on shoal. */
 #include <errno.h>

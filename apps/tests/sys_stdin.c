@@ -1,4 +1,4 @@
-/* Standard input (issue 17, item 6): a cat-like program that numbers the
+/* Standard input: a cat-like program that numbers the
  * lines it reads from stdin, waits for input with poll first, and reports
  * whether stdin is a terminal, the totals and end of input. Fed the same
  * script, it prints the same natively and on shoal. */

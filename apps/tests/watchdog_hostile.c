@@ -1,4 +1,4 @@
-/* A hostile guest and the hang watchdog (issue 19): the program makes the
+/* A hostile guest and the hang watchdog: the program makes the
  * hypercalls itself (spt: through the entry in the boot info; hvt: the
  * port, IOPL 3). It registers a preemption area and a fault entry of its
  * own, claims a gated call in progress in the area's watch words, asks

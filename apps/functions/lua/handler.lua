@@ -1,5 +1,5 @@
 -- The example handler of the Lua function runtime (apps/functions/lua_fn.c).
--- GET /            -> "hello from Lua"   (a no-op: seed 002's Node.js no-op counterpart)
+-- GET /            -> "hello from Lua"   (a no-op: the counterpart of the serverless paper's Node.js no-op)
 -- GET /fib?n=N     -> the N-th Fibonacci number, computed recursively in Lua
 -- POST /echo       -> the request body, unchanged (application/octet-stream)
 

@@ -1,7 +1,7 @@
 //! The hypercall ABI between a shoal image (its kernel) and a tender.
 //!
 //! This crate is the one place where the two sides of the trust boundary
-//! agree on bytes (DESIGN §3), in the spirit of Solo5's `hvt_abi.h`: it holds
+//! agree on bytes (docs/design.md "Tenders and hypercalls"), in the spirit of Solo5's `hvt_abi.h`: it holds
 //! only `#[repr(C)]` structures and constants, has no dependencies, and is
 //! `no_std` so the guest kernel and the host tenders both build it.
 //!
@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 14;
+pub const ABI_VERSION: u32 = 15;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -236,7 +236,7 @@ pub const RECOVER_LOG_SHRINK_SHIFT: u32 = 32;
 /// The [`RECOVER_LOG_SHRINK_SHIFT`] value for "never shrink".
 pub const LOG_SHRINK_NEVER: u32 = u32::MAX;
 
-/// The watchdog limit unless told otherwise: 1 s (issue 19).
+/// The watchdog limit unless told otherwise: 1 s.
 pub const DEFAULT_WATCHDOG_NS: u64 = 1_000_000_000;
 
 /// What the tender passes as the first argument (`rdi`, where a CPU fault
@@ -246,7 +246,7 @@ pub const DEFAULT_WATCHDOG_NS: u64 = 1_000_000_000;
 pub const FAULT_HANG: u64 = 0x100;
 
 /// The kernel components, in the order of their numbers (index + 1) in
-/// [`Inject::component`] and in the kernel's recovery records (DESIGN §6).
+/// [`Inject::component`] and in the kernel's recovery records (docs/design.md "Components and recovery").
 pub const COMPONENTS: [&str; 11] = ["plat", "mm", "sched", "vfs", "ramfs", "time", "process", "sysinfo", "user", "net", "syscall"];
 
 /// A fault the kernel injects into one of its components at the
@@ -689,10 +689,32 @@ pub struct ProtectArgs {
     pub len: u64,
     /// [`PROT_READ`] and [`PROT_WRITE`] bits.
     pub prot: u64,
-    /// Out: 0, or a negative Linux errno (`EINVAL` for a range or
-    /// protection the tender does not allow).
+    /// Out: 0, [`PROTECT_FLUSH`], or a negative Linux errno (`EINVAL`
+    /// for a range or protection the tender does not allow).
     pub ret: i64,
 }
+
+/// The result of a [`Hypercall::Protect`] or [`Hypercall::Alias`] that
+/// took away access a page had (or showed another page there): done, and
+/// the guest must flush its TLB (on hvt: `int3` with
+/// [`HVT_TLB_FLUSH_MAGIC`]). 0 means done with access only added, where
+/// no translation can be stale: a page that was not present or read-only
+/// faults, and the fault makes the CPU (and KVM, which shadows the tables
+/// on a host without EPT) read the new entry. So a change that only grants
+/// costs neither a flush nor, on hvt, KVM dropping its shadow of the
+/// tables (which every later page touch would pay for).
+pub const PROTECT_FLUSH: i64 = 1;
+
+/// A flag in [`ProtectArgs::prot`]: no page of the range has been touched
+/// since the host last backed it (the kernel's *clean* free memory: never
+/// handed out, or given back with [`Hypercall::Release`], whose host pages
+/// were dropped with every translation of them). So no translation of it
+/// can be stale, and taking access away needs no flush: the answer is 0.
+/// A guest that sets it wrongly only keeps its own stale translations of
+/// its own memory. Placing mappings without access (a thread stack's
+/// guard, a runtime's address-space reservation) on clean memory makes
+/// them cost no flush on hvt.
+pub const PROTECT_UNTOUCHED: u64 = 1 << 8;
 
 /// Arguments of [`Hypercall::Alias`]: from now on the guest pages
 /// `[dst, dst + len)` show the guest pages `[src, src + len)` (the same
@@ -727,8 +749,8 @@ pub struct AliasArgs {
     pub len: u64,
     /// [`PROT_READ`] and [`PROT_WRITE`] bits.
     pub prot: u64,
-    /// Out: 0, or a negative Linux errno (`EINVAL` for a range or
-    /// protection the tender does not allow).
+    /// Out: 0, [`PROTECT_FLUSH`], or a negative Linux errno (`EINVAL`
+    /// for a range or protection the tender does not allow).
     pub ret: i64,
 }
 

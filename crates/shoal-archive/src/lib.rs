@@ -1,4 +1,4 @@
-//! The root file-system archive (DESIGN §3, §6 `ramfs`).
+//! The root file-system archive (docs/design.md "Tenders and hypercalls"; read by the kernel's `ramfs`).
 //!
 //! `shoal run --fs DIR` packs `DIR` into one archive; the tender maps it
 //! read-only into guest memory and tells the kernel where it is

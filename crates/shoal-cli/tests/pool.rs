@@ -203,3 +203,24 @@ fn a_tampered_pool_file_is_refused_unless_fallback_is_asked_for() {
     assert!(stdout(&o).contains("ready 2"), "{}", stdout(&o));
     assert!(stderr(&o).contains("falling back to memory mode copy"), "{}", stderr(&o));
 }
+
+/// An image is shipped without its debug information, which stays beside
+/// it (`IMAGE.debug`, linked from the image), and a glob naming both (as
+/// `shoal pool add out/*` does) names the image once.
+#[test]
+fn images_keep_their_debug_information_beside_them() {
+    let dir = scratch();
+    let [image, _] = two_images(dir.path());
+    let debug = dir.path().join("app-v1.debug");
+    let sections = |p: &Path| output(Command::new("readelf").arg("-S").arg(p)).stdout;
+    let shipped = String::from_utf8_lossy(&sections(&image)).to_string();
+    assert!(!shipped.contains(".debug_info"), "the image carries DWARF: {shipped}");
+    assert!(shipped.contains(".gnu_debuglink"), "no link to the debug file: {shipped}");
+    assert!(String::from_utf8_lossy(&sections(&debug)).contains(".debug_info"), "no DWARF beside the image");
+    assert!(std::fs::metadata(&image).unwrap().len() < std::fs::metadata(&debug).unwrap().len(), "DWARF is most of a linked image");
+    let pool = pool_dir();
+    let manifest = format!("{}.manifest.json", image.display());
+    let o = output(shoal().args(["pool", "add"]).arg(&image).arg(&debug).arg(&manifest).env("SHOAL_POOL_DIR", pool.path()));
+    assert!(o.status.success(), "shoal pool add IMAGE IMAGE.debug MANIFEST: {}", stderr(&o));
+    assert_eq!(stdout(&o).lines().count(), 1, "{}", stdout(&o));
+}

@@ -1,4 +1,4 @@
-//! The Δ-versioner (DESIGN §5, seed 000 §IV-A): turns the relocatable
+//! The Δ-versioner (docs/design.md "Layout policies"; Spacer-Δ's section IV-A): turns the relocatable
 //! x86-64 objects of versions 1..k of **one** library into
 //!
 //! - `base.o` — version 1, rewritten;
@@ -16,7 +16,7 @@
 //!
 //! # Design
 //!
-//! The work is done on relocatable objects, before linking (DESIGN §5
+//! The work is done on relocatable objects, before linking (docs/design.md "Layout policies"
 //! allows this instead of the paper's binary rewriting): no disassembler is
 //! needed, because every place that names a function is a relocation.
 //!
@@ -131,7 +131,7 @@ pub use emit::TPL_PREFIX;
 /// macros it uses); `inline` and `always_inline` functions are still
 /// inlined. On SQLite 3.35.4 → 3.36.0 the delta's code goes from 77% of
 /// version 1's to 57% (3.38.0 → 3.38.2: from 27% to 5%), for up to 10%
-/// of speedtest1's speed (docs/versioning.md). Correctness does not
+/// of speedtest1's speed (docs/results/pages.md). Correctness does not
 /// depend on them: whatever gcc decides shows in the compiled code the
 /// versioner compares.
 pub const VERSIONED_CFLAGS: &[&str] = &[

@@ -502,8 +502,14 @@ pub fn handle(
                 Err(r) => return Action::Refused(r),
             };
             let prot = a.prot;
-            let each =
-                g.alias.map(|f| move |p: shoal_abi::AliasPair| f(&shoal_abi::AliasArgs { dst: p.dst, src: p.src, len: shoal_abi::PAGE_SIZE, prot, ret: 0 }));
+            // The guest flushes after every list, so a pair's
+            // PROTECT_FLUSH is only "done" here.
+            let each = g.alias.map(|f| {
+                move |p: shoal_abi::AliasPair| {
+                    let r = f(&shoal_abi::AliasArgs { dst: p.dst, src: p.src, len: shoal_abi::PAGE_SIZE, prot, ret: 0 });
+                    r.map(|r| if r == shoal_abi::PROTECT_FLUSH { 0 } else { r })
+                }
+            });
             let r = each_listed(g, a.pairs, a.count, shoal_abi::ALIAS_LIST_MAX, each);
             answer(g, call, arg, r, |ret| {
                 a.ret = ret;

@@ -1,4 +1,4 @@
-//! The hvt tender: runs a shoal image in a KVM virtual machine (DESIGN §3).
+//! The hvt tender: runs a shoal image in a KVM virtual machine (docs/design.md "Tenders and hypercalls").
 //!
 //! The guest runs entirely at **CPL 3 with IOPL 3**, entered straight from
 //! `KVM_SET_SREGS`: on the nested, paravirtual KVM shoal targets, CPL-3 code
@@ -32,7 +32,7 @@
 //!
 //! # Networking
 //!
-//! Host-socket passthrough (DESIGN §3.1), as on spt, with the VMM as the
+//! Host-socket passthrough (docs/design.md "Networking"), as on spt, with the VMM as the
 //! owner of the sockets (`src/net.rs`): [`run`] opens the published ports and
 //! adopts `--listen-fd` sockets before boot and hands them to the guest as
 //! handles of the VMM's table (never its descriptor numbers); the `Net`
@@ -49,7 +49,7 @@
 //! # Protection keys
 //!
 //! This nested KVM does not enforce protection keys in guest page tables
-//! (DESIGN §1), so hvt neither advertises PKU to the guest nor relies on
+//! (docs/design.md "Host facts"), so hvt neither advertises PKU to the guest nor relies on
 //! it: component isolation with keys is not available on hvt.
 //!
 //! # Dependencies
@@ -286,7 +286,7 @@ pub fn run(cfg: &RunConfig) -> Result<i32, HvtError> {
     if let Some(m) = outcome.message() {
         let _ = writeln!(console.stderr, "shoal: {m}");
     }
-    // Exits are what hvt's hot paths cost (DESIGN §1: ~27 µs each here);
+    // Exits are what hvt's hot paths cost (docs/design.md "Host facts": ~27 µs each here);
     // SHOAL_HVT_STATS=1 counts them, to measure and compare.
     if std::env::var_os("SHOAL_HVT_STATS").is_some_and(|v| v == "1") {
         let _ = writeln!(console.stderr, "shoal: hvt stats: {}", t.stats_line());
@@ -508,18 +508,19 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
 
     let mut wrote = false;
     let tables = protect::Tables { low: &vm.memory, pool: &vm.tables, heap_start: p.layout.heap_start, mem_size };
-    // KVM's shadow of the page tables is dropped after the handler, in
-    // this loop; the guest flushes its TLB itself afterwards (int3 with
-    // shoal_abi::HVT_TLB_FLUSH_MAGIC).
+    // Whether a hypercall took access away from some page: then KVM's
+    // shadow of the page tables is dropped after the handler, in this loop
+    // (`protect` says why only then); the guest flushes its TLB itself
+    // afterwards (int3 with shoal_abi::HVT_TLB_FLUSH_MAGIC).
     let changed = std::cell::Cell::new(false);
     let apply = |a: &shoal_abi::ProtectArgs| {
         let r = tables.protect(a)?;
-        changed.set(changed.get() || r == 0);
+        changed.set(changed.get() || r == shoal_abi::PROTECT_FLUSH);
         Ok(r)
     };
     let alias = |a: &shoal_abi::AliasArgs| {
         let r = tables.alias(a)?;
-        changed.set(changed.get() || r == 0);
+        changed.set(changed.get() || r == shoal_abi::PROTECT_FLUSH);
         Ok(r)
     };
     let release = |addr: u64, len: u64| tables.release(addr, len);

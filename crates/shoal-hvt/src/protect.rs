@@ -28,12 +28,22 @@
 //! KVM flush the guest's TLB cheaply: rewriting CR3 through
 //! `KVM_SET_SREGS`, even with a changed PWT bit, left stale translations
 //! here (a page made `PROT_NONE` stayed readable). So the guest flushes
-//! itself: after a successful `Protect` the kernel executes
-//! `int HVT_TLB_FLUSH_VECTOR`, whose DPL-3 gate (`x86::FLUSH_VECTOR`) runs
-//! `mov cr3, cr3` at CPL 0 and returns.
+//! itself: after a `Protect` or `Alias` that answers
+//! `shoal_abi::PROTECT_FLUSH` the kernel executes `int3` with
+//! `shoal_abi::HVT_TLB_FLUSH_MAGIC` in rax, whose DPL-3 gate runs
+//! `mov cr3, cr3` at CPL 0 and returns. On a host without EPT (nested, as
+//! here) KVM also keeps a shadow of the tables that neither that reload
+//! nor an `invlpg` refreshes (it re-reads only entries the guest wrote
+//! through its own mappings, and the guest has none of its tables), so
+//! after such a change the VMM makes KVM drop its shadow
+//! (`Vm::forget_translations`). A change that only adds access needs
+//! neither: a fault on the old entry makes KVM read the new one. That
+//! keeps a thread's start and end (`mmap` of its stack without access,
+//! `mprotect` of all but the guard page, `munmap`) at one shadow rebuild
+//! instead of three.
 
 use crate::x86;
-use shoal_abi::{AliasArgs, ProtectArgs, PAGE_SIZE, PROT_READ, PROT_WRITE};
+use shoal_abi::{AliasArgs, ProtectArgs, PAGE_SIZE, PROTECT_FLUSH, PROTECT_UNTOUCHED, PROT_READ, PROT_WRITE};
 use vm_memory::{Bytes, GuestRegionMmap, MemoryRegionAddress};
 
 /// Guest-physical address of the page-table pool: above the 4 GiB guest
@@ -76,7 +86,7 @@ impl Tables<'_> {
     /// `Err` means the VMM's own tables are broken (stop the guest).
     pub fn protect(&self, a: &ProtectArgs) -> Result<i64, String> {
         let einval = -i64::from(libc::EINVAL);
-        if a.prot & !(PROT_READ | PROT_WRITE) != 0 || a.len == 0 || !a.addr.is_multiple_of(PAGE_SIZE) || !a.len.is_multiple_of(PAGE_SIZE) {
+        if a.prot & !(PROT_READ | PROT_WRITE | PROTECT_UNTOUCHED) != 0 || a.len == 0 || !a.addr.is_multiple_of(PAGE_SIZE) || !a.len.is_multiple_of(PAGE_SIZE) {
             return Ok(einval);
         }
         let Some(end) = a.addr.checked_add(a.len) else { return Ok(einval) };
@@ -84,17 +94,20 @@ impl Tables<'_> {
             return Ok(einval);
         }
         let bits = bits_of(a.prot);
+        let mut weakened = false;
         let mut page = a.addr;
         while page < end {
             let pt = self.table_of(page)?;
             let at = pt + ((page % MIB2) / PAGE_SIZE) * 8;
+            let entry = self.read(at)?;
             // The page the entry points at (itself, or what an alias set).
-            let old = self.read(at)? & x86::ADDR_MASK;
+            let old = entry & x86::ADDR_MASK;
             let target = if old != 0 { old } else { page };
+            weakened |= takes_away(entry, bits);
             self.write(at, target | bits)?;
             page += PAGE_SIZE;
         }
-        Ok(0)
+        Ok(if weakened && a.prot & PROTECT_UNTOUCHED == 0 { PROTECT_FLUSH } else { 0 })
     }
 
     /// Points the entries of `[a.dst, a.dst + a.len)` at the guest-physical
@@ -119,14 +132,20 @@ impl Tables<'_> {
             return Ok(0);
         }
         let bits = bits_of(prot);
+        let mut weakened = false;
         let mut off = 0;
         while off < a.len {
             let page = a.dst + off;
             let pt = self.table_of(page)?;
-            self.write(pt + ((page % MIB2) / PAGE_SIZE) * 8, (a.src + off) | bits)?;
+            let at = pt + ((page % MIB2) / PAGE_SIZE) * 8;
+            let entry = self.read(at)?;
+            // A present entry that shows another page now is as stale as
+            // one that lost access.
+            weakened |= takes_away(entry, bits) || (entry & x86::PTE_P != 0 && entry & x86::ADDR_MASK != a.src + off);
+            self.write(at, (a.src + off) | bits)?;
             off += PAGE_SIZE;
         }
-        Ok(0)
+        Ok(if weakened { PROTECT_FLUSH } else { 0 })
     }
 
     /// Gives the host memory behind the guest-physical pages `[addr, addr +
@@ -175,6 +194,17 @@ impl Tables<'_> {
         self.write(pde_at, pt | x86::DIR_BITS)?;
         Ok(pt)
     }
+}
+
+/// Whether leaf entry `entry` becoming `bits` takes access away (present
+/// to not present, or writable to read-only): a translation of the old
+/// entry, in the TLB or in KVM's shadow of the tables, would then allow
+/// more than the tables do. Access only added needs no flush (see
+/// `shoal_abi::PROTECT_FLUSH`).
+fn takes_away(entry: u64, bits: u64) -> bool {
+    let present = |e: u64| e & x86::PTE_P != 0;
+    let writable = |e: u64| present(e) && e & x86::PTE_RW != 0;
+    (present(entry) && !present(bits)) || (writable(entry) && !writable(bits))
 }
 
 /// The leaf bits for `PROT_*` bits `prot` (0: not present).
@@ -226,5 +256,28 @@ mod tests {
         }
         assert_eq!(low.read_obj::<u32>(MemoryRegionAddress(0)).unwrap(), 0x5a5a_5a5a, "below heap_start: untouched");
         assert_eq!(low.read_obj::<u32>(MemoryRegionAddress(mem - PAGE_SIZE)).unwrap(), 0x5a5a_5a5a);
+    }
+
+    /// Taking access away answers PROTECT_FLUSH (the guest flushes and
+    /// KVM's shadow is dropped); adding access, or taking it from pages
+    /// the guest says were never touched, answers 0.
+    #[test]
+    fn only_taking_access_away_asks_for_a_flush() {
+        use vm_memory::{GuestAddress, MmapRegion};
+        let mem = 4u64 << 20;
+        let low = GuestRegionMmap::new(MmapRegion::<()>::new(mem as usize).unwrap(), GuestAddress(0)).unwrap();
+        let pool = GuestRegionMmap::new(MmapRegion::<()>::new(pool_size(mem) as usize).unwrap(), GuestAddress(POOL_ADDR)).unwrap();
+        // A page directory entry mapping [2 MiB, 4 MiB) as one read-write page.
+        low.write_obj((2u64 << 20) | x86::PTE_PS | x86::leaf_bits(x86::PagePerm::UserRw), MemoryRegionAddress(x86::pd_entry_addr(1))).unwrap();
+        let t = Tables { low: &low, pool: &pool, heap_start: 2 << 20, mem_size: mem };
+        let p = |prot: u64| ProtectArgs { addr: 2 << 20, len: 2 * PAGE_SIZE, prot, ret: 0 };
+        assert_eq!(t.protect(&p(PROT_READ | PROT_WRITE)), Ok(0), "unchanged");
+        assert_eq!(t.protect(&p(PROT_READ)), Ok(PROTECT_FLUSH), "read-write to read-only");
+        assert_eq!(t.protect(&p(PROT_READ | PROT_WRITE)), Ok(0), "read-only to read-write");
+        assert_eq!(t.protect(&p(0)), Ok(PROTECT_FLUSH), "to no access");
+        assert_eq!(t.protect(&p(PROT_READ)), Ok(0), "no access to read-only");
+        assert_eq!(t.protect(&p(PROTECT_UNTOUCHED)), Ok(0), "untouched pages need no flush");
+        assert_eq!(t.protect(&p(PROT_READ | PROT_WRITE | PROTECT_UNTOUCHED)), Ok(0));
+        assert_eq!(t.protect(&p(PROT_READ | 1 << 9)), Ok(-i64::from(libc::EINVAL)), "unknown bits");
     }
 }

@@ -415,7 +415,7 @@ fn decode_cpuid(bytes: &[u8], key: &str) -> Option<Vec<kvm_cpuid_entry2>> {
 
 /// The guest CPUID: what KVM supports, plus the features the host really
 /// has that this nested KVM does not advertise but does run natively at
-/// CPL 3 (DESIGN §1): XSAVE, AVX, FSGSBASE, AVX2, and the XSAVE leaf 0xd.
+/// CPL 3 (docs/design.md "Host facts"): XSAVE, AVX, FSGSBASE, AVX2, and the XSAVE leaf 0xd.
 /// PKU is left out on purpose: this KVM does not enforce protection keys.
 fn adjust_cpuid(cpuid: &mut CpuId) {
     let host = |leaf: u32, sub: u32| core::arch::x86_64::__cpuid_count(leaf, sub);

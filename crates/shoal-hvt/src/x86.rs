@@ -110,7 +110,7 @@ pub const RFLAGS: u64 = 0x2 | (3 << 12);
 
 /// Page-table entry bits the VMM's `Protect` handler uses.
 pub(crate) const PTE_P: u64 = 1;
-const PTE_RW: u64 = 1 << 1;
+pub(crate) const PTE_RW: u64 = 1 << 1;
 const PTE_US: u64 = 1 << 2;
 const PTE_A: u64 = 1 << 5;
 const PTE_D: u64 = 1 << 6;

@@ -1,5 +1,5 @@
 //! Safe places on the host for what shoal writes outside the user's own
-//! directories (DESIGN §3–4: the TSC calibration cache, the library pool).
+//! directories (docs/design.md "Tenders and hypercalls", "Memory and sharing": the TSC calibration cache, the library pool).
 //!
 //! `/dev/shm` and `/tmp` are writable by every local user, so a fixed name
 //! there is a place another user can get to first: with a symbolic link, to

@@ -1,5 +1,5 @@
 //! `--inject COMPONENT:KIND@N`: a fault the kernel injects into one of its
-//! components at the N-th call into it (issue 19, component-level
+//! components at the N-th call into it (component-level
 //! recovery). Tests and benchmarks use it to make a component fail on
 //! purpose and watch the kernel reboot it; the kernel receives it in the
 //! boot information ([`shoal_abi::Inject`]).

@@ -1,5 +1,5 @@
 //! What an instance may reach on the network, decided by the caller before
-//! the first guest instruction (DESIGN §3.1), and the listening host
+//! the first guest instruction (docs/design.md "Networking"), and the listening host
 //! sockets a tender opens for it. Shared by spt and hvt.
 //!
 //! - inbound: `--publish [HOSTADDR:]HOSTPORT:GUESTPORT[/udp]` ([`Publish`]):

@@ -1,4 +1,4 @@
-//! The library pool (DESIGN §4, memory mode `pool`; seed 000's "custom
+//! The library pool (docs/design.md "Memory and sharing", memory mode `pool`; Spacer-Δ's "custom
 //! loader with a shared library pool").
 //!
 //! The read-only pages (code and rodata) of each library version are kept

@@ -1,4 +1,4 @@
-//! TSC calibration: the guest keeps time by reading the TSC (DESIGN §3), so
+//! TSC calibration: the guest keeps time by reading the TSC (docs/design.md "Tenders and hypercalls"), so
 //! the tender tells it the TSC frequency and one (TSC, wall clock) pair.
 //!
 //! Measuring the frequency takes about 20 ms, too much for every cold start,

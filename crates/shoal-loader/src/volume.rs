@@ -1,5 +1,5 @@
 //! Volumes: a host directory whose contents an instance keeps across runs
-//! (`shoal run --volume HOSTDIR:GUESTDIR`; issue 15, DESIGN §3–4).
+//! (`shoal run --volume HOSTDIR:GUESTDIR`; docs/design.md "Tenders and hypercalls", "Memory and sharing").
 //!
 //! At start the front end packs HOSTDIR into the root archive at GUESTDIR
 //! (`shoal_archive::pack_with_volume`), where the guest reads and writes it

@@ -1,4 +1,4 @@
-//! The hang watchdog's bookkeeping (issue 19), shared by both tenders'
+//! The hang watchdog's bookkeeping (component recovery), shared by both tenders'
 //! preemption-tick handlers: at each tick the tender reads the kernel's
 //! `watch` and `watch_seq` words (`shoal_abi::PreemptArea`) and [`step`]
 //! ages the gated call in progress; a call that is still the same one

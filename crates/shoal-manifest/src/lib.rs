@@ -1,4 +1,4 @@
-//! The image manifest (DESIGN §4; the "description file" of seed 000).
+//! The image manifest (docs/design.md "Memory and sharing"; Spacer-Δ's "description file").
 //!
 //! `shoal build` writes `IMAGE.manifest.json` next to every image. It lists
 //! each library the image holds (kernel components, libc, the compiler
@@ -46,7 +46,7 @@ pub enum ManifestError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LibraryKind {
-    /// A kernel component (DESIGN §6) or the kernel's Rust runtime.
+    /// A kernel component (docs/design.md "Components and recovery") or the kernel's Rust runtime.
     Kernel,
     /// shoal's libc.
     Libc,
@@ -268,12 +268,15 @@ impl Manifest {
     }
 
     /// The images a command line names, each once and in order: a shell
-    /// glob such as `out/*` also names the manifests, and a manifest
-    /// (`IMAGE.manifest.json`) stands for its image.
+    /// glob such as `out/*` also names the manifests and the debug
+    /// information, and a manifest (`IMAGE.manifest.json`) or an image's
+    /// debug information (`IMAGE.debug`, which `shoal build` keeps beside
+    /// it) stands for its image.
     pub fn images_named(paths: &[PathBuf]) -> Vec<PathBuf> {
         let mut list: Vec<PathBuf> = Vec::new();
         for p in paths {
-            let img = match p.to_str().and_then(|s| s.strip_suffix(".manifest.json")) {
+            let companion = p.to_str().and_then(|s| s.strip_suffix(".manifest.json").or_else(|| s.strip_suffix(".debug")));
+            let img = match companion {
                 Some(stem) => PathBuf::from(stem),
                 None => p.clone(),
             };

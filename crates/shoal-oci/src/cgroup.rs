@@ -1,5 +1,5 @@
 //! Cgroups for the tender process, as runc's cgroupfs driver applies them
-//! (DESIGN §7: the container's limits bound the whole instance, tender and
+//! (docs/design.md "Serving functions": the container's limits bound the whole instance, tender and
 //! guest). cgroup v2 (one hierarchy) and v1 (one per controller, each
 //! mounted under /sys/fs/cgroup) are both handled; the tender joins the
 //! container's cgroup in every hierarchy, and memory, CPU and pid limits

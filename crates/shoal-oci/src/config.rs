@@ -1,5 +1,5 @@
 //! The bundle's `config.json` (OCI runtime spec, config.md) and how it maps
-//! onto a shoal instance (DESIGN §7): which parts become `shoal-tender`
+//! onto a shoal instance (docs/design.md "Serving functions"): which parts become `shoal-tender`
 //! options, which are applied to the tender process as runc applies them
 //! (network namespace, cgroups, rlimits, terminal), which are accepted and
 //! ignored because a unikernel has no use for them, and which are refused
@@ -310,7 +310,7 @@ pub struct Pids {
 /// Mount destinations an engine adds to every container which the guest
 /// does not need: it has its own /proc, /dev, /sys and /dev/shm, and no
 /// resolver files of the host (names are resolved from the host's answers,
-/// DESIGN §3.1).
+/// docs/design.md "Networking").
 const IGNORED_MOUNTS: &[&str] = &[
     "/proc",
     "/dev",

@@ -4,7 +4,7 @@
 //! hook with `timeout` is killed when it runs longer. The hooks the spec
 //! runs "in the container namespace" (createContainer, startContainer)
 //! enter the tender's network namespace, the only namespace a shoal
-//! container has of its own (DESIGN §7).
+//! container has of its own (docs/design.md "Serving functions").
 
 use crate::config::Hook;
 use std::io::{Read, Write};

@@ -1,6 +1,6 @@
 //! The operations of the OCI runtime spec (runtime.md): create, start,
 //! state, kill, delete — for a container whose process is a shoal tender
-//! (DESIGN §7).
+//! (docs/design.md "Serving functions").
 //!
 //! `create` forks the container process and returns: that process has
 //! joined the container's network namespace and cgroup, taken the

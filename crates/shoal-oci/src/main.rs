@@ -1,4 +1,4 @@
-//! `shoal-oci`: shoal as an OCI runtime (DESIGN §7). podman, containerd's
+//! `shoal-oci`: shoal as an OCI runtime (docs/design.md "Serving functions"). podman, containerd's
 //! runc shim and through them Kubernetes start containers by calling a
 //! runtime binary with runc's command line; `shoal-oci` answers it, and
 //! each container is one shoal instance: the image named by

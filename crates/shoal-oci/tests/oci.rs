@@ -1,4 +1,4 @@
-//! End-to-end tests of `shoal-oci` (issue 20): the OCI lifecycle called
+//! End-to-end tests of `shoal-oci`: the OCI lifecycle called
 //! directly, the errors runc gives for bad input, the console socket, and
 //! then podman and containerd running shoal images through it. They need
 //! root (namespaces, cgroups, the engines); without it each test skips
@@ -627,7 +627,7 @@ fn podman_run_t_gets_a_terminal() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("isatty 1 "), "{}", text(&o));
 }
 
-/// The containerd configuration the README shows (a CRI runtime class
+/// The containerd configuration docs/oci.md shows (a CRI runtime class
 /// `shoal` whose runc shim calls shoal-oci), with this test's own root,
 /// state and socket.
 fn containerd_config(dir: &Path) -> String {

@@ -33,7 +33,7 @@
 //!
 //! Not as root, the process already runs as the caller, who owns it; it
 //! cannot make namespaces without a user namespace and gains nothing a
-//! filtered guest could use from them, so none are made (DESIGN §1: a
+//! filtered guest could use from them, so none are made (docs/design.md "Host facts": a
 //! namespace costs start-up time and buys nothing where seccomp already
 //! denies).
 

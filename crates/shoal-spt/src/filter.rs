@@ -74,7 +74,7 @@
 //!
 //! An instance with networking (listening sockets handed over with
 //! `--publish`/`--listen-fd`, `--net-outbound` or `--net-bind-any`;
-//! DESIGN §3.1) also gets,
+//! docs/design.md "Networking") also gets,
 //! on descriptors from 3 up only (every one of which is a guest socket: the
 //! instance closed all others before the guest's first instruction):
 //!

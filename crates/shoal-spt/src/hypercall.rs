@@ -8,7 +8,7 @@
 //! `NetPoll`) with the guest's FS base still loaded: their handlers use no
 //! thread-local storage (raw `syscall` instructions, no libc, no
 //! allocation, no formatting), and a `wrfsbase` costs about 0.1 µs on the
-//! virtualised hosts measured (issue 15: two per hypercall, three
+//! virtualised hosts measured (two per hypercall, three
 //! hypercalls per Redis request). Everything else, and a fast call whose
 //! argument is bad (its message needs libc), goes to [`handle`]: the
 //! trampoline saves the guest FS base, loads the tender's (so the Rust and

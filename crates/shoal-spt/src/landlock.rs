@@ -1,4 +1,4 @@
-//! Landlock for the spt instance (DESIGN §3.1): the kernel-enforced half of
+//! Landlock for the spt instance (docs/design.md "Networking"): the kernel-enforced half of
 //! the network policy, which seccomp cannot express because it cannot
 //! read a `sockaddr`. A guest shares the instance process and can make the
 //! allowed socket calls directly, so the policy must hold against it, not

@@ -1,4 +1,4 @@
-//! spt: the seccomp-sandboxed process tender (DESIGN §3).
+//! spt: the seccomp-sandboxed process tender (docs/design.md "Tenders and hypercalls").
 //!
 //! [`run`] runs one shoal image in a child process and returns the
 //! instance's exit status:

@@ -192,10 +192,13 @@ pub fn release(a: &ReleaseArgs) -> i64 {
 pub fn protect(a: &ProtectArgs) -> i64 {
     let (lo, mem_size) = (HEAP_START.load(Ordering::Relaxed), MEM_SIZE.load(Ordering::Relaxed));
     let einval = -i64::from(libc::EINVAL);
-    if a.prot & !(PROT_READ | PROT_WRITE) != 0 || !range_ok(a.addr, a.len, lo, mem_size) {
+    // PROTECT_UNTOUCHED is a hint about TLBs, which mprotect keeps right
+    // by itself.
+    let prot = a.prot & !shoal_abi::PROTECT_UNTOUCHED;
+    if prot & !(PROT_READ | PROT_WRITE) != 0 || !range_ok(a.addr, a.len, lo, mem_size) {
         return einval;
     }
-    let prot = a.prot as libc::c_int;
+    let prot = prot as libc::c_int;
     let r = pieces(a.addr, a.len, mem_size, |addr, len| {
         // SAFETY: [addr, addr + len) lies in the guest's own memory above
         // everything the tender protects (checked above); no PROT_EXEC.

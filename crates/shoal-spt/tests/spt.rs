@@ -104,7 +104,7 @@ fn out_of_range_hypercall_argument_stops_the_guest() {
     let o = guest("unknown", 8);
     assert_eq!(o.status, EXIT_STOPPED);
     assert!(o.stderr.contains("number 99 does not exist"), "{}", o.stderr);
-    // Found by the dispatch fuzz target (issue 31): a Protect that makes its
+    // Found by the dispatch fuzz target: a Protect that makes its
     // own argument structure read-only made the tender fault writing the
     // result (the instance died of SIGSEGV in the tender).
     let o = guest("protectownargs", 17);

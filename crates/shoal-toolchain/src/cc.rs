@@ -1,6 +1,6 @@
 //! `shoal cc`: a drop-in C compiler for shoal.
 //!
-//! "Building a unikernel is choosing another target" (seed 001): `shoal cc`
+//! "Building a unikernel is choosing another target" (UKL): `shoal cc`
 //! takes gcc's usual arguments. Compiling (`-c`, `-S`, `-E`) runs gcc
 //! against shoal's libc headers with `-ffunction-sections -fdata-sections`;
 //! linking compiles any sources given, then links an image with
@@ -34,7 +34,7 @@ pub fn cflags(paths: &Paths) -> Result<Vec<String>> {
         // Position-independent code (linked into a non-PIE image): a
         // library's code then addresses its own data and its trampoline
         // table PC-relatively, so the `aslr` layouts can move it and keep
-        // its pages identical (DESIGN §5). Elsewhere it costs nothing: on
+        // its pages identical (docs/design.md "Layout policies"). Elsewhere it costs nothing: on
         // x86-64 a static link relaxes the few GOT loads it adds.
         "-fPIE".into(),
         "-fno-plt".into(),

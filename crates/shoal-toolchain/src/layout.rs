@@ -1,5 +1,5 @@
 //! The libraries of an image and the linker script that places them
-//! (DESIGN §2, §5).
+//! (docs/design.md "The image", "Layout policies").
 //!
 //! Every library gets its own output sections, one per kind: code
 //! (`.text.LIB`), read-only data (`.rodata.LIB`), data (`.data.LIB`) and bss
@@ -40,7 +40,7 @@ pub struct LibrarySpec {
     pub inputs: Vec<String>,
 }
 
-/// The order of the kernel components in the address space (DESIGN §6);
+/// The order of the kernel components in the address space (docs/design.md "Components and recovery");
 /// components not listed follow in the order found.
 pub const COMPONENT_ORDER: &[&str] = &["plat", "mm", "sched", "vfs", "ramfs", "time", "process", "sysinfo", "user", "net", "syscall", "recover", "kernel"];
 
@@ -139,7 +139,7 @@ impl ScriptPlan {
         // (`__shoal_region_LIB_KIND_start`, `…_end` for text, data and
         // bss): the kernel's `recover` component attributes a call to the
         // component whose code it enters, and snapshots and restores the
-        // writable regions to reboot the component alone (DESIGN §6).
+        // writable regions to reboot the component alone (docs/design.md "Components and recovery").
         let (open, close) = match (kind, l.info.kind) {
             ("text" | "data" | "bss", LibraryKind::Kernel) if l.info.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') => {
                 let sym = format!("__shoal_region_{}_{kind}", l.info.name);

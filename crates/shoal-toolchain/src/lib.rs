@@ -1,4 +1,4 @@
-//! shoal's toolchain: from C sources to a shoal image (DESIGN §2).
+//! shoal's toolchain: from C sources to a shoal image (docs/design.md "The image").
 //!
 //! - [`paths`]: where shoal's sources (kernel, libc overlay) and its cache
 //!   (musl sources, the libc sysroot) live;

@@ -1,6 +1,6 @@
 //! `shoal pages`: how many distinct 4 KiB frames a set of images needs for
 //! code and read-only data when identical pages are shared — the static
-//! version of seed 000's memory measurement.
+//! version of Spacer-Δ's memory measurement.
 //!
 //! The manifests list a SHA-256 per page of every library's code and
 //! rodata; a frame is a distinct page content. All-zero pages are not

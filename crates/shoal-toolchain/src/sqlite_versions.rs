@@ -1,6 +1,6 @@
-//! Real versions of SQLite for the versioning experiments (seed 000): the
+//! Real versions of SQLite for the versioning experiments (Spacer-Δ's): the
 //! amalgamations (`sqlite3/sqlite3.c`) bundled by successive releases of the
-//! `libsqlite3-sys` crate (DESIGN §1). `cargo fetch` puts each crate's
+//! `libsqlite3-sys` crate (docs/design.md "Host facts"). `cargo fetch` puts each crate's
 //! source in cargo's registry cache; nothing is committed. Each version is
 //! compiled once with `shoal cc -c` into the shoal cache.
 

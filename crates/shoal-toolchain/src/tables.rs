@@ -1,5 +1,5 @@
-//! Per-library trampoline tables for the `aslr` policy (DESIGN §5; seed 000
-//! §V: "ASLR approaches require a dedicated trampoline table for each
+//! Per-library trampoline tables for the `aslr` policy (docs/design.md "Layout policies"; Spacer-Δ,
+//! section V: "ASLR approaches require a dedicated trampoline table for each
 //! library").
 //!
 //! Under `aslr` every image places its libraries in its own random order

@@ -1,5 +1,5 @@
 //! Workspaces: a set of images built together under one layout policy
-//! (DESIGN §5, the Spacer-Δ pipeline; `shoal build --workspace W.toml`).
+//! (docs/design.md "Layout policies", the Spacer-Δ pipeline; `shoal build --workspace W.toml`).
 //!
 //! ```toml
 //! policy = "delta"          # default | dce | aligned | delta | aslr | default-aslr | dce-aslr
@@ -402,7 +402,7 @@ impl Sizes {
                 }
                 // A kernel library's data and bss keep pages of their
                 // own, and the region after one starts a fresh page:
-                // DESIGN §6 gives every component its own protection key,
+                // docs/design.md "Components and recovery" gives every component its own protection key,
                 // which needs page-separated regions (the copies a packed
                 // kernel would save are written per instance anyway).
                 let kernel = self.kernel.contains(l);
@@ -432,7 +432,7 @@ impl Sizes {
 }
 
 impl Sizes {
-    /// The `aslr` map of one image (seed 000 §V, after Spacer): every
+    /// The `aslr` map of one image (Spacer-Δ's section V, after Spacer): every
     /// library is a *slot* — its regions, its own trampoline table right
     /// after its code, and (versioned libraries) its deltas — and the slots
     /// come in a random order with a random gap of 0–15 pages before each

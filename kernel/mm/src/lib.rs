@@ -1,4 +1,4 @@
-//! Kernel component `mm` (DESIGN §6): memory.
+//! Kernel component `mm` (docs/design.md "Components and recovery"): memory.
 //!
 //! mm owns the free memory the tender gives the kernel,
 //! `[BootInfo::heap_start, heap_end)`, and hands it out three ways:

@@ -126,9 +126,13 @@ const RW: u64 = shoal_abi::PROT_READ | shoal_abi::PROT_WRITE;
 /// Asks the tender to give `[a, b)` protection `prot`. Without a tender
 /// (unit tests) nothing happens. A tender that refuses leaves the pages as
 /// they were, which only loses the fault a protected page would give.
-fn set_real_prot(a: u64, b: u64, prot: u64) {
+/// `untouched`: every page of the range is clean free memory, so the
+/// tender may skip the flush that taking access away needs otherwise
+/// (`shoal_abi::PROTECT_UNTOUCHED`).
+fn set_real_prot(a: u64, b: u64, prot: u64, untouched: bool) {
     if shoal_plat::boot::booted() {
-        let _ = shoal_plat::hypercall::protect(a, b - a, prot);
+        let hint = if untouched { shoal_abi::PROTECT_UNTOUCHED } else { 0 };
+        let _ = shoal_plat::hypercall::protect(a, b - a, prot | hint);
     }
     #[cfg(test)]
     PROTECTED.with(|p| p.borrow_mut().push((a, b, prot)));
@@ -381,25 +385,27 @@ impl Space {
     /// The table is the truth the real protection follows: every change of
     /// a segment goes through [`Space::assign`], which calls this first.
     fn apply_protection(&self, start: u64, end: u64, prot: u64) {
-        let mut run: Option<(u64, u64)> = None;
+        // A run: its range and whether every piece of it is clean.
+        let mut run: Option<(u64, u64, bool)> = None;
         self.pieces(start, end, |a, b, w| {
+            let clean = w == Use::Free { dirty: false };
             if w.real_prot() == prot {
-                if let Some((x, y)) = run.take() {
-                    set_real_prot(x, y, prot);
+                if let Some((x, y, c)) = run.take() {
+                    set_real_prot(x, y, prot, c);
                 }
             } else {
                 run = Some(match run {
-                    Some((x, y)) if y == a => (x, b),
-                    Some((x, y)) => {
-                        set_real_prot(x, y, prot);
-                        (a, b)
+                    Some((x, y, c)) if y == a => (x, b, c && clean),
+                    Some((x, y, c)) => {
+                        set_real_prot(x, y, prot, c);
+                        (a, b, clean)
                     }
-                    None => (a, b),
+                    None => (a, b, clean),
                 });
             }
         });
-        if let Some((x, y)) = run {
-            set_real_prot(x, y, prot);
+        if let Some((x, y, c)) = run {
+            set_real_prot(x, y, prot, c);
         }
     }
 
@@ -474,6 +480,12 @@ impl Space {
         None
     }
 
+    /// The highest page-aligned start of `pages` clean free pages, if any.
+    fn find_free_clean(&self, pages: u64) -> Option<u64> {
+        let want = pages.checked_mul(PAGE)?;
+        self.segs[..self.len].iter().rev().find(|s| s.what == (Use::Free { dirty: false }) && s.end - s.start >= want).map(|s| s.end - want)
+    }
+
     /// Whether `[addr, addr+len)` lies inside guest memory.
     fn in_guest(&self, addr: u64, len: u64) -> bool {
         addr >= self.lo && addr.checked_add(len).is_some_and(|e| e <= self.hi)
@@ -538,9 +550,16 @@ impl Space {
         }
         let bytes = page_up(len).ok_or(Errno::ENOMEM)?;
         self.room(2)?;
-        let a = self.find_free(bytes / PAGE).ok_or(Errno::ENOMEM)?;
+        let what = Use::Anon { prot: (prot & 0xf) as u8 };
+        // A mapping without access (a thread stack before its guard is
+        // cut, a runtime's address-space reservation) goes to clean memory
+        // when there is room: it costs no host memory there, and taking
+        // access from untouched pages needs no TLB flush (on hvt, KVM
+        // would rebuild its whole shadow of the page tables after one).
+        let clean = if what.real_prot() == 0 { self.find_free_clean(bytes / PAGE) } else { None };
+        let a = clean.or_else(|| self.find_free(bytes / PAGE)).ok_or(Errno::ENOMEM)?;
         self.scrub(a, a + bytes);
-        self.assign(a, a + bytes, Use::Anon { prot: (prot & 0xf) as u8 });
+        self.assign(a, a + bytes, what);
         Ok(a)
     }
 
@@ -754,13 +773,13 @@ impl Space {
                 // Zeroing needs write access: lend it for the moment.
                 let prot = w.real_prot();
                 if prot != RW {
-                    set_real_prot(x, y, RW);
+                    set_real_prot(x, y, RW, false);
                 }
                 // SAFETY: the program's own anonymous memory, which it asked
                 // to discard.
                 unsafe { zero_range(x, y) };
                 if prot != RW {
-                    set_real_prot(x, y, prot);
+                    set_real_prot(x, y, prot, false);
                 }
             }
         });
@@ -800,7 +819,7 @@ impl Space {
         let mut lent = false;
         self.pieces(a, b, |x, y, w| {
             if w.real_prot() != RW {
-                set_real_prot(x, y, RW);
+                set_real_prot(x, y, RW, false);
                 lent = true;
             }
         });
@@ -812,7 +831,7 @@ impl Space {
     pub fn restore(&self, a: u64, b: u64) {
         self.pieces(a, b, |x, y, w| {
             if w.real_prot() != RW {
-                set_real_prot(x, y, w.real_prot());
+                set_real_prot(x, y, w.real_prot(), false);
             }
         });
     }

@@ -689,7 +689,7 @@ fn private_file_mappings_copy_and_remap() {
     crate::with_space(|s| s.check());
 }
 
-/// Item 4 of issue 17: a MAP_SHARED mapping's pages are made to show the
+/// A MAP_SHARED mapping's pages are made to show the
 /// file's own pages (the Alias hypercall; recorded here), every mapping of
 /// a page shows the same file page, the mapping follows the file's size
 /// (growth shows new pages, shrinking gives pages past the end their own
@@ -799,7 +799,7 @@ fn address_space_and_data_limits() {
     assert_eq!(crate::check_limits(&s, 1 << 40, 1 << 40), Ok(()));
 }
 
-/// Item 1 of issue 17: protection changes reach the tender (real pages),
+/// Protection changes reach the tender (real pages),
 /// only where they differ, and whatever leaves a protected mapping
 /// (munmap, a MAP_FIXED replacement) makes its pages read-write again, so
 /// memory handed out later never faults.
@@ -823,5 +823,24 @@ fn mprotect_changes_the_real_protection_and_unmap_restores_it() {
     assert_eq!(taken(), vec![(b, b + 2 * PAGE, 0)], "mmap(PROT_NONE), as musl maps thread stacks");
     assert_eq!(s.map_fixed(b, 2 * PAGE, 3, false), Ok(b));
     assert_eq!(taken(), vec![(b, b + 2 * PAGE, 3)], "replaced read-write before it is zeroed");
+    s.check();
+}
+
+/// A mapping without access goes to clean memory when there is room, and
+/// one with access to the dirty memory freed last (reused while resident):
+/// a thread's stack, mapped without access before its guard is cut, then
+/// costs hvt no TLB flush (see `shoal_abi::PROTECT_UNTOUCHED`).
+#[test]
+fn mappings_without_access_prefer_clean_memory() {
+    let (mut s, _) = space(64);
+    let rw = s.map_anywhere(8 * PAGE, PROT_READ | PROT_WRITE).unwrap();
+    fill(rw, 8 * PAGE, 1);
+    s.unmap(rw, 8 * PAGE).unwrap();
+    assert_eq!(s.use_at(rw), Some(Use::Free { dirty: true }));
+    let none = s.map_anywhere(4 * PAGE, 0).unwrap();
+    assert!(none + 4 * PAGE <= rw, "placed below the dirty pages, on clean ones: {none:#x} {rw:#x}");
+    let again = s.map_anywhere(8 * PAGE, PROT_READ | PROT_WRITE).unwrap();
+    assert_eq!(again, rw, "a mapping with access reuses the dirty pages");
+    assert!(all(again, 8 * PAGE, 0), "zeroed");
     s.check();
 }

@@ -1,4 +1,4 @@
-//! `eventfd`, `eventfd2`: a 64-bit counter as a descriptor (DESIGN §3.1).
+//! `eventfd`, `eventfd2`: a 64-bit counter as a descriptor (docs/design.md "Networking").
 //!
 //! Linux semantics: a read needs an 8-byte buffer and returns the counter
 //! and zeroes it (with `EFD_SEMAPHORE`: returns 1 and decrements it), or

@@ -1,4 +1,4 @@
-//! Rebooting net (issue 19, VampOS seed 003): its log and the rebuild
+//! Rebooting net (VampOS's component reboot; docs/recovery.md): its log and the rebuild
 //! after a reboot.
 //!
 //! **What must survive.** net's state is the objects behind descriptors

@@ -1,4 +1,4 @@
-//! Host-socket passthrough (DESIGN §3.1): the [`Backend`] of `AF_INET`
+//! Host-socket passthrough (docs/design.md "Networking"): the [`Backend`] of `AF_INET`
 //! and `AF_INET6`. Each guest socket is, once it needs one, a host socket
 //! the tender owns; the guest holds its handle, and every operation is a
 //! `Net` hypercall ([`shoal_plat::hypercall::net`]). Host sockets never

@@ -1,4 +1,4 @@
-//! Kernel component `net` (DESIGN §3.1, §6): sockets, and the readiness
+//! Kernel component `net` (docs/design.md "Networking", "Components and recovery"): sockets, and the readiness
 //! descriptors — `epoll`, `eventfd`, `timerfd` — that work over every kind
 //! of descriptor.
 //!

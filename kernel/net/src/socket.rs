@@ -1,4 +1,4 @@
-//! The socket layer (DESIGN §3.1): the BSD socket calls over the
+//! The socket layer (docs/design.md "Networking"): the BSD socket calls over the
 //! [`Backend`](crate::backend::Backend) of each family.
 //!
 //! This module reads the guest's arguments (addresses, `msghdr`,

@@ -1,4 +1,4 @@
-//! `timerfd_create`, `timerfd_settime`, `timerfd_gettime` (DESIGN §3.1).
+//! `timerfd_create`, `timerfd_settime`, `timerfd_gettime` (docs/design.md "Networking").
 //!
 //! A timer keeps its next expiry on the monotonic clock (a
 //! `CLOCK_REALTIME` absolute time is converted with the constant offset

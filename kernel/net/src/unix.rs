@@ -1,4 +1,4 @@
-//! `AF_UNIX` sockets inside the guest (DESIGN §3.1): the first
+//! `AF_UNIX` sockets inside the guest (docs/design.md "Networking"): the first
 //! [`Backend`](crate::backend::Backend). Both ends live in this component;
 //! data moves between their buffers with no hypercall.
 //!

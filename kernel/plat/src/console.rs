@@ -1,7 +1,7 @@
 //! The console: stdout and stderr of the instance go to the tender; its
 //! standard input comes from the tender's (module docs of [`Stdin`]).
 //!
-//! On hvt every console write is a VM exit (about 28 µs here, DESIGN §1),
+//! On hvt every console write is a VM exit (about 28 µs here, docs/design.md "Host facts"),
 //! so stdout is collected in a buffer ([`OutBuf`], on pages of its own,
 //! registered with the VMM by [`init_buffer`]) and written with one exit when it fills, at every
 //! newline when stdout is a terminal, a pipe or a socket (a reader may be

@@ -1,6 +1,6 @@
 //! The few CPU instructions the kernel uses directly.
 //!
-//! All of them run at user privilege on both tenders (DESIGN §1): `rdtsc`
+//! All of them run at user privilege on both tenders (docs/design.md "Host facts"): `rdtsc`
 //! always, `rd/wrfsbase` and `rd/wrgsbase` because FSGSBASE is enabled for
 //! user mode on the host and in the hvt guest's CR4.
 

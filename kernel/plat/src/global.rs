@@ -49,7 +49,7 @@ impl<T> Global<T> {
 /// in its `.data`, which the loader copies into every instance. A
 /// `Vec::new()` (a dangling, non-null pointer), an `Option` whose `None`
 /// is a niche value, or any non-zero default is enough to give the
-/// component's data region a page of its own in every instance (DESIGN §2
+/// component's data region a page of its own in every instance (docs/design.md "The image"
 /// puts each library's data on its own pages). This cell keeps a flag and
 /// zeroed room instead, so the value costs room in the bss page the
 /// component touches anyway. A reboot of the component restores the cell's

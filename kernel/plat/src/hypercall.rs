@@ -1,4 +1,4 @@
-//! The binding to the tender: one function, two mechanisms (DESIGN §3).
+//! The binding to the tender: one function, two mechanisms (docs/design.md "Tenders and hypercalls").
 //!
 //! On spt the tender's hypercall function is called directly (its address is
 //! in the boot info); on hvt the guest writes the argument address to the
@@ -115,13 +115,39 @@ pub fn alias_list(pairs: &[AliasPair], prot: u64) -> i64 {
     raw(Hypercall::AliasList, &mut a);
     #[cfg(not(test))]
     if ENTRY.load(Ordering::Relaxed) == 0 {
-        // hvt: drop stale translations (also after a refusal part-way).
-        // SAFETY: as in `alias`.
-        unsafe {
-            core::arch::asm!("int3", in("rax") shoal_abi::HVT_TLB_FLUSH_MAGIC, options(nostack, preserves_flags));
-        }
+        // hvt: drop stale translations (also after a refusal part-way: the
+        // pairs before it are applied, and the VMM always drops its shadow
+        // of the tables after a list).
+        flush_tlb();
     }
     a.ret
+}
+
+/// hvt: makes the guest forget stale translations after the VMM took
+/// access away from some page (`shoal_abi::PROTECT_FLUSH`). CPL 3 can
+/// neither `invlpg` nor write CR3: `int3` with the magic in rax enters the
+/// VMM's CPL-0 gate, which reloads CR3 and returns.
+#[cfg(not(test))]
+fn flush_tlb() {
+    // SAFETY: the VMM's #BP gate sees the magic in rax, only reloads CR3
+    // and returns after the int3, preserving every register.
+    unsafe {
+        core::arch::asm!("int3", in("rax") shoal_abi::HVT_TLB_FLUSH_MAGIC, options(nostack, preserves_flags));
+    }
+}
+
+/// The caller's view of a `Protect`/`Alias` result: 0 or a negative errno,
+/// after the flush a [`shoal_abi::PROTECT_FLUSH`] asks for.
+fn settle(ret: i64) -> i64 {
+    #[cfg(not(test))]
+    if ret == shoal_abi::PROTECT_FLUSH {
+        flush_tlb();
+    }
+    if ret == shoal_abi::PROTECT_FLUSH {
+        0
+    } else {
+        ret
+    }
 }
 
 /// Whether a page must be re-backed in place before other pages can show
@@ -138,16 +164,7 @@ pub fn needs_rebacking() -> bool {
 pub fn alias(dst: u64, src: u64, len: u64, prot: u64) -> i64 {
     let mut a = AliasArgs { dst, src, len, prot, ret: 0 };
     raw(Hypercall::Alias, &mut a);
-    #[cfg(not(test))]
-    if a.ret == 0 && ENTRY.load(Ordering::Relaxed) == 0 {
-        // hvt: as after `protect`, drop stale translations.
-        // SAFETY: the VMM's #BP gate sees the magic in rax, only reloads
-        // CR3 and returns after the int3, preserving every register.
-        unsafe {
-            core::arch::asm!("int3", in("rax") shoal_abi::HVT_TLB_FLUSH_MAGIC, options(nostack, preserves_flags));
-        }
-    }
-    a.ret
+    settle(a.ret)
 }
 
 /// Gives the guest pages of `ranges` (at most
@@ -230,18 +247,7 @@ pub fn console_read(buf: &mut [u8]) -> i64 {
 pub fn protect(addr: u64, len: u64, prot: u64) -> i64 {
     let mut a = ProtectArgs { addr, len, prot, ret: 0 };
     raw(Hypercall::Protect, &mut a);
-    #[cfg(not(test))]
-    if a.ret == 0 && ENTRY.load(Ordering::Relaxed) == 0 {
-        // hvt: the VMM changed the page tables; drop stale translations
-        // (int3 with the magic in rax reloads CR3 at CPL 0, which CPL 3
-        // cannot do).
-        // SAFETY: the VMM's #BP gate sees the magic in rax, only reloads
-        // CR3 and returns after the int3, preserving every register.
-        unsafe {
-            core::arch::asm!("int3", in("rax") shoal_abi::HVT_TLB_FLUSH_MAGIC, options(nostack, preserves_flags));
-        }
-    }
-    a.ret
+    settle(a.ret)
 }
 
 /// Blocks for at most `timeout_ns` nanoseconds (`u64::MAX`: forever) or

@@ -1,4 +1,4 @@
-//! Kernel component `plat` (DESIGN §6): the platform layer every other
+//! Kernel component `plat` (docs/design.md "Components and recovery"): the platform layer every other
 //! component builds on.
 //!
 //! It holds the image entry point (`_shoal_start`, [`boot`]), the binding to

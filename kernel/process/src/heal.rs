@@ -1,4 +1,4 @@
-//! Rebooting process (issue 19, VampOS seed 003): its log and the replay.
+//! Rebooting process (VampOS's component reboot; docs/recovery.md): its log and the replay.
 //!
 //! process's state is the signal state ([`crate::signal::SIGNALS`]:
 //! dispositions, blocked mask, pending signals, alternate stack), the

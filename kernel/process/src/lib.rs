@@ -1,4 +1,4 @@
-//! Kernel component `process` (DESIGN §6): the process as the program
+//! Kernel component `process` (docs/design.md "Components and recovery"): the process as the program
 //! sees it.
 //!
 //! One process (pid 1, parent 0) whose threads live in `sched` (the

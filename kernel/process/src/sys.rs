@@ -71,7 +71,7 @@ const ARCH_GET_GS: i32 = 0x1004;
 const TASK_SIZE: u64 = 1 << 47;
 
 /// `arch_prctl(code, addr)`: sets or reads the FS or GS base with the
-/// user-mode FSGSBASE instructions (DESIGN §1). Other codes: `EINVAL`.
+/// user-mode FSGSBASE instructions (docs/design.md "Host facts"). Other codes: `EINVAL`.
 pub fn arch_prctl(a: &Args) -> SysResult {
     let addr = a.u(1);
     match a.int(0) {

@@ -1,4 +1,4 @@
-//! What recovery needs from ramfs (issue 19, seed 003; the log and the
+//! What recovery needs from ramfs (the log and the
 //! replay are `shoal-vfs`'s module `heal`, see there for the design).
 //!
 //! - **The journal**: every inode a call changed (created, written,

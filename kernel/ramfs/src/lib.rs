@@ -1,4 +1,4 @@
-//! Kernel component `ramfs` (DESIGN §6): the in-memory file system.
+//! Kernel component `ramfs` (docs/design.md "Components and recovery"): the in-memory file system.
 //!
 //! A tree of inodes — regular files, directories and symbolic links — with
 //! Linux semantics: permission bits, link counts, sizes, and access,

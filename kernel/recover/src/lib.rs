@@ -1,4 +1,4 @@
-//! Kernel component `recover` (DESIGN §6, issue 19; VampOS, seed 003):
+//! Kernel component `recover` (docs/design.md "Components and recovery"; after VampOS):
 //! reboots one failed kernel component while the application and the
 //! other components keep running.
 //!
@@ -295,7 +295,7 @@ pub fn set_heap_check(f: fn() -> bool) {
 /// is never rebooted, and a reboot of the component whose call was in
 /// progress could not run (its hook allocates, and the cell stays
 /// borrowed: it panicked with "RefCell already borrowed"). The instance
-/// ends instead, naming mm (issue 19: a corrupted free list of the heap,
+/// ends instead, naming mm (seen once: a corrupted free list of the heap,
 /// found under `--rejuvenate-every`, faulted inside a call into net).
 fn in_shared_heap() -> bool {
     match HEAP_CHECK.load(Relaxed) {

@@ -5,7 +5,7 @@
 //! Right after initialisation most of a component's bss is still zero
 //! (vfs's 16 KiB readiness log, process's signal table…), and a full copy
 //! put all of it on the kernel heap again, written at boot in every
-//! instance (about 20 KiB of an idle instance's private memory, issue 18).
+//! instance (about 20 KiB of an idle instance's private memory, which counts in the density of idle instances).
 //! A restore writes the kept stretches back and zeroes the rest — only
 //! where it is not zero already, so pages the component never touched stay
 //! untouched after a reboot too.

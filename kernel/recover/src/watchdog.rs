@@ -1,4 +1,4 @@
-//! The hang watchdog's kernel side (issue 19): a gated call into a
+//! The hang watchdog's kernel side: a gated call into a
 //! rebootable component that runs longer than the limit
 //! (`shoal run --watchdog MS`, default 1 s: [`shoal_abi::BootInfo::watchdog_ns`])
 //! is stopped and the component rebooted, as after a panic (retry once,

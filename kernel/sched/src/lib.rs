@@ -1,4 +1,4 @@
-//! Kernel component `sched` (DESIGN §6): threads, futexes, round-robin
+//! Kernel component `sched` (docs/design.md "Components and recovery"): threads, futexes, round-robin
 //! scheduling on one vCPU, cooperative inside the kernel and preemptive on
 //! a timer tick in the program's code ([`preempt`]).
 //!
@@ -16,7 +16,7 @@
 //! its own code while another thread is runnable (module [`preempt`]: the
 //! tick then yields for it); then the next runnable thread runs, round
 //! robin. A switch ([`switch`]) saves the callee-saved registers,
-//! the FS base (`rdfsbase`/`wrfsbase`, DESIGN §1: thread-local storage),
+//! the FS base (`rdfsbase`/`wrfsbase`, docs/design.md "Host facts": thread-local storage),
 //! MXCSR and the x87 control word on the old thread's stack and restores
 //! the new one's. Kernel code runs on the stack of the thread that called
 //! it, so a blocked thread's kernel frames stay on its own stack. No
@@ -331,7 +331,7 @@ pub fn idle_wait(deadline: Option<u64>) -> bool {
 /// mm keeps up to 2 MiB of freed pages resident so that a program that
 /// frees and maps again at once (a thread stack per request, an
 /// allocator's buffer) reuses them without a hypercall and host page
-/// faults; an idle instance keeps them for nothing (issue 18: an idle
+/// faults; an idle instance keeps them for nothing (an idle
 /// function instance held a finished request thread's stack pages).
 pub const IDLE_RELEASE_NS: u64 = 1_000_000_000;
 

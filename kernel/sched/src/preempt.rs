@@ -1,4 +1,4 @@
-//! Preemption on a timer tick (issue 17, item 7): the words the kernel
+//! Preemption on a timer tick (docs/architecture.md "Preemption on a timer tick"): the words the kernel
 //! shares with the tender ([`shoal_abi::PreemptArea`]) and the kernel's
 //! side of the protocol.
 //!
@@ -174,7 +174,7 @@ pub fn publish(runnable: usize) {
 }
 
 /// A gated call into rebootable component `c` begins (the hang
-/// watchdog, issue 19; [`shoal_abi::PreemptArea::watch`]): numbers it and
+/// watchdog; [`shoal_abi::PreemptArea::watch`]): numbers it and
 /// publishes it; when the tick is off, one `Preempt`/`PREEMPT_WATCH`
 /// hypercall has the tender run it at the watchdog's period. Cheap
 /// otherwise: two stores and a load (the tender reads the words only

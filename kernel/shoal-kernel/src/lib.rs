@@ -1,4 +1,4 @@
-//! The shoal kernel as one staticlib (DESIGN §2, §6).
+//! The shoal kernel as one staticlib (docs/design.md "The image", "Components and recovery").
 //!
 //! This crate only assembles the components: it links every component
 //! crate (each stays its own object file in the archive, so `shoal build`
@@ -71,7 +71,7 @@ unsafe impl core::alloc::GlobalAlloc for Heap {
 #[global_allocator]
 static HEAP: Heap = Heap;
 
-/// The image's ABI note (DESIGN §3): tenders read this section before
+/// The image's ABI note (docs/design.md "Tenders and hypercalls"): tenders read this section before
 /// running anything and refuse an image built for another ABI version.
 /// `#[used]` keeps it in the object and shoal's linker script keeps it
 /// under `--gc-sections` (`KEEP(*(.note.shoal))`); no code reads it, so the

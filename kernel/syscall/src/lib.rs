@@ -1,4 +1,4 @@
-//! Kernel component `syscall` (DESIGN §6): the Linux x86-64 system-call
+//! Kernel component `syscall` (docs/design.md "Components and recovery"): the Linux x86-64 system-call
 //! table.
 //!
 //! shoal's libc turns every system call into a call of

@@ -1,4 +1,4 @@
-//! The preemption entry (issue 17, item 7; protocol in
+//! The preemption entry (protocol in
 //! `shoal_sched::preempt`): where the tender sends the vCPU when a tick
 //! lands in the program's code, and the yield a tick that landed in the
 //! kernel causes on the way out of the system call.

@@ -1,4 +1,4 @@
-//! Kernel component `sysinfo` (DESIGN §6): what the program learns about
+//! Kernel component `sysinfo` (docs/design.md "Components and recovery"): what the program learns about
 //! the machine: `uname`, `sysinfo`, and randomness (`getrandom`).
 //!
 //! `uname` reports a Linux system, because the program is a Linux program

@@ -1,6 +1,6 @@
-//! Kernel component `time` (DESIGN §6): the clocks and sleeping.
+//! Kernel component `time` (docs/design.md "Components and recovery"): the clocks and sleeping.
 //!
-//! Time needs no hypercall (DESIGN §3): the kernel reads the TSC and
+//! Time needs no hypercall (docs/design.md "Tenders and hypercalls"): the kernel reads the TSC and
 //! converts it with the calibration the tender put in the boot information
 //! (`tsc_hz`, and the pair `tsc_at_boot` / `realtime_ns_at_boot` read
 //! together). `CLOCK_MONOTONIC` is nanoseconds since that boot reading;

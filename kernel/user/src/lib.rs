@@ -1,4 +1,4 @@
-//! Kernel component `user` (DESIGN §6): user and group identity.
+//! Kernel component `user` (docs/design.md "Components and recovery"): user and group identity.
 //!
 //! The instance is its own machine, like a container: the program runs as
 //! root (uid and gid 0, no supplementary groups), which is what a program

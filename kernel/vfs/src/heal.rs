@@ -1,4 +1,4 @@
-//! Rebooting vfs and ramfs (issue 19, VampOS seed 003): the call log,
+//! Rebooting vfs and ramfs (VampOS's component reboot; docs/recovery.md): the call log,
 //! its shrinking, and the replay that rebuilds the state after a reboot.
 //!
 //! **Why not the memory snapshot alone.** `shoal-recover` restores a

@@ -1,4 +1,4 @@
-//! Kernel component `vfs` (DESIGN §6): file descriptors, paths and the
+//! Kernel component `vfs` (docs/design.md "Components and recovery"): file descriptors, paths and the
 //! file-system system calls.
 //!
 //! The instance has one process, so there is one [`Vfs`]: a descriptor

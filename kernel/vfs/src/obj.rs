@@ -1,4 +1,4 @@
-//! Descriptors of objects another component owns (DESIGN §3.1, §6):
+//! Descriptors of objects another component owns (docs/design.md "Networking", "Components and recovery"):
 //! sockets, epoll instances, eventfds and timerfds live in the `net`
 //! component, but their descriptors live here, in the one descriptor table,
 //! so that `dup`, `close`, `fcntl`, `fstat`, `poll` and `select` treat them

@@ -1,4 +1,4 @@
-# What DESIGN §1 says runs natively at CPL 3 once the VMM set CPUID, CR4
+# What docs/design.md "Host facts" says runs natively at CPL 3 once the VMM set CPUID, CR4
 # and XCR0: rdtsc, wrfsbase/rdfsbase, AVX (xgetbv shows XCR0). Writes one
 # 24-byte record to stdout: rdtsc, rdfsbase after wrfsbase, XCR0.
 .include "common.inc"

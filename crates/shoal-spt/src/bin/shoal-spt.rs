@@ -14,7 +14,7 @@ fn main() {
 /// For a static-pie program the kernel puts the break at
 /// `ELF_ET_DYN_BASE` (0x5555…), far from the binary, the other mappings
 /// and guest memory, so the one page of malloc metadata musl takes there
-/// cost three page-table pages of its own (12 KiB per instance, issue 18).
+/// cost three page-table pages of its own (12 KiB per instance: idle density counts them).
 /// An inaccessible page right at the break makes the `brk` that grows it
 /// fail (Linux refuses a break that would touch a mapping), and musl's
 /// malloc then takes its metadata pages with `mmap`, beside everything

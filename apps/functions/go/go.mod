@@ -1,0 +1,3 @@
+module shoal.dev/functions
+
+go 1.22
