@@ -278,12 +278,15 @@ static void dual(void)
 	fam = AF_INET;
 	ss_t a;
 	int c = socket(AF_INET, SOCK_STREAM, 0);
-	printf("IPv4 connect: %s\n", R(connect(c, (void *)&a, lo_addr(&a, port_of(&me)))));
-	ss_t from;
-	socklen_t fl = sizeof from;
-	int s = accept(l, (void *)&from, &fl);
-	printf("accepted from %s\n", ip(&from));
-	close(s);
+	int rc = connect(c, (void *)&a, lo_addr(&a, port_of(&me)));
+	printf("IPv4 connect: %s\n", R(rc));
+	if (rc == 0) {
+		ss_t from;
+		socklen_t fl = sizeof from;
+		int s = accept(l, (void *)&from, &fl);
+		printf("accepted from %s\n", ip(&from));
+		close(s);
+	}
 	close(c);
 	close(l);
 }

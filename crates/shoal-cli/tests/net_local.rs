@@ -126,3 +126,13 @@ struct Rusage {
 extern "C" {
     fn wait4(pid: i32, status: *mut i32, options: i32, usage: *mut Rusage) -> i32;
 }
+
+/// With `--net-outbound` the loopback echoes print the same: sockets bound
+/// to 127.0.0.1 and ::1 stay inside the instance and find each other; the
+/// port-0 binds to `::` and connections to ports nothing inside listens on
+/// go to the host, whose answers (`ECONNREFUSED`, a dual-stack listener
+/// reporting the port the host chose) are Linux's.
+#[test]
+fn loopback_echo_with_outbound_matches_native() {
+    matches_native_with("net_loopback.c", &["--net-outbound"]);
+}

@@ -325,11 +325,14 @@ pub fn init() {
 /// `ty` to `addr` (see `socket::route`): a published port or handed-over
 /// listener, `--net-bind-any`, an address outside the instance (the host's
 /// answer, a refusal without the options, is the guest's), and with
-/// `--net-outbound` a port-0 bind (a client choosing its source port).
-/// Otherwise the socket stays inside the instance (loopback).
+/// `--net-outbound` a port-0 bind to the any-address (a client choosing
+/// its source port before it connects out). Otherwise the socket stays
+/// inside the instance (loopback): a socket bound to `127.0.0.1` or `::1`
+/// can only talk to the instance's own loopback, as in a container.
 pub(crate) fn takes_bind(ty: i32, addr: &[u8]) -> bool {
     let Ok(port) = port_of(addr) else { return false };
-    with(|s| s.find_listener(ty, Some(port)).is_some() || s.bind_any || crate::lo::is_local(addr) == Some(false) || (s.outbound && port == 0))
+    let local = crate::lo::is_local(addr);
+    with(|s| s.find_listener(ty, Some(port)).is_some() || s.bind_any || local == Some(false) || (s.outbound && port == 0 && crate::lo::is_any(addr)))
 }
 
 /// Whether `port` is published for sockets of type `ty` and its one
@@ -426,6 +429,13 @@ impl core::fmt::Display for SockAddrText<'_> {
             _ => write!(f, "an address of family {:?}", a.first()),
         }
     }
+}
+
+/// The local address of host socket `fd`, as the host reports it.
+fn host_name(fd: i64) -> Option<SockAddr> {
+    let mut buf = [0u8; 128];
+    let n = op(NetOp { op: net_op::GETSOCKNAME, handle: fd, addr: buf.as_mut_ptr() as u64, addrlen: buf.len() as u64, ..NetOp::default() }).0.ok()?;
+    Some(buf[..(n as usize).min(buf.len())].to_vec())
 }
 
 /// `addr` with its port replaced.
@@ -619,11 +629,7 @@ impl State {
             ..NetOp::default()
         })
         .0?;
-        let mut buf = [0u8; 128];
-        let local = match op(NetOp { op: net_op::GETSOCKNAME, handle: fd, addr: buf.as_mut_ptr() as u64, addrlen: buf.len() as u64, ..NetOp::default() }).0 {
-            Ok(n) => buf[..(n as usize).min(buf.len())].to_vec(),
-            Err(_) => addr.to_vec(),
-        };
+        let local = host_name(fd).unwrap_or_else(|| addr.to_vec());
         let s = self.get(h)?;
         s.host = Some(fd);
         s.local = Some(local);
@@ -905,7 +911,10 @@ impl Backend for HostBackend {
             }
             let fd = s.create_host(h)?;
             op(NetOp { op: net_op::BIND, handle: fd, addr: addr.as_ptr() as u64, addrlen: addr.len() as u64, ..NetOp::default() }).0?;
-            s.get(h)?.local = Some(addr.to_vec());
+            // A port-0 bind: `getsockname` reports the port the host chose
+            // (it reported port 0, and a client told it got refused).
+            let local = if port == 0 { host_name(fd).unwrap_or_else(|| addr.to_vec()) } else { addr.to_vec() };
+            s.get(h)?.local = Some(local);
             Ok(())
         })
     }
