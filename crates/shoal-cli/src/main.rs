@@ -1,20 +1,15 @@
 //! `shoal`: the command line of the shoal unikernel platform.
 //!
 //! Subcommands map onto the crates (see docs/architecture.md): `cc` and
-//! `build` onto `shoal-toolchain`, `run` onto the tenders (`shoal-spt`),
-//! `bench` onto the experiments in [`bench`]. Every error is printed as one
+//! `build` onto `shoal-toolchain`, `run` onto the tenders (`shoal-tender`),
+//! `serve` and `fn` onto `shoal-serve`, `bench` onto `shoal-bench`. Every error is printed as one
 //! line, `shoal: …`, on stderr, and shoal exits with status 125 (as
 //! container runtimes do for their own failures), so that statuses 0–124 and
 //! 128+N belong to the program that ran.
 
-mod bench;
-mod bench_pages;
-mod fn_cmd;
 mod oci_image;
-mod plot;
 mod pool_cmd;
 mod recipe_cmd;
-mod serve;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -144,9 +139,9 @@ enum Cmd {
     /// Benchmarks (never tests): each runs shoal and its comparison side by side.
     Bench {
         #[command(subcommand)]
-        which: bench::Bench,
+        which: shoal_bench::Bench,
     },
-    /// The library pool in /dev/shm (DESIGN §4): `shoal pool add IMAGE…`, `shoal pool ls`, `shoal pool gc`.
+    /// The library pool in /dev/shm: `shoal pool add IMAGE…`, `shoal pool ls`, `shoal pool gc`.
     Pool {
         #[command(subcommand)]
         which: pool_cmd::PoolCmd,
@@ -159,7 +154,7 @@ enum Cmd {
     /// The FaaS gateway: `shoal serve [--listen ADDR:PORT] [--state DIR] [--allow-path DIR]…` starts function instances on demand.
     Serve {
         /// Where the API and invocations are served (loopback unless --insecure-listen).
-        #[arg(long, default_value = serve::DEFAULT_LISTEN)]
+        #[arg(long, default_value = shoal_serve::DEFAULT_LISTEN)]
         listen: String,
         /// Where deployed functions and the API token (`token`) are kept (default $XDG_STATE_HOME/shoal/serve or ~/.local/state/shoal/serve).
         #[arg(long)]
@@ -192,7 +187,7 @@ enum Cmd {
         #[arg(long, global = true, env = "SHOAL_STATE")]
         state: Option<PathBuf>,
         #[command(subcommand)]
-        which: fn_cmd::FnCmd,
+        which: shoal_serve::client::FnCmd,
     },
 }
 
@@ -391,7 +386,7 @@ fn real_main() -> Result<i32> {
             Ok(0)
         }
         Cmd::Bench { which } => {
-            bench::run(which)?;
+            shoal_bench::run(which)?;
             Ok(0)
         }
         Cmd::Recipe { which } => {
@@ -400,10 +395,10 @@ fn real_main() -> Result<i32> {
         }
         Cmd::Serve { listen, state, insecure_listen, allow_process, allow_path, auth_invoke, upload_quota } => {
             let upload_quota = shoal_tender::parse_size(&upload_quota).map_err(|e| anyhow::anyhow!("--upload-quota {upload_quota}: {e}"))?;
-            serve::serve(serve::Options { listen, state, insecure_listen, allow_process, allow_paths: allow_path, auth_invoke, upload_quota })?;
+            shoal_serve::serve(shoal_serve::Options { listen, state, insecure_listen, allow_process, allow_paths: allow_path, auth_invoke, upload_quota })?;
             Ok(0)
         }
-        Cmd::Fn { gateway, token, state, which } => fn_cmd::run(&gateway, token, state, which),
+        Cmd::Fn { gateway, token, state, which } => shoal_serve::client::run(&gateway, token, state, which),
     }
 }
 

@@ -12,16 +12,7 @@ use std::process::Stdio;
 
 /// VmRSS in KiB of `pid` and its descendants.
 fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let own = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0);
-    let mut kids = 0;
-    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for t in tasks.flatten() {
-            let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            kids += children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()).map(rss_kib).sum::<u64>();
-        }
-    }
-    own + kids
+    shoal_bench::sample::tree_rss_kib(pid)
 }
 
 #[test]

@@ -45,6 +45,7 @@ mod eventfd;
 pub mod heal;
 pub mod host;
 pub mod lo;
+mod signalfd;
 mod socket;
 pub mod sys;
 mod timerfd;
@@ -82,6 +83,7 @@ pub(crate) enum Obj {
     Epoll(epoll::Epoll),
     Event(eventfd::EventFd),
     Timer(timerfd::TimerFd),
+    Signal(signalfd::SignalFd),
 }
 
 /// The state of the component.
@@ -144,6 +146,8 @@ pub fn set_inet_backend(b: Box<dyn Backend>) {
 /// Registers the component with vfs. Called once at boot, after vfs.
 pub fn init() {
     shoal_vfs::obj::register(&OPS);
+    // A signal made pending may make a signalfd readable: waiters re-check.
+    shoal_process::signal::set_on_signal(wake);
 }
 
 /// The table vfs calls (see `shoal_vfs::obj`).
@@ -169,6 +173,7 @@ impl ObjOps for Ops {
                 }
                 Some(Obj::Event(e)) => e.ready(),
                 Some(Obj::Timer(t)) => t.ready(now()),
+                Some(Obj::Signal(s)) => s.ready(),
                 Some(Obj::Epoll(_)) => return K::Epoll,
                 None => Readiness::default(),
             };
@@ -200,6 +205,7 @@ impl ObjOps for Ops {
             }
             Some(Obj::Event(e)) => e.read(buf),
             Some(Obj::Timer(t)) => t.read(buf, shoal_time::monotonic_ns()),
+            Some(Obj::Signal(s)) => s.read(buf),
             _ => Err(Errno::EINVAL),
         })
     }
