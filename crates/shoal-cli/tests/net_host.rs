@@ -1,4 +1,4 @@
-//! Host-socket networking (issue "Guests talk TCP and UDP", DESIGN §3.1):
+//! Host-socket networking (docs/design.md, "Networking"):
 //! the example servers of `apps/net` and the programs `apps/tests/net_*.c`
 //! on shoal, talked to by real clients on 127.0.0.1 (std's sockets, curl),
 //! with bounded counts and time; hostile guests and bad input. Each test
@@ -644,7 +644,7 @@ fn no_connection(l: &TcpListener) -> bool {
     l.accept().is_err()
 }
 
-/// Issue 31 item 3 (hvt; spt refuses `--net-allow`): a UDP send to
+/// hvt (spt refuses `--net-allow`): a UDP send to
 /// `AF_UNSPEC`, which Linux sends as `AF_INET` to the address that
 /// follows, is refused when that address is not on the allow-list.
 #[test]
@@ -663,7 +663,7 @@ fn an_af_unspec_send_does_not_pass_the_allow_list() {
     assert!(no_datagram(&target), "the refused datagram arrived");
 }
 
-/// Issue 31 item 4: without `--net-outbound`, a socket the guest bound
+/// Without `--net-outbound`, a socket the guest bound
 /// with `--net-bind-any` makes no traffic of its own: a TCP Fast Open send
 /// (which connects) is `EACCES` on both tenders; on hvt, so is a UDP send
 /// to anyone but a recent sender (a reply, which `net_bind_any_binds_the_
@@ -693,7 +693,7 @@ fn without_outbound_a_bound_socket_makes_no_traffic_of_its_own() {
     }
 }
 
-/// Issue 31 item 5: an `IPPROTO_MPTCP` socket (whose ports Landlock's TCP
+/// An `IPPROTO_MPTCP` socket (whose ports Landlock's TCP
 /// rules do not cover on spt) is `EPROTONOSUPPORT`, the answer Go falls
 /// back from; a TCP listener made as Go makes one (`SO_REUSEADDR`, bind,
 /// listen) still serves.
@@ -745,7 +745,7 @@ fn udp_with_reuseaddr() -> UdpSocket {
     }
 }
 
-/// Issue 31 item 6: a guest cannot share the port of a host service that
+/// A guest cannot share the port of a host service that
 /// bound it with `SO_REUSEADDR` (which UDP allows with no owner check, the
 /// newest socket taking the datagrams): the option is accepted and not
 /// applied, so the bind the tender makes for `--net-bind-any` is
@@ -770,7 +770,7 @@ fn a_guest_cannot_take_a_host_services_udp_port() {
     }
 }
 
-/// Issue 31 items 4-6 on spt, where the guest can make the host calls
+/// The network policy on spt, where the guest can make the host calls
 /// itself and the filter is the boundary: with `--net-outbound` a socket
 /// of any protocol but TCP and UDP (`IPPROTO_MPTCP`) and address reuse
 /// (`SO_REUSEADDR`, `SO_REUSEPORT`) are killed, while TCP/UDP sockets and

@@ -1,4 +1,4 @@
-//! Guest-local networking (issue 13, first half): AF_UNIX sockets, epoll,
+//! Guest-local networking: AF_UNIX sockets, epoll,
 //! eventfd, timerfd and poll/select over them, all inside the guest (no
 //! host sockets). Each program in `apps/tests/net_*.c` prints what the same
 //! source prints as a native static musl program, on spt and on hvt (hvt

@@ -1,4 +1,4 @@
-//! Component recovery (issue 19, first slice; `kernel/recover`): a panic
+//! Component recovery (`kernel/recover`): a panic
 //! injected into a stateless kernel component (`shoal run --inject
 //! COMPONENT:panic@N`, which also overwrites the component's memory before
 //! panicking), or a wild write there (`wild-write`), reboots that

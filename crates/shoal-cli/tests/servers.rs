@@ -333,7 +333,7 @@ fn nginx_serves_static_files_and_404_like_native_on_one_connection() {
     }
 }
 
-/// Issue 19: vfs or ramfs fails while nginx serves a kept-alive
+/// vfs or ramfs fails while nginx serves a kept-alive
 /// connection (an injected panic, a wild write): the component is rebooted
 /// from its log, and the connection opened before — a socket descriptor in
 /// vfs's table — goes on carrying the same answers, on every tender.
@@ -400,7 +400,7 @@ impl KeepAlive {
     }
 }
 
-/// Issue 19: net fails (an injected panic, a wild write, a hang the
+/// net fails (an injected panic, a wild write, a hang the
 /// watchdog stops) while nginx serves wrk's load and one kept-alive
 /// connection opened before: net is rebooted from its log — the listening
 /// socket, the connections and the epoll set over host sockets the tender

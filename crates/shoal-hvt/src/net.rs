@@ -1081,7 +1081,7 @@ mod tests {
         });
     }
 
-    /// Issue 31 items 3-6, at the VMM: an `AF_UNSPEC` send outside the
+    /// At the VMM: an `AF_UNSPEC` send outside the
     /// allow-list, a protocol but TCP/UDP, `MSG_FASTOPEN` and a datagram of
     /// its own without outbound are refused; a UDP listener still replies
     /// to its senders; `SO_REUSEADDR` on UDP does not let a bind share a
