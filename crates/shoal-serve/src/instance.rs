@@ -78,18 +78,21 @@ fn runtime(backend: Backend) -> Result<PathBuf> {
 
 /// The tender options that run `f` (spt and hvt), without the
 /// per-instance ones (the listening socket and `PORT`) and the image.
-fn tender_options(f: &Function) -> Vec<std::ffi::OsString> {
-    let mut a: Vec<std::ffi::OsString> =
-        vec!["--tender".into(), f.backend.name().into(), "--mem".into(), f.memory.clone().into(), "--mem-mode".into(), f.mem_mode.clone().into()];
-    if let Some(fs) = &f.fs {
-        a.push("--fs".into());
-        a.push(fs.into());
-    }
-    for (k, v) in &f.env {
-        a.push("-e".into());
-        a.push(format!("{k}={v}").into());
-    }
-    a
+fn tender_options(f: &Function) -> shoal_tender::RunOpts {
+    let mut o = shoal_tender::RunOpts {
+        tender: Some(f.backend.name().into()),
+        mem: Some(f.memory.clone().into()),
+        mem_mode: Some(f.mem_mode.clone().into()),
+        fs: f.fs.clone().map(Into::into),
+        ..Default::default()
+    };
+    o.env = f.env.iter().map(|(k, v)| format!("{k}={v}").into()).collect();
+    o
+}
+
+/// `f`'s options checked as `shoal-tender` checks them.
+fn run_args(f: &Function) -> Result<shoal_tender::RunArgs> {
+    shoal_tender::RunArgs::from_opts(&tender_options(f), f.image.clone(), Vec::new()).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Checks and prepares an spt function once for all its instances
@@ -98,9 +101,7 @@ fn tender_options(f: &Function) -> Vec<std::ffi::OsString> {
 /// verified), from the same options `shoal-tender` would be given, so an
 /// instance runs as it would from `shoal run` with those options.
 pub fn prepare(f: &Function) -> Result<shoal_spt::Prepared> {
-    let mut args = tender_options(f);
-    args.push(f.image.clone().into());
-    let parsed = shoal_tender::RunArgs::parse(args).map_err(|e| anyhow::anyhow!("{e}"))?.context("no run options")?;
+    let parsed = run_args(f)?;
     let p = shoal_spt::Prepared::new(&parsed.config()).map_err(|e| anyhow::anyhow!("{}: {e}", f.image.display()))?;
     Ok(p)
 }
@@ -109,9 +110,7 @@ pub fn prepare(f: &Function) -> Result<shoal_spt::Prepared> {
 /// a VM ([`shoal_hvt::check`]), from the same options an instance is
 /// given: what it would refuse is refused at deploy.
 pub fn check_hvt(f: &Function) -> Result<()> {
-    let mut args = tender_options(f);
-    args.push(f.image.clone().into());
-    let parsed = shoal_tender::RunArgs::parse(args).map_err(|e| anyhow::anyhow!("{e}"))?.context("no run options")?;
+    let parsed = run_args(f)?;
     shoal_hvt::check(&parsed.config()).map_err(|e| anyhow::anyhow!("{}: {e}", f.image.display()))
 }
 
@@ -153,7 +152,7 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
                     cmd.env("SHOAL_POOL_DIR", dir)?;
                 }
                 cmd.arg("--listen-fd")?.arg(LISTEN_FD.to_string())?.arg("-e")?.arg(format!("PORT={}", addr.port()))?;
-                for a in tender_options(f) {
+                for a in tender_options(f).to_args() {
                     cmd.arg(a)?;
                 }
                 cmd.arg(&f.image)?;
