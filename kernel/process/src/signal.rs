@@ -37,7 +37,8 @@
 //! and, for a thread a preemption tick interrupted in its own code
 //! ([`deliver_pending_interrupted`]), the registers back from the frame:
 //! what the handler changed there takes effect (musl's asynchronous
-//! `pthread_cancel`). Inside a system call of a program linked with the
+//! `pthread_cancel`; Go's asynchronous preemption, which also moves the
+//! stack pointer). Inside a system call of a program linked with the
 //! kernel no registers are saved (the call is a function call): the
 //! frame's are zero and are not taken back. [`build_frame`] and
 //! [`read_frame`] take and give a register set for an entry path that
@@ -607,14 +608,16 @@ fn regs_of(frame: &Interrupted, rsp: u64) -> Regs {
 }
 
 /// Takes back what the handler changed, as `rt_sigreturn` does: the
-/// general-purpose registers, rip and the user flags; a changed rsp is
-/// not taken (the preemption exit returns on the interrupted stack).
-fn regs_to(r: &Regs, frame: &mut Interrupted) {
+/// general-purpose registers, rip and the user flags into `frame`, and
+/// the stack pointer into `rsp` (Go's asynchronous preemption pushes a
+/// return address and moves both rip and rsp; the preemption exit moves
+/// the frame to the new stack pointer).
+fn regs_to(r: &Regs, frame: &mut Interrupted, rsp: &mut u64) {
     for (i, f) in GREG_FROM_FRAME.iter().enumerate() {
         match f {
             Some(15) => frame[15] = (frame[15] & !USER_FLAGS) | (r[i] & USER_FLAGS),
             Some(k) => frame[*k] = r[i],
-            None => {}
+            None => *rsp = r[i],
         }
     }
 }
@@ -765,11 +768,17 @@ fn fxsave(area: &mut Fxsave) {
 /// `ucontext_t` and may change them, as with a signal Linux delivers
 /// asynchronously (musl's asynchronous `pthread_cancel` moves the program
 /// counter to its cancellation code this way).
-pub fn deliver_pending_interrupted(frame: &mut Interrupted) {
-    deliver_pending_in(Some(frame));
+/// Returns the stack pointer to resume at (a handler may have changed it).
+pub fn deliver_pending_interrupted(frame: &mut Interrupted) -> u64 {
+    let mut rsp = interrupted_rsp(core::ptr::from_ref(frame) as u64);
+    deliver_pending_in(Some((frame, &mut rsp)));
+    rsp
 }
 
-fn deliver_pending_in(mut frame: Option<&mut Interrupted>) {
+/// An interrupted thread's saved registers and its stack pointer.
+type Resumed<'a> = (&'a mut Interrupted, &'a mut u64);
+
+fn deliver_pending_in(mut frame: Option<Resumed<'_>>) {
     loop {
         // Decide with the state borrowed; run handlers without it (they
         // make system calls of their own).
@@ -796,7 +805,7 @@ fn deliver_pending_in(mut frame: Option<&mut Interrupted>) {
                 // As sigreturn does, the mask afterwards is the context's
                 // (the handler may change it there; musl's cancellation
                 // handler does).
-                let mask = call_handler(sig, info, act, old_mask, frame.as_deref_mut());
+                let mask = call_handler(sig, info, act, old_mask, frame.as_mut().map(|(f, r)| (&mut **f, &mut **r)));
                 with_signals(|s| s.set_mask(mask));
             }
         }
@@ -1015,13 +1024,13 @@ pub fn on_stack(st: &StackT, sp: u64) -> bool {
     st.ss_size != 0 && sp > st.ss_sp && sp - st.ss_sp <= st.ss_size
 }
 
-fn call_handler(sig: i32, from: Info, act: KSigaction, old_mask: u64, frame: Option<&mut Interrupted>) -> u64 {
+fn call_handler(sig: i32, from: Info, act: KSigaction, old_mask: u64, frame: Option<Resumed<'_>>) -> u64 {
     let info = from.siginfo(sig);
     let here = current_sp();
     // The interrupted registers: a preempted thread's; inside a system
     // call of a program linked with the kernel, none are saved (the call
     // is a function call): zero, and what the handler changes is not taken.
-    let regs = frame.as_deref().map_or([0; 18], |f| regs_of(f, interrupted_rsp(core::ptr::from_ref(f) as u64)));
+    let regs = frame.as_ref().map_or([0; 18], |(f, rsp)| regs_of(f, **rsp));
     let alt = SIGNALS.with(|s| s.altstack);
     // Below this kernel code's stack unless on the alternate stack.
     let switch = alt_stack_top(&act, &alt, here).is_some();
@@ -1058,12 +1067,12 @@ fn call_handler(sig: i32, from: Info, act: KSigaction, old_mask: u64, frame: Opt
     if switch && alt.ss_flags & SS_AUTODISARM != 0 {
         signals_mut(|s| s.altstack = alt);
     }
-    let flags = frame.as_deref().map_or(0, |f| f[15]);
+    let flags = frame.as_ref().map_or(0, |(f, _)| f[15]);
     // SAFETY: written by the entry above through a raw pointer.
     let uc = unsafe { core::ptr::read_volatile(&raw const ctx.frame.uc) };
     let Ok((back, mask)) = read_frame(uc, flags) else { terminate(11) };
-    if let Some(fr) = frame {
-        regs_to(&back, fr);
+    if let Some((fr, rsp)) = frame {
+        regs_to(&back, fr, rsp);
     }
     mask
 }
@@ -1082,7 +1091,7 @@ mod tests {
         uc[UC_GREGS + 16] = 0x4000; // rip: elsewhere, as musl's cancel handler does
         uc[UC_GREGS + 13] = 7; // rax
         uc[UC_GREGS + 17] = u64::MAX; // eflags: only the user flags may change
-        uc[UC_GREGS + 15] = 1; // rsp: not taken
+        uc[UC_GREGS + 15] -= 8; // rsp: a pushed return address, as Go's preemption does
     }
 
     #[test]
@@ -1094,9 +1103,11 @@ mod tests {
         frame[15] = 0x202; // rflags: IF
         frame[16] = 0x1234; // rip
         let at = core::ptr::from_ref(&frame) as u64;
+        let mut rsp = interrupted_rsp(at);
         let act = KSigaction { handler: redirecting as extern "C" fn(i32, *mut SigInfo, *mut u64) as usize as u64, flags: SA_SIGINFO, ..Default::default() };
-        call_handler(10, Info::sent(SI_USER), act, 0, Some(&mut frame));
+        call_handler(10, Info::sent(SI_USER), act, 0, Some((&mut frame, &mut rsp)));
         assert_eq!(*SEEN.lock().unwrap(), (0x1234, 42, interrupted_rsp(at)));
+        assert_eq!(rsp, interrupted_rsp(at) - 8, "the new rsp");
         assert_eq!(frame[16], 0x4000, "the new rip");
         assert_eq!(frame[14], 7, "the new rax");
         assert_eq!(frame[15], 0x202 | USER_FLAGS, "IF kept, user flags set");

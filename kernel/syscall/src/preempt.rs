@@ -92,6 +92,7 @@ core::arch::global_asm!(
     "    cld",
     "    mov rdi, rbp",
     "    call shoal_preempted",
+    "    mov rbx, rax",
     "    cmp qword ptr [rip + {xsave}], 0",
     "    je 3f",
     "    mov eax, -1",
@@ -101,6 +102,26 @@ core::arch::global_asm!(
     "3:",
     "    fxrstor64 [rsp]",
     "4:",
+    // A handler that moved the stack pointer: the saved registers move
+    // with it (every register is free until they are popped; an upward
+    // move copies from the top down, as the two may overlap).
+    "    cmp rbx, rbp",
+    "    je 7f",
+    "    mov rsi, rbp",
+    "    mov rdi, rbx",
+    "    mov ecx, 17",
+    "    jb 5f",
+    "    lea rsi, [rsi + 16 * 8]",
+    "    lea rdi, [rdi + 16 * 8]",
+    "    std",
+    "    rep movsq",
+    "    cld",
+    "    jmp 6f",
+    "5:",
+    "    rep movsq",
+    "6:",
+    "    mov rbp, rbx",
+    "7:",
     "    mov rsp, rbp",
     "    pop r15",
     "    pop r14",
@@ -201,13 +222,16 @@ fn xsave_stays_inside(size: u32) -> bool {
 /// marked in the kernel (the tender did it); yield to the other runnable
 /// threads, then, running again, deliver what came for this thread (its
 /// handlers see and may change `frame`, as after `rt_sigreturn`), and
-/// leave the kernel.
+/// leave the kernel. Returns where the frame is to be restored from: its
+/// own address, or, when a handler moved the stack pointer (Go's
+/// asynchronous preemption pushes a return address), the same distance
+/// below the new one, where the entry copies it.
 ///
 /// # Safety
 /// `frame` must be the entry's frame on this thread's stack.
 #[cfg(not(test))]
 #[no_mangle]
-pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Interrupted) {
+pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Interrupted) -> u64 {
     shoal_sched::preempt::enter();
     // A tick that landed meanwhile is served by this yield too.
     shoal_sched::preempt::take_pending();
@@ -218,9 +242,22 @@ pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Inte
         // this stack, not referenced elsewhere until the entry restores
         // them after this returns.
         let frame = unsafe { &mut *frame };
-        shoal_process::signal::deliver_pending_interrupted(frame);
+        let at = core::ptr::from_ref(frame) as u64;
+        let rsp = shoal_process::signal::deliver_pending_interrupted(frame);
+        let size = core::mem::size_of::<shoal_process::signal::Interrupted>() as u64;
+        let moved = rsp.wrapping_sub(shoal_process::signal::interrupted_rsp(at) - at);
+        if moved != at {
+            // A stack pointer the program cannot write below: Linux's
+            // return to it would fault there and kill with SIGSEGV.
+            if shoal_plat::umem::check_write(moved, size).is_err() {
+                shoal_process::signal::terminate(11);
+            }
+            shoal_sched::preempt::leave();
+            return moved;
+        }
     }
     shoal_sched::preempt::leave();
+    frame as u64
 }
 
 /// On the way out of a system call: yields if a tick landed while the
