@@ -26,7 +26,7 @@ use shoal_plat::Args;
 use shoal_plat::{umem, Errno};
 
 /// Bytes of each thread's kernel stack (touched only as deep as used).
-const KSTACK: u64 = 256 << 10;
+pub(crate) const KSTACK: u64 = 256 << 10;
 
 /// Room the kernel code of one system call may use below its frame: a
 /// system call a signal handler makes (the kernel called the handler, on
@@ -34,7 +34,7 @@ const KSTACK: u64 = 256 << 10;
 /// call that is delivering, so it never overwrites what that call still
 /// needs.
 #[cfg(not(test))]
-const NEST_GAP: u64 = 48 << 10;
+pub(crate) const NEST_GAP: u64 = 48 << 10;
 
 /// The registers of a thread in the executable at a system call, as the
 /// entry pushes them (lowest address first).
@@ -225,6 +225,7 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
     if fix().is_err() {
         shoal_plat::halt(125);
     }
+    super::preempt::use_kernel_stacks();
     shoal_sched::preempt::leave();
     entry
 }

@@ -68,6 +68,19 @@ core::arch::global_asm!(
     "    push r14",
     "    push r15",
     "    mov rbp, rsp",
+    // An unmodified executable's thread continues on its kernel stack:
+    // its own may be a goroutine's, a few KiB with no room for the FPU
+    // state and the kernel's calls below it.
+    // (A tick in the system-call entry before it marked the thread in the
+    // kernel finds it on that stack already: it stays, below it.)
+    "    cmp qword ptr [rip + {kstack}], 0",
+    "    je 8f",
+    "    mov rax, qword ptr gs:[0]",
+    "    sub rax, rsp",
+    "    cmp rax, {kstack_size}",
+    "    jb 8f",
+    "    mov rsp, qword ptr gs:[0]",
+    "8:",
     "    sub rsp, qword ptr [rip + {size}]",
     "    and rsp, -64",
     "    cmp qword ptr [rip + {xsave}], 0",
@@ -145,7 +158,22 @@ core::arch::global_asm!(
     resume = const shoal_abi::PREEMPT_RESUME_RIP_OFFSET,
     size = sym SHOAL_PREEMPT_SAVE_SIZE,
     xsave = sym SHOAL_PREEMPT_XSAVE,
+    kstack = sym SHOAL_PREEMPT_KSTACK,
+    kstack_size = const crate::exec::KSTACK,
 );
+
+/// Nonzero: the program is an unmodified executable, whose threads each
+/// have a kernel stack that the GS base's control word points into
+/// (`crate::exec`); the entry runs there instead of on the interrupted
+/// stack.
+#[no_mangle]
+pub static SHOAL_PREEMPT_KSTACK: AtomicU64Cell = AtomicU64Cell::new(0);
+
+/// Marks the program as an unmodified executable (its threads have
+/// kernel stacks): set once at start, before its first instruction.
+pub fn use_kernel_stacks() {
+    SHOAL_PREEMPT_KSTACK.0.store(1, Ordering::SeqCst);
+}
 
 #[cfg(not(test))]
 extern "C" {
@@ -233,6 +261,21 @@ fn xsave_stays_inside(size: u32) -> bool {
 #[no_mangle]
 pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Interrupted) -> u64 {
     shoal_sched::preempt::enter();
+    // On a kernel stack (see the entry): a system call that a handler
+    // delivered here makes starts below this call, not over it.
+    let on_kstack = SHOAL_PREEMPT_KSTACK.0.load(Ordering::Relaxed) != 0;
+    let ctl = shoal_plat::cpu::rdgsbase() as *mut u64;
+    let here = 0u8;
+    let below = ((&raw const here) as u64 & !15).saturating_sub(crate::exec::NEST_GAP);
+    // SAFETY: with kernel stacks the GS base points at this thread's
+    // control word (crate::exec), which only this thread's entries use.
+    let start = on_kstack.then(|| unsafe { core::ptr::replace(ctl, below) });
+    let restore = || {
+        if let Some(start) = start {
+            // SAFETY: as above; the next entry starts where it did.
+            unsafe { ctl.write(start) };
+        }
+    };
     // A tick that landed meanwhile is served by this yield too.
     shoal_sched::preempt::take_pending();
     shoal_sched::yield_now();
@@ -252,10 +295,12 @@ pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Inte
             if shoal_plat::umem::check_write(moved, size).is_err() {
                 shoal_process::signal::terminate(11);
             }
+            restore();
             shoal_sched::preempt::leave();
             return moved;
         }
     }
+    restore();
     shoal_sched::preempt::leave();
     frame as u64
 }
