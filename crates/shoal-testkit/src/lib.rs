@@ -23,7 +23,8 @@ pub const FEATURES: &[(&str, &str)] = &[
     ("runsc", "runsc (gVisor) is installed"),
     ("podman", "podman is installed"),
     ("containerd", "containerd and ctr are installed"),
-    ("go", "go is installed and scripts/setup fetched runtime-tools with it"),
+    ("go", "a Go 1.22 or newer is installed and scripts/setup fetched runtime-tools with it"),
+    ("go-toolchain", "a Go 1.22 or newer is installed (on PATH or in /usr/local/go/bin)"),
     ("hey", "hey (HTTP load generator) is installed"),
     ("wrk", "wrk (HTTP load generator) is installed"),
     ("redis-benchmark", "redis-benchmark is installed"),
@@ -71,8 +72,9 @@ pub fn probe(feature: &str) -> Result<(), String> {
             None => Err("the effective uid cannot be read from /proc/self/status".into()),
         },
         "containerd" => ["containerd", "ctr"].iter().try_for_each(|p| program(p).map(|_| ())),
+        "go-toolchain" => go_toolchain().map(|_| ()),
         "go" => {
-            program("go")?;
+            go_toolchain()?;
             runtime_tools().map(|_| ()).ok_or_else(|| "runtime-tools is not fetched into ~/.cache/shoal (scripts/setup fetches it with go)".into())
         }
         "two-cpus" => match std::thread::available_parallelism().map_or(1, |n| n.get()) {
@@ -107,6 +109,33 @@ pub fn program(name: &str) -> Result<PathBuf, String> {
         .map(|d| d.join(name))
         .find(|p| p.is_file())
         .ok_or_else(|| format!("{name} is not installed (scripts/setup installs it)"))
+}
+
+/// A Go toolchain 1.22 or newer (Debian's golang-go 1.19 is too old): `go`
+/// on PATH, then the Go distribution's /usr/local/go/bin/go, which is not
+/// on the default PATH; or why there is none. scripts/find-go looks the
+/// same way for the scripts.
+pub fn go_toolchain() -> Result<PathBuf, String> {
+    let mut seen = Vec::new();
+    for go in program("go").into_iter().chain(Some(PathBuf::from("/usr/local/go/bin/go")).filter(|p| p.is_file())) {
+        let v = std::process::Command::new(&go)
+            .args(["env", "GOVERSION"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        if go_minor(&v).is_some_and(|m| m >= 22) {
+            return Ok(go);
+        }
+        seen.push(format!("{} ({v})", go.display()));
+    }
+    let old = if seen.is_empty() { String::new() } else { format!("; too old: {}", seen.join(", ")) };
+    Err(format!("no Go 1.22 or newer on PATH or in /usr/local/go/bin{old}"))
+}
+
+/// The minor version of a `go1.N[.P…]` version string.
+fn go_minor(version: &str) -> Option<u32> {
+    let rest = version.strip_prefix("go1.")?;
+    rest[..rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len())].parse().ok()
 }
 
 /// The runtime-tools source scripts/setup fetched into ~/.cache/shoal, if
@@ -144,6 +173,14 @@ mod tests {
         assert!(names(" kvm , runsc", "runsc"));
         assert!(!names("runsc", "runc"));
         assert!(!names("", "kvm"));
+    }
+
+    #[test]
+    fn go_versions_are_read() {
+        assert_eq!(go_minor("go1.26.8"), Some(26));
+        assert_eq!(go_minor("go1.22"), Some(22));
+        assert_eq!(go_minor("go1.19.8"), Some(19));
+        assert_eq!(go_minor("devel +abc"), None);
     }
 
     #[test]
