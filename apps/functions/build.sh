@@ -22,15 +22,13 @@ done
 # process, runc and runsc backends run as it is (OUT/go-NAME.native is the
 # same file). Go >= 1.22 from PATH or /usr/local/go; without it they are
 # left out, and said so.
-GO="$(command -v go || true)"
-[ -n "$GO" ] || GO=/usr/local/go/bin/go
-if [ -x "$GO" ] && "$GO" version | grep -Eq 'go1\.(2[2-9]|[3-9][0-9])'; then
+if GO="$(bash "$here/../../scripts/find-go")"; then
     for f in noop fib matmul alloc static fileread; do
         (cd "$here/go" && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=mod "$GO" build -trimpath -o "$OUT/go-$f" "./$f")
         ln -f "$OUT/go-$f" "$OUT/go-$f.native"
     done
 else
-    echo "build.sh: no Go 1.22 or newer (PATH, /usr/local/go): the Go functions are not built" >&2
+    echo "build.sh: the Go functions are not built" >&2
 fi
 "$SHOAL" recipe build lua-fn -o "$OUT/lua" --native "$OUT/lua.native"
 mkdir -p "$OUT/lua-fs"

@@ -22,9 +22,10 @@ fn gcc_static(name: &str, dir: &Path, extra: &[&str]) -> PathBuf {
     out
 }
 
-/// The Go toolchain: on PATH or where the Go distribution installs it.
+/// A Go toolchain 1.22 or newer: on PATH or where the Go distribution
+/// installs it.
 fn go() -> Option<PathBuf> {
-    shoal_testkit::program("go").ok().or_else(|| Some(PathBuf::from("/usr/local/go/bin/go")).filter(|p| p.is_file()))
+    shoal_testkit::go_toolchain().ok()
 }
 
 /// Runs `exe` natively and on every tender with `args` and GREETING=hi
@@ -124,7 +125,7 @@ fn rust_static_threads_match_native() {
 #[test]
 fn go_goroutines_match_native() {
     let Some(go) = go() else {
-        shoal_testkit::skip("go", "Go is not installed (not on PATH, not in /usr/local/go)");
+        shoal_testkit::skip("go-toolchain", "no Go 1.22 or newer (not on PATH, not in /usr/local/go/bin)");
         return;
     };
     let dir = scratch();
