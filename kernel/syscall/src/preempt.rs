@@ -172,7 +172,7 @@ pub static SHOAL_PREEMPT_KSTACK: AtomicU64Cell = AtomicU64Cell::new(0);
 /// Marks the program as an unmodified executable (its threads have
 /// kernel stacks): set once at start, before its first instruction.
 pub fn use_kernel_stacks() {
-    SHOAL_PREEMPT_KSTACK.0.store(1, Ordering::SeqCst);
+    SHOAL_PREEMPT_KSTACK.0.store(1, core::sync::atomic::Ordering::SeqCst);
 }
 
 #[cfg(not(test))]
