@@ -29,15 +29,7 @@ pub struct Area(UnsafeCell<ProgramFaultArea>);
 unsafe impl Sync for Area {}
 
 /// The program-fault area.
-pub static AREA: Area = Area(UnsafeCell::new(ProgramFaultArea {
-    regs: [0; 18],
-    signo: 0,
-    code: 0,
-    addr: 0,
-    trapno: 0,
-    err: 0,
-    cr2: 0,
-}));
+pub static AREA: Area = Area(UnsafeCell::new(ProgramFaultArea { regs: [0; 18], signo: 0, code: 0, addr: 0, trapno: 0, err: 0, cr2: 0 }));
 
 /// Nonzero: the image runs a Linux executable, whose faulting thread's
 /// kernel stack is found through GS (`crate::exec`).
