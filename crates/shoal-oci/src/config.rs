@@ -307,6 +307,9 @@ pub struct Pids {
     pub limit: i64,
 }
 
+/// The most guest memory given beyond `linux.resources.memory.limit`.
+const GUEST_HEADROOM: i64 = 256 << 20;
+
 /// Mount destinations an engine adds to every container which the guest
 /// does not need: it has its own /proc, /dev, /sys and /dev/shm, and no
 /// resolver files of the host (names are resolved from the host's answers,
@@ -498,7 +501,14 @@ impl Spec {
             if limit < 4 << 20 {
                 return Err(ConfigError::TooLittleMemory(limit));
             }
-            tender_args.extend(["--mem".to_string(), limit.to_string()]);
+            // The cgroup's limit is the container's limit, as for a Linux
+            // process: the guest gets room beyond it for address space it
+            // reserves but never touches (stacks, heap arenas), which costs
+            // the host nothing, so a program that uses too much is killed
+            // by the kernel's OOM killer at the limit (the engine reports
+            // OOMKilled) rather than failing an allocation somewhere below
+            // it, depending on how much the tender itself took.
+            tender_args.extend(["--mem".to_string(), (limit + limit.min(GUEST_HEADROOM)).to_string()]);
         }
         for e in process.env.iter().filter(|e| e.contains('=')) {
             tender_args.extend(["-e".to_string(), e.clone()]);
@@ -597,7 +607,7 @@ mod tests {
             "--fs",
             &root.to_string_lossy(),
             "--mem",
-            "67108864",
+            "134217728",
             "-e",
             "PATH=/bin",
             "-e",

@@ -317,8 +317,8 @@ fn get(port: u16, path: &str) -> Option<String> {
 /// The kubelet's flow for one pod with handler `shoal` on `tender`:
 /// run the pod, a container that exits 42 (logs, inspect), a restart of a
 /// container inside the running pod, an HTTP server reached from the host
-/// (stats from its cgroup, a resource update, stop → reason), then stop
-/// and remove the pod.
+/// (stats from its cgroup, a resource update, stop → reason), a container
+/// over its memory limit (OOMKilled), then stop and remove the pod.
 fn pod_lifecycle(tender: &str) {
     let cri = Cri::start();
     let pod_json = pod_config(&cri, "web", tender);
@@ -407,6 +407,19 @@ fn pod_lifecycle(tender: &str) {
     assert!(get(port, "/hello").is_none(), "the port is closed once the container stopped");
     cri.ok(&["rm", &web]);
     assert!(!cg.exists(), "the container's cgroup {} is removed", cg.display());
+
+    // A container that touches more memory than its limit: the kernel's
+    // OOM killer ends the instance inside its cgroup, and the CRI reports
+    // it as the kubelet shows it (137, OOMKilled).
+    let small: u64 = 32 << 20;
+    let hog_cfg = container_config(&cri, "hog", 0, APP, &["alloc", "64"], serde_json::json!({"linux": {"resources": {"memory_limit_in_bytes": small}}}));
+    let hog = cri.ok(&["create", &pod, &hog_cfg, &pod_json]);
+    cri.ok(&["start", &hog]);
+    let st = cri.wait_exited(&hog);
+    assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(137), Some("OOMKilled")), "{st}");
+    let logs = cri.wait_logs(&hog, "touched 1 MiB");
+    assert!(!logs.contains("touched 32 MiB"), "the guest used its whole limit and more: {logs}");
+    cri.ok(&["rm", &hog]);
 
     cri.ok(&["stopp", &pod]);
     let p = serde_json::from_str::<serde_json::Value>(&cri.ok(&["inspectp", &pod])).unwrap();
