@@ -312,6 +312,7 @@ pub fn name(n: u64) -> Option<&'static str> {
         306 => "syncfs",
         316 => "renameat2",
         318 => "getrandom",
+        322 => "execveat",
         324 => "membarrier",
         326 => "copy_file_range",
         327 => "preadv2",

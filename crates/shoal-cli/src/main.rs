@@ -1,23 +1,18 @@
 //! `shoal`: the command line of the shoal unikernel platform.
 //!
 //! Subcommands map onto the crates (see docs/architecture.md): `cc` and
-//! `build` onto `shoal-toolchain`, `run` onto the tenders (`shoal-spt`),
-//! `bench` onto the experiments in [`bench`]. Every error is printed as one
+//! `build` onto `shoal-toolchain`, `run` onto the tenders (`shoal-tender`),
+//! `serve` and `fn` onto `shoal-serve`, `bench` onto `shoal-bench`. Every error is printed as one
 //! line, `shoal: …`, on stderr, and shoal exits with status 125 (as
 //! container runtimes do for their own failures), so that statuses 0–124 and
 //! 128+N belong to the program that ran.
 
-mod bench;
-mod bench_pages;
-mod fn_cmd;
 mod oci_image;
-mod plot;
 mod pool_cmd;
 mod recipe_cmd;
-mod serve;
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -29,14 +24,6 @@ const EXIT_SHOAL_ERROR: u8 = 125;
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Tender {
-    /// A seccomp-sandboxed Linux process.
-    Spt,
-    /// A KVM virtual machine.
-    Hvt,
 }
 
 #[derive(Subcommand)]
@@ -86,34 +73,9 @@ enum Cmd {
     },
     /// Run an image: `shoal run [OPTIONS] IMAGE [-- ARGS…]`.
     Run {
-        /// Which tender runs the image.
-        #[arg(long, value_enum, default_value = "spt")]
-        tender: Tender,
-        /// A directory to serve as the root file system (read-only archive; writes stay in memory).
-        #[arg(long)]
-        fs: Option<PathBuf>,
-        /// Guest memory size (bytes, or with K, M, G suffix).
-        #[arg(long, default_value = shoal_tender::DEFAULT_MEM)]
-        mem: String,
-        /// An environment variable for the program, KEY=VALUE (repeatable).
-        #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
-        env: Vec<String>,
-        /// How guest memory is filled: copy, ksm (copy + MADV_MERGEABLE) or pool (code and rodata from the library pool).
-        #[arg(long = "mem-mode", value_enum, default_value = "copy")]
-        mem_mode: pool_cmd::MemMode,
-        /// With --mem-mode pool: run in copy mode (with a warning) if the pool cannot serve the image.
-        #[arg(long)]
-        pool_fallback: bool,
-        /// spt: this process becomes the instance, with no waiting parent (less memory per instance; a kill from outside gets no message).
-        #[arg(long)]
-        single_process: bool,
+        /// The run options, shared with `shoal-tender`.
         #[command(flatten)]
-        net: NetOpts,
-        /// HOSTDIR's files at GUESTDIR in the guest; what the program leaves there is written back to HOSTDIR when it exits (not after a crash or a kill).
-        #[arg(long, value_name = "HOSTDIR:GUESTDIR")]
-        volume: Option<String>,
-        #[command(flatten)]
-        recover: RecoverOpts,
+        opts: shoal_tender::RunOpts,
         /// The image.
         image: PathBuf,
         /// Arguments for the program (after `--`).
@@ -144,9 +106,9 @@ enum Cmd {
     /// Benchmarks (never tests): each runs shoal and its comparison side by side.
     Bench {
         #[command(subcommand)]
-        which: bench::Bench,
+        which: shoal_bench::Bench,
     },
-    /// The library pool in /dev/shm (DESIGN §4): `shoal pool add IMAGE…`, `shoal pool ls`, `shoal pool gc`.
+    /// The library pool in /dev/shm, read-only library pages shared between instances: `shoal pool add IMAGE…`, `shoal pool ls`, `shoal pool gc`.
     Pool {
         #[command(subcommand)]
         which: pool_cmd::PoolCmd,
@@ -159,7 +121,7 @@ enum Cmd {
     /// The FaaS gateway: `shoal serve [--listen ADDR:PORT] [--state DIR] [--allow-path DIR]…` starts function instances on demand.
     Serve {
         /// Where the API and invocations are served (loopback unless --insecure-listen).
-        #[arg(long, default_value = serve::DEFAULT_LISTEN)]
+        #[arg(long, default_value = shoal_serve::DEFAULT_LISTEN)]
         listen: String,
         /// Where deployed functions and the API token (`token`) are kept (default $XDG_STATE_HOME/shoal/serve or ~/.local/state/shoal/serve).
         #[arg(long)]
@@ -192,91 +154,14 @@ enum Cmd {
         #[arg(long, global = true, env = "SHOAL_STATE")]
         state: Option<PathBuf>,
         #[command(subcommand)]
-        which: fn_cmd::FnCmd,
+        which: shoal_serve::client::FnCmd,
     },
-}
-
-/// `shoal run`'s network options.
-#[derive(clap::Args)]
-struct NetOpts {
-    /// Publish a port: [HOSTADDR:]HOSTPORT:GUESTPORT[/udp] (host address 127.0.0.1 unless given; repeatable).
-    #[arg(long, short = 'p', value_name = "[HOSTADDR:]HOSTPORT:GUESTPORT[/udp]")]
-    publish: Vec<String>,
-    /// A listening socket inherited as descriptor N, attached to the guest's first listen (repeatable).
-    #[arg(long = "listen-fd", value_name = "N")]
-    listen_fd: Vec<String>,
-    /// Let the guest open sockets of its own and connect out.
-    #[arg(long)]
-    net_outbound: bool,
-    /// hvt: outbound connections and datagrams only to CIDR[:PORT] (repeatable; implies --net-outbound).
-    #[arg(long = "net-allow", value_name = "CIDR[:PORT]")]
-    net_allow: Vec<String>,
-    /// The guest may bind any port: the tender binds that host address and port when the guest does, with its own rights (for an instance in a network namespace of its own, as shoal-oci runs containers; on the host's namespace the guest may take any free port).
-    #[arg(long)]
-    net_bind_any: bool,
-}
-
-/// `shoal run`'s options for component recovery (issue 19).
-#[derive(clap::Args)]
-struct RecoverOpts {
-    /// Make kernel COMPONENT fail at its N-th call, for tests of component recovery: COMPONENT:KIND@N, KIND panic, wild-write or hang.
-    #[arg(long, value_name = "COMPONENT:KIND@N")]
-    inject: Option<String>,
-    /// Reboot the rebootable kernel components (vfs, ramfs, time, process, sysinfo, user, net; implies --recover-stateful) one by one, one every SECONDS (software rejuvenation).
-    #[arg(long = "rejuvenate-every", value_name = "SECONDS")]
-    rejuvenate_every: Option<String>,
-    /// Reboot a rebootable kernel component whose call runs longer than MS milliseconds (the hang watchdog; default 1000; `off` turns it off).
-    #[arg(long, value_name = "MS")]
-    watchdog: Option<String>,
-    /// Stop the guest from the host when a SIGTERM or SIGHUP sent to `shoal run` is still untaken by its kernel after SECONDS (default 5; a second signal while one is untaken stops it at once); status 128+n as a death by it.
-    #[arg(long = "stop-timeout", value_name = "SECONDS")]
-    stop_timeout: Option<String>,
-    /// No component gates: system calls go straight to the kernel components; nothing is rebooted (a component's failure ends the instance).
-    #[arg(long)]
-    no_recover: bool,
-    /// Make vfs, ramfs, process and net rebootable too: their calls are logged and replayed after a reboot (costs about 1.25× CPU on file-system-heavy programs; implied by --inject into one of them and by --rejuvenate-every).
-    #[arg(long)]
-    recover_stateful: bool,
-    /// vfs's call log drops the records of closed descriptors when N of them are pending (VampOS's log-shrink threshold, Table IV); default 1 (at close); `never` keeps them (implies --recover-stateful).
-    #[arg(long = "log-shrink", value_name = "N")]
-    log_shrink: Option<String>,
-    /// When the instance ends, print the size of vfs's call log on stderr (implies --recover-stateful).
-    #[arg(long)]
-    log_report: bool,
 }
 
 /// `shoal run`: the options are checked and the image run by the same code
 /// as the lean `shoal-tender` command (crate `shoal-tender`).
-#[allow(clippy::too_many_arguments)]
-fn run_image(
-    tender: Tender,
-    fs: Option<PathBuf>,
-    mem: &str,
-    env: Vec<String>,
-    mode: pool_cmd::MemMode,
-    pool_fallback: bool,
-    single_process: bool,
-    net: NetOpts,
-    volume: Option<String>,
-    recover: RecoverOpts,
-    image: PathBuf,
-    args: Vec<String>,
-) -> Result<i32> {
-    let tender = match tender {
-        Tender::Spt => shoal_tender::Tender::Spt,
-        Tender::Hvt => shoal_tender::Tender::Hvt,
-    };
-    let args = shoal_tender::RunArgs::new(tender, fs, mem, env, mode.into(), pool_fallback, single_process, image, args.into_iter().map(Into::into).collect())?
-        .with_net(&net.publish, &net.listen_fd, net.net_outbound)?
-        .with_allow(&net.net_allow)?
-        .with_bind_any(net.net_bind_any)?
-        .with_volume(volume.as_deref())?
-        .with_inject(recover.inject.as_deref())?
-        .with_rejuvenation(recover.rejuvenate_every.as_deref())?
-        .with_watchdog(recover.watchdog.as_deref(), recover.no_recover)?
-        .with_stateful_recovery(recover.recover_stateful)?
-        .with_stop_timeout(recover.stop_timeout.as_deref())?
-        .with_log_shrink(recover.log_shrink.as_deref(), recover.log_report)?;
+fn run_image(opts: &shoal_tender::RunOpts, image: PathBuf, args: Vec<String>) -> Result<i32> {
+    let args = shoal_tender::RunArgs::from_opts(opts, image, args.into_iter().map(Into::into).collect())?;
     Ok(shoal_tender::run(&args)?)
 }
 
@@ -366,9 +251,7 @@ fn real_main() -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Run { tender, fs, mem, env, mem_mode, pool_fallback, single_process, net, volume, recover, image, args } => {
-            run_image(tender, fs, &mem, env, mem_mode, pool_fallback, single_process, net, volume, recover, image, args)
-        }
+        Cmd::Run { opts, image, args } => run_image(&opts, image, args),
         Cmd::Pool { which } => {
             pool_cmd::run(which)?;
             Ok(0)
@@ -391,7 +274,7 @@ fn real_main() -> Result<i32> {
             Ok(0)
         }
         Cmd::Bench { which } => {
-            bench::run(which)?;
+            shoal_bench::run(which)?;
             Ok(0)
         }
         Cmd::Recipe { which } => {
@@ -400,10 +283,10 @@ fn real_main() -> Result<i32> {
         }
         Cmd::Serve { listen, state, insecure_listen, allow_process, allow_path, auth_invoke, upload_quota } => {
             let upload_quota = shoal_tender::parse_size(&upload_quota).map_err(|e| anyhow::anyhow!("--upload-quota {upload_quota}: {e}"))?;
-            serve::serve(serve::Options { listen, state, insecure_listen, allow_process, allow_paths: allow_path, auth_invoke, upload_quota })?;
+            shoal_serve::serve(shoal_serve::Options { listen, state, insecure_listen, allow_process, allow_paths: allow_path, auth_invoke, upload_quota })?;
             Ok(0)
         }
-        Cmd::Fn { gateway, token, state, which } => fn_cmd::run(&gateway, token, state, which),
+        Cmd::Fn { gateway, token, state, which } => shoal_serve::client::run(&gateway, token, state, which),
     }
 }
 

@@ -1,5 +1,5 @@
 //! `shoal oci-image IMAGE -t NAME[:TAG] [--fs DIR] [-o ARCHIVE]`: packs a
-//! shoal image as an OCI image (DESIGN §7) that container engines load —
+//! shoal image as an OCI image (docs/oci.md) that container engines load —
 //! `podman load -i ARCHIVE`, `ctr images import ARCHIVE` — and run through
 //! the `shoal-oci` runtime.
 //!

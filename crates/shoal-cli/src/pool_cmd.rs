@@ -1,31 +1,9 @@
-//! `shoal pool`: the library pool (DESIGN §4; `shoal_loader::pool`).
+//! `shoal pool`: the library pool of shared read-only library pages (`shoal_loader::pool`).
 
 use anyhow::Result;
-use clap::{Subcommand, ValueEnum};
+use clap::Subcommand;
 use shoal_loader::pool::Pool;
-use shoal_loader::MemoryMode;
 use std::path::PathBuf;
-
-/// `--mem-mode` of `shoal run` and the benchmarks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum MemMode {
-    /// Copy every segment into anonymous memory.
-    Copy,
-    /// Copy, and offer guest memory to KSM (MADV_MERGEABLE).
-    Ksm,
-    /// Map code and rodata from the library pool (`shoal pool add` first).
-    Pool,
-}
-
-impl From<MemMode> for MemoryMode {
-    fn from(m: MemMode) -> MemoryMode {
-        match m {
-            MemMode::Copy => MemoryMode::Copy,
-            MemMode::Ksm => MemoryMode::Ksm,
-            MemMode::Pool => MemoryMode::Pool,
-        }
-    }
-}
 
 #[derive(Subcommand)]
 pub enum PoolCmd {

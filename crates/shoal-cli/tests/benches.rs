@@ -1,4 +1,4 @@
-//! Issue 12, item 6: every `shoal bench` works as documented from any working
+//! Every `shoal bench` works as documented from any working
 //! directory, and a bench in which every configuration fails exits non-zero.
 //!
 //! Each test runs one bench's quickest mode (fewest runs, one configuration,
@@ -175,7 +175,7 @@ fn bench_syscall_from_any_directory() {
     }
 }
 
-/// The quickest `bench recover` (issue 19): every system's system calls,
+/// The quickest `bench recover`: every system's system calls,
 /// the gate's cost, reboot times from rejuvenation and the SQLite inserts
 /// measured, with the default relative `--out` (its CSV written there).
 #[test]
@@ -209,7 +209,7 @@ fn bench_recover_from_any_directory() {
     assert!(tmp.path().join("shoal-bench-recover/recover.csv").is_file());
 }
 
-/// `bench recover`'s server parts, at their shortest (issue 19): nginx and
+/// `bench recover`'s server parts, at their shortest: nginx and
 /// Redis throughput without gates, with gates and with gates and logs
 /// (Fig. 7), nginx's component reboot times after 1,000 GETs (Fig. 6), and
 /// nginx under wrk while every component is rebooted in turn, which loses

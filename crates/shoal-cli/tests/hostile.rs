@@ -1,5 +1,5 @@
-//! Guests that point the kernel or the tender at memory they may not write
-//! (issue 12, items 3 and 5), built from C with `shoal cc` and run with
+//! Guests that point the kernel or the tender at memory they may not write,
+//! built from C with `shoal cc` and run with
 //! `shoal run` on each tender. Without a usable `/dev/kvm` the hvt parts
 //! print a visible "skipped" line and pass.
 

@@ -1,4 +1,4 @@
-//! Issue 15, item 1: memory the guest frees goes back to the host. A guest
+//! Memory the guest frees goes back to the host. A guest
 //! maps and writes 64 MiB, then unmaps it, discards it with
 //! `madvise(MADV_DONTNEED)`, or frees it through `malloc`; after each step
 //! the resident set of the instance's processes (VmRSS in
@@ -12,16 +12,7 @@ use std::process::Stdio;
 
 /// VmRSS in KiB of `pid` and its descendants.
 fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let own = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0);
-    let mut kids = 0;
-    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for t in tasks.flatten() {
-            let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            kids += children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()).map(rss_kib).sum::<u64>();
-        }
-    }
-    own + kids
+    shoal_bench::sample::tree_rss_kib(pid)
 }
 
 #[test]
@@ -88,7 +79,7 @@ fn rss_falls_to(pid: u32, want: u64) -> u64 {
     kib
 }
 
-/// Issue 18: the freed memory mm keeps resident for reuse (under 2 MiB)
+/// The freed memory mm keeps resident for reuse (under 2 MiB)
 /// goes back to the host when the instance idles: after a second of an
 /// idle wait without a deadline (waiting for input), and at once before a
 /// long sleep.
@@ -135,7 +126,7 @@ fn tree(pid: u32) -> Vec<u32> {
     all
 }
 
-/// Issue 18: a running spt instance has given back the initial stack the
+/// A running spt instance has given back the initial stack the
 /// kernel made for it at exec (its last steps run on the hypercall
 /// handlers' stack, docs/architecture.md), and its guest runs on.
 #[test]

@@ -1,4 +1,4 @@
-//! Guest-local networking (issue 13, first half): AF_UNIX sockets, epoll,
+//! Guest-local networking: AF_UNIX sockets, epoll,
 //! eventfd, timerfd and poll/select over them, all inside the guest (no
 //! host sockets). Each program in `apps/tests/net_*.c` prints what the same
 //! source prints as a native static musl program, on spt and on hvt (hvt
@@ -38,26 +38,36 @@ fn server_thread_accepts_unix_connections_from_client_threads() {
 }
 
 #[test]
-fn internet_sockets_are_refused_until_the_host_backend_exists() {
+fn without_a_network_internet_sockets_reach_only_the_instance_loopback() {
     let dir = scratch();
     let image = build_image(&test_app("net_inet.c"), dir.path(), &[]);
     for tender in tenders() {
         let s = output(shoal_run(tender).arg(&image));
         assert_eq!(
             stdout(&s),
-            "AF_INET stream: -1 EAFNOSUPPORT\nAF_INET6 dgram: -1 EAFNOSUPPORT\n\
-             AF_INET socketpair: -1 EOPNOTSUPP\nunknown family: -1 EAFNOSUPPORT\n",
+            "AF_INET stream: ok\nconnect 192.0.2.1:80: ENETUNREACH\nAF_INET6 dgram: ok\nsendto [2001:db8::1]:53: ENETUNREACH\n\
+             bind 192.0.2.1:80: EADDRNOTAVAIL\nAF_INET socketpair: EOPNOTSUPP\nunknown family: EAFNOSUPPORT\n",
             "{tender}: {}",
             stderr(&s)
         );
-        // Said once, however many sockets were refused.
+        // Said once, however many addresses were refused.
         assert_eq!(
             stderr(&s),
-            "shoal: the program's Internet socket was refused: this instance has no network (shoal run --publish HOSTPORT:GUESTPORT for a server, --net-outbound for connections out)\n",
+            "shoal: the program's Internet address outside the instance was refused: this instance has no network, only its own loopback (shoal run --publish HOSTPORT:GUESTPORT for a server, --net-outbound for connections out)\n",
             "{tender}"
         );
         assert_eq!(s.status.code(), Some(0), "{tender}");
     }
+}
+
+/// TCP and UDP over 127.0.0.1 and ::1 inside one instance with no network
+/// option (echoes, accept, poll/epoll, MSG_PEEK, datagram boundaries,
+/// EADDRINUSE, ECONNREFUSED, a dual-stack listener): what the same program
+/// prints natively. It includes libc-test's functional/socket case, a UDP
+/// socket sending to itself on 127.0.0.1.
+#[test]
+fn loopback_tcp_and_udp_echo_over_ipv4_and_ipv6_match_native() {
+    matches_native("net_loopback.c");
 }
 
 /// A thread blocked on a timerfd while every other thread waits too: the
@@ -115,4 +125,14 @@ struct Rusage {
 
 extern "C" {
     fn wait4(pid: i32, status: *mut i32, options: i32, usage: *mut Rusage) -> i32;
+}
+
+/// With `--net-outbound` the loopback echoes print the same: sockets bound
+/// to 127.0.0.1 and ::1 stay inside the instance and find each other; the
+/// port-0 binds to `::` and connections to ports nothing inside listens on
+/// go to the host, whose answers (`ECONNREFUSED`, a dual-stack listener
+/// reporting the port the host chose) are Linux's.
+#[test]
+fn loopback_echo_with_outbound_matches_native() {
+    matches_native_with("net_loopback.c", &["--net-outbound"]);
 }

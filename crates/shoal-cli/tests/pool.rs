@@ -1,4 +1,4 @@
-//! Memory mode `pool` (DESIGN §4): two instances linked against different
+//! Memory mode `pool` (docs/design.md, "Memory and sharing"): two instances linked against different
 //! versions of a library share the frames of their common libraries (the
 //! kernel components, libc) through the library pool, which `copy` does
 //! not; and a tampered pool file is refused.

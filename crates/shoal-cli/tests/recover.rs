@@ -1,4 +1,4 @@
-//! Component recovery (issue 19, first slice; `kernel/recover`): a panic
+//! Component recovery (`kernel/recover`): a panic
 //! injected into a stateless kernel component (`shoal run --inject
 //! COMPONENT:panic@N`, which also overwrites the component's memory before
 //! panicking), or a wild write there (`wild-write`), reboots that
@@ -330,6 +330,30 @@ fn epoll_eventfd_timerfd_and_unix_sockets_survive_a_reboot_of_net() {
             let err = stderr(&o);
             assert_eq!(o.status.code(), Some(0), "{t} {spec}: {err}");
             assert_eq!(stdout(&o), "ok 300 net rounds\n", "{t} {spec}: {err}");
+            let lines = reboots(&err, "net");
+            assert!(lines.len() == 1 && lines[0].0 > 0 && lines[0].1.is_some(), "{t} {spec}: {err}");
+        }
+    }
+}
+
+/// The instance's loopback sockets are part of net's log: the TCP and UDP
+/// echoes of `net_loopback.c` over 127.0.0.1 and ::1 (listeners, accepted
+/// connections with unread bytes, queued datagrams, pending errors) print
+/// what they print natively across a panic, a wild write or a hang in net
+/// early, midway or late.
+#[test]
+fn loopback_sockets_survive_a_reboot_of_net() {
+    let dir = scratch();
+    let src = test_app("net_loopback.c");
+    let image = build_image(&src, dir.path(), &[]);
+    let native = output(&mut std::process::Command::new(build_native(&src, dir.path(), &[])));
+    assert_eq!(native.status.code(), Some(0));
+    for t in tenders() {
+        for spec in ["net:panic@5", "net:panic@60", "net:panic@150", "net:wild-write@100", "net:hang@120"] {
+            let o = output(shoal_run(t).args(["--watchdog", "100", "--inject", spec]).arg(&image));
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(0), "{t} {spec}: {err}");
+            assert_eq!(stdout(&o), stdout(&native), "{t} {spec}: {err}");
             let lines = reboots(&err, "net");
             assert!(lines.len() == 1 && lines[0].0 > 0 && lines[0].1.is_some(), "{t} {spec}: {err}");
         }

@@ -1337,7 +1337,7 @@ fn the_prepared_function_is_dropped_when_replaced_or_removed() {
     wait_until("the removed function's prepared files closed", || open_fds(gpid, "memfd:shoal-archive") == 0 && open_fds(gpid, &img) == 0);
 }
 
-// ------------------------------------------------- issue 31: the gateway
+// ------------------------------------------------- security: the gateway
 
 /// `curl` run as `nobody` (`setpriv`): the HTTP status it got.
 fn curl_as_nobody(args: &[&str]) -> String {

@@ -1,4 +1,4 @@
-//! System calls that must not lie (issue 17): each program in
+//! System calls that must not lie: each program in
 //! `apps/tests/sys_*.c` prints what the same source prints as a native
 //! static musl program, on spt and on hvt (hvt skips visibly without
 //! /dev/kvm). Each test is named after the item of the issue it checks.

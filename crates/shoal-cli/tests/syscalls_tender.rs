@@ -1,4 +1,4 @@
-//! System calls that need the tender (issue 17, items 1 and 6), on spt and
+//! System calls that need the tender, on spt and
 //! on hvt (hvt skips visibly without /dev/kvm). Each test is named after
 //! the item of the issue it checks.
 

@@ -1,4 +1,4 @@
-//! `shoal run --volume HOSTDIR:GUESTDIR` (issue 15: a server's state kept
+//! `shoal run --volume HOSTDIR:GUESTDIR` (a server's state kept
 //! across a restart): what a program leaves in GUESTDIR is in HOSTDIR
 //! after it exits, and in GUESTDIR again at the next run; a crash leaves
 //! HOSTDIR unchanged; a hostile guest's own archive cannot write outside

@@ -1,4 +1,4 @@
-//! Host-socket passthrough on hvt (DESIGN §3.1): the `Net` and `NetPoll`
+//! Host-socket passthrough on hvt (a guest socket is a host socket): the `Net` and `NetPoll`
 //! hypercalls. The VMM owns the instance's host sockets; the guest names
 //! them by **handles**, indexes into a table the VMM keeps ([`Net`]), never
 //! by the VMM's descriptor numbers. The VMM process also holds the KVM,
@@ -7,7 +7,9 @@
 //! file, so every handle that is not in the table is `EBADF` (and
 //! `POLLNVAL` in a poll).
 //!
-//! The results are spt's (`shoal_spt::net`), errno for errno: `-EFAULT`
+//! The batch, the bounds on what is copied and the checks of a new
+//! socket are shared with spt (`shoal_hostcall::net`); the rest of the
+//! results are spt's (`shoal_spt::net`), errno for errno: `-EFAULT`
 //! for a buffer outside guest memory (or, for results, outside *writable*
 //! guest memory), `-EINVAL` for an oversized address, option or batch,
 //! `-EBADF` for a handle, `-ENOSYS` for an unknown operation, `-EACCES`
@@ -21,7 +23,7 @@
 //! Without outbound the guest has no traffic of its own: no
 //! `MSG_FASTOPEN` (a send that connects) and no addressed send but such a
 //! reply (`EACCES`). Socket protocols
-//! are the default, TCP and UDP ([`protocol_allowed`]). The VMM may run
+//! are the default, TCP and UDP (`shoal_hostcall::net::protocol_allowed`). The VMM may run
 //! as root (a FaaS host), so what only privilege allows is refused too: a
 //! UDP bind below port 1024, and socket options outside a list of
 //! ordinary ones ([`option_allowed`]; `ENOPROTOOPT`, as for an option the
@@ -49,7 +51,7 @@
 //! proportional to the ready sockets, not to all of them.
 
 use crate::hypercall::Guest;
-use shoal_abi::{net_op, NetArgs, NetOp, NetPollArgs, NetPollFd, NET_MAX_OPS, NET_MAX_POLL, NET_MAX_POLL_WATCH};
+use shoal_abi::{net_op, NetArgs, NetOp, NetPollArgs, NetPollFd, NET_MAX_POLL, NET_MAX_POLL_WATCH};
 use shoal_loader::net::Allow;
 use shoal_loader::GuestAddr;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -58,12 +60,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// The lowest handle (as on spt, where handles are descriptors above
 /// stdio).
 pub const FIRST_HANDLE: i64 = 3;
-/// Largest `sockaddr` copied (`sizeof(struct sockaddr_storage)`).
-const MAX_ADDR: u64 = 128;
-/// Largest socket option value copied.
-const MAX_OPT: u64 = 256;
-/// Largest single transfer (Linux caps one call near 2 GiB anyway).
-const MAX_IO: u64 = 1 << 30;
+use shoal_hostcall::net::{neg, MAX_ADDR, MAX_IO, MAX_OPT};
 /// Below this port a bind needs privilege the VMM may have and the guest
 /// must not borrow.
 const FIRST_UNPRIVILEGED_PORT: u16 = 1024;
@@ -107,16 +104,6 @@ fn is_dgram(fd: RawFd) -> bool {
     // SAFETY: `ty` and `len` are valid out-parameters of this size.
     let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE, (&mut ty as *mut libc::c_int).cast(), &mut len) };
     rc == 0 && ty == libc::SOCK_DGRAM
-}
-
-/// Whether a guest socket of type `ty` (`SOCK_STREAM`/`SOCK_DGRAM`) may
-/// have protocol `proto`: the default, TCP or UDP only. Anything else
-/// (`IPPROTO_MPTCP`, whose ports Landlock's TCP rules do not cover on spt;
-/// `IPPROTO_ICMP` ping sockets; `IPPROTO_UDPLITE`, `IPPROTO_SCTP`) is
-/// `EPROTONOSUPPORT`, what Linux answers for a protocol it lacks and what
-/// Go falls back from when it probes MPTCP.
-pub fn protocol_allowed(ty: i32, proto: i32) -> bool {
-    proto == 0 || (ty == libc::SOCK_STREAM && proto == libc::IPPROTO_TCP) || (ty == libc::SOCK_DGRAM && proto == libc::IPPROTO_UDP)
 }
 
 /// The address a peer is remembered and matched by: an IPv4-mapped IPv6
@@ -211,10 +198,6 @@ fn watch(set: &OwnedFd, fd: RawFd, handle: i64) -> Result<(), i32> {
         return Err(errno());
     }
     Ok(())
-}
-
-fn neg(e: i32) -> i64 {
-    -i64::from(e)
 }
 
 fn errno() -> i32 {
@@ -426,29 +409,15 @@ impl Net {
     /// negative errno for a batch that cannot be read.
     pub fn batch(&mut self, g: &Guest<'_>, a: &NetArgs) -> i64 {
         self.stats.batches += 1;
-        if a.count > NET_MAX_OPS {
-            return neg(libc::EINVAL);
-        }
-        let size = core::mem::size_of::<NetOp>() as u64;
-        // No overflow: count <= NET_MAX_OPS.
-        if !g.read_only.writable(g.mem, a.ops, a.count * size) {
-            return neg(libc::EFAULT);
-        }
-        for i in 0..a.count {
-            let at = GuestAddr(a.ops + i * size);
-            let Ok(mut op) = g.mem.read_obj::<NetOp>(at) else {
-                return neg(libc::EFAULT);
-            };
-            self.stats.ops += 1;
-            op.ret = match self.one(g, &mut op) {
-                Ok(v) | Err(v) => v,
-            };
-            // Checked writable above, as a whole.
-            if g.mem.write_obj(at, &op).is_err() {
-                return neg(libc::EFAULT);
-            }
-        }
-        a.count as i64
+        shoal_hostcall::net::batch(
+            g.mem,
+            |addr, len| g.read_only.writable(g.mem, addr, len),
+            a,
+            |op| {
+                self.stats.ops += 1;
+                self.one(g, op)
+            },
+        )
     }
 
     /// The guest range `[addr, addr + len)` as a host pointer, readable
@@ -473,7 +442,7 @@ impl Net {
     /// Copies an address the host returned to the guest's `op.addr`, at
     /// most `op.addrlen` bytes (Linux truncates too), into writable memory.
     fn addr_out(g: &Guest<'_>, op: &NetOp, buf: &[u8], len: libc::socklen_t) -> Result<(), i64> {
-        let n = u64::from(len).min(op.addrlen).min(buf.len() as u64);
+        let n = shoal_hostcall::net::addr_out_len(op, len, buf.len());
         if n == 0 {
             return Ok(());
         }
@@ -504,22 +473,9 @@ impl Net {
         let mut sa = [0u8; MAX_ADDR as usize];
         match op.op {
             net_op::SOCKET => {
-                if !self.outbound {
-                    return Err(neg(libc::EACCES));
-                }
-                let domain = op.a as i32;
-                if domain != libc::AF_INET && domain != libc::AF_INET6 {
-                    return Err(neg(libc::EAFNOSUPPORT));
-                }
-                let ty = (op.b as i32) & 0xf;
-                if ty != libc::SOCK_STREAM && ty != libc::SOCK_DGRAM {
-                    return Err(neg(libc::EINVAL));
-                }
-                if !protocol_allowed(ty, op.flags as i32) {
-                    return Err(neg(libc::EPROTONOSUPPORT));
-                }
+                let (domain, ty, proto) = shoal_hostcall::net::socket_args(op, self.outbound)?;
                 // SAFETY: socket takes no pointers.
-                let fd = unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, op.flags as i32) };
+                let fd = unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, proto) };
                 if fd < 0 {
                     return Err(neg(errno()));
                 }
@@ -1125,7 +1081,7 @@ mod tests {
         });
     }
 
-    /// Issue 31 items 3-6, at the VMM: an `AF_UNSPEC` send outside the
+    /// At the VMM: an `AF_UNSPEC` send outside the
     /// allow-list, a protocol but TCP/UDP, `MSG_FASTOPEN` and a datagram of
     /// its own without outbound are refused; a UDP listener still replies
     /// to its senders; `SO_REUSEADDR` on UDP does not let a bind share a

@@ -1,29 +1,19 @@
-//! Preemption ticks on hvt (issue 17, item 7; the protocol is
+//! Preemption ticks on hvt: the VMM's half of the preemption model
+//! (`shoal_hostcall::preempt`, shared with spt; the protocol is
 //! `shoal_abi::PreemptArea`'s).
 //!
 //! The tick is a POSIX timer of the VMM (`timer_create`, `CLOCK_MONOTONIC`)
 //! that sends `SIGALRM` to the thread running the vCPU
-//! (`SIGEV_THREAD_ID`), armed by the `Preempt` hypercall only when the
-//! guest has more than one runnable thread. The signal makes `KVM_RUN`
-//! return `EINTR` (its handler only sets a flag); the run loop then calls
-//! [`tick`] with the vCPU stopped between two guest instructions. At most
-//! one runnable thread: the timer is disarmed. The vCPU in the kernel
-//! (`in_kernel`), at CPL 0 (the exception stub) or outside guest memory:
-//! `pending` is set for the kernel to yield on its way out. Otherwise the
-//! VMM stores RIP in `resume_rip`, sets `in_kernel` and sets RIP to the
-//! kernel's preemption entry (`KVM_GET_REGS`/`KVM_SET_REGS`); every other
+//! (`SIGEV_THREAD_ID`). The signal makes `KVM_RUN` return `EINTR` (its
+//! handler only sets a flag); the run loop then calls [`tick`] with the
+//! vCPU stopped between two guest instructions. What hvt supplies to the
+//! model is how the stopped vCPU is reached (`KVM_GET_REGS`/`KVM_SET_REGS`:
+//! RIP may be redirected only at CPL 3 inside guest memory; every other
 //! register, the flags and the FPU state stay as they were for the entry
-//! to save. A signal that lands just before `KVM_RUN` starts is seen at the
-//! next exit (at worst one tick later).
-//!
-//! The same tick is the hang watchdog's (issue 19; see spt's
-//! `preempt` module for the protocol): while a gated call into a rebootable
-//! kernel component is in progress the tick runs even with one thread, at
-//! the watchdog's period when nobody needs preempting, and a call that
-//! stays in progress for the limit is stopped: the vCPU (at CPL 3, at an
-//! instruction in guest memory, with the kernel's fault entry armed)
-//! continues at the kernel's fault entry with `shoal_abi::FAULT_HANG`,
-//! which reboots the component.
+//! to save) and how the timer is set. A signal that lands just before
+//! `KVM_RUN` starts is seen at the next exit (at worst one tick later).
+//! A hang at CPL 3 continues at the kernel's fault entry with
+//! `shoal_abi::FAULT_HANG`, which reboots the component.
 //!
 //! The area is guest memory, written through the VMM's mapping with
 //! atomics; the guest can lie in it only to itself. Like `crate::forward`,
@@ -31,38 +21,22 @@
 
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
-/// The guest's area through the VMM's mapping, once registered.
-static AREA: AtomicPtr<AtomicU64> = AtomicPtr::new(core::ptr::null_mut());
-static ENTRY: AtomicU64 = AtomicU64::new(0);
+/// The model's state (one instance per process at a time).
+static MODEL: Model = Model::new();
 /// A tick arrived and is not yet handled by the run loop.
 static TICK: AtomicBool = AtomicBool::new(false);
 /// Ticks handled (the statistic `SHOAL_PREEMPT_STATS` prints): preemption
 /// ticks, and watchdog-only ticks apart.
 static TICKS: AtomicU64 = AtomicU64::new(0);
 static WATCH_TICKS: AtomicU64 = AtomicU64::new(0);
-/// The watchdog's limit (ns; 0: off), the timer's period now, the
-/// preemption period asked for, and the watchdog's state between ticks.
-static LIMIT: AtomicU64 = AtomicU64::new(0);
-static PERIOD: AtomicU64 = AtomicU64::new(0);
-static TICK_NS: AtomicU64 = AtomicU64::new(shoal_abi::PREEMPT_TICK_NS);
-static WATCH: std::sync::Mutex<shoal_loader::watchdog::Watch> = std::sync::Mutex::new(shoal_loader::watchdog::Watch { seq: 0, age_ns: 0 });
 /// The timer (`timer_t`), 0 before the first arm.
 static TIMER: AtomicU64 = AtomicU64::new(0);
 static TIMER_MADE: AtomicBool = AtomicBool::new(false);
 /// The thread that runs the vCPU.
 static RUN_TID: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
 
-use shoal_abi::preempt_word::{ARMED, IN_KERNEL, PENDING, RESUME_RIP, RUNNABLE, TICKS as AREA_TICKS, WATCH as AREA_WATCH, WATCH_SEQ};
-use shoal_abi::{PREEMPT_ARMED_TICK, PREEMPT_ARMED_WATCHDOG};
-/// Size of the area in bytes.
-pub const AREA_BYTES: u64 = core::mem::size_of::<shoal_abi::PreemptArea>() as u64;
-
-fn word(i: usize) -> Option<&'static AtomicU64> {
-    let a = AREA.load(Ordering::SeqCst);
-    // SAFETY: `register` took a host pointer to AREA_BYTES of writable,
-    // 8-aligned guest memory; `clear` forgets it before that memory goes.
-    (!a.is_null()).then(|| unsafe { &*a.add(i) })
-}
+pub use shoal_hostcall::preempt::AREA_BYTES;
+use shoal_hostcall::preempt::{Cpu, Model, Timer};
 
 extern "C" fn on_tick(_sig: libc::c_int) {
     TICK.store(true, Ordering::SeqCst);
@@ -105,7 +79,7 @@ pub fn unkick() {
 /// the calling thread is the one that runs the vCPU. `watchdog_ns` is the
 /// hang watchdog's limit (0: off).
 pub fn install(watchdog_ns: u64) -> std::io::Result<()> {
-    LIMIT.store(watchdog_ns, Ordering::SeqCst);
+    MODEL.set_limit(watchdog_ns);
     WATCH_TICKS.store(0, Ordering::SeqCst);
     // SAFETY: gettid has no arguments and cannot fail.
     RUN_TID.store(unsafe { libc::syscall(libc::SYS_gettid) } as i32, Ordering::SeqCst);
@@ -127,85 +101,67 @@ pub fn install(watchdog_ns: u64) -> std::io::Result<()> {
 /// caller checked `AREA_BYTES` of 8-aligned writable guest memory) and
 /// `entry` a guest address the caller checked to be inside guest memory.
 pub fn register(host: *mut u8, entry: u64) {
-    ENTRY.store(entry, Ordering::SeqCst);
-    AREA.store(host.cast(), Ordering::SeqCst);
+    MODEL.register(host, entry);
 }
 
-fn set_timer(period_ns: u64) -> i64 {
-    PERIOD.store(period_ns, Ordering::SeqCst);
-    let ts = libc::timespec { tv_sec: (period_ns / 1_000_000_000) as libc::time_t, tv_nsec: (period_ns % 1_000_000_000) as libc::c_long };
-    let it = libc::itimerspec { it_interval: ts, it_value: ts };
-    let t = TIMER.load(Ordering::SeqCst) as usize as libc::timer_t;
-    // SAFETY: `t` was made by timer_create and not deleted; `it` is valid.
-    if unsafe { libc::timer_settime(t, 0, &it, core::ptr::null_mut()) } != 0 {
-        return -i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
-    }
-    0
-}
+/// hvt's tick timer: a POSIX timer directed at the vCPU thread, made at
+/// the first arm.
+struct PosixTimer;
 
-/// Makes the timer, the first time.
-fn make_timer() -> Result<(), i64> {
-    if !TIMER_MADE.load(Ordering::SeqCst) {
-        // SAFETY: a zeroed sigevent is valid; the fields set make it a
-        // thread-directed signal to the vCPU thread; `id` receives the
-        // timer.
-        let (rc, id) = unsafe {
-            let mut ev: libc::sigevent = core::mem::zeroed();
-            ev.sigev_notify = libc::SIGEV_THREAD_ID;
-            ev.sigev_signo = libc::SIGALRM;
-            ev.sigev_notify_thread_id = RUN_TID.load(Ordering::SeqCst);
-            let mut id: libc::timer_t = core::ptr::null_mut();
-            (libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut id), id)
-        };
-        if rc != 0 {
-            return Err(-i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)));
+impl Timer for PosixTimer {
+    /// Makes the timer, the first time.
+    fn make(&self) -> Result<(), i64> {
+        if !TIMER_MADE.load(Ordering::SeqCst) {
+            // SAFETY: a zeroed sigevent is valid; the fields set make it a
+            // thread-directed signal to the vCPU thread; `id` receives the
+            // timer.
+            let (rc, id) = unsafe {
+                let mut ev: libc::sigevent = core::mem::zeroed();
+                ev.sigev_notify = libc::SIGEV_THREAD_ID;
+                ev.sigev_signo = libc::SIGALRM;
+                ev.sigev_notify_thread_id = RUN_TID.load(Ordering::SeqCst);
+                let mut id: libc::timer_t = core::ptr::null_mut();
+                (libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut id), id)
+            };
+            if rc != 0 {
+                return Err(-i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)));
+            }
+            TIMER.store(id as usize as u64, Ordering::SeqCst);
+            TIMER_MADE.store(true, Ordering::SeqCst);
         }
-        TIMER.store(id as usize as u64, Ordering::SeqCst);
-        TIMER_MADE.store(true, Ordering::SeqCst);
+        Ok(())
     }
-    Ok(())
+
+    fn set(&self, period_ns: u64) -> i64 {
+        // No timer (the area forgotten by `clear`): nothing runs to stop.
+        if !TIMER_MADE.load(Ordering::SeqCst) {
+            return 0;
+        }
+        let ts = libc::timespec { tv_sec: (period_ns / 1_000_000_000) as libc::time_t, tv_nsec: (period_ns % 1_000_000_000) as libc::c_long };
+        let it = libc::itimerspec { it_interval: ts, it_value: ts };
+        let t = TIMER.load(Ordering::SeqCst) as usize as libc::timer_t;
+        // SAFETY: `t` was made by timer_create and not deleted; `it` is valid.
+        if unsafe { libc::timer_settime(t, 0, &it, core::ptr::null_mut()) } != 0 {
+            return -i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
+        }
+        0
+    }
+
+    fn count(&self, watchdog_only: bool) {
+        if watchdog_only { &WATCH_TICKS } else { &TICKS }.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 /// `Preempt`/`PREEMPT_ARM`: makes the timer the first time, then starts it
 /// (every `tick_ns`, at least `shoal_abi::PREEMPT_MIN_TICK_NS`).
 pub fn arm(tick_ns: u64) -> i64 {
-    let Some(armed) = word(ARMED) else {
-        return -i64::from(libc::EINVAL);
-    };
-    if let Err(e) = make_timer() {
-        return e;
-    }
-    let tick = tick_ns.clamp(shoal_abi::PREEMPT_MIN_TICK_NS, 1_000_000_000);
-    TICK_NS.store(tick, Ordering::SeqCst);
-    let rc = set_timer(tick);
-    if rc == 0 {
-        armed.store(PREEMPT_ARMED_TICK, Ordering::SeqCst);
-    }
-    rc
+    MODEL.arm(&PosixTimer, tick_ns)
 }
 
 /// `Preempt`/`PREEMPT_WATCH`: a gated call began with the tick off: run
-/// the tick at the watchdog's period, counting the call's age from now.
-/// Nothing to do when the tick runs already or there is no watchdog.
+/// the tick at the watchdog's period (see `shoal_hostcall::preempt`).
 pub fn watch() -> i64 {
-    let (Some(armed), Some(seq)) = (word(ARMED), word(WATCH_SEQ)) else {
-        return -i64::from(libc::EINVAL);
-    };
-    let limit = LIMIT.load(Ordering::SeqCst);
-    if limit == 0 || armed.load(Ordering::SeqCst) != 0 {
-        return 0;
-    }
-    if let Ok(mut w) = WATCH.lock() {
-        *w = shoal_loader::watchdog::Watch { seq: seq.load(Ordering::SeqCst), age_ns: 0 };
-    }
-    if let Err(e) = make_timer() {
-        return e;
-    }
-    let rc = set_timer(limit);
-    if rc == 0 {
-        armed.store(PREEMPT_ARMED_WATCHDOG, Ordering::SeqCst);
-    }
-    rc
+    MODEL.watch(&PosixTimer)
 }
 
 /// Whether a tick arrived since the last call (taking it).
@@ -232,51 +188,55 @@ pub struct HangExit<'a> {
     pub mem: &'a shoal_loader::GuestMemory,
 }
 
+/// The stopped vCPU: its registers as read when it stopped.
+struct Stopped<'a> {
+    vcpu: &'a kvm_ioctls::VcpuFd,
+    regs: kvm_bindings::kvm_regs,
+    /// At CPL 3 (the program or the kernel's unprivileged code; never the
+    /// exception stub).
+    user: bool,
+    /// Guest memory's bounds `[low, mem_size)`.
+    low: u64,
+    mem_size: u64,
+    hang: Option<&'a HangExit<'a>>,
+}
+
+impl<'a> Stopped<'a> {
+    fn read(vcpu: &'a kvm_ioctls::VcpuFd, low: u64, mem_size: u64, hang: Option<&'a HangExit<'a>>) -> Result<Stopped<'a>, String> {
+        let regs = vcpu.get_regs().map_err(|e| format!("KVM refused to read the registers: {e}"))?;
+        let sregs = vcpu.get_sregs().map_err(|e| format!("KVM refused to read the special registers: {e}"))?;
+        Ok(Stopped { vcpu, regs, user: sregs.cs.selector & 3 == 3, low, mem_size, hang })
+    }
+}
+
+impl Cpu for Stopped<'_> {
+    type Error = String;
+
+    fn rip(&self) -> u64 {
+        self.regs.rip
+    }
+
+    fn in_program(&self) -> bool {
+        self.user && (self.low..self.mem_size).contains(&self.regs.rip)
+    }
+
+    fn set_rip(&mut self, rip: u64) -> Result<(), String> {
+        self.regs.rip = rip;
+        self.vcpu.set_regs(&self.regs).map_err(|e| format!("KVM refused to set the registers: {e}"))
+    }
+
+    fn stop_hang(&mut self) -> Result<bool, String> {
+        match self.hang {
+            Some(hang) if self.user => redirect_hang(self.vcpu, &mut self.regs, hang),
+            _ => Ok(false),
+        }
+    }
+}
+
 /// One tick, with the vCPU stopped (see the module documentation).
 /// `mem_size` bounds the instruction pointers that may be redirected.
 pub fn tick(vcpu: &kvm_ioctls::VcpuFd, low: u64, mem_size: u64, hang: &HangExit) -> Result<(), String> {
-    let (Some(runnable), Some(in_kernel), Some(pending), Some(resume), Some(armed), Some(ticks), Some(watch), Some(seq)) =
-        (word(RUNNABLE), word(IN_KERNEL), word(PENDING), word(RESUME_RIP), word(ARMED), word(AREA_TICKS), word(AREA_WATCH), word(WATCH_SEQ))
-    else {
-        TICKS.fetch_add(1, Ordering::SeqCst);
-        return Ok(());
-    };
-    let mode = armed.load(Ordering::SeqCst);
-    if mode == PREEMPT_ARMED_WATCHDOG { &WATCH_TICKS } else { &TICKS }.fetch_add(1, Ordering::SeqCst);
-    ticks.fetch_add(1, Ordering::Relaxed);
-    let limit = LIMIT.load(Ordering::SeqCst);
-    let verdict = match WATCH.lock() {
-        Ok(mut w) => {
-            let (next, v) = shoal_loader::watchdog::step(*w, watch.load(Ordering::SeqCst), seq.load(Ordering::SeqCst), PERIOD.load(Ordering::SeqCst), limit);
-            *w = next;
-            v
-        }
-        Err(_) => shoal_loader::watchdog::Verdict::Idle,
-    };
-    let mut regs = vcpu.get_regs().map_err(|e| format!("KVM refused to read the registers: {e}"))?;
-    let sregs = vcpu.get_sregs().map_err(|e| format!("KVM refused to read the special registers: {e}"))?;
-    let user = sregs.cs.selector & 3 == 3;
-    if verdict == shoal_loader::watchdog::Verdict::Hang && user && redirect_hang(vcpu, &mut regs, hang)? {
-        if let Ok(mut w) = WATCH.lock() {
-            w.age_ns = 0;
-        }
-        return Ok(());
-    }
-    if runnable.load(Ordering::SeqCst) <= 1 {
-        if verdict == shoal_loader::watchdog::Verdict::Idle {
-            set_timer(0);
-            armed.store(0, Ordering::SeqCst);
-        } else if mode != PREEMPT_ARMED_WATCHDOG {
-            set_timer(limit);
-            armed.store(PREEMPT_ARMED_WATCHDOG, Ordering::SeqCst);
-        }
-        return Ok(());
-    }
-    if mode != PREEMPT_ARMED_TICK {
-        set_timer(TICK_NS.load(Ordering::SeqCst));
-        armed.store(PREEMPT_ARMED_TICK, Ordering::SeqCst);
-    }
-    redirect(vcpu, &mut regs, user, low, mem_size, (in_kernel, pending, resume))
+    MODEL.tick(&PosixTimer, &mut Stopped::read(vcpu, low, mem_size, Some(hang))?)
 }
 
 /// With the vCPU stopped after a forwarded signal arrived: makes the
@@ -286,34 +246,10 @@ pub fn tick(vcpu: &kvm_ioctls::VcpuFd, low: u64, mem_size: u64, hang: &HangExit)
 /// Linux), `pending` set if it was in the kernel (taken on the way out of
 /// the system call). Nothing before the guest registered its area.
 pub fn interrupt(vcpu: &kvm_ioctls::VcpuFd, low: u64, mem_size: u64) -> Result<(), String> {
-    let (Some(in_kernel), Some(pending), Some(resume)) = (word(IN_KERNEL), word(PENDING), word(RESUME_RIP)) else {
-        return Ok(());
-    };
-    let mut regs = vcpu.get_regs().map_err(|e| format!("KVM refused to read the registers: {e}"))?;
-    let sregs = vcpu.get_sregs().map_err(|e| format!("KVM refused to read the special registers: {e}"))?;
-    redirect(vcpu, &mut regs, sregs.cs.selector & 3 == 3, low, mem_size, (in_kernel, pending, resume))
-}
-
-/// The common end of [`tick`] and [`interrupt`]: the vCPU to the
-/// preemption entry if it is at CPL 3 in guest memory outside the kernel,
-/// else `pending` for the kernel to take on its way out.
-fn redirect(
-    vcpu: &kvm_ioctls::VcpuFd,
-    regs: &mut kvm_bindings::kvm_regs,
-    user: bool,
-    low: u64,
-    mem_size: u64,
-    words: (&AtomicU64, &AtomicU64, &AtomicU64),
-) -> Result<(), String> {
-    let (in_kernel, pending, resume) = words;
-    if in_kernel.load(Ordering::SeqCst) != 0 || !user || !(low..mem_size).contains(&regs.rip) {
-        pending.store(1, Ordering::SeqCst);
+    if !MODEL.registered() {
         return Ok(());
     }
-    resume.store(regs.rip, Ordering::SeqCst);
-    in_kernel.store(1, Ordering::SeqCst);
-    regs.rip = ENTRY.load(Ordering::SeqCst);
-    vcpu.set_regs(regs).map_err(|e| format!("KVM refused to set the registers: {e}"))
+    MODEL.interrupt(&mut Stopped::read(vcpu, low, mem_size, None)?)
 }
 
 /// Sends the vCPU (stopped at CPL 3) to the kernel's fault entry with
@@ -342,7 +278,7 @@ fn redirect_hang(vcpu: &kvm_ioctls::VcpuFd, regs: &mut kvm_bindings::kvm_regs, h
 
 /// Stops the timer and forgets the area (before guest memory is unmapped).
 pub fn clear() {
-    AREA.store(core::ptr::null_mut(), Ordering::SeqCst);
+    MODEL.clear();
     IMMEDIATE_EXIT.store(core::ptr::null_mut(), Ordering::SeqCst);
     if TIMER_MADE.swap(false, Ordering::SeqCst) {
         let t = TIMER.swap(0, Ordering::SeqCst) as usize as libc::timer_t;

@@ -272,7 +272,7 @@ fn read_only_refusal(call: &str, addr: u64) -> String {
     )
 }
 
-/// Issue 12, item 3: the VMM writes results through its own mapping, which
+/// The VMM writes results through its own mapping, which
 /// the guest's page tables do not protect; an argument structure in the
 /// code, read-only data or the boot-info page must be refused before the
 /// call does anything (spt's `args(.., write = true)`).
@@ -306,7 +306,7 @@ fn hvt_hypercall_result_into_code_is_refused() {
     assert_eq!(r.outcome.message().unwrap(), read_only_refusal("Poll", shoal_abi::BOOT_INFO_ADDR));
 }
 
-/// Issue 12, item 3: the guest runs at CPL 3 with IOPL 3, so it can write
+/// The guest runs at CPL 3 with IOPL 3, so it can write
 /// the fault port itself; only the CPL-0 exception stub's report is a CPU
 /// exception. A forged one is an invalid hypercall (255), not a
 /// `guest fault` with a signal status.

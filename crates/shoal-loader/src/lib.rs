@@ -52,7 +52,7 @@ pub use layout::{args_len, format_size, plan, stack_size, Layout, LayoutError, M
 pub use mem::{GuestAddr, GuestMemory, MemError, Pod};
 pub use tsc::{Clock, TscError};
 
-/// How a tender fills guest memory (DESIGN §4). Shared by spt and hvt.
+/// How a tender fills guest memory (docs/design.md, "Memory and sharing"). Shared by spt and hvt.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MemoryMode {
     /// Every segment copied into anonymous memory.

@@ -151,7 +151,7 @@ pub fn tsc_hz() -> Result<u64, TscError> {
 mod tests {
     use super::*;
 
-    /// Issue 12, item 1: a symbolic link planted where the cache goes is
+    /// A symbolic link planted where the cache goes is
     /// never followed, and a runtime directory someone else could have made
     /// is not used.
     #[test]

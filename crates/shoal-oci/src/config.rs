@@ -451,18 +451,20 @@ impl Spec {
         self.check_mounts()?;
         let (image_path, image) = find_image(&rootfs, first, &process.env)?;
 
-        let mut tender_args = Vec::new();
+        // The tender's options, spelled by the one table `shoal run` and
+        // `shoal-tender` share.
+        let mut opts = shoal_tender::RunOpts::default();
         if let Some(v) = self.annotations.get(ANN_TENDER) {
             if !matches!(v.as_str(), "spt" | "hvt") {
                 return Err(ConfigError::Annotation { key: ANN_TENDER, value: v.clone(), allowed: "spt, hvt" });
             }
-            tender_args.extend(["--tender".to_string(), v.clone()]);
+            opts.tender = Some(v.into());
         }
         if let Some(v) = self.annotations.get(ANN_MEM_MODE) {
             if !matches!(v.as_str(), "copy" | "ksm" | "pool") {
                 return Err(ConfigError::Annotation { key: ANN_MEM_MODE, value: v.clone(), allowed: "copy, ksm, pool" });
             }
-            tender_args.extend(["--mem-mode".to_string(), v.clone()]);
+            opts.mem_mode = Some(v.into());
         }
         if let Some(v) = self.annotations.get(ANN_PUBLISH) {
             for port in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -470,7 +472,7 @@ impl Spec {
                 if num.parse::<u16>().map_or(true, |n| n == 0) || !matches!(proto, "tcp" | "udp") {
                     return Err(ConfigError::Annotation { key: ANN_PUBLISH, value: v.clone(), allowed: "GUESTPORT[/udp] separated by commas" });
                 }
-                tender_args.extend(["--publish".to_string(), format!("0.0.0.0:{num}:{num}/{proto}")]);
+                opts.publish.push(format!("0.0.0.0:{num}:{num}/{proto}").into());
             }
         }
         let (mut netns, mut new_netns) = (None, false);
@@ -494,9 +496,9 @@ impl Spec {
         // host's namespace (`--network host`) only the ports the
         // annotation lists are opened.
         if netns.is_some() || new_netns {
-            tender_args.push("--net-bind-any".to_string());
+            opts.net_bind_any = true;
         }
-        tender_args.extend(["--fs".to_string(), rootfs.to_string_lossy().into_owned()]);
+        opts.fs = Some(rootfs.clone().into());
         if let Some(limit) = self.linux.resources.memory.as_ref().and_then(|m| m.limit).filter(|l| *l > 0) {
             if limit < 4 << 20 {
                 return Err(ConfigError::TooLittleMemory(limit));
@@ -508,14 +510,15 @@ impl Spec {
             // by the kernel's OOM killer at the limit (the engine reports
             // OOMKilled) rather than failing an allocation somewhere below
             // it, depending on how much the tender itself took.
-            tender_args.extend(["--mem".to_string(), (limit + limit.min(GUEST_HEADROOM)).to_string()]);
+            opts.mem = Some((limit + limit.min(GUEST_HEADROOM)).to_string().into());
         }
         for e in process.env.iter().filter(|e| e.contains('=')) {
-            tender_args.extend(["-e".to_string(), e.clone()]);
+            opts.env.push(e.into());
         }
         // The guest's argv[0] is what the container asked for, as runc's
         // process gets it (the tender is handed the image as a descriptor).
-        tender_args.extend(["--argv0".to_string(), first.clone()]);
+        opts.argv0 = Some(first.into());
+        let mut tender_args: Vec<String> = opts.to_args().into_iter().map(|a| a.to_string_lossy().into_owned()).collect();
         let image_arg = tender_args.len();
         tender_args.push(image_path.to_string_lossy().into_owned());
         tender_args.push("--".into());
@@ -601,19 +604,19 @@ mod tests {
         let want: Vec<String> = [
             "--tender",
             "hvt",
+            "--fs",
+            &root.to_string_lossy(),
+            "--argv0",
+            "app",
+            "--mem",
+            "134217728",
+            "--env",
+            "PATH=/bin",
+            "--env",
+            "X=1",
             "--mem-mode",
             "pool",
             "--net-bind-any",
-            "--fs",
-            &root.to_string_lossy(),
-            "--mem",
-            "134217728",
-            "-e",
-            "PATH=/bin",
-            "-e",
-            "X=1",
-            "--argv0",
-            "app",
             &root.join("bin/app").to_string_lossy(),
             "--",
             "a",

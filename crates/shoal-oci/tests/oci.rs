@@ -273,7 +273,7 @@ fn exit_status_output_env_and_args_pass_through() {
     assert!(!Path::new("/sys/fs/cgroup/memory/shoal-oci/hello").exists(), "cgroup left behind");
 }
 
-/// Issue 31: `process.args[0]` is found inside the root file system with
+/// `process.args[0]` is found inside the root file system with
 /// its symlinks resolved there (as the guest resolves them), so a symlink
 /// naming a host file outside it finds nothing, and the tender is handed
 /// the file found, not a path to resolve again.

@@ -663,7 +663,7 @@ mod hot_path_tests {
         }
     }
 
-    /// Issue 31 items 4-6: socket protocols are TCP and UDP only, address
+    /// Socket protocols are TCP and UDP only, address
     /// reuse options trap (the handler answers them), and `MSG_FASTOPEN`
     /// traps without outbound — in the program as installed.
     #[test]

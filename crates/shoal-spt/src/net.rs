@@ -1,7 +1,8 @@
-//! Host-socket passthrough on spt (DESIGN §3.1): the `Net` and `NetPoll`
-//! hypercalls. A guest socket of family `AF_INET`/`AF_INET6` is a host
-//! socket owned by the instance process; its handle is the host
-//! descriptor number. Every descriptor at or above [`FIRST_SOCKET_FD`] in
+//! Host-socket passthrough on spt (a guest socket is a host socket): the
+//! `Net` and `NetPoll` hypercalls (the batch, bounds and socket checks
+//! shared with hvt in `shoal_hostcall::net`). A guest socket of family
+//! `AF_INET`/`AF_INET6` is a host socket owned by the instance process;
+//! its handle is the host descriptor number. Every descriptor at or above [`FIRST_SOCKET_FD`] in
 //! the instance is a guest socket (the instance closed everything else
 //! before the guest's first instruction), so a handle check is a range
 //! check.
@@ -46,7 +47,7 @@
 //! Like every hypercall handler, nothing here allocates.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
-use shoal_abi::{net_op, NetArgs, NetOp, NetPollArgs, NetPollFd, NET_MAX_OPS, NET_MAX_POLL, NET_MAX_POLL_WATCH};
+use shoal_abi::{net_op, NetArgs, NetOp, NetPollArgs, NetPollFd, NET_MAX_POLL, NET_MAX_POLL_WATCH};
 use shoal_loader::{GuestAddr, GuestMemory};
 
 /// A system call through [`crate::sys::raw_syscall`] with up to six
@@ -75,20 +76,10 @@ macro_rules! sc {
     };
 }
 
-/// Whether a guest socket of type `ty` may have protocol `proto`: the
-/// default, TCP or UDP (`shoal_hvt`'s rule; the filter pins the same).
-pub fn protocol_allowed(ty: i32, proto: i32) -> bool {
-    proto == 0 || (ty == libc::SOCK_STREAM && proto == libc::IPPROTO_TCP) || (ty == libc::SOCK_DGRAM && proto == libc::IPPROTO_UDP)
-}
+use shoal_hostcall::net::{neg, MAX_ADDR, MAX_IO, MAX_OPT};
 
 /// The lowest descriptor number a guest socket can have.
 pub const FIRST_SOCKET_FD: i32 = 3;
-/// Largest `sockaddr` the tender copies (`sizeof(struct sockaddr_storage)`).
-const MAX_ADDR: u64 = 128;
-/// Largest socket option value the tender copies.
-const MAX_OPT: u64 = 256;
-/// Largest single transfer (Linux caps one call near 2 GiB anyway).
-const MAX_IO: u64 = 1 << 30;
 
 /// What the instance may do on the network, fixed before the guest runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -361,10 +352,6 @@ pub fn serve_binds(channel: std::os::fd::OwnedFd) {
     }
 }
 
-fn neg(e: i32) -> i64 {
-    -i64::from(e)
-}
-
 fn handle_fd(h: i64) -> Result<i32, i64> {
     match i32::try_from(h) {
         Ok(fd) if fd >= FIRST_SOCKET_FD && fd != WATCH.load(Ordering::Relaxed) => Ok(fd),
@@ -393,7 +380,7 @@ fn addr_in(mem: &GuestMemory, op: &NetOp, buf: &mut [u8; MAX_ADDR as usize]) -> 
 /// Copies an address the host returned (`len` bytes of `buf`) to the
 /// guest's `op.addr`, at most `op.addrlen` bytes, as Linux truncates.
 fn addr_out(op: &NetOp, buf: &[u8], len: u32) -> Result<(), i64> {
-    let n = u64::from(len).min(op.addrlen).min(buf.len() as u64);
+    let n = shoal_hostcall::net::addr_out_len(op, len, buf.len());
     if n == 0 {
         return Ok(());
     }
@@ -408,25 +395,12 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
     let mut sa = [0u8; MAX_ADDR as usize];
     match op.op {
         net_op::SOCKET => {
-            if !pol.outbound {
-                return Err(neg(libc::EACCES));
-            }
-            let domain = op.a as i32;
-            if domain != libc::AF_INET && domain != libc::AF_INET6 {
-                return Err(neg(libc::EAFNOSUPPORT));
-            }
-            let ty = (op.b as i32) & 0xf;
-            if ty != libc::SOCK_STREAM && ty != libc::SOCK_DGRAM {
-                return Err(neg(libc::EINVAL));
-            }
             // The filter traps any other protocol (IPPROTO_MPTCP, whose
-            // ports Landlock's TCP rules do not cover): answered here as
-            // Linux answers a protocol it lacks.
-            if !protocol_allowed(ty, op.flags as i32) {
-                return Err(neg(libc::EPROTONOSUPPORT));
-            }
+            // ports Landlock's TCP rules do not cover): answered by
+            // `socket_args` as Linux answers a protocol it lacks.
+            let (domain, ty, proto) = shoal_hostcall::net::socket_args(op, pol.outbound)?;
             // SAFETY: socket takes no pointers.
-            watch_new(unsafe { sc!(libc::SYS_socket, domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, op.flags as i32) })
+            watch_new(unsafe { sc!(libc::SYS_socket, domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, proto) })
         }
         net_op::BIND | net_op::CONNECT => {
             let fd = handle_fd(op.handle)?;
@@ -579,25 +553,7 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
 /// negative errno for a batch that cannot be read.
 pub fn batch(a: &NetArgs) -> i64 {
     let mem = crate::hypercall::guest_mem();
-    if a.count > NET_MAX_OPS {
-        return neg(libc::EINVAL);
-    }
-    let size = core::mem::size_of::<NetOp>() as u64;
-    if !crate::hypercall::writable(a.ops, a.count * size) {
-        return neg(libc::EFAULT);
-    }
-    for i in 0..a.count {
-        let at = GuestAddr(a.ops + i * size);
-        let Ok(mut op) = mem.read_obj::<NetOp>(at) else {
-            return neg(libc::EFAULT);
-        };
-        op.ret = match one(&mem, &mut op) {
-            Ok(v) | Err(v) => v,
-        };
-        // Cannot fail: the whole array was checked writable.
-        let _ = mem.write_obj(at, &op);
-    }
-    a.count as i64
+    shoal_hostcall::net::batch(&mem, crate::hypercall::writable, a, |op| one(&mem, op))
 }
 
 /// The `NetPoll` hypercall: `ppoll` on the guest's array (which has the

@@ -1,5 +1,5 @@
 //! `shoal-tender`: the lean command that runs one shoal image and nothing
-//! else (DESIGN §3–4; Solo5's `solo5-spt`/`solo5-hvt`).
+//! else (the tenders and the loader only, as Solo5's `solo5-spt`/`solo5-hvt`).
 //!
 //! `shoal run` is the same operation inside the full `shoal` command,
 //! which also carries the toolchain, the benchmarks and their dependencies.
@@ -7,11 +7,16 @@
 //! the pages of the binary it runs from are part of what the instance
 //! costs: for many small instances (the memory experiment, a FaaS gateway)
 //! a binary that holds only the tenders and the loader is resident in a
-//! fraction of the memory and starts sooner. Both commands take the same
-//! options, parsed here ([`RunArgs::parse`]), so they cannot drift apart.
+//! fraction of the memory and starts sooner.
 //!
-//! The parser is hand-written rather than clap: it handles one fixed set of
-//! options, and clap's code would be most of the binary.
+//! The run options are defined once, here: [`RunOpts`] and its table
+//! [`OPTIONS`] (spellings, value names, allowed words, help). `shoal run`
+//! takes them through clap (feature `clap`: `#[command(flatten)]`),
+//! `shoal-tender` through the hand-written [`RunArgs::parse`] (clap's code
+//! would be most of the lean binary), and `shoal serve` and `shoal-oci`
+//! fill a [`RunOpts`] and spell it with [`RunOpts::to_args`]. All of them
+//! check it with [`RunArgs::from_opts`], which makes the loader's
+//! [`RunConfig`]. A new option is one line of `run_options!` plus its use.
 #![deny(missing_docs)]
 
 use shoal_loader::{FsSource, MemoryMode, RunConfig};
@@ -35,7 +40,7 @@ pub enum ArgsError {
         /// What was given.
         value: String,
         /// The allowed values.
-        allowed: &'static str,
+        allowed: String,
     },
     /// A `--mem` value that is not a size.
     #[error("--mem {0} is not a size (bytes, or a number with K, M or G)")]
@@ -169,42 +174,266 @@ pub struct RunArgs {
 /// The default guest memory size, as `shoal run` documents it.
 pub const DEFAULT_MEM: &str = "256M";
 
-/// The usage text of `shoal-tender`.
-pub const USAGE: &str = "usage: shoal-tender [OPTIONS] IMAGE [-- ARGS...]
-Runs one shoal image (the lean form of `shoal run`).
-  --tender spt|hvt           which tender runs the image (default spt)
-  --fs DIR                   a directory to serve as the root file system
-  --argv0 NAME               the program's argv[0] (default: IMAGE)
-  --mem SIZE                 guest memory: bytes, or with K, M, G (default 256M)
-  -e, --env KEY=VALUE        an environment variable for the program (repeatable)
-  --mem-mode copy|ksm|pool   how guest memory is filled (default copy)
-  --pool-fallback            with pool: run in copy mode if the pool cannot serve the image
-  --single-process           spt: this process becomes the instance, with no waiting parent
-                             (less memory per instance; a kill from outside gets no message)
-  -p, --publish [HOSTADDR:]HOSTPORT:GUESTPORT[/udp]
-                             open HOSTPORT (on 127.0.0.1 unless HOSTADDR) for the guest's GUESTPORT
-  --listen-fd N              a listening socket inherited as descriptor N, for the guest's first listen
-  --net-outbound             let the guest open sockets of its own and connect out
-  --net-allow CIDR[:PORT]    hvt: outbound only to these destinations (repeatable; implies --net-outbound)
-  --net-bind-any             the guest may bind any port: the tender binds that host address and port
-                             when the guest does, with its own rights (for a container's own network
-                             namespace; on the host's namespace the guest may take any free port)
-  --volume HOSTDIR:GUESTDIR  HOSTDIR's files at GUESTDIR; what the program leaves there is written
-                             back to HOSTDIR when it exits (not after a crash or a kill)
-  --inject COMPONENT:KIND@N  make kernel COMPONENT fail at its N-th call, KIND panic, wild-write or
-                             hang (tests of component recovery)
-  --rejuvenate-every SECONDS reboot the rebootable kernel components one by one, one every SECONDS
-  --watchdog MS|off          reboot a rebootable kernel component whose call runs longer than MS
-                             milliseconds (default 1000)
-  --stop-timeout SECONDS     stop the guest from the host when a SIGTERM or SIGHUP sent to this
-                             process is still untaken by its kernel after SECONDS (default 5; a
-                             second signal while one is untaken stops it at once)
-  --no-recover               no component gates: nothing is rebooted (a component's failure ends
-                             the instance)
-  --recover-stateful         make vfs, ramfs, process and net rebootable too (their calls are
-                             logged; implied by --inject into one of them and by
-                             --rejuvenate-every)
-";
+/// How an option takes its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Takes {
+    /// A switch: present or not.
+    Flag,
+    /// One value (`--opt V` or `--opt=V`).
+    One,
+    /// A value each time it is given (repeatable).
+    Many,
+}
+
+/// One option of [`RunOpts`]: its spellings, its help and how it takes its
+/// value. The hand-written parser, `shoal-tender`'s usage text, clap's
+/// `shoal run` arguments and [`RunOpts::to_args`] all read this table.
+#[derive(Clone, Copy, Debug)]
+pub struct OptSpec {
+    /// `--name`.
+    pub long: &'static str,
+    /// `-c`, if the option has a short form.
+    pub short: Option<&'static str>,
+    /// What the value is called in help texts (empty for a flag).
+    pub value_name: &'static str,
+    /// The allowed values, when the value is one of a few words.
+    pub choices: &'static [&'static str],
+    /// One sentence (or two) for the help texts.
+    pub help: &'static str,
+    /// Flag, one value or repeatable.
+    pub takes: Takes,
+}
+
+impl OptSpec {
+    /// The id clap knows the option by: the long name without `--`.
+    pub fn id(&self) -> &'static str {
+        &self.long[2..]
+    }
+}
+
+/// A field of [`RunOpts`]: how a value given on the command line is kept
+/// and given back.
+trait OptValue {
+    /// Takes one occurrence (`None` for a flag).
+    fn put(&mut self, v: Option<OsString>);
+    /// The occurrences, for [`RunOpts::to_args`] (`None` for a flag that is on).
+    fn each(&self) -> Vec<Option<&OsString>>;
+}
+
+/// Flag, one value or repeatable, from a [`RunOpts`] field's type.
+trait OptKind {
+    const TAKES: Takes;
+}
+
+impl OptKind for bool {
+    const TAKES: Takes = Takes::Flag;
+}
+
+impl OptKind for Option<OsString> {
+    const TAKES: Takes = Takes::One;
+}
+
+impl OptKind for Vec<OsString> {
+    const TAKES: Takes = Takes::Many;
+}
+
+impl OptValue for bool {
+    fn put(&mut self, _: Option<OsString>) {
+        *self = true;
+    }
+    fn each(&self) -> Vec<Option<&OsString>> {
+        if *self {
+            vec![None]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+impl OptValue for Option<OsString> {
+    fn put(&mut self, v: Option<OsString>) {
+        *self = v;
+    }
+    fn each(&self) -> Vec<Option<&OsString>> {
+        self.iter().map(Some).collect()
+    }
+}
+
+impl OptValue for Vec<OsString> {
+    fn put(&mut self, v: Option<OsString>) {
+        self.extend(v);
+    }
+    fn each(&self) -> Vec<Option<&OsString>> {
+        self.iter().map(Some).collect()
+    }
+}
+
+/// Defines [`RunOpts`] and its table [`OPTIONS`] from one list, so that an
+/// option is added in one place: its field, spellings, value name,
+/// allowed words and help.
+macro_rules! run_options {
+    ($($field:ident: $ty:ty = ($long:literal, $short:expr, $value_name:literal, [$($choice:literal),*], $help:literal);)*) => {
+        /// The run options as given, before they are checked: the one
+        /// definition `shoal run` (through clap), `shoal-tender`,
+        /// `shoal serve`'s instances and `shoal-oci` share. [`RunArgs::from_opts`]
+        /// checks them; [`RunOpts::to_args`] spells them for `shoal-tender`.
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        pub struct RunOpts {
+            $(#[doc = $help] pub $field: $ty,)*
+        }
+
+        /// Every run option, in the order help texts list them.
+        pub const OPTIONS: &[OptSpec] = &[
+            $(OptSpec { long: $long, short: $short, value_name: $value_name, choices: &[$($choice),*], help: $help, takes: <$ty as OptKind>::TAKES },)*
+        ];
+
+        impl RunOpts {
+            fn slot(&mut self, long: &str) -> Option<&mut dyn OptValue> {
+                match long {
+                    $($long => Some(&mut self.$field),)*
+                    _ => None,
+                }
+            }
+
+            fn given(&self, long: &str) -> Vec<Option<&OsString>> {
+                match long {
+                    $($long => self.$field.each(),)*
+                    _ => Vec::new(),
+                }
+            }
+        }
+    };
+}
+
+run_options! {
+    tender: Option<OsString> = ("--tender", None, "TENDER", ["spt", "hvt"], "Which tender runs the image: spt, a seccomp-sandboxed process, or hvt, a KVM virtual machine (default spt).");
+    fs: Option<OsString> = ("--fs", None, "DIR", [], "A directory to serve as the root file system (read-only archive; writes stay in memory).");
+    argv0: Option<OsString> = ("--argv0", None, "NAME", [], "The program's argv[0] (default: the image path).");
+    mem: Option<OsString> = ("--mem", None, "SIZE", [], "Guest memory: bytes, or a number with K, M or G (default 256M).");
+    env: Vec<OsString> = ("--env", Some("-e"), "KEY=VALUE", [], "An environment variable for the program (repeatable).");
+    mem_mode: Option<OsString> = ("--mem-mode", None, "MEM_MODE", ["copy", "ksm", "pool"], "How guest memory is filled: copy, ksm (copy + MADV_MERGEABLE) or pool (code and rodata from the library pool) (default copy).");
+    pool_fallback: bool = ("--pool-fallback", None, "", [], "With --mem-mode pool: run in copy mode (with a warning) if the pool cannot serve the image.");
+    single_process: bool = ("--single-process", None, "", [], "spt: this process becomes the instance, with no waiting parent (less memory per instance; a kill from outside gets no message).");
+    publish: Vec<OsString> = ("--publish", Some("-p"), "[HOSTADDR:]HOSTPORT:GUESTPORT[/udp]", [], "Open HOSTPORT (on 127.0.0.1 unless HOSTADDR) for the guest's GUESTPORT (repeatable).");
+    listen_fd: Vec<OsString> = ("--listen-fd", None, "N", [], "A listening socket inherited as descriptor N, attached to the guest's first listen (repeatable).");
+    net_outbound: bool = ("--net-outbound", None, "", [], "Let the guest open sockets of its own and connect out.");
+    net_allow: Vec<OsString> = ("--net-allow", None, "CIDR[:PORT]", [], "hvt: outbound connections and datagrams only to these destinations (repeatable; implies --net-outbound).");
+    net_bind_any: bool = ("--net-bind-any", None, "", [], "The guest may bind any port: the tender binds that host address and port when the guest does, with its own rights (for an instance in a network namespace of its own, as shoal-oci runs containers; on the host's namespace the guest may take any free port).");
+    volume: Option<OsString> = ("--volume", None, "HOSTDIR:GUESTDIR", [], "HOSTDIR's files at GUESTDIR in the guest; what the program leaves there is written back to HOSTDIR when it exits (not after a crash or a kill).");
+    inject: Option<OsString> = ("--inject", None, "COMPONENT:KIND@N", [], "Make kernel COMPONENT fail at its N-th call, for tests of component recovery: KIND panic, wild-write or hang.");
+    rejuvenate_every: Option<OsString> = ("--rejuvenate-every", None, "SECONDS", [], "Reboot the rebootable kernel components (vfs, ramfs, time, process, sysinfo, user, net; implies --recover-stateful) one by one, one every SECONDS (software rejuvenation).");
+    watchdog: Option<OsString> = ("--watchdog", None, "MS", [], "Reboot a rebootable kernel component whose call runs longer than MS milliseconds (the hang watchdog; default 1000; `off` turns it off).");
+    stop_timeout: Option<OsString> = ("--stop-timeout", None, "SECONDS", [], "Stop the guest from the host when a SIGTERM or SIGHUP sent to this process is still untaken by its kernel after SECONDS (default 5; a second signal while one is untaken stops it at once); status 128+n as a death by it.");
+    no_recover: bool = ("--no-recover", None, "", [], "No component gates: system calls go straight to the kernel components; nothing is rebooted (a component's failure ends the instance).");
+    recover_stateful: bool = ("--recover-stateful", None, "", [], "Make vfs, ramfs, process and net rebootable too: their calls are logged and replayed after a reboot (costs about 1.25x CPU on file-system-heavy programs; implied by --inject into one of them and by --rejuvenate-every).");
+    log_shrink: Option<OsString> = ("--log-shrink", None, "N", [], "vfs's call log drops the records of closed descriptors when N of them are pending (VampOS's log-shrink threshold); default 1 (at close); `never` keeps them (implies --recover-stateful).");
+    log_report: bool = ("--log-report", None, "", [], "When the instance ends, print the size of vfs's call log on stderr (implies --recover-stateful).");
+}
+
+impl RunOpts {
+    /// The options as `shoal-tender` arguments (long spellings, in
+    /// [`OPTIONS`]' order), for a caller that runs the lean command.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut out = Vec::new();
+        for o in OPTIONS {
+            for v in self.given(o.long) {
+                out.push(OsString::from(o.long));
+                out.extend(v.cloned());
+            }
+        }
+        out
+    }
+}
+
+/// `shoal-tender`'s usage text, from [`OPTIONS`].
+pub fn usage() -> String {
+    const COLUMN: usize = 29;
+    const WIDTH: usize = 100;
+    let mut s = String::from("usage: shoal-tender [OPTIONS] IMAGE [-- ARGS...]\nRuns one shoal image (the lean form of `shoal run`).\n");
+    for o in OPTIONS {
+        let mut left = format!("  {}{}", o.short.map(|c| format!("{c}, ")).unwrap_or_default(), o.long);
+        match (o.takes, o.choices.is_empty()) {
+            (Takes::Flag, _) => {}
+            (_, false) => left.push_str(&format!(" {}", o.choices.join("|"))),
+            (_, true) => left.push_str(&format!(" {}", o.value_name)),
+        }
+        let mut line = if left.len() < COLUMN { format!("{left:COLUMN$}") } else { format!("{left}\n{:COLUMN$}", "") };
+        let mut used = COLUMN;
+        for word in o.help.split(' ') {
+            if used + word.len() + 1 > WIDTH && used > COLUMN {
+                line.push_str(&format!("\n{:COLUMN$}", ""));
+                used = COLUMN;
+            }
+            if used > COLUMN {
+                line.push(' ');
+                used += 1;
+            }
+            line.push_str(word);
+            used += word.len();
+        }
+        s.push_str(&line);
+        s.push('\n');
+    }
+    s
+}
+
+/// `shoal run`'s options through clap: the same table, so that the full
+/// command and the lean one cannot drift apart.
+#[cfg(feature = "clap")]
+mod clap_args {
+    use super::{OptSpec, RunOpts, Takes, OPTIONS};
+    use clap::{Arg, ArgAction, ArgMatches, Command};
+
+    fn arg(o: &OptSpec) -> Arg {
+        let mut a = Arg::new(o.id()).long(o.id()).help(o.help);
+        if let Some(s) = o.short.and_then(|s| s.chars().nth(1)) {
+            a = a.short(s);
+        }
+        match o.takes {
+            Takes::Flag => return a.action(ArgAction::SetTrue),
+            Takes::One => a = a.action(ArgAction::Set),
+            Takes::Many => a = a.action(ArgAction::Append),
+        }
+        a = a.value_name(o.value_name);
+        if o.choices.is_empty() {
+            a.value_parser(clap::value_parser!(std::ffi::OsString))
+        } else {
+            a.value_parser(clap::builder::PossibleValuesParser::new(o.choices))
+        }
+    }
+
+    impl clap::Args for RunOpts {
+        fn augment_args(cmd: Command) -> Command {
+            OPTIONS.iter().fold(cmd, |c, o| c.arg(arg(o)))
+        }
+        fn augment_args_for_update(cmd: Command) -> Command {
+            Self::augment_args(cmd)
+        }
+    }
+
+    impl clap::FromArgMatches for RunOpts {
+        fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+            let mut opts = RunOpts::default();
+            opts.update_from_arg_matches(m)?;
+            Ok(opts)
+        }
+        fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+            for o in OPTIONS {
+                let Some(slot) = self.slot(o.long) else { continue };
+                match o.takes {
+                    Takes::Flag if m.get_flag(o.id()) => slot.put(None),
+                    Takes::Flag => {}
+                    Takes::One | Takes::Many => {
+                        for v in m.get_raw(o.id()).into_iter().flatten() {
+                            slot.put(Some(v.to_os_string()));
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+}
 
 /// Parses a size: bytes, or a number with a K, M or G suffix.
 pub fn parse_size(s: &str) -> Result<u64, ArgsError> {
@@ -225,20 +454,45 @@ pub fn parse_size(s: &str) -> Result<u64, ArgsError> {
     n.checked_mul(mult).and_then(|b| b.checked_next_multiple_of(4096)).ok_or_else(|| ArgsError::SizeTooLarge(s.into()))
 }
 
-/// Parses a memory mode name.
-pub fn parse_mode(s: &str) -> Result<MemoryMode, ArgsError> {
-    match s {
-        "copy" => Ok(MemoryMode::Copy),
-        "ksm" => Ok(MemoryMode::Ksm),
-        "pool" => Ok(MemoryMode::Pool),
-        _ => Err(ArgsError::BadChoice { option: "--mem-mode", value: s.into(), allowed: "copy, ksm, pool" }),
+/// Checks a value against an option's allowed words ([`OptSpec::choices`]).
+fn choice<'a>(long: &str, value: &'a str) -> Result<&'a str, ArgsError> {
+    let o = OPTIONS.iter().find(|o| o.long == long).filter(|o| !o.choices.is_empty());
+    match o {
+        Some(o) if !o.choices.contains(&value) => Err(ArgsError::BadChoice { option: o.long, value: value.into(), allowed: o.choices.join(", ") }),
+        _ => Ok(value),
     }
 }
 
+/// Parses a memory mode name.
+pub fn parse_mode(s: &str) -> Result<MemoryMode, ArgsError> {
+    Ok(match choice("--mem-mode", s)? {
+        "ksm" => MemoryMode::Ksm,
+        "pool" => MemoryMode::Pool,
+        _ => MemoryMode::Copy,
+    })
+}
+
+/// Parses a tender name.
+pub fn parse_tender(s: &str) -> Result<Tender, ArgsError> {
+    Ok(match choice("--tender", s)? {
+        "hvt" => Tender::Hvt,
+        _ => Tender::Spt,
+    })
+}
+
+/// An option's value as text (a path keeps its bytes elsewhere).
+fn text(v: &Option<OsString>) -> Option<String> {
+    v.as_ref().map(|v| v.to_string_lossy().into_owned())
+}
+
+fn texts(v: &[OsString]) -> Vec<String> {
+    v.iter().map(|v| v.to_string_lossy().into_owned()).collect()
+}
+
 impl RunArgs {
-    /// Checks and assembles the options (shared by both commands' parsers).
+    /// Checks and assembles the first options; the `with_*` steps add the rest.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    fn new(
         tender: Tender,
         fs: Option<PathBuf>,
         mem: &str,
@@ -297,85 +551,73 @@ impl RunArgs {
         })
     }
 
+    /// Checks the options as given ([`RunOpts`]) for `image` and the
+    /// program's arguments: the one check `shoal run`, `shoal-tender` and
+    /// `shoal serve` share.
+    pub fn from_opts(o: &RunOpts, image: PathBuf, args: Vec<OsString>) -> Result<RunArgs, ArgsError> {
+        let tender = text(&o.tender).map(|t| parse_tender(&t)).transpose()?.unwrap_or_default();
+        let mode = text(&o.mem_mode).map(|m| parse_mode(&m)).transpose()?.unwrap_or(MemoryMode::Copy);
+        let mem = text(&o.mem).unwrap_or_else(|| DEFAULT_MEM.into());
+        let fs = o.fs.clone().map(PathBuf::from);
+        let mut a = RunArgs::new(tender, fs, &mem, texts(&o.env), mode, o.pool_fallback, o.single_process, image, args)?;
+        a.argv0 = o.argv0.clone();
+        a.with_net(&texts(&o.publish), &texts(&o.listen_fd), o.net_outbound)?
+            .with_allow(&texts(&o.net_allow))?
+            .with_bind_any(o.net_bind_any)?
+            .with_volume(text(&o.volume).as_deref())?
+            .with_inject(text(&o.inject).as_deref())?
+            .with_rejuvenation(text(&o.rejuvenate_every).as_deref())?
+            .with_watchdog(text(&o.watchdog).as_deref(), o.no_recover)?
+            .with_stateful_recovery(o.recover_stateful)?
+            .with_stop_timeout(text(&o.stop_timeout).as_deref())?
+            .with_log_shrink(text(&o.log_shrink).as_deref(), o.log_report)
+    }
+
     /// Parses `shoal-tender`'s arguments (without the program name).
     /// `Ok(None)` means `--help` was asked for.
     pub fn parse(argv: impl IntoIterator<Item = OsString>) -> Result<Option<RunArgs>, ArgsError> {
         let mut it = argv.into_iter();
-        let (mut tender, mut fs, mut mem, mut env) = (Tender::Spt, None, DEFAULT_MEM.to_string(), Vec::new());
-        let (mut mode, mut fallback, mut single, mut image, mut args): (MemoryMode, bool, bool, Option<PathBuf>, Vec<OsString>) =
-            (MemoryMode::Copy, false, false, None, Vec::new());
-        let (mut publish, mut listen_fds, mut outbound, mut allow) = (Vec::new(), Vec::new(), false, Vec::new());
-        let (mut volume, mut bind_any) = (None, false);
-        let mut inject = None;
-        let mut rejuvenate = None;
-        let (mut watchdog, mut no_recover, mut stateful) = (None, false, false);
-        let mut stop_timeout = None;
-        let mut argv0 = None;
+        let mut opts = RunOpts::default();
+        let (mut image, mut args): (Option<PathBuf>, Vec<OsString>) = (None, Vec::new());
         while let Some(a) = it.next() {
             let text = a.to_string_lossy().into_owned();
             // `--opt=value` and `--opt value` are both accepted.
             let (opt, inline) = match text.split_once('=') {
-                Some((o, v)) if o.starts_with("--") => (o.to_string(), Some(v.to_string())),
+                Some((o, v)) if o.starts_with("--") => (o.to_string(), Some(OsString::from(v))),
                 _ => (text.clone(), None),
             };
-            let mut value = |name: &str| -> Result<String, ArgsError> {
-                match inline.clone() {
-                    Some(v) => Ok(v),
-                    None => it.next().map(|v| v.to_string_lossy().into_owned()).ok_or_else(|| ArgsError::MissingValue(name.into())),
-                }
-            };
-            match opt.as_str() {
-                "-h" | "--help" => return Ok(None),
-                "--tender" => {
-                    tender = match value("--tender")?.as_str() {
-                        "spt" => Tender::Spt,
-                        "hvt" => Tender::Hvt,
-                        v => return Err(ArgsError::BadChoice { option: "--tender", value: v.into(), allowed: "spt, hvt" }),
+            if opt == "-h" || opt == "--help" {
+                return Ok(None);
+            }
+            if text == "--" {
+                args.extend(it.by_ref());
+                break;
+            }
+            let spec = OPTIONS.iter().find(|o| o.long == opt || o.short == Some(opt.as_str()));
+            match spec {
+                // A flag given a value (`--net-outbound=1`) is no option.
+                Some(o) if o.takes == Takes::Flag && inline.is_some() => return Err(ArgsError::UnknownOption(text)),
+                Some(o) => {
+                    let value = match o.takes {
+                        Takes::Flag => None,
+                        _ => Some(inline.or_else(|| it.next()).ok_or_else(|| ArgsError::MissingValue(opt.clone()))?),
+                    };
+                    if let Some(v) = &value {
+                        choice(o.long, &v.to_string_lossy())?;
+                    }
+                    if let Some(slot) = opts.slot(o.long) {
+                        slot.put(value);
                     }
                 }
-                "--fs" => fs = Some(PathBuf::from(value("--fs")?)),
-                "--argv0" => argv0 = Some(OsString::from(value("--argv0")?)),
-                "--mem" => mem = value("--mem")?,
-                "-e" | "--env" => env.push(value(&opt)?),
-                "--mem-mode" => mode = parse_mode(&value("--mem-mode")?)?,
-                "--pool-fallback" if inline.is_none() => fallback = true,
-                "--single-process" if inline.is_none() => single = true,
-                "-p" | "--publish" => publish.push(value(&opt)?),
-                "--listen-fd" => listen_fds.push(value("--listen-fd")?),
-                "--net-outbound" if inline.is_none() => outbound = true,
-                "--net-allow" => allow.push(value("--net-allow")?),
-                "--net-bind-any" if inline.is_none() => bind_any = true,
-                "--volume" => volume = Some(value("--volume")?),
-                "--inject" => inject = Some(value("--inject")?),
-                "--rejuvenate-every" => rejuvenate = Some(value("--rejuvenate-every")?),
-                "--watchdog" => watchdog = Some(value("--watchdog")?),
-                "--stop-timeout" => stop_timeout = Some(value("--stop-timeout")?),
-                "--no-recover" if inline.is_none() => no_recover = true,
-                "--recover-stateful" if inline.is_none() => stateful = true,
-                "--" => {
-                    args.extend(it.by_ref());
-                    break;
-                }
-                _ if text.starts_with('-') && text != "-" => return Err(ArgsError::UnknownOption(text)),
-                _ => match image.take() {
+                None if text.starts_with('-') && text != "-" => return Err(ArgsError::UnknownOption(text)),
+                None => match image.take() {
                     None => image = Some(PathBuf::from(a)),
                     Some(first) => return Err(ArgsError::TwoImages(first, PathBuf::from(a))),
                 },
             }
         }
         let image = image.ok_or(ArgsError::NoImage)?;
-        let mut a = RunArgs::new(tender, fs, &mem, env, mode, fallback, single, image, args)?;
-        a.argv0 = argv0;
-        a.with_net(&publish, &listen_fds, outbound)?
-            .with_allow(&allow)?
-            .with_bind_any(bind_any)?
-            .with_volume(volume.as_deref())?
-            .with_inject(inject.as_deref())?
-            .with_rejuvenation(rejuvenate.as_deref())?
-            .with_watchdog(watchdog.as_deref(), no_recover)?
-            .with_stateful_recovery(stateful)?
-            .with_stop_timeout(stop_timeout.as_deref())
-            .map(Some)
+        RunArgs::from_opts(&opts, image, args).map(Some)
     }
 
     /// Adds `--volume HOSTDIR:GUESTDIR` (HOSTDIR must exist; refused with
@@ -621,6 +863,46 @@ mod tests {
         let b = parse(&["--net-bind-any", "img"]).unwrap().unwrap();
         assert!(b.net_bind_any && b.config().net.bind_any && !b.config().net.outbound, "--net-bind-any is inbound only");
         assert!(!d.net_bind_any);
+    }
+
+    #[test]
+    fn options_spelled_back_parse_to_the_same() {
+        let given = [
+            "--tender=hvt",
+            "--mem",
+            "64M",
+            "-e",
+            "A=1",
+            "--mem-mode",
+            "ksm",
+            "--net-outbound",
+            "-p",
+            "0:80",
+            "--watchdog",
+            "250",
+            "--log-shrink",
+            "4",
+            "--log-report",
+            "img",
+        ];
+        let a = parse(&given).unwrap().unwrap();
+        let mut opts = RunOpts { tender: Some("hvt".into()), mem: Some("64M".into()), mem_mode: Some("ksm".into()), net_outbound: true, ..Default::default() };
+        opts.env.push("A=1".into());
+        opts.publish.push("0:80".into());
+        opts.watchdog = Some("250".into());
+        opts.log_shrink = Some("4".into());
+        opts.log_report = true;
+        let mut spelled = opts.to_args();
+        assert_eq!(spelled[..4], [OsString::from("--tender"), "hvt".into(), "--mem".into(), "64M".into()]);
+        spelled.push("img".into());
+        assert_eq!(RunArgs::parse(spelled).unwrap().unwrap(), a);
+        assert_eq!(RunArgs::from_opts(&opts, "img".into(), Vec::new()).unwrap(), a);
+        assert!(a.log_report && a.log_shrink == 4, "shoal-tender takes every option shoal run takes");
+        let help = usage();
+        assert!(help.starts_with("usage: shoal-tender"));
+        for o in OPTIONS {
+            assert!(help.contains(o.long), "{} missing from the usage text", o.long);
+        }
     }
 
     #[test]

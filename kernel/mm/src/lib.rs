@@ -99,6 +99,14 @@ pub fn stats() -> (u64, u64) {
     SPACE.with(|s| s.stats())
 }
 
+/// Calls `f(start, end, prot, brk)` for each of the program's mappings in
+/// the managed range, lowest first, adjacent pages of the same kind
+/// merged (what `/proc/self/maps` lists): anonymous mappings with their
+/// `PROT_*` bits, and the program break (`brk` true, read-write).
+pub fn for_each_mapping(mut f: impl FnMut(u64, u64, u32, bool)) {
+    SPACE.with(|s| s.for_each_mapping(&mut f))
+}
+
 /// Releases the program's mapping `[addr, addr + len)` (as `munmap`).
 pub fn unmap(addr: u64, len: u64) -> Result<(), Errno> {
     SPACE.with(|s| s.unmap(addr, len))

@@ -300,6 +300,30 @@ impl Space {
         (mapped, writable, brk)
     }
 
+    /// See [`crate::for_each_mapping`].
+    pub fn for_each_mapping(&self, f: &mut impl FnMut(u64, u64, u32, bool)) {
+        let mut run: Option<(u64, u64, u32, bool)> = None;
+        for s in &self.segs[..self.len] {
+            let kind = match s.what {
+                Use::Anon { prot } => Some((u32::from(prot), false)),
+                Use::Brk => Some((PROT_READ | PROT_WRITE, true)),
+                _ => None,
+            };
+            match (run, kind) {
+                (Some((a, b, p, k)), Some((q, l))) if b == s.start && p == q && k == l => run = Some((a, s.end, p, k)),
+                (_, k) => {
+                    if let Some((a, b, p, k)) = run {
+                        f(a, b, p, k);
+                    }
+                    run = k.map(|(q, l)| (s.start, s.end, q, l));
+                }
+            }
+        }
+        if let Some((a, b, p, k)) = run {
+            f(a, b, p, k);
+        }
+    }
+
     /// The managed range.
     pub fn range(&self) -> (u64, u64) {
         (self.base, self.end)

@@ -18,6 +18,7 @@ pub const SOCK_NONBLOCK: i32 = 0o4000;
 pub const SOCK_CLOEXEC: i32 = 0o2000000;
 
 pub const SOL_SOCKET: i32 = 1;
+pub const IPPROTO_IP: i32 = 0;
 pub const IPPROTO_TCP: i32 = 6;
 pub const IPPROTO_UDP: i32 = 17;
 pub const IPPROTO_IPV6: i32 = 41;
@@ -97,6 +98,8 @@ pub const ENOPROTOOPT: Errno = Errno(92);
 pub const EPROTONOSUPPORT: Errno = Errno(93);
 pub const ESOCKTNOSUPPORT: Errno = Errno(94);
 pub const EADDRINUSE: Errno = Errno(98);
+pub const EADDRNOTAVAIL: Errno = Errno(99);
+pub const ENETUNREACH: Errno = Errno(101);
 pub const ECONNABORTED: Errno = Errno(103);
 pub const ECONNRESET: Errno = Errno(104);
 pub const EISCONN: Errno = Errno(106);

@@ -2,11 +2,12 @@
 //! must provide so that the socket layer (`socket.rs`) can serve the BSD
 //! socket calls over it.
 //!
-//! Two backends are planned: the in-guest `AF_UNIX` sockets of module
-//! `unix` (here now), and host-socket passthrough for `AF_INET`/`AF_INET6`
-//! (each guest socket a host socket the tender owns, each method a
+//! Three backends implement it: the in-guest `AF_UNIX` sockets of module
+//! `unix`; the instance's own loopback for `AF_INET`/`AF_INET6` (module
+//! `lo`, in the guest too); and host-socket passthrough for them (module
+//! `host`: each guest socket a host socket the tender owns, each method a
 //! hypercall). A later in-guest TCP/IP stack (smoltcp over frame I/O) would
-//! be a third implementation of the same trait.
+//! be another implementation of the same trait.
 //!
 //! Every method is non-blocking: "would block" is `EAGAIN` (and
 //! `EINPROGRESS` for a connect that goes on by itself), and the socket layer

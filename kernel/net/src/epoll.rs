@@ -506,6 +506,10 @@ pub fn ctl(epfd: i32, op: i32, fd: i32, event: u64) -> SysResult {
         Some(id) => crate::with(|n| match n.objs.get(&id) {
             Some(Obj::Socket(s)) if s.fam == crate::Fam::Inet => Src::Host(s.h),
             Some(Obj::Socket(s)) if s.fam == crate::Fam::Unix => Src::Local(crate::unix::unix_src(s.h)),
+            // A loopback socket's readiness log is the AF_UNIX one (its
+            // twin there); one that may still move to the host (not yet
+            // bound, connected or listening) is asked at every wait.
+            Some(Obj::Socket(s)) if s.fam == crate::Fam::Lo && n.lo.unsettled(s.h).is_none() => Src::Local(crate::unix::unix_src(s.h)),
             Some(Obj::Event(e)) => Src::Local(e.src),
             _ => Src::Always,
         }),

@@ -5,7 +5,8 @@
 //! ([`crate::Net`]: sockets with their family and backend handle, epoll
 //! instances with their interest sets and ready lists, eventfd counters,
 //! timerfd settings), the `AF_UNIX` sockets with their names, queues and
-//! buffered bytes, and the host backend's table of guest sockets over
+//! buffered bytes, the loopback sockets (module `lo`: an `AF_UNIX` table of
+//! their own plus ports, addresses and options), and the host backend's table of guest sockets over
 //! host handles (flags, options, bound and listening state, the
 //! handed-over listeners each took) — all on the shared heap, reached from
 //! two `Global`s in net's bss. Restoring net's snapshot makes those point
@@ -98,6 +99,7 @@ struct Image {
     objs: BTreeMap<u64, Obj>,
     next: u64,
     unix: crate::unix::Unix,
+    lo: crate::lo::Lo,
     /// Whether the `AF_INET` backend was installed.
     inet: bool,
     host: Option<host::State>,
@@ -133,13 +135,14 @@ impl Image {
                 // Whole copies: what was noted is in them.
                 n.objs.forget_notes();
                 n.unix.forget_notes();
-                (n.objs.to_map(), n.next, n.unix.clone(), n.inet.is_some())
+                n.lo.forget_notes();
+                (n.objs.to_map(), n.next, n.unix.clone(), n.lo.clone(), n.inet.is_some())
             })
         })?;
-        let (objs, next, unix, inet) = net.unwrap_or_default();
+        let (objs, next, unix, lo, inet) = net.unwrap_or_default();
         let mut host = None;
         host::sync_image(&mut host)?;
-        Some(Image { objs, next, unix, inet, host, serial: eventfd::serial() })
+        Some(Image { objs, next, unix, lo, inet, host, serial: eventfd::serial() })
     }
 
     /// Brings the copy up to date with the live state (see [`sync_map`]);
@@ -151,12 +154,14 @@ impl Image {
                 n.objs.sync_into(&mut self.objs);
                 self.next = n.next;
                 self.unix.sync_from(&mut n.unix);
+                self.lo.sync_from(&mut n.lo);
                 self.inet = n.inet.is_some();
             }
             None => {
                 self.objs.clear();
                 self.next = 0;
                 self.unix = Default::default();
+                self.lo = Default::default();
                 self.inet = false;
             }
         })?;
@@ -175,13 +180,14 @@ impl Image {
             }
         }
         b += self.unix.heap_bytes();
+        b += self.lo.heap_bytes();
         b += self.host.as_ref().map_or(0, |h| h.heap_bytes());
         b as u64
     }
 
     /// Entries it holds: objects, `AF_UNIX` sockets, host sockets.
     fn entries(&self) -> u64 {
-        (self.objs.len() + self.unix.len() + self.host.as_ref().map_or(0, |h| h.len())) as u64
+        (self.objs.len() + self.unix.len() + self.lo.len() + self.host.as_ref().map_or(0, |h| h.len())) as u64
     }
 }
 
@@ -269,6 +275,7 @@ fn rebuild(img: &Image) -> Option<u64> {
     net.objs = crate::tracked::TrackedSlab::from_map(img.objs.clone());
     net.next = img.next;
     net.unix = img.unix.clone();
+    net.lo = img.lo.clone();
     if img.inet {
         net.inet = Some(Box::new(host::HostBackend));
     }

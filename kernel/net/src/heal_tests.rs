@@ -59,6 +59,38 @@ fn epoll_events(out: &[u8], n: usize) -> Vec<(u32, u64)> {
         .collect()
 }
 
+/// Two non-blocking Internet sockets of type `ty` connected to each other
+/// over 127.0.0.1 (the instance's loopback): accepted from a listener for
+/// TCP, bound and connected to each other for UDP.
+fn loopback_pair(ty: i32) -> (i32, i32) {
+    let sock = || sys::socket(&args(&[AF_INET as u64, (ty | SOCK_NONBLOCK) as u64, 0])).unwrap() as i32;
+    let mut lo = [0u8; 16];
+    lo[..2].copy_from_slice(&(AF_INET as u16).to_ne_bytes());
+    lo[4..8].copy_from_slice(&[127, 0, 0, 1]);
+    let name = |fd: i32| {
+        let mut a = [0u8; 16];
+        let mut len = 16u32;
+        sys::getsockname(&args(&[fd as u64, a.as_mut_ptr() as u64, &mut len as *mut u32 as u64])).unwrap();
+        a
+    };
+    let a = sock();
+    sys::bind(&args(&[a as u64, lo.as_ptr() as u64, 16])).unwrap();
+    let b = sock();
+    if ty == SOCK_DGRAM {
+        sys::bind(&args(&[b as u64, lo.as_ptr() as u64, 16])).unwrap();
+        let (na, nb) = (name(a), name(b));
+        sys::connect(&args(&[a as u64, nb.as_ptr() as u64, 16])).unwrap();
+        sys::connect(&args(&[b as u64, na.as_ptr() as u64, 16])).unwrap();
+        return (a, b);
+    }
+    sys::listen(&args(&[a as u64, 4])).unwrap();
+    let na = name(a);
+    assert_eq!(sys::connect(&args(&[b as u64, na.as_ptr() as u64, 16])), Err(EINPROGRESS));
+    let s = sys::accept4(&args(&[a as u64, 0, 0, SOCK_NONBLOCK as u64])).unwrap() as i32;
+    shoal_vfs::with(|v| v.close_fd(a)).unwrap();
+    (s, b)
+}
+
 /// Runs `steps` random calls from `seed`, rebooting net before step
 /// `reboot_at` (if any); returns what every call and a final look at
 /// every descriptor showed.
@@ -77,6 +109,15 @@ fn run(seed: u64, steps: usize, reboot_at: Option<usize>) -> Vec<String> {
             super::simulate_reboot();
         }
         let what = match rng.below(12) {
+            0 if rng.below(2) == 0 => {
+                // A connected pair over the instance's loopback.
+                let ty = if rng.below(3) == 0 { SOCK_DGRAM } else { SOCK_STREAM };
+                let (a, b) = loopback_pair(ty);
+                let k = if ty == SOCK_DGRAM { Kind::Dgram } else { Kind::Stream };
+                fds.push((a, k));
+                fds.push((b, k));
+                format!("loopback pair {ty}: {a} {b}")
+            }
             0 | 1 => {
                 let ty = if rng.below(3) == 0 { SOCK_DGRAM } else { SOCK_STREAM };
                 let mut sv = [0i32; 2];

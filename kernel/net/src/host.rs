@@ -321,6 +321,39 @@ pub fn init() {
     crate::set_inet_backend(alloc::boxed::Box::new(HostBackend));
 }
 
+/// Whether the host takes the first `bind` of an Internet socket of type
+/// `ty` to `addr` (see `socket::route`): a published port or handed-over
+/// listener, `--net-bind-any`, an address outside the instance (the host's
+/// answer, a refusal without the options, is the guest's), and with
+/// `--net-outbound` a port-0 bind to the any-address (a client choosing
+/// its source port before it connects out). Otherwise the socket stays
+/// inside the instance (loopback): a socket bound to `127.0.0.1` or `::1`
+/// can only talk to the instance's own loopback, as in a container.
+pub(crate) fn takes_bind(ty: i32, addr: &[u8]) -> bool {
+    let Ok(port) = port_of(addr) else { return false };
+    let local = crate::lo::is_local(addr);
+    with(|s| s.find_listener(ty, Some(port)).is_some() || s.bind_any || local == Some(false) || (s.outbound && port == 0 && crate::lo::is_any(addr)))
+}
+
+/// Whether `port` is published for sockets of type `ty` and its one
+/// handed-over socket already went to another guest socket.
+pub(crate) fn published_and_taken(ty: i32, port: u16) -> bool {
+    STATE
+        .try_with(|s| s.as_ref().is_some_and(|s| s.listeners.iter().any(|(l, t)| *t && l.sock_type == ty as u32 && l.port == u32::from(port))))
+        .unwrap_or(false)
+}
+
+/// Whether the host takes the `listen` of an unbound socket of type `ty`:
+/// a `--listen-fd` listener, or `--net-bind-any`.
+pub(crate) fn takes_listen(ty: i32) -> bool {
+    with(|s| s.find_listener(ty, None).is_some() || s.bind_any)
+}
+
+/// Whether the instance may reach out (`--net-outbound`).
+pub(crate) fn outbound() -> bool {
+    with(|s| s.outbound)
+}
+
 /// The backend: a handle on [`STATE`].
 pub struct HostBackend;
 
@@ -380,7 +413,7 @@ fn port_of(addr: &[u8]) -> Result<u16, Errno> {
 
 /// A socket address as people write it (`0.0.0.0:80`, `[::]:6379`, with
 /// `/udp` for a datagram socket left to the caller), for messages.
-struct SockAddrText<'a>(&'a [u8]);
+pub(crate) struct SockAddrText<'a>(pub(crate) &'a [u8]);
 
 impl core::fmt::Display for SockAddrText<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -396,6 +429,13 @@ impl core::fmt::Display for SockAddrText<'_> {
             _ => write!(f, "an address of family {:?}", a.first()),
         }
     }
+}
+
+/// The local address of host socket `fd`, as the host reports it.
+fn host_name(fd: i64) -> Option<SockAddr> {
+    let mut buf = [0u8; 128];
+    let n = op(NetOp { op: net_op::GETSOCKNAME, handle: fd, addr: buf.as_mut_ptr() as u64, addrlen: buf.len() as u64, ..NetOp::default() }).0.ok()?;
+    Some(buf[..(n as usize).min(buf.len())].to_vec())
 }
 
 /// `addr` with its port replaced.
@@ -589,11 +629,7 @@ impl State {
             ..NetOp::default()
         })
         .0?;
-        let mut buf = [0u8; 128];
-        let local = match op(NetOp { op: net_op::GETSOCKNAME, handle: fd, addr: buf.as_mut_ptr() as u64, addrlen: buf.len() as u64, ..NetOp::default() }).0 {
-            Ok(n) => buf[..(n as usize).min(buf.len())].to_vec(),
-            Err(_) => addr.to_vec(),
-        };
+        let local = host_name(fd).unwrap_or_else(|| addr.to_vec());
         let s = self.get(h)?;
         s.host = Some(fd);
         s.local = Some(local);
@@ -875,7 +911,10 @@ impl Backend for HostBackend {
             }
             let fd = s.create_host(h)?;
             op(NetOp { op: net_op::BIND, handle: fd, addr: addr.as_ptr() as u64, addrlen: addr.len() as u64, ..NetOp::default() }).0?;
-            s.get(h)?.local = Some(addr.to_vec());
+            // A port-0 bind: `getsockname` reports the port the host chose
+            // (it reported port 0, and a client told it got refused).
+            let local = if port == 0 { host_name(fd).unwrap_or_else(|| addr.to_vec()) } else { addr.to_vec() };
+            s.get(h)?.local = Some(local);
             Ok(())
         })
     }

@@ -13,10 +13,12 @@
 //!
 //! **Sockets** (module `socket`) are served by a [`Backend`] per family:
 //! `AF_UNIX` by module `unix`, entirely in the guest. `AF_INET` and
-//! `AF_INET6` will be host-socket passthrough (each guest socket a host
-//! socket owned by the tender, each operation a hypercall), installed with
-//! [`set_inet_backend`]; until a tender provides it, `socket(AF_INET, …)`
-//! fails with `EAFNOSUPPORT`.
+//! `AF_INET6` sockets start in module `lo`, the instance's own loopback
+//! (also entirely in the guest), and move to host-socket passthrough
+//! (module `host`: each guest socket a host socket owned by the tender,
+//! each operation a hypercall, installed with [`set_inet_backend`] when the
+//! instance has network options) at the first `bind`, `listen`, `connect`
+//! or addressed send that those options give to the host.
 //!
 //! **Readiness** is one interface ([`shoal_vfs::obj::Readiness`]: epoll
 //! bits plus an event generation) that files, pipes, the standard streams
@@ -42,6 +44,8 @@ mod epoll;
 mod eventfd;
 pub mod heal;
 pub mod host;
+pub mod lo;
+mod signalfd;
 mod socket;
 pub mod sys;
 mod timerfd;
@@ -66,6 +70,9 @@ pub(crate) struct Sock {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Fam {
     Unix,
+    /// Internet sockets inside the instance (module `lo`).
+    Lo,
+    /// Internet sockets over host sockets (module `host`).
     Inet,
 }
 
@@ -76,6 +83,7 @@ pub(crate) enum Obj {
     Epoll(epoll::Epoll),
     Event(eventfd::EventFd),
     Timer(timerfd::TimerFd),
+    Signal(signalfd::SignalFd),
 }
 
 /// The state of the component.
@@ -85,13 +93,15 @@ pub(crate) struct Net {
     pub objs: tracked::TrackedSlab<Obj>,
     next: u64,
     pub unix: unix::Unix,
+    /// The Internet sockets that stay inside the instance (loopback).
+    pub lo: lo::Lo,
     /// The `AF_INET`/`AF_INET6` backend, once a tender provides one.
     pub inet: Option<Box<dyn Backend>>,
 }
 
 impl Net {
     fn new() -> Net {
-        Net { objs: Default::default(), next: 0, unix: unix::Unix::default(), inet: None }
+        Net { objs: Default::default(), next: 0, unix: unix::Unix::default(), lo: lo::Lo::default(), inet: None }
     }
 
     /// Adds an object; returns its id (unique: the number of objects
@@ -105,6 +115,7 @@ impl Net {
     pub fn backend(&mut self, f: Fam) -> Result<&mut (dyn Backend + 'static), Errno> {
         match f {
             Fam::Unix => Ok(&mut self.unix),
+            Fam::Lo => Ok(&mut self.lo),
             Fam::Inet => self.inet.as_deref_mut().ok_or(Errno::EAFNOSUPPORT),
         }
     }
@@ -135,6 +146,8 @@ pub fn set_inet_backend(b: Box<dyn Backend>) {
 /// Registers the component with vfs. Called once at boot, after vfs.
 pub fn init() {
     shoal_vfs::obj::register(&OPS);
+    // A signal made pending may make a signalfd readable: waiters re-check.
+    shoal_process::signal::set_on_signal(wake);
 }
 
 /// The table vfs calls (see `shoal_vfs::obj`).
@@ -160,6 +173,7 @@ impl ObjOps for Ops {
                 }
                 Some(Obj::Event(e)) => e.ready(),
                 Some(Obj::Timer(t)) => t.ready(now()),
+                Some(Obj::Signal(s)) => s.ready(),
                 Some(Obj::Epoll(_)) => return K::Epoll,
                 None => Readiness::default(),
             };
@@ -191,6 +205,7 @@ impl ObjOps for Ops {
             }
             Some(Obj::Event(e)) => e.read(buf),
             Some(Obj::Timer(t)) => t.read(buf, shoal_time::monotonic_ns()),
+            Some(Obj::Signal(s)) => s.read(buf),
             _ => Err(Errno::EINVAL),
         })
     }

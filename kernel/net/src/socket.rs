@@ -70,27 +70,125 @@ fn type_flags(ty: i32) -> Result<(i32, i32), Errno> {
     Ok((ty & SOCK_TYPE_MASK, flags))
 }
 
-/// The family serving `domain`: `EAFNOSUPPORT` for unknown ones, and for
-/// Internet sockets until a tender provides their backend.
+/// The family serving `domain` (`EAFNOSUPPORT` for unknown ones). An
+/// Internet socket starts inside the instance (module `lo`); [`route`]
+/// moves it to the host backend when its first `bind`, `listen`,
+/// `connect` or addressed send is the host's.
 fn family(domain: i32) -> Result<Fam, Errno> {
     match domain {
         AF_UNIX => Ok(Fam::Unix),
-        AF_INET | AF_INET6 => {
-            if crate::with(|n| n.inet.is_some()) {
-                Ok(Fam::Inet)
-            } else {
-                no_network_hint();
-                Err(Errno::EAFNOSUPPORT)
-            }
-        }
+        AF_INET | AF_INET6 => Ok(Fam::Lo),
         _ => Err(Errno::EAFNOSUPPORT),
     }
 }
 
-/// Says once, on stderr, why an Internet socket was refused and which
-/// options give the instance a network: the program itself only sees
-/// `EAFNOSUPPORT` and often reports something unrelated (`bind: Bad file
-/// descriptor`, `getaddrinfo: System error`).
+/// What an unsettled Internet socket is about to do (see [`route`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Want<'a> {
+    Bind(&'a [u8]),
+    Listen,
+    /// `connect`, or a send to this address.
+    Reach(&'a [u8]),
+}
+
+/// Where the first `bind`, `listen`, `connect` or addressed send of an
+/// Internet socket goes: to the host backend (the socket is moved there,
+/// with the options set so far) when the instance's network options give
+/// that call to the host — a published port or handed-over listener,
+/// `--net-bind-any`, with `--net-outbound` a port-0 bind or an address
+/// outside the instance; and a connection to a loopback address nothing
+/// inside the instance listens on. Everything else stays inside
+/// (loopback): binds to loopback and any-addresses, connections to
+/// loopback listeners. Returns the socket as it is now; `ENETUNREACH` /
+/// `EADDRNOTAVAIL` for an address outside an instance with no network.
+fn route(id: u64, s: Sock, want: Want) -> Result<Sock, Errno> {
+    if s.fam != Fam::Lo {
+        return Ok(s);
+    }
+    let r = crate::with(|n| {
+        let Some((domain, ty, proto, opts)) = n.lo.unsettled(s.h) else { return Ok((s, false)) };
+        let Some(inet) = n.inet.as_deref_mut() else {
+            // No network at all: what is not local is unreachable.
+            let outside = match want {
+                Want::Bind(a) | Want::Reach(a) => crate::lo::is_local(a) == Some(false),
+                Want::Listen => false,
+            };
+            if let (Want::Bind(a), false) = (want, outside) {
+                local_bind_note(ty, a);
+            }
+            return Ok((s, outside));
+        };
+        let host = match want {
+            Want::Bind(a) => crate::host::takes_bind(ty, a),
+            Want::Listen => crate::host::takes_listen(ty),
+            Want::Reach(a) => match crate::lo::is_local(a) {
+                Some(true) => !n.lo.has_receiver(ty, a) && crate::host::outbound(),
+                Some(false) => true,
+                None => false,
+            },
+        };
+        if !host {
+            if let Want::Bind(a) = want {
+                local_bind_note(ty, a);
+            }
+            return Ok((s, false));
+        }
+        let h = inet.socket_in(domain, ty, proto)?;
+        for (level, name, val) in &opts {
+            let _ = inet.setsockopt(h, *level, *name, val);
+        }
+        crate::Backend::close(&mut n.lo, s.h);
+        let moved = Sock { fam: Fam::Inet, h };
+        if let Some(Obj::Socket(o)) = n.objs.get_mut(&id) {
+            *o = moved;
+        }
+        Ok((moved, false))
+    });
+    match r {
+        Ok((_, true)) => {
+            no_network_hint();
+            Err(match want {
+                Want::Bind(_) => EADDRNOTAVAIL,
+                _ => ENETUNREACH,
+            })
+        }
+        Ok((s, false)) => Ok(s),
+        Err(e) => Err(e),
+    }
+}
+
+/// Says once, on stderr, that a bind to the any-address stays inside the
+/// instance because no `--publish` gives it its port: the program runs,
+/// and nothing outside reaches it, as in a container whose port is not
+/// published.
+fn local_bind_note(ty: i32, addr: &[u8]) {
+    if cfg!(test) || !crate::lo::is_any(addr) || addr.get(2..4).is_none_or(|p| p == [0, 0]) {
+        return;
+    }
+    static SAID: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, core::sync::atomic::Ordering::Relaxed) {
+        use core::fmt::Write;
+        let port = u16::from_be_bytes([addr[2], addr[3]]);
+        let udp = if ty == SOCK_DGRAM { "/udp" } else { "" };
+        let what = crate::host::SockAddrText(addr);
+        let _ = if crate::host::published_and_taken(ty, port) {
+            writeln!(
+                shoal_plat::console::Stderr,
+                "shoal: the guest's bind to {what} is reachable only inside the instance: published port {port} is taken by another of its sockets (one --publish gives one socket; publish it once more on another host address, e.g. --publish [::1]:HOSTPORT:{port}{udp})"
+            )
+        } else {
+            writeln!(
+                shoal_plat::console::Stderr,
+                "shoal: the guest's bind to {what} is reachable only inside the instance: port {port} is not published (shoal run --publish HOSTPORT:{port}{udp})"
+            )
+        };
+    }
+}
+
+/// Says once, on stderr, why an Internet address outside the instance
+/// was refused and which options give the instance a network: the
+/// program itself only sees `ENETUNREACH` or `EADDRNOTAVAIL` and often
+/// reports something unrelated (`getaddrinfo: System error`).
 fn no_network_hint() {
     // Host unit tests have no console (plat's writes are hypercalls).
     if cfg!(test) {
@@ -101,7 +199,7 @@ fn no_network_hint() {
         use core::fmt::Write;
         let _ = writeln!(
             shoal_plat::console::Stderr,
-            "shoal: the program's Internet socket was refused: this instance has no network (shoal run --publish HOSTPORT:GUESTPORT for a server, --net-outbound for connections out)"
+            "shoal: the program's Internet address outside the instance was refused: this instance has no network, only its own loopback (shoal run --publish HOSTPORT:GUESTPORT for a server, --net-outbound for connections out)"
         );
     }
 }
@@ -185,15 +283,17 @@ fn write_addr(addr: u64, lenp: u64, a: &[u8]) -> Result<(), Errno> {
 
 /// `bind(fd, addr, len)`.
 pub fn bind(fd: i32, addr: u64, len: u32) -> SysResult {
-    let (s, _, _) = sock_of(fd)?;
+    let (s, id, _) = sock_of(fd)?;
     let a = read_addr(s.fam, addr, len)?;
+    let s = route(id, s, Want::Bind(&a))?;
     call(s, |b, h| b.bind(h, &a))?;
     Ok(0)
 }
 
 /// `listen(fd, backlog)`.
 pub fn listen(fd: i32, backlog: i32) -> SysResult {
-    let (s, _, _) = sock_of(fd)?;
+    let (s, id, _) = sock_of(fd)?;
+    let s = route(id, s, Want::Listen)?;
     call(s, |b, h| b.listen(h, backlog))?;
     Ok(0)
 }
@@ -218,8 +318,9 @@ pub fn accept4(fd: i32, addr: u64, lenp: u64, flags: i32) -> SysResult {
 
 /// `connect(fd, addr, len)`.
 pub fn connect(fd: i32, addr: u64, len: u32) -> SysResult {
-    let (s, _, nb) = sock_of(fd)?;
+    let (s, id, nb) = sock_of(fd)?;
     let a = read_addr(s.fam, addr, len)?;
+    let s = route(id, s, Want::Reach(&a))?;
     match retry(nb, "connect", || call(s, |b, h| b.connect(h, &a))) {
         Err(EINPROGRESS) if !nb => {
             // Wait until the connection is made or failed, then report it.
@@ -284,7 +385,11 @@ fn with_bufs<T: Default, R>(
 
 /// Sends the buffers `data` (to `to`) on `fd` with `flags`.
 fn do_send(fd: i32, data: &mut [&'static [u8]], to: Option<(u64, u32)>, flags: i32) -> Result<usize, Errno> {
-    let (s, _, nb) = sock_of(fd)?;
+    let (s, id, nb) = sock_of(fd)?;
+    let s = match to {
+        Some((addr, len)) if addr != 0 && s.fam == Fam::Lo => route(id, s, Want::Reach(&read_addr(s.fam, addr, len)?))?,
+        _ => s,
+    };
     send_on(s, nb, data, to, flags)
 }
 

@@ -242,6 +242,16 @@ pub fn eventfd2(a: &Args) -> SysResult {
     eventfd::eventfd2(a.uint(0), a.int(1))
 }
 
+/// `signalfd(fd, mask, sizemask)`.
+pub fn signalfd(a: &Args) -> SysResult {
+    crate::signalfd::signalfd4(a.int(0), a.u(1), a.u(2), 0)
+}
+
+/// `signalfd4(fd, mask, sizemask, flags)`.
+pub fn signalfd4(a: &Args) -> SysResult {
+    crate::signalfd::signalfd4(a.int(0), a.u(1), a.u(2), a.int(3))
+}
+
 /// `timerfd_create(clockid, flags)`.
 pub fn timerfd_create(a: &Args) -> SysResult {
     timerfd::create(a.int(0), a.int(1))

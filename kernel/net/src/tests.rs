@@ -199,7 +199,11 @@ fn epoll_edge_triggered_through_the_entry_points() {
     shoal_vfs::with(|v| v.close_fd(sv[0])).unwrap();
     assert_eq!(wait(&mut out), 0);
     assert_eq!(sys::epoll_ctl(&args(&[ep, EPOLL_CTL_DEL as u64, sv[1] as u64, 0])), Err(Errno::EBADF));
-    assert_eq!(sys::socket(&args(&[AF_INET as u64, SOCK_STREAM as u64, 0])), Err(Errno::EAFNOSUPPORT));
+    // Internet sockets exist without a network (the instance's loopback);
+    // unknown families do not.
+    let s = sys::socket(&args(&[AF_INET as u64, SOCK_STREAM as u64, 0])).unwrap();
+    shoal_vfs::with(|v| v.close_fd(s as i32)).unwrap();
+    assert_eq!(sys::socket(&args(&[12345, SOCK_STREAM as u64, 0])), Err(Errno::EAFNOSUPPORT));
     shoal_vfs::with(|v| v.close_fd(ep as i32)).unwrap();
 }
 
@@ -291,4 +295,95 @@ fn epoll_ready_list_looks_only_at_what_changed() {
     for fd in [p[0], p[1], efd, ep as i32] {
         shoal_vfs::with(|v| v.close_fd(fd)).unwrap();
     }
+}
+
+fn sin(port: u16, ip: [u8; 4]) -> alloc::vec::Vec<u8> {
+    let mut a = alloc::vec![0u8; 16];
+    a[..2].copy_from_slice(&(AF_INET as u16).to_ne_bytes());
+    a[2..4].copy_from_slice(&port.to_be_bytes());
+    a[4..8].copy_from_slice(&ip);
+    a
+}
+
+fn sin6(port: u16, last: u8) -> alloc::vec::Vec<u8> {
+    let mut a = alloc::vec![0u8; 28];
+    a[..2].copy_from_slice(&(AF_INET6 as u16).to_ne_bytes());
+    a[2..4].copy_from_slice(&port.to_be_bytes());
+    a[23] = last;
+    a
+}
+
+#[test]
+fn loopback_tcp_connects_accepts_and_reports_addresses() {
+    let mut lo = lo::Lo::default();
+    let l = lo.socket_in(AF_INET, SOCK_STREAM, 0).unwrap();
+    lo.bind(l, &sin(8080, [0; 4])).unwrap();
+    lo.listen(l, 4).unwrap();
+    assert_eq!(lo.name(l, false).unwrap(), sin(8080, [0; 4]));
+    let c = lo.socket_in(AF_INET, SOCK_STREAM, 0).unwrap();
+    // Nothing on 8081: refused, reported through SO_ERROR as Linux does.
+    assert_eq!(lo.connect(c, &sin(8081, [127, 0, 0, 1])), Err(EINPROGRESS));
+    assert_eq!(lo.getsockopt(c, SOL_SOCKET, SO_ERROR).unwrap(), ECONNREFUSED.0.to_ne_bytes());
+    assert_eq!(lo.connect(c, &sin(8080, [127, 0, 0, 1])), Err(EINPROGRESS));
+    assert_eq!(lo.connect(c, &sin(8080, [127, 0, 0, 1])), Err(EISCONN));
+    assert_eq!(lo.getsockopt(c, SOL_SOCKET, SO_ERROR).unwrap(), 0i32.to_ne_bytes());
+    assert_ne!(lo.ready(l).mask & EPOLLIN, 0);
+    let (s, peer) = lo.accept(l).unwrap();
+    assert_eq!(peer, lo.name(c, false).unwrap());
+    assert_eq!(&peer[4..8], &[127, 0, 0, 1]);
+    assert!(u16::from_be_bytes([peer[2], peer[3]]) >= 32768);
+    assert_eq!(lo.name(s, false).unwrap(), sin(8080, [127, 0, 0, 1]));
+    assert_eq!(lo.name(c, true).unwrap(), sin(8080, [127, 0, 0, 1]));
+    assert_eq!(lo.send(c, &[b"ping"], None, 0), Ok(4));
+    let mut b = [0u8; 8];
+    assert_eq!(lo.recv(s, &mut [&mut b], MSG_PEEK).unwrap().len, 4);
+    assert_eq!(lo.recv(s, &mut [&mut b], 0).unwrap().len, 4);
+    assert_eq!(&b[..4], b"ping");
+    assert_eq!(lo.recv(s, &mut [&mut b], 0).unwrap_err(), Errno::EAGAIN);
+    // The port is taken, by IPv4 and by a dual-stack IPv6 bind alike.
+    let d = lo.socket_in(AF_INET, SOCK_STREAM, 0).unwrap();
+    assert_eq!(lo.bind(d, &sin(8080, [127, 0, 0, 1])), Err(EADDRINUSE));
+    let d6 = lo.socket_in(AF_INET6, SOCK_STREAM, 0).unwrap();
+    assert_eq!(lo.bind(d6, &sin6(8080, 0)), Err(EADDRINUSE));
+    // Addresses outside the instance are not here.
+    assert_eq!(lo.bind(d, &sin(80, [10, 0, 0, 1])), Err(EADDRNOTAVAIL));
+    assert_eq!(lo.connect(d, &sin(80, [10, 0, 0, 1])), Err(ENETUNREACH));
+    lo.close(c);
+    assert_eq!(lo.recv(s, &mut [&mut b], 0).unwrap().len, 0, "end of file");
+}
+
+#[test]
+fn loopback_udp_keeps_datagrams_drops_to_nobody_and_serves_dual_stack() {
+    let mut lo = lo::Lo::default();
+    let a = lo.socket_in(AF_INET6, SOCK_DGRAM, 0).unwrap();
+    lo.bind(a, &sin6(0, 1)).unwrap();
+    let port = {
+        let n = lo.name(a, false).unwrap();
+        u16::from_be_bytes([n[2], n[3]])
+    };
+    let b = lo.socket_in(AF_INET6, SOCK_DGRAM, 0).unwrap();
+    assert_eq!(lo.send(b, &[b"x"], None, 0), Err(EDESTADDRREQ));
+    for m in [&b"a"[..], b"bb", b"ccc"] {
+        assert_eq!(lo.send(b, &[m], Some(&sin6(port, 1)), 0), Ok(m.len()));
+    }
+    let mut buf = [0u8; 2];
+    let r = lo.recv(a, &mut [&mut buf], 0).unwrap();
+    assert_eq!((r.len, r.flags), (1, 0));
+    let from = r.from.unwrap();
+    assert_eq!(&from[8..24], &sin6(0, 1)[8..24], "from ::1");
+    assert_eq!(lo.recv(a, &mut [&mut buf], 0).unwrap().len, 2);
+    let r = lo.recv(a, &mut [&mut buf], MSG_TRUNC).unwrap();
+    assert_eq!((r.len, r.flags), (3, MSG_TRUNC));
+    // To a port nobody bound: dropped; a connected socket then learns it.
+    assert_eq!(lo.send(b, &[b"x"], Some(&sin6(9, 1)), 0), Ok(1));
+    lo.connect(b, &sin6(9, 1)).unwrap();
+    assert_eq!(lo.send(b, &[b"x"], None, 0), Ok(1));
+    assert_eq!(lo.recv(b, &mut [&mut buf], 0).unwrap_err(), ECONNREFUSED);
+    // A dual-stack socket on :: takes an IPv4 datagram from ::ffff:127.0.0.1.
+    let d = lo.socket_in(AF_INET6, SOCK_DGRAM, 0).unwrap();
+    lo.bind(d, &sin6(5353, 0)).unwrap();
+    let v4 = lo.socket_in(AF_INET, SOCK_DGRAM, 0).unwrap();
+    assert_eq!(lo.send(v4, &[b"hi"], Some(&sin(5353, [127, 0, 0, 1])), 0), Ok(2));
+    let r = lo.recv(d, &mut [&mut buf], 0).unwrap();
+    assert_eq!(&r.from.unwrap()[18..24], &[0xff, 0xff, 127, 0, 0, 1]);
 }

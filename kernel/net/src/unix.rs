@@ -229,6 +229,37 @@ impl Unix {
         self.names.forget_notes();
     }
 
+    /// An empty table whose handles start after `base` (the loopback
+    /// family's own table, `crate::lo`, keeps its handles — and so its
+    /// readiness-log keys — apart from `AF_UNIX`'s).
+    pub(crate) fn with_base(base: u64) -> Unix {
+        Unix { next: base, ..Unix::default() }
+    }
+
+    /// The socket bound to `name`, if any.
+    pub(crate) fn bound(&self, name: &[u8]) -> Option<u64> {
+        self.names.get(name).copied()
+    }
+
+    /// Whether `h` is connected (or was: a connection-based socket).
+    pub(crate) fn is_connected(&self, h: u64) -> bool {
+        self.socks.get(&h).is_some_and(|s| s.connected)
+    }
+
+    /// Whether `h` listens.
+    pub(crate) fn is_listening(&self, h: u64) -> bool {
+        self.socks.get(&h).is_some_and(|s| s.listen.is_some())
+    }
+
+    /// Sets `h`'s pending `SO_ERROR` (an ICMP-like error of a datagram
+    /// socket's connected destination) and wakes its waiters.
+    pub(crate) fn set_err(&mut self, h: u64, e: Errno) {
+        if let Some(s) = self.socks.get_mut(&h) {
+            s.err = e.0;
+        }
+        self.touch(h);
+    }
+
     /// Sockets it holds.
     pub fn len(&self) -> usize {
         self.socks.len()

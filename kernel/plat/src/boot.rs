@@ -16,13 +16,25 @@ core::arch::global_asm!(
     ".type _shoal_start,@function",
     "_shoal_start:",
     "    mov r12, rsp",
+    "    mov [rip + {initial_sp}], rsp",
     "    and rsp, -16",
     "    call shoal_kernel_init",
     "    mov rsp, r12",
     "    xor ebp, ebp",
     "    jmp _start",
     ".size _shoal_start, . - _shoal_start",
+    initial_sp = sym INITIAL_SP,
 );
+
+/// The stack pointer the tender started the image with: it points at
+/// `argc`, above which lie argv, envp and the auxiliary vector (what
+/// `/proc/self/auxv` and `/proc/self/exe` are made from).
+static INITIAL_SP: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// The image's initial stack pointer (0 in unit tests).
+pub fn initial_sp() -> u64 {
+    INITIAL_SP.load(core::sync::atomic::Ordering::Relaxed)
+}
 
 static BOOT: Global<Option<BootInfo>> = Global::new(None);
 

@@ -867,6 +867,7 @@ mod tests {
 
     #[test]
     fn layouts() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         assert_eq!(core::mem::size_of::<IpcPerm>(), 48);
         assert_eq!(core::mem::size_of::<ShmidDs>(), 112);
         assert_eq!(core::mem::size_of::<SemidDs>(), 104);
@@ -875,6 +876,7 @@ mod tests {
 
     #[test]
     fn shared_memory() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let id = shmget(&args(&[0x5107, 10000, (IPC_CREAT | 0o600) as u64])).unwrap();
         assert_eq!(shmget(&args(&[0x5107, 100, 0])), Ok(id), "by key");
@@ -913,6 +915,7 @@ mod tests {
 
     #[test]
     fn semaphores() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let nw = IPC_NOWAIT as i16;
         let id = semget(&args(&[0, 3, 0o600])).unwrap();
@@ -943,6 +946,7 @@ mod tests {
 
     #[test]
     fn message_queues() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let nw = IPC_NOWAIT as u64;
         let id = msgget(&args(&[0x3e55, (IPC_CREAT | 0o644) as u64])).unwrap();

@@ -6,8 +6,8 @@
 //! the thread pointer (`arch_prctl`), resource limits and usage, and the
 //! signal state ([`signal`]): actions and alternate stack per process, mask
 //! and pending set per thread (stored in sched's thread control blocks),
-//! with signals delivered synchronously (there are no asynchronous signals:
-//! no other process, no timers, no faults reported as signals yet).
+//! with real-time signals queued and handlers entered on Linux's signal
+//! frames (no faults reported as signals yet).
 #![cfg_attr(not(test), no_std)]
 
 extern crate alloc;
@@ -17,6 +17,12 @@ pub mod ipc;
 pub mod limits;
 pub mod signal;
 pub mod sys;
+
+/// Serializes the unit tests: the kernel's state (signals, sched's
+/// thread table) is one flow of control's, and the test harness runs
+/// tests on several threads.
+#[cfg(test)]
+pub(crate) static TEST_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The process id.
 pub const PID: u64 = 1;

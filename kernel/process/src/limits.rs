@@ -4,6 +4,8 @@
 //! syscall table hands the soft limits to `mm` (`RLIMIT_AS`, `RLIMIT_DATA`:
 //! `ENOMEM` from `mmap`, `mremap`, `brk`) and `vfs` (`RLIMIT_NOFILE`:
 //! `EMFILE`; `RLIMIT_FSIZE`: `EFBIG` and `SIGXFSZ`) whenever they change.
+//! `RLIMIT_SIGPENDING` is the size of the signal queue (soft and hard: it
+//! cannot be raised, `EPERM`).
 //!
 //! Defaults: `RLIMIT_STACK` is the real size of the main thread's stack
 //! from the boot information (soft), hard unlimited as on Linux, so a
@@ -17,7 +19,7 @@
 //! `EPERM`); `RLIMIT_CORE` is 0; the rest are Linux's defaults, reported
 //! but not consulted (nothing in an instance can exceed them or they have
 //! no meaning without processes: `CPU`, `RSS`, `NPROC`, `MEMLOCK`, `LOCKS`,
-//! `SIGPENDING`, `MSGQUEUE`, `NICE`, `RTPRIO`, `RTTIME`).
+//! `MSGQUEUE`, `NICE`, `RTPRIO`, `RTTIME`).
 
 use shoal_plat::Errno;
 
@@ -47,6 +49,10 @@ pub const RLIMIT_NOFILE: usize = 7;
 pub const RLIMIT_AS: usize = 9;
 /// The descriptor limit of vfs (`shoal_vfs::MAX_FDS`).
 pub const MAX_FDS: u64 = 4096;
+/// `RLIMIT_SIGPENDING`.
+pub const RLIMIT_SIGPENDING: usize = 11;
+/// Signals that can be queued (`crate::signal::QUEUE_MAX`).
+pub const SIGPENDING: u64 = crate::signal::QUEUE_MAX as u64;
 /// The soft descriptor limit an instance starts with (`shoal_vfs::DEFAULT_NOFILE`).
 pub const DEFAULT_NOFILE: u64 = 1024;
 
@@ -66,7 +72,7 @@ pub fn defaults(mem: u64, stack: u64) -> [Rlimit; NLIMITS] {
         r(8 << 20, 8 << 20),        // MEMLOCK
         r(mem, INF),                // AS
         r(INF, INF),                // LOCKS
-        r(INF, INF),                // SIGPENDING
+        r(SIGPENDING, SIGPENDING),  // SIGPENDING
         r(819_200, 819_200),        // MSGQUEUE
         r(0, 0),                    // NICE
         r(0, 0),                    // RTPRIO
@@ -82,6 +88,9 @@ pub fn check(resource: usize, new: Rlimit) -> Result<(), Errno> {
     if resource == RLIMIT_NOFILE && new.max > MAX_FDS {
         return Err(Errno::EPERM);
     }
+    if resource == RLIMIT_SIGPENDING && new.max > SIGPENDING {
+        return Err(Errno::EPERM);
+    }
     Ok(())
 }
 
@@ -91,6 +100,7 @@ mod tests {
 
     #[test]
     fn defaults_and_checks() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let d = defaults(1 << 30, 8 << 20);
         assert_eq!(d[RLIMIT_STACK], Rlimit { cur: 8 << 20, max: INF });
         assert_eq!(check(RLIMIT_STACK, Rlimit { cur: 64 << 20, max: INF }), Ok(()));

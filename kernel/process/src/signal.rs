@@ -14,25 +14,36 @@
 //! (`EINTR`, no `SA_RESTART`) and is delivered when that call returns (see
 //! [`send_thread`]).
 //!
+//! Queueing, as Linux: each pending signal keeps what it carries
+//! ([`Info`]: `si_code`, `si_pid`/`si_uid`, `si_value`) in the process's
+//! [`QUEUE`]; a standard signal sent again while pending is lost, a
+//! real-time one (32 and up) is queued once per send, up to
+//! [`QUEUE_MAX`] for all threads. A thread's own signals (`tgkill`,
+//! `raise`) are taken before those sent to the process (`kill`,
+//! `sigqueue`), lowest number first, as Linux dequeues them;
+//! `rt_sigtimedwait` and signalfd take them without a handler.
+//!
 //! Delivery: ignored signals are discarded; a default-terminate (or core)
 //! action prints `shoal: killed by signal N` and ends the instance with
 //! status 128+N, what a shell reports for such a death (this is how
 //! `abort()` ends); stop signals are ignored (nobody could continue the
-//! process); a handler is called on the current stack with the signal
-//! number, a `siginfo_t` and a zeroed `ucontext_t` (holding the previous
-//! mask, which becomes the mask again when the handler returns, as with
-//! sigreturn), with `sa_mask` (and the signal unless `SA_NODEFER`) blocked
-//! during the call and `SA_RESETHAND` honoured. The context's program
-//! counter is 0 (a handler cannot redirect the interrupted code), except
-//! for a signal delivered to a thread a preemption tick interrupted in its
-//! own code ([`deliver_pending_interrupted`]): then the context holds the
-//! interrupted registers and what the handler changes there takes effect,
-//! as with `rt_sigreturn` (musl's asynchronous `pthread_cancel`). With
-//! `SA_ONSTACK` and an alternate stack set (`sigaltstack`), the handler
-//! runs on that stack (unless the thread is already on it), with
-//! `SS_AUTODISARM` honoured; `sigaltstack` reports `SS_ONSTACK` and refuses
-//! changes (`EPERM`) while the caller runs on it. Faults (SIGSEGV,
-//! SIGFPE…) are not turned into signals.
+//! process); a handler is entered as Linux enters it on x86-64, on an
+//! `rt_sigframe` ([`build_frame`]) below the kernel's stack or on the
+//! alternate stack (`SA_ONSTACK` and `sigaltstack`, unless the thread
+//! already runs on it; `SS_AUTODISARM` honoured), with `sa_mask` (and the
+//! signal unless `SA_NODEFER`) blocked and `SA_RESETHAND` honoured. Its
+//! return reaches `sa_restorer`, whose `rt_sigreturn` resumes the kernel
+//! code that entered it ([`sigreturn_from_image`]), which takes the mask
+//! and, for a thread a preemption tick interrupted in its own code
+//! ([`deliver_pending_interrupted`]), the registers back from the frame:
+//! what the handler changed there takes effect (musl's asynchronous
+//! `pthread_cancel`). Inside a system call of a program linked with the
+//! kernel no registers are saved (the call is a function call): the
+//! frame's are zero and are not taken back. [`build_frame`] and
+//! [`read_frame`] take and give a register set for an entry path that
+//! saves one. `sigaltstack` reports `SS_ONSTACK` and refuses changes
+//! (`EPERM`) while the caller runs on it. Faults (SIGSEGV, SIGFPE…) are
+//! not yet turned into signals.
 
 use shoal_plat::Errno;
 
@@ -134,15 +145,123 @@ pub struct Signals {
     pub actions: [KSigaction; NSIG as usize],
     /// Blocked signals (bit sig-1).
     pub mask: u64,
-    /// Pending signals (bit sig-1), with the `si_code` of the last send.
+    /// Pending signals (bit sig-1).
     pub pending: u64,
-    /// `si_code` each pending signal was sent with.
-    pub codes: [i8; NSIG as usize],
     /// The alternate signal stack.
     pub altstack: StackT,
     /// Counts the changes of `actions` (a change of an action is also
     /// one of [`CHANGES`], which module `heal` watches).
     pub actions_changed: u64,
+}
+
+/// Signals queued at most, for all threads together: what
+/// `RLIMIT_SIGPENDING` reports (Linux's limit counts the same thing). A
+/// real-time signal sent beyond it with `sigqueue` fails with `EAGAIN`; a
+/// `kill` beyond it is still made pending, without its information.
+pub const QUEUE_MAX: usize = 512;
+
+/// `SIGRTMIN` as the kernel numbers it (libcs reserve the first few).
+pub const SIGRTMIN: i32 = 32;
+
+/// What a signal carries besides its number: the first words of its
+/// `siginfo_t` after `si_signo`, `si_errno` and `si_code`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Info {
+    /// `si_code`.
+    pub code: i32,
+    /// Bytes 16..24: `si_pid` and `si_uid` (a send), or `si_addr` (a fault).
+    pub a: u64,
+    /// Bytes 24..32: `si_value` (`sigqueue`, timers).
+    pub b: u64,
+}
+
+impl Info {
+    /// A signal the process sent itself with `code` (`kill`, `tgkill`):
+    /// from pid 1, uid 0.
+    pub fn sent(code: i32) -> Info {
+        Info { code, a: crate::PID, b: 0 }
+    }
+
+    /// The `siginfo_t` of signal `sig` with this information.
+    pub fn siginfo(&self, sig: i32) -> SigInfo {
+        let mut rest = [0u64; 13];
+        rest[0] = self.b;
+        SigInfo { si_signo: sig, si_errno: 0, si_code: self.code, pad: 0, si_pid: self.a as u32 as i32, si_uid: (self.a >> 32) as u32, rest }
+    }
+}
+
+/// What each pending signal carries, oldest first, for every thread:
+/// one entry per pending standard signal (a second send while one is
+/// pending is lost, as on Linux) and one per send of a real-time signal,
+/// which Linux queues. Kept apart from [`Signals`], which process's
+/// recovery log copies whole (a reboot of process loses the queued
+/// information, not the pending signals).
+#[derive(Clone, Copy, Debug)]
+pub struct Queue {
+    entries: [Queued; QUEUE_MAX],
+    len: usize,
+}
+
+impl Queue {
+    /// An empty queue.
+    pub const fn new() -> Queue {
+        Queue { entries: [Queued { tid: 0, sig: 0, info: Info { code: 0, a: 0, b: 0 }, shared: false }; QUEUE_MAX], len: 0 }
+    }
+
+    /// Entries in use.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn used(&self) -> &[Queued] {
+        &self.entries[..self.len]
+    }
+
+    /// Removes up to `n` entries for which `f` holds, oldest first;
+    /// returns the first removed.
+    fn remove_where(&mut self, f: impl Fn(&Queued) -> bool, n: usize) -> Option<Queued> {
+        let (mut first, mut removed, mut keep) = (None, 0, 0);
+        for i in 0..self.len {
+            let q = self.entries[i];
+            if removed < n && f(&q) {
+                first = first.or(Some(q));
+                removed += 1;
+            } else {
+                self.entries[keep] = q;
+                keep += 1;
+            }
+        }
+        self.len = keep;
+        first
+    }
+}
+
+impl Default for Queue {
+    fn default() -> Self {
+        Queue::new()
+    }
+}
+
+/// The signal queue of the process.
+pub static QUEUE: shoal_plat::Global<Queue> = shoal_plat::Global::new(Queue::new());
+
+/// One entry of the signal queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Queued {
+    /// The thread it is pending for.
+    pub tid: u32,
+    /// The signal.
+    pub sig: i32,
+    /// What it carries.
+    pub info: Info,
+    /// Sent to the process (`kill`, `sigqueue`) rather than to the thread
+    /// (`tgkill`, `raise`): Linux takes a thread's own signals first.
+    pub shared: bool,
 }
 
 const NO_ALTSTACK: StackT = StackT { ss_sp: 0, ss_flags: SS_DISABLE, pad: 0, ss_size: 0 };
@@ -169,7 +288,6 @@ impl Signals {
             actions: [KSigaction { handler: 0, flags: 0, restorer: 0, mask: 0 }; NSIG as usize],
             mask: 0,
             pending: 0,
-            codes: [0; NSIG as usize],
             altstack: NO_ALTSTACK,
             actions_changed: 0,
         }
@@ -189,25 +307,49 @@ impl Signals {
         }
     }
 
-    /// Generates `sig` (1..=64) for the process: queued unless it would be
-    /// ignored (blocked signals are always queued, their action may change).
-    pub fn generate(&mut self, sig: i32, code: i32) {
+    /// Generates `sig` (1..=64) for the calling thread (`tid`, whose mask
+    /// and pending set are loaded): pending unless it would be ignored
+    /// (blocked signals are always kept, their action may change), with
+    /// `info` queued as [`Signals::enqueue`] says.
+    pub fn generate(&mut self, queue: &mut Queue, tid: u32, sig: i32, info: Info, shared: bool) -> Result<(), Errno> {
         if self.mask & bit(sig) == 0 && self.disposition(sig) == Disposition::Ignore {
-            return;
+            return Ok(());
         }
+        enqueue(queue, Queued { tid, sig, info, shared }, self.pending & bit(sig) != 0)?;
         self.pending |= bit(sig);
-        self.codes[(sig - 1) as usize] = code as i8;
+        Ok(())
     }
 
-    /// Takes the lowest pending signal that is not blocked.
-    pub fn next_deliverable(&mut self) -> Option<(i32, i32)> {
-        let ready = self.pending & !self.mask;
+    /// Takes pending signal `sig` of thread `tid` (whose pending set is
+    /// loaded): its oldest queued information (a signal raised without
+    /// any, such as one the tender forwarded, comes from outside the
+    /// instance: `SI_USER` from pid 0); the signal stays pending while
+    /// more of it are queued.
+    fn take(&mut self, queue: &mut Queue, tid: u32, sig: i32) -> Info {
+        let own = queue.used().iter().any(|q| q.tid == tid && q.sig == sig && !q.shared);
+        let got = queue.remove_where(|q| q.tid == tid && q.sig == sig && (!own || !q.shared), 1);
+        if !queue.used().iter().any(|q| q.tid == tid && q.sig == sig) {
+            self.pending &= !bit(sig);
+        }
+        got.map_or(Info { code: SI_USER, a: 0, b: 0 }, |q| q.info)
+    }
+
+    /// Takes the lowest pending signal of thread `tid` in `set`: of those
+    /// sent to the thread itself first, then of those sent to the process,
+    /// as Linux dequeues them.
+    pub fn take_from(&mut self, queue: &mut Queue, tid: u32, set: u64) -> Option<(i32, Info)> {
+        let ready = self.pending & set;
         if ready == 0 {
             return None;
         }
-        let sig = ready.trailing_zeros() as i32 + 1;
-        self.pending &= !bit(sig);
-        Some((sig, self.codes[(sig - 1) as usize] as i32))
+        let own = queue.used().iter().filter(|q| q.tid == tid && !q.shared && ready & bit(q.sig) != 0).map(|q| q.sig).min();
+        let sig = own.unwrap_or(ready.trailing_zeros() as i32 + 1);
+        Some((sig, self.take(queue, tid, sig)))
+    }
+
+    /// Takes the lowest pending signal of thread `tid` that is not blocked.
+    pub fn next_deliverable(&mut self, queue: &mut Queue, tid: u32) -> Option<(i32, Info)> {
+        self.take_from(queue, tid, !self.mask)
     }
 
     /// Sets the blocked mask (SIGKILL and SIGSTOP cannot be blocked).
@@ -222,6 +364,7 @@ impl Signals {
         self.actions_changed += 1;
         if self.disposition(sig) == Disposition::Ignore {
             self.pending &= !bit(sig);
+            QUEUE.with(|q| q.remove_where(|e| e.sig == sig, usize::MAX));
         }
     }
 }
@@ -230,6 +373,32 @@ impl Default for Signals {
     fn default() -> Self {
         Signals::new()
     }
+}
+
+/// Queues `q` (`already`: its signal is pending for its thread now). A standard signal already pending
+/// keeps its first information; a real-time one is queued again. With
+/// the queue full, a real-time signal sent with information of its
+/// own (`si_code` other than `SI_USER`) is `EAGAIN`, anything else is
+/// made pending without it, as on Linux.
+pub fn enqueue(queue: &mut Queue, q: Queued, already: bool) -> Result<(), Errno> {
+    let Queued { tid, sig, info, .. } = q;
+    if sig < SIGRTMIN && already {
+        return Ok(());
+    }
+    if !already {
+        // Left by a thread that ended with the signal pending, whose
+        // id was given again.
+        queue.remove_where(|q| q.tid == tid && q.sig == sig, usize::MAX);
+    }
+    if queue.len < QUEUE_MAX {
+        queue.entries[queue.len] = q;
+        queue.len += 1;
+        return Ok(());
+    }
+    if sig >= SIGRTMIN && info.code != SI_USER {
+        return Err(Errno::EAGAIN);
+    }
+    Ok(())
 }
 
 /// The process's signal state.
@@ -274,13 +443,56 @@ pub fn with_signals<R>(f: impl FnOnce(&mut Signals) -> R) -> R {
     })
 }
 
-/// Sends `sig` to the calling thread and delivers what is deliverable.
-pub fn send_self(sig: i32, code: i32) {
-    if sig == 0 {
-        return;
+/// Counts the signals generated (sent and kept pending): the readiness
+/// generation of signalfd descriptors.
+static GENERATED: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// What to call when a signal was made pending (net's signalfd: waiters
+/// re-check), set once at boot.
+static ON_SIGNAL: shoal_plat::Global<Option<fn()>> = shoal_plat::Global::new(None);
+
+/// Sets what to call when a signal was made pending.
+pub fn set_on_signal(f: fn()) {
+    ON_SIGNAL.with(|o| *o = Some(f));
+}
+
+/// How many signals were generated so far.
+pub fn generated() -> u64 {
+    GENERATED.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+fn note_generated() {
+    GENERATED.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    if let Some(f) = ON_SIGNAL.try_with(|o| *o).flatten() {
+        f();
     }
-    with_signals(|s| s.generate(sig, code));
+}
+
+/// Takes the calling thread's lowest pending signal in `set` with its
+/// information, without running a handler (signalfd's read).
+pub fn take_pending(set: u64) -> Option<(i32, Info)> {
+    let tid = shoal_sched::current_tid();
+    with_signals(|s| QUEUE.with(|q| s.take_from(q, tid, set & !UNBLOCKABLE)))
+}
+
+/// Sends `sig` to the calling thread and delivers what is deliverable.
+/// (as a thread-directed signal: SIGPIPE, SIGXFSZ).
+pub fn send_self(sig: i32, code: i32) {
+    let _ = send_self_info(sig, Info::sent(code), false);
+}
+
+/// [`send_self`] with the information the signal carries, sent to the
+/// process (`shared`: `kill`, `sigqueue`; it reaches the calling thread)
+/// or the thread (`EAGAIN`: the queue is full, see [`Signals::enqueue`]).
+pub fn send_self_info(sig: i32, info: Info, shared: bool) -> Result<(), Errno> {
+    if sig == 0 {
+        return Ok(());
+    }
+    let tid = shoal_sched::current_tid();
+    let r = with_signals(|s| QUEUE.with(|q| s.generate(q, tid, sig, info, shared)));
+    note_generated();
     deliver_pending();
+    r
 }
 
 /// Sends `sig` to thread `tid` (`ESRCH` if there is none). To the calling
@@ -291,22 +503,26 @@ pub fn send_self(sig: i32, code: i32) {
 /// `pthread_cancel` need: musl turns `EINTR` at a cancellation point of a
 /// thread with a pending cancellation into the cancellation.
 pub fn send_thread(tid: u32, sig: i32, code: i32) -> Result<(), Errno> {
+    send_thread_info(tid, sig, Info::sent(code))
+}
+
+/// [`send_thread`] with the information the signal carries.
+pub fn send_thread_info(tid: u32, sig: i32, info: Info) -> Result<(), Errno> {
     if tid == shoal_sched::current_tid() {
-        send_self(sig, code);
-        return Ok(());
+        return send_self_info(sig, info, false);
     }
-    let mask = shoal_sched::sig_mask_of(tid).ok_or(Errno::ESRCH)?;
+    let (mask, pending) = shoal_sched::sig_state_of(tid).ok_or(Errno::ESRCH)?;
     if sig == 0 {
         return Ok(());
     }
-    let ignored = signals_mut(|s| {
-        s.codes[(sig - 1) as usize] = code as i8;
-        s.disposition(sig) == Disposition::Ignore
-    });
+    let ignored = SIGNALS.with(|s| s.disposition(sig) == Disposition::Ignore);
     if ignored && mask & bit(sig) == 0 {
         return Ok(());
     }
-    shoal_sched::post_signal(tid, bit(sig))
+    signals_mut(|_| QUEUE.with(|q| enqueue(q, Queued { tid, sig, info, shared: false }, pending & bit(sig) != 0)))?;
+    shoal_sched::post_signal(tid, bit(sig))?;
+    note_generated();
+    Ok(())
 }
 
 /// Delivers every pending, unblocked signal (lowest number first).
@@ -326,9 +542,32 @@ pub fn interrupted_rsp(frame: u64) -> u64 {
     frame + 17 * 8 + 128
 }
 
-/// Frame index of each of `ucontext_t`'s first 18 `gregs` (Linux x86-64
-/// order: r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, eflags);
-/// `None`: rsp, which comes from the frame's address.
+/// The registers of interrupted code in `mcontext_t.gregs` order (Linux
+/// x86-64): r8, r9, r10, r11, r12, r13, r14, r15, rdi, rsi, rbp, rbx,
+/// rdx, rax, rcx, rsp, rip, eflags. What [`build_frame`] takes and
+/// [`read_frame`] gives back.
+pub type Regs = [u64; 18];
+
+/// Indices into [`Regs`].
+pub mod reg {
+    /// rdi.
+    pub const RDI: usize = 8;
+    /// rsi.
+    pub const RSI: usize = 9;
+    /// rdx.
+    pub const RDX: usize = 12;
+    /// rax.
+    pub const RAX: usize = 13;
+    /// rsp.
+    pub const RSP: usize = 15;
+    /// rip.
+    pub const RIP: usize = 16;
+    /// eflags.
+    pub const EFLAGS: usize = 17;
+}
+
+/// Index in an [`Interrupted`] frame of each of [`Regs`]; `None`: rsp,
+/// which comes from the frame's address.
 const GREG_FROM_FRAME: [Option<usize>; 18] = [
     Some(7),
     Some(6),
@@ -355,27 +594,170 @@ const UC_GREGS: usize = 5;
 /// `FIX_EFLAGS`: CF, PF, AF, ZF, SF, TF, DF, OF, RF, AC).
 const USER_FLAGS: u64 = 0x50dd5;
 
-/// Fills the handler's context with the interrupted registers.
-fn context_from(uc: &mut [u64; 128], frame: &Interrupted, rsp: u64) {
+/// The registers of an interrupted frame.
+fn regs_of(frame: &Interrupted, rsp: u64) -> Regs {
+    let mut r = [0u64; 18];
     for (i, f) in GREG_FROM_FRAME.iter().enumerate() {
-        uc[UC_GREGS + i] = match f {
+        r[i] = match f {
             Some(k) => frame[*k],
             None => rsp,
         };
     }
+    r
 }
 
-/// Takes back what the handler changed in its context, as `rt_sigreturn`
-/// does: the general-purpose registers, rip and the user flags; a changed
-/// rsp is not taken (the entry returns on the interrupted stack).
-fn context_to(uc: &[u64; 128], frame: &mut Interrupted) {
+/// Takes back what the handler changed, as `rt_sigreturn` does: the
+/// general-purpose registers, rip and the user flags; a changed rsp is
+/// not taken (the preemption exit returns on the interrupted stack).
+fn regs_to(r: &Regs, frame: &mut Interrupted) {
     for (i, f) in GREG_FROM_FRAME.iter().enumerate() {
         match f {
-            Some(15) => frame[15] = (frame[15] & !USER_FLAGS) | (uc[UC_GREGS + i] & USER_FLAGS),
-            Some(k) => frame[*k] = uc[UC_GREGS + i],
+            Some(15) => frame[15] = (frame[15] & !USER_FLAGS) | (r[i] & USER_FLAGS),
+            Some(k) => frame[*k] = r[i],
             None => {}
         }
     }
+}
+
+/// What a fault adds to a signal frame (`mcontext_t`'s `err`, `trapno`
+/// and `cr2`); zero for a signal that was sent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fault {
+    /// The CPU's error code.
+    pub err: u64,
+    /// The exception vector.
+    pub trapno: u64,
+    /// The faulting address of a page fault.
+    pub cr2: u64,
+}
+
+/// Size of Linux's `struct ucontext` on x86-64: flags, link, stack (24),
+/// mcontext (256), the 8-byte signal mask.
+pub const UC_SIZE: u64 = 304;
+/// Offset of `uc_sigmask` in `ucontext_t` (flags, link, stack, mcontext).
+const UC_SIGMASK: usize = 8 + 8 + 24 + 256;
+/// Offset of `uc_stack` in `ucontext_t`.
+const UC_STACK: usize = 16;
+/// Offset of `uc_mcontext.fpstate` (after the 23 `gregs`).
+const UC_FPSTATE: usize = 40 + 23 * 8;
+/// Size of the `fxsave` area `fpstate` points at.
+pub const FPSTATE_SIZE: u64 = 512;
+/// `uc_flags`: the frame saved ss (`UC_SIGCONTEXT_SS`) and sigreturn
+/// restores it strictly (`UC_STRICT_RESTORE_SS`), as 64-bit Linux sets.
+const UC_FLAGS: u64 = 2 | 4;
+/// `cs | gs << 16 | fs << 32 | ss << 48` of 64-bit user code.
+const CSGSFS: u64 = 0x33 | (0x2b << 48);
+/// `sa_flags`: `sa_restorer` is set.
+pub const SA_RESTORER: u64 = 0x0400_0000;
+
+/// Where the frame of a handler with action `act` goes when the thread
+/// runs at `sp`, as Linux decides: the top of the alternate stack `alt`
+/// with `SA_ONSTACK`, unless it is disabled or `sp` is already on it (a
+/// nested signal stays there); `None`: below `sp` less the 128-byte red
+/// zone (what an entry path that saved the interrupted registers passes
+/// to [`build_frame`]).
+pub fn alt_stack_top(act: &KSigaction, alt: &StackT, sp: u64) -> Option<u64> {
+    (act.flags & SA_ONSTACK != 0 && alt.ss_flags & SS_DISABLE == 0 && !on_stack(alt, sp)).then(|| alt.ss_sp.wrapping_add(alt.ss_size))
+}
+
+/// Where a signal frame was built ([`build_frame`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The handler's stack pointer: the return address (`pretcode`).
+    pub sp: u64,
+    /// The `siginfo_t` (the handler's second argument).
+    pub info: u64,
+    /// The `ucontext_t` (its third argument).
+    pub uc: u64,
+}
+
+/// What a signal frame holds besides the interrupted registers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Delivery {
+    /// The `siginfo_t` (its `si_signo` is the signal).
+    pub info: SigInfo,
+    /// The fault that raised it, if any.
+    pub fault: Fault,
+    /// The signal mask before delivery (`uc_sigmask`).
+    pub old_mask: u64,
+    /// The alternate stack as set (`uc_stack`).
+    pub altstack: StackT,
+    /// The return address of the handler (`sa_restorer`).
+    pub restorer: u64,
+}
+
+/// Builds Linux's x86-64 `rt_sigframe` for a signal below `top`
+/// (the interrupted stack pointer less the 128-byte red zone, or the top
+/// of the alternate stack), as Linux lays it out: the `fxsave` area
+/// (64-byte aligned) highest, then the frame at a stack pointer 8 below
+/// a 16-byte boundary, holding the return address `restorer`, the
+/// `ucontext_t` (`uc_flags`, `uc_link` 0, `uc_stack` = the alternate
+/// stack, `uc_mcontext` with `regs` in `gregs` order, `csgsfs`, the
+/// fault's `err`/`trapno`/`cr2`, `oldmask` and the `fpstate` pointer, then
+/// `uc_sigmask` = the old mask) and the `siginfo_t`. The handler is then
+/// entered with rsp = [`Frame::sp`], rdi = the signal, rsi = [`Frame::info`],
+/// rdx = [`Frame::uc`], rax = 0 and rip = the handler; its `ret` reaches
+/// the restorer, whose `rt_sigreturn` [`read_frame`]s the context back.
+/// Fails (`EFAULT`) if the frame does not fit in writable memory, as
+/// Linux's setup does (it then kills with SIGSEGV).
+pub fn build_frame(top: u64, regs: &Regs, d: &Delivery) -> Result<Frame, Errno> {
+    let Delivery { info, fault, old_mask, altstack, restorer } = d;
+    let (old_mask, restorer) = (*old_mask, *restorer);
+    use shoal_plat::umem;
+    let fp = top.checked_sub(FPSTATE_SIZE).ok_or(Errno::EFAULT)? & !63;
+    let size = 8 + UC_SIZE + core::mem::size_of::<SigInfo>() as u64;
+    let sp = (fp.checked_sub(size).ok_or(Errno::EFAULT)? & !15).wrapping_sub(8);
+    let (uc, si) = (sp + 8, sp + 8 + UC_SIZE);
+    umem::check_write(sp, top - sp)?;
+    let mut u = [0u64; (UC_SIZE / 8) as usize];
+    u[0] = UC_FLAGS;
+    u[UC_STACK / 8] = altstack.ss_sp;
+    // Linux copies the flags the thread last set, 0 before any
+    // sigaltstack; shoal keeps no difference between that and a stack
+    // disabled later, and gives 0 for both.
+    u[UC_STACK / 8 + 1] = if altstack.ss_size == 0 { 0 } else { altstack.ss_flags as u32 as u64 };
+    u[UC_STACK / 8 + 2] = altstack.ss_size;
+    u[UC_GREGS..UC_GREGS + 18].copy_from_slice(regs);
+    u[UC_GREGS + 18] = CSGSFS;
+    u[UC_GREGS + 19] = fault.err;
+    u[UC_GREGS + 20] = fault.trapno;
+    u[UC_GREGS + 21] = old_mask;
+    u[UC_GREGS + 22] = fault.cr2;
+    u[UC_FPSTATE / 8] = fp;
+    u[UC_SIGMASK / 8] = old_mask;
+    let mut fx = Fxsave([0; 512]);
+    fxsave(&mut fx);
+    umem::write(fp, fx)?;
+    umem::write(uc, u)?;
+    umem::write(si, *info)?;
+    umem::write(sp, restorer)?;
+    Ok(Frame { sp, info: si, uc })
+}
+
+/// What `rt_sigreturn` takes back from the `ucontext_t` at `uc`: the
+/// registers (eflags: only the user flags, over `old_flags`) and the
+/// signal mask (SIGKILL and SIGSTOP taken out).
+pub fn read_frame(uc: u64, old_flags: u64) -> Result<(Regs, u64), Errno> {
+    let u: [u64; (UC_SIZE / 8) as usize] = shoal_plat::umem::read(uc)?;
+    let mut r = [0u64; 18];
+    r.copy_from_slice(&u[UC_GREGS..UC_GREGS + 18]);
+    r[reg::EFLAGS] = (old_flags & !USER_FLAGS) | (r[reg::EFLAGS] & USER_FLAGS);
+    Ok((r, u[UC_SIGMASK / 8] & !UNBLOCKABLE))
+}
+
+/// An `fxsave` area.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Fxsave([u8; 512]);
+
+/// Saves the x87 and SSE state into `area`.
+fn fxsave(area: &mut Fxsave) {
+    // SAFETY: fxsave writes the 512 bytes of `area`, which is 16-byte
+    // aligned (64 here), and changes no register.
+    unsafe { core::arch::asm!("fxsave64 [{}]", in(reg) area.0.as_mut_ptr(), options(nostack, preserves_flags)) };
 }
 
 /// [`deliver_pending`] for a thread a preemption tick interrupted in its
@@ -391,8 +773,9 @@ fn deliver_pending_in(mut frame: Option<&mut Interrupted>) {
     loop {
         // Decide with the state borrowed; run handlers without it (they
         // make system calls of their own).
+        let tid = shoal_sched::current_tid();
         let step = with_signals(|s| {
-            let (sig, code) = s.next_deliverable()?;
+            let (sig, info) = QUEUE.with(|q| s.next_deliverable(q, tid))?;
             let d = s.disposition(sig);
             let old_mask = s.mask;
             if let Disposition::Handle(act) = d {
@@ -403,9 +786,9 @@ fn deliver_pending_in(mut frame: Option<&mut Interrupted>) {
                 let own = if act.flags & SA_NODEFER != 0 { 0 } else { bit(sig) };
                 s.set_mask(old_mask | act.mask | own);
             }
-            Some((sig, code, d, old_mask))
+            Some((sig, info, d, old_mask))
         });
-        let Some((sig, code, d, old_mask)) = step else { return };
+        let Some((sig, info, d, old_mask)) = step else { return };
         match d {
             Disposition::Ignore => {}
             Disposition::Terminate => terminate(sig),
@@ -413,7 +796,7 @@ fn deliver_pending_in(mut frame: Option<&mut Interrupted>) {
                 // As sigreturn does, the mask afterwards is the context's
                 // (the handler may change it there; musl's cancellation
                 // handler does).
-                let mask = call_handler(sig, code, act, old_mask, frame.as_deref_mut());
+                let mask = call_handler(sig, info, act, old_mask, frame.as_deref_mut());
                 with_signals(|s| s.set_mask(mask));
             }
         }
@@ -427,37 +810,195 @@ pub fn terminate(sig: i32) -> ! {
     shoal_plat::halt(128 + sig as i64)
 }
 
-/// Offset of `uc_sigmask` in `ucontext_t` (flags, link, stack, mcontext).
-const UC_SIGMASK: usize = 8 + 8 + 24 + 256;
-/// Offset of `uc_stack` in `ucontext_t`.
-const UC_STACK: usize = 16;
-
 #[cfg(target_arch = "x86_64")]
 core::arch::global_asm!(
-    // shoal_process_call_on_stack(f: rdi, sig: esi, info: rdx, uc: rcx,
-    // sp: r8): calls f(sig, info, uc) with the stack pointer at `sp`
-    // (aligned down to 16 bytes), then returns on the caller's stack.
-    ".section .text.shoal_process_call_on_stack,\"ax\",@progbits",
-    ".globl shoal_process_call_on_stack",
-    ".type shoal_process_call_on_stack,@function",
-    "shoal_process_call_on_stack:",
-    "    push rbp",
-    "    mov rbp, rsp",
-    "    mov rsp, r8",
+    // shoal_process_enter_handler(jb: rdi, ctx: rsi): saves the
+    // callee-saved registers, the stack pointer and the return address in
+    // `jb`; reserves ENTER_AREA bytes below everything the caller has on
+    // the stack and has shoal_process_build_frame(ctx, area_top) build the
+    // signal frame there (or on the alternate stack); then enters the
+    // handler as Linux does: rsp = the frame (holding the return address,
+    // the restorer), rdi = sig, rsi = info, rdx = uc, rax = 0, DF clear.
+    // It comes back (returns to its caller) only through
+    // shoal_process_resume(jb).
+    ".section .text.shoal_process_enter_handler,\"ax\",@progbits",
+    ".globl shoal_process_enter_handler",
+    ".type shoal_process_enter_handler,@function",
+    "shoal_process_enter_handler:",
+    "    mov [rdi], rbx",
+    "    mov [rdi + 8], rbp",
+    "    mov [rdi + 16], r12",
+    "    mov [rdi + 24], r13",
+    "    mov [rdi + 32], r14",
+    "    mov [rdi + 40], r15",
+    "    lea rax, [rsp + 8]",
+    "    mov [rdi + 48], rax",
+    "    mov rax, [rsp]",
+    "    mov [rdi + 56], rax",
+    "    mov rbx, rsi",
+    "    mov rsi, rsp",
+    "    and rsi, -64",
+    "    lea rsp, [rsi - {area}]",
+    "    mov rdi, rbx",
+    "    call {build}",
+    "    mov rsp, rax",
+    "    mov r11, [rbx + {handler}]",
+    "    mov edi, [rbx + {sig}]",
+    "    mov rsi, [rbx + {info}]",
+    "    mov rdx, [rbx + {uc}]",
+    "    xor eax, eax",
+    "    cld",
+    "    jmp r11",
+    ".size shoal_process_enter_handler, . - shoal_process_enter_handler",
+    // shoal_process_resume(jb: rdi): returns from the
+    // shoal_process_enter_handler that filled `jb`.
+    ".section .text.shoal_process_resume,\"ax\",@progbits",
+    ".globl shoal_process_resume",
+    ".type shoal_process_resume,@function",
+    "shoal_process_resume:",
+    "    mov rbx, [rdi]",
+    "    mov rbp, [rdi + 8]",
+    "    mov r12, [rdi + 16]",
+    "    mov r13, [rdi + 24]",
+    "    mov r14, [rdi + 32]",
+    "    mov r15, [rdi + 40]",
+    "    mov rsp, [rdi + 48]",
+    "    jmp qword ptr [rdi + 56]",
+    ".size shoal_process_resume, . - shoal_process_resume",
+    // shoal_process_restorer: the return address of a handler whose
+    // action has no SA_RESTORER (Linux refuses to deliver then; shoal's
+    // own callers, the kernel's tests, set none): rt_sigreturn at once.
+    ".section .text.shoal_process_restorer,\"ax\",@progbits",
+    ".globl shoal_process_restorer",
+    ".type shoal_process_restorer,@function",
+    "shoal_process_restorer:",
     "    and rsp, -16",
-    "    mov rax, rdi",
-    "    mov edi, esi",
-    "    mov rsi, rdx",
-    "    mov rdx, rcx",
-    "    call rax",
-    "    mov rsp, rbp",
-    "    pop rbp",
-    "    ret",
-    ".size shoal_process_call_on_stack, . - shoal_process_call_on_stack",
+    "    call {sigreturn}",
+    "    ud2",
+    ".size shoal_process_restorer, . - shoal_process_restorer",
+    sigreturn = sym sigreturn_from_restorer,
+    build = sym shoal_process_build_frame,
+    area = const ENTER_AREA,
+    handler = const core::mem::offset_of!(EnterCtx, handler),
+    sig = const core::mem::offset_of!(EnterCtx, sig),
+    info = const core::mem::offset_of!(EnterCtx, frame) + core::mem::offset_of!(Frame, info),
+    uc = const core::mem::offset_of!(EnterCtx, frame) + core::mem::offset_of!(Frame, uc),
 );
 
+/// Stack bytes [`shoal_process_enter_handler`] sets aside for a signal
+/// frame below its caller's stack: the `fxsave` area, the `rt_sigframe`
+/// and their alignment, and a red zone above them.
+const ENTER_AREA: usize = 1280;
+
+/// What [`shoal_process_enter_handler`] needs to build a frame and enter
+/// a handler ([`shoal_process_build_frame`] fills `frame`).
+#[repr(C)]
+struct EnterCtx {
+    handler: u64,
+    sig: i32,
+    regs: Regs,
+    delivery: Delivery,
+    /// The alternate stack's top, or 0: in the reserved area.
+    top: u64,
+    frame: Frame,
+}
+
+/// Builds the frame for [`shoal_process_enter_handler`] below `ctx.top`,
+/// or below `area_top` less a red zone; returns its stack pointer. A
+/// frame that does not fit ends the process with SIGSEGV, as on Linux.
+extern "C" fn shoal_process_build_frame(ctx: *mut EnterCtx, area_top: u64) -> u64 {
+    // SAFETY: shoal_process_enter_handler passes call_handler's context,
+    // which lives until the handler returns.
+    let c = unsafe { &mut *ctx };
+    let top = if c.top != 0 { c.top } else { area_top - 128 };
+    match build_frame(top, &c.regs, &c.delivery) {
+        Ok(f) => {
+            c.frame = f;
+            f.sp
+        }
+        Err(_) => terminate(11),
+    }
+}
+
 extern "C" {
-    fn shoal_process_call_on_stack(f: u64, sig: i32, info: *mut SigInfo, uc: *mut u64, sp: u64);
+    fn shoal_process_enter_handler(jb: *mut JumpBuf, ctx: *mut EnterCtx);
+    fn shoal_process_resume(jb: *const JumpBuf) -> !;
+    fn shoal_process_restorer();
+}
+
+/// Where a handler's `rt_sigreturn` returns to in the kernel: the
+/// callee-saved registers, stack pointer and return address of
+/// [`call_handler`]'s entry into it, and the previous one of the thread
+/// (handlers nest).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct JumpBuf {
+    regs: [u64; 8],
+    prev: u64,
+}
+
+/// The innermost handler's [`JumpBuf`] of each thread that runs one.
+#[cfg(not(test))]
+static HANDLERS: shoal_plat::Global<alloc::collections::BTreeMap<u32, u64>> = shoal_plat::Global::new(alloc::collections::BTreeMap::new());
+
+/// The innermost handler's [`JumpBuf`] of thread `tid` (0: none).
+#[cfg(not(test))]
+fn handler_top(tid: u32) -> u64 {
+    HANDLERS.with(|h| h.get(&tid).copied()).unwrap_or(0)
+}
+
+/// Sets the innermost handler's [`JumpBuf`] of thread `tid` (0: none).
+#[cfg(not(test))]
+fn set_handler_top(tid: u32, jb: u64) {
+    HANDLERS.with(|h| {
+        if jb == 0 {
+            h.remove(&tid);
+        } else {
+            h.insert(tid, jb);
+        }
+    });
+}
+
+// Unit tests run on several host threads that all look like one thread
+// to sched: each keeps its own.
+#[cfg(test)]
+std::thread_local! {
+    static HANDLER_TOP: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+fn handler_top(_: u32) -> u64 {
+    HANDLER_TOP.with(|c| c.get())
+}
+
+#[cfg(test)]
+fn set_handler_top(_: u32, jb: u64) {
+    HANDLER_TOP.with(|c| c.set(jb));
+}
+
+/// `rt_sigreturn` of a program linked with the kernel (a handler's return
+/// through musl's `__restore_rt` or the kernel's own restorer): resumes
+/// the kernel where it entered the thread's innermost handler, which
+/// then takes the context back ([`read_frame`]). A thread in no handler
+/// (a forged `rt_sigreturn`) is killed with SIGSEGV, as Linux kills one
+/// whose frame is bad. An executable not linked with the kernel has its
+/// own entry path, which restores its saved registers from the frame at
+/// its stack pointer with [`read_frame`].
+pub fn sigreturn_from_image() -> ! {
+    let tid = shoal_sched::current_tid();
+    let jb = handler_top(tid);
+    if jb == 0 {
+        terminate(11);
+    }
+    // SAFETY: `jb` was registered by call_handler for this thread and lies
+    // in its frame, which is live while its handler runs (a handler left
+    // by siglongjmp leaves a stale entry only under newer ones, which are
+    // taken first).
+    unsafe { shoal_process_resume(jb as *const JumpBuf) }
+}
+
+extern "C" fn sigreturn_from_restorer() -> ! {
+    sigreturn_from_image()
 }
 
 /// The stack pointer of the caller (close enough: this frame's).
@@ -474,56 +1015,57 @@ pub fn on_stack(st: &StackT, sp: u64) -> bool {
     st.ss_size != 0 && sp > st.ss_sp && sp - st.ss_sp <= st.ss_size
 }
 
-fn call_handler(sig: i32, code: i32, act: KSigaction, old_mask: u64, mut frame: Option<&mut Interrupted>) -> u64 {
-    let mut info = SigInfo { si_signo: sig, si_errno: 0, si_code: code, pad: 0, si_pid: crate::PID as i32, si_uid: 0, rest: [0; 13] };
-    let mut uc = [0u64; 128];
-    if let Some(f) = frame.as_deref() {
-        let rsp = interrupted_rsp(core::ptr::from_ref(f) as u64);
-        context_from(&mut uc, f, rsp);
-    }
-    uc[UC_SIGMASK / 8] = old_mask;
+fn call_handler(sig: i32, from: Info, act: KSigaction, old_mask: u64, frame: Option<&mut Interrupted>) -> u64 {
+    let info = from.siginfo(sig);
+    let here = current_sp();
+    // The interrupted registers: a preempted thread's; inside a system
+    // call of a program linked with the kernel, none are saved (the call
+    // is a function call): zero, and what the handler changes is not taken.
+    let regs = frame.as_deref().map_or([0; 18], |f| regs_of(f, interrupted_rsp(core::ptr::from_ref(f) as u64)));
     let alt = SIGNALS.with(|s| s.altstack);
-    uc[UC_STACK / 8] = alt.ss_sp;
-    uc[UC_STACK / 8 + 1] = alt.ss_flags as u32 as u64;
-    uc[UC_STACK / 8 + 2] = alt.ss_size;
-    // SA_ONSTACK: switch to the alternate stack unless it is disabled or
-    // the thread already runs on it (a nested signal stays there).
-    let switch = act.flags & SA_ONSTACK != 0 && alt.ss_flags & SS_DISABLE == 0 && !on_stack(&alt, current_sp());
+    // Below this kernel code's stack unless on the alternate stack.
+    let switch = alt_stack_top(&act, &alt, here).is_some();
+    let restorer = if act.flags & SA_RESTORER != 0 && act.restorer != 0 { act.restorer } else { shoal_process_restorer as *const () as u64 };
+    let mut ctx = EnterCtx {
+        handler: act.handler,
+        sig,
+        regs,
+        delivery: Delivery { info, fault: Fault::default(), old_mask, altstack: alt, restorer },
+        top: if switch { alt.ss_sp.wrapping_add(alt.ss_size) } else { 0 },
+        frame: Frame { sp: 0, info: 0, uc: 0 },
+    };
     if switch && alt.ss_flags & SS_AUTODISARM != 0 {
         signals_mut(|s| s.altstack = NO_ALTSTACK);
     }
-    if switch {
-        // The handler is the program's code: preemptible while it runs.
-        shoal_sched::preempt::leave();
-        // SAFETY: as below; the program registered [ss_sp, ss_sp + ss_size)
-        // with sigaltstack as memory its handlers may run on, and the
-        // helper returns on this stack.
-        unsafe { shoal_process_call_on_stack(act.handler, sig, &mut info, uc.as_mut_ptr(), alt.ss_sp.wrapping_add(alt.ss_size)) };
-        shoal_sched::preempt::enter();
-        if alt.ss_flags & SS_AUTODISARM != 0 {
-            signals_mut(|s| s.altstack = alt);
-        }
-        if let Some(f) = frame.as_deref_mut() {
-            context_to(&uc, f);
-        }
-        return uc[UC_SIGMASK / 8];
-    }
+    let tid = shoal_sched::current_tid();
+    let mut jb = JumpBuf::default();
+    let at = core::ptr::from_mut(&mut jb) as u64;
+    jb.prev = handler_top(tid);
+    set_handler_top(tid, at);
+    // The handler is the program's code: preemptible while it runs.
+    shoal_sched::preempt::leave();
     // SAFETY: the program installed `act.handler` as the handler of `sig`
-    // with rt_sigaction; it is a C function taking (int, siginfo_t *,
-    // void *), and one installed without SA_SIGINFO takes only the first
-    // argument, which the C calling convention allows passing the others
-    // to. `info` and `uc` live for the call.
-    unsafe {
-        let f: extern "C" fn(i32, *mut SigInfo, *mut u64) = core::mem::transmute(act.handler as usize);
-        // The handler is the program's code: preemptible while it runs.
-        shoal_sched::preempt::leave();
-        f(sig, &mut info, uc.as_mut_ptr());
-        shoal_sched::preempt::enter();
+    // with rt_sigaction; it is entered as Linux enters it, on a frame
+    // built below this function's stack in memory the program may write
+    // (checked), and comes back only through its rt_sigreturn, which
+    // resumes here with this function's registers and stack as they were
+    // (`jb` and `ctx` live until then).
+    unsafe { shoal_process_enter_handler(&mut jb, &mut ctx) };
+    shoal_sched::preempt::enter();
+    // SAFETY: `jb` was written by the entry above through a raw pointer.
+    let prev = unsafe { core::ptr::read_volatile(&raw const jb.prev) };
+    set_handler_top(tid, prev);
+    if switch && alt.ss_flags & SS_AUTODISARM != 0 {
+        signals_mut(|s| s.altstack = alt);
     }
-    if let Some(f) = frame {
-        context_to(&uc, f);
+    let flags = frame.as_deref().map_or(0, |f| f[15]);
+    // SAFETY: written by the entry above through a raw pointer.
+    let uc = unsafe { core::ptr::read_volatile(&raw const ctx.frame.uc) };
+    let Ok((back, mask)) = read_frame(uc, flags) else { terminate(11) };
+    if let Some(fr) = frame {
+        regs_to(&back, fr);
     }
-    uc[UC_SIGMASK / 8]
+    mask
 }
 
 #[cfg(test)]
@@ -535,7 +1077,7 @@ mod tests {
 
     extern "C" fn redirecting(_sig: i32, _info: *mut SigInfo, uc: *mut u64) {
         // SAFETY: call_handler passes its 128-word context.
-        let uc = unsafe { core::slice::from_raw_parts_mut(uc, 128) };
+        let uc = unsafe { core::slice::from_raw_parts_mut(uc, (UC_SIZE / 8) as usize) };
         *SEEN.lock().unwrap() = (uc[UC_GREGS + 16], uc[UC_GREGS + 13], uc[UC_GREGS + 15]);
         uc[UC_GREGS + 16] = 0x4000; // rip: elsewhere, as musl's cancel handler does
         uc[UC_GREGS + 13] = 7; // rax
@@ -545,24 +1087,27 @@ mod tests {
 
     #[test]
     fn a_handler_sees_and_changes_the_interrupted_registers() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        shoal_plat::umem::set_bounds(1, u64::MAX);
         let mut frame: Interrupted = [0; 17];
         frame[14] = 42; // rax
         frame[15] = 0x202; // rflags: IF
         frame[16] = 0x1234; // rip
         let at = core::ptr::from_ref(&frame) as u64;
         let act = KSigaction { handler: redirecting as extern "C" fn(i32, *mut SigInfo, *mut u64) as usize as u64, flags: SA_SIGINFO, ..Default::default() };
-        call_handler(10, SI_USER, act, 0, Some(&mut frame));
+        call_handler(10, Info::sent(SI_USER), act, 0, Some(&mut frame));
         assert_eq!(*SEEN.lock().unwrap(), (0x1234, 42, interrupted_rsp(at)));
         assert_eq!(frame[16], 0x4000, "the new rip");
         assert_eq!(frame[14], 7, "the new rax");
         assert_eq!(frame[15], 0x202 | USER_FLAGS, "IF kept, user flags set");
         // Without an interrupted frame the context is zero and nothing is taken.
-        call_handler(10, SI_USER, act, 0, None);
+        call_handler(10, Info::sent(SI_USER), act, 0, None);
         assert_eq!(*SEEN.lock().unwrap(), (0, 0, 0));
     }
 
     #[test]
     fn layouts() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         assert_eq!(core::mem::size_of::<KSigaction>(), 32);
         assert_eq!(core::mem::size_of::<StackT>(), 24);
         assert_eq!(core::mem::size_of::<SigInfo>(), 128);
@@ -570,6 +1115,7 @@ mod tests {
 
     #[test]
     fn dispositions() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let mut s = Signals::new();
         assert_eq!(s.disposition(6), Disposition::Terminate);
         assert_eq!(s.disposition(17), Disposition::Ignore);
@@ -581,21 +1127,51 @@ mod tests {
 
     #[test]
     fn pending_and_mask() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         let mut s = Signals::new();
+        let q = &mut Box::new(Queue::new());
         // Unblocked and ignored: discarded.
-        s.generate(17, SI_USER);
+        let _ = s.generate(q, 1, 17, Info::sent(SI_USER), true);
         assert_eq!(s.pending, 0);
         // Blocked: queued even if ignored; discarded when set to SIG_IGN.
         s.set_mask(bit(6) | bit(17) | UNBLOCKABLE);
         assert_eq!(s.mask, bit(6) | bit(17));
-        s.generate(6, SI_TKILL);
-        s.generate(17, SI_USER);
+        let _ = s.generate(q, 1, 6, Info::sent(SI_TKILL), false);
+        let _ = s.generate(q, 1, 17, Info::sent(SI_USER), true);
         assert_eq!(s.pending, bit(6) | bit(17));
-        assert_eq!(s.next_deliverable(), None);
+        assert_eq!(s.next_deliverable(q, 1), None);
         s.set_action(17, KSigaction { handler: SIG_IGN, ..Default::default() });
         assert_eq!(s.pending, bit(6));
         s.set_mask(0);
-        assert_eq!(s.next_deliverable(), Some((6, SI_TKILL)));
-        assert_eq!(s.next_deliverable(), None);
+        assert_eq!(s.next_deliverable(q, 1), Some((6, Info::sent(SI_TKILL))));
+        assert_eq!(s.next_deliverable(q, 1), None);
+    }
+
+    #[test]
+    fn real_time_signals_queue_and_standard_ones_coalesce() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = Box::new(Signals::new());
+        let q = &mut Box::new(Queue::new());
+        s.set_mask(bit(10) | bit(34));
+        for v in 0..100u64 {
+            s.generate(q, 1, 34, Info { code: -1, a: 1, b: v }, true).unwrap();
+            s.generate(q, 1, 10, Info { code: -1, a: 1, b: v }, true).unwrap();
+        }
+        assert_eq!(q.len(), 101);
+        s.set_mask(0);
+        assert_eq!(s.next_deliverable(q, 1), Some((10, Info { code: -1, a: 1, b: 0 })), "the first send's information");
+        for v in 0..100u64 {
+            assert_eq!(s.next_deliverable(q, 1), Some((34, Info { code: -1, a: 1, b: v })));
+        }
+        assert_eq!(s.next_deliverable(q, 1), None);
+        // A full queue: sigqueue is refused, kill still makes it pending.
+        s.set_mask(bit(34));
+        for _ in 0..QUEUE_MAX {
+            s.generate(q, 1, 34, Info { code: -1, a: 1, b: 0 }, true).unwrap();
+        }
+        assert_eq!(s.generate(q, 1, 34, Info { code: -1, a: 1, b: 0 }, true), Err(Errno::EAGAIN));
+        assert_eq!(s.generate(q, 1, 35, Info::sent(SI_USER), true), Ok(()));
+        assert_eq!(s.pending, bit(34) | bit(35));
+        assert_eq!(s.take_from(q, 1, bit(35)), Some((35, Info { code: SI_USER, a: 0, b: 0 })));
     }
 }

@@ -94,8 +94,15 @@ pub fn arch_prctl(a: &Args) -> SysResult {
     .map(|_| 0)
 }
 
+const PR_SET_PDEATHSIG: i32 = 1;
+const PR_GET_PDEATHSIG: i32 = 2;
 const PR_SET_NAME: i32 = 15;
 const PR_GET_NAME: i32 = 16;
+
+/// The parent-death signal (`PR_SET_PDEATHSIG`). The instance's process
+/// has no parent inside it that could die first, so it is only kept and
+/// reported back.
+static PDEATHSIG: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
 
 /// `prctl(option, …)`: the calling thread's name — `PR_SET_NAME` copies
 /// up to 15 bytes of the string at `arg2` (longer names are truncated, as
@@ -103,12 +110,23 @@ const PR_GET_NAME: i32 = 16;
 /// musl's `pthread_setname_np`/`pthread_getname_np` of the calling thread
 /// use these (Redis names its background threads). A thread starts with
 /// its creator's name; the main thread's is empty, since an instance has
-/// no executable file to take it from. The other options, which control
-/// process machinery an instance does not have, are `EINVAL`, Linux's
-/// answer to an option it does not know.
+/// no executable file to take it from. `PR_SET_PDEATHSIG` takes a signal
+/// number (0..=64, else `EINVAL`) and `PR_GET_PDEATHSIG` writes it back as
+/// an `int` (Go's `os/exec` and glibc programs set it). The other options,
+/// which control process machinery an instance does not have, are
+/// `EINVAL`, Linux's answer to an option it does not know.
 pub fn prctl(a: &Args) -> SysResult {
     let addr = a.u(1);
     match a.int(0) {
+        PR_SET_PDEATHSIG => {
+            let sig = a.u(1);
+            if sig > signal::NSIG as u64 {
+                return Err(Errno::EINVAL);
+            }
+            PDEATHSIG.store(sig as i32, core::sync::atomic::Ordering::Relaxed);
+            Ok(0)
+        }
+        PR_GET_PDEATHSIG => umem::write(addr, PDEATHSIG.load(core::sync::atomic::Ordering::Relaxed)).map(|_| 0),
         PR_SET_NAME => {
             let mut name = [0u8; 16];
             for (i, b) in name.iter_mut().take(15).enumerate() {
@@ -124,6 +142,13 @@ pub fn prctl(a: &Args) -> SysResult {
         PR_GET_NAME => umem::write(addr, shoal_sched::thread_name()).map(|_| 0),
         _ => Err(Errno::EINVAL),
     }
+}
+
+/// `rt_sigreturn()`: see [`signal::sigreturn_from_image`] (the system-
+/// call entry takes it before the table, outside every gate; this entry
+/// is reached only through the table itself).
+pub fn rt_sigreturn(_: &Args) -> SysResult {
+    signal::sigreturn_from_image()
 }
 
 /// `rt_sigaction(sig, act, oact, sigsetsize)`.
@@ -222,7 +247,8 @@ pub fn sigaltstack(a: &Args) -> SysResult {
 }
 
 fn send(sig: i32, code: i32) -> SysResult {
-    signal::send_self(sig, code);
+    // To the process: kill's signals are taken after the thread's own.
+    let _ = signal::send_self_info(sig, signal::Info::sent(code), true);
     Ok(0)
 }
 
@@ -261,6 +287,112 @@ pub fn tgkill(a: &Args) -> SysResult {
         return Err(Errno::ESRCH);
     }
     signal::send_thread(tid as u32, sig, signal::SI_TKILL).map(|_| 0)
+}
+
+/// The `siginfo_t` a program hands `rt_sigqueueinfo`: `si_code` and the
+/// two words after it (the rest is not kept).
+fn user_info(addr: u64) -> Result<signal::Info, Errno> {
+    let si: signal::SigInfo = umem::read(addr)?;
+    let a = (si.si_pid as u32 as u64) | (u64::from(si.si_uid) << 32);
+    Ok(signal::Info { code: si.si_code, a, b: si.rest[0] })
+}
+
+/// Whether a program may send `info` itself: not with a code the kernel
+/// or `kill`/`tkill` would set (`si_code >= 0` or `SI_TKILL`) to another
+/// process, as Linux rules; to itself anything goes.
+fn may_queue(pid: i32, info: &signal::Info) -> Result<(), Errno> {
+    if (info.code >= 0 || info.code == signal::SI_TKILL) && pid as u64 != PID {
+        return Err(Errno::EPERM);
+    }
+    Ok(())
+}
+
+/// `rt_sigqueueinfo(pid, sig, info)` (musl's `sigqueue`): `sig` with the
+/// program's `si_code`, `si_pid`/`si_uid` and `si_value` to the process
+/// (the calling thread, as `kill`); real-time signals are queued, each
+/// with its own information. `EAGAIN` when the queue is full.
+pub fn rt_sigqueueinfo(a: &Args) -> SysResult {
+    let (pid, sig) = (a.int(0), a.int(1));
+    let info = user_info(a.u(2))?;
+    signal::check_sig(sig)?;
+    may_queue(pid, &info)?;
+    if pid as u64 != PID {
+        return Err(Errno::ESRCH);
+    }
+    signal::send_self_info(sig, info, true).map(|_| 0)
+}
+
+/// `rt_tgsigqueueinfo(tgid, tid, sig, info)`: as [`rt_sigqueueinfo`], to
+/// thread `tid`.
+pub fn rt_tgsigqueueinfo(a: &Args) -> SysResult {
+    let (tgid, tid, sig) = (a.int(0), a.int(1), a.int(2));
+    if tgid <= 0 || tid <= 0 {
+        return Err(Errno::EINVAL);
+    }
+    let info = user_info(a.u(3))?;
+    signal::check_sig(sig)?;
+    may_queue(tgid, &info)?;
+    if tgid as u64 != PID {
+        return Err(Errno::ESRCH);
+    }
+    signal::send_thread_info(tid as u32, sig, info).map(|_| 0)
+}
+
+/// `rt_sigtimedwait(set, info, timeout, sigsetsize)` (musl's
+/// `sigwaitinfo`, `sigtimedwait`, `sigwait`): takes the lowest pending
+/// signal of `set` (its oldest queued information, written to `info`)
+/// and returns its number, without running a handler. With none
+/// pending, the signals of `set` are unblocked while the thread waits (so
+/// that one sent to it ends the wait), up to `timeout` (`EAGAIN` when it
+/// passes; a zero timeout only polls); a signal outside `set` that is not
+/// blocked ends the wait with `EINTR` and is delivered. SIGKILL and
+/// SIGSTOP cannot be waited for.
+pub fn rt_sigtimedwait(a: &Args) -> SysResult {
+    if a.u(3) != 8 {
+        return Err(Errno::EINVAL);
+    }
+    let set = umem::read::<u64>(a.u(0))? & !signal::UNBLOCKABLE;
+    let timeout: Option<shoal_time::sys::Timespec> = if a.u(2) != 0 { Some(umem::read(a.u(2))?) } else { None };
+    let deadline = match timeout {
+        Some(t) if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) => return Err(Errno::EINVAL),
+        Some(t) => Some(shoal_time::monotonic_ns().saturating_add((t.tv_sec as u64).saturating_mul(1_000_000_000)).saturating_add(t.tv_nsec as u64)),
+        None => None,
+    };
+    let tid = shoal_sched::current_tid();
+    let taken = |a: &Args| -> Result<Option<u64>, Errno> {
+        match signal::with_signals(|s| signal::QUEUE.with(|q| s.take_from(q, tid, set))) {
+            Some((sig, info)) => {
+                if a.u(1) != 0 {
+                    umem::write(a.u(1), info.siginfo(sig))?;
+                }
+                Ok(Some(sig as u64))
+            }
+            None => Ok(None),
+        }
+    };
+    if let Some(sig) = taken(a)? {
+        return Ok(sig);
+    }
+    if matches!(timeout, Some(t) if t.tv_sec == 0 && t.tv_nsec == 0) {
+        return Err(Errno::EAGAIN);
+    }
+    let old = signal::with_signals(|s| {
+        let m = s.mask;
+        s.mask = m & !set;
+        m
+    });
+    let r = match deadline {
+        Some(d) => shoal_sched::sleep_until(d),
+        None => Err(shoal_sched::wait_for_signal()),
+    };
+    signal::with_signals(|s| s.mask = old);
+    if let Some(sig) = taken(a)? {
+        return Ok(sig);
+    }
+    match r {
+        Err(Errno::EINTR) => Err(Errno::EINTR),
+        _ => Err(Errno::EAGAIN),
+    }
 }
 
 static LIMITS: Global<Option<[Rlimit; NLIMITS]>> = Global::new(None);
@@ -400,6 +532,7 @@ mod tests {
     /// One test for the global signal state (tests run on several threads).
     #[test]
     fn signals_through_syscalls() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let act = KSigaction { handler: handler as extern "C" fn(i32) as usize as u64, flags: 0, restorer: 0, mask: 0 };
         let mut old = KSigaction::default();
@@ -463,6 +596,7 @@ mod tests {
 
     #[test]
     fn sa_onstack_handlers_run_on_the_alternate_stack() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let buf = vec![0u8; 1 << 16];
         let (lo, hi) = (buf.as_ptr() as u64, buf.as_ptr() as u64 + (1 << 16));
@@ -489,6 +623,7 @@ mod tests {
 
     #[test]
     fn robust_list_get_and_set() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let head = [0u64; 3];
         let hp = head.as_ptr() as u64;
@@ -507,6 +642,7 @@ mod tests {
 
     #[test]
     fn prctl_names_the_calling_thread() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let mut out = [0xffu8; 16];
         let op = out.as_mut_ptr() as u64;
@@ -527,6 +663,7 @@ mod tests {
 
     #[test]
     fn sigaltstack_rules() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let small = StackT { ss_sp: 0x1000, ss_flags: 0, pad: 0, ss_size: 100 };
         assert_eq!(sigaltstack(&args([&small as *const _ as u64, 0, 0, 0, 0, 0])), Err(Errno::ENOMEM));
@@ -536,6 +673,7 @@ mod tests {
 
     #[test]
     fn limits_syscalls() {
+        let _serial = crate::TEST_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         umem::set_bounds(1, u64::MAX);
         let mut r = Rlimit { cur: 0, max: 0 };
         let p = &mut r as *mut Rlimit as u64;

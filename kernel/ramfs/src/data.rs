@@ -516,7 +516,7 @@ mod tests {
         assert!(d[5..].iter().all(|&x| x == 0));
     }
 
-    /// Issue 17 item 4: the pages shared mappings show are page aligned,
+    /// The pages shared mappings show are page aligned,
     /// stay put and hold the file's bytes; what a mapping stored past the
     /// end of the file is zeroed when the file grows over it.
     #[test]

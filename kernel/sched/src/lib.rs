@@ -534,6 +534,11 @@ pub fn has_deliverable() -> bool {
     p & !m != 0
 }
 
+/// The signal mask and pending set of thread `tid`.
+pub fn sig_state_of(tid: u32) -> Option<(u64, u64)> {
+    TABLE.with(|t| t.get(tid).map(|c| (c.sig_mask, c.sig_pending)))
+}
+
 /// The signal mask of thread `tid`.
 pub fn sig_mask_of(tid: u32) -> Option<u64> {
     TABLE.with(|t| t.get(tid).map(|c| c.sig_mask))

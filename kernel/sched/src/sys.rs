@@ -9,18 +9,96 @@ pub fn sched_yield(_: &Args) -> SysResult {
     Ok(0)
 }
 
+/// Whether `pid` (0: the caller) names a thread of the process, as the
+/// affinity calls take it (Linux takes a thread id there).
+fn affinity_target(pid: i32) -> Result<(), Errno> {
+    if pid == 0 || (pid > 0 && crate::thread_exists(pid as u32)) {
+        Ok(())
+    } else {
+        Err(Errno::ESRCH)
+    }
+}
+
 /// `sched_getaffinity(pid, len, mask)`: one CPU (CPU 0); returns the size
-/// of the kernel's CPU mask (8 bytes), as Linux does.
+/// of the kernel's CPU mask (8 bytes), as Linux does. `pid` is any thread
+/// of the process (0: the caller).
 pub fn sched_getaffinity(a: &Args) -> SysResult {
     let (pid, len) = (a.int(0), a.u(1));
-    if pid != 0 && pid != 1 {
-        return Err(Errno::ESRCH);
-    }
+    affinity_target(pid)?;
     if len < 8 || len % 8 != 0 {
         return Err(Errno::EINVAL);
     }
     umem::write(a.u(2), 1u64)?;
     Ok(8)
+}
+
+/// `sched_setaffinity(pid, len, mask)`: the instance has one CPU, so a
+/// mask that includes CPU 0 is accepted (and changes nothing) and one
+/// without it is `EINVAL`, as Linux answers a mask with no online CPU.
+/// Linux reads at most its own mask size (8 bytes here) and takes a
+/// shorter mask as zero-extended.
+pub fn sched_setaffinity(a: &Args) -> SysResult {
+    let (pid, len, mask) = (a.int(0), a.usize(1), a.u(2));
+    let mut bytes = [0u8; 8];
+    let n = len.min(8);
+    if n > 0 {
+        bytes[..n].copy_from_slice(umem::slice(mask, n)?);
+    }
+    affinity_target(pid)?;
+    if bytes[0] & 1 == 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(0)
+}
+
+const MEMBARRIER_CMD_QUERY: i32 = 0;
+const MEMBARRIER_CMD_GLOBAL: i32 = 1;
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: i32 = 2;
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: i32 = 4;
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: i32 = 8;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: i32 = 16;
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: i32 = 32;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: i32 = 64;
+const MEMBARRIER_CMD_GET_REGISTRATIONS: i32 = 512;
+/// The commands `MEMBARRIER_CMD_QUERY` reports: all but the rseq pair
+/// (`rseq` itself is not offered).
+const MEMBARRIER_SUPPORTED: i32 = MEMBARRIER_CMD_GLOBAL
+    | MEMBARRIER_CMD_GLOBAL_EXPEDITED
+    | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED
+    | MEMBARRIER_CMD_PRIVATE_EXPEDITED
+    | MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED
+    | MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE
+    | MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE
+    | MEMBARRIER_CMD_GET_REGISTRATIONS;
+
+/// The `MEMBARRIER_CMD_REGISTER_*` commands the process made.
+static MEMBARRIER_REGISTERED: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+
+/// `membarrier(cmd, flags, cpu_id)`, real: the instance's threads share
+/// one vCPU, so every other thread is between two instructions of its own
+/// and has seen the caller's stores once the caller's own are ordered,
+/// which a full fence does. The private expedited commands need their
+/// registration first (`EPERM`), as on Linux; `flags` must be 0; unknown
+/// commands are `EINVAL`.
+pub fn membarrier(a: &Args) -> SysResult {
+    use core::sync::atomic::{fence, Ordering::SeqCst};
+    let (cmd, flags) = (a.int(0), a.uint(1));
+    if flags != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let registered = MEMBARRIER_REGISTERED.load(SeqCst);
+    match cmd {
+        MEMBARRIER_CMD_QUERY => return Ok(MEMBARRIER_SUPPORTED as u64),
+        MEMBARRIER_CMD_GET_REGISTRATIONS => return Ok(registered as u64),
+        MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED | MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE => {
+            MEMBARRIER_REGISTERED.fetch_or(cmd, SeqCst);
+        }
+        MEMBARRIER_CMD_PRIVATE_EXPEDITED | MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE if registered & (cmd << 1) == 0 => return Err(Errno::EPERM),
+        MEMBARRIER_CMD_GLOBAL | MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_PRIVATE_EXPEDITED | MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE => {}
+        _ => return Err(Errno::EINVAL),
+    }
+    fence(SeqCst);
+    Ok(0)
 }
 
 const FUTEX_WAIT: u32 = 0;
@@ -328,6 +406,24 @@ mod tests {
         assert_eq!(sched_getaffinity(&args([0, 32, p, 0, 0, 0])), Ok(8));
         assert_eq!(m[0], 1);
         assert_eq!(sched_getaffinity(&args([0, 4, p, 0, 0, 0])), Err(Errno::EINVAL));
-        assert_eq!(sched_getaffinity(&args([7, 8, p, 0, 0, 0])), Err(Errno::ESRCH));
+        assert_eq!(sched_getaffinity(&args([-1i64 as u64, 8, p, 0, 0, 0])), Err(Errno::ESRCH));
+        let one = [1u8, 0, 0];
+        let q = one.as_ptr() as u64;
+        assert_eq!(sched_setaffinity(&args([0, 3, q, 0, 0, 0])), Ok(0));
+        let two = [2u8];
+        assert_eq!(sched_setaffinity(&args([0, 1, two.as_ptr() as u64, 0, 0, 0])), Err(Errno::EINVAL));
+        assert_eq!(sched_setaffinity(&args([0, 0, q, 0, 0, 0])), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn membarrier_commands() {
+        assert_eq!(membarrier(&args([0, 0, 0, 0, 0, 0])), Ok(MEMBARRIER_SUPPORTED as u64));
+        assert_eq!(membarrier(&args([0, 1, 0, 0, 0, 0])), Err(Errno::EINVAL));
+        assert_eq!(membarrier(&args([1, 0, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(membarrier(&args([8, 0, 0, 0, 0, 0])), Err(Errno::EPERM));
+        assert_eq!(membarrier(&args([16, 0, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(membarrier(&args([8, 0, 0, 0, 0, 0])), Ok(0));
+        assert_eq!(membarrier(&args([512, 0, 0, 0, 0, 0])), Ok(16));
+        assert_eq!(membarrier(&args([128, 0, 0, 0, 0, 0])), Err(Errno::EINVAL));
     }
 }

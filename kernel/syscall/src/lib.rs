@@ -38,6 +38,15 @@ mod nr_ipc {
 mod nr_signal {
     pub const PAUSE: u64 = 34;
     pub const RT_SIGSUSPEND: u64 = 130;
+    pub const RT_SIGTIMEDWAIT: u64 = 128;
+    pub const RT_SIGQUEUEINFO: u64 = 129;
+    pub const RT_TGSIGQUEUEINFO: u64 = 297;
+}
+
+/// Numbers of the scheduling calls that `shoal_abi::linux` does not name
+/// (x86-64).
+mod nr_sched {
+    pub const SCHED_SETAFFINITY: u64 = 203;
 }
 
 /// Numbers of the interval-timer calls, which `shoal_abi::linux` does not
@@ -65,11 +74,13 @@ mod nr_net {
     pub const EPOLL_WAIT: u64 = 232;
     pub const EPOLL_CTL: u64 = 233;
     pub const EPOLL_PWAIT: u64 = 281;
+    pub const SIGNALFD: u64 = 282;
     pub const TIMERFD_CREATE: u64 = 283;
     pub const EVENTFD: u64 = 284;
     pub const TIMERFD_SETTIME: u64 = 286;
     pub const TIMERFD_GETTIME: u64 = 287;
     pub const ACCEPT4: u64 = 288;
+    pub const SIGNALFD4: u64 = 289;
     pub const EVENTFD2: u64 = 290;
     pub const EPOLL_CREATE1: u64 = 291;
     pub const RECVMMSG: u64 = 299;
@@ -248,6 +259,8 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nn::EPOLL_PWAIT2 => net::epoll_pwait2,
         nn::EVENTFD => net::eventfd,
         nn::EVENTFD2 => net::eventfd2,
+        nn::SIGNALFD => net::signalfd,
+        nn::SIGNALFD4 => net::signalfd4,
         nn::TIMERFD_CREATE => net::timerfd_create,
         nn::TIMERFD_SETTIME => net::timerfd_settime,
         nn::TIMERFD_GETTIME => net::timerfd_gettime,
@@ -276,6 +289,8 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::SCHED_YIELD => sched::sched_yield,
         nr::FUTEX => sched::futex,
         nr::SCHED_GETAFFINITY => sched::sched_getaffinity,
+        nr_sched::SCHED_SETAFFINITY => sched::sched_setaffinity,
+        nr::MEMBARRIER => sched::membarrier,
         // process
         nr::EXIT => process::exit,
         nr::EXIT_GROUP => process::exit_group,
@@ -285,6 +300,7 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::SET_TID_ADDRESS => process::set_tid_address,
         nr::ARCH_PRCTL => process::arch_prctl,
         nr::PRCTL => process::prctl,
+        nr::RT_SIGRETURN => process::rt_sigreturn,
         nr::RT_SIGACTION => process::rt_sigaction,
         nr::RT_SIGPROCMASK => process::rt_sigprocmask,
         nr::SIGALTSTACK => process::sigaltstack,
@@ -298,6 +314,9 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::KILL => process::kill,
         nr::TKILL => process::tkill,
         nr::RT_SIGPENDING => process::rt_sigpending,
+        nr_signal::RT_SIGTIMEDWAIT => process::rt_sigtimedwait,
+        nr_signal::RT_SIGQUEUEINFO => process::rt_sigqueueinfo,
+        nr_signal::RT_TGSIGQUEUEINFO => process::rt_tgsigqueueinfo,
         // System V IPC (process)
         nr_ipc::SHMGET => ipc::shmget,
         nr_ipc::SHMAT => ipc::shmat,
@@ -458,6 +477,12 @@ extern "C" {
 /// The system call, on a 16-byte aligned stack (from `__shoal_syscall`).
 #[cfg(not(test))]
 extern "C" fn shoal_syscall_aligned(n: i64, a: i64, b: i64, c: i64, d: i64, e: i64, f: i64) -> i64 {
+    if n as u64 == nr::RT_SIGRETURN {
+        // A handler returns to the kernel code that entered it, which is
+        // outside this call: nothing here may be entered first (the
+        // preemption state, a recovery gate).
+        shoal_process::signal::sigreturn_from_image();
+    }
     // Kernel code from here to the return: no preemption (see `preempt`).
     shoal_sched::preempt::enter();
     let args = Args([a as u64, b as u64, c as u64, d as u64, e as u64, f as u64]);

@@ -65,6 +65,7 @@ pub fn populate(fs: &mut Fs) {
             dir_in(fs, me, b"fd", 0o500);
         }
     }
+    crate::procfs::populate(fs);
 }
 
 /// The inode of `/proc/self/fd`, if the root has one.

@@ -68,6 +68,7 @@ mod ops;
 mod path;
 mod pipe;
 mod poll;
+mod procfs;
 pub mod readylog;
 pub mod sys;
 mod tracked;
@@ -182,6 +183,8 @@ pub struct Vfs {
     pub(crate) console: [Ino; 3],
     /// `/proc/self/fd`, if the root has it.
     pub(crate) fd_dir: Option<Ino>,
+    /// The `/proc` files regenerated when opened (module `procfs`).
+    pub(crate) proc_gen: Vec<(Ino, procfs::Gen)>,
     /// Advisory locks (record, OFD, `flock`).
     pub(crate) locks: Tracked<lock::Locks>,
     /// `RLIMIT_NOFILE` (soft): descriptors are below it.
@@ -207,6 +210,7 @@ impl Vfs {
         let pipe_time = fs.now();
         let console = [fs.create_unnamed_fifo(), fs.create_unnamed_fifo(), fs.create_unnamed_fifo()];
         let fd_dir = dev::fd_dir(&fs);
+        let proc_gen = procfs::generated(&fs);
         let mut v = Vfs {
             fs,
             fds: Tracked::new(Vec::new()),
@@ -217,6 +221,7 @@ impl Vfs {
             pipes: Tracked::new(BTreeMap::new()),
             console,
             fd_dir,
+            proc_gen,
             locks: Tracked::new(lock::Locks::default()),
             nofile: DEFAULT_NOFILE,
             fsize: u64::MAX,

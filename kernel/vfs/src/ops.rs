@@ -546,6 +546,13 @@ impl Vfs {
             (self.walk(start, path, flags & O_NOFOLLOW == 0, &mut 0)?, false)
         };
         let path_only = flags & O_PATH != 0;
+        if let Some(&(_, g)) = self.proc_gen.iter().find(|(i, _)| *i == ino) {
+            if !path_only {
+                let data = crate::procfs::content(g);
+                self.fs.truncate(ino, 0)?;
+                self.fs.write(ino, 0, &data)?;
+            }
+        }
         let acc = flags & O_ACCMODE;
         match self.fs.file_type(ino)? {
             FileType::Symlink if !path_only => return Err(Errno::ELOOP),
@@ -1051,12 +1058,92 @@ impl Vfs {
             return Err(Errno::EINVAL);
         }
         let path = path_arg(path)?;
+        if let Some(link) = self.fd_link(dirfd, path)? {
+            let n = link.len().min(size as usize);
+            umem::slice_mut(buf, n)?.copy_from_slice(&link[..n]);
+            return Ok(n as u64);
+        }
         let ino = if path.is_empty() && dirfd != AT_FDCWD { self.resolve_at(dirfd, path, false, true)? } else { self.resolve_at(dirfd, path, false, false)? };
         let target = self.fs.readlink(ino)?;
         let n = target.len().min(size as usize);
         umem::slice_mut(buf, n)?.copy_from_slice(&target[..n]);
         self.fs.touch_atime(ino);
         Ok(n as u64)
+    }
+
+    /// What `readlink` of `/proc/self/fd/N` gives, as Linux's magic link
+    /// does: the path of the file descriptor `N` has open (`ENOENT` for
+    /// none), `pipe:[I]` for a pipe or a standard stream, `anon_inode:[…]`
+    /// or `socket:[I]` for another component's object. `None`: `path` is
+    /// not such an entry.
+    fn fd_link(&self, dirfd: i32, path: &[u8]) -> Result<Option<Vec<u8>>, Errno> {
+        let Some(fd_dir) = self.fd_dir else { return Ok(None) };
+        if path.is_empty() {
+            return Ok(None);
+        }
+        let start = self.start_dir(dirfd, path)?;
+        let Ok(p) = self.walk_parent(start, path, &mut 0) else { return Ok(None) };
+        if p.dir != fd_dir || p.trailing || p.name.is_empty() || !p.name.iter().all(u8::is_ascii_digit) || p.name.len() >= 8 {
+            return Ok(None);
+        }
+        let fd: i32 = core::str::from_utf8(p.name).ok().and_then(|s| s.parse().ok()).ok_or(Errno::ENOENT)?;
+        let t = self.ofd(self.ofd_of(fd).map_err(|_| Errno::ENOENT)?).target;
+        let mut out = Vec::new();
+        match t {
+            crate::Target::Stdin | crate::Target::Stdout | crate::Target::Stderr => {
+                let i = [crate::Target::Stdin, crate::Target::Stdout, crate::Target::Stderr].iter().position(|x| *x == t).unwrap_or(0);
+                out.extend_from_slice(alloc::format!("pipe:[{}]", self.console[i]).as_bytes());
+            }
+            crate::Target::Fifo(i) if self.fs.is_unlinked(i) || self.file_path(i).is_none() => out.extend_from_slice(alloc::format!("pipe:[{i}]").as_bytes()),
+            crate::Target::Obj(id) => out.extend_from_slice(alloc::format!("socket:[{id}]").as_bytes()),
+            other => {
+                let i = other.ino().ok_or(Errno::ENOENT)?;
+                // Linux keeps the removed name; ramfs does not know it.
+                out = self.file_path(i).unwrap_or_else(|| b"/ (deleted)".to_vec());
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// The absolute path of inode `ino`: a directory's from its parents, a
+    /// file's by a depth-first search from the root (the first name found
+    /// for a file with several links).
+    fn file_path(&self, ino: Ino) -> Option<Vec<u8>> {
+        if self.fs.file_type(ino) == Ok(FileType::Directory) {
+            return self.path_of(ino).ok();
+        }
+        let root = self.fs.root();
+        if ino == root {
+            return Some(b"/".to_vec());
+        }
+        let mut stack: Vec<(Ino, Vec<u8>)> = alloc::vec![(root, Vec::new())];
+        let mut visited = 0usize;
+        while let Some((dir, prefix)) = stack.pop() {
+            let mut found = None;
+            let mut subdirs = Vec::new();
+            let _ = self.fs.readdir(dir, 0, |_, name, i, t| {
+                if name == b"." || name == b".." {
+                    return true;
+                }
+                visited += 1;
+                let mut p = prefix.clone();
+                p.push(b'/');
+                p.extend_from_slice(name);
+                if i == ino {
+                    found = Some(p);
+                    return false;
+                }
+                if t == FileType::Directory.dirent_type() {
+                    subdirs.push((i, p));
+                }
+                visited < 1 << 20
+            });
+            if found.is_some() {
+                return found;
+            }
+            stack.extend(subdirs);
+        }
+        None
     }
 
     pub(crate) fn readlink(&mut self, a: &Args) -> SysResult {

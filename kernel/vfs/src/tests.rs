@@ -1018,7 +1018,7 @@ fn file_ops_for_mm() {
 
 #[test]
 fn writes_into_read_only_memory_are_efault() {
-    // Issue 12, item 5: a system call asked to write into the image's code
+    // A system call asked to write into the image's code
     // or read-only data answers EFAULT (umem's read-only ranges), before it
     // has any effect.
     static mut RO: [u8; 0x100] = [0; 0x100];

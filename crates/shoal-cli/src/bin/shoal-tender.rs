@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     }
     let result = shoal_tender::RunArgs::parse(std::env::args_os().skip(1)).map_err(|e| e.to_string()).and_then(|args| match args {
         None => {
-            print!("{}", shoal_tender::USAGE);
+            print!("{}", shoal_tender::usage());
             Ok(0)
         }
         Some(a) => shoal_tender::run(&a).map_err(|e| e.to_string()),

@@ -1,0 +1,374 @@
+//! `shoal bench`: experiments, never tests. Each runs shoal and what it is
+//! compared with side by side in one run, alternating, repeats, and prints
+//! mean ± standard deviation and the ratio (`--json`: the same numbers as
+//! JSON); most also write CSVs of the raw samples, plots and Markdown
+//! tables into their `--out` directory.
+//!
+//! One module per experiment ([`apps`], [`boot`], [`density`], [`echo`],
+//! [`faas`], [`memory`] with `size`, [`pages`], [`recover`] with
+//! [`recover_servers`] and [`recover_shrink`], [`servers`] for `http` and
+//! `kv`, [`syscall`]) over shared modules: [`stats`] (mean, SD,
+//! percentiles, confidence intervals), [`sample`] (process trees, CPU time
+//! and memory from /proc), [`load`] (the HTTP client, hey, wrk and
+//! redis-benchmark), [`host`] (what this machine can run, builds),
+//! [`table`] (the one table writer: text, Markdown, CSV), [`plot`] (SVG
+//! and PNG plots) and [`progress`] (progress bars). The OCI bundles of the
+//! container runs come from `shoal_serve::bundle`, shared with the gateway.
+//!
+//! Why each dependency: `plotters` draws the plots (axes, log scales,
+//! legends) in SVG and PNG from one description, instead of hand-written
+//! SVG; `indicatif` draws progress bars for the experiments that run for
+//! minutes, and only when stderr is a terminal; `clap` defines the
+//! subcommands that `shoal` flattens into its command line; `serde_json`
+//! writes `--json`; `thiserror`/`anyhow` the errors; `libc` the few system
+//! calls std lacks (getrusage, sysconf, setrlimit, affinity, signals);
+//! `tempfile` the scratch directories.
+
+pub mod apps;
+pub mod boot;
+pub mod density;
+pub mod echo;
+pub mod faas;
+pub mod host;
+pub mod load;
+pub mod memory;
+pub mod pages;
+pub mod plot;
+pub mod progress;
+pub mod recover;
+pub mod recover_servers;
+pub mod recover_shrink;
+pub mod sample;
+pub mod servers;
+pub mod stats;
+pub mod syscall;
+pub mod table;
+
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(Subcommand)]
+pub enum Bench {
+    /// Total execution time of the recipes' applications (`shoal recipe list`) natively, on spt (per memory mode) and on hvt.
+    Apps {
+        /// Runs of each side (at least 2; mean ± SD).
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+        /// Only these recipes (default: all).
+        #[arg(long = "only", value_name = "RECIPE")]
+        only: Vec<String>,
+        /// Memory modes to compare on spt, one column each (repeatable:
+        /// `--mem-mode copy --mem-mode ksm --mem-mode pool`; default copy).
+        #[arg(long = "mem-mode", value_name = "MODE", value_parser = ["copy", "ksm", "pool"])]
+        mem_modes: Vec<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time to first stdout byte and to exit of hello world on spt, hvt, a native process, runc and runsc.
+    Boot {
+        /// Runs of each system (median and p95).
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Host memory per idle instance: N warm instances of apps/functions/noop on spt and hvt (copy and pool) beside N native processes (the goal: a quarter MiB each).
+    Density {
+        /// Instances per configuration.
+        #[arg(long, default_value_t = 100)]
+        count: usize,
+        /// Guest memory of each instance.
+        #[arg(long, default_value = "32M")]
+        mem: String,
+        /// Only these configurations (process, spt+copy, spt+pool, hvt+copy, hvt+pool).
+        #[arg(long = "only", value_name = "CONFIG")]
+        only: Vec<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Echo latency of apps/net/echo.c (epoll) on spt, hvt and a native process: a persistent connection and a connection per request (the UKL paper's Fig. 1).
+    Echo {
+        /// Round trips on the persistent connection per run (the connection-per-request mode makes a tenth as many requests).
+        #[arg(long, default_value_t = 10_000)]
+        round_trips: usize,
+        /// Runs of each system, interleaved native, spt, hvt.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Message size in bytes.
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The FaaS paper's experiments through a real `shoal serve` on spt, hvt, process, runc and runsc:
+    /// cold-start, burst, startup-cost, idle-cpu, idle-memory, workloads, concurrency (a quick run, about
+    /// 15 minutes here: --repeat 10 --requests 2048 --bursts 10,20,50,100 --instances 1,10,50,100).
+    Faas {
+        /// Only these experiments (repeatable; default all).
+        #[arg(long = "only", value_name = "EXPERIMENT", value_parser = faas::EXPERIMENTS)]
+        only: Vec<String>,
+        /// Backends to compare (comma-separated; default all five; one that cannot run here is skipped with its reason).
+        #[arg(long, value_delimiter = ',', value_parser = faas::BACKENDS)]
+        backends: Vec<String>,
+        /// Cold starts, start-up cost samples and warm runs of each workload per backend (the paper's 100).
+        #[arg(long, default_value_t = 100)]
+        repeat: usize,
+        /// hey requests per concurrency level (the paper's 2^15).
+        #[arg(long, default_value_t = 32768)]
+        requests: usize,
+        /// Concurrency levels: powers of two from 1 up to this many clients.
+        #[arg(long, default_value_t = 4096)]
+        max_clients: usize,
+        /// Burst sizes (concurrent cold starts), comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "10,20,30,40,50,60,70,80,90,100")]
+        bursts: Vec<usize>,
+        /// Numbers of idle instances for idle-memory, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,10,25,50,100")]
+        instances: Vec<usize>,
+        /// Directory for the functions, CSVs, plots and tables.
+        #[arg(long, default_value = "shoal-bench-faas")]
+        out: PathBuf,
+        /// Print JSON instead of the tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The servers paper's Fig. 3: nginx's requests/s serving a small static page (wrk) against concurrent clients, and the memory footprint, on a native process, runc, runsc, spt and hvt interleaved.
+    Http {
+        #[command(flatten)]
+        common: ServerArgs,
+        /// Seconds of each wrk run.
+        #[arg(long, default_value_t = 2.0)]
+        duration: f64,
+        /// Directory for the builds, logs, CSVs, plot and table.
+        #[arg(long, default_value = "shoal-bench-http")]
+        out: PathBuf,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The servers paper's Fig. 5: Redis GET and SET requests/s (redis-benchmark) against concurrent clients, and the memory footprint, on a native process, runc, runsc, spt and hvt interleaved.
+    Kv {
+        #[command(flatten)]
+        common: ServerArgs,
+        /// Requests per operation in each redis-benchmark run.
+        #[arg(long, default_value_t = 20000)]
+        requests: usize,
+        /// Requests each client pipelines (redis-benchmark -P; the paper pipelined but gives no depth).
+        #[arg(long, default_value_t = 1)]
+        pipeline: usize,
+        /// Directory for the builds, logs, CSVs, plots and table.
+        #[arg(long, default_value = "shoal-bench-kv")]
+        out: PathBuf,
+        /// Print JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Memory of 8 idle instances of different SQLite versions launched one every --interval s, per layout and memory mode (the Spacer paper's Fig. 8).
+    Memory {
+        /// Seconds between launches.
+        #[arg(long, default_value_t = 10.0)]
+        interval: f64,
+        /// Seconds to keep sampling after the last launch (default: --interval).
+        #[arg(long)]
+        settle: Option<f64>,
+        /// Which tender runs the instances: spt or hvt.
+        #[arg(long, default_value = "spt")]
+        tender: String,
+        /// Guest memory per instance.
+        #[arg(long, default_value = "64M")]
+        mem: String,
+        /// spt: run every instance with its waiting parent (`shoal-tender` without
+        /// --single-process), as `shoal run` does; by default each instance is one process.
+        #[arg(long)]
+        supervised: bool,
+        /// Only these configurations (default, dce, delta+ksm, delta+pool, default-aslr, dce-aslr, aslr+ksm, aslr+pool, default+copy, aligned+ksm, aligned+pool).
+        #[arg(long = "only", value_name = "CONFIG")]
+        only: Vec<String>,
+        /// Directory for the images, logs, CSV and plot.
+        #[arg(long, default_value = "shoal-bench-memory")]
+        out: PathBuf,
+        /// Run a workload of ROWS inserts in every instance before it idles
+        /// (the second variant: heap growth dilutes sharing); 0: idle at once.
+        #[arg(long, default_value_t = 0, value_name = "ROWS")]
+        workload: u64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Disk use of the 8 idle images per configuration, and images + pool for the pool (the Spacer paper's Fig. 9).
+    Size {
+        /// Directory for the images.
+        #[arg(long, default_value = "shoal-bench-size")]
+        out: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Distinct code+rodata frames of speedtest1 against 8 SQLite versions, per layout policy (as in the Spacer paper).
+    Pages {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Keep the built images in this directory.
+        #[arg(long)]
+        keep: Option<PathBuf>,
+    },
+    /// The VampOS paper's experiments: gate cost in cycles, Fig. 5 system calls and SQLite 10,000 inserts without and with the component gates (`--no-recover`), the reboot time of each rebootable component, nginx and Redis throughput (Fig. 7), nginx's reboot times after 1,000 GETs (Fig. 6) and failed requests under rejuvenation vs whole restarts (Table V), Redis latency across a ramfs panic vs a restart (Fig. 8), on spt, hvt and a native process.
+    Recover {
+        /// Runs of each system (at least 2; mean ± SD).
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+        /// Calls of each operation per loop (each run times 5 loops and keeps the lowest).
+        #[arg(long, default_value_t = 20_000)]
+        iterations: u64,
+        /// Directory for the builds, the CSV and the plot.
+        #[arg(long, default_value = "shoal-bench-recover")]
+        out: PathBuf,
+        /// Print JSON instead of the tables.
+        #[arg(long)]
+        json: bool,
+        /// Run only these parts, comma-separated: syscalls (gate cost and Fig. 5), reboot, sqlite, servers (Fig. 7 nginx and Redis), nginx-reboot (Fig. 6), rejuvenation (Table V), redis-latency (Fig. 8). Default: all.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Seconds of each wrk run of the Fig. 7 nginx runs (0.5-60).
+        #[arg(long, default_value_t = 3.0)]
+        duration: f64,
+        /// SET requests of each redis-benchmark run of Fig. 7 (1-10,000,000).
+        #[arg(long, default_value_t = 50_000)]
+        requests: u64,
+    },
+    /// Cost of getpid and of a 1-byte write through shoal (spt) and a native Linux process.
+    Syscall {
+        /// Calls per run.
+        #[arg(long, default_value_t = 200_000)]
+        iterations: u64,
+        /// Runs of each side.
+        #[arg(long, default_value_t = 10)]
+        repeat: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The options `shoal bench http` and `shoal bench kv` share.
+#[derive(clap::Args)]
+pub struct ServerArgs {
+    /// Concurrency levels (comma-separated; the paper's 1, 100, 200, …, 1000).
+    #[arg(long, value_delimiter = ',', default_value = "1,100,200,300,400,500,600,700,800,900,1000")]
+    pub clients: Vec<usize>,
+    /// Runs per system and level (the paper's n = 30; mean ± SD).
+    #[arg(long, default_value_t = 30)]
+    pub repeat: usize,
+    /// Systems to compare (comma-separated: native, runc, runsc, spt, hvt, spt-other; default all; one that cannot run here is skipped with its reason).
+    #[arg(long, value_delimiter = ',')]
+    pub systems: Vec<String>,
+    /// Pin the servers to one CPU and the client to another (the first two CPUs this process may use; runc/runsc also get that CPU as their container's cpuset): at 1 client, unpinned runs mostly measure whether client and server share a core.
+    #[arg(long)]
+    pub pin: bool,
+    /// Another shoal build (the `shoal` binary of another tree, its tenders beside it) to compare with this one in the same interleaved run: adds the system `spt-other`, the server on spt with that build's tender and an image that build makes from its own tree's kernel.
+    #[arg(long)]
+    pub shoal_bin: Option<PathBuf>,
+}
+
+/// Why a bench has no measurement of a system or configuration: it cannot
+/// run on this machine (no `/dev/kvm`, a runtime not installed, not root),
+/// or it could and failed. The two are reported apart, in the JSON
+/// (`{"unavailable": WHY}` or `{"failed": WHY}`) and in the table: a
+/// failure is a fault to look into, not a property of the machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// This machine lacks what the system needs.
+    Unavailable(String),
+    /// The system could run here and failed.
+    Failed(String),
+}
+
+impl Missing {
+    /// The JSON entry in place of the measurement.
+    pub fn json(&self) -> serde_json::Value {
+        match self {
+            Missing::Unavailable(why) => json!({ "unavailable": why }),
+            Missing::Failed(why) => json!({ "failed": why }),
+        }
+    }
+}
+
+impl std::fmt::Display for Missing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Missing::Unavailable(why) => write!(f, "unavailable here: {why}"),
+            Missing::Failed(why) => write!(f, "FAILED: {why}"),
+        }
+    }
+}
+
+/// Failures of a bench as a whole. One configuration's or system's failure
+/// is only a warning and a `failed: REASON` entry (one that cannot run here
+/// an `unavailable: REASON` entry), so that the others' results are still
+/// printed; these end the command with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Every configuration failed or was unavailable: an empty table with
+    /// status 0 would read as a result.
+    #[error("bench {bench}: nothing could be measured: {reasons}")]
+    NothingMeasured { bench: &'static str, reasons: String },
+    /// The current directory is needed to resolve a relative directory.
+    #[error("{flag} {}: cannot make it absolute: {source}", path.display())]
+    Directory { flag: &'static str, path: PathBuf, source: std::io::Error },
+}
+
+impl BenchError {
+    /// All of `bench`'s configurations failed, for these reasons ("NAME: why").
+    pub fn nothing_measured(bench: &'static str, reasons: &[String]) -> BenchError {
+        let reasons = if reasons.is_empty() { "no configuration was selected".to_string() } else { reasons.join("; ") };
+        BenchError::NothingMeasured { bench, reasons }
+    }
+}
+
+/// `dir` made absolute against the current directory, once, before anything
+/// uses it: the builds write workspace files into it whose relative paths
+/// are resolved against the workspace file's own directory, so a relative
+/// `--out` used to be resolved a second time there and nothing was found.
+fn absolute_dir(flag: &'static str, dir: PathBuf) -> Result<PathBuf, BenchError> {
+    std::path::absolute(&dir).map_err(|source| BenchError::Directory { flag, path: dir, source })
+}
+
+pub fn run(which: Bench) -> Result<()> {
+    match which {
+        Bench::Apps { repeat, only, mem_modes, json } => apps::apps(repeat, only, mem_modes, json),
+        Bench::Boot { runs, json } => boot::boot(runs, json),
+        Bench::Density { count, mem, only, json } => density::density(density::DensityOpts { count, mem, only, json }),
+        Bench::Echo { round_trips, repeat, size, json } => echo::echo(echo::EchoOpts { round_trips, repeat, size, json }),
+        Bench::Memory { interval, settle, tender, mem, supervised, only, out, workload, json } => {
+            let out = absolute_dir("--out", out)?;
+            memory::memory(memory::MemoryOpts { workload, interval, settle, tender, supervised, only, out, mem, json })
+        }
+        Bench::Faas { only, backends, repeat, requests, max_clients, bursts, instances, out, json } => {
+            let out = absolute_dir("--out", out)?;
+            faas::faas(faas::FaasOpts { only, backends, repeat, requests, bursts, instances, max_clients, out, json })
+        }
+        Bench::Http { common: ServerArgs { clients, repeat, systems, pin, shoal_bin }, duration, out, json } => {
+            let out = absolute_dir("--out", out)?;
+            let which = servers::Which::Http;
+            servers::servers(servers::ServersOpts { which, clients, repeat, duration, requests: 1, pipeline: 1, systems, pin, shoal_bin, out, json })
+        }
+        Bench::Kv { common: ServerArgs { clients, repeat, systems, pin, shoal_bin }, requests, pipeline, out, json } => {
+            let out = absolute_dir("--out", out)?;
+            let which = servers::Which::Kv;
+            servers::servers(servers::ServersOpts { which, clients, repeat, duration: 2.0, requests, pipeline, systems, pin, shoal_bin, out, json })
+        }
+        Bench::Size { out, json } => memory::size(json, absolute_dir("--out", out)?),
+        Bench::Pages { json, keep } => pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),
+        Bench::Syscall { iterations, repeat, json } => syscall::syscall(iterations, repeat, json),
+        Bench::Recover { repeat, iterations, out, json, only, duration, requests } => {
+            recover::recover(recover::RecoverOpts { repeat, iterations, out: absolute_dir("--out", out)?, json, only, duration, requests })
+        }
+    }
+}

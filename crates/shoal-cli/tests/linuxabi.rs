@@ -1,0 +1,67 @@
+//! The Linux process ABI that unmodified executables rely on, checked
+//! with C programs built by `shoal cc` against the same source built as a
+//! native static musl program, on spt and hvt (hvt skips visibly without
+//! /dev/kvm): real-time signals queued with their own siginfo,
+//! `rt_sigtimedwait` and `signalfd`, Linux's signal frames, the files
+//! runtimes read to size themselves, and the scheduling, memory and
+//! process-control calls they make.
+
+mod common;
+use common::*;
+
+/// sched_getaffinity/sched_setaffinity, getrandom's flags, prctl,
+/// madvise, mincore, membarrier, and the /proc and /sys files (cpu
+/// online, cpuinfo, meminfo, stat, transparent huge pages, the cgroup v2
+/// quota, /proc/self/{exe,auxv,maps,fd}) agree with what the system calls
+/// say, as on Linux.
+#[test]
+fn sizing_files_and_calls_agree_with_the_system_calls() {
+    matches_native("linux_sizing.c");
+}
+
+/// fork, vfork, execve and execveat give ENOSYS (each reported once on
+/// stderr, as every unimplemented call is) and the program goes on.
+#[test]
+fn fork_and_exec_give_enosys() {
+    let dir = scratch();
+    let image = build_image(&test_app("linux_nofork.c"), dir.path(), &[]);
+    let want_out = "fork: -1 Function not implemented\nvfork: -1 Function not implemented\nexecve: -1 Function not implemented\n\
+execveat: -1 Function not implemented\nfork(): -1 Function not implemented\nposix_spawn: Function not implemented\nstill running\n";
+    let want_err = "shoal: unsupported system call 57 (fork), returning ENOSYS\nshoal: unsupported system call 58 (vfork), returning ENOSYS\n\
+shoal: unsupported system call 59 (execve), returning ENOSYS\nshoal: unsupported system call 322 (execveat), returning ENOSYS\n";
+    for tender in tenders() {
+        let o = output(shoal_run(tender).arg(&image));
+        assert_eq!(stdout(&o), want_out, "{tender}: stderr {}", stderr(&o));
+        assert_eq!(stderr(&o), want_err, "{tender}");
+        assert_eq!(o.status.code(), Some(0), "{tender}");
+    }
+}
+
+/// A blocked SIGRTMIN+1 sent 100 times (sigqueue, kill, raise) runs its
+/// handler 100 times once unblocked, each with its own siginfo, a
+/// thread's own signals first as on Linux; a standard signal sent three
+/// times runs once; sigtimedwait, sigwaitinfo and sigwait take queued
+/// signals, wait for one from another thread, time out and poll.
+#[test]
+fn real_time_signals_are_queued_and_waited_for() {
+    matches_native("linux_rtsig.c");
+}
+
+/// Handlers get Linux's x86-64 rt_sigframe: the return address is
+/// sa_restorer, the ucontext_t (uc_flags, uc_stack, uc_sigmask, the
+/// segment word, fpstate to an fxsave area) and the siginfo_t lie where
+/// Linux puts them; a handler's change of the interrupted registers takes
+/// effect; SA_NODEFER, SA_RESETHAND and SA_ONSTACK behave as on Linux.
+#[test]
+fn signal_frames_are_laid_out_as_linux_lays_them_out() {
+    matches_native("linux_sigframe.c");
+}
+
+/// signalfd and signalfd4 read blocked pending signals as
+/// signalfd_siginfo records (queued real-time signals once per send, with
+/// their values), are readable for poll and epoll, block until another
+/// thread's signal comes, take a new mask, and give Linux's errors.
+#[test]
+fn signalfd_reads_pending_signals() {
+    matches_native("linux_signalfd.c");
+}

@@ -1,0 +1,305 @@
+//! Starting and stopping one instance of a function on its backend.
+//!
+//! spt, hvt and process instances get their port as a listening socket
+//! the gateway opens on 127.0.0.1:0 and hands over (descriptor 3): a
+//! connection made right after the spawn waits in the host's backlog
+//! until the function accepts, so a cold start needs no polling. runc and
+//! runsc instances run in an OCI bundle in a network namespace of their
+//! own ([`super::netns`]) with `PORT` in their environment; for them the
+//! gateway connects, from inside that namespace, with retries until the
+//! function listens.
+//!
+//! Every instance's process is started without copying the gateway
+//! ([`super::spawn`]: `posix_spawn`-style, no `fork`) and gets
+//! `PR_SET_PDEATHSIG` (SIGKILL): if the
+//! gateway dies, so do its instances (the spt tender's guest dies with the
+//! tender; hvt is one process). A container's init is not runc's child,
+//! so runc/runsc containers are also removed by name at the gateway's next
+//! start ([`remove_stale_containers`]).
+
+use super::bundle::{self, Network, Process};
+use super::netns::NetNs;
+use super::spawn::{Proc, Spec};
+use super::spec::{Backend, Function};
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::process::Command;
+
+/// The descriptor number an instance inherits its listening socket at.
+const LISTEN_FD: i32 = 3;
+
+/// Prefix of the container ids the gateway creates.
+pub const CONTAINER_PREFIX: &str = "shoal-fn-";
+
+/// What the gateway needs to start instances: the lean tender and a
+/// scratch directory for OCI bundles.
+pub struct Launcher {
+    /// `shoal-tender` (for spt and hvt).
+    pub tender: PathBuf,
+    /// Where OCI bundles are made (removed with the gateway).
+    pub scratch: PathBuf,
+}
+
+/// A started instance's process and how to reach it.
+pub struct Started {
+    /// The process the gateway waits on (tender, program or runtime).
+    pub child: Proc,
+    /// Where the function listens.
+    pub addr: SocketAddr,
+    /// The container id, for runc/runsc.
+    pub container: Option<(PathBuf, String)>,
+    /// Whether the port accepts from the start (a handed-over socket).
+    pub listening: bool,
+    /// How long the spawn itself took (`clone` to the child's `exec`),
+    /// for the gateway's trace (`SHOAL_SERVE_TRACE`).
+    pub spawn_time: Duration,
+    /// runc/runsc: the instance's network namespace (`addr` is in it).
+    pub netns: Option<Arc<NetNs>>,
+}
+
+/// The runtime binary of a container backend.
+fn runtime(backend: Backend) -> Result<PathBuf> {
+    let name = if backend == Backend::Runc { "runc" } else { "runsc" };
+    for dir in ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin", "/sbin", "/bin"] {
+        let p = Path::new(dir).join(name);
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    bail!("{name} is not installed (scripts/setup installs it)")
+}
+
+/// The tender options that run `f` (spt and hvt), without the
+/// per-instance ones (the listening socket and `PORT`) and the image.
+fn tender_options(f: &Function) -> shoal_tender::RunOpts {
+    let mut o = shoal_tender::RunOpts {
+        tender: Some(f.backend.name().into()),
+        mem: Some(f.memory.clone().into()),
+        mem_mode: Some(f.mem_mode.clone().into()),
+        fs: f.fs.clone().map(Into::into),
+        ..Default::default()
+    };
+    o.env = f.env.iter().map(|(k, v)| format!("{k}={v}").into()).collect();
+    o
+}
+
+/// `f`'s options checked as `shoal-tender` checks them.
+fn run_args(f: &Function) -> Result<shoal_tender::RunArgs> {
+    shoal_tender::RunArgs::from_opts(&tender_options(f), f.image.clone(), Vec::new()).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Checks and prepares an spt function once for all its instances
+/// (`shoal_spt::Prepared`: the image checked, the layout planned, the
+/// root file system packed into a sealed memory file, the pool files
+/// verified), from the same options `shoal-tender` would be given, so an
+/// instance runs as it would from `shoal run` with those options.
+pub fn prepare(f: &Function) -> Result<shoal_spt::Prepared> {
+    let parsed = run_args(f)?;
+    let p = shoal_spt::Prepared::new(&parsed.config()).map_err(|e| anyhow::anyhow!("{}: {e}", f.image.display()))?;
+    Ok(p)
+}
+
+/// Checks an hvt function as the hvt tender checks it before it creates
+/// a VM ([`shoal_hvt::check`]), from the same options an instance is
+/// given: what it would refuse is refused at deploy.
+pub fn check_hvt(f: &Function) -> Result<()> {
+    let parsed = run_args(f)?;
+    shoal_hvt::check(&parsed.config()).map_err(|e| anyhow::anyhow!("{}: {e}", f.image.display()))
+}
+
+/// Starts instance `id` of `f`; an spt function starts from `prepared`
+/// (see [`prepare`]), the instance program spawned directly.
+pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>, id: u64) -> Result<Started> {
+    let mut cmd;
+    let mut container = None;
+    let mut netns = None;
+    let listener;
+    let addr;
+    match f.backend {
+        Backend::Spt | Backend::Hvt | Backend::Process => {
+            let sock = TcpListener::bind("127.0.0.1:0").context("cannot open a listening socket for the instance")?;
+            addr = sock.local_addr()?;
+            if let (Backend::Spt, Some(p)) = (f.backend, prepared) {
+                let t = Instant::now();
+                let env = [std::ffi::OsString::from(format!("PORT={}", addr.port()))];
+                let child = super::spawn::spawn_spt(p, &sock.into(), &env).with_context(|| format!("cannot start an instance of {}", f.name))?;
+                // The gateway's copy of the socket was closed by the call:
+                // once the instance exits, a waiting connection is refused.
+                return Ok(Started { child, addr, container: None, listening: true, spawn_time: t.elapsed(), netns: None });
+            }
+            if f.backend == Backend::Process {
+                cmd = Spec::new(&f.image)?;
+                cmd.env("LISTEN_FD", LISTEN_FD.to_string())?.env("PORT", addr.port().to_string())?;
+                if let Some(fs) = &f.fs {
+                    cmd.env("FN_ROOT", fs)?;
+                }
+                for (k, v) in &f.env {
+                    cmd.env(k, v)?;
+                }
+                // The counterpart of a guest's memory size.
+                cmd.address_space = Some(f.memory_bytes());
+            } else {
+                cmd = Spec::new(&l.tender)?;
+                // The pool the gateway added the image to at deploy.
+                if let Some(dir) = std::env::var_os("SHOAL_POOL_DIR") {
+                    cmd.env("SHOAL_POOL_DIR", dir)?;
+                }
+                cmd.arg("--listen-fd")?.arg(LISTEN_FD.to_string())?.arg("-e")?.arg(format!("PORT={}", addr.port()))?;
+                for a in tender_options(f).to_args() {
+                    cmd.arg(a)?;
+                }
+                cmd.arg(&f.image)?;
+            }
+            cmd.listen = Some(sock.as_raw_fd());
+            cmd.listen_at = LISTEN_FD;
+            listener = Some(sock);
+        }
+        Backend::Runc | Backend::Runsc => {
+            let rt = runtime(f.backend)?;
+            // The namespace is the instance's alone: any port is free in it.
+            let ns = NetNs::new().context("cannot make a network namespace for the instance")?;
+            addr = SocketAddr::from(([127, 0, 0, 1], container_port(id)));
+            let bundle = l.scratch.join(format!("{}-{id}", f.name));
+            make_bundle(&rt, &bundle, f, addr.port(), &ns.path())?;
+            netns = Some(Arc::new(ns));
+            let cid = format!("{CONTAINER_PREFIX}{}-{}-{id}", std::process::id(), f.name);
+            cmd = Spec::new(&rt)?;
+            // The gateway's environment, but not its own allocator
+            // settings (see serve::MALLOC_TUNABLES): they are not the runtime's.
+            for (k, v) in std::env::vars_os().filter(|(k, _)| k != "GLIBC_TUNABLES") {
+                cmd.env(k, v)?;
+            }
+            if f.backend == Backend::Runsc {
+                // Host networking inside the instance's own namespace (see
+                // serve::netns): the sandbox's sockets are that namespace's.
+                cmd.arg("--network=host")?;
+            }
+            cmd.arg("run")?.arg("--bundle")?.arg(&bundle)?.arg(&cid)?;
+            container = Some((rt, cid));
+            listener = None;
+        }
+    }
+    let t = Instant::now();
+    let child = cmd.spawn().with_context(|| format!("cannot start an instance of {}", f.name))?;
+    let spawn_time = t.elapsed();
+    // The gateway's copy is closed now: once the instance exits, the
+    // socket is gone and a waiting connection is refused, not left hanging.
+    let listening = listener.is_some();
+    drop(listener);
+    Ok(Started { child, addr, container, listening, spawn_time, netns })
+}
+
+/// The port a container instance listens on, in its own namespace: any
+/// would do; a different one per instance keeps `/instances` unambiguous.
+fn container_port(id: u64) -> u16 {
+    (20000 + id % 40000) as u16
+}
+
+/// An OCI bundle in `dir` that runs `f`'s native build in the network
+/// namespace at `netns` with `PORT` (and `FN_ROOT=/fs`, the function's
+/// `fs` mounted read-only).
+fn make_bundle(rt: &Path, dir: &Path, f: &Function, port: u16, netns: &str) -> Result<()> {
+    let mut env = vec![format!("PORT={port}")];
+    if f.fs.is_some() {
+        env.push("FN_ROOT=/fs".into());
+    }
+    env.extend(f.env.iter().map(|(k, v)| format!("{k}={v}")));
+    std::fs::create_dir_all(dir.join("rootfs/fs"))?;
+    let process =
+        Process { args: vec!["/fn".into()], env, files: vec![(&f.image, "fn")], readonly_root: true, hostname: &f.name, network: Network::Join(netns) };
+    bundle::make_bundle(rt, dir, &process, |c| {
+        c["linux"]["resources"]["memory"] = json!({ "limit": f.memory_bytes() });
+        if let (Some(fs), Some(mounts)) = (&f.fs, c["mounts"].as_array_mut()) {
+            mounts.push(json!({"destination": "/fs", "type": "bind", "source": fs, "options": ["rbind", "ro"]}));
+        }
+    })?;
+    Ok(())
+}
+
+/// One connection to `addr`, made from inside `netns` if given.
+async fn connect_once(addr: SocketAddr, netns: Option<&NetNs>) -> std::io::Result<tokio::net::TcpStream> {
+    match netns {
+        None => tokio::net::TcpStream::connect(addr).await,
+        Some(ns) => {
+            let fd = ns.tcp_socket()?;
+            tokio::net::TcpSocket::from_std_stream(std::net::TcpStream::from(fd)).connect(addr).await
+        }
+    }
+}
+
+/// Connects to an instance (from inside its network namespace if it has
+/// one); for one without a handed-over socket, retries until it listens,
+/// exits (`exited`: a container whose runtime failed must not be waited
+/// for until the request's timeout) or `deadline` passes.
+pub async fn connect(
+    addr: SocketAddr,
+    netns: Option<&NetNs>,
+    listening: bool,
+    exited: &AtomicBool,
+    deadline: Instant,
+) -> std::io::Result<tokio::net::TcpStream> {
+    loop {
+        match connect_once(addr, netns).await {
+            // TCP_NODELAY and TCP_QUICKACK: super::upstream::Upstream.
+            Ok(s) => return Ok(s),
+            Err(e) if !listening && e.kind() == std::io::ErrorKind::ConnectionRefused && exited.load(Ordering::SeqCst) => {
+                return Err(std::io::Error::new(e.kind(), "the instance exited before it listened"));
+            }
+            Err(e) if !listening && e.kind() == std::io::ErrorKind::ConnectionRefused && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Sends SIGKILL to what runs in a container (`RUNTIME kill ID KILL`).
+///
+/// This comes before [`remove_container`] when the gateway stops a
+/// container: `runsc delete --force` of a running container waits for it to
+/// stop and gives up after 5 s ("destroying container: stopping container:
+/// context deadline exceeded", runsc here, measured 5.1–5.2 s each time),
+/// while `runsc kill ID KILL` ends it and its `runsc run` in tens of
+/// milliseconds, after which `delete --force` only removes the state.
+pub async fn kill_container(rt: &Path, id: &str) {
+    let _ = Command::new(rt).args(["kill", id, "KILL"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().await;
+}
+
+/// Removes a container (killing what runs in it).
+pub async fn remove_container(rt: &Path, id: &str) {
+    let _ = Command::new(rt).args(["delete", "--force", id]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status().await;
+}
+
+/// Whether the gateway that made container `id` (`shoal-fn-PID-…`) is
+/// still running: its containers are its own, not stale. (Every gateway
+/// used to remove every `shoal-fn-` container at its start, so a test's
+/// gateway stopped a running bench's containers.) A pid reused by another
+/// process keeps a stale container until the next start after it.
+fn owner_alive(id: &str) -> bool {
+    let Some(pid) = id.strip_prefix(CONTAINER_PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Removes the containers a gateway that crashed left behind (their ids
+/// start with [`CONTAINER_PREFIX`] and name a gateway no longer running). `--quiet`: runsc has no `-q`.
+pub async fn remove_stale_containers() {
+    for backend in [Backend::Runc, Backend::Runsc] {
+        let Ok(rt) = runtime(backend) else { continue };
+        let Ok(out) = Command::new(&rt).args(["list", "--quiet"]).stdin(Stdio::null()).stderr(Stdio::null()).output().await else { continue };
+        for id in String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with(CONTAINER_PREFIX)) {
+            if owner_alive(id) {
+                continue;
+            }
+            remove_container(&rt, id).await;
+        }
+    }
+}
