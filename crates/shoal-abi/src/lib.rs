@@ -62,6 +62,12 @@ pub const PHDR_OFFSET: u64 = 0x800;
 pub const ARGS_ADDR: u64 = 0x11000;
 /// Guest address where every image is linked (its lowest loadable address).
 pub const IMAGE_BASE: u64 = 0x100000;
+/// Address space an instance of a Linux executable gets beyond its
+/// `--mem`: runtimes reserve far more address space than they use (the Go
+/// runtime about 1.2 GiB of `PROT_NONE` at start). The kernel limits
+/// writable memory to guest memory minus this, so a reservation costs
+/// nothing until it is made writable.
+pub const EXEC_ADDRESS_RESERVE: u64 = 2 << 30;
 /// Room for argv and environment strings.
 pub const ARGS_MAX: u64 = IMAGE_BASE - ARGS_ADDR;
 

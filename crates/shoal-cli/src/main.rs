@@ -7,6 +7,7 @@
 //! container runtimes do for their own failures), so that statuses 0–124 and
 //! 128+N belong to the program that ran.
 
+mod exec_cmd;
 mod oci_image;
 mod pool_cmd;
 mod recipe_cmd;
@@ -161,11 +162,30 @@ enum Cmd {
 /// `shoal run`: the options are checked and the image run by the same code
 /// as the lean `shoal-tender` command (crate `shoal-tender`).
 fn run_image(opts: &shoal_tender::RunOpts, image: PathBuf, args: Vec<String>) -> Result<i32> {
-    let args = shoal_tender::RunArgs::from_opts(opts, image, args.into_iter().map(Into::into).collect())?;
+    // An unmodified Linux executable runs as an image built around it
+    // (cached by content); its argv[0] stays the path given.
+    let (image, argv0) = if exec_cmd::is_executable(&image) {
+        let (built, _) = exec_cmd::prepare(&image)?;
+        if opts.mem_mode.as_deref().is_some_and(|m| m == "pool") {
+            // Its read-only pages (the kernel's and the rewritten
+            // executable's) go to the pool once, like `shoal pool add`.
+            shoal_loader::pool::Pool::default_pool().add(&built)?;
+        }
+        (built, Some(image.into_os_string()))
+    } else {
+        (image, None)
+    };
+    let mut args = shoal_tender::RunArgs::from_opts(opts, image, args.into_iter().map(Into::into).collect())?;
+    if argv0.is_some() {
+        args.argv0 = argv0;
+    }
     Ok(shoal_tender::run(&args)?)
 }
 
 fn inspect(image: PathBuf) -> Result<()> {
+    if exec_cmd::is_executable(&image) {
+        return exec_cmd::inspect(&image);
+    }
     let path = shoal_manifest::Manifest::path_for(&image);
     let m = shoal_manifest::Manifest::read(&path)?;
     let bytes = std::fs::read(&image).with_context(|| format!("cannot read image {}", image.display()))?;

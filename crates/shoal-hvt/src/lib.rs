@@ -501,6 +501,11 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     let entry = shoal_loader::write_boot_state(&mem, &p.image, &p.layout, &p.argv, &p.env, &p.params)?;
     p.image.release_data();
     vm::prepare(&vm, &p.private.bytes, &entry)?;
+    // A Linux executable: a `syscall` its rewriting left goes to the
+    // kernel's system-call entry (see Vm::exec_syscall_entry).
+    if let Some(e) = p.image.exec_entry() {
+        vm.exec_syscall_entry(e)?;
+    }
     // The tables are in guest memory now; only their map stays needed
     // (fault reports), not the 64 KiB of bytes they were built in.
     p.private.bytes = Vec::new();

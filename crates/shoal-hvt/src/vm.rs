@@ -228,6 +228,26 @@ impl Vm {
         Ok(())
     }
 
+    /// Points `syscall` at `entry`, the kernel's system-call entry of an
+    /// instance of a Linux executable (the trap path of the `syscall`
+    /// instructions its rewriting left). This nested paravirtual KVM
+    /// ignores EFER.SCE and continues at LSTAR at CPL 3 with rcx = the
+    /// address after the instruction and r11 = the flags, exactly what
+    /// the entry expects from a rewritten site: no exit, no emulated
+    /// CPL-0 code. EFER.SCE stays clear, so on hardware virtualization a
+    /// `syscall` still raises #UD and is reported as a guest fault.
+    pub fn exec_syscall_entry(&self, entry: u64) -> Result<(), KvmError> {
+        let msrs = kvm_bindings::Msrs::from_entries(&[
+            kvm_bindings::kvm_msr_entry { index: 0xc000_0082, data: entry, ..Default::default() }, // LSTAR
+        ])
+        .map_err(|_| KvmError::MissingCapability("MSR lists"))?;
+        let n = self.vcpu.set_msrs(&msrs).map_err(ioctl_err("set the syscall MSRs"))?;
+        if n != 1 {
+            return Err(KvmError::MissingCapability("a writable LSTAR"));
+        }
+        Ok(())
+    }
+
     /// Resumes the vCPU at CPL 3 at `rip` with stack `rsp` and the first
     /// three C arguments `args` (rdi, rsi, rdx), keeping the FS and GS
     /// bases and every other register: how a fault is handed back to the

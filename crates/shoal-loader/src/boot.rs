@@ -43,6 +43,31 @@ pub mod auxv {
     pub const AT_SECURE: u64 = 23;
     /// Address of 16 random bytes.
     pub const AT_RANDOM: u64 = 25;
+    /// Address of the platform string (`x86_64`).
+    pub const AT_PLATFORM: u64 = 15;
+    /// More CPU capabilities (bit 1: FSGSBASE usable in user mode).
+    pub const AT_HWCAP2: u64 = 26;
+    /// Address of the executable's path (argv[0] here).
+    pub const AT_EXECFN: u64 = 31;
+    /// Least stack a signal handler needs.
+    pub const AT_MINSIGSTKSZ: u64 = 51;
+}
+
+/// Where the platform string `AT_PLATFORM` points goes: the last 16 bytes
+/// before the program headers in the (read-only) boot-info page.
+const PLATFORM_ADDR: u64 = BOOT_INFO_ADDR + PHDR_OFFSET - 16;
+const _: () = assert!(core::mem::size_of::<BootInfo>() as u64 <= PHDR_OFFSET - 16);
+
+/// Linux's `AT_MINSIGSTKSZ`: the signal frame with the FPU state this CPU
+/// saves (cpuid leaf 0xd, ebx: the XSAVE area for the features XCR0
+/// enables) plus the frame's fixed part, as Linux sizes it.
+fn min_sigstksz() -> u64 {
+    // Leaf 0xd exists where XSAVE does (every CPU shoal runs on); the
+    // legacy 512-byte area is the least any CPU saves.
+    let xsave = u64::from(core::arch::x86_64::__cpuid_count(0xd, 0).ebx).max(512);
+    // rt_sigframe without the FPU area (440 bytes), the 64-byte alignment
+    // of the area and FP_XSTATE_MAGIC2, rounded up as Linux does.
+    (xsave + 440 + 64 + 4 + 15) & !15
 }
 
 /// The name every instance reports from `uname` for now.
@@ -379,6 +404,8 @@ pub fn write_boot_state(
         Ok(())
     };
     push(nargs)?;
+    mem.write(GuestAddr(PLATFORM_ADDR), b"x86_64\0").map_err(mem_err("platform string"))?;
+    let execfn = if argv.is_empty() { 0 } else { strings };
     let mut string = GuestAddr(strings);
     for list in [argv, env] {
         for s in list {
@@ -405,6 +432,10 @@ pub fn write_boot_state(
         (AT_RANDOM, random_addr),
         (AT_HWCAP, hwcap()),
         (AT_CLKTCK, 100),
+        (AT_PLATFORM, PLATFORM_ADDR),
+        (AT_HWCAP2, 2),
+        (AT_EXECFN, execfn),
+        (AT_MINSIGSTKSZ, min_sigstksz()),
         (AT_NULL, 0),
     ];
     debug_assert!(aux.len() as u64 <= crate::layout::AUXV_ENTRIES);

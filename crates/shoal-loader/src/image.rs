@@ -155,6 +155,10 @@ pub enum ImageError {
     },
 }
 
+/// The section of an image built around a Linux executable: the
+/// kernel's system-call entry (8 bytes, little endian).
+pub const EXEC_SECTION: &str = ".shoal.exec";
+
 /// Access permissions of a segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Perms {
@@ -232,6 +236,7 @@ pub struct Image {
     phdrs: Vec<u8>,
     phnum: u64,
     tls: Option<Tls>,
+    exec_entry: Option<u64>,
 }
 
 pub(crate) fn page_down(a: u64) -> u64 {
@@ -398,6 +403,14 @@ impl Image {
         if note.abi_version != ABI_VERSION {
             return Err(ImageError::AbiVersion { path: p(), found: note.abi_version, expected: ABI_VERSION });
         }
+        // An image `shoal-exec` built around a Linux executable: where its
+        // kernel's system-call entry is (the spt trap path sends trapped
+        // `syscall` instructions there).
+        let exec_entry = sections
+            .section_by_name(endian, EXEC_SECTION.as_bytes())
+            .and_then(|(_, s)| s.data(endian, bytes).ok())
+            .and_then(|d| d.get(..8))
+            .map(|d| u64::from_le_bytes(d.try_into().unwrap_or_default()));
 
         let phdrs = header.program_headers(endian, bytes).map_err(|_| truncated("the program headers"))?;
         let phnum = phdrs.len() as u64;
@@ -493,7 +506,14 @@ impl Image {
             phdrs: phdr_bytes,
             phnum,
             tls: tls.map(|(_, t)| t),
+            exec_entry,
         })
+    }
+
+    /// For an image built around a Linux executable (`shoal-exec`): the
+    /// kernel's system-call entry, where trapped `syscall` instructions go.
+    pub fn exec_entry(&self) -> Option<u64> {
+        self.exec_entry
     }
 
     /// The file the image was read from.

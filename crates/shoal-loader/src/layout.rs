@@ -16,7 +16,7 @@ pub const MIN_STACK: u64 = 64 << 10;
 /// bytes) may take: a quarter of the stack.
 pub const INITIAL_STACK_SHARE: u64 = 4;
 /// Number of auxiliary vector entries the loader writes (with `AT_NULL`).
-pub const AUXV_ENTRIES: u64 = 15;
+pub const AUXV_ENTRIES: u64 = 19;
 
 /// Why a layout could not be planned.
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +119,9 @@ pub fn plan(image: &Image, mem_size: u64, archive_size: u64, argv: &[OsString], 
     if !mem_size.is_multiple_of(PAGE_SIZE) {
         return Err(LayoutError::Unaligned(mem_size));
     }
+    // A Linux executable: address space for its reservations on top (the
+    // kernel keeps its writable memory within `mem_size`).
+    let mem_size = if image.exec_entry().is_some() { mem_size.saturating_add(shoal_abi::EXEC_ADDRESS_RESERVE) } else { mem_size };
     let args = args_len(argv, env)?;
     if args > ARGS_MAX {
         return Err(LayoutError::ArgsTooLarge(args));

@@ -322,6 +322,7 @@ fn setup(mut p: Prepared<'_>) -> Result<Last, ChildError> {
         protect(p.layout.archive_addr, end, libc::PROT_READ)?;
     }
     protect(BOOT_INFO_ADDR, BOOT_INFO_ADDR + PAGE_SIZE, libc::PROT_READ)?;
+    let exec_entry = p.image.exec_entry();
     // The last use of the image (its file was closed above).
     drop(p.image);
 
@@ -353,6 +354,16 @@ fn setup(mut p: Prepared<'_>) -> Result<Last, ChildError> {
         // one runnable thread).
         crate::preempt::install_handler().map_err(setup_err)?;
     }
+    if let Some(entry) = exec_entry {
+        // A Linux executable: a `syscall` instruction its rewriting left
+        // (or code it made at run time) raises SIGSYS instead of reaching
+        // the host, and the handler sends it to the kernel's entry. Every
+        // address above guest memory (this program, its libc, the vDSO)
+        // keeps making its calls; they still pass the filter installed
+        // next. Set before the filter, which does not allow prctl.
+        signals::set_exec_entry(entry);
+        sys::syscall_user_dispatch(mem_size, USER_SPACE_END - mem_size).map_err(setup_err)?;
+    }
     crate::preempt::install(BOOT_INFO_ADDR, mem_size, params.watchdog_ns, signals::ticks_counter());
     hypercall::install(sys::rdfsbase(), stack_top, mem_size, &ro[..n]);
     crate::protect::install(p.layout.heap_start, mem_size, if alias_ok { alias_fd } else { -1 });
@@ -364,6 +375,9 @@ fn setup(mut p: Prepared<'_>) -> Result<Last, ChildError> {
     let filter = stage_filter(core::mem::take(&mut p.filter), &p.layout, entry.rsp);
     Ok(Last { entry, filter, mem_size, handler_stack_top: stack_top })
 }
+
+/// End of the x86-64 user address space (47 bits, one page short).
+const USER_SPACE_END: u64 = 0x7fff_ffff_f000;
 
 /// Where the seccomp program is copied before it is installed: the guest
 /// stack's unused pages right below the initial stack pointer (zero

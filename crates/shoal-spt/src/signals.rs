@@ -193,8 +193,38 @@ fn finish(sig: libc::c_int) -> ! {
     die(sig)
 }
 
+/// The kernel's system-call entry of an image built around a Linux
+/// executable (0: an ordinary image).
+static EXEC_ENTRY: AtomicU64 = AtomicU64::new(0);
+
+/// Registers the kernel's system-call entry: a SIGSYS from syscall user
+/// dispatch is then a system call of the executable for the kernel.
+pub fn set_exec_entry(entry: u64) {
+    EXEC_ENTRY.store(entry, Ordering::Relaxed);
+}
+
 /// The SIGSYS handler.
 pub extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let entry = EXEC_ENTRY.load(Ordering::Relaxed);
+    if entry != 0 && !info.is_null() && !ctx.is_null() {
+        // SAFETY: the kernel passes a valid siginfo; SigInfo is a prefix of it.
+        let i = unsafe { &*info.cast::<SigInfo>() };
+        if i.code == crate::sys::SYS_USER_DISPATCH {
+            // The trapped `syscall` becomes what a rewritten site does:
+            // the kernel's entry with the number in rax, the address after
+            // the instruction in rcx and the flags in r11, as the CPU's
+            // `syscall` leaves them (Linux already put -ENOSYS in rax).
+            // SAFETY: the kernel passes a valid ucontext_t to an
+            // SA_SIGINFO handler; it is this handler's to change.
+            let uc = unsafe { &mut *ctx.cast::<libc::ucontext_t>() };
+            let g = &mut uc.uc_mcontext.gregs;
+            g[libc::REG_RCX as usize] = g[libc::REG_RIP as usize];
+            g[libc::REG_R11 as usize] = g[libc::REG_EFL as usize];
+            g[libc::REG_RAX as usize] = i64::from(i.syscall);
+            g[libc::REG_RIP as usize] = entry as i64;
+            return;
+        }
+    }
     if !info.is_null() {
         // SAFETY: the kernel passes a valid siginfo; SigInfo is a prefix of it.
         let i = unsafe { &*info.cast::<SigInfo>() };

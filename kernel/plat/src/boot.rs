@@ -19,12 +19,64 @@ core::arch::global_asm!(
     "    mov [rip + {initial_sp}], rsp",
     "    and rsp, -16",
     "    call shoal_kernel_init",
+    "    mov rdi, r12",
+    "    call shoal_exec_start",
     "    mov rsp, r12",
     "    xor ebp, ebp",
+    "    test rax, rax",
+    "    jnz 2f",
     "    jmp _start",
+    // A Linux executable: its entry with Linux's initial register state
+    // (everything zero but rsp; rdx = 0: no function for atexit).
+    "2:",
+    "    mov r11, rax",
+    "    xor eax, eax",
+    "    xor ebx, ebx",
+    "    xor ecx, ecx",
+    "    xor edx, edx",
+    "    xor esi, esi",
+    "    xor edi, edi",
+    "    xor r8d, r8d",
+    "    xor r9d, r9d",
+    "    xor r10d, r10d",
+    "    xor r12d, r12d",
+    "    xor r13d, r13d",
+    "    xor r14d, r14d",
+    "    xor r15d, r15d",
+    "    jmp r11",
     ".size _shoal_start, . - _shoal_start",
     initial_sp = sym INITIAL_SP,
 );
+
+/// `SHOAL_EXEC_INFO[0]` as linked: this image runs its own program
+/// (musl's `_start`).
+pub const EXEC_MAGIC_NONE: u64 = u64::from_le_bytes(*b"SHOALEX0");
+/// `SHOAL_EXEC_INFO[0]` once `shoal-exec` combined a Linux executable
+/// with this kernel and wrote the rest of the words.
+pub const EXEC_MAGIC: u64 = u64::from_le_bytes(*b"SHOALEX1");
+
+/// What `shoal-exec` writes into the image file when it combines a Linux
+/// executable with this kernel: magic, entry point, address and number of
+/// its program headers, end of its memory (page aligned, after the
+/// trampolines), start and end of its trampolines, reserved. It is found
+/// by its symbol name, so it must stay in `.data` (file bytes).
+#[no_mangle]
+#[used]
+pub static mut SHOAL_EXEC_INFO: [u64; 8] = [EXEC_MAGIC_NONE, 0, 0, 0, 0, 0, 0, 0];
+
+/// The executable combined with this kernel, if any: the words of
+/// [`SHOAL_EXEC_INFO`] after the magic.
+pub fn exec_info() -> Option<[u64; 7]> {
+    // SAFETY: a plain read of a static that only the image file sets;
+    // volatile, so the compiler does not fold in the linked value.
+    let w = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(SHOAL_EXEC_INFO)) };
+    if w[0] != EXEC_MAGIC {
+        return None;
+    }
+    let mut r = [0; 7];
+    r.copy_from_slice(&w[1..]);
+    Some(r)
+}
 
 /// The stack pointer the tender started the image with: it points at
 /// `argc`, above which lie argv, envp and the auxiliary vector (what

@@ -16,7 +16,8 @@
 //! its own code while another thread is runnable (module [`preempt`]: the
 //! tick then yields for it); then the next runnable thread runs, round
 //! robin. A switch ([`switch`]) saves the callee-saved registers,
-//! the FS base (`rdfsbase`/`wrfsbase`, docs/design.md "Host facts": thread-local storage),
+//! the FS and GS bases (`rdfsbase`/`wrfsbase`: thread-local storage; GS
+//! holds a Linux executable's per-thread kernel stack, see `shoal_syscall::exec`),
 //! MXCSR and the x87 control word on the old thread's stack and restores
 //! the new one's. Kernel code runs on the stack of the thread that called
 //! it, so a blocked thread's kernel frames stay on its own stack. No
@@ -106,18 +107,22 @@ core::arch::global_asm!(
     "    push r13",
     "    push r14",
     "    push r15",
-    "    sub rsp, 16",
+    "    sub rsp, 32",
     "    stmxcsr dword ptr [rsp]",
     "    fnstcw word ptr [rsp + 4]",
     "    rdfsbase rax",
     "    mov qword ptr [rsp + 8], rax",
+    "    rdgsbase rax",
+    "    mov qword ptr [rsp + 16], rax",
     "    mov qword ptr [rdi], rsp",
     "    mov rsp, rsi",
     "    mov rax, qword ptr [rsp + 8]",
     "    wrfsbase rax",
+    "    mov rax, qword ptr [rsp + 16]",
+    "    wrgsbase rax",
     "    ldmxcsr dword ptr [rsp]",
     "    fldcw word ptr [rsp + 4]",
-    "    add rsp, 16",
+    "    add rsp, 32",
     "    pop r15",
     "    pop r14",
     "    pop r13",
@@ -674,18 +679,27 @@ pub fn exit_thread(status: i32) -> ! {
     shoal_plat::halt(134)
 }
 
-const CLONE_VM: i32 = 0x100;
-const CLONE_SIGHAND: i32 = 0x800;
-const CLONE_VFORK: i32 = 0x4000;
-const CLONE_THREAD: i32 = 0x10000;
-const CLONE_SETTLS: i32 = 0x80000;
-const CLONE_PARENT_SETTID: i32 = 0x100000;
-const CLONE_CHILD_CLEARTID: i32 = 0x200000;
-const CLONE_CHILD_SETTID: i32 = 0x1000000;
+/// `clone` flag `CLONE_VM` (Linux).
+pub const CLONE_VM: i32 = 0x100;
+/// `clone` flag `CLONE_SIGHAND` (Linux).
+pub const CLONE_SIGHAND: i32 = 0x800;
+/// `clone` flag `CLONE_VFORK` (Linux).
+pub const CLONE_VFORK: i32 = 0x4000;
+/// `clone` flag `CLONE_THREAD` (Linux).
+pub const CLONE_THREAD: i32 = 0x10000;
+/// `clone` flag `CLONE_SETTLS` (Linux).
+pub const CLONE_SETTLS: i32 = 0x80000;
+/// `clone` flag `CLONE_PARENT_SETTID` (Linux).
+pub const CLONE_PARENT_SETTID: i32 = 0x100000;
+/// `clone` flag `CLONE_CHILD_CLEARTID` (Linux).
+pub const CLONE_CHILD_CLEARTID: i32 = 0x200000;
+/// `clone` flag `CLONE_CHILD_SETTID` (Linux).
+pub const CLONE_CHILD_SETTID: i32 = 0x1000000;
 
 /// Size of a new thread's first frame (see `shoal_sched_switch`): MXCSR,
-/// x87 control word and FS base (16 bytes), r15…rbp (48), return address.
-const FIRST_FRAME: u64 = 16 + 48 + 8;
+/// x87 control word, FS and GS bases (32 bytes), r15…rbp (48), return
+/// address.
+pub const FIRST_FRAME: u64 = 32 + 48 + 8;
 
 fn clone(func: u64, stack: u64, flags: i32, arg: u64, ptid: u64, tls: u64, ctid: u64) -> Result<u32, Errno> {
     let need = CLONE_VM | CLONE_THREAD | CLONE_SIGHAND;
@@ -704,10 +718,17 @@ fn clone(func: u64, stack: u64, flags: i32, arg: u64, ptid: u64, tls: u64, ctid:
     let start = shoal_sched_thread_start as *const () as u64;
     #[cfg(test)]
     let start = 0u64;
-    // [rsp]: MXCSR (default), x87 CW (default); +8 FS base; r15, r14,
-    // r13 = arg, r12 = func, rbx, rbp; return address.
-    let frame: [u64; 9] = [0x037f_0000_1f80, fs, 0, 0, arg, func, 0, 0, start];
+    // [rsp]: MXCSR (default), x87 CW (default); +8 FS base; +16 GS base;
+    // r15, r14, r13 = arg, r12 = func, rbx, rbp; return address.
+    let frame: [u64; 11] = [0x037f_0000_1f80, fs, shoal_plat::cpu::rdgsbase(), 0, 0, 0, arg, func, 0, 0, start];
     umem::write(rsp, frame)?;
+    spawn_first_frame(rsp, flags, ptid, ctid)
+}
+
+/// Makes a thread whose first switch pops the first frame at `rsp`
+/// (built by the caller, [`FIRST_FRAME`] bytes), with `clone`'s tid
+/// flags; returns its tid.
+pub fn spawn_first_frame(rsp: u64, flags: i32, ptid: u64, ctid: u64) -> Result<u32, Errno> {
     let tid = table(|t| t.spawn(rsp))?;
     if flags & CLONE_CHILD_CLEARTID != 0 {
         TABLE.with(|t| t.get(tid).map(|c| c.clear_child_tid = ctid));

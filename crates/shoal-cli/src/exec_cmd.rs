@@ -1,0 +1,77 @@
+//! `shoal run EXECUTABLE` and `shoal inspect EXECUTABLE`: an unmodified
+//! Linux executable, combined with a kernel image by `shoal-exec`.
+
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+
+/// The program of the kernel image: never run (the executable's entry
+/// runs instead), it only makes the link pull in libc's start-up code
+/// the kernel's own entry refers to.
+const KERNEL_STUB: &str = "int main(void) { return 0; }\n";
+
+/// Whether `path` is a Linux executable rather than a shoal image.
+pub fn is_executable(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = Vec::new();
+    let Ok(f) = std::fs::File::open(path) else { return false };
+    // Enough for the ELF header; the section headers are read below.
+    if f.take(64).read_to_end(&mut head).is_err() || head.len() < 64 || &head[..4] != b"\x7fELF" {
+        return false;
+    }
+    std::fs::read(path).is_ok_and(|b| shoal_exec::is_linux_executable(&b))
+}
+
+/// The kernel image (a shoal image with no application), built when it is
+/// missing or older than the kernel library.
+fn kernel_image(paths: &shoal_toolchain::Paths) -> Result<PathBuf> {
+    shoal_toolchain::setup::ensure_kernel(paths, false)?;
+    let dir = paths.cache.join("exec");
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let image = dir.join("kernel.img");
+    let lib_time = std::fs::metadata(paths.kernel_lib()).and_then(|m| m.modified()).ok();
+    let img_time = std::fs::metadata(&image).and_then(|m| m.modified()).ok();
+    if img_time.is_none() || lib_time.is_some_and(|l| img_time.is_some_and(|i| i < l)) {
+        let src = dir.join("kernel-stub.c");
+        std::fs::write(&src, KERNEL_STUB).with_context(|| format!("cannot write {}", src.display()))?;
+        let tmp = dir.join(format!("kernel.img.{}", std::process::id()));
+        shoal_toolchain::cc::cc(paths, &["-O2".into(), "-o".into(), tmp.display().to_string(), src.display().to_string()])?;
+        // The image and what `shoal cc` writes beside it (manifest, debug
+        // information), each put in place by one rename: a concurrent
+        // start sees an old or a new kernel image, never half of one.
+        for (from, to) in [
+            (shoal_manifest::Manifest::path_for(&tmp), shoal_manifest::Manifest::path_for(&image)),
+            (dir.join(format!("kernel.img.{}.debug", std::process::id())), dir.join("kernel.img.debug")),
+            (tmp.clone(), image.clone()),
+        ] {
+            if from.exists() {
+                std::fs::rename(&from, &to).with_context(|| format!("cannot write {}", to.display()))?;
+            }
+        }
+    }
+    Ok(image)
+}
+
+/// The instance image for `exe` (built once, then found in the cache).
+pub fn prepare(exe: &Path) -> Result<(PathBuf, shoal_exec::Executable)> {
+    let paths = shoal_toolchain::Paths::discover()?;
+    let kernel = kernel_image(&paths)?;
+    Ok(shoal_exec::prepare(exe, &kernel, &paths.cache.join("exec"))?)
+}
+
+/// `shoal inspect EXECUTABLE`.
+pub fn inspect(exe: &Path) -> Result<()> {
+    let bytes = std::fs::read(exe).with_context(|| format!("cannot read {}", exe.display()))?;
+    let a = shoal_exec::analyse(exe, &bytes)?;
+    let kind = match a.kind {
+        shoal_exec::Kind::Static => "static executable (ET_EXEC)".to_string(),
+        shoal_exec::Kind::Pie => format!("static-PIE executable, loaded at {:#x}", a.base),
+    };
+    println!("executable {}: {kind}, entry {:#x}", exe.display(), a.entry);
+    for s in &a.segments {
+        let f = |b: u32, c: char| if s.flags & b != 0 { c } else { '-' };
+        println!("  segment {:#12x} {:#12x} {}{}{}", s.vaddr, s.vaddr + s.memsz, f(4, 'r'), f(2, 'w'), f(1, 'x'));
+    }
+    let rewritten = a.rewritten();
+    println!("system-call sites: {} found, {} rewritten, {} left to the trap path", a.sites.len(), rewritten, a.sites.len() - rewritten);
+    Ok(())
+}

@@ -1,0 +1,281 @@
+//! Unmodified Linux x86-64 executables as shoal instances.
+//!
+//! An executable given to `shoal run` is untrusted input. This crate reads
+//! it ([`analyse`]): it accepts a statically linked `ET_EXEC` or a
+//! static-PIE (`ET_DYN` without `PT_INTERP`), refuses anything whose
+//! segments overlap, reach into the addresses shoal keeps for itself, are
+//! absurdly large or whose entry point is not in its code, and finds every
+//! `syscall` instruction with a real decoder. It then builds an instance
+//! image ([`combine`]): the shoal kernel's image (a kernel with no
+//! application) plus the executable's segments at their link addresses (a
+//! PIE at [`PIE_BASE`]), in which each `mov eax, imm32; syscall` pair is
+//! replaced by a `jmp` to a per-site trampoline that enters the kernel's
+//! system-call entry the way the CPU's `syscall` would (return address in
+//! `rcx`, nothing pushed on the program's stack, whose red zone and small
+//! goroutine stacks belong to the program). Every other site keeps its
+//! `syscall` and takes the tender's trap path. [`prepare`] caches the
+//! built image by the content of both inputs, so a second start does no
+//! work.
+
+mod combine;
+mod scan;
+
+pub use combine::{combine, KernelImage};
+pub use scan::{analyse, Executable, Kind, Segment, Site};
+
+use std::path::{Path, PathBuf};
+
+/// Where a static-PIE is loaded: a fixed base per file, so that its
+/// rewritten pages are the same in every instance.
+pub const PIE_BASE: u64 = 0x40_0000;
+
+/// Lowest address an executable may use: everything below belongs to
+/// shoal (the tender's pages, the boot information, the kernel image).
+pub const LOWEST_ADDRESS: u64 = 0x40_0000;
+
+/// Most address space an executable's segments may span (its largest
+/// address minus its lowest).
+pub const MAX_SPAN: u64 = 1 << 30;
+
+/// Bytes of one site's trampoline.
+pub const TRAMPOLINE_SIZE: u64 = 32;
+
+/// What went wrong with an executable (one sentence each).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not an ELF file.
+    #[error("{path} is not an ELF executable")]
+    NotElf {
+        /// The file.
+        path: PathBuf,
+    },
+    /// An ELF file for another machine or class.
+    #[error("{path} is {found}; shoal runs 64-bit little-endian x86-64 executables")]
+    WrongArch {
+        /// The file.
+        path: PathBuf,
+        /// What it is.
+        found: String,
+    },
+    /// An object file or something else that is not an executable.
+    #[error("{path} is {found}, not an executable")]
+    NotExecutable {
+        /// The file.
+        path: PathBuf,
+        /// What it is.
+        found: &'static str,
+    },
+    /// A dynamically linked executable (`PT_INTERP`).
+    #[error("{path} is dynamically linked (it asks for the interpreter {interp}); dynamically linked executables are not supported yet: link it statically")]
+    Dynamic {
+        /// The file.
+        path: PathBuf,
+        /// The interpreter it names.
+        interp: String,
+    },
+    /// The headers point outside the file or are inconsistent.
+    #[error("{path} is truncated or corrupt: {what}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// A loadable segment that makes no sense.
+    #[error("{path} has an invalid segment {index}: {reason}")]
+    BadSegment {
+        /// The file.
+        path: PathBuf,
+        /// Its program header index.
+        index: usize,
+        /// Why.
+        reason: String,
+    },
+    /// Two segments share a page.
+    #[error("{path} has overlapping segments {first} and {second} (both use the page at {page:#x})")]
+    Overlap {
+        /// The file.
+        path: PathBuf,
+        /// One program header index.
+        first: usize,
+        /// The other.
+        second: usize,
+        /// The shared page.
+        page: u64,
+    },
+    /// A segment below [`LOWEST_ADDRESS`].
+    #[error("{path} has segment {index} at {vaddr:#x}, inside the addresses shoal keeps for itself (below {LOWEST_ADDRESS:#x})")]
+    OverShoal {
+        /// The file.
+        path: PathBuf,
+        /// Its program header index.
+        index: usize,
+        /// Its address.
+        vaddr: u64,
+    },
+    /// The segments span more than [`MAX_SPAN`].
+    #[error("{path} spans {span:#x} bytes of address space; at most {MAX_SPAN:#x} are accepted")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its span.
+        span: u64,
+    },
+    /// A segment both writable and executable.
+    #[error("{path} has a segment that is both writable and executable (segment {index} at {vaddr:#x}); shoal refuses such executables")]
+    WritableAndExecutable {
+        /// The file.
+        path: PathBuf,
+        /// Its program header index.
+        index: usize,
+        /// Its address.
+        vaddr: u64,
+    },
+    /// No loadable segment.
+    #[error("{path} has no loadable segment")]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The entry point is not in an executable segment's file bytes.
+    #[error("{path} has its entry point {entry:#x} outside its code")]
+    BadEntry {
+        /// The file.
+        path: PathBuf,
+        /// The entry point (after the PIE base).
+        entry: u64,
+    },
+    /// The program headers are not in any loaded segment (libc finds
+    /// its TLS through them).
+    #[error("{path} does not load its own program headers")]
+    NoPhdrs {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Something the kernel image lacks (a shoal build problem).
+    #[error("the kernel image {path} cannot take an executable: {what}")]
+    Kernel {
+        /// The kernel image.
+        path: PathBuf,
+        /// What is missing.
+        what: String,
+    },
+    /// The cache directory could not be written.
+    #[error("cannot write the prepared image {path}: {source}")]
+    Cache {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Whether `bytes` start like an ELF file that is not a shoal image (no
+/// `.note.shoal` section): what `shoal run` treats as a Linux executable.
+pub fn is_linux_executable(bytes: &[u8]) -> bool {
+    use object::read::elf::{FileHeader, SectionHeader};
+    if bytes.len() < 4 || &bytes[..4] != b"\x7fELF" {
+        return false;
+    }
+    let Ok(h) = object::elf::FileHeader64::<object::LittleEndian>::parse(bytes) else {
+        return false;
+    };
+    let e = object::LittleEndian;
+    let Ok(sections) = h.sections(e, bytes) else {
+        return true;
+    };
+    !sections.iter().any(|s| sections.section_name(e, s).is_ok_and(|n| n == b".note.shoal") && s.sh_type(e) != 0)
+}
+
+/// Builds (or finds in `cache_dir`) the instance image for the executable
+/// at `exe`, on the kernel image at `kernel`; returns its path and the
+/// analysis.
+pub fn prepare(exe: &Path, kernel: &Path, cache_dir: &Path) -> Result<(PathBuf, Executable), ExecError> {
+    use sha2::{Digest, Sha256};
+    let read = |p: &Path| std::fs::read(p).map_err(|source| ExecError::Io { path: p.to_path_buf(), source });
+    let exe_bytes = read(exe)?;
+    let kernel_bytes = read(kernel)?;
+    let analysed = analyse(exe, &exe_bytes)?;
+    let mut h = Sha256::new();
+    h.update(b"shoal-exec 1\0");
+    h.update((exe_bytes.len() as u64).to_le_bytes());
+    h.update(&exe_bytes);
+    h.update(&kernel_bytes);
+    let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let out = cache_dir.join(format!("{key}.img"));
+    if out.is_file() {
+        return Ok((out, analysed));
+    }
+    let k = KernelImage::parse(kernel, &kernel_bytes)?;
+    let image = combine(&k, &analysed, &exe_bytes)?;
+    let cache = |source| ExecError::Cache { path: out.clone(), source };
+    std::fs::create_dir_all(cache_dir).map_err(cache)?;
+    // The manifest first, then the image: a start that finds the image
+    // finds its manifest (the pool needs it; copy mode does not).
+    let kernel_manifest = shoal_manifest::Manifest::read(&shoal_manifest::Manifest::path_for(kernel)).ok();
+    if let Some(m) = kernel_manifest.and_then(|m| manifest(m, &image, &key[..16])) {
+        let tmp = cache_dir.join(format!(".{key}.{}.manifest.tmp", std::process::id()));
+        m.write(&tmp).map_err(|e| ExecError::Cache { path: tmp.clone(), source: std::io::Error::other(e.to_string()) })?;
+        std::fs::rename(&tmp, shoal_manifest::Manifest::path_for(&out)).map_err(cache)?;
+    }
+    let tmp = cache_dir.join(format!(".{key}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, &image).map_err(cache)?;
+    std::fs::rename(&tmp, &out).map_err(cache)?;
+    Ok((out, analysed))
+}
+
+/// The manifest of the built image `image`: the kernel image's libraries
+/// (at the same addresses, with the same read-only pages) and one library
+/// `exec` (version: the start of the cache key) whose regions are the
+/// executable's read-only segments and the trampolines, each only when no
+/// writable segment shares its pages. `None` if the built image cannot
+/// be read back (it was just written by [`combine`]).
+fn manifest(kernel: shoal_manifest::Manifest, image: &[u8], version: &str) -> Option<shoal_manifest::Manifest> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    use sha2::{Digest, Sha256};
+    use shoal_manifest::{Library, LibraryInfo, LibraryKind, PageHash, Region, RegionKind};
+    let e = object::LittleEndian;
+    let h = object::elf::FileHeader64::<object::LittleEndian>::parse(image).ok()?;
+    let loads: Vec<(u64, u64, u64, u64, u32)> = h
+        .program_headers(e, image)
+        .ok()?
+        .iter()
+        .filter(|p| p.p_type(e) == object::elf::PT_LOAD)
+        .map(|p| (p.p_vaddr(e), p.p_memsz(e), p.p_offset(e), p.p_filesz(e), p.p_flags(e)))
+        .collect();
+    let page_down = |a: u64| a & !0xfff;
+    let page_up = |a: u64| (a + 0xfff) & !0xfff;
+    let mut regions = Vec::new();
+    for &(vaddr, memsz, off, filesz, flags) in loads.iter().filter(|l| l.0 >= LOWEST_ADDRESS && l.4 & object::elf::PF_W == 0) {
+        let (lo, hi) = (page_down(vaddr), page_up(vaddr + memsz));
+        if loads.iter().any(|o| o.4 & object::elf::PF_W != 0 && page_down(o.0) < hi && lo < page_up(o.0 + o.1)) {
+            continue;
+        }
+        let mut page_hashes = Vec::new();
+        let mut a = lo;
+        while a < hi {
+            let mut page = [0u8; 0x1000];
+            let (from, to) = (a.max(vaddr), (a + 0x1000).min(vaddr + filesz));
+            if from < to {
+                let src = (off + from - vaddr) as usize;
+                page[(from - a) as usize..(to - a) as usize].copy_from_slice(image.get(src..src + (to - from) as usize)?);
+            }
+            page_hashes.push(PageHash::of(&page));
+            a += 0x1000;
+        }
+        let kind = if flags & object::elf::PF_X != 0 { RegionKind::Text } else { RegionKind::Rodata };
+        regions.push(Region { kind, start: vaddr, end: vaddr + memsz, page_hashes });
+    }
+    let mut libraries = kernel.libraries;
+    libraries.push(Library { info: LibraryInfo { name: "exec".into(), version: version.into(), kind: LibraryKind::App }, regions });
+    let image_sha256 = Sha256::digest(image).iter().map(|b| format!("{b:02x}")).collect();
+    Some(shoal_manifest::Manifest { format: kernel.format, layout: kernel.layout, entry: kernel.entry, image_sha256, libraries })
+}

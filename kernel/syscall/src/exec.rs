@@ -1,0 +1,307 @@
+//! System calls of an unmodified Linux executable (see the `shoal-exec`
+//! crate on the host, which combines one with this kernel).
+//!
+//! The executable's `mov eax, NR; syscall` pairs were rewritten into jumps
+//! to trampolines that enter [`shoal_exec_entry`] as the CPU's `syscall`
+//! would: `rax` = the number, `rcx` = the address to return to, every
+//! other register the program's. Sites that were not rewritten reach the
+//! same entry through the tender's trap path (spt: syscall user dispatch
+//! for every `syscall` instruction in guest memory, whose SIGSYS the
+//! tender turns into a jump here). Nothing is pushed on the
+//! program's stack (its red zone and Go's small goroutine stacks are the
+//! program's; the entry writes only its flags, below the red zone): the
+//! entry switches at once to the thread's own kernel stack,
+//! found through the thread's GS base, which points at the control word
+//! at its top: where the next entry starts (the program owns FS; the scheduler's
+//! switch keeps GS per thread), and saves a full [`Frame`] there. It
+//! returns with every register restored but `rax` (the result), `rcx`
+//! (the return address) and `r11` (the flags), as Linux does.
+//!
+//! Raw `clone` for a thread copies the frame onto the child's new kernel
+//! stack with `rax = 0` and the child's stack pointer, so the child
+//! resumes after the call site on its own stack, as on Linux.
+
+#[cfg(not(test))]
+use shoal_plat::Args;
+use shoal_plat::{umem, Errno};
+
+/// Bytes of each thread's kernel stack (touched only as deep as used).
+const KSTACK: u64 = 256 << 10;
+
+/// Room the kernel code of one system call may use below its frame: a
+/// system call a signal handler makes (the kernel called the handler, on
+/// the alternate stack or its own) starts this far below the frame of the
+/// call that is delivering, so it never overwrites what that call still
+/// needs.
+#[cfg(not(test))]
+const NEST_GAP: u64 = 48 << 10;
+
+/// The registers of a thread in the executable at a system call, as the
+/// entry pushes them (lowest address first).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Frame {
+    #[allow(missing_docs)]
+    pub r15: u64,
+    #[allow(missing_docs)]
+    pub r14: u64,
+    #[allow(missing_docs)]
+    pub r13: u64,
+    #[allow(missing_docs)]
+    pub r12: u64,
+    #[allow(missing_docs)]
+    pub r10: u64,
+    #[allow(missing_docs)]
+    pub r9: u64,
+    #[allow(missing_docs)]
+    pub r8: u64,
+    #[allow(missing_docs)]
+    pub rbp: u64,
+    #[allow(missing_docs)]
+    pub rdi: u64,
+    #[allow(missing_docs)]
+    pub rsi: u64,
+    #[allow(missing_docs)]
+    pub rdx: u64,
+    #[allow(missing_docs)]
+    pub rbx: u64,
+    #[allow(missing_docs)]
+    pub rax: u64,
+    #[allow(missing_docs)]
+    pub rflags: u64,
+    #[allow(missing_docs)]
+    pub rip: u64,
+    #[allow(missing_docs)]
+    pub rsp: u64,
+}
+
+const FRAME_SIZE: u64 = core::mem::size_of::<Frame>() as u64;
+const _: () = assert!(FRAME_SIZE == 128);
+
+#[cfg(all(target_arch = "x86_64", not(test)))]
+core::arch::global_asm!(
+    ".section .text.shoal_exec_entry,\"ax\",@progbits",
+    ".globl shoal_exec_entry",
+    ".type shoal_exec_entry,@function",
+    "shoal_exec_entry:",
+    // The flags first (what follows changes them), below the caller's red
+    // zone: the only 8 bytes the entry writes on the caller's stack.
+    "    lea rsp, [rsp - 136]",
+    "    pushfq",
+    "    lea r11, [rsp + 144]",
+    // A caller already on this thread's kernel stack (a signal handler
+    // the kernel called from a system call) continues below its red zone;
+    // any other starts at the top.
+    "    mov rsp, qword ptr gs:[0]",
+    "    sub rsp, r11",
+    "    cmp rsp, {kstack}",
+    "    ja 1f",
+    "    lea rsp, [r11 - 144]",
+    "    and rsp, -16",
+    "    jmp 2f",
+    "1:",
+    "    mov rsp, qword ptr gs:[0]",
+    "2:",
+    "    push r11",
+    "    push rcx",
+    "    push qword ptr [r11 - 144]",
+    "    push rax",
+    "    push rbx",
+    "    push rdx",
+    "    push rsi",
+    "    push rdi",
+    "    push rbp",
+    "    push r8",
+    "    push r9",
+    "    push r10",
+    "    push r12",
+    "    push r13",
+    "    push r14",
+    "    push r15",
+    "    cld",
+    "    mov rdi, rsp",
+    "    call {syscall}",
+    ".globl shoal_exec_return",
+    "shoal_exec_return:",
+    "    pop r15",
+    "    pop r14",
+    "    pop r13",
+    "    pop r12",
+    "    pop r10",
+    "    pop r9",
+    "    pop r8",
+    "    pop rbp",
+    "    pop rdi",
+    "    pop rsi",
+    "    pop rdx",
+    "    pop rbx",
+    "    pop rax",
+    "    mov r11, [rsp]",
+    "    popfq",
+    "    pop rcx",
+    "    mov rsp, [rsp]",
+    "    jmp rcx",
+    ".size shoal_exec_entry, . - shoal_exec_entry",
+    // A thread made by raw clone: its first switch returns here with rsp
+    // at its copy of the parent's frame.
+    ".globl shoal_exec_thread_start",
+    ".type shoal_exec_thread_start,@function",
+    "shoal_exec_thread_start:",
+    "    call shoal_sched_enter_thread",
+    "    jmp shoal_exec_return",
+    ".size shoal_exec_thread_start, . - shoal_exec_thread_start",
+    syscall = sym shoal_exec_syscall,
+    kstack = const KSTACK,
+);
+
+#[cfg(not(test))]
+extern "C" {
+    fn shoal_exec_thread_start();
+}
+
+/// A fresh kernel stack; returns its top (16-byte aligned).
+fn kernel_stack() -> Option<u64> {
+    shoal_mm::alloc_kernel_pages(KSTACK).map(|base| base + KSTACK)
+}
+
+/// Bytes at the top of a kernel stack that hold its control word: where
+/// the next entry starts (the entry reads it as `gs:[0]`, a plain load:
+/// writing the GS base itself costs 14 ns here, a load nothing).
+const CONTROL: u64 = 16;
+
+/// Makes the kernel stack ending at `top` the running thread's: its GS
+/// base points at the control word, which says "start at the word".
+fn set_control(top: u64) -> Result<(), Errno> {
+    let ctl = top - CONTROL;
+    umem::write(ctl, ctl)?;
+    // SAFETY: the GS base is the kernel's per-thread state in this mode.
+    unsafe { shoal_plat::cpu::wrgsbase(ctl) };
+    Ok(())
+}
+
+/// Called by `_shoal_start` with the initial process stack once the
+/// kernel is up: for an image combined with a Linux executable, points
+/// the auxiliary vector at the executable (`AT_PHDR`, `AT_PHNUM`,
+/// `AT_ENTRY`), gives the main thread its kernel stack and returns the
+/// executable's entry point; 0 for an ordinary shoal image.
+#[no_mangle]
+pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
+    let Some([entry, phdr, phnum, _end, _tramp_start, _tramp_end, _]) = shoal_plat::boot::exec_info() else {
+        return 0;
+    };
+    let Some(top) = kernel_stack() else {
+        use core::fmt::Write;
+        let _ = writeln!(shoal_plat::console::Stderr, "shoal: no memory for the executable's kernel stack");
+        shoal_plat::halt(125);
+    };
+    if set_control(top).is_err() {
+        shoal_plat::halt(125);
+    }
+    // The tender added address space for reservations (never-touched
+    // PROT_NONE mappings, which cost nothing); --mem limits what the
+    // program makes writable.
+    let mem = shoal_plat::boot::info().mem_size.saturating_sub(shoal_abi::EXEC_ADDRESS_RESERVE);
+    shoal_mm::set_limits(u64::MAX, mem);
+    // argc, argv[], NULL, envp[], NULL, then the auxv pairs.
+    let fix = || -> Result<(), Errno> {
+        let argc: u64 = umem::read(sp)?;
+        let mut at = sp + 8 * (argc + 2);
+        while umem::read::<u64>(at)? != 0 {
+            at += 8;
+        }
+        at += 8;
+        loop {
+            let key: u64 = umem::read(at)?;
+            match key {
+                0 => return Ok(()),
+                3 => umem::write(at + 8, phdr)?,
+                5 => umem::write(at + 8, phnum)?,
+                9 => umem::write(at + 8, entry)?,
+                _ => {}
+            }
+            at += 16;
+        }
+    };
+    if fix().is_err() {
+        shoal_plat::halt(125);
+    }
+    shoal_sched::preempt::leave();
+    entry
+}
+
+#[cfg(not(test))]
+const CLONE: u64 = 56;
+#[cfg(not(test))]
+const RSEQ: u64 = 334;
+#[cfg(not(test))]
+const CLONE3: u64 = 435;
+
+/// The system call of the frame at `f` (from the entry above), on the
+/// thread's kernel stack.
+#[cfg(not(test))]
+extern "C" fn shoal_exec_syscall(f: &mut Frame) {
+    shoal_sched::preempt::enter();
+    let n = f.rax;
+    let args = Args([f.rdi, f.rsi, f.rdx, f.r10, f.r8, f.r9]);
+    // Nested entries (from a handler this call runs) go below this call.
+    let ctl = shoal_plat::cpu::rdgsbase() as *mut u64;
+    let nested = ((f as *const Frame as u64) & !15).saturating_sub(NEST_GAP);
+    // SAFETY: the GS base points at this thread's control word (set_control),
+    // in its kernel stack, which only this thread's entries use.
+    let start = unsafe { core::ptr::replace(ctl, nested) };
+    let r = if n == RSEQ || n == CLONE3 {
+        // Asked by glibc and Go at start; ENOSYS is their fallback
+        // (restartable sequences off, clone instead of clone3), so it is
+        // not reported as a missing call.
+        Errno::ENOSYS.to_ret()
+    } else if n == CLONE {
+        match clone(f) {
+            Ok(tid) => i64::from(tid),
+            Err(e) => e.to_ret(),
+        }
+    } else if let Some(r) = super::clock_read(n, &args) {
+        r
+    } else {
+        shoal_plat::next_syscall_epoch();
+        super::dispatch(n, &args)
+    };
+    f.rax = r as u64;
+    super::preempt::leave_syscall();
+    // SAFETY: as above; the next entry starts where this one did.
+    unsafe { ctl.write(start) };
+}
+
+/// Raw `clone(flags, stack, ptid, ctid, tls)` of a thread: the child
+/// resumes after the call site with `rax = 0` on `stack` (the parent's
+/// stack when 0).
+#[cfg_attr(test, allow(dead_code))]
+fn clone(f: &Frame) -> Result<u32, Errno> {
+    use shoal_sched::{CLONE_SETTLS, CLONE_SIGHAND, CLONE_THREAD, CLONE_VFORK, CLONE_VM};
+    let (flags, stack, ptid, ctid, tls) = (f.rdi as i32, f.rsi, f.rdx, f.r10, f.r8);
+    let need = CLONE_VM | CLONE_THREAD | CLONE_SIGHAND;
+    if flags & need != need || flags & CLONE_VFORK != 0 {
+        // A new process: fork, vfork, posix_spawn. An instance is one.
+        return Err(Errno::ENOSYS);
+    }
+    let top = kernel_stack().ok_or(Errno::EAGAIN)?;
+    let mut child = *f;
+    child.rax = 0;
+    if stack != 0 {
+        child.rsp = stack;
+    }
+    let ctl = top - CONTROL;
+    umem::write(ctl, ctl)?;
+    let frame_at = ctl - FRAME_SIZE;
+    umem::write(frame_at, child)?;
+    let fs = if flags & CLONE_SETTLS != 0 { tls } else { shoal_plat::cpu::rdfsbase() };
+    #[cfg(not(test))]
+    let start = shoal_exec_thread_start as *const () as u64;
+    #[cfg(test)]
+    let start = 0u64;
+    // The scheduler's first frame: MXCSR and x87 CW (defaults), FS, GS
+    // (the child's control word), r15…rbp, return address.
+    let first: [u64; 11] = [0x037f_0000_1f80, fs, ctl, 0, 0, 0, 0, 0, 0, 0, start];
+    let rsp = frame_at - shoal_sched::FIRST_FRAME;
+    umem::write(rsp, first)?;
+    shoal_sched::spawn_first_frame(rsp, flags, ptid, ctid)
+}
