@@ -44,6 +44,7 @@ pub static SHOAL_FAULT_EXEC: core::sync::atomic::AtomicU64 = core::sync::atomic:
 const NEST_GAP: u64 = 16 << 10;
 
 /// Bytes of an executable thread's kernel stack (as `crate::exec`).
+#[cfg(not(test))]
 const KSTACK: u64 = 256 << 10;
 
 #[cfg(all(target_arch = "x86_64", not(test)))]
