@@ -61,12 +61,10 @@ const PACKAGES: &[(&str, &str)] = &[
     // Both run the test binary again as a child process (fork/exec:
     // ENOSYS in an instance, which is one process).
     ("sync", "^(TestMutexMisuse|TestIssue76126)$"),
-    // TestIssue5745: a nil dereference recovered as a panic (needs SIGSEGV
-    // delivered to Go's handler); TestLoadLocationFromTZData runs the go
-    // command (testenv.GOROOT); TestStopResult and TestResetResult pass
+    // TestLoadLocationFromTZData runs the go command (testenv.GOROOT); TestStopResult and TestResetResult pass
     // alone but take 14 s and 12 s on spt (1 s and 2.5 s natively), beyond
     // this test's time.
-    ("time", "^(TestIssue5745|TestLoadLocationFromTZData|TestResetResult|TestStopResult)$"),
+    ("time", "^(TestLoadLocationFromTZData|TestResetResult|TestStopResult)$"),
     ("unicode/utf8", ""),
 ];
 
