@@ -51,6 +51,14 @@ fn kernel_image(paths: &shoal_toolchain::Paths) -> Result<PathBuf> {
     Ok(image)
 }
 
+/// Builds the kernel image executables run on, if it is missing or
+/// stale, where `shoal-tender` looks for it
+/// ([`shoal_tender::exec_kernel_image`]).
+pub fn ensure_kernel_image() -> Result<PathBuf> {
+    let paths = shoal_toolchain::Paths::discover()?;
+    kernel_image(&paths)
+}
+
 /// The instance image for `exe` (built once, then found in the cache).
 pub fn prepare(exe: &Path) -> Result<(PathBuf, shoal_exec::Executable)> {
     let paths = shoal_toolchain::Paths::discover()?;
