@@ -418,6 +418,11 @@ impl Fns {
     fn settings(&self, func: &str, backend: &str, extra: Value) -> Value {
         let image = if backend == "spt" || backend == "hvt" { self.dir.join(func) } else { self.dir.join(format!("{func}.native")) };
         let mut v = json!({"image": image, "backend": backend, "keep_warm_ms": 3_600_000u64, "timeout_ms": REQUEST_TIMEOUT.as_millis() as u64});
+        if backend == "process" && func.starts_with("go-") {
+            // The process backend's memory is RLIMIT_AS, which counts the Go
+            // runtime's ~800 MB reservation (spt/hvt count memory used).
+            v["memory"] = json!("1G");
+        }
         match func {
             "static" | "fileread" | "go-static" | "go-fileread" => v["fs"] = json!(self.dir.join("fs")),
             "lua" => v["fs"] = json!(self.dir.join("lua-fs")),
