@@ -410,7 +410,8 @@ impl Fns {
             Some(format!("apps/functions/build.sh failed before the Lua runtime was built: {}", tail.join(" / ")))
         };
         let go_built = ["go-noop", "go-noop.native", "go-fib", "go-fib.native"].iter().all(|f| dir.join(f).is_file());
-        let go_missing = (!go_built).then(|| "apps/functions/build.sh found no Go 1.22 or newer (PATH, /usr/local/go), so the Go functions are not built".to_string());
+        let go_missing =
+            (!go_built).then(|| "apps/functions/build.sh found no Go 1.22 or newer (PATH, /usr/local/go), so the Go functions are not built".to_string());
         Ok(Fns { dir: dir.to_path_buf(), lua_missing, go_missing })
     }
 
@@ -1031,7 +1032,9 @@ fn go_measured(c: &Ctx) -> Result<Outcome> {
         }
     }
     // Warm: one instance kept, the first (cold) call not counted.
-    for (what, funcs, rest, calls) in [("warm", ["noop", "go-noop"], "/".to_string(), warm_calls), ("fib", ["fib", "go-fib"], format!("/?n={FIB_N}"), c.o.repeat)] {
+    for (what, funcs, rest, calls) in
+        [("warm", ["noop", "go-noop"], "/".to_string(), warm_calls), ("fib", ["fib", "go-fib"], format!("/?n={FIB_N}"), c.o.repeat)]
+    {
         for k in funcs {
             for &b in &c.backends {
                 let name = format!("gw-{k}-{b}");
@@ -1126,7 +1129,11 @@ fn go_measured(c: &Ctx) -> Result<Outcome> {
     if n > 0 {
         let mut r = vec![format!("{n} concurrent Go cold starts (s, mean; max)")];
         r.extend(c.backends.iter().map(|&b| {
-            burst.get(b).map(|v| stats(v)).map(|s| format!("{} ({}; {} of {n} answered)", fixed(s.mean, 3), fixed(s.max, 3), s.n)).unwrap_or_else(|| "all failed".into())
+            burst
+                .get(b)
+                .map(|v| stats(v))
+                .map(|s| format!("{} ({}; {} of {n} answered)", fixed(s.mean, 3), fixed(s.max, 3), s.n))
+                .unwrap_or_else(|| "all failed".into())
         }));
         rows.push(r);
     }
@@ -1139,10 +1146,17 @@ fn go_measured(c: &Ctx) -> Result<Outcome> {
          runc 6.5 s, gVisor 7.5 s.\n",
         c.o.repeat, c.o.repeat
     ));
-    let mean_row = |w: &str, k: &str| -> BTreeMap<&'static str, String> { c.backends.iter().filter_map(|&b| st(w, k, b).map(|s| (b, fixed(s.mean, 1)))).collect() };
+    let mean_row =
+        |w: &str, k: &str| -> BTreeMap<&'static str, String> { c.backends.iter().filter_map(|&b| st(w, k, b).map(|s| (b, fixed(s.mean, 1)))).collect() };
     let mut summary = vec![
-        Row { what: "Cold start, Go no-op (ms, mean)".into(), paper: Paper { unikernel: "≈110 (OSv, Nanos)", runc: "362", gvisor: "654" }, values: mean_row("cold", "go-noop") },
-        Row { what: "Warm call, Go no-op (ms, mean)".into(), paper: Paper { unikernel: "–", runc: "–", gvisor: "–" }, values: mean_row("warm", "go-noop") },
+        Row {
+            what: "Cold start, Go no-op (ms, mean)".into(),
+            paper: Paper { unikernel: "≈110 (OSv, Nanos)", runc: "362", gvisor: "654" },
+            values: mean_row("cold", "go-noop"),
+        },
+        Row {
+            what: "Warm call, Go no-op (ms, mean)".into(), paper: Paper { unikernel: "–", runc: "–", gvisor: "–" }, values: mean_row("warm", "go-noop")
+        },
     ];
     if n > 0 {
         summary.push(Row {

@@ -49,7 +49,7 @@ pub enum ArgsError {
     #[error("--mem {0} is too small for any instance (at least 1M; {1})")]
     SizeTooSmall(String, String),
     /// An executable given, but the kernel image it runs on is not built.
-    #[error("{exe} is a Linux executable, which runs on shoal's kernel image {kernel}: it is not built yet (`shoal run {exe}` or `shoal setup` builds it)")]
+    #[error("{exe} is a Linux executable, which runs on shoal's kernel image {kernel}: it is not built yet (`shoal run {exe}` or `shoal serve` builds it)")]
     NoExecKernel {
         /// The executable.
         exe: String,
@@ -818,9 +818,14 @@ pub fn exec_cache_dir() -> Option<PathBuf> {
     Some(std::path::absolute(&cache).unwrap_or(cache).join("exec"))
 }
 
-/// The kernel image executables run on, in [`exec_cache_dir`].
+/// The kernel image executables run on, in [`exec_cache_dir`]: one per
+/// source tree this command was built from (named by a hash of its path),
+/// so that two checkouts sharing the cache — whose kernels and tenders may
+/// speak different hypercall sets — never run each other's kernel.
 pub fn exec_kernel_image() -> Option<PathBuf> {
-    exec_cache_dir().map(|d| d.join("kernel.img"))
+    // FNV-1a: a name, not a defence (the cache is the user's own).
+    let tree = env!("CARGO_MANIFEST_DIR").bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    exec_cache_dir().map(|d| d.join(format!("kernel-{tree:016x}.img")))
 }
 
 /// Whether `image` is an ELF file that is not a shoal image: what
@@ -845,7 +850,7 @@ pub fn executable_image(image: &Path) -> Result<Option<PathBuf>, ArgsError> {
     }
     let no_kernel = |k: &Path| ArgsError::NoExecKernel { exe: image.display().to_string(), kernel: k.display().to_string() };
     let (Some(dir), Some(kernel)) = (exec_cache_dir(), exec_kernel_image()) else {
-        return Err(no_kernel(Path::new("~/.cache/shoal/exec/kernel.img (no HOME or SHOAL_CACHE)")));
+        return Err(no_kernel(Path::new("~/.cache/shoal/exec (no HOME or SHOAL_CACHE)")));
     };
     if !kernel.is_file() {
         return Err(no_kernel(&kernel));
