@@ -1003,11 +1003,14 @@ fn what_hvt_cannot_run_is_refused_at_deploy_with_the_tenders_reason() {
         r.json()["error"].as_str().unwrap_or_default(),
         format!("{}: --mem 8G is too large for the hvt tender: hypercalls pass 32-bit addresses, so guest memory is at most 4G", image("noop"))
     );
-    // Not a shoal image (the native build) on hvt.
-    let r = gw.deploy("native", &format!(r#"{{"image":"{}","backend":"hvt"}}"#, image("noop.native")));
+    // A dynamically linked executable (the host's `true`) is neither a
+    // shoal image nor a static executable shoal can run.
+    let dynamic = dir.path().join("true");
+    std::fs::copy("/bin/true", &dynamic).unwrap();
+    let r = gw.deploy("native", &format!(r#"{{"image":"{}","backend":"hvt"}}"#, dynamic.display()));
     assert_eq!(r.status, 422, "{}", r.text());
     let e = r.json()["error"].as_str().unwrap_or_default().to_string();
-    assert!(e.starts_with(&format!("image {} is not a usable shoal image: ", image("noop.native"))) && !e.contains('\n'), "{e}");
+    assert!(e.starts_with(&format!("image {}: ", dynamic.display())) && !e.contains('\n'), "{e}");
     // Through `shoal fn`: the gateway's reason in one line.
     let o = shoal()
         .env_remove("SHOAL_TOKEN")
