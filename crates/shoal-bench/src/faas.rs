@@ -22,7 +22,12 @@
 //!   body in two (Nagle on the function's side against delayed ACKs on the
 //!   gateway's upstream connection);
 //! - concurrency (Fig. 11): `hey` straight to one instance and through the
-//!   gateway at 1 … 4096 clients.
+//!   gateway at 1 … 4096 clients;
+//! - go (the paper's functions are Go): the Go functions of
+//!   apps/functions/go (static executables: spt and hvt run the instance
+//!   image built around the file, the native backends the file itself)
+//!   beside the C ones: cold start and warm latency of the no-op, warm
+//!   fib, and the largest `--bursts` size of concurrent Go cold starts.
 //!
 //! CPU time is read from /proc (each thread's schedstat run time in ns,
 //! plus the CPU time of reaped children): hardware counters, which the
@@ -49,7 +54,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 /// The experiments, in the order they run (`--only` names).
-pub const EXPERIMENTS: [&str; 8] = ["cold-start", "burst", "startup-cost", "idle-cpu", "idle-memory", "workloads", "two-write", "concurrency"];
+pub const EXPERIMENTS: [&str; 9] = ["cold-start", "burst", "startup-cost", "idle-cpu", "idle-memory", "workloads", "two-write", "concurrency", "go"];
 
 /// The backends, in the order of every table.
 pub const BACKENDS: [&str; 5] = ["spt", "hvt", "process", "runc", "runsc"];
@@ -381,6 +386,8 @@ struct Fns {
     dir: PathBuf,
     /// Why the Lua runtime is missing, if it is.
     lua_missing: Option<String>,
+    /// Why the Go functions are missing, if they are.
+    go_missing: Option<String>,
 }
 
 impl Fns {
@@ -402,15 +409,23 @@ impl Fns {
         } else {
             Some(format!("apps/functions/build.sh failed before the Lua runtime was built: {}", tail.join(" / ")))
         };
-        Ok(Fns { dir: dir.to_path_buf(), lua_missing })
+        let go_built = ["go-noop", "go-noop.native", "go-fib", "go-fib.native"].iter().all(|f| dir.join(f).is_file());
+        let go_missing =
+            (!go_built).then(|| "apps/functions/build.sh found no Go 1.22 or newer (PATH, /usr/local/go), so the Go functions are not built".to_string());
+        Ok(Fns { dir: dir.to_path_buf(), lua_missing, go_missing })
     }
 
     /// Deploy settings of example `func` on `backend`, with `extra` on top.
     fn settings(&self, func: &str, backend: &str, extra: Value) -> Value {
         let image = if backend == "spt" || backend == "hvt" { self.dir.join(func) } else { self.dir.join(format!("{func}.native")) };
         let mut v = json!({"image": image, "backend": backend, "keep_warm_ms": 3_600_000u64, "timeout_ms": REQUEST_TIMEOUT.as_millis() as u64});
+        if backend == "process" && func.starts_with("go-") {
+            // The process backend's memory is RLIMIT_AS, which counts the Go
+            // runtime's ~800 MB reservation (spt/hvt count memory used).
+            v["memory"] = json!("1G");
+        }
         match func {
-            "static" | "fileread" => v["fs"] = json!(self.dir.join("fs")),
+            "static" | "fileread" | "go-static" | "go-fileread" => v["fs"] = json!(self.dir.join("fs")),
             "lua" => v["fs"] = json!(self.dir.join("lua-fs")),
             _ => {}
         }
@@ -483,12 +498,17 @@ fn deploy_many(c: &Ctx, prefix: &str, backend: &str, n: usize) -> Result<Vec<Str
 
 /// [`deploy_many`] with a memory mode for spt/hvt (`copy`, `ksm`, `pool`).
 fn deploy_many_in(c: &Ctx, prefix: &str, backend: &str, mem_mode: &str, n: usize) -> Result<Vec<String>> {
+    deploy_many_of(c, "noop", prefix, backend, mem_mode, n)
+}
+
+/// [`deploy_many_in`] of example function `func`.
+fn deploy_many_of(c: &Ctx, func: &str, prefix: &str, backend: &str, mem_mode: &str, n: usize) -> Result<Vec<String>> {
     let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
     let mut extra = json!({"concurrency": 1, "max_instances": 1, "timeout_ms": COLD_TIMEOUT_MS});
     if mem_mode != "copy" {
         extra["mem_mode"] = json!(mem_mode);
     }
-    let settings = c.fns.settings("noop", backend, extra);
+    let settings = c.fns.settings(func, backend, extra);
     for name in &names {
         c.gw.deploy(name, &settings)?;
     }
@@ -957,6 +977,200 @@ fn two_write(c: &Ctx) -> Result<Outcome> {
         table,
         rows: vec![srow],
         goals,
+    })
+}
+
+/// The Go functions beside the C ones (the paper's functions are Go): on
+/// every backend, `--repeat` cold starts and `--requests` (at most 200)
+/// warm calls of the no-op, `--repeat` warm fib(FIB_N), each in C and in
+/// Go; then the largest `--bursts` size of concurrent Go cold starts (as
+/// the burst experiment: N functions with one instance each).
+fn go_functions(c: &Ctx) -> Result<Outcome> {
+    let Some(why) = c.fns.go_missing.clone() else {
+        return go_measured(c);
+    };
+    say(&format!("go: not measured: {why}"));
+    Ok(Outcome {
+        json: json!({"unavailable": why}),
+        table: format!("Go functions not measured: {why}.\n"),
+        rows: vec![Row {
+            what: "Cold start, Go no-op (ms, mean)".into(),
+            paper: Paper { unikernel: "≈110 (OSv, Nanos)", runc: "362", gvisor: "654" },
+            values: c.backends.iter().map(|&b| (b, "not built".to_string())).collect(),
+        }],
+        goals: vec![],
+    })
+}
+
+/// [`go_functions`] when the Go functions are built.
+fn go_measured(c: &Ctx) -> Result<Outcome> {
+    let mut failures = Vec::new();
+    let failures = &mut failures;
+    let one = json!({"concurrency": 1, "max_instances": 1, "timeout_ms": COLD_TIMEOUT_MS});
+    let warm_calls = c.o.requests.clamp(1, 200);
+    let mut csv = Vec::new();
+    // (what, function, backend) -> samples in ms.
+    let mut res: BTreeMap<(&str, &str, &str), Vec<f64>> = BTreeMap::new();
+    let kinds = ["noop", "go-noop"];
+    for rep in 0..c.o.repeat {
+        for &k in &kinds {
+            for &b in &c.backends {
+                let name = format!("gc-{k}-{b}");
+                match one_cold(c.gw, &name, &c.fns.settings(k, b, one.clone())) {
+                    Ok(dt) => {
+                        res.entry(("cold", k, b)).or_default().push(dt * 1e3);
+                        csv.push(format!("cold,{k},{b},{rep},{:.3}", dt * 1e3));
+                    }
+                    Err(e) => note_failure(failures, format!("go: cold start {k} on {b}, run {rep}: {e}")),
+                }
+            }
+        }
+    }
+    for &k in &kinds {
+        for &b in &c.backends {
+            c.gw.clear(&format!("gc-{k}-{b}"))?;
+        }
+    }
+    // Warm: one instance kept, the first (cold) call not counted.
+    for (what, funcs, rest, calls) in
+        [("warm", ["noop", "go-noop"], "/".to_string(), warm_calls), ("fib", ["fib", "go-fib"], format!("/?n={FIB_N}"), c.o.repeat)]
+    {
+        for k in funcs {
+            for &b in &c.backends {
+                let name = format!("gw-{k}-{b}");
+                if let Err(e) = c.gw.deploy_cold(&name, &c.fns.settings(k, b, json!({"concurrency": 1, "max_instances": 1}))) {
+                    note_failure(failures, format!("go: deploy {k} on {b}: {e:#}"));
+                    continue;
+                }
+                let first = c.gw.invoke(&name, &rest, true);
+                if !first.as_ref().is_ok_and(|r| r.status == 200) {
+                    let why = first.map(|r| format!("status {}: {}", r.status, r.text())).unwrap_or_else(|e| e.to_string());
+                    note_failure(failures, format!("go: {what} {k} on {b}: the first call failed: {why}"));
+                    c.gw.clear(&name)?;
+                    continue;
+                }
+                for i in 0..calls {
+                    let t0 = Instant::now();
+                    match c.gw.invoke(&name, &rest, true) {
+                        Ok(r) if r.status == 200 && !r.cold() => {
+                            let ms = t0.elapsed().as_secs_f64() * 1e3;
+                            res.entry((what, k, b)).or_default().push(ms);
+                            csv.push(format!("{what},{k},{b},{i},{ms:.3}"));
+                        }
+                        Ok(r) => note_failure(failures, format!("go: {what} {k} on {b}, call {i}: status {} (cold start: {})", r.status, r.cold())),
+                        Err(e) => note_failure(failures, format!("go: {what} {k} on {b}, call {i}: {e}")),
+                    }
+                }
+                c.gw.clear(&name)?;
+            }
+        }
+    }
+    // The burst of Go cold starts at the largest size asked.
+    let n = c.o.bursts.iter().copied().max().unwrap_or(0);
+    let mut burst: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    if n > 0 {
+        for &b in &c.backends {
+            say(&format!("go: {n} concurrent Go cold starts on {b}"));
+            let names = deploy_many_of(c, "go-noop", &format!("gb-{b}"), b, "copy", n)?;
+            let got = fire(c.gw, &names);
+            let mut errs = 0;
+            for (i, r) in got.iter().enumerate() {
+                match r {
+                    Ok((dt, _)) => {
+                        burst.entry(b).or_default().push(*dt);
+                        csv.push(format!("burst{n},go-noop,{b},{i},{:.3}", dt * 1e3));
+                    }
+                    Err(e) => {
+                        errs += 1;
+                        if errs <= 3 {
+                            note_failure(failures, format!("go: burst {n} on {b}, request {i}: {e}"));
+                        }
+                    }
+                }
+            }
+            if errs > 3 {
+                note_failure(failures, format!("go: burst {n} on {b}: {errs} requests failed in all"));
+            }
+            c.gw.clear_many(&names)?;
+        }
+    }
+    let csv_path = c.o.out.join("go.csv");
+    table::write_csv_lines(&csv_path, "what,function,backend,run,ms", &csv)?;
+    let st = |w: &str, k: &str, b: &str| res.get(&(w, k, b)).map(|v| stats(v));
+    let mut json_of = serde_json::Map::new();
+    for (w, ks) in [("cold", ["noop", "go-noop"]), ("warm", ["noop", "go-noop"]), ("fib", ["fib", "go-fib"])] {
+        let mut per_k = serde_json::Map::new();
+        for k in ks {
+            let per: serde_json::Map<String, Value> = c.backends.iter().filter_map(|&b| st(w, k, b).map(|s| (b.to_string(), s.json()))).collect();
+            per_k.insert(k.into(), Value::Object(per));
+        }
+        json_of.insert(w.into(), Value::Object(per_k));
+    }
+    let burst_json: serde_json::Map<String, Value> = burst.iter().map(|(b, v)| (b.to_string(), stats(v).json())).collect();
+    let mut header = vec!["".to_string()];
+    header.extend(c.backends.iter().map(|b| b.to_string()));
+    let cell = |w: &str, k: &str, b: &str| st(w, k, b).map(|s| format!("{} (p95 {})", fixed(s.mean, 1), fixed(s.p95, 1))).unwrap_or_else(|| "failed".into());
+    let mut rows = Vec::new();
+    for (label, w, k) in [
+        ("cold start, C no-op (ms)", "cold", "noop"),
+        ("cold start, Go no-op (ms)", "cold", "go-noop"),
+        ("warm call, C no-op (ms)", "warm", "noop"),
+        ("warm call, Go no-op (ms)", "warm", "go-noop"),
+    ] {
+        let mut r = vec![label.to_string()];
+        r.extend(c.backends.iter().map(|&b| cell(w, k, b)));
+        rows.push(r);
+    }
+    for (label, k) in [(format!("warm fib({FIB_N}), C (ms)"), "fib"), (format!("warm fib({FIB_N}), Go (ms)"), "go-fib")] {
+        let mut r = vec![label];
+        r.extend(c.backends.iter().map(|&b| cell("fib", k, b)));
+        rows.push(r);
+    }
+    if n > 0 {
+        let mut r = vec![format!("{n} concurrent Go cold starts (s, mean; max)")];
+        r.extend(c.backends.iter().map(|&b| {
+            burst
+                .get(b)
+                .map(|v| stats(v))
+                .map(|s| format!("{} ({}; {} of {n} answered)", fixed(s.mean, 3), fixed(s.max, 3), s.n))
+                .unwrap_or_else(|| "all failed".into())
+        }));
+        rows.push(r);
+    }
+    let mut table = table::markdown(&header, &rows);
+    table.push_str(&format!(
+        "\nMeans (p95) through shoal serve: {} cold starts per function and backend, {warm_calls} warm calls of the no-op and {} of fib on one kept instance \
+         (its first call not counted). The Go functions are static executables (CGO_ENABLED=0): spt and hvt run the instance image built around the file, \
+         process/runc/runsc the file itself.\n\
+         Paper (Go no-op): cold start Nanos and OSv about 110 ms, Docker/runc 362 ms, gVisor 654 ms; 100 concurrent cold starts OSv 0.63 s, Nanos 0.70 s, \
+         runc 6.5 s, gVisor 7.5 s.\n",
+        c.o.repeat, c.o.repeat
+    ));
+    let mean_row =
+        |w: &str, k: &str| -> BTreeMap<&'static str, String> { c.backends.iter().filter_map(|&b| st(w, k, b).map(|s| (b, fixed(s.mean, 1)))).collect() };
+    let mut summary = vec![
+        Row {
+            what: "Cold start, Go no-op (ms, mean)".into(),
+            paper: Paper { unikernel: "≈110 (OSv, Nanos)", runc: "362", gvisor: "654" },
+            values: mean_row("cold", "go-noop"),
+        },
+        Row {
+            what: "Warm call, Go no-op (ms, mean)".into(), paper: Paper { unikernel: "–", runc: "–", gvisor: "–" }, values: mean_row("warm", "go-noop")
+        },
+    ];
+    if n > 0 {
+        summary.push(Row {
+            what: format!("{n} concurrent Go cold starts (s, mean)"),
+            paper: Paper { unikernel: "0.63–0.70 (100; OSv, Nanos)", runc: "6.5 (100)", gvisor: "7.5 (100)" },
+            values: burst.iter().map(|(&b, v)| (b, fixed(stats(v).mean, 3))).collect(),
+        });
+    }
+    Ok(Outcome {
+        json: json!({"unit": "ms", "runs": c.o.repeat, "warm_calls": warm_calls, "results": json_of,
+            "burst": {"unit": "s", "concurrent": n, "results": burst_json}, "failures": failures.clone(), "csv": csv_path}),
+        table,
+        rows: summary,
+        goals: vec![],
     })
 }
 
@@ -1733,6 +1947,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
             "idle-memory" => idle_memory(&c),
             "workloads" => workloads(&c),
             "two-write" => two_write(&c),
+            "go" => go_functions(&c),
             _ => {
                 if Command::new("hey").arg("-h").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
                     say("concurrency skipped: hey is not installed (scripts/setup installs it)");

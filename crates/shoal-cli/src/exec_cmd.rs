@@ -22,12 +22,14 @@ pub fn is_executable(path: &Path) -> bool {
 }
 
 /// The kernel image (a shoal image with no application), built when it is
-/// missing or older than the kernel library.
+/// missing or older than the kernel library; one per source tree
+/// ([`shoal_tender::exec_kernel_image`]).
 fn kernel_image(paths: &shoal_toolchain::Paths) -> Result<PathBuf> {
     shoal_toolchain::setup::ensure_kernel(paths, false)?;
-    let dir = paths.cache.join("exec");
+    // Where shoal-tender built from this tree looks for it.
+    let image = shoal_tender::exec_kernel_image().ok_or_else(|| anyhow::anyhow!("no HOME or SHOAL_CACHE: there is no cache for the kernel image"))?;
+    let dir = image.parent().map_or_else(|| paths.cache.join("exec"), Path::to_path_buf);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let image = dir.join("kernel.img");
     let lib_time = std::fs::metadata(paths.kernel_lib()).and_then(|m| m.modified()).ok();
     let img_time = std::fs::metadata(&image).and_then(|m| m.modified()).ok();
     if img_time.is_none() || lib_time.is_some_and(|l| img_time.is_some_and(|i| i < l)) {
@@ -40,7 +42,7 @@ fn kernel_image(paths: &shoal_toolchain::Paths) -> Result<PathBuf> {
         // start sees an old or a new kernel image, never half of one.
         for (from, to) in [
             (shoal_manifest::Manifest::path_for(&tmp), shoal_manifest::Manifest::path_for(&image)),
-            (dir.join(format!("kernel.img.{}.debug", std::process::id())), dir.join("kernel.img.debug")),
+            (PathBuf::from(format!("{}.debug", tmp.display())), PathBuf::from(format!("{}.debug", image.display()))),
             (tmp.clone(), image.clone()),
         ] {
             if from.exists() {
@@ -49,6 +51,14 @@ fn kernel_image(paths: &shoal_toolchain::Paths) -> Result<PathBuf> {
         }
     }
     Ok(image)
+}
+
+/// Builds the kernel image executables run on, if it is missing or
+/// stale, where `shoal-tender` looks for it
+/// ([`shoal_tender::exec_kernel_image`]).
+pub fn ensure_kernel_image() -> Result<PathBuf> {
+    let paths = shoal_toolchain::Paths::discover()?;
+    kernel_image(&paths)
 }
 
 /// The instance image for `exe` (built once, then found in the cache).

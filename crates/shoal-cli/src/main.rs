@@ -92,7 +92,7 @@ enum Cmd {
     },
     /// Pack an image as an OCI image archive for `podman load` / `ctr images import` (run by shoal-oci).
     OciImage {
-        /// The shoal image; it becomes the entrypoint /NAME-OF-IMAGE.
+        /// The shoal image, or a static Linux executable (packed as the instance image built around it); it becomes the entrypoint /NAME-OF-IMAGE.
         image: PathBuf,
         /// The image's name: NAME[:TAG] (localhost/ and :latest when left out).
         #[arg(short = 't', long = "tag")]
@@ -162,23 +162,14 @@ enum Cmd {
 /// `shoal run`: the options are checked and the image run by the same code
 /// as the lean `shoal-tender` command (crate `shoal-tender`).
 fn run_image(opts: &shoal_tender::RunOpts, image: PathBuf, args: Vec<String>) -> Result<i32> {
-    // An unmodified Linux executable runs as an image built around it
-    // (cached by content); its argv[0] stays the path given.
-    let (image, argv0) = if exec_cmd::is_executable(&image) {
-        let (built, _) = exec_cmd::prepare(&image)?;
-        if opts.mem_mode.as_deref().is_some_and(|m| m == "pool") {
-            // Its read-only pages (the kernel's and the rewritten
-            // executable's) go to the pool once, like `shoal pool add`.
-            shoal_loader::pool::Pool::default_pool().add(&built)?;
-        }
-        (built, Some(image.into_os_string()))
-    } else {
-        (image, None)
-    };
-    let mut args = shoal_tender::RunArgs::from_opts(opts, image, args.into_iter().map(Into::into).collect())?;
-    if argv0.is_some() {
-        args.argv0 = argv0;
+    // An unmodified Linux executable runs on shoal's kernel image, which
+    // `shoal` (not the lean tender) can build; the rest — the instance
+    // image built around it, argv[0], the pool — is shoal-tender's, so
+    // that every command taking an image takes an executable alike.
+    if exec_cmd::is_executable(&image) {
+        exec_cmd::ensure_kernel_image()?;
     }
+    let args = shoal_tender::RunArgs::from_opts(opts, image, args.into_iter().map(Into::into).collect())?;
     Ok(shoal_tender::run(&args)?)
 }
 
@@ -289,7 +280,13 @@ fn real_main() -> Result<i32> {
             Ok(0)
         }
         Cmd::OciImage { image, tag, fs, output } => {
-            let (reference, path, digest) = oci_image::write(&image, &tag, fs.as_deref(), output.as_deref())?;
+            let (packed, name) = if exec_cmd::is_executable(&image) {
+                let name = image.file_name().map(|n| n.to_string_lossy().into_owned());
+                (exec_cmd::prepare(&image)?.0, name)
+            } else {
+                (image.clone(), None)
+            };
+            let (reference, path, digest) = oci_image::write(&packed, name.as_deref(), &tag, fs.as_deref(), output.as_deref())?;
             println!("{reference} {digest} {}", path.display());
             Ok(0)
         }
@@ -303,6 +300,12 @@ fn real_main() -> Result<i32> {
         }
         Cmd::Serve { listen, state, insecure_listen, allow_process, allow_path, auth_invoke, upload_quota } => {
             let upload_quota = shoal_tender::parse_size(&upload_quota).map_err(|e| anyhow::anyhow!("--upload-quota {upload_quota}: {e}"))?;
+            // Executables deployed on spt and hvt run on the kernel image,
+            // which only this command can build; without a toolchain the
+            // gateway still serves images, and such a deploy says why not.
+            if let Err(e) = exec_cmd::ensure_kernel_image() {
+                eprintln!("shoal: warning: executables cannot be deployed on spt or hvt: {e:#}");
+            }
             shoal_serve::serve(shoal_serve::Options { listen, state, insecure_listen, allow_process, allow_paths: allow_path, auth_invoke, upload_quota })?;
             Ok(0)
         }

@@ -12,6 +12,11 @@
 //! image as `process.args[0]` inside the container's root. Entries are
 //! written deterministically (zero times, uid 0), so the same input gives
 //! the same digests.
+//!
+//! An unmodified Linux executable is packed as the instance image built
+//! around it (`shoal-exec`, as `shoal run` builds it), under the
+//! executable's name: the container starts it as any shoal image, with
+//! nothing to build on the host that runs it.
 
 use sha2::{Digest, Sha256};
 use std::io::Write;
@@ -124,7 +129,9 @@ fn layer(image: &Path, image_name: &str, fs: Option<&Path>) -> Result<Vec<u8>, O
 }
 
 /// Writes the oci-archive; returns (reference, archive path, manifest digest).
-pub fn write(image: &Path, tag: &str, fs: Option<&Path>, out: Option<&Path>) -> Result<(String, PathBuf, String), OciImageError> {
+/// The image is packed as `/NAME`, `name` or else its file name (an
+/// executable's instance image goes under the executable's name).
+pub fn write(image: &Path, name: Option<&str>, tag: &str, fs: Option<&Path>, out: Option<&Path>) -> Result<(String, PathBuf, String), OciImageError> {
     if !image.is_file() {
         return Err(OciImageError::NoImage(image.into()));
     }
@@ -132,7 +139,10 @@ pub fn write(image: &Path, tag: &str, fs: Option<&Path>, out: Option<&Path>) -> 
         return Err(OciImageError::NoFs(d.into()));
     }
     let reference = reference(tag)?;
-    let image_name = image.file_name().map(|n| n.to_string_lossy().into_owned()).ok_or_else(|| OciImageError::NoImage(image.into()))?;
+    let image_name = match name {
+        Some(n) => n.to_string(),
+        None => image.file_name().map(|n| n.to_string_lossy().into_owned()).ok_or_else(|| OciImageError::NoImage(image.into()))?,
+    };
     let out = match out {
         Some(o) => o.to_path_buf(),
         None => {
@@ -233,7 +243,7 @@ mod tests {
         std::fs::create_dir_all(fs.join("etc")).unwrap();
         std::fs::write(fs.join("etc/greeting"), b"hi").unwrap();
         let out = dir.path().join("a.tar");
-        let (r, path, digest) = write(&img, "app:1", Some(&fs), Some(&out)).unwrap();
+        let (r, path, digest) = write(&img, None, "app:1", Some(&fs), Some(&out)).unwrap();
         assert_eq!((r.as_str(), path.as_path()), ("localhost/app:1", out.as_path()));
         let mut a = tar::Archive::new(std::fs::File::open(&out).unwrap());
         let mut files = std::collections::BTreeMap::new();
@@ -254,7 +264,7 @@ mod tests {
         let names: Vec<String> = tar::Archive::new(&layer[..]).entries().unwrap().map(|e| e.unwrap().path().unwrap().to_string_lossy().into_owned()).collect();
         assert_eq!(names, ["etc", "etc/greeting", "app"]);
         // Deterministic: the same input, the same digest.
-        assert_eq!(write(&img, "app:1", Some(&fs), Some(&out)).unwrap().2, digest);
-        assert!(write(&img, "App", None, Some(&out)).unwrap_err().to_string().starts_with("-t App: expected NAME[:TAG]"));
+        assert_eq!(write(&img, None, "app:1", Some(&fs), Some(&out)).unwrap().2, digest);
+        assert!(write(&img, None, "App", None, Some(&out)).unwrap_err().to_string().starts_with("-t App: expected NAME[:TAG]"));
     }
 }

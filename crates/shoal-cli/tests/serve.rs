@@ -884,6 +884,57 @@ fn the_fn_command_deploys_lists_invokes_and_removes() {
     assert_eq!(gw.get("/functions").json(), serde_json::json!([]));
 }
 
+/// A Go function (apps/functions/go/fib, one static executable, built by
+/// build.sh as go-fib) deployed with `shoal fn deploy` on spt, hvt and
+/// process — the same file on each: spt and hvt run the instance image
+/// built around it, process the file itself — and invoked with `shoal fn
+/// invoke`, cold then warm; then uploaded (`--upload`) and deployed on spt.
+#[test]
+fn a_go_executable_is_deployed_with_shoal_fn_and_invoked_on_spt_hvt_and_process() {
+    let exe = functions().join("go-fib");
+    if !exe.is_file() {
+        shoal_testkit::skip("go", "build.sh found no Go 1.22 or newer, so the Go functions are not built");
+        return;
+    }
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let gw = Gateway::start(&state);
+    let url = format!("http://{}", gw.addr);
+    let fnc = || {
+        let mut c = shoal();
+        c.env_remove("SHOAL_TOKEN").env("SHOAL_STATE", &state).args(["fn", "--gateway", &url]);
+        c
+    };
+    for b in backends() {
+        let name = format!("go-fib-{b}");
+        // process: the memory setting is RLIMIT_AS there, which counts the
+        // Go runtime's ~800 MB of reserved address space (spt and hvt count
+        // memory used, and start it with the default 256M).
+        let memory = if b == "process" { "1G" } else { "256M" };
+        let o = fnc().args(["deploy", &name]).arg(&exe).args(["--backend", b, "--memory", memory]).output().unwrap();
+        assert!(o.status.success(), "{b}: {}", stderr(&o));
+        assert_eq!(stdout(&o), format!("deployed {name} ({b}, image {})\n", exe.display()), "{b}");
+        for n in ["10", "25"] {
+            let o = fnc().args(["invoke", &name, "--path", &format!("/?n={n}")]).output().unwrap();
+            assert!(o.status.success(), "{b}: {}", stderr(&o));
+            let want = if n == "10" { "fib(10) = 55\n" } else { "fib(25) = 75025\n" };
+            assert_eq!(stdout(&o), want, "{b}");
+        }
+        assert_eq!(gw.instances(&name).len(), 1, "{b}: the second invocation must reuse the warm instance");
+        let shown = gw.get(&format!("/functions/{name}")).json();
+        if b == "process" {
+            assert_eq!(shown["image"], serde_json::json!(exe.display().to_string()), "{shown}");
+        } else {
+            assert_eq!(shown["executable"], serde_json::json!(exe.display().to_string()), "{b}: {shown}");
+        }
+    }
+    let o = fnc().args(["deploy", "go-fib-up"]).arg(&exe).args(["--backend", "spt", "--upload"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = fnc().args(["invoke", "go-fib-up", "--path", "/?n=20"]).output().unwrap();
+    assert_eq!(stdout(&o), "fib(20) = 6765\n", "{}", stderr(&o));
+    assert_eq!(gw.stop(), Some(0));
+}
+
 /// `--gateway` goes before or after the subcommand or comes from
 /// `SHOAL_GATEWAY`, as `HOST:PORT`, `localhost:PORT` or a URL; the
 /// gateway itself listens on `localhost:0` (loopback: no
@@ -952,11 +1003,14 @@ fn what_hvt_cannot_run_is_refused_at_deploy_with_the_tenders_reason() {
         r.json()["error"].as_str().unwrap_or_default(),
         format!("{}: --mem 8G is too large for the hvt tender: hypercalls pass 32-bit addresses, so guest memory is at most 4G", image("noop"))
     );
-    // Not a shoal image (the native build) on hvt.
-    let r = gw.deploy("native", &format!(r#"{{"image":"{}","backend":"hvt"}}"#, image("noop.native")));
+    // A dynamically linked executable (the host's `true`) is neither a
+    // shoal image nor a static executable shoal can run.
+    let dynamic = dir.path().join("true");
+    std::fs::copy("/bin/true", &dynamic).unwrap();
+    let r = gw.deploy("native", &format!(r#"{{"image":"{}","backend":"hvt"}}"#, dynamic.display()));
     assert_eq!(r.status, 422, "{}", r.text());
     let e = r.json()["error"].as_str().unwrap_or_default().to_string();
-    assert!(e.starts_with(&format!("image {} is not a usable shoal image: ", image("noop.native"))) && !e.contains('\n'), "{e}");
+    assert!(e.starts_with(&format!("image {}: ", dynamic.display())) && !e.contains('\n'), "{e}");
     // Through `shoal fn`: the gateway's reason in one line.
     let o = shoal()
         .env_remove("SHOAL_TOKEN")

@@ -158,3 +158,32 @@ fn start_steps_are_printed_on_request_only() {
     }
     assert!(steps.windows(2).all(|w| w[0].0 <= w[1].0), "steps out of order: {steps:?}");
 }
+
+/// A static Linux executable given to the lean tender runs as it does
+/// under `shoal run` (the instance image built around it, cached, with
+/// argv[0] the path given) and as it does natively: same output and
+/// status on every tender. Without the kernel image (another cache) it is
+/// one line and 125.
+#[test]
+fn runs_a_static_executable_like_shoal_run_and_natively() {
+    let dir = scratch();
+    let exe = dir.path().join("threads");
+    let o = output(Command::new("gcc").args(["-static", "-O2", "-pthread"]).arg(home().join("apps/exec/threads.c")).arg("-o").arg(&exe));
+    assert!(o.status.success(), "gcc -static: {}", stderr(&o));
+    let native = output(Command::new(&exe).args(["one", "two words"]).env_clear().env("GREETING", "hi"));
+    assert_eq!(native.status.code(), Some(7), "{}", stderr(&native));
+    for t in tenders() {
+        // shoal run first: it builds the kernel image the tender needs.
+        let full = output(shoal_run(t).args(["-e", "GREETING=hi"]).arg(&exe).args(["--", "one", "two words"]));
+        let lean = output(tender().args(["--tender", t, "-e", "GREETING=hi"]).arg(&exe).args(["--", "one", "two words"]));
+        assert_eq!(full.status.code(), Some(7), "{t}: {}", stderr(&full));
+        assert_eq!(lean.status.code(), Some(7), "{t}: {}", stderr(&lean));
+        assert_eq!(stdout(&lean), stdout(&native), "{t}");
+        assert_eq!(stdout(&full), stdout(&native), "{t}");
+        assert_eq!(stderr(&lean), "", "{t}");
+    }
+    let o = output(tender().env("SHOAL_CACHE", dir.path().join("empty-cache")).arg(&exe));
+    assert_eq!(o.status.code(), Some(125));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).starts_with(&format!("shoal-tender: {} is a Linux executable, which runs on shoal's kernel image", exe.display())), "{}", stderr(&o));
+}

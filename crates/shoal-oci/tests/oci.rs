@@ -807,3 +807,52 @@ fn runtime_tools_validation_tests_pass() {
     assert!(o.status.success(), "runtime-tools validation failed:\n{out}{}", String::from_utf8_lossy(&o.stderr));
     assert!(out.contains("oci-validate: 11 passed, 0 failed"), "{out}");
 }
+
+/// `shoal oci-image` of a static Linux executable (apps/exec/threads.c,
+/// `gcc -static`) packs the instance image built around it under the
+/// executable's name; podman runs it through shoal-oci with the output
+/// and exit status of the native run, on spt and hvt.
+#[test]
+fn podman_runs_an_oci_image_of_a_static_executable_like_natively() {
+    if !root_or_skip() || !have("podman") {
+        return;
+    }
+    let dir = scratch();
+    let exe = dir.path().join("threads");
+    let o = Command::new("gcc").args(["-static", "-O2", "-pthread"]).arg(home().join("apps/exec/threads.c")).arg("-o").arg(&exe).output().unwrap();
+    assert!(o.status.success(), "gcc -static: {}", text(&o));
+    let native = Command::new(&exe).args(["one", "two words"]).env_clear().env("GREETING", "hi").output().unwrap();
+    assert_eq!(native.status.code(), Some(7), "{}", text(&native));
+    let archive = dir.path().join("threads.oci.tar");
+    let o = Command::new(bin("shoal")).arg("oci-image").arg(&exe).args(["-t", "shoal-oci-test/exec-threads", "-o"]).arg(&archive).output().unwrap();
+    assert!(o.status.success(), "shoal oci-image: {}", text(&o));
+    podman_load(&archive, "localhost/shoal-oci-test/exec-threads");
+    let mut tenders = vec!["spt"];
+    match std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+        Ok(_) => tenders.push("hvt"),
+        Err(e) => shoal_testkit::skip("kvm", &format!("the hvt part: /dev/kvm: {e}")),
+    }
+    for t in tenders {
+        let o = Command::new("podman")
+            .arg("--runtime")
+            .arg(bin("shoal-oci"))
+            .args([
+                "run",
+                "--rm",
+                "--annotation",
+                &format!("org.shoal.tender={t}"),
+                "-e",
+                "GREETING=hi",
+                "localhost/shoal-oci-test/exec-threads",
+                "one",
+                "two words",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(7), "{t}: {}", text(&o));
+        // argv[0] differs (the path given); every other line is the native run's.
+        let lines = |b: &[u8]| String::from_utf8_lossy(b).lines().filter(|l| !l.contains("argv[0]")).map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(lines(&o.stdout), lines(&native.stdout), "{t}: {}", text(&o));
+    }
+}

@@ -181,7 +181,7 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                     if status == 201 { "deployed" } else { "updated" },
                     name,
                     v["backend"].as_str().unwrap_or("?"),
-                    v["image"].as_str().unwrap_or("?")
+                    v["executable"].as_str().or(v["image"].as_str()).unwrap_or("?")
                 );
                 if status != 201 {
                     // A deploy replaces the function's settings whole.
@@ -205,7 +205,7 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                         f["memory"].as_str().unwrap_or("-"),
                         // How many variables; their values may be secrets.
                         f["env"].as_object().map_or(0, |m| m.len()),
-                        f["image"].as_str().unwrap_or("")
+                        f["executable"].as_str().or(f["image"].as_str()).unwrap_or("")
                     );
                 }
                 Ok(0)

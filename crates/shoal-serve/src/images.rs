@@ -42,7 +42,8 @@ pub const REF_PREFIX: &str = "sha256:";
 pub enum Kind {
     /// A shoal image (spt, hvt).
     Shoal,
-    /// A native ELF executable (process, runc, runsc).
+    /// A native ELF executable (process, runc, runsc; a static Linux
+    /// executable also spt and hvt, as the instance image built around it).
     Native,
 }
 
@@ -154,7 +155,7 @@ impl ImageStore {
             let name = e.file_name();
             let name = name.to_string_lossy();
             let upload = is_digest(&name) || (name.starts_with('.') && name.ends_with(".tmp"));
-            if !upload || functions.iter().any(|f| f.image == p) {
+            if !upload || functions.iter().any(|f| f.image == p || f.executable.as_ref() == Some(&p)) {
                 continue;
             }
             let age = e.metadata().and_then(|m| m.modified()).ok().and_then(|m| now.duration_since(m).ok()).unwrap_or_default();

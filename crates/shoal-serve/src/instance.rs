@@ -84,6 +84,8 @@ fn tender_options(f: &Function) -> shoal_tender::RunOpts {
         mem: Some(f.memory.clone().into()),
         mem_mode: Some(f.mem_mode.clone().into()),
         fs: f.fs.clone().map(Into::into),
+        // An executable's argv[0] is its own path, not its instance image's.
+        argv0: f.executable.clone().map(Into::into),
         ..Default::default()
     };
     o.env = f.env.iter().map(|(k, v)| format!("{k}={v}").into()).collect();

@@ -66,8 +66,14 @@ pub const DEFAULT_CONCURRENCY: u32 = 1;
 pub struct Function {
     /// The function's name (letters, digits, `-`, `_`).
     pub name: String,
-    /// The image: a shoal image for spt/hvt, a native static executable otherwise.
+    /// The image: a shoal image for spt/hvt, a native static executable
+    /// otherwise. An executable deployed on spt/hvt: the instance image
+    /// built around it (in shoal's cache), the executable in [`Function::executable`].
     pub image: PathBuf,
+    /// spt/hvt: the unmodified Linux executable deployed (path or upload),
+    /// run as [`Function::image`] with it as argv[0].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executable: Option<PathBuf>,
     /// The backend that runs it.
     pub backend: Backend,
     /// The instance's memory, e.g. "256M": guest memory on spt/hvt
@@ -174,7 +180,9 @@ fn check_image(image: &Path, backend: Backend) -> Result<(), ApiError> {
     if !meta.is_file() {
         return Err(unprocessable(format!("image {} is not a regular file", image.display())));
     }
-    if backend.is_shoal() {
+    if backend.is_shoal() && shoal_tender::is_executable(image) {
+        // An executable: checked whole when its instance image is built.
+    } else if backend.is_shoal() {
         shoal_loader::Image::open(image).map_err(|e| unprocessable(format!("image {} is not a usable shoal image: {e}", image.display())))?;
     } else {
         let mut head = [0u8; 4];
@@ -191,7 +199,7 @@ impl Function {
     /// function: a deployment loaded from the state file at start.
     pub fn check_policy(&self, policy: &super::auth::Policy) -> Result<(), ApiError> {
         policy.check_backend(self.backend)?;
-        policy.check_path("image", &self.image)?;
+        policy.check_path("image", self.executable.as_ref().unwrap_or(&self.image))?;
         if let Some(fs) = &self.fs {
             policy.check_path("fs", fs)?;
         }
@@ -225,6 +233,14 @@ impl Function {
             policy.check_path("image", &image)?;
         }
         check_image(&image, backend)?;
+        let mut executable = None;
+        if backend.is_shoal() {
+            // An unmodified Linux executable runs as the instance image
+            // built around it, here once, as shoal-tender would build it.
+            if let Some(built) = shoal_tender::executable_image(&image).map_err(|e| unprocessable(format!("image {}: {e}", image.display())))? {
+                executable = Some(std::mem::replace(&mut image, built));
+            }
+        }
         let memory = req.memory.unwrap_or_else(|| "256M".into());
         let bytes = shoal_tender::parse_size(&memory).map_err(|e| unprocessable(format!("memory: {e}")))?;
         range("memory (bytes)", bytes, 4 << 20, 64 << 30)?;
@@ -255,6 +271,7 @@ impl Function {
         Ok(Function {
             name: name.to_string(),
             image,
+            executable,
             backend,
             memory,
             // One request at a time per instance unless the function says

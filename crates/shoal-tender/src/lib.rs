@@ -21,7 +21,7 @@
 
 use shoal_loader::{FsSource, MemoryMode, RunConfig};
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A command line that cannot be run, in one sentence.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +48,17 @@ pub enum ArgsError {
     /// A `--mem` value below a megabyte: most likely a unit left out.
     #[error("--mem {0} is too small for any instance (at least 1M; {1})")]
     SizeTooSmall(String, String),
+    /// An executable given, but the kernel image it runs on is not built.
+    #[error("{exe} is a Linux executable, which runs on shoal's kernel image {kernel}: it is not built yet (`shoal run {exe}` or `shoal serve` builds it)")]
+    NoExecKernel {
+        /// The executable.
+        exe: String,
+        /// Where the kernel image is expected.
+        kernel: String,
+    },
+    /// An executable that cannot run as an instance.
+    #[error(transparent)]
+    Exec(#[from] shoal_exec::ExecError),
     /// The image path is a directory.
     #[error("{0} is a directory, not an image")]
     ImageIsDirectory(PathBuf),
@@ -165,8 +176,11 @@ pub struct RunArgs {
     pub log_shrink: u32,
     /// `--log-report`.
     pub log_report: bool,
-    /// The image.
+    /// The image (for an executable given: the instance image built
+    /// around it, see [`executable_image`]).
     pub image: PathBuf,
+    /// The Linux executable given in place of an image, if one was.
+    pub executable: Option<PathBuf>,
     /// The program's arguments (after `--`).
     pub args: Vec<OsString>,
 }
@@ -547,6 +561,7 @@ impl RunArgs {
             log_shrink: 0,
             log_report: false,
             image,
+            executable: None,
             args,
         })
     }
@@ -561,6 +576,11 @@ impl RunArgs {
         let fs = o.fs.clone().map(PathBuf::from);
         let mut a = RunArgs::new(tender, fs, &mem, texts(&o.env), mode, o.pool_fallback, o.single_process, image, args)?;
         a.argv0 = o.argv0.clone();
+        if let Some(built) = executable_image(&a.image)? {
+            // The program's argv[0] stays the path given, as Linux gives it.
+            a.argv0 = a.argv0.or_else(|| Some(a.image.clone().into_os_string()));
+            a.executable = Some(std::mem::replace(&mut a.image, built));
+        }
         a.with_net(&texts(&o.publish), &texts(&o.listen_fd), o.net_outbound)?
             .with_allow(&texts(&o.net_allow))?
             .with_bind_any(o.net_bind_any)?
@@ -787,6 +807,57 @@ impl RunArgs {
     }
 }
 
+/// Where executables' instance images and the kernel image they are
+/// built on are kept: `$SHOAL_CACHE/exec`, by default
+/// `~/.cache/shoal/exec` (where `shoal run` builds them).
+pub fn exec_cache_dir() -> Option<PathBuf> {
+    let cache = match std::env::var_os("SHOAL_CACHE") {
+        Some(c) => PathBuf::from(c),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/shoal"),
+    };
+    Some(std::path::absolute(&cache).unwrap_or(cache).join("exec"))
+}
+
+/// The kernel image executables run on, in [`exec_cache_dir`]: one per
+/// source tree this command was built from (named by a hash of its path),
+/// so that two checkouts sharing the cache — whose kernels and tenders may
+/// speak different hypercall sets — never run each other's kernel.
+pub fn exec_kernel_image() -> Option<PathBuf> {
+    // FNV-1a: a name, not a defence (the cache is the user's own).
+    let tree = env!("CARGO_MANIFEST_DIR").bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    exec_cache_dir().map(|d| d.join(format!("kernel-{tree:016x}.img")))
+}
+
+/// Whether `image` is an ELF file that is not a shoal image: what
+/// [`executable_image`] builds an instance image around.
+pub fn is_executable(image: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 4];
+    // Only an ELF file is read whole: the check needs its sections.
+    let elf = std::fs::File::open(image).and_then(|mut f| f.read_exact(&mut head)).is_ok() && head == *b"\x7fELF";
+    elf && std::fs::read(image).is_ok_and(|b| shoal_exec::is_linux_executable(&b))
+}
+
+/// If `image` is an unmodified Linux executable rather than a shoal
+/// image: the instance image `shoal-exec` builds around it (once; later
+/// calls find it in the cache by content). `None` for anything else,
+/// including a file that cannot be read (the tender says why).
+/// Every command that takes an image passes here, through
+/// [`RunArgs::from_opts`].
+pub fn executable_image(image: &Path) -> Result<Option<PathBuf>, ArgsError> {
+    if !is_executable(image) {
+        return Ok(None);
+    }
+    let no_kernel = |k: &Path| ArgsError::NoExecKernel { exe: image.display().to_string(), kernel: k.display().to_string() };
+    let (Some(dir), Some(kernel)) = (exec_cache_dir(), exec_kernel_image()) else {
+        return Err(no_kernel(Path::new("~/.cache/shoal/exec (no HOME or SHOAL_CACHE)")));
+    };
+    if !kernel.is_file() {
+        return Err(no_kernel(&kernel));
+    }
+    Ok(Some(shoal_exec::prepare(image, &kernel, &dir)?.0))
+}
+
 /// A run that could not start or failed in its tender.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -796,6 +867,9 @@ pub enum RunError {
     /// The hvt tender's error.
     #[error(transparent)]
     Hvt(#[from] shoal_hvt::HvtError),
+    /// An executable's instance image could not be added to the pool.
+    #[error("cannot add the instance image of {0} to the library pool: {1}")]
+    Pool(PathBuf, shoal_loader::pool::PoolError),
     /// An allow-list asked of spt, which cannot enforce it.
     #[error("--net-allow needs --tender hvt: on spt the guest makes its socket calls on the host itself, which can limit ports but not addresses")]
     SptAllow,
@@ -805,6 +879,12 @@ pub enum RunError {
 /// [`RunArgs::single_process`] on spt it returns only errors: the process
 /// ends with the instance.
 pub fn run(args: &RunArgs) -> Result<i32, RunError> {
+    if let (Some(exe), MemoryMode::Pool) = (&args.executable, args.mode) {
+        // An executable's instance image is built on demand, so its
+        // read-only pages (the kernel's and the rewritten executable's)
+        // go to the pool here, once, like `shoal pool add` of an image.
+        shoal_loader::pool::Pool::default_pool().add(&args.image).map_err(|e| RunError::Pool(exe.clone(), e))?;
+    }
     let cfg = args.config();
     Ok(match args.tender {
         Tender::Spt if !args.net_allow.is_empty() => return Err(RunError::SptAllow),
