@@ -17,6 +17,9 @@ for f in noop twowrite fib matmul alloc static fileread sleep crash; do
     "$SHOAL" cc -O2 -o "$OUT/$f" "$here/$f.c" "$here/fn_http.c" -lpthread
     musl-gcc -static -O2 -o "$OUT/$f.native" "$here/$f.c" "$here/fn_http.c" -lpthread
 done
+# serial: one connection at a time, its own minimal server (no fn_http).
+"$SHOAL" cc -O2 -o "$OUT/serial" "$here/serial.c"
+musl-gcc -static -O2 -o "$OUT/serial.native" "$here/serial.c"
 # The Go functions (apps/functions/go/, the paper's Go functions): one
 # static executable each, OUT/go-NAME, which shoal runs unmodified and the
 # process, runc and runsc backends run as it is (OUT/go-NAME.native is the

@@ -30,7 +30,8 @@ pub enum FnCmd {
         /// Guest memory for spt/hvt (e.g. 256M).
         #[arg(long)]
         memory: Option<String>,
-        /// Requests one instance serves at once.
+        /// Requests one instance serves at once (default 1; say more only
+        /// if the function serves several connections at once).
         #[arg(long)]
         concurrency: Option<u32>,
         /// The most instances at once.

@@ -58,6 +58,9 @@ impl Backend {
     }
 }
 
+/// Requests one instance serves at once when the deploy does not say.
+pub const DEFAULT_CONCURRENCY: u32 = 1;
+
 /// A deployed function: a name, an image and its settings.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Function {
@@ -72,7 +75,8 @@ pub struct Function {
     /// (`linux.resources.memory.limit`), the address-space limit
     /// (RLIMIT_AS) of a `process` instance.
     pub memory: String,
-    /// Requests one instance serves at once.
+    /// Requests one instance serves at once (and so connections the
+    /// gateway keeps open to it); [`DEFAULT_CONCURRENCY`] unless given.
     pub concurrency: u32,
     /// The most instances running at once.
     pub max_instances: u32,
@@ -253,7 +257,12 @@ impl Function {
             image,
             backend,
             memory,
-            concurrency: range("concurrency", req.concurrency.unwrap_or(8), 1, 1024)?,
+            // One request at a time per instance unless the function says
+            // it serves more (as Lambda does): a server that handles one
+            // connection until its client closes it (a common shape) would
+            // otherwise keep the gateway's first kept-alive connection and
+            // leave the others waiting in its backlog until they time out.
+            concurrency: range("concurrency", req.concurrency.unwrap_or(DEFAULT_CONCURRENCY), 1, 1024)?,
             max_instances: range("max_instances", req.max_instances.unwrap_or(4), 1, 1024)?,
             queue: range("queue", req.queue.unwrap_or(256), 0, 100_000)?,
             timeout_ms: range("timeout_ms", req.timeout_ms.unwrap_or(30_000), 1, 3_600_000)?,
