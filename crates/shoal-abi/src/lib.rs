@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 15;
+pub const ABI_VERSION: u32 = 16;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -424,6 +424,52 @@ pub enum Hypercall {
     /// `mremap`) and for `madvise(MADV_DONTNEED | MADV_FREE)`, so freed
     /// guest memory stops costing the host memory.
     Release = 16,
+    /// Tell the tender where the kernel takes a CPU fault of the program
+    /// (a nil dereference, `ud2`, `int3`, a division by zero) to deliver
+    /// it as a Linux signal to the program's own handler:
+    /// [`ProgramFaultArgs`]; `entry` 0 withdraws it. Asked after
+    /// [`Hypercall::FaultHandler`]'s hand-back declined (recovery first).
+    ProgramFault = 17,
+}
+
+/// Arguments of [`Hypercall::ProgramFault`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProgramFaultArgs {
+    /// Guest address of the kernel's program-fault entry (0: none). The
+    /// tender resumes the faulting thread there with the stack 128 bytes
+    /// below the faulting one (16-aligned, less 8) after writing
+    /// [`ProgramFaultArea`] at `area`; every other register is undefined.
+    pub entry: u64,
+    /// Guest address of the kernel's 8-aligned, writable
+    /// [`ProgramFaultArea`].
+    pub area: u64,
+    /// Out: 0, or a negative Linux errno (`ENOSYS`: faults are not
+    /// handed back by this tender).
+    pub ret: i64,
+}
+
+/// What the tender writes for a program fault: the faulting thread's
+/// registers in Linux's `mcontext_t.gregs` order (r8 … r15, rdi, rsi,
+/// rbp, rbx, rdx, rax, rcx, rsp, rip, eflags), then what the signal's
+/// `siginfo_t` and `mcontext_t` say of the fault.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProgramFaultArea {
+    /// The general registers, rip and eflags at the fault.
+    pub regs: [u64; 18],
+    /// The signal (SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGFPE).
+    pub signo: u64,
+    /// `si_code` (e.g. `SEGV_MAPERR`, `FPE_INTDIV`).
+    pub code: u64,
+    /// `si_addr`.
+    pub addr: u64,
+    /// The exception vector (`mcontext_t.trapno`).
+    pub trapno: u64,
+    /// The CPU's error code (`mcontext_t.err`).
+    pub err: u64,
+    /// The faulting address of a page fault (`mcontext_t.cr2`).
+    pub cr2: u64,
 }
 
 /// Arguments of [`Hypercall::FaultHandler`].
@@ -593,13 +639,14 @@ impl Hypercall {
             14 => Some(Hypercall::AliasList),
             15 => Some(Hypercall::FaultHandler),
             16 => Some(Hypercall::Release),
+            17 => Some(Hypercall::ProgramFault),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 17;
+pub const HYPERCALL_MAX: u64 = 18;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;

@@ -160,6 +160,9 @@ pub struct Guest<'a> {
     /// The kernel's fault entry and armed word (`FaultHandler`), once
     /// registered; `None` as a field: not supported here (`ENOSYS`).
     pub fault: Option<&'a std::cell::Cell<Option<(u64, u64)>>>,
+    /// The kernel's program-fault entry and area (`ProgramFault`), once
+    /// registered; `None` as a field: not supported here (`ENOSYS`).
+    pub program: Option<&'a std::cell::Cell<Option<(u64, u64)>>>,
 }
 
 /// How the run loop gives one range of a `Release` request back: as
@@ -469,6 +472,27 @@ pub fn handle(
                 Some(_) if !g.mem.contains(GuestAddr(a.armed), 8) || !g.mem.contains(GuestAddr(a.entry), 1) => EFAULT,
                 Some(f) => {
                     f.set(Some((a.entry, a.armed)));
+                    0
+                }
+            };
+            put(g, call, arg, &a)
+        }
+        Hypercall::ProgramFault => {
+            let mut a: shoal_abi::ProgramFaultArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            let size = core::mem::size_of::<shoal_abi::ProgramFaultArea>() as u64;
+            a.ret = match g.program {
+                None => -i64::from(libc::ENOSYS),
+                Some(f) if a.entry == 0 => {
+                    f.set(None);
+                    0
+                }
+                Some(_) if !a.area.is_multiple_of(8) => -i64::from(libc::EINVAL),
+                Some(_) if !g.read_only.writable(g.mem, a.area, size) || !g.mem.contains(GuestAddr(a.entry), 1) => EFAULT,
+                Some(f) => {
+                    f.set(Some((a.entry, a.area)));
                     0
                 }
             };

@@ -532,6 +532,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     let kept = std::cell::RefCell::new(None);
     let volume = cfg.volume.as_ref().map(|_| (&kept, p.params.volume_max));
     let fault_handler = std::cell::Cell::new(None);
+    let program_fault = std::cell::Cell::new(None);
     let guest = hypercall::Guest {
         mem: &mem,
         private: &vm.memory,
@@ -541,6 +542,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         release: Some(&release),
         volume,
         fault: Some(&fault_handler),
+        program: Some(&program_fault),
     };
     let mut buffer = None;
     // SIGTERM and SIGHUP go to the guest while it runs (crate::forward);
@@ -633,6 +635,11 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
                         Ok(false) => {}
                         Err(e) => break Outcome::Stopped(e.to_string()),
                     }
+                    match program_fault_back(&vm, &mem, &p.read_only, program_fault.get(), &report) {
+                        Ok(true) => continue,
+                        Ok(false) => {}
+                        Err(e) => break Outcome::Stopped(e.to_string()),
+                    }
                 }
                 let cause = (report.vector == 14 && !syscall).then(|| x86::page_fault_cause(report.error_code, p.private.map.perm(report.cr2)));
                 break Outcome::Fault { report, cpu: true, syscall, cause };
@@ -703,6 +710,53 @@ fn hand_back(vm: &vm::Vm, mem: &GuestMemory, handler: Option<(u64, u64)>, report
     }
     let addr = if report.vector == 14 { report.cr2 } else { 0 };
     vm.resume_at_cpl3(entry, new_sp, [x86::vector_signal(report.vector) as u64, addr, report.rip])?;
+    Ok(true)
+}
+
+/// Hands a CPU fault of the program to the kernel when it registered its
+/// program-fault entry (`Hypercall::ProgramFault`; after recovery
+/// declined it): the faulting registers, which this VMM reads itself (the
+/// vCPU's, and the rax, rdx and rflags the exception stub saved below its
+/// report in its own page, which the guest cannot write), and the signal
+/// Linux would raise, go into the kernel's area, and the vCPU returns to
+/// CPL 3 at the entry below the faulting frame's red zone. Only an
+/// instruction in guest memory, only the guest's own entry: a hostile
+/// guest gains nothing it could not do by jumping.
+fn program_fault_back(vm: &vm::Vm, mem: &GuestMemory, ro: &hypercall::ReadOnly, program: Option<(u64, u64)>, report: &FaultArgs) -> Result<bool, vm::KvmError> {
+    let Some((entry, area)) = program else { return Ok(false) };
+    let size = core::mem::size_of::<shoal_abi::ProgramFaultArea>() as u64;
+    let new_sp = (report.rsp.wrapping_sub(128) & !15).wrapping_sub(8);
+    if !mem.contains(shoal_loader::GuestAddr(report.rip), 1) || !mem.contains(shoal_loader::GuestAddr(new_sp), 8) || !ro.writable(mem, area, size) {
+        return Ok(false);
+    }
+    let mut raw = [0u8; 24];
+    if vm_memory::Bytes::read_slice(&vm.memory, &mut raw, vm_memory::MemoryRegionAddress(x86::FAULT_SAVED_ADDR)).is_err() {
+        return Ok(false);
+    }
+    let word = |i: usize| raw[i * 8..i * 8 + 8].iter().rev().fold(0u64, |w, &b| w << 8 | u64::from(b));
+    let (rflags, rdx, rax) = (word(0), word(1), word(2));
+    let Ok(r) = vm.vcpu.get_regs() else { return Ok(false) };
+    let sig = x86::vector_signal(report.vector);
+    // si_code and si_addr as Linux's trap handlers give them.
+    let (code, addr) = match report.vector {
+        14 => (if report.error_code & 1 == 0 { 1 } else { 2 }, report.cr2),
+        0 => (1, report.rip),
+        6 => (2, report.rip),
+        _ => (0x80, 0),
+    };
+    let a = shoal_abi::ProgramFaultArea {
+        regs: [r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rdi, r.rsi, r.rbp, r.rbx, rdx, rax, r.rcx, report.rsp, report.rip, rflags],
+        signo: sig as u64,
+        code,
+        addr,
+        trapno: report.vector,
+        err: report.error_code,
+        cr2: if report.vector == 14 { report.cr2 } else { 0 },
+    };
+    if mem.write_obj(shoal_loader::GuestAddr(area), &a).is_err() {
+        return Ok(false);
+    }
+    vm.resume_at_cpl3(entry, new_sp, [0, 0, 0])?;
     Ok(true)
 }
 

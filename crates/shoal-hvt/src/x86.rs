@@ -56,6 +56,10 @@ const TABLES_START: u64 = 0x6000;
 /// and cr2 so that the five lowest quadwords read as a `FaultArgs`.
 pub const FAULT_REPORT_ADDR: u64 = STACK0_TOP - 7 * 8;
 
+/// Where the stub saves, before it uses them, the interrupted rflags, rdx
+/// and rax (lowest first): just below the report.
+pub const FAULT_SAVED_ADDR: u64 = FAULT_REPORT_ADDR - 3 * 8;
+
 /// Where `syscall` lands if a CPU ignores EFER.SCE (this nested KVM does):
 /// MSR LSTAR points here, in the not-present null page, so a `syscall`
 /// becomes a page fault with rip = cr2 = this address and rcx = the address
@@ -363,7 +367,11 @@ pub fn build(mem_size: u64, image: &[Region], image_start: u64, image_end: u64) 
     // vector, error code, rip, cs, rflags, rsp, ss. It turns the first five
     // into a FaultArgs {vector, error_code, rip, rsp, cr2} and reports it.
     // (Hand-assembled; checked with `as` + `objdump -d -M intel`.)
-    let common: [u8; 29] = [
+    let common: [u8; 49] = [
+        0x48, 0x89, 0x44, 0x24, 0xf8, // mov [rsp-8], rax      ; saved rax
+        0x48, 0x89, 0x54, 0x24, 0xf0, // mov [rsp-16], rdx     ; saved rdx
+        0x48, 0x8b, 0x44, 0x24, 0x20, // mov rax, [rsp+0x20]   ; rflags
+        0x48, 0x89, 0x44, 0x24, 0xe8, // mov [rsp-24], rax     ; saved rflags
         0x48, 0x8b, 0x44, 0x24, 0x28, // mov rax, [rsp+0x28]   ; interrupted rsp
         0x48, 0x89, 0x44, 0x24, 0x18, // mov [rsp+0x18], rax   ; over the cs slot
         0x0f, 0x20, 0xd0, //             mov rax, cr2
@@ -375,7 +383,7 @@ pub fn build(mem_size: u64, image: &[Region], image_start: u64, image_end: u64) 
         0xeb, 0xfd, //                   jmp 1b
         0x90, //                         nop (padding)
     ];
-    debug_assert_eq!(u16::from_le_bytes([common[22], common[23]]), HYPERCALL_PORT_BASE + Hypercall::Fault as u16);
+    debug_assert_eq!(u16::from_le_bytes([common[42], common[43]]), HYPERCALL_PORT_BASE + Hypercall::Fault as u16);
     put(&mut b, STUB_ADDR + STUB_COMMON, &common);
 
     // --- IDT ---------------------------------------------------------------

@@ -92,6 +92,10 @@ unsafe impl Pod for shoal_abi::SignalWordArgs {}
 // SAFETY: as above (three 8-byte fields).
 unsafe impl Pod for shoal_abi::FaultHandlerArgs {}
 // SAFETY: as above (three 8-byte fields).
+unsafe impl Pod for shoal_abi::ProgramFaultArgs {}
+// SAFETY: as above (24 8-byte fields).
+unsafe impl Pod for shoal_abi::ProgramFaultArea {}
+// SAFETY: as above (three 8-byte fields).
 unsafe impl Pod for shoal_abi::VolumeSaveArgs {}
 // SAFETY: as above (five 8-byte fields).
 unsafe impl Pod for shoal_abi::PreemptArgs {}

@@ -109,35 +109,7 @@ pub fn apply(rel: &Path, pid: i32, res: &Resources) -> Result<Vec<PathBuf>, Cgro
         };
         made.push(dir.clone());
         let limits = || -> Result<(), CgroupError> {
-            if let Some(limit) = res.memory.as_ref().and_then(|m| m.limit).filter(|l| *l > 0) {
-                if v2 {
-                    set(&dir, "memory.max", limit.to_string())?;
-                } else if name == "memory" {
-                    set(&dir, "memory.limit_in_bytes", limit.to_string())?;
-                }
-            }
-            if let Some(p) = res.pids.as_ref().filter(|p| p.limit > 0) {
-                if v2 || name == "pids" {
-                    set(&dir, "pids.max", p.limit.to_string())?;
-                }
-            }
-            if let Some(cpu) = &res.cpu {
-                if v2 {
-                    if let Some(q) = cpu.quota.filter(|q| *q > 0) {
-                        set(&dir, "cpu.max", format!("{q} {}", cpu.period.unwrap_or(100_000)))?;
-                    }
-                } else if hier.join("cpu.shares").exists() {
-                    if let Some(s) = cpu.shares.filter(|s| *s > 0) {
-                        set(&dir, "cpu.shares", s.to_string())?;
-                    }
-                    if let Some(p) = cpu.period.filter(|p| *p > 0) {
-                        set(&dir, "cpu.cfs_period_us", p.to_string())?;
-                    }
-                    if let Some(q) = cpu.quota.filter(|q| *q != 0) {
-                        set(&dir, "cpu.cfs_quota_us", q.to_string())?;
-                    }
-                }
-            }
+            write_limits(&dir, v2, res)?;
             set(&dir, "cgroup.procs", pid.to_string())
         };
         if let Err(e) = limits() {
@@ -146,6 +118,56 @@ pub fn apply(rel: &Path, pid: i32, res: &Resources) -> Result<Vec<PathBuf>, Cgro
         }
     }
     Ok(made)
+}
+
+/// Writes the limits `res` sets into the container's cgroup `dir` (`v2`:
+/// of the unified hierarchy, else one v1 controller's directory, which
+/// takes only its own controller's files).
+fn write_limits(dir: &Path, v2: bool, res: &Resources) -> Result<(), CgroupError> {
+    let name = dir.strip_prefix(MOUNT).ok().and_then(|r| r.components().next()).map(|c| c.as_os_str().to_string_lossy().into_owned()).unwrap_or_default();
+    if let Some(limit) = res.memory.as_ref().and_then(|m| m.limit).filter(|l| *l > 0) {
+        if v2 {
+            set(dir, "memory.max", limit.to_string())?;
+        } else if name == "memory" {
+            set(dir, "memory.limit_in_bytes", limit.to_string())?;
+        }
+    }
+    if let Some(p) = res.pids.as_ref().filter(|p| p.limit > 0) {
+        if v2 || name == "pids" {
+            set(dir, "pids.max", p.limit.to_string())?;
+        }
+    }
+    if let Some(cpu) = &res.cpu {
+        if v2 {
+            if let Some(q) = cpu.quota.filter(|q| *q > 0) {
+                set(dir, "cpu.max", format!("{q} {}", cpu.period.unwrap_or(100_000)))?;
+            }
+        } else if dir.join("cpu.shares").exists() {
+            if let Some(s) = cpu.shares.filter(|s| *s > 0) {
+                set(dir, "cpu.shares", s.to_string())?;
+            }
+            if let Some(p) = cpu.period.filter(|p| *p > 0) {
+                set(dir, "cpu.cfs_period_us", p.to_string())?;
+            }
+            if let Some(q) = cpu.quota.filter(|q| *q != 0) {
+                set(dir, "cpu.cfs_quota_us", q.to_string())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `update`: writes new limits into a running container's cgroups (the
+/// directories [`apply`] made). The guest's memory size was fixed when it
+/// booted: a lower memory limit bounds the instance (one that uses more is
+/// killed by the kernel's OOM killer, as a runc container would be), a
+/// higher one only lets the tender grow.
+pub fn update(dirs: &[PathBuf], res: &Resources) -> Result<(), CgroupError> {
+    let pure_v2 = Path::new(MOUNT).join("cgroup.controllers").exists();
+    for d in dirs {
+        write_limits(d, pure_v2, res)?;
+    }
+    Ok(())
 }
 
 /// Removes the directories [`apply`] made (their tasks must have ended).

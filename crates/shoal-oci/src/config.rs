@@ -307,6 +307,9 @@ pub struct Pids {
     pub limit: i64,
 }
 
+/// The most guest memory given beyond `linux.resources.memory.limit`.
+const GUEST_HEADROOM: i64 = 256 << 20;
+
 /// Mount destinations an engine adds to every container which the guest
 /// does not need: it has its own /proc, /dev, /sys and /dev/shm, and no
 /// resolver files of the host (names are resolved from the host's answers,
@@ -500,7 +503,14 @@ impl Spec {
             if limit < 4 << 20 {
                 return Err(ConfigError::TooLittleMemory(limit));
             }
-            opts.mem = Some(limit.to_string().into());
+            // The cgroup's limit is the container's limit, as for a Linux
+            // process: the guest gets room beyond it for address space it
+            // reserves but never touches (stacks, heap arenas), which costs
+            // the host nothing, so a program that uses too much is killed
+            // by the kernel's OOM killer at the limit (the engine reports
+            // OOMKilled) rather than failing an allocation somewhere below
+            // it, depending on how much the tender itself took.
+            opts.mem = Some((limit + limit.min(GUEST_HEADROOM)).to_string().into());
         }
         for e in process.env.iter().filter(|e| e.contains('=')) {
             opts.env.push(e.into());
@@ -599,7 +609,7 @@ mod tests {
             "--argv0",
             "app",
             "--mem",
-            "67108864",
+            "134217728",
             "--env",
             "PATH=/bin",
             "--env",

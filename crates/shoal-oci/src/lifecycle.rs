@@ -60,6 +60,9 @@ pub enum LifeError {
     #[error("container not running")]
     NotRunning,
     /// runc's wording.
+    #[error("cannot update a stopped container")]
+    UpdateStopped,
+    /// runc's wording.
     #[error("unknown signal {0:?}")]
     BadSignal(String),
     /// A terminal without a socket to send it to (runc's wording).
@@ -447,6 +450,24 @@ pub fn pids(root: &Root, id: &str) -> Result<Vec<i32>, LifeError> {
         Status::Created | Status::Running => std::iter::once(s.pid).chain(sys::descendants(s.pid)).collect(),
         _ => Vec::new(),
     })
+}
+
+/// `update`: new cgroup limits for a created or running container
+/// (containerd's shim passes `linux.resources` as JSON, from
+/// UpdateContainerResources). `memory.limit` must leave the guest room to
+/// boot, as at create.
+pub fn update(root: &Root, id: &str, res: &config::Resources) -> Result<(), LifeError> {
+    let s = root.load(id)?;
+    match root.status(&s) {
+        Status::Created | Status::Running => {}
+        Status::Creating => return Err(LifeError::Creating("update")),
+        Status::Stopped => return Err(LifeError::UpdateStopped),
+    }
+    if let Some(limit) = res.memory.as_ref().and_then(|m| m.limit).filter(|l| (1..4 << 20).contains(l)) {
+        return Err(config::ConfigError::TooLittleMemory(limit).into());
+    }
+    cgroup::update(&s.cgroups, res)?;
+    Ok(())
 }
 
 /// `kill`.

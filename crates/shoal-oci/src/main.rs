@@ -124,7 +124,30 @@ enum Cmd {
         /// The container id.
         id: String,
     },
-    /// Anything else runc has (exec, pause, update, checkpoint, …).
+    /// Set new resource limits (the container's cgroups).
+    Update {
+        /// The `linux.resources` JSON to apply, from a file or `-` (stdin).
+        #[arg(short, long)]
+        resources: Option<PathBuf>,
+        /// Memory limit in bytes.
+        #[arg(short, long)]
+        memory: Option<i64>,
+        /// CPU shares (relative weight).
+        #[arg(long)]
+        cpu_shares: Option<u64>,
+        /// CPU CFS period in microseconds.
+        #[arg(long)]
+        cpu_period: Option<u64>,
+        /// CPU CFS quota in microseconds per period.
+        #[arg(long)]
+        cpu_quota: Option<i64>,
+        /// Most tasks.
+        #[arg(long)]
+        pids_limit: Option<i64>,
+        /// The container id.
+        id: String,
+    },
+    /// Anything else runc has (exec, pause, checkpoint, …).
     #[command(external_subcommand)]
     Other(Vec<String>),
 }
@@ -207,9 +230,39 @@ fn run(cli: &Cli, log: &Log) -> anyhow::Result<()> {
                 f => anyhow::bail!("invalid format option {f:?} (table or json)"),
             }
         }
+        Some(Cmd::Update { resources, memory, cpu_shares, cpu_period, cpu_quota, pids_limit, id }) => {
+            let mut res = match resources.as_deref() {
+                Some(p) => {
+                    let text = if p == std::path::Path::new("-") {
+                        let mut t = Vec::new();
+                        std::io::Read::read_to_end(&mut std::io::stdin(), &mut t).map_err(|e| anyhow::anyhow!("cannot read the resources from stdin: {e}"))?;
+                        t
+                    } else {
+                        std::fs::read(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?
+                    };
+                    serde_json::from_slice(&text).map_err(|e| anyhow::anyhow!("the resources are not valid linux.resources JSON: {e}"))?
+                }
+                None => config::Resources::default(),
+            };
+            if let Some(m) = memory {
+                res.memory.get_or_insert_with(Default::default).limit = Some(*m);
+            }
+            if cpu_shares.is_some() || cpu_period.is_some() || cpu_quota.is_some() {
+                let cpu = res.cpu.get_or_insert_with(Default::default);
+                cpu.shares = cpu_shares.or(cpu.shares);
+                cpu.period = cpu_period.or(cpu.period);
+                cpu.quota = cpu_quota.or(cpu.quota);
+            }
+            if let Some(l) = pids_limit {
+                res.pids = Some(config::Pids { limit: *l });
+            }
+            lifecycle::update(&root, id, &res)?
+        }
         Some(Cmd::Other(args)) => {
             let name = args.first().map(String::as_str).unwrap_or_default();
-            anyhow::bail!("shoal-oci does not support {name:?}: a shoal container runs one program, its image, in a unikernel guest (no exec, pause, update or checkpoint)");
+            anyhow::bail!(
+                "shoal-oci does not support {name:?}: a shoal container runs one program, its image, in a unikernel guest (no exec, pause or checkpoint)"
+            );
         }
     }
     Ok(())

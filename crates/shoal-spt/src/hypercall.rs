@@ -185,6 +185,7 @@ fn name(nr: u64) -> &'static str {
         Some(Hypercall::AliasList) => "alias list",
         Some(Hypercall::FaultHandler) => "fault handler",
         Some(Hypercall::Release) => "release",
+        Some(Hypercall::ProgramFault) => "program fault",
         None => "unknown",
     }
 }
@@ -463,6 +464,22 @@ pub fn dispatch(nr: u64, arg: u64) -> Result<(), End> {
                 -i64::from(libc::EFAULT)
             } else {
                 crate::signals::register_fault_handler(a.entry, a.armed, GuestMemory::LOW, mem.size());
+                0
+            };
+            put(arg, &a);
+        }
+        Some(Hypercall::ProgramFault) => {
+            let mut a: shoal_abi::ProgramFaultArgs = args(nr, arg, true)?;
+            let size = core::mem::size_of::<shoal_abi::ProgramFaultArea>() as u64;
+            a.ret = if a.entry == 0 {
+                crate::signals::register_program_fault(0, 0);
+                0
+            } else if !a.area.is_multiple_of(8) {
+                -i64::from(libc::EINVAL)
+            } else if !writable(a.area, size) || !guest_mem().contains(GuestAddr(a.entry), 1) {
+                -i64::from(libc::EFAULT)
+            } else {
+                crate::signals::register_program_fault(a.entry, a.area);
                 0
             };
             put(arg, &a);

@@ -305,6 +305,62 @@ fn redirect(what: u64, addr: u64, ctx: *mut libc::c_void) -> bool {
     true
 }
 
+/// The kernel's program-fault entry (`Hypercall::ProgramFault`; 0: none).
+static PROGRAM_ENTRY: AtomicU64 = AtomicU64::new(0);
+/// Where the kernel reads the fault (`shoal_abi::ProgramFaultArea`).
+static PROGRAM_AREA: AtomicU64 = AtomicU64::new(0);
+
+/// Registers (or, with `entry` 0, withdraws) the kernel's program-fault
+/// entry and area (checked by the caller: `entry` in guest memory, `area`
+/// 8-aligned and writable).
+pub fn register_program_fault(entry: u64, area: u64) {
+    PROGRAM_AREA.store(area, Ordering::SeqCst);
+    PROGRAM_ENTRY.store(entry, Ordering::SeqCst);
+}
+
+/// Hands a CPU fault of the program (any crash signal whose instruction
+/// lies in guest memory, after recovery declined it) to the kernel, which
+/// delivers it as a Linux signal to the program's handler: the faulting
+/// registers and what the host kernel said of the fault go into the
+/// registered area, and the guest resumes at the registered entry below
+/// the faulting frame's red zone. Only values this handler read from the
+/// host's `ucontext_t` and `siginfo_t` are written, only to the area the
+/// kernel registered (checked writable again now: the kernel may have
+/// changed its protections), and only the guest's own registered entry is
+/// resumed: a hostile guest gets nothing it could not do by jumping.
+fn program_fault(sig: libc::c_int, code: u64, addr: u64, ctx: *mut libc::c_void) -> bool {
+    let (entry, area) = (PROGRAM_ENTRY.load(Ordering::SeqCst), PROGRAM_AREA.load(Ordering::SeqCst));
+    if entry == 0 || ctx.is_null() {
+        return false;
+    }
+    // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO
+    // handler; returning from the handler loads the registers changed here.
+    let uc = unsafe { &mut *ctx.cast::<libc::ucontext_t>() };
+    let g = &mut uc.uc_mcontext.gregs;
+    let (rip, rsp) = (g[libc::REG_RIP as usize] as u64, g[libc::REG_RSP as usize] as u64);
+    let (lo, hi) = (GUEST_LO.load(Ordering::SeqCst), GUEST_HI.load(Ordering::SeqCst));
+    let mem = crate::hypercall::guest_mem();
+    let (lo, hi) = if hi == 0 { (shoal_loader::GuestMemory::LOW, mem.size()) } else { (lo, hi) };
+    let new_sp = (rsp.wrapping_sub(128) & !15).wrapping_sub(8);
+    let size = core::mem::size_of::<shoal_abi::ProgramFaultArea>() as u64;
+    if !(lo..hi).contains(&rip) || !(lo + 4096..hi).contains(&new_sp) || !crate::hypercall::writable(area, size) {
+        return false;
+    }
+    let mut a = shoal_abi::ProgramFaultArea { signo: sig as u64, code, addr, ..Default::default() };
+    for (r, v) in a.regs.iter_mut().zip(g.iter()) {
+        *r = *v as u64;
+    }
+    a.err = g[libc::REG_ERR as usize] as u64;
+    a.trapno = g[libc::REG_TRAPNO as usize] as u64;
+    a.cr2 = g[libc::REG_CR2 as usize] as u64;
+    // SAFETY: `area` was checked just now: 8-aligned (at registration)
+    // and writable guest memory, which stays mapped for the process's life.
+    unsafe { core::ptr::write_volatile(area as *mut shoal_abi::ProgramFaultArea, a) };
+    g[libc::REG_RIP as usize] = entry as i64;
+    g[libc::REG_RSP as usize] = new_sp as i64;
+    true
+}
+
 /// The crash signals' handler.
 pub extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let (code, addr) = if info.is_null() {
@@ -314,7 +370,8 @@ pub extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *m
         let i = unsafe { &*info.cast::<SigInfo>() };
         (i.code as u32 as u64, i.addr)
     };
-    if hand_back(sig, addr, ctx) {
+    // Recovery's own faults first: a fault inside a rebootable component.
+    if hand_back(sig, addr, ctx) || program_fault(sig, code, addr, ctx) {
         return;
     }
     record(CRASH, sig as u64, code, addr, rip_of(ctx));

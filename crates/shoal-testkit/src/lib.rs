@@ -24,6 +24,7 @@ pub const FEATURES: &[(&str, &str)] = &[
     ("podman", "podman is installed"),
     ("containerd", "containerd and ctr are installed"),
     ("go", "go is installed and scripts/setup fetched runtime-tools with it"),
+    ("crictl", "scripts/setup built crictl and critest (cri-tools) into ~/.cache/shoal with go"),
     ("hey", "hey (HTTP load generator) is installed"),
     ("wrk", "wrk (HTTP load generator) is installed"),
     ("redis-benchmark", "redis-benchmark is installed"),
@@ -75,6 +76,9 @@ pub fn probe(feature: &str) -> Result<(), String> {
             program("go")?;
             runtime_tools().map(|_| ()).ok_or_else(|| "runtime-tools is not fetched into ~/.cache/shoal (scripts/setup fetches it with go)".into())
         }
+        "crictl" => {
+            cri_tool("crictl").map(|_| ()).ok_or_else(|| "crictl is not built into ~/.cache/shoal/cri-tools-* (scripts/setup builds it with go)".into())
+        }
         "two-cpus" => match std::thread::available_parallelism().map_or(1, |n| n.get()) {
             n if n >= 2 => Ok(()),
             n => Err(format!("this machine has {n} CPU")),
@@ -118,6 +122,21 @@ pub fn runtime_tools() -> Option<PathBuf> {
         .filter_map(Result::ok)
         .find(|e| e.file_name().to_string_lossy().starts_with("runtime-tools-") && e.path().is_dir())
         .map(|e| e.path())
+}
+
+/// `name` (`crictl` or `critest`) as scripts/setup built it into
+/// ~/.cache/shoal/cri-tools-VERSION, if it did.
+pub fn cri_tool(name: &str) -> Option<PathBuf> {
+    let cache = PathBuf::from(std::env::var_os("HOME")?).join(".cache/shoal");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(cache)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("cri-tools-"))
+        .map(|e| e.path().join(name))
+        .filter(|p| p.is_file())
+        .collect();
+    dirs.sort();
+    dirs.pop()
 }
 
 /// The effective uid, from /proc/self/status.

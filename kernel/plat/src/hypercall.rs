@@ -221,6 +221,16 @@ pub fn fault_handler(entry: u64, armed: u64) -> i64 {
     a.ret
 }
 
+/// Registers (`entry` 0: withdraws) the kernel's program-fault entry and
+/// the area the tender writes the fault to
+/// ([`shoal_abi::Hypercall::ProgramFault`]); 0, or a negative errno
+/// (`ENOSYS`: this tender cannot hand the program's faults back).
+pub fn program_fault(entry: u64, area: u64) -> i64 {
+    let mut a = shoal_abi::ProgramFaultArgs { entry, area, ret: 0 };
+    raw(Hypercall::ProgramFault, &mut a);
+    a.ret
+}
+
 /// Reads the tender's standard input into `buf` without blocking; returns
 /// bytes read, 0 at end of input, `-EAGAIN` when nothing is available now,
 /// or another negative errno.

@@ -42,8 +42,10 @@
 //! frame's are zero and are not taken back. [`build_frame`] and
 //! [`read_frame`] take and give a register set for an entry path that
 //! saves one. `sigaltstack` reports `SS_ONSTACK` and refuses changes
-//! (`EPERM`) while the caller runs on it. Faults (SIGSEGV, SIGFPE…) are
-//! not yet turned into signals.
+//! (`EPERM`) while the caller runs on it. A CPU fault of the program
+//! (SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGFPE) reaches [`deliver_fault`]
+//! through the tender's program-fault hand-back, offered only while such
+//! a signal has a handler ([`update_fault_entry`]).
 
 use shoal_plat::Errno;
 
@@ -1016,22 +1018,102 @@ pub fn on_stack(st: &StackT, sp: u64) -> bool {
 }
 
 fn call_handler(sig: i32, from: Info, act: KSigaction, old_mask: u64, frame: Option<&mut Interrupted>) -> u64 {
-    let info = from.siginfo(sig);
-    let here = current_sp();
     // The interrupted registers: a preempted thread's; inside a system
     // call of a program linked with the kernel, none are saved (the call
     // is a function call): zero, and what the handler changes is not taken.
     let regs = frame.as_deref().map_or([0; 18], |f| regs_of(f, interrupted_rsp(core::ptr::from_ref(f) as u64)));
+    let flags = frame.as_deref().map_or(0, |f| f[15]);
+    let (back, mask) = run_handler(sig, from.siginfo(sig), Fault::default(), act, old_mask, regs, current_sp(), flags, 0);
+    if let Some(fr) = frame {
+        regs_to(&back, fr);
+    }
+    mask
+}
+
+/// The signals a CPU fault of the program raises: SIGILL, SIGTRAP,
+/// SIGBUS, SIGFPE, SIGSEGV.
+pub const FAULT_SIGNALS: [i32; 5] = [4, 5, 7, 8, 11];
+
+/// The kernel's program-fault entry and area (set at boot by the syscall
+/// crate, which owns the entry), and whether the tender has them now.
+static FAULT_ENTRY: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static FAULT_AREA: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static FAULT_REGISTERED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Sets the program-fault entry and area given to the tender while the
+/// program has a handler for a fault signal ([`update_fault_entry`]).
+pub fn set_fault_entry(entry: u64, area: u64) {
+    FAULT_AREA.store(area, core::sync::atomic::Ordering::Relaxed);
+    FAULT_ENTRY.store(entry, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// Gives the tender the program-fault entry while some fault signal has a
+/// handler, and withdraws it when none has: a program without one ends at
+/// a fault exactly as before (the tender's own report and status).
+pub fn update_fault_entry() {
+    use core::sync::atomic::Ordering::Relaxed;
+    let entry = FAULT_ENTRY.load(Relaxed);
+    if entry == 0 {
+        return;
+    }
+    let want = SIGNALS.with(|s| FAULT_SIGNALS.iter().any(|&sig| matches!(s.disposition(sig), Disposition::Handle(_))));
+    if want != FAULT_REGISTERED.load(Relaxed) {
+        let r = shoal_plat::hypercall::program_fault(if want { entry } else { 0 }, FAULT_AREA.load(Relaxed));
+        FAULT_REGISTERED.store(want && r == 0, Relaxed);
+    }
+}
+
+/// Delivers a CPU fault of the program, as Linux's `force_sig_fault`:
+/// with the signal unblocked and a handler installed, the handler runs on
+/// a frame holding the faulting registers and `trapno`/`err`/`cr2`, and
+/// what its `rt_sigreturn` leaves in the context (a handler may move rip
+/// and rsp: Go's sigpanic does) is returned, to resume there. `None`
+/// (blocked, ignored or default): the fault ends the instance.
+/// `own_stack`: the kernel runs on a stack of its own (an executable's),
+/// so the frame goes below the faulting stack's red zone, as Linux puts
+/// it; otherwise below this kernel code's stack, which is the program's.
+pub fn deliver_fault(a: &shoal_abi::ProgramFaultArea, own_stack: bool) -> Option<Regs> {
+    let sig = i32::try_from(a.signo).ok().filter(|s| FAULT_SIGNALS.contains(s))?;
+    let (act, old_mask) = with_signals(|s| {
+        let old_mask = s.mask;
+        let Disposition::Handle(act) = s.disposition(sig) else { return None };
+        if old_mask & bit(sig) != 0 {
+            return None;
+        }
+        if act.flags & SA_RESETHAND != 0 {
+            s.actions[(sig - 1) as usize] = KSigaction::default();
+            s.actions_changed += 1;
+        }
+        let own = if act.flags & SA_NODEFER != 0 { 0 } else { bit(sig) };
+        s.set_mask(old_mask | act.mask | own);
+        Some((act, old_mask))
+    })?;
+    let info = Info { code: a.code as u32 as i32, a: a.addr, b: 0 }.siginfo(sig);
+    let fault = Fault { err: a.err, trapno: a.trapno, cr2: a.cr2 };
+    let below = if own_stack { a.regs[reg::RSP].wrapping_sub(128) } else { 0 };
+    let (back, mask) = run_handler(sig, info, fault, act, old_mask, a.regs, a.regs[reg::RSP], a.regs[reg::EFLAGS], below);
+    with_signals(|s| s.set_mask(mask));
+    Some(back)
+}
+
+/// Enters the handler `act` of `sig` with `regs` in its context (`sp`:
+/// where the thread was, for the alternate-stack decision) and returns
+/// the context's registers and mask after its `rt_sigreturn` (eflags:
+/// only the user flags, over `old_flags`). The frame goes on the
+/// alternate stack if the action says so, else below `below` (0: below
+/// this kernel code's stack).
+#[allow(clippy::too_many_arguments)]
+fn run_handler(sig: i32, info: SigInfo, fault: Fault, act: KSigaction, old_mask: u64, regs: Regs, sp: u64, old_flags: u64, below: u64) -> (Regs, u64) {
     let alt = SIGNALS.with(|s| s.altstack);
     // Below this kernel code's stack unless on the alternate stack.
-    let switch = alt_stack_top(&act, &alt, here).is_some();
+    let switch = alt_stack_top(&act, &alt, sp).is_some();
     let restorer = if act.flags & SA_RESTORER != 0 && act.restorer != 0 { act.restorer } else { shoal_process_restorer as *const () as u64 };
     let mut ctx = EnterCtx {
         handler: act.handler,
         sig,
         regs,
-        delivery: Delivery { info, fault: Fault::default(), old_mask, altstack: alt, restorer },
-        top: if switch { alt.ss_sp.wrapping_add(alt.ss_size) } else { 0 },
+        delivery: Delivery { info, fault, old_mask, altstack: alt, restorer },
+        top: if switch { alt.ss_sp.wrapping_add(alt.ss_size) } else { below },
         frame: Frame { sp: 0, info: 0, uc: 0 },
     };
     if switch && alt.ss_flags & SS_AUTODISARM != 0 {
@@ -1058,14 +1140,10 @@ fn call_handler(sig: i32, from: Info, act: KSigaction, old_mask: u64, frame: Opt
     if switch && alt.ss_flags & SS_AUTODISARM != 0 {
         signals_mut(|s| s.altstack = alt);
     }
-    let flags = frame.as_deref().map_or(0, |f| f[15]);
     // SAFETY: written by the entry above through a raw pointer.
     let uc = unsafe { core::ptr::read_volatile(&raw const ctx.frame.uc) };
-    let Ok((back, mask)) = read_frame(uc, flags) else { terminate(11) };
-    if let Some(fr) = frame {
-        regs_to(&back, fr);
-    }
-    mask
+    let Ok(back) = read_frame(uc, old_flags) else { terminate(11) };
+    back
 }
 
 #[cfg(test)]

@@ -167,6 +167,9 @@ pub fn rt_sigaction(a: &Args) -> SysResult {
     }
     if let Some(n) = new {
         signal::with_signals(|s| s.set_action(sig, n));
+        if signal::FAULT_SIGNALS.contains(&sig) {
+            signal::update_fault_entry();
+        }
     }
     Ok(0)
 }

@@ -109,6 +109,7 @@ pub unsafe extern "C" fn shoal_kernel_init(bi: *const BootInfo) {
     shoal_net::init();
     shoal_net::host::init();
     shoal_syscall::preempt::init();
+    shoal_syscall::fault::init();
     // Last: the snapshots are the components' state right after
     // initialisation. Rebootable are the components whose state the
     // snapshot restores whole (see shoal_recover), and vfs, ramfs,

@@ -197,6 +197,7 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
     if set_control(top).is_err() {
         shoal_plat::halt(125);
     }
+    super::fault::SHOAL_FAULT_EXEC.store(1, core::sync::atomic::Ordering::Relaxed);
     // The tender added address space for reservations (never-touched
     // PROT_NONE mappings, which cost nothing); --mem limits what the
     // program makes writable.

@@ -13,6 +13,7 @@ extern crate alloc;
 use shoal_plat::{Args, Errno, Global, SyscallFn};
 
 pub mod exec;
+pub mod fault;
 pub mod preempt;
 
 pub use shoal_abi::linux as nr;
