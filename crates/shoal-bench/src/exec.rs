@@ -204,9 +204,8 @@ pub fn exec(o: ExecOpts) -> Result<()> {
         for _ in 0..repeat {
             for (si, sys) in SYSTEMS.iter().enumerate() {
                 // A start that fails is counted and reported, and tried
-                // again (at most five times): on a loaded machine a Go
-                // server on spt sometimes stops at start (a trapped pread64
-                // taken for a host call), which this bench does not hide.
+                // again (at most five times), so that one failed start does
+                // not lose the run, and no failure is hidden.
                 let mut tries = 0;
                 let (server, t) = loop {
                     match start(sys, &shoal, hello, tmp.path(), Some(pin)) {
