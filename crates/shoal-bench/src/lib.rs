@@ -4,7 +4,7 @@
 //! JSON); most also write CSVs of the raw samples, plots and Markdown
 //! tables into their `--out` directory.
 //!
-//! One module per experiment ([`apps`], [`boot`], [`density`], [`echo`],
+//! One module per experiment ([`apps`], [`boot`], [`density`], [`echo`], [`exec`],
 //! [`faas`], [`memory`] with `size`, [`pages`], [`recover`] with
 //! [`recover_servers`] and [`recover_shrink`], [`servers`] for `http` and
 //! `kv`, [`syscall`]) over shared modules: [`stats`] (mean, SD,
@@ -28,6 +28,7 @@ pub mod apps;
 pub mod boot;
 pub mod density;
 pub mod echo;
+pub mod exec;
 pub mod faas;
 pub mod host;
 pub mod load;
@@ -201,6 +202,18 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Unmodified static executables on spt beside native: getpid through a rewritten site, the trap path and natively; a Go net/http hello server's throughput (pinned, 1/50/200 connections), start to first byte and idle memory.
+    Exec {
+        /// Fewer and shorter runs (a smoke run, not a measurement).
+        #[arg(long)]
+        quick: bool,
+        /// Directory for the CSVs, the plot and the Markdown table.
+        #[arg(long, default_value = "shoal-bench-exec")]
+        out: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Disk use of the 8 idle images per configuration, and images + pool for the pool (the Spacer paper's Fig. 9).
     Size {
         /// Directory for the images.
@@ -364,6 +377,7 @@ pub fn run(which: Bench) -> Result<()> {
             let which = servers::Which::Kv;
             servers::servers(servers::ServersOpts { which, clients, repeat, duration: 2.0, requests, pipeline, systems, pin, shoal_bin, out, json })
         }
+        Bench::Exec { quick, out, json } => exec::exec(exec::ExecOpts { quick, out: absolute_dir("--out", out)?, json }),
         Bench::Size { out, json } => memory::size(json, absolute_dir("--out", out)?),
         Bench::Pages { json, keep } => pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),
         Bench::Syscall { iterations, repeat, json } => syscall::syscall(iterations, repeat, json),

@@ -177,14 +177,14 @@ fn unavailable(sys: &str) -> Option<String> {
 
 /// The CPUs of `--pin`: the servers on one, the client on the other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Pin {
+pub(crate) struct Pin {
     pub server: usize,
     pub client: usize,
 }
 
 /// The first two CPUs this process may use (its affinity mask), as
 /// [`Pin`]; an error when it may use fewer than two.
-pub(super) fn pin_cpus() -> Result<Pin, ServersError> {
+pub(crate) fn pin_cpus() -> Result<Pin, ServersError> {
     // SAFETY: cpu_set_t is plain bits; all zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: sched_getaffinity of our own process into a set of the size
@@ -202,7 +202,7 @@ pub(super) fn pin_cpus() -> Result<Pin, ServersError> {
 
 /// Makes `cmd`'s process (and so everything it starts, which inherits the
 /// mask) run only on `cpu`.
-pub(super) fn pin_command(cmd: &mut Command, cpu: usize) {
+pub(crate) fn pin_command(cmd: &mut Command, cpu: usize) {
     // SAFETY: cpu_set_t is plain bits; all zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: CPU_SET writes a bit of the set; `cpu` came from pin_cpus,

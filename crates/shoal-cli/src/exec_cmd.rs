@@ -82,6 +82,7 @@ pub fn inspect(exe: &Path) -> Result<()> {
         println!("  segment {:#12x} {:#12x} {}{}{}", s.vaddr, s.vaddr + s.memsz, f(4, 'r'), f(2, 'w'), f(1, 'x'));
     }
     let rewritten = a.rewritten();
+    println!("  rewritten: {} `mov eax, imm32; syscall` pairs, {} with other instructions moved to the trampoline", a.pairs(), rewritten - a.pairs());
     println!("system-call sites: {} found, {} rewritten, {} left to the trap path", a.sites.len(), rewritten, a.sites.len() - rewritten);
     Ok(())
 }

@@ -107,6 +107,11 @@ fn keys_syscall() {
 }
 
 #[test]
+fn keys_exec() {
+    check("exec", &["exec", "--quick", "--json"]);
+}
+
+#[test]
 fn keys_recover() {
     check("recover", &["recover", "--iterations", "500", "--repeat", "2", "--only", "syscalls,reboot,sqlite", "--json"]);
 }

@@ -175,6 +175,35 @@ fn bench_syscall_from_any_directory() {
     }
 }
 
+/// The quick `bench exec`: getpid through a rewritten site, the trap path
+/// and natively, and (with Go) the Go server's throughput, first byte
+/// and idle memory on spt, spt with only pairs rewritten, and natively;
+/// its CSV written to the default relative `--out`.
+#[test]
+fn bench_exec_quick() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("exec", &bench(tmp.path(), &["exec", "--quick", "--json"]));
+    for k in ["rewritten_ns", "trap_ns", "native_ns"] {
+        positive(&v, &format!("/getpid/{k}/mean"));
+    }
+    assert!(tmp.path().join("shoal-bench-exec/exec.csv").is_file(), "no CSV written");
+    if measured(&v, "/go_http", &["go"]) {
+        for c in ["1", "50"] {
+            for k in ["spt_rps", "spt_pairs_rps", "native_rps"] {
+                positive(&v, &format!("/go_http/rps/{c}/{k}/mean"));
+            }
+        }
+        for s in ["spt", "spt-pairs", "native"] {
+            positive(&v, &format!("/go_http/first_byte/{s}/median_ms"));
+            positive(&v, &format!("/go_http/idle_pss/{s}/median_kib"));
+        }
+        let rewritten = v.pointer("/go_http/sites/rewritten").and_then(Value::as_u64).unwrap_or(0);
+        let pairs = v.pointer("/go_http/sites/rewritten_pairs_only").and_then(Value::as_u64).unwrap_or(0);
+        assert!(rewritten > pairs, "moving instructions rewrites more of Go's sites: {v:#}");
+    }
+}
+
 /// The quickest `bench recover`: every system's system calls,
 /// the gate's cost, reboot times from rejuvenation and the SQLite inserts
 /// measured, with the default relative `--out` (its CSV written there).

@@ -86,20 +86,25 @@ fn rel32(from_next: u64, to: u64) -> [u8; 4] {
     (to.wrapping_sub(from_next) as i64 as i32).to_le_bytes()
 }
 
-/// One trampoline: `mov eax, NR; lea rcx, [rip + back]; jmp entry`,
-/// padded with `int3`. `rcx` holds the return address as after a real
-/// `syscall` (which clobbers it anyway), so nothing is pushed on the
-/// program's stack.
-fn trampoline(at: u64, nr: u32, back: u64, entry: u64) -> [u8; TRAMPOLINE_SIZE as usize] {
+/// One trampoline: the instructions moved from before the site's
+/// `syscall` (`moved`, position-independent: see the scanner), then `lea
+/// rcx, [rip + back]; jmp entry`, padded with `int3`. `rcx` holds the
+/// return address as after a real `syscall` (which clobbers it anyway),
+/// so nothing is pushed on the program's stack.
+fn trampoline(at: u64, moved: &[u8], back: u64, entry: u64) -> [u8; TRAMPOLINE_SIZE as usize] {
     let mut t = [0xccu8; TRAMPOLINE_SIZE as usize];
-    t[0] = 0xb8;
-    t[1..5].copy_from_slice(&nr.to_le_bytes());
-    t[5..8].copy_from_slice(&[0x48, 0x8d, 0x0d]);
-    t[8..12].copy_from_slice(&rel32(at + 12, back));
-    t[12] = 0xe9;
-    t[13..17].copy_from_slice(&rel32(at + 17, entry));
+    let n = moved.len();
+    t[..n].copy_from_slice(moved);
+    t[n..n + 3].copy_from_slice(&[0x48, 0x8d, 0x0d]);
+    t[n + 3..n + 7].copy_from_slice(&rel32(at + n as u64 + 7, back));
+    t[n + 7] = 0xe9;
+    t[n + 8..n + 12].copy_from_slice(&rel32(at + n as u64 + 12, entry));
     t
 }
+
+/// Most bytes a site may move into its trampoline (what the trampoline
+/// has room for besides its `lea` and `jmp`).
+const MAX_MOVED: usize = TRAMPOLINE_SIZE as usize - 12;
 
 /// Builds the instance image of `exe` (whose file bytes are
 /// `exe_bytes`) on kernel image `k`.
@@ -110,18 +115,20 @@ pub fn combine(k: &KernelImage, exe: &Executable, exe_bytes: &[u8]) -> Result<Ve
         exe.segments.iter().map(|s| (s.flags, s.vaddr, exe_bytes[s.offset as usize..(s.offset + s.filesz) as usize].to_vec(), s.memsz)).collect();
     let tramp_start = page_up(exe.end()) + 0x1000;
     let mut tramp = Vec::new();
-    for site in &exe.sites {
-        let Some(nr) = site.nr else { continue };
+    for site in exe.sites.iter().filter(|s| s.rewritten() && usize::from(s.moved) <= MAX_MOVED) {
         let at = tramp_start + tramp.len() as u64;
-        let mov = site.addr - 5;
-        tramp.extend_from_slice(&trampoline(at, nr, site.addr + 2, k.syscall_entry));
-        let Some(seg) = segs.iter_mut().find(|s| s.1 <= mov && site.addr + 2 <= s.1 + s.2.len() as u64) else { continue };
-        let off = (mov - seg.1) as usize;
-        // jmp rel32 over the mov; the syscall itself stays, so a jump to
-        // it (never seen in compiled code, but possible) takes the trap
-        // path instead of running garbage.
+        let from = site.addr - u64::from(site.moved);
+        let Some(seg) = segs.iter_mut().find(|s| s.1 <= from && site.addr + 2 <= s.1 + s.2.len() as u64) else { continue };
+        let off = (from - seg.1) as usize;
+        let moved = usize::from(site.moved);
+        tramp.extend_from_slice(&trampoline(at, &seg.2[off..off + moved], site.addr + 2, k.syscall_entry));
+        // jmp rel32 over the moved instructions, int3 in what is left of
+        // them; the syscall itself stays, so a jump to it (never seen in
+        // compiled code, but possible) takes the trap path instead of
+        // running garbage.
         seg.2[off] = 0xe9;
-        seg.2[off + 1..off + 5].copy_from_slice(&rel32(mov + 5, at));
+        seg.2[off + 1..off + 5].copy_from_slice(&rel32(from + 5, at));
+        seg.2[off + 5..off + moved].fill(0xcc);
     }
     if tramp.is_empty() {
         tramp.push(0xcc);
@@ -239,7 +246,7 @@ mod tests {
     #[test]
     fn trampoline_is_mov_lea_jmp() {
         let (at, back, entry) = (0x5b_b000, 0x40_1234, 0x10_2000);
-        let t = trampoline(at, 39, back, entry);
+        let t = trampoline(at, &[0xb8, 39, 0, 0, 0], back, entry);
         let mut d = iced_x86::Decoder::with_ip(64, &t, at, iced_x86::DecoderOptions::NONE);
         let mov = d.decode();
         assert_eq!(mov.code(), iced_x86::Code::Mov_r32_imm32);

@@ -8,8 +8,11 @@
 //! `syscall` instruction with a real decoder. It then builds an instance
 //! image ([`combine`]): the shoal kernel's image (a kernel with no
 //! application) plus the executable's segments at their link addresses (a
-//! PIE at [`PIE_BASE`]), in which each `mov eax, imm32; syscall` pair is
-//! replaced by a `jmp` to a per-site trampoline that enters the kernel's
+//! PIE at [`PIE_BASE`]), in which the instructions right before a
+//! `syscall` (`mov eax, imm32`, or moves such as Go's `Syscall6` makes
+//! into the argument registers, when they can run elsewhere unchanged and
+//! nothing branches between them) are replaced by a `jmp` to a per-site
+//! trampoline that runs them and enters the kernel's
 //! system-call entry the way the CPU's `syscall` would (return address in
 //! `rcx`, nothing pushed on the program's stack, whose red zone and small
 //! goroutine stacks belong to the program). Every other site keeps its
@@ -203,9 +206,19 @@ pub fn prepare(exe: &Path, kernel: &Path, cache_dir: &Path) -> Result<(PathBuf, 
     let read = |p: &Path| std::fs::read(p).map_err(|source| ExecError::Io { path: p.to_path_buf(), source });
     let exe_bytes = read(exe)?;
     let kernel_bytes = read(kernel)?;
-    let analysed = analyse(exe, &exe_bytes)?;
+    let mut analysed = analyse(exe, &exe_bytes)?;
+    // SHOAL_EXEC_REWRITE=pairs rewrites only `mov eax, imm32; syscall`
+    // pairs, as shoal did at first: how `shoal bench exec` measures what
+    // moving other instructions into the trampolines gains.
+    let pairs_only = std::env::var_os("SHOAL_EXEC_REWRITE").is_some_and(|v| v == "pairs");
+    if pairs_only {
+        for s in analysed.sites.iter_mut().filter(|s| !s.is_pair()) {
+            *s = Site { addr: s.addr, moved: 0, nr: None };
+        }
+    }
     let mut h = Sha256::new();
-    h.update(b"shoal-exec 1\0");
+    h.update(b"shoal-exec 2\0");
+    h.update([u8::from(pairs_only)]);
     h.update((exe_bytes.len() as u64).to_le_bytes());
     h.update(&exe_bytes);
     h.update(&kernel_bytes);
