@@ -10,9 +10,11 @@
 //! `..` that would climb out, an absolute path, any symbolic link on the
 //! way (`/proc/self/fd/N` magic links included) and another file system
 //! mounted beneath the directory are all refused by the host kernel
-//! (`EXDEV`, `ELOOP`), whatever the guest's kernel does. Files are opened
-//! read-only, with `O_NONBLOCK` (a FIFO never blocks the tender) and
-//! `O_NOCTTY`; only regular files are read, only directories listed. Each
+//! (`EXDEV`, `ELOOP`), whatever the guest's kernel does. A file is read
+//! only once an `O_PATH` look at it says it is a regular file (so no
+//! device or FIFO is ever opened), then opened read-only with
+//! `O_NONBLOCK | O_NOCTTY` and checked to be the same file; only
+//! directories are listed. Each
 //! call opens, uses and closes its descriptor: the tender keeps no state
 //! per guest file, so nothing the guest does can exhaust its descriptors,
 //! and a file replaced on the host is seen at the next call ("served
@@ -270,13 +272,24 @@ fn serve_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(
             readlink_fd(&fd, out).map(|n| n as u64)
         }
         HOSTFS_READ => {
-            let fd = open_beneath(dir, path, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK)?;
-            let st = fstat(&fd)?;
+            // The type first, on an O_PATH descriptor: opening a device or
+            // a FIFO for reading can have effects of its own.
+            let probe = open_beneath(dir, path, libc::O_PATH | libc::O_NOFOLLOW)?;
+            let st = fstat(&probe)?;
             match st.st_mode & libc::S_IFMT {
                 libc::S_IFREG => {}
                 libc::S_IFDIR => return Err(libc::EISDIR),
+                // A link is never followed here (the guest's kernel does).
+                libc::S_IFLNK => return Err(libc::ELOOP),
                 _ => return Err(libc::EINVAL),
             }
+            let fd = open_beneath(dir, path, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK)?;
+            let now = fstat(&fd)?;
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
+                // Replaced in between: the guest asks again.
+                return Err(libc::EAGAIN);
+            }
+            drop(probe);
             let out = out_buf(mem, writable, a.buf, a.len.min(HOSTFS_IO_MAX))?;
             pread(&fd, out, a.off).map(|n| n as u64)
         }

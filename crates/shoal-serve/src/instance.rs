@@ -89,6 +89,7 @@ fn tender_options(f: &Function) -> shoal_tender::RunOpts {
         ..Default::default()
     };
     o.env = f.env.iter().map(|(k, v)| format!("{k}={v}").into()).collect();
+    o.mount = f.mounts.iter().map(Into::into).collect();
     o
 }
 

@@ -103,6 +103,9 @@ pub struct Function {
     /// Extra environment variables.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Read-only host directories (spt/hvt `--mount HOSTDIR:GUESTDIR:ro`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<String>,
 }
 
 /// The body of `PUT /functions/NAME`. Unknown fields are refused, so that
@@ -135,6 +138,9 @@ pub struct DeployRequest {
     pub fs: Option<PathBuf>,
     /// Extra environment.
     pub env: Option<BTreeMap<String, String>>,
+    /// `HOSTDIR:GUESTDIR:ro`, each HOSTDIR beneath an allowed path; spt
+    /// and hvt only.
+    pub mounts: Option<Vec<String>>,
 }
 
 fn default_mem_mode() -> String {
@@ -203,6 +209,10 @@ impl Function {
         if let Some(fs) = &self.fs {
             policy.check_path("fs", fs)?;
         }
+        for m in &self.mounts {
+            let (host, _) = m.split_once(':').unwrap_or((m, ""));
+            policy.check_path("mount", Path::new(host))?;
+        }
         Ok(())
     }
 
@@ -259,6 +269,21 @@ impl Function {
         if mem_mode != "copy" && !backend.is_shoal() {
             return Err(unprocessable(format!("mem_mode {mem_mode}: only the spt and hvt backends have memory modes")));
         }
+        let mounts = req.mounts.unwrap_or_default();
+        if !mounts.is_empty() && !backend.is_shoal() {
+            return Err(unprocessable("mounts: only the spt and hvt backends have read-only host directories".into()));
+        }
+        let mut parsed = Vec::new();
+        for m in &mounts {
+            let (host, _) = m.split_once(':').unwrap_or((m, ""));
+            let host = Path::new(host);
+            if !host.is_absolute() {
+                return Err(unprocessable(format!("mounts {m:?}: give HOSTDIR:GUESTDIR:ro with HOSTDIR absolute")));
+            }
+            policy.check_path("mount", host)?;
+            parsed.push(shoal_tender::Mount::parse(m).map_err(|e| unprocessable(e.to_string()))?);
+        }
+        shoal_tender::check_mounts(&parsed).map_err(|e| unprocessable(e.to_string()))?;
         let env = req.env.unwrap_or_default();
         for k in env.keys() {
             if k.is_empty() || k.contains('=') || k.contains('\0') || ["PORT", "LISTEN_FD", "FN_ROOT"].contains(&k.as_str()) {
@@ -287,6 +312,7 @@ impl Function {
             mem_mode,
             fs: req.fs,
             env,
+            mounts,
         })
     }
 }

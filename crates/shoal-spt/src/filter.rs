@@ -72,6 +72,14 @@
 //! `MADV_HWPOISON`, `MADV_MERGEABLE`, …) passes. The cost it can cause is
 //! the host page faults of touching the pages again: its own CPU time.
 //!
+//! An instance with read-only host directories (`--mount`; docs/architecture.md
+//! "Both tenders: read-only host directories") also gets:
+//!
+//! | system call | arguments allowed | who needs it | what a hostile guest can do with it |
+//! |---|---|---|---|
+//! | `openat2` (437) | dirfd (32-bit) in `[MOUNT_FD0, MOUNT_FD0 + mounts)` (`crate::MOUNT_FD0` = 1000), size == 24 | `HostFs` hypercall (`shoal_hostcall::hostfs`): one file beneath a mount, `RESOLVE_BENEATH` and no links | open, for reading, files of the mounted directories: each descriptor is a detached read-only `nosuid`/`nodev` clone of one (`crate::confine::jail_mounts`), where `..` at the top stays there and nothing can be written (`EROFS`); an absolute path or a link resolves in the empty root (`ENOENT`); Landlock grants reading beneath the clones and nothing else |
+//! | `fstat` (5), `pread64` (17), `getdents64` (217), `readlinkat` (267), `close` (3) | fd >= 3 | `HostFs` hypercall: attributes, bytes, entries or link target of what it opened, then closing it | read what it could open that way, or (`readlinkat` with an absolute path) read links of its empty root; on sockets and the alias file these fail or read its own memory; `close` only breaks its own instance |
+//!
 //! An instance with networking (listening sockets handed over with
 //! `--publish`/`--listen-fd`, `--net-outbound` or `--net-bind-any`;
 //! docs/design.md "Networking") also gets,

@@ -23,6 +23,10 @@ use shoal_loader::{FsSource, MemoryMode, RunConfig};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+/// `--mount HOSTDIR:GUESTDIR:ro`, parsed and checked as `shoal run` does
+/// (for the gateway's deployments).
+pub use shoal_loader::mount::{check_all as check_mounts, Mount};
+
 /// A command line that cannot be run, in one sentence.
 #[derive(Debug, thiserror::Error)]
 pub enum ArgsError {
