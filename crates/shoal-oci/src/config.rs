@@ -72,13 +72,23 @@ pub enum ConfigError {
     /// A working directory other than /.
     #[error("process.cwd {0}: a shoal guest starts in / (change directory inside the program, or drop WORKDIR)")]
     Cwd(String),
-    /// A bind mount of a volume.
-    #[error("mount of {host} on {destination}: a shoal guest sees only its root file system; volumes are not supported")]
+    /// A writable bind mount of a volume.
+    #[error("mount of {host} on {destination}: a shoal guest sees only its root file system and read-only mounts; writable volumes are not supported (mount it read-only: ro)")]
     Volume {
         /// The host path.
         host: String,
         /// Where it would appear.
         destination: String,
+    },
+    /// A read-only bind mount that cannot be served.
+    #[error("mount of {host} on {destination}: {why}")]
+    Mount {
+        /// The host path.
+        host: String,
+        /// Where it would appear.
+        destination: String,
+        /// What is wrong with it.
+        why: String,
     },
     /// A user namespace.
     #[error("linux.namespaces: a user namespace is not supported (the tender makes its own; run without --userns)")]
@@ -448,7 +458,7 @@ impl Spec {
         if !matches!(process.cwd.as_str(), "" | "/") {
             return Err(ConfigError::Cwd(process.cwd.clone()));
         }
-        self.check_mounts()?;
+        let read_only = self.check_mounts()?;
         let (image_path, image) = find_image(&rootfs, first, &process.env)?;
 
         // The tender's options, spelled by the one table `shoal run` and
@@ -499,6 +509,8 @@ impl Spec {
             opts.net_bind_any = true;
         }
         opts.fs = Some(rootfs.clone().into());
+        // Read-only bind mounts: served live by the tender (--mount).
+        opts.mount = read_only.iter().map(Into::into).collect();
         if let Some(limit) = self.linux.resources.memory.as_ref().and_then(|m| m.limit).filter(|l| *l > 0) {
             if limit < 4 << 20 {
                 return Err(ConfigError::TooLittleMemory(limit));
@@ -551,19 +563,27 @@ impl Spec {
         })
     }
 
-    /// Refuses bind mounts of volumes; the mounts engines add to every
-    /// container (/proc, /dev, /etc/hosts, …) are ignored: the guest has
-    /// its own.
-    fn check_mounts(&self) -> Result<(), ConfigError> {
+    /// The read-only bind mounts of directories, as `--mount` values;
+    /// refuses writable bind mounts of volumes; the mounts engines add to
+    /// every container (/proc, /dev, /etc/hosts, …) are ignored: the guest
+    /// has its own.
+    fn check_mounts(&self) -> Result<Vec<String>, ConfigError> {
+        let mut out = Vec::new();
         for m in &self.mounts {
             let dest = m.destination.trim_end_matches('/');
             let bind = m.kind == "bind" || m.options.iter().any(|o| o == "bind" || o == "rbind");
             if !bind || IGNORED_MOUNTS.contains(&dest) || dest.is_empty() {
                 continue;
             }
-            return Err(ConfigError::Volume { host: m.source.clone(), destination: m.destination.clone() });
+            if !m.options.iter().any(|o| o == "ro") {
+                return Err(ConfigError::Volume { host: m.source.clone(), destination: m.destination.clone() });
+            }
+            let spec = format!("{}:{dest}:ro", m.source);
+            let why = |e: String| ConfigError::Mount { host: m.source.clone(), destination: m.destination.clone(), why: e };
+            shoal_tender::Mount::parse(&spec).map_err(|e| why(e.to_string()))?;
+            out.push(spec);
         }
-        Ok(())
+        Ok(out)
     }
 }
 
@@ -639,6 +659,21 @@ mod tests {
     }
 
     #[test]
+    fn a_read_only_bind_mount_is_served_with_mount() {
+        let (dir, mut spec) = bundle();
+        let src = dir.join("rootfs/bin");
+        spec.mounts.push(Mount {
+            destination: "/opt/lib/".into(),
+            kind: "bind".into(),
+            source: src.display().to_string(),
+            options: vec!["rbind".into(), "ro".into()],
+        });
+        let plan = spec.plan(&dir).unwrap();
+        let want = format!("{}:/opt/lib:ro", src.display());
+        assert!(plan.tender_args.windows(2).any(|w| w[0] == "--mount" && w[1] == want), "{:?}", plan.tender_args);
+    }
+
+    #[test]
     fn refuses_what_does_not_apply() {
         let (dir, spec) = bundle();
         let msg = |f: &dyn Fn(&mut Spec)| {
@@ -653,6 +688,13 @@ mod tests {
         assert!(msg(&|s| s.process.as_mut().unwrap().args.clear()).starts_with("process.args is empty"));
         assert!(msg(&|s| { s.mounts.push(Mount { destination: "/data".into(), kind: "bind".into(), source: "/srv".into(), options: vec![] }) })
             .starts_with("mount of /srv on /data"));
+        assert!(msg(&|s| s.mounts.push(Mount {
+            destination: "/data".into(),
+            kind: "bind".into(),
+            source: "/nonexistent-shoal".into(),
+            options: vec!["ro".into()]
+        }))
+        .starts_with("mount of /nonexistent-shoal on /data: --mount /nonexistent-shoal: no such directory"));
         assert!(msg(&|s| s.linux.namespaces.push(Namespace { kind: "user".into(), path: None })).contains("user namespace"));
         assert!(msg(&|s| {
             s.annotations.insert(ANN_TENDER.into(), "xen".into());
