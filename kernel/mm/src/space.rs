@@ -564,6 +564,26 @@ impl Space {
         Some(a)
     }
 
+    /// Frees the kernel's pages in `addr..addr + bytes` (dirty: their
+    /// memory goes back to the host as freed memory does, [`Space::settle`]).
+    pub fn free_kernel(&mut self, addr: u64, bytes: u64) {
+        let Some(end) = page_up(bytes).and_then(|b| addr.checked_add(b)) else { return };
+        let (a, b) = self.clip(addr & !(PAGE - 1), end);
+        let mut pos = a;
+        while pos < b {
+            let s = self.segs[self.idx_of(pos)];
+            let e = s.end.min(b);
+            if s.what == Use::Kernel {
+                if self.room(2).is_err() {
+                    return;
+                }
+                self.assign(pos, e, Use::Free { dirty: true });
+            }
+            pos = e;
+        }
+        self.settle();
+    }
+
     // -------------------------------------------------------------- mmap
 
     /// Maps `len` bytes of zeroed anonymous memory anywhere; returns the
