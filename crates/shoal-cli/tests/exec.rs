@@ -294,3 +294,34 @@ fn a_changed_executable_is_built_again() {
     let s = output(shoal_run("spt").arg(&exe));
     assert_eq!((stdout(&s).as_str(), s.status.code()), ("two\n", Some(0)), "{}", stderr(&s));
 }
+
+/// Code the program makes at run time (written, then made read-execute,
+/// as a JIT does) runs, and its raw `syscall`s take the trap path to the
+/// kernel: getpid agrees with libc's; a raw `openat` of a host file finds
+/// no such file in the instance, and raw and libc `connect`s to a host
+/// listener on 127.0.0.1 reach the instance's own loopback, where nothing
+/// listens — the host listener sees no connection. Natively the same
+/// program opens the file and connects.
+#[test]
+fn run_time_code_takes_the_trap_path_and_never_reaches_the_host() {
+    use std::net::TcpListener;
+    let dir = scratch();
+    let exe = gcc_static("jit", dir.path(), &[]);
+    let secret = dir.path().join("host-secret");
+    std::fs::write(&secret, "host only\n").unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let args = [secret.to_str().unwrap(), port.as_str()];
+    for t in tenders() {
+        let s = output(shoal_run(t).arg(&exe).arg("--").args(args));
+        let want = format!(
+            "getpid from run-time code: agrees\nraw openat of the host file: No such file or directory\nraw connect to 127.0.0.1:{port}: Connection refused\nlibc connect to 127.0.0.1:{port}: Connection refused\n"
+        );
+        assert_eq!((stdout(&s), s.status.code()), (want, Some(0)), "{t}: {}", stderr(&s));
+        assert!(matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "{t}: the host listener was reached");
+    }
+    let n = output(Command::new(&exe).args(args));
+    let want = format!("getpid from run-time code: agrees\nraw openat of the host file: opened\nraw connect to 127.0.0.1:{port}: connected\nlibc connect to 127.0.0.1:{port}: connected\n");
+    assert_eq!((stdout(&n), n.status.code()), (want, Some(0)), "native: {}", stderr(&n));
+}

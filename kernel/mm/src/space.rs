@@ -114,6 +114,9 @@ impl Use {
     pub fn real_prot(self) -> u64 {
         match self {
             Use::Anon { prot } if u32::from(prot) & PROT_WRITE != 0 => RW,
+            Use::Anon { prot } if u32::from(prot) & PROT_EXEC != 0 && RUN_TIME_CODE.load(core::sync::atomic::Ordering::Relaxed) => {
+                shoal_abi::PROT_READ | shoal_abi::PROT_EXEC
+            }
             Use::Anon { prot } if u32::from(prot) & (PROT_READ | PROT_EXEC) != 0 => shoal_abi::PROT_READ,
             Use::Anon { .. } => 0,
             _ => RW,
@@ -122,6 +125,19 @@ impl Use {
 }
 
 const RW: u64 = shoal_abi::PROT_READ | shoal_abi::PROT_WRITE;
+
+/// Whether mappings the program makes executable (and not writable) are
+/// executable: only in an unmodified executable, for code it makes at run
+/// time (`shoal_abi::PROT_EXEC`). A writable and executable mapping is
+/// only writable: a JIT that writes and runs the same page at once faults
+/// at the first instruction (W^X).
+static RUN_TIME_CODE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Lets the program's executable mappings be executable (set once, at the
+/// start of an unmodified executable).
+pub fn allow_run_time_code() {
+    RUN_TIME_CODE.store(true, core::sync::atomic::Ordering::Relaxed);
+}
 
 /// Asks the tender to give `[a, b)` protection `prot`. Without a tender
 /// (unit tests) nothing happens. A tender that refuses leaves the pages as
@@ -132,7 +148,11 @@ const RW: u64 = shoal_abi::PROT_READ | shoal_abi::PROT_WRITE;
 fn set_real_prot(a: u64, b: u64, prot: u64, untouched: bool) {
     if shoal_plat::boot::booted() {
         let hint = if untouched { shoal_abi::PROTECT_UNTOUCHED } else { 0 };
-        let _ = shoal_plat::hypercall::protect(a, b - a, prot | hint);
+        let r = shoal_plat::hypercall::protect(a, b - a, prot | hint);
+        // A tender that cannot make pages executable: read-only at least.
+        if r < 0 && prot & shoal_abi::PROT_EXEC != 0 {
+            let _ = shoal_plat::hypercall::protect(a, b - a, shoal_abi::PROT_READ | hint);
+        }
     }
     #[cfg(test)]
     PROTECTED.with(|p| p.borrow_mut().push((a, b, prot)));

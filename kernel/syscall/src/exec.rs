@@ -203,6 +203,8 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
     // program makes writable.
     let mem = shoal_plat::boot::info().mem_size.saturating_sub(shoal_abi::EXEC_ADDRESS_RESERVE);
     shoal_mm::set_limits(u64::MAX, mem);
+    // Code the program makes at run time may run (its `syscall`s trap).
+    shoal_mm::space::allow_run_time_code();
     // argc, argv[], NULL, envp[], NULL, then the auxv pairs.
     let fix = || -> Result<(), Errno> {
         let argc: u64 = umem::read(sp)?;
