@@ -94,13 +94,16 @@ static PENDING_UNMAP: Global<Option<(u64, u64)>> = Global::new(None);
 /// An exited thread's kernel stack `(base, size)` to free after the switch
 /// away from it (an executable's threads have one: `shoal_syscall::exec`).
 static PENDING_KSTACK: Global<Option<(u64, u64)>> = Global::new(None);
-/// Says which kernel stack the running thread has, if any (registered
-/// once by the system-call layer for an executable).
-static KSTACK_OF: Global<Option<fn() -> Option<(u64, u64)>>> = Global::new(None);
+/// Finds the running thread's own kernel stack `(base, size)`, if any.
+pub type KernelStackOf = fn() -> Option<(u64, u64)>;
+
+/// Says which kernel stack the running thread has (registered once by
+/// the system-call layer for an executable).
+static KSTACK_OF: Global<Option<KernelStackOf>> = Global::new(None);
 
 /// Registers how to find the running thread's own kernel stack, freed
 /// after it exits.
-pub fn set_kernel_stack_of(f: fn() -> Option<(u64, u64)>) {
+pub fn set_kernel_stack_of(f: KernelStackOf) {
     KSTACK_OF.with(|k| *k = Some(f));
 }
 
