@@ -44,6 +44,16 @@
 //! hostile: fixed size, family, type and option bits checked, the address
 //! checked by the host's `bind`.
 //!
+//! **UDP without outbound** ([`crate::relay`]): a UDP socket the guest
+//! held could `sendto` any address (the filter cannot read it), so without
+//! `--net-outbound` the instance holds none: a published `/udp` port, and
+//! a UDP socket the parent binds for `BIND_NEW`, stay in the parent, and
+//! the instance gets one end of a socket pair at that descriptor. The
+//! handlers here turn `RECV`/`SEND` on such a descriptor into one frame
+//! each (a header with the address, then the datagram) and keep the
+//! socket's recent senders, refusing a send to anyone else with `EACCES`;
+//! the parent keeps the same record and is what holds.
+//!
 //! Like every hypercall handler, nothing here allocates.
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};

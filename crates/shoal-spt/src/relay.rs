@@ -268,6 +268,14 @@ pub fn serve(channel: Option<OwnedFd>, relays: Vec<(OwnedFd, OwnedFd)>, relay_bi
             if ours && events & hup != 0 && !readable {
                 done = Err(Gone);
             }
+            if !ours && events & libc::EPOLLERR as u32 != 0 {
+                // A pending error on the UDP socket (reported level-
+                // triggered until read): taken, as a network drops it.
+                let mut e: libc::c_int = 0;
+                let mut len = core::mem::size_of::<libc::c_int>() as libc::socklen_t;
+                // SAFETY: `e` and `len` are valid out-parameters of this size.
+                unsafe { libc::getsockopt(r.udp.as_raw_fd(), libc::SOL_SOCKET, libc::SO_ERROR, (&mut e as *mut libc::c_int).cast(), &mut len) };
+            }
             // The UDP socket readable or our end writable: datagrams in;
             // our end readable or the UDP socket writable: datagrams out.
             if done.is_ok() && ((!ours && readable) || (ours && writable)) {

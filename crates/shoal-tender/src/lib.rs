@@ -1038,7 +1038,10 @@ mod tests {
         assert!(msg(&["--uid-range", "0:5", "img"]).starts_with("--uid-range 0:5: expected START:COUNT"));
         assert_eq!(msg(&["--uid-range", "100000:10", "--single-process", "img"]), ArgsError::UidRangeSingleProcess.to_string());
         assert_eq!(msg(&["--uid-range", "100000:10", "--tender", "hvt", "img"]), ArgsError::UidRangeHvt.to_string());
-        assert_eq!(parse(&["--uid-range", "100000:10", "img"]).unwrap().unwrap().config().uid_range, Some(shoal_loader::uids::UidRange { start: 100000, count: 10 }));
+        assert_eq!(
+            parse(&["--uid-range", "100000:10", "img"]).unwrap().unwrap().config().uid_range,
+            Some(shoal_loader::uids::UidRange { start: 100000, count: 10 })
+        );
         assert_eq!(msg(&["--inject", "disk:panic@1", "img"]).lines().count(), 1);
         assert!(msg(&["--inject", "time:spin@1", "img"]).contains("fault kind `spin` is not supported"));
         assert_eq!(
