@@ -102,25 +102,25 @@ pub fn batch(mem: &GuestMemory, writable: impl Fn(u64, u64) -> bool, a: &NetArgs
 pub const MAX_PEERS: usize = 64;
 
 /// The form a datagram's sender is remembered and a reply's destination
-/// matched in: family tag, port and scope in the first word, the address
-/// in the other two; an IPv4-mapped IPv6 address as IPv4 (a reply may
-/// name either form); the IPv6 flow label ignored. `None` for anything
-/// but a whole `AF_INET`/`AF_INET6` address (`AF_UNSPEC`, which Linux's
-/// UDP sends as `AF_INET`, matches nothing).
+/// matched in: family tag and port in the first word, the address in the
+/// other two; an IPv4-mapped IPv6 address as IPv4 (a reply may name either
+/// form); the IPv6 flow label and scope id ignored (Linux takes a 24-byte
+/// `sockaddr_in6` without the scope id). `None` for anything but an
+/// `AF_INET`/`AF_INET6` address (`AF_UNSPEC`, which Linux's UDP sends as
+/// `AF_INET`, matches nothing).
 pub fn peer_key(sa: &[u8]) -> Option<[u64; 3]> {
     let family = i32::from(u16::from_ne_bytes([*sa.first()?, *sa.get(1)?]));
     let port = u64::from(u16::from_be_bytes([*sa.get(2)?, *sa.get(3)?]));
     let v4 = |ip: [u8; 4]| [(4 << 56) | port, u64::from(u32::from_be_bytes(ip)), 0];
     match family {
         libc::AF_INET if sa.len() >= 16 => Some(v4([sa[4], sa[5], sa[6], sa[7]])),
-        libc::AF_INET6 if sa.len() >= 28 => {
+        libc::AF_INET6 if sa.len() >= 24 => {
             let ip = &sa[8..24];
             if ip[..10] == [0; 10] && ip[10..12] == [0xff, 0xff] {
                 return Some(v4([ip[12], ip[13], ip[14], ip[15]]));
             }
-            let scope = u64::from(u32::from_ne_bytes([sa[24], sa[25], sa[26], sa[27]]));
             let half = |b: &[u8]| u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
-            Some([(6 << 56) | (scope << 16) | port, half(&ip[..8]), half(&ip[8..])])
+            Some([(6 << 56) | port, half(&ip[..8]), half(&ip[8..])])
         }
         _ => None,
     }
@@ -237,6 +237,8 @@ mod tests {
         unspec[..2].copy_from_slice(&0u16.to_ne_bytes());
         assert_eq!(peer_key(&unspec), None, "AF_UNSPEC matches nothing");
         assert_eq!(peer_key(&v4([127, 0, 0, 1], 53)[..8]), None, "a short address");
+        let one = v6([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 53);
+        assert_eq!(peer_key(&one[..24]), peer_key(&one), "without the scope id");
     }
 
     #[test]
