@@ -116,7 +116,9 @@ fn check_instance_holds_nothing_of_the_host(single_process: bool) {
         fs.display().to_string(),
         img.display().to_string(),
         "--".into(),
-        "20".into(),
+        // Long enough to outlive the memory scan on a loaded host (the
+        // test kills it when done).
+        "600".into(),
     ]);
     let script = format!("exec 9</etc/hostname; exec {}", args.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" "));
     let mut child: Child =
