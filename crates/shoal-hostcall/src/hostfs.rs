@@ -199,17 +199,31 @@ fn host_stat(st: &libc::stat) -> HostStat {
     }
 }
 
-/// A guest buffer the tender may write: `[buf, buf + len)` in writable
-/// guest memory (`writable` is the tender's check), as a host slice.
-fn out_buf<'m>(mem: &'m GuestMemory, writable: &dyn Fn(u64, u64) -> bool, buf: u64, len: u64) -> Result<&'m mut [u8], i32> {
+/// A guest buffer the tender may write: `[ptr, ptr + len)` in writable
+/// guest memory, checked by [`out_buf`].
+struct GuestBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl GuestBuf {
+    fn slice(&mut self) -> &mut [u8] {
+        // SAFETY: `[ptr, ptr + len)` lies in guest memory (checked by
+        // `out_buf`), which is mapped writable for the tender for the
+        // whole call; the guest may change it meanwhile, which only
+        // garbles its own result.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+/// `[buf, buf + len)` if it lies in writable guest memory (`writable` is
+/// the tender's check).
+fn out_buf(mem: &GuestMemory, writable: &dyn Fn(u64, u64) -> bool, buf: u64, len: u64) -> Result<GuestBuf, i32> {
     if !writable(buf, len) {
         return Err(libc::EFAULT);
     }
-    let p = mem.host_ptr(GuestAddr(buf), len).map_err(|_| libc::EFAULT)?;
-    // SAFETY: `[p, p + len)` lies in guest memory (checked), which is
-    // mapped writable for the tender; the guest may change it meanwhile,
-    // which only garbles its own result.
-    Ok(unsafe { core::slice::from_raw_parts_mut(p, len as usize) })
+    let ptr = mem.host_ptr(GuestAddr(buf), len).map_err(|_| libc::EFAULT)?;
+    Ok(GuestBuf { ptr, len: len as usize })
 }
 
 /// Serves one `HostFs` hypercall; returns its result (`ret`).
@@ -230,7 +244,8 @@ fn serve_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(
             return Err(libc::ENOENT);
         }
         let p = &m.paths[i][..m.lens[i]];
-        let out = out_buf(mem, writable, a.buf, a.len.min(p.len() as u64))?;
+        let mut out = out_buf(mem, writable, a.buf, a.len.min(p.len() as u64))?;
+        let out = out.slice();
         out.copy_from_slice(&p[..out.len()]);
         return Ok(p.len() as u64);
     }
@@ -268,8 +283,8 @@ fn serve_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(
         }
         HOSTFS_READLINK => {
             let fd = open_beneath(dir, path, libc::O_PATH | libc::O_NOFOLLOW)?;
-            let out = out_buf(mem, writable, a.buf, a.len.min(HOSTFS_PATH_MAX + 1))?;
-            readlink_fd(&fd, out).map(|n| n as u64)
+            let mut out = out_buf(mem, writable, a.buf, a.len.min(HOSTFS_PATH_MAX + 1))?;
+            readlink_fd(&fd, out.slice()).map(|n| n as u64)
         }
         HOSTFS_READ => {
             // The type first, on an O_PATH descriptor: opening a device or
@@ -290,13 +305,13 @@ fn serve_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(
                 return Err(libc::EAGAIN);
             }
             drop(probe);
-            let out = out_buf(mem, writable, a.buf, a.len.min(HOSTFS_IO_MAX))?;
-            pread(&fd, out, a.off).map(|n| n as u64)
+            let mut out = out_buf(mem, writable, a.buf, a.len.min(HOSTFS_IO_MAX))?;
+            pread(&fd, out.slice(), a.off).map(|n| n as u64)
         }
         HOSTFS_LIST => {
             let fd = open_beneath(dir, path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW)?;
-            let out = out_buf(mem, writable, a.buf, a.len.min(HOSTFS_IO_MAX))?;
-            list(&fd, a.off, out)
+            let mut out = out_buf(mem, writable, a.buf, a.len.min(HOSTFS_IO_MAX))?;
+            list(&fd, a.off, out.slice())
         }
         _ => Err(libc::EINVAL),
     }
