@@ -327,6 +327,84 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     Ok(r)
 }
 
+/// The calls a template (`crate::template`) needs on top of
+/// [`rules_for`] to make its copies; each copy takes them away again with
+/// [`copy_program`] before its guest runs on. Table in
+/// `crate::template`'s docs.
+fn add_template_rules(r: &mut BTreeMap<i64, Vec<SeccompRule>>, net: NetPolicy, g: GuestRange) -> Result<(), FilterError> {
+    let control = crate::template::CONTROL_FD as u64;
+    // The copy: a plain fork whose child is the gateway's, not the
+    // template's (CLONE_PARENT), and nothing else.
+    r.insert(libc::SYS_clone, vec![SeccompRule::new(vec![qword(0, SeccompCmpOp::Eq, libc::CLONE_PARENT as u64)?])?]);
+    // The copy's requests (and the descriptors each brings) arrive on the
+    // control channel, and there only.
+    r.entry(libc::SYS_recvmsg).or_insert_with(Vec::new).push(SeccompRule::new(vec![eq32(0, control)?])?);
+    // The copy puts its own descriptors at the numbers the guest and the
+    // filter know: stdout, stderr, the listening sockets, the alias file,
+    // the watch set.
+    let mut targets = vec![1u64, 2];
+    targets.extend((0..net.listeners).map(|i| (FIRST_SOCKET_FD as u32 + i) as u64));
+    targets.push(g.alias_fd as u64);
+    targets.push(crate::net::watch_fd(&net) as u64);
+    let mut dup3 = Vec::new();
+    for t in targets {
+        dup3.push(SeccompRule::new(vec![eq32(1, t)?])?);
+    }
+    r.insert(libc::SYS_dup3, dup3);
+    // The copy's second filter: SECCOMP_SET_MODE_FILTER without flags.
+    r.insert(libc::SYS_seccomp, vec![SeccompRule::new(vec![eq32(0, 1)?, eq32(1, 0)?])?]);
+    // The copy dies with the gateway (fork clears the parent-death signal).
+    r.insert(libc::SYS_prctl, vec![SeccompRule::new(vec![eq32(0, libc::PR_SET_PDEATHSIG as u64)?, qword(1, SeccompCmpOp::Eq, libc::SIGKILL as u64)?])?]);
+    // The copy's own random seed goes into the boot-info page: made
+    // writable for that one write and read-only again.
+    let page = shoal_abi::PAGE_SIZE;
+    for prot in [libc::PROT_READ, libc::PROT_READ | libc::PROT_WRITE] {
+        r.entry(libc::SYS_mprotect).or_insert_with(Vec::new).push(SeccompRule::new(vec![
+            qword(0, SeccompCmpOp::Eq, shoal_abi::BOOT_INFO_ADDR)?,
+            qword(1, SeccompCmpOp::Eq, page)?,
+            eq32(2, prot as u64)?,
+        ])?);
+    }
+    Ok(())
+}
+
+/// The template's filter: [`program`] plus what making copies needs
+/// (`add_template_rules`).
+pub fn template_program(net: NetPolicy, g: GuestRange) -> Result<BpfProgram, FilterError> {
+    let mut rules = rules_for(net, g)?;
+    add_template_rules(&mut rules, net, g)?;
+    let filter = SeccompFilter::new(rules, SeccompAction::Trap, SeccompAction::Allow, seccompiler::TargetArch::x86_64)?;
+    let prog: BpfProgram = filter.try_into()?;
+    Ok(if net.any() { with_hot_path(prog, crate::net::watch_fd(&net) as u32) } else { prog })
+}
+
+/// The second filter each copy of a template stacks on the template's
+/// before its guest runs on: it traps every call the template's filter
+/// allows only for making copies (`add_template_rules`) — `clone` and the
+/// other ways to make a process, `dup3`, `seccomp`, `prctl`, `recvmsg`
+/// (the copy has no bind channel) and `mprotect` below `heap_start` —
+/// and lets everything else through to the template's filter, which
+/// still decides it. Filters stack: a call runs only if both allow it.
+pub fn copy_program(g: GuestRange) -> Result<BpfProgram, FilterError> {
+    let mut r: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for nr in [
+        libc::SYS_clone,
+        libc::SYS_clone3,
+        libc::SYS_fork,
+        libc::SYS_vfork,
+        libc::SYS_dup3,
+        libc::SYS_dup2,
+        libc::SYS_seccomp,
+        libc::SYS_prctl,
+        libc::SYS_recvmsg,
+    ] {
+        r.insert(nr, vec![]);
+    }
+    r.insert(libc::SYS_mprotect, vec![SeccompRule::new(vec![qword(0, SeccompCmpOp::Lt, g.heap_start)?])?]);
+    let filter = SeccompFilter::new(r, SeccompAction::Allow, SeccompAction::Trap, seccompiler::TargetArch::x86_64)?;
+    filter.try_into()
+}
+
 /// Compiles the filter for an instance with network policy `net`. Done
 /// before the point of no return, because it allocates.
 pub fn program(net: NetPolicy, g: GuestRange) -> Result<BpfProgram, FilterError> {

@@ -98,6 +98,7 @@ mod signals;
 mod spec;
 mod supervise;
 mod sys;
+mod template;
 
 use shoal_loader::{plan, Image};
 use signals::Report;
@@ -127,6 +128,9 @@ pub use sys::{reset_signals, spawn_with};
 /// A function prepared once for many instances (`shoal serve`), started
 /// with one `exec` each and confined as [`run`] confines.
 pub use prepared::{InstanceIo, Prepared};
+
+/// A template's control channel (`shoal serve`'s cold starts by copy).
+pub use template::{CopyIo, Template, TemplateError};
 
 /// What to run (shared with the other tender).
 pub use shoal_loader::RunConfig;
@@ -367,6 +371,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         timing_t0_ns: t0,
         filter: Vec::new(),
         filter_key: [0; 6],
+        template: false,
     };
     let listener_fds: Vec<OwnedFd> = listeners.into_iter().map(|(fd, _)| fd).collect();
     let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };

@@ -144,6 +144,7 @@ impl Prepared {
             timing_t0_ns: 0,
             filter: Vec::new(),
             filter_key: [0; 6],
+            template: false,
         };
         Ok(Prepared {
             image,
@@ -171,6 +172,26 @@ impl Prepared {
     /// `clone`; the child only makes async-signal-safe system calls
     /// (`Handover::exec_child`).
     pub fn spawn(&self, io: &InstanceIo<'_>) -> Result<libc::pid_t, SptError> {
+        self.start(io, None)
+    }
+
+    /// Starts the function's template (`crate::template`): an instance
+    /// like [`Prepared::spawn`]'s that stops at its ready point and then
+    /// makes copies of itself on request ([`crate::Template::copy`]),
+    /// each a child of this process. Not in a PID namespace of its own
+    /// (its copies could not be this process's children: the first
+    /// process of a PID namespace cannot `clone(CLONE_PARENT)`); its
+    /// filter allows no signal, `ptrace` or `/proc`, so the host's PID
+    /// namespace shows it nothing it can use. Wait for the ready point
+    /// with [`crate::Template::wait_ready`].
+    pub fn spawn_template(&self, io: &InstanceIo<'_>) -> Result<crate::Template, SptError> {
+        let (ours, theirs) = sys::seqpacket_pair().map_err(sys_err("make the template's control channel"))?;
+        let pid = self.start(io, Some(&theirs))?;
+        drop(theirs);
+        Ok(crate::Template::new(ours, pid, self.mem_size))
+    }
+
+    fn start(&self, io: &InstanceIo<'_>, control: Option<&OwnedFd>) -> Result<libc::pid_t, SptError> {
         // The instance's own variables first, as `shoal-tender -e` got
         // them first: they win over a function's variable of the same name.
         let mut env = io.env.to_vec();
@@ -207,8 +228,13 @@ impl Prepared {
         if self.timing {
             spec.timing_t0_ns = sys::monotonic_ns().max(1);
         }
-        spec.filter = program.to_vec();
-        spec.filter_key = key;
+        if control.is_some() {
+            // A template compiles its own filter (crate::template).
+            spec.template = true;
+        } else {
+            spec.filter = program.to_vec();
+            spec.filter_key = key;
+        }
         spec.listeners = listeners;
         let netns = match &self.netns {
             Some(ns) => Some(ns.try_clone().map_err(sys_err("pass the empty network namespace to the instance"))?),
@@ -227,7 +253,7 @@ impl Prepared {
             parent_pidfd: true,
             pool: self.pool.as_ref().map(|p| &p.files[..]).unwrap_or_default(),
             listeners: io.listeners,
-            channel: None,
+            channel: control,
             stdout: Some(io.stdout),
             stderr: Some(io.stderr),
             netns,
@@ -236,7 +262,11 @@ impl Prepared {
         // the signal dispositions first, makes only async-signal-safe
         // system calls on its own stack, writes no memory of this
         // process's and ends in exec or _exit.
-        unsafe { sys::spawn_with(if self.root { confine::CLONE_NAMESPACES } else { 0 }, &|| handover.exec_child()) }
-            .map_err(sys_err("start the instance process"))
+        let namespaces = match (self.root, control.is_some()) {
+            (false, _) => 0,
+            (true, false) => confine::CLONE_NAMESPACES,
+            (true, true) => confine::CLONE_NAMESPACES & !libc::CLONE_NEWPID,
+        };
+        unsafe { sys::spawn_with(namespaces, &|| handover.exec_child()) }.map_err(sys_err("start the instance process"))
     }
 }
