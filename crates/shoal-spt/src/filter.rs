@@ -338,7 +338,7 @@ fn add_template_rules(r: &mut BTreeMap<i64, Vec<SeccompRule>>, net: NetPolicy, g
     r.insert(libc::SYS_clone, vec![SeccompRule::new(vec![qword(0, SeccompCmpOp::Eq, libc::CLONE_PARENT as u64)?])?]);
     // The copy's requests (and the descriptors each brings) arrive on the
     // control channel, and there only.
-    r.entry(libc::SYS_recvmsg).or_insert_with(Vec::new).push(SeccompRule::new(vec![eq32(0, control)?])?);
+    r.entry(libc::SYS_recvmsg).or_default().push(SeccompRule::new(vec![eq32(0, control)?])?);
     // The copy puts its own descriptors at the numbers the guest and the
     // filter know: stdout, stderr, the listening sockets, the alias file,
     // the watch set.
@@ -359,7 +359,7 @@ fn add_template_rules(r: &mut BTreeMap<i64, Vec<SeccompRule>>, net: NetPolicy, g
     // writable for that one write and read-only again.
     let page = shoal_abi::PAGE_SIZE;
     for prot in [libc::PROT_READ, libc::PROT_READ | libc::PROT_WRITE] {
-        r.entry(libc::SYS_mprotect).or_insert_with(Vec::new).push(SeccompRule::new(vec![
+        r.entry(libc::SYS_mprotect).or_default().push(SeccompRule::new(vec![
             qword(0, SeccompCmpOp::Eq, shoal_abi::BOOT_INFO_ADDR)?,
             qword(1, SeccompCmpOp::Eq, page)?,
             eq32(2, prot as u64)?,

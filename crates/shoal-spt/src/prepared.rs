@@ -258,15 +258,16 @@ impl Prepared {
             stderr: Some(io.stderr),
             netns,
         })?;
-        // SAFETY: the child runs only `Handover::exec_child`, which resets
-        // the signal dispositions first, makes only async-signal-safe
-        // system calls on its own stack, writes no memory of this
-        // process's and ends in exec or _exit.
+        // A template stays in this PID namespace (see spawn_template).
         let namespaces = match (self.root, control.is_some()) {
             (false, _) => 0,
             (true, false) => confine::CLONE_NAMESPACES,
             (true, true) => confine::CLONE_NAMESPACES & !libc::CLONE_NEWPID,
         };
+        // SAFETY: the child runs only `Handover::exec_child`, which resets
+        // the signal dispositions first, makes only async-signal-safe
+        // system calls on its own stack, writes no memory of this
+        // process's and ends in exec or _exit.
         unsafe { sys::spawn_with(namespaces, &|| handover.exec_child()) }.map_err(sys_err("start the instance process"))
     }
 }
