@@ -833,4 +833,67 @@ mod hot_path_tests {
         let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3 };
         assert_eq!(super::program(NetPolicy::default(), g).unwrap(), super::compiled(NetPolicy::default(), g).unwrap());
     }
+
+    /// A template's filter allows what making copies needs; a copy's
+    /// second filter traps exactly those calls (and every other way to
+    /// make a process) and lets the rest through to the template's, which
+    /// still decides it: stacked, a call runs only if both allow it.
+    #[test]
+    fn a_copy_loses_what_only_its_template_may_do() {
+        let net = NetPolicy { listeners: 1, outbound: false, bind_any: false };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd() };
+        let tpl = super::template_program(net, g).unwrap();
+        let copy = super::copy_program(g).unwrap();
+        let plain = super::program(net, g).unwrap();
+        let x86 = super::AUDIT_ARCH_X86_64;
+        let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
+        let both = |nr: i64, args: [u64; 6]| -> (u32, u32, u32) {
+            let (t, _) = run(&tpl, x86, nr as u32, args);
+            let (c, _) = run(&copy, x86, nr as u32, args);
+            let (p, _) = run(&plain, x86, nr as u32, args);
+            (t, c, p)
+        };
+        let control = crate::template::CONTROL_FD as u64;
+        let boot = shoal_abi::BOOT_INFO_ADDR;
+        // Only the template: allowed there, trapped in a copy and in a plain instance.
+        for (nr, args) in [
+            (libc::SYS_clone, [libc::CLONE_PARENT as u64, 0, 0, 0, 0, 0]),
+            (libc::SYS_recvmsg, [control, 0x1000, 0, 0, 0, 0]),
+            (libc::SYS_dup3, [9, 3, 0, 0, 0, 0]),
+            (libc::SYS_dup3, [9, 1, 0, 0, 0, 0]),
+            (libc::SYS_seccomp, [1, 0, 0x1000, 0, 0, 0]),
+            (libc::SYS_prctl, [libc::PR_SET_PDEATHSIG as u64, libc::SIGKILL as u64, 0, 0, 0, 0]),
+            (libc::SYS_mprotect, [boot, 4096, (libc::PROT_READ | libc::PROT_WRITE) as u64, 0, 0, 0]),
+        ] {
+            let (t, c, p) = both(nr, args);
+            assert_eq!((t, c, p), (allow, trap, trap), "nr {nr} {args:x?}");
+        }
+        // Not even the template: other clone flags, other targets, other options.
+        for (nr, args) in [
+            (libc::SYS_clone, [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]),
+            (libc::SYS_clone, [(libc::CLONE_PARENT | libc::CLONE_VM) as u64, 0, 0, 0, 0, 0]),
+            (libc::SYS_fork, [0; 6]),
+            (libc::SYS_clone3, [0; 6]),
+            (libc::SYS_recvmsg, [3, 0x1000, 0, 0, 0, 0]),
+            (libc::SYS_dup3, [9, 0, 0, 0, 0, 0]),
+            (libc::SYS_dup3, [9, 7, 0, 0, 0, 0]),
+            (libc::SYS_seccomp, [1, 8, 0x1000, 0, 0, 0]),
+            (libc::SYS_prctl, [libc::PR_SET_DUMPABLE as u64, 1, 0, 0, 0, 0]),
+            (libc::SYS_mprotect, [boot, 4096, (libc::PROT_READ | libc::PROT_EXEC) as u64, 0, 0, 0]),
+            (libc::SYS_mprotect, [boot + 4096, 4096, libc::PROT_READ as u64, 0, 0, 0]),
+        ] {
+            let (t, c, _) = both(nr, args);
+            assert_eq!(t, trap, "nr {nr} {args:x?}");
+            assert_ne!(c, allow, "nr {nr} {args:x?}");
+        }
+        // An instance's ordinary calls: both allow, as a plain instance does.
+        for (nr, args) in [
+            (libc::SYS_recvfrom, [4, 0x1000, 64, 0, 0, 0]),
+            (libc::SYS_sendto, [4, 0x1000, 64, 0, 0, 0]),
+            (libc::SYS_write, [1, 0x1000, 1, 0, 0, 0]),
+            (libc::SYS_mprotect, [g.heap_start, 4096, libc::PROT_READ as u64, 0, 0, 0]),
+        ] {
+            assert_eq!(both(nr, args), (allow, allow, allow), "nr {nr} {args:x?}");
+        }
+    }
 }
