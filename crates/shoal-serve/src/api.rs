@@ -90,7 +90,7 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
         };
         // spt with `template`: the template booted to its ready point now;
         // a program that ends or crashes before it is refused here.
-        let template = match (&prepared, f.template) {
+        let template = match (&prepared, f.template && app2.dispatcher.templates_allowed()) {
             (Some(p), true) => Some(instance::build_template(&f, p).map_err(|e| ApiError::Unprocessable(format!("{e:#}")))?),
             _ => None,
         };

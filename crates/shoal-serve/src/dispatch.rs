@@ -433,6 +433,13 @@ impl Dispatcher {
         out
     }
 
+    /// Whether spt functions with `template` on start from templates: not
+    /// with `--uid-range`, which gives each instance a uid of its own (a
+    /// copy has its template's).
+    pub fn templates_allowed(&self) -> bool {
+        self.launcher.uid_range.is_none()
+    }
+
     /// Every running template (`GET /templates`).
     pub fn templates(&self) -> Vec<TemplateInfo> {
         let fns: Vec<_> = lock(&self.functions).values().cloned().collect();
@@ -660,7 +667,7 @@ impl Dispatcher {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let prepared = if f.spec.backend == Backend::Spt && !spt_via_tender() { Some(f.prepared()?) } else { None };
         let mut started = match &prepared {
-            Some(p) if f.spec.template => self.start_copy(f, p)?,
+            Some(p) if f.spec.template && self.templates_allowed() => self.start_copy(f, p)?,
             _ => instance::start(&self.launcher, &f.spec, prepared.as_deref(), id).map_err(|e| ApiError::Internal(format!("{e:#}")))?,
         };
         let inst = Arc::new(Instance {

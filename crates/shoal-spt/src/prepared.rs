@@ -82,6 +82,10 @@ pub struct InstanceIo<'a> {
     pub listeners: &'a [OwnedFd],
     /// `KEY=VALUE` strings added to the guest's environment.
     pub env: &'a [OsString],
+    /// The uid (and gid) a root-started instance runs as, claimed by the
+    /// caller (`shoal_loader::uids`), which holds it until it has reaped
+    /// the instance; `None`: `nobody`.
+    pub uid: Option<u32>,
 }
 
 fn sys_err(what: &'static str) -> impl Fn(std::io::Error) -> SptError {
@@ -145,6 +149,7 @@ impl Prepared {
             filter: Vec::new(),
             filter_key: [0; 6],
             template: false,
+            uid: confine::NOBODY,
         };
         Ok(Prepared {
             image,
@@ -211,7 +216,12 @@ impl Prepared {
         // The seccomp program the instance would compile (`crate::instance`:
         // same policy, same guest range), compiled once per function: the
         // instance checks the key and compiles its own if it differs.
-        let policy = NetPolicy { listeners: listeners.len() as u32, outbound: spec.outbound, bind_any: false };
+        // A UDP socket without outbound needs a relay, which needs a
+        // waiting parent (crate::relay); a function's instances have none.
+        if !spec.outbound && listeners.iter().any(|l| l.sock_type == libc::SOCK_DGRAM as u32) {
+            return Err(SptError::UdpNeedsParent);
+        }
+        let policy = NetPolicy { listeners: listeners.len() as u32, outbound: spec.outbound, bind_any: false, relay: false };
         let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd() };
         let key = filter::key(policy, guest);
         let program = {
@@ -228,6 +238,7 @@ impl Prepared {
         if self.timing {
             spec.timing_t0_ns = sys::monotonic_ns().max(1);
         }
+        spec.uid = io.uid.unwrap_or(confine::NOBODY);
         if control.is_some() {
             // A template compiles its own filter (crate::template).
             spec.template = true;
