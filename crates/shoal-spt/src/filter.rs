@@ -895,7 +895,7 @@ mod hot_path_tests {
     #[test]
     fn a_copy_loses_what_only_its_template_may_do() {
         let net = NetPolicy { listeners: 1, outbound: false, bind_any: false, relay: false };
-        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd() };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: false };
         let tpl = super::template_program(net, g).unwrap();
         let copy = super::copy_program(g).unwrap();
         let plain = super::program(net, g).unwrap();
