@@ -47,6 +47,9 @@ pub(crate) struct Prepared<'a> {
     /// descriptor, count); moved down to `FIRST_SOCKET_FD..` before the
     /// guest runs.
     pub listeners: (i32, i32),
+    /// A template's control channel (`crate::template`): moved to
+    /// `template::CONTROL_FD` before the guest runs.
+    pub control: Option<i32>,
     /// What the instance may do on the network (with networking at all,
     /// it gets a watch set: crate::net::open_watch).
     pub net: crate::net::NetPolicy,
@@ -262,7 +265,17 @@ fn setup(mut p: Prepared<'_>) -> Result<Last, ChildError> {
         // only overwrites a source already moved.
         sys::dup3(from + i, FIRST_SOCKET_FD + i, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
     }
-    sys::close_from((FIRST_SOCKET_FD + n) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
+    if let Some(c) = p.control {
+        // Far above the numbers the guest's sockets, the alias file and
+        // the watch set take, below 64 (the process's first descriptor
+        // table: its copies inherit its size).
+        let keep = crate::template::CONTROL_FD;
+        sys::dup3(c, keep, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
+        sys::close_range((FIRST_SOCKET_FD + n) as u32, (keep - 1) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
+        sys::close_from((keep + 1) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
+    } else {
+        sys::close_from((FIRST_SOCKET_FD + n) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
+    }
     // The alias file (crate::protect): guest memory that shared file
     // mappings alias, offset = guest address; sparse until used. It takes
     // the lowest free descriptor, right after the sockets, which the

@@ -637,6 +637,18 @@ pub fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
 }
 
+/// `close_range(first, last, 0)`: closes every descriptor from `first`
+/// to `last`; async-signal-safe.
+pub fn close_range(first: u32, last: u32) -> Result<(), i32> {
+    // SAFETY: closes descriptors only; the caller no longer uses them.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) };
+    if rc < 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
 /// `close_range(first, u32::MAX, 0)`: closes every descriptor from
 /// `first` up; async-signal-safe.
 pub fn close_from(first: u32) -> Result<(), i32> {
