@@ -238,11 +238,12 @@ pub fn density(o: DensityOpts) -> Result<()> {
                 })
             })
             .collect();
-        let doc = json!({"count": o.count, "mem": o.mem, "goal_spt_pool_kib": GOAL_KIB, "results": results, "unavailable": unavailable, "failed": failed});
+        let doc = json!({"count": o.count, "mem": o.mem, "goal_spt_pool_kib": GOAL_KIB, "binaries": crate::host::tender_linking(), "results": results, "unavailable": unavailable, "failed": failed});
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
     println!("shoal bench density: {} idle instances of apps/functions/noop each (guest memory {}), warm (answered once)", o.count, o.mem);
+    println!("binaries: {}", crate::host::tender_linking());
     println!(
         "{:<10} {:>14} {:>14} {:>14} {:>18} {:>10} {:>14}",
         "config", "host KiB/inst", "PSS KiB/inst", "PTE KiB/inst", "PSS+PTE KiB/inst", "pool KiB", "start ms/inst"
@@ -262,7 +263,7 @@ pub fn density(o: DensityOpts) -> Result<()> {
     if let Some(r) = rows.iter().find(|r| r.config == "spt+pool") {
         let v = per(r.pss_kib + r.pte_kib, r.count);
         println!(
-            "goal: an idle spt instance with pool in at most {GOAL_KIB:.0} KiB (PSS + page tables): {v:.0} KiB measured ({})",
+            "target: an idle spt instance with pool in at most {GOAL_KIB:.0} KiB (PSS + page tables): {v:.0} KiB measured ({})",
             if v <= GOAL_KIB { "met" } else { "not met" }
         );
     }
