@@ -97,6 +97,9 @@ pub enum Bench {
         /// Only these configurations (process, spt+copy, spt+pool, hvt+copy, hvt+pool).
         #[arg(long = "only", value_name = "CONFIG")]
         only: Vec<String>,
+        /// Directory for the CSV and the plot.
+        #[arg(long, default_value = "shoal-bench-density")]
+        out: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -409,7 +412,10 @@ pub fn run(which: Bench) -> Result<()> {
     match which {
         Bench::Apps { repeat, quick, only, mem_modes, json } => apps::apps(knob(repeat, quick, 5, 2), only, mem_modes, json),
         Bench::Boot { runs, quick, json } => boot::boot(knob(runs, quick, 20, 3), json),
-        Bench::Density { count, quick, mem, only, json } => density::density(density::DensityOpts { count: knob(count, quick, 100, 10), mem, only, json }),
+        Bench::Density { count, quick, mem, only, out, json } => {
+            let out = absolute_dir("--out", out)?;
+            density::density(density::DensityOpts { count: knob(count, quick, 100, 10), mem, only, json, out })
+        }
         Bench::Echo { round_trips, repeat, quick, size, json } => {
             echo::echo(echo::EchoOpts { round_trips: knob(round_trips, quick, 10_000, 500), repeat: knob(repeat, quick, 3, 1), size, json })
         }

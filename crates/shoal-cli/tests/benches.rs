@@ -520,4 +520,10 @@ fn bench_density_names_the_static_binaries_cargo_built() {
     );
     let text = stdout(&o);
     assert!(text.lines().any(|l| l == expected), "expected the line\n{expected}\nin\n{text}");
+    // The CSV and the plot beside it.
+    let csv = std::fs::read_to_string(tmp.path().join("shoal-bench-density/density.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("config,instances,host_kib_per_instance,pss_kib_per_instance,page_tables_kib_per_instance,pool_kib,start_ms_per_instance"));
+    assert!(lines.next().is_some_and(|l| l.starts_with("spt+pool,2,")), "{csv}");
+    assert!(tmp.path().join("shoal-bench-density/density.svg").is_file());
 }
