@@ -736,11 +736,16 @@ pub struct ConsoleReadArgs {
 /// (never a socket's handle: those start at 3 on both tenders).
 pub const STDIN_HANDLE: i32 = 0;
 
-/// [`ProtectArgs::prot`] bits, Linux's values. Execute permission cannot
-/// be asked for: the image's code is the only executable guest memory.
+/// [`ProtectArgs::prot`] bits, Linux's values.
 pub const PROT_READ: u64 = 1;
 /// Writable (see [`PROT_READ`]).
 pub const PROT_WRITE: u64 = 2;
+/// Executable: only as `PROT_READ | PROT_EXEC` (never writable at the same
+/// time), and only in an instance that runs an unmodified Linux
+/// executable, for the code it makes at run time (a JIT writes a page,
+/// then makes it executable); its `syscall` instructions take the trap
+/// path. A shoal image's own code is its only executable memory.
+pub const PROT_EXEC: u64 = 4;
 
 /// hvt: the value of `rax` that makes `int3` flush the guest's TLB instead
 /// of reporting a breakpoint ("SHOALTLB"). The guest runs at CPL 3 and
@@ -754,7 +759,8 @@ pub const HVT_TLB_FLUSH_MAGIC: u64 = u64::from_le_bytes(*b"SHOALTLB");
 /// Arguments of [`Hypercall::Protect`]: give `[addr, addr + len)` (page
 /// aligned, inside the kernel's free memory `[heap_start, heap_end)` or the
 /// main stack `[stack_base, stack_top)`) the protection `prot`
-/// (`PROT_READ | PROT_WRITE`, `PROT_READ`, or 0 for no access).
+/// (`PROT_READ | PROT_WRITE`, `PROT_READ`, `PROT_READ | PROT_EXEC` as
+/// [`PROT_EXEC`] allows, or 0 for no access).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProtectArgs {

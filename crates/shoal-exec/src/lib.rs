@@ -245,6 +245,61 @@ pub fn prepare(exe: &Path, kernel: &Path, cache_dir: &Path) -> Result<(PathBuf, 
     Ok((out, analysed))
 }
 
+/// What identifies a file's version without reading it: its device,
+/// inode, size, modification and status-change times (a rewrite in place
+/// changes the times, a replacement by rename the inode).
+fn stat_key(p: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).ok()?;
+    Some(format!("{}:{}:{}:{}.{}:{}.{}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))
+}
+
+/// The name under which `prepared` remembers the built image of `exe` on
+/// `kernel` by their [`stat_key`]s.
+fn remembered(exe: &Path, kernel: &Path, cache_dir: &Path) -> Option<PathBuf> {
+    use sha2::{Digest, Sha256};
+    let pairs_only = std::env::var_os("SHOAL_EXEC_REWRITE").is_some_and(|v| v == "pairs");
+    let mut h = Sha256::new();
+    h.update(b"shoal-exec stat 1\0");
+    h.update([u8::from(pairs_only)]);
+    for p in [exe, kernel] {
+        h.update(std::fs::canonicalize(p).ok()?.as_os_str().as_encoded_bytes());
+        h.update(b"\0");
+        h.update(stat_key(p)?.as_bytes());
+        h.update(b"\0");
+    }
+    let key: String = h.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect();
+    Some(cache_dir.join("by-stat").join(key))
+}
+
+/// The built image of `exe` on `kernel` if [`prepared`] made or found it
+/// for these very files before (same path, inode, size and times of
+/// both): found without reading either. A file changed in any way has
+/// other times, and is not found here.
+pub fn cached(exe: &Path, kernel: &Path, cache_dir: &Path) -> Option<PathBuf> {
+    let name = std::fs::read_to_string(remembered(exe, kernel, cache_dir)?).ok()?;
+    // Only a name of the cache's own form is followed.
+    let ok = name.len() == 68 && name.ends_with(".img") && name[..64].bytes().all(|b| b.is_ascii_hexdigit());
+    let img = cache_dir.join(name);
+    (ok && img.is_file()).then_some(img)
+}
+
+/// [`prepare`] for a start that needs only the built image, remembered by
+/// the [`stat_key`]s of both files so that the next start finds it with
+/// [`cached`] instead of reading and hashing them again.
+pub fn prepared(exe: &Path, kernel: &Path, cache_dir: &Path) -> Result<PathBuf, ExecError> {
+    let (img, _) = prepare(exe, kernel, cache_dir)?;
+    if let (Some(note), Some(name)) = (remembered(exe, kernel, cache_dir), img.file_name()) {
+        // Best effort: without the note the next start hashes again.
+        let dir = cache_dir.join("by-stat");
+        let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+        if std::fs::create_dir_all(&dir).is_ok() && std::fs::write(&tmp, name.as_encoded_bytes()).is_ok() {
+            let _ = std::fs::rename(&tmp, &note);
+        }
+    }
+    Ok(img)
+}
+
 /// The manifest of the built image `image`: the kernel image's libraries
 /// (at the same addresses, with the same read-only pages) and one library
 /// `exec` (version: the start of the cache key) whose regions are the

@@ -155,7 +155,7 @@ impl Harness {
             }
             _ => {}
         }
-        let tables = protect::Tables { low: &self.low, pool: &self.pool, heap_start: HEAP_START, mem_size: MEM_SIZE };
+        let tables = protect::Tables { low: &self.low, pool: &self.pool, heap_start: HEAP_START, mem_size: MEM_SIZE, run_time_code: true };
         let apply = |a: &shoal_abi::ProtectArgs| tables.protect(a);
         let alias = |a: &shoal_abi::AliasArgs| tables.alias(a);
         let release = |addr: u64, len: u64| tables.release(addr, len);

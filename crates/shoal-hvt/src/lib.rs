@@ -512,7 +512,8 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     timings.vm_ready = t0.elapsed();
 
     let mut wrote = false;
-    let tables = protect::Tables { low: &vm.memory, pool: &vm.tables, heap_start: p.layout.heap_start, mem_size };
+    let run_time_code = p.image.exec_entry().is_some();
+    let tables = protect::Tables { low: &vm.memory, pool: &vm.tables, heap_start: p.layout.heap_start, mem_size, run_time_code };
     // Whether a hypercall took access away from some page: then KVM's
     // shadow of the page tables is dropped after the handler, in this loop
     // (`protect` says why only then); the guest flushes its TLB itself

@@ -4,7 +4,9 @@
 //! Only `[heap_start, mem_size)` (the kernel's free memory and the main
 //! stack) can change, between read-write, read-only and not present; every
 //! page keeps NX, so W^X holds and the image's code (below `heap_start`)
-//! is never writable. A 2 MiB page that needs a 4 KiB protection is split
+//! is never writable. An unmodified executable's instance may also make
+//! pages read-only and executable (its run-time code), never writable and
+//! executable at once. A 2 MiB page that needs a 4 KiB protection is split
 //! into a page table taken from the table pool: a second KVM memory slot at
 //! guest-physical [`POOL_ADDR`], one page per 2 MiB region of guest memory,
 //! which no guest page table maps (the guest cannot read or write its own
@@ -43,7 +45,7 @@
 //! instead of three.
 
 use crate::x86;
-use shoal_abi::{AliasArgs, ProtectArgs, PAGE_SIZE, PROTECT_FLUSH, PROTECT_UNTOUCHED, PROT_READ, PROT_WRITE};
+use shoal_abi::{AliasArgs, ProtectArgs, PAGE_SIZE, PROTECT_FLUSH, PROTECT_UNTOUCHED, PROT_EXEC, PROT_READ, PROT_WRITE};
 use vm_memory::{Bytes, GuestRegionMmap, MemoryRegionAddress};
 
 /// Guest-physical address of the page-table pool: above the 4 GiB guest
@@ -67,6 +69,10 @@ pub struct Tables<'a> {
     pub heap_start: u64,
     /// End of guest memory.
     pub mem_size: u64,
+    /// Pages may be made `PROT_READ | PROT_EXEC` (an unmodified
+    /// executable's run-time code; its `syscall`s reach the kernel's entry
+    /// through LSTAR).
+    pub run_time_code: bool,
 }
 
 impl Tables<'_> {
@@ -86,7 +92,12 @@ impl Tables<'_> {
     /// `Err` means the VMM's own tables are broken (stop the guest).
     pub fn protect(&self, a: &ProtectArgs) -> Result<i64, String> {
         let einval = -i64::from(libc::EINVAL);
-        if a.prot & !(PROT_READ | PROT_WRITE | PROTECT_UNTOUCHED) != 0 || a.len == 0 || !a.addr.is_multiple_of(PAGE_SIZE) || !a.len.is_multiple_of(PAGE_SIZE) {
+        let code = a.prot & !PROTECT_UNTOUCHED == PROT_READ | PROT_EXEC && self.run_time_code;
+        if (a.prot & !(PROT_READ | PROT_WRITE | PROTECT_UNTOUCHED) != 0 && !code)
+            || a.len == 0
+            || !a.addr.is_multiple_of(PAGE_SIZE)
+            || !a.len.is_multiple_of(PAGE_SIZE)
+        {
             return Ok(einval);
         }
         let Some(end) = a.addr.checked_add(a.len) else { return Ok(einval) };
@@ -204,13 +215,16 @@ impl Tables<'_> {
 fn takes_away(entry: u64, bits: u64) -> bool {
     let present = |e: u64| e & x86::PTE_P != 0;
     let writable = |e: u64| present(e) && e & x86::PTE_RW != 0;
-    (present(entry) && !present(bits)) || (writable(entry) && !writable(bits))
+    let executable = |e: u64| present(e) && e & x86::PTE_NX == 0;
+    (present(entry) && !present(bits)) || (writable(entry) && !writable(bits)) || (executable(entry) && !executable(bits))
 }
 
 /// The leaf bits for `PROT_*` bits `prot` (0: not present).
 fn bits_of(prot: u64) -> u64 {
     x86::leaf_bits(if prot & PROT_WRITE != 0 {
         x86::PagePerm::UserRw
+    } else if prot & PROT_EXEC != 0 {
+        x86::PagePerm::UserRx
     } else if prot & PROT_READ != 0 {
         x86::PagePerm::UserRo
     } else {
@@ -235,7 +249,7 @@ mod tests {
         let mem = 4u64 << 20;
         let low = GuestRegionMmap::new(MmapRegion::<()>::new(mem as usize).unwrap(), GuestAddress(0)).unwrap();
         let pool = GuestRegionMmap::new(MmapRegion::<()>::new(pool_size(mem) as usize).unwrap(), GuestAddress(POOL_ADDR)).unwrap();
-        let t = Tables { low: &low, pool: &pool, heap_start: 1 << 20, mem_size: mem };
+        let t = Tables { low: &low, pool: &pool, heap_start: 1 << 20, mem_size: mem, run_time_code: false };
         for page in [0u64, 1 << 20, 2 << 20, mem - PAGE_SIZE] {
             low.write_obj(0x5a5a_5a5a_u32, MemoryRegionAddress(page)).unwrap();
         }
@@ -269,7 +283,7 @@ mod tests {
         let pool = GuestRegionMmap::new(MmapRegion::<()>::new(pool_size(mem) as usize).unwrap(), GuestAddress(POOL_ADDR)).unwrap();
         // A page directory entry mapping [2 MiB, 4 MiB) as one read-write page.
         low.write_obj((2u64 << 20) | x86::PTE_PS | x86::leaf_bits(x86::PagePerm::UserRw), MemoryRegionAddress(x86::pd_entry_addr(1))).unwrap();
-        let t = Tables { low: &low, pool: &pool, heap_start: 2 << 20, mem_size: mem };
+        let t = Tables { low: &low, pool: &pool, heap_start: 2 << 20, mem_size: mem, run_time_code: true };
         let p = |prot: u64| ProtectArgs { addr: 2 << 20, len: 2 * PAGE_SIZE, prot, ret: 0 };
         assert_eq!(t.protect(&p(PROT_READ | PROT_WRITE)), Ok(0), "unchanged");
         assert_eq!(t.protect(&p(PROT_READ)), Ok(PROTECT_FLUSH), "read-write to read-only");
@@ -279,5 +293,11 @@ mod tests {
         assert_eq!(t.protect(&p(PROTECT_UNTOUCHED)), Ok(0), "untouched pages need no flush");
         assert_eq!(t.protect(&p(PROT_READ | PROT_WRITE | PROTECT_UNTOUCHED)), Ok(0));
         assert_eq!(t.protect(&p(PROT_READ | 1 << 9)), Ok(-i64::from(libc::EINVAL)), "unknown bits");
+        // Run-time code: read and execute, never with write.
+        assert_eq!(t.protect(&p(PROT_READ | PROT_EXEC)), Ok(PROTECT_FLUSH), "read-write to read-execute");
+        assert_eq!(t.protect(&p(PROT_READ)), Ok(PROTECT_FLUSH), "read-execute to read-only");
+        assert_eq!(t.protect(&p(PROT_READ | PROT_WRITE | PROT_EXEC)), Ok(-i64::from(libc::EINVAL)), "write and execute");
+        let image = Tables { run_time_code: false, ..t };
+        assert_eq!(image.protect(&p(PROT_READ | PROT_EXEC)), Ok(-i64::from(libc::EINVAL)), "a shoal image's memory never executes");
     }
 }

@@ -362,6 +362,7 @@ fn setup(mut p: Prepared<'_>) -> Result<Last, ChildError> {
         // keeps making its calls; they still pass the filter installed
         // next. Set before the filter, which does not allow prctl.
         signals::set_exec_entry(entry);
+        crate::protect::allow_run_time_code();
         sys::syscall_user_dispatch(mem_size, USER_SPACE_END - mem_size).map_err(setup_err)?;
     }
     crate::preempt::install(BOOT_INFO_ADDR, mem_size, params.watchdog_ns, signals::ticks_counter());

@@ -19,7 +19,7 @@
 //! | `restart_syscall` (219) | none (it has none) | the kernel, not spt: a `clock_nanosleep` interrupted by a stop (SIGSTOP/SIGTSTP and SIGCONT, a cgroup freeze, a debugger attaching) is resumed through it; it can only continue the interrupted, already allowed call with its saved arguments |
 //! | `read` (0) | fd (32-bit) == 0 | `ConsoleRead` hypercall: the instance's stdin (a hostile guest reads the input it was given anyway) |
 //! | `ppoll` (271) | any | `NetPoll` hypercall: an idle instance waits here for stdin (and host sockets); polling fds 0-2 tells it nothing it does not know, every other fd is its own socket |
-//! | `mprotect` (10) | `heap_start <= addr`, `addr + len <= mem_size` (a ladder of rules, below), prot only `PROT_READ`/`PROT_WRITE` bits | `Protect` hypercall (the kernel's `mprotect`: guard pages, `PROT_NONE`) |
+//! | `mprotect` (10) | `heap_start <= addr`, `addr + len <= mem_size` (a ladder of rules, below), prot only `PROT_READ`/`PROT_WRITE` bits, or (an unmodified executable's instance only) exactly `PROT_READ \| PROT_EXEC` | `Protect` hypercall (the kernel's `mprotect`: guard pages, `PROT_NONE`; an executable's run-time code, written then made executable, whose `syscall`s syscall user dispatch sends to the kernel) |
 //! | `mmap` (9) | fd (32-bit) == the alias memory file ([`GuestRange::alias_fd`]), flags (32-bit) == `MAP_SHARED \| MAP_FIXED`, prot only `PROT_READ`/`PROT_WRITE` bits, `heap_start <= addr` and `heap_start <= offset`, `addr + len <= mem_size` and `offset + len <= mem_size` (a ladder of rules, below); or flags == `MAP_PRIVATE \| MAP_ANONYMOUS \| MAP_FIXED \| MAP_NORESERVE`, prot as before, `heap_start <= addr`, `addr + len <= mem_size` | `Alias` hypercall (`crate::protect::alias`: a shared file mapping shows the file's pages; pages leaving it get fresh private memory) |
 //! | `madvise` (28) | advice (32-bit) == `MADV_DONTNEED` (4), `heap_start <= addr`, `addr + len <= mem_size` (the `mprotect` ladder) | `Release` hypercall (`crate::protect::release`: the host memory behind pages the guest kernel freed or the program discarded goes back to the host); once before the guest runs, the tender's own clearing of the guest stack pages it installed the filter from (`crate::child`) |
 //! | `setitimer` (38) | which (32-bit) == `ITIMER_REAL` (0) | `Preempt` hypercall and the tick handler (`crate::preempt`): the preemption tick, `SIGALRM`, armed while the guest has more than one runnable thread, or (at the hang watchdog's period) while a gated call into a rebootable component is in progress. A hostile guest can set the period of this process's own `SIGALRM` (and so interrupt itself as often as it likes, which costs only its own CPU time, as a spin loop would) or stop it (and so lose its own preemption); the handler redirects only guest code, inside guest memory |
@@ -33,7 +33,13 @@
 //! data, the archive and the boot-info page (which keep their protection),
 //! and the protection can hold no `PROT_EXEC` (nor `PROT_GROWSDOWN`/`UP`),
 //! so nothing the guest can write ever becomes executable and the tender's
-//! own mappings (outside guest memory) are never reached. seccomp compares
+//! own mappings (outside guest memory) are never reached. The one
+//! exception is an unmodified executable's instance, whose run-time code
+//! (a JIT's) may be made exactly `PROT_READ | PROT_EXEC` in that range:
+//! never writable and executable at once, and every `syscall` in guest
+//! memory raises SIGSYS there (syscall user dispatch, set before the
+//! filter), so such code reaches only shoal's kernel; a host call the
+//! guest makes otherwise still meets this filter. seccomp compares
 //! each argument with constants and cannot add `addr + len`, so the upper
 //! bound is a ladder: a call starting at distance `d` below `mem_size`
 //! (`2^j < d <= 2^(j+1)`) may cover at most `2^j` bytes (one rule per `j`,
@@ -131,6 +137,10 @@ pub struct GuestRange {
     pub mem_size: u64,
     /// The descriptor of the alias memory file (`crate::protect`).
     pub alias_fd: i32,
+    /// The guest is an unmodified executable, which may make its pages
+    /// executable (`PROT_READ | PROT_EXEC`, never with `PROT_WRITE`) for
+    /// code it makes at run time.
+    pub run_time_code: bool,
 }
 
 /// The allow-list of an instance without networking (see [`rules_for`]).
@@ -144,9 +154,16 @@ fn qword(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Filt
 
 /// The `mprotect` ladder (module docs): one rule per distance class below
 /// `mem_size`, each also bounded below by `heap_start` and refusing every
-/// protection bit but `PROT_READ | PROT_WRITE`.
+/// protection bit but `PROT_READ | PROT_WRITE`; for an executable's
+/// run-time code ([`GuestRange::run_time_code`]) a second ladder allowing
+/// exactly `PROT_READ | PROT_EXEC`.
 fn mprotect_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
-    ladder(g, || SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xffff_fffc), 0))
+    let mut rules = ladder(g, || SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xffff_fffc), 0))?;
+    if g.run_time_code {
+        // The same ladder again, with exactly read and execute.
+        rules.extend(ladder(g, || eq32(2, (libc::PROT_READ | libc::PROT_EXEC) as u64))?);
+    }
+    Ok(rules)
 }
 
 /// The ladder of `[addr, addr + len)` rules inside `[heap_start,
@@ -443,7 +460,7 @@ fn with_hot_path(prog: BpfProgram, watch: u32) -> BpfProgram {
 /// filter alone.
 pub fn plain_instance_bytes(heap_start: u64, mem_size: u64) -> Result<Vec<u8>, FilterError> {
     let net = NetPolicy::default();
-    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd() })?;
+    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd(), run_time_code: false })?;
     Ok(to_bytes(&prog))
 }
 
@@ -453,7 +470,7 @@ pub fn plain_instance_bytes(heap_start: u64, mem_size: u64) -> Result<Vec<u8>, F
 /// to measure what the filter adds to each of a server's host calls.
 pub fn server_instance_bytes(listeners: u32, heap_start: u64, mem_size: u64) -> Result<Vec<u8>, FilterError> {
     let net = NetPolicy { listeners, outbound: false, bind_any: false, relay: false };
-    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd() })?;
+    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd(), run_time_code: false })?;
     Ok(to_bytes(&prog))
 }
 
@@ -493,7 +510,8 @@ pub(crate) fn from_bytes(b: &[u8]) -> Option<BpfProgram> {
 /// each instance with its key; the instance uses it only if the key is the
 /// one it computes itself, and compiles its own otherwise.
 pub(crate) fn key(net: NetPolicy, g: GuestRange) -> [u64; 6] {
-    [g.heap_start, g.mem_size, g.alias_fd as u32 as u64, u64::from(net.listeners), u64::from(net.outbound), u64::from(net.bind_any) | u64::from(net.relay) << 1]
+    let alias_and_code = g.alias_fd as u32 as u64 | u64::from(g.run_time_code) << 32;
+    [g.heap_start, g.mem_size, alias_and_code, u64::from(net.listeners), u64::from(net.outbound), u64::from(net.bind_any) | u64::from(net.relay) << 1]
 }
 
 #[cfg(test)]
@@ -505,7 +523,7 @@ mod tests {
     #[test]
     fn a_program_round_trips_through_bytes_and_its_key_names_its_inputs() {
         let net = crate::net::NetPolicy { listeners: 1, outbound: false, bind_any: false, relay: false };
-        let g = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: net.alias_fd() };
+        let g = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: net.alias_fd(), run_time_code: false };
         let p = super::program(net, g).unwrap();
         assert_eq!(super::from_bytes(&super::to_bytes(&p)), Some(p));
         assert_eq!(super::from_bytes(&[1, 2, 3]), None);
@@ -513,13 +531,14 @@ mod tests {
         let k = super::key(net, g);
         assert_ne!(k, super::key(net, GuestRange { heap_start: 0x40_1000, ..g }));
         assert_ne!(k, super::key(net, GuestRange { mem_size: 128 << 20, ..g }));
+        assert_ne!(k, super::key(net, GuestRange { run_time_code: true, ..g }));
         assert_ne!(k, super::key(crate::net::NetPolicy { outbound: true, ..net }, g));
         assert_ne!(k, super::key(crate::net::NetPolicy { listeners: 2, ..net }, g));
         assert_ne!(k, super::key(crate::net::NetPolicy { bind_any: true, ..net }, g));
         assert_ne!(k, super::key(crate::net::NetPolicy { relay: true, ..net }, g));
     }
 
-    const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: 3 };
+    const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: 3, run_time_code: false };
 
     #[test]
     fn the_alias_ladder_stays_inside_guest_memory() {
@@ -555,6 +574,12 @@ mod tests {
         want.sort_unstable();
         assert_eq!(nrs, want);
         assert!(!super::program(super::NetPolicy::default(), G).unwrap().is_empty());
+    }
+
+    #[test]
+    fn run_time_code_doubles_the_mprotect_ladder_only_for_an_executable() {
+        let plain = super::mprotect_rules(G).unwrap().len();
+        assert_eq!(super::mprotect_rules(GuestRange { run_time_code: true, ..G }).unwrap().len(), 2 * plain);
     }
 
     #[test]
@@ -694,7 +719,7 @@ mod hot_path_tests {
         let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
         for outbound in [false, true] {
             let net = NetPolicy { listeners: 1, outbound, bind_any: !outbound, relay: !outbound };
-            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd() };
+            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: false };
             let prog = super::program(net, g).unwrap();
             let act = |nr: i64, args: [u64; 6]| run(&prog, x86, nr as u32, args).0;
             let nb = libc::SOCK_NONBLOCK as u64;
@@ -741,7 +766,7 @@ mod hot_path_tests {
             NetPolicy { listeners: 1, outbound: false, bind_any: true, relay: true },
             NetPolicy { listeners: 2, outbound: true, bind_any: true, relay: false },
         ] {
-            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd() };
+            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: false };
             let plain = super::compiled(net, g).unwrap();
             let hot = super::program(net, g).unwrap();
             assert_eq!(hot.len(), plain.len() + 11, "the hot path was not inserted: seccompiler's program starts differently");
@@ -781,7 +806,7 @@ mod hot_path_tests {
             }
         }
         // Without networking there is nothing to put first.
-        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3 };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, run_time_code: false };
         assert_eq!(super::program(NetPolicy::default(), g).unwrap(), super::compiled(NetPolicy::default(), g).unwrap());
     }
 }

@@ -140,7 +140,8 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     }
     // The alias file comes right after the listening sockets and the bind
     // channel once the last step has closed everything else (crate::child).
-    let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd() };
+    let run_time_code = image.exec_entry().is_some();
+    let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd(), run_time_code };
     // The program compiled ahead by a prepared function (`shoal serve`)
     // if it was compiled for exactly this instance's layout and network;
     // otherwise (and for `shoal run`) compiled here.

@@ -201,7 +201,8 @@ impl Prepared {
             return Err(SptError::UdpNeedsParent);
         }
         let policy = NetPolicy { listeners: listeners.len() as u32, outbound: spec.outbound, bind_any: false, relay: false };
-        let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd() };
+        let run_time_code = self.image.exec_entry().is_some();
+        let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd(), run_time_code };
         let key = filter::key(policy, guest);
         let program = {
             let mut cached = self.filter.lock().unwrap_or_else(|e| e.into_inner());

@@ -37,7 +37,7 @@
 //!
 //! Like every hypercall handler, nothing here allocates.
 
-use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use shoal_abi::{
     AliasArgs, AliasListArgs, AliasPair, ProtectArgs, ReleaseArgs, ReleaseRange, ALIAS_LIST_MAX, ALIAS_SHAREABLE, PAGE_SIZE, PROT_READ, PROT_WRITE,
     RELEASE_LIST_MAX,
@@ -46,6 +46,16 @@ use shoal_abi::{
 static HEAP_START: AtomicU64 = AtomicU64::new(u64::MAX);
 static MEM_SIZE: AtomicU64 = AtomicU64::new(0);
 static ALIAS_FD: AtomicI32 = AtomicI32::new(-1);
+/// Whether the guest may make pages `PROT_READ | PROT_EXEC`: an
+/// unmodified executable's run-time code (`shoal_abi::PROT_EXEC`).
+static RUN_TIME_CODE: AtomicBool = AtomicBool::new(false);
+
+/// Lets the guest make its pages executable and not writable (an
+/// unmodified executable, whose `syscall`s from them take the trap path
+/// of syscall user dispatch).
+pub fn allow_run_time_code() {
+    RUN_TIME_CODE.store(true, Ordering::Relaxed);
+}
 
 /// Records the range the guest may protect and alias, and the alias
 /// file's descriptor (in the child, before the guest runs).
@@ -195,13 +205,15 @@ pub fn protect(a: &ProtectArgs) -> i64 {
     // PROTECT_UNTOUCHED is a hint about TLBs, which mprotect keeps right
     // by itself.
     let prot = a.prot & !shoal_abi::PROTECT_UNTOUCHED;
-    if prot & !(PROT_READ | PROT_WRITE) != 0 || !range_ok(a.addr, a.len, lo, mem_size) {
+    let code = prot == PROT_READ | shoal_abi::PROT_EXEC && RUN_TIME_CODE.load(Ordering::Relaxed);
+    if (prot & !(PROT_READ | PROT_WRITE) != 0 && !code) || !range_ok(a.addr, a.len, lo, mem_size) {
         return einval;
     }
     let prot = prot as libc::c_int;
     let r = pieces(a.addr, a.len, mem_size, |addr, len| {
         // SAFETY: [addr, addr + len) lies in the guest's own memory above
-        // everything the tender protects (checked above); no PROT_EXEC.
+        // everything the tender protects (checked above); PROT_EXEC only
+        // without PROT_WRITE, for an executable's run-time code.
         unsafe { crate::sys::mprotect(addr, len, prot) }.map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))
     });
     match r {

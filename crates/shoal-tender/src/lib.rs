@@ -871,11 +871,19 @@ pub fn is_executable(image: &Path) -> bool {
 
 /// If `image` is an unmodified Linux executable rather than a shoal
 /// image: the instance image `shoal-exec` builds around it (once; later
-/// calls find it in the cache by content). `None` for anything else,
+/// calls find it in the cache by the file's inode, size and times, or by
+/// content). `None` for anything else,
 /// including a file that cannot be read (the tender says why).
 /// Every command that takes an image passes here, through
 /// [`RunArgs::from_opts`].
 pub fn executable_image(image: &Path) -> Result<Option<PathBuf>, ArgsError> {
+    // An executable started before, unchanged: found by its inode, size
+    // and times, neither read nor hashed again.
+    if let (Some(dir), Some(kernel)) = (exec_cache_dir(), exec_kernel_image()) {
+        if let Some(built) = shoal_exec::cached(image, &kernel, &dir) {
+            return Ok(Some(built));
+        }
+    }
     if !is_executable(image) {
         return Ok(None);
     }
@@ -886,7 +894,7 @@ pub fn executable_image(image: &Path) -> Result<Option<PathBuf>, ArgsError> {
     if !kernel.is_file() {
         return Err(no_kernel(&kernel));
     }
-    Ok(Some(shoal_exec::prepare(image, &kernel, &dir)?.0))
+    Ok(Some(shoal_exec::prepared(image, &kernel, &dir)?))
 }
 
 /// A run that could not start or failed in its tender.

@@ -158,6 +158,12 @@ pub fn alloc_kernel_pages(bytes: u64) -> Option<u64> {
     SPACE.with(|s| s.alloc_kernel(bytes))
 }
 
+/// Frees pages [`alloc_kernel_pages`] gave (an exited thread's kernel
+/// stack); pages in the range that are not the kernel's stay as they are.
+pub fn free_kernel_pages(addr: u64, bytes: u64) {
+    SPACE.with(|s| s.free_kernel(addr, bytes));
+}
+
 pub(crate) fn with_space<R>(f: impl FnOnce(&mut Space) -> R) -> R {
     SPACE.with(f)
 }

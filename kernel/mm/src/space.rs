@@ -114,6 +114,9 @@ impl Use {
     pub fn real_prot(self) -> u64 {
         match self {
             Use::Anon { prot } if u32::from(prot) & PROT_WRITE != 0 => RW,
+            Use::Anon { prot } if u32::from(prot) & PROT_EXEC != 0 && RUN_TIME_CODE.load(core::sync::atomic::Ordering::Relaxed) => {
+                shoal_abi::PROT_READ | shoal_abi::PROT_EXEC
+            }
             Use::Anon { prot } if u32::from(prot) & (PROT_READ | PROT_EXEC) != 0 => shoal_abi::PROT_READ,
             Use::Anon { .. } => 0,
             _ => RW,
@@ -122,6 +125,27 @@ impl Use {
 }
 
 const RW: u64 = shoal_abi::PROT_READ | shoal_abi::PROT_WRITE;
+
+/// A bit of [`Use::Anon`]'s `prot` beside the `PROT_*` bits: the mapping
+/// has no access and was made on clean free memory, so its pages still
+/// read as zero. A runtime's address-space reservation (Go reserves 64 MiB
+/// arenas `PROT_NONE`, then maps them read-write with `MAP_FIXED`) is then
+/// replaced without zeroing pages nobody touched: zeroing them cost 40 ms
+/// per 64 MiB on spt and 1.7 s on hvt, and made them resident.
+const CLEAN: u8 = 0x80;
+
+/// Whether mappings the program makes executable (and not writable) are
+/// executable: only in an unmodified executable, for code it makes at run
+/// time (`shoal_abi::PROT_EXEC`). A writable and executable mapping is
+/// only writable: a JIT that writes and runs the same page at once faults
+/// at the first instruction (W^X).
+static RUN_TIME_CODE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Lets the program's executable mappings be executable (set once, at the
+/// start of an unmodified executable).
+pub fn allow_run_time_code() {
+    RUN_TIME_CODE.store(true, core::sync::atomic::Ordering::Relaxed);
+}
 
 /// Asks the tender to give `[a, b)` protection `prot`. Without a tender
 /// (unit tests) nothing happens. A tender that refuses leaves the pages as
@@ -132,7 +156,11 @@ const RW: u64 = shoal_abi::PROT_READ | shoal_abi::PROT_WRITE;
 fn set_real_prot(a: u64, b: u64, prot: u64, untouched: bool) {
     if shoal_plat::boot::booted() {
         let hint = if untouched { shoal_abi::PROTECT_UNTOUCHED } else { 0 };
-        let _ = shoal_plat::hypercall::protect(a, b - a, prot | hint);
+        let r = shoal_plat::hypercall::protect(a, b - a, prot | hint);
+        // A tender that cannot make pages executable: read-only at least.
+        if r < 0 && prot & shoal_abi::PROT_EXEC != 0 {
+            let _ = shoal_plat::hypercall::protect(a, b - a, shoal_abi::PROT_READ | hint);
+        }
     }
     #[cfg(test)]
     PROTECTED.with(|p| p.borrow_mut().push((a, b, prot)));
@@ -305,7 +333,7 @@ impl Space {
         let mut run: Option<(u64, u64, u32, bool)> = None;
         for s in &self.segs[..self.len] {
             let kind = match s.what {
-                Use::Anon { prot } => Some((u32::from(prot), false)),
+                Use::Anon { prot } => Some((u32::from(prot & 0xf), false)),
                 Use::Brk => Some((PROT_READ | PROT_WRITE, true)),
                 _ => None,
             };
@@ -564,6 +592,26 @@ impl Space {
         Some(a)
     }
 
+    /// Frees the kernel's pages in `addr..addr + bytes` (dirty: their
+    /// memory goes back to the host as freed memory does, [`Space::settle`]).
+    pub fn free_kernel(&mut self, addr: u64, bytes: u64) {
+        let Some(end) = page_up(bytes).and_then(|b| addr.checked_add(b)) else { return };
+        let (a, b) = self.clip(addr & !(PAGE - 1), end);
+        let mut pos = a;
+        while pos < b {
+            let s = self.segs[self.idx_of(pos)];
+            let e = s.end.min(b);
+            if s.what == Use::Kernel {
+                if self.room(2).is_err() {
+                    return;
+                }
+                self.assign(pos, e, Use::Free { dirty: true });
+            }
+            pos = e;
+        }
+        self.settle();
+    }
+
     // -------------------------------------------------------------- mmap
 
     /// Maps `len` bytes of zeroed anonymous memory anywhere; returns the
@@ -583,6 +631,10 @@ impl Space {
         let clean = if what.real_prot() == 0 { self.find_free_clean(bytes / PAGE) } else { None };
         let a = clean.or_else(|| self.find_free(bytes / PAGE)).ok_or(Errno::ENOMEM)?;
         self.scrub(a, a + bytes);
+        let what = match what {
+            Use::Anon { prot } if clean.is_some() => Use::Anon { prot: prot | CLEAN },
+            w => w,
+        };
         self.assign(a, a + bytes, what);
         Ok(a)
     }
@@ -603,9 +655,13 @@ impl Space {
         }
         let mut any = false;
         let mut foreign = false;
+        let mut all_clean = true;
         self.pieces(addr, end, |_, _, w| match w {
-            Use::Free { .. } => {}
-            Use::Anon { .. } => any = true,
+            Use::Free { dirty } => all_clean &= !dirty,
+            Use::Anon { prot } => {
+                any = true;
+                all_clean &= prot & CLEAN != 0;
+            }
             Use::Brk | Use::Kernel => foreign = true,
         });
         if noreplace && (any || foreign) {
@@ -616,12 +672,19 @@ impl Space {
         }
         self.room(2)?;
         // Replaced mappings may be unwritable: free them first (read-write
-        // again) so that zeroing them cannot fault.
+        // again) so that zeroing them cannot fault; untouched reservations
+        // are clean and need no zeroing.
         if any {
-            self.assign(addr, end, Use::Free { dirty: true });
+            self.free_mappings(addr, end);
         }
         self.scrub(addr, end);
-        self.assign(addr, end, Use::Anon { prot: (prot & 0xf) as u8 });
+        let mut what = Use::Anon { prot: (prot & 0xf) as u8 };
+        if let Use::Anon { prot } = what {
+            if all_clean && what.real_prot() == 0 {
+                what = Use::Anon { prot: prot | CLEAN };
+            }
+        }
+        self.assign(addr, end, what);
         Ok(addr)
     }
 
@@ -642,14 +705,28 @@ impl Space {
         while pos < b {
             let s = self.segs[self.idx_of(pos)];
             let e = s.end.min(b);
-            if let Use::Anon { .. } = s.what {
+            if let Use::Anon { prot } = s.what {
                 self.room(2)?;
-                self.assign(pos, e, Use::Free { dirty: true });
+                self.assign(pos, e, Use::Free { dirty: prot & CLEAN == 0 });
             }
             pos = e;
         }
         self.settle();
         Ok(())
+    }
+
+    /// Frees the program's mappings in `[a, b)`: pages of an untouched
+    /// reservation ([`CLEAN`]) as clean, every other as dirty.
+    fn free_mappings(&mut self, a: u64, b: u64) {
+        let mut pos = a;
+        while pos < b {
+            let s = self.segs[self.idx_of(pos)];
+            let e = s.end.min(b);
+            if let Use::Anon { prot } = s.what {
+                self.assign(pos, e, Use::Free { dirty: prot & CLEAN == 0 });
+            }
+            pos = e;
+        }
     }
 
     /// Gives freed memory back when more than [`RELEASE_HIGH`] bytes are

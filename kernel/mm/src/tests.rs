@@ -844,3 +844,32 @@ fn mappings_without_access_prefer_clean_memory() {
     assert!(all(again, 8 * PAGE, 0), "zeroed");
     s.check();
 }
+
+/// A reservation made on clean memory and never given access is replaced
+/// by a `MAP_FIXED` mapping without zeroing (its pages are still zero: the
+/// bytes written here behind the kernel's back stand for pages nobody may
+/// touch, and stay); one that had access is zeroed.
+#[test]
+fn an_untouched_reservation_is_mapped_over_without_zeroing() {
+    let (mut s, _) = space(64);
+    let r = s.map_anywhere(8 * PAGE, 0).unwrap();
+    fill(r, 8 * PAGE, 0x5a);
+    assert_eq!(s.map_fixed(r, 8 * PAGE, PROT_READ | PROT_WRITE, false), Ok(r));
+    assert!(all(r, 8 * PAGE, 0x5a), "zeroed though untouched");
+    s.protect(r, 8 * PAGE, 0).unwrap();
+    assert_eq!(s.map_fixed(r, 8 * PAGE, PROT_READ | PROT_WRITE, false), Ok(r));
+    assert!(all(r, 8 * PAGE, 0), "a mapping that had access is zeroed");
+    s.check();
+}
+
+/// Kernel pages given back are free again (an exited thread's stack).
+#[test]
+fn kernel_pages_are_freed() {
+    let (mut s, _) = space(128);
+    let k = s.alloc_kernel(16 * PAGE).unwrap();
+    assert_eq!(s.use_at(k), Some(Use::Kernel));
+    s.free_kernel(k, 16 * PAGE);
+    assert!(matches!(s.use_at(k), Some(Use::Free { .. })));
+    assert_eq!(s.alloc_kernel(16 * PAGE), Some(k), "reused");
+    s.check();
+}

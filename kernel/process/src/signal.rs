@@ -46,7 +46,13 @@
 //! (`EPERM`) while the caller runs on it. A CPU fault of the program
 //! (SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGFPE) reaches [`deliver_fault`]
 //! through the tender's program-fault hand-back, offered only while such
-//! a signal has a handler ([`update_fault_entry`]).
+//! a signal has a handler ([`update_fault_entry`]); in an unmodified
+//! executable [`deliver_fault_direct`] enters the handler as Linux does,
+//! with nothing kept on the kernel's side (its `rt_sigreturn` is
+//! [`sigreturn_direct`]; a handler left by `siglongjmp` costs nothing).
+//! The frame's `fpstate` holds the interrupted FPU/SSE state where the
+//! entry path saved it ([`Fp`]: the preemption and fault entries), and
+//! what the handler leaves there is what the thread resumes with.
 
 use shoal_plat::Errno;
 
@@ -530,7 +536,7 @@ pub fn send_thread_info(tid: u32, sig: i32, info: Info) -> Result<(), Errno> {
 
 /// Delivers every pending, unblocked signal (lowest number first).
 pub fn deliver_pending() {
-    deliver_pending_in(None);
+    deliver_pending_in(None, None);
 }
 
 /// The registers of code a preemption tick interrupted, as the kernel's
@@ -692,6 +698,153 @@ pub struct Delivery {
     pub altstack: StackT,
     /// The return address of the handler (`sa_restorer`).
     pub restorer: u64,
+    /// The interrupted FPU/SSE state, if the entry path saved it ([`Fp::LIVE`]:
+    /// it did not, the registers hold it).
+    pub fp: Fp,
+}
+
+/// Where an entry path saved the interrupted thread's FPU/SSE state, which
+/// it restores from when it returns to the thread: the signal frame's
+/// `fpstate` is copied from it, and what the handler's `rt_sigreturn`
+/// leaves in `fpstate` is written back to it (Linux restores the
+/// registers from `fpstate`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fp {
+    /// The area (64-byte aligned): `fxsave` layout in its first 512 bytes.
+    pub at: u64,
+    /// `xsave` layout (its header follows the legacy 512 bytes): the
+    /// header's `XSTATE_BV` says which parts hold values (a clear bit: the
+    /// part is in its initial state and its bytes are stale).
+    pub xsave: bool,
+}
+
+impl Fp {
+    /// No saved state: the registers hold it.
+    pub const LIVE: Fp = Fp { at: 0, xsave: false };
+}
+
+/// An `fxsave` area: the x87, MXCSR and XMM registers.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub struct Fxsave(pub [u8; 512]);
+
+impl Default for Fxsave {
+    fn default() -> Self {
+        Fxsave([0; 512])
+    }
+}
+
+/// Offsets in an `fxsave` area: the x87 control word, MXCSR and the
+/// MXCSR bits the CPU supports, the x87 registers, the XMM registers.
+const FX_FCW: usize = 0;
+const FX_MXCSR: usize = 24;
+const FX_MXCSR_MASK: usize = 28;
+const FX_ST: core::ops::Range<usize> = 32..160;
+const FX_XMM: core::ops::Range<usize> = 160..416;
+/// The bytes `rt_sigreturn` takes from a program's `fpstate` (the rest of
+/// the 512 are reserved or software-defined).
+const FX_TAKEN: usize = 416;
+
+impl Fxsave {
+    /// The state as saved at `fp` (an `xsave` area's parts in their
+    /// initial state are given their initial values).
+    fn from_area(fp: Fp) -> Result<Fxsave, Errno> {
+        let mut fx: Fxsave = shoal_plat::umem::read(fp.at)?;
+        if fp.xsave {
+            let bv: u64 = shoal_plat::umem::read(fp.at + 512)?;
+            if bv & 1 == 0 {
+                fx.0[..FX_ST.end].fill(0);
+                fx.0[FX_FCW..FX_FCW + 2].copy_from_slice(&0x037fu16.to_le_bytes());
+                // MXCSR is saved whatever XSTATE_BV says.
+                let mxcsr: [u8; 8] = shoal_plat::umem::read(fp.at + FX_MXCSR as u64)?;
+                fx.0[FX_MXCSR..FX_MXCSR + 8].copy_from_slice(&mxcsr);
+            }
+            if bv & 2 == 0 {
+                fx.0[FX_XMM].fill(0);
+            }
+        }
+        Ok(fx)
+    }
+
+    /// The MXCSR bits this CPU accepts (`fxrstor` faults on any other).
+    fn mxcsr_mask(&self) -> u32 {
+        match u32::from_le_bytes([self.0[FX_MXCSR_MASK], self.0[FX_MXCSR_MASK + 1], self.0[FX_MXCSR_MASK + 2], self.0[FX_MXCSR_MASK + 3]]) {
+            0 => 0xffbf,
+            m => m,
+        }
+    }
+
+    /// Takes what a program's `fpstate` holds over `self` (the state the
+    /// kernel saved), as `rt_sigreturn` does: the x87 and SSE registers,
+    /// MXCSR without the bits this CPU refuses; `None` (a null pointer) is
+    /// the initial state.
+    fn take(&mut self, theirs: Option<&Fxsave>) {
+        let mask = self.mxcsr_mask();
+        match theirs {
+            None => {
+                self.0[..FX_TAKEN].fill(0);
+                self.0[FX_FCW..FX_FCW + 2].copy_from_slice(&0x037fu16.to_le_bytes());
+                self.0[FX_MXCSR..FX_MXCSR + 4].copy_from_slice(&0x1f80u32.to_le_bytes());
+            }
+            Some(t) => self.0[..FX_TAKEN].copy_from_slice(&t.0[..FX_TAKEN]),
+        }
+        self.0[FX_MXCSR_MASK..FX_MXCSR_MASK + 4].copy_from_slice(&mask.to_le_bytes());
+        let m = u32::from_le_bytes([self.0[FX_MXCSR], self.0[FX_MXCSR + 1], self.0[FX_MXCSR + 2], self.0[FX_MXCSR + 3]]) & mask;
+        self.0[FX_MXCSR..FX_MXCSR + 4].copy_from_slice(&m.to_le_bytes());
+    }
+
+    /// Writes the state back into the entry path's area `fp`, marking its
+    /// x87 and SSE parts as holding values.
+    fn store(&self, fp: Fp) -> Result<(), Errno> {
+        shoal_plat::umem::write(fp.at, *self)?;
+        if fp.xsave {
+            let bv: u64 = shoal_plat::umem::read(fp.at + 512)?;
+            shoal_plat::umem::write(fp.at + 512, bv | 3)?;
+        }
+        Ok(())
+    }
+}
+
+/// Puts the program's `fpstate` (`None`: a null pointer) into the entry
+/// path's area `fp`.
+fn fp_back(theirs: Option<&Fxsave>, fp: Fp) -> Result<(), Errno> {
+    let mut fx = Fxsave::from_area(fp)?;
+    fx.take(theirs);
+    fx.store(fp)
+}
+
+/// The program's `fpstate` of the `ucontext_t` at `uc` (`None`: a null
+/// pointer, the initial state).
+fn fpstate_of(uc: u64) -> Result<Option<Fxsave>, Errno> {
+    match shoal_plat::umem::read::<u64>(uc + UC_FPSTATE as u64)? {
+        0 => Ok(None),
+        at => shoal_plat::umem::read(at).map(Some),
+    }
+}
+
+/// What a handler's `rt_sigreturn` left in its frame, copied out while
+/// the frame is intact (the kernel code it returns to reuses the stack
+/// below it).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Taken {
+    /// The context's registers (all flags as the frame holds them).
+    regs: Regs,
+    /// `uc_sigmask`.
+    mask: u64,
+    /// Whether `fpstate` was null.
+    fp_null: bool,
+    /// What `fpstate` points at.
+    fp: Fxsave,
+}
+
+impl Taken {
+    fn read(uc: u64) -> Result<Taken, Errno> {
+        let (regs, mask) = read_frame(uc, u64::MAX)?;
+        let fp = fpstate_of(uc)?;
+        Ok(Taken { regs, mask, fp_null: fp.is_none(), fp: fp.unwrap_or_default() })
+    }
 }
 
 /// Builds Linux's x86-64 `rt_sigframe` for a signal below `top`
@@ -709,7 +862,7 @@ pub struct Delivery {
 /// Fails (`EFAULT`) if the frame does not fit in writable memory, as
 /// Linux's setup does (it then kills with SIGSEGV).
 pub fn build_frame(top: u64, regs: &Regs, d: &Delivery) -> Result<Frame, Errno> {
-    let Delivery { info, fault, old_mask, altstack, restorer } = d;
+    let Delivery { info, fault, old_mask, altstack, restorer, fp: saved } = d;
     let (old_mask, restorer) = (*old_mask, *restorer);
     use shoal_plat::umem;
     let fp = top.checked_sub(FPSTATE_SIZE).ok_or(Errno::EFAULT)? & !63;
@@ -733,8 +886,13 @@ pub fn build_frame(top: u64, regs: &Regs, d: &Delivery) -> Result<Frame, Errno> 
     u[UC_GREGS + 22] = fault.cr2;
     u[UC_FPSTATE / 8] = fp;
     u[UC_SIGMASK / 8] = old_mask;
-    let mut fx = Fxsave([0; 512]);
-    fxsave(&mut fx);
+    let fx = if saved.at != 0 {
+        Fxsave::from_area(*saved)?
+    } else {
+        let mut fx = Fxsave::default();
+        fxsave(&mut fx);
+        fx
+    };
     umem::write(fp, fx)?;
     umem::write(uc, u)?;
     umem::write(si, *info)?;
@@ -753,11 +911,6 @@ pub fn read_frame(uc: u64, old_flags: u64) -> Result<(Regs, u64), Errno> {
     Ok((r, u[UC_SIGMASK / 8] & !UNBLOCKABLE))
 }
 
-/// An `fxsave` area.
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Fxsave([u8; 512]);
-
 /// Saves the x87 and SSE state into `area`.
 fn fxsave(area: &mut Fxsave) {
     // SAFETY: fxsave writes the 512 bytes of `area`, which is 16-byte
@@ -771,16 +924,18 @@ fn fxsave(area: &mut Fxsave) {
 /// asynchronously (musl's asynchronous `pthread_cancel` moves the program
 /// counter to its cancellation code this way).
 /// Returns the stack pointer to resume at (a handler may have changed it).
-pub fn deliver_pending_interrupted(frame: &mut Interrupted) -> u64 {
+/// `fp`: where the entry saved the thread's FPU/SSE state (the frames'
+/// `fpstate` comes from there, and goes back there at `rt_sigreturn`).
+pub fn deliver_pending_interrupted(frame: &mut Interrupted, fp: Option<Fp>) -> u64 {
     let mut rsp = interrupted_rsp(core::ptr::from_ref(frame) as u64);
-    deliver_pending_in(Some((frame, &mut rsp)));
+    deliver_pending_in(Some((frame, &mut rsp)), fp);
     rsp
 }
 
 /// An interrupted thread's saved registers and its stack pointer.
 type Resumed<'a> = (&'a mut Interrupted, &'a mut u64);
 
-fn deliver_pending_in(mut frame: Option<Resumed<'_>>) {
+fn deliver_pending_in(mut frame: Option<Resumed<'_>>, fp: Option<Fp>) {
     loop {
         // Decide with the state borrowed; run handlers without it (they
         // make system calls of their own).
@@ -807,7 +962,7 @@ fn deliver_pending_in(mut frame: Option<Resumed<'_>>) {
                 // As sigreturn does, the mask afterwards is the context's
                 // (the handler may change it there; musl's cancellation
                 // handler does).
-                let mask = call_handler(sig, info, act, old_mask, frame.as_mut().map(|(f, r)| (&mut **f, &mut **r)));
+                let mask = call_handler(sig, info, act, old_mask, frame.as_mut().map(|(f, r)| (&mut **f, &mut **r)), fp);
                 with_signals(|s| s.set_mask(mask));
             }
         }
@@ -912,6 +1067,8 @@ struct EnterCtx {
     /// The alternate stack's top, or 0: in the reserved area.
     top: u64,
     frame: Frame,
+    /// The frame as the handler's `rt_sigreturn` found it.
+    taken: Taken,
 }
 
 /// Builds the frame for [`shoal_process_enter_handler`] below `ctx.top`,
@@ -946,6 +1103,9 @@ extern "C" {
 struct JumpBuf {
     regs: [u64; 8],
     prev: u64,
+    /// The handler's [`EnterCtx`] (its frame tells a nested
+    /// `rt_sigreturn` from one of a frame built for a direct delivery).
+    ctx: u64,
 }
 
 /// The innermost handler's [`JumpBuf`] of each thread that runs one.
@@ -1001,6 +1161,17 @@ pub fn sigreturn_from_image() -> ! {
     if jb == 0 {
         terminate(11);
     }
+    // The frame, read now: the kernel code resumed below reuses the stack
+    // under it. An unreadable one kills, as Linux's sigreturn does.
+    // SAFETY: `jb` and the context it names were registered by
+    // run_handler for this thread and live in its frame, above this one.
+    unsafe {
+        let ctx = (*(jb as *const JumpBuf)).ctx as *mut EnterCtx;
+        match Taken::read((*ctx).frame.uc) {
+            Ok(t) => (*ctx).taken = t,
+            Err(_) => terminate(11),
+        }
+    }
     // SAFETY: `jb` was registered by call_handler for this thread and lies
     // in its frame, which is live while its handler runs (a handler left
     // by siglongjmp leaves a stale entry only under newer ones, which are
@@ -1026,13 +1197,14 @@ pub fn on_stack(st: &StackT, sp: u64) -> bool {
     st.ss_size != 0 && sp > st.ss_sp && sp - st.ss_sp <= st.ss_size
 }
 
-fn call_handler(sig: i32, from: Info, act: KSigaction, old_mask: u64, frame: Option<Resumed<'_>>) -> u64 {
+fn call_handler(sig: i32, from: Info, act: KSigaction, old_mask: u64, frame: Option<Resumed<'_>>, fp: Option<Fp>) -> u64 {
     // The interrupted registers: a preempted thread's; inside a system
     // call of a program linked with the kernel, none are saved (the call
     // is a function call): zero, and what the handler changes is not taken.
     let regs = frame.as_ref().map_or([0; 18], |(f, rsp)| regs_of(f, **rsp));
     let flags = frame.as_ref().map_or(0, |(f, _)| f[15]);
-    let (back, mask) = run_handler(sig, from.siginfo(sig), Fault::default(), act, old_mask, regs, current_sp(), flags, 0);
+    let fp = if frame.is_some() { fp } else { None };
+    let (back, mask) = run_handler(sig, from.siginfo(sig), Fault::default(), act, old_mask, (regs, fp), current_sp(), flags, 0);
     if let Some((fr, rsp)) = frame {
         regs_to(&back, fr, rsp);
     }
@@ -1072,18 +1244,14 @@ pub fn update_fault_entry() {
     }
 }
 
-/// Delivers a CPU fault of the program, as Linux's `force_sig_fault`:
-/// with the signal unblocked and a handler installed, the handler runs on
-/// a frame holding the faulting registers and `trapno`/`err`/`cr2`, and
-/// what its `rt_sigreturn` leaves in the context (a handler may move rip
-/// and rsp: Go's sigpanic does) is returned, to resume there. `None`
-/// (blocked, ignored or default): the fault ends the instance.
-/// `own_stack`: the kernel runs on a stack of its own (an executable's),
-/// so the frame goes below the faulting stack's red zone, as Linux puts
-/// it; otherwise below this kernel code's stack, which is the program's.
-pub fn deliver_fault(a: &shoal_abi::ProgramFaultArea, own_stack: bool) -> Option<Regs> {
+/// Takes the fault `a` for the program, as Linux's `force_sig_fault`:
+/// with its signal unblocked and a handler installed, blocks what the
+/// action says (and honours `SA_RESETHAND`); returns the signal, its
+/// action and the mask before. `None` (blocked, ignored or default): the
+/// fault ends the instance.
+fn take_fault(a: &shoal_abi::ProgramFaultArea) -> Option<(i32, KSigaction, u64)> {
     let sig = i32::try_from(a.signo).ok().filter(|s| FAULT_SIGNALS.contains(s))?;
-    let (act, old_mask) = with_signals(|s| {
+    with_signals(|s| {
         let old_mask = s.mask;
         let Disposition::Handle(act) = s.disposition(sig) else { return None };
         if old_mask & bit(sig) != 0 {
@@ -1095,35 +1263,140 @@ pub fn deliver_fault(a: &shoal_abi::ProgramFaultArea, own_stack: bool) -> Option
         }
         let own = if act.flags & SA_NODEFER != 0 { 0 } else { bit(sig) };
         s.set_mask(old_mask | act.mask | own);
-        Some((act, old_mask))
-    })?;
+        Some((sig, act, old_mask))
+    })
+}
+
+/// The restorer a handler returns to.
+fn restorer_of(act: &KSigaction) -> u64 {
+    if act.flags & SA_RESTORER != 0 && act.restorer != 0 {
+        act.restorer
+    } else {
+        shoal_process_restorer as *const () as u64
+    }
+}
+
+/// Delivers a CPU fault of a program linked with the kernel: the handler
+/// runs on a frame holding the faulting registers and
+/// `trapno`/`err`/`cr2` (and the FPU/SSE state saved at `fp`), below this
+/// kernel code's stack (the program's) or on the alternate stack, and
+/// what its `rt_sigreturn` leaves in the context (a handler may move rip
+/// and rsp) is returned, to resume there (the FPU/SSE state back at
+/// `fp`). `None`: the fault ends the instance.
+pub fn deliver_fault(a: &shoal_abi::ProgramFaultArea, fp: Fp) -> Option<Regs> {
+    let (sig, act, old_mask) = take_fault(a)?;
     let info = Info { code: a.code as u32 as i32, a: a.addr, b: 0 }.siginfo(sig);
     let fault = Fault { err: a.err, trapno: a.trapno, cr2: a.cr2 };
-    let below = if own_stack { a.regs[reg::RSP].wrapping_sub(128) } else { 0 };
-    let (back, mask) = run_handler(sig, info, fault, act, old_mask, a.regs, a.regs[reg::RSP], a.regs[reg::EFLAGS], below);
+    let (back, mask) = run_handler(sig, info, fault, act, old_mask, (a.regs, Some(fp)), a.regs[reg::RSP], a.regs[reg::EFLAGS], 0);
     with_signals(|s| s.set_mask(mask));
     Some(back)
 }
 
-/// Enters the handler `act` of `sig` with `regs` in its context (`sp`:
+/// Delivers a CPU fault of an unmodified executable as Linux does, with
+/// nothing left on the kernel's side: builds the `rt_sigframe` (the
+/// faulting registers, the FPU/SSE state saved at `fp`) below the faulting
+/// stack's red zone or on the alternate stack, and returns the registers
+/// that enter the handler (rip = the handler, rsp = the frame, rdi, rsi,
+/// rdx = signal, info, context, rax = 0, DF, TF and RF clear; the others
+/// as at the fault). Its `rt_sigreturn` comes back as a system call at
+/// the frame ([`sigreturn_direct`]); a handler that leaves with
+/// `siglongjmp` leaves nothing behind. `None`: the fault ends the instance.
+pub fn deliver_fault_direct(a: &shoal_abi::ProgramFaultArea, fp: Fp) -> Option<Regs> {
+    let (sig, act, old_mask) = take_fault(a)?;
+    let info = Info { code: a.code as u32 as i32, a: a.addr, b: 0 }.siginfo(sig);
+    let fault = Fault { err: a.err, trapno: a.trapno, cr2: a.cr2 };
+    let sp = a.regs[reg::RSP];
+    let alt = SIGNALS.with(|s| s.altstack);
+    let top = alt_stack_top(&act, &alt, sp);
+    let d = Delivery { info, fault, old_mask, altstack: alt, restorer: restorer_of(&act), fp };
+    let Ok(f) = build_frame(top.unwrap_or(sp.wrapping_sub(128)), &a.regs, &d) else { terminate(11) };
+    if top.is_some() && alt.ss_flags & SS_AUTODISARM != 0 {
+        signals_mut(|s| s.altstack = NO_ALTSTACK);
+    }
+    let mut r = a.regs;
+    r[reg::RIP] = act.handler;
+    r[reg::RSP] = f.sp;
+    r[reg::RDI] = sig as u64;
+    r[reg::RSI] = f.info;
+    r[reg::RDX] = f.uc;
+    r[reg::RAX] = 0;
+    // DF, TF and RF, as Linux clears them for a handler.
+    r[reg::EFLAGS] &= !(0x400 | 0x100 | 0x1_0000);
+    Some(r)
+}
+
+/// Whether the `rt_sigreturn` of a thread whose stack pointer is `uc`
+/// returns from the handler the kernel entered last for it (nested in
+/// kernel code: [`sigreturn_from_image`] resumes there) rather than from
+/// a frame built for a direct delivery ([`sigreturn_direct`]).
+pub fn is_nested_frame(uc: u64) -> bool {
+    let jb = handler_top(shoal_sched::current_tid());
+    if jb == 0 {
+        return false;
+    }
+    // Read with checks: a handler left by siglongjmp leaves a stale entry,
+    // whose stack may hold anything now.
+    let at = |field: usize| jb.wrapping_add(field as u64);
+    let Ok(ctx) = shoal_plat::umem::read::<u64>(at(core::mem::offset_of!(JumpBuf, ctx))) else { return false };
+    let off = core::mem::offset_of!(EnterCtx, frame) + core::mem::offset_of!(Frame, uc);
+    ctx != 0 && shoal_plat::umem::read::<u64>(ctx.wrapping_add(off as u64)).is_ok_and(|u| u == uc)
+}
+
+/// `rt_sigreturn` of a frame built by [`deliver_fault_direct`], at the
+/// `ucontext_t` at `uc` (the caller's stack pointer): the registers to
+/// resume with (eflags: the user flags over `old_flags`), the FPU/SSE
+/// state into `fx` (over the state there, which the caller saved), the
+/// signal mask set and an alternate stack disarmed for the handler armed
+/// again, as Linux's. Fails when the frame cannot be read (Linux then
+/// kills with SIGSEGV).
+pub fn sigreturn_direct(uc: u64, old_flags: u64, fx: &mut Fxsave) -> Result<Regs, Errno> {
+    let (regs, mask) = read_frame(uc, old_flags)?;
+    fx.take(fpstate_of(uc)?.as_ref());
+    let st: StackT = shoal_plat::umem::read(uc + UC_STACK as u64)?;
+    with_signals(|s| {
+        if st.ss_flags & SS_AUTODISARM != 0 && s.altstack.ss_size == 0 && !on_stack(&st, regs[reg::RSP]) {
+            s.altstack = st;
+        }
+        s.set_mask(mask);
+    });
+    Ok(regs)
+}
+
+/// Saves the running thread's FPU/SSE state into `fx`.
+pub fn save_fp(fx: &mut Fxsave) {
+    fxsave(fx);
+}
+
+/// Enters the handler `act` of `sig` with `regs` in its context (and the
+/// FPU/SSE state an entry path saved, which gets the context's back) (`sp`:
 /// where the thread was, for the alternate-stack decision) and returns
 /// the context's registers and mask after its `rt_sigreturn` (eflags:
 /// only the user flags, over `old_flags`). The frame goes on the
 /// alternate stack if the action says so, else below `below` (0: below
 /// this kernel code's stack).
 #[allow(clippy::too_many_arguments)]
-fn run_handler(sig: i32, info: SigInfo, fault: Fault, act: KSigaction, old_mask: u64, regs: Regs, sp: u64, old_flags: u64, below: u64) -> (Regs, u64) {
+fn run_handler(
+    sig: i32,
+    info: SigInfo,
+    fault: Fault,
+    act: KSigaction,
+    old_mask: u64,
+    (regs, fp): (Regs, Option<Fp>),
+    sp: u64,
+    old_flags: u64,
+    below: u64,
+) -> (Regs, u64) {
     let alt = SIGNALS.with(|s| s.altstack);
     // Below this kernel code's stack unless on the alternate stack.
     let switch = alt_stack_top(&act, &alt, sp).is_some();
-    let restorer = if act.flags & SA_RESTORER != 0 && act.restorer != 0 { act.restorer } else { shoal_process_restorer as *const () as u64 };
     let mut ctx = EnterCtx {
         handler: act.handler,
         sig,
         regs,
-        delivery: Delivery { info, fault, old_mask, altstack: alt, restorer },
+        delivery: Delivery { info, fault, old_mask, altstack: alt, restorer: restorer_of(&act), fp: fp.unwrap_or(Fp::LIVE) },
         top: if switch { alt.ss_sp.wrapping_add(alt.ss_size) } else { below },
         frame: Frame { sp: 0, info: 0, uc: 0 },
+        taken: Taken { regs: [0; 18], mask: 0, fp_null: false, fp: Fxsave::default() },
     };
     if switch && alt.ss_flags & SS_AUTODISARM != 0 {
         signals_mut(|s| s.altstack = NO_ALTSTACK);
@@ -1132,6 +1405,7 @@ fn run_handler(sig: i32, info: SigInfo, fault: Fault, act: KSigaction, old_mask:
     let mut jb = JumpBuf::default();
     let at = core::ptr::from_mut(&mut jb) as u64;
     jb.prev = handler_top(tid);
+    jb.ctx = core::ptr::from_mut(&mut ctx) as u64;
     set_handler_top(tid, at);
     // The handler is the program's code: preemptible while it runs.
     shoal_sched::preempt::leave();
@@ -1149,10 +1423,16 @@ fn run_handler(sig: i32, info: SigInfo, fault: Fault, act: KSigaction, old_mask:
     if switch && alt.ss_flags & SS_AUTODISARM != 0 {
         signals_mut(|s| s.altstack = alt);
     }
-    // SAFETY: written by the entry above through a raw pointer.
-    let uc = unsafe { core::ptr::read_volatile(&raw const ctx.frame.uc) };
-    let Ok(back) = read_frame(uc, old_flags) else { terminate(11) };
-    back
+    // SAFETY: written by sigreturn_from_image through a raw pointer.
+    let t = unsafe { core::ptr::read_volatile(&raw const ctx.taken) };
+    let mut regs = t.regs;
+    regs[reg::EFLAGS] = (old_flags & !USER_FLAGS) | (regs[reg::EFLAGS] & USER_FLAGS);
+    if let Some(fp) = fp {
+        if fp_back((!t.fp_null).then_some(&t.fp), fp).is_err() {
+            terminate(11);
+        }
+    }
+    (regs, t.mask)
 }
 
 #[cfg(test)]

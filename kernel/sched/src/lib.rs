@@ -91,6 +91,22 @@ pub(crate) fn republish() {
 /// A detached thread's stack `(base, size)` to free after the switch away
 /// from it.
 static PENDING_UNMAP: Global<Option<(u64, u64)>> = Global::new(None);
+/// An exited thread's kernel stack `(base, size)` to free after the switch
+/// away from it (an executable's threads have one: `shoal_syscall::exec`).
+static PENDING_KSTACK: Global<Option<(u64, u64)>> = Global::new(None);
+/// Finds the running thread's own kernel stack `(base, size)`, if any.
+pub type KernelStackOf = fn() -> Option<(u64, u64)>;
+
+/// Says which kernel stack the running thread has (registered once by
+/// the system-call layer for an executable).
+static KSTACK_OF: Global<Option<KernelStackOf>> = Global::new(None);
+
+/// Registers how to find the running thread's own kernel stack, freed
+/// after it exits.
+pub fn set_kernel_stack_of(f: KernelStackOf) {
+    KSTACK_OF.with(|k| *k = Some(f));
+}
+
 /// Where the switch saves the stack pointer of a thread that has exited.
 static DEAD_RSP: AtomicU64 = AtomicU64::new(0);
 
@@ -175,6 +191,9 @@ unsafe fn switch(_save: *mut u64, _next_rsp: u64) {
 pub extern "C" fn shoal_sched_after_switch() {
     if let Some((base, size)) = PENDING_UNMAP.with(|p| p.take()) {
         let _ = shoal_mm::unmap(base, size);
+    }
+    if let Some((base, size)) = PENDING_KSTACK.with(|p| p.take()) {
+        shoal_mm::free_kernel_pages(base, size);
     }
 }
 
@@ -672,6 +691,10 @@ pub fn exit_thread(status: i32) -> ! {
     pi::exit_pi_owner(tid);
     if ctid != 0 && umem::write(ctid, 0u32).is_ok() {
         futex_wake(ctid, 1, u32::MAX);
+    }
+    // Its kernel stack, which it runs on until the switch.
+    if let Some(stack) = KSTACK_OF.with(|k| *k).and_then(|f| f()) {
+        PENDING_KSTACK.with(|p| *p = Some(stack));
     }
     table(|t| t.exit_current());
     reschedule();

@@ -203,6 +203,8 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
     // program makes writable.
     let mem = shoal_plat::boot::info().mem_size.saturating_sub(shoal_abi::EXEC_ADDRESS_RESERVE);
     shoal_mm::set_limits(u64::MAX, mem);
+    // Code the program makes at run time may run (its `syscall`s trap).
+    shoal_mm::space::allow_run_time_code();
     // argc, argv[], NULL, envp[], NULL, then the auxv pairs.
     let fix = || -> Result<(), Errno> {
         let argc: u64 = umem::read(sp)?;
@@ -227,8 +229,16 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
         shoal_plat::halt(125);
     }
     super::preempt::use_kernel_stacks();
+    shoal_sched::set_kernel_stack_of(own_kernel_stack);
     shoal_sched::preempt::leave();
     entry
+}
+
+/// The running thread's kernel stack `(base, size)`, found through its GS
+/// base as the entry finds it: freed once the thread has exited.
+fn own_kernel_stack() -> Option<(u64, u64)> {
+    let top = shoal_plat::cpu::rdgsbase().checked_add(CONTROL)?;
+    Some((top.checked_sub(KSTACK)?, KSTACK))
 }
 
 #[cfg(not(test))]
@@ -237,6 +247,8 @@ const CLONE: u64 = 56;
 const RSEQ: u64 = 334;
 #[cfg(not(test))]
 const CLONE3: u64 = 435;
+#[cfg(not(test))]
+const RT_SIGRETURN: u64 = 15;
 
 /// The system call of the frame at `f` (from the entry above), on the
 /// thread's kernel stack.
@@ -251,6 +263,9 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     // SAFETY: the GS base points at this thread's control word (set_control),
     // in its kernel stack, which only this thread's entries use.
     let start = unsafe { core::ptr::replace(ctl, nested) };
+    if n == RT_SIGRETURN && !shoal_process::signal::is_nested_frame(f.rsp) {
+        sigreturn_direct(f, ctl, start);
+    }
     let r = if n == RSEQ || n == CLONE3 {
         // Asked by glibc and Go at start; ENOSYS is their fallback
         // (restartable sequences off, clone instead of clone3), so it is
@@ -271,6 +286,24 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     super::preempt::leave_syscall();
     // SAFETY: as above; the next entry starts where this one did.
     unsafe { ctl.write(start) };
+}
+
+/// `rt_sigreturn` from a handler entered directly (a fault's:
+/// `crate::fault`): resumes at the registers and FPU/SSE state of the
+/// frame at the caller's stack pointer, every register restored (rcx and
+/// r11 too, as Linux's return from a signal); `ctl` gets `start` back.
+#[cfg(not(test))]
+fn sigreturn_direct(f: &Frame, ctl: *mut u64, start: u64) -> ! {
+    let mut fx = shoal_process::signal::Fxsave::default();
+    shoal_process::signal::save_fp(&mut fx);
+    let Ok(regs) = shoal_process::signal::sigreturn_direct(f.rsp, f.rflags, &mut fx) else { shoal_process::signal::terminate(11) };
+    super::preempt::leave_syscall();
+    // SAFETY: as in shoal_exec_syscall; nothing of this call stays on the
+    // kernel stack once the program resumes.
+    unsafe { ctl.write(start) };
+    // SAFETY: resumes the program as its handler's context says; `regs`
+    // and `fx` live on this stack, which the resume reads before leaving.
+    unsafe { super::fault::shoal_fault_resume(&regs, &fx) }
 }
 
 /// Raw `clone(flags, stack, ptid, ctid, tls)` of a thread: the child

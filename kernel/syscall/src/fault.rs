@@ -10,9 +10,15 @@
 //! area and resumes the thread at the entry, 128 bytes below the faulting
 //! stack. The entry moves to a kernel stack (an executable's: the
 //! thread's own, found through GS as the system-call entry does; an image
-//! linked with the kernel: right there, below the red zone), delivers the
-//! signal and resumes with every register the handler's `rt_sigreturn`
-//! left in its context, rsp and rip included. A fault with no handler to
+//! linked with the kernel: right there, below the red zone) and saves the
+//! FPU/SSE state there (the frame's `fpstate`). In an executable it then
+//! builds the signal frame and resumes the thread at its handler, as
+//! Linux does, keeping nothing on the kernel stack: the handler's
+//! `rt_sigreturn` is a system call of its own (`crate::exec`), and a
+//! handler that leaves by `siglongjmp` costs nothing. In an image linked
+//! with the kernel, it calls the handler and resumes with every register
+//! (and the FPU/SSE state) the handler's `rt_sigreturn` left in its
+//! context, rsp and rip included. A fault with no handler to
 //! take it (blocked, ignored, default) or in the kernel's own code ends
 //! the instance with the line and status the tender gives a crash.
 
@@ -35,13 +41,6 @@ pub static AREA: Area = Area(UnsafeCell::new(ProgramFaultArea { regs: [0; 18], s
 /// kernel stack is found through GS (`crate::exec`).
 #[no_mangle]
 pub static SHOAL_FAULT_EXEC: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-
-/// Room below the delivering kernel code for its own frames: a system
-/// call the handler makes starts below it. A handler that leaves by
-/// `siglongjmp` never gives it back to the thread's kernel stack (as one
-/// of a signal delivered at a system call: `crate::exec`).
-#[cfg(not(test))]
-const NEST_GAP: u64 = 16 << 10;
 
 /// Bytes of an executable thread's kernel stack (as `crate::exec`).
 #[cfg(not(test))]
@@ -66,18 +65,24 @@ core::arch::global_asm!(
     "    jb 2f",
     "    mov rsp, rax",
     "2:",
-    "    and rsp, -16",
+    // The FPU/SSE state, before any kernel code changes it.
+    "    and rsp, -64",
+    "    sub rsp, 512",
+    "    fxsave64 [rsp]",
+    "    mov rdi, rsp",
     "    cld",
     "    call {deliver}",
     "    ud2",
     ".size shoal_fault_entry, . - shoal_fault_entry",
-    // shoal_fault_resume(regs: rdi): every general register, rsp, rip and
+    // shoal_fault_resume(regs: rdi, fp: rsi): the FPU/SSE state from
+    // `fp` (an fxsave area), every general register, rsp, rip and
     // the flags from `regs` (gregs order), as the preemption exit returns:
     // rip and the flags go just below the target's red zone.
     ".section .text.shoal_fault_resume,\"ax\",@progbits",
     ".globl shoal_fault_resume",
     ".type shoal_fault_resume,@function",
     "shoal_fault_resume:",
+    "    fxrstor64 [rsi]",
     "    mov rax, [rdi + 120]",
     "    lea rax, [rax - 144]",
     "    mov rcx, [rdi + 128]",
@@ -111,7 +116,9 @@ core::arch::global_asm!(
 #[cfg(not(test))]
 extern "C" {
     fn shoal_fault_entry();
-    fn shoal_fault_resume(regs: *const [u64; 18]) -> !;
+    /// Resumes the program with the registers `regs` and the FPU/SSE state
+    /// `fp`.
+    pub(crate) fn shoal_fault_resume(regs: *const [u64; 18], fp: *const shoal_process::signal::Fxsave) -> !;
 }
 
 /// Gives process the entry and area to offer the tender (at boot).
@@ -120,9 +127,11 @@ pub fn init() {
     shoal_process::signal::set_fault_entry(shoal_fault_entry as *const () as u64, AREA.0.get() as u64);
 }
 
-/// The entry's Rust half, on a kernel stack.
+/// The entry's Rust half, on a kernel stack, with the program's FPU/SSE
+/// state saved at `fp`.
 #[cfg(not(test))]
-extern "C" fn shoal_fault_deliver() -> ! {
+extern "C" fn shoal_fault_deliver(fp: *mut shoal_process::signal::Fxsave) -> ! {
+    use shoal_process::signal::Fp;
     // SAFETY: the tender wrote the area before resuming here; nothing
     // writes it until the next fault, which cannot come before this copy.
     let a = unsafe { core::ptr::read_volatile(AREA.0.get()) };
@@ -130,25 +139,16 @@ extern "C" fn shoal_fault_deliver() -> ! {
         crash(&a);
     }
     shoal_sched::preempt::enter();
-    // An executable's system calls made by the handler go below this
-    // call's frames on the kernel stack (as `crate::exec` nests them).
+    let area = Fp { at: fp as u64, xsave: false };
     let exec = SHOAL_FAULT_EXEC.load(core::sync::atomic::Ordering::Relaxed) != 0;
-    let ctl = if exec { shoal_plat::cpu::rdgsbase() as *mut u64 } else { core::ptr::null_mut() };
-    let here = shoal_process::signal::current_sp();
-    // SAFETY: in an executable the GS base points at this thread's
-    // control word in its kernel stack (`crate::exec`), used only by it.
-    let start = (!ctl.is_null()).then(|| unsafe { core::ptr::replace(ctl, (here & !15) - NEST_GAP) });
-    let back = shoal_process::signal::deliver_fault(&a, exec);
-    if let Some(start) = start {
-        // SAFETY: as above.
-        unsafe { ctl.write(start) };
-    }
+    let back = if exec { shoal_process::signal::deliver_fault_direct(&a, area) } else { shoal_process::signal::deliver_fault(&a, area) };
     let Some(regs) = back else { crash(&a) };
     shoal_sched::preempt::leave();
-    // SAFETY: resumes the program with the registers its handler's
-    // context holds, as Linux's rt_sigreturn does; `regs` lives on this
-    // stack, which the resume reads before leaving it.
-    unsafe { shoal_fault_resume(&regs) }
+    // SAFETY: resumes the program with the registers and FPU/SSE state
+    // its handler is entered with or its `rt_sigreturn` left, as Linux
+    // does; `regs` and `fp` live on this stack, which the resume reads
+    // before leaving it.
+    unsafe { shoal_fault_resume(&regs, fp) }
 }
 
 /// Ends the instance for a fault nobody takes, with the tender's line.

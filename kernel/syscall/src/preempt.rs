@@ -104,6 +104,7 @@ core::arch::global_asm!(
     "2:",
     "    cld",
     "    mov rdi, rbp",
+    "    mov rsi, rsp",
     "    call shoal_preempted",
     "    mov rbx, rax",
     "    cmp qword ptr [rip + {xsave}], 0",
@@ -246,7 +247,8 @@ fn xsave_stays_inside(size: u32) -> bool {
 }
 
 /// Where the preemption entry calls in, with `frame` the interrupted
-/// registers it saved (`shoal_process::signal::Interrupted`): the vCPU is
+/// registers it saved (`shoal_process::signal::Interrupted`) and `fp`
+/// their FPU/SSE/AVX state (the handlers' `fpstate`): the vCPU is
 /// marked in the kernel (the tender did it); yield to the other runnable
 /// threads, then, running again, deliver what came for this thread (its
 /// handlers see and may change `frame`, as after `rt_sigreturn`), and
@@ -259,7 +261,7 @@ fn xsave_stays_inside(size: u32) -> bool {
 /// `frame` must be the entry's frame on this thread's stack.
 #[cfg(not(test))]
 #[no_mangle]
-pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Interrupted) -> u64 {
+pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Interrupted, fp: u64) -> u64 {
     shoal_sched::preempt::enter();
     // On a kernel stack (see the entry): a system call that a handler
     // delivered here makes starts below this call, not over it.
@@ -289,7 +291,8 @@ pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Inte
         // them after this returns.
         let frame = unsafe { &mut *frame };
         let at = core::ptr::from_ref(frame) as u64;
-        let rsp = shoal_process::signal::deliver_pending_interrupted(frame);
+        let fp = shoal_process::signal::Fp { at: fp, xsave: SHOAL_PREEMPT_XSAVE.0.load(Ordering::Relaxed) != 0 };
+        let rsp = shoal_process::signal::deliver_pending_interrupted(frame, Some(fp));
         let size = core::mem::size_of::<shoal_process::signal::Interrupted>() as u64;
         let moved = rsp.wrapping_sub(shoal_process::signal::interrupted_rsp(at) - at);
         if moved != at {
