@@ -2199,7 +2199,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
         goals.extend(out.goals.iter());
     }
     let mut summary = table::markdown(&header, &rows);
-    summary.push_str("\nGoals (shoal spt, this run):\n\n");
+    summary.push_str("\nTargets (shoal spt, this run):\n\n");
     for g in &goals {
         let verdict = match g.met {
             Some(true) => "met",

@@ -498,6 +498,7 @@ pub fn dispatch(nr: u64, arg: u64) -> Result<(), End> {
                 shoal_abi::PREEMPT_REGISTER => crate::preempt::register(a.area, a.entry, writable),
                 shoal_abi::PREEMPT_ARM => crate::preempt::arm(a.tick_ns),
                 shoal_abi::PREEMPT_WATCH => crate::preempt::watch(),
+                shoal_abi::PREEMPT_WAKE => crate::preempt::wake(a.tick_ns),
                 _ => -i64::from(libc::EINVAL),
             };
             put(arg, &a);
