@@ -307,10 +307,14 @@ pub const CONSOLE_STDIN_TTY: u64 = 1;
 pub const CONSOLE_STDOUT_TTY: u64 = 2;
 /// [`BootInfo::console_flags`]: the tender's standard output is something
 /// a reader may be waiting on as it comes — a terminal, a pipe, a socket
-/// (anything but a regular file): a buffering guest flushes its stdout at
-/// every newline (a program that prints "ready" and then computes must not
-/// keep its reader waiting; output into a file is held until the buffer
-/// fills or the guest makes another hypercall).
+/// (anything but a regular file). On a terminal ([`CONSOLE_STDOUT_TTY`])
+/// a buffering guest writes every line out at once, as stdio does;
+/// otherwise it writes a line out within about 10 ms (at a newline when the last write-out is
+/// older; otherwise at a tick it asks for with [`PREEMPT_WAKE`]), so a
+/// program that prints "ready" and then computes does not keep its reader
+/// waiting, and a stream of short lines costs a few exits per 10 ms, not
+/// one per line. Output into a file is held until the buffer fills or the
+/// guest makes another hypercall.
 pub const CONSOLE_STDOUT_LINES: u64 = 4;
 
 /// [`BootInfo::net_flags`]: the guest may open sockets of its own and
@@ -580,11 +584,19 @@ pub const PREEMPT_ARM: u64 = 1;
 /// [`PreemptArgs::op`]: a gated call began while the tick was off: arm it
 /// at the watchdog's period (ABI 13; see [`PreemptArea::watch`]).
 pub const PREEMPT_WATCH: u64 = 2;
+/// [`PreemptArgs::op`] (ABI 17): the kernel holds output back and wants to
+/// be interrupted once after `tick_ns` even with one thread (see
+/// [`PreemptArea::wake`]); nothing to do while the preemption tick runs.
+pub const PREEMPT_WAKE: u64 = 3;
 /// [`PreemptArea::armed`]: the tick runs at the preemption period.
 pub const PREEMPT_ARMED_TICK: u64 = 1;
 /// [`PreemptArea::armed`]: the tick runs at the watchdog's period only
 /// (no thread to preempt; a gated call to watch).
 pub const PREEMPT_ARMED_WATCHDOG: u64 = 2;
+/// [`PreemptArea::armed`] (ABI 17): one tick for [`PREEMPT_WAKE`], then off
+/// (or on at another period, as the tick finds the threads and the
+/// watchdog).
+pub const PREEMPT_ARMED_WAKE: u64 = 3;
 /// The tick the kernel asks for unless told otherwise: 10 ms.
 pub const PREEMPT_TICK_NS: u64 = 10_000_000;
 /// Shortest tick a tender accepts (a shorter one is raised to it).
@@ -594,14 +606,16 @@ pub const PREEMPT_MIN_TICK_NS: u64 = 1_000_000;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PreemptArgs {
-    /// [`PREEMPT_REGISTER`] or [`PREEMPT_ARM`].
+    /// [`PREEMPT_REGISTER`], [`PREEMPT_ARM`], [`PREEMPT_WATCH`] or
+    /// [`PREEMPT_WAKE`].
     pub op: u64,
     /// REGISTER: guest address of the [`PreemptArea`] (8-aligned,
     /// writable guest memory).
     pub area: u64,
     /// REGISTER: guest address of the kernel's preemption entry.
     pub entry: u64,
-    /// ARM: the tick period in ns (at least [`PREEMPT_MIN_TICK_NS`]).
+    /// ARM: the tick period in ns (at least [`PREEMPT_MIN_TICK_NS`]);
+    /// WAKE: the delay of the one tick (likewise).
     pub tick_ns: u64,
     /// Out: 0, or a negative Linux errno.
     pub ret: i64,
@@ -632,8 +646,8 @@ pub struct PreemptArea {
     /// running one included), plus one while a lone running thread has a
     /// deadline to see pass (a sleeping thread's, the interval timer's).
     pub runnable: u64,
-    /// Tender: nonzero while the tick is armed: [`PREEMPT_ARMED_TICK`]
-    /// or [`PREEMPT_ARMED_WATCHDOG`].
+    /// Tender: nonzero while the tick is armed: [`PREEMPT_ARMED_TICK`],
+    /// [`PREEMPT_ARMED_WATCHDOG`] or [`PREEMPT_ARMED_WAKE`].
     pub armed: u64,
     /// Tender: ticks that reached the instance (a statistic).
     pub ticks: u64,
@@ -653,6 +667,11 @@ pub struct PreemptArea {
     /// Kernel (ABI 13): gated calls begun so far (tells one long call
     /// from many short ones).
     pub watch_seq: u64,
+    /// Kernel (ABI 17): nonzero while the kernel wants the next tick to
+    /// send it to the preemption entry (or set `pending`) even when no
+    /// other thread waits: hvt's stdout buffer holds lines back for a
+    /// pipe and writes them out there. The kernel clears it.
+    pub wake: u64,
 }
 
 /// Byte offset of [`PreemptArea::resume_rip`] (the entry reads it).
@@ -680,6 +699,8 @@ pub mod preempt_word {
     pub const WATCH: usize = 6;
     /// [`PreemptArea::watch_seq`].
     pub const WATCH_SEQ: usize = 7;
+    /// [`PreemptArea::wake`].
+    pub const WAKE: usize = 8;
 
     const _: () = assert!(offset_of!(PreemptArea, in_kernel) == IN_KERNEL * 8);
     const _: () = assert!(offset_of!(PreemptArea, pending) == PENDING * 8);
@@ -689,6 +710,7 @@ pub mod preempt_word {
     const _: () = assert!(offset_of!(PreemptArea, ticks) == TICKS * 8);
     const _: () = assert!(offset_of!(PreemptArea, watch) == WATCH * 8);
     const _: () = assert!(offset_of!(PreemptArea, watch_seq) == WATCH_SEQ * 8);
+    const _: () = assert!(offset_of!(PreemptArea, wake) == WAKE * 8);
     const _: () = assert!(super::PREEMPT_RESUME_RIP_OFFSET as usize == RESUME_RIP * 8);
 }
 

@@ -227,7 +227,7 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
         println!("{line}");
     }
     println!("(wall time of the whole run: `shoal run` including the tender's start, vs. the native process; files in ramfs vs. tmpfs.)");
-    println!("(goal: ratio ≤ 1.05. matmul uses 2 threads natively on 2 cores but shoal schedules its threads on one vCPU; short runs such as lua's are dominated by the tender's start-up.)");
+    println!("(target: ratio ≤ 1.05. matmul uses 2 threads natively on 2 cores but shoal schedules its threads on one vCPU; short runs such as lua's are dominated by the tender's start-up.)");
     if modes.len() > 1 {
         println!("(the Spacer paper: its loader with the library pool ran 7–12% faster than KSM-based configurations; ksm here only marks memory mergeable: whether ksmd runs is /sys/kernel/mm/ksm/run.)");
     }

@@ -489,9 +489,9 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
 
     println!(
         "shoal bench boot: apps/hello.c, {runs} runs of each, all systems alternating within each round; \
-         ms from command start (median / p95); {}",
-        crate::host::tender_linking()
+         ms from command start (median / p95)"
     );
+    println!("binaries: {}", crate::host::tender_linking());
     let mut table = Table::new(["system", "first stdout byte", "exit", "first / runc", "exit / runc", "minor faults"]);
     let fmt_ratio = |r: Option<f64>| r.map(|r| format!("{r:.2}×")).unwrap_or_else(|| "—".into());
     for s in &systems {
@@ -517,7 +517,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
             _ => format!("{} not measured", k.key()),
         })
         .collect();
-    println!("goal (issue #4): spt and hvt faster to first byte than runc: {}", goal_text.join(", "));
+    println!("target: spt and hvt faster to first byte than runc: {}", goal_text.join(", "));
     let med_exit = |k: Kind| systems.iter().find(|s| s.kind == k && s.missing.is_none()).map(|s| median(&s.exit_ms));
     if let Some(native) = med_exit(Kind::Native) {
         let vs = |k: Kind, limit: f64| match med_exit(k) {
@@ -525,7 +525,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
             None => format!("{} not measured", k.key()),
         };
         println!(
-            "goal: start to exit at most 2× the native process on spt, 3× on hvt: {}, {}; the lean tender: {}, {}",
+            "target: start to exit at most 2× the native process on spt, 3× on hvt: {}, {}; the lean tender: {}, {}",
             vs(Kind::Spt, 2.0),
             vs(Kind::Hvt, 3.0),
             vs(Kind::LeanSpt, 2.0),

@@ -41,6 +41,46 @@ struct Row {
     start_ms: f64,
 }
 
+/// Writes `density.csv` (one row per configuration, per-instance KiB) and
+/// `density.svg`/`.png` (PSS and page tables per instance) into `o.out`;
+/// a failure is a warning, the table is still printed.
+fn write_csv_and_plot(o: &DensityOpts, rows: &[Row]) {
+    let per = |kib: u64, n: usize| kib as f64 / n as f64;
+    let warn = |what: &str, e: &dyn std::fmt::Display| eprintln!("bench density: no {what}: {e}");
+    if let Err(e) = std::fs::create_dir_all(&o.out) {
+        return warn("CSV or plot", &e);
+    }
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{},{},{:.1},{:.1},{:.1},{},{:.2}",
+                r.config,
+                r.count,
+                per(r.host_kib, r.count),
+                per(r.pss_kib, r.count),
+                per(r.pte_kib, r.count),
+                r.pool_kib,
+                r.start_ms
+            )
+        })
+        .collect();
+    let header = "config,instances,host_kib_per_instance,pss_kib_per_instance,page_tables_kib_per_instance,pool_kib,start_ms_per_instance";
+    if let Err(e) = crate::table::write_csv_lines(&o.out.join("density.csv"), header, &lines) {
+        warn("CSV", &e);
+    }
+    let cats: Vec<String> = rows.iter().map(|r| r.config.to_string()).collect();
+    let series = vec![
+        crate::plot::BarSeries { name: "PSS".into(), values: rows.iter().map(|r| Some((per(r.pss_kib, r.count), 0.0))).collect() },
+        crate::plot::BarSeries { name: "page tables".into(), values: rows.iter().map(|r| Some((per(r.pte_kib, r.count), 0.0))).collect() },
+    ];
+    let title = format!("Host memory per idle instance ({} instances each)", o.count);
+    let frame = crate::plot::Frame { title: &title, x_desc: "configuration", y_desc: "KiB per instance", log_x: false, log_y: false };
+    if let Err(e) = crate::plot::bars(&o.out.join("density.svg"), &frame, &cats, &series) {
+        warn("plot", &e);
+    }
+}
+
 /// Options of `shoal bench density`.
 pub struct DensityOpts {
     /// Instances per configuration.
@@ -51,6 +91,8 @@ pub struct DensityOpts {
     pub only: Vec<String>,
     /// JSON instead of a table.
     pub json: bool,
+    /// Directory for the CSV and the plot.
+    pub out: std::path::PathBuf,
 }
 
 /// One GET / on `addr`; the instance is ready (and warm) when it answers 200.
@@ -224,6 +266,7 @@ pub fn density(o: DensityOpts) -> Result<()> {
         return Err(BenchError::nothing_measured("density", &[failed, unavailable].concat()).into());
     }
     let per = |kib: u64, n: usize| kib as f64 / n as f64;
+    write_csv_and_plot(&o, &rows);
     if o.json {
         let results: Vec<_> = rows
             .iter()
@@ -238,11 +281,12 @@ pub fn density(o: DensityOpts) -> Result<()> {
                 })
             })
             .collect();
-        let doc = json!({"count": o.count, "mem": o.mem, "goal_spt_pool_kib": GOAL_KIB, "results": results, "unavailable": unavailable, "failed": failed});
+        let doc = json!({"count": o.count, "mem": o.mem, "goal_spt_pool_kib": GOAL_KIB, "binaries": crate::host::tender_linking(), "results": results, "unavailable": unavailable, "failed": failed});
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
     }
     println!("shoal bench density: {} idle instances of apps/functions/noop each (guest memory {}), warm (answered once)", o.count, o.mem);
+    println!("binaries: {}", crate::host::tender_linking());
     println!(
         "{:<10} {:>14} {:>14} {:>14} {:>18} {:>10} {:>14}",
         "config", "host KiB/inst", "PSS KiB/inst", "PTE KiB/inst", "PSS+PTE KiB/inst", "pool KiB", "start ms/inst"
@@ -262,7 +306,7 @@ pub fn density(o: DensityOpts) -> Result<()> {
     if let Some(r) = rows.iter().find(|r| r.config == "spt+pool") {
         let v = per(r.pss_kib + r.pte_kib, r.count);
         println!(
-            "goal: an idle spt instance with pool in at most {GOAL_KIB:.0} KiB (PSS + page tables): {v:.0} KiB measured ({})",
+            "target: an idle spt instance with pool in at most {GOAL_KIB:.0} KiB (PSS + page tables): {v:.0} KiB measured ({})",
             if v <= GOAL_KIB { "met" } else { "not met" }
         );
     }

@@ -54,7 +54,8 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 /// The experiments, in the order they run (`--only` names).
-pub const EXPERIMENTS: [&str; 9] = ["cold-start", "burst", "startup-cost", "idle-cpu", "idle-memory", "workloads", "two-write", "concurrency", "go"];
+pub const EXPERIMENTS: [&str; 10] =
+    ["cold-start", "burst", "startup-cost", "idle-cpu", "idle-memory", "workloads", "two-write", "concurrency", "go", "templates"];
 
 /// The backends, in the order of every table.
 pub const BACKENDS: [&str; 5] = ["spt", "hvt", "process", "runc", "runsc"];
@@ -271,7 +272,9 @@ impl Gateway {
     /// Every process of `name`'s running instances.
     fn pids(&self, name: &str) -> Result<Vec<u32>> {
         let kids = children_map();
-        Ok(self.instances(name)?.iter().flat_map(|i| descendants(&kids, i.pid)).collect())
+        let mut roots: Vec<u32> = self.instances(name)?.iter().map(|i| i.pid).collect();
+        roots.extend(self.template_pid(name)?);
+        Ok(roots.into_iter().flat_map(|p| descendants(&kids, p)).collect())
     }
 
     /// Removes `name` and waits until its instances' processes are gone.
@@ -305,11 +308,22 @@ impl Gateway {
         }
     }
 
-    /// The pids of every running instance, of any function.
+    /// The pids of every running instance and template, of any function.
     fn all_instances(&self) -> Result<Vec<u32>> {
-        let r = self.call("GET", "/instances", None)?;
-        let v: Value = serde_json::from_slice(&r.body).context("GET /instances: the answer is not JSON")?;
-        Ok(v.as_array().map(|a| a.as_slice()).unwrap_or_default().iter().filter_map(|i| Some(i["pid"].as_u64()? as u32)).collect())
+        let mut pids = Vec::new();
+        for path in ["/instances", "/templates"] {
+            let r = self.call("GET", path, None)?;
+            let v: Value = serde_json::from_slice(&r.body).with_context(|| format!("GET {path}: the answer is not JSON"))?;
+            pids.extend(v.as_array().map(|a| a.as_slice()).unwrap_or_default().iter().filter_map(|i| Some(i["pid"].as_u64()? as u32)));
+        }
+        Ok(pids)
+    }
+
+    /// The pid of `name`'s template, if it has one running.
+    fn template_pid(&self, name: &str) -> Result<Option<u32>> {
+        let r = self.call("GET", "/templates", None)?;
+        let v: Value = serde_json::from_slice(&r.body).context("GET /templates: the answer is not JSON")?;
+        Ok(v.as_array().map(|a| a.as_slice()).unwrap_or_default().iter().find(|t| t["function"] == name).and_then(|t| Some(t["pid"].as_u64()? as u32)))
     }
 
     /// Deploys `name` afresh with no instance running.
@@ -1883,6 +1897,193 @@ fn probe(gw: &Gateway, fns: &Fns, backend: &str) -> Result<(), String> {
     r
 }
 
+/// Private memory of process `pid` in KiB: the pages only it holds
+/// (`Private_Clean + Private_Dirty` of smaps_rollup), its USS.
+fn uss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    s.lines()
+        .filter(|l| l.starts_with("Private_Clean:") || l.starts_with("Private_Dirty:"))
+        .filter_map(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+        .sum()
+}
+
+/// One request on a new connection, timed to the end of the response
+/// head (the first byte of a no-op's answer arrives with it): ms, or why
+/// it failed (not 200, or `cold` and not a cold start).
+fn timed(addr: SocketAddr, path: &str, cold: Option<bool>) -> Result<f64, String> {
+    let t0 = Instant::now();
+    let r = http(addr, None, "GET", path, None, false, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
+    let dt = t0.elapsed().as_secs_f64() * 1e3;
+    if r.status != 200 || cold.is_some_and(|c| c != r.cold()) {
+        return Err(format!("status {} (cold start: {}): {}", r.status, r.cold(), r.text()));
+    }
+    Ok(dt)
+}
+
+/// Templates (issue 35): spt cold starts as copies of a template booted
+/// at deploy, beside spt cold starts by exec (`"template": false`), for
+/// the C no-op, the Go no-op and the Lua function (those built): request
+/// → response p50/p99 of `--requests` (at least 20) sequential cold
+/// requests, each on a new client connection and a fresh instance
+/// (`requests_per_instance` 1); the wall time of 100 concurrent cold
+/// requests to one function; the private memory (USS) of an instance right
+/// after its first answer, and the template's own; and the gateway's warm
+/// path beside the same request straight to the instance.
+fn templates(c: &Ctx) -> Result<Outcome> {
+    let mut failures = Vec::new();
+    let mut kinds = vec!["noop"];
+    if c.fns.go_missing.is_none() {
+        kinds.push("go-noop");
+    }
+    if c.fns.lua_missing.is_none() {
+        kinds.push("lua");
+    }
+    let n = c.o.requests.max(20);
+    let mut csv = Vec::new();
+    let mut rows = Vec::new();
+    let mut results = serde_json::Map::new();
+    let mut goal_vals: BTreeMap<&str, f64> = BTreeMap::new();
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+    for &k in &kinds {
+        for (mode, tmpl) in [("template", true), ("exec", false)] {
+            let name = format!("tp-{}-{mode}", k.replace('-', ""));
+            say(&format!("templates: {k}, {mode} start: {n} sequential cold requests"));
+            let one = json!({"template": tmpl, "requests_per_instance": 1, "max_instances": 1, "concurrency": 1, "timeout_ms": COLD_TIMEOUT_MS});
+            c.gw.deploy_cold(&name, &c.fns.settings(k, "spt", one))?;
+            let path = format!("/fn/{name}/");
+            let mut seq = Vec::new();
+            for i in 0..n + 3 {
+                match timed(c.gw.addr, &path, Some(true)) {
+                    // The first three warm the gateway's and the host's caches.
+                    Ok(dt) if i >= 3 => seq.push(dt),
+                    Ok(_) => {}
+                    Err(e) => note_failure(&mut failures, format!("templates: {k} {mode} cold request {i}: {e}")),
+                }
+            }
+            for (i, dt) in seq.iter().enumerate() {
+                csv.push(format!("{k},{mode},sequential,{i},{dt:.3}"));
+            }
+            // 100 at once, each a cold start of its own instance.
+            say(&format!("templates: {k}, {mode} start: 100 concurrent cold requests"));
+            let many = json!({"template": tmpl, "requests_per_instance": 1, "max_instances": 100, "concurrency": 1, "timeout_ms": COLD_TIMEOUT_MS});
+            c.gw.deploy_cold(&name, &c.fns.settings(k, "spt", many))?;
+            let names = vec![name.clone(); 100];
+            let t0 = Instant::now();
+            let burst = fire(c.gw, &names);
+            let wall = t0.elapsed().as_secs_f64() * 1e3;
+            let ok = burst.iter().filter(|r| r.is_ok()).count();
+            if let Some(Err(e)) = burst.iter().find(|r| r.is_err()) {
+                note_failure(&mut failures, format!("templates: {k} {mode}: {} of 100 concurrent cold requests failed, e.g. {e}", 100 - ok));
+            }
+            csv.push(format!("{k},{mode},burst100_wall,0,{wall:.3}"));
+            // Memory of one instance right after its first answer.
+            let keep = json!({"template": tmpl, "max_instances": 1, "concurrency": 1, "timeout_ms": COLD_TIMEOUT_MS});
+            c.gw.deploy_cold(&name, &c.fns.settings(k, "spt", keep))?;
+            let (mut uss, mut tpl_uss, mut tpl_rss, mut warm, mut direct) = (f64::NAN, f64::NAN, f64::NAN, Vec::new(), Vec::new());
+            match timed(c.gw.addr, &path, Some(true)) {
+                Ok(_) => {
+                    if let Some(inst) = c.gw.instances(&name)?.into_iter().next() {
+                        uss = uss_kib(inst.pid) as f64;
+                        // The warm path: through the gateway, and straight to
+                        // the instance, alternating (C no-op only).
+                        if k == "noop" {
+                            for _ in 0..n {
+                                match (timed(c.gw.addr, &path, Some(false)), timed(inst.addr, "/", None)) {
+                                    (Ok(g), Ok(d)) => {
+                                        warm.push(g);
+                                        direct.push(d);
+                                    }
+                                    (Err(e), _) | (_, Err(e)) => note_failure(&mut failures, format!("templates: warm {k} {mode}: {e}")),
+                                }
+                            }
+                        }
+                    }
+                    if let Some(t) = c.gw.template_pid(&name)? {
+                        tpl_uss = uss_kib(t) as f64;
+                        tpl_rss = crate::sample::status_kib(t, "VmRSS:") as f64;
+                    }
+                }
+                Err(e) => note_failure(&mut failures, format!("templates: {k} {mode}: the memory sample's request: {e}")),
+            }
+            c.gw.clear(&name)?;
+            let s = stats(&seq);
+            let (w, d) = (stats(&warm), stats(&direct));
+            let mode_s = if tmpl { "template (copy)" } else { "exec" };
+            rows.push(vec![
+                k.to_string(),
+                mode_s.to_string(),
+                fixed(s.median, 2),
+                fixed(s.p99, 2),
+                s.n.to_string(),
+                fixed(wall, 1),
+                format!("{ok}/100"),
+                fixed(uss, 0),
+                if tmpl { format!("{} / {}", fixed(tpl_uss, 0), fixed(tpl_rss, 0)) } else { "–".into() },
+            ]);
+            results.insert(
+                format!("{k}/{mode}"),
+                json!({"cold_p50_ms": s.median, "cold_p99_ms": s.p99, "cold_n": s.n, "burst100_wall_ms": wall, "burst100_ok": ok,
+                       "uss_kib": uss, "template_uss_kib": tpl_uss, "template_rss_kib": tpl_rss,
+                       "warm_gateway_p50_ms": w.median, "warm_direct_p50_ms": d.median, "load_average": load()}),
+            );
+            if k == "noop" && tmpl {
+                goal_vals.insert("p50", s.median);
+                goal_vals.insert("p99", s.p99);
+                goal_vals.insert("wall", wall);
+                goal_vals.insert("uss", uss);
+                goal_vals.insert("warm", w.median);
+                goal_vals.insert("direct", d.median);
+            }
+        }
+    }
+    let csv_path = c.o.out.join("templates.csv");
+    table::write_csv_lines(&csv_path, "function,start,what,i,ms", &csv)?;
+    let header: Vec<String> = [
+        "function",
+        "spt start",
+        "cold p50 ms",
+        "cold p99 ms",
+        "n",
+        "100 concurrent: wall ms",
+        "answered",
+        "USS KiB after 1st answer",
+        "template USS / RSS KiB",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut table = table::markdown(&header, &rows);
+    let g = |k: &str| goal_vals.get(k).copied().unwrap_or(f64::NAN);
+    table.push_str(&format!(
+        "\nCold: request → response of a new client connection through the gateway, each on a fresh instance (`requests_per_instance` 1); load average at the end: {}.\nWarm C no-op: through the gateway p50 {} ms, straight to the instance p50 {} ms (new connection each): the gateway adds {} ms.\nFor scale: zeroboot spawn p50 0.79 / p99 1.74 ms (spawn only), Catalyzer sfork < 1 ms, KraftCloud ≈ 4 ms, Firecracker restore 4–10 ms; seed 002's cold start 110 ms.\n",
+        load(),
+        fixed(g("warm"), 3),
+        fixed(g("direct"), 3),
+        fixed(g("warm") - g("direct"), 3)
+    ));
+    let goal = |what: &str, v: f64, unit: &str, limit: f64| Goal {
+        what: what.into(),
+        measured: format!("{} {unit}", fixed(v, 3)),
+        met: v.is_finite().then_some(v <= limit),
+    };
+    let goals = vec![
+        goal("template cold start of the C no-op on spt, p50 ≤ 0.5 ms", g("p50"), "ms", 0.5),
+        goal("template cold start of the C no-op on spt, p99 ≤ 1 ms", g("p99"), "ms", 1.0),
+        goal("100 concurrent template cold starts ≤ 50 ms wall", g("wall"), "ms", 50.0),
+        goal("USS of a fresh no-op copy ≤ 100 KiB", g("uss"), "KiB", 100.0),
+        goal("gateway warm path ≤ 0.1 ms over direct (p50)", g("warm") - g("direct"), "ms", 0.1),
+        goal("cold/warm p50 ≤ 2", g("p50") / g("warm"), "×", 2.0),
+    ];
+    let mut values = BTreeMap::new();
+    values.insert("spt", format!("{} / {}", fixed(g("p50"), 2), fixed(g("p99"), 2)));
+    Ok(Outcome {
+        json: json!({"unit": "ms", "requests": n, "results": results, "failures": failures, "csv": csv_path}),
+        table,
+        rows: vec![Row { what: "Template cold start, C no-op (ms, p50 / p99)".into(), paper: Paper { unikernel: "–", runc: "–", gvisor: "–" }, values }],
+        goals,
+    })
+}
+
 /// Why `backend` cannot run on this machine, if it cannot: hvt needs a
 /// usable /dev/kvm, runc and runsc need to be installed and root.
 fn lacks(backend: &str) -> Option<String> {
@@ -1948,6 +2149,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
             "workloads" => workloads(&c),
             "two-write" => two_write(&c),
             "go" => go_functions(&c),
+            "templates" => templates(&c),
             _ => {
                 if Command::new("hey").arg("-h").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
                     say("concurrency skipped: hey is not installed (scripts/setup installs it)");
@@ -1997,7 +2199,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
         goals.extend(out.goals.iter());
     }
     let mut summary = table::markdown(&header, &rows);
-    summary.push_str("\nGoals (shoal spt, this run):\n\n");
+    summary.push_str("\nTargets (shoal spt, this run):\n\n");
     for g in &goals {
         let verdict = match g.met {
             Some(true) => "met",

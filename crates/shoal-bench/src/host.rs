@@ -9,46 +9,95 @@ use std::process::Command;
 pub use shoal_serve::tender_binary;
 
 /// How the instance programs beside `shoal` are linked, for the benches'
-/// headers: "shoal-tender static, shoal-spt static" (what scripts/setup
-/// leaves) or "dynamic" (what a plain `cargo build` leaves; slower start).
+/// headers, one `NAME LINKING[, musl] (PATH, build id ID)` per program: what a
+/// bench measured. `cargo build` links them statically
+/// (scripts/rust-link, the workspace's linker); "dynamic" means a build
+/// that did not use it (cargo run from outside the tree, another linker
+/// set in the environment), and instances start slower and take more
+/// memory.
 pub fn tender_linking() -> String {
     let exe = std::env::current_exe().unwrap_or_default();
-    ["shoal-tender", "shoal-spt"]
-        .iter()
-        .map(|name| {
-            let how = match linked_statically(&exe.with_file_name(name)) {
-                Some(true) => "static",
-                Some(false) => "dynamic",
-                None => "missing",
-            };
-            format!("{name} {how}")
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    ["shoal-tender", "shoal-spt"].iter().map(|name| describe_binary(&exe.with_file_name(name))).collect::<Vec<_>>().join("; ")
+}
+
+/// `NAME LINKING (PATH, build id ID)` for the program at `path`.
+pub fn describe_binary(path: &Path) -> String {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let Some(elf) = ElfFacts::read(path) else {
+        return format!("{name} missing or not an ELF program ({})", path.display());
+    };
+    let how = match (elf.interp, elf.fixed) {
+        (true, _) => "dynamic (not built through scripts/rust-link: slower start, more memory per instance)",
+        (false, true) => "static at a fixed address",
+        (false, false) => "static-pie",
+    };
+    let libc = if elf.interp || elf.glibc { "" } else { ", musl" };
+    let id = if elf.build_id.is_empty() { "none".to_string() } else { elf.build_id.iter().map(|b| format!("{b:02x}")).collect() };
+    format!("{name} {how}{libc} ({}, build id {id})", path.display())
 }
 
 /// Whether the ELF file at `path` has no program interpreter (no
 /// `PT_INTERP`: statically linked); `None` when it cannot be read as a
 /// 64-bit little-endian ELF file.
 pub fn linked_statically(path: &Path) -> Option<bool> {
-    const PT_INTERP: u32 = 3;
-    let bytes = std::fs::read(path).ok()?;
-    if bytes.get(..6)? != b"\x7fELF\x02\x01" {
-        return None;
-    }
-    let word = |at: usize, n: usize| -> Option<u64> {
-        let b = bytes.get(at..at.checked_add(n)?)?;
-        Some(b.iter().rev().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)))
-    };
-    let phoff = usize::try_from(word(0x20, 8)?).ok()?;
-    let phentsize = usize::try_from(word(0x36, 2)?).ok()?;
-    let phnum = usize::try_from(word(0x38, 2)?).ok()?;
-    for i in 0..phnum {
-        if word(phoff.checked_add(i.checked_mul(phentsize)?)?, 4)? == u64::from(PT_INTERP) {
-            return Some(false);
+    ElfFacts::read(path).map(|e| !e.interp)
+}
+
+/// What the benches report of a program's ELF file.
+struct ElfFacts {
+    /// It has a program interpreter (dynamically linked).
+    interp: bool,
+    /// It is `ET_EXEC` (linked at a fixed address).
+    fixed: bool,
+    /// Its GNU build id (empty: none).
+    build_id: Vec<u8>,
+    /// It carries glibc's ABI tag note (musl's programs do not).
+    glibc: bool,
+}
+
+impl ElfFacts {
+    fn read(path: &Path) -> Option<ElfFacts> {
+        const PT_INTERP: u64 = 3;
+        const PT_NOTE: u64 = 4;
+        const NT_GNU_ABI_TAG: u64 = 1;
+        const NT_GNU_BUILD_ID: u64 = 3;
+        let bytes = std::fs::read(path).ok()?;
+        if bytes.get(..6)? != b"\x7fELF\x02\x01" {
+            return None;
         }
+        let word = |at: usize, n: usize| -> Option<u64> {
+            let b = bytes.get(at..at.checked_add(n)?)?;
+            Some(b.iter().rev().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)))
+        };
+        let fixed = word(0x10, 2)? == 2;
+        let phoff = usize::try_from(word(0x20, 8)?).ok()?;
+        let phentsize = usize::try_from(word(0x36, 2)?).ok()?;
+        let phnum = usize::try_from(word(0x38, 2)?).ok()?;
+        let mut facts = ElfFacts { interp: false, fixed, build_id: Vec::new(), glibc: false };
+        for i in 0..phnum {
+            let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
+            match word(ph, 4)? {
+                PT_INTERP => facts.interp = true,
+                PT_NOTE => {
+                    let mut at = usize::try_from(word(ph + 8, 8)?).ok()?;
+                    let end = at.checked_add(usize::try_from(word(ph + 32, 8)?).ok()?)?;
+                    while at.checked_add(12)? <= end {
+                        let (namesz, descsz, ty) = (word(at, 4)?, word(at + 4, 4)?, word(at + 8, 4)?);
+                        let name_at = at + 12;
+                        let desc_at = name_at.checked_add(usize::try_from(namesz.next_multiple_of(4)).ok()?)?;
+                        let gnu = bytes.get(name_at..name_at.checked_add(4)?) == Some(b"GNU\0");
+                        facts.glibc |= gnu && ty == NT_GNU_ABI_TAG;
+                        if gnu && ty == NT_GNU_BUILD_ID {
+                            facts.build_id = bytes.get(desc_at..desc_at.checked_add(usize::try_from(descsz).ok()?)?)?.to_vec();
+                        }
+                        at = desc_at.checked_add(usize::try_from(descsz.next_multiple_of(4)).ok()?)?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Some(facts)
     }
-    Some(true)
 }
 
 /// Builds `apps/SRC` as a shoal image and as a native static musl program
@@ -142,5 +191,17 @@ mod tests {
         bad[0x38] = 1;
         std::fs::write(&not_elf, &bad).unwrap();
         assert_eq!(linked_statically(&not_elf), None);
+        assert_eq!(describe_binary(&not_elf), format!("not-elf missing or not an ELF program ({})", not_elf.display()));
+    }
+
+    #[test]
+    fn a_test_program_is_described_as_dynamic_with_its_build_id() {
+        let me = std::env::current_exe().unwrap();
+        let line = describe_binary(&me);
+        let name = me.file_name().unwrap().to_string_lossy();
+        let prefix = format!("{name} dynamic (not built through scripts/rust-link: slower start, more memory per instance) ({}, build id ", me.display());
+        assert!(line.starts_with(&prefix), "{line}");
+        let id = line.strip_prefix(&prefix).unwrap().strip_suffix(')').unwrap();
+        assert!(id.len() >= 16 && id.chars().all(|c| c.is_ascii_hexdigit()), "{line}");
     }
 }

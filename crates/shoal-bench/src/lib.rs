@@ -54,9 +54,12 @@ use std::path::PathBuf;
 pub enum Bench {
     /// Total execution time of the recipes' applications (`shoal recipe list`) natively, on spt (per memory mode) and on hvt.
     Apps {
-        /// Runs of each side (at least 2; mean ± SD).
-        #[arg(long, default_value_t = 5)]
-        repeat: usize,
+        /// Runs of each side (at least 2; mean ± SD) [default: 5; --quick: 2].
+        #[arg(long)]
+        repeat: Option<usize>,
+        /// A short run with small counts (a smoke run, not a measurement); the options above override it.
+        #[arg(long)]
+        quick: bool,
         /// Only these recipes (default: all).
         #[arg(long = "only", value_name = "RECIPE")]
         only: Vec<String>,
@@ -70,36 +73,48 @@ pub enum Bench {
     },
     /// Time to first stdout byte and to exit of hello world on spt, hvt, a native process, runc and runsc.
     Boot {
-        /// Runs of each system (median and p95).
-        #[arg(long, default_value_t = 20)]
-        runs: usize,
+        /// Runs of each system (median and p95) [default: 20; --quick: 3].
+        #[arg(long)]
+        runs: Option<usize>,
+        /// A short run with small counts (a smoke run, not a measurement); the options above override it.
+        #[arg(long)]
+        quick: bool,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Host memory per idle instance: N warm instances of apps/functions/noop on spt and hvt (copy and pool) beside N native processes (the goal: a quarter MiB each).
+    /// Host memory per idle instance: N warm instances of apps/functions/noop on spt and hvt (copy and pool) beside N native processes (target: a quarter MiB each).
     Density {
-        /// Instances per configuration.
-        #[arg(long, default_value_t = 100)]
-        count: usize,
+        /// Instances per configuration [default: 100; --quick: 10].
+        #[arg(long)]
+        count: Option<usize>,
+        /// A short run with small counts (a smoke run, not a measurement); the options above override it.
+        #[arg(long)]
+        quick: bool,
         /// Guest memory of each instance.
         #[arg(long, default_value = "32M")]
         mem: String,
         /// Only these configurations (process, spt+copy, spt+pool, hvt+copy, hvt+pool).
         #[arg(long = "only", value_name = "CONFIG")]
         only: Vec<String>,
+        /// Directory for the CSV and the plot.
+        #[arg(long, default_value = "shoal-bench-density")]
+        out: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
     /// Echo latency of apps/net/echo.c (epoll) on spt, hvt and a native process: a persistent connection and a connection per request (the UKL paper's Fig. 1).
     Echo {
-        /// Round trips on the persistent connection per run (the connection-per-request mode makes a tenth as many requests).
-        #[arg(long, default_value_t = 10_000)]
-        round_trips: usize,
-        /// Runs of each system, interleaved native, spt, hvt.
-        #[arg(long, default_value_t = 3)]
-        repeat: usize,
+        /// Round trips on the persistent connection per run (the connection-per-request mode makes a tenth as many requests) [default: 10000; --quick: 500].
+        #[arg(long)]
+        round_trips: Option<usize>,
+        /// Runs of each system, interleaved native, spt, hvt [default: 3; --quick: 1].
+        #[arg(long)]
+        repeat: Option<usize>,
+        /// A short run with small counts (a smoke run, not a measurement); the options above override it.
+        #[arg(long)]
+        quick: bool,
         /// Message size in bytes.
         #[arg(long, default_value_t = 64)]
         size: usize,
@@ -117,21 +132,24 @@ pub enum Bench {
         /// Backends to compare (comma-separated; default all five; one that cannot run here is skipped with its reason).
         #[arg(long, value_delimiter = ',', value_parser = faas::BACKENDS)]
         backends: Vec<String>,
-        /// Cold starts, start-up cost samples and warm runs of each workload per backend (the paper's 100).
-        #[arg(long, default_value_t = 100)]
-        repeat: usize,
-        /// hey requests per concurrency level (the paper's 2^15).
-        #[arg(long, default_value_t = 32768)]
-        requests: usize,
-        /// Concurrency levels: powers of two from 1 up to this many clients.
-        #[arg(long, default_value_t = 4096)]
-        max_clients: usize,
-        /// Burst sizes (concurrent cold starts), comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "10,20,30,40,50,60,70,80,90,100")]
+        /// Cold starts, start-up cost samples and warm runs of each workload per backend (the paper's 100) [default: 100; --quick: 3].
+        #[arg(long)]
+        repeat: Option<usize>,
+        /// hey requests per concurrency level (the paper's 2^15) [default: 32768; --quick: 256].
+        #[arg(long)]
+        requests: Option<usize>,
+        /// Concurrency levels: powers of two from 1 up to this many clients [default: 4096; --quick: 8].
+        #[arg(long)]
+        max_clients: Option<usize>,
+        /// Burst sizes (concurrent cold starts), comma-separated [default: 10,20,…,100; --quick: 2,5].
+        #[arg(long, value_delimiter = ',')]
         bursts: Vec<usize>,
-        /// Numbers of idle instances for idle-memory, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "1,10,25,50,100")]
+        /// Numbers of idle instances for idle-memory, comma-separated [default: 1,10,25,50,100; --quick: 1,5].
+        #[arg(long, value_delimiter = ',')]
         instances: Vec<usize>,
+        /// A short run with small counts (a smoke run, not a measurement); the options above override it.
+        #[arg(long)]
+        quick: bool,
         /// Directory for the functions, CSVs, plots and tables.
         #[arg(long, default_value = "shoal-bench-faas")]
         out: PathBuf,
@@ -143,9 +161,9 @@ pub enum Bench {
     Http {
         #[command(flatten)]
         common: ServerArgs,
-        /// Seconds of each wrk run.
-        #[arg(long, default_value_t = 2.0)]
-        duration: f64,
+        /// Seconds of each wrk run [default: 2; --quick: 0.5].
+        #[arg(long)]
+        duration: Option<f64>,
         /// Directory for the builds, logs, CSVs, plot and table.
         #[arg(long, default_value = "shoal-bench-http")]
         out: PathBuf,
@@ -157,9 +175,9 @@ pub enum Bench {
     Kv {
         #[command(flatten)]
         common: ServerArgs,
-        /// Requests per operation in each redis-benchmark run.
-        #[arg(long, default_value_t = 20000)]
-        requests: usize,
+        /// Requests per operation in each redis-benchmark run [default: 20000; --quick: 2000].
+        #[arg(long)]
+        requests: Option<usize>,
         /// Requests each client pipelines (redis-benchmark -P; the paper pipelined but gives no depth).
         #[arg(long, default_value_t = 1)]
         pipeline: usize,
@@ -172,9 +190,12 @@ pub enum Bench {
     },
     /// Memory of 8 idle instances of different SQLite versions launched one every --interval s, per layout and memory mode (the Spacer paper's Fig. 8).
     Memory {
-        /// Seconds between launches.
-        #[arg(long, default_value_t = 10.0)]
-        interval: f64,
+        /// Seconds between launches [default: 10; --quick: 1].
+        #[arg(long)]
+        interval: Option<f64>,
+        /// A short run with small counts (a smoke run, not a measurement); the options above override it.
+        #[arg(long)]
+        quick: bool,
         /// Seconds to keep sampling after the last launch (default: --interval).
         #[arg(long)]
         settle: Option<f64>,
@@ -216,6 +237,9 @@ pub enum Bench {
     },
     /// Disk use of the 8 idle images per configuration, and images + pool for the pool (the Spacer paper's Fig. 9).
     Size {
+        /// Accepted as every bench's is; this one has nothing to shorten.
+        #[arg(long)]
+        quick: bool,
         /// Directory for the images.
         #[arg(long, default_value = "shoal-bench-size")]
         out: PathBuf,
@@ -225,6 +249,9 @@ pub enum Bench {
     },
     /// Distinct code+rodata frames of speedtest1 against 8 SQLite versions, per layout policy (as in the Spacer paper).
     Pages {
+        /// Accepted as every bench's is; this one has nothing to shorten.
+        #[arg(long)]
+        quick: bool,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -234,12 +261,15 @@ pub enum Bench {
     },
     /// The VampOS paper's experiments: gate cost in cycles, Fig. 5 system calls and SQLite 10,000 inserts without and with the component gates (`--no-recover`), the reboot time of each rebootable component, nginx and Redis throughput (Fig. 7), nginx's reboot times after 1,000 GETs (Fig. 6) and failed requests under rejuvenation vs whole restarts (Table V), Redis latency across a ramfs panic vs a restart (Fig. 8), on spt, hvt and a native process.
     Recover {
-        /// Runs of each system (at least 2; mean ± SD).
-        #[arg(long, default_value_t = 5)]
-        repeat: usize,
-        /// Calls of each operation per loop (each run times 5 loops and keeps the lowest).
-        #[arg(long, default_value_t = 20_000)]
-        iterations: u64,
+        /// Runs of each system (at least 2; mean ± SD) [default: 5; --quick: 2].
+        #[arg(long)]
+        repeat: Option<usize>,
+        /// Calls of each operation per loop (each run times 5 loops and keeps the lowest) [default: 20000; --quick: 2000].
+        #[arg(long)]
+        iterations: Option<u64>,
+        /// A short run with small counts (a smoke run, not a measurement); the options above override it.
+        #[arg(long)]
+        quick: bool,
         /// Directory for the builds, the CSV and the plot.
         #[arg(long, default_value = "shoal-bench-recover")]
         out: PathBuf,
@@ -249,21 +279,24 @@ pub enum Bench {
         /// Run only these parts, comma-separated: syscalls (gate cost and Fig. 5), reboot, sqlite, servers (Fig. 7 nginx and Redis), nginx-reboot (Fig. 6), rejuvenation (Table V), redis-latency (Fig. 8). Default: all.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
-        /// Seconds of each wrk run of the Fig. 7 nginx runs (0.5-60).
-        #[arg(long, default_value_t = 3.0)]
-        duration: f64,
-        /// SET requests of each redis-benchmark run of Fig. 7 (1-10,000,000).
-        #[arg(long, default_value_t = 50_000)]
-        requests: u64,
+        /// Seconds of each wrk run of the Fig. 7 nginx runs (0.5-60) [default: 3; --quick: 0.5].
+        #[arg(long)]
+        duration: Option<f64>,
+        /// SET requests of each redis-benchmark run of Fig. 7 (1-10,000,000) [default: 50000; --quick: 5000].
+        #[arg(long)]
+        requests: Option<u64>,
     },
     /// Cost of getpid and of a 1-byte write through shoal (spt) and a native Linux process.
     Syscall {
-        /// Calls per run.
-        #[arg(long, default_value_t = 200_000)]
-        iterations: u64,
-        /// Runs of each side.
-        #[arg(long, default_value_t = 10)]
-        repeat: usize,
+        /// Calls per run [default: 200000; --quick: 20000].
+        #[arg(long)]
+        iterations: Option<u64>,
+        /// Runs of each side [default: 10; --quick: 2].
+        #[arg(long)]
+        repeat: Option<usize>,
+        /// A short run with small counts (a smoke run, not a measurement); the options above override it.
+        #[arg(long)]
+        quick: bool,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -273,12 +306,15 @@ pub enum Bench {
 /// The options `shoal bench http` and `shoal bench kv` share.
 #[derive(clap::Args)]
 pub struct ServerArgs {
-    /// Concurrency levels (comma-separated; the paper's 1, 100, 200, …, 1000).
-    #[arg(long, value_delimiter = ',', default_value = "1,100,200,300,400,500,600,700,800,900,1000")]
+    /// Concurrency levels (comma-separated; the paper's 1, 100, 200, …, 1000) [--quick: 1,100].
+    #[arg(long, value_delimiter = ',')]
     pub clients: Vec<usize>,
-    /// Runs per system and level (the paper's n = 30; mean ± SD).
-    #[arg(long, default_value_t = 30)]
-    pub repeat: usize,
+    /// Runs per system and level (the paper's n = 30; mean ± SD) [default: 30; --quick: 2].
+    #[arg(long)]
+    pub repeat: Option<usize>,
+    /// A short run with small counts (a smoke run, not a measurement); the options above override it.
+    #[arg(long)]
+    pub quick: bool,
     /// Systems to compare (comma-separated: native, runc, runsc, spt, hvt, spt-other; default all; one that cannot run here is skipped with its reason).
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<String>,
@@ -353,36 +389,109 @@ fn absolute_dir(flag: &'static str, dir: PathBuf) -> Result<PathBuf, BenchError>
     std::path::absolute(&dir).map_err(|source| BenchError::Directory { flag, path: dir, source })
 }
 
+/// A knob's value: the one given, else the quick run's or the full run's.
+fn knob<T>(given: Option<T>, quick: bool, full: T, short: T) -> T {
+    given.unwrap_or(if quick { short } else { full })
+}
+
+/// A list knob's value: the one given (non-empty), else the quick run's or
+/// the full run's.
+fn list(given: Vec<usize>, quick: bool, full: &[usize], short: &[usize]) -> Vec<usize> {
+    if !given.is_empty() {
+        given
+    } else if quick {
+        short.to_vec()
+    } else {
+        full.to_vec()
+    }
+}
+
+const FULL_CLIENTS: [usize; 11] = [1, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000];
+
 pub fn run(which: Bench) -> Result<()> {
     match which {
-        Bench::Apps { repeat, only, mem_modes, json } => apps::apps(repeat, only, mem_modes, json),
-        Bench::Boot { runs, json } => boot::boot(runs, json),
-        Bench::Density { count, mem, only, json } => density::density(density::DensityOpts { count, mem, only, json }),
-        Bench::Echo { round_trips, repeat, size, json } => echo::echo(echo::EchoOpts { round_trips, repeat, size, json }),
-        Bench::Memory { interval, settle, tender, mem, supervised, only, out, workload, json } => {
+        Bench::Apps { repeat, quick, only, mem_modes, json } => apps::apps(knob(repeat, quick, 5, 2), only, mem_modes, json),
+        Bench::Boot { runs, quick, json } => boot::boot(knob(runs, quick, 20, 3), json),
+        Bench::Density { count, quick, mem, only, out, json } => {
             let out = absolute_dir("--out", out)?;
+            density::density(density::DensityOpts { count: knob(count, quick, 100, 10), mem, only, json, out })
+        }
+        Bench::Echo { round_trips, repeat, quick, size, json } => {
+            echo::echo(echo::EchoOpts { round_trips: knob(round_trips, quick, 10_000, 500), repeat: knob(repeat, quick, 3, 1), size, json })
+        }
+        Bench::Memory { interval, quick, settle, tender, mem, supervised, only, out, workload, json } => {
+            let out = absolute_dir("--out", out)?;
+            let interval = knob(interval, quick, 10.0, 1.0);
             memory::memory(memory::MemoryOpts { workload, interval, settle, tender, supervised, only, out, mem, json })
         }
-        Bench::Faas { only, backends, repeat, requests, max_clients, bursts, instances, out, json } => {
+        Bench::Faas { only, backends, repeat, requests, max_clients, bursts, instances, quick, out, json } => {
             let out = absolute_dir("--out", out)?;
+            let (repeat, requests, max_clients) = (knob(repeat, quick, 100, 3), knob(requests, quick, 32768, 256), knob(max_clients, quick, 4096, 8));
+            let bursts = list(bursts, quick, &[10, 20, 30, 40, 50, 60, 70, 80, 90, 100], &[2, 5]);
+            let instances = list(instances, quick, &[1, 10, 25, 50, 100], &[1, 5]);
             faas::faas(faas::FaasOpts { only, backends, repeat, requests, bursts, instances, max_clients, out, json })
         }
-        Bench::Http { common: ServerArgs { clients, repeat, systems, pin, shoal_bin }, duration, out, json } => {
+        Bench::Http { common: ServerArgs { clients, repeat, quick, systems, pin, shoal_bin }, duration, out, json } => {
             let out = absolute_dir("--out", out)?;
             let which = servers::Which::Http;
+            let (clients, repeat, duration) = (list(clients, quick, &FULL_CLIENTS, &[1, 100]), knob(repeat, quick, 30, 2), knob(duration, quick, 2.0, 0.5));
             servers::servers(servers::ServersOpts { which, clients, repeat, duration, requests: 1, pipeline: 1, systems, pin, shoal_bin, out, json })
         }
-        Bench::Kv { common: ServerArgs { clients, repeat, systems, pin, shoal_bin }, requests, pipeline, out, json } => {
+        Bench::Kv { common: ServerArgs { clients, repeat, quick, systems, pin, shoal_bin }, requests, pipeline, out, json } => {
             let out = absolute_dir("--out", out)?;
             let which = servers::Which::Kv;
+            let (clients, repeat, requests) = (list(clients, quick, &FULL_CLIENTS, &[1, 100]), knob(repeat, quick, 30, 2), knob(requests, quick, 20000, 2000));
             servers::servers(servers::ServersOpts { which, clients, repeat, duration: 2.0, requests, pipeline, systems, pin, shoal_bin, out, json })
         }
         Bench::Exec { quick, out, json } => exec::exec(exec::ExecOpts { quick, out: absolute_dir("--out", out)?, json }),
-        Bench::Size { out, json } => memory::size(json, absolute_dir("--out", out)?),
-        Bench::Pages { json, keep } => pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),
-        Bench::Syscall { iterations, repeat, json } => syscall::syscall(iterations, repeat, json),
-        Bench::Recover { repeat, iterations, out, json, only, duration, requests } => {
+        Bench::Size { quick: _, out, json } => memory::size(json, absolute_dir("--out", out)?),
+        Bench::Pages { quick: _, json, keep } => pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),
+        Bench::Syscall { iterations, repeat, quick, json } => syscall::syscall(knob(iterations, quick, 200_000, 20_000), knob(repeat, quick, 10, 2), json),
+        Bench::Recover { repeat, iterations, quick, out, json, only, duration, requests } => {
+            let (repeat, iterations) = (knob(repeat, quick, 5, 2), knob(iterations, quick, 20_000, 2_000));
+            let (duration, requests) = (knob(duration, quick, 3.0, 0.5), knob(requests, quick, 50_000, 5_000));
             recover::recover(recover::RecoverOpts { repeat, iterations, out: absolute_dir("--out", out)?, json, only, duration, requests })
         }
+    }
+}
+
+#[cfg(test)]
+mod cli_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        bench: Bench,
+    }
+
+    /// Every experiment, by its subcommand name.
+    const ALL: [&str; 13] = ["apps", "boot", "density", "echo", "faas", "http", "kv", "memory", "exec", "size", "pages", "recover", "syscall"];
+
+    #[test]
+    fn every_bench_takes_quick_and_json() {
+        use clap::CommandFactory;
+        let names: Vec<String> = Cli::command().get_subcommands().map(|c| c.get_name().to_string()).collect();
+        for name in &names {
+            assert!(ALL.contains(&name.as_str()), "{name} is not in this test's list");
+            let parsed = Cli::try_parse_from(["bench", name, "--quick", "--json"]);
+            assert!(parsed.is_ok(), "{name} --quick --json: {}", parsed.err().map(|e| e.to_string()).unwrap_or_default());
+        }
+        assert_eq!(names.len(), 13);
+    }
+
+    #[test]
+    fn the_detailed_knobs_override_quick() {
+        let Cli { bench: Bench::Boot { runs, quick, .. } } = Cli::try_parse_from(["bench", "boot", "--quick", "--runs", "7"]).unwrap() else {
+            panic!("not boot")
+        };
+        assert_eq!(knob(runs, quick, 20, 3), 7);
+        let Cli { bench: Bench::Boot { runs, quick, .. } } = Cli::try_parse_from(["bench", "boot", "--quick"]).unwrap() else { panic!("not boot") };
+        assert_eq!(knob(runs, quick, 20, 3), 3);
+        let Cli { bench: Bench::Boot { runs, quick, .. } } = Cli::try_parse_from(["bench", "boot"]).unwrap() else { panic!("not boot") };
+        assert_eq!(knob(runs, quick, 20, 3), 20);
+        let Cli { bench: Bench::Http { common, .. } } = Cli::try_parse_from(["bench", "http", "--quick"]).unwrap() else { panic!("not http") };
+        assert_eq!(list(common.clients, common.quick, &FULL_CLIENTS, &[1, 100]), vec![1, 100]);
     }
 }

@@ -516,7 +516,7 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
         }
         for t in &tenders {
             if let Some(g) = gate(t) {
-                println!("{t}: the gate of a rebootable component costs {g:.1} cycles (getuid with − without gates); goal ≤ 100; FlexOS MPK gate 62–74, function call 2–5");
+                println!("{t}: the gate of a rebootable component costs {g:.1} cycles (getuid with − without gates); target ≤ 100; FlexOS MPK gate 62–74, function call 2–5");
             }
         }
         println!();
@@ -563,7 +563,7 @@ pub fn recover(o: RecoverOpts) -> Result<()> {
                 for t in &tenders {
                     for (with, what) in [("gates", "gates (stateless components rebootable)"), ("gates+logs", "gates and logs (--recover-stateful)")] {
                         if let (Some(r), Some(c)) = (sqlite_ratio(t, with), sqlite_cpu_ratio(t, with)) {
-                            println!("  {t}: with {what} / without = {r:.3} wall, {c:.3} CPU (goal ≤ 1.10; VampOS-FSm 1.24, up to 1.46)");
+                            println!("  {t}: with {what} / without = {r:.3} wall, {c:.3} CPU (target ≤ 1.10; VampOS-FSm 1.24, up to 1.46)");
                         }
                     }
                 }

@@ -990,7 +990,7 @@ fn report(o: &ServersOpts, systems: &[Sys], pin: Option<Pin>) -> Result<()> {
         None => "not measured",
     };
     t.push_str(&format!(
-        "goals: spt ≥ native at every concurrency: {}; spt ≥ 1.5 × runsc at every concurrency: {}; spt idle PSS ≤ 1/4 of runsc's: {}{}\n",
+        "targets: spt ≥ native at every concurrency: {}; spt ≥ 1.5 × runsc at every concurrency: {}; spt idle PSS ≤ 1/4 of runsc's: {}{}\n",
         yn(all_native),
         yn(all_runsc),
         yn(idle_ratio.map(|r| r <= 0.25)),

@@ -105,7 +105,7 @@ pub fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
                 let vs = |k: &str| mean_of(k).map(|b| format!("{:.2}x {k}", m / b)).unwrap_or_default();
                 let note = match *name {
                     "spt" => vs("native"),
-                    "hvt" => format!("{}  (goal: at most 2x spt)", vs("spt")),
+                    "hvt" => format!("{}  (target: at most 2× spt)", vs("spt")),
                     _ => String::new(),
                 };
                 println!("  {name:<8} {:>16}  {note}", format!("{m:.1} ± {sd:.1}"));

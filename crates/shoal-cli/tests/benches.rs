@@ -490,3 +490,40 @@ fn bench_http_and_kv_pinned() {
     let v = json_of("kv", &bench(tmp.path(), &["kv", "--repeat", "1", "--clients", "1", "--systems", "native", "--requests", "2000", "--json"]));
     assert!(v["pinned"].is_null(), "{v:#}");
 }
+
+/// The GNU build id of the ELF file at `path`, as `readelf -n` prints it.
+fn build_id(path: &Path) -> String {
+    let o = output(std::process::Command::new("readelf").arg("-n").arg(path));
+    let text = stdout(&o);
+    let line = text.lines().find_map(|l| l.trim().strip_prefix("Build ID: ")).unwrap_or_else(|| panic!("no build id in {}: {text}", path.display()));
+    line.to_string()
+}
+
+/// One build: what `cargo build` (scripts/test's, through the workspace's
+/// linker scripts/rust-link) put beside `shoal` is the fast static pair,
+/// and the bench says so, naming the files it measured: shoal-tender
+/// static-pie, shoal-spt built against musl at a fixed address.
+#[test]
+fn bench_density_names_the_static_binaries_cargo_built() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let o = bench(tmp.path(), &["density", "--count", "2", "--only", "spt+pool"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let dir = std::path::PathBuf::from(env!("CARGO_BIN_EXE_shoal")).parent().unwrap().to_path_buf();
+    let (tender, spt) = (dir.join("shoal-tender"), dir.join("shoal-spt"));
+    let expected = format!(
+        "binaries: shoal-tender static-pie ({}, build id {}); shoal-spt static at a fixed address, musl ({}, build id {})",
+        tender.display(),
+        build_id(&tender),
+        spt.display(),
+        build_id(&spt)
+    );
+    let text = stdout(&o);
+    assert!(text.lines().any(|l| l == expected), "expected the line\n{expected}\nin\n{text}");
+    // The CSV and the plot beside it.
+    let csv = std::fs::read_to_string(tmp.path().join("shoal-bench-density/density.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("config,instances,host_kib_per_instance,pss_kib_per_instance,page_tables_kib_per_instance,pool_kib,start_ms_per_instance"));
+    assert!(lines.next().is_some_and(|l| l.starts_with("spt+pool,2,")), "{csv}");
+    assert!(tmp.path().join("shoal-bench-density/density.svg").is_file());
+}

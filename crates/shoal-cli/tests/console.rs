@@ -128,3 +128,57 @@ fn a_reader_that_goes_away_ends_the_program_by_sigpipe_on_both_tenders() {
         }
     }
 }
+
+/// A program that prints a line into a pipe and then computes for 1.5 s
+/// without a system call that leaves the instance: the reader has the
+/// line within 100 ms, on hvt too (its stdout buffer holds lines for a
+/// pipe for at most about 10 ms, then a wake tick writes them out), and
+/// the last line comes at the end. Measured as the gap between the two
+/// lines' arrivals, which is 1.5 s less the first line's delay.
+#[test]
+fn a_line_printed_before_a_long_computation_reaches_a_pipe_reader_at_once() {
+    let dir = scratch();
+    let src = dir.path().join("ready_compute.c");
+    std::fs::write(
+        &src,
+        "#include <time.h>\n#include <unistd.h>\n\
+         static long long ms(void){ struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000LL + t.tv_nsec / 1000000; }\n\
+         int main(void){ long long t0 = ms(); write(1, \"ready\\n\", 6);\n\
+         volatile unsigned long x = 0; while (ms() - t0 < 1500) for (int i = 0; i < 100000; i++) x += i;\n\
+         write(1, \"done\\n\", 5); return 0; }\n",
+    )
+    .unwrap();
+    let image = build_image(&src, dir.path(), &[]);
+    for tender in tenders() {
+        let mut child = shoal().args(["run", "--tender", tender]).arg(&image).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let first = Instant::now();
+        assert_eq!(line, "ready\n", "{tender}");
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        let gap = first.elapsed();
+        assert_eq!(line, "done\n", "{tender}");
+        let o = child.wait_with_output().unwrap();
+        assert_eq!((o.status.code(), stderr(&o).as_str()), (Some(0), ""), "{tender}");
+        assert!(gap >= Duration::from_millis(1400), "{tender}: the first line came {} ms late", 1500u128.saturating_sub(gap.as_millis()));
+    }
+}
+
+/// 200,000 short lines into a pipe (where hvt writes out at most every
+/// 10 ms or when its buffer fills): every byte there, in order, as the
+/// native program wrote them.
+#[test]
+fn many_short_lines_into_a_pipe_arrive_whole_and_in_order() {
+    let dir = scratch();
+    let (image, native) = images(dir.path());
+    let n = output(Command::new(&native).args(["lines", "200000"]));
+    assert!(n.status.success());
+    for tender in tenders() {
+        let s = output(shoal().args(["run", "--tender", tender]).arg(&image).args(["--", "lines", "200000"]));
+        assert_eq!(s.status.code(), Some(0), "{tender}: {}", stderr(&s));
+        assert_eq!(s.stdout.len(), n.stdout.len(), "{tender}");
+        assert!(s.stdout == n.stdout, "{tender}: the output differs from the native program's");
+    }
+}

@@ -56,6 +56,15 @@ fn auxiliary_vector_matches_native() {
     matches_native(&exe, &[], 0);
 }
 
+/// xmm0-15 hold their values across rewritten system-call sites, as
+/// Linux keeps them (the kernel's own code uses SSE).
+#[test]
+fn vector_registers_survive_system_calls_as_natively() {
+    let dir = scratch();
+    let exe = gcc_static("vecregs", dir.path(), &[]);
+    matches_native(&exe, &[], 0);
+}
+
 /// A handler that makes system calls (re-entering the kernel from a
 /// handler the kernel called) and one on an alternate stack.
 #[test]

@@ -527,7 +527,12 @@ fn the_lua_runtime_serves_a_handler_script_on_every_backend() {
     let bad = dir.path().join("bad");
     std::fs::create_dir(&bad).unwrap();
     std::fs::write(bad.join("handler.lua"), "function handle(req) return 'x'\n").unwrap();
-    assert_eq!(gw.deploy("lua-bad", &format!(r#"{{"image":"{}","fs":"{}"}}"#, image("lua"), bad.display())).status, 201);
+    // On spt its template never gets to its ready point: the deploy fails
+    // with Lua's message; started by exec, the first request does.
+    let r = gw.deploy("lua-bad", &format!(r#"{{"image":"{}","fs":"{}"}}"#, image("lua"), bad.display()));
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(r.text().contains("lua_fn: /handler.lua:2: 'end' expected"), "{}", r.text());
+    assert_eq!(gw.deploy("lua-bad", &format!(r#"{{"image":"{}","fs":"{}","template":false}}"#, image("lua"), bad.display())).status, 201);
     assert_eq!(gw.get("/fn/lua-bad/").status, 502);
     let logs = gw.get("/functions/lua-bad/logs").text();
     assert!(logs.contains("lua_fn: /handler.lua:2: 'end' expected"), "{logs}");
@@ -864,7 +869,14 @@ fn the_fn_command_deploys_lists_invokes_and_removes() {
     let mut follow = fnc().args(["logs", "-f", "fib"]).stdout(Stdio::piped()).spawn().unwrap();
     let mut out = BufReader::new(follow.stdout.take().unwrap());
     let mut line = String::new();
-    out.read_line(&mut line).unwrap();
+    // (First the template's line: the function's cold starts copy it.)
+    for _ in 0..3 {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        if line.contains("started on") {
+            break;
+        }
+    }
     assert!(line.contains("started on"), "{line}");
     follow.kill().unwrap();
     follow.wait().unwrap();
@@ -1044,7 +1056,9 @@ fn a_502_carries_the_instances_last_words() {
     for b in backends() {
         let img = if b == "process" { &native } else { &shoal_img };
         let name = format!("quitter-{b}");
-        let r = gw.deploy(&name, &format!(r#"{{"image":"{}","backend":"{b}"}}"#, img.display()));
+        // (With a template, spt refuses it at deploy: tested with templates.)
+        let tmpl = if b == "spt" { r#","template":false"# } else { "" };
+        let r = gw.deploy(&name, &format!(r#"{{"image":"{}","backend":"{b}"{tmpl}}}"#, img.display()));
         assert_eq!(r.status, 201, "{b}: {}", r.text());
         let r = gw.get(&format!("/fn/{name}/"));
         assert_eq!(r.status, 502, "{b}: {}", r.text());
@@ -1293,7 +1307,9 @@ fn an_spt_instance_is_confined_as_shoal_run_confines_it() {
     use std::os::unix::process::CommandExt;
     let dir = scratch();
     let gw = Gateway::start(&dir.path().join("state"));
-    assert_eq!(gw.deploy("noop", &format!(r#"{{"image":"{}"}}"#, image("noop"))).status, 201);
+    // Started by exec (a copy of a template differs in two ways, tested
+    // with templates: the host's PID namespace and a second filter).
+    assert_eq!(gw.deploy("noop", &format!(r#"{{"image":"{}","template":false}}"#, image("noop"))).status, 201);
     assert_eq!(gw.get("/fn/noop/").text(), "noop\n");
     let (_, pid) = gw.instances("noop")[0];
     // The gateway's instance is the instance program itself.
@@ -1727,4 +1743,223 @@ fn uploads_have_a_type_a_quota_and_unused_ones_are_collected() {
     assert_eq!(count(), 0, "an unused upload survived the restart");
     assert!(std::fs::read_to_string(&gw.log).unwrap_or_default().contains("deleted 1 uploaded image"));
     assert_eq!(gw.get("/fn/f/").text(), "noop\n");
+}
+
+// ---------------------------------------------------------------------
+// Templates (spt): cold starts are copies of an instance booted to its
+// ready point at deploy (docs/serve.md "Templates").
+
+/// The pids of the templates a function's logs announce, in order.
+fn template_pids(gw: &Gateway, name: &str) -> Vec<u32> {
+    let logs = gw.get(&format!("/functions/{name}/logs")).text();
+    logs.lines()
+        .filter_map(|l| l.split("template ready, pid ").nth(1))
+        .filter_map(|r| r.split(|c: char| !c.is_ascii_digit()).next().and_then(|p| p.parse().ok()))
+        .collect()
+}
+
+/// `curl` one request to `url` on a new connection: (status, the
+/// x-shoal-instance header, body).
+fn curl(url: &str) -> (u16, String, String) {
+    let o = Command::new("curl").args(["-s", "-S", "-m", "60", "-D", "-", url]).output().unwrap();
+    assert!(o.status.success(), "curl {url}: {}", stderr(&o));
+    let text = stdout(&o);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let inst = head.lines().find_map(|l| l.strip_prefix("x-shoal-instance:")).unwrap_or("").trim().to_string();
+    (status, inst, body.to_string())
+}
+
+/// A field `key=value` of tmpl's answer.
+fn field<'a>(body: &'a str, key: &str) -> &'a str {
+    body.split_whitespace().find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('='))).unwrap_or_else(|| panic!("no {key} in {body:?}"))
+}
+
+/// 200 cold requests one after the other (curl, a new connection each),
+/// each answered by a fresh copy of the one template: its own request
+/// counter is 1, its random bytes are its own (200 different), it sees
+/// only its own file, and every instance id differs.
+#[test]
+fn template_200_sequential_cold_requests_each_on_a_fresh_copy() {
+    if !shoal_testkit::need(&["curl"]) {
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let r = gw.deploy("t", &format!(r#"{{"image":"{}","requests_per_instance":1}}"#, image("tmpl")));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["template"], true, "templates are on by default on spt");
+    let mut instances = BTreeSet::new();
+    let mut randoms = BTreeSet::new();
+    for i in 0..200 {
+        let (status, inst, body) = curl(&format!("http://{}/fn/t/", gw.addr));
+        assert_eq!(status, 200, "request {i}: {body}");
+        assert_eq!(field(&body, "count"), "1", "request {i} was not the first of its instance: {body}");
+        assert_eq!(field(&body, "marks"), "1", "request {i} saw another copy's file: {body}");
+        assert!(instances.insert(inst.clone()), "request {i}: instance {inst} answered twice");
+        assert!(randoms.insert(field(&body, "random").to_string()), "request {i}: random bytes repeated: {body}");
+    }
+    let t = template_pids(&gw, "t");
+    assert_eq!(t.len(), 1, "one template for all 200: {t:?}");
+    assert!(process_alive(t[0]), "the template must still run");
+}
+
+/// 100 cold requests at once (hey -c 100), each a copy of the template:
+/// all answered 200.
+#[test]
+fn template_100_concurrent_cold_requests_all_answered() {
+    if !shoal_testkit::need(&["hey"]) {
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let r = gw.deploy("t", &format!(r#"{{"image":"{}","requests_per_instance":1,"max_instances":100}}"#, image("noop")));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let (statuses, errors, _) = hey(&format!("http://{}/fn/t/", gw.addr), 100, 100);
+    assert_eq!(statuses, vec![(200, 100)], "errors: {errors:?}");
+    assert!(errors.is_empty(), "{errors:?}");
+    let m = gw.get("/metrics").text();
+    let cold = parse_prometheus(&m).into_iter().find(|(k, _)| k.starts_with("shoal_cold_starts_total")).map(|(_, v)| v).unwrap_or(0.0);
+    assert_eq!(cold, 100.0, "every request a cold start: {m}");
+}
+
+/// Two copies of one template do not see each other's memory, files or
+/// random stream: the first writes a global variable and a file and draws
+/// random bytes; the second (a fresh copy) starts from the template's
+/// state, not the first's.
+#[test]
+fn two_copies_of_a_template_share_no_memory_files_or_random_bytes() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let r = gw.deploy("t", &format!(r#"{{"image":"{}","requests_per_instance":3}}"#, image("tmpl")));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let a0 = gw.get("/fn/t/poison");
+    assert_eq!(a0.text(), "poisoned\n");
+    let a1 = gw.get("/fn/t/").text();
+    let a2 = gw.get("/fn/t/").text();
+    assert_eq!((field(&a1, "count"), field(&a1, "poison"), field(&a1, "marks")), ("2", "1", "1"), "{a1}");
+    assert_eq!((field(&a2, "count"), field(&a2, "marks")), ("3", "2"), "{a2}");
+    let b = gw.get("/fn/t/");
+    assert_eq!(b.header("x-shoal-cold-start"), Some("true"));
+    assert_ne!(b.header("x-shoal-instance"), a0.header("x-shoal-instance"));
+    let b = b.text();
+    assert_eq!((field(&b, "count"), field(&b, "poison"), field(&b, "marks")), ("1", "0", "1"), "the second copy saw the first's state: {b}");
+    let rnd: BTreeSet<&str> = [&a1, &a2, &b].iter().map(|t| field(t, "random")).collect();
+    assert_eq!(rnd.len(), 3, "random bytes repeated across copies: {a1} {a2} {b}");
+    assert_eq!(template_pids(&gw, "t").len(), 1);
+}
+
+/// A program that crashes (or exits) before its ready point fails the
+/// deploy with 422 and says why, with the template's last words; nothing
+/// is deployed.
+#[test]
+fn a_template_that_dies_before_its_ready_point_fails_the_deploy() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let r = gw.deploy("t", &format!(r#"{{"image":"{}","env":{{"CRASH_BEFORE_READY":"1"}}}}"#, image("tmpl")));
+    assert_eq!(r.status, 422, "{}", r.text());
+    let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        e.starts_with(
+            "the template of t (its instance stopped where the program first waits for a connection) failed: the template ended before its ready point"
+        ),
+        "{e}"
+    );
+    assert!(e.contains("; its last words: shoal: the guest crashed: SIGSEGV"), "{e}");
+    assert_eq!(gw.get("/functions/t").status, 404, "nothing may be deployed");
+    // Off, the same program deploys (and fails at its first request).
+    let r = gw.deploy("t", &format!(r#"{{"image":"{}","template":false,"env":{{"CRASH_BEFORE_READY":"1"}}}}"#, image("tmpl")));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(gw.get("/fn/t/").status, 502);
+}
+
+/// A copy that crashes is replaced by a new copy of the same template; a
+/// template that dies is built again at the next cold start; a redeploy
+/// builds a new one and stops the old.
+#[test]
+fn crashed_copies_are_replaced_and_a_dead_template_is_rebuilt() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let deploy = || gw.deploy("c", &format!(r#"{{"image":"{}"}}"#, image("crash")));
+    assert_eq!(deploy().status, 201);
+    assert_eq!(gw.get("/fn/c/").text(), "alive\n");
+    assert_eq!(gw.get("/fn/c/crash").status, 502);
+    let r = gw.get("/fn/c/");
+    assert_eq!((r.status, r.header("x-shoal-cold-start")), (200, Some("true")), "{}", r.text());
+    let t = template_pids(&gw, "c");
+    assert_eq!(t.len(), 1, "the crash must not cost the template: {t:?}");
+    // The template killed from outside: the next cold start builds one.
+    // SAFETY: kill(2) on a pid the gateway's logs name.
+    unsafe { libc::kill(t[0] as i32, libc::SIGKILL) };
+    wait_until("the gateway notes the template's end", || gw.get("/functions/c/logs").text().contains("template exited"));
+    for i in gw.instances("c") {
+        // SAFETY: kill(2) on the instance's pid.
+        unsafe { libc::kill(i.1 as i32, libc::SIGKILL) };
+    }
+    wait_until("the instance is gone", || gw.instances("c").is_empty());
+    let r = gw.get("/fn/c/");
+    assert_eq!((r.status, r.text().as_str()), (200, "alive\n"));
+    let t2 = template_pids(&gw, "c");
+    assert_eq!(t2.len(), 2, "{t2:?}");
+    assert_eq!(deploy().status, 200);
+    let t3 = template_pids(&gw, "c");
+    assert_eq!(t3.len(), 3, "a redeploy builds a new template: {t3:?}");
+    wait_until("the replaced template is stopped", || !process_alive(t2[1]));
+    assert!(process_alive(t3[2]));
+}
+
+/// A hostile copy: every host system call it makes past its guest kernel
+/// that only the template may make (fork, placing descriptors, a filter,
+/// the parent-death signal, the boot-info page, the control channel), and
+/// those no instance may make (signals, another process's memory), kill
+/// it with SIGSYS (its last words name the call); the template and its
+/// other copies go on.
+#[test]
+fn a_hostile_copy_cannot_fork_signal_or_reach_its_template() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    assert_eq!(gw.deploy("t", &format!(r#"{{"image":"{}"}}"#, image("tmpl"))).status, 201);
+    let tpl = template_pids(&gw, "t")[0];
+    // (The call's number: the sandbox's message names only some calls.)
+    let calls = [
+        (format!("nr=56&a={}", libc::CLONE_PARENT), 56),
+        ("nr=57".to_string(), 57),
+        ("nr=435&a=0&b=0".to_string(), 435),
+        (format!("nr=62&a={tpl}&b=9"), 62),
+        (format!("nr=200&a={tpl}&b=9"), 200),
+        (format!("nr=310&a={tpl}"), 310),
+        (format!("nr=101&a=16&b={tpl}"), 101),
+        (format!("nr=434&a={tpl}"), 434),
+        ("nr=292&a=4&b=3".to_string(), 292),
+        ("nr=317&a=1".to_string(), 317),
+        ("nr=157&a=1&b=9".to_string(), 157),
+        ("nr=47&a=63".to_string(), 47),
+        ("nr=10&a=65536&b=4096&c=3".to_string(), 10),
+    ];
+    for (q, nr) in &calls {
+        let r = gw.get(&format!("/fn/t/host?{q}"));
+        assert_eq!(r.status, 502, "{q}: {}", r.text());
+        let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+        let words = "its last words: shoal: the guest made a system call that the spt sandbox forbids and was killed (system call ";
+        assert!(e.contains(&format!("{words}{nr})")) || e.contains(&format!("{words}{nr}, ")), "{q}: {e}");
+    }
+    assert!(process_alive(tpl), "the template must survive its copies");
+    let r = gw.get("/fn/t/").text();
+    assert_eq!(field(&r, "count"), "1", "{r}");
+    assert_eq!(template_pids(&gw, "t"), vec![tpl], "still the first template");
+}
+
+/// `"template": false` starts every instance by exec, as before; the
+/// setting is refused off spt.
+#[test]
+fn template_false_starts_instances_by_exec() {
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let r = gw.deploy("n", &format!(r#"{{"image":"{}","template":false}}"#, image("noop")));
+    assert_eq!((r.status, &r.json()["template"]), (201, &serde_json::Value::Bool(false)));
+    assert_eq!(gw.get("/fn/n/").text(), "noop\n");
+    assert!(template_pids(&gw, "n").is_empty());
+    let r = gw.deploy("p", &format!(r#"{{"image":"{}","backend":"process","template":true}}"#, image("noop.native")));
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert_eq!(r.json()["error"], "template: only the spt backend starts instances from a template, not process");
 }

@@ -23,12 +23,21 @@
 //! disarms, so a program whose gated calls are short gets at most one
 //! watchdog tick per period of its run.
 //!
+//! The same tick also serves a kernel that holds output back (hvt's stdout
+//! buffer, writing into a pipe, flushes at most every 10 ms instead of at
+//! every newline): it sets the area's `wake` and, when no tick runs,
+//! arms one with `PREEMPT_WAKE` ([`Model::wake`]); a tick that finds
+//! `wake` set interrupts the guest even with one thread, and the kernel's
+//! entry writes the held output. So a line printed before a long
+//! computation still reaches the reader, at most two VM exits per period
+//! instead of one per line.
+//!
 //! [`Model`] is all atomics and allocates nothing: spt runs it in a signal
 //! handler with the guest's thread pointer loaded.
 
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-use shoal_abi::preempt_word::{ARMED, IN_KERNEL, PENDING, RESUME_RIP, RUNNABLE, TICKS, WATCH, WATCH_SEQ};
-use shoal_abi::{PREEMPT_ARMED_TICK, PREEMPT_ARMED_WATCHDOG};
+use shoal_abi::preempt_word::{ARMED, IN_KERNEL, PENDING, RESUME_RIP, RUNNABLE, TICKS, WAKE, WATCH, WATCH_SEQ};
+use shoal_abi::{PREEMPT_ARMED_TICK, PREEMPT_ARMED_WAKE, PREEMPT_ARMED_WATCHDOG};
 use shoal_loader::watchdog::{self, Verdict};
 
 /// Size of the guest's area in bytes.
@@ -181,10 +190,32 @@ impl Model {
         rc
     }
 
+    /// `Preempt`/`PREEMPT_WAKE`: one tick after `delay_ns` (at least
+    /// `shoal_abi::PREEMPT_MIN_TICK_NS`) for a kernel that set the area's
+    /// `wake`. Nothing to do while the preemption tick runs (it comes
+    /// anyway); a watchdog-only tick, slower, is brought forward.
+    pub fn wake(&self, timer: &impl Timer, delay_ns: u64) -> i64 {
+        let Some(armed) = self.word(ARMED) else {
+            return -i64::from(libc::EINVAL);
+        };
+        let mode = armed.load(Ordering::SeqCst);
+        if mode == PREEMPT_ARMED_TICK || mode == PREEMPT_ARMED_WAKE {
+            return 0;
+        }
+        if let Err(e) = timer.make() {
+            return e;
+        }
+        let rc = self.set_timer(timer, delay_ns.clamp(shoal_abi::PREEMPT_MIN_TICK_NS, 1_000_000_000));
+        if rc == 0 {
+            armed.store(PREEMPT_ARMED_WAKE, Ordering::SeqCst);
+        }
+        rc
+    }
+
     /// One tick, with the guest stopped (see the module documentation).
     pub fn tick<C: Cpu>(&self, timer: &impl Timer, cpu: &mut C) -> Result<(), C::Error> {
-        let (Some(runnable), Some(armed), Some(ticks), Some(watch), Some(seq)) =
-            (self.word(RUNNABLE), self.word(ARMED), self.word(TICKS), self.word(WATCH), self.word(WATCH_SEQ))
+        let (Some(runnable), Some(armed), Some(ticks), Some(watch), Some(seq), Some(wake)) =
+            (self.word(RUNNABLE), self.word(ARMED), self.word(TICKS), self.word(WATCH), self.word(WATCH_SEQ), self.word(WAKE))
         else {
             // No area (never registered, or forgotten): nothing to tick for.
             timer.count(false);
@@ -214,6 +245,10 @@ impl Model {
                 self.set_timer(timer, limit);
                 armed.store(PREEMPT_ARMED_WATCHDOG, Ordering::SeqCst);
             }
+            // Held output: the kernel's entry writes it.
+            if wake.load(Ordering::SeqCst) != 0 {
+                return self.interrupt(cpu);
+            }
             return Ok(());
         }
         if mode != PREEMPT_ARMED_TICK {
@@ -241,5 +276,107 @@ impl Model {
         resume.store(cpu.rip(), Ordering::SeqCst);
         in_kernel.store(1, Ordering::SeqCst);
         cpu.set_rip(self.entry.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::cell::Cell;
+
+    /// The timer's last period (0: stopped).
+    #[derive(Default)]
+    struct FakeTimer {
+        period: Cell<u64>,
+    }
+
+    impl Timer for FakeTimer {
+        fn set(&self, period_ns: u64) -> i64 {
+            self.period.set(period_ns);
+            0
+        }
+        fn count(&self, _watchdog_only: bool) {}
+    }
+
+    /// A guest stopped in its program's code at `rip`.
+    struct FakeCpu {
+        rip: u64,
+    }
+
+    impl Cpu for FakeCpu {
+        type Error = ();
+        fn rip(&self) -> u64 {
+            self.rip
+        }
+        fn in_program(&self) -> bool {
+            true
+        }
+        fn set_rip(&mut self, rip: u64) -> Result<(), ()> {
+            self.rip = rip;
+            Ok(())
+        }
+        fn stop_hang(&mut self) -> Result<bool, ()> {
+            Ok(false)
+        }
+    }
+
+    const ENTRY: u64 = 0x4000;
+
+    fn model(area: &mut [u64; 16]) -> Model {
+        let m = Model::new();
+        m.register(area.as_mut_ptr().cast(), ENTRY);
+        area[RUNNABLE] = 1;
+        m
+    }
+
+    #[test]
+    fn a_wake_tick_interrupts_a_lone_thread_once_then_stops() {
+        let mut area = [0u64; 16];
+        let m = model(&mut area);
+        let timer = FakeTimer::default();
+        let words = area.as_ptr();
+        // SAFETY: every index used is below the area's 16 words, which
+        // live until the end of the test.
+        let word = |i: usize| unsafe { words.add(i).read_volatile() };
+        // The kernel holds a line back: wake set, one tick asked for.
+        // SAFETY: as above.
+        unsafe { words.cast_mut().add(WAKE).write_volatile(1) };
+        assert_eq!(m.wake(&timer, 10_000_000), 0);
+        assert_eq!(timer.period.get(), 10_000_000);
+        assert_eq!(word(ARMED), PREEMPT_ARMED_WAKE);
+        // The tick: one thread, no watchdog: the guest goes to the entry
+        // (to write the line out) and the tick stops.
+        let mut cpu = FakeCpu { rip: 0x1234 };
+        m.tick(&timer, &mut cpu).unwrap();
+        assert_eq!(cpu.rip, ENTRY, "sent to the kernel's entry");
+        assert_eq!(word(RESUME_RIP), 0x1234);
+        assert_eq!(word(IN_KERNEL), 1);
+        assert_eq!(timer.period.get(), 0, "one tick only");
+        assert_eq!(word(ARMED), 0);
+    }
+
+    #[test]
+    fn without_wake_a_lone_thread_is_not_interrupted() {
+        let mut area = [0u64; 16];
+        let m = model(&mut area);
+        let timer = FakeTimer::default();
+        assert_eq!(m.wake(&timer, 5_000_000), 0);
+        let mut cpu = FakeCpu { rip: 0x1234 };
+        m.tick(&timer, &mut cpu).unwrap();
+        assert_eq!(cpu.rip, 0x1234, "the kernel took the wake already: nothing to do");
+        assert_eq!(timer.period.get(), 0);
+    }
+
+    #[test]
+    fn a_wake_leaves_a_running_preemption_tick_alone() {
+        let mut area = [0u64; 16];
+        let m = model(&mut area);
+        let timer = FakeTimer::default();
+        assert_eq!(m.arm(&timer, 10_000_000), 0);
+        timer.period.set(12345);
+        assert_eq!(m.wake(&timer, 1), 0);
+        assert_eq!(timer.period.get(), 12345, "the preemption tick comes anyway");
+        let unregistered = Model::new();
+        assert_eq!(unregistered.wake(&timer, 1), -i64::from(libc::EINVAL));
     }
 }

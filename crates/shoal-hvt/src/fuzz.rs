@@ -149,7 +149,7 @@ impl Harness {
             Hypercall::NetPoll => cut_wait::<NetPollArgs>(&mem, addr, |a| &mut a.timeout_ns, |a| a.nfds == 0 && a.max_events == 0),
             Hypercall::Preempt => {
                 let op = mem.read_obj::<shoal_abi::PreemptArgs>(addr).map(|a| a.op);
-                if matches!(op, Ok(shoal_abi::PREEMPT_ARM | shoal_abi::PREEMPT_WATCH)) {
+                if matches!(op, Ok(shoal_abi::PREEMPT_ARM | shoal_abi::PREEMPT_WATCH | shoal_abi::PREEMPT_WAKE)) {
                     return Action::Continue;
                 }
             }

@@ -432,6 +432,7 @@ pub fn handle(
                 },
                 shoal_abi::PREEMPT_ARM => crate::preempt::arm(a.tick_ns),
                 shoal_abi::PREEMPT_WATCH => crate::preempt::watch(),
+                shoal_abi::PREEMPT_WAKE => crate::preempt::wake(a.tick_ns),
                 _ => EINVAL,
             };
             put(g, call, arg, &a)

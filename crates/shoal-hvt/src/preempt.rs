@@ -164,6 +164,12 @@ pub fn watch() -> i64 {
     MODEL.watch(&PosixTimer)
 }
 
+/// `Preempt`/`PREEMPT_WAKE`: one tick after `delay_ns` for a kernel that
+/// holds output back (see `shoal_hostcall::preempt`).
+pub fn wake(delay_ns: u64) -> i64 {
+    MODEL.wake(&PosixTimer, delay_ns)
+}
+
 /// Whether a tick arrived since the last call (taking it).
 pub fn take_tick() -> bool {
     TICK.load(Ordering::Relaxed) && TICK.swap(false, Ordering::SeqCst)

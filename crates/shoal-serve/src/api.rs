@@ -39,6 +39,7 @@ pub fn router(app: Arc<App>, guard: Arc<Guard>) -> Router {
         .route("/functions/{name}/logs", get(logs))
         .route("/images", axum::routing::post(upload))
         .route("/instances", get(instances))
+        .route("/templates", get(templates))
         .route("/metrics", get(metrics))
         .route("/fn/{name}", any(invoke_root))
         .route("/fn/{name}/", any(invoke_root))
@@ -67,7 +68,8 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
     let req: DeployRequest = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("the body is not valid deploy settings (JSON): {e}")))?;
     let app2 = app.clone();
     // Checking the image reads it: off the async threads.
-    let (f, prepared) = tokio::task::spawn_blocking(move || -> Result<(Function, Option<shoal_spt::Prepared>), ApiError> {
+    type Deployed = (Function, Option<shoal_spt::Prepared>, Option<instance::BuiltTemplate>);
+    let (f, prepared, template) = tokio::task::spawn_blocking(move || -> Result<Deployed, ApiError> {
         let f = Function::from_request(&name, req, &app2.images, &app2.policy)?;
         if f.mem_mode == "pool" {
             // The pool holds the image's read-only pages from now on (once
@@ -86,6 +88,12 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
             }
             _ => None,
         };
+        // spt with `template`: the template booted to its ready point now;
+        // a program that ends or crashes before it is refused here.
+        let template = match (&prepared, f.template && app2.dispatcher.templates_allowed()) {
+            (Some(p), true) => Some(instance::build_template(&f, p).map_err(|e| ApiError::Unprocessable(format!("{e:#}")))?),
+            _ => None,
+        };
         let store = app2.store.lock().unwrap_or_else(|e| e.into_inner());
         let before = app2.dispatcher.specs();
         let mut all: Vec<Function> = before.iter().filter(|o| o.name != f.name).cloned().collect();
@@ -95,14 +103,14 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
         if let Some(old) = before.iter().find(|o| o.name == f.name) {
             app2.images.forget_unused(old, &all);
         }
-        Ok((f, prepared))
+        Ok((f, prepared, template))
     })
     .await
     .map_err(|e| ApiError::Internal(format!("the deploy failed: {e}")))??;
     // The same lock as the save, so two deploys land in the order saved.
     let existed = {
         let _store = app.store.lock().unwrap_or_else(|e| e.into_inner());
-        app.dispatcher.put(f.clone(), prepared)
+        app.dispatcher.put(f.clone(), prepared, template)
     };
     let status = if existed { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(f)).into_response())
@@ -215,6 +223,10 @@ fn content_type(headers: &HeaderMap, want: &str, what: &str) -> Result<(), ApiEr
 
 async fn instances(State(app): Shared) -> impl IntoResponse {
     Json(app.dispatcher.instances())
+}
+
+async fn templates(State(app): Shared) -> impl IntoResponse {
+    Json(app.dispatcher.templates())
 }
 
 async fn metrics(State(app): Shared) -> impl IntoResponse {

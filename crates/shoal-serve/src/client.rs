@@ -52,6 +52,14 @@ pub enum FnCmd {
         /// spt/hvt memory mode: copy (default), ksm or pool.
         #[arg(long = "mem-mode")]
         mem_mode: Option<String>,
+        /// spt: cold starts as copies of a template booted at deploy
+        /// (true, the default) or by exec (false).
+        #[arg(long)]
+        template: Option<bool>,
+        /// Requests one instance serves before it is stopped (0, the
+        /// default: no limit; 1: every request on a fresh instance).
+        #[arg(long)]
+        requests_per_instance: Option<u64>,
         /// An environment variable KEY=VALUE (repeatable).
         #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
         env: Vec<String>,
@@ -138,7 +146,23 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         match cmd {
-            FnCmd::Deploy { name, image, backend, memory, concurrency, max_instances, queue, timeout_ms, keep_warm_ms, fs, mem_mode, env, upload } => {
+            FnCmd::Deploy {
+                name,
+                image,
+                backend,
+                memory,
+                concurrency,
+                max_instances,
+                queue,
+                timeout_ms,
+                keep_warm_ms,
+                fs,
+                mem_mode,
+                template,
+                requests_per_instance,
+                env,
+                upload,
+            } => {
                 let abs = |p: PathBuf| std::path::absolute(&p).with_context(|| format!("cannot resolve {}", p.display()));
                 let image = if upload {
                     let bytes = std::fs::read(&image).with_context(|| format!("cannot read the image {}", image.display()))?;
@@ -162,6 +186,8 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                 set("timeout_ms", json!(timeout_ms));
                 set("keep_warm_ms", json!(keep_warm_ms));
                 set("mem_mode", json!(mem_mode));
+                set("template", json!(template));
+                set("requests_per_instance", json!(requests_per_instance));
                 if let Some(fs) = fs {
                     set("fs", json!(abs(fs)?));
                 }

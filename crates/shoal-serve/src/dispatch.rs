@@ -191,6 +191,8 @@ impl Instance {
 struct Slot {
     inst: Arc<Instance>,
     inflight: u32,
+    /// Requests it was given in all (`requests_per_instance`).
+    taken: u64,
     answered: bool,
     last_used: Instant,
 }
@@ -209,6 +211,10 @@ pub struct FnRuntime {
     /// removed or replaced; `None` until the first cold start when the
     /// function was loaded from the state file.
     prepared: Mutex<Option<Arc<shoal_spt::Prepared>>>,
+    /// spt with `template` on: the template cold starts copy, while it
+    /// lives (`None` before the first, and after one died or was refused:
+    /// the next cold start builds a new one).
+    template: Mutex<Option<Arc<LiveTemplate>>>,
     /// Why the gateway's policy no longer allows the function (one loaded
     /// from the state file after a restart with other options): its
     /// invocations answer 403 with this.
@@ -227,6 +233,78 @@ impl FnRuntime {
         *p = Some(made.clone());
         Ok(made)
     }
+}
+
+/// A function's running template (`shoal_spt::Template`).
+struct LiveTemplate {
+    template: shoal_spt::Template,
+    /// The settings it was built for (`instance::start_copy` refuses others).
+    built_for: Function,
+    /// Its id in the function's logs.
+    id: u64,
+    /// Set once it has exited.
+    exited: AtomicBool,
+    /// Told to stop (its wait task kills it).
+    kill: Notify,
+}
+
+impl FnRuntime {
+    /// Takes a built template as the function's, with its log readers and
+    /// its wait task.
+    fn adopt_template(self: &Arc<Self>, mut b: instance::BuiltTemplate, id: u64) -> Arc<LiveTemplate> {
+        self.logs.push(id, "gateway", format!("template ready, pid {} (cold starts are copies of it)", b.template.pid()));
+        for (stream, pipe) in [("stdout", b.child.stdout.take()), ("stderr", b.child.stderr.take())] {
+            if let Some(p) = pipe {
+                tokio::spawn(read_lines(p, self.logs.clone(), id, stream));
+            }
+        }
+        let live = Arc::new(LiveTemplate { template: b.template, built_for: b.built_for, id, exited: AtomicBool::new(false), kill: Notify::new() });
+        tokio::spawn(watch_template(b.child, live.clone(), Arc::downgrade(self)));
+        if let Some(old) = lock(&self.template).replace(live.clone()) {
+            old.kill.notify_one();
+        }
+        live
+    }
+
+    /// Stops the template `live` if it is still the function's.
+    fn drop_template(&self, live: &Arc<LiveTemplate>) {
+        let mut t = lock(&self.template);
+        if t.as_ref().is_some_and(|t| Arc::ptr_eq(t, live)) {
+            *t = None;
+        }
+        live.kill.notify_one();
+    }
+}
+
+/// Waits for a template to exit (or kills it when told) and forgets it.
+async fn watch_template(mut child: super::spawn::Proc, live: Arc<LiveTemplate>, f: std::sync::Weak<FnRuntime>) {
+    let status = tokio::select! {
+        s = child.wait() => s,
+        _ = live.kill.notified() => {
+            let _ = child.start_kill();
+            child.wait().await
+        }
+    };
+    live.exited.store(true, Ordering::SeqCst);
+    if let Some(f) = f.upgrade() {
+        let how = match status {
+            Ok(s) => format!("template exited: {s}; the next cold start builds a new one"),
+            Err(e) => format!("template exited; cannot read its status: {e}"),
+        };
+        f.logs.push(live.id, "gateway", how);
+        let mut t = lock(&f.template);
+        if t.as_ref().is_some_and(|t| Arc::ptr_eq(t, &live)) {
+            *t = None;
+        }
+    }
+}
+
+/// What `GET /templates` shows of one template.
+#[derive(Serialize)]
+pub struct TemplateInfo {
+    id: u64,
+    function: String,
+    pid: u32,
 }
 
 /// What `GET /instances` shows of one instance.
@@ -273,7 +351,7 @@ impl Dispatcher {
     /// stopped (its output history is kept). Returns whether it existed.
     /// `prepared`: an spt function's prepared instance (see
     /// [`instance::prepare`]), if made at deploy.
-    pub fn put(&self, spec: Function, prepared: Option<shoal_spt::Prepared>) -> bool {
+    pub fn put(&self, spec: Function, prepared: Option<shoal_spt::Prepared>, template: Option<instance::BuiltTemplate>) -> bool {
         let mut fns = lock(&self.functions);
         let old = fns.remove(&spec.name);
         let logs = old.as_ref().map(|o| o.logs.clone()).unwrap_or_else(|| Arc::new(Logs::new()));
@@ -284,18 +362,20 @@ impl Dispatcher {
         }
         let permits = spec.concurrency as usize * spec.max_instances as usize;
         let name = spec.name.clone();
-        fns.insert(
-            name,
-            Arc::new(FnRuntime {
-                spec,
-                permits: Arc::new(Semaphore::new(permits)),
-                queued: AtomicUsize::new(0),
-                slots: Mutex::new(Vec::new()),
-                logs,
-                prepared: Mutex::new(prepared.map(Arc::new)),
-                refused: std::sync::OnceLock::new(),
-            }),
-        );
+        let f = Arc::new(FnRuntime {
+            spec,
+            permits: Arc::new(Semaphore::new(permits)),
+            queued: AtomicUsize::new(0),
+            slots: Mutex::new(Vec::new()),
+            logs,
+            prepared: Mutex::new(prepared.map(Arc::new)),
+            template: Mutex::new(None),
+            refused: std::sync::OnceLock::new(),
+        });
+        if let Some(b) = template {
+            f.adopt_template(b, self.next_id.fetch_add(1, Ordering::SeqCst));
+        }
+        fns.insert(name, f);
         drop(fns);
         if let Some(o) = &old {
             o.stop_all();
@@ -351,6 +431,24 @@ impl Dispatcher {
             }
         }
         out
+    }
+
+    /// Whether spt functions with `template` on start from templates: not
+    /// with `--uid-range`, which gives each instance a uid of its own (a
+    /// copy has its template's).
+    pub fn templates_allowed(&self) -> bool {
+        self.launcher.uid_range.is_none()
+    }
+
+    /// Every running template (`GET /templates`).
+    pub fn templates(&self) -> Vec<TemplateInfo> {
+        let fns: Vec<_> = lock(&self.functions).values().cloned().collect();
+        fns.iter()
+            .filter_map(|f| {
+                let t = lock(&f.template).clone()?;
+                Some(TemplateInfo { id: t.id, function: f.spec.name.clone(), pid: t.template.pid() as u32 })
+            })
+            .collect()
     }
 
     /// The gauges for `/metrics`.
@@ -554,16 +652,24 @@ impl Dispatcher {
         // The instance that answered most recently first: it is warm.
         let best = slots
             .iter_mut()
-            .filter(|s| s.inflight < f.spec.concurrency && !s.inst.exited.load(Ordering::SeqCst))
+            .filter(|s| {
+                s.inflight < f.spec.concurrency
+                    && !s.inst.exited.load(Ordering::SeqCst)
+                    && (f.spec.requests_per_instance == 0 || s.taken < f.spec.requests_per_instance)
+            })
             .max_by_key(|s| (s.answered, s.inflight, s.last_used));
         if let Some(s) = best {
             s.inflight += 1;
+            s.taken += 1;
             return Ok((s.inst.clone(), false));
         }
         // The permit guarantees room for one more instance.
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let prepared = if f.spec.backend == Backend::Spt && !spt_via_tender() { Some(f.prepared()?) } else { None };
-        let mut started = instance::start(&self.launcher, &f.spec, prepared.as_deref(), id).map_err(|e| ApiError::Internal(format!("{e:#}")))?;
+        let mut started = match &prepared {
+            Some(p) if f.spec.template && self.templates_allowed() => self.start_copy(f, p)?,
+            _ => instance::start(&self.launcher, &f.spec, prepared.as_deref(), id).map_err(|e| ApiError::Internal(format!("{e:#}")))?,
+        };
         let inst = Arc::new(Instance {
             id,
             addr: started.addr,
@@ -584,8 +690,34 @@ impl Dispatcher {
             }
         }
         tokio::spawn(watch(started, inst.clone(), Arc::downgrade(f)));
-        slots.push(Slot { inst: inst.clone(), inflight: 1, answered: false, last_used: Instant::now() });
+        slots.push(Slot { inst: inst.clone(), inflight: 1, taken: 1, answered: false, last_used: Instant::now() });
         Ok((inst, true))
+    }
+
+    /// A new instance of `f` as a copy of its template, built first if the
+    /// function has none running (it died, or was refused). A template
+    /// that cannot make the copy is stopped and built again, once.
+    fn start_copy(self: &Arc<Self>, f: &Arc<FnRuntime>, prepared: &shoal_spt::Prepared) -> Result<instance::Started, ApiError> {
+        let mut failure = String::new();
+        for _ in 0..2 {
+            let live = lock(&f.template).clone().filter(|t| !t.exited.load(Ordering::SeqCst));
+            let live = match live {
+                Some(t) => t,
+                None => {
+                    let built = instance::build_template(&f.spec, prepared).map_err(|e| ApiError::Internal(format!("{e:#}")))?;
+                    f.adopt_template(built, self.next_id.fetch_add(1, Ordering::SeqCst))
+                }
+            };
+            match instance::start_copy(&live.template, &live.built_for, &f.spec) {
+                Ok(s) => return Ok(s),
+                Err(e) => {
+                    failure = format!("{e:#}");
+                    f.logs.push(live.id, "gateway", format!("template stopped: {failure}"));
+                    f.drop_template(&live);
+                }
+            }
+        }
+        Err(ApiError::Internal(failure))
     }
 
     /// Sends the request on a kept-alive connection or a new one.
@@ -670,6 +802,9 @@ impl FnRuntime {
     fn stop_all(&self) {
         // Queued requests see a closed semaphore and get 503.
         self.permits.close();
+        if let Some(t) = lock(&self.template).take() {
+            t.kill.notify_one();
+        }
         for s in lock(&self.slots).drain(..) {
             s.inst.stop();
         }
@@ -677,9 +812,15 @@ impl FnRuntime {
 
     /// A request on instance `id` finished.
     fn release(&self, id: u64) {
-        if let Some(s) = lock(&self.slots).iter_mut().find(|s| s.inst.id == id) {
+        let mut slots = lock(&self.slots);
+        if let Some(i) = slots.iter().position(|s| s.inst.id == id) {
+            let s = &mut slots[i];
             s.inflight = s.inflight.saturating_sub(1);
             s.last_used = Instant::now();
+            // Served all it may serve: stopped now, not at the idle timeout.
+            if self.spec.requests_per_instance > 0 && s.taken >= self.spec.requests_per_instance && s.inflight == 0 {
+                slots.remove(i).inst.stop();
+            }
         }
     }
 }

@@ -114,6 +114,50 @@ pub fn prepare(f: &Function) -> Result<shoal_spt::Prepared> {
     Ok(p)
 }
 
+/// A template booted to its ready point (`super::spawn::spawn_template`)
+/// and its process (a child of the gateway).
+pub struct BuiltTemplate {
+    /// Its control channel.
+    pub template: shoal_spt::Template,
+    /// Its process, waited on like an instance's.
+    pub child: Proc,
+    /// What it was built from: a template answers only for this image
+    /// and these settings.
+    pub built_for: Function,
+}
+
+/// Boots `f`'s template from `prepared` and waits for its ready point
+/// (up to the function's timeout): what a deploy does for an spt function
+/// with `template` on, and a cold start when the template died. The
+/// error says why, with the template's last line on stderr.
+pub fn build_template(f: &Function, prepared: &shoal_spt::Prepared) -> Result<BuiltTemplate> {
+    // The template's own port: nobody ever connects to it.
+    let sock = TcpListener::bind("127.0.0.1:0").context("cannot open a listening socket for the template")?;
+    let env = [std::ffi::OsString::from(format!("PORT={}", sock.local_addr()?.port()))];
+    let (template, child) = super::spawn::spawn_template(prepared, &sock.into(), &env, Duration::from_millis(f.timeout_ms))
+        .map_err(|e| anyhow::anyhow!("the template of {} (its instance stopped where the program first waits for a connection) failed: {e}", f.name))?;
+    Ok(BuiltTemplate { template, child, built_for: f.clone() })
+}
+
+/// How long the gateway waits for a template to answer a copy request:
+/// a fork of a small process takes well under a millisecond; this bounds
+/// a template that stopped answering.
+const COPY_WAIT: Duration = Duration::from_secs(2);
+
+/// Starts an instance of `f` as a copy of `template`, which must have
+/// been built for `f` exactly (same image and settings): a template built
+/// from one image is refused for another.
+pub fn start_copy(template: &shoal_spt::Template, built_for: &Function, f: &Function) -> Result<Started> {
+    if built_for != f {
+        bail!("the template of {} was built for another image or other settings; it is rebuilt", f.name);
+    }
+    let sock = TcpListener::bind("127.0.0.1:0").context("cannot open a listening socket for the instance")?;
+    let addr = sock.local_addr()?;
+    let t = Instant::now();
+    let child = super::spawn::copy_spt(template, sock.into(), COPY_WAIT).with_context(|| format!("cannot copy the template of {}", f.name))?;
+    Ok(Started { child, addr, container: None, listening: true, spawn_time: t.elapsed(), netns: None, uid: None })
+}
+
 /// Checks an hvt function as the hvt tender checks it before it creates
 /// a VM ([`shoal_hvt::check`]), from the same options an instance is
 /// given: what it would refuse is refused at deploy.

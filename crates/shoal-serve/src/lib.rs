@@ -170,7 +170,7 @@ pub fn serve(o: Options) -> Result<()> {
             if let Err(e) = f.check_policy(&policy) {
                 eprintln!("shoal serve: warning: function {}: {e}", f.name);
                 let name = f.name.clone();
-                dispatcher.put(f, None);
+                dispatcher.put(f, None, None);
                 dispatcher.refuse(&name, e.to_string());
                 continue;
             }
@@ -194,7 +194,7 @@ pub fn serve(o: Options) -> Result<()> {
             } else {
                 None
             };
-            dispatcher.put(f, prepared);
+            dispatcher.put(f, prepared, None);
         }
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;

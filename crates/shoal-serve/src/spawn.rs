@@ -159,6 +159,133 @@ pub fn spawn_spt(prepared: &shoal_spt::Prepared, listen: &OwnedFd, env: &[std::f
     adopt(pid, out_r, err_r)
 }
 
+/// Starts the template of a prepared spt function (`shoal_spt::Prepared::
+/// spawn_template`, `super::template`) with `listen` as its listening
+/// socket (which nobody connects to: the template never serves) and waits
+/// up to `timeout` for its ready point. A template that ends or does not
+/// get there is killed and reaped; the error then ends with its last line
+/// on stderr. Must run inside the tokio runtime.
+pub fn spawn_template(
+    prepared: &shoal_spt::Prepared,
+    listen: &OwnedFd,
+    env: &[std::ffi::OsString],
+    timeout: std::time::Duration,
+) -> Result<(shoal_spt::Template, Proc), String> {
+    // On the gateway's one long-lived spawner thread: a child's
+    // parent-death signal fires when the *thread* that made it ends, and
+    // the copies inherit that parent (CLONE_PARENT); a template started
+    // on a blocking-pool thread (a deploy's) would die with that thread.
+    let rt = tokio::runtime::Handle::current();
+    on_spawner(|| {
+        let _rt = rt.enter();
+        spawn_template_here(prepared, listen, env, timeout)
+    })
+}
+
+/// Runs `f` on the gateway's spawner thread (made at the first call,
+/// alive as long as the gateway) and returns its result.
+fn on_spawner<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    type Job = Box<dyn FnOnce() + Send>;
+    static SPAWNER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Job>>> = std::sync::OnceLock::new();
+    let tx = SPAWNER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new().name("shoal-spawner".into()).spawn(move || {
+            for job in rx {
+                job();
+            }
+        });
+        if spawned.is_err() {
+            // No thread: jobs are run by the caller (see below).
+        }
+        std::sync::Mutex::new(tx)
+    });
+    let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<R>(1);
+    // The job borrows from this frame: it is run to its end before this
+    // function returns (the caller waits for its result below).
+    let job: Box<dyn FnOnce() + Send + '_> = Box::new(move || {
+        let _ = done_tx.send(f());
+    });
+    // SAFETY: the job only lives until it has sent its result, which this
+    // function waits for before returning; the borrows it holds outlive it.
+    let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + '_>, Job>(job) };
+    let sent = tx.lock().unwrap_or_else(|e| e.into_inner()).send(job);
+    match sent {
+        Ok(()) => done_rx.recv().unwrap_or_else(|_| panic!("the spawner thread ended")),
+        Err(std::sync::mpsc::SendError(job)) => {
+            job();
+            done_rx.recv().unwrap_or_else(|_| panic!("the spawner job did not finish"))
+        }
+    }
+}
+
+fn spawn_template_here(
+    prepared: &shoal_spt::Prepared,
+    listen: &OwnedFd,
+    env: &[std::ffi::OsString],
+    timeout: std::time::Duration,
+) -> Result<(shoal_spt::Template, Proc), String> {
+    let null: OwnedFd = std::fs::File::open("/dev/null").map_err(|e| format!("cannot open /dev/null: {e}"))?.into();
+    let (out_r, out_w) = pipe_pair().map_err(|e| e.to_string())?;
+    let (err_r, err_w) = pipe_pair().map_err(|e| e.to_string())?;
+    let listeners = [listen.try_clone().map_err(|e| format!("cannot duplicate the listening socket: {e}"))?];
+    // The template's uid is every copy's: `nobody` (with `--uid-range`
+    // the gateway starts by exec instead, a uid per instance).
+    let io = shoal_spt::InstanceIo { stdin: &null, stdout: &out_w, stderr: &err_w, listeners: &listeners, env, uid: None };
+    let mut t = prepared.spawn_template(&io).map_err(|e| format!("cannot start the template: {e}"))?;
+    drop((null, out_w, err_w, listeners));
+    if let Err(e) = t.wait_ready(timeout) {
+        kill(t.pid());
+        reap(t.pid());
+        let words = last_words(&err_r).or_else(|| last_words(&out_r));
+        return Err(match words {
+            Some(w) => format!("{e}; its last words: {w}"),
+            None => e.to_string(),
+        });
+    }
+    let pid = t.pid();
+    let p = adopt(pid, out_r, err_r).map_err(|e| e.to_string())?;
+    Ok((t, p))
+}
+
+/// The last non-empty line of what a dead process left in pipe `r`
+/// (non-blocking; its write ends are closed).
+fn last_words(r: &OwnedFd) -> Option<String> {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: reads into a local buffer of its length.
+        let n = unsafe { libc::read(r.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 || all.len() > 1 << 20 {
+            break;
+        }
+        all.extend_from_slice(&buf[..n as usize]);
+    }
+    String::from_utf8_lossy(&all).lines().rev().find(|l| !l.trim().is_empty()).map(|l| l.trim().to_string())
+}
+
+/// Starts an instance as a copy of `template` (`shoal_spt::Template::
+/// copy`) with `listen` as its listening socket and its own stdout and
+/// stderr pipes; waits up to `timeout` for the template's answer.
+pub fn copy_spt(template: &shoal_spt::Template, listen: OwnedFd, timeout: std::time::Duration) -> Result<Proc, CopyError> {
+    let (out_r, out_w) = pipe_pair()?;
+    let (err_r, err_w) = pipe_pair()?;
+    let listeners = [listen];
+    let pid = template.copy(&shoal_spt::CopyIo { stdout: &out_w, stderr: &err_w, listeners: &listeners }, timeout)?;
+    drop((out_w, err_w, listeners));
+    Ok(adopt(pid, out_r, err_r)?)
+}
+
+/// Why a copy of a template could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// The gateway's side (pipes, pidfd).
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    /// The template's side: it is gone or not to be trusted.
+    #[error(transparent)]
+    Template(#[from] shoal_spt::TemplateError),
+}
+
 /// The handle of a started child `pid` whose stdout and stderr are the
 /// read ends given: a pidfd registered with the reactor; the child is
 /// killed and reaped if that fails.

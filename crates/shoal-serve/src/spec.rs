@@ -106,6 +106,16 @@ pub struct Function {
     /// Read-only host directories (spt/hvt `--mount HOSTDIR:GUESTDIR:ro`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<String>,
+    /// spt: cold starts are copies of a template booted at deploy
+    /// (docs/serve.md "Templates"); on by default for spt (also for a
+    /// function saved before templates existed), off elsewhere.
+    #[serde(default = "default_template")]
+    pub template: bool,
+    /// Requests one instance serves in all before it is stopped (0: no
+    /// limit). 1 makes every request a cold start on a fresh instance
+    /// (`shoal bench faas`, the template tests).
+    #[serde(default)]
+    pub requests_per_instance: u64,
 }
 
 /// The body of `PUT /functions/NAME`. Unknown fields are refused, so that
@@ -141,6 +151,14 @@ pub struct DeployRequest {
     /// `HOSTDIR:GUESTDIR:ro`, each HOSTDIR beneath an allowed path; spt
     /// and hvt only.
     pub mounts: Option<Vec<String>>,
+    /// Cold starts by copying a template: default true on spt; spt only.
+    pub template: Option<bool>,
+    /// Requests per instance before it is stopped; default 0 (no limit).
+    pub requests_per_instance: Option<u64>,
+}
+
+fn default_template() -> bool {
+    true
 }
 
 fn default_mem_mode() -> String {
@@ -293,6 +311,9 @@ impl Function {
         if env.values().any(|v| v.contains('\0')) {
             return Err(unprocessable("env: a value contains a NUL byte".into()));
         }
+        if req.template == Some(true) && backend != Backend::Spt {
+            return Err(unprocessable(format!("template: only the spt backend starts instances from a template, not {}", backend.name())));
+        }
         Ok(Function {
             name: name.to_string(),
             image,
@@ -313,6 +334,8 @@ impl Function {
             fs: req.fs,
             env,
             mounts,
+            template: req.template.unwrap_or(backend == Backend::Spt),
+            requests_per_instance: req.requests_per_instance.unwrap_or(0),
         })
     }
 }

@@ -50,6 +50,9 @@ pub(crate) struct Prepared<'a> {
     /// The mounts' `O_PATH` descriptors (`--mount`): (first descriptor,
     /// count); moved to `crate::MOUNT_FD0..` before the guest runs.
     pub mounts: (i32, i32),
+    /// A template's control channel (`crate::template`): moved to
+    /// `template::CONTROL_FD` before the guest runs.
+    pub control: Option<i32>,
     /// What the instance may do on the network (with networking at all,
     /// it gets a watch set: crate::net::open_watch).
     pub net: crate::net::NetPolicy,
@@ -266,17 +269,29 @@ fn setup(mut p: Prepared<'_>) -> Result<Last, ChildError> {
         sys::dup3(from + i, FIRST_SOCKET_FD + i, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
     }
     // The mounts' descriptors go up to the range the filter names (their
-    // sources lie below it, above the sockets' targets).
+    // sources lie below it, above the sockets' targets), and a template's
+    // control channel to its number; everything else above the sockets
+    // is closed: the gaps between what is kept.
     let (mfrom, mn) = p.mounts;
     for i in 0..mn {
         sys::dup3(mfrom + i, crate::MOUNT_FD0 + i, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
     }
-    if mn > 0 {
-        sys::close_range((FIRST_SOCKET_FD + n) as u32, (crate::MOUNT_FD0 - 1) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
-        sys::close_from((crate::MOUNT_FD0 + mn) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
-    } else {
-        sys::close_from((FIRST_SOCKET_FD + n) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
+    if let Some(c) = p.control {
+        // Far above the numbers the guest's sockets, the alias file and
+        // the watch set take, below 64 (the process's first descriptor
+        // table: its copies inherit its size).
+        sys::dup3(c, crate::template::CONTROL_FD, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
     }
+    let control = p.control.map(|_| (crate::template::CONTROL_FD, crate::template::CONTROL_FD + 1));
+    let mounts = (mn > 0).then_some((crate::MOUNT_FD0, crate::MOUNT_FD0 + mn));
+    let mut next = FIRST_SOCKET_FD + n;
+    for (lo, hi) in [control, mounts].into_iter().flatten() {
+        if lo > next {
+            sys::close_range(next as u32, (lo - 1) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
+        }
+        next = hi;
+    }
+    sys::close_from(next as u32).map_err(|e| ChildError::Close(Errno(e)))?;
     // The alias file (crate::protect): guest memory that shared file
     // mappings alias, offset = guest address; sparse until used. It takes
     // the lowest free descriptor, right after the sockets, which the

@@ -395,6 +395,84 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     Ok(r)
 }
 
+/// The calls a template (`crate::template`) needs on top of
+/// [`rules_for`] to make its copies; each copy takes them away again with
+/// [`copy_program`] before its guest runs on. Table in
+/// `crate::template`'s docs.
+fn add_template_rules(r: &mut BTreeMap<i64, Vec<SeccompRule>>, net: NetPolicy, g: GuestRange) -> Result<(), FilterError> {
+    let control = crate::template::CONTROL_FD as u64;
+    // The copy: a plain fork whose child is the gateway's, not the
+    // template's (CLONE_PARENT), and nothing else.
+    r.insert(libc::SYS_clone, vec![SeccompRule::new(vec![qword(0, SeccompCmpOp::Eq, libc::CLONE_PARENT as u64)?])?]);
+    // The copy's requests (and the descriptors each brings) arrive on the
+    // control channel, and there only.
+    r.entry(libc::SYS_recvmsg).or_default().push(SeccompRule::new(vec![eq32(0, control)?])?);
+    // The copy puts its own descriptors at the numbers the guest and the
+    // filter know: stdout, stderr, the listening sockets, the alias file,
+    // the watch set.
+    let mut targets = vec![1u64, 2];
+    targets.extend((0..net.listeners).map(|i| (FIRST_SOCKET_FD as u32 + i) as u64));
+    targets.push(g.alias_fd as u64);
+    targets.push(crate::net::watch_fd(&net) as u64);
+    let mut dup3 = Vec::new();
+    for t in targets {
+        dup3.push(SeccompRule::new(vec![eq32(1, t)?])?);
+    }
+    r.insert(libc::SYS_dup3, dup3);
+    // The copy's second filter: SECCOMP_SET_MODE_FILTER without flags.
+    r.insert(libc::SYS_seccomp, vec![SeccompRule::new(vec![eq32(0, 1)?, eq32(1, 0)?])?]);
+    // The copy dies with the gateway (fork clears the parent-death signal).
+    r.insert(libc::SYS_prctl, vec![SeccompRule::new(vec![eq32(0, libc::PR_SET_PDEATHSIG as u64)?, qword(1, SeccompCmpOp::Eq, libc::SIGKILL as u64)?])?]);
+    // The copy's own random seed goes into the boot-info page: made
+    // writable for that one write and read-only again.
+    let page = shoal_abi::PAGE_SIZE;
+    for prot in [libc::PROT_READ, libc::PROT_READ | libc::PROT_WRITE] {
+        r.entry(libc::SYS_mprotect).or_default().push(SeccompRule::new(vec![
+            qword(0, SeccompCmpOp::Eq, shoal_abi::BOOT_INFO_ADDR)?,
+            qword(1, SeccompCmpOp::Eq, page)?,
+            eq32(2, prot as u64)?,
+        ])?);
+    }
+    Ok(())
+}
+
+/// The template's filter: [`program`] plus what making copies needs
+/// (`add_template_rules`).
+pub fn template_program(net: NetPolicy, g: GuestRange) -> Result<BpfProgram, FilterError> {
+    let mut rules = rules_for(net, g)?;
+    add_template_rules(&mut rules, net, g)?;
+    let filter = SeccompFilter::new(rules, SeccompAction::Trap, SeccompAction::Allow, seccompiler::TargetArch::x86_64)?;
+    let prog: BpfProgram = filter.try_into()?;
+    Ok(if net.any() { with_hot_path(prog, crate::net::watch_fd(&net) as u32) } else { prog })
+}
+
+/// The second filter each copy of a template stacks on the template's
+/// before its guest runs on: it traps every call the template's filter
+/// allows only for making copies (`add_template_rules`) — `clone` and the
+/// other ways to make a process, `dup3`, `seccomp`, `prctl`, `recvmsg`
+/// (the copy has no bind channel) and `mprotect` below `heap_start` —
+/// and lets everything else through to the template's filter, which
+/// still decides it. Filters stack: a call runs only if both allow it.
+pub fn copy_program(g: GuestRange) -> Result<BpfProgram, FilterError> {
+    let mut r: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for nr in [
+        libc::SYS_clone,
+        libc::SYS_clone3,
+        libc::SYS_fork,
+        libc::SYS_vfork,
+        libc::SYS_dup3,
+        libc::SYS_dup2,
+        libc::SYS_seccomp,
+        libc::SYS_prctl,
+        libc::SYS_recvmsg,
+    ] {
+        r.insert(nr, vec![]);
+    }
+    r.insert(libc::SYS_mprotect, vec![SeccompRule::new(vec![qword(0, SeccompCmpOp::Lt, g.heap_start)?])?]);
+    let filter = SeccompFilter::new(r, SeccompAction::Allow, SeccompAction::Trap, seccompiler::TargetArch::x86_64)?;
+    filter.try_into()
+}
+
 /// Compiles the filter for an instance with network policy `net`. Done
 /// before the point of no return, because it allocates.
 pub fn program(net: NetPolicy, g: GuestRange) -> Result<BpfProgram, FilterError> {
@@ -843,5 +921,68 @@ mod hot_path_tests {
         // Without networking there is nothing to put first.
         let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, run_time_code: false, mounts: 0 };
         assert_eq!(super::program(NetPolicy::default(), g).unwrap(), super::compiled(NetPolicy::default(), g).unwrap());
+    }
+
+    /// A template's filter allows what making copies needs; a copy's
+    /// second filter traps exactly those calls (and every other way to
+    /// make a process) and lets the rest through to the template's, which
+    /// still decides it: stacked, a call runs only if both allow it.
+    #[test]
+    fn a_copy_loses_what_only_its_template_may_do() {
+        let net = NetPolicy { listeners: 1, outbound: false, bind_any: false, relay: false };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: false };
+        let tpl = super::template_program(net, g).unwrap();
+        let copy = super::copy_program(g).unwrap();
+        let plain = super::program(net, g).unwrap();
+        let x86 = super::AUDIT_ARCH_X86_64;
+        let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
+        let both = |nr: i64, args: [u64; 6]| -> (u32, u32, u32) {
+            let (t, _) = run(&tpl, x86, nr as u32, args);
+            let (c, _) = run(&copy, x86, nr as u32, args);
+            let (p, _) = run(&plain, x86, nr as u32, args);
+            (t, c, p)
+        };
+        let control = crate::template::CONTROL_FD as u64;
+        let boot = shoal_abi::BOOT_INFO_ADDR;
+        // Only the template: allowed there, trapped in a copy and in a plain instance.
+        for (nr, args) in [
+            (libc::SYS_clone, [libc::CLONE_PARENT as u64, 0, 0, 0, 0, 0]),
+            (libc::SYS_recvmsg, [control, 0x1000, 0, 0, 0, 0]),
+            (libc::SYS_dup3, [9, 3, 0, 0, 0, 0]),
+            (libc::SYS_dup3, [9, 1, 0, 0, 0, 0]),
+            (libc::SYS_seccomp, [1, 0, 0x1000, 0, 0, 0]),
+            (libc::SYS_prctl, [libc::PR_SET_PDEATHSIG as u64, libc::SIGKILL as u64, 0, 0, 0, 0]),
+            (libc::SYS_mprotect, [boot, 4096, (libc::PROT_READ | libc::PROT_WRITE) as u64, 0, 0, 0]),
+        ] {
+            let (t, c, p) = both(nr, args);
+            assert_eq!((t, c, p), (allow, trap, trap), "nr {nr} {args:x?}");
+        }
+        // Not even the template: other clone flags, other targets, other options.
+        for (nr, args) in [
+            (libc::SYS_clone, [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]),
+            (libc::SYS_clone, [(libc::CLONE_PARENT | libc::CLONE_VM) as u64, 0, 0, 0, 0, 0]),
+            (libc::SYS_fork, [0; 6]),
+            (libc::SYS_clone3, [0; 6]),
+            (libc::SYS_recvmsg, [3, 0x1000, 0, 0, 0, 0]),
+            (libc::SYS_dup3, [9, 0, 0, 0, 0, 0]),
+            (libc::SYS_dup3, [9, 7, 0, 0, 0, 0]),
+            (libc::SYS_seccomp, [1, 8, 0x1000, 0, 0, 0]),
+            (libc::SYS_prctl, [libc::PR_SET_DUMPABLE as u64, 1, 0, 0, 0, 0]),
+            (libc::SYS_mprotect, [boot, 4096, (libc::PROT_READ | libc::PROT_EXEC) as u64, 0, 0, 0]),
+            (libc::SYS_mprotect, [boot + 4096, 4096, libc::PROT_READ as u64, 0, 0, 0]),
+        ] {
+            let (t, c, _) = both(nr, args);
+            assert_eq!(t, trap, "nr {nr} {args:x?}");
+            assert_ne!(c, allow, "nr {nr} {args:x?}");
+        }
+        // An instance's ordinary calls: both allow, as a plain instance does.
+        for (nr, args) in [
+            (libc::SYS_recvfrom, [4, 0x1000, 64, 0, 0, 0]),
+            (libc::SYS_sendto, [4, 0x1000, 64, 0, 0, 0]),
+            (libc::SYS_write, [1, 0x1000, 1, 0, 0, 0]),
+            (libc::SYS_mprotect, [g.heap_start, 4096, libc::PROT_READ as u64, 0, 0, 0]),
+        ] {
+            assert_eq!(both(nr, args), (allow, allow, allow), "nr {nr} {args:x?}");
+        }
     }
 }

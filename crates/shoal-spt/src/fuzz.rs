@@ -129,7 +129,7 @@ impl Harness {
             Some(Hypercall::Net) if !hide_own_descriptors(arg) => return Ok(()),
             Some(Hypercall::Preempt) => {
                 let op = mem().read_obj::<shoal_abi::PreemptArgs>(GuestAddr(arg)).map(|a| a.op);
-                if matches!(op, Ok(shoal_abi::PREEMPT_ARM | shoal_abi::PREEMPT_WATCH)) {
+                if matches!(op, Ok(shoal_abi::PREEMPT_ARM | shoal_abi::PREEMPT_WATCH | shoal_abi::PREEMPT_WAKE)) {
                     return Ok(());
                 }
             }

@@ -335,6 +335,9 @@ pub extern "C" fn fast(nr: u64, arg: u64) -> bool {
         }
         Some(Hypercall::NetPoll) => {
             let Some(mut a) = fast_args::<NetPollArgs>(arg) else { return false };
+            if crate::template::at_ready_point(a.timeout_ns) {
+                return false;
+            }
             match crate::net::poll(&mut a) {
                 Ok(r) => {
                     a.ret = r;
@@ -395,6 +398,11 @@ pub fn dispatch(nr: u64, arg: u64) -> Result<(), End> {
         }
         Some(Hypercall::NetPoll) => {
             let mut a: NetPollArgs = args(nr, arg, true)?;
+            if crate::template::at_ready_point(a.timeout_ns) {
+                // A template stays here; a copy goes on with this wait,
+                // on its own sockets.
+                crate::template::serve();
+            }
             a.ret = match crate::net::poll(&mut a) {
                 Ok(r) => r,
                 Err(()) => return Err(End::BlockedForever),
@@ -491,6 +499,7 @@ pub fn dispatch(nr: u64, arg: u64) -> Result<(), End> {
                 shoal_abi::PREEMPT_REGISTER => crate::preempt::register(a.area, a.entry, writable),
                 shoal_abi::PREEMPT_ARM => crate::preempt::arm(a.tick_ns),
                 shoal_abi::PREEMPT_WATCH => crate::preempt::watch(),
+                shoal_abi::PREEMPT_WAKE => crate::preempt::wake(a.tick_ns),
                 _ => -i64::from(libc::EINVAL),
             };
             put(arg, &a);

@@ -155,6 +155,12 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     // if it was compiled for exactly this instance's layout and network;
     // otherwise (and for `shoal run`) compiled here.
     let filter = match filter::from_bytes(&spec.filter) {
+        // A template's filter allows what making copies needs, and each
+        // copy stacks the second filter that takes it away (crate::template).
+        _ if spec.template => {
+            crate::template::install(policy, filter::copy_program(guest).map_err(SptError::from)?);
+            filter::template_program(policy, guest).map_err(SptError::from)?
+        }
         Some(p) if spec.filter_key == filter::key(policy, guest) => {
             sys::start_step("instance: seccomp filter taken from the spec (compiled ahead for this layout)");
             p
@@ -200,6 +206,8 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     sys::start_step("instance: confined (namespaces, root, Landlock)");
     let mode = spec.mode;
     let listeners = (listen_fd0, spec.listeners.len() as i32 + i32::from(spec.bind_any));
+    // A template's control channel follows the listening sockets.
+    let control = spec.template.then_some(listen_fd0 + listeners.1);
     // Everything needed is copied out of the spec: its heap goes now.
     drop(spec);
     let prepared = child::Prepared {
@@ -218,6 +226,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
         // and moves with them: it lands at `policy.channel_fd()`.
         listeners,
         mounts: (mount_fd0, mount_count as i32),
+        control,
         net: policy,
     };
     child::start(prepared)

@@ -99,6 +99,7 @@ mod signals;
 mod spec;
 mod supervise;
 mod sys;
+mod template;
 
 use shoal_loader::{plan, Image};
 use signals::Report;
@@ -134,6 +135,9 @@ pub use sys::{reset_signals, spawn_with};
 /// A function prepared once for many instances (`shoal serve`), started
 /// with one `exec` each and confined as [`run`] confines.
 pub use prepared::{InstanceIo, Prepared};
+
+/// A template's control channel (`shoal serve`'s cold starts by copy).
+pub use template::{CopyIo, Template, TemplateError};
 
 /// What to run (shared with the other tender).
 pub use shoal_loader::RunConfig;
@@ -429,6 +433,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         timing_t0_ns: t0,
         filter: Vec::new(),
         filter_key: [0; 6],
+        template: false,
         uid: uid_claim.as_ref().map_or(confine::NOBODY, shoal_loader::uids::UidClaim::uid),
     };
     drop(listeners);

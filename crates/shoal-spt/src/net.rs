@@ -186,7 +186,7 @@ pub fn open_watch(pol: &NetPolicy) -> Result<bool, i32> {
 }
 
 /// Registers socket `sock` in watch set `set`.
-fn watch(set: i32, sock: i32) -> Result<(), i32> {
+pub(crate) fn watch(set: i32, sock: i32) -> Result<(), i32> {
     let mut ev = libc::epoll_event { events: WATCH_EVENTS, u64: sock as u64 };
     // SAFETY: `ev` is a valid event; epoll_ctl only reads it.
     let rc = unsafe { sc!(libc::SYS_epoll_ctl, set, libc::EPOLL_CTL_ADD, sock, &mut ev as *mut libc::epoll_event) };
@@ -543,6 +543,9 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             // SAFETY: `sa` and `len` are valid out-parameters of this size.
             let rc =
                 watch_new(unsafe { sc!(libc::SYS_accept4, fd, sa.as_mut_ptr(), &mut len as *mut libc::socklen_t, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) })?;
+            if rc == neg(libc::EAGAIN) && fd < FIRST_SOCKET_FD + pol.listeners as i32 {
+                crate::template::note_accept_wait();
+            }
             if rc >= 0 && op.addr != 0 {
                 op.a = u64::from(len);
                 if let Err(e) = addr_out(op, &sa, len) {

@@ -109,6 +109,12 @@ pub fn watch() -> i64 {
     MODEL.watch(&ItimerReal)
 }
 
+/// `Preempt`/`PREEMPT_WAKE`: one tick after `delay_ns` for a kernel that
+/// holds output back (see `shoal_hostcall::preempt`).
+pub fn wake(delay_ns: u64) -> i64 {
+    MODEL.wake(&ItimerReal, delay_ns)
+}
+
 /// The guest interrupted by a signal: its saved context, which
 /// `sigreturn` loads (`None` if the handler was given none).
 struct Interrupted {

@@ -152,6 +152,7 @@ impl Prepared {
             timing_t0_ns: 0,
             filter: Vec::new(),
             filter_key: [0; 6],
+            template: false,
             uid: confine::NOBODY,
         };
         Ok(Prepared {
@@ -181,6 +182,26 @@ impl Prepared {
     /// `clone`; the child only makes async-signal-safe system calls
     /// (`Handover::exec_child`).
     pub fn spawn(&self, io: &InstanceIo<'_>) -> Result<libc::pid_t, SptError> {
+        self.start(io, None)
+    }
+
+    /// Starts the function's template (`crate::template`): an instance
+    /// like [`Prepared::spawn`]'s that stops at its ready point and then
+    /// makes copies of itself on request ([`crate::Template::copy`]),
+    /// each a child of this process. Not in a PID namespace of its own
+    /// (its copies could not be this process's children: the first
+    /// process of a PID namespace cannot `clone(CLONE_PARENT)`); its
+    /// filter allows no signal, `ptrace` or `/proc`, so the host's PID
+    /// namespace shows it nothing it can use. Wait for the ready point
+    /// with [`crate::Template::wait_ready`].
+    pub fn spawn_template(&self, io: &InstanceIo<'_>) -> Result<crate::Template, SptError> {
+        let (ours, theirs) = sys::seqpacket_pair().map_err(sys_err("make the template's control channel"))?;
+        let pid = self.start(io, Some(&theirs))?;
+        drop(theirs);
+        Ok(crate::Template::new(ours, pid, self.mem_size))
+    }
+
+    fn start(&self, io: &InstanceIo<'_>, control: Option<&OwnedFd>) -> Result<libc::pid_t, SptError> {
         // The instance's own variables first, as `shoal-tender -e` got
         // them first: they win over a function's variable of the same name.
         let mut env = io.env.to_vec();
@@ -229,9 +250,14 @@ impl Prepared {
         if self.timing {
             spec.timing_t0_ns = sys::monotonic_ns().max(1);
         }
-        spec.filter = program.to_vec();
         spec.uid = io.uid.unwrap_or(confine::NOBODY);
-        spec.filter_key = key;
+        if control.is_some() {
+            // A template compiles its own filter (crate::template).
+            spec.template = true;
+        } else {
+            spec.filter = program.to_vec();
+            spec.filter_key = key;
+        }
         spec.listeners = listeners;
         let netns = match &self.netns {
             Some(ns) => Some(ns.try_clone().map_err(sys_err("pass the empty network namespace to the instance"))?),
@@ -250,17 +276,22 @@ impl Prepared {
             parent_pidfd: true,
             pool: self.pool.as_ref().map(|p| &p.files[..]).unwrap_or_default(),
             listeners: io.listeners,
-            channel: None,
+            channel: control,
             mounts: &self.mounts,
             stdout: Some(io.stdout),
             stderr: Some(io.stderr),
             netns,
         })?;
+        // A template stays in this PID namespace (see spawn_template).
+        let namespaces = match (self.root, control.is_some()) {
+            (false, _) => 0,
+            (true, false) => confine::CLONE_NAMESPACES,
+            (true, true) => confine::CLONE_NAMESPACES & !libc::CLONE_NEWPID,
+        };
         // SAFETY: the child runs only `Handover::exec_child`, which resets
         // the signal dispositions first, makes only async-signal-safe
         // system calls on its own stack, writes no memory of this
         // process's and ends in exec or _exit.
-        unsafe { sys::spawn_with(if self.root { confine::CLONE_NAMESPACES } else { 0 }, &|| handover.exec_child()) }
-            .map_err(sys_err("start the instance process"))
+        unsafe { sys::spawn_with(namespaces, &|| handover.exec_child()) }.map_err(sys_err("start the instance process"))
     }
 }

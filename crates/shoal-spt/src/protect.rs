@@ -124,6 +124,7 @@ pub fn alias(a: &AliasArgs) -> i64 {
             // references; fresh private memory replaces it; no PROT_EXEC.
             unsafe { crate::sys::mmap_own(dst, n, prot as libc::c_int) }
         } else {
+            crate::template::note_shared_alias();
             // SAFETY: as above; the alias file holds only guest pages.
             unsafe { crate::sys::mmap_alias(dst, n, prot as libc::c_int, fd, src) }
         };

@@ -38,7 +38,7 @@ pub const POOL_FD0: i32 = 8;
 pub const MAX_POOL_FILES: usize = 900;
 
 const MAGIC: &[u8; 8] = b"SHOALSPT";
-const VERSION: u32 = 8;
+const VERSION: u32 = 9;
 /// Largest spec accepted: argv and environment are bounded by the guest's
 /// argument area (under 1 MiB), pool maps by [`MAX_POOL_FILES`].
 pub const MAX_SPEC: usize = 4 << 20;
@@ -116,6 +116,10 @@ pub struct Spec {
     pub filter: Vec<u8>,
     /// The key of `filter`.
     pub filter_key: [u64; 6],
+    /// A template (`crate::template`): the instance stops at its ready
+    /// point and makes copies of itself when the parent asks, over the
+    /// control channel that follows the listening sockets.
+    pub template: bool,
     /// The uid (and gid) a root-started instance drops to: one claimed
     /// from `--uid-range` by the process that waits for it
     /// (`shoal_loader::uids`), or `nobody`.
@@ -195,6 +199,7 @@ impl Spec {
         for k in self.filter_key {
             b.extend_from_slice(&k.to_le_bytes());
         }
+        b.push(u8::from(self.template));
         b.extend_from_slice(&self.uid.to_le_bytes());
         b
     }
@@ -267,6 +272,7 @@ impl Spec {
         for k in &mut filter_key {
             *k = r.u64()?;
         }
+        let template = r.flag()?;
         let uid = r.u32()?;
         if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || !r.0.is_empty() {
             return Err(SpecError::Corrupt);
@@ -295,6 +301,7 @@ impl Spec {
             timing_t0_ns,
             filter,
             filter_key,
+            template,
             uid,
         })
     }
@@ -375,6 +382,7 @@ mod tests {
             timing_t0_ns: 7,
             filter: vec![1, 2, 3, 4, 5, 6, 7, 8],
             filter_key: [1, 2, 3, 4, 5, 6],
+            template: true,
             uid: 100_007,
         }
     }

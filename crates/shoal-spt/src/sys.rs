@@ -685,13 +685,8 @@ pub fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
 }
 
-/// `close_range(first, u32::MAX, 0)`: closes every descriptor from
-/// `first` up; async-signal-safe.
-pub fn close_from(first: u32) -> Result<(), i32> {
-    close_range(first, u32::MAX)
-}
-
-/// Closes descriptors `first..=last`.
+/// `close_range(first, last, 0)`: closes every descriptor from `first`
+/// to `last`; async-signal-safe.
 pub fn close_range(first: u32, last: u32) -> Result<(), i32> {
     // SAFETY: closes descriptors only; the caller no longer uses them.
     let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) };
@@ -700,6 +695,12 @@ pub fn close_range(first: u32, last: u32) -> Result<(), i32> {
     } else {
         Ok(())
     }
+}
+
+/// `close_range(first, u32::MAX, 0)`: closes every descriptor from
+/// `first` up; async-signal-safe.
+pub fn close_from(first: u32) -> Result<(), i32> {
+    close_range(first, u32::MAX)
 }
 
 /// Stack of the child of [`spawn_with`] until its `exec`: what

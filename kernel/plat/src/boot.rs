@@ -128,6 +128,20 @@ pub unsafe fn init(bi: *const BootInfo) -> Result<(), BootError> {
     Ok(())
 }
 
+/// The random seed in the tender's boot-info page as it is now (not the
+/// copy `init` took): a copy of an spt template finds a fresh one there,
+/// written by its tender before its guest runs on
+/// (crates/shoal-spt/src/template.rs). Before `init` (unit tests) zeros.
+pub fn live_random_seed() -> [u8; 32] {
+    if !booted() {
+        return [0; 32];
+    }
+    let at = shoal_abi::BOOT_INFO_ADDR as usize + core::mem::offset_of!(BootInfo, random_seed);
+    // SAFETY: the boot-info page is mapped readable for the instance's
+    // whole life (`init` read it); guest addresses are the kernel's own.
+    unsafe { core::ptr::read_volatile(core::ptr::with_exposed_provenance::<[u8; 32]>(at)) }
+}
+
 /// Whether the tender's boot information was taken (false only in unit
 /// tests, which have no tender).
 pub fn booted() -> bool {

@@ -4,9 +4,11 @@
 //! On hvt every console write is a VM exit (about 28 µs here, docs/design.md "Host facts"),
 //! so stdout is collected in a buffer ([`OutBuf`], on pages of its own,
 //! registered with the VMM by [`init_buffer`]) and written with one exit when it fills, at every
-//! newline when stdout is a terminal, a pipe or a socket (a reader may be
-//! waiting for the line; only output into a regular file is held back
-//! longer), before stderr is written, and before
+//! newline when stdout is a terminal (as stdio does), within about 10 ms of
+//! a newline when it is a pipe or a socket ([`FLUSH_GAP_NS`]: a reader may
+//! be waiting for the line, but one exit per line made hvt 17 times slower
+//! than spt writing 127 MB of short lines into a pipe), before stderr is
+//! written, and before
 //! any other hypercall — so before the guest blocks, reads its input, sends
 //! on a socket or halts, and output keeps its order with everything else
 //! the instance does outside. If the guest ends without flushing (a CPU
@@ -14,7 +16,7 @@
 //! message. stderr is never held back. spt needs none of this: its console
 //! write is a function call and one host `write`.
 
-use core::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use shoal_abi::{ConsoleBufferHeader, CONSOLE_STDERR, CONSOLE_STDOUT};
 
 /// Writes all of `bytes` to the instance's stdout.
@@ -108,9 +110,24 @@ impl Default for OutBuf {
 static OUT: crate::Global<Option<&'static mut OutBuf>> = crate::Global::new(None);
 /// Whether stdout is buffered (hvt, after the VMM accepted the buffer).
 static BUFFERED: AtomicBool = AtomicBool::new(false);
-/// Whether stdout is not a regular file (then the buffer is flushed at
-/// newlines).
+/// Whether stdout is a terminal (then the buffer is flushed at newlines).
 static LINE_BUFFERED: AtomicBool = AtomicBool::new(false);
+/// Whether stdout is a pipe or a socket (then a newline is written out
+/// within [`FLUSH_GAP_NS`]; see [`newline`]).
+static LINES_SOON: AtomicBool = AtomicBool::new(false);
+/// The time stamp counter at the last write of stdout to the host.
+static LAST_OUT_TSC: AtomicU64 = AtomicU64::new(0);
+/// [`FLUSH_GAP_NS`] in time stamp counter ticks (set by [`init_buffer`]).
+static GAP_TSC: AtomicU64 = AtomicU64::new(0);
+/// Lines are held back and a wake tick was asked for ([`flush_held`]).
+static HELD: AtomicBool = AtomicBool::new(false);
+/// The scheduler's way to ask for a wake tick (`fn(delay_ns) -> bool`,
+/// [`set_wake`]; 0: none).
+static WAKE: AtomicUsize = AtomicUsize::new(0);
+
+/// The longest a line written into a pipe or socket waits in the buffer
+/// while the program computes: 10 ms (as the preemption tick).
+pub const FLUSH_GAP_NS: u64 = 10_000_000;
 /// Whether a flush has bytes to write (checked before every hypercall).
 static PENDING: AtomicBool = AtomicBool::new(false);
 /// An error a flush met, reported by the next stdout write (as a failed
@@ -140,8 +157,11 @@ pub fn init_buffer(pages: fn(u64) -> Option<u64>) {
     };
     OUT.with(|o| *o = Some(buf));
     if crate::hypercall::console_buffer(addr, OUT_CAP as u64) == 0 {
-        let lines = crate::boot::info().console_flags & (shoal_abi::CONSOLE_STDOUT_TTY | shoal_abi::CONSOLE_STDOUT_LINES) != 0;
-        LINE_BUFFERED.store(lines, Ordering::Relaxed);
+        let flags = crate::boot::info().console_flags;
+        LINE_BUFFERED.store(flags & shoal_abi::CONSOLE_STDOUT_TTY != 0, Ordering::Relaxed);
+        LINES_SOON.store(flags & shoal_abi::CONSOLE_STDOUT_LINES != 0, Ordering::Relaxed);
+        let hz = crate::boot::info().tsc_hz;
+        GAP_TSC.store((u128::from(hz) * u128::from(FLUSH_GAP_NS) / 1_000_000_000).max(1) as u64, Ordering::Relaxed);
         BUFFERED.store(true, Ordering::Relaxed);
     }
 }
@@ -154,7 +174,7 @@ pub fn flush() {
     }
     // In use further up the stack (a kernel panic while adding): leave it;
     // the VMM writes what is left when the guest ends.
-    let r = OUT.try_with(|o| o.as_deref_mut().map_or(0, |b| b.flush(&mut |bytes| host_write(CONSOLE_STDOUT, bytes))));
+    let r = OUT.try_with(|o| o.as_deref_mut().map_or(0, |b| b.flush(&mut out)));
     if let Some(r) = r {
         PENDING.store(false, Ordering::Relaxed);
         if r < 0 {
@@ -178,15 +198,64 @@ fn write(stream: u64, bytes: &[u8]) -> i64 {
     let tty = LINE_BUFFERED.load(Ordering::Relaxed);
     match OUT.try_with(|o| {
         let b = o.as_deref_mut()?;
-        let r = b.add(bytes, tty, &mut |out| host_write(CONSOLE_STDOUT, out));
+        let r = b.add(bytes, tty, &mut out);
         Some((r, b.head.len != 0))
     }) {
         Some(Some((r, pending))) => {
             PENDING.store(pending, Ordering::Relaxed);
+            if pending && !tty && LINES_SOON.load(Ordering::Relaxed) && bytes.contains(&b'\n') {
+                newline();
+            }
             r
         }
         Some(None) | None => host_write(stream, bytes),
     }
+}
+
+/// Lets the scheduler arm a wake tick: `wake(delay_ns)` makes the kernel
+/// call [`flush_held`] once about `delay_ns` from now, even while the
+/// program computes, or returns false when it cannot.
+pub fn set_wake(wake: fn(u64) -> bool) {
+    WAKE.store(wake as usize, Ordering::Relaxed);
+}
+
+/// A line went into the buffer while stdout is a pipe or a socket: out
+/// now if the last write-out is [`FLUSH_GAP_NS`] old, else held for a
+/// wake tick (one asked for at a time; written out now when none can
+/// come). So a stream of lines costs at most a write and a wake per
+/// period, and a lone line waits at most about a period.
+fn newline() {
+    let since = crate::cpu::rdtsc().wrapping_sub(LAST_OUT_TSC.load(Ordering::Relaxed));
+    if since >= GAP_TSC.load(Ordering::Relaxed) {
+        flush();
+        return;
+    }
+    if HELD.load(Ordering::Relaxed) {
+        return;
+    }
+    let wake = WAKE.load(Ordering::Relaxed);
+    if wake != 0 {
+        // SAFETY: WAKE holds only a `fn(u64) -> bool`, stored by `set_wake`.
+        let wake: fn(u64) -> bool = unsafe { core::mem::transmute(wake) };
+        if wake(FLUSH_GAP_NS) {
+            HELD.store(true, Ordering::Relaxed);
+            return;
+        }
+    }
+    flush();
+}
+
+/// The wake tick came: writes out the lines [`newline`] held back.
+pub fn flush_held() {
+    if HELD.swap(false, Ordering::Relaxed) {
+        flush();
+    }
+}
+
+/// Writes buffered stdout bytes to the host, noting when.
+fn out(bytes: &[u8]) -> i64 {
+    LAST_OUT_TSC.store(crate::cpu::rdtsc(), Ordering::Relaxed);
+    host_write(CONSOLE_STDOUT, bytes)
 }
 
 #[cfg(not(test))]

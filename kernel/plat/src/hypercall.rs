@@ -27,6 +27,12 @@ fn raw<T>(call: Hypercall, arg: &mut T) {
     if !matches!(call, Hypercall::ConsoleWrite | Hypercall::ConsoleBuffer) {
         crate::console::flush();
     }
+    raw_unflushed(call, arg);
+}
+
+/// [`raw`] without writing out buffered stdout first.
+#[cfg(not(test))]
+fn raw_unflushed<T>(call: Hypercall, arg: &mut T) {
     let entry = ENTRY.load(Ordering::Relaxed);
     let addr = arg as *mut T as u64;
     if entry != 0 {
@@ -52,6 +58,11 @@ fn raw<T>(call: Hypercall, arg: &mut T) {
 
 #[cfg(test)]
 fn raw<T>(call: Hypercall, _arg: &mut T) {
+    panic!("hypercall {call:?} in a unit test");
+}
+
+#[cfg(test)]
+fn raw_unflushed<T>(call: Hypercall, _arg: &mut T) {
     panic!("hypercall {call:?} in a unit test");
 }
 
@@ -193,6 +204,15 @@ pub fn console_buffer(addr: u64, cap: u64) -> i64 {
 pub fn preempt(op: u64, area: u64, entry: u64, tick_ns: u64) -> i64 {
     let mut a = shoal_abi::PreemptArgs { op, area, entry, tick_ns, ret: 0 };
     raw(Hypercall::Preempt, &mut a);
+    a.ret
+}
+
+/// `Preempt`/`PREEMPT_WAKE`: one tick after `delay_ns`, asked for by the
+/// stdout buffer to write out lines it holds back; the only hypercall
+/// that leaves them held (it exists to save that write).
+pub fn preempt_wake(delay_ns: u64) -> i64 {
+    let mut a = shoal_abi::PreemptArgs { op: shoal_abi::PREEMPT_WAKE, tick_ns: delay_ns, ..Default::default() };
+    raw_unflushed(Hypercall::Preempt, &mut a);
     a.ret
 }
 

@@ -33,7 +33,7 @@
 
 use core::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, Ordering};
 
-/// [`shoal_abi::PreemptArea`] as atomics (same layout: six 8-byte words).
+/// [`shoal_abi::PreemptArea`] as atomics (same layout: 8-byte words).
 #[repr(C)]
 pub struct Area {
     /// See [`shoal_abi::PreemptArea::in_kernel`].
@@ -52,6 +52,8 @@ pub struct Area {
     pub watch: AtomicU64,
     /// See [`shoal_abi::PreemptArea::watch_seq`].
     pub watch_seq: AtomicU64,
+    /// See [`shoal_abi::PreemptArea::wake`].
+    pub wake: AtomicU64,
 }
 
 const _: () = assert!(core::mem::size_of::<Area>() == core::mem::size_of::<shoal_abi::PreemptArea>());
@@ -71,6 +73,7 @@ pub static SHOAL_PREEMPT_AREA: Area = Area {
     ticks: AtomicU64::new(0),
     watch: AtomicU64::new(0),
     watch_seq: AtomicU64::new(0),
+    wake: AtomicU64::new(0),
 };
 
 /// Whether the tender took the area (and so can preempt).
@@ -88,6 +91,38 @@ pub fn init(entry: u64) {
     let _ = SHOAL_PREEMPT_AREA.runnable.compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed);
     let r = shoal_plat::hypercall::preempt(shoal_abi::PREEMPT_REGISTER, area, entry, 0);
     REGISTERED.store(r == 0, Ordering::Relaxed);
+    if r == 0 {
+        shoal_plat::console::set_wake(request_wake);
+    }
+}
+
+/// The stdout buffer holds lines back (`shoal_plat::console`): sets
+/// `wake` so that the next tick interrupts the program even when it runs
+/// alone, and arms one tick `delay_ns` from now unless the preemption
+/// tick runs (it comes anyway, and a tick that finds one thread disarms
+/// only after seeing `wake`). False when no tick can come.
+#[cfg(not(test))]
+fn request_wake(delay_ns: u64) -> bool {
+    let a = &SHOAL_PREEMPT_AREA;
+    if !registered() {
+        return false;
+    }
+    a.wake.store(1, Ordering::SeqCst);
+    let armed = a.armed.load(Ordering::SeqCst);
+    if armed == shoal_abi::PREEMPT_ARMED_TICK || armed == shoal_abi::PREEMPT_ARMED_WAKE {
+        return true;
+    }
+    if shoal_plat::hypercall::preempt_wake(delay_ns) == 0 {
+        return true;
+    }
+    a.wake.store(0, Ordering::SeqCst);
+    false
+}
+
+/// Takes the wake the stdout buffer asked for (`true`: write the held
+/// lines out now, `shoal_plat::console::flush_held`).
+pub fn take_wake() -> bool {
+    SHOAL_PREEMPT_AREA.wake.load(Ordering::Relaxed) != 0 && SHOAL_PREEMPT_AREA.wake.swap(0, Ordering::SeqCst) != 0
 }
 
 /// Whether ticks can come (the tender registered the area).

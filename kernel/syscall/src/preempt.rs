@@ -280,6 +280,9 @@ pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Inte
     };
     // A tick that landed meanwhile is served by this yield too.
     shoal_sched::preempt::take_pending();
+    if shoal_sched::preempt::take_wake() {
+        shoal_plat::console::flush_held();
+    }
     shoal_sched::yield_now();
     shoal_sched::raise_host_signals();
     if shoal_sched::has_deliverable() {
@@ -314,6 +317,9 @@ pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Inte
 pub fn leave_syscall() {
     loop {
         if shoal_sched::preempt::take_pending() {
+            if shoal_sched::preempt::take_wake() {
+                shoal_plat::console::flush_held();
+            }
             shoal_sched::yield_now();
             shoal_sched::raise_host_signals();
             if shoal_sched::has_deliverable() {

@@ -8,8 +8,11 @@
 //! name from the boot information (or `shoal` if it gives none), domain
 //! name `(none)` as Linux has by default.
 //!
-//! `getrandom` is a ChaCha20 CSPRNG (`rand_chacha`) seeded once from the
-//! 32 random bytes the tender puts in the boot information.
+//! `getrandom` is a ChaCha20 CSPRNG (`rand_chacha`) seeded from the 32
+//! random bytes the tender puts in the boot information, and seeded again
+//! whenever those bytes change: an spt template's copies (forks of one
+//! booted instance) each get fresh ones, so no two copies draw the same
+//! stream.
 #![cfg_attr(not(test), no_std)]
 
 pub mod sys;
@@ -24,10 +27,13 @@ pub const RELEASE: &str = "6.1.0-shoal";
 pub const VERSION: &str = "#1 shoal";
 
 static RNG: Global<Option<ChaCha20Rng>> = Global::new(None);
+/// The seed `RNG` was made from.
+static SEED: Global<[u8; 32]> = Global::new([0; 32]);
 
 /// Seeds the random generator from the boot information.
 pub fn init() {
     let seed = shoal_plat::boot::info().random_seed;
+    SEED.with(|s| *s = seed);
     RNG.with(|r| *r = Some(ChaCha20Rng::from_seed(seed)));
 }
 
@@ -46,5 +52,21 @@ pub fn after_reboot(n: u64) {
 /// Fills `buf` with random bytes. Before `init` (host tests only) the
 /// generator is seeded with zeros.
 pub fn fill_random(buf: &mut [u8]) {
-    RNG.with(|r| r.get_or_insert_with(|| ChaCha20Rng::from_seed([0; 32])).fill_bytes(buf));
+    let live = shoal_plat::boot::live_random_seed();
+    let fresh = SEED.with(|s| {
+        let changed = *s != live;
+        *s = live;
+        changed
+    });
+    RNG.with(|r| {
+        if fresh {
+            // The stream number stays: `after_reboot`'s rule holds for
+            // the new key too.
+            let stream = r.as_ref().map_or(0, ChaCha20Rng::get_stream);
+            let mut new = ChaCha20Rng::from_seed(live);
+            new.set_stream(stream);
+            *r = Some(new);
+        }
+        r.get_or_insert_with(|| ChaCha20Rng::from_seed([0; 32])).fill_bytes(buf)
+    });
 }

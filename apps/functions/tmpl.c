@@ -1,0 +1,87 @@
+/* tmpl (a test helper for templates, docs/serve.md "Templates"): what
+ * must differ between copies of one template.
+ *
+ * GET /        "count=N random=HEX marks=M poison=P\n": N is this
+ *              instance's request count so far (1 on a fresh instance),
+ *              HEX 16 bytes from getrandom, M how many /tmp/mark-*
+ *              files it sees after writing its own (1: it sees no
+ *              sibling's), P a global variable /poison sets.
+ * GET /poison  sets that variable to 1 (a sibling must not see it).
+ * GET /host?nr=N&a=A&b=B&c=C
+ *              makes host system call N straight from the program (an
+ *              inline `syscall` instruction: the guest kernel never sees
+ *              it; what a hostile program can do), answers "ret=R" if the
+ *              sandbox lets it return.
+ * CRASH_BEFORE_READY=1 in the environment: the program crashes before it
+ * listens (a template that never reaches its ready point). */
+#include "fn_http.h"
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static long count;
+static int poison;
+
+int fn_init(void)
+{
+	const char *c = getenv("CRASH_BEFORE_READY");
+	if (c && *c == '1')
+		*(volatile int *)0 = 1;
+	return 0;
+}
+
+static long host_syscall(long n, long a, long b, long c)
+{
+	long ret;
+	__asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+	return ret;
+}
+
+int handle(const char *method, const char *path, const char *query, const char *body, size_t len, struct reply *r)
+{
+	(void)method, (void)body, (void)len;
+	long n = __atomic_add_fetch(&count, 1, __ATOMIC_SEQ_CST);
+	if (!strcmp(path, "/poison")) {
+		poison = 1;
+		fn_printf(r, "poisoned\n");
+		return 0;
+	}
+	if (!strcmp(path, "/host")) {
+		long ret = host_syscall(fn_query_long(query, "nr", -1), fn_query_long(query, "a", 0), fn_query_long(query, "b", 0), fn_query_long(query, "c", 0));
+		fn_printf(r, "ret=%ld\n", ret);
+		return 0;
+	}
+	unsigned char rnd[16];
+	if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+		r->status = 500;
+		fn_printf(r, "getrandom failed\n");
+		return 0;
+	}
+	char hex[33];
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+	mkdir("/tmp", 0777);
+	char mark[64];
+	snprintf(mark, sizeof mark, "/tmp/mark-%s", hex);
+	int fd = open(mark, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+	if (fd >= 0) {
+		(void)!write(fd, hex, 32);
+		close(fd);
+	}
+	int marks = 0;
+	DIR *d = opendir("/tmp");
+	if (d) {
+		struct dirent *e;
+		while ((e = readdir(d)))
+			if (!strncmp(e->d_name, "mark-", 5))
+				marks++;
+		closedir(d);
+	}
+	fn_printf(r, "count=%ld random=%s marks=%d poison=%d\n", n, hex, marks, poison);
+	return 0;
+}
