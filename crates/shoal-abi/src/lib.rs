@@ -714,11 +714,15 @@ pub struct ConsoleReadArgs {
 /// (never a socket's handle: those start at 3 on both tenders).
 pub const STDIN_HANDLE: i32 = 0;
 
-/// [`ProtectArgs::prot`] bits, Linux's values. Execute permission cannot
-/// be asked for: the image's code is the only executable guest memory.
+/// [`ProtectArgs::prot`] bits, Linux's values.
 pub const PROT_READ: u64 = 1;
 /// Writable (see [`PROT_READ`]).
 pub const PROT_WRITE: u64 = 2;
+/// Executable (see [`PROT_READ`]): a Linux executable's libraries mapped
+/// by `ld.so` and code made at run time (JIT). Asked for only in
+/// [`ProtectArgs`], over the same guest range as the other bits; never in
+/// an alias.
+pub const PROT_EXEC: u64 = 4;
 
 /// hvt: the value of `rax` that makes `int3` flush the guest's TLB instead
 /// of reporting a breakpoint ("SHOALTLB"). The guest runs at CPL 3 and
@@ -740,7 +744,7 @@ pub struct ProtectArgs {
     pub addr: u64,
     /// Length in bytes (page aligned, not 0).
     pub len: u64,
-    /// [`PROT_READ`] and [`PROT_WRITE`] bits.
+    /// [`PROT_READ`], [`PROT_WRITE`] and [`PROT_EXEC`] bits.
     pub prot: u64,
     /// Out: 0, [`PROTECT_FLUSH`], or a negative Linux errno (`EINVAL`
     /// for a range or protection the tender does not allow).

@@ -75,6 +75,11 @@ pub fn inspect(exe: &Path) -> Result<()> {
     let kind = match a.kind {
         shoal_exec::Kind::Static => "static executable (ET_EXEC)".to_string(),
         shoal_exec::Kind::Pie => format!("static-PIE executable, loaded at {:#x}", a.base),
+        shoal_exec::Kind::Dynamic => format!(
+            "dynamically linked executable, loaded at {:#x}, interpreter {} (from the instance's file system)",
+            a.base,
+            a.interp.as_deref().unwrap_or("?")
+        ),
     };
     println!("executable {}: {kind}, entry {:#x}", exe.display(), a.entry);
     for s in &a.segments {

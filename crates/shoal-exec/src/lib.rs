@@ -1,8 +1,10 @@
 //! Unmodified Linux x86-64 executables as shoal instances.
 //!
 //! An executable given to `shoal run` is untrusted input. This crate reads
-//! it ([`analyse`]): it accepts a statically linked `ET_EXEC` or a
-//! static-PIE (`ET_DYN` without `PT_INTERP`), refuses anything whose
+//! it ([`analyse`]): it accepts a statically linked `ET_EXEC`, a
+//! static-PIE (`ET_DYN` without `PT_INTERP`) or a dynamically linked one
+//! (`PT_INTERP`: the kernel loads the interpreter from the instance's file
+//! system at start, `kernel/syscall/src/exec.rs`), refuses anything whose
 //! segments overlap, reach into the addresses shoal keeps for itself, are
 //! absurdly large or whose entry point is not in its code, and finds every
 //! `syscall` instruction with a real decoder. It then builds an instance
@@ -75,14 +77,6 @@ pub enum ExecError {
         path: PathBuf,
         /// What it is.
         found: &'static str,
-    },
-    /// A dynamically linked executable (`PT_INTERP`).
-    #[error("{path} is dynamically linked (it asks for the interpreter {interp}); dynamically linked executables are not supported yet: link it statically")]
-    Dynamic {
-        /// The file.
-        path: PathBuf,
-        /// The interpreter it names.
-        interp: String,
     },
     /// The headers point outside the file or are inconsistent.
     #[error("{path} is truncated or corrupt: {what}")]
@@ -217,7 +211,7 @@ pub fn prepare(exe: &Path, kernel: &Path, cache_dir: &Path) -> Result<(PathBuf, 
         }
     }
     let mut h = Sha256::new();
-    h.update(b"shoal-exec 2\0");
+    h.update(b"shoal-exec 3\0");
     h.update([u8::from(pairs_only)]);
     h.update((exe_bytes.len() as u64).to_le_bytes());
     h.update(&exe_bytes);

@@ -2,9 +2,11 @@
 //! tables (the guest runs at CPL 3 and cannot touch them).
 //!
 //! Only `[heap_start, mem_size)` (the kernel's free memory and the main
-//! stack) can change, between read-write, read-only and not present; every
-//! page keeps NX, so W^X holds and the image's code (below `heap_start`)
-//! is never writable. A 2 MiB page that needs a 4 KiB protection is split
+//! stack) can change, between read-write, read-only and not present, with
+//! or without execute: a page keeps NX unless the kernel asks for
+//! `PROT_EXEC` (a Linux executable's libraries that `ld.so` maps, JIT
+//! code; the guest's code is arbitrary already and runs at CPL 3 either
+//! way), and the image's code (below `heap_start`) is never writable. A 2 MiB page that needs a 4 KiB protection is split
 //! into a page table taken from the table pool: a second KVM memory slot at
 //! guest-physical [`POOL_ADDR`], one page per 2 MiB region of guest memory,
 //! which no guest page table maps (the guest cannot read or write its own
@@ -43,7 +45,7 @@
 //! instead of three.
 
 use crate::x86;
-use shoal_abi::{AliasArgs, ProtectArgs, PAGE_SIZE, PROTECT_FLUSH, PROTECT_UNTOUCHED, PROT_READ, PROT_WRITE};
+use shoal_abi::{AliasArgs, ProtectArgs, PAGE_SIZE, PROTECT_FLUSH, PROTECT_UNTOUCHED, PROT_EXEC, PROT_READ, PROT_WRITE};
 use vm_memory::{Bytes, GuestRegionMmap, MemoryRegionAddress};
 
 /// Guest-physical address of the page-table pool: above the 4 GiB guest
@@ -86,7 +88,11 @@ impl Tables<'_> {
     /// `Err` means the VMM's own tables are broken (stop the guest).
     pub fn protect(&self, a: &ProtectArgs) -> Result<i64, String> {
         let einval = -i64::from(libc::EINVAL);
-        if a.prot & !(PROT_READ | PROT_WRITE | PROTECT_UNTOUCHED) != 0 || a.len == 0 || !a.addr.is_multiple_of(PAGE_SIZE) || !a.len.is_multiple_of(PAGE_SIZE) {
+        if a.prot & !(PROT_READ | PROT_WRITE | PROT_EXEC | PROTECT_UNTOUCHED) != 0
+            || a.len == 0
+            || !a.addr.is_multiple_of(PAGE_SIZE)
+            || !a.len.is_multiple_of(PAGE_SIZE)
+        {
             return Ok(einval);
         }
         let Some(end) = a.addr.checked_add(a.len) else { return Ok(einval) };
@@ -204,18 +210,27 @@ impl Tables<'_> {
 fn takes_away(entry: u64, bits: u64) -> bool {
     let present = |e: u64| e & x86::PTE_P != 0;
     let writable = |e: u64| present(e) && e & x86::PTE_RW != 0;
-    (present(entry) && !present(bits)) || (writable(entry) && !writable(bits))
+    let executable = |e: u64| present(e) && e & x86::PTE_NX == 0;
+    (present(entry) && !present(bits)) || (writable(entry) && !writable(bits)) || (executable(entry) && !executable(bits))
 }
 
-/// The leaf bits for `PROT_*` bits `prot` (0: not present).
+/// The leaf bits for `PROT_*` bits `prot` (0: not present). `PROT_EXEC`
+/// clears NX (a Linux executable's libraries and JIT code; the page is
+/// readable, as x86 makes every executable page); every other page keeps
+/// NX.
 fn bits_of(prot: u64) -> u64 {
-    x86::leaf_bits(if prot & PROT_WRITE != 0 {
+    let bits = x86::leaf_bits(if prot & PROT_WRITE != 0 {
         x86::PagePerm::UserRw
-    } else if prot & PROT_READ != 0 {
+    } else if prot & (PROT_READ | PROT_EXEC) != 0 {
         x86::PagePerm::UserRo
     } else {
         x86::PagePerm::None
-    })
+    });
+    if prot & PROT_EXEC != 0 {
+        bits & !x86::PTE_NX
+    } else {
+        bits
+    }
 }
 
 #[cfg(test)]

@@ -135,7 +135,7 @@ pub(crate) fn leaf_bits(p: PagePerm) -> u64 {
 pub(crate) fn pd_entry_addr(region: u64) -> u64 {
     TABLES_START + (region / 512) * PAGE_SIZE + (region % 512) * 8
 }
-const PTE_NX: u64 = 1 << 63;
+pub(crate) const PTE_NX: u64 = 1 << 63;
 
 const MIB2: u64 = 2 << 20;
 const GIB: u64 = 1 << 30;

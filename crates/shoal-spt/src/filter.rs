@@ -19,7 +19,7 @@
 //! | `restart_syscall` (219) | none (it has none) | the kernel, not spt: a `clock_nanosleep` interrupted by a stop (SIGSTOP/SIGTSTP and SIGCONT, a cgroup freeze, a debugger attaching) is resumed through it; it can only continue the interrupted, already allowed call with its saved arguments |
 //! | `read` (0) | fd (32-bit) == 0 | `ConsoleRead` hypercall: the instance's stdin (a hostile guest reads the input it was given anyway) |
 //! | `ppoll` (271) | any | `NetPoll` hypercall: an idle instance waits here for stdin (and host sockets); polling fds 0-2 tells it nothing it does not know, every other fd is its own socket |
-//! | `mprotect` (10) | `heap_start <= addr`, `addr + len <= mem_size` (a ladder of rules, below), prot only `PROT_READ`/`PROT_WRITE` bits | `Protect` hypercall (the kernel's `mprotect`: guard pages, `PROT_NONE`) |
+//! | `mprotect` (10) | `heap_start <= addr`, `addr + len <= mem_size` (a ladder of rules, below), prot only `PROT_READ`/`PROT_WRITE`/`PROT_EXEC` bits | `Protect` hypercall (the kernel's `mprotect`: guard pages, `PROT_NONE`; `PROT_EXEC` for a Linux executable's libraries that `ld.so` maps and for JIT code) |
 //! | `mmap` (9) | fd (32-bit) == the alias memory file ([`GuestRange::alias_fd`]), flags (32-bit) == `MAP_SHARED \| MAP_FIXED`, prot only `PROT_READ`/`PROT_WRITE` bits, `heap_start <= addr` and `heap_start <= offset`, `addr + len <= mem_size` and `offset + len <= mem_size` (a ladder of rules, below); or flags == `MAP_PRIVATE \| MAP_ANONYMOUS \| MAP_FIXED \| MAP_NORESERVE`, prot as before, `heap_start <= addr`, `addr + len <= mem_size` | `Alias` hypercall (`crate::protect::alias`: a shared file mapping shows the file's pages; pages leaving it get fresh private memory) |
 //! | `madvise` (28) | advice (32-bit) == `MADV_DONTNEED` (4), `heap_start <= addr`, `addr + len <= mem_size` (the `mprotect` ladder) | `Release` hypercall (`crate::protect::release`: the host memory behind pages the guest kernel freed or the program discarded goes back to the host); once before the guest runs, the tender's own clearing of the guest stack pages it installed the filter from (`crate::child`) |
 //! | `setitimer` (38) | which (32-bit) == `ITIMER_REAL` (0) | `Preempt` hypercall and the tick handler (`crate::preempt`): the preemption tick, `SIGALRM`, armed while the guest has more than one runnable thread, or (at the hang watchdog's period) while a gated call into a rebootable component is in progress. A hostile guest can set the period of this process's own `SIGALRM` (and so interrupt itself as often as it likes, which costs only its own CPU time, as a spin loop would) or stop it (and so lose its own preemption); the handler redirects only guest code, inside guest memory |
@@ -31,9 +31,15 @@
 //! itself bounds it: the range must lie in the guest's free memory and main
 //! stack, `[heap_start, mem_size)`, above the image's code and read-only
 //! data, the archive and the boot-info page (which keep their protection),
-//! and the protection can hold no `PROT_EXEC` (nor `PROT_GROWSDOWN`/`UP`),
-//! so nothing the guest can write ever becomes executable and the tender's
-//! own mappings (outside guest memory) are never reached. seccomp compares
+//! and the protection can hold only `PROT_READ`, `PROT_WRITE` and
+//! `PROT_EXEC` (no `PROT_GROWSDOWN`/`UP`, no `PROT_SEM`), so the tender's
+//! own mappings (outside guest memory) are never reached. `PROT_EXEC` on
+//! guest memory (a dynamically linked executable's libraries, JIT code)
+//! gives a hostile guest nothing it did not have: its image is arbitrary
+//! code already; a `syscall` instruction anywhere in guest memory raises
+//! SIGSYS through syscall user dispatch (set for every address below
+//! `mem_size`) and so reaches only the guest kernel; and a host call the
+//! guest makes by jumping into tender code still passes this filter. seccomp compares
 //! each argument with constants and cannot add `addr + len`, so the upper
 //! bound is a ladder: a call starting at distance `d` below `mem_size`
 //! (`2^j < d <= 2^(j+1)`) may cover at most `2^j` bytes (one rule per `j`,
@@ -143,9 +149,10 @@ fn qword(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Filt
 
 /// The `mprotect` ladder (module docs): one rule per distance class below
 /// `mem_size`, each also bounded below by `heap_start` and refusing every
-/// protection bit but `PROT_READ | PROT_WRITE`.
+/// protection bit but `PROT_READ | PROT_WRITE | PROT_EXEC` (execute: a
+/// Linux executable's libraries and JIT code, inside guest memory only).
 fn mprotect_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
-    ladder(g, || SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xffff_fffc), 0))
+    ladder(g, || SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xffff_fff8), 0))
 }
 
 /// The ladder of `[addr, addr + len)` rules inside `[heap_start,
@@ -228,7 +235,8 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     r.insert(libc::SYS_read, vec![SeccompRule::new(vec![eq32(0, 0)?])?]);
     // NetPoll: where an idle instance waits for stdin and host sockets.
     r.insert(libc::SYS_ppoll, vec![]);
-    // Protect: the guest's free memory and stack, never executable.
+    // Protect: the guest's free memory and stack (executable for a Linux
+    // executable's libraries and JIT code; module docs).
     r.insert(libc::SYS_mprotect, mprotect_rules(g)?);
     // Alias: shared file mappings show the file's pages (guest memory
     // only, from the alias file only, never executable).

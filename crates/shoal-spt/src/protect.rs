@@ -3,10 +3,14 @@
 //! addresses here).
 //!
 //! Only the guest's free memory and main stack, `[heap_start, mem_size)`,
-//! can change, and only between read-write, read-only and no access: the
-//! image's code and read-only data, the archive and the boot-info page lie
-//! below `heap_start` and keep the protection the tender gave them, and
-//! nothing the guest can name ever becomes executable (W^X holds).
+//! can change, between read-write, read-only and no access, with or
+//! without execute: the image's code and read-only data, the archive and
+//! the boot-info page lie below `heap_start` and keep the protection the
+//! tender gave them. Execute is for a Linux executable's libraries that
+//! `ld.so` maps and for JIT code; it grants a hostile guest nothing (its
+//! image is arbitrary code already, every `syscall` instruction in guest
+//! memory traps to the guest kernel through syscall user dispatch, and
+//! every host call still passes the filter; docs/architecture.md).
 //!
 //! The guest shares this process, so it could call `mprotect` itself; the
 //! seccomp filter (`crate::filter`) bounds that call with the same rules,
@@ -39,7 +43,7 @@
 
 use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use shoal_abi::{
-    AliasArgs, AliasListArgs, AliasPair, ProtectArgs, ReleaseArgs, ReleaseRange, ALIAS_LIST_MAX, ALIAS_SHAREABLE, PAGE_SIZE, PROT_READ, PROT_WRITE,
+    AliasArgs, AliasListArgs, AliasPair, ProtectArgs, ReleaseArgs, ReleaseRange, ALIAS_LIST_MAX, ALIAS_SHAREABLE, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE,
     RELEASE_LIST_MAX,
 };
 
@@ -195,13 +199,14 @@ pub fn protect(a: &ProtectArgs) -> i64 {
     // PROTECT_UNTOUCHED is a hint about TLBs, which mprotect keeps right
     // by itself.
     let prot = a.prot & !shoal_abi::PROTECT_UNTOUCHED;
-    if prot & !(PROT_READ | PROT_WRITE) != 0 || !range_ok(a.addr, a.len, lo, mem_size) {
+    if prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 || !range_ok(a.addr, a.len, lo, mem_size) {
         return einval;
     }
     let prot = prot as libc::c_int;
     let r = pieces(a.addr, a.len, mem_size, |addr, len| {
         // SAFETY: [addr, addr + len) lies in the guest's own memory above
-        // everything the tender protects (checked above); no PROT_EXEC.
+        // everything the tender protects (checked above), which no Rust
+        // code references (executable or not, it is guest memory).
         unsafe { crate::sys::mprotect(addr, len, prot) }.map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))
     });
     match r {

@@ -108,13 +108,14 @@ pub enum Use {
 impl Use {
     /// The protection the pages really have (`shoal_abi::PROT_*` bits of
     /// the `Protect` hypercall): a program mapping's recorded protection
-    /// without execute (x86 pages are readable when executable; W^X: the
-    /// image's code is the only executable memory), read-write for
-    /// everything else.
+    /// (x86 pages are readable when executable; execute is what a Linux
+    /// executable's libraries and JIT code need, W^X flips and RWX
+    /// included), read-write for everything else.
     pub fn real_prot(self) -> u64 {
+        let exec = |prot: u8| if u32::from(prot) & PROT_EXEC != 0 { shoal_abi::PROT_EXEC } else { 0 };
         match self {
-            Use::Anon { prot } if u32::from(prot) & PROT_WRITE != 0 => RW,
-            Use::Anon { prot } if u32::from(prot) & (PROT_READ | PROT_EXEC) != 0 => shoal_abi::PROT_READ,
+            Use::Anon { prot } if u32::from(prot) & PROT_WRITE != 0 => RW | exec(prot),
+            Use::Anon { prot } if u32::from(prot) & (PROT_READ | PROT_EXEC) != 0 => shoal_abi::PROT_READ | exec(prot),
             Use::Anon { .. } => 0,
             _ => RW,
         }
@@ -754,7 +755,7 @@ impl Space {
 
     /// `mprotect(2)`: records `prot` for the program's mappings in the
     /// range, and (through [`Space::assign`]) has the tender give the pages
-    /// that protection, without execute (W^X). Memory the table does not
+    /// that protection. Memory the table does not
     /// manage (the image, the archive, the main stack) keeps its
     /// protection.
     pub fn protect(&mut self, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
@@ -842,8 +843,10 @@ impl Space {
     pub fn lend_write(&self, a: u64, b: u64) -> bool {
         let mut lent = false;
         self.pieces(a, b, |x, y, w| {
-            if w.real_prot() != RW {
-                set_real_prot(x, y, RW, false);
+            if w.real_prot() & RW != RW {
+                // Execute stays: a thread preempted in code being
+                // rewritten resumes there.
+                set_real_prot(x, y, RW | (w.real_prot() & shoal_abi::PROT_EXEC), false);
                 lent = true;
             }
         });
@@ -854,7 +857,7 @@ impl Space {
     /// (after [`Space::lend_write`]).
     pub fn restore(&self, a: u64, b: u64) {
         self.pieces(a, b, |x, y, w| {
-            if w.real_prot() != RW {
+            if w.real_prot() & RW != RW {
                 set_real_prot(x, y, w.real_prot(), false);
             }
         });

@@ -182,11 +182,13 @@ fn set_control(top: u64) -> Result<(), Errno> {
 /// Called by `_shoal_start` with the initial process stack once the
 /// kernel is up: for an image combined with a Linux executable, points
 /// the auxiliary vector at the executable (`AT_PHDR`, `AT_PHNUM`,
-/// `AT_ENTRY`), gives the main thread its kernel stack and returns the
-/// executable's entry point; 0 for an ordinary shoal image.
+/// `AT_ENTRY`; `AT_BASE` at its interpreter, which a dynamically linked
+/// one starts in: [`super::interp`]), gives the main thread its kernel
+/// stack and returns the entry point (the executable's or its
+/// interpreter's); 0 for an ordinary shoal image.
 #[no_mangle]
 pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
-    let Some([entry, phdr, phnum, _end, _tramp_start, _tramp_end, _]) = shoal_plat::boot::exec_info() else {
+    let Some([entry, phdr, phnum, _end, _tramp_start, _tramp_end, bias]) = shoal_plat::boot::exec_info() else {
         return 0;
     };
     let Some(top) = kernel_stack() else {
@@ -203,6 +205,22 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
     // program makes writable.
     let mem = shoal_plat::boot::info().mem_size.saturating_sub(shoal_abi::EXEC_ADDRESS_RESERVE);
     shoal_mm::set_limits(u64::MAX, mem);
+    // A dynamically linked executable starts in its interpreter (module
+    // `interp`), with AT_BASE its base and AT_ENTRY the program's entry.
+    let (start, interp_base) = match super::interp::find(phdr, phnum, bias) {
+        Ok(None) => (entry, 0),
+        Ok(Some(name)) => match super::interp::load(name) {
+            Ok((base, interp_entry)) => (interp_entry, base),
+            Err(e) => {
+                use core::fmt::Write;
+                let path = umem::slice(name, 4096).ok().map(|b| b.split(|&c| c == 0).next().unwrap_or(&[])).unwrap_or(&[]);
+                let path = core::str::from_utf8(path).unwrap_or("?");
+                let _ = writeln!(shoal_plat::console::Stderr, "shoal: cannot load the interpreter {path} from the instance's file system (errno {})", e.0);
+                shoal_plat::halt(127);
+            }
+        },
+        Err(_) => shoal_plat::halt(125),
+    };
     // argc, argv[], NULL, envp[], NULL, then the auxv pairs.
     let fix = || -> Result<(), Errno> {
         let argc: u64 = umem::read(sp)?;
@@ -217,6 +235,7 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
                 0 => return Ok(()),
                 3 => umem::write(at + 8, phdr)?,
                 5 => umem::write(at + 8, phnum)?,
+                7 => umem::write(at + 8, interp_base)?,
                 9 => umem::write(at + 8, entry)?,
                 _ => {}
             }
@@ -228,7 +247,7 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
     }
     super::preempt::use_kernel_stacks();
     shoal_sched::preempt::leave();
-    entry
+    start
 }
 
 #[cfg(not(test))]
@@ -251,6 +270,9 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     // SAFETY: the GS base points at this thread's control word (set_control),
     // in its kernel stack, which only this thread's entries use.
     let start = unsafe { core::ptr::replace(ctl, nested) };
+    // A library's `mov eax, NR; syscall` that trapped is rewritten now
+    // (module `patch`), before the call can change the frame.
+    super::patch::after_trap(f.rip, n);
     let r = if n == RSEQ || n == CLONE3 {
         // Asked by glibc and Go at start; ENOSYS is their fallback
         // (restartable sequences off, clone instead of clone3), so it is

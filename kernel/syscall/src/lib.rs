@@ -14,6 +14,8 @@ use shoal_plat::{Args, Errno, Global, SyscallFn};
 
 pub mod exec;
 pub mod fault;
+pub mod interp;
+pub mod patch;
 pub mod preempt;
 
 pub use shoal_abi::linux as nr;
