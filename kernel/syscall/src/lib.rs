@@ -342,6 +342,7 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::GETGROUPS => user::getgroups,
         nr::GETRESUID => user::getresuid,
         nr::GETRESGID => user::getresgid,
+        125 => user::capget,
         // system information
         nr::UNAME => sysinfo::uname,
         nr::SYSINFO => sysinfo::sysinfo,
