@@ -215,7 +215,11 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
                 use core::fmt::Write;
                 let path = umem::slice(name, 4096).ok().map(|b| b.split(|&c| c == 0).next().unwrap_or(&[])).unwrap_or(&[]);
                 let path = core::str::from_utf8(path).unwrap_or("?");
-                let _ = writeln!(shoal_plat::console::Stderr, "shoal: cannot load the interpreter {path} from the instance's file system (errno {})", e.0);
+                let out = &mut shoal_plat::console::Stderr;
+                let _ = match super::interp::reason(e) {
+                    Some(why) => writeln!(out, "shoal: cannot load the interpreter {path} from the instance's file system ({why})"),
+                    None => writeln!(out, "shoal: cannot load the interpreter {path} from the instance's file system (errno {})", e.0),
+                };
                 shoal_plat::halt(127);
             }
         },

@@ -32,6 +32,22 @@ const MAP_PRIVATE: u64 = 0x02;
 const MAP_FIXED: u64 = 0x10;
 const MAP_ANONYMOUS: u64 = 0x20;
 
+/// Why the interpreter could not be loaded, as `strerror` says it (the
+/// errors opening and mapping a file can give), for the one-line message.
+pub fn reason(e: Errno) -> Option<&'static str> {
+    Some(match e.0 {
+        2 => "No such file or directory",
+        8 => "Exec format error",
+        12 => "Cannot allocate memory",
+        13 => "Permission denied",
+        20 => "Not a directory",
+        21 => "Is a directory",
+        36 => "File name too long",
+        40 => "Too many levels of symbolic links",
+        _ => return None,
+    })
+}
+
 /// Most bytes of the interpreter's ELF header and program headers read.
 const HEAD: usize = 1024;
 

@@ -1,0 +1,291 @@
+//! Dynamically linked executables (`shoal run /usr/bin/python3.11`,
+//! `/usr/bin/node`): the host's own interpreters, unmodified, with their
+//! interpreter `ld.so`, their libraries and Python's standard library in
+//! the instance's file system (`--fs`, a tree the test copies from the
+//! host: what `ldd` lists, and `/usr/lib/python3.11`), compared with
+//! native runs by output and exit status on each tender.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+const PYTHON: &str = "/usr/bin/python3.11";
+const NODE: &str = "/usr/bin/node";
+
+/// A Python script using hashlib, zlib, json, re, threads, tempfile and
+/// exceptions, ending with `sys.exit(3)`.
+const PY_SCRIPT: &str = r##"import hashlib, zlib, json, re, threading, tempfile, os, sys
+print("sha256", hashlib.sha256(b"shoal" * 1000).hexdigest())
+print("md5", hashlib.md5(b"abc").hexdigest())
+data = b"hello world " * 500
+c = zlib.compress(data, 9)
+print("zlib", len(data), len(c), zlib.crc32(data), zlib.decompress(c) == data)
+obj = {"a": [1, 2.5, None, True], "b": {"c": "d\u00e9"}}
+s = json.dumps(obj, sort_keys=True)
+print("json", s, json.loads(s) == obj)
+print("re", re.findall(r"(\w+)@(\w+)\.com", "x a@b.com y c@d.com"), re.sub(r"\d+", "#", "a1b22c333"))
+results = [0] * 4
+lock = threading.Lock()
+total = [0]
+def work(i):
+    acc = 0
+    for k in range(20000):
+        acc += k * i
+    results[i] = acc
+    with lock:
+        total[0] += 1
+ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("threads", results, total[0])
+with tempfile.TemporaryDirectory() as d:
+    p = os.path.join(d, "f.txt")
+    with open(p, "w") as f:
+        f.write("line1\nline2\n")
+    with open(p) as f:
+        print("tempfile", f.read().splitlines(), os.path.getsize(p))
+    with tempfile.NamedTemporaryFile(dir=d) as nt:
+        nt.write(b"xyz"); nt.flush()
+        print("named", os.path.getsize(nt.name))
+try:
+    {}["missing"]
+except KeyError as e:
+    print("keyerror", repr(e))
+class MyErr(Exception):
+    pass
+try:
+    try:
+        1 / 0
+    except ZeroDivisionError as e:
+        raise MyErr("wrapped") from e
+except MyErr as e:
+    print("chained", e, type(e.__cause__).__name__)
+print("env", os.environ.get("SHOAL_T", "unset"))
+sys.exit(3)
+"##;
+
+/// A Node script using crypto, zlib, JSON, timers and promises (their
+/// order printed), fs, the environment and `process.exitCode`.
+const JS_SCRIPT: &str = r##"const crypto = require('crypto');
+const zlib = require('zlib');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+console.log('sha256', crypto.createHash('sha256').update('shoal'.repeat(1000)).digest('hex'));
+console.log('hmac', crypto.createHmac('sha1', 'k').update('data').digest('base64'));
+const key = crypto.scryptSync('pw', 'salt', 32);
+const iv = Buffer.alloc(16, 1);
+const c = crypto.createCipheriv('aes-256-cbc', key, iv);
+const enc = Buffer.concat([c.update('secret text'), c.final()]);
+const d = crypto.createDecipheriv('aes-256-cbc', key, iv);
+console.log('aes', enc.toString('hex'), Buffer.concat([d.update(enc), d.final()]).toString());
+console.log('random', crypto.randomBytes(16).length);
+const data = Buffer.from('hello world '.repeat(500));
+const gz = zlib.gzipSync(data, { level: 9 });
+console.log('zlib', data.length, zlib.gunzipSync(gz).equals(data), zlib.deflateSync(data).length);
+const obj = { a: [1, 2.5, null, true], b: { c: 'd\u00e9' } };
+console.log('json', JSON.stringify(obj), JSON.stringify(JSON.parse(JSON.stringify(obj))) === JSON.stringify(obj));
+const order = [];
+setImmediate(() => order.push('immediate'));
+Promise.resolve().then(() => order.push('promise'));
+process.nextTick(() => order.push('tick'));
+queueMicrotask(() => order.push('microtask'));
+order.push('sync');
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'shoal-'));
+const file = path.join(dir, 'f.txt');
+fs.writeFileSync(file, 'line1\nline2\n');
+console.log('fs', fs.readFileSync(file, 'utf8').split('\n').length, fs.statSync(file).size, fs.readdirSync(dir));
+fs.promises.readFile(file, 'utf8').then((t) => {
+  order.push('fsread');
+  setTimeout(async () => {
+    const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+    const t0 = Date.now();
+    await sleep(20);
+    const waited = Date.now() - t0 >= 19;
+    const r = await Promise.all([1, 2, 3].map(async (x) => { await sleep(5 * (4 - x)); order.push('p' + x); return x * x; }));
+    console.log('order', order.join(','));
+    console.log('all', r, waited);
+    fs.rmSync(dir, { recursive: true });
+    console.log('env', process.env.SHOAL_T);
+    try { JSON.parse('{bad'); } catch (e) { console.log('error', e.name); }
+    process.exitCode = 5;
+  }, 10);
+});
+"##;
+
+/// Three `worker_threads` workers computing and posting results back.
+const JS_WORKERS: &str = r##"const { Worker, isMainThread, parentPort, workerData } = require('worker_threads');
+if (isMainThread) {
+  const results = [];
+  let done = 0;
+  for (let i = 0; i < 3; i++) {
+    const w = new Worker(__filename, { workerData: i });
+    w.on('message', (m) => { results[i] = m; });
+    w.on('exit', (code) => {
+      if (++done === 3) { console.log('workers', JSON.stringify(results), code); }
+    });
+  }
+} else {
+  let acc = 0;
+  for (let k = 0; k < 100000; k++) acc = (acc + k * (workerData + 1)) % 1000003;
+  parentPort.postMessage({ id: workerData, acc });
+}
+"##;
+
+/// The libraries `ldd` lists for `exe` (resolved paths) and its
+/// interpreter.
+fn ldd(exe: &Path) -> Vec<PathBuf> {
+    let o = output(Command::new("ldd").arg(exe));
+    assert!(o.status.success(), "ldd {}: {}", exe.display(), stderr(&o));
+    stdout(&o)
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            match l.split_once("=>") {
+                Some((_, rest)) => rest.split_whitespace().next().filter(|p| p.starts_with('/')).map(PathBuf::from),
+                None => l.split_whitespace().next().filter(|p| p.starts_with('/')).map(PathBuf::from),
+            }
+        })
+        .collect()
+}
+
+fn copy_tree(from: &Path, to: &Path, skip: &[&str]) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name();
+        if skip.iter().any(|s| name == *s) {
+            continue;
+        }
+        let ty = e.file_type().unwrap();
+        let dst = to.join(&name);
+        if ty.is_dir() {
+            copy_tree(&e.path(), &dst, &[]);
+        } else if ty.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), &dst).unwrap();
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+        }
+    }
+}
+
+/// The instance's root: `ld.so` (and `/lib64`'s link to it), the
+/// libraries of python3.11, of its `lib-dynload` modules and of node,
+/// python3.11 itself and its standard library (without the test suite,
+/// IDLE, Tk and lib2to3), and the scripts. Built once per test process.
+fn root() -> &'static Path {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let dir = scratch().keep().join("root");
+        let libdir = dir.join("lib/x86_64-linux-gnu");
+        std::fs::create_dir_all(&libdir).unwrap();
+        std::fs::create_dir_all(dir.join("lib64")).unwrap();
+        std::fs::create_dir_all(dir.join("usr/bin")).unwrap();
+        std::fs::create_dir_all(dir.join("tmp")).unwrap();
+        let mut exes = Vec::new();
+        if Path::new(PYTHON).is_file() {
+            exes.push(PathBuf::from(PYTHON));
+            for e in std::fs::read_dir("/usr/lib/python3.11/lib-dynload").unwrap() {
+                exes.push(e.unwrap().path());
+            }
+            std::fs::copy(PYTHON, dir.join("usr/bin/python3.11")).unwrap();
+            copy_tree(
+                Path::new("/usr/lib/python3.11"),
+                &dir.join("usr/lib/python3.11"),
+                &["test", "site-packages", "dist-packages", "idlelib", "tkinter", "lib2to3", "ensurepip", "config-3.11-x86_64-linux-gnu", "__pycache__"],
+            );
+        }
+        if Path::new(NODE).is_file() {
+            exes.push(PathBuf::from(NODE));
+        }
+        for exe in &exes {
+            for lib in ldd(exe) {
+                let dst = libdir.join(lib.file_name().unwrap());
+                if !dst.exists() {
+                    std::fs::copy(&lib, &dst).unwrap();
+                }
+            }
+        }
+        std::os::unix::fs::symlink("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", dir.join("lib64/ld-linux-x86-64.so.2")).unwrap();
+        std::fs::write(dir.join("t.py"), PY_SCRIPT).unwrap();
+        std::fs::write(dir.join("t.js"), JS_SCRIPT).unwrap();
+        std::fs::write(dir.join("w.js"), JS_WORKERS).unwrap();
+        dir
+    })
+}
+
+/// Runs `exe ARGS` natively (in the root, with only `SHOAL_T=yes` in the
+/// environment; `/X` in the arguments names the root's `X`) and on every
+/// tender with the root as `--fs` and `run_args`, and asserts the same
+/// stdout, stderr and exit status `status`.
+fn matches_native(exe: &str, args: &[&str], run_args: &[&str], status: i32) {
+    let root = root();
+    let native_args: Vec<String> =
+        args.iter().map(|a| if a.starts_with('/') && root.join(&a[1..]).is_file() { root.join(&a[1..]).display().to_string() } else { a.to_string() }).collect();
+    let n = output(Command::new(exe).args(&native_args).env_clear().env("SHOAL_T", "yes").current_dir(root));
+    assert_eq!(n.status.code(), Some(status), "native {exe} {args:?}: {}", stderr(&n));
+    for t in tenders() {
+        let s = output(shoal_run(t).arg("--fs").arg(root).args(run_args).args(["-e", "SHOAL_T=yes", exe, "--"]).args(args));
+        assert_eq!(stdout(&s), stdout(&n), "{t} {exe} {args:?}: stderr: {}", stderr(&s));
+        assert_eq!(stderr(&s), stderr(&n), "{t} {exe} {args:?}: stderr differs");
+        assert_eq!(s.status.code(), Some(status), "{t} {exe} {args:?}: stderr: {}", stderr(&s));
+    }
+}
+
+#[test]
+fn python_script_matches_native() {
+    if !shoal_testkit::need(&["python3.11"]) {
+        return;
+    }
+    matches_native(PYTHON, &["/t.py"], &[], 3);
+}
+
+/// `_ssl`, `_sqlite3` and `_ctypes` are `lib-dynload` modules that the
+/// interpreter `dlopen`s, with libssl, libcrypto, libsqlite3 and libffi
+/// behind them.
+#[test]
+fn python_imports_ssl_sqlite3_ctypes_as_natively() {
+    if !shoal_testkit::need(&["python3.11"]) {
+        return;
+    }
+    let code = "import ssl, sqlite3, ctypes; print(ssl.OPENSSL_VERSION, sqlite3.sqlite_version); \
+                print(sqlite3.connect(':memory:').execute('select 6*7').fetchone()); \
+                print(ctypes.CDLL('libz.so.1').zlibVersion() != 0, ctypes.sizeof(ctypes.c_long))";
+    matches_native(PYTHON, &["-c", code], &[], 0);
+}
+
+/// `dlopen` of a library that is not there: ld.so's own message, through
+/// Python's `OSError` and Node's `process.dlopen`.
+#[test]
+fn dlopen_of_a_missing_library_gives_ld_so_message() {
+    if shoal_testkit::need(&["python3.11"]) {
+        let code = "import ctypes\ntry:\n    ctypes.CDLL('libshoal-missing.so.1')\nexcept OSError as e:\n    print(e)\n    raise SystemExit(9)";
+        matches_native(PYTHON, &["-c", code], &[], 9);
+    }
+    if shoal_testkit::need(&["node"]) {
+        let code = "try { process.dlopen({ exports: {} }, '/nowhere/missing.node'); } catch (e) { console.log(e.message); process.exitCode = 8; }";
+        matches_native(NODE, &["-e", code], &[], 8);
+    }
+}
+
+#[test]
+fn node_script_matches_native() {
+    if !shoal_testkit::need(&["node"]) {
+        return;
+    }
+    matches_native(NODE, &["/t.js"], &[], 5);
+}
+
+/// Each worker is a V8 isolate with its own reservations of address
+/// space (its code range among them): three need more than the default
+/// --mem's share.
+#[test]
+fn node_worker_threads_match_native() {
+    if !shoal_testkit::need(&["node"]) {
+        return;
+    }
+    matches_native(NODE, &["/w.js"], &["--mem", "1G"], 0);
+}
