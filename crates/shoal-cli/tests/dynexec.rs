@@ -223,8 +223,10 @@ fn root() -> &'static Path {
 /// stdout, stderr and exit status `status`.
 fn matches_native(exe: &str, args: &[&str], run_args: &[&str], status: i32) {
     let root = root();
-    let native_args: Vec<String> =
-        args.iter().map(|a| if a.starts_with('/') && root.join(&a[1..]).is_file() { root.join(&a[1..]).display().to_string() } else { a.to_string() }).collect();
+    let native_args: Vec<String> = args
+        .iter()
+        .map(|a| if a.starts_with('/') && root.join(&a[1..]).is_file() { root.join(&a[1..]).display().to_string() } else { a.to_string() })
+        .collect();
     let n = output(Command::new(exe).args(&native_args).env_clear().env("SHOAL_T", "yes").current_dir(root));
     assert_eq!(n.status.code(), Some(status), "native {exe} {args:?}: {}", stderr(&n));
     for t in tenders() {
@@ -288,4 +290,39 @@ fn node_worker_threads_match_native() {
         return;
     }
     matches_native(NODE, &["/w.js"], &["--mem", "1G"], 0);
+}
+
+/// A library's `mov eax, NR; syscall` pair is rewritten by the kernel the
+/// first time it traps (kernel/syscall/src/patch.rs): the program sees a
+/// `jmp` where natively the `mov` stays; calls through the pair and
+/// through a jump to the middle of one keep giving the right answer.
+#[test]
+fn library_sites_are_rewritten_on_first_use() {
+    let dir = scratch();
+    let d = dir.path();
+    let lib = d.join("libsites.so");
+    let o = output(Command::new("gcc").args(["-O2", "-shared", "-fPIC", "-o"]).arg(&lib).arg(home().join("apps/exec/libsites.c")));
+    assert!(o.status.success(), "gcc libsites: {}", stderr(&o));
+    let exe = d.join("dynsites");
+    let o = output(
+        Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(home().join("apps/exec/dynsites.c")).arg("-L").arg(d).args(["-lsites", "-Wl,-rpath,/sitelib"]),
+    );
+    assert!(o.status.success(), "gcc dynsites: {}", stderr(&o));
+    let fs = d.join("root");
+    let libdir = fs.join("lib/x86_64-linux-gnu");
+    std::fs::create_dir_all(&libdir).unwrap();
+    std::fs::create_dir_all(fs.join("lib64")).unwrap();
+    std::fs::create_dir_all(fs.join("sitelib")).unwrap();
+    for l in ldd(&exe).into_iter().filter(|l| !l.ends_with("libsites.so")) {
+        std::fs::copy(&l, libdir.join(l.file_name().unwrap())).unwrap();
+    }
+    std::os::unix::fs::symlink("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", fs.join("lib64/ld-linux-x86-64.so.2")).unwrap();
+    std::fs::copy(&lib, fs.join("sitelib/libsites.so")).unwrap();
+    let n = output(Command::new(&exe).env("LD_LIBRARY_PATH", d));
+    assert_eq!(stdout(&n), "pair before: b8\npair after: b8\nmiddle after: b8\nagree: 1 1, 0 wrong\n", "native: {}", stderr(&n));
+    for t in tenders() {
+        let s = output(shoal_run(t).arg("--fs").arg(&fs).arg(&exe));
+        assert_eq!(stdout(&s), "pair before: b8\npair after: e9\nmiddle after: e9\nagree: 1 1, 0 wrong\n", "{t}: {}", stderr(&s));
+        assert_eq!((s.status.code(), stderr(&s)), (Some(0), String::new()), "{t}");
+    }
 }

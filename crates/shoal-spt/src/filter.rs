@@ -671,6 +671,33 @@ mod hot_path_tests {
         }
     }
 
+    /// `mprotect` may make guest memory executable (libraries `ld.so`
+    /// maps, JIT code: read, write and execute bits only), never memory
+    /// below `heap_start` or past `mem_size`; `mmap` of the alias file
+    /// stays never executable.
+    #[test]
+    fn exec_protection_is_guest_memory_only() {
+        let x86 = super::AUDIT_ARCH_X86_64;
+        let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3 };
+        let prog = super::program(NetPolicy::default(), g).unwrap();
+        let act = |nr: i64, args: [u64; 6]| run(&prog, x86, nr as u32, args).0;
+        let mp = libc::SYS_mprotect;
+        for prot in [4u64, 5, 6, 7] {
+            assert_eq!(act(mp, [g.heap_start, 0x1000, prot, 0, 0, 0]), allow, "prot {prot}");
+            assert_eq!(act(mp, [g.mem_size - 0x1000, 0x1000, prot, 0, 0, 0]), allow, "prot {prot} on the last page");
+            assert_eq!(act(mp, [g.heap_start - 0x1000, 0x1000, prot, 0, 0, 0]), trap, "prot {prot} over the image");
+            assert_eq!(act(mp, [g.mem_size - 0x1000, 0x2000, prot, 0, 0, 0]), trap, "prot {prot} past guest memory");
+            assert_eq!(act(mp, [g.mem_size, 0x1000, prot, 0, 0, 0]), trap, "prot {prot} on tender memory");
+        }
+        for prot in [8u64, 0x100_0000, 0x200_0000, 0x1_0000_0007] {
+            let want = if prot >> 32 != 0 { allow } else { trap };
+            assert_eq!(act(mp, [g.heap_start, 0x1000, prot, 0, 0, 0]), want, "prot {prot:#x} (the kernel reads 32 bits)");
+        }
+        let alias = [g.heap_start, 0x1000, 7, (libc::MAP_SHARED | libc::MAP_FIXED) as u64, 3, g.heap_start + 0x1000];
+        assert_eq!(act(libc::SYS_mmap, alias), trap, "an executable alias");
+    }
+
     /// Socket protocols are TCP and UDP only, address
     /// reuse options trap (the handler answers them), and `MSG_FASTOPEN`
     /// traps without outbound — in the program as installed.

@@ -13,7 +13,8 @@
 //! runtime may rewrite) and within one page, the `mov` becomes a `jmp` to
 //! a trampoline in the kernel's own code area ([`shoal_mm::map_code`])
 //! that does what the executable's trampolines do (`mov eax, imm32; lea
-//! rcx, [rip + back]; jmp shoal_exec_entry`). The `syscall` itself stays,
+//! rcx, [rip + back]; jmp [rip + 0]` with `shoal_exec_entry`'s address
+//! after it). The `syscall` itself stays,
 //! so a branch to it still traps. Only hot sites pay the rewrite, and the
 //! trap is paid once per site per instance.
 //!
@@ -35,6 +36,7 @@ const AREA: u64 = 64 << 10;
 /// The free part `[next, end)` of the current code area.
 static AREA_LEFT: Global<(u64, u64)> = Global::new((0, 0));
 
+/// `to - from_next` as a 32-bit displacement (checked by the caller).
 fn rel32(from_next: u64, to: u64) -> [u8; 4] {
     (to.wrapping_sub(from_next) as i64 as i32).to_le_bytes()
 }
@@ -58,15 +60,18 @@ pub fn after_trap(ret: u64, nr: u64) {
     }
     let Some(at) = trampoline_room() else { return };
     let near = |from: u64, to: u64| i32::try_from(to as i64 - from as i64).is_ok();
-    if !near(at + 12, ret) || !near(at + 17, entry()) || !near(site + 5, at) {
+    if !near(at + 12, ret) || !near(site + 5, at) {
         return;
     }
+    // The entry is reached through an absolute address: libraries sit at
+    // the top of guest memory, which may be further than 2 GiB from the
+    // kernel's code.
     let mut t = [0xccu8; TRAMPOLINE as usize];
     t[..5].copy_from_slice(&bytes[..5]);
     t[5..8].copy_from_slice(&[0x48, 0x8d, 0x0d]);
     t[8..12].copy_from_slice(&rel32(at + 12, ret));
-    t[12] = 0xe9;
-    t[13..17].copy_from_slice(&rel32(at + 17, entry()));
+    t[12..18].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+    t[18..26].copy_from_slice(&entry().to_le_bytes());
     if shoal_mm::write_code(at, &t).is_err() {
         return;
     }
