@@ -11,14 +11,7 @@ const KERNEL_STUB: &str = "int main(void) { return 0; }\n";
 
 /// Whether `path` is a Linux executable rather than a shoal image.
 pub fn is_executable(path: &Path) -> bool {
-    use std::io::Read;
-    let mut head = Vec::new();
-    let Ok(f) = std::fs::File::open(path) else { return false };
-    // Enough for the ELF header; the section headers are read below.
-    if f.take(64).read_to_end(&mut head).is_err() || head.len() < 64 || &head[..4] != b"\x7fELF" {
-        return false;
-    }
-    std::fs::read(path).is_ok_and(|b| shoal_exec::is_linux_executable(&b))
+    shoal_exec::is_linux_executable_file(path)
 }
 
 /// The kernel image (a shoal image with no application), built when it is
@@ -62,7 +55,7 @@ pub fn ensure_kernel_image() -> Result<PathBuf> {
 }
 
 /// The instance image for `exe` (built once, then found in the cache).
-pub fn prepare(exe: &Path) -> Result<(PathBuf, shoal_exec::Executable)> {
+pub fn prepare(exe: &Path) -> Result<PathBuf> {
     let paths = shoal_toolchain::Paths::discover()?;
     let kernel = kernel_image(&paths)?;
     Ok(shoal_exec::prepare(exe, &kernel, &paths.cache.join("exec"))?)
