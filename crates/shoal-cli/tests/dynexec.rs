@@ -1,9 +1,9 @@
 //! Dynamically linked executables (`shoal run /usr/bin/python3.11`,
 //! `/usr/bin/node`): the host's own interpreters, unmodified, with their
-//! interpreter `ld.so`, their libraries and Python's standard library in
-//! the instance's file system (`--fs`, a tree the test copies from the
-//! host: what `ldd` lists, and `/usr/lib/python3.11`), compared with
-//! native runs by output and exit status on each tender.
+//! interpreter `ld.so`, their libraries and Python's standard library
+//! from the host's `/usr`, `/lib` and `/lib64` mounted read-only
+//! (`--mount DIR:DIR:ro`, which needs root on spt), compared with native
+//! runs by output and exit status on each tender.
 
 mod common;
 
@@ -135,81 +135,12 @@ if (isMainThread) {
 }
 "##;
 
-/// The libraries `ldd` lists for `exe` (resolved paths) and its
-/// interpreter.
-fn ldd(exe: &Path) -> Vec<PathBuf> {
-    let o = output(Command::new("ldd").arg(exe));
-    assert!(o.status.success(), "ldd {}: {}", exe.display(), stderr(&o));
-    stdout(&o)
-        .lines()
-        .filter_map(|l| {
-            let l = l.trim();
-            match l.split_once("=>") {
-                Some((_, rest)) => rest.split_whitespace().next().filter(|p| p.starts_with('/')).map(PathBuf::from),
-                None => l.split_whitespace().next().filter(|p| p.starts_with('/')).map(PathBuf::from),
-            }
-        })
-        .collect()
-}
-
-fn copy_tree(from: &Path, to: &Path, skip: &[&str]) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let name = e.file_name();
-        if skip.iter().any(|s| name == *s) {
-            continue;
-        }
-        let ty = e.file_type().unwrap();
-        let dst = to.join(&name);
-        if ty.is_dir() {
-            copy_tree(&e.path(), &dst, &[]);
-        } else if ty.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), &dst).unwrap();
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-        }
-    }
-}
-
-/// The instance's root: `ld.so` (and `/lib64`'s link to it), the
-/// libraries of python3.11, of its `lib-dynload` modules and of node,
-/// python3.11 itself and its standard library (without the test suite,
-/// IDLE, Tk and lib2to3), and the scripts. Built once per test process.
-fn root() -> &'static Path {
-    static ROOT: OnceLock<PathBuf> = OnceLock::new();
-    ROOT.get_or_init(|| {
-        let dir = scratch().keep().join("root");
-        let libdir = dir.join("lib/x86_64-linux-gnu");
-        std::fs::create_dir_all(&libdir).unwrap();
-        std::fs::create_dir_all(dir.join("lib64")).unwrap();
-        std::fs::create_dir_all(dir.join("usr/bin")).unwrap();
-        std::fs::create_dir_all(dir.join("tmp")).unwrap();
-        let mut exes = Vec::new();
-        if Path::new(PYTHON).is_file() {
-            exes.push(PathBuf::from(PYTHON));
-            for e in std::fs::read_dir("/usr/lib/python3.11/lib-dynload").unwrap() {
-                exes.push(e.unwrap().path());
-            }
-            std::fs::copy(PYTHON, dir.join("usr/bin/python3.11")).unwrap();
-            copy_tree(
-                Path::new("/usr/lib/python3.11"),
-                &dir.join("usr/lib/python3.11"),
-                &["test", "site-packages", "dist-packages", "idlelib", "tkinter", "lib2to3", "ensurepip", "config-3.11-x86_64-linux-gnu", "__pycache__"],
-            );
-        }
-        if Path::new(NODE).is_file() {
-            exes.push(PathBuf::from(NODE));
-        }
-        for exe in &exes {
-            for lib in ldd(exe) {
-                let dst = libdir.join(lib.file_name().unwrap());
-                if !dst.exists() {
-                    std::fs::copy(&lib, &dst).unwrap();
-                }
-            }
-        }
-        std::os::unix::fs::symlink("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", dir.join("lib64/ld-linux-x86-64.so.2")).unwrap();
+/// The scripts, in a directory mounted at `/work` (built once per test
+/// process).
+fn scripts() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = scratch().keep();
         std::fs::write(dir.join("t.py"), PY_SCRIPT).unwrap();
         std::fs::write(dir.join("t.js"), JS_SCRIPT).unwrap();
         std::fs::write(dir.join("w.js"), JS_WORKERS).unwrap();
@@ -217,20 +148,23 @@ fn root() -> &'static Path {
     })
 }
 
-/// Runs `exe ARGS` natively (in the root, with only `SHOAL_T=yes` in the
-/// environment; `/X` in the arguments names the root's `X`) and on every
-/// tender with the root as `--fs` and `run_args`, and asserts the same
-/// stdout, stderr and exit status `status`.
+/// The host's own system directories, mounted read-only where they are:
+/// `ld.so` (through `/lib64`), the libraries and the interpreters'
+/// standard libraries come from them, unpacked.
+const SYSTEM: [&str; 6] = ["--mount", "/usr:/usr:ro", "--mount", "/lib:/lib:ro", "--mount", "/lib64:/lib64:ro"];
+
+/// Runs `exe ARGS` natively (with only `SHOAL_T=yes` in the environment;
+/// `/work/X` in the arguments names the scripts' `X`) and on every tender
+/// with the system directories and the scripts mounted and `run_args`,
+/// and asserts the same stdout, stderr and exit status `status`.
 fn matches_native(exe: &str, args: &[&str], run_args: &[&str], status: i32) {
-    let root = root();
-    let native_args: Vec<String> = args
-        .iter()
-        .map(|a| if a.starts_with('/') && root.join(&a[1..]).is_file() { root.join(&a[1..]).display().to_string() } else { a.to_string() })
-        .collect();
-    let n = output(Command::new(exe).args(&native_args).env_clear().env("SHOAL_T", "yes").current_dir(root));
+    let dir = scripts();
+    let native_args: Vec<String> = args.iter().map(|a| a.strip_prefix("/work/").map_or_else(|| a.to_string(), |x| dir.join(x).display().to_string())).collect();
+    let n = output(Command::new(exe).args(&native_args).env_clear().env("SHOAL_T", "yes").current_dir(dir));
     assert_eq!(n.status.code(), Some(status), "native {exe} {args:?}: {}", stderr(&n));
+    let work = format!("{}:/work:ro", dir.display());
     for t in tenders() {
-        let s = output(shoal_run(t).arg("--fs").arg(root).args(run_args).args(["-e", "SHOAL_T=yes", exe, "--"]).args(args));
+        let s = output(shoal_run(t).args(SYSTEM).args(["--mount", &work]).args(run_args).args(["-e", "SHOAL_T=yes", exe, "--"]).args(args));
         assert_eq!(stdout(&s), stdout(&n), "{t} {exe} {args:?}: stderr: {}", stderr(&s));
         assert_eq!(stderr(&s), stderr(&n), "{t} {exe} {args:?}: stderr differs");
         assert_eq!(s.status.code(), Some(status), "{t} {exe} {args:?}: stderr: {}", stderr(&s));
@@ -239,10 +173,10 @@ fn matches_native(exe: &str, args: &[&str], run_args: &[&str], status: i32) {
 
 #[test]
 fn python_script_matches_native() {
-    if !shoal_testkit::need(&["python3.11"]) {
+    if !shoal_testkit::need(&["root", "python3.11"]) {
         return;
     }
-    matches_native(PYTHON, &["/t.py"], &[], 3);
+    matches_native(PYTHON, &["/work/t.py"], &[], 3);
 }
 
 /// `_ssl`, `_sqlite3` and `_ctypes` are `lib-dynload` modules that the
@@ -250,7 +184,7 @@ fn python_script_matches_native() {
 /// behind them.
 #[test]
 fn python_imports_ssl_sqlite3_ctypes_as_natively() {
-    if !shoal_testkit::need(&["python3.11"]) {
+    if !shoal_testkit::need(&["root", "python3.11"]) {
         return;
     }
     let code = "import ssl, sqlite3, ctypes; print(ssl.OPENSSL_VERSION, sqlite3.sqlite_version); \
@@ -263,11 +197,11 @@ fn python_imports_ssl_sqlite3_ctypes_as_natively() {
 /// Python's `OSError` and Node's `process.dlopen`.
 #[test]
 fn dlopen_of_a_missing_library_gives_ld_so_message() {
-    if shoal_testkit::need(&["python3.11"]) {
+    if shoal_testkit::need(&["root", "python3.11"]) {
         let code = "import ctypes\ntry:\n    ctypes.CDLL('libshoal-missing.so.1')\nexcept OSError as e:\n    print(e)\n    raise SystemExit(9)";
         matches_native(PYTHON, &["-c", code], &[], 9);
     }
-    if shoal_testkit::need(&["node"]) {
+    if shoal_testkit::need(&["root", "node"]) {
         let code = "try { process.dlopen({ exports: {} }, '/nowhere/missing.node'); } catch (e) { console.log(e.message); process.exitCode = 8; }";
         matches_native(NODE, &["-e", code], &[], 8);
     }
@@ -275,10 +209,10 @@ fn dlopen_of_a_missing_library_gives_ld_so_message() {
 
 #[test]
 fn node_script_matches_native() {
-    if !shoal_testkit::need(&["node"]) {
+    if !shoal_testkit::need(&["root", "node"]) {
         return;
     }
-    matches_native(NODE, &["/t.js"], &[], 5);
+    matches_native(NODE, &["/work/t.js"], &[], 5);
 }
 
 /// Each worker is a V8 isolate with its own reservations of address
@@ -286,10 +220,10 @@ fn node_script_matches_native() {
 /// --mem's share.
 #[test]
 fn node_worker_threads_match_native() {
-    if !shoal_testkit::need(&["node"]) {
+    if !shoal_testkit::need(&["root", "node"]) {
         return;
     }
-    matches_native(NODE, &["/w.js"], &["--mem", "1G"], 0);
+    matches_native(NODE, &["/work/w.js"], &["--mem", "1G"], 0);
 }
 
 /// A library's `mov eax, NR; syscall` pair is rewritten by the kernel the
@@ -298,6 +232,9 @@ fn node_worker_threads_match_native() {
 /// through a jump to the middle of one keep giving the right answer.
 #[test]
 fn library_sites_are_rewritten_on_first_use() {
+    if !shoal_testkit::need(&["root"]) {
+        return;
+    }
     let dir = scratch();
     let d = dir.path();
     let lib = d.join("libsites.so");
@@ -308,20 +245,14 @@ fn library_sites_are_rewritten_on_first_use() {
         Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(home().join("apps/exec/dynsites.c")).arg("-L").arg(d).args(["-lsites", "-Wl,-rpath,/sitelib"]),
     );
     assert!(o.status.success(), "gcc dynsites: {}", stderr(&o));
-    let fs = d.join("root");
-    let libdir = fs.join("lib/x86_64-linux-gnu");
-    std::fs::create_dir_all(&libdir).unwrap();
-    std::fs::create_dir_all(fs.join("lib64")).unwrap();
-    std::fs::create_dir_all(fs.join("sitelib")).unwrap();
-    for l in ldd(&exe).into_iter().filter(|l| !l.ends_with("libsites.so")) {
-        std::fs::copy(&l, libdir.join(l.file_name().unwrap())).unwrap();
-    }
-    std::os::unix::fs::symlink("/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", fs.join("lib64/ld-linux-x86-64.so.2")).unwrap();
-    std::fs::copy(&lib, fs.join("sitelib/libsites.so")).unwrap();
+    let sitelib = d.join("sitelib");
+    std::fs::create_dir_all(&sitelib).unwrap();
+    std::fs::copy(&lib, sitelib.join("libsites.so")).unwrap();
+    let mount = format!("{}:/sitelib:ro", sitelib.display());
     let n = output(Command::new(&exe).env("LD_LIBRARY_PATH", d));
     assert_eq!(stdout(&n), "pair before: b8\npair after: b8\nmiddle after: b8\nagree: 1 1, 0 wrong\n", "native: {}", stderr(&n));
     for t in tenders() {
-        let s = output(shoal_run(t).arg("--fs").arg(&fs).arg(&exe));
+        let s = output(shoal_run(t).args(SYSTEM).args(["--mount", &mount]).arg(&exe));
         assert_eq!(stdout(&s), "pair before: b8\npair after: e9\nmiddle after: e9\nagree: 1 1, 0 wrong\n", "{t}: {}", stderr(&s));
         assert_eq!((s.status.code(), stderr(&s)), (Some(0), String::new()), "{t}");
     }
