@@ -360,6 +360,7 @@ mod tests {
             listeners: vec![shoal_abi::Listener { handle: -1, port: 80, sock_type: 1, family: 2, reserved: 0 }],
             volume_path: b"/data".to_vec(),
             volume_max: 64 << 20,
+            mounts: vec![b"/usr".to_vec(), b"/opt/lib".to_vec()],
             inject: shoal_abi::Inject { component: 6, kind: shoal_abi::INJECT_PANIC, at: 3 },
             rejuvenate_ns: 500_000_000,
             watchdog_ns: 250_000_000,
