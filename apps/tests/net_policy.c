@@ -7,6 +7,10 @@
  *                 (Linux's UDP takes it as AF_INET)
  *   udp PORT      a UDP socket bound to 127.0.0.1:0, then a sendto
  *                 127.0.0.1:PORT (a datagram of its own, not a reply)
+ *   reply LPORT PORT  a UDP socket bound to 127.0.0.1:LPORT; prints
+ *                 "ready", answers one datagram's sender with "pong", then
+ *                 a sendto 127.0.0.1:PORT (not a sender: refused without
+ *                 outbound)
  *   tfo PORT      a TCP socket bound to 127.0.0.1:0, then a sendto with
  *                 MSG_FASTOPEN to 127.0.0.1:PORT (a send that connects)
  *   mptcp PORT    socket(AF_INET, SOCK_STREAM, IPPROTO_MPTCP), as Go
@@ -98,6 +102,18 @@ int main(int argc, char **argv)
 		int s = bound(SOCK_DGRAM, 0);
 		struct sockaddr_in a = loopback(port);
 		say("sendto", sendto(s, "leak", 4, 0, (struct sockaddr *)&a, sizeof a));
+	} else if (!strcmp(mode, "reply") && argc > 3) {
+		int s = bound(SOCK_DGRAM, port);
+		printf("ready\n");
+		fflush(stdout);
+		char buf[64];
+		struct sockaddr_storage from;
+		socklen_t fl = sizeof from;
+		if (say("recvfrom", recvfrom(s, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl)) < 0)
+			return 1;
+		say("reply", sendto(s, "pong", 4, 0, (struct sockaddr *)&from, fl));
+		struct sockaddr_in a = loopback(atoi(argv[3]));
+		say("sendto other", sendto(s, "leak", 4, 0, (struct sockaddr *)&a, sizeof a));
 	} else if (!strcmp(mode, "tfo")) {
 		int s = bound(SOCK_STREAM, 0);
 		struct sockaddr_in a = loopback(port);

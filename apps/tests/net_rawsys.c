@@ -4,7 +4,9 @@
  * the handed-over listener. argv[1] picks the attempt; the result of a
  * call the sandbox allows is printed, one it forbids kills the instance.
  * "channel" and "recvmsg-0" run with --net-bind-any and no published
- * port: fd 3 is then the bind channel to the waiting parent. */
+ * port: fd 3 is then the bind channel to the waiting parent. "relay PORT"
+ * runs with one published /udp port and no --net-outbound: fd 3 is then
+ * the instance's end of the parent's UDP relay. */
 #include <stdio.h>
 #include <string.h>
 
@@ -84,6 +86,20 @@ int main(int argc, char **argv)
 		req[18] = req[19] = 0;
 		printf("request sent: %ld\n", sys(44, 3, (long)req, sizeof req, 0x4000));
 		recv_reply(3, "AF_INET");
+	} else if (!strcmp(w, "relay") && argc > 2) {
+		/* Datagrams of its own to 127.0.0.1:PORT, past the handler: a
+		 * sendto with the address, then a frame written as the parent's
+		 * relay reads them (header: address length, the sockaddr_in,
+		 * padding to 32 bytes; then the data). */
+		int port = 0;
+		for (const char *p = argv[2]; *p >= '0' && *p <= '9'; p++)
+			port = port * 10 + (*p - '0');
+		unsigned char to[16] = { 2, 0, port >> 8, port & 0xff, 127, 0, 0, 1 };
+		printf("sendto with an address: %ld\n", sys6(44, 3, (long)"leak", 4, 0x4000, (long)to, 16));
+		unsigned char frame[36] = { 16 };
+		memcpy(frame + 4, to, 16);
+		memcpy(frame + 32, "leak", 4);
+		printf("frame sent: %ld\n", sys6(44, 3, (long)frame, sizeof frame, 0x4000, 0, 0));
 	} else if (!strcmp(w, "mptcp")) {
 		/* IPPROTO_MPTCP: its ports are outside Landlock's TCP rules. */
 		long s = sys(41, 2, 1 | 04000, 262, 0);

@@ -142,6 +142,9 @@ enum Cmd {
         /// The most bytes all uploaded images together may hold (e.g. 2G).
         #[arg(long, default_value = "2G")]
         upload_quota: String,
+        /// As root: each spt instance runs as a uid and gid of its own from START..START+COUNT-1 (as `shoal run --uid-range`; default: every instance runs as nobody).
+        #[arg(long, value_name = "START:COUNT")]
+        uid_range: Option<String>,
     },
     /// Functions on a running gateway: `shoal fn deploy|ls|rm|logs|invoke`.
     Fn {
@@ -298,7 +301,8 @@ fn real_main() -> Result<i32> {
             recipe_cmd::run(which)?;
             Ok(0)
         }
-        Cmd::Serve { listen, state, insecure_listen, allow_process, allow_path, auth_invoke, upload_quota } => {
+        Cmd::Serve { listen, state, insecure_listen, allow_process, allow_path, auth_invoke, upload_quota, uid_range } => {
+            let uid_range = uid_range.as_deref().map(shoal_loader::uids::UidRange::parse).transpose()?;
             let upload_quota = shoal_tender::parse_size(&upload_quota).map_err(|e| anyhow::anyhow!("--upload-quota {upload_quota}: {e}"))?;
             // Executables deployed on spt and hvt run on the kernel image,
             // which only this command can build; without a toolchain the
@@ -306,7 +310,16 @@ fn real_main() -> Result<i32> {
             if let Err(e) = exec_cmd::ensure_kernel_image() {
                 eprintln!("shoal: warning: executables cannot be deployed on spt or hvt: {e:#}");
             }
-            shoal_serve::serve(shoal_serve::Options { listen, state, insecure_listen, allow_process, allow_paths: allow_path, auth_invoke, upload_quota })?;
+            shoal_serve::serve(shoal_serve::Options {
+                listen,
+                state,
+                insecure_listen,
+                allow_process,
+                allow_paths: allow_path,
+                auth_invoke,
+                upload_quota,
+                uid_range,
+            })?;
             Ok(0)
         }
         Cmd::Fn { gateway, token, state, which } => shoal_serve::client::run(&gateway, token, state, which),

@@ -116,7 +116,9 @@ fn check_instance_holds_nothing_of_the_host(single_process: bool) {
         fs.display().to_string(),
         img.display().to_string(),
         "--".into(),
-        "20".into(),
+        // Long enough to outlive the memory scan on a loaded host (the
+        // test kills it when done).
+        "600".into(),
     ]);
     let script = format!("exec 9</etc/hostname; exec {}", args.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" "));
     let mut child: Child =
@@ -289,5 +291,61 @@ fn spt_instance_dies_with_its_front_end() {
                 panic!("the instance (state {s}) outlived its front end by 5 s");
             }
         }
+    }
+}
+
+/// The real uid and gid of `pid` (from /proc/PID/status).
+fn ids_of(pid: u32) -> (u32, u32) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let id = |key: &str| -> u32 {
+        let line = status.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"));
+        line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap()
+    };
+    (id("Uid:"), id("Gid:"))
+}
+
+/// `--uid-range` (finding 10 of the second security review: every
+/// root-started instance shared `nobody`): two instances running at once
+/// get two different uids of the range (and the same gids), read from
+/// their processes; with the range full a third is one `shoal:` line and
+/// status 125; the uid of an instance killed with SIGKILL is free again
+/// and taken by the next one. Root only (a user's instance runs as that
+/// user).
+#[test]
+fn instances_started_with_a_uid_range_run_as_uids_of_their_own() {
+    if !shoal_testkit::need(&["root"]) {
+        return;
+    }
+    let dir = scratch();
+    let image = snooze(dir.path());
+    // Two uids no other run of this test takes at the same time.
+    let start = 3_000_000 + (std::process::id() % 100_000) * 2;
+    let range = format!("{start}:2");
+    let start_one = || -> (Child, u32) {
+        let child = shoal().args(["run", "--uid-range", &range]).arg(&image).args(["--", "30"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let pid = instance_pid(child.id());
+        (child, pid)
+    };
+    let (mut a, a_pid) = start_one();
+    let (mut b, b_pid) = start_one();
+    let (ua, ub) = (ids_of(a_pid), ids_of(b_pid));
+    assert_eq!((ua.0, ub.0), (ua.1, ub.1), "each instance's gid is its uid");
+    let mut got = [ua.0, ub.0];
+    got.sort_unstable();
+    assert_eq!(got, [start, start + 1], "the two instances' uids");
+    let o = output(shoal().args(["run", "--uid-range", &range]).arg(&image).args(["--", "0"]));
+    assert_clean_error(&o, &format!("--uid-range {range}: every uid of the range is in use by a running instance (2 of 2)"));
+    assert_eq!(o.status.code(), Some(125));
+    // SIGKILL to instance a (a crash): its waiting parent reports it and
+    // ends, which frees its uid.
+    // SAFETY: kill on a pid this test started (through shoal).
+    unsafe { libc::kill(a_pid as i32, libc::SIGKILL) };
+    let st = a.wait().unwrap();
+    assert_eq!(st.code(), Some(128 + libc::SIGKILL), "the killed instance's status");
+    let (mut c, c_pid) = start_one();
+    assert_eq!(ids_of(c_pid).0, ua.0, "the freed uid is taken again");
+    for p in [&mut b, &mut c] {
+        let _ = p.kill();
+        let _ = p.wait();
     }
 }

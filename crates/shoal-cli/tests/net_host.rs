@@ -665,11 +665,12 @@ fn an_af_unspec_send_does_not_pass_the_allow_list() {
 
 /// Without `--net-outbound`, a socket the guest bound
 /// with `--net-bind-any` makes no traffic of its own: a TCP Fast Open send
-/// (which connects) is `EACCES` on both tenders; on hvt, so is a UDP send
-/// to anyone but a recent sender (a reply, which `net_bind_any_binds_the_
-/// guests_ports_on_demand` and `udp_round_trips` check still goes). spt's
-/// filter cannot read a send's address, so there a bound UDP socket may
-/// still send anywhere (docs/architecture.md, threat model).
+/// (which connects) is `EACCES`, and so is a UDP send to anyone but a
+/// recent sender (a reply, which `net_bind_any_binds_the_guests_ports_on_
+/// demand`, `udp_round_trips` and `a_udp_socket_without_outbound_replies_
+/// only_to_its_recent_senders` check still goes), on both tenders: on spt
+/// the waiting parent holds the UDP socket and relays it (docs/
+/// architecture.md, threat model).
 #[test]
 fn without_outbound_a_bound_socket_makes_no_traffic_of_its_own() {
     let dir = scratch();
@@ -680,16 +681,109 @@ fn without_outbound_a_bound_socket_makes_no_traffic_of_its_own() {
         let o = output(shoal_run(t).arg("--net-bind-any").arg(&image).args(["--", "tfo", &port]));
         assert_eq!(stdout(&o), "socket: ok\nbind: ok\nsendto: EACCES\n", "{t}: {}", stderr(&o));
         assert!(no_connection(&l), "{t}: the Fast Open send connected");
-        // spt's filter cannot read a send's address (documented): an
-        // addressed UDP send is not refused there, by design, not a skip.
-        if t == "spt" {
-            continue;
-        }
         let target = UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = target.local_addr().unwrap().port().to_string();
         let o = output(shoal_run(t).arg("--net-bind-any").arg(&image).args(["--", "udp", &port]));
         assert_eq!(stdout(&o), "socket: ok\nbind: ok\nsendto: EACCES\n", "{t}: {}", stderr(&o));
         assert!(no_datagram(&target), "{t}: the refused datagram arrived");
+    }
+}
+
+/// Without `--net-outbound` a UDP socket from a bind answers its senders
+/// and nobody else: a reply to the datagram's sender arrives, a send to
+/// another address on the same socket is `EACCES` and nothing reaches
+/// that address (spt: the relay through the waiting parent; hvt: the
+/// VMM's rule).
+#[test]
+fn a_udp_socket_without_outbound_replies_only_to_its_recent_senders() {
+    let dir = scratch();
+    let image = build_image(&test_app("net_policy.c"), dir.path(), &[]);
+    for t in tenders() {
+        let target = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tport = target.local_addr().unwrap().port().to_string();
+        let lport = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut srv =
+            Server::start(&run_args(t, &["--net-bind-any", &image.display().to_string(), "--", "reply", &lport.to_string(), &tport]), None, "socket: ok");
+        let mut line = String::new();
+        for want in ["bind: ok\n", "ready\n"] {
+            line.clear();
+            srv.out.read_line(&mut line).unwrap();
+            assert_eq!(line, want, "{t}");
+        }
+        let client = UdpSocket::bind("127.0.0.1:0").unwrap();
+        client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        client.send_to(b"ping", ("127.0.0.1", lport)).unwrap();
+        let mut buf = [0u8; 64];
+        let (n, from) = client.recv_from(&mut buf).unwrap();
+        assert_eq!((&buf[..n], from.port()), (&b"pong"[..], lport), "{t}");
+        assert_eq!(srv.finish(), (Some(0), "recvfrom: ok\nreply: ok\nsendto other: EACCES\n".to_string()), "{t}");
+        assert!(no_datagram(&target), "{t}: the refused datagram arrived");
+    }
+}
+
+/// spt: the guest's UDP port is the instance's end of the parent's relay,
+/// so a guest that sends past the handler — a `sendto` with an address, or
+/// a relay frame it wrote itself naming an address no datagram came from
+/// — reaches nobody. (Before the relay, the first went out.) A UDP port
+/// without outbound needs the waiting parent: `--single-process` is
+/// refused with one line. hvt has no host calls of the guest's
+/// (`raw_host_socket_calls_without_outbound_are_killed`).
+#[test]
+fn an_spt_guest_cannot_send_past_its_udp_relay() {
+    let dir = scratch();
+    let image = build_image(&test_app("net_rawsys.c"), dir.path(), &[]);
+    let target = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let tport = target.local_addr().unwrap().port().to_string();
+    let publ = format!("{}:53/udp", UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let o = output(shoal().args(["run", "-p", &publ]).arg(&image).args(["--", "relay", &tport]));
+    assert_eq!((o.status.code(), stdout(&o).as_str()), (Some(0), "sendto with an address: 4\nframe sent: 36\n"), "{}", stderr(&o));
+    assert!(no_datagram(&target), "a datagram of the guest's own arrived");
+    let o = output(shoal().args(["run", "--single-process", "-p", &publ]).arg(&image).args(["--", "relay", &tport]));
+    assert_clean_error(&o, "a UDP port (--publish …/udp, --listen-fd) without --net-outbound needs the waiting parent process");
+}
+
+/// A published /udp echo server under load: 4 clients, 250 datagrams
+/// each with up to 8 in flight, every one echoed to its own sender (spt:
+/// through the relay).
+#[test]
+fn a_published_udp_echo_server_answers_1000_datagrams() {
+    let dir = scratch();
+    let image = build_image(&test_app("net_udp.c"), dir.path(), &[]);
+    const CLIENTS: usize = 4;
+    const EACH: usize = 250;
+    const WINDOW: usize = 8;
+    for t in tenders() {
+        let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let (img, publ) = (image.display().to_string(), format!("{port}:5353/udp"));
+        let n = (CLIENTS * EACH).to_string();
+        let srv = Server::start(&run_args(t, &["-p", &publ, &img, "--", "5353", &n]), None, "ready");
+        let t0 = Instant::now();
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|c| {
+                std::thread::spawn(move || {
+                    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+                    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    let (mut sent, mut got) = (0, 0);
+                    let mut buf = [0u8; 128];
+                    while got < EACH {
+                        while sent < EACH && sent - got < WINDOW {
+                            sock.send_to(format!("c{c} d{sent}").as_bytes(), ("127.0.0.1", port)).unwrap();
+                            sent += 1;
+                        }
+                        let (k, _) = sock.recv_from(&mut buf).unwrap();
+                        // Loopback keeps each sender's order.
+                        assert_eq!(&buf[..k], format!("echo:c{c} d{got}").as_bytes());
+                        got += 1;
+                    }
+                    got
+                })
+            })
+            .collect();
+        let total: usize = clients.into_iter().map(|h| h.join().unwrap()).sum();
+        eprintln!("{t}: {total} datagrams echoed in {:?}", t0.elapsed());
+        assert_eq!(total, CLIENTS * EACH, "{t}");
+        let (status, rest) = srv.finish();
+        assert_eq!((status, rest), (Some(0), format!("echoed {n} datagrams\n")), "{t}");
     }
 }
 

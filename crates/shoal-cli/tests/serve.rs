@@ -1349,6 +1349,34 @@ fn an_spt_instance_is_confined_as_shoal_run_confines_it() {
     }
 }
 
+/// `shoal serve --uid-range` (root): the gateway runs each spt instance as
+/// a uid and gid of its own from the range (claimed and held by the
+/// gateway while the instance runs), not as the `nobody` they shared.
+#[test]
+fn with_a_uid_range_each_spt_instance_runs_as_a_uid_of_its_own() {
+    if !shoal_testkit::need(&["root"]) {
+        return;
+    }
+    let dir = scratch();
+    // Two uids no other run of this test takes at the same time.
+    let start = 3_200_000 + (std::process::id() % 100_000) * 2;
+    let mut options = test_options();
+    options.extend(["--uid-range".to_string(), format!("{start}:2")]);
+    let gw = Gateway::start_opts(&dir.path().join("state"), &[], &options);
+    let mut ids = Vec::new();
+    for f in ["one", "two"] {
+        assert_eq!(gw.deploy(f, &format!(r#"{{"image":"{}"}}"#, image("noop"))).status, 201);
+        assert_eq!(gw.get(&format!("/fn/{f}/")).text(), "noop\n");
+        let (_, pid) = gw.instances(f)[0];
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let field = |k: &str| status.lines().find(|l| l.starts_with(k)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<u32>().ok());
+        assert_eq!(field("Uid:"), field("Gid:"), "{f}: {status}");
+        ids.push(field("Uid:").unwrap());
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, [start, start + 1], "the two instances' uids");
+}
+
 /// spt functions are prepared at deploy: an image that is not a shoal
 /// image, or settings spt cannot boot (an environment larger than the
 /// guest's argument area), are refused then with 422 and a one-line

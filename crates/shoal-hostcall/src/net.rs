@@ -95,6 +95,92 @@ pub fn batch(mem: &GuestMemory, writable: impl Fn(u64, u64) -> bool, a: &NetArgs
     a.count as i64
 }
 
+/// How many senders a UDP socket from a bind (a published port,
+/// `--net-bind-any`) remembers for replies without `--net-outbound`: a
+/// server answers a datagram soon after it came, so a short memory is
+/// enough.
+pub const MAX_PEERS: usize = 64;
+
+/// The form a datagram's sender is remembered and a reply's destination
+/// matched in: family tag and port in the first word, the address in the
+/// other two; an IPv4-mapped IPv6 address as IPv4 (a reply may name either
+/// form); the IPv6 flow label and scope id ignored (Linux takes a 24-byte
+/// `sockaddr_in6` without the scope id). `None` for anything but an
+/// `AF_INET`/`AF_INET6` address (`AF_UNSPEC`, which Linux's UDP sends as
+/// `AF_INET`, matches nothing).
+pub fn peer_key(sa: &[u8]) -> Option<[u64; 3]> {
+    let family = i32::from(u16::from_ne_bytes([*sa.first()?, *sa.get(1)?]));
+    let port = u64::from(u16::from_be_bytes([*sa.get(2)?, *sa.get(3)?]));
+    let v4 = |ip: [u8; 4]| [(4 << 56) | port, u64::from(u32::from_be_bytes(ip)), 0];
+    match family {
+        libc::AF_INET if sa.len() >= 16 => Some(v4([sa[4], sa[5], sa[6], sa[7]])),
+        libc::AF_INET6 if sa.len() >= 24 => {
+            let ip = &sa[8..24];
+            if ip[..10] == [0; 10] && ip[10..12] == [0xff, 0xff] {
+                return Some(v4([ip[12], ip[13], ip[14], ip[15]]));
+            }
+            let half = |b: &[u8]| u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            Some([(6 << 56) | port, half(&ip[..8]), half(&ip[8..])])
+        }
+        _ => None,
+    }
+}
+
+/// The last [`MAX_PEERS`] senders of a UDP socket (by [`peer_key`]), the
+/// least recently heard forgotten first: the only destinations a reply
+/// may name without `--net-outbound`. Fixed size, no allocation (spt's
+/// instance keeps one per relayed socket in its hypercall handlers; its
+/// waiting parent keeps the same, which is what holds).
+#[derive(Clone, Copy)]
+pub struct RecentPeers {
+    keys: [[u64; 3]; MAX_PEERS],
+    /// When each entry was last heard (0: empty).
+    heard: [u64; MAX_PEERS],
+    clock: u64,
+}
+
+impl Default for RecentPeers {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+impl RecentPeers {
+    /// No sender recorded.
+    pub const EMPTY: RecentPeers = RecentPeers { keys: [[0; 3]; MAX_PEERS], heard: [0; MAX_PEERS], clock: 0 };
+
+    /// Forgets every sender.
+    pub fn clear(&mut self) {
+        self.heard = [0; MAX_PEERS];
+        self.clock = 0;
+    }
+
+    /// Records the sender `sa` of a datagram (an address that is not
+    /// `AF_INET`/`AF_INET6` is not recorded).
+    pub fn heard(&mut self, sa: &[u8]) {
+        let Some(k) = peer_key(sa) else { return };
+        self.clock += 1;
+        let mut oldest = 0;
+        for i in 0..MAX_PEERS {
+            if self.heard[i] != 0 && self.keys[i] == k {
+                self.heard[i] = self.clock;
+                return;
+            }
+            if self.heard[i] < self.heard[oldest] {
+                oldest = i;
+            }
+        }
+        self.keys[oldest] = k;
+        self.heard[oldest] = self.clock;
+    }
+
+    /// Whether `sa` is one of the recorded senders.
+    pub fn contains(&self, sa: &[u8]) -> bool {
+        let Some(k) = peer_key(sa) else { return false };
+        (0..MAX_PEERS).any(|i| self.heard[i] != 0 && self.keys[i] == k)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +207,54 @@ mod tests {
         assert_eq!(addr_out_len(&o, 16, 128), 8);
         assert_eq!(addr_out_len(&o, 4, 128), 4);
         assert_eq!(addr_out_len(&NetOp { addrlen: 1 << 40, ..Default::default() }, 200, 128), 128);
+    }
+
+    fn v4(a: [u8; 4], port: u16) -> Vec<u8> {
+        let mut s = vec![0u8; 16];
+        s[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        s[2..4].copy_from_slice(&port.to_be_bytes());
+        s[4..8].copy_from_slice(&a);
+        s
+    }
+
+    fn v6(a: [u8; 16], port: u16) -> Vec<u8> {
+        let mut s = vec![0u8; 28];
+        s[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        s[2..4].copy_from_slice(&port.to_be_bytes());
+        s[8..24].copy_from_slice(&a);
+        s
+    }
+
+    #[test]
+    fn a_mapped_ipv6_sender_is_the_same_peer_as_its_ipv4_form() {
+        let mut mapped = [0u8; 16];
+        mapped[10] = 0xff;
+        mapped[11] = 0xff;
+        mapped[12..].copy_from_slice(&[127, 0, 0, 1]);
+        assert_eq!(peer_key(&v6(mapped, 53)), peer_key(&v4([127, 0, 0, 1], 53)));
+        assert_ne!(peer_key(&v4([127, 0, 0, 1], 53)), peer_key(&v4([127, 0, 0, 1], 54)));
+        let mut unspec = v4([127, 0, 0, 1], 53);
+        unspec[..2].copy_from_slice(&0u16.to_ne_bytes());
+        assert_eq!(peer_key(&unspec), None, "AF_UNSPEC matches nothing");
+        assert_eq!(peer_key(&v4([127, 0, 0, 1], 53)[..8]), None, "a short address");
+        let one = v6([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 53);
+        assert_eq!(peer_key(&one[..24]), peer_key(&one), "without the scope id");
+    }
+
+    #[test]
+    fn recent_peers_keep_the_last_64_senders_heard() {
+        let mut p = RecentPeers::default();
+        let a = |i: u16| v4([127, 0, 0, 1], 1000 + i);
+        assert!(!p.contains(&a(0)));
+        for i in 0..64 {
+            p.heard(&a(i));
+        }
+        assert!((0..64).all(|i| p.contains(&a(i))));
+        // Heard again, 0 is the newest: 1 is forgotten for 64.
+        p.heard(&a(0));
+        p.heard(&a(64));
+        assert!(p.contains(&a(0)) && p.contains(&a(64)) && !p.contains(&a(1)));
+        p.clear();
+        assert!(!p.contains(&a(0)));
     }
 }

@@ -60,7 +60,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 /// The lowest handle (as on spt, where handles are descriptors above
 /// stdio).
 pub const FIRST_HANDLE: i64 = 3;
-use shoal_hostcall::net::{neg, MAX_ADDR, MAX_IO, MAX_OPT};
+use shoal_hostcall::net::{neg, RecentPeers, MAX_ADDR, MAX_IO, MAX_OPT};
 /// Below this port a bind needs privilege the VMM may have and the guest
 /// must not borrow.
 const FIRST_UNPRIVILEGED_PORT: u16 = 1024;
@@ -83,19 +83,16 @@ struct Sock {
     dgram: bool,
     /// A UDP listener's recent senders, to which it may always reply
     /// (without outbound, the only destinations an addressed send on it
-    /// may name; at most [`MAX_PEERS`], the oldest forgotten first).
-    peers: Vec<SocketAddr>,
+    /// may name; the last `shoal_hostcall::net::MAX_PEERS`, as spt's relay
+    /// keeps them). Made at its first datagram.
+    peers: Option<Box<RecentPeers>>,
 }
 
 impl Sock {
     fn new(fd: OwnedFd, kind: Kind, dgram: bool) -> Sock {
-        Sock { fd, kind, dgram, peers: Vec::new() }
+        Sock { fd, kind, dgram, peers: None }
     }
 }
-
-/// How many senders a UDP listener remembers for replies: a server
-/// answers a datagram soon after it came, so a short memory is enough.
-const MAX_PEERS: usize = 64;
 
 /// Whether `fd` is a datagram socket (`SO_TYPE`).
 fn is_dgram(fd: RawFd) -> bool {
@@ -104,12 +101,6 @@ fn is_dgram(fd: RawFd) -> bool {
     // SAFETY: `ty` and `len` are valid out-parameters of this size.
     let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_TYPE, (&mut ty as *mut libc::c_int).cast(), &mut len) };
     rc == 0 && ty == libc::SOCK_DGRAM
-}
-
-/// The address a peer is remembered and matched by: an IPv4-mapped IPv6
-/// address as IPv4 (a reply may name either form).
-fn canonical(a: SocketAddr) -> SocketAddr {
-    SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
 /// Exit counts of the network hypercalls, for `SHOAL_HVT_STATS`.
@@ -400,7 +391,7 @@ impl Net {
     /// socket the address is ignored, but with `MSG_FASTOPEN` it connects,
     /// which `send` refuses before).
     fn send_allowed(&self, s: &Sock, sa: &[u8]) -> bool {
-        let reply = matches!(dest(sa), Dest::Addr(a) if s.kind == Kind::Listener && s.dgram && s.peers.contains(&canonical(a)));
+        let reply = s.kind == Kind::Listener && s.dgram && s.peers.as_ref().is_some_and(|p| p.contains(sa));
         reply || (self.outbound && self.allowed(sa, true))
     }
 
@@ -455,18 +446,11 @@ impl Net {
     /// Remembers `from`, the sender of a datagram received on `handle`, if
     /// that is a UDP listener (the replies [`Net::send_allowed`] lets go).
     fn heard(&mut self, handle: i64, from: &[u8]) {
-        let Dest::Addr(a) = dest(from) else { return };
         let Some(Some(s)) = usize::try_from(handle - FIRST_HANDLE).ok().and_then(|i| self.socks.get_mut(i)) else { return };
         if s.kind != Kind::Listener || !s.dgram {
             return;
         }
-        let a = canonical(a);
-        if let Some(i) = s.peers.iter().position(|p| *p == a) {
-            s.peers.remove(i);
-        } else if s.peers.len() >= MAX_PEERS {
-            s.peers.remove(0);
-        }
-        s.peers.push(a);
+        s.peers.get_or_insert_with(Box::default).heard(from);
     }
 
     fn one(&mut self, g: &Guest<'_>, op: &mut NetOp) -> Result<i64, i64> {

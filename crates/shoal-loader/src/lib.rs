@@ -44,6 +44,7 @@ pub mod net;
 pub mod pool;
 pub mod stop;
 pub mod tsc;
+pub mod uids;
 pub mod volume;
 pub mod watchdog;
 
@@ -176,6 +177,9 @@ pub struct RunConfig {
     pub log_shrink: u32,
     /// `--log-report` (`shoal_abi::RECOVER_LOG_REPORT`).
     pub log_report: bool,
+    /// `--uid-range`: a root-started spt instance runs as a uid of its
+    /// own from this range (`uids`), not as `nobody`.
+    pub uid_range: Option<uids::UidRange>,
 }
 
 impl RunConfig {
@@ -206,6 +210,7 @@ impl RunConfig {
             recover_stateful: false,
             log_shrink: 0,
             log_report: false,
+            uid_range: None,
         }
     }
 

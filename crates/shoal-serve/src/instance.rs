@@ -45,6 +45,8 @@ pub struct Launcher {
     pub tender: PathBuf,
     /// Where OCI bundles are made (removed with the gateway).
     pub scratch: PathBuf,
+    /// `--uid-range`: each spt instance runs as a uid of its own from it.
+    pub uid_range: Option<shoal_loader::uids::UidRange>,
 }
 
 /// A started instance's process and how to reach it.
@@ -62,6 +64,9 @@ pub struct Started {
     pub spawn_time: Duration,
     /// runc/runsc: the instance's network namespace (`addr` is in it).
     pub netns: Option<Arc<NetNs>>,
+    /// A prepared spt instance's uid (`--uid-range`), held until the
+    /// instance is reaped (dropped with this).
+    pub uid: Option<shoal_loader::uids::UidClaim>,
 }
 
 /// The runtime binary of a container backend.
@@ -131,10 +136,12 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
             if let (Backend::Spt, Some(p)) = (f.backend, prepared) {
                 let t = Instant::now();
                 let env = [std::ffi::OsString::from(format!("PORT={}", addr.port()))];
-                let child = super::spawn::spawn_spt(p, &sock.into(), &env).with_context(|| format!("cannot start an instance of {}", f.name))?;
+                let uid = l.uid_range.map(shoal_loader::uids::claim).transpose()?;
+                let child = super::spawn::spawn_spt(p, &sock.into(), &env, uid.as_ref().map(shoal_loader::uids::UidClaim::uid))
+                    .with_context(|| format!("cannot start an instance of {}", f.name))?;
                 // The gateway's copy of the socket was closed by the call:
                 // once the instance exits, a waiting connection is refused.
-                return Ok(Started { child, addr, container: None, listening: true, spawn_time: t.elapsed(), netns: None });
+                return Ok(Started { child, addr, container: None, listening: true, spawn_time: t.elapsed(), netns: None, uid });
             }
             if f.backend == Backend::Process {
                 cmd = Spec::new(&f.image)?;
@@ -156,6 +163,10 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
                 cmd.arg("--listen-fd")?.arg(LISTEN_FD.to_string())?.arg("-e")?.arg(format!("PORT={}", addr.port()))?;
                 for a in tender_options(f).to_args() {
                     cmd.arg(a)?;
+                }
+                // shoal-tender claims and holds the uid itself.
+                if let (Backend::Spt, Some(r)) = (f.backend, l.uid_range) {
+                    cmd.arg("--uid-range")?.arg(r.spec())?;
                 }
                 cmd.arg(&f.image)?;
             }
@@ -195,7 +206,7 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
     // socket is gone and a waiting connection is refused, not left hanging.
     let listening = listener.is_some();
     drop(listener);
-    Ok(Started { child, addr, container, listening, spawn_time, netns })
+    Ok(Started { child, addr, container, listening, spawn_time, netns, uid: None })
 }
 
 /// The port a container instance listens on, in its own namespace: any

@@ -106,6 +106,9 @@ pub struct Options {
     pub auth_invoke: bool,
     /// `--upload-quota SIZE`: all uploads together, in bytes.
     pub upload_quota: u64,
+    /// `--uid-range START:COUNT`: each spt instance runs as a uid of its
+    /// own from the range (`shoal run --uid-range`).
+    pub uid_range: Option<shoal_loader::uids::UidRange>,
 }
 
 /// `--listen ADDR:PORT` as an address; `localhost:PORT` is
@@ -139,6 +142,10 @@ pub fn serve(o: Options) -> Result<()> {
         Some(s) => s,
         None => spec::default_state_dir()?,
     };
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if o.uid_range.is_some() && unsafe { libc::geteuid() } != 0 {
+        anyhow::bail!("{}", shoal_loader::uids::UidError::NotRoot);
+    }
     let store = spec::Store::open(&state)?;
     let functions = store.load()?;
     let token = auth::load_or_create(&state)?;
@@ -151,7 +158,7 @@ pub fn serve(o: Options) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     let result = rt.block_on(async move {
         instance::remove_stale_containers().await;
-        let dispatcher = Arc::new(dispatch::Dispatcher::new(instance::Launcher { tender, scratch: scratch.path().to_path_buf() }));
+        let dispatcher = Arc::new(dispatch::Dispatcher::new(instance::Launcher { tender, scratch: scratch.path().to_path_buf(), uid_range: o.uid_range }));
         let images = images::ImageStore::new(&state, scratch.path(), o.upload_quota);
         let gone = images.collect_garbage(&functions, Duration::ZERO);
         if gone > 0 {

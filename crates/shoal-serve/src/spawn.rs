@@ -146,13 +146,14 @@ impl Spec {
 /// to the guest's environment. One `clone` and one `exec`, no front end
 /// (`shoal-tender`) in between; the instance is confined exactly as
 /// `shoal run` confines it and dies with this process (see
-/// `shoal_spt::Prepared::spawn`). Must run inside the tokio runtime.
-pub fn spawn_spt(prepared: &shoal_spt::Prepared, listen: &OwnedFd, env: &[std::ffi::OsString]) -> Result<Proc, SpawnError> {
+/// `shoal_spt::Prepared::spawn`), as `uid` if given (else `nobody`). Must
+/// run inside the tokio runtime.
+pub fn spawn_spt(prepared: &shoal_spt::Prepared, listen: &OwnedFd, env: &[std::ffi::OsString], uid: Option<u32>) -> Result<Proc, SpawnError> {
     let null: OwnedFd = std::fs::File::open("/dev/null").map_err(|e| SpawnError::Sys("open /dev/null", e))?.into();
     let (out_r, out_w) = pipe_pair()?;
     let (err_r, err_w) = pipe_pair()?;
     let listeners = [listen.try_clone().map_err(|e| SpawnError::Sys("duplicate the listening socket", e))?];
-    let io = shoal_spt::InstanceIo { stdin: &null, stdout: &out_w, stderr: &err_w, listeners: &listeners, env };
+    let io = shoal_spt::InstanceIo { stdin: &null, stdout: &out_w, stderr: &err_w, listeners: &listeners, env, uid };
     let pid = prepared.spawn(&io).map_err(|e| SpawnError::Exec(shoal_spt::INSTANCE_PROGRAM.into(), io::Error::other(e.to_string())))?;
     drop((null, out_w, err_w, listeners));
     adopt(pid, out_r, err_r)

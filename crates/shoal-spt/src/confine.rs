@@ -186,12 +186,13 @@ fn reopen_here(fd: i32) -> Result<std::os::fd::OwnedFd, i32> {
     Ok(dir.into())
 }
 
-/// Replaces the root with an empty read-only tmpfs, drops to `nobody`,
-/// enters a new user namespace and clears every capability. Only for a
-/// process started as root, already in its own mount namespace. `parent`:
+/// Replaces the root with an empty read-only tmpfs, drops to uid and gid
+/// `uid` ([`NOBODY`], or one of `--uid-range` claimed by the waiting
+/// parent), enters a new user namespace and clears every capability. Only
+/// for a process started as root, already in its own mount namespace. `parent`:
 /// a pidfd of the waiting parent, whose death must still kill this process
 /// after the change of credentials (which clears the parent-death signal).
-pub fn drop_root(parent: Option<i32>) -> Result<(), ConfineError> {
+pub fn drop_root(parent: Option<i32>, uid: u32) -> Result<(), ConfineError> {
     // SAFETY: plain system calls on constant, valid, NUL-terminated strings
     // or null pointers, and on the capability structures below; they change
     // only this process's mounts (in its own mount namespace), credentials
@@ -217,11 +218,13 @@ pub fn drop_root(parent: Option<i32>) -> Result<(), ConfineError> {
         step("detach the host's file system", libc::umount2(c".".as_ptr(), libc::MNT_DETACH))?;
         sys::start_step("instance: in the empty root (mount namespace private, tmpfs, pivot_root, host detached)");
         step("enter the empty root", libc::chdir(c"/".as_ptr()))?;
-        // Drop to nobody: with no keep-caps, setresuid from root to
-        // non-root clears every capability.
+        // Drop to the instance's user: with no keep-caps, setresuid from
+        // root to non-root clears every capability. Uid 0 never comes here
+        // (a range starts at 1; the spec's default is nobody).
+        let uid = if uid == 0 { NOBODY } else { uid };
         step("drop supplementary groups", libc::setgroups(0, core::ptr::null()))?;
-        step("switch to group nobody", libc::setresgid(NOBODY, NOBODY, NOBODY))?;
-        step("switch to user nobody", libc::setresuid(NOBODY, NOBODY, NOBODY))?;
+        step("switch to the instance's group", libc::setresgid(uid, uid, uid))?;
+        step("switch to the instance's user", libc::setresuid(uid, uid, uid))?;
         // A user namespace of its own: whatever the process could still
         // reach through the host's user namespace (keyrings, the
         // namespaces made above as root) is owned by another namespace now.

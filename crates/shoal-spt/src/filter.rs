@@ -86,12 +86,13 @@
 //!
 //! | system call | arguments allowed | who needs it | what a hostile guest can do with it |
 //! |---|---|---|---|
-//! | `sendto` (44), `recvfrom` (45) | fd >= 3; without outbound, `sendto`'s flags (32-bit) without `MSG_FASTOPEN` | `Net` hypercall: data on guest sockets | send and receive on its own connections; no TCP Fast Open connect (which Landlock's connect rule does not see) without outbound. The address of a `sendto` is not checked (seccomp cannot read it): a UDP socket it holds (a published `/udp` port, a `--net-bind-any` bind) can send to any address |
+//! | `sendto` (44), `recvfrom` (45) | fd >= 3; without outbound, `sendto`'s flags (32-bit) without `MSG_FASTOPEN` | `Net` hypercall: data on guest sockets | send and receive on its own connections; no TCP Fast Open connect (which Landlock's connect rule does not see) without outbound. The address of a `sendto` is not checked (seccomp cannot read it), which is why without outbound the instance holds no UDP socket: its UDP ports are relayed by the waiting parent (`crate::relay`), and an addressed send on a TCP socket ignores the address |
 //! | `shutdown` (48), `close` (3), `listen` (50) | fd >= 3 | `Net` hypercall | end or resize its own sockets |
 //! | `getsockname` (51), `getpeername` (52), `getsockopt` (55) | fd >= 3 | `Net` hypercall | read options and addresses of its own sockets |
 //! | `setsockopt` (54) | fd >= 3, and level (32-bit) != `SOL_SOCKET` or option (32-bit) neither `SO_REUSEADDR` nor `SO_REUSEPORT` | `Net` hypercall (which answers address reuse itself: `crate::net`) | set options of its own sockets; options that need privilege (`SO_BINDTODEVICE`, `IP_TRANSPARENT`, …) fail for want of capabilities; no sharing of a port another process bound |
 //! | `accept4` (288) | 3 <= fd < 3 + listeners, flags include `SOCK_NONBLOCK` (any fd >= 3 with outbound or bind-any) | `Net` hypercall | take connections from the ports it was given (or bound) |
-//! | `recvmsg` (47) | fd == the bind channel (3 + listeners); `--net-bind-any` only | `Net` hypercall `BIND_NEW`: the socket the parent bound comes back with `SCM_RIGHTS` (`crate::net`) | ask the parent for sockets bound to any port of its network namespace with the caller's rights, which is what `--net-bind-any` gives the guest anyway; it receives nothing else there |
+//! | `recvmsg` (47), `sendmsg` (46) | fd >= 3, `sendmsg`'s flags (32-bit) without `MSG_FASTOPEN`; only without outbound with a UDP port or `--net-bind-any` (a relay, `crate::relay`) | `Net` hypercall on a relayed UDP socket: a frame is the sender's or destination's address and the datagram, in two buffers | what `recvfrom`/`sendto` do on its own sockets; on a relay, frames to the parent, which sends only replies to recent senders; no descriptor is ever sent to the instance but on the bind channel |
+//! | `recvmsg` (47) | fd == the bind channel (3 + listeners); `--net-bind-any` with outbound | `Net` hypercall `BIND_NEW`: the socket the parent bound comes back with `SCM_RIGHTS` (`crate::net`) | ask the parent for sockets bound to any port of its network namespace with the caller's rights, which is what `--net-bind-any` gives the guest anyway; it receives nothing else there |
 //! | `socket` (41) | domain `AF_INET` or `AF_INET6`, type includes `SOCK_NONBLOCK` and is `SOCK_STREAM` with protocol 0 or `IPPROTO_TCP` or `SOCK_DGRAM` with 0 or `IPPROTO_UDP`; outbound only | `Net` hypercall | make TCP/UDP sockets (not `IPPROTO_MPTCP`, whose ports Landlock's TCP rules do not cover) |
 //! | `bind` (49), `connect` (42) | fd >= 3; outbound only | `Net` hypercall | bind and connect where Landlock allows (TCP: no bind but port 0, connect to any port; UDP is not covered by Landlock: with outbound on, any UDP destination) |
 //! | `epoll_ctl` (233) | epfd == the watch set's descriptor (`3 + listeners` + 1 with `--net-bind-any` + 1 for the alias file, `crate::net::watch_fd`), op == `EPOLL_CTL_ADD` | `Net` hypercall: `socket` and `accept` register the new socket in the watch set | add its own descriptors (sockets, stdio) to the watch set: the reports name descriptor numbers it already has, and the guest kernel ignores numbers it does not know. No `MOD`/`DEL` (closing a socket removes it) |
@@ -329,7 +330,22 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
         SeccompRule::new(vec![fd_at_least(first)?, below, nonblock])?
     };
     r.insert(libc::SYS_accept4, vec![accept]);
-    if let Some(channel) = net.channel_fd() {
+    if net.relay {
+        // Relayed UDP sockets (crate::relay): a frame is a header and the
+        // datagram, received and sent with two buffers each. On every guest
+        // socket, as recvfrom and sendto are (what they do there is what
+        // those do; no descriptor is ever sent to the instance but on the
+        // bind channel); sendmsg, like sendto, never with MSG_FASTOPEN
+        // (relays exist only without outbound).
+        r.insert(libc::SYS_recvmsg, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
+        r.insert(
+            libc::SYS_sendmsg,
+            vec![SeccompRule::new(vec![
+                fd_at_least(first)?,
+                SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(libc::MSG_FASTOPEN as u64), 0)?,
+            ])?],
+        );
+    } else if let Some(channel) = net.channel_fd() {
         // BIND_NEW: the socket the parent bound arrives by SCM_RIGHTS on the
         // bind channel, and there only (requests go out with sendto).
         r.insert(libc::SYS_recvmsg, vec![SeccompRule::new(vec![eq32(0, channel as u64)?])?]);
@@ -471,7 +487,7 @@ pub fn plain_instance_bytes(heap_start: u64, mem_size: u64) -> Result<Vec<u8>, F
 /// as for [`plain_instance_bytes`]. What `examples/filter_cost.rs` installs
 /// to measure what the filter adds to each of a server's host calls.
 pub fn server_instance_bytes(listeners: u32, heap_start: u64, mem_size: u64) -> Result<Vec<u8>, FilterError> {
-    let net = NetPolicy { listeners, outbound: false, bind_any: false };
+    let net = NetPolicy { listeners, outbound: false, bind_any: false, relay: false };
     let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd(), mounts: 0 })?;
     Ok(to_bytes(&prog))
 }
@@ -479,7 +495,7 @@ pub fn server_instance_bytes(listeners: u32, heap_start: u64, mem_size: u64) -> 
 /// The watch set's descriptor in a server instance with `listeners`
 /// listening sockets (the one descriptor its epoll calls are pinned to).
 pub fn server_watch_fd(listeners: u32) -> i32 {
-    crate::net::watch_fd(&NetPolicy { listeners, outbound: false, bind_any: false })
+    crate::net::watch_fd(&NetPolicy { listeners, outbound: false, bind_any: false, relay: false })
 }
 
 /// A program as raw `sock_filter` records (8 bytes each, host byte order).
@@ -512,7 +528,14 @@ pub(crate) fn from_bytes(b: &[u8]) -> Option<BpfProgram> {
 /// each instance with its key; the instance uses it only if the key is the
 /// one it computes itself, and compiles its own otherwise.
 pub(crate) fn key(net: NetPolicy, g: GuestRange) -> [u64; 6] {
-    [g.heap_start, g.mem_size, g.alias_fd as u32 as u64 | u64::from(g.mounts) << 32, u64::from(net.listeners), u64::from(net.outbound), u64::from(net.bind_any)]
+    [
+        g.heap_start,
+        g.mem_size,
+        g.alias_fd as u32 as u64 | u64::from(g.mounts) << 32,
+        u64::from(net.listeners),
+        u64::from(net.outbound),
+        u64::from(net.bind_any) | u64::from(net.relay) << 1,
+    ]
 }
 
 #[cfg(test)]
@@ -523,7 +546,7 @@ mod tests {
     /// the key changes with every input the program depends on.
     #[test]
     fn a_program_round_trips_through_bytes_and_its_key_names_its_inputs() {
-        let net = crate::net::NetPolicy { listeners: 1, outbound: false, bind_any: false };
+        let net = crate::net::NetPolicy { listeners: 1, outbound: false, bind_any: false, relay: false };
         let g = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: net.alias_fd(), mounts: 0 };
         let p = super::program(net, g).unwrap();
         assert_eq!(super::from_bytes(&super::to_bytes(&p)), Some(p));
@@ -535,6 +558,7 @@ mod tests {
         assert_ne!(k, super::key(crate::net::NetPolicy { outbound: true, ..net }, g));
         assert_ne!(k, super::key(crate::net::NetPolicy { listeners: 2, ..net }, g));
         assert_ne!(k, super::key(crate::net::NetPolicy { bind_any: true, ..net }, g));
+        assert_ne!(k, super::key(crate::net::NetPolicy { relay: true, ..net }, g));
     }
 
     const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: 3, mounts: 0 };
@@ -605,7 +629,7 @@ mod tests {
     #[test]
     fn networking_adds_only_socket_calls_on_guest_descriptors() {
         use super::NetPolicy;
-        let inbound = super::rules_for(NetPolicy { listeners: 2, outbound: false, bind_any: false }, G).unwrap();
+        let inbound = super::rules_for(NetPolicy { listeners: 2, outbound: false, bind_any: false, relay: false }, G).unwrap();
         let mut extra: Vec<i64> = inbound.keys().copied().filter(|n| !super::rules(G).unwrap().contains_key(n)).collect();
         extra.sort_unstable();
         let mut want = vec![
@@ -624,20 +648,25 @@ mod tests {
         ];
         want.sort_unstable();
         assert_eq!(extra, want);
-        let out = super::rules_for(NetPolicy { listeners: 0, outbound: true, bind_any: false }, G).unwrap();
+        let out = super::rules_for(NetPolicy { listeners: 0, outbound: true, bind_any: false, relay: false }, G).unwrap();
         for nr in [libc::SYS_socket, libc::SYS_bind, libc::SYS_connect] {
             assert!(out.contains_key(&nr) && !inbound.contains_key(&nr));
         }
         assert!(!inbound.contains_key(&libc::SYS_recvmsg) && !out.contains_key(&libc::SYS_recvmsg));
-        assert!(!super::program(NetPolicy { listeners: 1, outbound: true, bind_any: false }, G).unwrap().is_empty());
+        assert!(!super::program(NetPolicy { listeners: 1, outbound: true, bind_any: false, relay: false }, G).unwrap().is_empty());
         // --net-bind-any: the inbound calls, plus recvmsg on the channel
         // only; still no socket, bind or connect of the guest's own.
-        let any = NetPolicy { listeners: 1, outbound: false, bind_any: true };
+        let only_channel = super::rules_for(NetPolicy { listeners: 1, outbound: false, bind_any: true, relay: false }, G).unwrap();
+        assert!(!only_channel.contains_key(&libc::SYS_sendmsg) && only_channel.contains_key(&libc::SYS_recvmsg));
+        // Without outbound its UDP binds are relayed (crate::relay): also
+        // recvmsg and sendmsg on guest sockets.
+        let any = NetPolicy { listeners: 1, outbound: false, bind_any: true, relay: true };
         assert_eq!(any.channel_fd(), Some(4));
         let r = super::rules_for(any, G).unwrap();
         let mut extra: Vec<i64> = r.keys().copied().filter(|n| !super::rules(G).unwrap().contains_key(n)).collect();
         extra.sort_unstable();
         want.push(libc::SYS_recvmsg);
+        want.push(libc::SYS_sendmsg);
         want.sort_unstable();
         assert_eq!(extra, want);
         assert!(!super::program(any, G).unwrap().is_empty());
@@ -706,7 +735,7 @@ mod hot_path_tests {
     fn exec_protection_is_guest_memory_only() {
         let x86 = super::AUDIT_ARCH_X86_64;
         let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
-        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3 };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, mounts: 0 };
         let prog = super::program(NetPolicy::default(), g).unwrap();
         let act = |nr: i64, args: [u64; 6]| run(&prog, x86, nr as u32, args).0;
         let mp = libc::SYS_mprotect;
@@ -733,7 +762,7 @@ mod hot_path_tests {
         let x86 = super::AUDIT_ARCH_X86_64;
         let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
         for outbound in [false, true] {
-            let net = NetPolicy { listeners: 1, outbound, bind_any: !outbound };
+            let net = NetPolicy { listeners: 1, outbound, bind_any: !outbound, relay: !outbound };
             let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), mounts: 0 };
             let prog = super::program(net, g).unwrap();
             let act = |nr: i64, args: [u64; 6]| run(&prog, x86, nr as u32, args).0;
@@ -761,6 +790,13 @@ mod hot_path_tests {
             let fast_open = [3u64, 0x1000, 1, (libc::MSG_FASTOPEN | libc::MSG_NOSIGNAL) as u64, 0x2000, 16];
             assert_eq!(act(libc::SYS_sendto, fast_open), if outbound { allow } else { trap });
             assert_eq!(act(libc::SYS_sendto, [3, 0x1000, 1, libc::MSG_NOSIGNAL as u64, 0x2000, 16]), allow);
+            if !outbound {
+                // A relay's frames (crate::relay): sendmsg as sendto.
+                assert_eq!(act(libc::SYS_sendmsg, [3, 0x1000, (libc::MSG_FASTOPEN | libc::MSG_NOSIGNAL) as u64, 0, 0, 0]), trap);
+                assert_eq!(act(libc::SYS_sendmsg, [3, 0x1000, libc::MSG_NOSIGNAL as u64, 0, 0, 0]), allow);
+                assert_eq!(act(libc::SYS_sendmsg, [2, 0x1000, libc::MSG_NOSIGNAL as u64, 0, 0, 0]), trap);
+                assert_eq!(act(libc::SYS_recvmsg, [3, 0x1000, 0, 0, 0, 0]), allow);
+            }
         }
     }
 
@@ -770,9 +806,9 @@ mod hot_path_tests {
     #[test]
     fn the_hot_path_decides_as_the_plain_program_and_is_short() {
         for net in [
-            NetPolicy { listeners: 1, outbound: false, bind_any: false },
-            NetPolicy { listeners: 1, outbound: false, bind_any: true },
-            NetPolicy { listeners: 2, outbound: true, bind_any: true },
+            NetPolicy { listeners: 1, outbound: false, bind_any: false, relay: false },
+            NetPolicy { listeners: 1, outbound: false, bind_any: true, relay: true },
+            NetPolicy { listeners: 2, outbound: true, bind_any: true, relay: false },
         ] {
             let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), mounts: 0 };
             let plain = super::compiled(net, g).unwrap();

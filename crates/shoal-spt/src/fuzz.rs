@@ -79,7 +79,7 @@ impl Harness {
         crate::sys::dup3(null.as_raw_fd(), 0, 0).map_err(|e| HarnessError::File("stdin", std::io::Error::from_raw_os_error(e)))?;
         hypercall::set_console_fds(null.as_raw_fd(), null.as_raw_fd());
         let network = private_loopback().is_ok();
-        crate::net::install(NetPolicy { listeners: 0, outbound: network, bind_any: false });
+        crate::net::install(NetPolicy { listeners: 0, outbound: network, bind_any: false, relay: false });
         hypercall::install(0, 0, MEM_SIZE, &[(BOOT_INFO_ADDR, HEAP_START)]);
         crate::protect::install(HEAP_START, MEM_SIZE, alias.as_raw_fd());
         crate::preempt::install(BOOT_INFO_ADDR, MEM_SIZE, 0, None);

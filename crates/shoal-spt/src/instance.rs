@@ -37,6 +37,8 @@ enum InstanceError {
     Archive(std::io::Error),
     #[error("cannot map the report page: {0}")]
     Report(std::io::Error),
+    #[error("more UDP ports than an instance relays ({max})", max = crate::net::MAX_RELAYS)]
+    TooManyRelays,
 }
 
 /// Runs the instance; never returns. The `shoal-spt` binary's `main`.
@@ -105,7 +107,13 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     // Listening sockets come after the pool files; the last step moves
     // them down to FIRST_SOCKET_FD.. and the boot info names them there.
     let listen_fd0 = spec::POOL_FD0 + spec.pool.len() as i32;
-    let policy = NetPolicy { listeners: spec.listeners.len() as u32, outbound: spec.outbound, bind_any: spec.bind_any };
+    let udp_port = |l: &shoal_abi::Listener| l.sock_type == libc::SOCK_DGRAM as u32;
+    let policy = NetPolicy {
+        listeners: spec.listeners.len() as u32,
+        outbound: spec.outbound,
+        bind_any: spec.bind_any,
+        relay: !spec.outbound && (spec.bind_any || spec.listeners.iter().any(udp_port)),
+    };
     let mut params = params;
     for (i, l) in spec.listeners.iter().enumerate().take(shoal_abi::MAX_LISTENERS) {
         params.listeners[i] = shoal_abi::Listener { handle: i64::from(FIRST_SOCKET_FD) + i as i64, ..*l };
@@ -117,6 +125,19 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     params.watchdog_ns = spec.watchdog_ns;
     params.recover_flags = spec.recover_flags;
     crate::net::install(policy);
+    // Without outbound a UDP port is the instance's end of a relay
+    // (crate::relay), at the descriptor the last step moves it to; its
+    // address, as the guest's kernel reports it, is the guest's port.
+    for (i, l) in spec.listeners.iter().enumerate() {
+        if policy.relay && udp_port(l) {
+            let family = if l.family == libc::AF_INET6 as u32 { libc::AF_INET6 } else { libc::AF_INET };
+            let mut local = [0u8; crate::relay::ADDR];
+            local[..2].copy_from_slice(&(family as u16).to_ne_bytes());
+            local[2..4].copy_from_slice(&(l.port as u16).to_be_bytes());
+            let len = if family == libc::AF_INET6 { 28 } else { 16 };
+            crate::net::relay_add(FIRST_SOCKET_FD + i as i32, &local[..len]).map_err(|_| InstanceError::TooManyRelays)?;
+        }
+    }
     // The alias file comes right after the listening sockets and the bind
     // channel once the last step has closed everything else (crate::child).
     // The mounts' descriptors follow the listening sockets and the bind
@@ -171,7 +192,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     }
     crate::hypercall::install_mounts(mounts);
     if confine::is_root() {
-        confine::drop_root((spec.supervised || spec.parent_pidfd).then_some(spec::PARENT_FD))?;
+        confine::drop_root((spec.supervised || spec.parent_pidfd).then_some(spec::PARENT_FD), spec.uid)?;
     }
     crate::landlock::restrict(policy, &mount_fds).map_err(SptError::from)?;
     sys::start_step("instance: confined (namespaces, root, Landlock)");

@@ -94,6 +94,7 @@ mod net;
 mod preempt;
 mod prepared;
 mod protect;
+mod relay;
 mod signals;
 mod spec;
 mod supervise;
@@ -152,6 +153,18 @@ pub enum SptError {
     /// `--net-bind-any` without a waiting parent, which binds the sockets.
     #[error("--net-bind-any needs the waiting parent process, which binds the host sockets the guest asks for; drop --single-process")]
     BindAnyNeedsParent,
+    /// A UDP port without outbound and without a waiting parent, which
+    /// relays its datagrams.
+    #[error(
+        "a UDP port (--publish …/udp, --listen-fd) without --net-outbound needs the waiting parent process, which relays its datagrams; drop --single-process"
+    )]
+    UdpNeedsParent,
+    /// `--uid-range` without a waiting parent, which holds the uid.
+    #[error("--uid-range needs the waiting parent process, which holds the instance's uid while it runs; drop --single-process")]
+    UidRangeNeedsParent,
+    /// No uid of `--uid-range` could be claimed.
+    #[error(transparent)]
+    Uid(#[from] shoal_loader::uids::UidError),
     /// `--volume` without a waiting parent, which writes the directory.
     #[error("--volume needs the waiting parent process, which writes the host directory when the instance ends; drop --single-process")]
     VolumeNeedsParent,
@@ -368,7 +381,30 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     sys::start_step("front: pool files opened and verified");
     let listeners = shoal_loader::net::open_listeners(&cfg.net)?;
     let mounts = open_mounts(cfg)?;
+    // Without outbound the parent keeps each UDP socket and the instance
+    // gets its end of a relay (crate::relay).
+    let mut relays = Vec::new();
+    let mut listener_fds: Vec<OwnedFd> = Vec::with_capacity(listeners.len());
+    for (fd, l) in &listeners {
+        if !cfg.net.outbound && l.sock_type == libc::SOCK_DGRAM as u32 {
+            if !supervised {
+                return Err(SptError::UdpNeedsParent);
+            }
+            let (ours, theirs) = sys::seqpacket_pair().map_err(|source| SptError::Sys { what: "make a UDP port's relay", source })?;
+            let udp = fd.try_clone().map_err(|source| SptError::Sys { what: "keep a UDP port for its relay", source })?;
+            relays.push((udp, ours));
+            listener_fds.push(theirs);
+        } else {
+            listener_fds.push(fd.try_clone().map_err(|source| SptError::Sys { what: "pass a listening socket", source })?);
+        }
+    }
     let program = instance_program()?;
+    // --uid-range: a uid of the instance's own, held by this process (the
+    // waiting parent) until the instance has ended.
+    if cfg.uid_range.is_some() && !supervised {
+        return Err(SptError::UidRangeNeedsParent);
+    }
+    let uid_claim = cfg.uid_range.map(shoal_loader::uids::claim).transpose()?;
     let spec = spec::Spec {
         mem_size: cfg.mem_size,
         mode: spec_mode(cfg, pool_plan.as_ref()),
@@ -393,8 +429,9 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         timing_t0_ns: t0,
         filter: Vec::new(),
         filter_key: [0; 6],
+        uid: uid_claim.as_ref().map_or(confine::NOBODY, shoal_loader::uids::UidClaim::uid),
     };
-    let listener_fds: Vec<OwnedFd> = listeners.into_iter().map(|(fd, _)| fd).collect();
+    drop(listeners);
     let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };
     let root = confine::is_root();
     // With outbound on, the guest reaches the host's network as the caller
@@ -443,15 +480,20 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     // exec or _exit.
     let pid = unsafe { sys::spawn_with(if root { confine::CLONE_NAMESPACES } else { 0 }, &|| handover.exec_child()) }
         .map_err(|source| SptError::Sys { what: "start the instance process", source })?;
-    // The parent waits and, with --net-bind-any, binds for the instance;
-    // the instance's end of the channel must close with the instance, so
-    // this process keeps no copy of it.
-    if let Some((ours, theirs)) = channel {
+    // The parent waits and, with --net-bind-any, binds for the instance,
+    // and relays its UDP ports (crate::relay); the instance's end of the
+    // channel must close with the instance, so this process keeps no copy
+    // of it.
+    let channel = channel.map(|(ours, theirs)| {
         drop(theirs);
+        ours
+    });
+    if channel.is_some() || !relays.is_empty() {
+        let relay_binds = !cfg.net.outbound;
         std::thread::Builder::new()
-            .name("shoal-bind".into())
-            .spawn(move || net::serve_binds(ours))
-            .map_err(|source| SptError::Sys { what: "start the bind channel's thread", source })?;
+            .name("shoal-net".into())
+            .spawn(move || relay::serve(channel, relays, relay_binds))
+            .map_err(|source| SptError::Sys { what: "start the network thread", source })?;
     }
     // Give back the image and the archive.
     drop(handover);
@@ -471,6 +513,8 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         Some((sig, _)) => shoal_loader::stop::status(sig),
         None => outcome(status, report.get(), err_fd),
     };
+    // The instance has ended: its uid is free for the next one.
+    drop(uid_claim);
     // Only an instance that exited has a volume to keep: its kernel hands
     // the archive over right before the Halt hypercall (exit, a signal's
     // default action). A guest killed by a signal (a CPU fault, a

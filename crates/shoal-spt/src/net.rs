@@ -37,16 +37,26 @@
 //! the sandbox with the caller's rights and namespace, binds for it: the
 //! instance sends a [`BindRequest`] on a `SOCK_SEQPACKET` socket pair (its
 //! end at [`NetPolicy::channel_fd`]) and receives the bound socket back
-//! with `SCM_RIGHTS` ([`serve_binds`] is the parent's half). The guest
+//! with `SCM_RIGHTS` ([`crate::relay::serve`] is the parent's half). The guest
 //! could use the channel directly (it shares this process, and the filter
 //! allows `sendto` on it and `recvmsg` on it alone); what it gets is what
 //! the hypercall gives anyway, because the parent treats every request as
 //! hostile: fixed size, family, type and option bits checked, the address
 //! checked by the host's `bind`.
 //!
+//! **UDP without outbound** ([`crate::relay`]): a UDP socket the guest
+//! held could `sendto` any address (the filter cannot read it), so without
+//! `--net-outbound` the instance holds none: a published `/udp` port, and
+//! a UDP socket the parent binds for `BIND_NEW`, stay in the parent, and
+//! the instance gets one end of a socket pair at that descriptor. The
+//! handlers here turn `RECV`/`SEND` on such a descriptor into one frame
+//! each (a header with the address, then the datagram) and keep the
+//! socket's recent senders, refusing a send to anyone else with `EACCES`;
+//! the parent keeps the same record and is what holds.
+//!
 //! Like every hypercall handler, nothing here allocates.
 
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use shoal_abi::{net_op, NetArgs, NetOp, NetPollArgs, NetPollFd, NET_MAX_POLL, NET_MAX_POLL_WATCH};
 use shoal_loader::{GuestAddr, GuestMemory};
 
@@ -92,6 +102,10 @@ pub struct NetPolicy {
     /// `--net-bind-any`: the parent binds host sockets for the guest
     /// through the channel at [`NetPolicy::channel_fd`].
     pub bind_any: bool,
+    /// UDP sockets from a bind (published `/udp` ports, `--net-bind-any`)
+    /// are relayed through the waiting parent ([`crate::relay`]): without
+    /// outbound, whenever the instance may hold one.
+    pub relay: bool,
 }
 
 impl NetPolicy {
@@ -117,6 +131,7 @@ impl NetPolicy {
 static LISTENERS: AtomicU32 = AtomicU32::new(0);
 static OUTBOUND: AtomicBool = AtomicBool::new(false);
 static BIND_ANY: AtomicBool = AtomicBool::new(false);
+static RELAY: AtomicBool = AtomicBool::new(false);
 /// The watch set's descriptor, or -1 without one.
 static WATCH: AtomicI32 = AtomicI32::new(-1);
 /// Most events one `NetPoll` collects (a stack buffer: handlers do not
@@ -205,10 +220,16 @@ pub fn install(p: NetPolicy) {
     LISTENERS.store(p.listeners, Ordering::Relaxed);
     OUTBOUND.store(p.outbound, Ordering::Relaxed);
     BIND_ANY.store(p.bind_any, Ordering::Relaxed);
+    RELAY.store(p.relay, Ordering::Relaxed);
 }
 
 fn policy() -> NetPolicy {
-    NetPolicy { listeners: LISTENERS.load(Ordering::Relaxed), outbound: OUTBOUND.load(Ordering::Relaxed), bind_any: BIND_ANY.load(Ordering::Relaxed) }
+    NetPolicy {
+        listeners: LISTENERS.load(Ordering::Relaxed),
+        outbound: OUTBOUND.load(Ordering::Relaxed),
+        bind_any: BIND_ANY.load(Ordering::Relaxed),
+        relay: RELAY.load(Ordering::Relaxed),
+    }
 }
 
 /// A request on the bind channel: the arguments of `BIND_NEW`.
@@ -227,21 +248,28 @@ pub struct BindRequest {
     pub addr: [u8; MAX_ADDR as usize],
 }
 
-/// The parent's answer: 0 with the socket attached, or a positive errno.
+/// The parent's answer: 0 with the socket attached, or a positive errno;
+/// for a relayed UDP socket ([`crate::relay`]: the attached socket is the
+/// instance's end of the relay) `relayed` is 1 and `addr` is the address
+/// the parent's UDP socket is bound to (what `getsockname` reports).
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct BindReply {
-    errno: i32,
+pub(crate) struct BindReply {
+    pub(crate) errno: i32,
+    pub(crate) relayed: u32,
+    pub(crate) addrlen: u32,
+    pub(crate) addr: [u8; crate::relay::ADDR],
 }
 
 /// Room for one `SCM_RIGHTS` descriptor (`CMSG_SPACE(sizeof(int))`),
 /// aligned as a `cmsghdr`.
 #[repr(C, align(8))]
-struct OneFdControl([u8; 24]);
+pub(crate) struct OneFdControl(pub(crate) [u8; 24]);
 
 /// `BIND_NEW` in the instance: asks the parent and takes the socket it
 /// sends back (as the lowest free descriptor, which is >= 3: a guest
-/// socket). Allocates nothing.
+/// socket), recording it as relayed if the parent says it is. Allocates
+/// nothing.
 fn bind_through_parent(channel: i32, req: &BindRequest) -> Result<i64, i64> {
     let len = core::mem::size_of::<BindRequest>();
     // SAFETY: `req` is `len` initialised bytes; no address.
@@ -249,7 +277,7 @@ fn bind_through_parent(channel: i32, req: &BindRequest) -> Result<i64, i64> {
     if sent != len as i64 {
         return Err(if sent < 0 { sent } else { neg(libc::EIO) });
     }
-    let mut reply = BindReply { errno: libc::EIO };
+    let mut reply = BindReply { errno: libc::EIO, relayed: 0, addrlen: 0, addr: [0; crate::relay::ADDR] };
     let mut ctl = OneFdControl([0; 24]);
     let mut iov = libc::iovec { iov_base: (&mut reply as *mut BindReply).cast(), iov_len: core::mem::size_of::<BindReply>() };
     // SAFETY: an all-zero msghdr is valid; the pointers are set below.
@@ -291,65 +319,146 @@ fn bind_through_parent(channel: i32, req: &BindRequest) -> Result<i64, i64> {
     if reply.errno != 0 {
         return Err(neg(reply.errno));
     }
+    if reply.relayed != 0 {
+        let local = &reply.addr[..(reply.addrlen as usize).min(crate::relay::ADDR)];
+        if let Err(e) = relay_add(fd, local) {
+            // SAFETY: a descriptor just received that the guest never saw.
+            unsafe { sc!(libc::SYS_close, fd) };
+            return Err(e);
+        }
+    }
     Ok(i64::from(fd))
 }
 
-/// The parent's half of the bind channel: answers each [`BindRequest`]
-/// with a socket bound as asked ([`shoal_loader::net::bind_new`]) or the
-/// errno of the failure, until the instance's end closes. Every request is
-/// hostile input: only a full-sized request is served.
-pub fn serve_binds(channel: std::os::fd::OwnedFd) {
-    use std::os::fd::AsRawFd;
-    let fd = channel.as_raw_fd();
-    loop {
-        let mut req = BindRequest { domain: 0, ty: 0, flags: 0, addrlen: 0, addr: [0; MAX_ADDR as usize] };
-        let len = core::mem::size_of::<BindRequest>();
-        // SAFETY: `req` is `len` writable bytes; any bit pattern is valid.
-        let n = unsafe { libc::recv(fd, (&mut req as *mut BindRequest).cast(), len, 0) };
-        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        if n <= 0 {
-            return; // The instance ended (or its end was closed).
-        }
-        let answer = if n as usize != len || u64::from(req.addrlen) > MAX_ADDR {
-            Err(libc::EINVAL)
-        } else {
-            shoal_loader::net::bind_new(req.domain as i32, req.ty as i32, req.flags, &req.addr[..req.addrlen as usize])
-        };
-        let reply = BindReply { errno: answer.as_ref().err().copied().unwrap_or(0) };
-        let mut iov = libc::iovec { iov_base: (&reply as *const BindReply).cast_mut().cast(), iov_len: core::mem::size_of::<BindReply>() };
-        let mut ctl = OneFdControl([0; 24]);
-        // SAFETY: an all-zero msghdr is valid; the pointers are set below.
-        let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        if let Ok(sock) = &answer {
-            // Field by field: musl's cmsghdr has padding fields glibc's has not.
-            // SAFETY: an all-zero cmsghdr is valid.
-            let mut hdr: libc::cmsghdr = unsafe { core::mem::zeroed() };
-            hdr.cmsg_len = 20;
-            hdr.cmsg_level = libc::SOL_SOCKET;
-            hdr.cmsg_type = libc::SCM_RIGHTS;
-            // SAFETY: `ctl` is 24 bytes aligned for a cmsghdr (16 bytes),
-            // followed by the descriptor.
-            unsafe { core::ptr::write(ctl.0.as_mut_ptr().cast::<libc::cmsghdr>(), hdr) };
-            ctl.0[16..20].copy_from_slice(&sock.as_raw_fd().to_ne_bytes());
-            msg.msg_control = ctl.0.as_mut_ptr().cast();
-            msg.msg_controllen = ctl.0.len() as _;
-        }
-        loop {
-            // SAFETY: `msg` points at `reply` and (maybe) `ctl`, both live.
-            let sent = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
-            if sent >= 0 {
-                break;
-            }
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                return;
-            }
-        }
-        // The instance holds its own copy now; ours closes with `answer`.
+/// Most relayed UDP sockets an instance holds at once (published `/udp`
+/// ports count too); a `--net-bind-any` UDP bind beyond is `ENOBUFS`.
+pub const MAX_RELAYS: usize = 64;
+/// Relayed sockets have descriptor numbers below this (a bitmap of them
+/// makes the check on every send and receive one load).
+const RELAY_FD_LIMIT: i32 = 1 << 16;
+
+/// The instance's record of one relayed UDP socket: its descriptor (the
+/// instance's end of the relay), the address the parent's socket is
+/// bound to, and its recent senders. The parent keeps the same senders
+/// and is what holds; this copy gives the guest the errno (`EACCES`) a
+/// refused reply gets on hvt.
+struct RelaySlot {
+    fd: i32,
+    local_len: u32,
+    local: [u8; crate::relay::ADDR],
+    peers: shoal_hostcall::net::RecentPeers,
+}
+
+struct RelayTable(core::cell::UnsafeCell<[RelaySlot; MAX_RELAYS]>);
+// SAFETY: the table is used only by the hypercall handlers and the
+// instance's set-up before the guest, all on the instance's one thread
+// (the guest's threads are its kernel's own); no signal handler uses it.
+unsafe impl Sync for RelayTable {}
+
+static RELAYS: RelayTable = RelayTable(core::cell::UnsafeCell::new(
+    [const { RelaySlot { fd: -1, local_len: 0, local: [0; crate::relay::ADDR], peers: shoal_hostcall::net::RecentPeers::EMPTY } }; MAX_RELAYS],
+));
+/// Which descriptors are relayed sockets, one bit each.
+static RELAY_BITS: [AtomicU64; (RELAY_FD_LIMIT / 64) as usize] = [const { AtomicU64::new(0) }; (RELAY_FD_LIMIT / 64) as usize];
+
+fn relay_bit(fd: i32) -> bool {
+    fd < RELAY_FD_LIMIT && RELAY_BITS[(fd / 64) as usize].load(Ordering::Relaxed) & (1 << (fd % 64)) != 0
+}
+
+/// The record of relayed socket `fd`, if it is one.
+fn relay_slot(fd: i32) -> Option<&'static mut RelaySlot> {
+    if !relay_bit(fd) {
+        return None;
     }
+    // SAFETY: one thread only (see `RelayTable`), and no caller holds two
+    // references from here at once.
+    let t = unsafe { &mut *RELAYS.0.get() };
+    t.iter_mut().find(|s| s.fd == fd)
+}
+
+/// Records `fd` as a relayed UDP socket whose parent-side socket is bound
+/// to `local`: before the guest for published ports, at `BIND_NEW` for
+/// `--net-bind-any`. `ENOBUFS` when the table is full.
+pub fn relay_add(fd: i32, local: &[u8]) -> Result<(), i64> {
+    if !(0..RELAY_FD_LIMIT).contains(&fd) {
+        return Err(neg(libc::ENOBUFS));
+    }
+    // SAFETY: as in `relay_slot`.
+    let t = unsafe { &mut *RELAYS.0.get() };
+    let Some(s) = t.iter_mut().find(|s| s.fd < 0) else {
+        return Err(neg(libc::ENOBUFS));
+    };
+    let n = local.len().min(crate::relay::ADDR);
+    s.fd = fd;
+    s.local_len = n as u32;
+    s.local[..n].copy_from_slice(&local[..n]);
+    s.peers.clear();
+    RELAY_BITS[(fd / 64) as usize].fetch_or(1 << (fd % 64), Ordering::Relaxed);
+    Ok(())
+}
+
+/// Forgets relayed socket `fd` (closed by the guest).
+fn relay_remove(fd: i32) {
+    if let Some(s) = relay_slot(fd) {
+        s.fd = -1;
+        RELAY_BITS[(fd / 64) as usize].fetch_and(!(1 << (fd % 64)), Ordering::Relaxed);
+    }
+}
+
+/// `RECV` on a relayed socket: one frame (header, then the datagram) in
+/// one `recvmsg`, the header's sender recorded and reported as the
+/// datagram's source.
+fn relay_recv(r: &mut RelaySlot, op: &mut NetOp, p: *mut u8, len: u64) -> Result<i64, i64> {
+    let mut hdr = [0u8; crate::relay::HEADER];
+    let mut iov = [libc::iovec { iov_base: hdr.as_mut_ptr().cast(), iov_len: hdr.len() }, libc::iovec { iov_base: p.cast(), iov_len: len as usize }];
+    // SAFETY: an all-zero msghdr is valid; the pointers are set below.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = 2;
+    // SAFETY: `msg` points at `hdr` and at `len` bytes of writable guest
+    // memory (`p`), both live.
+    let rc = unsafe { sc!(libc::SYS_recvmsg, r.fd, &mut msg as *mut libc::msghdr, op.flags as i32 | libc::MSG_DONTWAIT) };
+    if rc < 0 {
+        return Ok(rc);
+    }
+    let Some((from, n)) = crate::relay::parse_header(&hdr, rc as usize) else {
+        // Only the parent writes frames; a short one is not a datagram.
+        return Err(neg(libc::EIO));
+    };
+    r.peers.heard(from);
+    if op.addr != 0 {
+        op.a = from.len() as u64;
+        addr_out(op, from, from.len() as u32)?;
+    }
+    Ok(n as i64)
+}
+
+/// `SEND` on a relayed socket: only to a recorded sender (else `EACCES`,
+/// as hvt answers), as one frame in one `sendmsg`; the parent checks the
+/// destination again before it sends.
+fn relay_send(r: &RelaySlot, mem: &GuestMemory, op: &NetOp, p: *const u8, len: u64) -> Result<i64, i64> {
+    if op.addr == 0 {
+        // Never connected (connect needs outbound, which has no relays).
+        return Err(neg(libc::EDESTADDRREQ));
+    }
+    let mut sa = [0u8; MAX_ADDR as usize];
+    let alen = addr_in(mem, op, &mut sa)? as usize;
+    if !r.peers.contains(&sa[..alen]) {
+        return Err(neg(libc::EACCES));
+    }
+    if len > crate::relay::MAX_DATAGRAM as u64 {
+        return Err(neg(libc::EMSGSIZE));
+    }
+    let hdr = crate::relay::header(&sa[..alen]);
+    let iov =
+        [libc::iovec { iov_base: hdr.as_ptr().cast_mut().cast(), iov_len: hdr.len() }, libc::iovec { iov_base: p.cast_mut().cast(), iov_len: len as usize }];
+    // SAFETY: an all-zero msghdr is valid; the pointers are set below.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    msg.msg_iov = iov.as_ptr().cast_mut();
+    msg.msg_iovlen = 2;
+    // SAFETY: `msg` points at `hdr` and at `len` bytes of guest memory.
+    let rc = unsafe { sc!(libc::SYS_sendmsg, r.fd, &msg as *const libc::msghdr, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    Ok(if rc >= crate::relay::HEADER as i64 { rc - crate::relay::HEADER as i64 } else { rc })
 }
 
 fn handle_fd(h: i64) -> Result<i32, i64> {
@@ -454,6 +563,9 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             }
             let len = op.len.min(MAX_IO);
             let p = range(mem, op.buf, len, false)?;
+            if let Some(r) = relay_slot(fd) {
+                return relay_send(r, mem, op, p, len);
+            }
             let (ap, alen) = if op.addr != 0 { (sa.as_ptr(), addr_in(mem, op, &mut sa)?) } else { (core::ptr::null(), 0) };
             let flags = op.flags as i32 | libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
             // SAFETY: `p` is `len` bytes of mapped guest memory; `ap` is
@@ -464,6 +576,9 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
             let fd = handle_fd(op.handle)?;
             let len = op.len.min(MAX_IO);
             let p = range(mem, op.buf, len, true)?;
+            if let Some(r) = relay_slot(fd) {
+                return relay_recv(r, op, p, len);
+            }
             let mut alen = MAX_ADDR as libc::socklen_t;
             let flags = op.flags as i32 | libc::MSG_DONTWAIT;
             // The sender's address only when the guest asked for it (a
@@ -485,6 +600,7 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
         }
         net_op::CLOSE => {
             let fd = handle_fd(op.handle)?;
+            relay_remove(fd);
             // SAFETY: the descriptor is a guest socket, which the guest
             // gives up; nothing of the tender uses it.
             Ok(unsafe { sc!(libc::SYS_close, fd) })
@@ -512,6 +628,11 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
                     libc::SO_REUSEADDR => return Ok(0),
                     _ => {}
                 }
+            } else if relay_bit(fd) {
+                // A relayed socket's UDP socket is the parent's: options
+                // of the IP levels are accepted and not applied (the
+                // instance's end is a local socket pair, where they fail).
+                return Ok(0);
             }
             // SAFETY: `v` holds `len` initialised bytes.
             Ok(unsafe { sc!(libc::SYS_setsockopt, fd, op.a as i32, op.b as i32, v.as_ptr(), op.len as u32) })
@@ -534,6 +655,14 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
         }
         net_op::GETSOCKNAME | net_op::GETPEERNAME => {
             let fd = handle_fd(op.handle)?;
+            if let Some(r) = relay_slot(fd) {
+                // The parent's UDP socket's address; never connected.
+                if op.op == net_op::GETPEERNAME {
+                    return Err(neg(libc::ENOTCONN));
+                }
+                addr_out(op, &r.local, r.local_len)?;
+                return Ok(i64::from(r.local_len));
+            }
             let nr = if op.op == net_op::GETSOCKNAME { libc::SYS_getsockname } else { libc::SYS_getpeername };
             let mut len = MAX_ADDR as libc::socklen_t;
             // SAFETY: `sa` and `len` are valid out-parameters.

@@ -84,6 +84,10 @@ pub struct InstanceIo<'a> {
     pub listeners: &'a [OwnedFd],
     /// `KEY=VALUE` strings added to the guest's environment.
     pub env: &'a [OsString],
+    /// The uid (and gid) a root-started instance runs as, claimed by the
+    /// caller (`shoal_loader::uids`), which holds it until it has reaped
+    /// the instance; `None`: `nobody`.
+    pub uid: Option<u32>,
 }
 
 fn sys_err(what: &'static str) -> impl Fn(std::io::Error) -> SptError {
@@ -148,6 +152,7 @@ impl Prepared {
             timing_t0_ns: 0,
             filter: Vec::new(),
             filter_key: [0; 6],
+            uid: confine::NOBODY,
         };
         Ok(Prepared {
             image,
@@ -195,7 +200,12 @@ impl Prepared {
         // The seccomp program the instance would compile (`crate::instance`:
         // same policy, same guest range), compiled once per function: the
         // instance checks the key and compiles its own if it differs.
-        let policy = NetPolicy { listeners: listeners.len() as u32, outbound: spec.outbound, bind_any: false };
+        // A UDP socket without outbound needs a relay, which needs a
+        // waiting parent (crate::relay); a function's instances have none.
+        if !spec.outbound && listeners.iter().any(|l| l.sock_type == libc::SOCK_DGRAM as u32) {
+            return Err(SptError::UdpNeedsParent);
+        }
+        let policy = NetPolicy { listeners: listeners.len() as u32, outbound: spec.outbound, bind_any: false, relay: false };
         let guest =
             filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd(), mounts: self.mounts.len() as u32 };
         let key = filter::key(policy, guest);
@@ -214,6 +224,7 @@ impl Prepared {
             spec.timing_t0_ns = sys::monotonic_ns().max(1);
         }
         spec.filter = program.to_vec();
+        spec.uid = io.uid.unwrap_or(confine::NOBODY);
         spec.filter_key = key;
         spec.listeners = listeners;
         let netns = match &self.netns {

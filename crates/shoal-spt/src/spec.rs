@@ -116,6 +116,10 @@ pub struct Spec {
     pub filter: Vec<u8>,
     /// The key of `filter`.
     pub filter_key: [u64; 6],
+    /// The uid (and gid) a root-started instance drops to: one claimed
+    /// from `--uid-range` by the process that waits for it
+    /// (`shoal_loader::uids`), or `nobody`.
+    pub uid: u32,
 }
 
 /// Why a spec could not be read.
@@ -191,6 +195,7 @@ impl Spec {
         for k in self.filter_key {
             b.extend_from_slice(&k.to_le_bytes());
         }
+        b.extend_from_slice(&self.uid.to_le_bytes());
         b
     }
 
@@ -262,6 +267,7 @@ impl Spec {
         for k in &mut filter_key {
             *k = r.u64()?;
         }
+        let uid = r.u32()?;
         if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || !r.0.is_empty() {
             return Err(SpecError::Corrupt);
         }
@@ -289,6 +295,7 @@ impl Spec {
             timing_t0_ns,
             filter,
             filter_key,
+            uid,
         })
     }
 }
@@ -368,6 +375,7 @@ mod tests {
             timing_t0_ns: 7,
             filter: vec![1, 2, 3, 4, 5, 6, 7, 8],
             filter_key: [1, 2, 3, 4, 5, 6],
+            uid: 100_007,
         }
     }
 

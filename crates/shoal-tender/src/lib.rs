@@ -92,6 +92,15 @@ pub enum ArgsError {
     /// `--net-bind-any` with `--single-process` on spt.
     #[error("--net-bind-any cannot be used with --single-process on spt: the waiting parent process binds the host sockets the guest asks for")]
     BindAnySingleProcess,
+    /// `--uid-range` that does not parse.
+    #[error(transparent)]
+    Uid(#[from] shoal_loader::uids::UidError),
+    /// `--uid-range` with hvt.
+    #[error("--uid-range is for --tender spt: hvt's VMM runs as the user who starts it")]
+    UidRangeHvt,
+    /// `--uid-range` with `--single-process` on spt.
+    #[error("--uid-range cannot be used with --single-process on spt: the waiting parent process holds the instance's uid while it runs")]
+    UidRangeSingleProcess,
     /// `--volume` with `--single-process` on spt.
     #[error("--volume cannot be used with --single-process on spt: the waiting parent process writes the host directory when the instance ends")]
     VolumeSingleProcess,
@@ -181,6 +190,8 @@ pub struct RunArgs {
     pub log_shrink: u32,
     /// `--log-report`.
     pub log_report: bool,
+    /// `--uid-range` (spt).
+    pub uid_range: Option<shoal_loader::uids::UidRange>,
     /// The image (for an executable given: the instance image built
     /// around it, see [`executable_image`]).
     pub image: PathBuf,
@@ -348,6 +359,7 @@ run_options! {
     recover_stateful: bool = ("--recover-stateful", None, "", [], "Make vfs, ramfs, process and net rebootable too: their calls are logged and replayed after a reboot (costs about 1.25x CPU on file-system-heavy programs; implied by --inject into one of them and by --rejuvenate-every).");
     log_shrink: Option<OsString> = ("--log-shrink", None, "N", [], "vfs's call log drops the records of closed descriptors when N of them are pending (VampOS's log-shrink threshold); default 1 (at close); `never` keeps them (implies --recover-stateful).");
     log_report: bool = ("--log-report", None, "", [], "When the instance ends, print the size of vfs's call log on stderr (implies --recover-stateful).");
+    uid_range: Option<OsString> = ("--uid-range", None, "START:COUNT", [], "spt, as root: run the instance as a uid and gid of its own from START..START+COUNT-1, one no other running instance holds (default: every instance runs as nobody).");
 }
 
 impl RunOpts {
@@ -567,6 +579,7 @@ impl RunArgs {
             recover_stateful: false,
             log_shrink: 0,
             log_report: false,
+            uid_range: None,
             image,
             executable: None,
             args,
@@ -598,7 +611,8 @@ impl RunArgs {
             .with_watchdog(text(&o.watchdog).as_deref(), o.no_recover)?
             .with_stateful_recovery(o.recover_stateful)?
             .with_stop_timeout(text(&o.stop_timeout).as_deref())?
-            .with_log_shrink(text(&o.log_shrink).as_deref(), o.log_report)
+            .with_log_shrink(text(&o.log_shrink).as_deref(), o.log_report)?
+            .with_uid_range(text(&o.uid_range).as_deref())
     }
 
     /// Parses `shoal-tender`'s arguments (without the program name).
@@ -776,6 +790,22 @@ impl RunArgs {
         Ok(self)
     }
 
+    /// Adds `--uid-range START:COUNT` (spt only, and not with
+    /// `--single-process`: the waiting parent holds the uid).
+    pub fn with_uid_range(mut self, spec: Option<&str>) -> Result<RunArgs, ArgsError> {
+        if let Some(spec) = spec {
+            let r = shoal_loader::uids::UidRange::parse(spec)?;
+            if self.tender == Tender::Hvt {
+                return Err(ArgsError::UidRangeHvt);
+            }
+            if self.single_process {
+                return Err(ArgsError::UidRangeSingleProcess);
+            }
+            self.uid_range = Some(r);
+        }
+        Ok(self)
+    }
+
     /// Adds `--net-bind-any` (refused with `--single-process` on spt,
     /// where no parent is left to bind the host sockets).
     pub fn with_bind_any(mut self, on: bool) -> Result<RunArgs, ArgsError> {
@@ -812,6 +842,7 @@ impl RunArgs {
         cfg.recover_stateful = self.recover_stateful;
         cfg.log_shrink = self.log_shrink;
         cfg.log_report = self.log_report;
+        cfg.uid_range = self.uid_range;
         cfg.net.listen_fds = self
             .listen_fds
             .iter()
@@ -1017,6 +1048,13 @@ mod tests {
         assert_eq!(msg(&["--volume", "/tmp", "img"]), "--volume /tmp: expected HOSTDIR:GUESTDIR (GUESTDIR absolute)");
         assert_eq!(msg(&["--volume", "/tmp:/data", "--single-process", "img"]), ArgsError::VolumeSingleProcess.to_string());
         assert!(parse(&["--volume", "/tmp:/data", "--single-process", "--tender", "hvt", "img"]).is_ok());
+        assert!(msg(&["--uid-range", "0:5", "img"]).starts_with("--uid-range 0:5: expected START:COUNT"));
+        assert_eq!(msg(&["--uid-range", "100000:10", "--single-process", "img"]), ArgsError::UidRangeSingleProcess.to_string());
+        assert_eq!(msg(&["--uid-range", "100000:10", "--tender", "hvt", "img"]), ArgsError::UidRangeHvt.to_string());
+        assert_eq!(
+            parse(&["--uid-range", "100000:10", "img"]).unwrap().unwrap().config().uid_range,
+            Some(shoal_loader::uids::UidRange { start: 100000, count: 10 })
+        );
         assert_eq!(msg(&["--inject", "disk:panic@1", "img"]).lines().count(), 1);
         assert!(msg(&["--inject", "time:spin@1", "img"]).contains("fault kind `spin` is not supported"));
         assert_eq!(
