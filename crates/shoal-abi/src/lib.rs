@@ -828,11 +828,13 @@ pub const STDIN_HANDLE: i32 = 0;
 pub const PROT_READ: u64 = 1;
 /// Writable (see [`PROT_READ`]).
 pub const PROT_WRITE: u64 = 2;
-/// Executable: only as `PROT_READ | PROT_EXEC` (never writable at the same
-/// time), and only in an instance that runs an unmodified Linux
-/// executable, for the code it makes at run time (a JIT writes a page,
-/// then makes it executable); its `syscall` instructions take the trap
-/// path. A shoal image's own code is its only executable memory.
+/// Executable (see [`PROT_READ`]): only in an instance that runs an
+/// unmodified Linux executable — its libraries mapped by `ld.so` and code
+/// it makes at run time (a JIT, with W^X flips, or read-write-execute where
+/// V8's WebAssembly wants it); `syscall` instructions there take the trap
+/// path. Asked for only in [`ProtectArgs`], over the same guest range as the
+/// other bits; never in an alias. A shoal image's own code is its only
+/// executable memory.
 pub const PROT_EXEC: u64 = 4;
 
 /// hvt: the value of `rax` that makes `int3` flush the guest's TLB instead
@@ -856,7 +858,7 @@ pub struct ProtectArgs {
     pub addr: u64,
     /// Length in bytes (page aligned, not 0).
     pub len: u64,
-    /// [`PROT_READ`] and [`PROT_WRITE`] bits.
+    /// [`PROT_READ`], [`PROT_WRITE`] and [`PROT_EXEC`] bits.
     pub prot: u64,
     /// Out: 0, [`PROTECT_FLUSH`], or a negative Linux errno (`EINVAL`
     /// for a range or protection the tender does not allow).

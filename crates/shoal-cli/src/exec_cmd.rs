@@ -11,14 +11,7 @@ const KERNEL_STUB: &str = "int main(void) { return 0; }\n";
 
 /// Whether `path` is a Linux executable rather than a shoal image.
 pub fn is_executable(path: &Path) -> bool {
-    use std::io::Read;
-    let mut head = Vec::new();
-    let Ok(f) = std::fs::File::open(path) else { return false };
-    // Enough for the ELF header; the section headers are read below.
-    if f.take(64).read_to_end(&mut head).is_err() || head.len() < 64 || &head[..4] != b"\x7fELF" {
-        return false;
-    }
-    std::fs::read(path).is_ok_and(|b| shoal_exec::is_linux_executable(&b))
+    shoal_exec::is_linux_executable_file(path)
 }
 
 /// The kernel image (a shoal image with no application), built when it is
@@ -62,7 +55,7 @@ pub fn ensure_kernel_image() -> Result<PathBuf> {
 }
 
 /// The instance image for `exe` (built once, then found in the cache).
-pub fn prepare(exe: &Path) -> Result<(PathBuf, shoal_exec::Executable)> {
+pub fn prepare(exe: &Path) -> Result<PathBuf> {
     let paths = shoal_toolchain::Paths::discover()?;
     let kernel = kernel_image(&paths)?;
     Ok(shoal_exec::prepare(exe, &kernel, &paths.cache.join("exec"))?)
@@ -75,6 +68,11 @@ pub fn inspect(exe: &Path) -> Result<()> {
     let kind = match a.kind {
         shoal_exec::Kind::Static => "static executable (ET_EXEC)".to_string(),
         shoal_exec::Kind::Pie => format!("static-PIE executable, loaded at {:#x}", a.base),
+        shoal_exec::Kind::Dynamic => format!(
+            "dynamically linked executable, loaded at {:#x}, interpreter {} (from the instance's file system)",
+            a.base,
+            a.interp.as_deref().unwrap_or("?")
+        ),
     };
     println!("executable {}: {kind}, entry {:#x}", exe.display(), a.entry);
     for s in &a.segments {

@@ -285,7 +285,7 @@ fn real_main() -> Result<i32> {
         Cmd::OciImage { image, tag, fs, output } => {
             let (packed, name) = if exec_cmd::is_executable(&image) {
                 let name = image.file_name().map(|n| n.to_string_lossy().into_owned());
-                (exec_cmd::prepare(&image)?.0, name)
+                (exec_cmd::prepare(&image)?, name)
             } else {
                 (image.clone(), None)
             };

@@ -1015,10 +1015,12 @@ fn what_hvt_cannot_run_is_refused_at_deploy_with_the_tenders_reason() {
         r.json()["error"].as_str().unwrap_or_default(),
         format!("{}: --mem 8G is too large for the hvt tender: hypercalls pass 32-bit addresses, so guest memory is at most 4G", image("noop"))
     );
-    // A dynamically linked executable (the host's `true`) is neither a
-    // shoal image nor a static executable shoal can run.
+    // An executable for another machine (the host's `true` marked as
+    // aarch64) is neither a shoal image nor an executable shoal can run.
     let dynamic = dir.path().join("true");
-    std::fs::copy("/bin/true", &dynamic).unwrap();
+    let mut b = std::fs::read("/bin/true").unwrap();
+    b[18..20].copy_from_slice(&183u16.to_le_bytes());
+    std::fs::write(&dynamic, b).unwrap();
     let r = gw.deploy("native", &format!(r#"{{"image":"{}","backend":"hvt"}}"#, dynamic.display()));
     assert_eq!(r.status, 422, "{}", r.text());
     let e = r.json()["error"].as_str().unwrap_or_default().to_string();

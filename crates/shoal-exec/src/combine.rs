@@ -14,7 +14,8 @@ const MAGIC_NONE: u64 = u64::from_le_bytes(*b"SHOALEX0");
 /// `ExecInfo::magic` once an executable is combined with it.
 const MAGIC_EXEC: u64 = u64::from_le_bytes(*b"SHOALEX1");
 /// Words of the kernel's `SHOAL_EXEC_INFO`: magic, entry, phdr, phnum,
-/// end of the executable, trampolines start, trampolines end, reserved.
+/// end of the executable, trampolines start, trampolines end, load bias
+/// (where the kernel finds `PT_INTERP`).
 const INFO_WORDS: usize = 8;
 
 /// The parts of a kernel image (a shoal image with no application) that
@@ -137,7 +138,7 @@ pub fn combine(k: &KernelImage, exe: &Executable, exe_bytes: &[u8]) -> Result<Ve
     segs.push((elf::PF_R | elf::PF_X, tramp_start, tramp.clone(), tramp.len() as u64));
 
     let mut kernel = k.bytes.clone();
-    let info: [u64; INFO_WORDS] = [MAGIC_EXEC, exe.entry, exe.phdr, exe.phnum, page_up(tramp_end), tramp_start, tramp_end, 0];
+    let info: [u64; INFO_WORDS] = [MAGIC_EXEC, exe.entry, exe.phdr, exe.phnum, page_up(tramp_end), tramp_start, tramp_end, exe.base];
     for (i, w) in info.iter().enumerate() {
         kernel[k.info_off + i * 8..k.info_off + i * 8 + 8].copy_from_slice(&w.to_le_bytes());
     }

@@ -1,8 +1,10 @@
 //! Unmodified Linux x86-64 executables as shoal instances.
 //!
 //! An executable given to `shoal run` is untrusted input. This crate reads
-//! it ([`analyse`]): it accepts a statically linked `ET_EXEC` or a
-//! static-PIE (`ET_DYN` without `PT_INTERP`), refuses anything whose
+//! it ([`analyse`]): it accepts a statically linked `ET_EXEC`, a
+//! static-PIE (`ET_DYN` without `PT_INTERP`) or a dynamically linked one
+//! (`PT_INTERP`: the kernel loads the interpreter from the instance's file
+//! system at start, `kernel/syscall/src/exec.rs`), refuses anything whose
 //! segments overlap, reach into the addresses shoal keeps for itself, are
 //! absurdly large or whose entry point is not in its code, and finds every
 //! `syscall` instruction with a real decoder. It then builds an instance
@@ -75,14 +77,6 @@ pub enum ExecError {
         path: PathBuf,
         /// What it is.
         found: &'static str,
-    },
-    /// A dynamically linked executable (`PT_INTERP`).
-    #[error("{path} is dynamically linked (it asks for the interpreter {interp}); dynamically linked executables are not supported yet: link it statically")]
-    Dynamic {
-        /// The file.
-        path: PathBuf,
-        /// The interpreter it names.
-        interp: String,
     },
     /// The headers point outside the file or are inconsistent.
     #[error("{path} is truncated or corrupt: {what}")]
@@ -181,6 +175,50 @@ pub enum ExecError {
     },
 }
 
+/// [`is_linux_executable`] of the file at `path`, reading only its ELF
+/// header, section headers and section names (node is 99 MB: reading it
+/// whole twice per start cost more than the rest of the start); a file
+/// whose headers do not parse is read whole and judged by
+/// [`is_linux_executable`].
+pub fn is_linux_executable_file(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Ok(f) = std::fs::File::open(path) else { return false };
+    let mut h = [0u8; 64];
+    if f.read_exact_at(&mut h, 0).is_err() || h[..4] != *b"\x7fELF" {
+        return false;
+    }
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
+    let quick = || -> Option<bool> {
+        if h[4] != object::elf::ELFCLASS64 || h[5] != object::elf::ELFDATA2LSB {
+            return None;
+        }
+        let (shoff, shentsize, shnum, shstrndx) = (u64_at(&h, 40), usize::from(u16_at(&h, 58)), usize::from(u16_at(&h, 60)), usize::from(u16_at(&h, 62)));
+        if shentsize != 64 || shnum == 0 || shnum > 4096 || shstrndx >= shnum {
+            return None;
+        }
+        let mut sh = vec![0u8; shnum * 64];
+        f.read_exact_at(&mut sh, shoff).ok()?;
+        let sec = |i: usize| &sh[i * 64..(i + 1) * 64];
+        let names = sec(shstrndx);
+        let (noff, nsize) = (u64_at(names, 24), u64_at(names, 32));
+        if nsize > 1 << 20 {
+            return None;
+        }
+        let mut strtab = vec![0u8; nsize as usize];
+        f.read_exact_at(&mut strtab, noff).ok()?;
+        Some(!(0..shnum).any(|i| {
+            let name = u32_at(sec(i), 0) as usize;
+            strtab.get(name..).is_some_and(|n| n.split(|&c| c == 0).next() == Some(b".note.shoal".as_slice())) && u32_at(sec(i), 4) != 0
+        }))
+    };
+    match quick() {
+        Some(answer) => answer,
+        None => std::fs::read(path).is_ok_and(|b| is_linux_executable(&b)),
+    }
+}
+
 /// Whether `bytes` start like an ELF file that is not a shoal image (no
 /// `.note.shoal` section): what `shoal run` treats as a Linux executable.
 pub fn is_linux_executable(bytes: &[u8]) -> bool {
@@ -199,33 +237,35 @@ pub fn is_linux_executable(bytes: &[u8]) -> bool {
 }
 
 /// Builds (or finds in `cache_dir`) the instance image for the executable
-/// at `exe`, on the kernel image at `kernel`; returns its path and the
-/// analysis.
-pub fn prepare(exe: &Path, kernel: &Path, cache_dir: &Path) -> Result<(PathBuf, Executable), ExecError> {
+/// at `exe`, on the kernel image at `kernel`; returns its path.
+pub fn prepare(exe: &Path, kernel: &Path, cache_dir: &Path) -> Result<PathBuf, ExecError> {
     use sha2::{Digest, Sha256};
     let read = |p: &Path| std::fs::read(p).map_err(|source| ExecError::Io { path: p.to_path_buf(), source });
     let exe_bytes = read(exe)?;
     let kernel_bytes = read(kernel)?;
-    let mut analysed = analyse(exe, &exe_bytes)?;
     // SHOAL_EXEC_REWRITE=pairs rewrites only `mov eax, imm32; syscall`
     // pairs, as shoal did at first: how `shoal bench exec` measures what
     // moving other instructions into the trampolines gains.
     let pairs_only = std::env::var_os("SHOAL_EXEC_REWRITE").is_some_and(|v| v == "pairs");
-    if pairs_only {
-        for s in analysed.sites.iter_mut().filter(|s| !s.is_pair()) {
-            *s = Site { addr: s.addr, moved: 0, nr: None };
-        }
-    }
     let mut h = Sha256::new();
-    h.update(b"shoal-exec 2\0");
+    h.update(b"shoal-exec 3\0");
     h.update([u8::from(pairs_only)]);
     h.update((exe_bytes.len() as u64).to_le_bytes());
     h.update(&exe_bytes);
     h.update(&kernel_bytes);
     let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     let out = cache_dir.join(format!("{key}.img"));
+    // A cached image was built from these very bytes, which passed the
+    // checks then: no second analysis (decoding node's 50 MB of code
+    // took seconds at every start).
     if out.is_file() {
-        return Ok((out, analysed));
+        return Ok(out);
+    }
+    let mut analysed = analyse(exe, &exe_bytes)?;
+    if pairs_only {
+        for s in analysed.sites.iter_mut().filter(|s| !s.is_pair()) {
+            *s = Site { addr: s.addr, moved: 0, nr: None };
+        }
     }
     let k = KernelImage::parse(kernel, &kernel_bytes)?;
     let image = combine(&k, &analysed, &exe_bytes)?;
@@ -242,7 +282,7 @@ pub fn prepare(exe: &Path, kernel: &Path, cache_dir: &Path) -> Result<(PathBuf, 
     let tmp = cache_dir.join(format!(".{key}.{}.tmp", std::process::id()));
     std::fs::write(&tmp, &image).map_err(cache)?;
     std::fs::rename(&tmp, &out).map_err(cache)?;
-    Ok((out, analysed))
+    Ok(out)
 }
 
 /// What identifies a file's version without reading it: its device,
@@ -288,7 +328,7 @@ pub fn cached(exe: &Path, kernel: &Path, cache_dir: &Path) -> Option<PathBuf> {
 /// the [`stat_key`]s of both files so that the next start finds it with
 /// [`cached`] instead of reading and hashing them again.
 pub fn prepared(exe: &Path, kernel: &Path, cache_dir: &Path) -> Result<PathBuf, ExecError> {
-    let (img, _) = prepare(exe, kernel, cache_dir)?;
+    let img = prepare(exe, kernel, cache_dir)?;
     if let (Some(note), Some(name)) = (remembered(exe, kernel, cache_dir), img.file_name()) {
         // Best effort: without the note the next start hashes again.
         let dir = cache_dir.join("by-stat");
@@ -346,4 +386,28 @@ fn manifest(kernel: shoal_manifest::Manifest, image: &[u8], version: &str) -> Op
     libraries.push(Library { info: LibraryInfo { name: "exec".into(), version: version.into(), kind: LibraryKind::App }, regions });
     let image_sha256 = Sha256::digest(image).iter().map(|b| format!("{b:02x}")).collect();
     Some(shoal_manifest::Manifest { format: kernel.format, layout: kernel.layout, entry: kernel.entry, image_sha256, libraries })
+}
+
+#[cfg(test)]
+mod file_tests {
+    /// The header-only check answers as the whole-file one, for an
+    /// executable, this test binary and a file that is not ELF.
+    #[test]
+    fn the_file_check_agrees_with_the_bytes_check() {
+        let dir = tempfile_dir();
+        let not_elf = dir.join("text");
+        std::fs::write(&not_elf, b"not an ELF file at all").unwrap();
+        let me = std::env::current_exe().unwrap();
+        for p in [std::path::PathBuf::from("/bin/true"), me, not_elf] {
+            let whole = std::fs::read(&p).is_ok_and(|b| super::is_linux_executable(&b));
+            assert_eq!(super::is_linux_executable_file(&p), whole, "{}", p.display());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("shoal-exec-file-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
 }

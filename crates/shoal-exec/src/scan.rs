@@ -15,6 +15,11 @@ pub enum Kind {
     /// `ET_DYN` without an interpreter: relocates itself; loaded at
     /// [`PIE_BASE`].
     Pie,
+    /// Dynamically linked (`PT_INTERP`): loaded like [`Kind::Static`]
+    /// (`ET_EXEC`) or [`Kind::Pie`] (`ET_DYN`, at [`PIE_BASE`]); the
+    /// kernel starts its interpreter from the instance's file system, and
+    /// `ld.so` maps the libraries.
+    Dynamic,
 }
 
 /// One loadable segment, at its load address.
@@ -81,6 +86,8 @@ pub struct Executable {
     pub segments: Vec<Segment>,
     /// Its `syscall` instructions, by address.
     pub sites: Vec<Site>,
+    /// The interpreter it asks for (`PT_INTERP`), if dynamically linked.
+    pub interp: Option<String>,
 }
 
 impl Executable {
@@ -130,11 +137,23 @@ pub fn analyse(path: &Path, bytes: &[u8]) -> Result<Executable, ExecError> {
         return Err(ExecError::WrongArch { path: p(), found: format!("an ELF file for machine {}", h.e_machine(e)) });
     }
     let phdrs = h.program_headers(e, bytes).map_err(|_| corrupt("the program headers lie outside the file"))?;
-    if let Some(interp) = phdrs.iter().find(|ph| ph.p_type(e) == elf::PT_INTERP) {
-        let name = interp.data(e, bytes).ok().map(|d| String::from_utf8_lossy(d.split(|&b| b == 0).next().unwrap_or(&[])).into_owned()).unwrap_or_default();
-        return Err(ExecError::Dynamic { path: p(), interp: name });
-    }
+    // A dynamically linked executable: the kernel reads the interpreter's
+    // name from the loaded PT_INTERP, so it must be an absolute path,
+    // NUL-terminated, inside a loaded segment (checked below).
+    let interp = match phdrs.iter().find(|ph| ph.p_type(e) == elf::PT_INTERP) {
+        None => None,
+        Some(ph) => {
+            let d = ph.data(e, bytes).map_err(|_| corrupt("its interpreter name (PT_INTERP) lies outside the file"))?;
+            let name = d.split(|&b| b == 0).next().unwrap_or(&[]);
+            if d.len() > 4096 || !d.ends_with(&[0]) || name.len() + 1 != d.len() || !name.starts_with(b"/") {
+                return Err(corrupt("its interpreter name (PT_INTERP) is not an absolute, NUL-terminated path"));
+            }
+            Some((String::from_utf8_lossy(name).into_owned(), ph.p_vaddr(e), ph.p_filesz(e)))
+        }
+    };
     let (kind, base) = match h.e_type(e) {
+        elf::ET_EXEC if interp.is_some() => (Kind::Dynamic, 0),
+        elf::ET_DYN if interp.is_some() => (Kind::Dynamic, PIE_BASE),
         elf::ET_EXEC => (Kind::Static, 0),
         elf::ET_DYN => (Kind::Pie, PIE_BASE),
         elf::ET_REL => return Err(ExecError::NotExecutable { path: p(), found: "a relocatable object (ET_REL)" }),
@@ -202,8 +221,14 @@ pub fn analyse(path: &Path, bytes: &[u8]) -> Result<Executable, ExecError> {
         .find(|s| s.offset <= phoff && phoff + phsize <= s.offset + s.filesz)
         .map(|s| s.vaddr + (phoff - s.offset))
         .ok_or(ExecError::NoPhdrs { path: p() })?;
+    if let Some((_, vaddr, len)) = &interp {
+        let at = vaddr.wrapping_add(base);
+        if !segments.iter().any(|s| s.vaddr <= at && at.checked_add(*len).is_some_and(|end| end <= s.vaddr + s.filesz)) {
+            return Err(corrupt("its interpreter name (PT_INTERP) is not in a loaded segment"));
+        }
+    }
     let sites = find_sites(h, bytes, &segments, base);
-    Ok(Executable { path: p(), kind, base, entry, phdr, phnum: u64::from(h.e_phnum(e)), segments, sites })
+    Ok(Executable { path: p(), kind, base, entry, phdr, phnum: u64::from(h.e_phnum(e)), segments, sites, interp: interp.map(|i| i.0) })
 }
 
 /// The `syscall` instructions of the executable's code. Each executable

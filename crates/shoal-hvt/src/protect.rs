@@ -2,11 +2,12 @@
 //! tables (the guest runs at CPL 3 and cannot touch them).
 //!
 //! Only `[heap_start, mem_size)` (the kernel's free memory and the main
-//! stack) can change, between read-write, read-only and not present; every
-//! page keeps NX, so W^X holds and the image's code (below `heap_start`)
-//! is never writable. An unmodified executable's instance may also make
-//! pages read-only and executable (its run-time code), never writable and
-//! executable at once. A 2 MiB page that needs a 4 KiB protection is split
+//! stack) can change, between read-write, read-only and not present; a
+//! page keeps NX unless the kernel asks for `PROT_EXEC`, which only an
+//! unmodified Linux executable's instance may (its libraries that `ld.so`
+//! maps, JIT code; the guest's code is arbitrary already and runs at CPL 3
+//! either way), and the image's code (below `heap_start`) is never
+//! writable. A 2 MiB page that needs a 4 KiB protection is split
 //! into a page table taken from the table pool: a second KVM memory slot at
 //! guest-physical [`POOL_ADDR`], one page per 2 MiB region of guest memory,
 //! which no guest page table maps (the guest cannot read or write its own
@@ -69,9 +70,9 @@ pub struct Tables<'a> {
     pub heap_start: u64,
     /// End of guest memory.
     pub mem_size: u64,
-    /// Pages may be made `PROT_READ | PROT_EXEC` (an unmodified
-    /// executable's run-time code; its `syscall`s reach the kernel's entry
-    /// through LSTAR).
+    /// Pages may be made executable (an unmodified executable's libraries
+    /// and run-time code; their `syscall`s reach the kernel's entry through
+    /// LSTAR).
     pub run_time_code: bool,
 }
 
@@ -92,8 +93,9 @@ impl Tables<'_> {
     /// `Err` means the VMM's own tables are broken (stop the guest).
     pub fn protect(&self, a: &ProtectArgs) -> Result<i64, String> {
         let einval = -i64::from(libc::EINVAL);
-        let code = a.prot & !PROTECT_UNTOUCHED == PROT_READ | PROT_EXEC && self.run_time_code;
-        if (a.prot & !(PROT_READ | PROT_WRITE | PROTECT_UNTOUCHED) != 0 && !code)
+        let exec_refused = a.prot & PROT_EXEC != 0 && !self.run_time_code;
+        if a.prot & !(PROT_READ | PROT_WRITE | PROT_EXEC | PROTECT_UNTOUCHED) != 0
+            || exec_refused
             || a.len == 0
             || !a.addr.is_multiple_of(PAGE_SIZE)
             || !a.len.is_multiple_of(PAGE_SIZE)
@@ -219,17 +221,23 @@ fn takes_away(entry: u64, bits: u64) -> bool {
     (present(entry) && !present(bits)) || (writable(entry) && !writable(bits)) || (executable(entry) && !executable(bits))
 }
 
-/// The leaf bits for `PROT_*` bits `prot` (0: not present).
+/// The leaf bits for `PROT_*` bits `prot` (0: not present). `PROT_EXEC`
+/// clears NX (a Linux executable's libraries and JIT code; the page is
+/// readable, as x86 makes every executable page); every other page keeps
+/// NX.
 fn bits_of(prot: u64) -> u64 {
-    x86::leaf_bits(if prot & PROT_WRITE != 0 {
+    let bits = x86::leaf_bits(if prot & PROT_WRITE != 0 {
         x86::PagePerm::UserRw
-    } else if prot & PROT_EXEC != 0 {
-        x86::PagePerm::UserRx
-    } else if prot & PROT_READ != 0 {
+    } else if prot & (PROT_READ | PROT_EXEC) != 0 {
         x86::PagePerm::UserRo
     } else {
         x86::PagePerm::None
-    })
+    });
+    if prot & PROT_EXEC != 0 {
+        bits & !x86::PTE_NX
+    } else {
+        bits
+    }
 }
 
 #[cfg(test)]
@@ -293,10 +301,12 @@ mod tests {
         assert_eq!(t.protect(&p(PROTECT_UNTOUCHED)), Ok(0), "untouched pages need no flush");
         assert_eq!(t.protect(&p(PROT_READ | PROT_WRITE | PROTECT_UNTOUCHED)), Ok(0));
         assert_eq!(t.protect(&p(PROT_READ | 1 << 9)), Ok(-i64::from(libc::EINVAL)), "unknown bits");
-        // Run-time code: read and execute, never with write.
+        // An executable's libraries and run-time code: execute with read,
+        // and with write where a JIT asks for it.
         assert_eq!(t.protect(&p(PROT_READ | PROT_EXEC)), Ok(PROTECT_FLUSH), "read-write to read-execute");
         assert_eq!(t.protect(&p(PROT_READ)), Ok(PROTECT_FLUSH), "read-execute to read-only");
-        assert_eq!(t.protect(&p(PROT_READ | PROT_WRITE | PROT_EXEC)), Ok(-i64::from(libc::EINVAL)), "write and execute");
+        assert_eq!(t.protect(&p(PROT_READ | PROT_WRITE | PROT_EXEC)), Ok(0), "read-only to read-write-execute adds access");
+        assert_eq!(t.protect(&p(PROT_READ | PROT_WRITE)), Ok(PROTECT_FLUSH), "taking execute away");
         let image = Tables { run_time_code: false, ..t };
         assert_eq!(image.protect(&p(PROT_READ | PROT_EXEC)), Ok(-i64::from(libc::EINVAL)), "a shoal image's memory never executes");
     }

@@ -25,6 +25,9 @@ pub mod auxv {
     pub const AT_PHNUM: u64 = 5;
     /// Page size.
     pub const AT_PAGESZ: u64 = 6;
+    /// Base address of the program's interpreter (0: none; the kernel
+    /// sets it when it loads `ld.so` for a dynamically linked executable).
+    pub const AT_BASE: u64 = 7;
     /// Program entry point.
     pub const AT_ENTRY: u64 = 9;
     /// Real user id.
@@ -423,6 +426,7 @@ pub fn write_boot_state(
         (AT_PHENT, crate::image::PHDR_SIZE),
         (AT_PHNUM, image.phnum()),
         (AT_PAGESZ, shoal_abi::PAGE_SIZE),
+        (AT_BASE, 0),
         (AT_ENTRY, image.entry()),
         (AT_UID, 0),
         (AT_EUID, 0),

@@ -19,7 +19,7 @@
 //! | `restart_syscall` (219) | none (it has none) | the kernel, not spt: a `clock_nanosleep` interrupted by a stop (SIGSTOP/SIGTSTP and SIGCONT, a cgroup freeze, a debugger attaching) is resumed through it; it can only continue the interrupted, already allowed call with its saved arguments |
 //! | `read` (0) | fd (32-bit) == 0 | `ConsoleRead` hypercall: the instance's stdin (a hostile guest reads the input it was given anyway) |
 //! | `ppoll` (271) | any | `NetPoll` hypercall: an idle instance waits here for stdin (and host sockets); polling fds 0-2 tells it nothing it does not know, every other fd is its own socket |
-//! | `mprotect` (10) | `heap_start <= addr`, `addr + len <= mem_size` (a ladder of rules, below), prot only `PROT_READ`/`PROT_WRITE` bits, or (an unmodified executable's instance only) exactly `PROT_READ \| PROT_EXEC` | `Protect` hypercall (the kernel's `mprotect`: guard pages, `PROT_NONE`; an executable's run-time code, written then made executable, whose `syscall`s syscall user dispatch sends to the kernel) |
+//! | `mprotect` (10) | `heap_start <= addr`, `addr + len <= mem_size` (a ladder of rules, below), prot only `PROT_READ`/`PROT_WRITE` bits, or (an unmodified executable's instance only) `PROT_EXEC` too | `Protect` hypercall (the kernel's `mprotect`: guard pages, `PROT_NONE`; in an executable's instance, `PROT_EXEC` for the libraries `ld.so` maps and for JIT code, whose `syscall`s syscall user dispatch sends to the kernel) |
 //! | `mmap` (9) | fd (32-bit) == the alias memory file ([`GuestRange::alias_fd`]), flags (32-bit) == `MAP_SHARED \| MAP_FIXED`, prot only `PROT_READ`/`PROT_WRITE` bits, `heap_start <= addr` and `heap_start <= offset`, `addr + len <= mem_size` and `offset + len <= mem_size` (a ladder of rules, below); or flags == `MAP_PRIVATE \| MAP_ANONYMOUS \| MAP_FIXED \| MAP_NORESERVE`, prot as before, `heap_start <= addr`, `addr + len <= mem_size` | `Alias` hypercall (`crate::protect::alias`: a shared file mapping shows the file's pages; pages leaving it get fresh private memory) |
 //! | `madvise` (28) | advice (32-bit) == `MADV_DONTNEED` (4), `heap_start <= addr`, `addr + len <= mem_size` (the `mprotect` ladder) | `Release` hypercall (`crate::protect::release`: the host memory behind pages the guest kernel freed or the program discarded goes back to the host); once before the guest runs, the tender's own clearing of the guest stack pages it installed the filter from (`crate::child`) |
 //! | `setitimer` (38) | which (32-bit) == `ITIMER_REAL` (0) | `Preempt` hypercall and the tick handler (`crate::preempt`): the preemption tick, `SIGALRM`, armed while the guest has more than one runnable thread, or (at the hang watchdog's period) while a gated call into a rebootable component is in progress. A hostile guest can set the period of this process's own `SIGALRM` (and so interrupt itself as often as it likes, which costs only its own CPU time, as a spin loop would) or stop it (and so lose its own preemption); the handler redirects only guest code, inside guest memory |
@@ -31,15 +31,18 @@
 //! itself bounds it: the range must lie in the guest's free memory and main
 //! stack, `[heap_start, mem_size)`, above the image's code and read-only
 //! data, the archive and the boot-info page (which keep their protection),
-//! and the protection can hold no `PROT_EXEC` (nor `PROT_GROWSDOWN`/`UP`),
-//! so nothing the guest can write ever becomes executable and the tender's
-//! own mappings (outside guest memory) are never reached. The one
-//! exception is an unmodified executable's instance, whose run-time code
-//! (a JIT's) may be made exactly `PROT_READ | PROT_EXEC` in that range:
-//! never writable and executable at once, and every `syscall` in guest
-//! memory raises SIGSYS there (syscall user dispatch, set before the
-//! filter), so such code reaches only shoal's kernel; a host call the
-//! guest makes otherwise still meets this filter. seccomp compares
+//! and the protection can hold no `PROT_EXEC` (nor `PROT_GROWSDOWN`/`UP`,
+//! `PROT_SEM`), so nothing the guest can write ever becomes executable and
+//! the tender's own mappings (outside guest memory) are never reached. The
+//! one exception is an unmodified executable's instance, whose libraries
+//! (mapped by `ld.so`) and run-time code (a JIT's, with W^X flips or
+//! read-write-execute) may hold `PROT_EXEC` in that range. That gives a
+//! hostile guest nothing it did not have: its image is arbitrary code
+//! already; a `syscall` instruction anywhere in guest memory raises SIGSYS
+//! through syscall user dispatch (set before the filter, for every address
+//! below `mem_size`) and so reaches only the guest kernel; and a host call
+//! the guest makes by jumping into tender code still passes this filter.
+//! seccomp compares
 //! each argument with constants and cannot add `addr + len`, so the upper
 //! bound is a ladder: a call starting at distance `d` below `mem_size`
 //! (`2^j < d <= 2^(j+1)`) may cover at most `2^j` bytes (one rule per `j`,
@@ -149,8 +152,8 @@ pub struct GuestRange {
     /// at descriptors [`crate::MOUNT_FD0`]`..`.
     pub mounts: u32,
     /// The guest is an unmodified executable, which may make its pages
-    /// executable (`PROT_READ | PROT_EXEC`, never with `PROT_WRITE`) for
-    /// code it makes at run time.
+    /// executable (`PROT_EXEC` with any of read and write) for the
+    /// libraries `ld.so` maps and code it makes at run time.
     pub run_time_code: bool,
 }
 
@@ -165,16 +168,12 @@ fn qword(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Filt
 
 /// The `mprotect` ladder (module docs): one rule per distance class below
 /// `mem_size`, each also bounded below by `heap_start` and refusing every
-/// protection bit but `PROT_READ | PROT_WRITE`; for an executable's
-/// run-time code ([`GuestRange::run_time_code`]) a second ladder allowing
-/// exactly `PROT_READ | PROT_EXEC`.
+/// protection bit but `PROT_READ | PROT_WRITE`, and also `PROT_EXEC` for
+/// an executable's instance ([`GuestRange::run_time_code`]: the libraries
+/// `ld.so` maps and JIT code, inside guest memory only).
 fn mprotect_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
-    let mut rules = ladder(g, || SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xffff_fffc), 0))?;
-    if g.run_time_code {
-        // The same ladder again, with exactly read and execute.
-        rules.extend(ladder(g, || eq32(2, (libc::PROT_READ | libc::PROT_EXEC) as u64))?);
-    }
-    Ok(rules)
+    let refused = if g.run_time_code { 0xffff_fff8 } else { 0xffff_fffc };
+    ladder(g, || SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(refused), 0))
 }
 
 /// The ladder of `[addr, addr + len)` rules inside `[heap_start,
@@ -274,7 +273,8 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     r.insert(libc::SYS_read, vec![SeccompRule::new(vec![eq32(0, 0)?])?]);
     // NetPoll: where an idle instance waits for stdin and host sockets.
     r.insert(libc::SYS_ppoll, vec![]);
-    // Protect: the guest's free memory and stack, never executable.
+    // Protect: the guest's free memory and stack (executable for a Linux
+    // executable's libraries and JIT code; module docs).
     r.insert(libc::SYS_mprotect, mprotect_rules(g)?);
     // Alias: shared file mappings show the file's pages (guest memory
     // only, from the alias file only, never executable).
@@ -690,9 +690,12 @@ mod tests {
     }
 
     #[test]
-    fn run_time_code_doubles_the_mprotect_ladder_only_for_an_executable() {
-        let plain = super::mprotect_rules(G).unwrap().len();
-        assert_eq!(super::mprotect_rules(GuestRange { run_time_code: true, ..G }).unwrap().len(), 2 * plain);
+    fn only_an_executable_may_ask_for_execute() {
+        // The same ladder; only the protection bits it refuses differ.
+        let plain = super::mprotect_rules(G).unwrap();
+        let exec = super::mprotect_rules(GuestRange { run_time_code: true, ..G }).unwrap();
+        assert_eq!(plain.len(), exec.len());
+        assert_ne!(plain, exec);
     }
 
     #[test]
@@ -823,6 +826,33 @@ mod hot_path_tests {
         }
     }
 
+    /// `mprotect` may make guest memory executable (libraries `ld.so`
+    /// maps, JIT code: read, write and execute bits only), never memory
+    /// below `heap_start` or past `mem_size`; `mmap` of the alias file
+    /// stays never executable.
+    #[test]
+    fn exec_protection_is_guest_memory_only() {
+        let x86 = super::AUDIT_ARCH_X86_64;
+        let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, mounts: 0 };
+        let prog = super::program(NetPolicy::default(), g).unwrap();
+        let act = |nr: i64, args: [u64; 6]| run(&prog, x86, nr as u32, args).0;
+        let mp = libc::SYS_mprotect;
+        for prot in [4u64, 5, 6, 7] {
+            assert_eq!(act(mp, [g.heap_start, 0x1000, prot, 0, 0, 0]), allow, "prot {prot}");
+            assert_eq!(act(mp, [g.mem_size - 0x1000, 0x1000, prot, 0, 0, 0]), allow, "prot {prot} on the last page");
+            assert_eq!(act(mp, [g.heap_start - 0x1000, 0x1000, prot, 0, 0, 0]), trap, "prot {prot} over the image");
+            assert_eq!(act(mp, [g.mem_size - 0x1000, 0x2000, prot, 0, 0, 0]), trap, "prot {prot} past guest memory");
+            assert_eq!(act(mp, [g.mem_size, 0x1000, prot, 0, 0, 0]), trap, "prot {prot} on tender memory");
+        }
+        for prot in [8u64, 0x100_0000, 0x200_0000, 0x1_0000_0007] {
+            let want = if prot >> 32 != 0 { allow } else { trap };
+            assert_eq!(act(mp, [g.heap_start, 0x1000, prot, 0, 0, 0]), want, "prot {prot:#x} (the kernel reads 32 bits)");
+        }
+        let alias = [g.heap_start, 0x1000, 7, (libc::MAP_SHARED | libc::MAP_FIXED) as u64, 3, g.heap_start + 0x1000];
+        assert_eq!(act(libc::SYS_mmap, alias), trap, "an executable alias");
+    }
+
     /// Socket protocols are TCP and UDP only, address
     /// reuse options trap (the handler answers them), and `MSG_FASTOPEN`
     /// traps without outbound — in the program as installed.
@@ -930,7 +960,7 @@ mod hot_path_tests {
     #[test]
     fn a_copy_loses_what_only_its_template_may_do() {
         let net = NetPolicy { listeners: 1, outbound: false, bind_any: false, relay: false };
-        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: false };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: false, mounts: 0 };
         let tpl = super::template_program(net, g).unwrap();
         let copy = super::copy_program(g).unwrap();
         let plain = super::program(net, g).unwrap();

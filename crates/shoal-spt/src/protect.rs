@@ -3,10 +3,14 @@
 //! addresses here).
 //!
 //! Only the guest's free memory and main stack, `[heap_start, mem_size)`,
-//! can change, and only between read-write, read-only and no access: the
-//! image's code and read-only data, the archive and the boot-info page lie
-//! below `heap_start` and keep the protection the tender gave them, and
-//! nothing the guest can name ever becomes executable (W^X holds).
+//! can change, between read-write, read-only and no access, with or
+//! without execute: the image's code and read-only data, the archive and
+//! the boot-info page lie below `heap_start` and keep the protection the
+//! tender gave them. Execute is for a Linux executable's libraries that
+//! `ld.so` maps and for JIT code; it grants a hostile guest nothing (its
+//! image is arbitrary code already, every `syscall` instruction in guest
+//! memory traps to the guest kernel through syscall user dispatch, and
+//! every host call still passes the filter; docs/architecture.md).
 //!
 //! The guest shares this process, so it could call `mprotect` itself; the
 //! seccomp filter (`crate::filter`) bounds that call with the same rules,
@@ -39,15 +43,15 @@
 
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use shoal_abi::{
-    AliasArgs, AliasListArgs, AliasPair, ProtectArgs, ReleaseArgs, ReleaseRange, ALIAS_LIST_MAX, ALIAS_SHAREABLE, PAGE_SIZE, PROT_READ, PROT_WRITE,
+    AliasArgs, AliasListArgs, AliasPair, ProtectArgs, ReleaseArgs, ReleaseRange, ALIAS_LIST_MAX, ALIAS_SHAREABLE, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE,
     RELEASE_LIST_MAX,
 };
 
 static HEAP_START: AtomicU64 = AtomicU64::new(u64::MAX);
 static MEM_SIZE: AtomicU64 = AtomicU64::new(0);
 static ALIAS_FD: AtomicI32 = AtomicI32::new(-1);
-/// Whether the guest may make pages `PROT_READ | PROT_EXEC`: an
-/// unmodified executable's run-time code (`shoal_abi::PROT_EXEC`).
+/// Whether the guest may make pages executable (`shoal_abi::PROT_EXEC`):
+/// an unmodified executable's libraries and run-time code.
 static RUN_TIME_CODE: AtomicBool = AtomicBool::new(false);
 
 /// Lets the guest make its pages executable and not writable (an
@@ -206,15 +210,15 @@ pub fn protect(a: &ProtectArgs) -> i64 {
     // PROTECT_UNTOUCHED is a hint about TLBs, which mprotect keeps right
     // by itself.
     let prot = a.prot & !shoal_abi::PROTECT_UNTOUCHED;
-    let code = prot == PROT_READ | shoal_abi::PROT_EXEC && RUN_TIME_CODE.load(Ordering::Relaxed);
-    if (prot & !(PROT_READ | PROT_WRITE) != 0 && !code) || !range_ok(a.addr, a.len, lo, mem_size) {
+    let exec_refused = prot & PROT_EXEC != 0 && !RUN_TIME_CODE.load(Ordering::Relaxed);
+    if prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 || exec_refused || !range_ok(a.addr, a.len, lo, mem_size) {
         return einval;
     }
     let prot = prot as libc::c_int;
     let r = pieces(a.addr, a.len, mem_size, |addr, len| {
         // SAFETY: [addr, addr + len) lies in the guest's own memory above
-        // everything the tender protects (checked above); PROT_EXEC only
-        // without PROT_WRITE, for an executable's run-time code.
+        // everything the tender protects (checked above), which no Rust
+        // code references; PROT_EXEC only in an executable's instance.
         unsafe { crate::sys::mprotect(addr, len, prot) }.map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))
     });
     match r {

@@ -883,11 +883,7 @@ pub fn exec_kernel_image() -> Option<PathBuf> {
 /// Whether `image` is an ELF file that is not a shoal image: what
 /// [`executable_image`] builds an instance image around.
 pub fn is_executable(image: &Path) -> bool {
-    use std::io::Read;
-    let mut head = [0u8; 4];
-    // Only an ELF file is read whole: the check needs its sections.
-    let elf = std::fs::File::open(image).and_then(|mut f| f.read_exact(&mut head)).is_ok() && head == *b"\x7fELF";
-    elf && std::fs::read(image).is_ok_and(|b| shoal_exec::is_linux_executable(&b))
+    shoal_exec::is_linux_executable_file(image)
 }
 
 /// If `image` is an unmodified Linux executable rather than a shoal

@@ -33,6 +33,8 @@ pub const FEATURES: &[(&str, &str)] = &[
     ("curl", "curl is installed"),
     ("two-cpus", "at least two CPUs are available"),
     ("shm", "/dev/shm is a directory"),
+    ("python3.11", "Debian's python3.11 is installed as /usr/bin/python3.11"),
+    ("node", "Node.js is installed as /usr/bin/node"),
 ];
 
 /// Whether `SHOAL_REQUIRE` names `feature`.
@@ -86,6 +88,12 @@ pub fn probe(feature: &str) -> Result<(), String> {
             n => Err(format!("this machine has {n} CPU")),
         },
         "shm" => Path::new("/dev/shm").is_dir().then_some(()).ok_or_else(|| "/dev/shm is not a directory".into()),
+        // The distribution's interpreters at their own paths, not a
+        // python3 or node that comes first on PATH (pyenv, nvm).
+        "python3.11" | "node" => {
+            let p = Path::new("/usr/bin").join(feature);
+            p.is_file().then_some(()).ok_or_else(|| format!("{} is not installed", p.display()))
+        }
         "runc" | "runsc" | "podman" | "hey" | "wrk" | "redis-benchmark" | "setpriv" | "curl" => program(feature).map(|_| ()),
         other => panic!("shoal-testkit: unknown feature `{other}`"),
     }

@@ -151,6 +151,54 @@ pub fn heap_in_use() -> bool {
     KERNEL_HEAP.in_use()
 }
 
+/// Maps `len` bytes of zeroed anonymous memory, readable and executable,
+/// for code the kernel writes (the trampolines of system-call sites it
+/// rewrites, `shoal-syscall`'s `patch`); [`write_code`] fills it.
+pub fn map_code(len: u64) -> Result<u64, Errno> {
+    SPACE.with(|s| s.map_anywhere(len, space::PROT_READ | space::PROT_EXEC))
+}
+
+/// Whether `[addr, addr + len)` lies in one private file mapping that is
+/// executable and not writable: code a library's file holds (what `ld.so`
+/// maps), which the kernel may rewrite in its copy.
+pub fn is_file_code(addr: u64, len: u64) -> bool {
+    let Some(end) = addr.checked_add(len) else { return false };
+    let in_one = file::find(addr).is_some_and(|m| !m.shared && end <= m.end);
+    in_one
+        && SPACE.with(|s| {
+            let code =
+                |a: u64| matches!(s.use_at(a), Some(space::Use::Anon { prot }) if u32::from(prot) & (space::PROT_EXEC | space::PROT_WRITE) == space::PROT_EXEC);
+            code(addr) && code(end - 1)
+        })
+}
+
+/// Writes `bytes` at `addr`, inside the program's executable mappings
+/// (checked: `EFAULT` otherwise), lending the pages write access for the
+/// copy and giving them back their protection (execute kept throughout,
+/// so nothing running there faults).
+pub fn write_code(addr: u64, bytes: &[u8]) -> Result<(), Errno> {
+    let end = addr.checked_add(bytes.len() as u64).ok_or(Errno::EFAULT)?;
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    let (a, b) = (space::page_down(addr), space::page_up(end).ok_or(Errno::EFAULT)?);
+    SPACE.with(|s| {
+        let exec = |x: u64| matches!(s.use_at(x), Some(space::Use::Anon { prot }) if u32::from(prot) & space::PROT_EXEC != 0);
+        if !exec(addr) || !exec(end - 1) {
+            return Err(Errno::EFAULT);
+        }
+        let lent = s.lend_write(a, b);
+        // SAFETY: [addr, end) lies in the program's executable mappings
+        // (checked above), writable for now; no Rust reference points
+        // into program memory.
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
+        if lent {
+            s.restore(a, b);
+        }
+        Ok(())
+    })
+}
+
 /// Gives the kernel `bytes` (a multiple of the page size) of pages: in
 /// the range kept at the bottom of free memory while they fit there
 /// ([`space::KERNEL_LOW`]), else top-down.

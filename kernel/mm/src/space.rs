@@ -108,16 +108,22 @@ pub enum Use {
 impl Use {
     /// The protection the pages really have (`shoal_abi::PROT_*` bits of
     /// the `Protect` hypercall): a program mapping's recorded protection
-    /// without execute (x86 pages are readable when executable; W^X: the
-    /// image's code is the only executable memory), read-write for
-    /// everything else.
+    /// (x86 pages are readable when executable; execute, only in an
+    /// unmodified executable's instance, is what its libraries and JIT code
+    /// need, W^X flips and RWX included; a shoal image's code is its only
+    /// executable memory), read-write for everything else.
     pub fn real_prot(self) -> u64 {
-        match self {
-            Use::Anon { prot } if u32::from(prot) & PROT_WRITE != 0 => RW,
-            Use::Anon { prot } if u32::from(prot) & PROT_EXEC != 0 && RUN_TIME_CODE.load(core::sync::atomic::Ordering::Relaxed) => {
-                shoal_abi::PROT_READ | shoal_abi::PROT_EXEC
+        // Execute only where the program is an unmodified executable.
+        let exec = |prot: u8| {
+            if u32::from(prot) & PROT_EXEC != 0 && RUN_TIME_CODE.load(core::sync::atomic::Ordering::Relaxed) {
+                shoal_abi::PROT_EXEC
+            } else {
+                0
             }
-            Use::Anon { prot } if u32::from(prot) & (PROT_READ | PROT_EXEC) != 0 => shoal_abi::PROT_READ,
+        };
+        match self {
+            Use::Anon { prot } if u32::from(prot) & PROT_WRITE != 0 => RW | exec(prot),
+            Use::Anon { prot } if u32::from(prot) & (PROT_READ | PROT_EXEC) != 0 => shoal_abi::PROT_READ | exec(prot),
             Use::Anon { .. } => 0,
             _ => RW,
         }
@@ -831,7 +837,7 @@ impl Space {
 
     /// `mprotect(2)`: records `prot` for the program's mappings in the
     /// range, and (through [`Space::assign`]) has the tender give the pages
-    /// that protection, without execute (W^X). Memory the table does not
+    /// that protection. Memory the table does not
     /// manage (the image, the archive, the main stack) keeps its
     /// protection.
     pub fn protect(&mut self, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
@@ -919,8 +925,10 @@ impl Space {
     pub fn lend_write(&self, a: u64, b: u64) -> bool {
         let mut lent = false;
         self.pieces(a, b, |x, y, w| {
-            if w.real_prot() != RW {
-                set_real_prot(x, y, RW, false);
+            if w.real_prot() & RW != RW {
+                // Execute stays: a thread preempted in code being
+                // rewritten resumes there.
+                set_real_prot(x, y, RW | (w.real_prot() & shoal_abi::PROT_EXEC), false);
                 lent = true;
             }
         });
@@ -931,7 +939,7 @@ impl Space {
     /// (after [`Space::lend_write`]).
     pub fn restore(&self, a: u64, b: u64) {
         self.pieces(a, b, |x, y, w| {
-            if w.real_prot() != RW {
+            if w.real_prot() & RW != RW {
                 set_real_prot(x, y, w.real_prot(), false);
             }
         });

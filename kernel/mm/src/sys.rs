@@ -235,8 +235,8 @@ pub fn mincore(a: &Args) -> SysResult {
 /// `mprotect(addr, len, prot)`: validated like Linux (`EINVAL`, `ENOMEM`
 /// for unmapped pages), recorded, and made real by the tender (`Protect`
 /// hypercall: host `mprotect` on spt, the guest's page tables on hvt), so
-/// guard pages and `PROT_NONE` regions fault. `PROT_EXEC` is recorded but
-/// never granted: the image's code is the only executable memory.
+/// guard pages and `PROT_NONE` regions fault, and `PROT_EXEC` pages run
+/// (libraries `ld.so` maps, JIT code).
 pub fn mprotect(a: &Args) -> SysResult {
     let (addr, len) = (a.u(0), a.u(1));
     if addr % PAGE != 0 {

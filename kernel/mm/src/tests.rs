@@ -805,6 +805,9 @@ fn address_space_and_data_limits() {
 /// memory handed out later never faults.
 #[test]
 fn mprotect_changes_the_real_protection_and_unmap_restores_it() {
+    // As in an unmodified executable's instance (a shoal image's pages
+    // never execute; no test here asks for that).
+    crate::space::allow_run_time_code();
     let taken = || PROTECTED.with(|p| core::mem::take(&mut *p.borrow_mut()));
     let (mut s, _) = space(32);
     let a = s.map_anywhere(4 * PAGE, 3).unwrap();
@@ -812,7 +815,9 @@ fn mprotect_changes_the_real_protection_and_unmap_restores_it() {
     s.protect(a, PAGE, 0).unwrap();
     assert_eq!(taken(), vec![(a, a + PAGE, 0)], "the guard page");
     s.protect(a, 2 * PAGE, PROT_READ | PROT_EXEC).unwrap();
-    assert_eq!(taken(), vec![(a, a + PAGE, 1), (a + PAGE, a + 2 * PAGE, 1)], "read-only, never executable (one request per segment)");
+    assert_eq!(taken(), vec![(a, a + PAGE, 5), (a + PAGE, a + 2 * PAGE, 5)], "read and execute (one request per segment)");
+    s.protect(a, 2 * PAGE, PROT_READ | PROT_WRITE | PROT_EXEC).unwrap();
+    assert_eq!(taken(), vec![(a, a + 2 * PAGE, 7)], "read, write and execute (a JIT's RWX)");
     s.protect(a, 2 * PAGE, 3).unwrap();
     assert_eq!(taken(), vec![(a, a + 2 * PAGE, 3)], "back to read-write");
     s.protect(a + PAGE, PAGE, 0).unwrap();

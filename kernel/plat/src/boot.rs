@@ -58,7 +58,8 @@ pub const EXEC_MAGIC: u64 = u64::from_le_bytes(*b"SHOALEX1");
 /// What `shoal-exec` writes into the image file when it combines a Linux
 /// executable with this kernel: magic, entry point, address and number of
 /// its program headers, end of its memory (page aligned, after the
-/// trampolines), start and end of its trampolines, reserved. It is found
+/// trampolines), start and end of its trampolines, its load bias (0, or
+/// the PIE base). It is found
 /// by its symbol name, so it must stay in `.data` (file bytes).
 #[no_mangle]
 #[used]

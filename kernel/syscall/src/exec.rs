@@ -223,11 +223,13 @@ fn set_control(top: u64) -> Result<(), Errno> {
 /// Called by `_shoal_start` with the initial process stack once the
 /// kernel is up: for an image combined with a Linux executable, points
 /// the auxiliary vector at the executable (`AT_PHDR`, `AT_PHNUM`,
-/// `AT_ENTRY`), gives the main thread its kernel stack and returns the
-/// executable's entry point; 0 for an ordinary shoal image.
+/// `AT_ENTRY`; `AT_BASE` at its interpreter, which a dynamically linked
+/// one starts in: [`super::interp`]), gives the main thread its kernel
+/// stack and returns the entry point (the executable's or its
+/// interpreter's); 0 for an ordinary shoal image.
 #[no_mangle]
 pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
-    let Some([entry, phdr, phnum, _end, _tramp_start, _tramp_end, _]) = shoal_plat::boot::exec_info() else {
+    let Some([entry, phdr, phnum, _end, _tramp_start, _tramp_end, bias]) = shoal_plat::boot::exec_info() else {
         return 0;
     };
     let Some(top) = kernel_stack() else {
@@ -246,6 +248,26 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
     shoal_mm::set_limits(u64::MAX, mem);
     // Code the program makes at run time may run (its `syscall`s trap).
     shoal_mm::space::allow_run_time_code();
+    // A dynamically linked executable starts in its interpreter (module
+    // `interp`), with AT_BASE its base and AT_ENTRY the program's entry.
+    let (start, interp_base) = match super::interp::find(phdr, phnum, bias) {
+        Ok(None) => (entry, 0),
+        Ok(Some(name)) => match super::interp::load(name) {
+            Ok((base, interp_entry)) => (interp_entry, base),
+            Err(e) => {
+                use core::fmt::Write;
+                let path = umem::slice(name, 4096).ok().map(|b| b.split(|&c| c == 0).next().unwrap_or(&[])).unwrap_or(&[]);
+                let path = core::str::from_utf8(path).unwrap_or("?");
+                let out = &mut shoal_plat::console::Stderr;
+                let _ = match super::interp::reason(e) {
+                    Some(why) => writeln!(out, "shoal: cannot load the interpreter {path} from the instance's file system ({why})"),
+                    None => writeln!(out, "shoal: cannot load the interpreter {path} from the instance's file system (errno {})", e.0),
+                };
+                shoal_plat::halt(127);
+            }
+        },
+        Err(_) => shoal_plat::halt(125),
+    };
     // argc, argv[], NULL, envp[], NULL, then the auxv pairs.
     let fix = || -> Result<(), Errno> {
         let argc: u64 = umem::read(sp)?;
@@ -260,6 +282,7 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
                 0 => return Ok(()),
                 3 => umem::write(at + 8, phdr)?,
                 5 => umem::write(at + 8, phnum)?,
+                7 => umem::write(at + 8, interp_base)?,
                 9 => umem::write(at + 8, entry)?,
                 _ => {}
             }
@@ -272,7 +295,7 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
     super::preempt::use_kernel_stacks();
     shoal_sched::set_kernel_stack_of(own_kernel_stack);
     shoal_sched::preempt::leave();
-    entry
+    start
 }
 
 /// The running thread's kernel stack `(base, size)`, found through its GS
@@ -290,6 +313,7 @@ const RSEQ: u64 = 334;
 const CLONE3: u64 = 435;
 #[cfg(not(test))]
 const RT_SIGRETURN: u64 = 15;
+const PKEY_ALLOC: u64 = 330;
 
 /// The system call of the frame at `f` (from the entry above), on the
 /// thread's kernel stack.
@@ -304,6 +328,9 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     // SAFETY: the GS base points at this thread's control word (set_control),
     // in its kernel stack, which only this thread's entries use.
     let start = unsafe { core::ptr::replace(ctl, nested) };
+    // A library's `mov eax, NR; syscall` that trapped is rewritten now
+    // (module `patch`), before the call can change the frame.
+    super::patch::after_trap(f.rip, n);
     if n == RT_SIGRETURN && !shoal_process::signal::is_nested_frame(f.rsp) {
         sigreturn_direct(f, ctl, start);
     }
@@ -312,6 +339,10 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
         // (restartable sequences off, clone instead of clone3), so it is
         // not reported as a missing call.
         Errno::ENOSYS.to_ret()
+    } else if n == PKEY_ALLOC {
+        // Node asks for a protection key; on a CPU without them (these
+        // hosts: no `pku`) Linux answers EINVAL, and V8 goes on without.
+        Errno::EINVAL.to_ret()
     } else if n == CLONE {
         match clone(f) {
             Ok(tid) => i64::from(tid),

@@ -14,6 +14,8 @@ use shoal_plat::{Args, Errno, Global, SyscallFn};
 
 pub mod exec;
 pub mod fault;
+pub mod interp;
+pub mod patch;
 pub mod preempt;
 
 pub use shoal_abi::linux as nr;
@@ -340,6 +342,7 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::GETGROUPS => user::getgroups,
         nr::GETRESUID => user::getresuid,
         nr::GETRESGID => user::getresgid,
+        125 => user::capget,
         // system information
         nr::UNAME => sysinfo::uname,
         nr::SYSINFO => sysinfo::sysinfo,

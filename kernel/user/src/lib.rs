@@ -61,6 +61,47 @@ pub mod sys {
         Ok(0)
     }
 
+    /// `_LINUX_CAPABILITY_VERSION_1` (one 32-bit set).
+    const CAP_V1: u32 = 0x1998_0330;
+    /// `_LINUX_CAPABILITY_VERSION_2` and `_3` (two 32-bit sets).
+    const CAP_V2: u32 = 0x2007_1026;
+    const CAP_V3: u32 = 0x2008_0522;
+    /// The capabilities Linux 6.x knows (0 to 40), what root holds.
+    const ALL_CAPS: u64 = (1 << 41) - 1;
+
+    /// `capget(header, data)`: root's capabilities (every one, permitted
+    /// and effective, none inheritable), for the program itself (pid 0 or
+    /// its own pid, 1) as Linux answers a root process; an unknown version
+    /// is `EINVAL` with the preferred version written back, as Linux does
+    /// (libcap and Node probe that way); `data` NULL asks only the version.
+    pub fn capget(a: &Args) -> SysResult {
+        let (hdr, data) = (a.u(0), a.u(1));
+        let version: u32 = shoal_plat::umem::read(hdr)?;
+        let pid: i32 = shoal_plat::umem::read(hdr + 4)?;
+        let words = match version {
+            CAP_V1 => 1,
+            CAP_V2 | CAP_V3 => 2,
+            _ => {
+                shoal_plat::umem::write(hdr, CAP_V3)?;
+                return if data == 0 { Ok(0) } else { Err(Errno::EINVAL) };
+            }
+        };
+        if pid < 0 {
+            return Err(Errno::EINVAL);
+        }
+        if pid != 0 && pid != 1 {
+            return Err(Errno::ESRCH);
+        }
+        if data == 0 {
+            return Ok(0);
+        }
+        for w in 0..words {
+            let set = (ALL_CAPS >> (32 * w)) as u32;
+            shoal_plat::umem::write(data + 12 * w, [set, set, 0u32])?;
+        }
+        Ok(0)
+    }
+
     #[cfg(test)]
     mod tests {
         use super::*;
@@ -77,6 +118,16 @@ pub mod sys {
             let p = ids.as_mut_ptr() as u64;
             assert_eq!(getresuid(&Args([p, p + 4, p + 8, 0, 0, 0])), Ok(0));
             assert_eq!(ids, [0; 3]);
+            let mut hdr = [CAP_V3, 0u32];
+            let mut data = [0u32; 6];
+            let c = |h: &mut [u32; 2], d: u64| capget(&Args([h.as_mut_ptr() as u64, d, 0, 0, 0, 0]));
+            assert_eq!(c(&mut hdr, data.as_mut_ptr() as u64), Ok(0));
+            assert_eq!(data, [u32::MAX, u32::MAX, 0, 0x1ff, 0x1ff, 0]);
+            hdr = [7, 0];
+            assert_eq!(c(&mut hdr, data.as_mut_ptr() as u64), Err(Errno::EINVAL));
+            assert_eq!(hdr[0], CAP_V3, "the preferred version written back");
+            hdr = [CAP_V3, 99];
+            assert_eq!(c(&mut hdr, data.as_mut_ptr() as u64), Err(Errno::ESRCH));
         }
     }
 }

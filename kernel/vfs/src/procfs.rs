@@ -10,7 +10,9 @@
 //! `/sys/kernel/mm/transparent_hugepage/{hpage_pmd_size,enabled}` and the
 //! cgroup v2 files `/sys/fs/cgroup/{cpu.max,memory.max}`, which the Go
 //! runtime (1.25+) reads to pick `GOMAXPROCS` (a quota of one CPU) and
-//! libuv to size the heap. Files that change are regenerated each time
+//! libuv to size the heap, and `/proc/sys/vm/overcommit_memory` (`0`,
+//! Linux's heuristic: reserved address space costs nothing until it is
+//! written, as here), which V8 reads at start. Files that change are regenerated each time
 //! one is opened ([`Gen`]): `/proc/meminfo` and `/proc/stat` (the memory
 //! free now, the CPU time used), `/proc/self/maps` (the image's segments,
 //! the program's mappings and break, the main stack). A name the root
@@ -108,6 +110,7 @@ pub fn populate(fs: &mut Fs) {
     let mut mem = Buf(Vec::new());
     let _ = writeln!(mem, "{}", shoal_mm::stats().0);
     add_owned(fs, &[b"sys", b"fs", b"cgroup"], b"memory.max", &mem.0);
+    add_static(fs, &[b"proc", b"sys", b"vm"], b"overcommit_memory", b"0\n");
     add_static(fs, &[b"proc", b"self"], b"cgroup", CGROUP);
     add_static(fs, &[b"proc", b"self"], b"mountinfo", MOUNTINFO);
     add_owned(fs, &[b"proc"], b"cpuinfo", &cpuinfo());

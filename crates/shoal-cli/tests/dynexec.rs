@@ -1,0 +1,259 @@
+//! Dynamically linked executables (`shoal run /usr/bin/python3.11`,
+//! `/usr/bin/node`): the host's own interpreters, unmodified, with their
+//! interpreter `ld.so`, their libraries and Python's standard library
+//! from the host's `/usr`, `/lib` and `/lib64` mounted read-only
+//! (`--mount DIR:DIR:ro`, which needs root on spt), compared with native
+//! runs by output and exit status on each tender.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+const PYTHON: &str = "/usr/bin/python3.11";
+const NODE: &str = "/usr/bin/node";
+
+/// A Python script using hashlib, zlib, json, re, threads, tempfile and
+/// exceptions, ending with `sys.exit(3)`.
+const PY_SCRIPT: &str = r##"import hashlib, zlib, json, re, threading, tempfile, os, sys
+print("sha256", hashlib.sha256(b"shoal" * 1000).hexdigest())
+print("md5", hashlib.md5(b"abc").hexdigest())
+data = b"hello world " * 500
+c = zlib.compress(data, 9)
+print("zlib", len(data), len(c), zlib.crc32(data), zlib.decompress(c) == data)
+obj = {"a": [1, 2.5, None, True], "b": {"c": "d\u00e9"}}
+s = json.dumps(obj, sort_keys=True)
+print("json", s, json.loads(s) == obj)
+print("re", re.findall(r"(\w+)@(\w+)\.com", "x a@b.com y c@d.com"), re.sub(r"\d+", "#", "a1b22c333"))
+results = [0] * 4
+lock = threading.Lock()
+total = [0]
+def work(i):
+    acc = 0
+    for k in range(20000):
+        acc += k * i
+    results[i] = acc
+    with lock:
+        total[0] += 1
+ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("threads", results, total[0])
+with tempfile.TemporaryDirectory() as d:
+    p = os.path.join(d, "f.txt")
+    with open(p, "w") as f:
+        f.write("line1\nline2\n")
+    with open(p) as f:
+        print("tempfile", f.read().splitlines(), os.path.getsize(p))
+    with tempfile.NamedTemporaryFile(dir=d) as nt:
+        nt.write(b"xyz"); nt.flush()
+        print("named", os.path.getsize(nt.name))
+try:
+    {}["missing"]
+except KeyError as e:
+    print("keyerror", repr(e))
+class MyErr(Exception):
+    pass
+try:
+    try:
+        1 / 0
+    except ZeroDivisionError as e:
+        raise MyErr("wrapped") from e
+except MyErr as e:
+    print("chained", e, type(e.__cause__).__name__)
+print("env", os.environ.get("SHOAL_T", "unset"))
+sys.exit(3)
+"##;
+
+/// A Node script using crypto, zlib, JSON, timers and promises (their
+/// order printed), fs, the environment and `process.exitCode`.
+const JS_SCRIPT: &str = r##"const crypto = require('crypto');
+const zlib = require('zlib');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+console.log('sha256', crypto.createHash('sha256').update('shoal'.repeat(1000)).digest('hex'));
+console.log('hmac', crypto.createHmac('sha1', 'k').update('data').digest('base64'));
+const key = crypto.scryptSync('pw', 'salt', 32);
+const iv = Buffer.alloc(16, 1);
+const c = crypto.createCipheriv('aes-256-cbc', key, iv);
+const enc = Buffer.concat([c.update('secret text'), c.final()]);
+const d = crypto.createDecipheriv('aes-256-cbc', key, iv);
+console.log('aes', enc.toString('hex'), Buffer.concat([d.update(enc), d.final()]).toString());
+console.log('random', crypto.randomBytes(16).length);
+const data = Buffer.from('hello world '.repeat(500));
+const gz = zlib.gzipSync(data, { level: 9 });
+console.log('zlib', data.length, zlib.gunzipSync(gz).equals(data), zlib.deflateSync(data).length);
+const obj = { a: [1, 2.5, null, true], b: { c: 'd\u00e9' } };
+console.log('json', JSON.stringify(obj), JSON.stringify(JSON.parse(JSON.stringify(obj))) === JSON.stringify(obj));
+const order = [];
+setImmediate(() => order.push('immediate'));
+Promise.resolve().then(() => order.push('promise'));
+process.nextTick(() => order.push('tick'));
+queueMicrotask(() => order.push('microtask'));
+order.push('sync');
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'shoal-'));
+const file = path.join(dir, 'f.txt');
+fs.writeFileSync(file, 'line1\nline2\n');
+console.log('fs', fs.readFileSync(file, 'utf8').split('\n').length, fs.statSync(file).size, fs.readdirSync(dir));
+fs.promises.readFile(file, 'utf8').then((t) => {
+  order.push('fsread');
+  setTimeout(async () => {
+    const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+    const t0 = Date.now();
+    await sleep(20);
+    const waited = Date.now() - t0 >= 19;
+    const r = await Promise.all([1, 2, 3].map(async (x) => { await sleep(5 * (4 - x)); order.push('p' + x); return x * x; }));
+    console.log('order', order.join(','));
+    console.log('all', r, waited);
+    fs.rmSync(dir, { recursive: true });
+    console.log('env', process.env.SHOAL_T);
+    try { JSON.parse('{bad'); } catch (e) { console.log('error', e.name); }
+    process.exitCode = 5;
+  }, 10);
+});
+"##;
+
+/// Three `worker_threads` workers computing and posting results back.
+const JS_WORKERS: &str = r##"const { Worker, isMainThread, parentPort, workerData } = require('worker_threads');
+if (isMainThread) {
+  const results = [];
+  let done = 0;
+  for (let i = 0; i < 3; i++) {
+    const w = new Worker(__filename, { workerData: i });
+    w.on('message', (m) => { results[i] = m; });
+    w.on('exit', (code) => {
+      if (++done === 3) { console.log('workers', JSON.stringify(results), code); }
+    });
+  }
+} else {
+  let acc = 0;
+  for (let k = 0; k < 100000; k++) acc = (acc + k * (workerData + 1)) % 1000003;
+  parentPort.postMessage({ id: workerData, acc });
+}
+"##;
+
+/// The scripts, in a directory mounted at `/work` (built once per test
+/// process).
+fn scripts() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = scratch().keep();
+        std::fs::write(dir.join("t.py"), PY_SCRIPT).unwrap();
+        std::fs::write(dir.join("t.js"), JS_SCRIPT).unwrap();
+        std::fs::write(dir.join("w.js"), JS_WORKERS).unwrap();
+        dir
+    })
+}
+
+/// The host's own system directories, mounted read-only where they are:
+/// `ld.so` (through `/lib64`), the libraries and the interpreters'
+/// standard libraries come from them, unpacked.
+const SYSTEM: [&str; 6] = ["--mount", "/usr:/usr:ro", "--mount", "/lib:/lib:ro", "--mount", "/lib64:/lib64:ro"];
+
+/// Runs `exe ARGS` natively (with only `SHOAL_T=yes` in the environment;
+/// `/work/X` in the arguments names the scripts' `X`) and on every tender
+/// with the system directories and the scripts mounted and `run_args`,
+/// and asserts the same stdout, stderr and exit status `status`.
+fn matches_native(exe: &str, args: &[&str], run_args: &[&str], status: i32) {
+    let dir = scripts();
+    let native_args: Vec<String> = args.iter().map(|a| a.strip_prefix("/work/").map_or_else(|| a.to_string(), |x| dir.join(x).display().to_string())).collect();
+    let n = output(Command::new(exe).args(&native_args).env_clear().env("SHOAL_T", "yes").current_dir(dir));
+    assert_eq!(n.status.code(), Some(status), "native {exe} {args:?}: {}", stderr(&n));
+    let work = format!("{}:/work:ro", dir.display());
+    for t in tenders() {
+        let s = output(shoal_run(t).args(SYSTEM).args(["--mount", &work]).args(run_args).args(["-e", "SHOAL_T=yes", exe, "--"]).args(args));
+        assert_eq!(stdout(&s), stdout(&n), "{t} {exe} {args:?}: stderr: {}", stderr(&s));
+        assert_eq!(stderr(&s), stderr(&n), "{t} {exe} {args:?}: stderr differs");
+        assert_eq!(s.status.code(), Some(status), "{t} {exe} {args:?}: stderr: {}", stderr(&s));
+    }
+}
+
+#[test]
+fn python_script_matches_native() {
+    if !shoal_testkit::need(&["root", "python3.11"]) {
+        return;
+    }
+    matches_native(PYTHON, &["/work/t.py"], &[], 3);
+}
+
+/// `_ssl`, `_sqlite3` and `_ctypes` are `lib-dynload` modules that the
+/// interpreter `dlopen`s, with libssl, libcrypto, libsqlite3 and libffi
+/// behind them.
+#[test]
+fn python_imports_ssl_sqlite3_ctypes_as_natively() {
+    if !shoal_testkit::need(&["root", "python3.11"]) {
+        return;
+    }
+    let code = "import ssl, sqlite3, ctypes; print(ssl.OPENSSL_VERSION, sqlite3.sqlite_version); \
+                print(sqlite3.connect(':memory:').execute('select 6*7').fetchone()); \
+                print(ctypes.CDLL('libz.so.1').zlibVersion() != 0, ctypes.sizeof(ctypes.c_long))";
+    matches_native(PYTHON, &["-c", code], &[], 0);
+}
+
+/// `dlopen` of a library that is not there: ld.so's own message, through
+/// Python's `OSError` and Node's `process.dlopen`.
+#[test]
+fn dlopen_of_a_missing_library_gives_ld_so_message() {
+    if shoal_testkit::need(&["root", "python3.11"]) {
+        let code = "import ctypes\ntry:\n    ctypes.CDLL('libshoal-missing.so.1')\nexcept OSError as e:\n    print(e)\n    raise SystemExit(9)";
+        matches_native(PYTHON, &["-c", code], &[], 9);
+    }
+    if shoal_testkit::need(&["root", "node"]) {
+        let code = "try { process.dlopen({ exports: {} }, '/nowhere/missing.node'); } catch (e) { console.log(e.message); process.exitCode = 8; }";
+        matches_native(NODE, &["-e", code], &[], 8);
+    }
+}
+
+#[test]
+fn node_script_matches_native() {
+    if !shoal_testkit::need(&["root", "node"]) {
+        return;
+    }
+    matches_native(NODE, &["/work/t.js"], &[], 5);
+}
+
+/// Each worker is a V8 isolate with its own reservations of address
+/// space (its code range among them): three need more than the default
+/// --mem's share.
+#[test]
+fn node_worker_threads_match_native() {
+    if !shoal_testkit::need(&["root", "node"]) {
+        return;
+    }
+    matches_native(NODE, &["/work/w.js"], &["--mem", "1G"], 0);
+}
+
+/// A library's `mov eax, NR; syscall` pair is rewritten by the kernel the
+/// first time it traps (kernel/syscall/src/patch.rs): the program sees a
+/// `jmp` where natively the `mov` stays; calls through the pair and
+/// through a jump to the middle of one keep giving the right answer.
+#[test]
+fn library_sites_are_rewritten_on_first_use() {
+    if !shoal_testkit::need(&["root"]) {
+        return;
+    }
+    let dir = scratch();
+    let d = dir.path();
+    let lib = d.join("libsites.so");
+    let o = output(Command::new("gcc").args(["-O2", "-shared", "-fPIC", "-o"]).arg(&lib).arg(home().join("apps/exec/libsites.c")));
+    assert!(o.status.success(), "gcc libsites: {}", stderr(&o));
+    let exe = d.join("dynsites");
+    let o = output(
+        Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(home().join("apps/exec/dynsites.c")).arg("-L").arg(d).args(["-lsites", "-Wl,-rpath,/sitelib"]),
+    );
+    assert!(o.status.success(), "gcc dynsites: {}", stderr(&o));
+    let sitelib = d.join("sitelib");
+    std::fs::create_dir_all(&sitelib).unwrap();
+    std::fs::copy(&lib, sitelib.join("libsites.so")).unwrap();
+    let mount = format!("{}:/sitelib:ro", sitelib.display());
+    let n = output(Command::new(&exe).env("LD_LIBRARY_PATH", d));
+    assert_eq!(stdout(&n), "pair before: b8\npair after: b8\nmiddle after: b8\nagree: 1 1, 0 wrong\n", "native: {}", stderr(&n));
+    for t in tenders() {
+        let s = output(shoal_run(t).args(SYSTEM).args(["--mount", &mount]).arg(&exe));
+        assert_eq!(stdout(&s), "pair before: b8\npair after: e9\nmiddle after: e9\nagree: 1 1, 0 wrong\n", "{t}: {}", stderr(&s));
+        assert_eq!((s.status.code(), stderr(&s)), (Some(0), String::new()), "{t}");
+    }
+}
