@@ -22,6 +22,7 @@ pub const FEATURES: &[(&str, &str)] = &[
     ("runc", "runc is installed"),
     ("runsc", "runsc (gVisor) is installed"),
     ("podman", "podman is installed"),
+    ("busybox", "busybox is installed (Debian's busybox-static, a static executable)"),
     ("containerd", "containerd and ctr are installed"),
     ("go", "a Go 1.22 or newer is installed and scripts/setup fetched runtime-tools with it"),
     ("go-toolchain", "a Go 1.22 or newer is installed (on PATH or in /usr/local/go/bin)"),
@@ -86,7 +87,7 @@ pub fn probe(feature: &str) -> Result<(), String> {
             n => Err(format!("this machine has {n} CPU")),
         },
         "shm" => Path::new("/dev/shm").is_dir().then_some(()).ok_or_else(|| "/dev/shm is not a directory".into()),
-        "runc" | "runsc" | "podman" | "hey" | "wrk" | "redis-benchmark" | "setpriv" | "curl" => program(feature).map(|_| ()),
+        "runc" | "runsc" | "podman" | "busybox" | "hey" | "wrk" | "redis-benchmark" | "setpriv" | "curl" => program(feature).map(|_| ()),
         other => panic!("shoal-testkit: unknown feature `{other}`"),
     }
 }
