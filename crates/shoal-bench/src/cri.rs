@@ -6,7 +6,8 @@
 //! static Linux `apps/pause.c`, shoal's the same file built as a shoal
 //! image) and the same container image: apps/exec/go/httpd.go built static
 //! in a `FROM scratch` image, an ordinary image that shoal runs as an
-//! unmodified executable. Per run: `crictl runp` of a host-network pod
+//! unmodified executable; `spt-image` is apps/net/http.c built as a shoal
+//! image, on spt (what an executable and Go's start add). Per run: `crictl runp` of a host-network pod
 //! (pod sandbox start to ready: the call returns when the sandbox is
 //! ready), then `crictl create` + `crictl start` of the server and GETs
 //! until the first answer byte. Systems alternate within each round, one
@@ -34,7 +35,7 @@ pub struct CriOpts {
     pub repeat: usize,
     /// Fewer rounds (a smoke run, not a measurement).
     pub quick: bool,
-    /// Systems: runc, spt, hvt (default all).
+    /// Systems: runc, spt, hvt, spt-image (default all).
     pub systems: Vec<String>,
     /// Where the images, logs, CSVs, the plot and the Markdown table go.
     pub out: PathBuf,
@@ -43,7 +44,9 @@ pub struct CriOpts {
 }
 
 /// The systems, in the order they run within a round.
-const ALL: [&str; 3] = ["runc", "spt", "hvt"];
+/// `spt-image` runs apps/net/http.c built as a shoal image instead of the
+/// Go executable: what is the executable's (and Go's) share of a start.
+const ALL: [&str; 4] = ["runc", "spt", "hvt", "spt-image"];
 
 /// How long a server may take to answer its first request.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -51,6 +54,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const GOHTTP: &str = "localhost/shoal-bench/gohttp:latest";
 const PAUSE_LINUX: &str = "localhost/shoal-bench/pause-linux:latest";
 const PAUSE_SHOAL: &str = "localhost/shoal-bench/pause:latest";
+const HTTP_SHOAL: &str = "localhost/shoal-bench/http:latest";
 
 fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)).trim().to_string()
@@ -97,11 +101,12 @@ fn go() -> Option<PathBuf> {
     find_program("go").or_else(|| Some(PathBuf::from("/usr/local/go/bin/go")).filter(|p| p.is_file()))
 }
 
-/// Builds the three images as OCI archives in `dir`: the Go server and the
-/// Linux pause with podman (`FROM scratch`), the shoal pause with `shoal cc`
-/// + `shoal oci-image`; and shoal's kernel image for executables (through
-/// `shoal run` of the server, which exits at once on a bad address).
-fn build(home: &Path, shoal: &Path, dir: &Path) -> Result<[PathBuf; 3]> {
+/// Builds the four images as OCI archives in `dir`: the Go server and the
+/// Linux pause with podman (`FROM scratch`), the shoal pause and
+/// apps/net/http.c with `shoal cc` + `shoal oci-image`; and shoal's kernel
+/// image for executables (through `shoal run` of the server, which exits
+/// at once on a bad address).
+fn build(home: &Path, shoal: &Path, dir: &Path) -> Result<[PathBuf; 4]> {
     let go_dir = dir.join("gohttp");
     std::fs::create_dir_all(&go_dir)?;
     let go = go().context("no Go toolchain")?;
@@ -128,18 +133,20 @@ fn build(home: &Path, shoal: &Path, dir: &Path) -> Result<[PathBuf; 3]> {
         run(Command::new("podman").args(["save", "--format", "oci-archive", "-o"]).arg(&tar).arg(tag), &format!("podman save {tag}"))?;
         out.push(tar);
     }
-    let img = dir.join("pause.img");
-    run(Command::new(shoal).args(["cc", "-O2"]).arg(home.join("apps/pause.c")).arg("-o").arg(&img), "shoal cc apps/pause.c")?;
-    let tar = dir.join("pause.oci.tar");
-    run(Command::new(shoal).arg("oci-image").arg(&img).args(["-t", "shoal-bench/pause", "-o"]).arg(&tar), "shoal oci-image pause")?;
-    out.push(tar);
+    for (src, name) in [("apps/pause.c", "pause"), ("apps/net/http.c", "http")] {
+        let img = dir.join(format!("{name}.img"));
+        run(Command::new(shoal).args(["cc", "-O2"]).arg(home.join(src)).arg("-o").arg(&img), &format!("shoal cc {src}"))?;
+        let tar = dir.join(format!("{name}.oci.tar"));
+        run(Command::new(shoal).arg("oci-image").arg(&img).args(["-t", &format!("shoal-bench/{name}"), "-o"]).arg(&tar), &format!("shoal oci-image {name}"))?;
+        out.push(tar);
+    }
     let _ = Command::new(shoal).arg("run").arg(go_dir.join("httpd")).args(["--", "no:such:address"]).stdin(Stdio::null()).output();
     match shoal_tender::exec_kernel_image() {
         Some(k) if k.is_file() => {}
         k => bail!("shoal run did not build the kernel image executables run on ({k:?})"),
     }
-    let [a, b, c] = <[PathBuf; 3]>::try_from(out).map_err(|_| anyhow::anyhow!("three images"))?;
-    Ok([a, b, c])
+    let [a, b, c, d] = <[PathBuf; 4]>::try_from(out).map_err(|_| anyhow::anyhow!("four images"))?;
+    Ok([a, b, c, d])
 }
 
 /// A containerd of the bench's own (private root, state and socket) for
@@ -264,9 +271,19 @@ fn answers(port: u16) -> bool {
     matches!(s.read(&mut b), Ok(1))
 }
 
-/// One run on `sys`: pod start → ready and create+start → first answer,
-/// in milliseconds. The pod is removed afterwards.
-fn once(c: &Containerd, sys: &str, n: usize) -> Result<(f64, f64)> {
+/// One run's times in milliseconds.
+#[derive(Clone, Copy)]
+struct Times {
+    /// `crictl runp` → the pod is ready.
+    pod: f64,
+    /// `crictl create` + `crictl start` → the first answer byte.
+    first: f64,
+    /// Of which `crictl create`.
+    create: f64,
+}
+
+/// One run on `sys`. The pod is removed afterwards.
+fn once(c: &Containerd, sys: &str, n: usize) -> Result<Times> {
     let port = free_port()?;
     let name = format!("bench-{sys}-{n}");
     let mut pod = json!({
@@ -280,8 +297,12 @@ fn once(c: &Containerd, sys: &str, n: usize) -> Result<(f64, f64)> {
         "args": [format!("{port}")],
         "log_path": "http.log",
     });
+    if sys == "spt-image" {
+        ctr["image"] = json!({"image": HTTP_SHOAL});
+        ctr["args"] = json!([format!("{port}"), "/"]);
+    }
     if sys != "runc" {
-        pod["annotations"] = json!({"org.shoal.tender": sys});
+        pod["annotations"] = json!({"org.shoal.tender": if sys == "hvt" { "hvt" } else { "spt" }});
         // On the host's network the guest binds only the ports named.
         ctr["annotations"] = json!({"org.shoal.publish": port.to_string()});
     }
@@ -297,10 +318,11 @@ fn once(c: &Containerd, sys: &str, n: usize) -> Result<(f64, f64)> {
     let result = (|| {
         let t1 = Instant::now();
         let id = c.ok(&["create", &pod_id, &cj, &pj])?;
+        let create = t1.elapsed().as_secs_f64() * 1e3;
         c.ok(&["start", &id])?;
         loop {
             if answers(port) {
-                return Ok(t1.elapsed().as_secs_f64() * 1e3);
+                return Ok((t1.elapsed().as_secs_f64() * 1e3, create));
             }
             if t1.elapsed() > READY_TIMEOUT {
                 let logs = c.crictl(&["logs", &id]).map(|o| text(&o)).unwrap_or_default();
@@ -311,7 +333,8 @@ fn once(c: &Containerd, sys: &str, n: usize) -> Result<(f64, f64)> {
     })();
     let _ = c.ok(&["stopp", &pod_id]);
     let _ = c.ok(&["rmp", &pod_id]);
-    Ok((pod_ms, result?))
+    let (first, create) = result?;
+    Ok(Times { pod: pod_ms, first, create })
 }
 
 /// Why `sys` cannot run here.
@@ -322,7 +345,7 @@ fn system_unavailable(sys: &str) -> Option<String> {
 pub fn cri(o: CriOpts) -> Result<()> {
     let systems: Vec<&str> = if o.systems.is_empty() { ALL.to_vec() } else { ALL.iter().copied().filter(|s| o.systems.iter().any(|w| w == s)).collect() };
     if let Some(bad) = o.systems.iter().find(|s| !ALL.contains(&s.as_str())) {
-        bail!("--systems {bad}: expected runc, spt or hvt");
+        bail!("--systems {bad}: expected runc, spt, hvt or spt-image");
     }
     if let Some(why) = unavailable() {
         return Err(crate::BenchError::nothing_measured("cri", &[format!("unavailable here: {why}")]).into());
@@ -336,7 +359,7 @@ pub fn cri(o: CriOpts) -> Result<()> {
     std::fs::copy(std::env::current_exe()?.with_file_name("shoal-oci"), &oci).context("cannot copy shoal-oci (build it: cargo build --release)")?;
     let paths = shoal_toolchain::Paths::discover()?;
     let work = tempfile::Builder::new().prefix("shoal-bench-cri-").tempdir()?;
-    let [gohttp, pause_linux, pause_shoal] = build(&paths.home, &shoal, work.path())?;
+    let [gohttp, pause_linux, pause_shoal, http_shoal] = build(&paths.home, &shoal, work.path())?;
 
     let mut missing: Vec<(String, Missing)> = Vec::new();
     let mut daemons: Vec<(&str, Containerd)> = Vec::new();
@@ -346,7 +369,8 @@ pub fn cri(o: CriOpts) -> Result<()> {
             continue;
         }
         let (sandbox, pause) = if *sys == "runc" { (PAUSE_LINUX, &pause_linux) } else { (PAUSE_SHOAL, &pause_shoal) };
-        match Containerd::start(&work.path().join(sys), &oci, sandbox, &[&gohttp, pause]) {
+        let server = if *sys == "spt-image" { &http_shoal } else { &gohttp };
+        match Containerd::start(&work.path().join(sys), &oci, sandbox, &[server, pause]) {
             Ok(c) => daemons.push((sys, c)),
             Err(e) => missing.push((sys.to_string(), Missing::Failed(format!("{e:#}")))),
         }
@@ -354,6 +378,7 @@ pub fn cri(o: CriOpts) -> Result<()> {
     let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let mut pod: Vec<Vec<f64>> = vec![Vec::new(); daemons.len()];
     let mut first: Vec<Vec<f64>> = vec![Vec::new(); daemons.len()];
+    let mut create: Vec<Vec<f64>> = vec![Vec::new(); daemons.len()];
     let mut failed: Vec<Option<String>> = vec![None; daemons.len()];
     let bar = crate::progress::Progress::new("bench cri", ((repeat + 1) * daemons.len()) as u64, o.json);
     for round in 0..=repeat {
@@ -365,9 +390,10 @@ pub fn cri(o: CriOpts) -> Result<()> {
             }
             match once(c, sys, round) {
                 // Round 0 is the warm-up.
-                Ok((p, f)) if round > 0 => {
-                    pod[i].push(p);
-                    first[i].push(f);
+                Ok(t) if round > 0 => {
+                    pod[i].push(t.pod);
+                    first[i].push(t.first);
+                    create[i].push(t.create);
                 }
                 Ok(_) => {}
                 Err(e) => failed[i] = Some(format!("{e:#}")),
@@ -399,7 +425,7 @@ pub fn cri(o: CriOpts) -> Result<()> {
         };
         res.insert(
             names[i].to_string(),
-            json!({"pod_ready": m(&pod[i]), "first_answer": m(&first[i]), "pod_ready_over_runc": ratio(&pod, i), "first_answer_over_runc": ratio(&first, i)}),
+            json!({"pod_ready": m(&pod[i]), "first_answer": m(&first[i]), "create": m(&create[i]), "pod_ready_over_runc": ratio(&pod, i), "first_answer_over_runc": ratio(&first, i)}),
         );
     }
     for (s, m) in &missing {
@@ -414,6 +440,7 @@ pub fn cri(o: CriOpts) -> Result<()> {
         "system",
         "runp → pod ready, median / p95 (ms)",
         "create + start → first answer, median / p95 (ms)",
+        "of which create, median (ms)",
         "mean ± SD (ms)",
         "ratio to runc (medians)",
     ]);
@@ -425,8 +452,12 @@ pub fn cri(o: CriOpts) -> Result<()> {
             (Some(a), Some(b)) => format!("{a:.2}× / {b:.2}×"),
             _ => "–".into(),
         };
-        let label = if names[i] == "runc" { "runc".to_string() } else { format!("shoal ({})", names[i]) };
-        t.row([label, mp(&pod[i]), mp(&first[i]), format!("{pm:.0} ± {ps:.0} / {fm:.0} ± {fs:.0}"), r]);
+        let label = match names[i] {
+            "runc" => "runc (Go executable)".to_string(),
+            "spt-image" => "shoal spt (shoal image, apps/net/http.c)".to_string(),
+            s => format!("shoal {s} (Go executable)"),
+        };
+        t.row([label, mp(&pod[i]), mp(&first[i]), format!("{:.0}", median(&create[i])), format!("{pm:.0} ± {ps:.0} / {fm:.0} ± {fs:.0}"), r]);
     }
     for (s, m) in &missing {
         t.note(s.clone(), m.to_string());
@@ -434,7 +465,7 @@ pub fn cri(o: CriOpts) -> Result<()> {
     t.note(
         "conditions",
         format!(
-            "{repeat} rounds after one warm-up round, systems alternating; host-network pods; the same FROM-scratch Go image (apps/exec/go/httpd.go) on every system; load average before {} and after {}",
+            "{repeat} rounds after one warm-up round, systems alternating; host-network pods; the same FROM-scratch Go image (apps/exec/go/httpd.go) on runc, spt and hvt; load average before {} and after {}",
             load_before.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
             load_after.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
         ),
@@ -443,11 +474,11 @@ pub fn cri(o: CriOpts) -> Result<()> {
     crate::table::write(&o.out.join("cri.md"), &t.markdown())?;
     let mut raw = Vec::new();
     for &i in &measured {
-        for (p, f) in pod[i].iter().zip(&first[i]) {
-            raw.push(format!("{},{p:.2},{f:.2}", names[i]));
+        for ((p, f), c) in pod[i].iter().zip(&first[i]).zip(&create[i]) {
+            raw.push(format!("{},{p:.2},{f:.2},{c:.2}", names[i]));
         }
     }
-    crate::table::write_csv_lines(&o.out.join("cri-samples.csv"), "system,pod_ready_ms,first_answer_ms", &raw)?;
+    crate::table::write_csv_lines(&o.out.join("cri-samples.csv"), "system,pod_ready_ms,first_answer_ms,create_ms", &raw)?;
     let cats = vec!["runp → pod ready".to_string(), "create + start → first answer".to_string()];
     let series: Vec<crate::plot::BarSeries> = measured
         .iter()

@@ -203,7 +203,7 @@ pub enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// Start latency through Kubernetes' CRI (containerd + crictl): pod sandbox start → ready and container create + start → first HTTP answer of a FROM-scratch Go image, the runc handler beside the shoal handler on spt and hvt.
+    /// Start latency through Kubernetes' CRI (containerd + crictl): pod sandbox start → ready and container create + start → first HTTP answer of a FROM-scratch Go image, the runc handler beside the shoal handler on spt and hvt (and a shoal image of apps/net/http.c on spt).
     Cri {
         /// Measured rounds, each system once per round after one warm-up round (median and p95; at least 2).
         #[arg(long, default_value_t = 10)]
@@ -211,7 +211,7 @@ pub enum Bench {
         /// Three rounds (a smoke run, not a measurement).
         #[arg(long)]
         quick: bool,
-        /// Systems to compare (comma-separated: runc, spt, hvt; default all; one that cannot run here is reported with its reason).
+        /// Systems to compare (comma-separated: runc, spt, hvt, spt-image — apps/net/http.c as a shoal image on spt; default all; one that cannot run here is reported with its reason).
         #[arg(long, value_delimiter = ',')]
         systems: Vec<String>,
         /// Directory for the binaries, the CSVs, the plot and the Markdown table.
