@@ -12,9 +12,8 @@ import (
 
 func main() {
 	fnhttp.Serve(func(w http.ResponseWriter, r *http.Request) {
-		mb := fnhttp.QueryInt(r, "mb", 50)
-		if mb < 1 || mb > 1024 {
-			http.Error(w, "mb must be between 1 and 1024", http.StatusBadRequest)
+		mb, ok := fnhttp.QueryBounded(w, r, "mb", 50, 1, 1024)
+		if !ok {
 			return
 		}
 		n := mb << 20

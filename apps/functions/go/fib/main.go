@@ -19,9 +19,8 @@ func fib(n int64) int64 {
 
 func main() {
 	fnhttp.Serve(func(w http.ResponseWriter, r *http.Request) {
-		n := fnhttp.QueryInt(r, "n", 30)
-		if n < 0 || n > 45 {
-			http.Error(w, "n must be between 0 and 45", http.StatusBadRequest)
+		n, ok := fnhttp.QueryBounded(w, r, "n", 30, 0, 45)
+		if !ok {
 			return
 		}
 		fmt.Fprintf(w, "fib(%d) = %d\n", n, fib(n))

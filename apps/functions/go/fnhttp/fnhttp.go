@@ -36,6 +36,18 @@ func QueryInt(r *http.Request, key string, dflt int64) int64 {
 	return n
 }
 
+// QueryBounded is QueryInt kept within [lo, hi]: a value outside it is
+// answered with 400 naming the bounds, and ok is false (the handler then
+// returns), as the C functions answer an out-of-range parameter.
+func QueryBounded(w http.ResponseWriter, r *http.Request, key string, dflt, lo, hi int64) (n int64, ok bool) {
+	n = QueryInt(r, key, dflt)
+	if n < lo || n > hi {
+		http.Error(w, fmt.Sprintf("%s must be between %d and %d", key, lo, hi), http.StatusBadRequest)
+		return n, false
+	}
+	return n, true
+}
+
 // Serve serves h until the listener fails; it ends the program with status
 // 2 when it cannot listen, as fn_http.c does.
 func Serve(h http.HandlerFunc) {

@@ -13,9 +13,8 @@ import (
 
 func main() {
 	fnhttp.Serve(func(w http.ResponseWriter, r *http.Request) {
-		n := fnhttp.QueryInt(r, "n", 1024)
-		if n < 1 || n > 2048 {
-			http.Error(w, "n must be between 1 and 2048", http.StatusBadRequest)
+		n, ok := fnhttp.QueryBounded(w, r, "n", 1024, 1, 2048)
+		if !ok {
 			return
 		}
 		nn := n * n
