@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 16;
+pub const ABI_VERSION: u32 = 17;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -430,6 +430,93 @@ pub enum Hypercall {
     /// [`ProgramFaultArgs`]; `entry` 0 withdraws it. Asked after
     /// [`Hypercall::FaultHandler`]'s hand-back declined (recovery first).
     ProgramFault = 17,
+    /// Read-only host directories (`--mount HOSTDIR:GUESTDIR:ro`, ABI 17):
+    /// one operation on a file beneath mount `mount`: [`HostFsArgs`].
+    HostFs = 18,
+}
+
+/// [`HostFsArgs::op`]: the guest directory of mount `mount` (absolute,
+/// no NUL) into `buf`; `ret` its length, `-ENOENT` past the last mount.
+pub const HOSTFS_MOUNT: u64 = 0;
+/// [`HostFsArgs::op`]: the attributes of `path` without following a
+/// symbolic link in its last component, as a [`HostStat`] at `buf`.
+pub const HOSTFS_STAT: u64 = 1;
+/// [`HostFsArgs::op`]: up to `len` bytes of regular file `path` from
+/// offset `off` into `buf`; `ret` the count (0 at the end).
+pub const HOSTFS_READ: u64 = 2;
+/// [`HostFsArgs::op`]: the entries of directory `path` from entry number
+/// `off` on, as Linux `linux_dirent64` records into `buf` (each record's
+/// `d_off` is the number of the entry after it); `ret` the bytes written,
+/// 0 at the end, `-EINVAL` if not even one record fits.
+pub const HOSTFS_LIST: u64 = 3;
+/// [`HostFsArgs::op`]: the target of symbolic link `path` into `buf`
+/// (truncated to `len`); `ret` its length.
+pub const HOSTFS_READLINK: u64 = 4;
+/// Longest `path` of a [`HostFsArgs`] (Linux's `PATH_MAX` less its NUL).
+pub const HOSTFS_PATH_MAX: u64 = 4095;
+/// Most bytes one [`HOSTFS_READ`] or [`HOSTFS_LIST`] moves (a larger
+/// `len` is cut to it).
+pub const HOSTFS_IO_MAX: u64 = 1 << 20;
+
+/// Arguments of [`Hypercall::HostFs`]. `path` is relative to the mount's
+/// host directory, without `.` or `..` components and without symbolic
+/// links but (for [`HOSTFS_STAT`], [`HOSTFS_READLINK`]) the last one: the
+/// kernel resolves names itself, Linux's way, and the tender refuses any
+/// path that would leave the directory or follow a link (`-EXDEV`,
+/// `-ELOOP`), so nothing outside a mount is ever reached.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostFsArgs {
+    /// `HOSTFS_*`.
+    pub op: u64,
+    /// Index of the mount (in the order given on the command line).
+    pub mount: u64,
+    /// Guest address of the path (no NUL needed) and its length (0: the
+    /// mount's directory itself).
+    pub path: u64,
+    /// Length of `path` (at most [`HOSTFS_PATH_MAX`]).
+    pub path_len: u64,
+    /// Offset (bytes for [`HOSTFS_READ`], entries for [`HOSTFS_LIST`]).
+    pub off: u64,
+    /// Guest address of the result buffer.
+    pub buf: u64,
+    /// Its length.
+    pub len: u64,
+    /// Out: the result, or a negative Linux errno (`EFAULT`: a buffer
+    /// outside writable guest memory; `ENOSYS`: no mounts).
+    pub ret: i64,
+}
+
+/// What [`HOSTFS_STAT`] writes: the host's `stat` of the file.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostStat {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+    /// `st_mode`.
+    pub mode: u32,
+    /// `st_nlink`.
+    pub nlink: u32,
+    /// `st_uid`.
+    pub uid: u32,
+    /// `st_gid`.
+    pub gid: u32,
+    /// `st_rdev`.
+    pub rdev: u64,
+    /// `st_size`.
+    pub size: u64,
+    /// `st_blocks` (512-byte units).
+    pub blocks: u64,
+    /// `st_blksize`.
+    pub blksize: u64,
+    /// Access, modification and change times: seconds, nanoseconds.
+    pub atime: [i64; 2],
+    /// See `atime`.
+    pub mtime: [i64; 2],
+    /// See `atime`.
+    pub ctime: [i64; 2],
 }
 
 /// Arguments of [`Hypercall::ProgramFault`].
@@ -640,13 +727,14 @@ impl Hypercall {
             15 => Some(Hypercall::FaultHandler),
             16 => Some(Hypercall::Release),
             17 => Some(Hypercall::ProgramFault),
+            18 => Some(Hypercall::HostFs),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 18;
+pub const HYPERCALL_MAX: u64 = 19;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;
@@ -1076,6 +1164,8 @@ mod tests {
         assert_eq!(size_of::<AliasListArgs>(), 32);
         assert_eq!(size_of::<ReleaseRange>(), 16);
         assert_eq!(size_of::<ReleaseArgs>(), 24);
+        assert_eq!(size_of::<HostFsArgs>(), 64);
+        assert_eq!(size_of::<HostStat>(), 112);
         assert_eq!(size_of::<FaultArgs>(), 40);
         assert_eq!(size_of::<NetOp>(), 72);
         assert_eq!(size_of::<NetPollFd>(), 8);

@@ -8,7 +8,9 @@
 //!
 //! - [`preempt`]: preemption ticks and the hang watchdog.
 //! - [`net`]: the `Net` hypercall's batch, bounds and socket checks.
+//! - [`hostfs`]: the `HostFs` hypercall: read-only host directories.
 #![deny(missing_docs)]
 
+pub mod hostfs;
 pub mod net;
 pub mod preempt;

@@ -169,6 +169,7 @@ impl Harness {
             volume: Some((&self.kept, VOLUME_MAX)),
             fault: Some(&self.fault),
             program: None,
+            mounts: None,
         };
         let rip = if cpl == 0 { x86::STUB_ADDR + 0x10 } else { HEAP_START };
         let mut origin = || Ok(Origin { cpl, rip });

@@ -163,6 +163,8 @@ pub struct Guest<'a> {
     /// The kernel's program-fault entry and area (`ProgramFault`), once
     /// registered; `None` as a field: not supported here (`ENOSYS`).
     pub program: Option<&'a std::cell::Cell<Option<(u64, u64)>>>,
+    /// The read-only host directories (`--mount`); `None`: none (`ENOSYS`).
+    pub mounts: Option<&'a shoal_hostcall::hostfs::Mounts>,
 }
 
 /// How the run loop gives one range of a `Release` request back: as
@@ -431,6 +433,17 @@ pub fn handle(
                 shoal_abi::PREEMPT_ARM => crate::preempt::arm(a.tick_ns),
                 shoal_abi::PREEMPT_WATCH => crate::preempt::watch(),
                 _ => EINVAL,
+            };
+            put(g, call, arg, &a)
+        }
+        Hypercall::HostFs => {
+            let mut a: shoal_abi::HostFsArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            a.ret = match g.mounts {
+                None => -i64::from(libc::ENOSYS),
+                Some(m) => shoal_hostcall::hostfs::serve(m, &a, g.mem, &|addr, len| g.read_only.writable(g.mem, addr, len)),
             };
             put(g, call, arg, &a)
         }

@@ -117,6 +117,9 @@ pub enum HvtError {
     /// The image was refused.
     #[error(transparent)]
     Image(#[from] shoal_loader::ImageError),
+    /// A `--mount` directory could not be opened.
+    #[error(transparent)]
+    Mount(shoal_loader::mount::MountError),
     /// The memory layout could not be planned.
     #[error(transparent)]
     Layout(#[from] shoal_loader::LayoutError),
@@ -533,6 +536,13 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     let volume = cfg.volume.as_ref().map(|_| (&kept, p.params.volume_max));
     let fault_handler = std::cell::Cell::new(None);
     let program_fault = std::cell::Cell::new(None);
+    // --mount: each host directory opened once; every open on the guest's
+    // behalf is confined beneath it (shoal_hostcall::hostfs).
+    let mount_fds = shoal_loader::mount::open_all(&cfg.mounts).map_err(HvtError::Mount)?;
+    let mut mounts = shoal_hostcall::hostfs::Mounts::default();
+    for (fd, m) in mount_fds.iter().zip(&cfg.mounts) {
+        mounts.push(std::os::fd::AsRawFd::as_raw_fd(fd), m.guest.as_bytes());
+    }
     let guest = hypercall::Guest {
         mem: &mem,
         private: &vm.memory,
@@ -543,6 +553,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         volume,
         fault: Some(&fault_handler),
         program: Some(&program_fault),
+        mounts: (!mounts.is_empty()).then_some(&mounts),
     };
     let mut buffer = None;
     // SIGTERM and SIGHUP go to the guest while it runs (crate::forward);

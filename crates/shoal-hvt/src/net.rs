@@ -926,7 +926,18 @@ mod tests {
         let mem = unsafe { GuestMemory::new(buf.as_mut_ptr(), low + 0x10000) };
         let private = vm_memory::GuestRegionMmap::new(vm_memory::MmapRegion::new(0x1000).unwrap(), vm_memory::GuestAddress(0)).unwrap();
         let ro = crate::hypercall::ReadOnly(vec![(low, low + 0x1000)]);
-        f(&Guest { mem: &mem, private: &private, read_only: &ro, protect: None, alias: None, release: None, volume: None, fault: None, program: None });
+        f(&Guest {
+            mem: &mem,
+            private: &private,
+            read_only: &ro,
+            protect: None,
+            alias: None,
+            release: None,
+            volume: None,
+            fault: None,
+            program: None,
+            mounts: None,
+        });
     }
 
     /// Runs one operation through the `Net` hypercall's path; its `ret`.

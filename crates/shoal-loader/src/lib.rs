@@ -39,6 +39,7 @@ mod image;
 pub mod inject;
 mod layout;
 mod mem;
+pub mod mount;
 pub mod net;
 pub mod pool;
 pub mod stop;
@@ -151,6 +152,8 @@ pub struct RunConfig {
     pub net: net::NetConfig,
     /// A host directory kept across runs (`--volume`; [`volume`]).
     pub volume: Option<volume::Volume>,
+    /// Read-only host directories (`--mount HOSTDIR:GUESTDIR:ro`; [`mount`]).
+    pub mounts: Vec<mount::Mount>,
     /// A fault to inject into a kernel component (`--inject`; [`inject`]).
     pub inject: Option<shoal_abi::Inject>,
     /// Reboot the rebootable kernel components one by one, one every this
@@ -194,6 +197,7 @@ impl RunConfig {
             stderr: None,
             net: net::NetConfig::default(),
             volume: None,
+            mounts: Vec::new(),
             inject: None,
             rejuvenate_ns: 0,
             watchdog_ns: shoal_abi::DEFAULT_WATCHDOG_NS,

@@ -97,6 +97,10 @@ unsafe impl Pod for shoal_abi::ProgramFaultArgs {}
 unsafe impl Pod for shoal_abi::ProgramFaultArea {}
 // SAFETY: as above (three 8-byte fields).
 unsafe impl Pod for shoal_abi::VolumeSaveArgs {}
+// SAFETY: as above (eight 8-byte fields).
+unsafe impl Pod for shoal_abi::HostFsArgs {}
+// SAFETY: as above (8-byte fields and four 4-byte ones in pairs: no padding).
+unsafe impl Pod for shoal_abi::HostStat {}
 // SAFETY: as above (five 8-byte fields).
 unsafe impl Pod for shoal_abi::PreemptArgs {}
 // SAFETY: as above (two u32 fields).

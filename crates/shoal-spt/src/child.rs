@@ -47,6 +47,9 @@ pub(crate) struct Prepared<'a> {
     /// descriptor, count); moved down to `FIRST_SOCKET_FD..` before the
     /// guest runs.
     pub listeners: (i32, i32),
+    /// The mounts' `O_PATH` descriptors (`--mount`): (first descriptor,
+    /// count); moved to `crate::MOUNT_FD0..` before the guest runs.
+    pub mounts: (i32, i32),
     /// What the instance may do on the network (with networking at all,
     /// it gets a watch set: crate::net::open_watch).
     pub net: crate::net::NetPolicy,
@@ -262,7 +265,18 @@ fn setup(mut p: Prepared<'_>) -> Result<Last, ChildError> {
         // only overwrites a source already moved.
         sys::dup3(from + i, FIRST_SOCKET_FD + i, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
     }
-    sys::close_from((FIRST_SOCKET_FD + n) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
+    // The mounts' descriptors go up to the range the filter names (their
+    // sources lie below it, above the sockets' targets).
+    let (mfrom, mn) = p.mounts;
+    for i in 0..mn {
+        sys::dup3(mfrom + i, crate::MOUNT_FD0 + i, libc::O_CLOEXEC).map_err(|e| ChildError::Close(Errno(e)))?;
+    }
+    if mn > 0 {
+        sys::close_range((FIRST_SOCKET_FD + n) as u32, (crate::MOUNT_FD0 - 1) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
+        sys::close_from((crate::MOUNT_FD0 + mn) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
+    } else {
+        sys::close_from((FIRST_SOCKET_FD + n) as u32).map_err(|e| ChildError::Close(Errno(e)))?;
+    }
     // The alias file (crate::protect): guest memory that shared file
     // mappings alias, offset = guest address; sparse until used. It takes
     // the lowest free descriptor, right after the sockets, which the

@@ -38,6 +38,7 @@
 //! denies).
 
 use crate::sys;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 
 /// The user and group a root-started instance runs as (`nobody`).
@@ -138,6 +139,51 @@ fn step(what: &'static str, rc: libc::c_int) -> Result<(), ConfineError> {
 /// Whether this process runs as root (and so is confined further).
 pub fn is_root() -> bool {
     sys::geteuid() == 0
+}
+
+/// Replaces each mount's descriptor (`--mount`, an `O_PATH` descriptor of
+/// the host directory) with one of a detached, read-only, `nosuid`,
+/// `nodev` clone of that directory (`open_tree(OPEN_TREE_CLONE)`, not
+/// recursive: file systems mounted beneath it are left out). A detached
+/// mount has no parent: `..` at its top stays there, whatever path a
+/// guest that calls `openat2` itself gives (the hypercall's own
+/// `RESOLVE_BENEATH` is then not the only fence); an absolute path or a
+/// symbolic link resolves in the instance's root, which [`drop_root`]
+/// empties; nothing can be written through it (`EROFS`). Root only, in the
+/// instance's own mount namespace, before [`drop_root`].
+pub fn jail_mounts(fds: &[i32]) -> Result<(), ConfineError> {
+    for &fd in fds {
+        // The descriptor names a mount of the front end's namespace, which
+        // open_tree cannot clone from here: the same directory is opened
+        // again in this namespace, by the path the kernel gives for the
+        // descriptor, and must be the same file.
+        let same =
+            reopen_here(fd).map_err(|e| ConfineError::Step { what: "open a --mount directory in the instance's namespace", err: crate::child::Errno(e) })?;
+        let tree = sys::open_tree_clone(same.as_raw_fd());
+        drop(same);
+        let tree = tree.map_err(|e| ConfineError::Step { what: "clone a --mount directory", err: crate::child::Errno(e) })?;
+        let attrs = sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV;
+        let r = sys::mount_setattr(tree, attrs).and_then(|()| sys::dup3(tree, fd, libc::O_CLOEXEC));
+        sys::close(tree);
+        r.map_err(|e| ConfineError::Step { what: "make a --mount directory read-only", err: crate::child::Errno(e) })?;
+    }
+    Ok(())
+}
+
+/// Opens the directory `fd` names again, in this mount namespace, and
+/// checks it is the same one (device and inode).
+fn reopen_here(fd: i32) -> Result<std::os::fd::OwnedFd, i32> {
+    use std::os::unix::fs::MetadataExt;
+    let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EIO);
+    let path = std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(errno)?;
+    let dir = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC).open(&path).map_err(errno)?;
+    // SAFETY: `fd` is open for the whole call (the caller holds it).
+    let theirs = std::fs::File::from(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned().map_err(errno)?).metadata().map_err(errno)?;
+    let ours = dir.metadata().map_err(errno)?;
+    if (ours.dev(), ours.ino()) != (theirs.dev(), theirs.ino()) {
+        return Err(libc::ESTALE);
+    }
+    Ok(dir.into())
 }
 
 /// Replaces the root with an empty read-only tmpfs, drops to `nobody`,

@@ -130,6 +130,9 @@ pub struct GuestRange {
     pub mem_size: u64,
     /// The descriptor of the alias memory file (`crate::protect`).
     pub alias_fd: i32,
+    /// How many read-only host directories (`--mount`) the instance has,
+    /// at descriptors [`crate::MOUNT_FD0`]`..`.
+    pub mounts: u32,
 }
 
 /// The allow-list of an instance without networking (see [`rules_for`]).
@@ -218,6 +221,23 @@ fn alias_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
     Ok(rules)
 }
 
+/// The `HostFs` hypercall's calls (module docs, "Read-only host
+/// directories"): opens beneath the mounts' descriptors only, and reading
+/// what was opened.
+fn mount_rules(r: &mut BTreeMap<i64, Vec<SeccompRule>>, mounts: u32) -> Result<(), FilterError> {
+    let below = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Lt, crate::MOUNT_FD0 as u64 + u64::from(mounts))?;
+    // openat2 beneath a mount's directory (a detached read-only clone, or
+    // a directory Landlock allows only reading beneath), `struct open_how`
+    // of Linux 5.6's size.
+    r.insert(libc::SYS_openat2, vec![SeccompRule::new(vec![fd_at_least(crate::MOUNT_FD0)?, below, qword(3, SeccompCmpOp::Eq, 24)?])?]);
+    // What HostFs does with the descriptor it opened: attributes, a
+    // regular file's bytes, a directory's entries, a link's target, close.
+    for nr in [libc::SYS_fstat, libc::SYS_pread64, libc::SYS_getdents64, libc::SYS_readlinkat, libc::SYS_close] {
+        r.insert(nr, vec![SeccompRule::new(vec![fd_at_least(FIRST_SOCKET_FD)?])?]);
+    }
+    Ok(())
+}
+
 /// The allow-list as seccompiler rules: system call number → alternatives
 /// (each alternative a conjunction of argument checks; none: any
 /// arguments). An instance with networking (`net.any()`) also gets the
@@ -251,6 +271,9 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     // Preempt hypercall and the tick handler: the preemption tick is this
     // process's ITIMER_REAL (SIGALRM), nothing else.
     r.insert(libc::SYS_setitimer, vec![SeccompRule::new(vec![eq32(0, libc::ITIMER_REAL as u64)?])?]);
+    if g.mounts > 0 {
+        mount_rules(&mut r, g.mounts)?;
+    }
     if !net.any() {
         return Ok(r);
     }
@@ -259,6 +282,10 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     // FIRST_SOCKET_FD up is one (the instance holds nothing else there).
     for nr in [libc::SYS_recvfrom, libc::SYS_listen, libc::SYS_shutdown, libc::SYS_close, libc::SYS_getsockopt, libc::SYS_getsockname, libc::SYS_getpeername] {
         r.insert(nr, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
+    }
+    if g.mounts > 0 {
+        // close is the mounts' rule too (the same descriptors).
+        r.insert(libc::SYS_close, vec![SeccompRule::new(vec![fd_at_least(first)?])?]);
     }
     // sendto: without outbound, never MSG_FASTOPEN (a send that connects,
     // which Landlock's connect rule does not see).
@@ -427,7 +454,7 @@ fn with_hot_path(prog: BpfProgram, watch: u32) -> BpfProgram {
 /// filter alone.
 pub fn plain_instance_bytes(heap_start: u64, mem_size: u64) -> Result<Vec<u8>, FilterError> {
     let net = NetPolicy::default();
-    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd() })?;
+    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd(), mounts: 0 })?;
     Ok(to_bytes(&prog))
 }
 
@@ -437,7 +464,7 @@ pub fn plain_instance_bytes(heap_start: u64, mem_size: u64) -> Result<Vec<u8>, F
 /// to measure what the filter adds to each of a server's host calls.
 pub fn server_instance_bytes(listeners: u32, heap_start: u64, mem_size: u64) -> Result<Vec<u8>, FilterError> {
     let net = NetPolicy { listeners, outbound: false, bind_any: false };
-    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd() })?;
+    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd(), mounts: 0 })?;
     Ok(to_bytes(&prog))
 }
 
@@ -477,7 +504,7 @@ pub(crate) fn from_bytes(b: &[u8]) -> Option<BpfProgram> {
 /// each instance with its key; the instance uses it only if the key is the
 /// one it computes itself, and compiles its own otherwise.
 pub(crate) fn key(net: NetPolicy, g: GuestRange) -> [u64; 6] {
-    [g.heap_start, g.mem_size, g.alias_fd as u32 as u64, u64::from(net.listeners), u64::from(net.outbound), u64::from(net.bind_any)]
+    [g.heap_start, g.mem_size, g.alias_fd as u32 as u64 | u64::from(g.mounts) << 32, u64::from(net.listeners), u64::from(net.outbound), u64::from(net.bind_any)]
 }
 
 #[cfg(test)]
@@ -489,7 +516,7 @@ mod tests {
     #[test]
     fn a_program_round_trips_through_bytes_and_its_key_names_its_inputs() {
         let net = crate::net::NetPolicy { listeners: 1, outbound: false, bind_any: false };
-        let g = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: net.alias_fd() };
+        let g = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: net.alias_fd(), mounts: 0 };
         let p = super::program(net, g).unwrap();
         assert_eq!(super::from_bytes(&super::to_bytes(&p)), Some(p));
         assert_eq!(super::from_bytes(&[1, 2, 3]), None);
@@ -502,7 +529,7 @@ mod tests {
         assert_ne!(k, super::key(crate::net::NetPolicy { bind_any: true, ..net }, g));
     }
 
-    const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: 3 };
+    const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: 3, mounts: 0 };
 
     #[test]
     fn the_alias_ladder_stays_inside_guest_memory() {
@@ -672,7 +699,7 @@ mod hot_path_tests {
         let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
         for outbound in [false, true] {
             let net = NetPolicy { listeners: 1, outbound, bind_any: !outbound };
-            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd() };
+            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), mounts: 0 };
             let prog = super::program(net, g).unwrap();
             let act = |nr: i64, args: [u64; 6]| run(&prog, x86, nr as u32, args).0;
             let nb = libc::SOCK_NONBLOCK as u64;
@@ -712,7 +739,7 @@ mod hot_path_tests {
             NetPolicy { listeners: 1, outbound: false, bind_any: true },
             NetPolicy { listeners: 2, outbound: true, bind_any: true },
         ] {
-            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd() };
+            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), mounts: 0 };
             let plain = super::compiled(net, g).unwrap();
             let hot = super::program(net, g).unwrap();
             assert_eq!(hot.len(), plain.len() + 11, "the hot path was not inserted: seccompiler's program starts differently");
@@ -752,7 +779,7 @@ mod hot_path_tests {
             }
         }
         // Without networking there is nothing to put first.
-        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3 };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, mounts: 0 };
         assert_eq!(super::program(NetPolicy::default(), g).unwrap(), super::compiled(NetPolicy::default(), g).unwrap());
     }
 }

@@ -59,6 +59,9 @@ pub(crate) struct Parts<'a> {
     /// The instance's end of the bind channel (`--net-bind-any`), placed
     /// right after the listening sockets.
     pub channel: Option<&'a OwnedFd>,
+    /// The `O_PATH` descriptors of the read-only host directories
+    /// (`--mount`), placed right after the bind channel.
+    pub mounts: &'a [OwnedFd],
     /// Where the guest's stdout goes, if not this process's fd 1.
     pub stdout: Option<&'a OwnedFd>,
     /// Where the guest's stderr goes, if not this process's fd 2.
@@ -106,7 +109,8 @@ impl Handover {
     /// child starts).
     pub(crate) fn new(p: Parts<'_>) -> Result<Handover, SptError> {
         let listen_fd0 = spec::POOL_FD0 + p.pool.len() as i32;
-        let program_fd = listen_fd0 + p.listeners.len() as i32 + i32::from(p.channel.is_some());
+        let mount_fd0 = listen_fd0 + p.listeners.len() as i32 + i32::from(p.channel.is_some());
+        let program_fd = mount_fd0 + p.mounts.len() as i32;
         // Sources sit above every target, so no move overwrites a source.
         let high = program_fd + 1;
         let mut held = Vec::new();
@@ -158,6 +162,9 @@ impl Handover {
         }
         if let Some(fd) = p.channel {
             hold(fd.as_raw_fd(), listen_fd0 + p.listeners.len() as i32, 0)?;
+        }
+        for (i, fd) in p.mounts.iter().enumerate() {
+            hold(fd.as_raw_fd(), mount_fd0 + i as i32, 0)?;
         }
         // Close-on-exec: execveat runs it from the descriptor, which the
         // new program then does not inherit.

@@ -186,6 +186,7 @@ fn name(nr: u64) -> &'static str {
         Some(Hypercall::FaultHandler) => "fault handler",
         Some(Hypercall::Release) => "release",
         Some(Hypercall::ProgramFault) => "program fault",
+        Some(Hypercall::HostFs) => "host fs",
         None => "unknown",
     }
 }
@@ -499,6 +500,14 @@ pub fn dispatch(nr: u64, arg: u64) -> Result<(), End> {
             a.ret = volume_save(&a);
             put(arg, &a);
         }
+        Some(Hypercall::HostFs) => {
+            let mut a: shoal_abi::HostFsArgs = args(nr, arg, true)?;
+            a.ret = match MOUNTS.get() {
+                Some(m) => shoal_hostcall::hostfs::serve(m, &a, &guest_mem(), &writable),
+                None => -i64::from(libc::ENOSYS),
+            };
+            put(arg, &a);
+        }
         Some(Hypercall::Fault) => {
             let a: FaultArgs = args(nr, arg, false)?;
             return Err(End::Fault { vector: a.vector, error_code: a.error_code, rip: a.rip, rsp: a.rsp, cr2: a.cr2 });
@@ -506,6 +515,16 @@ pub fn dispatch(nr: u64, arg: u64) -> Result<(), End> {
         None => return Err(End::Unknown { nr, arg }),
     }
     Ok(())
+}
+
+/// The read-only host directories (`--mount`), set once before the guest
+/// runs.
+static MOUNTS: std::sync::OnceLock<shoal_hostcall::hostfs::Mounts> = std::sync::OnceLock::new();
+
+/// Sets the mounts (in the child, before entering the guest; the first
+/// call wins).
+pub fn install_mounts(m: shoal_hostcall::hostfs::Mounts) {
+    let _ = MOUNTS.set(m);
 }
 
 /// The volume area shared with the waiting parent (a mapping of the

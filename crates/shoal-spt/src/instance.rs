@@ -119,7 +119,15 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     crate::net::install(policy);
     // The alias file comes right after the listening sockets and the bind
     // channel once the last step has closed everything else (crate::child).
-    let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd() };
+    // The mounts' descriptors follow the listening sockets and the bind
+    // channel; the last step moves them to MOUNT_FD0.. (crate::child).
+    let mount_fd0 = listen_fd0 + spec.listeners.len() as i32 + i32::from(spec.bind_any);
+    let mount_count = spec.mounts.len().min(shoal_hostcall::hostfs::MAX_MOUNTS);
+    let mut mounts = shoal_hostcall::hostfs::Mounts::default();
+    for (i, m) in spec.mounts.iter().take(mount_count).enumerate() {
+        mounts.push(crate::MOUNT_FD0 + i as i32, m);
+    }
+    let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd(), mounts: mount_count as u32 };
     // The program compiled ahead by a prepared function (`shoal serve`)
     // if it was compiled for exactly this instance's layout and network;
     // otherwise (and for `shoal run`) compiled here.
@@ -154,10 +162,18 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     // A server instance holds one host descriptor per connection: allow
     // as many as the hard limit (what servers do for themselves natively).
     sys::raise_nofile();
+    let mount_fds: Vec<i32> = (0..mount_count as i32).map(|i| mount_fd0 + i).collect();
+    if !mount_fds.is_empty() {
+        if !confine::is_root() {
+            return Err(SptError::MountNeedsRoot.into());
+        }
+        confine::jail_mounts(&mount_fds)?;
+    }
+    crate::hypercall::install_mounts(mounts);
     if confine::is_root() {
         confine::drop_root((spec.supervised || spec.parent_pidfd).then_some(spec::PARENT_FD))?;
     }
-    crate::landlock::restrict(policy).map_err(SptError::from)?;
+    crate::landlock::restrict(policy, &mount_fds).map_err(SptError::from)?;
     sys::start_step("instance: confined (namespaces, root, Landlock)");
     let mode = spec.mode;
     let listeners = (listen_fd0, spec.listeners.len() as i32 + i32::from(spec.bind_any));
@@ -178,6 +194,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
         // The bind channel (--net-bind-any) follows the listening sockets
         // and moves with them: it lands at `policy.channel_fd()`.
         listeners,
+        mounts: (mount_fd0, mount_count as i32),
         net: policy,
     };
     child::start(prepared)

@@ -7,8 +7,10 @@
 //! The instance restricts itself, right before the seccomp filter:
 //!
 //! - **files**: every file-system access right is handled and none is
-//!   granted: the instance opens nothing after boot (it reads its image,
-//!   archive and pool files from descriptors it already holds);
+//!   granted, but reading files and directories beneath the read-only
+//!   host directories of `--mount` (their descriptors): the instance opens
+//!   nothing else after boot (it reads its image, archive and pool files
+//!   from descriptors it already holds);
 //! - **TCP bind**: handled; with `--net-outbound` only port 0 (an
 //!   ephemeral port for a client socket) is granted; published ports are
 //!   bound by the front end before the instance exists, and the ports of
@@ -35,7 +37,10 @@
 //! denies every socket and file call).
 
 use crate::net::NetPolicy;
-use landlock::{Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI};
+use landlock::{
+    Access, AccessFs, AccessNet, CompatLevel, Compatible, NetPort, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+};
+use std::os::fd::BorrowedFd;
 
 /// Why Landlock could not be applied.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +54,9 @@ pub enum LandlockError {
 }
 
 /// Restricts this process as the module docs say.
-pub fn restrict(net: NetPolicy) -> Result<(), LandlockError> {
+/// `mounts`: the descriptors of the `--mount` directories, beneath which
+/// reading is granted.
+pub fn restrict(net: NetPolicy, mounts: &[i32]) -> Result<(), LandlockError> {
     let abi = ABI::V6;
     let level = if net.any() { CompatLevel::HardRequirement } else { CompatLevel::BestEffort };
     let mut handled: landlock::BitFlags<AccessNet> = AccessNet::BindTcp.into();
@@ -66,6 +73,12 @@ pub fn restrict(net: NetPolicy) -> Result<(), LandlockError> {
     let mut created = ruleset.create()?;
     if net.outbound {
         created = created.add_rule(NetPort::new(0, AccessNet::BindTcp))?;
+    }
+    for &fd in mounts {
+        // SAFETY: the instance holds `fd` open (a mount's directory) for
+        // its whole life; the rule only reads it.
+        let dir = unsafe { BorrowedFd::borrow_raw(fd) };
+        created = created.add_rule(PathBeneath::new(dir, AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::Execute))?;
     }
     let status = created.restrict_self()?;
     if net.any() && status.ruleset == RulesetStatus::NotEnforced {

@@ -113,6 +113,12 @@ pub const EXIT_SIGSYS: i32 = 128 + libc::SIGSYS;
 /// spt stopped the guest (fault, invalid hypercall, blocked forever).
 pub const EXIT_STOPPED: i32 = 255;
 
+/// Where the instance keeps the `O_PATH` descriptors of its read-only host
+/// directories (`--mount`): mount `i` at `MOUNT_FD0 + i`, a fixed range the
+/// filter names (`crate::filter`), above every boot descriptor and below
+/// the usual 1024 soft limit.
+pub const MOUNT_FD0: i32 = 1000;
+
 /// Largest guest memory spt accepts (1 TiB): well below where Linux puts a
 /// position-independent tender and its libraries.
 pub const MAX_MEM: u64 = 1 << 40;
@@ -149,6 +155,12 @@ pub enum SptError {
     /// `--volume` without a waiting parent, which writes the directory.
     #[error("--volume needs the waiting parent process, which writes the host directory when the instance ends; drop --single-process")]
     VolumeNeedsParent,
+    /// A `--mount` could not be used.
+    #[error(transparent)]
+    Mount(#[from] shoal_loader::mount::MountError),
+    /// `--mount` by a caller who cannot confine the instance to it.
+    #[error("--mount on spt needs root (the instance reaches the host directories through read-only clones of them in its own empty root); run as root or use --tender hvt")]
+    MountNeedsRoot,
     /// Boot parameters (random bytes) could not be made.
     #[error(transparent)]
     Boot(#[from] shoal_loader::BootError),
@@ -283,6 +295,18 @@ fn check_host(cfg: &RunConfig) -> Result<(), SptError> {
     Ok(())
 }
 
+/// Opens the host directories of `--mount` (`O_PATH`), refused where the
+/// instance could not be confined to them.
+fn open_mounts(cfg: &RunConfig) -> Result<Vec<OwnedFd>, SptError> {
+    if cfg.mounts.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !confine::is_root() {
+        return Err(SptError::MountNeedsRoot);
+    }
+    Ok(shoal_loader::mount::open_all(&cfg.mounts)?)
+}
+
 /// The pool plan of memory mode `pool` (`None` in other modes, or after
 /// a fallback to `copy`, whose warning comes second), its file count
 /// checked against what a boot spec carries.
@@ -343,6 +367,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     }
     sys::start_step("front: pool files opened and verified");
     let listeners = shoal_loader::net::open_listeners(&cfg.net)?;
+    let mounts = open_mounts(cfg)?;
     let program = instance_program()?;
     let spec = spec::Spec {
         mem_size: cfg.mem_size,
@@ -360,6 +385,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         listeners: listeners.iter().map(|(_, l)| *l).collect(),
         volume_path: cfg.volume.as_ref().map(|v| v.guest.as_bytes().to_vec()).unwrap_or_default(),
         volume_max,
+        mounts: cfg.mounts.iter().map(|m| m.guest.as_bytes().to_vec()).collect(),
         inject: cfg.inject.unwrap_or_default(),
         rejuvenate_ns: cfg.rejuvenate_ns,
         watchdog_ns: cfg.watchdog_ns,
@@ -396,12 +422,14 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         pool: pool_plan.as_ref().map(|p| &p.files[..]).unwrap_or_default(),
         listeners: &listener_fds,
         channel: channel.as_ref().map(|(_, theirs)| theirs),
+        mounts: &mounts,
         stdout: cfg.stdout.as_ref(),
         stderr: cfg.stderr.as_ref(),
         netns,
     })?;
     drop(pool_plan);
     drop(listener_fds);
+    drop(mounts);
     sys::start_step("front: hand-over ready (spec, archive and descriptors)");
     // Buffered output must not be written twice (once by the child).
     let _ = std::io::stdout().flush();

@@ -51,6 +51,8 @@ pub struct Prepared {
     program: PathBuf,
     program_fd: OwnedFd,
     netns: Option<OwnedFd>,
+    /// The `O_PATH` descriptors of `--mount`'s host directories.
+    mounts: Vec<OwnedFd>,
     root: bool,
     /// Everything of the boot spec but the per-instance environment and
     /// listening sockets.
@@ -119,6 +121,7 @@ impl Prepared {
         let program = instance_program()?;
         let program_fd = OwnedFd::from(std::fs::File::open(&program).map_err(sys_err("open the instance program"))?);
         let root = confine::is_root();
+        let mounts = crate::open_mounts(cfg)?;
         let netns =
             if root && !cfg.net.outbound { Some(confine::empty_netns().map_err(sys_err("open the instances' empty network namespace"))?) } else { None };
         let spec = spec::Spec {
@@ -137,6 +140,7 @@ impl Prepared {
             listeners: Vec::new(),
             volume_path: Vec::new(),
             volume_max: 0,
+            mounts: cfg.mounts.iter().map(|m| m.guest.as_bytes().to_vec()).collect(),
             inject: cfg.inject.unwrap_or_default(),
             rejuvenate_ns: cfg.rejuvenate_ns,
             watchdog_ns: cfg.watchdog_ns,
@@ -154,6 +158,7 @@ impl Prepared {
             program,
             program_fd,
             netns,
+            mounts,
             root,
             spec,
             argv: cfg.argv.clone(),
@@ -191,7 +196,8 @@ impl Prepared {
         // same policy, same guest range), compiled once per function: the
         // instance checks the key and compiles its own if it differs.
         let policy = NetPolicy { listeners: listeners.len() as u32, outbound: spec.outbound, bind_any: false };
-        let guest = filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd() };
+        let guest =
+            filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd(), mounts: self.mounts.len() as u32 };
         let key = filter::key(policy, guest);
         let program = {
             let mut cached = self.filter.lock().unwrap_or_else(|e| e.into_inner());
@@ -228,6 +234,7 @@ impl Prepared {
             pool: self.pool.as_ref().map(|p| &p.files[..]).unwrap_or_default(),
             listeners: io.listeners,
             channel: None,
+            mounts: &self.mounts,
             stdout: Some(io.stdout),
             stderr: Some(io.stderr),
             netns,

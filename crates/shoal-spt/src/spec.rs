@@ -38,7 +38,7 @@ pub const POOL_FD0: i32 = 8;
 pub const MAX_POOL_FILES: usize = 900;
 
 const MAGIC: &[u8; 8] = b"SHOALSPT";
-const VERSION: u32 = 7;
+const VERSION: u32 = 8;
 /// Largest spec accepted: argv and environment are bounded by the guest's
 /// argument area (under 1 MiB), pool maps by [`MAX_POOL_FILES`].
 pub const MAX_SPEC: usize = 4 << 20;
@@ -94,6 +94,10 @@ pub struct Spec {
     /// Largest volume archive taken back: the report memfd holds
     /// [`crate::VOLUME_HEADER`] + this many bytes after its first page.
     pub volume_max: u64,
+    /// The guest directories of the read-only host directories
+    /// (`--mount`), whose `O_PATH` descriptors follow the listening
+    /// sockets and the bind channel.
+    pub mounts: Vec<Vec<u8>>,
     /// A fault to inject into a kernel component (`--inject`; all zero:
     /// none). Passed on to the kernel as is: the kernel checks it.
     pub inject: shoal_abi::Inject,
@@ -172,6 +176,10 @@ impl Spec {
         }
         bytes(&mut b, &self.volume_path);
         b.extend_from_slice(&self.volume_max.to_le_bytes());
+        b.extend_from_slice(&(self.mounts.len() as u64).to_le_bytes());
+        for m in &self.mounts {
+            bytes(&mut b, m);
+        }
         b.extend_from_slice(&self.inject.component.to_le_bytes());
         b.extend_from_slice(&self.inject.kind.to_le_bytes());
         b.extend_from_slice(&self.inject.at.to_le_bytes());
@@ -232,6 +240,18 @@ impl Spec {
         }
         let volume_path = r.bytes()?.to_vec();
         let volume_max = r.u64()?;
+        let n = r.count(8)?;
+        if n > shoal_loader::mount::MAX_MOUNTS {
+            return Err(SpecError::Corrupt);
+        }
+        let mut mounts = Vec::with_capacity(n);
+        for _ in 0..n {
+            let m = r.bytes()?.to_vec();
+            if m.len() > shoal_loader::mount::GUEST_PATH_MAX {
+                return Err(SpecError::Corrupt);
+            }
+            mounts.push(m);
+        }
         let inject = shoal_abi::Inject { component: r.u32()?, kind: r.u32()?, at: r.u64()? };
         let rejuvenate_ns = r.u64()?;
         let watchdog_ns = r.u64()?;
@@ -261,6 +281,7 @@ impl Spec {
             listeners,
             volume_path,
             volume_max,
+            mounts,
             inject,
             rejuvenate_ns,
             watchdog_ns,
@@ -339,6 +360,7 @@ mod tests {
             listeners: vec![shoal_abi::Listener { handle: -1, port: 80, sock_type: 1, family: 2, reserved: 0 }],
             volume_path: b"/data".to_vec(),
             volume_max: 64 << 20,
+            mounts: vec![b"/usr".to_vec(), b"/opt/lib".to_vec()],
             inject: shoal_abi::Inject { component: 6, kind: shoal_abi::INJECT_PANIC, at: 3 },
             rejuvenate_ns: 500_000_000,
             watchdog_ns: 250_000_000,

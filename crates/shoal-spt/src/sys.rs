@@ -632,6 +632,54 @@ pub fn dup3(from: RawFd, to: RawFd, flags: libc::c_int) -> Result<(), i32> {
     }
 }
 
+/// `MOUNT_ATTR_RDONLY` (`mount_setattr(2)`).
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+/// `MOUNT_ATTR_NOSUID`.
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+/// `MOUNT_ATTR_NODEV`.
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+
+/// `open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)`:
+/// a detached copy of the mount of the directory `fd` names, rooted there.
+pub fn open_tree_clone(fd: RawFd) -> Result<RawFd, i32> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint;
+    // SAFETY: an empty NUL-terminated path; the result is a new descriptor.
+    let rc = unsafe { libc::syscall(libc::SYS_open_tree, fd, c"".as_ptr(), flags) };
+    if rc < 0 {
+        Err(errno())
+    } else {
+        Ok(rc as RawFd)
+    }
+}
+
+/// `mount_setattr(fd, "", AT_EMPTY_PATH, {attr_set: set})`.
+pub fn mount_setattr(fd: RawFd, set: u64) -> Result<(), i32> {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    let attr = MountAttr { attr_set: set, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    // SAFETY: an empty NUL-terminated path and a valid mount_attr of the
+    // size passed, which the kernel only reads.
+    let rc =
+        unsafe { libc::syscall(libc::SYS_mount_setattr, fd, c"".as_ptr(), libc::AT_EMPTY_PATH, &attr as *const MountAttr, core::mem::size_of::<MountAttr>()) };
+    if rc < 0 {
+        Err(errno())
+    } else {
+        Ok(())
+    }
+}
+
+/// Closes `fd` (errors ignored: nothing to do about them).
+pub fn close(fd: RawFd) {
+    // SAFETY: closes a descriptor the caller owns and no longer uses.
+    unsafe { libc::close(fd) };
+}
+
 /// The calling thread's `errno`.
 pub fn errno() -> i32 {
     io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
@@ -640,8 +688,13 @@ pub fn errno() -> i32 {
 /// `close_range(first, u32::MAX, 0)`: closes every descriptor from
 /// `first` up; async-signal-safe.
 pub fn close_from(first: u32) -> Result<(), i32> {
+    close_range(first, u32::MAX)
+}
+
+/// Closes descriptors `first..=last`.
+pub fn close_range(first: u32, last: u32) -> Result<(), i32> {
     // SAFETY: closes descriptors only; the caller no longer uses them.
-    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) };
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) };
     if rc < 0 {
         Err(errno())
     } else {

@@ -86,6 +86,9 @@ pub enum ArgsError {
     /// A `--volume` that cannot be used.
     #[error(transparent)]
     Volume(#[from] shoal_loader::volume::VolumeError),
+    /// A `--mount` that cannot be used.
+    #[error(transparent)]
+    Mount(#[from] shoal_loader::mount::MountError),
     /// `--net-bind-any` with `--single-process` on spt.
     #[error("--net-bind-any cannot be used with --single-process on spt: the waiting parent process binds the host sockets the guest asks for")]
     BindAnySingleProcess,
@@ -160,6 +163,8 @@ pub struct RunArgs {
     pub net_bind_any: bool,
     /// A host directory kept across runs (`--volume HOSTDIR:GUESTDIR`).
     pub volume: Option<shoal_loader::volume::Volume>,
+    /// Read-only host directories (`--mount HOSTDIR:GUESTDIR:ro`).
+    pub mounts: Vec<shoal_loader::mount::Mount>,
     /// A fault to inject into a kernel component (`--inject COMPONENT:KIND@N`).
     pub inject: Option<shoal_loader::inject::Inject>,
     /// `--rejuvenate-every SECONDS`, in nanoseconds (0: none).
@@ -334,6 +339,7 @@ run_options! {
     net_allow: Vec<OsString> = ("--net-allow", None, "CIDR[:PORT]", [], "hvt: outbound connections and datagrams only to these destinations (repeatable; implies --net-outbound).");
     net_bind_any: bool = ("--net-bind-any", None, "", [], "The guest may bind any port: the tender binds that host address and port when the guest does, with its own rights (for an instance in a network namespace of its own, as shoal-oci runs containers; on the host's namespace the guest may take any free port).");
     volume: Option<OsString> = ("--volume", None, "HOSTDIR:GUESTDIR", [], "HOSTDIR's files at GUESTDIR in the guest; what the program leaves there is written back to HOSTDIR when it exits (not after a crash or a kill).");
+    mount: Vec<OsString> = ("--mount", None, "HOSTDIR:GUESTDIR:ro", [], "HOSTDIR served live and read-only at GUESTDIR in the guest (repeatable): lookups, stat, directory listings, reads and private mappings; nothing is written, and nothing outside HOSTDIR is reached (symbolic links and `..` are resolved inside the guest's own file system).");
     inject: Option<OsString> = ("--inject", None, "COMPONENT:KIND@N", [], "Make kernel COMPONENT fail at its N-th call, for tests of component recovery: KIND panic, wild-write or hang.");
     rejuvenate_every: Option<OsString> = ("--rejuvenate-every", None, "SECONDS", [], "Reboot the rebootable kernel components (vfs, ramfs, time, process, sysinfo, user, net; implies --recover-stateful) one by one, one every SECONDS (software rejuvenation).");
     watchdog: Option<OsString> = ("--watchdog", None, "MS", [], "Reboot a rebootable kernel component whose call runs longer than MS milliseconds (the hang watchdog; default 1000; `off` turns it off).");
@@ -552,6 +558,7 @@ impl RunArgs {
             net_allow: Vec::new(),
             net_bind_any: false,
             volume: None,
+            mounts: Vec::new(),
             inject: None,
             rejuvenate_ns: 0,
             watchdog_ns: shoal_loader::inject::DEFAULT_WATCHDOG_NS,
@@ -585,6 +592,7 @@ impl RunArgs {
             .with_allow(&texts(&o.net_allow))?
             .with_bind_any(o.net_bind_any)?
             .with_volume(text(&o.volume).as_deref())?
+            .with_mounts(&texts(&o.mount))?
             .with_inject(text(&o.inject).as_deref())?
             .with_rejuvenation(text(&o.rejuvenate_every).as_deref())?
             .with_watchdog(text(&o.watchdog).as_deref(), o.no_recover)?
@@ -650,6 +658,14 @@ impl RunArgs {
             }
             self.volume = Some(v);
         }
+        Ok(self)
+    }
+
+    /// Adds `--mount HOSTDIR:GUESTDIR:ro` (each HOSTDIR must exist).
+    pub fn with_mounts(mut self, specs: &[String]) -> Result<RunArgs, ArgsError> {
+        let mounts = specs.iter().map(|s| shoal_loader::mount::Mount::parse(s)).collect::<Result<Vec<_>, _>>()?;
+        shoal_loader::mount::check_all(&mounts)?;
+        self.mounts = mounts;
         Ok(self)
     }
 
@@ -787,6 +803,7 @@ impl RunArgs {
         cfg.net.allow = self.net_allow.clone();
         cfg.net.bind_any = self.net_bind_any;
         cfg.volume = self.volume.clone();
+        cfg.mounts = self.mounts.clone();
         cfg.inject = self.inject;
         cfg.rejuvenate_ns = self.rejuvenate_ns;
         cfg.watchdog_ns = self.watchdog_ns;

@@ -204,6 +204,14 @@ pub fn volume_save(archive: &[u8]) -> i64 {
     a.ret
 }
 
+/// One operation on a read-only host directory
+/// ([`shoal_abi::Hypercall::HostFs`]); the result (`ret`). The caller
+/// passes buffers that need no bounce ([`needs_bounce`]).
+pub fn host_fs(a: &mut shoal_abi::HostFsArgs) -> i64 {
+    raw(Hypercall::HostFs, a);
+    a.ret
+}
+
 /// Registers the host-signal word at `addr` with the tender
 /// ([`crate::hostsig`]); 0, or a negative errno.
 pub fn signal_word(addr: u64) -> i64 {

@@ -80,6 +80,16 @@ impl crate::Vfs {
     /// Looks `name` up in directory `dir`; in `/proc/self/fd`, a number
     /// names what that descriptor refers to.
     pub(crate) fn lookup(&self, dir: Ino, name: &[u8]) -> Result<Ino, Errno> {
+        if shoal_hostfs::is_host(dir) {
+            return match name {
+                b"." => Ok(dir),
+                b".." => match shoal_hostfs::parent(dir)? {
+                    Some(p) => Ok(p),
+                    None => self.mount_parent(dir),
+                },
+                _ => shoal_hostfs::lookup(dir, name),
+            };
+        }
         if Some(dir) == self.fd_dir && !name.is_empty() && name.iter().all(u8::is_ascii_digit) && name.len() < 8 {
             let fd: i32 = core::str::from_utf8(name).ok().and_then(|s| s.parse().ok()).ok_or(Errno::ENOENT)?;
             let t = self.ofd(self.ofd_of(fd).map_err(|_| Errno::ENOENT)?).target;
@@ -90,7 +100,11 @@ impl crate::Vfs {
                 other => other.ino().ok_or(Errno::ENOENT)?,
             });
         }
-        self.fs.lookup(dir, name)
+        let ino = self.fs.lookup(dir, name)?;
+        match self.mount_at(ino) {
+            Some(m) => shoal_hostfs::root(m),
+            None => Ok(ino),
+        }
     }
 
     /// Reads from device `d`.

@@ -60,6 +60,7 @@ extern crate alloc;
 pub mod abi;
 mod dev;
 pub mod heal;
+mod host;
 mod lock;
 mod mmap;
 mod more;
@@ -187,6 +188,9 @@ pub struct Vfs {
     pub(crate) proc_gen: Vec<(Ino, procfs::Gen)>,
     /// Advisory locks (record, OFD, `flock`).
     pub(crate) locks: Tracked<lock::Locks>,
+    /// The guest directories of the read-only host directories (module
+    /// `host`) and their mounts.
+    pub(crate) mounts: Vec<(Ino, usize)>,
     /// `RLIMIT_NOFILE` (soft): descriptors are below it.
     pub(crate) nofile: usize,
     /// `RLIMIT_FSIZE` (soft): regular files do not grow past it.
@@ -205,6 +209,7 @@ impl Vfs {
     /// A process with root file system `fs`, working directory `/`, umask
     /// 022 and the three standard streams.
     pub fn new(mut fs: Fs) -> Vfs {
+        let mounts = host::mount_points(&mut fs);
         let root = fs.root();
         fs.get_ref(root);
         let pipe_time = fs.now();
@@ -223,6 +228,7 @@ impl Vfs {
             fd_dir,
             proc_gen,
             locks: Tracked::new(lock::Locks::default()),
+            mounts,
             nofile: DEFAULT_NOFILE,
             fsize: u64::MAX,
             scalars_set: false,
@@ -505,6 +511,7 @@ fn fatal(what: core::fmt::Arguments<'_>) -> ! {
 pub fn init() {
     let bi = shoal_plat::boot::info();
     heal::record_clock();
+    shoal_hostfs::init();
     let mut v = Vfs::new(root_fs());
     heal::start(&mut v);
     STATE.with(|s| *s = Some(v));

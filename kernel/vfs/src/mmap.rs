@@ -16,6 +16,17 @@ fn get(fd: i32, shared_write: bool) -> Result<Mappable, Errno> {
             return Err(Errno::EBADF);
         }
         match o.target {
+            Target::Node(ino) if shoal_hostfs::is_host(ino) => {
+                // A mounted file: only private mappings (mm copies the
+                // file in through `read_at`); the descriptor is read-only.
+                if !o.readable() || shared_write {
+                    return Err(Errno::EACCES);
+                }
+                if v.ftype(ino)? != FileType::Regular {
+                    return Err(Errno::ENODEV);
+                }
+                Ok(Mappable::File(ino))
+            }
             Target::Node(ino) if v.fs.file_type(ino)? == FileType::Regular => {
                 if !o.readable() || (shared_write && (!o.writable() || o.flags & O_APPEND != 0)) {
                     return Err(Errno::EACCES);
@@ -31,22 +42,37 @@ fn get(fd: i32, shared_write: bool) -> Result<Mappable, Errno> {
 }
 
 fn retain(ino: u64) {
-    crate::with(|v| v.fs.get_ref(ino))
+    if !shoal_hostfs::is_host(ino) {
+        crate::with(|v| v.fs.get_ref(ino))
+    }
 }
 
 fn release(ino: u64) {
-    crate::with(|v| v.fs.put_ref(ino))
+    if !shoal_hostfs::is_host(ino) {
+        crate::with(|v| v.fs.put_ref(ino))
+    }
 }
 
 fn read_at(ino: u64, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+    if shoal_hostfs::is_host(ino) {
+        return shoal_hostfs::read(ino, off, buf);
+    }
     crate::with(|v| v.fs.read(ino, off, buf))
 }
 
 fn size(ino: u64) -> Result<u64, Errno> {
+    if shoal_hostfs::is_host(ino) {
+        return Ok(shoal_hostfs::stat(ino)?.size);
+    }
     crate::with(|v| v.fs.size(ino))
 }
 
 fn page(ino: u64, off: u64) -> Result<Option<(u64, bool)>, Errno> {
+    if shoal_hostfs::is_host(ino) {
+        // A shared mapping of a mounted file would need the host's pages
+        // (not served: module `host`).
+        return Err(Errno::ENODEV);
+    }
     crate::with(|v| v.fs.page_addr(ino, off))
 }
 

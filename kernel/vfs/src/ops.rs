@@ -109,6 +109,25 @@ impl Vfs {
             _ => t,
         };
         match t {
+            Target::Node(ino) if shoal_hostfs::is_host(ino) => {
+                let st = shoal_hostfs::stat(ino)?;
+                let ts = |t: [i64; 2]| Timespec { sec: t[0], nsec: t[1].clamp(0, 999_999_999) as u32 };
+                Ok(Meta {
+                    dev: st.dev,
+                    ino: st.ino,
+                    mode: st.mode,
+                    nlink: st.nlink,
+                    uid: st.uid,
+                    gid: st.gid,
+                    size: st.size,
+                    blocks: st.blocks,
+                    atime: ts(st.atime),
+                    mtime: ts(st.mtime),
+                    ctime: ts(st.ctime),
+                    btime: ts(st.ctime),
+                    rdev: st.rdev,
+                })
+            }
             Target::Node(ino) | Target::Fifo(ino) | Target::Dev(ino, _) => {
                 let mut m = Meta::from_attr(self.fs.attr(ino)?);
                 if self.fs.is_unlinked(ino) && self.fs.file_type(ino)? == FileType::Fifo {
@@ -200,7 +219,14 @@ impl Vfs {
             Target::Obj(id) => crate::obj::ops().ok_or(Errno::EBADF)?.read(id, buf),
             Target::Node(ino) => {
                 let off = pos.unwrap_or(o.offset);
-                let n = self.fs.read(ino, off, buf)?;
+                let n = if shoal_hostfs::is_host(ino) {
+                    if self.ftype(ino)? == FileType::Directory {
+                        return Err(Errno::EISDIR);
+                    }
+                    shoal_hostfs::read(ino, off, buf)?
+                } else {
+                    self.fs.read(ino, off, buf)?
+                };
                 if pos.is_none() {
                     self.set_offset(i, off + n as u64);
                 }
@@ -395,16 +421,16 @@ impl Vfs {
         let off = a.i(1);
         let whence = a.uint(2);
         let cur = o.offset as i64;
-        let ft = self.fs.file_type(ino)?;
+        let ft = self.ftype(ino)?;
         let new = match (ft, whence) {
             (_, SEEK_SET) => off,
             (_, SEEK_CUR) => cur.checked_add(off).ok_or(Errno::EOVERFLOW)?,
             (FileType::Directory, _) => return Err(Errno::EINVAL),
-            (_, SEEK_END) => (self.fs.size(ino)? as i64).checked_add(off).ok_or(Errno::EOVERFLOW)?,
+            (_, SEEK_END) => (self.size_of(ino)? as i64).checked_add(off).ok_or(Errno::EOVERFLOW)?,
             (_, SEEK_DATA | SEEK_HOLE) => {
                 // No hole tracking is reported: data up to the end, one
                 // implicit hole at the end (valid Linux behaviour).
-                let size = self.fs.size(ino)? as i64;
+                let size = self.size_of(ino)? as i64;
                 if off < 0 || off >= size {
                     return Err(Errno::ENXIO);
                 }
@@ -495,7 +521,7 @@ impl Vfs {
                 if flags & O_EXCL != 0 {
                     return Err(Errno::EEXIST);
                 }
-                if self.fs.file_type(ino)? == FileType::Symlink {
+                if self.ftype(ino)? == FileType::Symlink {
                     if flags & O_NOFOLLOW != 0 {
                         return Err(Errno::ELOOP);
                     }
@@ -503,11 +529,12 @@ impl Vfs {
                     if *links > MAXSYMLINKS {
                         return Err(Errno::ELOOP);
                     }
-                    let target = self.fs.readlink(ino)?.to_vec();
+                    let target = self.link_target(ino)?;
                     return self.open_create(p.dir, &target, flags, mode, links);
                 }
                 Ok((ino, false))
             }
+            Err(Errno::ENOENT) if shoal_hostfs::is_host(p.dir) => Err(Errno::EROFS),
             Err(Errno::ENOENT) => {
                 let ino = self.fs.create_file(p.dir, p.name, mode & 0o7777 & !self.umask)?;
                 Ok((ino, true))
@@ -529,9 +556,10 @@ impl Vfs {
                 return Err(Errno::EINVAL);
             }
             let dir = self.walk(start, path, true, &mut 0)?;
-            if self.fs.file_type(dir)? != FileType::Directory {
+            if self.ftype(dir)? != FileType::Directory {
                 return Err(Errno::ENOTDIR);
             }
+            Self::ro_node(dir)?;
             let ino = self.fs.create_unnamed(dir, mode & 0o7777 & !self.umask)?;
             let o = self.new_ofd(Target::Node(ino), (flags & KEEP_FLAGS) | O_LARGEFILE);
             self.fs.put_ref(ino); // new_ofd took its own
@@ -546,6 +574,9 @@ impl Vfs {
             (self.walk(start, path, flags & O_NOFOLLOW == 0, &mut 0)?, false)
         };
         let path_only = flags & O_PATH != 0;
+        if shoal_hostfs::is_host(ino) {
+            return self.open_host(ino, flags, cloexec);
+        }
         if let Some(&(_, g)) = self.proc_gen.iter().find(|(i, _)| *i == ino) {
             if !path_only {
                 let data = crate::procfs::content(g);
@@ -575,6 +606,35 @@ impl Vfs {
         };
         let o = self.new_ofd(target, (flags & KEEP_FLAGS) | O_LARGEFILE);
         self.install(0, o, cloexec)
+    }
+
+    /// The open of node `ino` (module `host`): read-only, or `O_PATH`.
+    fn open_host(&mut self, ino: Ino, flags: u32, cloexec: bool) -> SysResult {
+        let path_only = flags & O_PATH != 0;
+        let acc = flags & O_ACCMODE;
+        match crate::host::host_type(shoal_hostfs::mode(ino)?) {
+            Some(FileType::Symlink) if !path_only => return Err(Errno::ELOOP),
+            Some(FileType::Directory) if !path_only && (acc != O_RDONLY || flags & O_CREAT != 0) => return Err(Errno::EISDIR),
+            Some(FileType::Directory) => {}
+            _ if flags & O_DIRECTORY != 0 => return Err(Errno::ENOTDIR),
+            // A FIFO, socket or device: the mount is `nodev` and serves
+            // none of them.
+            None if !path_only => return Err(Errno::EACCES),
+            _ => {}
+        }
+        if !path_only && (acc != O_RDONLY || flags & O_TRUNC != 0) {
+            return Err(Errno::EROFS);
+        }
+        let o = self.new_ofd(Target::Node(ino), (flags & KEEP_FLAGS) | O_LARGEFILE);
+        self.install(0, o, cloexec)
+    }
+
+    /// The size of file `ino` (a node's, asked of the host).
+    pub(crate) fn size_of(&self, ino: Ino) -> Result<u64, Errno> {
+        if shoal_hostfs::is_host(ino) {
+            return Ok(shoal_hostfs::stat(ino)?.size);
+        }
+        self.fs.size(ino)
     }
 
     pub(crate) fn close(&mut self, a: &Args) -> SysResult {
@@ -737,6 +797,9 @@ impl Vfs {
         if mode & X_OK != 0 && !is_dir && m.mode & 0o111 == 0 {
             return Err(Errno::EACCES);
         }
+        if mode & W_OK != 0 && t.ino().is_some_and(shoal_hostfs::is_host) {
+            return Err(Errno::EROFS);
+        }
         Ok(0)
     }
 
@@ -755,6 +818,7 @@ impl Vfs {
     fn do_chmod(&mut self, t: Target, mode: u32) -> SysResult {
         // The standard streams' modes are not kept.
         if let Some(ino) = t.ino() {
+            Self::ro_node(ino)?;
             self.fs.chmod(ino, mode & 0o7777)?;
         }
         Ok(0)
@@ -807,6 +871,7 @@ impl Vfs {
             self.target_at(dirfd, path_arg(path_addr)?, flags)?
         };
         let Some(ino) = t.ino() else { return Ok(0) };
+        Self::ro_node(ino)?;
         if ts[1] == UTIME_OMIT && ts[3] == UTIME_OMIT {
             return Ok(0);
         }
@@ -824,6 +889,10 @@ impl Vfs {
         if len < 0 {
             return Err(Errno::EINVAL);
         }
+        if self.ftype(ino)? == FileType::Directory {
+            return Err(Errno::EISDIR);
+        }
+        Self::ro_node(ino)?;
         if len as u64 > self.fs.size(ino)? {
             self.fsize_check(len as u64)?;
         }
@@ -867,16 +936,17 @@ impl Vfs {
             return Err(Errno::EBADF);
         }
         let Target::Node(dir) = o.target else { return Err(Errno::ENOTDIR) };
-        if self.fs.file_type(dir)? != FileType::Directory {
+        if self.ftype(dir)? != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
         let cap = a.usize(2).min(i32::MAX as usize);
         let buf = umem::slice_mut(a.u(1), cap)?;
         let mut out = Vec::new();
-        let mut pos = o.offset;
+        let start = o.offset;
+        let mut pos = start;
         let mut any = false;
         let mut small = false;
-        self.fs.readdir(dir, pos, |next, name, ino, dtype| {
+        let mut each = |next: u64, name: &[u8], ino: u64, dtype: u8| {
             if !encode(&mut out, cap, ino, next, dtype, name) {
                 // Either the end of the buffer, or no room for even the
                 // first entry.
@@ -886,7 +956,12 @@ impl Vfs {
             pos = next;
             any = true;
             true
-        })?;
+        };
+        if shoal_hostfs::is_host(dir) {
+            shoal_hostfs::list(dir, start, |e| each(e.next, e.name, e.ino, e.dtype))?;
+        } else {
+            self.fs.readdir(dir, start, each)?;
+        }
         if small && (cap > 0 || empty_buffer_fails) {
             return Err(Errno::EINVAL);
         }
@@ -908,7 +983,7 @@ impl Vfs {
     }
 
     fn set_cwd(&mut self, ino: Ino) -> SysResult {
-        if self.fs.file_type(ino)? != FileType::Directory {
+        if self.ftype(ino)? != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
         self.fs.get_ref(ino);
@@ -934,6 +1009,7 @@ impl Vfs {
         let path = path_arg(path)?;
         let start = self.start_dir(dirfd, path)?;
         let p = self.walk_parent(start, path, &mut 0)?;
+        self.ro_parent(&p, true)?;
         if p.is_special() {
             return Err(Errno::EEXIST);
         }
@@ -952,7 +1028,8 @@ impl Vfs {
     fn do_rmdir(&mut self, dirfd: i32, path: &[u8]) -> SysResult {
         let start = self.start_dir(dirfd, path)?;
         let p = self.walk_parent(start, path, &mut 0)?;
-        if p.name.is_empty() {
+        self.ro_parent(&p, false)?;
+        if p.name.is_empty() || self.fs.lookup(p.dir, p.name).is_ok_and(|i| self.mount_at(i).is_some()) {
             return Err(Errno::EBUSY);
         }
         self.fs.rmdir(p.dir, p.name)?;
@@ -962,6 +1039,7 @@ impl Vfs {
     fn do_unlink(&mut self, dirfd: i32, path: &[u8]) -> SysResult {
         let start = self.start_dir(dirfd, path)?;
         let p = self.walk_parent(start, path, &mut 0)?;
+        self.ro_parent(&p, false)?;
         if p.is_special() {
             return Err(Errno::EISDIR);
         }
@@ -1003,6 +1081,18 @@ impl Vfs {
         let nstart = self.start_dir(ndirfd, new)?;
         let op = self.walk_parent(ostart, old, &mut 0)?;
         let np = self.walk_parent(nstart, new, &mut 0)?;
+        // Across file systems (a mount and the root, or two mounts) Linux
+        // answers EXDEV before anything else.
+        let fs_of = |d: Ino| if shoal_hostfs::is_host(d) { shoal_hostfs::mount_of(d).ok().map(|m| m + 1) } else { Some(0) };
+        if fs_of(op.dir) != fs_of(np.dir) {
+            return Err(Errno::EXDEV);
+        }
+        self.ro_parent(&op, false)?;
+        self.ro_parent(&np, false)?;
+        let busy = |p: &crate::path::Parent<'_>| self.fs.lookup(p.dir, p.name).is_ok_and(|i| self.mount_at(i).is_some());
+        if busy(&op) || busy(&np) {
+            return Err(Errno::EBUSY);
+        }
         if op.is_special() {
             return Err(Errno::EBUSY);
         }
@@ -1035,6 +1125,7 @@ impl Vfs {
         let path = path_arg(path)?;
         let start = self.start_dir(dirfd, path)?;
         let p = self.walk_parent(start, path, &mut 0)?;
+        self.ro_parent(&p, true)?;
         if p.is_special() {
             return Err(Errno::EEXIST);
         }
@@ -1064,7 +1155,10 @@ impl Vfs {
             return Ok(n as u64);
         }
         let ino = if path.is_empty() && dirfd != AT_FDCWD { self.resolve_at(dirfd, path, false, true)? } else { self.resolve_at(dirfd, path, false, false)? };
-        let target = self.fs.readlink(ino)?;
+        if shoal_hostfs::is_host(ino) && self.ftype(ino)? != FileType::Symlink {
+            return Err(Errno::EINVAL);
+        }
+        let target = self.link_target(ino)?;
         let n = target.len().min(size as usize);
         umem::slice_mut(buf, n)?.copy_from_slice(&target[..n]);
         self.fs.touch_atime(ino);
@@ -1109,6 +1203,9 @@ impl Vfs {
     /// file's by a depth-first search from the root (the first name found
     /// for a file with several links).
     fn file_path(&self, ino: Ino) -> Option<Vec<u8>> {
+        if shoal_hostfs::is_host(ino) {
+            return self.host_path(ino).ok();
+        }
         if self.fs.file_type(ino) == Ok(FileType::Directory) {
             return self.path_of(ino).ok();
         }
@@ -1162,6 +1259,11 @@ impl Vfs {
         let ino = self.resolve_at(odirfd, old, flags & AT_SYMLINK_FOLLOW != 0, flags & AT_EMPTY_PATH != 0)?;
         let start = self.start_dir(ndirfd, new)?;
         let p = self.walk_parent(start, new, &mut 0)?;
+        self.ro_parent(&p, true)?;
+        if shoal_hostfs::is_host(ino) {
+            // Another file system (a Linux mount): no hard links across.
+            return Err(Errno::EXDEV);
+        }
         if p.is_special() {
             return Err(Errno::EEXIST);
         }

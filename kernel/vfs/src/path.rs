@@ -44,7 +44,7 @@ impl Vfs {
             return Ok(self.cwd);
         }
         match self.ofd(self.ofd_of(dirfd)?).target {
-            Target::Node(ino) if self.fs.file_type(ino)? == FileType::Directory => Ok(ino),
+            Target::Node(ino) if self.ftype(ino)? == FileType::Directory => Ok(ino),
             _ => Err(Errno::ENOTDIR),
         }
     }
@@ -61,18 +61,18 @@ impl Vfs {
         while let Some(name) = parts.next() {
             let last = parts.peek().is_none();
             let next = self.lookup(cur, name)?;
-            if self.fs.file_type(next)? == FileType::Symlink && (!last || follow || trailing) {
+            if self.ftype(next)? == FileType::Symlink && (!last || follow || trailing) {
                 *links += 1;
                 if *links > MAXSYMLINKS {
                     return Err(Errno::ELOOP);
                 }
-                let target: Vec<u8> = self.fs.readlink(next)?.to_vec();
+                let target: Vec<u8> = self.link_target(next)?;
                 cur = self.walk(cur, &target, true, links)?;
             } else {
                 cur = next;
             }
         }
-        if trailing && self.fs.file_type(cur)? != FileType::Directory {
+        if trailing && self.ftype(cur)? != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
         Ok(cur)
@@ -96,7 +96,7 @@ impl Vfs {
                 (self.walk(dir, prefix, true, links)?, &trimmed[i + 1..])
             }
         };
-        if self.fs.file_type(dir)? != FileType::Directory {
+        if self.ftype(dir)? != FileType::Directory {
             return Err(Errno::ENOTDIR);
         }
         Ok(Parent { dir, name, trailing })
@@ -123,6 +123,9 @@ impl Vfs {
 
     /// The absolute path of directory `ino` (`ENOENT` if it was removed).
     pub(crate) fn path_of(&self, mut ino: Ino) -> Result<Vec<u8>, Errno> {
+        if shoal_hostfs::is_host(ino) {
+            return self.host_path(ino);
+        }
         let mut parts: Vec<&[u8]> = Vec::new();
         while ino != self.fs.root() {
             let parent = self.fs.parent(ino)?;

@@ -1,0 +1,376 @@
+/* Read-only host directories (`shoal run --mount HOSTDIR:GUESTDIR:ro`),
+ * driven by crates/shoal-cli/tests/mount.rs.
+ *
+ * `mount tree DIR`: walks DIR (names sorted, `.` and `..` skipped) and
+ * prints, per entry, what lstat, stat, statx, fstat, read, pread, mmap
+ * and readlink say; the same program run natively on the host directory
+ * must print the same.
+ *
+ * `mount hostile DIR`: tries to leave the mount (`..`, symbolic links
+ * relative and absolute, /proc magic links), to write through it and to
+ * map what it should not, printing `NAME ERRNO-NAME` per attempt.
+ *
+ * `mount raw DIR`: the same as a guest that bypasses its kernel and asks
+ * the tender itself (the HostFs hypercall with hostile paths, lengths and
+ * buffers), and on spt makes the host system calls itself.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+static uint64_t fnv(const unsigned char *p, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++) {
+		h ^= p[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+static const char *ename(int e)
+{
+	switch (e) {
+	case 0: return "OK";
+	case ENOENT: return "ENOENT";
+	case EROFS: return "EROFS";
+	case EEXIST: return "EEXIST";
+	case EACCES: return "EACCES";
+	case EPERM: return "EPERM";
+	case EBADF: return "EBADF";
+	case EXDEV: return "EXDEV";
+	case ELOOP: return "ELOOP";
+	case ENODEV: return "ENODEV";
+	case EBUSY: return "EBUSY";
+	case EINVAL: return "EINVAL";
+	case EFAULT: return "EFAULT";
+	case EISDIR: return "EISDIR";
+	case ENOTDIR: return "ENOTDIR";
+	case ENAMETOOLONG: return "ENAMETOOLONG";
+	case ENOSYS: return "ENOSYS";
+	case ENOTEMPTY: return "ENOTEMPTY";
+	default: {
+		static char buf[32];
+		snprintf(buf, sizeof buf, "errno%d", e);
+		return buf;
+	}
+	}
+}
+
+static int cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void show_file(const char *path, const char *rel, const struct stat *st)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		printf("  open %s\n", ename(errno));
+		return;
+	}
+	struct stat fst;
+	if (fstat(fd, &fst) != 0 || fst.st_ino != st->st_ino || fst.st_size != st->st_size)
+		printf("  fstat differs\n");
+	size_t n = (size_t)st->st_size;
+	unsigned char *buf = malloc(n + 1);
+	size_t got = 0;
+	for (;;) {
+		ssize_t r = read(fd, buf + got, n + 1 - got);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+		if (got == n + 1)
+			break;
+	}
+	printf("  read %zu %016llx\n", got, (unsigned long long)fnv(buf, got));
+	if (n > 2) {
+		unsigned char mid[64];
+		ssize_t r = pread(fd, mid, sizeof mid, (off_t)(n / 2));
+		printf("  pread %zd %016llx\n", r, (unsigned long long)fnv(mid, r > 0 ? (size_t)r : 0));
+	}
+	off_t end = lseek(fd, 0, SEEK_END);
+	printf("  seek-end %lld\n", (long long)end);
+	if (n > 0) {
+		void *m = mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (m == MAP_FAILED) {
+			printf("  mmap %s\n", ename(errno));
+		} else {
+			printf("  mmap %016llx\n", (unsigned long long)fnv(m, n));
+			munmap(m, n);
+		}
+		if (n > 4096) {
+			void *m2 = mmap(NULL, n - 4096, PROT_READ, MAP_PRIVATE, fd, 4096);
+			printf("  mmap-off %016llx\n", m2 == MAP_FAILED ? 0ull : (unsigned long long)fnv(m2, n - 4096));
+		}
+	}
+	free(buf);
+	(void)rel;
+	close(fd);
+}
+
+static void tree(const char *dir, const char *rel)
+{
+	DIR *d = opendir(dir);
+	if (!d) {
+		printf("%s/ opendir %s\n", rel, ename(errno));
+		return;
+	}
+	char *names[4096];
+	int count = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) && count < 4096) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		names[count++] = strdup(e->d_name);
+	}
+	closedir(d);
+	qsort(names, count, sizeof *names, cmp);
+	for (int i = 0; i < count; i++) {
+		char path[4096], sub[4096];
+		snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+		snprintf(sub, sizeof sub, "%s/%s", rel, names[i]);
+		struct stat st;
+		if (lstat(path, &st) != 0) {
+			printf("%s lstat %s\n", sub, ename(errno));
+			continue;
+		}
+		printf("%s mode %o nlink %lu size %lld ino %llu mtime %lld.%09ld uid %u\n", sub, st.st_mode, (unsigned long)st.st_nlink,
+		       (long long)st.st_size, (unsigned long long)st.st_ino, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, st.st_uid);
+		/* statx(2) by number: musl 1.2.3 has no wrapper. Offsets of
+		 * struct statx: stx_mode 28, stx_ino 32, stx_size 40. */
+		unsigned char sx[256];
+		if (syscall(SYS_statx, AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, 0x7ffu, sx) == 0) {
+			uint16_t mode;
+			uint64_t ino, size;
+			memcpy(&mode, sx + 28, 2);
+			memcpy(&ino, sx + 32, 8);
+			memcpy(&size, sx + 40, 8);
+			printf("  statx size %llu ino %llu mode %o\n", (unsigned long long)size, (unsigned long long)ino, mode);
+		}
+		if (S_ISLNK(st.st_mode)) {
+			char target[4096];
+			ssize_t n = readlink(path, target, sizeof target - 1);
+			target[n > 0 ? n : 0] = 0;
+			printf("  link %s\n", target);
+			struct stat t;
+			if (stat(path, &t) == 0)
+				printf("  follows mode %o size %lld\n", t.st_mode, (long long)t.st_size);
+			else
+				printf("  follows %s\n", ename(errno));
+		} else if (S_ISREG(st.st_mode)) {
+			show_file(path, sub, &st);
+		} else if (S_ISDIR(st.st_mode)) {
+			tree(path, sub);
+		}
+		free(names[i]);
+	}
+}
+
+#define TRY(name, expr)                                                   \
+	do {                                                              \
+		errno = 0;                                                \
+		long r_ = (long)(expr);                                   \
+		printf("%s %s\n", name, r_ < 0 ? ename(errno) : "OK");    \
+	} while (0)
+
+static void hostile(const char *dir)
+{
+	char p[4096];
+#define P(rel) (snprintf(p, sizeof p, "%s/%s", dir, rel), p)
+	/* Leaving the mount. */
+	TRY("dotdot", open(P("../../../../../../etc/shadow"), O_RDONLY));
+	TRY("dotdot-sub", open(P("sub/../../../../../etc/shadow"), O_RDONLY));
+	TRY("link-rel", open(P("escape_rel"), O_RDONLY));
+	TRY("link-abs", open(P("escape_abs"), O_RDONLY));
+	TRY("link-abs-dir", open(P("escape_dir/shadow"), O_RDONLY));
+	TRY("link-magic", open(P("magic_root"), O_RDONLY));
+	TRY("link-magic-fd", open(P("magic_fd"), O_RDONLY));
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	TRY("openat-dotdot", openat(dfd, "../../../etc/shadow", O_RDONLY));
+	snprintf(p, sizeof p, "/proc/self/fd/%d/../../../etc/shadow", dfd);
+	TRY("procfd-dotdot", open(p, O_RDONLY));
+	TRY("host-file", open("/etc/shadow", O_RDONLY));
+	TRY("fifo", open(P("fifo"), O_RDONLY | O_NONBLOCK));
+	/* Writing through it. */
+	TRY("open-wronly", open(P("hello.txt"), O_WRONLY));
+	TRY("open-rdwr", open(P("hello.txt"), O_RDWR));
+	TRY("open-trunc", open(P("hello.txt"), O_RDONLY | O_TRUNC));
+	TRY("open-append", open(P("hello.txt"), O_WRONLY | O_APPEND));
+	TRY("create", open(P("new.txt"), O_WRONLY | O_CREAT, 0644));
+	TRY("create-excl-existing", open(P("hello.txt"), O_WRONLY | O_CREAT | O_EXCL, 0644));
+	TRY("creat-through-link", open(P("escape_rel"), O_WRONLY | O_CREAT, 0644));
+	TRY("open-dir-write", open(dir, O_WRONLY));
+	TRY("unlink", unlink(P("hello.txt")));
+	TRY("unlink-missing", unlink(P("missing")));
+	TRY("mkdir", mkdir(P("newdir"), 0755));
+	TRY("mkdir-existing", mkdir(P("sub"), 0755));
+	TRY("rmdir", rmdir(P("sub")));
+	TRY("rmdir-mountpoint", rmdir(dir));
+	TRY("rename", rename(P("hello.txt"), P("renamed.txt")));
+	TRY("rename-out", rename(P("hello.txt"), "/tmp/stolen"));
+	TRY("symlink", symlink("/etc/shadow", P("newlink")));
+	TRY("link", link(P("hello.txt"), "/tmp/hardlink"));
+	TRY("chmod", chmod(P("hello.txt"), 0777));
+	TRY("truncate", truncate(P("hello.txt"), 0));
+	TRY("utimes", utimes(P("hello.txt"), NULL));
+	TRY("access-w", access(P("hello.txt"), W_OK));
+	TRY("access-r", access(P("hello.txt"), R_OK));
+	int fd = open(P("hello.txt"), O_RDONLY);
+	TRY("write-ro-fd", write(fd, "x", 1));
+	TRY("ftruncate-ro-fd", ftruncate(fd, 0));
+	TRY("fchmod", fchmod(fd, 0777));
+	/* Mapping what it should not. */
+	void *m;
+	errno = 0;
+	m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	printf("mmap-shared-write %s\n", m == MAP_FAILED ? ename(errno) : "OK");
+	errno = 0;
+	m = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, dfd, 0);
+	printf("mmap-dir %s\n", m == MAP_FAILED ? ename(errno) : "OK");
+	errno = 0;
+	m = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, 987, 0);
+	printf("mmap-badfd %s\n", m == MAP_FAILED ? ename(errno) : "OK");
+	int pfd = open(P("hello.txt"), O_PATH);
+	errno = 0;
+	m = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, pfd, 0);
+	printf("mmap-opath %s\n", m == MAP_FAILED ? ename(errno) : "OK");
+	errno = 0;
+	m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+	if (m != MAP_FAILED) {
+		/* A private copy: writing it changes nothing on the host. */
+		memcpy(m, "XXXX", 4);
+		char again[8] = {0};
+		pread(fd, again, 5, 0);
+		printf("mmap-private-write OK %s\n", again);
+	} else {
+		printf("mmap-private-write %s\n", ename(errno));
+	}
+#undef P
+}
+
+/* shoal_abi: Hypercall::HostFs, HostFsArgs, HOSTFS_*; BootInfo::hypercall_entry. */
+enum { HC_HOSTFS = 18, OP_MOUNT = 0, OP_STAT = 1, OP_READ = 2, OP_LIST = 3, OP_READLINK = 4 };
+struct hostfs_args {
+	uint64_t op, mount, path, path_len, off, buf, len;
+	int64_t ret;
+};
+
+static void hypercall(uint64_t nr, void *arg)
+{
+	uint64_t entry = *(volatile uint64_t *)(uintptr_t)(0x10000 + 72);
+	if (entry) {
+		((void (*)(uint64_t, uint64_t))entry)(nr, (uint64_t)(uintptr_t)arg);
+	} else {
+		uint16_t port = 0x500 + nr;
+		uint32_t a = (uint32_t)(uintptr_t)arg;
+		__asm__ volatile("out %0, %1" : : "a"(a), "Nd"(port) : "memory");
+	}
+}
+
+static const char *raw_ename(int64_t r)
+{
+	return r >= 0 ? "OK" : ename((int)-r);
+}
+
+static void raw_op(const char *name, uint64_t op, uint64_t mount, const char *path, uint64_t path_len, void *buf, uint64_t len)
+{
+	static struct hostfs_args a;
+	a = (struct hostfs_args){op, mount, (uint64_t)(uintptr_t)path, path_len, 0, (uint64_t)(uintptr_t)buf, len, 0};
+	hypercall(HC_HOSTFS, &a);
+	printf("%s %s\n", name, raw_ename(a.ret));
+}
+
+static long raw_syscall4(long nr, long a, long b, long c, long d)
+{
+	long r;
+	register long r10 __asm__("r10") = d;
+	__asm__ volatile("syscall" : "=a"(r) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
+	return r;
+}
+
+static void raw(const char *tender)
+{
+	static char buf[8192];
+	char *s;
+#define R(name, op, path, b, l) raw_op(name, op, 0, path, (s = (path)) ? strlen(s) : 0, b, l)
+	R("raw-read-ok", OP_READ, "hello.txt", buf, sizeof buf);
+	R("raw-dotdot", OP_READ, "../../../../etc/shadow", buf, sizeof buf);
+	R("raw-inner-dotdot", OP_STAT, "sub/../hello.txt", buf, sizeof buf);
+	R("raw-absolute", OP_READ, "/etc/shadow", buf, sizeof buf);
+	R("raw-link-rel", OP_READ, "escape_rel", buf, sizeof buf);
+	R("raw-link-abs", OP_READ, "escape_abs", buf, sizeof buf);
+	R("raw-link-dir", OP_READ, "escape_dir/shadow", buf, sizeof buf);
+	R("raw-link-magic", OP_READ, "magic_root", buf, sizeof buf);
+	R("raw-list-link", OP_LIST, "escape_dir", buf, sizeof buf);
+	R("raw-fifo", OP_READ, "fifo", buf, sizeof buf);
+	R("raw-dir-read", OP_READ, "sub", buf, sizeof buf);
+	R("raw-buf-code", OP_READ, "hello.txt", (void *)(uintptr_t)&raw, 16);
+	R("raw-buf-outside", OP_READ, "hello.txt", (void *)(uintptr_t)0xfffffffffff000ull, 16);
+	R("raw-buf-low", OP_READ, "hello.txt", (void *)(uintptr_t)0x10, 16);
+	R("raw-buf-wrap", OP_READ, "hello.txt", buf, (uint64_t)-1);
+	R("raw-list-tiny", OP_LIST, "", buf, 8);
+	raw_op("raw-path-outside", OP_READ, 0, (const char *)(uintptr_t)0xfffffffffff000ull, 8, buf, sizeof buf);
+	raw_op("raw-path-long", OP_READ, 0, buf, 1 << 20, buf, sizeof buf);
+	raw_op("raw-path-nul", OP_READ, 0, "hello.txt\0x", 11, buf, sizeof buf);
+	raw_op("raw-mount-99", OP_READ, 99, "hello.txt", 9, buf, sizeof buf);
+	raw_op("raw-mount-huge", OP_READ, (uint64_t)-1, "hello.txt", 9, buf, sizeof buf);
+	raw_op("raw-op-bad", 77, 0, "hello.txt", 9, buf, sizeof buf);
+	raw_op("raw-mount-name-99", OP_MOUNT, 99, "", 0, buf, sizeof buf);
+#undef R
+	if (strcmp(tender, "spt") == 0) {
+		/* The host calls the filter allows, made by the guest itself,
+		 * beneath the mount's descriptor (shoal-spt MOUNT_FD0) without
+		 * RESOLVE_BENEATH: the read-only clone and the empty root hold. */
+		struct {
+			uint64_t flags, mode, resolve;
+		} how = {O_RDONLY, 0, 0};
+		long r = raw_syscall4(437, 1000, (long)"../../../../etc/shadow", (long)&how, 24);
+		printf("sys-openat2-dotdot %s\n", r >= 0 ? "OK" : ename((int)-r));
+		r = raw_syscall4(437, 1000, (long)"/etc/shadow", (long)&how, 24);
+		printf("sys-openat2-absolute %s\n", r >= 0 ? "OK" : ename((int)-r));
+		r = raw_syscall4(437, 1000, (long)"escape_abs", (long)&how, 24);
+		printf("sys-openat2-link-abs %s\n", r >= 0 ? "OK" : ename((int)-r));
+		how.flags = O_WRONLY | O_CREAT;
+		how.mode = 0644;
+		r = raw_syscall4(437, 1000, (long)"planted", (long)&how, 24);
+		printf("sys-openat2-create %s\n", r >= 0 ? "OK" : ename((int)-r));
+		how.flags = O_WRONLY;
+		how.mode = 0;
+		r = raw_syscall4(437, 1000, (long)"hello.txt", (long)&how, 24);
+		printf("sys-openat2-write %s\n", r >= 0 ? "OK" : ename((int)-r));
+		fflush(stdout);
+		/* Not beneath a mount's descriptor: the filter kills. */
+		how.flags = O_RDONLY;
+		r = raw_syscall4(437, -100, (long)"/etc/shadow", (long)&how, 24);
+		printf("sys-openat2-cwd survived %ld\n", r);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: mount tree|hostile|raw DIR [tender]\n");
+		return 2;
+	}
+	if (strcmp(argv[1], "tree") == 0) {
+		tree(argv[2], ".");
+	} else if (strcmp(argv[1], "hostile") == 0) {
+		hostile(argv[2]);
+	} else if (strcmp(argv[1], "raw") == 0) {
+		raw(argc > 3 ? argv[3] : "");
+	} else {
+		return 2;
+	}
+	return 0;
+}

@@ -1,0 +1,120 @@
+//! Read-only host directories (`--mount HOSTDIR:GUESTDIR:ro`;
+//! docs/architecture.md "Read-only host directories"): what both tenders
+//! share before the guest runs — parsing the option and opening each
+//! directory once, as an `O_PATH` descriptor that every later open on the
+//! guest's behalf is confined beneath (`shoal_hostcall::hostfs`).
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+/// Most `--mount`s an instance has.
+pub const MAX_MOUNTS: usize = 16;
+/// Longest guest directory of a mount.
+pub const GUEST_PATH_MAX: usize = 255;
+
+/// A `--mount` that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// Not `HOSTDIR:GUESTDIR:ro`.
+    #[error("--mount {0}: expected HOSTDIR:GUESTDIR:ro (mounts are read-only; GUESTDIR absolute)")]
+    Syntax(String),
+    /// HOSTDIR is not an existing directory.
+    #[error("--mount {0}: no such directory")]
+    NoDir(PathBuf),
+    /// GUESTDIR is not an absolute path of ordinary names, or too long.
+    #[error("--mount: the guest directory {0} must be an absolute path of ordinary names other than /, at most {GUEST_PATH_MAX} bytes")]
+    BadGuest(String),
+    /// Two mounts at one guest directory.
+    #[error("--mount: two mounts at {0}")]
+    Twice(String),
+    /// More than [`MAX_MOUNTS`].
+    #[error("--mount: at most {MAX_MOUNTS} mounts")]
+    TooMany,
+    /// The directory could not be opened.
+    #[error("--mount: cannot open {path}: {source}")]
+    Open {
+        /// HOSTDIR.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+}
+
+/// A parsed `--mount HOSTDIR:GUESTDIR:ro`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mount {
+    /// The host directory, made absolute (symlinks resolved once, here).
+    pub host: PathBuf,
+    /// The guest directory: absolute, no `.`/`..` or empty parts, not `/`.
+    pub guest: String,
+}
+
+impl Mount {
+    /// Parses `HOSTDIR:GUESTDIR:ro` (split at the last two ':');
+    /// HOSTDIR must be an existing directory.
+    pub fn parse(spec: &str) -> Result<Mount, MountError> {
+        let syntax = || MountError::Syntax(spec.into());
+        let rest = spec.strip_suffix(":ro").ok_or_else(syntax)?;
+        let (host, guest) = rest.rsplit_once(':').filter(|(h, g)| !h.is_empty() && !g.is_empty()).ok_or_else(syntax)?;
+        if !guest.starts_with('/') {
+            return Err(syntax());
+        }
+        let ok = guest.len() <= GUEST_PATH_MAX && guest.len() > 1 && guest[1..].split('/').all(|p| !p.is_empty() && p != "." && p != ".." && !p.contains('\0'));
+        if !ok {
+            return Err(MountError::BadGuest(guest.into()));
+        }
+        let host = std::fs::canonicalize(host).ok().filter(|p| p.is_dir()).ok_or_else(|| MountError::NoDir(host.into()))?;
+        Ok(Mount { host, guest: guest.into() })
+    }
+
+    /// Opens the host directory (`O_PATH | O_DIRECTORY | O_CLOEXEC`).
+    pub fn open(&self) -> Result<OwnedFd, MountError> {
+        let err = |source| MountError::Open { path: self.host.clone(), source };
+        let c = std::ffi::CString::new(self.host.as_os_str().as_bytes()).map_err(|_| err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+        // SAFETY: a NUL-terminated path; the descriptor returned is owned
+        // by the OwnedFd below.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` was just opened and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+}
+
+/// Checks a list of mounts together (count, no guest directory twice).
+pub fn check_all(mounts: &[Mount]) -> Result<(), MountError> {
+    if mounts.len() > MAX_MOUNTS {
+        return Err(MountError::TooMany);
+    }
+    for (i, m) in mounts.iter().enumerate() {
+        if mounts[..i].iter().any(|o| o.guest == m.guest) {
+            return Err(MountError::Twice(m.guest.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// Opens every mount's host directory, in order.
+pub fn open_all(mounts: &[Mount]) -> Result<Vec<OwnedFd>, MountError> {
+    check_all(mounts)?;
+    mounts.iter().map(Mount::open).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_refuses() {
+        let m = Mount::parse("/usr:/usr:ro").unwrap();
+        assert_eq!(m.guest, "/usr");
+        assert!(matches!(Mount::parse("/usr:/usr"), Err(MountError::Syntax(_))));
+        assert!(matches!(Mount::parse("/usr:usr:ro"), Err(MountError::Syntax(_))));
+        assert!(matches!(Mount::parse("/usr:/:ro"), Err(MountError::BadGuest(_))));
+        assert!(matches!(Mount::parse("/usr:/a/../b:ro"), Err(MountError::BadGuest(_))));
+        assert!(matches!(Mount::parse("/nonexistent-shoal:/x:ro"), Err(MountError::NoDir(_))));
+        assert!(matches!(Mount::parse("/usr:/x:rw"), Err(MountError::Syntax(_))));
+    }
+}
