@@ -83,8 +83,8 @@ pub enum ConfigError {
     /// A working directory other than /.
     #[error("process.cwd {0}: a shoal guest starts in / (change directory inside the program, or drop WORKDIR)")]
     Cwd(String),
-    /// A bind mount of a volume.
-    #[error("mount of {host} on {destination}: a shoal guest sees only its root file system; volumes are not supported")]
+    /// A bind mount of a volume that is writable or not a directory.
+    #[error("mount of {host} on {destination}: a shoal guest sees its root file system and read-only directories (`ro` bind mounts of a directory, as `--mount`); writable volumes and single files are not supported")]
     Volume {
         /// The host path.
         host: String,
@@ -123,7 +123,7 @@ pub struct Spec {
     pub process: Option<Process>,
     /// The root file system.
     pub root: Option<Root>,
-    /// Mounts (see [`Spec::check_mounts`]).
+    /// Mounts (see [`Spec::mounts`]).
     #[serde(default)]
     pub mounts: Vec<Mount>,
     /// Lifecycle hooks.
@@ -482,7 +482,7 @@ impl Spec {
         if !matches!(process.cwd.as_str(), "" | "/") {
             return Err(ConfigError::Cwd(process.cwd.clone()));
         }
-        self.check_mounts()?;
+        let mounts = self.mounts()?;
         let (image_path, image) = find_image(&rootfs, first, &process.env)?;
         check_runnable(first, &image)?;
 
@@ -534,6 +534,7 @@ impl Spec {
             opts.net_bind_any = true;
         }
         opts.fs = Some(rootfs.clone().into());
+        opts.mount = mounts.into_iter().map(Into::into).collect();
         if let Some(limit) = self.linux.resources.memory.as_ref().and_then(|m| m.limit).filter(|l| *l > 0) {
             if limit < 4 << 20 {
                 return Err(ConfigError::TooLittleMemory(limit));
@@ -586,19 +587,27 @@ impl Spec {
         })
     }
 
-    /// Refuses bind mounts of volumes; the mounts engines add to every
-    /// container (/proc, /dev, /etc/hosts, …) are ignored: the guest has
-    /// its own.
-    fn check_mounts(&self) -> Result<(), ConfigError> {
+    /// The read-only directory bind mounts, as `--mount HOSTDIR:GUESTDIR:ro`
+    /// values (the guest reads them live; the service-account token and
+    /// ConfigMap volumes the kubelet mounts are such). Writable ones and
+    /// files are refused; the mounts engines add to every container
+    /// (/proc, /dev, /etc/hosts, …) are ignored: the guest has its own.
+    fn mounts(&self) -> Result<Vec<String>, ConfigError> {
+        let mut out = Vec::new();
         for m in &self.mounts {
             let dest = m.destination.trim_end_matches('/');
             let bind = m.kind == "bind" || m.options.iter().any(|o| o == "bind" || o == "rbind");
             if !bind || IGNORED_MOUNTS.contains(&dest) || dest.is_empty() {
                 continue;
             }
+            let ro = m.options.iter().any(|o| o == "ro");
+            if ro && Path::new(&m.source).is_dir() && !dest.contains(':') {
+                out.push(format!("{}:{dest}:ro", m.source));
+                continue;
+            }
             return Err(ConfigError::Volume { host: m.source.clone(), destination: m.destination.clone() });
         }
-        Ok(())
+        Ok(out)
     }
 }
 
@@ -695,6 +704,16 @@ mod tests {
         );
         assert!(msg(&|s| { s.mounts.push(Mount { destination: "/data".into(), kind: "bind".into(), source: "/srv".into(), options: vec![] }) })
             .starts_with("mount of /srv on /data"));
+        let ro = dir.join("ro");
+        std::fs::create_dir_all(&ro).unwrap();
+        let src = ro.to_string_lossy().into_owned();
+        let mut s = spec.clone();
+        s.mounts.push(Mount { destination: "/etc/config/".into(), kind: "bind".into(), source: src.clone(), options: vec!["rbind".into(), "ro".into()] });
+        let a = s.plan(&dir).unwrap().tender_args;
+        assert!(a.windows(2).any(|w| w[0] == "--mount" && w[1] == format!("{src}:/etc/config:ro")), "{a:?}");
+        let file = dir.join("rootfs/bin/app").to_string_lossy().into_owned();
+        assert!(msg(&|s| { s.mounts.push(Mount { destination: "/x".into(), kind: "bind".into(), source: file.clone(), options: vec!["ro".into()] }) })
+            .starts_with(&format!("mount of {file} on /x")));
         assert!(msg(&|s| s.linux.namespaces.push(Namespace { kind: "user".into(), path: None })).contains("user namespace"));
         assert!(msg(&|s| {
             s.annotations.insert(ANN_TENDER.into(), "xen".into());

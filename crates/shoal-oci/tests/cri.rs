@@ -567,7 +567,8 @@ fn get_at(addr: std::net::SocketAddr, path: &str) -> Option<String> {
 
 /// Ordinary images under handler `shoal` on `tender`, in a pod with a
 /// network namespace of its own on a CNI bridge: busybox's applets
-/// (`echo`; `sh -c` running builtins, which needs no fork), a shell script
+/// (`echo`; `sh -c` running builtins, which needs no fork; `cat` of a
+/// read-only volume, a writable one refused), a shell script
 /// refused at create with the reason, the static Go server reached from
 /// the host at the pod's address, `exec` into it refused with one line,
 /// and its stop.
@@ -603,6 +604,28 @@ fn ordinary_images(tender: &str) {
     let st = cri.wait_exited(&sh);
     assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(7), Some("Error")), "{st}");
     assert_eq!(cri.wait_logs(&sh, "in sh").trim(), "in sh");
+    // A read-only volume (the kubelet's ConfigMaps and service-account
+    // token are such): the directory read live through --mount; a
+    // writable one is refused with the reason.
+    let vol = cri.dir().join("config-volume");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join("greeting"), "hello from a read-only volume\n").unwrap();
+    let mounts = |readonly: bool| serde_json::json!({"mounts": [{"container_path": "/config", "host_path": vol, "readonly": readonly}]});
+    let cat = cri.ok(&["create", &pod, &container_config(&cri, "cat", 0, BUSYBOX, &["cat", "/config/greeting"], mounts(true)), &pod_json]);
+    cri.ok(&["start", &cat]);
+    let st = cri.wait_exited(&cat);
+    assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(0), Some("Completed")), "{st}; logs: {}", text(&cri.crictl(&["logs", &cat])));
+    assert_eq!(cri.wait_logs(&cat, "volume").trim(), "hello from a read-only volume");
+    let rw = cri.ok(&["create", &pod, &container_config(&cri, "rw", 0, BUSYBOX, &["cat", "/config/greeting"], mounts(false)), &pod_json]);
+    let o = cri.crictl(&["start", &rw]);
+    assert!(
+        !o.status.success()
+            && text(&o).contains(&format!("mount of {} on /config: a shoal guest sees its root file system and read-only directories", vol.display())),
+        "{}",
+        text(&o)
+    );
+    cri.ok(&["rm", &cat, &rw]);
+
     // A script: refused by the runtime's create (which containerd calls
     // at the CRI's StartContainer) with the reason, not a container that
     // starts and then exits 125.
