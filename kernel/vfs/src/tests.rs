@@ -40,6 +40,12 @@ extern "C" fn test_hypercall(nr: u64, arg: u64) {
             let a = unsafe { &mut *(arg as *mut shoal_abi::SignalWordArgs) };
             a.ret = 0;
         }
+        // Booting asks for read-only host directories: none here.
+        Some(Hypercall::HostFs) => {
+            // SAFETY: plat passes a live HostFsArgs.
+            let a = unsafe { &mut *(arg as *mut shoal_abi::HostFsArgs) };
+            a.ret = -38; // ENOSYS
+        }
         _ => panic!("unexpected hypercall {nr}"),
     }
 }
