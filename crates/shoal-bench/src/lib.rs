@@ -4,7 +4,7 @@
 //! JSON); most also write CSVs of the raw samples, plots and Markdown
 //! tables into their `--out` directory.
 //!
-//! One module per experiment ([`apps`], [`boot`], [`density`], [`echo`], [`exec`],
+//! One module per experiment ([`apps`], [`boot`], [`cri`], [`density`], [`echo`], [`exec`],
 //! [`faas`], [`memory`] with `size`, [`pages`], [`recover`] with
 //! [`recover_servers`] and [`recover_shrink`], [`servers`] for `http` and
 //! `kv`, [`syscall`]) over shared modules: [`stats`] (mean, SD,
@@ -26,6 +26,7 @@
 
 pub mod apps;
 pub mod boot;
+pub mod cri;
 pub mod density;
 pub mod echo;
 pub mod exec;
@@ -219,6 +220,24 @@ pub enum Bench {
         /// (the second variant: heap growth dilutes sharing); 0: idle at once.
         #[arg(long, default_value_t = 0, value_name = "ROWS")]
         workload: u64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start latency through Kubernetes' CRI (containerd + crictl): pod sandbox start → ready and container create + start → first HTTP answer of a FROM-scratch Go image, the runc handler beside the shoal handler on spt and hvt (and a shoal image of apps/net/http.c on spt).
+    Cri {
+        /// Measured rounds, each system once per round after one warm-up round (median and p95; at least 2).
+        #[arg(long, default_value_t = 10)]
+        repeat: usize,
+        /// Three rounds (a smoke run, not a measurement).
+        #[arg(long)]
+        quick: bool,
+        /// Systems to compare (comma-separated: runc, spt, hvt, spt-image — apps/net/http.c as a shoal image on spt; default all; one that cannot run here is reported with its reason).
+        #[arg(long, value_delimiter = ',')]
+        systems: Vec<String>,
+        /// Directory for the binaries, the CSVs, the plot and the Markdown table.
+        #[arg(long, default_value = "shoal-bench-cri")]
+        out: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -443,6 +462,7 @@ pub fn run(which: Bench) -> Result<()> {
             let (clients, repeat, requests) = (list(clients, quick, &FULL_CLIENTS, &[1, 100]), knob(repeat, quick, 30, 2), knob(requests, quick, 20000, 2000));
             servers::servers(servers::ServersOpts { which, clients, repeat, duration: 2.0, requests, pipeline, systems, pin, shoal_bin, out, json })
         }
+        Bench::Cri { repeat, quick, systems, out, json } => cri::cri(cri::CriOpts { repeat, quick, systems, out: absolute_dir("--out", out)?, json }),
         Bench::Exec { quick, out, json } => exec::exec(exec::ExecOpts { quick, out: absolute_dir("--out", out)?, json }),
         Bench::Size { quick: _, out, json } => memory::size(json, absolute_dir("--out", out)?),
         Bench::Pages { quick: _, json, keep } => pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),

@@ -204,6 +204,26 @@ fn bench_exec_quick() {
     }
 }
 
+/// The quickest `bench cri`: pod ready and first answer through
+/// containerd's CRI measured for runc and the shoal handler (spt; hvt where
+/// KVM is), CSV written.
+#[test]
+fn bench_cri_quick() {
+    if !shoal_testkit::need(&["root", "containerd", "crictl", "podman", "go-toolchain"]) {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("cri", &bench(tmp.path(), &["cri", "--quick", "--json"]));
+    for (sys, needs) in [("runc", &["runc"][..]), ("spt", &[][..]), ("hvt", &["kvm"][..])] {
+        if measured(&v, &format!("/{sys}"), needs) {
+            positive(&v, &format!("/{sys}/pod_ready/median_ms"));
+            positive(&v, &format!("/{sys}/first_answer/median_ms"));
+        }
+    }
+    assert!(tmp.path().join("shoal-bench-cri/cri.csv").is_file(), "no CSV written");
+}
+
 /// The quickest `bench recover`: every system's system calls,
 /// the gate's cost, reboot times from rejuvenation and the SQLite inserts
 /// measured, with the default relative `--out` (its CSV written there).

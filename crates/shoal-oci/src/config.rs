@@ -55,6 +55,17 @@ pub enum ConfigError {
     /// The root directory could not be opened.
     #[error("root.path {0}: cannot open it: {1}")]
     OpenRoot(PathBuf, std::io::Error),
+    /// args[0] is neither an ELF file (a shoal image or a Linux
+    /// executable) nor anything else the tender runs.
+    #[error("process.args[0] {0} is not an ELF file (a script or data?): shoal runs a shoal image or a static Linux executable, and starts no interpreter for a script; name the program itself")]
+    NotElf(String),
+    /// args[0] is a Linux executable, and the kernel image it runs on is
+    /// not built on this node.
+    #[error("process.args[0] {0} is a Linux executable, which runs on shoal's kernel image {1}: it is not built on this node (run `shoal run` of any static executable once, as the user and with the HOME or SHOAL_CACHE the container engine has)")]
+    NoExecKernel(String, String),
+    /// args[0] is a Linux executable that cannot run as an instance.
+    #[error("process.args[0] {0}: {1}")]
+    Executable(String, String),
     /// The kernel lacks openat2, which finds the image safely.
     #[error("this kernel has no openat2 (Linux 5.6 or later), which shoal-oci needs to find process.args[0] inside the root file system safely")]
     NoOpenat2,
@@ -72,8 +83,8 @@ pub enum ConfigError {
     /// A working directory other than /.
     #[error("process.cwd {0}: a shoal guest starts in / (change directory inside the program, or drop WORKDIR)")]
     Cwd(String),
-    /// A writable bind mount of a volume.
-    #[error("mount of {host} on {destination}: a shoal guest sees only its root file system and read-only mounts; writable volumes are not supported (mount it read-only: ro)")]
+    /// A bind mount of a volume that is writable or not a directory.
+    #[error("mount of {host} on {destination}: a shoal guest sees its root file system and read-only directories (`ro` bind mounts of a directory, as `--mount`); writable volumes and single files are not supported")]
     Volume {
         /// The host path.
         host: String,
@@ -122,7 +133,7 @@ pub struct Spec {
     pub process: Option<Process>,
     /// The root file system.
     pub root: Option<Root>,
-    /// Mounts (see [`Spec::check_mounts`]).
+    /// Mounts (see [`Spec::mounts`]).
     #[serde(default)]
     pub mounts: Vec<Mount>,
     /// Lifecycle hooks.
@@ -442,6 +453,29 @@ fn find_image(rootfs: &Path, name: &str, env: &[String]) -> Result<(PathBuf, std
     Err(ConfigError::NoImage(name.into(), rootfs.into()))
 }
 
+/// Refuses at `create`, with the reason, a program the tender would
+/// refuse at start (the container would exit 125 after `start` reported
+/// success): a file that is not ELF, or a Linux executable shoal cannot
+/// run (dynamically linked, not x86-64, …). A Linux executable's
+/// instance image is built here, once per executable and kernel image
+/// (then found in the cache by content), so `start` only boots it.
+fn check_runnable(name: &str, image: &std::fs::File) -> Result<(), ConfigError> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; 4];
+    if image.read_exact_at(&mut head, 0).is_err() || head != *b"\x7fELF" {
+        return Err(ConfigError::NotElf(name.into()));
+    }
+    let path = PathBuf::from(format!("/proc/self/fd/{}", image.as_raw_fd()));
+    match shoal_tender::executable_image(&path) {
+        Ok(_) => Ok(()),
+        Err(shoal_tender::ArgsError::NoExecKernel { kernel, .. }) => Err(ConfigError::NoExecKernel(name.into(), kernel)),
+        // The checks name the file they read, here the descriptor: say
+        // the container's name for it.
+        Err(e) => Err(ConfigError::Executable(name.into(), e.to_string().replace(&path.display().to_string(), name))),
+    }
+}
+
 impl Spec {
     /// Checks the configuration and maps it onto a shoal instance.
     pub fn plan(&self, bundle: &Path) -> Result<Plan, ConfigError> {
@@ -460,6 +494,7 @@ impl Spec {
         }
         let read_only = self.check_mounts()?;
         let (image_path, image) = find_image(&rootfs, first, &process.env)?;
+        check_runnable(first, &image)?;
 
         // The tender's options, spelled by the one table `shoal run` and
         // `shoal-tender` share.
@@ -601,7 +636,10 @@ mod tests {
     fn bundle() -> (PathBuf, Spec) {
         let dir = std::env::temp_dir().join(format!("shoal-oci-config-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("rootfs/bin")).unwrap();
-        std::fs::write(dir.join("rootfs/bin/app"), b"x").unwrap();
+        // An ELF header the executable check cannot parse: taken for a shoal
+        // image (the tender reads it at start).
+        std::fs::write(dir.join("rootfs/bin/app"), b"\x7fELF").unwrap();
+        std::fs::write(dir.join("rootfs/bin/script"), b"#!/bin/sh\necho hi\n").unwrap();
         let spec: Spec = serde_json::from_str(
             r#"{"ociVersion":"1.0.2","process":{"args":["app","a","b"],"env":["PATH=/bin","X=1"],"cwd":"/",
                 "user":{"uid":0,"gid":0},"rlimits":[{"type":"RLIMIT_NOFILE","hard":1024,"soft":512}]},
@@ -686,6 +724,10 @@ mod tests {
         assert!(msg(&|s| s.process.as_mut().unwrap().args[0] = "/nope".into()).starts_with("process.args[0] /nope: no such file"));
         assert!(msg(&|s| s.process.as_mut().unwrap().args[0] = "/../etc/passwd".into()).contains("must stay inside"));
         assert!(msg(&|s| s.process.as_mut().unwrap().args.clear()).starts_with("process.args is empty"));
+        assert_eq!(
+            msg(&|s| s.process.as_mut().unwrap().args[0] = "script".into()),
+            "process.args[0] script is not an ELF file (a script or data?): shoal runs a shoal image or a static Linux executable, and starts no interpreter for a script; name the program itself"
+        );
         assert!(msg(&|s| { s.mounts.push(Mount { destination: "/data".into(), kind: "bind".into(), source: "/srv".into(), options: vec![] }) })
             .starts_with("mount of /srv on /data"));
         assert!(msg(&|s| s.mounts.push(Mount {
@@ -695,6 +737,16 @@ mod tests {
             options: vec!["ro".into()]
         }))
         .starts_with("mount of /nonexistent-shoal on /data: --mount /nonexistent-shoal: no such directory"));
+        let ro = dir.join("ro");
+        std::fs::create_dir_all(&ro).unwrap();
+        let src = ro.to_string_lossy().into_owned();
+        let mut s = spec.clone();
+        s.mounts.push(Mount { destination: "/etc/config/".into(), kind: "bind".into(), source: src.clone(), options: vec!["rbind".into(), "ro".into()] });
+        let a = s.plan(&dir).unwrap().tender_args;
+        assert!(a.windows(2).any(|w| w[0] == "--mount" && w[1] == format!("{src}:/etc/config:ro")), "{a:?}");
+        let file = dir.join("rootfs/bin/app").to_string_lossy().into_owned();
+        assert!(msg(&|s| { s.mounts.push(Mount { destination: "/x".into(), kind: "bind".into(), source: file.clone(), options: vec!["ro".into()] }) })
+            .starts_with(&format!("mount of {file} on /x")));
         assert!(msg(&|s| s.linux.namespaces.push(Namespace { kind: "user".into(), path: None })).contains("user namespace"));
         assert!(msg(&|s| {
             s.annotations.insert(ANN_TENDER.into(), "xen".into());

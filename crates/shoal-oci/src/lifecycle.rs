@@ -228,11 +228,18 @@ fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mu
         }
     }
     // The tender needs no environment of the engine's; shoal's own
-    // settings (SHOAL_POOL_DIR for the pool mode) pass through.
-    let env = std::env::vars_os()
+    // settings (SHOAL_POOL_DIR for the pool mode) pass through, and the
+    // cache that create found an executable's kernel and instance images
+    // in (HOME's, unless SHOAL_CACHE names one), named absolutely.
+    let mut env: Vec<CString> = std::env::vars_os()
         .filter(|(k, _)| k.as_bytes().starts_with(b"SHOAL_"))
         .filter_map(|(k, v)| CString::new([k.as_bytes(), b"=", v.as_bytes()].concat()).ok())
         .collect();
+    if std::env::var_os("SHOAL_CACHE").is_none() {
+        if let Some(cache) = shoal_tender::exec_cache_dir().as_deref().and_then(Path::parent) {
+            env.extend(CString::new([b"SHOAL_CACHE=", cache.as_os_str().as_bytes()].concat()).ok());
+        }
+    }
     let mut rlimits = Vec::new();
     for (name, res, soft, hard) in &plan.rlimits {
         let (res, soft, hard) = (*res, *soft, *hard);

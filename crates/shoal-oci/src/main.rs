@@ -260,6 +260,13 @@ fn run(cli: &Cli, log: &Log) -> anyhow::Result<()> {
         }
         Some(Cmd::Other(args)) => {
             let name = args.first().map(String::as_str).unwrap_or_default();
+            if name == "exec" {
+                // The kubelet's exec probes, `kubectl exec` and `crictl
+                // exec` end here through the runc shim: one line they show.
+                anyhow::bail!(
+                    "shoal-oci does not support \"exec\": a shoal container is one program in a unikernel guest, with no second process to start in it (use an HTTP or TCP probe instead of an exec probe)"
+                );
+            }
             anyhow::bail!(
                 "shoal-oci does not support {name:?}: a shoal container runs one program, its image, in a unikernel guest (no exec, pause or checkpoint)"
             );

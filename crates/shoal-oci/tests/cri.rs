@@ -4,10 +4,14 @@
 //! and on hvt. Each test starts its own containerd (a private root, state
 //! and socket) whose CRI runtime handler `shoal` is the runc shim calling
 //! shoal-oci (docs/kubernetes.md), with a pause image built here as a shoal
-//! image (apps/pause.c): nothing is pulled. Pods use the host's network.
+//! image (apps/pause.c): nothing is pulled. The shoal images' pods use the
+//! host's network; the ordinary images' pod has a network namespace of its
+//! own on a CNI bridge of the test's own (Debian's plugins in /usr/lib/cni).
 //!
 //! Needs root, containerd and crictl (scripts/setup builds it with go);
-//! skips through shoal_testkit otherwise (hvt also needs /dev/kvm).
+//! the ordinary images also podman, Go and busybox (Debian's
+//! busybox-static); skips through shoal_testkit otherwise (hvt also needs
+//! /dev/kvm).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -100,6 +104,46 @@ state = "{d}/state"
     )
 }
 
+/// A CNI network of a test's own: a bridge (named after the test process
+/// and tender, at most 15 characters) with a /24 of 10.238.0.0/16 on which
+/// the host is the gateway, so the host reaches a pod at its address.
+struct Cni {
+    name: String,
+    subnet: String,
+}
+
+impl Cni {
+    fn new(tender: &str) -> Cni {
+        Cni { name: format!("shoalt{}{}", std::process::id() % 100_000, &tender[..1]), subnet: format!("{}.0/24", Cni::prefix(tender)) }
+    }
+
+    /// The first three octets of the network's addresses.
+    fn prefix(tender: &str) -> String {
+        format!("10.238.{}", (std::process::id() % 120) * 2 + u32::from(tender == "hvt"))
+    }
+
+    /// The network's configuration list, as scripts/critest writes its own.
+    fn conflist(&self) -> String {
+        format!(
+            r#"{{"cniVersion": "1.0.0", "name": "{n}", "plugins": [
+  {{"type": "bridge", "bridge": "{n}", "isGateway": true, "ipMasq": false,
+   "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{s}"}}]]}}}},
+  {{"type": "loopback"}}]}}"#,
+            n = self.name,
+            s = self.subnet
+        )
+    }
+}
+
+impl Drop for Cni {
+    fn drop(&mut self) {
+        // The pods' interfaces went with them (CNI DEL at stopp/rmp); the
+        // bridge and the address book of host-local stay otherwise.
+        let _ = Command::new("ip").args(["link", "del", &self.name]).output();
+        let _ = std::fs::remove_dir_all(Path::new("/var/lib/cni/networks").join(&self.name));
+    }
+}
+
 /// A containerd of this test's own, with the test images imported into
 /// the CRI's `k8s.io` namespace. Dropping it removes every pod (and so
 /// every shim, which would outlive containerd), then stops containerd.
@@ -107,14 +151,24 @@ struct Cri {
     dir: tempfile::TempDir,
     daemon: Child,
     crictl: PathBuf,
+    _cni: Option<Cni>,
 }
 
 impl Cri {
     fn start() -> Cri {
+        Cri::start_with(None, &[])
+    }
+
+    /// A containerd with pods on `cni` (if any) and `more` images imported
+    /// beside the shoal test images.
+    fn start_with(cni: Option<Cni>, more: &[PathBuf]) -> Cri {
         let dir = tempfile::Builder::new().prefix("shoal-cri-test-").tempdir().unwrap();
         let d = dir.path();
         std::fs::create_dir_all(d.join("cni")).unwrap();
         std::fs::create_dir_all(d.join("logs")).unwrap();
+        if let Some(c) = &cni {
+            std::fs::write(d.join("cni/10-shoal-test.conflist"), c.conflist()).unwrap();
+        }
         std::fs::write(d.join("config.toml"), containerd_config(d)).unwrap();
         let daemon = Command::new("containerd")
             .arg("--config")
@@ -123,13 +177,13 @@ impl Cri {
             .stderr(std::fs::File::create(d.join("containerd.log")).unwrap())
             .spawn()
             .unwrap();
-        let cri = Cri { dir, daemon, crictl: shoal_testkit::cri_tool("crictl").unwrap() };
+        let cri = Cri { dir, daemon, crictl: shoal_testkit::cri_tool("crictl").unwrap(), _cni: cni };
         let t0 = Instant::now();
         while !cri.crictl(&["info"]).status.success() {
             assert!(t0.elapsed() < Duration::from_secs(60), "containerd's CRI did not come up: {}", cri.daemon_log());
             std::thread::sleep(Duration::from_millis(100));
         }
-        for a in archives() {
+        for a in archives().iter().chain(more) {
             let o = Command::new("ctr").arg("--address").arg(cri.sock()).args(["-n", "k8s.io", "images", "import"]).arg(a).output().unwrap();
             assert!(o.status.success(), "ctr images import {}: {}", a.display(), text(&o));
         }
@@ -138,7 +192,7 @@ impl Cri {
         let t0 = Instant::now();
         loop {
             let imgs = String::from_utf8_lossy(&cri.crictl(&["images", "-q"]).stdout).lines().count();
-            if imgs >= archives().len() {
+            if imgs >= archives().len() + more.len() {
                 break;
             }
             assert!(t0.elapsed() < Duration::from_secs(30), "the CRI does not list the imported images: {}", text(&cri.crictl(&["images"])));
@@ -440,5 +494,201 @@ fn crictl_pod_lifecycle_on_spt() {
 fn crictl_pod_lifecycle_on_hvt() {
     if ready("hvt") {
         pod_lifecycle("hvt");
+    }
+}
+
+const GOHTTP: &str = "localhost/shoal-cri-test/gohttp:latest";
+const BUSYBOX: &str = "localhost/shoal-cri-test/busybox:latest";
+
+/// Ordinary images, as their users have them, built offline with podman
+/// from local files and saved as OCI archives (once per test process):
+/// `FROM scratch` holding apps/exec/go/httpd.go built static, and
+/// Debian's busybox-static with a few applets' links and a shell script.
+/// Builds shoal's kernel image for executables too (`shoal run` of
+/// busybox), which `shoal-oci create` needs and does not build itself.
+fn ordinary_archives() -> &'static Vec<PathBuf> {
+    static ARCHIVES: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    ARCHIVES.get_or_init(|| {
+        let dir = archives()[0].parent().unwrap().join("ordinary");
+        std::fs::create_dir_all(dir.join("go")).unwrap();
+        let go = shoal_testkit::go_toolchain().unwrap();
+        let o = Command::new(go)
+            .args(["build", "-o"])
+            .arg(dir.join("go/httpd"))
+            .arg(home().join("apps/exec/go/httpd.go"))
+            .env("CGO_ENABLED", "0")
+            .env("GO111MODULE", "off")
+            .env("GOCACHE", PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("shoal-cri-gocache"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "go build httpd.go: {}", text(&o));
+        std::fs::write(dir.join("go/Containerfile"), "FROM scratch\nCOPY httpd /httpd\nENTRYPOINT [\"/httpd\"]\n").unwrap();
+
+        let bb = dir.join("bb");
+        std::fs::create_dir_all(bb.join("root/bin")).unwrap();
+        let busybox = shoal_testkit::program("busybox").unwrap();
+        std::fs::copy(&busybox, bb.join("root/bin/busybox")).unwrap();
+        for applet in ["sh", "echo", "true", "sleep", "cat"] {
+            std::os::unix::fs::symlink("busybox", bb.join("root/bin").join(applet)).unwrap();
+        }
+        std::fs::write(bb.join("root/bin/hello.sh"), "#!/bin/sh\necho hello\n").unwrap();
+        std::fs::set_permissions(bb.join("root/bin/hello.sh"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::write(bb.join("Containerfile"), "FROM scratch\nCOPY root/ /\nENV PATH=/bin\nCMD [\"sh\"]\n").unwrap();
+
+        // The kernel image executables run on, built by `shoal run` (the
+        // runtime only finds it): also a check that busybox runs at all.
+        let o = Command::new(bin("shoal")).arg("run").arg(&busybox).args(["--", "echo", "kernel image ready"]).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "kernel image ready\n", "shoal run busybox echo: {}", text(&o));
+
+        [("gohttp", GOHTTP, dir.join("go")), ("busybox", BUSYBOX, bb)]
+            .into_iter()
+            .map(|(name, tag, ctx)| {
+                let o = Command::new("podman").args(["build", "-q", "-t", tag]).arg(&ctx).output().unwrap();
+                assert!(o.status.success(), "podman build {tag}: {}", text(&o));
+                let out = dir.join(format!("{name}.oci.tar"));
+                let _ = std::fs::remove_file(&out);
+                let o = Command::new("podman").args(["save", "--format", "oci-archive", "-o"]).arg(&out).arg(tag).output().unwrap();
+                assert!(o.status.success(), "podman save {tag}: {}", text(&o));
+                out
+            })
+            .collect()
+    })
+}
+
+/// HTTP GET of `path` on `addr`; the whole answer.
+fn get_at(addr: std::net::SocketAddr, path: &str) -> Option<String> {
+    let mut c = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(c, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    let mut s = String::new();
+    c.read_to_string(&mut s).ok()?;
+    Some(s)
+}
+
+/// Ordinary images under handler `shoal` on `tender`, in a pod with a
+/// network namespace of its own on a CNI bridge: busybox's applets
+/// (`echo`; `sh -c` running builtins, which needs no fork; `cat` of a
+/// read-only volume, a writable one refused), a shell script
+/// refused at create with the reason, the static Go server reached from
+/// the host at the pod's address, `exec` into it refused with one line,
+/// and its stop.
+fn ordinary_images(tender: &str) {
+    let cri = Cri::start_with(Some(Cni::new(tender)), ordinary_archives());
+    let name = format!("ordinary-{tender}");
+    let pod_json = cri.file(
+        &format!("pod-{name}"),
+        &serde_json::json!({
+            "metadata": {"name": name, "namespace": "shoal-test", "uid": format!("{name}-{}", std::process::id()), "attempt": 0},
+            "log_directory": cri.dir().join("logs").join(&name),
+            "annotations": {"org.shoal.tender": tender},
+        }),
+    );
+    let pod = cri.ok(&["runp", "--runtime", "shoal", &pod_json]);
+    let p: serde_json::Value = serde_json::from_str(&cri.ok(&["inspectp", &pod])).unwrap();
+    assert_eq!(p["status"]["state"], "SANDBOX_READY", "{p}");
+    let ip: std::net::Ipv4Addr =
+        p["status"]["network"]["ip"].as_str().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("the pod has no IPv4 address: {}", p["status"]));
+    assert!(ip.to_string().starts_with(&format!("{}.", Cni::prefix(tender))), "{ip} is on the test's bridge ({}.0/24)", Cni::prefix(tender));
+
+    // busybox: an applet by its link's name, as critest's specs run it.
+    let echo =
+        cri.ok(&["create", &pod, &container_config(&cri, "echo", 0, BUSYBOX, &["echo", "hello from busybox"], serde_json::json!({"command": []})), &pod_json]);
+    cri.ok(&["start", &echo]);
+    let st = cri.wait_exited(&echo);
+    assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(0), Some("Completed")), "{st}");
+    assert_eq!(cri.wait_logs(&echo, "hello from busybox").trim(), "hello from busybox");
+    // The shell running builtins only (a command it would fork for is
+    // ENOSYS: one program per instance).
+    let sh = cri.ok(&["create", &pod, &container_config(&cri, "sh", 0, BUSYBOX, &["sh", "-c", "echo in sh; exit 7"], serde_json::json!({})), &pod_json]);
+    cri.ok(&["start", &sh]);
+    let st = cri.wait_exited(&sh);
+    assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(7), Some("Error")), "{st}");
+    assert_eq!(cri.wait_logs(&sh, "in sh").trim(), "in sh");
+    // A read-only volume (the kubelet's ConfigMaps and service-account
+    // token are such): the directory read live through --mount; a
+    // writable one is refused with the reason.
+    let vol = cri.dir().join("config-volume");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join("greeting"), "hello from a read-only volume\n").unwrap();
+    let mounts = |readonly: bool| serde_json::json!({"mounts": [{"container_path": "/config", "host_path": vol, "readonly": readonly}]});
+    let cat = cri.ok(&["create", &pod, &container_config(&cri, "cat", 0, BUSYBOX, &["cat", "/config/greeting"], mounts(true)), &pod_json]);
+    cri.ok(&["start", &cat]);
+    let st = cri.wait_exited(&cat);
+    assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(0), Some("Completed")), "{st}; logs: {}", text(&cri.crictl(&["logs", &cat])));
+    assert_eq!(cri.wait_logs(&cat, "volume").trim(), "hello from a read-only volume");
+    let rw = cri.ok(&["create", &pod, &container_config(&cri, "rw", 0, BUSYBOX, &["cat", "/config/greeting"], mounts(false)), &pod_json]);
+    let o = cri.crictl(&["start", &rw]);
+    assert!(
+        !o.status.success()
+            && text(&o).contains(&format!("mount of {} on /config: a shoal guest sees its root file system and read-only directories", vol.display())),
+        "{}",
+        text(&o)
+    );
+    cri.ok(&["rm", &cat, &rw]);
+
+    // A script: refused by the runtime's create (which containerd calls
+    // at the CRI's StartContainer) with the reason, not a container that
+    // starts and then exits 125.
+    let script = cri.ok(&["create", &pod, &container_config(&cri, "script", 0, BUSYBOX, &["hello.sh"], serde_json::json!({})), &pod_json]);
+    let o = cri.crictl(&["start", &script]);
+    let refusal = "process.args[0] hello.sh is not an ELF file (a script or data?): shoal runs a shoal image or a static Linux executable, and starts no interpreter for a script; name the program itself";
+    assert!(!o.status.success() && text(&o).contains(refusal), "{}", text(&o));
+    let st = cri.inspect(&script)["status"].clone();
+    assert_eq!((st["state"].as_str(), st["exitCode"].as_i64(), st["reason"].as_str()), (Some("CONTAINER_EXITED"), Some(128), Some("StartError")), "{st}");
+    assert!(st["message"].as_str().is_some_and(|m| m.contains(refusal)), "{st}");
+    cri.ok(&["rm", &script]);
+
+    // The static Go server from a FROM-scratch image (its own entrypoint),
+    // on the pod's network, reached from the host at the pod's address.
+    let web = cri.ok(&["create", &pod, &container_config(&cri, "gohttp", 0, GOHTTP, &["8080"], serde_json::json!({})), &pod_json]);
+    cri.ok(&["start", &web]);
+    let addr = std::net::SocketAddr::from((ip, 8080));
+    let t0 = Instant::now();
+    let answer = loop {
+        match get_at(addr, "/k8s") {
+            Some(s) if s.contains("hello from go") => break s,
+            other => assert!(t0.elapsed() < Duration::from_secs(60), "no answer at {addr}: {other:?}; logs: {}", text(&cri.crictl(&["logs", &web]))),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.ends_with("\r\n\r\nhello from go /k8s (cwd /, uid 0)\n"), "{answer}");
+    assert_eq!(cri.wait_logs(&web, "listening").trim(), "listening on 8080");
+    assert!(get(8080, "/").is_none_or(|s| !s.contains("hello from go")), "the server is in the pod's namespace, not on the host's loopback");
+    // exec: refused with one line (a unikernel has no second process).
+    let o = cri.crictl(&["exec", &web, "/httpd", "9090"]);
+    assert!(!o.status.success(), "exec succeeded: {}", text(&o));
+    assert!(
+        text(&o).contains("shoal-oci does not support \"exec\": a shoal container is one program in a unikernel guest, with no second process to start in it (use an HTTP or TCP probe instead of an exec probe)"),
+        "{}",
+        text(&o)
+    );
+    let s = cri.inspect(&web);
+    assert_eq!(s["status"]["state"], "CONTAINER_RUNNING", "the refused exec left the container running: {}", s["status"]);
+    cri.ok(&["stop", "--timeout", "20", &web]);
+    let st = cri.inspect(&web)["status"].clone();
+    assert_eq!((st["state"].as_str(), st["exitCode"].as_i64(), st["reason"].as_str()), (Some("CONTAINER_EXITED"), Some(143), Some("Error")), "{st}");
+
+    cri.ok(&["stopp", &pod]);
+    cri.ok(&["rmp", &pod]);
+    assert_eq!(cri.ok(&["pods", "-q"]), "", "pods left behind");
+}
+
+/// Whether the ordinary-image test can run with `tender`.
+fn ready_ordinary(tender: &str) -> bool {
+    ready(tender) && shoal_testkit::need(&["podman", "go-toolchain", "busybox"])
+}
+
+#[test]
+fn crictl_ordinary_images_on_spt() {
+    if ready_ordinary("spt") {
+        ordinary_images("spt");
+    }
+}
+
+#[test]
+fn crictl_ordinary_images_on_hvt() {
+    if ready_ordinary("hvt") {
+        ordinary_images("hvt");
     }
 }

@@ -22,6 +22,7 @@ pub const FEATURES: &[(&str, &str)] = &[
     ("runc", "runc is installed"),
     ("runsc", "runsc (gVisor) is installed"),
     ("podman", "podman is installed"),
+    ("busybox", "busybox is installed (Debian's busybox-static, a static executable)"),
     ("containerd", "containerd and ctr are installed"),
     ("go", "a Go 1.22 or newer is installed and scripts/setup fetched runtime-tools with it"),
     ("go-toolchain", "a Go 1.22 or newer is installed (on PATH or in /usr/local/go/bin)"),
@@ -94,7 +95,7 @@ pub fn probe(feature: &str) -> Result<(), String> {
             let p = Path::new("/usr/bin").join(feature);
             p.is_file().then_some(()).ok_or_else(|| format!("{} is not installed", p.display()))
         }
-        "runc" | "runsc" | "podman" | "hey" | "wrk" | "redis-benchmark" | "setpriv" | "curl" => program(feature).map(|_| ()),
+        "runc" | "runsc" | "podman" | "busybox" | "hey" | "wrk" | "redis-benchmark" | "setpriv" | "curl" => program(feature).map(|_| ()),
         other => panic!("shoal-testkit: unknown feature `{other}`"),
     }
 }
