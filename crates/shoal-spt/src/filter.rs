@@ -834,10 +834,15 @@ mod hot_path_tests {
     fn exec_protection_is_guest_memory_only() {
         let x86 = super::AUDIT_ARCH_X86_64;
         let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
-        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, mounts: 0 };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, run_time_code: true, mounts: 0 };
         let prog = super::program(NetPolicy::default(), g).unwrap();
         let act = |nr: i64, args: [u64; 6]| run(&prog, x86, nr as u32, args).0;
         let mp = libc::SYS_mprotect;
+        // A shoal image's instance: never executable.
+        let image = super::program(NetPolicy::default(), GuestRange { run_time_code: false, ..g }).unwrap();
+        for prot in [4u64, 5, 6, 7] {
+            assert_eq!(run(&image, x86, mp as u32, [g.heap_start, 0x1000, prot, 0, 0, 0]).0, trap, "image: prot {prot}");
+        }
         for prot in [4u64, 5, 6, 7] {
             assert_eq!(act(mp, [g.heap_start, 0x1000, prot, 0, 0, 0]), allow, "prot {prot}");
             assert_eq!(act(mp, [g.mem_size - 0x1000, 0x1000, prot, 0, 0, 0]), allow, "prot {prot} on the last page");

@@ -1463,14 +1463,14 @@ mod tests {
         let at = core::ptr::from_ref(&frame) as u64;
         let mut rsp = interrupted_rsp(at);
         let act = KSigaction { handler: redirecting as extern "C" fn(i32, *mut SigInfo, *mut u64) as usize as u64, flags: SA_SIGINFO, ..Default::default() };
-        call_handler(10, Info::sent(SI_USER), act, 0, Some((&mut frame, &mut rsp)));
+        call_handler(10, Info::sent(SI_USER), act, 0, Some((&mut frame, &mut rsp)), None);
         assert_eq!(*SEEN.lock().unwrap(), (0x1234, 42, interrupted_rsp(at)));
         assert_eq!(rsp, interrupted_rsp(at) - 8, "the new rsp");
         assert_eq!(frame[16], 0x4000, "the new rip");
         assert_eq!(frame[14], 7, "the new rax");
         assert_eq!(frame[15], 0x202 | USER_FLAGS, "IF kept, user flags set");
         // Without an interrupted frame the context is zero and nothing is taken.
-        call_handler(10, Info::sent(SI_USER), act, 0, None);
+        call_handler(10, Info::sent(SI_USER), act, 0, None, None);
         assert_eq!(*SEEN.lock().unwrap(), (0, 0, 0));
     }
 

@@ -313,6 +313,7 @@ const RSEQ: u64 = 334;
 const CLONE3: u64 = 435;
 #[cfg(not(test))]
 const RT_SIGRETURN: u64 = 15;
+#[cfg(not(test))]
 const PKEY_ALLOC: u64 = 330;
 
 /// The system call of the frame at `f` (from the entry above), on the
