@@ -35,6 +35,48 @@ struct Row {
     same_output: bool,
 }
 
+/// Writes `apps.csv` (one row per application that ran: mean and SD in
+/// seconds of native, spt per memory mode and hvt, each side over native)
+/// and `apps.svg` (the means with their SD) into `out`.
+fn write_csv_and_plot(out: &Path, modes: &[String], rows: &[Row]) {
+    let measured: Vec<&Row> = rows.iter().filter(|r| r.failure.is_none()).collect();
+    let mut header = "application,native_mean_s,native_sd_s".to_string();
+    for m in modes {
+        header.push_str(&format!(",spt_{m}_mean_s,spt_{m}_sd_s,spt_{m}_over_native"));
+    }
+    header.push_str(",hvt_mean_s,hvt_sd_s,hvt_over_native,same_output");
+    let lines: Vec<String> = measured
+        .iter()
+        .map(|r| {
+            let (nm, nsd) = mean_sd(&r.native);
+            let mut line = format!("{},{nm:.3},{nsd:.3}", r.name);
+            for (_, v) in &r.spt {
+                let (sm, ssd) = mean_sd(v);
+                line.push_str(&format!(",{sm:.3},{ssd:.3},{:.3}", sm / nm));
+            }
+            if r.hvt.is_empty() {
+                line.push_str(",,,");
+            } else {
+                let (hm, hsd) = mean_sd(&r.hvt);
+                line.push_str(&format!(",{hm:.3},{hsd:.3},{:.3}", hm / nm));
+            }
+            line.push_str(&format!(",{}", r.same_output));
+            line
+        })
+        .collect();
+    let cats: Vec<String> = measured.iter().map(|r| r.name.clone()).collect();
+    let bar = |xs: &Vec<f64>| (!xs.is_empty()).then(|| mean_sd(xs));
+    let mut series = vec![crate::plot::BarSeries { name: "native process".into(), values: measured.iter().map(|r| bar(&r.native)).collect() }];
+    for (k, m) in modes.iter().enumerate() {
+        series.push(crate::plot::BarSeries { name: format!("spt {m}"), values: measured.iter().map(|r| r.spt.get(k).and_then(|(_, v)| bar(v))).collect() });
+    }
+    if measured.iter().any(|r| !r.hvt.is_empty()) {
+        series.push(crate::plot::BarSeries { name: "hvt copy".into(), values: measured.iter().map(|r| bar(&r.hvt)).collect() });
+    }
+    let frame = crate::plot::Frame { title: "Total execution time (mean ± SD)", x_desc: "application", y_desc: "seconds", log_x: false, log_y: false };
+    crate::write_csv_and_bars("apps", out, &header, &lines, &frame, &cats, &series);
+}
+
 /// Builds recipe `r`'s image at `image` (and its native twin) and, if a
 /// `pool` column is measured, adds the image to the library pool.
 fn prepare(paths: &shoal_toolchain::Paths, r: &recipe::Recipe, image: &Path, shoal: &Path, modes: &[String]) -> Result<recipe::Built> {
@@ -53,7 +95,7 @@ fn prepare(paths: &shoal_toolchain::Paths, r: &recipe::Recipe, image: &Path, sho
     Ok(built)
 }
 
-pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: bool) -> Result<()> {
+pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, out: &Path, as_json: bool) -> Result<()> {
     let modes = if mem_modes.is_empty() { vec!["copy".to_string()] } else { mem_modes };
     if repeat < 2 {
         bail!("--repeat must be at least 2 (mean ± SD needs repeated runs; 5 or more is the default)");
@@ -161,6 +203,7 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
         let reasons: Vec<String> = rows.iter().map(|r| format!("{}: {}", r.name, r.failure.as_deref().unwrap_or(""))).collect();
         return Err(crate::BenchError::nothing_measured("apps", &reasons).into());
     }
+    write_csv_and_plot(out, &modes, &rows);
     if as_json {
         let mut results = serde_json::Map::new();
         for r in &rows {
@@ -232,4 +275,32 @@ pub fn apps(repeat: usize, only: Vec<String>, mem_modes: Vec<String>, as_json: b
         println!("(the Spacer paper: its loader with the library pool ran 7–12% faster than KSM-based configurations; ksm here only marks memory mergeable: whether ksmd runs is /sys/kernel/mm/ksm/run.)");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod csv_tests {
+    use super::*;
+
+    #[test]
+    fn writes_csv_and_plot() {
+        let dir = tempfile::tempdir().unwrap();
+        let row = |name: &str, hvt: Vec<f64>, failure: Option<String>| Row {
+            name: name.into(),
+            native: vec![1.0, 3.0],
+            spt: vec![("copy".into(), vec![2.0, 2.0])],
+            hvt,
+            failure,
+            same_output: true,
+        };
+        let rows = [row("sqlite", vec![4.0, 4.0], None), row("lua", vec![], None), row("pcre2", vec![], Some("failed".into()))];
+        write_csv_and_plot(dir.path(), &["copy".to_string()], &rows);
+        let csv = std::fs::read_to_string(dir.path().join("apps.csv")).unwrap();
+        assert_eq!(
+            csv,
+            "application,native_mean_s,native_sd_s,spt_copy_mean_s,spt_copy_sd_s,spt_copy_over_native,hvt_mean_s,hvt_sd_s,hvt_over_native,same_output\n\
+             sqlite,2.000,1.414,2.000,0.000,1.000,4.000,0.000,2.000,true\n\
+             lua,2.000,1.414,2.000,0.000,1.000,,,,true\n"
+        );
+        assert!(dir.path().join("apps.svg").is_file());
+    }
 }

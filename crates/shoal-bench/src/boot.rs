@@ -342,11 +342,44 @@ fn build_floor(home: &Path, dir: &Path, image: &Path) -> Result<(PathBuf, PathBu
     Ok((floor, filter))
 }
 
+/// Writes `boot.csv` (one row per measured system: median and p95 to first
+/// byte and to exit in ms, median minor faults, the medians over runc's) and
+/// `boot.svg` (the medians to first byte and to exit) into `out`.
+fn write_csv_and_plot(out: &Path, systems: &[System]) {
+    let measured: Vec<&System> = systems.iter().filter(|s| s.missing.is_none()).collect();
+    let runc = measured.iter().find(|s| s.kind == Kind::Runc).map(|s| (median(&s.first_ms), median(&s.exit_ms)));
+    let cell = |r: Option<f64>| r.map(|r| format!("{r:.3}")).unwrap_or_default();
+    let lines: Vec<String> = measured
+        .iter()
+        .map(|s| {
+            let (fm, em) = (median(&s.first_ms), median(&s.exit_ms));
+            format!(
+                "{},{fm:.3},{:.3},{em:.3},{:.3},{:.0},{},{}",
+                s.kind.key(),
+                p95(&s.first_ms),
+                p95(&s.exit_ms),
+                median(&s.faults),
+                cell(ratio(fm, runc.map(|r| r.0))),
+                cell(ratio(em, runc.map(|r| r.1)))
+            )
+        })
+        .collect();
+    let header = "system,first_byte_median_ms,first_byte_p95_ms,exit_median_ms,exit_p95_ms,minor_faults_median,first_byte_over_runc,exit_over_runc";
+    let cats: Vec<String> = measured.iter().map(|s| s.kind.key().to_string()).collect();
+    let series = vec![
+        crate::plot::BarSeries { name: "first stdout byte".into(), values: measured.iter().map(|s| Some((median(&s.first_ms), 0.0))).collect() },
+        crate::plot::BarSeries { name: "exit".into(), values: measured.iter().map(|s| Some((median(&s.exit_ms), 0.0))).collect() },
+    ];
+    let frame =
+        crate::plot::Frame { title: "hello world: start to first byte and to exit (median)", x_desc: "system", y_desc: "ms", log_x: false, log_y: false };
+    crate::write_csv_and_bars("boot", out, header, &lines, &frame, &cats, &series);
+}
+
 fn ratio(x: f64, base: Option<f64>) -> Option<f64> {
     base.filter(|b| *b > 0.0 && x.is_finite()).map(|b| x / b)
 }
 
-pub fn boot(runs: usize, as_json: bool) -> Result<()> {
+pub fn boot(runs: usize, out: &Path, as_json: bool) -> Result<()> {
     if runs == 0 {
         bail!("--runs must be at least 1");
     }
@@ -451,6 +484,7 @@ pub fn boot(runs: usize, as_json: bool) -> Result<()> {
     // floor rows beside shoal's show how much of the ratio the host alone costs.
     let exit_ratio_to_native: serde_json::Map<String, Value> =
         systems.iter().filter(|s| s.missing.is_none()).map(|s| (s.kind.key().to_string(), json!(ratio(median(&s.exit_ms), native_exit)))).collect();
+    write_csv_and_plot(out, &systems);
     if as_json {
         let mut out = serde_json::Map::new();
         for s in &systems {
@@ -566,5 +600,29 @@ mod tests {
         assert_eq!(ratio(1.0, Some(4.0)), Some(0.25));
         assert_eq!(ratio(1.0, None), None);
         assert_eq!(ratio(1.0, Some(0.0)), None);
+    }
+
+    #[test]
+    fn writes_csv_and_plot() {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = |kind, missing, first: f64, exit: f64| System {
+            kind,
+            runtime: None,
+            missing,
+            first_ms: vec![first, first],
+            exit_ms: vec![exit, exit],
+            faults: vec![100.0, 100.0],
+        };
+        let systems =
+            [sys(Kind::Spt, None, 1.0, 2.0), sys(Kind::Hvt, Some(Missing::Unavailable("no /dev/kvm".into())), 0.0, 0.0), sys(Kind::Runc, None, 4.0, 8.0)];
+        write_csv_and_plot(dir.path(), &systems);
+        let csv = std::fs::read_to_string(dir.path().join("boot.csv")).unwrap();
+        assert_eq!(
+            csv,
+            "system,first_byte_median_ms,first_byte_p95_ms,exit_median_ms,exit_p95_ms,minor_faults_median,first_byte_over_runc,exit_over_runc\n\
+             spt,1.000,1.000,2.000,2.000,100,0.250,0.250\n\
+             runc,4.000,4.000,8.000,8.000,100,1.000,1.000\n"
+        );
+        assert!(dir.path().join("boot.svg").is_file());
     }
 }

@@ -63,6 +63,8 @@ pub struct EchoOpts {
     pub round_trips: usize,
     pub repeat: usize,
     pub size: usize,
+    /// Directory for the CSV and the plot.
+    pub out: PathBuf,
     pub json: bool,
 }
 
@@ -453,6 +455,49 @@ fn count_exits(perf: &Path, s: &Setup, tmp: &Path, mode: Mode) -> Result<f64> {
 }
 
 /// Statistics over all of a system's runs in one mode (ms).
+/// Writes `echo.csv` (one row per mode and measured system: average, SD of
+/// the run averages, p50 and p99 in ms, samples, average and p99 over
+/// native's) and `echo.svg` (the averages with their SD, per mode) into `out`.
+fn write_csv_and_plot(out: &Path, kinds: &[Kind], stat: &[[Option<Stats>; 2]]) {
+    let native = kinds.iter().position(|k| *k == Kind::Native);
+    let cell = |r: Option<f64>| r.map(|r| format!("{r:.3}")).unwrap_or_default();
+    let mut lines = Vec::new();
+    for (mi, m) in Mode::ALL.iter().enumerate() {
+        let base = native.and_then(|i| stat[i][mi].as_ref());
+        for (k, st) in kinds.iter().zip(stat) {
+            let Some(x) = &st[mi] else { continue };
+            lines.push(format!(
+                "{},{},{:.4},{:.4},{:.4},{:.4},{},{},{}",
+                m.key(),
+                k.key(),
+                x.average,
+                x.sd_of_run_averages,
+                x.p50,
+                x.p99,
+                x.samples,
+                cell(base.and_then(|b| ratio(x.average, b.average))),
+                cell(base.and_then(|b| ratio(x.p99, b.p99)))
+            ));
+        }
+    }
+    let header = "mode,system,average_ms,sd_of_run_averages_ms,p50_ms,p99_ms,samples,average_over_native,p99_over_native";
+    let cats: Vec<String> = Mode::ALL.iter().map(|m| m.key().to_string()).collect();
+    let series: Vec<crate::plot::BarSeries> = kinds
+        .iter()
+        .zip(stat)
+        .filter(|(_, st)| st.iter().any(Option::is_some))
+        .map(|(k, st)| crate::plot::BarSeries {
+            name: k.label().into(),
+            values: st.iter().map(|x| x.as_ref().map(|x| (x.average, x.sd_of_run_averages))).collect(),
+        })
+        .collect();
+    let frame =
+        crate::plot::Frame {
+            title: "Echo latency (average ± SD of the runs)", x_desc: "connection use", y_desc: "ms per request", log_x: false, log_y: false
+        };
+    crate::write_csv_and_bars("echo", out, header, &lines, &frame, &cats, &series);
+}
+
 struct Stats {
     average: f64,
     sd_of_run_averages: f64,
@@ -555,6 +600,8 @@ pub fn echo(o: EchoOpts) -> Result<()> {
     let stat: Vec<[Option<Stats>; 2]> =
         systems.iter().map(|s| if s.missing.is_some() { [None, None] } else { [Some(stats(&s.runs[0])), Some(stats(&s.runs[1]))] }).collect();
     let native_idx = systems.iter().position(|s| s.kind == Kind::Native).unwrap_or(0);
+    let kinds: Vec<Kind> = systems.iter().map(|s| s.kind).collect();
+    write_csv_and_plot(&o.out, &kinds, &stat);
 
     if o.json {
         let mut modes = serde_json::Map::new();
@@ -668,6 +715,24 @@ pub fn echo(o: EchoOpts) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writes_csv_and_plot() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = |average: f64| Some(Stats { average, sd_of_run_averages: 0.001, p50: average, p99: 2.0 * average, samples: 100 });
+        let stat = [[st(0.02), st(0.1)], [st(0.04), st(0.3)], [None, None]];
+        write_csv_and_plot(dir.path(), &[Kind::Native, Kind::Spt, Kind::Hvt], &stat);
+        let csv = std::fs::read_to_string(dir.path().join("echo.csv")).unwrap();
+        assert_eq!(
+            csv,
+            "mode,system,average_ms,sd_of_run_averages_ms,p50_ms,p99_ms,samples,average_over_native,p99_over_native\n\
+             persistent,native,0.0200,0.0010,0.0200,0.0400,100,1.000,1.000\n\
+             persistent,spt,0.0400,0.0010,0.0400,0.0800,100,2.000,2.000\n\
+             per_connection,native,0.1000,0.0010,0.1000,0.2000,100,1.000,1.000\n\
+             per_connection,spt,0.3000,0.0010,0.3000,0.6000,100,3.000,3.000\n"
+        );
+        assert!(dir.path().join("echo.svg").is_file());
+    }
 
     #[test]
     fn perf_count_line() {

@@ -1,8 +1,9 @@
 //! `shoal bench`: experiments, never tests. Each runs shoal and what it is
 //! compared with side by side in one run, alternating, repeats, and prints
 //! mean ± standard deviation and the ratio (`--json`: the same numbers as
-//! JSON); most also write CSVs of the raw samples, plots and Markdown
-//! tables into their `--out` directory.
+//! JSON); each also writes a CSV of the rows it prints and a plot into
+//! its `--out` directory, some also CSVs of the raw samples and Markdown
+//! tables.
 //!
 //! One module per experiment ([`apps`], [`boot`], [`cri`], [`density`], [`echo`], [`exec`],
 //! [`faas`], [`memory`] with `size`, [`pages`], [`recover`] with
@@ -68,6 +69,9 @@ pub enum Bench {
         /// `--mem-mode copy --mem-mode ksm --mem-mode pool`; default copy).
         #[arg(long = "mem-mode", value_name = "MODE", value_parser = ["copy", "ksm", "pool"])]
         mem_modes: Vec<String>,
+        /// Directory for the CSV and the plot.
+        #[arg(long, default_value = "shoal-bench-apps")]
+        out: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -80,6 +84,9 @@ pub enum Bench {
         /// A short run with small counts (a smoke run, not a measurement); the options above override it.
         #[arg(long)]
         quick: bool,
+        /// Directory for the CSV and the plot.
+        #[arg(long, default_value = "shoal-bench-boot")]
+        out: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -119,6 +126,9 @@ pub enum Bench {
         /// Message size in bytes.
         #[arg(long, default_value_t = 64)]
         size: usize,
+        /// Directory for the CSV and the plot.
+        #[arg(long, default_value = "shoal-bench-echo")]
+        out: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -259,7 +269,7 @@ pub enum Bench {
         /// Accepted as every bench's is; this one has nothing to shorten.
         #[arg(long)]
         quick: bool,
-        /// Directory for the images.
+        /// Directory for the images, the CSV and the plot.
         #[arg(long, default_value = "shoal-bench-size")]
         out: PathBuf,
         /// Print JSON instead of a table.
@@ -274,6 +284,9 @@ pub enum Bench {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Directory for the CSV and the plot.
+        #[arg(long, default_value = "shoal-bench-pages")]
+        out: PathBuf,
         /// Keep the built images in this directory.
         #[arg(long)]
         keep: Option<PathBuf>,
@@ -316,6 +329,9 @@ pub enum Bench {
         /// A short run with small counts (a smoke run, not a measurement); the options above override it.
         #[arg(long)]
         quick: bool,
+        /// Directory for the CSV and the plot.
+        #[arg(long, default_value = "shoal-bench-syscall")]
+        out: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -408,6 +424,31 @@ fn absolute_dir(flag: &'static str, dir: PathBuf) -> Result<PathBuf, BenchError>
     std::path::absolute(&dir).map_err(|source| BenchError::Directory { flag, path: dir, source })
 }
 
+/// Writes `DIR/NAME.csv` (`header`, then `lines`) and `DIR/NAME.svg` (and
+/// the PNG beside it), a bar chart of `series` over `cats`. A failure is one
+/// warning line on stderr (`bench NAME: no …`); the bench still prints its
+/// table.
+pub(crate) fn write_csv_and_bars(
+    name: &str,
+    dir: &std::path::Path,
+    header: &str,
+    lines: &[String],
+    frame: &plot::Frame,
+    cats: &[String],
+    series: &[plot::BarSeries],
+) {
+    let warn = |what: &str, e: &dyn std::fmt::Display| eprintln!("bench {name}: no {what}: {e}");
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        return warn("CSV or plot", &e);
+    }
+    if let Err(e) = table::write_csv_lines(&dir.join(format!("{name}.csv")), header, lines) {
+        warn("CSV", &e);
+    }
+    if let Err(e) = plot::bars(&dir.join(format!("{name}.svg")), frame, cats, series) {
+        warn("plot", &e);
+    }
+}
+
 /// A knob's value: the one given, else the quick run's or the full run's.
 fn knob<T>(given: Option<T>, quick: bool, full: T, short: T) -> T {
     given.unwrap_or(if quick { short } else { full })
@@ -429,14 +470,15 @@ const FULL_CLIENTS: [usize; 11] = [1, 100, 200, 300, 400, 500, 600, 700, 800, 90
 
 pub fn run(which: Bench) -> Result<()> {
     match which {
-        Bench::Apps { repeat, quick, only, mem_modes, json } => apps::apps(knob(repeat, quick, 5, 2), only, mem_modes, json),
-        Bench::Boot { runs, quick, json } => boot::boot(knob(runs, quick, 20, 3), json),
+        Bench::Apps { repeat, quick, only, mem_modes, out, json } => apps::apps(knob(repeat, quick, 5, 2), only, mem_modes, &absolute_dir("--out", out)?, json),
+        Bench::Boot { runs, quick, out, json } => boot::boot(knob(runs, quick, 20, 3), &absolute_dir("--out", out)?, json),
         Bench::Density { count, quick, mem, only, out, json } => {
             let out = absolute_dir("--out", out)?;
             density::density(density::DensityOpts { count: knob(count, quick, 100, 10), mem, only, json, out })
         }
-        Bench::Echo { round_trips, repeat, quick, size, json } => {
-            echo::echo(echo::EchoOpts { round_trips: knob(round_trips, quick, 10_000, 500), repeat: knob(repeat, quick, 3, 1), size, json })
+        Bench::Echo { round_trips, repeat, quick, size, out, json } => {
+            let out = absolute_dir("--out", out)?;
+            echo::echo(echo::EchoOpts { round_trips: knob(round_trips, quick, 10_000, 500), repeat: knob(repeat, quick, 3, 1), size, out, json })
         }
         Bench::Memory { interval, quick, settle, tender, mem, supervised, only, out, workload, json } => {
             let out = absolute_dir("--out", out)?;
@@ -465,8 +507,10 @@ pub fn run(which: Bench) -> Result<()> {
         Bench::Cri { repeat, quick, systems, out, json } => cri::cri(cri::CriOpts { repeat, quick, systems, out: absolute_dir("--out", out)?, json }),
         Bench::Exec { quick, out, json } => exec::exec(exec::ExecOpts { quick, out: absolute_dir("--out", out)?, json }),
         Bench::Size { quick: _, out, json } => memory::size(json, absolute_dir("--out", out)?),
-        Bench::Pages { quick: _, json, keep } => pages::run(json, keep.map(|k| absolute_dir("--keep", k)).transpose()?),
-        Bench::Syscall { iterations, repeat, quick, json } => syscall::syscall(knob(iterations, quick, 200_000, 20_000), knob(repeat, quick, 10, 2), json),
+        Bench::Pages { quick: _, json, out, keep } => pages::run(json, &absolute_dir("--out", out)?, keep.map(|k| absolute_dir("--keep", k)).transpose()?),
+        Bench::Syscall { iterations, repeat, quick, out, json } => {
+            syscall::syscall(knob(iterations, quick, 200_000, 20_000), knob(repeat, quick, 10, 2), &absolute_dir("--out", out)?, json)
+        }
         Bench::Recover { repeat, iterations, quick, out, json, only, duration, requests } => {
             let (repeat, iterations) = (knob(repeat, quick, 5, 2), knob(iterations, quick, 20_000, 2_000));
             let (duration, requests) = (knob(duration, quick, 3.0, 0.5), knob(requests, quick, 50_000, 5_000));
@@ -487,7 +531,7 @@ mod cli_tests {
     }
 
     /// Every experiment, by its subcommand name.
-    const ALL: [&str; 13] = ["apps", "boot", "density", "echo", "faas", "http", "kv", "memory", "exec", "size", "pages", "recover", "syscall"];
+    const ALL: [&str; 14] = ["apps", "boot", "cri", "density", "echo", "faas", "http", "kv", "memory", "exec", "size", "pages", "recover", "syscall"];
 
     #[test]
     fn every_bench_takes_quick_and_json() {
@@ -498,7 +542,7 @@ mod cli_tests {
             let parsed = Cli::try_parse_from(["bench", name, "--quick", "--json"]);
             assert!(parsed.is_ok(), "{name} --quick --json: {}", parsed.err().map(|e| e.to_string()).unwrap_or_default());
         }
-        assert_eq!(names.len(), 13);
+        assert_eq!(names.len(), 14);
     }
 
     #[test]

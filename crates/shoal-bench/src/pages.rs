@@ -8,7 +8,7 @@ use serde_json::json;
 use shoal_toolchain::pages::{analyse, PagesReport};
 use shoal_toolchain::sqlite_versions::{build_policy, prepare_all, speedtest1_object};
 use shoal_toolchain::Paths;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The policies compared, in table order.
 pub const POLICIES: &[&str] = &["default", "dce", "aligned", "delta", "aslr", "default-aslr", "dce-aslr"];
@@ -48,7 +48,28 @@ fn delta_floor(root: &std::path::Path, reports: &[(&str, PagesReport)]) -> Resul
     Ok(DeltaFloor { bytes, pages, frames: (delta.total.frames as u64).saturating_sub(sqlite) + pages })
 }
 
-pub fn run(json_out: bool, keep: Option<PathBuf>) -> Result<()> {
+/// Writes `pages.csv` (one row per policy: pages, frames, default's and
+/// dce's frames over its, whether the unchanged libraries are fully shared)
+/// and `pages.svg` (the frames per policy) into `out`.
+fn write_csv_and_plot(out: &Path, reports: &[(&str, PagesReport)]) {
+    let frames = |name: &str| reports.iter().find(|(p, _)| *p == name).map(|(_, r)| r.total.frames as f64).unwrap_or(f64::NAN);
+    let (def, dce) = (frames("default"), frames("dce"));
+    let lines: Vec<String> = reports
+        .iter()
+        .map(|(p, r)| {
+            let f = r.total.frames as f64;
+            format!("{p},{},{},{:.2},{:.2},{}", r.total.pages, r.total.frames, def / f, dce / f, unchanged_fully_shared(r))
+        })
+        .collect();
+    let header = "policy,pages,frames,default_over_this,dce_over_this,unchanged_libraries_fully_shared";
+    let cats: Vec<String> = reports.iter().map(|(p, _)| p.to_string()).collect();
+    let series = vec![crate::plot::BarSeries { name: "frames".into(), values: reports.iter().map(|(_, r)| Some((r.total.frames as f64, 0.0))).collect() }];
+    let frame =
+        crate::plot::Frame { title: "Distinct code + rodata frames of 8 images", x_desc: "layout policy", y_desc: "4 KiB frames", log_x: false, log_y: false };
+    crate::write_csv_and_bars("pages", out, header, &lines, &frame, &cats, &series);
+}
+
+pub fn run(json_out: bool, out: &Path, keep: Option<PathBuf>) -> Result<()> {
     let paths = Paths::discover()?;
     let shoal = std::env::current_exe()?;
     if !json_out {
@@ -69,6 +90,7 @@ pub fn run(json_out: bool, keep: Option<PathBuf>) -> Result<()> {
     let frames = |name: &str| reports.iter().find(|(p, _)| *p == name).map(|(_, r)| r.total.frames).unwrap_or(0);
     let (def, dce) = (frames("default") as f64, frames("dce") as f64);
     let floor = delta_floor(&root, &reports)?;
+    write_csv_and_plot(out, &reports);
     if json_out {
         let mut pol = serde_json::Map::new();
         for (p, r) in &reports {
@@ -129,4 +151,28 @@ pub fn run(json_out: bool, keep: Option<PathBuf>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shoal_toolchain::pages::Sharing;
+
+    #[test]
+    fn writes_csv_and_plot() {
+        let dir = tempfile::tempdir().unwrap();
+        let report =
+            |pages, frames| PagesReport { images: 8, libraries: Default::default(), total: Sharing { images: 8, pages, frames, ..Default::default() } };
+        let reports = [("default", report(800, 400)), ("dce", report(600, 300)), ("delta", report(500, 100))];
+        write_csv_and_plot(dir.path(), &reports);
+        let csv = std::fs::read_to_string(dir.path().join("pages.csv")).unwrap();
+        assert_eq!(
+            csv,
+            "policy,pages,frames,default_over_this,dce_over_this,unchanged_libraries_fully_shared\n\
+             default,800,400,1.00,0.75,true\n\
+             dce,600,300,1.33,1.00,true\n\
+             delta,500,100,4.00,3.00,true\n"
+        );
+        assert!(dir.path().join("pages.svg").is_file());
+    }
 }

@@ -35,7 +35,7 @@ pub fn run_measure(cmd: &mut Command) -> Result<Vec<(String, f64)>> {
     Ok(kv)
 }
 
-pub fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
+pub fn syscall(iterations: u64, repeat: usize, out: &Path, as_json: bool) -> Result<()> {
     if repeat == 0 || iterations == 0 {
         bail!("--repeat and --iterations must be at least 1");
     }
@@ -70,6 +70,7 @@ pub fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
         results.insert(op.to_string(), json!({"native_ns": {"mean": nm, "sd": nsd}, "spt_ns": {"mean": sm, "sd": ssd}, "ratio_spt_over_native": ratio}));
         rows.push((labels[i], nm, nsd, sm, ssd, ratio));
     }
+    write_csv_and_plot(out, &rows, &console);
     if as_json {
         let console: serde_json::Map<String, serde_json::Value> = console
             .iter()
@@ -115,6 +116,33 @@ pub fn syscall(iterations: u64, repeat: usize, as_json: bool) -> Result<()> {
     }
     println!("UKL replaces the syscall instruction by a function call; its echo server halves average latency.");
     Ok(())
+}
+
+/// One operation's row as printed: label, native mean and SD, spt mean and SD (ns per call), spt/native.
+type OpRow = (&'static str, f64, f64, f64, f64, f64);
+
+/// Writes `syscall.csv` and `syscall.svg` (ns per call per operation,
+/// native beside spt) and `syscall-console.csv` and `.svg` (ms of the
+/// console run per system; an unavailable system is left out) into `out`.
+fn write_csv_and_plot(out: &Path, rows: &[OpRow], console: &[(&'static str, Runs)]) {
+    use crate::plot::{BarSeries, Frame};
+    let lines: Vec<String> = rows.iter().map(|(l, nm, nsd, sm, ssd, r)| format!("\"{l}\",{nm:.1},{nsd:.1},{sm:.1},{ssd:.1},{r:.3}")).collect();
+    let header = "operation,native_mean_ns,native_sd_ns,spt_mean_ns,spt_sd_ns,spt_over_native";
+    let cats: Vec<String> = rows.iter().map(|r| r.0.to_string()).collect();
+    let series = vec![
+        BarSeries { name: "native process".into(), values: rows.iter().map(|r| Some((r.1, r.2))).collect() },
+        BarSeries { name: "shoal spt".into(), values: rows.iter().map(|r| Some((r.3, r.4))).collect() },
+    ];
+    let frame = Frame { title: "System call cost (mean ± SD)", x_desc: "operation", y_desc: "ns per call", log_x: false, log_y: false };
+    crate::write_csv_and_bars("syscall", out, header, &lines, &frame, &cats, &series);
+    let measured: Vec<(&str, f64, f64)> =
+        console.iter().filter_map(|(n, r)| r.as_ref().ok().map(|xs| (*n, mean_sd(xs)))).map(|(n, (m, sd))| (n, m, sd)).collect();
+    let lines: Vec<String> = measured.iter().map(|(n, m, sd)| format!("{n},{m:.2},{sd:.2}")).collect();
+    let cats: Vec<String> = measured.iter().map(|r| r.0.to_string()).collect();
+    let series = vec![BarSeries { name: "start to exit".into(), values: measured.iter().map(|r| Some((r.1, r.2))).collect() }];
+    let title = format!("{CONSOLE_WRITES} console writes, start to exit (mean ± SD)");
+    let frame = Frame { title: &title, x_desc: "system", y_desc: "ms", log_x: false, log_y: false };
+    crate::write_csv_and_bars("syscall-console", out, "system,mean_ms,sd_ms", &lines, &frame, &cats, &series);
 }
 
 /// Console writes per run in `bench syscall`'s console section (the
@@ -165,5 +193,22 @@ mod tests {
     fn parses_results() {
         let kv = parse_kv("noise\ngetpid=1.5 write=20.0");
         assert_eq!(kv, vec![("getpid".to_string(), 1.5), ("write".to_string(), 20.0)]);
+    }
+
+    #[test]
+    fn writes_csv_and_plot() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = [("getpid()", 50.0, 1.5, 60.0, 2.0, 1.2), ("write(1 byte, file)", 400.0, 10.0, 200.0, 5.0, 0.5)];
+        let console = [("native", Ok(vec![10.0, 12.0])), ("spt", Ok(vec![20.0, 20.0])), ("hvt", Err("no /dev/kvm".to_string()))];
+        write_csv_and_plot(dir.path(), &rows, &console);
+        let csv = std::fs::read_to_string(dir.path().join("syscall.csv")).unwrap();
+        assert_eq!(
+            csv,
+            "operation,native_mean_ns,native_sd_ns,spt_mean_ns,spt_sd_ns,spt_over_native\n\"getpid()\",50.0,1.5,60.0,2.0,1.200\n\"write(1 byte, file)\",400.0,10.0,200.0,5.0,0.500\n"
+        );
+        let csv = std::fs::read_to_string(dir.path().join("syscall-console.csv")).unwrap();
+        assert_eq!(csv, "system,mean_ms,sd_ms\nnative,11.00,1.41\nspt,20.00,0.00\n");
+        assert!(dir.path().join("syscall.svg").is_file());
+        assert!(dir.path().join("syscall-console.svg").is_file());
     }
 }
