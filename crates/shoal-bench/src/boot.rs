@@ -1,5 +1,5 @@
-//! `shoal bench boot`: start-up time of a hello-world program (issue #4,
-//! the FaaS paper's cold start): from the start of the command to the program's
+//! `shoal bench boot`: start-up time of a hello-world program (the
+//! FaaS paper's cold start): from the start of the command to the program's
 //! first stdout byte and to its exit, on shoal spt, shoal hvt (both through
 //! `shoal run` and through the lean `shoal-tender` command), a native
 //! process, runc and runsc (gVisor, ptrace platform), side by side.

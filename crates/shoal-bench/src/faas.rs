@@ -1920,7 +1920,7 @@ fn timed(addr: SocketAddr, path: &str, cold: Option<bool>) -> Result<f64, String
     Ok(dt)
 }
 
-/// Templates (issue 35): spt cold starts as copies of a template booted
+/// Templates: spt cold starts as copies of a template booted
 /// at deploy, beside spt cold starts by exec (`"template": false`), for
 /// the C no-op, the Go no-op and the Lua function (those built): request
 /// → response p50/p99 of `--requests` (at least 20) sequential cold

@@ -1,4 +1,4 @@
-//! `shoal run --mount HOSTDIR:GUESTDIR:ro` (issue 34 item 3): a host
+//! `shoal run --mount HOSTDIR:GUESTDIR:ro`: a host
 //! directory served live and read-only. A C program (`apps/tests/mount.c`)
 //! reads, stats, lists and maps a tree of files under a mount and prints
 //! the same as when run natively on the host directory; a hostile one

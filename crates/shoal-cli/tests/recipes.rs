@@ -136,7 +136,7 @@ fn matmul_single_thread_matches_native() {
     }
 }
 
-/// Needs threads in the kernel (issue #3 part 1; cooperative on one vCPU).
+/// Needs threads in the kernel (cooperative on one vCPU).
 #[test]
 fn matmul_with_threads_matches_native() {
     let dir = scratch();
