@@ -123,6 +123,9 @@ pub unsafe fn init(bi: *const BootInfo) -> Result<(), BootError> {
     crate::umem::set_read_only(&ro[..n]);
     crate::hypercall::set_entry(info.hypercall_entry);
     BOOT.with(|b| *b = Some(info));
+    // Only the tender's own page is read again later (a unit test passes
+    // a copy on its stack, and nothing is mapped at the page's address).
+    FROM_PAGE.store(bi as usize == shoal_abi::BOOT_INFO_ADDR as usize, core::sync::atomic::Ordering::Relaxed);
     // hvt's stdout buffer comes once mm is up (console::init_buffer).
     #[cfg(not(test))]
     crate::hostsig::init();
@@ -132,16 +135,20 @@ pub unsafe fn init(bi: *const BootInfo) -> Result<(), BootError> {
 /// The random seed in the tender's boot-info page as it is now (not the
 /// copy `init` took): a copy of an spt template finds a fresh one there,
 /// written by its tender before its guest runs on
-/// (crates/shoal-spt/src/template.rs). Before `init` (unit tests) zeros.
+/// (crates/shoal-spt/src/template.rs). Unit tests, whose `init` read a
+/// copy, get that copy's seed (zeros before `init`).
 pub fn live_random_seed() -> [u8; 32] {
-    if !booted() {
-        return [0; 32];
+    if !FROM_PAGE.load(core::sync::atomic::Ordering::Relaxed) {
+        return BOOT.with(|b| b.map_or([0; 32], |i| i.random_seed));
     }
     let at = shoal_abi::BOOT_INFO_ADDR as usize + core::mem::offset_of!(BootInfo, random_seed);
     // SAFETY: the boot-info page is mapped readable for the instance's
     // whole life (`init` read it); guest addresses are the kernel's own.
     unsafe { core::ptr::read_volatile(core::ptr::with_exposed_provenance::<[u8; 32]>(at)) }
 }
+
+/// Whether `init` was given the tender's boot-info page itself.
+static FROM_PAGE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// Whether the tender's boot information was taken (false only in unit
 /// tests, which have no tender).
