@@ -13,6 +13,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 OUT="${1:-$here/../../build/functions}"
 SHOAL="${SHOAL:-$here/../../target/release/shoal}"
 mkdir -p "$OUT/fs"
+# Absolute: the Go builds below run in another directory.
+OUT="$(cd "$OUT" && pwd)"
 for f in noop twowrite fib matmul alloc static fileread sleep crash tmpl; do
     "$SHOAL" cc -O2 -o "$OUT/$f" "$here/$f.c" "$here/fn_http.c" -lpthread
     musl-gcc -static -O2 -o "$OUT/$f.native" "$here/$f.c" "$here/fn_http.c" -lpthread
