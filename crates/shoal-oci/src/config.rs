@@ -634,7 +634,11 @@ mod tests {
     use super::*;
 
     fn bundle() -> (PathBuf, Spec) {
-        let dir = std::env::temp_dir().join(format!("shoal-oci-config-{}", std::process::id()));
+        // One directory per call: the tests run in parallel, and rewriting a
+        // shared `app` truncates it under another test's executable check.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("shoal-oci-config-{}-{n}", std::process::id()));
         std::fs::create_dir_all(dir.join("rootfs/bin")).unwrap();
         // An ELF header the executable check cannot parse: taken for a shoal
         // image (the tender reads it at start).
