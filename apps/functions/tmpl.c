@@ -13,7 +13,11 @@
  *              it; what a hostile program can do), answers "ret=R" if the
  *              sandbox lets it return.
  * CRASH_BEFORE_READY=1 in the environment: the program crashes before it
- * listens (a template that never reaches its ready point). */
+ * listens (a template that never reaches its ready point).
+ * FORK_BEFORE_READY=1: before it listens the program forks on the host
+ * itself (an inline clone(CLONE_PARENT), what a template may do at its
+ * ready point); the child, if there is one, sleeps for ever. GET / then
+ * adds "fork=R", the call's result in the parent (-11: EAGAIN). */
 #include "fn_http.h"
 #include <dirent.h>
 #include <fcntl.h>
@@ -22,16 +26,29 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static long count;
 static int poison;
+static long forked = 1;
+
+static long host_syscall(long n, long a, long b, long c);
 
 int fn_init(void)
 {
 	const char *c = getenv("CRASH_BEFORE_READY");
 	if (c && *c == '1')
 		*(volatile int *)0 = 1;
+	const char *f = getenv("FORK_BEFORE_READY");
+	if (f && *f == '1') {
+		forked = host_syscall(56, 0x8000 /* CLONE_PARENT */, 0, 0);
+		if (forked == 0) {
+			struct timespec ts = { 3600, 0 };
+			for (;;)
+				host_syscall(230, 1 /* CLOCK_MONOTONIC */, 0, (long)&ts);
+		}
+	}
 	return 0;
 }
 
@@ -82,6 +99,6 @@ int handle(const char *method, const char *path, const char *query, const char *
 				marks++;
 		closedir(d);
 	}
-	fn_printf(r, "count=%ld random=%s marks=%d poison=%d\n", n, hex, marks, poison);
+	fn_printf(r, "count=%ld random=%s marks=%d poison=%d fork=%ld\n", n, hex, marks, poison, forked);
 	return 0;
 }

@@ -1951,6 +1951,53 @@ fn a_hostile_copy_cannot_fork_signal_or_reach_its_template() {
     assert_eq!(template_pids(&gw, "t"), vec![tpl], "still the first template");
 }
 
+/// The user namespace of process `pid` (`user:[INODE]`).
+fn userns(pid: u32) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/user")).map(|p| p.display().to_string()).unwrap_or_default()
+}
+
+/// Every live (not zombie) process in user namespace `ns`, sorted.
+fn in_userns(ns: &str) -> Vec<u32> {
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter(|&p| process_alive(p) && userns(p) == ns)
+        .collect();
+    pids.sort();
+    pids
+}
+
+/// A template's program that forks on the host before its ready point
+/// (an inline `clone(CLONE_PARENT)`, the call the template's filter
+/// allows for its copies) gets EAGAIN: the template's user namespace holds
+/// one process until the gateway asks for copies. In it are only the
+/// template and the copies the gateway made, and nothing once the
+/// gateway stops (/proc).
+#[test]
+fn a_template_cannot_fork_before_its_ready_point() {
+    if !shoal_testkit::need(&["root"]) {
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let r = gw.deploy("f", &format!(r#"{{"image":"{}","env":{{"FORK_BEFORE_READY":"1"}}}}"#, image("tmpl")));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let tpl = template_pids(&gw, "f")[0];
+    let ns = userns(tpl);
+    assert!(ns.starts_with("user:["), "{ns}");
+    assert_ne!(ns, userns(std::process::id()), "the template has a user namespace of its own");
+    let body = gw.get("/fn/f/").text();
+    assert_eq!(field(&body, "fork"), "-11", "the fork before the ready point must fail with EAGAIN: {body}");
+    let mut want = vec![tpl];
+    want.extend(gw.instances("f").iter().map(|i| i.1));
+    want.sort();
+    assert_eq!(want.len(), 2, "{want:?}");
+    assert_eq!(in_userns(&ns), want, "only the template and its copy");
+    assert_eq!(gw.stop(), Some(0));
+    wait_until("nothing of the function is left", || in_userns(&ns).is_empty());
+}
+
 /// `"template": false` starts every instance by exec, as before; the
 /// setting is refused off spt.
 #[test]
