@@ -17,7 +17,11 @@
  * FORK_BEFORE_READY=1: before it listens the program forks on the host
  * itself (an inline clone(CLONE_PARENT), what a template may do at its
  * ready point); the child, if there is one, sleeps for ever. GET / then
- * adds "fork=R", the call's result in the parent (-11: EAGAIN). */
+ * adds "fork=R", the call's result in the parent (-11: EAGAIN).
+ * FORGE_READY=1: before it listens the program writes the template's
+ * ready word on the control channel itself (descriptor 63) and then forks
+ * on the host until a fork succeeded and a later one fails (up to 3 s):
+ * the children sleep for ever. */
 #include "fn_http.h"
 #include <dirent.h>
 #include <fcntl.h>
@@ -35,6 +39,23 @@ static long forked = 1;
 
 static long host_syscall(long n, long a, long b, long c);
 
+static long host_syscall6(long n, long a, long b, long c, long d, long e, long f)
+{
+	long ret;
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	__asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9) : "rcx", "r11", "memory");
+	return ret;
+}
+
+static void sleep_for_ever(void)
+{
+	struct timespec ts = { 3600, 0 };
+	for (;;)
+		host_syscall6(230, 1 /* CLOCK_MONOTONIC */, 0, (long)&ts, 0, 0, 0);
+}
+
 int fn_init(void)
 {
 	const char *c = getenv("CRASH_BEFORE_READY");
@@ -43,11 +64,28 @@ int fn_init(void)
 	const char *f = getenv("FORK_BEFORE_READY");
 	if (f && *f == '1') {
 		forked = host_syscall(56, 0x8000 /* CLONE_PARENT */, 0, 0);
-		if (forked == 0) {
-			struct timespec ts = { 3600, 0 };
-			for (;;)
-				host_syscall(230, 1 /* CLOCK_MONOTONIC */, 0, (long)&ts);
+		if (forked == 0)
+			sleep_for_ever();
+	}
+	const char *g = getenv("FORGE_READY");
+	if (g && *g == '1') {
+		/* The template's ready word, "TL READY" (shoal-spt's template.rs). */
+		unsigned long long word = 0x5944414552204c54ULL;
+		host_syscall6(44 /* sendto */, 63, (long)&word, 8, 0x4000 /* MSG_NOSIGNAL */, 0, 0);
+		struct timespec ms = { 0, 1000000 };
+		int made = 0;
+		for (int i = 0; i < 3000; i++) {
+			long r = host_syscall(56, 0x8000 /* CLONE_PARENT */, 0, 0);
+			if (r == 0)
+				sleep_for_ever();
+			if (r > 0)
+				made++;
+			else if (made > 0)
+				break;
+			else
+				host_syscall6(230, 1, 0, (long)&ms, 0, 0, 0);
 		}
+		forked = made;
 	}
 	return 0;
 }
