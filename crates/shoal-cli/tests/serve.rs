@@ -2008,7 +2008,10 @@ fn template_cgroups(gw: u32) -> Vec<(String, Vec<u32>)> {
                 .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("shoal-template-{gw}-")))
                 .map(|e| {
                     let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
-                    (e.file_name().to_string_lossy().into_owned(), procs.split_whitespace().filter_map(|p| p.parse().ok()).filter(|&p| process_alive(p)).collect())
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        procs.split_whitespace().filter_map(|p| p.parse().ok()).filter(|&p| process_alive(p)).collect(),
+                    )
                 })
                 .collect()
         })
