@@ -188,7 +188,9 @@ fn go_clocks_agree_with_native() {
         .arg(&exe)
         .arg(home().join("apps/exec/go/clock.go"))
         .env("CGO_ENABLED", "0")
-        .env("GOCACHE", dir.path().join("gocache"))
+        // Shared between runs (Go's cache is safe for concurrent use): a
+        // fresh one compiles the standard library again, a minute here.
+        .env("GOCACHE", std::env::temp_dir().join("shoal-tests-gocache"))
         .env("GO111MODULE", "off")
         .output()
         .unwrap();
