@@ -178,7 +178,7 @@ pub fn exec(o: ExecOpts) -> Result<()> {
     let shoal = pin_binaries(&o.out.join("bin"))?;
     let tmp = tempfile::tempdir()?;
     let (getpid, hello) = build(&paths.home, tmp.path())?;
-    let (repeat, iterations, secs, conns): (usize, u64, u64, &[usize]) = if o.quick { (2, 20_000, 1, &[1, 50]) } else { (3, 1_000_000, 5, &[1, 50, 200]) };
+    let (repeat, iterations, secs, conns): (usize, u64, u64, &[usize]) = if o.quick { (2, 200_000, 1, &[1, 50]) } else { (3, 1_000_000, 5, &[1, 50, 200]) };
 
     // getpid: pair (rewritten on spt; the native system call natively)
     // and trap.
