@@ -101,7 +101,7 @@ pub fn cache(which: CacheCmd) -> Result<()> {
     let CacheCmd::Prune { max } = which;
     let max = match max {
         Some(m) => shoal_exec::cache::parse_size(&m).context("--max")?,
-        None => shoal_exec::cache::limit()?,
+        None => shoal_exec::cache::limit().context("SHOAL_EXEC_CACHE_MAX")?,
     };
     let dir = shoal_tender::exec_cache_dir().ok_or_else(|| anyhow::anyhow!("no HOME or SHOAL_CACHE: there is no cache"))?;
     if !dir.is_dir() {
