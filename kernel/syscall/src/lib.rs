@@ -17,6 +17,7 @@ pub mod fault;
 pub mod interp;
 pub mod patch;
 pub mod preempt;
+pub mod vdso;
 
 pub use shoal_abi::linux as nr;
 
@@ -51,6 +52,7 @@ mod nr_signal {
 /// (x86-64).
 mod nr_sched {
     pub const SCHED_SETAFFINITY: u64 = 203;
+    pub const GETCPU: u64 = 309;
 }
 
 /// Numbers of the interval-timer calls, which `shoal_abi::linux` does not
@@ -294,6 +296,7 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::FUTEX => sched::futex,
         nr::SCHED_GETAFFINITY => sched::sched_getaffinity,
         nr_sched::SCHED_SETAFFINITY => sched::sched_setaffinity,
+        nr_sched::GETCPU => sched::getcpu,
         nr::MEMBARRIER => sched::membarrier,
         // process
         nr::EXIT => process::exit,
