@@ -13,7 +13,15 @@
  *              it; what a hostile program can do), answers "ret=R" if the
  *              sandbox lets it return.
  * CRASH_BEFORE_READY=1 in the environment: the program crashes before it
- * listens (a template that never reaches its ready point). */
+ * listens (a template that never reaches its ready point).
+ * FORK_BEFORE_READY=1: before it listens the program forks on the host
+ * itself (an inline clone(CLONE_PARENT), what a template may do at its
+ * ready point); the child, if there is one, sleeps for ever. GET / then
+ * adds "fork=R", the call's result in the parent (-11: EAGAIN).
+ * FORGE_READY=1: before it listens the program writes the template's
+ * ready word on the control channel itself (descriptor 63) and then forks
+ * on the host until a fork succeeded and a later one fails (up to 3 s):
+ * the children sleep for ever. */
 #include "fn_http.h"
 #include <dirent.h>
 #include <fcntl.h>
@@ -22,16 +30,63 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static long count;
 static int poison;
+static long forked = 1;
+
+static long host_syscall(long n, long a, long b, long c);
+
+static long host_syscall6(long n, long a, long b, long c, long d, long e, long f)
+{
+	long ret;
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	__asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9) : "rcx", "r11", "memory");
+	return ret;
+}
+
+static void sleep_for_ever(void)
+{
+	struct timespec ts = { 3600, 0 };
+	for (;;)
+		host_syscall6(230, 1 /* CLOCK_MONOTONIC */, 0, (long)&ts, 0, 0, 0);
+}
 
 int fn_init(void)
 {
 	const char *c = getenv("CRASH_BEFORE_READY");
 	if (c && *c == '1')
 		*(volatile int *)0 = 1;
+	const char *f = getenv("FORK_BEFORE_READY");
+	if (f && *f == '1') {
+		forked = host_syscall(56, 0x8000 /* CLONE_PARENT */, 0, 0);
+		if (forked == 0)
+			sleep_for_ever();
+	}
+	const char *g = getenv("FORGE_READY");
+	if (g && *g == '1') {
+		/* The template's ready word, "TL READY" (shoal-spt's template.rs). */
+		unsigned long long word = 0x5944414552204c54ULL;
+		host_syscall6(44 /* sendto */, 63, (long)&word, 8, 0x4000 /* MSG_NOSIGNAL */, 0, 0);
+		struct timespec ms = { 0, 1000000 };
+		int made = 0;
+		for (int i = 0; i < 3000; i++) {
+			long r = host_syscall(56, 0x8000 /* CLONE_PARENT */, 0, 0);
+			if (r == 0)
+				sleep_for_ever();
+			if (r > 0)
+				made++;
+			else if (made > 0)
+				break;
+			else
+				host_syscall6(230, 1, 0, (long)&ms, 0, 0, 0);
+		}
+		forked = made;
+	}
 	return 0;
 }
 
@@ -82,6 +137,6 @@ int handle(const char *method, const char *path, const char *query, const char *
 				marks++;
 		closedir(d);
 	}
-	fn_printf(r, "count=%ld random=%s marks=%d poison=%d\n", n, hex, marks, poison);
+	fn_printf(r, "count=%ld random=%s marks=%d poison=%d fork=%ld\n", n, hex, marks, poison, forked);
 	return 0;
 }

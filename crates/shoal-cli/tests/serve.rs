@@ -1953,6 +1953,110 @@ fn a_hostile_copy_cannot_fork_signal_or_reach_its_template() {
     assert_eq!(template_pids(&gw, "t"), vec![tpl], "still the first template");
 }
 
+/// The user namespace of process `pid` (`user:[INODE]`).
+fn userns(pid: u32) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/user")).map(|p| p.display().to_string()).unwrap_or_default()
+}
+
+/// Every live (not zombie) process in user namespace `ns`, sorted.
+fn in_userns(ns: &str) -> Vec<u32> {
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter(|&p| process_alive(p) && userns(p) == ns)
+        .collect();
+    pids.sort();
+    pids
+}
+
+/// A template's program that forks on the host before its ready point
+/// (an inline `clone(CLONE_PARENT)`, the call the template's filter
+/// allows for its copies) gets EAGAIN: the template's user namespace holds
+/// one process until the gateway asks for copies. In it are only the
+/// template and the copies the gateway made, and nothing once the
+/// gateway stops (/proc).
+#[test]
+fn a_template_cannot_fork_before_its_ready_point() {
+    if !shoal_testkit::need(&["root"]) {
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let r = gw.deploy("f", &format!(r#"{{"image":"{}","env":{{"FORK_BEFORE_READY":"1"}}}}"#, image("tmpl")));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let tpl = template_pids(&gw, "f")[0];
+    let ns = userns(tpl);
+    assert!(ns.starts_with("user:["), "{ns}");
+    assert_ne!(ns, userns(std::process::id()), "the template has a user namespace of its own");
+    let body = gw.get("/fn/f/").text();
+    assert_eq!(field(&body, "fork"), "-11", "the fork before the ready point must fail with EAGAIN: {body}");
+    let mut want = vec![tpl];
+    want.extend(gw.instances("f").iter().map(|i| i.1));
+    want.sort();
+    assert_eq!(want.len(), 2, "{want:?}");
+    assert_eq!(in_userns(&ns), want, "only the template and its copy");
+    assert_eq!(gw.stop(), Some(0));
+    wait_until("nothing of the function is left", || in_userns(&ns).is_empty());
+}
+
+/// The live processes of the pids cgroups of the templates gateway `gw`
+/// made (`shoal-template-GATEWAYPID-N`), by cgroup.
+fn template_cgroups(gw: u32) -> Vec<(String, Vec<u32>)> {
+    let root = Path::new("/sys/fs/cgroup/pids");
+    let mut out: Vec<(String, Vec<u32>)> = std::fs::read_dir(root)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("shoal-template-{gw}-")))
+                .map(|e| {
+                    let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
+                    (
+                        e.file_name().to_string_lossy().into_owned(),
+                        procs.split_whitespace().filter_map(|p| p.parse().ok()).filter(|&p| process_alive(p)).collect(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// A template's program that forges the ready word on its control
+/// channel (so that the gateway lets its template make copies while the
+/// program still runs) and forks: it gets no more processes than the
+/// gateway allows its template (the template and twice `max_instances`),
+/// its answer to the copy request is no copy (500), and the processes it
+/// made are killed with the template; nothing is left once the gateway
+/// stops.
+#[test]
+fn a_template_that_forges_its_ready_point_is_bounded_and_its_forks_killed() {
+    if !shoal_testkit::need(&["root"]) || !Path::new("/sys/fs/cgroup/pids/tasks").is_file() {
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let gw_pid = gw.child.id();
+    let r = gw.deploy("f", &format!(r#"{{"image":"{}","max_instances":1,"env":{{"FORGE_READY":"1"}}}}"#, image("tmpl")));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let tpl = template_pids(&gw, "f")[0];
+    let cg = template_cgroups(gw_pid);
+    assert_eq!(cg.len(), 1, "{cg:?}");
+    let max = std::fs::read_to_string(format!("/sys/fs/cgroup/pids/{}/pids.max", cg[0].0)).unwrap();
+    assert_eq!(max.trim(), "3", "the template and twice max_instances");
+    wait_until("the program made what it may", || template_cgroups(gw_pid)[0].1.len() == 3);
+    let strays: Vec<u32> = template_cgroups(gw_pid)[0].1.iter().copied().filter(|&p| p != tpl).collect();
+    assert_eq!(strays.len(), 2, "{strays:?}");
+    let r = gw.get("/fn/f/");
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert!(r.text().contains("is not a copy of it"), "{}", r.text());
+    wait_until("the forks of the templates are killed", || template_cgroups(gw_pid).iter().all(|(_, p)| p.is_empty()));
+    assert!(strays.iter().all(|&p| !process_alive(p)), "{strays:?}");
+    assert!(gw.get("/functions/f/logs").text().contains("killed 2 process(es) the template made"));
+    assert_eq!(gw.stop(), Some(0));
+    assert!(template_cgroups(gw_pid).iter().all(|(_, p)| p.is_empty()));
+}
+
 /// `"template": false` starts every instance by exec, as before; the
 /// setting is refused off spt.
 #[test]

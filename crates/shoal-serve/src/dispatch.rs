@@ -285,8 +285,17 @@ async fn watch_template(mut child: super::spawn::Proc, live: Arc<LiveTemplate>, 
             child.wait().await
         }
     };
+    // Whatever the template's program forked itself (after a forged ready
+    // point; shoal_spt::Template::kill_strays) goes with it; its copies
+    // still serving stay.
+    let f = f.upgrade();
+    let keep: Vec<i32> = f.as_ref().map(|f| lock(&f.slots).iter().filter_map(|s| s.inst.pid).map(|p| p as i32).collect()).unwrap_or_default();
+    let strays = live.template.kill_strays(&keep);
     live.exited.store(true, Ordering::SeqCst);
-    if let Some(f) = f.upgrade() {
+    if let Some(f) = f {
+        if strays > 0 {
+            f.logs.push(live.id, "gateway", format!("killed {strays} process(es) the template made that the gateway did not ask for"));
+        }
         let how = match status {
             Ok(s) => format!("template exited: {s}; the next cold start builds a new one"),
             Err(e) => format!("template exited; cannot read its status: {e}"),
@@ -503,12 +512,15 @@ impl Dispatcher {
         self.stopping.store(true, Ordering::SeqCst);
         let fns: Vec<_> = lock(&self.functions).values().cloned().collect();
         let mut all = Vec::new();
+        let mut templates = Vec::new();
         for f in &fns {
             all.extend(lock(&f.slots).iter().map(|s| s.inst.clone()));
+            templates.extend(lock(&f.template).clone());
             f.stop_all();
         }
         let t0 = Instant::now();
-        while all.iter().any(|i| !i.exited.load(Ordering::SeqCst)) && t0.elapsed() < grace {
+        // Templates too: their wait tasks kill what they made unasked.
+        while (all.iter().any(|i| !i.exited.load(Ordering::SeqCst)) || templates.iter().any(|t| !t.exited.load(Ordering::SeqCst))) && t0.elapsed() < grace {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }

@@ -136,6 +136,10 @@ pub fn build_template(f: &Function, prepared: &shoal_spt::Prepared) -> Result<Bu
     let env = [std::ffi::OsString::from(format!("PORT={}", sock.local_addr()?.port()))];
     let (template, child) = super::spawn::spawn_template(prepared, &sock.into(), &env, Duration::from_millis(f.timeout_ms))
         .map_err(|e| anyhow::anyhow!("the template of {} (its instance stopped where the program first waits for a connection) failed: {e}", f.name))?;
+    // The template, its copies (at most max_instances at once) and as many
+    // again that have ended and are not yet reaped: more processes than
+    // that in its pids cgroup are none the gateway asked for.
+    template.allow_copies(1 + 2 * u64::from(f.max_instances)).with_context(|| format!("the template of {}", f.name))?;
     Ok(BuiltTemplate { template, child, built_for: f.clone() })
 }
 

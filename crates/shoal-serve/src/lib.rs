@@ -240,9 +240,18 @@ pub fn serve(o: Options) -> Result<()> {
         let listener = listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        let server = axum::serve(listener, api::router(app, guard));
+        // On a worker, not on this thread (`block_on`'s, which is no
+        // worker): there every accepted connection cost two cross-thread
+        // wake-ups (futex), this thread woken by the worker holding the
+        // I/O driver and a worker woken for the connection's task.
+        // Measured (a warm no-op on spt, a new client connection each, 550
+        // requests, strace -c): futex 2,200 -> 23 calls, eventfd writes
+        // 806 -> 79, epoll_wait 2,969 -> 1,553; p50 over a direct request
+        // 0.117-0.123 -> 0.072-0.084 ms (load average 13-15).
+        use std::future::IntoFuture;
+        let server = tokio::spawn(axum::serve(listener, api::router(app, guard)).into_future());
         tokio::select! {
-            r = server => r.context("the gateway's server failed")?,
+            r = server => r.context("the gateway's server stopped")?.context("the gateway's server failed")?,
             _ = term.recv() => eprintln!("shoal: SIGTERM: stopping the instances"),
             _ = tokio::signal::ctrl_c() => eprintln!("shoal: SIGINT: stopping the instances"),
         }

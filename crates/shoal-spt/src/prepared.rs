@@ -196,9 +196,30 @@ impl Prepared {
     /// with [`crate::Template::wait_ready`].
     pub fn spawn_template(&self, io: &InstanceIo<'_>) -> Result<crate::Template, SptError> {
         let (ours, theirs) = sys::seqpacket_pair().map_err(sys_err("make the template's control channel"))?;
-        let pid = self.start(io, Some(&theirs))?;
+        // Made inside a pids cgroup of its own that lets it be one process
+        // (crate::template, "The bound on the template's extra rights").
+        let pids = crate::template::PidsGroup::new().map_err(sys_err("make the template's pids cgroup"))?;
+        let pid = match &pids {
+            Some(g) => {
+                g.enter().map_err(sys_err("enter the template's pids cgroup"))?;
+                let started = self.start(io, Some(&theirs));
+                let sealed = g.seal();
+                let pid = started?;
+                if let Err(e) = sealed {
+                    // SAFETY: kill and reap the child just made, which is
+                    // not bounded as it must be.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                        libc::waitpid(pid, core::ptr::null_mut(), 0);
+                    }
+                    return Err(sys_err("limit the template's pids cgroup")(e));
+                }
+                pid
+            }
+            None => self.start(io, Some(&theirs))?,
+        };
         drop(theirs);
-        Ok(crate::Template::new(ours, pid, self.mem_size))
+        Ok(crate::Template::new(ours, pid, self.mem_size, pids))
     }
 
     fn start(&self, io: &InstanceIo<'_>, control: Option<&OwnedFd>) -> Result<libc::pid_t, SptError> {

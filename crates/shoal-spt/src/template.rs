@@ -51,14 +51,32 @@
 //!
 //! Each copy stacks [`crate::filter::copy_program`] before its guest runs
 //! on, which traps all of these (and `fork`, `vfork`, `clone3`, `dup2`):
-//! a copy that tries to make a process dies with SIGSYS (status 159). The
-//! template's guest could use them before its ready point (it shares the
-//! process): it can fork copies of itself — children of the gateway,
-//! confined as it is, which the gateway does not know and so never
-//! sends requests to — and reseed or reorder its own descriptors. It
-//! reaches no other function: the gateway treats every answer on the
-//! control channel as hostile (a copy's pid must be the gateway's own
-//! child in the template's user namespace).
+//! a copy that tries to make a process dies with SIGSYS (status 159).
+//!
+//! The template's own guest shares the process, so whatever the tender may
+//! do at the ready point the guest could do before it: no filter can tell
+//! the tender's `clone` from the guest's (the guest can jump to the
+//! tender's `syscall` instruction with registers of its choosing, so an
+//! instruction-pointer check proves nothing, and a filter cannot be
+//! loosened at the ready point: filters only stack). What bounds it is a
+//! count the kernel keeps outside the process, which only the parent can
+//! change: a template (started as root) is made inside a pids cgroup of
+//! its own (cgroup v1 `pids` hierarchy, beneath the parent's; the parent's
+//! spawning thread enters it for the `clone` and leaves) whose `pids.max`
+//! is 1 before its guest's first instruction, so any fork or thread of its
+//! program before the ready point fails with `EAGAIN`: such children
+//! cannot exist. When the template says it is ready the parent raises
+//! `pids.max` ([`Template::allow_copies`]) to what it will make: the
+//! template, `max_instances` copies and as many again not yet reaped. A
+//! program that forges the ready word on the control channel (the filter
+//! cannot stop that: the channel is a socket it may write) gets at most
+//! that many processes, all confined as the template, children of the
+//! parent in the template's cgroup; the gateway kills those it did not ask
+//! for when the template ends or is replaced and when it stops
+//! ([`Template::kill_strays`]). It reaches no other
+//! function: the gateway treats every answer on the control channel as
+//! hostile (a copy's pid must be the gateway's own child in the template's
+//! user namespace).
 
 use crate::net::FIRST_SOCKET_FD;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
@@ -377,6 +395,86 @@ pub struct Template {
     /// The template's user namespace (device, inode), when it has one of
     /// its own: every copy is in it, and no other function's instance is.
     userns: Option<(u64, u64)>,
+    /// The pids cgroup that holds it and its copies (root, with a cgroup
+    /// v1 `pids` hierarchy): the count of processes it may make.
+    pids: Option<PidsGroup>,
+}
+
+/// Where the cgroup v1 `pids` hierarchy is mounted.
+const PIDS_ROOT: &str = "/sys/fs/cgroup/pids";
+/// The name of a template's pids cgroup, before `PID-N`.
+const PIDS_PREFIX: &str = "shoal-template-";
+
+/// A pids cgroup of its own for one template and its copies, beneath the
+/// parent's own: `pids.max` is a count the kernel keeps outside the
+/// template, which only the parent writes.
+pub(crate) struct PidsGroup {
+    dir: std::path::PathBuf,
+    /// The parent's own pids cgroup, where the spawning thread goes back.
+    home: std::path::PathBuf,
+}
+
+impl PidsGroup {
+    /// A new group allowing two processes (the spawning thread while it
+    /// is in there, and the template); `None` where there is no cgroup v1
+    /// `pids` hierarchy or the caller is not root.
+    pub(crate) fn new() -> std::io::Result<Option<PidsGroup>> {
+        let root = std::path::Path::new(PIDS_ROOT);
+        if !crate::confine::is_root() || !root.join("tasks").is_file() {
+            return Ok(None);
+        }
+        let own = std::fs::read_to_string("/proc/self/cgroup")?;
+        let Some(path) = own.lines().find_map(|l| l.splitn(3, ':').nth(2).filter(|_| l.split(':').nth(1) == Some("pids"))) else {
+            return Ok(None);
+        };
+        let home = root.join(path.trim_start_matches('/'));
+        // Groups of ended templates (this parent's or a dead one's) that
+        // are empty now: rmdir removes only those.
+        if let Ok(d) = std::fs::read_dir(&home) {
+            for e in d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(PIDS_PREFIX)) {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = home.join(format!("{PIDS_PREFIX}{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        std::fs::create_dir(&dir)?;
+        let g = PidsGroup { dir, home };
+        g.set_max(2)?;
+        Ok(Some(g))
+    }
+
+    fn set_max(&self, n: u64) -> std::io::Result<()> {
+        std::fs::write(self.dir.join("pids.max"), n.to_string())
+    }
+
+    /// Moves the calling thread (only it: cgroup v1) into the group, so
+    /// that the process it makes next starts there.
+    pub(crate) fn enter(&self) -> std::io::Result<()> {
+        // SAFETY: gettid takes no arguments and cannot fail.
+        std::fs::write(self.dir.join("tasks"), unsafe { libc::gettid() }.to_string())
+    }
+
+    /// After the template is made: its limit to one process (itself; the
+    /// calling thread still counts, over the limit, which only stops
+    /// forks), then the calling thread back home.
+    pub(crate) fn seal(&self) -> std::io::Result<()> {
+        let limited = self.set_max(1);
+        // SAFETY: as in `enter`.
+        let home = std::fs::write(self.home.join("tasks"), unsafe { libc::gettid() }.to_string());
+        limited.and(home)
+    }
+
+    fn procs(&self) -> Vec<libc::pid_t> {
+        std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect()
+    }
+}
+
+impl Drop for PidsGroup {
+    fn drop(&mut self) {
+        // Empty once the template and its copies are gone; otherwise
+        // the next group made removes it.
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }
 
 /// What one copy gets of its own from the parent.
@@ -421,8 +519,8 @@ fn user_ns(pid: libc::pid_t) -> Option<(u64, u64)> {
 }
 
 impl Template {
-    pub(crate) fn new(control: OwnedFd, pid: libc::pid_t, mem_size: u64) -> Template {
-        Template { control, pid, mem_size, userns: None }
+    pub(crate) fn new(control: OwnedFd, pid: libc::pid_t, mem_size: u64, pids: Option<PidsGroup>) -> Template {
+        Template { control, pid, mem_size, userns: None, pids }
     }
 
     /// The template's process id (a child of the caller).
@@ -446,6 +544,41 @@ impl Template {
             self.userns = user_ns(self.pid);
         }
         Ok(())
+    }
+
+    /// Lets the template's pids cgroup hold up to `processes` processes
+    /// (the template, its live copies and those not yet reaped): until
+    /// this it holds one, the template itself, so its program could not
+    /// fork before its ready point. A no-op without a cgroup (not root, no
+    /// cgroup v1 `pids` hierarchy).
+    pub fn allow_copies(&self, processes: u64) -> Result<(), TemplateError> {
+        match &self.pids {
+            Some(g) => g.set_max(processes).map_err(sys_err("let the template make copies (pids.max of its cgroup)")),
+            None => Ok(()),
+        }
+    }
+
+    /// Kills every process of the template's pids cgroup that is neither
+    /// the template nor in `keep` (the copies still serving): processes
+    /// the template's program forked itself after a forged ready point,
+    /// which nobody else knows. Returns how many it killed. Not reaped
+    /// here (the caller's wait tasks may own a pid that is ending): they
+    /// are zombies until the caller reaps or ends.
+    pub fn kill_strays(&self, keep: &[libc::pid_t]) -> usize {
+        let Some(g) = &self.pids else { return 0 };
+        let mut n = 0;
+        for pid in g.procs() {
+            if pid == self.pid || keep.contains(&pid) {
+                continue;
+            }
+            // SAFETY: kill(2) on a process of the group, which only the
+            // template and its copies (children of this process, not
+            // reaped yet) can be in.
+            if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Makes one copy; returns its pid (a child of the caller, which must
