@@ -206,12 +206,10 @@ impl Prepared {
                 let sealed = g.seal();
                 let pid = started?;
                 if let Err(e) = sealed {
-                    // SAFETY: kill and reap the child just made, which is
-                    // not bounded as it must be.
-                    unsafe {
-                        libc::kill(pid, libc::SIGKILL);
-                        libc::waitpid(pid, core::ptr::null_mut(), 0);
-                    }
+                    // The child just made is not bounded as it must be:
+                    // killed and reaped (errors change nothing here).
+                    let _ = sys::kill(pid, libc::SIGKILL);
+                    let _ = sys::waitpid(pid);
                     return Err(sys_err("limit the template's pids cgroup")(e));
                 }
                 pid

@@ -57,9 +57,9 @@ pub fn wait(pid: libc::pid_t, wake: &OwnedFd, report: &Report, limit_ns: u64, sa
                     return stop(pid, (first, NotTaken::Second), say);
                 }
             }
-            // SAFETY: kill to our own child, not yet reaped (ESRCH: it is
-            // ending; the wait below sees it).
-            unsafe { libc::kill(pid, sig) };
+            // Our own child, not yet reaped (ESRCH: it is ending; the
+            // wait below sees it).
+            let _ = crate::sys::kill(pid, sig);
             waiting = Some((sig, Instant::now() + limit));
         }
         if let Some((first, end)) = waiting {
@@ -99,8 +99,8 @@ impl Asker<'_> {
     fn untaken(&mut self) -> io::Result<bool> {
         self.seq += 1;
         self.report.query.store(self.seq, Ordering::SeqCst);
-        // SAFETY: kill to our own child, not yet reaped.
-        if unsafe { libc::kill(self.pid, signals::QUERY_SIGNAL) } != 0 {
+        // Our own child, not yet reaped.
+        if crate::sys::kill(self.pid, signals::QUERY_SIGNAL).is_err() {
             return Ok(false);
         }
         let end = Instant::now() + ANSWER_WAIT;
@@ -125,8 +125,8 @@ impl Asker<'_> {
 /// Stops the instance (its kernel does not take signals) after the line.
 fn stop(pid: libc::pid_t, why: Stop, say: &dyn Fn(&str)) -> io::Result<(libc::c_int, Option<Stop>)> {
     say(&format!("shoal: {}\n", shoal_loader::stop::message(why.0, why.1)));
-    // SAFETY: kill to our own child, not yet reaped.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    // Our own child, not yet reaped.
+    let _ = crate::sys::kill(pid, libc::SIGKILL);
     let status = crate::sys::waitpid(pid)?;
     Ok((status, Some(why)))
 }

@@ -29,6 +29,14 @@ pub fn has_fsgsbase() -> bool {
     unsafe { libc::getauxval(AT_HWCAP2) & HWCAP2_FSGSBASE != 0 }
 }
 
+/// `kill(pid, sig)`. Callers name `pid` only while it is a child of this
+/// process not yet reaped (so the number cannot have been reused).
+pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill(2) takes no pointers; which process it reaches is the
+    // caller's contract above.
+    check(unsafe { libc::kill(pid, sig) })
+}
+
 /// `waitpid(pid, 0)`, retried on `EINTR`; returns the raw wait status.
 pub fn waitpid(pid: libc::pid_t) -> io::Result<libc::c_int> {
     loop {

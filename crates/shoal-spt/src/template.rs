@@ -571,10 +571,9 @@ impl Template {
             if pid == self.pid || keep.contains(&pid) {
                 continue;
             }
-            // SAFETY: kill(2) on a process of the group, which only the
-            // template and its copies (children of this process, not
-            // reaped yet) can be in.
-            if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+            // A process of the group, which only the template and its
+            // copies (children of this process, not reaped yet) can be in.
+            if crate::sys::kill(pid, libc::SIGKILL).is_ok() {
                 n += 1;
             }
         }
