@@ -2020,7 +2020,7 @@ fn hvt_template_crash_before_ready_fails_the_deploy_and_a_crashed_copy_is_replac
     let e = r.json()["error"].as_str().unwrap_or_default().to_string();
     assert!(
         e.starts_with(
-            "the template of t (its instance stopped where the program first waits for a connection) failed: the template ended before its ready point; its last words: shoal: "
+            "the template of t (its instance stopped where the program first waits for a connection) failed: the template ended before its ready point (the program's first wait for a connection); its last words: shoal: guest fault: page fault"
         ),
         "{e}"
     );

@@ -309,10 +309,21 @@ pub fn spawn_hvt_template(mut spec: Spec, timeout: std::time::Duration) -> Resul
         drop(high);
         let t = shoal_hvt::template::Template::new(ours, p.pid as libc::pid_t);
         if let Err(e) = t.wait_ready(timeout) {
-            kill(t.pid());
-            if let Ok(Some(st)) = waitpid(t.pid(), false) {
-                p.status = Some(ExitStatus::from_raw(st));
+            // A template that ended closed its channel before it wrote its
+            // last words: up to a second for it to end on its own.
+            let mut st = None;
+            for _ in 0..100 {
+                if let Ok(Some(s)) = waitpid(t.pid(), true) {
+                    st = Some(s);
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
+            if st.is_none() {
+                kill(t.pid());
+                st = waitpid(t.pid(), false).ok().flatten();
+            }
+            p.status = st.map(ExitStatus::from_raw);
             let fd = |r: Option<pipe::Receiver>| r.and_then(|r| r.into_nonblocking_fd().ok());
             let (out, err) = (fd(p.stdout.take()), fd(p.stderr.take()));
             let words = err.as_ref().and_then(last_words).or_else(|| out.as_ref().and_then(last_words));
