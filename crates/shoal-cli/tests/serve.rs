@@ -1060,8 +1060,8 @@ fn a_502_carries_the_instances_last_words() {
     for b in backends() {
         let img = if b == "process" { &native } else { &shoal_img };
         let name = format!("quitter-{b}");
-        // (With a template, spt refuses it at deploy: tested with templates.)
-        let tmpl = if b == "spt" { r#","template":false"# } else { "" };
+        // (With a template, spt and hvt refuse it at deploy: tested with templates.)
+        let tmpl = if matches!(b, "spt" | "hvt") { r#","template":false"# } else { "" };
         let r = gw.deploy(&name, &format!(r#"{{"image":"{}","backend":"{b}"{tmpl}}}"#, img.display()));
         assert_eq!(r.status, 201, "{b}: {}", r.text());
         let r = gw.get(&format!("/fn/{name}/"));
@@ -1972,10 +1972,10 @@ fn in_userns(ns: &str) -> Vec<u32> {
 
 /// A template's program that forks on the host before its ready point
 /// (an inline `clone(CLONE_PARENT)`, the call the template's filter
-/// allows for its copies) gets EAGAIN: the template's user namespace holds
-/// one process until the gateway asks for copies. In it are only the
-/// template and the copies the gateway made, and nothing once the
-/// gateway stops (/proc).
+/// allows for its copies) gets EAGAIN: the template's pids cgroup holds
+/// one process until the gateway asks for copies. In the template's user
+/// namespace are only the template and the copies the gateway made, and
+/// nothing once the gateway stops (/proc).
 #[test]
 fn a_template_cannot_fork_before_its_ready_point() {
     if !shoal_testkit::need(&["root"]) {
@@ -2057,6 +2057,100 @@ fn a_template_that_forges_its_ready_point_is_bounded_and_its_forks_killed() {
     assert!(template_cgroups(gw_pid).iter().all(|(_, p)| p.is_empty()));
 }
 
+// ---------------------------------------------------------------------
+// Templates on hvt: cold starts are new VMs of the template's memory
+// (copy-on-write) and vCPU state, from empty VMs made ahead.
+
+/// 40 cold requests one after the other (curl, a new connection each),
+/// each on a fresh copy of the one hvt template (count 1, random bytes of
+/// its own, its own file). 40, not spt's 200: each hvt copy is a fork of
+/// the template's VMM plus a KVM VM, about 2-3 ms of this 2-core host's
+/// CPU to make and stop, and the suite is over its time budget; 40 bound
+/// the test to a few seconds and still cycle the empty-VM pool many times.
+#[test]
+fn hvt_template_sequential_cold_requests_each_on_a_fresh_copy() {
+    if !tenders().contains(&"hvt") || !shoal_testkit::need(&["curl"]) {
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let r = gw.deploy("t", &format!(r#"{{"image":"{}","backend":"hvt","requests_per_instance":1}}"#, image("tmpl")));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["template"], true, "templates are on by default on hvt");
+    let mut instances = BTreeSet::new();
+    let mut randoms = BTreeSet::new();
+    for i in 0..40 {
+        let (status, inst, body) = curl(&format!("http://{}/fn/t/", gw.addr));
+        assert_eq!(status, 200, "request {i}: {body}");
+        assert_eq!(field(&body, "count"), "1", "request {i} was not the first of its instance: {body}");
+        assert_eq!(field(&body, "marks"), "1", "request {i} saw another copy's file: {body}");
+        assert!(instances.insert(inst.clone()), "request {i}: instance {inst} answered twice");
+        assert!(randoms.insert(field(&body, "random").to_string()), "request {i}: random bytes repeated: {body}");
+    }
+    let t = template_pids(&gw, "t");
+    assert_eq!(t.len(), 1, "one template for all: {t:?}");
+    assert!(process_alive(t[0]), "the template must still run");
+}
+
+/// 40 cold requests at once (hey -c 40) on hvt, each a copy of the
+/// template: all answered 200, all cold starts.
+#[test]
+fn hvt_template_concurrent_cold_requests_all_answered() {
+    if !tenders().contains(&"hvt") || !shoal_testkit::need(&["hey"]) {
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let r = gw.deploy("t", &format!(r#"{{"image":"{}","backend":"hvt","requests_per_instance":1,"max_instances":40}}"#, image("noop")));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let (statuses, errors, _) = hey(&format!("http://{}/fn/t/", gw.addr), 40, 40);
+    assert_eq!(statuses, vec![(200, 40)], "errors: {errors:?}");
+    let m = gw.get("/metrics").text();
+    let cold = parse_prometheus(&m).into_iter().find(|(k, _)| k.starts_with("shoal_cold_starts_total")).map(|(_, v)| v).unwrap_or(0.0);
+    assert_eq!(cold, 40.0, "every request a cold start: {m}");
+    assert_eq!(template_pids(&gw, "t").len(), 1);
+}
+
+/// An hvt program that crashes before its ready point fails the deploy
+/// with 422 and the template's last words; a copy that crashes is
+/// replaced by a new copy of the same template.
+#[test]
+fn hvt_template_crash_before_ready_fails_the_deploy_and_a_crashed_copy_is_replaced() {
+    if !tenders().contains(&"hvt") {
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let r = gw.deploy("t", &format!(r#"{{"image":"{}","backend":"hvt","env":{{"CRASH_BEFORE_READY":"1"}}}}"#, image("tmpl")));
+    assert_eq!(r.status, 422, "{}", r.text());
+    let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+    assert!(
+        e.starts_with(
+            "the template of t (its instance stopped where the program first waits for a connection) failed: the template ended before its ready point (the program's first wait for a connection); its last words: shoal: guest fault: page fault"
+        ),
+        "{e}"
+    );
+    assert_eq!(gw.get("/functions/t").status, 404, "nothing may be deployed");
+    assert_eq!(gw.deploy("c", &format!(r#"{{"image":"{}","backend":"hvt"}}"#, image("crash"))).status, 201);
+    assert_eq!(gw.get("/fn/c/").text(), "alive\n");
+    assert_eq!(gw.get("/fn/c/crash").status, 502);
+    let r = gw.get("/fn/c/");
+    assert_eq!((r.status, r.header("x-shoal-cold-start"), r.text().as_str()), (200, Some("true"), "alive\n"));
+    let t = template_pids(&gw, "c");
+    assert_eq!(t.len(), 1, "the crash must not cost the template: {t:?}");
+    // The template killed from outside: the next cold start builds one.
+    // SAFETY: kill(2) on a pid the gateway's logs name.
+    unsafe { libc::kill(t[0] as i32, libc::SIGKILL) };
+    wait_until("the gateway notes the template's end", || gw.get("/functions/c/logs").text().contains("template exited"));
+    for i in gw.instances("c") {
+        // SAFETY: kill(2) on the instance's pid.
+        unsafe { libc::kill(i.1 as i32, libc::SIGKILL) };
+    }
+    wait_until("the instance is gone", || gw.instances("c").is_empty());
+    assert_eq!(gw.get("/fn/c/").text(), "alive\n");
+    assert_eq!(template_pids(&gw, "c").len(), 2);
+}
+
 /// `"template": false` starts every instance by exec, as before; the
 /// setting is refused off spt.
 #[test]
@@ -2069,5 +2163,5 @@ fn template_false_starts_instances_by_exec() {
     assert!(template_pids(&gw, "n").is_empty());
     let r = gw.deploy("p", &format!(r#"{{"image":"{}","backend":"process","template":true}}"#, image("noop.native")));
     assert_eq!(r.status, 422, "{}", r.text());
-    assert_eq!(r.json()["error"], "template: only the spt backend starts instances from a template, not process");
+    assert_eq!(r.json()["error"], "template: only the spt and hvt backends start instances from a template, not process");
 }

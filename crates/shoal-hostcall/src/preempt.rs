@@ -126,6 +126,11 @@ impl Model {
         self.area.store(area.cast(), Ordering::SeqCst);
     }
 
+    /// The period the timer runs at now (ns; 0: stopped).
+    pub fn period(&self) -> u64 {
+        self.period.load(Ordering::SeqCst)
+    }
+
     /// Whether the guest registered its area.
     pub fn registered(&self) -> bool {
         !self.area.load(Ordering::SeqCst).is_null()

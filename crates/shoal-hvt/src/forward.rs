@@ -143,6 +143,12 @@ pub fn take_arrived() -> bool {
     ARRIVED.load(Ordering::Relaxed) && ARRIVED.swap(false, Ordering::SeqCst)
 }
 
+/// In a copy of a template (`crate::template`): the run thread is this
+/// process's.
+pub fn after_fork() {
+    RUN_TID.store(gettid(), Ordering::SeqCst);
+}
+
 /// Forgets the guest's word (before guest memory is unmapped).
 pub fn clear() {
     WORD.store(core::ptr::null_mut(), Ordering::SeqCst);

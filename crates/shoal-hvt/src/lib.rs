@@ -78,6 +78,7 @@ mod hypercall;
 mod net;
 mod preempt;
 mod protect;
+pub mod template;
 pub mod vm;
 pub mod x86;
 
@@ -150,6 +151,9 @@ pub enum HvtError {
     /// A published port or handed-over listener could not be set up.
     #[error(transparent)]
     Net(#[from] shoal_loader::net::NetError),
+    /// A template (`shoal serve`) could not be set up.
+    #[error("{0}")]
+    Template(String),
     /// The signals handed to the guest could not be caught.
     #[error("cannot catch SIGTERM and SIGHUP for the guest: {0}")]
     Signals(std::io::Error),
@@ -466,9 +470,15 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         let _ = writeln!(console.stderr, "shoal: warning: {w}; falling back to memory mode copy");
     }
     let mem_size = p.layout.mem_size;
+    // `shoal serve` made this run a template (crate::template).
+    let mut side = template::Side::from_env(mem_size).map_err(HvtError::Template)?;
     let (mode, pool) = (cfg.mode, p.pool.as_ref());
     let mut vm = vm::Vm::create_with(mem_size, &mut |memory| {
         let base = memory.as_ptr() as u64;
+        if let Some(s) = &side {
+            s.back_memory(memory)
+                .map_err(|e| vm::KvmError::Memory { size: mem_size, reason: format!("cannot back it with the template's memory file: {e}") })?;
+        }
         if let Some(plan) = pool {
             // SAFETY: the pool ranges lie in the image's read-only segments,
             // which `plan` placed inside guest memory [0, mem_size), all of
@@ -488,6 +498,9 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         }
         Ok(())
     })?;
+    if let Some(s) = &side {
+        s.back_tables(&vm.tables).map_err(|e| HvtError::Template(format!("cannot back the page-table pool with the template's memory file: {e}")))?;
+    }
     timings.vm_created = t0.elapsed();
     // SAFETY: `vm.memory` maps `mem_size` bytes for guest addresses
     // [0, mem_size) at `as_ptr()`; the view starts at guest address
@@ -619,6 +632,30 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         };
         let action = match call {
             Ok((call, arg)) => {
+                // A template's ready point: the first wait that sleeps after
+                // an accept found nothing. Only a copy comes back, with its
+                // own VM, to carry this NetPoll out on its own sockets.
+                if call == Hypercall::NetPoll && side.is_some() && p.net.accept_waited() && template::sleeps(&mem, arg) {
+                    if let Some(s) = side.take() {
+                        let parts = template::Parts {
+                            vcpu: &mut vm.vcpu,
+                            memory: &vm.memory,
+                            tables: &vm.tables,
+                            net: &mut p.net,
+                            pool: p.pool.as_ref(),
+                            ksm: cfg.mode == MemoryMode::Ksm,
+                        };
+                        match s.serve(parts) {
+                            Ok(own) => {
+                                vm.vcpu = own.vcpu;
+                                vm._vm = own.vm;
+                                vm._kvm = own.kvm;
+                                preempt::set_immediate_exit(&mut vm.vcpu.get_kvm_run().immediate_exit);
+                            }
+                            Err(e) => break Outcome::Stopped(e),
+                        }
+                    }
+                }
                 if let Some(n) = timings.hypercalls.get_mut(call as usize) {
                     *n += 1;
                 }

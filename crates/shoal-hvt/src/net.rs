@@ -137,6 +137,9 @@ pub struct Net {
     evbuf: Vec<libc::epoll_event>,
     /// Counts, for the statistics line.
     pub stats: NetStats,
+    /// An `accept` on a listener found nothing (a template's ready point
+    /// is the next wait that sleeps: `crate::template`).
+    accept_waited: bool,
 }
 
 /// Most reports one `NetPoll` collects; the rest stay on the host's ready
@@ -319,7 +322,18 @@ impl Net {
             .collect();
         let watch = open_watch()
             .filter(|set| socks.iter().enumerate().all(|(i, s)| s.as_ref().is_none_or(|s| watch(set, s.fd.as_raw_fd(), FIRST_HANDLE + i as i64).is_ok())));
-        Net { socks, outbound, allow, bind_any: false, pollfds: Vec::new(), entries: Vec::new(), watch, evbuf: Vec::new(), stats: NetStats::default() }
+        Net {
+            socks,
+            outbound,
+            allow,
+            bind_any: false,
+            pollfds: Vec::new(),
+            entries: Vec::new(),
+            watch,
+            evbuf: Vec::new(),
+            stats: NetStats::default(),
+            accept_waited: false,
+        }
     }
 
     /// With `on`, the guest may have host sockets bound to any port
@@ -332,6 +346,57 @@ impl Net {
     /// Whether there is a watch set (boot info `NET_WATCH`).
     pub fn watching(&self) -> bool {
         self.watch.is_some()
+    }
+
+    /// Whether an `accept` on a listener has found nothing yet.
+    pub fn accept_waited(&self) -> bool {
+        self.accept_waited
+    }
+
+    /// The handle of the first socket that is not a listener, if the
+    /// guest holds one (a template holding it cannot be copied: the
+    /// socket would be every copy's).
+    pub fn first_own_socket(&self) -> Option<i64> {
+        self.socks.iter().position(|s| s.as_ref().is_some_and(|s| s.kind != Kind::Listener)).map(|i| FIRST_HANDLE + i as i64)
+    }
+
+    /// How many listeners the table holds.
+    pub fn listeners(&self) -> usize {
+        self.socks.iter().filter(|s| s.as_ref().is_some_and(|s| s.kind == Kind::Listener)).count()
+    }
+
+    /// A copy of a template: its own listening sockets, in the template's
+    /// order, in place of the template's (which the copy closes), and its
+    /// own watch set with them (an inherited epoll instance would be the
+    /// template's and every sibling's). `fds` must be as many as
+    /// [`Net::listeners`].
+    pub fn make_own(&mut self, fds: Vec<OwnedFd>) -> Result<(), i32> {
+        let mut fds = fds.into_iter();
+        for s in self.socks.iter_mut().flatten().filter(|s| s.kind == Kind::Listener) {
+            let fd = fds.next().ok_or(libc::EINVAL)?;
+            // The guest's accept must not block the VMM.
+            // SAFETY: fcntl on a descriptor this table owns; status flags only.
+            if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } < 0 {
+                return Err(errno());
+            }
+            s.dgram = is_dgram(fd.as_raw_fd());
+            s.peers = None;
+            s.fd = fd;
+        }
+        if fds.next().is_some() {
+            return Err(libc::EINVAL);
+        }
+        if self.watch.is_some() {
+            let set = open_watch().ok_or(libc::ENOMEM)?;
+            for (i, s) in self.socks.iter().enumerate() {
+                if let Some(s) = s {
+                    watch(&set, s.fd.as_raw_fd(), FIRST_HANDLE + i as i64)?;
+                }
+            }
+            self.watch = Some(set);
+        }
+        self.accept_waited = false;
+        Ok(())
     }
 
     fn get(&self, h: i64) -> Result<&Sock, i64> {
@@ -523,7 +588,11 @@ impl Net {
                 // SAFETY: `sa` and `len` are valid out-parameters of this size.
                 let nfd = unsafe { libc::accept4(fd, sa.as_mut_ptr().cast(), &mut len, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) };
                 if nfd < 0 {
-                    return Ok(neg(errno()));
+                    let e = errno();
+                    if e == libc::EAGAIN && s.kind == Kind::Listener {
+                        self.accept_waited = true;
+                    }
+                    return Ok(neg(e));
                 }
                 // SAFETY: `nfd` was just accepted and nothing else owns it.
                 let nfd = unsafe { OwnedFd::from_raw_fd(nfd) };

@@ -282,6 +282,34 @@ fn redirect_hang(vcpu: &kvm_ioctls::VcpuFd, regs: &mut kvm_bindings::kvm_regs, h
     Ok(true)
 }
 
+/// A template at its ready point: its timer stops (its guest never runs
+/// again); the model keeps the period for the copies (`after_fork`).
+pub fn pause_timer() {
+    if TIMER_MADE.load(Ordering::SeqCst) {
+        PosixTimer.set(0);
+    }
+}
+
+/// In a copy of a template (`crate::template`): the run thread is this
+/// process's, and the template's timer is not inherited by a fork, so the
+/// copy makes its own at the period the template's ran at.
+pub fn after_fork() -> Result<(), i64> {
+    // SAFETY: gettid has no arguments and cannot fail.
+    RUN_TID.store(unsafe { libc::syscall(libc::SYS_gettid) } as i32, Ordering::SeqCst);
+    if TIMER_MADE.swap(false, Ordering::SeqCst) {
+        TIMER.store(0, Ordering::SeqCst);
+        let period = MODEL.period();
+        if period > 0 {
+            PosixTimer.make()?;
+            let rc = PosixTimer.set(period);
+            if rc < 0 {
+                return Err(rc);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Stops the timer and forgets the area (before guest memory is unmapped).
 pub fn clear() {
     MODEL.clear();

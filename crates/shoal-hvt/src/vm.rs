@@ -52,14 +52,64 @@ pub fn check_kvm() -> Result<(), KvmError> {
     Ok(())
 }
 
+/// Opens `/dev/kvm` and checks the API version and capabilities hvt needs.
+fn open_kvm() -> Result<Kvm, KvmError> {
+    let kvm = Kvm::new().map_err(KvmError::Unavailable)?;
+    if kvm.get_api_version() != 12 {
+        return Err(KvmError::MissingCapability("the stable KVM API (version 12)"));
+    }
+    for (cap, name) in
+        [(kvm_ioctls::Cap::UserMemory, "user memory regions"), (kvm_ioctls::Cap::ExtCpuid, "KVM_SET_CPUID2"), (kvm_ioctls::Cap::Xcrs, "KVM_SET_XCRS")]
+    {
+        if !kvm.check_extension(cap) {
+            return Err(KvmError::MissingCapability(name));
+        }
+    }
+    Ok(kvm)
+}
+
+/// A VM with one vCPU and no memory yet ([`Vm::create_empty`]).
+pub struct Empty {
+    /// The vCPU (CPUID set, nothing else).
+    pub vcpu: VcpuFd,
+    /// The VM.
+    pub vm: VmFd,
+    /// `/dev/kvm`.
+    pub kvm: Kvm,
+}
+
+impl Empty {
+    /// Registers `memory` (at guest address 0) and `tables` (the
+    /// page-table pool) with this VM, as [`Vm::create_with`] does.
+    ///
+    /// # Safety
+    /// Both mappings must stay mapped, at the same addresses, for as long
+    /// as the VM and its vCPU exist.
+    pub unsafe fn register(&self, memory: &GuestRegionMmap<()>, tables: &GuestRegionMmap<()>) -> Result<(), KvmError> {
+        use vm_memory::GuestMemoryRegion;
+        let region = kvm_userspace_memory_region { slot: 0, flags: 0, guest_phys_addr: 0, memory_size: memory.len(), userspace_addr: memory.as_ptr() as u64 };
+        // SAFETY: the caller keeps `memory` mapped for the VM's life.
+        unsafe { self.vm.set_user_memory_region(region) }.map_err(ioctl_err("register guest memory"))?;
+        let region = kvm_userspace_memory_region {
+            slot: 1,
+            flags: 0,
+            guest_phys_addr: crate::protect::POOL_ADDR,
+            memory_size: tables.len(),
+            userspace_addr: tables.as_ptr() as u64,
+        };
+        // SAFETY: as above, for `tables`.
+        unsafe { self.vm.set_user_memory_region(region) }.map_err(ioctl_err("register the page-table pool"))
+    }
+}
+
 /// A created VM: its memory and its one vCPU, ready to run.
 pub struct Vm {
     // Field order matters for drop order: the vCPU and VM file descriptors
     // are closed before the memory they reference is unmapped.
     /// The vCPU.
     pub vcpu: VcpuFd,
-    _vm: VmFd,
-    _kvm: Kvm,
+    pub(crate) _vm: VmFd,
+    pub(crate) _kvm: Kvm,
     /// Guest memory: one anonymous, lazily backed mapping at GPA 0.
     pub memory: GuestRegionMmap<()>,
     /// The page-table pool (`crate::protect`): lazily backed, at
@@ -78,17 +128,7 @@ impl Vm {
     /// guest memory mapping before it is registered with KVM (memory mode
     /// `pool` maps pool files over parts of it there).
     pub fn create_with(mem_size: u64, before_register: &mut dyn FnMut(&GuestRegionMmap<()>) -> Result<(), KvmError>) -> Result<Vm, KvmError> {
-        let kvm = Kvm::new().map_err(KvmError::Unavailable)?;
-        if kvm.get_api_version() != 12 {
-            return Err(KvmError::MissingCapability("the stable KVM API (version 12)"));
-        }
-        for (cap, name) in
-            [(kvm_ioctls::Cap::UserMemory, "user memory regions"), (kvm_ioctls::Cap::ExtCpuid, "KVM_SET_CPUID2"), (kvm_ioctls::Cap::Xcrs, "KVM_SET_XCRS")]
-        {
-            if !kvm.check_extension(cap) {
-                return Err(KvmError::MissingCapability(name));
-            }
-        }
+        let kvm = open_kvm()?;
         let vm = kvm.create_vm().map_err(ioctl_err("create a VM"))?;
         let size = usize::try_from(mem_size).map_err(|_| KvmError::Memory { size: mem_size, reason: "too large for this host".into() })?;
         let mapping = MmapRegion::<()>::new(size).map_err(|e| KvmError::Memory { size: mem_size, reason: e.to_string() })?;
@@ -119,6 +159,18 @@ impl Vm {
         let cpuid = guest_cpuid(&kvm)?;
         vcpu.set_cpuid2(&cpuid).map_err(ioctl_err("set the guest CPUID"))?;
         Ok(Vm { vcpu, _vm: vm, _kvm: kvm, memory, tables })
+    }
+
+    /// A VM and its vCPU (with the guest CPUID) made ahead, with no memory
+    /// and no state yet: what a copy of a template takes (`crate::template`),
+    /// so that KVM's VM creation is not on a request's path.
+    pub fn create_empty() -> Result<Empty, KvmError> {
+        let kvm = open_kvm()?;
+        let vm = kvm.create_vm().map_err(ioctl_err("create a VM"))?;
+        let vcpu = vm.create_vcpu(0).map_err(ioctl_err("create a vCPU"))?;
+        let cpuid = guest_cpuid(&kvm)?;
+        vcpu.set_cpuid2(&cpuid).map_err(ioctl_err("set the guest CPUID"))?;
+        Ok(Empty { vcpu, vm, kvm })
     }
 
     /// Makes KVM forget every translation it built from the guest's page
@@ -270,6 +322,13 @@ impl Vm {
     /// Makes the guest's TSC read like the host's, so that the calibration
     /// pair in the boot info (host TSC, host realtime) holds in the guest.
     pub fn sync_tsc(&self) -> Result<(), KvmError> {
+        sync_tsc(&self.vcpu)
+    }
+}
+
+/// [`Vm::sync_tsc`] for any vCPU (a template's copy's too).
+pub fn sync_tsc(vcpu: &VcpuFd) -> Result<(), KvmError> {
+    {
         // KVM_VCPU_TSC_CTRL / KVM_VCPU_TSC_OFFSET (Linux 5.16+): offset 0
         // makes the guest TSC equal to the TSC this process reads.
         vmm_sys_util::ioctl_iow_nr!(KVM_SET_DEVICE_ATTR, kvm_bindings::KVMIO, 0xe1, kvm_bindings::kvm_device_attr);
@@ -282,7 +341,7 @@ impl Vm {
         };
         // SAFETY: KVM_SET_DEVICE_ATTR on a vCPU fd reads one kvm_device_attr
         // and, for this group, one u64 at `addr`; both live across the call.
-        let ret = unsafe { vmm_sys_util::ioctl::ioctl_with_ref(&self.vcpu, KVM_SET_DEVICE_ATTR(), &attr) };
+        let ret = unsafe { vmm_sys_util::ioctl::ioctl_with_ref(vcpu, KVM_SET_DEVICE_ATTR(), &attr) };
         if ret == 0 {
             return Ok(());
         }
@@ -290,7 +349,7 @@ impl Vm {
         // ioctl's latency, a few microseconds).
         let msrs = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry { index: 0x10, data: shoal_loader::tsc::rdtsc(), ..Default::default() }])
             .map_err(|_| KvmError::MissingCapability("a way to set the guest TSC"))?;
-        match self.vcpu.set_msrs(&msrs) {
+        match vcpu.set_msrs(&msrs) {
             Ok(1) => Ok(()),
             Ok(_) => Err(KvmError::MissingCapability("a writable IA32_TSC")),
             Err(e) => Err(KvmError::Ioctl { what: "set the guest TSC", source: e }),

@@ -92,6 +92,9 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
         // a program that ends or crashes before it is refused here.
         let template = match (&prepared, f.template && app2.dispatcher.templates_allowed()) {
             (Some(p), true) => Some(instance::build_template(&f, p).map_err(|e| ApiError::Unprocessable(format!("{e:#}")))?),
+            (None, _) if f.backend == Backend::Hvt && f.template => {
+                Some(app2.dispatcher.build_hvt_template(&f).map_err(|e| ApiError::Unprocessable(format!("{e:#}")))?)
+            }
             _ => None,
         };
         let store = app2.store.lock().unwrap_or_else(|e| e.into_inner());

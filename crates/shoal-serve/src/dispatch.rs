@@ -237,7 +237,7 @@ impl FnRuntime {
 
 /// A function's running template (`shoal_spt::Template`).
 struct LiveTemplate {
-    template: shoal_spt::Template,
+    template: instance::TemplateHandle,
     /// The settings it was built for (`instance::start_copy` refuses others).
     built_for: Function,
     /// Its id in the function's logs.
@@ -447,6 +447,11 @@ impl Dispatcher {
     /// copy has its template's).
     pub fn templates_allowed(&self) -> bool {
         self.launcher.uid_range.is_none()
+    }
+
+    /// Boots an hvt function's template (a deploy's).
+    pub fn build_hvt_template(&self, f: &Function) -> anyhow::Result<instance::BuiltTemplate> {
+        instance::build_hvt_template(&self.launcher, f)
     }
 
     /// Every running template (`GET /templates`).
@@ -679,7 +684,8 @@ impl Dispatcher {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let prepared = if f.spec.backend == Backend::Spt && !spt_via_tender() { Some(f.prepared()?) } else { None };
         let mut started = match &prepared {
-            Some(p) if f.spec.template && self.templates_allowed() => self.start_copy(f, p)?,
+            Some(p) if f.spec.template && self.templates_allowed() => self.start_copy(f, Some(p))?,
+            None if f.spec.backend == Backend::Hvt && f.spec.template => self.start_copy(f, None)?,
             _ => instance::start(&self.launcher, &f.spec, prepared.as_deref(), id).map_err(|e| ApiError::Internal(format!("{e:#}")))?,
         };
         let inst = Arc::new(Instance {
@@ -709,14 +715,18 @@ impl Dispatcher {
     /// A new instance of `f` as a copy of its template, built first if the
     /// function has none running (it died, or was refused). A template
     /// that cannot make the copy is stopped and built again, once.
-    fn start_copy(self: &Arc<Self>, f: &Arc<FnRuntime>, prepared: &shoal_spt::Prepared) -> Result<instance::Started, ApiError> {
+    fn start_copy(self: &Arc<Self>, f: &Arc<FnRuntime>, prepared: Option<&shoal_spt::Prepared>) -> Result<instance::Started, ApiError> {
         let mut failure = String::new();
         for _ in 0..2 {
             let live = lock(&f.template).clone().filter(|t| !t.exited.load(Ordering::SeqCst));
             let live = match live {
                 Some(t) => t,
                 None => {
-                    let built = instance::build_template(&f.spec, prepared).map_err(|e| ApiError::Internal(format!("{e:#}")))?;
+                    let built = match prepared {
+                        Some(p) => instance::build_template(&f.spec, p),
+                        None => instance::build_hvt_template(&self.launcher, &f.spec),
+                    }
+                    .map_err(|e| ApiError::Internal(format!("{e:#}")))?;
                     f.adopt_template(built, self.next_id.fetch_add(1, Ordering::SeqCst))
                 }
             };

@@ -114,11 +114,77 @@ pub fn prepare(f: &Function) -> Result<shoal_spt::Prepared> {
     Ok(p)
 }
 
+/// A function's template: spt's (copies are forks of it) or hvt's
+/// (copies are new VMs of its memory, from empty VMs made ahead).
+pub enum TemplateHandle {
+    /// spt's control channel.
+    Spt(shoal_spt::Template),
+    /// hvt's control channel and its empty VMs.
+    Hvt(Arc<HvtTemplate>),
+}
+
+impl TemplateHandle {
+    /// The template's process id.
+    pub fn pid(&self) -> libc::pid_t {
+        match self {
+            TemplateHandle::Spt(t) => t.pid(),
+            TemplateHandle::Hvt(t) => t.template.pid(),
+        }
+    }
+
+    /// Kills what an spt template's program forked itself that is not in
+    /// `keep` (`shoal_spt::Template::kill_strays`); how many. An hvt
+    /// template's program forks nothing on the host (its guest's `fork`
+    /// is the kernel's ENOSYS), so there is nothing to kill.
+    pub fn kill_strays(&self, keep: &[libc::pid_t]) -> usize {
+        match self {
+            TemplateHandle::Spt(t) => t.kill_strays(keep),
+            TemplateHandle::Hvt(_) => 0,
+        }
+    }
+}
+
+/// How many empty VMs an hvt template keeps made ahead: a cold start takes
+/// one and the gateway makes the next while the copy answers.
+const HVT_SPARES: usize = 2;
+
+/// An hvt template and the empty VMs made ahead of cold starts (each a
+/// VM and vCPU with no guest state: not spare instances).
+pub struct HvtTemplate {
+    template: shoal_hvt::template::Template,
+    spares: std::sync::Mutex<Vec<super::spawn::HvtSpare>>,
+    /// Empty VMs being made now.
+    making: std::sync::atomic::AtomicUsize,
+}
+
+impl HvtTemplate {
+    /// Makes empty VMs until [`HVT_SPARES`] are ready (on a blocking
+    /// thread; the first failure stops it: the next cold start makes its
+    /// own and says why).
+    pub fn refill(self: &Arc<Self>) {
+        let want = HVT_SPARES.saturating_sub(self.spares.lock().unwrap_or_else(|e| e.into_inner()).len());
+        let making = self.making.load(Ordering::SeqCst);
+        if want <= making {
+            return;
+        }
+        self.making.fetch_add(1, Ordering::SeqCst);
+        let t = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let made = super::spawn::hvt_spare(&t.template, COPY_WAIT);
+            t.making.fetch_sub(1, Ordering::SeqCst);
+            if let Ok(s) = made {
+                t.spares.lock().unwrap_or_else(|e| e.into_inner()).push(s);
+                t.refill();
+            }
+        });
+    }
+}
+
 /// A template booted to its ready point (`super::spawn::spawn_template`)
 /// and its process (a child of the gateway).
 pub struct BuiltTemplate {
     /// Its control channel.
-    pub template: shoal_spt::Template,
+    pub template: TemplateHandle,
     /// Its process, waited on like an instance's.
     pub child: Proc,
     /// What it was built from: a template answers only for this image
@@ -140,7 +206,39 @@ pub fn build_template(f: &Function, prepared: &shoal_spt::Prepared) -> Result<Bu
     // again that have ended and are not yet reaped: more processes than
     // that in its pids cgroup are none the gateway asked for.
     template.allow_copies(1 + 2 * u64::from(f.max_instances)).with_context(|| format!("the template of {}", f.name))?;
-    Ok(BuiltTemplate { template, child, built_for: f.clone() })
+    Ok(BuiltTemplate { template: TemplateHandle::Spt(template), child, built_for: f.clone() })
+}
+
+/// Boots `f`'s hvt template (the tender with the function's options, made
+/// a template: `shoal_hvt::template`) and waits for its ready point (up to
+/// the function's timeout); then starts making empty VMs. The error says
+/// why, with the template's last line on stderr.
+pub fn build_hvt_template(l: &Launcher, f: &Function) -> Result<BuiltTemplate> {
+    let sock = TcpListener::bind("127.0.0.1:0").context("cannot open a listening socket for the template")?;
+    let mut cmd = hvt_spec(l, f, &sock)?;
+    cmd.listen = Some(sock.as_raw_fd());
+    cmd.listen_at = LISTEN_FD;
+    let (template, child) = super::spawn::spawn_hvt_template(cmd, Duration::from_millis(f.timeout_ms))
+        .map_err(|e| anyhow::anyhow!("the template of {} (its instance stopped where the program first waits for a connection) failed: {e}", f.name))?;
+    drop(sock);
+    let t = Arc::new(HvtTemplate { template, spares: std::sync::Mutex::new(Vec::new()), making: std::sync::atomic::AtomicUsize::new(0) });
+    t.refill();
+    Ok(BuiltTemplate { template: TemplateHandle::Hvt(t), child, built_for: f.clone() })
+}
+
+/// The tender command line that runs `f` on hvt with the listening socket
+/// `sock` (handed over at [`LISTEN_FD`] by the caller).
+fn hvt_spec(l: &Launcher, f: &Function, sock: &TcpListener) -> Result<Spec> {
+    let mut cmd = Spec::new(&l.tender)?;
+    if let Some(dir) = std::env::var_os("SHOAL_POOL_DIR") {
+        cmd.env("SHOAL_POOL_DIR", dir)?;
+    }
+    cmd.arg("--listen-fd")?.arg(LISTEN_FD.to_string())?.arg("-e")?.arg(format!("PORT={}", sock.local_addr()?.port()))?;
+    for a in tender_options(f).to_args() {
+        cmd.arg(a)?;
+    }
+    cmd.arg(&f.image)?;
+    Ok(cmd)
 }
 
 /// How long the gateway waits for a template to answer a copy request:
@@ -151,14 +249,28 @@ const COPY_WAIT: Duration = Duration::from_secs(2);
 /// Starts an instance of `f` as a copy of `template`, which must have
 /// been built for `f` exactly (same image and settings): a template built
 /// from one image is refused for another.
-pub fn start_copy(template: &shoal_spt::Template, built_for: &Function, f: &Function) -> Result<Started> {
+pub fn start_copy(template: &TemplateHandle, built_for: &Function, f: &Function) -> Result<Started> {
     if built_for != f {
         bail!("the template of {} was built for another image or other settings; it is rebuilt", f.name);
     }
     let sock = TcpListener::bind("127.0.0.1:0").context("cannot open a listening socket for the instance")?;
     let addr = sock.local_addr()?;
     let t = Instant::now();
-    let child = super::spawn::copy_spt(template, sock.into(), COPY_WAIT).with_context(|| format!("cannot copy the template of {}", f.name))?;
+    let child = match template {
+        TemplateHandle::Spt(template) => super::spawn::copy_spt(template, sock.into(), COPY_WAIT),
+        TemplateHandle::Hvt(h) => {
+            let spare = h.spares.lock().unwrap_or_else(|e| e.into_inner()).pop();
+            // None made ahead (a burst took them): one now, on this request's path.
+            let spare = match spare {
+                Some(s) => Ok(s),
+                None => super::spawn::hvt_spare(&h.template, COPY_WAIT),
+            };
+            let r = spare.and_then(|s| super::spawn::start_hvt_copy(s, sock.into()));
+            h.refill();
+            r
+        }
+    }
+    .with_context(|| format!("cannot copy the template of {}", f.name))?;
     Ok(Started { child, addr, container: None, listening: true, spawn_time: t.elapsed(), netns: None, uid: None })
 }
 
@@ -203,6 +315,8 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
                 }
                 // The counterpart of a guest's memory size.
                 cmd.address_space = Some(f.memory_bytes());
+            } else if f.backend == Backend::Hvt {
+                cmd = hvt_spec(l, f, &sock)?;
             } else {
                 cmd = Spec::new(&l.tender)?;
                 // The pool the gateway added the image to at deploy.

@@ -58,6 +58,10 @@ pub struct Spec {
     pub listen_at: RawFd,
     /// An address-space limit (`RLIMIT_AS`) for the child.
     pub address_space: Option<u64>,
+    /// One more descriptor the child gets: (ours, its number), both above
+    /// [`Spec::listen_at`] and apart from it (an hvt template's control
+    /// channel).
+    pub extra: Option<(RawFd, RawFd)>,
 }
 
 fn cstr(s: &OsStr) -> Result<CString, SpawnError> {
@@ -68,7 +72,7 @@ impl Spec {
     /// `program` (a path: it is run as given, never searched in `PATH`)
     /// with an empty environment.
     pub fn new(program: impl AsRef<OsStr>) -> Result<Spec, SpawnError> {
-        Ok(Spec { program: cstr(program.as_ref())?, args: Vec::new(), env: Vec::new(), listen: None, listen_at: 3, address_space: None })
+        Ok(Spec { program: cstr(program.as_ref())?, args: Vec::new(), env: Vec::new(), listen: None, listen_at: 3, address_space: None, extra: None })
     }
 
     /// Adds an argument.
@@ -118,6 +122,7 @@ impl Spec {
             stdio: [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
             listen: listen_copy.as_ref().map(|c| c.as_raw_fd()).or(self.listen).map(|fd| (fd, self.listen_at)),
             address_space: self.address_space,
+            extra: self.extra.filter(|&(from, to)| from > self.listen_at.max(2) && to > self.listen_at.max(2)),
             program: self.program.as_ptr(),
             argv: argv.as_ptr(),
             envp: envp.as_ptr(),
@@ -275,6 +280,91 @@ pub fn copy_spt(template: &shoal_spt::Template, listen: OwnedFd, timeout: std::t
     Ok(adopt(pid, out_r, err_r)?)
 }
 
+/// Where an hvt template's control channel is in its tender.
+const HVT_CONTROL_FD: RawFd = 63;
+
+/// Starts the template of an hvt function: `spec` (the tender with the
+/// function's options and its listening socket) made a template
+/// (`shoal_hvt::template`), and waits up to `timeout` for its ready
+/// point. A template that ends or does not get there is killed and
+/// reaped; the error then ends with its last line on stderr. Runs on the
+/// spawner thread (see [`spawn_template`]); must run inside the tokio runtime.
+pub fn spawn_hvt_template(mut spec: Spec, timeout: std::time::Duration) -> Result<(shoal_hvt::template::Template, Proc), String> {
+    let (ours, theirs) = shoal_hvt::template::seqpacket_pair().map_err(|e| format!("cannot make the template's control channel: {e}"))?;
+    // Above every descriptor the child's dup2s write.
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) makes a new descriptor.
+    let high = unsafe { libc::fcntl(theirs.as_raw_fd(), libc::F_DUPFD_CLOEXEC, HVT_CONTROL_FD + 1) };
+    if high < 0 {
+        return Err(format!("cannot place the template's control channel: {}", io::Error::last_os_error()));
+    }
+    // SAFETY: a new descriptor, owned by nobody else.
+    let high = unsafe { OwnedFd::from_raw_fd(high) };
+    drop(theirs);
+    spec.env(shoal_hvt::template::TEMPLATE_FD_ENV, HVT_CONTROL_FD.to_string()).map_err(|e| e.to_string())?;
+    spec.extra = Some((high.as_raw_fd(), HVT_CONTROL_FD));
+    let rt = tokio::runtime::Handle::current();
+    on_spawner(move || {
+        let _rt = rt.enter();
+        let mut p = spec.spawn().map_err(|e| format!("cannot start the template: {e}"))?;
+        drop(high);
+        let t = shoal_hvt::template::Template::new(ours, p.pid as libc::pid_t);
+        if let Err(e) = t.wait_ready(timeout) {
+            // A template that ended closed its channel before it wrote its
+            // last words: up to a second for it to end on its own.
+            let mut st = None;
+            for _ in 0..100 {
+                if let Ok(Some(s)) = waitpid(t.pid(), true) {
+                    st = Some(s);
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            if st.is_none() {
+                kill(t.pid());
+                st = waitpid(t.pid(), false).ok().flatten();
+            }
+            p.status = st.map(ExitStatus::from_raw);
+            let fd = |r: Option<pipe::Receiver>| r.and_then(|r| r.into_nonblocking_fd().ok());
+            let (out, err) = (fd(p.stdout.take()), fd(p.stderr.take()));
+            let words = err.as_ref().and_then(last_words).or_else(|| out.as_ref().and_then(last_words));
+            return Err(match words {
+                Some(w) => format!("{e}; its last words: {w}"),
+                None => e.to_string(),
+            });
+        }
+        Ok((t, p))
+    })
+}
+
+/// An empty VM of an hvt template (`shoal_hvt::template::EmptyVm`) and its
+/// process, made ahead of the request that makes it a copy.
+pub struct HvtSpare {
+    vm: shoal_hvt::template::EmptyVm,
+    proc: Proc,
+}
+
+/// Asks `template` for an empty VM and waits up to `timeout` until it is
+/// made. Must run inside the tokio runtime.
+pub fn hvt_spare(template: &shoal_hvt::template::Template, timeout: std::time::Duration) -> Result<HvtSpare, CopyError> {
+    let vm = template.make_empty(timeout).map_err(CopyError::Hvt)?;
+    let proc = adopt_bare(vm.pid())?;
+    vm.wait_made(timeout).map_err(CopyError::Hvt)?;
+    Ok(HvtSpare { vm, proc })
+}
+
+/// Makes `spare` a copy of its template with `listen` as its listening
+/// socket and its own stdout and stderr pipes: the instance's process.
+pub fn start_hvt_copy(spare: HvtSpare, listen: OwnedFd) -> Result<Proc, CopyError> {
+    let (out_r, out_w) = pipe_pair()?;
+    let (err_r, err_w) = pipe_pair()?;
+    let HvtSpare { vm, mut proc } = spare;
+    vm.start(&out_w, &err_w, &[listen]).map_err(CopyError::Hvt)?;
+    drop((out_w, err_w));
+    proc.stdout = Some(pipe::Receiver::from_owned_fd_unchecked(out_r).map_err(|e| SpawnError::Sys("watch the instance", e))?);
+    proc.stderr = Some(pipe::Receiver::from_owned_fd_unchecked(err_r).map_err(|e| SpawnError::Sys("watch the instance", e))?);
+    Ok(proc)
+}
+
 /// Why a copy of a template could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum CopyError {
@@ -284,6 +374,9 @@ pub enum CopyError {
     /// The template's side: it is gone or not to be trusted.
     #[error(transparent)]
     Template(#[from] shoal_spt::TemplateError),
+    /// An hvt template's side.
+    #[error(transparent)]
+    Hvt(shoal_hvt::template::TemplateError),
 }
 
 /// The handle of a started child `pid` whose stdout and stderr are the
@@ -314,6 +407,29 @@ fn adopt(pid: libc::pid_t, out_r: OwnedFd, err_r: OwnedFd) -> Result<Proc, Spawn
     }
 }
 
+/// The handle of child `pid` without output pipes (an hvt template's
+/// empty VM: its pipes come when it becomes a copy).
+fn adopt_bare(pid: libc::pid_t) -> Result<Proc, SpawnError> {
+    let pidfd = match pidfd_open(pid) {
+        Ok(fd) => fd,
+        Err(e) => {
+            kill(pid);
+            reap(pid);
+            return Err(SpawnError::Sys("open a pidfd of the instance", e));
+        }
+    };
+    // SAFETY: the AsyncFd owns the OwnedFd, which stays open and the same
+    // descriptor until the AsyncFd is dropped.
+    match unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) } {
+        Ok(pidfd) => Ok(Proc { pid: pid as u32, pidfd: Some(pidfd), status: None, stdout: None, stderr: None }),
+        Err(e) => {
+            kill(pid);
+            reap(pid);
+            Err(SpawnError::Sys("watch the instance", e.into()))
+        }
+    }
+}
+
 /// What the child does between `clone` and `execve`, all prepared by the
 /// parent: plain descriptors, numbers and pointers into the parent's
 /// live `CString`s.
@@ -324,6 +440,7 @@ struct ChildPlan {
     stdio: [RawFd; 3],
     listen: Option<(RawFd, RawFd)>,
     address_space: Option<u64>,
+    extra: Option<(RawFd, RawFd)>,
     program: *const libc::c_char,
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
@@ -376,6 +493,12 @@ impl ChildPlan {
             }
             if let Some((from, to)) = self.listen {
                 // dup2 onto itself would keep close-on-exec.
+                let r = if from == to { libc::fcntl(from, libc::F_SETFD, 0) } else { libc::dup2(from, to) };
+                if r < 0 {
+                    return Err(errno());
+                }
+            }
+            if let Some((from, to)) = self.extra {
                 let r = if from == to { libc::fcntl(from, libc::F_SETFD, 0) } else { libc::dup2(from, to) };
                 if r < 0 {
                     return Err(errno());

@@ -106,9 +106,9 @@ pub struct Function {
     /// Read-only host directories (spt/hvt `--mount HOSTDIR:GUESTDIR:ro`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<String>,
-    /// spt: cold starts are copies of a template booted at deploy
-    /// (docs/serve.md "Templates"); on by default for spt (also for a
-    /// function saved before templates existed), off elsewhere.
+    /// spt and hvt: cold starts are copies of a template booted at deploy
+    /// (docs/serve.md "Templates"); on by default for spt and hvt (also
+    /// for a function saved before templates existed), off elsewhere.
     #[serde(default = "default_template")]
     pub template: bool,
     /// Requests one instance serves in all before it is stopped (0: no
@@ -151,7 +151,8 @@ pub struct DeployRequest {
     /// `HOSTDIR:GUESTDIR:ro`, each HOSTDIR beneath an allowed path; spt
     /// and hvt only.
     pub mounts: Option<Vec<String>>,
-    /// Cold starts by copying a template: default true on spt; spt only.
+    /// Cold starts by copying a template: default true on spt and hvt;
+    /// spt and hvt only.
     pub template: Option<bool>,
     /// Requests per instance before it is stopped; default 0 (no limit).
     pub requests_per_instance: Option<u64>,
@@ -311,8 +312,8 @@ impl Function {
         if env.values().any(|v| v.contains('\0')) {
             return Err(unprocessable("env: a value contains a NUL byte".into()));
         }
-        if req.template == Some(true) && backend != Backend::Spt {
-            return Err(unprocessable(format!("template: only the spt backend starts instances from a template, not {}", backend.name())));
+        if req.template == Some(true) && !backend.is_shoal() {
+            return Err(unprocessable(format!("template: only the spt and hvt backends start instances from a template, not {}", backend.name())));
         }
         Ok(Function {
             name: name.to_string(),
@@ -334,7 +335,7 @@ impl Function {
             fs: req.fs,
             env,
             mounts,
-            template: req.template.unwrap_or(backend == Backend::Spt),
+            template: req.template.unwrap_or(backend.is_shoal()),
             requests_per_instance: req.requests_per_instance.unwrap_or(0),
         })
     }
