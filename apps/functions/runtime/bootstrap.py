@@ -26,6 +26,10 @@ import sys
 import threading
 import traceback
 
+# The runtime directory is the deployed handler's, shared by instances and
+# read-only in a sandbox: no __pycache__ is written into it.
+sys.dont_write_bytecode = True
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 

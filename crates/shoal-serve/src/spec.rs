@@ -486,6 +486,16 @@ impl Function {
         if req.template == Some(true) && backend != Backend::Spt {
             return Err(unprocessable(format!("template: only the spt backend starts instances from a template, not {}", backend.name())));
         }
+        // A runtime's template reaches its ready point (Node's event loop
+        // included), but its copies, which inherit the read-only host
+        // directories, are stopped by their filter at the first request
+        // (measured: `read` for Python, `accept4` for Node): runtime
+        // functions start by exec until copies serve mounts.
+        if req.template == Some(true) && runtime.is_some() {
+            return Err(unprocessable(
+                "template: a runtime function starts by exec (copies of a template with read-only host directories are not served yet)".into(),
+            ));
+        }
         Ok(Function {
             name: name.to_string(),
             image,
@@ -509,7 +519,7 @@ impl Function {
             fs: req.fs,
             env,
             mounts,
-            template: req.template.unwrap_or(backend == Backend::Spt),
+            template: req.template.unwrap_or(backend == Backend::Spt && runtime.is_none()),
             requests_per_instance: req.requests_per_instance.unwrap_or(0),
         })
     }
