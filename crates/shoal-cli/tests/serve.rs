@@ -2004,7 +2004,10 @@ fn node_and_python_runtimes_serve_a_handler() {
             let handler = dir.path().join(file);
             let r = gw.deploy(&name, &format!(r#"{{"runtime":"{rt}","handler":"{}","backend":"{b}"}}"#, handler.display()));
             assert_eq!(r.status, 201, "{rt} on {b}: {}", r.text());
-            assert_eq!(r.json()["executable"].as_str().or(r.json()["image"].as_str()), Some(if rt == "node" { "/usr/bin/node" } else { "/usr/bin/python3.11" }));
+            assert_eq!(
+                r.json()["executable"].as_str().or(r.json()["image"].as_str()),
+                Some(if rt == "node" { "/usr/bin/node" } else { "/usr/bin/python3.11" })
+            );
             let r = gw.get(&format!("/fn/{name}/?a=1"));
             assert_eq!((r.status, r.text().as_str()), (200, hello), "{rt} on {b}");
             let body: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();

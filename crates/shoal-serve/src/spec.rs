@@ -407,9 +407,19 @@ impl Function {
         let (mut image, handler, runtime_dir) = match runtime {
             Some(rt) => {
                 if req.image.is_some() {
-                    return Err(unprocessable(format!("a {} runtime function has a \"handler\", not an \"image\" (its image is {})", rt.name(), rt.interpreter().display())));
+                    return Err(unprocessable(format!(
+                        "a {} runtime function has a \"handler\", not an \"image\" (its image is {})",
+                        rt.name(),
+                        rt.interpreter().display()
+                    )));
                 }
-                let h = req.handler.ok_or_else(|| unprocessable(format!("runtime {}: the body has no \"handler\": give the absolute path of the handler file (HANDLER.{})", rt.name(), rt.extension())))?;
+                let h = req.handler.ok_or_else(|| {
+                    unprocessable(format!(
+                        "runtime {}: the body has no \"handler\": give the absolute path of the handler file (HANDLER.{})",
+                        rt.name(),
+                        rt.extension()
+                    ))
+                })?;
                 if !h.is_absolute() {
                     return Err(unprocessable(format!("handler {}: give an absolute path (the gateway may run in another directory)", h.display())));
                 }

@@ -51,9 +51,7 @@ fn missing(dir: &Path) -> Option<String> {
         return Some(format!("{NODE} is not installed (Debian's nodejs package)"));
     }
     let want = ["node/noop.js", "node/fib.js", "node/matmul.js", "node/alloc.js", "node/fileread.js", "node/static.js"];
-    want.iter()
-        .find(|f| !dir.join(f).is_file())
-        .map(|f| format!("apps/functions/build.sh did not copy {} (the Node.js handlers)", dir.join(f).display()))
+    want.iter().find(|f| !dir.join(f).is_file()).map(|f| format!("apps/functions/build.sh did not copy {} (the Node.js handlers)", dir.join(f).display()))
 }
 
 /// The `node` experiment.
@@ -218,7 +216,9 @@ pub(super) fn node_functions(c: &Ctx) -> Result<Outcome> {
             paper: Paper { unikernel: "plot only (> 2× Linux VM)", runc: "plot only", gvisor: "plot only" },
             values: mean_row("cold node-noop", 1),
         },
-        Row { what: "Warm call, Node.js no-op (ms, mean)".into(), paper: Paper { unikernel: "–", runc: "–", gvisor: "–" }, values: mean_row("warm noop", 1) },
+        Row {
+            what: "Warm call, Node.js no-op (ms, mean)".into(), paper: Paper { unikernel: "–", runc: "–", gvisor: "–" }, values: mean_row("warm noop", 1)
+        },
         Row { what: format!("Node.js fib({FIB_N}) warm (ms)"), paper: none(), values: mean_row("warm fib", 1) },
         Row { what: "Node.js matmul 1024² warm (ms)".into(), paper: none(), values: mean_row("warm matmul", 0) },
         Row { what: "Node.js alloc 50 MiB warm (ms)".into(), paper: none(), values: mean_row("warm alloc", 1) },
