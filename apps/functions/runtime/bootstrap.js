@@ -7,7 +7,8 @@
 // exports.handle); req has method, path, query (without '?'), headers and
 // body (a Buffer). It returns, or resolves to:
 //   "text" or a Buffer                  -> 200 (text/plain or octet-stream)
-//   { status, body, type, headers }     -> that answer
+//   { status, body, type, headers }     -> that answer (body may be a
+//                                          readable stream: piped)
 //   nothing                             -> 200 with an empty body
 // A throw (or a rejected promise) answers 500 with its message; the stack
 // goes to stderr, which the gateway keeps as the function's logs.
@@ -36,6 +37,17 @@ if (typeof handle !== 'function') {
 }
 
 function send(res, out) {
+  if (out && typeof out === 'object' && out.body && typeof out.body.pipe === 'function') {
+    // A stream (fs.createReadStream): sent as it is read, not held whole.
+    const headers = { ...(out.headers || {}), 'content-type': out.type || 'application/octet-stream' };
+    out.body.on('error', (e) => {
+      console.error(`node runtime: the answer's stream failed: ${e.message}`);
+      res.destroy(e);
+    });
+    res.writeHead(out.status || 200, headers);
+    out.body.pipe(res);
+    return;
+  }
   let status = 200;
   let body = out;
   let type;

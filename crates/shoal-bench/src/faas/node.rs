@@ -35,10 +35,6 @@ fn settings(dir: &Path, runtime: &str, file: &str, backend: &str, extra: Value) 
     if file.ends_with("static.js") || file.ends_with("fileread.js") {
         v["fs"] = json!(dir.join("fs"));
     }
-    if file.ends_with("static.js") {
-        // Four 50 MiB answers in flight at once, each a Buffer of the file.
-        v["memory"] = json!("1G");
-    }
     if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
         o.extend(e.clone());
     }
@@ -193,7 +189,7 @@ pub(super) fn node_functions(c: &Ctx) -> Result<Outcome> {
          apps/functions/runtime/bootstrap.js; spt and hvt run the unmodified executable with the host's /usr, /lib and /lib64 mounted read-only, \
          runc and runsc with them bind-mounted read-only, process runs it as it is). Means (p95) through shoal serve: {} cold starts per backend, \
          {warm_calls} warm no-op calls and {} of each workload on one kept instance (its first call not counted); HTTP: hey, {} requests per level, \
-         2xx answers per second. Cold starts of spt are copies of a template booted at deploy.\n\
+         2xx answers per second. Runtime functions start by exec on spt (no template: docs/serve.md says why).\n\
          Paper (Node.js): cold start and instructions plot only (Nanos and OSv more than twice the Linux microVM's); 100 concurrent cold starts Nanos and \
          OSv 3.6 s, Linux microVM 5.9 s, runc 6.4 s, gVisor 16.7 s; the CPU, memory, network and file workloads were Go only.\n",
         node_version(),
