@@ -7,7 +7,9 @@
 # and the Lua function runtime OUT/lua (+ OUT/lua.native) from the `lua-fn`
 # recipe (Debian's Lua 5.4 source), with the example handler in OUT/lua-fs
 # (deploy it with "fs": "OUT/lua-fs"; any directory holding a handler.lua
-# will do); and the Go functions OUT/go-NAME (below).
+# will do); and the Go functions OUT/go-NAME (below); and the Node.js and
+# Python handlers of the function runtimes, OUT/node/NAME.js and
+# OUT/python/NAME.py (`shoal fn deploy NAME --runtime node OUT/node/NAME.js`).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 OUT="${1:-$here/../../build/functions}"
@@ -38,5 +40,8 @@ fi
 "$SHOAL" recipe build lua-fn -o "$OUT/lua" --native "$OUT/lua.native"
 mkdir -p "$OUT/lua-fs"
 cp "$here/lua/handler.lua" "$OUT/lua-fs/handler.lua"
+mkdir -p "$OUT/node" "$OUT/python"
+cp "$here"/node/*.js "$OUT/node/"
+cp "$here"/python/*.py "$OUT/python/"
 [ -s "$OUT/fs/data.bin" ] || head -c $((50 << 20)) /dev/urandom > "$OUT/fs/data.bin"
 echo "functions built in $OUT"

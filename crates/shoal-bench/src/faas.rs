@@ -27,7 +27,10 @@
 //!   apps/functions/go (static executables: spt and hvt run the instance
 //!   image built around the file, the native backends the file itself)
 //!   beside the C ones: cold start and warm latency of the no-op, warm
-//!   fib, and the largest `--bursts` size of concurrent Go cold starts.
+//!   fib, and the largest `--bursts` size of concurrent Go cold starts;
+//! - node: seed 002's Node.js functions (apps/functions/node) served by the
+//!   Node.js function runtime (the host's node) on every backend
+//!   ([`node`]).
 //!
 //! CPU time is read from /proc (each thread's schedstat run time in ns,
 //! plus the CPU time of reaped children): hardware counters, which the
@@ -54,8 +57,10 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 /// The experiments, in the order they run (`--only` names).
-pub const EXPERIMENTS: [&str; 10] =
-    ["cold-start", "burst", "startup-cost", "idle-cpu", "idle-memory", "workloads", "two-write", "concurrency", "go", "templates"];
+pub const EXPERIMENTS: [&str; 11] =
+    ["cold-start", "burst", "startup-cost", "idle-cpu", "idle-memory", "workloads", "two-write", "concurrency", "go", "node", "templates"];
+
+mod node;
 
 /// The backends, in the order of every table.
 pub const BACKENDS: [&str; 5] = ["spt", "hvt", "process", "runc", "runsc"];
@@ -2172,6 +2177,7 @@ pub fn faas(o: FaasOpts) -> Result<()> {
             "workloads" => workloads(&c),
             "two-write" => two_write(&c),
             "go" => go_functions(&c),
+            "node" => node::node_functions(&c),
             "templates" => templates(&c),
             _ => {
                 if Command::new("hey").arg("-h").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {

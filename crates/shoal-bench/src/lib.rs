@@ -134,7 +134,7 @@ pub enum Bench {
         json: bool,
     },
     /// The FaaS paper's experiments through a real `shoal serve` on spt, hvt, process, runc and runsc:
-    /// cold-start, burst, startup-cost, idle-cpu, idle-memory, workloads, concurrency (a quick run, about
+    /// cold-start, burst, startup-cost, idle-cpu, idle-memory, workloads, concurrency, go, node (Node.js functions), templates (a quick run, about
     /// 15 minutes here: --repeat 10 --requests 2048 --bursts 10,20,50,100 --instances 1,10,50,100).
     Faas {
         /// Only these experiments (repeatable; default all).

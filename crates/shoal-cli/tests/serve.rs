@@ -2165,3 +2165,101 @@ fn template_false_starts_instances_by_exec() {
     assert_eq!(r.status, 422, "{}", r.text());
     assert_eq!(r.json()["error"], "template: only the spt and hvt backends start instances from a template, not process");
 }
+
+/// A Node.js handler: a no-op, the request echoed, a throw.
+const NODE_HANDLER: &str = r#"exports.handle = async (req) => {
+  if (req.path === '/throw') throw new Error('the node handler was asked to fail');
+  if (req.path === '/echo') return { status: 201, type: 'application/octet-stream', body: req.body };
+  return `hello from Node ${process.version.split('.')[0]} ${req.method} ${req.query}\n`;
+};
+"#;
+
+/// The same in Python.
+const PY_HANDLER: &str = r#"import sys
+def handle(req):
+    if req["path"] == "/throw":
+        raise ValueError("the python handler was asked to fail")
+    if req["path"] == "/echo":
+        return {"status": 201, "type": "application/octet-stream", "body": req["body"]}
+    return f"hello from Python {sys.version_info[0]}.{sys.version_info[1]} {req['method']} {req['query']}\n"
+"#;
+
+/// The function runtimes (`"runtime": "node"|"python"` + a handler file):
+/// the host's /usr/bin/node and /usr/bin/python3.11 serve the handler's
+/// `handle(req)` on spt (from a template), hvt and process: the handler's
+/// answer, a POST body echoed with the status and type it chose, a throw
+/// as 500 with its message, which the logs also hold.
+#[test]
+fn node_and_python_runtimes_serve_a_handler() {
+    if !shoal_testkit::need(&["root", "node", "python3.11"]) {
+        return;
+    }
+    let dir = scratch();
+    std::fs::write(dir.path().join("h.js"), NODE_HANDLER).unwrap();
+    std::fs::write(dir.path().join("h.py"), PY_HANDLER).unwrap();
+    let gw = Gateway::start(&dir.path().join("state"));
+    for b in backends() {
+        for (rt, file, hello) in [("node", "h.js", "hello from Node v20 GET a=1\n"), ("python", "h.py", "hello from Python 3.11 GET a=1\n")] {
+            let name = format!("{rt}-{b}");
+            let handler = dir.path().join(file);
+            let r = gw.deploy(&name, &format!(r#"{{"runtime":"{rt}","handler":"{}","backend":"{b}"}}"#, handler.display()));
+            assert_eq!(r.status, 201, "{rt} on {b}: {}", r.text());
+            assert_eq!(
+                r.json()["executable"].as_str().or(r.json()["image"].as_str()),
+                Some(if rt == "node" { "/usr/bin/node" } else { "/usr/bin/python3.11" })
+            );
+            let r = gw.get(&format!("/fn/{name}/?a=1"));
+            assert_eq!((r.status, r.text().as_str()), (200, hello), "{rt} on {b}");
+            let body: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+            let r = gw.req("POST", &format!("/fn/{name}/echo"), Some(&body));
+            assert_eq!((r.status, r.header("content-type")), (201, Some("application/octet-stream")), "{rt} on {b}");
+            assert!(r.body == body, "{rt} on {b}: the body did not come back intact");
+            let r = gw.get(&format!("/fn/{name}/throw"));
+            assert_eq!((r.status, r.text().as_str()), (500, format!("the {rt} handler was asked to fail\n").as_str()), "{rt} on {b}");
+            let logs = gw.get(&format!("/functions/{name}/logs")).text();
+            assert!(logs.contains(&format!("the {rt} handler was asked to fail")), "{rt} on {b}: {logs}");
+            // The instance lives on.
+            assert_eq!(gw.get(&format!("/fn/{name}/?a=1")).header("x-shoal-cold-start"), Some("false"), "{rt} on {b}");
+        }
+    }
+    assert_eq!(gw.stop(), Some(0));
+}
+
+/// Runtime deploys are checked before anything runs: an unknown runtime,
+/// a handler that is missing, of the wrong kind, relative, or given with
+/// an image, and a handler without a runtime are refused with one line
+/// (the API's 422, `shoal fn deploy`'s error and exit status).
+#[test]
+fn runtime_deploys_are_checked() {
+    let dir = scratch();
+    let d = dir.path();
+    std::fs::write(d.join("h.js"), NODE_HANDLER).unwrap();
+    std::fs::write(d.join("h.py"), PY_HANDLER).unwrap();
+    let gw = Gateway::start(&d.join("state"));
+    let js = d.join("h.js").display().to_string();
+    let missing = d.join("nothing.js").display().to_string();
+    for (body, needle) in [
+        (format!(r#"{{"runtime":"ruby","handler":"{js}"}}"#), "unknown runtime `ruby`: expected node or python".to_string()),
+        (format!(r#"{{"runtime":"node","handler":"{missing}"}}"#), format!("handler {missing}: No such file or directory")),
+        (format!(r#"{{"runtime":"python","handler":"{js}"}}"#), format!("handler {js}: a python handler is a .py file")),
+        (r#"{"runtime":"node","handler":"h.js"}"#.to_string(), "handler h.js: give an absolute path".to_string()),
+        (r#"{"runtime":"node"}"#.to_string(), "runtime node: the body has no \"handler\"".to_string()),
+        (format!(r#"{{"runtime":"node","handler":"{js}","image":"/usr/bin/node"}}"#), "has a \"handler\", not an \"image\"".to_string()),
+        (format!(r#"{{"handler":"{js}","image":"/usr/bin/node"}}"#), "handler: only a runtime function has one".to_string()),
+        (format!(r#"{{"runtime":"node","handler":"{}"}}"#, d.display()), format!("handler {}: a node handler is a .js file", d.display())),
+    ] {
+        let r = gw.deploy("rt", &body);
+        assert_eq!(r.status, 422, "{body}: {}", r.text());
+        let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(e.contains(&needle) && !e.contains('\n'), "{body}: {e}");
+    }
+    assert_eq!(gw.get("/functions").json(), serde_json::json!([]), "a refused deploy left a function");
+    let url = format!("http://{}", gw.addr);
+    let o = output(shoal().args(["fn", "--gateway", &url, "deploy", "rt", "--runtime", "perl", &js]).arg("--state").arg(d.join("state")));
+    assert_clean_error(&o, "unknown runtime `perl`: expected node or python");
+    let o = output(shoal().args(["fn", "--gateway", &url, "deploy", "rt", "--runtime", "node", "--upload", &js]).arg("--state").arg(d.join("state")));
+    assert_clean_error(&o, "--upload sends an image");
+    // A handler beneath no allowed path is refused before it is read.
+    let o = output(shoal().args(["fn", "--gateway", &url, "deploy", "rt", "--runtime", "node", "/etc/hostname.js"]).arg("--state").arg(d.join("state")));
+    assert_clean_error(&o, "handler /etc/hostname.js: ");
+}

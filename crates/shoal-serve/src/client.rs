@@ -18,15 +18,21 @@ use std::path::PathBuf;
 /// The `shoal fn` subcommands.
 #[derive(Subcommand)]
 pub enum FnCmd {
-    /// Deploy (or update) a function: `shoal fn deploy NAME IMAGE [--backend spt|hvt|process|runc|runsc] …`.
+    /// Deploy (or update) a function: `shoal fn deploy NAME IMAGE [--backend spt|hvt|process|runc|runsc] …`,
+    /// or `shoal fn deploy NAME --runtime node HANDLER.js` (`--runtime python HANDLER.py`).
     Deploy {
         /// The function's name.
         name: String,
-        /// The image (a shoal image; the native static build for process, runc, runsc).
+        /// The image (a shoal image; the native static build for process, runc, runsc); with
+        /// --runtime, the handler file.
         image: PathBuf,
         /// spt (default), hvt, process, runc or runsc.
         #[arg(long)]
         backend: Option<String>,
+        /// node or python: IMAGE is a handler file whose `handle(req)` the host's interpreter
+        /// (/usr/bin/node, /usr/bin/python3.11) serves.
+        #[arg(long)]
+        runtime: Option<String>,
         /// Guest memory for spt/hvt (e.g. 256M).
         #[arg(long)]
         memory: Option<String>,
@@ -150,6 +156,7 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                 name,
                 image,
                 backend,
+                runtime,
                 memory,
                 concurrency,
                 max_instances,
@@ -164,15 +171,22 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                 upload,
             } => {
                 let abs = |p: PathBuf| std::path::absolute(&p).with_context(|| format!("cannot resolve {}", p.display()));
-                let image = if upload {
+                if runtime.is_some() && upload {
+                    bail!("--upload sends an image; a --runtime function's handler is read by the gateway from its path");
+                }
+                let image = if let Some(rt) = &runtime {
+                    let mut body = json!({ "runtime": rt });
+                    body["handler"] = json!(abs(image)?);
+                    body
+                } else if upload {
                     let bytes = std::fs::read(&image).with_context(|| format!("cannot read the image {}", image.display()))?;
                     let (status, b) = call(&gw, auth, "POST", "/images", Some(("application/octet-stream", bytes))).await?;
                     let v = api_ok(status, &b)?;
-                    json!(v["image"].as_str().ok_or_else(|| anyhow!("the gateway's answer to the upload names no image"))?)
+                    json!({ "image": v["image"].as_str().ok_or_else(|| anyhow!("the gateway's answer to the upload names no image"))? })
                 } else {
-                    json!(abs(image)?)
+                    json!({ "image": abs(image)? })
                 };
-                let mut body = json!({ "image": image });
+                let mut body = image;
                 let mut set = |k: &str, v: Value| {
                     if !v.is_null() {
                         body[k] = v;
@@ -202,13 +216,11 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                 let (status, b) =
                     call(&gw, auth, "PUT", &format!("/functions/{}", segment(&name)), Some(("application/json", body.to_string().into_bytes()))).await?;
                 let v = api_ok(status, &b)?;
-                println!(
-                    "{} {} ({}, image {})",
-                    if status == 201 { "deployed" } else { "updated" },
-                    name,
-                    v["backend"].as_str().unwrap_or("?"),
-                    v["executable"].as_str().or(v["image"].as_str()).unwrap_or("?")
-                );
+                let what = match (v["runtime"].as_str(), v["handler"].as_str()) {
+                    (Some(rt), Some(h)) => format!("{rt} runtime, handler {h}"),
+                    _ => format!("image {}", v["executable"].as_str().or(v["image"].as_str()).unwrap_or("?")),
+                };
+                println!("{} {} ({}, {what})", if status == 201 { "deployed" } else { "updated" }, name, v["backend"].as_str().unwrap_or("?"));
                 if status != 201 {
                     // A deploy replaces the function's settings whole.
                     println!("(settings not given on this command line are back to their defaults: see `shoal fn ls`)");
@@ -231,7 +243,7 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                         f["memory"].as_str().unwrap_or("-"),
                         // How many variables; their values may be secrets.
                         f["env"].as_object().map_or(0, |m| m.len()),
-                        f["executable"].as_str().or(f["image"].as_str()).unwrap_or("")
+                        f["handler"].as_str().or(f["executable"].as_str()).or(f["image"].as_str()).unwrap_or("")
                     );
                 }
                 Ok(0)

@@ -167,6 +167,12 @@ impl ImageStore {
         n
     }
 
+    /// Where runtime functions' directories (bootstrap + handler) are
+    /// kept: `runtimes` beside `images` in the state directory.
+    pub fn runtimes_dir(&self) -> PathBuf {
+        self.dir.with_file_name("runtimes")
+    }
+
     /// The stored file a deploy's `sha256:HEX` names; 422 if the reference
     /// is malformed or nothing was uploaded under it.
     pub fn resolve(&self, reference: &str) -> Result<PathBuf, ApiError> {

@@ -20,7 +20,7 @@
 use super::bundle::{self, Network, Process};
 use super::netns::NetNs;
 use super::spawn::{Proc, Spec};
-use super::spec::{Backend, Function};
+use super::spec::{Backend, Function, Runtime, RUNTIME_GUEST_DIR, SYSTEM_DIRS};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::net::{SocketAddr, TcpListener};
@@ -95,12 +95,44 @@ fn tender_options(f: &Function) -> shoal_tender::RunOpts {
     };
     o.env = f.env.iter().map(|(k, v)| format!("{k}={v}").into()).collect();
     o.mount = f.mounts.iter().map(Into::into).collect();
+    if let Some(dir) = &f.runtime_dir {
+        // The host's interpreter, its ld.so and libraries, read-only where
+        // they are; the bootstrap and the handler at RUNTIME_GUEST_DIR.
+        o.mount.extend(SYSTEM_DIRS.iter().map(|d| format!("{d}:{d}:ro").into()));
+        o.mount.push(format!("{}:{RUNTIME_GUEST_DIR}:ro", dir.display()).into());
+    }
     o
+}
+
+/// A runtime function's bootstrap as the instance sees it (`dir`: where
+/// the function's runtime directory is, in the instance's file system).
+fn bootstrap_path(rt: Runtime, dir: &Path) -> PathBuf {
+    dir.join(rt.bootstrap().0)
+}
+
+/// The program's arguments after argv[0] on spt/hvt: a runtime function's
+/// bootstrap, nothing for an image.
+fn guest_args(f: &Function) -> Vec<std::ffi::OsString> {
+    match f.runtime {
+        Some(rt) => vec![bootstrap_path(rt, Path::new(RUNTIME_GUEST_DIR)).into_os_string()],
+        None => Vec::new(),
+    }
+}
+
+/// The address-space limit (`RLIMIT_AS`) a `process` instance of `f` gets:
+/// its memory, but at least 1 GiB for Node, whose V8 reserves ~600-800 MB
+/// of address space at start that it never touches (it dies under 512 MiB
+/// here); spt/hvt count memory used, not reserved.
+fn address_space(f: &Function) -> u64 {
+    match f.runtime {
+        Some(Runtime::Node) => f.memory_bytes().max(1 << 30),
+        _ => f.memory_bytes(),
+    }
 }
 
 /// `f`'s options checked as `shoal-tender` checks them.
 fn run_args(f: &Function) -> Result<shoal_tender::RunArgs> {
-    shoal_tender::RunArgs::from_opts(&tender_options(f), f.image.clone(), Vec::new()).map_err(|e| anyhow::anyhow!("{e}"))
+    shoal_tender::RunArgs::from_opts(&tender_options(f), f.image.clone(), guest_args(f)).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Checks and prepares an spt function once for all its instances
@@ -238,6 +270,13 @@ fn hvt_spec(l: &Launcher, f: &Function, sock: &TcpListener) -> Result<Spec> {
         cmd.arg(a)?;
     }
     cmd.arg(&f.image)?;
+    let args = guest_args(f);
+    if !args.is_empty() {
+        cmd.arg("--")?;
+        for a in args {
+            cmd.arg(a)?;
+        }
+    }
     Ok(cmd)
 }
 
@@ -306,6 +345,9 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
             }
             if f.backend == Backend::Process {
                 cmd = Spec::new(&f.image)?;
+                if let (Some(rt), Some(dir)) = (f.runtime, &f.runtime_dir) {
+                    cmd.arg(bootstrap_path(rt, dir))?;
+                }
                 cmd.env("LISTEN_FD", LISTEN_FD.to_string())?.env("PORT", addr.port().to_string())?;
                 if let Some(fs) = &f.fs {
                     cmd.env("FN_ROOT", fs)?;
@@ -314,7 +356,7 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
                     cmd.env(k, v)?;
                 }
                 // The counterpart of a guest's memory size.
-                cmd.address_space = Some(f.memory_bytes());
+                cmd.address_space = Some(address_space(f));
             } else if f.backend == Backend::Hvt {
                 cmd = hvt_spec(l, f, &sock)?;
             } else {
@@ -332,6 +374,13 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
                     cmd.arg("--uid-range")?.arg(r.spec())?;
                 }
                 cmd.arg(&f.image)?;
+                let args = guest_args(f);
+                if !args.is_empty() {
+                    cmd.arg("--")?;
+                    for a in args {
+                        cmd.arg(a)?;
+                    }
+                }
             }
             cmd.listen = Some(sock.as_raw_fd());
             cmd.listen_at = LISTEN_FD;
@@ -388,12 +437,32 @@ fn make_bundle(rt: &Path, dir: &Path, f: &Function, port: u16, netns: &str) -> R
     }
     env.extend(f.env.iter().map(|(k, v)| format!("{k}={v}")));
     std::fs::create_dir_all(dir.join("rootfs/fs"))?;
-    let process =
-        Process { args: vec!["/fn".into()], env, files: vec![(&f.image, "fn")], readonly_root: true, hostname: &f.name, network: Network::Join(netns) };
+    // A runtime function: the host's interpreter from the host's /usr,
+    // /lib and /lib64 (bind-mounted read-only), the bootstrap and handler
+    // at RUNTIME_GUEST_DIR; an image: the native build copied in as /fn.
+    let (args, files) = match (f.runtime, &f.runtime_dir) {
+        (Some(r), Some(_)) => {
+            for d in SYSTEM_DIRS.iter().chain([&RUNTIME_GUEST_DIR]) {
+                std::fs::create_dir_all(dir.join("rootfs").join(d.trim_start_matches('/')))?;
+            }
+            let boot = bootstrap_path(r, Path::new(RUNTIME_GUEST_DIR)).display().to_string();
+            (vec![r.interpreter().display().to_string(), boot], vec![])
+        }
+        _ => (vec!["/fn".to_string()], vec![(f.image.as_path(), "fn")]),
+    };
+    let process = Process { args, env, files, readonly_root: true, hostname: &f.name, network: Network::Join(netns) };
     bundle::make_bundle(rt, dir, &process, |c| {
         c["linux"]["resources"]["memory"] = json!({ "limit": f.memory_bytes() });
-        if let (Some(fs), Some(mounts)) = (&f.fs, c["mounts"].as_array_mut()) {
-            mounts.push(json!({"destination": "/fs", "type": "bind", "source": fs, "options": ["rbind", "ro"]}));
+        if let Some(mounts) = c["mounts"].as_array_mut() {
+            if let Some(fs) = &f.fs {
+                mounts.push(json!({"destination": "/fs", "type": "bind", "source": fs, "options": ["rbind", "ro"]}));
+            }
+            if let Some(rd) = &f.runtime_dir {
+                for d in SYSTEM_DIRS {
+                    mounts.push(json!({"destination": d, "type": "bind", "source": d, "options": ["rbind", "ro"]}));
+                }
+                mounts.push(json!({"destination": RUNTIME_GUEST_DIR, "type": "bind", "source": rd, "options": ["rbind", "ro"]}));
+            }
         }
     })?;
     Ok(())

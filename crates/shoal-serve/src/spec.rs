@@ -58,6 +58,136 @@ impl Backend {
     }
 }
 
+/// A function runtime: the host's own interpreter (Debian's, by absolute
+/// path, never looked up in `PATH`) running a bootstrap shipped with
+/// shoal (apps/functions/runtime/) that serves the deployed handler file's
+/// `handle(req)` on the instance's port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    /// `/usr/bin/node` (Node 20) with bootstrap.js.
+    Node,
+    /// `/usr/bin/python3.11` with bootstrap.py.
+    Python,
+}
+
+/// The largest handler file a runtime function may deploy: a handler is
+/// source code, and the gateway copies it into its state directory.
+pub const MAX_HANDLER: u64 = 4 << 20;
+
+impl Runtime {
+    /// The runtime named `s`, or a 422 naming the ones there are.
+    pub fn parse(s: &str) -> Result<Runtime, ApiError> {
+        match s {
+            "node" => Ok(Runtime::Node),
+            "python" => Ok(Runtime::Python),
+            _ => Err(ApiError::Unprocessable(format!("unknown runtime `{s}`: expected node or python"))),
+        }
+    }
+
+    /// The name used in the API.
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::Node => "node",
+            Runtime::Python => "python",
+        }
+    }
+
+    /// The host's interpreter it runs.
+    pub fn interpreter(self) -> &'static Path {
+        Path::new(match self {
+            Runtime::Node => "/usr/bin/node",
+            Runtime::Python => "/usr/bin/python3.11",
+        })
+    }
+
+    /// The handler file's extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Runtime::Node => "js",
+            Runtime::Python => "py",
+        }
+    }
+
+    /// The bootstrap's file name and contents (built into shoal, so the
+    /// gateway needs no source tree).
+    pub fn bootstrap(self) -> (&'static str, &'static str) {
+        match self {
+            Runtime::Node => ("bootstrap.js", include_str!("../../../apps/functions/runtime/bootstrap.js")),
+            Runtime::Python => ("bootstrap.py", include_str!("../../../apps/functions/runtime/bootstrap.py")),
+        }
+    }
+}
+
+/// Where a runtime function's directory (bootstrap + handler) appears in
+/// its instances: in the guest on spt/hvt (a read-only mount), in the
+/// container on runc/runsc (a read-only bind mount).
+pub const RUNTIME_GUEST_DIR: &str = "/fn-runtime";
+
+/// The host directories a runtime's interpreter needs, mounted read-only
+/// at the same place in the instance: the interpreter, `ld.so`, the shared
+/// libraries and Python's standard library.
+pub const SYSTEM_DIRS: [&str; 3] = ["/usr", "/lib", "/lib64"];
+
+/// Checks a runtime function's handler file and copies it with the
+/// runtime's bootstrap into a directory of their own under `root` (named
+/// by the SHA-256 of both, so an unchanged redeploy reuses it and a
+/// changed handler is a new directory: the instances of the old
+/// deployment keep theirs). Returns the directory.
+fn runtime_dir(rt: Runtime, handler: &Path, root: &Path) -> Result<PathBuf, ApiError> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let bad = |why: String| unprocessable(format!("handler {}: {why}", handler.display()));
+    if handler.extension().and_then(|e| e.to_str()) != Some(rt.extension()) {
+        return Err(bad(format!("a {} handler is a .{} file", rt.name(), rt.extension())));
+    }
+    let meta = std::fs::metadata(handler).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    if meta.len() > MAX_HANDLER {
+        return Err(bad(format!("{} bytes; at most {MAX_HANDLER} are accepted", meta.len())));
+    }
+    let code = std::fs::read(handler).map_err(|e| bad(e.to_string()))?;
+    if !rt.interpreter().is_file() {
+        return Err(unprocessable(format!("the {} runtime runs {}, which is not on this machine", rt.name(), rt.interpreter().display())));
+    }
+    let (boot_name, boot) = rt.bootstrap();
+    let mut h = Sha256::new();
+    h.update(rt.name().as_bytes());
+    h.update([0]);
+    h.update(boot.as_bytes());
+    h.update([0]);
+    h.update(&code);
+    let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let dir = root.join(&hex);
+    if dir.join(boot_name).is_file() {
+        return Ok(dir);
+    }
+    let internal = |what: &str, e: std::io::Error| ApiError::Internal(format!("cannot {what} {}: {e}", root.display()));
+    // The instances read it as their own user (spt: nobody): world-readable,
+    // beneath a state directory that only the gateway's user can list.
+    std::fs::DirBuilder::new().recursive(true).mode(0o711).create(root).map_err(|e| internal("make the runtimes directory", e))?;
+    let tmp = root.join(format!(".{hex}.tmp"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::DirBuilder::new().mode(0o755).create(&tmp).map_err(|e| internal("make a directory in", e))?;
+    let write = |name: &str, bytes: &[u8]| -> std::io::Result<()> {
+        let p = tmp.join(name);
+        std::fs::write(&p, bytes)?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644))
+    };
+    write(boot_name, boot.as_bytes()).and_then(|_| write(&format!("handler.{}", rt.extension()), &code)).map_err(|e| internal("write the handler into", e))?;
+    match std::fs::rename(&tmp, &dir) {
+        Ok(()) => Ok(dir),
+        // Another deploy of the same handler made it meanwhile.
+        Err(_) if dir.join(boot_name).is_file() => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            Ok(dir)
+        }
+        Err(e) => Err(internal("move the handler into", e)),
+    }
+}
+
 /// Requests one instance serves at once when the deploy does not say.
 pub const DEFAULT_CONCURRENCY: u32 = 1;
 
@@ -76,6 +206,18 @@ pub struct Function {
     pub executable: Option<PathBuf>,
     /// The backend that runs it.
     pub backend: Backend,
+    /// A runtime function: the runtime whose interpreter [`Function::image`]
+    /// (or, on spt/hvt, [`Function::executable`]) is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<Runtime>,
+    /// A runtime function: the handler file deployed (as named).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<PathBuf>,
+    /// A runtime function: its directory under the state directory, the
+    /// bootstrap and a copy of the handler (mounted at
+    /// [`RUNTIME_GUEST_DIR`] in its instances).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_dir: Option<PathBuf>,
     /// The instance's memory, e.g. "256M": guest memory on spt/hvt
     /// (`--mem`), the container's memory limit on runc/runsc
     /// (`linux.resources.memory.limit`), the address-space limit
@@ -130,6 +272,10 @@ pub struct DeployRequest {
     pub image: Option<PathBuf>,
     /// spt (default), hvt, process, runc or runsc.
     pub backend: Option<String>,
+    /// `node` or `python`: a runtime function (then `handler`, not `image`).
+    pub runtime: Option<String>,
+    /// A runtime function's handler file (absolute path).
+    pub handler: Option<PathBuf>,
     /// The instance's memory (see [`Function::memory`]), default 256M.
     pub memory: Option<String>,
     /// Default 8.
@@ -224,7 +370,12 @@ impl Function {
     /// function: a deployment loaded from the state file at start.
     pub fn check_policy(&self, policy: &super::auth::Policy) -> Result<(), ApiError> {
         policy.check_backend(self.backend)?;
-        policy.check_path("image", self.executable.as_ref().unwrap_or(&self.image))?;
+        // A runtime function's image is the host's interpreter, chosen by
+        // the gateway: its handler is what the deploy named.
+        match &self.handler {
+            Some(h) => policy.check_path("handler", h)?,
+            None => policy.check_path("image", self.executable.as_ref().unwrap_or(&self.image))?,
+        }
         if let Some(fs) = &self.fs {
             policy.check_path("fs", fs)?;
         }
@@ -253,14 +404,45 @@ impl Function {
         }
         let backend = Backend::parse(req.backend.as_deref().unwrap_or("spt"))?;
         policy.check_backend(backend)?;
-        let mut image = req
-            .image
-            .ok_or_else(|| unprocessable("the body has no \"image\": give the image's absolute path or the sha256: name of an uploaded one".into()))?;
-        if let Some(r) = image.to_str().filter(|s| s.starts_with(super::images::REF_PREFIX)) {
-            image = images.resolve(r)?;
-        } else if image.is_absolute() {
-            policy.check_path("image", &image)?;
-        }
+        let runtime = req.runtime.as_deref().map(Runtime::parse).transpose()?;
+        let (mut image, handler, runtime_dir) = match runtime {
+            Some(rt) => {
+                if req.image.is_some() {
+                    return Err(unprocessable(format!(
+                        "a {} runtime function has a \"handler\", not an \"image\" (its image is {})",
+                        rt.name(),
+                        rt.interpreter().display()
+                    )));
+                }
+                let h = req.handler.ok_or_else(|| {
+                    unprocessable(format!(
+                        "runtime {}: the body has no \"handler\": give the absolute path of the handler file (HANDLER.{})",
+                        rt.name(),
+                        rt.extension()
+                    ))
+                })?;
+                if !h.is_absolute() {
+                    return Err(unprocessable(format!("handler {}: give an absolute path (the gateway may run in another directory)", h.display())));
+                }
+                policy.check_path("handler", &h)?;
+                let dir = runtime_dir(rt, &h, &images.runtimes_dir())?;
+                (rt.interpreter().to_path_buf(), Some(h), Some(dir))
+            }
+            None => {
+                if req.handler.is_some() {
+                    return Err(unprocessable("handler: only a runtime function has one (give \"runtime\": \"node\" or \"python\")".into()));
+                }
+                let mut image = req
+                    .image
+                    .ok_or_else(|| unprocessable("the body has no \"image\": give the image's absolute path or the sha256: name of an uploaded one".into()))?;
+                if let Some(r) = image.to_str().filter(|s| s.starts_with(super::images::REF_PREFIX)) {
+                    image = images.resolve(r)?;
+                } else if image.is_absolute() {
+                    policy.check_path("image", &image)?;
+                }
+                (image, None, None)
+            }
+        };
         check_image(&image, backend)?;
         let mut executable = None;
         if backend.is_shoal() {
@@ -315,11 +497,32 @@ impl Function {
         if req.template == Some(true) && !backend.is_shoal() {
             return Err(unprocessable(format!("template: only the spt and hvt backends start instances from a template, not {}", backend.name())));
         }
+        // A runtime's template reaches its ready point (Node's event loop
+        // included), but its copies, which inherit the read-only host
+        // directories, are stopped by their filter at the first request
+        // (measured: `read` for Python, `accept4` for Node): runtime
+        // functions start by exec until copies serve mounts.
+        if req.template == Some(true) && runtime.is_some() {
+            return Err(unprocessable(
+                "template: a runtime function starts by exec (copies of a template with read-only host directories are not served yet)".into(),
+            ));
+        }
+        // The same holds for any function with mounts (the copies above
+        // die for their mounts, not for the interpreter).
+        if req.template == Some(true) && !mounts.is_empty() {
+            return Err(unprocessable(
+                "template: a function with mounts starts by exec (copies of a template with read-only host directories are not served yet)".into(),
+            ));
+        }
+        let template_default = backend.is_shoal() && runtime.is_none() && mounts.is_empty();
         Ok(Function {
             name: name.to_string(),
             image,
             executable,
             backend,
+            runtime,
+            handler,
+            runtime_dir,
             memory,
             // One request at a time per instance unless the function says
             // it serves more (as Lambda does): a server that handles one
@@ -335,7 +538,7 @@ impl Function {
             fs: req.fs,
             env,
             mounts,
-            template: req.template.unwrap_or(backend.is_shoal()),
+            template: req.template.unwrap_or(template_default),
             requests_per_instance: req.requests_per_instance.unwrap_or(0),
         })
     }

@@ -141,8 +141,9 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     // The alias file comes right after the listening sockets and the bind
     // channel once the last step has closed everything else (crate::child).
     // The mounts' descriptors follow the listening sockets and the bind
-    // channel; the last step moves them to MOUNT_FD0.. (crate::child).
-    let mount_fd0 = listen_fd0 + spec.listeners.len() as i32 + i32::from(spec.bind_any);
+    // channel or a template's control channel (crate::front places them
+    // so); the last step moves them to MOUNT_FD0.. (crate::child).
+    let mount_fd0 = listen_fd0 + spec.listeners.len() as i32 + i32::from(spec.bind_any) + i32::from(spec.template);
     let mount_count = spec.mounts.len().min(shoal_hostcall::hostfs::MAX_MOUNTS);
     let mut mounts = shoal_hostcall::hostfs::Mounts::default();
     for (i, m) in spec.mounts.iter().take(mount_count).enumerate() {

@@ -532,7 +532,15 @@ fn one(mem: &GuestMemory, op: &mut NetOp) -> Result<i64, i64> {
         net_op::LISTEN => {
             let fd = handle_fd(op.handle)?;
             // SAFETY: listen takes no pointers.
-            Ok(unsafe { sc!(libc::SYS_listen, fd, op.a.min(4096) as i32) })
+            let rc = unsafe { sc!(libc::SYS_listen, fd, op.a.min(4096) as i32) };
+            if rc == 0 && fd < FIRST_SOCKET_FD + pol.listeners as i32 {
+                // An event loop (Node's libuv) listens and then waits in
+                // epoll for the socket to be readable: it calls accept only
+                // once a connection is there, so listening counts as the
+                // first wait for a connection too.
+                crate::template::note_accept_wait();
+            }
+            Ok(rc)
         }
         net_op::ACCEPT => {
             let fd = handle_fd(op.handle)?;

@@ -4,8 +4,9 @@
 //!
 //! **The ready point** is the program's first wait for a connection with
 //! nothing pending: it tried to `accept` on a handed-over listening socket
-//! (the host said `EAGAIN`) and then asks to sleep (`NetPoll` with a
-//! deadline). There the template tells its parent over the control channel
+//! (the host said `EAGAIN`), or listened on one (an event loop such as
+//! Node's waits in epoll and accepts only once a connection is there), and
+//! then asks to sleep (`NetPoll` with a deadline). There the template tells its parent over the control channel
 //! ([`CONTROL_FD`]) that it is ready, and from then on only makes copies:
 //! the guest never runs again in the template, so the template never
 //! serves a request.
@@ -138,7 +139,8 @@ pub(crate) fn install(net: crate::net::NetPolicy, copy_filter: seccompiler::BpfP
     ON.store(true, Ordering::Relaxed);
 }
 
-/// An `accept` on a listening socket found nothing (the `Net` handler).
+/// An `accept` on a handed-over listening socket found nothing, or the
+/// program listened on one (the `Net` handler).
 pub(crate) fn note_accept_wait() {
     if ON.load(Ordering::Relaxed) {
         ACCEPT_WAITED.store(true, Ordering::Relaxed);
