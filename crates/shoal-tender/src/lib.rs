@@ -1094,6 +1094,10 @@ mod tests {
         assert_eq!(msg(&["--volume", "/tmp:/data", "--single-process", "img"]), ArgsError::VolumeSingleProcess.to_string());
         assert!(parse(&["--volume", "/tmp:/data", "--single-process", "--tender", "hvt", "img"]).is_ok());
         assert!(msg(&["--uid-range", "0:5", "img"]).starts_with("--uid-range 0:5: expected START:COUNT"));
+        assert_eq!(msg(&["--cwd", "srv", "img"]), "--cwd srv: expected an absolute path of at most 255 bytes");
+        assert_eq!(msg(&["--user", "1000", "img"]), "--user 1000: expected UID:GID (two numbers)");
+        let c = parse(&["--cwd", "/srv", "--user", "5:6", "img"]).unwrap().unwrap().config();
+        assert_eq!((c.cwd.as_slice(), c.guest_uid, c.guest_gid), (&b"/srv"[..], 5, 6));
         assert_eq!(msg(&["--uid-range", "100000:10", "--single-process", "img"]), ArgsError::UidRangeSingleProcess.to_string());
         assert_eq!(msg(&["--uid-range", "100000:10", "--tender", "hvt", "img"]), ArgsError::UidRangeHvt.to_string());
         assert_eq!(
