@@ -54,7 +54,7 @@ pub(crate) fn root_has(name: &[u8]) -> bool {
 /// then found by its path as names are looked up beneath the root mount
 /// (its directory must exist there), and nothing is made in `fs`, which
 /// would hide the root mount's directory of that name.
-pub(crate) fn mount_points(fs: &mut Fs) -> (Vec<(Ino, usize)>, Option<usize>, Vec<(Vec<u8>, usize)>) {
+pub(crate) fn mount_points(fs: &mut Fs) -> MountPoints {
     let all = shoal_hostfs::mounts();
     let root_mount = root_mount_of(&all);
     let mut out = Vec::new();
@@ -80,8 +80,22 @@ pub(crate) fn mount_points(fs: &mut Fs) -> (Vec<(Ino, usize)>, Option<usize>, Ve
             out.push((d, m));
         }
     }
-    (out, root_mount, inner)
+    MountPoints { at: out, root: root_mount, inner }
 }
+
+/// What [`mount_points`] finds.
+pub(crate) struct MountPoints {
+    /// `(directory, mount)` of the mounts on the root file system.
+    pub at: Vec<(Ino, usize)>,
+    /// The root mount.
+    pub root: Option<usize>,
+    /// The mounts on the root mount: each one's path there and the mount.
+    pub inner: Vec<(Vec<u8>, usize)>,
+}
+
+/// Takes directory entries (next position, name, inode, `d_type`) until
+/// it answers `false`.
+pub(crate) type DirentSink<'a> = dyn FnMut(u64, &[u8], u64, u8) -> bool + 'a;
 
 /// The file type of a host `st_mode`; `None` for kinds a mount does not
 /// serve (FIFOs, sockets, devices).
@@ -184,7 +198,7 @@ impl Vfs {
     /// the root mount's that it does not have itself. The root mount's
     /// positions are [`UNION_POS`] plus the count of its entries read
     /// before (a host position would collide with the root's own).
-    pub(crate) fn list_union_root(&self, start: u64, each: &mut dyn FnMut(u64, &[u8], u64, u8) -> bool) -> Result<(), Errno> {
+    pub(crate) fn list_union_root(&self, start: u64, each: &mut DirentSink<'_>) -> Result<(), Errno> {
         let rm = self.root_mount.ok_or(Errno::ENOENT)?;
         let root = self.fs.root();
         if start < UNION_POS {

@@ -215,7 +215,7 @@ impl Vfs {
     /// A process with root file system `fs`, working directory `/`, umask
     /// 022 and the three standard streams.
     pub fn new(mut fs: Fs) -> Vfs {
-        let (mounts, root_mount, inner_mounts) = host::mount_points(&mut fs);
+        let host::MountPoints { at: mounts, root: root_mount, inner: inner_mounts } = host::mount_points(&mut fs);
         let root = fs.root();
         fs.get_ref(root);
         let pipe_time = fs.now();
