@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 17;
+pub const ABI_VERSION: u32 = 18;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -208,7 +208,19 @@ pub struct BootInfo {
     pub watchdog_ns: u64,
     /// Recovery flags ([`RECOVER_OFF`], [`RECOVER_STATEFUL`]; ABI 13).
     pub recover_flags: u64,
+    /// The program's working directory at start (`--cwd`, ABI 18), an
+    /// absolute path, NUL padded; all zero: `/`.
+    pub cwd: [u8; CWD_MAX],
+    /// The user and group ids the program sees (`--user UID:GID`, ABI 18):
+    /// what `getuid`, `getgid` and their kin answer. The host identity of
+    /// the instance is not changed by them.
+    pub uid: u32,
+    /// See [`BootInfo::uid`].
+    pub gid: u32,
 }
+
+/// Longest [`BootInfo::cwd`] (its last byte stays NUL).
+pub const CWD_MAX: usize = 256;
 
 /// [`BootInfo::recover_flags`]: no component gates (`shoal run
 /// --no-recover`): system calls go straight to their component, nothing

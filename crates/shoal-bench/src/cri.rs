@@ -26,7 +26,7 @@ use serde_json::json;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// Options of `shoal bench cri`.
@@ -79,22 +79,13 @@ fn unavailable() -> Option<String> {
             return Some(format!("{p} is not installed (scripts/setup installs it)"));
         }
     }
-    if crictl().is_none() {
+    if shoal_testkit::cri_tool("crictl").is_none() {
         return Some("crictl is not built into ~/.cache/shoal/cri-tools-* (scripts/setup builds it with go)".into());
     }
     if go().is_none() {
         return Some("no Go toolchain (not on PATH, not in /usr/local/go)".into());
     }
     None
-}
-
-/// crictl as scripts/setup builds it.
-fn crictl() -> Option<PathBuf> {
-    let home = PathBuf::from(std::env::var_os("HOME")?);
-    let mut found: Vec<PathBuf> =
-        std::fs::read_dir(home.join(".cache/shoal")).ok()?.filter_map(|e| e.ok()).map(|e| e.path().join("crictl")).filter(|p| p.is_file()).collect();
-    found.sort();
-    found.pop()
 }
 
 fn go() -> Option<PathBuf> {
@@ -150,78 +141,23 @@ fn build(home: &Path, shoal: &Path, dir: &Path) -> Result<[PathBuf; 4]> {
 }
 
 /// A containerd of the bench's own (private root, state and socket) for
-/// `handler`'s pods. Dropping it removes every pod, then stops it.
-struct Containerd {
-    dir: PathBuf,
-    daemon: Child,
-    crictl: PathBuf,
-}
+/// one system's pods: the one the CRI tests start
+/// (`shoal_testkit::containerd`). Dropping it removes every pod, then
+/// stops it.
+struct Containerd(shoal_testkit::containerd::Containerd);
 
 impl Containerd {
     fn start(dir: &Path, oci: &Path, sandbox_image: &str, images: &[&Path]) -> Result<Containerd> {
-        std::fs::create_dir_all(dir.join("cni"))?;
-        std::fs::create_dir_all(dir.join("logs"))?;
-        let d = dir.display();
-        std::fs::write(
-            dir.join("config.toml"),
-            format!(
-                r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-[grpc]
-  address = "{d}/containerd.sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{sandbox_image}"
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "{d}/cni"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.shoal]
-    runtime_type = "io.containerd.runc.v2"
-    pod_annotations = ["org.shoal.*"]
-    container_annotations = ["org.shoal.*"]
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.shoal.options]
-      BinaryName = "{oci}"
-"#,
-                oci = oci.display()
-            ),
-        )?;
-        std::fs::write(
-            dir.join("crictl.yaml"),
-            format!("runtime-endpoint: unix://{d}/containerd.sock\nimage-endpoint: unix://{d}/containerd.sock\ntimeout: 60\n"),
-        )?;
-        let daemon = Command::new("containerd")
-            .arg("--config")
-            .arg(dir.join("config.toml"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("containerd.log"))?)
-            .spawn()
-            .context("cannot start containerd")?;
-        let c = Containerd { dir: dir.into(), daemon, crictl: crictl().context("no crictl")? };
-        let t0 = Instant::now();
-        while !c.crictl(&["info"]).is_ok_and(|o| o.status.success()) {
-            if t0.elapsed() > Duration::from_secs(60) {
-                bail!("containerd's CRI did not come up: {}", std::fs::read_to_string(dir.join("containerd.log")).unwrap_or_default());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for a in images {
-            run(Command::new("ctr").arg("--address").arg(dir.join("containerd.sock")).args(["-n", "k8s.io", "images", "import"]).arg(a), "ctr images import")?;
-        }
-        let t0 = Instant::now();
-        while c.ok(&["images", "-q"])?.lines().count() < images.len() {
-            if t0.elapsed() > Duration::from_secs(30) {
-                bail!("the CRI does not list the imported images");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(c)
+        let setup = shoal_testkit::containerd::Setup { oci, sandbox_image, cni_conflist: None, images };
+        shoal_testkit::containerd::Containerd::start(dir, &setup).map(Containerd).map_err(|e| anyhow::anyhow!(e))
+    }
+
+    fn dir(&self) -> &Path {
+        self.0.dir()
     }
 
     fn crictl(&self, args: &[&str]) -> std::io::Result<Output> {
-        Command::new(&self.crictl).arg("--config").arg(self.dir.join("crictl.yaml")).args(args).stdin(Stdio::null()).output()
+        self.0.crictl(args)
     }
 
     fn ok(&self, args: &[&str]) -> Result<String> {
@@ -230,33 +166,6 @@ state = "{d}/state"
             bail!("crictl {}: {}", args.first().copied().unwrap_or_default(), text(&o));
         }
         Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
-    }
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        let _ = self.crictl(&["rmp", "-fa"]);
-        // SAFETY: SIGTERM to the containerd this bench started.
-        unsafe { libc::kill(self.daemon.id() as i32, libc::SIGTERM) };
-        let t0 = Instant::now();
-        while self.daemon.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
-        // containerd leaves its snapshots mounted under its root.
-        let root = self.dir.to_string_lossy().into_owned();
-        let mut mine: Vec<String> = std::fs::read_to_string("/proc/self/mounts")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(1))
-            .filter(|m| m.starts_with(&root))
-            .map(String::from)
-            .collect();
-        mine.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in mine {
-            let _ = Command::new("umount").arg("-l").arg(m).output();
-        }
     }
 }
 
@@ -288,7 +197,7 @@ fn once(c: &Containerd, sys: &str, n: usize) -> Result<Times> {
     let name = format!("bench-{sys}-{n}");
     let mut pod = json!({
         "metadata": {"name": name, "namespace": "shoal-bench", "uid": format!("{name}-{}", std::process::id()), "attempt": 0},
-        "log_directory": c.dir.join("logs").join(&name),
+        "log_directory": c.dir().join("logs").join(&name),
         "linux": {"security_context": {"namespace_options": {"network": 2}}}
     });
     let mut ctr = json!({
@@ -306,8 +215,8 @@ fn once(c: &Containerd, sys: &str, n: usize) -> Result<Times> {
         // On the host's network the guest binds only the ports named.
         ctr["annotations"] = json!({"org.shoal.publish": port.to_string()});
     }
-    let pod_json = c.dir.join(format!("{name}.pod.json"));
-    let ctr_json = c.dir.join(format!("{name}.ctr.json"));
+    let pod_json = c.dir().join(format!("{name}.pod.json"));
+    let ctr_json = c.dir().join(format!("{name}.ctr.json"));
     std::fs::write(&pod_json, pod.to_string())?;
     std::fs::write(&ctr_json, ctr.to_string())?;
     let (pj, cj) = (pod_json.to_string_lossy().into_owned(), ctr_json.to_string_lossy().into_owned());

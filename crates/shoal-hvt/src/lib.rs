@@ -389,6 +389,8 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
     params.rejuvenate_ns = cfg.rejuvenate_ns;
     params.watchdog_ns = cfg.watchdog_ns;
     params.recover_flags = cfg.recover_flags();
+    params.cwd = shoal_loader::boot_cwd(&cfg.cwd);
+    (params.uid, params.gid) = (cfg.guest_uid, cfg.guest_gid);
     if let Some(v) = &cfg.volume {
         params.volume_path = v.boot_path();
         // The whole volume archive lies in guest memory: it cannot be larger.

@@ -141,6 +141,12 @@ pub struct BootParams {
     pub watchdog_ns: u64,
     /// `shoal_abi::RECOVER_OFF` for `--no-recover`.
     pub recover_flags: u64,
+    /// The working directory, NUL padded (all zero: `/`).
+    pub cwd: [u8; shoal_abi::CWD_MAX],
+    /// The uid and gid the program sees.
+    pub uid: u32,
+    /// See `uid`.
+    pub gid: u32,
 }
 
 /// What the guest is told about the tender's standard input and output:
@@ -195,6 +201,9 @@ impl BootParams {
             rejuvenate_ns: 0,
             watchdog_ns: shoal_abi::DEFAULT_WATCHDOG_NS,
             recover_flags: 0,
+            cwd: [0; shoal_abi::CWD_MAX],
+            uid: 0,
+            gid: 0,
         })
     }
 }
@@ -391,6 +400,9 @@ pub fn write_boot_state(
         rejuvenate_ns: params.rejuvenate_ns,
         watchdog_ns: params.watchdog_ns,
         recover_flags: params.recover_flags,
+        cwd: params.cwd,
+        uid: params.uid,
+        gid: params.gid,
     };
     mem.write_obj(GuestAddr(BOOT_INFO_ADDR), &info).map_err(mem_err("boot info"))?;
     mem.write(GuestAddr(phdr_addr), image.phdrs()).map_err(mem_err("program headers"))?;

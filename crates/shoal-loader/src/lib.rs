@@ -180,6 +180,26 @@ pub struct RunConfig {
     /// `--uid-range`: a root-started spt instance runs as a uid of its
     /// own from this range (`uids`), not as `nobody`.
     pub uid_range: Option<uids::UidRange>,
+    /// The program's working directory at start (`--cwd`, absolute;
+    /// empty: `/`).
+    pub cwd: Vec<u8>,
+    /// The uid the program sees (`--user`; the instance's host identity is
+    /// another matter, see `uid_range`).
+    pub guest_uid: u32,
+    /// The gid the program sees (`--user`).
+    pub guest_gid: u32,
+}
+
+/// Longest `--cwd` (the boot info's field keeps a NUL after it).
+pub const CWD_PATH_MAX: usize = shoal_abi::CWD_MAX - 1;
+
+/// [`shoal_abi::BootInfo::cwd`] for `cwd` (a longer path is cut: the
+/// options refuse one, see the tender's `--cwd`).
+pub fn boot_cwd(cwd: &[u8]) -> [u8; shoal_abi::CWD_MAX] {
+    let mut out = [0u8; shoal_abi::CWD_MAX];
+    let n = cwd.len().min(shoal_abi::CWD_MAX - 1);
+    out[..n].copy_from_slice(&cwd[..n]);
+    out
 }
 
 impl RunConfig {
@@ -211,6 +231,9 @@ impl RunConfig {
             log_shrink: 0,
             log_report: false,
             uid_range: None,
+            cwd: Vec::new(),
+            guest_uid: 0,
+            guest_gid: 0,
         }
     }
 

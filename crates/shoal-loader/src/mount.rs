@@ -23,7 +23,7 @@ pub enum MountError {
     #[error("--mount {0}: no such directory")]
     NoDir(PathBuf),
     /// GUESTDIR is not an absolute path of ordinary names, or too long.
-    #[error("--mount: the guest directory {0} must be an absolute path of ordinary names other than /, at most {GUEST_PATH_MAX} bytes")]
+    #[error("--mount: the guest directory {0} must be / or an absolute path of ordinary names, at most {GUEST_PATH_MAX} bytes")]
     BadGuest(String),
     /// Two mounts at one guest directory.
     #[error("--mount: two mounts at {0}")]
@@ -46,7 +46,8 @@ pub enum MountError {
 pub struct Mount {
     /// The host directory, made absolute (symlinks resolved once, here).
     pub host: PathBuf,
-    /// The guest directory: absolute, no `.`/`..` or empty parts, not `/`.
+    /// The guest directory: absolute, no `.`/`..` or empty parts; `/` for
+    /// the root mount.
     pub guest: String,
 }
 
@@ -60,7 +61,9 @@ impl Mount {
         if !guest.starts_with('/') {
             return Err(syntax());
         }
-        let ok = guest.len() <= GUEST_PATH_MAX && guest.len() > 1 && guest[1..].split('/').all(|p| !p.is_empty() && p != "." && p != ".." && !p.contains('\0'));
+        // `/` itself is the root mount: the guest's root directory shows
+        // HOSTDIR's names beneath its own (docs/architecture.md).
+        let ok = guest == "/" || (guest.len() <= GUEST_PATH_MAX && guest[1..].split('/').all(|p| !p.is_empty() && p != "." && p != ".." && !p.contains('\0')));
         if !ok {
             return Err(MountError::BadGuest(guest.into()));
         }
@@ -112,7 +115,8 @@ mod tests {
         assert_eq!(m.guest, "/usr");
         assert!(matches!(Mount::parse("/usr:/usr"), Err(MountError::Syntax(_))));
         assert!(matches!(Mount::parse("/usr:usr:ro"), Err(MountError::Syntax(_))));
-        assert!(matches!(Mount::parse("/usr:/:ro"), Err(MountError::BadGuest(_))));
+        assert_eq!(Mount::parse("/usr:/:ro").unwrap().guest, "/", "the root mount");
+        assert!(matches!(Mount::parse("/usr://:ro"), Err(MountError::BadGuest(_))));
         assert!(matches!(Mount::parse("/usr:/a/../b:ro"), Err(MountError::BadGuest(_))));
         assert!(matches!(Mount::parse("/nonexistent-shoal:/x:ro"), Err(MountError::NoDir(_))));
         assert!(matches!(Mount::parse("/usr:/x:rw"), Err(MountError::Syntax(_))));

@@ -72,17 +72,9 @@ pub enum ConfigError {
     /// An image path that leaves the root.
     #[error("process.args[0] {0}: the image path must stay inside the root file system (no ..)")]
     ImageEscapes(String),
-    /// A user other than root.
-    #[error("process.user uid {uid} gid {gid}: a shoal guest runs as uid 0 and gid 0 only (its kernel has one user); drop the USER setting")]
-    User {
-        /// The uid asked for.
-        uid: u32,
-        /// The gid asked for.
-        gid: u32,
-    },
-    /// A working directory other than /.
-    #[error("process.cwd {0}: a shoal guest starts in / (change directory inside the program, or drop WORKDIR)")]
-    Cwd(String),
+    /// A working directory that cannot be made or found.
+    #[error("process.cwd {0}: {1}")]
+    Cwd(String, String),
     /// A bind mount of a volume that is writable or not a directory.
     #[error("mount of {host} on {destination}: a shoal guest sees its root file system and read-only directories (`ro` bind mounts of a directory, as `--mount`); writable volumes and single files are not supported")]
     Volume {
@@ -101,6 +93,9 @@ pub enum ConfigError {
         /// What is wrong with it.
         why: String,
     },
+    /// The mounts together cannot be served.
+    #[error("mounts: {0}")]
+    Mounts(String),
     /// A user namespace.
     #[error("linux.namespaces: a user namespace is not supported (the tender makes its own; run without --userns)")]
     UserNamespace,
@@ -453,6 +448,42 @@ fn find_image(rootfs: &Path, name: &str, env: &[String]) -> Result<(PathBuf, std
     Err(ConfigError::NoImage(name.into(), rootfs.into()))
 }
 
+/// Makes directory `dest` (absolute, in the container) inside `rootfs`
+/// where it is missing, each name resolved inside the root file system
+/// (`sys::open_beneath`), and returns where it is there: its path with
+/// every symbolic link resolved.
+fn mount_point(rootfs: &Path, dest: &str) -> Result<String, String> {
+    let root = std::fs::File::open(rootfs).map_err(|e| format!("cannot open the root file system {}: {e}", rootfs.display()))?;
+    let real_root = std::fs::canonicalize(rootfs).map_err(|e| format!("cannot resolve the root file system {}: {e}", rootfs.display()))?;
+    let mut done = PathBuf::new();
+    for part in Path::new(dest).components() {
+        let Component::Normal(name) = part else { continue };
+        let next = done.join(name);
+        match crate::sys::open_beneath(&root, &next) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let parent = crate::sys::open_beneath(&root, if done.as_os_str().is_empty() { Path::new(".") } else { &done })
+                    .map_err(|e| format!("cannot open /{} in the root file system: {e}", done.display()))?;
+                match crate::sys::mkdir_in(&parent, name, 0o755) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(format!("cannot make its directory in the root file system: {e}")),
+                }
+            }
+            Err(e) => return Err(format!("cannot open /{} in the root file system: {e}", next.display())),
+        }
+        done = next;
+    }
+    let dir = crate::sys::open_beneath(&root, &done).map_err(|e| format!("cannot open /{} in the root file system: {e}", done.display()))?;
+    if !dir.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err("its destination in the root file system is not a directory".into());
+    }
+    use std::os::fd::AsRawFd;
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())).map_err(|e| format!("cannot resolve its directory: {e}"))?;
+    let rel = real.strip_prefix(&real_root).map_err(|_| format!("its directory {} is not inside the root file system", real.display()))?;
+    Ok(format!("/{}", rel.display()))
+}
+
 /// Refuses at `create`, with the reason, a program the tender would
 /// refuse at start (the container would exit 125 after `start` reported
 /// success): a file that is not ELF, or a Linux executable shoal cannot
@@ -486,13 +517,7 @@ impl Spec {
         if !rootfs.is_dir() {
             return Err(ConfigError::NoRootDir(rootfs));
         }
-        if process.user.uid != 0 || process.user.gid != 0 {
-            return Err(ConfigError::User { uid: process.user.uid, gid: process.user.gid });
-        }
-        if !matches!(process.cwd.as_str(), "" | "/") {
-            return Err(ConfigError::Cwd(process.cwd.clone()));
-        }
-        let read_only = self.check_mounts()?;
+        let read_only = self.check_mounts(&rootfs)?;
         let (image_path, image) = find_image(&rootfs, first, &process.env)?;
         check_runnable(first, &image)?;
 
@@ -543,9 +568,20 @@ impl Spec {
         if netns.is_some() || new_netns {
             opts.net_bind_any = true;
         }
-        opts.fs = Some(rootfs.clone().into());
-        // Read-only bind mounts: served live by the tender (--mount).
-        opts.mount = read_only.iter().map(Into::into).collect();
+        // The root file system is the root mount, served live and
+        // read-only by the tender (nothing is packed or copied at start);
+        // the guest's own /tmp, /dev/shm and new names in / take writes,
+        // in guest memory. Read-only bind mounts are mounts too, on their
+        // directories in it.
+        let root_spec = format!("{}:/:ro", rootfs.display());
+        let mounts: Vec<shoal_tender::Mount> =
+            std::iter::once(&root_spec).chain(&read_only).map(|m| shoal_tender::Mount::parse(m)).collect::<Result<_, _>>().map_err(|e| ConfigError::Mount {
+                host: rootfs.display().to_string(),
+                destination: "/".into(),
+                why: e.to_string(),
+            })?;
+        shoal_tender::check_mounts(&mounts).map_err(|e| ConfigError::Mounts(e.to_string()))?;
+        opts.mount = std::iter::once(root_spec).chain(read_only).map(Into::into).collect();
         if let Some(limit) = self.linux.resources.memory.as_ref().and_then(|m| m.limit).filter(|l| *l > 0) {
             if limit < 4 << 20 {
                 return Err(ConfigError::TooLittleMemory(limit));
@@ -558,6 +594,23 @@ impl Spec {
             // OOMKilled) rather than failing an allocation somewhere below
             // it, depending on how much the tender itself took.
             opts.mem = Some((limit + limit.min(GUEST_HEADROOM)).to_string().into());
+        }
+        // The working directory is made if missing, as runc makes it, and
+        // named as resolved inside the root file system; the uid and gid
+        // are what the program sees (the instance's host identity is the
+        // tender's, whatever the container asks).
+        let cwd = process.cwd.trim_end_matches('/');
+        if !cwd.is_empty() {
+            if !cwd.starts_with('/') {
+                return Err(ConfigError::Cwd(process.cwd.clone(), "must be an absolute path".into()));
+            }
+            let resolved = mount_point(&rootfs, cwd).map_err(|e| ConfigError::Cwd(process.cwd.clone(), e))?;
+            if resolved != "/" {
+                opts.cwd = Some(resolved.into());
+            }
+        }
+        if (process.user.uid, process.user.gid) != (0, 0) {
+            opts.user = Some(format!("{}:{}", process.user.uid, process.user.gid).into());
         }
         for e in process.env.iter().filter(|e| e.contains('=')) {
             opts.env.push(e.into());
@@ -602,7 +655,12 @@ impl Spec {
     /// refuses writable bind mounts of volumes; the mounts engines add to
     /// every container (/proc, /dev, /etc/hosts, …) are ignored: the guest
     /// has its own.
-    fn check_mounts(&self) -> Result<Vec<String>, ConfigError> {
+    ///
+    /// Each mount's directory is made in the root file system if missing
+    /// (as runc makes a mount point), resolved there (symbolic links
+    /// inside it, as the guest resolves them), and the mount is on that
+    /// resolved directory: the guest finds it by that path.
+    fn check_mounts(&self, rootfs: &Path) -> Result<Vec<String>, ConfigError> {
         let mut out = Vec::new();
         for m in &self.mounts {
             let dest = m.destination.trim_end_matches('/');
@@ -613,10 +671,10 @@ impl Spec {
             if !m.options.iter().any(|o| o == "ro") {
                 return Err(ConfigError::Volume { host: m.source.clone(), destination: m.destination.clone() });
             }
-            let spec = format!("{}:{dest}:ro", m.source);
             let why = |e: String| ConfigError::Mount { host: m.source.clone(), destination: m.destination.clone(), why: e };
-            shoal_tender::Mount::parse(&spec).map_err(|e| why(e.to_string()))?;
-            out.push(spec);
+            shoal_tender::Mount::parse(&format!("{}:{dest}:ro", m.source)).map_err(|e| why(e.to_string()))?;
+            let guest = mount_point(rootfs, dest).map_err(why)?;
+            out.push(format!("{}:{guest}:ro", m.source));
         }
         Ok(out)
     }
@@ -666,8 +724,6 @@ mod tests {
         let want: Vec<String> = [
             "--tender",
             "hvt",
-            "--fs",
-            &root.to_string_lossy(),
             "--argv0",
             "app",
             "--mem",
@@ -679,6 +735,8 @@ mod tests {
             "--mem-mode",
             "pool",
             "--net-bind-any",
+            "--mount",
+            &format!("{}:/:ro", root.display()),
             &root.join("bin/app").to_string_lossy(),
             "--",
             "a",
@@ -713,6 +771,53 @@ mod tests {
         let plan = spec.plan(&dir).unwrap();
         let want = format!("{}:/opt/lib:ro", src.display());
         assert!(plan.tender_args.windows(2).any(|w| w[0] == "--mount" && w[1] == want), "{:?}", plan.tender_args);
+        assert!(dir.join("rootfs/opt/lib").is_dir(), "the mount point is made in the root file system, as runc makes it");
+    }
+
+    #[test]
+    fn cwd_and_user_reach_the_guest() {
+        let (dir, mut spec) = bundle();
+        let root = dir.join("rootfs");
+        std::fs::create_dir_all(root.join("srv/www")).unwrap();
+        std::os::unix::fs::symlink("/srv/www", root.join("www")).unwrap();
+        let p = spec.process.as_mut().unwrap();
+        p.cwd = "/www/app".into();
+        (p.user.uid, p.user.gid) = (1000, 100);
+        let a = spec.plan(&dir).unwrap().tender_args;
+        assert!(a.windows(2).any(|w| w == ["--cwd", "/srv/www/app"]), "made and resolved inside the root file system: {a:?}");
+        assert!(root.join("srv/www/app").is_dir());
+        assert!(a.windows(2).any(|w| w == ["--user", "1000:100"]), "{a:?}");
+        // Root in /: neither option.
+        let p = spec.process.as_mut().unwrap();
+        p.cwd = "/".into();
+        (p.user.uid, p.user.gid) = (0, 0);
+        let a = spec.plan(&dir).unwrap().tender_args;
+        assert!(!a.iter().any(|w| w == "--cwd" || w == "--user"), "{a:?}");
+    }
+
+    #[test]
+    fn a_mount_point_resolves_inside_the_root() {
+        let (dir, mut spec) = bundle();
+        let root = dir.join("rootfs");
+        // Debian's /var/run is a link to /run; an absolute link resolves in
+        // the root file system, not on the host.
+        std::fs::create_dir_all(root.join("run")).unwrap();
+        std::os::unix::fs::symlink("/run", root.join("var-run")).unwrap();
+        let src = dir.join("rootfs/bin").display().to_string();
+        spec.mounts.push(Mount {
+            destination: "/var-run/secrets/token".into(),
+            kind: "bind".into(),
+            source: src.clone(),
+            options: vec!["rbind".into(), "ro".into()],
+        });
+        let a = spec.plan(&dir).unwrap().tender_args;
+        assert!(a.windows(2).any(|w| w[0] == "--mount" && w[1] == format!("{src}:/run/secrets/token:ro")), "{a:?}");
+        assert!(root.join("run/secrets/token").is_dir());
+        // A file in the way: refused with the reason.
+        let mut s = spec.clone();
+        s.mounts.last_mut().unwrap().destination = "/bin/app/x".into();
+        let e = s.plan(&dir).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("mount of {src} on /bin/app/x: cannot ")), "{e}");
     }
 
     #[test]
@@ -723,8 +828,11 @@ mod tests {
             f(&mut s);
             s.plan(&dir).unwrap_err().to_string()
         };
-        assert!(msg(&|s| s.process.as_mut().unwrap().user.uid = 1000).starts_with("process.user uid 1000"));
-        assert!(msg(&|s| s.process.as_mut().unwrap().cwd = "/app".into()).starts_with("process.cwd /app"));
+        assert!(msg(&|s| s.process.as_mut().unwrap().cwd = "app".into()).starts_with("process.cwd app: must be an absolute path"));
+        assert_eq!(
+            msg(&|s| s.process.as_mut().unwrap().cwd = "/bin/app".into()),
+            "process.cwd /bin/app: its destination in the root file system is not a directory"
+        );
         assert!(msg(&|s| s.process.as_mut().unwrap().args[0] = "/nope".into()).starts_with("process.args[0] /nope: no such file"));
         assert!(msg(&|s| s.process.as_mut().unwrap().args[0] = "/../etc/passwd".into()).contains("must stay inside"));
         assert!(msg(&|s| s.process.as_mut().unwrap().args.clear()).starts_with("process.args is empty"));

@@ -47,6 +47,13 @@ pub fn open_beneath(root: &std::fs::File, path: &Path) -> io::Result<std::fs::Fi
     Ok(unsafe { std::fs::File::from_raw_fd(fd as libc::c_int) })
 }
 
+/// Makes directory `name` (one plain name) in directory `dir`.
+pub fn mkdir_in(dir: &std::fs::File, name: &std::ffi::OsStr, mode: libc::mode_t) -> io::Result<()> {
+    let c = CString::new(name.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a name with a NUL byte"))?;
+    // SAFETY: `c` is NUL-terminated and `dir` an open descriptor.
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode) }).map(drop)
+}
+
 /// A duplicate of `fd` at the lowest free number `>= min`, close-on-exec.
 pub fn dup_at_least(fd: &impl AsRawFd, min: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: F_DUPFD_CLOEXEC takes an integer; the result is a new

@@ -6,7 +6,10 @@
 //! shoal-oci (docs/kubernetes.md), with a pause image built here as a shoal
 //! image (apps/pause.c): nothing is pulled. The shoal images' pods use the
 //! host's network; the ordinary images' pod has a network namespace of its
-//! own on a CNI bridge of the test's own (Debian's plugins in /usr/lib/cni).
+//! own on a CNI bridge of the test's own (Debian's plugins in /usr/lib/cni),
+//! reached from the host only through a port mapping on 127.0.0.1 (CNI's
+//! `portmap`, as the kubelet's `hostPort` with `hostIP`): every request a
+//! test makes goes to a loopback address.
 //!
 //! Needs root, containerd and crictl (scripts/setup builds it with go);
 //! the ordinary images also podman, Go and busybox (Debian's
@@ -15,7 +18,7 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -73,40 +76,14 @@ const PAUSE: &str = "localhost/shoal-cri-test/pause:latest";
 const APP: &str = "localhost/shoal-cri-test/app:latest";
 const HTTP: &str = "localhost/shoal-cri-test/http:latest";
 
-/// The containerd configuration docs/kubernetes.md shows: the runc shim
-/// calling shoal-oci as the CRI runtime `shoal` (the `org.shoal.*`
-/// annotations of pods and containers reach it), runc as the default
-/// runtime, the pause image built here, and this test's own root, state
-/// and socket.
-fn containerd_config(dir: &Path) -> String {
-    format!(
-        r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-[grpc]
-  address = "{d}/containerd.sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE}"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "{d}/cni"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.shoal]
-    runtime_type = "io.containerd.runc.v2"
-    pod_annotations = ["org.shoal.*"]
-    container_annotations = ["org.shoal.*"]
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.shoal.options]
-      BinaryName = "{oci}"
-"#,
-        d = dir.display(),
-        oci = bin("shoal-oci").display()
-    )
-}
-
 /// A CNI network of a test's own: a bridge (named after the test process
-/// and tender, at most 15 characters) with a /24 of 10.238.0.0/16 on which
-/// the host is the gateway, so the host reaches a pod at its address.
+/// and tender, at most 15 characters) with a /24 of 10.238.0.0/16 and no
+/// uplink, and `portmap` chained after it, which turns a pod's
+/// `port_mappings` into DNAT rules: a mapping with `host_ip` 127.0.0.1
+/// reaches the pod from the host's loopback. For that, portmap itself sets
+/// `net.ipv4.conf.BRIDGE.route_localnet=1` (127/8 may then be routed to the
+/// bridge; the bridge and its setting go with the test) and masquerades the
+/// connection's 127.0.0.1 source.
 struct Cni {
     name: String,
     subnet: String,
@@ -128,6 +105,7 @@ impl Cni {
             r#"{{"cniVersion": "1.0.0", "name": "{n}", "plugins": [
   {{"type": "bridge", "bridge": "{n}", "isGateway": true, "ipMasq": false,
    "ipam": {{"type": "host-local", "ranges": [[{{"subnet": "{s}"}}]]}}}},
+  {{"type": "portmap", "capabilities": {{"portMappings": true}}}},
   {{"type": "loopback"}}]}}"#,
             n = self.name,
             s = self.subnet
@@ -144,14 +122,14 @@ impl Drop for Cni {
     }
 }
 
-/// A containerd of this test's own, with the test images imported into
-/// the CRI's `k8s.io` namespace. Dropping it removes every pod (and so
-/// every shim, which would outlive containerd), then stops containerd.
+/// A containerd of this test's own (shoal_testkit::containerd: the one
+/// the bench starts too), with the test images imported into the CRI's
+/// `k8s.io` namespace and pods on `cni` if any. Dropping it removes every
+/// pod and stops containerd, then the bridge goes, then the directory.
 struct Cri {
-    dir: tempfile::TempDir,
-    daemon: Child,
-    crictl: PathBuf,
+    c: shoal_testkit::containerd::Containerd,
     _cni: Option<Cni>,
+    dir: tempfile::TempDir,
 }
 
 impl Cri {
@@ -163,65 +141,24 @@ impl Cri {
     /// beside the shoal test images.
     fn start_with(cni: Option<Cni>, more: &[PathBuf]) -> Cri {
         let dir = tempfile::Builder::new().prefix("shoal-cri-test-").tempdir().unwrap();
-        let d = dir.path();
-        std::fs::create_dir_all(d.join("cni")).unwrap();
-        std::fs::create_dir_all(d.join("logs")).unwrap();
-        if let Some(c) = &cni {
-            std::fs::write(d.join("cni/10-shoal-test.conflist"), c.conflist()).unwrap();
-        }
-        std::fs::write(d.join("config.toml"), containerd_config(d)).unwrap();
-        let daemon = Command::new("containerd")
-            .arg("--config")
-            .arg(d.join("config.toml"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(d.join("containerd.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let cri = Cri { dir, daemon, crictl: shoal_testkit::cri_tool("crictl").unwrap(), _cni: cni };
-        let t0 = Instant::now();
-        while !cri.crictl(&["info"]).status.success() {
-            assert!(t0.elapsed() < Duration::from_secs(60), "containerd's CRI did not come up: {}", cri.daemon_log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        for a in archives().iter().chain(more) {
-            let o = Command::new("ctr").arg("--address").arg(cri.sock()).args(["-n", "k8s.io", "images", "import"]).arg(a).output().unwrap();
-            assert!(o.status.success(), "ctr images import {}: {}", a.display(), text(&o));
-        }
-        // The CRI plugin sees images imported by ctr through containerd's
-        // events: wait until it lists them.
-        let t0 = Instant::now();
-        loop {
-            let imgs = String::from_utf8_lossy(&cri.crictl(&["images", "-q"]).stdout).lines().count();
-            if imgs >= archives().len() + more.len() {
-                break;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(30), "the CRI does not list the imported images: {}", text(&cri.crictl(&["images"])));
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        cri
+        let images: Vec<&Path> = archives().iter().chain(more).map(PathBuf::as_path).collect();
+        let conflist = cni.as_ref().map(Cni::conflist);
+        let oci = bin("shoal-oci");
+        let setup = shoal_testkit::containerd::Setup { oci: &oci, sandbox_image: PAUSE, cni_conflist: conflist.as_deref(), images: &images };
+        let c = shoal_testkit::containerd::Containerd::start(dir.path(), &setup).unwrap_or_else(|e| panic!("{e}"));
+        Cri { c, _cni: cni, dir }
     }
 
     fn dir(&self) -> &Path {
         self.dir.path()
     }
 
-    fn sock(&self) -> PathBuf {
-        self.dir().join("containerd.sock")
-    }
-
     fn daemon_log(&self) -> String {
-        std::fs::read_to_string(self.dir().join("containerd.log")).unwrap_or_default()
+        self.c.log()
     }
 
     fn crictl(&self, args: &[&str]) -> Output {
-        // A config file of its own: crictl otherwise looks for
-        // /etc/crictl.yaml and warns on stderr when there is none.
-        let conf = self.dir().join("crictl.yaml");
-        if !conf.exists() {
-            let ep = format!("unix://{}", self.sock().display());
-            std::fs::write(&conf, format!("runtime-endpoint: {ep}\nimage-endpoint: {ep}\ntimeout: 60\n")).unwrap();
-        }
-        Command::new(&self.crictl).arg("--config").arg(&conf).args(args).stdin(Stdio::null()).output().unwrap()
+        self.c.crictl(args).unwrap()
     }
 
     /// `crictl ARGS`, which must succeed; its stdout, trimmed.
@@ -266,29 +203,6 @@ impl Cri {
             }
             assert!(t0.elapsed() < Duration::from_secs(60), "{id} never logged {want:?}: {logs}");
             std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Cri {
-    fn drop(&mut self) {
-        let _ = self.crictl(&["rmp", "-fa"]);
-        // SAFETY: SIGTERM to the containerd this test started.
-        unsafe { libc::kill(self.daemon.id() as i32, libc::SIGTERM) };
-        let t0 = Instant::now();
-        while self.daemon.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
-        // containerd leaves its snapshots mounted under the private root.
-        if let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") {
-            let root = self.dir().to_string_lossy().into_owned();
-            let mut mine: Vec<&str> = mounts.lines().filter_map(|l| l.split_whitespace().nth(1)).filter(|m| m.starts_with(&root)).collect();
-            mine.sort_by_key(|m| std::cmp::Reverse(m.len()));
-            for m in mine {
-                let _ = Command::new("umount").arg("-l").arg(m).output();
-            }
         }
     }
 }
@@ -528,7 +442,7 @@ fn ordinary_archives() -> &'static Vec<PathBuf> {
         std::fs::create_dir_all(bb.join("root/bin")).unwrap();
         let busybox = shoal_testkit::program("busybox").unwrap();
         std::fs::copy(&busybox, bb.join("root/bin/busybox")).unwrap();
-        for applet in ["sh", "echo", "true", "sleep", "cat"] {
+        for applet in ["sh", "echo", "true", "sleep", "cat", "id"] {
             std::os::unix::fs::symlink("busybox", bb.join("root/bin").join(applet)).unwrap();
         }
         std::fs::write(bb.join("root/bin/hello.sh"), "#!/bin/sh\necho hello\n").unwrap();
@@ -555,14 +469,9 @@ fn ordinary_archives() -> &'static Vec<PathBuf> {
     })
 }
 
-/// HTTP GET of `path` on `addr`; the whole answer.
-fn get_at(addr: std::net::SocketAddr, path: &str) -> Option<String> {
-    let mut c = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(c, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
-    let mut s = String::new();
-    c.read_to_string(&mut s).ok()?;
-    Some(s)
+/// A TCP port free on 127.0.0.1 now, for a pod's port mapping.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port()
 }
 
 /// Ordinary images under handler `shoal` on `tender`, in a pod with a
@@ -570,17 +479,21 @@ fn get_at(addr: std::net::SocketAddr, path: &str) -> Option<String> {
 /// (`echo`; `sh -c` running builtins, which needs no fork; `cat` of a
 /// read-only volume, a writable one refused), a shell script
 /// refused at create with the reason, the static Go server reached from
-/// the host at the pod's address, `exec` into it refused with one line,
-/// and its stop.
+/// the host through the pod's port mapping on 127.0.0.1, `exec` into it
+/// refused with one line, and its stop.
 fn ordinary_images(tender: &str) {
     let cri = Cri::start_with(Some(Cni::new(tender)), ordinary_archives());
     let name = format!("ordinary-{tender}");
+    // The kubelet's hostPort with hostIP: the server's port 8080 in the
+    // pod's namespace, on 127.0.0.1:HOSTPORT of the host (CNI's portmap).
+    let host_port = free_port();
     let pod_json = cri.file(
         &format!("pod-{name}"),
         &serde_json::json!({
             "metadata": {"name": name, "namespace": "shoal-test", "uid": format!("{name}-{}", std::process::id()), "attempt": 0},
             "log_directory": cri.dir().join("logs").join(&name),
             "annotations": {"org.shoal.tender": tender},
+            "port_mappings": [{"protocol": 0, "container_port": 8080, "host_port": host_port, "host_ip": "127.0.0.1"}],
         }),
     );
     let pod = cri.ok(&["runp", "--runtime", "shoal", &pod_json]);
@@ -604,6 +517,33 @@ fn ordinary_images(tender: &str) {
     let st = cri.wait_exited(&sh);
     assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(7), Some("Error")), "{st}");
     assert_eq!(cri.wait_logs(&sh, "in sh").trim(), "in sh");
+    // The image is the root file system, read-only through the root mount;
+    // /tmp is the guest's own, in its memory. The working directory is
+    // made in the image as runc makes it.
+    let script = "pwd; echo written > /tmp/f; read l < /tmp/f; echo \"read back: $l\"; echo x > /bin/new; echo \"status $?\"";
+    let tmpw = cri.ok(&[
+        "create",
+        &pod,
+        &container_config(&cri, "tmpw", 0, BUSYBOX, &["sh", "-c", script], serde_json::json!({"working_dir": "/var/app"})),
+        &pod_json,
+    ]);
+    cri.ok(&["start", &tmpw]);
+    let st = cri.wait_exited(&tmpw);
+    assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(0), Some("Completed")), "{st}");
+    cri.wait_logs(&tmpw, "status");
+    // crictl prints the container's stdout on its stdout and its stderr on
+    // its stderr.
+    let o = cri.crictl(&["logs", &tmpw]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "/var/app\nread back: written\nstatus 1\n");
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "sh: can't create /bin/new: Read-only file system\n");
+    // process.user: the ids the program sees.
+    let user = serde_json::json!({"linux": {"security_context": {"run_as_user": {"value": 1000}, "run_as_group": {"value": 100}}}});
+    let id = cri.ok(&["create", &pod, &container_config(&cri, "id", 0, BUSYBOX, &["id"], user), &pod_json]);
+    cri.ok(&["start", &id]);
+    let st = cri.wait_exited(&id);
+    assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(0), Some("Completed")), "{st}");
+    assert_eq!(cri.wait_logs(&id, "uid").trim(), "uid=1000 gid=100", "the ids busybox's id reads (no supplementary groups)");
+    cri.ok(&["rm", &tmpw, &id]);
     // A read-only volume (the kubelet's ConfigMaps and service-account
     // token are such): the directory read live through --mount; a
     // writable one is refused with the reason.
@@ -639,20 +579,23 @@ fn ordinary_images(tender: &str) {
     cri.ok(&["rm", &script]);
 
     // The static Go server from a FROM-scratch image (its own entrypoint),
-    // on the pod's network, reached from the host at the pod's address.
-    let web = cri.ok(&["create", &pod, &container_config(&cri, "gohttp", 0, GOHTTP, &["8080"], serde_json::json!({})), &pod_json]);
+    // on the pod's network, reached from the host only through the pod's
+    // port mapping on 127.0.0.1.
+    let as_user = serde_json::json!({"working_dir": "/srv", "linux": {"security_context": {"run_as_user": {"value": 1000}}}});
+    let web = cri.ok(&["create", &pod, &container_config(&cri, "gohttp", 0, GOHTTP, &["8080"], as_user), &pod_json]);
     cri.ok(&["start", &web]);
-    let addr = std::net::SocketAddr::from((ip, 8080));
     let t0 = Instant::now();
     let answer = loop {
-        match get_at(addr, "/k8s") {
+        match get(host_port, "/k8s") {
             Some(s) if s.contains("hello from go") => break s,
-            other => assert!(t0.elapsed() < Duration::from_secs(60), "no answer at {addr}: {other:?}; logs: {}", text(&cri.crictl(&["logs", &web]))),
+            other => {
+                assert!(t0.elapsed() < Duration::from_secs(60), "no answer at 127.0.0.1:{host_port}: {other:?}; logs: {}", text(&cri.crictl(&["logs", &web])))
+            }
         }
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
-    assert!(answer.ends_with("\r\n\r\nhello from go /k8s (cwd /, uid 0)\n"), "{answer}");
+    assert!(answer.ends_with("\r\n\r\nhello from go /k8s (cwd /srv, uid 1000)\n"), "{answer}");
     assert_eq!(cri.wait_logs(&web, "listening").trim(), "listening on 8080");
     assert!(get(8080, "/").is_none_or(|s| !s.contains("hello from go")), "the server is in the pod's namespace, not on the host's loopback");
     // exec: refused with one line (a unikernel has no second process).
@@ -668,6 +611,7 @@ fn ordinary_images(tender: &str) {
     cri.ok(&["stop", "--timeout", "20", &web]);
     let st = cri.inspect(&web)["status"].clone();
     assert_eq!((st["state"].as_str(), st["exitCode"].as_i64(), st["reason"].as_str()), (Some("CONTAINER_EXITED"), Some(143), Some("Error")), "{st}");
+    assert!(get(host_port, "/k8s").is_none(), "the mapped port answers nothing once the server stopped");
 
     cri.ok(&["stopp", &pod]);
     cri.ok(&["rmp", &pod]);

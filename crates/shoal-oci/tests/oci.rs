@@ -378,10 +378,10 @@ fn bad_input_gives_runc_errors_and_leaves_no_state() {
     assert!(oci.ok(&["--version"]).starts_with("shoal-oci version "));
 
     type Edit = Box<dyn Fn(&mut serde_json::Value)>;
-    let refused: [(&str, Edit); 5] = [
+    // process.user and process.cwd are given to the guest (tests/cri.rs).
+    let refused: [(&str, Edit); 4] = [
         ("process.args[0] /missing: no such file", Box::new(|c| c["process"]["args"] = serde_json::json!(["/missing"]))),
-        ("process.user uid 1000", Box::new(|c| c["process"]["user"]["uid"] = 1000.into())),
-        ("process.cwd /work", Box::new(|c| c["process"]["cwd"] = "/work".into())),
+        ("process.cwd work: must be an absolute path", Box::new(|c| c["process"]["cwd"] = "work".into())),
         (
             "mount of /srv on /data",
             Box::new(|c| c["mounts"] = serde_json::json!([{"destination": "/data", "type": "bind", "source": "/srv", "options": ["rbind"]}])),
@@ -788,7 +788,7 @@ fn podman_p_on(test: &str, extra: &[&str]) {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(hello.starts_with("HTTP/1.1 200"), "{extra:?}: {hello}");
-    assert!(get("/index.txt").unwrap_or_default().contains("served from the container"), "the --fs files are the guest's root");
+    assert!(get("/index.txt").unwrap_or_default().contains("served from the container"), "the image's files are the guest's root (the root mount)");
     assert!(podman(&["stop", "-t", "5", &name]).status.success());
     assert!(podman(&["rm", &name]).status.success());
 }

@@ -124,6 +124,8 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     params.rejuvenate_ns = spec.rejuvenate_ns;
     params.watchdog_ns = spec.watchdog_ns;
     params.recover_flags = spec.recover_flags;
+    params.cwd = shoal_loader::boot_cwd(&spec.cwd);
+    [params.uid, params.gid] = spec.guest_ids;
     crate::net::install(policy);
     // Without outbound a UDP port is the instance's end of a relay
     // (crate::relay), at the descriptor the last step moves it to; its

@@ -435,6 +435,8 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         filter_key: [0; 6],
         template: false,
         uid: uid_claim.as_ref().map_or(confine::NOBODY, shoal_loader::uids::UidClaim::uid),
+        cwd: cfg.cwd.clone(),
+        guest_ids: [cfg.guest_uid, cfg.guest_gid],
     };
     drop(listeners);
     let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };

@@ -154,6 +154,8 @@ impl Prepared {
             filter_key: [0; 6],
             template: false,
             uid: confine::NOBODY,
+            cwd: cfg.cwd.clone(),
+            guest_ids: [cfg.guest_uid, cfg.guest_gid],
         };
         Ok(Prepared {
             image,

@@ -38,7 +38,7 @@ pub const POOL_FD0: i32 = 8;
 pub const MAX_POOL_FILES: usize = 900;
 
 const MAGIC: &[u8; 8] = b"SHOALSPT";
-const VERSION: u32 = 9;
+const VERSION: u32 = 10;
 /// Largest spec accepted: argv and environment are bounded by the guest's
 /// argument area (under 1 MiB), pool maps by [`MAX_POOL_FILES`].
 pub const MAX_SPEC: usize = 4 << 20;
@@ -124,6 +124,10 @@ pub struct Spec {
     /// from `--uid-range` by the process that waits for it
     /// (`shoal_loader::uids`), or `nobody`.
     pub uid: u32,
+    /// The program's working directory (`--cwd`; empty: `/`).
+    pub cwd: Vec<u8>,
+    /// The uid and gid the program sees (`--user`).
+    pub guest_ids: [u32; 2],
 }
 
 /// Why a spec could not be read.
@@ -201,6 +205,9 @@ impl Spec {
         }
         b.push(u8::from(self.template));
         b.extend_from_slice(&self.uid.to_le_bytes());
+        bytes(&mut b, &self.cwd);
+        b.extend_from_slice(&self.guest_ids[0].to_le_bytes());
+        b.extend_from_slice(&self.guest_ids[1].to_le_bytes());
         b
     }
 
@@ -274,7 +281,9 @@ impl Spec {
         }
         let template = r.flag()?;
         let uid = r.u32()?;
-        if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || !r.0.is_empty() {
+        let cwd = r.bytes()?.to_vec();
+        let guest_ids = [r.u32()?, r.u32()?];
+        if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || cwd.len() >= shoal_abi::CWD_MAX || !r.0.is_empty() {
             return Err(SpecError::Corrupt);
         }
         Ok(Spec {
@@ -303,6 +312,8 @@ impl Spec {
             filter_key,
             template,
             uid,
+            cwd,
+            guest_ids,
         })
     }
 }
@@ -384,6 +395,8 @@ mod tests {
             filter_key: [1, 2, 3, 4, 5, 6],
             template: true,
             uid: 100_007,
+            cwd: b"/srv/app".to_vec(),
+            guest_ids: [1000, 100],
         }
     }
 

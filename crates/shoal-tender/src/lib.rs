@@ -126,6 +126,12 @@ pub enum ArgsError {
     /// `--no-recover` with an option that needs the gates.
     #[error("--no-recover turns component recovery off; it cannot be used with {0}")]
     NoRecover(&'static str),
+    /// A `--cwd` that is not an absolute path.
+    #[error("--cwd {0}: expected an absolute path of at most 255 bytes")]
+    Cwd(String),
+    /// A `--user` that is not `UID:GID`.
+    #[error("--user {0}: expected UID:GID (two numbers)")]
+    User(String),
     /// More than one image given.
     #[error("more than one image given ({0} and {1}); program arguments go after --")]
     TwoImages(PathBuf, PathBuf),
@@ -196,6 +202,10 @@ pub struct RunArgs {
     pub log_report: bool,
     /// `--uid-range` (spt).
     pub uid_range: Option<shoal_loader::uids::UidRange>,
+    /// `--cwd` (empty: `/`).
+    pub cwd: Vec<u8>,
+    /// `--user`: the uid and gid the program sees.
+    pub user: (u32, u32),
     /// The image (for an executable given: the instance image built
     /// around it, see [`executable_image`]).
     pub image: PathBuf,
@@ -364,6 +374,8 @@ run_options! {
     log_shrink: Option<OsString> = ("--log-shrink", None, "N", [], "vfs's call log drops the records of closed descriptors when N of them are pending (VampOS's log-shrink threshold); default 1 (at close); `never` keeps them (implies --recover-stateful).");
     log_report: bool = ("--log-report", None, "", [], "When the instance ends, print the size of vfs's call log on stderr (implies --recover-stateful).");
     uid_range: Option<OsString> = ("--uid-range", None, "START:COUNT", [], "spt, as root: run the instance as a uid and gid of its own from START..START+COUNT-1, one no other running instance holds (default: every instance runs as nobody).");
+    cwd: Option<OsString> = ("--cwd", None, "DIR", [], "The program's working directory at start: an absolute path in the guest's file system, which must be a directory there (default /).");
+    user: Option<OsString> = ("--user", None, "UID:GID", [], "The user and group ids the program sees (getuid, getgid and their kin; default 0:0). The instance's host identity does not change.");
 }
 
 impl RunOpts {
@@ -584,6 +596,8 @@ impl RunArgs {
             log_shrink: 0,
             log_report: false,
             uid_range: None,
+            cwd: Vec::new(),
+            user: (0, 0),
             image,
             executable: None,
             args,
@@ -616,7 +630,24 @@ impl RunArgs {
             .with_stateful_recovery(o.recover_stateful)?
             .with_stop_timeout(text(&o.stop_timeout).as_deref())?
             .with_log_shrink(text(&o.log_shrink).as_deref(), o.log_report)?
-            .with_uid_range(text(&o.uid_range).as_deref())
+            .with_uid_range(text(&o.uid_range).as_deref())?
+            .with_identity(text(&o.cwd).as_deref(), text(&o.user).as_deref())
+    }
+
+    /// Adds `--cwd DIR` and `--user UID:GID`: where the program starts and
+    /// the ids it sees (the guest's kernel checks DIR at boot).
+    pub fn with_identity(mut self, cwd: Option<&str>, user: Option<&str>) -> Result<RunArgs, ArgsError> {
+        if let Some(c) = cwd {
+            if !c.starts_with('/') || c.len() > shoal_loader::CWD_PATH_MAX || c.contains('\0') {
+                return Err(ArgsError::Cwd(c.into()));
+            }
+            self.cwd = c.as_bytes().to_vec();
+        }
+        if let Some(u) = user {
+            let ids = u.split_once(':').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+            self.user = ids.ok_or_else(|| ArgsError::User(u.into()))?;
+        }
+        Ok(self)
     }
 
     /// Parses `shoal-tender`'s arguments (without the program name).
@@ -847,6 +878,8 @@ impl RunArgs {
         cfg.log_shrink = self.log_shrink;
         cfg.log_report = self.log_report;
         cfg.uid_range = self.uid_range;
+        cfg.cwd = self.cwd.clone();
+        (cfg.guest_uid, cfg.guest_gid) = self.user;
         cfg.net.listen_fds = self
             .listen_fds
             .iter()
@@ -1061,6 +1094,10 @@ mod tests {
         assert_eq!(msg(&["--volume", "/tmp:/data", "--single-process", "img"]), ArgsError::VolumeSingleProcess.to_string());
         assert!(parse(&["--volume", "/tmp:/data", "--single-process", "--tender", "hvt", "img"]).is_ok());
         assert!(msg(&["--uid-range", "0:5", "img"]).starts_with("--uid-range 0:5: expected START:COUNT"));
+        assert_eq!(msg(&["--cwd", "srv", "img"]), "--cwd srv: expected an absolute path of at most 255 bytes");
+        assert_eq!(msg(&["--user", "1000", "img"]), "--user 1000: expected UID:GID (two numbers)");
+        let c = parse(&["--cwd", "/srv", "--user", "5:6", "img"]).unwrap().unwrap().config();
+        assert_eq!((c.cwd.as_slice(), c.guest_uid, c.guest_gid), (&b"/srv"[..], 5, 6));
         assert_eq!(msg(&["--uid-range", "100000:10", "--single-process", "img"]), ArgsError::UidRangeSingleProcess.to_string());
         assert_eq!(msg(&["--uid-range", "100000:10", "--tender", "hvt", "img"]), ArgsError::UidRangeHvt.to_string());
         assert_eq!(

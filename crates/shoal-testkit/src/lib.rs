@@ -11,9 +11,14 @@
 //! from what the machine has) turns a skip into a failure: when a feature
 //! is present (the device node exists, the program is installed) a test
 //! that finds it unusable has found a fault, not a gap.
+//!
+//! Module [`containerd`] is the containerd of the CRI tests, which `shoal
+//! bench cri` starts the same way.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+pub mod containerd;
 
 /// The features a test can need, with what makes each present.
 pub const FEATURES: &[(&str, &str)] = &[

@@ -83,7 +83,7 @@ pub fn init() {
         let mut buf = [0u8; 256];
         let mut a = HostFsArgs { op: HOSTFS_MOUNT, mount: m, buf: buf.as_mut_ptr() as u64, len: buf.len() as u64, ..HostFsArgs::default() };
         match call(&mut a) {
-            Ok(n) if (n as usize) <= buf.len() && n > 1 && buf[0] == b'/' => found.push(buf[..n as usize].to_vec()),
+            Ok(n) if (n as usize) <= buf.len() && n >= 1 && buf[0] == b'/' => found.push(buf[..n as usize].to_vec()),
             _ => break,
         }
     }
@@ -172,6 +172,16 @@ pub fn lookup(dir: u64, name: &[u8]) -> Result<u64, Errno> {
     path.extend_from_slice(name);
     let st = stat_path(mount, &path)?;
     with(|s| node_ino(s, mount, &path, st.mode))
+}
+
+/// The node of `path` (relative, plain names joined by `/`) in mount
+/// `m`, looked up one name at a time from the mount's top.
+pub fn at_path(m: usize, path: &[u8]) -> Result<u64, Errno> {
+    let mut cur = root(m)?;
+    for part in path.split(|&c| c == b'/').filter(|p| !p.is_empty()) {
+        cur = lookup(cur, part)?;
+    }
+    Ok(cur)
 }
 
 /// The parent directory node of `ino`; `None` for a mount's top.

@@ -192,6 +192,15 @@ pub fn info() -> BootInfo {
             rejuvenate_ns: 0,
             watchdog_ns: 0,
             recover_flags: 0,
+            cwd: [0; shoal_abi::CWD_MAX],
+            uid: 0,
+            gid: 0,
         },
     })
+}
+
+/// The uid and gid the program sees (`BootInfo::uid`, `gid`); 0 and 0
+/// before `init`.
+pub fn ids() -> (u32, u32) {
+    BOOT.with(|b| b.as_ref().map_or((0, 0), |i| (i.uid, i.gid)))
 }

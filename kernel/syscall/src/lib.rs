@@ -360,6 +360,8 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::GETGROUPS => user::getgroups,
         nr::GETRESUID => user::getresuid,
         nr::GETRESGID => user::getresgid,
+        nr::SETUID => user::setuid,
+        nr::SETGID => user::setgid,
         125 => user::capget,
         // system information
         nr::UNAME => sysinfo::uname,

@@ -1,39 +1,47 @@
 //! Kernel component `user` (docs/design.md "Components and recovery"): user and group identity.
 //!
 //! The instance is its own machine, like a container: the program runs as
-//! root (uid and gid 0, no supplementary groups), which is what a program
-//! started as a container's entry point sees and what keeps programs that
-//! check for privilege (to bind low ports, chown files in their own file
-//! system) working. The identity is fixed.
+//! root (uid and gid 0, no supplementary groups) unless the tender names
+//! another user (`--user UID:GID`, a container's `process.user`), which is
+//! what a program started as a container's entry point sees and what keeps
+//! programs that check for privilege (to bind low ports, chown files in
+//! their own file system) working. The identity is fixed for the
+//! instance's life; the capabilities are root's for uid 0 and none for
+//! another user, as Linux gives them.
 #![cfg_attr(not(test), no_std)]
 
 pub mod sys {
     //! The identity system calls.
     use shoal_plat::{Args, Errno, SysResult};
 
-    /// The user id of the program.
-    pub const UID: u64 = 0;
+    /// The user id of the program (real, effective and saved).
+    fn uid() -> u32 {
+        shoal_plat::boot::ids().0
+    }
+
     /// The group id of the program.
-    pub const GID: u64 = 0;
+    fn gid() -> u32 {
+        shoal_plat::boot::ids().1
+    }
 
-    /// `getuid()`: 0.
+    /// `getuid()`.
     pub fn getuid(_: &Args) -> SysResult {
-        Ok(UID)
+        Ok(u64::from(uid()))
     }
 
-    /// `geteuid()`: 0.
+    /// `geteuid()`.
     pub fn geteuid(_: &Args) -> SysResult {
-        Ok(UID)
+        Ok(u64::from(uid()))
     }
 
-    /// `getgid()`: 0.
+    /// `getgid()`.
     pub fn getgid(_: &Args) -> SysResult {
-        Ok(GID)
+        Ok(u64::from(gid()))
     }
 
-    /// `getegid()`: 0.
+    /// `getegid()`.
     pub fn getegid(_: &Args) -> SysResult {
-        Ok(GID)
+        Ok(u64::from(gid()))
     }
 
     /// `getgroups(size, list)`: no supplementary groups (returns 0, writes
@@ -45,18 +53,38 @@ pub mod sys {
         Ok(0)
     }
 
-    /// `getresuid(ruid, euid, suid)` and `getresgid`: all 0.
+    /// `setuid(uid)`: 0 for the program's own uid (what a program that
+    /// drops privileges it does not have does, busybox among them);
+    /// `EPERM` for another, root included: the identity is fixed.
+    pub fn setuid(a: &Args) -> SysResult {
+        if a.u(0) as u32 == uid() {
+            Ok(0)
+        } else {
+            Err(Errno::EPERM)
+        }
+    }
+
+    /// `setgid(gid)`: as [`setuid`], for the group.
+    pub fn setgid(a: &Args) -> SysResult {
+        if a.u(0) as u32 == gid() {
+            Ok(0)
+        } else {
+            Err(Errno::EPERM)
+        }
+    }
+
+    /// `getresuid(ruid, euid, suid)`: all the program's uid.
     pub fn getresuid(a: &Args) -> SysResult {
         for i in 0..3 {
-            shoal_plat::umem::write(a.u(i), UID as u32)?;
+            shoal_plat::umem::write(a.u(i), uid())?;
         }
         Ok(0)
     }
 
-    /// `getresgid(rgid, egid, sgid)`: all 0.
+    /// `getresgid(rgid, egid, sgid)`: all the program's gid.
     pub fn getresgid(a: &Args) -> SysResult {
         for i in 0..3 {
-            shoal_plat::umem::write(a.u(i), GID as u32)?;
+            shoal_plat::umem::write(a.u(i), gid())?;
         }
         Ok(0)
     }
@@ -95,8 +123,9 @@ pub mod sys {
         if data == 0 {
             return Ok(0);
         }
+        let caps = if uid() == 0 { ALL_CAPS } else { 0 };
         for w in 0..words {
-            let set = (ALL_CAPS >> (32 * w)) as u32;
+            let set = (caps >> (32 * w)) as u32;
             shoal_plat::umem::write(data + 12 * w, [set, set, 0u32])?;
         }
         Ok(0)
@@ -113,6 +142,8 @@ pub mod sys {
             assert_eq!(getegid(&z), Ok(0));
             assert_eq!(getgroups(&Args([u32::MAX as u64, 0, 0, 0, 0, 0])), Err(Errno::EINVAL));
             assert_eq!(getgroups(&Args([4, 0, 0, 0, 0, 0])), Ok(0));
+            assert_eq!(setuid(&Args([0, 0, 0, 0, 0, 0])), Ok(0), "its own uid");
+            assert_eq!(setgid(&Args([65534, 0, 0, 0, 0, 0])), Err(Errno::EPERM), "the identity is fixed");
             shoal_plat::umem::set_bounds(1, u64::MAX);
             let mut ids = [7u32; 3];
             let p = ids.as_mut_ptr() as u64;

@@ -84,10 +84,10 @@ impl crate::Vfs {
             return match name {
                 b"." => Ok(dir),
                 b".." => match shoal_hostfs::parent(dir)? {
-                    Some(p) => Ok(p),
+                    Some(p) => self.mounted(p),
                     None => self.mount_parent(dir),
                 },
-                _ => shoal_hostfs::lookup(dir, name),
+                _ => self.mounted(shoal_hostfs::lookup(dir, name)?),
             };
         }
         if Some(dir) == self.fd_dir && !name.is_empty() && name.iter().all(u8::is_ascii_digit) && name.len() < 8 {
@@ -100,7 +100,10 @@ impl crate::Vfs {
                 other => other.ino().ok_or(Errno::ENOENT)?,
             });
         }
-        let ino = self.fs.lookup(dir, name)?;
+        let ino = match self.fs.lookup(dir, name) {
+            Err(Errno::ENOENT) if dir == self.fs.root() && self.root_mount.is_some() => return self.root_lookup(name),
+            r => r?,
+        };
         match self.mount_at(ino) {
             Some(m) => shoal_hostfs::root(m),
             None => Ok(ino),

@@ -901,7 +901,7 @@ fn fail(why: &str) -> ! {
 fn rebuild() {
     let Some(boot) = slot(|l| core::mem::take(&mut l.boot_clock)) else { fail("there is no log") };
     replay_clock(boot);
-    let mut v = Vfs::new(crate::root_fs());
+    let mut v = crate::boot_vfs();
     let boot = take_clock();
     let mut old = slot(|log| log.old.take()).flatten();
     let replayed = slot(|log| {

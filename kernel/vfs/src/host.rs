@@ -9,6 +9,14 @@
 //! link starts again at the guest's root), so nothing is ever resolved on
 //! the host beyond one plain name.
 //!
+//! The root mount (`--mount HOSTDIR:/:ro`, a container's root file
+//! system) has no directory of its own: the root directory shows its own
+//! names (`/tmp`, `/dev`, `/proc`, `/sys`, what the program makes there)
+//! and then HOSTDIR's, so the root's own hide HOSTDIR's of the same name.
+//! Another mount whose first name is the root mount's lies on it: found by
+//! its path while names are looked up there (its directory must exist in
+//! HOSTDIR, as a Linux mount point must).
+//!
 //! Nothing is written: creating, removing, renaming or linking a name in
 //! a mounted directory, opening a mounted file for writing or truncating
 //! it, changing its mode, owner or times is `EROFS` (an existing name
@@ -22,14 +30,46 @@ use shoal_ramfs::{FileType, Fs, Ino};
 use crate::path::Parent;
 use crate::Vfs;
 
-/// Makes every mount's guest directory in `fs` (as `mkdir -p` would; a
-/// name in the way that is not a directory leaves that mount out) and
-/// returns `(directory, mount)` for each.
-pub(crate) fn mount_points(fs: &mut Fs) -> Vec<(Ino, usize)> {
+/// The first directory position of the root mount's entries in the root
+/// directory's listing (the root's own positions stay far below).
+pub(crate) const UNION_POS: u64 = 1 << 62;
+
+/// The root mount's index: the mount whose guest directory is `/`.
+fn root_mount_of(mounts: &[Vec<u8>]) -> Option<usize> {
+    mounts.iter().position(|p| p.as_slice() == b"/")
+}
+
+/// Whether the root mount (if any) has `name` in its top directory.
+pub(crate) fn root_has(name: &[u8]) -> bool {
+    root_mount_of(&shoal_hostfs::mounts()).is_some_and(|m| shoal_hostfs::at_path(m, name).is_ok())
+}
+
+/// The mount points: every mount's guest directory made in `fs` (as
+/// `mkdir -p` would; a name in the way that is not a directory leaves
+/// that mount out) as `(directory, mount)`; the root mount; and the
+/// mounts on directories of the root mount, each with its path there.
+///
+/// A mount lies on the root mount when its first name is the root
+/// mount's and not the root file system's own (`/tmp`, `/dev`, …): it is
+/// then found by its path as names are looked up beneath the root mount
+/// (its directory must exist there), and nothing is made in `fs`, which
+/// would hide the root mount's directory of that name.
+pub(crate) fn mount_points(fs: &mut Fs) -> MountPoints {
+    let all = shoal_hostfs::mounts();
+    let root_mount = root_mount_of(&all);
     let mut out = Vec::new();
-    for (m, path) in shoal_hostfs::mounts().iter().enumerate() {
+    let mut inner = Vec::new();
+    for (m, path) in all.iter().enumerate() {
+        let rel = path.strip_prefix(b"/").unwrap_or(path);
+        let first = rel.split(|&c| c == b'/').next().unwrap_or(b"");
+        if let Some(rm) = root_mount.filter(|&rm| rm != m) {
+            if fs.lookup(fs.root(), first).is_err() && shoal_hostfs::at_path(rm, first).is_ok() {
+                inner.push((rel.to_vec(), m));
+                continue;
+            }
+        }
         let mut cur = Some(fs.root());
-        for part in path.split(|&c| c == b'/').filter(|p| !p.is_empty()) {
+        for part in rel.split(|&c| c == b'/').filter(|p| !p.is_empty()) {
             cur = cur.and_then(|d| match fs.lookup(d, part) {
                 Ok(i) if fs.file_type(i) == Ok(FileType::Directory) => Some(i),
                 Ok(_) => None,
@@ -40,8 +80,22 @@ pub(crate) fn mount_points(fs: &mut Fs) -> Vec<(Ino, usize)> {
             out.push((d, m));
         }
     }
-    out
+    MountPoints { at: out, root: root_mount, inner }
 }
+
+/// What [`mount_points`] finds.
+pub(crate) struct MountPoints {
+    /// `(directory, mount)` of the mounts on the root file system.
+    pub at: Vec<(Ino, usize)>,
+    /// The root mount.
+    pub root: Option<usize>,
+    /// The mounts on the root mount: each one's path there and the mount.
+    pub inner: Vec<(Vec<u8>, usize)>,
+}
+
+/// Takes directory entries (next position, name, inode, `d_type`) until
+/// it answers `false`.
+pub(crate) type DirentSink<'a> = dyn FnMut(u64, &[u8], u64, u8) -> bool + 'a;
 
 /// The file type of a host `st_mode`; `None` for kinds a mount does not
 /// serve (FIFOs, sockets, devices).
@@ -80,27 +134,108 @@ impl Vfs {
     /// `..` of a mount's top node: its guest directory's parent.
     pub(crate) fn mount_parent(&self, top: Ino) -> Result<Ino, Errno> {
         let m = shoal_hostfs::mount_of(top)?;
-        let (dir, _) = self.mounts.iter().find(|&&(_, mm)| mm == m).copied().ok_or(Errno::ENOENT)?;
-        self.fs.parent(dir)
+        if let Some((dir, _)) = self.mounts.iter().find(|&&(_, mm)| mm == m) {
+            return self.fs.parent(*dir);
+        }
+        // A mount on the root mount: the root mount's node one name up.
+        let (rel, _) = self.inner_mounts.iter().find(|(_, mm)| *mm == m).ok_or(Errno::ENOENT)?;
+        let up = &rel[..rel.iter().rposition(|&c| c == b'/').unwrap_or(0)];
+        let rm = self.root_mount.ok_or(Errno::ENOENT)?;
+        self.mounted(shoal_hostfs::at_path(rm, up)?)
+    }
+
+    /// What a lookup that found node `ino` reaches: the root directory for
+    /// the root mount's top, the top of a mount on the root mount for its
+    /// directory there, else `ino`.
+    pub(crate) fn mounted(&self, ino: Ino) -> Result<Ino, Errno> {
+        let Some(rm) = self.root_mount else { return Ok(ino) };
+        if shoal_hostfs::mount_of(ino)? != rm {
+            return Ok(ino);
+        }
+        let rel = shoal_hostfs::rel_path(ino)?;
+        if rel.is_empty() {
+            return Ok(self.fs.root());
+        }
+        match self.inner_mounts.iter().find(|(p, _)| *p == rel) {
+            Some(&(_, m)) => shoal_hostfs::root(m),
+            None => Ok(ino),
+        }
+    }
+
+    /// Looks `name` up in the root mount's top, for the root directory
+    /// that has no such name of its own.
+    pub(crate) fn root_lookup(&self, name: &[u8]) -> Result<Ino, Errno> {
+        let rm = self.root_mount.ok_or(Errno::ENOENT)?;
+        if name.is_empty() || name == b"." || name == b".." {
+            return Err(Errno::ENOENT);
+        }
+        self.mounted(shoal_hostfs::lookup(shoal_hostfs::root(rm)?, name)?)
     }
 
     /// The guest's absolute path of node `ino`.
     pub(crate) fn host_path(&self, ino: Ino) -> Result<Vec<u8>, Errno> {
         let m = shoal_hostfs::mount_of(ino)?;
-        let (dir, _) = self.mounts.iter().find(|&&(_, mm)| mm == m).copied().ok_or(Errno::ENOENT)?;
-        let mut p = self.path_of(dir)?;
+        let mut p = if Some(m) == self.root_mount {
+            Vec::new()
+        } else if let Some((dir, _)) = self.mounts.iter().find(|&&(_, mm)| mm == m) {
+            self.path_of(*dir)?
+        } else {
+            let (rel, _) = self.inner_mounts.iter().find(|(_, mm)| *mm == m).ok_or(Errno::ENOENT)?;
+            [&b"/"[..], rel].concat()
+        };
         let rel = shoal_hostfs::rel_path(ino)?;
         if !rel.is_empty() {
             p.push(b'/');
             p.extend_from_slice(&rel);
         }
+        if p.is_empty() {
+            p.push(b'/');
+        }
         Ok(p)
+    }
+
+    /// Lists the root directory under a root mount: its own entries, then
+    /// the root mount's that it does not have itself. The root mount's
+    /// positions are [`UNION_POS`] plus the count of its entries read
+    /// before (a host position would collide with the root's own).
+    pub(crate) fn list_union_root(&self, start: u64, each: &mut DirentSink<'_>) -> Result<(), Errno> {
+        let rm = self.root_mount.ok_or(Errno::ENOENT)?;
+        let root = self.fs.root();
+        if start < UNION_POS {
+            let mut finished = true;
+            self.fs.readdir(root, start, |next, name, ino, t| {
+                let more = each(next, name, ino, t);
+                finished &= more;
+                more
+            })?;
+            if !finished {
+                return Ok(());
+            }
+        }
+        let skip = start.saturating_sub(UNION_POS);
+        let mut ordinal = 0u64;
+        shoal_hostfs::list(shoal_hostfs::root(rm)?, 0, |e| {
+            ordinal += 1;
+            if ordinal <= skip || e.name == b"." || e.name == b".." || self.fs.lookup(root, e.name).is_ok() {
+                return true;
+            }
+            each(UNION_POS + ordinal, e.name, e.ino, e.dtype)
+        })
     }
 
     /// A call that would change the directory `p` names or the name in it:
     /// `EROFS` if that directory is mounted (`EEXIST` for a name that
     /// exists when `create` asks for a new one, as Linux checks first).
+    /// In the root directory under a root mount, a name the root mount
+    /// has and the root lacks counts as mounted: it is neither made again
+    /// (which would hide it) nor removed.
     pub(crate) fn ro_parent(&self, p: &Parent<'_>, create: bool) -> Result<(), Errno> {
+        if p.dir == self.fs.root() && self.root_mount.is_some() && !p.is_special() {
+            if self.fs.lookup(p.dir, p.name).is_err() && self.root_lookup(p.name).is_ok() {
+                return Err(if create { Errno::EEXIST } else { Errno::EROFS });
+            }
+            return Ok(());
+        }
         if !is_host(p.dir) {
             return Ok(());
         }

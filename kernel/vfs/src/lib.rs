@@ -191,6 +191,12 @@ pub struct Vfs {
     /// The guest directories of the read-only host directories (module
     /// `host`) and their mounts.
     pub(crate) mounts: Vec<(Ino, usize)>,
+    /// The root mount (guest directory `/`), whose names the root
+    /// directory shows beneath its own (module `host`).
+    pub(crate) root_mount: Option<usize>,
+    /// Mounts on directories of the root mount: each one's path relative
+    /// to the root mount's top, and the mount.
+    pub(crate) inner_mounts: Vec<(Vec<u8>, usize)>,
     /// `RLIMIT_NOFILE` (soft): descriptors are below it.
     pub(crate) nofile: usize,
     /// `RLIMIT_FSIZE` (soft): regular files do not grow past it.
@@ -209,7 +215,7 @@ impl Vfs {
     /// A process with root file system `fs`, working directory `/`, umask
     /// 022 and the three standard streams.
     pub fn new(mut fs: Fs) -> Vfs {
-        let mounts = host::mount_points(&mut fs);
+        let host::MountPoints { at: mounts, root: root_mount, inner: inner_mounts } = host::mount_points(&mut fs);
         let root = fs.root();
         fs.get_ref(root);
         let pipe_time = fs.now();
@@ -229,6 +235,8 @@ impl Vfs {
             proc_gen,
             locks: Tracked::new(lock::Locks::default()),
             mounts,
+            root_mount,
+            inner_mounts,
             nofile: DEFAULT_NOFILE,
             fsize: u64::MAX,
             scalars_set: false,
@@ -445,14 +453,23 @@ fn live_clock() -> u64 {
 
 /// An empty root: `/tmp` (mode 1777), `/etc`, `/home`, `/dev` with its
 /// special files, `/proc/self/fd`.
+///
+/// Under a root mount (`--mount HOSTDIR:/:ro`) `/etc` and `/home` are made
+/// only where HOSTDIR has no such name: the host's own are seen instead
+/// (`/tmp`, `/dev`, `/proc` and `/sys` are always the guest's).
 fn empty_root() -> Fs {
     let mut fs = Fs::new(clock);
     let root = fs.root();
     for (name, perm) in [(&b"tmp"[..], 0o1777), (b"etc", 0o755), (b"home", 0o755), (b"dev", 0o755)] {
+        if matches!(name, b"etc" | b"home") && host::root_has(name) {
+            continue;
+        }
         let _ = fs.mkdir(root, name, perm);
     }
     dev::populate(&mut fs);
-    default_etc(&mut fs);
+    if !host::root_has(b"etc") {
+        default_etc(&mut fs);
+    }
     fs
 }
 
@@ -523,7 +540,7 @@ pub fn init() {
     let bi = shoal_plat::boot::info();
     heal::record_clock();
     shoal_hostfs::init();
-    let mut v = Vfs::new(root_fs());
+    let mut v = boot_vfs();
     heal::start(&mut v);
     STATE.with(|s| *s = Some(v));
     shoal_mm::file::register(&mmap::OPS);
@@ -541,6 +558,43 @@ fn at_halt() {
     if shoal_plat::boot::info().volume_path[0] != 0 {
         save_volume();
     }
+}
+
+/// The state at boot: the root file system ([`root_fs`]) and the working
+/// directory the boot info names (`--cwd`, a container's `process.cwd`;
+/// none: `/`). A working directory that is not a directory halts the
+/// instance with one line, as a container runtime fails to start it.
+pub(crate) fn boot_vfs() -> Vfs {
+    let mut v = Vfs::new(root_fs());
+    let cwd = shoal_plat::boot::info().cwd;
+    let len = cwd.iter().position(|&c| c == 0).unwrap_or(cwd.len());
+    if len > 0 {
+        let path = &cwd[..len];
+        let found = v.resolve_at(abi::AT_FDCWD, path, true, false).and_then(|ino| match v.ftype(ino)? {
+            shoal_ramfs::FileType::Directory => Ok(ino),
+            _ => Err(Errno::ENOTDIR),
+        });
+        match found {
+            Ok(ino) => {
+                v.fs.get_ref(ino);
+                let old = core::mem::replace(&mut v.cwd, ino);
+                v.fs.put_ref(old);
+            }
+            Err(e) => {
+                use core::fmt::Write;
+                let shown = core::str::from_utf8(path).unwrap_or("(not UTF-8)");
+                let why = match e {
+                    Errno::ENOENT => "no such file or directory",
+                    Errno::ENOTDIR => "not a directory",
+                    Errno::ELOOP => "too many levels of symbolic links",
+                    _ => "it cannot be resolved",
+                };
+                let _ = writeln!(shoal_plat::console::Stderr, "shoal: cannot start in the working directory {shown}: {why}");
+                shoal_plat::halt(1)
+            }
+        }
+    }
+    v
 }
 
 /// The root file system as the boot info describes it (see [`init`]); a

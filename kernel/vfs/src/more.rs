@@ -395,7 +395,8 @@ impl Vfs {
             return Err(Errno::EBADF);
         }
         match self.ofd(src).target {
-            Target::Node(ino) if self.fs.file_type(ino)? == FileType::Regular => {}
+            // `ftype`: a mounted file (a container's root mount) is sent too.
+            Target::Node(ino) if self.ftype(ino)? == FileType::Regular => {}
             Target::Dev(..) => {}
             _ => return Err(Errno::EINVAL),
         }
@@ -434,7 +435,7 @@ impl Vfs {
             _ => return Err(Errno::EINVAL),
         };
         for ino in [si, di] {
-            match self.fs.file_type(ino)? {
+            match self.ftype(ino)? {
                 FileType::Regular => {}
                 FileType::Directory => return Err(Errno::EISDIR),
                 _ => return Err(Errno::EINVAL),

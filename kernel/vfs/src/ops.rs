@@ -959,6 +959,8 @@ impl Vfs {
         };
         if shoal_hostfs::is_host(dir) {
             shoal_hostfs::list(dir, start, |e| each(e.next, e.name, e.ino, e.dtype))?;
+        } else if dir == self.fs.root() && self.root_mount.is_some() {
+            self.list_union_root(start, &mut each)?;
         } else {
             self.fs.readdir(dir, start, each)?;
         }
