@@ -36,8 +36,8 @@ pub struct DynOpts {
     pub repeat: usize,
     /// Idle Node instances started together for the PSS sum.
     pub instances: usize,
-    /// Seconds of each wrk run.
-    pub secs: f64,
+    /// Seconds of each wrk run (wrk takes whole seconds).
+    pub secs: u64,
     /// Where CSVs, the plot and the Markdown table go.
     pub out: PathBuf,
     /// Print JSON instead of a table.
@@ -62,30 +62,34 @@ const CONNS: [usize; 2] = [1, 50];
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The HTTP hello of Node: `http`, one fixed body.
-const NODE_HTTP: &str = "const http = require('http');\n\
-const body = 'hello from node\\n';\n\
-http.createServer((req, res) => { res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': body.length }); res.end(body); })\n\
-  .listen(Number(process.argv[2]), '0.0.0.0');\n";
+const NODE_HTTP: &str = r#"const http = require('http');
+const body = 'hello from node\n';
+http.createServer((req, res) => {
+  res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': body.length });
+  res.end(body);
+}).listen(Number(process.argv[2]), '0.0.0.0');
+"#;
 
 /// The HTTP hello of Python: `http.server` with keep-alive (HTTP/1.1),
 /// a thread per connection, no logging, and a listen backlog for 50
 /// connections at once (the default, 5, makes wrk's burst of connects
 /// wait for SYN retransmissions).
-const PYTHON_HTTP: &str = "import http.server, sys\n\
-class H(http.server.BaseHTTPRequestHandler):\n\
-    protocol_version = 'HTTP/1.1'\n\
-    def do_GET(self):\n\
-        b = b'hello from python\\n'\n\
-        self.send_response(200)\n\
-        self.send_header('Content-Type', 'text/plain')\n\
-        self.send_header('Content-Length', str(len(b)))\n\
-        self.end_headers()\n\
-        self.wfile.write(b)\n\
-    def log_message(self, *a):\n\
-        pass\n\
-class S(http.server.ThreadingHTTPServer):\n\
-    request_queue_size = 128\n\
-S(('0.0.0.0', int(sys.argv[1])), H).serve_forever()\n";
+const PYTHON_HTTP: &str = r#"import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    def do_GET(self):
+        b = b'hello from python\n'
+        self.send_response(200)
+        self.send_header('Content-Type', 'text/plain')
+        self.send_header('Content-Length', str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+    def log_message(self, *a):
+        pass
+class S(http.server.ThreadingHTTPServer):
+    request_queue_size = 128
+S(('0.0.0.0', int(sys.argv[1])), H).serve_forever()
+"#;
 
 /// Idle programs: say `ready`, then wait for nothing.
 const NODE_IDLE: &str = "console.log('ready'); setInterval(() => {}, 1 << 30);\n";
@@ -215,9 +219,9 @@ fn start_server(mut cmd: Command, port: u16, log: &Path) -> Result<Running> {
 
 /// wrk against 127.0.0.1:`port` with `conns` connections for `secs`
 /// seconds on `pin`'s client CPU: requests per second and errors.
-fn wrk(port: u16, conns: usize, secs: f64, pin: Pin) -> Result<(f64, u64)> {
+fn wrk(port: u16, conns: usize, secs: u64, pin: Pin) -> Result<(f64, u64)> {
     let mut c = Command::new("wrk");
-    c.args(["-t", &conns.min(2).to_string(), "-c", &conns.to_string(), "-d", &format!("{}ms", (secs * 1e3) as u64), "--timeout", "30s"]);
+    c.args(["-t", &conns.min(2).to_string(), "-c", &conns.to_string(), "-d", &format!("{secs}s"), "--timeout", "30s"]);
     c.arg(format!("http://127.0.0.1:{port}/"));
     pin_command(&mut c, pin.client);
     let out = c.stdin(Stdio::null()).output().context("cannot run wrk")?;
@@ -247,24 +251,27 @@ fn start_idle(mut cmd: Command) -> Result<Running> {
     }
 }
 
-/// PSS (KiB) of `pids`' process trees, with the pages of files in
-/// `pool` counted at `pool_kib` in all (the pool's whole size, once).
-fn pss_sum(pids: &[u32], pool: Option<(&Path, u64)>) -> u64 {
-    let dir = pool.map(|(d, _)| d.to_string_lossy().to_string());
+/// PSS (KiB) of `pids`' process trees, with the pages of files in the
+/// pool directory `pool` counted at the whole size of each file any of
+/// them maps, once (the pool's pages occupy memory in /dev/shm whether
+/// mapped or not, as `bench density` counts them).
+fn pss_sum(pids: &[u32], pool: Option<&Path>) -> u64 {
+    let dir = pool.map(|d| d.to_string_lossy().to_string());
     let (mut all, mut in_pool) = (0, 0);
+    let mut files = std::collections::BTreeSet::new();
     for &pid in pids {
         for p in tree(pid) {
             let (a, b) = pss_split_kib(p, dir.as_deref());
             all += a;
             in_pool += b;
+            if let Some(d) = &dir {
+                let maps = std::fs::read_to_string(format!("/proc/{p}/maps")).unwrap_or_default();
+                files.extend(maps.lines().filter_map(|l| l.find(d.as_str()).map(|i| l[i..].trim_end_matches(" (deleted)").to_string())));
+            }
         }
     }
-    all - in_pool + pool.map_or(0, |(_, k)| k)
-}
-
-/// Size (KiB) of the files in `dir`.
-fn dir_kib(dir: &Path) -> u64 {
-    std::fs::read_dir(dir).map(|rd| rd.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum::<u64>() / 1024).unwrap_or(0)
+    let pool_kib: u64 = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum::<u64>() / 1024;
+    all - in_pool + pool_kib
 }
 
 /// A system's measurement: samples, or why there are none.
@@ -416,7 +423,7 @@ pub fn dyn_exec(o: DynOpts) -> Result<()> {
 
     // Idle memory: one instance of each, then --instances Node ones.
     let mut idle: Vec<Vec<Samples>> = RUNTIMES.iter().map(|_| SYSTEMS.iter().map(|s| fresh(s)).collect()).collect();
-    let pool_size = |sys: &str| (sys == "spt-pool").then(|| (env.pool.path(), dir_kib(env.pool.path())));
+    let pool_size = |sys: &str| (sys == "spt-pool").then(|| env.pool.path());
     for (ri, rt) in RUNTIMES.iter().enumerate() {
         say(format!("{} idle memory", rt.name));
         for (si, sys) in SYSTEMS.iter().enumerate() {
@@ -599,7 +606,7 @@ pub fn dyn_exec(o: DynOpts) -> Result<()> {
     t.note(
         "conditions",
         format!(
-            "{} runs of each (start → exit after one warm-up run); wrk {} s per run, server on CPU {}, wrk on CPU {}; spt-pool: --mem-mode pool, the pool counted once at its full size; load average {load_before} before, {load_after} after",
+            "{} runs of each (start → exit after one warm-up run); wrk {} s per run, server on CPU {}, wrk on CPU {}; spt-pool: --mem-mode pool, each pool file mapped counted once at its full size; load average {load_before} before, {load_after} after",
             o.repeat, o.secs, env.pin.server, env.pin.client
         ),
     );

@@ -121,9 +121,9 @@ pub enum Bench {
         /// Idle Node instances started together for the PSS sum [default: 20; --quick: 20].
         #[arg(long)]
         instances: Option<usize>,
-        /// Seconds of each wrk run [default: 5; --quick: 1].
+        /// Whole seconds of each wrk run [default: 5; --quick: 1].
         #[arg(long)]
-        duration: Option<f64>,
+        duration: Option<u64>,
         /// A short run with small counts (a smoke run, not a measurement); the options above override it.
         #[arg(long)]
         quick: bool,
@@ -500,7 +500,7 @@ pub fn run(which: Bench) -> Result<()> {
         }
         Bench::Dyn { repeat, instances, duration, quick, out, json } => {
             let out = absolute_dir("--out", out)?;
-            let (repeat, instances, secs) = (knob(repeat, quick, 10, 3), knob(instances, quick, 20, 20), knob(duration, quick, 5.0, 1.0));
+            let (repeat, instances, secs) = (knob(repeat, quick, 10, 3), knob(instances, quick, 20, 20), knob(duration, quick, 5, 1));
             dyn_exec::dyn_exec(dyn_exec::DynOpts { repeat, instances, secs, out, json })
         }
         Bench::Echo { round_trips, repeat, quick, size, out, json } => {

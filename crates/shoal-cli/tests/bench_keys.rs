@@ -112,6 +112,11 @@ fn keys_exec() {
 }
 
 #[test]
+fn keys_dyn() {
+    check("dyn", &["dyn", "--repeat", "1", "--instances", "2", "--duration", "1", "--json"]);
+}
+
+#[test]
 fn keys_recover() {
     check("recover", &["recover", "--iterations", "500", "--repeat", "2", "--only", "syscalls,reboot,sqlite", "--json"]);
 }
