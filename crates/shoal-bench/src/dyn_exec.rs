@@ -95,7 +95,9 @@ S(('0.0.0.0', int(sys.argv[1])), H).serve_forever()
 const NODE_IDLE: &str = "console.log('ready'); setInterval(() => {}, 1 << 30);\n";
 const PYTHON_IDLE: &str = "import time\nprint('ready', flush=True)\ntime.sleep(1 << 30)\n";
 
-/// One interpreter: its path, its `-e`/`-c` flag, and its scripts' names.
+/// One interpreter: its path, its `-e`/`-c` flag, and its scripts' names
+/// (not `http.py`: a script of that name is the `http` module for its own
+/// `import http.server`).
 #[derive(Clone, Copy)]
 struct Runtime {
     name: &'static str,
@@ -106,8 +108,8 @@ struct Runtime {
 }
 
 const RUNTIMES: [Runtime; 2] = [
-    Runtime { name: "node", exe: NODE, noop: ["-e", "0"], http: "http.js", idle: "idle.js" },
-    Runtime { name: "python", exe: PYTHON, noop: ["-c", "pass"], http: "http.py", idle: "idle.py" },
+    Runtime { name: "node", exe: NODE, noop: ["-e", "0"], http: "hello.js", idle: "idle.js" },
+    Runtime { name: "python", exe: PYTHON, noop: ["-c", "pass"], http: "hello.py", idle: "idle.py" },
 ];
 
 /// The binaries and directories every run uses.
@@ -341,7 +343,7 @@ pub fn dyn_exec(o: DynOpts) -> Result<()> {
     let tender = shoal.with_file_name("shoal-tender");
     let scripts = o.out.join("scripts");
     std::fs::create_dir_all(&scripts)?;
-    for (name, text) in [("http.js", NODE_HTTP), ("http.py", PYTHON_HTTP), ("idle.js", NODE_IDLE), ("idle.py", PYTHON_IDLE)] {
+    for (name, text) in [("hello.js", NODE_HTTP), ("hello.py", PYTHON_HTTP), ("idle.js", NODE_IDLE), ("idle.py", PYTHON_IDLE)] {
         std::fs::write(scripts.join(name), text).with_context(|| format!("cannot write {}", scripts.join(name).display()))?;
     }
     let shm = if Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" };
