@@ -17,11 +17,21 @@
 //! system fails the test, and an unavailable one is a skip through
 //! shoal_testkit with the feature it lacks (so a failure too when
 //! SHOAL_REQUIRE says the machine has that feature).
+//!
+//! Each run also checks that `--json` keeps its keys: the key paths of the
+//! JSON are compared with those saved in `tests/bench_keys/NAME.txt` (see
+//! its README). A key path is the chain of object keys from the top,
+//! `/`-separated, with every array element written `[]`; a system or
+//! configuration that is `{"unavailable": …}` or `{"failed": …}` in either
+//! is compared only up to that point (what was measured below it depends on
+//! the machine's day, not on the code). One run serves both checks: the
+//! benches are the longest part of the suite.
 
 mod common;
 use common::*;
 use serde_json::Value;
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Mutex;
 
@@ -29,9 +39,61 @@ use std::sync::Mutex;
 /// first run compiles it), and they all measure the machine.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Runs `shoal bench ARGS…` in `dir`.
+/// Runs `shoal bench ARGS…` in `dir`: with the `shoal` binary named by
+/// `SHOAL_BENCH_KEYS_SHOAL` when set (a copy of an older build whose keys
+/// are being recorded, so that a build running meanwhile cannot replace
+/// it), else this build's.
 fn bench(dir: &Path, args: &[&str]) -> Output {
-    output(shoal().current_dir(dir).arg("bench").args(args))
+    let mut cmd = match std::env::var_os("SHOAL_BENCH_KEYS_SHOAL") {
+        Some(bin) => std::process::Command::new(bin),
+        None => shoal(),
+    };
+    output(cmd.current_dir(dir).arg("bench").args(args))
+}
+
+/// The marker a missing system leaves in a key set.
+const MISSING: &str = "{missing}";
+
+fn key_paths(v: &Value, prefix: &str, out: &mut BTreeSet<String>) {
+    match v {
+        Value::Object(m) => {
+            if m.len() == 1 && (m.contains_key("unavailable") || m.contains_key("failed")) {
+                out.insert(format!("{prefix}{MISSING}"));
+                return;
+            }
+            for (k, x) in m {
+                let p = format!("{prefix}/{k}");
+                out.insert(p.clone());
+                key_paths(x, &p, out);
+            }
+        }
+        Value::Array(xs) => {
+            for x in xs {
+                key_paths(x, &format!("{prefix}/[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Compares the key set of `v` with the fixture `name`, or writes the
+/// fixture anew when `SHOAL_BLESS_BENCH_KEYS` is set.
+fn keys_kept(name: &str, v: &Value) {
+    let mut now = BTreeSet::new();
+    key_paths(v, "", &mut now);
+    let path: PathBuf = home().join("crates/shoal-cli/tests/bench_keys").join(format!("{name}.txt"));
+    if std::env::var_os("SHOAL_BLESS_BENCH_KEYS").is_some() {
+        let text: String = now.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        return;
+    }
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let before: BTreeSet<String> = text.lines().map(str::to_string).collect();
+    let missing_at: Vec<String> = before.iter().chain(&now).filter_map(|p| p.strip_suffix(MISSING)).map(str::to_string).collect();
+    let compared = |p: &&String| !missing_at.iter().any(|m| p.starts_with(m.as_str()));
+    let gone: Vec<&String> = before.difference(&now).filter(compared).collect();
+    let new: Vec<&String> = now.difference(&before).filter(compared).collect();
+    assert!(gone.is_empty() && new.is_empty(), "shoal bench {name}: keys gone {gone:#?}, keys new {new:#?}");
 }
 
 /// The JSON a successful bench printed.
@@ -74,6 +136,7 @@ fn bench_memory_default_out_from_any_directory() {
     let tmp = scratch();
     let o = bench(tmp.path(), &["memory", "--only", "default+copy", "--interval", "0.1", "--settle", "0.5", "--json"]);
     let v = json_of("memory", &o);
+    keys_kept("memory", &v);
     positive(&v, "/configs/default+copy/final_mib");
     positive(&v, "/configs/default+copy/pss_mib");
     assert_eq!(v.pointer("/configs/default+copy/instances_alive_at_end").and_then(Value::as_u64), Some(8), "{v:#}");
@@ -107,6 +170,7 @@ fn bench_size_default_out_from_any_directory() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let v = json_of("size", &bench(tmp.path(), &["size", "--json"]));
+    keys_kept("size", &v);
     for c in ["default", "dce", "delta+ksm", "delta+pool", "default-aslr", "dce-aslr", "aslr+ksm", "aslr+pool"] {
         positive(&v, &format!("/configs/{c}/images_mib"));
     }
@@ -123,6 +187,7 @@ fn bench_pages_relative_keep_from_any_directory() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let v = json_of("pages", &bench(tmp.path(), &["pages", "--json", "--keep", "kept"]));
+    keys_kept("pages", &v);
     for p in ["default", "dce", "aligned", "delta", "aslr", "default-aslr", "dce-aslr"] {
         positive(&v, &format!("/policies/{p}/frames"));
     }
@@ -135,6 +200,7 @@ fn bench_boot_from_any_directory() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let v = json_of("boot", &bench(tmp.path(), &["boot", "--runs", "1", "--json"]));
+    keys_kept("boot", &v);
     for s in ["spt", "native"] {
         positive(&v, &format!("/systems/{s}/first_byte_ms/median"));
         positive(&v, &format!("/systems/{s}/exit_ms/median"));
@@ -163,6 +229,7 @@ fn bench_syscall_from_any_directory() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let v = json_of("syscall", &bench(tmp.path(), &["syscall", "--iterations", "1000", "--repeat", "1", "--json"]));
+    keys_kept("syscall", &v);
     for op in ["getpid", "write", "filewrite"] {
         positive(&v, &format!("/results/{op}/native_ns/mean"));
         positive(&v, &format!("/results/{op}/spt_ns/mean"));
@@ -184,6 +251,7 @@ fn bench_exec_quick() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let v = json_of("exec", &bench(tmp.path(), &["exec", "--quick", "--json"]));
+    keys_kept("exec", &v);
     for k in ["rewritten_ns", "trap_ns", "native_ns"] {
         positive(&v, &format!("/getpid/{k}/mean"));
     }
@@ -202,6 +270,40 @@ fn bench_exec_quick() {
         let pairs = v.pointer("/go_http/sites/rewritten_pairs_only").and_then(Value::as_u64).unwrap_or(0);
         assert!(rewritten > pairs, "moving instructions rewrites more of Go's sites: {v:#}");
     }
+}
+
+/// The smallest `bench dyn`: node and python3.11 start → exit, their HTTP
+/// hellos and idle memory measured on spt, spt-pool, hvt (where KVM is)
+/// and natively, with the default relative `--out` (its CSV written
+/// there). One run, two idle Node instances, 1-second wrk runs: about 40
+/// seconds here.
+#[test]
+fn bench_dyn_smallest() {
+    if !shoal_testkit::need(&["root", "node", "python3.11"]) {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("dyn", &bench(tmp.path(), &["dyn", "--repeat", "1", "--instances", "2", "--duration", "1", "--json"]));
+    keys_kept("dyn", &v);
+    for (sys, needs) in [("spt", &[][..]), ("spt-pool", &[][..]), ("hvt", &["kvm"][..]), ("native", &[][..])] {
+        for rt in ["node", "python"] {
+            if measured(&v, &format!("/start_exit/{rt}/{sys}"), needs) {
+                positive(&v, &format!("/start_exit/{rt}/{sys}/median_ms"));
+                positive(&v, &format!("/idle_pss/{rt}/{sys}/median_kib"));
+            }
+            if sys != "spt-pool" && measured(&v, &format!("/http/{rt}/1/{sys}"), needs) {
+                positive(&v, &format!("/http/{rt}/1/{sys}/mean"));
+                positive(&v, &format!("/http/{rt}/50/{sys}/mean"));
+            }
+        }
+    }
+    for sys in ["spt", "spt-pool", "native"] {
+        if measured(&v, &format!("/node_idle_instances/{sys}"), &[]) {
+            positive(&v, &format!("/node_idle_instances/{sys}/pss_sum_kib"));
+        }
+    }
+    assert!(tmp.path().join("shoal-bench-dyn/dyn.csv").is_file(), "no CSV written");
 }
 
 /// The quickest `bench cri`: pod ready and first answer through
@@ -232,6 +334,7 @@ fn bench_recover_from_any_directory() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let v = json_of("recover", &bench(tmp.path(), &["recover", "--iterations", "500", "--repeat", "2", "--only", "syscalls,reboot,sqlite", "--json"]));
+    keys_kept("recover", &v);
     for system in ["native", "spt no gates", "spt gates"] {
         for op in ["getuid", "getpid", "open", "write", "read", "close", "sock", "tcp"] {
             positive(&v, &format!("/systems/{system}/syscalls/{op}/ns/mean"));
@@ -274,6 +377,7 @@ fn bench_recover_servers() {
     let tmp = scratch();
     let args = ["recover", "--repeat", "2", "--only", "servers,nginx-reboot,rejuvenation,redis-latency", "--duration", "1", "--requests", "2000", "--json"];
     let v = json_of("recover", &bench(tmp.path(), &args));
+    keys_kept("recover_servers", &v);
     for config in ["no gates", "gates", "gates+logs"] {
         positive(&v, &format!("/fig7_servers/spt/nginx_wrk40/{config}/mean"));
         positive(&v, &format!("/fig7_servers/spt/redis_set/{config}/mean"));
@@ -302,6 +406,7 @@ fn bench_density_from_any_directory() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let v = json_of("density", &bench(tmp.path(), &["density", "--count", "2", "--json"]));
+    keys_kept("density", &v);
     let results = v["results"].as_array().unwrap();
     let configs: Vec<&str> = results.iter().filter_map(|r| r["config"].as_str()).collect();
     for c in ["process", "spt+copy", "spt+pool"] {
@@ -328,6 +433,7 @@ fn bench_apps_from_any_directory() {
     let tmp = scratch();
     // Lua's run is the shortest of the recipes'.
     let v = json_of("apps", &bench(tmp.path(), &["apps", "--only", "lua", "--repeat", "2", "--json"]));
+    keys_kept("apps", &v);
     assert!(v.pointer("/results/lua/failure").is_some_and(Value::is_null), "{v:#}");
     assert_eq!(v.pointer("/results/lua/same_output").and_then(Value::as_bool), Some(true), "{v:#}");
     positive(&v, "/results/lua/native_s/mean");
@@ -343,6 +449,7 @@ fn bench_echo_from_any_directory() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
     let v = json_of("echo", &bench(tmp.path(), &["echo", "--round-trips", "200", "--repeat", "1", "--json"]));
+    keys_kept("echo", &v);
     for mode in ["persistent", "per_connection"] {
         for s in ["native", "spt"] {
             for stat in ["average_ms", "p50_ms", "p99_ms"] {
@@ -358,14 +465,20 @@ fn bench_echo_from_any_directory() {
     assert_eq!(v.pointer("/modes/per_connection/systems/spt/samples").and_then(Value::as_u64), Some(20), "{v:#}");
 }
 
-/// `bench faas`'s quickest mode: two cold starts of the no-op (and of the
-/// Lua runtime) on spt and process — neither needs root or KVM — through a
-/// real `shoal serve`, with the default, relative `--out`.
+/// Every experiment of `bench faas` in one quick run on spt and process
+/// (a real `shoal serve`, the default relative `--out`), which also keeps
+/// the JSON's keys: cold starts are measured twice per backend; each warm
+/// workload call is timed after the warm instances went quiet, with the
+/// instance's own CPU time beside the wall-clock time; the two-write
+/// experiment reports both functions with their gap (the numbers are not
+/// judged here).
 #[test]
-fn bench_faas_cold_start_from_any_directory() {
+fn bench_faas_every_experiment_from_any_directory() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = scratch();
-    let v = json_of("faas", &bench(tmp.path(), &["faas", "--only", "cold-start", "--backends", "spt,process", "--repeat", "2", "--json"]));
+    let args = ["faas", "--backends", "spt,process", "--repeat", "2", "--requests", "64", "--max-clients", "2", "--bursts", "2", "--instances", "1", "--json"];
+    let v = json_of("faas", &bench(tmp.path(), &args));
+    keys_kept("faas", &v);
     let lua = v.pointer("/experiments/cold-start/lua_missing").is_some_and(Value::is_null);
     for b in ["spt", "process"] {
         positive(&v, &format!("/experiments/cold-start/results/noop/{b}/mean"));
@@ -382,16 +495,7 @@ fn bench_faas_cold_start_from_any_directory() {
     }
     let csv = std::fs::read_to_string(out.join("cold-start.csv")).unwrap();
     assert!(csv.lines().count() > 4, "{csv}");
-}
 
-/// `bench faas --only workloads`, one round on spt and process: each
-/// warm call is timed after the warm instances went quiet, and the
-/// instance's own CPU time per call is reported beside the wall-clock time.
-#[test]
-fn bench_faas_workloads_report_instance_cpu_and_quiet_waits() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let tmp = scratch();
-    let v = json_of("faas", &bench(tmp.path(), &["faas", "--only", "workloads", "--backends", "spt,process", "--repeat", "1", "--json"]));
     for w in ["fib", "matmul", "alloc", "fileread"] {
         for b in ["spt", "process"] {
             positive(&v, &format!("/experiments/workloads/results/{w}/{b}/mean"));
@@ -404,28 +508,19 @@ fn bench_faas_workloads_report_instance_cpu_and_quiet_waits() {
         }
     }
     assert!(v.pointer("/experiments/workloads/calls_timed_without_quiet").and_then(Value::as_u64).is_some(), "{v:#}");
-    let csv = std::fs::read_to_string(tmp.path().join("shoal-bench-faas/workloads.csv")).unwrap();
+    let csv = std::fs::read_to_string(out.join("workloads.csv")).unwrap();
     assert!(csv.lines().next().is_some_and(|h| h.ends_with(",quiet_wait_ms")), "{csv}");
-    assert!(csv.lines().filter(|l| l.starts_with("fib,")).count() == 2, "{csv}");
-}
+    assert_eq!(csv.lines().filter(|l| l.starts_with("fib,")).count(), 4, "two backends, two rounds: {csv}");
 
-/// `bench faas --only two-write`, one round on spt: the warm latency of
-/// the one-write no-op and of the two-write function through the gateway,
-/// both reported with their gap (the numbers are not judged here).
-#[test]
-fn bench_faas_two_write_reports_both_functions() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let tmp = scratch();
-    let v = json_of("faas", &bench(tmp.path(), &["faas", "--only", "two-write", "--backends", "spt", "--repeat", "1", "--json"]));
     for f in ["one_write", "two_writes"] {
         positive(&v, &format!("/experiments/two-write/results/spt/{f}/median"));
         positive(&v, &format!("/experiments/two-write/results/spt/{f}/p95"));
-        assert_eq!(v.pointer(&format!("/experiments/two-write/results/spt/{f}/n")).and_then(Value::as_u64), Some(20), "{v:#}");
+        assert_eq!(v.pointer(&format!("/experiments/two-write/results/spt/{f}/n")).and_then(Value::as_u64), Some(40), "{v:#}");
     }
     assert!(v.pointer("/experiments/two-write/results/spt/median_gap_ms").and_then(Value::as_f64).is_some(), "{v:#}");
     assert_eq!(v.pointer("/experiments/two-write/failures").and_then(Value::as_array).map(Vec::len), Some(0), "{v:#}");
-    let csv = std::fs::read_to_string(tmp.path().join("shoal-bench-faas/two-write.csv")).unwrap();
-    assert_eq!(csv.lines().filter(|l| l.starts_with("spt,two-writes,")).count(), 20, "{csv}");
+    let csv = std::fs::read_to_string(out.join("two-write.csv")).unwrap();
+    assert_eq!(csv.lines().filter(|l| l.starts_with("spt,two-writes,")).count(), 40, "{csv}");
 }
 
 #[test]
@@ -457,6 +552,7 @@ fn bench_http_and_kv_from_any_directory() {
             args.extend(["--requests", "10000"]);
         }
         let v = json_of(which, &bench(tmp.path(), &args));
+        keys_kept(which, &v);
         for s in ["native", "spt"] {
             assert!(v["systems"][s]["unavailable"].is_null() && v["systems"][s]["failed"].is_null(), "{which}: {s} not measured: {v:#}");
             for op in ops {

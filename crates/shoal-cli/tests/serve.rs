@@ -148,6 +148,8 @@ impl Drop for Gateway {
         if std::thread::panicking() {
             let _ = writeln!(std::io::stderr(), "gateway stderr: {}", std::fs::read_to_string(&self.log).unwrap_or_default());
         }
+        // Printed above when it matters; hundreds pile up in /tmp otherwise.
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 

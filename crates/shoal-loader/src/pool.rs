@@ -86,6 +86,10 @@ pub enum PoolError {
     /// The manifest does not belong to the image.
     #[error("pool: the manifest beside {0} belongs to another image (its image_sha256 differs): rebuild the image, or copy it together with its manifest")]
     ManifestMismatch(PathBuf),
+    /// The image itself cannot be loaded (its own error says why, with its
+    /// path).
+    #[error("pool: {0}")]
+    Image(#[from] crate::image::ImageError),
     /// The manifest describes pages the image does not have.
     #[error("pool: the manifest of {image} describes {what}, which the image does not match")]
     BadRegion {
@@ -485,7 +489,7 @@ impl Pool {
         if !describes(&manifest, image_path)? {
             return Err(PoolError::ManifestMismatch(image_path.to_path_buf()));
         }
-        let image = Image::open(image_path).map_err(|e| PoolError::BadRegion { image: image_path.into(), what: e.to_string() })?;
+        let image = Image::open(image_path)?;
         self.ensure_dir()?;
         let mut out = Vec::new();
         let mut page = vec![0u8; PAGE as usize];
