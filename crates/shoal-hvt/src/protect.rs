@@ -146,7 +146,7 @@ impl Tables<'_> {
     /// executable). Both ranges must lie in `[heap_start, mem_size)`, so no
     /// guest page can ever show the image, the boot information or the
     /// tender's page tables. Results as [`Tables::protect`].
-    #[cfg(any(test, feature = "fuzz"))]
+    #[cfg(feature = "fuzz")]
     pub fn alias(&self, a: &AliasArgs) -> Result<i64, String> {
         self.alias_pages(a).map(|(r, _)| r)
     }
