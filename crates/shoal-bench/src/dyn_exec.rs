@@ -466,7 +466,8 @@ pub fn dyn_exec(o: DynOpts) -> Result<()> {
     let load_after = loadavg();
 
     // JSON.
-    let by_sys = |f: &dyn Fn(usize) -> Value| -> Value { SYSTEMS.iter().enumerate().map(|(si, s)| (s.to_string(), f(si))).collect::<serde_json::Map<_, _>>().into() };
+    let by_sys =
+        |f: &dyn Fn(usize) -> Value| -> Value { SYSTEMS.iter().enumerate().map(|(si, s)| (s.to_string(), f(si))).collect::<serde_json::Map<_, _>>().into() };
     let native = SYSTEMS.len() - 1;
     let mut res = serde_json::Map::new();
     res.insert(
@@ -575,7 +576,11 @@ pub fn dyn_exec(o: DynOpts) -> Result<()> {
             format!("spt {}, pool {}, hvt {}", r2(med(&row[0]), med(&row[3])), r2(med(&row[1]), med(&row[3])), r2(med(&row[2]), med(&row[3]))),
         ]);
     }
-    let mc = |i: usize| many[i].as_ref().map_or_else(|e| if matches!(e, Missing::Unavailable(_)) { "n/a".into() } else { "FAILED".into() }, |&k| format!("{:.0}", k as f64 / 1024.0));
+    let mc = |i: usize| {
+        many[i]
+            .as_ref()
+            .map_or_else(|e| if matches!(e, Missing::Unavailable(_)) { "n/a".into() } else { "FAILED".into() }, |&k| format!("{:.0}", k as f64 / 1024.0))
+    };
     t.row([
         format!("{} idle node, PSS sum (MiB)", o.instances),
         mc(0),

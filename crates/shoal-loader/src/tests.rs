@@ -565,7 +565,12 @@ fn executables_are_pooled_in_long_runs() {
         image_sha256: "00".into(),
         libraries: vec![Library {
             info: LibraryInfo { name: "exec".into(), version: "abc".into(), kind: LibraryKind::App },
-            regions: vec![Region { kind: RegionKind::Text, start: 0x400000, end: 0x400000 + pages * 0x1000, page_hashes: (0..pages).map(|i| PageHash::of(&i.to_le_bytes())).collect() }],
+            regions: vec![Region {
+                kind: RegionKind::Text,
+                start: 0x400000,
+                end: 0x400000 + pages * 0x1000,
+                page_hashes: (0..pages).map(|i| PageHash::of(&i.to_le_bytes())).collect(),
+            }],
         }],
     };
     let runs: Vec<_> = pool::pool_libs(&m).iter().map(|l| (l.addr, l.pages)).collect();
