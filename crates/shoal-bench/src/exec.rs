@@ -1,7 +1,9 @@
 //! `shoal bench exec`: unmodified static Linux executables (`shoal run
 //! EXECUTABLE`) on spt beside the same executable run natively. A getpid
 //! through a rewritten site, through the trap path and natively
-//! (apps/exec/getpid.c, `gcc -static`); a Go `net/http` hello server
+//! (apps/exec/getpid.c, `gcc -static`); `clock_gettime` through glibc
+//! (the vDSO, shoal's on spt) and through the system call, on spt and
+//! natively; a Go `net/http` hello server
 //! (apps/exec/go/hello.go, `CGO_ENABLED=0`) under `wrk` at 1, 50 and 200
 //! connections with the server on one CPU and wrk on another (as `bench
 //! http --pin`), on spt with every rewritable site rewritten, on spt with
@@ -176,11 +178,15 @@ pub fn exec(o: ExecOpts) -> Result<()> {
     let shoal = pin_binaries(&o.out.join("bin"))?;
     let tmp = tempfile::tempdir()?;
     let (getpid, hello) = build(&paths.home, tmp.path())?;
-    let (repeat, iterations, secs, conns): (usize, u64, u64, &[usize]) = if o.quick { (2, 20_000, 1, &[1, 50]) } else { (3, 1_000_000, 5, &[1, 50, 200]) };
+    let (repeat, iterations, secs, conns): (usize, u64, u64, &[usize]) = if o.quick { (2, 200_000, 1, &[1, 50]) } else { (3, 1_000_000, 5, &[1, 50, 200]) };
 
     // getpid: pair (rewritten on spt; the native system call natively)
     // and trap.
-    let mut g: [Vec<f64>; 3] = Default::default(); // spt pair, spt trap, native
+    // spt pair, spt trap, native.
+    let mut g: [Vec<f64>; 3] = Default::default();
+    // clock_gettime through libc (the vDSO) and through the system call:
+    // spt vDSO, spt system call, native vDSO, native system call.
+    let mut c: [Vec<f64>; 4] = Default::default();
     for _ in 0..repeat {
         let n = crate::syscall::run_measure(Command::new(&getpid).arg(iterations.to_string()))?;
         let s = crate::syscall::run_measure(Command::new(&shoal).args(["run", "--tender", "spt"]).arg(&getpid).arg("--").arg(iterations.to_string()))?;
@@ -188,8 +194,13 @@ pub fn exec(o: ExecOpts) -> Result<()> {
         g[0].extend(get(&s, "pair"));
         g[1].extend(get(&s, "trap"));
         g[2].extend(get(&n, "pair"));
+        c[0].extend(get(&s, "clock_vdso"));
+        c[1].extend(get(&s, "clock_syscall"));
+        c[2].extend(get(&n, "clock_vdso"));
+        c[3].extend(get(&n, "clock_syscall"));
     }
     let gs: Vec<(f64, f64)> = g.iter().map(|v| mean_sd(v)).collect();
+    let cs: Vec<(f64, f64)> = c.iter().map(|v| mean_sd(v)).collect();
 
     // The Go server.
     let pin = pin_cpus()?;
@@ -240,6 +251,15 @@ pub fn exec(o: ExecOpts) -> Result<()> {
             "native_over_rewritten": gs[2].0 / gs[0].0,
         }),
     );
+    res.insert(
+        "clock_gettime".into(),
+        json!({
+            "vdso_ns": {"mean": cs[0].0, "sd": cs[0].1},
+            "syscall_ns": {"mean": cs[1].0, "sd": cs[1].1},
+            "native_vdso_ns": {"mean": cs[2].0, "sd": cs[2].1},
+            "native_syscall_ns": {"mean": cs[3].0, "sd": cs[3].1},
+        }),
+    );
     if let Some((found, pairs, rewritten)) = site_counts {
         let mut http = serde_json::Map::new();
         for (ci, c) in conns.iter().enumerate() {
@@ -285,6 +305,14 @@ pub fn exec(o: ExecOpts) -> Result<()> {
     let f1 = |(m, sd): (f64, f64)| format!("{m:.1} ± {sd:.1}");
     t.row(["getpid, rewritten site (ns)".to_string(), f1(gs[0]), "".into(), f1(gs[2]), format!("native {:.1}× dearer", gs[2].0 / gs[0].0)]);
     t.row(["getpid, trap path (ns)".to_string(), f1(gs[1]), "".into(), f1(gs[2]), format!("{:.1}× native", gs[1].0 / gs[2].0)]);
+    t.row([
+        "clock_gettime, vDSO (ns)".to_string(),
+        f1(cs[0]),
+        "".into(),
+        f1(cs[2]),
+        format!("{:.2}× native; {:.1}× cheaper than the call", cs[0].0 / cs[2].0, cs[1].0 / cs[0].0),
+    ]);
+    t.row(["clock_gettime, system call (ns)".to_string(), f1(cs[1]), "".into(), f1(cs[3]), format!("native {:.1}× dearer", cs[3].0 / cs[1].0)]);
     if let Some((found, pairs, rewritten)) = site_counts {
         t.row(["Go sites rewritten (of found)".to_string(), format!("{rewritten} of {found}"), format!("{pairs} of {found}"), "".into(), "".into()]);
         for (ci, c) in conns.iter().enumerate() {

@@ -84,3 +84,32 @@ pub fn inspect(exe: &Path) -> Result<()> {
     println!("system-call sites: {} found, {} rewritten, {} left to the trap path", a.sites.len(), rewritten, a.sites.len() - rewritten);
     Ok(())
 }
+
+/// `shoal cache …`.
+#[derive(clap::Subcommand)]
+pub enum CacheCmd {
+    /// Remove the instance images used longest ago until the rest fit in SIZE (default: SHOAL_EXEC_CACHE_MAX, else 2G); they are built again at their next start.
+    Prune {
+        /// The bound: bytes, or a number with K, M or G (0 empties the cache).
+        #[arg(long, value_name = "SIZE")]
+        max: Option<String>,
+    },
+}
+
+/// Runs `shoal cache prune`.
+pub fn cache(which: CacheCmd) -> Result<()> {
+    let CacheCmd::Prune { max } = which;
+    let max = match max {
+        Some(m) => shoal_exec::cache::parse_size(&m).context("--max")?,
+        None => shoal_exec::cache::limit().context("SHOAL_EXEC_CACHE_MAX")?,
+    };
+    let dir = shoal_tender::exec_cache_dir().ok_or_else(|| anyhow::anyhow!("no HOME or SHOAL_CACHE: there is no cache"))?;
+    if !dir.is_dir() {
+        println!("{}: no cache yet", dir.display());
+        return Ok(());
+    }
+    let p = shoal_exec::cache::prune(&dir, max, None).with_context(|| format!("cannot prune {}", dir.display()))?;
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    println!("{}: removed {} images ({:.1} MiB); {} left ({:.1} MiB, bound {:.1} MiB)", dir.display(), p.removed, mib(p.freed), p.kept, mib(p.size), mib(max));
+    Ok(())
+}

@@ -114,6 +114,11 @@ enum Cmd {
         #[command(subcommand)]
         which: pool_cmd::PoolCmd,
     },
+    /// The cache of executables' built instance images (~/.cache/shoal/exec): `shoal cache prune [--max SIZE]`.
+    Cache {
+        #[command(subcommand)]
+        which: exec_cmd::CacheCmd,
+    },
     /// Real programs built from Debian source packages: `shoal recipe list`, `shoal recipe build NAME -o IMAGE`.
     Recipe {
         #[command(subcommand)]
@@ -268,6 +273,10 @@ fn real_main() -> Result<i32> {
         Cmd::Run { opts, image, args } => run_image(&opts, image, args),
         Cmd::Pool { which } => {
             pool_cmd::run(which)?;
+            Ok(0)
+        }
+        Cmd::Cache { which } => {
+            exec_cmd::cache(which)?;
             Ok(0)
         }
         Cmd::Setup => {

@@ -243,7 +243,7 @@ fn bench_syscall_from_any_directory() {
 }
 
 /// The quick `bench exec`: getpid through a rewritten site, the trap path
-/// and natively, and (with Go) the Go server's throughput, first byte
+/// and natively, clock_gettime through the vDSO and the system call, and (with Go) the Go server's throughput, first byte
 /// and idle memory on spt, spt with only pairs rewritten, and natively;
 /// its CSV written to the default relative `--out`.
 #[test]
@@ -254,6 +254,9 @@ fn bench_exec_quick() {
     keys_kept("exec", &v);
     for k in ["rewritten_ns", "trap_ns", "native_ns"] {
         positive(&v, &format!("/getpid/{k}/mean"));
+    }
+    for k in ["vdso_ns", "syscall_ns", "native_vdso_ns", "native_syscall_ns"] {
+        positive(&v, &format!("/clock_gettime/{k}/mean"));
     }
     assert!(tmp.path().join("shoal-bench-exec/exec.csv").is_file(), "no CSV written");
     if measured(&v, "/go_http", &["go"]) {

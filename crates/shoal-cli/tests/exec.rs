@@ -153,6 +153,51 @@ fn go_goroutines_match_native() {
     matches_native(&exe, &["a", "b"], 3);
 }
 
+/// The host's clock in seconds, for the clock tests' comparison.
+fn host_seconds() -> String {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs().to_string()
+}
+
+/// shoal's vDSO as a static glibc program finds it: `AT_SYSINFO_EHDR`,
+/// the five functions looked up as `dlvsym(…, "LINUX_2.6")` does, each
+/// called directly and compared with the system calls, the host's clock
+/// and (by the output) with the same program on Linux's own vDSO; the
+/// monotonic clock never goes backwards, a signal arrives while the
+/// program only reads the clock, other clocks and bad ids answer as the
+/// system call does.
+#[test]
+fn the_vdso_resolves_and_agrees_with_the_clock_as_natively() {
+    let dir = scratch();
+    let exe = gcc_static("vdso", dir.path(), &[]);
+    matches_native(&exe, &[&host_seconds()], 0);
+}
+
+/// The Go runtime's clocks (read through the vDSO when one is offered):
+/// time.Now against the system call and the host, time.Since monotonic,
+/// sleeps and timers measure what they should.
+#[test]
+fn go_clocks_agree_with_native() {
+    let Some(go) = go() else {
+        shoal_testkit::skip("go-toolchain", "no Go 1.22 or newer (not on PATH, not in /usr/local/go/bin)");
+        return;
+    };
+    let dir = scratch();
+    let exe = dir.path().join("clock");
+    let o = Command::new(go)
+        .args(["build", "-o"])
+        .arg(&exe)
+        .arg(home().join("apps/exec/go/clock.go"))
+        .env("CGO_ENABLED", "0")
+        // Shared between runs (Go's cache is safe for concurrent use): a
+        // fresh one compiles the standard library again, a minute here.
+        .env("GOCACHE", std::env::temp_dir().join("shoal-tests-gocache"))
+        .env("GO111MODULE", "off")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "go build: {}", stderr(&o));
+    matches_native(&exe, &[&host_seconds()], 0);
+}
+
 /// Patches a copy of a static executable with `f` and asserts that
 /// `shoal run` refuses it with status 125 and one `shoal:` line naming
 /// `needle`, and `shoal inspect` the same way.

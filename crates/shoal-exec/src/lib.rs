@@ -20,8 +20,9 @@
 //! goroutine stacks belong to the program). Every other site keeps its
 //! `syscall` and takes the tender's trap path. [`prepare`] caches the
 //! built image by the content of both inputs, so a second start does no
-//! work.
+//! work; [`cache`] keeps that cache within a size bound.
 
+pub mod cache;
 mod combine;
 mod scan;
 
@@ -165,6 +166,9 @@ pub enum ExecError {
         /// What is missing.
         what: String,
     },
+    /// `SHOAL_EXEC_CACHE_MAX` is not a size.
+    #[error("SHOAL_EXEC_CACHE_MAX: {0}")]
+    CacheLimit(#[from] cache::BadSize),
     /// The cache directory could not be written.
     #[error("cannot write the prepared image {path}: {source}")]
     Cache {
@@ -259,8 +263,10 @@ pub fn prepare(exe: &Path, kernel: &Path, cache_dir: &Path) -> Result<PathBuf, E
     // checks then: no second analysis (decoding node's 50 MB of code
     // took seconds at every start).
     if out.is_file() {
+        cache::mark_used(&out);
         return Ok(out);
     }
+    let max = cache::limit()?;
     let mut analysed = analyse(exe, &exe_bytes)?;
     if pairs_only {
         for s in analysed.sites.iter_mut().filter(|s| !s.is_pair()) {
@@ -282,6 +288,8 @@ pub fn prepare(exe: &Path, kernel: &Path, cache_dir: &Path) -> Result<PathBuf, E
     let tmp = cache_dir.join(format!(".{key}.{}.tmp", std::process::id()));
     std::fs::write(&tmp, &image).map_err(cache)?;
     std::fs::rename(&tmp, &out).map_err(cache)?;
+    // Best effort: a cache that cannot be pruned still serves this start.
+    let _ = cache::prune(cache_dir, max, Some(&out));
     Ok(out)
 }
 
@@ -321,7 +329,11 @@ pub fn cached(exe: &Path, kernel: &Path, cache_dir: &Path) -> Option<PathBuf> {
     // Only a name of the cache's own form is followed.
     let ok = name.len() == 68 && name.ends_with(".img") && name[..64].bytes().all(|b| b.is_ascii_hexdigit());
     let img = cache_dir.join(name);
-    (ok && img.is_file()).then_some(img)
+    let found = ok && img.is_file();
+    if found {
+        cache::mark_used(&img);
+    }
+    found.then_some(img)
 }
 
 /// [`prepare`] for a start that needs only the built image, remembered by

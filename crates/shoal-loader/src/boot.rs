@@ -17,6 +17,9 @@ use std::os::unix::ffi::OsStrExt;
 pub mod auxv {
     /// End of the vector.
     pub const AT_NULL: u64 = 0;
+    /// An entry to skip: the place the kernel gives the vDSO's address
+    /// (`AT_SYSINFO_EHDR`) when it runs an unmodified executable.
+    pub const AT_IGNORE: u64 = 1;
     /// Address of the program headers.
     pub const AT_PHDR: u64 = 3;
     /// Size of one program header.
@@ -440,6 +443,7 @@ pub fn write_boot_state(
         (AT_HWCAP2, 2),
         (AT_EXECFN, execfn),
         (AT_MINSIGSTKSZ, min_sigstksz()),
+        (AT_IGNORE, 0),
         (AT_NULL, 0),
     ];
     debug_assert!(aux.len() as u64 <= crate::layout::AUXV_ENTRIES);

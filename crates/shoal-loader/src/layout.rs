@@ -16,7 +16,7 @@ pub const MIN_STACK: u64 = 64 << 10;
 /// bytes) may take: a quarter of the stack.
 pub const INITIAL_STACK_SHARE: u64 = 4;
 /// Number of auxiliary vector entries the loader writes (with `AT_NULL`).
-pub const AUXV_ENTRIES: u64 = 19;
+pub const AUXV_ENTRIES: u64 = 20;
 
 /// Why a layout could not be planned.
 #[derive(Debug, thiserror::Error)]

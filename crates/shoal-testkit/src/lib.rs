@@ -36,6 +36,7 @@ pub const FEATURES: &[(&str, &str)] = &[
     ("shm", "/dev/shm is a directory"),
     ("python3.11", "Debian's python3.11 is installed as /usr/bin/python3.11"),
     ("node", "Node.js is installed as /usr/bin/node"),
+    ("python3.11-tests", "Debian's libpython3.11-testsuite (CPython's own tests) is installed in /usr/lib/python3.11/test"),
 ];
 
 /// Whether `SHOAL_REQUIRE` names `feature`.
@@ -94,6 +95,10 @@ pub fn probe(feature: &str) -> Result<(), String> {
         "python3.11" | "node" => {
             let p = Path::new("/usr/bin").join(feature);
             p.is_file().then_some(()).ok_or_else(|| format!("{} is not installed", p.display()))
+        }
+        "python3.11-tests" => {
+            let p = Path::new("/usr/lib/python3.11/test/test_json");
+            p.is_dir().then_some(()).ok_or_else(|| format!("{} is missing: install libpython3.11-testsuite (scripts/setup does)", p.display()))
         }
         "runc" | "runsc" | "podman" | "busybox" | "hey" | "wrk" | "redis-benchmark" | "setpriv" | "curl" => program(feature).map(|_| ()),
         other => panic!("shoal-testkit: unknown feature `{other}`"),

@@ -36,6 +36,13 @@ pub const SO_OOBINLINE: i32 = 10;
 pub const SO_LINGER: i32 = 13;
 pub const SO_REUSEPORT: i32 = 15;
 pub const SO_PASSCRED: i32 = 16;
+/// Control message types of `SOL_SOCKET`.
+pub const SCM_RIGHTS: i32 = 1;
+pub const SCM_CREDENTIALS: i32 = 2;
+/// Most descriptors one message passes (`SCM_MAX_FD`).
+pub const SCM_MAX_FD: usize = 253;
+/// `sysctl_optmem_max`: the longest control buffer `sendmsg` copies.
+pub const OPTMEM_MAX: usize = 131_072;
 pub const SO_RCVLOWAT: i32 = 18;
 pub const SO_SNDLOWAT: i32 = 19;
 pub const SO_RCVTIMEO: i32 = 20;
@@ -93,6 +100,7 @@ pub const MIN_RCVBUF: i32 = 2304;
 pub const EDOM: Errno = Errno(33);
 pub const EDESTADDRREQ: Errno = Errno(89);
 pub const EMSGSIZE: Errno = Errno(90);
+pub const ENOBUFS: Errno = Errno(105);
 pub const EPROTOTYPE: Errno = Errno(91);
 pub const ENOPROTOOPT: Errno = Errno(92);
 pub const EPROTONOSUPPORT: Errno = Errno(93);

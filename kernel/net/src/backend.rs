@@ -38,6 +38,10 @@ pub struct Received {
     pub from: Option<SockAddr>,
     /// `msg_flags` (`MSG_TRUNC` when a datagram did not fit).
     pub flags: i32,
+    /// Descriptions passed with the data (`SCM_RIGHTS`, vfs's indices,
+    /// see `shoal_vfs::Vfs::hold_fds`): the receiver's own references, or
+    /// with `MSG_PEEK` the message's, which it keeps.
+    pub fds: Vec<usize>,
 }
 
 /// A family of sockets. `h` is the backend's own handle of a socket.
@@ -68,6 +72,14 @@ pub trait Backend {
     /// Sends the concatenation of `data` (to `to`, if given); returns the
     /// bytes taken. A stream socket may take part of it.
     fn send(&mut self, h: u64, data: &[&[u8]], to: Option<&[u8]>, flags: i32) -> Result<usize, Errno>;
+    /// [`Self::send`] with descriptions in flight (`SCM_RIGHTS`): a
+    /// family that passes them takes them out of `fds` with the data it
+    /// takes; what is left there the caller drops. By default none is
+    /// passed (Linux ignores `SCM_RIGHTS` on Internet sockets).
+    fn send_fds(&mut self, h: u64, data: &[&[u8]], to: Option<&[u8]>, flags: i32, fds: &mut Vec<usize>) -> Result<usize, Errno> {
+        let _ = fds;
+        self.send(h, data, to, flags)
+    }
     /// Receives into `bufs` in order (one datagram, or stream bytes).
     fn recv(&mut self, h: u64, bufs: &mut [&mut [u8]], flags: i32) -> Result<Received, Errno>;
     /// `shutdown(how)`.

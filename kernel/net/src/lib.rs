@@ -201,7 +201,11 @@ impl ObjOps for Ops {
         with(|n| match n.objs.get_mut(&id) {
             Some(Obj::Socket(s)) => {
                 let s = *s;
-                n.backend(s.fam)?.recv(s.h, &mut [buf], 0).map(|r| r.len)
+                let r = n.backend(s.fam)?.recv(s.h, &mut [buf], 0)?;
+                // Descriptions passed with the bytes have nowhere to go:
+                // let go of later, outside vfs (see `unix::Unix::dropped`).
+                n.unix.dropped.extend(r.fds);
+                Ok(r.len)
             }
             Some(Obj::Event(e)) => e.read(buf),
             Some(Obj::Timer(t)) => t.read(buf, shoal_time::monotonic_ns()),
@@ -238,15 +242,17 @@ impl ObjOps for Ops {
         })
     }
 
-    fn release(&self, id: u64) {
-        with(|n| {
+    fn release(&self, id: u64) -> alloc::vec::Vec<usize> {
+        let held = with(|n| {
             if let Some(Obj::Socket(s)) = n.objs.remove(&id) {
                 if let Ok(b) = n.backend(s.fam) {
                     b.close(s.h);
                 }
             }
+            n.unix.take_dropped()
         });
         wake();
+        held
     }
 
     fn ofd_released(&self, ofd: usize) {

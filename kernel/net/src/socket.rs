@@ -8,8 +8,12 @@
 //! until the buffers are full (or end of file); `MSG_DONTWAIT` or a
 //! non-blocking descriptor turn waits into `EAGAIN`. `SIGPIPE` for `EPIPE`
 //! without `MSG_NOSIGNAL` is raised by the syscall table, which joins this
-//! component with `process`. Ancillary data is not supported: a received
-//! `msg_controllen` is 0, one sent is ignored.
+//! component with `process`. Ancillary data: `AF_UNIX` sockets pass
+//! descriptors (`SCM_RIGHTS`, module `unix`) — this layer parses the
+//! sender's control messages, takes references to the descriptions
+//! through vfs, and installs them in the receiver's table as Linux's
+//! `scm_detach_fds` does (`MSG_CTRUNC` and the rest closed when the
+//! control buffer is short); Internet sockets ignore control messages.
 
 use alloc::vec::Vec;
 use shoal_plat::{umem, Errno, SysResult};
@@ -385,17 +389,113 @@ fn with_bufs<T: Default, R>(
 
 /// Sends the buffers `data` (to `to`) on `fd` with `flags`.
 fn do_send(fd: i32, data: &mut [&'static [u8]], to: Option<(u64, u32)>, flags: i32) -> Result<usize, Errno> {
+    do_send_ctl(fd, data, to, flags, None)
+}
+
+/// [`do_send`] with the control buffer `(address, length)` of a
+/// `sendmsg`: an `AF_UNIX` socket passes the descriptors it names.
+fn do_send_ctl(fd: i32, data: &mut [&'static [u8]], to: Option<(u64, u32)>, flags: i32, control: Option<(u64, u64)>) -> Result<usize, Errno> {
     let (s, id, nb) = sock_of(fd)?;
     let s = match to {
         Some((addr, len)) if addr != 0 && s.fam == Fam::Lo => route(id, s, Want::Reach(&read_addr(s.fam, addr, len)?))?,
         _ => s,
     };
-    send_on(s, nb, data, to, flags)
+    let mut held = match control {
+        Some((addr, len)) if s.fam == Fam::Unix && len > 0 => hold_rights(addr, len)?,
+        _ => Vec::new(),
+    };
+    let r = send_on(s, nb, data, to, flags, &mut held);
+    // What no message took (an error, a stream send of no bytes).
+    drop_held(&held);
+    r
+}
+
+/// The `(level, type, data)` of each control message in `buf` (Linux's
+/// `CMSG_FIRSTHDR`/`CMSG_NXTHDR` walk); `EINVAL` for a header whose
+/// length is shorter than a header or runs past the buffer.
+fn cmsgs(buf: &[u8]) -> impl Iterator<Item = Result<(i32, i32, &[u8]), Errno>> {
+    let mut off = 0usize;
+    core::iter::from_fn(move || {
+        let hdr = buf.get(off..off.checked_add(CMSG_HDR)?)?;
+        let len = u64::from_ne_bytes(hdr[..8].try_into().ok()?) as usize;
+        if len < CMSG_HDR || len > buf.len() - off {
+            off = buf.len();
+            return Some(Err(Errno::EINVAL));
+        }
+        let level = i32::from_ne_bytes(hdr[8..12].try_into().ok()?);
+        let ty = i32::from_ne_bytes(hdr[12..16].try_into().ok()?);
+        let data = &buf[off + CMSG_HDR..off + len];
+        off = off.saturating_add((len + 7) & !7);
+        Some(Ok((level, ty, data)))
+    })
+}
+
+/// `sizeof(struct cmsghdr)` (x86-64).
+const CMSG_HDR: usize = 16;
+
+/// Reads the control messages of a `sendmsg` on an `AF_UNIX` socket, as
+/// Linux's `__scm_send` does, and takes a reference to each description
+/// `SCM_RIGHTS` names: `ENOBUFS` for a buffer longer than
+/// `optmem_max`, `EINVAL` for a malformed header, an unknown
+/// `SOL_SOCKET` type or more than `SCM_MAX_FD` descriptors, `EBADF` for
+/// one that is not open (then no reference is kept). Other levels are
+/// skipped; `SCM_CREDENTIALS` of the right size is accepted and ignored.
+fn hold_rights(addr: u64, len: u64) -> Result<Vec<usize>, Errno> {
+    if len > OPTMEM_MAX as u64 {
+        return Err(ENOBUFS);
+    }
+    let buf = umem::slice(addr, len as usize)?;
+    let mut held: Vec<usize> = Vec::new();
+    let r = (|| {
+        for c in cmsgs(buf) {
+            let (level, ty, data) = c?;
+            if level != SOL_SOCKET {
+                continue;
+            }
+            match ty {
+                SCM_RIGHTS => {
+                    let fds: Vec<i32> = data.chunks_exact(4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])).collect();
+                    if fds.len() > SCM_MAX_FD || held.len() + fds.len() > SCM_MAX_FD {
+                        return Err(Errno::EINVAL);
+                    }
+                    let more = shoal_vfs::with(|v| v.hold_fds(&fds))?;
+                    held.extend(more);
+                }
+                SCM_CREDENTIALS if data.len() == 12 => {}
+                _ => return Err(Errno::EINVAL),
+            }
+        }
+        Ok(())
+    })();
+    match r {
+        Ok(()) => Ok(held),
+        Err(e) => {
+            drop_held(&held);
+            Err(e)
+        }
+    }
+}
+
+/// Lets go of descriptions in flight that no message or descriptor
+/// took (vfs closes each one no descriptor refers to any more).
+fn drop_held(held: &[usize]) {
+    if !held.is_empty() {
+        shoal_vfs::with(|v| v.drop_held(held));
+    }
+}
+
+/// Lets go of the descriptions received with `r` where the call has no
+/// room for them (`recv`, `read`): those of a peek stay the message's.
+fn discard_fds(r: &Received, flags: i32) {
+    if flags & MSG_PEEK == 0 {
+        drop_held(&r.fds);
+    }
 }
 
 /// [`do_send`] on socket `s` (non-blocking descriptor: `nb`), already
-/// looked up.
-fn send_on(s: Sock, nb: bool, data: &mut [&'static [u8]], to: Option<(u64, u32)>, flags: i32) -> Result<usize, Errno> {
+/// looked up; `fds` are descriptions in flight the first piece of data
+/// carries (the backend takes them).
+fn send_on(s: Sock, nb: bool, data: &mut [&'static [u8]], to: Option<(u64, u32)>, flags: i32, fds: &mut Vec<usize>) -> Result<usize, Errno> {
     let nb = nb || flags & MSG_DONTWAIT != 0;
     let to = match to {
         Some((addr, len)) if addr != 0 => Some(read_addr(s.fam, addr, len)?),
@@ -408,7 +508,7 @@ fn send_on(s: Sock, nb: bool, data: &mut [&'static [u8]], to: Option<(u64, u32)>
     let mut sent = 0;
     let mut start = 0;
     loop {
-        match call(s, |b, h| b.send(h, &data[start..], to.as_deref(), flags)) {
+        match call(s, |b, h| b.send_fds(h, &data[start..], to.as_deref(), flags, fds)) {
             Ok(k) => {
                 sent += k;
                 if sent >= total {
@@ -451,7 +551,10 @@ fn recv_on(s: Sock, nb: bool, bufs: &mut [&'static mut [u8]], flags: i32) -> Res
                 if acc.from.is_none() {
                     acc.from = r.from;
                 }
-                if !waitall || n == 0 || acc.len >= total {
+                // Descriptions end a read, as on Linux (even MSG_WAITALL).
+                let passed = !r.fds.is_empty();
+                acc.fds.extend(r.fds);
+                if !waitall || n == 0 || acc.len >= total || passed {
                     return Ok(got.unwrap_or_default());
                 }
                 advance(bufs, &mut start, n, |b, k| &mut b[k..]);
@@ -502,6 +605,7 @@ pub fn sendto(fd: i32, buf: u64, len: usize, flags: i32, addr: u64, alen: u32) -
 pub fn recvfrom(fd: i32, buf: u64, len: usize, flags: i32, addr: u64, lenp: u64) -> SysResult {
     let b = umem::slice_mut(buf, len.min(0x7fff_f000))?;
     let r = do_recv(fd, &mut [b], flags)?;
+    discard_fds(&r, flags);
     write_addr(addr, lenp, r.from.as_deref().unwrap_or(&[]))?;
     Ok(r.len as u64)
 }
@@ -523,12 +627,62 @@ struct MsgHdr {
 
 fn sendmsg_at(fd: i32, msg: u64, flags: i32) -> Result<usize, Errno> {
     let m: MsgHdr = umem::read(msg)?;
-    with_iovecs(m.iov, m.iovlen as usize, |iov| with_bufs(iov, umem::slice, |b| do_send(fd, b, Some((m.name, m.namelen)), flags)))
+    if m.controllen > i32::MAX as u64 {
+        return Err(ENOBUFS);
+    }
+    let control = Some((m.control, m.controllen));
+    with_iovecs(m.iov, m.iovlen as usize, |iov| with_bufs(iov, umem::slice, |b| do_send_ctl(fd, b, Some((m.name, m.namelen)), flags, control)))
+}
+
+/// Installs the descriptions `fds` received by a `recvmsg` into the
+/// descriptor table and describes them in its control buffer as Linux's
+/// `scm_detach_fds` does: as many as the buffer has room for (and the
+/// table takes), `MSG_CTRUNC` if not all, the rest closed (a peek's stay
+/// with the message). Returns `msg_controllen` and the flags to add.
+fn put_rights(m: &MsgHdr, fds: &[usize], flags: i32) -> (u64, i32) {
+    let peek = flags & MSG_PEEK != 0;
+    let cloexec = flags & MSG_CMSG_CLOEXEC != 0;
+    let room = if m.controllen as usize <= CMSG_HDR { 0 } else { (m.controllen as usize - CMSG_HDR) / 4 };
+    let fit = room.min(fds.len());
+    // Linux stores each number before it installs the descriptor: a
+    // buffer it cannot write gets none.
+    let writable = fit > 0 && umem::check_write(m.control, (CMSG_HDR + 4 * fit) as u64).is_ok();
+    let mut got: Vec<i32> = Vec::new();
+    if writable {
+        shoal_vfs::with(|v| {
+            for &o in &fds[..fit] {
+                match v.install_held(o, cloexec, !peek) {
+                    Ok(fd) => got.push(fd),
+                    Err(_) => break,
+                }
+            }
+        });
+    }
+    if !peek {
+        drop_held(&fds[got.len()..]);
+    }
+    let trunc = if got.len() < fds.len() { MSG_CTRUNC } else { 0 };
+    if got.is_empty() {
+        return (0, trunc);
+    }
+    let len = CMSG_HDR + 4 * got.len();
+    let mut buf = Vec::with_capacity(len);
+    buf.extend_from_slice(&(len as u64).to_ne_bytes());
+    buf.extend_from_slice(&SOL_SOCKET.to_ne_bytes());
+    buf.extend_from_slice(&SCM_RIGHTS.to_ne_bytes());
+    for fd in &got {
+        buf.extend_from_slice(&fd.to_ne_bytes());
+    }
+    if let Ok(dst) = umem::slice_mut(m.control, len) {
+        dst.copy_from_slice(&buf);
+    }
+    (((len + 7) & !7).min(m.controllen as usize) as u64, trunc)
 }
 
 fn recvmsg_at(fd: i32, msg: u64, flags: i32) -> Result<usize, Errno> {
     let m: MsgHdr = umem::read(msg)?;
     let r = with_iovecs(m.iov, m.iovlen as usize, |iov| with_bufs(iov, umem::slice_mut, |b| do_recv(fd, b, flags)))?;
+    let (controllen, cflags) = if r.fds.is_empty() { (0, 0) } else { put_rights(&m, &r.fds, flags) };
     let from = r.from.unwrap_or_default();
     let mut namelen = 0u32;
     if m.name != 0 {
@@ -536,10 +690,10 @@ fn recvmsg_at(fd: i32, msg: u64, flags: i32) -> Result<usize, Errno> {
         umem::slice_mut(m.name, n)?.copy_from_slice(&from[..n]);
         namelen = from.len() as u32;
     }
-    // msg_namelen, msg_controllen (no ancillary data), msg_flags.
+    // msg_namelen, msg_controllen, msg_flags.
     umem::write(msg + 8, namelen)?;
-    umem::write(msg + 40, 0u64)?;
-    umem::write(msg + 48, r.flags)?;
+    umem::write(msg + 40, controllen)?;
+    umem::write(msg + 48, r.flags | cflags)?;
     Ok(r.len)
 }
 
@@ -650,12 +804,14 @@ pub fn getsockopt(fd: i32, level: i32, name: i32, val: u64, lenp: u64) -> SysRes
 
 /// `read`/`readv` on a socket: `recv` without flags.
 pub(crate) fn read_iov(s: Sock, nb: bool, iov: &[(u64, usize)]) -> SysResult {
-    with_bufs(iov, umem::slice_mut, |b| recv_on(s, nb, b, 0)).map(|r| r.len as u64)
+    let r = with_bufs(iov, umem::slice_mut, |b| recv_on(s, nb, b, 0))?;
+    discard_fds(&r, 0);
+    Ok(r.len as u64)
 }
 
 /// `write`/`writev` on a socket: `send` without flags.
 pub(crate) fn write_iov(s: Sock, nb: bool, iov: &[(u64, usize)]) -> SysResult {
-    with_bufs(iov, umem::slice, |b| send_on(s, nb, b, None, 0)).map(|n| n as u64)
+    with_bufs(iov, umem::slice, |b| send_on(s, nb, b, None, 0, &mut Vec::new())).map(|n| n as u64)
 }
 
 /// Runs `f` on the iovec array of `readv`/`writev` (Linux's checks).

@@ -387,3 +387,104 @@ fn loopback_udp_keeps_datagrams_drops_to_nobody_and_serves_dual_stack() {
     let r = lo.recv(d, &mut [&mut buf], 0).unwrap();
     assert_eq!(&r.from.unwrap()[18..24], &[0xff, 0xff, 127, 0, 0, 1]);
 }
+
+/// `struct msghdr` for the tests: one iovec, a control buffer (written
+/// through by `recvmsg`, hence a pointer from a mutable borrow).
+fn msghdr(iov: &[u64; 2], control: (*mut u8, usize)) -> [u64; 7] {
+    [0, 0, iov.as_ptr() as u64, 1, control.0 as u64, control.1 as u64, 0]
+}
+
+fn ctl(c: &mut [u8]) -> (*mut u8, usize) {
+    (c.as_mut_ptr(), c.len())
+}
+
+/// One `SCM_RIGHTS` control message naming `fds`.
+fn rights(fds: &[i32]) -> alloc::vec::Vec<u8> {
+    let len = 16 + 4 * fds.len();
+    let mut c = (len as u64).to_ne_bytes().to_vec();
+    c.extend_from_slice(&SOL_SOCKET.to_ne_bytes());
+    c.extend_from_slice(&SCM_RIGHTS.to_ne_bytes());
+    for fd in fds {
+        c.extend_from_slice(&fd.to_ne_bytes());
+    }
+    c.resize((len + 7) & !7, 0);
+    c
+}
+
+#[test]
+fn scm_rights_pass_descriptions_truncate_and_drop_with_the_message() {
+    let _g = setup();
+    let close = |fd: i32| shoal_vfs::with(|v| v.close_fd(fd)).unwrap();
+    let mut sv = [0i32; 2];
+    sys::socketpair(&args(&[AF_UNIX as u64, SOCK_DGRAM as u64, 0, sv.as_mut_ptr() as u64])).unwrap();
+    let efd = sys::eventfd2(&args(&[5, 0])).unwrap() as i32;
+    let data = *b"hi";
+    let iov = [data.as_ptr() as u64, 2];
+    let mut c = rights(&[efd, efd]);
+    let m = msghdr(&iov, ctl(&mut c));
+    assert_eq!(sys::sendmsg(&args(&[sv[0] as u64, m.as_ptr() as u64, 0])), Ok(2));
+    // The sender's descriptor goes; the message keeps the eventfd.
+    close(efd);
+    let mut buf = [0u8; 8];
+    let riov = [buf.as_mut_ptr() as u64, 8];
+    let mut rc = [0u8; 64];
+    let mut rm = msghdr(&riov, ctl(&mut rc));
+    assert_eq!(sys::recvmsg(&args(&[sv[1] as u64, rm.as_mut_ptr() as u64, MSG_PEEK as u64])), Ok(2));
+    assert_eq!((rm[5], rm[6] as i32), (24, 0), "CMSG_LEN(8), no flags");
+    let peeked = [i32::from_ne_bytes(rc[16..20].try_into().unwrap()), i32::from_ne_bytes(rc[20..24].try_into().unwrap())];
+    for fd in peeked {
+        close(fd);
+    }
+    // Room for one: the second is closed, MSG_CTRUNC.
+    let mut rm = msghdr(&riov, ctl(&mut rc[..20]));
+    assert_eq!(sys::recvmsg(&args(&[sv[1] as u64, rm.as_mut_ptr() as u64, 0])), Ok(2));
+    assert_eq!((rm[5], rm[6] as i32), (20, MSG_CTRUNC));
+    assert_eq!(u64::from_ne_bytes(rc[..8].try_into().unwrap()), 20);
+    let got = i32::from_ne_bytes(rc[16..20].try_into().unwrap());
+    let mut v = [0u8; 8];
+    assert_eq!(sys::read(&args(&[got as u64, v.as_mut_ptr() as u64, 8])), Ok(8));
+    assert_eq!(u64::from_ne_bytes(v), 5, "the same eventfd");
+    close(got);
+    // Bad descriptors and headers.
+    let mut bad = rights(&[999]);
+    let m = msghdr(&iov, ctl(&mut bad));
+    assert_eq!(sys::sendmsg(&args(&[sv[0] as u64, m.as_ptr() as u64, 0])), Err(Errno::EBADF));
+    let mut short = rights(&[sv[0]]);
+    short[..8].copy_from_slice(&8u64.to_ne_bytes());
+    let m = msghdr(&iov, ctl(&mut short));
+    assert_eq!(sys::sendmsg(&args(&[sv[0] as u64, m.as_ptr() as u64, 0])), Err(Errno::EINVAL));
+    // A message dropped unread with its socket lets its descriptions go:
+    // the eventfd's object is released.
+    let objs = || with(|n| n.objs.len());
+    let efd = sys::eventfd2(&args(&[0, 0])).unwrap() as i32;
+    let mut c = rights(&[efd]);
+    let m = msghdr(&iov, ctl(&mut c));
+    assert_eq!(sys::sendmsg(&args(&[sv[0] as u64, m.as_ptr() as u64, 0])), Ok(2));
+    close(efd);
+    let before = objs();
+    close(sv[1]);
+    assert_eq!(objs(), before - 2, "the receiving socket and the eventfd in flight");
+    close(sv[0]);
+    // A stream: descriptions ride on their send's bytes; a read stops
+    // after them.
+    sys::socketpair(&args(&[AF_UNIX as u64, SOCK_STREAM as u64, 0, sv.as_mut_ptr() as u64])).unwrap();
+    let w = |b: &[u8]| sys::write(&args(&[sv[0] as u64, b.as_ptr() as u64, b.len() as u64])).unwrap();
+    w(b"abc");
+    let iov = [b"defg".as_ptr() as u64, 4];
+    let mut c = rights(&[sv[0]]);
+    let m = msghdr(&iov, ctl(&mut c));
+    assert_eq!(sys::sendmsg(&args(&[sv[0] as u64, m.as_ptr() as u64, 0])), Ok(4));
+    w(b"hij");
+    let mut buf = [0u8; 16];
+    let riov = [buf.as_mut_ptr() as u64, 16];
+    let mut rc = [0u8; 24];
+    let mut rm = msghdr(&riov, ctl(&mut rc));
+    assert_eq!(sys::recvmsg(&args(&[sv[1] as u64, rm.as_mut_ptr() as u64, 0])), Ok(7), "abc + defg");
+    assert_eq!(rm[5], 24);
+    close(i32::from_ne_bytes(rc[16..20].try_into().unwrap()));
+    let mut rm = msghdr(&riov, ctl(&mut rc));
+    assert_eq!(sys::recvmsg(&args(&[sv[1] as u64, rm.as_mut_ptr() as u64, 0])), Ok(3));
+    assert_eq!(rm[5], 0);
+    close(sv[0]);
+    close(sv[1]);
+}

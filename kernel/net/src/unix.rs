@@ -23,7 +23,20 @@
 //! accepts; the queue holds `backlog + 1` connections, then `connect`
 //! waits (`EAGAIN` when non-blocking). Closing a socket hangs up its peer
 //! (`EPOLLHUP`, end of file, `EPIPE`), with `ECONNRESET` if it left data
-//! unread. No credentials or descriptors are passed (`SCM_RIGHTS`).
+//! unread.
+//!
+//! Descriptors pass as Linux passes them (`SCM_RIGHTS`): the socket layer
+//! takes a reference to each description (`shoal_vfs::Vfs::hold_fds`)
+//! and the message carries the references. A datagram or seqpacket
+//! message carries them whole; on a stream they ride on the bytes of the
+//! send that carried them (Linux's first `skb` of it), and a read that
+//! reaches those bytes receives them and stops at the end of them, as
+//! Linux's reads stop after an `skb` with descriptors. A socket closed
+//! with such messages unread lets the references go (`Unix::dropped`,
+//! handed back to vfs). No credentials are passed (`SCM_CREDENTIALS` is
+//! accepted and ignored; `SO_PASSCRED` adds nothing). A socket in flight
+//! inside its own queue, or in a cycle of queues, stays until the
+//! instance ends: Linux's garbage collector of such cycles is not there.
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
@@ -72,6 +85,17 @@ impl Ty {
 struct Msg {
     data: Vec<u8>,
     from: Option<Vec<u8>>,
+    /// Descriptions in flight with it (`SCM_RIGHTS`).
+    fds: Vec<usize>,
+}
+
+/// Descriptions in flight on a stream, carried by the bytes `at..end`
+/// (positions counted from the stream's first byte received).
+#[derive(Clone, Debug, PartialEq)]
+struct Mark {
+    at: u64,
+    end: u64,
+    fds: Vec<usize>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -87,6 +111,10 @@ struct Sock {
     connected: bool,
     /// Stream bytes received and not read.
     rx: VecDeque<u8>,
+    /// Stream bytes read so far: the position of `rx`'s first byte.
+    rx_head: u64,
+    /// Descriptions in flight on the stream, in order.
+    marks: VecDeque<Mark>,
     /// Messages received and not read (datagram, seqpacket).
     msgs: VecDeque<Msg>,
     msg_bytes: usize,
@@ -112,6 +140,8 @@ impl Clone for Sock {
             peer: self.peer,
             connected: self.connected,
             rx: self.rx.clone(),
+            rx_head: self.rx_head,
+            marks: self.marks.clone(),
             msgs: self.msgs.clone(),
             msg_bytes: self.msg_bytes,
             shut_rcv: self.shut_rcv,
@@ -133,6 +163,8 @@ impl Clone for Sock {
         let (a, b) = s.rx.as_slices();
         self.rx.extend(a);
         self.rx.extend(b);
+        self.rx_head = s.rx_head;
+        self.marks.clone_from(&s.marks);
         self.msgs.clone_from(&s.msgs);
         self.msg_bytes = s.msg_bytes;
         self.shut_rcv = s.shut_rcv;
@@ -152,6 +184,8 @@ impl Sock {
             peer: None,
             connected: false,
             rx: VecDeque::new(),
+            rx_head: 0,
+            marks: VecDeque::new(),
             msgs: VecDeque::new(),
             msg_bytes: 0,
             shut_rcv: false,
@@ -179,6 +213,11 @@ pub struct Unix {
     names: TrackedMap<Vec<u8>, u64>,
     /// The next abstract name `bind` picks for an address without a name.
     autobind: u32,
+    /// Descriptions in flight that nobody will receive (their socket was
+    /// closed, or a plain read through vfs took them), for vfs to let go
+    /// when the next socket is released (`ObjOps::release`): this
+    /// component never calls vfs from inside (see `shoal_vfs::obj`).
+    pub(crate) dropped: Vec<usize>,
 }
 
 /// `struct sockaddr_un` bytes for `name` (family only when unnamed).
@@ -221,6 +260,7 @@ impl Unix {
         live.names.sync_into(self.names.raw_mut());
         self.next = live.next;
         self.autobind = live.autobind;
+        self.dropped.clone_from(&live.dropped);
     }
 
     /// Forgets what its maps noted (a whole copy was just taken).
@@ -338,8 +378,15 @@ impl Unix {
         }
     }
 
-    /// Queues `data` from `from` as a message for `to` (`EAGAIN` when full).
-    fn deliver(&mut self, to: u64, data: Vec<u8>, from: Option<Vec<u8>>) -> Result<(), Errno> {
+    /// Takes the descriptions in flight nobody will receive.
+    pub(crate) fn take_dropped(&mut self) -> Vec<usize> {
+        core::mem::take(&mut self.dropped)
+    }
+
+    /// Queues `data` from `from` as a message for `to`, with the
+    /// descriptions in `fds` (taken only when it is queued; `EAGAIN` when
+    /// full).
+    fn deliver(&mut self, to: u64, data: Vec<u8>, from: Option<Vec<u8>>, fds: &mut Vec<usize>) -> Result<(), Errno> {
         let t = self.sock_mut(to)?;
         if t.shut_rcv {
             return Err(Errno::EPIPE);
@@ -348,7 +395,7 @@ impl Unix {
             return Err(Errno::EAGAIN);
         }
         t.msg_bytes += data.len();
-        t.msgs.push_back(Msg { data, from });
+        t.msgs.push_back(Msg { data, from, fds: core::mem::take(fds) });
         self.touch(to);
         Ok(())
     }
@@ -500,7 +547,11 @@ impl Backend for Unix {
         Ok(())
     }
 
-    fn send(&mut self, h: u64, data: &[&[u8]], to: Option<&[u8]>, _flags: i32) -> Result<usize, Errno> {
+    fn send(&mut self, h: u64, data: &[&[u8]], to: Option<&[u8]>, flags: i32) -> Result<usize, Errno> {
+        self.send_fds(h, data, to, flags, &mut Vec::new())
+    }
+
+    fn send_fds(&mut self, h: u64, data: &[&[u8]], to: Option<&[u8]>, _flags: i32, fds: &mut Vec<usize>) -> Result<usize, Errno> {
         let me = self.sock(h)?;
         let len: usize = data.iter().map(|d| d.len()).sum();
         if me.shut_snd {
@@ -522,7 +573,7 @@ impl Backend for Unix {
                     return Err(EPROTOTYPE);
                 }
                 let from = me.name.clone();
-                self.deliver(target, gather(data), from)?;
+                self.deliver(target, gather(data), from, fds)?;
                 Ok(len)
             }
             Ty::SeqPacket | Ty::Stream if to.is_some() && !me.connected => Err(Errno::EOPNOTSUPP),
@@ -536,7 +587,7 @@ impl Backend for Unix {
                     return Err(EMSGSIZE);
                 }
                 let from = me.name.clone();
-                self.deliver(peer, gather(data), from)?;
+                self.deliver(peer, gather(data), from, fds)?;
                 Ok(len)
             }
             Ty::Stream => {
@@ -559,6 +610,11 @@ impl Backend for Unix {
                 }
                 let mut left = room.min(len);
                 let n = left;
+                if !fds.is_empty() {
+                    // Linux attaches them to the first skb of the send.
+                    let at = p.rx_head + p.rx.len() as u64;
+                    p.marks.push_back(Mark { at, end: at + n as u64, fds: core::mem::take(fds) });
+                }
                 for d in data {
                     let k = d.len().min(left);
                     p.rx.extend(&d[..k]);
@@ -594,20 +650,30 @@ impl Backend for Unix {
                 if want == 0 {
                     return Ok(Received::default());
                 }
-                let n = want.min(s.rx.len());
+                let mut n = want.min(s.rx.len());
+                let mut fds = Vec::new();
+                // A read that reaches bytes carrying descriptions takes
+                // them and stops at the end of those bytes.
+                if let Some(m) = s.marks.front() {
+                    if m.at < s.rx_head + n as u64 {
+                        n = n.min((m.end - s.rx_head) as usize);
+                        fds = if peek { m.fds.clone() } else { s.marks.pop_front().map(|m| m.fds).unwrap_or_default() };
+                    }
+                }
                 let copied = scatter(bufs, s.rx.iter().copied().take(n));
                 if !peek {
                     s.rx.drain(..copied);
+                    s.rx_head += copied as u64;
                 }
                 let peer = s.peer;
                 if let (Some(p), false) = (peer, peek) {
                     // Room for the writer.
                     self.touch(p);
                 }
-                Ok(Received { len: copied, from: None, flags: 0 })
+                Ok(Received { len: copied, from: None, flags: 0, fds })
             }
             Ty::Dgram | Ty::SeqPacket => {
-                let Some(m) = s.msgs.front() else {
+                let Some(m) = s.msgs.front_mut() else {
                     if s.err != 0 {
                         return Err(Errno(core::mem::take(&mut s.err)));
                     }
@@ -624,6 +690,7 @@ impl Backend for Unix {
                 let copied = scatter(bufs, m.data.iter().copied());
                 let full = m.data.len();
                 let from = if s.ty == Ty::Dgram { Some(sockaddr(m.from.as_deref())) } else { None };
+                let fds = if peek { m.fds.clone() } else { core::mem::take(&mut m.fds) };
                 if !peek {
                     s.msg_bytes -= full;
                     s.msgs.pop_front();
@@ -636,7 +703,7 @@ impl Backend for Unix {
                     // Datagram senders blocked on a full queue re-check.
                     crate::wake();
                 }
-                Ok(Received { len: if trunc && flags & MSG_TRUNC != 0 { full } else { copied }, from, flags: if trunc { MSG_TRUNC } else { 0 } })
+                Ok(Received { len: if trunc && flags & MSG_TRUNC != 0 { full } else { copied }, from, flags: if trunc { MSG_TRUNC } else { 0 }, fds })
             }
         }
     }
@@ -759,6 +826,9 @@ impl Backend for Unix {
 
     fn close(&mut self, h: u64) {
         let Some(s) = self.socks.remove(&h) else { return };
+        for fds in s.msgs.iter().map(|m| &m.fds).chain(s.marks.iter().map(|m| &m.fds)) {
+            self.dropped.extend_from_slice(fds);
+        }
         if let Some(n) = &s.name {
             if self.names.get(n) == Some(&h) {
                 self.names.remove(n);

@@ -32,6 +32,18 @@ pub fn sched_getaffinity(a: &Args) -> SysResult {
     Ok(8)
 }
 
+/// `getcpu(cpu, node, cache)`: the instance has one CPU (CPU 0, NUMA node
+/// 0); either pointer may be NULL, and the cache argument is unused, as on
+/// Linux since 2.6.24. The vDSO's `getcpu` answers the same without a call.
+pub fn getcpu(a: &Args) -> SysResult {
+    for at in [a.u(0), a.u(1)] {
+        if at != 0 {
+            umem::write(at, 0u32)?;
+        }
+    }
+    Ok(0)
+}
+
 /// `sched_setaffinity(pid, len, mask)`: the instance has one CPU, so a
 /// mask that includes CPU 0 is accepted (and changes nothing) and one
 /// without it is `EINVAL`, as Linux answers a mask with no online CPU.

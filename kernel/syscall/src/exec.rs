@@ -284,6 +284,9 @@ pub extern "C" fn shoal_exec_start(sp: u64) -> u64 {
                 5 => umem::write(at + 8, phnum)?,
                 7 => umem::write(at + 8, interp_base)?,
                 9 => umem::write(at + 8, entry)?,
+                // The tender's placeholder for the vDSO (module `vdso`),
+                // offered to executables only.
+                AT_IGNORE => umem::write(at, [AT_SYSINFO_EHDR, super::vdso::address()])?,
                 _ => {}
             }
             at += 16;
@@ -304,6 +307,11 @@ fn own_kernel_stack() -> Option<(u64, u64)> {
     let top = shoal_plat::cpu::rdgsbase().checked_add(CONTROL)?;
     Some((top.checked_sub(KSTACK)?, KSTACK))
 }
+
+/// The auxiliary-vector entry the tender leaves for the vDSO's address.
+const AT_IGNORE: u64 = 1;
+/// Where the vDSO's ELF header is.
+const AT_SYSINFO_EHDR: u64 = 33;
 
 #[cfg(not(test))]
 const CLONE: u64 = 56;

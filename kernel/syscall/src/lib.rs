@@ -17,6 +17,7 @@ pub mod fault;
 pub mod interp;
 pub mod patch;
 pub mod preempt;
+pub mod vdso;
 
 pub use shoal_abi::linux as nr;
 
@@ -51,6 +52,7 @@ mod nr_signal {
 /// (x86-64).
 mod nr_sched {
     pub const SCHED_SETAFFINITY: u64 = 203;
+    pub const GETCPU: u64 = 309;
 }
 
 /// Numbers of the interval-timer calls, which `shoal_abi::linux` does not
@@ -229,6 +231,20 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::GETDENTS => vfs::getdents,
         nr::SYNC_FILE_RANGE => vfs::sync_file_range,
         nr::SYNCFS => vfs::syncfs,
+        436 => vfs::close_range,
+        // extended attributes: none kept
+        188 => vfs::setxattr,
+        189 => vfs::lsetxattr,
+        190 => vfs::fsetxattr,
+        191 => vfs::getxattr,
+        192 => vfs::lgetxattr,
+        193 => vfs::fgetxattr,
+        194 => vfs::listxattr,
+        195 => vfs::llistxattr,
+        196 => vfs::flistxattr,
+        197 => vfs::removexattr,
+        198 => vfs::lremovexattr,
+        199 => vfs::fremovexattr,
         // pipes and readiness
         nr::PIPE => vfs::pipe,
         nr::PIPE2 => vfs::pipe2,
@@ -280,6 +296,7 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         // time
         nr::CLOCK_GETTIME => time::clock_gettime,
         nr::CLOCK_GETRES => time::clock_getres,
+        227 => time::clock_settime,
         nr::GETTIMEOFDAY => time::gettimeofday,
         nr::TIME => time::time,
         nr_time::GETITIMER => itimer::getitimer,
@@ -294,6 +311,7 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::FUTEX => sched::futex,
         nr::SCHED_GETAFFINITY => sched::sched_getaffinity,
         nr_sched::SCHED_SETAFFINITY => sched::sched_setaffinity,
+        nr_sched::GETCPU => sched::getcpu,
         nr::MEMBARRIER => sched::membarrier,
         // process
         nr::EXIT => process::exit,

@@ -144,6 +144,21 @@ pub fn clock_getres(a: &Args) -> SysResult {
     Ok(0)
 }
 
+/// `clock_settime(id, tp)`: only `CLOCK_REALTIME` is settable on Linux
+/// (`EINVAL` for the others); the instance's clock is the host's, and the
+/// instance has no `CAP_SYS_TIME`, so a valid time is `EPERM`, as in a
+/// container.
+pub fn clock_settime(a: &Args) -> SysResult {
+    if a.int(0) != CLOCK_REALTIME {
+        return Err(Errno::EINVAL);
+    }
+    let t: Timespec = umem::read(a.u(1))?;
+    if t.tv_sec < 0 || !(0..NS_PER_SEC as i64).contains(&t.tv_nsec) {
+        return Err(Errno::EINVAL);
+    }
+    Err(Errno::EPERM)
+}
+
 /// `gettimeofday(tv, tz)`: either may be NULL; the time zone is UTC.
 pub fn gettimeofday(a: &Args) -> SysResult {
     if a.u(0) != 0 {

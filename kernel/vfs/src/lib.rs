@@ -270,6 +270,16 @@ impl Vfs {
 
     /// Drops one descriptor's reference to description `i`.
     pub(crate) fn put_ofd(&mut self, i: usize) {
+        let mut held = self.put_one_ofd(i);
+        while let Some(j) = held.pop() {
+            let more = self.put_one_ofd(j);
+            held.extend(more);
+        }
+    }
+
+    /// [`Vfs::put_ofd`] of one reference: the descriptions an object
+    /// that went with it held in flight are returned, not dropped.
+    fn put_one_ofd(&mut self, i: usize) -> Vec<usize> {
         let gone = match self.ofds.at_mut(i).and_then(|o| o.as_mut()) {
             Some(o) => {
                 o.refs = o.refs.saturating_sub(1);
@@ -286,9 +296,10 @@ impl Vfs {
                 if let Some(ino) = o.target.ino() {
                     self.fs.put_ref(ino);
                 }
-                self.obj_released(i, o.target);
+                return self.obj_released(i, o.target);
             }
         }
+        Vec::new()
     }
 
     /// Installs description `ofd` at the lowest free descriptor `>= min`.

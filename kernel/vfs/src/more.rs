@@ -580,6 +580,74 @@ pub const RWF_NOSIGNAL: u32 = 0x100;
 /// Every flag Linux knows.
 const RWF_SUPPORTED: u32 = RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_NOWAIT | RWF_APPEND | RWF_NOAPPEND | RWF_ATOMIC | RWF_DONTCACHE | RWF_NOSIGNAL;
 
+// ---- extended attributes and close_range ---------------------------
+
+/// Longest extended attribute name (`XATTR_NAME_MAX`).
+const XATTR_NAME_MAX: usize = 255;
+/// `close_range` flags.
+const CLOSE_RANGE_UNSHARE: u32 = 2;
+const CLOSE_RANGE_CLOEXEC: u32 = 4;
+
+impl Vfs {
+    /// The file an `*xattr` call names: `fd` for the `f` variants, else
+    /// the path (its last link followed unless `l`), after the name's
+    /// checks (`ERANGE` for an empty or too long name).
+    fn xattr_target(&self, a: &Args, f: bool, l: bool, named: bool) -> Result<Target, Errno> {
+        if named {
+            let name = umem::cstr(a.u(1), XATTR_NAME_MAX + 1)?;
+            if name.is_empty() || name.len() > XATTR_NAME_MAX {
+                return Err(Errno::ERANGE);
+            }
+        }
+        if f {
+            return Ok(self.ofd(self.ofd_of(a.int(0))?).target);
+        }
+        self.target_at(AT_FDCWD, path(a.u(0))?, if l { AT_SYMLINK_NOFOLLOW } else { 0 })
+    }
+
+    /// `setxattr`, `getxattr`, `removexattr` and their `l`/`f` variants
+    /// (`f`, `l`): shoal's file systems keep no extended attributes, so,
+    /// as Linux answers for a file system without xattr handlers, every
+    /// name is `EOPNOTSUPP` once the file is found (Python's `shutil`
+    /// then copies without them).
+    pub(crate) fn xattr_unsupported(&mut self, a: &Args, f: bool, l: bool) -> SysResult {
+        self.xattr_target(a, f, l, true)?;
+        Err(Errno::EOPNOTSUPP)
+    }
+
+    /// `listxattr` and its variants: an empty list (Linux's answer for a
+    /// file system without xattr handlers and no security module).
+    pub(crate) fn xattr_list(&mut self, a: &Args, f: bool, l: bool) -> SysResult {
+        self.xattr_target(a, f, l, false)?;
+        Ok(0)
+    }
+
+    /// `close_range(first, last, flags)`: closes (or, with
+    /// `CLOSE_RANGE_CLOEXEC`, marks close-on-exec) every open descriptor
+    /// from `first` to `last`; `CLOSE_RANGE_UNSHARE` changes nothing (one
+    /// table per instance).
+    pub(crate) fn close_range(&mut self, a: &Args) -> SysResult {
+        let (first, last, flags) = (a.uint(0), a.uint(1), a.uint(2));
+        if flags & !(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC) != 0 || first > last {
+            return Err(Errno::EINVAL);
+        }
+        let end = (last as usize).min(self.fds.len().saturating_sub(1));
+        for fd in first as usize..=end {
+            if self.fds.get(fd).copied().flatten().is_none() {
+                continue;
+            }
+            if flags & CLOSE_RANGE_CLOEXEC != 0 {
+                if let Some(Some(e)) = self.fds.at_mut(fd) {
+                    e.cloexec = true;
+                }
+            } else {
+                self.close_fd(fd as i32)?;
+            }
+        }
+        Ok(0)
+    }
+}
+
 fn path(addr: u64) -> Result<&'static [u8], Errno> {
     umem::cstr(addr, PATH_MAX - 1)
 }

@@ -25,6 +25,7 @@
 //! calls into vfs.
 
 use crate::{Target, Vfs};
+use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use shoal_plat::{Errno, Global};
 
@@ -84,7 +85,9 @@ pub trait ObjOps: Sync {
     /// What `fstat` shows.
     fn meta(&self, id: u64) -> ObjMeta;
     /// The last description of `id` was closed: the object goes.
-    fn release(&self, id: u64);
+    /// Returns the descriptions it held in flight (see
+    /// [`Vfs::hold_fds`]), whose references vfs then drops.
+    fn release(&self, id: u64) -> Vec<usize>;
     /// Description `ofd` (of any kind) was closed for good: forget it
     /// wherever it is watched (epoll sets).
     fn ofd_released(&self, ofd: usize);
@@ -124,6 +127,45 @@ impl Vfs {
         let o = self.new_ofd(Target::Obj(id), obj_flags(nonblock));
         LIVE.fetch_add(1, Ordering::Relaxed);
         self.install(0, o, cloexec).map(|fd| fd as i32)
+    }
+
+    /// Takes a reference to the description behind each of `fds` for a
+    /// message in flight (`SCM_RIGHTS`): the description stays open, as
+    /// a descriptor would keep it, until [`Vfs::install_held`] gives it
+    /// to a receiver or [`Vfs::drop_held`] lets it go. `EBADF` (and no
+    /// reference taken) if one of them is not open; `O_PATH` descriptors
+    /// may be passed, as on Linux.
+    pub fn hold_fds(&mut self, fds: &[i32]) -> Result<Vec<usize>, Errno> {
+        let held = fds.iter().map(|&fd| self.ofd_of(fd)).collect::<Result<Vec<usize>, Errno>>()?;
+        for &i in &held {
+            self.ofd_mut(i).refs += 1;
+        }
+        Ok(held)
+    }
+
+    /// Installs description `ofd` at the lowest free descriptor. With
+    /// `take`, the reference a message in flight held ([`Vfs::hold_fds`])
+    /// becomes the descriptor's; without, the message keeps its own (a
+    /// `MSG_PEEK`). `EMFILE` leaves the held reference alone.
+    pub fn install_held(&mut self, ofd: usize, cloexec: bool, take: bool) -> Result<i32, Errno> {
+        if self.ofds.get(ofd).and_then(|o| o.as_ref()).is_none() {
+            return Err(Errno::EBADF);
+        }
+        let fd = self.install(0, ofd, cloexec)?;
+        if take {
+            // Never the last reference: the descriptor has one.
+            self.put_ofd(ofd);
+        }
+        Ok(fd as i32)
+    }
+
+    /// Drops the references of messages in flight that nobody will
+    /// receive (a message dropped with its socket, descriptors that did
+    /// not fit in the receiver's control buffer).
+    pub fn drop_held(&mut self, held: &[usize]) {
+        for &i in held {
+            self.put_ofd(i);
+        }
     }
 
     /// The object behind `fd` and whether its description is non-blocking:
@@ -237,15 +279,21 @@ impl Vfs {
 
     /// Tells the owner of objects that description `i` (of `target`) is
     /// gone. Called by `put_ofd` with the description already removed.
-    pub(crate) fn obj_released(&mut self, i: usize, target: Target) {
+    /// Returns the descriptions the object held in flight (a socket's
+    /// unread `SCM_RIGHTS` messages), which go with it: `put_ofd` drops
+    /// them in a loop, not by recursion, as a chain of sockets each in
+    /// flight inside the next can be as long as a program makes it.
+    pub(crate) fn obj_released(&mut self, i: usize, target: Target) -> Vec<usize> {
         if LIVE.load(Ordering::Relaxed) == 0 {
-            return;
+            return Vec::new();
         }
-        let Some(t) = ops() else { return };
+        let Some(t) = ops() else { return Vec::new() };
+        let mut held = Vec::new();
         if let Target::Obj(id) = target {
             LIVE.fetch_sub(1, Ordering::Relaxed);
-            t.release(id);
+            held = t.release(id);
         }
         t.ofd_released(i);
+        held
     }
 }

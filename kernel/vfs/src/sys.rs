@@ -185,4 +185,31 @@ syscalls!(
     getdents,
     sync_file_range,
     syncfs,
+    close_range,
+);
+
+macro_rules! xattr_calls {
+    ($($name:ident => $method:ident($f:expr, $l:expr),)*) => {
+        $(
+            #[doc = concat!("The `", stringify!($name), "` system call (no extended attributes are kept).")]
+            pub fn $name(a: &Args) -> SysResult {
+                crate::with(|v| v.$method(a, $f, $l))
+            }
+        )*
+    };
+}
+
+xattr_calls!(
+    setxattr => xattr_unsupported(false, false),
+    lsetxattr => xattr_unsupported(false, true),
+    fsetxattr => xattr_unsupported(true, false),
+    getxattr => xattr_unsupported(false, false),
+    lgetxattr => xattr_unsupported(false, true),
+    fgetxattr => xattr_unsupported(true, false),
+    removexattr => xattr_unsupported(false, false),
+    lremovexattr => xattr_unsupported(false, true),
+    fremovexattr => xattr_unsupported(true, false),
+    listxattr => xattr_list(false, false),
+    llistxattr => xattr_list(false, true),
+    flistxattr => xattr_list(true, false),
 );
