@@ -5,7 +5,7 @@
 //! its `--out` directory, some also CSVs of the raw samples and Markdown
 //! tables.
 //!
-//! One module per experiment ([`apps`], [`boot`], [`cri`], [`density`], [`echo`], [`exec`],
+//! One module per experiment ([`apps`], [`boot`], [`cri`], [`density`], [`dyn_exec`] for `dyn`, [`echo`], [`exec`],
 //! [`faas`], [`memory`] with `size`, [`pages`], [`recover`] with
 //! [`recover_servers`] and [`recover_shrink`], [`servers`] for `http` and
 //! `kv`, [`syscall`]) over shared modules: [`stats`] (mean, SD,
@@ -29,6 +29,7 @@ pub mod apps;
 pub mod boot;
 pub mod cri;
 pub mod density;
+pub mod dyn_exec;
 pub mod echo;
 pub mod exec;
 pub mod faas;
@@ -107,6 +108,27 @@ pub enum Bench {
         only: Vec<String>,
         /// Directory for the CSV and the plot.
         #[arg(long, default_value = "shoal-bench-density")]
+        out: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The host's dynamically linked node and python3.11, unmodified, on spt and hvt beside native: start → exit, a pinned HTTP hello at 1 and 50 connections, idle memory per instance and of N idle Node instances.
+    Dyn {
+        /// Start → exit runs and HTTP runs of each system [default: 10; --quick: 3].
+        #[arg(long)]
+        repeat: Option<usize>,
+        /// Idle Node instances started together for the PSS sum [default: 20; --quick: 20].
+        #[arg(long)]
+        instances: Option<usize>,
+        /// Whole seconds of each wrk run [default: 5; --quick: 1].
+        #[arg(long)]
+        duration: Option<u64>,
+        /// A short run with small counts (a smoke run, not a measurement); the options above override it.
+        #[arg(long)]
+        quick: bool,
+        /// Directory for the scripts, logs, CSV, plot and Markdown table.
+        #[arg(long, default_value = "shoal-bench-dyn")]
         out: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -476,6 +498,11 @@ pub fn run(which: Bench) -> Result<()> {
             let out = absolute_dir("--out", out)?;
             density::density(density::DensityOpts { count: knob(count, quick, 100, 10), mem, only, json, out })
         }
+        Bench::Dyn { repeat, instances, duration, quick, out, json } => {
+            let out = absolute_dir("--out", out)?;
+            let (repeat, instances, secs) = (knob(repeat, quick, 10, 3), knob(instances, quick, 20, 20), knob(duration, quick, 5, 1));
+            dyn_exec::dyn_exec(dyn_exec::DynOpts { repeat, instances, secs, out, json })
+        }
         Bench::Echo { round_trips, repeat, quick, size, out, json } => {
             let out = absolute_dir("--out", out)?;
             echo::echo(echo::EchoOpts { round_trips: knob(round_trips, quick, 10_000, 500), repeat: knob(repeat, quick, 3, 1), size, out, json })
@@ -531,7 +558,7 @@ mod cli_tests {
     }
 
     /// Every experiment, by its subcommand name.
-    const ALL: [&str; 14] = ["apps", "boot", "cri", "density", "echo", "faas", "http", "kv", "memory", "exec", "size", "pages", "recover", "syscall"];
+    const ALL: [&str; 15] = ["apps", "boot", "cri", "density", "dyn", "echo", "faas", "http", "kv", "memory", "exec", "size", "pages", "recover", "syscall"];
 
     #[test]
     fn every_bench_takes_quick_and_json() {
@@ -542,7 +569,7 @@ mod cli_tests {
             let parsed = Cli::try_parse_from(["bench", name, "--quick", "--json"]);
             assert!(parsed.is_ok(), "{name} --quick --json: {}", parsed.err().map(|e| e.to_string()).unwrap_or_default());
         }
-        assert_eq!(names.len(), 14);
+        assert_eq!(names.len(), 15);
     }
 
     #[test]

@@ -275,6 +275,40 @@ fn bench_exec_quick() {
     }
 }
 
+/// The smallest `bench dyn`: node and python3.11 start → exit, their HTTP
+/// hellos and idle memory measured on spt, spt-pool, hvt (where KVM is)
+/// and natively, with the default relative `--out` (its CSV written
+/// there). One run, two idle Node instances, 1-second wrk runs: about 40
+/// seconds here.
+#[test]
+fn bench_dyn_smallest() {
+    if !shoal_testkit::need(&["root", "node", "python3.11"]) {
+        return;
+    }
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = scratch();
+    let v = json_of("dyn", &bench(tmp.path(), &["dyn", "--repeat", "1", "--instances", "2", "--duration", "1", "--json"]));
+    keys_kept("dyn", &v);
+    for (sys, needs) in [("spt", &[][..]), ("spt-pool", &[][..]), ("hvt", &["kvm"][..]), ("native", &[][..])] {
+        for rt in ["node", "python"] {
+            if measured(&v, &format!("/start_exit/{rt}/{sys}"), needs) {
+                positive(&v, &format!("/start_exit/{rt}/{sys}/median_ms"));
+                positive(&v, &format!("/idle_pss/{rt}/{sys}/median_kib"));
+            }
+            if sys != "spt-pool" && measured(&v, &format!("/http/{rt}/1/{sys}"), needs) {
+                positive(&v, &format!("/http/{rt}/1/{sys}/mean"));
+                positive(&v, &format!("/http/{rt}/50/{sys}/mean"));
+            }
+        }
+    }
+    for sys in ["spt", "spt-pool", "native"] {
+        if measured(&v, &format!("/node_idle_instances/{sys}"), &[]) {
+            positive(&v, &format!("/node_idle_instances/{sys}/pss_sum_kib"));
+        }
+    }
+    assert!(tmp.path().join("shoal-bench-dyn/dyn.csv").is_file(), "no CSV written");
+}
+
 /// The quickest `bench cri`: pod ready and first answer through
 /// containerd's CRI measured for runc and the shoal handler (spt; hvt where
 /// KVM is), CSV written.

@@ -257,3 +257,139 @@ fn library_sites_are_rewritten_on_first_use() {
         assert_eq!((s.status.code(), stderr(&s)), (Some(0), String::new()), "{t}");
     }
 }
+
+/// A Node `http` server: `/` answers a fixed body, `/count` how many
+/// HTTP/1.1 requests `/` has had (hey's; the test's own checks, which
+/// may be retried while the server starts, are HTTP/1.0).
+const JS_HTTP: &str = r##"const http = require('http');
+let served = 0;
+http.createServer((req, res) => {
+  if (req.url === '/count') { res.end(String(served)); return; }
+  if (req.httpVersion === '1.1') served++;
+  res.writeHead(200, { 'Content-Type': 'text/plain' });
+  res.end('hello from node\n');
+}).listen(8080, '0.0.0.0', () => console.log('listening'));
+"##;
+
+/// Requests of each `hey` run: several rounds of every connection, few
+/// enough for a second or two on a loaded machine.
+const HEY_REQUESTS: usize = 500;
+
+/// A port nothing listens on right now (bound and released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One `GET path HTTP/1.0` to 127.0.0.1:`port`: the status line and the
+/// body, or `None` while nothing answers.
+fn get(port: u16, path: &str) -> Option<(String, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    Some((head.lines().next()?.to_string(), body.to_string()))
+}
+
+/// Starts `shoal run ARGS` on `tender` (which publishes 127.0.0.1:`port`),
+/// waits (at most 60 s) until `path` answers, runs `hey -n HEY_REQUESTS
+/// -c 10` against it, then calls `after` with the port while the server
+/// still runs, and stops it. Asserts that the first answer and one after
+/// hey are `200` with `body` and that hey saw only 200s and no error;
+/// returns the server's stderr.
+fn serve_under_hey(tender: &str, port: u16, args: &[&str], path: &str, status: &str, body: &str, after: impl FnOnce(u16)) -> String {
+    use std::io::Read;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let mut child = shoal_run(tender).args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let first = loop {
+        if let Some(a) = get(port, path) {
+            break Some(a);
+        }
+        if Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut hey = None;
+    let mut last = None;
+    if first.is_some() {
+        let url = format!("http://127.0.0.1:{port}{path}");
+        hey = Some(output(Command::new("timeout").args(["60", "hey", "-n", &HEY_REQUESTS.to_string(), "-c", "10", "-t", "20", &url])));
+        last = get(port, path);
+    }
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if first.is_some() {
+            after(port)
+        }
+    }));
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    let want = Some((status.to_string(), body.to_string()));
+    assert_eq!(first, want, "{tender}: the first answer (nothing within 60 s?): {err}");
+    let o = hey.unwrap();
+    let report = stdout(&o);
+    assert!(o.status.success(), "{tender}: hey: {report}{}", stderr(&o));
+    assert!(report.contains(&format!("[200]\t{HEY_REQUESTS} responses")), "{tender}: not {HEY_REQUESTS} answers 200:\n{report}\nshoal: {err}");
+    assert!(!report.contains("Error distribution"), "{tender}: errors:\n{report}\nshoal: {err}");
+    assert_eq!(last, want, "{tender}: the answer after hey: {err}");
+    if let Err(p) = checked {
+        std::panic::resume_unwind(p);
+    }
+    err
+}
+
+/// Node's `http` behind `--publish` under hey: every request answered
+/// 200, the body the same before and after, and the server counted
+/// exactly hey's requests.
+#[test]
+fn node_http_server_serves_hey() {
+    if !shoal_testkit::need(&["root", "node", "hey"]) {
+        return;
+    }
+    let dir = scratch();
+    std::fs::write(dir.path().join("srv.js"), JS_HTTP).unwrap();
+    let app = format!("{}:/app:ro", dir.path().display());
+    for t in tenders() {
+        let port = free_port();
+        let publish = format!("127.0.0.1:{port}:8080");
+        let mut args: Vec<&str> = SYSTEM.to_vec();
+        args.extend(["--mount", &app, "--publish", &publish, NODE, "--", "/app/srv.js"]);
+        let count = |port| {
+            let c = get(port, "/count").map(|(_, b)| b);
+            assert_eq!(c, Some(HEY_REQUESTS.to_string()), "{t}: hey's requests the server counted");
+        };
+        let err = serve_under_hey(t, port, &args, "/", "HTTP/1.1 200 OK", "hello from node\n", count);
+        assert_eq!(err, "", "{t}: node wrote on stderr");
+    }
+}
+
+/// `python3.11 -m http.server` serving a mounted directory behind
+/// `--publish` under hey: every request answered 200 with the file's
+/// bytes, and the server logged each of hey's (HTTP/1.1) requests.
+#[test]
+fn python_http_server_serves_hey() {
+    if !shoal_testkit::need(&["root", "python3.11", "hey"]) {
+        return;
+    }
+    let dir = scratch();
+    let body = "hello from python\n".repeat(40);
+    std::fs::write(dir.path().join("hello.txt"), &body).unwrap();
+    let www = format!("{}:/www:ro", dir.path().display());
+    for t in tenders() {
+        let port = free_port();
+        let publish = format!("127.0.0.1:{port}:8000");
+        let mut args: Vec<&str> = SYSTEM.to_vec();
+        args.extend(["--mount", &www, "--publish", &publish, PYTHON, "--", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/www"]);
+        let err = serve_under_hey(t, port, &args, "/hello.txt", "HTTP/1.0 200 OK", &body, |_| ());
+        let logged = err.lines().filter(|l| l.ends_with("\"GET /hello.txt HTTP/1.1\" 200 -")).count();
+        assert_eq!(logged, HEY_REQUESTS, "{t}: hey's requests the server logged:\n{err}");
+    }
+}

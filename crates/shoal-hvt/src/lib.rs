@@ -532,19 +532,20 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     let mut wrote = false;
     let run_time_code = p.image.exec_entry().is_some();
     let tables = protect::Tables { low: &vm.memory, pool: &vm.tables, heap_start: p.layout.heap_start, mem_size, run_time_code };
-    // Whether a hypercall took access away from some page: then KVM's
-    // shadow of the page tables is dropped after the handler, in this loop
-    // (`protect` says why only then); the guest flushes its TLB itself
-    // afterwards (int3 with shoal_abi::HVT_TLB_FLUSH_MAGIC).
-    let changed = std::cell::Cell::new(false);
+    // What KVM must forget after a hypercall that took access away from
+    // some pages: their translations, or its whole shadow of the page
+    // tables, dropped after the handler, in this loop (`protect` says why
+    // only then); the guest flushes its TLB itself afterwards (int3 with
+    // shoal_abi::HVT_TLB_FLUSH_MAGIC).
+    let changed = std::cell::Cell::new(protect::Forget::Nothing);
     let apply = |a: &shoal_abi::ProtectArgs| {
-        let r = tables.protect(a)?;
-        changed.set(changed.get() || r == shoal_abi::PROTECT_FLUSH);
+        let (r, f) = tables.protect_pages(a)?;
+        changed.set(changed.get().and(f));
         Ok(r)
     };
     let alias = |a: &shoal_abi::AliasArgs| {
-        let r = tables.alias(a)?;
-        changed.set(changed.get() || r == shoal_abi::PROTECT_FLUSH);
+        let (r, f) = tables.alias_pages(a)?;
+        changed.set(changed.get().and(f));
         Ok(r)
     };
     let release = |addr: u64, len: u64| tables.release(addr, len);
@@ -662,10 +663,16 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
                     *n += 1;
                 }
                 let a = hypercall::handle(call, arg, &guest, &mut p.net, &mut || vcpu_origin(&vm.vcpu), console, &mut wrote, &mut buffer);
-                if changed.take() {
-                    if let Err(e) = vm.forget_translations() {
-                        break Outcome::Stopped(e.to_string());
-                    }
+                let forgot = match changed.get() {
+                    protect::Forget::Nothing | protect::Forget::Later => Ok(()),
+                    protect::Forget::Pages(lo, hi) => vm.forget_pages(lo, hi),
+                    protect::Forget::All => vm.forget_translations(),
+                };
+                if !matches!(changed.get(), protect::Forget::Later) {
+                    changed.set(protect::Forget::Nothing);
+                }
+                if let Err(e) = forgot {
+                    break Outcome::Stopped(e.to_string());
                 }
                 if wrote && timings.first_output.is_none() {
                     timings.first_output = Some(t0.elapsed());

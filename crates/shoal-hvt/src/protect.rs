@@ -38,8 +38,13 @@
 //! here) KVM also keeps a shadow of the tables that neither that reload
 //! nor an `invlpg` refreshes (it re-reads only entries the guest wrote
 //! through its own mappings, and the guest has none of its tables), so
-//! after such a change the VMM makes KVM drop its shadow
-//! (`Vm::forget_translations`). A change that only adds access needs
+//! after such a change the VMM makes KVM drop its translations of the
+//! pages that lost access (`Vm::forget_pages`: a protection change of the
+//! VMM's mapping of them, which KVM follows through the host's MMU
+//! notifier), or, the first time after a 2 MiB page was split, its whole
+//! shadow (`Vm::forget_translations`, a memory-slot deletion: 5 to 50 ms
+//! here, where dropping pages costs microseconds; see [`Forget`]). A
+//! change that only adds access needs
 //! neither: a fault on the old entry makes KVM read the new one. That
 //! keeps a thread's start and end (`mmap` of its stack without access,
 //! `mprotect` of all but the guard page, `munmap`) at one shadow rebuild
@@ -91,8 +96,15 @@ impl Tables<'_> {
     /// Sets the protection of `[a.addr, a.addr + a.len)`. `Ok(ret)` is the
     /// hypercall's result (`-EINVAL` for a request outside the rules);
     /// `Err` means the VMM's own tables are broken (stop the guest).
+    #[cfg(any(test, feature = "fuzz"))]
     pub fn protect(&self, a: &ProtectArgs) -> Result<i64, String> {
-        let einval = -i64::from(libc::EINVAL);
+        self.protect_pages(a).map(|(r, _)| r)
+    }
+
+    /// [`Tables::protect`], also saying what KVM must forget of its
+    /// translations ([`Forget`]).
+    pub fn protect_pages(&self, a: &ProtectArgs) -> Result<(i64, Forget), String> {
+        let einval = (-i64::from(libc::EINVAL), Forget::Nothing);
         let exec_refused = a.prot & PROT_EXEC != 0 && !self.run_time_code;
         if a.prot & !(PROT_READ | PROT_WRITE | PROT_EXEC | PROTECT_UNTOUCHED) != 0
             || exec_refused
@@ -107,20 +119,26 @@ impl Tables<'_> {
             return Ok(einval);
         }
         let bits = bits_of(a.prot);
-        let mut weakened = false;
+        let mut weakened = Span::default();
         let mut page = a.addr;
         while page < end {
-            let pt = self.table_of(page)?;
+            let (pt, split) = self.table_of(page)?;
+            weakened.1 |= split;
             let at = pt + ((page % MIB2) / PAGE_SIZE) * 8;
             let entry = self.read(at)?;
             // The page the entry points at (itself, or what an alias set).
             let old = entry & x86::ADDR_MASK;
             let target = if old != 0 { old } else { page };
-            weakened |= takes_away(entry, bits);
+            if takes_away(entry, bits) {
+                weakened.add(target);
+            }
             self.write(at, target | bits)?;
             page += PAGE_SIZE;
         }
-        Ok(if weakened && a.prot & PROTECT_UNTOUCHED == 0 { PROTECT_FLUSH } else { 0 })
+        Ok(match weakened.0 {
+            Some(span) if a.prot & PROTECT_UNTOUCHED == 0 => (PROTECT_FLUSH, weakened.forget(span)),
+            _ => (0, weakened.forget_nothing()),
+        })
     }
 
     /// Points the entries of `[a.dst, a.dst + a.len)` at the guest-physical
@@ -128,8 +146,16 @@ impl Tables<'_> {
     /// executable). Both ranges must lie in `[heap_start, mem_size)`, so no
     /// guest page can ever show the image, the boot information or the
     /// tender's page tables. Results as [`Tables::protect`].
+    #[cfg(feature = "fuzz")]
     pub fn alias(&self, a: &AliasArgs) -> Result<i64, String> {
-        let einval = -i64::from(libc::EINVAL);
+        self.alias_pages(a).map(|(r, _)| r)
+    }
+
+    /// [`Tables::alias`], also saying what KVM must forget of its
+    /// translations: the pages entries showed before and no longer show,
+    /// or show with less access ([`Forget`]).
+    pub fn alias_pages(&self, a: &AliasArgs) -> Result<(i64, Forget), String> {
+        let einval = (-i64::from(libc::EINVAL), Forget::Nothing);
         let aligned = |x: u64| x.is_multiple_of(PAGE_SIZE);
         let shareable = a.prot & shoal_abi::ALIAS_SHAREABLE != 0;
         let prot = a.prot & !shoal_abi::ALIAS_SHAREABLE;
@@ -142,23 +168,30 @@ impl Tables<'_> {
         }
         if shareable {
             // Every guest-physical page can be shown anywhere already.
-            return Ok(0);
+            return Ok((0, Forget::Nothing));
         }
         let bits = bits_of(prot);
-        let mut weakened = false;
+        let mut weakened = Span::default();
         let mut off = 0;
         while off < a.len {
             let page = a.dst + off;
-            let pt = self.table_of(page)?;
+            let (pt, split) = self.table_of(page)?;
+            weakened.1 |= split;
             let at = pt + ((page % MIB2) / PAGE_SIZE) * 8;
             let entry = self.read(at)?;
             // A present entry that shows another page now is as stale as
-            // one that lost access.
-            weakened |= takes_away(entry, bits) || (entry & x86::PTE_P != 0 && entry & x86::ADDR_MASK != a.src + off);
+            // one that lost access: KVM forgets the page it showed.
+            let old = entry & x86::ADDR_MASK;
+            if takes_away(entry, bits) || (entry & x86::PTE_P != 0 && old != a.src + off) {
+                weakened.add(if old != 0 { old } else { page });
+            }
             self.write(at, (a.src + off) | bits)?;
             off += PAGE_SIZE;
         }
-        Ok(if weakened { PROTECT_FLUSH } else { 0 })
+        Ok(match weakened.0 {
+            Some(span) => (PROTECT_FLUSH, weakened.forget(span)),
+            None => (0, weakened.forget_nothing()),
+        })
     }
 
     /// Gives the host memory behind the guest-physical pages `[addr, addr +
@@ -187,8 +220,8 @@ impl Tables<'_> {
     }
 
     /// The 4 KiB page table mapping `addr`, splitting its 2 MiB page into
-    /// one from the pool first if needed.
-    fn table_of(&self, addr: u64) -> Result<u64, String> {
+    /// one from the pool first if needed (then `true`).
+    fn table_of(&self, addr: u64) -> Result<(u64, bool), String> {
         let region = addr / MIB2;
         let pde_at = x86::pd_entry_addr(region);
         let pde = self.read(pde_at)?;
@@ -196,7 +229,7 @@ impl Tables<'_> {
             return Err(format!("guest address {addr:#x} has no page directory entry"));
         }
         if pde & x86::PTE_PS == 0 {
-            return Ok(pde & x86::ADDR_MASK);
+            return Ok((pde & x86::ADDR_MASK, false));
         }
         let pt = POOL_ADDR + region * PAGE_SIZE;
         let base = region * MIB2;
@@ -205,7 +238,71 @@ impl Tables<'_> {
             self.write(pt + i * 8, (base + i * PAGE_SIZE) | leaf)?;
         }
         self.write(pde_at, pt | x86::DIR_BITS)?;
-        Ok(pt)
+        Ok((pt, true))
+    }
+}
+
+/// What KVM must forget of its translations after a change of the
+/// tables, when the guest flushes its TLB (`PROTECT_FLUSH`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forget {
+    /// Nothing: no access was taken away.
+    Nothing,
+    /// Its translations of the guest-physical pages `[lo, hi)`
+    /// ([`crate::vm::Vm::forget_pages`]): every page whose entry took
+    /// access away, or that an entry no longer shows, lies there.
+    Pages(u64, u64),
+    /// All of them ([`crate::vm::Vm::forget_translations`]), because of a
+    /// split (below).
+    All,
+    /// Nothing now, but all of them at the next change that takes access
+    /// away: a 2 MiB page became a table of 4 KiB pages, and KVM may keep
+    /// the shadow it made of the 2 MiB page under that directory entry
+    /// (one whose entries it takes to be consecutive pages), which
+    /// dropping translations of pages does not remove; it is harmless
+    /// while the entries only gain access (as before this change), not
+    /// once an entry shows another page or less. Once per 2 MiB region.
+    Later,
+}
+
+impl Forget {
+    /// Both forgotten.
+    pub fn and(self, other: Forget) -> Forget {
+        use Forget::*;
+        match (self, other) {
+            (All, _) | (_, All) | (Later, Pages(..)) | (Pages(..), Later) => All,
+            (Later, _) | (_, Later) => Later,
+            (Nothing, x) | (x, Nothing) => x,
+            (Pages(a, b), Pages(c, d)) => Pages(a.min(c), b.max(d)),
+        }
+    }
+}
+
+/// The smallest range `[lo, hi)` of guest-physical pages holding every
+/// page added, and whether a 2 MiB page was split.
+#[derive(Default)]
+struct Span(Option<(u64, u64)>, bool);
+
+impl Span {
+    fn add(&mut self, page: u64) {
+        let (lo, hi) = self.0.unwrap_or((page, page + PAGE_SIZE));
+        self.0 = Some((lo.min(page), hi.max(page + PAGE_SIZE)));
+    }
+
+    fn forget(&self, (lo, hi): (u64, u64)) -> Forget {
+        if self.1 {
+            Forget::All
+        } else {
+            Forget::Pages(lo, hi)
+        }
+    }
+
+    fn forget_nothing(&self) -> Forget {
+        if self.1 {
+            Forget::Later
+        } else {
+            Forget::Nothing
+        }
     }
 }
 
@@ -309,5 +406,35 @@ mod tests {
         assert_eq!(t.protect(&p(PROT_READ | PROT_WRITE)), Ok(PROTECT_FLUSH), "taking execute away");
         let image = Tables { run_time_code: false, ..t };
         assert_eq!(image.protect(&p(PROT_READ | PROT_EXEC)), Ok(-i64::from(libc::EINVAL)), "a shoal image's memory never executes");
+    }
+
+    /// What KVM is made to forget: the pages that lost access (or that an
+    /// alias stopped showing), unless a 2 MiB page was split since the
+    /// last time, then everything.
+    #[test]
+    fn kvm_forgets_only_the_pages_that_lost_access() {
+        use vm_memory::{GuestAddress, MmapRegion};
+        let mem = 6u64 << 20;
+        let low = GuestRegionMmap::new(MmapRegion::<()>::new(mem as usize).unwrap(), GuestAddress(0)).unwrap();
+        let pool = GuestRegionMmap::new(MmapRegion::<()>::new(pool_size(mem) as usize).unwrap(), GuestAddress(POOL_ADDR)).unwrap();
+        for r in [1u64, 2] {
+            low.write_obj((r << 21) | x86::PTE_PS | x86::leaf_bits(x86::PagePerm::UserRw), MemoryRegionAddress(x86::pd_entry_addr(r))).unwrap();
+        }
+        let t = Tables { low: &low, pool: &pool, heap_start: 2 << 20, mem_size: mem, run_time_code: true };
+        let p = |addr: u64, prot: u64| ProtectArgs { addr, len: 2 * PAGE_SIZE, prot, ret: 0 };
+        let at = (2 << 20) + 5 * PAGE_SIZE;
+        assert_eq!(t.protect_pages(&p(at, PROT_READ | PROT_WRITE)), Ok((0, Forget::Later)), "a split that takes nothing away");
+        assert_eq!(t.protect_pages(&p(at, PROT_READ)), Ok((PROTECT_FLUSH, Forget::Pages(at, at + 2 * PAGE_SIZE))));
+        assert_eq!(t.protect_pages(&p(at, PROT_READ | PROT_WRITE)), Ok((0, Forget::Nothing)));
+        let other = 4 << 20;
+        assert_eq!(t.protect_pages(&p(other, 0)), Ok((PROTECT_FLUSH, Forget::All)), "a split and a loss at once");
+        assert_eq!(Forget::Later.and(Forget::Pages(0, 4096)), Forget::All);
+        assert_eq!(Forget::Pages(8192, 12288).and(Forget::Pages(0, 4096)), Forget::Pages(0, 12288));
+        assert_eq!(Forget::Nothing.and(Forget::Later), Forget::Later);
+        // An alias forgets the page the entry showed before.
+        let a = AliasArgs { dst: at, src: other, len: PAGE_SIZE, prot: PROT_READ, ret: 0 };
+        assert_eq!(t.alias_pages(&a), Ok((PROTECT_FLUSH, Forget::Pages(at, at + PAGE_SIZE))));
+        let back = AliasArgs { dst: at, src: at, len: PAGE_SIZE, prot: PROT_READ, ret: 0 };
+        assert_eq!(t.alias_pages(&back), Ok((PROTECT_FLUSH, Forget::Pages(other, other + PAGE_SIZE))));
     }
 }

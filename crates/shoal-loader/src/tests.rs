@@ -550,3 +550,29 @@ fn trampoline_tables_are_pooled_page_by_page() {
     assert_eq!(ta[0].2, tb[0].2, "the page both images share is one pool file");
     assert_ne!(ta[1].2, tb[1].2);
 }
+
+/// An executable's segments (library `exec`) are pooled in 2 MiB runs:
+/// `node`'s 80 MiB in runs of 8 pages were more files than an instance
+/// maps.
+#[test]
+fn executables_are_pooled_in_long_runs() {
+    use shoal_manifest::{Library, LibraryInfo, LibraryKind, Manifest, PageHash, Region, RegionKind};
+    let pages = 2 * pool::EXEC_PAGES_PER_FILE + 3;
+    let m = Manifest {
+        format: shoal_manifest::FORMAT,
+        layout: "delta".into(),
+        entry: 0x400000,
+        image_sha256: "00".into(),
+        libraries: vec![Library {
+            info: LibraryInfo { name: "exec".into(), version: "abc".into(), kind: LibraryKind::App },
+            regions: vec![Region {
+                kind: RegionKind::Text,
+                start: 0x400000,
+                end: 0x400000 + pages * 0x1000,
+                page_hashes: (0..pages).map(|i| PageHash::of(&i.to_le_bytes())).collect(),
+            }],
+        }],
+    };
+    let runs: Vec<_> = pool::pool_libs(&m).iter().map(|l| (l.addr, l.pages)).collect();
+    assert_eq!(runs, vec![(0x400000, 512), (0x600000, 512), (0x800000, 3)]);
+}

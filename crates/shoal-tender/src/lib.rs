@@ -971,8 +971,12 @@ pub fn run(args: &RunArgs) -> Result<i32, RunError> {
     if let (Some(exe), MemoryMode::Pool) = (&args.executable, args.mode) {
         // An executable's instance image is built on demand, so its
         // read-only pages (the kernel's and the rewritten executable's)
-        // go to the pool here, once, like `shoal pool add` of an image.
-        shoal_loader::pool::Pool::default_pool().add(&args.image).map_err(|e| RunError::Pool(exe.clone(), e))?;
+        // go to the pool here, once, like `shoal pool add` of an image
+        // (and again if a file was removed since).
+        let pool = shoal_loader::pool::Pool::default_pool();
+        if !pool.holds(&args.image) {
+            pool.add(&args.image).map_err(|e| RunError::Pool(exe.clone(), e))?;
+        }
     }
     let cfg = args.config();
     Ok(match args.tender {
