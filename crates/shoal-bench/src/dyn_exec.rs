@@ -67,7 +67,7 @@ const body = 'hello from node\n';
 http.createServer((req, res) => {
   res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': body.length });
   res.end(body);
-}).listen(Number(process.argv[2]), '0.0.0.0');
+}).listen(Number(process.argv[2]), process.argv[3]);
 "#;
 
 /// The HTTP hello of Python: `http.server` with keep-alive (HTTP/1.1),
@@ -92,7 +92,7 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
 class S(http.server.ThreadingHTTPServer):
     request_queue_size = 128
-S(('0.0.0.0', int(sys.argv[1])), H).serve_forever()
+S((sys.argv[2], int(sys.argv[1])), H).serve_forever()
 "#;
 
 /// Idle programs: say `ready`, then wait for nothing.
@@ -402,8 +402,11 @@ pub fn dyn_exec(o: DynOpts) -> Result<()> {
                 };
                 let script = format!("/app/{}", rt.http);
                 let mut cmd = match sys {
-                    "native" => env.command(sys, false, rt.exe, &[&script, &port.to_string()], None),
-                    _ => env.command(sys, false, rt.exe, &[&script, "8080"], Some(port)),
+                    // Natively on loopback only; in a guest on its any
+                    // address (its own loopback is not the host's), reached
+                    // through the port published on the host's 127.0.0.1.
+                    "native" => env.command(sys, false, rt.exe, &[&script, &port.to_string(), "127.0.0.1"], None),
+                    _ => env.command(sys, false, rt.exe, &[&script, "8080", "0.0.0.0"], Some(port)),
                 };
                 pin_command(&mut cmd, env.pin.server);
                 let server = match start_server(cmd, port, &o.out.join(format!("{}-{sys}.log", rt.name))) {
