@@ -1519,39 +1519,12 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
             continue;
         }
         say(&format!("static: {downloads} downloads of 50 MiB by 4 clients on {b}"));
-        let t0 = Instant::now();
-        let handles: Vec<_> = (0..4)
-            .map(|_| {
-                let gw_addr = c.gw.addr;
-                let path = format!("/fn/{name}/");
-                std::thread::spawn(move || -> Result<u64, String> {
-                    let mut bytes = 0;
-                    for _ in 0..downloads / 4 {
-                        let r = http(gw_addr, None, "GET", &path, None, false, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
-                        if r.status != 200 || r.bytes != 50 << 20 {
-                            return Err(format!("status {}, {} bytes", r.status, r.bytes));
-                        }
-                        bytes += r.bytes;
-                    }
-                    Ok(bytes)
-                })
-            })
-            .collect();
-        let mut bytes = 0;
-        let mut err = None;
-        for h in handles {
-            match h.join().unwrap_or_else(|_| Err("a client thread panicked".into())) {
-                Ok(n) => bytes += n,
-                Err(e) => err = Some(e),
+        match static_downloads(c.gw.addr, &name, downloads) {
+            Err(e) => note_failure(&mut failures, format!("workload static on {b}: {e}")),
+            Ok(mibs) => {
+                thr.insert(b, mibs);
+                csv.push(format!("static,{b},0,{mibs:.1},MiB/s,,,,,,"));
             }
-        }
-        let secs = t0.elapsed().as_secs_f64();
-        if let Some(e) = err {
-            note_failure(&mut failures, format!("workload static on {b}: {e}"));
-        } else {
-            let mibs = bytes as f64 / (1 << 20) as f64 / secs;
-            thr.insert(b, mibs);
-            csv.push(format!("static,{b},0,{mibs:.1},MiB/s,,,,,,"));
         }
         c.gw.clear(&name)?;
     }
@@ -2276,6 +2249,41 @@ pub fn faas(o: FaasOpts) -> Result<()> {
     println!("## summary\n\n{summary}");
     println!("(written to {})", o.out.display());
     Ok(())
+}
+
+/// 4 clients downloading function `name`'s 50 MiB file through the gateway
+/// at `gw`, `downloads` in all (a multiple of 4): MiB/s, or the last error
+/// a client met (every client is waited for).
+fn static_downloads(gw: std::net::SocketAddr, name: &str, downloads: usize) -> Result<f64, String> {
+    let t0 = Instant::now();
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let path = format!("/fn/{name}/");
+            std::thread::spawn(move || -> Result<u64, String> {
+                let mut bytes = 0;
+                for _ in 0..downloads / 4 {
+                    let r = http(gw, None, "GET", &path, None, false, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
+                    if r.status != 200 || r.bytes != 50 << 20 {
+                        return Err(format!("status {}, {} bytes", r.status, r.bytes));
+                    }
+                    bytes += r.bytes;
+                }
+                Ok(bytes)
+            })
+        })
+        .collect();
+    let mut bytes = 0;
+    let mut err = None;
+    for h in handles {
+        match h.join().unwrap_or_else(|_| Err("a client thread panicked".into())) {
+            Ok(n) => bytes += n,
+            Err(e) => err = Some(e),
+        }
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok(bytes as f64 / (1 << 20) as f64 / t0.elapsed().as_secs_f64()),
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 //!   instance and through the gateway (Fig. 11).
 
 use super::{note_failure, one_cold, say, Ctx, Outcome, Paper, Row, COLD_TIMEOUT_MS, FIB_N, REQUEST_TIMEOUT};
-use crate::load::{http, run_hey};
+use crate::load::run_hey;
 use crate::stats::{fixed, stats};
 use crate::table;
 use anyhow::Result;
@@ -273,28 +273,7 @@ fn hey_levels(c: &Ctx) -> Vec<usize> {
 fn static_throughput(c: &Ctx, name: &str) -> Result<f64, String> {
     let downloads = (2 * c.o.repeat).max(4).div_ceil(4) * 4;
     say(&format!("node: static: {downloads} downloads of 50 MiB by 4 clients ({name})"));
-    let t0 = Instant::now();
-    let handles: Vec<_> = (0..4)
-        .map(|_| {
-            let (addr, path) = (c.gw.addr, format!("/fn/{name}/"));
-            std::thread::spawn(move || -> Result<u64, String> {
-                let mut bytes = 0;
-                for _ in 0..downloads / 4 {
-                    let r = http(addr, None, "GET", &path, None, false, REQUEST_TIMEOUT).map_err(|e| e.to_string())?;
-                    if r.status != 200 || r.bytes != 50 << 20 {
-                        return Err(format!("status {}, {} bytes", r.status, r.bytes));
-                    }
-                    bytes += r.bytes;
-                }
-                Ok(bytes)
-            })
-        })
-        .collect();
-    let mut bytes = 0;
-    for h in handles {
-        bytes += h.join().unwrap_or_else(|_| Err("a client thread panicked".into()))?;
-    }
-    Ok(bytes as f64 / (1 << 20) as f64 / t0.elapsed().as_secs_f64())
+    super::static_downloads(c.gw.addr, name, downloads)
 }
 
 /// hey on the no-op `name` (its instance warm) at each level, straight to
