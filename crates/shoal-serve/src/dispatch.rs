@@ -178,6 +178,9 @@ pub struct Instance {
     spawn_time: Duration,
     /// runc/runsc: its own network namespace, where `addr` is.
     netns: Option<Arc<super::netns::NetNs>>,
+    /// The connection made before it ran (`instance::Started::conn`),
+    /// for its first request.
+    first_conn: Mutex<Option<std::net::TcpStream>>,
 }
 
 impl Instance {
@@ -699,15 +702,28 @@ impl Dispatcher {
             exited: AtomicBool::new(false),
             spawn_time: started.spawn_time,
             netns: started.netns.clone(),
+            first_conn: Mutex::new(started.conn.take()),
         });
         self.metrics.cold_start(&f.spec.name);
         f.logs.push(id, "gateway", format!("started on {} ({}), pid {}", inst.addr, f.spec.backend.name(), inst.pid.unwrap_or(0)));
-        for (stream, pipe) in [("stdout", started.child.stdout.take()), ("stderr", started.child.stderr.take())] {
-            if let Some(p) = pipe {
-                tokio::spawn(read_lines(p, f.logs.clone(), id, stream));
-            }
-        }
-        tokio::spawn(watch(started, inst.clone(), Arc::downgrade(f)));
+        // One task for the instance's output and its exit: each task
+        // spawned beyond the first on a worker wakes the other (idle)
+        // worker to steal it, a cross-CPU wake-up on the cold start's path.
+        let (out, err) = (started.child.stdout.take(), started.child.stderr.take());
+        let (logs, watched, weak) = (f.logs.clone(), inst.clone(), Arc::downgrade(f));
+        tokio::spawn(async move {
+            let out = async {
+                if let Some(p) = out {
+                    read_lines(p, logs.clone(), id, "stdout").await;
+                }
+            };
+            let err = async {
+                if let Some(p) = err {
+                    read_lines(p, logs.clone(), id, "stderr").await;
+                }
+            };
+            tokio::join!(out, err, watch(started, watched, weak));
+        });
         slots.push(Slot { inst: inst.clone(), inflight: 1, taken: 1, answered: false, last_used: Instant::now() });
         Ok((inst, true))
     }
@@ -774,9 +790,13 @@ impl Dispatcher {
                 },
             }
         }
-        let stream = instance::connect(inst.addr, inst.netns.as_deref(), inst.listening, &inst.exited, deadline)
-            .await
-            .map_err(|e| format!("cannot connect to {}: {e}", inst.addr))?;
+        let first = lock(&inst.first_conn).take().and_then(|s| tokio::net::TcpStream::from_std(s).ok());
+        let stream = match first {
+            Some(s) => s,
+            None => instance::connect(inst.addr, inst.netns.as_deref(), inst.listening, &inst.exited, deadline)
+                .await
+                .map_err(|e| format!("cannot connect to {}: {e}", inst.addr))?,
+        };
         // Upstream: no delayed ACK may hold back a function's answer.
         let stream = Upstream::new(stream).map_err(|e| format!("cannot set up the connection to {}: {e}", inst.addr))?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;

@@ -67,6 +67,22 @@ pub struct Started {
     /// A prepared spt instance's uid (`--uid-range`), held until the
     /// instance is reaped (dropped with this).
     pub uid: Option<shoal_loader::uids::UidClaim>,
+    /// The first request's connection, made before the instance runs
+    /// ([`first_connection`]).
+    pub conn: Option<std::net::TcpStream>,
+}
+
+/// Connects to a listening socket the gateway is about to hand over, before
+/// the instance exists: on loopback the handshake completes inside
+/// `connect` and the connection waits in the socket's backlog, so the
+/// instance finds it at its first wait, and the gateway skips the
+/// asynchronous connect (a wait for the I/O driver to report the
+/// connection writable: a cross-thread wake-up on a cold start's path).
+/// `None` if it fails: the first request then connects as any other.
+fn first_connection(sock: &TcpListener) -> Option<std::net::TcpStream> {
+    let s = std::net::TcpStream::connect(sock.local_addr().ok()?).ok()?;
+    s.set_nonblocking(true).ok()?;
+    Some(s)
 }
 
 /// The runtime binary of a container backend.
@@ -294,6 +310,7 @@ pub fn start_copy(template: &TemplateHandle, built_for: &Function, f: &Function)
     }
     let sock = TcpListener::bind("127.0.0.1:0").context("cannot open a listening socket for the instance")?;
     let addr = sock.local_addr()?;
+    let conn = first_connection(&sock);
     let t = Instant::now();
     let child = match template {
         TemplateHandle::Spt(template) => super::spawn::copy_spt(template, sock.into(), COPY_WAIT),
@@ -310,7 +327,7 @@ pub fn start_copy(template: &TemplateHandle, built_for: &Function, f: &Function)
         }
     }
     .with_context(|| format!("cannot copy the template of {}", f.name))?;
-    Ok(Started { child, addr, container: None, listening: true, spawn_time: t.elapsed(), netns: None, uid: None })
+    Ok(Started { child, addr, container: None, listening: true, spawn_time: t.elapsed(), netns: None, uid: None, conn })
 }
 
 /// Checks an hvt function as the hvt tender checks it before it creates
@@ -337,11 +354,12 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
                 let t = Instant::now();
                 let env = [std::ffi::OsString::from(format!("PORT={}", addr.port()))];
                 let uid = l.uid_range.map(shoal_loader::uids::claim).transpose()?;
+                let conn = first_connection(&sock);
                 let child = super::spawn::spawn_spt(p, &sock.into(), &env, uid.as_ref().map(shoal_loader::uids::UidClaim::uid))
                     .with_context(|| format!("cannot start an instance of {}", f.name))?;
                 // The gateway's copy of the socket was closed by the call:
                 // once the instance exits, a waiting connection is refused.
-                return Ok(Started { child, addr, container: None, listening: true, spawn_time: t.elapsed(), netns: None, uid });
+                return Ok(Started { child, addr, container: None, listening: true, spawn_time: t.elapsed(), netns: None, uid, conn });
             }
             if f.backend == Backend::Process {
                 cmd = Spec::new(&f.image)?;
@@ -418,7 +436,7 @@ pub fn start(l: &Launcher, f: &Function, prepared: Option<&shoal_spt::Prepared>,
     // socket is gone and a waiting connection is refused, not left hanging.
     let listening = listener.is_some();
     drop(listener);
-    Ok(Started { child, addr, container, listening, spawn_time, netns, uid: None })
+    Ok(Started { child, addr, container, listening, spawn_time, netns, uid: None, conn: None })
 }
 
 /// The port a container instance listens on, in its own namespace: any
