@@ -800,10 +800,35 @@ impl Dispatcher {
         // Upstream: no delayed ACK may hold back a function's answer.
         let stream = Upstream::new(stream).map_err(|e| format!("cannot set up the connection to {}: {e}", inst.addr))?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        // The connection is driven by this task until the answer's head,
+        // and by a task of its own only after: spawned before the request
+        // it woke the other worker (a cold start's instance task was the
+        // worker's next one), and its answer woke this task again, two
+        // cross-thread wake-ups per new connection (strace).
+        let mut conn = Box::pin(conn);
+        let answer = {
+            let send = sender.send_request(req);
+            tokio::pin!(send);
+            tokio::select! {
+                biased;
+                r = &mut send => Some(r),
+                c = &mut conn => match c {
+                    Err(e) => return Err(e.to_string()),
+                    // Closed before the head: the request's own error says why.
+                    Ok(()) => None,
+                },
+            }
+        };
+        let answer = match answer {
+            Some(r) => {
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                r
+            }
+            None => return Err("the instance closed the connection before it answered".into()),
+        };
+        let resp = answer.map_err(|e| e.to_string())?;
         Ok((resp, sender))
     }
 }
