@@ -65,3 +65,33 @@ fn signal_frames_are_laid_out_as_linux_lays_them_out() {
 fn signalfd_reads_pending_signals() {
     matches_native("linux_signalfd.c");
 }
+
+/// sched_get_priority_max/min per policy, getpriority/setpriority (as
+/// root: both ways, clamped, Linux's errors) and times(), as natively.
+#[test]
+fn priorities_and_times_match_native() {
+    matches_native("linux_prio.c");
+}
+
+/// A shared mapping of 256 MiB of a sparse file is ENOMEM (shoal shows at
+/// most 128 MiB of file pages at once; Linux maps it) and leaves nothing
+/// behind: the same memory mapped anonymously takes a write on every
+/// page (CPython's test_mmap crashed on a read-only page there), and a
+/// 64 MiB shared mapping of the file reads as natively.
+#[test]
+fn a_refused_large_shared_mapping_leaves_memory_usable() {
+    let dir = scratch();
+    let src = test_app("sys_bigshared.c");
+    let image = build_image(&src, dir.path(), &[]);
+    let native = build_native(&src, dir.path(), &[]);
+    let n = output(&mut std::process::Command::new(&native));
+    assert!(n.status.success(), "native: {}", stderr(&n));
+    let (first, rest) = stdout(&n).split_once('\n').map(|(a, b)| (a.to_string(), b.to_string())).unwrap();
+    assert_eq!(first, "shared 256 MiB: mapped", "native");
+    let rest = rest.strip_prefix("last bytes: end\n").unwrap_or(&rest).to_string();
+    for t in tenders() {
+        let s = output(shoal_run(t).args(["--mem", "512M"]).arg(&image));
+        assert_eq!(stdout(&s), format!("shared 256 MiB: Out of memory\n{rest}"), "{t}: stderr {}", stderr(&s));
+        assert_eq!((s.status.code(), stderr(&s)), (Some(0), String::new()), "{t}");
+    }
+}
