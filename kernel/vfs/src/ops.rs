@@ -710,6 +710,17 @@ impl Vfs {
             F_GETLK | F_SETLK | F_SETLKW | F_OFD_GETLK | F_OFD_SETLK | F_OFD_SETLKW => self.record_lock(e.ofd, cmd, a.u(2)),
             F_GETOWN | F_SETOWN => Ok(0),
             F_GETPIPE_SZ | F_SETPIPE_SZ => match self.ofd(e.ofd).target {
+                Target::Fifo(ino) => {
+                    let p = self.pipes.entry(ino).or_default();
+                    if cmd == F_GETPIPE_SZ {
+                        return Ok(p.cap() as u64);
+                    }
+                    // The argument is an int, taken unsigned as Linux does.
+                    let r = p.set_size(u64::from(a.uint(2)), shoal_plat::boot::ids().0 == 0)?;
+                    crate::readylog::note(crate::readylog::pipe_src(ino));
+                    crate::wait::wake(ino);
+                    Ok(r)
+                }
                 Target::Node(_) | Target::Dev(..) | Target::Obj(_) => Err(Errno::EBADF),
                 _ => Ok(crate::pipe::PIPE_CAP as u64),
             },

@@ -815,6 +815,29 @@ fn archive_root_gets_devices() {
     assert!(stat(&mut v, "/proc/self/fd/0", 0).is_ok());
 }
 
+/// F_GETPIPE_SZ / F_SETPIPE_SZ as Linux: rounded up to a power of two of
+/// pages, EBUSY below what the pipe holds, EINVAL past 2 GiB, and the
+/// size bounds what a write puts in.
+#[test]
+fn pipe_sizes_are_set_as_linux_sets_them() {
+    let mut v = vfs();
+    let (r, w) = pipe2(&mut v, O_NONBLOCK);
+    let fcntl = |v: &mut Vfs, fd: i32, cmd: i32, arg: u64| v.fcntl(&args(&[fd as u64, cmd as u64, arg]));
+    assert_eq!(fcntl(&mut v, r, F_GETPIPE_SZ, 0), Ok(65536));
+    assert_eq!(fcntl(&mut v, w, F_SETPIPE_SZ, 0), Ok(4096));
+    assert_eq!(fcntl(&mut v, r, F_SETPIPE_SZ, 5000), Ok(8192));
+    assert_eq!(fcntl(&mut v, r, F_GETPIPE_SZ, 0), Ok(8192));
+    assert_eq!(write(&mut v, w, &[7u8; 10_000]), Ok(8192));
+    assert_eq!(write(&mut v, w, b"y"), Err(Errno::EAGAIN));
+    assert_eq!(fcntl(&mut v, w, F_SETPIPE_SZ, 4096), Err(Errno::EBUSY));
+    assert_eq!(fcntl(&mut v, w, F_SETPIPE_SZ, (1 << 31) + 1), Err(Errno::EINVAL));
+    assert_eq!(fcntl(&mut v, w, F_SETPIPE_SZ, 1 << 20), Ok(1 << 20));
+    assert_eq!(write(&mut v, w, b"y"), Ok(1));
+    let f = open(&mut v, "/pipesz", O_CREAT | O_RDWR, 0o600).unwrap();
+    assert_eq!(fcntl(&mut v, f, F_GETPIPE_SZ, 0), Err(Errno::EBADF));
+    assert_eq!(fcntl(&mut v, f, F_SETPIPE_SZ, 4096), Err(Errno::EBADF));
+}
+
 #[test]
 fn pipes_buffer_eof_epipe_and_nonblocking() {
     let mut v = vfs();
