@@ -57,6 +57,7 @@ const MODULES: &[&str] = &[
     "test_epoll",
     "test_posixpath",
     "test_shutil",
+    "test_mmap",
 ];
 
 /// What hvt runs (the suite's time budget): the modules that use the
@@ -74,6 +75,7 @@ const HVT_MODULES: &[&str] = &[
     "test_epoll",
     "test_posixpath",
     "test_shutil",
+    "test_mmap",
 ];
 
 /// Why a test's outcome differs on shoal (both tenders).
@@ -96,6 +98,13 @@ const KNOWN: &[(&str, &str, &str)] = &[
     // none, setxattr EOPNOTSUPP, so these skip where natively they run.
     ("test.test_shutil.TestCopy.test_copy2_xattr", "skip", "no extended attributes in the instance's file system (EOPNOTSUPP)"),
     ("test.test_shutil.TestCopy.test_copyxattr", "skip", "no extended attributes in the instance's file system (EOPNOTSUPP)"),
+    // Shared mappings of huge sparse files: 2 and 4 GiB are more than the
+    // instance's address space (its --mem); 256 MiB is more than the
+    // 128 MiB of file pages shoal shows in shared mappings at once
+    // (mm::file::MAX_SHOWN_PAGES; the host's vm.max_map_count on spt).
+    ("test.test_mmap.LargeMmapTests.test_around_2GB", "error", "maps 2 GiB shared: ENOMEM (more than the instance's memory)"),
+    ("test.test_mmap.LargeMmapTests.test_around_4GB", "error", "maps 4 GiB shared: ENOMEM (more than the instance's memory)"),
+    ("test.test_mmap.LargeMmapTests.test_large_offset", "error", "maps 256 MiB shared: ENOMEM (over the 128 MiB of shown file pages)"),
 ];
 
 /// Each test's outcome (`skip`, `fail`, `error`, `xfail`, `xpass`; tests
