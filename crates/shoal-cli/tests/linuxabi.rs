@@ -95,3 +95,10 @@ fn a_refused_large_shared_mapping_leaves_memory_usable() {
         assert_eq!((s.status.code(), stderr(&s)), (Some(0), String::new()), "{t}");
     }
 }
+
+/// F_GETPIPE_SZ / F_SETPIPE_SZ: rounding, a write bounded by the size,
+/// EBUSY, EINVAL and EBADF, as natively.
+#[test]
+fn pipe_sizes_match_native() {
+    matches_native("linux_pipesz.c");
+}
