@@ -75,9 +75,9 @@ fn priorities_and_times_match_native() {
 
 /// A shared mapping of 256 MiB of a sparse file is ENOMEM (shoal shows at
 /// most 128 MiB of file pages at once; Linux maps it) and leaves nothing
-/// behind: the same memory mapped anonymously takes a write on every
-/// page (CPython's test_mmap crashed on a read-only page there), and a
-/// 64 MiB shared mapping of the file reads as natively.
+/// behind: fresh anonymous memory where it would have been takes a write
+/// on every page (CPython's test_mmap crashed on a read-only page
+/// there), and a 16 MiB shared mapping of the file reads as natively.
 #[test]
 fn a_refused_large_shared_mapping_leaves_memory_usable() {
     let dir = scratch();
