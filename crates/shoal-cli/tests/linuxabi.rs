@@ -102,3 +102,33 @@ fn a_refused_large_shared_mapping_leaves_memory_usable() {
 fn pipe_sizes_match_native() {
     matches_native("linux_pipesz.c");
 }
+
+/// setresuid, setreuid, their gid kin, setfsuid/setfsgid and setgroups
+/// in an instance whose identity is fixed: own ids and -1 succeed,
+/// others EPERM (root included: natively root would change them);
+/// setgroups checks as Linux (EPERM for a user that is not root first,
+/// then EINVAL, EFAULT) and lets root keep the empty list.
+#[test]
+fn identity_changes_follow_the_fixed_identity() {
+    let dir = scratch();
+    let image = build_image(&test_app("linux_ids.c"), dir.path(), &[]);
+    let calls = |own_u: &str, own_g: &str, groups: [&str; 4]| {
+        format!(
+            "ids {own_u} {own_g}\nsetresuid own: 0 -\nsetresuid -1: 0 -\nsetresuid other: -1 Operation not permitted\n\
+setresgid own: 0 -\nsetresgid other: -1 Operation not permitted\nsetreuid own: 0 -\nsetreuid other: -1 Operation not permitted\n\
+setregid own: 0 -\nsetregid other: -1 Operation not permitted\nsetfsuid: {own_u} -\nsetfsgid: {own_g} -\n\
+setgroups empty: {}\nsetgroups one: {}\nsetgroups too many: {}\nsetgroups bad list: {}\n",
+            groups[0], groups[1], groups[2], groups[3]
+        )
+    };
+    let eperm = "-1 Operation not permitted";
+    let root = calls("0", "0", ["0 -", eperm, "-1 Invalid argument", "-1 Bad address"]);
+    let user = calls("1000", "100", [eperm; 4]);
+    for t in tenders() {
+        for (args, want) in [(&[][..], &root), (&["--user", "1000:100"][..], &user)] {
+            let s = output(shoal_run(t).args(args).arg(&image));
+            assert_eq!(stdout(&s), *want, "{t} {args:?}: stderr {}", stderr(&s));
+            assert_eq!((s.status.code(), stderr(&s)), (Some(0), String::new()), "{t} {args:?}");
+        }
+    }
+}

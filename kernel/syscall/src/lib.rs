@@ -371,6 +371,13 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::GETRESGID => user::getresgid,
         nr::SETUID => user::setuid,
         nr::SETGID => user::setgid,
+        113 => user::setreuid,
+        114 => user::setregid,
+        116 => user::setgroups,
+        117 => user::setresuid,
+        119 => user::setresgid,
+        122 => user::setfsuid,
+        123 => user::setfsgid,
         125 => user::capget,
         // system information
         nr::UNAME => sysinfo::uname,
