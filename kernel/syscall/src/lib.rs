@@ -204,6 +204,7 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::FCHMODAT => vfs::fchmodat,
         nr::UMASK => vfs::umask,
         nr::OPENAT => vfs::openat,
+        319 => vfs::memfd_create,
         nr::NEWFSTATAT => vfs::newfstatat,
         nr::STATX => vfs::statx,
         nr::FACCESSAT => vfs::faccessat,

@@ -682,6 +682,33 @@ fn stat_statx_access_chmod_utimens() {
     assert_eq!(v.truncate(&args(&[p(&t), 0])), Err(Errno::EISDIR));
 }
 
+/// memfd_create: a nameless read-write file; flags and names checked as
+/// Linux checks them (sealing is not supported: EINVAL).
+#[test]
+fn memfd_create_makes_a_nameless_file() {
+    let mut v = vfs();
+    let name = c("buf");
+    let fd = v.memfd_create(&args(&[p(&name), 1])).unwrap() as i32;
+    assert_eq!(write(&mut v, fd, b"in memory"), Ok(9));
+    let mut b = [0u8; 2];
+    assert_eq!(v.pread64(&args(&[fd as u64, b.as_mut_ptr() as u64, 2, 3])), Ok(2));
+    assert_eq!(&b, b"me");
+    let mut st = Stat::default();
+    v.fstat(&args(&[fd as u64, &mut st as *mut Stat as u64])).unwrap();
+    assert_eq!((st.st_mode, st.st_nlink, st.st_size), (0o100777, 0, 9));
+    assert_eq!(v.fcntl(&args(&[fd as u64, F_GETFD as u64])), Ok(FD_CLOEXEC));
+    assert_eq!(v.memfd_create(&args(&[p(&name), 2])), Err(Errno::EINVAL), "MFD_ALLOW_SEALING");
+    assert_eq!(v.memfd_create(&args(&[p(&name), 4])), Err(Errno::EINVAL), "MFD_HUGETLB");
+    assert_eq!(v.memfd_create(&args(&[p(&name), 0x100])), Err(Errno::EINVAL));
+    assert_eq!(v.memfd_create(&args(&[0, 0])), Err(Errno::EFAULT));
+    let long = c(&"n".repeat(250));
+    assert_eq!(v.memfd_create(&args(&[p(&long), 0])), Err(Errno::EINVAL));
+    let ok = c(&"n".repeat(249));
+    let fd2 = v.memfd_create(&args(&[p(&ok), 0x10])).unwrap();
+    assert_eq!(v.fcntl(&args(&[fd2, F_GETFD as u64])), Ok(0));
+    assert_eq!(v.fcntl(&args(&[fd2, 1034])), Err(Errno::EINVAL), "F_GET_SEALS");
+}
+
 #[test]
 fn tmpfile_and_hard_links() {
     let mut v = vfs();
