@@ -232,3 +232,25 @@ fn python_send_fds_matches_native() {
         assert_eq!((s.status.code(), stderr(&s)), (Some(4), String::new()), "{t}");
     }
 }
+
+/// memfd_create, getpriority/setpriority/nice, sched_get_priority_*,
+/// times, F_GETPIPE_SZ/F_SETPIPE_SZ and the identity calls from Python
+/// (apps/pysuite/calls.py), as natively, but sealing (not supported:
+/// EINVAL).
+#[test]
+fn python_system_calls_match_native() {
+    if !shoal_testkit::need(&["root", "python3.11"]) {
+        return;
+    }
+    let dir = home().join("apps/pysuite");
+    let n = output(Command::new(PYTHON).arg(dir.join("calls.py")).env_clear());
+    assert!(n.status.success(), "native: {}", stderr(&n));
+    let want = stdout(&n).replace("memfd sealing 4\n", "memfd sealing error EINVAL\n");
+    assert!(want.contains("memfd sealing error EINVAL"), "native: {}", stdout(&n));
+    let mount = format!("{}:/pysuite:ro", dir.display());
+    for t in tenders() {
+        let s = output(shoal_run(t).args(SYSTEM).args(["--mount", &mount, PYTHON, "--", "/pysuite/calls.py"]));
+        assert_eq!(stdout(&s), want, "{t}: stderr: {}", stderr(&s));
+        assert_eq!((s.status.code(), stderr(&s)), (Some(0), String::new()), "{t}");
+    }
+}
