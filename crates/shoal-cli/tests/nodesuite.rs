@@ -139,3 +139,27 @@ fn npm_package_suites_match_native() {
     let stale: Vec<_> = KNOWN.iter().zip(&used).filter(|(_, u)| !**u).map(|(k, _)| k.0).collect();
     assert!(stale.is_empty(), "listed differences that did not occur: {stale:?}");
 }
+
+/// Node's `process.memoryUsage()` (libuv reads the resident size from
+/// `/proc/self/stat`: ENOENT before) and `/proc/self/stat` and `statm`
+/// as Node reads them, against native.
+#[test]
+fn node_memory_usage_and_proc_self_stat_as_natively() {
+    if !shoal_testkit::need(&["root", "node"]) {
+        return;
+    }
+    let code = "const fs = require('fs');\n\
+        const m = process.memoryUsage();\n\
+        console.log('rss', m.rss > 4096, m.heapUsed > 0, m.rss % 4096);\n\
+        const f = fs.readFileSync('/proc/self/stat', 'utf8').trim().split(' ');\n\
+        console.log('stat', f.length, f[0] === String(process.pid), f[1], f[2].length, Number(f[23]) * 4096 <= Number(f[22]), Number(f[19]) >= 1);\n\
+        const s = fs.readFileSync('/proc/self/statm', 'utf8').trim().split(' ').map(Number);\n\
+        console.log('statm', s.length, s[1] > 0, s[1] <= s[0]);";
+    let n = output(Command::new(NODE).args(["-e", code]).env_clear());
+    assert_eq!(stdout(&n), "rss true true 0\nstat 52 true (node) 1 true true\nstatm 7 true true\n", "native: {}", stderr(&n));
+    for t in tenders() {
+        let s = output(shoal_run(t).args(SYSTEM).args(["--mem", "1G", NODE, "--", "-e", code]));
+        assert_eq!(stdout(&s), stdout(&n), "{t}: stderr: {}", stderr(&s));
+        assert_eq!((s.status.code(), stderr(&s)), (Some(0), String::new()), "{t}");
+    }
+}
