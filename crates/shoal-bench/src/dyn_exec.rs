@@ -154,6 +154,9 @@ impl Env {
         c.args(["--tender", tender]).args(SYSTEM_MOUNTS).arg("--mount").arg(format!("{}:/app:ro", self.scripts.display()));
         if sys == "spt-pool" {
             c.args(["--mem-mode", "pool"]).env("SHOAL_POOL_DIR", self.pool.path());
+        } else if sys == "spt" {
+            // Named: a large executable's default on spt is pool mode.
+            c.args(["--mem-mode", "copy"]);
         }
         if let Some(port) = publish {
             c.arg("--publish").arg(format!("127.0.0.1:{port}:8080"));
