@@ -899,7 +899,7 @@ mod hot_path_tests {
         let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
         let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, run_time_code: true, mounts: 1 };
         let prog = super::program(NetPolicy::default(), g).unwrap();
-        let act = |p: &BpfProgram, args: [u64; 6]| run(p, x86, libc::SYS_mmap as u32, args).0;
+        let act = |p: &seccompiler::BpfProgram, args: [u64; 6]| run(p, x86, libc::SYS_mmap as u32, args).0;
         let fixed = (libc::MAP_PRIVATE | libc::MAP_FIXED) as u64;
         let at = |addr: u64, len: u64, prot: u64, flags: u64, fd: u64| [addr, len, prot, flags, fd, 0x7000];
         assert_eq!(act(&prog, at(g.heap_start, 0x10_0000, 1, fixed, 1005)), allow, "read-only");
