@@ -7,8 +7,9 @@
 //! connections with the server on one CPU and wrk on another (as `bench
 //! http --pin`; mean ± SD), the idle memory of one instance (PSS of its
 //! process tree) and the PSS sum of `--instances` idle Node instances
-//! against as many native Node processes. spt runs in the default memory
-//! mode (`copy`: the executable's segments copied into each instance)
+//! against as many native Node processes. spt runs in memory mode `copy`
+//! (named: `node`'s default on spt is `pool`; the executable's segments
+//! copied into each instance)
 //! and, as `spt-pool`, with `--mem-mode pool` (the executable's code and
 //! read-only data mapped from the library pool, shared by every
 //! instance; a pool of the bench's own in /dev/shm, counted once at its
