@@ -722,7 +722,9 @@ impl Dispatcher {
                     read_lines(p, logs.clone(), id, "stderr").await;
                 }
             };
-            tokio::join!(out, err, watch(started, watched, weak));
+            // The output first: a line written before the exit is in the
+            // logs when the exit is noted (a 502 quotes the last one).
+            tokio::join!(biased; out, err, watch(started, watched, weak));
         });
         slots.push(Slot { inst: inst.clone(), inflight: 1, taken: 1, answered: false, last_used: Instant::now() });
         Ok((inst, true))
