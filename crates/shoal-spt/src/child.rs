@@ -464,8 +464,11 @@ fn map_from_file(ranges: &[shoal_loader::FileRange], fd: std::os::fd::RawFd) -> 
                 // A failed MAP_FIXED may have taken the old mapping away:
                 // fresh anonymous memory again, which the copy fills.
                 // SAFETY: as above.
-                unsafe { sys::mmap_own(r.addr, r.len, libc::PROT_READ | libc::PROT_WRITE) }
-                    .map_err(|e| ChildError::Map { start: r.addr, size: "an image segment", err: Errno::last(e) })?;
+                unsafe { sys::mmap_own(r.addr, r.len, libc::PROT_READ | libc::PROT_WRITE) }.map_err(|e| ChildError::Map {
+                    start: r.addr,
+                    size: "an image segment",
+                    err: Errno::last(e),
+                })?;
             }
         }
     }
