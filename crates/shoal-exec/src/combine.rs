@@ -29,8 +29,13 @@ pub struct KernelImage {
     entry: u64,
     /// File offset of `SHOAL_EXEC_INFO`.
     info_off: usize,
-    /// Address of the system-call entry the trampolines jump to.
+    /// Address of the system-call entry of the trap path (the tender's
+    /// SIGSYS, hvt's LSTAR: the image's `.shoal.exec` section).
     syscall_entry: u64,
+    /// Address of the entry the trampolines jump to: one that does not
+    /// look for a trapped site to patch (`shoal_exec_syscall`'s
+    /// `TRAPPED`); the trap path's in a kernel without it.
+    call_entry: u64,
     note: Vec<u8>,
 }
 
@@ -66,6 +71,7 @@ impl KernelImage {
         let find = |name: &[u8]| symbols.iter().find(|s| symbols.symbol_name(e, s).is_ok_and(|n| n == name)).map(|s| object::read::elf::Sym::st_value(s, e));
         let info = find(b"SHOAL_EXEC_INFO").ok_or_else(|| bad("no SHOAL_EXEC_INFO symbol (a kernel older than executables)"))?;
         let syscall_entry = find(b"shoal_exec_entry").ok_or_else(|| bad("no shoal_exec_entry symbol"))?;
+        let call_entry = find(b"shoal_exec_call_entry").unwrap_or(syscall_entry);
         let info_off = phdrs
             .iter()
             .filter(|p| p[0] == u64::from(elf::PT_LOAD))
@@ -75,7 +81,7 @@ impl KernelImage {
         if bytes.get(info_off..info_off + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default())) != Some(MAGIC_NONE) {
             return Err(bad("SHOAL_EXEC_INFO does not hold its initial magic"));
         }
-        Ok(KernelImage { path: path.to_path_buf(), bytes: bytes.to_vec(), phdrs, entry: h.e_entry(e), info_off, syscall_entry, note })
+        Ok(KernelImage { path: path.to_path_buf(), bytes: bytes.to_vec(), phdrs, entry: h.e_entry(e), info_off, syscall_entry, call_entry, note })
     }
 }
 
@@ -122,7 +128,7 @@ pub fn combine(k: &KernelImage, exe: &Executable, exe_bytes: &[u8]) -> Result<Ve
         let Some(seg) = segs.iter_mut().find(|s| s.1 <= from && site.addr + 2 <= s.1 + s.2.len() as u64) else { continue };
         let off = (from - seg.1) as usize;
         let moved = usize::from(site.moved);
-        tramp.extend_from_slice(&trampoline(at, &seg.2[off..off + moved], site.addr + 2, k.syscall_entry));
+        tramp.extend_from_slice(&trampoline(at, &seg.2[off..off + moved], site.addr + 2, k.call_entry));
         // jmp rel32 over the moved instructions, int3 in what is left of
         // them; the syscall itself stays, so a jump to it (never seen in
         // compiled code, but possible) takes the trap path instead of

@@ -202,6 +202,21 @@ impl Segment {
     }
 }
 
+/// Whole pages of a read-only segment whose bytes lie in the image file at
+/// an offset congruent to their address ([`Image::file_ranges`]): what a
+/// tender may map from the file (`MAP_PRIVATE`) instead of copying.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileRange {
+    /// Guest address of the first page.
+    pub addr: u64,
+    /// Bytes (whole pages).
+    pub len: u64,
+    /// Where the first page's bytes start in the file.
+    pub offset: u64,
+    /// Whether the segment is code.
+    pub exec: bool,
+}
+
 /// The `PT_TLS` program header: the initial image of thread-local storage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tls {
@@ -524,6 +539,32 @@ impl Image {
     /// The ELF entry point (the kernel's `_shoal_start`).
     pub fn entry(&self) -> u64 {
         self.entry
+    }
+
+    /// The image file, if the image was read from one and not released.
+    pub fn file(&self) -> Option<&std::fs::File> {
+        match &self.source {
+            Source::File(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The whole pages of each read-only segment that hold only its file
+    /// bytes, where the file offset is congruent to the address modulo the
+    /// page size (as a linker lays segments out): mapped from the file,
+    /// they read exactly as copied ones. A segment's first and last pages
+    /// when partly outside its file bytes, and every writable segment, are
+    /// not included (they must be copied: the rest of such a page reads
+    /// as zero). Sorted by address, disjoint (segments share no page).
+    pub fn file_ranges(&self) -> Vec<FileRange> {
+        self.segments
+            .iter()
+            .filter(|s| !s.perms.write && s.vaddr.wrapping_sub(s.offset) % PAGE_SIZE == 0)
+            .filter_map(|s| {
+                let (lo, hi) = (page_up(s.vaddr), page_down(s.vaddr + s.filesz));
+                (lo < hi).then(|| FileRange { addr: lo, len: hi - lo, offset: s.offset + (lo - s.vaddr), exec: s.perms.exec })
+            })
+            .collect()
     }
 
     /// Closes the image file (or frees the bytes it was parsed from) once

@@ -49,7 +49,7 @@ pub mod volume;
 pub mod watchdog;
 
 pub use boot::{auxv, hwcap, load_archive, load_segments, load_segments_except, write_boot_state, BootError, BootParams, EntryState, HOSTNAME};
-pub use image::{Image, ImageError, Perms, Segment, Tls, IMAGE_ADDR_LIMIT, MAX_PHNUM, PHDR_SIZE};
+pub use image::{FileRange, Image, ImageError, Perms, Segment, Tls, IMAGE_ADDR_LIMIT, MAX_PHNUM, PHDR_SIZE};
 pub use layout::{args_len, format_size, plan, stack_size, Layout, LayoutError, MAX_STACK, MIN_HEAP, MIN_STACK};
 pub use mem::{GuestAddr, GuestMemory, MemError, Pod};
 pub use tsc::{Clock, TscError};

@@ -43,6 +43,9 @@ pub(crate) struct Prepared<'a> {
     pub mode: MemoryMode,
     pub pool: Option<shoal_loader::pool::PoolPlan>,
     pub pool_ranges: Vec<(u64, u64)>,
+    /// The image's read-only pages that may be mapped from its file
+    /// ([`file_maps`]; empty with the pool, which maps them).
+    pub file_maps: Vec<shoal_loader::FileRange>,
     /// Listening sockets, and after them the bind channel if any: (first
     /// descriptor, count); moved down to `FIRST_SOCKET_FD..` before the
     /// guest runs.
@@ -235,10 +238,19 @@ fn setup(mut p: Prepared<'_>) -> Result<Last, ChildError> {
         unsafe { plan.map_into(0, |exec| if exec { libc::PROT_READ | libc::PROT_EXEC } else { libc::PROT_READ }) }
             .map_err(|(addr, e)| ChildError::Pool { addr, err: Errno(e) })?;
     }
+    // Without the pool, the image's read-only pages are mapped from its
+    // file instead of copied ([`file_maps`]).
+    let mapped = match (p.pool.is_none(), p.image.file()) {
+        (true, Some(f)) => map_from_file(&p.file_maps, std::os::fd::AsRawFd::as_raw_fd(f))?,
+        _ => Vec::new(),
+    };
     // The segments straight from the image's descriptor into guest memory
     // (before the descriptors are closed below).
-    sys::start_step("instance: guest memory reserved, pool mapped");
-    load_segments_except(&mem, &p.image, &p.pool_ranges).map_err(ChildError::Boot)?;
+    sys::start_step("instance: guest memory reserved, pool or read-only pages mapped");
+    let skip = if mapped.is_empty() { &p.pool_ranges } else { &mapped };
+    load_segments_except(&mem, &p.image, skip).map_err(ChildError::Boot)?;
+    drop(mapped);
+    drop(core::mem::take(&mut p.file_maps));
     // The image file and the pool files are mapped or copied: closed here
     // (their numbers are taken by the sockets and the alias file next),
     // their heap freed.
@@ -404,6 +416,63 @@ fn setup(mut p: Prepared<'_>) -> Result<Last, ChildError> {
     // `finish`). From there on only the allow-list.
     let filter = stage_filter(core::mem::take(&mut p.filter), &p.layout, entry.rsp);
     Ok(Last { entry, filter, mem_size, handler_stack_top: stack_top })
+}
+
+/// The read-only pages of `image` that this instance may map from the
+/// image's file rather than copy into anonymous memory: the frames are then
+/// the page cache's, shared by every instance of the same file (and by
+/// the host's own readers of it), and a start neither zeroes nor copies
+/// them (the Go hello server's 5.4 MiB of code and rodata: most of the
+/// instance's start).
+///
+/// Only when the file is a regular file owned by this process's effective
+/// user and writable by nobody else, checked before the instance drops
+/// root: mapped pages follow the file for as long as the instance lives
+/// (a copy is taken once), so a file that someone else could change or
+/// truncate under a running instance is copied as before. The owner
+/// could change it, as it could ptrace the tender (the pool's threat
+/// model, `shoal_loader::pool`). Code pages are not mapped from a file
+/// system mounted `noexec` (the mapping could not be made executable).
+/// The guest cannot change these pages: they lie below the range its
+/// `Protect`, `Alias` and `Release` hypercalls (and the filter's bounds
+/// on its own `mprotect`, `mmap` and `madvise`) reach
+/// ([`crate::protect`]), and a private mapping never writes the file.
+pub(crate) fn file_maps(image: &Image) -> Vec<shoal_loader::FileRange> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(f) = image.file() else { return Vec::new() };
+    let Ok(m) = f.metadata() else { return Vec::new() };
+    if !m.file_type().is_file() || m.uid() != sys::geteuid() || m.mode() & 0o022 != 0 {
+        return Vec::new();
+    }
+    let noexec = sys::on_noexec_mount(std::os::fd::AsRawFd::as_raw_fd(f)).unwrap_or(true);
+    image.file_ranges().into_iter().filter(|r| !(r.exec && noexec)).collect()
+}
+
+/// Maps each of `ranges` from the image file `fd` over guest memory;
+/// returns the ranges mapped, `(start, end)`, for the copy to skip. A
+/// range the host refuses to map stays anonymous memory and is copied.
+fn map_from_file(ranges: &[shoal_loader::FileRange], fd: std::os::fd::RawFd) -> Result<Vec<(u64, u64)>, ChildError> {
+    let mut done = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        let prot = if r.exec { libc::PROT_READ | libc::PROT_EXEC } else { libc::PROT_READ };
+        // SAFETY: the range lies in the guest mapping (the image's
+        // segments were placed inside guest memory by the layout), which
+        // no Rust reference points into.
+        match unsafe { sys::mmap_file_at(r.addr, r.len, prot, fd, r.offset) } {
+            Ok(()) => done.push((r.addr, r.addr + r.len)),
+            Err(_) => {
+                // A failed MAP_FIXED may have taken the old mapping away:
+                // fresh anonymous memory again, which the copy fills.
+                // SAFETY: as above.
+                unsafe { sys::mmap_own(r.addr, r.len, libc::PROT_READ | libc::PROT_WRITE) }.map_err(|e| ChildError::Map {
+                    start: r.addr,
+                    size: "an image segment",
+                    err: Errno::last(e),
+                })?;
+            }
+        }
+    }
+    Ok(done)
 }
 
 /// End of the x86-64 user address space (47 bits, one page short).

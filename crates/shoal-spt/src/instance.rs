@@ -87,6 +87,9 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     sys::start_step("instance: exec'd, boot spec read");
     let name = PathBuf::from(OsString::from_vec(spec.image_name.clone()));
     let image = Image::from_file(std::fs::File::from(owned(spec::IMAGE_FD)), &name).map_err(SptError::from)?;
+    // Judged while this process still has the caller's user (before it
+    // drops root below): whose the image file is.
+    let file_maps = if spec.pool.is_empty() { child::file_maps(&image) } else { Vec::new() };
     let archive = if spec.archive_len > 0 { Some(sealed_archive(spec.archive_len)?) } else { None };
     let argv: Vec<OsString> = spec.argv.iter().cloned().map(OsString::from_vec).collect();
     let env: Vec<OsString> = spec.env.iter().cloned().map(OsString::from_vec).collect();
@@ -225,6 +228,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
         mode,
         pool,
         pool_ranges,
+        file_maps,
         // The bind channel (--net-bind-any) follows the listening sockets
         // and moves with them: it lands at `policy.channel_fd()`.
         listeners,

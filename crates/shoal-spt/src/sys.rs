@@ -642,6 +642,33 @@ pub unsafe fn mmap_file_fixed(addr: u64, len: u64, fd: RawFd) -> Result<(), i32>
     Ok(())
 }
 
+/// `mmap(addr, len, prot, MAP_PRIVATE | MAP_FIXED, fd, offset)`: `len`
+/// bytes of the file from `offset`, copy-on-write at `addr`, replacing
+/// what was there.
+///
+/// # Safety
+/// `[addr, addr + len)` must be memory of this process that no Rust
+/// reference points into (guest memory).
+pub unsafe fn mmap_file_at(addr: u64, len: u64, prot: libc::c_int, fd: RawFd, offset: u64) -> Result<(), i32> {
+    let off = libc::off_t::try_from(offset).map_err(|_| libc::EINVAL)?;
+    // SAFETY: the caller vouches for the range; MAP_FIXED replaces exactly it.
+    let p = unsafe { libc::mmap(addr as usize as *mut libc::c_void, len as usize, prot, libc::MAP_PRIVATE | libc::MAP_FIXED, fd, off) };
+    if p == libc::MAP_FAILED {
+        return Err(errno());
+    }
+    Ok(())
+}
+
+/// Whether the file system of `fd` is mounted `noexec` (`fstatvfs`): its
+/// files cannot be mapped executable.
+pub fn on_noexec_mount(fd: RawFd) -> io::Result<bool> {
+    // SAFETY: an all-zero statvfs is a valid value to be overwritten.
+    let mut st: libc::statvfs = unsafe { core::mem::zeroed() };
+    // SAFETY: fstatvfs writes only `st`.
+    check(unsafe { libc::fstatvfs(fd, &mut st) })?;
+    Ok(st.f_flag & libc::ST_NOEXEC != 0)
+}
+
 /// `fcntl(fd, F_DUPFD_CLOEXEC, min)`: a close-on-exec copy of `fd` at the
 /// lowest number at or above `min`.
 pub fn dup_at_least(fd: RawFd, min: RawFd) -> io::Result<std::os::fd::OwnedFd> {

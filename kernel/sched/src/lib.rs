@@ -545,6 +545,7 @@ pub fn take_saved_mask() -> Option<u64> {
 /// thread: takes the mask [`set_saved_mask`] recorded (if any) and says
 /// whether a pending signal is not blocked (as [`take_saved_mask`], then
 /// [`has_deliverable`]: two lookups of the thread per call before).
+#[inline]
 pub fn after_call() -> (Option<u64>, bool) {
     TABLE.with(|t| {
         let c = t.cur();

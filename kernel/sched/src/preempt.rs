@@ -158,11 +158,15 @@ pub fn in_kernel() -> bool {
 }
 
 /// Takes the tick that landed while the kernel ran (`true`: yield now).
+/// Inline: every system call's way out asks (the kernel is built
+/// without cross-crate LTO).
+#[inline]
 pub fn take_pending() -> bool {
     SHOAL_PREEMPT_AREA.pending.load(Ordering::Relaxed) != 0 && SHOAL_PREEMPT_AREA.pending.swap(0, Ordering::SeqCst) != 0
 }
 
 /// Whether a tick landed while the kernel ran (without taking it).
+#[inline]
 pub fn pending() -> bool {
     compiler_fence(Ordering::SeqCst);
     SHOAL_PREEMPT_AREA.pending.load(Ordering::Relaxed) != 0

@@ -212,8 +212,13 @@ impl Table {
         self.threads.iter().find(|t| t.sig_mask & sig_bit == 0).map_or(cur, |t| t.tid)
     }
 
-    /// The running thread.
+    /// The running thread: the hint first (it names the running thread
+    /// after any `get` of it: every system call's way out asks).
+    #[inline]
     pub fn cur(&mut self) -> &mut Tcb {
+        if self.threads.get(self.hint).is_some_and(|t| t.tid == self.current) {
+            return &mut self.threads[self.hint];
+        }
         let c = self.current();
         self.get(c).expect("the running thread has a TCB")
     }

@@ -83,11 +83,24 @@ core::arch::global_asm!(
     ".section .text.shoal_exec_entry,\"ax\",@progbits",
     ".globl shoal_exec_entry",
     ".type shoal_exec_entry,@function",
+    // The trap path's entry (spt: the SIGSYS of syscall user dispatch;
+    // hvt: LSTAR): as the rewritten sites' below, with TRAPPED set in the
+    // saved flags (a reserved bit, always clear in RFLAGS) so that only
+    // a trapped call looks for a site to patch (module `patch`).
     "shoal_exec_entry:",
     // The flags first (what follows changes them), below the caller's red
     // zone: the only 8 bytes the entry writes on the caller's stack.
     "    lea rsp, [rsp - 136]",
     "    pushfq",
+    "    or qword ptr [rsp], {trapped}",
+    "    jmp 3f",
+    // The entry of rewritten sites' trampolines, patched sites' and the
+    // vDSO's system calls.
+    ".globl shoal_exec_call_entry",
+    "shoal_exec_call_entry:",
+    "    lea rsp, [rsp - 136]",
+    "    pushfq",
+    "3:",
     "    lea r11, [rsp + 144]",
     // A caller already on this thread's kernel stack (a signal handler
     // the kernel called from a system call) continues below its red zone;
@@ -193,7 +206,13 @@ core::arch::global_asm!(
     ".size shoal_exec_thread_start, . - shoal_exec_thread_start",
     syscall = sym shoal_exec_syscall,
     kstack = const KSTACK,
+    trapped = const TRAPPED,
 );
+
+/// The mark `shoal_exec_entry` leaves in the saved flags of a call that
+/// came by the trap path: RFLAGS bit 3, reserved and always clear, taken
+/// out again before anything reads the frame's flags.
+const TRAPPED: u64 = 1 << 3;
 
 #[cfg(not(test))]
 extern "C" {
@@ -329,6 +348,8 @@ const PKEY_ALLOC: u64 = 330;
 #[cfg(not(test))]
 extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     shoal_sched::preempt::enter();
+    let trapped = f.rflags & TRAPPED != 0;
+    f.rflags &= !TRAPPED;
     let n = f.rax;
     let args = Args([f.rdi, f.rsi, f.rdx, f.r10, f.r8, f.r9]);
     // Nested entries (from a handler this call runs) go below this call.
@@ -338,8 +359,11 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     // in its kernel stack, which only this thread's entries use.
     let start = unsafe { core::ptr::replace(ctl, nested) };
     // A library's `mov eax, NR; syscall` that trapped is rewritten now
-    // (module `patch`), before the call can change the frame.
-    super::patch::after_trap(f.rip, n);
+    // (module `patch`), before the call can change the frame. A call
+    // from a rewritten site (most calls) skips the look.
+    if trapped {
+        super::patch::after_trap(f.rip, n);
+    }
     if n == RT_SIGRETURN && !shoal_process::signal::is_nested_frame(f.rsp) {
         sigreturn_direct(f, ctl, start);
     }

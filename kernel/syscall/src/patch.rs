@@ -13,7 +13,7 @@
 //! runtime may rewrite) and within one page, the `mov` becomes a `jmp` to
 //! a trampoline in the kernel's own code area ([`shoal_mm::map_code`])
 //! that does what the executable's trampolines do (`mov eax, imm32; lea
-//! rcx, [rip + back]; jmp [rip + 0]` with `shoal_exec_entry`'s address
+//! rcx, [rip + back]; jmp [rip + 0]` with `shoal_exec_call_entry`'s address
 //! after it). The `syscall` itself stays,
 //! so a branch to it still traps. Only hot sites pay the rewrite, and the
 //! trap is paid once per site per instance.
@@ -99,9 +99,9 @@ fn trampoline_room() -> Option<u64> {
 #[cfg(not(test))]
 fn entry() -> u64 {
     extern "C" {
-        fn shoal_exec_entry();
+        fn shoal_exec_call_entry();
     }
-    shoal_exec_entry as *const () as u64
+    shoal_exec_call_entry as *const () as u64
 }
 
 #[cfg(test)]

@@ -235,7 +235,7 @@ core::arch::global_asm!(
     ".p2align 4",
     ".Lvdso_syscall:",
     "    lea rcx, [rip + .Lvdso_back]",
-    "    jmp shoal_exec_entry",
+    "    jmp shoal_exec_call_entry",
     ".Lvdso_back:",
     "    ret",
     // rax = CLOCK_MONOTONIC in ns: floor((tsc - tsc_at_boot) * 10^9 /
