@@ -27,6 +27,7 @@
 //! | other descriptors | a template holding any guest socket but its listening ones at the ready point is refused |
 //! | the kernel's random stream | a fresh seed from the parent written into the boot-info page, which the kernel's `getrandom` checks on every call and reseeds from |
 //! | parent-death signal | set again (fork clears it) |
+//! | syscall user dispatch (an executable's instance) | turned on again with the template's range (fork clears it: a `syscall` instruction the rewriting left would reach the host's filter and kill the copy instead of going to the guest kernel) |
 //! | timers | the preemption tick (`ITIMER_REAL`) is not inherited by a fork; the guest's own timers are guest memory and go on from the template's state (none are due: every thread waits) |
 //! | the report page, the parent's pidfd | none: a gateway's instances have no report page, and the parent's pidfd is closed before the guest's first instruction |
 //!
@@ -47,7 +48,7 @@
 //! | `recvmsg` (47) | fd == [`CONTROL_FD`] | the copy request and its descriptors |
 //! | `dup3` (292) | new fd 1, 2, a listening socket's, the alias file's or the watch set's | placing the copy's own descriptors |
 //! | `seccomp` (317) | `SECCOMP_SET_MODE_FILTER`, no flags | the copy's second filter |
-//! | `prctl` (157) | `PR_SET_PDEATHSIG`, `SIGKILL` | the copy dies with the gateway |
+//! | `prctl` (157) | `PR_SET_PDEATHSIG`, `SIGKILL`; an executable's instance also `PR_SET_SYSCALL_USER_DISPATCH` on, with exactly its range and no selector | the copy dies with the gateway; its `syscall` instructions go to the guest kernel again |
 //! | `mprotect` (10) | the boot-info page, `PROT_READ` or `PROT_READ \| PROT_WRITE` | the copy's random seed |
 //!
 //! Each copy stacks [`crate::filter::copy_program`] before its guest runs
@@ -122,6 +123,9 @@ static SHARED_ALIAS: AtomicBool = AtomicBool::new(false);
 static LISTENERS: AtomicU32 = AtomicU32::new(0);
 static ALIAS_FD: AtomicI32 = AtomicI32::new(-1);
 static WATCH_FD: AtomicI32 = AtomicI32::new(-1);
+/// An executable's instance: the end of guest memory, where the range
+/// syscall user dispatch lets through starts (0: no dispatch).
+static DISPATCH_FROM: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 /// The copies' second filter: a leaked program (`install`).
 static COPY_FILTER: AtomicUsize = AtomicUsize::new(0);
 static COPY_FILTER_LEN: AtomicUsize = AtomicUsize::new(0);
@@ -129,8 +133,9 @@ static COPY_FILTER_LEN: AtomicUsize = AtomicUsize::new(0);
 /// Makes this instance a template (in the instance, before the guest):
 /// its network descriptors and the copies' second filter, which is
 /// compiled here because a copy cannot allocate.
-pub(crate) fn install(net: crate::net::NetPolicy, copy_filter: seccompiler::BpfProgram) {
+pub(crate) fn install(net: crate::net::NetPolicy, copy_filter: seccompiler::BpfProgram, dispatch_from: Option<u64>) {
     LISTENERS.store(net.listeners, Ordering::Relaxed);
+    DISPATCH_FROM.store(dispatch_from.unwrap_or(0), Ordering::Relaxed);
     ALIAS_FD.store(net.alias_fd(), Ordering::Relaxed);
     WATCH_FD.store(crate::net::watch_fd(&net), Ordering::Relaxed);
     let prog: &'static [seccompiler::sock_filter] = Box::leak(copy_filter.into_boxed_slice());
@@ -328,6 +333,13 @@ fn become_copy(req: &Request, fds: &[i32]) {
         fail("die with the gateway", e.raw_os_error().unwrap_or(libc::EIO));
     }
     reseed(&req.seed).unwrap_or_else(|e| fail("give the kernel its random seed", e));
+    let from = DISPATCH_FROM.load(Ordering::Relaxed);
+    if from != 0 {
+        let (from, len) = crate::child::dispatch_range(from);
+        if let Err(e) = crate::sys::syscall_user_dispatch(from, len) {
+            fail("turn syscall user dispatch on again", e.raw_os_error().unwrap_or(libc::EIO));
+        }
+    }
     let prog = libc::sock_fprog {
         len: COPY_FILTER_LEN.load(Ordering::Relaxed) as u16,
         filter: core::ptr::with_exposed_provenance_mut::<libc::sock_filter>(COPY_FILTER.load(Ordering::Relaxed)),
