@@ -2396,3 +2396,33 @@ fn hvt_a_hostile_copy_cannot_fork_signal_or_reach_its_template() {
     assert_eq!((field(&r, "count"), field(&r, "poison")), ("1", "0"), "a fresh copy of the template's state: {r}");
     assert_eq!(template_pids(&gw, "t"), vec![tpl], "still the first template");
 }
+
+/// A gateway killed with SIGKILL after a template's program forged its
+/// ready word and forked: the template and its copies die with it
+/// (parent-death signal), the program's own forks do not; the next
+/// gateway's start kills them (they are in a pids cgroup named after the
+/// dead gateway) and nothing of the function is left.
+#[test]
+fn a_sigkilled_gateways_forged_template_leaves_nothing_after_the_next_start() {
+    if !shoal_testkit::need(&["root"]) || !Path::new("/sys/fs/cgroup/pids/tasks").is_file() {
+        return;
+    }
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let mut gw = Gateway::start(&state);
+    let gw_pid = gw.child.id();
+    let r = gw.deploy("f", &format!(r#"{{"image":"{}","max_instances":1,"env":{{"FORGE_READY":"1"}}}}"#, image("tmpl")));
+    assert_eq!(r.status, 201, "{}", r.text());
+    wait_until("the program made what it may", || template_cgroups(gw_pid)[0].1.len() == 3);
+    let tpl = template_pids(&gw, "f")[0];
+    let strays: Vec<u32> = template_cgroups(gw_pid)[0].1.iter().copied().filter(|&p| p != tpl).collect();
+    assert_eq!(strays.len(), 2, "{strays:?}");
+    gw.child.kill().unwrap();
+    gw.child.wait().unwrap();
+    wait_until("the template dies with its gateway", || !process_alive(tpl));
+    assert!(strays.iter().all(|&p| process_alive(p)), "the program's own forks outlive the gateway: {strays:?}");
+    let next = Gateway::start(&state);
+    wait_until("the next gateway's start ends them", || strays.iter().all(|&p| !process_alive(p)));
+    wait_until("their cgroup is empty", || template_cgroups(gw_pid).iter().all(|(_, p)| p.is_empty()));
+    assert_eq!(next.stop(), Some(0));
+}

@@ -419,6 +419,54 @@ const PIDS_ROOT: &str = "/sys/fs/cgroup/pids";
 /// The name of a template's pids cgroup, before `PID-N`.
 const PIDS_PREFIX: &str = "shoal-template-";
 
+/// The pids cgroup v1 directory of this process (root only), if any.
+fn own_pids_dir() -> Option<std::path::PathBuf> {
+    let root = std::path::Path::new(PIDS_ROOT);
+    if !crate::confine::is_root() || !root.join("tasks").is_file() {
+        return None;
+    }
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = own.lines().find_map(|l| l.splitn(3, ':').nth(2).filter(|_| l.split(':').nth(1) == Some("pids")))?;
+    Some(root.join(path.trim_start_matches('/')))
+}
+
+/// Ends what templates of dead parents left (a gateway killed with
+/// SIGKILL after a program forged its ready word: the processes it forked
+/// have no parent-death signal) and removes their groups: every process in
+/// a group `shoal-template-PID-N` beneath this process's own pids cgroup
+/// whose parent PID no longer runs is killed. The template and its copies
+/// died with that parent already; only such strays are left there. Called
+/// at a gateway's start and before each template. Returns how many it
+/// killed.
+pub fn end_orphaned_templates() -> usize {
+    own_pids_dir().map(|home| end_orphans_in(&home)).unwrap_or(0)
+}
+
+fn end_orphans_in(home: &std::path::Path) -> usize {
+    let mut killed = 0;
+    let Ok(d) = std::fs::read_dir(home) else { return 0 };
+    for e in d.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(parent) = name.strip_prefix(PIDS_PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let dead = !std::path::Path::new(&format!("/proc/{parent}")).exists();
+        if dead {
+            let g = PidsGroup { dir: e.path(), home: home.to_path_buf() };
+            for pid in g.procs() {
+                if crate::sys::kill(pid, libc::SIGKILL).is_ok() {
+                    killed += 1;
+                }
+            }
+            // (Dropping `g` removes the directory once its processes are
+            // reaped; otherwise the next call does.)
+            continue;
+        }
+        // Groups of ended templates (this parent's or a live one's) that
+        // are empty now: rmdir removes only those.
+        let _ = std::fs::remove_dir(e.path());
+    }
+    killed
+}
+
 /// A pids cgroup of its own for one template and its copies, beneath the
 /// parent's own: `pids.max` is a count the kernel keeps outside the
 /// template, which only the parent writes.
@@ -442,13 +490,7 @@ impl PidsGroup {
             return Ok(None);
         };
         let home = root.join(path.trim_start_matches('/'));
-        // Groups of ended templates (this parent's or a dead one's) that
-        // are empty now: rmdir removes only those.
-        if let Ok(d) = std::fs::read_dir(&home) {
-            for e in d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(PIDS_PREFIX)) {
-                let _ = std::fs::remove_dir(e.path());
-            }
-        }
+        end_orphans_in(&home);
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = home.join(format!("{PIDS_PREFIX}{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
         std::fs::create_dir(&dir)?;
