@@ -468,6 +468,22 @@ pub const HOSTFS_LIST: u64 = 3;
 /// [`HostFsArgs::op`]: the target of symbolic link `path` into `buf`
 /// (truncated to `len`); `ret` its length.
 pub const HOSTFS_READLINK: u64 = 4;
+/// [`HostFsArgs::op`]: maps regular file `path` from offset `off` (page
+/// aligned) privately at guest address `buf` (page aligned) over at most
+/// `len` bytes (a multiple of the page size) of the guest's free memory,
+/// read-only: the host's page cache of the file, shared by every instance
+/// (and native process) that maps it, copied on a write only. Only the
+/// whole pages inside the file are mapped; `ret` their bytes (0: `off` is
+/// past the end). `-EFAULT`: the range is not the guest's free memory;
+/// `-EINVAL`: misaligned or empty.
+pub const HOSTFS_MAP: u64 = 5;
+/// [`HostFsArgs::op`]: as [`HOSTFS_MAP`], readable and executable (an
+/// unmodified executable's libraries; `-EINVAL` in another instance).
+pub const HOSTFS_MAP_EXEC: u64 = 6;
+/// [`HostFsArgs::op`]: gives `[buf, buf + len)` (the guest's free memory,
+/// page aligned) fresh zero memory again with protection `off`
+/// (`PROT_*`), ending what [`HOSTFS_MAP`] mapped there; no path.
+pub const HOSTFS_UNMAP: u64 = 7;
 /// Longest `path` of a [`HostFsArgs`] (Linux's `PATH_MAX` less its NUL).
 pub const HOSTFS_PATH_MAX: u64 = 4095;
 /// Most bytes one [`HOSTFS_READ`] or [`HOSTFS_LIST`] moves (a larger
