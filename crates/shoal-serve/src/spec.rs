@@ -497,7 +497,11 @@ impl Function {
         if req.template == Some(true) && !backend.is_shoal() {
             return Err(unprocessable(format!("template: only the spt and hvt backends start instances from a template, not {}", backend.name())));
         }
-        let template_default = backend.is_shoal();
+        // hvt copies of a function with read-only host directories crash
+        // since the libraries ld.so maps are shared from the host files
+        // (main's libshare: those mappings are not remade in a copy's
+        // memory): exec by default there until they are.
+        let template_default = backend == Backend::Spt || (backend == Backend::Hvt && mounts.is_empty() && runtime.is_none());
         Ok(Function {
             name: name.to_string(),
             image,
