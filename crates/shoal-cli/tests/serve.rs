@@ -2186,7 +2186,7 @@ def handle(req):
 
 /// The function runtimes (`"runtime": "node"|"python"` + a handler file):
 /// the host's /usr/bin/node and /usr/bin/python3.11 serve the handler's
-/// `handle(req)` on spt (from a template), hvt and process: the handler's
+/// `handle(req)` on spt and hvt (copies of a template) and process: the handler's
 /// answer, a POST body echoed with the status and type it chose, a throw
 /// as 500 with its message, which the logs also hold.
 #[test]
@@ -2208,8 +2208,20 @@ fn node_and_python_runtimes_serve_a_handler() {
                 r.json()["executable"].as_str().or(r.json()["image"].as_str()),
                 Some(if rt == "node" { "/usr/bin/node" } else { "/usr/bin/python3.11" })
             );
+            // spt and hvt: from a template (the copies inherit the
+            // read-only host directories), as every function there.
+            // (hvt: by exec by default; its copies of Node crash since the
+            // libraries are shared from the host's files.)
+            let shoal = b == "spt";
+            assert_eq!(r.json()["template"], shoal, "{rt} on {b}");
             let r = gw.get(&format!("/fn/{name}/?a=1"));
             assert_eq!((r.status, r.text().as_str()), (200, hello), "{rt} on {b}");
+            if shoal {
+                let t = template_pids(&gw, &name);
+                let i = gw.instances(&name);
+                assert_eq!((t.len(), i.len()), (1, 1), "{rt} on {b}: one template, one copy");
+                assert_ne!(t[0], i[0].1, "{rt} on {b}: the template never serves");
+            }
             let body: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
             let r = gw.req("POST", &format!("/fn/{name}/echo"), Some(&body));
             assert_eq!((r.status, r.header("content-type")), (201, Some("application/octet-stream")), "{rt} on {b}");
@@ -2262,4 +2274,157 @@ fn runtime_deploys_are_checked() {
     // A handler beneath no allowed path is refused before it is read.
     let o = output(shoal().args(["fn", "--gateway", &url, "deploy", "rt", "--runtime", "node", "/etc/hostname.js"]).arg("--state").arg(d.join("state")));
     assert_clean_error(&o, "handler /etc/hostname.js: ");
+}
+
+/// The runtime directories under `STATE/runtimes` (digest names), sorted.
+fn runtime_dirs(state: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(state.join("runtimes")).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// A runtime function's directory (`STATE/runtimes/SHA256/`) is deleted
+/// once no function uses it: two functions of one handler share one, which
+/// stays until the second is gone; a redeploy with another handler deletes
+/// the old one; a directory no function uses (a gateway killed mid-way)
+/// goes at the next start. The process backend: nothing starts at deploy.
+#[test]
+fn runtime_directories_are_deleted_when_no_function_uses_them() {
+    if !shoal_testkit::need(&["python3.11"]) {
+        return;
+    }
+    let dir = scratch();
+    let d = dir.path();
+    std::fs::write(d.join("h.py"), PY_HANDLER).unwrap();
+    std::fs::write(d.join("h2.py"), format!("{PY_HANDLER}\n# two\n")).unwrap();
+    let state = d.join("state");
+    let gw = Gateway::start(&state);
+    let deploy = |name: &str, file: &str| {
+        let r = gw.deploy(name, &format!(r#"{{"runtime":"python","handler":"{}","backend":"process"}}"#, d.join(file).display()));
+        assert!(r.status == 201 || r.status == 200, "{name}: {}", r.text());
+    };
+    deploy("a", "h.py");
+    deploy("b", "h.py");
+    let first = runtime_dirs(&state);
+    assert_eq!(first.len(), 1, "one handler, one directory: {first:?}");
+    assert_eq!(gw.req("DELETE", "/functions/a", None).status, 200);
+    assert_eq!(runtime_dirs(&state), first, "b still uses it");
+    deploy("b", "h2.py");
+    let second = runtime_dirs(&state);
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_ne!(second, first, "the redeploy's old directory must go");
+    assert_eq!(gw.req("DELETE", "/functions/b", None).status, 200);
+    assert_eq!(runtime_dirs(&state), Vec::<String>::new());
+    // Left behind (as by a gateway killed between its copy and its save):
+    // gone at the next start.
+    deploy("c", "h.py");
+    assert_eq!(gw.stop(), Some(0));
+    let stray = state.join("runtimes").join("f".repeat(64));
+    std::fs::create_dir(&stray).unwrap();
+    let gw = Gateway::start(&state);
+    assert_eq!(runtime_dirs(&state), first, "only c's directory is kept");
+    assert_eq!(gw.get("/functions").status, 200);
+}
+
+/// hvt: two copies of one template do not see each other's memory, files
+/// or random stream (as `two_copies_of_a_template_share_no_memory_files_or_random_bytes`
+/// on spt), and a copy's own guest file is not in the next copy.
+#[test]
+fn hvt_two_copies_of_a_template_share_no_memory_files_or_random_bytes() {
+    if !tenders().contains(&"hvt") {
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let r = gw.deploy("t", &format!(r#"{{"image":"{}","backend":"hvt","requests_per_instance":3}}"#, image("tmpl")));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let a0 = gw.get("/fn/t/poison");
+    assert_eq!(a0.text(), "poisoned\n");
+    let a1 = gw.get("/fn/t/").text();
+    let a2 = gw.get("/fn/t/").text();
+    assert_eq!((field(&a1, "count"), field(&a1, "poison"), field(&a1, "marks")), ("2", "1", "1"), "{a1}");
+    assert_eq!((field(&a2, "count"), field(&a2, "marks")), ("3", "2"), "{a2}");
+    let b = gw.get("/fn/t/");
+    assert_eq!(b.header("x-shoal-cold-start"), Some("true"));
+    assert_ne!(b.header("x-shoal-instance"), a0.header("x-shoal-instance"));
+    let b = b.text();
+    assert_eq!((field(&b, "count"), field(&b, "poison"), field(&b, "marks")), ("1", "0", "1"), "the second copy saw the first's state: {b}");
+    let rnd: BTreeSet<&str> = [&a1, &a2, &b].iter().map(|t| field(t, "random")).collect();
+    assert_eq!(rnd.len(), 3, "random bytes repeated across copies: {a1} {a2} {b}");
+    assert_eq!(template_pids(&gw, "t").len(), 1);
+}
+
+/// hvt: a hostile copy's host system calls (an inline `syscall`: making
+/// a process, signalling the template by its host pid, reading or writing
+/// its memory, a pidfd of it, placing descriptors, a seccomp filter, the
+/// parent-death signal, the template's control channel, descriptor 63 in
+/// its VMM) never reach the host: a shoal image's `syscall` instruction
+/// is a guest fault in its own VM, which ends that copy alone (502 with
+/// its last words); the template goes on and the next copy starts from
+/// its state, not the dead copy's.
+#[test]
+fn hvt_a_hostile_copy_cannot_fork_signal_or_reach_its_template() {
+    if !tenders().contains(&"hvt") {
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    assert_eq!(gw.deploy("t", &format!(r#"{{"image":"{}","backend":"hvt"}}"#, image("tmpl"))).status, 201);
+    let tpl = template_pids(&gw, "t")[0];
+    let calls = [
+        format!("nr=56&a={}", libc::CLONE_PARENT),
+        "nr=57".to_string(),
+        format!("nr=62&a={tpl}&b=9"),
+        format!("nr=310&a={tpl}"),
+        format!("nr=311&a={tpl}"),
+        format!("nr=434&a={tpl}"),
+        "nr=292&a=4&b=3".to_string(),
+        "nr=317&a=1".to_string(),
+        "nr=157&a=1&b=9".to_string(),
+        "nr=44&a=63".to_string(),
+    ];
+    for q in &calls {
+        assert_eq!(gw.get("/fn/t/poison").text(), "poisoned\n");
+        let r = gw.get(&format!("/fn/t/host?{q}"));
+        assert_eq!(r.status, 502, "{q}: {}", r.text());
+        let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(e.contains("its last words: shoal: guest fault: invalid opcode") && e.contains("the guest executed a `syscall` instruction"), "{q}: {e}");
+        assert!(process_alive(tpl), "{q}: the template must survive its copies");
+    }
+    let r = gw.get("/fn/t/");
+    assert_eq!(r.header("x-shoal-cold-start"), Some("true"));
+    let r = r.text();
+    assert_eq!((field(&r, "count"), field(&r, "poison")), ("1", "0"), "a fresh copy of the template's state: {r}");
+    assert_eq!(template_pids(&gw, "t"), vec![tpl], "still the first template");
+}
+
+/// A gateway killed with SIGKILL after a template's program forged its
+/// ready word and forked: the template and its copies die with it
+/// (parent-death signal), the program's own forks do not; the next
+/// gateway's start kills them (they are in a pids cgroup named after the
+/// dead gateway) and nothing of the function is left.
+#[test]
+fn a_sigkilled_gateways_forged_template_leaves_nothing_after_the_next_start() {
+    if !shoal_testkit::need(&["root"]) || !Path::new("/sys/fs/cgroup/pids/tasks").is_file() {
+        return;
+    }
+    let dir = scratch();
+    let state = dir.path().join("state");
+    let mut gw = Gateway::start(&state);
+    let gw_pid = gw.child.id();
+    let r = gw.deploy("f", &format!(r#"{{"image":"{}","max_instances":1,"env":{{"FORGE_READY":"1"}}}}"#, image("tmpl")));
+    assert_eq!(r.status, 201, "{}", r.text());
+    wait_until("the program made what it may", || template_cgroups(gw_pid)[0].1.len() == 3);
+    let tpl = template_pids(&gw, "f")[0];
+    let strays: Vec<u32> = template_cgroups(gw_pid)[0].1.iter().copied().filter(|&p| p != tpl).collect();
+    assert_eq!(strays.len(), 2, "{strays:?}");
+    gw.child.kill().unwrap();
+    gw.child.wait().unwrap();
+    wait_until("the template dies with its gateway", || !process_alive(tpl));
+    assert!(strays.iter().all(|&p| process_alive(p)), "the program's own forks outlive the gateway: {strays:?}");
+    let next = Gateway::start(&state);
+    wait_until("the next gateway's start ends them", || strays.iter().all(|&p| !process_alive(p)));
+    wait_until("their cgroup is empty", || template_cgroups(gw_pid).iter().all(|(_, p)| p.is_empty()));
+    assert_eq!(next.stop(), Some(0));
 }

@@ -576,7 +576,15 @@ impl Net {
             net_op::LISTEN => {
                 let fd = self.fd(op.handle)?;
                 // SAFETY: listen takes no pointers.
-                Ok(ret(unsafe { libc::listen(fd, op.a.min(4096) as i32) }.into()))
+                let rc = unsafe { libc::listen(fd, op.a.min(4096) as i32) };
+                // An event loop (Node's libuv) listens and then waits in
+                // epoll until the socket is readable, accepting only then:
+                // listening on a handed-over socket counts as the first
+                // wait for a connection too (as on spt).
+                if rc == 0 && self.get(op.handle).is_ok_and(|s| s.kind == Kind::Listener) {
+                    self.accept_waited = true;
+                }
+                Ok(ret(rc.into()))
             }
             net_op::ACCEPT => {
                 let s = self.get(op.handle)?;

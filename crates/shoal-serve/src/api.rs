@@ -4,7 +4,7 @@
 use super::auth::{self, Guard, Policy};
 use super::dispatch::Dispatcher;
 use super::error::ApiError;
-use super::images::ImageStore;
+use super::images::{self, ImageStore};
 use super::instance;
 use super::spec::{check_name, Backend, DeployRequest, Function, Store};
 use axum::body::{Body, Bytes};
@@ -68,9 +68,12 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
     let req: DeployRequest = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest(format!("the body is not valid deploy settings (JSON): {e}")))?;
     let app2 = app.clone();
     // Checking the image reads it: off the async threads.
-    type Deployed = (Function, Option<shoal_spt::Prepared>, Option<instance::BuiltTemplate>);
-    let (f, prepared, template) = tokio::task::spawn_blocking(move || -> Result<Deployed, ApiError> {
+    type Deployed = (Function, Option<shoal_spt::Prepared>, Option<instance::BuiltTemplate>, images::RuntimeHold);
+    let (f, prepared, template, hold) = tokio::task::spawn_blocking(move || -> Result<Deployed, ApiError> {
         let f = Function::from_request(&name, req, &app2.images, &app2.policy)?;
+        // A removal meanwhile must not delete the runtime directory this
+        // deploy uses (until the dispatcher has the function, below).
+        let hold = app2.images.hold_runtime(&f)?;
         if f.mem_mode == "pool" {
             // The pool holds the image's read-only pages from now on (once
             // per library version; a second deploy of it adds nothing).
@@ -106,14 +109,16 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
         if let Some(old) = before.iter().find(|o| o.name == f.name) {
             app2.images.forget_unused(old, &all);
         }
-        Ok((f, prepared, template))
+        Ok((f, prepared, template, hold))
     })
     .await
     .map_err(|e| ApiError::Internal(format!("the deploy failed: {e}")))??;
     // The same lock as the save, so two deploys land in the order saved.
     let existed = {
         let _store = app.store.lock().unwrap_or_else(|e| e.into_inner());
-        app.dispatcher.put(f.clone(), prepared, template)
+        let existed = app.dispatcher.put(f.clone(), prepared, template);
+        drop(hold);
+        existed
     };
     let status = if existed { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(f)).into_response())

@@ -15,14 +15,22 @@
 //! an upload is not taken away between its `POST` and its deploy). All
 //! uploads together, stored and streaming, stay within a quota
 //! (`--upload-quota`): before, each was capped but not their sum.
+//!
+//! Runtime functions' directories (`STATE/runtimes/SHA256/`, the
+//! bootstrap and the handler) go the same way: the one a removed or
+//! updated function used is deleted once no function uses it and no
+//! deploy in progress holds it ([`ImageStore::hold_runtime`]); at start,
+//! every one no function uses.
 
 use super::error::ApiError;
 use super::spec::Function;
 use axum::body::Body;
 use http_body_util::BodyExt;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWriteExt;
 
 /// The largest image an upload may carry (a shoal image of SQLite with its
@@ -57,6 +65,30 @@ pub struct ImageStore {
     stored: AtomicU64,
     /// Bytes of the uploads streaming now.
     inflight: AtomicU64,
+    /// Runtime directories that deploys in progress use, with how many:
+    /// not deleted while held (a deploy of the same handler as a function
+    /// being removed reuses its directory before it is saved).
+    held: Arc<Mutex<HashMap<PathBuf, usize>>>,
+}
+
+/// A deploy's hold on its runtime directory ([`ImageStore::hold_runtime`]),
+/// given back when dropped (after the deploy is saved, or failed).
+pub struct RuntimeHold {
+    held: Arc<Mutex<HashMap<PathBuf, usize>>>,
+    dir: Option<PathBuf>,
+}
+
+impl Drop for RuntimeHold {
+    fn drop(&mut self) {
+        let Some(d) = self.dir.take() else { return };
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = held.get_mut(&d) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&d);
+            }
+        }
+    }
 }
 
 /// An upload's share of the quota while it streams; given back when
@@ -132,7 +164,14 @@ impl ImageStore {
     /// upload); uploads are spooled in `scratch`.
     /// All uploads together may hold `quota` bytes.
     pub fn new(state: &Path, scratch: &Path, quota: u64) -> ImageStore {
-        let s = ImageStore { dir: state.join("images"), scratch: scratch.to_path_buf(), quota, stored: AtomicU64::new(0), inflight: AtomicU64::new(0) };
+        let s = ImageStore {
+            dir: state.join("images"),
+            scratch: scratch.to_path_buf(),
+            quota,
+            stored: AtomicU64::new(0),
+            inflight: AtomicU64::new(0),
+            held: Arc::default(),
+        };
         s.recount();
         s
     }
@@ -147,6 +186,7 @@ impl ImageStore {
     /// Deletes every upload none of `functions` uses that is older than
     /// `grace` (and scratch copies left by a crash); returns how many.
     pub fn collect_garbage(&self, functions: &[Function], grace: std::time::Duration) -> usize {
+        self.remove_unused_runtimes(functions, None, grace);
         let Ok(rd) = std::fs::read_dir(&self.dir) else { return 0 };
         let now = std::time::SystemTime::now();
         let mut n = 0;
@@ -164,6 +204,53 @@ impl ImageStore {
             }
         }
         self.recount();
+        n
+    }
+
+    /// Holds `f`'s runtime directory (if it has one) until the hold is
+    /// dropped: a removal meanwhile does not delete it. 409 if it was
+    /// deleted between the deploy's check and this hold (the deploy can be
+    /// sent again).
+    pub fn hold_runtime(&self, f: &Function) -> Result<RuntimeHold, ApiError> {
+        let Some(d) = f.runtime_dir.clone() else { return Ok(RuntimeHold { held: self.held.clone(), dir: None }) };
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if !d.is_dir() {
+            return Err(ApiError::Conflict(format!("the runtime directory of {} was deleted by a removal while it was deployed; deploy it again", f.name)));
+        }
+        *held.entry(d.clone()).or_default() += 1;
+        Ok(RuntimeHold { held: self.held.clone(), dir: Some(d) })
+    }
+
+    /// Deletes the runtime directories none of `functions` uses and no
+    /// deploy holds: `only` that one, or (None) every one under
+    /// [`ImageStore::runtimes_dir`] older than `grace` (a deploy makes its
+    /// directory before it holds it), with what a failed deploy left
+    /// (`.HEX.tmp`). Returns how many.
+    fn remove_unused_runtimes(&self, functions: &[Function], only: Option<&Path>, grace: std::time::Duration) -> usize {
+        let root = self.runtimes_dir();
+        let dirs: Vec<PathBuf> = match only {
+            Some(d) => vec![d.to_path_buf()],
+            None => std::fs::read_dir(&root).map(|rd| rd.flatten().map(|e| e.path()).collect()).unwrap_or_default(),
+        };
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n = 0;
+        for d in dirs {
+            // Only what runtime_dir makes: a digest (or its scratch name)
+            // directly under the runtimes directory.
+            let name = d.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let ours =
+                d.parent() == Some(root.as_path()) && (is_digest(&name) || name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")).is_some_and(is_digest));
+            if !ours || held.contains_key(&d) || functions.iter().any(|f| f.runtime_dir.as_ref() == Some(&d)) {
+                continue;
+            }
+            let age = || std::fs::metadata(&d).and_then(|m| m.modified()).ok().and_then(|m| m.elapsed().ok()).unwrap_or_default();
+            if only.is_none() && age() < grace {
+                continue;
+            }
+            if std::fs::remove_dir_all(&d).is_ok() {
+                n += 1;
+            }
+        }
         n
     }
 
@@ -253,6 +340,9 @@ impl ImageStore {
     pub fn forget_unused(&self, old: &Function, now: &[Function]) {
         if old.image.parent() == Some(self.dir.as_path()) && !now.iter().any(|f| f.image == old.image) {
             let _ = std::fs::remove_file(&old.image);
+        }
+        if let Some(d) = &old.runtime_dir {
+            self.remove_unused_runtimes(now, Some(d), std::time::Duration::ZERO);
         }
         self.collect_garbage(now, UPLOAD_GRACE);
     }

@@ -160,6 +160,10 @@ pub fn serve(o: Options) -> Result<()> {
         instance::remove_stale_containers().await;
         let dispatcher = Arc::new(dispatch::Dispatcher::new(instance::Launcher { tender, scratch: scratch.path().to_path_buf(), uid_range: o.uid_range }));
         let images = images::ImageStore::new(&state, scratch.path(), o.upload_quota);
+        let strays = shoal_spt::end_orphaned_templates();
+        if strays > 0 {
+            eprintln!("shoal serve: killed {strays} process(es) that templates of a killed gateway made");
+        }
         let gone = images.collect_garbage(&functions, Duration::ZERO);
         if gone > 0 {
             eprintln!("shoal serve: deleted {gone} uploaded image(s) no function uses");

@@ -497,24 +497,11 @@ impl Function {
         if req.template == Some(true) && !backend.is_shoal() {
             return Err(unprocessable(format!("template: only the spt and hvt backends start instances from a template, not {}", backend.name())));
         }
-        // A runtime's template reaches its ready point (Node's event loop
-        // included), but its copies, which inherit the read-only host
-        // directories, are stopped by their filter at the first request
-        // (measured: `read` for Python, `accept4` for Node): runtime
-        // functions start by exec until copies serve mounts.
-        if req.template == Some(true) && runtime.is_some() {
-            return Err(unprocessable(
-                "template: a runtime function starts by exec (copies of a template with read-only host directories are not served yet)".into(),
-            ));
-        }
-        // The same holds for any function with mounts (the copies above
-        // die for their mounts, not for the interpreter).
-        if req.template == Some(true) && !mounts.is_empty() {
-            return Err(unprocessable(
-                "template: a function with mounts starts by exec (copies of a template with read-only host directories are not served yet)".into(),
-            ));
-        }
-        let template_default = backend.is_shoal() && runtime.is_none() && mounts.is_empty();
+        // hvt copies of a function with read-only host directories crash
+        // since the libraries ld.so maps are shared from the host files
+        // (main's libshare: those mappings are not remade in a copy's
+        // memory): exec by default there until they are.
+        let template_default = backend == Backend::Spt || (backend == Backend::Hvt && mounts.is_empty() && runtime.is_none());
         Ok(Function {
             name: name.to_string(),
             image,

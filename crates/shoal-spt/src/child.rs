@@ -404,7 +404,8 @@ fn setup(mut p: Prepared<'_>) -> Result<Last, ChildError> {
         // next. Set before the filter, which does not allow prctl.
         signals::set_exec_entry(entry);
         crate::protect::allow_run_time_code();
-        sys::syscall_user_dispatch(mem_size, USER_SPACE_END - mem_size).map_err(setup_err)?;
+        let (from, len) = dispatch_range(mem_size);
+        sys::syscall_user_dispatch(from, len).map_err(setup_err)?;
     }
     crate::preempt::install(BOOT_INFO_ADDR, mem_size, params.watchdog_ns, signals::ticks_counter());
     hypercall::install(sys::rdfsbase(), stack_top, mem_size, &ro[..n]);
@@ -477,6 +478,14 @@ fn map_from_file(ranges: &[shoal_loader::FileRange], fd: std::os::fd::RawFd) -> 
 
 /// End of the x86-64 user address space (47 bits, one page short).
 const USER_SPACE_END: u64 = 0x7fff_ffff_f000;
+
+/// The range whose `syscall` instructions syscall user dispatch lets
+/// through in an executable's instance (every address above guest
+/// memory): (start, length). A template's copies turn it on again with
+/// the same (`crate::template`).
+pub(crate) fn dispatch_range(mem_size: u64) -> (u64, u64) {
+    (mem_size, USER_SPACE_END - mem_size)
+}
 
 /// Where the seccomp program is copied before it is installed: the guest
 /// stack's unused pages right below the initial stack pointer (zero

@@ -453,7 +453,22 @@ fn add_template_rules(r: &mut BTreeMap<i64, Vec<SeccompRule>>, net: NetPolicy, g
     // The copy's second filter: SECCOMP_SET_MODE_FILTER without flags.
     r.insert(libc::SYS_seccomp, vec![SeccompRule::new(vec![eq32(0, 1)?, eq32(1, 0)?])?]);
     // The copy dies with the gateway (fork clears the parent-death signal).
-    r.insert(libc::SYS_prctl, vec![SeccompRule::new(vec![eq32(0, libc::PR_SET_PDEATHSIG as u64)?, qword(1, SeccompCmpOp::Eq, libc::SIGKILL as u64)?])?]);
+    let mut prctl = vec![SeccompRule::new(vec![eq32(0, libc::PR_SET_PDEATHSIG as u64)?, qword(1, SeccompCmpOp::Eq, libc::SIGKILL as u64)?])?];
+    // An executable's copy turns syscall user dispatch on again (fork
+    // clears it; without it a `syscall` its rewriting left reaches this
+    // filter, not the guest kernel): exactly the template's range, no
+    // selector, which the template's guest already has.
+    if g.run_time_code {
+        let (from, len) = crate::child::dispatch_range(g.mem_size);
+        prctl.push(SeccompRule::new(vec![
+            eq32(0, crate::sys::PR_SET_SYSCALL_USER_DISPATCH as u64)?,
+            qword(1, SeccompCmpOp::Eq, crate::sys::PR_SYS_DISPATCH_ON)?,
+            qword(2, SeccompCmpOp::Eq, from)?,
+            qword(3, SeccompCmpOp::Eq, len)?,
+            qword(4, SeccompCmpOp::Eq, 0)?,
+        ])?);
+    }
+    r.insert(libc::SYS_prctl, prctl);
     // The copy's own random seed goes into the boot-info page: made
     // writable for that one write and read-only again.
     let page = shoal_abi::PAGE_SIZE;
@@ -1017,6 +1032,30 @@ mod hot_path_tests {
         // Without networking there is nothing to put first.
         let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, run_time_code: false, mounts: 0 };
         assert_eq!(super::program(NetPolicy::default(), g).unwrap(), super::compiled(NetPolicy::default(), g).unwrap());
+    }
+
+    /// An executable's template may turn syscall user dispatch on with
+    /// exactly its own range (what its copies do after the fork); any
+    /// other range, a selector, or an image's template is trapped, and a
+    /// copy traps it too.
+    #[test]
+    fn only_an_executables_template_turns_dispatch_on_again_and_only_as_it_was() {
+        let net = NetPolicy { listeners: 1, outbound: false, bind_any: false, relay: false };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: true, mounts: 2 };
+        let (from, len) = crate::child::dispatch_range(g.mem_size);
+        let x86 = super::AUDIT_ARCH_X86_64;
+        let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
+        let nr = libc::SYS_prctl as u32;
+        let on = crate::sys::PR_SET_SYSCALL_USER_DISPATCH as u64;
+        let tpl = super::template_program(net, g).unwrap();
+        assert_eq!(run(&tpl, x86, nr, [on, 1, from, len, 0, 0]).0, allow);
+        for args in [[on, 1, 0, len + from, 0, 0], [on, 1, from, len, 0x1000, 0], [on, 0, 0, 0, 0, 0], [on, 1, from + 4096, len - 4096, 0, 0]] {
+            assert_eq!(run(&tpl, x86, nr, args).0, trap, "{args:x?}");
+        }
+        let copy = super::copy_program(g).unwrap();
+        assert_eq!(run(&copy, x86, nr, [on, 1, from, len, 0, 0]).0, trap);
+        let image = super::template_program(net, GuestRange { run_time_code: false, ..g }).unwrap();
+        assert_eq!(run(&image, x86, nr, [on, 1, from, len, 0, 0]).0, trap);
     }
 
     /// A template's filter allows what making copies needs; a copy's

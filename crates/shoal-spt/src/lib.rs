@@ -137,7 +137,7 @@ pub use sys::{reset_signals, spawn_with};
 pub use prepared::{InstanceIo, Prepared};
 
 /// A template's control channel (`shoal serve`'s cold starts by copy).
-pub use template::{CopyIo, Template, TemplateError};
+pub use template::{end_orphaned_templates, CopyIo, Template, TemplateError};
 
 /// What to run (shared with the other tender).
 pub use shoal_loader::RunConfig;

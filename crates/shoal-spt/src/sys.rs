@@ -376,12 +376,15 @@ pub unsafe fn set_handler(sig: libc::c_int, handler: extern "C" fn(libc::c_int, 
 /// (`si_code` [`SYS_USER_DISPATCH`]) instead of running. No selector
 /// byte: always on.
 pub fn syscall_user_dispatch(allowed: u64, len: u64) -> io::Result<()> {
-    const PR_SET_SYSCALL_USER_DISPATCH: libc::c_int = 59;
-    const PR_SYS_DISPATCH_ON: libc::c_ulong = 1;
     // SAFETY: no pointer is passed (the selector is NULL); the call only
     // changes how this thread's later system calls are dispatched.
     check(unsafe { libc::prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, allowed as libc::c_ulong, len as libc::c_ulong, 0 as libc::c_ulong) })
 }
+
+/// `prctl`'s option for syscall user dispatch and its mode "on".
+pub const PR_SET_SYSCALL_USER_DISPATCH: libc::c_int = 59;
+/// See [`PR_SET_SYSCALL_USER_DISPATCH`].
+pub const PR_SYS_DISPATCH_ON: libc::c_ulong = 1;
 
 /// `si_code` of a SIGSYS raised by syscall user dispatch.
 pub const SYS_USER_DISPATCH: i32 = 2;

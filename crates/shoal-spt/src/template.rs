@@ -27,6 +27,7 @@
 //! | other descriptors | a template holding any guest socket but its listening ones at the ready point is refused |
 //! | the kernel's random stream | a fresh seed from the parent written into the boot-info page, which the kernel's `getrandom` checks on every call and reseeds from |
 //! | parent-death signal | set again (fork clears it) |
+//! | syscall user dispatch (an executable's instance) | turned on again with the template's range (fork clears it: a `syscall` instruction the rewriting left would reach the host's filter and kill the copy instead of going to the guest kernel) |
 //! | timers | the preemption tick (`ITIMER_REAL`) is not inherited by a fork; the guest's own timers are guest memory and go on from the template's state (none are due: every thread waits) |
 //! | the report page, the parent's pidfd | none: a gateway's instances have no report page, and the parent's pidfd is closed before the guest's first instruction |
 //!
@@ -47,7 +48,7 @@
 //! | `recvmsg` (47) | fd == [`CONTROL_FD`] | the copy request and its descriptors |
 //! | `dup3` (292) | new fd 1, 2, a listening socket's, the alias file's or the watch set's | placing the copy's own descriptors |
 //! | `seccomp` (317) | `SECCOMP_SET_MODE_FILTER`, no flags | the copy's second filter |
-//! | `prctl` (157) | `PR_SET_PDEATHSIG`, `SIGKILL` | the copy dies with the gateway |
+//! | `prctl` (157) | `PR_SET_PDEATHSIG`, `SIGKILL`; an executable's instance also `PR_SET_SYSCALL_USER_DISPATCH` on, with exactly its range and no selector | the copy dies with the gateway; its `syscall` instructions go to the guest kernel again |
 //! | `mprotect` (10) | the boot-info page, `PROT_READ` or `PROT_READ \| PROT_WRITE` | the copy's random seed |
 //!
 //! Each copy stacks [`crate::filter::copy_program`] before its guest runs
@@ -122,6 +123,9 @@ static SHARED_ALIAS: AtomicBool = AtomicBool::new(false);
 static LISTENERS: AtomicU32 = AtomicU32::new(0);
 static ALIAS_FD: AtomicI32 = AtomicI32::new(-1);
 static WATCH_FD: AtomicI32 = AtomicI32::new(-1);
+/// An executable's instance: the end of guest memory, where the range
+/// syscall user dispatch lets through starts (0: no dispatch).
+static DISPATCH_FROM: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 /// The copies' second filter: a leaked program (`install`).
 static COPY_FILTER: AtomicUsize = AtomicUsize::new(0);
 static COPY_FILTER_LEN: AtomicUsize = AtomicUsize::new(0);
@@ -129,8 +133,9 @@ static COPY_FILTER_LEN: AtomicUsize = AtomicUsize::new(0);
 /// Makes this instance a template (in the instance, before the guest):
 /// its network descriptors and the copies' second filter, which is
 /// compiled here because a copy cannot allocate.
-pub(crate) fn install(net: crate::net::NetPolicy, copy_filter: seccompiler::BpfProgram) {
+pub(crate) fn install(net: crate::net::NetPolicy, copy_filter: seccompiler::BpfProgram, dispatch_from: Option<u64>) {
     LISTENERS.store(net.listeners, Ordering::Relaxed);
+    DISPATCH_FROM.store(dispatch_from.unwrap_or(0), Ordering::Relaxed);
     ALIAS_FD.store(net.alias_fd(), Ordering::Relaxed);
     WATCH_FD.store(crate::net::watch_fd(&net), Ordering::Relaxed);
     let prog: &'static [seccompiler::sock_filter] = Box::leak(copy_filter.into_boxed_slice());
@@ -328,6 +333,13 @@ fn become_copy(req: &Request, fds: &[i32]) {
         fail("die with the gateway", e.raw_os_error().unwrap_or(libc::EIO));
     }
     reseed(&req.seed).unwrap_or_else(|e| fail("give the kernel its random seed", e));
+    let from = DISPATCH_FROM.load(Ordering::Relaxed);
+    if from != 0 {
+        let (from, len) = crate::child::dispatch_range(from);
+        if let Err(e) = crate::sys::syscall_user_dispatch(from, len) {
+            fail("turn syscall user dispatch on again", e.raw_os_error().unwrap_or(libc::EIO));
+        }
+    }
     let prog = libc::sock_fprog {
         len: COPY_FILTER_LEN.load(Ordering::Relaxed) as u16,
         filter: core::ptr::with_exposed_provenance_mut::<libc::sock_filter>(COPY_FILTER.load(Ordering::Relaxed)),
@@ -407,6 +419,54 @@ const PIDS_ROOT: &str = "/sys/fs/cgroup/pids";
 /// The name of a template's pids cgroup, before `PID-N`.
 const PIDS_PREFIX: &str = "shoal-template-";
 
+/// The pids cgroup v1 directory of this process (root only), if any.
+fn own_pids_dir() -> Option<std::path::PathBuf> {
+    let root = std::path::Path::new(PIDS_ROOT);
+    if !crate::confine::is_root() || !root.join("tasks").is_file() {
+        return None;
+    }
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = own.lines().find_map(|l| l.splitn(3, ':').nth(2).filter(|_| l.split(':').nth(1) == Some("pids")))?;
+    Some(root.join(path.trim_start_matches('/')))
+}
+
+/// Ends what templates of dead parents left (a gateway killed with
+/// SIGKILL after a program forged its ready word: the processes it forked
+/// have no parent-death signal) and removes their groups: every process in
+/// a group `shoal-template-PID-N` beneath this process's own pids cgroup
+/// whose parent PID no longer runs is killed. The template and its copies
+/// died with that parent already; only such strays are left there. Called
+/// at a gateway's start and before each template. Returns how many it
+/// killed.
+pub fn end_orphaned_templates() -> usize {
+    own_pids_dir().map(|home| end_orphans_in(&home)).unwrap_or(0)
+}
+
+fn end_orphans_in(home: &std::path::Path) -> usize {
+    let mut killed = 0;
+    let Ok(d) = std::fs::read_dir(home) else { return 0 };
+    for e in d.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(parent) = name.strip_prefix(PIDS_PREFIX).and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let dead = !std::path::Path::new(&format!("/proc/{parent}")).exists();
+        if dead {
+            let g = PidsGroup { dir: e.path(), home: home.to_path_buf() };
+            for pid in g.procs() {
+                if crate::sys::kill(pid, libc::SIGKILL).is_ok() {
+                    killed += 1;
+                }
+            }
+            // (Dropping `g` removes the directory once its processes are
+            // reaped; otherwise the next call does.)
+            continue;
+        }
+        // Groups of ended templates (this parent's or a live one's) that
+        // are empty now: rmdir removes only those.
+        let _ = std::fs::remove_dir(e.path());
+    }
+    killed
+}
+
 /// A pids cgroup of its own for one template and its copies, beneath the
 /// parent's own: `pids.max` is a count the kernel keeps outside the
 /// template, which only the parent writes.
@@ -430,13 +490,7 @@ impl PidsGroup {
             return Ok(None);
         };
         let home = root.join(path.trim_start_matches('/'));
-        // Groups of ended templates (this parent's or a dead one's) that
-        // are empty now: rmdir removes only those.
-        if let Ok(d) = std::fs::read_dir(&home) {
-            for e in d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(PIDS_PREFIX)) {
-                let _ = std::fs::remove_dir(e.path());
-            }
-        }
+        end_orphans_in(&home);
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = home.join(format!("{PIDS_PREFIX}{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
         std::fs::create_dir(&dir)?;
