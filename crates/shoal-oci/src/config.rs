@@ -574,12 +574,11 @@ impl Spec {
         // in guest memory. Bind mounts of directories are mounts too, on their
         // directories in it.
         let root_spec = format!("{}:/:ro", rootfs.display());
-        let mounts: Vec<shoal_tender::Mount> =
-            std::iter::once(&root_spec).chain(&volumes).map(|m| shoal_tender::Mount::parse(m)).collect::<Result<_, _>>().map_err(|e| ConfigError::Mount {
-                host: rootfs.display().to_string(),
-                destination: "/".into(),
-                why: e.to_string(),
-            })?;
+        let mounts: Vec<shoal_tender::Mount> = std::iter::once(&root_spec)
+            .chain(&volumes)
+            .map(|m| shoal_tender::Mount::parse(m))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ConfigError::Mount { host: rootfs.display().to_string(), destination: "/".into(), why: e.to_string() })?;
         shoal_tender::check_mounts(&mounts).map_err(|e| ConfigError::Mounts(e.to_string()))?;
         opts.mount = std::iter::once(root_spec).chain(volumes).map(Into::into).collect();
         if let Some(limit) = self.linux.resources.memory.as_ref().and_then(|m| m.limit).filter(|l| *l > 0) {
@@ -845,7 +844,12 @@ mod tests {
         let vol = dir.join("vol");
         std::fs::create_dir_all(&vol).unwrap();
         let mut s = spec.clone();
-        s.mounts.push(Mount { destination: "/data".into(), kind: "bind".into(), source: vol.display().to_string(), options: vec!["rbind".into(), "rw".into()] });
+        s.mounts.push(Mount {
+            destination: "/data".into(),
+            kind: "bind".into(),
+            source: vol.display().to_string(),
+            options: vec!["rbind".into(), "rw".into()],
+        });
         let a = s.plan(&dir).unwrap().tender_args;
         assert!(a.windows(2).any(|w| w[0] == "--mount" && w[1] == format!("{}:/data:rw", vol.display())), "{a:?}");
         assert!(msg(&|s| s.mounts.push(Mount {

@@ -152,8 +152,7 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
         mounts.push(crate::MOUNT_FD0 + i as i32, m, spec.writable_mounts & (1 << i) != 0);
     }
     let run_time_code = image.exec_entry().is_some();
-    let guest =
-        filter::GuestRange {
+    let guest = filter::GuestRange {
         heap_start: layout.heap_start,
         mem_size: layout.mem_size,
         alias_fd: policy.alias_fd(),

@@ -85,13 +85,8 @@ pub fn restrict(net: NetPolicy, mounts: &[i32], writable: &[i32]) -> Result<(), 
         if writable.contains(&fd) {
             // Files and directories only: no devices, FIFOs, sockets or
             // links are made on a guest's behalf.
-            access |= AccessFs::WriteFile
-                | AccessFs::Truncate
-                | AccessFs::MakeReg
-                | AccessFs::MakeDir
-                | AccessFs::RemoveFile
-                | AccessFs::RemoveDir
-                | AccessFs::Refer;
+            access |=
+                AccessFs::WriteFile | AccessFs::Truncate | AccessFs::MakeReg | AccessFs::MakeDir | AccessFs::RemoveFile | AccessFs::RemoveDir | AccessFs::Refer;
         }
         created = created.add_rule(PathBeneath::new(dir, access))?;
     }

@@ -113,11 +113,7 @@ pub fn init() {
 
 /// Whether node `ino` lies in a writable mount.
 pub fn writable(ino: u64) -> bool {
-    with(|s| {
-        ino.checked_sub(HOST_INO_BASE)
-            .and_then(|i| s.nodes.get(i as usize))
-            .is_some_and(|n| s.writable.get(n.mount as usize).copied().unwrap_or(false))
-    })
+    with(|s| ino.checked_sub(HOST_INO_BASE).and_then(|i| s.nodes.get(i as usize)).is_some_and(|n| s.writable.get(n.mount as usize).copied().unwrap_or(false)))
 }
 
 /// One changing call on `path` of `mount` (module docs).
