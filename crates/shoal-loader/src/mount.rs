@@ -134,6 +134,6 @@ mod tests {
         assert!(matches!(Mount::parse("/usr://:ro"), Err(MountError::BadGuest(_))));
         assert!(matches!(Mount::parse("/usr:/a/../b:ro"), Err(MountError::BadGuest(_))));
         assert!(matches!(Mount::parse("/nonexistent-shoal:/x:ro"), Err(MountError::NoDir(_))));
-        assert!(matches!(Mount::parse("/usr:/x:rw"), Err(MountError::Syntax(_))));
+        assert!(matches!(Mount::parse("/usr:/x:wo"), Err(MountError::Syntax(_))));
     }
 }
