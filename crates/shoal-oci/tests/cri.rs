@@ -477,7 +477,7 @@ fn free_port() -> u16 {
 /// Ordinary images under handler `shoal` on `tender`, in a pod with a
 /// network namespace of its own on a CNI bridge: busybox's applets
 /// (`echo`; `sh -c` running builtins, which needs no fork; `cat` of a
-/// read-only volume, a writable one refused), a shell script
+/// read-only volume, a writable emptyDir written through to the host), a shell script
 /// refused at create with the reason, the static Go server reached from
 /// the host through the pod's port mapping on 127.0.0.1, `exec` into it
 /// refused with one line, and its stop.
