@@ -65,3 +65,70 @@ fn signal_frames_are_laid_out_as_linux_lays_them_out() {
 fn signalfd_reads_pending_signals() {
     matches_native("linux_signalfd.c");
 }
+
+/// sched_get_priority_max/min per policy, getpriority/setpriority (as
+/// root: both ways, clamped, Linux's errors) and times(), as natively.
+#[test]
+fn priorities_and_times_match_native() {
+    matches_native("linux_prio.c");
+}
+
+/// A shared mapping of 256 MiB of a sparse file is ENOMEM (shoal shows at
+/// most 128 MiB of file pages at once; Linux maps it) and leaves nothing
+/// behind: fresh anonymous memory where it would have been takes a write
+/// on every page (CPython's test_mmap crashed on a read-only page
+/// there), and a 16 MiB shared mapping of the file reads as natively.
+#[test]
+fn a_refused_large_shared_mapping_leaves_memory_usable() {
+    let dir = scratch();
+    let src = test_app("sys_bigshared.c");
+    let image = build_image(&src, dir.path(), &[]);
+    let native = build_native(&src, dir.path(), &[]);
+    let n = output(&mut std::process::Command::new(&native));
+    assert!(n.status.success(), "native: {}", stderr(&n));
+    let (first, rest) = stdout(&n).split_once('\n').map(|(a, b)| (a.to_string(), b.to_string())).unwrap();
+    assert_eq!(first, "shared 256 MiB: mapped", "native");
+    let rest = rest.strip_prefix("last bytes: end\n").unwrap_or(&rest).to_string();
+    for t in tenders() {
+        let s = output(shoal_run(t).args(["--mem", "512M"]).arg(&image));
+        assert_eq!(stdout(&s), format!("shared 256 MiB: Out of memory\n{rest}"), "{t}: stderr {}", stderr(&s));
+        assert_eq!((s.status.code(), stderr(&s)), (Some(0), String::new()), "{t}");
+    }
+}
+
+/// F_GETPIPE_SZ / F_SETPIPE_SZ: rounding, a write bounded by the size,
+/// EBUSY, EINVAL and EBADF, as natively.
+#[test]
+fn pipe_sizes_match_native() {
+    matches_native("linux_pipesz.c");
+}
+
+/// setresuid, setreuid, their gid kin, setfsuid/setfsgid and setgroups
+/// in an instance whose identity is fixed: own ids and -1 succeed,
+/// others EPERM (root included: natively root would change them);
+/// setgroups checks as Linux (EPERM for a user that is not root first,
+/// then EINVAL, EFAULT) and lets root keep the empty list.
+#[test]
+fn identity_changes_follow_the_fixed_identity() {
+    let dir = scratch();
+    let image = build_image(&test_app("linux_ids.c"), dir.path(), &[]);
+    let calls = |own_u: &str, own_g: &str, groups: [&str; 4]| {
+        format!(
+            "ids {own_u} {own_g}\nsetresuid own: 0 -\nsetresuid -1: 0 -\nsetresuid other: -1 Operation not permitted\n\
+setresgid own: 0 -\nsetresgid other: -1 Operation not permitted\nsetreuid own: 0 -\nsetreuid other: -1 Operation not permitted\n\
+setregid own: 0 -\nsetregid other: -1 Operation not permitted\nsetfsuid: {own_u} -\nsetfsgid: {own_g} -\n\
+setgroups empty: {}\nsetgroups one: {}\nsetgroups too many: {}\nsetgroups bad list: {}\n",
+            groups[0], groups[1], groups[2], groups[3]
+        )
+    };
+    let eperm = "-1 Operation not permitted";
+    let root = calls("0", "0", ["0 -", eperm, "-1 Invalid argument", "-1 Bad address"]);
+    let user = calls("1000", "100", [eperm; 4]);
+    for t in tenders() {
+        for (args, want) in [(&[][..], &root), (&["--user", "1000:100"][..], &user)] {
+            let s = output(shoal_run(t).args(args).arg(&image));
+            assert_eq!(stdout(&s), *want, "{t} {args:?}: stderr {}", stderr(&s));
+            assert_eq!((s.status.code(), stderr(&s)), (Some(0), String::new()), "{t} {args:?}");
+        }
+    }
+}

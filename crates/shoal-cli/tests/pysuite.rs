@@ -57,6 +57,7 @@ const MODULES: &[&str] = &[
     "test_epoll",
     "test_posixpath",
     "test_shutil",
+    "test_mmap",
 ];
 
 /// What hvt runs (the suite's time budget): the modules that use the
@@ -74,6 +75,7 @@ const HVT_MODULES: &[&str] = &[
     "test_epoll",
     "test_posixpath",
     "test_shutil",
+    "test_mmap",
 ];
 
 /// Why a test's outcome differs on shoal (both tenders).
@@ -96,6 +98,13 @@ const KNOWN: &[(&str, &str, &str)] = &[
     // none, setxattr EOPNOTSUPP, so these skip where natively they run.
     ("test.test_shutil.TestCopy.test_copy2_xattr", "skip", "no extended attributes in the instance's file system (EOPNOTSUPP)"),
     ("test.test_shutil.TestCopy.test_copyxattr", "skip", "no extended attributes in the instance's file system (EOPNOTSUPP)"),
+    // Shared mappings of huge sparse files: 2 and 4 GiB are more than the
+    // instance's address space (its --mem); 256 MiB is more than the
+    // 128 MiB of file pages shoal shows in shared mappings at once
+    // (mm::file::MAX_SHOWN_PAGES; the host's vm.max_map_count on spt).
+    ("test.test_mmap.LargeMmapTests.test_around_2GB", "error", "maps 2 GiB shared: ENOMEM (more than the instance's memory)"),
+    ("test.test_mmap.LargeMmapTests.test_around_4GB", "error", "maps 4 GiB shared: ENOMEM (more than the instance's memory)"),
+    ("test.test_mmap.LargeMmapTests.test_large_offset", "error", "maps 256 MiB shared: ENOMEM (over the 128 MiB of shown file pages)"),
 ];
 
 /// Each test's outcome (`skip`, `fail`, `error`, `xfail`, `xpass`; tests
@@ -221,5 +230,27 @@ fn python_send_fds_matches_native() {
         let s = output(shoal_run(t).args(SYSTEM).args([PYTHON, "--", "-c", code]));
         assert_eq!(stdout(&s), stdout(&n), "{t}: stderr: {}", stderr(&s));
         assert_eq!((s.status.code(), stderr(&s)), (Some(4), String::new()), "{t}");
+    }
+}
+
+/// memfd_create, getpriority/setpriority/nice, sched_get_priority_*,
+/// times, F_GETPIPE_SZ/F_SETPIPE_SZ and the identity calls from Python
+/// (apps/pysuite/calls.py), as natively, but sealing (not supported:
+/// EINVAL).
+#[test]
+fn python_system_calls_match_native() {
+    if !shoal_testkit::need(&["root", "python3.11"]) {
+        return;
+    }
+    let dir = home().join("apps/pysuite");
+    let n = output(Command::new(PYTHON).arg(dir.join("calls.py")).env_clear());
+    assert!(n.status.success(), "native: {}", stderr(&n));
+    let want = stdout(&n).replace("memfd sealing 4\n", "memfd sealing error EINVAL\n");
+    assert!(want.contains("memfd sealing error EINVAL"), "native: {}", stdout(&n));
+    let mount = format!("{}:/pysuite:ro", dir.display());
+    for t in tenders() {
+        let s = output(shoal_run(t).args(SYSTEM).args(["--mount", &mount, PYTHON, "--", "/pysuite/calls.py"]));
+        assert_eq!(stdout(&s), want, "{t}: stderr: {}", stderr(&s));
+        assert_eq!((s.status.code(), stderr(&s)), (Some(0), String::new()), "{t}");
     }
 }

@@ -30,6 +30,19 @@
 //!
 //! Each file mapping keeps a reference to its file (it outlives `close`)
 //! in a fixed table of [`MAX_FILE_MAPS`] entries; more is `ENOMEM`.
+//!
+//! At most [`MAX_SHOWN_PAGES`] pages of all shared mappings together show
+//! file pages: on spt each such page is a host mapping of its own, and the
+//! host allows a process 65,530 (`vm.max_map_count`). Past that, the
+//! tender's `mmap` and `mprotect` fail, so memory the kernel frees or
+//! protects would keep a stale protection (CPython's `test_mmap` mapped
+//! 256 MiB of a sparse file and crashed later on a read-only page it had
+//! been given as fresh memory). A new shared mapping that would pass the
+//! bound is `ENOMEM` before anything is shown; a file that grows into a
+//! mapping past it leaves the new part private zeros, as when the file
+//! cannot supply a page. Shared file pages are never executable
+//! (`PROT_EXEC` is recorded, but the tenders alias pages read or
+//! read-write only).
 
 use shoal_plat::{Errno, Global};
 
@@ -86,6 +99,12 @@ pub(crate) fn ops() -> Result<&'static FileOps, Errno> {
 
 /// Most file mappings alive at once.
 pub const MAX_FILE_MAPS: usize = 512;
+
+/// Most pages of shared mappings that show file pages at once (128 MiB):
+/// half the host's default `vm.max_map_count`, the rest left to the
+/// tender, the program's libraries and its own mappings. (16 in unit
+/// tests, whose address spaces are small.)
+pub const MAX_SHOWN_PAGES: u64 = if cfg!(test) { 16 } else { 32 * 1024 };
 
 /// One file mapping: `[start, end)` holds file `id` from offset `off`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,7 +284,8 @@ fn show_file(m: &FileMap, from: u64, to: u64) -> Result<(), Errno> {
             make_aliasable(src)?;
             (ops.handed_out)(m.id, off);
         }
-        let want = real_prot(p);
+        // The tenders alias pages without execute (module docs).
+        let want = real_prot(p) & !shoal_abi::PROT_EXEC;
         if n == BATCH || (n > 0 && want != prot) {
             send(&mut pairs, &mut n, prot)?;
         }
@@ -308,6 +328,9 @@ fn live_end(m: &FileMap, size: u64) -> u64 {
 pub(crate) fn attach(mut m: FileMap) -> Result<FileMap, Errno> {
     let size = (ops()?.size)(m.id)?;
     let live = live_end(&m, size);
+    if shown_pages(None) + (live - m.start) / PAGE > MAX_SHOWN_PAGES {
+        return Err(Errno::ENOMEM);
+    }
     if let Err(e) = show_file(&m, m.start, live) {
         show_own(m.start, live);
         return Err(e);
@@ -318,6 +341,17 @@ pub(crate) fn attach(mut m: FileMap) -> Result<FileMap, Errno> {
 
 /// Number of shared file mappings alive (0: nothing to look at).
 static SHARED: Global<usize> = Global::new(0);
+
+/// Pages of shared mappings that show file pages, leaving record `except`
+/// out (see [`MAX_SHOWN_PAGES`]).
+fn shown_pages(except: Option<usize>) -> u64 {
+    if SHARED.with(|n| *n) == 0 {
+        return 0;
+    }
+    MAPS.with(|t| {
+        t.iter().enumerate().filter(|(k, _)| Some(*k) != except).filter_map(|(_, s)| s.get()).filter(|m| m.shared).map(|m| (m.live - m.start) / PAGE).sum()
+    })
+}
 
 /// The file `id` changed size (vfs calls this after every system call
 /// that changed a file's size, `None`: several files): every shared
@@ -341,7 +375,12 @@ fn resize_one(k: usize) {
     let Ok(ops) = ops() else { return };
     let Some(m) = MAPS.with(|t| t[k].get()) else { return };
     let Ok(size) = (ops.size)(m.id) else { return };
-    let live = live_end(&m, size);
+    let mut live = live_end(&m, size);
+    if live > m.live {
+        // Within the bound only; the rest stays private zeros.
+        let room = MAX_SHOWN_PAGES.saturating_sub(shown_pages(Some(k)));
+        live = live.min(m.start.saturating_add(room * PAGE)).max(m.live);
+    }
     if live < m.live {
         show_own(live, m.live);
     } else if live > m.live && show_file(&m, m.live, live).is_err() {

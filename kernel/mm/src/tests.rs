@@ -755,6 +755,51 @@ fn item4_shared_file_mappings_show_the_files_pages() {
     crate::with_space(|s| s.check());
 }
 
+/// Shared mappings show at most `MAX_SHOWN_PAGES` file pages together
+/// (16 in unit tests): a mapping past the bound is `ENOMEM` with nothing
+/// shown, and a file growing into mappings shows only up to it.
+#[test]
+fn shared_mappings_show_a_bounded_number_of_file_pages() {
+    use crate::file::{ALIASED, MAX_SHOWN_PAGES};
+    use crate::sys;
+    use shoal_plat::Args;
+    let _one = FILE_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    let taken = || ALIASED.with(|p| core::mem::take(&mut *p.borrow_mut()));
+    assert_eq!(MAX_SHOWN_PAGES, 16);
+    file_test_space(256);
+    fake_fs::set(&vec![b'f'; 10 * PAGE as usize]);
+    let mmap = |len: u64, prot: u64| sys::mmap(&Args([0, len, prot, 1, 3, 0]));
+    let munmap = |a: u64, len: u64| sys::munmap(&Args([a, len, 0, 0, 0, 0]));
+    let a = mmap(10 * PAGE, 1).unwrap();
+    taken();
+    assert_eq!(mmap(10 * PAGE, 1), Err(Errno::ENOMEM), "20 pages would show the file");
+    assert_eq!(taken(), vec![], "nothing shown");
+    // PROT_EXEC is kept out of the alias (the tenders refuse it).
+    let b = mmap(6 * PAGE, 1 | 4).unwrap();
+    assert_eq!(taken().len(), 6);
+    assert_eq!(mmap(PAGE, 1), Err(Errno::ENOMEM));
+    munmap(b, 6 * PAGE).unwrap();
+    munmap(a, 10 * PAGE).unwrap();
+    taken();
+    // Growth: two mappings of a 4-page file show 8 pages; at 16 pages
+    // the first shows 12 (the bound), the second keeps its 4.
+    fake_fs::resize(4 * PAGE);
+    let c = mmap(16 * PAGE, 1).unwrap();
+    let d = mmap(10 * PAGE, 1).unwrap();
+    fake_fs::resize(16 * PAGE);
+    crate::file::resized(Some(7));
+    let live = |x: u64| crate::file::find(x).map(|m| (m.live - m.start) / PAGE);
+    assert_eq!((live(c), live(d)), (Some(12), Some(4)));
+    // Freed room is used at the next change of size.
+    munmap(c, 16 * PAGE).unwrap();
+    fake_fs::resize(16 * PAGE + 1);
+    crate::file::resized(Some(7));
+    assert_eq!(live(d), Some(10));
+    munmap(d, 10 * PAGE).unwrap();
+    assert!(!crate::file::shows_file(0, u64::MAX));
+    crate::with_space(|s| s.check());
+}
+
 #[test]
 fn kernel_writes_need_a_writable_mapping() {
     // What umem asks mm before a system call writes the program's memory

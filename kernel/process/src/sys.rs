@@ -512,6 +512,19 @@ pub fn getrusage(a: &Args) -> SysResult {
     Ok(0)
 }
 
+/// `times(buf)`: the instance's CPU time in clock ticks (`USER_HZ`, 100 a
+/// second) as user time, as `getrusage` reports it (no children); `buf`
+/// may be NULL. Returns the ticks of the monotonic clock (an arbitrary
+/// point, as Linux's).
+pub fn times(a: &Args) -> SysResult {
+    const NS_PER_TICK: u64 = 10_000_000;
+    if a.u(0) != 0 {
+        let user = (shoal_time::cpu_ns() / NS_PER_TICK) as i64;
+        umem::write(a.u(0), [user, 0i64, 0, 0])?;
+    }
+    Ok(shoal_time::monotonic_ns() / NS_PER_TICK)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

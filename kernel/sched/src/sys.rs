@@ -19,6 +19,73 @@ fn affinity_target(pid: i32) -> Result<(), Errno> {
     }
 }
 
+/// The instance's nice value (-20..=19), one for all its threads: it is
+/// recorded and reported, and the round-robin scheduler does not weigh it.
+static NICE: shoal_plat::Global<i32> = shoal_plat::Global::new(0);
+
+const PRIO_PROCESS: i32 = 0;
+const PRIO_PGRP: i32 = 1;
+const PRIO_USER: i32 = 2;
+
+/// Whether `(which, who)` names the instance (its threads, its process
+/// group 1, its user): `EINVAL` for an unknown `which`, `ESRCH` for
+/// anything else, as Linux answers for a process that does not exist.
+fn prio_target(which: i32, who: i32) -> Result<(), Errno> {
+    let ours = match which {
+        PRIO_PROCESS => who == 0 || (who > 0 && crate::thread_exists(who as u32)),
+        PRIO_PGRP => who == 0 || who == 1,
+        PRIO_USER => who == 0 || who as u32 == shoal_plat::boot::ids().0,
+        _ => return Err(Errno::EINVAL),
+    };
+    if ours {
+        Ok(())
+    } else {
+        Err(Errno::ESRCH)
+    }
+}
+
+/// `getpriority(which, who)`: `20 - nice` (1..=40), as the system call
+/// returns it (libc turns it into the nice value).
+pub fn getpriority(a: &Args) -> SysResult {
+    prio_target(a.int(0), a.int(1))?;
+    Ok((20 - NICE.with(|n| *n)) as u64)
+}
+
+/// `setpriority(which, who, nice)`: `nice` clamped to -20..=19; lowering it
+/// needs root (`EACCES` otherwise: `RLIMIT_NICE` is 0, as Linux's default).
+pub fn setpriority(a: &Args) -> SysResult {
+    prio_target(a.int(0), a.int(1))?;
+    let want = a.int(2).clamp(-20, 19);
+    NICE.with(|n| {
+        if want < *n && shoal_plat::boot::ids().0 != 0 {
+            return Err(Errno::EACCES);
+        }
+        *n = want;
+        Ok(0)
+    })
+}
+
+/// `sched_get_priority_max(policy)`: 99 for the real-time policies
+/// (`SCHED_FIFO`, `SCHED_RR`), 0 for `SCHED_OTHER`, `SCHED_BATCH`,
+/// `SCHED_IDLE`, `SCHED_DEADLINE`; `EINVAL` for others, as Linux.
+pub fn sched_get_priority_max(a: &Args) -> SysResult {
+    match a.int(0) {
+        1 | 2 => Ok(99),
+        0 | 3 | 5 | 6 => Ok(0),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// `sched_get_priority_min(policy)`: 1 for the real-time policies, 0 for
+/// the others Linux knows, `EINVAL` for unknown ones.
+pub fn sched_get_priority_min(a: &Args) -> SysResult {
+    match a.int(0) {
+        1 | 2 => Ok(1),
+        0 | 3 | 5 | 6 => Ok(0),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
 /// `sched_getaffinity(pid, len, mask)`: one CPU (CPU 0); returns the size
 /// of the kernel's CPU mask (8 bytes), as Linux does. `pid` is any thread
 /// of the process (0: the caller).
@@ -413,6 +480,11 @@ mod tests {
     #[test]
     fn affinity() {
         umem::set_bounds(1, u64::MAX);
+        assert_eq!((sched_get_priority_max(&args([1, 0, 0, 0, 0, 0])), sched_get_priority_min(&args([2, 0, 0, 0, 0, 0]))), (Ok(99), Ok(1)));
+        assert_eq!((sched_get_priority_max(&args([0, 0, 0, 0, 0, 0])), sched_get_priority_min(&args([6, 0, 0, 0, 0, 0]))), (Ok(0), Ok(0)));
+        assert_eq!(sched_get_priority_max(&args([4, 0, 0, 0, 0, 0])), Err(Errno::EINVAL));
+        assert_eq!(getpriority(&args([3, 0, 0, 0, 0, 0])), Err(Errno::EINVAL));
+        assert_eq!(getpriority(&args([1, 77, 0, 0, 0, 0])), Err(Errno::ESRCH));
         let mut m = [0xffu64; 4];
         let p = m.as_mut_ptr() as u64;
         assert_eq!(sched_getaffinity(&args([0, 32, p, 0, 0, 0])), Ok(8));

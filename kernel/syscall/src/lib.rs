@@ -53,6 +53,10 @@ mod nr_signal {
 mod nr_sched {
     pub const SCHED_SETAFFINITY: u64 = 203;
     pub const GETCPU: u64 = 309;
+    pub const GETPRIORITY: u64 = 140;
+    pub const SETPRIORITY: u64 = 141;
+    pub const SCHED_GET_PRIORITY_MAX: u64 = 146;
+    pub const SCHED_GET_PRIORITY_MIN: u64 = 147;
 }
 
 /// Numbers of the interval-timer calls, which `shoal_abi::linux` does not
@@ -200,6 +204,7 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::FCHMODAT => vfs::fchmodat,
         nr::UMASK => vfs::umask,
         nr::OPENAT => vfs::openat,
+        319 => vfs::memfd_create,
         nr::NEWFSTATAT => vfs::newfstatat,
         nr::STATX => vfs::statx,
         nr::FACCESSAT => vfs::faccessat,
@@ -312,6 +317,10 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::SCHED_GETAFFINITY => sched::sched_getaffinity,
         nr_sched::SCHED_SETAFFINITY => sched::sched_setaffinity,
         nr_sched::GETCPU => sched::getcpu,
+        nr_sched::GETPRIORITY => sched::getpriority,
+        nr_sched::SETPRIORITY => sched::setpriority,
+        nr_sched::SCHED_GET_PRIORITY_MAX => sched::sched_get_priority_max,
+        nr_sched::SCHED_GET_PRIORITY_MIN => sched::sched_get_priority_min,
         nr::MEMBARRIER => sched::membarrier,
         // process
         nr::EXIT => process::exit,
@@ -330,6 +339,7 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::GETRLIMIT => process::getrlimit,
         nr::SETRLIMIT => process::setrlimit,
         nr::GETRUSAGE => process::getrusage,
+        100 => process::times,
         nr::SET_ROBUST_LIST => process::set_robust_list,
         nr::GET_ROBUST_LIST => process::get_robust_list,
         nr::TGKILL => process::tgkill,
@@ -362,6 +372,13 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::GETRESGID => user::getresgid,
         nr::SETUID => user::setuid,
         nr::SETGID => user::setgid,
+        113 => user::setreuid,
+        114 => user::setregid,
+        116 => user::setgroups,
+        117 => user::setresuid,
+        119 => user::setresgid,
+        122 => user::setfsuid,
+        123 => user::setfsgid,
         125 => user::capget,
         // system information
         nr::UNAME => sysinfo::uname,

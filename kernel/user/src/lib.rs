@@ -73,6 +73,73 @@ pub mod sys {
         }
     }
 
+    /// Whether each of `ids` is -1 (unchanged) or `own`: what the
+    /// `setre*`/`setres*` calls accept, the identity being fixed (`EPERM`
+    /// otherwise, root included, as [`setuid`]).
+    fn own_or_unchanged(ids: &[u32], own: u32) -> SysResult {
+        if ids.iter().all(|&i| i == u32::MAX || i == own) {
+            Ok(0)
+        } else {
+            Err(Errno::EPERM)
+        }
+    }
+
+    /// `setreuid(ruid, euid)`.
+    pub fn setreuid(a: &Args) -> SysResult {
+        own_or_unchanged(&[a.uint(0), a.uint(1)], uid())
+    }
+
+    /// `setregid(rgid, egid)`.
+    pub fn setregid(a: &Args) -> SysResult {
+        own_or_unchanged(&[a.uint(0), a.uint(1)], gid())
+    }
+
+    /// `setresuid(ruid, euid, suid)`.
+    pub fn setresuid(a: &Args) -> SysResult {
+        own_or_unchanged(&[a.uint(0), a.uint(1), a.uint(2)], uid())
+    }
+
+    /// `setresgid(rgid, egid, sgid)`.
+    pub fn setresgid(a: &Args) -> SysResult {
+        own_or_unchanged(&[a.uint(0), a.uint(1), a.uint(2)], gid())
+    }
+
+    /// `setfsuid(fsuid)`: returns the file-system uid, which stays the
+    /// program's uid (Linux returns the old value whether or not it
+    /// changed it).
+    pub fn setfsuid(_: &Args) -> SysResult {
+        Ok(u64::from(uid()))
+    }
+
+    /// `setfsgid(fsgid)`: as [`setfsuid`], for the group.
+    pub fn setfsgid(_: &Args) -> SysResult {
+        Ok(u64::from(gid()))
+    }
+
+    /// `setgroups(size, list)`, checked in Linux's order: `EPERM` but for
+    /// root, `EINVAL` for a size over `NGROUPS_MAX` (65,536), `EFAULT` for
+    /// a list that cannot be read; root may keep the empty list (size 0,
+    /// what a daemon dropping privileges does); another list is `EPERM`
+    /// (the identity is fixed).
+    pub fn setgroups(a: &Args) -> SysResult {
+        const NGROUPS_MAX: u32 = 65536;
+        if uid() != 0 {
+            return Err(Errno::EPERM);
+        }
+        let n = a.uint(0);
+        if n > NGROUPS_MAX {
+            return Err(Errno::EINVAL);
+        }
+        for i in 0..u64::from(n) {
+            shoal_plat::umem::read::<u32>(a.u(1).wrapping_add(4 * i))?;
+        }
+        if n == 0 {
+            Ok(0)
+        } else {
+            Err(Errno::EPERM)
+        }
+    }
+
     /// `getresuid(ruid, euid, suid)`: all the program's uid.
     pub fn getresuid(a: &Args) -> SysResult {
         for i in 0..3 {

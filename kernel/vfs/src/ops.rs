@@ -510,6 +510,33 @@ impl Vfs {
         self.do_openat(a.int(0), a.u(1), a.uint(2), a.uint(3))
     }
 
+    /// `memfd_create(name, flags)`: a read-write regular file with no name
+    /// in the instance's memory (as `O_TMPFILE`), mode 0777 as Linux's.
+    /// `MFD_CLOEXEC` and `MFD_EXEC` are taken; sealing (`MFD_ALLOW_SEALING`,
+    /// `MFD_NOEXEC_SEAL`) and `MFD_HUGETLB` are `EINVAL` (neither is
+    /// supported: `F_ADD_SEALS`/`F_GET_SEALS` are `EINVAL` on every file, as
+    /// Linux answers for a file that cannot be sealed); unknown flags
+    /// `EINVAL`; a name longer than 249 bytes `EINVAL`, an unreadable one
+    /// `EFAULT` (flags are checked first, as Linux does).
+    pub(crate) fn memfd_create(&mut self, a: &Args) -> SysResult {
+        const MFD_CLOEXEC: u32 = 1;
+        const MFD_EXEC: u32 = 0x10;
+        const MFD_NAME_MAX: usize = 249;
+        let flags = a.uint(1);
+        if flags & !(MFD_CLOEXEC | MFD_EXEC) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        match umem::cstr(a.u(0), MFD_NAME_MAX) {
+            Ok(_) => {}
+            Err(Errno::ENAMETOOLONG) => return Err(Errno::EINVAL),
+            Err(e) => return Err(e),
+        }
+        let ino = self.fs.create_unnamed(crate::ROOT_INO, 0o777)?;
+        let o = self.new_ofd(Target::Node(ino), O_RDWR | O_LARGEFILE);
+        self.fs.put_ref(ino); // new_ofd took its own
+        self.install(0, o, flags & MFD_CLOEXEC != 0)
+    }
+
     /// Finds or creates the file for `open(O_CREAT)`; returns it and
     /// whether it was created.
     fn open_create(&mut self, dir: Ino, path: &[u8], flags: u32, mode: u32, links: &mut u32) -> Result<(Ino, bool), Errno> {
@@ -719,6 +746,17 @@ impl Vfs {
             F_GETLK | F_SETLK | F_SETLKW | F_OFD_GETLK | F_OFD_SETLK | F_OFD_SETLKW => self.record_lock(e.ofd, cmd, a.u(2)),
             F_GETOWN | F_SETOWN => Ok(0),
             F_GETPIPE_SZ | F_SETPIPE_SZ => match self.ofd(e.ofd).target {
+                Target::Fifo(ino) => {
+                    let p = self.pipes.entry(ino).or_default();
+                    if cmd == F_GETPIPE_SZ {
+                        return Ok(p.cap() as u64);
+                    }
+                    // The argument is an int, taken unsigned as Linux does.
+                    let r = p.set_size(u64::from(a.uint(2)), shoal_plat::boot::ids().0 == 0)?;
+                    crate::readylog::note(crate::readylog::pipe_src(ino));
+                    crate::wait::wake(ino);
+                    Ok(r)
+                }
                 Target::Node(_) | Target::Dev(..) | Target::Obj(_) => Err(Errno::EBADF),
                 _ => Ok(crate::pipe::PIPE_CAP as u64),
             },

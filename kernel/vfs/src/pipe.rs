@@ -22,11 +22,43 @@ pub(crate) struct Pipe {
     /// Counts changes that can make an end newly ready (data, space, an
     /// end opened or closed): edge-triggered epoll reports on a change.
     pub gen: u64,
+    /// Its capacity set by `F_SETPIPE_SZ` (0: [`PIPE_CAP`]).
+    pub size: u32,
 }
 
+/// The largest pipe size a program that is not root may set
+/// (`/proc/sys/fs/pipe-max-size`'s default).
+pub const PIPE_MAX_SIZE: u64 = 1 << 20;
+
 impl Pipe {
+    /// Bytes it holds at most.
+    pub fn cap(&self) -> usize {
+        if self.size == 0 {
+            PIPE_CAP
+        } else {
+            self.size as usize
+        }
+    }
+
     pub fn space(&self) -> usize {
-        PIPE_CAP - self.buf.len()
+        self.cap().saturating_sub(self.buf.len())
+    }
+
+    /// `F_SETPIPE_SZ`: `want` rounded up to a power of two of pages (one
+    /// page at least); `EPERM` past [`PIPE_MAX_SIZE`] unless `root`,
+    /// `EINVAL` past 2 GiB, `EBUSY` if it holds more than that; returns
+    /// the new size, as Linux.
+    pub fn set_size(&mut self, want: u64, root: bool) -> Result<u64, Errno> {
+        let size = want.max(4096).checked_next_power_of_two().filter(|&s| s <= 1 << 31).ok_or(Errno::EINVAL)?;
+        if size > PIPE_MAX_SIZE && !root {
+            return Err(Errno::EPERM);
+        }
+        if (self.buf.len() as u64) > size {
+            return Err(Errno::EBUSY);
+        }
+        self.size = size as u32;
+        self.gen += 1;
+        Ok(size)
     }
 }
 

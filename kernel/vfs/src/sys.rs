@@ -121,6 +121,7 @@ pub fn pipe(a: &Args) -> SysResult {
 }
 
 syscalls!(
+    memfd_create,
     close,
     stat,
     fstat,

@@ -682,6 +682,33 @@ fn stat_statx_access_chmod_utimens() {
     assert_eq!(v.truncate(&args(&[p(&t), 0])), Err(Errno::EISDIR));
 }
 
+/// memfd_create: a nameless read-write file; flags and names checked as
+/// Linux checks them (sealing is not supported: EINVAL).
+#[test]
+fn memfd_create_makes_a_nameless_file() {
+    let mut v = vfs();
+    let name = c("buf");
+    let fd = v.memfd_create(&args(&[p(&name), 1])).unwrap() as i32;
+    assert_eq!(write(&mut v, fd, b"in memory"), Ok(9));
+    let mut b = [0u8; 2];
+    assert_eq!(v.pread64(&args(&[fd as u64, b.as_mut_ptr() as u64, 2, 3])), Ok(2));
+    assert_eq!(&b, b"me");
+    let mut st = Stat::default();
+    v.fstat(&args(&[fd as u64, &mut st as *mut Stat as u64])).unwrap();
+    assert_eq!((st.st_mode, st.st_nlink, st.st_size), (0o100777, 0, 9));
+    assert_eq!(v.fcntl(&args(&[fd as u64, F_GETFD as u64])), Ok(FD_CLOEXEC));
+    assert_eq!(v.memfd_create(&args(&[p(&name), 2])), Err(Errno::EINVAL), "MFD_ALLOW_SEALING");
+    assert_eq!(v.memfd_create(&args(&[p(&name), 4])), Err(Errno::EINVAL), "MFD_HUGETLB");
+    assert_eq!(v.memfd_create(&args(&[p(&name), 0x100])), Err(Errno::EINVAL));
+    assert_eq!(v.memfd_create(&args(&[0, 0])), Err(Errno::EFAULT));
+    let long = c(&"n".repeat(250));
+    assert_eq!(v.memfd_create(&args(&[p(&long), 0])), Err(Errno::EINVAL));
+    let ok = c(&"n".repeat(249));
+    let fd2 = v.memfd_create(&args(&[p(&ok), 0x10])).unwrap();
+    assert_eq!(v.fcntl(&args(&[fd2, F_GETFD as u64])), Ok(0));
+    assert_eq!(v.fcntl(&args(&[fd2, 1034])), Err(Errno::EINVAL), "F_GET_SEALS");
+}
+
 #[test]
 fn tmpfile_and_hard_links() {
     let mut v = vfs();
@@ -813,6 +840,29 @@ fn archive_root_gets_devices() {
     assert!(stat(&mut v, "/dev/keep", 0).is_ok());
     assert_eq!(stat(&mut v, "/dev/zero", 0).unwrap().st_rdev, 0x105);
     assert!(stat(&mut v, "/proc/self/fd/0", 0).is_ok());
+}
+
+/// F_GETPIPE_SZ / F_SETPIPE_SZ as Linux: rounded up to a power of two of
+/// pages, EBUSY below what the pipe holds, EINVAL past 2 GiB, and the
+/// size bounds what a write puts in.
+#[test]
+fn pipe_sizes_are_set_as_linux_sets_them() {
+    let mut v = vfs();
+    let (r, w) = pipe2(&mut v, O_NONBLOCK);
+    let fcntl = |v: &mut Vfs, fd: i32, cmd: i32, arg: u64| v.fcntl(&args(&[fd as u64, cmd as u64, arg]));
+    assert_eq!(fcntl(&mut v, r, F_GETPIPE_SZ, 0), Ok(65536));
+    assert_eq!(fcntl(&mut v, w, F_SETPIPE_SZ, 0), Ok(4096));
+    assert_eq!(fcntl(&mut v, r, F_SETPIPE_SZ, 5000), Ok(8192));
+    assert_eq!(fcntl(&mut v, r, F_GETPIPE_SZ, 0), Ok(8192));
+    assert_eq!(write(&mut v, w, &[7u8; 10_000]), Ok(8192));
+    assert_eq!(write(&mut v, w, b"y"), Err(Errno::EAGAIN));
+    assert_eq!(fcntl(&mut v, w, F_SETPIPE_SZ, 4096), Err(Errno::EBUSY));
+    assert_eq!(fcntl(&mut v, w, F_SETPIPE_SZ, (1 << 31) + 1), Err(Errno::EINVAL));
+    assert_eq!(fcntl(&mut v, w, F_SETPIPE_SZ, 1 << 20), Ok(1 << 20));
+    assert_eq!(write(&mut v, w, b"y"), Ok(1));
+    let f = open(&mut v, "/pipesz", O_CREAT | O_RDWR, 0o600).unwrap();
+    assert_eq!(fcntl(&mut v, f, F_GETPIPE_SZ, 0), Err(Errno::EBADF));
+    assert_eq!(fcntl(&mut v, f, F_SETPIPE_SZ, 4096), Err(Errno::EBADF));
 }
 
 #[test]
