@@ -224,8 +224,8 @@ pub fn drop_root(parent: Option<i32>, ids: (u32, u32)) -> Result<(), ConfineErro
         // Drop to the instance's user: with no keep-caps, setresuid from
         // root to non-root clears every capability. Uid 0 never comes here
         // (a range starts at 1; the spec's default is nobody; a guest's
-        // own user for a writable mount is never root).
-        let (uid, gid) = if ids.0 == 0 { (NOBODY, NOBODY) } else { ids };
+        // own user for a writable mount is never root), nor group 0.
+        let (uid, gid) = if ids.0 == 0 { (NOBODY, NOBODY) } else { (ids.0, if ids.1 == 0 { NOBODY } else { ids.1 }) };
         step("drop supplementary groups", libc::setgroups(0, core::ptr::null()))?;
         step("switch to the instance's group", libc::setresgid(gid, gid, gid))?;
         step("switch to the instance's user", libc::setresuid(uid, uid, uid))?;
