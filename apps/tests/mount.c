@@ -268,8 +268,8 @@ static void hostile(const char *dir)
 }
 
 /* shoal_abi: Hypercall::HostFs, HostFsArgs, HOSTFS_*; BootInfo::hypercall_entry. */
-enum { HC_HOSTFS = 18, OP_MOUNT = 0, OP_STAT = 1, OP_READ = 2, OP_LIST = 3, OP_READLINK = 4 };
-enum { OP_WRITABLE = 5, OP_CREATE = 6, OP_WRITE = 7, OP_TRUNCATE = 8, OP_UNLINK = 9, OP_MKDIR = 10, OP_RENAME = 12, OP_CHMOD = 14 };
+enum { HC_HOSTFS = 18, OP_MOUNT = 0, OP_STAT = 1, OP_READ = 2, OP_LIST = 3, OP_READLINK = 4, OP_MAP = 5, OP_MAP_EXEC = 6, OP_UNMAP = 7 };
+enum { OP_WRITABLE = 8, OP_CREATE = 9, OP_WRITE = 10, OP_TRUNCATE = 11, OP_UNLINK = 12, OP_MKDIR = 13, OP_RENAME = 15, OP_CHMOD = 17 };
 struct hostfs_args {
 	uint64_t op, mount, path, path_len, off, buf, len;
 	int64_t ret;
@@ -300,11 +300,70 @@ static void raw_op(const char *name, uint64_t op, uint64_t mount, const char *pa
 	printf("%s %s\n", name, raw_ename(a.ret));
 }
 
+/* HOSTFS_MAP and HOSTFS_UNMAP with hostile ranges, offsets and files. */
+static int64_t raw_map(const char *name, uint64_t op, const char *path, uint64_t off, uint64_t addr, uint64_t len)
+{
+	static struct hostfs_args a;
+	a = (struct hostfs_args){op, 0, (uint64_t)(uintptr_t)path, path ? strlen(path) : 0, off, addr, len, 0};
+	hypercall(HC_HOSTFS, &a);
+	printf("%s %s", name, raw_ename(a.ret));
+	if (a.ret >= 0 && op != OP_UNMAP)
+		printf(" %lld", (long long)a.ret);
+	printf("\n");
+	return a.ret;
+}
+
+static void raw_maps(void)
+{
+	uint64_t pg = 4096;
+	char *area = mmap(NULL, 3 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (area == MAP_FAILED) {
+		printf("raw-map-area %s\n", ename(errno));
+		return;
+	}
+	uint64_t at = (uint64_t)(uintptr_t)area;
+	if (raw_map("raw-map-ok", OP_MAP, "hello.txt", 0, at, 2 * pg) == (int64_t)pg)
+		printf("raw-map-shows %.11s then %d\n", area, area[pg - 1]);
+	if (raw_map("raw-unmap-ok", OP_UNMAP, NULL, PROT_READ | PROT_WRITE, at, 2 * pg) == 0) {
+		area[0] = 'x';
+		printf("raw-unmap-zero %d %d\n", area[1], area[pg]);
+	}
+	raw_map("raw-map-big-tail", OP_MAP, "sub/big.bin", 48 * pg, at, 3 * pg);
+	raw_map("raw-map-past-end", OP_MAP, "hello.txt", 16 * pg, at, pg);
+	raw_map("raw-map-code", OP_MAP, "hello.txt", 0, (uint64_t)(uintptr_t)&raw_maps & ~(pg - 1), pg);
+	raw_map("raw-map-low", OP_MAP, "hello.txt", 0, 0, pg);
+	raw_map("raw-map-outside", OP_MAP, "hello.txt", 0, 0xfffffffffff000ull, pg);
+	raw_map("raw-map-wrap", OP_MAP, "hello.txt", 0, at, 0 - pg);
+	raw_map("raw-map-unaligned", OP_MAP, "hello.txt", 0, at + 1, pg);
+	raw_map("raw-map-odd-len", OP_MAP, "hello.txt", 0, at, 100);
+	raw_map("raw-map-empty", OP_MAP, "hello.txt", 0, at, 0);
+	raw_map("raw-map-odd-off", OP_MAP, "hello.txt", 1, at, pg);
+	raw_map("raw-map-dotdot", OP_MAP, "../../../../etc/shadow", 0, at, pg);
+	raw_map("raw-map-link", OP_MAP, "escape_abs", 0, at, pg);
+	raw_map("raw-map-dir", OP_MAP, "sub", 0, at, pg);
+	raw_map("raw-map-fifo", OP_MAP, "fifo", 0, at, pg);
+	raw_map("raw-map-exec", OP_MAP_EXEC, "hello.txt", 0, at, pg);
+	raw_map("raw-unmap-code", OP_UNMAP, NULL, PROT_READ, (uint64_t)(uintptr_t)&raw_maps & ~(pg - 1), pg);
+	raw_map("raw-unmap-exec", OP_UNMAP, NULL, PROT_READ | PROT_EXEC, at, pg);
+	raw_map("raw-unmap-prot", OP_UNMAP, NULL, 0x10, at, pg);
+	raw_map("raw-unmap-back", OP_UNMAP, NULL, PROT_READ | PROT_WRITE, at, 3 * pg);
+}
+
 static long raw_syscall4(long nr, long a, long b, long c, long d)
 {
 	long r;
 	register long r10 __asm__("r10") = d;
 	__asm__ volatile("syscall" : "=a"(r) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
+	return r;
+}
+
+static long raw_syscall6(long nr, long a, long b, long c, long d, long e, long f)
+{
+	long r;
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	__asm__ volatile("syscall" : "=a"(r) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9) : "rcx", "r11", "memory");
 	return r;
 }
 
@@ -337,6 +396,7 @@ static void raw(const char *tender)
 	raw_op("raw-op-bad", 77, 0, "hello.txt", 9, buf, sizeof buf);
 	raw_op("raw-mount-name-99", OP_MOUNT, 99, "", 0, buf, sizeof buf);
 #undef R
+	raw_maps();
 	if (strcmp(tender, "spt") == 0) {
 		/* The host calls the filter allows, made by the guest itself,
 		 * beneath the mount's descriptor (shoal-spt MOUNT_FD0) without
@@ -358,6 +418,15 @@ static void raw(const char *tender)
 		how.mode = 0;
 		r = raw_syscall4(437, 1000, (long)"hello.txt", (long)&how, 24);
 		printf("sys-openat2-write %s\n", r >= 0 ? "OK" : ename((int)-r));
+		/* A mounted file mapped privately and read-only over its own
+		 * memory by the guest itself: what HOSTFS_MAP does, allowed. */
+		how.flags = O_RDONLY;
+		r = raw_syscall4(437, 1000, (long)"hello.txt", (long)&how, 24);
+		char *area = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (r >= 0 && area != MAP_FAILED) {
+			long m = raw_syscall6(9, (long)area, 4096, PROT_READ, MAP_PRIVATE | MAP_FIXED, r, 0);
+			printf("sys-mmap-mounted %s %.5s\n", m >= 0 ? "OK" : ename((int)-m), m >= 0 ? area : "");
+		}
 		fflush(stdout);
 		/* Not beneath a mount's descriptor: the filter kills. */
 		how.flags = O_RDONLY;

@@ -468,37 +468,53 @@ pub const HOSTFS_LIST: u64 = 3;
 /// [`HostFsArgs::op`]: the target of symbolic link `path` into `buf`
 /// (truncated to `len`); `ret` its length.
 pub const HOSTFS_READLINK: u64 = 4;
+/// [`HostFsArgs::op`]: maps regular file `path` from offset `off` (page
+/// aligned) privately at guest address `buf` (page aligned) over at most
+/// `len` bytes (a multiple of the page size) of the guest's free memory,
+/// read-only: the host's page cache of the file, shared by every instance
+/// (and native process) that maps it, copied on a write only. Only the
+/// whole pages inside the file are mapped; `ret` their bytes (0: `off` is
+/// past the end). `-EFAULT`: the range is not the guest's free memory;
+/// `-EINVAL`: misaligned or empty.
+pub const HOSTFS_MAP: u64 = 5;
+/// [`HostFsArgs::op`]: as [`HOSTFS_MAP`], readable and executable (an
+/// unmodified executable's libraries; `-EINVAL` in another instance).
+pub const HOSTFS_MAP_EXEC: u64 = 6;
+/// [`HostFsArgs::op`]: gives `[buf, buf + len)` (the guest's free memory,
+/// page aligned) fresh zero memory again with protection `off`
+/// (`PROT_*`), ending what [`HOSTFS_MAP`] mapped there; no path.
+pub const HOSTFS_UNMAP: u64 = 7;
 /// [`HostFsArgs::op`]: whether mount `mount` is writable (`HOSTDIR:GUESTDIR:rw`):
 /// `ret` 1 or 0. A tender without writable mounts answers `-EINVAL`
 /// (read-only). The calls below answer `-EROFS` on a read-only mount.
-pub const HOSTFS_WRITABLE: u64 = 5;
+pub const HOSTFS_WRITABLE: u64 = 8;
 /// [`HostFsArgs::op`]: create regular file `path` with mode `off` (the
 /// guest's umask applied); `len` 1: exclusively (`-EEXIST` if it exists),
 /// 0: an existing regular file is kept. Never follows a link.
-pub const HOSTFS_CREATE: u64 = 6;
+pub const HOSTFS_CREATE: u64 = 9;
 /// [`HostFsArgs::op`]: write `len` bytes (at most [`HOSTFS_IO_MAX`]) from
 /// `buf` into regular file `path` at offset `off`; `ret` the count.
-pub const HOSTFS_WRITE: u64 = 7;
+pub const HOSTFS_WRITE: u64 = 10;
 /// [`HostFsArgs::op`]: set regular file `path`'s size to `off`.
-pub const HOSTFS_TRUNCATE: u64 = 8;
+pub const HOSTFS_TRUNCATE: u64 = 11;
 /// [`HostFsArgs::op`]: remove the name `path` (not a directory).
-pub const HOSTFS_UNLINK: u64 = 9;
+pub const HOSTFS_UNLINK: u64 = 12;
 /// [`HostFsArgs::op`]: make directory `path` with mode `off`.
-pub const HOSTFS_MKDIR: u64 = 10;
+pub const HOSTFS_MKDIR: u64 = 13;
 /// [`HostFsArgs::op`]: remove the empty directory `path`.
-pub const HOSTFS_RMDIR: u64 = 11;
+pub const HOSTFS_RMDIR: u64 = 14;
 /// [`HostFsArgs::op`]: rename `path` to the path at `buf` (`len` bytes) in
 /// the same mount, with `renameat2` flags `off` (`RENAME_NOREPLACE`,
 /// `RENAME_EXCHANGE`).
-pub const HOSTFS_RENAME: u64 = 12;
+pub const HOSTFS_RENAME: u64 = 15;
 /// [`HostFsArgs::op`]: flush regular file `path` to the host's storage.
-pub const HOSTFS_FSYNC: u64 = 13;
+pub const HOSTFS_FSYNC: u64 = 16;
 /// [`HostFsArgs::op`]: set `path`'s permission bits to `off`.
-pub const HOSTFS_CHMOD: u64 = 14;
+pub const HOSTFS_CHMOD: u64 = 17;
 /// [`HostFsArgs::op`]: set `path`'s access and modification times
 /// (`utimensat`'s two `timespec`s, `UTIME_NOW`/`UTIME_OMIT` included, as
 /// four `i64` at `buf`), not following a link.
-pub const HOSTFS_UTIMES: u64 = 15;
+pub const HOSTFS_UTIMES: u64 = 18;
 /// Longest `path` of a [`HostFsArgs`] (Linux's `PATH_MAX` less its NUL).
 pub const HOSTFS_PATH_MAX: u64 = 4095;
 /// Most bytes one [`HOSTFS_READ`] or [`HOSTFS_LIST`] moves (a larger

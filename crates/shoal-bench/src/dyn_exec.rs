@@ -7,8 +7,9 @@
 //! connections with the server on one CPU and wrk on another (as `bench
 //! http --pin`; mean ± SD), the idle memory of one instance (PSS of its
 //! process tree) and the PSS sum of `--instances` idle Node instances
-//! against as many native Node processes. spt runs in the default memory
-//! mode (`copy`: the executable's segments copied into each instance)
+//! against as many native Node processes. spt runs in memory mode `copy`
+//! (named: `node`'s default on spt is `pool`; the executable's segments
+//! copied into each instance)
 //! and, as `spt-pool`, with `--mem-mode pool` (the executable's code and
 //! read-only data mapped from the library pool, shared by every
 //! instance; a pool of the bench's own in /dev/shm, counted once at its
@@ -154,6 +155,9 @@ impl Env {
         c.args(["--tender", tender]).args(SYSTEM_MOUNTS).arg("--mount").arg(format!("{}:/app:ro", self.scripts.display()));
         if sys == "spt-pool" {
             c.args(["--mem-mode", "pool"]).env("SHOAL_POOL_DIR", self.pool.path());
+        } else if sys == "spt" {
+            // Named: a large executable's default on spt is pool mode.
+            c.args(["--mem-mode", "copy"]);
         }
         if let Some(port) = publish {
             c.arg("--publish").arg(format!("127.0.0.1:{port}:8080"));

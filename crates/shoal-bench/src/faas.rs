@@ -29,8 +29,8 @@
 //!   beside the C ones: cold start and warm latency of the no-op, warm
 //!   fib, and the largest `--bursts` size of concurrent Go cold starts;
 //! - node: seed 002's Node.js functions (apps/functions/node) served by the
-//!   Node.js function runtime (the host's node) on every backend
-//!   ([`node`]).
+//!   Node.js function runtime (the host's node) on every backend, with the
+//!   largest `--bursts` size of concurrent Node.js cold starts ([`node`]).
 //!
 //! CPU time is read from /proc (each thread's schedstat run time in ns,
 //! plus the CPU time of reaped children): hardware counters, which the

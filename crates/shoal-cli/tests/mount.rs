@@ -217,6 +217,29 @@ raw-mount-99 EINVAL
 raw-mount-huge EINVAL
 raw-op-bad EINVAL
 raw-mount-name-99 ENOENT
+raw-map-ok OK 4096
+raw-map-shows hello mount then 0
+raw-unmap-ok OK
+raw-unmap-zero 0 0
+raw-map-big-tail OK 4096
+raw-map-past-end OK 0
+raw-map-code EFAULT
+raw-map-low EFAULT
+raw-map-outside EFAULT
+raw-map-wrap EFAULT
+raw-map-unaligned EINVAL
+raw-map-odd-len EINVAL
+raw-map-empty EINVAL
+raw-map-odd-off EINVAL
+raw-map-dotdot EXDEV
+raw-map-link ELOOP
+raw-map-dir EISDIR
+raw-map-fifo EINVAL
+raw-map-exec EINVAL
+raw-unmap-code EFAULT
+raw-unmap-exec EINVAL
+raw-unmap-prot EINVAL
+raw-unmap-back OK
 ";
 
 /// spt's guest making the host calls itself (it shares the process): the
@@ -229,6 +252,7 @@ sys-openat2-absolute ENOENT
 sys-openat2-link-abs ENOENT
 sys-openat2-create EROFS
 sys-openat2-write EACCES
+sys-mmap-mounted OK hello
 ";
 
 #[test]

@@ -37,8 +37,9 @@
 //! buffers.
 
 use shoal_abi::{
-    HostFsArgs, HostStat, HOSTFS_CHMOD, HOSTFS_CREATE, HOSTFS_FSYNC, HOSTFS_IO_MAX, HOSTFS_LIST, HOSTFS_MKDIR, HOSTFS_MOUNT, HOSTFS_PATH_MAX, HOSTFS_READ,
-    HOSTFS_READLINK, HOSTFS_RENAME, HOSTFS_RMDIR, HOSTFS_STAT, HOSTFS_TRUNCATE, HOSTFS_UNLINK, HOSTFS_UTIMES, HOSTFS_WRITABLE, HOSTFS_WRITE,
+    HostFsArgs, HostStat, HOSTFS_CHMOD, HOSTFS_CREATE, HOSTFS_FSYNC, HOSTFS_IO_MAX, HOSTFS_LIST, HOSTFS_MAP_EXEC, HOSTFS_MKDIR, HOSTFS_MOUNT, HOSTFS_PATH_MAX,
+    HOSTFS_READ, HOSTFS_READLINK, HOSTFS_RENAME, HOSTFS_RMDIR, HOSTFS_STAT, HOSTFS_TRUNCATE, HOSTFS_UNLINK, HOSTFS_UNMAP, HOSTFS_UTIMES, HOSTFS_WRITABLE,
+    HOSTFS_WRITE, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE,
 };
 use shoal_loader::{GuestAddr, GuestMemory};
 use std::os::fd::RawFd;
@@ -297,8 +298,8 @@ fn serve_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(
         return if i < m.count { Ok(u64::from(m.is_writable(i))) } else { Err(libc::ENOENT) };
     }
     let dir = m.fd(i).ok_or(libc::EINVAL)?;
-    let mut path = [0u8; HOSTFS_PATH_MAX as usize + 2];
-    let path = guest_path(mem, a.path, a.path_len, &mut path)?;
+    let mut buf = [0u8; HOSTFS_PATH_MAX as usize + 2];
+    let path = guest_path(a, mem, &mut buf)?;
     if (HOSTFS_CREATE..=HOSTFS_UTIMES).contains(&a.op) {
         if !m.is_writable(i) {
             return Err(libc::EROFS);
@@ -325,24 +326,7 @@ fn serve_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(
             readlink_fd(&fd, out.slice()).map(|n| n as u64)
         }
         HOSTFS_READ => {
-            // The type first, on an O_PATH descriptor: opening a device or
-            // a FIFO for reading can have effects of its own.
-            let probe = open_beneath(dir, path, libc::O_PATH | libc::O_NOFOLLOW)?;
-            let st = fstat(&probe)?;
-            match st.st_mode & libc::S_IFMT {
-                libc::S_IFREG => {}
-                libc::S_IFDIR => return Err(libc::EISDIR),
-                // A link is never followed here (the guest's kernel does).
-                libc::S_IFLNK => return Err(libc::ELOOP),
-                _ => return Err(libc::EINVAL),
-            }
-            let fd = open_beneath(dir, path, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK)?;
-            let now = fstat(&fd)?;
-            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
-                // Replaced in between: the guest asks again.
-                return Err(libc::EAGAIN);
-            }
-            drop(probe);
+            let (fd, _) = open_regular(dir, path)?;
             let mut out = out_buf(mem, writable, a.buf, a.len.min(HOSTFS_IO_MAX))?;
             pread(&fd, out.slice(), a.off).map(|n| n as u64)
         }
@@ -355,17 +339,17 @@ fn serve_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(
     }
 }
 
-/// Copies the guest's path at `[addr, addr + len)` into `buf`,
-/// NUL-terminated (`.` for an empty one).
-fn guest_path<'b>(mem: &GuestMemory, addr: u64, len: u64, buf: &'b mut [u8; HOSTFS_PATH_MAX as usize + 2]) -> Result<&'b [u8], i32> {
-    if len > HOSTFS_PATH_MAX {
+/// The NUL-terminated path of request `a` (`.` for an empty one), copied
+/// out of guest memory into `buf`.
+fn guest_path<'b>(a: &HostFsArgs, mem: &GuestMemory, buf: &'b mut [u8; HOSTFS_PATH_MAX as usize + 2]) -> Result<&'b [u8], i32> {
+    if a.path_len > HOSTFS_PATH_MAX {
         return Err(libc::ENAMETOOLONG);
     }
-    let n = len as usize;
+    let n = a.path_len as usize;
     if n == 0 {
         buf[0] = b'.';
     } else {
-        let src = mem.host_ptr(GuestAddr(addr), len).map_err(|_| libc::EFAULT)?;
+        let src = mem.host_ptr(GuestAddr(a.path), a.path_len).map_err(|_| libc::EFAULT)?;
         // SAFETY: `[src, src + n)` lies in guest memory (checked), mapped
         // readable for the tender; `buf` has room for n + 1 bytes.
         unsafe { core::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), n) };
@@ -375,6 +359,131 @@ fn guest_path<'b>(mem: &GuestMemory, addr: u64, len: u64, buf: &'b mut [u8; HOST
     }
     buf[n.max(1)] = 0;
     Ok(&buf[..n.max(1) + 1])
+}
+
+/// Opens regular file `path` beneath `dir` for reading. The type first,
+/// on an `O_PATH` descriptor: opening a device or a FIFO for reading can
+/// have effects of its own.
+fn open_regular(dir: RawFd, path: &[u8]) -> Result<(Fd, libc::stat), i32> {
+    let probe = open_beneath(dir, path, libc::O_PATH | libc::O_NOFOLLOW)?;
+    let st = fstat(&probe)?;
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => {}
+        libc::S_IFDIR => return Err(libc::EISDIR),
+        // A link is never followed here (the guest's kernel does).
+        libc::S_IFLNK => return Err(libc::ELOOP),
+        _ => return Err(libc::EINVAL),
+    }
+    let fd = open_beneath(dir, path, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK)?;
+    let now = fstat(&fd)?;
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
+        // Replaced in between: the guest asks again.
+        return Err(libc::EAGAIN);
+    }
+    Ok((fd, now))
+}
+
+/// What a tender does for [`shoal_abi::HOSTFS_MAP`] and [`shoal_abi::HOSTFS_UNMAP`]: the
+/// mapping itself, which differs (spt maps at the guest address, which is
+/// a host address; hvt over its own mapping of guest-physical memory).
+pub trait Mapper {
+    /// Whether page-aligned `[addr, addr + len)` (no overflow) lies in the
+    /// guest's free memory and stack: never the image, the boot-info page,
+    /// the kernel's tables or anything of the tender's.
+    fn free_memory(&self, addr: u64, len: u64) -> bool;
+    /// Whether the guest may have executable pages (an unmodified
+    /// executable's instance).
+    fn exec_allowed(&self) -> bool;
+    /// Maps `fd` (a regular file opened read-only beneath a mount) from
+    /// `off` privately over `[addr, addr + len)` with `prot`
+    /// (`PROT_READ`, perhaps with `PROT_EXEC`); a positive errno.
+    fn map_file(&self, fd: RawFd, off: u64, addr: u64, len: u64, prot: u64) -> Result<(), i32>;
+    /// Gives `[addr, addr + len)` fresh zero memory with `prot`.
+    fn map_zero(&self, addr: u64, len: u64, prot: u64) -> Result<(), i32>;
+}
+
+/// Serves [`shoal_abi::HOSTFS_MAP`], [`shoal_abi::HOSTFS_MAP_EXEC`] and [`shoal_abi::HOSTFS_UNMAP`]; the
+/// result (`ret`). Every argument is the guest's: the range must be page
+/// aligned, non-empty, without overflow and inside the guest's free
+/// memory ([`Mapper::free_memory`]), the file a regular file beneath the
+/// mount (the same confinement as [`shoal_abi::HOSTFS_READ`]) and the offset page
+/// aligned; only the file's whole pages are mapped, so no page past its
+/// end (which would raise `SIGBUS`) is ever mapped.
+pub fn serve_map(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, mapper: &dyn Mapper) -> i64 {
+    match serve_map_inner(m, a, mem, mapper) {
+        Ok(n) => n as i64,
+        Err(e) => neg(e),
+    }
+}
+
+fn serve_map_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, mapper: &dyn Mapper) -> Result<u64, i32> {
+    if m.is_empty() {
+        return Err(libc::ENOSYS);
+    }
+    let aligned = |x: u64| x.is_multiple_of(PAGE_SIZE);
+    if a.len == 0 || !aligned(a.buf) || !aligned(a.len) {
+        return Err(libc::EINVAL);
+    }
+    if a.buf.checked_add(a.len).is_none() || !mapper.free_memory(a.buf, a.len) {
+        return Err(libc::EFAULT);
+    }
+    if a.op == HOSTFS_UNMAP {
+        let prot = a.off;
+        if prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 || (prot & PROT_EXEC != 0 && !mapper.exec_allowed()) {
+            return Err(libc::EINVAL);
+        }
+        mapper.map_zero(a.buf, a.len, prot)?;
+        return Ok(0);
+    }
+    let prot = if a.op == HOSTFS_MAP_EXEC { PROT_READ | PROT_EXEC } else { PROT_READ };
+    if (prot & PROT_EXEC != 0 && !mapper.exec_allowed()) || !aligned(a.off) {
+        return Err(libc::EINVAL);
+    }
+    let i = usize::try_from(a.mount).map_err(|_| libc::EINVAL)?;
+    let dir = m.fd(i).ok_or(libc::EINVAL)?;
+    let mut buf = [0u8; HOSTFS_PATH_MAX as usize + 2];
+    let path = guest_path(a, mem, &mut buf)?;
+    let (fd, st) = open_regular(dir, path)?;
+    // The whole pages inside the file from `off` on.
+    let size = (st.st_size.max(0) as u64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
+    let len = size.saturating_sub(a.off).min(a.len);
+    if len > 0 {
+        mapper.map_file(fd.0, a.off, a.buf, len, prot)?;
+    }
+    Ok(len)
+}
+
+/// Copies the directory's `linux_dirent64` records from entry number
+/// `skip` on into `out`, each record's `d_off` rewritten to the number of
+/// the entry after it.
+fn list(fd: &Fd, skip: u64, out: &mut [u8]) -> Result<u64, i32> {
+    let mut chunk = [0u8; 8192];
+    let mut index = 0u64;
+    let mut written = 0usize;
+    loop {
+        let n = getdents64(fd, &mut chunk)?;
+        if n == 0 {
+            return Ok(written as u64);
+        }
+        let mut at = 0usize;
+        while at + 19 <= n {
+            let reclen = usize::from(u16::from_ne_bytes([chunk[at + 16], chunk[at + 17]]));
+            if reclen < 19 || at + reclen > n {
+                return Err(libc::EIO);
+            }
+            if index >= skip {
+                if written + reclen > out.len() {
+                    return if written == 0 { Err(libc::EINVAL) } else { Ok(written as u64) };
+                }
+                let rec = &mut out[written..written + reclen];
+                rec.copy_from_slice(&chunk[at..at + reclen]);
+                rec[8..16].copy_from_slice(&(index + 1).to_ne_bytes());
+                written += reclen;
+            }
+            index += 1;
+            at += reclen;
+        }
+    }
 }
 
 /// `path` (NUL-terminated) split into its parent (NUL-terminated, `.` for
@@ -397,7 +506,7 @@ fn split_last<'b>(path: &[u8], parent: &'b mut [u8; HOSTFS_PATH_MAX as usize + 2
 
 /// A regular file beneath `dir` opened with `flags` (never a link, a
 /// device or a FIFO: checked on an `O_PATH` look first, as for reading).
-fn open_regular(dir: RawFd, path: &[u8], flags: i32) -> Result<Fd, i32> {
+fn open_regular_for(dir: RawFd, path: &[u8], flags: i32) -> Result<Fd, i32> {
     let probe = open_beneath(dir, path, libc::O_PATH | libc::O_NOFOLLOW)?;
     let st = fstat(&probe)?;
     match st.st_mode & libc::S_IFMT {
@@ -443,12 +552,12 @@ fn serve_write(m: &Mounts, dir: RawFd, path: &[u8], a: &HostFsArgs, mem: &GuestM
                 Ok(fd) => given(&fd, mode),
                 // Kept as it is (Linux's open(O_CREAT) of an existing file),
                 // if it is a regular file.
-                Err(libc::EEXIST) if a.len & 1 == 0 => open_regular(dir, path, libc::O_RDONLY).map(|_| 0),
+                Err(libc::EEXIST) if a.len & 1 == 0 => open_regular_for(dir, path, libc::O_RDONLY).map(|_| 0),
                 Err(e) => Err(e),
             }
         }
         HOSTFS_WRITE => {
-            let fd = open_regular(dir, path, libc::O_WRONLY)?;
+            let fd = open_regular_for(dir, path, libc::O_WRONLY)?;
             let len = a.len.min(HOSTFS_IO_MAX);
             let src = mem.host_ptr(GuestAddr(a.buf), len).map_err(|_| libc::EFAULT)?;
             let off = i64::try_from(a.off).map_err(|_| libc::EFBIG)?;
@@ -457,13 +566,13 @@ fn serve_write(m: &Mounts, dir: RawFd, path: &[u8], a: &HostFsArgs, mem: &GuestM
             check(unsafe { libc::syscall(libc::SYS_pwrite64, fd.0, src, len as usize, off) })
         }
         HOSTFS_TRUNCATE => {
-            let fd = open_regular(dir, path, libc::O_WRONLY)?;
+            let fd = open_regular_for(dir, path, libc::O_WRONLY)?;
             let len = i64::try_from(a.off).map_err(|_| libc::EFBIG)?;
             // SAFETY: a plain call on a descriptor this module owns.
             check(unsafe { libc::syscall(libc::SYS_ftruncate, fd.0, len) })
         }
         HOSTFS_FSYNC => {
-            let fd = open_regular(dir, path, libc::O_RDONLY)?;
+            let fd = open_regular_for(dir, path, libc::O_RDONLY)?;
             // SAFETY: a plain call on a descriptor this module owns.
             check(unsafe { libc::syscall(libc::SYS_fsync, fd.0) })
         }
@@ -521,7 +630,7 @@ fn serve_write(m: &Mounts, dir: RawFd, path: &[u8], a: &HostFsArgs, mem: &GuestM
         }
         HOSTFS_RENAME => {
             let mut to = [0u8; HOSTFS_PATH_MAX as usize + 2];
-            let to = guest_path(mem, a.buf, a.len, &mut to)?;
+            let to = guest_path(&HostFsArgs { path: a.buf, path_len: a.len, ..*a }, mem, &mut to)?;
             let mut up1 = [0u8; HOSTFS_PATH_MAX as usize + 2];
             let mut up2 = [0u8; HOSTFS_PATH_MAX as usize + 2];
             let (up1, n1) = split_last(path, &mut up1)?;
@@ -534,38 +643,5 @@ fn serve_write(m: &Mounts, dir: RawFd, path: &[u8], a: &HostFsArgs, mem: &GuestM
             check(unsafe { libc::syscall(libc::SYS_renameat2, p1.0, n1.as_ptr(), p2.0, n2.as_ptr(), flags) })
         }
         _ => Err(libc::EINVAL),
-    }
-}
-
-/// Copies the directory's `linux_dirent64` records from entry number
-/// `skip` on into `out`, each record's `d_off` rewritten to the number of
-/// the entry after it.
-fn list(fd: &Fd, skip: u64, out: &mut [u8]) -> Result<u64, i32> {
-    let mut chunk = [0u8; 8192];
-    let mut index = 0u64;
-    let mut written = 0usize;
-    loop {
-        let n = getdents64(fd, &mut chunk)?;
-        if n == 0 {
-            return Ok(written as u64);
-        }
-        let mut at = 0usize;
-        while at + 19 <= n {
-            let reclen = usize::from(u16::from_ne_bytes([chunk[at + 16], chunk[at + 17]]));
-            if reclen < 19 || at + reclen > n {
-                return Err(libc::EIO);
-            }
-            if index >= skip {
-                if written + reclen > out.len() {
-                    return if written == 0 { Err(libc::EINVAL) } else { Ok(written as u64) };
-                }
-                let rec = &mut out[written..written + reclen];
-                rec.copy_from_slice(&chunk[at..at + reclen]);
-                rec[8..16].copy_from_slice(&(index + 1).to_ne_bytes());
-                written += reclen;
-            }
-            index += 1;
-            at += reclen;
-        }
     }
 }

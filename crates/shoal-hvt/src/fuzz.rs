@@ -170,6 +170,7 @@ impl Harness {
             fault: Some(&self.fault),
             program: None,
             mounts: None,
+            file_maps: None,
         };
         let rip = if cpl == 0 { x86::STUB_ADDR + 0x10 } else { HEAP_START };
         let mut origin = || Ok(Origin { cpl, rip });

@@ -165,6 +165,9 @@ pub struct Guest<'a> {
     pub program: Option<&'a std::cell::Cell<Option<(u64, u64)>>>,
     /// The read-only host directories (`--mount`); `None`: none (`ENOSYS`).
     pub mounts: Option<&'a shoal_hostcall::hostfs::Mounts>,
+    /// Maps mounted files' pages into guest memory (`HOSTFS_MAP`,
+    /// `crate::protect`); `None`: not available (`ENOSYS`).
+    pub file_maps: Option<&'a dyn shoal_hostcall::hostfs::Mapper>,
 }
 
 /// How the run loop gives one range of a `Release` request back: as
@@ -444,6 +447,10 @@ pub fn handle(
             };
             a.ret = match g.mounts {
                 None => -i64::from(libc::ENOSYS),
+                Some(m) if matches!(a.op, shoal_abi::HOSTFS_MAP | shoal_abi::HOSTFS_MAP_EXEC | shoal_abi::HOSTFS_UNMAP) => match g.file_maps {
+                    Some(f) => shoal_hostcall::hostfs::serve_map(m, &a, g.mem, f),
+                    None => -i64::from(libc::ENOSYS),
+                },
                 Some(m) => shoal_hostcall::hostfs::serve(m, &a, g.mem, &|addr, len| g.read_only.writable(g.mem, addr, len)),
             };
             put(g, call, arg, &a)

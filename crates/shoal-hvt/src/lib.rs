@@ -577,6 +577,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         fault: Some(&fault_handler),
         program: Some(&program_fault),
         mounts: (!mounts.is_empty()).then_some(&mounts),
+        file_maps: Some(&tables),
     };
     let mut buffer = None;
     // SIGTERM and SIGHUP go to the guest while it runs (crate::forward);

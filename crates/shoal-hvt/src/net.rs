@@ -990,6 +990,7 @@ mod tests {
             fault: None,
             program: None,
             mounts: None,
+            file_maps: None,
         });
     }
 

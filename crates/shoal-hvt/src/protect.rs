@@ -219,6 +219,26 @@ impl Tables<'_> {
         Ok(0)
     }
 
+    /// `mmap(MAP_FIXED)` over the VMM's mapping of guest-physical
+    /// `[addr, addr + len)` (inside `[heap_start, mem_size)`, checked by
+    /// the caller): `fd` from `off`, or fresh anonymous memory (`fd` -1).
+    /// Read-write for the VMM whatever the guest's protection (its page
+    /// tables decide that); private, so a write copies the page. KVM drops
+    /// its translations of the old pages through the host's MMU notifier.
+    fn remap(&self, addr: u64, len: u64, fd: i32, off: u64) -> Result<(), i32> {
+        let (Ok(at), Ok(n), Ok(off)) = (usize::try_from(addr), usize::try_from(len), libc::off_t::try_from(off)) else { return Err(libc::EINVAL) };
+        let flags = if fd < 0 { libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE } else { libc::MAP_PRIVATE };
+        // SAFETY: [at, at + n) lies inside the guest memory mapping
+        // (checked by the caller against mem_size, its length), which no
+        // Rust reference points into across a hypercall; MAP_FIXED
+        // replaces only those pages.
+        let p = unsafe { libc::mmap(self.low.as_ptr().add(at).cast(), n, libc::PROT_READ | libc::PROT_WRITE, flags | libc::MAP_FIXED, fd, off) };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
+        }
+        Ok(())
+    }
+
     /// The 4 KiB page table mapping `addr`, splitting its 2 MiB page into
     /// one from the pool first if needed (then `true`).
     fn table_of(&self, addr: u64) -> Result<(u64, bool), String> {
@@ -239,6 +259,28 @@ impl Tables<'_> {
         }
         self.write(pde_at, pt | x86::DIR_BITS)?;
         Ok((pt, true))
+    }
+}
+
+/// `HOSTFS_MAP` on hvt: a mounted file's pages become the guest-physical
+/// pages of `[addr, addr + len)` (the host's page cache, shared by every
+/// instance that maps the file, copied on a write); the guest's page
+/// tables, and so its protection, stay as they are.
+impl shoal_hostcall::hostfs::Mapper for Tables<'_> {
+    fn free_memory(&self, addr: u64, len: u64) -> bool {
+        addr >= self.heap_start && addr.checked_add(len).is_some_and(|e| e <= self.mem_size)
+    }
+
+    fn exec_allowed(&self) -> bool {
+        self.run_time_code
+    }
+
+    fn map_file(&self, fd: i32, off: u64, addr: u64, len: u64, _prot: u64) -> Result<(), i32> {
+        self.remap(addr, len, fd, off)
+    }
+
+    fn map_zero(&self, addr: u64, len: u64, _prot: u64) -> Result<(), i32> {
+        self.remap(addr, len, -1, 0)
     }
 }
 

@@ -88,6 +88,7 @@
 //! |---|---|---|---|
 //! | `openat2` (437) | dirfd (32-bit) in `[MOUNT_FD0, MOUNT_FD0 + mounts)` (`crate::MOUNT_FD0` = 1000), size == 24 | `HostFs` hypercall (`shoal_hostcall::hostfs`): one file beneath a mount, `RESOLVE_BENEATH` and no links | open, for reading, files of the mounted directories: each descriptor is a detached read-only `nosuid`/`nodev` clone of one (`crate::confine::jail_mounts`), where `..` at the top stays there and nothing can be written (`EROFS`); an absolute path or a link resolves in the empty root (`ENOENT`); Landlock grants reading beneath the clones and nothing else |
 //! | `fstat` (5), `pread64` (17), `getdents64` (217), `readlinkat` (267), `close` (3) | fd >= 3 | `HostFs` hypercall: attributes, bytes, entries or link target of what it opened, then closing it | read what it could open that way, or (`readlinkat` with an absolute path) read links of its empty root; on sockets and the alias file these fail or read its own memory; `close` only breaks its own instance |
+//! | `mmap` (9) | fd (32-bit) >= 3, flags (32-bit) == `MAP_PRIVATE \| MAP_FIXED`, prot `PROT_READ` (with `PROT_EXEC` too in an unmodified executable's instance), `heap_start <= addr`, `addr + len <= mem_size` (the alias ladder) | `HostFs` hypercall `HOSTFS_MAP`: a library's pages are the host's page cache of the mounted file, shared by every instance, copied on a write | map privately, over its own free memory, what it holds a descriptor of: a mounted file (which it can read anyway), the alias file (a copy of its own pages), a socket or the watch set (`ENODEV`, or a TCP socket's empty zero-copy area); never writable, never outside `[heap_start, mem_size)`, never a host file it could not open |
 //!
 //! An instance with networking (listening sockets handed over with
 //! `--publish`/`--listen-fd`, `--net-outbound` or `--net-bind-any`;
@@ -249,10 +250,40 @@ fn alias_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
     Ok(rules)
 }
 
+/// The `mmap` ladder for mounted files (module docs): rule `j` allows a
+/// length up to `2^j` when `addr` lies in `[heap_start, mem_size - 2^j]`;
+/// always private and fixed, from a descriptor of 3 up, `PROT_READ` (and
+/// `PROT_EXEC` in an executable's instance), never writable.
+fn file_map_rules(g: GuestRange) -> Result<Vec<SeccompRule>, FilterError> {
+    let refused = if g.run_time_code { 0xffff_fffa } else { 0xffff_fffe };
+    let mut rules = Vec::new();
+    for j in 12..63u32 {
+        let step = 1u64 << j;
+        let Some(top) = g.mem_size.checked_sub(step) else { break };
+        if top < g.heap_start {
+            break;
+        }
+        rules.push(SeccompRule::new(vec![
+            qword(0, SeccompCmpOp::Ge, g.heap_start)?,
+            qword(0, SeccompCmpOp::Le, top)?,
+            qword(1, SeccompCmpOp::Le, step)?,
+            SeccompCondition::new(2, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(refused), 0)?,
+            eq32(3, (libc::MAP_PRIVATE | libc::MAP_FIXED) as u64)?,
+            SeccompCondition::new(4, SeccompCmpArgLen::Dword, SeccompCmpOp::Ge, FIRST_SOCKET_FD as u64)?,
+        ])?);
+    }
+    Ok(rules)
+}
+
 /// The `HostFs` hypercall's calls (module docs, "Read-only host
 /// directories"): opens beneath the mounts' descriptors only, and reading
 /// what was opened.
-fn mount_rules(r: &mut BTreeMap<i64, Vec<SeccompRule>>, mounts: u32) -> Result<(), FilterError> {
+fn mount_rules(r: &mut BTreeMap<i64, Vec<SeccompRule>>, g: GuestRange) -> Result<(), FilterError> {
+    let mounts = g.mounts;
+    // A mounted file's pages mapped privately over the guest's free
+    // memory (module docs): the alias ladder's range, from a descriptor
+    // of 3 up, read-only (and executable in an executable's instance).
+    r.entry(libc::SYS_mmap).or_default().extend(file_map_rules(g)?);
     let below = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Lt, crate::MOUNT_FD0 as u64 + u64::from(mounts))?;
     // openat2 beneath a mount's directory (a detached read-only clone, or
     // a directory Landlock allows only reading beneath), `struct open_how`
@@ -325,7 +356,7 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     // process's ITIMER_REAL (SIGALRM), nothing else.
     r.insert(libc::SYS_setitimer, vec![SeccompRule::new(vec![eq32(0, libc::ITIMER_REAL as u64)?])?]);
     if g.mounts > 0 {
-        mount_rules(&mut r, g.mounts)?;
+        mount_rules(&mut r, g)?;
     }
     if g.writable {
         write_rules(&mut r)?;
@@ -886,6 +917,36 @@ mod hot_path_tests {
         }
         let alias = [g.heap_start, 0x1000, 7, (libc::MAP_SHARED | libc::MAP_FIXED) as u64, 3, g.heap_start + 0x1000];
         assert_eq!(act(libc::SYS_mmap, alias), trap, "an executable alias");
+    }
+
+    /// With mounts, `mmap` of a descriptor from 3, private and fixed, over
+    /// guest memory only, read-only (and executable only in an
+    /// executable's instance), never writable or shared; without mounts
+    /// not at all.
+    #[test]
+    fn mounted_files_map_privately_read_only_into_guest_memory_only() {
+        let x86 = super::AUDIT_ARCH_X86_64;
+        let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, run_time_code: true, mounts: 1 };
+        let prog = super::program(NetPolicy::default(), g).unwrap();
+        let act = |p: &seccompiler::BpfProgram, args: [u64; 6]| run(p, x86, libc::SYS_mmap as u32, args).0;
+        let fixed = (libc::MAP_PRIVATE | libc::MAP_FIXED) as u64;
+        let at = |addr: u64, len: u64, prot: u64, flags: u64, fd: u64| [addr, len, prot, flags, fd, 0x7000];
+        assert_eq!(act(&prog, at(g.heap_start, 0x10_0000, 1, fixed, 1005)), allow, "read-only");
+        assert_eq!(act(&prog, at(g.mem_size - 0x1000, 0x1000, 5, fixed, 7)), allow, "read-execute, last page");
+        assert_eq!(act(&prog, at(g.heap_start, 0x1000, 3, fixed, 7)), trap, "writable");
+        assert_eq!(act(&prog, at(g.heap_start, 0x1000, 7, fixed, 7)), trap, "writable and executable");
+        assert_eq!(act(&prog, at(g.heap_start, 0x1000, 1, (libc::MAP_SHARED | libc::MAP_FIXED) as u64, 7)), trap, "shared");
+        assert_eq!(act(&prog, at(g.heap_start, 0x1000, 1, libc::MAP_PRIVATE as u64, 7)), trap, "not fixed");
+        assert_eq!(act(&prog, at(g.heap_start, 0x1000, 1, fixed, 2)), trap, "stderr");
+        assert_eq!(act(&prog, at(g.heap_start - 0x1000, 0x1000, 1, fixed, 7)), trap, "over the image");
+        assert_eq!(act(&prog, at(g.mem_size - 0x1000, 0x2000, 1, fixed, 7)), trap, "past guest memory");
+        assert_eq!(act(&prog, at(g.mem_size, 0x1000, 1, fixed, 7)), trap, "tender memory");
+        let image = super::program(NetPolicy::default(), GuestRange { run_time_code: false, ..g }).unwrap();
+        assert_eq!(act(&image, at(g.heap_start, 0x1000, 1, fixed, 7)), allow, "an image's instance: read-only");
+        assert_eq!(act(&image, at(g.heap_start, 0x1000, 5, fixed, 7)), trap, "an image's instance: executable");
+        let none = super::program(NetPolicy::default(), GuestRange { mounts: 0, ..g }).unwrap();
+        assert_eq!(act(&none, at(g.heap_start, 0x1000, 1, fixed, 7)), trap, "without mounts");
     }
 
     /// Socket protocols are TCP and UDP only, address

@@ -512,6 +512,9 @@ pub fn dispatch(nr: u64, arg: u64) -> Result<(), End> {
         Some(Hypercall::HostFs) => {
             let mut a: shoal_abi::HostFsArgs = args(nr, arg, true)?;
             a.ret = match MOUNTS.get() {
+                Some(m) if matches!(a.op, shoal_abi::HOSTFS_MAP | shoal_abi::HOSTFS_MAP_EXEC | shoal_abi::HOSTFS_UNMAP) => {
+                    shoal_hostcall::hostfs::serve_map(m, &a, &guest_mem(), &crate::protect::FileMapper)
+                }
                 Some(m) => shoal_hostcall::hostfs::serve(m, &a, &guest_mem(), &writable),
                 None => -i64::from(libc::ENOSYS),
             };

@@ -142,6 +142,62 @@ pub fn alias(a: &AliasArgs) -> i64 {
     0
 }
 
+/// The `HostFs` hypercall's mappings (`shoal_hostcall::hostfs::serve_map`):
+/// a mounted file's pages mapped privately over the guest's free memory
+/// (the host's page cache, shared by every instance that maps the file),
+/// and fresh zero memory back over them. The same range as [`protect`],
+/// split into the pieces the filter's `mmap` ladders allow.
+pub struct FileMapper;
+
+impl shoal_hostcall::hostfs::Mapper for FileMapper {
+    fn free_memory(&self, addr: u64, len: u64) -> bool {
+        range_ok(addr, len, HEAP_START.load(Ordering::Relaxed), MEM_SIZE.load(Ordering::Relaxed))
+    }
+
+    fn exec_allowed(&self) -> bool {
+        RUN_TIME_CODE.load(Ordering::Relaxed)
+    }
+
+    fn map_file(&self, fd: i32, off: u64, addr: u64, len: u64, prot: u64) -> Result<(), i32> {
+        let mem_size = MEM_SIZE.load(Ordering::Relaxed);
+        let (mut at, mut left, mut off) = (addr, len, off);
+        while left > 0 {
+            let n = alias_piece(at, at, left, mem_size);
+            // SAFETY: [at, at + n) is guest memory above everything the
+            // tender protects (checked by `free_memory`), which no Rust
+            // code references; the file is opened read-only and mapped
+            // privately, so nothing reaches the host's file.
+            unsafe { crate::sys::mmap_file(at, n, prot as libc::c_int, fd, off) }.map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))?;
+            at += n;
+            off += n;
+            left -= n;
+        }
+        Ok(())
+    }
+
+    fn map_zero(&self, addr: u64, len: u64, prot: u64) -> Result<(), i32> {
+        let mem_size = MEM_SIZE.load(Ordering::Relaxed);
+        let (mut at, mut left) = (addr, len);
+        let rw = (prot & (PROT_READ | PROT_WRITE)) as libc::c_int;
+        while left > 0 {
+            let n = alias_piece(at, at, left, mem_size);
+            // SAFETY: as in `map_file`; fresh private memory, never
+            // executable here.
+            unsafe { crate::sys::mmap_own(at, n, rw) }.map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))?;
+            at += n;
+            left -= n;
+        }
+        if prot & PROT_EXEC != 0 {
+            pieces(addr, len, mem_size, |a, n| {
+                // SAFETY: as above; PROT_EXEC only in an executable's
+                // instance (checked by the caller through `exec_allowed`).
+                unsafe { crate::sys::mprotect(a, n, prot as libc::c_int) }.map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))
+            })?;
+        }
+        Ok(())
+    }
+}
+
 /// The longest `mprotect` the filter allows at `addr`, `mem_size - addr`
 /// being `d > 0`: the largest power of two strictly below `d` (a page for
 /// the last page), so that `addr + len <= mem_size` always.

@@ -514,6 +514,31 @@ pub unsafe fn mmap_alias(dst: u64, len: u64, prot: libc::c_int, fd: i32, off: u6
     Ok(())
 }
 
+/// `mmap(dst, len, prot, MAP_PRIVATE | MAP_FIXED, fd, off)`: guest pages
+/// `[dst, dst + len)` show file `fd` from `off`, copied on a write
+/// (`crate::protect::FileMapper`).
+///
+/// # Safety
+/// `[dst, dst + len)` must be guest memory that no Rust code references.
+pub unsafe fn mmap_file(dst: u64, len: u64, prot: libc::c_int, fd: i32, off: u64) -> io::Result<()> {
+    // SAFETY: MAP_FIXED replaces only [dst, dst + len), which the caller
+    // vouches for.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::with_exposed_provenance_mut::<libc::c_void>(dst as usize),
+            len as usize,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_FIXED,
+            fd,
+            off as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `mmap(dst, len, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED |
 /// MAP_NORESERVE, -1, 0)`: guest pages `[dst, dst + len)` become fresh
 /// private memory again (`crate::protect`).

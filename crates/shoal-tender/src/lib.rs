@@ -609,7 +609,8 @@ impl RunArgs {
     /// `shoal serve` share.
     pub fn from_opts(o: &RunOpts, image: PathBuf, args: Vec<OsString>) -> Result<RunArgs, ArgsError> {
         let tender = text(&o.tender).map(|t| parse_tender(&t)).transpose()?.unwrap_or_default();
-        let mode = text(&o.mem_mode).map(|m| parse_mode(&m)).transpose()?.unwrap_or(MemoryMode::Copy);
+        let asked = text(&o.mem_mode).map(|m| parse_mode(&m)).transpose()?;
+        let mode = asked.unwrap_or(MemoryMode::Copy);
         let mem = text(&o.mem).unwrap_or_else(|| DEFAULT_MEM.into());
         let fs = o.fs.clone().map(PathBuf::from);
         let mut a = RunArgs::new(tender, fs, &mem, texts(&o.env), mode, o.pool_fallback, o.single_process, image, args)?;
@@ -617,6 +618,12 @@ impl RunArgs {
         if let Some(built) = executable_image(&a.image)? {
             // The program's argv[0] stays the path given, as Linux gives it.
             a.argv0 = a.argv0.or_else(|| Some(a.image.clone().into_os_string()));
+            if asked.is_none() && a.tender == Tender::Spt && std::fs::metadata(&a.image).is_ok_and(|m| m.len() >= POOL_DEFAULT_MIN) {
+                // A large executable (Node's 99 MB): pool mode unless asked
+                // otherwise (docs/design.md "Memory and sharing").
+                a.mode = MemoryMode::Pool;
+                a.pool_fallback = true;
+            }
             a.executable = Some(std::mem::replace(&mut a.image, built));
         }
         a.with_net(&texts(&o.publish), &texts(&o.listen_fd), o.net_outbound)?
@@ -964,6 +971,15 @@ pub enum RunError {
     SptAllow,
 }
 
+/// Executables at least this large run in memory mode `pool` on spt
+/// unless `--mem-mode` says otherwise: copying them into every instance
+/// was most of a start (67 % of `node -e 0`) and of an idle instance's
+/// memory, while the pool maps the same pages into every instance from
+/// one copy in /dev/shm. Smaller ones are copied: the pool keeps its
+/// copy in memory until `shoal pool gc`, which pays only for a large
+/// executable.
+pub const POOL_DEFAULT_MIN: u64 = 32 << 20;
+
 /// Runs the image; returns the guest's exit status. With
 /// [`RunArgs::single_process`] on spt it returns only errors: the process
 /// ends with the instance.
@@ -975,7 +991,13 @@ pub fn run(args: &RunArgs) -> Result<i32, RunError> {
         // (and again if a file was removed since).
         let pool = shoal_loader::pool::Pool::default_pool();
         if !pool.holds(&args.image) {
-            pool.add(&args.image).map_err(|e| RunError::Pool(exe.clone(), e))?;
+            match pool.add(&args.image) {
+                Ok(_) => {}
+                // With the fallback (the default for a large executable)
+                // the pool's refusal comes as its warning, in copy mode.
+                Err(_) if args.pool_fallback => {}
+                Err(e) => return Err(RunError::Pool(exe.clone(), e)),
+            }
         }
     }
     let cfg = args.config();

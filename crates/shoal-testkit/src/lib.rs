@@ -42,6 +42,7 @@ pub const FEATURES: &[(&str, &str)] = &[
     ("python3.11", "Debian's python3.11 is installed as /usr/bin/python3.11"),
     ("node", "Node.js is installed as /usr/bin/node"),
     ("python3.11-tests", "Debian's libpython3.11-testsuite (CPython's own tests) is installed in /usr/lib/python3.11/test"),
+    ("nodesuite", "scripts/setup installed apps/nodesuite's npm packages (with their test suites) into ~/.cache/shoal/nodesuite"),
 ];
 
 /// Whether `SHOAL_REQUIRE` names `feature`.
@@ -105,6 +106,7 @@ pub fn probe(feature: &str) -> Result<(), String> {
             let p = Path::new("/usr/lib/python3.11/test/test_json");
             p.is_dir().then_some(()).ok_or_else(|| format!("{} is missing: install libpython3.11-testsuite (scripts/setup does)", p.display()))
         }
+        "nodesuite" => nodesuite().map(|_| ()),
         "runc" | "runsc" | "podman" | "busybox" | "hey" | "wrk" | "redis-benchmark" | "setpriv" | "curl" => program(feature).map(|_| ()),
         other => panic!("shoal-testkit: unknown feature `{other}`"),
     }
@@ -159,6 +161,20 @@ pub fn go_toolchain() -> Result<PathBuf, String> {
 fn go_minor(version: &str) -> Option<u32> {
     let rest = version.strip_prefix("go1.")?;
     rest[..rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len())].parse().ok()
+}
+
+/// The directory scripts/setup installed apps/nodesuite's npm packages
+/// into (~/.cache/shoal/nodesuite), when it holds the packages of the
+/// lock file in this checkout; or why not.
+pub fn nodesuite() -> Result<PathBuf, String> {
+    let dir = PathBuf::from(std::env::var_os("HOME").ok_or("HOME is not set")?).join(".cache/shoal/nodesuite");
+    let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../apps/nodesuite/package-lock.json");
+    let want = std::fs::read(&lock).map_err(|e| format!("{}: {e}", lock.display()))?;
+    match std::fs::read(dir.join("package-lock.json")) {
+        Ok(have) if have == want && dir.join("node_modules/tape").is_dir() => Ok(dir),
+        Ok(_) => Err(format!("{} was installed from another apps/nodesuite/package-lock.json (scripts/setup installs it again)", dir.display())),
+        Err(e) => Err(format!("{} is not installed ({e}; scripts/setup installs it with npm)", dir.display())),
+    }
 }
 
 /// The runtime-tools source scripts/setup fetched into ~/.cache/shoal, if

@@ -32,8 +32,9 @@ extern crate alloc;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use shoal_abi::{
-    HostFsArgs, HostStat, HOSTFS_CHMOD, HOSTFS_CREATE, HOSTFS_FSYNC, HOSTFS_IO_MAX, HOSTFS_LIST, HOSTFS_MKDIR, HOSTFS_MOUNT, HOSTFS_PATH_MAX, HOSTFS_READ,
-    HOSTFS_READLINK, HOSTFS_RENAME, HOSTFS_RMDIR, HOSTFS_STAT, HOSTFS_TRUNCATE, HOSTFS_UNLINK, HOSTFS_UTIMES, HOSTFS_WRITABLE, HOSTFS_WRITE,
+    HostFsArgs, HostStat, HOSTFS_CHMOD, HOSTFS_CREATE, HOSTFS_FSYNC, HOSTFS_IO_MAX, HOSTFS_LIST, HOSTFS_MAP, HOSTFS_MAP_EXEC, HOSTFS_MKDIR, HOSTFS_MOUNT,
+    HOSTFS_PATH_MAX, HOSTFS_READ, HOSTFS_READLINK, HOSTFS_RENAME, HOSTFS_RMDIR, HOSTFS_STAT, HOSTFS_TRUNCATE, HOSTFS_UNLINK, HOSTFS_UNMAP, HOSTFS_UTIMES,
+    HOSTFS_WRITABLE, HOSTFS_WRITE,
 };
 use shoal_plat::{Errno, ZeroGlobal};
 
@@ -478,4 +479,33 @@ pub fn readlink(ino: u64) -> Result<Vec<u8>, Errno> {
     let n = (call(&mut a)? as usize).min(buf.len());
     buf.truncate(n);
     Ok(buf)
+}
+
+/// Maps regular file `ino` from `off` privately over the program's fresh
+/// memory `[addr, addr + len)` (page aligned), read-only or, with `exec`,
+/// readable and executable: the host's page cache of the file, shared by
+/// every instance that maps it (`HOSTFS_MAP`). Returns the bytes mapped
+/// (the whole pages inside the file; the rest of the range is left as it
+/// was). Any error leaves the range as it was, and the caller copies the
+/// file in instead.
+pub fn map(ino: u64, off: u64, addr: u64, len: u64, exec: bool) -> Result<u64, Errno> {
+    let (mount, path) = node(ino, |n| (n.mount, n.path.clone()))?;
+    let mut a = HostFsArgs {
+        op: if exec { HOSTFS_MAP_EXEC } else { HOSTFS_MAP },
+        mount: u64::from(mount),
+        path: path.as_ptr() as u64,
+        path_len: path.len() as u64,
+        off,
+        buf: addr,
+        len,
+        ret: 0,
+    };
+    Ok(call(&mut a)?.min(len))
+}
+
+/// Gives `[addr, addr + len)` (page aligned), where [`map`] mapped a
+/// file, fresh zero memory with real protection `prot` (`HOSTFS_UNMAP`).
+pub fn unmap(addr: u64, len: u64, prot: u64) -> Result<(), Errno> {
+    let mut a = HostFsArgs { op: HOSTFS_UNMAP, off: prot, buf: addr, len, ..HostFsArgs::default() };
+    call(&mut a).map(|_| ())
 }

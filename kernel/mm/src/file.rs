@@ -84,6 +84,16 @@ pub struct FileOps {
     /// Records that the page of file `id` holding `off` was made
     /// aliasable and handed out.
     pub handed_out: fn(id: u64, off: u64),
+    /// Maps file `id` from `off` over the program's fresh memory `[addr,
+    /// addr + len)` as the host's own pages (a mounted file: the host's
+    /// page cache, shared between instances; read-only, or readable and
+    /// executable with `exec`), returning the bytes mapped from `addr`
+    /// (the file's whole pages); an error (any file that is not the
+    /// host's) leaves the memory as it was.
+    pub map_host: fn(id: u64, off: u64, addr: u64, len: u64, exec: bool) -> Result<u64, Errno>,
+    /// Gives `[addr, addr + len)`, where `map_host` mapped, fresh zero
+    /// memory with real protection `prot`.
+    pub unmap_host: fn(addr: u64, len: u64, prot: u64) -> Result<(), Errno>,
 }
 
 static OPS: Global<Option<&'static FileOps>> = Global::new(None);
@@ -119,9 +129,11 @@ pub struct FileMap {
     pub off: u64,
     /// `MAP_SHARED`: the pages show the file's pages.
     pub shared: bool,
-    /// For a shared mapping, the end of the part that shows the file's
-    /// pages (`[start, live)`: the pages inside the file); the rest is
-    /// private zero memory. `start` for private mappings.
+    /// The end of the part that shows the file's pages (`[start, live)`):
+    /// for a shared mapping the pages inside the file, the rest being
+    /// private zero memory; for a private one the pages the host mapped
+    /// from its own copy of a mounted file ([`FileOps::map_host`]), the
+    /// rest being a copy (`start`: all of it).
     pub live: u64,
 }
 
@@ -204,6 +216,63 @@ pub(crate) fn fill(m: &FileMap, from: u64, to: u64) -> Result<(), Errno> {
         crate::with_space(|s| s.restore(from, to));
     }
     r.map(|_| ())
+}
+
+/// Sets up new private mapping `m` (its memory is fresh and zero):
+/// read-only or read-and-execute mappings of a mounted file show the
+/// host's pages of the file, shared with every other instance that maps
+/// it ([`FileOps::map_host`]; `ld.so` maps libraries so); the rest, and
+/// every other mapping, gets a copy of the file. Returns the record.
+pub(crate) fn set_up_private(mut m: FileMap) -> Result<FileMap, Errno> {
+    let ops = ops()?;
+    let prot = real_prot(m.start);
+    let read = shoal_abi::PROT_READ;
+    if prot == read || prot == read | shoal_abi::PROT_EXEC {
+        if let Ok(n) = (ops.map_host)(m.id, m.off, m.start, m.end - m.start, prot & shoal_abi::PROT_EXEC != 0) {
+            m.live = m.start + (n & !(PAGE - 1)).min(m.end - m.start);
+        }
+    }
+    if let Err(e) = fill(&m, m.live, m.end) {
+        forget_host(&m);
+        return Err(e);
+    }
+    Ok(m)
+}
+
+/// Gives the pages of private mapping `m` that show the host's pages of
+/// its file (`[start, live)`) fresh zero memory again, with the real
+/// protection the table gives them now, before they leave the mapping.
+pub(crate) fn forget_host(m: &FileMap) {
+    give_host_pages_back(m.start, m.live);
+}
+
+fn give_host_pages_back(from: u64, to: u64) {
+    let Ok(ops) = ops() else { return };
+    let mut p = from;
+    while p < to {
+        let prot = real_prot(p);
+        let mut q = p + PAGE;
+        while q < to && real_prot(q) == prot {
+            q += PAGE;
+        }
+        // A failure leaves the file's pages there: the kernel zeroes
+        // dirty pages it hands out again, so nothing of the file shows.
+        let _ = (ops.unmap_host)(p, q - p, prot);
+        p = q;
+    }
+}
+
+/// Private mapping `m` grew in place from `old_end` to `new_end` (the
+/// pages above were free): its record covers them, copied from the file.
+pub(crate) fn grow_private(m: &FileMap, old_end: u64, new_end: u64) -> Result<(), Errno> {
+    if m.end == old_end {
+        MAPS.with(|t| {
+            if let Some(k) = t.iter().position(|s| s.get() == Some(*m)) {
+                t[k].set(Some(FileMap { end: new_end, ..*m }));
+            }
+        });
+    }
+    fill(&FileMap { end: new_end, ..*m }, old_end, new_end)
 }
 
 /// Asks the tender to make `[dst, dst + len)` show `[src, src + len)`
@@ -486,6 +555,8 @@ pub(crate) fn detach(a: u64, b: u64) -> Result<(), Errno> {
         let (x, y) = (m.start.max(a), m.end.min(b));
         if m.shared {
             show_own(x, y.min(m.live));
+        } else if x < m.live {
+            give_host_pages_back(x, y.min(m.live));
         }
         let left = (m.start < x).then_some(FileMap { end: x, live: m.live.min(x), ..m });
         let right = (y < m.end).then_some(FileMap { start: y, off: m.off + (y - m.start), live: m.live.max(y), ..m });

@@ -115,10 +115,19 @@ pub fn mmap(a: &Args) -> SysResult {
     .map_err(fail)?;
     if let Some((id, shared)) = file {
         let m = FileMap { start, end: start + page_up(len).unwrap_or(0), id, off, shared, live: start };
-        let set_up = if shared { file::attach(m) } else { file::fill(&m, m.start, m.end).map(|_| m) };
-        if let Err(e) = set_up.and_then(file::add) {
-            let _ = with_space(|s| s.unmap(m.start, len));
-            return Err(fail(e));
+        let set_up = if shared { file::attach(m) } else { file::set_up_private(m) };
+        match set_up {
+            Ok(m) => {
+                if let Err(e) = file::add(m) {
+                    file::forget_host(&m);
+                    let _ = with_space(|s| s.unmap(m.start, len));
+                    return Err(fail(e));
+                }
+            }
+            Err(e) => {
+                let _ = with_space(|s| s.unmap(m.start, len));
+                return Err(fail(e));
+            }
         }
     }
     Ok(start)
@@ -177,6 +186,16 @@ pub fn mremap(a: &Args) -> SysResult {
             let _ = file::detach(old + nl, old_end);
         } else if nl > ol {
             file::grow(old, old + nl);
+        }
+        return Ok(new);
+    }
+    if new == old && !m.shared && m.live > m.start {
+        // In place, over the host's pages of a mounted file: the pages
+        // that stay keep showing them.
+        if nl < ol {
+            let _ = file::detach(old + nl, old_end);
+        } else if nl > ol {
+            file::grow_private(&m, old_end, old + nl)?;
         }
         return Ok(new);
     }

@@ -637,7 +637,13 @@ mod fake_fs {
     fn handed_out(_: u64, off: u64) {
         PAGES.lock().unwrap()[(off / 4096) as usize].1 = true;
     }
-    pub static OPS: FileOps = FileOps { get, retain, release, read_at, size, page, handed_out };
+    fn map_host(_: u64, _: u64, _: u64, _: u64, _: bool) -> Result<u64, Errno> {
+        Err(Errno::ENODEV)
+    }
+    fn unmap_host(_: u64, _: u64, _: u64) -> Result<(), Errno> {
+        Ok(())
+    }
+    pub static OPS: FileOps = FileOps { get, retain, release, read_at, size, page, handed_out, map_host, unmap_host };
 }
 
 /// The file-mapping tests share mm's globals (the file table, the space):

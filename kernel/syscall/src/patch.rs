@@ -19,8 +19,9 @@
 //! trap is paid once per site per instance.
 //!
 //! Why the kernel and not the host: the bytes rewritten are the instance's
-//! private copy of the file (shoal's `mmap` of a file copies it), which the
-//! kernel holds and the host does not (files come from the archive, a
+//! private copy of the file (shoal's `mmap` of a file copies it; a mounted
+//! library's pages are the host's, mapped privately, so the write copies
+//! just the page it lands on), which the kernel holds and the host does not (files come from the archive, a
 //! mount, or were written by the program). The instance has one vCPU and
 //! the kernel runs with preemption held off, so no program thread runs
 //! while the five bytes change; a thread preempted between the `mov` and

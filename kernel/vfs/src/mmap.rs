@@ -17,8 +17,9 @@ fn get(fd: i32, shared_write: bool) -> Result<Mappable, Errno> {
         }
         match o.target {
             Target::Node(ino) if shoal_hostfs::is_host(ino) => {
-                // A mounted file: only private mappings (mm copies the
-                // file in through `read_at`); the descriptor is read-only.
+                // A mounted file: only private mappings (mm maps the
+                // host's pages through `map_host`, or copies the file in
+                // through `read_at`); the descriptor is read-only.
                 if !o.readable() || shared_write {
                     return Err(Errno::EACCES);
                 }
@@ -80,5 +81,12 @@ fn handed_out(ino: u64, off: u64) {
     crate::with(|v| v.fs.page_handed_out(ino, off))
 }
 
+fn map_host(ino: u64, off: u64, addr: u64, len: u64, exec: bool) -> Result<u64, Errno> {
+    if !shoal_hostfs::is_host(ino) {
+        return Err(Errno::ENODEV);
+    }
+    shoal_hostfs::map(ino, off, addr, len, exec)
+}
+
 /// The table registered with mm at boot.
-pub static OPS: FileOps = FileOps { get, retain, release, read_at, size, page, handed_out };
+pub static OPS: FileOps = FileOps { get, retain, release, read_at, size, page, handed_out, map_host, unmap_host: shoal_hostfs::unmap };

@@ -15,7 +15,10 @@
 //! written, as here), which V8 reads at start. Files that change are regenerated each time
 //! one is opened ([`Gen`]): `/proc/meminfo` and `/proc/stat` (the memory
 //! free now, the CPU time used), `/proc/self/maps` (the image's segments,
-//! the program's mappings and break, the main stack). A name the root
+//! the program's mappings and break, the main stack), `/proc/self/stat`
+//! and `/proc/self/statm` (the process's CPU time, threads and memory:
+//! libuv's `uv_resident_set_memory`, behind Node's
+//! `process.memoryUsage()`, reads the resident size there). A name the root
 //! file system already has is left alone.
 
 use alloc::vec::Vec;
@@ -31,13 +34,23 @@ pub enum Gen {
     Stat,
     /// `/proc/self/maps`.
     Maps,
+    /// `/proc/self/stat`.
+    SelfStat,
+    /// `/proc/self/statm`.
+    Statm,
 }
 
 /// A file: its directory's path from the root, its name, and more.
 type Named<T> = (&'static [&'static [u8]], &'static [u8], T);
 
 /// Each regenerated file.
-const GENERATED: [Named<Gen>; 3] = [(&[b"proc"], b"meminfo", Gen::Meminfo), (&[b"proc"], b"stat", Gen::Stat), (&[b"proc", b"self"], b"maps", Gen::Maps)];
+const GENERATED: [Named<Gen>; 5] = [
+    (&[b"proc"], b"meminfo", Gen::Meminfo),
+    (&[b"proc"], b"stat", Gen::Stat),
+    (&[b"proc", b"self"], b"maps", Gen::Maps),
+    (&[b"proc", b"self"], b"stat", Gen::SelfStat),
+    (&[b"proc", b"self"], b"statm", Gen::Statm),
+];
 
 /// The page size of a transparent huge page on x86-64 (2 MiB).
 const HPAGE_PMD_SIZE: &[u8] = b"2097152\n";
@@ -157,7 +170,59 @@ pub fn content(g: Gen) -> Vec<u8> {
         Gen::Meminfo => meminfo(),
         Gen::Stat => stat(),
         Gen::Maps => maps(),
+        Gen::SelfStat => self_stat(),
+        Gen::Statm => statm(),
     }
+}
+
+/// The instance's one process id (shoal-process's `PID`).
+const PID: u64 = 1;
+/// The page size `/proc/self/stat{,m}` count in.
+const PAGE: u64 = 4096;
+
+/// The process's memory in pages: its mappings' address space (the
+/// mappings, break and main stack of `/proc/self/maps`) and what is
+/// resident (the memory mm has handed out, as `sysinfo` counts it; no
+/// swap), at most the former.
+fn pages() -> (u64, u64) {
+    let mut size = 0;
+    shoal_mm::for_each_mapping(|a, e, _, _| size += e.saturating_sub(a));
+    let bi = shoal_plat::boot::info();
+    size += bi.stack_top.saturating_sub(bi.stack_base);
+    let (total, free) = shoal_mm::stats();
+    let resident = total.saturating_sub(free) / PAGE;
+    (size / PAGE, resident.min(size / PAGE).max(1))
+}
+
+/// `/proc/self/stat`: Linux's 52 fields, those an instance has filled
+/// in (pid, name, state, CPU time in `USER_HZ` ticks, threads, start
+/// time, virtual size in bytes, resident pages, the stack's start).
+fn self_stat() -> Vec<u8> {
+    let exe = initial_stack().1;
+    let base = exe.rsplit(|&c| c == b'/').next().unwrap_or(&[]);
+    let comm = core::str::from_utf8(&base[..base.len().min(15)]).unwrap_or("");
+    let ticks = shoal_time::cpu_ns() / (1_000_000_000 / USER_HZ);
+    let threads = shoal_sched::thread_count();
+    let (size, resident) = pages();
+    let stack = shoal_plat::boot::info().stack_top;
+    let mut b = Buf(Vec::new());
+    let _ = writeln!(
+        b,
+        "{PID} ({comm}) R 0 {PID} {PID} 0 -1 4194560 0 0 0 0 {ticks} 0 0 0 20 0 {threads} 0 0 {vsize} {resident} 18446744073709551615 \
+         0 0 {stack} 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0",
+        vsize = size * PAGE
+    );
+    b.0
+}
+
+/// `/proc/self/statm`: size, resident, shared, text, lib, data, dirty
+/// pages (shared and text not told apart: 0; lib and dirty are always 0
+/// since Linux 2.6).
+fn statm() -> Vec<u8> {
+    let (size, resident) = pages();
+    let mut b = Buf(Vec::new());
+    let _ = writeln!(b, "{size} {resident} 0 0 0 {size} 0");
+    b.0
 }
 
 fn meminfo() -> Vec<u8> {
