@@ -10,6 +10,12 @@
  * relative and absolute, /proc magic links), to write through it and to
  * map what it should not, printing `NAME ERRNO-NAME` per attempt.
  *
+ * `mount rw WDIR RDIR [tender]`: writes beneath the writable mount WDIR
+ * (create, write, append, truncate, rename, mkdir, rmdir, unlink, chmod,
+ * utimes, fsync), what a writable mount refuses (links, FIFOs), the
+ * read-only mount RDIR still EROFS, and the raw hypercall's writes with
+ * hostile paths; prints `NAME ERRNO-NAME [detail]` per step.
+ *
  * `mount raw DIR`: the same as a guest that bypasses its kernel and asks
  * the tender itself (the HostFs hypercall with hostile paths, lengths and
  * buffers), and on spt makes the host system calls itself.
@@ -59,6 +65,8 @@ static const char *ename(int e)
 	case ENAMETOOLONG: return "ENAMETOOLONG";
 	case ENOSYS: return "ENOSYS";
 	case ENOTEMPTY: return "ENOTEMPTY";
+	case EOPNOTSUPP: return "EOPNOTSUPP";
+	case EAGAIN: return "EAGAIN";
 	default: {
 		static char buf[32];
 		snprintf(buf, sizeof buf, "errno%d", e);
@@ -261,6 +269,7 @@ static void hostile(const char *dir)
 
 /* shoal_abi: Hypercall::HostFs, HostFsArgs, HOSTFS_*; BootInfo::hypercall_entry. */
 enum { HC_HOSTFS = 18, OP_MOUNT = 0, OP_STAT = 1, OP_READ = 2, OP_LIST = 3, OP_READLINK = 4, OP_MAP = 5, OP_MAP_EXEC = 6, OP_UNMAP = 7 };
+enum { OP_WRITABLE = 8, OP_CREATE = 9, OP_WRITE = 10, OP_TRUNCATE = 11, OP_UNLINK = 12, OP_MKDIR = 13, OP_RENAME = 15, OP_CHMOD = 17 };
 struct hostfs_args {
 	uint64_t op, mount, path, path_len, off, buf, len;
 	int64_t ret;
@@ -426,16 +435,128 @@ static void raw(const char *tender)
 	}
 }
 
+static void rw(const char *w, const char *r, const char *tender)
+{
+	char p[512], q[512];
+#define W(n) (snprintf(p, sizeof p, "%s/%s", w, n), p)
+#define W2(n) (snprintf(q, sizeof q, "%s/%s", w, n), q)
+	umask(022);
+	int fd = open(W("new.txt"), O_WRONLY | O_CREAT | O_EXCL, 0664);
+	printf("create %s\n", fd >= 0 ? "OK" : ename(errno));
+	TRY("write", write(fd, "hello rw\n", 9) == 9 ? 0 : -1);
+	TRY("pwrite", pwrite(fd, "RW", 2, 6) == 2 ? 0 : -1);
+	TRY("fsync", fsync(fd));
+	TRY("ftruncate-grow", ftruncate(fd, 12));
+	TRY("ftruncate-back", ftruncate(fd, 9));
+	close(fd);
+	struct stat st;
+	stat(W("new.txt"), &st);
+	printf("mode %o size %lld\n", (unsigned)(st.st_mode & 07777), (long long)st.st_size);
+	fd = open(W("new.txt"), O_WRONLY | O_APPEND);
+	TRY("append", write(fd, "more\n", 5) == 5 ? 0 : -1);
+	close(fd);
+	TRY("create-excl-existing", open(W("new.txt"), O_WRONLY | O_CREAT | O_EXCL, 0644));
+	fd = open(W("new.txt"), O_RDONLY);
+	char buf[64] = {0};
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	for (ssize_t i = 0; i < n; i++)
+		if (buf[i] == '\n')
+			buf[i] = '|';
+	printf("read-back %s\n", buf);
+	TRY("mkdir", mkdir(W("d"), 0750));
+	stat(W("d"), &st);
+	printf("dir-mode %o\n", (unsigned)(st.st_mode & 07777));
+	TRY("mkdir-existing", mkdir(W("d"), 0750));
+	TRY("rename", rename(W("new.txt"), W2("d/moved.txt")));
+	TRY("rename-gone", access(W("new.txt"), F_OK));
+	TRY("truncate", truncate(W("d/moved.txt"), 5));
+	TRY("chmod", chmod(W("d/moved.txt"), 0600));
+	stat(W("d/moved.txt"), &st);
+	printf("chmod-mode %o size %lld\n", (unsigned)(st.st_mode & 07777), (long long)st.st_size);
+	struct timeval tv[2] = {{1000000000, 0}, {1000000000, 0}};
+	TRY("utimes", utimes(W("d/moved.txt"), tv));
+	stat(W("d/moved.txt"), &st);
+	printf("mtime %lld\n", (long long)st.st_mtime);
+	TRY("access-w", access(W("d/moved.txt"), W_OK));
+	TRY("unlink", unlink(W("gone.txt")));
+	TRY("unlink-missing", unlink(W("gone.txt")));
+	TRY("unlink-dir", unlink(W("d")));
+	TRY("rmdir-full", rmdir(W("d")));
+	TRY("rmdir-empty", rmdir(W("empty")));
+	TRY("rmdir-file", rmdir(W("d/moved.txt")));
+	TRY("rename-noreplace", syscall(SYS_renameat2, AT_FDCWD, W("keep.txt"), AT_FDCWD, W2("d/moved.txt"), 1));
+	TRY("rename-out", rename(W("keep.txt"), "/tmp/stolen"));
+	TRY("symlink", symlink("/etc/shadow", W("newlink")));
+	TRY("link", link(W("keep.txt"), W2("hard")));
+	TRY("mkfifo", mkfifo(W("fifo"), 0644));
+	/* A link the host directory has is followed by the guest, from the
+	 * guest's root: what it creates lands in guest memory (its own /etc),
+	 * not on the host. */
+	TRY("create-through-abs-link", open(W("escape_dir/planted"), O_WRONLY | O_CREAT, 0644));
+	TRY("create-over-link", open(W("escape_abs"), O_WRONLY | O_CREAT | O_EXCL, 0644));
+	/* The read-only mount beside it. */
+	snprintf(q, sizeof q, "%s/new.txt", r);
+	TRY("ro-create", open(q, O_WRONLY | O_CREAT, 0644));
+	snprintf(q, sizeof q, "%s/hello.txt", r);
+	TRY("ro-write", open(q, O_WRONLY));
+	TRY("ro-unlink", unlink(q));
+	/* The tender's own checks, asked directly. */
+	static char data[8] = "xx";
+	static const char to_out[] = "../stolen";
+#define RW(name, op, m, path, off, b, l) do { \
+		static struct hostfs_args a; \
+		a = (struct hostfs_args){op, m, (uint64_t)(uintptr_t)(path), strlen(path), off, (uint64_t)(uintptr_t)(b), l, 0}; \
+		hypercall(HC_HOSTFS, &a); \
+		printf("%s %s\n", name, raw_ename(a.ret)); \
+	} while (0)
+	RW("raw-writable-0", OP_WRITABLE, 0, "", 0, 0, 0);
+	RW("raw-writable-1", OP_WRITABLE, 1, "", 0, 0, 0);
+	RW("raw-create-dotdot", OP_CREATE, 0, "../planted", 0644, 0, 1);
+	RW("raw-create-abs", OP_CREATE, 0, "/planted", 0644, 0, 1);
+	RW("raw-create-via-link", OP_CREATE, 0, "escape_dir/planted", 0644, 0, 1);
+	RW("raw-create-on-link", OP_CREATE, 0, "escape_abs", 0644, 0, 0);
+	RW("raw-write-link", OP_WRITE, 0, "escape_abs", 0, data, 2);
+	RW("raw-truncate-link", OP_TRUNCATE, 0, "escape_abs", 0, 0, 0);
+	RW("raw-unlink-dotdot", OP_UNLINK, 0, "..", 0, 0, 0);
+	RW("raw-unlink-top", OP_UNLINK, 0, "", 0, 0, 0);
+	RW("raw-unlink-via-link", OP_UNLINK, 0, "escape_dir/shadow", 0, 0, 0);
+	RW("raw-mkdir-via-link", OP_MKDIR, 0, "escape_dir/x", 0755, 0, 0);
+	RW("raw-rename-out", OP_RENAME, 0, "keep.txt", 0, to_out, sizeof to_out - 1);
+	RW("raw-rename-via-link", OP_RENAME, 0, "keep.txt", 0, "escape_dir/x", 12);
+	RW("raw-chmod-link", OP_CHMOD, 0, "escape_abs", 0777, 0, 0);
+	RW("raw-write-ro", OP_WRITE, 1, "hello.txt", 0, data, 2);
+	RW("raw-create-ro", OP_CREATE, 1, "planted", 0644, 0, 1);
+	RW("raw-write-buf-outside", OP_WRITE, 0, "keep.txt", 0, (void *)(uintptr_t)0xfffffffffff000ull, 16);
+	RW("raw-op-bad", 99, 0, "keep.txt", 0, 0, 0);
+#undef RW
+	if (strcmp(tender, "spt") == 0) {
+		/* The guest making the host calls itself (spt shares the
+		 * process): the writable clone's links resolve in the empty
+		 * root, the read-only clone stays read-only. */
+		long rr = raw_syscall4(SYS_mkdirat, 1000, (long)"escape_dir/x", 0755, 0);
+		printf("sys-mkdirat-via-link %s\n", rr >= 0 ? "OK" : ename((int)-rr));
+		rr = raw_syscall4(SYS_unlinkat, 1001, (long)"hello.txt", 0, 0);
+		printf("sys-unlinkat-ro %s\n", rr >= 0 ? "OK" : ename((int)-rr));
+		rr = raw_syscall4(SYS_mkdirat, 1000, (long)"/abs", 0755, 0);
+		printf("sys-mkdirat-abs %s\n", rr >= 0 ? "OK" : ename((int)-rr));
+	}
+#undef W
+#undef W2
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: mount tree|hostile|raw DIR [tender]\n");
+		fprintf(stderr, "usage: mount tree|hostile|raw DIR [tender] | rw WDIR RDIR [tender]\n");
 		return 2;
 	}
 	if (strcmp(argv[1], "tree") == 0) {
 		tree(argv[2], ".");
 	} else if (strcmp(argv[1], "hostile") == 0) {
 		hostile(argv[2]);
+	} else if (strcmp(argv[1], "rw") == 0 && argc > 3) {
+		rw(argv[2], argv[3], argc > 4 ? argv[4] : "");
 	} else if (strcmp(argv[1], "raw") == 0) {
 		raw(argc > 3 ? argv[3] : "");
 	} else {

@@ -446,7 +446,7 @@ pub enum Hypercall {
     /// [`ProgramFaultArgs`]; `entry` 0 withdraws it. Asked after
     /// [`Hypercall::FaultHandler`]'s hand-back declined (recovery first).
     ProgramFault = 17,
-    /// Read-only host directories (`--mount HOSTDIR:GUESTDIR:ro`, ABI 17):
+    /// Host directories (`--mount HOSTDIR:GUESTDIR:ro` or `:rw`, ABI 17):
     /// one operation on a file beneath mount `mount`: [`HostFsArgs`].
     HostFs = 18,
 }
@@ -484,6 +484,37 @@ pub const HOSTFS_MAP_EXEC: u64 = 6;
 /// page aligned) fresh zero memory again with protection `off`
 /// (`PROT_*`), ending what [`HOSTFS_MAP`] mapped there; no path.
 pub const HOSTFS_UNMAP: u64 = 7;
+/// [`HostFsArgs::op`]: whether mount `mount` is writable (`HOSTDIR:GUESTDIR:rw`):
+/// `ret` 1 or 0. A tender without writable mounts answers `-EINVAL`
+/// (read-only). The calls below answer `-EROFS` on a read-only mount.
+pub const HOSTFS_WRITABLE: u64 = 8;
+/// [`HostFsArgs::op`]: create regular file `path` with mode `off` (the
+/// guest's umask applied); `len` 1: exclusively (`-EEXIST` if it exists),
+/// 0: an existing regular file is kept. Never follows a link.
+pub const HOSTFS_CREATE: u64 = 9;
+/// [`HostFsArgs::op`]: write `len` bytes (at most [`HOSTFS_IO_MAX`]) from
+/// `buf` into regular file `path` at offset `off`; `ret` the count.
+pub const HOSTFS_WRITE: u64 = 10;
+/// [`HostFsArgs::op`]: set regular file `path`'s size to `off`.
+pub const HOSTFS_TRUNCATE: u64 = 11;
+/// [`HostFsArgs::op`]: remove the name `path` (not a directory).
+pub const HOSTFS_UNLINK: u64 = 12;
+/// [`HostFsArgs::op`]: make directory `path` with mode `off`.
+pub const HOSTFS_MKDIR: u64 = 13;
+/// [`HostFsArgs::op`]: remove the empty directory `path`.
+pub const HOSTFS_RMDIR: u64 = 14;
+/// [`HostFsArgs::op`]: rename `path` to the path at `buf` (`len` bytes) in
+/// the same mount, with `renameat2` flags `off` (`RENAME_NOREPLACE`,
+/// `RENAME_EXCHANGE`).
+pub const HOSTFS_RENAME: u64 = 15;
+/// [`HostFsArgs::op`]: flush regular file `path` to the host's storage.
+pub const HOSTFS_FSYNC: u64 = 16;
+/// [`HostFsArgs::op`]: set `path`'s permission bits to `off`.
+pub const HOSTFS_CHMOD: u64 = 17;
+/// [`HostFsArgs::op`]: set `path`'s access and modification times
+/// (`utimensat`'s two `timespec`s, `UTIME_NOW`/`UTIME_OMIT` included, as
+/// four `i64` at `buf`), not following a link.
+pub const HOSTFS_UTIMES: u64 = 18;
 /// Longest `path` of a [`HostFsArgs`] (Linux's `PATH_MAX` less its NUL).
 pub const HOSTFS_PATH_MAX: u64 = 4095;
 /// Most bytes one [`HOSTFS_READ`] or [`HOSTFS_LIST`] moves (a larger

@@ -6,6 +6,9 @@
 //! `/proc` magic links), write through it or map what it should not, and
 //! the hypercall itself refuses hostile paths and buffers — exact errnos,
 //! the tender never crashes; bad flags are one `shoal:` line and 125.
+//! A writable mount (`:rw`) takes the guest's creates, writes, renames and
+//! removals, with the modes it asks and the owner of `--user`, and
+//! nothing beyond it.
 //! Every test runs on each tender `common::tenders()` finds; spt mounts
 //! need root (a visible skip otherwise).
 
@@ -292,10 +295,11 @@ fn bad_mount_flags_are_one_line_and_125() {
     let dir = scratch();
     let (image, _) = images(dir.path());
     let host = dir.path().display().to_string();
-    let cases: [(String, &str); 6] = [
+    let cases: [(String, &str); 7] = [
+        (format!("{host}:/:rw"), "the root mount (GUESTDIR /) is read-only"),
         ("/nonexistent-shoal-dir:/x:ro".into(), "--mount /nonexistent-shoal-dir: no such directory"),
         (format!("{host}:/x"), "expected HOSTDIR:GUESTDIR:ro"),
-        (format!("{host}:/x:rw"), "expected HOSTDIR:GUESTDIR:ro"),
+        (format!("{host}:/x:wr"), "expected HOSTDIR:GUESTDIR:ro or HOSTDIR:GUESTDIR:rw"),
         (format!("{host}:x:ro"), "expected HOSTDIR:GUESTDIR:ro"),
         (format!("{host}://x:ro"), "must be / or an absolute path of ordinary names"),
         (format!("{host}:/a/../b:ro"), "must be / or an absolute path of ordinary names"),
@@ -315,4 +319,127 @@ fn bad_mount_flags_are_one_line_and_125() {
     let o = output(Command::new(tender).arg("--mount").arg("/nonexistent-shoal-dir:/x:ro").arg(&image));
     assert_eq!(o.status.code(), Some(125));
     assert_eq!(stderr(&o), "shoal-tender: --mount /nonexistent-shoal-dir: no such directory\n");
+}
+
+/// What `mount rw /w /r` prints on both tenders.
+const RW: &str = "\
+create OK
+write OK
+pwrite OK
+fsync OK
+ftruncate-grow OK
+ftruncate-back OK
+mode 644 size 9
+append OK
+create-excl-existing EEXIST
+read-back hello RW|more|
+mkdir OK
+dir-mode 750
+mkdir-existing EEXIST
+rename OK
+rename-gone ENOENT
+truncate OK
+chmod OK
+chmod-mode 600 size 5
+utimes OK
+mtime 1000000000
+access-w OK
+unlink OK
+unlink-missing ENOENT
+unlink-dir EISDIR
+rmdir-full ENOTEMPTY
+rmdir-empty OK
+rmdir-file ENOTDIR
+rename-noreplace EEXIST
+rename-out EXDEV
+symlink EPERM
+link EPERM
+mkfifo EPERM
+create-through-abs-link OK
+create-over-link EEXIST
+ro-create EROFS
+ro-write EROFS
+ro-unlink EROFS
+raw-writable-0 OK
+raw-writable-1 OK
+raw-create-dotdot EXDEV
+raw-create-abs EXDEV
+raw-create-via-link ELOOP
+raw-create-on-link ELOOP
+raw-write-link ELOOP
+raw-truncate-link ELOOP
+raw-unlink-dotdot EINVAL
+raw-unlink-top EINVAL
+raw-unlink-via-link ENOTDIR
+raw-mkdir-via-link ENOTDIR
+raw-rename-out EXDEV
+raw-rename-via-link ENOTDIR
+raw-chmod-link EOPNOTSUPP
+raw-write-ro EROFS
+raw-create-ro EROFS
+raw-write-buf-outside EFAULT
+raw-op-bad EINVAL
+";
+
+/// spt's guest making the writing calls itself.
+const RW_SPT: &str = "\
+sys-mkdirat-via-link ENOENT
+sys-unlinkat-ro EROFS
+sys-mkdirat-abs EROFS
+";
+
+#[test]
+fn a_writable_mount_takes_the_guests_changes_and_nothing_else() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = scratch();
+    let (image, _) = images(dir.path());
+    let root = shoal_testkit::probe("root").is_ok();
+    for t in mount_tenders() {
+        let base = dir.path().join(t);
+        let (w, r) = (base.join("w"), base.join("r"));
+        hostile_tree(&r);
+        std::fs::create_dir_all(w.join("empty")).unwrap();
+        std::fs::write(w.join("gone.txt"), "bye\n").unwrap();
+        std::fs::write(w.join("keep.txt"), "keep\n").unwrap();
+        symlink("/etc", w.join("escape_dir")).unwrap();
+        symlink("/etc/shadow", w.join("escape_abs")).unwrap();
+        if root {
+            // The guest's user owns the volume, as a pod's emptyDir for
+            // its runAsUser; spt's instance runs as that user.
+            for e in [&w, &w.join("empty"), &w.join("gone.txt"), &w.join("keep.txt")] {
+                std::os::unix::fs::chown(e, Some(1000), Some(100)).unwrap();
+            }
+        }
+        let before_r = snapshot(&r);
+        let etc_before = std::fs::metadata("/etc").unwrap().mtime_nsec();
+        let mut c = shoal_run(t);
+        if root {
+            c.args(["--user", "1000:100"]);
+        }
+        c.arg("--mount").arg(format!("{}:/w:rw", w.display())).arg("--mount").arg(format!("{}:/r:ro", r.display()));
+        let o = output(c.arg(&image).args(["--", "rw", "/w", "/r", t]));
+        assert_eq!(o.status.code(), Some(0), "{t}: {}", stderr(&o));
+        let want = if t == "spt" { format!("{RW}{RW_SPT}") } else { RW.to_string() };
+        assert_eq!(stdout(&o), want, "{t}");
+        // On the host: exactly the guest's changes, with its modes and owner.
+        let moved = w.join("d/moved.txt");
+        assert_eq!(std::fs::read(&moved).unwrap(), b"hello", "{t}");
+        let md = std::fs::metadata(&moved).unwrap();
+        assert_eq!((md.permissions().mode() & 0o7777, md.mtime()), (0o600, 1_000_000_000), "{t}");
+        assert_eq!(std::fs::metadata(w.join("d")).unwrap().permissions().mode() & 0o7777, 0o750, "{t}");
+        if root {
+            for p in [&moved, &w.join("d")] {
+                let m = std::fs::metadata(p).unwrap();
+                assert_eq!((m.uid(), m.gid()), (1000, 100), "{t}: {}", p.display());
+            }
+        }
+        let mut names: Vec<String> = std::fs::read_dir(&w).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        assert_eq!(names, ["d", "escape_abs", "escape_dir", "keep.txt"], "{t}");
+        assert_eq!(std::fs::read(w.join("keep.txt")).unwrap(), b"keep\n", "{t}");
+        assert_eq!(snapshot(&r), before_r, "{t}: the read-only mount changed");
+        assert!(!base.join("stolen").exists() && !base.join("planted").exists(), "{t}");
+        assert!(!Path::new("/etc/planted").exists() && !Path::new("/etc/x").exists(), "{t}");
+        assert_eq!(std::fs::metadata("/etc").unwrap().mtime_nsec(), etc_before, "{t}: /etc changed");
+    }
 }

@@ -1,6 +1,6 @@
-//! The `HostFs` hypercall (`--mount HOSTDIR:GUESTDIR:ro`): the host side
-//! of a read-only host directory, the same for spt and hvt
-//! (docs/architecture.md "Read-only host directories").
+//! The `HostFs` hypercall (`--mount HOSTDIR:GUESTDIR:ro` or `:rw`): the
+//! host side of a host directory, the same for spt and hvt
+//! (docs/architecture.md "Host directories").
 //!
 //! The guest's kernel resolves names itself (symbolic links, `..`, other
 //! mounts) and asks for one file at a time by a path relative to the
@@ -20,13 +20,26 @@
 //! and a file replaced on the host is seen at the next call ("served
 //! live").
 //!
+//! A writable mount (`:rw`) also creates, writes, truncates, removes,
+//! makes, renames, syncs and changes the mode and times of names beneath
+//! it. Each such call opens the *parent* directory of the name with the
+//! same `openat2` confinement and acts on one plain name in it (`unlinkat`,
+//! `mkdirat`, `renameat2`, …: never `.`, `..`, empty or with a `/`), or
+//! opens the file itself with `O_NOFOLLOW`, so neither `..` nor a link
+//! (one the guest made itself included) leads out. A read-only mount
+//! answers every one of them `EROFS`, before the host is asked. Files and
+//! directories made on an hvt guest's behalf by a tender running as root
+//! are given the owner the guest runs as (`--user`); spt's instance runs
+//! as that user itself (crate `shoal-spt`).
+//!
 //! No allocation (spt calls this from its hypercall handler, where the
 //! filter forbids `mmap`): paths and directory records go through stack
 //! buffers.
 
 use shoal_abi::{
-    HostFsArgs, HostStat, HOSTFS_IO_MAX, HOSTFS_LIST, HOSTFS_MAP_EXEC, HOSTFS_MOUNT, HOSTFS_PATH_MAX, HOSTFS_READ, HOSTFS_READLINK, HOSTFS_STAT, HOSTFS_UNMAP,
-    PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE,
+    HostFsArgs, HostStat, HOSTFS_CHMOD, HOSTFS_CREATE, HOSTFS_FSYNC, HOSTFS_IO_MAX, HOSTFS_LIST, HOSTFS_MAP_EXEC, HOSTFS_MKDIR, HOSTFS_MOUNT, HOSTFS_PATH_MAX,
+    HOSTFS_READ, HOSTFS_READLINK, HOSTFS_RENAME, HOSTFS_RMDIR, HOSTFS_STAT, HOSTFS_TRUNCATE, HOSTFS_UNLINK, HOSTFS_UNMAP, HOSTFS_UTIMES, HOSTFS_WRITABLE,
+    HOSTFS_WRITE, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE,
 };
 use shoal_loader::{GuestAddr, GuestMemory};
 use std::os::fd::RawFd;
@@ -44,26 +57,50 @@ pub struct Mounts {
     fds: [RawFd; MAX_MOUNTS],
     paths: [[u8; GUEST_PATH_MAX]; MAX_MOUNTS],
     lens: [usize; MAX_MOUNTS],
+    /// Bit `i`: mount `i` is writable.
+    writable: u32,
+    /// The owner given to what is made on the guest's behalf (`None`:
+    /// the tender's own, as on spt, whose instance runs as the guest's user).
+    owner: Option<(u32, u32)>,
 }
 
 impl Default for Mounts {
     fn default() -> Self {
-        Mounts { count: 0, fds: [-1; MAX_MOUNTS], paths: [[0; GUEST_PATH_MAX]; MAX_MOUNTS], lens: [0; MAX_MOUNTS] }
+        Mounts { count: 0, fds: [-1; MAX_MOUNTS], paths: [[0; GUEST_PATH_MAX]; MAX_MOUNTS], lens: [0; MAX_MOUNTS], writable: 0, owner: None }
     }
 }
 
 impl Mounts {
-    /// Adds a mount; `false` if the table is full or the guest path too
-    /// long (the front end refuses both before).
-    pub fn push(&mut self, fd: RawFd, guest: &[u8]) -> bool {
+    /// Adds a mount (`writable`: `:rw`); `false` if the table is full or
+    /// the guest path too long (the front end refuses both before).
+    pub fn push(&mut self, fd: RawFd, guest: &[u8], writable: bool) -> bool {
         if self.count == MAX_MOUNTS || guest.len() > GUEST_PATH_MAX {
             return false;
+        }
+        if writable {
+            self.writable |= 1 << self.count;
         }
         self.fds[self.count] = fd;
         self.paths[self.count][..guest.len()].copy_from_slice(guest);
         self.lens[self.count] = guest.len();
         self.count += 1;
         true
+    }
+
+    /// Gives what is made beneath a writable mount to `uid`:`gid`
+    /// (hvt's tender as root, for `--user`).
+    pub fn set_owner(&mut self, uid: u32, gid: u32) {
+        self.owner = Some((uid, gid));
+    }
+
+    /// Whether mount `i` is writable.
+    pub fn is_writable(&self, i: usize) -> bool {
+        i < self.count && self.writable & (1 << i) != 0
+    }
+
+    /// Whether any mount is writable.
+    pub fn any_writable(&self) -> bool {
+        self.writable != 0
     }
 
     /// How many mounts there are.
@@ -122,10 +159,15 @@ impl Drop for Fd {
 
 /// `openat2(dir, path, flags, RESOLVE)`; `path` is NUL-terminated.
 fn open_beneath(dir: RawFd, path: &[u8], flags: i32) -> Result<Fd, i32> {
+    open_beneath_mode(dir, path, flags, 0)
+}
+
+/// [`open_beneath`] with the mode a created file gets.
+fn open_beneath_mode(dir: RawFd, path: &[u8], flags: i32, mode: libc::mode_t) -> Result<Fd, i32> {
     debug_assert_eq!(path.last(), Some(&0));
     // openat2 refuses any flag O_PATH does not take (O_NOCTTY among them).
     let extra = if flags & libc::O_PATH != 0 { libc::O_CLOEXEC } else { libc::O_CLOEXEC | libc::O_NOCTTY };
-    let how = OpenHow { flags: (flags | extra) as u64, mode: 0, resolve: RESOLVE };
+    let how = OpenHow { flags: (flags | extra) as u64, mode: u64::from(mode), resolve: RESOLVE };
     // SAFETY: `path` is NUL-terminated, `how` a valid open_how of the size
     // passed; the kernel only reads both.
     let r = unsafe { libc::syscall(libc::SYS_openat2, dir, path.as_ptr(), &how as *const OpenHow, core::mem::size_of::<OpenHow>()) };
@@ -252,9 +294,18 @@ fn serve_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(
         out.copy_from_slice(&p[..out.len()]);
         return Ok(p.len() as u64);
     }
+    if a.op == HOSTFS_WRITABLE {
+        return if i < m.count { Ok(u64::from(m.is_writable(i))) } else { Err(libc::ENOENT) };
+    }
     let dir = m.fd(i).ok_or(libc::EINVAL)?;
     let mut buf = [0u8; HOSTFS_PATH_MAX as usize + 2];
     let path = guest_path(a, mem, &mut buf)?;
+    if (HOSTFS_CREATE..=HOSTFS_UTIMES).contains(&a.op) {
+        if !m.is_writable(i) {
+            return Err(libc::EROFS);
+        }
+        return serve_write(m, dir, path, a, mem);
+    }
     match a.op {
         HOSTFS_STAT => {
             let fd = open_beneath(dir, path, libc::O_PATH | libc::O_NOFOLLOW)?;
@@ -432,5 +483,165 @@ fn list(fd: &Fd, skip: u64, out: &mut [u8]) -> Result<u64, i32> {
             index += 1;
             at += reclen;
         }
+    }
+}
+
+/// `path` (NUL-terminated) split into its parent (NUL-terminated, `.` for
+/// the mount's top) and its last name, which must be a plain name.
+fn split_last<'b>(path: &[u8], parent: &'b mut [u8; HOSTFS_PATH_MAX as usize + 2]) -> Result<(&'b [u8], [u8; 256]), i32> {
+    let body = &path[..path.len() - 1];
+    let (up, name) = match body.iter().rposition(|&c| c == b'/') {
+        Some(k) => (&body[..k], &body[k + 1..]),
+        None => (&b"."[..], body),
+    };
+    if name.is_empty() || name == b"." || name == b".." || name.len() > 255 || up.is_empty() {
+        return Err(libc::EINVAL);
+    }
+    parent[..up.len()].copy_from_slice(up);
+    parent[up.len()] = 0;
+    let mut n = [0u8; 256];
+    n[..name.len()].copy_from_slice(name);
+    Ok((&parent[..up.len() + 1], n))
+}
+
+/// A regular file beneath `dir` opened with `flags` (never a link, a
+/// device or a FIFO: checked on an `O_PATH` look first, as for reading).
+fn open_regular_for(dir: RawFd, path: &[u8], flags: i32) -> Result<Fd, i32> {
+    let probe = open_beneath(dir, path, libc::O_PATH | libc::O_NOFOLLOW)?;
+    let st = fstat(&probe)?;
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => {}
+        libc::S_IFDIR => return Err(libc::EISDIR),
+        libc::S_IFLNK => return Err(libc::ELOOP),
+        _ => return Err(libc::EINVAL),
+    }
+    let fd = open_beneath(dir, path, flags | libc::O_NOFOLLOW | libc::O_NONBLOCK)?;
+    let now = fstat(&fd)?;
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
+        return Err(libc::EAGAIN);
+    }
+    Ok(fd)
+}
+
+/// `r` of a system call as a result.
+fn check(r: i64) -> Result<u64, i32> {
+    if r < 0 {
+        Err(errno())
+    } else {
+        Ok(r as u64)
+    }
+}
+
+/// The calls that change a writable mount (module docs).
+fn serve_write(m: &Mounts, dir: RawFd, path: &[u8], a: &HostFsArgs, mem: &GuestMemory) -> Result<u64, i32> {
+    let mode = (a.off & 0o7777) as libc::mode_t;
+    // What was just made gets exactly the guest's mode (the tender's
+    // umask must not cut it again) and, on hvt as root, the guest's owner.
+    let given = |fd: &Fd, mode: libc::mode_t| -> Result<u64, i32> {
+        if let Some((uid, gid)) = m.owner {
+            // SAFETY: a plain call on a descriptor this module owns.
+            check(unsafe { libc::syscall(libc::SYS_fchown, fd.0, uid, gid) })?;
+        }
+        // SAFETY: a plain call on a descriptor this module owns.
+        check(unsafe { libc::syscall(libc::SYS_fchmod, fd.0, mode) }).map(|_| 0)
+    };
+    match a.op {
+        HOSTFS_CREATE => {
+            let made = open_beneath_mode(dir, path, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, mode);
+            match made {
+                Ok(fd) => given(&fd, mode),
+                // Kept as it is (Linux's open(O_CREAT) of an existing file),
+                // if it is a regular file.
+                Err(libc::EEXIST) if a.len & 1 == 0 => open_regular_for(dir, path, libc::O_RDONLY).map(|_| 0),
+                Err(e) => Err(e),
+            }
+        }
+        HOSTFS_WRITE => {
+            let fd = open_regular_for(dir, path, libc::O_WRONLY)?;
+            let len = a.len.min(HOSTFS_IO_MAX);
+            let src = mem.host_ptr(GuestAddr(a.buf), len).map_err(|_| libc::EFAULT)?;
+            let off = i64::try_from(a.off).map_err(|_| libc::EFBIG)?;
+            // SAFETY: `[src, src + len)` lies in guest memory (checked),
+            // mapped readable for the tender; the host kernel only reads it.
+            check(unsafe { libc::syscall(libc::SYS_pwrite64, fd.0, src, len as usize, off) })
+        }
+        HOSTFS_TRUNCATE => {
+            let fd = open_regular_for(dir, path, libc::O_WRONLY)?;
+            let len = i64::try_from(a.off).map_err(|_| libc::EFBIG)?;
+            // SAFETY: a plain call on a descriptor this module owns.
+            check(unsafe { libc::syscall(libc::SYS_ftruncate, fd.0, len) })
+        }
+        HOSTFS_FSYNC => {
+            let fd = open_regular_for(dir, path, libc::O_RDONLY)?;
+            // SAFETY: a plain call on a descriptor this module owns.
+            check(unsafe { libc::syscall(libc::SYS_fsync, fd.0) })
+        }
+        HOSTFS_UNLINK | HOSTFS_RMDIR | HOSTFS_MKDIR | HOSTFS_CHMOD | HOSTFS_UTIMES => {
+            let mut up = [0u8; HOSTFS_PATH_MAX as usize + 2];
+            let (up, name) = split_last(path, &mut up)?;
+            let pfd = open_beneath(dir, up, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)?;
+            let name = name.as_ptr().cast::<libc::c_char>();
+            match a.op {
+                // SAFETY: `name` is one plain NUL-terminated name, removed
+                // from `pfd` (a link itself, never what it points at).
+                HOSTFS_UNLINK => check(unsafe { libc::syscall(libc::SYS_unlinkat, pfd.0, name, 0) }),
+                // SAFETY: as above, for an empty directory.
+                HOSTFS_RMDIR => check(unsafe { libc::syscall(libc::SYS_unlinkat, pfd.0, name, libc::AT_REMOVEDIR) }),
+                HOSTFS_MKDIR => {
+                    // SAFETY: one plain NUL-terminated name made in `pfd`.
+                    check(unsafe { libc::syscall(libc::SYS_mkdirat, pfd.0, name, mode) })?;
+                    let fd = open_beneath(dir, path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW)?;
+                    given(&fd, mode)
+                }
+                HOSTFS_CHMOD => {
+                    // chmod follows a last link and fchmod needs a real
+                    // descriptor: open the file or directory itself (never
+                    // a link, device or FIFO) and change that.
+                    let probe = open_beneath(dir, path, libc::O_PATH | libc::O_NOFOLLOW)?;
+                    let st = fstat(&probe)?;
+                    let extra = match st.st_mode & libc::S_IFMT {
+                        libc::S_IFREG => 0,
+                        libc::S_IFDIR => libc::O_DIRECTORY,
+                        libc::S_IFLNK => return Err(libc::EOPNOTSUPP),
+                        _ => return Err(libc::EINVAL),
+                    };
+                    let fd = open_beneath(dir, path, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | extra)?;
+                    let now = fstat(&fd)?;
+                    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
+                        return Err(libc::EAGAIN);
+                    }
+                    // SAFETY: a plain call on a descriptor this module owns.
+                    check(unsafe { libc::syscall(libc::SYS_fchmod, fd.0, mode) })
+                }
+                _ => {
+                    if a.len < 32 {
+                        return Err(libc::EINVAL);
+                    }
+                    let src = mem.host_ptr(GuestAddr(a.buf), 32).map_err(|_| libc::EFAULT)?;
+                    let mut ts = [0i64; 4];
+                    // SAFETY: 32 bytes at `src` lie in guest memory (checked).
+                    unsafe { core::ptr::copy_nonoverlapping(src, ts.as_mut_ptr().cast::<u8>(), 32) };
+                    // SAFETY: one plain NUL-terminated name in `pfd`, not
+                    // followed if a link; `ts` is two valid timespecs'
+                    // worth of memory (the host checks their values).
+                    check(unsafe { libc::syscall(libc::SYS_utimensat, pfd.0, name, ts.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) })
+                }
+            }
+        }
+        HOSTFS_RENAME => {
+            let mut to = [0u8; HOSTFS_PATH_MAX as usize + 2];
+            let to = guest_path(&HostFsArgs { path: a.buf, path_len: a.len, ..*a }, mem, &mut to)?;
+            let mut up1 = [0u8; HOSTFS_PATH_MAX as usize + 2];
+            let mut up2 = [0u8; HOSTFS_PATH_MAX as usize + 2];
+            let (up1, n1) = split_last(path, &mut up1)?;
+            let (up2, n2) = split_last(to, &mut up2)?;
+            let p1 = open_beneath(dir, up1, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)?;
+            let p2 = open_beneath(dir, up2, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)?;
+            let flags = (a.off & u64::from(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE)) as u32;
+            // SAFETY: two plain NUL-terminated names, each in a directory
+            // opened beneath the mount; renameat2 follows no link in them.
+            check(unsafe { libc::syscall(libc::SYS_renameat2, p1.0, n1.as_ptr(), p2.0, n2.as_ptr(), flags) })
+        }
+        _ => Err(libc::EINVAL),
     }
 }

@@ -558,7 +558,13 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     let mount_fds = shoal_loader::mount::open_all(&cfg.mounts).map_err(HvtError::Mount)?;
     let mut mounts = shoal_hostcall::hostfs::Mounts::default();
     for (fd, m) in mount_fds.iter().zip(&cfg.mounts) {
-        mounts.push(std::os::fd::AsRawFd::as_raw_fd(fd), m.guest.as_bytes());
+        mounts.push(std::os::fd::AsRawFd::as_raw_fd(fd), m.guest.as_bytes(), m.writable);
+    }
+    // What the VMM makes for the guest beneath a writable mount is the
+    // guest's user's (`--user`), as a file a Linux process makes.
+    // SAFETY: geteuid has no preconditions.
+    if mounts.any_writable() && unsafe { libc::geteuid() } == 0 {
+        mounts.set_owner(cfg.guest_uid, cfg.guest_gid);
     }
     let guest = hypercall::Guest {
         mem: &mem,

@@ -1,5 +1,5 @@
-//! Read-only host directories (`--mount HOSTDIR:GUESTDIR:ro`;
-//! docs/architecture.md "Read-only host directories"): what both tenders
+//! Host directories (`--mount HOSTDIR:GUESTDIR:ro` or `:rw`;
+//! docs/architecture.md "Host directories"): what both tenders
 //! share before the guest runs — parsing the option and opening each
 //! directory once, as an `O_PATH` descriptor that every later open on the
 //! guest's behalf is confined beneath (`shoal_hostcall::hostfs`).
@@ -16,8 +16,8 @@ pub const GUEST_PATH_MAX: usize = 255;
 /// A `--mount` that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
-    /// Not `HOSTDIR:GUESTDIR:ro`.
-    #[error("--mount {0}: expected HOSTDIR:GUESTDIR:ro (mounts are read-only; GUESTDIR absolute)")]
+    /// Not `HOSTDIR:GUESTDIR:ro` or `HOSTDIR:GUESTDIR:rw`.
+    #[error("--mount {0}: expected HOSTDIR:GUESTDIR:ro or HOSTDIR:GUESTDIR:rw (GUESTDIR absolute)")]
     Syntax(String),
     /// HOSTDIR is not an existing directory.
     #[error("--mount {0}: no such directory")]
@@ -25,6 +25,9 @@ pub enum MountError {
     /// GUESTDIR is not an absolute path of ordinary names, or too long.
     #[error("--mount: the guest directory {0} must be / or an absolute path of ordinary names, at most {GUEST_PATH_MAX} bytes")]
     BadGuest(String),
+    /// The root mount asked to be writable.
+    #[error("--mount {0}: the root mount (GUESTDIR /) is read-only; writes there stay in guest memory")]
+    RootWritable(String),
     /// Two mounts at one guest directory.
     #[error("--mount: two mounts at {0}")]
     Twice(String),
@@ -41,7 +44,7 @@ pub enum MountError {
     },
 }
 
-/// A parsed `--mount HOSTDIR:GUESTDIR:ro`.
+/// A parsed `--mount HOSTDIR:GUESTDIR:ro` (or `:rw`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mount {
     /// The host directory, made absolute (symlinks resolved once, here).
@@ -49,14 +52,19 @@ pub struct Mount {
     /// The guest directory: absolute, no `.`/`..` or empty parts; `/` for
     /// the root mount.
     pub guest: String,
+    /// `:rw`: the guest may create, write, remove and rename beneath it.
+    pub writable: bool,
 }
 
 impl Mount {
-    /// Parses `HOSTDIR:GUESTDIR:ro` (split at the last two ':');
-    /// HOSTDIR must be an existing directory.
+    /// Parses `HOSTDIR:GUESTDIR:ro` or `HOSTDIR:GUESTDIR:rw` (split at
+    /// the last two ':'); HOSTDIR must be an existing directory.
     pub fn parse(spec: &str) -> Result<Mount, MountError> {
         let syntax = || MountError::Syntax(spec.into());
-        let rest = spec.strip_suffix(":ro").ok_or_else(syntax)?;
+        let (rest, writable) = match spec.strip_suffix(":rw") {
+            Some(r) => (r, true),
+            None => (spec.strip_suffix(":ro").ok_or_else(syntax)?, false),
+        };
         let (host, guest) = rest.rsplit_once(':').filter(|(h, g)| !h.is_empty() && !g.is_empty()).ok_or_else(syntax)?;
         if !guest.starts_with('/') {
             return Err(syntax());
@@ -67,8 +75,11 @@ impl Mount {
         if !ok {
             return Err(MountError::BadGuest(guest.into()));
         }
+        if writable && guest == "/" {
+            return Err(MountError::RootWritable(spec.into()));
+        }
         let host = std::fs::canonicalize(host).ok().filter(|p| p.is_dir()).ok_or_else(|| MountError::NoDir(host.into()))?;
-        Ok(Mount { host, guest: guest.into() })
+        Ok(Mount { host, guest: guest.into(), writable })
     }
 
     /// Opens the host directory (`O_PATH | O_DIRECTORY | O_CLOEXEC`).
@@ -116,9 +127,13 @@ mod tests {
         assert!(matches!(Mount::parse("/usr:/usr"), Err(MountError::Syntax(_))));
         assert!(matches!(Mount::parse("/usr:usr:ro"), Err(MountError::Syntax(_))));
         assert_eq!(Mount::parse("/usr:/:ro").unwrap().guest, "/", "the root mount");
+        assert!(Mount::parse("/usr:/data:rw").unwrap().writable);
+        assert!(!Mount::parse("/usr:/data:ro").unwrap().writable);
+        assert!(matches!(Mount::parse("/usr:/:rw"), Err(MountError::RootWritable(_))));
+        assert!(matches!(Mount::parse("/usr:/data:wr"), Err(MountError::Syntax(_))));
         assert!(matches!(Mount::parse("/usr://:ro"), Err(MountError::BadGuest(_))));
         assert!(matches!(Mount::parse("/usr:/a/../b:ro"), Err(MountError::BadGuest(_))));
         assert!(matches!(Mount::parse("/nonexistent-shoal:/x:ro"), Err(MountError::NoDir(_))));
-        assert!(matches!(Mount::parse("/usr:/x:rw"), Err(MountError::Syntax(_))));
+        assert!(matches!(Mount::parse("/usr:/x:wo"), Err(MountError::Syntax(_))));
     }
 }

@@ -76,7 +76,7 @@ pub enum ConfigError {
     #[error("process.cwd {0}: {1}")]
     Cwd(String, String),
     /// A bind mount of a volume that is writable or not a directory.
-    #[error("mount of {host} on {destination}: a shoal guest sees its root file system and read-only directories (`ro` bind mounts of a directory, as `--mount`); writable volumes and single files are not supported")]
+    #[error("mount of {host} on {destination}: a shoal guest sees its root file system and directories (bind mounts of a directory, read-only or writable, as `--mount`); single files are not supported")]
     Volume {
         /// The host path.
         host: String,
@@ -517,7 +517,7 @@ impl Spec {
         if !rootfs.is_dir() {
             return Err(ConfigError::NoRootDir(rootfs));
         }
-        let read_only = self.check_mounts(&rootfs)?;
+        let volumes = self.check_mounts(&rootfs)?;
         let (image_path, image) = find_image(&rootfs, first, &process.env)?;
         check_runnable(first, &image)?;
 
@@ -571,17 +571,16 @@ impl Spec {
         // The root file system is the root mount, served live and
         // read-only by the tender (nothing is packed or copied at start);
         // the guest's own /tmp, /dev/shm and new names in / take writes,
-        // in guest memory. Read-only bind mounts are mounts too, on their
+        // in guest memory. Bind mounts of directories are mounts too, on their
         // directories in it.
         let root_spec = format!("{}:/:ro", rootfs.display());
-        let mounts: Vec<shoal_tender::Mount> =
-            std::iter::once(&root_spec).chain(&read_only).map(|m| shoal_tender::Mount::parse(m)).collect::<Result<_, _>>().map_err(|e| ConfigError::Mount {
-                host: rootfs.display().to_string(),
-                destination: "/".into(),
-                why: e.to_string(),
-            })?;
+        let mounts: Vec<shoal_tender::Mount> = std::iter::once(&root_spec)
+            .chain(&volumes)
+            .map(|m| shoal_tender::Mount::parse(m))
+            .collect::<Result<_, _>>()
+            .map_err(|e| ConfigError::Mount { host: rootfs.display().to_string(), destination: "/".into(), why: e.to_string() })?;
         shoal_tender::check_mounts(&mounts).map_err(|e| ConfigError::Mounts(e.to_string()))?;
-        opts.mount = std::iter::once(root_spec).chain(read_only).map(Into::into).collect();
+        opts.mount = std::iter::once(root_spec).chain(volumes).map(Into::into).collect();
         if let Some(limit) = self.linux.resources.memory.as_ref().and_then(|m| m.limit).filter(|l| *l > 0) {
             if limit < 4 << 20 {
                 return Err(ConfigError::TooLittleMemory(limit));
@@ -651,8 +650,8 @@ impl Spec {
         })
     }
 
-    /// The read-only bind mounts of directories, as `--mount` values;
-    /// refuses writable bind mounts of volumes; the mounts engines add to
+    /// The bind mounts of directories, as `--mount` values (`ro` ones
+    /// `:ro`, the others `:rw`); the mounts engines add to
     /// every container (/proc, /dev, /etc/hosts, …) are ignored: the guest
     /// has its own.
     ///
@@ -668,13 +667,14 @@ impl Spec {
             if !bind || IGNORED_MOUNTS.contains(&dest) || dest.is_empty() {
                 continue;
             }
-            if !m.options.iter().any(|o| o == "ro") {
+            let how = if m.options.iter().any(|o| o == "ro") { "ro" } else { "rw" };
+            let why = |e: String| ConfigError::Mount { host: m.source.clone(), destination: m.destination.clone(), why: e };
+            if Path::new(&m.source).exists() && !Path::new(&m.source).is_dir() {
                 return Err(ConfigError::Volume { host: m.source.clone(), destination: m.destination.clone() });
             }
-            let why = |e: String| ConfigError::Mount { host: m.source.clone(), destination: m.destination.clone(), why: e };
-            shoal_tender::Mount::parse(&format!("{}:{dest}:ro", m.source)).map_err(|e| why(e.to_string()))?;
+            shoal_tender::Mount::parse(&format!("{}:{dest}:{how}", m.source)).map_err(|e| why(e.to_string()))?;
             let guest = mount_point(rootfs, dest).map_err(why)?;
-            out.push(format!("{}:{guest}:ro", m.source));
+            out.push(format!("{}:{guest}:{how}", m.source));
         }
         Ok(out)
     }
@@ -840,8 +840,18 @@ mod tests {
             msg(&|s| s.process.as_mut().unwrap().args[0] = "script".into()),
             "process.args[0] script is not an ELF file (a script or data?): shoal runs a shoal image or a static Linux executable, and starts no interpreter for a script; name the program itself"
         );
-        assert!(msg(&|s| { s.mounts.push(Mount { destination: "/data".into(), kind: "bind".into(), source: "/srv".into(), options: vec![] }) })
-            .starts_with("mount of /srv on /data"));
+        // A writable directory volume is a writable mount.
+        let vol = dir.join("vol");
+        std::fs::create_dir_all(&vol).unwrap();
+        let mut s = spec.clone();
+        s.mounts.push(Mount {
+            destination: "/data".into(),
+            kind: "bind".into(),
+            source: vol.display().to_string(),
+            options: vec!["rbind".into(), "rw".into()],
+        });
+        let a = s.plan(&dir).unwrap().tender_args;
+        assert!(a.windows(2).any(|w| w[0] == "--mount" && w[1] == format!("{}:/data:rw", vol.display())), "{a:?}");
         assert!(msg(&|s| s.mounts.push(Mount {
             destination: "/data".into(),
             kind: "bind".into(),

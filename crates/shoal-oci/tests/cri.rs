@@ -477,7 +477,7 @@ fn free_port() -> u16 {
 /// Ordinary images under handler `shoal` on `tender`, in a pod with a
 /// network namespace of its own on a CNI bridge: busybox's applets
 /// (`echo`; `sh -c` running builtins, which needs no fork; `cat` of a
-/// read-only volume, a writable one refused), a shell script
+/// read-only volume, a writable emptyDir written through to the host), a shell script
 /// refused at create with the reason, the static Go server reached from
 /// the host through the pod's port mapping on 127.0.0.1, `exec` into it
 /// refused with one line, and its stop.
@@ -546,7 +546,8 @@ fn ordinary_images(tender: &str) {
     cri.ok(&["rm", &tmpw, &id]);
     // A read-only volume (the kubelet's ConfigMaps and service-account
     // token are such): the directory read live through --mount; a
-    // writable one is refused with the reason.
+    // writable one (an emptyDir: mode 0777, as the kubelet makes it) takes
+    // the container's writes on the host.
     let vol = cri.dir().join("config-volume");
     std::fs::create_dir_all(&vol).unwrap();
     std::fs::write(vol.join("greeting"), "hello from a read-only volume\n").unwrap();
@@ -556,14 +557,17 @@ fn ordinary_images(tender: &str) {
     let st = cri.wait_exited(&cat);
     assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(0), Some("Completed")), "{st}; logs: {}", text(&cri.crictl(&["logs", &cat])));
     assert_eq!(cri.wait_logs(&cat, "volume").trim(), "hello from a read-only volume");
-    let rw = cri.ok(&["create", &pod, &container_config(&cri, "rw", 0, BUSYBOX, &["cat", "/config/greeting"], mounts(false)), &pod_json]);
-    let o = cri.crictl(&["start", &rw]);
-    assert!(
-        !o.status.success()
-            && text(&o).contains(&format!("mount of {} on /config: a shoal guest sees its root file system and read-only directories", vol.display())),
-        "{}",
-        text(&o)
-    );
+    let empty = cri.dir().join("empty-dir");
+    std::fs::create_dir_all(&empty).unwrap();
+    std::fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let writable = serde_json::json!({"mounts": [{"container_path": "/data", "host_path": empty, "readonly": false}]});
+    let script = "echo from the pod > /data/out; read line < /data/out; echo read back: $line";
+    let rw = cri.ok(&["create", &pod, &container_config(&cri, "rw", 0, BUSYBOX, &["sh", "-c", script], writable), &pod_json]);
+    cri.ok(&["start", &rw]);
+    let st = cri.wait_exited(&rw);
+    assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(0), Some("Completed")), "{st}; logs: {}", text(&cri.crictl(&["logs", &rw])));
+    assert_eq!(cri.wait_logs(&rw, "read back").trim(), "read back: from the pod");
+    assert_eq!(std::fs::read_to_string(empty.join("out")).unwrap(), "from the pod\n", "the write reached the host directory");
     cri.ok(&["rm", &cat, &rw]);
 
     // A script: refused by the runtime's create (which containerd calls

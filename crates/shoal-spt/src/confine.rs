@@ -151,8 +151,8 @@ pub fn is_root() -> bool {
 /// symbolic link resolves in the instance's root, which [`drop_root`]
 /// empties; nothing can be written through it (`EROFS`). Root only, in the
 /// instance's own mount namespace, before [`drop_root`].
-pub fn jail_mounts(fds: &[i32]) -> Result<(), ConfineError> {
-    for &fd in fds {
+pub fn jail_mounts(fds: &[i32], writable: u64) -> Result<(), ConfineError> {
+    for (i, &fd) in fds.iter().enumerate() {
         // The descriptor names a mount of the front end's namespace, which
         // open_tree cannot clone from here: the same directory is opened
         // again in this namespace, by the path the kernel gives for the
@@ -162,7 +162,10 @@ pub fn jail_mounts(fds: &[i32]) -> Result<(), ConfineError> {
         let tree = sys::open_tree_clone(same.as_raw_fd());
         drop(same);
         let tree = tree.map_err(|e| ConfineError::Step { what: "clone a --mount directory", err: crate::child::Errno(e) })?;
-        let attrs = sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV;
+        // A writable mount (`:rw`) keeps its clone writable: Landlock
+        // grants writing beneath it alone (crate::landlock).
+        let ro = if writable & (1 << i) != 0 { 0 } else { sys::MOUNT_ATTR_RDONLY };
+        let attrs = ro | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV;
         let r = sys::mount_setattr(tree, attrs).and_then(|()| sys::dup3(tree, fd, libc::O_CLOEXEC));
         sys::close(tree);
         r.map_err(|e| ConfineError::Step { what: "make a --mount directory read-only", err: crate::child::Errno(e) })?;
@@ -192,7 +195,7 @@ fn reopen_here(fd: i32) -> Result<std::os::fd::OwnedFd, i32> {
 /// for a process started as root, already in its own mount namespace. `parent`:
 /// a pidfd of the waiting parent, whose death must still kill this process
 /// after the change of credentials (which clears the parent-death signal).
-pub fn drop_root(parent: Option<i32>, uid: u32) -> Result<(), ConfineError> {
+pub fn drop_root(parent: Option<i32>, ids: (u32, u32)) -> Result<(), ConfineError> {
     // SAFETY: plain system calls on constant, valid, NUL-terminated strings
     // or null pointers, and on the capability structures below; they change
     // only this process's mounts (in its own mount namespace), credentials
@@ -220,10 +223,11 @@ pub fn drop_root(parent: Option<i32>, uid: u32) -> Result<(), ConfineError> {
         step("enter the empty root", libc::chdir(c"/".as_ptr()))?;
         // Drop to the instance's user: with no keep-caps, setresuid from
         // root to non-root clears every capability. Uid 0 never comes here
-        // (a range starts at 1; the spec's default is nobody).
-        let uid = if uid == 0 { NOBODY } else { uid };
+        // (a range starts at 1; the spec's default is nobody; a guest's
+        // own user for a writable mount is never root), nor group 0.
+        let (uid, gid) = if ids.0 == 0 { (NOBODY, NOBODY) } else { (ids.0, if ids.1 == 0 { NOBODY } else { ids.1 }) };
         step("drop supplementary groups", libc::setgroups(0, core::ptr::null()))?;
-        step("switch to the instance's group", libc::setresgid(uid, uid, uid))?;
+        step("switch to the instance's group", libc::setresgid(gid, gid, gid))?;
         step("switch to the instance's user", libc::setresuid(uid, uid, uid))?;
         // A user namespace of its own: whatever the process could still
         // reach through the host's user namespace (keyrings, the

@@ -152,6 +152,9 @@ pub struct GuestRange {
     /// How many read-only host directories (`--mount`) the instance has,
     /// at descriptors [`crate::MOUNT_FD0`]`..`.
     pub mounts: u32,
+    /// Some mount is writable (`:rw`): the calls that change files are
+    /// allowed too (Landlock and the mount clones confine them).
+    pub writable: bool,
     /// The guest is an unmodified executable, which may make its pages
     /// executable (`PROT_EXEC` with any of read and write) for the
     /// libraries `ld.so` maps and code it makes at run time.
@@ -294,6 +297,30 @@ fn mount_rules(r: &mut BTreeMap<i64, Vec<SeccompRule>>, g: GuestRange) -> Result
     Ok(())
 }
 
+/// The `HostFs` calls of a writable mount (module docs): each on a
+/// descriptor HostFs opened beneath a mount (a file, or the parent
+/// directory of one plain name). The guest can make them itself on any of
+/// its descriptors: only the writable mounts' clones are writable, and
+/// Landlock grants writing beneath those alone.
+fn write_rules(r: &mut BTreeMap<i64, Vec<SeccompRule>>) -> Result<(), FilterError> {
+    for nr in [libc::SYS_pwrite64, libc::SYS_ftruncate, libc::SYS_fsync, libc::SYS_fchmod] {
+        r.insert(nr, vec![SeccompRule::new(vec![fd_at_least(FIRST_SOCKET_FD)?])?]);
+    }
+    // The *at calls on a real directory descriptor, never AT_FDCWD (whose
+    // 32-bit value passes `fd >= 3`; the empty root would stop it anyway).
+    let dirfd = |arg: u8| -> Result<Vec<SeccompCondition>, FilterError> {
+        Ok(vec![
+            SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ge, FIRST_SOCKET_FD as u64)?,
+            SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Lt, 1 << 31)?,
+        ])
+    };
+    for nr in [libc::SYS_mkdirat, libc::SYS_unlinkat, libc::SYS_utimensat] {
+        r.insert(nr, vec![SeccompRule::new(dirfd(0)?)?]);
+    }
+    r.insert(libc::SYS_renameat2, vec![SeccompRule::new([dirfd(0)?, dirfd(2)?].concat())?]);
+    Ok(())
+}
+
 /// The allow-list as seccompiler rules: system call number → alternatives
 /// (each alternative a conjunction of argument checks; none: any
 /// arguments). An instance with networking (`net.any()`) also gets the
@@ -330,6 +357,9 @@ pub fn rules_for(net: NetPolicy, g: GuestRange) -> Result<BTreeMap<i64, Vec<Secc
     r.insert(libc::SYS_setitimer, vec![SeccompRule::new(vec![eq32(0, libc::ITIMER_REAL as u64)?])?]);
     if g.mounts > 0 {
         mount_rules(&mut r, g)?;
+    }
+    if g.writable {
+        write_rules(&mut r)?;
     }
     if !net.any() {
         return Ok(r);
@@ -619,7 +649,7 @@ fn with_hot_path(prog: BpfProgram, watch: u32) -> BpfProgram {
 /// filter alone.
 pub fn plain_instance_bytes(heap_start: u64, mem_size: u64) -> Result<Vec<u8>, FilterError> {
     let net = NetPolicy::default();
-    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd(), run_time_code: false, mounts: 0 })?;
+    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd(), run_time_code: false, mounts: 0, writable: false })?;
     Ok(to_bytes(&prog))
 }
 
@@ -629,7 +659,7 @@ pub fn plain_instance_bytes(heap_start: u64, mem_size: u64) -> Result<Vec<u8>, F
 /// to measure what the filter adds to each of a server's host calls.
 pub fn server_instance_bytes(listeners: u32, heap_start: u64, mem_size: u64) -> Result<Vec<u8>, FilterError> {
     let net = NetPolicy { listeners, outbound: false, bind_any: false, relay: false };
-    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd(), run_time_code: false, mounts: 0 })?;
+    let prog = program(net, GuestRange { heap_start, mem_size, alias_fd: net.alias_fd(), run_time_code: false, mounts: 0, writable: false })?;
     Ok(to_bytes(&prog))
 }
 
@@ -669,7 +699,7 @@ pub(crate) fn from_bytes(b: &[u8]) -> Option<BpfProgram> {
 /// each instance with its key; the instance uses it only if the key is the
 /// one it computes itself, and compiles its own otherwise.
 pub(crate) fn key(net: NetPolicy, g: GuestRange) -> [u64; 6] {
-    let alias_and_code = g.alias_fd as u32 as u64 | u64::from(g.run_time_code) << 32 | u64::from(g.mounts) << 33;
+    let alias_and_code = g.alias_fd as u32 as u64 | u64::from(g.run_time_code) << 32 | u64::from(g.mounts) << 33 | u64::from(g.writable) << 40;
     [g.heap_start, g.mem_size, alias_and_code, u64::from(net.listeners), u64::from(net.outbound), u64::from(net.bind_any) | u64::from(net.relay) << 1]
 }
 
@@ -682,7 +712,7 @@ mod tests {
     #[test]
     fn a_program_round_trips_through_bytes_and_its_key_names_its_inputs() {
         let net = crate::net::NetPolicy { listeners: 1, outbound: false, bind_any: false, relay: false };
-        let g = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: net.alias_fd(), run_time_code: false, mounts: 0 };
+        let g = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: net.alias_fd(), run_time_code: false, mounts: 0, writable: false };
         let p = super::program(net, g).unwrap();
         assert_eq!(super::from_bytes(&super::to_bytes(&p)), Some(p));
         assert_eq!(super::from_bytes(&[1, 2, 3]), None);
@@ -697,7 +727,7 @@ mod tests {
         assert_ne!(k, super::key(crate::net::NetPolicy { relay: true, ..net }, g));
     }
 
-    const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: 3, run_time_code: false, mounts: 0 };
+    const G: GuestRange = GuestRange { heap_start: 0x40_0000, mem_size: 256 << 20, alias_fd: 3, run_time_code: false, mounts: 0, writable: false };
 
     #[test]
     fn the_alias_ladder_stays_inside_guest_memory() {
@@ -880,7 +910,7 @@ mod hot_path_tests {
     fn exec_protection_is_guest_memory_only() {
         let x86 = super::AUDIT_ARCH_X86_64;
         let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
-        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, run_time_code: true, mounts: 0 };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, run_time_code: true, mounts: 0, writable: false };
         let prog = super::program(NetPolicy::default(), g).unwrap();
         let act = |nr: i64, args: [u64; 6]| run(&prog, x86, nr as u32, args).0;
         let mp = libc::SYS_mprotect;
@@ -943,7 +973,7 @@ mod hot_path_tests {
         let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
         for outbound in [false, true] {
             let net = NetPolicy { listeners: 1, outbound, bind_any: !outbound, relay: !outbound };
-            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: false, mounts: 0 };
+            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: false, mounts: 0, writable: false };
             let prog = super::program(net, g).unwrap();
             let act = |nr: i64, args: [u64; 6]| run(&prog, x86, nr as u32, args).0;
             let nb = libc::SOCK_NONBLOCK as u64;
@@ -990,7 +1020,7 @@ mod hot_path_tests {
             NetPolicy { listeners: 1, outbound: false, bind_any: true, relay: true },
             NetPolicy { listeners: 2, outbound: true, bind_any: true, relay: false },
         ] {
-            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: false, mounts: 0 };
+            let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: false, mounts: 0, writable: false };
             let plain = super::compiled(net, g).unwrap();
             let hot = super::program(net, g).unwrap();
             assert_eq!(hot.len(), plain.len() + 11, "the hot path was not inserted: seccompiler's program starts differently");
@@ -1030,7 +1060,7 @@ mod hot_path_tests {
             }
         }
         // Without networking there is nothing to put first.
-        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, run_time_code: false, mounts: 0 };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, run_time_code: false, mounts: 0, writable: false };
         assert_eq!(super::program(NetPolicy::default(), g).unwrap(), super::compiled(NetPolicy::default(), g).unwrap());
     }
 
@@ -1065,7 +1095,7 @@ mod hot_path_tests {
     #[test]
     fn a_copy_loses_what_only_its_template_may_do() {
         let net = NetPolicy { listeners: 1, outbound: false, bind_any: false, relay: false };
-        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: false, mounts: 0 };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: false, mounts: 0, writable: false };
         let tpl = super::template_program(net, g).unwrap();
         let copy = super::copy_program(g).unwrap();
         let plain = super::program(net, g).unwrap();

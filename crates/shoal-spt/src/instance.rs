@@ -152,11 +152,17 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     let mount_count = spec.mounts.len().min(shoal_hostcall::hostfs::MAX_MOUNTS);
     let mut mounts = shoal_hostcall::hostfs::Mounts::default();
     for (i, m) in spec.mounts.iter().take(mount_count).enumerate() {
-        mounts.push(crate::MOUNT_FD0 + i as i32, m);
+        mounts.push(crate::MOUNT_FD0 + i as i32, m, spec.writable_mounts & (1 << i) != 0);
     }
     let run_time_code = image.exec_entry().is_some();
-    let guest =
-        filter::GuestRange { heap_start: layout.heap_start, mem_size: layout.mem_size, alias_fd: policy.alias_fd(), run_time_code, mounts: mount_count as u32 };
+    let guest = filter::GuestRange {
+        heap_start: layout.heap_start,
+        mem_size: layout.mem_size,
+        alias_fd: policy.alias_fd(),
+        run_time_code,
+        mounts: mount_count as u32,
+        writable: mounts.any_writable(),
+    };
     // The program compiled ahead by a prepared function (`shoal serve`)
     // if it was compiled for exactly this instance's layout and network;
     // otherwise (and for `shoal run`) compiled here.
@@ -202,13 +208,19 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
         if !confine::is_root() {
             return Err(SptError::MountNeedsRoot.into());
         }
-        confine::jail_mounts(&mount_fds)?;
+        confine::jail_mounts(&mount_fds, spec.writable_mounts)?;
     }
+    // With a writable mount the instance runs as the guest's own user
+    // (`--user`, when not root), so what it makes there is that user's and
+    // the host's permission checks are that user's (docs/architecture.md).
+    let writer = mounts.any_writable() && spec.guest_ids[0] != 0;
+    let ids = if writer { (spec.guest_ids[0], spec.guest_ids[1]) } else { (spec.uid, spec.uid) };
+    let writable_fds: Vec<i32> = mount_fds.iter().enumerate().filter(|(i, _)| spec.writable_mounts & (1 << i) != 0).map(|(_, &fd)| fd).collect();
     crate::hypercall::install_mounts(mounts);
     if confine::is_root() {
-        confine::drop_root((spec.supervised || spec.parent_pidfd).then_some(spec::PARENT_FD), spec.uid)?;
+        confine::drop_root((spec.supervised || spec.parent_pidfd).then_some(spec::PARENT_FD), ids)?;
     }
-    crate::landlock::restrict(policy, &mount_fds).map_err(SptError::from)?;
+    crate::landlock::restrict(policy, &mount_fds, &writable_fds).map_err(SptError::from)?;
     sys::start_step("instance: confined (namespaces, root, Landlock)");
     let mode = spec.mode;
     let listeners = (listen_fd0, spec.listeners.len() as i32 + i32::from(spec.bind_any));

@@ -8,7 +8,9 @@
 //!
 //! - **files**: every file-system access right is handled and none is
 //!   granted, but reading files and directories beneath the read-only
-//!   host directories of `--mount` (their descriptors): the instance opens
+//!   host directories of `--mount` (their descriptors), and writing
+//!   (files and directories: make, write, truncate, remove, rename)
+//!   beneath the writable ones (`:rw`): the instance opens
 //!   nothing else after boot (it reads its image, archive and pool files
 //!   from descriptors it already holds);
 //! - **TCP bind**: handled; with `--net-outbound` only port 0 (an
@@ -56,7 +58,8 @@ pub enum LandlockError {
 /// Restricts this process as the module docs say.
 /// `mounts`: the descriptors of the `--mount` directories, beneath which
 /// reading is granted.
-pub fn restrict(net: NetPolicy, mounts: &[i32]) -> Result<(), LandlockError> {
+/// `writable`: those of them (`:rw`) beneath which writing is granted too.
+pub fn restrict(net: NetPolicy, mounts: &[i32], writable: &[i32]) -> Result<(), LandlockError> {
     let abi = ABI::V6;
     let level = if net.any() { CompatLevel::HardRequirement } else { CompatLevel::BestEffort };
     let mut handled: landlock::BitFlags<AccessNet> = AccessNet::BindTcp.into();
@@ -78,7 +81,14 @@ pub fn restrict(net: NetPolicy, mounts: &[i32]) -> Result<(), LandlockError> {
         // SAFETY: the instance holds `fd` open (a mount's directory) for
         // its whole life; the rule only reads it.
         let dir = unsafe { BorrowedFd::borrow_raw(fd) };
-        created = created.add_rule(PathBeneath::new(dir, AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::Execute))?;
+        let mut access = AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::Execute;
+        if writable.contains(&fd) {
+            // Files and directories only: no devices, FIFOs, sockets or
+            // links are made on a guest's behalf.
+            access |=
+                AccessFs::WriteFile | AccessFs::Truncate | AccessFs::MakeReg | AccessFs::MakeDir | AccessFs::RemoveFile | AccessFs::RemoveDir | AccessFs::Refer;
+        }
+        created = created.add_rule(PathBeneath::new(dir, access))?;
     }
     let status = created.restrict_self()?;
     if net.any() && status.ruleset == RulesetStatus::NotEnforced {

@@ -115,7 +115,12 @@ pub const EXIT_SIGSYS: i32 = 128 + libc::SIGSYS;
 /// spt stopped the guest (fault, invalid hypercall, blocked forever).
 pub const EXIT_STOPPED: i32 = 255;
 
-/// Where the instance keeps the `O_PATH` descriptors of its read-only host
+/// The spec's bit mask of the writable mounts (`HOSTDIR:GUESTDIR:rw`).
+pub(crate) fn writable_mounts(mounts: &[shoal_loader::mount::Mount]) -> u64 {
+    mounts.iter().enumerate().filter(|(_, m)| m.writable).fold(0, |b, (i, _)| b | 1 << i)
+}
+
+/// Where the instance keeps the `O_PATH` descriptors of its host
 /// directories (`--mount`): mount `i` at `MOUNT_FD0 + i`, a fixed range the
 /// filter names (`crate::filter`), above every boot descriptor and below
 /// the usual 1024 soft limit.
@@ -437,6 +442,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         uid: uid_claim.as_ref().map_or(confine::NOBODY, shoal_loader::uids::UidClaim::uid),
         cwd: cfg.cwd.clone(),
         guest_ids: [cfg.guest_uid, cfg.guest_gid],
+        writable_mounts: crate::writable_mounts(&cfg.mounts),
     };
     drop(listeners);
     let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };

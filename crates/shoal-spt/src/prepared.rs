@@ -156,6 +156,7 @@ impl Prepared {
             uid: confine::NOBODY,
             cwd: cfg.cwd.clone(),
             guest_ids: [cfg.guest_uid, cfg.guest_gid],
+            writable_mounts: crate::writable_mounts(&cfg.mounts),
         };
         Ok(Prepared {
             image,
@@ -255,6 +256,7 @@ impl Prepared {
             alias_fd: policy.alias_fd(),
             run_time_code,
             mounts: self.mounts.len() as u32,
+            writable: spec.writable_mounts != 0,
         };
         let key = filter::key(policy, guest);
         let program = {

@@ -38,7 +38,7 @@ pub const POOL_FD0: i32 = 8;
 pub const MAX_POOL_FILES: usize = 900;
 
 const MAGIC: &[u8; 8] = b"SHOALSPT";
-const VERSION: u32 = 10;
+const VERSION: u32 = 11;
 /// Largest spec accepted: argv and environment are bounded by the guest's
 /// argument area (under 1 MiB), pool maps by [`MAX_POOL_FILES`].
 pub const MAX_SPEC: usize = 4 << 20;
@@ -128,6 +128,8 @@ pub struct Spec {
     pub cwd: Vec<u8>,
     /// The uid and gid the program sees (`--user`).
     pub guest_ids: [u32; 2],
+    /// Bit `i`: mount `i` is writable (`--mount HOSTDIR:GUESTDIR:rw`).
+    pub writable_mounts: u64,
 }
 
 /// Why a spec could not be read.
@@ -208,6 +210,7 @@ impl Spec {
         bytes(&mut b, &self.cwd);
         b.extend_from_slice(&self.guest_ids[0].to_le_bytes());
         b.extend_from_slice(&self.guest_ids[1].to_le_bytes());
+        b.extend_from_slice(&self.writable_mounts.to_le_bytes());
         b
     }
 
@@ -283,6 +286,10 @@ impl Spec {
         let uid = r.u32()?;
         let cwd = r.bytes()?.to_vec();
         let guest_ids = [r.u32()?, r.u32()?];
+        let writable_mounts = r.u64()?;
+        if writable_mounts >> mounts.len() != 0 {
+            return Err(SpecError::Corrupt);
+        }
         if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || cwd.len() >= shoal_abi::CWD_MAX || !r.0.is_empty() {
             return Err(SpecError::Corrupt);
         }
@@ -314,6 +321,7 @@ impl Spec {
             uid,
             cwd,
             guest_ids,
+            writable_mounts,
         })
     }
 }
@@ -397,6 +405,7 @@ mod tests {
             uid: 100_007,
             cwd: b"/srv/app".to_vec(),
             guest_ids: [1000, 100],
+            writable_mounts: 0b10,
         }
     }
 

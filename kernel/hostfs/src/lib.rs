@@ -1,6 +1,12 @@
-//! Kernel component `hostfs` (docs/architecture.md "Read-only host
-//! directories"): the files of `--mount HOSTDIR:GUESTDIR:ro`, served live
-//! by the tender through the `HostFs` hypercall.
+//! Kernel component `hostfs` (docs/architecture.md "Host directories"):
+//! the files of `--mount HOSTDIR:GUESTDIR:ro` (or `:rw`), served live by
+//! the tender through the `HostFs` hypercall.
+//!
+//! A writable mount's changes (create, write, truncate, remove, make a
+//! directory, rename, sync, mode, times) go to the host at once, one call
+//! each; a node keeps its path, so a descriptor of a file renamed or
+//! removed since it was opened reaches whatever has that path now (or
+//! `ENOENT`), unlike Linux, where it follows the file.
 //!
 //! vfs resolves names: it walks a path one component at a time, and when
 //! it reaches a mount's guest directory it continues here. A file beneath
@@ -26,8 +32,9 @@ extern crate alloc;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use shoal_abi::{
-    HostFsArgs, HostStat, HOSTFS_IO_MAX, HOSTFS_LIST, HOSTFS_MAP, HOSTFS_MAP_EXEC, HOSTFS_MOUNT, HOSTFS_PATH_MAX, HOSTFS_READ, HOSTFS_READLINK, HOSTFS_STAT,
-    HOSTFS_UNMAP,
+    HostFsArgs, HostStat, HOSTFS_CHMOD, HOSTFS_CREATE, HOSTFS_FSYNC, HOSTFS_IO_MAX, HOSTFS_LIST, HOSTFS_MAP, HOSTFS_MAP_EXEC, HOSTFS_MKDIR, HOSTFS_MOUNT,
+    HOSTFS_PATH_MAX, HOSTFS_READ, HOSTFS_READLINK, HOSTFS_RENAME, HOSTFS_RMDIR, HOSTFS_STAT, HOSTFS_TRUNCATE, HOSTFS_UNLINK, HOSTFS_UNMAP, HOSTFS_UTIMES,
+    HOSTFS_WRITABLE, HOSTFS_WRITE,
 };
 use shoal_plat::{Errno, ZeroGlobal};
 
@@ -56,6 +63,8 @@ struct Node {
 struct State {
     /// Guest directories of the mounts, in the tender's order.
     mounts: Vec<Vec<u8>>,
+    /// Whether each mount is writable.
+    writable: Vec<bool>,
     nodes: Vec<Node>,
     index: BTreeMap<(u32, Vec<u8>), u64>,
     asked: bool,
@@ -90,7 +99,138 @@ pub fn init() {
             _ => break,
         }
     }
-    with(|s| s.mounts = found);
+    let writable = (0..found.len() as u64)
+        .map(|m| {
+            let mut a = HostFsArgs { op: HOSTFS_WRITABLE, mount: m, ..HostFsArgs::default() };
+            // A tender that does not know the call has no writable mounts.
+            call(&mut a) == Ok(1)
+        })
+        .collect();
+    with(|s| {
+        s.mounts = found;
+        s.writable = writable;
+    });
+}
+
+/// Whether node `ino` lies in a writable mount.
+pub fn writable(ino: u64) -> bool {
+    with(|s| ino.checked_sub(HOST_INO_BASE).and_then(|i| s.nodes.get(i as usize)).is_some_and(|n| s.writable.get(n.mount as usize).copied().unwrap_or(false)))
+}
+
+/// One changing call on `path` of `mount` (module docs).
+fn change(op: u64, mount: u32, path: &[u8], off: u64, buf: u64, len: u64) -> Result<u64, Errno> {
+    if path.len() as u64 > HOSTFS_PATH_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    let mut a = HostFsArgs { op, mount: u64::from(mount), path: path.as_ptr() as u64, path_len: path.len() as u64, off, buf, len, ret: 0 };
+    call(&mut a)
+}
+
+/// The path of `name` (a plain name) in directory node `dir`, and its mount.
+fn child(dir: u64, name: &[u8]) -> Result<(u32, Vec<u8>), Errno> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+        return Err(Errno::EINVAL);
+    }
+    if name.len() > 255 {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    let (mount, mut path) = node(dir, |n| (n.mount, n.path.clone()))?;
+    if !path.is_empty() {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+    Ok((mount, path))
+}
+
+/// Creates regular file `name` in directory node `dir` with `mode`
+/// (`excl`: it must not exist); its node.
+pub fn create(dir: u64, name: &[u8], mode: u32, excl: bool) -> Result<u64, Errno> {
+    let (mount, path) = child(dir, name)?;
+    change(HOSTFS_CREATE, mount, &path, u64::from(mode & 0o7777), 0, u64::from(excl))?;
+    lookup(dir, name)
+}
+
+/// Makes directory `name` in directory node `dir`.
+pub fn mkdir(dir: u64, name: &[u8], mode: u32) -> Result<(), Errno> {
+    let (mount, path) = child(dir, name)?;
+    change(HOSTFS_MKDIR, mount, &path, u64::from(mode & 0o7777), 0, 0).map(drop)
+}
+
+/// Removes `name` (not a directory) from directory node `dir`.
+pub fn unlink(dir: u64, name: &[u8]) -> Result<(), Errno> {
+    let (mount, path) = child(dir, name)?;
+    change(HOSTFS_UNLINK, mount, &path, 0, 0, 0).map(drop)
+}
+
+/// Removes the empty directory `name` from directory node `dir`.
+pub fn rmdir(dir: u64, name: &[u8]) -> Result<(), Errno> {
+    let (mount, path) = child(dir, name)?;
+    change(HOSTFS_RMDIR, mount, &path, 0, 0, 0).map(drop)
+}
+
+/// Renames `oname` in `odir` to `nname` in `ndir` (one mount) with
+/// `renameat2` `flags`.
+pub fn rename(odir: u64, oname: &[u8], ndir: u64, nname: &[u8], flags: u32) -> Result<(), Errno> {
+    let (om, op) = child(odir, oname)?;
+    let (nm, np) = child(ndir, nname)?;
+    if om != nm {
+        return Err(Errno::EXDEV);
+    }
+    change(HOSTFS_RENAME, om, &op, u64::from(flags), np.as_ptr() as u64, np.len() as u64).map(drop)
+}
+
+/// Writes `data` into regular file `ino` at `off`; the count.
+pub fn write(ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
+    let (mount, path) = node(ino, |n| (n.mount, n.path.clone()))?;
+    let mut done = 0usize;
+    while done < data.len() {
+        let want = (data.len() - done).min(HOSTFS_IO_MAX as usize);
+        let at = off.checked_add(done as u64).ok_or(Errno::EFBIG)?;
+        let src = &data[done..done + want];
+        let n = if shoal_plat::hypercall::needs_bounce(src.as_ptr() as u64, want as u64) {
+            let tmp = src.to_vec();
+            change(HOSTFS_WRITE, mount, &path, at, tmp.as_ptr() as u64, want as u64)?
+        } else {
+            change(HOSTFS_WRITE, mount, &path, at, src.as_ptr() as u64, want as u64)?
+        } as usize;
+        if n == 0 {
+            break;
+        }
+        done += n.min(want);
+    }
+    Ok(done)
+}
+
+/// Sets regular file `ino`'s size.
+pub fn truncate(ino: u64, len: u64) -> Result<(), Errno> {
+    let (mount, path) = node(ino, |n| (n.mount, n.path.clone()))?;
+    change(HOSTFS_TRUNCATE, mount, &path, len, 0, 0).map(drop)
+}
+
+/// Flushes regular file `ino` to the host's storage.
+pub fn fsync(ino: u64) -> Result<(), Errno> {
+    let (mount, path) = node(ino, |n| (n.mount, n.path.clone()))?;
+    change(HOSTFS_FSYNC, mount, &path, 0, 0, 0).map(drop)
+}
+
+/// Sets node `ino`'s permission bits.
+pub fn chmod(ino: u64, mode: u32) -> Result<(), Errno> {
+    let (mount, path) = node(ino, |n| (n.mount, n.path.clone()))?;
+    if path.is_empty() {
+        // The mount's top is the host's directory itself, not the guest's.
+        return Err(Errno::EPERM);
+    }
+    change(HOSTFS_CHMOD, mount, &path, u64::from(mode & 0o7777), 0, 0).map(drop)
+}
+
+/// Sets node `ino`'s access and modification times (`utimensat`'s
+/// `[sec, nsec, sec, nsec]`, `UTIME_NOW`/`UTIME_OMIT` included).
+pub fn set_times(ino: u64, ts: [i64; 4]) -> Result<(), Errno> {
+    let (mount, path) = node(ino, |n| (n.mount, n.path.clone()))?;
+    if path.is_empty() {
+        return Err(Errno::EPERM);
+    }
+    change(HOSTFS_UTIMES, mount, &path, 0, ts.as_ptr() as u64, 32).map(drop)
 }
 
 /// The guest directories of the mounts, in order (empty without

@@ -1,5 +1,5 @@
-//! Read-only host directories in the name space (`--mount
-//! HOSTDIR:GUESTDIR:ro`; component `shoal-hostfs`).
+//! Host directories in the name space (`--mount HOSTDIR:GUESTDIR:ro` or
+//! `:rw`; component `shoal-hostfs`).
 //!
 //! A mount's guest directory is a directory of the root file system (made
 //! at boot if missing, its own contents hidden); a lookup that reaches it
@@ -17,10 +17,14 @@
 //! its path while names are looked up there (its directory must exist in
 //! HOSTDIR, as a Linux mount point must).
 //!
-//! Nothing is written: creating, removing, renaming or linking a name in
-//! a mounted directory, opening a mounted file for writing or truncating
-//! it, changing its mode, owner or times is `EROFS` (an existing name
-//! asked to be created exclusively is `EEXIST`, as Linux answers first).
+//! In a read-only mount nothing is written: creating, removing, renaming
+//! or linking a name in a mounted directory, opening a mounted file for
+//! writing or truncating it, changing its mode, owner or times is `EROFS`
+//! (an existing name asked to be created exclusively is `EEXIST`, as Linux
+//! answers first). A writable mount (`:rw`) takes regular files and
+//! directories (create, write, truncate, remove, rename, mode, times,
+//! sync) to the host; links, FIFOs, device nodes and owners are `EPERM`
+//! there (the host decides, not the guest), hard links `EPERM` too.
 
 use alloc::vec::Vec;
 use shoal_hostfs::{is_host, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
@@ -242,13 +246,27 @@ impl Vfs {
         if create && (p.is_special() || self.lookup(p.dir, p.name).is_ok()) {
             return Err(Errno::EEXIST);
         }
+        if shoal_hostfs::writable(p.dir) {
+            return Ok(());
+        }
         Err(Errno::EROFS)
     }
 
-    /// A call that would change `ino` itself: `EROFS` if it is mounted.
+    /// A call that would change `ino` itself: `EROFS` if it is in a
+    /// read-only mount.
     pub(crate) fn ro_node(ino: Ino) -> Result<(), Errno> {
-        if is_host(ino) {
+        if is_host(ino) && !shoal_hostfs::writable(ino) {
             Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A change to a writable mount's name in directory node `p.dir` that
+    /// the host does not make for a guest (links, device nodes).
+    pub(crate) fn host_refuses(p: &Parent<'_>) -> Result<(), Errno> {
+        if is_host(p.dir) {
+            Err(Errno::EPERM)
         } else {
             Ok(())
         }

@@ -535,6 +535,15 @@ impl Vfs {
             return Err(Errno::EEXIST);
         }
         let perm = mode & 0o7777 & !self.umask;
+        if shoal_hostfs::is_host(p.dir) {
+            self.ro_parent(&p, true)?;
+            if kind == S_IFIFO {
+                // No FIFOs are made on the host for a guest (module host).
+                return Err(Errno::EPERM);
+            }
+            shoal_hostfs::create(p.dir, p.name, perm, true)?;
+            return Ok(0);
+        }
         if kind == S_IFIFO {
             self.fs.mkfifo(p.dir, p.name, perm)?;
         } else {

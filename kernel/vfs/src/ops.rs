@@ -261,19 +261,20 @@ impl Vfs {
             Target::Obj(_) if pos.is_some() => Err(Errno::ESPIPE),
             Target::Obj(id) => crate::obj::ops().ok_or(Errno::EBADF)?.write(id, data),
             Target::Node(ino) => {
+                let host = shoal_hostfs::is_host(ino);
                 // O_APPEND writes at the end, even for pwrite (as Linux does).
-                let off = if append.unwrap_or(o.flags & O_APPEND != 0) { self.fs.size(ino)? } else { pos.unwrap_or(o.offset) };
+                let off = if append.unwrap_or(o.flags & O_APPEND != 0) { self.size_of(ino)? } else { pos.unwrap_or(o.offset) };
                 // RLIMIT_FSIZE: a write starting at or past the limit fails,
                 // one crossing it is cut short there (Linux).
                 let mut data = data;
-                if self.fsize != u64::MAX && !data.is_empty() && self.fs.file_type(ino)? == FileType::Regular {
+                if self.fsize != u64::MAX && !data.is_empty() && self.ftype(ino)? == FileType::Regular {
                     if off >= self.fsize {
                         return self.fsize_check(off.saturating_add(1)).map(|_| 0);
                     }
                     let room = (self.fsize - off).min(data.len() as u64) as usize;
                     data = &data[..room];
                 }
-                let n = self.fs.write(ino, off, data)?;
+                let n = if host { shoal_hostfs::write(ino, off, data)? } else { self.fs.write(ino, off, data)? };
                 if pos.is_none() {
                     self.set_offset(i, off + n as u64);
                 }
@@ -561,6 +562,10 @@ impl Vfs {
                 }
                 Ok((ino, false))
             }
+            Err(Errno::ENOENT) if shoal_hostfs::is_host(p.dir) && shoal_hostfs::writable(p.dir) => {
+                let ino = shoal_hostfs::create(p.dir, p.name, mode & 0o7777 & !self.umask, flags & O_EXCL != 0)?;
+                Ok((ino, true))
+            }
             Err(Errno::ENOENT) if shoal_hostfs::is_host(p.dir) => Err(Errno::EROFS),
             Err(Errno::ENOENT) => {
                 let ino = self.fs.create_file(p.dir, p.name, mode & 0o7777 & !self.umask)?;
@@ -635,7 +640,8 @@ impl Vfs {
         self.install(0, o, cloexec)
     }
 
-    /// The open of node `ino` (module `host`): read-only, or `O_PATH`.
+    /// The open of node `ino` (module `host`): read-only, or `O_PATH`, or
+    /// for writing in a writable mount.
     fn open_host(&mut self, ino: Ino, flags: u32, cloexec: bool) -> SysResult {
         let path_only = flags & O_PATH != 0;
         let acc = flags & O_ACCMODE;
@@ -650,7 +656,10 @@ impl Vfs {
             _ => {}
         }
         if !path_only && (acc != O_RDONLY || flags & O_TRUNC != 0) {
-            return Err(Errno::EROFS);
+            Self::ro_node(ino)?;
+            if flags & O_TRUNC != 0 && self.ftype(ino)? == FileType::Regular {
+                shoal_hostfs::truncate(ino, 0)?;
+            }
         }
         let o = self.new_ofd(Target::Node(ino), (flags & KEEP_FLAGS) | O_LARGEFILE);
         self.install(0, o, cloexec)
@@ -761,6 +770,9 @@ impl Vfs {
             return Err(Errno::EBADF);
         }
         match o.target {
+            Target::Node(ino) if shoal_hostfs::is_host(ino) && shoal_hostfs::writable(ino) && self.ftype(ino)? == FileType::Regular => {
+                shoal_hostfs::fsync(ino).map(|()| 0)
+            }
             Target::Node(_) => Ok(0),
             _ => Err(Errno::EINVAL),
         }
@@ -835,8 +847,10 @@ impl Vfs {
         if mode & X_OK != 0 && !is_dir && m.mode & 0o111 == 0 {
             return Err(Errno::EACCES);
         }
-        if mode & W_OK != 0 && t.ino().is_some_and(shoal_hostfs::is_host) {
-            return Err(Errno::EROFS);
+        if mode & W_OK != 0 {
+            if let Some(ino) = t.ino() {
+                Self::ro_node(ino)?;
+            }
         }
         Ok(0)
     }
@@ -857,7 +871,11 @@ impl Vfs {
         // The standard streams' modes are not kept.
         if let Some(ino) = t.ino() {
             Self::ro_node(ino)?;
-            self.fs.chmod(ino, mode & 0o7777)?;
+            if shoal_hostfs::is_host(ino) {
+                shoal_hostfs::chmod(ino, mode & 0o7777)?;
+            } else {
+                self.fs.chmod(ino, mode & 0o7777)?;
+            }
         }
         Ok(0)
     }
@@ -913,6 +931,9 @@ impl Vfs {
         if ts[1] == UTIME_OMIT && ts[3] == UTIME_OMIT {
             return Ok(0);
         }
+        if shoal_hostfs::is_host(ino) {
+            return shoal_hostfs::set_times(ino, ts).map(|()| 0);
+        }
         let now = self.fs.now();
         let pick = |sec: i64, nsec: i64| match nsec {
             UTIME_OMIT => None,
@@ -931,10 +952,14 @@ impl Vfs {
             return Err(Errno::EISDIR);
         }
         Self::ro_node(ino)?;
-        if len as u64 > self.fs.size(ino)? {
+        if len as u64 > self.size_of(ino)? {
             self.fsize_check(len as u64)?;
         }
-        self.fs.truncate(ino, len as u64)?;
+        if shoal_hostfs::is_host(ino) {
+            shoal_hostfs::truncate(ino, len as u64)?;
+        } else {
+            self.fs.truncate(ino, len as u64)?;
+        }
         Ok(0)
     }
 
@@ -952,7 +977,7 @@ impl Vfs {
             return Err(Errno::EBADF);
         }
         match o.target {
-            Target::Node(ino) if o.writable() && self.fs.file_type(ino)? == FileType::Regular => self.do_truncate(ino, a.i(1)),
+            Target::Node(ino) if o.writable() && self.ftype(ino)? == FileType::Regular => self.do_truncate(ino, a.i(1)),
             _ => Err(Errno::EINVAL),
         }
     }
@@ -1053,6 +1078,10 @@ impl Vfs {
         if p.is_special() {
             return Err(Errno::EEXIST);
         }
+        if shoal_hostfs::is_host(p.dir) {
+            shoal_hostfs::mkdir(p.dir, p.name, mode & 0o1777 & !self.umask)?;
+            return Ok(0);
+        }
         self.fs.mkdir(p.dir, p.name, mode & 0o1777 & !self.umask)?;
         Ok(0)
     }
@@ -1072,6 +1101,13 @@ impl Vfs {
         if p.name.is_empty() || self.fs.lookup(p.dir, p.name).is_ok_and(|i| self.mount_at(i).is_some()) {
             return Err(Errno::EBUSY);
         }
+        if shoal_hostfs::is_host(p.dir) {
+            if p.is_special() {
+                return Err(if p.name == b"." { Errno::EINVAL } else { Errno::ENOTEMPTY });
+            }
+            shoal_hostfs::rmdir(p.dir, p.name)?;
+            return Ok(0);
+        }
         self.fs.rmdir(p.dir, p.name)?;
         Ok(0)
     }
@@ -1084,8 +1120,12 @@ impl Vfs {
             return Err(Errno::EISDIR);
         }
         if p.trailing {
-            let ino = self.fs.lookup(p.dir, p.name)?;
-            return Err(if self.fs.file_type(ino)? == FileType::Directory { Errno::EISDIR } else { Errno::ENOTDIR });
+            let ino = self.lookup(p.dir, p.name)?;
+            return Err(if self.ftype(ino)? == FileType::Directory { Errno::EISDIR } else { Errno::ENOTDIR });
+        }
+        if shoal_hostfs::is_host(p.dir) {
+            shoal_hostfs::unlink(p.dir, p.name)?;
+            return Ok(0);
         }
         self.fs.unlink(p.dir, p.name)?;
         Ok(0)
@@ -1139,9 +1179,13 @@ impl Vfs {
         if np.is_special() {
             return Err(if flags & RENAME_NOREPLACE != 0 { Errno::EEXIST } else { Errno::EBUSY });
         }
-        let oino = self.fs.lookup(op.dir, op.name)?;
-        if (op.trailing || np.trailing) && self.fs.file_type(oino)? != FileType::Directory {
+        let oino = self.lookup(op.dir, op.name)?;
+        if (op.trailing || np.trailing) && self.ftype(oino)? != FileType::Directory {
             return Err(Errno::ENOTDIR);
+        }
+        if shoal_hostfs::is_host(op.dir) {
+            shoal_hostfs::rename(op.dir, op.name, np.dir, np.name, flags)?;
+            return Ok(0);
         }
         let rf = RenameFlags { noreplace: flags & RENAME_NOREPLACE != 0, exchange: flags & RENAME_EXCHANGE != 0 };
         self.fs.rename(op.dir, op.name, np.dir, np.name, rf)?;
@@ -1169,6 +1213,7 @@ impl Vfs {
         if p.is_special() {
             return Err(Errno::EEXIST);
         }
+        Self::host_refuses(&p)?;
         if p.trailing {
             return Err(if self.fs.lookup(p.dir, p.name).is_ok() { Errno::EEXIST } else { Errno::ENOENT });
         }
@@ -1301,9 +1346,11 @@ impl Vfs {
         let p = self.walk_parent(start, new, &mut 0)?;
         self.ro_parent(&p, true)?;
         if shoal_hostfs::is_host(ino) {
-            // Another file system (a Linux mount): no hard links across.
-            return Err(Errno::EXDEV);
+            // Another file system (a Linux mount): no hard links across;
+            // within a writable mount none are made for a guest.
+            return Err(if shoal_hostfs::is_host(p.dir) && shoal_hostfs::mount_of(p.dir) == shoal_hostfs::mount_of(ino) { Errno::EPERM } else { Errno::EXDEV });
         }
+        Self::host_refuses(&p).map_err(|_| Errno::EXDEV)?;
         if p.is_special() {
             return Err(Errno::EEXIST);
         }
