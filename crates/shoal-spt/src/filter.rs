@@ -942,7 +942,7 @@ mod hot_path_tests {
     fn mounted_files_map_privately_read_only_into_guest_memory_only() {
         let x86 = super::AUDIT_ARCH_X86_64;
         let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);
-        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, run_time_code: true, mounts: 1 };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: 3, run_time_code: true, mounts: 1, writable: false };
         let prog = super::program(NetPolicy::default(), g).unwrap();
         let act = |p: &seccompiler::BpfProgram, args: [u64; 6]| run(p, x86, libc::SYS_mmap as u32, args).0;
         let fixed = (libc::MAP_PRIVATE | libc::MAP_FIXED) as u64;
@@ -1071,7 +1071,7 @@ mod hot_path_tests {
     #[test]
     fn only_an_executables_template_turns_dispatch_on_again_and_only_as_it_was() {
         let net = NetPolicy { listeners: 1, outbound: false, bind_any: false, relay: false };
-        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: true, mounts: 2 };
+        let g = GuestRange { heap_start: 0x100_0000, mem_size: 512 << 20, alias_fd: net.alias_fd(), run_time_code: true, mounts: 2, writable: false };
         let (from, len) = crate::child::dispatch_range(g.mem_size);
         let x86 = super::AUDIT_ARCH_X86_64;
         let (allow, trap) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_TRAP);

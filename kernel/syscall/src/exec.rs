@@ -212,6 +212,7 @@ core::arch::global_asm!(
 /// The mark `shoal_exec_entry` leaves in the saved flags of a call that
 /// came by the trap path: RFLAGS bit 3, reserved and always clear, taken
 /// out again before anything reads the frame's flags.
+#[cfg(not(test))]
 const TRAPPED: u64 = 1 << 3;
 
 #[cfg(not(test))]
