@@ -2259,6 +2259,10 @@ fn runtime_deploys_are_checked() {
         (format!(r#"{{"runtime":"node","handler":"{js}","image":"/usr/bin/node"}}"#), "has a \"handler\", not an \"image\"".to_string()),
         (format!(r#"{{"handler":"{js}","image":"/usr/bin/node"}}"#), "handler: only a runtime function has one".to_string()),
         (format!(r#"{{"runtime":"node","handler":"{}"}}"#, d.display()), format!("handler {}: a node handler is a .js file", d.display())),
+        (
+            format!(r#"{{"runtime":"node","handler":"{js}","backend":"hvt","template":true}}"#),
+            "template: hvt does not yet copy a function with host directories".to_string(),
+        ),
     ] {
         let r = gw.deploy("rt", &body);
         assert_eq!(r.status, 422, "{body}: {}", r.text());

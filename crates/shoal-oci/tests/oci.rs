@@ -382,9 +382,10 @@ fn bad_input_gives_runc_errors_and_leaves_no_state() {
     let refused: [(&str, Edit); 4] = [
         ("process.args[0] /missing: no such file", Box::new(|c| c["process"]["args"] = serde_json::json!(["/missing"]))),
         ("process.cwd work: must be an absolute path", Box::new(|c| c["process"]["cwd"] = "work".into())),
+        // Directories are mounted (read-only or writable); a single file is not.
         (
-            "mount of /srv on /data",
-            Box::new(|c| c["mounts"] = serde_json::json!([{"destination": "/data", "type": "bind", "source": "/srv", "options": ["rbind"]}])),
+            "mount of /etc/passwd on /data",
+            Box::new(|c| c["mounts"] = serde_json::json!([{"destination": "/data", "type": "bind", "source": "/etc/passwd", "options": ["rbind"]}])),
         ),
         ("annotation org.shoal.tender=xen", Box::new(|c| c["annotations"] = serde_json::json!({"org.shoal.tender": "xen"}))),
     ];

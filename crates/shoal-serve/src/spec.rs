@@ -501,7 +501,13 @@ impl Function {
         // since the libraries ld.so maps are shared from the host files
         // (main's libshare: those mappings are not remade in a copy's
         // memory): exec by default there until they are.
-        let template_default = backend == Backend::Spt || (backend == Backend::Hvt && mounts.is_empty() && runtime.is_none());
+        let hvt_copies_unsafe = backend == Backend::Hvt && (!mounts.is_empty() || runtime.is_some());
+        if req.template == Some(true) && hvt_copies_unsafe {
+            return Err(unprocessable(
+                "template: hvt does not yet copy a function with host directories (mounts or a runtime): the pages mapped from them are not remade in a copy's memory; deploy it without \"template\" (it starts by exec)".into(),
+            ));
+        }
+        let template_default = backend == Backend::Spt || !hvt_copies_unsafe && backend == Backend::Hvt;
         Ok(Function {
             name: name.to_string(),
             image,
