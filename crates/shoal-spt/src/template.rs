@@ -458,11 +458,11 @@ fn end_orphans_in(home: &std::path::Path) -> usize {
             }
             // (Dropping `g` removes the directory once its processes are
             // reaped; otherwise the next call does.)
-            continue;
         }
-        // Groups of ended templates (this parent's or a live one's) that
-        // are empty now: rmdir removes only those.
-        let _ = std::fs::remove_dir(e.path());
+        // A live gateway's groups are its own to remove: one it has just
+        // made is empty until its spawning thread enters it, and removing
+        // it then failed that gateway's template (two gateways starting
+        // at once).
     }
     killed
 }
