@@ -499,22 +499,8 @@ pub unsafe fn madvise_dontneed(addr: u64, len: u64) -> io::Result<()> {
 /// # Safety
 /// `[dst, dst + len)` must be guest memory no Rust code references.
 pub unsafe fn mmap_alias(dst: u64, len: u64, prot: libc::c_int, fd: i32, off: u64) -> io::Result<()> {
-    // SAFETY: MAP_FIXED replaces only [dst, dst + len), which the caller
-    // vouches for.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::with_exposed_provenance_mut::<libc::c_void>(dst as usize),
-            len as usize,
-            prot,
-            libc::MAP_SHARED | libc::MAP_FIXED,
-            fd,
-            off as libc::off_t,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    // SAFETY: the caller's promise, passed on.
+    unsafe { mmap_fixed_fd(dst, len, prot, libc::MAP_SHARED, fd, off) }
 }
 
 /// `mmap(dst, len, prot, MAP_PRIVATE | MAP_FIXED, fd, off)`: guest pages
@@ -524,17 +510,20 @@ pub unsafe fn mmap_alias(dst: u64, len: u64, prot: libc::c_int, fd: i32, off: u6
 /// # Safety
 /// `[dst, dst + len)` must be guest memory that no Rust code references.
 pub unsafe fn mmap_file(dst: u64, len: u64, prot: libc::c_int, fd: i32, off: u64) -> io::Result<()> {
+    // SAFETY: the caller's promise, passed on.
+    unsafe { mmap_fixed_fd(dst, len, prot, libc::MAP_PRIVATE, fd, off) }
+}
+
+/// `mmap(dst, len, prot, sharing | MAP_FIXED, fd, off)`, the one wrapper
+/// of the file mappings above.
+///
+/// # Safety
+/// `[dst, dst + len)` must be guest memory that no Rust code references.
+unsafe fn mmap_fixed_fd(dst: u64, len: u64, prot: libc::c_int, sharing: libc::c_int, fd: i32, off: u64) -> io::Result<()> {
     // SAFETY: MAP_FIXED replaces only [dst, dst + len), which the caller
     // vouches for.
     let p = unsafe {
-        libc::mmap(
-            core::ptr::with_exposed_provenance_mut::<libc::c_void>(dst as usize),
-            len as usize,
-            prot,
-            libc::MAP_PRIVATE | libc::MAP_FIXED,
-            fd,
-            off as libc::off_t,
-        )
+        libc::mmap(core::ptr::with_exposed_provenance_mut::<libc::c_void>(dst as usize), len as usize, prot, sharing | libc::MAP_FIXED, fd, off as libc::off_t)
     };
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
