@@ -535,7 +535,8 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     let tables = protect::Tables { low: &vm.memory, pool: &vm.tables, heap_start: p.layout.heap_start, mem_size, run_time_code };
     // A template records the mounted files it maps, for its copies to map
     // them again (crate::filemap).
-    let file_maps = side.as_ref().map(|s| s.file_maps()).transpose().map_err(|e| HvtError::Template(format!("cannot keep the template's file mappings: {e}")))?;
+    let file_maps =
+        side.as_ref().map(|s| s.file_maps()).transpose().map_err(|e| HvtError::Template(format!("cannot keep the template's file mappings: {e}")))?;
     let recording = file_maps.as_ref().map(|maps| filemap::Recording { tables: &tables, maps });
     let mapper: &dyn shoal_hostcall::hostfs::Mapper = match &recording {
         Some(r) => r,
