@@ -2197,7 +2197,8 @@ fn node_and_python_runtimes_serve_a_handler() {
     let dir = scratch();
     std::fs::write(dir.path().join("h.js"), NODE_HANDLER).unwrap();
     std::fs::write(dir.path().join("h.py"), PY_HANDLER).unwrap();
-    let gw = Gateway::start(&dir.path().join("state"));
+    let pool = dir.path().join("pool");
+    let gw = Gateway::start_with(&dir.path().join("state"), &[("SHOAL_POOL_DIR", &pool)]);
     for b in backends() {
         for (rt, file, hello) in [("node", "h.js", "hello from Node v20 GET a=1\n"), ("python", "h.py", "hello from Python 3.11 GET a=1\n")] {
             let name = format!("{rt}-{b}");
@@ -2213,6 +2214,11 @@ fn node_and_python_runtimes_serve_a_handler() {
             // mapped libraries again), as every function there.
             let shoal = b == "spt" || b == "hvt";
             assert_eq!(r.json()["template"], shoal, "{rt} on {b}");
+            // Node's 99 MB executable shares its pages from the pool on spt
+            // by default, as `shoal run` does (Python's 7 MB is copied).
+            let pooled = rt == "node" && b == "spt";
+            assert_eq!(r.json()["mem_mode"], if pooled { "pool" } else { "copy" }, "{rt} on {b}");
+            let built = r.json()["image"].as_str().and_then(|i| Path::new(i).file_name()?.to_str().map(str::to_string)).unwrap_or_default();
             let r = gw.get(&format!("/fn/{name}/?a=1"));
             assert_eq!((r.status, r.text().as_str()), (200, hello), "{rt} on {b}");
             if shoal {
@@ -2220,6 +2226,16 @@ fn node_and_python_runtimes_serve_a_handler() {
                 let i = gw.instances(&name);
                 assert_eq!((t.len(), i.len()), (1, 1), "{rt} on {b}: one template, one copy");
                 assert_ne!(t[0], i[0].1, "{rt} on {b}: the template never serves");
+                if pooled {
+                    // The pool holds the pages of the image the instance
+                    // runs (its `exec` library is named by the built
+                    // image's cache key), and the copy maps them from there.
+                    let lib = format!("exec@{}", built.get(..16).unwrap_or("?"));
+                    let held = std::fs::read_dir(&pool).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&lib)).count();
+                    assert!(held > 0, "the pool holds no page of {built} ({lib}*)");
+                    let maps = std::fs::read_to_string(format!("/proc/{}/maps", i[0].1)).unwrap_or_default();
+                    assert!(maps.lines().any(|l| l.contains(&pool.join(&lib).display().to_string())), "the copy maps no {lib}* from the pool:\n{maps}");
+                }
             }
             let body: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
             let r = gw.req("POST", &format!("/fn/{name}/echo"), Some(&body));
