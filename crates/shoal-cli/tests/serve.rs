@@ -2487,7 +2487,11 @@ fn an_explicit_ready_point_is_where_the_copies_start() {
             assert_ne!(one.1, two.1, "{name}: two requests, two instances");
             for (status, _, body) in [&one, &two] {
                 assert_eq!(*status, 200, "{name}: {body}");
-                assert_eq!((field(body, "count"), field(body, "inits"), field(body, "work"), field(body, "ready")), ("1", "1", work.as_str(), "6,6"), "{name}: {body}");
+                assert_eq!(
+                    (field(body, "count"), field(body, "inits"), field(body, "work"), field(body, "ready")),
+                    ("1", "1", work.as_str(), "6,6"),
+                    "{name}: {body}"
+                );
             }
             assert_eq!(field(&one.2, "init"), field(&two.2, "init"), "{name}: the start ran again in a copy: {} / {}", one.2, two.2);
             let own = field(&one.2, "after") != field(&two.2, "after");
@@ -2513,8 +2517,14 @@ fn an_explicit_ready_point_is_where_the_copies_start() {
     let (status, _, body) = curl(&format!("http://{}/fn/exec/", gw.addr));
     assert_eq!((status, field(&body, "ready"), field(&body, "work")), (200, "6,6", work.as_str()), "{body}");
     for (body, needle) in [
-        (format!(r#"{{"image":"{}","template":false,"ready":"explicit"}}"#, image("tmpl")), "ready: explicit is where a template stops, and this function has none (template off)"),
-        (format!(r#"{{"image":"{}","backend":"process","ready":"explicit"}}"#, image("tmpl")), "ready: explicit is where a template stops, and this function has none (only spt and hvt have templates)"),
+        (
+            format!(r#"{{"image":"{}","template":false,"ready":"explicit"}}"#, image("tmpl")),
+            "ready: explicit is where a template stops, and this function has none (template off)",
+        ),
+        (
+            format!(r#"{{"image":"{}","backend":"process","ready":"explicit"}}"#, image("tmpl")),
+            "ready: explicit is where a template stops, and this function has none (only spt and hvt have templates)",
+        ),
         (format!(r#"{{"image":"{}","ready":"later"}}"#, image("tmpl")), "ready \"later\": expected listen or explicit"),
     ] {
         let r = gw.deploy("bad", &body);

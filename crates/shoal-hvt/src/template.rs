@@ -451,7 +451,13 @@ impl Side {
     /// the first `NetPoll` that sleeps after an `accept` found nothing
     /// (`accept_waited`), or at [`shoal_abi::ReadyPoint::Explicit`] the
     /// program's write to the ready device.
-    pub(crate) fn at_ready_point(&self, call: shoal_abi::Hypercall, accept_waited: bool, mem: &shoal_loader::GuestMemory, arg: shoal_loader::GuestAddr) -> bool {
+    pub(crate) fn at_ready_point(
+        &self,
+        call: shoal_abi::Hypercall,
+        accept_waited: bool,
+        mem: &shoal_loader::GuestMemory,
+        arg: shoal_loader::GuestAddr,
+    ) -> bool {
         match self.ready {
             shoal_abi::ReadyPoint::Explicit => call == shoal_abi::Hypercall::Ready,
             shoal_abi::ReadyPoint::Listen => call == shoal_abi::Hypercall::NetPoll && accept_waited && sleeps(mem, arg),

@@ -141,10 +141,10 @@ pub use sys::{reset_signals, spawn_with};
 /// with one `exec` each and confined as [`run`] confines.
 pub use prepared::{InstanceIo, Prepared};
 
-/// A template's control channel (`shoal serve`'s cold starts by copy).
-pub use template::{end_orphaned_templates, CopyIo, Template, TemplateError};
 /// Where a template stops (`Prepared::spawn_template_at`).
 pub use shoal_abi::ReadyPoint;
+/// A template's control channel (`shoal serve`'s cold starts by copy).
+pub use template::{end_orphaned_templates, CopyIo, Template, TemplateError};
 
 /// What to run (shared with the other tender).
 pub use shoal_loader::RunConfig;
