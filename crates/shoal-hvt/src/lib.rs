@@ -653,9 +653,10 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         let action = match call {
             Ok((call, arg)) => {
                 // A template's ready point: the first wait that sleeps after
-                // an accept found nothing. Only a copy comes back, with its
-                // own VM, to carry this NetPoll out on its own sockets.
-                if call == Hypercall::NetPoll && side.is_some() && p.net.accept_waited() && template::sleeps(&mem, arg) {
+                // an accept found nothing, or the program's write to the
+                // ready device. Only a copy comes back, with its own VM, to
+                // carry this hypercall out on its own sockets.
+                if side.as_ref().is_some_and(|s| s.at_ready_point(call, p.net.accept_waited(), &mem, arg)) {
                     if let Some(s) = side.take() {
                         let parts = template::Parts {
                             vcpu: &mut vm.vcpu,

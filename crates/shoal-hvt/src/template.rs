@@ -12,6 +12,11 @@
 //! state, tells its parent (the gateway) over the control channel that
 //! it is ready, and from then on only makes copies: the guest never runs
 //! again in the template, so the template never serves a request.
+//! For a function deployed with `"ready": "explicit"`
+//! ([`TEMPLATE_READY_ENV`]) the ready point is instead the program's first
+//! write to `/dev/shoal/ready` (the `Ready` hypercall), wherever it is;
+//! its waits for connections are then not ready points, and each copy
+//! goes on from that write.
 //!
 //! **Memory.** A template's guest memory and page-table pool are memory
 //! files (`memfd`) mapped shared, so that what the guest wrote until its
@@ -70,6 +75,11 @@ use vm_memory::{Bytes, GuestMemoryRegion, GuestRegionMmap};
 /// of its end of the control channel (a `SOCK_SEQPACKET` socket). Set by
 /// the gateway only.
 pub const TEMPLATE_FD_ENV: &str = "SHOAL_HVT_TEMPLATE_FD";
+/// With [`TEMPLATE_FD_ENV`]: `explicit` makes the template's ready point
+/// the program's write to `/dev/shoal/ready` (`shoal_abi::ReadyPoint::
+/// Explicit`); unset, its first wait for a connection. Set by the gateway
+/// only.
+pub const TEMPLATE_READY_ENV: &str = "SHOAL_HVT_TEMPLATE_READY";
 
 /// The template's word that it reached its ready point.
 const READY: u64 = 0x5944_4145_5220_5648; // "HV READY"
@@ -108,6 +118,12 @@ pub enum TemplateError {
     /// No ready point within the time given.
     #[error("the template did not reach its ready point (the program's first wait for a connection) within {0} ms")]
     NotReady(u128),
+    /// The template ended before its program wrote to the ready device.
+    #[error("the template ended before its ready point (the program's first write to /dev/shoal/ready)")]
+    EndedBeforeWrite,
+    /// No write to the ready device within the time given.
+    #[error("the template did not reach its ready point within {0} ms: the program (deployed with \"ready\": \"explicit\") did not write to /dev/shoal/ready")]
+    NoWrite(u128),
     /// The template or an empty VM did not answer in time.
     #[error("the template did not answer within {0} ms")]
     NoAnswer(u128),
@@ -293,6 +309,7 @@ pub(crate) struct Side {
     control: OwnedFd,
     memory: OwnedFd,
     tables: OwnedFd,
+    ready: shoal_abi::ReadyPoint,
 }
 
 /// `memfd_create(name, MFD_CLOEXEC)` sized `len`.
@@ -333,6 +350,12 @@ impl Side {
         let Some(v) = std::env::var_os(TEMPLATE_FD_ENV) else { return Ok(None) };
         // (The tender is single-threaded here, before the VM exists.)
         std::env::remove_var(TEMPLATE_FD_ENV);
+        let ready = match std::env::var_os(TEMPLATE_READY_ENV) {
+            None => shoal_abi::ReadyPoint::Listen,
+            Some(v) if v == "explicit" => shoal_abi::ReadyPoint::Explicit,
+            Some(v) => return Err(format!("{TEMPLATE_READY_ENV}: {v:?} is not a ready point (explicit or unset)")),
+        };
+        std::env::remove_var(TEMPLATE_READY_ENV);
         let fd: RawFd = v.to_str().and_then(|s| s.parse().ok()).filter(|&fd| fd > 2).ok_or_else(|| format!("{TEMPLATE_FD_ENV}: not a descriptor number"))?;
         let mut ty: libc::c_int = 0;
         let mut len = core::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -347,7 +370,7 @@ impl Side {
         let memory = memfd(c"shoal-hvt-template", mem_size).map_err(|e| format!("cannot make the template's memory file: {e}"))?;
         let tables =
             memfd(c"shoal-hvt-template-tables", crate::protect::pool_size(mem_size)).map_err(|e| format!("cannot make the template's memory file: {e}"))?;
-        Ok(Some(Side { control, memory, tables }))
+        Ok(Some(Side { control, memory, tables, ready }))
     }
 
     /// Backs guest memory with the template's memory file (before
@@ -433,6 +456,23 @@ pub(crate) fn sleeps(mem: &shoal_loader::GuestMemory, arg: shoal_loader::GuestAd
 }
 
 impl Side {
+    /// Whether hypercall `call` (argument at `arg`) is the ready point:
+    /// the first `NetPoll` that sleeps after an `accept` found nothing
+    /// (`accept_waited`), or at [`shoal_abi::ReadyPoint::Explicit`] the
+    /// program's write to the ready device.
+    pub(crate) fn at_ready_point(
+        &self,
+        call: shoal_abi::Hypercall,
+        accept_waited: bool,
+        mem: &shoal_loader::GuestMemory,
+        arg: shoal_loader::GuestAddr,
+    ) -> bool {
+        match self.ready {
+            shoal_abi::ReadyPoint::Explicit => call == shoal_abi::Hypercall::Ready,
+            shoal_abi::ReadyPoint::Listen => call == shoal_abi::Hypercall::NetPoll && accept_waited && sleeps(mem, arg),
+        }
+    }
+
     /// The ready point (the run loop, at the first `NetPoll` that sleeps
     /// after an `accept` found nothing). In the template it does not
     /// return but to stop (an `Err`, the template cannot be copied) or
@@ -506,7 +546,7 @@ impl Side {
 
     /// In the child: an empty VM, then (at the request) the copy.
     fn become_copy(self, channel: OwnedFd, state: &CpuState, parts: Parts<'_>) -> Result<vm::Empty, String> {
-        let Side { control, memory, tables } = self;
+        let Side { control, memory, tables, .. } = self;
         drop(control);
         // Never write the template's pages: the shared mappings go first.
         map_over(parts.memory, None, false).map_err(|e| format!("cannot drop the template's memory: {e}"))?;
@@ -615,9 +655,18 @@ impl Template {
 
     /// Waits up to `timeout` for the template's ready point.
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), TemplateError> {
+        self.wait_ready_at(timeout, shoal_abi::ReadyPoint::Listen)
+    }
+
+    /// [`Template::wait_ready`] for a template started with the ready
+    /// point `ready` ([`TEMPLATE_READY_ENV`]): its errors name that point.
+    pub fn wait_ready_at(&self, timeout: Duration, ready: shoal_abi::ReadyPoint) -> Result<(), TemplateError> {
+        let explicit = ready == shoal_abi::ReadyPoint::Explicit;
         match read_word(self.control.as_raw_fd(), timeout) {
             Ok((Some(READY), _)) => Ok(()),
+            Ok(_) if explicit => Err(TemplateError::EndedBeforeWrite),
             Ok(_) => Err(TemplateError::Ended),
+            Err(TemplateError::NoAnswer(ms)) if explicit => Err(TemplateError::NoWrite(ms)),
             Err(TemplateError::NoAnswer(ms)) => Err(TemplateError::NotReady(ms)),
             Err(e) => Err(e),
         }

@@ -254,6 +254,9 @@ pub struct Function {
     /// for a function saved before templates existed), off elsewhere.
     #[serde(default = "default_template")]
     pub template: bool,
+    /// Where the template stops (docs/serve.md "The explicit ready point").
+    #[serde(default)]
+    pub ready: Ready,
     /// Requests one instance serves in all before it is stopped (0: no
     /// limit). 1 makes every request a cold start on a fresh instance
     /// (`shoal bench faas`, the template tests).
@@ -301,8 +304,39 @@ pub struct DeployRequest {
     /// Cold starts by copying a template: default true on spt and hvt;
     /// spt and hvt only.
     pub template: Option<bool>,
+    /// `listen` (default) or `explicit`: a template's ready point.
+    pub ready: Option<String>,
     /// Requests per instance before it is stopped; default 0 (no limit).
     pub requests_per_instance: Option<u64>,
+}
+
+/// Where a function's template is stopped and kept.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Ready {
+    /// The program's first wait for a connection with nothing pending.
+    #[default]
+    Listen,
+    /// The program's first write to `/dev/shoal/ready`.
+    Explicit,
+}
+
+impl Ready {
+    /// The tenders' name for it.
+    pub fn point(self) -> shoal_spt::ReadyPoint {
+        match self {
+            Ready::Listen => shoal_spt::ReadyPoint::Listen,
+            Ready::Explicit => shoal_spt::ReadyPoint::Explicit,
+        }
+    }
+
+    /// Where the template stops, in words (deploy errors).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Ready::Listen => "its instance stopped where the program first waits for a connection",
+            Ready::Explicit => "its instance stopped where the program first writes to /dev/shoal/ready",
+        }
+    }
 }
 
 fn default_template() -> bool {
@@ -513,6 +547,18 @@ impl Function {
         }
         // Templates are the default where instances can be copies.
         let template_default = backend.is_shoal();
+        let template = req.template.unwrap_or(template_default);
+        let ready = match req.ready.as_deref() {
+            None | Some("listen") => Ready::Listen,
+            Some("explicit") if template => Ready::Explicit,
+            Some("explicit") => {
+                return Err(unprocessable(format!(
+                    "ready: explicit is where a template stops, and this function has none ({}); deploy it with \"template\": true on spt or hvt",
+                    if backend.is_shoal() { "template off" } else { "only spt and hvt have templates" }
+                )))
+            }
+            Some(other) => return Err(unprocessable(format!("ready {other:?}: expected listen or explicit"))),
+        };
         Ok(Function {
             name: name.to_string(),
             image,
@@ -536,7 +582,8 @@ impl Function {
             fs: req.fs,
             env,
             mounts,
-            template: req.template.unwrap_or(template_default),
+            template,
+            ready,
             requests_per_instance: req.requests_per_instance.unwrap_or(0),
         })
     }
