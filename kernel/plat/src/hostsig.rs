@@ -45,7 +45,8 @@ pub fn take() -> u64 {
 
 /// Whether a forwarded signal is waiting to be taken (without taking it):
 /// a sleep in the tender that a signal cut short ends here instead of
-/// sleeping on to its deadline.
+/// sleeping on to its deadline; and every system call's way out looks.
+#[inline]
 pub fn pending() -> bool {
     WORD.load(Ordering::Relaxed) != 0
 }

@@ -75,6 +75,7 @@ fn set(now: u64, new: Itimerval) -> Result<Itimerval, Errno> {
 }
 
 /// The expiry of the armed timer, if any: waits end by it at the latest.
+#[inline]
 pub fn deadline() -> Option<u64> {
     TIMER.with(|t| t.map(|(at, _)| at))
 }

@@ -430,8 +430,20 @@ pub fn idle_for(deadline: Option<u64>) -> Option<bool> {
 /// picks and, if that thread is blocked in a system call and does not
 /// block the signal, interrupts it (`EINTR`); the syscall table delivers
 /// it when the call returns. Called after every idle wait and system
-/// call; returns whether it raised any (a thread may have woken).
+/// call; returns whether it raised any (a thread may have woken). Inline:
+/// with no forwarded signal and no timer armed (nearly every call) it is
+/// two loads.
+#[inline]
 pub fn raise_host_signals() -> bool {
+    if !shoal_plat::hostsig::pending() && itimer::deadline().is_none() {
+        return false;
+    }
+    raise_pending_host_signals()
+}
+
+/// [`raise_host_signals`] with a signal or a timer to look at.
+#[inline(never)]
+fn raise_pending_host_signals() -> bool {
     let mut bits = shoal_plat::hostsig::take();
     // The real-time interval timer's SIGALRM takes the same path.
     if itimer::deadline().is_some() && itimer::expired(shoal_time::monotonic_ns()) {
