@@ -420,10 +420,7 @@ pub fn init(rebootable: &[Rebootable]) {
         REJUVENATE_TICKS.store(ticks, Relaxed);
         REJUVENATE_NEXT.store(shoal_plat::cpu::rdtsc().saturating_add(ticks), Relaxed);
     }
-    PLAIN.store(
-        plain_mask(ARM_ALL.load(Relaxed), REBOOTABLE.load(Relaxed), INJECT_COMPONENT.load(Relaxed), REJUVENATE_TICKS.load(Relaxed) != 0),
-        Relaxed,
-    );
+    PLAIN.store(plain_mask(ARM_ALL.load(Relaxed), REBOOTABLE.load(Relaxed), INJECT_COMPONENT.load(Relaxed), REJUVENATE_TICKS.load(Relaxed) != 0), Relaxed);
     // A CPU fault inside a gated call comes back to `shoal_recover_fault`
     // (both tenders hand faults back; a tender that answers ENOSYS would
     // end the instance as before).
