@@ -45,9 +45,17 @@ pub fn take() -> u64 {
 
 /// Whether a forwarded signal is waiting to be taken (without taking it):
 /// a sleep in the tender that a signal cut short ends here instead of
-/// sleeping on to its deadline; and every system call's way out looks.
-#[inline]
+/// sleeping on to its deadline.
 pub fn pending() -> bool {
+    WORD.load(Ordering::Relaxed) != 0
+}
+
+/// [`pending`], inline: for the system-call table's way out, which asks at
+/// every call. Components call the out-of-line one: inlined, their code
+/// would address this crate's word PC-relatively and no longer be the
+/// same bytes in images of other layouts (docs/versioning.md).
+#[inline]
+pub fn pending_inline() -> bool {
     WORD.load(Ordering::Relaxed) != 0
 }
 

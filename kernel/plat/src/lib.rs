@@ -33,7 +33,6 @@ pub fn syscall_epoch() -> u64 {
 /// Starts a new system-call epoch (the dispatcher, at every call). A
 /// load and a store, not a locked add (tens of cycles per call): the one
 /// vCPU is the only writer, in kernel code no tick switches away from.
-#[inline]
 pub fn next_syscall_epoch() {
     let e = SYSCALL_EPOCH.load(core::sync::atomic::Ordering::Relaxed);
     SYSCALL_EPOCH.store(e.wrapping_add(1), core::sync::atomic::Ordering::Relaxed);

@@ -75,9 +75,15 @@ fn set(now: u64, new: Itimerval) -> Result<Itimerval, Errno> {
 }
 
 /// The expiry of the armed timer, if any: waits end by it at the latest.
-#[inline]
 pub fn deadline() -> Option<u64> {
     TIMER.with(|t| t.map(|(at, _)| at))
+}
+
+/// Whether the timer is armed; inline, for the system-call table's way
+/// out (see [`crate::raise_host_signals_after_call`]).
+#[inline]
+pub fn armed() -> bool {
+    TIMER.with(|t| t.is_some())
 }
 
 /// Whether the timer expired by `now`; if so it is re-armed with its

@@ -430,20 +430,8 @@ pub fn idle_for(deadline: Option<u64>) -> Option<bool> {
 /// picks and, if that thread is blocked in a system call and does not
 /// block the signal, interrupts it (`EINTR`); the syscall table delivers
 /// it when the call returns. Called after every idle wait and system
-/// call; returns whether it raised any (a thread may have woken). Inline:
-/// with no forwarded signal and no timer armed (nearly every call) it is
-/// two loads.
-#[inline]
+/// call; returns whether it raised any (a thread may have woken).
 pub fn raise_host_signals() -> bool {
-    if !shoal_plat::hostsig::pending() && itimer::deadline().is_none() {
-        return false;
-    }
-    raise_pending_host_signals()
-}
-
-/// [`raise_host_signals`] with a signal or a timer to look at.
-#[inline(never)]
-fn raise_pending_host_signals() -> bool {
     let mut bits = shoal_plat::hostsig::take();
     // The real-time interval timer's SIGALRM takes the same path.
     if itimer::deadline().is_some() && itimer::expired(shoal_time::monotonic_ns()) {
@@ -460,6 +448,19 @@ fn raise_pending_host_signals() -> bool {
         }
     }
     true
+}
+
+/// [`raise_host_signals`] on a system call's way out: inline, two loads
+/// when no forwarded signal waits and no timer is armed (nearly every
+/// call). For the system-call table only: inlined into a component, it
+/// would tie the component's code bytes to this crate's addresses
+/// (docs/versioning.md).
+#[inline]
+pub fn raise_host_signals_after_call() -> bool {
+    if !shoal_plat::hostsig::pending_inline() && !itimer::armed() {
+        return false;
+    }
+    raise_host_signals()
 }
 
 /// Reports that all `n` threads are blocked for good and stops the
