@@ -247,6 +247,20 @@ impl Gateway {
         std::fs::write(path, all).with_context(|| format!("cannot write {}", path.display()))
     }
 
+    /// What the gateway said about `name`'s instances (its "gateway" log
+    /// lines: starts, exits and their signals), the last `n`, in one line:
+    /// why an answer ended early is there, not in the answer.
+    fn gateway_notes(&self, name: &str, n: usize) -> String {
+        let Ok(r) = self.call("GET", &format!("/functions/{name}/logs"), None) else { return String::new() };
+        let notes: Vec<String> = String::from_utf8_lossy(&r.body)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["stream"] == "gateway")
+            .filter_map(|v| Some(format!("instance {}: {}", v["instance"], v["line"].as_str()?)))
+            .collect();
+        notes[notes.len().saturating_sub(n)..].join("; ")
+    }
+
     /// The running instances of any of `names`.
     fn instances_of(&self, names: &[String]) -> Result<Vec<Inst>> {
         let r = self.call("GET", "/instances", None)?;
@@ -1520,7 +1534,7 @@ fn workloads(c: &Ctx) -> Result<Outcome> {
         }
         say(&format!("static: {downloads} downloads of 50 MiB by 4 clients on {b}"));
         match static_downloads(c.gw.addr, &name, downloads) {
-            Err(e) => note_failure(&mut failures, format!("workload static on {b}: {e}")),
+            Err(e) => note_failure(&mut failures, format!("workload static on {b}: {e} (the gateway's notes: {})", c.gw.gateway_notes(&name, 3))),
             Ok(mibs) => {
                 thr.insert(b, mibs);
                 csv.push(format!("static,{b},0,{mibs:.1},MiB/s,,,,,,"));

@@ -191,7 +191,7 @@ pub(super) fn node_functions(c: &Ctx) -> Result<Outcome> {
                         res.entry(("static".into(), b)).or_default().push(mibs);
                         csv.push(format!("static,static,{b},0,{mibs:.1},MiB/s"));
                     }
-                    Err(e) => note_failure(failures, format!("node: static on {b}: {e}")),
+                    Err(e) => note_failure(failures, format!("node: static on {b}: {e} (the gateway's notes: {})", c.gw.gateway_notes(&name, 3))),
                 }
             }
             if *what == "noop" {
