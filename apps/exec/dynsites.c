@@ -4,12 +4,13 @@
  * 0xe9 after the first call: a `jmp` to the kernel's trampoline), then
  * checks that 100000 calls through the pair and through a jump to the
  * middle of a pair all give getpid(). Then the forward rewrite of
- * lib_read's `syscall; cmp rax, -4096`: three threads wait inside that
- * `syscall` (each on its own empty pipe) while the main thread's call
- * through it, on a pipe with data, rewrites it (first byte 0x0f, the
- * `syscall`, natively; 0xe9 on shoal): the waiting threads' calls must
- * come back into the moved check (not the middle of the `jmp`) with their
- * bytes, and 1000 calls each afterwards too. */
+ * lib_read's `syscall; cmp rax, -4096` (first byte 0x0f, the `syscall`,
+ * natively; 0xe9 on shoal once used): three threads wait in it, each on
+ * its own empty pipe, while the main thread calls it on a pipe with data;
+ * whichever call traps first rewrites the site, the others come through
+ * it or trapped before the rewrite. Every call must come back into the
+ * moved check (not the middle of the `jmp`) with its bytes, and 1000
+ * calls each afterwards too. */
 #include <pthread.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -57,11 +58,12 @@ int main(void)
 	pthread_t t[WAITERS];
 	if (pipe(mine))
 		return 1;
+	printf("forward before: %02x\n", lib_site(2)[0]);
+	fflush(stdout);
 	for (long i = 0; i < WAITERS; i++)
 		if (pipe(pipes[i]) || pthread_create(&t[i], NULL, waiter, (void *)i))
 			return 1;
-	printf("forward before: %02x\n", lib_site(2)[0]);
-	usleep(200000); /* the waiters are inside lib_read's syscall */
+	usleep(200000); /* the waiters are inside lib_read */
 	char x = 'x', y = 0;
 	if (write(mine[1], &x, 1) != 1)
 		return 1;

@@ -230,8 +230,9 @@ fn node_worker_threads_match_native() {
 /// first time it traps (kernel/syscall/src/patch.rs): the program sees a
 /// `jmp` where natively the `mov` stays; calls through the pair and
 /// through a jump to the middle of one keep giving the right answer. A
-/// `syscall` followed by glibc's `cmp rax, -4096` is rewritten forward
-/// while three threads wait inside it: each comes back with its bytes.
+/// `syscall` followed by glibc's `cmp rax, -4096` is rewritten forward by
+/// the first of four threads' calls to trap (three wait in it): each comes
+/// back with its bytes.
 #[test]
 fn library_sites_are_rewritten_on_first_use() {
     if !shoal_testkit::need(&["root"]) {
