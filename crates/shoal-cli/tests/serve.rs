@@ -2197,7 +2197,8 @@ fn node_and_python_runtimes_serve_a_handler() {
     let dir = scratch();
     std::fs::write(dir.path().join("h.js"), NODE_HANDLER).unwrap();
     std::fs::write(dir.path().join("h.py"), PY_HANDLER).unwrap();
-    let gw = Gateway::start(&dir.path().join("state"));
+    let pool = dir.path().join("pool");
+    let gw = Gateway::start_with(&dir.path().join("state"), &[("SHOAL_POOL_DIR", &pool)]);
     for b in backends() {
         for (rt, file, hello) in [("node", "h.js", "hello from Node v20 GET a=1\n"), ("python", "h.py", "hello from Python 3.11 GET a=1\n")] {
             let name = format!("{rt}-{b}");
@@ -2209,11 +2210,15 @@ fn node_and_python_runtimes_serve_a_handler() {
                 Some(if rt == "node" { "/usr/bin/node" } else { "/usr/bin/python3.11" })
             );
             // spt and hvt: from a template (the copies inherit the
-            // read-only host directories), as every function there.
-            // (hvt: by exec by default; its copies of Node crash since the
-            // libraries are shared from the host's files.)
-            let shoal = b == "spt";
+            // read-only host directories, and on hvt map the template's
+            // mapped libraries again), as every function there.
+            let shoal = b == "spt" || b == "hvt";
             assert_eq!(r.json()["template"], shoal, "{rt} on {b}");
+            // Node's 99 MB executable shares its pages from the pool on spt
+            // by default, as `shoal run` does (Python's 7 MB is copied).
+            let pooled = rt == "node" && b == "spt";
+            assert_eq!(r.json()["mem_mode"], if pooled { "pool" } else { "copy" }, "{rt} on {b}");
+            let built = r.json()["image"].as_str().and_then(|i| Path::new(i).file_name()?.to_str().map(str::to_string)).unwrap_or_default();
             let r = gw.get(&format!("/fn/{name}/?a=1"));
             assert_eq!((r.status, r.text().as_str()), (200, hello), "{rt} on {b}");
             if shoal {
@@ -2221,6 +2226,16 @@ fn node_and_python_runtimes_serve_a_handler() {
                 let i = gw.instances(&name);
                 assert_eq!((t.len(), i.len()), (1, 1), "{rt} on {b}: one template, one copy");
                 assert_ne!(t[0], i[0].1, "{rt} on {b}: the template never serves");
+                if pooled {
+                    // The pool holds the pages of the image the instance
+                    // runs (its `exec` library is named by the built
+                    // image's cache key), and the copy maps them from there.
+                    let lib = format!("exec@{}", built.get(..16).unwrap_or("?"));
+                    let held = std::fs::read_dir(&pool).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&lib)).count();
+                    assert!(held > 0, "the pool holds no page of {built} ({lib}*)");
+                    let maps = std::fs::read_to_string(format!("/proc/{}/maps", i[0].1)).unwrap_or_default();
+                    assert!(maps.lines().any(|l| l.contains(&pool.join(&lib).display().to_string())), "the copy maps no {lib}* from the pool:\n{maps}");
+                }
             }
             let body: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
             let r = gw.req("POST", &format!("/fn/{name}/echo"), Some(&body));
@@ -2234,8 +2249,40 @@ fn node_and_python_runtimes_serve_a_handler() {
             assert_eq!(gw.get(&format!("/fn/{name}/?a=1")).header("x-shoal-cold-start"), Some("false"), "{rt} on {b}");
         }
     }
+    if backends().contains(&"hvt") && shoal_testkit::need(&["curl"]) {
+        // 20 cold requests one after the other, each on a fresh hvt copy
+        // of one Python template (its counter 1, its own random bytes):
+        // every copy maps the libraries the template mapped from /usr again.
+        std::fs::write(dir.path().join("count.py"), PY_COUNTER).unwrap();
+        let r = gw.deploy(
+            "py-cold",
+            &format!(r#"{{"runtime":"python","handler":"{}","backend":"hvt","requests_per_instance":1}}"#, dir.path().join("count.py").display()),
+        );
+        assert_eq!((r.status, &r.json()["template"]), (201, &serde_json::Value::Bool(true)), "{}", r.text());
+        let mut instances = BTreeSet::new();
+        let mut randoms = BTreeSet::new();
+        for i in 0..20 {
+            let (status, inst, body) = curl(&format!("http://{}/fn/py-cold/", gw.addr));
+            assert_eq!(status, 200, "request {i}: {body}");
+            assert_eq!(field(&body, "count"), "1", "request {i} was not the first of its instance: {body}");
+            assert!(instances.insert(inst.clone()), "request {i}: instance {inst} answered twice");
+            assert!(randoms.insert(field(&body, "random").to_string()), "request {i}: random bytes repeated: {body}");
+        }
+        let t = template_pids(&gw, "py-cold");
+        assert_eq!(t.len(), 1, "one template for all 20: {t:?}");
+        assert!(process_alive(t[0]), "the template must still run");
+    }
     assert_eq!(gw.stop(), Some(0));
 }
+
+/// A Python handler that counts its requests and draws random bytes.
+const PY_COUNTER: &str = r#"import os
+count = 0
+def handle(req):
+    global count
+    count += 1
+    return f"count={count} random={os.urandom(8).hex()}\n"
+"#;
 
 /// Runtime deploys are checked before anything runs: an unknown runtime,
 /// a handler that is missing, of the wrong kind, relative, or given with
@@ -2259,10 +2306,6 @@ fn runtime_deploys_are_checked() {
         (format!(r#"{{"runtime":"node","handler":"{js}","image":"/usr/bin/node"}}"#), "has a \"handler\", not an \"image\"".to_string()),
         (format!(r#"{{"handler":"{js}","image":"/usr/bin/node"}}"#), "handler: only a runtime function has one".to_string()),
         (format!(r#"{{"runtime":"node","handler":"{}"}}"#, d.display()), format!("handler {}: a node handler is a .js file", d.display())),
-        (
-            format!(r#"{{"runtime":"node","handler":"{js}","backend":"hvt","template":true}}"#),
-            "template: hvt does not yet copy a function with host directories".to_string(),
-        ),
     ] {
         let r = gw.deploy("rt", &body);
         assert_eq!(r.status, 422, "{body}: {}", r.text());

@@ -47,6 +47,7 @@
 //! | timers | the preemption tick is a POSIX timer, which a fork does not inherit: the copy makes its own, at the period the template's had; the guest's own timers are guest memory and go on from the template's state (none is due: every thread waits) |
 //! | parent-death signal | set again (a fork clears it) |
 //! | the report page, `MAP_SHARED` aliases | none on hvt: an alias is a page-table entry in guest memory, so each copy's is in its private copy |
+//! | mounted files mapped (`HOSTFS_MAP`: the libraries `ld.so` maps) | mapped again at the same guest ranges, the pages of them the template wrote over those from its memory file, where it saved them at its ready point (crate::filemap) |
 //!
 //! Not made fresh: what the program drew from `AT_RANDOM` or `getrandom`
 //! before its ready point (musl's stack-protector canary and pointer
@@ -355,6 +356,12 @@ impl Side {
         map_over(region, Some(self.memory.as_raw_fd()), true)
     }
 
+    /// What records the mounted files the template maps over its memory
+    /// file (crate::filemap).
+    pub(crate) fn file_maps(&self) -> std::io::Result<crate::filemap::FileMaps> {
+        crate::filemap::FileMaps::new(self.memory.as_raw_fd())
+    }
+
     /// Backs the page-table pool with its memory file (before anything
     /// is written to it).
     pub(crate) fn back_tables(&self, region: &GuestRegionMmap<()>) -> std::io::Result<()> {
@@ -372,6 +379,8 @@ pub(crate) struct Parts<'a> {
     pub pool: Option<&'a shoal_loader::pool::PoolPlan>,
     /// Mode `ksm`: a copy's memory is mergeable.
     pub ksm: bool,
+    /// The mounted files the template mapped (crate::filemap).
+    pub file_maps: Option<&'a crate::filemap::FileMaps>,
 }
 
 /// The vCPU state a copy starts from.
@@ -451,6 +460,9 @@ impl Side {
         }
         parts.vcpu.set_kvm_immediate_exit(0);
         let state = CpuState::save(parts.vcpu)?;
+        if let Some(f) = parts.file_maps {
+            f.save(parts.memory).map_err(|e| e.to_string())?;
+        }
         crate::preempt::pause_timer();
         send_word(self.control.as_raw_fd(), READY).map_err(|e| format!("cannot tell the gateway that the template is ready: {e}"))?;
         loop {
@@ -536,6 +548,9 @@ impl Side {
         map_over(parts.memory, Some(memory.as_raw_fd()), false).map_err(|e| format!("cannot map the template's memory: {e}"))?;
         map_over(parts.tables, Some(tables.as_raw_fd()), false).map_err(|e| format!("cannot map the template's memory: {e}"))?;
         drop((memory, tables));
+        if let Some(f) = parts.file_maps {
+            f.remake(parts.memory).map_err(|e| e.to_string())?;
+        }
         if let Some(plan) = parts.pool {
             // SAFETY: as at the template's start (crate::run_with_console):
             // the pool ranges lie inside guest memory, mapped at `as_ptr()`.

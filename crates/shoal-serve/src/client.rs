@@ -55,7 +55,7 @@ pub enum FnCmd {
         /// Root file system directory of the instances.
         #[arg(long)]
         fs: Option<PathBuf>,
-        /// spt/hvt memory mode: copy (default), ksm or pool.
+        /// spt/hvt memory mode: copy (default; pool for an executable of 32 MiB or more on spt), ksm or pool.
         #[arg(long = "mem-mode")]
         mem_mode: Option<String>,
         /// spt: cold starts as copies of a template booted at deploy

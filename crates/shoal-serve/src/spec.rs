@@ -235,7 +235,8 @@ pub struct Function {
     /// How long an idle instance is kept before it is stopped, in ms.
     pub keep_warm_ms: u64,
     /// How spt/hvt instances get their image's pages (`--mem-mode`):
-    /// `copy` (default), `ksm` or `pool` (read-only pages shared from the
+    /// `copy` (default; `pool` for a large executable on spt:
+    /// `default_mem_mode_for`), `ksm` or `pool` (read-only pages shared from the
     /// library pool; the gateway adds the image to the pool at deploy).
     #[serde(default = "default_mem_mode")]
     pub mem_mode: String,
@@ -288,7 +289,7 @@ pub struct DeployRequest {
     pub timeout_ms: Option<u64>,
     /// Default 60,000.
     pub keep_warm_ms: Option<u64>,
-    /// copy (default), ksm or pool: spt and hvt only.
+    /// copy (default; pool for an executable of 32 MiB or more on spt), ksm or pool: spt and hvt only.
     pub mem_mode: Option<String>,
     /// Root file system directory.
     pub fs: Option<PathBuf>,
@@ -310,6 +311,19 @@ fn default_template() -> bool {
 
 fn default_mem_mode() -> String {
     "copy".into()
+}
+
+/// The memory mode of a function that names none: `pool` for an
+/// executable of [`shoal_tender::POOL_DEFAULT_MIN`] or more on spt (Node's
+/// 99 MB: copied into every instance it was most of an exec start), as
+/// `shoal run` chooses; `copy` otherwise.
+fn default_mem_mode_for(backend: Backend, executable: Option<&Path>) -> String {
+    let large = executable.is_some_and(|e| std::fs::metadata(e).is_ok_and(|m| m.len() >= shoal_tender::POOL_DEFAULT_MIN));
+    if backend == Backend::Spt && large {
+        "pool".into()
+    } else {
+        default_mem_mode()
+    }
 }
 
 /// Checks a function name: 1–64 letters, digits, `-` or `_`, starting
@@ -463,7 +477,7 @@ impl Function {
                 return Err(unprocessable(format!("fs {}: give the absolute path of an existing directory", fs.display())));
             }
         }
-        let mem_mode = req.mem_mode.unwrap_or_else(default_mem_mode);
+        let mem_mode = req.mem_mode.unwrap_or_else(|| default_mem_mode_for(backend, executable.as_deref()));
         if !["copy", "ksm", "pool"].contains(&mem_mode.as_str()) {
             return Err(unprocessable(format!("mem_mode {mem_mode:?}: expected copy, ksm or pool")));
         }
@@ -497,17 +511,8 @@ impl Function {
         if req.template == Some(true) && !backend.is_shoal() {
             return Err(unprocessable(format!("template: only the spt and hvt backends start instances from a template, not {}", backend.name())));
         }
-        // hvt copies of a function with read-only host directories crash
-        // since the libraries ld.so maps are shared from the host files
-        // (main's libshare: those mappings are not remade in a copy's
-        // memory): exec by default there until they are.
-        let hvt_copies_unsafe = backend == Backend::Hvt && (!mounts.is_empty() || runtime.is_some());
-        if req.template == Some(true) && hvt_copies_unsafe {
-            return Err(unprocessable(
-                "template: hvt does not yet copy a function with host directories (mounts or a runtime): the pages mapped from them are not remade in a copy's memory; deploy it without \"template\" (it starts by exec)".into(),
-            ));
-        }
-        let template_default = backend == Backend::Spt || !hvt_copies_unsafe && backend == Backend::Hvt;
+        // Templates are the default where instances can be copies.
+        let template_default = backend.is_shoal();
         Ok(Function {
             name: name.to_string(),
             image,
