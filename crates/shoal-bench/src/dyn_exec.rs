@@ -5,7 +5,10 @@
 //! exit of `node -e 0` and `python3.11 -c pass` (median and p95), a Node
 //! `http` and a Python `http.server` hello under `wrk` at 1 and 50
 //! connections with the server on one CPU and wrk on another (as `bench
-//! http --pin`; mean ± SD), the idle memory of one instance (PSS of its
+//! http --pin`; mean ± SD) and the server's CPU time per request during
+//! them (user + system time of its process tree from /proc/PID/stat,
+//! ended threads included: Python's server runs a thread per connection;
+//! less dependent on the machine's load than req/s), the idle memory of one instance (PSS of its
 //! process tree) and the PSS sum of `--instances` idle Node instances
 //! against as many native Node processes. spt runs in memory mode `copy`
 //! (named: `node`'s default on spt is `pool`; the executable's segments
@@ -16,8 +19,8 @@
 //! full size as `bench density` counts it).
 
 use crate::host::{kvm_usable, pin_binaries};
-use crate::load::{free_port, wrk_errors, wrk_value};
-use crate::sample::{pss_split_kib, tree};
+use crate::load::{free_port, wrk_errors, wrk_requests, wrk_value};
+use crate::sample::{clock_ticks, pss_split_kib, stat_fields, tree};
 use crate::servers::{pin_command, pin_cpus, Pin};
 use crate::stats::{mean_sd, median, p95};
 use crate::table::Table;
@@ -227,20 +230,36 @@ fn start_server(mut cmd: Command, port: u16, log: &Path) -> Result<Running> {
     }
 }
 
+/// User + system CPU time (ns) of `root`'s process tree so far: each
+/// process's own (`/proc/PID/stat`, which keeps its ended threads' time,
+/// in clock ticks) and its waited-for children's.
+fn tree_cpu_ns(root: u32) -> u64 {
+    let ticks: u64 = tree(root)
+        .into_iter()
+        .filter_map(stat_fields)
+        .map(|f| [11, 12, 13, 14].iter().filter_map(|&i| f.get(i).and_then(|v| v.parse::<u64>().ok())).sum::<u64>())
+        .sum();
+    ticks * 1_000_000_000 / clock_ticks()
+}
+
 /// wrk against 127.0.0.1:`port` with `conns` connections for `secs`
-/// seconds on `pin`'s client CPU: requests per second and errors.
-fn wrk(port: u16, conns: usize, secs: u64, pin: Pin) -> Result<(f64, u64)> {
+/// seconds on `pin`'s client CPU: requests per second, errors and the
+/// CPU time (µs) per request of `server`'s process tree meanwhile.
+fn wrk(port: u16, conns: usize, secs: u64, pin: Pin, server: u32) -> Result<(f64, u64, f64)> {
     let mut c = Command::new("wrk");
     c.args(["-t", &conns.min(2).to_string(), "-c", &conns.to_string(), "-d", &format!("{secs}s"), "--timeout", "30s"]);
     c.arg(format!("http://127.0.0.1:{port}/"));
     pin_command(&mut c, pin.client);
+    let cpu0 = tree_cpu_ns(server);
     let out = c.stdin(Stdio::null()).output().context("cannot run wrk")?;
+    let cpu = tree_cpu_ns(server).saturating_sub(cpu0);
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!("wrk failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
     }
     let rps = wrk_value(&text, "Requests/sec:").ok_or_else(|| anyhow::anyhow!("no Requests/sec in wrk's output: {}", text.trim()))?;
-    Ok((rps, wrk_errors(&text)))
+    let n = wrk_requests(&text).filter(|&n| n > 0).ok_or_else(|| anyhow::anyhow!("no requests in wrk's output: {}", text.trim()))?;
+    Ok((rps, wrk_errors(&text), cpu as f64 / 1e3 / n as f64))
 }
 
 /// Starts `cmd` (an idle program) and waits until it prints `ready`.
@@ -392,6 +411,7 @@ pub fn dyn_exec(o: DynOpts) -> Result<()> {
     // HTTP hello, pinned; spt-pool maps the same code, so only spt.
     let http_systems: Vec<(usize, &str)> = SYSTEMS.iter().copied().enumerate().filter(|(_, s)| *s != "spt-pool").collect();
     let mut rps: Vec<Vec<Vec<Samples>>> = RUNTIMES.iter().map(|_| CONNS.iter().map(|_| SYSTEMS.iter().map(|s| fresh(s)).collect()).collect()).collect();
+    let mut cpu = rps.clone();
     let mut errors = vec![vec![0u64; SYSTEMS.len()]; RUNTIMES.len()];
     for (ri, rt) in RUNTIMES.iter().enumerate() {
         say(format!("{} HTTP hello under wrk", rt.name));
@@ -416,18 +436,24 @@ pub fn dyn_exec(o: DynOpts) -> Result<()> {
                 let server = match start_server(cmd, port, &o.out.join(format!("{}-{sys}.log", rt.name))) {
                     Ok(s) => s,
                     Err(e) => {
-                        for c in rps[ri].iter_mut() {
+                        for c in rps[ri].iter_mut().chain(cpu[ri].iter_mut()) {
                             c[si] = Err(Missing::Failed(format!("{e:#}")));
                         }
                         continue;
                     }
                 };
                 for (ci, &conns) in CONNS.iter().enumerate() {
-                    let r = wrk(port, conns, o.secs, env.pin).map(|(r, e)| {
-                        errors[ri][si] += e;
-                        r
-                    });
-                    push(&mut rps[ri][ci][si], r);
+                    match wrk(port, conns, o.secs, env.pin, server.0.id()) {
+                        Ok((r, e, us)) => {
+                            errors[ri][si] += e;
+                            push(&mut rps[ri][ci][si], Ok(r));
+                            push(&mut cpu[ri][ci][si], Ok(us));
+                        }
+                        Err(e) => {
+                            push(&mut cpu[ri][ci][si], Err(anyhow::anyhow!("{e:#}")));
+                            push(&mut rps[ri][ci][si], Err(e));
+                        }
+                    }
                 }
                 drop(server);
             }
@@ -502,6 +528,10 @@ pub fn dyn_exec(o: DynOpts) -> Result<()> {
             let mut x: serde_json::Map<String, Value> = http_systems.iter().map(|&(si, s)| (s.to_string(), mean_json(&rps[ri][ci][si]))).collect();
             x.insert("spt_over_native".into(), ratio(mean(&rps[ri][ci][0]), mean(&rps[ri][ci][native])));
             x.insert("hvt_over_native".into(), ratio(mean(&rps[ri][ci][2]), mean(&rps[ri][ci][native])));
+            let mut u: serde_json::Map<String, Value> = http_systems.iter().map(|&(si, s)| (s.to_string(), stats_json(&cpu[ri][ci][si], "us"))).collect();
+            u.insert("spt_over_native".into(), ratio(med(&cpu[ri][ci][0]), med(&cpu[ri][ci][native])));
+            u.insert("hvt_over_native".into(), ratio(med(&cpu[ri][ci][2]), med(&cpu[ri][ci][native])));
+            x.insert("server_cpu_us_per_request".into(), u.into());
             h.insert(c.to_string(), x.into());
         }
         h.insert("errors".into(), http_systems.iter().map(|&(si, s)| (s.to_string(), json!(errors[ri][si]))).collect::<serde_json::Map<_, _>>().into());
@@ -567,6 +597,21 @@ pub fn dyn_exec(o: DynOpts) -> Result<()> {
             for &(si, sys) in &http_systems {
                 if let Some(m) = mean(&row[si]) {
                     csv.push(format!("{} http {c} conn. req/s,{sys},{m:.1}", rt.name));
+                }
+            }
+            let row = &cpu[ri][ci];
+            let f = |v: &[f64]| format!("{:.1}", median(v));
+            t.row([
+                format!("{} HTTP hello, {c} conn., server CPU per request, median (µs)", rt.name),
+                cell(&row[0], &f),
+                String::new(),
+                cell(&row[2], &f),
+                cell(&row[3], &f),
+                format!("spt {}, hvt {}", r2(med(&row[0]), med(&row[3])), r2(med(&row[2]), med(&row[3]))),
+            ]);
+            for &(si, sys) in &http_systems {
+                if let Some(m) = med(&row[si]) {
+                    csv.push(format!("{} http {c} conn. server cpu us/req,{sys},{m:.1}", rt.name));
                 }
             }
         }

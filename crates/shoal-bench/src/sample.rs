@@ -70,7 +70,7 @@ pub fn alive(pid: u32) -> bool {
 }
 
 /// Clock ticks per second of /proc's tick counts.
-fn clock_ticks() -> u64 {
+pub fn clock_ticks() -> u64 {
     // SAFETY: sysconf only reads a configuration value.
     unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
 }

@@ -364,6 +364,7 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     // from a rewritten site (most calls) skips the look.
     if trapped {
         super::patch::after_trap(f.rip, n);
+        f.rip = super::patch::resume_at(f.rip);
     }
     if n == RT_SIGRETURN && !shoal_process::signal::is_nested_frame(f.rsp) {
         sigreturn_direct(f, ctl, start);
@@ -390,6 +391,10 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     };
     f.rax = r as u64;
     super::preempt::leave_syscall();
+    // The site may have been rewritten forward while this call waited.
+    if trapped {
+        f.rip = super::patch::resume_at(f.rip);
+    }
     // SAFETY: as above; the next entry starts where this one did.
     unsafe { ctl.write(start) };
 }
@@ -402,7 +407,9 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
 fn sigreturn_direct(f: &Frame, ctl: *mut u64, start: u64) -> ! {
     let mut fx = shoal_process::signal::Fxsave::default();
     shoal_process::signal::save_fp(&mut fx);
-    let Ok(regs) = shoal_process::signal::sigreturn_direct(f.rsp, f.rflags, &mut fx) else { shoal_process::signal::terminate(11) };
+    let Ok(mut regs) = shoal_process::signal::sigreturn_direct(f.rsp, f.rflags, &mut fx) else { shoal_process::signal::terminate(11) };
+    let rip = &mut regs[shoal_process::signal::reg::RIP];
+    *rip = super::patch::resume_at(*rip);
     super::preempt::leave_syscall();
     // SAFETY: as in shoal_exec_syscall; nothing of this call stays on the
     // kernel stack once the program resumes.

@@ -295,6 +295,8 @@ pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Inte
         let rsp = shoal_process::signal::deliver_pending_interrupted(frame, Some(fp));
         let size = core::mem::size_of::<shoal_process::signal::Interrupted>() as u64;
         let moved = rsp.wrapping_sub(shoal_process::signal::interrupted_rsp(at) - at);
+        // A site rewritten forward meanwhile (crate::patch).
+        frame[16] = crate::patch::resume_at(frame[16]);
         if moved != at {
             // A stack pointer the program cannot write below: Linux's
             // return to it would fault there and kill with SIGSEGV.
@@ -305,6 +307,11 @@ pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Inte
             shoal_sched::preempt::leave();
             return moved;
         }
+    }
+    if on_kstack {
+        // SAFETY: as above (the entry's frame, not referenced elsewhere).
+        let frame = unsafe { &mut *frame };
+        frame[16] = crate::patch::resume_at(frame[16]);
     }
     restore();
     shoal_sched::preempt::leave();
