@@ -619,7 +619,9 @@ static void files(const char *ro, const char *rw, const char *tender)
 	printf("rw-unlink %s\n", res(unlink(rw)));
 	snprintf(other, sizeof other, "%s.new", rw);
 	printf("rw-rename-away %s\n", res(rename(rw, other)));
+	snprintf(other, sizeof other, "%s/x", rw);
 	printf("rw-symlink-beneath %s\n", res(symlink("/etc/shadow", other)));
+	printf("rw-create-beneath %s\n", res(open(other, O_CREAT | O_WRONLY, 0644)));
 
 	/* The tender asked directly, with paths a file mount has none of. */
 	static char hb[8192];

@@ -464,9 +464,18 @@ fn single_file_mounts_serve_one_file_each() {
         std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o644)).unwrap();
         std::fs::write(&rw, "rw old content\n").unwrap();
         std::fs::set_permissions(&rw, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let root = shoal_testkit::probe("root").is_ok();
+        if root {
+            // The guest's user owns the writable file, as a pod's file
+            // volume for its runAsUser (spt's instance runs as that user).
+            std::os::unix::fs::chown(&rw, Some(1000), Some(100)).unwrap();
+        }
+        let mut c = shoal_run(t);
+        if root {
+            c.args(["--user", "1000:100"]);
+        }
         let o = output(
-            shoal_run(t)
-                .arg("--mount")
+            c.arg("--mount")
                 .arg(format!("{}:/etc/hosts:ro", ro.display()))
                 .arg("--mount")
                 .arg(format!("{}:/data/rw.txt:rw", rw.display()))
@@ -478,7 +487,7 @@ fn single_file_mounts_serve_one_file_each() {
         assert_eq!(stdout(&o), want, "{t}");
         assert_eq!(std::fs::read(&ro).unwrap(), b"10.0.0.7\tpod\n", "{t}");
         assert_eq!(std::fs::metadata(&ro).unwrap().permissions().mode() & 0o7777, 0o644, "{t}");
-        assert_eq!(std::fs::read(&rw).unwrap(), b"GUESTld cont+tail\n", "{t}");
+        assert_eq!(std::fs::read(&rw).unwrap(), b"GUESTd conte+tail\n", "{t}");
         let m = std::fs::metadata(&rw).unwrap();
         assert_eq!((m.permissions().mode() & 0o7777, m.mtime()), (0o640, 1_000_000_000), "{t}");
         let mut names: Vec<String> = std::fs::read_dir(&base).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
@@ -488,7 +497,63 @@ fn single_file_mounts_serve_one_file_each() {
 }
 
 /// What `mount files /etc/hosts /data/rw.txt` prints on both tenders.
-const FILES: &str = "";
+const FILES: &str = "\
+ro-read OK 10.0.0.7\tpod
+ro-stat mode 100644 size 13
+ro-mmap OK 10.0.0.7\tp
+ro-open-write EROFS
+ro-open-rdwr EROFS
+ro-open-trunc EROFS
+ro-chmod EROFS
+ro-truncate EROFS
+ro-unlink EBUSY
+ro-rename-away EBUSY
+ro-rename-over EBUSY
+ro-beneath ENOTDIR
+ro-mkdir-beneath ENOTDIR
+ro-listed 1
+rw-open OK
+rw-pwrite OK 5
+rw-fsync OK
+rw-ftruncate OK
+rw-append OK 6
+rw-chmod OK
+rw-utimes OK
+rw-stat mode 100640 size 18 mtime 1000000000
+rw-read-back GUESTd conte+tail
+rw-unlink EBUSY
+rw-rename-away EBUSY
+rw-symlink-beneath ENOTDIR
+rw-create-beneath ENOTDIR
+raw-kind-ro OK 2
+raw-kind-rw OK 3
+raw-read-top OK
+raw-read-name ENOTDIR
+raw-read-dotdot ENOTDIR
+raw-read-abs ENOTDIR
+raw-stat-dotdot ENOTDIR
+raw-list ENOTDIR
+raw-readlink EINVAL
+raw-write-ro EROFS
+raw-truncate-ro EROFS
+raw-chmod-ro EROFS
+raw-write-name ENOTDIR
+raw-create ENOTDIR
+raw-unlink ENOTDIR
+raw-mkdir ENOTDIR
+raw-rename ENOTDIR
+raw-write-buf-outside EFAULT
+raw-map-name ENOTDIR
+raw-map-top OK
+raw-map-shows GUEST
+";
 
 /// spt's guest making the host calls on the mounts' descriptors itself.
-const FILES_SPT: &str = "";
+const FILES_SPT: &str = "\
+sys-openat2-beneath ENOTDIR
+sys-pwrite-ro EBADF
+sys-fchmod-ro EROFS
+sys-futimens-ro EROFS
+sys-mkdirat-rw ENOTDIR
+sys-unlinkat-rw ENOENT
+";
