@@ -295,8 +295,11 @@ fn bad_mount_flags_are_one_line_and_125() {
     let dir = scratch();
     let (image, _) = images(dir.path());
     let host = dir.path().display().to_string();
-    let cases: [(String, &str); 7] = [
+    let file = image.display().to_string();
+    let cases: [(String, &str); 9] = [
         (format!("{host}:/:rw"), "the root mount (GUESTDIR /) is read-only"),
+        (format!("{file}:/:ro"), "the root mount (GUESTDIR /) must be a directory"),
+        ("/dev/null:/x:ro".into(), "--mount /dev/null: no such directory or regular file"),
         ("/nonexistent-shoal-dir:/x:ro".into(), "--mount /nonexistent-shoal-dir: no such directory"),
         (format!("{host}:/x"), "expected HOSTDIR:GUESTDIR:ro"),
         (format!("{host}:/x:wr"), "expected HOSTDIR:GUESTDIR:ro or HOSTDIR:GUESTDIR:rw"),
@@ -318,7 +321,7 @@ fn bad_mount_flags_are_one_line_and_125() {
     let tender = PathBuf::from(env!("CARGO_BIN_EXE_shoal-tender"));
     let o = output(Command::new(tender).arg("--mount").arg("/nonexistent-shoal-dir:/x:ro").arg(&image));
     assert_eq!(o.status.code(), Some(125));
-    assert_eq!(stderr(&o), "shoal-tender: --mount /nonexistent-shoal-dir: no such directory\n");
+    assert_eq!(stderr(&o), "shoal-tender: --mount /nonexistent-shoal-dir: no such directory or regular file\n");
 }
 
 /// What `mount rw /w /r` prints on both tenders.
