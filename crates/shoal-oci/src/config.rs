@@ -455,7 +455,7 @@ fn file_point(rootfs: &Path, dest: &str) -> Result<String, String> {
     if name.is_empty() || name == "." || name == ".." {
         return Err("its destination must name a file".into());
     }
-    let dir = mount_point(rootfs, if up.is_empty() { "/" } else { up })?;
+    let dir = if up.is_empty() { "/".to_string() } else { mount_point(rootfs, up)? };
     let root = std::fs::File::open(rootfs).map_err(|e| format!("cannot open the root file system {}: {e}", rootfs.display()))?;
     let rel = Path::new(dir.trim_start_matches('/'));
     match crate::sys::open_beneath(&root, &rel.join(name)) {
@@ -768,6 +768,9 @@ mod tests {
             "--net-bind-any",
             "--mount",
             &format!("{}:/:ro", root.display()),
+            // The engine's /etc/hosts (a writable bind mount of a file).
+            "--mount",
+            &format!("{}:/etc/hosts:rw", dir.join("hosts").display()),
             &root.join("bin/app").to_string_lossy(),
             "--",
             "a",
