@@ -2447,7 +2447,8 @@ const PY_WRITER: &str = r#"def handle(req):
 /// or `HOSTDIR:GUESTDIR:rw`) and single files: a Python handler on spt
 /// (a template's copies) writes through to the host directory and reads a
 /// read-only file; what the CLI refuses is refused with one line (422),
-/// a host path beneath no allowed directory with 403, a mount on a
+/// a host path beneath no allowed directory with 403, a malformed mount
+/// with 400 (as any malformed setting), a mount on a
 /// backend without mounts with 422.
 #[test]
 fn writable_function_mounts_take_the_handlers_writes() {
@@ -2459,6 +2460,9 @@ fn writable_function_mounts_take_the_handlers_writes() {
     std::fs::write(d.join("w.py"), PY_WRITER).unwrap();
     let data = d.join("data");
     std::fs::create_dir_all(&data).unwrap();
+    // Writable by anyone, as the kubelet makes an emptyDir: a root guest's
+    // spt instance runs as nobody (docs/architecture.md "Writable mounts").
+    std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     std::fs::write(d.join("conf"), "from the host\n").unwrap();
     let gw = Gateway::start(&d.join("state"));
     let handler = d.join("w.py").display().to_string();
@@ -2479,14 +2483,14 @@ fn writable_function_mounts_take_the_handlers_writes() {
         (serde_json::json!({"host": data, "guest": "/", "rw": true}), 422, "the root mount (GUESTDIR /) is read-only"),
         (serde_json::json!({"host": data, "guest": "data", "rw": true}), 422, "expected HOSTDIR:GUESTDIR:ro"),
         (serde_json::json!({"host": "/etc", "guest": "/etc2", "rw": true}), 403, "mount /etc: "),
-        (serde_json::json!({"host": data, "guest": "/d", "rw": true, "x": 1}), 422, "give \"HOSTDIR:GUESTDIR:ro\" (or :rw) or {\"host\""),
+        (serde_json::json!({"host": data, "guest": "/d", "rw": true, "x": 1}), 400, "give \"HOSTDIR:GUESTDIR:ro\" (or :rw) or {\"host\""),
     ];
     for (m, status, needle) in refused {
         let r = gw.deploy("bad", &serde_json::json!({"runtime": "python", "handler": handler, "backend": "spt", "mounts": [m]}).to_string());
         let e = r.json()["error"].as_str().unwrap_or_default().to_string();
         assert!(r.status == status && e.contains(needle) && !e.contains('\n'), "{m}: {} {e}", r.status);
     }
-    let r = gw.deploy("bad", &serde_json::json!({"image": image_for("noop", "process"), "backend": "process", "mounts": [{"host": data, "guest": "/d", "rw": true}]}).to_string());
+    let r = gw.deploy("bad", &serde_json::json!({"runtime": "python", "handler": handler, "backend": "process", "mounts": [{"host": data, "guest": "/d", "rw": true}]}).to_string());
     assert_eq!(r.status, 422, "{}", r.text());
     assert!(r.text().contains("only the spt and hvt backends have host directories"), "{}", r.text());
     assert_eq!(gw.stop(), Some(0));
