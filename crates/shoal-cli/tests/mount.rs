@@ -478,12 +478,13 @@ fn single_file_mounts_serve_one_file_each() {
             c.args(["--user", "1000:100"]);
         }
         let o = output(
-            c.arg("--mount")
-                .arg(format!("{}:/etc/hosts:ro", ro.display()))
-                .arg("--mount")
-                .arg(format!("{}:/data/rw.txt:rw", rw.display()))
-                .arg(&image)
-                .args(["--", "files", "/etc/hosts", "/data/rw.txt", t]),
+            c.arg("--mount").arg(format!("{}:/etc/hosts:ro", ro.display())).arg("--mount").arg(format!("{}:/data/rw.txt:rw", rw.display())).arg(&image).args([
+                "--",
+                "files",
+                "/etc/hosts",
+                "/data/rw.txt",
+                t,
+            ]),
         );
         assert_eq!(o.status.code(), Some(0), "{t}: {}", stderr(&o));
         let want = if t == "spt" { format!("{FILES}{FILES_SPT}") } else { FILES.to_string() };

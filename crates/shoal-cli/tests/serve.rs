@@ -2490,7 +2490,10 @@ fn writable_function_mounts_take_the_handlers_writes() {
         let e = r.json()["error"].as_str().unwrap_or_default().to_string();
         assert!(r.status == status && e.contains(needle) && !e.contains('\n'), "{m}: {} {e}", r.status);
     }
-    let r = gw.deploy("bad", &serde_json::json!({"runtime": "python", "handler": handler, "backend": "process", "mounts": [{"host": data, "guest": "/d", "rw": true}]}).to_string());
+    let r = gw.deploy(
+        "bad",
+        &serde_json::json!({"runtime": "python", "handler": handler, "backend": "process", "mounts": [{"host": data, "guest": "/d", "rw": true}]}).to_string(),
+    );
     assert_eq!(r.status, 422, "{}", r.text());
     assert!(r.text().contains("only the spt and hvt backends have host directories"), "{}", r.text());
     assert_eq!(gw.stop(), Some(0));

@@ -60,7 +60,9 @@ pub fn create_in(dir: &std::fs::File, name: &std::ffi::OsStr, mode: libc::mode_t
     let c = CString::new(name.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a name with a NUL byte"))?;
     // SAFETY: `c` is NUL-terminated and `dir` an open descriptor; the
     // descriptor made is closed at once.
-    let fd = check(unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC, libc::c_uint::from(mode)) })?;
+    let fd = check(unsafe {
+        libc::openat(dir.as_raw_fd(), c.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC, libc::c_uint::from(mode))
+    })?;
     // SAFETY: `fd` was just made and is owned here.
     drop(unsafe { OwnedFd::from_raw_fd(fd) });
     Ok(())

@@ -1174,7 +1174,8 @@ impl Vfs {
         }
         self.ro_parent(&op, false)?;
         self.ro_parent(&np, false)?;
-        let busy = |p: &crate::path::Parent<'_>| self.fs.lookup(p.dir, p.name).is_ok_and(|i| self.mount_at(i).is_some()) || self.inner_at(p.dir, p.name).is_some();
+        let busy =
+            |p: &crate::path::Parent<'_>| self.fs.lookup(p.dir, p.name).is_ok_and(|i| self.mount_at(i).is_some()) || self.inner_at(p.dir, p.name).is_some();
         if busy(&op) || busy(&np) {
             return Err(Errno::EBUSY);
         }
