@@ -16,7 +16,7 @@
 //! Every `crictl` call is a process of its own (about as much for each
 //! system), as `crictl` is used by hand.
 
-use crate::host::{find_program, kvm_usable, pin_binaries};
+use crate::host::{find_program, go, go_build, kvm_usable, pin_binaries};
 use crate::load::free_port;
 use crate::stats::{mean_sd, median, p95};
 use crate::table::Table;
@@ -88,10 +88,6 @@ fn unavailable() -> Option<String> {
     None
 }
 
-fn go() -> Option<PathBuf> {
-    find_program("go").or_else(|| Some(PathBuf::from("/usr/local/go/bin/go")).filter(|p| p.is_file()))
-}
-
 /// Builds the four images as OCI archives in `dir`: the Go server and the
 /// Linux pause with podman (`FROM scratch`), the shoal pause and
 /// apps/net/http.c with `shoal cc` + `shoal oci-image`; and shoal's kernel
@@ -101,16 +97,7 @@ fn build(home: &Path, shoal: &Path, dir: &Path) -> Result<[PathBuf; 4]> {
     let go_dir = dir.join("gohttp");
     std::fs::create_dir_all(&go_dir)?;
     let go = go().context("no Go toolchain")?;
-    run(
-        Command::new(go)
-            .args(["build", "-o"])
-            .arg(go_dir.join("httpd"))
-            .arg(home.join("apps/exec/go/httpd.go"))
-            .env("CGO_ENABLED", "0")
-            .env("GO111MODULE", "off")
-            .env("GOCACHE", dir.join("gocache")),
-        "go build apps/exec/go/httpd.go",
-    )?;
+    run(go_build(&go).arg("-o").arg(go_dir.join("httpd")).arg(home.join("apps/exec/go/httpd.go")), "go build apps/exec/go/httpd.go")?;
     std::fs::write(go_dir.join("Containerfile"), "FROM scratch\nCOPY httpd /httpd\nENTRYPOINT [\"/httpd\"]\n")?;
     let pause_dir = dir.join("pause-linux");
     std::fs::create_dir_all(&pause_dir)?;

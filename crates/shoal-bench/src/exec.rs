@@ -12,7 +12,7 @@
 //! and natively; the time from start to the server's first answer byte;
 //! and its idle memory (PSS of the whole process tree).
 
-use crate::host::{find_program, pin_binaries};
+use crate::host::{go, go_build, pin_binaries};
 use crate::load::{free_port, wrk_errors, wrk_value};
 use crate::sample::{pss_kib, tree};
 use crate::servers::{pin_command, pin_cpus, Pin};
@@ -41,11 +41,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The three ways the Go server runs.
 const SYSTEMS: [&str; 3] = ["spt", "spt-pairs", "native"];
-
-/// The Go toolchain: `go` on PATH or the usual install directory.
-fn go() -> Option<PathBuf> {
-    find_program("go").or_else(|| Some(PathBuf::from("/usr/local/go/bin/go")).filter(|p| p.is_file()))
-}
 
 /// A running server and its port.
 struct Server {
@@ -146,15 +141,7 @@ fn build(home: &Path, dir: &Path) -> Result<(PathBuf, Option<PathBuf>)> {
     }
     let Some(go) = go() else { return Ok((getpid, None)) };
     let hello = dir.join("hello");
-    let o = Command::new(go)
-        .args(["build", "-o"])
-        .arg(&hello)
-        .arg(home.join("apps/exec/go/hello.go"))
-        .env("CGO_ENABLED", "0")
-        .env("GO111MODULE", "off")
-        .env("GOCACHE", dir.join("gocache"))
-        .output()
-        .context("cannot run go build")?;
+    let o = go_build(&go).arg("-o").arg(&hello).arg(home.join("apps/exec/go/hello.go")).output().context("cannot run go build")?;
     if !o.status.success() {
         bail!("go build apps/exec/go/hello.go failed: {}", String::from_utf8_lossy(&o.stderr).trim());
     }

@@ -148,17 +148,16 @@ fn build_all(json_out: bool, root: &Path, configs: &[Config]) -> Result<Built> {
     let app = idle_object(&paths, &shoal, &versions[0], root)?;
     let mut built = Vec::new();
     let mut failures = Vec::new();
-    let policies: BTreeSet<&str> = configs.iter().map(|c| c.policy).collect();
-    for p in ["default", "dce", "aligned", "delta", "aslr", "default-aslr", "dce-aslr"] {
-        if policies.contains(p) {
-            say(json_out, &format!("building 8 idle images with policy {p}…"));
-            match shoal_toolchain::sqlite_versions::build_policy(&paths, &root.join(p), p, &versions, &app) {
-                Ok(images) => built.push((p.to_string(), images)),
-                // Another policy's failure must not hide the others' results.
-                Err(e) => {
-                    eprintln!("shoal bench: warning: policy {p} cannot be built, its configurations failed: {e:#}");
-                    failures.push(format!("policy {p}: {e:#}"));
-                }
+    let wanted: BTreeSet<&str> = configs.iter().map(|c| c.policy).collect();
+    let policies: Vec<&str> = ["default", "dce", "aligned", "delta", "aslr", "default-aslr", "dce-aslr"].into_iter().filter(|p| wanted.contains(p)).collect();
+    let started = |p: &str| say(json_out, &format!("building 8 idle images with policy {p}…"));
+    for (p, r) in policies.iter().zip(shoal_toolchain::sqlite_versions::build_policies(&paths, root, &policies, &versions, &app, &started)) {
+        match r {
+            Ok(images) => built.push((p.to_string(), images)),
+            // Another policy's failure must not hide the others' results.
+            Err(e) => {
+                eprintln!("shoal bench: warning: policy {p} cannot be built, its configurations failed: {e:#}");
+                failures.push(format!("policy {p}: {e:#}"));
             }
         }
     }

@@ -6,7 +6,7 @@ use crate::table::Table;
 use anyhow::Result;
 use serde_json::json;
 use shoal_toolchain::pages::{analyse, PagesReport};
-use shoal_toolchain::sqlite_versions::{build_policy, prepare_all, speedtest1_object};
+use shoal_toolchain::sqlite_versions::{build_policies, prepare_all, speedtest1_object};
 use shoal_toolchain::Paths;
 use std::path::{Path, PathBuf};
 
@@ -80,12 +80,13 @@ pub fn run(json_out: bool, out: &Path, keep: Option<PathBuf>) -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let root = keep.unwrap_or_else(|| tmp.path().to_path_buf());
     let mut reports = Vec::new();
-    for p in POLICIES {
+    let started = |p: &str| {
         if !json_out {
             eprintln!("shoal bench pages: building 8 images with policy {p}…");
         }
-        let images = build_policy(&paths, &root.join(p), p, &versions, &app)?;
-        reports.push((*p, analyse(&images)?));
+    };
+    for (p, images) in POLICIES.iter().zip(build_policies(&paths, &root, POLICIES, &versions, &app, &started)) {
+        reports.push((*p, analyse(&images?)?));
     }
     let frames = |name: &str| reports.iter().find(|(p, _)| *p == name).map(|(_, r)| r.total.frames).unwrap_or(0);
     let (def, dce) = (frames("default") as f64, frames("dce") as f64);

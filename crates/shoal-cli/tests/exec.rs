@@ -140,15 +140,7 @@ fn go_goroutines_match_native() {
     let dir = scratch();
     let exe = dir.path().join("goroutines");
     let src = home().join("apps/exec/go/goroutines.go");
-    let o = Command::new(go)
-        .args(["build", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .env("CGO_ENABLED", "0")
-        .env("GOCACHE", dir.path().join("gocache"))
-        .env("GO111MODULE", "off")
-        .output()
-        .unwrap();
+    let o = shoal_testkit::go_build(&go).arg("-o").arg(&exe).arg(&src).output().unwrap();
     assert!(o.status.success(), "go build: {}", stderr(&o));
     matches_native(&exe, &["a", "b"], 3);
 }
@@ -183,17 +175,7 @@ fn go_clocks_agree_with_native() {
     };
     let dir = scratch();
     let exe = dir.path().join("clock");
-    let o = Command::new(go)
-        .args(["build", "-o"])
-        .arg(&exe)
-        .arg(home().join("apps/exec/go/clock.go"))
-        .env("CGO_ENABLED", "0")
-        // Shared between runs (Go's cache is safe for concurrent use): a
-        // fresh one compiles the standard library again, a minute here.
-        .env("GOCACHE", std::env::temp_dir().join("shoal-tests-gocache"))
-        .env("GO111MODULE", "off")
-        .output()
-        .unwrap();
+    let o = shoal_testkit::go_build(&go).arg("-o").arg(&exe).arg(home().join("apps/exec/go/clock.go")).output().unwrap();
     assert!(o.status.success(), "go build: {}", stderr(&o));
     matches_native(&exe, &[&host_seconds()], 0);
 }

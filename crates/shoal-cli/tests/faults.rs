@@ -53,15 +53,7 @@ fn go_recovers_a_nil_pointer_panic_as_natively() {
     };
     let dir = scratch();
     let exe = dir.path().join("nilpanic");
-    let o = Command::new(go)
-        .args(["build", "-o"])
-        .arg(&exe)
-        .arg(home().join("apps/exec/go/nilpanic.go"))
-        .env("CGO_ENABLED", "0")
-        .env("GOCACHE", dir.path().join("gocache"))
-        .env("GO111MODULE", "off")
-        .output()
-        .unwrap();
+    let o = shoal_testkit::go_build(&go).arg("-o").arg(&exe).arg(home().join("apps/exec/go/nilpanic.go")).output().unwrap();
     assert!(o.status.success(), "go build: {}", stderr(&o));
     let n = output(&mut Command::new(&exe));
     assert_eq!(n.status.code(), Some(0), "native: {}", stderr(&n));

@@ -427,15 +427,7 @@ fn ordinary_archives() -> &'static Vec<PathBuf> {
         let dir = archives()[0].parent().unwrap().join("ordinary");
         std::fs::create_dir_all(dir.join("go")).unwrap();
         let go = shoal_testkit::go_toolchain().unwrap();
-        let o = Command::new(go)
-            .args(["build", "-o"])
-            .arg(dir.join("go/httpd"))
-            .arg(home().join("apps/exec/go/httpd.go"))
-            .env("CGO_ENABLED", "0")
-            .env("GO111MODULE", "off")
-            .env("GOCACHE", PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("shoal-cri-gocache"))
-            .output()
-            .unwrap();
+        let o = shoal_testkit::go_build(&go).arg("-o").arg(dir.join("go/httpd")).arg(home().join("apps/exec/go/httpd.go")).output().unwrap();
         assert!(o.status.success(), "go build httpd.go: {}", text(&o));
         std::fs::write(dir.join("go/Containerfile"), "FROM scratch\nCOPY httpd /httpd\nENTRYPOINT [\"/httpd\"]\n").unwrap();
 

@@ -196,3 +196,42 @@ pub fn build_policy(paths: &Paths, dir: &Path, policy: &str, versions: &[SqliteV
     std::fs::write(&file, ws).map_err(|e| ToolchainError::Io(file.clone(), e))?;
     crate::workspace::build_workspace(paths, &file)
 }
+
+/// [`build_policy`] for each of `policies`, each into `root/POLICY`, as
+/// many at once as the machine has CPUs: one policy's build is a chain of
+/// single-threaded compiler and linker runs, so one at a time leaves the
+/// other CPUs idle (`shoal bench pages` and `size` build 7 policies × 8
+/// images). The results are in the order of `policies`; `started(p)` is
+/// called as policy `p`'s build begins (for progress lines).
+pub fn build_policies(
+    paths: &Paths,
+    root: &Path,
+    policies: &[&str],
+    versions: &[SqliteVersion],
+    app: &Path,
+    started: &(dyn Fn(&str) + Sync),
+) -> Vec<Result<Vec<PathBuf>>> {
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(policies.len()).max(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Result<Vec<PathBuf>>>>> = policies.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(p) = policies.get(i) else { break };
+                started(p);
+                let r = build_policy(paths, &root.join(p), p, versions, app);
+                *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+            });
+        }
+    });
+    results
+        .into_iter()
+        .zip(policies)
+        .map(|(r, p)| {
+            r.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(|| Err(ToolchainError::Failed(format!("building policy {p}"), "its build thread ended without a result".into())))
+        })
+        .collect()
+}
