@@ -316,7 +316,13 @@ fn serve_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(
         return Ok(p.len() as u64);
     }
     if a.op == HOSTFS_WRITABLE {
-        let bits = u64::from(m.is_writable(i)) * HOSTFS_IS_WRITABLE | u64::from(m.is_file(i)) * HOSTFS_IS_FILE;
+        let mut bits = 0;
+        if m.is_writable(i) {
+            bits |= HOSTFS_IS_WRITABLE;
+        }
+        if m.is_file(i) {
+            bits |= HOSTFS_IS_FILE;
+        }
         return if i < m.count { Ok(bits) } else { Err(libc::ENOENT) };
     }
     let dir = m.fd(i).ok_or(libc::EINVAL)?;
