@@ -21,9 +21,18 @@
  * FORGE_READY=1: before it listens the program writes the template's
  * ready word on the control channel itself (descriptor 63) and then forks
  * on the host until a fork succeeded and a later one fails (up to 3 s):
- * the children sleep for ever. */
+ * the children sleep for ever.
+ * READY_EXPLICIT=1: an expensive start (about 20 ms of work whose result
+ * and a random draw are kept), then the explicit ready point: two writes
+ * of "ready" to /dev/shoal/ready (the second changes nothing), then a
+ * second random draw, then it listens. GET / then adds "init=HEX"
+ * (drawn before the ready point: the template's, the same in every copy),
+ * "after=HEX" (drawn after it: each copy's own), "work=W" (the start's
+ * result), "inits=N" (how many times the start ran in this memory: 1) and
+ * "ready=A,B" (the two writes' results). */
 #include "fn_http.h"
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +45,30 @@
 static long count;
 static int poison;
 static long forked = 1;
+static char init_hex[17] = "-", after_hex[17] = "-";
+static unsigned long work;
+static long inits, ready_a = -1, ready_b = -1;
+
+static void draw(char *hex)
+{
+	unsigned char b[8];
+	if (getrandom(b, sizeof b, 0) == (ssize_t)sizeof b)
+		for (int i = 0; i < 8; i++)
+			snprintf(hex + 2 * i, 3, "%02x", b[i]);
+}
+
+/* The explicit ready point (READY_EXPLICIT=1): an ordinary open and write. */
+static long say_ready(void)
+{
+	int fd = open("/dev/shoal/ready", O_WRONLY);
+	if (fd < 0)
+		return -errno;
+	long r = write(fd, "ready\n", 6);
+	if (r < 0)
+		r = -errno;
+	close(fd);
+	return r;
+}
 
 static long host_syscall(long n, long a, long b, long c);
 
@@ -87,6 +120,19 @@ int fn_init(void)
 		}
 		forked = made;
 	}
+	const char *x = getenv("READY_EXPLICIT");
+	if (x && *x == '1') {
+		inits++;
+		/* The expensive start a template saves every copy. */
+		unsigned long h = 1469598103934665603UL;
+		for (unsigned long i = 0; i < 20000000UL; i++)
+			h = (h ^ i) * 1099511628211UL;
+		work = h;
+		draw(init_hex);
+		ready_a = say_ready();
+		ready_b = say_ready();
+		draw(after_hex);
+	}
 	return 0;
 }
 
@@ -137,6 +183,7 @@ int handle(const char *method, const char *path, const char *query, const char *
 				marks++;
 		closedir(d);
 	}
-	fn_printf(r, "count=%ld random=%s marks=%d poison=%d fork=%ld\n", n, hex, marks, poison, forked);
+	fn_printf(r, "count=%ld random=%s marks=%d poison=%d fork=%ld init=%s after=%s work=%lx inits=%ld ready=%ld,%ld\n", n, hex, marks, poison, forked, init_hex,
+		  after_hex, work, inits, ready_a, ready_b);
 	return 0;
 }

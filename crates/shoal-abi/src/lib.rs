@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 18;
+pub const ABI_VERSION: u32 = 19;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -449,6 +449,41 @@ pub enum Hypercall {
     /// Host directories (`--mount HOSTDIR:GUESTDIR:ro` or `:rw`, ABI 17):
     /// one operation on a file beneath mount `mount`: [`HostFsArgs`].
     HostFs = 18,
+    /// The program's explicit ready point (ABI 19): it wrote to
+    /// [`READY_DEVICE_PATH`] to say "initialised; snapshot me here":
+    /// [`ReadyArgs`]. A tender that runs the instance as a template made
+    /// at [`ReadyPoint::Explicit`] stops it here and returns only in its
+    /// copies; every other tender (and every copy) answers 0 at once.
+    Ready = 19,
+}
+
+/// Where a program says it is initialised (a write of any bytes; the
+/// tender sees [`Hypercall::Ready`]). A character device of the guest's
+/// `/dev`, numbers [`READY_DEVICE_MAJOR`]:[`READY_DEVICE_MINOR`].
+pub const READY_DEVICE_PATH: &str = "/dev/shoal/ready";
+/// The ready device's major number (Linux's range for local use).
+pub const READY_DEVICE_MAJOR: u32 = 240;
+/// The ready device's minor number.
+pub const READY_DEVICE_MINOR: u32 = 0;
+
+/// Where a template's instance is stopped and kept (`shoal serve`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReadyPoint {
+    /// The program's first wait for a connection with nothing pending.
+    #[default]
+    Listen,
+    /// The program's first write to [`READY_DEVICE_PATH`]
+    /// ([`Hypercall::Ready`]); its waits for connections are not ready
+    /// points.
+    Explicit,
+}
+
+/// Arguments of [`Hypercall::Ready`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadyArgs {
+    /// Out: 0 (the only answer; in a template's copy, after the copy).
+    pub ret: i64,
 }
 
 /// [`HostFsArgs::op`]: the guest directory of mount `mount` (absolute,
@@ -816,13 +851,14 @@ impl Hypercall {
             16 => Some(Hypercall::Release),
             17 => Some(Hypercall::ProgramFault),
             18 => Some(Hypercall::HostFs),
+            19 => Some(Hypercall::Ready),
             _ => None,
         }
     }
 }
 
 /// Number of hypercall numbers (ports `HYPERCALL_PORT_BASE..+HYPERCALL_MAX`).
-pub const HYPERCALL_MAX: u64 = 19;
+pub const HYPERCALL_MAX: u64 = 20;
 
 /// Console streams.
 pub const CONSOLE_STDOUT: u64 = 1;

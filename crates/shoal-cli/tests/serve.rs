@@ -2197,7 +2197,8 @@ fn node_and_python_runtimes_serve_a_handler() {
     let dir = scratch();
     std::fs::write(dir.path().join("h.js"), NODE_HANDLER).unwrap();
     std::fs::write(dir.path().join("h.py"), PY_HANDLER).unwrap();
-    let gw = Gateway::start(&dir.path().join("state"));
+    let pool = dir.path().join("pool");
+    let gw = Gateway::start_with(&dir.path().join("state"), &[("SHOAL_POOL_DIR", &pool)]);
     for b in backends() {
         for (rt, file, hello) in [("node", "h.js", "hello from Node v20 GET a=1\n"), ("python", "h.py", "hello from Python 3.11 GET a=1\n")] {
             let name = format!("{rt}-{b}");
@@ -2209,11 +2210,15 @@ fn node_and_python_runtimes_serve_a_handler() {
                 Some(if rt == "node" { "/usr/bin/node" } else { "/usr/bin/python3.11" })
             );
             // spt and hvt: from a template (the copies inherit the
-            // read-only host directories), as every function there.
-            // (hvt: by exec by default; its copies of Node crash since the
-            // libraries are shared from the host's files.)
-            let shoal = b == "spt";
+            // read-only host directories, and on hvt map the template's
+            // mapped libraries again), as every function there.
+            let shoal = b == "spt" || b == "hvt";
             assert_eq!(r.json()["template"], shoal, "{rt} on {b}");
+            // Node's 99 MB executable shares its pages from the pool on spt
+            // by default, as `shoal run` does (Python's 7 MB is copied).
+            let pooled = rt == "node" && b == "spt";
+            assert_eq!(r.json()["mem_mode"], if pooled { "pool" } else { "copy" }, "{rt} on {b}");
+            let built = r.json()["image"].as_str().and_then(|i| Path::new(i).file_name()?.to_str().map(str::to_string)).unwrap_or_default();
             let r = gw.get(&format!("/fn/{name}/?a=1"));
             assert_eq!((r.status, r.text().as_str()), (200, hello), "{rt} on {b}");
             if shoal {
@@ -2221,6 +2226,16 @@ fn node_and_python_runtimes_serve_a_handler() {
                 let i = gw.instances(&name);
                 assert_eq!((t.len(), i.len()), (1, 1), "{rt} on {b}: one template, one copy");
                 assert_ne!(t[0], i[0].1, "{rt} on {b}: the template never serves");
+                if pooled {
+                    // The pool holds the pages of the image the instance
+                    // runs (its `exec` library is named by the built
+                    // image's cache key), and the copy maps them from there.
+                    let lib = format!("exec@{}", built.get(..16).unwrap_or("?"));
+                    let held = std::fs::read_dir(&pool).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&lib)).count();
+                    assert!(held > 0, "the pool holds no page of {built} ({lib}*)");
+                    let maps = std::fs::read_to_string(format!("/proc/{}/maps", i[0].1)).unwrap_or_default();
+                    assert!(maps.lines().any(|l| l.contains(&pool.join(&lib).display().to_string())), "the copy maps no {lib}* from the pool:\n{maps}");
+                }
             }
             let body: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
             let r = gw.req("POST", &format!("/fn/{name}/echo"), Some(&body));
@@ -2234,8 +2249,40 @@ fn node_and_python_runtimes_serve_a_handler() {
             assert_eq!(gw.get(&format!("/fn/{name}/?a=1")).header("x-shoal-cold-start"), Some("false"), "{rt} on {b}");
         }
     }
+    if backends().contains(&"hvt") && shoal_testkit::need(&["curl"]) {
+        // 20 cold requests one after the other, each on a fresh hvt copy
+        // of one Python template (its counter 1, its own random bytes):
+        // every copy maps the libraries the template mapped from /usr again.
+        std::fs::write(dir.path().join("count.py"), PY_COUNTER).unwrap();
+        let r = gw.deploy(
+            "py-cold",
+            &format!(r#"{{"runtime":"python","handler":"{}","backend":"hvt","requests_per_instance":1}}"#, dir.path().join("count.py").display()),
+        );
+        assert_eq!((r.status, &r.json()["template"]), (201, &serde_json::Value::Bool(true)), "{}", r.text());
+        let mut instances = BTreeSet::new();
+        let mut randoms = BTreeSet::new();
+        for i in 0..20 {
+            let (status, inst, body) = curl(&format!("http://{}/fn/py-cold/", gw.addr));
+            assert_eq!(status, 200, "request {i}: {body}");
+            assert_eq!(field(&body, "count"), "1", "request {i} was not the first of its instance: {body}");
+            assert!(instances.insert(inst.clone()), "request {i}: instance {inst} answered twice");
+            assert!(randoms.insert(field(&body, "random").to_string()), "request {i}: random bytes repeated: {body}");
+        }
+        let t = template_pids(&gw, "py-cold");
+        assert_eq!(t.len(), 1, "one template for all 20: {t:?}");
+        assert!(process_alive(t[0]), "the template must still run");
+    }
     assert_eq!(gw.stop(), Some(0));
 }
+
+/// A Python handler that counts its requests and draws random bytes.
+const PY_COUNTER: &str = r#"import os
+count = 0
+def handle(req):
+    global count
+    count += 1
+    return f"count={count} random={os.urandom(8).hex()}\n"
+"#;
 
 /// Runtime deploys are checked before anything runs: an unknown runtime,
 /// a handler that is missing, of the wrong kind, relative, or given with
@@ -2259,10 +2306,6 @@ fn runtime_deploys_are_checked() {
         (format!(r#"{{"runtime":"node","handler":"{js}","image":"/usr/bin/node"}}"#), "has a \"handler\", not an \"image\"".to_string()),
         (format!(r#"{{"handler":"{js}","image":"/usr/bin/node"}}"#), "handler: only a runtime function has one".to_string()),
         (format!(r#"{{"runtime":"node","handler":"{}"}}"#, d.display()), format!("handler {}: a node handler is a .js file", d.display())),
-        (
-            format!(r#"{{"runtime":"node","handler":"{js}","backend":"hvt","template":true}}"#),
-            "template: hvt does not yet copy a function with host directories".to_string(),
-        ),
     ] {
         let r = gw.deploy("rt", &body);
         assert_eq!(r.status, 422, "{body}: {}", r.text());
@@ -2404,12 +2447,13 @@ fn hvt_a_hostile_copy_cannot_fork_signal_or_reach_its_template() {
 }
 
 /// A gateway killed with SIGKILL after a template's program forged its
-/// ready word and forked: the template and its copies die with it
-/// (parent-death signal), the program's own forks do not; the next
-/// gateway's start kills them (they are in a pids cgroup named after the
-/// dead gateway) and nothing of the function is left.
+/// ready word and forked: within 1 s nothing of its templates is left —
+/// the template and its copies die with it (parent-death signal), the
+/// program's own forks (no parent-death signal) by the gateway's watcher,
+/// which wakes at its end and kills what its template groups hold — and
+/// the groups are gone; the next gateway starts clean.
 #[test]
-fn a_sigkilled_gateways_forged_template_leaves_nothing_after_the_next_start() {
+fn a_sigkilled_gateways_templates_and_their_forks_die_with_it() {
     if !shoal_testkit::need(&["root"]) || !Path::new("/sys/fs/cgroup/pids/tasks").is_file() {
         return;
     }
@@ -2421,15 +2465,19 @@ fn a_sigkilled_gateways_forged_template_leaves_nothing_after_the_next_start() {
     assert_eq!(r.status, 201, "{}", r.text());
     wait_until("the program made what it may", || template_cgroups(gw_pid)[0].1.len() == 3);
     let tpl = template_pids(&gw, "f")[0];
-    let strays: Vec<u32> = template_cgroups(gw_pid)[0].1.iter().copied().filter(|&p| p != tpl).collect();
-    assert_eq!(strays.len(), 2, "{strays:?}");
+    let all: Vec<u32> = template_cgroups(gw_pid)[0].1.clone();
+    assert_eq!(all.len(), 3, "the template and two forks of its own: {all:?}");
+    assert!(all.contains(&tpl), "{all:?}");
     gw.child.kill().unwrap();
     gw.child.wait().unwrap();
-    wait_until("the template dies with its gateway", || !process_alive(tpl));
-    assert!(strays.iter().all(|&p| process_alive(p)), "the program's own forks outlive the gateway: {strays:?}");
+    let killed = Instant::now();
+    while all.iter().any(|&p| process_alive(p)) && killed.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let alive: Vec<u32> = all.iter().copied().filter(|&p| process_alive(p)).collect();
+    assert!(alive.is_empty(), "{alive:?} of {all:?} outlived the gateway by {:?}", killed.elapsed());
+    wait_until("its template groups are removed", || template_cgroups(gw_pid).is_empty());
     let next = Gateway::start(&state);
-    wait_until("the next gateway's start ends them", || strays.iter().all(|&p| !process_alive(p)));
-    wait_until("their cgroup is empty", || template_cgroups(gw_pid).iter().all(|(_, p)| p.is_empty()));
     assert_eq!(next.stop(), Some(0));
 }
 
@@ -2497,4 +2545,100 @@ fn writable_function_mounts_take_the_handlers_writes() {
     assert_eq!(r.status, 422, "{}", r.text());
     assert!(r.text().contains("only the spt and hvt backends have host directories"), "{}", r.text());
     assert_eq!(gw.stop(), Some(0));
+}
+
+// ---------------------------------------------------------------------
+// The explicit ready point (docs/serve.md "The explicit ready point").
+
+/// tmpl's start under READY_EXPLICIT=1 (apps/functions/tmpl.c): FNV-1a
+/// over 20,000,000 counts, as hex.
+fn tmpl_expensive_start() -> String {
+    let mut h: u64 = 1469598103934665603;
+    for i in 0..20_000_000u64 {
+        h = (h ^ i).wrapping_mul(1099511628211);
+    }
+    format!("{h:x}")
+}
+
+/// A function deployed with `"ready": "explicit"` becomes a template at
+/// its program's write to /dev/shoal/ready, not at its first wait for a
+/// connection, on spt and hvt: two cold requests, each on a fresh copy,
+/// answer with the template's start (the same random draw before the
+/// write, the start's exact result, the start run once) and each with its
+/// own draw after the write (with the default ready point both draws are
+/// the template's); both writes answer 6 in a copy (the second changes
+/// nothing), and in an instance started by exec. A program that never
+/// writes fails the deploy with a clear 422 within its timeout; `explicit`
+/// without a template is refused.
+#[test]
+fn an_explicit_ready_point_is_where_the_copies_start() {
+    if !shoal_testkit::need(&["curl"]) {
+        return;
+    }
+    let dir = scratch();
+    let gw = Gateway::start(&dir.path().join("state"));
+    let work = tmpl_expensive_start();
+    let mut backends = vec!["spt"];
+    if tenders().contains(&"hvt") {
+        backends.push("hvt");
+    }
+    for b in backends {
+        for ready in ["explicit", "listen"] {
+            let name = format!("{b}-{ready}");
+            let r = gw.deploy(
+                &name,
+                &format!(r#"{{"image":"{}","backend":"{b}","requests_per_instance":1,"ready":"{ready}","env":{{"READY_EXPLICIT":"1"}}}}"#, image("tmpl")),
+            );
+            assert_eq!(r.status, 201, "{name}: {}", r.text());
+            assert_eq!((r.json()["template"].as_bool(), r.json()["ready"].as_str()), (Some(true), Some(ready)), "{name}");
+            let one = curl(&format!("http://{}/fn/{name}/", gw.addr));
+            let two = curl(&format!("http://{}/fn/{name}/", gw.addr));
+            assert_ne!(one.1, two.1, "{name}: two requests, two instances");
+            for (status, _, body) in [&one, &two] {
+                assert_eq!(*status, 200, "{name}: {body}");
+                assert_eq!(
+                    (field(body, "count"), field(body, "inits"), field(body, "work"), field(body, "ready")),
+                    ("1", "1", work.as_str(), "6,6"),
+                    "{name}: {body}"
+                );
+            }
+            assert_eq!(field(&one.2, "init"), field(&two.2, "init"), "{name}: the start ran again in a copy: {} / {}", one.2, two.2);
+            let own = field(&one.2, "after") != field(&two.2, "after");
+            assert_eq!(own, ready == "explicit", "{name}: the draw after the write is each copy's own only at the explicit ready point: {} / {}", one.2, two.2);
+            assert_eq!(template_pids(&gw, &name).len(), 1, "{name}");
+        }
+        // A program that never writes: the deploy's 422 within its timeout.
+        let t0 = std::time::Instant::now();
+        let r = gw.deploy("never", &format!(r#"{{"image":"{}","backend":"{b}","ready":"explicit","timeout_ms":500}}"#, image("tmpl")));
+        assert_eq!(r.status, 422, "{b}: {}", r.text());
+        let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(
+            e.starts_with("the template of never (its instance stopped where the program first writes to /dev/shoal/ready) failed: the template did not reach its ready point within 500 ms: the program (deployed with \"ready\": \"explicit\") did not write to /dev/shoal/ready"),
+            "{b}: {e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(10), "{b}: {:?}", t0.elapsed());
+        assert_eq!(gw.get("/functions/never").status, 404, "nothing may be deployed");
+    }
+    // Started by exec the writes change nothing.
+    let r = gw.deploy("exec", &format!(r#"{{"image":"{}","template":false,"env":{{"READY_EXPLICIT":"1"}}}}"#, image("tmpl")));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let (status, _, body) = curl(&format!("http://{}/fn/exec/", gw.addr));
+    assert_eq!((status, field(&body, "ready"), field(&body, "work")), (200, "6,6", work.as_str()), "{body}");
+    for (body, needle) in [
+        (
+            format!(r#"{{"image":"{}","template":false,"ready":"explicit"}}"#, image("tmpl")),
+            "ready: explicit is where a template stops, and this function has none (template off)",
+        ),
+        (
+            format!(r#"{{"image":"{}","backend":"process","ready":"explicit"}}"#, image("tmpl")),
+            "ready: explicit is where a template stops, and this function has none (only spt and hvt have templates)",
+        ),
+        (format!(r#"{{"image":"{}","ready":"later"}}"#, image("tmpl")), "ready \"later\": expected listen or explicit"),
+    ] {
+        let r = gw.deploy("bad", &body);
+        assert_eq!(r.status, 422, "{body}: {}", r.text());
+        let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(e.starts_with(needle), "{body}: {e}");
+    }
 }

@@ -455,6 +455,16 @@ pub fn handle(
             };
             put(g, call, arg, &a)
         }
+        // The explicit ready point: a template's is taken in the run loop
+        // before this (crate::template); everywhere else it changes nothing.
+        Hypercall::Ready => {
+            let mut a: shoal_abi::ReadyArgs = match args(g, call, arg, true) {
+                Ok(a) => a,
+                Err(r) => return Action::Refused(r),
+            };
+            a.ret = 0;
+            put(g, call, arg, &a)
+        }
         Hypercall::VolumeSave => {
             let mut a: shoal_abi::VolumeSaveArgs = match args(g, call, arg, true) {
                 Ok(a) => a,

@@ -71,6 +71,7 @@
 //!   numbers.
 #![deny(missing_docs)]
 
+mod filemap;
 mod forward;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
@@ -532,6 +533,15 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     let mut wrote = false;
     let run_time_code = p.image.exec_entry().is_some();
     let tables = protect::Tables { low: &vm.memory, pool: &vm.tables, heap_start: p.layout.heap_start, mem_size, run_time_code };
+    // A template records the mounted files it maps, for its copies to map
+    // them again (crate::filemap).
+    let file_maps =
+        side.as_ref().map(|s| s.file_maps()).transpose().map_err(|e| HvtError::Template(format!("cannot keep the template's file mappings: {e}")))?;
+    let recording = file_maps.as_ref().map(|maps| filemap::Recording { tables: &tables, maps });
+    let mapper: &dyn shoal_hostcall::hostfs::Mapper = match &recording {
+        Some(r) => r,
+        None => &tables,
+    };
     // What KVM must forget after a hypercall that took access away from
     // some pages: their translations, or its whole shadow of the page
     // tables, dropped after the handler, in this loop (`protect` says why
@@ -578,7 +588,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         fault: Some(&fault_handler),
         program: Some(&program_fault),
         mounts: (!mounts.is_empty()).then_some(&mounts),
-        file_maps: Some(&tables),
+        file_maps: Some(mapper),
     };
     let mut buffer = None;
     // SIGTERM and SIGHUP go to the guest while it runs (crate::forward);
@@ -644,9 +654,10 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
         let action = match call {
             Ok((call, arg)) => {
                 // A template's ready point: the first wait that sleeps after
-                // an accept found nothing. Only a copy comes back, with its
-                // own VM, to carry this NetPoll out on its own sockets.
-                if call == Hypercall::NetPoll && side.is_some() && p.net.accept_waited() && template::sleeps(&mem, arg) {
+                // an accept found nothing, or the program's write to the
+                // ready device. Only a copy comes back, with its own VM, to
+                // carry this hypercall out on its own sockets.
+                if side.as_ref().is_some_and(|s| s.at_ready_point(call, p.net.accept_waited(), &mem, arg)) {
                     if let Some(s) = side.take() {
                         let parts = template::Parts {
                             vcpu: &mut vm.vcpu,
@@ -655,6 +666,7 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
                             net: &mut p.net,
                             pool: p.pool.as_ref(),
                             ksm: cfg.mode == MemoryMode::Ksm,
+                            file_maps: file_maps.as_ref(),
                         };
                         match s.serve(parts) {
                             Ok(own) => {

@@ -12,6 +12,11 @@
 //! state, tells its parent (the gateway) over the control channel that
 //! it is ready, and from then on only makes copies: the guest never runs
 //! again in the template, so the template never serves a request.
+//! For a function deployed with `"ready": "explicit"`
+//! ([`TEMPLATE_READY_ENV`]) the ready point is instead the program's first
+//! write to `/dev/shoal/ready` (the `Ready` hypercall), wherever it is;
+//! its waits for connections are then not ready points, and each copy
+//! goes on from that write.
 //!
 //! **Memory.** A template's guest memory and page-table pool are memory
 //! files (`memfd`) mapped shared, so that what the guest wrote until its
@@ -47,6 +52,7 @@
 //! | timers | the preemption tick is a POSIX timer, which a fork does not inherit: the copy makes its own, at the period the template's had; the guest's own timers are guest memory and go on from the template's state (none is due: every thread waits) |
 //! | parent-death signal | set again (a fork clears it) |
 //! | the report page, `MAP_SHARED` aliases | none on hvt: an alias is a page-table entry in guest memory, so each copy's is in its private copy |
+//! | mounted files mapped (`HOSTFS_MAP`: the libraries `ld.so` maps) | mapped again at the same guest ranges, the pages of them the template wrote over those from its memory file, where it saved them at its ready point (crate::filemap) |
 //!
 //! Not made fresh: what the program drew from `AT_RANDOM` or `getrandom`
 //! before its ready point (musl's stack-protector canary and pointer
@@ -69,6 +75,11 @@ use vm_memory::{Bytes, GuestMemoryRegion, GuestRegionMmap};
 /// of its end of the control channel (a `SOCK_SEQPACKET` socket). Set by
 /// the gateway only.
 pub const TEMPLATE_FD_ENV: &str = "SHOAL_HVT_TEMPLATE_FD";
+/// With [`TEMPLATE_FD_ENV`]: `explicit` makes the template's ready point
+/// the program's write to `/dev/shoal/ready` (`shoal_abi::ReadyPoint::
+/// Explicit`); unset, its first wait for a connection. Set by the gateway
+/// only.
+pub const TEMPLATE_READY_ENV: &str = "SHOAL_HVT_TEMPLATE_READY";
 
 /// The template's word that it reached its ready point.
 const READY: u64 = 0x5944_4145_5220_5648; // "HV READY"
@@ -107,6 +118,12 @@ pub enum TemplateError {
     /// No ready point within the time given.
     #[error("the template did not reach its ready point (the program's first wait for a connection) within {0} ms")]
     NotReady(u128),
+    /// The template ended before its program wrote to the ready device.
+    #[error("the template ended before its ready point (the program's first write to /dev/shoal/ready)")]
+    EndedBeforeWrite,
+    /// No write to the ready device within the time given.
+    #[error("the template did not reach its ready point within {0} ms: the program (deployed with \"ready\": \"explicit\") did not write to /dev/shoal/ready")]
+    NoWrite(u128),
     /// The template or an empty VM did not answer in time.
     #[error("the template did not answer within {0} ms")]
     NoAnswer(u128),
@@ -292,6 +309,7 @@ pub(crate) struct Side {
     control: OwnedFd,
     memory: OwnedFd,
     tables: OwnedFd,
+    ready: shoal_abi::ReadyPoint,
 }
 
 /// `memfd_create(name, MFD_CLOEXEC)` sized `len`.
@@ -332,6 +350,12 @@ impl Side {
         let Some(v) = std::env::var_os(TEMPLATE_FD_ENV) else { return Ok(None) };
         // (The tender is single-threaded here, before the VM exists.)
         std::env::remove_var(TEMPLATE_FD_ENV);
+        let ready = match std::env::var_os(TEMPLATE_READY_ENV) {
+            None => shoal_abi::ReadyPoint::Listen,
+            Some(v) if v == "explicit" => shoal_abi::ReadyPoint::Explicit,
+            Some(v) => return Err(format!("{TEMPLATE_READY_ENV}: {v:?} is not a ready point (explicit or unset)")),
+        };
+        std::env::remove_var(TEMPLATE_READY_ENV);
         let fd: RawFd = v.to_str().and_then(|s| s.parse().ok()).filter(|&fd| fd > 2).ok_or_else(|| format!("{TEMPLATE_FD_ENV}: not a descriptor number"))?;
         let mut ty: libc::c_int = 0;
         let mut len = core::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -346,13 +370,19 @@ impl Side {
         let memory = memfd(c"shoal-hvt-template", mem_size).map_err(|e| format!("cannot make the template's memory file: {e}"))?;
         let tables =
             memfd(c"shoal-hvt-template-tables", crate::protect::pool_size(mem_size)).map_err(|e| format!("cannot make the template's memory file: {e}"))?;
-        Ok(Some(Side { control, memory, tables }))
+        Ok(Some(Side { control, memory, tables, ready }))
     }
 
     /// Backs guest memory with the template's memory file (before
     /// anything is written to it).
     pub(crate) fn back_memory(&self, region: &GuestRegionMmap<()>) -> std::io::Result<()> {
         map_over(region, Some(self.memory.as_raw_fd()), true)
+    }
+
+    /// What records the mounted files the template maps over its memory
+    /// file (crate::filemap).
+    pub(crate) fn file_maps(&self) -> std::io::Result<crate::filemap::FileMaps> {
+        crate::filemap::FileMaps::new(self.memory.as_raw_fd())
     }
 
     /// Backs the page-table pool with its memory file (before anything
@@ -372,6 +402,8 @@ pub(crate) struct Parts<'a> {
     pub pool: Option<&'a shoal_loader::pool::PoolPlan>,
     /// Mode `ksm`: a copy's memory is mergeable.
     pub ksm: bool,
+    /// The mounted files the template mapped (crate::filemap).
+    pub file_maps: Option<&'a crate::filemap::FileMaps>,
 }
 
 /// The vCPU state a copy starts from.
@@ -424,6 +456,23 @@ pub(crate) fn sleeps(mem: &shoal_loader::GuestMemory, arg: shoal_loader::GuestAd
 }
 
 impl Side {
+    /// Whether hypercall `call` (argument at `arg`) is the ready point:
+    /// the first `NetPoll` that sleeps after an `accept` found nothing
+    /// (`accept_waited`), or at [`shoal_abi::ReadyPoint::Explicit`] the
+    /// program's write to the ready device.
+    pub(crate) fn at_ready_point(
+        &self,
+        call: shoal_abi::Hypercall,
+        accept_waited: bool,
+        mem: &shoal_loader::GuestMemory,
+        arg: shoal_loader::GuestAddr,
+    ) -> bool {
+        match self.ready {
+            shoal_abi::ReadyPoint::Explicit => call == shoal_abi::Hypercall::Ready,
+            shoal_abi::ReadyPoint::Listen => call == shoal_abi::Hypercall::NetPoll && accept_waited && sleeps(mem, arg),
+        }
+    }
+
     /// The ready point (the run loop, at the first `NetPoll` that sleeps
     /// after an `accept` found nothing). In the template it does not
     /// return but to stop (an `Err`, the template cannot be copied) or
@@ -451,6 +500,9 @@ impl Side {
         }
         parts.vcpu.set_kvm_immediate_exit(0);
         let state = CpuState::save(parts.vcpu)?;
+        if let Some(f) = parts.file_maps {
+            f.save(parts.memory).map_err(|e| e.to_string())?;
+        }
         crate::preempt::pause_timer();
         send_word(self.control.as_raw_fd(), READY).map_err(|e| format!("cannot tell the gateway that the template is ready: {e}"))?;
         loop {
@@ -494,7 +546,7 @@ impl Side {
 
     /// In the child: an empty VM, then (at the request) the copy.
     fn become_copy(self, channel: OwnedFd, state: &CpuState, parts: Parts<'_>) -> Result<vm::Empty, String> {
-        let Side { control, memory, tables } = self;
+        let Side { control, memory, tables, .. } = self;
         drop(control);
         // Never write the template's pages: the shared mappings go first.
         map_over(parts.memory, None, false).map_err(|e| format!("cannot drop the template's memory: {e}"))?;
@@ -536,6 +588,9 @@ impl Side {
         map_over(parts.memory, Some(memory.as_raw_fd()), false).map_err(|e| format!("cannot map the template's memory: {e}"))?;
         map_over(parts.tables, Some(tables.as_raw_fd()), false).map_err(|e| format!("cannot map the template's memory: {e}"))?;
         drop((memory, tables));
+        if let Some(f) = parts.file_maps {
+            f.remake(parts.memory).map_err(|e| e.to_string())?;
+        }
         if let Some(plan) = parts.pool {
             // SAFETY: as at the template's start (crate::run_with_console):
             // the pool ranges lie inside guest memory, mapped at `as_ptr()`.
@@ -600,9 +655,18 @@ impl Template {
 
     /// Waits up to `timeout` for the template's ready point.
     pub fn wait_ready(&self, timeout: Duration) -> Result<(), TemplateError> {
+        self.wait_ready_at(timeout, shoal_abi::ReadyPoint::Listen)
+    }
+
+    /// [`Template::wait_ready`] for a template started with the ready
+    /// point `ready` ([`TEMPLATE_READY_ENV`]): its errors name that point.
+    pub fn wait_ready_at(&self, timeout: Duration, ready: shoal_abi::ReadyPoint) -> Result<(), TemplateError> {
+        let explicit = ready == shoal_abi::ReadyPoint::Explicit;
         match read_word(self.control.as_raw_fd(), timeout) {
             Ok((Some(READY), _)) => Ok(()),
+            Ok(_) if explicit => Err(TemplateError::EndedBeforeWrite),
             Ok(_) => Err(TemplateError::Ended),
+            Err(TemplateError::NoAnswer(ms)) if explicit => Err(TemplateError::NoWrite(ms)),
             Err(TemplateError::NoAnswer(ms)) => Err(TemplateError::NotReady(ms)),
             Err(e) => Err(e),
         }

@@ -89,6 +89,8 @@ unsafe impl Pod for shoal_abi::ReleaseRange {}
 unsafe impl Pod for shoal_abi::ConsoleBufferArgs {}
 // SAFETY: as above (two 8-byte fields).
 unsafe impl Pod for shoal_abi::SignalWordArgs {}
+// SAFETY: as above (one 8-byte field).
+unsafe impl Pod for shoal_abi::ReadyArgs {}
 // SAFETY: as above (three 8-byte fields).
 unsafe impl Pod for shoal_abi::FaultHandlerArgs {}
 // SAFETY: as above (three 8-byte fields).

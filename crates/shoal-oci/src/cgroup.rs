@@ -170,6 +170,24 @@ pub fn update(dirs: &[PathBuf], res: &Resources) -> Result<(), CgroupError> {
     Ok(())
 }
 
+/// The processes in the container's cgroups (its tender and instance, and
+/// the instances `exec` started beside them), for `ps` and `kill --all`.
+/// A directory that is a hierarchy's root (a `cgroupsPath` of `/`) is not
+/// read: its processes are the host's, not the container's.
+pub fn procs(dirs: &[PathBuf]) -> Vec<i32> {
+    let levels = if Path::new(MOUNT).join("cgroup.controllers").exists() { 1 } else { 2 };
+    let mut out: Vec<i32> = Vec::new();
+    for d in dirs.iter().filter(|d| d.strip_prefix(MOUNT).is_ok_and(|r| r.components().count() >= levels)) {
+        let text = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+        for p in text.lines().filter_map(|l| l.trim().parse().ok()) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
 /// Removes the directories [`apply`] made (their tasks must have ended).
 /// The parents it made (e.g. `shoal-oci/`) stay for the next container.
 pub fn remove(dirs: &[PathBuf]) {

@@ -93,7 +93,7 @@ pub enum LifeError {
     },
 }
 
-fn sys_err(what: &'static str) -> impl FnOnce(std::io::Error) -> LifeError {
+pub(crate) fn sys_err(what: &'static str) -> impl FnOnce(std::io::Error) -> LifeError {
     move |source| LifeError::Sys { what, source }
 }
 
@@ -116,7 +116,7 @@ pub struct CreateArgs<'a> {
 }
 
 /// The tender program: `shoal-tender` beside this program.
-fn tender_program() -> Result<PathBuf, LifeError> {
+pub(crate) fn tender_program() -> Result<PathBuf, LifeError> {
     let exe = std::env::current_exe().map_err(sys_err("find the running program"))?;
     let p = exe.parent().unwrap_or(Path::new("/")).join("shoal-tender");
     if p.is_file() {
@@ -184,11 +184,16 @@ pub fn create(root: &Root, a: &CreateArgs, warn: Warn) -> Result<(), LifeError> 
 
 /// The fixed strings the container process needs after the fork, made
 /// before it (allocation is best avoided between fork and exec).
-struct ChildPlan {
+pub(crate) struct ChildPlan {
     tender: CString,
     argv: Vec<CString>,
     env: Vec<CString>,
-    fifo: CString,
+    /// `create`'s start FIFO, which the process waits on; `exec` has none.
+    fifo: Option<CString>,
+    /// `cgroup.procs` files the process joins before it runs the tender
+    /// (`exec`: the container's; `create` is put into its own by the
+    /// parent, which makes them).
+    pub(crate) join_cgroups: Vec<CString>,
     netns: Option<CString>,
     new_netns: bool,
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
@@ -196,26 +201,24 @@ struct ChildPlan {
     /// The image's descriptor (at or above `keep_fds`), left open for the
     /// tender, which reads it as `/proc/self/fd/N`.
     image_fd: i32,
+    /// That descriptor, held open (never read here) while the plan lives.
+    _image: OwnedFd,
 }
 
-fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mut Saved, child: &mut Option<i32>, warn: Warn) -> Result<(), LifeError> {
-    root.save(saved)?;
-    let hooks_text = serde_json::to_vec(&plan.hooks).unwrap_or_default();
-    state::write_atomic(&hooks_path(root, a.id), &hooks_text)?;
-    let fifo = root.fifo(a.id);
-    sys::mkfifo(&fifo).map_err(sys_err("make the start FIFO"))?;
+impl ChildPlan {
+    /// Joins this network namespace (a path) rather than what the
+    /// configuration says.
+    pub(crate) fn set_netns(&mut self, ns: CString) {
+        self.netns = Some(ns);
+        self.new_netns = false;
+    }
+}
 
-    let terminal = match (plan.terminal, a.console_socket) {
-        (true, Some(sock)) => {
-            let (master, slave) = sys::openpty(plan.console_size.map(|c| (c.height, c.width))).map_err(sys_err("open a pseudo-terminal"))?;
-            sys::send_fd(sock, &master, "/dev/ptmx").map_err(sys_err("send the terminal over the console socket"))?;
-            Some(slave)
-        }
-        _ => None,
-    };
-
+/// The tender's command line, environment and limits for `plan` (the
+/// program `tender`; descriptors below `keep_fds` stay open for it): what
+/// the container process needs after the fork, made before it.
+pub(crate) fn child_plan(plan: &Plan, tender: &Path, keep_fds: i32, warn: Warn) -> Result<ChildPlan, LifeError> {
     let cstr = |s: &str| CString::new(s).map_err(|_| LifeError::Sys { what: "pass an argument", source: std::io::ErrorKind::InvalidInput.into() });
-    let keep_fds = 3 + a.preserve_fds as i32;
     // The image goes to the tender as the file found inside the root file
     // system (config::find_image), not as a path it would resolve again.
     let image = sys::dup_at_least(&*plan.image, keep_fds).map_err(sys_err("pass the image"))?;
@@ -256,17 +259,40 @@ fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mu
         }
         rlimits.push((res, libc::rlimit { rlim_cur: soft, rlim_max: hard }));
     }
-    let cp = ChildPlan {
+    Ok(ChildPlan {
         tender: argv[0].clone(),
         argv,
         env,
-        fifo: sys::cstr(&fifo).map_err(sys_err("name the FIFO"))?,
+        fifo: None,
+        join_cgroups: Vec::new(),
         netns: plan.netns.as_deref().map(sys::cstr).transpose().map_err(sys_err("name the network namespace"))?,
         new_netns: plan.new_netns,
         rlimits,
         keep_fds,
         image_fd: image.as_raw_fd(),
+        _image: image,
+    })
+}
+
+fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mut Saved, child: &mut Option<i32>, warn: Warn) -> Result<(), LifeError> {
+    root.save(saved)?;
+    let hooks_text = serde_json::to_vec(&plan.hooks).unwrap_or_default();
+    state::write_atomic(&hooks_path(root, a.id), &hooks_text)?;
+    let fifo = root.fifo(a.id);
+    sys::mkfifo(&fifo).map_err(sys_err("make the start FIFO"))?;
+
+    let terminal = match (plan.terminal, a.console_socket) {
+        (true, Some(sock)) => {
+            let (master, slave) = sys::openpty(plan.console_size.map(|c| (c.height, c.width))).map_err(sys_err("open a pseudo-terminal"))?;
+            sys::send_fd(sock, &master, "/dev/ptmx").map_err(sys_err("send the terminal over the console socket"))?;
+            Some(slave)
+        }
+        _ => None,
     };
+
+    let keep_fds = 3 + a.preserve_fds as i32;
+    let mut cp = child_plan(plan, tender, keep_fds, warn)?;
+    cp.fifo = Some(sys::cstr(&fifo).map_err(sys_err("name the FIFO"))?);
     let (sync_r, sync_w) = sys::pipe().map_err(sys_err("make a pipe"))?;
 
     // SAFETY: this program runs no other threads (create starts none), so
@@ -316,10 +342,11 @@ fn can_raise_limits() -> bool {
     eff & (1 << 24) != 0
 }
 
-/// The container process between fork and exec: joins the namespace,
-/// applies limits and the terminal, says it is ready on `sync`, waits on
-/// the FIFO for start, then becomes the tender. Never returns.
-fn container_process(cp: &ChildPlan, terminal: Option<&OwnedFd>, sync: OwnedFd) -> ! {
+/// The container process between fork and exec: joins the namespace (and,
+/// for `exec`, the container's cgroups), applies limits and the terminal,
+/// says it is ready on `sync`, waits on the FIFO for start (`create`),
+/// then becomes the tender. Never returns.
+pub(crate) fn container_process(cp: &ChildPlan, terminal: Option<&OwnedFd>, sync: OwnedFd) -> ! {
     let fail = |what: &str| -> ! {
         let e = std::io::Error::last_os_error();
         let msg = format!("\x01cannot {what}: {e}");
@@ -366,14 +393,24 @@ fn container_process(cp: &ChildPlan, terminal: Option<&OwnedFd>, sync: OwnedFd) 
         if libc::fcntl(cp.image_fd, libc::F_SETFD, 0) != 0 {
             fail("pass the image to the tender");
         }
+        for procs in &cp.join_cgroups {
+            // "0" is the writing process itself, in v1 and v2 alike.
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                fail("join the container's cgroup");
+            }
+            libc::close(fd);
+        }
         libc::write(sync.as_raw_fd(), [0u8].as_ptr().cast(), 1);
         drop(sync);
-        let fd = libc::open(cp.fifo.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            libc::_exit(125);
+        if let Some(fifo) = &cp.fifo {
+            let fd = libc::open(fifo.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                libc::_exit(125);
+            }
+            libc::write(fd, b"0".as_ptr().cast(), 1);
+            libc::close(fd);
         }
-        libc::write(fd, b"0".as_ptr().cast(), 1);
-        libc::close(fd);
         let mut argv: Vec<*const libc::c_char> = cp.argv.iter().map(|a| a.as_ptr()).collect();
         argv.push(std::ptr::null());
         let mut envp: Vec<*const libc::c_char> = cp.env.iter().map(|a| a.as_ptr()).collect();
@@ -449,12 +486,23 @@ pub fn state(root: &Root, id: &str) -> Result<String, LifeError> {
     Ok(serde_json::to_string_pretty(&root.oci_state(&s)).unwrap_or_default())
 }
 
-/// `ps`: the tender and its descendants (its instance process), while the
-/// container is created or running.
+/// The container's processes: the tender, its descendants (its instance
+/// process) and whatever else is in its cgroups (`exec`'s instances).
+fn members(s: &Saved) -> Vec<i32> {
+    let mut pids: Vec<i32> = std::iter::once(s.pid).chain(sys::descendants(s.pid)).collect();
+    for p in cgroup::procs(&s.cgroups) {
+        if !pids.contains(&p) {
+            pids.push(p);
+        }
+    }
+    pids
+}
+
+/// `ps`: the container's processes while it is created or running.
 pub fn pids(root: &Root, id: &str) -> Result<Vec<i32>, LifeError> {
     let s = root.load(id)?;
     Ok(match root.status(&s) {
-        Status::Created | Status::Running => std::iter::once(s.pid).chain(sys::descendants(s.pid)).collect(),
+        Status::Created | Status::Running => members(&s),
         _ => Vec::new(),
     })
 }
@@ -486,13 +534,16 @@ pub fn kill(root: &Root, id: &str, signal: &str, all: bool) -> Result<(), LifeEr
         Status::Creating => return Err(LifeError::Creating("kill")),
         Status::Stopped => return Err(LifeError::NotRunning),
     }
-    let mut pids = vec![s.pid];
-    if all {
-        pids.extend(sys::descendants(s.pid));
-    }
+    let pids = if all { members(&s) } else { vec![s.pid] };
     for p in pids {
         // SAFETY: kill has no memory-safety preconditions.
-        sys::check(unsafe { libc::kill(p, sig) }).map_err(sys_err("signal the container process"))?;
+        match sys::check(unsafe { libc::kill(p, sig) }) {
+            // One of the others may have ended since it was listed.
+            Err(e) if p != s.pid && e.raw_os_error() == Some(libc::ESRCH) => {}
+            r => {
+                r.map_err(sys_err("signal the container process"))?;
+            }
+        }
     }
     Ok(())
 }
@@ -512,6 +563,7 @@ pub fn delete(root: &Root, id: &str, force: bool, warn: Warn) -> Result<(), Life
         _ if force => stop(&s)?,
         st => return Err(LifeError::DeleteRunning(id.into(), st.as_str())),
     }
+    end_strays(&s);
     let hk = load_hooks(root, id);
     let st = state_json(root, &s, Status::Stopped);
     cgroup::remove(&s.cgroups);
@@ -524,15 +576,32 @@ pub fn delete(root: &Root, id: &str, force: bool, warn: Warn) -> Result<(), Life
     Ok(())
 }
 
+/// Kills what is left in a stopped container's cgroups (instances `exec`
+/// started, which the container's end does not end: there is no PID
+/// namespace whose end would take them, as runc's has) and waits a little
+/// for them to leave, so the cgroups can be removed.
+fn end_strays(s: &Saved) {
+    let t0 = Instant::now();
+    loop {
+        let left = cgroup::procs(&s.cgroups);
+        if left.is_empty() || t0.elapsed() > Duration::from_secs(2) {
+            return;
+        }
+        for p in left {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Kills the container process and waits until it has ended (it is the
 /// engine's child, which reaps it; a zombie counts as ended).
 fn stop(s: &Saved) -> Result<(), LifeError> {
     if s.pid <= 0 || !state::alive(s.pid, s.pid_start) {
         return Ok(());
     }
-    let mut pids = sys::descendants(s.pid);
-    pids.push(s.pid);
-    for p in pids {
+    for p in members(s) {
         // SAFETY: kill has no memory-safety preconditions.
         unsafe { libc::kill(p, libc::SIGKILL) };
     }

@@ -15,6 +15,7 @@
 
 mod cgroup;
 mod config;
+mod exec;
 mod hooks;
 mod lifecycle;
 mod state;
@@ -147,7 +148,55 @@ enum Cmd {
         /// The container id.
         id: String,
     },
-    /// Anything else runc has (exec, pause, checkpoint, …).
+    /// Run another program in a container: a sibling instance with the
+    /// container's root file system, mounts, network and cgroups.
+    Exec {
+        /// An OCI process JSON file (args, env, cwd, user, terminal).
+        #[arg(short, long)]
+        process: Option<PathBuf>,
+        /// Write the new process's pid here.
+        #[arg(long)]
+        pid_file: Option<PathBuf>,
+        /// A unix socket that receives the terminal's master.
+        #[arg(long)]
+        console_socket: Option<PathBuf>,
+        /// Return once the program runs (the caller reaps it).
+        #[arg(short, long)]
+        detach: bool,
+        /// Give the program a pseudo-terminal.
+        #[arg(short, long)]
+        tty: bool,
+        /// The working directory in the container.
+        #[arg(long)]
+        cwd: Option<String>,
+        /// More environment, NAME=VALUE.
+        #[arg(short, long)]
+        env: Vec<String>,
+        /// UID[:GID] the program sees.
+        #[arg(short, long)]
+        user: Option<String>,
+        /// Keep descriptors 3..3+N open for the program.
+        #[arg(long, default_value_t = 0)]
+        preserve_fds: u32,
+        /// Accepted: the instance confines itself (no capabilities, seccomp or LSM labels to set).
+        #[arg(long)]
+        no_new_privs: bool,
+        /// Accepted and ignored, as above.
+        #[arg(short, long)]
+        cap: Vec<String>,
+        /// Accepted and ignored, as above.
+        #[arg(long)]
+        apparmor: Option<String>,
+        /// Accepted and ignored, as above.
+        #[arg(long)]
+        process_label: Option<String>,
+        /// The container id.
+        id: String,
+        /// The program and its arguments (without --process).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Anything else runc has (pause, checkpoint, …).
     #[command(external_subcommand)]
     Other(Vec<String>),
 }
@@ -194,7 +243,7 @@ fn features() -> serde_json::Value {
     })
 }
 
-fn run(cli: &Cli, log: &Log) -> anyhow::Result<()> {
+fn run(cli: &Cli, log: &Log) -> anyhow::Result<ExitCode> {
     let root = state::Root(cli.root.clone());
     let warn = |m: &str| {
         if log.path.is_some() {
@@ -258,21 +307,31 @@ fn run(cli: &Cli, log: &Log) -> anyhow::Result<()> {
             }
             lifecycle::update(&root, id, &res)?
         }
+        Some(Cmd::Exec { process, pid_file, console_socket, detach, tty, cwd, env, user, preserve_fds, id, command, .. }) => {
+            let a = exec::ExecArgs {
+                id,
+                process: process.as_deref(),
+                args: command,
+                pid_file: pid_file.as_deref(),
+                console_socket: console_socket.as_deref(),
+                detach: *detach,
+                tty: *tty,
+                cwd: cwd.as_deref(),
+                env,
+                user: user.as_deref(),
+                preserve_fds: *preserve_fds,
+            };
+            let code = exec::exec(&root, &a, &warn)?;
+            if code != 0 {
+                return Ok(ExitCode::from(u8::try_from(code).unwrap_or(255)));
+            }
+        }
         Some(Cmd::Other(args)) => {
             let name = args.first().map(String::as_str).unwrap_or_default();
-            if name == "exec" {
-                // The kubelet's exec probes, `kubectl exec` and `crictl
-                // exec` end here through the runc shim: one line they show.
-                anyhow::bail!(
-                    "shoal-oci does not support \"exec\": a shoal container is one program in a unikernel guest, with no second process to start in it (use an HTTP or TCP probe instead of an exec probe)"
-                );
-            }
-            anyhow::bail!(
-                "shoal-oci does not support {name:?}: a shoal container runs one program, its image, in a unikernel guest (no exec, pause or checkpoint)"
-            );
+            anyhow::bail!("shoal-oci does not support {name:?}: a shoal container runs one program, its image, in a unikernel guest (no pause or checkpoint)");
         }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
@@ -284,7 +343,7 @@ fn main() -> ExitCode {
     let _ = (cli.systemd_cgroup, cli.debug, &cli.rootless);
     let log = Log { path: cli.log.clone(), format: cli.log_format };
     match run(&cli, &log) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             let msg = e.to_string();
             log.write("error", &msg);

@@ -215,7 +215,15 @@ fn lifecycle_create_start_state_kill_delete_with_hooks() {
     // ps: the tender first, then its instance process.
     let pids: Vec<i32> = serde_json::from_str(&oci.ok(&["ps", "--format", "json", "c1"])).unwrap();
     assert!(pids.len() >= 2 && pids[0] == pid, "{pids:?}");
-    oci.fails(&["exec", "c1", "ls"], "shoal-oci does not support \"exec\"");
+    // exec: a sibling instance of the program the command names in the
+    // container's root file system; without --detach its status is exec's.
+    let o = oci.run(&["exec", "c1", "/app", "exit", "5"]);
+    assert_eq!(o.status.code(), Some(5), "{}", String::from_utf8_lossy(&o.stderr));
+    oci.fails(&["exec", "c1", "ls"], "process.args[0] ls: no such file in the root file system");
+    oci.fails(&["exec", "c1"], "exec needs a command");
+    oci.fails(&["exec", "--user", "root", "c1", "/app"], "--user \"root\": expected UID[:GID]");
+    oci.fails(&["exec", "--process", "/nonexistent-shoal", "c1"], "cannot read the process file /nonexistent-shoal");
+    oci.fails(&["exec", "--tty", "--detach", "c1", "/app"], "cannot allocate tty if runc will detach without setting console socket");
     let h: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("poststart.json")).unwrap()).unwrap();
     assert_eq!(h["status"], "running");
     assert!(d.join("startContainer.json").exists());
@@ -231,6 +239,7 @@ fn lifecycle_create_start_state_kill_delete_with_hooks() {
     let s = oci.state("c1");
     assert_eq!((s["status"].as_str(), s["pid"].as_i64()), (Some("stopped"), Some(0)));
     oci.fails(&["kill", "c1", "KILL"], "container not running");
+    oci.fails(&["exec", "c1", "/app"], "cannot exec in a stopped container");
     oci.fails(&["start", "c1"], "cannot start a container that has stopped");
     oci.ok(&["delete", "c1"]);
     oci.fails(&["state", "c1"], "container does not exist");

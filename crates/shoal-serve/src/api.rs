@@ -70,14 +70,21 @@ async fn deploy(State(app): Shared, Path(name): Path<String>, headers: HeaderMap
     // Checking the image reads it: off the async threads.
     type Deployed = (Function, Option<shoal_spt::Prepared>, Option<instance::BuiltTemplate>, images::RuntimeHold);
     let (f, prepared, template, hold) = tokio::task::spawn_blocking(move || -> Result<Deployed, ApiError> {
-        let f = Function::from_request(&name, req, &app2.images, &app2.policy)?;
+        let mode_asked = req.mem_mode.is_some();
+        let mut f = Function::from_request(&name, req, &app2.images, &app2.policy)?;
         // A removal meanwhile must not delete the runtime directory this
         // deploy uses (until the dispatcher has the function, below).
         let hold = app2.images.hold_runtime(&f)?;
         if f.mem_mode == "pool" {
             // The pool holds the image's read-only pages from now on (once
             // per library version; a second deploy of it adds nothing).
-            shoal_loader::pool::Pool::default_pool().add(&f.image).map_err(|e| ApiError::Internal(format!("cannot add the image to the library pool: {e}")))?;
+            match shoal_loader::pool::Pool::default_pool().add(&f.image) {
+                Ok(_) => {}
+                // Pool mode only by default (a large executable): copy, as
+                // `shoal run` falls back.
+                Err(_) if !mode_asked => f.mem_mode = "copy".into(),
+                Err(e) => return Err(ApiError::Internal(format!("cannot add the image to the library pool: {e}"))),
+            }
         }
         // spt: everything an instance's start needs of the image and the
         // settings, checked and made once, here; an image or setting spt

@@ -55,13 +55,18 @@ pub enum FnCmd {
         /// Root file system directory of the instances.
         #[arg(long)]
         fs: Option<PathBuf>,
-        /// spt/hvt memory mode: copy (default), ksm or pool.
+        /// spt/hvt memory mode: copy (default; pool for an executable of 32 MiB or more on spt), ksm or pool.
         #[arg(long = "mem-mode")]
         mem_mode: Option<String>,
         /// spt: cold starts as copies of a template booted at deploy
         /// (true, the default) or by exec (false).
         #[arg(long)]
         template: Option<bool>,
+        /// spt/hvt template: where it stops, `listen` (the default: the
+        /// program's first wait for a connection) or `explicit` (its first
+        /// write to /dev/shoal/ready).
+        #[arg(long)]
+        ready: Option<String>,
         /// Requests one instance serves before it is stopped (0, the
         /// default: no limit; 1: every request on a fresh instance).
         #[arg(long)]
@@ -166,6 +171,7 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                 fs,
                 mem_mode,
                 template,
+                ready,
                 requests_per_instance,
                 env,
                 upload,
@@ -201,6 +207,7 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                 set("keep_warm_ms", json!(keep_warm_ms));
                 set("mem_mode", json!(mem_mode));
                 set("template", json!(template));
+                set("ready", json!(ready));
                 set("requests_per_instance", json!(requests_per_instance));
                 if let Some(fs) = fs {
                     set("fs", json!(abs(fs)?));

@@ -253,8 +253,8 @@ pub fn build_template(f: &Function, prepared: &shoal_spt::Prepared) -> Result<Bu
     // The template's own port: nobody ever connects to it.
     let sock = TcpListener::bind("127.0.0.1:0").context("cannot open a listening socket for the template")?;
     let env = [std::ffi::OsString::from(format!("PORT={}", sock.local_addr()?.port()))];
-    let (template, child) = super::spawn::spawn_template(prepared, &sock.into(), &env, Duration::from_millis(f.timeout_ms))
-        .map_err(|e| anyhow::anyhow!("the template of {} (its instance stopped where the program first waits for a connection) failed: {e}", f.name))?;
+    let (template, child) = super::spawn::spawn_template(prepared, &sock.into(), &env, Duration::from_millis(f.timeout_ms), f.ready.point())
+        .map_err(|e| anyhow::anyhow!("the template of {} ({}) failed: {e}", f.name, f.ready.describe()))?;
     // The template, its copies (at most max_instances at once) and as many
     // again that have ended and are not yet reaped: more processes than
     // that in its pids cgroup are none the gateway asked for.
@@ -271,8 +271,8 @@ pub fn build_hvt_template(l: &Launcher, f: &Function) -> Result<BuiltTemplate> {
     let mut cmd = hvt_spec(l, f, &sock)?;
     cmd.listen = Some(sock.as_raw_fd());
     cmd.listen_at = LISTEN_FD;
-    let (template, child) = super::spawn::spawn_hvt_template(cmd, Duration::from_millis(f.timeout_ms))
-        .map_err(|e| anyhow::anyhow!("the template of {} (its instance stopped where the program first waits for a connection) failed: {e}", f.name))?;
+    let (template, child) = super::spawn::spawn_hvt_template(cmd, Duration::from_millis(f.timeout_ms), f.ready.point())
+        .map_err(|e| anyhow::anyhow!("the template of {} ({}) failed: {e}", f.name, f.ready.describe()))?;
     drop(sock);
     let t = Arc::new(HvtTemplate { template, spares: std::sync::Mutex::new(Vec::new()), making: std::sync::atomic::AtomicUsize::new(0) });
     t.refill();

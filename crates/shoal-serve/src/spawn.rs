@@ -175,6 +175,7 @@ pub fn spawn_template(
     listen: &OwnedFd,
     env: &[std::ffi::OsString],
     timeout: std::time::Duration,
+    ready: shoal_spt::ReadyPoint,
 ) -> Result<(shoal_spt::Template, Proc), String> {
     // On the gateway's one long-lived spawner thread: a child's
     // parent-death signal fires when the *thread* that made it ends, and
@@ -183,7 +184,7 @@ pub fn spawn_template(
     let rt = tokio::runtime::Handle::current();
     on_spawner(|| {
         let _rt = rt.enter();
-        spawn_template_here(prepared, listen, env, timeout)
+        spawn_template_here(prepared, listen, env, timeout, ready)
     })
 }
 
@@ -228,6 +229,7 @@ fn spawn_template_here(
     listen: &OwnedFd,
     env: &[std::ffi::OsString],
     timeout: std::time::Duration,
+    ready: shoal_spt::ReadyPoint,
 ) -> Result<(shoal_spt::Template, Proc), String> {
     let null: OwnedFd = std::fs::File::open("/dev/null").map_err(|e| format!("cannot open /dev/null: {e}"))?.into();
     let (out_r, out_w) = pipe_pair().map_err(|e| e.to_string())?;
@@ -236,7 +238,7 @@ fn spawn_template_here(
     // The template's uid is every copy's: `nobody` (with `--uid-range`
     // the gateway starts by exec instead, a uid per instance).
     let io = shoal_spt::InstanceIo { stdin: &null, stdout: &out_w, stderr: &err_w, listeners: &listeners, env, uid: None };
-    let mut t = prepared.spawn_template(&io).map_err(|e| format!("cannot start the template: {e}"))?;
+    let mut t = prepared.spawn_template_at(&io, ready).map_err(|e| format!("cannot start the template: {e}"))?;
     drop((null, out_w, err_w, listeners));
     if let Err(e) = t.wait_ready(timeout) {
         kill(t.pid());
@@ -289,7 +291,7 @@ const HVT_CONTROL_FD: RawFd = 63;
 /// point. A template that ends or does not get there is killed and
 /// reaped; the error then ends with its last line on stderr. Runs on the
 /// spawner thread (see [`spawn_template`]); must run inside the tokio runtime.
-pub fn spawn_hvt_template(mut spec: Spec, timeout: std::time::Duration) -> Result<(shoal_hvt::template::Template, Proc), String> {
+pub fn spawn_hvt_template(mut spec: Spec, timeout: std::time::Duration, ready: shoal_spt::ReadyPoint) -> Result<(shoal_hvt::template::Template, Proc), String> {
     let (ours, theirs) = shoal_hvt::template::seqpacket_pair().map_err(|e| format!("cannot make the template's control channel: {e}"))?;
     // Above every descriptor the child's dup2s write.
     // SAFETY: fcntl(F_DUPFD_CLOEXEC) makes a new descriptor.
@@ -301,6 +303,9 @@ pub fn spawn_hvt_template(mut spec: Spec, timeout: std::time::Duration) -> Resul
     let high = unsafe { OwnedFd::from_raw_fd(high) };
     drop(theirs);
     spec.env(shoal_hvt::template::TEMPLATE_FD_ENV, HVT_CONTROL_FD.to_string()).map_err(|e| e.to_string())?;
+    if ready == shoal_spt::ReadyPoint::Explicit {
+        spec.env(shoal_hvt::template::TEMPLATE_READY_ENV, "explicit").map_err(|e| e.to_string())?;
+    }
     spec.extra = Some((high.as_raw_fd(), HVT_CONTROL_FD));
     let rt = tokio::runtime::Handle::current();
     on_spawner(move || {
@@ -308,7 +313,7 @@ pub fn spawn_hvt_template(mut spec: Spec, timeout: std::time::Duration) -> Resul
         let mut p = spec.spawn().map_err(|e| format!("cannot start the template: {e}"))?;
         drop(high);
         let t = shoal_hvt::template::Template::new(ours, p.pid as libc::pid_t);
-        if let Err(e) = t.wait_ready(timeout) {
+        if let Err(e) = t.wait_ready_at(timeout, ready) {
             // A template that ended closed its channel before it wrote its
             // last words: up to a second for it to end on its own.
             let mut st = None;

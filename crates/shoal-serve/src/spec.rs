@@ -235,7 +235,8 @@ pub struct Function {
     /// How long an idle instance is kept before it is stopped, in ms.
     pub keep_warm_ms: u64,
     /// How spt/hvt instances get their image's pages (`--mem-mode`):
-    /// `copy` (default), `ksm` or `pool` (read-only pages shared from the
+    /// `copy` (default; `pool` for a large executable on spt:
+    /// `default_mem_mode_for`), `ksm` or `pool` (read-only pages shared from the
     /// library pool; the gateway adds the image to the pool at deploy).
     #[serde(default = "default_mem_mode")]
     pub mem_mode: String,
@@ -254,6 +255,9 @@ pub struct Function {
     /// for a function saved before templates existed), off elsewhere.
     #[serde(default = "default_template")]
     pub template: bool,
+    /// Where the template stops (docs/serve.md "The explicit ready point").
+    #[serde(default)]
+    pub ready: Ready,
     /// Requests one instance serves in all before it is stopped (0: no
     /// limit). 1 makes every request a cold start on a fresh instance
     /// (`shoal bench faas`, the template tests).
@@ -289,7 +293,7 @@ pub struct DeployRequest {
     pub timeout_ms: Option<u64>,
     /// Default 60,000.
     pub keep_warm_ms: Option<u64>,
-    /// copy (default), ksm or pool: spt and hvt only.
+    /// copy (default; pool for an executable of 32 MiB or more on spt), ksm or pool: spt and hvt only.
     pub mem_mode: Option<String>,
     /// Root file system directory.
     pub fs: Option<PathBuf>,
@@ -302,6 +306,8 @@ pub struct DeployRequest {
     /// Cold starts by copying a template: default true on spt and hvt;
     /// spt and hvt only.
     pub template: Option<bool>,
+    /// `listen` (default) or `explicit`: a template's ready point.
+    pub ready: Option<String>,
     /// Requests per instance before it is stopped; default 0 (no limit).
     pub requests_per_instance: Option<u64>,
 }
@@ -335,12 +341,54 @@ impl TryFrom<serde_json::Value> for MountRequest {
     }
 }
 
+/// Where a function's template is stopped and kept.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Ready {
+    /// The program's first wait for a connection with nothing pending.
+    #[default]
+    Listen,
+    /// The program's first write to `/dev/shoal/ready`.
+    Explicit,
+}
+
+impl Ready {
+    /// The tenders' name for it.
+    pub fn point(self) -> shoal_spt::ReadyPoint {
+        match self {
+            Ready::Listen => shoal_spt::ReadyPoint::Listen,
+            Ready::Explicit => shoal_spt::ReadyPoint::Explicit,
+        }
+    }
+
+    /// Where the template stops, in words (deploy errors).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Ready::Listen => "its instance stopped where the program first waits for a connection",
+            Ready::Explicit => "its instance stopped where the program first writes to /dev/shoal/ready",
+        }
+    }
+}
+
 fn default_template() -> bool {
     true
 }
 
 fn default_mem_mode() -> String {
     "copy".into()
+}
+
+/// The memory mode of a function that names none: `pool` for an
+/// executable of [`shoal_tender::POOL_DEFAULT_MIN`] or more on spt (Node's
+/// 99 MB: copied into every instance it was most of an exec start), as
+/// `shoal run` chooses; `copy` otherwise.
+fn default_mem_mode_for(backend: Backend, executable: Option<&Path>) -> String {
+    let large = executable.is_some_and(|e| std::fs::metadata(e).is_ok_and(|m| m.len() >= shoal_tender::POOL_DEFAULT_MIN));
+    if backend == Backend::Spt && large {
+        "pool".into()
+    } else {
+        default_mem_mode()
+    }
 }
 
 /// Checks a function name: 1–64 letters, digits, `-` or `_`, starting
@@ -494,7 +542,7 @@ impl Function {
                 return Err(unprocessable(format!("fs {}: give the absolute path of an existing directory", fs.display())));
             }
         }
-        let mem_mode = req.mem_mode.unwrap_or_else(default_mem_mode);
+        let mem_mode = req.mem_mode.unwrap_or_else(|| default_mem_mode_for(backend, executable.as_deref()));
         if !["copy", "ksm", "pool"].contains(&mem_mode.as_str()) {
             return Err(unprocessable(format!("mem_mode {mem_mode:?}: expected copy, ksm or pool")));
         }
@@ -528,17 +576,20 @@ impl Function {
         if req.template == Some(true) && !backend.is_shoal() {
             return Err(unprocessable(format!("template: only the spt and hvt backends start instances from a template, not {}", backend.name())));
         }
-        // hvt copies of a function with read-only host directories crash
-        // since the libraries ld.so maps are shared from the host files
-        // (main's libshare: those mappings are not remade in a copy's
-        // memory): exec by default there until they are.
-        let hvt_copies_unsafe = backend == Backend::Hvt && (!mounts.is_empty() || runtime.is_some());
-        if req.template == Some(true) && hvt_copies_unsafe {
-            return Err(unprocessable(
-                "template: hvt does not yet copy a function with host directories (mounts or a runtime): the pages mapped from them are not remade in a copy's memory; deploy it without \"template\" (it starts by exec)".into(),
-            ));
-        }
-        let template_default = backend == Backend::Spt || !hvt_copies_unsafe && backend == Backend::Hvt;
+        // Templates are the default where instances can be copies.
+        let template_default = backend.is_shoal();
+        let template = req.template.unwrap_or(template_default);
+        let ready = match req.ready.as_deref() {
+            None | Some("listen") => Ready::Listen,
+            Some("explicit") if template => Ready::Explicit,
+            Some("explicit") => {
+                return Err(unprocessable(format!(
+                    "ready: explicit is where a template stops, and this function has none ({}); deploy it with \"template\": true on spt or hvt",
+                    if backend.is_shoal() { "template off" } else { "only spt and hvt have templates" }
+                )))
+            }
+            Some(other) => return Err(unprocessable(format!("ready {other:?}: expected listen or explicit"))),
+        };
         Ok(Function {
             name: name.to_string(),
             image,
@@ -562,7 +613,8 @@ impl Function {
             fs: req.fs,
             env,
             mounts,
-            template: req.template.unwrap_or(template_default),
+            template,
+            ready,
             requests_per_instance: req.requests_per_instance.unwrap_or(0),
         })
     }

@@ -187,6 +187,7 @@ fn name(nr: u64) -> &'static str {
         Some(Hypercall::Release) => "release",
         Some(Hypercall::ProgramFault) => "program fault",
         Some(Hypercall::HostFs) => "host fs",
+        Some(Hypercall::Ready) => "ready",
         None => "unknown",
     }
 }
@@ -518,6 +519,16 @@ pub fn dispatch(nr: u64, arg: u64) -> Result<(), End> {
                 Some(m) => shoal_hostcall::hostfs::serve(m, &a, &guest_mem(), &writable),
                 None => -i64::from(libc::ENOSYS),
             };
+            put(arg, &a);
+        }
+        Some(Hypercall::Ready) => {
+            let mut a: shoal_abi::ReadyArgs = args(nr, arg, true)?;
+            if crate::template::at_explicit_ready_point() {
+                // As at the listening ready point: a template stays here,
+                // a copy goes on from this write.
+                crate::template::serve();
+            }
+            a.ret = 0;
             put(arg, &a);
         }
         Some(Hypercall::Fault) => {

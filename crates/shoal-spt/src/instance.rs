@@ -172,7 +172,12 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
         // A template's filter allows what making copies needs, and each
         // copy stacks the second filter that takes it away (crate::template).
         _ if spec.template => {
-            crate::template::install(policy, filter::copy_program(guest).map_err(SptError::from)?, run_time_code.then_some(layout.mem_size));
+            crate::template::install(
+                policy,
+                filter::copy_program(guest).map_err(SptError::from)?,
+                run_time_code.then_some(layout.mem_size),
+                spec.ready_explicit,
+            );
             filter::template_program(policy, guest).map_err(SptError::from)?
         }
         Some(p) if spec.filter_key == filter::key(policy, guest) => {

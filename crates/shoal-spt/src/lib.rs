@@ -141,6 +141,8 @@ pub use sys::{reset_signals, spawn_with};
 /// with one `exec` each and confined as [`run`] confines.
 pub use prepared::{InstanceIo, Prepared};
 
+/// Where a template stops (`Prepared::spawn_template_at`).
+pub use shoal_abi::ReadyPoint;
 /// A template's control channel (`shoal serve`'s cold starts by copy).
 pub use template::{end_orphaned_templates, CopyIo, Template, TemplateError};
 
@@ -439,6 +441,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         filter: Vec::new(),
         filter_key: [0; 6],
         template: false,
+        ready_explicit: false,
         uid: uid_claim.as_ref().map_or(confine::NOBODY, shoal_loader::uids::UidClaim::uid),
         cwd: cfg.cwd.clone(),
         guest_ids: [cfg.guest_uid, cfg.guest_gid],

@@ -103,6 +103,27 @@ pub fn arm(tick_ns: u64) -> i64 {
     MODEL.arm(&ItimerReal, tick_ns)
 }
 
+/// A template at its ready point: stops the tick (its guest never runs
+/// there again); the model keeps its period for the copies.
+pub fn pause() {
+    ItimerReal.set(0);
+}
+
+/// In a copy of a template: a fork does not inherit `ITIMER_REAL`, so the
+/// tick the template ran (at an explicit ready point other threads may be
+/// runnable) is set again at its period. A negative errno on failure.
+pub fn after_fork() -> Result<(), i32> {
+    let period = MODEL.period();
+    if period == 0 {
+        return Ok(());
+    }
+    let rc = ItimerReal.set(period);
+    if rc < 0 {
+        return Err(-rc as i32);
+    }
+    Ok(())
+}
+
 /// `Preempt`/`PREEMPT_WATCH`: a gated call began with the tick off: run
 /// the tick at the watchdog's period (see `shoal_hostcall::preempt`).
 pub fn watch() -> i64 {

@@ -153,6 +153,7 @@ impl Prepared {
             filter: Vec::new(),
             filter_key: [0; 6],
             template: false,
+            ready_explicit: false,
             uid: confine::NOBODY,
             cwd: cfg.cwd.clone(),
             guest_ids: [cfg.guest_uid, cfg.guest_gid],
@@ -198,6 +199,13 @@ impl Prepared {
     /// namespace shows it nothing it can use. Wait for the ready point
     /// with [`crate::Template::wait_ready`].
     pub fn spawn_template(&self, io: &InstanceIo<'_>) -> Result<crate::Template, SptError> {
+        self.spawn_template_at(io, shoal_abi::ReadyPoint::Listen)
+    }
+
+    /// [`Prepared::spawn_template`] with the ready point `ready`: at
+    /// [`shoal_abi::ReadyPoint::Explicit`] the template stops at its
+    /// program's first write to `/dev/shoal/ready` instead.
+    pub fn spawn_template_at(&self, io: &InstanceIo<'_>, ready: shoal_abi::ReadyPoint) -> Result<crate::Template, SptError> {
         let (ours, theirs) = sys::seqpacket_pair().map_err(sys_err("make the template's control channel"))?;
         // Made inside a pids cgroup of its own that lets it be one process
         // (crate::template, "The bound on the template's extra rights").
@@ -205,7 +213,7 @@ impl Prepared {
         let pid = match &pids {
             Some(g) => {
                 g.enter().map_err(sys_err("enter the template's pids cgroup"))?;
-                let started = self.start(io, Some(&theirs));
+                let started = self.start(io, Some((&theirs, ready)));
                 let sealed = g.seal();
                 let pid = started?;
                 if let Err(e) = sealed {
@@ -217,13 +225,13 @@ impl Prepared {
                 }
                 pid
             }
-            None => self.start(io, Some(&theirs))?,
+            None => self.start(io, Some((&theirs, ready)))?,
         };
         drop(theirs);
-        Ok(crate::Template::new(ours, pid, self.mem_size, pids))
+        Ok(crate::Template::new(ours, pid, self.mem_size, pids, ready))
     }
 
-    fn start(&self, io: &InstanceIo<'_>, control: Option<&OwnedFd>) -> Result<libc::pid_t, SptError> {
+    fn start(&self, io: &InstanceIo<'_>, control: Option<(&OwnedFd, shoal_abi::ReadyPoint)>) -> Result<libc::pid_t, SptError> {
         // The instance's own variables first, as `shoal-tender -e` got
         // them first: they win over a function's variable of the same name.
         let mut env = io.env.to_vec();
@@ -274,9 +282,10 @@ impl Prepared {
             spec.timing_t0_ns = sys::monotonic_ns().max(1);
         }
         spec.uid = io.uid.unwrap_or(confine::NOBODY);
-        if control.is_some() {
+        if let Some((_, ready)) = control {
             // A template compiles its own filter (crate::template).
             spec.template = true;
+            spec.ready_explicit = ready == shoal_abi::ReadyPoint::Explicit;
         } else {
             spec.filter = program.to_vec();
             spec.filter_key = key;
@@ -299,7 +308,7 @@ impl Prepared {
             parent_pidfd: true,
             pool: self.pool.as_ref().map(|p| &p.files[..]).unwrap_or_default(),
             listeners: io.listeners,
-            channel: control,
+            channel: control.map(|(c, _)| c),
             mounts: &self.mounts,
             stdout: Some(io.stdout),
             stderr: Some(io.stderr),

@@ -120,6 +120,10 @@ pub struct Spec {
     /// point and makes copies of itself when the parent asks, over the
     /// control channel that follows the listening sockets.
     pub template: bool,
+    /// A template's ready point is the program's write to the ready
+    /// device (`shoal_abi::ReadyPoint::Explicit`), not its first wait for
+    /// a connection.
+    pub ready_explicit: bool,
     /// The uid (and gid) a root-started instance drops to: one claimed
     /// from `--uid-range` by the process that waits for it
     /// (`shoal_loader::uids`), or `nobody`.
@@ -206,6 +210,7 @@ impl Spec {
             b.extend_from_slice(&k.to_le_bytes());
         }
         b.push(u8::from(self.template));
+        b.push(u8::from(self.ready_explicit));
         b.extend_from_slice(&self.uid.to_le_bytes());
         bytes(&mut b, &self.cwd);
         b.extend_from_slice(&self.guest_ids[0].to_le_bytes());
@@ -283,6 +288,7 @@ impl Spec {
             *k = r.u64()?;
         }
         let template = r.flag()?;
+        let ready_explicit = r.flag()?;
         let uid = r.u32()?;
         let cwd = r.bytes()?.to_vec();
         let guest_ids = [r.u32()?, r.u32()?];
@@ -318,6 +324,7 @@ impl Spec {
             filter,
             filter_key,
             template,
+            ready_explicit,
             uid,
             cwd,
             guest_ids,
@@ -402,6 +409,7 @@ mod tests {
             filter: vec![1, 2, 3, 4, 5, 6, 7, 8],
             filter_key: [1, 2, 3, 4, 5, 6],
             template: true,
+            ready_explicit: true,
             uid: 100_007,
             cwd: b"/srv/app".to_vec(),
             guest_ids: [1000, 100],

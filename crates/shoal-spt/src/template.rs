@@ -6,7 +6,14 @@
 //! nothing pending: it tried to `accept` on a handed-over listening socket
 //! (the host said `EAGAIN`), or listened on one (an event loop such as
 //! Node's waits in epoll and accepts only once a connection is there), and
-//! then asks to sleep (`NetPoll` with a deadline). There the template tells its parent over the control channel
+//! then asks to sleep (`NetPoll` with a deadline). Or, for a function
+//! deployed with `"ready": "explicit"` (`shoal_abi::ReadyPoint::Explicit`),
+//! the program's first write to `/dev/shoal/ready` (the `Ready`
+//! hypercall), wherever it is: its waits for connections are then not
+//! ready points, and a copy goes on from that write (other guest threads
+//! as they were; the preemption tick paused in the template and set again
+//! in each copy at the template's period).
+//! There the template tells its parent over the control channel
 //! ([`CONTROL_FD`]) that it is ready, and from then on only makes copies:
 //! the guest never runs again in the template, so the template never
 //! serves a request.
@@ -28,7 +35,7 @@
 //! | the kernel's random stream | a fresh seed from the parent written into the boot-info page, which the kernel's `getrandom` checks on every call and reseeds from |
 //! | parent-death signal | set again (fork clears it) |
 //! | syscall user dispatch (an executable's instance) | turned on again with the template's range (fork clears it: a `syscall` instruction the rewriting left would reach the host's filter and kill the copy instead of going to the guest kernel) |
-//! | timers | the preemption tick (`ITIMER_REAL`) is not inherited by a fork; the guest's own timers are guest memory and go on from the template's state (none are due: every thread waits) |
+//! | timers | the preemption tick (`ITIMER_REAL`) is not inherited by a fork: set again at the template's period if it ran (other threads runnable at an explicit ready point); the guest's own timers are guest memory and go on from the template's state (at the listening ready point none is due: every thread waits; at an explicit one, a timer due meanwhile fires at the copy's first wait) |
 //! | the report page, the parent's pidfd | none: a gateway's instances have no report page, and the parent's pidfd is closed before the guest's first instruction |
 //!
 //! Not made fresh: what the program itself drew from `AT_RANDOM` or
@@ -118,6 +125,9 @@ struct Reply {
 }
 
 static ON: AtomicBool = AtomicBool::new(false);
+/// The ready point is the program's write to the ready device, not its
+/// first wait for a connection.
+static EXPLICIT: AtomicBool = AtomicBool::new(false);
 static ACCEPT_WAITED: AtomicBool = AtomicBool::new(false);
 static SHARED_ALIAS: AtomicBool = AtomicBool::new(false);
 static LISTENERS: AtomicU32 = AtomicU32::new(0);
@@ -133,7 +143,8 @@ static COPY_FILTER_LEN: AtomicUsize = AtomicUsize::new(0);
 /// Makes this instance a template (in the instance, before the guest):
 /// its network descriptors and the copies' second filter, which is
 /// compiled here because a copy cannot allocate.
-pub(crate) fn install(net: crate::net::NetPolicy, copy_filter: seccompiler::BpfProgram, dispatch_from: Option<u64>) {
+pub(crate) fn install(net: crate::net::NetPolicy, copy_filter: seccompiler::BpfProgram, dispatch_from: Option<u64>, explicit: bool) {
+    EXPLICIT.store(explicit, Ordering::Relaxed);
     LISTENERS.store(net.listeners, Ordering::Relaxed);
     DISPATCH_FROM.store(dispatch_from.unwrap_or(0), Ordering::Relaxed);
     ALIAS_FD.store(net.alias_fd(), Ordering::Relaxed);
@@ -159,7 +170,14 @@ pub(crate) fn note_shared_alias() {
 
 /// Whether a `NetPoll` that sleeps up to `timeout_ns` is the ready point.
 pub(crate) fn at_ready_point(timeout_ns: u64) -> bool {
-    timeout_ns != 0 && ON.load(Ordering::Relaxed) && ACCEPT_WAITED.load(Ordering::Relaxed)
+    timeout_ns != 0 && ON.load(Ordering::Relaxed) && ACCEPT_WAITED.load(Ordering::Relaxed) && !EXPLICIT.load(Ordering::Relaxed)
+}
+
+/// Whether the program's write to the ready device (the `Ready`
+/// hypercall) is the ready point: in a template made for it, before its
+/// copies (a copy's own write, or a second one, changes nothing).
+pub(crate) fn at_explicit_ready_point() -> bool {
+    ON.load(Ordering::Relaxed) && EXPLICIT.load(Ordering::Relaxed)
 }
 
 /// Why a template cannot serve.
@@ -184,6 +202,9 @@ pub(crate) fn serve() {
     if let Err(e) = check_copyable() {
         crate::hypercall::stop(crate::EXIT_TENDER_FAILED, format_args!("{e}"));
     }
+    // The template's guest never runs again: no ticks while it waits for
+    // requests (each copy sets its own again).
+    crate::preempt::pause();
     let ready = READY.to_ne_bytes();
     if let Err(e) = send(&ready) {
         crate::hypercall::stop(crate::EXIT_TENDER_FAILED, format_args!("{}", ReadyError::Tell(crate::child::Errno(e))));
@@ -333,6 +354,7 @@ fn become_copy(req: &Request, fds: &[i32]) {
         fail("die with the gateway", e.raw_os_error().unwrap_or(libc::EIO));
     }
     reseed(&req.seed).unwrap_or_else(|e| fail("give the kernel its random seed", e));
+    crate::preempt::after_fork().unwrap_or_else(|e| fail("start its preemption tick", e));
     let from = DISPATCH_FROM.load(Ordering::Relaxed);
     if from != 0 {
         let (from, len) = crate::child::dispatch_range(from);
@@ -379,6 +401,12 @@ pub enum TemplateError {
     /// No ready point within the time given.
     #[error("the template did not reach its ready point (the program's first wait for a connection) within {0} ms")]
     NotReady(u128),
+    /// The template ended before its program wrote to the ready device.
+    #[error("the template ended before its ready point (the program's first write to /dev/shoal/ready)")]
+    EndedBeforeWrite,
+    /// No write to the ready device within the time given.
+    #[error("the template did not reach its ready point within {0} ms: the program (deployed with \"ready\": \"explicit\") did not write to /dev/shoal/ready")]
+    NoWrite(u128),
     /// The template did not answer a copy request in time.
     #[error("the template did not answer within {0} ms")]
     NoAnswer(u128),
@@ -412,6 +440,8 @@ pub struct Template {
     /// The pids cgroup that holds it and its copies (root, with a cgroup
     /// v1 `pids` hierarchy): the count of processes it may make.
     pids: Option<PidsGroup>,
+    /// Where it stops (for the errors of [`Template::wait_ready`]).
+    ready: shoal_abi::ReadyPoint,
 }
 
 /// Where the cgroup v1 `pids` hierarchy is mounted.
@@ -467,6 +497,157 @@ fn end_orphans_in(home: &std::path::Path) -> usize {
     killed
 }
 
+/// The write end of the watcher's pipe (`start_watcher`), held by this
+/// process for its whole life and by nothing else (close-on-exec).
+static WATCHER: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
+
+/// Starts, once per process, the **watcher**: a child that waits for
+/// this process's end (end of file on a pipe whose only write end this
+/// process holds: any end, SIGKILL included) and then kills every process
+/// left in this process's template groups (`shoal-template-PID-N` beneath
+/// `home`) and removes the groups. The templates and their copies die with
+/// the gateway by their parent-death signal; what a program forked itself
+/// after forging its ready word has none, and this ends it at once instead
+/// of at the next gateway's start (`end_orphaned_templates`, which stays
+/// for a watcher killed too). A PID namespace held by the gateway would do
+/// the same in the kernel, but a template cannot be its first process
+/// (which cannot `clone(CLONE_PARENT)`) and its copies' pids would have to
+/// be translated for the gateway. Not started where there are no groups.
+fn start_watcher(home: &std::path::Path) {
+    WATCHER.get_or_init(|| {
+        use std::os::unix::ffi::OsStrExt;
+        let home = std::ffi::CString::new(home.as_os_str().as_bytes()).ok()?;
+        let prefix = format!("{PIDS_PREFIX}{}-", std::process::id()).into_bytes();
+        let mut p = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into `p`.
+        if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return None;
+        }
+        // SAFETY: two new descriptors owned by nobody else.
+        let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        // SAFETY: the child of this (multi-threaded) process runs only
+        // `watch`, which makes async-signal-safe system calls on its stack
+        // and on `home` and `prefix`, made before the fork, and never
+        // returns.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            watch(r.as_raw_fd(), &home, &prefix);
+        }
+        drop(r);
+        (pid > 0).then_some(w)
+    });
+}
+
+/// The watcher (`start_watcher`), in the child: system calls only, no
+/// allocation (the parent may have held a lock in another thread at the
+/// fork).
+fn watch(r: RawFd, home: &core::ffi::CStr, prefix: &[u8]) -> ! {
+    let _ = crate::sys::close_range(3, r as u32 - 1);
+    let _ = crate::sys::close_from(r as u32 + 1);
+    // The gateway's handlers are not this process's business.
+    crate::sys::reset_signals();
+    // SAFETY: PR_SET_NAME reads a NUL-terminated name.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"shoal-watcher".as_ptr()) };
+    let mut b = [0u8; 1];
+    loop {
+        // SAFETY: reads into a local buffer of its length.
+        let n = unsafe { libc::read(r, b.as_mut_ptr().cast(), 1) };
+        if n == 0 || n < 0 && crate::sys::errno() != libc::EINTR {
+            break;
+        }
+    }
+    // Forks of a stray may still be made while it is killed (at most its
+    // pids.max): rounds until no group is left, 5 ms apart, 2 s at most.
+    for _ in 0..400 {
+        if sweep(home, prefix) == 0 {
+            break;
+        }
+        crate::sys::sleep_ns(5_000_000);
+    }
+    crate::sys::exit(0)
+}
+
+/// One round of the watcher: kills every process of each group whose name
+/// starts with `prefix` in directory `home` and removes the groups found
+/// empty. Returns how many groups are left. System calls only.
+fn sweep(home: &core::ffi::CStr, prefix: &[u8]) -> usize {
+    // SAFETY: opens a NUL-terminated path.
+    let dir = unsafe { libc::open(home.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    if dir < 0 {
+        return 0;
+    }
+    let mut left = 0;
+    let mut ents = [0u8; 8192];
+    loop {
+        // SAFETY: getdents64 writes at most `ents.len()` bytes into `ents`.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, dir, ents.as_mut_ptr(), ents.len()) };
+        if n <= 0 {
+            break;
+        }
+        let mut at = 0usize;
+        while at + 19 < n as usize {
+            let reclen = u16::from_ne_bytes([ents[at + 16], ents[at + 17]]) as usize;
+            if reclen == 0 || at + reclen > n as usize {
+                break;
+            }
+            let name = &ents[at + 19..at + reclen];
+            let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
+            at += reclen;
+            if !name.starts_with(prefix) || name.len() > 200 {
+                continue;
+            }
+            let mut path = [0u8; 256];
+            path[..name.len()].copy_from_slice(name);
+            let tail = b"/cgroup.procs\0";
+            path[name.len()..name.len() + tail.len()].copy_from_slice(tail);
+            let killed = kill_listed(dir, &path);
+            path[name.len()] = 0;
+            // SAFETY: removes the NUL-terminated directory name in `dir`.
+            let removed = unsafe { libc::unlinkat(dir, path.as_ptr().cast(), libc::AT_REMOVEDIR) } == 0;
+            if killed > 0 || !removed {
+                left += 1;
+            }
+        }
+    }
+    crate::sys::close(dir);
+    left
+}
+
+/// Kills every process listed in the `cgroup.procs` file at `path`
+/// (NUL-terminated, relative to `dir`); returns how many it signalled.
+fn kill_listed(dir: RawFd, path: &[u8]) -> usize {
+    // SAFETY: opens a NUL-terminated path relative to `dir`.
+    let fd = unsafe { libc::openat(dir, path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return 0;
+    }
+    let mut buf = [0u8; 4096];
+    let mut len = 0;
+    while len < buf.len() {
+        // SAFETY: reads into the rest of a local buffer.
+        let n = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
+        if n <= 0 {
+            break;
+        }
+        len += n as usize;
+    }
+    crate::sys::close(fd);
+    let mut killed = 0;
+    for word in buf[..len].split(|c| c.is_ascii_whitespace()) {
+        let mut pid: libc::pid_t = 0;
+        if word.is_empty() || word.len() > 9 || !word.iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        for d in word {
+            pid = pid * 10 + libc::pid_t::from(d - b'0');
+        }
+        if pid > 1 && crate::sys::kill(pid, libc::SIGKILL).is_ok() {
+            killed += 1;
+        }
+    }
+    killed
+}
+
 /// A pids cgroup of its own for one template and its copies, beneath the
 /// parent's own: `pids.max` is a count the kernel keeps outside the
 /// template, which only the parent writes.
@@ -491,6 +672,7 @@ impl PidsGroup {
         };
         let home = root.join(path.trim_start_matches('/'));
         end_orphans_in(&home);
+        start_watcher(&home);
         static N: AtomicU32 = AtomicU32::new(0);
         let dir = home.join(format!("{PIDS_PREFIX}{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
         std::fs::create_dir(&dir)?;
@@ -575,8 +757,8 @@ fn user_ns(pid: libc::pid_t) -> Option<(u64, u64)> {
 }
 
 impl Template {
-    pub(crate) fn new(control: OwnedFd, pid: libc::pid_t, mem_size: u64, pids: Option<PidsGroup>) -> Template {
-        Template { control, pid, mem_size, userns: None, pids }
+    pub(crate) fn new(control: OwnedFd, pid: libc::pid_t, mem_size: u64, pids: Option<PidsGroup>, ready: shoal_abi::ReadyPoint) -> Template {
+        Template { control, pid, mem_size, userns: None, pids, ready }
     }
 
     /// The template's process id (a child of the caller).
@@ -586,14 +768,16 @@ impl Template {
 
     /// Waits up to `timeout` for the template's ready point.
     pub fn wait_ready(&mut self, timeout: Duration) -> Result<(), TemplateError> {
+        let explicit = self.ready == shoal_abi::ReadyPoint::Explicit;
         if !readable(self.control.as_raw_fd(), timeout)? {
-            return Err(TemplateError::NotReady(timeout.as_millis()));
+            let ms = timeout.as_millis();
+            return Err(if explicit { TemplateError::NoWrite(ms) } else { TemplateError::NotReady(ms) });
         }
         let mut word = [0u8; 8];
         // SAFETY: reads into a local buffer of its length.
         let n = unsafe { libc::recv(self.control.as_raw_fd(), word.as_mut_ptr().cast(), word.len(), libc::MSG_DONTWAIT) };
         if n != 8 || u64::from_ne_bytes(word) != READY {
-            return Err(TemplateError::Ended);
+            return Err(if explicit { TemplateError::EndedBeforeWrite } else { TemplateError::Ended });
         }
         // Taken now that the template has dropped root and made its own.
         if crate::confine::is_root() {

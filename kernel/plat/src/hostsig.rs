@@ -50,6 +50,15 @@ pub fn pending() -> bool {
     WORD.load(Ordering::Relaxed) != 0
 }
 
+/// [`pending`], inline: for the system-call table's way out, which asks at
+/// every call. Components call the out-of-line one: inlined, their code
+/// would address this crate's word PC-relatively and no longer be the
+/// same bytes in images of other layouts (docs/versioning.md).
+#[inline]
+pub fn pending_inline() -> bool {
+    WORD.load(Ordering::Relaxed) != 0
+}
+
 /// What the tender's handler does to the word: unit tests of the
 /// components that take it stand in for the tender with this.
 #[doc(hidden)]

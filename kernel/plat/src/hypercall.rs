@@ -216,6 +216,15 @@ pub fn preempt_wake(delay_ns: u64) -> i64 {
     a.ret
 }
 
+/// The program's explicit ready point ([`shoal_abi::Hypercall::Ready`]):
+/// in a template made at that point the tender stops here and this
+/// returns only in each copy; elsewhere it returns at once. Always 0.
+pub fn ready() -> i64 {
+    let mut a = shoal_abi::ReadyArgs { ret: 0 };
+    raw(Hypercall::Ready, &mut a);
+    a.ret
+}
+
 /// Hands the volume's packed tree to the tender
 /// ([`shoal_abi::Hypercall::VolumeSave`]); 0, or a negative errno.
 pub fn volume_save(archive: &[u8]) -> i64 {

@@ -420,6 +420,7 @@ pub fn init(rebootable: &[Rebootable]) {
         REJUVENATE_TICKS.store(ticks, Relaxed);
         REJUVENATE_NEXT.store(shoal_plat::cpu::rdtsc().saturating_add(ticks), Relaxed);
     }
+    PLAIN.store(plain_mask(ARM_ALL.load(Relaxed), REBOOTABLE.load(Relaxed), INJECT_COMPONENT.load(Relaxed), REJUVENATE_TICKS.load(Relaxed) != 0), Relaxed);
     // A CPU fault inside a gated call comes back to `shoal_recover_fault`
     // (both tenders hand faults back; a tender that answers ENOSYS would
     // end the instance as before).
@@ -533,11 +534,43 @@ pub fn reboots(c: Component) -> u64 {
     (c as usize).checked_sub(1).filter(|i| *i < N).map_or(0, |i| STATE.with(|s| s.reboots[i]))
 }
 
+/// Components whose gate only records the component (bit `c - 1`): no
+/// `--inject`, no rejuvenation, and the component neither rebootable nor
+/// armed through `ARM_ALL`. Set once by [`init`]; 0 (every call takes
+/// the full gate) before it, in unit tests and under `--no-recover`, whose
+/// gate records nothing.
+static PLAIN: AtomicU16 = AtomicU16::new(0);
+
+/// The [`PLAIN`] mask for a run's settings: pure, for the unit tests.
+fn plain_mask(arm_all: bool, rebootable: u16, inject: Component, rejuvenate: bool) -> u16 {
+    if inject != 0 || rejuvenate || (rebootable != 0 && arm_all) {
+        return 0;
+    }
+    // Without ARM_ALL only a rebootable component's own gate is armed.
+    !rebootable & ((1u32 << N) - 1) as u16
+}
+
 /// Runs `f` as a call into component `c`: records the component, counts
 /// the call, injects the `--inject` fault at its call, and for a
 /// rebootable component recovers from a panic (see the crate
-/// documentation).
+/// documentation). Inline: with nothing to count, inject or protect for
+/// `c` (most calls of most runs) the gate is one flag test and the
+/// component's record, without the call into this crate.
+#[inline]
 pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
+    let bit = (c as u32).wrapping_sub(1);
+    if bit < 16 && PLAIN.load(Relaxed) & (1 << bit) != 0 {
+        let prev = swap_current(c);
+        let r = f(args);
+        CURRENT.store(prev, Relaxed);
+        return r;
+    }
+    call_in_gated(c, f, args)
+}
+
+/// [`call_in`] with everything its gate may have to do.
+#[inline(never)]
+fn call_in_gated(c: Component, f: SyscallFn, args: &Args) -> SysResult {
     if OFF.load(Relaxed) {
         return f(args);
     }
@@ -828,6 +861,18 @@ fn reboot(c: Component) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_components_with_nothing_to_count_inject_or_protect_skip_the_gate() {
+        let all = ((1u32 << N) - 1) as u16;
+        let (time, vfs) = (1u16 << (id::TIME - 1), 1u16 << (id::VFS - 1));
+        assert_eq!(plain_mask(false, 0, 0, false), all, "nothing rebootable");
+        assert_eq!(plain_mask(false, time, 0, false), all & !time, "time's gate is armed");
+        assert_eq!(plain_mask(true, time | vfs, 0, false), 0, "--recover-stateful arms every gate");
+        assert_eq!(plain_mask(true, 0, 0, false), all, "nothing rebootable, nothing armed");
+        assert_eq!(plain_mask(false, time, id::VFS, false), 0, "--inject counts every call");
+        assert_eq!(plain_mask(false, time, 0, true), 0, "rejuvenation runs at the gate");
+    }
 
     #[test]
     fn a_clock_read_goes_ungated_and_counted_unless_an_injection_or_a_call_needs_the_gate() {

@@ -79,6 +79,13 @@ pub fn deadline() -> Option<u64> {
     TIMER.with(|t| t.map(|(at, _)| at))
 }
 
+/// Whether the timer is armed; inline, for the system-call table's way
+/// out (see [`crate::raise_host_signals_after_call`]).
+#[inline]
+pub fn armed() -> bool {
+    TIMER.with(|t| t.is_some())
+}
+
 /// Whether the timer expired by `now`; if so it is re-armed with its
 /// interval (or disarmed) and the caller raises `SIGALRM` once (expiries
 /// missed meanwhile coalesce, as pending signals do).

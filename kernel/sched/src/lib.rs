@@ -450,6 +450,19 @@ pub fn raise_host_signals() -> bool {
     true
 }
 
+/// [`raise_host_signals`] on a system call's way out: inline, two loads
+/// when no forwarded signal waits and no timer is armed (nearly every
+/// call). For the system-call table only: inlined into a component, it
+/// would tie the component's code bytes to this crate's addresses
+/// (docs/versioning.md).
+#[inline]
+pub fn raise_host_signals_after_call() -> bool {
+    if !shoal_plat::hostsig::pending_inline() && !itimer::armed() {
+        return false;
+    }
+    raise_host_signals()
+}
+
 /// Reports that all `n` threads are blocked for good and stops the
 /// instance with [`DEADLOCK_STATUS`].
 pub fn deadlock(n: usize) -> ! {

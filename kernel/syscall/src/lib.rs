@@ -466,7 +466,7 @@ pub fn dispatch(n: u64, args: &Args) -> i64 {
         }
     };
     // Signals the tender forwarded (SIGTERM) while the program ran.
-    shoal_sched::raise_host_signals();
+    shoal_sched::raise_host_signals_after_call();
     // A ppoll/pselect6 interrupted under its temporary mask: deliver with
     // that mask, then restore the caller's (Linux's saved sigmask).
     let (saved, deliverable) = shoal_sched::after_call();

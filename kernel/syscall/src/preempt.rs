@@ -313,8 +313,23 @@ pub unsafe extern "C" fn shoal_preempted(frame: *mut shoal_process::signal::Inte
 
 /// On the way out of a system call: yields if a tick landed while the
 /// kernel ran, then leaves the kernel. A tick that lands after the check
-/// but before the leave is seen by the second look.
+/// but before the leave is seen by the second look. Inline: a call with
+/// no tick pending (nearly every one) only looks twice.
+#[inline]
 pub fn leave_syscall() {
+    if !shoal_sched::preempt::pending() {
+        shoal_sched::preempt::leave();
+        if !shoal_sched::preempt::pending() {
+            return;
+        }
+        shoal_sched::preempt::enter();
+    }
+    take_ticks_and_leave();
+}
+
+/// [`leave_syscall`] with a tick to take.
+#[inline(never)]
+fn take_ticks_and_leave() {
     loop {
         if shoal_sched::preempt::take_pending() {
             if shoal_sched::preempt::take_wake() {

@@ -17,6 +17,11 @@ pub enum Device {
     /// (never blocks: it is seeded at boot); writes are accepted and
     /// ignored (they would only add entropy).
     Random,
+    /// `/dev/shoal/ready` (`shoal_abi::READY_DEVICE_PATH`): a write of any
+    /// bytes is the program's explicit ready point (the `Ready`
+    /// hypercall; docs/serve.md "The explicit ready point"); reads end of
+    /// file.
+    Ready,
 }
 
 /// The devices shoal provides: name, major, minor, what.
@@ -31,7 +36,15 @@ const DEVICES: [(&[u8], u32, u32, Device); 5] = [
 /// The device with number `rdev` (`ENXIO`: no such device, as Linux
 /// answers opening a device node nobody drives).
 pub fn device(rdev: u64) -> Result<Device, Errno> {
+    if rdev == ready_rdev() {
+        return Ok(Device::Ready);
+    }
     DEVICES.iter().find(|d| makedev(d.1, d.2) == rdev).map(|d| d.3).ok_or(Errno::ENXIO)
+}
+
+/// The ready device's number.
+fn ready_rdev() -> u64 {
+    makedev(shoal_abi::READY_DEVICE_MAJOR, shoal_abi::READY_DEVICE_MINOR)
 }
 
 /// Looks up or creates directory `name` in `dir`.
@@ -59,6 +72,11 @@ pub fn populate(fs: &mut Fs) {
         // POSIX shared memory and named semaphores (musl's shm_open and
         // sem_open) live in /dev/shm, memory-backed like the rest.
         dir_in(fs, dev, b"shm", 0o1777);
+        // Writable by every user: saying "ready" gives a program nothing
+        // but the end of its template's run (it never serves there).
+        if let Some(shoal) = dir_in(fs, dev, b"shoal", 0o755) {
+            let _ = fs.mkchardev(shoal, b"ready", 0o666, ready_rdev());
+        }
     }
     if let Some(proc_) = dir_in(fs, root, b"proc", 0o555) {
         if let Some(me) = dir_in(fs, proc_, b"self", 0o555) {
@@ -116,7 +134,7 @@ impl crate::Vfs {
     /// Reads from device `d`.
     pub(crate) fn dev_read(d: Device, buf: &mut [u8]) -> Result<usize, Errno> {
         match d {
-            Device::Null => Ok(0),
+            Device::Null | Device::Ready => Ok(0),
             Device::Zero | Device::Full => {
                 buf.fill(0);
                 Ok(buf.len())
@@ -133,6 +151,10 @@ impl crate::Vfs {
     pub(crate) fn dev_write(d: Device, data: &[u8]) -> Result<usize, Errno> {
         match d {
             Device::Full => Err(Errno::ENOSPC),
+            Device::Ready => {
+                shoal_plat::hypercall::ready();
+                Ok(data.len())
+            }
             _ => Ok(data.len()),
         }
     }

@@ -98,8 +98,11 @@ pub const DEFAULT_NOFILE: usize = 1024;
 static XFSZ: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// Whether the last call exceeded `RLIMIT_FSIZE` (and forgets it).
+/// A load first, inline: every system call asks, and a swap is a locked
+/// instruction.
+#[inline]
 pub fn take_xfsz() -> bool {
-    XFSZ.swap(false, core::sync::atomic::Ordering::Relaxed)
+    XFSZ.load(core::sync::atomic::Ordering::Relaxed) && XFSZ.swap(false, core::sync::atomic::Ordering::Relaxed)
 }
 
 /// `st_dev` of the root file system (major 0, minor 32).

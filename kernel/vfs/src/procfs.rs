@@ -6,7 +6,7 @@
 //! at boot ([`populate`]): `/proc/cpuinfo`, `/proc/self/auxv` (copied
 //! from the initial stack the tender wrote), `/proc/self/exe` (a symbolic
 //! link to the path the program was started as), `/proc/self/cgroup`,
-//! `/proc/self/mountinfo`, `/sys/devices/system/cpu/{online,possible,present}`,
+//! `/proc/self/mountinfo`, `/proc/1` (a link to `self`), `/sys/devices/system/cpu/{online,possible,present}`,
 //! `/sys/kernel/mm/transparent_hugepage/{hpage_pmd_size,enabled}` and the
 //! cgroup v2 files `/sys/fs/cgroup/{cpu.max,memory.max}`, which the Go
 //! runtime (1.25+) reads to pick `GOMAXPROCS` (a quota of one CPU) and
@@ -127,6 +127,14 @@ pub fn populate(fs: &mut Fs) {
     add_static(fs, &[b"proc", b"self"], b"cgroup", CGROUP);
     add_static(fs, &[b"proc", b"self"], b"mountinfo", MOUNTINFO);
     add_owned(fs, &[b"proc"], b"cpuinfo", &cpuinfo());
+    // `/proc/1`, the program's own pid, is `self`: busybox `top` and `ps`
+    // list the numeric names in `/proc` (critest's default container runs
+    // `top`, which exits "no process info in /proc" without one).
+    if let Some(d) = dir_at(fs, &[b"proc"]) {
+        if fs.lookup(d, b"1").is_err() {
+            let _ = fs.symlink(d, b"1", b"self");
+        }
+    }
     let (auxv, exe) = initial_stack();
     add_owned(fs, &[b"proc", b"self"], b"auxv", &auxv);
     if let Some(d) = dir_at(fs, &[b"proc", b"self"]) {

@@ -6,6 +6,9 @@ use super::*;
 use shoal_plat::Args;
 use std::ffi::CString;
 
+/// `Ready` hypercalls the test tender answered.
+static READY_CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The tender's hypercall function, as the test tender: console writes
 /// succeed (and are dropped), stdin is empty (end of input, always
 /// readable), nothing else is expected.
@@ -38,6 +41,13 @@ extern "C" fn test_hypercall(nr: u64, arg: u64) {
         Some(Hypercall::SignalWord) => {
             // SAFETY: plat passes a live SignalWordArgs.
             let a = unsafe { &mut *(arg as *mut shoal_abi::SignalWordArgs) };
+            a.ret = 0;
+        }
+        // The ready device: counted (the test tender is no template).
+        Some(Hypercall::Ready) => {
+            READY_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // SAFETY: plat passes a live ReadyArgs.
+            let a = unsafe { &mut *(arg as *mut shoal_abi::ReadyArgs) };
             a.ret = 0;
         }
         // Booting asks for read-only host directories: none here.
@@ -824,6 +834,23 @@ fn devices_in_dev() {
     let again = open(&mut v, &format!("/dev/fd/{f}"), O_RDONLY, 0).unwrap();
     assert_eq!(read(&mut v, again, 10).unwrap(), b"data");
     assert_eq!(open(&mut v, "/dev/fd/77", O_RDONLY, 0), Err(Errno::ENOENT));
+}
+
+/// `/dev/shoal/ready` (docs/serve.md "The explicit ready point"): a
+/// character device 240:0 anyone may write; each write with bytes is one
+/// `Ready` hypercall and answers its length; reads end of file.
+#[test]
+fn the_ready_device_calls_the_tender_at_each_write() {
+    let mut v = vfs();
+    let st = stat(&mut v, "/dev/shoal/ready", 0).unwrap();
+    assert_eq!((st.st_mode, st.st_rdev), (0o020666, (240 << 8) as u64));
+    let fd = open(&mut v, "/dev/shoal/ready", O_WRONLY | O_CREAT | O_TRUNC, 0o644).unwrap();
+    let before = READY_CALLS.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(write(&mut v, fd, b"ready\n"), Ok(6));
+    assert_eq!(write(&mut v, fd, b"again"), Ok(5));
+    assert_eq!(READY_CALLS.load(std::sync::atomic::Ordering::SeqCst) - before, 2);
+    let r = open(&mut v, "/dev/shoal/ready", O_RDONLY, 0).unwrap();
+    assert_eq!(read(&mut v, r, 10).unwrap(), b"");
 }
 
 #[test]
