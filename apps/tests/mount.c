@@ -16,6 +16,11 @@
  * read-only mount RDIR still EROFS, and the raw hypercall's writes with
  * hostile paths; prints `NAME ERRNO-NAME [detail]` per step.
  *
+ * `mount files ROFILE RWFILE [tender]`: two single-file mounts (mount 0
+ * read-only, mount 1 writable): reads, stats, maps and writes them, what
+ * a mount point refuses (EBUSY, ENOTDIR beneath a file, EROFS), and the
+ * raw hypercall and (spt) the host calls with other paths.
+ *
  * `mount raw DIR`: the same as a guest that bypasses its kernel and asks
  * the tender itself (the HostFs hypercall with hostile paths, lengths and
  * buffers), and on spt makes the host system calls itself.
@@ -545,10 +550,140 @@ static void rw(const char *w, const char *r, const char *tender)
 #undef W2
 }
 
+static const char *res(long r)
+{
+	return r >= 0 ? "OK" : ename(errno);
+}
+
+static void files(const char *ro, const char *rw, const char *tender)
+{
+	char buf[256], other[512], dir[512];
+	struct stat st;
+	int fd = open(ro, O_RDONLY);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+	buf[n > 0 ? n : 0] = 0;
+	printf("ro-read %s %s", res(n), buf);
+	if (fstat(fd, &st) == 0)
+		printf("ro-stat mode %o size %lld\n", st.st_mode, (long long)st.st_size);
+	char *m = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+	printf("ro-mmap %s %.10s\n", m == MAP_FAILED ? ename(errno) : "OK", m == MAP_FAILED ? "" : m);
+	close(fd);
+	printf("ro-open-write %s\n", res(open(ro, O_WRONLY)));
+	printf("ro-open-rdwr %s\n", res(open(ro, O_RDWR)));
+	printf("ro-open-trunc %s\n", res(open(ro, O_RDONLY | O_TRUNC)));
+	printf("ro-chmod %s\n", res(chmod(ro, 0777)));
+	printf("ro-truncate %s\n", res(truncate(ro, 0)));
+	printf("ro-unlink %s\n", res(unlink(ro)));
+	snprintf(other, sizeof other, "%s.moved", ro);
+	printf("ro-rename-away %s\n", res(rename(ro, other)));
+	int t = open("/tmp/over", O_CREAT | O_WRONLY, 0644);
+	close(t);
+	printf("ro-rename-over %s\n", res(rename("/tmp/over", ro)));
+	snprintf(other, sizeof other, "%s/x", ro);
+	printf("ro-beneath %s\n", res(open(other, O_RDONLY)));
+	printf("ro-mkdir-beneath %s\n", res(mkdir(other, 0755)));
+	/* The file is listed in its directory under its name. */
+	snprintf(dir, sizeof dir, "%s", ro);
+	char *slash = strrchr(dir, '/');
+	const char *name = slash + 1;
+	*slash = 0;
+	DIR *d = opendir(*dir ? dir : "/");
+	int listed = 0;
+	for (struct dirent *e; d && (e = readdir(d));)
+		listed |= strcmp(e->d_name, name) == 0;
+	if (d)
+		closedir(d);
+	printf("ro-listed %d\n", listed);
+
+	fd = open(rw, O_RDWR);
+	printf("rw-open %s\n", res(fd));
+	n = pwrite(fd, "GUEST", 5, 0);
+	printf("rw-pwrite %s %zd\n", res(n), n);
+	printf("rw-fsync %s\n", res(fsync(fd)));
+	printf("rw-ftruncate %s\n", res(ftruncate(fd, 12)));
+	close(fd);
+	fd = open(rw, O_WRONLY | O_APPEND);
+	n = write(fd, "+tail\n", 6);
+	printf("rw-append %s %zd\n", res(n), n);
+	close(fd);
+	printf("rw-chmod %s\n", res(chmod(rw, 0640)));
+	struct timeval tv[2] = {{1000000000, 0}, {1000000000, 0}};
+	printf("rw-utimes %s\n", res(utimes(rw, tv)));
+	if (stat(rw, &st) == 0)
+		printf("rw-stat mode %o size %lld mtime %lld\n", st.st_mode, (long long)st.st_size, (long long)st.st_mtime);
+	fd = open(rw, O_RDONLY);
+	n = read(fd, buf, sizeof buf - 1);
+	buf[n > 0 ? n : 0] = 0;
+	close(fd);
+	printf("rw-read-back %s", buf);
+	printf("rw-unlink %s\n", res(unlink(rw)));
+	snprintf(other, sizeof other, "%s.new", rw);
+	printf("rw-rename-away %s\n", res(rename(rw, other)));
+	snprintf(other, sizeof other, "%s/x", rw);
+	printf("rw-symlink-beneath %s\n", res(symlink("/etc/shadow", other)));
+	printf("rw-create-beneath %s\n", res(open(other, O_CREAT | O_WRONLY, 0644)));
+
+	/* The tender asked directly, with paths a file mount has none of. */
+	static char hb[8192];
+#define RF(name, op, mount, path, off, b, l)                                                                       \
+	do {                                                                                                       \
+		static struct hostfs_args a;                                                                       \
+		a = (struct hostfs_args){op, mount, (uint64_t)(uintptr_t)(path), strlen(path), off, (uint64_t)(uintptr_t)(b), l, 0}; \
+		hypercall(HC_HOSTFS, &a);                                                                          \
+		printf("%s %s", name, raw_ename(a.ret));                                                           \
+		if (op == OP_WRITABLE && a.ret >= 0)                                                               \
+			printf(" %lld", (long long)a.ret);                                                         \
+		printf("\n");                                                                                      \
+	} while (0)
+	RF("raw-kind-ro", OP_WRITABLE, 0, "", 0, 0, 0);
+	RF("raw-kind-rw", OP_WRITABLE, 1, "", 0, 0, 0);
+	RF("raw-read-top", OP_READ, 0, "", 0, hb, sizeof hb);
+	RF("raw-read-name", OP_READ, 0, "x", 0, hb, sizeof hb);
+	RF("raw-read-dotdot", OP_READ, 0, "..", 0, hb, sizeof hb);
+	RF("raw-read-abs", OP_READ, 0, "/etc/shadow", 0, hb, sizeof hb);
+	RF("raw-stat-dotdot", OP_STAT, 1, "../shadow", 0, hb, sizeof hb);
+	RF("raw-list", OP_LIST, 0, "", 0, hb, sizeof hb);
+	RF("raw-readlink", OP_READLINK, 0, "", 0, hb, sizeof hb);
+	RF("raw-write-ro", OP_WRITE, 0, "", 0, "x", 1);
+	RF("raw-truncate-ro", OP_TRUNCATE, 0, "", 0, 0, 0);
+	RF("raw-chmod-ro", OP_CHMOD, 0, "", 0777, 0, 0);
+	RF("raw-write-name", OP_WRITE, 1, "../../etc/passwd", 0, "x", 1);
+	RF("raw-create", OP_CREATE, 1, "planted", 0644, 0, 1);
+	RF("raw-unlink", OP_UNLINK, 1, "", 0, 0, 0);
+	RF("raw-mkdir", OP_MKDIR, 1, "d", 0755, 0, 0);
+	RF("raw-rename", OP_RENAME, 1, "", 0, "x", 1);
+	RF("raw-write-buf-outside", OP_WRITE, 1, "", 0, (void *)(uintptr_t)0xfffffffffff000ull, 16);
+	char *area = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	RF("raw-map-name", OP_MAP, 0, "x", 0, area, 4096);
+	RF("raw-map-top", OP_MAP, 1, "", 0, area, 4096);
+	printf("raw-map-shows %.5s\n", area);
+#undef RF
+	if (strcmp(tender, "spt") == 0) {
+		/* The guest making host calls on the mounts' descriptors
+		 * itself (shoal-spt MOUNT_FD0 = 1000, 1001): nothing beneath a
+		 * file, and the read-only one stays read-only. */
+		struct {
+			uint64_t flags, mode, resolve;
+		} how = {O_RDONLY, 0, 0};
+		long r = raw_syscall4(437, 1000, (long)"../../../etc/shadow", (long)&how, 24);
+		printf("sys-openat2-beneath %s\n", r >= 0 ? "OK" : ename((int)-r));
+		r = raw_syscall4(SYS_pwrite64, 1000, (long)"x", 1, 0);
+		printf("sys-pwrite-ro %s\n", r >= 0 ? "OK" : ename((int)-r));
+		r = raw_syscall4(SYS_fchmod, 1000, 0777, 0, 0);
+		printf("sys-fchmod-ro %s\n", r >= 0 ? "OK" : ename((int)-r));
+		r = raw_syscall4(SYS_utimensat, 1000, 0, 0, 0);
+		printf("sys-futimens-ro %s\n", r >= 0 ? "OK" : ename((int)-r));
+		r = raw_syscall4(SYS_mkdirat, 1001, (long)"x", 0755, 0);
+		printf("sys-mkdirat-rw %s\n", r >= 0 ? "OK" : ename((int)-r));
+		r = raw_syscall4(SYS_unlinkat, 1001, (long)"", 0, 0);
+		printf("sys-unlinkat-rw %s\n", r >= 0 ? "OK" : ename((int)-r));
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: mount tree|hostile|raw DIR [tender] | rw WDIR RDIR [tender]\n");
+		fprintf(stderr, "usage: mount tree|hostile|raw DIR [tender] | rw WDIR RDIR [tender] | files ROFILE RWFILE [tender]\n");
 		return 2;
 	}
 	if (strcmp(argv[1], "tree") == 0) {
@@ -559,6 +694,8 @@ int main(int argc, char **argv)
 		rw(argv[2], argv[3], argc > 4 ? argv[4] : "");
 	} else if (strcmp(argv[1], "raw") == 0) {
 		raw(argc > 3 ? argv[3] : "");
+	} else if (strcmp(argv[1], "files") == 0 && argc > 3) {
+		files(argv[2], argv[3], argc > 4 ? argv[4] : "");
 	} else {
 		return 2;
 	}

@@ -519,10 +519,17 @@ pub const HOSTFS_MAP_EXEC: u64 = 6;
 /// page aligned) fresh zero memory again with protection `off`
 /// (`PROT_*`), ending what [`HOSTFS_MAP`] mapped there; no path.
 pub const HOSTFS_UNMAP: u64 = 7;
-/// [`HostFsArgs::op`]: whether mount `mount` is writable (`HOSTDIR:GUESTDIR:rw`):
-/// `ret` 1 or 0. A tender without writable mounts answers `-EINVAL`
-/// (read-only). The calls below answer `-EROFS` on a read-only mount.
+/// [`HostFsArgs::op`]: what mount `mount` is: `ret` bit 0
+/// ([`HOSTFS_IS_WRITABLE`]) set if it is writable (`HOSTDIR:GUESTDIR:rw`),
+/// bit 1 ([`HOSTFS_IS_FILE`]) if it is a single regular file
+/// (`HOSTFILE:GUESTFILE`), whose only path is the empty one. A tender
+/// without writable mounts answers `-EINVAL` (read-only directories). The
+/// calls below answer `-EROFS` on a read-only mount.
 pub const HOSTFS_WRITABLE: u64 = 8;
+/// [`HOSTFS_WRITABLE`]'s bit: the mount is writable.
+pub const HOSTFS_IS_WRITABLE: u64 = 1;
+/// [`HOSTFS_WRITABLE`]'s bit: the mount is one regular file.
+pub const HOSTFS_IS_FILE: u64 = 2;
 /// [`HostFsArgs::op`]: create regular file `path` with mode `off` (the
 /// guest's umask applied); `len` 1: exclusively (`-EEXIST` if it exists),
 /// 0: an existing regular file is kept. Never follows a link.

@@ -295,8 +295,11 @@ fn bad_mount_flags_are_one_line_and_125() {
     let dir = scratch();
     let (image, _) = images(dir.path());
     let host = dir.path().display().to_string();
-    let cases: [(String, &str); 7] = [
+    let file = image.display().to_string();
+    let cases: [(String, &str); 9] = [
         (format!("{host}:/:rw"), "the root mount (GUESTDIR /) is read-only"),
+        (format!("{file}:/:ro"), "the root mount (GUESTDIR /) must be a directory"),
+        ("/dev/null:/x:ro".into(), "--mount /dev/null: no such directory or regular file"),
         ("/nonexistent-shoal-dir:/x:ro".into(), "--mount /nonexistent-shoal-dir: no such directory"),
         (format!("{host}:/x"), "expected HOSTDIR:GUESTDIR:ro"),
         (format!("{host}:/x:wr"), "expected HOSTDIR:GUESTDIR:ro or HOSTDIR:GUESTDIR:rw"),
@@ -318,7 +321,7 @@ fn bad_mount_flags_are_one_line_and_125() {
     let tender = PathBuf::from(env!("CARGO_BIN_EXE_shoal-tender"));
     let o = output(Command::new(tender).arg("--mount").arg("/nonexistent-shoal-dir:/x:ro").arg(&image));
     assert_eq!(o.status.code(), Some(125));
-    assert_eq!(stderr(&o), "shoal-tender: --mount /nonexistent-shoal-dir: no such directory\n");
+    assert_eq!(stderr(&o), "shoal-tender: --mount /nonexistent-shoal-dir: no such directory or regular file\n");
 }
 
 /// What `mount rw /w /r` prints on both tenders.
@@ -443,3 +446,118 @@ fn a_writable_mount_takes_the_guests_changes_and_nothing_else() {
         assert_eq!(std::fs::metadata("/etc").unwrap().mtime_nsec(), etc_before, "{t}: /etc changed");
     }
 }
+
+/// Single-file mounts (`--mount HOSTFILE:GUESTFILE:ro|rw`, what a
+/// container engine gives every container as `/etc/hosts`): the read-only
+/// one read, stat'd and mapped, never written; the writable one written,
+/// truncated, appended to, its mode and times set; both refuse what Linux
+/// refuses at a mount point (`EBUSY`, `ENOTDIR` beneath a file, `EROFS`);
+/// the tender asked directly (and on spt the host calls made by the guest
+/// itself) reaches that one file and nothing else.
+#[test]
+fn single_file_mounts_serve_one_file_each() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = scratch();
+    let (image, _) = images(dir.path());
+    for t in mount_tenders() {
+        let base = dir.path().join(t);
+        std::fs::create_dir_all(&base).unwrap();
+        let (ro, rw) = (base.join("hosts"), base.join("rw.txt"));
+        std::fs::write(&ro, "10.0.0.7\tpod\n").unwrap();
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(&rw, "rw old content\n").unwrap();
+        std::fs::set_permissions(&rw, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let root = shoal_testkit::probe("root").is_ok();
+        if root {
+            // The guest's user owns the writable file, as a pod's file
+            // volume for its runAsUser (spt's instance runs as that user).
+            std::os::unix::fs::chown(&rw, Some(1000), Some(100)).unwrap();
+        }
+        let mut c = shoal_run(t);
+        if root {
+            c.args(["--user", "1000:100"]);
+        }
+        let o = output(
+            c.arg("--mount").arg(format!("{}:/etc/hosts:ro", ro.display())).arg("--mount").arg(format!("{}:/data/rw.txt:rw", rw.display())).arg(&image).args([
+                "--",
+                "files",
+                "/etc/hosts",
+                "/data/rw.txt",
+                t,
+            ]),
+        );
+        assert_eq!(o.status.code(), Some(0), "{t}: {}", stderr(&o));
+        let want = if t == "spt" { format!("{FILES}{FILES_SPT}") } else { FILES.to_string() };
+        assert_eq!(stdout(&o), want, "{t}");
+        assert_eq!(std::fs::read(&ro).unwrap(), b"10.0.0.7\tpod\n", "{t}");
+        assert_eq!(std::fs::metadata(&ro).unwrap().permissions().mode() & 0o7777, 0o644, "{t}");
+        assert_eq!(std::fs::read(&rw).unwrap(), b"GUESTd conte+tail\n", "{t}");
+        let m = std::fs::metadata(&rw).unwrap();
+        assert_eq!((m.permissions().mode() & 0o7777, m.mtime()), (0o640, 1_000_000_000), "{t}");
+        let mut names: Vec<String> = std::fs::read_dir(&base).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        assert_eq!(names, ["hosts", "rw.txt"], "{t}: nothing else made beside the files");
+    }
+}
+
+/// What `mount files /etc/hosts /data/rw.txt` prints on both tenders.
+const FILES: &str = "\
+ro-read OK 10.0.0.7\tpod
+ro-stat mode 100644 size 13
+ro-mmap OK 10.0.0.7\tp
+ro-open-write EROFS
+ro-open-rdwr EROFS
+ro-open-trunc EROFS
+ro-chmod EROFS
+ro-truncate EROFS
+ro-unlink EBUSY
+ro-rename-away EBUSY
+ro-rename-over EBUSY
+ro-beneath ENOTDIR
+ro-mkdir-beneath ENOTDIR
+ro-listed 1
+rw-open OK
+rw-pwrite OK 5
+rw-fsync OK
+rw-ftruncate OK
+rw-append OK 6
+rw-chmod OK
+rw-utimes OK
+rw-stat mode 100640 size 18 mtime 1000000000
+rw-read-back GUESTd conte+tail
+rw-unlink EBUSY
+rw-rename-away EBUSY
+rw-symlink-beneath ENOTDIR
+rw-create-beneath ENOTDIR
+raw-kind-ro OK 2
+raw-kind-rw OK 3
+raw-read-top OK
+raw-read-name ENOTDIR
+raw-read-dotdot ENOTDIR
+raw-read-abs ENOTDIR
+raw-stat-dotdot ENOTDIR
+raw-list ENOTDIR
+raw-readlink EINVAL
+raw-write-ro EROFS
+raw-truncate-ro EROFS
+raw-chmod-ro EROFS
+raw-write-name ENOTDIR
+raw-create ENOTDIR
+raw-unlink ENOTDIR
+raw-mkdir ENOTDIR
+raw-rename ENOTDIR
+raw-write-buf-outside EFAULT
+raw-map-name ENOTDIR
+raw-map-top OK
+raw-map-shows GUEST
+";
+
+/// spt's guest making the host calls on the mounts' descriptors itself.
+const FILES_SPT: &str = "\
+sys-openat2-beneath ENOTDIR
+sys-pwrite-ro EBADF
+sys-fchmod-ro EROFS
+sys-futimens-ro EROFS
+sys-mkdirat-rw ENOTDIR
+sys-unlinkat-rw ENOENT
+";

@@ -2481,6 +2481,72 @@ fn a_sigkilled_gateways_templates_and_their_forks_die_with_it() {
     assert_eq!(next.stop(), Some(0));
 }
 
+/// A handler that appends each request's path to `/data/hits` (a
+/// writable mount) and answers what it read from `/conf` (a read-only
+/// single file).
+const PY_WRITER: &str = r#"def handle(req):
+    with open("/data/hits", "a") as f:
+        f.write(req["path"] + "\n")
+    with open("/conf") as f:
+        return "conf " + f.read()
+"#;
+
+/// Writable function mounts (`"mounts": [{"host", "guest", "rw": true}]`
+/// or `HOSTDIR:GUESTDIR:rw`) and single files: a Python handler on spt
+/// (a template's copies) writes through to the host directory and reads a
+/// read-only file; what the CLI refuses is refused with one line (422),
+/// a host path beneath no allowed directory with 403, a malformed mount
+/// with 400 (as any malformed setting), a mount on a
+/// backend without mounts with 422.
+#[test]
+fn writable_function_mounts_take_the_handlers_writes() {
+    if !shoal_testkit::need(&["root", "python3.11"]) {
+        return;
+    }
+    let dir = scratch();
+    let d = dir.path();
+    std::fs::write(d.join("w.py"), PY_WRITER).unwrap();
+    let data = d.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    // Writable by anyone, as the kubelet makes an emptyDir: a root guest's
+    // spt instance runs as nobody (docs/architecture.md "Writable mounts").
+    std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    std::fs::write(d.join("conf"), "from the host\n").unwrap();
+    let gw = Gateway::start(&d.join("state"));
+    let handler = d.join("w.py").display().to_string();
+    let body = serde_json::json!({
+        "runtime": "python", "handler": handler, "backend": "spt",
+        "mounts": [{"host": data, "guest": "/data", "rw": true}, format!("{}:/conf:ro", d.join("conf").display())],
+    });
+    let r = gw.deploy("writer", &body.to_string());
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["mounts"], serde_json::json!([format!("{}:/data:rw", data.display()), format!("{}:/conf:ro", d.join("conf").display())]));
+    for p in ["/one", "/two"] {
+        let r = gw.get(&format!("/fn/writer{p}"));
+        assert_eq!((r.status, r.text().as_str()), (200, "conf from the host\n"));
+    }
+    assert_eq!(std::fs::read_to_string(data.join("hits")).unwrap(), "/one\n/two\n");
+    assert_eq!(std::fs::read_to_string(d.join("conf")).unwrap(), "from the host\n");
+    let refused = [
+        (serde_json::json!({"host": data, "guest": "/", "rw": true}), 422, "the root mount (GUESTDIR /) is read-only"),
+        (serde_json::json!({"host": data, "guest": "data", "rw": true}), 422, "expected HOSTDIR:GUESTDIR:ro"),
+        (serde_json::json!({"host": "/etc", "guest": "/etc2", "rw": true}), 403, "mount /etc: "),
+        (serde_json::json!({"host": data, "guest": "/d", "rw": true, "x": 1}), 400, "give \"HOSTDIR:GUESTDIR:ro\" (or :rw) or {\"host\""),
+    ];
+    for (m, status, needle) in refused {
+        let r = gw.deploy("bad", &serde_json::json!({"runtime": "python", "handler": handler, "backend": "spt", "mounts": [m]}).to_string());
+        let e = r.json()["error"].as_str().unwrap_or_default().to_string();
+        assert!(r.status == status && e.contains(needle) && !e.contains('\n'), "{m}: {} {e}", r.status);
+    }
+    let r = gw.deploy(
+        "bad",
+        &serde_json::json!({"runtime": "python", "handler": handler, "backend": "process", "mounts": [{"host": data, "guest": "/d", "rw": true}]}).to_string(),
+    );
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(r.text().contains("only the spt and hvt backends have host directories"), "{}", r.text());
+    assert_eq!(gw.stop(), Some(0));
+}
+
 // ---------------------------------------------------------------------
 // The explicit ready point (docs/serve.md "The explicit ready point").
 

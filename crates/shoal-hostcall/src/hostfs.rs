@@ -32,14 +32,23 @@
 //! are given the owner the guest runs as (`--user`); spt's instance runs
 //! as that user itself (crate `shoal-spt`).
 //!
+//! A single-file mount (`--mount HOSTFILE:GUESTFILE:ro` or `:rw`, the
+//! `/etc/hosts` a container engine gives every container) has no
+//! directory: its descriptor is the file itself, opened once before the
+//! guest runs (for reading, or reading and writing), and its one path is
+//! the empty one. Every call on it acts on that descriptor (`fstat`,
+//! `pread`, `pwrite`, `ftruncate`, `fsync`, `fchmod`, `futimens`, a
+//! private `mmap`); any other path is `ENOTDIR` and nothing is ever opened
+//! by name, so no other host file is reachable through it.
+//!
 //! No allocation (spt calls this from its hypercall handler, where the
 //! filter forbids `mmap`): paths and directory records go through stack
 //! buffers.
 
 use shoal_abi::{
-    HostFsArgs, HostStat, HOSTFS_CHMOD, HOSTFS_CREATE, HOSTFS_FSYNC, HOSTFS_IO_MAX, HOSTFS_LIST, HOSTFS_MAP_EXEC, HOSTFS_MKDIR, HOSTFS_MOUNT, HOSTFS_PATH_MAX,
-    HOSTFS_READ, HOSTFS_READLINK, HOSTFS_RENAME, HOSTFS_RMDIR, HOSTFS_STAT, HOSTFS_TRUNCATE, HOSTFS_UNLINK, HOSTFS_UNMAP, HOSTFS_UTIMES, HOSTFS_WRITABLE,
-    HOSTFS_WRITE, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE,
+    HostFsArgs, HostStat, HOSTFS_CHMOD, HOSTFS_CREATE, HOSTFS_FSYNC, HOSTFS_IO_MAX, HOSTFS_IS_FILE, HOSTFS_IS_WRITABLE, HOSTFS_LIST, HOSTFS_MAP_EXEC,
+    HOSTFS_MKDIR, HOSTFS_MOUNT, HOSTFS_PATH_MAX, HOSTFS_READ, HOSTFS_READLINK, HOSTFS_RENAME, HOSTFS_RMDIR, HOSTFS_STAT, HOSTFS_TRUNCATE, HOSTFS_UNLINK,
+    HOSTFS_UNMAP, HOSTFS_UTIMES, HOSTFS_WRITABLE, HOSTFS_WRITE, PAGE_SIZE, PROT_EXEC, PROT_READ, PROT_WRITE,
 };
 use shoal_loader::{GuestAddr, GuestMemory};
 use std::os::fd::RawFd;
@@ -49,8 +58,8 @@ pub const MAX_MOUNTS: usize = 16;
 /// Longest guest directory of a mount.
 pub const GUEST_PATH_MAX: usize = 255;
 
-/// The mounts of an instance: the host directory's descriptor (`O_PATH`)
-/// and the guest directory of each.
+/// The mounts of an instance: the host directory's descriptor (`O_PATH`),
+/// or the host file's (open), and the guest directory or file of each.
 #[derive(Clone, Copy, Debug)]
 pub struct Mounts {
     count: usize,
@@ -59,6 +68,8 @@ pub struct Mounts {
     lens: [usize; MAX_MOUNTS],
     /// Bit `i`: mount `i` is writable.
     writable: u32,
+    /// Bit `i`: mount `i` is a single regular file.
+    files: u32,
     /// The owner given to what is made on the guest's behalf (`None`:
     /// the tender's own, as on spt, whose instance runs as the guest's user).
     owner: Option<(u32, u32)>,
@@ -66,19 +77,24 @@ pub struct Mounts {
 
 impl Default for Mounts {
     fn default() -> Self {
-        Mounts { count: 0, fds: [-1; MAX_MOUNTS], paths: [[0; GUEST_PATH_MAX]; MAX_MOUNTS], lens: [0; MAX_MOUNTS], writable: 0, owner: None }
+        Mounts { count: 0, fds: [-1; MAX_MOUNTS], paths: [[0; GUEST_PATH_MAX]; MAX_MOUNTS], lens: [0; MAX_MOUNTS], writable: 0, files: 0, owner: None }
     }
 }
 
 impl Mounts {
-    /// Adds a mount (`writable`: `:rw`); `false` if the table is full or
-    /// the guest path too long (the front end refuses both before).
-    pub fn push(&mut self, fd: RawFd, guest: &[u8], writable: bool) -> bool {
+    /// Adds a mount (`writable`: `:rw`; `file`: `fd` is one regular
+    /// file, open for reading, and for writing too if `writable`); `false`
+    /// if the table is full or the guest path too long (the front end
+    /// refuses both before).
+    pub fn push(&mut self, fd: RawFd, guest: &[u8], writable: bool, file: bool) -> bool {
         if self.count == MAX_MOUNTS || guest.len() > GUEST_PATH_MAX {
             return false;
         }
         if writable {
             self.writable |= 1 << self.count;
+        }
+        if file {
+            self.files |= 1 << self.count;
         }
         self.fds[self.count] = fd;
         self.paths[self.count][..guest.len()].copy_from_slice(guest);
@@ -96,6 +112,11 @@ impl Mounts {
     /// Whether mount `i` is writable.
     pub fn is_writable(&self, i: usize) -> bool {
         i < self.count && self.writable & (1 << i) != 0
+    }
+
+    /// Whether mount `i` is a single regular file.
+    pub fn is_file(&self, i: usize) -> bool {
+        i < self.count && self.files & (1 << i) != 0
     }
 
     /// Whether any mount is writable.
@@ -295,9 +316,19 @@ fn serve_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(
         return Ok(p.len() as u64);
     }
     if a.op == HOSTFS_WRITABLE {
-        return if i < m.count { Ok(u64::from(m.is_writable(i))) } else { Err(libc::ENOENT) };
+        let mut bits = 0;
+        if m.is_writable(i) {
+            bits |= HOSTFS_IS_WRITABLE;
+        }
+        if m.is_file(i) {
+            bits |= HOSTFS_IS_FILE;
+        }
+        return if i < m.count { Ok(bits) } else { Err(libc::ENOENT) };
     }
     let dir = m.fd(i).ok_or(libc::EINVAL)?;
+    if m.is_file(i) {
+        return serve_file(m.is_writable(i), dir, a, mem, writable);
+    }
     let mut buf = [0u8; HOSTFS_PATH_MAX as usize + 2];
     let path = guest_path(a, mem, &mut buf)?;
     if (HOSTFS_CREATE..=HOSTFS_UTIMES).contains(&a.op) {
@@ -335,6 +366,71 @@ fn serve_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(
             let mut out = out_buf(mem, writable, a.buf, a.len.min(HOSTFS_IO_MAX))?;
             list(&fd, a.off, out.slice())
         }
+        _ => Err(libc::EINVAL),
+    }
+}
+
+/// A call on single-file mount `fd` (module docs): its one path is the
+/// empty one, and every call acts on the descriptor itself.
+fn serve_file(rw: bool, fd: RawFd, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(u64, u64) -> bool) -> Result<u64, i32> {
+    if a.path_len != 0 {
+        return Err(libc::ENOTDIR);
+    }
+    // Borrowed: the mount's descriptor lives as long as the instance.
+    let file = core::mem::ManuallyDrop::new(Fd(fd));
+    let file: &Fd = &file;
+    if (HOSTFS_CREATE..=HOSTFS_UTIMES).contains(&a.op) && !rw {
+        return Err(libc::EROFS);
+    }
+    match a.op {
+        HOSTFS_STAT => {
+            let st = host_stat(&fstat(file)?);
+            let size = core::mem::size_of::<HostStat>() as u64;
+            if a.len < size {
+                return Err(libc::EINVAL);
+            }
+            if !writable(a.buf, size) {
+                return Err(libc::EFAULT);
+            }
+            mem.write_obj(GuestAddr(a.buf), &st).map_err(|_| libc::EFAULT)?;
+            Ok(0)
+        }
+        HOSTFS_READ => {
+            let mut out = out_buf(mem, writable, a.buf, a.len.min(HOSTFS_IO_MAX))?;
+            pread(file, out.slice(), a.off).map(|n| n as u64)
+        }
+        HOSTFS_READLINK => Err(libc::EINVAL),
+        HOSTFS_WRITE => {
+            let len = a.len.min(HOSTFS_IO_MAX);
+            let src = mem.host_ptr(GuestAddr(a.buf), len).map_err(|_| libc::EFAULT)?;
+            let off = i64::try_from(a.off).map_err(|_| libc::EFBIG)?;
+            // SAFETY: `[src, src + len)` lies in guest memory (checked),
+            // mapped readable for the tender; the host kernel only reads it.
+            check(unsafe { libc::syscall(libc::SYS_pwrite64, fd, src, len as usize, off) })
+        }
+        HOSTFS_TRUNCATE => {
+            let len = i64::try_from(a.off).map_err(|_| libc::EFBIG)?;
+            // SAFETY: a plain call on the mount's descriptor.
+            check(unsafe { libc::syscall(libc::SYS_ftruncate, fd, len) })
+        }
+        // SAFETY: a plain call on the mount's descriptor.
+        HOSTFS_FSYNC => check(unsafe { libc::syscall(libc::SYS_fsync, fd) }),
+        // SAFETY: a plain call on the mount's descriptor.
+        HOSTFS_CHMOD => check(unsafe { libc::syscall(libc::SYS_fchmod, fd, (a.off & 0o7777) as libc::mode_t) }),
+        HOSTFS_UTIMES => {
+            if a.len < 32 {
+                return Err(libc::EINVAL);
+            }
+            let src = mem.host_ptr(GuestAddr(a.buf), 32).map_err(|_| libc::EFAULT)?;
+            let mut ts = [0i64; 4];
+            // SAFETY: 32 bytes at `src` lie in guest memory (checked).
+            unsafe { core::ptr::copy_nonoverlapping(src, ts.as_mut_ptr().cast::<u8>(), 32) };
+            // SAFETY: futimens: a null path acts on the descriptor itself;
+            // `ts` is two timespecs' worth of memory (the host checks them).
+            check(unsafe { libc::syscall(libc::SYS_utimensat, fd, core::ptr::null::<libc::c_char>(), ts.as_ptr(), 0) })
+        }
+        // Nothing lies beneath a file.
+        HOSTFS_LIST | HOSTFS_CREATE | HOSTFS_UNLINK | HOSTFS_MKDIR | HOSTFS_RMDIR | HOSTFS_RENAME => Err(libc::ENOTDIR),
         _ => Err(libc::EINVAL),
     }
 }
@@ -441,14 +537,26 @@ fn serve_map_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, mapper: &dyn M
     }
     let i = usize::try_from(a.mount).map_err(|_| libc::EINVAL)?;
     let dir = m.fd(i).ok_or(libc::EINVAL)?;
-    let mut buf = [0u8; HOSTFS_PATH_MAX as usize + 2];
-    let path = guest_path(a, mem, &mut buf)?;
-    let (fd, st) = open_regular(dir, path)?;
+    let opened;
+    let (fd, st) = if m.is_file(i) {
+        // A single-file mount: its own descriptor, never another file.
+        if a.path_len != 0 {
+            return Err(libc::ENOTDIR);
+        }
+        let file = core::mem::ManuallyDrop::new(Fd(dir));
+        (dir, fstat(&file)?)
+    } else {
+        let mut buf = [0u8; HOSTFS_PATH_MAX as usize + 2];
+        let path = guest_path(a, mem, &mut buf)?;
+        let (fd, st) = open_regular(dir, path)?;
+        opened = fd;
+        (opened.0, st)
+    };
     // The whole pages inside the file from `off` on.
     let size = (st.st_size.max(0) as u64).div_ceil(PAGE_SIZE) * PAGE_SIZE;
     let len = size.saturating_sub(a.off).min(a.len);
     if len > 0 {
-        mapper.map_file(fd.0, a.off, a.buf, len, prot)?;
+        mapper.map_file(fd, a.off, a.buf, len, prot)?;
     }
     Ok(len)
 }

@@ -564,11 +564,12 @@ pub fn run_with_console(cfg: &RunConfig, console: &mut Console<'_>) -> Result<(O
     let fault_handler = std::cell::Cell::new(None);
     let program_fault = std::cell::Cell::new(None);
     // --mount: each host directory opened once; every open on the guest's
-    // behalf is confined beneath it (shoal_hostcall::hostfs).
+    // behalf is confined beneath it (shoal_hostcall::hostfs); a single
+    // file is opened once, and is all that mount reaches.
     let mount_fds = shoal_loader::mount::open_all(&cfg.mounts).map_err(HvtError::Mount)?;
     let mut mounts = shoal_hostcall::hostfs::Mounts::default();
     for (fd, m) in mount_fds.iter().zip(&cfg.mounts) {
-        mounts.push(std::os::fd::AsRawFd::as_raw_fd(fd), m.guest.as_bytes(), m.writable);
+        mounts.push(std::os::fd::AsRawFd::as_raw_fd(fd), m.guest.as_bytes(), m.writable, m.file);
     }
     // What the VMM makes for the guest beneath a writable mount is the
     // guest's user's (`--user`), as a file a Linux process makes.

@@ -1,8 +1,12 @@
-//! Host directories (`--mount HOSTDIR:GUESTDIR:ro` or `:rw`;
-//! docs/architecture.md "Host directories"): what both tenders
-//! share before the guest runs — parsing the option and opening each
-//! directory once, as an `O_PATH` descriptor that every later open on the
-//! guest's behalf is confined beneath (`shoal_hostcall::hostfs`).
+//! Host directories and files (`--mount HOSTDIR:GUESTDIR:ro` or `:rw`,
+//! `--mount HOSTFILE:GUESTFILE:ro` or `:rw`; docs/architecture.md "Host
+//! directories"): what both tenders share before the guest runs —
+//! parsing the option and opening each directory once, as an `O_PATH`
+//! descriptor that every later open on the guest's behalf is confined
+//! beneath (`shoal_hostcall::hostfs`), and each single file once, opened
+//! for reading (or reading and writing), the only file that mount ever
+//! reaches (as a bind mount of a file, it stays the file it was at start
+//! even if the host renames another over its path).
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -19,9 +23,12 @@ pub enum MountError {
     /// Not `HOSTDIR:GUESTDIR:ro` or `HOSTDIR:GUESTDIR:rw`.
     #[error("--mount {0}: expected HOSTDIR:GUESTDIR:ro or HOSTDIR:GUESTDIR:rw (GUESTDIR absolute)")]
     Syntax(String),
-    /// HOSTDIR is not an existing directory.
-    #[error("--mount {0}: no such directory")]
+    /// HOSTDIR is not an existing directory or regular file.
+    #[error("--mount {0}: no such directory or regular file")]
     NoDir(PathBuf),
+    /// A regular file asked to be the root mount.
+    #[error("--mount {0}: the root mount (GUESTDIR /) must be a directory")]
+    RootFile(String),
     /// GUESTDIR is not an absolute path of ordinary names, or too long.
     #[error("--mount: the guest directory {0} must be / or an absolute path of ordinary names, at most {GUEST_PATH_MAX} bytes")]
     BadGuest(String),
@@ -52,13 +59,18 @@ pub struct Mount {
     /// The guest directory: absolute, no `.`/`..` or empty parts; `/` for
     /// the root mount.
     pub guest: String,
-    /// `:rw`: the guest may create, write, remove and rename beneath it.
+    /// `:rw`: the guest may create, write, remove and rename beneath it
+    /// (a single file: write, truncate, change its mode and times).
     pub writable: bool,
+    /// The host path is a regular file (a single-file mount), not a
+    /// directory.
+    pub file: bool,
 }
 
 impl Mount {
     /// Parses `HOSTDIR:GUESTDIR:ro` or `HOSTDIR:GUESTDIR:rw` (split at
-    /// the last two ':'); HOSTDIR must be an existing directory.
+    /// the last two ':'); HOSTDIR must be an existing directory or
+    /// regular file (then GUESTDIR names the file in the guest).
     pub fn parse(spec: &str) -> Result<Mount, MountError> {
         let syntax = || MountError::Syntax(spec.into());
         let (rest, writable) = match spec.strip_suffix(":rw") {
@@ -78,23 +90,61 @@ impl Mount {
         if writable && guest == "/" {
             return Err(MountError::RootWritable(spec.into()));
         }
-        let host = std::fs::canonicalize(host).ok().filter(|p| p.is_dir()).ok_or_else(|| MountError::NoDir(host.into()))?;
-        Ok(Mount { host, guest: guest.into(), writable })
+        let host = std::fs::canonicalize(host).ok().filter(|p| p.is_dir() || p.is_file()).ok_or_else(|| MountError::NoDir(host.into()))?;
+        let file = host.is_file();
+        if file && guest == "/" {
+            return Err(MountError::RootFile(spec.into()));
+        }
+        Ok(Mount { host, guest: guest.into(), writable, file })
     }
 
-    /// Opens the host directory (`O_PATH | O_DIRECTORY | O_CLOEXEC`).
+    /// Opens the host directory (`O_PATH | O_DIRECTORY | O_CLOEXEC`), or
+    /// the host file for reading (and writing, `:rw`): a regular file
+    /// (checked on an `O_PATH` look first, so that no device or FIFO is
+    /// ever opened), the same one when opened.
     pub fn open(&self) -> Result<OwnedFd, MountError> {
         let err = |source| MountError::Open { path: self.host.clone(), source };
         let c = std::ffi::CString::new(self.host.as_os_str().as_bytes()).map_err(|_| err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
-        // SAFETY: a NUL-terminated path; the descriptor returned is owned
-        // by the OwnedFd below.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(err(std::io::Error::last_os_error()));
+        let open = |flags: i32| -> Result<OwnedFd, MountError> {
+            // SAFETY: a NUL-terminated path; the descriptor returned is
+            // owned by the OwnedFd below.
+            let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
+            if fd < 0 {
+                return Err(err(std::io::Error::last_os_error()));
+            }
+            // SAFETY: `fd` was just opened and is owned by nobody else.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        };
+        if !self.file {
+            return open(libc::O_PATH | libc::O_DIRECTORY);
         }
-        // SAFETY: `fd` was just opened and is owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        let id = |fd: &OwnedFd| -> Result<(u64, u64, u32), MountError> {
+            let st = fstat(fd).map_err(err)?;
+            Ok((st.st_dev, st.st_ino, st.st_mode & libc::S_IFMT))
+        };
+        let probe = id(&open(libc::O_PATH | libc::O_NOFOLLOW)?)?;
+        if probe.2 != libc::S_IFREG {
+            return Err(err(std::io::Error::from_raw_os_error(libc::EINVAL)));
+        }
+        let how = if self.writable { libc::O_RDWR } else { libc::O_RDONLY };
+        let fd = open(how | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)?;
+        if id(&fd)? != probe {
+            return Err(err(std::io::Error::from_raw_os_error(libc::ESTALE)));
+        }
+        Ok(fd)
     }
+}
+
+/// `fstat(fd)`.
+pub fn fstat(fd: &OwnedFd) -> std::io::Result<libc::stat> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero `stat` is valid; fstat writes into it.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: `fd` is open and `st` a valid, writable `stat`.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st)
 }
 
 /// Checks a list of mounts together (count, no guest directory twice).
@@ -135,5 +185,10 @@ mod tests {
         assert!(matches!(Mount::parse("/usr:/a/../b:ro"), Err(MountError::BadGuest(_))));
         assert!(matches!(Mount::parse("/nonexistent-shoal:/x:ro"), Err(MountError::NoDir(_))));
         assert!(matches!(Mount::parse("/usr:/x:wo"), Err(MountError::Syntax(_))));
+        let f = Mount::parse("/etc/hostname:/etc/hostname:ro").unwrap();
+        assert!(f.file && !f.writable, "a single file");
+        assert!(!m.file);
+        assert!(matches!(Mount::parse("/etc/hostname:/:ro"), Err(MountError::RootFile(_))));
+        assert!(matches!(Mount::parse("/dev/null:/x:ro"), Err(MountError::NoDir(_))), "not a regular file");
     }
 }

@@ -75,8 +75,8 @@ pub enum ConfigError {
     /// A working directory that cannot be made or found.
     #[error("process.cwd {0}: {1}")]
     Cwd(String, String),
-    /// A bind mount of a volume that is writable or not a directory.
-    #[error("mount of {host} on {destination}: a shoal guest sees its root file system and directories (bind mounts of a directory, read-only or writable, as `--mount`); single files are not supported")]
+    /// A bind mount of something neither a directory nor a regular file.
+    #[error("mount of {host} on {destination}: a shoal guest sees its root file system, directories and regular files (bind mounts of one, read-only or writable, as `--mount`); not sockets, FIFOs or devices")]
     Volume {
         /// The host path.
         host: String,
@@ -338,9 +338,6 @@ const IGNORED_MOUNTS: &[&str] = &[
     "/dev/mqueue",
     "/sys",
     "/sys/fs/cgroup",
-    "/etc/hosts",
-    "/etc/hostname",
-    "/etc/resolv.conf",
     "/run/.containerenv",
     "/run/secrets",
     "/dev/termination-log",
@@ -446,6 +443,32 @@ fn find_image(rootfs: &Path, name: &str, env: &[String]) -> Result<(PathBuf, std
         }
     }
     Err(ConfigError::NoImage(name.into(), rootfs.into()))
+}
+
+/// The mount point of a single file `dest` (absolute, in the container)
+/// inside `rootfs`: its directory made and resolved as [`mount_point`]
+/// does, and the file made empty there if missing, as runc makes it (if
+/// the root file system cannot take it, the guest's kernel shows the
+/// mount there all the same); a directory there is refused.
+fn file_point(rootfs: &Path, dest: &str) -> Result<String, String> {
+    let (up, name) = dest.rsplit_once('/').ok_or("its destination must be an absolute path")?;
+    if name.is_empty() || name == "." || name == ".." {
+        return Err("its destination must name a file".into());
+    }
+    let dir = if up.is_empty() { "/".to_string() } else { mount_point(rootfs, up)? };
+    let root = std::fs::File::open(rootfs).map_err(|e| format!("cannot open the root file system {}: {e}", rootfs.display()))?;
+    let rel = Path::new(dir.trim_start_matches('/'));
+    match crate::sys::open_beneath(&root, &rel.join(name)) {
+        Ok(f) if f.metadata().is_ok_and(|m| m.is_dir()) => Err("its destination in the root file system is a directory".into()),
+        Ok(_) => Ok(format!("{}/{name}", dir.trim_end_matches('/'))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let parent = crate::sys::open_beneath(&root, if rel.as_os_str().is_empty() { Path::new(".") } else { rel })
+                .map_err(|e| format!("cannot open {dir} in the root file system: {e}"))?;
+            let _ = crate::sys::create_in(&parent, std::ffi::OsStr::new(name), 0o755);
+            Ok(format!("{}/{name}", dir.trim_end_matches('/')))
+        }
+        Err(e) => Err(format!("cannot open {dest} in the root file system: {e}")),
+    }
 }
 
 /// Makes directory `dest` (absolute, in the container) inside `rootfs`
@@ -650,10 +673,11 @@ impl Spec {
         })
     }
 
-    /// The bind mounts of directories, as `--mount` values (`ro` ones
-    /// `:ro`, the others `:rw`); the mounts engines add to
-    /// every container (/proc, /dev, /etc/hosts, …) are ignored: the guest
-    /// has its own.
+    /// The bind mounts of directories and regular files, as `--mount`
+    /// values (`ro` ones `:ro`, the others `:rw`): the engine's
+    /// `/etc/hosts`, `/etc/resolv.conf` and `/etc/hostname` among them;
+    /// the special file systems engines add to every container (/proc,
+    /// /dev, /sys, /dev/shm, …) are ignored: the guest has its own.
     ///
     /// Each mount's directory is made in the root file system if missing
     /// (as runc makes a mount point), resolved there (symbolic links
@@ -669,11 +693,14 @@ impl Spec {
             }
             let how = if m.options.iter().any(|o| o == "ro") { "ro" } else { "rw" };
             let why = |e: String| ConfigError::Mount { host: m.source.clone(), destination: m.destination.clone(), why: e };
-            if Path::new(&m.source).exists() && !Path::new(&m.source).is_dir() {
+            let source = Path::new(&m.source);
+            if source.exists() && !source.is_dir() && !source.is_file() {
                 return Err(ConfigError::Volume { host: m.source.clone(), destination: m.destination.clone() });
             }
-            shoal_tender::Mount::parse(&format!("{}:{dest}:{how}", m.source)).map_err(|e| why(e.to_string()))?;
-            let guest = mount_point(rootfs, dest).map_err(why)?;
+            let parsed = shoal_tender::Mount::parse(&format!("{}:{dest}:{how}", m.source)).map_err(|e| why(e.to_string()))?;
+            // A single file (the engine's /etc/hosts, /etc/resolv.conf,
+            // /etc/hostname, a file volume) lies on a file.
+            let guest = if parsed.file { file_point(rootfs, dest) } else { mount_point(rootfs, dest) }.map_err(why)?;
             out.push(format!("{}:{guest}:{how}", m.source));
         }
         Ok(out)
@@ -713,6 +740,10 @@ mod tests {
                          "resources":{"memory":{"limit":67108864}}}}"#,
         )
         .unwrap();
+        // The engine's /etc/hosts: a single file, served as a mount.
+        std::fs::write(dir.join("hosts"), "127.0.0.1\tlocalhost\n").unwrap();
+        let mut spec = spec;
+        spec.mounts[1].source = dir.join("hosts").display().to_string();
         (dir, spec)
     }
 
@@ -737,6 +768,9 @@ mod tests {
             "--net-bind-any",
             "--mount",
             &format!("{}:/:ro", root.display()),
+            // The engine's /etc/hosts (a writable bind mount of a file).
+            "--mount",
+            &format!("{}:/etc/hosts:rw", dir.join("hosts").display()),
             &root.join("bin/app").to_string_lossy(),
             "--",
             "a",
@@ -866,9 +900,25 @@ mod tests {
         s.mounts.push(Mount { destination: "/etc/config/".into(), kind: "bind".into(), source: src.clone(), options: vec!["rbind".into(), "ro".into()] });
         let a = s.plan(&dir).unwrap().tender_args;
         assert!(a.windows(2).any(|w| w[0] == "--mount" && w[1] == format!("{src}:/etc/config:ro")), "{a:?}");
+        // A single file is a single-file mount, on a file made in the
+        // root file system as runc makes it; a FIFO is refused.
         let file = dir.join("rootfs/bin/app").to_string_lossy().into_owned();
-        assert!(msg(&|s| { s.mounts.push(Mount { destination: "/x".into(), kind: "bind".into(), source: file.clone(), options: vec!["ro".into()] }) })
-            .starts_with(&format!("mount of {file} on /x")));
+        let mut s = spec.clone();
+        s.mounts.push(Mount { destination: "/x".into(), kind: "bind".into(), source: file.clone(), options: vec!["ro".into()] });
+        let a = s.plan(&dir).unwrap().tender_args;
+        assert!(a.windows(2).any(|w| w[0] == "--mount" && w[1] == format!("{file}:/x:ro")), "{a:?}");
+        assert!(dir.join("rootfs/x").is_file());
+        let hosts = format!("{}:/etc/hosts:rw", dir.join("hosts").display());
+        assert!(a.windows(2).any(|w| w[0] == "--mount" && w[1] == hosts), "the engine's /etc/hosts: {a:?}");
+        let fifo = dir.join("fifo");
+        crate::sys::mkfifo(&fifo).unwrap();
+        let fifo = fifo.to_string_lossy().into_owned();
+        assert!(msg(&|s| { s.mounts.push(Mount { destination: "/y".into(), kind: "bind".into(), source: fifo.clone(), options: vec!["ro".into()] }) })
+            .starts_with(&format!("mount of {fifo} on /y: a shoal guest sees")));
+        let d = dir.join("rootfs/adir");
+        std::fs::create_dir_all(&d).unwrap();
+        assert!(msg(&|s| { s.mounts.push(Mount { destination: "/adir".into(), kind: "bind".into(), source: file.clone(), options: vec!["ro".into()] }) })
+            .ends_with("its destination in the root file system is a directory"));
         assert!(msg(&|s| s.linux.namespaces.push(Namespace { kind: "user".into(), path: None })).contains("user namespace"));
         assert!(msg(&|s| {
             s.annotations.insert(ANN_TENDER.into(), "xen".into());

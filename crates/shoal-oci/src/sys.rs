@@ -54,6 +54,20 @@ pub fn mkdir_in(dir: &std::fs::File, name: &std::ffi::OsStr, mode: libc::mode_t)
     check(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode) }).map(drop)
 }
 
+/// Makes regular file `name` (one plain name, never through a link) in
+/// directory `dir`, empty, if it is missing.
+pub fn create_in(dir: &std::fs::File, name: &std::ffi::OsStr, mode: libc::mode_t) -> io::Result<()> {
+    let c = CString::new(name.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a name with a NUL byte"))?;
+    // SAFETY: `c` is NUL-terminated and `dir` an open descriptor; the
+    // descriptor made is closed at once.
+    let fd = check(unsafe {
+        libc::openat(dir.as_raw_fd(), c.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC, libc::c_uint::from(mode))
+    })?;
+    // SAFETY: `fd` was just made and is owned here.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    Ok(())
+}
+
 /// A duplicate of `fd` at the lowest free number `>= min`, close-on-exec.
 pub fn dup_at_least(fd: &impl AsRawFd, min: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: F_DUPFD_CLOEXEC takes an integer; the result is a new

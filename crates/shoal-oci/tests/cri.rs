@@ -546,11 +546,23 @@ fn ordinary_images(tender: &str) {
     std::fs::create_dir_all(&vol).unwrap();
     std::fs::write(vol.join("greeting"), "hello from a read-only volume\n").unwrap();
     let mounts = |readonly: bool| serde_json::json!({"mounts": [{"container_path": "/config", "host_path": vol, "readonly": readonly}]});
-    let cat = cri.ok(&["create", &pod, &container_config(&cri, "cat", 0, BUSYBOX, &["cat", "/config/greeting"], mounts(true)), &pod_json]);
+    // The files containerd gives every container (/etc/hosts,
+    // /etc/hostname, /etc/resolv.conf: single-file bind mounts) are the
+    // guest's, read live from the pod's files.
+    const ETC: [&str; 3] = ["/etc/hosts", "/etc/hostname", "/etc/resolv.conf"];
+    let cat_args = [&["cat", "/config/greeting"][..], &ETC].concat();
+    let cat = cri.ok(&["create", &pod, &container_config(&cri, "cat", 0, BUSYBOX, &cat_args, mounts(true)), &pod_json]);
     cri.ok(&["start", &cat]);
     let st = cri.wait_exited(&cat);
     assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(0), Some("Completed")), "{st}; logs: {}", text(&cri.crictl(&["logs", &cat])));
-    assert_eq!(cri.wait_logs(&cat, "volume").trim(), "hello from a read-only volume");
+    cri.wait_logs(&cat, "volume");
+    let spec = &cri.inspect(&cat)["info"]["runtimeSpec"];
+    let source = |dest: &str| -> String {
+        let m = spec["mounts"].as_array().and_then(|v| v.iter().find(|m| m["destination"] == dest)).unwrap_or_else(|| panic!("no mount of {dest}: {spec}"));
+        std::fs::read_to_string(m["source"].as_str().unwrap()).unwrap()
+    };
+    let want = ETC.iter().fold("hello from a read-only volume\n".to_string(), |acc, d| acc + &source(d));
+    assert_eq!(String::from_utf8_lossy(&cri.crictl(&["logs", &cat]).stdout), want);
     let empty = cri.dir().join("empty-dir");
     std::fs::create_dir_all(&empty).unwrap();
     std::fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();

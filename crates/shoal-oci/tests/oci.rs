@@ -391,10 +391,11 @@ fn bad_input_gives_runc_errors_and_leaves_no_state() {
     let refused: [(&str, Edit); 4] = [
         ("process.args[0] /missing: no such file", Box::new(|c| c["process"]["args"] = serde_json::json!(["/missing"]))),
         ("process.cwd work: must be an absolute path", Box::new(|c| c["process"]["cwd"] = "work".into())),
-        // Directories are mounted (read-only or writable); a single file is not.
+        // Directories and regular files are mounted (read-only or
+        // writable); a device is not.
         (
-            "mount of /etc/passwd on /data",
-            Box::new(|c| c["mounts"] = serde_json::json!([{"destination": "/data", "type": "bind", "source": "/etc/passwd", "options": ["rbind"]}])),
+            "mount of /dev/null on /data: a shoal guest sees",
+            Box::new(|c| c["mounts"] = serde_json::json!([{"destination": "/data", "type": "bind", "source": "/dev/null", "options": ["rbind"]}])),
         ),
         ("annotation org.shoal.tender=xen", Box::new(|c| c["annotations"] = serde_json::json!({"org.shoal.tender": "xen"}))),
     ];

@@ -246,7 +246,8 @@ pub struct Function {
     /// Extra environment variables.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Read-only host directories (spt/hvt `--mount HOSTDIR:GUESTDIR:ro`).
+    /// Host directories and files (spt/hvt `--mount HOSTDIR:GUESTDIR:ro`
+    /// or `:rw`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<String>,
     /// spt and hvt: cold starts are copies of a template booted at deploy
@@ -298,9 +299,10 @@ pub struct DeployRequest {
     pub fs: Option<PathBuf>,
     /// Extra environment.
     pub env: Option<BTreeMap<String, String>>,
-    /// `HOSTDIR:GUESTDIR:ro`, each HOSTDIR beneath an allowed path; spt
-    /// and hvt only.
-    pub mounts: Option<Vec<String>>,
+    /// `HOSTDIR:GUESTDIR:ro` (or `:rw`), or `{"host": HOSTDIR, "guest":
+    /// GUESTDIR, "rw": true}`, each HOSTDIR (a directory or a regular
+    /// file) beneath an allowed path; spt and hvt only.
+    pub mounts: Option<Vec<MountRequest>>,
     /// Cold starts by copying a template: default true on spt and hvt;
     /// spt and hvt only.
     pub template: Option<bool>,
@@ -308,6 +310,35 @@ pub struct DeployRequest {
     pub ready: Option<String>,
     /// Requests per instance before it is stopped; default 0 (no limit).
     pub requests_per_instance: Option<u64>,
+}
+
+/// One of a deploy's `mounts`: the CLI's `HOSTDIR:GUESTDIR:ro|rw`, or
+/// the same as an object `{"host": HOSTDIR, "guest": GUESTDIR, "rw":
+/// BOOL}` (`rw` false if left out); kept as the CLI's text.
+#[derive(Debug, Deserialize)]
+#[serde(try_from = "serde_json::Value")]
+pub struct MountRequest(String);
+
+impl TryFrom<serde_json::Value> for MountRequest {
+    type Error = String;
+
+    fn try_from(v: serde_json::Value) -> Result<MountRequest, String> {
+        let shape = || format!("mounts: {v}: give \"HOSTDIR:GUESTDIR:ro\" (or :rw) or {{\"host\": HOSTDIR, \"guest\": GUESTDIR, \"rw\": true|false}}");
+        match &v {
+            serde_json::Value::String(t) => Ok(MountRequest(t.clone())),
+            serde_json::Value::Object(o) if o.keys().all(|k| ["host", "guest", "rw"].contains(&k.as_str())) => {
+                let (Some(host), Some(guest)) = (o.get("host").and_then(|h| h.as_str()), o.get("guest").and_then(|g| g.as_str())) else {
+                    return Err(shape());
+                };
+                let rw = match o.get("rw") {
+                    None => false,
+                    Some(b) => b.as_bool().ok_or_else(shape)?,
+                };
+                Ok(MountRequest(format!("{host}:{guest}:{}", if rw { "rw" } else { "ro" })))
+            }
+            _ => Err(shape()),
+        }
+    }
 }
 
 /// Where a function's template is stopped and kept.
@@ -518,16 +549,16 @@ impl Function {
         if mem_mode != "copy" && !backend.is_shoal() {
             return Err(unprocessable(format!("mem_mode {mem_mode}: only the spt and hvt backends have memory modes")));
         }
-        let mounts = req.mounts.unwrap_or_default();
+        let mounts: Vec<String> = req.mounts.unwrap_or_default().into_iter().map(|m| m.0).collect();
         if !mounts.is_empty() && !backend.is_shoal() {
-            return Err(unprocessable("mounts: only the spt and hvt backends have read-only host directories".into()));
+            return Err(unprocessable("mounts: only the spt and hvt backends have host directories".into()));
         }
         let mut parsed = Vec::new();
         for m in &mounts {
             let (host, _) = m.split_once(':').unwrap_or((m, ""));
             let host = Path::new(host);
             if !host.is_absolute() {
-                return Err(unprocessable(format!("mounts {m:?}: give HOSTDIR:GUESTDIR:ro with HOSTDIR absolute")));
+                return Err(unprocessable(format!("mounts {m:?}: give HOSTDIR:GUESTDIR:ro or HOSTDIR:GUESTDIR:rw with HOSTDIR absolute")));
             }
             policy.check_path("mount", host)?;
             parsed.push(shoal_tender::Mount::parse(m).map_err(|e| unprocessable(e.to_string()))?);

@@ -38,7 +38,7 @@
 //! denies).
 
 use crate::sys;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 /// The user and group a root-started instance runs as (`nobody`).
@@ -149,37 +149,75 @@ pub fn is_root() -> bool {
 /// guest that calls `openat2` itself gives (the hypercall's own
 /// `RESOLVE_BENEATH` is then not the only fence); an absolute path or a
 /// symbolic link resolves in the instance's root, which [`drop_root`]
-/// empties; nothing can be written through it (`EROFS`). Root only, in the
-/// instance's own mount namespace, before [`drop_root`].
+/// empties; nothing can be written through it (`EROFS`). A single-file
+/// mount (its descriptor an open regular file) is cloned the same way and
+/// its file opened again on the clone, read-only or, `:rw`, for reading
+/// and writing: a read-only one then refuses `fchmod` and `futimens` too
+/// (`EROFS`), which its read-only descriptor alone would not. Root only,
+/// in the instance's own mount namespace, before [`drop_root`].
 pub fn jail_mounts(fds: &[i32], writable: u64) -> Result<(), ConfineError> {
     for (i, &fd) in fds.iter().enumerate() {
+        let file = is_regular(fd);
         // The descriptor names a mount of the front end's namespace, which
         // open_tree cannot clone from here: the same directory is opened
         // again in this namespace, by the path the kernel gives for the
         // descriptor, and must be the same file.
-        let same =
-            reopen_here(fd).map_err(|e| ConfineError::Step { what: "open a --mount directory in the instance's namespace", err: crate::child::Errno(e) })?;
+        let same = reopen_here(fd, file)
+            .map_err(|e| ConfineError::Step { what: "open a --mount directory or file in the instance's namespace", err: crate::child::Errno(e) })?;
         let tree = sys::open_tree_clone(same.as_raw_fd());
         drop(same);
         let tree = tree.map_err(|e| ConfineError::Step { what: "clone a --mount directory", err: crate::child::Errno(e) })?;
         // A writable mount (`:rw`) keeps its clone writable: Landlock
         // grants writing beneath it alone (crate::landlock).
-        let ro = if writable & (1 << i) != 0 { 0 } else { sys::MOUNT_ATTR_RDONLY };
+        let rw = writable & (1 << i) != 0;
+        let ro = if rw { 0 } else { sys::MOUNT_ATTR_RDONLY };
         let attrs = ro | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV;
-        let r = sys::mount_setattr(tree, attrs).and_then(|()| sys::dup3(tree, fd, libc::O_CLOEXEC));
+        let r = sys::mount_setattr(tree, attrs).and_then(|()| if file { reopen_file(tree, fd, rw) } else { sys::dup3(tree, fd, libc::O_CLOEXEC) });
         sys::close(tree);
-        r.map_err(|e| ConfineError::Step { what: "make a --mount directory read-only", err: crate::child::Errno(e) })?;
+        r.map_err(|e| ConfineError::Step { what: "make a --mount directory or file read-only", err: crate::child::Errno(e) })?;
     }
     Ok(())
 }
 
-/// Opens the directory `fd` names again, in this mount namespace, and
-/// checks it is the same one (device and inode).
-fn reopen_here(fd: i32) -> Result<std::os::fd::OwnedFd, i32> {
+/// Whether `fd` is a regular file (a single-file mount's descriptor).
+pub fn is_regular(fd: i32) -> bool {
+    // SAFETY: `fd` is open for the whole call (the caller holds it).
+    let f = std::mem::ManuallyDrop::new(std::fs::File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }));
+    f.metadata().is_ok_and(|m| m.file_type().is_file())
+}
+
+/// Opens the file on the detached clone `tree` (an `O_PATH` descriptor)
+/// for reading (and writing, `rw`) at descriptor `fd`, the same file as
+/// `fd` was.
+fn reopen_file(tree: i32, fd: i32, rw: bool) -> Result<(), i32> {
+    use std::os::unix::fs::MetadataExt;
+    let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EIO);
+    // The clone's root is the file itself, which only its magic link
+    // reaches (no path names a detached mount).
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(rw)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{tree}"))
+        .map_err(errno)?;
+    // SAFETY: `fd` is open for the whole call (the caller holds it).
+    let theirs = std::mem::ManuallyDrop::new(std::fs::File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }));
+    let (a, b) = (file.metadata().map_err(errno)?, theirs.metadata().map_err(errno)?);
+    if (a.dev(), a.ino()) != (b.dev(), b.ino()) || !a.file_type().is_file() {
+        return Err(libc::ESTALE);
+    }
+    sys::dup3(file.as_raw_fd(), fd, libc::O_CLOEXEC)
+}
+
+/// Opens the directory (or, `file`, the regular file) `fd` names again,
+/// in this mount namespace, and checks it is the same one (device and
+/// inode).
+fn reopen_here(fd: i32, file: bool) -> Result<std::os::fd::OwnedFd, i32> {
     use std::os::unix::fs::MetadataExt;
     let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::EIO);
     let path = std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(errno)?;
-    let dir = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC).open(&path).map_err(errno)?;
+    let kind = if file { libc::O_NOFOLLOW } else { libc::O_DIRECTORY };
+    let dir = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | kind | libc::O_CLOEXEC).open(&path).map_err(errno)?;
     // SAFETY: `fd` is open for the whole call (the caller holds it).
     let theirs = std::fs::File::from(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned().map_err(errno)?).metadata().map_err(errno)?;
     let ours = dir.metadata().map_err(errno)?;

@@ -152,7 +152,9 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     let mount_count = spec.mounts.len().min(shoal_hostcall::hostfs::MAX_MOUNTS);
     let mut mounts = shoal_hostcall::hostfs::Mounts::default();
     for (i, m) in spec.mounts.iter().take(mount_count).enumerate() {
-        mounts.push(crate::MOUNT_FD0 + i as i32, m, spec.writable_mounts & (1 << i) != 0);
+        // A single-file mount's descriptor is the (open) file itself.
+        let file = confine::is_regular(mount_fd0 + i as i32);
+        mounts.push(crate::MOUNT_FD0 + i as i32, m, spec.writable_mounts & (1 << i) != 0, file);
     }
     let run_time_code = image.exec_entry().is_some();
     let guest = filter::GuestRange {
@@ -221,11 +223,14 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     let writer = mounts.any_writable() && spec.guest_ids[0] != 0;
     let ids = if writer { (spec.guest_ids[0], spec.guest_ids[1]) } else { (spec.uid, spec.uid) };
     let writable_fds: Vec<i32> = mount_fds.iter().enumerate().filter(|(i, _)| spec.writable_mounts & (1 << i) != 0).map(|(_, &fd)| fd).collect();
+    // A single-file mount's file is open already (crate::confine): the
+    // instance opens nothing by name there, so Landlock grants nothing.
+    let dir_fds: Vec<i32> = mount_fds.iter().enumerate().filter(|&(i, _)| !mounts.is_file(i)).map(|(_, &fd)| fd).collect();
     crate::hypercall::install_mounts(mounts);
     if confine::is_root() {
         confine::drop_root((spec.supervised || spec.parent_pidfd).then_some(spec::PARENT_FD), ids)?;
     }
-    crate::landlock::restrict(policy, &mount_fds, &writable_fds).map_err(SptError::from)?;
+    crate::landlock::restrict(policy, &dir_fds, &writable_fds).map_err(SptError::from)?;
     sys::start_step("instance: confined (namespaces, root, Landlock)");
     let mode = spec.mode;
     let listeners = (listen_fd0, spec.listeners.len() as i32 + i32::from(spec.bind_any));

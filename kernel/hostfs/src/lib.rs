@@ -20,6 +20,12 @@
 //! `getdents64` report is the host's own inode and device numbers, as a
 //! bind mount shows them.
 //!
+//! A single-file mount (`--mount HOSTFILE:GUESTFILE`, the `/etc/hosts` a
+//! container engine gives every container) is a mount whose top node is
+//! a regular file: its only path is the empty one, and vfs puts it on a
+//! regular file of the root file system (made if missing), as a bind
+//! mount of a file lies on a file.
+//!
 //! Nothing is cached but a node's file type (from its last `stat`):
 //! attributes, contents and listings are asked for each time, so a change
 //! on the host is seen at once. The table of nodes only grows (one entry
@@ -32,9 +38,9 @@ extern crate alloc;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use shoal_abi::{
-    HostFsArgs, HostStat, HOSTFS_CHMOD, HOSTFS_CREATE, HOSTFS_FSYNC, HOSTFS_IO_MAX, HOSTFS_LIST, HOSTFS_MAP, HOSTFS_MAP_EXEC, HOSTFS_MKDIR, HOSTFS_MOUNT,
-    HOSTFS_PATH_MAX, HOSTFS_READ, HOSTFS_READLINK, HOSTFS_RENAME, HOSTFS_RMDIR, HOSTFS_STAT, HOSTFS_TRUNCATE, HOSTFS_UNLINK, HOSTFS_UNMAP, HOSTFS_UTIMES,
-    HOSTFS_WRITABLE, HOSTFS_WRITE,
+    HostFsArgs, HostStat, HOSTFS_CHMOD, HOSTFS_CREATE, HOSTFS_FSYNC, HOSTFS_IO_MAX, HOSTFS_IS_FILE, HOSTFS_IS_WRITABLE, HOSTFS_LIST, HOSTFS_MAP,
+    HOSTFS_MAP_EXEC, HOSTFS_MKDIR, HOSTFS_MOUNT, HOSTFS_PATH_MAX, HOSTFS_READ, HOSTFS_READLINK, HOSTFS_RENAME, HOSTFS_RMDIR, HOSTFS_STAT, HOSTFS_TRUNCATE,
+    HOSTFS_UNLINK, HOSTFS_UNMAP, HOSTFS_UTIMES, HOSTFS_WRITABLE, HOSTFS_WRITE,
 };
 use shoal_plat::{Errno, ZeroGlobal};
 
@@ -65,6 +71,8 @@ struct State {
     mounts: Vec<Vec<u8>>,
     /// Whether each mount is writable.
     writable: Vec<bool>,
+    /// Whether each mount is a single regular file.
+    files: Vec<bool>,
     nodes: Vec<Node>,
     index: BTreeMap<(u32, Vec<u8>), u64>,
     asked: bool,
@@ -99,17 +107,24 @@ pub fn init() {
             _ => break,
         }
     }
-    let writable = (0..found.len() as u64)
+    let kinds: Vec<u64> = (0..found.len() as u64)
         .map(|m| {
             let mut a = HostFsArgs { op: HOSTFS_WRITABLE, mount: m, ..HostFsArgs::default() };
-            // A tender that does not know the call has no writable mounts.
-            call(&mut a) == Ok(1)
+            // A tender that does not know the call has read-only
+            // directories only.
+            call(&mut a).unwrap_or(0)
         })
         .collect();
     with(|s| {
         s.mounts = found;
-        s.writable = writable;
+        s.writable = kinds.iter().map(|k| k & HOSTFS_IS_WRITABLE != 0).collect();
+        s.files = kinds.iter().map(|k| k & HOSTFS_IS_FILE != 0).collect();
     });
+}
+
+/// Whether mount `m` is a single regular file.
+pub fn is_file_mount(m: usize) -> bool {
+    with(|s| s.files.get(m).copied().unwrap_or(false))
 }
 
 /// Whether node `ino` lies in a writable mount.
@@ -216,8 +231,10 @@ pub fn fsync(ino: u64) -> Result<(), Errno> {
 /// Sets node `ino`'s permission bits.
 pub fn chmod(ino: u64, mode: u32) -> Result<(), Errno> {
     let (mount, path) = node(ino, |n| (n.mount, n.path.clone()))?;
-    if path.is_empty() {
-        // The mount's top is the host's directory itself, not the guest's.
+    if path.is_empty() && !is_file_mount(mount as usize) {
+        // The mount's top is the host's directory itself, not the guest's
+        // (a single file's mode is the guest's to change, as through a
+        // writable bind mount of a file).
         return Err(Errno::EPERM);
     }
     change(HOSTFS_CHMOD, mount, &path, u64::from(mode & 0o7777), 0, 0).map(drop)
@@ -227,7 +244,7 @@ pub fn chmod(ino: u64, mode: u32) -> Result<(), Errno> {
 /// `[sec, nsec, sec, nsec]`, `UTIME_NOW`/`UTIME_OMIT` included).
 pub fn set_times(ino: u64, ts: [i64; 4]) -> Result<(), Errno> {
     let (mount, path) = node(ino, |n| (n.mount, n.path.clone()))?;
-    if path.is_empty() {
+    if path.is_empty() && !is_file_mount(mount as usize) {
         return Err(Errno::EPERM);
     }
     change(HOSTFS_UTIMES, mount, &path, 0, ts.as_ptr() as u64, 32).map(drop)

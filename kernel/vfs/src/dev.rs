@@ -105,7 +105,10 @@ impl crate::Vfs {
                     Some(p) => self.mounted(p),
                     None => self.mount_parent(dir),
                 },
-                _ => self.mounted(shoal_hostfs::lookup(dir, name)?),
+                _ => match shoal_hostfs::lookup(dir, name) {
+                    Err(Errno::ENOENT) => self.inner_at(dir, name).ok_or(Errno::ENOENT),
+                    r => self.mounted(r?),
+                },
             };
         }
         if Some(dir) == self.fd_dir && !name.is_empty() && name.iter().all(u8::is_ascii_digit) && name.len() < 8 {

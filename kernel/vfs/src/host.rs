@@ -50,8 +50,10 @@ pub(crate) fn root_has(name: &[u8]) -> bool {
 
 /// The mount points: every mount's guest directory made in `fs` (as
 /// `mkdir -p` would; a name in the way that is not a directory leaves
-/// that mount out) as `(directory, mount)`; the root mount; and the
-/// mounts on directories of the root mount, each with its path there.
+/// that mount out), or a single-file mount's regular file (made empty if
+/// missing; a directory there leaves it out), as `(directory or file,
+/// mount)`; the root mount; and the mounts on directories of the root
+/// mount, each with its path there.
 ///
 /// A mount lies on the root mount when its first name is the root
 /// mount's and not the root file system's own (`/tmp`, `/dev`, …): it is
@@ -72,11 +74,18 @@ pub(crate) fn mount_points(fs: &mut Fs) -> MountPoints {
                 continue;
             }
         }
+        let file = shoal_hostfs::is_file_mount(m);
+        let parts: Vec<&[u8]> = rel.split(|&c| c == b'/').filter(|p| !p.is_empty()).collect();
         let mut cur = Some(fs.root());
-        for part in rel.split(|&c| c == b'/').filter(|p| !p.is_empty()) {
+        for (k, part) in parts.iter().enumerate() {
+            // A single file lies on a regular file (made empty if
+            // missing, as a container runtime makes it), its parents on
+            // directories.
+            let want = if file && k + 1 == parts.len() { FileType::Regular } else { FileType::Directory };
             cur = cur.and_then(|d| match fs.lookup(d, part) {
-                Ok(i) if fs.file_type(i) == Ok(FileType::Directory) => Some(i),
+                Ok(i) if fs.file_type(i) == Ok(want) => Some(i),
                 Ok(_) => None,
+                Err(_) if want == FileType::Regular => fs.create_file(d, part, 0o644).ok(),
                 Err(_) => fs.mkdir(d, part, 0o755).ok(),
             });
         }
@@ -166,6 +175,23 @@ impl Vfs {
         }
     }
 
+    /// A mount on the root mount whose path there is `name` in directory
+    /// node `dir`: its top, found even where the root mount has no such
+    /// name (a single file mounted where the image has none).
+    pub(crate) fn inner_at(&self, dir: Ino, name: &[u8]) -> Option<Ino> {
+        let rm = self.root_mount?;
+        if self.inner_mounts.is_empty() || shoal_hostfs::mount_of(dir).ok()? != rm {
+            return None;
+        }
+        let mut rel = shoal_hostfs::rel_path(dir).ok()?;
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(name);
+        let &(_, m) = self.inner_mounts.iter().find(|(p, _)| *p == rel)?;
+        shoal_hostfs::root(m).ok()
+    }
+
     /// Looks `name` up in the root mount's top, for the root directory
     /// that has no such name of its own.
     pub(crate) fn root_lookup(&self, name: &[u8]) -> Result<Ino, Errno> {
@@ -173,7 +199,11 @@ impl Vfs {
         if name.is_empty() || name == b"." || name == b".." {
             return Err(Errno::ENOENT);
         }
-        self.mounted(shoal_hostfs::lookup(shoal_hostfs::root(rm)?, name)?)
+        let top = shoal_hostfs::root(rm)?;
+        match shoal_hostfs::lookup(top, name) {
+            Err(Errno::ENOENT) => self.inner_at(top, name).ok_or(Errno::ENOENT),
+            r => self.mounted(r?),
+        }
     }
 
     /// The guest's absolute path of node `ino`.
@@ -181,6 +211,9 @@ impl Vfs {
         let m = shoal_hostfs::mount_of(ino)?;
         let mut p = if Some(m) == self.root_mount {
             Vec::new()
+        } else if shoal_hostfs::is_file_mount(m) {
+            // A file has no parent link to walk: its guest path as given.
+            shoal_hostfs::mounts().into_iter().nth(m).ok_or(Errno::ENOENT)?
         } else if let Some((dir, _)) = self.mounts.iter().find(|&&(_, mm)| mm == m) {
             self.path_of(*dir)?
         } else {

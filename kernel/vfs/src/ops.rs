@@ -1123,6 +1123,11 @@ impl Vfs {
             let ino = self.lookup(p.dir, p.name)?;
             return Err(if self.ftype(ino)? == FileType::Directory { Errno::EISDIR } else { Errno::ENOTDIR });
         }
+        // A single-file mount's file, as Linux refuses to remove a mount
+        // point.
+        if self.fs.lookup(p.dir, p.name).is_ok_and(|i| self.mount_at(i).is_some()) || self.inner_at(p.dir, p.name).is_some() {
+            return Err(Errno::EBUSY);
+        }
         if shoal_hostfs::is_host(p.dir) {
             shoal_hostfs::unlink(p.dir, p.name)?;
             return Ok(0);
@@ -1169,7 +1174,8 @@ impl Vfs {
         }
         self.ro_parent(&op, false)?;
         self.ro_parent(&np, false)?;
-        let busy = |p: &crate::path::Parent<'_>| self.fs.lookup(p.dir, p.name).is_ok_and(|i| self.mount_at(i).is_some());
+        let busy =
+            |p: &crate::path::Parent<'_>| self.fs.lookup(p.dir, p.name).is_ok_and(|i| self.mount_at(i).is_some()) || self.inner_at(p.dir, p.name).is_some();
         if busy(&op) || busy(&np) {
             return Err(Errno::EBUSY);
         }
