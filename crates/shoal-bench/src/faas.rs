@@ -305,7 +305,7 @@ impl Gateway {
     }
 
     /// Waits until every child process of the gateway is a running
-    /// instance: the commands it runs to remove a stopped container
+    /// instance (or the gateway's template watcher): the commands it runs to remove a stopped container
     /// (`runc kill`, `runc delete --force`: Go programs, tens of ms of CPU
     /// each) outlive the container's own processes, and a cold start timed
     /// while they run paid for them (spt's no-op measured 5.4 ms median
@@ -316,7 +316,10 @@ impl Gateway {
         loop {
             let kids = children_map().remove(&self.child.id()).unwrap_or_default();
             let instances: BTreeSet<u32> = self.all_instances()?.into_iter().collect();
-            let extra = kids.iter().filter(|k| !instances.contains(k) && alive(**k)).count();
+            // The gateway's watcher (it ends what its templates left when
+            // the gateway ends) is its child for the gateway's whole life.
+            let watcher = |k: u32| std::fs::read_to_string(format!("/proc/{k}/comm")).is_ok_and(|c| c.trim_end() == shoal_spt::WATCHER_NAME);
+            let extra = kids.iter().filter(|k| !instances.contains(k) && alive(**k) && !watcher(**k)).count();
             if extra == 0 {
                 return Ok(());
             }

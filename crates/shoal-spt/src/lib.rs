@@ -144,7 +144,7 @@ pub use prepared::{InstanceIo, Prepared};
 /// Where a template stops (`Prepared::spawn_template_at`).
 pub use shoal_abi::ReadyPoint;
 /// A template's control channel (`shoal serve`'s cold starts by copy).
-pub use template::{end_orphaned_templates, CopyIo, Template, TemplateError};
+pub use template::{end_orphaned_templates, CopyIo, Template, TemplateError, WATCHER_NAME};
 
 /// What to run (shared with the other tender).
 pub use shoal_loader::RunConfig;

@@ -497,6 +497,14 @@ fn end_orphans_in(home: &std::path::Path) -> usize {
     killed
 }
 
+/// The watcher's process name (`/proc/PID/comm`): a gateway's child that
+/// is not an instance, which tools counting a gateway's children
+/// (`shoal bench faas`) leave out.
+pub const WATCHER_NAME: &str = "shoal-watcher";
+
+/// [`WATCHER_NAME`] for `prctl`.
+const WATCHER_NAME_C: &core::ffi::CStr = c"shoal-watcher";
+
 /// The write end of the watcher's pipe (`start_watcher`), held by this
 /// process for its whole life and by nothing else (close-on-exec).
 static WATCHER: std::sync::OnceLock<Option<OwnedFd>> = std::sync::OnceLock::new();
@@ -547,7 +555,7 @@ fn watch(r: RawFd, home: &core::ffi::CStr, prefix: &[u8]) -> ! {
     // The gateway's handlers are not this process's business.
     crate::sys::reset_signals();
     // SAFETY: PR_SET_NAME reads a NUL-terminated name.
-    unsafe { libc::prctl(libc::PR_SET_NAME, c"shoal-watcher".as_ptr()) };
+    unsafe { libc::prctl(libc::PR_SET_NAME, WATCHER_NAME_C.as_ptr()) };
     let mut b = [0u8; 1];
     loop {
         // SAFETY: reads into a local buffer of its length.
