@@ -250,7 +250,7 @@ fn hostile_hypercall_arguments() {
     assert_refused(8, |r| matches!(r, Refusal::BadArgs { call: shoal_abi::Hypercall::Halt, .. }));
     assert_refused(11, |r| matches!(r, Refusal::PortRead(_)));
     assert_refused(12, |r| matches!(r, Refusal::BadSize { size: 2, .. }));
-    assert_refused(15, |r| matches!(r, Refusal::UnknownPort(0x513)));
+    assert_refused(15, |r| matches!(r, Refusal::UnknownPort(0x514)));
     assert_refused(14, |r| matches!(r, Refusal::ForgedFault { cpl: 3, .. }));
     let r = hostile(16);
     assert!(matches!(r.outcome, Outcome::BlockedForever), "{:?}", r.outcome);

@@ -83,8 +83,8 @@ _start:
     mov qword ptr [rsp + 32], 4
     hcall HC_FAULT
 .elseif CASE == 15                      # a port the bitmap allows that is no hypercall
-    mov eax, esp                        # (0x513: the bitmap allows the three
-    mov dx, HC_BASE + 19                # ports above the last hypercall, 18, for
+    mov eax, esp                        # (0x514: the bitmap allows the three
+    mov dx, HC_BASE + 20                # ports above the last hypercall, 19, for
     out dx, al                          # its 32-bit writes)
 .elseif CASE == 16                      # poll forever with nothing to wait for
     mov rax, -1
