@@ -463,7 +463,7 @@ fn single_file_mounts_serve_one_file_each() {
         let base = dir.path().join(t);
         std::fs::create_dir_all(&base).unwrap();
         let (ro, rw) = (base.join("hosts"), base.join("rw.txt"));
-        std::fs::write(&ro, "10.0.0.7\tpod\n").unwrap();
+        std::fs::write(&ro, "127.0.0.1\tpo\n").unwrap();
         std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o644)).unwrap();
         std::fs::write(&rw, "rw old content\n").unwrap();
         std::fs::set_permissions(&rw, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -489,7 +489,7 @@ fn single_file_mounts_serve_one_file_each() {
         assert_eq!(o.status.code(), Some(0), "{t}: {}", stderr(&o));
         let want = if t == "spt" { format!("{FILES}{FILES_SPT}") } else { FILES.to_string() };
         assert_eq!(stdout(&o), want, "{t}");
-        assert_eq!(std::fs::read(&ro).unwrap(), b"10.0.0.7\tpod\n", "{t}");
+        assert_eq!(std::fs::read(&ro).unwrap(), b"127.0.0.1\tpo\n", "{t}");
         assert_eq!(std::fs::metadata(&ro).unwrap().permissions().mode() & 0o7777, 0o644, "{t}");
         assert_eq!(std::fs::read(&rw).unwrap(), b"GUESTd conte+tail\n", "{t}");
         let m = std::fs::metadata(&rw).unwrap();
@@ -502,9 +502,9 @@ fn single_file_mounts_serve_one_file_each() {
 
 /// What `mount files /etc/hosts /data/rw.txt` prints on both tenders.
 const FILES: &str = "\
-ro-read OK 10.0.0.7\tpod
+ro-read OK 127.0.0.1\tpo
 ro-stat mode 100644 size 13
-ro-mmap OK 10.0.0.7\tp
+ro-mmap OK 127.0.0.1\t
 ro-open-write EROFS
 ro-open-rdwr EROFS
 ro-open-trunc EROFS

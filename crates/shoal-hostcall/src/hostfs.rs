@@ -340,16 +340,7 @@ fn serve_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(
     match a.op {
         HOSTFS_STAT => {
             let fd = open_beneath(dir, path, libc::O_PATH | libc::O_NOFOLLOW)?;
-            let st = host_stat(&fstat(&fd)?);
-            let size = core::mem::size_of::<HostStat>() as u64;
-            if a.len < size {
-                return Err(libc::EINVAL);
-            }
-            if !writable(a.buf, size) {
-                return Err(libc::EFAULT);
-            }
-            mem.write_obj(GuestAddr(a.buf), &st).map_err(|_| libc::EFAULT)?;
-            Ok(0)
+            stat_out(&fd, a, mem, writable)
         }
         HOSTFS_READLINK => {
             let fd = open_beneath(dir, path, libc::O_PATH | libc::O_NOFOLLOW)?;
@@ -370,6 +361,21 @@ fn serve_inner(m: &Mounts, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(
     }
 }
 
+/// `HOSTFS_STAT`'s answer: `fd`'s status written to the guest's buffer
+/// (`EINVAL` if it is too small, `EFAULT` if not the guest's to write).
+fn stat_out(fd: &Fd, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(u64, u64) -> bool) -> Result<u64, i32> {
+    let st = host_stat(&fstat(fd)?);
+    let size = core::mem::size_of::<HostStat>() as u64;
+    if a.len < size {
+        return Err(libc::EINVAL);
+    }
+    if !writable(a.buf, size) {
+        return Err(libc::EFAULT);
+    }
+    mem.write_obj(GuestAddr(a.buf), &st).map_err(|_| libc::EFAULT)?;
+    Ok(0)
+}
+
 /// A call on single-file mount `fd` (module docs): its one path is the
 /// empty one, and every call acts on the descriptor itself.
 fn serve_file(rw: bool, fd: RawFd, a: &HostFsArgs, mem: &GuestMemory, writable: &dyn Fn(u64, u64) -> bool) -> Result<u64, i32> {
@@ -383,18 +389,7 @@ fn serve_file(rw: bool, fd: RawFd, a: &HostFsArgs, mem: &GuestMemory, writable: 
         return Err(libc::EROFS);
     }
     match a.op {
-        HOSTFS_STAT => {
-            let st = host_stat(&fstat(file)?);
-            let size = core::mem::size_of::<HostStat>() as u64;
-            if a.len < size {
-                return Err(libc::EINVAL);
-            }
-            if !writable(a.buf, size) {
-                return Err(libc::EFAULT);
-            }
-            mem.write_obj(GuestAddr(a.buf), &st).map_err(|_| libc::EFAULT)?;
-            Ok(0)
-        }
+        HOSTFS_STAT => stat_out(file, a, mem, writable),
         HOSTFS_READ => {
             let mut out = out_buf(mem, writable, a.buf, a.len.min(HOSTFS_IO_MAX))?;
             pread(file, out.slice(), a.off).map(|n| n as u64)

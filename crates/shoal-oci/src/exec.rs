@@ -152,14 +152,7 @@ pub fn exec(root: &Root, a: &ExecArgs, warn: Warn) -> Result<i32, ExecError> {
 
     // A terminal for the shim (`--console-socket`); without a socket, a
     // caller that waits lends its own stdio, a terminal if it has one.
-    let terminal = match (plan.terminal, a.console_socket) {
-        (true, Some(sock)) => {
-            let (master, slave) = sys::openpty(plan.console_size.map(|c| (c.height, c.width))).map_err(sys_err("open a pseudo-terminal"))?;
-            sys::send_fd(sock, &master, "/dev/ptmx").map_err(sys_err("send the terminal over the console socket"))?;
-            Some(slave)
-        }
-        _ => None,
-    };
+    let terminal = lifecycle::console_terminal(&plan, a.console_socket)?;
     let (sync_r, sync_w) = sys::pipe().map_err(sys_err("make a pipe"))?;
     // SAFETY: this program runs no other threads, so the child may run
     // ordinary code; it only makes system calls on the prepared strings

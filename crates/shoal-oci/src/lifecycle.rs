@@ -274,6 +274,20 @@ pub(crate) fn child_plan(plan: &Plan, tender: &Path, keep_fds: i32, warn: Warn) 
     })
 }
 
+/// The pseudo-terminal a process with `terminal: true` gets when the
+/// caller gave a console socket: its master end sent over the socket, its
+/// slave end returned for the process (create and exec alike).
+pub(crate) fn console_terminal(plan: &Plan, console_socket: Option<&Path>) -> Result<Option<std::os::fd::OwnedFd>, LifeError> {
+    Ok(match (plan.terminal, console_socket) {
+        (true, Some(sock)) => {
+            let (master, slave) = sys::openpty(plan.console_size.map(|c| (c.height, c.width))).map_err(sys_err("open a pseudo-terminal"))?;
+            sys::send_fd(sock, &master, "/dev/ptmx").map_err(sys_err("send the terminal over the console socket"))?;
+            Some(slave)
+        }
+        _ => None,
+    })
+}
+
 fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mut Saved, child: &mut Option<i32>, warn: Warn) -> Result<(), LifeError> {
     root.save(saved)?;
     let hooks_text = serde_json::to_vec(&plan.hooks).unwrap_or_default();
@@ -281,14 +295,7 @@ fn create_in(root: &Root, a: &CreateArgs, plan: &Plan, tender: &Path, saved: &mu
     let fifo = root.fifo(a.id);
     sys::mkfifo(&fifo).map_err(sys_err("make the start FIFO"))?;
 
-    let terminal = match (plan.terminal, a.console_socket) {
-        (true, Some(sock)) => {
-            let (master, slave) = sys::openpty(plan.console_size.map(|c| (c.height, c.width))).map_err(sys_err("open a pseudo-terminal"))?;
-            sys::send_fd(sock, &master, "/dev/ptmx").map_err(sys_err("send the terminal over the console socket"))?;
-            Some(slave)
-        }
-        _ => None,
-    };
+    let terminal = console_terminal(plan, a.console_socket)?;
 
     let keep_fds = 3 + a.preserve_fds as i32;
     let mut cp = child_plan(plan, tender, keep_fds, warn)?;
