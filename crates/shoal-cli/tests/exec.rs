@@ -350,8 +350,9 @@ fn kernel_images(dir: &Path) -> Vec<(String, u64)> {
     v
 }
 
-/// The exec cache is keyed by content: a kernel archive changed in one
-/// byte (uname's release, `6.1.0-shoal` → `6.1.0-SHOAL`) gets its own
+/// The exec cache is keyed by content: a kernel archive changed in a few
+/// bytes (the default `/etc/hosts`'s `ip6-loopback` → `ip6-LOOPBACK`,
+/// read-only data the kernel serves as the file) gets its own
 /// kernel image and instance image and the program sees the change; the
 /// same archive touched, or changed back, reuses the image built for that
 /// content (same file, nothing linked again). Run in a source tree of its
@@ -376,39 +377,40 @@ fn the_kernel_image_is_named_by_its_content() {
     std::os::unix::fs::symlink(home().join("kernel/Cargo.toml"), tree.join("kernel/Cargo.toml")).unwrap();
     let lib = release.join("libshoal_kernel.linkable.a");
     let original = std::fs::read(home().join("kernel/target/release/libshoal_kernel.linkable.a")).unwrap();
-    let at = original.windows(11).position(|w| w == b"6.1.0-shoal").expect("uname's release in the kernel archive");
+    let at = original.windows(12).position(|w| w == b"ip6-loopback").expect("the default /etc/hosts in the kernel archive");
     let mut changed = original.clone();
-    changed[at + 6..at + 11].copy_from_slice(b"SHOAL");
-    let src = dir.path().join("release.c");
-    std::fs::write(&src, "#include <stdio.h>\n#include <sys/utsname.h>\nint main(void) { struct utsname u; uname(&u); puts(u.release); return 0; }\n").unwrap();
-    let exe = dir.path().join("release");
+    changed[at + 4..at + 12].copy_from_slice(b"LOOPBACK");
+    let src = dir.path().join("hosts.c");
+    std::fs::write(&src, "#include <stdio.h>\nint main(void) { char b[256]; FILE *f = fopen(\"/etc/hosts\", \"r\"); while (f && fgets(b, sizeof b, f)) fputs(b, stdout); return 0; }\n").unwrap();
+    let exe = dir.path().join("hosts");
     let o = Command::new("gcc").args(["-static", "-O2", "-o"]).arg(&exe).arg(&src).output().unwrap();
     assert!(o.status.success(), "gcc: {}", stderr(&o));
     let exec = cache.join("exec");
     let instance_images = || std::fs::read_dir(&exec).unwrap().flatten().filter(|e| e.file_name().len() == 68).count();
+    let hosts = |last: &str| format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-{last}\n");
     let run = |want: &str| {
         let s = output(shoal_run("spt").env("SHOAL_HOME", &tree).env("SHOAL_CACHE", &cache).arg(&exe));
         assert_eq!((stdout(&s).as_str(), s.status.code()), (want, Some(0)), "{}", stderr(&s));
     };
     std::fs::write(&lib, &original).unwrap();
-    run("6.1.0-shoal\n");
+    run(&hosts("loopback"));
     let first = kernel_images(&exec);
     assert_eq!((first.len(), instance_images()), (1, 1), "{first:?}");
     // Touched (newer than the image, same bytes): nothing built again.
     let f = std::fs::File::options().write(true).open(&lib).unwrap();
     f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5)).unwrap();
     drop(f);
-    run("6.1.0-shoal\n");
+    run(&hosts("loopback"));
     assert_eq!((kernel_images(&exec), instance_images()), (first.clone(), 1));
     // Another kernel: its own kernel image and instance image.
     std::fs::write(&lib, &changed).unwrap();
-    run("6.1.0-SHOAL\n");
+    run(&hosts("LOOPBACK"));
     let both = kernel_images(&exec);
     assert_eq!((both.len(), instance_images()), (2, 2), "{both:?}");
     assert!(both.contains(&first[0]));
     // Back to the first kernel: its image as it was.
     std::fs::write(&lib, &original).unwrap();
-    run("6.1.0-shoal\n");
+    run(&hosts("loopback"));
     assert_eq!((kernel_images(&exec), instance_images()), (both, 2));
     let link = std::fs::read_dir(&exec).unwrap().flatten().find(|e| e.file_type().unwrap().is_symlink()).expect("the tree's link to its kernel image");
     assert_eq!(std::fs::read_link(link.path()).unwrap(), PathBuf::from(&first[0].0));
