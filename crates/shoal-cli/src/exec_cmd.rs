@@ -58,7 +58,10 @@ fn kernel_note(dir: &Path, inputs: &[PathBuf]) -> Option<PathBuf> {
     h.update(KERNEL_IMAGE_FORMAT);
     h.update(shoal_abi::ABI_VERSION.to_le_bytes());
     for p in inputs {
-        h.update(std::fs::canonicalize(p).ok()?.as_os_str().as_encoded_bytes());
+        // The path as given (absolute, from `Paths`): resolving it cost
+        // a `readlink` per component, and the device and inode below
+        // already name the file.
+        h.update(p.as_os_str().as_encoded_bytes());
         h.update(b"\0");
         h.update(shoal_exec::stat_key(p)?.as_bytes());
         h.update(b"\0");

@@ -62,7 +62,9 @@ pub fn kernel_from_source(paths: &Paths) -> bool {
     if std::env::var_os("SHOAL_HOME").is_some() {
         return true;
     }
-    std::env::current_exe().ok().and_then(|e| e.canonicalize().ok()).is_some_and(|e| e.starts_with(paths.home.join("target")))
+    // `current_exe` is the kernel's resolved path, and `paths.home` is
+    // canonical.
+    std::env::current_exe().ok().is_some_and(|e| e.starts_with(paths.home.join("target")))
 }
 
 fn mtime(p: &Path) -> Result<SystemTime> {
