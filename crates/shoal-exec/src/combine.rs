@@ -105,7 +105,7 @@ impl KernelImage {
 /// no jump out, no indirect branch), so that nothing it reaches is
 /// unchecked.
 pub(crate) fn light_path_fault(code: &[u8], at: u64) -> Option<String> {
-    use iced_x86::{Decoder, DecoderOptions, FlowControl, InstructionInfoFactory};
+    use iced_x86::{Decoder, DecoderOptions, FlowControl, InstructionInfoFactory, Mnemonic as M};
     let end = at + code.len() as u64;
     let mut d = Decoder::with_ip(64, code, at, DecoderOptions::NONE);
     let mut info = InstructionInfoFactory::new();
@@ -115,7 +115,13 @@ pub(crate) fn light_path_fault(code: &[u8], at: u64) -> Option<String> {
             return Some(format!("has bytes at {:#x} that are no instruction", i.ip()));
         }
         let vector = info.info(&i).used_registers().iter().any(|r| r.register().is_vector_register())
-            || (0..i.op_count()).any(|k| i.op_register(k).is_vector_register());
+            || (0..i.op_count()).any(|k| i.op_register(k).is_vector_register())
+            // The state saves and restores, whose registers the decoder's
+            // list leaves implicit.
+            || matches!(
+                i.mnemonic(),
+                M::Fxsave | M::Fxsave64 | M::Fxrstor | M::Fxrstor64 | M::Xsave | M::Xsave64 | M::Xsaveopt | M::Xsaveopt64 | M::Xsavec | M::Xsavec64 | M::Xsaves | M::Xsaves64 | M::Xrstor | M::Xrstor64 | M::Xrstors | M::Xrstors64 | M::Vzeroupper | M::Vzeroall
+            );
         if vector {
             return Some(format!("uses a vector register at {:#x} ({:?})", i.ip(), i.mnemonic()));
         }
