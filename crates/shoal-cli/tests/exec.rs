@@ -65,6 +65,24 @@ fn vector_registers_survive_system_calls_as_natively() {
     matches_native(&exe, &[], 0);
 }
 
+/// A light call (`getpid` from a rewritten site, answered without the
+/// vector-register save) still passes its component's gate when the gate
+/// has work: an injection into `process` at its 1000th call fires among
+/// the program's 2000 rewritten getpids, and the program goes on.
+#[test]
+fn light_calls_pass_a_gate_with_work() {
+    let dir = scratch();
+    let exe = gcc_static("getpid", dir.path(), &[]);
+    for t in tenders() {
+        let o = output(shoal_run(t).args(["--inject", "process:panic@1000"]).arg(&exe).args(["--", "2000"]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{t}: {err}");
+        assert!(err.contains("injected fault: panic at call 1000 into process"), "{t}: {err}");
+        assert!(err.contains("shoal: rebooted process in "), "{t}: {err}");
+        assert!(err.lines().last().is_some_and(|l| l.starts_with("pair=")), "{t}: {err}");
+    }
+}
+
 /// A handler that makes system calls (re-entering the kernel from a
 /// handler the kernel called) and one on an alternate stack.
 #[test]
