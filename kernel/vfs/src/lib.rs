@@ -64,6 +64,7 @@ mod host;
 mod lock;
 mod mmap;
 mod more;
+mod notify;
 pub mod obj;
 mod ops;
 mod path;

@@ -91,6 +91,31 @@ pub trait ObjOps: Sync {
     /// Description `ofd` (of any kind) was closed for good: forget it
     /// wherever it is watched (epoll sets).
     fn ofd_released(&self, ofd: usize);
+    /// The file system changed (inotify's `IN_*` bits in `mask`): on
+    /// inode `ino` itself (`name` empty), or on the child `name` of
+    /// directory `ino`. Called only while [`set_watches`] says some
+    /// watch exists.
+    fn fs_event(&self, ino: u64, mask: u32, cookie: u32, name: &[u8]) {
+        let _ = (ino, mask, cookie, name);
+    }
+    /// The inodes watched (to name a changed file to its directory).
+    fn watched(&self) -> Vec<u64> {
+        Vec::new()
+    }
+}
+
+/// inotify watches that exist (the owner of objects keeps it up to
+/// date): with none, a change costs one load and reports nothing.
+static WATCHES: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the number of inotify watches.
+pub fn set_watches(n: usize) {
+    WATCHES.store(n, Ordering::Relaxed);
+}
+
+/// Whether any inotify watch exists.
+pub(crate) fn watching() -> bool {
+    WATCHES.load(Ordering::Relaxed) != 0
 }
 
 static OPS: Global<Option<&'static dyn ObjOps>> = Global::new(None);
