@@ -734,7 +734,9 @@ impl Backend for Unix {
                 };
                 let copied = scatter(bufs, m.data.iter().copied());
                 let full = m.data.len();
-                let from = if s.ty == Ty::Dgram { Some(sockaddr(m.from.as_deref())) } else { None };
+                // An unnamed sender has no address: the length comes back 0
+                // (Linux's `unix_copy_addr`).
+                let from = if s.ty == Ty::Dgram { m.from.as_deref().map(|n| sockaddr(Some(n))) } else { None };
                 let fds = if peek { m.fds.clone() } else { core::mem::take(&mut m.fds) };
                 if !peek {
                     s.msg_bytes -= full;

@@ -248,7 +248,7 @@ impl Vfs {
     /// Readiness of open file description `ofd` (`None` if it is closed).
     pub fn ofd_ready(&self, ofd: usize) -> Option<Readiness> {
         let o = self.ofds.get(ofd)?.as_ref()?;
-        Some(self.target_ready(o.target, o.flags))
+        Some(self.target_ready(o.target, o.flags, o.offset))
     }
 
     /// When description `ofd` may become ready by itself (see
@@ -260,8 +260,10 @@ impl Vfs {
         }
     }
 
-    /// The readiness of `target` opened with access `flags`.
-    pub(crate) fn target_ready(&self, target: Target, flags: u32) -> Readiness {
+    /// The readiness of `target` opened with access `flags` (`offset`: the
+    /// description's, for a FIFO the writers' open count when it was
+    /// opened, see [`Vfs::new_ofd`]).
+    pub(crate) fn target_ready(&self, target: Target, flags: u32, offset: u64) -> Readiness {
         const IN: u32 = EPOLLIN | EPOLLRDNORM;
         const OUT: u32 = EPOLLOUT | EPOLLWRNORM;
         let mask = match target {
@@ -283,7 +285,10 @@ impl Vfs {
                     if !p.buf.is_empty() {
                         m |= IN;
                     }
-                    if p.writers == 0 {
+                    // Hung up once a writer has come and gone since this
+                    // end was opened (Linux's `pipe_poll`): a reader that
+                    // has seen no writer yet is not.
+                    if p.writers == 0 && p.w_opened != offset {
                         m |= EPOLLHUP;
                     }
                 }

@@ -634,6 +634,7 @@ impl Vfs {
             }
             _ => {}
         }
+        let mut fifo = false;
         let target = match self.fs.file_type(ino)? {
             _ if path_only => Target::Node(ino),
             FileType::Fifo if ino == self.console[0] => Target::Stdin,
@@ -641,13 +642,19 @@ impl Vfs {
             FileType::Fifo if ino == self.console[2] => Target::Stderr,
             FileType::Fifo => {
                 self.fifo_open_check(ino, flags)?;
+                fifo = true;
                 Target::Fifo(ino)
             }
             FileType::CharDevice => Target::Dev(ino, crate::dev::device(self.fs.attr(ino)?.rdev)?),
             _ => Target::Node(ino),
         };
         let o = self.new_ofd(target, (flags & KEEP_FLAGS) | O_LARGEFILE);
-        self.install(0, o, cloexec)
+        let fd = self.install(0, o, cloexec)?;
+        if fifo {
+            let w = self.fifo_wait_for(ino, flags).map(|(i, writer, seen)| (fd as i32, i, writer, seen));
+            crate::pipe::WAIT_PARTNER.with(|x| *x = w);
+        }
+        Ok(fd)
     }
 
     /// The open of node `ino` (module `host`): read-only, or `O_PATH`, or
