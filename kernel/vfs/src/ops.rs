@@ -1137,10 +1137,8 @@ impl Vfs {
         if p.name.is_empty() || self.fs.lookup(p.dir, p.name).is_ok_and(|i| self.mount_at(i).is_some()) {
             return Err(Errno::EBUSY);
         }
-        if shoal_hostfs::is_host(p.dir) {
-            if p.is_special() {
-                return Err(if p.name == b"." { Errno::EINVAL } else { Errno::ENOTEMPTY });
-            }
+        if shoal_hostfs::is_host(p.dir) && p.is_special() {
+            return Err(if p.name == b"." { Errno::EINVAL } else { Errno::ENOTEMPTY });
         }
         let gone = self.lookup(p.dir, p.name).ok();
         if shoal_hostfs::is_host(p.dir) {
