@@ -12,13 +12,19 @@
 //! and reports closed descriptions.
 //!
 //! **Sockets** (module `socket`) are served by a [`Backend`] per family:
-//! `AF_UNIX` by module `unix`, entirely in the guest. `AF_INET` and
+//! `AF_UNIX` by module `unix`, entirely in the guest; `AF_NETLINK` route
+//! sockets by module `netlink` (the instance's interfaces), in the guest
+//! too. `AF_INET` and
 //! `AF_INET6` sockets start in module `lo`, the instance's own loopback
 //! (also entirely in the guest), and move to host-socket passthrough
 //! (module `host`: each guest socket a host socket owned by the tender,
 //! each operation a hypercall, installed with [`set_inet_backend`] when the
 //! instance has network options) at the first `bind`, `listen`, `connect`
 //! or addressed send that those options give to the host.
+//!
+//! Also here, as objects with descriptors in vfs: inotify instances
+//! (module `inotify`, told of changes by vfs through the object table)
+//! and pidfds (module `pidfd`).
 //!
 //! **Readiness** is one interface ([`shoal_vfs::obj::Readiness`]: epoll
 //! bits plus an event generation) that files, pipes, the standard streams
