@@ -135,6 +135,167 @@ if (isMainThread) {
 }
 "##;
 
+/// What Node asks of the kernel beyond the runtime itself:
+/// `os.networkInterfaces()` (netlink), a `net` server on an `AF_UNIX`
+/// path (its socket file, removed again on close), and `fs.watch`
+/// (inotify) of a directory and of a file, the changes spaced out so that
+/// the events read between them are the same as natively.
+const JS_GAPS: &str = r##"const os = require('os');
+const net = require('net');
+const fs = require('fs');
+const path = require('path');
+console.log('interfaces', JSON.stringify(os.networkInterfaces()));
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gaps-'));
+const sock = path.join(dir, 'srv.sock');
+const srv = net.createServer((c) => { c.on('data', (d) => { c.end('echo:' + d); }); });
+srv.listen(sock, () => {
+  console.log('listening', fs.statSync(sock).isSocket(), srv.address() === sock);
+  const c = net.connect(sock, () => c.write('hi'));
+  let got = '';
+  c.on('data', (d) => { got += d; });
+  c.on('end', () => {
+    console.log('unix', got);
+    const bad = net.connect(path.join(dir, 'none.sock'));
+    bad.on('error', (e) => {
+      console.log('missing', e.code);
+      srv.close(() => {
+        console.log('after close', fs.existsSync(sock));
+        fs.rmSync(dir, { recursive: true });
+        watchPart();
+      });
+    });
+  });
+});
+function watchPart() {
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'watch-'));
+const seen = [];
+const w = fs.watch(dir, (ev, name) => seen.push(ev + ':' + name));
+const steps = [
+  () => fs.writeFileSync(path.join(dir, 'a.txt'), 'one'),
+  () => fs.appendFileSync(path.join(dir, 'a.txt'), 'two'),
+  () => fs.renameSync(path.join(dir, 'a.txt'), path.join(dir, 'b.txt')),
+  () => fs.mkdirSync(path.join(dir, 'sub')),
+  () => fs.chmodSync(path.join(dir, 'b.txt'), 0o600),
+  () => fs.unlinkSync(path.join(dir, 'b.txt')),
+  () => fs.rmdirSync(path.join(dir, 'sub')),
+];
+let i = 0;
+function next() {
+  if (i < steps.length) {
+    steps[i++]();
+    setTimeout(next, 30);
+    return;
+  }
+  w.close();
+  console.log('watch', seen.join(' '));
+  const f = path.join(dir, 'f');
+  fs.writeFileSync(f, 'x');
+  const fw = fs.watch(f);
+  const fseen = [];
+  fw.on('change', (ev, name) => fseen.push(ev + ':' + name));
+  fs.writeFileSync(f, 'y');
+  setTimeout(() => {
+    fs.unlinkSync(f);
+    setTimeout(() => {
+      fw.close();
+      console.log('file', fseen.join(' '));
+      try { fs.watch(path.join(dir, 'missing')); } catch (e) { console.log('missing', e.code); }
+      fs.rmSync(dir, { recursive: true });
+    }, 30);
+  }, 30);
+}
+next();
+}
+"##;
+
+/// What Python asks of the kernel beyond the interpreter: interface names
+/// and indices (netlink, `SIOCGIF*`), `AF_UNIX` socket files (stat,
+/// rebind, rename, unlink, stale files, datagrams to a path) and abstract
+/// names, a FIFO (non-blocking opens, a reader thread), pidfds of the
+/// process and of a thread, and waits with no children.
+const PY_GAPS: &str = r##"import os, sys, socket, stat, errno, select, signal, tempfile, threading, time
+def e(f, *a):
+    try:
+        r = f(*a)
+        return "ok" if r is None else r
+    except OSError as x:
+        return errno.errorcode.get(x.errno, x.errno)
+print("ifaces", socket.if_nameindex(), socket.if_nametoindex("lo"), socket.if_indextoname(1))
+print("ifaces bad", e(socket.if_nametoindex, "nosuch0"), e(socket.if_indextoname, 999))
+d = tempfile.mkdtemp()
+p = os.path.join(d, "s.sock")
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind(p)
+st = os.stat(p)
+print("sockfile", stat.S_ISSOCK(st.st_mode), oct(st.st_mode & 0o777), os.listdir(d), [(x.name, x.is_file(), x.is_dir()) for x in os.scandir(d)])
+print("open", e(os.open, p, os.O_RDONLY))
+s2 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+print("rebind", e(s2.bind, p), "twice", e(srv.bind, os.path.join(d, "t.sock")))
+srv.listen(4)
+c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+c.connect(p)
+a, _ = srv.accept()
+c.sendall(b"ping")
+print("stream", a.recv(10), srv.getsockname() == p, a.getsockname() == p)
+os.rename(p, os.path.join(d, "r.sock"))
+c2 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+print("renamed", e(c2.connect, p), e(c2.connect, os.path.join(d, "r.sock")))
+os.unlink(os.path.join(d, "r.sock"))
+c3 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+print("unlinked", e(c3.connect, os.path.join(d, "r.sock")), "rebind", e(s2.bind, os.path.join(d, "r.sock")))
+open(os.path.join(d, "plain"), "w").close()
+c4 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+print("plainfile", e(c4.connect, os.path.join(d, "plain")), "bind over", e(c4.bind, os.path.join(d, "plain")), "nodir", e(c4.bind, os.path.join(d, "no", "x")))
+srv.close(); a.close(); c.close()
+os.rename(os.path.join(d, "r.sock"), p)
+s2.close()
+c5 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+print("stale", e(c5.connect, p), os.path.exists(p), "rebind stale", e(c5.bind, p))
+dg = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+q = os.path.join(d, "d.sock")
+dg.bind(q)
+tx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+tx.sendto(b"dgram", q)
+print("dgram", dg.recvfrom(10), e(tx.sendto, b"x", os.path.join(d, "none")), e(tx.sendto, b"x", os.path.join(d, "plain")))
+ab = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+ab.bind("\0shoal-abstract"); ab.listen(1)
+ac = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+ac.connect("\0shoal-abstract")
+print("abstract", ab.getsockname(), e(socket.socket(socket.AF_UNIX).connect, "\0nobody"))
+f = os.path.join(d, "fifo")
+os.mkfifo(f)
+print("fifo", stat.S_ISFIFO(os.stat(f).st_mode), e(os.open, f, os.O_WRONLY | os.O_NONBLOCK))
+got = []
+def reader():
+    fd = os.open(f, os.O_RDONLY)
+    while True:
+        b = os.read(fd, 100)
+        if not b:
+            break
+        got.append(b)
+    os.close(fd)
+t = threading.Thread(target=reader); t.start()
+w = os.open(f, os.O_WRONLY)
+os.write(w, b"through the fifo")
+os.close(w)
+t.join()
+r = os.open(f, os.O_RDONLY | os.O_NONBLOCK)
+print("fifo data", b"".join(got), "nonblock reader", os.read(r, 10), select.select([r], [], [], 0)[0] == [r])
+os.close(r)
+pfd = os.pidfd_open(os.getpid())
+print("pidfd", oct(os.fstat(pfd).st_mode), os.get_inheritable(pfd), select.select([pfd], [], [], 0), e(os.read, pfd, 8))
+print("pidfd bad", e(os.pidfd_open, os.getpid(), 1), e(os.pidfd_open, 0), e(os.pidfd_open, 4000000))
+res = []
+th = threading.Thread(target=lambda: res.append((e(os.pidfd_open, threading.get_native_id()), e(os.pidfd_open, threading.get_native_id(), os.O_EXCL))))
+th.start(); th.join()
+print("pidfd thread", [x if isinstance(x, str) else "fd" for x in res[0]])
+sig = []
+signal.signal(signal.SIGUSR1, lambda s, fr: sig.append(s))
+signal.pidfd_send_signal(pfd, signal.SIGUSR1)
+print("pidfd signal", sig, e(signal.pidfd_send_signal, pfd, 99), e(signal.pidfd_send_signal, os.open(os.path.join(d, "plain"), os.O_RDONLY), 0))
+print("wait", e(os.waitid, os.P_PIDFD, pfd, os.WEXITED | os.WNOHANG), e(os.waitpid, -1, os.WNOHANG), e(os.waitid, os.P_ALL, 0, 0))
+"##;
+
 /// The scripts, in a directory mounted at `/work` (built once per test
 /// process).
 fn scripts() -> &'static Path {
@@ -144,6 +305,8 @@ fn scripts() -> &'static Path {
         std::fs::write(dir.join("t.py"), PY_SCRIPT).unwrap();
         std::fs::write(dir.join("t.js"), JS_SCRIPT).unwrap();
         std::fs::write(dir.join("w.js"), JS_WORKERS).unwrap();
+        std::fs::write(dir.join("gaps.js"), JS_GAPS).unwrap();
+        std::fs::write(dir.join("gaps.py"), PY_GAPS).unwrap();
         dir
     })
 }
@@ -169,6 +332,47 @@ fn matches_native(exe: &str, args: &[&str], run_args: &[&str], status: i32) {
         assert_eq!(stderr(&s), stderr(&n), "{t} {exe} {args:?}: stderr differs");
         assert_eq!(s.status.code(), Some(status), "{t} {exe} {args:?}: stderr: {}", stderr(&s));
     }
+}
+
+/// [`matches_native`] with the native run in a network namespace of its
+/// own with only `lo` up (`unshare -n`), the interfaces an instance has.
+fn matches_native_alone(exe: &str, script: &str, status: i32) {
+    let dir = scripts();
+    let n = output(
+        Command::new("unshare")
+            .args(["-n", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\"", exe])
+            .arg(dir.join(script))
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .current_dir(dir),
+    );
+    assert_eq!(n.status.code(), Some(status), "native {exe} {script}: {}", stderr(&n));
+    let work = format!("{}:/work:ro", dir.display());
+    for t in tenders() {
+        let s = output(shoal_run(t).args(SYSTEM).args(["--mount", &work, exe, "--", &format!("/work/{script}")]));
+        assert_eq!(stdout(&s), stdout(&n), "{t} {exe} {script}: stderr: {}", stderr(&s));
+        assert_eq!(s.status.code(), Some(status), "{t} {exe} {script}: stderr: {}", stderr(&s));
+    }
+}
+
+/// Interfaces, `AF_UNIX` socket files and `fs.watch` as natively (see
+/// [`JS_GAPS`]).
+#[test]
+fn node_interfaces_unix_paths_and_watch_match_native() {
+    if !shoal_testkit::need(&["root", "node", "unshare", "ip"]) {
+        return;
+    }
+    matches_native_alone(NODE, "gaps.js", 0);
+}
+
+/// Interfaces, `AF_UNIX` socket files, FIFOs, pidfds and waits as
+/// natively (see [`PY_GAPS`]).
+#[test]
+fn python_interfaces_sockets_fifos_pidfds_match_native() {
+    if !shoal_testkit::need(&["root", "python3.11", "unshare", "ip"]) {
+        return;
+    }
+    matches_native_alone(PYTHON, "gaps.py", 0);
 }
 
 #[test]

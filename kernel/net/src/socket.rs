@@ -82,6 +82,7 @@ fn family(domain: i32) -> Result<Fam, Errno> {
     match domain {
         AF_UNIX => Ok(Fam::Unix),
         AF_INET | AF_INET6 => Ok(Fam::Lo),
+        crate::netlink::AF_NETLINK => Ok(Fam::Netlink),
         _ => Err(Errno::EAFNOSUPPORT),
     }
 }
@@ -285,10 +286,53 @@ fn write_addr(addr: u64, lenp: u64, a: &[u8]) -> Result<(), Errno> {
     umem::write(lenp, a.len() as u32)
 }
 
+/// The path an `AF_UNIX` address names (`None`: abstract, unnamed, or
+/// not an `AF_UNIX` address).
+fn unix_path(fam: Fam, a: &[u8]) -> Option<Vec<u8>> {
+    if fam != Fam::Unix {
+        return None;
+    }
+    crate::unix::parse(a).ok().flatten().filter(|n| n.first() != Some(&0))
+}
+
+/// An `AF_UNIX` address to reach, with a path replaced by the key of the
+/// socket node it names (see `unix::file_key`): `ENOENT` and the other
+/// lookup errors if there is none, `ECONNREFUSED` if it is not a socket.
+fn unix_target(fam: Fam, a: SockAddr) -> Result<SockAddr, Errno> {
+    match unix_path(fam, &a) {
+        Some(p) => Ok(crate::unix::file_key(shoal_vfs::with_ref(|v| v.socket_file(&p))?)),
+        None => Ok(a),
+    }
+}
+
+/// `bind` of an `AF_UNIX` socket to `path`: the socket node first (as
+/// Linux's `unix_bind_bsd`), then the name.
+fn bind_file(h: u64, path: Vec<u8>) -> Result<(), Errno> {
+    if crate::with(|n| n.unix.is_named(h))? {
+        return Err(Errno::EINVAL);
+    }
+    let ino = shoal_vfs::with(|v| v.bind_socket_file(&path))?;
+    let r = crate::with(|n| n.unix.bind_file(h, path.clone(), crate::unix::file_key(ino)[2..].to_vec()));
+    if r.is_err() {
+        shoal_vfs::with(|v| v.unbind_socket_file(&path, ino));
+    }
+    r
+}
+
+/// Whether `s` is a datagram socket.
+fn is_dgram(s: Sock) -> Result<bool, Errno> {
+    let t = call(s, |b, h| b.getsockopt(h, SOL_SOCKET, SO_TYPE))?;
+    Ok(t.get(..4) == Some(&SOCK_DGRAM.to_ne_bytes()[..]))
+}
+
 /// `bind(fd, addr, len)`.
 pub fn bind(fd: i32, addr: u64, len: u32) -> SysResult {
     let (s, id, _) = sock_of(fd)?;
     let a = read_addr(s.fam, addr, len)?;
+    if let Some(p) = unix_path(s.fam, &a) {
+        bind_file(s.h, p)?;
+        return Ok(0);
+    }
     let s = route(id, s, Want::Bind(&a))?;
     call(s, |b, h| b.bind(h, &a))?;
     Ok(0)
@@ -323,7 +367,7 @@ pub fn accept4(fd: i32, addr: u64, lenp: u64, flags: i32) -> SysResult {
 /// `connect(fd, addr, len)`.
 pub fn connect(fd: i32, addr: u64, len: u32) -> SysResult {
     let (s, id, nb) = sock_of(fd)?;
-    let a = read_addr(s.fam, addr, len)?;
+    let a = unix_target(s.fam, read_addr(s.fam, addr, len)?)?;
     let s = route(id, s, Want::Reach(&a))?;
     match retry(nb, "connect", || call(s, |b, h| b.connect(h, &a))) {
         Err(EINPROGRESS) if !nb => {
@@ -498,6 +542,8 @@ fn discard_fds(r: &Received, flags: i32) {
 fn send_on(s: Sock, nb: bool, data: &mut [&'static [u8]], to: Option<(u64, u32)>, flags: i32, fds: &mut Vec<usize>) -> Result<usize, Errno> {
     let nb = nb || flags & MSG_DONTWAIT != 0;
     let to = match to {
+        // A datagram's destination path is looked up once, before it waits.
+        Some((addr, len)) if addr != 0 && s.fam == Fam::Unix && is_dgram(s)? => Some(unix_target(s.fam, read_addr(s.fam, addr, len)?)?),
         Some((addr, len)) if addr != 0 => Some(read_addr(s.fam, addr, len)?),
         _ => None,
     };
