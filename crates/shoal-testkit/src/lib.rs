@@ -37,6 +37,7 @@ pub const FEATURES: &[(&str, &str)] = &[
     ("redis-benchmark", "redis-benchmark is installed"),
     ("setpriv", "setpriv is installed"),
     ("curl", "curl is installed"),
+    ("strace", "strace is installed (counting a tender's host system calls)"),
     ("two-cpus", "at least two CPUs are available"),
     ("shm", "/dev/shm is a directory"),
     ("python3.11", "Debian's python3.11 is installed as /usr/bin/python3.11"),
@@ -107,7 +108,7 @@ pub fn probe(feature: &str) -> Result<(), String> {
             p.is_dir().then_some(()).ok_or_else(|| format!("{} is missing: install libpython3.11-testsuite (scripts/setup does)", p.display()))
         }
         "nodesuite" => nodesuite().map(|_| ()),
-        "runc" | "runsc" | "podman" | "busybox" | "hey" | "wrk" | "redis-benchmark" | "setpriv" | "curl" => program(feature).map(|_| ()),
+        "runc" | "runsc" | "podman" | "busybox" | "hey" | "wrk" | "redis-benchmark" | "setpriv" | "curl" | "strace" => program(feature).map(|_| ()),
         other => panic!("shoal-testkit: unknown feature `{other}`"),
     }
 }
