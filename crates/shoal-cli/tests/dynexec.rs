@@ -503,11 +503,11 @@ fn get(port: u16, path: &str) -> Option<(String, String)> {
 
 /// Starts `shoal run ARGS` on `tender` (which publishes 127.0.0.1:`port`),
 /// waits (at most 60 s) until `path` answers, runs `hey -n HEY_REQUESTS
-/// -c 10` against it, then calls `after` with the port while the server
-/// still runs, and stops it. Asserts that the first answer and one after
+/// -c 10` against it, then calls `after` with the port and the `shoal run`
+/// process's id while the server still runs, and stops it. Asserts that the first answer and one after
 /// hey are `200` with `body` and that hey saw only 200s and no error;
 /// returns the server's stderr.
-fn serve_under_hey(tender: &str, port: u16, args: &[&str], path: &str, status: &str, body: &str, after: impl FnOnce(u16)) -> String {
+fn serve_under_hey(tender: &str, port: u16, args: &[&str], path: &str, status: &str, body: &str, after: impl FnOnce(u16, u32)) -> String {
     use std::io::Read;
     use std::process::Stdio;
     use std::time::{Duration, Instant};
@@ -531,7 +531,7 @@ fn serve_under_hey(tender: &str, port: u16, args: &[&str], path: &str, status: &
     }
     let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         if first.is_some() {
-            after(port)
+            after(port, child.id())
         }
     }));
     let _ = child.kill();
@@ -570,7 +570,7 @@ fn node_http_server_serves_hey() {
         let publish = format!("127.0.0.1:{port}:8080");
         let mut args: Vec<&str> = SYSTEM.to_vec();
         args.extend(["--mount", &app, "--publish", &publish, NODE, "--", "/app/srv.js"]);
-        let count = |port| {
+        let count = |port, _| {
             let c = get(port, "/count").map(|(_, b)| b);
             assert_eq!(c, Some(HEY_REQUESTS.to_string()), "{t}: hey's requests the server counted");
         };
@@ -579,9 +579,73 @@ fn node_http_server_serves_hey() {
     }
 }
 
-/// `python3.11 -m http.server` serving a mounted directory behind
-/// `--publish` under hey: every request answered 200 with the file's
-/// bytes, and the server logged each of hey's (HTTP/1.1) requests.
+/// Requests [`host_calls_of_keepalive`] sends on one connection.
+const KEEPALIVE_REQUESTS: usize = 200;
+
+/// The host system calls of the spt instance under `shoal run` process
+/// `run` (its child, the shoal-spt process), counted by `strace -c` while
+/// [`KEEPALIVE_REQUESTS`] sequential `GET path`s go over one keep-alive
+/// connection to 127.0.0.1:`port`, each answered 200 with `body`: each
+/// call's name with its count and its failures.
+fn host_calls_of_keepalive(run: u32, port: u16, path: &str, body: &str) -> std::collections::HashMap<String, (u64, u64)> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::Stdio;
+    let children = std::fs::read_to_string(format!("/proc/{run}/task/{run}/children")).unwrap();
+    let spt: u32 = children.split_whitespace().next().expect("shoal run has a child").parse().unwrap();
+    let dir = scratch();
+    let out = dir.path().join("strace.txt");
+    let mut st = Command::new("strace").args(["-c", "-f", "-o"]).arg(&out).args(["-p", &spt.to_string()]).stderr(Stdio::piped()).spawn().unwrap();
+    // Attached once strace says so (the first line on its stderr).
+    let mut err = BufReader::new(st.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("attached"), "strace: {line}");
+    let s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for i in 0..KEEPALIVE_REQUESTS {
+        (&s).write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).unwrap();
+        let mut head = String::new();
+        while !head.ends_with("\r\n\r\n") {
+            assert_ne!(r.read_line(&mut head).unwrap(), 0, "request {i}: the connection closed: {head}");
+        }
+        assert!(head.starts_with("HTTP/1.1 200 "), "request {i}: {head}");
+        let len: usize = head.lines().find_map(|l| l.strip_prefix("Content-Length: ")).unwrap().trim().parse().unwrap();
+        let mut b = vec![0; len];
+        r.read_exact(&mut b).unwrap();
+        assert_eq!(String::from_utf8_lossy(&b), body, "request {i}");
+    }
+    drop((r, s));
+    // SAFETY: kill sends a signal to strace, our child; no memory involved.
+    unsafe { libc::kill(st.id() as i32, libc::SIGINT) };
+    st.wait().unwrap();
+    // strace -c's table: % time, seconds, usecs/call, calls, [errors,] name.
+    std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+            match f.len() {
+                6 => Some((f[5].to_string(), (n(3)?, n(4)?))),
+                5 => Some((f[4].to_string(), (n(3)?, 0))),
+                _ => None,
+            }
+        })
+        .filter(|(name, _)| name != "total")
+        .collect()
+}
+
+/// `python3.11 -m http.server --protocol HTTP/1.1` serving a mounted
+/// directory behind `--publish` under hey: every request answered 200
+/// with the file's bytes, and the server logged each of hey's requests.
+/// On spt, while one keep-alive connection makes 200 requests, the
+/// instance's host calls are those of the requests alone: the server's
+/// main thread, blocked in `accept` (it found the listener's readiness
+/// left over from the last connection), makes no `accept4`, and the
+/// connection's thread no `recvfrom` that finds nothing before it waits
+/// (each was about 0.66 per request when every change woke every
+/// blocked call to try the host again).
 #[test]
 fn python_http_server_serves_hey() {
     if !shoal_testkit::need(&["root", "python3.11", "hey"]) {
@@ -596,8 +660,25 @@ fn python_http_server_serves_hey() {
         let publish = format!("127.0.0.1:{port}:8000");
         let mut args: Vec<&str> = SYSTEM.to_vec();
         args.extend(["--mount", &www, "--publish", &publish, PYTHON, "--", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/www"]);
-        let err = serve_under_hey(t, port, &args, "/hello.txt", "HTTP/1.0 200 OK", &body, |_| ());
+        args.extend(["--protocol", "HTTP/1.1"]);
+        let counted = t == "spt" && shoal_testkit::need(&["strace"]);
+        let calls = |port, run| {
+            if counted {
+                let c = host_calls_of_keepalive(run, port, "/hello.txt", &body);
+                let (accepts, accept_fails) = c.get("accept4").copied().unwrap_or((0, 0));
+                let (recvs, recv_fails) = c.get("recvfrom").copied().unwrap_or((0, 0));
+                // The connection's own accept4, and at most one that finds
+                // the listener's readiness left over; a recvfrom per
+                // request, plus the end of file and at most one that
+                // races the first request.
+                assert!(accepts <= 2 && accept_fails <= 1, "spt: accept4 (calls, failures) during {KEEPALIVE_REQUESTS} requests on one connection: {c:?}");
+                let n = KEEPALIVE_REQUESTS as u64;
+                assert!((n..=n + 2).contains(&recvs) && recv_fails <= 1, "spt: recvfrom (calls, failures): {c:?}");
+            }
+        };
+        let err = serve_under_hey(t, port, &args, "/hello.txt", "HTTP/1.1 200 OK", &body, calls);
         let logged = err.lines().filter(|l| l.ends_with("\"GET /hello.txt HTTP/1.1\" 200 -")).count();
-        assert_eq!(logged, HEY_REQUESTS, "{t}: hey's requests the server logged:\n{err}");
+        let want = HEY_REQUESTS + if counted { KEEPALIVE_REQUESTS } else { 0 };
+        assert_eq!(logged, want, "{t}: the requests the server logged:\n{err}");
     }
 }

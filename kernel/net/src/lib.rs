@@ -156,6 +156,13 @@ pub(crate) fn wake() {
     shoal_vfs::wait::wake(0);
 }
 
+/// The wait queue of the blocking calls on host socket `h` (backend
+/// handle; `socket::wait_for`): woken when `h` gains readiness (module
+/// `host`), not at every change in the instance.
+pub(crate) fn sock_key(h: u64) -> u64 {
+    shoal_sched::KERNEL_KEY | 1 << 62 | (h & ((1 << 62) - 1))
+}
+
 /// Installs the `AF_INET`/`AF_INET6` backend (host-socket passthrough).
 pub fn set_inet_backend(b: Box<dyn Backend>) {
     with(|n| n.inet = Some(b));
