@@ -204,12 +204,21 @@ impl Table {
     /// goes to, as Linux picks it: the running thread if it does not block
     /// the signal, else the first thread that does not, else the running
     /// thread (where it stays pending until unblocked).
+    ///
+    /// The running thread may have just exited: the scheduler raises
+    /// forwarded signals in its idle wait, which a thread's exit can reach
+    /// before any other thread ran (a thread-per-connection server whose
+    /// connection thread ended while the main thread waits in `accept`).
+    /// Then the first thread that does not block it gets it, else the
+    /// first thread.
     pub fn process_signal_target(&mut self, sig_bit: u64) -> u32 {
         let cur = self.current();
-        if self.cur().sig_mask & sig_bit == 0 {
-            return cur;
-        }
-        self.threads.iter().find(|t| t.sig_mask & sig_bit == 0).map_or(cur, |t| t.tid)
+        let first = match self.get(cur) {
+            Some(c) if c.sig_mask & sig_bit == 0 => return cur,
+            Some(_) => cur,
+            None => self.threads.first().map_or(cur, |t| t.tid),
+        };
+        self.threads.iter().find(|t| t.sig_mask & sig_bit == 0).map_or(first, |t| t.tid)
     }
 
     /// The running thread's TCB if the hint finds it: no search, no call
@@ -501,6 +510,14 @@ mod tests {
         assert_eq!(t.process_signal_target(term), a, "else one that does not block it");
         t.get(a).unwrap().sig_mask = term;
         assert_eq!(t.process_signal_target(term), 1, "else pending on the running thread");
+        // The running thread exited and no other has run yet (the idle
+        // wait after a connection thread's exit): one that is left gets it.
+        let mut t = Table::new();
+        let b = t.spawn(0).unwrap();
+        t.block_current(Block::Signal, None);
+        assert_eq!(t.pick(), Pick::Run { prev: Some(1), next: b });
+        t.exit_current();
+        assert_eq!(t.process_signal_target(term), 1);
     }
 
     #[test]
