@@ -481,16 +481,22 @@ fn ordinary_images(tender: &str) {
     // The kubelet's hostPort with hostIP: the server's port 8080 in the
     // pod's namespace, on 127.0.0.1:HOSTPORT of the host (CNI's portmap).
     let host_port = free_port();
+    // hvt through the runtime handler `shoal-hvt` (shoal-oci as
+    // shoal-oci-hvt), with no annotation: what critest and a RuntimeClass
+    // can choose. The pod's host name and a sysctl reach every container.
+    let (handler, annotations) = if tender == "hvt" { ("shoal-hvt", serde_json::json!({})) } else { ("shoal", serde_json::json!({"org.shoal.tender": tender})) };
     let pod_json = cri.file(
         &format!("pod-{name}"),
         &serde_json::json!({
             "metadata": {"name": name, "namespace": "shoal-test", "uid": format!("{name}-{}", std::process::id()), "attempt": 0},
+            "hostname": format!("pod-{tender}"),
             "log_directory": cri.dir().join("logs").join(&name),
-            "annotations": {"org.shoal.tender": tender},
+            "annotations": annotations,
             "port_mappings": [{"protocol": 0, "container_port": 8080, "host_port": host_port, "host_ip": "127.0.0.1"}],
+            "linux": {"sysctls": {"kernel.shm_rmid_forced": "1"}},
         }),
     );
-    let pod = cri.ok(&["runp", "--runtime", "shoal", &pod_json]);
+    let pod = cri.ok(&["runp", "--runtime", handler, &pod_json]);
     let p: serde_json::Value = serde_json::from_str(&cri.ok(&["inspectp", &pod])).unwrap();
     assert_eq!(p["status"]["state"], "SANDBOX_READY", "{p}");
     let ip: std::net::Ipv4Addr =
@@ -606,6 +612,19 @@ fn ordinary_images(tender: &str) {
     // The streaming exec (`crictl exec` without -s) answers the same way.
     let o = cri.crictl(&["exec", &waiter, "echo", "streamed"]);
     assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).as_ref()), (Some(0), "streamed\n"), "{}", text(&o));
+    // What critest reads: the pod's host name (busybox `hostname`, uname's
+    // node name), its sysctl under /proc/sys, /proc/self/status's Seccomp
+    // field (0: the guest's kernel filters nothing); `hostname NAME`
+    // (sethostname) works for root.
+    for (cmd, want) in [
+        (&["hostname"][..], format!("pod-{tender}")),
+        (&["cat", "/proc/sys/kernel/shm_rmid_forced"], "1".into()),
+        (&["grep", "Seccomp:", "/proc/self/status"], "Seccomp:\t0".into()),
+        (&["hostname", "renamed"], String::new()),
+    ] {
+        let o = cri.crictl(&[&["exec", &waiter][..], cmd].concat());
+        assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).trim_end()), (Some(0), want.as_str()), "{cmd:?}: {}", text(&o));
+    }
     // The container saw the exec's file and ended.
     let st = cri.wait_exited(&waiter);
     assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(0), Some("Completed")), "{st}; logs: {}", text(&cri.crictl(&["logs", &waiter])));

@@ -446,6 +446,8 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         cwd: cfg.cwd.clone(),
         guest_ids: [cfg.guest_uid, cfg.guest_gid],
         writable_mounts: crate::writable_mounts(&cfg.mounts),
+        hostname: cfg.hostname.clone(),
+        syscall_errno: cfg.syscall_errno.clone(),
     };
     drop(listeners);
     let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };

@@ -369,7 +369,9 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     if n == RT_SIGRETURN && !shoal_process::signal::is_nested_frame(f.rsp) {
         sigreturn_direct(f, ctl, start);
     }
-    let r = if n == RSEQ || n == CLONE3 {
+    let r = if let Some(r) = super::refused(n) {
+        r
+    } else if n == RSEQ || n == CLONE3 {
         // Asked by glibc and Go at start; ENOSYS is their fallback
         // (restartable sequences off, clone instead of clone3), so it is
         // not reported as a missing call.
