@@ -25,6 +25,11 @@ pub const ANN_MEM_MODE: &str = "org.shoal.mem-mode";
 /// backlog), and they are the only ones on the host's namespace.
 pub const ANN_PUBLISH: &str = "org.shoal.publish";
 
+/// containerd's CRI annotation naming a container's pod sandbox.
+const ANN_CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
+/// containerd's CRI annotation: `sandbox` or `container`.
+const ANN_CRI_TYPE: &str = "io.kubernetes.cri.container-type";
+
 /// Why a bundle cannot run as a shoal instance.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -700,7 +705,8 @@ impl Spec {
         // in guest memory. Bind mounts of directories are mounts too, on their
         // directories in it.
         let root_spec = format!("{}:/:ro", rootfs.display());
-        let volumes: Vec<String> = volumes.into_iter().chain(sysctl_mounts(bundle, &self.linux.sysctl)?).collect();
+        let sysctl = self.pod_sysctl(bundle);
+        let volumes: Vec<String> = volumes.into_iter().chain(sysctl_mounts(bundle, &sysctl)?).collect();
         let mounts: Vec<shoal_tender::Mount> = std::iter::once(&root_spec)
             .chain(&volumes)
             .map(|m| shoal_tender::Mount::parse(m))
@@ -775,6 +781,28 @@ impl Spec {
             cgroups_path: self.linux.cgroups_path.clone(),
             resources: self.linux.resources.clone(),
         })
+    }
+
+    /// The sysctls the container sees: its own, and under containerd's
+    /// CRI those of its pod's sandbox, which containerd sets only in the
+    /// sandbox's config (the pod's containers join the sandbox's IPC and
+    /// network namespaces, where runc applied them). The sandbox's bundle
+    /// is beside this one (containerd's shim v2 keeps each bundle as
+    /// `…/NAMESPACE/ID`), named by containerd's `sandbox-id` annotation;
+    /// an id that is not a plain name, or a sandbox bundle that cannot be
+    /// read, adds nothing.
+    fn pod_sysctl(&self, bundle: &Path) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let ours = self.annotations.get(ANN_CRI_SANDBOX_ID);
+        let plain = |id: &&String| !id.is_empty() && id.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_');
+        if let Some(id) = ours.filter(plain).filter(|_| self.annotations.get(ANN_CRI_TYPE).is_some_and(|t| t == "container")) {
+            let sandbox = bundle.parent().map(|p| p.join(id).join("config.json"));
+            if let Some(spec) = sandbox.and_then(|p| std::fs::read(p).ok()).and_then(|t| serde_json::from_slice::<Spec>(&t).ok()) {
+                out.extend(spec.linux.sysctl);
+            }
+        }
+        out.extend(self.linux.sysctl.clone());
+        out
     }
 
     /// The bind mounts of directories and regular files, as `--mount`
@@ -1062,6 +1090,19 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "1\n");
         let port = dir.join("shoal-sysctl/net.ipv4.ip_unprivileged_port_start");
         assert!(a.windows(2).any(|w| w[0] == "--mount" && w[1] == format!("{}:/proc/sys/net/ipv4/ip_unprivileged_port_start:ro", port.display())), "{a:?}");
+        // A CRI container gets its pod sandbox's sysctls (containerd
+        // sets them only in the sandbox's config, beside this bundle).
+        let pod = dir.parent().unwrap().join(format!("{}-sandbox", dir.file_name().unwrap().to_string_lossy()));
+        std::fs::create_dir_all(&pod).unwrap();
+        std::fs::write(pod.join("config.json"), r#"{"linux":{"sysctl":{"fs.mqueue.msg_max":"100"}}}"#).unwrap();
+        let mut s = spec.clone();
+        s.annotations.insert(ANN_CRI_SANDBOX_ID.into(), pod.file_name().unwrap().to_string_lossy().into_owned());
+        s.annotations.insert(ANN_CRI_TYPE.into(), "container".into());
+        let a = plan(&s).unwrap();
+        assert!(a.iter().any(|m| m.ends_with(":/proc/sys/fs/mqueue/msg_max:ro")), "{a:?}");
+        assert_eq!(std::fs::read_to_string(dir.join("shoal-sysctl/fs.mqueue.msg_max")).unwrap(), "100\n");
+        s.annotations.insert(ANN_CRI_SANDBOX_ID.into(), "../x".into());
+        assert!(!plan(&s).unwrap().iter().any(|m| m.contains("/proc/sys/")), "not a plain id: nothing read");
         for bad in ["kernel", "kernel..x", "../../etc/passwd", "kernel.a b"] {
             let mut s = spec.clone();
             s.linux.sysctl.insert(bad.into(), "1".into());

@@ -435,7 +435,7 @@ fn ordinary_archives() -> &'static Vec<PathBuf> {
         std::fs::create_dir_all(bb.join("root/bin")).unwrap();
         let busybox = shoal_testkit::program("busybox").unwrap();
         std::fs::copy(&busybox, bb.join("root/bin/busybox")).unwrap();
-        for applet in ["sh", "echo", "true", "sleep", "cat", "id"] {
+        for applet in ["sh", "echo", "true", "sleep", "cat", "id", "hostname", "grep", "chmod"] {
             std::os::unix::fs::symlink("busybox", bb.join("root/bin").join(applet)).unwrap();
         }
         std::fs::write(bb.join("root/bin/hello.sh"), "#!/bin/sh\necho hello\n").unwrap();
@@ -591,8 +591,13 @@ fn ordinary_images(tender: &str) {
     std::fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     let script =
         "echo from the container > /data/c; n=0; while [ ! -e /data/e ] && [ $n -lt 60 ]; do read -t 1 x; n=$((n+1)); done; read l < /data/e; echo \"$l\"";
+    // critest's Localhost seccomp profile that blocks chmod: the guest's
+    // kernel applies it to the container's program (and its execs).
+    let profile = cri.dir().join("block-chmod.json");
+    std::fs::write(&profile, r#"{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["chmod", "fchmodat"], "action": "SCMP_ACT_ERRNO"}]}"#).unwrap();
     let cfg = serde_json::json!({"stdin": true, "envs": [{"key": "GREETING", "value": "hello"}],
-                                 "mounts": [{"container_path": "/data", "host_path": shared, "readonly": false}]});
+                                 "mounts": [{"container_path": "/data", "host_path": shared, "readonly": false}],
+                                 "linux": {"security_context": {"seccomp": {"profile_type": 2, "localhost_ref": profile}}}});
     let waiter = cri.ok(&["create", &pod, &container_config(&cri, "waiter", 0, BUSYBOX, &["sh", "-c", script], cfg), &pod_json]);
     cri.ok(&["start", &waiter]);
     let t0 = Instant::now();
@@ -614,17 +619,22 @@ fn ordinary_images(tender: &str) {
     assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).as_ref()), (Some(0), "streamed\n"), "{}", text(&o));
     // What critest reads: the pod's host name (busybox `hostname`, uname's
     // node name), its sysctl under /proc/sys, /proc/self/status's Seccomp
-    // field (0: the guest's kernel filters nothing); `hostname NAME`
-    // (sethostname) works for root.
-    for (cmd, want) in [
-        (&["hostname"][..], format!("pod-{tender}")),
-        (&["cat", "/proc/sys/kernel/shm_rmid_forced"], "1".into()),
-        (&["grep", "Seccomp:", "/proc/self/status"], "Seccomp:\t0".into()),
-        (&["hostname", "renamed"], String::new()),
+    // field (2: a profile is applied); `hostname NAME` (sethostname) works
+    // for root; the profile refuses chmod.
+    for (cmd, status, want) in [
+        (&["hostname"][..], 0, format!("pod-{tender}")),
+        (&["cat", "/proc/sys/kernel/shm_rmid_forced"], 0, "1".into()),
+        (&["grep", "Seccomp:", "/proc/self/status"], 0, "Seccomp:\t2".into()),
+        (&["hostname", "renamed"], 0, String::new()),
+        (&["chmod", "400", "/data/c"], 1, String::new()),
     ] {
         let o = cri.crictl(&[&["exec", &waiter][..], cmd].concat());
-        assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).trim_end()), (Some(0), want.as_str()), "{cmd:?}: {}", text(&o));
+        assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).trim_end()), (Some(status), want.as_str()), "{cmd:?}: {}", text(&o));
+        if status != 0 {
+            assert!(String::from_utf8_lossy(&o.stderr).contains("chmod: /data/c: Operation not permitted"), "{}", text(&o));
+        }
     }
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(shared.join("c")).unwrap().permissions()) & 0o777, 0o644, "the refused chmod changed nothing");
     // The container saw the exec's file and ended.
     let st = cri.wait_exited(&waiter);
     assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(0), Some("Completed")), "{st}; logs: {}", text(&cri.crictl(&["logs", &waiter])));
