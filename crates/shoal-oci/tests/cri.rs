@@ -611,12 +611,7 @@ fn ordinary_images(tender: &str) {
     // names it, with the exec's stderr).
     let o = cri.crictl(&["exec", "-s", &waiter, "cat", "/data/c"]);
     assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).as_ref()), (Some(0), "from the container\n\n\n"), "{}", text(&o));
-    let o = cri.crictl(&["exec", "-s", &waiter, "sh", "-c", "echo $GREETING from exec > /data/e; echo to stderr >&2; exit 3"]);
-    assert!(!o.status.success() && text(&o).contains("exited with 3: to stderr"), "{}", text(&o));
-    assert_eq!(std::fs::read_to_string(shared.join("e")).unwrap(), "hello from exec\n", "the exec's write reached the volume");
-    // The streaming exec (`crictl exec` without -s) answers the same way.
-    let o = cri.crictl(&["exec", &waiter, "echo", "streamed"]);
-    assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).as_ref()), (Some(0), "streamed\n"), "{}", text(&o));
+    // (Before the exec that writes /data/e, which ends the container.)
     // What critest reads: the pod's host name (busybox `hostname`, uname's
     // node name), its sysctl under /proc/sys, /proc/self/status's Seccomp
     // field (2: a profile is applied); `hostname NAME` (sethostname) works
@@ -635,6 +630,12 @@ fn ordinary_images(tender: &str) {
         }
     }
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(shared.join("c")).unwrap().permissions()) & 0o777, 0o644, "the refused chmod changed nothing");
+    let o = cri.crictl(&["exec", "-s", &waiter, "sh", "-c", "echo $GREETING from exec > /data/e; echo to stderr >&2; exit 3"]);
+    assert!(!o.status.success() && text(&o).contains("exited with 3: to stderr"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(shared.join("e")).unwrap(), "hello from exec\n", "the exec's write reached the volume");
+    // The streaming exec (`crictl exec` without -s) answers the same way.
+    let o = cri.crictl(&["exec", &waiter, "echo", "streamed"]);
+    assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).as_ref()), (Some(0), "streamed\n"), "{}", text(&o));
     // The container saw the exec's file and ended.
     let st = cri.wait_exited(&waiter);
     assert_eq!((st["exitCode"].as_i64(), st["reason"].as_str()), (Some(0), Some("Completed")), "{st}; logs: {}", text(&cri.crictl(&["logs", &waiter])));
