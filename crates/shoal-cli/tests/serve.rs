@@ -2539,7 +2539,12 @@ fn writable_function_mounts_take_the_handlers_writes() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let r = gw.get("/functions/writer2");
-    assert_eq!(r.json()["mounts"], serde_json::json!([format!("{}:/data:rw", data.display()), format!("{}:/conf:ro", d.join("conf").display())]), "{}", r.text());
+    assert_eq!(
+        r.json()["mounts"],
+        serde_json::json!([format!("{}:/data:rw", data.display()), format!("{}:/conf:ro", d.join("conf").display())]),
+        "{}",
+        r.text()
+    );
     assert_eq!(gw.get("/fn/writer2/three").text(), "conf from the host\n");
     assert_eq!(std::fs::read_to_string(data.join("hits")).unwrap(), "/one\n/two\n/three\n");
     let o = shoal().current_dir(d).env("SHOAL_TOKEN", &gw.token).args(["fn", "--gateway", &url, "deploy", "w3", "w.py", "--mount", "data"]).output().unwrap();

@@ -1110,9 +1110,8 @@ mod tests {
         }
         // A seccomp profile: the calls it refuses, as --seccomp-deny.
         let mut s = spec.clone();
-        s.linux.seccomp = Some(
-            serde_json::from_str(r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["sethostname"],"action":"SCMP_ACT_ERRNO"}]}"#).unwrap(),
-        );
+        s.linux.seccomp =
+            Some(serde_json::from_str(r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["sethostname"],"action":"SCMP_ACT_ERRNO"}]}"#).unwrap());
         assert!(plan(&s).unwrap().windows(2).any(|w| w == ["--seccomp-deny", "170=1"]));
         s.linux.seccomp = Some(serde_json::from_str(r#"{"defaultAction":"SCMP_ACT_KILL"}"#).unwrap());
         assert!(plan(&s).unwrap_err().to_string().starts_with("linux.seccomp: action SCMP_ACT_KILL is not supported"));

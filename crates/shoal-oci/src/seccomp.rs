@@ -136,12 +136,12 @@ mod tests {
         // names, clone allowed under conditions, clone3 ENOSYS, a
         // conditional refusal of some sockets that is not applied.
         let p = profile(serde_json::json!({"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": 1,
-            "syscalls": [
-                {"names": ["read", "write", "socket"], "action": "SCMP_ACT_ALLOW"},
-                {"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 2114060288, "op": "SCMP_CMP_MASKED_EQ"}]},
-                {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38},
-                {"names": ["socket"], "action": "SCMP_ACT_ERRNO", "errnoRet": 22, "args": [{"index": 0, "value": 40, "op": "SCMP_CMP_EQ"}]}
-            ]}));
+        "syscalls": [
+            {"names": ["read", "write", "socket"], "action": "SCMP_ACT_ALLOW"},
+            {"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 2114060288, "op": "SCMP_CMP_MASKED_EQ"}]},
+            {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38},
+            {"names": ["socket"], "action": "SCMP_ACT_ERRNO", "errnoRet": 22, "args": [{"index": 0, "value": 40, "op": "SCMP_CMP_EQ"}]}
+        ]}));
         let e = p.errnos().unwrap();
         assert_eq!((e[0], e[1], e[41], e[56], e[435], e[170], e[511]), (0, 0, 0, 0, 38, 1, 1));
     }
@@ -153,7 +153,8 @@ mod tests {
             p.errnos().unwrap_err().to_string(),
             "linux.seccomp: action SCMP_ACT_KILL_PROCESS is not supported (the guest's kernel refuses a call with an errno; it does not kill, trap or notify)"
         );
-        let p = profile(serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ERRNO", "errnoRet": 4096}]}));
+        let p =
+            profile(serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ERRNO", "errnoRet": 4096}]}));
         assert_eq!(p.errnos().unwrap_err().to_string(), "linux.seccomp: errnoRet 4096 is not an errno from 1 to 255");
         let p = profile(serde_json::json!({"defaultAction": "SCMP_ACT_TRACE"}));
         assert_eq!(p.errnos().unwrap()[0], 38);

@@ -484,7 +484,8 @@ fn ordinary_images(tender: &str) {
     // hvt through the runtime handler `shoal-hvt` (shoal-oci as
     // shoal-oci-hvt), with no annotation: what critest and a RuntimeClass
     // can choose. The pod's host name and a sysctl reach every container.
-    let (handler, annotations) = if tender == "hvt" { ("shoal-hvt", serde_json::json!({})) } else { ("shoal", serde_json::json!({"org.shoal.tender": tender})) };
+    let (handler, annotations) =
+        if tender == "hvt" { ("shoal-hvt", serde_json::json!({})) } else { ("shoal", serde_json::json!({"org.shoal.tender": tender})) };
     let pod_json = cri.file(
         &format!("pod-{name}"),
         &serde_json::json!({
@@ -629,7 +630,11 @@ fn ordinary_images(tender: &str) {
             assert!(String::from_utf8_lossy(&o.stderr).contains("chmod: /data/c: Operation not permitted"), "{}", text(&o));
         }
     }
-    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(shared.join("c")).unwrap().permissions()) & 0o777, 0o644, "the refused chmod changed nothing");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(shared.join("c")).unwrap().permissions()) & 0o777,
+        0o644,
+        "the refused chmod changed nothing"
+    );
     let o = cri.crictl(&["exec", "-s", &waiter, "sh", "-c", "echo $GREETING from exec > /data/e; echo to stderr >&2; exit 3"]);
     assert!(!o.status.success() && text(&o).contains("exited with 3: to stderr"), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(shared.join("e")).unwrap(), "hello from exec\n", "the exec's write reached the volume");

@@ -224,7 +224,10 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                     for m in mount {
                         // HOST is named to the gateway as an absolute path
                         // (it resolves nothing against its own directory).
-                        let (host, rest) = m.split_once(':').filter(|(h, r)| !h.is_empty() && r.contains(':')).ok_or_else(|| anyhow!("--mount {m}: expected HOST:GUEST:ro|rw"))?;
+                        let (host, rest) = m
+                            .split_once(':')
+                            .filter(|(h, r)| !h.is_empty() && r.contains(':'))
+                            .ok_or_else(|| anyhow!("--mount {m}: expected HOST:GUEST:ro|rw"))?;
                         mounts.push(json!(format!("{}:{rest}", abs(PathBuf::from(host))?.display())));
                     }
                     set("mounts", Value::Array(mounts));
