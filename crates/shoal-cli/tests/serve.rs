@@ -2548,7 +2548,7 @@ fn writable_function_mounts_take_the_handlers_writes() {
     assert_eq!(gw.get("/fn/writer2/three").text(), "conf from the host\n");
     assert_eq!(std::fs::read_to_string(data.join("hits")).unwrap(), "/one\n/two\n/three\n");
     let o = shoal().current_dir(d).env("SHOAL_TOKEN", &gw.token).args(["fn", "--gateway", &url, "deploy", "w3", "w.py", "--mount", "data"]).output().unwrap();
-    assert_eq!((o.status.code(), stderr(&o).trim()), (Some(1), "shoal: --mount data: expected HOST:GUEST:ro|rw"));
+    assert_eq!((o.status.code(), stderr(&o).trim()), (Some(125), "shoal: --mount data: expected HOST:GUEST:ro|rw"));
     let refused = [
         (serde_json::json!({"host": data, "guest": "/", "rw": true}), 422, "the root mount (GUESTDIR /) is read-only"),
         (serde_json::json!({"host": data, "guest": "data", "rw": true}), 422, "expected HOSTDIR:GUESTDIR:ro"),
