@@ -16,6 +16,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 /// The `shoal fn` subcommands.
+// One value per command line: Deploy's size costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum FnCmd {
     /// Deploy (or update) a function: `shoal fn deploy NAME IMAGE [--backend spt|hvt|process|runc|runsc] …`,

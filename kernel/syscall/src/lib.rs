@@ -548,6 +548,7 @@ extern "C" fn shoal_syscall_aligned(n: i64, a: i64, b: i64, c: i64, d: i64, e: i
 /// (not in [`dispatch`], which the kernel's own loading of an interpreter
 /// uses too, as Linux's execve is not filtered); the clock reads that
 /// Linux answers in the vDSO are not filtered either, as on Linux.
+#[cfg(not(test))]
 #[inline]
 pub(crate) fn refused(n: u64) -> Option<i64> {
     match shoal_plat::boot::syscall_errno(n) {
