@@ -48,7 +48,11 @@ fn bench(dir: &Path, args: &[&str]) -> Output {
         Some(bin) => std::process::Command::new(bin),
         None => shoal(),
     };
-    output(cmd.current_dir(dir).arg("bench").args(args))
+    let t0 = std::time::Instant::now();
+    let out = output(cmd.current_dir(dir).arg("bench").args(args));
+    // Seen with --nocapture: what each bench costs the suite's budget.
+    eprintln!("bench {} took {:.1} s", args.join(" "), t0.elapsed().as_secs_f64());
+    out
 }
 
 /// The marker a missing system leaves in a key set.

@@ -132,6 +132,11 @@ impl Gateway {
         let t0 = Instant::now();
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
+                if st.code().is_none() {
+                    // A death by signal: say which, with what the gateway said.
+                    use std::os::unix::process::ExitStatusExt;
+                    eprintln!("the gateway died of signal {:?}; stderr: {}", st.signal(), std::fs::read_to_string(&self.log).unwrap_or_default());
+                }
                 return st.code();
             }
             assert!(t0.elapsed() < DEADLINE, "the gateway did not stop on SIGTERM");

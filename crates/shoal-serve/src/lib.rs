@@ -235,9 +235,13 @@ pub fn serve(o: Options) -> Result<()> {
                 }
             }
         });
+        // The handlers are in place before the address is announced: a
+        // SIGTERM sent as soon as the line is read (a supervisor, a test)
+        // must stop the gateway cleanly, not kill it by the default action.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
         println!("listening on http://{local} (state {})", state.display());
         let _ = std::io::stdout().flush();
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         // No Nagle: a streamed response goes out as head and body writes,
         // and the second would wait for the client's delayed ACK.
         use axum::serve::ListenerExt;
@@ -257,7 +261,7 @@ pub fn serve(o: Options) -> Result<()> {
         tokio::select! {
             r = server => r.context("the gateway's server stopped")?.context("the gateway's server failed")?,
             _ = term.recv() => eprintln!("shoal: SIGTERM: stopping the instances"),
-            _ = tokio::signal::ctrl_c() => eprintln!("shoal: SIGINT: stopping the instances"),
+            _ = int.recv() => eprintln!("shoal: SIGINT: stopping the instances"),
         }
         dispatcher.shutdown(STOP_GRACE).await;
         drop(scratch);
