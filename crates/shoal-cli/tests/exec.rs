@@ -65,6 +65,24 @@ fn vector_registers_survive_system_calls_as_natively() {
     matches_native(&exe, &[], 0);
 }
 
+/// A light call (`getpid` from a rewritten site, answered without the
+/// vector-register save) still passes its component's gate when the gate
+/// has work: an injection into `process` at its 1000th call fires among
+/// the program's 2000 rewritten getpids, and the program goes on.
+#[test]
+fn light_calls_pass_a_gate_with_work() {
+    let dir = scratch();
+    let exe = gcc_static("getpid", dir.path(), &[]);
+    for t in tenders() {
+        let o = output(shoal_run(t).args(["--inject", "process:panic@1000"]).arg(&exe).args(["--", "2000"]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{t}: {err}");
+        assert!(err.contains("injected fault: panic at call 1000 into process"), "{t}: {err}");
+        assert!(err.contains("shoal: rebooted process in "), "{t}: {err}");
+        assert!(err.lines().last().is_some_and(|l| l.starts_with("pair=")), "{t}: {err}");
+    }
+}
+
 /// A handler that makes system calls (re-entering the kernel from a
 /// handler the kernel called) and one on an alternate stack.
 #[test]
@@ -333,6 +351,87 @@ fn a_changed_executable_is_built_again() {
     touch(&exe);
     let s = output(shoal_run("spt").arg(&exe));
     assert_eq!((stdout(&s).as_str(), s.status.code()), ("two\n", Some(0)), "{}", stderr(&s));
+}
+
+/// The kernel images in the exec cache `dir` (`kernel-<SHA-256>.img`),
+/// each with its inode.
+fn kernel_images(dir: &Path) -> Vec<(String, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut v: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| (e.file_name().to_string_lossy().to_string(), e))
+        .filter(|(n, _)| n.len() == 75 && n.starts_with("kernel-") && n.ends_with(".img"))
+        .map(|(n, e)| (n, e.metadata().unwrap().ino()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The exec cache is keyed by content: a kernel archive changed in a few
+/// bytes (the default `/etc/hosts`'s `ip6-loopback` → `ip6-LOOPBACK`,
+/// read-only data the kernel serves as the file) gets its own
+/// kernel image and instance image and the program sees the change; the
+/// same archive touched, or changed back, reuses the image built for that
+/// content (same file, nothing linked again). Run in a source tree of its
+/// own (`SHOAL_HOME`: links to this tree, with a kernel archive of its
+/// own) and a cache of its own (`SHOAL_CACHE`: the shared sysroot
+/// linked in).
+#[test]
+fn the_kernel_image_is_named_by_its_content() {
+    let dir = scratch();
+    let (tree, cache) = (dir.path().join("tree"), dir.path().join("cache"));
+    let real_cache = PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/shoal");
+    for (from, to, skip) in [(home(), &tree, "kernel"), (real_cache.clone(), &cache, "exec")] {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(&from).unwrap().flatten() {
+            if e.file_name() != skip {
+                std::os::unix::fs::symlink(e.path(), to.join(e.file_name())).unwrap();
+            }
+        }
+    }
+    let release = tree.join("kernel/target/release");
+    std::fs::create_dir_all(&release).unwrap();
+    std::os::unix::fs::symlink(home().join("kernel/Cargo.toml"), tree.join("kernel/Cargo.toml")).unwrap();
+    let lib = release.join("libshoal_kernel.linkable.a");
+    let original = std::fs::read(home().join("kernel/target/release/libshoal_kernel.linkable.a")).unwrap();
+    let at = original.windows(12).position(|w| w == b"ip6-loopback").expect("the default /etc/hosts in the kernel archive");
+    let mut changed = original.clone();
+    changed[at + 4..at + 12].copy_from_slice(b"LOOPBACK");
+    let src = dir.path().join("hosts.c");
+    std::fs::write(&src, "#include <stdio.h>\nint main(void) { char b[256]; FILE *f = fopen(\"/etc/hosts\", \"r\"); while (f && fgets(b, sizeof b, f)) fputs(b, stdout); return 0; }\n").unwrap();
+    let exe = dir.path().join("hosts");
+    let o = Command::new("gcc").args(["-static", "-O2", "-o"]).arg(&exe).arg(&src).output().unwrap();
+    assert!(o.status.success(), "gcc: {}", stderr(&o));
+    let exec = cache.join("exec");
+    let instance_images = || std::fs::read_dir(&exec).unwrap().flatten().filter(|e| e.file_name().len() == 68).count();
+    let hosts = |last: &str| format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-{last}\n");
+    let run = |want: &str| {
+        let s = output(shoal_run("spt").env("SHOAL_HOME", &tree).env("SHOAL_CACHE", &cache).arg(&exe));
+        assert_eq!((stdout(&s).as_str(), s.status.code()), (want, Some(0)), "{}", stderr(&s));
+    };
+    std::fs::write(&lib, &original).unwrap();
+    run(&hosts("loopback"));
+    let first = kernel_images(&exec);
+    assert_eq!((first.len(), instance_images()), (1, 1), "{first:?}");
+    // Touched (newer than the image, same bytes): nothing built again.
+    let f = std::fs::File::options().write(true).open(&lib).unwrap();
+    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5)).unwrap();
+    drop(f);
+    run(&hosts("loopback"));
+    assert_eq!((kernel_images(&exec), instance_images()), (first.clone(), 1));
+    // Another kernel: its own kernel image and instance image.
+    std::fs::write(&lib, &changed).unwrap();
+    run(&hosts("LOOPBACK"));
+    let both = kernel_images(&exec);
+    assert_eq!((both.len(), instance_images()), (2, 2), "{both:?}");
+    assert!(both.contains(&first[0]));
+    // Back to the first kernel: its image as it was.
+    std::fs::write(&lib, &original).unwrap();
+    run(&hosts("loopback"));
+    assert_eq!((kernel_images(&exec), instance_images()), (both, 2));
+    let link = std::fs::read_dir(&exec).unwrap().flatten().find(|e| e.file_type().unwrap().is_symlink()).expect("the tree's link to its kernel image");
+    assert_eq!(std::fs::read_link(link.path()).unwrap(), PathBuf::from(&first[0].0));
 }
 
 /// Code the program makes at run time (written, then made read-execute,

@@ -129,14 +129,39 @@ fn single_process_is_the_instance_itself() {
 }
 
 /// SHOAL_DEBUG_START prints each start step of an spt instance, front end
-/// and instance process, in order of time, and nothing without it.
+/// and instance process, in order of time, and nothing without it. The
+/// seccomp program compiled at the first start is kept in the cache
+/// (`SHOAL_CACHE/filter/BUILD/KEY`, a check word and the records) and the
+/// next start's instance takes it; a damaged file is compiled again and
+/// replaced.
 #[test]
 fn start_steps_are_printed_on_request_only() {
     let dir = scratch();
     let image = build_image(&app("hello.c"), dir.path(), &[]);
-    let plain = output(tender().args(["--tender", "spt", "--mem=32M"]).arg(&image));
+    let cache = dir.path().join("cache");
+    let run = |timed: bool| {
+        let mut c = tender();
+        c.env("SHOAL_CACHE", &cache).args(["--tender", "spt", "--mem=32M"]).arg(&image);
+        if timed {
+            c.env("SHOAL_DEBUG_START", "1");
+        }
+        output(&mut c)
+    };
+    let plain = run(false);
     assert!(plain.status.success() && !stderr(&plain).contains("shoal: start:"), "{}", stderr(&plain));
-    let timed = output(tender().env("SHOAL_DEBUG_START", "1").args(["--tender", "spt", "--mem=32M"]).arg(&image));
+    let builds: Vec<_> = std::fs::read_dir(cache.join("filter")).unwrap().flatten().collect();
+    let programs: Vec<_> = std::fs::read_dir(builds[0].path()).unwrap().flatten().map(|e| e.path()).collect();
+    assert_eq!((builds.len(), programs.len()), (1, 1), "{programs:?}");
+    let stored = std::fs::read(&programs[0]).unwrap();
+    assert!(stored.len() > 8 && (stored.len() - 8).is_multiple_of(8), "{} bytes", stored.len());
+    let mut damaged = stored.clone();
+    *damaged.last_mut().unwrap() ^= 1;
+    std::fs::write(&programs[0], &damaged).unwrap();
+    let again = run(false);
+    assert_eq!((again.status.code(), stdout(&again)), (plain.status.code(), stdout(&plain)), "{}", stderr(&again));
+    assert_eq!(std::fs::read(&programs[0]).unwrap(), stored, "the damaged program was not compiled again");
+    let timed = run(true);
+    assert!(stderr(&timed).contains("instance: seccomp filter taken from the spec"), "{}", stderr(&timed));
     assert!(timed.status.success(), "{}", stderr(&timed));
     assert_eq!(stdout(&timed), stdout(&plain), "the guest's output changed");
     let steps: Vec<(f64, String)> = stderr(&timed)

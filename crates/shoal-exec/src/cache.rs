@@ -10,9 +10,11 @@
 //! [`prune`] removes the images used longest ago until the rest fit in
 //! [`limit`] (`SHOAL_EXEC_CACHE_MAX`, default [`DEFAULT_MAX`]). `shoal
 //! cache prune [--max SIZE]` does the same on demand. An image removed
-//! is only built again at its next start. The kernel images
-//! (`kernel-*.img`) are never removed (one per source tree, rebuilt only
-//! when the kernel changes), nor is anything that is not the cache's own.
+//! is only built again at its next start. Kernel images
+//! (`kernel-<SHA-256>.img`, named by the content they are built from) are
+//! removed the same way once no source tree's link (`kernel-TREE.img`)
+//! points at them; the links and anything that is not the cache's own
+//! are never removed.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -96,6 +98,25 @@ fn image_name(name: &str) -> bool {
     name.len() == 68 && name.ends_with(".img") && name[..64].bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// Whether `name` is a kernel image's (`kernel-<64 hex digits>.img`).
+fn kernel_name(name: &str) -> bool {
+    name.strip_prefix("kernel-").is_some_and(image_name)
+}
+
+/// The kernel images some `kernel-TREE.img` link in `dir` points at.
+fn linked_kernels(dir: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type().is_ok_and(|t| t.is_symlink()) {
+            if let Ok(t) = std::fs::read_link(e.path()) {
+                out.push(t.into_os_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Removes the images of `dir` used longest ago until the rest hold at
 /// most `max` bytes, never `keep` (the image a start is about to run);
 /// then the start-by-stat notes that name a removed image and build
@@ -103,6 +124,7 @@ fn image_name(name: &str) -> bool {
 pub fn prune(dir: &Path, max: u64, keep: Option<&Path>) -> std::io::Result<Pruned> {
     let mut entries = Vec::new();
     let now = SystemTime::now();
+    let linked = linked_kernels(dir)?;
     for e in std::fs::read_dir(dir)? {
         let e = e?;
         let name = e.file_name();
@@ -115,12 +137,16 @@ pub fn prune(dir: &Path, max: u64, keep: Option<&Path>) -> std::io::Result<Prune
             }
             continue;
         }
-        if !image_name(name) {
+        let kernel = kernel_name(name);
+        if !(image_name(name) || kernel && !linked.iter().any(|l| l == name)) {
             continue;
         }
         let Ok(m) = e.metadata() else { continue };
         let manifest = shoal_manifest::Manifest::path_for(&path);
-        let extra = std::fs::metadata(&manifest).map(|m| m.len()).unwrap_or(0);
+        let mut extra = std::fs::metadata(&manifest).map(|m| m.len()).unwrap_or(0);
+        if kernel {
+            extra += std::fs::metadata(debug_for(&path)).map(|m| m.len()).unwrap_or(0);
+        }
         entries.push(Entry { img: path, bytes: m.len() + extra, used: m.modified().unwrap_or(SystemTime::UNIX_EPOCH) });
     }
     // Oldest first; the name breaks ties so the order is the same every time.
@@ -140,6 +166,7 @@ pub fn prune(dir: &Path, max: u64, keep: Option<&Path>) -> std::io::Result<Prune
             Err(err) => return Err(err),
         }
         let _ = std::fs::remove_file(shoal_manifest::Manifest::path_for(&e.img));
+        let _ = std::fs::remove_file(debug_for(&e.img));
         p.removed += 1;
         p.freed += e.bytes;
         p.kept -= 1;
@@ -154,6 +181,13 @@ pub fn prune(dir: &Path, max: u64, keep: Option<&Path>) -> std::io::Result<Prune
         }
     }
     Ok(p)
+}
+
+/// The debug information `shoal cc` writes beside a kernel image.
+fn debug_for(img: &Path) -> PathBuf {
+    let mut s = img.as_os_str().to_owned();
+    s.push(".debug");
+    PathBuf::from(s)
 }
 
 #[cfg(test)]
@@ -186,6 +220,18 @@ mod tests {
         let middle = image(&d, 3, 1000, 20_000);
         let newest = image(&d, 4, 1000, 10_000);
         std::fs::write(d.join("kernel-0123456789abcdef.img"), vec![0u8; 5000]).unwrap();
+        // A kernel image a tree's link points at stays; one no link
+        // points at is an image like the others (used longest ago here).
+        let (linked, unlinked) = (format!("kernel-{}", key(5)), format!("kernel-{}", key(6)));
+        std::fs::write(d.join(&linked), vec![0u8; 5000]).unwrap();
+        std::os::unix::fs::symlink(&linked, d.join("kernel-00000000000000aa.img")).unwrap();
+        let stale = image(&d, 6, 1000, 50_000);
+        std::fs::rename(&stale, d.join(&unlinked)).unwrap();
+        std::fs::rename(shoal_manifest::Manifest::path_for(&stale), shoal_manifest::Manifest::path_for(&d.join(&unlinked))).unwrap();
+        std::fs::write(super::debug_for(&d.join(&unlinked)), [0u8; 100]).unwrap();
+        assert_eq!(prune(&d, 4400, None).unwrap(), Pruned { removed: 1, freed: 1200, kept: 4, size: 4400 });
+        assert!(!d.join(&unlinked).exists() && !super::debug_for(&d.join(&unlinked)).exists());
+        assert!(d.join(&linked).exists() && d.join("kernel-00000000000000aa.img").exists());
         std::fs::write(d.join("notes.txt"), "not the cache's").unwrap();
         std::fs::write(d.join("by-stat/a"), key(1)).unwrap();
         std::fs::write(d.join("by-stat/b"), key(4)).unwrap();

@@ -72,6 +72,20 @@ impl KernelImage {
         let info = find(b"SHOAL_EXEC_INFO").ok_or_else(|| bad("no SHOAL_EXEC_INFO symbol (a kernel older than executables)"))?;
         let syscall_entry = find(b"shoal_exec_entry").ok_or_else(|| bad("no shoal_exec_entry symbol"))?;
         let call_entry = find(b"shoal_exec_call_entry").unwrap_or(syscall_entry);
+        // The light system calls' code runs with the program's vector
+        // registers unsaved: it must leave them alone.
+        if let Some(light) = symbols.iter().find(|s| symbols.symbol_name(e, s).is_ok_and(|n| n == b"shoal_exec_light")) {
+            let (at, size) = (object::read::elf::Sym::st_value(light, e), object::read::elf::Sym::st_size(light, e));
+            let code = phdrs
+                .iter()
+                .filter(|p| p[0] == u64::from(elf::PT_LOAD))
+                .find(|p| p[3] <= at && at.saturating_add(size) <= p[3] + p[4])
+                .and_then(|p| bytes.get((p[2] + at - p[3]) as usize..(p[2] + at - p[3] + size) as usize))
+                .ok_or_else(|| bad("shoal_exec_light is not in the file's data"))?;
+            if let Some(why) = light_path_fault(code, at) {
+                return Err(bad(&format!("its light system-call path (shoal_exec_light) {why}, so the program's vector registers would not survive it")));
+            }
+        }
         let info_off = phdrs
             .iter()
             .filter(|p| p[0] == u64::from(elf::PT_LOAD))
@@ -83,6 +97,41 @@ impl KernelImage {
         }
         Ok(KernelImage { path: path.to_path_buf(), bytes: bytes.to_vec(), phdrs, entry: h.e_entry(e), info_off, syscall_entry, call_entry, note })
     }
+}
+
+/// Why the light system-call path's machine code `code` (at address
+/// `at`) could touch a vector register, or `None` if it cannot: it must
+/// use none, explicitly or implicitly, and stay inside itself (no call,
+/// no jump out, no indirect branch), so that nothing it reaches is
+/// unchecked.
+pub(crate) fn light_path_fault(code: &[u8], at: u64) -> Option<String> {
+    use iced_x86::{Decoder, DecoderOptions, FlowControl, InstructionInfoFactory, Mnemonic as M};
+    let end = at + code.len() as u64;
+    let mut d = Decoder::with_ip(64, code, at, DecoderOptions::NONE);
+    let mut info = InstructionInfoFactory::new();
+    while d.can_decode() {
+        let i = d.decode();
+        if i.is_invalid() {
+            return Some(format!("has bytes at {:#x} that are no instruction", i.ip()));
+        }
+        let vector = info.info(&i).used_registers().iter().any(|r| r.register().is_vector_register())
+            || (0..i.op_count()).any(|k| i.op_register(k).is_vector_register())
+            // The state saves and restores, whose registers the decoder's
+            // list leaves implicit.
+            || matches!(
+                i.mnemonic(),
+                M::Fxsave | M::Fxsave64 | M::Fxrstor | M::Fxrstor64 | M::Xsave | M::Xsave64 | M::Xsaveopt | M::Xsaveopt64 | M::Xsavec | M::Xsavec64 | M::Xsaves | M::Xsaves64 | M::Xrstor | M::Xrstor64 | M::Xrstors | M::Xrstors64 | M::Vzeroupper | M::Vzeroall
+            );
+        if vector {
+            return Some(format!("uses a vector register at {:#x} ({:?})", i.ip(), i.mnemonic()));
+        }
+        match i.flow_control() {
+            FlowControl::Next | FlowControl::Return => {}
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch if (at..end).contains(&i.near_branch_target()) => {}
+            _ => return Some(format!("leaves itself at {:#x} ({:?})", i.ip(), i.mnemonic())),
+        }
+    }
+    None
 }
 
 fn page_up(a: u64) -> u64 {
@@ -268,5 +317,28 @@ mod tests {
         assert_eq!(jmp.code(), iced_x86::Code::Jmp_rel32_64);
         assert_eq!(jmp.near_branch_target(), entry);
         assert!(t[17..].iter().all(|&b| b == 0xcc), "the rest is int3");
+    }
+
+    /// The light path's check passes plain integer code with a jump
+    /// inside it and refuses each way out of its promise.
+    #[test]
+    fn light_path_check_refuses_vector_registers_and_calls() {
+        let at = 0x10_0000;
+        // mov eax, [rdi]; cmp eax, 39; jne +2; xor eax, eax; ret
+        let ok = [0x8b, 0x07, 0x83, 0xf8, 0x27, 0x75, 0x02, 0x31, 0xc0, 0xc3];
+        assert_eq!(light_path_fault(&ok, at), None);
+        let fault = |b: &[u8]| light_path_fault(b, at).unwrap_or_default();
+        // movdqa [rsp], xmm0
+        assert!(fault(&[0x66, 0x0f, 0x7f, 0x04, 0x24, 0xc3]).starts_with("uses a vector register at 0x100000"), "{}", fault(&[0x66, 0x0f, 0x7f, 0x04, 0x24]));
+        // fxsave [rdi] (implicit: every xmm register)
+        assert!(fault(&[0x0f, 0xae, 0x07, 0xc3]).starts_with("uses a vector register"), "{}", fault(&[0x0f, 0xae, 0x07, 0xc3]));
+        // call rel32
+        assert_eq!(fault(&[0xe8, 0, 0, 0, 0, 0xc3]), "leaves itself at 0x100000 (Call)");
+        // jmp rel32 out of the function (a tail call)
+        assert_eq!(fault(&[0xe9, 0x00, 0x10, 0, 0]), "leaves itself at 0x100000 (Jmp)");
+        // jmp rax
+        assert_eq!(fault(&[0xff, 0xe0]), "leaves itself at 0x100000 (Jmp)");
+        // a truncated instruction
+        assert!(fault(&[0x8b]).starts_with("has bytes at 0x100000"), "{}", fault(&[0x8b]));
     }
 }

@@ -296,7 +296,7 @@ pub fn prepare(exe: &Path, kernel: &Path, cache_dir: &Path) -> Result<PathBuf, E
 /// What identifies a file's version without reading it: its device,
 /// inode, size, modification and status-change times (a rewrite in place
 /// changes the times, a replacement by rename the inode).
-fn stat_key(p: &Path) -> Option<String> {
+pub fn stat_key(p: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(p).ok()?;
     Some(format!("{}:{}:{}:{}.{}:{}.{}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))

@@ -207,6 +207,15 @@ pub struct FnRuntime {
     permits: Arc<Semaphore>,
     queued: AtomicUsize,
     slots: Mutex<Vec<Slot>>,
+    /// Instances being started (outside the slots lock), and the signal
+    /// that one has started or failed: a request to a function whose
+    /// instances take several requests each waits for them rather than
+    /// start one more.
+    starting: AtomicUsize,
+    started: std::sync::Condvar,
+    /// Held while a template is built on a cold start (the first to find
+    /// none builds it; the others wait and copy it).
+    building: Mutex<()>,
     /// Its instances' output.
     pub logs: Arc<Logs>,
     /// spt: the image and settings checked and prepared once
@@ -379,6 +388,9 @@ impl Dispatcher {
             permits: Arc::new(Semaphore::new(permits)),
             queued: AtomicUsize::new(0),
             slots: Mutex::new(Vec::new()),
+            starting: AtomicUsize::new(0),
+            started: std::sync::Condvar::new(),
+            building: Mutex::new(()),
             logs,
             prepared: Mutex::new(prepared.map(Arc::new)),
             template: Mutex::new(None),
@@ -581,7 +593,7 @@ impl Dispatcher {
         let guard = SlotGuard { f: f.clone(), inst: inst.clone(), permit: Some(permit), sender: None, done: false };
         let answer = tokio::time::timeout_at(deadline.into(), self.forward(&inst, rest, req, deadline)).await;
         match answer {
-            Ok(Ok((resp, sender))) => {
+            Ok(Ok((resp, sender, driver))) => {
                 if cold {
                     self.metrics.cold_start_answered(&f.spec.name, inst.started.elapsed().as_secs_f64());
                     if *TRACE {
@@ -611,9 +623,16 @@ impl Dispatcher {
                 // An empty body is never polled (hyper sees its end at
                 // once): the connection is free for the next request now.
                 guard.done = hyper::body::Body::is_end_stream(&body);
+                let mut driver = driver;
+                if guard.done {
+                    if let Some(d) = driver.take() {
+                        tokio::spawn(d);
+                    }
+                }
                 let body = GuardedBody {
                     inner: body,
                     guard: (!guard.done).then_some(guard),
+                    driver,
                     deadline: Box::pin(tokio::time::sleep_until(deadline.into())),
                     timeout_ms: f.spec.timeout_ms,
                 };
@@ -669,28 +688,49 @@ impl Dispatcher {
     /// A free slot on a running instance (warm), or a new instance (cold).
     fn take_slot(self: &Arc<Self>, f: &Arc<FnRuntime>) -> Result<(Arc<Instance>, bool), ApiError> {
         let mut slots = lock(&f.slots);
-        // The instance that answered most recently first: it is warm.
-        let best = slots
-            .iter_mut()
-            .filter(|s| {
-                s.inflight < f.spec.concurrency
-                    && !s.inst.exited.load(Ordering::SeqCst)
-                    && (f.spec.requests_per_instance == 0 || s.taken < f.spec.requests_per_instance)
-            })
-            .max_by_key(|s| (s.answered, s.inflight, s.last_used));
-        if let Some(s) = best {
-            s.inflight += 1;
-            s.taken += 1;
-            return Ok((s.inst.clone(), false));
+        loop {
+            // The instance that answered most recently first: it is warm.
+            let best = slots
+                .iter_mut()
+                .filter(|s| {
+                    s.inflight < f.spec.concurrency
+                        && !s.inst.exited.load(Ordering::SeqCst)
+                        && (f.spec.requests_per_instance == 0 || s.taken < f.spec.requests_per_instance)
+                })
+                .max_by_key(|s| (s.answered, s.inflight, s.last_used));
+            if let Some(s) = best {
+                s.inflight += 1;
+                s.taken += 1;
+                return Ok((s.inst.clone(), false));
+            }
+            // An instance that takes several requests and is starting now
+            // takes this one too once it is in the list.
+            if f.spec.concurrency == 1 || f.starting.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            slots = f.started.wait(slots).unwrap_or_else(|e| e.into_inner());
         }
-        // The permit guarantees room for one more instance.
+        // The permit guarantees room for one more instance. It is started
+        // without the slots lock: cold starts of one function overlap (and
+        // warm requests and releases are not held up behind them).
+        f.starting.fetch_add(1, Ordering::SeqCst);
+        drop(slots);
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        let prepared = if f.spec.backend == Backend::Spt && !spt_via_tender() { Some(f.prepared()?) } else { None };
-        let mut started = match &prepared {
-            Some(p) if f.spec.template && self.templates_allowed() => self.start_copy(f, Some(p))?,
-            None if f.spec.backend == Backend::Hvt && f.spec.template => self.start_copy(f, None)?,
-            _ => instance::start(&self.launcher, &f.spec, prepared.as_deref(), id).map_err(|e| ApiError::Internal(format!("{e:#}")))?,
-        };
+        let made = (|| {
+            let prepared = if f.spec.backend == Backend::Spt && !spt_via_tender() { Some(f.prepared()?) } else { None };
+            Ok::<_, ApiError>(match &prepared {
+                Some(p) if f.spec.template && self.templates_allowed() => self.start_copy(f, Some(p))?,
+                None if f.spec.backend == Backend::Hvt && f.spec.template => self.start_copy(f, None)?,
+                _ => instance::start(&self.launcher, &f.spec, prepared.as_deref(), id).map_err(|e| ApiError::Internal(format!("{e:#}")))?,
+            })
+        })();
+        let mut slots = lock(&f.slots);
+        f.starting.fetch_sub(1, Ordering::SeqCst);
+        // Only requests to such functions wait (a notify is a system call).
+        if f.spec.concurrency > 1 {
+            f.started.notify_all();
+        }
+        let mut started = made?;
         let inst = Arc::new(Instance {
             id,
             addr: started.addr,
@@ -726,6 +766,12 @@ impl Dispatcher {
             // logs when the exit is noted (a 502 quotes the last one).
             tokio::join!(biased; out, err, watch(started, watched, weak));
         });
+        // Removed or replaced while it started (`stop_all` has emptied the
+        // list): stopped now, its wait task reaps it.
+        if f.permits.is_closed() {
+            inst.stop();
+            return Err(ApiError::Unavailable(format!("function {} was removed or replaced", f.spec.name)));
+        }
         slots.push(Slot { inst: inst.clone(), inflight: 1, taken: 1, answered: false, last_used: Instant::now() });
         Ok((inst, true))
     }
@@ -736,7 +782,13 @@ impl Dispatcher {
     fn start_copy(self: &Arc<Self>, f: &Arc<FnRuntime>, prepared: Option<&shoal_spt::Prepared>) -> Result<instance::Started, ApiError> {
         let mut failure = String::new();
         for _ in 0..2 {
-            let live = lock(&f.template).clone().filter(|t| !t.exited.load(Ordering::SeqCst));
+            let mut live = lock(&f.template).clone().filter(|t| !t.exited.load(Ordering::SeqCst));
+            // One cold start builds a missing template; those behind it
+            // wait for it and copy it.
+            let building = if live.is_none() { Some(lock(&f.building)) } else { None };
+            if building.is_some() {
+                live = lock(&f.template).clone().filter(|t| !t.exited.load(Ordering::SeqCst));
+            }
             let live = match live {
                 Some(t) => t,
                 None => {
@@ -748,6 +800,7 @@ impl Dispatcher {
                     f.adopt_template(built, self.next_id.fetch_add(1, Ordering::SeqCst))
                 }
             };
+            drop(building);
             match instance::start_copy(&live.template, &live.built_for, &f.spec) {
                 Ok(s) => return Ok(s),
                 Err(e) => {
@@ -773,7 +826,7 @@ impl Dispatcher {
         rest: String,
         req: Request<Body>,
         deadline: Instant,
-    ) -> Result<(Response<hyper::body::Incoming>, SendRequest<Body>), String> {
+    ) -> Result<(Response<hyper::body::Incoming>, SendRequest<Body>, Option<Driver>), String> {
         let (mut parts, body) = req.into_parts();
         parts.uri = rest.parse().map_err(|e| format!("bad path {rest:?}: {e}"))?;
         strip_hop_by_hop(&mut parts.headers);
@@ -785,7 +838,7 @@ impl Dispatcher {
                 continue;
             }
             match s.try_send_request(req).await {
-                Ok(resp) => return Ok((resp, s)),
+                Ok(resp) => return Ok((resp, s, None)),
                 Err(mut e) => match e.take_message() {
                     Some(back) => req = back,
                     None => return Err(e.into_error().to_string()),
@@ -803,11 +856,15 @@ impl Dispatcher {
         let stream = Upstream::new(stream).map_err(|e| format!("cannot set up the connection to {}: {e}", inst.addr))?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
         // The connection is driven by this task until the answer's head,
-        // and by a task of its own only after: spawned before the request
-        // it woke the other worker (a cold start's instance task was the
-        // worker's next one), and its answer woke this task again, two
-        // cross-thread wake-ups per new connection (strace).
-        let mut conn = Box::pin(conn);
+        // and then by the response body (`GuardedBody`) until its end: a
+        // task of its own only after that, for the next request on it.
+        // Spawned before the request it woke the other worker (a cold
+        // start's instance task was the worker's next one), and its answer
+        // woke this task again, two cross-thread wake-ups per new
+        // connection (strace); spawned at the head, the other worker took
+        // the client's task and wrote the answer (a futex wake-up and a
+        // hand-off on every cold start's path).
+        let mut conn: Driver = Box::pin(conn);
         let answer = {
             let send = sender.send_request(req);
             tokio::pin!(send);
@@ -822,16 +879,11 @@ impl Dispatcher {
             }
         };
         let answer = match answer {
-            Some(r) => {
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
-                r
-            }
+            Some(r) => r,
             None => return Err("the instance closed the connection before it answered".into()),
         };
         let resp = answer.map_err(|e| e.to_string())?;
-        Ok((resp, sender))
+        Ok((resp, sender, Some(conn)))
     }
 }
 
@@ -894,6 +946,9 @@ impl FnRuntime {
     }
 }
 
+/// What drives a connection to an instance (hyper's `Connection`).
+type Driver = Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>>;
+
 /// A request's hold on an instance slot and an admission permit, given
 /// back when the response body is done (or dropped).
 struct SlotGuard {
@@ -925,6 +980,9 @@ impl Drop for SlotGuard {
 struct GuardedBody {
     inner: hyper::body::Incoming,
     guard: Option<SlotGuard>,
+    /// A new connection's driver until the body ends (then spawned: see
+    /// `Dispatcher::forward`).
+    driver: Option<Driver>,
     deadline: Pin<Box<tokio::time::Sleep>>,
     timeout_ms: u64,
 }
@@ -940,17 +998,35 @@ enum BodyError {
     Timeout(u64),
 }
 
+impl GuardedBody {
+    /// The body ended: the connection is free for the next request, and
+    /// driven by a task of its own from now on.
+    fn finish(&mut self) {
+        if let Some(mut g) = self.guard.take() {
+            g.done = true;
+        }
+        if let Some(d) = self.driver.take() {
+            tokio::spawn(d);
+        }
+    }
+}
+
 impl hyper::body::Body for GuardedBody {
     type Data = Bytes;
     type Error = BodyError;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<hyper::body::Frame<Bytes>, BodyError>>> {
+        // The connection's reads bring the body: driven here, in the
+        // client's task, until the body ends.
+        if let Some(d) = self.driver.as_mut() {
+            if d.as_mut().poll(cx).is_ready() {
+                self.driver = None;
+            }
+        }
         let r = Pin::new(&mut self.inner).poll_frame(cx);
         match r {
             Poll::Ready(None) => {
-                if let Some(mut g) = self.guard.take() {
-                    g.done = true;
-                }
+                self.finish();
                 Poll::Ready(None)
             }
             Poll::Ready(Some(frame)) => {
@@ -963,9 +1039,7 @@ impl hyper::body::Body for GuardedBody {
                 // an accept and a thread, and the gateway stayed at a
                 // tenth of hey's rate straight to the instance).
                 if frame.is_ok() && self.inner.is_end_stream() {
-                    if let Some(mut g) = self.guard.take() {
-                        g.done = true;
-                    }
+                    self.finish();
                 }
                 Poll::Ready(Some(frame.map_err(BodyError::Instance)))
             }

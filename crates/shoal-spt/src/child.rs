@@ -356,6 +356,8 @@ fn setup(mut p: Prepared<'_>) -> Result<Last, ChildError> {
             protect(s.page_start(), s.page_end(), libc::PROT_READ | libc::PROT_EXEC)?;
         } else if !s.perms.write {
             protect(s.page_start(), s.page_end(), libc::PROT_READ)?;
+        } else {
+            crate::template::note_writable(s.page_start(), s.page_end());
         }
     }
     if p.archive.is_some() {

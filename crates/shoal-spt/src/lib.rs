@@ -381,7 +381,7 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
     let volume_max = if cfg.volume.is_some() { cfg.mem_size } else { 0 };
     // Planned here for its errors (too little memory, arguments too
     // large); the instance plans the same layout again from the same input.
-    plan(&image, cfg.mem_size, archive.len() as u64, &cfg.argv, &cfg.env)?;
+    let layout = plan(&image, cfg.mem_size, archive.len() as u64, &cfg.argv, &cfg.env)?;
     sys::start_step("front: archive packed, layout planned");
     let tsc_hz = shoal_loader::tsc::tsc_hz()?;
     sys::start_step("front: TSC frequency read");
@@ -449,6 +449,29 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         hostname: cfg.hostname.clone(),
         syscall_errno: cfg.syscall_errno.clone(),
     };
+    // The seccomp program the instance would compile (`crate::instance`:
+    // same policy, same guest range), from the disk cache of programs
+    // this build compiled before; the instance takes it only if its own
+    // key is the same, and compiles its own otherwise.
+    let udp_port = |l: &shoal_abi::Listener| l.sock_type == libc::SOCK_DGRAM as u32;
+    let policy = net::NetPolicy {
+        listeners: spec.listeners.len() as u32,
+        outbound: spec.outbound,
+        bind_any: spec.bind_any,
+        relay: !spec.outbound && (spec.bind_any || spec.listeners.iter().any(udp_port)),
+    };
+    let guest = filter::GuestRange {
+        heap_start: layout.heap_start,
+        mem_size: layout.mem_size,
+        alias_fd: policy.alias_fd(),
+        run_time_code: image.exec_entry().is_some(),
+        mounts: spec.mounts.len().min(shoal_hostcall::hostfs::MAX_MOUNTS) as u32,
+        writable: spec.writable_mounts != 0,
+    };
+    let mut spec = spec;
+    spec.filter = filter::program_bytes_cached(policy, guest)?;
+    spec.filter_key = filter::key(policy, guest);
+    sys::start_step("front: seccomp filter found or compiled (disk cache)");
     drop(listeners);
     let report = if supervised { Some(ReportPage::new(volume_max)?) } else { None };
     let root = confine::is_root();

@@ -957,14 +957,42 @@ pub fn exec_cache_dir() -> Option<PathBuf> {
     Some(std::path::absolute(&cache).unwrap_or(cache).join("exec"))
 }
 
-/// The kernel image executables run on, in [`exec_cache_dir`]: one per
-/// source tree this command was built from (named by a hash of its path),
-/// so that two checkouts sharing the cache — whose kernels and tenders may
-/// speak different hypercall sets — never run each other's kernel.
-pub fn exec_kernel_image() -> Option<PathBuf> {
+/// The kernel image this process chose with [`use_exec_kernel`].
+static EXEC_KERNEL: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Makes [`exec_kernel_image`] answer `image` in this process: `shoal`
+/// builds (or finds) the kernel image of the kernel it was pointed at and
+/// runs executables on that very file, whatever another command did to
+/// [`exec_kernel_link`] since. Only the first call counts.
+pub fn use_exec_kernel(image: PathBuf) {
+    let _ = EXEC_KERNEL.set(image);
+}
+
+/// The link in [`exec_cache_dir`] to the kernel image that `shoal` built
+/// from this command's source tree last (`kernel-TREE.img`, named by a
+/// hash of the tree's path): where the lean `shoal-tender`, `shoal-oci`
+/// and a `shoal` that did not build one look. The images themselves are
+/// named by the content of what goes into them
+/// (`kernel-<SHA-256>.img`, `shoal`'s `exec_cmd.rs`), so a kernel
+/// image is never stale, and two checkouts sharing the cache — whose
+/// kernels and tenders may speak different hypercall sets — each point
+/// at their own.
+pub fn exec_kernel_link() -> Option<PathBuf> {
     // FNV-1a: a name, not a defence (the cache is the user's own).
     let tree = env!("CARGO_MANIFEST_DIR").bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
     exec_cache_dir().map(|d| d.join(format!("kernel-{tree:016x}.img")))
+}
+
+/// The kernel image executables run on: the one chosen with
+/// [`use_exec_kernel`], else the file [`exec_kernel_link`] points at
+/// (resolved, so that what is cached by its path and times, and the
+/// manifest beside it, are the image's own).
+pub fn exec_kernel_image() -> Option<PathBuf> {
+    if let Some(k) = EXEC_KERNEL.get() {
+        return Some(k.clone());
+    }
+    let link = exec_kernel_link()?;
+    Some(std::fs::canonicalize(&link).unwrap_or(link))
 }
 
 /// Whether `image` is an ELF file that is not a shoal image: what

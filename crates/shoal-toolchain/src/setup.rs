@@ -51,6 +51,22 @@ pub fn ensure_kernel(paths: &Paths, force: bool) -> Result<()> {
     crate::tables::write_relaxed_archive(&paths.kernel_cargo_lib(), &lib).map(|_| ())
 }
 
+/// Whether the kernel archive is this command's to keep up to date with
+/// its sources: `SHOAL_HOME` names a source tree, or this `shoal` is a
+/// build of the tree it uses (it runs from the tree's `target/`).
+/// Otherwise shoal is installed and uses the kernel archive as it is:
+/// `shoal run` of an executable then does not walk the kernel's sources
+/// (about 300 system calls, 1.4 ms, at every start); `shoal setup`,
+/// `shoal cc` and `shoal build` still do.
+pub fn kernel_from_source(paths: &Paths) -> bool {
+    if std::env::var_os("SHOAL_HOME").is_some() {
+        return true;
+    }
+    // `current_exe` is the kernel's resolved path, and `paths.home` is
+    // canonical.
+    std::env::current_exe().ok().is_some_and(|e| e.starts_with(paths.home.join("target")))
+}
+
 fn mtime(p: &Path) -> Result<SystemTime> {
     std::fs::metadata(p).and_then(|m| m.modified()).map_err(|e| ToolchainError::Io(p.to_path_buf(), e))
 }

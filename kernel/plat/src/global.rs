@@ -91,6 +91,20 @@ impl<T: Default> ZeroGlobal<T> {
     pub fn try_with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
         self.0.try_borrow_mut().ok().map(|mut v| f(Self::value(&mut v)))
     }
+
+    /// Runs `f` with mutable access if the value was made and the cell is
+    /// not in use; never makes it. Inline and free of calls, for the light
+    /// system calls (`shoal_syscall::exec`), whose code may call nothing
+    /// that could touch the program's vector registers.
+    #[inline]
+    pub fn try_with_made<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        let mut cell = self.0.try_borrow_mut().ok()?;
+        if !cell.0 {
+            return None;
+        }
+        // SAFETY: the flag is set only once the value was written.
+        Some(f(unsafe { cell.1.assume_init_mut() }))
+    }
 }
 
 impl<T: Default> Default for ZeroGlobal<T> {

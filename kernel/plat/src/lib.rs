@@ -37,6 +37,15 @@ pub fn next_syscall_epoch() {
     let e = SYSCALL_EPOCH.load(core::sync::atomic::Ordering::Relaxed);
     SYSCALL_EPOCH.store(e.wrapping_add(1), core::sync::atomic::Ordering::Relaxed);
 }
+
+/// [`next_syscall_epoch`], inline: for the system-call table's light
+/// calls, which may call nothing (components call the out-of-line one,
+/// as for `hostsig::pending_inline`).
+#[inline]
+pub fn next_syscall_epoch_inline() {
+    let e = SYSCALL_EPOCH.load(core::sync::atomic::Ordering::Relaxed);
+    SYSCALL_EPOCH.store(e.wrapping_add(1), core::sync::atomic::Ordering::Relaxed);
+}
 pub use global::{Global, ZeroGlobal};
 
 /// The six raw argument registers of a system call (`rdi, rsi, rdx, r10,

@@ -568,6 +568,16 @@ pub fn call_in(c: Component, f: SyscallFn, args: &Args) -> SysResult {
     call_in_gated(c, f, args)
 }
 
+/// Whether calls into `c` pass the gate as one flag test ([`PLAIN`]:
+/// nothing to count, inject or protect), so that a call may skip the gate
+/// altogether. Inline, for the system-call table's light calls only (see
+/// [`ungated_call`] for why components call out of line).
+#[inline]
+pub fn plain(c: Component) -> bool {
+    let bit = (c as u32).wrapping_sub(1);
+    bit < 16 && PLAIN.load(Relaxed) & (1 << bit) != 0
+}
+
 /// [`call_in`] with everything its gate may have to do.
 #[inline(never)]
 fn call_in_gated(c: Component, f: SyscallFn, args: &Args) -> SysResult {

@@ -21,7 +21,7 @@ const ITIMER_REAL: i32 = 0;
 const NS: u64 = 1_000_000_000;
 
 /// The armed timer: expiry (monotonic ns) and interval (0: one shot).
-static TIMER: Global<Option<(u64, u64)>> = Global::new(None);
+pub(crate) static TIMER: Global<Option<(u64, u64)>> = Global::new(None);
 
 /// `struct timeval`.
 #[repr(C)]

@@ -476,6 +476,21 @@ pub fn deadlock(n: usize) -> ! {
     shoal_plat::halt(DEADLOCK_STATUS)
 }
 
+/// For a light system call (`shoal_syscall::exec`), in one look that
+/// calls nothing: the running thread's tid and whether a signal is
+/// pending that it does not block; `None` when the look would take more
+/// (the table in use or not made yet, the running thread not where its
+/// hint says, an interval timer armed or its cell in use): the caller
+/// takes the full path. For the system-call table only (see
+/// [`raise_host_signals_after_call`]).
+#[inline]
+pub fn light_state() -> Option<(u32, bool)> {
+    if itimer::TIMER.try_with(|t| t.is_some()) != Some(false) {
+        return None;
+    }
+    TABLE.try_with_made(|t| t.cur_by_hint().map(|c| (c.tid, c.sig_pending & !c.sig_mask != 0)))?
+}
+
 /// The running thread's tid.
 pub fn current_tid() -> u32 {
     TABLE.with(|t| t.current())

@@ -212,6 +212,13 @@ impl Table {
         self.threads.iter().find(|t| t.sig_mask & sig_bit == 0).map_or(cur, |t| t.tid)
     }
 
+    /// The running thread's TCB if the hint finds it: no search, no call
+    /// (for [`crate::light_state`]).
+    #[inline]
+    pub fn cur_by_hint(&self) -> Option<&Tcb> {
+        self.threads.get(self.hint).filter(|t| t.tid == self.current).map(|t| &**t)
+    }
+
     /// The running thread: the hint first (it names the running thread
     /// after any `get` of it: every system call's way out asks).
     #[inline]

@@ -133,6 +133,12 @@ core::arch::global_asm!(
     "    push r15",
     "    cld",
     "    mov rdi, rsp",
+    // A light call (see `shoal_exec_light`) is answered without saving the
+    // vector registers, whose 32 moves cost more than the call itself.
+    "    call {light}",
+    "    test al, al",
+    "    jnz 4f",
+    "    mov rdi, rsp",
     // The program's xmm0-15 below the frame: Linux keeps them across a
     // system call and compiled code may hold values in them across an
     // inline `syscall`, while the kernel's own code uses SSE (its upper
@@ -177,6 +183,7 @@ core::arch::global_asm!(
     // a resumed context) enters the return.
     ".globl shoal_exec_return",
     "shoal_exec_return:",
+    "4:",
     "    pop r15",
     "    pop r14",
     "    pop r13",
@@ -205,6 +212,7 @@ core::arch::global_asm!(
     "    jmp shoal_exec_return",
     ".size shoal_exec_thread_start, . - shoal_exec_thread_start",
     syscall = sym shoal_exec_syscall,
+    light = sym shoal_exec_light,
     kstack = const KSTACK,
     trapped = const TRAPPED,
 );
@@ -399,6 +407,61 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     }
     // SAFETY: as above; the next entry starts where this one did.
     unsafe { ctl.write(start) };
+}
+
+/// The light system calls: pure reads of the kernel's state that change
+/// nothing, answered by [`shoal_exec_light`]. Go asks `getpid` and
+/// `gettid` at every preemption signal it sends (`tgkill`).
+#[cfg(not(test))]
+const GETPID: u64 = 39;
+#[cfg(not(test))]
+const GETPPID: u64 = 110;
+#[cfg(not(test))]
+const GETTID: u64 = 186;
+
+/// Answers a light system call (`rax` in the frame at `f`) straight from
+/// the entry, which then saves no vector register: true if it did (the
+/// result in `f.rax`), false for the full path ([`shoal_exec_syscall`]).
+/// So that the program's xmm registers survive without their save, this
+/// function calls nothing and touches no vector register: `shoal-exec`
+/// decodes it in the kernel image before it builds any instance on it
+/// and refuses a kernel whose compiler made it otherwise (a panic would
+/// be a call: every look here is one that cannot fail). It answers only
+/// when the full path would do nothing else: a call from a rewritten
+/// site (a trapped one may be patched), no gate to pass (recover's
+/// `PLAIN`), no forwarded host signal, no interval timer, no deliverable
+/// signal, no preemption tick waiting. Since the calls change nothing,
+/// declining at any point is always right: the full path answers afresh.
+#[cfg(not(test))]
+#[no_mangle]
+extern "C" fn shoal_exec_light(f: &mut Frame) -> bool {
+    let n = f.rax;
+    if !(n == GETPID || n == GETTID || n == GETPPID) || f.rflags & TRAPPED != 0 {
+        return false;
+    }
+    shoal_sched::preempt::enter();
+    if !shoal_recover::plain(shoal_recover::id::PROCESS) || shoal_plat::hostsig::pending_inline() {
+        return false;
+    }
+    let Some((tid, false)) = shoal_sched::light_state() else { return false };
+    f.rax = match n {
+        GETPID => shoal_process::PID,
+        GETPPID => shoal_process::PPID,
+        _ => u64::from(tid),
+    };
+    shoal_plat::next_syscall_epoch_inline();
+    // As `preempt::leave_syscall`, but a tick is the full path's to take
+    // (its yield runs other threads' code, which may use the vector
+    // registers: they must be saved first).
+    if shoal_sched::preempt::pending() {
+        return false;
+    }
+    shoal_sched::preempt::leave();
+    if shoal_sched::preempt::pending() {
+        shoal_sched::preempt::enter();
+        return false;
+    }
+    true
 }
 
 /// `rt_sigreturn` from a handler entered directly (a fault's:

@@ -1141,7 +1141,8 @@ fn the_empty_root_has_an_etc_hosts_for_localhost() {
 }
 
 /// An empty root has root and nobody in /etc/passwd and /etc/group (nginx
-/// as root looks up "nobody"), and an nsswitch.conf that reads them.
+/// as root looks up "nobody"), an nsswitch.conf that reads them, and an
+/// /etc/localtime link to UTC.
 #[test]
 fn the_empty_root_has_passwd_group_and_nsswitch() {
     let mut fs = super::empty_root();
@@ -1159,6 +1160,8 @@ fn the_empty_root_has_passwd_group_and_nsswitch() {
     let group = read(b"group");
     assert!(group.lines().any(|l| l == "root:x:0:") && group.lines().any(|l| l == "nogroup:x:65534:"), "{group}");
     assert!(read(b"nsswitch.conf").lines().any(|l| l == "passwd: files"));
+    let localtime = fs.lookup(etc, b"localtime").unwrap();
+    assert_eq!(fs.readlink(localtime).unwrap(), b"/usr/share/zoneinfo/Etc/UTC");
 }
 
 #[test]
