@@ -135,6 +135,167 @@ if (isMainThread) {
 }
 "##;
 
+/// What Node asks of the kernel beyond the runtime itself:
+/// `os.networkInterfaces()` (netlink), a `net` server on an `AF_UNIX`
+/// path (its socket file, removed again on close), and `fs.watch`
+/// (inotify) of a directory and of a file, the changes spaced out so that
+/// the events read between them are the same as natively.
+const JS_GAPS: &str = r##"const os = require('os');
+const net = require('net');
+const fs = require('fs');
+const path = require('path');
+console.log('interfaces', JSON.stringify(os.networkInterfaces()));
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gaps-'));
+const sock = path.join(dir, 'srv.sock');
+const srv = net.createServer((c) => { c.on('data', (d) => { c.end('echo:' + d); }); });
+srv.listen(sock, () => {
+  console.log('listening', fs.statSync(sock).isSocket(), srv.address() === sock);
+  const c = net.connect(sock, () => c.write('hi'));
+  let got = '';
+  c.on('data', (d) => { got += d; });
+  c.on('end', () => {
+    console.log('unix', got);
+    const bad = net.connect(path.join(dir, 'none.sock'));
+    bad.on('error', (e) => {
+      console.log('missing', e.code);
+      srv.close(() => {
+        console.log('after close', fs.existsSync(sock));
+        fs.rmSync(dir, { recursive: true });
+        watchPart();
+      });
+    });
+  });
+});
+function watchPart() {
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'watch-'));
+const seen = [];
+const w = fs.watch(dir, (ev, name) => seen.push(ev + ':' + name));
+const steps = [
+  () => fs.writeFileSync(path.join(dir, 'a.txt'), 'one'),
+  () => fs.appendFileSync(path.join(dir, 'a.txt'), 'two'),
+  () => fs.renameSync(path.join(dir, 'a.txt'), path.join(dir, 'b.txt')),
+  () => fs.mkdirSync(path.join(dir, 'sub')),
+  () => fs.chmodSync(path.join(dir, 'b.txt'), 0o600),
+  () => fs.unlinkSync(path.join(dir, 'b.txt')),
+  () => fs.rmdirSync(path.join(dir, 'sub')),
+];
+let i = 0;
+function next() {
+  if (i < steps.length) {
+    steps[i++]();
+    setTimeout(next, 30);
+    return;
+  }
+  w.close();
+  console.log('watch', seen.join(' '));
+  const f = path.join(dir, 'f');
+  fs.writeFileSync(f, 'x');
+  const fw = fs.watch(f);
+  const fseen = [];
+  fw.on('change', (ev, name) => fseen.push(ev + ':' + name));
+  fs.writeFileSync(f, 'y');
+  setTimeout(() => {
+    fs.unlinkSync(f);
+    setTimeout(() => {
+      fw.close();
+      console.log('file', fseen.join(' '));
+      try { fs.watch(path.join(dir, 'missing')); } catch (e) { console.log('missing', e.code); }
+      fs.rmSync(dir, { recursive: true });
+    }, 30);
+  }, 30);
+}
+next();
+}
+"##;
+
+/// What Python asks of the kernel beyond the interpreter: interface names
+/// and indices (netlink, `SIOCGIF*`), `AF_UNIX` socket files (stat,
+/// rebind, rename, unlink, stale files, datagrams to a path) and abstract
+/// names, a FIFO (non-blocking opens, a reader thread), pidfds of the
+/// process and of a thread, and waits with no children.
+const PY_GAPS: &str = r##"import os, sys, socket, stat, errno, select, signal, tempfile, threading, time
+def e(f, *a):
+    try:
+        r = f(*a)
+        return "ok" if r is None else r
+    except OSError as x:
+        return errno.errorcode.get(x.errno, x.errno)
+print("ifaces", socket.if_nameindex(), socket.if_nametoindex("lo"), socket.if_indextoname(1))
+print("ifaces bad", e(socket.if_nametoindex, "nosuch0"), e(socket.if_indextoname, 999))
+d = tempfile.mkdtemp()
+p = os.path.join(d, "s.sock")
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind(p)
+st = os.stat(p)
+print("sockfile", stat.S_ISSOCK(st.st_mode), oct(st.st_mode & 0o777), os.listdir(d), [(x.name, x.is_file(), x.is_dir()) for x in os.scandir(d)])
+print("open", e(os.open, p, os.O_RDONLY))
+s2 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+print("rebind", e(s2.bind, p), "twice", e(srv.bind, os.path.join(d, "t.sock")))
+srv.listen(4)
+c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+c.connect(p)
+a, _ = srv.accept()
+c.sendall(b"ping")
+print("stream", a.recv(10), srv.getsockname() == p, a.getsockname() == p)
+os.rename(p, os.path.join(d, "r.sock"))
+c2 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+print("renamed", e(c2.connect, p), e(c2.connect, os.path.join(d, "r.sock")))
+os.unlink(os.path.join(d, "r.sock"))
+c3 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+print("unlinked", e(c3.connect, os.path.join(d, "r.sock")), "rebind", e(s2.bind, os.path.join(d, "r.sock")))
+open(os.path.join(d, "plain"), "w").close()
+c4 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+print("plainfile", e(c4.connect, os.path.join(d, "plain")), "bind over", e(c4.bind, os.path.join(d, "plain")), "nodir", e(c4.bind, os.path.join(d, "no", "x")))
+srv.close(); a.close(); c.close()
+os.rename(os.path.join(d, "r.sock"), p)
+s2.close()
+c5 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+print("stale", e(c5.connect, p), os.path.exists(p), "rebind stale", e(c5.bind, p))
+dg = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+q = os.path.join(d, "d.sock")
+dg.bind(q)
+tx = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+tx.sendto(b"dgram", q)
+print("dgram", dg.recvfrom(10), e(tx.sendto, b"x", os.path.join(d, "none")), e(tx.sendto, b"x", os.path.join(d, "plain")))
+ab = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+ab.bind("\0shoal-abstract"); ab.listen(1)
+ac = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+ac.connect("\0shoal-abstract")
+print("abstract", ab.getsockname(), e(socket.socket(socket.AF_UNIX).connect, "\0nobody"))
+f = os.path.join(d, "fifo")
+os.mkfifo(f)
+print("fifo", stat.S_ISFIFO(os.stat(f).st_mode), e(os.open, f, os.O_WRONLY | os.O_NONBLOCK))
+got = []
+def reader():
+    fd = os.open(f, os.O_RDONLY)
+    while True:
+        b = os.read(fd, 100)
+        if not b:
+            break
+        got.append(b)
+    os.close(fd)
+t = threading.Thread(target=reader); t.start()
+w = os.open(f, os.O_WRONLY)
+os.write(w, b"through the fifo")
+os.close(w)
+t.join()
+r = os.open(f, os.O_RDONLY | os.O_NONBLOCK)
+print("fifo data", b"".join(got), "nonblock reader", os.read(r, 10), select.select([r], [], [], 0)[0] == [r])
+os.close(r)
+pfd = os.pidfd_open(os.getpid())
+print("pidfd", oct(os.fstat(pfd).st_mode), os.get_inheritable(pfd), select.select([pfd], [], [], 0), e(os.read, pfd, 8))
+print("pidfd bad", e(os.pidfd_open, os.getpid(), 1), e(os.pidfd_open, 0), e(os.pidfd_open, 4000000))
+res = []
+th = threading.Thread(target=lambda: res.append((e(os.pidfd_open, threading.get_native_id()), e(os.pidfd_open, threading.get_native_id(), os.O_EXCL))))
+th.start(); th.join()
+print("pidfd thread", [x if isinstance(x, str) else "fd" for x in res[0]])
+sig = []
+signal.signal(signal.SIGUSR1, lambda s, fr: sig.append(s))
+signal.pidfd_send_signal(pfd, signal.SIGUSR1)
+print("pidfd signal", sig, e(signal.pidfd_send_signal, pfd, 99), e(signal.pidfd_send_signal, os.open(os.path.join(d, "plain"), os.O_RDONLY), 0))
+print("wait", e(os.waitid, os.P_PIDFD, pfd, os.WEXITED | os.WNOHANG), e(os.waitpid, -1, os.WNOHANG), e(os.waitid, os.P_ALL, 0, 0))
+"##;
+
 /// The scripts, in a directory mounted at `/work` (built once per test
 /// process).
 fn scripts() -> &'static Path {
@@ -144,6 +305,8 @@ fn scripts() -> &'static Path {
         std::fs::write(dir.join("t.py"), PY_SCRIPT).unwrap();
         std::fs::write(dir.join("t.js"), JS_SCRIPT).unwrap();
         std::fs::write(dir.join("w.js"), JS_WORKERS).unwrap();
+        std::fs::write(dir.join("gaps.js"), JS_GAPS).unwrap();
+        std::fs::write(dir.join("gaps.py"), PY_GAPS).unwrap();
         dir
     })
 }
@@ -169,6 +332,47 @@ fn matches_native(exe: &str, args: &[&str], run_args: &[&str], status: i32) {
         assert_eq!(stderr(&s), stderr(&n), "{t} {exe} {args:?}: stderr differs");
         assert_eq!(s.status.code(), Some(status), "{t} {exe} {args:?}: stderr: {}", stderr(&s));
     }
+}
+
+/// [`matches_native`] with the native run in a network namespace of its
+/// own with only `lo` up (`unshare -n`), the interfaces an instance has.
+fn matches_native_alone(exe: &str, script: &str, status: i32) {
+    let dir = scripts();
+    let n = output(
+        Command::new("unshare")
+            .args(["-n", "sh", "-c", "ip link set lo up && exec \"$0\" \"$@\"", exe])
+            .arg(dir.join(script))
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .current_dir(dir),
+    );
+    assert_eq!(n.status.code(), Some(status), "native {exe} {script}: {}", stderr(&n));
+    let work = format!("{}:/work:ro", dir.display());
+    for t in tenders() {
+        let s = output(shoal_run(t).args(SYSTEM).args(["--mount", &work, exe, "--", &format!("/work/{script}")]));
+        assert_eq!(stdout(&s), stdout(&n), "{t} {exe} {script}: stderr: {}", stderr(&s));
+        assert_eq!(s.status.code(), Some(status), "{t} {exe} {script}: stderr: {}", stderr(&s));
+    }
+}
+
+/// Interfaces, `AF_UNIX` socket files and `fs.watch` as natively (see
+/// [`JS_GAPS`]).
+#[test]
+fn node_interfaces_unix_paths_and_watch_match_native() {
+    if !shoal_testkit::need(&["root", "node", "unshare", "ip"]) {
+        return;
+    }
+    matches_native_alone(NODE, "gaps.js", 0);
+}
+
+/// Interfaces, `AF_UNIX` socket files, FIFOs, pidfds and waits as
+/// natively (see [`PY_GAPS`]).
+#[test]
+fn python_interfaces_sockets_fifos_pidfds_match_native() {
+    if !shoal_testkit::need(&["root", "python3.11", "unshare", "ip"]) {
+        return;
+    }
+    matches_native_alone(PYTHON, "gaps.py", 0);
 }
 
 #[test]
@@ -299,11 +503,11 @@ fn get(port: u16, path: &str) -> Option<(String, String)> {
 
 /// Starts `shoal run ARGS` on `tender` (which publishes 127.0.0.1:`port`),
 /// waits (at most 60 s) until `path` answers, runs `hey -n HEY_REQUESTS
-/// -c 10` against it, then calls `after` with the port while the server
-/// still runs, and stops it. Asserts that the first answer and one after
+/// -c 10` against it, then calls `after` with the port and the `shoal run`
+/// process's id while the server still runs, and stops it. Asserts that the first answer and one after
 /// hey are `200` with `body` and that hey saw only 200s and no error;
 /// returns the server's stderr.
-fn serve_under_hey(tender: &str, port: u16, args: &[&str], path: &str, status: &str, body: &str, after: impl FnOnce(u16)) -> String {
+fn serve_under_hey(tender: &str, port: u16, args: &[&str], path: &str, status: &str, body: &str, after: impl FnOnce(u16, u32)) -> String {
     use std::io::Read;
     use std::process::Stdio;
     use std::time::{Duration, Instant};
@@ -327,7 +531,7 @@ fn serve_under_hey(tender: &str, port: u16, args: &[&str], path: &str, status: &
     }
     let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         if first.is_some() {
-            after(port)
+            after(port, child.id())
         }
     }));
     let _ = child.kill();
@@ -366,7 +570,7 @@ fn node_http_server_serves_hey() {
         let publish = format!("127.0.0.1:{port}:8080");
         let mut args: Vec<&str> = SYSTEM.to_vec();
         args.extend(["--mount", &app, "--publish", &publish, NODE, "--", "/app/srv.js"]);
-        let count = |port| {
+        let count = |port, _| {
             let c = get(port, "/count").map(|(_, b)| b);
             assert_eq!(c, Some(HEY_REQUESTS.to_string()), "{t}: hey's requests the server counted");
         };
@@ -375,9 +579,73 @@ fn node_http_server_serves_hey() {
     }
 }
 
-/// `python3.11 -m http.server` serving a mounted directory behind
-/// `--publish` under hey: every request answered 200 with the file's
-/// bytes, and the server logged each of hey's (HTTP/1.1) requests.
+/// Requests [`host_calls_of_keepalive`] sends on one connection.
+const KEEPALIVE_REQUESTS: usize = 200;
+
+/// The host system calls of the spt instance under `shoal run` process
+/// `run` (its child, the shoal-spt process), counted by `strace -c` while
+/// [`KEEPALIVE_REQUESTS`] sequential `GET path`s go over one keep-alive
+/// connection to 127.0.0.1:`port`, each answered 200 with `body`: each
+/// call's name with its count and its failures.
+fn host_calls_of_keepalive(run: u32, port: u16, path: &str, body: &str) -> std::collections::HashMap<String, (u64, u64)> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::Stdio;
+    let children = std::fs::read_to_string(format!("/proc/{run}/task/{run}/children")).unwrap();
+    let spt: u32 = children.split_whitespace().next().expect("shoal run has a child").parse().unwrap();
+    let dir = scratch();
+    let out = dir.path().join("strace.txt");
+    let mut st = Command::new("strace").args(["-c", "-f", "-o"]).arg(&out).args(["-p", &spt.to_string()]).stderr(Stdio::piped()).spawn().unwrap();
+    // Attached once strace says so (the first line on its stderr).
+    let mut err = BufReader::new(st.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("attached"), "strace: {line}");
+    let s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for i in 0..KEEPALIVE_REQUESTS {
+        (&s).write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).unwrap();
+        let mut head = String::new();
+        while !head.ends_with("\r\n\r\n") {
+            assert_ne!(r.read_line(&mut head).unwrap(), 0, "request {i}: the connection closed: {head}");
+        }
+        assert!(head.starts_with("HTTP/1.1 200 "), "request {i}: {head}");
+        let len: usize = head.lines().find_map(|l| l.strip_prefix("Content-Length: ")).unwrap().trim().parse().unwrap();
+        let mut b = vec![0; len];
+        r.read_exact(&mut b).unwrap();
+        assert_eq!(String::from_utf8_lossy(&b), body, "request {i}");
+    }
+    drop((r, s));
+    // SAFETY: kill sends a signal to strace, our child; no memory involved.
+    unsafe { libc::kill(st.id() as i32, libc::SIGINT) };
+    st.wait().unwrap();
+    // strace -c's table: % time, seconds, usecs/call, calls, [errors,] name.
+    std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+            match f.len() {
+                6 => Some((f[5].to_string(), (n(3)?, n(4)?))),
+                5 => Some((f[4].to_string(), (n(3)?, 0))),
+                _ => None,
+            }
+        })
+        .filter(|(name, _)| name != "total")
+        .collect()
+}
+
+/// `python3.11 -m http.server --protocol HTTP/1.1` serving a mounted
+/// directory behind `--publish` under hey: every request answered 200
+/// with the file's bytes, and the server logged each of hey's requests.
+/// On spt, while one keep-alive connection makes 200 requests, the
+/// instance's host calls are those of the requests alone: the server's
+/// main thread, blocked in `accept` (it found the listener's readiness
+/// left over from the last connection), makes no `accept4`, and the
+/// connection's thread no `recvfrom` that finds nothing before it waits
+/// (each was about 0.66 per request when every change woke every
+/// blocked call to try the host again).
 #[test]
 fn python_http_server_serves_hey() {
     if !shoal_testkit::need(&["root", "python3.11", "hey"]) {
@@ -392,8 +660,25 @@ fn python_http_server_serves_hey() {
         let publish = format!("127.0.0.1:{port}:8000");
         let mut args: Vec<&str> = SYSTEM.to_vec();
         args.extend(["--mount", &www, "--publish", &publish, PYTHON, "--", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/www"]);
-        let err = serve_under_hey(t, port, &args, "/hello.txt", "HTTP/1.0 200 OK", &body, |_| ());
+        args.extend(["--protocol", "HTTP/1.1"]);
+        let counted = t == "spt" && shoal_testkit::need(&["strace"]);
+        let calls = |port, run| {
+            if counted {
+                let c = host_calls_of_keepalive(run, port, "/hello.txt", &body);
+                let (accepts, accept_fails) = c.get("accept4").copied().unwrap_or((0, 0));
+                let (recvs, recv_fails) = c.get("recvfrom").copied().unwrap_or((0, 0));
+                // The connection's own accept4, and at most one that finds
+                // the listener's readiness left over; a recvfrom per
+                // request, plus the end of file and at most one that
+                // races the first request.
+                assert!(accepts <= 2 && accept_fails <= 1, "spt: accept4 (calls, failures) during {KEEPALIVE_REQUESTS} requests on one connection: {c:?}");
+                let n = KEEPALIVE_REQUESTS as u64;
+                assert!((n..=n + 2).contains(&recvs) && recv_fails <= 1, "spt: recvfrom (calls, failures): {c:?}");
+            }
+        };
+        let err = serve_under_hey(t, port, &args, "/hello.txt", "HTTP/1.1 200 OK", &body, calls);
         let logged = err.lines().filter(|l| l.ends_with("\"GET /hello.txt HTTP/1.1\" 200 -")).count();
-        assert_eq!(logged, HEY_REQUESTS, "{t}: hey's requests the server logged:\n{err}");
+        let want = HEY_REQUESTS + if counted { KEEPALIVE_REQUESTS } else { 0 };
+        assert_eq!(logged, want, "{t}: the requests the server logged:\n{err}");
     }
 }

@@ -37,6 +37,9 @@ pub const FEATURES: &[(&str, &str)] = &[
     ("redis-benchmark", "redis-benchmark is installed"),
     ("setpriv", "setpriv is installed"),
     ("curl", "curl is installed"),
+    ("unshare", "unshare (util-linux) is installed"),
+    ("ip", "ip (iproute2) is installed"),
+    ("strace", "strace is installed (counting a tender's host system calls)"),
     ("two-cpus", "at least two CPUs are available"),
     ("shm", "/dev/shm is a directory"),
     ("python3.11", "Debian's python3.11 is installed as /usr/bin/python3.11"),
@@ -107,7 +110,9 @@ pub fn probe(feature: &str) -> Result<(), String> {
             p.is_dir().then_some(()).ok_or_else(|| format!("{} is missing: install libpython3.11-testsuite (scripts/setup does)", p.display()))
         }
         "nodesuite" => nodesuite().map(|_| ()),
-        "runc" | "runsc" | "podman" | "busybox" | "hey" | "wrk" | "redis-benchmark" | "setpriv" | "curl" => program(feature).map(|_| ()),
+        "runc" | "runsc" | "podman" | "busybox" | "hey" | "wrk" | "redis-benchmark" | "setpriv" | "curl" | "unshare" | "ip" | "strace" => {
+            program(feature).map(|_| ())
+        }
         other => panic!("shoal-testkit: unknown feature `{other}`"),
     }
 }

@@ -100,6 +100,7 @@ struct Image {
     next: u64,
     unix: crate::unix::Unix,
     lo: crate::lo::Lo,
+    nl: crate::netlink::Netlink,
     /// Whether the `AF_INET` backend was installed.
     inet: bool,
     host: Option<host::State>,
@@ -136,13 +137,13 @@ impl Image {
                 n.objs.forget_notes();
                 n.unix.forget_notes();
                 n.lo.forget_notes();
-                (n.objs.to_map(), n.next, n.unix.clone(), n.lo.clone(), n.inet.is_some())
+                (n.objs.to_map(), n.next, n.unix.clone(), n.lo.clone(), n.nl.clone(), n.inet.is_some())
             })
         })?;
-        let (objs, next, unix, lo, inet) = net.unwrap_or_default();
+        let (objs, next, unix, lo, nl, inet) = net.unwrap_or_default();
         let mut host = None;
         host::sync_image(&mut host)?;
-        Some(Image { objs, next, unix, lo, inet, host, serial: eventfd::serial() })
+        Some(Image { objs, next, unix, lo, nl, inet, host, serial: eventfd::serial() })
     }
 
     /// Brings the copy up to date with the live state (see [`sync_map`]);
@@ -155,6 +156,11 @@ impl Image {
                 self.next = n.next;
                 self.unix.sync_from(&mut n.unix);
                 self.lo.sync_from(&mut n.lo);
+                // Small, and changed only by netlink calls: copied whole
+                // when it differs.
+                if self.nl != n.nl {
+                    self.nl.clone_from(&n.nl);
+                }
                 self.inet = n.inet.is_some();
             }
             None => {
@@ -162,6 +168,7 @@ impl Image {
                 self.next = 0;
                 self.unix = Default::default();
                 self.lo = Default::default();
+                self.nl = Default::default();
                 self.inet = false;
             }
         })?;
@@ -181,13 +188,14 @@ impl Image {
         }
         b += self.unix.heap_bytes();
         b += self.lo.heap_bytes();
+        b += self.nl.heap_bytes();
         b += self.host.as_ref().map_or(0, |h| h.heap_bytes());
         b as u64
     }
 
     /// Entries it holds: objects, `AF_UNIX` sockets, host sockets.
     fn entries(&self) -> u64 {
-        (self.objs.len() + self.unix.len() + self.lo.len() + self.host.as_ref().map_or(0, |h| h.len())) as u64
+        (self.objs.len() + self.unix.len() + self.lo.len() + self.nl.len() + self.host.as_ref().map_or(0, |h| h.len())) as u64
     }
 }
 
@@ -276,6 +284,7 @@ fn rebuild(img: &Image) -> Option<u64> {
     net.next = img.next;
     net.unix = img.unix.clone();
     net.lo = img.lo.clone();
+    net.nl = img.nl.clone();
     if img.inet {
         net.inet = Some(Box::new(host::HostBackend));
     }

@@ -244,7 +244,12 @@ fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
     crate::heal::touched();
     STATE.with(|s| {
         let s = s.get_or_insert_with(State::new);
-        f(s)
+        let seq = s.seq;
+        let r = f(s);
+        if s.seq != seq {
+            s.wake_gained(seq);
+        }
+        r
     })
 }
 
@@ -290,6 +295,8 @@ pub(crate) fn install_image(img: Option<State>) {
         }
     }
     s.relearn();
+    // Whatever a blocking call waited for may have come meanwhile.
+    s.wake_gained(0);
     STATE.with(|g| core::mem::forget(g.replace(s)));
 }
 
@@ -553,6 +560,21 @@ impl State {
         // The log is in sequence order: walk back to `since`.
         out.extend(self.gains.iter().rev().take_while(|(q, _)| *q > since).map(|(_, h)| *h));
         true
+    }
+
+    /// Wakes the blocking calls waiting on the sockets that gained after
+    /// sequence number `since` (`crate::sock_key`), or on every socket if
+    /// the log no longer reaches back that far.
+    fn wake_gained(&self, since: u64) {
+        if since < self.floor {
+            for (&id, _) in self.socks.iter() {
+                shoal_sched::wake_key(crate::sock_key(id));
+            }
+            return;
+        }
+        for &(_, id) in self.gains.iter().rev().take_while(|(q, _)| *q > since) {
+            shoal_sched::wake_key(crate::sock_key(id));
+        }
     }
 
     /// Notes that socket `h` may have gained readiness bits or a new event

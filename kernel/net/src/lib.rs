@@ -12,13 +12,19 @@
 //! and reports closed descriptions.
 //!
 //! **Sockets** (module `socket`) are served by a [`Backend`] per family:
-//! `AF_UNIX` by module `unix`, entirely in the guest. `AF_INET` and
+//! `AF_UNIX` by module `unix`, entirely in the guest; `AF_NETLINK` route
+//! sockets by module `netlink` (the instance's interfaces), in the guest
+//! too. `AF_INET` and
 //! `AF_INET6` sockets start in module `lo`, the instance's own loopback
 //! (also entirely in the guest), and move to host-socket passthrough
 //! (module `host`: each guest socket a host socket owned by the tender,
 //! each operation a hypercall, installed with [`set_inet_backend`] when the
 //! instance has network options) at the first `bind`, `listen`, `connect`
 //! or addressed send that those options give to the host.
+//!
+//! Also here, as objects with descriptors in vfs: inotify instances
+//! (module `inotify`, told of changes by vfs through the object table)
+//! and pidfds (module `pidfd`).
 //!
 //! **Readiness** is one interface ([`shoal_vfs::obj::Readiness`]: epoll
 //! bits plus an event generation) that files, pipes, the standard streams
@@ -44,7 +50,10 @@ mod epoll;
 mod eventfd;
 pub mod heal;
 pub mod host;
+pub mod inotify;
 pub mod lo;
+pub mod netlink;
+pub mod pidfd;
 mod signalfd;
 mod socket;
 pub mod sys;
@@ -74,6 +83,8 @@ pub(crate) enum Fam {
     Lo,
     /// Internet sockets over host sockets (module `host`).
     Inet,
+    /// `AF_NETLINK` route sockets (module `netlink`).
+    Netlink,
 }
 
 /// An object behind a descriptor.
@@ -84,6 +95,10 @@ pub(crate) enum Obj {
     Event(eventfd::EventFd),
     Timer(timerfd::TimerFd),
     Signal(signalfd::SignalFd),
+    /// A process descriptor (module `pidfd`).
+    Pid(pidfd::Pidfd),
+    /// An inotify instance (module `inotify`).
+    Notify(inotify::Inotify),
 }
 
 /// The state of the component.
@@ -95,13 +110,15 @@ pub(crate) struct Net {
     pub unix: unix::Unix,
     /// The Internet sockets that stay inside the instance (loopback).
     pub lo: lo::Lo,
+    /// The `AF_NETLINK` sockets.
+    pub nl: netlink::Netlink,
     /// The `AF_INET`/`AF_INET6` backend, once a tender provides one.
     pub inet: Option<Box<dyn Backend>>,
 }
 
 impl Net {
     fn new() -> Net {
-        Net { objs: Default::default(), next: 0, unix: unix::Unix::default(), lo: lo::Lo::default(), inet: None }
+        Net { objs: Default::default(), next: 0, unix: unix::Unix::default(), lo: lo::Lo::default(), nl: netlink::Netlink::default(), inet: None }
     }
 
     /// Adds an object; returns its id (unique: the number of objects
@@ -116,6 +133,7 @@ impl Net {
         match f {
             Fam::Unix => Ok(&mut self.unix),
             Fam::Lo => Ok(&mut self.lo),
+            Fam::Netlink => Ok(&mut self.nl),
             Fam::Inet => self.inet.as_deref_mut().ok_or(Errno::EAFNOSUPPORT),
         }
     }
@@ -136,6 +154,13 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut Net) -> R) -> R {
 /// Tells every waiting thread that something here changed (they re-check).
 pub(crate) fn wake() {
     shoal_vfs::wait::wake(0);
+}
+
+/// The wait queue of the blocking calls on host socket `h` (backend
+/// handle; `socket::wait_for`): woken when `h` gains readiness (module
+/// `host`), not at every change in the instance.
+pub(crate) fn sock_key(h: u64) -> u64 {
+    shoal_sched::KERNEL_KEY | 1 << 62 | (h & ((1 << 62) - 1))
 }
 
 /// Installs the `AF_INET`/`AF_INET6` backend (host-socket passthrough).
@@ -174,8 +199,10 @@ impl ObjOps for Ops {
                 Some(Obj::Event(e)) => e.ready(),
                 Some(Obj::Timer(t)) => t.ready(now()),
                 Some(Obj::Signal(s)) => s.ready(),
+                Some(Obj::Notify(i)) => i.ready(),
                 Some(Obj::Epoll(_)) => return K::Epoll,
-                None => Readiness::default(),
+                // The process it names is the caller's: it has not exited.
+                Some(Obj::Pid(_)) | None => Readiness::default(),
             };
             K::Other(r)
         });
@@ -210,6 +237,7 @@ impl ObjOps for Ops {
             Some(Obj::Event(e)) => e.read(buf),
             Some(Obj::Timer(t)) => t.read(buf, shoal_time::monotonic_ns()),
             Some(Obj::Signal(s)) => s.read(buf),
+            Some(Obj::Notify(i)) => i.read(buf),
             _ => Err(Errno::EINVAL),
         })
     }
@@ -231,6 +259,7 @@ impl ObjOps for Ops {
                 let s = *s;
                 Ok(n.backend(s.fam)?.nread(s.h))
             }
+            Some(Obj::Notify(i)) => Ok(i.nread()),
             _ => Err(Errno::ENOTTY),
         })
     }
@@ -238,21 +267,38 @@ impl ObjOps for Ops {
     fn meta(&self, id: u64) -> ObjMeta {
         with(|n| match n.objs.get(&id) {
             Some(Obj::Socket(_)) => ObjMeta { mode: 0o140777, ino: id, dev: SOCK_DEV },
+            // pidfs's mode.
+            Some(Obj::Pid(_)) => ObjMeta { mode: 0o700, ino: id, dev: ANON_DEV },
             _ => ObjMeta { mode: 0o600, ino: id, dev: ANON_DEV },
         })
     }
 
     fn release(&self, id: u64) -> alloc::vec::Vec<usize> {
         let held = with(|n| {
-            if let Some(Obj::Socket(s)) = n.objs.remove(&id) {
-                if let Ok(b) = n.backend(s.fam) {
-                    b.close(s.h);
+            match n.objs.remove(&id) {
+                Some(Obj::Socket(s)) => {
+                    if let Ok(b) = n.backend(s.fam) {
+                        b.close(s.h);
+                    }
                 }
+                Some(Obj::Notify(i)) if i.watches() > 0 => {
+                    let left: usize = n.objs.iter().map(|(_, o)| if let Obj::Notify(i) = o { i.watches() } else { 0 }).sum();
+                    shoal_vfs::obj::set_watches(left);
+                }
+                _ => {}
             }
             n.unix.take_dropped()
         });
         wake();
         held
+    }
+
+    fn fs_event(&self, ino: u64, mask: u32, cookie: u32, name: &[u8]) {
+        inotify::fs_event(ino, mask, cookie, name);
+    }
+
+    fn watched(&self) -> alloc::vec::Vec<u64> {
+        inotify::watched()
     }
 
     fn ofd_released(&self, ofd: usize) {

@@ -46,13 +46,56 @@ fn call<R>(s: Sock, f: impl FnOnce(&mut dyn crate::Backend, u64) -> Result<R, Er
     crate::with(|n| f(n.backend(s.fam)?, s.h))
 }
 
-/// Runs `f` until it stops answering `EAGAIN`, waiting in between unless
-/// `nonblock` (then `EAGAIN` is the answer).
-fn retry<R>(nonblock: bool, what: &str, mut f: impl FnMut() -> Result<R, Errno>) -> Result<R, Errno> {
+/// Runs `f` on `s` until it stops answering `EAGAIN`, waiting in between
+/// (for `want`, see [`wait_for`]) unless `nonblock` (then `EAGAIN` is the
+/// answer).
+fn retry<R>(s: Sock, nonblock: bool, want: u32, what: &str, mut f: impl FnMut() -> Result<R, Errno>) -> Result<R, Errno> {
     loop {
         match f() {
-            Err(Errno::EAGAIN) if !nonblock => shoal_vfs::wait::block(what, None)?,
+            Err(Errno::EAGAIN) if !nonblock => wait_for(s, want, what)?,
             r => return r,
+        }
+    }
+}
+
+/// Whether a blocking receive on `s` would only fetch `EAGAIN` from the
+/// tender and then wait, and waiting at once costs nothing: a host socket
+/// whose cached readiness lacks "readable" (cleared when the host said the
+/// data is gone; see [`wait_for`]), with no other thread to run, so the
+/// wait goes straight to the idle wait, which asks the tender for this
+/// socket anyway (returning at once if data came). A thread-per-connection
+/// server's receive after each answer was a host `recvfrom` that found
+/// nothing before that wait. The cache is read as it is (asking the tender
+/// first would be the same host call).
+fn known_unreadable(s: Sock) -> bool {
+    use shoal_vfs::obj::{EPOLLERR, EPOLLHUP, EPOLLIN};
+    s.fam == Fam::Inet
+        && !shoal_sched::others_runnable()
+        && crate::host::without_refresh(|| call(s, |b, h| Ok(b.ready(h)))).is_ok_and(|r| r.mask & (EPOLLIN | EPOLLERR | EPOLLHUP) == 0)
+}
+
+/// Waits, after a blocking call on `s` found nothing to do (`EAGAIN`),
+/// until `s` may be ready for `want` (`EPOLLIN`, `EPOLLOUT`) again.
+///
+/// A host socket's cached readiness says when: the backend clears a bit
+/// only when the host said it is gone (the `EAGAIN` that brought the
+/// caller here) and sets it again only when the tender reports it. So the
+/// caller waits on the socket's own queue ([`crate::sock_key`], woken when
+/// it gains readiness) and tries again only once the bit is back. On the
+/// one queue every change wakes, a Python server's main thread blocked in
+/// `accept` woke and paid a host `accept4` for every request of a
+/// connection's thread, and each of 50 threads blocked in `recv` woke for
+/// every request of the others. In-instance sockets (unix, lo) wait on
+/// that one queue and simply try again: they answer without the tender.
+fn wait_for(s: Sock, want: u32, what: &str) -> Result<(), Errno> {
+    use shoal_vfs::obj::{EPOLLERR, EPOLLHUP};
+    if s.fam != Fam::Inet {
+        return shoal_vfs::wait::block(what, None);
+    }
+    loop {
+        shoal_vfs::wait::block_on(crate::sock_key(s.h), what, None)?;
+        if call(s, |b, h| Ok(b.ready(h)))?.mask & (want | EPOLLERR | EPOLLHUP) != 0 {
+            return Ok(());
         }
     }
 }
@@ -82,6 +125,7 @@ fn family(domain: i32) -> Result<Fam, Errno> {
     match domain {
         AF_UNIX => Ok(Fam::Unix),
         AF_INET | AF_INET6 => Ok(Fam::Lo),
+        crate::netlink::AF_NETLINK => Ok(Fam::Netlink),
         _ => Err(Errno::EAFNOSUPPORT),
     }
 }
@@ -285,10 +329,53 @@ fn write_addr(addr: u64, lenp: u64, a: &[u8]) -> Result<(), Errno> {
     umem::write(lenp, a.len() as u32)
 }
 
+/// The path an `AF_UNIX` address names (`None`: abstract, unnamed, or
+/// not an `AF_UNIX` address).
+fn unix_path(fam: Fam, a: &[u8]) -> Option<Vec<u8>> {
+    if fam != Fam::Unix {
+        return None;
+    }
+    crate::unix::parse(a).ok().flatten().filter(|n| n.first() != Some(&0))
+}
+
+/// An `AF_UNIX` address to reach, with a path replaced by the key of the
+/// socket node it names (see `unix::file_key`): `ENOENT` and the other
+/// lookup errors if there is none, `ECONNREFUSED` if it is not a socket.
+fn unix_target(fam: Fam, a: SockAddr) -> Result<SockAddr, Errno> {
+    match unix_path(fam, &a) {
+        Some(p) => Ok(crate::unix::file_key(shoal_vfs::with_ref(|v| v.socket_file(&p))?)),
+        None => Ok(a),
+    }
+}
+
+/// `bind` of an `AF_UNIX` socket to `path`: the socket node first (as
+/// Linux's `unix_bind_bsd`), then the name.
+fn bind_file(h: u64, path: Vec<u8>) -> Result<(), Errno> {
+    if crate::with(|n| n.unix.is_named(h))? {
+        return Err(Errno::EINVAL);
+    }
+    let ino = shoal_vfs::with(|v| v.bind_socket_file(&path))?;
+    let r = crate::with(|n| n.unix.bind_file(h, path.clone(), crate::unix::file_key(ino)[2..].to_vec()));
+    if r.is_err() {
+        shoal_vfs::with(|v| v.unbind_socket_file(&path, ino));
+    }
+    r
+}
+
+/// Whether `s` is a datagram socket.
+fn is_dgram(s: Sock) -> Result<bool, Errno> {
+    let t = call(s, |b, h| b.getsockopt(h, SOL_SOCKET, SO_TYPE))?;
+    Ok(t.get(..4) == Some(&SOCK_DGRAM.to_ne_bytes()[..]))
+}
+
 /// `bind(fd, addr, len)`.
 pub fn bind(fd: i32, addr: u64, len: u32) -> SysResult {
     let (s, id, _) = sock_of(fd)?;
     let a = read_addr(s.fam, addr, len)?;
+    if let Some(p) = unix_path(s.fam, &a) {
+        bind_file(s.h, p)?;
+        return Ok(0);
+    }
     let s = route(id, s, Want::Bind(&a))?;
     call(s, |b, h| b.bind(h, &a))?;
     Ok(0)
@@ -311,7 +398,7 @@ pub fn accept4(fd: i32, addr: u64, lenp: u64, flags: i32) -> SysResult {
     if addr != 0 {
         umem::check_write(lenp, 4)?;
     }
-    let (h, from) = retry(nb, "accept", || call(s, |b, h| b.accept(h)))?;
+    let (h, from) = retry(s, nb, shoal_vfs::obj::EPOLLIN, "accept", || call(s, |b, h| b.accept(h)))?;
     let nfd = install(Sock { fam: s.fam, h }, flags)?;
     if let Err(e) = write_addr(addr, lenp, &from) {
         let _ = shoal_vfs::with(|v| v.close_fd(nfd as i32));
@@ -323,9 +410,9 @@ pub fn accept4(fd: i32, addr: u64, lenp: u64, flags: i32) -> SysResult {
 /// `connect(fd, addr, len)`.
 pub fn connect(fd: i32, addr: u64, len: u32) -> SysResult {
     let (s, id, nb) = sock_of(fd)?;
-    let a = read_addr(s.fam, addr, len)?;
+    let a = unix_target(s.fam, read_addr(s.fam, addr, len)?)?;
     let s = route(id, s, Want::Reach(&a))?;
-    match retry(nb, "connect", || call(s, |b, h| b.connect(h, &a))) {
+    match retry(s, nb, shoal_vfs::obj::EPOLLOUT, "connect", || call(s, |b, h| b.connect(h, &a))) {
         Err(EINPROGRESS) if !nb => {
             // Wait until the connection is made or failed, then report it.
             loop {
@@ -498,6 +585,8 @@ fn discard_fds(r: &Received, flags: i32) {
 fn send_on(s: Sock, nb: bool, data: &mut [&'static [u8]], to: Option<(u64, u32)>, flags: i32, fds: &mut Vec<usize>) -> Result<usize, Errno> {
     let nb = nb || flags & MSG_DONTWAIT != 0;
     let to = match to {
+        // A datagram's destination path is looked up once, before it waits.
+        Some((addr, len)) if addr != 0 && s.fam == Fam::Unix && is_dgram(s)? => Some(unix_target(s.fam, read_addr(s.fam, addr, len)?)?),
         Some((addr, len)) if addr != 0 => Some(read_addr(s.fam, addr, len)?),
         _ => None,
     };
@@ -519,7 +608,7 @@ fn send_on(s: Sock, nb: bool, data: &mut [&'static [u8]], to: Option<(u64, u32)>
                 }
                 advance(data, &mut start, k, |b, n| &b[n..]);
             }
-            Err(Errno::EAGAIN) if !nb => shoal_vfs::wait::block("a socket", None)?,
+            Err(Errno::EAGAIN) if !nb => wait_for(s, shoal_vfs::obj::EPOLLOUT, "a socket")?,
             Err(e) if sent > 0 && e != Errno::EFAULT => return Ok(sent),
             Err(e) => return Err(e),
         }
@@ -541,6 +630,9 @@ fn recv_on(s: Sock, nb: bool, bufs: &mut [&'static mut [u8]], flags: i32) -> Res
     let waitall = flags & MSG_WAITALL != 0 && flags & MSG_PEEK == 0 && !nb && call(s, |b, h| Ok(b.is_stream(h)))?;
     let mut got: Option<Received> = None;
     let mut start = 0;
+    if !nb && flags & MSG_PEEK == 0 && known_unreadable(s) {
+        wait_for(s, shoal_vfs::obj::EPOLLIN, "a socket")?;
+    }
     loop {
         match call(s, |b, h| b.recv(h, &mut bufs[start..], flags)) {
             Ok(r) => {
@@ -559,7 +651,7 @@ fn recv_on(s: Sock, nb: bool, bufs: &mut [&'static mut [u8]], flags: i32) -> Res
                 }
                 advance(bufs, &mut start, n, |b, k| &mut b[k..]);
             }
-            Err(Errno::EAGAIN) if !nb => shoal_vfs::wait::block("a socket", None)?,
+            Err(Errno::EAGAIN) if !nb => wait_for(s, shoal_vfs::obj::EPOLLIN, "a socket")?,
             Err(e) => return got.ok_or(e),
         }
     }

@@ -95,6 +95,84 @@ pub fn writev(a: &Args) -> SysResult {
     }
 }
 
+/// `ioctl(fd, req, arg)`: a socket answers the interface requests
+/// (`SIOCGIF*`, about the instance's one interface, see module
+/// `netlink`) on any family, as Linux's `sock_do_ioctl` passes them to
+/// `dev_ioctl`; everything else is vfs's.
+pub fn ioctl(a: &Args) -> SysResult {
+    if matches!(kind(a.int(0)), Some(Kind::Socket(..))) {
+        if let Some(r) = iface_ioctl(a.uint(1), a.u(2)) {
+            return r;
+        }
+    }
+    shoal_vfs::sys::ioctl(a)
+}
+
+const SIOCGIFNAME: u32 = 0x8910;
+const SIOCGIFCONF: u32 = 0x8912;
+const SIOCGIFFLAGS: u32 = 0x8913;
+const SIOCGIFMTU: u32 = 0x8921;
+const SIOCGIFHWADDR: u32 = 0x8927;
+const SIOCGIFINDEX: u32 = 0x8933;
+/// `sizeof(struct ifreq)`; its union starts at byte 16 (`IFNAMSIZ`).
+const IFREQ: usize = 40;
+
+/// The answer to interface request `req` on `struct ifreq` (or `struct
+/// ifconf`) at `arg`; `None` for a request that is not one.
+fn iface_ioctl(req: u32, arg: u64) -> Option<SysResult> {
+    use crate::netlink::IFACE;
+    use shoal_plat::umem;
+    let name_is_ours = |r: &[u8; IFREQ]| {
+        let n = &r[..16];
+        n.split(|&c| c == 0).next() == Some(IFACE.name)
+    };
+    let r = || -> SysResult {
+        if req == SIOCGIFCONF {
+            // struct ifconf { int ifc_len; char *ifc_buf; }: one entry per
+            // IPv4 address; a NULL buffer asks for the length only.
+            let (len, buf): (i32, u64) = (umem::read(arg)?, umem::read(arg + 8)?);
+            if buf == 0 {
+                umem::write(arg, IFREQ as i32)?;
+                return Ok(0);
+            }
+            let mut n = 0;
+            if len >= IFREQ as i32 {
+                let mut r = [0u8; IFREQ];
+                r[..IFACE.name.len()].copy_from_slice(IFACE.name);
+                r[16..18].copy_from_slice(&(crate::abi::AF_INET as u16).to_ne_bytes());
+                r[20..24].copy_from_slice(&IFACE.v4.0);
+                umem::write(buf, r)?;
+                n = IFREQ as i32;
+            }
+            umem::write(arg, n)?;
+            return Ok(0);
+        }
+        let mut r: [u8; IFREQ] = umem::read(arg)?;
+        match req {
+            SIOCGIFNAME => {
+                if i32::from_ne_bytes([r[16], r[17], r[18], r[19]]) as u32 != IFACE.index {
+                    return Err(Errno::ENODEV);
+                }
+                r[..16].fill(0);
+                r[..IFACE.name.len()].copy_from_slice(IFACE.name);
+            }
+            _ if !name_is_ours(&r) => return Err(Errno::ENODEV),
+            SIOCGIFINDEX => r[16..20].copy_from_slice(&(IFACE.index as i32).to_ne_bytes()),
+            SIOCGIFFLAGS => r[16..18].copy_from_slice(&(IFACE.flags as u16).to_ne_bytes()),
+            SIOCGIFMTU => r[16..20].copy_from_slice(&(IFACE.mtu as i32).to_ne_bytes()),
+            SIOCGIFHWADDR => {
+                // ARPHRD_LOOPBACK and lo's all-zero address.
+                r[16..32].fill(0);
+                r[16..18].copy_from_slice(&772u16.to_ne_bytes());
+            }
+            _ => return Err(Errno::ENOTTY),
+        }
+        umem::write(arg, r)?;
+        Ok(0)
+    };
+    matches!(req, SIOCGIFNAME | SIOCGIFCONF | SIOCGIFFLAGS | SIOCGIFMTU | SIOCGIFHWADDR | SIOCGIFINDEX).then(r)
+}
+
 /// `socket(domain, type, protocol)`.
 pub fn socket(a: &Args) -> SysResult {
     socket::socket(a.int(0), a.int(1), a.int(2))

@@ -488,3 +488,80 @@ fn scm_rights_pass_descriptions_truncate_and_drop_with_the_message() {
     close(sv[0]);
     close(sv[1]);
 }
+
+/// A netlink route socket as glibc's `getifaddrs` drives it, and what it
+/// answers to requests it does not serve and to malformed ones.
+#[test]
+fn netlink_route_dumps_and_refusals() {
+    use crate::netlink::{Netlink, AF_NETLINK};
+    let mut nl = Netlink::default();
+    assert_eq!(nl.socket(SOCK_STREAM, 0), Err(ESOCKTNOSUPPORT));
+    assert_eq!(nl.socket(3, 9), Err(EPROTONOSUPPORT));
+    let h = nl.socket(3, 0).unwrap();
+    let mut sa = (AF_NETLINK as u16).to_ne_bytes().to_vec();
+    sa.extend_from_slice(&[0; 10]);
+    assert_eq!(nl.bind(h, &sa[..8]), Err(Errno::EINVAL));
+    nl.bind(h, &sa).unwrap();
+    let name = nl.name(h, false).unwrap();
+    assert_eq!(u32::from_ne_bytes(name[4..8].try_into().unwrap()), shoal_process::PID as u32);
+    // nlmsghdr { len, type, flags = REQUEST | DUMP, seq, pid } + rtgenmsg.
+    let req = |ty: u16, flags: u16, seq: u32| {
+        let mut m = 20u32.to_ne_bytes().to_vec();
+        m.extend_from_slice(&ty.to_ne_bytes());
+        m.extend_from_slice(&flags.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&0u32.to_ne_bytes());
+        m.extend_from_slice(&[0; 4]);
+        m
+    };
+    let recv = |nl: &mut Netlink| {
+        let mut b = [0u8; 4096];
+        let r = nl.recv(h, &mut [&mut b], 0)?;
+        Ok::<_, Errno>(b[..r.len].to_vec())
+    };
+    let hdr = |m: &[u8]| (u16::from_ne_bytes([m[4], m[5]]), u16::from_ne_bytes([m[6], m[7]]), u32::from_ne_bytes(m[8..12].try_into().unwrap()));
+    assert_eq!(nl.send(h, &[&req(18, 0x301, 7)], Some(&sa), 0), Ok(20));
+    assert_ne!(nl.ready(h).mask & EPOLLIN, 0);
+    let links = recv(&mut nl).unwrap();
+    assert_eq!(hdr(&links), (16, 2, 7), "RTM_NEWLINK, NLM_F_MULTI, the request's seq");
+    assert_eq!(i32::from_ne_bytes(links[20..24].try_into().unwrap()), 1, "lo is index 1");
+    assert_eq!(hdr(&recv(&mut nl).unwrap()), (3, 2, 7), "NLMSG_DONE");
+    nl.send(h, &[&req(22, 0x301, 8)], None, 0).unwrap();
+    let addrs = recv(&mut nl).unwrap();
+    assert_eq!(hdr(&addrs), (20, 2, 8));
+    assert_eq!(addrs[16], AF_INET as u8);
+    assert_eq!(hdr(&recv(&mut nl).unwrap()).0, 3);
+    // A type nobody serves: NLMSG_ERROR with -EOPNOTSUPP and the request.
+    nl.send(h, &[&req(0x99, 1, 9)], None, 0).unwrap();
+    let e = recv(&mut nl).unwrap();
+    assert_eq!(hdr(&e), (2, 0, 9));
+    assert_eq!(i32::from_ne_bytes(e[16..20].try_into().unwrap()), -95);
+    // Malformed (a length shorter than a header, or past the data) and
+    // non-requests: no answer.
+    let mut bad = req(18, 0x301, 10);
+    bad[0] = 3;
+    nl.send(h, &[&bad], None, 0).unwrap();
+    bad[0] = 200;
+    nl.send(h, &[&bad], None, 0).unwrap();
+    nl.send(h, &[&req(18, 0, 11)], None, 0).unwrap();
+    assert_eq!(recv(&mut nl), Err(Errno::EAGAIN));
+    // Another port: nobody there.
+    let mut to = sa.clone();
+    to[4] = 5;
+    assert_eq!(nl.send(h, &[&req(18, 0x301, 12)], Some(&to), 0), Err(ECONNREFUSED));
+    // Replies past SO_RCVBUF are dropped and the next receive says so.
+    for i in 0..3000 {
+        nl.send(h, &[&req(18, 0x301, i)], None, 0).unwrap();
+    }
+    let mut n = 0;
+    let err = loop {
+        match recv(&mut nl) {
+            Ok(_) => n += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err, ENOBUFS);
+    assert!(n > 0 && n < 6000, "{n}");
+    nl.close(h);
+    assert!(nl.is_empty());
+}

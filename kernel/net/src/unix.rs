@@ -11,12 +11,14 @@
 //!
 //! Names: a path (`sun_path` up to its first NUL) or an abstract name
 //! (`sun_path[0] == 0`, all the bytes the address length covers). Binding
-//! a path does **not** create a socket file in the file system (ramfs has
-//! no socket inodes): the name lives in this component's table until the
-//! socket is closed, so `unlink` of the path does not free it and `stat`
-//! does not see it. Relative paths are made absolute by the socket layer
-//! (from the working directory at the call) before they get here, so a
-//! socket bound to a relative path reports the absolute one.
+//! a path makes a socket node in the file system (`S_IFSOCK`, made by the
+//! socket layer through vfs: `EADDRINUSE` if the name exists, and it stays
+//! after the socket is closed, as on Linux), and `connect`/`sendto` of a
+//! path reach the socket bound to that node ([`file_key`]): `ENOENT`
+//! without the node, `ECONNREFUSED` for a node that is not a socket or
+//! whose socket is gone. Relative paths are made absolute by the socket
+//! layer (from the working directory at the call) before they get here,
+//! so a socket bound to a relative path reports the absolute one.
 //!
 //! Connecting creates the server's end at once and queues it on the
 //! listener (Linux does the same): the client can write before the server
@@ -103,6 +105,9 @@ struct Sock {
     ty: Ty,
     /// The bound name (the bytes after `sun_family`).
     name: Option<Vec<u8>>,
+    /// The key of its entry in the table of names when that is not its
+    /// name: a path's socket is found by its node ([`file_key`]).
+    key: Option<Vec<u8>>,
     /// Listening: the queue of connections not yet accepted, and its limit.
     listen: Option<(usize, VecDeque<u64>)>,
     /// The connected peer (for a datagram socket: the default destination).
@@ -136,6 +141,7 @@ impl Clone for Sock {
         Sock {
             ty: self.ty,
             name: self.name.clone(),
+            key: self.key.clone(),
             listen: self.listen.clone(),
             peer: self.peer,
             connected: self.connected,
@@ -155,6 +161,7 @@ impl Clone for Sock {
     fn clone_from(&mut self, s: &Sock) {
         self.ty = s.ty;
         self.name.clone_from(&s.name);
+        self.key.clone_from(&s.key);
         self.listen.clone_from(&s.listen);
         self.peer = s.peer;
         self.connected = s.connected;
@@ -180,6 +187,7 @@ impl Sock {
         Sock {
             ty,
             name: None,
+            key: None,
             listen: None,
             peer: None,
             connected: false,
@@ -218,6 +226,22 @@ pub struct Unix {
     /// when the next socket is released (`ObjOps::release`): this
     /// component never calls vfs from inside (see `shoal_vfs::obj`).
     pub(crate) dropped: Vec<usize>,
+}
+
+/// First byte of a socket file's key: neither a path's (`/`, made
+/// absolute) nor an abstract name's (`0`) nor the loopback table's
+/// (`0xff`).
+const FILE_KEY: u8 = 0xfe;
+
+/// The key under which the socket bound to the file-system node `ino` is
+/// found, as `struct sockaddr_un` bytes (no NUL in it): `connect` and
+/// `sendto` of a path reach the socket by its node, as Linux does, so a
+/// renamed socket file still leads to it and an unlinked one does not.
+pub fn file_key(ino: u64) -> Vec<u8> {
+    let mut v = (AF_UNIX as u16).to_ne_bytes().to_vec();
+    v.push(FILE_KEY);
+    v.extend_from_slice(alloc::format!("{ino:x}").as_bytes());
+    v
 }
 
 /// `struct sockaddr_un` bytes for `name` (family only when unnamed).
@@ -282,6 +306,26 @@ impl Unix {
     }
 
     /// Whether `h` is connected (or was: a connection-based socket).
+    /// Whether `h` has a name (`bind` again is `EINVAL`).
+    pub(crate) fn is_named(&self, h: u64) -> Result<bool, Errno> {
+        Ok(self.sock(h)?.name.is_some())
+    }
+
+    /// Binds `h` to `path`, whose socket node the file system made (`key`
+    /// from [`file_key`]).
+    pub(crate) fn bind_file(&mut self, h: u64, path: Vec<u8>, key: Vec<u8>) -> Result<(), Errno> {
+        if self.sock(h)?.name.is_some() {
+            return Err(Errno::EINVAL);
+        }
+        // A node is new when bound: an entry under its key is of a node
+        // since removed whose number came back; the new one wins.
+        self.names.insert(key.clone(), h);
+        let s = self.sock_mut(h)?;
+        s.name = Some(path);
+        s.key = Some(key);
+        Ok(())
+    }
+
     pub(crate) fn is_connected(&self, h: u64) -> bool {
         self.socks.get(&h).is_some_and(|s| s.connected)
     }
@@ -351,7 +395,8 @@ impl Unix {
     fn lookup(&self, name: &[u8]) -> Result<u64, Errno> {
         match self.names.get(name) {
             Some(&h) => Ok(h),
-            None if name.first() == Some(&0) => Err(ECONNREFUSED),
+            // An abstract name, or a socket file nobody is bound to.
+            None if matches!(name.first(), Some(&0 | &FILE_KEY)) => Err(ECONNREFUSED),
             None => Err(Errno::ENOENT),
         }
     }
@@ -689,7 +734,9 @@ impl Backend for Unix {
                 };
                 let copied = scatter(bufs, m.data.iter().copied());
                 let full = m.data.len();
-                let from = if s.ty == Ty::Dgram { Some(sockaddr(m.from.as_deref())) } else { None };
+                // An unnamed sender has no address: the length comes back 0
+                // (Linux's `unix_copy_addr`).
+                let from = if s.ty == Ty::Dgram { m.from.as_deref().map(|n| sockaddr(Some(n))) } else { None };
                 let fds = if peek { m.fds.clone() } else { core::mem::take(&mut m.fds) };
                 if !peek {
                     s.msg_bytes -= full;
@@ -829,7 +876,7 @@ impl Backend for Unix {
         for fds in s.msgs.iter().map(|m| &m.fds).chain(s.marks.iter().map(|m| &m.fds)) {
             self.dropped.extend_from_slice(fds);
         }
-        if let Some(n) = &s.name {
+        if let Some(n) = s.key.as_ref().or(s.name.as_ref()) {
             if self.names.get(n) == Some(&h) {
                 self.names.remove(n);
             }

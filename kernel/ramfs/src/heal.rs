@@ -236,6 +236,7 @@ enum NodeImage {
     Symlink(Bytes),
     Fifo,
     CharDevice(u64),
+    Socket,
 }
 
 impl Image {
@@ -428,6 +429,7 @@ fn fill_image(i: &Inode, slot: &mut Option<Image>) {
                 Node::Symlink(b) => NodeImage::Symlink(b.clone()),
                 Node::Fifo => NodeImage::Fifo,
                 Node::CharDevice(r) => NodeImage::CharDevice(*r),
+                Node::Socket => NodeImage::Socket,
             };
             *slot = Some(Image {
                 perm: i.perm,
@@ -460,6 +462,7 @@ impl Fs {
             NodeImage::Symlink(b) => Node::Symlink(b.clone()),
             NodeImage::Fifo => Node::Fifo,
             NodeImage::CharDevice(r) => Node::CharDevice(*r),
+            NodeImage::Socket => Node::Socket,
         };
         let inode = Inode {
             perm: im.perm,

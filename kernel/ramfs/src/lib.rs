@@ -56,6 +56,8 @@ pub const S_IFLNK: u32 = 0o120000;
 pub const S_IFIFO: u32 = 0o010000;
 /// Character device.
 pub const S_IFCHR: u32 = 0o020000;
+/// Socket.
+pub const S_IFSOCK: u32 = 0o140000;
 
 /// Linux's `makedev(major, minor)` (the `st_rdev` encoding).
 pub const fn makedev(major: u32, minor: u32) -> u64 {
@@ -77,6 +79,9 @@ pub enum FileType {
     /// A character device (what it does is the vfs's business; the inode
     /// holds its device number).
     CharDevice,
+    /// A socket's name in the file system (`bind` of an `AF_UNIX` path,
+    /// `mknod(S_IFSOCK)`; which socket it names is the net component's).
+    Socket,
 }
 
 impl FileType {
@@ -88,11 +93,12 @@ impl FileType {
             FileType::Symlink => S_IFLNK,
             FileType::Fifo => S_IFIFO,
             FileType::CharDevice => S_IFCHR,
+            FileType::Socket => S_IFSOCK,
         }
     }
 
     /// The `d_type` of a directory entry (`DT_REG`, `DT_DIR`, `DT_LNK`,
-    /// `DT_FIFO`, `DT_CHR`).
+    /// `DT_FIFO`, `DT_CHR`, `DT_SOCK`).
     pub fn dirent_type(self) -> u8 {
         match self {
             FileType::Regular => 8,
@@ -100,6 +106,7 @@ impl FileType {
             FileType::Symlink => 10,
             FileType::Fifo => 1,
             FileType::CharDevice => 2,
+            FileType::Socket => 12,
         }
     }
 }
@@ -175,6 +182,7 @@ enum Node {
     Symlink(Bytes),
     Fifo,
     CharDevice(u64),
+    Socket,
 }
 
 #[derive(Debug)]
@@ -205,6 +213,7 @@ impl Inode {
             Node::Symlink(_) => FileType::Symlink,
             Node::Fifo => FileType::Fifo,
             Node::CharDevice(_) => FileType::CharDevice,
+            Node::Socket => FileType::Socket,
         }
     }
 }
@@ -324,7 +333,7 @@ impl Fs {
                         (Kind::File, inode.perm & 0o7777, data)
                     }
                     Node::Symlink(t) => (Kind::Symlink, 0o777, t.as_slice().to_vec()),
-                    Node::Fifo | Node::CharDevice(_) => continue,
+                    Node::Fifo | Node::CharDevice(_) | Node::Socket => continue,
                 };
                 items.push(Item { path, kind, mode, data });
             }
@@ -447,7 +456,7 @@ impl Fs {
             Node::File(f) => (f.size(), f.blocks()),
             Node::Dir(d) => ((d.len() as u64 + 2) * 20, 0),
             Node::Symlink(b) => (b.as_slice().len() as u64, 0),
-            Node::Fifo | Node::CharDevice(_) => (0, 0),
+            Node::Fifo | Node::CharDevice(_) | Node::Socket => (0, 0),
         };
         let rdev = if let Node::CharDevice(r) = i.node { r } else { 0 };
         Ok(Attr {
@@ -564,6 +573,12 @@ impl Fs {
     /// Creates a named pipe `name` in `dir` (`mknod(S_IFIFO)`, `mkfifo`).
     pub fn mkfifo(&mut self, dir: Ino, name: &[u8], perm: u32) -> Result<Ino, Errno> {
         self.create_node(dir, name, Node::Fifo, perm)
+    }
+
+    /// Creates socket file `name` in `dir` (`bind` of an `AF_UNIX` path,
+    /// `mknod(S_IFSOCK)`).
+    pub fn mksock(&mut self, dir: Ino, name: &[u8], perm: u32) -> Result<Ino, Errno> {
+        self.create_node(dir, name, Node::Socket, perm)
     }
 
     /// Creates character device `name` in `dir` with device number `rdev`

@@ -96,6 +96,15 @@ mod nr_net {
     pub const RECVMMSG: u64 = 299;
     pub const SENDMMSG: u64 = 307;
     pub const EPOLL_PWAIT2: u64 = 441;
+    pub const WAIT4: u64 = 61;
+    pub const WAITID: u64 = 247;
+    pub const PIDFD_SEND_SIGNAL: u64 = 424;
+    pub const PIDFD_OPEN: u64 = 434;
+    pub const PIDFD_GETFD: u64 = 438;
+    pub const INOTIFY_INIT: u64 = 253;
+    pub const INOTIFY_ADD_WATCH: u64 = 254;
+    pub const INOTIFY_RM_WATCH: u64 = 255;
+    pub const INOTIFY_INIT1: u64 = 294;
 }
 
 /// The table's `match`, which also names the component of each entry (the
@@ -116,6 +125,12 @@ macro_rules! component {
         shoal_recover::id::VFS
     };
     (net) => {
+        shoal_recover::id::NET
+    };
+    (pidfd) => {
+        shoal_recover::id::NET
+    };
+    (inotify) => {
         shoal_recover::id::NET
     };
     (mm) => {
@@ -148,6 +163,8 @@ macro_rules! component {
 fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
     use nr_net as nn;
     use shoal_mm::sys as mm;
+    use shoal_net::inotify;
+    use shoal_net::pidfd;
     use shoal_net::sys as net;
     use shoal_process::ipc;
     use shoal_process::sys as process;
@@ -168,7 +185,7 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::FSTAT => vfs::fstat,
         nr::LSTAT => vfs::lstat,
         nr::LSEEK => vfs::lseek,
-        nr::IOCTL => vfs::ioctl,
+        nr::IOCTL => net::ioctl,
         nr::PREAD64 => vfs::pread64,
         nr::PWRITE64 => vfs::pwrite64,
         nr::READV => net::readv,
@@ -289,6 +306,17 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nn::TIMERFD_CREATE => net::timerfd_create,
         nn::TIMERFD_SETTIME => net::timerfd_settime,
         nn::TIMERFD_GETTIME => net::timerfd_gettime,
+        // process descriptors and waits (net holds the descriptors' objects)
+        nn::PIDFD_OPEN => pidfd::pidfd_open,
+        nn::PIDFD_SEND_SIGNAL => pidfd::pidfd_send_signal,
+        nn::PIDFD_GETFD => pidfd::pidfd_getfd,
+        nn::WAIT4 => pidfd::wait4,
+        nn::WAITID => pidfd::waitid,
+        // inotify (net holds the instances; vfs reports the changes)
+        nn::INOTIFY_INIT => inotify::inotify_init,
+        nn::INOTIFY_INIT1 => inotify::inotify_init1,
+        nn::INOTIFY_ADD_WATCH => inotify::inotify_add_watch,
+        nn::INOTIFY_RM_WATCH => inotify::inotify_rm_watch,
         // memory
         nr::BRK => mm::brk,
         nr::MMAP => mm::mmap,

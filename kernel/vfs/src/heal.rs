@@ -914,6 +914,9 @@ fn rebuild() {
         None => fail("the log is in use"),
     };
     crate::obj::set_live(v.ofds.iter().flatten().filter(|o| matches!(o.target, Target::Obj(_))).count());
+    // The count of inotify watches lives in vfs's memory too: the owner of
+    // the watches (net, not rebooted) tells it again.
+    crate::obj::set_watches(crate::obj::ops().map_or(0, |o| o.watched().len()));
     crate::install_rebuilt(v);
     // A rejuvenation's old state, its files' contents moved out: sound,
     // so freed.

@@ -64,6 +64,7 @@ mod host;
 mod lock;
 mod mmap;
 mod more;
+mod notify;
 pub mod obj;
 mod ops;
 mod path;
@@ -260,10 +261,15 @@ impl Vfs {
         if let Some(ino) = target.ino() {
             self.fs.get_ref(ino);
         }
+        // A pipe has no offset (`ESPIPE`): its description keeps there
+        // the writers' open count before it was opened (Linux's `f_pipe`),
+        // which its readiness compares.
+        let mut offset = 0;
         if let Target::Fifo(ino) = target {
+            offset = self.pipes.get(&ino).map_or(0, |p| p.w_opened);
             self.pipe_open(ino, flags);
         }
-        let ofd = Ofd { refs: 0, target, flags, offset: 0 };
+        let ofd = Ofd { refs: 0, target, flags, offset };
         match self.ofds.iter().position(|o| o.is_none()) {
             Some(i) => {
                 // One entry marked for the log (module `heal`), not the table.

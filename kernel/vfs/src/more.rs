@@ -3,7 +3,7 @@
 //! advice, `mknod`, the old `getdents`.
 
 use shoal_plat::{umem, Args, Errno, SysResult};
-use shoal_ramfs::{FileType, Timespec};
+use shoal_ramfs::{FileType, Ino, Timespec};
 
 use crate::abi::*;
 use crate::{Target, Vfs};
@@ -39,6 +39,9 @@ const S_IFCHR: u32 = 0o020000;
 const S_IFBLK: u32 = 0o060000;
 const S_IFIFO: u32 = 0o010000;
 const S_IFSOCK: u32 = 0o140000;
+/// `EADDRINUSE` and `ECONNREFUSED`, which `Errno` does not name.
+const EADDRINUSE: Errno = Errno(98);
+const ECONNREFUSED: Errno = Errno(111);
 
 impl Vfs {
     // ---- owners --------------------------------------------------------
@@ -49,6 +52,7 @@ impl Vfs {
         if u.is_none() && g.is_none() {
             // Linux still updates the change time.
             self.fs.chown(ino, None, None)?;
+            self.note_inode(ino, crate::notify::IN_ATTRIB);
             return Ok(0);
         }
         let a = self.fs.attr(ino)?;
@@ -62,6 +66,7 @@ impl Vfs {
             }
             self.fs.chmod(ino, perm)?;
         }
+        self.note_inode(ino, crate::notify::IN_ATTRIB);
         Ok(0)
     }
 
@@ -151,6 +156,7 @@ impl Vfs {
             (Timespec { sec: tv[0], nsec: tv[1] as u32 * 1000 }, Timespec { sec: tv[2], nsec: tv[3] as u32 * 1000 })
         };
         self.fs.set_times(ino, Some(at), Some(mt))?;
+        self.note_inode(ino, crate::notify::IN_ATTRIB);
         Ok(0)
     }
 
@@ -192,6 +198,7 @@ impl Vfs {
             self.fsize_check(end)?;
             self.fs.truncate(ino, end)?;
         }
+        self.note_inode(ino, crate::notify::IN_MODIFY);
         Ok(0)
     }
 
@@ -519,14 +526,19 @@ impl Vfs {
 
     // ---- mknod ---------------------------------------------------------
 
-    /// `mknod`: regular files and FIFOs; devices and directories are
-    /// `EPERM` (shoal's devices are the ones in `/dev`), sockets too.
+    /// `mknod`: regular files, FIFOs and sockets' names; devices and
+    /// directories are `EPERM` (shoal's devices are the ones in `/dev`).
     fn do_mknod(&mut self, dirfd: i32, path_addr: u64, mode: u32) -> SysResult {
         let path = path(path_addr)?;
+        self.make_node(dirfd, path, mode).map(|_| 0)
+    }
+
+    /// Creates the node `mode` names at `path` (see [`Self::do_mknod`]).
+    fn make_node(&mut self, dirfd: i32, path: &[u8], mode: u32) -> Result<Ino, Errno> {
         let kind = mode & S_IFMT;
         match kind {
-            0 | S_IFREG | S_IFIFO => {}
-            S_IFCHR | S_IFBLK | S_IFDIR | S_IFSOCK => return Err(Errno::EPERM),
+            0 | S_IFREG | S_IFIFO | S_IFSOCK => {}
+            S_IFCHR | S_IFBLK | S_IFDIR => return Err(Errno::EPERM),
             _ => return Err(Errno::EINVAL),
         }
         let start = self.start_dir(dirfd, path)?;
@@ -537,19 +549,49 @@ impl Vfs {
         let perm = mode & 0o7777 & !self.umask;
         if shoal_hostfs::is_host(p.dir) {
             self.ro_parent(&p, true)?;
-            if kind == S_IFIFO {
-                // No FIFOs are made on the host for a guest (module host).
+            if kind == S_IFIFO || kind == S_IFSOCK {
+                // No FIFOs or sockets are made on the host for a guest
+                // (module host).
                 return Err(Errno::EPERM);
             }
             shoal_hostfs::create(p.dir, p.name, perm, true)?;
-            return Ok(0);
+            self.note_child(p.dir, crate::notify::IN_CREATE, p.name, 0);
+            return self.lookup(p.dir, p.name);
         }
-        if kind == S_IFIFO {
-            self.fs.mkfifo(p.dir, p.name, perm)?;
-        } else {
-            self.fs.create_file(p.dir, p.name, perm)?;
+        let ino = match kind {
+            S_IFIFO => self.fs.mkfifo(p.dir, p.name, perm),
+            S_IFSOCK => self.fs.mksock(p.dir, p.name, perm),
+            _ => self.fs.create_file(p.dir, p.name, perm),
+        }?;
+        self.note_child(p.dir, crate::notify::IN_CREATE, p.name, 0);
+        Ok(ino)
+    }
+
+    /// `bind` of an `AF_UNIX` socket to `path` (absolute): makes the
+    /// socket's node (`S_IFSOCK`, `0777` less the umask, as Linux makes
+    /// it) and returns its inode; `EADDRINUSE` if the name exists.
+    pub fn bind_socket_file(&mut self, path: &[u8]) -> Result<Ino, Errno> {
+        self.make_node(AT_FDCWD, path, S_IFSOCK | 0o777).map_err(|e| if e == Errno::EEXIST { EADDRINUSE } else { e })
+    }
+
+    /// The socket node `path` (absolute) names, symbolic links followed,
+    /// for `connect` and `sendto`: `ECONNREFUSED` for a node that is not a
+    /// socket (and for a host's socket, which no guest socket serves).
+    pub fn socket_file(&self, path: &[u8]) -> Result<Ino, Errno> {
+        let ino = self.walk(self.fs.root(), path, true, &mut 0)?;
+        if shoal_hostfs::is_host(ino) || self.ftype(ino)? != FileType::Socket {
+            return Err(ECONNREFUSED);
         }
-        Ok(0)
+        Ok(ino)
+    }
+
+    /// Removes the socket node `ino` at `path` again (a `bind` that failed
+    /// after making it).
+    pub fn unbind_socket_file(&mut self, path: &[u8], ino: Ino) {
+        let Ok(p) = self.walk_parent(self.fs.root(), path, &mut 0) else { return };
+        if self.fs.lookup(p.dir, p.name).ok() == Some(ino) {
+            let _ = self.fs.unlink(p.dir, p.name);
+        }
     }
 
     pub(crate) fn mknod(&mut self, a: &Args) -> SysResult {

@@ -91,6 +91,31 @@ pub trait ObjOps: Sync {
     /// Description `ofd` (of any kind) was closed for good: forget it
     /// wherever it is watched (epoll sets).
     fn ofd_released(&self, ofd: usize);
+    /// The file system changed (inotify's `IN_*` bits in `mask`): on
+    /// inode `ino` itself (`name` empty), or on the child `name` of
+    /// directory `ino`. Called only while [`set_watches`] says some
+    /// watch exists.
+    fn fs_event(&self, ino: u64, mask: u32, cookie: u32, name: &[u8]) {
+        let _ = (ino, mask, cookie, name);
+    }
+    /// The inodes watched (to name a changed file to its directory).
+    fn watched(&self) -> Vec<u64> {
+        Vec::new()
+    }
+}
+
+/// inotify watches that exist (the owner of objects keeps it up to
+/// date): with none, a change costs one load and reports nothing.
+static WATCHES: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the number of inotify watches.
+pub fn set_watches(n: usize) {
+    WATCHES.store(n, Ordering::Relaxed);
+}
+
+/// Whether any inotify watch exists.
+pub(crate) fn watching() -> bool {
+    WATCHES.load(Ordering::Relaxed) != 0
 }
 
 static OPS: Global<Option<&'static dyn ObjOps>> = Global::new(None);
@@ -223,7 +248,7 @@ impl Vfs {
     /// Readiness of open file description `ofd` (`None` if it is closed).
     pub fn ofd_ready(&self, ofd: usize) -> Option<Readiness> {
         let o = self.ofds.get(ofd)?.as_ref()?;
-        Some(self.target_ready(o.target, o.flags))
+        Some(self.target_ready(o.target, o.flags, o.offset))
     }
 
     /// When description `ofd` may become ready by itself (see
@@ -235,8 +260,10 @@ impl Vfs {
         }
     }
 
-    /// The readiness of `target` opened with access `flags`.
-    pub(crate) fn target_ready(&self, target: Target, flags: u32) -> Readiness {
+    /// The readiness of `target` opened with access `flags` (`offset`: the
+    /// description's, for a FIFO the writers' open count when it was
+    /// opened, see [`Vfs::new_ofd`]).
+    pub(crate) fn target_ready(&self, target: Target, flags: u32, offset: u64) -> Readiness {
         const IN: u32 = EPOLLIN | EPOLLRDNORM;
         const OUT: u32 = EPOLLOUT | EPOLLWRNORM;
         let mask = match target {
@@ -258,7 +285,10 @@ impl Vfs {
                     if !p.buf.is_empty() {
                         m |= IN;
                     }
-                    if p.writers == 0 {
+                    // Hung up once a writer has come and gone since this
+                    // end was opened (Linux's `pipe_poll`): a reader that
+                    // has seen no writer yet is not.
+                    if p.writers == 0 && p.w_opened != offset {
                         m |= EPOLLHUP;
                     }
                 }

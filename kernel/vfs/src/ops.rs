@@ -10,7 +10,7 @@ use crate::abi::*;
 use crate::{Target, Vfs, MAX_FDS, PIPE_DEV, ROOT_DEV};
 
 /// Reads a path argument.
-fn path_arg(addr: u64) -> Result<&'static [u8], Errno> {
+pub(crate) fn path_arg(addr: u64) -> Result<&'static [u8], Errno> {
     umem::cstr(addr, PATH_MAX - 1)
 }
 
@@ -277,6 +277,9 @@ impl Vfs {
                 let n = if host { shoal_hostfs::write(ino, off, data)? } else { self.fs.write(ino, off, data)? };
                 if pos.is_none() {
                     self.set_offset(i, off + n as u64);
+                }
+                if n > 0 {
+                    self.note_inode(ino, crate::notify::IN_MODIFY);
                 }
                 Ok(n)
             }
@@ -564,11 +567,13 @@ impl Vfs {
             }
             Err(Errno::ENOENT) if shoal_hostfs::is_host(p.dir) && shoal_hostfs::writable(p.dir) => {
                 let ino = shoal_hostfs::create(p.dir, p.name, mode & 0o7777 & !self.umask, flags & O_EXCL != 0)?;
+                self.note_child(p.dir, crate::notify::IN_CREATE, p.name, 0);
                 Ok((ino, true))
             }
             Err(Errno::ENOENT) if shoal_hostfs::is_host(p.dir) => Err(Errno::EROFS),
             Err(Errno::ENOENT) => {
                 let ino = self.fs.create_file(p.dir, p.name, mode & 0o7777 & !self.umask)?;
+                self.note_child(p.dir, crate::notify::IN_CREATE, p.name, 0);
                 Ok((ino, true))
             }
             Err(e) => Err(e),
@@ -619,11 +624,17 @@ impl Vfs {
         let acc = flags & O_ACCMODE;
         match self.fs.file_type(ino)? {
             FileType::Symlink if !path_only => return Err(Errno::ELOOP),
+            // A socket is reached with connect, never opened.
+            FileType::Socket if !path_only => return Err(Errno::ENXIO),
             FileType::Directory if !path_only && (acc != O_RDONLY || flags & O_CREAT != 0) => return Err(Errno::EISDIR),
             FileType::Regular | FileType::Symlink if flags & O_DIRECTORY != 0 => return Err(Errno::ENOTDIR),
-            FileType::Regular if flags & O_TRUNC != 0 && !path_only && !created => self.fs.truncate(ino, 0)?,
+            FileType::Regular if flags & O_TRUNC != 0 && !path_only && !created => {
+                self.fs.truncate(ino, 0)?;
+                self.note_inode(ino, crate::notify::IN_MODIFY);
+            }
             _ => {}
         }
+        let mut fifo = false;
         let target = match self.fs.file_type(ino)? {
             _ if path_only => Target::Node(ino),
             FileType::Fifo if ino == self.console[0] => Target::Stdin,
@@ -631,13 +642,19 @@ impl Vfs {
             FileType::Fifo if ino == self.console[2] => Target::Stderr,
             FileType::Fifo => {
                 self.fifo_open_check(ino, flags)?;
+                fifo = true;
                 Target::Fifo(ino)
             }
             FileType::CharDevice => Target::Dev(ino, crate::dev::device(self.fs.attr(ino)?.rdev)?),
             _ => Target::Node(ino),
         };
         let o = self.new_ofd(target, (flags & KEEP_FLAGS) | O_LARGEFILE);
-        self.install(0, o, cloexec)
+        let fd = self.install(0, o, cloexec)?;
+        if fifo {
+            let w = self.fifo_wait_for(ino, flags).map(|(i, writer, seen)| (fd as i32, i, writer, seen));
+            crate::pipe::WAIT_PARTNER.with(|x| *x = w);
+        }
+        Ok(fd)
     }
 
     /// The open of node `ino` (module `host`): read-only, or `O_PATH`, or
@@ -659,6 +676,7 @@ impl Vfs {
             Self::ro_node(ino)?;
             if flags & O_TRUNC != 0 && self.ftype(ino)? == FileType::Regular {
                 shoal_hostfs::truncate(ino, 0)?;
+                self.note_inode(ino, crate::notify::IN_MODIFY);
             }
         }
         let o = self.new_ofd(Target::Node(ino), (flags & KEEP_FLAGS) | O_LARGEFILE);
@@ -876,6 +894,7 @@ impl Vfs {
             } else {
                 self.fs.chmod(ino, mode & 0o7777)?;
             }
+            self.note_inode(ino, crate::notify::IN_ATTRIB);
         }
         Ok(0)
     }
@@ -931,8 +950,20 @@ impl Vfs {
         if ts[1] == UTIME_OMIT && ts[3] == UTIME_OMIT {
             return Ok(0);
         }
+        // Linux's fsnotify_change: both times are an attribute change,
+        // the modification time alone a modification (the access time
+        // alone would be IN_ACCESS, not reported).
+        let what = match (ts[1] == UTIME_OMIT, ts[3] == UTIME_OMIT) {
+            (false, false) => crate::notify::IN_ATTRIB,
+            (true, false) => crate::notify::IN_MODIFY,
+            _ => 0,
+        };
         if shoal_hostfs::is_host(ino) {
-            return shoal_hostfs::set_times(ino, ts).map(|()| 0);
+            shoal_hostfs::set_times(ino, ts)?;
+            if what != 0 {
+                self.note_inode(ino, what);
+            }
+            return Ok(0);
         }
         let now = self.fs.now();
         let pick = |sec: i64, nsec: i64| match nsec {
@@ -941,6 +972,9 @@ impl Vfs {
             n => Some(Timespec { sec, nsec: n as u32 }),
         };
         self.fs.set_times(ino, pick(ts[0], ts[1]), pick(ts[2], ts[3]))?;
+        if what != 0 {
+            self.note_inode(ino, what);
+        }
         Ok(0)
     }
 
@@ -960,6 +994,7 @@ impl Vfs {
         } else {
             self.fs.truncate(ino, len as u64)?;
         }
+        self.note_inode(ino, crate::notify::IN_MODIFY);
         Ok(0)
     }
 
@@ -1080,9 +1115,10 @@ impl Vfs {
         }
         if shoal_hostfs::is_host(p.dir) {
             shoal_hostfs::mkdir(p.dir, p.name, mode & 0o1777 & !self.umask)?;
-            return Ok(0);
+        } else {
+            self.fs.mkdir(p.dir, p.name, mode & 0o1777 & !self.umask)?;
         }
-        self.fs.mkdir(p.dir, p.name, mode & 0o1777 & !self.umask)?;
+        self.note_child(p.dir, crate::notify::IN_CREATE | crate::notify::IN_ISDIR, p.name, 0);
         Ok(0)
     }
 
@@ -1101,14 +1137,16 @@ impl Vfs {
         if p.name.is_empty() || self.fs.lookup(p.dir, p.name).is_ok_and(|i| self.mount_at(i).is_some()) {
             return Err(Errno::EBUSY);
         }
-        if shoal_hostfs::is_host(p.dir) {
-            if p.is_special() {
-                return Err(if p.name == b"." { Errno::EINVAL } else { Errno::ENOTEMPTY });
-            }
-            shoal_hostfs::rmdir(p.dir, p.name)?;
-            return Ok(0);
+        if shoal_hostfs::is_host(p.dir) && p.is_special() {
+            return Err(if p.name == b"." { Errno::EINVAL } else { Errno::ENOTEMPTY });
         }
-        self.fs.rmdir(p.dir, p.name)?;
+        let gone = self.lookup(p.dir, p.name).ok();
+        if shoal_hostfs::is_host(p.dir) {
+            shoal_hostfs::rmdir(p.dir, p.name)?;
+        } else {
+            self.fs.rmdir(p.dir, p.name)?;
+        }
+        self.note_removed(p.dir, p.name, gone, crate::notify::IN_ISDIR);
         Ok(0)
     }
 
@@ -1128,11 +1166,13 @@ impl Vfs {
         if self.fs.lookup(p.dir, p.name).is_ok_and(|i| self.mount_at(i).is_some()) || self.inner_at(p.dir, p.name).is_some() {
             return Err(Errno::EBUSY);
         }
+        let gone = self.lookup(p.dir, p.name).ok();
         if shoal_hostfs::is_host(p.dir) {
             shoal_hostfs::unlink(p.dir, p.name)?;
-            return Ok(0);
+        } else {
+            self.fs.unlink(p.dir, p.name)?;
         }
-        self.fs.unlink(p.dir, p.name)?;
+        self.note_removed(p.dir, p.name, gone, 0);
         Ok(0)
     }
 
@@ -1191,10 +1231,16 @@ impl Vfs {
         }
         if shoal_hostfs::is_host(op.dir) {
             shoal_hostfs::rename(op.dir, op.name, np.dir, np.name, flags)?;
-            return Ok(0);
+        } else {
+            let rf = RenameFlags { noreplace: flags & RENAME_NOREPLACE != 0, exchange: flags & RENAME_EXCHANGE != 0 };
+            self.fs.rename(op.dir, op.name, np.dir, np.name, rf)?;
         }
-        let rf = RenameFlags { noreplace: flags & RENAME_NOREPLACE != 0, exchange: flags & RENAME_EXCHANGE != 0 };
-        self.fs.rename(op.dir, op.name, np.dir, np.name, rf)?;
+        // Linux's fsnotify_move (the other side of an exchange is not
+        // reported).
+        let (cookie, dir) = (self.next_cookie(), self.isdir_bit(oino));
+        self.note_child(op.dir, crate::notify::IN_MOVED_FROM | dir, op.name, cookie);
+        self.note_child(np.dir, crate::notify::IN_MOVED_TO | dir, np.name, cookie);
+        self.note_child(oino, crate::notify::IN_MOVE_SELF | dir, b"", 0);
         Ok(0)
     }
 
@@ -1224,6 +1270,7 @@ impl Vfs {
             return Err(if self.fs.lookup(p.dir, p.name).is_ok() { Errno::EEXIST } else { Errno::ENOENT });
         }
         self.fs.symlink(p.dir, p.name, target)?;
+        self.note_child(p.dir, crate::notify::IN_CREATE, p.name, 0);
         Ok(0)
     }
 
@@ -1364,6 +1411,9 @@ impl Vfs {
             return Err(if self.fs.lookup(p.dir, p.name).is_ok() { Errno::EEXIST } else { Errno::ENOENT });
         }
         self.fs.link(p.dir, p.name, ino)?;
+        // Linux's fsnotify_link: the link count, then the name.
+        self.note_child(ino, crate::notify::IN_ATTRIB | self.isdir_bit(ino), b"", 0);
+        self.note_child(p.dir, crate::notify::IN_CREATE, p.name, 0);
         Ok(0)
     }
 

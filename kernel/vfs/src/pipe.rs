@@ -24,6 +24,11 @@ pub(crate) struct Pipe {
     pub gen: u64,
     /// Its capacity set by `F_SETPIPE_SZ` (0: [`PIPE_CAP`]).
     pub size: u32,
+    /// Descriptions opened for reading / writing so far (Linux's
+    /// `r_counter`, `w_counter`): a blocking open of a FIFO waits for the
+    /// other one to move.
+    pub r_opened: u64,
+    pub w_opened: u64,
 }
 
 /// The largest pipe size a program that is not root may set
@@ -73,6 +78,12 @@ impl Vfs {
                 p.readers += 1;
                 p.writers += 1;
             }
+        }
+        if flags & O_ACCMODE != O_WRONLY {
+            p.r_opened += 1;
+        }
+        if flags & O_ACCMODE != O_RDONLY {
+            p.w_opened += 1;
         }
         p.gen += 1;
         crate::readylog::note(crate::readylog::pipe_src(ino));
@@ -197,16 +208,58 @@ impl Vfs {
         self.pipe2(&Args([a.u(0), 0, 0, 0, 0, 0]))
     }
 
-    /// Opening a FIFO with access `flags`: `Ok(())` to go on, `EAGAIN` to
-    /// wait for the other end, `ENXIO` for a non-blocking writer without
-    /// readers (Linux semantics).
+    /// Opening a FIFO with access `flags`: `ENXIO` for a non-blocking
+    /// writer without readers (Linux semantics). A blocking open with no
+    /// other end is made first and then waits for one (as Linux counts the
+    /// opener as a reader or writer while it waits, so two threads opening
+    /// the two ends meet): noted in [`WAIT_PARTNER`] for `sys`'s open.
     pub(crate) fn fifo_open_check(&self, ino: Ino, flags: u32) -> Result<(), Errno> {
-        let (r, w) = self.pipes.get(&ino).map(|p| (p.readers, p.writers)).unwrap_or((0, 0));
+        let r = self.pipes.get(&ino).map_or(0, |p| p.readers);
         match flags & O_ACCMODE {
-            O_RDONLY if w == 0 && flags & O_NONBLOCK == 0 => Err(Errno::EAGAIN),
             O_WRONLY if r == 0 && flags & O_NONBLOCK != 0 => Err(Errno::ENXIO),
-            O_WRONLY if r == 0 => Err(Errno::EAGAIN),
             _ => Ok(()),
         }
     }
+
+    /// After a blocking open of FIFO `ino` for `flags` made its end: what
+    /// it must wait for, if the other end is not open (see
+    /// [`Vfs::fifo_partner_came`]).
+    pub(crate) fn fifo_wait_for(&self, ino: Ino, flags: u32) -> Option<(Ino, bool, u64)> {
+        let p = self.pipes.get(&ino)?;
+        match flags & O_ACCMODE {
+            _ if flags & O_NONBLOCK != 0 => None,
+            O_RDONLY if p.writers == 0 => Some((ino, true, p.w_opened)),
+            O_WRONLY if p.readers == 0 => Some((ino, false, p.r_opened)),
+            _ => None,
+        }
+    }
+
+    /// Whether a writer (`writer`) or reader opened FIFO `ino` since its
+    /// count was `seen` (Linux's `wait_for_partner`).
+    pub(crate) fn fifo_partner_came(&self, ino: Ino, writer: bool, seen: u64) -> bool {
+        self.pipes.get(&ino).is_none_or(|p| if writer { p.w_opened != seen } else { p.r_opened != seen })
+    }
 }
+
+/// The FIFO end the last open on this vCPU made without its other end
+/// (descriptor, inode, waiting for a writer, the other end's open count
+/// then), taken by `sys`'s open right after the call (kernel code is not
+/// preempted in between).
+pub(crate) static WAIT_PARTNER: shoal_plat::Global<Option<(i32, Ino, bool, u64)>> = shoal_plat::Global::new(None);
+
+/// The end of a blocking open of a FIFO (`sys`): returns `fd` once the
+/// other end was opened; interrupted (a signal), closes it again.
+pub(crate) fn await_partner(fd: u64) -> shoal_plat::SysResult {
+    let Some((fd, ino, writer, seen)) = WAIT_PARTNER.with(|x| x.take()) else { return Ok(fd) };
+    loop {
+        if crate::with_ref(|v| v.fifo_partner_came(ino, writer, seen)) {
+            return Ok(fd as u64);
+        }
+        if let Err(e) = crate::wait::block("opening a FIFO", None) {
+            let _ = crate::with(|v| v.close_fd(fd));
+            return Err(e);
+        }
+    }
+}
+
+impl Vfs {}

@@ -59,7 +59,7 @@ impl Vfs {
     pub(crate) fn ready_mask(&self, fd: i32) -> i16 {
         let Ok(i) = self.ofd_of(fd) else { return POLLNVAL };
         let o = self.ofd(i);
-        (self.target_ready(o.target, o.flags).mask & 0x7fff) as i16
+        (self.target_ready(o.target, o.flags, o.offset).mask & 0x7fff) as i16
     }
 
     /// The earliest time one of the descriptors `fds` may become ready by

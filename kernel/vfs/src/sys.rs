@@ -59,6 +59,7 @@ macro_rules! opening {
                 loop {
                     match crate::with(|v| v.$name(a)) {
                         Err(Errno::EAGAIN) => crate::wait::block("opening a FIFO", None)?,
+                        Ok(fd) => return crate::pipe::await_partner(fd),
                         r => return r,
                     }
                 }

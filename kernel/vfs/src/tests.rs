@@ -945,11 +945,32 @@ fn named_fifos() {
     v.mknod(&args(&[p(&s), 0o010644, 0])).unwrap();
     assert_eq!(stat(&mut v, "/tmp/fifo", 0).unwrap().st_mode, 0o010644);
     assert_eq!(open(&mut v, "/tmp/fifo", O_WRONLY | O_NONBLOCK, 0), Err(Errno::ENXIO));
-    assert_eq!(open(&mut v, "/tmp/fifo", O_RDONLY, 0), Err(Errno::EAGAIN), "would wait for a writer");
+    // A blocking reader's end is made at once (a writer's open sees it),
+    // and the open then waits for a writer (`pipe::await_partner`).
+    let b = open(&mut v, "/tmp/fifo", O_RDONLY, 0).unwrap();
+    let (fd, ino, writer, seen) = crate::pipe::WAIT_PARTNER.with(|x| x.take()).expect("waits for a writer");
+    assert_eq!((fd, writer), (b, true));
+    assert!(!v.fifo_partner_came(ino, true, seen));
+    // A non-blocking reader that has seen no writer is not hung up.
     let r = open(&mut v, "/tmp/fifo", O_RDONLY | O_NONBLOCK, 0).unwrap();
+    assert_eq!(v.ofd_ready(v.ofd_of(r).unwrap()).unwrap().mask & crate::obj::EPOLLHUP, 0);
     let w = open(&mut v, "/tmp/fifo", O_WRONLY, 0).unwrap();
+    assert!(crate::pipe::WAIT_PARTNER.with(|x| x.take()).is_none(), "a reader is there");
+    assert!(v.fifo_partner_came(ino, true, seen));
     write(&mut v, w, b"abc").unwrap();
     assert_eq!(read(&mut v, r, 10).unwrap(), b"abc");
+    v.close_fd(w).unwrap();
+    assert_ne!(v.ofd_ready(v.ofd_of(r).unwrap()).unwrap().mask & crate::obj::EPOLLHUP, 0, "a writer came and went");
+    // A socket's name: made by mknod too, never opened.
+    let so = c("/tmp/sock");
+    v.mknod(&args(&[p(&so), 0o140644, 0])).unwrap();
+    assert_eq!(stat(&mut v, "/tmp/sock", 0).unwrap().st_mode, 0o140644);
+    assert_eq!(open(&mut v, "/tmp/sock", O_RDONLY, 0), Err(Errno::ENXIO));
+    assert_eq!(v.bind_socket_file(b"/tmp/sock"), Err(Errno(98)));
+    let ino = v.bind_socket_file(b"/tmp/sock2").unwrap();
+    assert_eq!(v.socket_file(b"/tmp/sock2"), Ok(ino));
+    assert_eq!(v.socket_file(b"/tmp/fifo"), Err(Errno(111)));
+    assert_eq!(v.socket_file(b"/tmp/none"), Err(Errno::ENOENT));
     let d = c("/tmp/dev");
     assert_eq!(v.mknod(&args(&[p(&d), 0o020644, 0x103])), Err(Errno::EPERM));
     assert_eq!(v.mknod(&args(&[p(&d), 0o100644, 0])), Ok(0));

@@ -37,13 +37,20 @@ const WAIT_KEY: u64 = shoal_sched::KERNEL_KEY | 0x7666_7300; // "vfs"
 /// Waits until `deadline` (monotonic nanoseconds) or, with `None`, until
 /// woken. `what` names the wait for the deadlock warning. `Ok`: try again.
 pub fn block(what: &str, deadline: Option<u64>) -> Result<(), Errno> {
+    block_on(WAIT_KEY, what, deadline)
+}
+
+/// [`block`] on the kernel wait queue `key` (`shoal_sched::KERNEL_KEY`
+/// set) instead of this module's: for a waiter whose own object says when
+/// it may go on (one host socket, `net`), which [`wake`] need not wake.
+pub fn block_on(key: u64, what: &str, deadline: Option<u64>) -> Result<(), Errno> {
     if shoal_sched::thread_count() > 1 {
         // No other thread can run: straight to the idle wait, as below
         // (the others' deadlines included; see shoal_sched::idle_for).
         if let Some(interrupted) = shoal_sched::idle_for(deadline) {
             return if interrupted { Err(Errno::EINTR) } else { Ok(()) };
         }
-        return match shoal_sched::wait_key(WAIT_KEY, deadline) {
+        return match shoal_sched::wait_key(key, deadline) {
             Ok(()) | Err(Errno::ETIMEDOUT) => Ok(()),
             Err(e) => Err(e),
         };
