@@ -46,7 +46,7 @@ pub mod linux;
 /// The version of this ABI. Bumped on every incompatible change; the tender
 /// refuses an image whose [`AbiNote`] carries another version, and the kernel
 /// halts if [`BootInfo::abi_version`] differs from its own.
-pub const ABI_VERSION: u32 = 19;
+pub const ABI_VERSION: u32 = 20;
 
 /// Size of a page of guest memory.
 pub const PAGE_SIZE: u64 = 4096;
@@ -217,7 +217,17 @@ pub struct BootInfo {
     pub uid: u32,
     /// See [`BootInfo::uid`].
     pub gid: u32,
+    /// The program's seccomp profile as the kernel applies it (ABI 20):
+    /// entry `n` is the errno system call `n` is refused with before it
+    /// runs (a container's `linux.seccomp`, `--seccomp-deny`); 0: it runs.
+    /// All zero: nothing refused, and `/proc/self/status` says `Seccomp:
+    /// 0`.
+    pub syscall_errno: [u8; SECCOMP_CALLS],
 }
+
+/// Entries of [`BootInfo::syscall_errno`]: every x86-64 system-call number
+/// (a higher one is `ENOSYS` anyway).
+pub const SECCOMP_CALLS: usize = 512;
 
 /// Longest [`BootInfo::cwd`] (its last byte stays NUL).
 pub const CWD_MAX: usize = 256;

@@ -2544,6 +2544,28 @@ fn writable_function_mounts_take_the_handlers_writes() {
     }
     assert_eq!(std::fs::read_to_string(data.join("hits")).unwrap(), "/one\n/two\n");
     assert_eq!(std::fs::read_to_string(d.join("conf")).unwrap(), "from the host\n");
+    // The same mounts through `shoal fn deploy --mount`, HOST relative to
+    // the command's directory: the gateway is told absolute paths.
+    let url = format!("http://{}", gw.addr);
+    let o = shoal()
+        .current_dir(d)
+        .env("SHOAL_TOKEN", &gw.token)
+        .args(["fn", "--gateway", &url, "deploy", "writer2", "--runtime", "python", "w.py", "--backend", "spt"])
+        .args(["--mount", "data:/data:rw", "--mount", "conf:/conf:ro"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = gw.get("/functions/writer2");
+    assert_eq!(
+        r.json()["mounts"],
+        serde_json::json!([format!("{}:/data:rw", data.display()), format!("{}:/conf:ro", d.join("conf").display())]),
+        "{}",
+        r.text()
+    );
+    assert_eq!(gw.get("/fn/writer2/three").text(), "conf from the host\n");
+    assert_eq!(std::fs::read_to_string(data.join("hits")).unwrap(), "/one\n/two\n/three\n");
+    let o = shoal().current_dir(d).env("SHOAL_TOKEN", &gw.token).args(["fn", "--gateway", &url, "deploy", "w3", "w.py", "--mount", "data"]).output().unwrap();
+    assert_eq!((o.status.code(), stderr(&o).trim()), (Some(125), "shoal: --mount data: expected HOST:GUEST:ro|rw"));
     let refused = [
         (serde_json::json!({"host": data, "guest": "/", "rw": true}), 422, "the root mount (GUESTDIR /) is read-only"),
         (serde_json::json!({"host": data, "guest": "data", "rw": true}), 422, "expected HOSTDIR:GUESTDIR:ro"),

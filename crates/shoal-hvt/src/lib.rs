@@ -392,6 +392,8 @@ fn prepare(cfg: &RunConfig) -> Result<Prepared, HvtError> {
     params.recover_flags = cfg.recover_flags();
     params.cwd = shoal_loader::boot_cwd(&cfg.cwd);
     (params.uid, params.gid) = (cfg.guest_uid, cfg.guest_gid);
+    params.hostname = shoal_loader::boot_hostname(&cfg.hostname);
+    params.syscall_errno = shoal_loader::boot_syscall_errno(&cfg.syscall_errno);
     if let Some(v) = &cfg.volume {
         params.volume_path = v.boot_path();
         // The whole volume archive lies in guest memory: it cannot be larger.

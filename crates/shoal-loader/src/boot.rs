@@ -147,6 +147,9 @@ pub struct BootParams {
     pub uid: u32,
     /// See `uid`.
     pub gid: u32,
+    /// The errno each of the program's system calls is refused with
+    /// (`--seccomp-deny`; all zero: none).
+    pub syscall_errno: [u8; shoal_abi::SECCOMP_CALLS],
 }
 
 /// What the guest is told about the tender's standard input and output:
@@ -204,6 +207,7 @@ impl BootParams {
             cwd: [0; shoal_abi::CWD_MAX],
             uid: 0,
             gid: 0,
+            syscall_errno: [0; shoal_abi::SECCOMP_CALLS],
         })
     }
 }
@@ -403,6 +407,7 @@ pub fn write_boot_state(
         cwd: params.cwd,
         uid: params.uid,
         gid: params.gid,
+        syscall_errno: params.syscall_errno,
     };
     mem.write_obj(GuestAddr(BOOT_INFO_ADDR), &info).map_err(mem_err("boot info"))?;
     mem.write(GuestAddr(phdr_addr), image.phdrs()).map_err(mem_err("program headers"))?;

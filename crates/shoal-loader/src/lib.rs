@@ -188,6 +188,12 @@ pub struct RunConfig {
     pub guest_uid: u32,
     /// The gid the program sees (`--user`).
     pub guest_gid: u32,
+    /// The guest's host name (`--hostname`, what `uname` reports as the
+    /// node name; empty: [`HOSTNAME`]).
+    pub hostname: Vec<u8>,
+    /// The errno each of the program's system calls is refused with, by
+    /// number (`--seccomp-deny`; 0: runs); empty: none refused.
+    pub syscall_errno: Vec<u8>,
 }
 
 /// Longest `--cwd` (the boot info's field keeps a NUL after it).
@@ -199,6 +205,32 @@ pub fn boot_cwd(cwd: &[u8]) -> [u8; shoal_abi::CWD_MAX] {
     let mut out = [0u8; shoal_abi::CWD_MAX];
     let n = cwd.len().min(shoal_abi::CWD_MAX - 1);
     out[..n].copy_from_slice(&cwd[..n]);
+    out
+}
+
+/// Longest `--hostname` (Linux's `HOST_NAME_MAX`; the boot info's field
+/// keeps a NUL after it).
+pub const HOSTNAME_MAX: usize = 64 - 1;
+
+/// [`shoal_abi::BootInfo::hostname`] for `name` (empty: [`HOSTNAME`]; a
+/// longer name is cut: the options refuse one, see the tender's
+/// `--hostname`).
+pub fn boot_hostname(name: &[u8]) -> [u8; 64] {
+    let name = if name.is_empty() { HOSTNAME.as_bytes() } else { name };
+    let mut out = [0u8; 64];
+    let n = name.len().min(HOSTNAME_MAX);
+    out[..n].copy_from_slice(&name[..n]);
+    out
+}
+
+pub use shoal_abi::SECCOMP_CALLS;
+
+/// [`shoal_abi::BootInfo::syscall_errno`] for `table` (empty: none
+/// refused; a longer table is cut).
+pub fn boot_syscall_errno(table: &[u8]) -> [u8; shoal_abi::SECCOMP_CALLS] {
+    let mut out = [0u8; shoal_abi::SECCOMP_CALLS];
+    let n = table.len().min(out.len());
+    out[..n].copy_from_slice(&table[..n]);
     out
 }
 
@@ -234,6 +266,8 @@ impl RunConfig {
             cwd: Vec::new(),
             guest_uid: 0,
             guest_gid: 0,
+            hostname: Vec::new(),
+            syscall_errno: Vec::new(),
         }
     }
 

@@ -25,6 +25,11 @@ pub const ANN_MEM_MODE: &str = "org.shoal.mem-mode";
 /// backlog), and they are the only ones on the host's namespace.
 pub const ANN_PUBLISH: &str = "org.shoal.publish";
 
+/// containerd's CRI annotation naming a container's pod sandbox.
+const ANN_CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
+/// containerd's CRI annotation: `sandbox` or `container`.
+const ANN_CRI_TYPE: &str = "io.kubernetes.cri.container-type";
+
 /// Why a bundle cannot run as a shoal instance.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -118,6 +123,91 @@ pub enum ConfigError {
     /// An rlimit name shoal does not know.
     #[error("process.rlimits: unknown limit {0}")]
     Rlimit(String),
+    /// A seccomp profile the guest's kernel cannot apply.
+    #[error(transparent)]
+    Seccomp(#[from] crate::seccomp::SeccompError),
+    /// A host name Linux would refuse.
+    #[error("hostname {0:?}: expected 1 to 63 bytes without NUL or '/'")]
+    Hostname(String),
+    /// A sysctl name that names no file under /proc/sys.
+    #[error("linux.sysctl {0:?}: expected a kernel parameter name (letters, digits, '_', '-', separated by '.' or '/')")]
+    Sysctl(String),
+    /// A sysctl's file could not be written for the guest.
+    #[error("linux.sysctl {0}: cannot write its file for the guest in {1}: {2}")]
+    SysctlFile(String, PathBuf, std::io::Error),
+}
+
+/// The tender a container runs on when no [`ANN_TENDER`] annotation
+/// names one: `hvt` when this program was started as `shoal-oci-hvt` (a
+/// link to it, so that a second CRI runtime handler, whose only setting
+/// is the binary, picks hvt: docs/kubernetes.md), `spt` otherwise.
+pub fn default_tender() -> &'static str {
+    let me = std::env::args_os().next().unwrap_or_default();
+    if Path::new(&me).file_name().is_some_and(|n| n == "shoal-oci-hvt") {
+        "hvt"
+    } else {
+        "spt"
+    }
+}
+
+/// The host name a container of this config gets: `hostname`, or else the
+/// one in the file containerd mounts at `/etc/hostname` (containerd 1.6
+/// puts the pod's host name there and in the sandbox's UTS namespace,
+/// which the pod's other containers join, rather than in each container's
+/// `hostname`). `None`: neither (the guest's default).
+fn container_hostname(spec: &Spec) -> Result<Option<String>, ConfigError> {
+    let name = match &spec.hostname {
+        Some(h) if !h.is_empty() => h.clone(),
+        _ => {
+            let file = spec.mounts.iter().find(|m| m.destination.trim_end_matches('/') == "/etc/hostname");
+            // At most a line of a host name: a larger file is no host name.
+            let text = file.and_then(|m| std::fs::read(&m.source).ok()).filter(|t| t.len() <= 256).unwrap_or_default();
+            match String::from_utf8_lossy(&text).lines().next().map(str::trim) {
+                Some(h) if !h.is_empty() => h.to_string(),
+                _ => return Ok(None),
+            }
+        }
+    };
+    if name.len() > HOSTNAME_MAX || name.contains(['\0', '/']) {
+        return Err(ConfigError::Hostname(name));
+    }
+    Ok(Some(name))
+}
+
+/// Linux's `HOST_NAME_MAX`, the longest host name the tender takes
+/// (`--hostname`).
+const HOSTNAME_MAX: usize = 63;
+
+/// The directory in the bundle where `linux.sysctl`'s files are written
+/// for the guest to read under `/proc/sys`.
+const SYSCTL_DIR: &str = "shoal-sysctl";
+
+/// `linux.sysctl` as single-file mounts (`HOSTFILE:/proc/sys/…:ro`): each
+/// value in a file of its own in the bundle, read-only in the guest at its
+/// `/proc/sys` path, as a container's `/proc/sys` is read-only under runc.
+/// The guest has no kernel parameters to set: the files tell the program
+/// what the pod asked for (the kubelet's safe sysctls are SysV IPC and
+/// network ones; the guest has no SysV IPC, and its sockets are the
+/// tender's host sockets in the pod's network namespace).
+fn sysctl_mounts(bundle: &Path, sysctl: &BTreeMap<String, String>) -> Result<Vec<String>, ConfigError> {
+    let mut out = Vec::new();
+    if sysctl.is_empty() {
+        return Ok(out);
+    }
+    let dir = bundle.join(SYSCTL_DIR);
+    for (key, value) in sysctl {
+        let parts: Vec<&str> = key.split(['.', '/']).collect();
+        let ok_part = |p: &&str| !p.is_empty() && p.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
+        if parts.len() < 2 || !parts.iter().all(ok_part) || key.len() > 200 {
+            return Err(ConfigError::Sysctl(key.clone()));
+        }
+        let file = dir.join(parts.join("."));
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&file, format!("{}\n", value.trim_end())))
+            .map_err(|e| ConfigError::SysctlFile(key.clone(), dir.clone(), e))?;
+        out.push(format!("{}:/proc/sys/{}:ro", file.display(), parts.join("/")));
+    }
+    Ok(out)
 }
 
 /// The parts of config.json that shoal reads.
@@ -137,6 +227,8 @@ pub struct Spec {
     /// Free-form annotations (shoal reads the `org.shoal.*` ones).
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
+    /// The container's host name (in the UTS namespace runc would make).
+    pub hostname: Option<String>,
     /// Linux-specific settings.
     #[serde(default)]
     pub linux: Linux,
@@ -275,6 +367,11 @@ pub struct Linux {
     /// Resources.
     #[serde(default)]
     pub resources: Resources,
+    /// Kernel parameters for the container (`/proc/sys`).
+    #[serde(default)]
+    pub sysctl: BTreeMap<String, String>,
+    /// The program's seccomp profile (`crate::seccomp`).
+    pub seccomp: Option<crate::seccomp::Profile>,
 }
 
 /// One of `linux.namespaces`.
@@ -552,6 +649,17 @@ impl Spec {
                 return Err(ConfigError::Annotation { key: ANN_TENDER, value: v.clone(), allowed: "spt, hvt" });
             }
             opts.tender = Some(v.into());
+        } else if default_tender() != "spt" {
+            opts.tender = Some(default_tender().into());
+        }
+        opts.hostname = container_hostname(self)?.map(Into::into);
+        // The program's own seccomp profile, applied by the guest's kernel
+        // (the instance's host filter stays as it is).
+        if let Some(p) = &self.linux.seccomp {
+            let deny = p.tender_arg()?;
+            if !deny.is_empty() {
+                opts.seccomp_deny = Some(deny.into());
+            }
         }
         if let Some(v) = self.annotations.get(ANN_MEM_MODE) {
             if !matches!(v.as_str(), "copy" | "ksm" | "pool") {
@@ -597,6 +705,8 @@ impl Spec {
         // in guest memory. Bind mounts of directories are mounts too, on their
         // directories in it.
         let root_spec = format!("{}:/:ro", rootfs.display());
+        let sysctl = self.pod_sysctl(bundle);
+        let volumes: Vec<String> = volumes.into_iter().chain(sysctl_mounts(bundle, &sysctl)?).collect();
         let mounts: Vec<shoal_tender::Mount> = std::iter::once(&root_spec)
             .chain(&volumes)
             .map(|m| shoal_tender::Mount::parse(m))
@@ -671,6 +781,28 @@ impl Spec {
             cgroups_path: self.linux.cgroups_path.clone(),
             resources: self.linux.resources.clone(),
         })
+    }
+
+    /// The sysctls the container sees: its own, and under containerd's
+    /// CRI those of its pod's sandbox, which containerd sets only in the
+    /// sandbox's config (the pod's containers join the sandbox's IPC and
+    /// network namespaces, where runc applied them). The sandbox's bundle
+    /// is beside this one (containerd's shim v2 keeps each bundle as
+    /// `…/NAMESPACE/ID`), named by containerd's `sandbox-id` annotation;
+    /// an id that is not a plain name, or a sandbox bundle that cannot be
+    /// read, adds nothing.
+    fn pod_sysctl(&self, bundle: &Path) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let ours = self.annotations.get(ANN_CRI_SANDBOX_ID);
+        let plain = |id: &&String| !id.is_empty() && id.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_');
+        if let Some(id) = ours.filter(plain).filter(|_| self.annotations.get(ANN_CRI_TYPE).is_some_and(|t| t == "container")) {
+            let sandbox = bundle.parent().map(|p| p.join(id).join("config.json"));
+            if let Some(spec) = sandbox.and_then(|p| std::fs::read(p).ok()).and_then(|t| serde_json::from_slice::<Spec>(&t).ok()) {
+                out.extend(spec.linux.sysctl);
+            }
+        }
+        out.extend(self.linux.sysctl.clone());
+        out
     }
 
     /// The bind mounts of directories and regular files, as `--mount`
@@ -932,5 +1064,58 @@ mod tests {
         s.annotations.insert(ANN_PUBLISH.into(), "8080, 53/udp".into());
         let a = s.plan(&dir).unwrap().tender_args;
         assert!(a.windows(2).any(|w| w == ["--publish", "0.0.0.0:8080:8080/tcp"]) && a.windows(2).any(|w| w == ["--publish", "0.0.0.0:53:53/udp"]), "{a:?}");
+    }
+
+    #[test]
+    fn hostname_sysctls_and_seccomp_reach_the_guest() {
+        let (dir, spec) = bundle();
+        let plan = |s: &Spec| s.plan(&dir).map(|p| p.tender_args);
+        // The host name: the config's, else containerd's /etc/hostname.
+        let mut s = spec.clone();
+        s.hostname = Some("web-1".into());
+        assert!(plan(&s).unwrap().windows(2).any(|w| w == ["--hostname", "web-1"]));
+        std::fs::write(dir.join("hostname"), "pod-a\n").unwrap();
+        let mut s = spec.clone();
+        s.mounts.push(Mount { destination: "/etc/hostname".into(), kind: "bind".into(), source: dir.join("hostname").display().to_string(), options: vec![] });
+        assert!(plan(&s).unwrap().windows(2).any(|w| w == ["--hostname", "pod-a"]));
+        s.hostname = Some("a/b".into());
+        assert_eq!(plan(&s).unwrap_err().to_string(), "hostname \"a/b\": expected 1 to 63 bytes without NUL or '/'");
+        // Sysctls: files in the bundle, read-only under /proc/sys.
+        let mut s = spec.clone();
+        s.linux.sysctl.insert("kernel.shm_rmid_forced".into(), "1".into());
+        s.linux.sysctl.insert("net/ipv4/ip_unprivileged_port_start".into(), "0".into());
+        let a = plan(&s).unwrap();
+        let file = dir.join("shoal-sysctl/kernel.shm_rmid_forced");
+        assert!(a.windows(2).any(|w| w[0] == "--mount" && w[1] == format!("{}:/proc/sys/kernel/shm_rmid_forced:ro", file.display())), "{a:?}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "1\n");
+        let port = dir.join("shoal-sysctl/net.ipv4.ip_unprivileged_port_start");
+        assert!(a.windows(2).any(|w| w[0] == "--mount" && w[1] == format!("{}:/proc/sys/net/ipv4/ip_unprivileged_port_start:ro", port.display())), "{a:?}");
+        // A CRI container gets its pod sandbox's sysctls (containerd
+        // sets them only in the sandbox's config, beside this bundle).
+        let pod = dir.parent().unwrap().join(format!("{}-sandbox", dir.file_name().unwrap().to_string_lossy()));
+        std::fs::create_dir_all(&pod).unwrap();
+        std::fs::write(pod.join("config.json"), r#"{"linux":{"sysctl":{"fs.mqueue.msg_max":"100"}}}"#).unwrap();
+        let mut s = spec.clone();
+        s.annotations.insert(ANN_CRI_SANDBOX_ID.into(), pod.file_name().unwrap().to_string_lossy().into_owned());
+        s.annotations.insert(ANN_CRI_TYPE.into(), "container".into());
+        let a = plan(&s).unwrap();
+        assert!(a.iter().any(|m| m.ends_with(":/proc/sys/fs/mqueue/msg_max:ro")), "{a:?}");
+        assert_eq!(std::fs::read_to_string(dir.join("shoal-sysctl/fs.mqueue.msg_max")).unwrap(), "100\n");
+        s.annotations.insert(ANN_CRI_SANDBOX_ID.into(), "../x".into());
+        assert!(!plan(&s).unwrap().iter().any(|m| m.contains("/proc/sys/")), "not a plain id: nothing read");
+        for bad in ["kernel", "kernel..x", "../../etc/passwd", "kernel.a b"] {
+            let mut s = spec.clone();
+            s.linux.sysctl.insert(bad.into(), "1".into());
+            assert!(plan(&s).unwrap_err().to_string().starts_with(&format!("linux.sysctl {bad:?}: expected a kernel parameter name")), "{bad}");
+        }
+        // A seccomp profile: the calls it refuses, as --seccomp-deny.
+        let mut s = spec.clone();
+        s.linux.seccomp =
+            Some(serde_json::from_str(r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["sethostname"],"action":"SCMP_ACT_ERRNO"}]}"#).unwrap());
+        assert!(plan(&s).unwrap().windows(2).any(|w| w == ["--seccomp-deny", "170=1"]));
+        s.linux.seccomp = Some(serde_json::from_str(r#"{"defaultAction":"SCMP_ACT_KILL"}"#).unwrap());
+        assert!(plan(&s).unwrap_err().to_string().starts_with("linux.seccomp: action SCMP_ACT_KILL is not supported"));
+        s.linux.seccomp = Some(serde_json::from_str(r#"{"defaultAction":"SCMP_ACT_ALLOW"}"#).unwrap());
+        assert!(!plan(&s).unwrap().iter().any(|a| a == "--seccomp-deny"), "nothing refused: no option");
     }
 }

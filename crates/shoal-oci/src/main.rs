@@ -18,8 +18,10 @@ mod config;
 mod exec;
 mod hooks;
 mod lifecycle;
+mod seccomp;
 mod state;
 mod sys;
+mod syscalls;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::io::Write;
@@ -232,7 +234,7 @@ fn features() -> serde_json::Value {
             "namespaces": ["network"],
             "capabilities": [],
             "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false},
-            "seccomp": {"enabled": false},
+            "seccomp": {"enabled": true, "actions": ["SCMP_ACT_ALLOW", "SCMP_ACT_ERRNO", "SCMP_ACT_LOG", "SCMP_ACT_TRACE"], "operators": []},
             "apparmor": {"enabled": false},
             "selinux": {"enabled": false}
         },

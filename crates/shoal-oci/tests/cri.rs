@@ -435,7 +435,7 @@ fn ordinary_archives() -> &'static Vec<PathBuf> {
         std::fs::create_dir_all(bb.join("root/bin")).unwrap();
         let busybox = shoal_testkit::program("busybox").unwrap();
         std::fs::copy(&busybox, bb.join("root/bin/busybox")).unwrap();
-        for applet in ["sh", "echo", "true", "sleep", "cat", "id"] {
+        for applet in ["sh", "echo", "true", "sleep", "cat", "id", "hostname", "grep", "chmod"] {
             std::os::unix::fs::symlink("busybox", bb.join("root/bin").join(applet)).unwrap();
         }
         std::fs::write(bb.join("root/bin/hello.sh"), "#!/bin/sh\necho hello\n").unwrap();
@@ -481,16 +481,23 @@ fn ordinary_images(tender: &str) {
     // The kubelet's hostPort with hostIP: the server's port 8080 in the
     // pod's namespace, on 127.0.0.1:HOSTPORT of the host (CNI's portmap).
     let host_port = free_port();
+    // hvt through the runtime handler `shoal-hvt` (shoal-oci as
+    // shoal-oci-hvt), with no annotation: what critest and a RuntimeClass
+    // can choose. The pod's host name and a sysctl reach every container.
+    let (handler, annotations) =
+        if tender == "hvt" { ("shoal-hvt", serde_json::json!({})) } else { ("shoal", serde_json::json!({"org.shoal.tender": tender})) };
     let pod_json = cri.file(
         &format!("pod-{name}"),
         &serde_json::json!({
             "metadata": {"name": name, "namespace": "shoal-test", "uid": format!("{name}-{}", std::process::id()), "attempt": 0},
+            "hostname": format!("pod-{tender}"),
             "log_directory": cri.dir().join("logs").join(&name),
-            "annotations": {"org.shoal.tender": tender},
+            "annotations": annotations,
             "port_mappings": [{"protocol": 0, "container_port": 8080, "host_port": host_port, "host_ip": "127.0.0.1"}],
+            "linux": {"sysctls": {"kernel.shm_rmid_forced": "1"}},
         }),
     );
-    let pod = cri.ok(&["runp", "--runtime", "shoal", &pod_json]);
+    let pod = cri.ok(&["runp", "--runtime", handler, &pod_json]);
     let p: serde_json::Value = serde_json::from_str(&cri.ok(&["inspectp", &pod])).unwrap();
     assert_eq!(p["status"]["state"], "SANDBOX_READY", "{p}");
     let ip: std::net::Ipv4Addr =
@@ -585,8 +592,13 @@ fn ordinary_images(tender: &str) {
     std::fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     let script =
         "echo from the container > /data/c; n=0; while [ ! -e /data/e ] && [ $n -lt 60 ]; do read -t 1 x; n=$((n+1)); done; read l < /data/e; echo \"$l\"";
+    // critest's Localhost seccomp profile that blocks chmod: the guest's
+    // kernel applies it to the container's program (and its execs).
+    let profile = cri.dir().join("block-chmod.json");
+    std::fs::write(&profile, r#"{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["chmod", "fchmodat"], "action": "SCMP_ACT_ERRNO"}]}"#).unwrap();
     let cfg = serde_json::json!({"stdin": true, "envs": [{"key": "GREETING", "value": "hello"}],
-                                 "mounts": [{"container_path": "/data", "host_path": shared, "readonly": false}]});
+                                 "mounts": [{"container_path": "/data", "host_path": shared, "readonly": false}],
+                                 "linux": {"security_context": {"seccomp": {"profile_type": 2, "localhost_ref": profile}}}});
     let waiter = cri.ok(&["create", &pod, &container_config(&cri, "waiter", 0, BUSYBOX, &["sh", "-c", script], cfg), &pod_json]);
     cri.ok(&["start", &waiter]);
     let t0 = Instant::now();
@@ -600,6 +612,29 @@ fn ordinary_images(tender: &str) {
     // names it, with the exec's stderr).
     let o = cri.crictl(&["exec", "-s", &waiter, "cat", "/data/c"]);
     assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).as_ref()), (Some(0), "from the container\n\n\n"), "{}", text(&o));
+    // (Before the exec that writes /data/e, which ends the container.)
+    // What critest reads: the pod's host name (busybox `hostname`, uname's
+    // node name), its sysctl under /proc/sys, /proc/self/status's Seccomp
+    // field (2: a profile is applied); `hostname NAME` (sethostname) works
+    // for root; the profile refuses chmod.
+    for (cmd, status, want) in [
+        (&["hostname"][..], 0, format!("pod-{tender}")),
+        (&["cat", "/proc/sys/kernel/shm_rmid_forced"], 0, "1".into()),
+        (&["grep", "Seccomp:", "/proc/self/status"], 0, "Seccomp:\t2".into()),
+        (&["hostname", "renamed"], 0, String::new()),
+        (&["chmod", "400", "/data/c"], 1, String::new()),
+    ] {
+        let o = cri.crictl(&[&["exec", &waiter][..], cmd].concat());
+        assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).trim_end()), (Some(status), want.as_str()), "{cmd:?}: {}", text(&o));
+        if status != 0 {
+            assert!(String::from_utf8_lossy(&o.stderr).contains("chmod: /data/c: Operation not permitted"), "{}", text(&o));
+        }
+    }
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(shared.join("c")).unwrap().permissions()) & 0o777,
+        0o644,
+        "the refused chmod changed nothing"
+    );
     let o = cri.crictl(&["exec", "-s", &waiter, "sh", "-c", "echo $GREETING from exec > /data/e; echo to stderr >&2; exit 3"]);
     assert!(!o.status.success() && text(&o).contains("exited with 3: to stderr"), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(shared.join("e")).unwrap(), "hello from exec\n", "the exec's write reached the volume");

@@ -16,6 +16,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 /// The `shoal fn` subcommands.
+// One value per command line: Deploy's size costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum FnCmd {
     /// Deploy (or update) a function: `shoal fn deploy NAME IMAGE [--backend spt|hvt|process|runc|runsc] …`,
@@ -74,6 +76,12 @@ pub enum FnCmd {
         /// An environment variable KEY=VALUE (repeatable).
         #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
         env: Vec<String>,
+        /// A host directory or file served live at GUEST in the instances,
+        /// read-only (`ro`) or writable (`rw`), as `shoal run --mount`
+        /// (repeatable; the gateway takes HOST only beneath its
+        /// --allow-path directories).
+        #[arg(long = "mount", value_name = "HOST:GUEST:ro|rw")]
+        mount: Vec<String>,
         /// Send the image to the gateway (`POST /images`) instead of naming
         /// its path: for a gateway on another machine or another user's.
         #[arg(long)]
@@ -174,6 +182,7 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                 ready,
                 requests_per_instance,
                 env,
+                mount,
                 upload,
             } => {
                 let abs = |p: PathBuf| std::path::absolute(&p).with_context(|| format!("cannot resolve {}", p.display()));
@@ -211,6 +220,19 @@ pub fn run(gateway: &str, token: Option<String>, state: Option<PathBuf>, cmd: Fn
                 set("requests_per_instance", json!(requests_per_instance));
                 if let Some(fs) = fs {
                     set("fs", json!(abs(fs)?));
+                }
+                if !mount.is_empty() {
+                    let mut mounts = Vec::new();
+                    for m in mount {
+                        // HOST is named to the gateway as an absolute path
+                        // (it resolves nothing against its own directory).
+                        let (host, rest) = m
+                            .split_once(':')
+                            .filter(|(h, r)| !h.is_empty() && r.contains(':'))
+                            .ok_or_else(|| anyhow!("--mount {m}: expected HOST:GUEST:ro|rw"))?;
+                        mounts.push(json!(format!("{}:{rest}", abs(PathBuf::from(host))?.display())));
+                    }
+                    set("mounts", Value::Array(mounts));
                 }
                 if !env.is_empty() {
                     let mut m = serde_json::Map::new();

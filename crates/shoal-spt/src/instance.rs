@@ -129,6 +129,8 @@ fn boot() -> Result<std::convert::Infallible, InstanceError> {
     params.recover_flags = spec.recover_flags;
     params.cwd = shoal_loader::boot_cwd(&spec.cwd);
     [params.uid, params.gid] = spec.guest_ids;
+    params.hostname = shoal_loader::boot_hostname(&spec.hostname);
+    params.syscall_errno = shoal_loader::boot_syscall_errno(&spec.syscall_errno);
     crate::net::install(policy);
     // Without outbound a UDP port is the instance's end of a relay
     // (crate::relay), at the descriptor the last step moves it to; its

@@ -446,6 +446,8 @@ fn launch(cfg: &RunConfig, supervised: bool) -> Result<i32, SptError> {
         cwd: cfg.cwd.clone(),
         guest_ids: [cfg.guest_uid, cfg.guest_gid],
         writable_mounts: crate::writable_mounts(&cfg.mounts),
+        hostname: cfg.hostname.clone(),
+        syscall_errno: cfg.syscall_errno.clone(),
     };
     // The seccomp program the instance would compile (`crate::instance`:
     // same policy, same guest range), from the disk cache of programs

@@ -158,6 +158,8 @@ impl Prepared {
             cwd: cfg.cwd.clone(),
             guest_ids: [cfg.guest_uid, cfg.guest_gid],
             writable_mounts: crate::writable_mounts(&cfg.mounts),
+            hostname: cfg.hostname.clone(),
+            syscall_errno: cfg.syscall_errno.clone(),
         };
         Ok(Prepared {
             image,

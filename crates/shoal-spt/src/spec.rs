@@ -38,7 +38,7 @@ pub const POOL_FD0: i32 = 8;
 pub const MAX_POOL_FILES: usize = 900;
 
 const MAGIC: &[u8; 8] = b"SHOALSPT";
-const VERSION: u32 = 11;
+const VERSION: u32 = 12;
 /// Largest spec accepted: argv and environment are bounded by the guest's
 /// argument area (under 1 MiB), pool maps by [`MAX_POOL_FILES`].
 pub const MAX_SPEC: usize = 4 << 20;
@@ -134,6 +134,11 @@ pub struct Spec {
     pub guest_ids: [u32; 2],
     /// Bit `i`: mount `i` is writable (`--mount HOSTDIR:GUESTDIR:rw`).
     pub writable_mounts: u64,
+    /// The guest's host name (`--hostname`; empty: the default).
+    pub hostname: Vec<u8>,
+    /// The errno each of the program's system calls is refused with
+    /// (`--seccomp-deny`; empty: none).
+    pub syscall_errno: Vec<u8>,
 }
 
 /// Why a spec could not be read.
@@ -216,6 +221,8 @@ impl Spec {
         b.extend_from_slice(&self.guest_ids[0].to_le_bytes());
         b.extend_from_slice(&self.guest_ids[1].to_le_bytes());
         b.extend_from_slice(&self.writable_mounts.to_le_bytes());
+        bytes(&mut b, &self.hostname);
+        bytes(&mut b, &self.syscall_errno);
         b
     }
 
@@ -293,7 +300,9 @@ impl Spec {
         let cwd = r.bytes()?.to_vec();
         let guest_ids = [r.u32()?, r.u32()?];
         let writable_mounts = r.u64()?;
-        if writable_mounts >> mounts.len() != 0 {
+        let hostname = r.bytes()?.to_vec();
+        let syscall_errno = r.bytes()?.to_vec();
+        if writable_mounts >> mounts.len() != 0 || hostname.len() > shoal_loader::HOSTNAME_MAX || syscall_errno.len() > shoal_loader::SECCOMP_CALLS {
             return Err(SpecError::Corrupt);
         }
         if volume_path.len() >= shoal_abi::VOLUME_PATH_MAX || cwd.len() >= shoal_abi::CWD_MAX || !r.0.is_empty() {
@@ -329,6 +338,8 @@ impl Spec {
             cwd,
             guest_ids,
             writable_mounts,
+            hostname,
+            syscall_errno,
         })
     }
 }
@@ -414,6 +425,8 @@ mod tests {
             cwd: b"/srv/app".to_vec(),
             guest_ids: [1000, 100],
             writable_mounts: 0b10,
+            hostname: b"web-1".to_vec(),
+            syscall_errno: vec![0, 1, 0, 13],
         }
     }
 

@@ -132,6 +132,12 @@ pub enum ArgsError {
     /// A `--user` that is not `UID:GID`.
     #[error("--user {0}: expected UID:GID (two numbers)")]
     User(String),
+    /// A `--seccomp-deny` that does not parse.
+    #[error("--seccomp-deny {0}: expected NR=ERRNO pairs separated by commas (system-call numbers below 512, errnos from 1 to 255)")]
+    SeccompDeny(String),
+    /// A `--hostname` Linux would refuse.
+    #[error("--hostname {0:?}: expected 1 to 63 bytes without NUL or '/'")]
+    Hostname(String),
     /// More than one image given.
     #[error("more than one image given ({0} and {1}); program arguments go after --")]
     TwoImages(PathBuf, PathBuf),
@@ -206,6 +212,11 @@ pub struct RunArgs {
     pub cwd: Vec<u8>,
     /// `--user`: the uid and gid the program sees.
     pub user: (u32, u32),
+    /// `--hostname` (empty: the default, `shoal`).
+    pub hostname: Vec<u8>,
+    /// `--seccomp-deny`: the errno each system call is refused with, by
+    /// number (0: runs); empty: none refused.
+    pub syscall_errno: Vec<u8>,
     /// The image (for an executable given: the instance image built
     /// around it, see [`executable_image`]).
     pub image: PathBuf,
@@ -376,6 +387,8 @@ run_options! {
     uid_range: Option<OsString> = ("--uid-range", None, "START:COUNT", [], "spt, as root: run the instance as a uid and gid of its own from START..START+COUNT-1, one no other running instance holds (default: every instance runs as nobody).");
     cwd: Option<OsString> = ("--cwd", None, "DIR", [], "The program's working directory at start: an absolute path in the guest's file system, which must be a directory there (default /).");
     user: Option<OsString> = ("--user", None, "UID:GID", [], "The user and group ids the program sees (getuid, getgid and their kin; default 0:0). The instance's host identity does not change.");
+    seccomp_deny: Option<OsString> = ("--seccomp-deny", None, "NR=ERRNO,...", [], "System calls of the program the guest's kernel refuses with ERRNO instead of running them (a container's seccomp profile; shoal-oci sets it).");
+    hostname: Option<OsString> = ("--hostname", None, "NAME", [], "The guest's host name: uname's node name, what `hostname` prints (default shoal). A guest's sethostname changes only its own.");
 }
 
 impl RunOpts {
@@ -598,6 +611,8 @@ impl RunArgs {
             uid_range: None,
             cwd: Vec::new(),
             user: (0, 0),
+            hostname: Vec::new(),
+            syscall_errno: Vec::new(),
             image,
             executable: None,
             args,
@@ -638,7 +653,37 @@ impl RunArgs {
             .with_stop_timeout(text(&o.stop_timeout).as_deref())?
             .with_log_shrink(text(&o.log_shrink).as_deref(), o.log_report)?
             .with_uid_range(text(&o.uid_range).as_deref())?
-            .with_identity(text(&o.cwd).as_deref(), text(&o.user).as_deref())
+            .with_identity(text(&o.cwd).as_deref(), text(&o.user).as_deref())?
+            .with_hostname(text(&o.hostname).as_deref())?
+            .with_seccomp_deny(text(&o.seccomp_deny).as_deref())
+    }
+
+    /// Adds `--seccomp-deny NR=ERRNO,...`.
+    pub fn with_seccomp_deny(mut self, deny: Option<&str>) -> Result<RunArgs, ArgsError> {
+        let Some(d) = deny else { return Ok(self) };
+        let mut table = vec![0u8; shoal_loader::SECCOMP_CALLS];
+        for pair in d.split(',') {
+            let parsed = pair.split_once('=').and_then(|(n, e)| Some((n.parse::<usize>().ok()?, e.parse::<u8>().ok()?)));
+            match parsed {
+                Some((n, e)) if n < table.len() && e != 0 => table[n] = e,
+                _ => return Err(ArgsError::SeccompDeny(d.into())),
+            }
+        }
+        self.syscall_errno = table;
+        Ok(self)
+    }
+
+    /// Adds `--hostname NAME`, checked as Linux's sethostname checks a
+    /// name (at most `HOST_NAME_MAX` bytes), and without what no host name
+    /// holds (NUL, `/`).
+    pub fn with_hostname(mut self, name: Option<&str>) -> Result<RunArgs, ArgsError> {
+        if let Some(n) = name {
+            if n.is_empty() || n.len() > shoal_loader::HOSTNAME_MAX || n.contains(['\0', '/']) {
+                return Err(ArgsError::Hostname(n.into()));
+            }
+            self.hostname = n.as_bytes().to_vec();
+        }
+        Ok(self)
     }
 
     /// Adds `--cwd DIR` and `--user UID:GID`: where the program starts and
@@ -887,6 +932,8 @@ impl RunArgs {
         cfg.uid_range = self.uid_range;
         cfg.cwd = self.cwd.clone();
         (cfg.guest_uid, cfg.guest_gid) = self.user;
+        cfg.hostname = self.hostname.clone();
+        cfg.syscall_errno = self.syscall_errno.clone();
         cfg.net.listen_fds = self
             .listen_fds
             .iter()
@@ -1152,6 +1199,14 @@ mod tests {
         assert_eq!(msg(&["--user", "1000", "img"]), "--user 1000: expected UID:GID (two numbers)");
         let c = parse(&["--cwd", "/srv", "--user", "5:6", "img"]).unwrap().unwrap().config();
         assert_eq!((c.cwd.as_slice(), c.guest_uid, c.guest_gid), (&b"/srv"[..], 5, 6));
+        assert_eq!(parse(&["--hostname", "web-1", "img"]).unwrap().unwrap().config().hostname, b"web-1");
+        let e = parse(&["--seccomp-deny", "170=1,90=13", "img"]).unwrap().unwrap().config().syscall_errno;
+        assert_eq!((e.len(), e[170], e[90], e[0]), (shoal_abi::SECCOMP_CALLS, 1, 13, 0));
+        for bad in ["170", "512=1", "170=0", "170=256", "x=1"] {
+            assert!(msg(&["--seccomp-deny", bad, "img"]).starts_with(&format!("--seccomp-deny {bad}: expected NR=ERRNO")), "{bad}");
+        }
+        assert_eq!(msg(&["--hostname", "a/b", "img"]), "--hostname \"a/b\": expected 1 to 63 bytes without NUL or '/'");
+        assert_eq!(msg(&["--hostname", &"x".repeat(64), "img"]), format!("--hostname {:?}: expected 1 to 63 bytes without NUL or '/'", "x".repeat(64)));
         assert_eq!(msg(&["--uid-range", "100000:10", "--single-process", "img"]), ArgsError::UidRangeSingleProcess.to_string());
         assert_eq!(msg(&["--uid-range", "100000:10", "--tender", "hvt", "img"]), ArgsError::UidRangeHvt.to_string());
         assert_eq!(

@@ -2,7 +2,8 @@
 //! tests in crates/shoal-oci/tests/cri.rs and `shoal bench cri`): a
 //! private root, state, socket and CNI directory, the CRI runtime handler
 //! `shoal` as docs/kubernetes.md configures it (containerd's runc shim
-//! calling shoal-oci), runc as the default handler, a sandbox image built
+//! calling shoal-oci) and `shoal-hvt` (the same through a link named
+//! `shoal-oci-hvt`, which picks hvt), runc as the default handler, a sandbox image built
 //! by the caller (nothing is pulled), and the caller's images imported into
 //! the CRI's `k8s.io` namespace. Dropping it removes every pod (and so every
 //! shim, which would outlive containerd), stops containerd and unmounts
@@ -42,7 +43,8 @@ fn text(o: &Output) -> String {
 /// The configuration docs/kubernetes.md shows, with the state beneath
 /// `dir`. `restrict_oom_score_adj`: a root without CAP_SYS_RESOURCE (as
 /// here) cannot lower a sandbox's OOM score below containerd's own.
-pub fn config(dir: &Path, oci: &Path, sandbox_image: &str) -> String {
+/// `oci_hvt` is a link to shoal-oci named `shoal-oci-hvt`.
+pub fn config(dir: &Path, oci: &Path, oci_hvt: &Path, sandbox_image: &str) -> String {
     format!(
         r#"version = 2
 root = "{d}/root"
@@ -63,9 +65,16 @@ state = "{d}/state"
     container_annotations = ["org.shoal.*"]
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.shoal.options]
       BinaryName = "{oci}"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.shoal-hvt]
+    runtime_type = "io.containerd.runc.v2"
+    pod_annotations = ["org.shoal.*"]
+    container_annotations = ["org.shoal.*"]
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.shoal-hvt.options]
+      BinaryName = "{oci_hvt}"
 "#,
         d = dir.display(),
-        oci = oci.display()
+        oci = oci.display(),
+        oci_hvt = oci_hvt.display()
     )
 }
 
@@ -80,7 +89,13 @@ impl Containerd {
         if let Some(c) = s.cni_conflist {
             std::fs::write(dir.join("cni/10-shoal.conflist"), c).map_err(|e| io("cannot write the CNI configuration", e))?;
         }
-        std::fs::write(dir.join("config.toml"), config(dir, s.oci, s.sandbox_image)).map_err(|e| io("cannot write config.toml", e))?;
+        // The handler `shoal-hvt`'s binary: shoal-oci under the name
+        // that picks hvt.
+        let oci_hvt = dir.join("bin/shoal-oci-hvt");
+        std::fs::create_dir_all(dir.join("bin")).map_err(|e| io("cannot make the containerd directory", e))?;
+        let _ = std::fs::remove_file(&oci_hvt);
+        std::os::unix::fs::symlink(s.oci, &oci_hvt).map_err(|e| io("cannot link shoal-oci-hvt", e))?;
+        std::fs::write(dir.join("config.toml"), config(dir, s.oci, &oci_hvt, s.sandbox_image)).map_err(|e| io("cannot write config.toml", e))?;
         let d = dir.display();
         std::fs::write(
             dir.join("crictl.yaml"),

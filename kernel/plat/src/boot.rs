@@ -122,6 +122,7 @@ pub unsafe fn init(bi: *const BootInfo) -> Result<(), BootError> {
     let n = crate::umem::read_only_ranges(&info, &mut ro);
     crate::umem::set_read_only(&ro[..n]);
     crate::hypercall::set_entry(info.hypercall_entry);
+    SECCOMP.store(info.syscall_errno.iter().any(|&e| e != 0), core::sync::atomic::Ordering::Relaxed);
     BOOT.with(|b| *b = Some(info));
     // Only the tender's own page is read again later (a unit test passes
     // a copy on its stack, and nothing is mapped at the page's address).
@@ -195,8 +196,30 @@ pub fn info() -> BootInfo {
             cwd: [0; shoal_abi::CWD_MAX],
             uid: 0,
             gid: 0,
+            syscall_errno: [0; shoal_abi::SECCOMP_CALLS],
         },
     })
+}
+
+/// Whether the program has a seccomp profile (any nonzero
+/// `BootInfo::syscall_errno`): one load on every system call's way in.
+static SECCOMP: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Whether the program's system calls are filtered (`/proc/self/status`'s
+/// `Seccomp: 2`).
+#[inline]
+pub fn seccomp_on() -> bool {
+    SECCOMP.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// The errno the program's seccomp profile refuses system call `n` with
+/// (`BootInfo::syscall_errno`); 0: it runs.
+#[inline]
+pub fn syscall_errno(n: u64) -> u8 {
+    if !seccomp_on() {
+        return 0;
+    }
+    BOOT.with(|b| b.as_ref().and_then(|i| i.syscall_errno.get(usize::try_from(n).ok()?).copied()).unwrap_or(0))
 }
 
 /// The uid and gid the program sees (`BootInfo::uid`, `gid`); 0 and 0

@@ -377,7 +377,9 @@ extern "C" fn shoal_exec_syscall(f: &mut Frame) {
     if n == RT_SIGRETURN && !shoal_process::signal::is_nested_frame(f.rsp) {
         sigreturn_direct(f, ctl, start);
     }
-    let r = if n == RSEQ || n == CLONE3 {
+    let r = if let Some(r) = super::refused(n) {
+        r
+    } else if n == RSEQ || n == CLONE3 {
         // Asked by glibc and Go at start; ENOSYS is their fallback
         // (restartable sequences off, clone instead of clone3), so it is
         // not reported as a missing call.
@@ -426,7 +428,7 @@ const GETTID: u64 = 186;
 /// and refuses a kernel whose compiler made it otherwise (a panic would
 /// be a call: every look here is one that cannot fail). It answers only
 /// when the full path would do nothing else: a call from a rewritten
-/// site (a trapped one may be patched), no gate to pass (recover's
+/// site (a trapped one may be patched), no seccomp profile, no gate to pass (recover's
 /// `PLAIN`), no forwarded host signal, no interval timer, no deliverable
 /// signal, no preemption tick waiting. Since the calls change nothing,
 /// declining at any point is always right: the full path answers afresh.
@@ -434,7 +436,8 @@ const GETTID: u64 = 186;
 #[no_mangle]
 extern "C" fn shoal_exec_light(f: &mut Frame) -> bool {
     let n = f.rax;
-    if !(n == GETPID || n == GETTID || n == GETPPID) || f.rflags & TRAPPED != 0 {
+    // A seccomp profile is the full path's to apply (`super::refused`).
+    if !(n == GETPID || n == GETTID || n == GETPPID) || f.rflags & TRAPPED != 0 || shoal_plat::boot::seccomp_on() {
         return false;
     }
     shoal_sched::preempt::enter();

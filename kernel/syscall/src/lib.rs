@@ -412,6 +412,7 @@ fn lookup(n: u64) -> Option<(shoal_recover::Component, SyscallFn)> {
         nr::UNAME => sysinfo::uname,
         nr::SYSINFO => sysinfo::sysinfo,
         nr::GETRANDOM => sysinfo::getrandom,
+        170 => sysinfo::sethostname,
     };
     Some(e)
 }
@@ -561,9 +562,27 @@ extern "C" fn shoal_syscall_aligned(n: i64, a: i64, b: i64, c: i64, d: i64, e: i
         return r;
     }
     shoal_plat::next_syscall_epoch();
-    let r = dispatch(n as u64, &args);
+    let r = match refused(n as u64) {
+        Some(r) => r,
+        None => dispatch(n as u64, &args),
+    };
     preempt::leave_syscall();
     r
+}
+
+/// The program's seccomp profile (`BootInfo::syscall_errno`, a
+/// container's `linux.seccomp`): the negative errno a refused call
+/// returns without running. Checked where the program's calls come in
+/// (not in [`dispatch`], which the kernel's own loading of an interpreter
+/// uses too, as Linux's execve is not filtered); the clock reads that
+/// Linux answers in the vDSO are not filtered either, as on Linux.
+#[cfg(not(test))]
+#[inline]
+pub(crate) fn refused(n: u64) -> Option<i64> {
+    match shoal_plat::boot::syscall_errno(n) {
+        0 => None,
+        e => Some(Errno(i32::from(e)).to_ret()),
+    }
 }
 
 /// The clock reads `clock_gettime` and `gettimeofday`, answered without

@@ -5,8 +5,9 @@
 //! (musl and applications check `sysname`/`release`, e.g. for features by
 //! kernel version): sysname `Linux`, release [`RELEASE`] (a 6.1 kernel's
 //! ABI, marked as shoal), version `#1 shoal`, machine `x86_64`, the host
-//! name from the boot information (or `shoal` if it gives none), domain
-//! name `(none)` as Linux has by default.
+//! name from the boot information (or `shoal` if it gives none) until the
+//! program sets its own (`sethostname`), domain name `(none)` as Linux has
+//! by default.
 //!
 //! `getrandom` is a ChaCha20 CSPRNG (`rand_chacha`) seeded from the 32
 //! random bytes the tender puts in the boot information, and seeded again
@@ -25,6 +26,23 @@ use shoal_plat::Global;
 pub const RELEASE: &str = "6.1.0-shoal";
 /// `uname` version.
 pub const VERSION: &str = "#1 shoal";
+
+/// A host name the program set (`sethostname`), which replaces the boot
+/// information's; `None`: not set. A reboot of this component (only under
+/// `--rejuvenate-every` or after a fault) forgets it, as it forgets
+/// nothing else the program cannot see again.
+static HOSTNAME: Global<Option<[u8; 64]>> = Global::new(None);
+
+/// The host name `uname` reports (NUL padded): the one the program set,
+/// else the tender's (`--hostname`).
+pub fn hostname() -> [u8; 64] {
+    HOSTNAME.with(|h| *h).unwrap_or(shoal_plat::boot::info().hostname)
+}
+
+/// Sets the host name (`sethostname`).
+pub fn set_hostname(name: [u8; 64]) {
+    HOSTNAME.with(|h| *h = Some(name));
+}
 
 static RNG: Global<Option<ChaCha20Rng>> = Global::new(None);
 /// The seed `RNG` was made from.

@@ -43,8 +43,29 @@ pub fn utsname(hostname: &[u8]) -> Utsname {
 
 /// `uname(buf)`; see the crate documentation.
 pub fn uname(a: &Args) -> SysResult {
-    let u = utsname(&shoal_plat::boot::info().hostname);
+    let u = utsname(&crate::hostname());
     umem::write(a.u(0), u)?;
+    Ok(0)
+}
+
+/// Linux's `__NEW_UTS_LEN`: the longest host name.
+const UTS_LEN: usize = 64;
+
+/// `sethostname(name, len)`: the instance's own host name from now on
+/// (what `uname` reports), as in a container's UTS namespace. Root only
+/// (CAP_SYS_ADMIN is root's alone in a guest, docs of component `user`):
+/// `EPERM` otherwise; `EINVAL` for more than 64 bytes, as Linux.
+pub fn sethostname(a: &Args) -> SysResult {
+    if shoal_plat::boot::ids().0 != 0 {
+        return Err(Errno::EPERM);
+    }
+    let len = a.usize(1);
+    if len > UTS_LEN {
+        return Err(Errno::EINVAL);
+    }
+    let mut name = [0u8; UTS_LEN];
+    name[..len].copy_from_slice(umem::slice(a.u(0), len)?);
+    crate::set_hostname(name);
     Ok(0)
 }
 
@@ -135,6 +156,18 @@ mod tests {
         assert_eq!(&u.machine[..7], b"x86_64\0");
         assert_eq!(&utsname(&[0; 64]).nodename[..6], b"shoal\0");
         assert_eq!(utsname(&[b'x'; 64]).nodename[64], 0, "always NUL-terminated");
+    }
+
+    #[test]
+    fn sethostname_sets_the_node_name() {
+        shoal_plat::umem::set_bounds(1, u64::MAX);
+        let name = *b"renamed";
+        let set = |len| sethostname(&Args([name.as_ptr() as u64, len, 0, 0, 0, 0]));
+        assert_eq!(set(65), Err(Errno::EINVAL));
+        assert_eq!(set(7), Ok(0));
+        assert_eq!(&crate::hostname()[..8], b"renamed\0");
+        assert_eq!(&utsname(&crate::hostname()).nodename[..8], b"renamed\0");
+        assert_eq!(sethostname(&Args([0, 5, 0, 0, 0, 0])), Err(Errno::EFAULT));
     }
 
     #[test]

@@ -18,8 +18,10 @@
 //! the program's mappings and break, the main stack), `/proc/self/stat`
 //! and `/proc/self/statm` (the process's CPU time, threads and memory:
 //! libuv's `uv_resident_set_memory`, behind Node's
-//! `process.memoryUsage()`, reads the resident size there). A name the root
-//! file system already has is left alone.
+//! `process.memoryUsage()`, reads the resident size there),
+//! `/proc/self/status` (ids and capabilities as component `user` answers,
+//! `Seccomp`, which container checks grep for). A name the root file
+//! system already has is left alone.
 
 use alloc::vec::Vec;
 use core::fmt::Write;
@@ -38,18 +40,21 @@ pub enum Gen {
     SelfStat,
     /// `/proc/self/statm`.
     Statm,
+    /// `/proc/self/status`.
+    Status,
 }
 
 /// A file: its directory's path from the root, its name, and more.
 type Named<T> = (&'static [&'static [u8]], &'static [u8], T);
 
 /// Each regenerated file.
-const GENERATED: [Named<Gen>; 5] = [
+const GENERATED: [Named<Gen>; 6] = [
     (&[b"proc"], b"meminfo", Gen::Meminfo),
     (&[b"proc"], b"stat", Gen::Stat),
     (&[b"proc", b"self"], b"maps", Gen::Maps),
     (&[b"proc", b"self"], b"stat", Gen::SelfStat),
     (&[b"proc", b"self"], b"statm", Gen::Statm),
+    (&[b"proc", b"self"], b"status", Gen::Status),
 ];
 
 /// The page size of a transparent huge page on x86-64 (2 MiB).
@@ -180,6 +185,7 @@ pub fn content(g: Gen) -> Vec<u8> {
         Gen::Maps => maps(),
         Gen::SelfStat => self_stat(),
         Gen::Statm => statm(),
+        Gen::Status => status(),
     }
 }
 
@@ -230,6 +236,38 @@ fn statm() -> Vec<u8> {
     let (size, resident) = pages();
     let mut b = Buf(Vec::new());
     let _ = writeln!(b, "{size} {resident} 0 0 0 {size} 0");
+    b.0
+}
+
+/// Root's capabilities: every one Linux 6.1 has (`CAP_LAST_CAP` 40), as
+/// component `user`'s `capget` reports them.
+const ALL_CAPS: u64 = (1 << 41) - 1;
+
+/// `/proc/self/status`, Linux's fields for the instance's one process:
+/// its name, ids (the `--user` the program sees), memory, threads and
+/// capabilities (root's for uid 0, none for another user); `Seccomp` 2
+/// (filter mode) when the program has a seccomp profile that the guest's
+/// kernel applies (`BootInfo::syscall_errno`), else 0 (the tender's own
+/// filter is on the instance, outside the program's view).
+fn status() -> Vec<u8> {
+    let exe = initial_stack().1;
+    let base = exe.rsplit(|&c| c == b'/').next().unwrap_or(&[]);
+    let name = core::str::from_utf8(&base[..base.len().min(15)]).unwrap_or("");
+    let (uid, gid) = shoal_plat::boot::ids();
+    let caps = if uid == 0 { ALL_CAPS } else { 0 };
+    let (size, resident) = pages();
+    let (vm, rss) = (size * PAGE / 1024, resident * PAGE / 1024);
+    let threads = shoal_sched::thread_count();
+    let (mode, filters) = if shoal_plat::boot::seccomp_on() { (2, 1) } else { (0, 0) };
+    let mut b = Buf(Vec::new());
+    let _ = write!(
+        b,
+        "Name:\t{name}\nUmask:\t0022\nState:\tR (running)\nTgid:\t{PID}\nNgid:\t0\nPid:\t{PID}\nPPid:\t0\nTracerPid:\t0\n\
+Uid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t{gid}\t{gid}\t{gid}\t{gid}\nFDSize:\t64\nGroups:\t\n\
+VmPeak:\t{vm:8} kB\nVmSize:\t{vm:8} kB\nVmHWM:\t{rss:8} kB\nVmRSS:\t{rss:8} kB\nThreads:\t{threads}\n\
+CapInh:\t0000000000000000\nCapPrm:\t{caps:016x}\nCapEff:\t{caps:016x}\nCapBnd:\t{caps:016x}\nCapAmb:\t0000000000000000\n\
+NoNewPrivs:\t0\nSeccomp:\t{mode}\nSeccomp_filters:\t{filters}\nCpus_allowed:\t1\nCpus_allowed_list:\t0\n"
+    );
     b.0
 }
 
