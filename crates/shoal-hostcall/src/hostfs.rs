@@ -413,13 +413,7 @@ fn serve_file(rw: bool, fd: RawFd, a: &HostFsArgs, mem: &GuestMemory, writable: 
         // SAFETY: a plain call on the mount's descriptor.
         HOSTFS_CHMOD => check(unsafe { libc::syscall(libc::SYS_fchmod, fd, (a.off & 0o7777) as libc::mode_t) }),
         HOSTFS_UTIMES => {
-            if a.len < 32 {
-                return Err(libc::EINVAL);
-            }
-            let src = mem.host_ptr(GuestAddr(a.buf), 32).map_err(|_| libc::EFAULT)?;
-            let mut ts = [0i64; 4];
-            // SAFETY: 32 bytes at `src` lie in guest memory (checked).
-            unsafe { core::ptr::copy_nonoverlapping(src, ts.as_mut_ptr().cast::<u8>(), 32) };
+            let ts = guest_timespecs(a, mem)?;
             // SAFETY: futimens: a null path acts on the descriptor itself;
             // `ts` is two timespecs' worth of memory (the host checks them).
             check(unsafe { libc::syscall(libc::SYS_utimensat, fd, core::ptr::null::<libc::c_char>(), ts.as_ptr(), 0) })
@@ -428,6 +422,19 @@ fn serve_file(rw: bool, fd: RawFd, a: &HostFsArgs, mem: &GuestMemory, writable: 
         HOSTFS_LIST | HOSTFS_CREATE | HOSTFS_UNLINK | HOSTFS_MKDIR | HOSTFS_RMDIR | HOSTFS_RENAME => Err(libc::ENOTDIR),
         _ => Err(libc::EINVAL),
     }
+}
+
+/// The two timespecs (`utimensat`'s times) of a `HOSTFS_UTIMES` request
+/// `a`, copied out of guest memory; their values are the host's to check.
+fn guest_timespecs(a: &HostFsArgs, mem: &GuestMemory) -> Result<[i64; 4], i32> {
+    if a.len < 32 {
+        return Err(libc::EINVAL);
+    }
+    let src = mem.host_ptr(GuestAddr(a.buf), 32).map_err(|_| libc::EFAULT)?;
+    let mut ts = [0i64; 4];
+    // SAFETY: 32 bytes at `src` lie in guest memory (checked).
+    unsafe { core::ptr::copy_nonoverlapping(src, ts.as_mut_ptr().cast::<u8>(), 32) };
+    Ok(ts)
 }
 
 /// The NUL-terminated path of request `a` (`.` for an empty one), copied
@@ -717,13 +724,7 @@ fn serve_write(m: &Mounts, dir: RawFd, path: &[u8], a: &HostFsArgs, mem: &GuestM
                     check(unsafe { libc::syscall(libc::SYS_fchmod, fd.0, mode) })
                 }
                 _ => {
-                    if a.len < 32 {
-                        return Err(libc::EINVAL);
-                    }
-                    let src = mem.host_ptr(GuestAddr(a.buf), 32).map_err(|_| libc::EFAULT)?;
-                    let mut ts = [0i64; 4];
-                    // SAFETY: 32 bytes at `src` lie in guest memory (checked).
-                    unsafe { core::ptr::copy_nonoverlapping(src, ts.as_mut_ptr().cast::<u8>(), 32) };
+                    let ts = guest_timespecs(a, mem)?;
                     // SAFETY: one plain NUL-terminated name in `pfd`, not
                     // followed if a link; `ts` is two valid timespecs'
                     // worth of memory (the host checks their values).
